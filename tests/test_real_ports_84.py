@@ -42,6 +42,31 @@ def _seeded():
     rg.seed(0)
 
 
+class SharedPermutations:
+    """``torch.randperm`` of a library drawing from one seeded stream (the samplers' order)."""
+
+    def __init__(self, lib, seed):
+        self.lib, self.rng = lib, np.random.default_rng(seed)
+
+    def __enter__(self):
+        lib, rng = self.lib, self.rng
+
+        def randperm(n, dtype=None, device=None, generator=None, **_):
+            return lib.tensor(rng.permutation(n), dtype=dtype or lib.int64)
+
+        # torch's samplers call ``torch.randperm``; retrograd's, the name they imported
+        self.modules = [lib] + ([lib.utils.data.sampler] if lib is rg else [])
+        self.saved = [module.randperm for module in self.modules]
+        for module in self.modules:
+            module.randperm = randperm
+        return self
+
+    def __exit__(self, *exc):
+        for module, saved in zip(self.modules, self.saved):
+            module.randperm = saved
+        return False
+
+
 AWD_SOURCE = """
 import numpy as np
 import torch
@@ -503,3 +528,971 @@ def test_awd_lstm_trains_as_torch(capsys, rnn_type, optimizer, tied, emsize):
     _assert_logs_agree(logs[1], logs[0])
     assert "Switching to ASGD" in logs[0] or optimizer == "adam"
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+
+
+CTR_SOURCE = """
+from collections import namedtuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.data as Data
+from torch.utils.data import DataLoader
+
+
+# deepctr_torch/inputs.py (the two feature columns used)
+SparseFeat = namedtuple('SparseFeat', ['name', 'vocabulary_size', 'embedding_dim'])
+DenseFeat = namedtuple('DenseFeat', ['name', 'dimension'])
+
+
+def combined_dnn_input(sparse_embedding_list, dense_value_list):
+    if len(sparse_embedding_list) > 0 and len(dense_value_list) > 0:
+        sparse_dnn_input = torch.flatten(
+            torch.cat(sparse_embedding_list, dim=-1), start_dim=1)
+        dense_dnn_input = torch.flatten(
+            torch.cat(dense_value_list, dim=-1), start_dim=1)
+        return concat_fun([sparse_dnn_input, dense_dnn_input])
+    elif len(sparse_embedding_list) > 0:
+        return torch.flatten(torch.cat(sparse_embedding_list, dim=-1), start_dim=1)
+    elif len(dense_value_list) > 0:
+        return torch.flatten(torch.cat(dense_value_list, dim=-1), start_dim=1)
+    else:
+        raise NotImplementedError
+
+
+# deepctr_torch/layers/utils.py
+def concat_fun(inputs, axis=-1):
+    if len(inputs) == 1:
+        return inputs[0]
+    else:
+        return torch.cat(inputs, dim=axis)
+
+
+# deepctr_torch/layers/activation.py
+class Dice(nn.Module):
+    def __init__(self, emb_size, dim=2, epsilon=1e-8, device='cpu'):
+        super(Dice, self).__init__()
+        assert dim == 2 or dim == 3
+
+        self.bn = nn.BatchNorm1d(emb_size, eps=epsilon)
+        self.sigmoid = nn.Sigmoid()
+        self.dim = dim
+
+        # wrap alpha in nn.Parameter to make it trainable
+        if self.dim == 2:
+            self.alpha = nn.Parameter(torch.zeros((emb_size,)).to(device))
+        else:
+            self.alpha = nn.Parameter(torch.zeros((emb_size, 1)).to(device))
+
+    def forward(self, x):
+        assert x.dim() == self.dim
+        if self.dim == 2:
+            x_p = self.sigmoid(self.bn(x))
+            out = self.alpha * (1 - x_p) * x + x_p * x
+        else:
+            x = torch.transpose(x, 1, 2)
+            x_p = self.sigmoid(self.bn(x))
+            out = self.alpha * (1 - x_p) * x + x_p * x
+            out = torch.transpose(out, 1, 2)
+        return out
+
+
+class Identity(nn.Module):
+
+    def __init__(self, **kwargs):
+        super(Identity, self).__init__()
+
+    def forward(self, X):
+        return X
+
+
+def activation_layer(act_name, hidden_size=None, dice_dim=2):
+    if isinstance(act_name, str):
+        if act_name.lower() == 'sigmoid':
+            act_layer = nn.Sigmoid()
+        elif act_name.lower() == 'linear':
+            act_layer = Identity()
+        elif act_name.lower() == 'relu':
+            act_layer = nn.ReLU(inplace=True)
+        elif act_name.lower() == 'dice':
+            assert dice_dim
+            act_layer = Dice(hidden_size, dice_dim)
+        elif act_name.lower() == 'prelu':
+            act_layer = nn.PReLU()
+    elif issubclass(act_name, nn.Module):
+        act_layer = act_name()
+    else:
+        raise NotImplementedError
+
+    return act_layer
+
+
+# deepctr_torch/layers/core.py
+class DNN(nn.Module):
+    def __init__(self, inputs_dim, hidden_units, activation='relu', l2_reg=0, dropout_rate=0, use_bn=False,
+                 init_std=0.0001, dice_dim=3, seed=1024, device='cpu'):
+        super(DNN, self).__init__()
+        self.dropout_rate = dropout_rate
+        self.dropout = nn.Dropout(dropout_rate)
+        self.seed = seed
+        self.l2_reg = l2_reg
+        self.use_bn = use_bn
+        if len(hidden_units) == 0:
+            raise ValueError("hidden_units is empty!!")
+        hidden_units = [inputs_dim] + list(hidden_units)
+
+        self.linears = nn.ModuleList(
+            [nn.Linear(hidden_units[i], hidden_units[i + 1]) for i in range(len(hidden_units) - 1)])
+
+        if self.use_bn:
+            self.bn = nn.ModuleList(
+                [nn.BatchNorm1d(hidden_units[i + 1]) for i in range(len(hidden_units) - 1)])
+
+        self.activation_layers = nn.ModuleList(
+            [activation_layer(activation, hidden_units[i + 1], dice_dim) for i in range(len(hidden_units) - 1)])
+
+        for name, tensor in self.linears.named_parameters():
+            if 'weight' in name:
+                nn.init.normal_(tensor, mean=0, std=init_std)
+
+        self.to(device)
+
+    def forward(self, inputs):
+        deep_input = inputs
+
+        for i in range(len(self.linears)):
+
+            fc = self.linears[i](deep_input)
+
+            if self.use_bn:
+                fc = self.bn[i](fc)
+
+            fc = self.activation_layers[i](fc)
+
+            fc = self.dropout(fc)
+            deep_input = fc
+        return deep_input
+
+
+class PredictionLayer(nn.Module):
+    def __init__(self, task='binary', use_bias=True, **kwargs):
+        if task not in ["binary", "multiclass", "regression"]:
+            raise ValueError("task must be binary,multiclass or regression")
+
+        super(PredictionLayer, self).__init__()
+        self.use_bias = use_bias
+        self.task = task
+        if self.use_bias:
+            self.bias = nn.Parameter(torch.zeros((1,)))
+
+    def forward(self, X):
+        output = X
+        if self.use_bias:
+            output += self.bias
+        if self.task == "binary":
+            output = torch.sigmoid(output)
+        return output
+
+
+# deepctr_torch/layers/interaction.py
+class FM(nn.Module):
+    def __init__(self):
+        super(FM, self).__init__()
+
+    def forward(self, inputs):
+        fm_input = inputs
+
+        square_of_sum = torch.pow(torch.sum(fm_input, dim=1, keepdim=True), 2)
+        sum_of_square = torch.sum(fm_input * fm_input, dim=1, keepdim=True)
+        cross_term = square_of_sum - sum_of_square
+        cross_term = 0.5 * torch.sum(cross_term, dim=2, keepdim=False)
+
+        return cross_term
+
+
+class CrossNet(nn.Module):
+    def __init__(self, in_features, layer_num=2, parameterization='vector', seed=1024, device='cpu'):
+        super(CrossNet, self).__init__()
+        self.layer_num = layer_num
+        self.parameterization = parameterization
+        if self.parameterization == 'vector':
+            # weight in DCN.  (in_features, 1)
+            self.kernels = nn.Parameter(torch.Tensor(self.layer_num, in_features, 1))
+        elif self.parameterization == 'matrix':
+            # weight matrix in DCN-M.  (in_features, in_features)
+            self.kernels = nn.Parameter(torch.Tensor(self.layer_num, in_features, in_features))
+        else:  # error
+            raise ValueError("parameterization should be 'vector' or 'matrix'")
+
+        self.bias = nn.Parameter(torch.Tensor(self.layer_num, in_features, 1))
+
+        for i in range(self.kernels.shape[0]):
+            nn.init.xavier_normal_(self.kernels[i])
+        for i in range(self.bias.shape[0]):
+            nn.init.zeros_(self.bias[i])
+
+        self.to(device)
+
+    def forward(self, inputs):
+        x_0 = inputs.unsqueeze(2)
+        x_l = x_0
+        for i in range(self.layer_num):
+            if self.parameterization == 'vector':
+                xl_w = torch.tensordot(x_l, self.kernels[i], dims=([1], [0]))
+                dot_ = torch.matmul(x_0, xl_w)
+                x_l = dot_ + self.bias[i] + x_l
+            elif self.parameterization == 'matrix':
+                xl_w = torch.matmul(self.kernels[i], x_l)  # W * xi  (bs, in_features, 1)
+                dot_ = xl_w + self.bias[i]  # W * xi + b
+                x_l = x_0 * dot_ + x_l  # x0 · (W * xi + b) +xl  Hadamard-product
+            else:  # error
+                raise ValueError("parameterization should be 'vector' or 'matrix'")
+        x_l = torch.squeeze(x_l, dim=2)
+        return x_l
+
+
+class CIN(nn.Module):
+    def __init__(self, field_size, layer_size=(128, 128), activation='relu', split_half=True, l2_reg=1e-5, seed=1024,
+                 device='cpu'):
+        super(CIN, self).__init__()
+        if len(layer_size) == 0:
+            raise ValueError(
+                "layer_size must be a list(tuple) of length greater than 1")
+
+        self.layer_size = layer_size
+        self.field_nums = [field_size]
+        self.split_half = split_half
+        self.activation = activation_layer(activation)
+        self.l2_reg = l2_reg
+        self.seed = seed
+
+        self.conv1ds = nn.ModuleList()
+        for i, size in enumerate(self.layer_size):
+            self.conv1ds.append(
+                nn.Conv1d(self.field_nums[-1] * self.field_nums[0], size, 1))
+
+            if self.split_half:
+                if i != len(self.layer_size) - 1 and size % 2 > 0:
+                    raise ValueError(
+                        "layer_size must be even number except for the last layer when split_half=True")
+
+                self.field_nums.append(size // 2)
+            else:
+                self.field_nums.append(size)
+
+        #         for tensor in self.conv1ds:
+        #             nn.init.normal_(tensor.weight, mean=0, std=init_std)
+        self.to(device)
+
+    def forward(self, inputs):
+        if len(inputs.shape) != 3:
+            raise ValueError(
+                "Unexpected inputs dimensions %d, expect to be 3 dimensions" % (len(inputs.shape)))
+        batch_size = inputs.shape[0]
+        dim = inputs.shape[-1]
+        hidden_nn_layers = [inputs]
+        final_result = []
+
+        for i, size in enumerate(self.layer_size):
+            # x^(k-1) * x^0
+            x = torch.einsum(
+                'bhd,bmd->bhmd', hidden_nn_layers[-1], hidden_nn_layers[0])
+            # x.shape = (batch_size , hi * m, dim)
+            x = x.reshape(
+                batch_size, hidden_nn_layers[-1].shape[1] * hidden_nn_layers[0].shape[1], dim)
+            # x.shape = (batch_size , hi, dim)
+            x = self.conv1ds[i](x)
+
+            if self.activation is None or self.activation == 'linear':
+                curr_out = x
+            else:
+                curr_out = self.activation(x)
+
+            if self.split_half:
+                if i != len(self.layer_size) - 1:
+                    next_hidden, direct_connect = torch.split(
+                        curr_out, 2 * [size // 2], 1)
+                else:
+                    direct_connect = curr_out
+                    next_hidden = 0
+            else:
+                direct_connect = curr_out
+                next_hidden = curr_out
+
+            final_result.append(direct_connect)
+            hidden_nn_layers.append(next_hidden)
+
+        result = torch.cat(final_result, dim=1)
+        result = torch.sum(result, -1)
+
+        return result
+
+
+class InteractingLayer(nn.Module):
+    def __init__(self, embedding_size, head_num=2, use_res=True, scaling=False, seed=1024, device='cpu'):
+        super(InteractingLayer, self).__init__()
+        if head_num <= 0:
+            raise ValueError('head_num must be a int > 0')
+        if embedding_size % head_num != 0:
+            raise ValueError('embedding_size is not an integer multiple of head_num!')
+        self.att_embedding_size = embedding_size // head_num
+        self.head_num = head_num
+        self.use_res = use_res
+        self.scaling = scaling
+        self.seed = seed
+
+        self.W_Query = nn.Parameter(torch.Tensor(embedding_size, embedding_size))
+        self.W_key = nn.Parameter(torch.Tensor(embedding_size, embedding_size))
+        self.W_Value = nn.Parameter(torch.Tensor(embedding_size, embedding_size))
+
+        if self.use_res:
+            self.W_Res = nn.Parameter(torch.Tensor(embedding_size, embedding_size))
+        for tensor in self.parameters():
+            nn.init.normal_(tensor, mean=0.0, std=0.05)
+
+        self.to(device)
+
+    def forward(self, inputs):
+
+        if len(inputs.shape) != 3:
+            raise ValueError(
+                "Unexpected inputs dimensions %d, expect to be 3 dimensions" % (len(inputs.shape)))
+
+        # None F D
+        querys = torch.tensordot(inputs, self.W_Query, dims=([-1], [0]))
+        keys = torch.tensordot(inputs, self.W_key, dims=([-1], [0]))
+        values = torch.tensordot(inputs, self.W_Value, dims=([-1], [0]))
+
+        # head_num None F D/head_num
+        querys = torch.stack(torch.split(querys, self.att_embedding_size, dim=2))
+        keys = torch.stack(torch.split(keys, self.att_embedding_size, dim=2))
+        values = torch.stack(torch.split(values, self.att_embedding_size, dim=2))
+
+        inner_product = torch.einsum('bnik,bnjk->bnij', querys, keys)  # head_num None F F
+        if self.scaling:
+            inner_product /= self.att_embedding_size ** 0.5
+        self.normalized_att_scores = F.softmax(inner_product, dim=-1)  # head_num None F F
+        result = torch.matmul(self.normalized_att_scores, values)  # head_num None F D/head_num
+
+        result = torch.cat(torch.split(result, 1, ), dim=-1)
+        result = torch.squeeze(result, dim=0)  # None F D
+        if self.use_res:
+            result += torch.tensordot(inputs, self.W_Res, dims=([-1], [0]))
+        result = F.relu(result)
+
+        return result
+
+
+# deepctr_torch/models/basemodel.py, the parts DCN, xDeepFM and AutoInt use (the feature-column
+# bookkeeping of ``build_input_features`` written out for SparseFeat/DenseFeat only)
+class Linear(nn.Module):
+    def __init__(self, feature_columns, feature_index, init_std=0.0001, device='cpu'):
+        super(Linear, self).__init__()
+        self.feature_index = feature_index
+        self.device = device
+        self.sparse_feature_columns = [x for x in feature_columns if isinstance(x, SparseFeat)]
+        self.dense_feature_columns = [x for x in feature_columns if isinstance(x, DenseFeat)]
+
+        self.embedding_dict = nn.ModuleDict({feat.name: nn.Embedding(feat.vocabulary_size, 1, sparse=False)
+                                             for feat in self.sparse_feature_columns})
+        for tensor in self.embedding_dict.values():
+            nn.init.normal_(tensor.weight, mean=0, std=init_std)
+
+        if len(self.dense_feature_columns) > 0:
+            self.weight = nn.Parameter(torch.Tensor(sum(fc.dimension for fc in self.dense_feature_columns), 1).to(
+                device))
+            torch.nn.init.normal_(self.weight, mean=0, std=init_std)
+
+    def forward(self, X, sparse_feat_refine_weight=None):
+
+        sparse_embedding_list = [self.embedding_dict[feat.name](
+            X[:, self.feature_index[feat.name][0]:self.feature_index[feat.name][1]].long()) for
+            feat in self.sparse_feature_columns]
+
+        dense_value_list = [X[:, self.feature_index[feat.name][0]:self.feature_index[feat.name][1]] for feat in
+                            self.dense_feature_columns]
+
+        linear_logit = torch.zeros([X.shape[0], 1]).to(self.device)
+        if len(sparse_embedding_list) > 0:
+            sparse_embedding_cat = torch.cat(sparse_embedding_list, dim=-1)
+            if sparse_feat_refine_weight is not None:
+                # w_{x,i}=m_{x,i} * w_i (in IFM and DIFM)
+                sparse_embedding_cat = sparse_embedding_cat * sparse_feat_refine_weight.unsqueeze(1)
+            sparse_feat_logit = torch.sum(sparse_embedding_cat, dim=-1, keepdim=False)
+            linear_logit += sparse_feat_logit
+        if len(dense_value_list) > 0:
+            dense_value_logit = torch.cat(
+                dense_value_list, dim=-1).matmul(self.weight)
+            linear_logit += dense_value_logit
+
+        return linear_logit
+
+
+class BaseModel(nn.Module):
+    def __init__(self, linear_feature_columns, dnn_feature_columns, l2_reg_linear=1e-5, l2_reg_embedding=1e-5,
+                 init_std=0.0001, seed=1024, task='binary', device='cpu', gpus=None):
+
+        super(BaseModel, self).__init__()
+        torch.manual_seed(seed)
+        self.dnn_feature_columns = dnn_feature_columns
+
+        self.reg_loss = torch.zeros((1,), device=device)
+        self.aux_loss = torch.zeros((1,), device=device)
+        self.device = device
+        self.gpus = gpus
+
+        self.feature_index = {}
+        start = 0
+        for feat in linear_feature_columns + dnn_feature_columns:
+            if feat.name in self.feature_index:
+                continue
+            size = 1 if isinstance(feat, SparseFeat) else feat.dimension
+            self.feature_index[feat.name] = (start, start + size)
+            start += size
+
+        self.embedding_dict = nn.ModuleDict({feat.name: nn.Embedding(feat.vocabulary_size, feat.embedding_dim, sparse=False)
+                                             for feat in dnn_feature_columns if isinstance(feat, SparseFeat)})
+        for tensor in self.embedding_dict.values():
+            nn.init.normal_(tensor.weight, mean=0, std=init_std)
+
+        self.linear_model = Linear(
+            linear_feature_columns, self.feature_index, device=device)
+
+        self.regularization_weight = []
+
+        self.add_regularization_weight(self.embedding_dict.parameters(), l2=l2_reg_embedding)
+        self.add_regularization_weight(self.linear_model.parameters(), l2=l2_reg_linear)
+
+        self.out = PredictionLayer(task, )
+        self.to(device)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose=1, initial_epoch=0, validation_split=0.,
+            validation_data=None, shuffle=True, callbacks=None):
+        x = [x[feature] for feature in self.feature_index]
+        for i in range(len(x)):
+            if len(x[i].shape) == 1:
+                x[i] = np.expand_dims(x[i], axis=1)
+
+        train_tensor_data = Data.TensorDataset(
+            torch.from_numpy(
+                np.concatenate(x, axis=-1)),
+            torch.from_numpy(y))
+        if batch_size is None:
+            batch_size = 256
+
+        model = self.train()
+        loss_func = self.loss_func
+        optim = self.optim
+
+        train_loader = DataLoader(
+            dataset=train_tensor_data, shuffle=shuffle, batch_size=batch_size)
+
+        sample_num = len(train_tensor_data)
+        steps_per_epoch = (sample_num - 1) // batch_size + 1
+
+        # Train
+        print("Train on {0} samples, validate on {1} samples, {2} steps per epoch".format(
+            len(train_tensor_data), 0, steps_per_epoch))
+        for epoch in range(initial_epoch, epochs):
+            epoch_logs = {}
+            loss_epoch = 0
+            total_loss_epoch = 0
+            train_result = {}
+            for _, (x_train, y_train) in enumerate(train_loader):
+                x = x_train.to(self.device).float()
+                y = y_train.to(self.device).float()
+
+                y_pred = model(x).squeeze()
+
+                optim.zero_grad()
+                loss = loss_func(y_pred, y.squeeze(), reduction='sum')
+                reg_loss = self.get_regularization_loss()
+
+                total_loss = loss + reg_loss + self.aux_loss
+
+                loss_epoch += loss.item()
+                total_loss_epoch += total_loss.item()
+                total_loss.backward()
+                optim.step()
+
+                if verbose > 0:
+                    for name, metric_fun in self.metrics.items():
+                        if name not in train_result:
+                            train_result[name] = []
+                        train_result[name].append(metric_fun(
+                            y.cpu().data.numpy(), y_pred.cpu().data.numpy().astype("float64")))
+                record.append(total_loss.item())
+
+            # Add epoch_logs
+            epoch_logs["loss"] = total_loss_epoch / sample_num
+            for name, result in train_result.items():
+                epoch_logs[name] = np.sum(result) / steps_per_epoch
+
+            if verbose > 0:
+                print('Epoch {0}/{1}'.format(epoch + 1, epochs))
+
+                eval_str = "{0}s - loss: {1: .4f}".format(
+                    0, epoch_logs["loss"])
+
+                for name in self.metrics:
+                    eval_str += " - " + name + \\
+                                ": {0: .4f}".format(epoch_logs[name])
+                print(eval_str)
+
+    def predict(self, x, batch_size=256):
+        model = self.eval()
+        if isinstance(x, dict):
+            x = [x[feature] for feature in self.feature_index]
+        for i in range(len(x)):
+            if len(x[i].shape) == 1:
+                x[i] = np.expand_dims(x[i], axis=1)
+
+        tensor_data = Data.TensorDataset(
+            torch.from_numpy(np.concatenate(x, axis=-1)))
+        test_loader = DataLoader(
+            dataset=tensor_data, shuffle=False, batch_size=batch_size)
+
+        pred_ans = []
+        with torch.no_grad():
+            for _, x_test in enumerate(test_loader):
+                x = x_test[0].to(self.device).float()
+
+                y_pred = model(x).cpu().data.numpy()  # .squeeze()
+                pred_ans.append(y_pred)
+
+        return np.concatenate(pred_ans).astype("float64")
+
+    def input_from_feature_columns(self, X, feature_columns, embedding_dict, support_dense=True):
+
+        sparse_feature_columns = list(
+            filter(lambda x: isinstance(x, SparseFeat), feature_columns)) if len(feature_columns) else []
+        dense_feature_columns = list(
+            filter(lambda x: isinstance(x, DenseFeat), feature_columns)) if len(feature_columns) else []
+
+        sparse_embedding_list = [embedding_dict[feat.name](
+            X[:, self.feature_index[feat.name][0]:self.feature_index[feat.name][1]].long()) for
+            feat in sparse_feature_columns]
+
+        dense_value_list = [X[:, self.feature_index[feat.name][0]:self.feature_index[feat.name][1]] for feat in
+                            dense_feature_columns]
+
+        return sparse_embedding_list, dense_value_list
+
+    def compute_input_dim(self, feature_columns, include_sparse=True, include_dense=True, feature_group=False):
+        sparse_feature_columns = list(
+            filter(lambda x: isinstance(x, SparseFeat), feature_columns)) if len(feature_columns) else []
+        dense_feature_columns = list(
+            filter(lambda x: isinstance(x, DenseFeat), feature_columns)) if len(feature_columns) else []
+
+        dense_input_dim = sum(
+            map(lambda x: x.dimension, dense_feature_columns))
+        if feature_group:
+            sparse_input_dim = len(sparse_feature_columns)
+        else:
+            sparse_input_dim = sum(feat.embedding_dim for feat in sparse_feature_columns)
+        input_dim = 0
+        if include_sparse:
+            input_dim += sparse_input_dim
+        if include_dense:
+            input_dim += dense_input_dim
+        return input_dim
+
+    def add_regularization_weight(self, weight_list, l1=0.0, l2=0.0):
+        # For a Parameter, put it in a list to keep Compatible with get_regularization_loss()
+        if isinstance(weight_list, torch.nn.parameter.Parameter):
+            weight_list = [weight_list]
+        # For generators, filters and ParameterLists, convert them to a list of tensors to avoid bugs.
+        # e.g., we can't pickle generator objects when we save the model.
+        else:
+            weight_list = list(weight_list)
+        self.regularization_weight.append((weight_list, l1, l2))
+
+    def get_regularization_loss(self, ):
+        total_reg_loss = torch.zeros((1,), device=self.device)
+        for weight_list, l1, l2 in self.regularization_weight:
+            for w in weight_list:
+                if isinstance(w, tuple):
+                    parameter = w[1]  # named_parameters
+                else:
+                    parameter = w
+                if l1 > 0:
+                    total_reg_loss += torch.sum(l1 * torch.abs(parameter))
+                if l2 > 0:
+                    try:
+                        total_reg_loss += torch.sum(l2 * torch.square(parameter))
+                    except AttributeError:
+                        total_reg_loss += torch.sum(l2 * parameter * parameter)
+
+        return total_reg_loss
+
+    def add_auxiliary_loss(self, aux_loss, alpha):
+        self.aux_loss = aux_loss * alpha
+
+    def compile(self, optimizer,
+                loss=None,
+                metrics=None,
+                ):
+        self.metrics_names = ["loss"]
+        self.optim = self._get_optim(optimizer)
+        self.loss_func = self._get_loss_func(loss)
+        self.metrics = self._get_metrics(metrics)
+
+    def _get_optim(self, optimizer):
+        if isinstance(optimizer, str):
+            if optimizer == "sgd":
+                optim = torch.optim.SGD(self.parameters(), lr=0.01)
+            elif optimizer == "adam":
+                optim = torch.optim.Adam(self.parameters())  # 0.001
+            elif optimizer == "adagrad":
+                optim = torch.optim.Adagrad(self.parameters())  # 0.01
+            elif optimizer == "rmsprop":
+                optim = torch.optim.RMSprop(self.parameters())
+            else:
+                raise NotImplementedError
+        else:
+            optim = optimizer
+        return optim
+
+    def _get_loss_func(self, loss):
+        if isinstance(loss, str):
+            if loss == "binary_crossentropy":
+                loss_func = F.binary_cross_entropy
+            elif loss == "mse":
+                loss_func = F.mse_loss
+            elif loss == "mae":
+                loss_func = F.l1_loss
+            else:
+                raise NotImplementedError
+        else:
+            loss_func = loss
+        return loss_func
+
+    def _get_metrics(self, metrics, set_eps=False):
+        metrics_ = {}
+        if metrics:
+            for metric in metrics:
+                if metric == "binary_crossentropy" or metric == "logloss":
+                    metrics_[metric] = lambda y_true, y_pred: float(np.mean(
+                        -(y_true * np.log(np.clip(y_pred, 1e-7, 1 - 1e-7)) + (1 - y_true) * np.log(np.clip(1 - y_pred, 1e-7, 1 - 1e-7)))))
+                if metric == "mse":
+                    metrics_[metric] = lambda y_true, y_pred: float(np.mean((y_true - y_pred) ** 2))
+                self.metrics_names.append(metric)
+        return metrics_
+
+
+# deepctr_torch/models/dcn.py
+class DCN(BaseModel):
+    def __init__(self, linear_feature_columns, dnn_feature_columns, cross_num=2, cross_parameterization='vector',
+                 dnn_hidden_units=(128, 128), l2_reg_linear=0.00001, l2_reg_embedding=0.00001, l2_reg_cross=0.00001,
+                 l2_reg_dnn=0, init_std=0.0001, seed=1024, dnn_dropout=0, dnn_activation='relu', dnn_use_bn=False,
+                 task='binary', device='cpu', gpus=None):
+
+        super(DCN, self).__init__(linear_feature_columns=linear_feature_columns,
+                                  dnn_feature_columns=dnn_feature_columns, l2_reg_embedding=l2_reg_embedding,
+                                  init_std=init_std, seed=seed, task=task, device=device, gpus=gpus)
+        self.dnn_hidden_units = dnn_hidden_units
+        self.cross_num = cross_num
+        self.dnn = DNN(self.compute_input_dim(dnn_feature_columns), dnn_hidden_units,
+                       activation=dnn_activation, use_bn=dnn_use_bn, l2_reg=l2_reg_dnn, dropout_rate=dnn_dropout,
+                       init_std=init_std, device=device)
+        if len(self.dnn_hidden_units) > 0 and self.cross_num > 0:
+            dnn_linear_in_feature = self.compute_input_dim(dnn_feature_columns) + dnn_hidden_units[-1]
+        elif len(self.dnn_hidden_units) > 0:
+            dnn_linear_in_feature = dnn_hidden_units[-1]
+        elif self.cross_num > 0:
+            dnn_linear_in_feature = self.compute_input_dim(dnn_feature_columns)
+
+        self.dnn_linear = nn.Linear(dnn_linear_in_feature, 1, bias=False).to(
+            device)
+        self.crossnet = CrossNet(in_features=self.compute_input_dim(dnn_feature_columns),
+                                 layer_num=cross_num, parameterization=cross_parameterization, device=device)
+        self.add_regularization_weight(
+            filter(lambda x: 'weight' in x[0] and 'bn' not in x[0], self.dnn.named_parameters()), l2=l2_reg_dnn)
+        self.add_regularization_weight(self.dnn_linear.weight, l2=l2_reg_linear)
+        self.add_regularization_weight(self.crossnet.kernels, l2=l2_reg_cross)
+        self.to(device)
+
+    def forward(self, X):
+
+        logit = self.linear_model(X)
+        sparse_embedding_list, dense_value_list = self.input_from_feature_columns(X, self.dnn_feature_columns,
+                                                                                  self.embedding_dict)
+
+        dnn_input = combined_dnn_input(sparse_embedding_list, dense_value_list)
+
+        if len(self.dnn_hidden_units) > 0 and self.cross_num > 0:  # Deep & Cross
+            deep_out = self.dnn(dnn_input)
+            cross_out = self.crossnet(dnn_input)
+            stack_out = torch.cat((cross_out, deep_out), dim=-1)
+            logit += self.dnn_linear(stack_out)
+        elif len(self.dnn_hidden_units) > 0:  # Only Deep
+            deep_out = self.dnn(dnn_input)
+            logit += self.dnn_linear(deep_out)
+        elif self.cross_num > 0:  # Only Cross
+            cross_out = self.crossnet(dnn_input)
+            logit += self.dnn_linear(cross_out)
+        else:  # Error
+            pass
+        y_pred = self.out(logit)
+        return y_pred
+
+
+# deepctr_torch/models/xdeepfm.py
+class xDeepFM(BaseModel):
+    def __init__(self, linear_feature_columns, dnn_feature_columns, dnn_hidden_units=(256, 256),
+                 cin_layer_size=(256, 128,), cin_split_half=True, cin_activation='relu', l2_reg_linear=0.00001,
+                 l2_reg_embedding=0.00001, l2_reg_dnn=0, l2_reg_cin=0, init_std=0.0001, seed=1024, dnn_dropout=0,
+                 dnn_activation='relu', dnn_use_bn=False, task='binary', device='cpu', gpus=None):
+
+        super(xDeepFM, self).__init__(linear_feature_columns, dnn_feature_columns,
+                                      l2_reg_linear=l2_reg_linear, l2_reg_embedding=l2_reg_embedding,
+                                      init_std=init_std, seed=seed, task=task, device=device, gpus=gpus)
+        self.dnn_hidden_units = dnn_hidden_units
+        self.use_dnn = len(dnn_feature_columns) > 0 and len(dnn_hidden_units) > 0
+        if self.use_dnn:
+            self.dnn = DNN(self.compute_input_dim(dnn_feature_columns), dnn_hidden_units,
+                           activation=dnn_activation, l2_reg=l2_reg_dnn, dropout_rate=dnn_dropout, use_bn=dnn_use_bn,
+                           init_std=init_std, device=device)
+            self.dnn_linear = nn.Linear(dnn_hidden_units[-1], 1, bias=False).to(device)
+            self.add_regularization_weight(
+                filter(lambda x: 'weight' in x[0] and 'bn' not in x[0], self.dnn.named_parameters()), l2=l2_reg_dnn)
+
+            self.add_regularization_weight(self.dnn_linear.weight, l2=l2_reg_dnn)
+
+        self.cin_layer_size = cin_layer_size
+        self.use_cin = len(self.cin_layer_size) > 0 and len(dnn_feature_columns) > 0
+        if self.use_cin:
+            field_num = len([x for x in dnn_feature_columns if isinstance(x, SparseFeat)])
+            if cin_split_half == True:
+                self.featuremap_num = sum(
+                    cin_layer_size[:-1]) // 2 + cin_layer_size[-1]
+            else:
+                self.featuremap_num = sum(cin_layer_size)
+            self.cin = CIN(field_num, cin_layer_size,
+                           cin_activation, cin_split_half, l2_reg_cin, seed, device=device)
+            self.cin_linear = nn.Linear(self.featuremap_num, 1, bias=False).to(device)
+            self.add_regularization_weight(filter(lambda x: 'weight' in x[0], self.cin.named_parameters()),
+                                           l2=l2_reg_cin)
+
+        self.to(device)
+
+    def forward(self, X):
+
+        sparse_embedding_list, dense_value_list = self.input_from_feature_columns(X, self.dnn_feature_columns,
+                                                                                  self.embedding_dict)
+
+        linear_logit = self.linear_model(X)
+        if self.use_cin:
+            cin_input = torch.cat(sparse_embedding_list, dim=1)
+            cin_output = self.cin(cin_input)
+            cin_logit = self.cin_linear(cin_output)
+        if self.use_dnn:
+            dnn_input = combined_dnn_input(sparse_embedding_list, dense_value_list)
+            dnn_output = self.dnn(dnn_input)
+            dnn_logit = self.dnn_linear(dnn_output)
+
+        if len(self.dnn_hidden_units) == 0 and len(self.cin_layer_size) == 0:  # only linear
+            final_logit = linear_logit
+        elif len(self.dnn_hidden_units) == 0 and len(self.cin_layer_size) > 0:  # linear + CIN
+            final_logit = linear_logit + cin_logit
+        elif len(self.dnn_hidden_units) > 0 and len(self.cin_layer_size) == 0:  # linear +　Deep
+            final_logit = linear_logit + dnn_logit
+        elif len(self.dnn_hidden_units) > 0 and len(self.cin_layer_size) > 0:  # linear + CIN + Deep
+            final_logit = linear_logit + dnn_logit + cin_logit
+        else:
+            raise NotImplementedError
+
+        y_pred = self.out(final_logit)
+
+        return y_pred
+
+
+# deepctr_torch/models/autoint.py
+class AutoInt(BaseModel):
+    def __init__(self, linear_feature_columns, dnn_feature_columns, att_layer_num=3,
+                 att_head_num=2, att_res=True, dnn_hidden_units=(256, 128), dnn_activation='relu',
+                 l2_reg_dnn=0, l2_reg_embedding=1e-5, dnn_use_bn=False, dnn_dropout=0, init_std=0.0001, seed=1024,
+                 task='binary', device='cpu', gpus=None):
+
+        super(AutoInt, self).__init__(linear_feature_columns, dnn_feature_columns, l2_reg_linear=0,
+                                      l2_reg_embedding=l2_reg_embedding, init_std=init_std, seed=seed, task=task,
+                                      device=device, gpus=gpus)
+        if len(dnn_hidden_units) <= 0 and att_layer_num <= 0:
+            raise ValueError("Either hidden_layer or att_layer_num must > 0")
+        self.use_dnn = len(dnn_feature_columns) > 0 and len(dnn_hidden_units) > 0
+        field_num = len(self.embedding_dict)
+
+        embedding_size = self.embedding_size
+
+        if len(dnn_hidden_units) and att_layer_num > 0:
+            dnn_linear_in_feature = dnn_hidden_units[-1] + field_num * embedding_size
+        elif len(dnn_hidden_units) > 0:
+            dnn_linear_in_feature = dnn_hidden_units[-1]
+        elif att_layer_num > 0:
+            dnn_linear_in_feature = field_num * embedding_size
+        else:
+            raise NotImplementedError
+
+        self.dnn_linear = nn.Linear(dnn_linear_in_feature, 1, bias=False).to(device)
+        self.dnn_hidden_units = dnn_hidden_units
+        self.att_layer_num = att_layer_num
+        if self.use_dnn:
+            self.dnn = DNN(self.compute_input_dim(dnn_feature_columns), dnn_hidden_units,
+                           activation=dnn_activation, l2_reg=l2_reg_dnn, dropout_rate=dnn_dropout, use_bn=dnn_use_bn,
+                           init_std=init_std, device=device)
+            self.add_regularization_weight(
+                filter(lambda x: 'weight' in x[0] and 'bn' not in x[0], self.dnn.named_parameters()), l2=l2_reg_dnn)
+        self.int_layers = nn.ModuleList(
+            [InteractingLayer(embedding_size, att_head_num, att_res, device=device) for _ in range(att_layer_num)])
+
+        self.to(device)
+
+    @property
+    def embedding_size(self):
+        feature_columns = self.dnn_feature_columns
+        sparse_feature_columns = list(
+            filter(lambda x: isinstance(x, SparseFeat), feature_columns)) if len(feature_columns) else []
+        embedding_size_set = set([feat.embedding_dim for feat in sparse_feature_columns])
+        if len(embedding_size_set) > 1:
+            raise ValueError("embedding_dim of SparseFeat and VarlenSparseFeat must be same in this model!")
+        return list(embedding_size_set)[0]
+
+    def forward(self, X):
+
+        sparse_embedding_list, dense_value_list = self.input_from_feature_columns(X, self.dnn_feature_columns,
+                                                                                  self.embedding_dict)
+        logit = self.linear_model(X)
+
+        att_input = concat_fun(sparse_embedding_list, axis=1)
+
+        for layer in self.int_layers:
+            att_input = layer(att_input)
+
+        att_output = torch.flatten(att_input, start_dim=1)
+
+        dnn_input = combined_dnn_input(sparse_embedding_list, dense_value_list)
+
+        if len(self.dnn_hidden_units) > 0 and self.att_layer_num > 0:  # Deep & Interacting Layer
+            deep_out = self.dnn(dnn_input)
+            stack_out = concat_fun([att_output, deep_out])
+            logit += self.dnn_linear(stack_out)
+        elif len(self.dnn_hidden_units) > 0:  # Only Deep
+            deep_out = self.dnn(dnn_input)
+            logit += self.dnn_linear(deep_out)
+        elif self.att_layer_num > 0:  # Only Interacting Layer
+            logit += self.dnn_linear(att_output)
+        else:  # Error
+            pass
+
+        y_pred = self.out(logit)
+
+        return y_pred
+"""
+
+CTR_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.utils.data as Data\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.utils.data as Data\n",
+    ),
+    (
+        "                total_loss.backward()\n                optim.step()\n",
+        "                grads = total_loss.backward()\n                optim.step(grads)\n",
+    ),
+]
+
+
+def _ctr_data(rng, count):
+    """Criteo-like columns: three label-encoded categorical fields and two dense ones, the
+    label a noisy function of them."""
+    data = {
+        "C1": rng.integers(0, 5, count),
+        "C2": rng.integers(0, 4, count),
+        "C3": rng.integers(0, 6, count),
+        "I1": rng.uniform(0, 1, count),
+        "I2": rng.uniform(0, 1, count),
+    }
+    label = ((data["C1"] % 2) ^ (data["I1"] > 0.5)).astype(np.float64)
+    return data, label
+
+
+@pytest.mark.parametrize(
+    ("model_name", "options", "optimizer", "loss"),
+    [
+        (
+            "DCN",
+            {"cross_num": 2, "cross_parameterization": "vector", "dnn_hidden_units": (6, 5)},
+            "adagrad",
+            "binary_crossentropy",
+        ),
+        (
+            "DCN",
+            {
+                "cross_num": 1,
+                "cross_parameterization": "matrix",
+                "dnn_hidden_units": (6,),
+                "dnn_activation": "linear",
+                "dnn_use_bn": True,
+            },
+            "adam",
+            "binary_crossentropy",
+        ),
+        (
+            "xDeepFM",
+            {
+                "dnn_hidden_units": (6,),
+                "cin_layer_size": (4, 3),
+                "dnn_activation": "prelu",
+                "l2_reg_cin": 1e-4,
+            },
+            "rmsprop",
+            "binary_crossentropy",
+        ),
+        (
+            "AutoInt",
+            {"att_layer_num": 2, "att_head_num": 2, "dnn_hidden_units": (5,), "l2_reg_dnn": 1e-3},
+            "adam",
+            "mse",
+        ),
+    ],
+)
+def test_deepctr_torch_models_train_as_torch(capsys, model_name, options, optimizer, loss):
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        rng = np.random.default_rng(8402)
+        data, label = _ctr_data(rng, 24)
+        test_data, _ = _ctr_data(rng, 5)
+        record = []
+        text = (
+            CTR_SOURCE
+            if lib is torch
+            else port(CTR_SOURCE, CTR_STEPS).replace("from torch.", "from retrograd.")
+        )
+        names = run_source(text, lib, record=record)
+        sparse = [names["SparseFeat"](name, n, 4) for name, n in (("C1", 5), ("C2", 4), ("C3", 6))]
+        dense = [names["DenseFeat"](name, 1) for name in ("I1", "I2")]
+        model = names[model_name](
+            sparse + dense, sparse + dense, init_std=0.1, device="cpu", **options
+        )
+        initialize(model)
+        model.compile(optimizer, loss, metrics=["binary_crossentropy", "mse"])
+        with SharedPermutations(lib, 8402):
+            model.fit(data, label, batch_size=8, epochs=2, verbose=2)
+        record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+        record.append(model.predict(test_data, batch_size=4))
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    _assert_logs_agree(logs[1], logs[0])
+    assert "Epoch 2/2" in logs[0]
+    # the bias before the batch norm has a true gradient of zero, so Adam's steps on it follow
+    # the rounding noise (lr-sized, either sign), and the running mean follows that bias (so
+    # the predictions, made with the running mean, move by that noise too)
+    noisy = ("dnn.linears.0.bias", "dnn.bn.0.running_mean") if options.get("dnn_use_bn") else ()
+    predictions = [record.pop() for record in records]
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5, skip=noisy)
+    for name in noisy:
+        np.testing.assert_allclose(records[1][-1][name], records[0][-1][name], atol=2e-2)
+    np.testing.assert_allclose(
+        predictions[1], predictions[0], rtol=1e-4, atol=1e-3 if noisy else 1e-5
+    )
