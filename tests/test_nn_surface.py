@@ -844,7 +844,7 @@ _REQUIRED = {
     "in_channels": 2, "out_channels": 4, "kernel_size": 3, "num_features": 4,
     "normalized_shape": 4, "num_groups": 2, "num_channels": 4, "input_size": 3,
     "hidden_size": 4, "embed_dim": 4, "num_heads": 2, "d_model": 4, "nhead": 2,
-    "num_embeddings": 5, "embedding_dim": 3,
+    "num_embeddings": 5, "embedding_dim": 3, "n_classes": 10, "cutoffs": [4, 7],
 }  # fmt: skip
 
 

@@ -1496,3 +1496,79 @@ def test_deepctr_torch_models_train_as_torch(capsys, model_name, options, optimi
     np.testing.assert_allclose(
         predictions[1], predictions[0], rtol=1e-4, atol=1e-3 if noisy else 1e-5
     )
+
+
+def test_regression_embedding_bag_from_pretrained_is_torch_s():
+    """``nn.EmbeddingBag.from_pretrained`` (fastText-style classifiers load their vectors so)
+    was missing; it makes a bag over the given table, frozen unless ``freeze=False``, as
+    torch's, and a ``_weight`` of the wrong shape is refused."""
+    table = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    indices, offsets = np.array([0, 2, 3, 1, 1]), np.array([0, 2])
+    results = []
+    for lib in (torch, rg):
+        bag = lib.nn.EmbeddingBag.from_pretrained(
+            lib.tensor(table), freeze=False, mode="sum", padding_idx=3
+        )
+        frozen = lib.nn.EmbeddingBag.from_pretrained(lib.tensor(table), include_last_offset=True)
+        assert bag.weight.requires_grad and not frozen.weight.requires_grad
+        assert repr(bag) == "EmbeddingBag(4, 3, mode='sum', padding_idx=3)"
+        results.append(
+            (
+                bag(lib.tensor(indices), lib.tensor(offsets)).detach().numpy(),
+                frozen(lib.tensor(indices), lib.tensor(np.array([0, 2, 5]))).numpy(),
+            )
+        )
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    with pytest.raises(
+        rg.ShapeError, match=r"EmbeddingBag: _weight must be \[4, 2\], got \[4, 3\]"
+    ):
+        rg.nn.EmbeddingBag(4, 2, _weight=rg.tensor(table))
+    with pytest.raises(rg.ShapeError, match="from_pretrained: embeddings must be 2-d"):
+        rg.nn.EmbeddingBag.from_pretrained(rg.tensor(table[0]))
+
+
+def test_regression_adaptive_log_softmax_with_loss_is_torch_s():
+    """``nn.AdaptiveLogSoftmaxWithLoss`` (the adaptive softmax of large-vocabulary language
+    models) was missing: its loss, per-row log-probabilities and gradients, ``log_prob`` and
+    ``predict`` (rows in the shortlist and in the clusters) are torch's, for batched and
+    unbatched targets."""
+    torch.manual_seed(8403)
+    reference = torch.nn.AdaptiveLogSoftmaxWithLoss(6, 10, [4, 7], div_value=2.0, head_bias=True)
+    with torch.no_grad():
+        reference.head.bias.copy_(torch.tensor([0.0, 0.5, 0.0, 0.0, 1.5, 0.0]))
+    state = {k: v.detach().numpy().copy() for k, v in reference.state_dict().items()}
+    x = np.random.default_rng(8403).standard_normal((6, 6)).astype(np.float32)
+    target = np.array([0, 5, 9, 3, 8, 6])
+    results = []
+    for lib in (torch, rg):
+        module = lib.nn.AdaptiveLogSoftmaxWithLoss(6, 10, [4, 7], div_value=2.0, head_bias=True)
+        module.load_state_dict({k: lib.tensor(v) for k, v in state.items()})
+        inputs = lib.tensor(x, requires_grad=True)
+        output, loss = module(inputs, lib.tensor(target))
+        if lib is torch:
+            loss.backward()
+            grads = [inputs.grad] + [p.grad for p in module.parameters()]
+        else:
+            found = loss.backward()
+            grads = [inputs.grad(found)] + [p.grad(found) for p in module.parameters()]
+        single = module(inputs[1].detach(), lib.tensor(8))
+        predicted = module.predict(inputs.detach())
+        results.append(
+            [output.detach().numpy(), loss.item(), *[g.numpy() for g in grads]]
+            + [single.output.detach().numpy(), single.loss.item(), predicted.numpy()]
+            + [module.log_prob(inputs.detach()).detach().numpy(), repr(module)]
+        )
+    assert 0 < (results[0][-3] >= 4).sum() < 6  # some rows predicted in the clusters, some not
+    for ours, theirs in zip(results[1], results[0]):
+        if isinstance(theirs, str):
+            assert ours == theirs
+        else:
+            np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    module = rg.nn.AdaptiveLogSoftmaxWithLoss(6, 10, [4, 7])
+    with pytest.raises(rg.InvalidArgumentError, match="target values should be in"):
+        module(rg.tensor(x), rg.tensor(np.array([0, 1, 2, 3, 4, 10])))
+    with pytest.raises(rg.InvalidArgumentError, match="cutoffs should be a sequence"):
+        rg.nn.AdaptiveLogSoftmaxWithLoss(6, 10, [7, 4])
+    with pytest.raises(rg.ShapeError, match=r"predict: expected a minibatch"):
+        module.predict(rg.tensor(x[0]))

@@ -53,6 +53,7 @@ from .activation import (
     Tanhshrink,
     Threshold,
 )
+from .adaptive import AdaptiveLogSoftmaxWithLoss
 from .attention import MultiheadAttention
 from .batchnorm import SyncBatchNorm
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
@@ -219,7 +220,7 @@ __all__ += ["NLLLoss"]
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
 __all__ += ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer"]
 __all__ += ["TransformerEncoder", "TransformerEncoderLayer"]
-__all__ += ["EmbeddingBag", "SyncBatchNorm"]
+__all__ += ["AdaptiveLogSoftmaxWithLoss", "EmbeddingBag", "SyncBatchNorm"]
 
 # -- distances, margin losses, LRN, unpooling, lazy layers (torch's nn surface) -----------------
 from .activation import Hardshrink, RReLU, Softshrink  # noqa: E402
