@@ -20,8 +20,21 @@ harness: ``tests/real_ports.py``):
   ``self.len_map.masked_fill(~eos_locs, max_seq_len).min(1)``, ``scores.div(seq_lens.float()
   ** alpha).max(0)`` and ``gen_seq[ans_idx][:seq_lens[ans_idx]].tolist()``.
 
+- GRU4Rec as hungthanhpham94/GRU4REC-pytorch writes it (``lib/model.py``, ``lossfunction.py``,
+  ``dataset.py``'s session-parallel ``DataLoader``, ``metric.py``, ``evaluation.py``,
+  ``optimizer.py``, ``trainer.py``, ``main.py``'s body), pandas' frame replaced by its one
+  column, under each loss (TOP1, BPR, TOP1-max, BPR-max, sampled cross-entropy), optimizer and
+  final activation: the one-hot buffer from an uninitialized ``torch.FloatTensor(b, n)``
+  cleared by ``zero_()`` and filled by ``scatter_(1, index, 1)``, ``nn.GRU`` over one time
+  step with its hidden state reset by ``hidden[:, mask, :] = 0`` for a NumPy index array,
+  ``logit[:, target.view(-1)]`` (in-batch negatives), ``logit.diag().view(-1, 1).expand_as
+  (logit)``, ``F.logsigmoid``, ``Variable(torch.arange(n).long())``, ``nn.Softmax()`` and
+  ``nn.LogSoftmax()`` without ``dim``, ``nn.ELU(alpha=float(...))``, recall and MRR by
+  ``topk``, ``(targets == indices).nonzero()[:, :-1]``, ``torch.reciprocal`` and ``.data``.
+
 The lines changed: the gradient lines (``grads = loss.backward()`` handed to the optimizer's
-``step``, through ``ScheduledOptim.step_and_update_lr``) and the ``import`` lines.
+``step``, through ``ScheduledOptim.step_and_update_lr`` and GRU4Rec's ``Optimizer.step``) and
+the ``import`` lines.
 """
 
 from __future__ import annotations

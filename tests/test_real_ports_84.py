@@ -3,8 +3,49 @@
 harness: ``tests/real_ports.py``):
 
 - AWD-LSTM as salesforce/awd-lstm-lm writes it (``weight_drop.py``, ``embed_regularize.py``,
-  ``locked_dropout.py``, ``model.py``, ``utils.py`` whole, ``main.py``'s ``train``,
-  ``evaluate`` and epoch loop with NT-ASGD), small.
+  ``locked_dropout.py``, ``model.py``, ``utils.py`` whole; ``main.py``'s ``train``,
+  ``evaluate`` and epoch loop with NT-ASGD), small, LSTM under SGD (switching to ASGD) and GRU
+  under Adam: ``WeightDrop`` deleting ``module._parameters['weight_hh_l0']``, registering
+  ``weight_hh_l0_raw`` and ``setattr``-ing the dropped weight on the ``nn.LSTM``/``nn.GRU``
+  before each ``module.forward``, ``flatten_parameters`` replaced by a bound method,
+  ``embed.weight.data.new().resize_((n, 1)).bernoulli_(1 - dropout).expand_as(...)`` and
+  ``F.embedding`` with every positional option, ``x.data.new(1, b, h).bernoulli_``,
+  ``weight.new(1, bsz, n).zero_()`` hidden states, ``repackage_hidden`` of a list of tuples,
+  ``batchify`` by ``narrow``/``view``/``t().contiguous()``, the random BPTT length from
+  ``np.random`` scaling ``param_groups[0]['lr']``, activation and temporal activation
+  regularization, ``clip_grad_norm_``, ``total_loss += raw_loss.data``, the switch to
+  ``optim.ASGD(t0=0, lambd=0.)`` on a worse validation loss, then the averaged evaluation by
+  ``prm.data = optimizer.state[prm]['ax'].clone()`` and back, and ``param_groups[0]['lr'] /=
+  10.``. Adapted: the dropout rates are 1e-9 (every dropout branch runs, its masks all ones;
+  the masks are otherwise each library's own draws); ``WeightDrop._setweights`` clones the
+  weight when ``F.dropout`` returns the ``Parameter`` itself (eval mode), else torch 2.13's
+  ``setattr`` registers it as a parameter and the next training step fails in torch itself
+  (the repository's known breakage on torch >= 1.0); ``SplitCrossEntropyLoss`` is its one-split
+  case (``F.cross_entropy`` of ``F.linear``), as for any vocabulary under 75000 words; and
+  ``model_save`` keeps the state dict (pickle cannot find the classes ``exec`` made).
+- DeepCTR-Torch (shenweichen/DeepCTR-Torch ``layers/interaction.py``'s ``FM``, ``CrossNet``,
+  ``CIN``, ``InteractingLayer``; ``layers/core.py``'s ``DNN`` and ``PredictionLayer``;
+  ``layers/activation.py``; ``models/dcn.py``, ``xdeepfm.py``, ``autoint.py``;
+  ``models/basemodel.py``'s ``Linear`` and ``BaseModel`` with ``fit``, ``predict``,
+  ``compile`` and the regularization losses), the feature-column bookkeeping written out for
+  ``SparseFeat``/``DenseFeat`` only: ``nn.init.xavier_normal_(self.kernels[i])`` and
+  ``zeros_(self.bias[i])`` on views of a ``Parameter``, ``torch.tensordot(x_l, kernel,
+  dims=([1], [0]))``, ``torch.einsum('bhd,bmd->bhmd', ...)`` into ``nn.Conv1d(..., 1)``,
+  ``torch.split(curr_out, 2 * [size // 2], 1)``, ``torch.stack(torch.split(q, d, dim=2))``,
+  ``torch.cat(torch.split(result, 1, ), dim=-1)``, ``result += tensordot(...)`` and
+  ``output += self.bias`` in place, ``nn.ReLU(inplace=True)``, ``nn.PReLU``, a filter of
+  ``named_parameters()`` kept as regularization weights, ``total_reg_loss += torch.sum(l2 *
+  torch.square(parameter))`` onto ``torch.zeros((1,))``, ``Data.TensorDataset(torch.from_numpy
+  (...))`` shuffled by a ``DataLoader`` (one shared permutation stream in both runs), the
+  string-named optimizers and losses (``F.binary_cross_entropy(..., reduction='sum')``,
+  ``F.mse_loss``) and NumPy metrics of ``y_pred.cpu().data.numpy()``. The logs are compared
+  number by number (``exp`` of a loss printed to two decimals shows float32 rounding).
+
+Defects found and fixed: ``nn.EmbeddingBag.from_pretrained`` and ``nn.AdaptiveLogSoftmaxWithLoss``
+were missing (the regression tests at the end).
+
+The lines changed: the gradient lines (``grads = loss.backward()`` handed to the optimizer's
+``step`` and to ``clip_grad_norm_``) and the ``import`` lines.
 """
 
 from __future__ import annotations
