@@ -40,6 +40,20 @@ harness: ``tests/real_ports.py``):
   string-named optimizers and losses (``F.binary_cross_entropy(..., reduction='sum')``,
   ``F.mse_loss``) and NumPy metrics of ``y_pred.cpu().data.numpy()``. The logs are compared
   number by number (``exp`` of a loss printed to two decimals shows float32 rounding).
+- ESIM as coetaur0/ESIM writes it (``esim/data.py``'s ``NLIDataset``, ``esim/utils.py``,
+  ``esim/layers.py``, ``esim/model.py`` whole; ``scripts/training/utils.py``'s ``train`` and
+  ``validate``; ``train_snli.py``'s ``main`` with the pickled data given as dicts), small:
+  padded index matrices written row by row through ``self.data["premises"][i][:end] =
+  torch.tensor(...)``, dict samples collated by the ``DataLoader``, ``sort(0,
+  descending=True)`` and ``sequences_lengths.new_tensor(torch.arange(...))`` to restore the
+  order, ``torch.ones(batch_size, max_length)`` with ``max_length`` a 0-d tensor (also a
+  slice bound), ``pack_padded_sequence`` of sorted lengths into a bidirectional
+  ``nn.LSTM(batch_first=True)`` and ``pad_packed_sequence``, ``RNNDropout(nn.Dropout)`` by
+  ``data.new_ones``, masked softmax, weighted sums and masked max-pooling, ``nn.Embedding(...,
+  _weight=embeddings)``, ``self.apply`` of an initializer writing ``orthogonal_`` and
+  ``bias_hh_l0.data[h:2*h] = 1.0``, ``clip_grad_norm_``, ``ReduceLROnPlateau(mode="max",
+  patience=0)`` stepped on the accuracy. Dropout at 1e-9 (the branches run, the masks all
+  ones), the clock stubbed (its times print as zero in both runs).
 
 Defects found and fixed: ``nn.EmbeddingBag.from_pretrained`` and ``nn.AdaptiveLogSoftmaxWithLoss``
 were missing (the regression tests at the end).
@@ -1613,3 +1627,587 @@ def test_regression_adaptive_log_softmax_with_loss_is_torch_s():
         rg.nn.AdaptiveLogSoftmaxWithLoss(6, 10, [7, 4])
     with pytest.raises(rg.ShapeError, match=r"predict: expected a minibatch"):
         module.predict(rg.tensor(x[0]))
+
+
+ESIM_SOURCE = """
+import torch
+import torch.nn as nn
+from torch.utils.data import Dataset, DataLoader
+
+
+class tqdm:
+    def __init__(self, iterable):
+        self.iterable = iterable
+
+    def __iter__(self):
+        return iter(self.iterable)
+
+    def set_description(self, description):
+        pass
+
+
+# esim/data.py
+class NLIDataset(Dataset):
+    \"\"\"
+    Dataset class for Natural Language Inference datasets.
+    \"\"\"
+
+    def __init__(self,
+                 data,
+                 padding_idx=0,
+                 max_premise_length=None,
+                 max_hypothesis_length=None):
+        self.premises_lengths = [len(seq) for seq in data["premises"]]
+        self.max_premise_length = max_premise_length
+        if self.max_premise_length is None:
+            self.max_premise_length = max(self.premises_lengths)
+
+        self.hypotheses_lengths = [len(seq) for seq in data["hypotheses"]]
+        self.max_hypothesis_length = max_hypothesis_length
+        if self.max_hypothesis_length is None:
+            self.max_hypothesis_length = max(self.hypotheses_lengths)
+
+        self.num_sequences = len(data["premises"])
+
+        self.data = {"ids": [],
+                     "premises": torch.ones((self.num_sequences,
+                                             self.max_premise_length),
+                                            dtype=torch.long) * padding_idx,
+                     "hypotheses": torch.ones((self.num_sequences,
+                                               self.max_hypothesis_length),
+                                              dtype=torch.long) * padding_idx,
+                     "labels": torch.tensor(data["labels"], dtype=torch.long)}
+
+        for i, premise in enumerate(data["premises"]):
+            self.data["ids"].append(data["ids"][i])
+            end = min(len(premise), self.max_premise_length)
+            self.data["premises"][i][:end] = torch.tensor(premise[:end])
+
+            hypothesis = data["hypotheses"][i]
+            end = min(len(hypothesis), self.max_hypothesis_length)
+            self.data["hypotheses"][i][:end] = torch.tensor(hypothesis[:end])
+
+    def __len__(self):
+        return self.num_sequences
+
+    def __getitem__(self, index):
+        return {"id": self.data["ids"][index],
+                "premise": self.data["premises"][index],
+                "premise_length": min(self.premises_lengths[index],
+                                      self.max_premise_length),
+                "hypothesis": self.data["hypotheses"][index],
+                "hypothesis_length": min(self.hypotheses_lengths[index],
+                                         self.max_hypothesis_length),
+                "label": self.data["labels"][index]}
+
+
+# esim/utils.py
+def sort_by_seq_lens(batch, sequences_lengths, descending=True):
+    sorted_seq_lens, sorting_index =\\
+        sequences_lengths.sort(0, descending=descending)
+
+    sorted_batch = batch.index_select(0, sorting_index)
+
+    idx_range =\\
+        sequences_lengths.new_tensor(torch.arange(0, len(sequences_lengths)))
+    _, reverse_mapping = sorting_index.sort(0, descending=False)
+    restoration_index = idx_range.index_select(0, reverse_mapping)
+
+    return sorted_batch, sorted_seq_lens, sorting_index, restoration_index
+
+
+def get_mask(sequences_batch, sequences_lengths):
+    batch_size = sequences_batch.size()[0]
+    max_length = torch.max(sequences_lengths)
+    mask = torch.ones(batch_size, max_length, dtype=torch.float)
+    mask[sequences_batch[:, :max_length] == 0] = 0.0
+    return mask
+
+
+def masked_softmax(tensor, mask):
+    tensor_shape = tensor.size()
+    reshaped_tensor = tensor.view(-1, tensor_shape[-1])
+
+    # Reshape the mask so it matches the size of the input tensor.
+    while mask.dim() < tensor.dim():
+        mask = mask.unsqueeze(1)
+    mask = mask.expand_as(tensor).contiguous().float()
+    reshaped_mask = mask.view(-1, mask.size()[-1])
+
+    result = nn.functional.softmax(reshaped_tensor * reshaped_mask, dim=-1)
+    result = result * reshaped_mask
+    # 1e-13 is added to avoid divisions by zero.
+    result = result / (result.sum(dim=-1, keepdim=True) + 1e-13)
+
+    return result.view(*tensor_shape)
+
+
+def weighted_sum(tensor, weights, mask):
+    weighted_sum = weights.bmm(tensor)
+
+    while mask.dim() < weighted_sum.dim():
+        mask = mask.unsqueeze(1)
+    mask = mask.transpose(-1, -2)
+    mask = mask.expand_as(weighted_sum).contiguous().float()
+
+    return weighted_sum * mask
+
+
+def replace_masked(tensor, mask, value):
+    mask = mask.unsqueeze(1).transpose(2, 1)
+    reverse_mask = 1.0 - mask
+    values_to_add = value * reverse_mask
+    return tensor * mask + values_to_add
+
+
+def correct_predictions(output_probabilities, targets):
+    _, out_classes = output_probabilities.max(dim=1)
+    correct = (out_classes == targets).sum()
+    return correct.item()
+
+
+# esim/layers.py
+class RNNDropout(nn.Dropout):
+    def forward(self, sequences_batch):
+        ones = sequences_batch.data.new_ones(sequences_batch.shape[0],
+                                             sequences_batch.shape[-1])
+        dropout_mask = nn.functional.dropout(ones, self.p, self.training,
+                                             inplace=False)
+        return dropout_mask.unsqueeze(1) * sequences_batch
+
+
+class Seq2SeqEncoder(nn.Module):
+    def __init__(self,
+                 rnn_type,
+                 input_size,
+                 hidden_size,
+                 num_layers=1,
+                 bias=True,
+                 dropout=0.0,
+                 bidirectional=False):
+        assert issubclass(rnn_type, nn.RNNBase),\\
+            "rnn_type must be a class inheriting from torch.nn.RNNBase"
+
+        super(Seq2SeqEncoder, self).__init__()
+
+        self.rnn_type = rnn_type
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.bias = bias
+        self.dropout = dropout
+        self.bidirectional = bidirectional
+
+        self._encoder = rnn_type(input_size,
+                                 hidden_size,
+                                 num_layers=num_layers,
+                                 bias=bias,
+                                 batch_first=True,
+                                 dropout=dropout,
+                                 bidirectional=bidirectional)
+
+    def forward(self, sequences_batch, sequences_lengths):
+        sorted_batch, sorted_lengths, _, restoration_idx =\\
+            sort_by_seq_lens(sequences_batch, sequences_lengths)
+        packed_batch = nn.utils.rnn.pack_padded_sequence(sorted_batch,
+                                                         sorted_lengths,
+                                                         batch_first=True)
+
+        outputs, _ = self._encoder(packed_batch, None)
+
+        outputs, _ = nn.utils.rnn.pad_packed_sequence(outputs,
+                                                      batch_first=True)
+        reordered_outputs = outputs.index_select(0, restoration_idx)
+
+        return reordered_outputs
+
+
+class SoftmaxAttention(nn.Module):
+    def forward(self,
+                premise_batch,
+                premise_mask,
+                hypothesis_batch,
+                hypothesis_mask):
+        # Dot product between premises and hypotheses in each sequence of
+        # the batch.
+        similarity_matrix = premise_batch.bmm(hypothesis_batch.transpose(2, 1)
+                                                              .contiguous())
+
+        # Softmax attention weights.
+        prem_hyp_attn = masked_softmax(similarity_matrix, hypothesis_mask)
+        hyp_prem_attn = masked_softmax(similarity_matrix.transpose(1, 2)
+                                                        .contiguous(),
+                                       premise_mask)
+
+        # Weighted sums of the hypotheses for the the premises attention,
+        # and vice-versa for the attention of the hypotheses.
+        attended_premises = weighted_sum(hypothesis_batch,
+                                         prem_hyp_attn,
+                                         premise_mask)
+        attended_hypotheses = weighted_sum(premise_batch,
+                                           hyp_prem_attn,
+                                           hypothesis_mask)
+
+        return attended_premises, attended_hypotheses
+
+
+# esim/model.py
+class ESIM(nn.Module):
+    def __init__(self,
+                 vocab_size,
+                 embedding_dim,
+                 hidden_size,
+                 embeddings=None,
+                 padding_idx=0,
+                 dropout=0.5,
+                 num_classes=3,
+                 device="cpu"):
+        super(ESIM, self).__init__()
+
+        self.vocab_size = vocab_size
+        self.embedding_dim = embedding_dim
+        self.hidden_size = hidden_size
+        self.num_classes = num_classes
+        self.dropout = dropout
+        self.device = device
+
+        self._word_embedding = nn.Embedding(self.vocab_size,
+                                            self.embedding_dim,
+                                            padding_idx=padding_idx,
+                                            _weight=embeddings)
+
+        if self.dropout:
+            self._rnn_dropout = RNNDropout(p=self.dropout)
+            # self._rnn_dropout = nn.Dropout(p=self.dropout)
+
+        self._encoding = Seq2SeqEncoder(nn.LSTM,
+                                        self.embedding_dim,
+                                        self.hidden_size,
+                                        bidirectional=True)
+
+        self._attention = SoftmaxAttention()
+
+        self._projection = nn.Sequential(nn.Linear(4*2*self.hidden_size,
+                                                   self.hidden_size),
+                                         nn.ReLU())
+
+        self._composition = Seq2SeqEncoder(nn.LSTM,
+                                           self.hidden_size,
+                                           self.hidden_size,
+                                           bidirectional=True)
+
+        self._classification = nn.Sequential(nn.Dropout(p=self.dropout),
+                                             nn.Linear(2*4*self.hidden_size,
+                                                       self.hidden_size),
+                                             nn.Tanh(),
+                                             nn.Dropout(p=self.dropout),
+                                             nn.Linear(self.hidden_size,
+                                                       self.num_classes))
+
+        # Initialize all weights and biases in the model.
+        self.apply(_init_esim_weights)
+
+    def forward(self,
+                premises,
+                premises_lengths,
+                hypotheses,
+                hypotheses_lengths):
+        premises_mask = get_mask(premises, premises_lengths).to(self.device)
+        hypotheses_mask = get_mask(hypotheses, hypotheses_lengths)\\
+            .to(self.device)
+
+        embedded_premises = self._word_embedding(premises)
+        embedded_hypotheses = self._word_embedding(hypotheses)
+
+        if self.dropout:
+            embedded_premises = self._rnn_dropout(embedded_premises)
+            embedded_hypotheses = self._rnn_dropout(embedded_hypotheses)
+
+        encoded_premises = self._encoding(embedded_premises,
+                                          premises_lengths)
+        encoded_hypotheses = self._encoding(embedded_hypotheses,
+                                            hypotheses_lengths)
+
+        attended_premises, attended_hypotheses =\\
+            self._attention(encoded_premises, premises_mask,
+                            encoded_hypotheses, hypotheses_mask)
+
+        enhanced_premises = torch.cat([encoded_premises,
+                                       attended_premises,
+                                       encoded_premises - attended_premises,
+                                       encoded_premises * attended_premises],
+                                      dim=-1)
+        enhanced_hypotheses = torch.cat([encoded_hypotheses,
+                                         attended_hypotheses,
+                                         encoded_hypotheses -
+                                         attended_hypotheses,
+                                         encoded_hypotheses *
+                                         attended_hypotheses],
+                                        dim=-1)
+
+        projected_premises = self._projection(enhanced_premises)
+        projected_hypotheses = self._projection(enhanced_hypotheses)
+
+        if self.dropout:
+            projected_premises = self._rnn_dropout(projected_premises)
+            projected_hypotheses = self._rnn_dropout(projected_hypotheses)
+
+        v_ai = self._composition(projected_premises, premises_lengths)
+        v_bj = self._composition(projected_hypotheses, hypotheses_lengths)
+
+        v_a_avg = torch.sum(v_ai * premises_mask.unsqueeze(1)
+                                                .transpose(2, 1), dim=1)\\
+            / torch.sum(premises_mask, dim=1, keepdim=True)
+        v_b_avg = torch.sum(v_bj * hypotheses_mask.unsqueeze(1)
+                                                  .transpose(2, 1), dim=1)\\
+            / torch.sum(hypotheses_mask, dim=1, keepdim=True)
+
+        v_a_max, _ = replace_masked(v_ai, premises_mask, -1e7).max(dim=1)
+        v_b_max, _ = replace_masked(v_bj, hypotheses_mask, -1e7).max(dim=1)
+
+        v = torch.cat([v_a_avg, v_a_max, v_b_avg, v_b_max], dim=1)
+
+        logits = self._classification(v)
+        probabilities = nn.functional.softmax(logits, dim=-1)
+
+        return logits, probabilities
+
+
+def _init_esim_weights(module):
+    \"\"\"
+    Initialise the weights of the ESIM model.
+    \"\"\"
+    if isinstance(module, nn.Linear):
+        nn.init.xavier_uniform_(module.weight.data)
+        nn.init.constant_(module.bias.data, 0.0)
+
+    elif isinstance(module, nn.LSTM):
+        nn.init.xavier_uniform_(module.weight_ih_l0.data)
+        nn.init.orthogonal_(module.weight_hh_l0.data)
+        nn.init.constant_(module.bias_ih_l0.data, 0.0)
+        nn.init.constant_(module.bias_hh_l0.data, 0.0)
+        hidden_size = module.bias_hh_l0.data.shape[0] // 4
+        module.bias_hh_l0.data[hidden_size:(2*hidden_size)] = 1.0
+
+        if (module.bidirectional):
+            nn.init.xavier_uniform_(module.weight_ih_l0_reverse.data)
+            nn.init.orthogonal_(module.weight_hh_l0_reverse.data)
+            nn.init.constant_(module.bias_ih_l0_reverse.data, 0.0)
+            nn.init.constant_(module.bias_hh_l0_reverse.data, 0.0)
+            module.bias_hh_l0_reverse.data[hidden_size:(2*hidden_size)] = 1.0
+
+
+# scripts/training/utils.py
+def train(model,
+          dataloader,
+          optimizer,
+          criterion,
+          epoch_number,
+          max_gradient_norm):
+    # Switch the model to train mode.
+    model.train()
+    device = model.device
+
+    epoch_start = time.time()
+    batch_time_avg = 0.0
+    running_loss = 0.0
+    correct_preds = 0
+
+    tqdm_batch_iterator = tqdm(dataloader)
+    for batch_index, batch in enumerate(tqdm_batch_iterator):
+        batch_start = time.time()
+
+        # Move input and output data to the GPU if it is used.
+        premises = batch["premise"].to(device)
+        premises_lengths = batch["premise_length"].to(device)
+        hypotheses = batch["hypothesis"].to(device)
+        hypotheses_lengths = batch["hypothesis_length"].to(device)
+        labels = batch["label"].to(device)
+
+        optimizer.zero_grad()
+
+        logits, probs = model(premises,
+                              premises_lengths,
+                              hypotheses,
+                              hypotheses_lengths)
+        loss = criterion(logits, labels)
+        loss.backward()
+
+        nn.utils.clip_grad_norm_(model.parameters(), max_gradient_norm)
+        optimizer.step()
+
+        batch_time_avg += time.time() - batch_start
+        running_loss += loss.item()
+        correct_preds += correct_predictions(probs, labels)
+
+        description = "Avg. batch proc. time: {:.4f}s, loss: {:.4f}"\\
+                      .format(batch_time_avg/(batch_index+1),
+                              running_loss/(batch_index+1))
+        tqdm_batch_iterator.set_description(description)
+        record.append(loss.item())
+
+    epoch_time = time.time() - epoch_start
+    epoch_loss = running_loss / len(dataloader)
+    epoch_accuracy = correct_preds / len(dataloader.dataset)
+
+    return epoch_time, epoch_loss, epoch_accuracy
+
+
+def validate(model, dataloader, criterion):
+    # Switch to evaluate mode.
+    model.eval()
+    device = model.device
+
+    epoch_start = time.time()
+    running_loss = 0.0
+    running_accuracy = 0.0
+
+    # Deactivate autograd for evaluation.
+    with torch.no_grad():
+        for batch in dataloader:
+            # Move input and output data to the GPU if one is used.
+            premises = batch["premise"].to(device)
+            premises_lengths = batch["premise_length"].to(device)
+            hypotheses = batch["hypothesis"].to(device)
+            hypotheses_lengths = batch["hypothesis_length"].to(device)
+            labels = batch["label"].to(device)
+
+            logits, probs = model(premises,
+                                  premises_lengths,
+                                  hypotheses,
+                                  hypotheses_lengths)
+            loss = criterion(logits, labels)
+
+            running_loss += loss.item()
+            running_accuracy += correct_predictions(probs, labels)
+
+    epoch_time = time.time() - epoch_start
+    epoch_loss = running_loss / len(dataloader)
+    epoch_accuracy = running_accuracy / (len(dataloader.dataset))
+
+    return epoch_time, epoch_loss, epoch_accuracy
+
+
+# scripts/training/train_snli.py's main, the pickled data given as dicts
+def main(train_data, valid_data, embeddings, hidden_size=300, dropout=0.5, num_classes=3,
+         epochs=64, batch_size=32, lr=0.0004, patience=5, max_grad_norm=10.0):
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    print("\\t* Loading training data...")
+    train_data = NLIDataset(train_data)
+    train_loader = DataLoader(train_data, shuffle=True, batch_size=batch_size)
+    print("\\t* Loading validation data...")
+    valid_data = NLIDataset(valid_data)
+    valid_loader = DataLoader(valid_data, shuffle=False, batch_size=batch_size)
+
+    print("\\t* Building model...")
+    embeddings = torch.tensor(embeddings, dtype=torch.float).to(device)
+    model = ESIM(embeddings.shape[0],
+                 embeddings.shape[1],
+                 hidden_size,
+                 embeddings=embeddings,
+                 dropout=dropout,
+                 num_classes=num_classes,
+                 device=device).to(device)
+    initialize(model)
+
+    # -------------------- Preparation for training  ------------------- #
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer,
+                                                           mode="max",
+                                                           factor=0.5,
+                                                           patience=0)
+    best_score = 0.0
+    start_epoch = 1
+    patience_counter = 0
+    # Compute loss and accuracy before starting (or resuming) training.
+    _, valid_loss, valid_accuracy = validate(model, valid_loader, criterion)
+    print("\\t* Validation loss before training: {:.4f}, accuracy: {:.4f}%"
+          .format(valid_loss, (valid_accuracy*100)))
+
+    for epoch in range(start_epoch, epochs+1):
+        print("* Training epoch {}:".format(epoch))
+        epoch_time, epoch_loss, epoch_accuracy = train(model, train_loader, optimizer, criterion, epoch, max_grad_norm)
+        print("-> Training time: {:.4f}s, loss = {:.4f}, accuracy: {:.4f}%"
+              .format(epoch_time, epoch_loss, (epoch_accuracy*100)))
+
+        print("* Validation for epoch {}:".format(epoch))
+        epoch_time, epoch_loss, epoch_accuracy = validate(model, valid_loader, criterion)
+        print("-> Valid. time: {:.4f}s, loss: {:.4f}, accuracy: {:.4f}%\\n"
+              .format(epoch_time, epoch_loss, (epoch_accuracy*100)))
+
+        # Update the optimizer's learning rate with the scheduler.
+        scheduler.step(epoch_accuracy)
+
+        # Early stopping on validation accuracy.
+        if epoch_accuracy < best_score:
+            patience_counter += 1
+        else:
+            best_score = epoch_accuracy
+            patience_counter = 0
+        record.append((epoch_loss, epoch_accuracy, optimizer.param_groups[0]["lr"]))
+        record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+
+        if patience_counter >= patience:
+            print("-> Early stopping: patience limit reached, stopping...")
+            break
+"""
+
+ESIM_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
+    (
+        "        loss.backward()\n\n        nn.utils.clip_grad_norm_(model.parameters(), max_gradient_norm)\n        optimizer.step()\n",
+        "        grads = loss.backward()\n\n        nn.utils.clip_grad_norm_(grads, model.parameters(), max_gradient_norm)\n        optimizer.step(grads)\n",
+    ),
+]
+
+
+def _nli_data(rng, count, vocab):
+    """SNLI after ESIM's preprocessing: word indices (0 padding, 1 out of vocabulary) of
+    premises and hypotheses of varied lengths, labels 0-2."""
+    premises = [list(rng.integers(2, vocab, rng.integers(2, 7))) for _ in range(count)]
+    hypotheses = [list(rng.integers(2, vocab, rng.integers(1, 5))) for _ in range(count)]
+    labels = [int(len(p) > 3) + int(h[0] % 2) for p, h in zip(premises, hypotheses)]
+    return {
+        "ids": list(range(count)),
+        "premises": premises,
+        "hypotheses": hypotheses,
+        "labels": labels,
+    }
+
+
+def test_esim_trains_as_torch(capsys):
+    rng = np.random.default_rng(8404)
+    train_data, valid_data = _nli_data(rng, 10, 12), _nli_data(rng, 5, 12)
+    embeddings = rng.standard_normal((12, 5)).astype(np.float32)
+    embeddings[0] = 0.0
+    records, logs = [], []
+    initialize = initializer()
+    clock = types.SimpleNamespace(time=lambda: 0.0)
+    for lib in (torch, rg):
+        record = []
+        text = (
+            ESIM_SOURCE
+            if lib is torch
+            else port(ESIM_SOURCE, ESIM_STEPS).replace("from torch.", "from retrograd.")
+        )
+        names = run_source(text, lib, record=record, initialize=initialize, time=clock)
+        with SharedPermutations(lib, 8404):
+            names["main"](
+                train_data,
+                valid_data,
+                embeddings,
+                hidden_size=4,
+                dropout=1e-9,
+                epochs=3,
+                batch_size=4,
+                lr=0.01,
+            )
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    _assert_logs_agree(logs[1], logs[0])
+    assert "Training epoch 3" in logs[0]
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
