@@ -168,15 +168,27 @@ class AdaptiveLogSoftmaxWithLoss(Module):
             pieces.append(cluster_logprob + head_logprob[:, self.shortlist_size + i].unsqueeze(1))
         return cat(pieces, dim=1)
 
+    def _check_minibatch(self, op: str, input: Any) -> None:  # noqa: A002 (torch's name)
+        """torch's ``log_prob`` and ``predict`` take rows only (a 1-d input failed deep inside,
+        naming ``argmax``)."""
+        if not isinstance(input, Tensor) or input.ndim != 2:
+            shape = list(getattr(input, "shape", ()))
+            raise ShapeError(
+                f"AdaptiveLogSoftmaxWithLoss.{op}: expected a minibatch (N, in_features), got "
+                f"shape {shape}"
+            )
+
     def log_prob(self, input: Tensor) -> Tensor:  # noqa: A002 (torch's name)
         """Log-probabilities of all ``n_classes`` classes: ``(N, in_features)`` ->
         ``(N, n_classes)``."""
+        self._check_minibatch("log_prob", input)
         return self._get_full_log_prob(input, self.head(input))
 
     def predict(self, input: Tensor) -> Tensor:  # noqa: A002 (torch's name)
         """The most probable class of each row of ``(N, in_features)``: ``log_prob(input)
         .argmax(dim=1)``, computing the tail clusters only for rows whose head's best entry is
         a cluster."""
+        self._check_minibatch("predict", input)
         head_output = self.head(input)
         output = head_output.argmax(dim=1)
         not_in_shortlist = output >= self.shortlist_size

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...errors import ShapeError, shape_text
 from ...tensor import Tensor, random, tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
@@ -53,9 +54,39 @@ class EmbeddingBag(Module):
                 values[padding_idx] = 0.0
             # dtype given again: a bfloat16 table reads back as float32 (NumPy has no bfloat16)
             _weight = tensor(values, dtype=dtype, backend=backend, device=device)
+        elif tuple(_weight.shape) != (num_embeddings, embedding_dim):
+            raise ShapeError(
+                f"EmbeddingBag: _weight must be [{num_embeddings}, {embedding_dim}], got "
+                f"{shape_text(_weight.shape)}"
+            )
         self.weight = Parameter(_weight)
 
     reset_parameters = Embedding.reset_parameters  # N(0, 1), the padding row zero
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        embeddings: Tensor,
+        freeze: bool = True,
+        max_norm: float | None = None,
+        norm_type: float = 2.0,
+        scale_grad_by_freq: bool = False,
+        mode: str = "mean",
+        sparse: bool = False,
+        include_last_offset: bool = False,
+        padding_idx: int | None = None,
+    ) -> EmbeddingBag:
+        """torch's: a bag of ``embeddings`` ``[num, dim]`` (frozen by default)."""
+        if embeddings.ndim != 2:
+            raise ShapeError(
+                f"EmbeddingBag.from_pretrained: embeddings must be 2-d, got "
+                f"{shape_text(embeddings.shape)}"
+            )
+        rows, dim = embeddings.shape
+        bag = cls(rows, dim, max_norm, norm_type, scale_grad_by_freq, mode, sparse, embeddings,
+                  include_last_offset, padding_idx)  # fmt: skip
+        bag.weight.requires_grad = not freeze
+        return bag
 
     def forward(
         self,
