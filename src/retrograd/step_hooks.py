@@ -18,6 +18,7 @@ __all__ = [
     "StepHooks",
     "has_step_hooks",
     "hooked_step",
+    "register_in",
     "register_optimizer_step_post_hook",
     "register_optimizer_step_pre_hook",
 ]
@@ -28,22 +29,28 @@ _GLOBAL_STEP_POST_HOOKS: OrderedDict = OrderedDict()
 _HOOK_IDS = itertools.count()
 
 
-def _register(table: OrderedDict, hook: Any) -> RemovableHandle:
+def register_in(table: OrderedDict, hook: Any, prepend: bool = False) -> RemovableHandle:
+    """``hook`` added to ``table`` (first with ``prepend``), with the handle that removes it:
+    how an optimizer's hooks of every kind (step, state dict) are kept."""
     if not callable(hook):
-        raise DTypeError(f"register a step hook: expected a callable, got {type(hook).__name__}")
+        raise DTypeError(
+            f"register an optimizer hook: expected a callable, got {type(hook).__name__}"
+        )
     key = next(_HOOK_IDS)
     table[key] = hook
+    if prepend:
+        table.move_to_end(key, last=False)
     return RemovableHandle(table, key)
 
 
 def register_optimizer_step_pre_hook(hook: Any) -> RemovableHandle:
     """torch's: ``hook(optimizer, args, kwargs)`` runs before every optimizer's step."""
-    return _register(_GLOBAL_STEP_PRE_HOOKS, hook)
+    return register_in(_GLOBAL_STEP_PRE_HOOKS, hook)
 
 
 def register_optimizer_step_post_hook(hook: Any) -> RemovableHandle:
     """torch's: ``hook(optimizer, args, kwargs)`` runs after every optimizer's step."""
-    return _register(_GLOBAL_STEP_POST_HOOKS, hook)
+    return register_in(_GLOBAL_STEP_POST_HOOKS, hook)
 
 
 class StepHooks:
@@ -53,12 +60,12 @@ class StepHooks:
         """torch's: ``hook(optimizer, args, kwargs)`` runs before each ``step`` (after the
         global ones); a non-None result, an ``(args, kwargs)`` pair, replaces the step's
         arguments. Returns a handle whose ``remove()`` unregisters it."""
-        return _register(self._hook_table("_optimizer_step_pre_hooks"), hook)
+        return register_in(self._hook_table("_optimizer_step_pre_hooks"), hook)
 
     def register_step_post_hook(self, hook: Any) -> RemovableHandle:
         """torch's: ``hook(optimizer, args, kwargs)`` runs after each ``step`` (before the
         global ones). Returns a handle whose ``remove()`` unregisters it."""
-        return _register(self._hook_table("_optimizer_step_post_hooks"), hook)
+        return register_in(self._hook_table("_optimizer_step_post_hooks"), hook)
 
     def _hook_table(self, name: str) -> OrderedDict:
         # (an optimizer unpickled from an older version, or whose subclass skipped __init__,

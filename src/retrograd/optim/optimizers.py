@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff.handles import RemovableHandle
 from ..errors import (
     AutodiffError,
     DTypeError,
@@ -48,7 +49,7 @@ from ..errors import (
     check_iterable,
     shape_text,
 )
-from ..step_hooks import StepHooks, hooked_step
+from ..step_hooks import StepHooks, hooked_step, register_in
 from ..tensor import Tensor, tensor, zeros_like
 from ..tensor.dtypes import cast_host
 from ..tensor.inplace import assign
@@ -552,10 +553,44 @@ class Optimizer(StepHooks):
         raise NotImplementedError
 
     # -- state dicts ------------------------------------------------------------------------
+    def register_state_dict_pre_hook(self, hook: Any, prepend: bool = False) -> RemovableHandle:
+        """torch's: ``hook(optimizer)`` runs before :meth:`state_dict` builds the dict."""
+        return register_in(self._hook_table("_state_dict_pre_hooks"), hook, prepend)
+
+    def register_state_dict_post_hook(self, hook: Any, prepend: bool = False) -> RemovableHandle:
+        """torch's: ``hook(optimizer, state_dict)`` runs on the dict :meth:`state_dict` built;
+        a result that is not None replaces it."""
+        return register_in(self._hook_table("_state_dict_post_hooks"), hook, prepend)
+
+    def register_load_state_dict_pre_hook(
+        self, hook: Any, prepend: bool = False
+    ) -> RemovableHandle:
+        """torch's: ``hook(optimizer, state_dict)`` runs on a shallow copy of the dict given to
+        :meth:`load_state_dict` before anything is read; a result that is not None replaces
+        it."""
+        return register_in(self._hook_table("_load_state_dict_pre_hooks"), hook, prepend)
+
+    def register_load_state_dict_post_hook(
+        self, hook: Any, prepend: bool = False
+    ) -> RemovableHandle:
+        """torch's: ``hook(optimizer)`` runs once :meth:`load_state_dict` has loaded."""
+        return register_in(self._hook_table("_load_state_dict_post_hooks"), hook, prepend)
+
     def state_dict(self) -> dict[str, Any]:
         """torch's layout: ``{"state": {index: {...}}, "param_groups": [{..., "params":
         [indices]}]}``, parameters numbered by position across the groups; tensors in the
-        state as NumPy copies (so it saves with ``np.savez``/pickle anywhere)."""
+        state as NumPy copies (so it saves with ``np.savez``/pickle anywhere); the state-dict
+        hooks around it."""
+        for hook in list(self._hook_table("_state_dict_pre_hooks").values()):
+            hook(self)
+        built = self._built_state_dict()
+        for hook in list(self._hook_table("_state_dict_post_hooks").values()):
+            result = hook(self, built)
+            if result is not None:
+                built = result
+        return built
+
+    def _built_state_dict(self) -> dict[str, Any]:
         index: dict[int, int] = {}
         groups = []
         start = 0
@@ -582,8 +617,21 @@ class Optimizer(StepHooks):
         Everything is checked and converted before anything changes: the groups' sizes, their
         hyper-parameters (finite, and accepted as the constructor accepts them), each state's
         parameter number, and every buffer's shape and dtype against its parameter's. A wrong
-        entry raises an error naming it and leaves the optimizer as it was.
+        entry raises an error naming it and leaves the optimizer as it was. The load hooks run
+        around it (the pre-hooks on a shallow copy of ``state_dict``, as torch's).
         """
+        pre_hooks = list(self._hook_table("_load_state_dict_pre_hooks").values())
+        if pre_hooks and isinstance(state_dict, Mapping):
+            state_dict = dict(state_dict)
+            for hook in pre_hooks:
+                result = hook(self, state_dict)
+                if result is not None:
+                    state_dict = result
+        self._load_checked(state_dict)
+        for hook in list(self._hook_table("_load_state_dict_post_hooks").values()):
+            hook(self)
+
+    def _load_checked(self, state_dict: Mapping[str, Any]) -> None:
         where = f"{type(self).__name__}.load_state_dict"
         groups = state_dict.get("param_groups") if isinstance(state_dict, Mapping) else None
         saved_state = state_dict.get("state") if isinstance(state_dict, Mapping) else None
