@@ -22,6 +22,7 @@ at barriers and events, never sleeps.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import queue
@@ -88,6 +89,12 @@ def train(seed: int, backend: rg.Backend, steps: int = 20) -> tuple[list, list]:
         return losses, [p.detach().numpy().copy() for p in model.parameters()]
 
 
+@functools.cache
+def sequential_run(seed: int, strategy: str) -> tuple[list, list]:
+    """:func:`train` alone on a fresh backend (computed once per test module)."""
+    return train(seed, backend_of(strategy))
+
+
 def assert_same(got: tuple, expected: tuple, what: str) -> None:
     assert got[0] == expected[0], f"{what}: losses differ"
     for p, q in zip(got[1], expected[1], strict=True):
@@ -102,7 +109,7 @@ def test_two_threads_training_20_steps_match_the_sequential_runs(strategy, share
         backends = [backend_of(strategy)] * 2
     else:
         backends = [backend_of(strategy), backend_of(strategy)]
-    alone = [train(seed, backend_of(strategy)) for seed in (1, 2)]
+    alone = [sequential_run(seed, strategy) for seed in (1, 2)]
     together = run_in_threads(train, [(1, backends[0]), (2, backends[1])])
     for seed, got, expected in zip((1, 2), together, alone, strict=True):
         assert_same(got, expected, f"thread of seed {seed}")
@@ -339,6 +346,15 @@ class Run:
 POINTS = ["forward_hook", "backward_hook", "collate_fn", "lr_lambda", "step_pre_hook"]
 
 
+@functools.cache
+def clean_state(strategy: str) -> tuple:
+    """The state after two uninterrupted epochs of :class:`Run`."""
+    clean = Run(strategy)
+    clean.epoch()
+    clean.epoch()
+    return clean.state()
+
+
 def _same_state(got: tuple, expected: tuple, what: str) -> None:
     for a, b in zip(got[0] + got[1], expected[0] + expected[1], strict=True):
         np.testing.assert_array_equal(a, b, err_msg=what)
@@ -349,15 +365,12 @@ def _same_state(got: tuple, expected: tuple, what: str) -> None:
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 @pytest.mark.parametrize("point", POINTS)
 def test_an_interrupted_step_done_again_gives_the_uninterrupted_run(strategy, point):
-    clean = Run(strategy)
-    clean.epoch()
-    clean.epoch()
     run = Run(strategy)
     run.epoch()  # the first epoch clean: a budget's plan is followed in the second
     run.interrupt = point
     run.epoch()
     assert getattr(run, "interruptions", 0) == 1 and run.interrupt is None
-    _same_state(run.state(), clean.state(), f"interrupted at {point}")
+    _same_state(run.state(), clean_state(strategy), f"interrupted at {point}")
     if strategy == "budget":
         gc.collect()
         assert run.backend.checkpointing.held_bytes == 0
@@ -376,15 +389,12 @@ def test_an_interrupt_on_one_thread_leaves_another_thread_s_training_on_one_budg
         run.epoch()
         return run.state(), run.interruptions
 
-    clean = Run("budget")
-    clean.epoch()
-    clean.epoch()
     (state, interruptions), training = run_in_threads(
         lambda f, *a: f(*a), [(interrupted,), (train, 1, shared)]
     )
     assert interruptions == 1
-    _same_state(state, clean.state(), f"interrupted at {point} beside a training thread")
-    assert_same(training, train(1, backend_of("budget")), "the training thread")
+    _same_state(state, clean_state("budget"), f"interrupted at {point} beside a training thread")
+    assert_same(training, sequential_run(1, "budget"), "the training thread")
     gc.collect()
     assert shared.checkpointing.held_bytes == 0
 
