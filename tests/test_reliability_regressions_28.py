@@ -6,6 +6,11 @@ the grad-mode decorators, against torch's.
   the one given.
 * ``@rg.no_grad``, ``@rg.enable_grad`` and ``@rg.inference_mode`` without parentheses
   (torch 2's form) were a ``TypeError`` or gave an object that could not be called.
+* Two threads differentiating one graph without ``retain_graph`` both walked it whole, then
+  ran steps on nodes the other had released: a bare ``KeyError``, gradients silently
+  missing, or "never checkpointed" under a budget. A consuming backward now claims the
+  nodes it will release before it runs any step; the second is refused by name
+  (``AutodiffError``), as torch refuses a second backward through a graph.
 * A generator function decorated with ``@rg.no_grad()`` (a sampling loop yielding tokens)
   ran its body with recording on: the block was entered only while the generator object was
   made. torch runs the body in the block each time it resumes, and the caller's own mode
@@ -21,6 +26,7 @@ import pytest
 import torch
 
 import retrograd as rg
+from backends import inner_backend
 from concurrency_cases import DEADLINE, run_in_threads
 
 DECORATORS = {
@@ -142,3 +148,65 @@ def test_a_no_grad_sampler_on_one_thread_beside_training_on_another():
     tracked, gradient = run_in_threads(lambda f: f(), [(sampler,), (trainer,)])
     assert tracked == [False] * 4
     np.testing.assert_allclose(gradient, [1.0, -2.0, 4.0])
+
+
+# -- two threads differentiating one graph without retain_graph ---------------------------------
+STRATEGIES = {
+    "none": rg.NoCheckpointing,
+    "balanced": rg.BalancedCheckpointing,
+    "budget": lambda: rg.BudgetCheckpointing(1 << 10),
+}
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_a_second_thread_s_backward_of_a_graph_being_consumed_is_refused_by_name(strategy):
+    """Thread A's backward pauses in the root's hook (nothing released yet) while thread B
+    differentiates the same loss. B ran the whole graph and A then failed on released nodes
+    (a bare KeyError) or returned gradients missing; torch refuses the second backward
+    through a graph. A's gradients are torch's."""
+    backend = rg.Autodiff(inner_backend(), checkpointing=STRATEGIES[strategy]())
+    gen = np.random.default_rng(28)
+    w1 = gen.standard_normal((5, 8)).astype(np.float32)
+    w2 = gen.standard_normal((8, 3)).astype(np.float32)
+    x = gen.standard_normal((4, 5)).astype(np.float32)
+    with rg.use_backend(backend):
+        a, b = rg.tensor(w1).require_grad(), rg.tensor(w2).require_grad()
+        loss = ((rg.tensor(x) @ a).tanh() @ b).sigmoid().pow(2).sum()
+    first_in_hook, second_done = threading.Event(), threading.Event()
+    first = []
+
+    def hook(grad):
+        if threading.current_thread() is first[0]:
+            first_in_hook.set()
+            assert second_done.wait(DEADLINE)
+        return grad
+
+    loss.register_hook(hook)
+
+    def differentiate_first():
+        first.append(threading.current_thread())
+        with rg.use_backend(backend):
+            grads = loss.backward()
+            return a.grad(grads).numpy(), b.grad(grads).numpy()
+
+    def differentiate_second():
+        assert first_in_hook.wait(DEADLINE)
+        try:
+            with rg.use_backend(backend):
+                loss.backward()
+        except rg.AutodiffError as error:
+            return str(error)
+        finally:
+            second_done.set()
+        return "ran"
+
+    (ga, gb), refusal = run_in_threads(
+        lambda f: f(), [(differentiate_first,), (differentiate_second,)]
+    )
+    assert "being consumed by a backward() running on another thread" in refusal
+    ta, tb = torch.tensor(w1, requires_grad=True), torch.tensor(w2, requires_grad=True)
+    ((torch.tensor(x) @ ta).tanh() @ tb).sigmoid().pow(2).sum().backward()
+    np.testing.assert_allclose(ga, ta.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gb, tb.grad.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(rg.AutodiffError, match="consumed by an earlier backward"):
+        loss.backward()

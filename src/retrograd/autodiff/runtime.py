@@ -163,7 +163,14 @@ def backward(
     # toward some inputs only: the graph's records keep their values (a later backward may
     # walk the part below the inputs); the nodes run are released below as usual
     consume = not retain and stop is None
-    checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=consume)
+    if consume:
+        _claim(tape.run)
+    try:
+        checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=consume)
+    except BaseException:
+        if consume:
+            _unclaim(tape.run)
+        raise
 
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
@@ -212,6 +219,8 @@ def backward(
         # below it, with the walk's nodes, their saved values and the gradients in flight.
         # They go now, so that dropping the graph frees them as after a finished backward.
         _clear_library_frames(error.__traceback__)
+        if consume:  # the steps not run yet keep their graph, as torch's do
+            _unclaim(tape.run)
         # the strategy hears of it (a budget's planner plans from no half step); a strategy of
         # one's own may return a checkpointer without ``abandon``
         abandon = getattr(checkpointer, "abandon", None)
@@ -315,7 +324,44 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         register(parent, grad)
 
 
+#: ``Node.consumed`` of a node a running backward will release (see :func:`_claim`)
+CLAIMED = "claimed"
+_CLAIMS = threading.Lock()
+
+
+def _claim(nodes: list[Node]) -> None:
+    """Mark the recorded ``nodes`` a consuming backward will release, before it runs any step.
+    Two threads differentiating one graph without ``retain_graph`` both walked it whole and
+    then ran steps on nodes the other released (a bare ``KeyError``, or gradients missing);
+    now the second is refused by name, as torch's second backward through a graph is."""
+    with _CLAIMS:
+        for index, node in enumerate(nodes):
+            if node.consumed:
+                for claimed in nodes[:index]:
+                    if claimed.consumed is CLAIMED:
+                        claimed.consumed = False
+                raise _consumed(node)
+            if node.op is not None:
+                node.consumed = CLAIMED
+
+
+def _unclaim(nodes: list[Node]) -> None:
+    """A backward that stopped early (an error, an interrupt) gives back the nodes it did
+    not reach: a later backward may still walk them."""
+    with _CLAIMS:
+        for node in nodes:
+            if node.consumed is CLAIMED:
+                node.consumed = False
+
+
 def _consumed(node: Node) -> AutodiffError:
+    if node.consumed is CLAIMED:
+        return AutodiffError(
+            f"backward: the graph through {node.describe()} is being consumed by a backward() "
+            "running on another thread, which frees what it walks; call the backward "
+            "calls with retain_graph=True to backpropagate through one graph from several "
+            "threads"
+        )
     return AutodiffError(
         f"backward: the graph through {node.describe()} was consumed by an earlier backward(), "
         "which frees what it walks; call that earlier backward with retain_graph=True to "
