@@ -46,11 +46,18 @@ class Tape:
 
     __slots__ = ("__weakref__", "children", "nodes", "run", "skipped", "steps", "stop")
 
-    def __init__(self, root: Node, stop: frozenset[int] | None = None):
+    def __init__(self, root: Node, stop: frozenset[int] | None = None, claim: bool = False):
         self.stop = stop
         if stop is not None:
             self._toward(root, stop)
             return
+        if claim:  # a consuming backward: see CLAIMED
+            with _CLAIMS:
+                self._walk(root, True)
+        else:
+            self._walk(root, False)
+
+    def _walk(self, root: Node, claim: bool) -> None:
         nodes = {root.id: root}
         children: dict[int, int] = {}
         walked = []
@@ -58,8 +65,12 @@ class Tape:
         while stack:
             node = stack.pop()
             if node.consumed:
+                if claim:
+                    _unclaim(walked)
                 raise _consumed(node)
             walked.append(node)
+            if claim and node.op is not None:
+                node.consumed = CLAIMED
             for parent in node.parents:
                 if parent is not None:
                     parent_id = parent.id
@@ -159,12 +170,10 @@ def backward(
         )
     retain = retain_graph or create_graph
     inner = backend.inner
-    tape = Tape(root_node, stop)
     # toward some inputs only: the graph's records keep their values (a later backward may
     # walk the part below the inputs); the nodes run are released below as usual
     consume = not retain and stop is None
-    if consume:
-        _claim(tape.run)
+    tape = Tape(root_node, stop, claim=consume)
     try:
         checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=consume)
     except BaseException:
@@ -324,34 +333,21 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         register(parent, grad)
 
 
-#: ``Node.consumed`` of a node a running backward will release (see :func:`_claim`)
+#: ``Node.consumed`` of a node a running backward will release. A consuming backward marks
+#: the recorded nodes it walks so, under ``_CLAIMS``, before it runs any step: two threads
+#: differentiating one graph without ``retain_graph`` both walked it whole, then ran steps on
+#: nodes the other released (a bare ``KeyError``, or gradients missing); now the second is
+#: refused by name, as torch's second backward through a graph is.
 CLAIMED = "claimed"
 _CLAIMS = threading.Lock()
-
-
-def _claim(nodes: list[Node]) -> None:
-    """Mark the recorded ``nodes`` a consuming backward will release, before it runs any step.
-    Two threads differentiating one graph without ``retain_graph`` both walked it whole and
-    then ran steps on nodes the other released (a bare ``KeyError``, or gradients missing);
-    now the second is refused by name, as torch's second backward through a graph is."""
-    with _CLAIMS:
-        for index, node in enumerate(nodes):
-            if node.consumed:
-                for claimed in nodes[:index]:
-                    if claimed.consumed is CLAIMED:
-                        claimed.consumed = False
-                raise _consumed(node)
-            if node.op is not None:
-                node.consumed = CLAIMED
 
 
 def _unclaim(nodes: list[Node]) -> None:
     """A backward that stopped early (an error, an interrupt) gives back the nodes it did
     not reach: a later backward may still walk them."""
-    with _CLAIMS:
-        for node in nodes:
-            if node.consumed is CLAIMED:
-                node.consumed = False
+    for node in nodes:
+        if node.consumed is CLAIMED:
+            node.consumed = False
 
 
 def _consumed(node: Node) -> AutodiffError:
