@@ -354,9 +354,9 @@ def _consumed(node: Node) -> AutodiffError:
     if node.consumed is CLAIMED:
         return AutodiffError(
             f"backward: the graph through {node.describe()} is being consumed by a backward() "
-            "running on another thread, which frees what it walks; call the backward "
-            "calls with retain_graph=True to backpropagate through one graph from several "
-            "threads"
+            "still running (on another thread, or the one whose hook called this), which "
+            "frees what it walks; give the backward calls retain_graph=True to backpropagate "
+            "through one graph more than once at a time"
         )
     return AutodiffError(
         f"backward: the graph through {node.describe()} was consumed by an earlier backward(), "
