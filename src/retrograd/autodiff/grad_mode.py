@@ -14,8 +14,9 @@ works, and so does re-entering one context object (each entry pushes its own sav
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 __all__ = ["enable_grad", "is_grad_enabled", "no_grad", "set_grad_enabled"]
@@ -52,10 +53,60 @@ def is_grad_enabled() -> bool:
     return _MODE.enabled
 
 
+def _decorated(fn: F, mode: Callable[[], Any]) -> F:
+    """``fn`` running inside ``mode()`` at every call. A generator function's body runs in
+    the block each time it resumes, and outside it between yields (torch's
+    ``_wrap_generator``): wrapping only the call would set the mode for the instant that makes
+    the generator and leave its body, which runs later, outside the block."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def generator(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            inner = fn(*args, **kwargs)
+            try:
+                with mode():
+                    response = inner.send(None)
+                while True:
+                    try:
+                        request = yield response
+                    except GeneratorExit:
+                        with mode():
+                            inner.close()
+                        raise
+                    except BaseException as error:  # thrown in: on into the body, in the block
+                        with mode():
+                            response = inner.throw(error)
+                    else:
+                        with mode():
+                            response = inner.send(request)
+            except StopIteration as stop:
+                return stop.value
+
+        return generator  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with mode():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 class _GradMode:
     """A context manager and decorator setting the recording flag of the current thread."""
 
     _target = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # ``@rg.no_grad`` without parentheses (torch 2's form): the function decorated at once
+        if (
+            len(args) == 1
+            and not kwargs
+            and callable(args[0])
+            and not issubclass(cls, set_grad_enabled)
+        ):
+            return cls()(args[0])
+        return super().__new__(cls)
 
     def __enter__(self) -> None:
         _MODE.saved.append(_MODE.enabled)
@@ -65,15 +116,10 @@ class _GradMode:
         _set(_MODE.saved.pop())
 
     def __call__(self, fn: F) -> F:
-        """Use as a decorator: ``fn`` runs inside the block at every call."""
-        mode = type(self)
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with mode():
-                return fn(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+        """Use as a decorator: ``fn`` runs inside the block at every call. This very object
+        is entered each time (each entry saves its own state, per thread), so
+        ``inference_mode(False)`` decorates with its own setting, not its class's default."""
+        return _decorated(fn, lambda: self)
 
 
 class no_grad(_GradMode):  # noqa: N801  (PyTorch's name)
@@ -114,10 +160,4 @@ class set_grad_enabled(_GradMode):  # noqa: N801  (PyTorch's name)
         # call of ``fn`` sets the mode for its own duration.
         _set(self._previous)
         target = self._target
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with set_grad_enabled(target):
-                return fn(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+        return _decorated(fn, lambda: set_grad_enabled(target))

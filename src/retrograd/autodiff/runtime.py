@@ -46,11 +46,18 @@ class Tape:
 
     __slots__ = ("__weakref__", "children", "nodes", "run", "skipped", "steps", "stop")
 
-    def __init__(self, root: Node, stop: frozenset[int] | None = None):
+    def __init__(self, root: Node, stop: frozenset[int] | None = None, claim: bool = False):
         self.stop = stop
         if stop is not None:
             self._toward(root, stop)
             return
+        if claim:  # a consuming backward: see CLAIMED
+            with _CLAIMS:
+                self._walk(root, True)
+        else:
+            self._walk(root, False)
+
+    def _walk(self, root: Node, claim: bool) -> None:
         nodes = {root.id: root}
         children: dict[int, int] = {}
         walked = []
@@ -58,8 +65,12 @@ class Tape:
         while stack:
             node = stack.pop()
             if node.consumed:
+                if claim:
+                    _unclaim(walked)
                 raise _consumed(node)
             walked.append(node)
+            if claim and node.op is not None:
+                node.consumed = CLAIMED
             for parent in node.parents:
                 if parent is not None:
                     parent_id = parent.id
@@ -159,11 +170,16 @@ def backward(
         )
     retain = retain_graph or create_graph
     inner = backend.inner
-    tape = Tape(root_node, stop)
     # toward some inputs only: the graph's records keep their values (a later backward may
     # walk the part below the inputs); the nodes run are released below as usual
     consume = not retain and stop is None
-    checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=consume)
+    tape = Tape(root_node, stop, claim=consume)
+    try:
+        checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=consume)
+    except BaseException:
+        if consume:
+            _unclaim(tape.run)
+        raise
 
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
@@ -212,6 +228,8 @@ def backward(
         # below it, with the walk's nodes, their saved values and the gradients in flight.
         # They go now, so that dropping the graph frees them as after a finished backward.
         _clear_library_frames(error.__traceback__)
+        if consume:  # the steps not run yet keep their graph, as torch's do
+            _unclaim(tape.run)
         # the strategy hears of it (a budget's planner plans from no half step); a strategy of
         # one's own may return a checkpointer without ``abandon``
         abandon = getattr(checkpointer, "abandon", None)
@@ -315,7 +333,31 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         register(parent, grad)
 
 
+#: ``Node.consumed`` of a node a running backward will release. A consuming backward marks
+#: the recorded nodes it walks so, under ``_CLAIMS``, before it runs any step: two threads
+#: differentiating one graph without ``retain_graph`` both walked it whole, then ran steps on
+#: nodes the other released (a bare ``KeyError``, or gradients missing); now the second is
+#: refused by name, as torch's second backward through a graph is.
+CLAIMED = "claimed"
+_CLAIMS = threading.Lock()
+
+
+def _unclaim(nodes: list[Node]) -> None:
+    """A backward that stopped early (an error, an interrupt) gives back the nodes it did
+    not reach: a later backward may still walk them."""
+    for node in nodes:
+        if node.consumed is CLAIMED:
+            node.consumed = False
+
+
 def _consumed(node: Node) -> AutodiffError:
+    if node.consumed is CLAIMED:
+        return AutodiffError(
+            f"backward: the graph through {node.describe()} is being consumed by a backward() "
+            "still running (on another thread, or the one whose hook called this), which "
+            "frees what it walks; give the backward calls retain_graph=True to backpropagate "
+            "through one graph more than once at a time"
+        )
     return AutodiffError(
         f"backward: the graph through {node.describe()} was consumed by an earlier backward(), "
         "which frees what it walks; call that earlier backward with retain_graph=True to "
