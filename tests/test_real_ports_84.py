@@ -1622,7 +1622,7 @@ def test_regression_adaptive_log_softmax_with_loss_is_torch_s():
             np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
     module = rg.nn.AdaptiveLogSoftmaxWithLoss(6, 10, [4, 7])
     # an index out of range, as cross_entropy's targets (torch: RuntimeError)
-    with pytest.raises(rg.IndexOutOfRangeError, match="(?i)target values should be in"):
+    with pytest.raises(rg.IndexOutOfRangeError, match=r"(?i)target values should be in"):
         module(rg.tensor(x), rg.tensor(np.array([0, 1, 2, 3, 4, 10])))
     with pytest.raises(rg.InvalidArgumentError, match="cutoffs should be a sequence"):
         rg.nn.AdaptiveLogSoftmaxWithLoss(6, 10, [7, 4])
