@@ -19,6 +19,7 @@ __all__ = [
     "DistributedError",
     "IndexOutOfRangeError",
     "KeyMismatchError",
+    "MissingMemberError",
     "NonFiniteError",
     "OutOfMemoryError",
     "RetrogradError",
@@ -50,6 +51,12 @@ class KeyMismatchError(InvalidArgumentError, KeyError, RuntimeError):
 
     def __str__(self) -> str:  # KeyError's own quotes the message
         return str(self.args[0]) if self.args else ""
+
+
+class MissingMemberError(KeyMismatchError, AttributeError):
+    """A dotted name a module does not have (``get_parameter``, ``get_buffer``) or a key a
+    ``ParameterDict`` does not hold: the :class:`KeyMismatchError` retrograd raised before and
+    the ``AttributeError`` torch raises there (its lookups are attribute lookups)."""
 
 
 class DTypeError(RetrogradError, TypeError):

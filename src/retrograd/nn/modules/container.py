@@ -13,6 +13,7 @@ from ...errors import (
     IndexOutOfRangeError,
     InvalidArgumentError,
     KeyMismatchError,
+    MissingMemberError,
     check_iterable,
 )
 from ...tensor import Tensor
@@ -385,7 +386,11 @@ class ParameterDict(Module):
         try:
             return self._parameters[key]
         except (KeyError, TypeError):  # a missing name, or an unhashable key
-            raise _missing("ParameterDict", key, self._parameters) from None
+            # torch's lookup is getattr's: its AttributeError, and the KeyError of before
+            keys = list(self._parameters)
+            raise MissingMemberError(
+                f"ParameterDict: no entry named {key!r}; it has {keys}"
+            ) from None
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.register_parameter(key, _as_parameter(value))
@@ -411,6 +416,12 @@ class ParameterDict(Module):
 
     def items(self) -> Iterable[tuple[str, Any]]:
         return self._parameters.items()
+
+    def pop(self, key: str) -> Any:
+        """Remove the parameter ``key`` and return it (torch's ``ParameterDict.pop``)."""
+        value = self[key]
+        del self._parameters[key]
+        return value
 
     def update(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
         pairs = _pairs("ParameterDict", parameters)

@@ -41,6 +41,7 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     KeyMismatchError,
+    MissingMemberError,
     ShapeError,
     check_callable,
     check_flag,
@@ -147,6 +148,7 @@ class Module:
         # A name re-assigned keeps its place in its registry (torch's): ``children()``,
         # ``state_dict()`` and ``Sequential(*list(m.children())[:-1])`` see the old order.
         if isinstance(value, Parameter):
+            _check_parameter_name(name)
             self._forget(name, keep="_parameters")
             params[name] = value
         elif isinstance(value, Buffer):
@@ -187,7 +189,11 @@ class Module:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     def __delattr__(self, name: str) -> None:
-        if not self._forget(name):
+        # a plain attribute (``self.cache = None``) is Python's to delete: ``_forget`` would
+        # drop it from the instance dict and then report it missing
+        if any(name in self.__dict__[kind] for kind in _REGISTRIES):
+            self._forget(name)
+        else:
             object.__delattr__(self, name)
 
     def _forget(self, name: str, keep: str | None = None) -> bool:
@@ -363,13 +369,13 @@ class Module:
         for part in path:
             child = module._modules.get(part)
             if child is None:
-                raise KeyMismatchError(
+                raise MissingMemberError(
                     f"{op}: {type(self).__name__} has no sub-module {part!r} (in {name!r})"
                 )
             module = child
         if leaf not in getattr(module, kind):
             what = "parameter" if kind == "_parameters" else "buffer"
-            raise KeyMismatchError(f"{op}: {type(self).__name__} has no {what} {name!r}")
+            raise MissingMemberError(f"{op}: {type(self).__name__} has no {what} {name!r}")
         return module, leaf
 
     def get_parameter(self, name: str) -> Parameter:
@@ -1224,6 +1230,17 @@ def _fan_in_bound(fan_in: int) -> float:
 
 #: a module's registries and what their entries are called
 _REGISTRIES = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "sub-module"}
+
+
+def _check_parameter_name(name: str) -> None:
+    """torch's register_parameter rule, which its ``__setattr__`` of a Parameter applies:
+    ``setattr(m, "", p)`` or ``setattr(m, "a.b", p)`` named a parameter no state dict key can
+    reach."""
+    if not name or "." in name:
+        raise KeyMismatchError(
+            f"cannot assign a Parameter as {name!r}: a parameter name must be a non-empty str "
+            "without '.'"
+        )
 
 
 def _check_name(op: str, name: Any) -> None:

@@ -1,0 +1,69 @@
+"""Regressions found by round 32 of the differential fuzzer (``tests/test_fuzz32.py``): the
+``nn.Module`` and container API against torch 2.13. Expected behaviour is torch's."""
+
+import pytest
+
+import retrograd as rg
+
+nn = rg.nn
+
+
+def test_deleting_a_plain_attribute_of_a_module():
+    # torch: ``m.cache = None; del m.cache`` works; retrograd dropped the attribute from the
+    # instance dict and then raised AttributeError for it
+    m = nn.Linear(2, 2)
+    m.cache = None
+    m.counter = 3
+    del m.cache
+    del m.counter
+    assert not hasattr(m, "cache") and not hasattr(m, "counter")
+    with pytest.raises(AttributeError):
+        del m.counter
+
+
+@pytest.mark.parametrize("name", ["", "a.b"])
+def test_a_parameter_assigned_under_a_name_no_key_can_reach(name):
+    # torch: KeyError "parameter name can't be empty string" / "can't contain '.'"
+    m = nn.Linear(2, 2)
+    with pytest.raises(KeyError) as caught:
+        setattr(m, name, nn.Parameter(rg.zeros(1)))
+    assert isinstance(caught.value, rg.RetrogradError)
+    assert [n for n, _ in m.named_parameters()] == ["weight", "bias"]
+
+
+@pytest.mark.parametrize(
+    "getter, path",
+    [
+        ("get_parameter", "nothing"),
+        ("get_parameter", "0.weight"),
+        ("get_buffer", "weight"),
+        ("get_buffer", "lin.running_mean"),
+        ("get_parameter", ""),
+    ],
+)
+def test_get_parameter_and_get_buffer_of_a_missing_name_raise_attribute_error(getter, path):
+    # torch raises AttributeError ("Linear has no attribute `nothing`", "`weight` is not a
+    # buffer"); retrograd's KeyError escaped ``except AttributeError``
+    model = nn.Sequential()
+    model.lin = nn.Linear(2, 2)
+    model.bn = nn.BatchNorm1d(2)
+    target = model if "." in path or not path else model.lin
+    with pytest.raises(AttributeError) as caught:
+        getattr(target, getter)(path)
+    assert isinstance(caught.value, rg.RetrogradError)
+    assert isinstance(caught.value, KeyError)  # what retrograd raised before still catches it
+
+
+def test_parameter_dict_missing_key_and_pop():
+    # torch: ParameterDict lookups are getattr's (AttributeError), and it has ``pop``
+    pd = nn.ParameterDict({"p": nn.Parameter(rg.ones(2)), "q": nn.Parameter(rg.zeros(1))})
+    with pytest.raises(AttributeError) as caught:
+        pd["missing"]
+    assert isinstance(caught.value, rg.RetrogradError)
+    p = pd["p"]
+    assert pd.pop("p") is p
+    assert list(pd.keys()) == ["q"]
+    assert [n for n, _ in pd.named_parameters()] == ["q"]
+    with pytest.raises(AttributeError):
+        pd.pop("p")
+    assert list(pd.keys()) == ["q"]
