@@ -26,8 +26,11 @@ raise a ``RetrogradError``.
 Left out (torch's quirks rather than meanings): assigning a plain tensor to a registered
 parameter's name (torch refuses with a ``TypeError``; retrograd copies the values into the
 Parameter, an extension its ``__setattr__`` documents), counted as ``extension`` by ``check``;
-``ModuleList.insert`` at an index past either end (torch files the module under ``str(index)``,
-leaving a gap in the numbering that ``len`` and indexing then disagree with).
+``ModuleList.insert`` at a negative index or past the end (torch files the module under
+``str(index)``, leaving a gap in the numbering, or fails on the key ``"-1"`` after shifting
+the modules). A ``load_state_dict`` that raises loads nothing in retrograd (its documented
+all-or-nothing rule) while torch has copied the good entries: after one, values are no
+longer compared, only names, identities and flags.
 """
 
 from __future__ import annotations
@@ -226,6 +229,9 @@ STEP_KINDS = (
     "get",
     "load",
     "named",
+    "add_module",
+    "state_dict",
+    "set_buffer",
 )
 
 
@@ -281,7 +287,10 @@ def draw_steps(rng, pool_size):
             payload = (op, k, stop, leaves)
         elif kind == "dict_op":
             op = str(
-                rng.choice(["update", "pop", "del", "setitem", "keys", "items", "in", "index"])
+                rng.choice(
+                    ["update", "update_dict", "clear", "pop", "del", "setitem", "keys", "items"]
+                    + ["in", "index"]
+                )
             )
             key = str(rng.choice(["x", "y", "z", "u", "v", "a.b"]))
             pairs = [
@@ -311,7 +320,16 @@ def draw_steps(rng, pool_size):
                 int(rng.integers(4)),  # how many keys to drop
                 [str(rng.choice(["extra", "a.extra", "x.y.z"]))] * int(rng.integers(0, 2)),
                 int(rng.integers(1000)),
+                int(rng.integers(3)),  # values as saved, doubled, or one of a wrong shape
             )
+        elif kind == "add_module":
+            leaf = None if rng.random() < 0.15 else draw_leaf(rng)
+            payload = (_name(rng), leaf, bool(rng.integers(2)))
+        elif kind == "state_dict":
+            payload = (str(rng.choice(["", "pre.", "a"])), bool(rng.integers(2)))
+        elif kind == "set_buffer":
+            value = None if rng.random() < 0.2 else _array(rng)
+            payload = (str(rng.choice(NAMES + ("running_mean",))), value)
         elif kind == "named":
             payload = (
                 str(rng.choice(["", "pre", "m.x"])),
@@ -454,8 +472,10 @@ def do_step(lib, root, pool, step, labels):
         if op == "extend":
             return box.extend(made) is box
         if op == "insert":
-            if kind == "list_op" and not -len(box) <= k <= len(box):
-                return "skip"  # torch's ModuleList stores it under str(k), leaving a gap
+            if kind == "list_op" and not 0 <= k <= len(box):
+                # torch's ModuleList files it under str(k), leaving a gap, and a negative k
+                # fails on the key "-1" after shifting the modules
+                return "skip"
             return box.insert(k, made[0] if made else nn.Tanh())
         if op == "pop":
             return box.pop(k)
@@ -492,6 +512,12 @@ def do_step(lib, root, pool, step, labels):
         if op == "update":
             box.update([(k, _leaf(lib, leaf, [])) for k, leaf in pairs])
             return list(box.keys())
+        if op == "update_dict":
+            box.update({k: _leaf(lib, leaf, []) for k, leaf in pairs})
+            return list(box.keys())
+        if op == "clear":
+            box.clear()
+            return [len(box), list(box.named_children())]
         if op == "pop":
             return box.pop(key)
         if op == "del":
@@ -552,15 +578,33 @@ def do_step(lib, root, pool, step, labels):
         method, path = payload
         return getattr(module, method)(path)
     if kind == "load":
-        strict, drop, extra, seed = payload
-        state = dict(root.state_dict())
+        strict, drop, extra, seed, change = payload
+        state = {k: lib.tensor(np.array(v)) for k, v in root.state_dict().items()}
         keys = list(state)
         order = np.random.default_rng(seed).permutation(len(keys))
         for j in order[:drop]:
             del state[keys[j]]
         for key in extra:
             state[key] = lib.zeros(1)
+        floats = [k for k, v in state.items() if v.dtype == lib.float32]
+        if change == 1:
+            state = {k: v * 2 if k in floats else v for k, v in state.items()}
+        elif change == 2 and floats:
+            state[floats[seed % len(floats)]] = lib.zeros(4, 5)
         return root.load_state_dict(state, strict=strict)
+    if kind == "add_module":
+        name, leaf, as_register = payload
+        made = None if leaf is None else _leaf(lib, leaf, [])
+        method = module.register_module if as_register else module.add_module
+        method(name, made)
+        return [list(module.named_children()), list(module._modules)]
+    if kind == "state_dict":
+        prefix, keep_vars = payload
+        return list(module.state_dict(prefix=prefix, keep_vars=keep_vars).items())
+    if kind == "set_buffer":
+        name, value = payload
+        setattr(module, name, None if value is None else lib.tensor(value.copy()))
+        return [getattr(module, name), list(module.named_buffers())]
     if kind == "named":
         prefix, recurse, remove_duplicate = payload
         return [
@@ -623,6 +667,14 @@ def run(lib, draw):
     return results, observe(lib, root, labels)
 
 
+def _failed_load(results, steps) -> int | None:
+    """The index of the first load that raised, if any."""
+    for k, ((kind, _), step) in enumerate(zip(results, steps)):
+        if kind == "raise" and step[0] == "load":
+            return k
+    return None
+
+
 def _same_refusal(error, torch_error) -> bool:
     """retrograd's error of the hierarchy, caught by the ``except`` torch's would be (a missing
     attribute stays Python's ``AttributeError``, which ``hasattr`` and ``getattr(m, name,
@@ -642,6 +694,7 @@ def check(draw) -> str:
     want_steps, want_final = run(torch, draw)
     got_steps, got_final = run(rg, draw)
     verdict = "ok"
+    failed_load = _failed_load(want_steps, draw[1])
     for k, ((want_kind, want), (got_kind, got), step) in enumerate(
         zip(want_steps, got_steps, draw[1])
     ):
@@ -662,11 +715,13 @@ def check(draw) -> str:
             continue
         if got_kind == "raise":
             raise Mismatch(f"{where}: rg raises {type(got).__name__}: {got}") from got
-        _same(got, want, where)
+        _same(got, want, where, values=failed_load is None or k < failed_load)
     for key in want_final:
         if key not in got_final:
             raise Mismatch(f"final {key}: missing in rg")
-        _same(got_final[key], want_final[key], f"final {key}")
+        if failed_load is not None and key in ("forward", "grads"):
+            continue
+        _same(got_final[key], want_final[key], f"final {key}", values=failed_load is None)
     return verdict
 
 
@@ -675,10 +730,12 @@ def _short(payload):
     return text[:120]
 
 
-def _same(got, want, where):
-    if isinstance(want, np.ndarray):
-        if not isinstance(got, np.ndarray) or got.shape != want.shape:
+def _same(got, want, where, values=True):
+    if isinstance(want, np.ndarray | np.floating):
+        if not isinstance(got, np.ndarray | np.floating) or np.shape(got) != np.shape(want):
             raise Mismatch(f"{where}: {got!r} != {want!r}")
+        if not values:
+            return
         if not np.allclose(got, want, rtol=1e-3, atol=2e-2, equal_nan=True):
             raise Mismatch(f"{where}: values {got} != {want}")
         return
@@ -686,7 +743,7 @@ def _same(got, want, where):
         if not isinstance(got, tuple | list) or len(got) != len(want):
             raise Mismatch(f"{where}: {_short(got)} != {_short(want)}")
         for g, w in zip(got, want):
-            _same(g, w, where)
+            _same(g, w, where, values)
         return
     if got != want or type(got) is not type(want):
         raise Mismatch(f"{where}: {got!r} != {want!r}")

@@ -67,3 +67,16 @@ def test_parameter_dict_missing_key_and_pop():
     with pytest.raises(AttributeError):
         pd.pop("p")
     assert list(pd.keys()) == ["q"]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_load_state_dict_of_a_wrong_shape_raises_runtime_error(strict):
+    # torch: RuntimeError "size mismatch for weight" (strict or not); retrograd's ShapeError
+    # (a ValueError) escaped the ``except RuntimeError`` fallbacks written for torch
+    m = nn.Linear(2, 3)
+    state = {"weight": rg.zeros(4, 5), "bias": rg.zeros(3)}
+    before = m.weight.detach().numpy().copy()
+    with pytest.raises(RuntimeError) as caught:
+        m.load_state_dict(state, strict=strict)
+    assert isinstance(caught.value, rg.ShapeError)
+    assert (m.weight.detach().numpy() == before).all()

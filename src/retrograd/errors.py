@@ -24,6 +24,7 @@ __all__ = [
     "OutOfMemoryError",
     "RetrogradError",
     "ShapeError",
+    "SizeMismatchError",
     "UninitializedError",
     "guard",
     "guard_namespace",
@@ -38,6 +39,12 @@ class RetrogradError(Exception):
 
 class ShapeError(RetrogradError, ValueError):
     """Shapes or dimensions that do not fit the operation."""
+
+
+class SizeMismatchError(ShapeError, RuntimeError):
+    """A state dict value whose shape is not the module's (``load_state_dict``): a
+    :class:`ShapeError` of the hierarchy and the ``RuntimeError`` torch raises there, which
+    ``try: load_state_dict(...) except RuntimeError:`` fallbacks catch."""
 
 
 class InvalidArgumentError(RetrogradError, ValueError):

@@ -43,6 +43,7 @@ from ...errors import (
     KeyMismatchError,
     MissingMemberError,
     ShapeError,
+    SizeMismatchError,
     check_callable,
     check_flag,
 )
@@ -855,7 +856,7 @@ class Module:
                 # 0-d tensors, and such checkpoints still load there) loads into a 0-d one
                 array = array.reshape(())
             if tuple(array.shape) != current.size():  # (a lazy placeholder's: [0])
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"load_state_dict: {name!r} has shape {list(current.size())}, "
                     f"the state has {list(array.shape)}"
                 )
