@@ -30,7 +30,9 @@ Parameter, an extension its ``__setattr__`` documents), counted as ``extension``
 ``str(index)``, leaving a gap in the numbering, or fails on the key ``"-1"`` after shifting
 the modules). A ``load_state_dict`` that raises loads nothing in retrograd (its documented
 all-or-nothing rule) while torch has copied the good entries: after one, values are no
-longer compared, only names, identities and flags.
+longer compared, only names, identities and flags. A parameter, buffer or plain attribute
+under a number on a ``Sequential`` or ``ModuleList`` (torch's ``append``/``extend`` then
+refuse that number, after adding the modules before it; retrograd's overwrite).
 """
 
 from __future__ import annotations
@@ -408,6 +410,13 @@ def do_step(lib, root, pool, step, labels):
     nn = lib.nn
     module = pool[target][1]
     partner = pool[other][1]
+    name = payload[0] if isinstance(payload, tuple) else payload
+    plain_kinds = ("set_param", "set_none", "register_buffer", "register_parameter", "set_buffer")
+    numbered = isinstance(module, nn.Sequential | nn.ModuleList)
+    if kind in plain_kinds + ("tie_param",) and numbered and str(name).isdigit():
+        # left out: a non-module under a number blocks torch's append/extend ("attribute '2'
+        # already exists", after adding the modules before it), not retrograd's
+        return "skip"
     if kind == "set_param":
         name, value, as_parameter = payload
         tensor = lib.tensor(value.copy())

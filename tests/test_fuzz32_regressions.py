@@ -80,3 +80,17 @@ def test_load_state_dict_of_a_wrong_shape_raises_runtime_error(strict):
         m.load_state_dict(state, strict=strict)
     assert isinstance(caught.value, rg.ShapeError)
     assert (m.weight.detach().numpy() == before).all()
+
+
+@pytest.mark.parametrize("container", ["Sequential", "ModuleList"])
+def test_append_refuses_a_number_already_taken_by_a_buffer(container):
+    # torch: KeyError "attribute '1' already exists"; retrograd registered a module '1' beside
+    # the buffer '1', one name in two registries
+    box = nn.Sequential(nn.ReLU()) if container == "Sequential" else nn.ModuleList([nn.ReLU()])
+    box.register_buffer("1", rg.zeros(1))
+    with pytest.raises(KeyError) as caught:
+        box.append(nn.Tanh())
+    assert isinstance(caught.value, rg.RetrogradError)
+    with pytest.raises(KeyError):
+        box.extend([nn.Tanh()])
+    assert list(box._modules) == ["0"] and list(box._buffers) == ["1"]

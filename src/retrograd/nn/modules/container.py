@@ -99,7 +99,11 @@ class _Indexed(Module):
             self._modules[str(position)] = module
 
     def append(self, module: Module) -> Any:
-        self._modules[str(len(self._modules))] = _checked(type(self).__name__, "new", module)
+        name = str(len(self._modules))
+        # torch's add_module rule: a parameter, buffer or attribute already under the number
+        # is refused, not shadowed by a module of the same name
+        self._check_name(f"{type(self).__name__}.append", name, "_modules")
+        self._modules[name] = _checked(type(self).__name__, "new", module)
         return self
 
     def extend(self, modules: Iterable[Module]) -> Any:
@@ -111,6 +115,8 @@ class _Indexed(Module):
         # all checked before any is added: a bad item leaves the list as it was
         start = len(self._modules)
         checked = [_checked(owner, start + i, m) for i, m in enumerate(modules)]
+        for i in range(len(checked)):
+            self._check_name(f"{owner}.extend", str(start + i), "_modules")
         for module in checked:
             self.append(module)
         return self
