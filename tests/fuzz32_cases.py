@@ -12,7 +12,9 @@ or not), ``register_parameter(None)``, tied submodules and parameters, ``train``
 ``requires_grad_(False)`` on subtrees, ``apply``, the containers' ``append``, ``extend``,
 ``insert``, ``pop``, ``del``, slicing, ``+``, ``+=``, negative indexing, ``update``, ``keys``,
 ``items``, ``in``, ``get_submodule``/``get_parameter``/``get_buffer`` on good and bad paths,
-``state_dict`` and ``load_state_dict(strict=True/False)`` of edited dicts.
+``state_dict(prefix=, keep_vars=)``, ``add_module``/``register_module``, ``copy.deepcopy``
+(ties kept in the copy) and ``load_state_dict(strict=True/False)`` of edited dicts (keys
+dropped or added, values doubled or of a wrong shape).
 
 ``run`` replays a draw in one library and records what each step returned or whether it
 raised, then every traversal (``named_modules``/``named_parameters``/``named_buffers``/
@@ -36,6 +38,8 @@ refuse that number, after adding the modules before it; retrograd's overwrite).
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 
@@ -234,6 +238,7 @@ STEP_KINDS = (
     "add_module",
     "state_dict",
     "set_buffer",
+    "deepcopy",
 )
 
 
@@ -610,6 +615,14 @@ def do_step(lib, root, pool, step, labels):
     if kind == "state_dict":
         prefix, keep_vars = payload
         return list(module.state_dict(prefix=prefix, keep_vars=keep_vars).items())
+    if kind == "deepcopy":
+        # ties survive a copy: the copy's duplicate names point at its own shared objects
+        twin = copy.deepcopy(module)
+        return [
+            list(twin.named_modules(remove_duplicate=False)),
+            list(twin.named_parameters(remove_duplicate=False)),
+            list(twin.state_dict().items()),
+        ]
     if kind == "set_buffer":
         name, value = payload
         setattr(module, name, None if value is None else lib.tensor(value.copy()))
