@@ -34,7 +34,9 @@ the modules). A ``load_state_dict`` that raises loads nothing in retrograd (its 
 all-or-nothing rule) while torch has copied the good entries: after one, values are no
 longer compared, only names, identities and flags. A parameter, buffer or plain attribute
 under a number on a ``Sequential`` or ``ModuleList`` (torch's ``append``/``extend`` then
-refuse that number, after adding the modules before it; retrograd's overwrite).
+refuse that number, after adding the modules before it; retrograd's overwrite). A Parameter
+assigned under a bad name (``""``, ``"x.y"``) that a sub-module holds (torch drops the
+sub-module, then refuses the name; retrograd refuses first).
 """
 
 from __future__ import annotations
@@ -418,6 +420,10 @@ def do_step(lib, root, pool, step, labels):
     name = payload[0] if isinstance(payload, tuple) else payload
     plain_kinds = ("set_param", "set_none", "register_buffer", "register_parameter", "set_buffer")
     numbered = isinstance(module, nn.Sequential | nn.ModuleList)
+    bad_name = name in BAD_NAMES
+    if kind in ("set_param", "tie_param") and bad_name and name in module.__dict__["_modules"]:
+        # left out: torch drops the sub-module of that name before refusing the name
+        return "skip"
     if kind in plain_kinds + ("tie_param",) and numbered and str(name).isdigit():
         # left out: a non-module under a number blocks torch's append/extend ("attribute '2'
         # already exists", after adding the modules before it), not retrograd's

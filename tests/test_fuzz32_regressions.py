@@ -94,3 +94,13 @@ def test_append_refuses_a_number_already_taken_by_a_buffer(container):
     with pytest.raises(KeyError):
         box.extend([nn.Tanh()])
     assert list(box._modules) == ["0"] and list(box._buffers) == ["1"]
+
+
+def test_get_parameter_of_a_name_registered_as_none():
+    # torch: AttributeError "`bias` is not an nn.Parameter"; retrograd returned None
+    m = nn.Linear(2, 2, bias=False)
+    with pytest.raises(AttributeError) as caught:
+        m.get_parameter("bias")
+    assert isinstance(caught.value, rg.RetrogradError)
+    m.register_buffer("stat", None)
+    assert m.get_buffer("stat") is None  # torch's get_buffer returns a None buffer

@@ -382,7 +382,10 @@ class Module:
     def get_parameter(self, name: str) -> Parameter:
         """The parameter with dotted ``name``."""
         module, leaf = self._owner(name)
-        return module._parameters[leaf]
+        parameter = module._parameters[leaf]
+        if parameter is None:  # torch's: a name registered as None is no nn.Parameter
+            raise MissingMemberError(f"get_parameter: {name!r} is None, not a Parameter")
+        return parameter
 
     def get_buffer(self, name: str) -> Tensor:
         """The buffer with dotted ``name``."""
