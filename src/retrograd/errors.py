@@ -19,10 +19,12 @@ __all__ = [
     "DistributedError",
     "IndexOutOfRangeError",
     "KeyMismatchError",
+    "MissingMemberError",
     "NonFiniteError",
     "OutOfMemoryError",
     "RetrogradError",
     "ShapeError",
+    "SizeMismatchError",
     "UninitializedError",
     "guard",
     "guard_namespace",
@@ -39,6 +41,12 @@ class ShapeError(RetrogradError, ValueError):
     """Shapes or dimensions that do not fit the operation."""
 
 
+class SizeMismatchError(ShapeError, RuntimeError):
+    """A state dict value whose shape is not the module's (``load_state_dict``): a
+    :class:`ShapeError` of the hierarchy and the ``RuntimeError`` torch raises there, which
+    ``try: load_state_dict(...) except RuntimeError:`` fallbacks catch."""
+
+
 class InvalidArgumentError(RetrogradError, ValueError):
     """An argument value the operation does not accept (an unknown mode, a negative size)."""
 
@@ -50,6 +58,12 @@ class KeyMismatchError(InvalidArgumentError, KeyError, RuntimeError):
 
     def __str__(self) -> str:  # KeyError's own quotes the message
         return str(self.args[0]) if self.args else ""
+
+
+class MissingMemberError(KeyMismatchError, AttributeError):
+    """A dotted name a module does not have (``get_parameter``, ``get_buffer``) or a key a
+    ``ParameterDict`` does not hold: the :class:`KeyMismatchError` retrograd raised before and
+    the ``AttributeError`` torch raises there (its lookups are attribute lookups)."""
 
 
 class DTypeError(RetrogradError, TypeError):

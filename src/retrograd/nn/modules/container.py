@@ -13,6 +13,7 @@ from ...errors import (
     IndexOutOfRangeError,
     InvalidArgumentError,
     KeyMismatchError,
+    MissingMemberError,
     check_iterable,
 )
 from ...tensor import Tensor
@@ -98,7 +99,11 @@ class _Indexed(Module):
             self._modules[str(position)] = module
 
     def append(self, module: Module) -> Any:
-        self._modules[str(len(self._modules))] = _checked(type(self).__name__, "new", module)
+        name = str(len(self._modules))
+        # torch's add_module rule: a parameter, buffer or attribute already under the number
+        # is refused, not shadowed by a module of the same name
+        self._check_name(f"{type(self).__name__}.append", name, "_modules")
+        self._modules[name] = _checked(type(self).__name__, "new", module)
         return self
 
     def extend(self, modules: Iterable[Module]) -> Any:
@@ -110,6 +115,8 @@ class _Indexed(Module):
         # all checked before any is added: a bad item leaves the list as it was
         start = len(self._modules)
         checked = [_checked(owner, start + i, m) for i, m in enumerate(modules)]
+        for i in range(len(checked)):
+            self._check_name(f"{owner}.extend", str(start + i), "_modules")
         for module in checked:
             self.append(module)
         return self
@@ -385,7 +392,11 @@ class ParameterDict(Module):
         try:
             return self._parameters[key]
         except (KeyError, TypeError):  # a missing name, or an unhashable key
-            raise _missing("ParameterDict", key, self._parameters) from None
+            # torch's lookup is getattr's: its AttributeError, and the KeyError of before
+            keys = list(self._parameters)
+            raise MissingMemberError(
+                f"ParameterDict: no entry named {key!r}; it has {keys}"
+            ) from None
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.register_parameter(key, _as_parameter(value))
@@ -411,6 +422,12 @@ class ParameterDict(Module):
 
     def items(self) -> Iterable[tuple[str, Any]]:
         return self._parameters.items()
+
+    def pop(self, key: str) -> Any:
+        """Remove the parameter ``key`` and return it (torch's ``ParameterDict.pop``)."""
+        value = self[key]
+        del self._parameters[key]
+        return value
 
     def update(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
         pairs = _pairs("ParameterDict", parameters)

@@ -41,7 +41,9 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     KeyMismatchError,
+    MissingMemberError,
     ShapeError,
+    SizeMismatchError,
     check_callable,
     check_flag,
 )
@@ -147,6 +149,7 @@ class Module:
         # A name re-assigned keeps its place in its registry (torch's): ``children()``,
         # ``state_dict()`` and ``Sequential(*list(m.children())[:-1])`` see the old order.
         if isinstance(value, Parameter):
+            _check_parameter_name(name)
             self._forget(name, keep="_parameters")
             params[name] = value
         elif isinstance(value, Buffer):
@@ -187,7 +190,11 @@ class Module:
         raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     def __delattr__(self, name: str) -> None:
-        if not self._forget(name):
+        # a plain attribute (``self.cache = None``) is Python's to delete: ``_forget`` would
+        # drop it from the instance dict and then report it missing
+        if any(name in self.__dict__[kind] for kind in _REGISTRIES):
+            self._forget(name)
+        else:
             object.__delattr__(self, name)
 
     def _forget(self, name: str, keep: str | None = None) -> bool:
@@ -363,19 +370,22 @@ class Module:
         for part in path:
             child = module._modules.get(part)
             if child is None:
-                raise KeyMismatchError(
+                raise MissingMemberError(
                     f"{op}: {type(self).__name__} has no sub-module {part!r} (in {name!r})"
                 )
             module = child
         if leaf not in getattr(module, kind):
             what = "parameter" if kind == "_parameters" else "buffer"
-            raise KeyMismatchError(f"{op}: {type(self).__name__} has no {what} {name!r}")
+            raise MissingMemberError(f"{op}: {type(self).__name__} has no {what} {name!r}")
         return module, leaf
 
     def get_parameter(self, name: str) -> Parameter:
         """The parameter with dotted ``name``."""
         module, leaf = self._owner(name)
-        return module._parameters[leaf]
+        parameter = module._parameters[leaf]
+        if parameter is None:  # torch's: a name registered as None is no nn.Parameter
+            raise MissingMemberError(f"get_parameter: {name!r} is None, not a Parameter")
+        return parameter
 
     def get_buffer(self, name: str) -> Tensor:
         """The buffer with dotted ``name``."""
@@ -849,7 +859,7 @@ class Module:
                 # 0-d tensors, and such checkpoints still load there) loads into a 0-d one
                 array = array.reshape(())
             if tuple(array.shape) != current.size():  # (a lazy placeholder's: [0])
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"load_state_dict: {name!r} has shape {list(current.size())}, "
                     f"the state has {list(array.shape)}"
                 )
@@ -1224,6 +1234,17 @@ def _fan_in_bound(fan_in: int) -> float:
 
 #: a module's registries and what their entries are called
 _REGISTRIES = {"_parameters": "parameter", "_buffers": "buffer", "_modules": "sub-module"}
+
+
+def _check_parameter_name(name: str) -> None:
+    """torch's register_parameter rule, which its ``__setattr__`` of a Parameter applies:
+    ``setattr(m, "", p)`` or ``setattr(m, "a.b", p)`` named a parameter no state dict key can
+    reach."""
+    if not name or "." in name:
+        raise KeyMismatchError(
+            f"cannot assign a Parameter as {name!r}: a parameter name must be a non-empty str "
+            "without '.'"
+        )
 
 
 def _check_name(op: str, name: Any) -> None:
