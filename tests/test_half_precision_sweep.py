@@ -168,21 +168,21 @@ def test_optimizer_steps_half_precision_as_torch(name, dtype, tmp_path):
 # ---- mixed dtypes: what torch refuses, retrograd refuses --------------------------------------
 
 MIXED = {
-    "Linear": lambda m, F, h, f: m.nn.Linear(4, 2, dtype=h.dtype)(f),
-    "linear": lambda m, F, h, f: F.linear(f, h[0, 0, :2]),
-    "Conv2d": lambda m, F, h, f: m.nn.Conv2d(3, 2, 2, dtype=h.dtype)(f),
-    "conv1d": lambda m, F, h, f: F.conv1d(f[:, :, 0], h[:2, :, 0, :2]),
-    "conv_transpose2d": lambda m, F, h, f: F.conv_transpose2d(f, h[0, :, None, :2, :2]),
-    "Bilinear": lambda m, F, h, f: m.nn.Bilinear(4, 4, 2, dtype=h.dtype)(f[0, 0], f[0, 0]),
-    "MultiheadAttention": lambda m, F, h, f: m.nn.MultiheadAttention(4, 2, dtype=h.dtype)(
+    "Linear": lambda m, nnf, h, f: m.nn.Linear(4, 2, dtype=h.dtype)(f),
+    "linear": lambda m, nnf, h, f: nnf.linear(f, h[0, 0, :2]),
+    "Conv2d": lambda m, nnf, h, f: m.nn.Conv2d(3, 2, 2, dtype=h.dtype)(f),
+    "conv1d": lambda m, nnf, h, f: nnf.conv1d(f[:, :, 0], h[:2, :, 0, :2]),
+    "conv_transpose2d": lambda m, nnf, h, f: nnf.conv_transpose2d(f, h[0, :, None, :2, :2]),
+    "Bilinear": lambda m, nnf, h, f: m.nn.Bilinear(4, 4, 2, dtype=h.dtype)(f[0, 0], f[0, 0]),
+    "MultiheadAttention": lambda m, nnf, h, f: m.nn.MultiheadAttention(4, 2, dtype=h.dtype)(
         f[0], f[0], f[0]
     ),
-    "PReLU": lambda m, F, h, f: m.nn.PReLU(dtype=h.dtype)(f),
-    "prelu": lambda m, F, h, f: F.prelu(h, f[0, :, 0, 0]),
-    "cross_entropy_weight": lambda m, F, h, f: F.cross_entropy(
+    "PReLU": lambda m, nnf, h, f: m.nn.PReLU(dtype=h.dtype)(f),
+    "prelu": lambda m, nnf, h, f: nnf.prelu(h, f[0, :, 0, 0]),
+    "cross_entropy_weight": lambda m, nnf, h, f: nnf.cross_entropy(
         h[:, :, 0, 0], m.tensor([0, 2]), weight=f[0, :, 0, 0].abs()
     ),
-    "binary_cross_entropy": lambda m, F, h, f: F.binary_cross_entropy(h.sigmoid(), f.sigmoid()),
+    "binary_cross_entropy": lambda m, nnf, h, f: nnf.binary_cross_entropy(h.sigmoid(), f.sigmoid()),
 }
 
 
