@@ -206,3 +206,46 @@ def test_mixed_dtypes_refused_as_torch(name, dtype):
     out = call(rg, rg.nn.functional, half, single.to(dtype))
     out = first_output(out)
     assert out.dtype == dtype
+
+
+# ---- batch_norm: float32 running statistics of a half-precision input -------------------------
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", list(HALF_TOLERANCE))
+def test_batch_norm_float32_running_stats_stay_float32_precise(dtype):
+    # torch updates float32 buffers in float32: with momentum 0 they keep their values to the
+    # bit (rounded to the input's dtype first, 1.001 became 1.0 in bfloat16)
+    values = data(4, 3, 2, 2)
+    start_mean = np.array([1.001, -0.3337, 2.0003], np.float32)
+    start_var = np.array([1.0007, 0.50003, 3.1416], np.float32)
+    expected_mean, expected_var = torch.tensor(start_mean), torch.tensor(start_var)
+    torch.nn.functional.batch_norm(
+        torch.tensor(values, dtype=getattr(torch, dtype)),
+        expected_mean,
+        expected_var,
+        training=True,
+        momentum=0.0,
+    )
+    running_mean, running_var = rg.tensor(start_mean), rg.tensor(start_var)
+    out = rg.nn.functional.batch_norm(
+        rg.tensor(values, dtype=dtype), running_mean, running_var, training=True, momentum=0.0
+    )
+    assert out.dtype == dtype
+    assert running_mean.dtype == running_var.dtype == "float32"
+    np.testing.assert_array_equal(running_mean.numpy(), expected_mean.numpy())
+    np.testing.assert_array_equal(running_var.numpy(), expected_var.numpy())
+    # and with torch's momentum, within what the half-precision batch statistics allow
+    expected_mean, expected_var = torch.tensor(start_mean), torch.tensor(start_var)
+    torch.nn.functional.batch_norm(
+        torch.tensor(values, dtype=getattr(torch, dtype)),
+        expected_mean,
+        expected_var,
+        training=True,
+    )
+    running_mean, running_var = rg.tensor(start_mean), rg.tensor(start_var)
+    rg.nn.functional.batch_norm(
+        rg.tensor(values, dtype=dtype), running_mean, running_var, training=True
+    )
+    np.testing.assert_allclose(running_mean.numpy(), expected_mean.numpy(), atol=2e-3)
+    np.testing.assert_allclose(running_var.numpy(), expected_var.numpy(), rtol=2e-3)
