@@ -62,14 +62,26 @@ def _as_tensor(fn: str, reference: Tensor, value: Any, name: str) -> Tensor:
         raise DTypeError(f"{fn}: {name} must be a tensor, got {type(value).__name__}") from None
 
 
+#: the dtypes whose tensors a matrix product or convolution never promotes: torch refuses a
+#: half-precision weight with a float32 input (the mixed-precision slip autocast exists for)
+_HALF_DTYPES = frozenset({"bfloat16", "float16"})
+
+
 def _float_pair(
-    fn: str, x: Any, other: Any, name: str, integers: bool = False
+    fn: str, x: Any, other: Any, name: str, integers: bool = False, one_dtype: bool = False
 ) -> tuple[Tensor, Tensor]:
     """``x`` and ``other`` on one backend and one float dtype (or, with ``integers``, one
-    integer dtype too: torch's CPU convolutions compute those)."""
+    integer dtype too: torch's CPU convolutions compute those). With ``one_dtype`` (matrix
+    products and convolutions) a half-precision operand with one of another dtype is refused,
+    as torch refuses it, rather than promoted."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
     other = _as_tensor(fn, x, other, name)
+    if one_dtype and x.dtype != other.dtype and {x.dtype, other.dtype} & _HALF_DTYPES:
+        raise DTypeError(
+            f"{fn}: input and {name} must have one dtype, got input {x.dtype} "
+            f"{shape_text(x.shape)} and {name} {other.dtype} {shape_text(other.shape)}"
+        )
     x, other = promote(x, other, fn)
     if x.dtype not in FLOAT_DTYPES and not (integers and x.dtype in INT_DTYPES):
         kinds = "float or integer" if integers else "float"

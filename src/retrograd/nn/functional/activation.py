@@ -17,6 +17,7 @@ from ...tensor import Tensor, random
 from ...tensor.internal import normalize_dim, untracked
 from ._common import (
     _float_input,
+    _float_pair,
 )
 
 
@@ -189,7 +190,7 @@ def selu(x: Tensor, inplace: bool = False) -> Tensor:
 def prelu(x: Tensor, weight: Tensor) -> Tensor:
     """``x`` where positive, ``weight * x`` elsewhere; ``weight`` has one value, or one per
     channel (dimension 1)."""
-    x = _float_input("prelu", x)
+    x, weight = _float_pair("prelu", _float_input("prelu", x), weight, "weight", one_dtype=True)
     if weight.numel() != 1 and (x.ndim < 2 or weight.numel() != x.shape[1]):
         raise InvalidArgumentError(
             f"prelu: weight has {weight.numel()} values; expected 1 or one per channel "

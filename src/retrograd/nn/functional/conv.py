@@ -31,7 +31,7 @@ def _check_kernel(fn: str, kernel: tuple[int, ...], shapes: str) -> None:
 
 def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
     # integers too: torch's CPU convolutions compute them in their dtype (wrapping)
-    x, weight = _float_pair(fn, x, weight, "weight", integers=True)
+    x, weight = _float_pair(fn, x, weight, "weight", integers=True, one_dtype=True)
     x, squeeze = _batched(fn, x, spatial)
     if weight.ndim != spatial + 2:
         raise ShapeError(
@@ -143,7 +143,7 @@ def conv3d(
 def _conv_transpose(
     fn, spatial, x, weight, bias, stride, padding, output_padding, groups, dilation
 ):
-    x, weight = _float_pair(fn, x, weight, "weight")
+    x, weight = _float_pair(fn, x, weight, "weight", one_dtype=True)
     x, squeeze = _batched(fn, x, spatial)
     if weight.ndim != spatial + 2:
         raise ShapeError(

@@ -33,7 +33,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     (2, 4)
     """
     fn = "linear"
-    x, weight = _float_pair(fn, x, weight, "weight")
+    x, weight = _float_pair(fn, x, weight, "weight", one_dtype=True)
     if weight.ndim == 1 and x.ndim and x.shape[-1] == weight.shape[0]:
         # as torch: a weight vector gives one output per row, unsqueezed; a bias then only
         # with a vector input, and 0-d
@@ -103,8 +103,8 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
     (2, 5)
     """
     fn = "bilinear"
-    x1, x2 = _float_pair(fn, input1, input2, "input2")
-    weight = _float_pair(fn, x1, weight, "weight")[1]
+    x1, x2 = _float_pair(fn, input1, input2, "input2", one_dtype=True)
+    weight = _float_pair(fn, x1, weight, "weight", one_dtype=True)[1]
     shapes = (
         f"input1 {shape_text(x1.shape)}, input2 {shape_text(x2.shape)}, weight "
         f"{shape_text(weight.shape)}"

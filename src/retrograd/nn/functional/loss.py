@@ -25,6 +25,7 @@ from ...tensor.internal import (
     untracked,
 )
 from ._common import (
+    _HALF_DTYPES,
     _as_tensor,
     _clamped_min,
     _float_input,
@@ -69,6 +70,13 @@ def _class_weights(fn: str, logits: Tensor, weight: Any, classes: int, class_dim
         )
     shape = [1] * logits.ndim
     shape[class_dim] = classes
+    if weight.dtype != logits.dtype and {weight.dtype, logits.dtype} & _HALF_DTYPES:
+        # torch's kernels take the weight in the input's dtype only: a float32 weight with
+        # half-precision logits is refused there
+        raise DTypeError(
+            f"{fn}: weight must have the input's dtype, got weight {weight.dtype} and input "
+            f"{logits.dtype} {shape_text(logits.shape)}"
+        )
     return weight.cast(logits.dtype).reshape(tuple(shape))
 
 
@@ -327,7 +335,7 @@ def binary_cross_entropy(
     """``-(y log x + (1 - y) log(1 - x))`` for probabilities ``x``, each log clamped at -100
     as torch's (so ``x`` of 0 or 1 gives a finite loss); ``weight`` broadcasts over it."""
     fn = "binary_cross_entropy"
-    x, y = _float_pair(fn, input, target, "target")
+    x, y = _float_pair(fn, input, target, "target", one_dtype=True)
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, size_average, reduce)
     # The values from the clamped logs (of x's values), as torch computes them. The

@@ -479,8 +479,13 @@ def batch_norm(
     out, stats = apply(_BATCH_NORM, (x, *affine), (float(eps),))
     if running_mean is not None:
         # The running statistics follow the batch's, outside any graph (state, not part of
-        # the function), in one backend call from the op's statistics.
-        mean, variance = running
+        # the function), in one backend call from the op's statistics. Float32 buffers of a
+        # half-precision input are updated in float32, as torch's kernel does (rounded to the
+        # input's dtype first, they kept 8 or 11 bits across steps).
+        mean, variance = (
+            _as_tensor(fn, x, value, name)
+            for value, name in ((running_mean, "running_mean"), (running_var, "running_var"))
+        )
         with reported(fn, x.backend, (x,)):
             updated = x.backend.batch_norm_update(
                 mean.detach().primitive,
