@@ -429,3 +429,115 @@ def test_lamb_trains_as_torch(weight_decay, adam):
     assert len(theirs) == 3 * 3 * 3
     assert theirs[-3] < theirs[0]  # the loss fell
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+LOOKAHEAD_SOURCE = """
+from collections import defaultdict
+
+import torch
+from torch.optim.optimizer import Optimizer
+
+
+class Lookahead(Optimizer):
+    def __init__(self, optimizer, k=5, alpha=0.5):
+        self.optimizer = optimizer
+        self.k = k
+        self.alpha = alpha
+        self.param_groups = self.optimizer.param_groups
+        self.state = defaultdict(dict)
+        self.fast_state = self.optimizer.state
+        for group in self.param_groups:
+            group["counter"] = 0
+
+    def update(self, group):
+        for fast in group["params"]:
+            param_state = self.state[fast]
+            if "slow_param" not in param_state:
+                param_state["slow_param"] = torch.zeros_like(fast.data)
+                param_state["slow_param"].copy_(fast.data)
+            slow = param_state["slow_param"]
+            slow += (fast.data - slow) * self.alpha
+            fast.data.copy_(slow)
+
+    def update_lookahead(self):
+        for group in self.param_groups:
+            self.update(group)
+
+    def step(self, closure=None):
+        loss = self.optimizer.step(closure)
+        for group in self.param_groups:
+            if group["counter"] == 0:
+                self.update(group)
+            group["counter"] += 1
+            if group["counter"] >= self.k:
+                group["counter"] = 0
+        return loss
+
+    def state_dict(self):
+        fast_state_dict = self.optimizer.state_dict()
+        slow_state = {
+            (id(k) if isinstance(k, torch.Tensor) else k): v
+            for k, v in self.state.items()
+        }
+        fast_state = fast_state_dict["state"]
+        param_groups = fast_state_dict["param_groups"]
+        return {
+            "fast_state": fast_state,
+            "slow_state": slow_state,
+            "param_groups": param_groups,
+        }
+
+    def add_param_group(self, param_group):
+        param_group["counter"] = 0
+        self.optimizer.add_param_group(param_group)
+
+
+# -- the loop (written for the test): Adam inside, a head added as a new group mid-run --
+body = nn.Sequential(nn.Linear(5, 8), nn.Tanh())
+head = nn.Linear(8, 3)
+initialize(body)
+initialize(head)
+base_optimizer = torch.optim.Adam(body.parameters(), lr=0.05)
+optimizer = Lookahead(base_optimizer, k=3, alpha=0.5)
+for epoch in range(3):
+    if epoch == 1:
+        optimizer.add_param_group({"params": head.parameters(), "lr": 0.02})
+    for input, output in data:
+        body.zero_grad()  # (torch's Optimizer.zero_grad reads self.defaults, which this one lacks)
+        head.zero_grad()
+        features = body(input)
+        logits = head(features) if epoch >= 1 else features[:, :3]
+        loss = F.cross_entropy(logits, output)
+        loss.backward()
+        optimizer.step()
+        record.append(loss.item())
+        record.append(params_of(body, head))
+        record.append([group["counter"] for group in optimizer.param_groups])
+saved = optimizer.state_dict()
+record.append(sorted(saved))
+record.append([[group["counter"], group["lr"], group["params"]] for group in saved["param_groups"]])
+record.append({f"{i}.{k}": np.array(v) for i, state in saved["fast_state"].items() for k, v in state.items()})  # (retrograd's: NumPy copies, by design)
+record.append(sorted(len(state) for state in saved["slow_state"].values()))
+"""
+
+LOOKAHEAD_STEPS = [
+    ("\nimport torch\n", "\nimport retrograd as torch\n"),
+    ("    def step(self, closure=None):", "    def step(self, grads, closure=None):"),
+    ("self.optimizer.step(closure)", "self.optimizer.step(grads)"),
+    (
+        "        loss.backward()\n        optimizer.step()",
+        "        grads = loss.backward()\n        optimizer.step(grads)",
+    ),
+]
+
+
+def test_lookahead_with_counters_in_the_groups_trains_as_torch():
+    """alphadl/lookahead.pytorch's ``Lookahead`` (``lookahead.py``): an ``Optimizer`` subclass
+    that never calls ``super().__init__``, sharing the inner optimizer's ``param_groups`` (its
+    ``counter`` kept in each group), the slow weights by ``slow += (fast.data - slow) *
+    self.alpha`` and ``fast.data.copy_(slow)``, ``add_param_group`` through the inner
+    optimizer, and ``state_dict`` keyed by ``id(k) if isinstance(k, torch.Tensor)``."""
+    theirs, ours = _records(LOOKAHEAD_SOURCE, LOOKAHEAD_STEPS, 8503)
+    assert len(theirs) == 3 * 3 * 3 + 4
+    assert theirs[-4] == ["fast_state", "param_groups", "slow_state"]
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
