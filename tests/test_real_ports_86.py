@@ -367,3 +367,26 @@ def test_extending_pytorch_trains_as_torch(use_reentrant, scheduler, warmup_meth
     # the stem's input needs no gradient; the blocks' inputs do
     assert theirs[-4] == [(False, True, True), (True, True, False), (True, True, True)]
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_reentrant_checkpoint_of_inputs_needing_no_gradient_is_torchs():
+    """torch's reentrant ``checkpoint`` (``use_reentrant=True``, its default when not given):
+    an output that does not require grad, with a warning, when no input does (the first block
+    of a model checkpointed on the data: its parameters get no gradient, which transformers'
+    ``enable_input_require_grads`` exists to avoid); here the gradient flowed. Keyword
+    arguments are refused (``ValueError``, as torch's)."""
+    for lib in (torch, rg):
+        linear = lib.nn.Linear(2, 2)
+        x = lib.ones(1, 2)
+        with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
+            out = lib.utils.checkpoint.checkpoint(linear, x, use_reentrant=True)
+        assert not out.requires_grad
+        with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
+            assert not lib.utils.checkpoint.checkpoint(linear, x).requires_grad
+        assert lib.utils.checkpoint.checkpoint(linear, x, use_reentrant=False).requires_grad
+        wanting = lib.ones(1, 2, requires_grad=True)
+        assert lib.utils.checkpoint.checkpoint(linear, wanting, use_reentrant=True).requires_grad
+        with pytest.raises(ValueError, match="Unexpected keyword arguments: scale"):
+            lib.utils.checkpoint.checkpoint(
+                lambda a, scale: a * scale, wanting, scale=2.0, use_reentrant=True
+            )
