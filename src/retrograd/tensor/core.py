@@ -617,7 +617,9 @@ class Tensor(
     def data(self) -> Tensor:
         """This tensor's values outside the graph, aliasing it: ``p.data.add_(g, alpha=-lr)``
         updates ``p`` and records nothing (torch's ``.data``). Assigning ``p.data = x`` gives
-        ``p`` the values of ``x`` (its shape and dtype too), the object kept."""
+        ``p`` the values of ``x`` (its shape and dtype too), the object kept; a plain ``x``
+        (no view, outside any graph) then shares them with ``p``, as torch's shares its
+        storage: a later in-place write to either (an optimizer's step) shows in both."""
         backend = self._backend
         prim = backend.wrap(backend.inner_value(self._prim)) if backend.is_autodiff else self._prim
         return link(Tensor(prim, backend, self._device), self, "data")
@@ -641,6 +643,15 @@ class Tensor(
             self.data.copy_(value)
             return
         assign(self, value, "data", check_shape=False, keep_dtype=False, device=value.device)
+        if (
+            value is not self
+            and value._backend is backend
+            and getattr(value, "_view", None) is None
+            and not (value._backend.is_autodiff and value._backend.is_tracked(value._prim))
+        ):
+            # torch's p.data = x makes p and x one storage (davda54/sam restores its weights by
+            # p.data = state[p]["old_p"], and the step after updates both)
+            link(value, self, "data")
 
     @property
     def is_leaf(self) -> bool:

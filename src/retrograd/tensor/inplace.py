@@ -119,7 +119,9 @@ def assign(
             write(op, target, wrap(target, primitive), True)  # through the view to its base
             return target
         if backend.is_require_grad(old) and not untrack:
-            if check_shape:  # (a value of another shape: the old gradient does not fit)
+            # (a value of another shape: the old gradient does not fit; one of the same shape,
+            # given by ``p.data = x`` too, keeps it: torch's ``.grad`` survives the write)
+            if tuple(value.shape) == tuple(target.size()):
                 remember_leaf(target, old)
             primitive = backend.succeed_leaf(old, primitive)
     target._prim = primitive
