@@ -474,7 +474,9 @@ def test_memory_stays_flat_over_30_steps(loop, strategy):
     with rg.use_backend(rg.Autodiff(inner_backend(), STRATEGIES[strategy]())):
         rg.manual_seed(0)
         step = LOOPS[loop]()
-        for _ in range(5):
+        # a budget's planner settles over the first steps (trials, kept plans, the kernels its
+        # plans compile for): measured after them, a leak of one object a step still adds 30
+        for _ in range(40 if strategy == "budget" else 5):
             step()
         gc.collect()
         before = len(gc.get_objects())
