@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -254,12 +255,28 @@ def mse_loss(
     """Mean squared error ``mean((x - target)**2)``, PyTorch's arguments: ``weight`` (the
     input's shape) scales each squared error and ``"mean"`` then divides by its sum. A target
     of another shape is broadcast with the input, with torch's warning."""
-    fn = "mse_loss"
+    errors = Tensor.square
+    return _pointwise("mse_loss", x, target, size_average, reduce, reduction, weight, errors)
+
+
+def _pointwise(
+    fn: str,
+    x: Any,
+    target: Any,
+    size_average: bool | None,
+    reduce: bool | None,
+    reduction: str,
+    weight: Any,
+    error: Callable[[Tensor], Tensor],
+) -> Tensor:
+    """A loss of each element's ``error(x - target)``: the target broadcast with the input
+    (with torch's warning), ``weight`` (the input's shape) scaling each error, and ``"mean"``
+    then dividing by the weights' sum (torch 2.13's weighted ``mse_loss`` and ``l1_loss``)."""
     x, target = _float_pair(fn, x, target, "target")
     reduction = _reduction(fn, reduction, size_average, reduce)
     input_shape = x.shape
     x, target = _broadcast_pair(fn, x, target)
-    errors = (x - target).square()
+    errors = error(x - target)
     if weight is None:
         return _reduce(errors, reduction)
     weight = _sample_weights(fn, x, weight, input_shape)
@@ -413,16 +430,8 @@ def l1_loss(
 ) -> Tensor:
     """Mean absolute error, PyTorch's arguments: ``weight`` (the input's shape) scales each
     absolute error and ``"mean"`` then divides by its sum (torch 2.13's)."""
-    fn = "l1_loss"
-    x, y = _float_pair(fn, input, target, "target")
-    reduction = _reduction(fn, reduction, size_average, reduce)
-    input_shape = x.shape
-    x, y = _broadcast_pair(fn, x, y)
-    errors = (x - y).abs()
-    if weight is None:
-        return _reduce(errors, reduction)
-    weight = _sample_weights(fn, x, weight, input_shape)
-    return _reduce(errors * weight, reduction, weight.sum() if reduction == "mean" else None)
+    errors = Tensor.abs
+    return _pointwise("l1_loss", input, target, size_average, reduce, reduction, weight, errors)
 
 
 def smooth_l1_loss(
