@@ -74,7 +74,7 @@ from .reduce import ReduceMixin
 from .selection import SelectionMixin
 from .shape import ShapeMixin, by_keyword
 from .special import SpecialMixin
-from .views import link, unlink
+from .views import keep_former_key, link, unlink
 
 __all__ = ["Tensor"]
 
@@ -728,7 +728,7 @@ class Tensor(
                 # frozen and thawed again (dreamerv3-torch's ``RequiresGrad`` around the
                 # forward, then around the backward): torch's ``.grad`` is the one tensor's, so
                 # a graph recorded before the freeze still finds this tensor's gradient
-                self._former_keys = (frozen, *(former for former in self._former_keys if former()))
+                keep_former_key(self, frozen)
             return
         if not self.is_require_grad():
             raise AutodiffError(

@@ -17,7 +17,6 @@ those with no method (``einsum``, ``meshgrid``, ``broadcast_tensors``...).
 from __future__ import annotations
 
 import builtins
-import math
 import numbers
 import string
 from collections.abc import Callable, Sequence
@@ -48,6 +47,7 @@ from ._dispatch import (
 from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
 from .shape import cat, refuse_one_tensor
+from .strides import contiguous_strides
 
 #: ``rg.<name>(input, *args, **kwargs)`` is ``input.<method>(*args, **kwargs)``.
 _METHODS = {
@@ -987,7 +987,7 @@ def unravel_index(indices: Any, shape: Any) -> tuple[Any, ...]:
         raise InvalidArgumentError(
             f"unravel_index: 'shape' cannot have negative values, but got {sizes}"
         )
-    strides = [math.prod(sizes[d + 1 :]) for d in range(len(sizes))]
+    strides = contiguous_strides(sizes)
     if strides and strides[0] > np.iinfo(np.int64).max:
         raise InvalidArgumentError(
             f"unravel_index: the strides of 'shape' {sizes} pass the largest int64"

@@ -67,6 +67,7 @@ __all__ = [
     "diagonal_assign",
     "diagonal_of",
     "is_contiguous",
+    "keep_former_key",
     "link",
     "move_views",
     "outside_graph",
@@ -396,7 +397,13 @@ def remember_leaf(t: Any, old: Any) -> None:
     only the few a live graph or gradient set still has."""
     retired = t._backend.retired_leaf(old)
     if retired is not None:
-        t._former_keys = (retired, *(former for former in t._former_keys if former()))
+        keep_former_key(t, retired)
+
+
+def keep_former_key(t: Any, retired: Any) -> None:
+    """Add the retired leaf key ``retired`` to ``t``'s former keys, dropping those no graph
+    and no ``Gradients`` can hold any more."""
+    t._former_keys = (retired, *(former for former in t._former_keys if former()))
 
 
 def _through_data(t: Any, old: Any, value: Any) -> Any:

@@ -152,6 +152,14 @@ def padding_index(op: str, padding_idx: Any, num_embeddings: int) -> int | None:
     return padding_idx + num_embeddings if padding_idx < 0 else padding_idx
 
 
+def pretrained_shape(op: str, embeddings: Tensor) -> tuple[int, int]:
+    """The ``[num, dim]`` of a table given to ``from_pretrained`` (Embedding's, EmbeddingBag's),
+    which must be 2-d."""
+    if embeddings.ndim != 2:
+        raise ShapeError(f"{op}: embeddings must be 2-d, got {shape_text(embeddings.shape)}")
+    return embeddings.shape
+
+
 class Embedding(Module):
     """A lookup table ``weight`` ``[num_embeddings, embedding_dim]``, rows drawn from N(0, 1)
     (the ``padding_idx`` row zero), as PyTorch's.
@@ -226,12 +234,7 @@ class Embedding(Module):
         sparse: bool = False,
     ) -> Embedding:
         """torch's: an embedding holding ``embeddings`` ``[num, dim]`` (frozen by default)."""
-        if embeddings.ndim != 2:
-            raise ShapeError(
-                f"Embedding.from_pretrained: embeddings must be 2-d, got "
-                f"{shape_text(embeddings.shape)}"
-            )
-        rows, dim = embeddings.shape
+        rows, dim = pretrained_shape("Embedding.from_pretrained", embeddings)
         return cls(rows, dim, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
                    embeddings, freeze)  # fmt: skip
 

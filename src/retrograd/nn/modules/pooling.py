@@ -11,7 +11,6 @@ from ...errors import InvalidArgumentError
 from ...tensor import Tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from .module import Module
-from .utils import _ntuple, _single
 
 __all__ = [
     "AdaptiveAvgPool1d",
@@ -215,8 +214,8 @@ class AvgPool1d(_AvgPoolNd):
                  ceil_mode: bool = False, count_include_pad: bool = True):  # fmt: skip
         Module.__init__(self)  # torch's own arguments: no divisor_override
         # one-element tuples, as torch stores them (code reads ``pool.kernel_size[0]``)
-        self.kernel_size, self.padding = _single(kernel_size), _single(padding)
-        self.stride = _single(stride if stride is not None else kernel_size)
+        self.kernel_size, self.padding = _repeated(kernel_size, 1), _repeated(padding, 1)
+        self.stride = _repeated(stride if stride is not None else kernel_size, 1)
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
     def forward(self, x: Tensor) -> Tensor:
@@ -340,9 +339,9 @@ class _MaxUnpoolNd(Module):
     def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0):
         super().__init__()
         # tuples of one size a dimension, as torch stores them
-        sizes = _ntuple(self._dims)
-        self.kernel_size, self.padding = sizes(kernel_size), sizes(padding)
-        self.stride = sizes(stride if stride is not None else kernel_size)
+        dims = self._dims
+        self.kernel_size, self.padding = _repeated(kernel_size, dims), _repeated(padding, dims)
+        self.stride = _repeated(stride if stride is not None else kernel_size, dims)
 
     def forward(self, x: Tensor, indices: Tensor, output_size: Sequence[int] | None = None):
         return type(self)._fn(x, indices, self.kernel_size, self.stride, self.padding, output_size)

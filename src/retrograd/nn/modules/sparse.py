@@ -10,7 +10,7 @@ from ...tensor import Tensor, random, tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
-from .linear import Embedding, embedding_options, padding_index
+from .linear import Embedding, embedding_options, padding_index, pretrained_shape
 from .module import Module
 
 __all__ = ["Embedding", "EmbeddingBag"]
@@ -77,12 +77,7 @@ class EmbeddingBag(Module):
         padding_idx: int | None = None,
     ) -> EmbeddingBag:
         """torch's: a bag of ``embeddings`` ``[num, dim]`` (frozen by default)."""
-        if embeddings.ndim != 2:
-            raise ShapeError(
-                f"EmbeddingBag.from_pretrained: embeddings must be 2-d, got "
-                f"{shape_text(embeddings.shape)}"
-            )
-        rows, dim = embeddings.shape
+        rows, dim = pretrained_shape("EmbeddingBag.from_pretrained", embeddings)
         bag = cls(rows, dim, max_norm, norm_type, scale_grad_by_freq, mode, sparse, embeddings,
                   include_last_offset, padding_idx)  # fmt: skip
         bag.weight.requires_grad = not freeze
