@@ -266,8 +266,10 @@ class ElementwiseMixin:
         torch's deprecated ``add(alpha, other)`` is taken, with its warning)."""
         if args:
             alpha, (other,) = _scale_first("add", "alpha", (other, *args), alpha)
-        other, alpha = host_number(other), host_number(alpha)
+        if type(alpha) is not int:  # (the common ``x + y`` pays no NumPy-scalar check)
+            alpha = host_number(alpha)
         if _given(alpha):
+            other = host_number(other)
             result = _sum_dtype(self, other)
             if result == "bool" and _is_bool(other):
                 # torch: bool + alpha * bool stays bool (a logical or with a true alpha)
