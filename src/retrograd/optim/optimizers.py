@@ -576,15 +576,20 @@ class Optimizer(StepHooks):
         """torch's: ``hook(optimizer)`` runs once :meth:`load_state_dict` has loaded."""
         return register_in(self._hook_table("_load_state_dict_post_hooks"), hook, prepend)
 
+    def _hooks(self, name: str) -> list[Any]:
+        """The hooks of table ``name`` (none registered: no table, and none made by reading)."""
+        table = self.__dict__.get(name)
+        return list(table.values()) if table else []
+
     def state_dict(self) -> dict[str, Any]:
         """torch's layout: ``{"state": {index: {...}}, "param_groups": [{..., "params":
         [indices]}]}``, parameters numbered by position across the groups; tensors in the
         state as NumPy copies (so it saves with ``np.savez``/pickle anywhere); the state-dict
         hooks around it."""
-        for hook in list(self._hook_table("_state_dict_pre_hooks").values()):
+        for hook in self._hooks("_state_dict_pre_hooks"):
             hook(self)
         built = self._built_state_dict()
-        for hook in list(self._hook_table("_state_dict_post_hooks").values()):
+        for hook in self._hooks("_state_dict_post_hooks"):
             result = hook(self, built)
             if result is not None:
                 built = result
@@ -620,7 +625,7 @@ class Optimizer(StepHooks):
         entry raises an error naming it and leaves the optimizer as it was. The load hooks run
         around it (the pre-hooks on a shallow copy of ``state_dict``, as torch's).
         """
-        pre_hooks = list(self._hook_table("_load_state_dict_pre_hooks").values())
+        pre_hooks = self._hooks("_load_state_dict_pre_hooks")
         if pre_hooks and isinstance(state_dict, Mapping):
             state_dict = dict(state_dict)
             for hook in pre_hooks:
@@ -628,7 +633,7 @@ class Optimizer(StepHooks):
                 if result is not None:
                     state_dict = result
         self._load_checked(state_dict)
-        for hook in list(self._hook_table("_load_state_dict_post_hooks").values()):
+        for hook in self._hooks("_load_state_dict_post_hooks"):
             hook(self)
 
     def _load_checked(self, state_dict: Mapping[str, Any]) -> None:
