@@ -173,13 +173,21 @@ def backward(
     # toward some inputs only: the graph's records keep their values (a later backward may
     # walk the part below the inputs); the nodes run are released below as usual
     consume = not retain and stop is None
-    tape = Tape(root_node, stop, claim=consume)
-    try:
-        checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=consume)
-    except BaseException:
-        if consume:
+    if consume:
+        tape = Tape(root_node, claim=True)
+        try:
+            checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=True)
+        except BaseException:
             _unclaim(tape.run)
-        raise
+            raise
+    elif retain:  # the walk and the values it gathers are taken before another thread claims
+        with _CLAIMS:
+            tape = Tape(root_node, stop)
+            checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
+            _READING.append(tape)
+    else:  # toward some inputs, releasing the nodes it runs
+        tape = Tape(root_node, stop)
+        checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
 
     rules_backend = backend if create_graph else inner
     grads = Gradients(rules_backend, device, dict(tape.children))
@@ -239,6 +247,8 @@ def backward(
         raise
     finally:
         running.pop()
+        if retain:
+            _stop_reading(tape)
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
     for hook in hooks:
@@ -339,7 +349,28 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
 #: nodes the other released (a bare ``KeyError``, or gradients missing); now the second is
 #: refused by name, as torch's second backward through a graph is.
 CLAIMED = "claimed"
-_CLAIMS = threading.Lock()
+_CLAIMS = threading.RLock()  # re-entrant: a strategy's begin_backward runs under it
+
+
+#: The tapes of the backwards running now that keep their graph (``retain_graph``,
+#: ``create_graph``). A consuming backward on another thread may claim a graph
+#: such a backward has walked already (its walk found nothing claimed), and then released
+#: nodes the other was still to read: its gradients came back silently ``None`` or partial.
+#: Now a consuming backward leaves a node any of these tapes holds to the last of them
+#: (``_DEFERRED``), and both backwards give full gradients, as when they run one after the
+#: other. Changed under ``_CLAIMS``.
+_READING: list[Tape] = []
+_DEFERRED: dict[int, Node] = {}
+
+
+def _stop_reading(tape: Tape) -> None:
+    """A retaining backward has finished reading its tape: the nodes a consuming backward
+    released meanwhile, and no other reading tape holds, are freed now."""
+    with _CLAIMS:
+        _READING.remove(tape)
+        if _DEFERRED:
+            for node_id in [k for k in _DEFERRED if not any(k in t.nodes for t in _READING)]:
+                _free(_DEFERRED.pop(node_id))
 
 
 def _unclaim(nodes: list[Node]) -> None:
@@ -387,7 +418,18 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 def _release(node: Node) -> None:
     """Drop what a consumed node holds (its parents and what checkpointing kept for it), so
-    the graph above it can be freed, and mark it consumed."""
+    the graph above it can be freed, and mark it consumed; a node a retaining backward is
+    still reading is marked now and freed when that backward ends (see _READING)."""
+    if _READING:
+        with _CLAIMS:
+            if any(node.id in tape.nodes for tape in _READING):
+                node.consumed = True
+                _DEFERRED[node.id] = node
+                return
+    _free(node)
+
+
+def _free(node: Node) -> None:
     node.parents = ()
     node.params = ()
     node.saved = NOTHING_SAVED
