@@ -37,6 +37,9 @@ LAYERS = {
     "autograd": 5,
     "distributions": 5,
     "serialization": 5,
+    # torch.save's files, read without torch: over the tensor API's dtypes, read with by
+    # serialization
+    "torch_files": 4.5,
     "testing": 5,
     # torch.futures; torch's process-wide defaults (default device, autocast state)
     "futures": 5,

@@ -116,16 +116,18 @@ def test_load_state_dict_of_a_damaged_file_object_names_it(tmp_path):
         nn.Linear(3, 2).load_state_dict(truncated)
 
 
-def test_load_state_dict_of_a_torch_file_says_it_is_torchs_format(tmp_path):
+def test_load_state_dict_of_a_torch_file_reads_it_as_torch_does(tmp_path):
     # A torch.save file is a zip too: its entries came out as raw bytes and the line was a
     # KeyMismatchError listing 't/data.pkl', 't/byteorder'... as "unexpected" keys (or, with
-    # matching names, a DTypeError quoting the entry's bytes); rg.load says what the file is.
+    # matching names, a DTypeError quoting the entry's bytes). Since torch's files are read
+    # (retrograd/torch_files.py), the state dict loads with torch's values.
     path = tmp_path / "linear.pt"
-    torch.save(torch.nn.Linear(3, 2).state_dict(), path)
-    with pytest.raises(rg.InvalidArgumentError, match=r"torch's own format.*np\.savez"):
-        nn.Linear(3, 2).load_state_dict(path)
-    with pytest.raises(rg.InvalidArgumentError, match="torch's own format"):
-        rg.load(path)
+    theirs = torch.nn.Linear(3, 2)
+    torch.save(theirs.state_dict(), path)
+    ours = nn.Linear(3, 2)
+    ours.load_state_dict(path)
+    np.testing.assert_array_equal(ours.weight.detach().numpy(), theirs.weight.detach().numpy())
+    np.testing.assert_array_equal(rg.load(path)["bias"].numpy(), theirs.bias.detach().numpy())
 
 
 @pytest.mark.parametrize("damage", DAMAGED_HEADERS)

@@ -471,8 +471,7 @@ def test_get_unsafe_globals_in_checkpoint_is_empty_for_what_save_writes(tmp_path
     buffer = io.BytesIO()
     torch.save({"w": torch.ones(2)}, buffer)
     buffer.seek(0)
-    with pytest.raises(rg.InvalidArgumentError, match="never read here"):
-        rg.serialization.get_unsafe_globals_in_checkpoint(buffer)
+    assert rg.serialization.get_unsafe_globals_in_checkpoint(buffer) == []  # torch's file
 
 
 def test_accelerator_answers_as_torchs_on_this_machine():

@@ -24,6 +24,7 @@ files whose source is trusted.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import json
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from . import torch_files
 from .context import current_backend, thread_device
 from .device import Device
 from .errors import DTypeError, InvalidArgumentError, RetrogradError
@@ -321,23 +323,7 @@ class _Reader:
                 values = self.archive[name]
                 if values.dtype.kind not in "biuf":  # a damaged header: not numbers
                     raise ValueError(f"entry {name} holds {values.dtype} values, not numbers")
-                dtype = node.get("dtype")
-                try:
-                    made = tensor(
-                        values, dtype=dtype, device=None if callable(self.device) else self.device
-                    )
-                except DTypeError as error:  # a half-precision tensor on the NumPy backend
-                    raise DTypeError(
-                        f"load: cannot make the file's {dtype or values.dtype} tensors here: "
-                        f"{error}"
-                    ) from None
-                if callable(self.device):  # a map_location function
-                    out = _relocated(self.device, made)
-                else:
-                    out = made
-                if node.get("requires_grad"):
-                    out.require_grad()
-                self.made[name] = out
+                self.made[name] = self.make(values, node.get("dtype"), node.get("requires_grad"))
             return self.made[name]
         if "ndarray" in node:
             name = node["ndarray"]
@@ -366,6 +352,21 @@ class _Reader:
         if "frozenset" in node:
             return frozenset(self.decode(v) for v in node["frozenset"])
         raise InvalidArgumentError(f"load: unknown entry {sorted(node)} in the file")
+
+    def make(self, values: np.ndarray, dtype: str | None, requires_grad: Any) -> Tensor:
+        """A tensor of the file's ``values``, where ``map_location`` puts it."""
+        try:
+            made = tensor(
+                values, dtype=dtype, device=None if callable(self.device) else self.device
+            )
+        except DTypeError as error:  # a half-precision tensor on the NumPy backend
+            raise DTypeError(
+                f"load: cannot make the file's {dtype or values.dtype} tensors here: {error}"
+            ) from None
+        out = _relocated(self.device, made) if callable(self.device) else made
+        if requires_grad:
+            out.require_grad()
+        return out
 
     def tensor_of_class(self, node: dict[str, Any]) -> Any:
         """The tensor of ``node`` as the class it was saved as (``Parameter(tensor,
@@ -508,15 +509,17 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
         data = b"" if isinstance(f, io.TextIOBase) else f.read()  # text: decoding would fail
         if isinstance(f, io.TextIOBase) or not isinstance(data, bytes):
             raise DTypeError(f"load: {name} was opened in text mode; open it with 'rb'")
-        _check_magic(name, data[:8])
-        return _load_archive(io.BytesIO(data), name, device, weights_only is not False)
+        legacy = _check_magic(name, data[:16])
+        return _load_archive(io.BytesIO(data), name, device, weights_only is not False, legacy)
     with open(f, "rb") as handle:  # a missing file stays FileNotFoundError, as in torch
-        _check_magic(name, handle.read(8))
+        legacy = _check_magic(name, handle.read(16))
         handle.seek(0)
-        return _load_archive(handle, name, device, weights_only is not False)
+        return _load_archive(handle, name, device, weights_only is not False, legacy)
 
 
-def _load_archive(source: Any, name: str, device: Any, weights_only: bool) -> Any:
+def _load_archive(source: Any, name: str, device: Any, weights_only: bool, legacy: bool) -> Any:
+    if legacy or _is_torch_zip(source):
+        return _load_torch_file(source, name, device, weights_only, legacy)
     try:
         archive = np.load(source, allow_pickle=False)
         if not isinstance(archive, np.lib.npyio.NpzFile):  # a single .npy array
@@ -531,6 +534,80 @@ def _load_archive(source: Any, name: str, device: Any, weights_only: bool) -> An
     except ARCHIVE_DAMAGE as error:
         raise InvalidArgumentError(
             f"load: {name} is damaged, truncated or not a file rg.save wrote ({_text(error)})"
+        ) from None
+
+
+def _is_torch_zip(source: Any) -> bool:
+    """Whether ``source`` (seekable, at its start) is a zip of torch's format; a damaged zip
+    is left to the archive reader's errors."""
+    try:
+        with zipfile.ZipFile(source) as archive:
+            return torch_files.is_torch_zip(archive.namelist())
+    except ARCHIVE_DAMAGE:
+        return False
+    finally:
+        source.seek(0)
+
+
+def is_torch_file(path: Any) -> bool:
+    """Whether ``path`` (a path or a seekable binary file, left where it was) is a file
+    ``torch.save`` wrote, which :func:`load` reads."""
+    try:
+        with contextlib.ExitStack() as stack:
+            if hasattr(path, "read"):
+                start = path.tell()
+                stack.callback(path.seek, start)
+                source = path
+            else:
+                source = stack.enter_context(open(path, "rb"))
+            if source.read(len(_LEGACY_START)) == _LEGACY_START:
+                return True
+            source.seek(start if hasattr(path, "read") else 0)
+            with zipfile.ZipFile(source) as archive:  # reads the directory only
+                return torch_files.is_torch_zip(archive.namelist())
+    except ARCHIVE_DAMAGE:
+        return False
+
+
+def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, legacy: bool) -> Any:
+    """What a file ``torch.save`` wrote holds (see :mod:`retrograd.torch_files`)."""
+    reader = _Reader(None, device, weights_only)
+
+    def parameter_of(made: Any, requires_grad: bool) -> Any:
+        return _global(*_PARAMETER)(made, requires_grad)
+
+    find_class = _allowed_global if weights_only else _importable_global
+    try:
+        if legacy:
+            return torch_files.read_legacy(source.read(), reader.make, parameter_of, find_class)
+        return torch_files.read_zip(source, reader.make, parameter_of, find_class)
+    except _FromMapLocation as carried:
+        raise carried.error from None
+    except RetrogradError:
+        raise
+    except pickle.UnpicklingError as error:
+        if "only torch rebuilds" in str(error) or not weights_only:
+            raise InvalidArgumentError(f"load: {name} is a torch file holding {error}") from None
+        raise InvalidArgumentError(
+            f"load: {name} is a torch file whose pickle names a class not allowed ({error}): "
+            "weights_only=True (the "
+            "default, as in torch) rebuilds only tensors, containers and allowed classes; if "
+            "you trust the file's source, load it with weights_only=False, or allow its "
+            "classes with rg.serialization.add_safe_globals([...])"
+        ) from None
+    except ARCHIVE_DAMAGE as error:
+        raise InvalidArgumentError(
+            f"load: {name} is a torch file, damaged or truncated ({_text(error)})"
+        ) from None
+
+
+def _importable_global(module: str, name: str) -> Any:
+    """``weights_only=False``: any class or function the file names, imported."""
+    try:
+        return _global(module, name)
+    except (ImportError, AttributeError) as error:
+        raise pickle.UnpicklingError(
+            f"{module}.{name}, which cannot be imported ({error})"
         ) from None
 
 
@@ -596,21 +673,27 @@ def _text(error: BaseException) -> str:
     return str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
 
 
-def _check_magic(name: str, data: bytes) -> None:
-    """An error naming what ``data`` is, unless it starts as an ``.npz`` (a zip) or ``.npy``."""
+def _check_magic(name: str, data: bytes) -> bool:
+    """An error naming what ``data`` is, unless it starts as an ``.npz`` (a zip), an ``.npy``
+    or a legacy torch file (``True``: torch's pickled magic number)."""
     if data.startswith((b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")):
-        return
+        return False
+    if data.startswith(_LEGACY_START):
+        return True
     if not data:
         what = "it is empty"
     elif data[:1] == b"\x80":
-        what = "it is a pickle (torch's legacy format), which is never read here"
+        what = "it is a pickle, not a torch file's (no torch magic number), never read here"
     else:
         what = f"it starts with {data[:8]!r}, not an .npz archive's bytes"
     raise InvalidArgumentError(
-        f"load: {name} is not a file rg.save wrote ({what}); truncated, or another format. "
-        "torch's own files are pickles, which are never read here: in torch, save the state "
-        "dict's tensors as NumPy arrays (np.savez) and load those"
+        f"load: {name} is neither a file rg.save wrote nor one torch.save wrote ({what}); "
+        "truncated, or another format"
     )
+
+
+#: How a legacy torch file starts: pickle protocol 2, then its magic number as a long.
+_LEGACY_START = b"\x80\x02\x8a\x0a" + torch_files.LEGACY_MAGIC.to_bytes(10, "little")
 
 
 def holds_saved_object(archive: Any) -> bool:
@@ -763,10 +846,26 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     else:
         with open(f, "rb") as handle:
             data = handle.read()
-    load(io.BytesIO(data), weights_only=False)  # load's errors for what is not ours
     allowed = {f"{g.__module__}.{g.__qualname__}" for g in _SAFE_GLOBALS}
     allowed |= {f"{module}.{name}" for module, name in _ALLOWED_BY_DEFAULT}
     names: list[str] = []
+    legacy = data.startswith(_LEGACY_START)
+    if legacy or _is_torch_zip(io.BytesIO(data)):  # torch's file: what its pickle names
+        try:
+            pickled = torch_files.object_pickle(io.BytesIO(data), legacy)
+            found = _globals_in(pickled)
+        except ARCHIVE_DAMAGE as error:
+            raise InvalidArgumentError(
+                f"get_unsafe_globals_in_checkpoint: a torch file, damaged or truncated "
+                f"({_text(error)})"
+            ) from None
+        allowed |= torch_files.ALLOWED
+        for name in found:
+            name = name.replace("__builtin__.", "builtins.", 1)
+            if name not in allowed and name not in names:
+                names.append(name)
+        return names
+    load(io.BytesIO(data), weights_only=False)  # load's errors for what is not ours
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         structure = json.loads(str(archive[_STRUCTURE])) if _STRUCTURE in archive.files else {}
         for entry, tensor_class in _pickled_entries(structure.get("object")):

@@ -53,6 +53,7 @@ from ...serialization import (
     foreign_entries,
     hidden_entries,
     holds_saved_object,
+    is_torch_file,
 )
 from ...serialization import load as load_saved
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
@@ -1083,7 +1084,7 @@ def _read_archive(path: StateSource) -> Mapping[str, Any]:
         # a stream (a pipe, a socket, a response body), read whole as rg.load reads it: NumPy
         # seeks in the archive, and "no attribute 'seek'" was reported as a damaged file
         path = io.BytesIO(path.read())
-    if _saved_by_save(path):
+    if _saved_by_save(path) or is_torch_file(path):
         saved = load_saved(path)
         if not isinstance(saved, Mapping):
             raise InvalidArgumentError(
@@ -1106,12 +1107,7 @@ def _read_archive(path: StateSource) -> Mapping[str, Any]:
                     raise ValueError(f"damaged: {hidden}")
                 foreign = foreign_entries(archive)
                 if foreign:  # NumPy would hand each out as its raw bytes
-                    raise ValueError(
-                        "torch's own format, whose pickle is never read here; in torch, save "
-                        "the state dict's tensors as NumPy arrays (np.savez)"
-                        if _is_torch_zip(foreign)
-                        else f"entries that are not NumPy arrays: {', '.join(foreign[:4])}"
-                    )
+                    raise ValueError(f"entries that are not NumPy arrays: {', '.join(foreign[:4])}")
                 return {entry: archive[entry] for entry in archive.files}
     except FileNotFoundError:
         raise
@@ -1152,10 +1148,6 @@ def _saved_by_save(path: StateSource) -> bool:
                 return holds_saved_object(archive)
     except ARCHIVE_DAMAGE:
         return False
-
-
-def _is_torch_zip(entries: list[str]) -> bool:
-    return any(entry.endswith("/data.pkl") or entry == "data.pkl" for entry in entries)
 
 
 def _converted(value: Tensor, dtype: str | None, device: Device | None) -> Tensor:

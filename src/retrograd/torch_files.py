@@ -1,0 +1,455 @@
+"""The files ``torch.save`` writes, read without torch: a pretrained model's state dict or a
+PyTorch script's checkpoint loads with ``rg.load`` as it does with ``torch.load``.
+
+torch pickles the saved object with every tensor as a call of one of its rebuild functions
+(``torch._utils._rebuild_tensor_v2(storage, offset, size, stride, ...)``) over a persistent
+reference to the tensor's storage, whose bytes sit beside the pickle: in the zip's
+``<archive>/data/<key>`` entries (torch's format since 1.6), or after the pickle (the
+legacy format, ``_use_new_zipfile_serialization=False``). This reader unpickles with stand-ins
+of its own for torch's functions and classes (:data:`_TORCH_GLOBALS`), so no code of torch
+runs and torch need not be installed. As torch's ``weights_only=True`` load (its default), it
+rebuilds only torch's allow-list (tensors, parameters, ``OrderedDict``, ``torch.Size``,
+dtypes, devices, sets, ``Counter``, complex numbers, bytes) and what the caller's
+``find_class`` allows (``add_safe_globals``); under ``weights_only=False`` the caller's
+``find_class`` imports any other class the file names (an ``argparse.Namespace``, a NumPy
+scalar). torch's own classes beyond the stand-ins are refused by name either way: a whole
+module pickled by ``torch.save(model)`` would need torch's ``nn.Module`` internals.
+
+Tensors of the same storage, offset, shape and strides load as one tensor (the tied weights
+of a state dict, which torch saves as two views of one storage); other views of a storage
+load as copies of their elements.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import zipfile
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .device import Device
+from .errors import InvalidArgumentError
+from .tensor.dtypes import DTYPE_OBJECTS, Size
+
+__all__ = ["ALLOWED", "LEGACY_MAGIC", "is_torch_zip", "object_pickle", "read_legacy", "read_zip"]
+
+#: The number a legacy torch file pickles first.
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_LEGACY_PROTOCOL = 1001
+
+#: torch's storage classes, by name, and the dtype of their elements.
+_STORAGE_DTYPES = {
+    "FloatStorage": "float32",
+    "DoubleStorage": "float64",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128",
+    "UntypedStorage": "uint8",
+}
+#: NumPy's dtype of each storage dtype's bytes (bfloat16's are read as 16-bit words).
+_ELEMENTS = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "bfloat16": np.uint16,
+    "int64": np.int64,
+    "int32": np.int32,
+    "int16": np.int16,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "bool": np.bool_,
+    "complex64": np.complex64,
+    "complex128": np.complex128,
+}
+
+#: Makes a tensor of the file's values: ``(values, dtype name, requires_grad) -> tensor``.
+MakeTensor = Callable[[np.ndarray, str, bool], Any]
+#: Makes a parameter of a tensor: ``(tensor, requires_grad) -> parameter``.
+MakeParameter = Callable[[Any, bool], Any]
+#: The class or function ``module.name`` the caller lets the file rebuild, or raises
+#: ``pickle.UnpicklingError`` saying why not.
+FindClass = Callable[[str, str], Any]
+
+
+class _StorageType:
+    """A storage class the pickle names (``torch.FloatStorage``): its elements' dtype."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+
+
+class _Storage:
+    """One storage of the file: its elements, read when a tensor first needs them."""
+
+    __slots__ = ("dtype", "key", "read", "values")
+
+    def __init__(self, key: str, dtype: str, read: Callable[[], np.ndarray]):
+        self.key = key
+        self.dtype = dtype
+        self.read = read
+        self.values: np.ndarray | None = None
+
+    def elements(self) -> np.ndarray:
+        if self.values is None:
+            self.values = self.read()
+        return self.values
+
+
+class _Rebuilder:
+    """torch's rebuild functions and classes, as the file's pickle calls them."""
+
+    def __init__(self, tensor_of: MakeTensor, parameter_of: MakeParameter):
+        self.tensor_of = tensor_of
+        self.parameter_of = parameter_of
+        self.made: dict[tuple, Any] = {}
+
+    def tensor(self, storage: Any, offset: int, size: Any, stride: Any, requires_grad: Any = False,
+               backward_hooks: Any = None, metadata: Any = None) -> Any:  # fmt: skip
+        """torch's ``_rebuild_tensor_v2`` (and ``_rebuild_tensor``, which has no more than
+        the first four arguments)."""
+        if not isinstance(storage, _Storage):
+            raise pickle.UnpicklingError(f"a tensor's storage is {type(storage).__name__}")
+        size, stride = tuple(size), tuple(stride)
+        key = (storage.key, storage.dtype, offset, size, stride)
+        made = self.made.get(key)
+        if made is None:
+            values = _strided(storage, offset, size, stride)
+            made = self.made[key] = self.tensor_of(values, storage.dtype, bool(requires_grad))
+        return made
+
+    def tensor_v3(self, storage: Any, offset: int, size: Any, stride: Any, requires_grad: Any,
+                  backward_hooks: Any, dtype: Any, metadata: Any = None) -> Any:  # fmt: skip
+        """torch's ``_rebuild_tensor_v3``: the dtype given apart from the storage's."""
+        if isinstance(storage, _Storage) and isinstance(dtype, str) and dtype != storage.dtype:
+            storage = _Storage(storage.key, dtype, _reinterpreted(storage, dtype))
+        return self.tensor(storage, offset, size, stride, requires_grad)
+
+    def parameter(self, data: Any, requires_grad: Any, backward_hooks: Any = None,
+                  state: Any = None) -> Any:  # fmt: skip
+        """torch's ``_rebuild_parameter`` and ``_rebuild_parameter_with_state``."""
+        made = self.parameter_of(data, bool(requires_grad))
+        _set_state(made, state)
+        return made
+
+    def from_type(self, func: Any, new_type: Any, args: Any, state: Any) -> Any:
+        """torch's ``_rebuild_from_type_v2``: ``func(*args)`` as ``new_type``, with the
+        attributes of ``state``."""
+        made = func(*args)
+        if new_type is _PARAMETER_CLASS:
+            made = self.parameter_of(made, True)
+        elif new_type is not _TENSOR_CLASS:
+            raise pickle.UnpicklingError(f"a tensor of class {new_type!r}")
+        _set_state(made, state)
+        return made
+
+
+class _Skipping(_Rebuilder):
+    """A first pass over a legacy file's pickle: no tensor made (no storage is read yet)."""
+
+    def tensor(self, *args: Any) -> None:  # type: ignore[override]
+        return None
+
+    tensor_v3 = parameter = from_type = tensor  # type: ignore[assignment]
+
+
+def _set_state(made: Any, state: Any) -> None:
+    if not state:
+        return
+    if isinstance(state, tuple):  # (__dict__, __slots__ values)
+        state = {k: v for part in state if isinstance(part, dict) for k, v in part.items()}
+    if not isinstance(state, dict):
+        raise pickle.UnpicklingError(f"a tensor's state is {type(state).__name__}")
+    for name, value in state.items():
+        setattr(made, name, value)
+
+
+def _strided(storage: _Storage, offset: int, size: tuple, stride: tuple) -> np.ndarray:
+    """The tensor's elements, copied out of its storage; a view past the storage's end (a
+    damaged file) is refused rather than read."""
+    elements = storage.elements()
+    if not (
+        isinstance(offset, int)
+        and len(size) == len(stride)
+        and all(isinstance(n, int) and n >= 0 for n in (*size, *stride))
+        and offset >= 0
+    ):
+        raise pickle.UnpicklingError(f"a tensor of size {size}, stride {stride} at offset {offset}")
+    if 0 in size:
+        return np.empty(size, dtype=elements.dtype)
+    last = offset + sum((n - 1) * step for n, step in zip(size, stride))
+    if last >= elements.size:
+        raise pickle.UnpicklingError(
+            f"a tensor of size {size}, stride {stride} at offset {offset} reaches element "
+            f"{last} of a storage of {elements.size}"
+        )
+    item = elements.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        elements[offset:], shape=size, strides=[step * item for step in stride], writeable=False
+    )
+    return np.array(view, copy=True)
+
+
+def _reinterpreted(storage: _Storage, dtype: str) -> Callable[[], np.ndarray]:
+    def read() -> np.ndarray:
+        return np.ascontiguousarray(storage.elements()).view(_ELEMENTS[dtype])
+
+    return read
+
+
+def _layout(name: Any) -> Any:
+    """torch's ``serialization._get_layout``: only strided tensors are rebuilt here."""
+    if name != "torch.strided":
+        raise pickle.UnpicklingError(f"a tensor of layout {name!r}")
+    return name
+
+
+def _refused(kind: str) -> Callable[..., Any]:
+    def refuse(*args: Any) -> Any:
+        raise pickle.UnpicklingError(f"a {kind}, which no backend here holds")
+
+    return refuse
+
+
+_TENSOR_CLASS = object()
+_PARAMETER_CLASS = object()
+
+
+class _Method(str):
+    """A stand-in that is the :class:`_Rebuilder` method of this name."""
+
+
+#: torch's functions and classes a file names, by (module, name), and their stand-ins.
+_TORCH_GLOBALS: dict[tuple[str, str], Any] = {
+    ("torch._utils", "_rebuild_tensor_v2"): _Method("tensor"),
+    ("torch._utils", "_rebuild_tensor"): _Method("tensor"),
+    ("torch._utils", "_rebuild_tensor_v3"): _Method("tensor_v3"),
+    ("torch._utils", "_rebuild_parameter"): _Method("parameter"),
+    ("torch._utils", "_rebuild_parameter_with_state"): _Method("parameter"),
+    ("torch._tensor", "_rebuild_from_type_v2"): _Method("from_type"),
+    ("torch._utils", "_rebuild_sparse_tensor"): _refused("sparse tensor"),
+    ("torch._utils", "_rebuild_qtensor"): _refused("quantized tensor"),
+    ("torch._utils", "_rebuild_nested_tensor"): _refused("nested tensor"),
+    ("torch._utils", "_rebuild_meta_tensor_no_storage"): _refused("meta tensor (no values)"),
+    ("torch._utils", "_rebuild_wrapper_subclass"): _refused("tensor subclass"),
+    ("torch.serialization", "_get_layout"): _layout,
+    ("torch", "Size"): Size,
+    ("torch", "device"): Device,
+    ("torch", "Tensor"): _TENSOR_CLASS,
+    ("torch._tensor", "Tensor"): _TENSOR_CLASS,
+    ("torch.nn.parameter", "Parameter"): _PARAMETER_CLASS,
+    **{("torch", name): dtype for name, dtype in DTYPE_OBJECTS.items()},
+    **{
+        (module, name): _StorageType(dtype)
+        for name, dtype in _STORAGE_DTYPES.items()
+        for module in ("torch", "torch.cuda", "torch.storage")
+    },
+}
+#: What torch's ``weights_only`` load rebuilds besides its own classes.
+_PLAIN_GLOBALS: dict[tuple[str, str], Any] = {
+    ("collections", "OrderedDict"): OrderedDict,
+    ("collections", "Counter"): Counter,
+    ("builtins", "set"): set,
+    ("builtins", "complex"): complex,
+    ("builtins", "bytearray"): bytearray,
+    ("_codecs", "encode"): lambda text, encoding="utf-8": text.encode(encoding),
+}
+
+
+#: The ``"module.name"`` of everything a ``weights_only`` load of a torch file rebuilds (or
+#: refuses by what it is, as a sparse tensor) without being told.
+ALLOWED = {f"{module}.{name}" for module, name in (*_TORCH_GLOBALS, *_PLAIN_GLOBALS)}
+
+
+class _Unpickler(pickle.Unpickler):
+    """The file's pickle, its torch globals as stand-ins and its storages as
+    :class:`_Storage`."""
+
+    def __init__(self, file: Any, rebuilder: _Rebuilder, find_class: FindClass,
+                 storage_of: Callable[[tuple], Any]) -> None:  # fmt: skip
+        super().__init__(file)
+        self.rebuilder = rebuilder
+        self.find_other = find_class
+        self.storage_of = storage_of
+
+    def find_class(self, module: str, name: str) -> Any:
+        module = {"__builtin__": "builtins", "copy_reg": "copyreg"}.get(module, module)
+        found = _TORCH_GLOBALS.get((module, name))
+        if found is not None:
+            return getattr(self.rebuilder, found) if type(found) is _Method else found
+        found = _PLAIN_GLOBALS.get((module, name))
+        if found is not None:
+            return found
+        if module == "torch" or module.startswith("torch."):
+            whole = ".nn.modules." in f".{module}." or module.startswith("torch.optim")
+            raise pickle.UnpicklingError(
+                f"{module}.{name}, a class of torch's own"
+                + (" (a whole module or optimizer, saved with torch.save(model))" if whole else "")
+                + ", which only torch rebuilds; in torch, save its state_dict() and load that"
+            )
+        return self.find_other(module, name)
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not isinstance(pid, tuple) or not pid:
+            raise pickle.UnpicklingError(f"unknown reference {pid!r}")
+        kind = pid[0].decode("ascii") if isinstance(pid[0], bytes) else pid[0]
+        if kind == "storage":
+            return self.storage_of(pid[1:])
+        if kind == "module":
+            raise pickle.UnpicklingError(
+                "a whole module (saved with torch.save(model)), which only torch rebuilds; in "
+                "torch, save its state_dict() and load that"
+            )
+        raise pickle.UnpicklingError(f"unknown reference {pid!r}")
+
+
+def is_torch_zip(names: list[str]) -> bool:
+    """Whether a zip's entries are torch's format (a ``data.pkl`` in one folder)."""
+    return any(name == "data.pkl" or name.endswith("/data.pkl") for name in names)
+
+
+def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
+             find_class: FindClass) -> Any:  # fmt: skip
+    """The object a torch zip file (``source``, seekable) holds."""
+    with zipfile.ZipFile(source) as archive:
+        names = archive.namelist()
+        pickled = next(n for n in names if n == "data.pkl" or n.endswith("/data.pkl"))
+        prefix = pickled[: -len("data.pkl")]
+        order = "<"
+        if f"{prefix}byteorder" in names:
+            order = ">" if archive.read(f"{prefix}byteorder").strip() == b"big" else "<"
+        storages: dict[str, _Storage] = {}
+
+        def storage_of(reference: tuple) -> _Storage:
+            storage_type, key, _location, numel = reference[:4]
+            dtype = _dtype_of(storage_type)
+            key = str(key)
+            if key not in storages:
+
+                def read() -> np.ndarray:
+                    data = archive.read(f"{prefix}data/{key}")
+                    return _elements(data, dtype, numel, order, storage_type)
+
+                storages[key] = _Storage(key, dtype, read)
+            return storages[key]
+
+        rebuilder = _Rebuilder(tensor_of, parameter_of)
+        unpickler = _Unpickler(io.BytesIO(archive.read(pickled)), rebuilder, find_class, storage_of)
+        return unpickler.load()
+
+
+def object_pickle(source: Any, legacy: bool) -> bytes:
+    """The pickle of the object a torch file (``source``, seekable) holds, its storages'
+    bytes left out (a legacy file's follow it, and pickle readers stop at its end)."""
+    if not legacy:
+        with zipfile.ZipFile(source) as archive:
+            names = archive.namelist()
+            return archive.read(next(n for n in names if n.endswith("data.pkl")))
+    for _ in range(3):  # the magic number, the protocol, the system's sizes
+        _PlainOnly(source).load()
+    return source.read()
+
+
+def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
+                find_class: FindClass) -> Any:  # fmt: skip
+    """The object a legacy torch file (its bytes) holds. Its storages' bytes follow the
+    object's pickle, so the pickle is read twice: once to find where they start, once to
+    rebuild the tensors from them."""
+    header = io.BytesIO(data)
+    plain = _PlainOnly
+    if plain(header).load() != LEGACY_MAGIC:
+        raise pickle.UnpicklingError("no torch file's magic number")
+    if plain(header).load() != _LEGACY_PROTOCOL:
+        raise pickle.UnpicklingError("a legacy protocol other than 1001")
+    system = plain(header).load()
+    order = "<" if not isinstance(system, dict) or system.get("little_endian", True) else ">"
+    start = header.tell()
+
+    references: dict[str, tuple] = {}
+
+    def note(reference: tuple) -> _Storage:
+        storage_type, key, _location, numel = reference[:4]
+        references[str(key)] = (storage_type, numel)
+        return _Storage(str(key), _dtype_of(storage_type), lambda: np.empty(0))
+
+    first = _Skipping(lambda *a: None, lambda *a: None)
+    _Unpickler(header, first, find_class, note).load()
+    keys = plain(header).load()
+    if not isinstance(keys, list):
+        raise pickle.UnpicklingError("no list of storages after the object")
+    values: dict[str, np.ndarray] = {}
+    for key in keys:
+        key = str(key)
+        if key not in references:
+            raise pickle.UnpicklingError(f"storage {key} is listed but never used")
+        storage_type, _numel = references[key]
+        dtype = _dtype_of(storage_type)
+        count = int.from_bytes(_exactly(header, 8), "little" if order == "<" else "big")
+        item = np.dtype(_ELEMENTS[dtype]).itemsize
+        values[key] = _elements(_exactly(header, count * item), dtype, count, order, storage_type)
+
+    def storage_of(reference: tuple) -> _Storage:
+        storage_type, key, _location, _numel, view = (*reference, None)[:5]
+        key = str(key)
+        if key not in values:
+            raise pickle.UnpicklingError(f"storage {key} has no values in the file")
+        dtype = _dtype_of(storage_type)
+        if view is not None:  # a storage view of old files: (key, offset, numel)
+            view_key, offset, size = view
+            whole = values[key]
+            return _Storage(f"{key}/{view_key}", dtype, lambda: whole[offset : offset + size])
+        return _Storage(key, dtype, lambda: values[key])
+
+    rebuilder = _Rebuilder(tensor_of, parameter_of)
+    return _Unpickler(io.BytesIO(data[start:]), rebuilder, find_class, storage_of).load()
+
+
+class _PlainOnly(pickle.Unpickler):
+    """The header pickles of a legacy file: numbers, strings and containers only."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name} in a legacy file's header")
+
+
+def _exactly(stream: io.BytesIO, count: int) -> bytes:
+    data = stream.read(count)
+    if len(data) != count:
+        raise EOFError(f"the file ends {count - len(data)} bytes short of a storage")
+    return data
+
+
+def _dtype_of(storage_type: Any) -> str:
+    if not isinstance(storage_type, _StorageType):
+        raise pickle.UnpicklingError(f"a storage of type {storage_type!r}")
+    return storage_type.dtype
+
+
+def _elements(data: bytes, dtype: str, numel: Any, order: str, storage_type: Any) -> np.ndarray:
+    """A storage's elements from its bytes, checked against the count the pickle gives."""
+    elements = np.frombuffer(data, dtype=np.dtype(_ELEMENTS[dtype]).newbyteorder(order))
+    if isinstance(numel, int) and elements.size != numel:
+        raise pickle.UnpicklingError(
+            f"a storage of {numel} elements holds {len(data)} bytes ({elements.size} elements)"
+        )
+    if order != "=" and elements.dtype.byteorder not in ("=", "|"):
+        elements = elements.astype(elements.dtype.newbyteorder("="))
+    if dtype == "bfloat16":  # the upper half of a float32's bits
+        elements = (elements.astype(np.uint32) << 16).view(np.float32)
+    return elements
+
+
+def refused(name: str, error: BaseException) -> InvalidArgumentError:
+    """The error of a torch file ``load`` cannot rebuild (``error`` says what it holds)."""
+    return InvalidArgumentError(f"load: {name} is a torch file holding {error}")
