@@ -59,8 +59,9 @@ LAYERS = {
     "utils": 6,
     # torch.multiprocessing: Python's, with spawn (imports only the errors)
     "multiprocessing": 1,
-    # torch.hub: tqdm and the hub folder; downloads refused (imports only the errors)
-    "hub": 1,
+    # torch.hub: tqdm, the hub folder, and checkpoints read from it (serialization);
+    # downloads refused
+    "hub": 5.5,
     # torch.profiler: times the inner backend's calls (the protocol, the current backend)
     "profiler": 4,
     # torch's optimizer step hooks, shared by the optimizers (layer 7) and

@@ -292,3 +292,29 @@ def test_an_rg_file_and_an_npz_still_load_as_before():
     npz = io.BytesIO()
     np.savez(npz, a=np.arange(3))
     assert rg.load(io.BytesIO(npz.getvalue()))["a"].tolist() == [0, 1, 2]
+
+
+def test_a_checkpoint_in_the_hub_cache_loads_from_its_url_as_torch_s_cached_download(tmp_path):
+    """torch's load_state_dict_from_url reads the file it downloaded before from
+    <hub>/checkpoints/<name>; here that file loads (torch's .pth), and one not there is
+    refused naming the path to fetch it to (retrograd downloads nothing)."""
+    before = rg.hub.get_dir()
+    rg.hub.set_dir(str(tmp_path))
+    try:
+        (tmp_path / "checkpoints").mkdir()
+        state = torch.nn.Linear(2, 3).state_dict()
+        torch.save(state, tmp_path / "checkpoints" / "linear-1a2b3c.pth")
+        url = "https://example.org/models/linear-1a2b3c.pth"
+        for load in (rg.hub.load_state_dict_from_url, rg.utils.model_zoo.load_url):
+            loaded = load(url, map_location="cpu", check_hash=True)
+            np.testing.assert_array_equal(loaded["weight"].numpy(), state["weight"].numpy())
+        named = rg.hub.load_state_dict_from_url(
+            "https://example.org/other",
+            model_dir=str(tmp_path / "checkpoints"),
+            file_name="linear-1a2b3c.pth",
+        )
+        assert list(named) == ["weight", "bias"]
+        with pytest.raises(rg.InvalidArgumentError, match=r"checkpoints/missing\.pth.*curl"):
+            rg.hub.load_state_dict_from_url("https://example.org/missing.pth")
+    finally:
+        rg.hub.set_dir(before)

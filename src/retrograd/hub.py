@@ -1,16 +1,21 @@
 """``torch.hub``'s names that training scripts import: ``tqdm`` (``from torch.hub import
 tqdm``, the progress bar torch re-exports: tqdm's own when it is installed, else a quiet
 stand-in that iterates and takes its methods), and the hub directory (``get_dir``/``set_dir``,
-``$RETROGRAD_HOME/hub``, by default ``$XDG_CACHE_HOME/retrograd/hub``). Loading models from the
-network (``load``, ``list``, ``help``, ``load_state_dict_from_url``, ``download_url_to_file``)
-is not something retrograd does: each raises an error that says so."""
+``$RETROGRAD_HOME/hub``, by default ``$XDG_CACHE_HOME/retrograd/hub``), and
+``load_state_dict_from_url``, which reads a checkpoint from the hub's ``checkpoints`` folder
+(a ``.pth`` torch wrote, or a file ``rg.save`` wrote) as torch's reads its cached downloads.
+Loading from the network (``load``, ``list``, ``help``, ``download_url_to_file``, a
+checkpoint not in the folder) is not something retrograd does: each raises an error that says
+so, and where to put the file."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, NoReturn
+from urllib.parse import urlparse
 
 from .errors import DTypeError, InvalidArgumentError
+from .serialization import load as load_file
 
 __all__ = [
     "download_url_to_file",
@@ -93,7 +98,7 @@ def set_dir(d: str | os.PathLike) -> None:
 def _no_network(fn: str) -> NoReturn:
     raise InvalidArgumentError(
         f"hub.{fn}: retrograd does not download models or code; fetch the file yourself and "
-        "read it with rg.load(path) (a file rg.save wrote) or NumPy"
+        "read it with rg.load(path) (a file rg.save or torch.save wrote) or NumPy"
     )
 
 
@@ -109,8 +114,32 @@ def help(*args: Any, **kwargs: Any) -> NoReturn:  # noqa: A001 (torch's name)
     _no_network("help")
 
 
-def load_state_dict_from_url(*args: Any, **kwargs: Any) -> NoReturn:
-    _no_network("load_state_dict_from_url")
+def load_state_dict_from_url(
+    url: str,
+    model_dir: str | None = None,
+    map_location: Any = None,
+    progress: bool = True,
+    check_hash: bool = False,
+    file_name: str | None = None,
+    weights_only: bool = False,
+) -> Any:
+    """torch's: the object saved at ``url``, read from ``model_dir`` (the hub's
+    ``checkpoints`` folder) under the URL's file name (or ``file_name``), where torch keeps
+    its downloads. A file not there is refused, naming the path to fetch it to: retrograd
+    downloads nothing (``progress`` and ``check_hash`` concern downloads)."""
+    if not isinstance(url, str):
+        raise DTypeError(f"hub.load_state_dict_from_url: url must be a str, got {url!r}")
+    if model_dir is None:
+        model_dir = os.path.join(get_dir(), "checkpoints")
+    name = file_name if file_name is not None else os.path.basename(urlparse(url).path)
+    cached = os.path.join(model_dir, name)
+    if not os.path.isfile(cached):
+        raise InvalidArgumentError(
+            f"hub.load_state_dict_from_url: {url} is not in the cache ({cached}), and "
+            "retrograd does not download models or code; fetch it to that path (curl -L -o "
+            f"'{cached}' '{url}') and call again"
+        )
+    return load_file(cached, map_location=map_location, weights_only=weights_only)
 
 
 def download_url_to_file(*args: Any, **kwargs: Any) -> NoReturn:

@@ -1,6 +1,6 @@
 """torch's ``torch.utils.model_zoo``: ``load_url``, the older name of
-:func:`retrograd.hub.load_state_dict_from_url` (which says that this library downloads
-nothing: load the file with ``rg.load`` instead)."""
+:func:`retrograd.hub.load_state_dict_from_url` (which reads the hub's cached checkpoints; this
+library downloads nothing)."""
 
 from __future__ import annotations
 
