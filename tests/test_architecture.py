@@ -59,6 +59,10 @@ LAYERS = {
     "utils": 6,
     # torch.multiprocessing: Python's, with spawn (imports only the errors)
     "multiprocessing": 1,
+    # torch.onnx and torch.fx: the names model code carries (is_in_onnx_export, fx.wrap);
+    # export and tracing refused (they import only the errors)
+    "onnx": 1,
+    "fx": 1,
     # torch.hub: tqdm, the hub folder, and checkpoints read from it (serialization);
     # downloads refused
     "hub": 5.5,
