@@ -52,18 +52,23 @@ __all__ = [
     "can_cast",
     "compile",
     "get_default_dtype",
+    "get_deterministic_debug_mode",
     "get_float32_matmul_precision",
     "get_num_interop_threads",
     "get_num_threads",
     "get_printoptions",
+    "is_deterministic_algorithms_warn_only_enabled",
+    "is_warn_always_enabled",
     "promote_types",
     "result_type",
     "set_default_dtype",
+    "set_deterministic_debug_mode",
     "set_float32_matmul_precision",
     "set_flush_denormal",
     "set_num_interop_threads",
     "set_num_threads",
     "set_printoptions",
+    "set_warn_always",
     "use_deterministic_algorithms",
 ]
 
@@ -150,16 +155,63 @@ def set_flush_denormal(mode: bool) -> bool:
 
 
 # -- determinism and dtypes ---------------------------------------------------------------------
-_DETERMINISTIC = [False]
+_DETERMINISTIC = [False, False]  # enabled, warn_only
 
 
 def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
     """Recorded; every retrograd kernel is deterministic already."""
-    _DETERMINISTIC[0] = bool(mode)
+    _DETERMINISTIC[:] = [bool(mode), bool(warn_only)]
 
 
 def are_deterministic_algorithms_enabled() -> bool:
     return _DETERMINISTIC[0]
+
+
+def is_deterministic_algorithms_warn_only_enabled() -> bool:
+    """Whether ``use_deterministic_algorithms`` was given ``warn_only=True``."""
+    return _DETERMINISTIC[1]
+
+
+_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
+def set_deterministic_debug_mode(debug_mode: int | str) -> None:
+    """torch's other spelling of :func:`use_deterministic_algorithms`: ``"default"`` (0) off,
+    ``"warn"`` (1) on with ``warn_only``, ``"error"`` (2) on."""
+    if isinstance(debug_mode, str):
+        if debug_mode not in _DEBUG_MODES:
+            raise InvalidArgumentError(
+                "set_deterministic_debug_mode: invalid value of debug_mode, expected one of "
+                f"`default`, `warn`, `error`, but got {debug_mode}"
+            )
+        debug_mode = _DEBUG_MODES[debug_mode]
+    if isinstance(debug_mode, bool) or debug_mode not in (0, 1, 2):
+        raise InvalidArgumentError(
+            "set_deterministic_debug_mode: invalid value of debug_mode, expected 0, 1, or 2, "
+            f"but got {debug_mode!r}"
+        )
+    use_deterministic_algorithms(debug_mode != 0, warn_only=debug_mode == 1)
+
+
+def get_deterministic_debug_mode() -> int:
+    """0 when deterministic algorithms are off, 1 when on with ``warn_only``, 2 when on."""
+    if not _DETERMINISTIC[0]:
+        return 0
+    return 1 if _DETERMINISTIC[1] else 2
+
+
+_WARN_ALWAYS = [False]
+
+
+def set_warn_always(b: bool, /) -> None:
+    """torch's flag for warnings it gives once a process to be given every time: recorded
+    (retrograd's one-time warnings are Python's, which ``warnings.simplefilter("always")``
+    repeats)."""
+    _WARN_ALWAYS[0] = bool(b)
+
+
+def is_warn_always_enabled() -> bool:
+    return _WARN_ALWAYS[0]
 
 
 _MATMUL_PRECISION = ["highest"]
