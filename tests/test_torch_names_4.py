@@ -575,6 +575,11 @@ def test_dlpack_round_trips_with_numpy_and_torch():
     back = torch.from_dlpack(capsule)
     assert back.tolist() == [[1.5, 2.5]] and back.dtype == torch.float32
     assert rg.from_dlpack(rg.to_dlpack(rg.tensor([1, 2]))).tolist() == [1, 2]
+    # a retrograd tensor is a producer too
+    ours = rg.tensor([[1.0, 2.0]], dtype=rg.float64)
+    assert torch.from_dlpack(ours).tolist() == [[1.0, 2.0]]
+    assert torch.from_dlpack(ours).dtype == torch.float64
+    assert np.from_dlpack(ours).tolist() == [[1.0, 2.0]]
     with pytest.raises(DTypeError, match="from_dlpack"):
         rg.from_dlpack([1, 2])
 
@@ -714,6 +719,11 @@ def test_default_generator_is_the_global_stream():
     after = rg.randn(3).tolist()
     rg.default_generator.set_state(state)
     assert rg.randn(3).tolist() == after
+    data = rg.utils.data.TensorDataset(rg.arange(10.0))
+    rg.manual_seed(1)
+    drawn = rg.utils.data.random_split(data, [7, 3], generator=rg.default_generator)
+    rg.manual_seed(1)
+    assert list(drawn[1].indices) == list(rg.utils.data.random_split(data, [7, 3])[1].indices)
     assert rg.random.thread_safe_generator() is torch.random.thread_safe_generator() is None
     assert rg.thread_safe_generator() is None
 

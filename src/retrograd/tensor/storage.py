@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from ..backend.sizes import ITEMSIZE
-from ..errors import InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError
 from .strides import storage_offset_of
 from .views import root_of
 
@@ -152,6 +152,21 @@ class StorageMixin:
         """False: ``inference_mode`` records nothing, as ``no_grad``, but its tensors are
         ordinary tensors here (torch's refuse later use in autograd; these can be used)."""
         return False
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        """A DLPack capsule of a host copy of this tensor's values (``torch.from_dlpack(t)``,
+        ``np.from_dlpack(t)``); the protocol's keywords go to NumPy's."""
+        if self.dtype == "bfloat16":
+            raise DTypeError(
+                "__dlpack__: bfloat16 has no host array form here; cast the tensor first"
+            )
+        import numpy as np
+
+        return np.ascontiguousarray(self.detach().numpy()).__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """The host (DLPack's kDLCPU): :meth:`__dlpack__` hands over a host copy."""
+        return (1, 0)
 
     @property
     def output_nr(self) -> int:

@@ -207,11 +207,7 @@ def to_dlpack(tensor: Any) -> Any:
     """A DLPack capsule of ``tensor``'s values (a copy of them on the host), for
     ``from_dlpack`` of NumPy, torch or retrograd."""
     values = _tensor("to_dlpack", tensor, "tensor")
-    if values.dtype == "bfloat16":
-        raise DTypeError(
-            "to_dlpack: bfloat16 has no host array form here; cast the tensor (.float()) first"
-        )
-    return np.ascontiguousarray(values.detach().numpy()).__dlpack__()
+    return values.__dlpack__()
 
 
 # -- random --------------------------------------------------------------------------------------
