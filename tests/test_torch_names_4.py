@@ -120,6 +120,24 @@ def test_data_ptr_tells_tied_weights_from_copies_as_torchs_does():
     assert copy.deepcopy(x).data_ptr() != x.data_ptr()
 
 
+def test_storage_identity_queries_as_torchs():
+    theirs, ours = torch.ones(2, 3), rg.ones(2, 3)
+    for their_other, our_other in (
+        (theirs, ours),
+        (theirs.view(2, 3), ours.view(2, 3)),
+        (theirs.t(), ours.t()),
+        (theirs.detach(), ours.detach()),
+        (theirs[1:], ours[1:]),
+        (theirs.clone(), ours.clone()),
+    ):
+        assert our_other.is_set_to(ours) == their_other.is_set_to(theirs)
+        assert our_other.const_data_ptr() == our_other.data_ptr()
+    assert rg.is_storage(ours.untyped_storage()) and rg.is_storage(ours.storage())
+    assert not rg.is_storage(ours) and not torch.is_storage(theirs)
+    assert isinstance(ours.untyped_storage(), rg.UntypedStorage)
+    assert isinstance(ours.storage(), rg.TypedStorage)
+
+
 def test_identity_queries_as_torchs():
     ours, theirs = rg.ones(2, 3), torch.ones(2, 3)
     assert ours.is_shared() is theirs.is_shared() is False

@@ -228,6 +228,7 @@ from .tensor.legacy import (
     ShortTensor,
 )
 from .tensor.special import xlogy
+from .tensor.storage import TypedStorage, UntypedStorage, is_storage
 from .tensor.torch_functions import *  # noqa: F403 (more function forms: torch_functions.__all__)
 from .unsupported import istft, polar, sparse_coo_tensor, spmm, view_as_complex, view_as_real
 
@@ -453,6 +454,8 @@ __all__ += ["stft"]  # torch's stft in its real form (signal.py)
 __all__ += [
     *_torch_functions.__all__,
     "GradScaler",
+    "TypedStorage",
+    "UntypedStorage",
     "autocast_decrement_nesting",
     "autocast_increment_nesting",
     "clear_autocast_cache",
@@ -468,6 +471,7 @@ __all__ += [
     "is_autocast_xla_enabled",
     "is_deterministic_algorithms_warn_only_enabled",
     "is_inference_mode_enabled",
+    "is_storage",
     "is_warn_always_enabled",
     "newaxis",
     "pca_lowrank",

@@ -23,7 +23,7 @@ from ..errors import DTypeError, InvalidArgumentError
 from .strides import storage_offset_of
 from .views import root_of
 
-__all__ = ["StorageMixin", "TypedStorage", "UntypedStorage"]
+__all__ = ["StorageMixin", "TypedStorage", "UntypedStorage", "is_storage"]
 
 #: the room each root's storage is given in the synthetic address space (no retrograd tensor
 #: comes near 2**40 bytes), and the counter that hands out the roots' places
@@ -112,6 +112,11 @@ class TypedStorage(UntypedStorage):
         return f"<retrograd TypedStorage of {self.size()} {self.dtype} on {self.device}>"
 
 
+def is_storage(obj: Any) -> bool:
+    """Whether ``obj`` is a storage (``untyped_storage()``'s or ``storage()``'s)."""
+    return isinstance(obj, UntypedStorage)
+
+
 class StorageMixin:
     """The memory and identity queries of a tensor (see the module's docstring)."""
 
@@ -129,6 +134,22 @@ class StorageMixin:
         """The address of this tensor's first element: its storage's address plus its offset
         in bytes (equal for views that start at the same element of one storage)."""
         return _address(root_of(self)) + storage_offset_of(self) * ITEMSIZE[self.dtype]
+
+    def const_data_ptr(self) -> int:
+        """:meth:`data_ptr` (torch's read-only form of it)."""
+        return self.data_ptr()
+
+    def is_set_to(self, tensor: Any) -> bool:
+        """Whether ``tensor`` views the very memory this one does: one storage, the same
+        offset, shape and strides (as torch's)."""
+        if not isinstance(tensor, StorageMixin):
+            raise DTypeError(f"is_set_to: expected a tensor, got {type(tensor).__name__}")
+        return (
+            root_of(tensor) is root_of(self)
+            and tensor.storage_offset() == self.storage_offset()
+            and tuple(tensor.shape) == tuple(self.shape)
+            and tensor.stride() == self.stride()
+        )
 
     def untyped_storage(self) -> UntypedStorage:
         """The storage this tensor is a view of (its root's), in bytes."""
