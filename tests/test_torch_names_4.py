@@ -893,3 +893,28 @@ def test_cuda_queries_answer_as_torchs_cpu_build():
     ):
         with pytest.raises(InvalidArgumentError, match=f"cuda.{name}: no CUDA device"):
             getattr(rg.cuda, name)(*args)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch's CPU build's answers")
+def test_cuda_stream_and_device_contexts_as_torchs_cpu_build():
+    with rg.cuda.stream(None), torch.cuda.stream(None):
+        pass
+    with rg.cuda.device_of(rg.ones(1)), torch.cuda.device_of(torch.ones(1)):
+        pass
+    with rg.cuda.device(-1):
+        pass
+    for name, call in (
+        ("Event", lambda: rg.cuda.Event(enable_timing=True)),
+        ("Stream", lambda: rg.cuda.Stream()),
+        ("current_stream", lambda: rg.cuda.current_stream()),
+        ("default_stream", lambda: rg.cuda.default_stream()),
+    ):
+        with pytest.raises(InvalidArgumentError, match=f"cuda.{name}: no CUDA device"):
+            call()
+    with pytest.raises(RuntimeError):
+        torch.cuda.Event(enable_timing=True)
+    with (
+        pytest.raises(InvalidArgumentError, match=r"cuda\.device: no CUDA device"),
+        rg.cuda.device(0),
+    ):
+        pass

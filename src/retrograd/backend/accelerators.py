@@ -28,9 +28,10 @@ def cuda_device_count() -> int:
     return int(torch.cuda.device_count())
 
 
-def cuda_call(name: str, *args: Any) -> Any:
-    """``torch.cuda.<name>(*args)``; call only when :func:`cuda_device_count` is positive."""
-    return getattr(_torch().cuda, name)(*args)
+def cuda_call(name: str, *args: Any, **kwargs: Any) -> Any:
+    """``torch.cuda.<name>(*args, **kwargs)``; call only when :func:`cuda_device_count` is
+    positive."""
+    return getattr(_torch().cuda, name)(*args, **kwargs)
 
 
 def cuda_rng_states(name: str, *args: Any) -> Any:

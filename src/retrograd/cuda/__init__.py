@@ -17,9 +17,10 @@ from typing import Any
 
 from ..backend.accelerators import cuda_call, cuda_device_count
 from ..tensor.legacy import cuda_legacy
-from . import amp, info
+from . import amp, info, streams
 from .info import *  # noqa: F403 (the informational calls: info.__all__)
 from .info import device_index as _index
+from .streams import *  # noqa: F403 (streams, events, device contexts: streams.__all__)
 
 __all__ = [
     "BFloat16Tensor",
@@ -52,6 +53,7 @@ __all__ = [
     "set_device",
     "synchronize",
     *info.__all__,
+    *streams.__all__,
 ]
 
 
