@@ -651,6 +651,37 @@ def test_inference_anomaly_warn_always_and_determinism_flags_as_torchs():
         rg.set_deterministic_debug_mode(5)
 
 
+def test_set_default_tensor_type_as_torchs():
+    try:
+        for our_type, their_type in (
+            ("torch.DoubleTensor", "torch.DoubleTensor"),
+            (rg.FloatTensor, torch.FloatTensor),
+            (rg.DoubleTensor, torch.DoubleTensor),
+        ):
+            with pytest.warns(UserWarning, match="deprecated"):
+                rg.set_default_tensor_type(our_type)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.set_default_tensor_type(their_type)
+            assert str(rg.get_default_dtype()) == str(torch.get_default_dtype()).split(".")[1]
+            assert rg.tensor([1.5]).dtype == rg.get_default_dtype()
+        with pytest.raises(TypeError), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.set_default_tensor_type(torch.LongTensor)
+        with pytest.raises(DTypeError, match="set_default_tensor_type"), pytest.warns(UserWarning):
+            rg.set_default_tensor_type(rg.LongTensor)
+        if not torch.cuda.is_available():
+            with (
+                pytest.raises(InvalidArgumentError, match="set_default_device"),
+                pytest.warns(UserWarning),
+            ):
+                rg.set_default_tensor_type("torch.cuda.FloatTensor")
+    finally:
+        rg.set_default_dtype(rg.float32)
+        torch.set_default_dtype(torch.float32)
+    assert rg.get_default_dtype() == rg.float32
+
+
 def test_autocast_state_names_as_torchs():
     try:
         rg.set_autocast_dtype("cpu", rg.float16)

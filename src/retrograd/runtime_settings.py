@@ -62,6 +62,7 @@ __all__ = [
     "promote_types",
     "result_type",
     "set_default_dtype",
+    "set_default_tensor_type",
     "set_deterministic_debug_mode",
     "set_float32_matmul_precision",
     "set_flush_denormal",
@@ -198,6 +199,42 @@ def get_deterministic_debug_mode() -> int:
     if not _DETERMINISTIC[0]:
         return 0
     return 1 if _DETERMINISTIC[1] else 2
+
+
+def set_default_tensor_type(t: Any) -> None:
+    """torch's deprecated ``set_default_tensor_type``: a legacy floating type (``rg.DoubleTensor``
+    or its name, ``"torch.DoubleTensor"``) makes its dtype the default (:func:`set_default_dtype`);
+    an integer type is refused as torch refuses it, and a CUDA type where there is no GPU, or
+    else with the backend to use (tensors are made on their backend's device)."""
+    import warnings
+
+    from .tensor.dtypes import legacy_type_dtype
+
+    warnings.warn(
+        "set_default_tensor_type() is deprecated, as torch's; use set_default_dtype() (and a "
+        "backend on the device) instead",
+        UserWarning,
+        stacklevel=2,
+    )
+    name = t if isinstance(t, str) else getattr(t, "__name__", repr(t))
+    on_cuda = ".cuda." in f".{name}" if isinstance(t, str) else getattr(t, "device_kind", None)
+    if on_cuda:
+        from .defaults import set_default_device
+
+        set_default_device("cuda")  # refused with the backend to use, unless it is a GPU's
+    try:
+        dtype = legacy_type_dtype(t)
+    except (DTypeError, InvalidArgumentError):
+        raise DTypeError(
+            f"set_default_tensor_type: expected a legacy tensor type (rg.DoubleTensor) or its "
+            f"name, got {t!r}"
+        ) from None
+    if dtype not in FLOAT_DTYPES:
+        raise DTypeError(
+            "set_default_tensor_type: only floating-point types are supported as the default "
+            f"type, got {name}"
+        )
+    set_default_dtype(dtype)
 
 
 _WARN_ALWAYS = [False]
