@@ -672,7 +672,9 @@ def test_set_default_tensor_type_as_torchs():
             rg.set_default_tensor_type(rg.LongTensor)
         if not torch.cuda.is_available():
             with (
-                pytest.raises(InvalidArgumentError, match="set_default_device"),
+                pytest.raises(
+                    InvalidArgumentError, match="set_default_tensor_type: torch.cuda.FloatTensor"
+                ),
                 pytest.warns(UserWarning),
             ):
                 rg.set_default_tensor_type("torch.cuda.FloatTensor")

@@ -219,9 +219,14 @@ def set_default_tensor_type(t: Any) -> None:
     name = t if isinstance(t, str) else getattr(t, "__name__", repr(t))
     on_cuda = ".cuda." in f".{name}" if isinstance(t, str) else getattr(t, "device_kind", None)
     if on_cuda:
-        from .defaults import set_default_device
+        from .context import current_backend
 
-        set_default_device("cuda")  # refused with the backend to use, unless it is a GPU's
+        if current_backend().default_device.kind != "cuda":
+            raise InvalidArgumentError(
+                f"set_default_tensor_type: {name} is a CUDA type, and tensors are made on their "
+                "backend's device (the CPU here); make the backend compute on a GPU instead: "
+                "rg.set_default_backend(rg.Autodiff(rg.TorchBackend('cuda')))"
+            )
     try:
         dtype = legacy_type_dtype(t)
     except (DTypeError, InvalidArgumentError):
