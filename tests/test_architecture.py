@@ -54,6 +54,10 @@ LAYERS = {
     "quasirandom": 5,  # torch.quasirandom: Sobol' points (SciPy) made into tensors
     "signal": 5,  # Burn's burn_tensor::signal (real FFTs as real pairs) over the tensor API
     "cuda": 5,  # torch.cuda's queries, answered by the backend layer
+    "cpu": 5,  # torch.cpu: the CPU's device queries and torch.cpu.amp (amp's autocast)
+    "return_types": 6,  # torch.return_types: the result classes of the tensor API and linalg
+    "torch_version": 0,  # torch.torch_version.TorchVersion: version strings compared
+    "version": 1,  # torch.version: the build's facts
     "accelerator": 6,
     # torch.utils (data loading): DistributedSampler takes the process group's rank
     "utils": 6,

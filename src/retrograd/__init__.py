@@ -71,6 +71,7 @@ from . import (
     autograd,
     backends,
     compiler,
+    cpu,
     cuda,
     distributions,
     fft,
@@ -85,26 +86,61 @@ from . import (
     onnx,
     profiler,
     quasirandom,
+    return_types,
     signal,
     sparse,
     special,
     testing,
+    torch_version,
     utils,
+    version,
 )
-from .amp import autocast
-from .autograd import inference_mode, vmap
+from .amp import GradScaler, autocast
+from .autograd import (
+    inference_mode,
+    is_anomaly_check_nan_enabled,
+    is_anomaly_enabled,
+    is_inference_mode_enabled,
+    set_anomaly_enabled,
+    vmap,
+)
 from .defaults import (
+    autocast_decrement_nesting,
+    autocast_increment_nesting,
+    clear_autocast_cache,
     get_autocast_cpu_dtype,
     get_autocast_dtype,
     get_autocast_gpu_dtype,
+    get_autocast_ipu_dtype,
+    get_autocast_xla_dtype,
     get_default_device,
+    is_autocast_cache_enabled,
     is_autocast_cpu_enabled,
     is_autocast_enabled,
+    is_autocast_ipu_enabled,
+    is_autocast_xla_enabled,
+    set_autocast_cache_enabled,
+    set_autocast_cpu_dtype,
+    set_autocast_cpu_enabled,
+    set_autocast_dtype,
+    set_autocast_enabled,
+    set_autocast_gpu_dtype,
+    set_autocast_ipu_dtype,
+    set_autocast_ipu_enabled,
+    set_autocast_xla_dtype,
+    set_autocast_xla_enabled,
     set_default_device,
 )
 from .device import Device as device  # noqa: N813 (torch's name)
 from .jit import _assert  # noqa: F401 (torch._assert, a private name model code calls)
-from .linalg import geqrf, lu_unpack, orgqr, ormqr  # top level in torch
+from .linalg import (  # top level in torch
+    geqrf,
+    lu_unpack,
+    orgqr,
+    ormqr,
+    pca_lowrank,
+    svd_lowrank,
+)
 from .nn.functional import torch_forms as _torch_forms
 from .nn.functional.torch_forms import *  # noqa: F403 (torch.dropout, torch.embedding...)
 from .runtime_settings import (
@@ -112,18 +148,24 @@ from .runtime_settings import (
     can_cast,
     compile,  # noqa: A004 (torch.compile)
     get_default_dtype,
+    get_deterministic_debug_mode,
     get_float32_matmul_precision,
     get_num_interop_threads,
     get_num_threads,
     get_printoptions,
+    is_deterministic_algorithms_warn_only_enabled,
+    is_warn_always_enabled,
     promote_types,
     result_type,
     set_default_dtype,
+    set_default_tensor_type,
+    set_deterministic_debug_mode,
     set_float32_matmul_precision,
     set_flush_denormal,
     set_num_interop_threads,
     set_num_threads,
     set_printoptions,
+    set_warn_always,
     use_deterministic_algorithms,
 )
 from .serialization import load, save
@@ -150,12 +192,20 @@ from .tensor import (
 from .tensor import assembly as _assembly
 from .tensor import foreach as _foreach
 from .tensor import functions as _functions
+from .tensor import torch_functions as _torch_functions
 from .tensor.assembly import *  # noqa: F403 (more function forms: assembly.__all__)
 from .tensor.creation import torch_range as range  # noqa: A004 (torch's deprecated range)
 from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
 from .tensor.dtypes import Size, dtype, finfo, iinfo
 from .tensor.functions import *  # noqa: F403 (torch's function forms: functions.__all__)
-from .tensor.generator import Generator, get_rng_state, initial_seed, set_rng_state
+from .tensor.generator import (
+    Generator,
+    default_generator,
+    get_rng_state,
+    initial_seed,
+    set_rng_state,
+    thread_safe_generator,
+)
 from .tensor.generator import random_namespace as random  # noqa: F811 (rg.random, callable)
 from .tensor.layouts import (
     channels_last,
@@ -181,6 +231,8 @@ from .tensor.legacy import (
     ShortTensor,
 )
 from .tensor.special import xlogy
+from .tensor.storage import TypedStorage, UntypedStorage, is_storage
+from .tensor.torch_functions import *  # noqa: F403 (more function forms: torch_functions.__all__)
 from .unsupported import istft, polar, sparse_coo_tensor, spmm, view_as_complex, view_as_real
 
 # dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
@@ -208,7 +260,8 @@ e = 2.718281828459045
 inf = _math.inf
 nan = _math.nan
 
-__version__ = "0.1.0"
+__version__ = version.__version__
+newaxis = None  # torch's alias of None in indexing (``x[:, rg.newaxis]``)
 
 # torch.sparse carries the torch module (it imports it), and real code reaches the package
 # through it (``torch.sparse.torch.eye(n)``): the same here (sparse may not import the package)
@@ -401,6 +454,52 @@ __all__ += [
 ]
 __all__ += ["jit", "vmap", "xlogy"]
 __all__ += ["stft"]  # torch's stft in its real form (signal.py)
+# more of torch's names scripts call (tensor/torch_functions.py, return_types.py, cpu.py,
+# version.py, the process-wide flags of defaults.py, runtime_settings.py and autograd)
+__all__ += [
+    *_torch_functions.__all__,
+    "GradScaler",
+    "TypedStorage",
+    "UntypedStorage",
+    "autocast_decrement_nesting",
+    "autocast_increment_nesting",
+    "clear_autocast_cache",
+    "cpu",
+    "default_generator",
+    "get_autocast_ipu_dtype",
+    "get_autocast_xla_dtype",
+    "get_deterministic_debug_mode",
+    "is_anomaly_check_nan_enabled",
+    "is_anomaly_enabled",
+    "is_autocast_cache_enabled",
+    "is_autocast_ipu_enabled",
+    "is_autocast_xla_enabled",
+    "is_deterministic_algorithms_warn_only_enabled",
+    "is_inference_mode_enabled",
+    "is_storage",
+    "is_warn_always_enabled",
+    "newaxis",
+    "pca_lowrank",
+    "return_types",
+    "set_anomaly_enabled",
+    "set_autocast_cache_enabled",
+    "set_autocast_cpu_dtype",
+    "set_autocast_cpu_enabled",
+    "set_autocast_dtype",
+    "set_autocast_enabled",
+    "set_autocast_gpu_dtype",
+    "set_autocast_ipu_dtype",
+    "set_autocast_ipu_enabled",
+    "set_autocast_xla_dtype",
+    "set_autocast_xla_enabled",
+    "set_default_tensor_type",
+    "set_deterministic_debug_mode",
+    "set_warn_always",
+    "svd_lowrank",
+    "thread_safe_generator",
+    "torch_version",
+    "version",
+]
 # torch's top-level forms of functional operations (torch.conv2d, torch.pdist, torch.dropout)
 globals().update(
     {_name: getattr(nn.functional, _name) for _name in _torch_forms.SAME_AS_FUNCTIONAL}

@@ -40,10 +40,22 @@ import numpy as np
 
 from .errors import AutodiffError, DTypeError, InvalidArgumentError, guard
 
-__all__ = ["GradScaler", "autocast", "custom_bwd", "custom_fwd"]
+__all__ = ["GradScaler", "autocast", "custom_bwd", "custom_fwd", "is_autocast_available"]
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "xla", "meta")
 _warned = False
+
+
+def is_autocast_available(device_type: str) -> bool:
+    """Whether torch's autocast knows ``device_type`` (every device type but ``"meta"``);
+    an unknown one is refused, as torch refuses it. retrograd accepts ``autocast`` on each
+    of them and computes in the inputs' dtypes (see the module's docstring)."""
+    if not isinstance(device_type, str) or device_type not in _DEVICE_TYPES:
+        raise InvalidArgumentError(
+            f"is_autocast_available: expected one of {list(_DEVICE_TYPES)} as device_type, got "
+            f"{device_type!r}"
+        )
+    return device_type != "meta"
 
 
 class autocast:  # noqa: N801 (torch's name)

@@ -20,7 +20,18 @@ from types import SimpleNamespace
 
 from .backend.accelerators import cuda_device_count
 
-__all__ = ["cuda", "cudnn", "mkldnn", "mps", "openmp", "opt_einsum"]
+__all__ = [
+    "cpu",
+    "cuda",
+    "cudnn",
+    "mha",
+    "mkl",
+    "mkldnn",
+    "mps",
+    "openmp",
+    "opt_einsum",
+    "quantized",
+]
 
 
 def _has_cuda() -> bool:
@@ -49,3 +60,49 @@ mps = SimpleNamespace(is_available=lambda: False, is_built=lambda: False)
 mkldnn = SimpleNamespace(enabled=True, is_available=lambda: False)
 openmp = SimpleNamespace(is_available=lambda: True)
 opt_einsum = SimpleNamespace(enabled=True, strategy="auto", is_available=lambda: False)
+
+
+def _cpu_capability() -> str:
+    """The widest SIMD the host's NumPy kernels run (torch's ``get_cpu_capability`` names its
+    own dispatch level: ``"AVX512"``, ``"AVX2"`` or ``"DEFAULT"``)."""
+    import numpy as np
+
+    features = getattr(getattr(np, "_core", np), "_multiarray_umath", None)
+    flags = getattr(features, "__cpu_features__", {}) if features is not None else {}
+    if flags.get("AVX512F") and flags.get("AVX512BW"):
+        return "AVX512"
+    if flags.get("AVX2"):
+        return "AVX2"
+    return "DEFAULT"
+
+
+class _MklVerbose:
+    """``torch.backends.mkl.verbose(level)``: a context manager (MKL's verbose output, of
+    which retrograd, computing without MKL, has none)."""
+
+    def __init__(self, enable: int) -> None:
+        self.enable = enable
+
+    def __enter__(self) -> _MklVerbose:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+_MHA_FASTPATH = [True]
+
+
+def _set_fastpath_enabled(value: bool) -> None:
+    _MHA_FASTPATH[0] = bool(value)
+
+
+cpu = SimpleNamespace(get_cpu_capability=_cpu_capability)
+mkl = SimpleNamespace(is_available=lambda: False, verbose=_MklVerbose, VERBOSE_OFF=0, VERBOSE_ON=1)
+#: ``nn.MultiheadAttention``'s fast path (torch's native kernel for inference): a flag here,
+#: recorded; retrograd's attention computes one way whatever it says
+mha = SimpleNamespace(
+    get_fastpath_enabled=lambda: _MHA_FASTPATH[0], set_fastpath_enabled=_set_fastpath_enabled
+)
+#: the quantized engine torch's quantized kernels would use, recorded (torch's CPU default)
+quantized = SimpleNamespace(engine="x86", supported_engines=["qnnpack", "onednn", "x86", "fbgemm"])

@@ -26,17 +26,46 @@ from .errors import InvalidArgumentError
 from .tensor.dtypes import DTYPE_OBJECTS
 
 __all__ = [
+    "autocast_decrement_nesting",
+    "autocast_increment_nesting",
+    "clear_autocast_cache",
     "get_autocast_cpu_dtype",
     "get_autocast_dtype",
     "get_autocast_gpu_dtype",
+    "get_autocast_ipu_dtype",
+    "get_autocast_xla_dtype",
     "get_default_device",
+    "is_autocast_cache_enabled",
     "is_autocast_cpu_enabled",
     "is_autocast_enabled",
+    "is_autocast_ipu_enabled",
+    "is_autocast_xla_enabled",
+    "set_autocast_cache_enabled",
+    "set_autocast_cpu_dtype",
+    "set_autocast_cpu_enabled",
+    "set_autocast_dtype",
+    "set_autocast_enabled",
+    "set_autocast_gpu_dtype",
+    "set_autocast_ipu_dtype",
+    "set_autocast_ipu_enabled",
+    "set_autocast_xla_dtype",
+    "set_autocast_xla_enabled",
     "set_default_device",
 ]
 
 #: torch's default autocast dtype per device type
-_AUTOCAST_DTYPES = {"cpu": "bfloat16", "cuda": "float16", "mps": "float16", "xpu": "bfloat16"}
+_AUTOCAST_DTYPES = {
+    "cpu": "bfloat16",
+    "cuda": "float16",
+    "mps": "float16",
+    "xpu": "bfloat16",
+    "ipu": "float16",
+    "xla": "bfloat16",
+}
+#: the autocast dtypes set by ``set_autocast_dtype`` (what ``get_autocast_dtype`` answers),
+#: the autocast cache flag and the autocast nesting depth, process-wide as torch's
+_SET_DTYPES: dict[str, str] = {}
+_AUTOCAST_STATE = {"cache_enabled": True, "nesting": 0}
 
 
 def get_default_device() -> Device:
@@ -107,8 +136,128 @@ def is_autocast_cpu_enabled() -> bool:
 
 
 def get_autocast_dtype(device_type: str) -> Any:
-    """The dtype torch's autocast uses by default on ``device_type``."""
-    return DTYPE_OBJECTS[_AUTOCAST_DTYPES[_device_type("get_autocast_dtype", device_type)]]
+    """The dtype torch's autocast uses on ``device_type`` (its default there, or the one
+    :func:`set_autocast_dtype` set)."""
+    device_type = _device_type("get_autocast_dtype", device_type)
+    return DTYPE_OBJECTS[_SET_DTYPES.get(device_type, _AUTOCAST_DTYPES[device_type])]
+
+
+def set_autocast_dtype(device_type: str, dtype: Any) -> None:
+    """Record the dtype autocast would use on ``device_type`` (:func:`get_autocast_dtype`
+    answers it; retrograd never autocasts, so nothing is computed in it)."""
+    from .tensor.dtypes import canonical_dtype
+
+    device_type = _device_type("set_autocast_dtype", device_type)
+    _SET_DTYPES[device_type] = canonical_dtype("set_autocast_dtype", dtype)
+
+
+def set_autocast_enabled(*args: Any) -> None:
+    """torch's ``set_autocast_enabled(device_type, enabled)`` (or ``(enabled)`` for CUDA):
+    retrograd never autocasts, so turning it on warns as ``autocast`` does and
+    :func:`is_autocast_enabled` stays False; turning it off holds already."""
+    if len(args) == 1:
+        device_type, enabled = "cuda", args[0]
+    elif len(args) == 2:
+        device_type, enabled = args
+    else:
+        raise InvalidArgumentError(
+            f"set_autocast_enabled: expected (device_type, enabled) or (enabled), got {args!r}"
+        )
+    _device_type("set_autocast_enabled", device_type)
+    if not isinstance(enabled, bool):
+        raise InvalidArgumentError(f"set_autocast_enabled: enabled must be a bool, got {enabled!r}")
+    if enabled:
+        warnings.warn(
+            "set_autocast_enabled: retrograd does not autocast; ops compute in their inputs' "
+            "dtypes. Cast the model and inputs for lower-precision training.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def set_autocast_cpu_enabled(enabled: bool) -> None:
+    """``set_autocast_enabled("cpu", enabled)`` (deprecated, as torch's)."""
+    _deprecated("set_autocast_cpu_enabled", "set_autocast_enabled('cpu', enabled)")
+    set_autocast_enabled("cpu", enabled)
+
+
+def set_autocast_cpu_dtype(dtype: Any) -> None:
+    """``set_autocast_dtype("cpu", dtype)`` (deprecated, as torch's)."""
+    _deprecated("set_autocast_cpu_dtype", "set_autocast_dtype('cpu', dtype)")
+    set_autocast_dtype("cpu", dtype)
+
+
+def set_autocast_gpu_dtype(dtype: Any) -> None:
+    """``set_autocast_dtype("cuda", dtype)`` (deprecated, as torch's)."""
+    _deprecated("set_autocast_gpu_dtype", "set_autocast_dtype('cuda', dtype)")
+    set_autocast_dtype("cuda", dtype)
+
+
+def set_autocast_ipu_dtype(dtype: Any) -> None:
+    _deprecated("set_autocast_ipu_dtype", "set_autocast_dtype('ipu', dtype)")
+    set_autocast_dtype("ipu", dtype)
+
+
+def set_autocast_xla_dtype(dtype: Any) -> None:
+    _deprecated("set_autocast_xla_dtype", "set_autocast_dtype('xla', dtype)")
+    set_autocast_dtype("xla", dtype)
+
+
+def get_autocast_ipu_dtype() -> Any:
+    _deprecated("get_autocast_ipu_dtype", "get_autocast_dtype('ipu')")
+    return get_autocast_dtype("ipu")
+
+
+def get_autocast_xla_dtype() -> Any:
+    _deprecated("get_autocast_xla_dtype", "get_autocast_dtype('xla')")
+    return get_autocast_dtype("xla")
+
+
+def set_autocast_ipu_enabled(enabled: bool) -> None:
+    _deprecated("set_autocast_ipu_enabled", "set_autocast_enabled('ipu', enabled)")
+    set_autocast_enabled("ipu", enabled)
+
+
+def set_autocast_xla_enabled(enabled: bool) -> None:
+    _deprecated("set_autocast_xla_enabled", "set_autocast_enabled('xla', enabled)")
+    set_autocast_enabled("xla", enabled)
+
+
+def is_autocast_ipu_enabled() -> bool:
+    """False: retrograd never autocasts (deprecated, as torch's)."""
+    _deprecated("is_autocast_ipu_enabled", "is_autocast_enabled('ipu')")
+    return False
+
+
+def is_autocast_xla_enabled() -> bool:
+    """False: retrograd never autocasts (deprecated, as torch's)."""
+    _deprecated("is_autocast_xla_enabled", "is_autocast_enabled('xla')")
+    return False
+
+
+def set_autocast_cache_enabled(enabled: bool) -> None:
+    """Recorded (retrograd keeps no autocast cache of cast weights)."""
+    _AUTOCAST_STATE["cache_enabled"] = bool(enabled)
+
+
+def is_autocast_cache_enabled() -> bool:
+    return _AUTOCAST_STATE["cache_enabled"]
+
+
+def clear_autocast_cache() -> None:
+    """Nothing to clear: retrograd keeps no autocast cache."""
+
+
+def autocast_increment_nesting() -> int:
+    """torch's autocast nesting depth, one deeper; returns the new depth."""
+    _AUTOCAST_STATE["nesting"] += 1
+    return _AUTOCAST_STATE["nesting"]
+
+
+def autocast_decrement_nesting() -> int:
+    """torch's autocast nesting depth, one shallower; returns the new depth."""
+    _AUTOCAST_STATE["nesting"] -= 1
+    return _AUTOCAST_STATE["nesting"]
 
 
 def get_autocast_cpu_dtype() -> Any:

@@ -19,6 +19,7 @@ __all__ = [
     "DistributedError",
     "IndexOutOfRangeError",
     "KeyMismatchError",
+    "LinAlgError",
     "MissingMemberError",
     "NonFiniteError",
     "OutOfMemoryError",
@@ -88,6 +89,12 @@ class AutodiffError(RetrogradError, RuntimeError):
 class UninitializedError(InvalidArgumentError, RuntimeError):
     """Use of a lazy module's parameter before its first call set its shape: the
     ``ValueError`` torch's ops raise there, and the ``RuntimeError`` of its ``shape``."""
+
+
+class LinAlgError(InvalidArgumentError, RuntimeError):
+    """A matrix a linear-algebra op cannot factor or invert (a singular matrix's inverse, a
+    Cholesky factor of one that is not positive-definite): an :class:`InvalidArgumentError`
+    of the hierarchy and torch's ``torch.linalg.LinAlgError`` (a ``RuntimeError``)."""
 
 
 class NonFiniteError(InvalidArgumentError, RuntimeError):

@@ -51,6 +51,8 @@ __all__ = [
     "jacfwd",
     "jacrev",
     "jvp",
+    "linearize",
+    "replace_all_batch_norm_modules_",
     "stack_module_state",
     "vjp",
     "vmap",
@@ -377,6 +379,40 @@ def jvp(
     tangents_out = _finished(_filled(grads, outputs), records)
     result = (_finished(out, records), _unflatten(tangents_out, out_spec))
     return (*result, _finished(aux, records)) if has_aux else result
+
+
+def linearize(func: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..., Any]]:
+    """``(output, jvp_fn)``: ``func(*primals)`` and the function ``jvp_fn(*tangents)`` that
+    gives its Jacobian-vector products at ``primals`` (torch's ``func.linearize``; each call
+    is a :func:`jvp` at the same point)."""
+    check_callable("func.linearize", func)
+    output = jvp(func, primals, tuple(zeros_like(p) for p in primals))[0]
+
+    def jvp_fn(*tangents: Any) -> Any:
+        return jvp(func, primals, tangents)[1]
+
+    return output, jvp_fn
+
+
+def replace_all_batch_norm_modules_(root: Module) -> Module:
+    """Make every batch-norm module of ``root`` keep no running statistics, in place (torch's
+    ``func.replace_all_batch_norm_modules_``, for ``vmap`` over models with batch norm):
+    ``running_mean``, ``running_var`` and ``num_batches_tracked`` become ``None`` and
+    ``track_running_stats`` False, so each always normalizes with its batch's statistics."""
+    from .nn.modules.norm import _BatchNorm
+
+    if not isinstance(root, Module):
+        raise DTypeError(
+            f"func.replace_all_batch_norm_modules_: expected an nn.Module, got "
+            f"{type(root).__name__}"
+        )
+    for module in root.modules():
+        if isinstance(module, _BatchNorm) and module.track_running_stats:
+            module.running_mean = None
+            module.running_var = None
+            module.num_batches_tracked = None
+            module.track_running_stats = False
+    return root
 
 
 def jacrev(

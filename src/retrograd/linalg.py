@@ -19,6 +19,7 @@ results) are not here: retrograd has no complex dtypes.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections import namedtuple
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from .errors import DTypeError, InvalidArgumentError, LinAlgError, ShapeError, shape_text
 from .errors import guard as _guard
 from .errors import guard_namespace as _guard_namespace
 from .tensor import FLOAT_DTYPES, Tensor
@@ -37,6 +38,7 @@ from .tensor.products import lu_factorize, lu_info
 from .tensor.shape import cat
 
 __all__ = [
+    "LinAlgError",
     "cholesky",
     "cholesky_ex",
     "cond",
@@ -1069,12 +1071,58 @@ def _tensor_lu_solve(self: Tensor, LU_data: Any, LU_pivots: Any) -> Any:  # noqa
     return lu_solve(LU_data, LU_pivots, self)
 
 
+# -- low-rank factorizations (torch.svd_lowrank, torch.pca_lowrank: top level in torch) ---
+def svd_lowrank(A: Any, q: int | None = 6, niter: int | None = 2, M: Any = None) -> tuple:  # noqa: N803 (torch's names)
+    """``(U, S, V)`` of rank ``q`` with ``A - M ≈ U diag(S) V^T`` (``q`` at most the smaller
+    dimension; ``niter`` the subspace iterations of torch's randomized method, not needed by
+    the exact truncated SVD computed here). Differentiable."""
+    op = "svd_lowrank"
+    matrix = _matrix_argument(op, A)
+    if matrix.ndim < 2:
+        raise ShapeError(f"{op}: A must have at least 2 dimensions, got {shape_text(matrix.shape)}")
+    q = 6 if q is None else q
+    if not isinstance(q, numbers.Integral) or isinstance(q, bool) or q < 0:
+        raise InvalidArgumentError(f"{op}: q must be a non-negative int, got {q!r}")
+    if M is not None:
+        matrix = matrix - M
+    return _truncated_svd(matrix, min(int(q), *matrix.shape[-2:]))
+
+
+def pca_lowrank(A: Any, q: int | None = None, center: bool = True, niter: int = 2) -> tuple:  # noqa: N803
+    """``(U, S, V)`` of the principal components of the rows of ``A`` (centered by the column
+    means with ``center``): ``q`` of them, ``min(6, m, n)`` by default. Differentiable."""
+    op = "pca_lowrank"
+    matrix = _matrix_argument(op, A)
+    if matrix.ndim < 2:
+        raise ShapeError(f"{op}: A must have at least 2 dimensions, got {shape_text(matrix.shape)}")
+    m, n = matrix.shape[-2:]
+    q = min(6, m, n) if q is None else q
+    if not isinstance(q, numbers.Integral) or isinstance(q, bool) or not 0 <= q <= min(m, n):
+        raise InvalidArgumentError(
+            f"{op}: q must be an int between 0 and min(m, n) = {min(m, n)}, got {q!r}"
+        )
+    if center:
+        matrix = matrix - matrix.mean(dim=-2, keepdim=True)
+    return _truncated_svd(matrix, int(q))
+
+
+def _matrix_argument(op: str, value: Any) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise DTypeError(f"{op}: A must be a tensor, got {type(value).__name__}")
+    return value
+
+
+def _truncated_svd(matrix: Any, q: int) -> tuple:
+    left, singular, right_h = svd(matrix, full_matrices=False)
+    return left[..., :q], singular[..., :q], right_h[..., :q, :].mT
+
+
 _tensor_qr.__name__ = _tensor_qr.__qualname__ = "qr"
 _tensor_svd.__name__ = _tensor_svd.__qualname__ = "svd"
 _tensor_lu_solve.__name__ = _tensor_lu_solve.__qualname__ = "lu_solve"
 # torch's LAPACK-named forms, outside ``__all__``, and the Tensor forms above are guarded as
 # ``__all__``'s are (the Tensor's were installed after its own methods were guarded)
-_guard_namespace(globals(), ["geqrf", "orgqr", "ormqr"])
+_guard_namespace(globals(), ["geqrf", "orgqr", "ormqr", "svd_lowrank", "pca_lowrank"])
 Tensor.qr = _guard("qr", _tensor_qr, Tensor, "Tensor.qr")
 Tensor.svd = _guard("svd", _tensor_svd, Tensor, "Tensor.svd")
 Tensor.lu_solve = _guard("lu_solve", _tensor_lu_solve, Tensor, "Tensor.lu_solve")

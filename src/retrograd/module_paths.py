@@ -65,7 +65,8 @@ PATHS: dict[str, str] = {
     "cuda.memory": "cuda",
     "random": "random",
     **{f"backends.{flags}": f"backends.{flags}" for flags in (
-        "cudnn", "cuda", "mkldnn", "mps", "openmp", "opt_einsum",
+        "cudnn", "cuda", "mkldnn", "mps", "openmp", "opt_einsum", "cpu", "mkl", "mha",
+        "quantized",
     )},
 }  # fmt: skip
 

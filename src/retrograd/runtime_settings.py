@@ -52,18 +52,24 @@ __all__ = [
     "can_cast",
     "compile",
     "get_default_dtype",
+    "get_deterministic_debug_mode",
     "get_float32_matmul_precision",
     "get_num_interop_threads",
     "get_num_threads",
     "get_printoptions",
+    "is_deterministic_algorithms_warn_only_enabled",
+    "is_warn_always_enabled",
     "promote_types",
     "result_type",
     "set_default_dtype",
+    "set_default_tensor_type",
+    "set_deterministic_debug_mode",
     "set_float32_matmul_precision",
     "set_flush_denormal",
     "set_num_interop_threads",
     "set_num_threads",
     "set_printoptions",
+    "set_warn_always",
     "use_deterministic_algorithms",
 ]
 
@@ -150,16 +156,104 @@ def set_flush_denormal(mode: bool) -> bool:
 
 
 # -- determinism and dtypes ---------------------------------------------------------------------
-_DETERMINISTIC = [False]
+_DETERMINISTIC = [False, False]  # enabled, warn_only
 
 
 def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
     """Recorded; every retrograd kernel is deterministic already."""
-    _DETERMINISTIC[0] = bool(mode)
+    _DETERMINISTIC[:] = [bool(mode), bool(warn_only)]
 
 
 def are_deterministic_algorithms_enabled() -> bool:
     return _DETERMINISTIC[0]
+
+
+def is_deterministic_algorithms_warn_only_enabled() -> bool:
+    """Whether ``use_deterministic_algorithms`` was given ``warn_only=True``."""
+    return _DETERMINISTIC[1]
+
+
+_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
+def set_deterministic_debug_mode(debug_mode: int | str) -> None:
+    """torch's other spelling of :func:`use_deterministic_algorithms`: ``"default"`` (0) off,
+    ``"warn"`` (1) on with ``warn_only``, ``"error"`` (2) on."""
+    if isinstance(debug_mode, str):
+        if debug_mode not in _DEBUG_MODES:
+            raise InvalidArgumentError(
+                "set_deterministic_debug_mode: invalid value of debug_mode, expected one of "
+                f"`default`, `warn`, `error`, but got {debug_mode}"
+            )
+        debug_mode = _DEBUG_MODES[debug_mode]
+    if isinstance(debug_mode, bool) or debug_mode not in (0, 1, 2):
+        raise InvalidArgumentError(
+            "set_deterministic_debug_mode: invalid value of debug_mode, expected 0, 1, or 2, "
+            f"but got {debug_mode!r}"
+        )
+    use_deterministic_algorithms(debug_mode != 0, warn_only=debug_mode == 1)
+
+
+def get_deterministic_debug_mode() -> int:
+    """0 when deterministic algorithms are off, 1 when on with ``warn_only``, 2 when on."""
+    if not _DETERMINISTIC[0]:
+        return 0
+    return 1 if _DETERMINISTIC[1] else 2
+
+
+def set_default_tensor_type(t: Any) -> None:
+    """torch's deprecated ``set_default_tensor_type``: a legacy floating type (``rg.DoubleTensor``
+    or its name, ``"torch.DoubleTensor"``) makes its dtype the default (:func:`set_default_dtype`);
+    an integer type is refused as torch refuses it, and a CUDA type where there is no GPU, or
+    else with the backend to use (tensors are made on their backend's device)."""
+    import warnings
+
+    from .tensor.dtypes import legacy_type_dtype
+
+    warnings.warn(
+        "set_default_tensor_type() is deprecated, as torch's; use set_default_dtype() (and a "
+        "backend on the device) instead",
+        UserWarning,
+        stacklevel=2,
+    )
+    name = t if isinstance(t, str) else getattr(t, "__name__", repr(t))
+    on_cuda = ".cuda." in f".{name}" if isinstance(t, str) else getattr(t, "device_kind", None)
+    if on_cuda:
+        from .context import current_backend
+
+        if current_backend().default_device.kind != "cuda":
+            raise InvalidArgumentError(
+                f"set_default_tensor_type: {name} is a CUDA type, and tensors are made on their "
+                "backend's device (the CPU here); make the backend compute on a GPU instead: "
+                "rg.set_default_backend(rg.Autodiff(rg.TorchBackend('cuda')))"
+            )
+    try:
+        dtype = legacy_type_dtype(t)
+    except (DTypeError, InvalidArgumentError):
+        raise DTypeError(
+            f"set_default_tensor_type: expected a legacy tensor type (rg.DoubleTensor) or its "
+            f"name, got {t!r}"
+        ) from None
+    if dtype not in FLOAT_DTYPES:
+        raise DTypeError(
+            "set_default_tensor_type: only floating-point types are supported as the default "
+            f"type, got {name}"
+        )
+    set_default_dtype(dtype)
+
+
+_WARN_ALWAYS = [False]
+
+
+def set_warn_always(b: bool, /) -> None:
+    """torch's flag for warnings it gives once a process to be given every time: recorded
+    (retrograd's one-time warnings are Python's, which ``warnings.simplefilter("always")``
+    repeats)."""
+    _WARN_ALWAYS[0] = bool(b)
+
+
+def is_warn_always_enabled() -> bool:
+    return _WARN_ALWAYS[0]
 
 
 _MATMUL_PRECISION = ["highest"]

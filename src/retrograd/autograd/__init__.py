@@ -17,6 +17,7 @@ or tensors whose gradient is retained (``retain_grad()``) before the outputs are
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ..autodiff import enable_grad, no_grad, set_grad_enabled
@@ -27,6 +28,7 @@ from .anomaly_mode import (
     detect_anomaly,
     is_anomaly_check_nan_enabled,
     is_anomaly_enabled,
+    set_anomaly_enabled,
     set_detect_anomaly,
 )
 from .differentiate import backward, grad
@@ -50,10 +52,15 @@ __all__ = [
     "inference_mode",
     "is_anomaly_check_nan_enabled",
     "is_anomaly_enabled",
+    "is_inference_mode_enabled",
+    "is_multithreading_enabled",
+    "is_view_replay_enabled",
     "no_grad",
     "profiler",
+    "set_anomaly_enabled",
     "set_detect_anomaly",
     "set_grad_enabled",
+    "set_multithreading_enabled",
     "vmap",
 ]
 
@@ -77,6 +84,60 @@ class inference_mode(no_grad):  # noqa: N801 (torch's name)
     def __init__(self, mode: bool = True):
         super().__init__()
         self._target = not mode
+
+    def __enter__(self) -> None:
+        super().__enter__()
+        _INFERENCE.saved = [*getattr(_INFERENCE, "saved", ()), is_inference_mode_enabled()]
+        _INFERENCE.enabled = not self._target
+
+    def __exit__(self, *exc: object) -> None:
+        *_INFERENCE.saved, _INFERENCE.enabled = _INFERENCE.saved
+        super().__exit__(*exc)
+
+
+class _InferenceMode(threading.local):
+    """Whether this thread is inside ``inference_mode()`` (its innermost block's setting),
+    and the settings of the blocks around it."""
+
+    enabled = False
+
+
+_INFERENCE = _InferenceMode()
+
+
+_MULTITHREADING = [True]
+
+
+class set_multithreading_enabled:  # noqa: N801 (torch's name)
+    """torch's switch of its multithreaded backward (one thread per device): set at once,
+    and back to what it was at the end of a ``with`` block. Recorded: retrograd's backward
+    runs on the calling thread whatever it says."""
+
+    def __init__(self, mode: bool) -> None:
+        self._previous = _MULTITHREADING[0]
+        _MULTITHREADING[0] = bool(mode)
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        _MULTITHREADING[0] = self._previous
+
+
+def is_multithreading_enabled() -> bool:
+    """Whether torch's multithreaded backward is on (True unless switched off)."""
+    return _MULTITHREADING[0]
+
+
+def is_view_replay_enabled() -> bool:
+    """False: torch replays views only under its functionalization, which is not here."""
+    return False
+
+
+def is_inference_mode_enabled() -> bool:
+    """Whether this thread runs inside ``inference_mode()`` (torch's
+    ``torch.is_inference_mode_enabled``)."""
+    return _INFERENCE.enabled
 
 
 # -- vmap ------------------------------------------------------------------------------------------

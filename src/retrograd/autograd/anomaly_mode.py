@@ -22,6 +22,7 @@ __all__ = [
     "detect_anomaly",
     "is_anomaly_check_nan_enabled",
     "is_anomaly_enabled",
+    "set_anomaly_enabled",
     "set_detect_anomaly",
 ]
 
@@ -36,6 +37,11 @@ def is_anomaly_enabled() -> bool:
 def is_anomaly_check_nan_enabled() -> bool:
     """Whether anomaly mode checks gradients for NaN."""
     return _MODE["check_nan"]
+
+
+def set_anomaly_enabled(enabled: bool, check_nan: bool = True) -> None:
+    """Anomaly mode on or off from now on (torch's ``torch.set_anomaly_enabled``)."""
+    _MODE.update(enabled=bool(enabled), check_nan=bool(check_nan))
 
 
 class set_detect_anomaly:  # noqa: N801 (torch's name)

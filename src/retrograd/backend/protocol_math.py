@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InvalidArgumentError, shape_text
+from ..errors import LinAlgError, shape_text
 
 __all__ = ["BESSEL_FUNCTIONS", "POLYNOMIALS", "MathProtocol", "not_positive_definite"]
 
@@ -57,9 +57,9 @@ POLYNOMIALS = (
 )
 
 
-def not_positive_definite(shape: Sequence[int]) -> InvalidArgumentError:
-    """The error for a matrix with no Cholesky factor (torch raises its ``LinAlgError``)."""
-    return InvalidArgumentError(
+def not_positive_definite(shape: Sequence[int]) -> LinAlgError:
+    """The error for a matrix with no Cholesky factor (torch's ``LinAlgError``)."""
+    return LinAlgError(
         f"cholesky: the input matrix of shape {shape_text(shape)} is not positive-definite"
     )
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend.accelerators import cuda_call, cuda_device_count
-from ..device import Device
-from ..errors import InvalidArgumentError
 from ..tensor.legacy import cuda_legacy
-from . import amp
+from . import amp, info, streams
+from .info import *  # noqa: F403 (the informational calls: info.__all__)
+from .info import device_index as _index
+from .streams import *  # noqa: F403 (streams, events, device contexts: streams.__all__)
 
 __all__ = [
     "BFloat16Tensor",
@@ -51,6 +52,8 @@ __all__ = [
     "seed_all",
     "set_device",
     "synchronize",
+    *info.__all__,
+    *streams.__all__,
 ]
 
 
@@ -70,33 +73,6 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 def device_count() -> int:
     """The number of CUDA devices (0 without torch or without CUDA)."""
     return cuda_device_count()
-
-
-def _index(op: str, device: Any) -> int:
-    """A device (an int, ``"cuda:1"``, ``rg.device``) as the index of an existing GPU."""
-    count = cuda_device_count()
-    if count == 0:
-        raise InvalidArgumentError(
-            f"cuda.{op}: no CUDA device is available (torch sees none, or torch is not installed)"
-        )
-    if device is None:
-        return int(cuda_call("current_device"))
-    if isinstance(device, int) and not isinstance(device, bool):
-        index = device
-    else:
-        target = (
-            Device(device)
-            if isinstance(device, str | Device)
-            else Device(device.type, device.index or 0)
-        )
-        if target.kind != "cuda":
-            raise InvalidArgumentError(f"cuda.{op}: expected a CUDA device, got {target}")
-        index = target.index
-    if not 0 <= index < count:
-        raise InvalidArgumentError(
-            f"cuda.{op}: invalid device ordinal {index}: there are {count} CUDA devices"
-        )
-    return index
 
 
 def current_device() -> int:

@@ -343,7 +343,9 @@ def no_generator(op: str, generator: Any) -> None:
 def checked_generator(op: str, generator: Any) -> Any:
     """``generator`` when it is ``None`` or an ``rg.Generator`` (:mod:`.generator`: known here
     by its ``draws`` method, so that this module needs no import of it); otherwise an error."""
-    if generator is None or callable(getattr(generator, "draws", None)):
+    if generator is None or getattr(generator, "is_default_stream", False):
+        return None  # ``default_generator``: the stream drawn from without a generator
+    if callable(getattr(generator, "draws", None)):
         return generator
     raise DTypeError(f"{op}: generator must be an rg.Generator, got {type(generator).__name__}")
 

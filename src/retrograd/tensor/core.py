@@ -74,6 +74,8 @@ from .reduce import ReduceMixin
 from .selection import SelectionMixin
 from .shape import ShapeMixin, by_keyword
 from .special import SpecialMixin
+from .storage import StorageMixin
+from .torch_forms import TorchFormsMixin
 from .views import keep_former_key, link, unlink
 
 __all__ = ["Tensor"]
@@ -161,6 +163,8 @@ class Tensor(
     IndexingMixin,
     InplaceMixin,
     BurnNamesMixin,
+    StorageMixin,
+    TorchFormsMixin,
     TensorBase,
 ):
     """An n-dimensional array on a backend; differentiable on the autodiff backend.
@@ -1010,9 +1014,13 @@ _UNGUARDED = frozenset(
 
 
 #: what links a view and its base (:mod:`.views`), and the gradient keys of this tensor's
-#: former leaves (an in-place write's, a freeze's): never copied or pickled (a copy is a leaf
-#: of its own, whose gradients are not its source's)
-_VIEW_ATTRIBUTES = frozenset({"_view", "_views", "_weak_base", "_former_keys", "_frozen_leaf"})
+#: former leaves (an in-place write's, a freeze's), and its storage's address and output number
+#: (:mod:`.storage`): never copied or pickled (a copy is a leaf of its own, whose gradients are
+#: not its source's, in a storage of its own)
+_VIEW_ATTRIBUTES = frozenset(
+    {"_view", "_views", "_weak_base", "_former_keys", "_frozen_leaf", "_storage_address",
+     "_output_nr"}
+)  # fmt: skip
 
 
 def _fresh_leaf(cls: type, backend: Any, device: Device, value: Any, requires_grad: bool) -> Any:

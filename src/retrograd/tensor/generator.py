@@ -34,11 +34,13 @@ from .creation import tensor
 
 __all__ = [
     "Generator",
+    "default_generator",
     "fork_rng",
     "get_rng_state",
     "initial_seed",
     "random_namespace",
     "set_rng_state",
+    "thread_safe_generator",
 ]
 
 #: torch's default seed of a new ``torch.Generator()``
@@ -177,6 +179,56 @@ def fork_rng(
         set_rng_state(saved)
 
 
+class _DefaultGenerator(Generator):
+    """``torch.default_generator``: the process-wide stream ``rg.manual_seed`` seeds, as a
+    generator. Its methods act on that stream, and given as ``generator=`` it draws from it,
+    as the default (``None``) does."""
+
+    #: read by ``checked_generator``: this generator stands for the default stream
+    is_default_stream = True
+
+    def __init__(self) -> None:
+        self.device = Device("cpu")
+        self._lock = threading.Lock()
+
+    def manual_seed(self, seed: int) -> Generator:
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+            raise InvalidArgumentError(
+                f"default_generator.manual_seed: expected an int, got {seed!r}"
+            )
+        creation.manual_seed(int(seed))
+        return self
+
+    def seed(self) -> int:
+        return fresh_seed()
+
+    def initial_seed(self) -> int:
+        return initial_seed()
+
+    def get_state(self) -> Any:
+        return get_rng_state()
+
+    def set_state(self, new_state: Any) -> Generator:
+        set_rng_state(new_state)
+        return self
+
+    def draws(self, shape: Sequence[int], distribution: str, dtype: str) -> np.ndarray:
+        host_dtype = "float64" if dtype == "float64" else "float32"
+        return creation.random(tuple(shape), distribution, dtype=host_dtype).numpy()
+
+    def __repr__(self) -> str:
+        return "<rg.default_generator: the stream rg.manual_seed seeds>"
+
+
+default_generator = _DefaultGenerator()
+
+
+def thread_safe_generator() -> Generator | None:
+    """torch's generator for random draws in a DataLoader's thread worker: ``None`` (the
+    default stream), as torch answers in the main process and in process workers."""
+    return None
+
+
 class _Random:
     """``rg.random``: the function ``rg.random(shape, distribution)`` (API.md), which also
     carries ``torch.random``'s names (``rg.random.manual_seed``, ``get_rng_state``...)."""
@@ -190,6 +242,9 @@ class _Random:
         self.get_rng_state = guard("random.get_rng_state", get_rng_state)
         self.set_rng_state = guard("random.set_rng_state", set_rng_state)
         self.fork_rng = fork_rng
+        self.default_generator = default_generator
+        self.thread_safe_generator = thread_safe_generator
+        self.Generator = Generator
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return creation.random(*args, **kwargs)

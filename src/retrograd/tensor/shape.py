@@ -40,6 +40,7 @@ from ._dispatch import (
 from .dtypes import canonical_dtype
 from .layouts import check_memory_format, refuse_format_query
 from .pairs import ValuesAndIndices
+from .storage import number_outputs
 from .strides import storage_offset_of
 from .views import is_contiguous, link, strides_of, view_error, view_strides
 
@@ -514,13 +515,15 @@ class ShapeMixin:
         if size == 0:  # torch: as many empty pieces as asked for
             return tuple(self.narrow(d, 0, 0) for _ in range(int(chunks)))
         step = max(1, -(-size // chunks))
-        return tuple(self.narrow(d, s, min(step, size - s)) for s in range(0, size, step))
+        return number_outputs(
+            tuple(self.narrow(d, s, min(step, size - s)) for s in range(0, size, step))
+        )
 
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
         """The slices along ``dim``, that dimension removed (views, as torch's)."""
         d = normalize_dim("unbind", dim, self.ndim)
         lead = (slice(None),) * d
-        return tuple(self[lead + (i,)] for i in range(self.shape[d]))
+        return number_outputs(tuple(self[lead + (i,)] for i in range(self.shape[d])))
 
     def tensor_split(
         self,
@@ -608,7 +611,7 @@ class ShapeMixin:
         for n in sizes:
             pieces.append(self.narrow(d, start, n))
             start += n
-        return tuple(pieces)
+        return number_outputs(tuple(pieces))
 
     def unfold(self, dimension: int, size: int, step: int) -> Any:
         """Sliding windows of ``size`` every ``step`` along ``dimension``, as a new last
