@@ -123,7 +123,7 @@ class _Rebuilder:
         if not isinstance(storage, _Storage):
             raise pickle.UnpicklingError(f"a tensor's storage is {type(storage).__name__}")
         size, stride = tuple(size), tuple(stride)
-        key = (storage.key, storage.dtype, offset, size, stride)
+        key = (storage.key, storage.dtype, offset, size, stride, bool(requires_grad))
         made = self.made.get(key)
         if made is None:
             values = _strided(storage, offset, size, stride)
@@ -209,6 +209,13 @@ def _reinterpreted(storage: _Storage, dtype: str) -> Callable[[], np.ndarray]:
     return read
 
 
+def _encoded(text: Any, encoding: Any) -> bytes:
+    """``_codecs.encode``, as pickle protocol 2 writes bytes (``latin1``)."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8", "ascii"):
+        raise pickle.UnpicklingError(f"bytes encoded as {encoding!r}")
+    return text.encode(encoding)
+
+
 def _layout(name: Any) -> Any:
     """torch's ``serialization._get_layout``: only strided tensors are rebuilt here."""
     if name != "torch.strided":
@@ -264,7 +271,7 @@ _PLAIN_GLOBALS: dict[tuple[str, str], Any] = {
     ("builtins", "set"): set,
     ("builtins", "complex"): complex,
     ("builtins", "bytearray"): bytearray,
-    ("_codecs", "encode"): lambda text, encoding="utf-8": text.encode(encoding),
+    ("_codecs", "encode"): lambda text, encoding="utf-8": _encoded(text, encoding),
 }
 
 
@@ -373,8 +380,8 @@ def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
         raise pickle.UnpicklingError("no torch file's magic number")
     if plain(header).load() != _LEGACY_PROTOCOL:
         raise pickle.UnpicklingError("a legacy protocol other than 1001")
-    system = plain(header).load()
-    order = "<" if not isinstance(system, dict) or system.get("little_endian", True) else ">"
+    plain(header).load()  # the saving machine's sizes: torch writes storages little-endian
+    order = "<"
     start = header.tell()
 
     references: dict[str, tuple] = {}
