@@ -2,8 +2,8 @@
 """One test per defect found by round 29 of the reliability sweep
 (``tests/test_reliability_sweep_29.py``: composite functions at extreme inputs against torch).
 
-Each runs on the torch inner backend whatever the suite's choice (``RETROGRAD_INNER``): the
-defects are in float16 and bfloat16, which the NumPy backend does not hold.
+The half-precision ones run on the torch inner backend whatever the suite's choice
+(``RETROGRAD_INNER``): the NumPy backend does not hold float16 or bfloat16.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import retrograd as rg
 import retrograd.nn.functional as RF  # noqa: N812 (torch's name)
 
 HALF = ["float16", "bfloat16"]
+INF = np.inf
 
 
 @pytest.fixture
@@ -103,3 +104,20 @@ def test_float16_norm_of_a_small_vector_is_accumulated_in_float32(torch_inner, f
     expected.float().sum().backward()
     grad = r_x.grad(got.float().sum().backward())
     np.testing.assert_allclose(_numpy(grad), _numpy(t_x.grad), rtol=1e-2, atol=1e-2)
+
+
+def test_logsumexp_gradient_beside_a_positive_infinity_is_torch_s_zero():
+    # a +inf entry made the shift 0: exp of the finite entries over ~88 overflowed, and their
+    # gradient exp(x) / sum was inf / inf = NaN where torch's exp(x - inf) is 0
+    values = np.array([[-INF, 1e4, INF, 0.0], [100.0, 89.0, 0.0, -INF]], np.float32)
+    reference = torch.tensor(values, requires_grad=True)
+    expected = torch.logsumexp(reference, 1)
+    expected.sum().backward()
+    x = rg.tensor(values).require_grad()
+    out = rg.logsumexp(x, 1)
+    grad = x.grad(out.sum().backward()).numpy()
+    np.testing.assert_array_equal(out.numpy()[0], np.inf)
+    np.testing.assert_allclose(out.numpy()[1], expected.detach().numpy()[1], rtol=1e-6)
+    np.testing.assert_array_equal(np.isnan(grad), np.isnan(reference.grad.numpy()))
+    np.testing.assert_allclose(grad[0, [0, 1, 3]], [0.0, 0.0, 0.0])  # torch's; NaN at the +inf
+    np.testing.assert_allclose(grad[1], reference.grad.numpy()[1], rtol=1e-5, atol=1e-7)
