@@ -17,6 +17,8 @@ from .dtypes import canonical_dtype
 
 __all__ = ["matrix_norm", "norm", "tensor_norm", "vector_norm"]
 
+_HALF_DTYPES = ("float16", "bfloat16")
+
 
 def _no_out(op: str, out: Any) -> None:
     if out is not None:
@@ -79,6 +81,11 @@ def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) ->
     squeeze = not x.ndim
     if squeeze:
         x, dims, keepdim = x.reshape((1,)), (0,), True
+    # torch accumulates a half-precision norm in float32: in 16 bits the squares of entries
+    # under ~1e-4 (float16) flush to 0, and a small vector's norm came out 0
+    given = x.dtype
+    if given in _HALF_DTYPES:
+        x = x.cast("float32")
     magnitude = x.abs()
     if ord == 2:
         total = x.square().sum(dims, keepdim=True)
@@ -107,7 +114,7 @@ def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) ->
             out = total.mask_fill(zero, 1.0).pow(1.0 / ord).mask_fill(zero, 0.0)
         else:
             out = total.pow(1.0 / ord)
-    out = _drop(out, dims, keepdim)
+    out = _drop(out.cast(given), dims, keepdim)
     return out.reshape(()) if squeeze else out
 
 

@@ -265,7 +265,11 @@ class ReduceMixin:
                 if keepdim
                 else out.squeeze_dims((dim,) if isinstance(dim, numbers.Integral) else tuple(dim))
             )
-        peak = untracked(x).amax(dim, keepdim=True)
+        # the shift: the largest entry short of +inf (a +inf shift makes inf - inf; shifting
+        # by 0 instead, exp of the finite entries over ~88 overflowed, and their gradient,
+        # exp(x) / sum, was inf / inf where torch's exp(x - inf) is 0)
+        values = untracked(x)
+        peak = values.mask_fill(values.equal(math.inf), -math.inf).amax(dim, keepdim=True)
         peak = peak.mask_fill(peak.is_inf(), 0.0)
         out = (x - peak).exp().sum(dim, keepdim=True).log() + peak
         if keepdim:

@@ -339,6 +339,8 @@ def _weighted(fn: str, losses: Tensor, weight: Any) -> Tensor:
 
 
 _BCE_EPS = 9.999999960041972e-13  # float(np.float32(1e-12))
+#: the largest finite value of each half dtype
+_HALF_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 
 def binary_cross_entropy(
@@ -378,7 +380,10 @@ def binary_cross_entropy(
     losses = -(target * log_x + (1.0 - target) * log_not_x)
     if not (x.requires_grad or y.requires_grad):
         return _reduce(_weighted(fn, losses, weight), reduction)
-    edge = (constant * (1.0 - constant)).less(_BCE_EPS)
+    # x (1 - x) against eps in float32 (torch's opmath type) for a half dtype, where eps
+    # rounds to 0 and x at 0 or 1 was no edge (the logs of 0 then made the loss NaN)
+    wide = constant.cast("float32") if x.dtype in _HALF_DTYPES else constant
+    edge = (wide * (1.0 - wide)).less(_BCE_EPS)
     inner = x.masked_fill(edge, 0.5)
     direct = -(y * inner.log() + (1.0 - y) * (1.0 - inner).log())
     losses = losses + (direct - untracked(direct))
@@ -386,8 +391,7 @@ def binary_cross_entropy(
     # no host read of ``edge`` stalls a step on an accelerator)
     slopes = None
     if x.requires_grad:
-        slope = (constant - target) / (constant * (1.0 - constant)).clamp_min(_BCE_EPS)
-        slopes = (x - constant) * slope.mask_fill(edge.logical_not(), 0.0)
+        slopes = (x - constant) * _edge_slope(wide, target, edge, x.dtype)
     if y.requires_grad:  # torch: the unclamped logs (finite here where torch's are infinite)
         slope = raw_log_not_x - raw_log_x
         slope = slope.mask_where(slope.is_inf(), log_not_x - log_x)
@@ -395,6 +399,18 @@ def binary_cross_entropy(
         slopes = term if slopes is None else slopes + term
     losses = losses + slopes
     return _reduce(_weighted(fn, losses, weight), reduction)
+
+
+def _edge_slope(wide: Tensor, target: Tensor, edge: Tensor, dtype: str) -> Tensor:
+    """torch's first derivative in x at the edges, ``(x - y) / max(x (1 - x), eps)``, zero
+    off them, from ``wide`` (x's values, in float32 for a half dtype, where eps rounds to 0
+    and 0 / 0 made a NaN), saturated to ``dtype``'s finite range: the slope multiplies a term
+    that is zero in value, and a NaN or infinite slope made the loss itself NaN."""
+    slope = (wide - target.cast(wide.dtype)) / (wide * (1.0 - wide)).clamp_min(_BCE_EPS)
+    if dtype in _HALF_DTYPES:
+        bound = _HALF_MAX[dtype]
+        slope = slope.clamp(-bound, bound).cast(dtype)
+    return slope.mask_fill(edge.logical_not(), 0.0)
 
 
 def binary_cross_entropy_with_logits(

@@ -565,10 +565,8 @@ def group_norm(
     return out
 
 
-#: ``torch.finfo(dtype).eps``: the default ``eps`` of :func:`rms_norm`
+#: ``torch.finfo(dtype).eps`` of the dtypes :func:`rms_norm` computes in: its default ``eps``
 _MACHINE_EPSILON = {
-    "float16": 2.0**-10,
-    "bfloat16": 2.0**-7,
     "float32": 2.0**-23,
     "float64": 2.0**-52,
 }
@@ -590,7 +588,8 @@ def rms_norm(
     eps: float | None = None,
 ) -> Tensor:
     """``x / sqrt(mean(x^2) + eps) * weight`` over the trailing ``normalized_shape`` dims, as
-    ``torch.nn.functional.rms_norm`` (``eps=None``: the machine epsilon of the dtype).
+    ``torch.nn.functional.rms_norm`` (``eps=None``: the machine epsilon of the dtype it is
+    computed in, float32's for float16 and bfloat16, as torch's).
 
     >>> import retrograd as rg
     >>> x = rg.tensor([[3.0, 4.0]], dtype="float64")
@@ -614,10 +613,10 @@ def rms_norm(
             f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
             f"dimensions; input {shape_text(x.shape)}"
         )
-    if eps is None:
-        eps = _MACHINE_EPSILON[x.dtype]
     dims = tuple(range(x.ndim - k, x.ndim))
     work = _opmath(x)
+    if eps is None:  # torch's: the epsilon of the dtype it computes in (float32 for a half x)
+        eps = _MACHINE_EPSILON[work.dtype]
     out = (work * (_mean_over(fn, work.square(), dims) + float(eps)).sqrt().recip()).cast(x.dtype)
     if weight is not None:
         weight = _as_tensor(fn, x, weight, "weight")

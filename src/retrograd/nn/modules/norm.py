@@ -294,7 +294,8 @@ class GroupNorm(Module):
 
 class RMSNorm(Module):
     """``x / sqrt(mean(x^2) + eps) * weight`` over the trailing ``normalized_shape`` dims
-    (``eps=None``: the dtype's machine epsilon), as PyTorch's.
+    (``eps=None``: the machine epsilon of the dtype it is computed in, float32's for float16
+    and bfloat16), as PyTorch's.
 
     >>> RMSNorm(4)(rg.ones((2, 4))).shape
     (2, 4)
