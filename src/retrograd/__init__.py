@@ -89,7 +89,12 @@ from . import (
     testing,
     utils,
 )
-from .amp import autocast
+from .amp import (
+    autocast,
+    clear_autocast_cache,
+    is_autocast_cache_enabled,
+    set_autocast_cache_enabled,
+)
 from .autograd import inference_mode, vmap
 from .defaults import (
     get_autocast_cpu_dtype,
@@ -356,6 +361,7 @@ __all__ += [
     "ao",
     "channels_last",
     "channels_last_3d",
+    "clear_autocast_cache",
     "contiguous_format",
     "cuda",
     "fft",
@@ -368,6 +374,7 @@ __all__ += [
     "get_rng_state",
     "hub",
     "initial_seed",
+    "is_autocast_cache_enabled",
     "is_autocast_cpu_enabled",
     "is_autocast_enabled",
     "linalg",
@@ -376,6 +383,7 @@ __all__ += [
     "preserve_format",
     "profiler",
     "quasirandom",
+    "set_autocast_cache_enabled",
     "set_default_device",
     "set_rng_state",
     "signal",
