@@ -721,7 +721,7 @@ model = VQModel(ddconfig, lossconfig, n_embed=6, embed_dim=3)
 initialize(model)
 model.learning_rate = 1e-3
 (opt_ae, opt_disc), _ = model.configure_optimizers()
-batches = [{"image": torch.rand(2, 8, 8, 3) * 2 - 1} for _ in range(4)]
+batches = [{"image": torch.rand(2, 8, 8, 3) * 2 - 1} for _ in range(3)]
 for batch_idx, batch in enumerate(batches):
     model.train()
     model.loss.perceptual_loss.eval()  # LPIPS's dropout off: its draws are torch's own
@@ -759,7 +759,7 @@ def _seeded():
     rg.seed(0)
 
 
-@pytest.mark.parametrize(("use_actnorm", "disc_loss"), [(False, "hinge"), (True, "vanilla")])
+@pytest.mark.parametrize(("use_actnorm", "disc_loss"), [(True, "hinge"), (False, "vanilla")])
 def test_taming_vqgan_trains_as_torch(capsys, use_actnorm, disc_loss):
     import functools
     import types
@@ -776,11 +776,11 @@ def test_taming_vqgan_trains_as_torch(capsys, use_actnorm, disc_loss):
         functools=functools,
     )
     assert logs[0] == logs[1] == f"VQLPIPSWithDiscriminator running with {disc_loss} loss.\n"
-    # 4 steps of (2 logs, params, buffers), the validation's 2 logs, 3 samples
-    assert len(theirs) == 4 * 4 + 2 + 3
+    # 3 steps of (2 logs, params, buffers), the validation's 2 logs, 3 samples
+    assert len(theirs) == 3 * 4 + 2 + 3
     # before disc_start the adaptive weight is computed but not used; after it, both are
     assert theirs[0]["train/disc_factor"] == 0.0 and theirs[-5]["val/d_weight"] == 0.0
-    assert theirs[12]["train/disc_factor"] == 1.0 and theirs[12]["train/d_weight"] > 0
+    assert theirs[8]["train/disc_factor"] == 1.0 and theirs[8]["train/d_weight"] > 0
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
 
 
@@ -944,7 +944,7 @@ initialize(netG)
 initialize(netD)
 optimizerG = optim.Adam(netG.parameters())
 optimizerD = optim.Adam(netD.parameters())
-train_loader = [(torch.rand(2, 3, 4, 4), torch.rand(2, 3, 8, 8)) for _ in range(3)]
+train_loader = [(torch.rand(2, 3, 4, 4), torch.rand(2, 3, 8, 8)) for _ in range(2)]
 
 # leftthomas/SRGAN train.py
 for epoch in range(1, NUM_EPOCHS + 1):
@@ -1033,8 +1033,8 @@ def test_leftthomas_srgan_trains_as_torch(capsys):
         UPSCALE_FACTOR=2,
         NUM_EPOCHS=1,
     )
-    assert len(theirs) == 3 * 2 + 2
-    assert logs[0].count("\n") == 3
+    assert len(theirs) == 2 * 2 + 2
+    assert logs[0].count("\n") == 2
     # a convolution's bias just before a BatchNorm has no true gradient (Adam follows noise)
     before_batch_norm = [
         *(f"0.block{i}.conv{j}.bias" for i in (2, 3) for j in (1, 2)),
@@ -1352,7 +1352,7 @@ class SRGANModel:
 
 
 model = SRGANModel(train_opt)
-for current_step in range(4):
+for current_step in range(3):
     model.feed_data({'LQ': torch.rand(2, 3, 4, 4), 'GT': torch.rand(2, 3, 8, 8)})
     model.optimize_parameters(current_step)
     record.append({k: float(v) for k, v in model.log_dict.items()})
@@ -1404,7 +1404,7 @@ def test_basicsr_esrgan_trains_as_torch(capsys):
         params_of=params_of,
         train_opt=train_opt,
     )
-    assert len(theirs) == 4 * 5
+    assert len(theirs) == 3 * 5
     assert list(theirs[0]) == ["l_d_real", "l_d_fake", "D_real", "D_fake"]  # step 0: D only
     assert list(theirs[5]) == [
         "l_d_real",
@@ -1790,7 +1790,7 @@ if not sd_locked:
 opt = torch.optim.AdamW(params, lr=lr)
 
 alphas_cumprod = torch.cumprod(1 - torch.linspace(1e-2, 0.2, 10), dim=0)
-for step in range(3):
+for step in range(2):
     x_start = torch.randn(2, 2, 4, 4)
     hint = torch.rand(2, 3, 4, 4)
     t = torch.randint(0, 10, (2,))
@@ -1817,7 +1817,7 @@ CONTROLNET_STEPS = [
 ]
 
 
-@pytest.mark.parametrize(("sd_locked", "use_checkpoint"), [(True, True), (False, False)])
+@pytest.mark.parametrize(("sd_locked", "use_checkpoint"), [(False, True), (True, False)])
 def test_controlnet_trains_its_copy_as_torch(capsys, sd_locked, use_checkpoint):
     (theirs, ours), _ = runs_with_draws(
         CONTROLNET_SOURCE,
@@ -1830,7 +1830,7 @@ def test_controlnet_trains_its_copy_as_torch(capsys, sd_locked, use_checkpoint):
         USE_CHECKPOINT=use_checkpoint,
     )
     assert theirs[0] is True and ours[0] is True
-    assert len(theirs) == 1 + 3 * 2
+    assert len(theirs) == 1 + 2 * 2
     # the locked encoder never moves; unlocked, the decoder does
     before, after = theirs[2], theirs[-1]
     assert all(
