@@ -35,11 +35,17 @@ run of the same code from the same weights and draws:
   running the locked encoder under ``torch.no_grad()`` then ``h += control.pop()``,
   ``ControlNet`` with ``input_hint_block``, ``make_zero_conv``, ``zero_module``, the trainable
   copy of the encoder made by ``copy.deepcopy``, ``configure_optimizers`` with ``sd_locked``),
-  on a tiny UNet written for the test (``TimestepEmbedSequential``, ``timestep_embedding``,
-  ``ResBlock``).
+  ``ldm/modules/diffusionmodules/util.py``'s ``checkpoint`` and ``CheckpointFunction`` (saving
+  ``torch.is_autocast_cache_enabled()``; backward re-runs under ``torch.enable_grad()`` and
+  ``torch.cuda.amp.autocast(**ctx.gpu_autocast_kwargs)``, then ``torch.autograd.grad(...,
+  allow_unused=True)``), on a tiny UNet written for the test (``TimestepEmbedSequential``,
+  ``timestep_embedding``, ``ResBlock`` with ``use_checkpoint``).
 
 The lines changed: the ``import`` lines and the gradient lines (``loss.backward()`` returns the
-gradients, ``step`` takes them).
+gradients, ``step`` takes them). The defect found (a focused test in
+``test_realports29_fixes.py``): there was no ``torch.is_autocast_cache_enabled`` (nor
+``set_autocast_cache_enabled``, ``clear_autocast_cache``), so ControlNet's checkpointed
+``ResBlock`` failed on its first forward.
 """
 
 from __future__ import annotations
