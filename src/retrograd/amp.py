@@ -40,10 +40,34 @@ import numpy as np
 
 from .errors import AutodiffError, DTypeError, InvalidArgumentError, guard
 
+# the cache flag's functions are torch's top-level names (``torch.is_autocast_cache_enabled``)
 __all__ = ["GradScaler", "autocast", "custom_bwd", "custom_fwd", "is_autocast_available"]
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "xla", "meta")
 _warned = False
+#: torch's flag for autocast's cache of cast weights (on by default; ``autocast(cache_enabled=)``
+#: sets it for its block). retrograd caches nothing, but code saves the flag and passes it on
+#: (latent diffusion's ``CheckpointFunction`` hands it back to ``autocast`` in backward).
+_cache_enabled = True
+
+
+def is_autocast_cache_enabled() -> bool:
+    """torch's ``torch.is_autocast_cache_enabled()``: True unless set off."""
+    return _cache_enabled
+
+
+def set_autocast_cache_enabled(enabled: bool) -> None:
+    """torch's: sets the flag :func:`is_autocast_cache_enabled` reads (a bool, as torch's)."""
+    global _cache_enabled
+    if not isinstance(enabled, bool):
+        raise DTypeError(
+            f"set_autocast_cache_enabled: enabled must be a bool (got {type(enabled).__name__})"
+        )
+    _cache_enabled = enabled
+
+
+def clear_autocast_cache() -> None:
+    """torch's: empties autocast's cache of cast weights; retrograd keeps none."""
 
 
 def is_autocast_available(device_type: str) -> bool:
@@ -78,6 +102,10 @@ class autocast:  # noqa: N801 (torch's name)
 
     def __enter__(self) -> autocast:
         global _warned
+        # torch sets the cache flag for the block, enabled or not, and restores it after
+        self._outer_cache_enabled = _cache_enabled
+        if self.cache_enabled is not None:
+            set_autocast_cache_enabled(bool(self.cache_enabled))
         if self.enabled and not _warned:
             _warned = True
             warnings.warn(
@@ -91,7 +119,7 @@ class autocast:  # noqa: N801 (torch's name)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        set_autocast_cache_enabled(self._outer_cache_enabled)
 
     def __call__(self, fn: Any) -> Any:
         def run(*args: Any, **kwargs: Any) -> Any:

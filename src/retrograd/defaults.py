@@ -20,6 +20,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from .amp import clear_autocast_cache, is_autocast_cache_enabled, set_autocast_cache_enabled
 from .context import current_backend, thread_device
 from .device import Device
 from .errors import InvalidArgumentError
@@ -65,7 +66,7 @@ _AUTOCAST_DTYPES = {
 #: the autocast dtypes set by ``set_autocast_dtype`` (what ``get_autocast_dtype`` answers),
 #: the autocast cache flag and the autocast nesting depth, process-wide as torch's
 _SET_DTYPES: dict[str, str] = {}
-_AUTOCAST_STATE = {"cache_enabled": True, "nesting": 0}
+_AUTOCAST_STATE = {"nesting": 0}  # (the cache flag is amp's: autocast sets it for its block)
 
 
 def get_default_device() -> Device:
@@ -233,19 +234,6 @@ def is_autocast_xla_enabled() -> bool:
     """False: retrograd never autocasts (deprecated, as torch's)."""
     _deprecated("is_autocast_xla_enabled", "is_autocast_enabled('xla')")
     return False
-
-
-def set_autocast_cache_enabled(enabled: bool) -> None:
-    """Recorded (retrograd keeps no autocast cache of cast weights)."""
-    _AUTOCAST_STATE["cache_enabled"] = bool(enabled)
-
-
-def is_autocast_cache_enabled() -> bool:
-    return _AUTOCAST_STATE["cache_enabled"]
-
-
-def clear_autocast_cache() -> None:
-    """Nothing to clear: retrograd keeps no autocast cache."""
 
 
 def autocast_increment_nesting() -> int:
