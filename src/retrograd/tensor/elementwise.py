@@ -380,7 +380,7 @@ class ElementwiseMixin:
 
     def lerp(self, end: Any, weight: Any) -> Any:
         """``self + weight * (end - self)``, computed as torch's kernel computes it (from
-        ``end`` when ``weight >= 0.5``, so both ends are exact)."""
+        ``end`` when ``|weight| >= 0.5``, so both ends are exact)."""
         end = lift(self, end, "lerp")
         if not isinstance(weight, SCALAR_TYPES):
             weight = lift(self, weight, "lerp")
@@ -395,16 +395,21 @@ class ElementwiseMixin:
                 f"lerp: expected end of the input's floating dtype, got input {self.dtype} "
                 f"{shape_text(self.shape)} and end {end.dtype} {shape_text(end.shape)}"
             )
-        diff = end - self
         if not isinstance(weight, SCALAR_TYPES):
             if weight.dtype != self.dtype:
                 raise DTypeError(
                     f"lerp: expected weight of the input's dtype {self.dtype} (or a 0-d one), "
                     f"got {weight.dtype} {shape_text(weight.shape)}"
                 )
+            if self.requires_grad or end.requires_grad or weight.requires_grad:
+                # the op table's, for torch's rules (a composition's masked branch would give
+                # NaN gradients, 0 * inf, where torch's are infinite)
+                return self._apply("lerp", (self, end, weight))
+            diff = end - self
             near_start = self + weight * diff
             near_end = end - diff * (1.0 - weight)
-            return near_start.mask_where(weight.greater_equal(0.5), near_end)
+            return near_start.mask_where(weight.abs().greater_equal(0.5), near_end)
+        diff = end - self
         if abs(weight) < 0.5:
             return self + diff * weight
         return end - diff * (1.0 - weight)
