@@ -366,14 +366,20 @@ def _repeat_dim_vjp(B, g, x_shape, dim, times):
     return B.reshape(B.sum_dim(B.reshape(g, split), (dim,)), x_shape)
 
 
-_EPSILON = {"float64": 2.220446049250313e-16, "float32": 1.1920928955078125e-07}
+#: each float dtype's machine epsilon (torch's ``numeric_limits<scalar_t>::epsilon()``)
+_EPSILON = {
+    "float64": 2.220446049250313e-16,
+    "float32": 1.1920928955078125e-07,
+    "float16": 0.0009765625,
+    "bfloat16": 0.0078125,
+}
 
 
 def _tiny(B, x):
     """Where torch's ``i1``/``i1e`` backward takes the slope at 0, 1/2: ``|x|`` not above the
     dtype's epsilon (NaN included), where ``i1(x) / x`` loses its digits or underflows; and
     ``x`` with epsilon there (torch's ``safe_self``: no NaN reaches the second derivative)."""
-    epsilon = _EPSILON.get(B.dtype(x), _EPSILON["float32"])
+    epsilon = _EPSILON[B.dtype(x)]
     tiny = B.logical_not(B.greater_elem(B.abs(x), epsilon))
     return tiny, B.mask_fill(x, tiny, epsilon)
 

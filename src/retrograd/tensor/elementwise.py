@@ -357,8 +357,9 @@ class ElementwiseMixin:
             raise DTypeError("addcmul: not implemented for bool tensors (as in torch)")
         if x.dtype not in FLOAT_DTYPES and isinstance(value, float | np.floating):
             value = int(value)  # torch casts value to the result's dtype, truncating
-        product = t1 * t2
-        return x + (product if value == 1 else product * value)
+        # (value * t1 first, as torch's kernel: t1 * t2 alone can overflow where the
+        # scaled product does not)
+        return x + (t1 * t2 if value == 1 else (t1 * value) * t2)
 
     def addcdiv(self, tensor1: Any, tensor2: Any, *args: Any, value: Any = 1) -> Any:
         """``self + value * tensor1 / tensor2``, in the dtype of the three taken together (or
@@ -375,8 +376,8 @@ class ElementwiseMixin:
                 "divide with a float tensor, or use div(..., rounding_mode=...)"
             )
         x, t1, t2 = _common(self, tensor1, tensor2, "addcdiv")
-        quotient = t1 / t2
-        return x + (quotient if value == 1 else quotient * value)
+        # (value * t1 / t2, as torch's kernel: 2 * 3e38 / 3e38 is inf in float32, as torch's)
+        return x + (t1 / t2 if value == 1 else (t1 * value) / t2)
 
     def lerp(self, end: Any, weight: Any) -> Any:
         """``self + weight * (end - self)``, computed as torch's kernel computes it (from
