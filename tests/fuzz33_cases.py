@@ -39,6 +39,9 @@ Left out, as torch defines no one answer or as torch's own artifacts (see the CH
 - NaN through the activations whose backward kernel's scalar and vectorized loops disagree
   (``hardtanh``: the incoming gradient or 0, by the tensor's size);
 - ``cumprod`` and the p-norms through an infinity or NaN next to a zero (round 21's note);
+- ``addcdiv``'s gradient in ``tensor2`` where ``tensor2 * tensor2`` under- or overflows
+  (torch's ``-g v t1 / (t2 t2)``, retrograd's ``-(g v t1 / t2) / t2``): ``tensor2`` is
+  drawn untracked;
 - the mean of ``std_mean``/``var_mean`` over infinities (torch's Welford update makes NaN
   where ``mean`` is the infinity);
 - gradients of ``bessel_j0``/``bessel_j1``/``spherical_bessel_j0`` (torch has none: an
@@ -484,6 +487,17 @@ BINARY.update(
             lambda lib, x, y: lib.addcmul(x, y, x, value=0.5),
             True,
             (-INF, INF),
+        ),
+        # (tensor2 untracked: see the module's note)
+        "addcdiv(x, y, |y| + 1, value=-2)": (
+            lambda lib, x, y: lib.addcdiv(x, y, y.detach().abs() + 1, value=-2.0),
+            True,
+            (-INF, INF),
+        ),
+        "addcdiv(x, y, x.detach())": (
+            lambda lib, x, y: lib.addcdiv(x, y, x.detach()),
+            True,
+            None,
         ),
         "y - x": (lambda lib, x, y: y - x, True, (-INF, INF)),
         "x * y * x": (lambda lib, x, y: x * y * x, True, (-INF, INF)),

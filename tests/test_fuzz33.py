@@ -19,7 +19,7 @@ import fuzz33_cases as cases
 pytest.importorskip("torch")
 
 SCALE = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-DRAWS = {"unary": 300, "binary": 220, "reduction": 150, "second_order": 120}
+DRAWS = {"unary": 250, "binary": 180, "reduction": 130, "second_order": 100}
 
 
 def test_every_generator_is_drawn():

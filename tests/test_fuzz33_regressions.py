@@ -208,3 +208,20 @@ def test_second_derivatives_through_squares_of_huge_values_are_zero(name):
     want, got = _both(lambda lib, x: getattr(lib, name)(x), [1e308, -1e308, 3.0], order=2)
     for g, w in zip(got, want):
         _same(g, w, signs=False)
+
+
+@pytest.mark.parametrize("name", ["addcmul", "addcdiv"])
+def test_addcmul_and_addcdiv_scale_tensor1_first_as_torch(name):
+    # (retrograd scaled the product or quotient: 0.5 * (3e38 * 2) was inf in float32 where
+    # torch's (0.5 * 3e38) * 2 is finite, and -2 * -3e38 / 3e38 finite where torch's is inf)
+    t1 = [3e38, -3e38, 1.0, -INF, 2.0]
+    t2 = [2.0, 3e38, 0.0, 4.0, -0.5]
+    for value in (0.5, -2.0, 1.0):
+        results = []
+        for lib in (torch, rg):
+            tensors = [lib.tensor(v, requires_grad=True) for v in ([0.5] * 5, t1, t2)]
+            out = getattr(lib, name)(*tensors, value=value)
+            grads = lib.autograd.grad(out.sum(), tensors)
+            results.append([out.detach().numpy()] + [g.numpy() for g in grads[:2]])
+        for got, want in zip(results[1], results[0]):
+            np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
