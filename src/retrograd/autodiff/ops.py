@@ -366,11 +366,29 @@ def _repeat_dim_vjp(B, g, x_shape, dim, times):
     return B.reshape(B.sum_dim(B.reshape(g, split), (dim,)), x_shape)
 
 
+#: each float dtype's machine epsilon (torch's ``numeric_limits<scalar_t>::epsilon()``)
+_EPSILON = {
+    "float64": 2.220446049250313e-16,
+    "float32": 1.1920928955078125e-07,
+    "float16": 0.0009765625,
+    "bfloat16": 0.0078125,
+}
+
+
+def _tiny(B, x):
+    """Where torch's ``i1``/``i1e`` backward takes the slope at 0, 1/2: ``|x|`` not above the
+    dtype's epsilon (NaN included), where ``i1(x) / x`` loses its digits or underflows; and
+    ``x`` with epsilon there (torch's ``safe_self``: no NaN reaches the second derivative)."""
+    epsilon = _EPSILON[B.dtype(x)]
+    tiny = B.logical_not(B.greater_elem(B.abs(x), epsilon))
+    return tiny, B.mask_fill(x, tiny, epsilon)
+
+
 def _i1_slope(B, x, out):
-    """``i1'(x) = i0(x) - i1(x) / x``, which is 1/2 at 0."""
-    zero = B.equal_elem(x, 0.0)
-    slope = B.sub(B.i0(x), B.div(out, B.mask_fill(x, zero, 1.0)))
-    return B.mask_fill(slope, zero, 0.5)
+    """``i1'(x) = i0(x) - i1(x) / x``, 1/2 where ``x`` is tiny (:func:`_tiny`)."""
+    tiny, safe = _tiny(B, x)
+    slope = B.sub(B.i0(safe), B.div(out, safe))
+    return B.mask_fill(slope, tiny, 0.5)
 
 
 def _no_derivative(op, argument):
@@ -397,10 +415,12 @@ def _over_x(B, x, value):
 
 
 def _i1e_slope(B, x, out):
-    """torch's ``i1e`` backward: ``i0e(x) - i1e(x) (sign(x) + 1/x)``, 1/2 at 0."""
-    zero, inverse = _over_x(B, x, B.ones_like(x))
-    slope = B.sub(B.i0e(x), B.mul(out, B.add(B.sign(x), inverse)))
-    return B.mask_fill(slope, zero, 0.5)
+    """torch's ``i1e`` backward: ``i0e(x) - i1e(x) (sign(x) + 1/x)``, 1/2 where ``x`` is
+    tiny (:func:`_tiny`)."""
+    tiny, safe = _tiny(B, x)
+    inverse = B.div(B.ones_like(x), safe)
+    slope = B.sub(B.i0e(safe), B.mul(out, B.add(B.sign(safe), inverse)))
+    return B.mask_fill(slope, tiny, 0.5)
 
 
 def _spherical_j0_slope(B, x, out):
@@ -524,6 +544,40 @@ binary(
     lambda B, g, x, out: B.div(B.mul(g, x), out),
     lambda B, g, y, out: B.div(B.mul(g, y), out),
 )
+
+
+def _lerp_forward(B, x, end, weight):
+    """torch's kernel: ``x + w (end - x)`` where ``|w| < 1/2``, else ``end - (end - x)(1 - w)``
+    (exact at both ends)."""
+    diff = B.sub(end, x)
+    near_start = B.add(x, B.mul(weight, diff))
+    near_end = B.sub(end, B.mul(diff, B.rsub_scalar(weight, 1.0)))
+    return B.mask_where(near_start, B.greater_equal_elem(B.abs(weight), 0.5), near_end)
+
+
+# torch's rules, each from the operands alone (a composition's masked branch would give
+# 0 * inf = NaN where torch's sums stay infinite)
+Op(
+    "lerp",
+    ("x", "end", "weight"),
+    (),
+    (
+        lambda B, g, weight: B.mul(g, B.rsub_scalar(weight, 1.0)),
+        lambda B, g, weight: B.mul(g, weight),
+        lambda B, g, x, end: B.mul(g, B.sub(end, x)),
+    ),
+    memory_bound=True,
+    broadcast=True,
+    forward=_lerp_forward,
+)
+# torch's: ``g * out / x`` to ``x``, 0 where ``x`` is 0 (so NaN where ``x`` is infinite or NaN,
+# inf / inf), zeros to ``y``
+binary(
+    "copysign",
+    lambda B, g, x, out: B.mul(g, B.mask_fill(B.div(out, x), B.equal_elem(x, 0.0), 0.0)),
+    _zeros_like_rule,
+    forward=lambda B, x, y: B.mask_where(B.abs(x), B.signbit(y), B.neg(B.abs(x))),
+)
 # torch's: the gradient passes to ``x`` where it steps (0 where ``x`` is ``y`` already), 0 to
 # ``y``
 binary(
@@ -557,7 +611,8 @@ unary("expm1", lambda B, g, out: B.mul(g, B.add_scalar(out, 1.0)))
 unary("log", lambda B, g, x: B.div(g, x))
 unary("log1p", lambda B, g, x: B.div(g, B.add_scalar(x, 1.0)))
 unary("sqrt", lambda B, g, out: B.div(B.mul_scalar(g, 0.5), out))
-unary("square", lambda B, g, x: B.mul(g, B.mul_scalar(x, 2.0)))
+# (g * 2 first, as torch's: 2 x overflows at huge x, where a zero g must give 0, not 0 * inf)
+unary("square", lambda B, g, x: B.mul(B.mul_scalar(g, 2.0), x))
 unary("recip", lambda B, g, out: B.neg(B.mul(g, B.square(out))))
 unary("sin", lambda B, g, x: B.mul(g, B.cos(x)))
 unary("cos", lambda B, g, x: B.neg(B.mul(g, B.sin(x))))
@@ -726,6 +781,18 @@ untracked("bitcast", params=("dtype",))  # (torch's view(dtype) is not different
 untracked("argmin", params=("dim",))
 
 # -- cumulative, sorting -------------------------------------------------------------------------
+# ``x`` and its (untracked) maximum over ``dims``, kept; torch's gradient ``g exp(x - out)``:
+# at an infinite result NaN only where ``x`` is that infinity, and each of huge ties whose
+# log(count) the result absorbed gets the whole ``g`` (a softmax would halve it)
+binary(
+    "logsumexp",
+    lambda B, g, x, out: B.mul(g, B.exp(B.sub(x, out))),
+    None,
+    ("dims",),
+    memory_bound=False,
+    broadcast=False,
+    forward=lambda B, x, peak, dims: B.add(B.log(B.sum_dim(B.exp(B.sub(x, peak)), dims)), peak),
+)
 reduction("cumsum", lambda B, g, dim: reverse_cumsum(B, g, dim), ("dim",))
 reduction("cumprod", _cumprod_vjp, ("dim",))
 reduction("logcumsumexp", _logcumsumexp_vjp, ("dim",))

@@ -6,8 +6,8 @@ passes (a comparison, a negation, a masked product of bits). These loops make on
 over memory, in the arrays' own memory order (a convolution's channels-last output stays
 channels-last), and give the NumPy formulas' bits:
 
-- ``relu``: ``x`` where ``x > 0`` or ``x`` is NaN, else ``+0.0`` (as ``np.maximum(x, 0)``:
-  ``-0.0`` becomes ``+0.0``, NaN propagates);
+- ``relu``: ``x`` where ``x`` is not ``< 0`` (``-0.0`` and NaN kept, as torch's ``relu``),
+  else ``+0.0``;
 - ``relu_backward``: ``grad`` where the output is not ``<= 0`` (a NaN output keeps its
   gradient, as torch's ``threshold_backward``), else ``+0.0``.
 
@@ -25,10 +25,10 @@ __all__ = ["dense_flat", "relu_backward_flat", "relu_flat"]
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
 def relu_flat(x, out):
-    """``out[i] = x[i]`` where ``x[i] > 0`` or is NaN, else zero."""
+    """``out[i] = x[i]`` where ``x[i]`` is not ``< 0``, else zero."""
     for i in range(x.size):
         value = x[i]
-        out[i] = value if value > 0 or value != value else 0
+        out[i] = 0 if value < 0 else value
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)

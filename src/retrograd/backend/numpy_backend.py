@@ -186,6 +186,18 @@ _SAME_SIZE_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 COMPILED_RELU_MIN_SIZE = 1 << 16
 
 
+def _remainder(x: Any, y: Any) -> Any:
+    """torch's ``remainder``: ``fmod``, moved by ``y`` where its sign is not ``y``'s. A zero
+    keeps ``fmod``'s sign, the dividend's (NumPy's ``remainder`` gives it the divisor's:
+    ``0 % -2`` is ``-0.0`` there, ``+0.0`` in torch)."""
+    out = np.remainder(x, y)
+    if out.dtype.kind != "f":
+        return out
+    with np.errstate(invalid="ignore"):
+        mod = np.fmod(x, y)
+    return np.where(mod == 0, mod, out)
+
+
 def _compiled_relu_arrays(arrays: list[np.ndarray]):
     """For the compiled ReLU loops: the module :mod:`.compiled_relu`, the flat views of
     ``arrays`` and of a result laid out as they are, and the result
@@ -439,14 +451,14 @@ class NumpyBackend(
                 out = np.where(fix, np.abs(x).astype(out.dtype), out)
         return out
 
-    remainder = staticmethod(np.remainder)
+    remainder = staticmethod(_remainder)
     atan2 = staticmethod(np.arctan2)
     hypot = staticmethod(np.hypot)
     add_scalar = staticmethod(np.add)
     sub_scalar = staticmethod(np.subtract)
     mul_scalar = staticmethod(np.multiply)
     div_scalar = staticmethod(np.true_divide)
-    remainder_scalar = staticmethod(np.remainder)
+    remainder_scalar = staticmethod(_remainder)
 
     def rsub_scalar(self, x, s):
         return np.subtract(s, x)
@@ -465,7 +477,7 @@ class NumpyBackend(
         return np.power(s, x)
 
     def rremainder_scalar(self, x, s):
-        return np.remainder(s, x)
+        return _remainder(s, x)
 
     # -- elementwise unary --------------------------------------------------------------------
     neg = staticmethod(np.negative)
@@ -525,7 +537,8 @@ class NumpyBackend(
             kernels, (flat, result_flat), result = dense
             kernels.relu_flat(flat, result_flat)
             return result
-        return np.maximum(x, 0)
+        # (not np.maximum(x, 0), which makes -0.0 +0.0: torch's relu keeps -0.0)
+        return np.where(x < 0, np.zeros((), x.dtype), x)
 
     def relu_backward(self, grad, out):
         # grad's bits times 0 or 1 in unsigned integers: exact selection (a zero is +0.0,

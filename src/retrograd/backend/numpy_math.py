@@ -84,8 +84,13 @@ class NumpyMathKernels:
     """The special functions and bit operations on NumPy arrays."""
 
     def lgamma(self, x):
-        # SciPy's gammaln(-inf) is -inf; log|Gamma| grows without bound there (torch: +inf)
-        return _like(np.where(np.isneginf(x), np.inf, scipy_special.gammaln(x)), x)
+        # SciPy's gammaln(-inf) is -inf; log|Gamma| grows without bound there (torch: +inf).
+        # At float64's subnormals SciPy's is inf: there lgamma(x) is -log|x| to the last bit
+        out = np.where(np.isneginf(x), np.inf, scipy_special.gammaln(x))
+        with np.errstate(divide="ignore"):
+            subnormal = (np.abs(x) < np.finfo(np.float64).tiny) & (x != 0)
+            out = np.where(subnormal, -np.log(np.abs(x)), out)
+        return _like(out, x)
 
     def digamma(self, x):
         return _like(scipy_special.psi(x), x)
@@ -93,7 +98,21 @@ class NumpyMathKernels:
     def polygamma(self, x, n):
         if n == 0:
             return self.digamma(x)
-        return _like(scipy_special.polygamma(n, x), x)
+        out = _like(scipy_special.polygamma(n, x), x)
+        if n > 1:  # torch's is (-1)^(n+1) n! zeta(n + 1, x): NaN at +inf, as its zeta
+            return np.where(np.isposinf(x), np.asarray(np.nan, out.dtype), out)
+        if n == 1:
+            # torch's trigamma reflects x < 1/2 to 1 - x, adding pi^2 / sin^2(pi x) in x's
+            # precision: at the poles (x = 0, -1, ...) that is a huge finite value (sin(pi x)
+            # is not exactly 0), NaN at -inf; SciPy's is inf at both
+            x = np.asarray(x)
+            edge = np.isneginf(x) | ((x < 0) & (x == np.floor(x)))
+            if edge.any():
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    sine = np.sin(x.dtype.type(np.pi) * x)
+                    reflected = np.pi**2 / (sine * sine) + scipy_special.polygamma(1, 1.0 - x)
+                out = np.where(edge, reflected.astype(out.dtype), out)
+        return out
 
     def i0(self, x):
         return _like(scipy_special.i0(x), x)
@@ -135,7 +154,8 @@ class NumpyMathKernels:
         return _like(scipy_special.xlogy(x, y), x)
 
     def zeta(self, x, q):
-        return _like(scipy_special.zeta(x, q), x)
+        # torch's Hurwitz zeta is NaN at q = +inf (SciPy's: its limit, 0)
+        return _like(np.where(np.isposinf(q), np.nan, scipy_special.zeta(x, q)), x)
 
     def gammainc(self, a, x):
         return _like(scipy_special.gammainc(a, x), x)

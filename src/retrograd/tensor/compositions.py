@@ -248,8 +248,11 @@ def extremum(a: Any, b: Any, kind: str) -> Any:
     if a.dtype not in ("float32", "float64", "bfloat16", "float16"):
         return b.mask_where(first, a)
     # neither larger: a tie (half the gradient each) or a NaN (torch: the NaN result, and
-    # the whole gradient to both operands, as its backward masks only by < and >)
-    neither = (a + b).mask_where(a.equal(b), (a + b) * 0.5)
+    # the whole gradient to both operands, as its backward masks only by < and >). A tie's
+    # value is exactly a: (a + b) / 2 overflows past half the largest float, and a / 2 + b / 2
+    # rounds subnormals, so the second serves only beyond 1
+    halves = ((a + b) * 0.5).mask_where(a.abs().greater(1.0), a * 0.5 + b * 0.5)
+    neither = (a + b).mask_where(a.equal(b), halves)
     return neither.mask_where(first, a).mask_where(second, b)
 
 
@@ -305,7 +308,7 @@ def erfinv(y: Any) -> Any:
     upper = -ndtri(0.5 - safe * 0.5)
     through = lower.mask_where(untracked(safe).greater(0.0), upper) * (1.0 / math.sqrt(2.0))
     through = through.cast(x.dtype)
-    out = guess + (through - untracked(through))
+    out = guess - (untracked(through) - through)  # (guess + 0 would make -0.0 +0.0)
     if not edge.any().item():
         return out
     at_edge = x.mask_fill(edge.logical_not(), 0.0)

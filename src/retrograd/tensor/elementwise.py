@@ -357,8 +357,9 @@ class ElementwiseMixin:
             raise DTypeError("addcmul: not implemented for bool tensors (as in torch)")
         if x.dtype not in FLOAT_DTYPES and isinstance(value, float | np.floating):
             value = int(value)  # torch casts value to the result's dtype, truncating
-        product = t1 * t2
-        return x + (product if value == 1 else product * value)
+        # (value * t1 first, as torch's kernel: t1 * t2 alone can overflow where the
+        # scaled product does not)
+        return x + (t1 * t2 if value == 1 else (t1 * value) * t2)
 
     def addcdiv(self, tensor1: Any, tensor2: Any, *args: Any, value: Any = 1) -> Any:
         """``self + value * tensor1 / tensor2``, in the dtype of the three taken together (or
@@ -375,12 +376,12 @@ class ElementwiseMixin:
                 "divide with a float tensor, or use div(..., rounding_mode=...)"
             )
         x, t1, t2 = _common(self, tensor1, tensor2, "addcdiv")
-        quotient = t1 / t2
-        return x + (quotient if value == 1 else quotient * value)
+        # (value * t1 / t2, as torch's kernel: 2 * 3e38 / 3e38 is inf in float32, as torch's)
+        return x + (t1 / t2 if value == 1 else (t1 * value) / t2)
 
     def lerp(self, end: Any, weight: Any) -> Any:
         """``self + weight * (end - self)``, computed as torch's kernel computes it (from
-        ``end`` when ``weight >= 0.5``, so both ends are exact)."""
+        ``end`` when ``|weight| >= 0.5``, so both ends are exact)."""
         end = lift(self, end, "lerp")
         if not isinstance(weight, SCALAR_TYPES):
             weight = lift(self, weight, "lerp")
@@ -395,16 +396,21 @@ class ElementwiseMixin:
                 f"lerp: expected end of the input's floating dtype, got input {self.dtype} "
                 f"{shape_text(self.shape)} and end {end.dtype} {shape_text(end.shape)}"
             )
-        diff = end - self
         if not isinstance(weight, SCALAR_TYPES):
             if weight.dtype != self.dtype:
                 raise DTypeError(
                     f"lerp: expected weight of the input's dtype {self.dtype} (or a 0-d one), "
                     f"got {weight.dtype} {shape_text(weight.shape)}"
                 )
+            if self.requires_grad or end.requires_grad or weight.requires_grad:
+                # the op table's, for torch's rules (a composition's masked branch would give
+                # NaN gradients, 0 * inf, where torch's are infinite)
+                return self._apply("lerp", (self, end, weight))
+            diff = end - self
             near_start = self + weight * diff
             near_end = end - diff * (1.0 - weight)
-            return near_start.mask_where(weight.greater_equal(0.5), near_end)
+            return near_start.mask_where(weight.abs().greater_equal(0.5), near_end)
+        diff = end - self
         if abs(weight) < 0.5:
             return self + diff * weight
         return end - diff * (1.0 - weight)

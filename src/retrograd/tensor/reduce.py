@@ -257,6 +257,8 @@ class ReduceMixin:
     @scalar_dims
     def logsumexp(self, dim: Any, keepdim: bool = False) -> Any:
         """``log(sum(exp(self)))`` over ``dim``, shifted by the maximum for stability."""
+        if dim is None:  # (torch's signature requires the dims)
+            raise DTypeError("logsumexp: dim must be an int or a tuple of ints, got None")
         x = self if self.is_float() else self.cast(default_float_dtype())
         if x.numel() == 0:  # torch: log(0) = -inf over an empty dimension
             out = x.exp().sum(dim, keepdim=True).log()
@@ -271,11 +273,12 @@ class ReduceMixin:
         values = untracked(x)
         peak = values.mask_fill(values.equal(math.inf), -math.inf).amax(dim, keepdim=True)
         peak = peak.mask_fill(peak.is_inf(), 0.0)
-        out = (x - peak).exp().sum(dim, keepdim=True).log() + peak
-        if keepdim:
-            return out
-        dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
-        return out.squeeze_dims(dims)
+        dims = _dims("logsumexp", dim, x.ndim)
+        if x.requires_grad:  # the op table's, for torch's gradient exp(x - out)
+            out = x._apply("logsumexp", (x, peak), (dims,))
+        else:  # (a tensor of an inner backend too, which has no such kernel)
+            out = (x - peak).exp().sum(dims, keepdim=True).log() + peak
+        return out if keepdim else out.squeeze_dims(dims)
 
     def squeeze_dims(self, dims: Sequence[int]) -> Any:
         """Remove each of ``dims`` (all of size 1; repeats count once); no dims removes every

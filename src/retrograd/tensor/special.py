@@ -45,7 +45,7 @@ from ._dispatch import (
     untracked,
     wrap,
 )
-from .compositions import _zero_gradient, check_integer_divisor
+from .compositions import check_integer_divisor
 from .functions import allclose, float_power, isclose, where
 
 # The largest power of two each float dtype holds: 2**step is finite
@@ -223,8 +223,10 @@ class SpecialMixin:
         is given (the gradient is then 0 outside, as torch's)."""
         z = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
         if eps is not None:
+            # (log z - log1p(-z), not log(z / (1 - z)): at eps = 0 the quotient's gradient is
+            # NaN at 0 and 1, torch's 1 / (z (1 - z)) infinite)
             z = z.clamp(eps, 1.0 - eps)
-            return (z / (1.0 - z)).log()
+            return z.log() - (-z).log1p()
         # log(z) - log1p(-z): torch's gradient 1 / (z (1 - z)), infinite (not NaN) at 0
         # and 1; outside [0, 1] the value and torch's gradient are NaN
         out = z.log() - (-z).log1p()
@@ -233,9 +235,10 @@ class SpecialMixin:
         return out.mask_where(outside, z * nan_there)
 
     def sinc(self) -> Any:
-        """``sin(pi x) / (pi x)``, 1 at 0 (gradient 0 there)."""
+        """``sin(pi x) / (pi x)``, 1 at 0 (gradient 0 there, and where ``x * x`` underflows
+        to 0, as torch's: its formula divides by ``pi x^2``)."""
         x = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
-        zero = x.equal_elem(0.0)
+        zero = untracked(x).square().equal_elem(0.0)
         product = x.mask_fill(zero, 1.0) * math.pi
         return (product.sin() / product).mask_fill(zero, 1.0)
 
@@ -316,12 +319,15 @@ class SpecialMixin:
 
     def copysign(self, other: Any) -> Any:
         """``|self|`` with the sign of ``other`` (its sign bit: ``-0.0`` counts as negative);
-        float. The gradient reaches ``self`` only."""
+        float. The gradient reaches ``self`` only: torch's ``g * out / self``, 0 where
+        ``self`` is 0 and NaN where it is infinite."""
         x, y = _floats("copysign", self, other)
-        magnitude = x.abs()
-        out = magnitude.mask_where(y.signbit(), magnitude.neg())
-        # (a tracked ``other`` tracks the result too, with a zero gradient, as torch's)
-        return _zero_gradient(out, None, y) if y.requires_grad else out
+        if x.requires_grad or y.requires_grad:
+            # the op table's, for torch's rule (a tracked ``other`` tracks the result too,
+            # with a zero gradient, as torch's)
+            return x._apply("copysign", (x, y))
+        magnitude = x.abs()  # (a tensor of an inner backend too, which has no such kernel)
+        return magnitude.mask_where(y.signbit(), magnitude.neg())
 
     def heaviside(self, values: Any) -> Any:
         """0 where ``self < 0``, ``values`` where it is 0, 1 where it is positive (one dtype
