@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 import zipfile
 from collections import Counter, OrderedDict
 from collections.abc import Callable
@@ -353,8 +354,8 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
             return storages[key]
 
         rebuilder = _Rebuilder(tensor_of, parameter_of)
-        unpickler = _Unpickler(io.BytesIO(archive.read(pickled)), rebuilder, find_class, storage_of)
-        return unpickler.load()
+        data = _checked(archive.read(pickled))
+        return _Unpickler(io.BytesIO(data), rebuilder, find_class, storage_of).load()
 
 
 def object_pickle(source: Any, legacy: bool) -> bytes:
@@ -383,6 +384,7 @@ def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
     plain(header).load()  # the saving machine's sizes: torch writes storages little-endian
     order = "<"
     start = header.tell()
+    _checked(data[start:])
 
     references: dict[str, tuple] = {}
 
@@ -421,6 +423,15 @@ def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
 
     rebuilder = _Rebuilder(tensor_of, parameter_of)
     return _Unpickler(io.BytesIO(data[start:]), rebuilder, find_class, storage_of).load()
+
+
+def _checked(data: bytes) -> bytes:
+    """``data``, once its pickle's opcodes are read through without running any: a damaged
+    length field (a byte string of 2**60 bytes) is found here as damage, before the
+    unpickler would try to allocate it."""
+    for _ in pickletools.genops(data):
+        pass
+    return data
 
 
 class _PlainOnly(pickle.Unpickler):
