@@ -19,6 +19,7 @@ __all__ = [
     "DistributedError",
     "IndexOutOfRangeError",
     "KeyMismatchError",
+    "LinAlgError",
     "MissingMemberError",
     "NonFiniteError",
     "OutOfMemoryError",
@@ -64,6 +65,14 @@ class MissingMemberError(KeyMismatchError, AttributeError):
     """A dotted name a module does not have (``get_parameter``, ``get_buffer``) or a key a
     ``ParameterDict`` does not hold: the :class:`KeyMismatchError` retrograd raised before and
     the ``AttributeError`` torch raises there (its lookups are attribute lookups)."""
+
+
+class LinAlgError(InvalidArgumentError, RuntimeError):
+    """A matrix that a factorization or an inverse cannot take (singular, not
+    positive-definite): the :class:`InvalidArgumentError` retrograd raised before, and torch's
+    ``torch.linalg.LinAlgError`` (a ``RuntimeError``; here also ``rg.linalg.LinAlgError``), so
+    the jitter retries of Gaussian-process code (``except torch.linalg.LinAlgError:`` or
+    ``except RuntimeError:`` around a Cholesky factorization) catch it."""
 
 
 class DTypeError(RetrogradError, TypeError):

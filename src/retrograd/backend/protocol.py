@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..device import CPU0
-from ..errors import DTypeError, InvalidArgumentError, shape_text
+from ..errors import DTypeError, LinAlgError, shape_text
 from .protocol_loss import LossProtocol
 from .protocol_math import MathProtocol
 from .protocol_nn import NNProtocol
@@ -108,9 +108,9 @@ def _required(*_args: Any, **_kwargs: Any) -> Any:
     raise NotImplementedError
 
 
-def singular_matrix(op: str, shape: Sequence[int]) -> InvalidArgumentError:
-    """The error for a matrix with no inverse (torch raises its ``LinAlgError``)."""
-    return InvalidArgumentError(
+def singular_matrix(op: str, shape: Sequence[int]) -> LinAlgError:
+    """The error for a matrix with no inverse (torch's ``LinAlgError``)."""
+    return LinAlgError(
         f"{op}: the input matrix of shape {shape_text(shape)} is singular, it has no inverse"
     )
 
@@ -506,7 +506,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
 
     def inverse(self, x: Any) -> Any:
         """The inverse of each square matrix of ``x`` ``[..., n, n]`` (LU with pivoting, as
-        LAPACK's ``getrf``/``getri``); an exactly singular one raises ``InvalidArgumentError``."""
+        LAPACK's ``getrf``/``getri``); an exactly singular one raises ``LinAlgError``."""
         raise NotImplementedError
 
     def pinv(self, x: Any, atol: float, rtol: float) -> Any:

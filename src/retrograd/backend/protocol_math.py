@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InvalidArgumentError, shape_text
+from ..errors import LinAlgError, shape_text
 
 __all__ = ["BESSEL_FUNCTIONS", "POLYNOMIALS", "MathProtocol", "not_positive_definite"]
 
@@ -57,9 +57,9 @@ POLYNOMIALS = (
 )
 
 
-def not_positive_definite(shape: Sequence[int]) -> InvalidArgumentError:
-    """The error for a matrix with no Cholesky factor (torch raises its ``LinAlgError``)."""
-    return InvalidArgumentError(
+def not_positive_definite(shape: Sequence[int]) -> LinAlgError:
+    """The error for a matrix with no Cholesky factor (torch's ``LinAlgError``)."""
+    return LinAlgError(
         f"cholesky: the input matrix of shape {shape_text(shape)} is not positive-definite"
     )
 
@@ -208,13 +208,13 @@ class MathProtocol:
 
     def cholesky(self, x: Any) -> Any:
         """The lower Cholesky factor ``L`` (``L @ L^T = x``) of each symmetric positive-definite
-        matrix of ``x``; another raises ``rg.InvalidArgumentError``."""
+        matrix of ``x``; another raises ``rg.errors.LinAlgError``."""
         raise NotImplementedError
 
     def solve(self, a: Any, b: Any) -> Any:
         """``X`` with ``a @ X = b`` for each square ``a`` ``[..., n, n]`` and ``b``
         ``[..., n, k]`` (one batch shape); a singular ``a`` raises
-        ``rg.InvalidArgumentError``."""
+        ``rg.errors.LinAlgError``."""
         raise NotImplementedError
 
     def slogdet(self, x: Any) -> tuple[Any, Any]:

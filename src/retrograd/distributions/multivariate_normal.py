@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, ShapeError
+from ..errors import InvalidArgumentError, LinAlgError, ShapeError
 from ..tensor import randn, stack
 from . import constraints
 from .distribution import Distribution
@@ -42,7 +42,7 @@ def cholesky(matrix: Any) -> Any:
                 partial = partial - rows[i][k] * rows[j][k]
             if i == j:
                 if not bool((partial > 0).all().item()):
-                    raise InvalidArgumentError(
+                    raise LinAlgError(
                         "cholesky: the matrix is not positive-definite (leading minor of order "
                         f"{i + 1} is not positive)"
                     )

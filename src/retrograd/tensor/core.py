@@ -417,6 +417,12 @@ class Tensor(
             "keep the dense tensor"
         )
 
+    def to_dense(self, dtype: Any = None, *, masked_grad: Any = None) -> Tensor:
+        """This tensor itself, as torch's ``to_dense`` of a strided tensor (every one is here:
+        GCN code calls ``adj.to_dense()`` whatever the adjacency's layout), or cast to
+        ``dtype`` (a differentiable cast, as torch's)."""
+        return self if dtype is None else self.to(dtype)
+
     def element_size(self) -> int:
         """Bytes per element."""
         return DTYPE_OBJECTS[self.dtype].itemsize
