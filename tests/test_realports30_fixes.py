@@ -123,3 +123,14 @@ def test_solve_ex_of_one_singular_matrix_returns_its_info():
         result, info = lib.linalg.solve_ex(lib.tensor([[2.0, 0.0], [0.0, 4.0]]), lib.ones(2, 1))
         assert info.item() == 0
         np.testing.assert_allclose(result.numpy(), [[0.5], [0.25]])
+
+
+def test_is_shared_is_false_as_for_a_tensor_torch_has_not_shared():
+    """``p.is_shared()`` (asked by Hogwild code before ``share_memory_()``) was an
+    ``AttributeError``; no retrograd tensor is shared (``share_memory_`` is refused), and
+    torch's answer for a tensor it has not shared is ``False``."""
+    assert torch.ones(2).is_shared() is False
+    assert rg.ones(2).is_shared() is False
+    assert rg.nn.Linear(2, 1).weight.is_shared() is False
+    with pytest.raises(rg.errors.InvalidArgumentError, match="cannot be shared between processes"):
+        rg.ones(2).share_memory_()

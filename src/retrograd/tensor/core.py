@@ -511,6 +511,12 @@ class Tensor(
         computes on its own copy; :func:`~retrograd.unsupported.no_shared_memory`)."""
         no_shared_memory("share_memory_")
 
+    def is_shared(self) -> bool:
+        """False: no tensor is in shared memory here (:meth:`share_memory_` is refused), as a
+        tensor torch has not shared (Hogwild code asks before sharing:
+        ``if not p.is_shared(): p.share_memory_()``)."""
+        return False
+
     # -- new tensors like this one (torch's ``new_*``) ------------------------------------------
     def _new_like(self, op: str, size: Any, dtype: Any, device: Any, fill: Any) -> Tensor:
         from .shape import varargs_shape
