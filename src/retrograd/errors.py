@@ -67,6 +67,14 @@ class MissingMemberError(KeyMismatchError, AttributeError):
     the ``AttributeError`` torch raises there (its lookups are attribute lookups)."""
 
 
+class LinAlgError(InvalidArgumentError, RuntimeError):
+    """A matrix that a factorization or an inverse cannot take (singular, not
+    positive-definite): the :class:`InvalidArgumentError` retrograd raised before, and torch's
+    ``torch.linalg.LinAlgError`` (a ``RuntimeError``; here also ``rg.linalg.LinAlgError``), so
+    the jitter retries of Gaussian-process code (``except torch.linalg.LinAlgError:`` or
+    ``except RuntimeError:`` around a Cholesky factorization) catch it."""
+
+
 class DTypeError(RetrogradError, TypeError):
     """A dtype the operation does not accept (an int mask, a float index, grad on ints...)."""
 
@@ -89,12 +97,6 @@ class AutodiffError(RetrogradError, RuntimeError):
 class UninitializedError(InvalidArgumentError, RuntimeError):
     """Use of a lazy module's parameter before its first call set its shape: the
     ``ValueError`` torch's ops raise there, and the ``RuntimeError`` of its ``shape``."""
-
-
-class LinAlgError(InvalidArgumentError, RuntimeError):
-    """A matrix a linear-algebra op cannot factor or invert (a singular matrix's inverse, a
-    Cholesky factor of one that is not positive-definite): an :class:`InvalidArgumentError`
-    of the hierarchy and torch's ``torch.linalg.LinAlgError`` (a ``RuntimeError``)."""
 
 
 class NonFiniteError(InvalidArgumentError, RuntimeError):

@@ -106,7 +106,7 @@ def _matrices(op: str, A: Any) -> Tensor:  # noqa: N803 (torch's name)
 
 def inv(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
     """The inverse of each square matrix of ``A`` ``[..., n, n]``; a singular one raises
-    ``rg.InvalidArgumentError`` (torch: its ``LinAlgError``)."""
+    ``rg.linalg.LinAlgError`` (torch's ``LinAlgError``, a ``RuntimeError``)."""
     _no_out("linalg.inv", out)
     matrices = _matrices("linalg.inv", A)
     if matrices.shape[-1] != matrices.shape[-2]:
@@ -512,7 +512,7 @@ def lu_factor_ex(
 def _check_lu_info(op: str, info: Tensor) -> None:
     bad = [int(i) for i in info.flatten().tolist() if i]
     if bad:
-        raise InvalidArgumentError(
+        raise LinAlgError(
             f"{op}: U[{bad[0]},{bad[0]}] is zero (the matrix is singular) and using it on "
             "lu_solve would divide by zero; linalg.lu or linalg.lu_factor_ex factor it anyway "
             "(as torch's)"
@@ -959,7 +959,7 @@ def _lapack_info(matrices: Tensor, kind: str) -> np.ndarray:
 def _ex(op: str, compute: Any, matrices: Tensor, kind: str, check_errors: bool) -> Any:
     try:
         return compute(matrices), matrices.new_zeros(matrices.shape[:-2], dtype="int64")
-    except InvalidArgumentError:
+    except LinAlgError:
         if check_errors:
             raise
     info = _lapack_info(matrices, kind)
@@ -976,7 +976,7 @@ def inv_ex(A: Tensor, *, check_errors: bool = False, out: Any = None) -> Any:  #
     """torch's ``linalg.inv_ex``: ``(inverse, info)``, ``info`` LAPACK's (0, or the 1-based
     position of the first zero pivot) for each matrix, int64 (torch: int32, a dtype retrograd
     lacks); a singular matrix's inverse is NaN (torch's holds LAPACK's partial result), and
-    raises ``rg.InvalidArgumentError`` when ``check_errors``."""
+    raises ``rg.linalg.LinAlgError`` when ``check_errors``."""
     _no_out("linalg.inv_ex", out)
     matrices = _square("linalg.inv_ex", A)
     return InvExResult(*_ex("linalg.inv_ex", inv, matrices, "lu", check_errors))
@@ -1015,11 +1015,12 @@ def solve_ex(
     try:
         result = solve(matrices, B, left=left)
         return SolveExResult(result, matrices.new_zeros(matrices.shape[:-2], dtype="int64"))
-    except InvalidArgumentError:
+    except LinAlgError:
         if check_errors:
             raise
     info = _lapack_info(matrices, "lu")
-    failed = lift(matrices, info != 0, "linalg.solve_ex")
+    # (an array: for one matrix, ``info != 0`` is a NumPy scalar, which lift refuses)
+    failed = lift(matrices, np.asarray(info != 0), "linalg.solve_ex")
     safe = matrices.where(failed.reshape(failed.shape + (1, 1)).logical_not(), _identity(matrices))
     result = solve(safe, B, left=left)
     shape = failed.shape + (1,) * (result.ndim - failed.ndim)

@@ -506,7 +506,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
 
     def inverse(self, x: Any) -> Any:
         """The inverse of each square matrix of ``x`` ``[..., n, n]`` (LU with pivoting, as
-        LAPACK's ``getrf``/``getri``); an exactly singular one raises ``InvalidArgumentError``."""
+        LAPACK's ``getrf``/``getri``); an exactly singular one raises ``LinAlgError``."""
         raise NotImplementedError
 
     def pinv(self, x: Any, atol: float, rtol: float) -> Any:

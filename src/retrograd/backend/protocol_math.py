@@ -208,13 +208,13 @@ class MathProtocol:
 
     def cholesky(self, x: Any) -> Any:
         """The lower Cholesky factor ``L`` (``L @ L^T = x``) of each symmetric positive-definite
-        matrix of ``x``; another raises ``rg.InvalidArgumentError``."""
+        matrix of ``x``; another raises ``rg.errors.LinAlgError``."""
         raise NotImplementedError
 
     def solve(self, a: Any, b: Any) -> Any:
         """``X`` with ``a @ X = b`` for each square ``a`` ``[..., n, n]`` and ``b``
         ``[..., n, k]`` (one batch shape); a singular ``a`` raises
-        ``rg.InvalidArgumentError``."""
+        ``rg.errors.LinAlgError``."""
         raise NotImplementedError
 
     def slogdet(self, x: Any) -> tuple[Any, Any]:

@@ -421,6 +421,12 @@ class Tensor(
             "keep the dense tensor"
         )
 
+    def to_dense(self, dtype: Any = None, *, masked_grad: Any = None) -> Tensor:
+        """This tensor itself, as torch's ``to_dense`` of a strided tensor (every one is here:
+        GCN code calls ``adj.to_dense()`` whatever the adjacency's layout), or cast to
+        ``dtype`` (a differentiable cast, as torch's)."""
+        return self if dtype is None else self.to(dtype)
+
     def element_size(self) -> int:
         """Bytes per element."""
         return DTYPE_OBJECTS[self.dtype].itemsize
@@ -508,6 +514,12 @@ class Tensor(
         """Refused: tensors are not shared between processes (a process given this one
         computes on its own copy; :func:`~retrograd.unsupported.no_shared_memory`)."""
         no_shared_memory("share_memory_")
+
+    def is_shared(self) -> bool:
+        """False: no tensor is in shared memory here (:meth:`share_memory_` is refused), as a
+        tensor torch has not shared (Hogwild code asks before sharing:
+        ``if not p.is_shared(): p.share_memory_()``)."""
+        return False
 
     # -- new tensors like this one (torch's ``new_*``) ------------------------------------------
     def _new_like(self, op: str, size: Any, dtype: Any, device: Any, fill: Any) -> Tensor:

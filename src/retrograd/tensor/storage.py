@@ -1,6 +1,6 @@
 """torch's view of a tensor's memory: ``data_ptr``, ``storage_offset``, ``untyped_storage``,
-``storage``, ``is_shared``, and the identity answers scripts read beside them (``output_nr``,
-``is_inference``, ``name``).
+``storage``, and the identity answers scripts read beside them (``output_nr``,
+``is_inference``, ``name``; ``is_shared`` is beside ``share_memory_`` in :mod:`.core`).
 
 retrograd's tensors hold values, not memory: a view and its base alias through their links
 (:mod:`.views`), and a chain of links ends at one root, which stands for torch's storage. Each
@@ -164,10 +164,6 @@ class StorageMixin:
                 "use untyped_storage(), which counts bytes"
             )
         return TypedStorage(root, self.dtype)
-
-    def is_shared(self) -> bool:
-        """False: no tensor is in shared memory here (``share_memory_`` is refused)."""
-        return False
 
     def is_inference(self) -> bool:
         """False: ``inference_mode`` records nothing, as ``no_grad``, but its tensors are
