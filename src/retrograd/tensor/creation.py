@@ -385,15 +385,18 @@ def full_like(
 
 
 def rand_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
+    """Uniform values on [0, 1) of ``t``'s shape, dtype and device (``torch.rand_like``),
+    from ``generator=`` when given."""
     dtype, backend, device = _like(t, dtype, device)
-    out = random(t.shape, "uniform", dtype, backend, device)
+    out = random(t.shape, "uniform", dtype, backend, device, generator=kwargs.get("generator"))
     return _laid_out_like(_requiring(out, kwargs.get("requires_grad", False)), t, kwargs)
 
 
 def randn_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
-    """Standard normal values of ``t``'s shape, dtype and device (``torch.randn_like``)."""
+    """Standard normal values of ``t``'s shape, dtype and device (``torch.randn_like``),
+    from ``generator=`` when given."""
     dtype, backend, device = _like(t, dtype, device)
-    out = random(t.shape, "normal", dtype, backend, device)
+    out = random(t.shape, "normal", dtype, backend, device, generator=kwargs.get("generator"))
     return _laid_out_like(_requiring(out, kwargs.get("requires_grad", False)), t, kwargs)
 
 
@@ -661,26 +664,29 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
 
 def randint_like(t: Tensor, *args: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
     out = randint(*args, tuple(t.shape), dtype=dtype or t.dtype, backend=t.backend,
-                  device=t.device)  # fmt: skip
+                  device=t.device, generator=kwargs.get("generator"))  # fmt: skip
     return _laid_out_like(out, t, kwargs)
 
 
 def randperm(n: int, *, dtype: Any = "int64", backend: Any = None, device: Any = None,
              generator: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
-    """A random permutation of ``0 .. n-1`` (the order of ``n`` uniform draws)."""
+    """A random permutation of ``0 .. n-1`` (the order of ``n`` uniform draws); with
+    ``requires_grad`` (a float ``dtype``) a leaf that requires grad, as torch's."""
     n = int_argument("randperm", n, "n")
     if not isinstance(n, numbers.Integral) or n < 0:
         raise ShapeError(f"randperm: n must be a non-negative int, got {n!r}")
     draws = random((int(n),), "uniform", "float64", backend, device, generator=generator)
     out = draws.sort_with_indices(0)[1]
     dtype = _check_dtype("randperm", dtype)
-    return out if dtype == "int64" else out.cast(dtype)
+    return _requiring(out if dtype == "int64" else out.cast(dtype), requires_grad)
 
 
 def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = None,
-           backend: Any = None, device: Any = None, generator: Any = None) -> Tensor:  # fmt: skip
+           backend: Any = None, device: Any = None, generator: Any = None,
+           requires_grad: bool = False) -> Tensor:  # fmt: skip
     """Normal draws with ``mean`` and ``std`` (numbers with a ``size``, or tensors that
-    broadcast), as ``torch.normal``."""
+    broadcast), as ``torch.normal``; ``requires_grad`` makes the numbers' draw a leaf that
+    requires grad (torch takes it in that form only)."""
     if isinstance(std, numbers.Real) and not std >= 0.0:  # NaN too, as torch's check
         raise InvalidArgumentError(f"normal: expects std >= 0.0, but found std {std!r}")
     if isinstance(std, Tensor):
@@ -692,6 +698,10 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
         )
     reference = next((v for v in (mean, std) if isinstance(v, Tensor)), None)
     if reference is not None:
+        if requires_grad:  # (torch's tensor forms have no such argument)
+            raise DTypeError(
+                "normal: requires_grad= is taken with a number mean and std and a size only"
+            )
         shape = np.broadcast_shapes(*[v.shape for v in (mean, std) if isinstance(v, Tensor)])
         noise = random(
             shape, "normal", reference.dtype, reference.backend, reference.device,
@@ -704,7 +714,8 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
         raise ShapeError("normal: give a size for scalar mean and std")
     dtype = _check_dtype("normal", dtype) or default_float_dtype()
     shape = _creation_shape("normal", size)
-    return random(shape, "normal", dtype, backend, device, generator=generator) * std + mean
+    drawn = random(shape, "normal", dtype, backend, device, generator=generator) * std + mean
+    return _requiring(drawn, requires_grad)
 
 
 def poisson(input: Tensor, generator: Any = None) -> Tensor:  # noqa: A002 (torch's name)
@@ -787,10 +798,17 @@ def asarray(
     return out
 
 
-def scalar_tensor(value: Any, dtype: Any = None, device: Any = None, **_: Any) -> Tensor:
+def scalar_tensor(
+    value: Any,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    **_: Any,
+) -> Tensor:
     """A 0-d tensor of ``value``, in the default float dtype unless ``dtype`` (as torch's,
-    an int or bool ``value`` too)."""
-    return tensor(value, dtype=dtype or default_float_dtype(), device=device)
+    an int or bool ``value`` too); ``requires_grad`` makes it a leaf that requires grad."""
+    dtype = dtype or default_float_dtype()
+    return tensor(value, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def random(
