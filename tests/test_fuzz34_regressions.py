@@ -174,3 +174,21 @@ def test_random_of_a_bool_tensor():
     assert x.random_(0, 2).dtype == rg.bool and x.random_(2).dtype == rg.bool
     with pytest.raises(rg.InvalidArgumentError, match="random_"):
         x.random_(0, 3)  # (torch: "to - 1 is out of bounds for bool")
+
+
+def test_module_and_optimizer_methods_take_torchs_keyword_names():
+    """``register_parameter(name=, param=)``, ``register_buffer(name=, tensor=)``,
+    ``get_parameter(target=)``, ``get_buffer(target=)``, ``load_state_dict(state_dict=)`` and
+    ``add_param_group(param_group=)`` were refused (retrograd named them otherwise)."""
+    for lib in (torch, rg):
+        net = lib.nn.Sequential(lib.nn.Linear(2, 2))
+        net[0].register_parameter(name="scale", param=lib.nn.Parameter(lib.ones(1)))
+        net[0].register_buffer(name="count", tensor=lib.zeros(1), persistent=True)
+        assert tuple(net.get_parameter(target="0.scale").shape) == (1,)
+        assert tuple(net.get_buffer(target="0.count").shape) == (1,)
+        state = {k: v * 0 + 1 for k, v in net.state_dict().items()}
+        net.load_state_dict(state_dict=state, strict=True)
+        assert net[0].weight.detach().sum().item() == 4.0
+        opt = lib.optim.SGD([net[0].weight], lr=0.1)
+        opt.add_param_group(param_group={"params": [net[0].bias], "lr": 0.5})
+        assert [g["lr"] for g in opt.param_groups] == [0.1, 0.5]

@@ -282,10 +282,11 @@ class Optimizer(StepHooks):
         module = getattr(type(self).step, "__module__", None) or ""
         return not module.startswith("retrograd.")
 
-    def add_param_group(self, group: Mapping[str, Any]) -> None:
+    def add_param_group(self, param_group: Mapping[str, Any]) -> None:
         """Add a group (``{"params": [...], "lr": ..., ...}``); missing hyper-parameters take
         the optimizer's defaults. A parameter may be in one group only; listed twice in it,
         it is kept twice, with torch's warning, and stepped at each place (one state)."""
+        group = param_group
         if not isinstance(group, Mapping) or "params" not in group:
             raise InvalidArgumentError(
                 f"{type(self).__name__}: a parameter group is a dict with 'params', got "
