@@ -192,3 +192,26 @@ def test_module_and_optimizer_methods_take_torchs_keyword_names():
         opt = lib.optim.SGD([net[0].weight], lr=0.1)
         opt.add_param_group(param_group={"params": [net[0].bias], "lr": 0.5})
         assert [g["lr"] for g in opt.param_groups] == [0.1, 0.5]
+
+
+def test_manual_seed_takes_seed_keyword():
+    """``manual_seed(seed=3)`` (torch's keyword) was refused: retrograd named it seed_value."""
+    torch.manual_seed(seed=3)
+    rg.manual_seed(seed=3)
+    first = rg.rand(3).tolist()
+    rg.manual_seed(3)
+    assert rg.rand(3).tolist() == first
+
+
+def test_checkpoint_consumes_early_stop():
+    """``checkpoint(f, x, use_reentrant=False, early_stop=False)`` handed ``early_stop`` to
+    ``f`` (a bare TypeError); torch takes it as its own flag."""
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor(np.array([1.0, -2.0]), requires_grad=True)
+        out = lib.utils.checkpoint.checkpoint(
+            lambda a: (a * 3).tanh(), x, use_reentrant=False, early_stop=False
+        )
+        (g,) = lib.autograd.grad(out.sum(), x)
+        results.append(g.numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-12)

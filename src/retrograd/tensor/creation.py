@@ -843,9 +843,12 @@ def seed(value: int) -> None:
     current_backend().seed(int(value))
 
 
-def manual_seed(seed_value: int) -> None:
+_seed = seed  # (manual_seed's argument is torch's ``seed``, which shadows the function there)
+
+
+def manual_seed(seed: int) -> None:
     """torch's name for :func:`seed` (the draws themselves differ from torch's generator)."""
-    seed(seed_value)
+    _seed(seed)
 
 
 def _no_out(op: str, out: Any) -> None:
