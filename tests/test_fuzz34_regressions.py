@@ -215,3 +215,37 @@ def test_checkpoint_consumes_early_stop():
         (g,) = lib.autograd.grad(out.sum(), x)
         results.append(g.numpy())
     np.testing.assert_allclose(results[1], results[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("zeros_like", {}),
+        ("ones_like", {"dtype": "bool"}),
+        ("full_like", {"fill_value": 2}),
+        ("empty_like", {}),
+        ("rand_like", {}),
+        ("randn_like", {"dtype": "float64"}),
+        ("randint_like", {"high": 3}),
+        ("randint_like", {"low": 5, "high": 6}),
+    ],
+)
+def test_like_functions_take_input_keyword(name, extra):
+    """``torch.zeros_like(input=x)`` and the other ``*_like`` (torch's keyword ``input``, and
+    ``randint_like``'s ``low=``/``high=``) were refused: retrograd named the tensor ``t``."""
+    results = []
+    for lib in (torch, rg):
+        kwargs = {k: getattr(lib, v) if k == "dtype" else v for k, v in extra.items()}
+        out = getattr(lib, name)(input=lib.ones(2, 3), **kwargs)
+        results.append((tuple(out.shape), str(out.dtype).split(".")[-1]))
+        if name in ("full_like", "ones_like", "zeros_like") or "low" in extra:
+            results.append(out.tolist())
+    assert results[: len(results) // 2] == results[len(results) // 2 :]
+
+
+def test_pow_and_scalar_tensor_keyword_names():
+    """``x.pow(exponent=2)`` and ``scalar_tensor(s=3)`` (torch's names) were refused."""
+    for lib in (torch, rg):
+        x = lib.tensor(np.array([1.5, -2.0]))
+        assert x.pow(exponent=2).tolist() == [2.25, 4.0]
+        assert lib.scalar_tensor(s=3).item() == 3.0

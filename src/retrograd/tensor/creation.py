@@ -355,46 +355,74 @@ def _laid_out_like(out: Tensor, t: Tensor, options: dict[str, Any]) -> Tensor:
 
 
 def zeros_like(
-    t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False, **options: Any
+    input: Tensor,  # noqa: A002 (torch's name)
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    **options: Any,
 ) -> Tensor:
+    t = input
     dtype, backend, device = _like(t, dtype, device)
     out = zeros(t.shape, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
     return _laid_out_like(out, t, options)
 
 
 def ones_like(
-    t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False, **options: Any
+    input: Tensor,  # noqa: A002 (torch's name)
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    **options: Any,
 ) -> Tensor:
+    t = input
     dtype, backend, device = _like(t, dtype, device)
     out = ones(t.shape, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
     return _laid_out_like(out, t, options)
 
 
-def empty_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
+def empty_like(
+    input: Tensor,  # noqa: A002 (torch's name)
+    dtype: Any = None,
+    device: Any = None,
+    **kwargs: Any,
+) -> Tensor:
     """torch's ``empty_like`` (values unspecified: here zeros)."""
-    return zeros_like(t, dtype, device, **kwargs)
+    return zeros_like(input, dtype, device, **kwargs)
 
 
 def full_like(
-    t: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,
+    input: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,  # noqa: A002
     requires_grad: bool = False, **options: Any,
 ) -> Tensor:  # fmt: skip
+    t = input
     dtype, backend, device = _like(t, dtype, device)
     out = full(t.shape, fill_value, dtype, backend, device, requires_grad)
     return _laid_out_like(out, t, options)
 
 
-def rand_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
-    """Uniform values on [0, 1) of ``t``'s shape, dtype and device (``torch.rand_like``),
+def rand_like(
+    input: Tensor,  # noqa: A002 (torch's name)
+    dtype: Any = None,
+    device: Any = None,
+    **kwargs: Any,
+) -> Tensor:
+    """Uniform values on [0, 1) of ``input``'s shape, dtype and device (``torch.rand_like``),
     from ``generator=`` when given."""
+    t = input
     dtype, backend, device = _like(t, dtype, device)
     out = random(t.shape, "uniform", dtype, backend, device, generator=kwargs.get("generator"))
     return _laid_out_like(_requiring(out, kwargs.get("requires_grad", False)), t, kwargs)
 
 
-def randn_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
-    """Standard normal values of ``t``'s shape, dtype and device (``torch.randn_like``),
+def randn_like(
+    input: Tensor,  # noqa: A002 (torch's name)
+    dtype: Any = None,
+    device: Any = None,
+    **kwargs: Any,
+) -> Tensor:
+    """Standard normal values of ``input``'s shape, dtype and device (``torch.randn_like``),
     from ``generator=`` when given."""
+    t = input
     dtype, backend, device = _like(t, dtype, device)
     out = random(t.shape, "normal", dtype, backend, device, generator=kwargs.get("generator"))
     return _laid_out_like(_requiring(out, kwargs.get("requires_grad", False)), t, kwargs)
@@ -662,7 +690,19 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
     return _requiring(out if dtype == "int64" else out.cast(dtype), requires_grad)
 
 
-def randint_like(t: Tensor, *args: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
+def randint_like(
+    input: Tensor,  # noqa: A002 (torch's name)
+    *args: Any,
+    dtype: Any = None,
+    **kwargs: Any,
+) -> Tensor:
+    """Integers from ``[low, high)`` of ``input``'s shape (``randint_like(x, high)``,
+    ``randint_like(x, low, high)``, or torch's ``low=``/``high=`` keywords)."""
+    t = input
+    if "high" in kwargs:
+        args = (*args, kwargs.pop("high"))
+        if "low" in kwargs:
+            args = (kwargs.pop("low"), *args)
     out = randint(*args, tuple(t.shape), dtype=dtype or t.dtype, backend=t.backend,
                   device=t.device, generator=kwargs.get("generator"))  # fmt: skip
     return _laid_out_like(out, t, kwargs)
@@ -799,16 +839,16 @@ def asarray(
 
 
 def scalar_tensor(
-    value: Any,
+    s: Any,
     dtype: Any = None,
     device: Any = None,
     requires_grad: bool = False,
     **_: Any,
 ) -> Tensor:
-    """A 0-d tensor of ``value``, in the default float dtype unless ``dtype`` (as torch's,
-    an int or bool ``value`` too); ``requires_grad`` makes it a leaf that requires grad."""
+    """A 0-d tensor of ``s``, in the default float dtype unless ``dtype`` (as torch's,
+    an int or bool ``s`` too); ``requires_grad`` makes it a leaf that requires grad."""
     dtype = dtype or default_float_dtype()
-    return tensor(value, dtype=dtype, device=device, requires_grad=requires_grad)
+    return tensor(s, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def random(
