@@ -501,7 +501,7 @@ def test_size_and_testing_as_torch_s():
 
 def test_a_generator_not_retrograds_is_refused_not_ignored():
     """torch's generator is another algorithm's stream: refused. ``rg.Generator`` is taken
-    (tests/test_surface_runtime.py), except by the one draw that has no such argument."""
+    (tests/test_surface_runtime.py)."""
     generator = torch.Generator().manual_seed(0)
     for call in (
         lambda: rg.randn(2, generator=generator),
@@ -509,8 +509,8 @@ def test_a_generator_not_retrograds_is_refused_not_ignored():
         lambda: rg.zeros(2).uniform_(generator=generator),
         lambda: rdata.DataLoader([1, 2], shuffle=True, generator=generator),
         lambda: rdata.random_split([1, 2], [1, 1], generator=generator),
+        lambda: rdata.WeightedRandomSampler([0.5, 0.5], 2, generator=generator),
+        lambda: rg.multinomial(rg.ones(2), 1, generator=generator),
     ):
         with pytest.raises(rg.DTypeError, match=r"must be an rg\.Generator"):
             call()
-    with pytest.raises(rg.InvalidArgumentError, match="generator= is not supported"):
-        rdata.WeightedRandomSampler([0.5, 0.5], 2, generator=rg.Generator())

@@ -5,6 +5,7 @@ value: the weighted sum of the outputs, one backward, each input's gradient read
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from ..autodiff import Gradients, enable_grad
@@ -27,14 +28,20 @@ def grad(
     allow_unused: bool | None = None,
     is_grads_batched: bool = False,
     materialize_grads: bool = False,
-) -> tuple[Tensor | None, ...]:
+) -> tuple[Tensor | None, ...] | dict[str, Tensor | None]:
     """The gradients of ``outputs`` (a tensor or a sequence) with respect to ``inputs``
-    (a tensor or a sequence), weighted by ``grad_outputs`` (ones for a scalar output), as a
+    (a tensor, a sequence, or a dict of named tensors: then a dict of their gradients by
+    name), weighted by ``grad_outputs`` (ones for a scalar output), as a
     tuple; an input the outputs do not depend on raises unless ``allow_unused`` (then
     ``None``, or zeros with ``materialize_grads``). ``create_graph`` records the gradients'
     own graph (for a gradient penalty); ``retain_graph`` defaults to it, as in torch.
     ``only_inputs``, deprecated in torch and ignored there, is accepted and ignored (WGAN-GP
     code still passes it)."""
+    if isinstance(inputs, Mapping):  # torch's named inputs: the gradients by the same names
+        named = dict(inputs)
+        options = (retain_graph, create_graph, only_inputs, allow_unused, is_grads_batched)
+        found = grad(outputs, list(named.values()), grad_outputs, *options, materialize_grads)
+        return dict(zip(named, found))
     if not only_inputs:
         warnings.warn(
             "only_inputs argument is deprecated and is ignored now (defaults to True). To "

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 from ..autodiff import no_grad
 from ..errors import InvalidArgumentError, ShapeError, shape_text
 from ..tensor import multinomial, tensor
+from ..tensor.dtypes import Size
 from . import constraints
 from .distribution import Distribution
 from .utils import probs_to_logits
@@ -54,8 +55,8 @@ class Categorical(Distribution):
         return constraints.integer_interval(0, self._num_events - 1)
 
     @property
-    def param_shape(self) -> tuple[int, ...]:
-        return tuple(self.logits.shape)
+    def param_shape(self) -> Size:
+        return Size(self.logits.shape)
 
     @property
     def mean(self) -> Any:

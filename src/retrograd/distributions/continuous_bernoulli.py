@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from ..errors import InvalidArgumentError
 from ..tensor import rand
+from ..tensor.dtypes import Size
 from ..tensor.functions import where
 from . import constraints
 from .exp_family import ExponentialFamily
@@ -78,8 +79,8 @@ class ContinuousBernoulli(ExponentialFamily):
         return new
 
     @property
-    def param_shape(self) -> tuple[int, ...]:
-        return tuple(self.__dict__[self._param_name].shape)
+    def param_shape(self) -> Size:
+        return Size(self.__dict__[self._param_name].shape)
 
     def _outside_unstable_region(self) -> Any:
         return (self.probs <= self._lims[0]) | (self.probs > self._lims[1])

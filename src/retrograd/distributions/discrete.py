@@ -17,6 +17,7 @@ import numpy as np
 from ..autodiff import no_grad
 from ..errors import InvalidArgumentError
 from ..tensor import rand, tensor
+from ..tensor.dtypes import Size
 from ..tensor.functions import where
 from . import constraints
 from .categorical import Categorical
@@ -258,7 +259,7 @@ class _OverCategorical:
         return self._categorical.logits
 
     @property
-    def param_shape(self) -> tuple[int, ...]:
+    def param_shape(self) -> Size:
         return self._categorical.param_shape
 
 
@@ -426,8 +427,8 @@ class NegativeBinomial(Distribution):
         return {"total_count": self.total_count, self._param_name: getattr(self, self._param_name)}
 
     @property
-    def param_shape(self) -> tuple[int, ...]:
-        return tuple(getattr(self, self._param_name).shape)
+    def param_shape(self) -> Size:
+        return Size(getattr(self, self._param_name).shape)
 
     @property
     def mean(self) -> Any:

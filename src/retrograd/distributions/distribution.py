@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from ..autodiff import no_grad
 from ..errors import InvalidArgumentError
+from ..tensor.dtypes import Size
 from ..tensor.shape import shape_arg
 
 __all__ = ["Distribution"]
@@ -40,8 +41,9 @@ class Distribution:
                  validate_args: Any = None) -> None:  # fmt: skip
         # a str or an int list checked here: the base runs outside its subclasses' guards when
         # a user's distribution calls it
-        self.batch_shape = shape_arg(batch_shape, f"{type(self).__name__}: batch_shape")
-        self.event_shape = shape_arg(event_shape, f"{type(self).__name__}: event_shape")
+        # (torch.Size, as torch's: ``batch_shape.numel()``, a Size in ``repr``)
+        self.batch_shape = Size(shape_arg(batch_shape, f"{type(self).__name__}: batch_shape"))
+        self.event_shape = Size(shape_arg(event_shape, f"{type(self).__name__}: event_shape"))
         if validate_args is not None:
             self._validate_args = bool(validate_args)
         if self._validate_args:
@@ -59,8 +61,8 @@ class Distribution:
                     )
 
     # -- shapes ----------------------------------------------------------------------------
-    def _extended_shape(self, sample_shape: Any = ()) -> tuple[int, ...]:
-        return tuple(sample_shape) + self.batch_shape + self.event_shape
+    def _extended_shape(self, sample_shape: Any = ()) -> Size:
+        return Size(tuple(sample_shape) + self.batch_shape + self.event_shape)
 
     def _expand_args(self) -> dict[str, Any]:
         """The constructor arguments ``expand`` broadcasts (by default the tensor

@@ -67,12 +67,12 @@ class LBFGS(Optimizer):
             )
         self._params = self.param_groups[0]["params"]
 
-    def add_param_group(self, group: Any) -> None:
+    def add_param_group(self, param_group: Any) -> None:
         if self.param_groups:
             raise InvalidArgumentError(
                 "LBFGS doesn't support per-parameter options (parameter groups)"
             )
-        super().add_param_group(group)
+        super().add_param_group(param_group)
 
     def load_state_value(
         self, where: str, number: int, key: str, value: Any, parameter: Tensor

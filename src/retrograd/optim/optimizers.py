@@ -282,10 +282,11 @@ class Optimizer(StepHooks):
         module = getattr(type(self).step, "__module__", None) or ""
         return not module.startswith("retrograd.")
 
-    def add_param_group(self, group: Mapping[str, Any]) -> None:
+    def add_param_group(self, param_group: Mapping[str, Any]) -> None:
         """Add a group (``{"params": [...], "lr": ..., ...}``); missing hyper-parameters take
         the optimizer's defaults. A parameter may be in one group only; listed twice in it,
         it is kept twice, with torch's warning, and stepped at each place (one state)."""
+        group = param_group
         if not isinstance(group, Mapping) or "params" not in group:
             raise InvalidArgumentError(
                 f"{type(self).__name__}: a parameter group is a dict with 'params', got "
@@ -1063,8 +1064,6 @@ class Adam(FusedOptimizer):
         **flags: Any,
     ):
         _switches(type(self).__name__, flags)
-        if decoupled_weight_decay:  # torch's Adam(decoupled_weight_decay=True) is AdamW
-            self.decoupled = True
         defaults = {
             "lr": lr,
             "betas": (float(betas[0]), float(betas[1])),
@@ -1072,8 +1071,15 @@ class Adam(FusedOptimizer):
             "weight_decay": float(weight_decay),
             "amsgrad": bool(amsgrad),
             "maximize": bool(maximize),
+            # a group's own, as torch's (Adam(decoupled_weight_decay=True) is AdamW)
+            "decoupled_weight_decay": bool(decoupled_weight_decay or self.decoupled),
         }
         super().__init__(params, defaults)
+
+    def _decoupled(self, group: dict[str, Any]) -> bool:
+        """The group's ``decoupled_weight_decay`` (a group loaded from a state dict saved
+        without it: the class's)."""
+        return bool(group.get("decoupled_weight_decay", self.decoupled))
 
     def amsgrad_update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         """torch's single-tensor Adam with ``amsgrad``, operation for operation: the
@@ -1082,7 +1088,7 @@ class Adam(FusedOptimizer):
         beta1, beta2 = group["betas"]
         lr, step, weight_decay = group["lr"], state["step"], group["weight_decay"]
         if weight_decay:
-            if self.decoupled:
+            if self._decoupled(group):
                 value = value * (1.0 - lr * weight_decay)
             else:
                 grad = grad + value * weight_decay
@@ -1119,7 +1125,7 @@ class Adam(FusedOptimizer):
             "beta2": beta2,
             "eps": group["eps"],
             "weight_decay": group["weight_decay"],
-            "decoupled": self.decoupled,
+            "decoupled": self._decoupled(group),
         }
 
 

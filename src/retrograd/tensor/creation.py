@@ -355,45 +355,76 @@ def _laid_out_like(out: Tensor, t: Tensor, options: dict[str, Any]) -> Tensor:
 
 
 def zeros_like(
-    t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False, **options: Any
+    input: Tensor,  # noqa: A002 (torch's name)
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    **options: Any,
 ) -> Tensor:
+    t = input
     dtype, backend, device = _like(t, dtype, device)
     out = zeros(t.shape, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
     return _laid_out_like(out, t, options)
 
 
 def ones_like(
-    t: Tensor, dtype: Any = None, device: Any = None, requires_grad: bool = False, **options: Any
+    input: Tensor,  # noqa: A002 (torch's name)
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    **options: Any,
 ) -> Tensor:
+    t = input
     dtype, backend, device = _like(t, dtype, device)
     out = ones(t.shape, dtype=dtype, backend=backend, device=device, requires_grad=requires_grad)
     return _laid_out_like(out, t, options)
 
 
-def empty_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
+def empty_like(
+    input: Tensor,  # noqa: A002 (torch's name)
+    dtype: Any = None,
+    device: Any = None,
+    **kwargs: Any,
+) -> Tensor:
     """torch's ``empty_like`` (values unspecified: here zeros)."""
-    return zeros_like(t, dtype, device, **kwargs)
+    return zeros_like(input, dtype, device, **kwargs)
 
 
 def full_like(
-    t: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,
+    input: Tensor, fill_value: Any, dtype: Any = None, device: Any = None,  # noqa: A002
     requires_grad: bool = False, **options: Any,
 ) -> Tensor:  # fmt: skip
+    t = input
     dtype, backend, device = _like(t, dtype, device)
     out = full(t.shape, fill_value, dtype, backend, device, requires_grad)
     return _laid_out_like(out, t, options)
 
 
-def rand_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
+def rand_like(
+    input: Tensor,  # noqa: A002 (torch's name)
+    dtype: Any = None,
+    device: Any = None,
+    **kwargs: Any,
+) -> Tensor:
+    """Uniform values on [0, 1) of ``input``'s shape, dtype and device (``torch.rand_like``),
+    from ``generator=`` when given."""
+    t = input
     dtype, backend, device = _like(t, dtype, device)
-    out = random(t.shape, "uniform", dtype, backend, device)
+    out = random(t.shape, "uniform", dtype, backend, device, generator=kwargs.get("generator"))
     return _laid_out_like(_requiring(out, kwargs.get("requires_grad", False)), t, kwargs)
 
 
-def randn_like(t: Tensor, dtype: Any = None, device: Any = None, **kwargs: Any) -> Tensor:
-    """Standard normal values of ``t``'s shape, dtype and device (``torch.randn_like``)."""
+def randn_like(
+    input: Tensor,  # noqa: A002 (torch's name)
+    dtype: Any = None,
+    device: Any = None,
+    **kwargs: Any,
+) -> Tensor:
+    """Standard normal values of ``input``'s shape, dtype and device (``torch.randn_like``),
+    from ``generator=`` when given."""
+    t = input
     dtype, backend, device = _like(t, dtype, device)
-    out = random(t.shape, "normal", dtype, backend, device)
+    out = random(t.shape, "normal", dtype, backend, device, generator=kwargs.get("generator"))
     return _laid_out_like(_requiring(out, kwargs.get("requires_grad", False)), t, kwargs)
 
 
@@ -659,28 +690,43 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
     return _requiring(out if dtype == "int64" else out.cast(dtype), requires_grad)
 
 
-def randint_like(t: Tensor, *args: Any, dtype: Any = None, **kwargs: Any) -> Tensor:
+def randint_like(
+    input: Tensor,  # noqa: A002 (torch's name)
+    *args: Any,
+    dtype: Any = None,
+    **kwargs: Any,
+) -> Tensor:
+    """Integers from ``[low, high)`` of ``input``'s shape (``randint_like(x, high)``,
+    ``randint_like(x, low, high)``, or torch's ``low=``/``high=`` keywords)."""
+    t = input
+    if "high" in kwargs:
+        args = (*args, kwargs.pop("high"))
+        if "low" in kwargs:
+            args = (kwargs.pop("low"), *args)
     out = randint(*args, tuple(t.shape), dtype=dtype or t.dtype, backend=t.backend,
-                  device=t.device)  # fmt: skip
+                  device=t.device, generator=kwargs.get("generator"))  # fmt: skip
     return _laid_out_like(out, t, kwargs)
 
 
 def randperm(n: int, *, dtype: Any = "int64", backend: Any = None, device: Any = None,
              generator: Any = None, requires_grad: bool = False) -> Tensor:  # fmt: skip
-    """A random permutation of ``0 .. n-1`` (the order of ``n`` uniform draws)."""
+    """A random permutation of ``0 .. n-1`` (the order of ``n`` uniform draws); with
+    ``requires_grad`` (a float ``dtype``) a leaf that requires grad, as torch's."""
     n = int_argument("randperm", n, "n")
     if not isinstance(n, numbers.Integral) or n < 0:
         raise ShapeError(f"randperm: n must be a non-negative int, got {n!r}")
     draws = random((int(n),), "uniform", "float64", backend, device, generator=generator)
     out = draws.sort_with_indices(0)[1]
     dtype = _check_dtype("randperm", dtype)
-    return out if dtype == "int64" else out.cast(dtype)
+    return _requiring(out if dtype == "int64" else out.cast(dtype), requires_grad)
 
 
 def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = None,
-           backend: Any = None, device: Any = None, generator: Any = None) -> Tensor:  # fmt: skip
+           backend: Any = None, device: Any = None, generator: Any = None,
+           requires_grad: bool = False) -> Tensor:  # fmt: skip
     """Normal draws with ``mean`` and ``std`` (numbers with a ``size``, or tensors that
-    broadcast), as ``torch.normal``."""
+    broadcast), as ``torch.normal``; ``requires_grad`` makes the numbers' draw a leaf that
+    requires grad (torch takes it in that form only)."""
     if isinstance(std, numbers.Real) and not std >= 0.0:  # NaN too, as torch's check
         raise InvalidArgumentError(f"normal: expects std >= 0.0, but found std {std!r}")
     if isinstance(std, Tensor):
@@ -692,6 +738,10 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
         )
     reference = next((v for v in (mean, std) if isinstance(v, Tensor)), None)
     if reference is not None:
+        if requires_grad:  # (torch's tensor forms have no such argument)
+            raise DTypeError(
+                "normal: requires_grad= is taken with a number mean and std and a size only"
+            )
         shape = np.broadcast_shapes(*[v.shape for v in (mean, std) if isinstance(v, Tensor)])
         noise = random(
             shape, "normal", reference.dtype, reference.backend, reference.device,
@@ -704,7 +754,8 @@ def normal(mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, dtype: Any = No
         raise ShapeError("normal: give a size for scalar mean and std")
     dtype = _check_dtype("normal", dtype) or default_float_dtype()
     shape = _creation_shape("normal", size)
-    return random(shape, "normal", dtype, backend, device, generator=generator) * std + mean
+    drawn = random(shape, "normal", dtype, backend, device, generator=generator) * std + mean
+    return _requiring(drawn, requires_grad)
 
 
 def poisson(input: Tensor, generator: Any = None) -> Tensor:  # noqa: A002 (torch's name)
@@ -787,10 +838,17 @@ def asarray(
     return out
 
 
-def scalar_tensor(value: Any, dtype: Any = None, device: Any = None, **_: Any) -> Tensor:
-    """A 0-d tensor of ``value``, in the default float dtype unless ``dtype`` (as torch's,
-    an int or bool ``value`` too)."""
-    return tensor(value, dtype=dtype or default_float_dtype(), device=device)
+def scalar_tensor(
+    s: Any,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    **_: Any,
+) -> Tensor:
+    """A 0-d tensor of ``s``, in the default float dtype unless ``dtype`` (as torch's,
+    an int or bool ``s`` too); ``requires_grad`` makes it a leaf that requires grad."""
+    dtype = dtype or default_float_dtype()
+    return tensor(s, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def random(
@@ -825,9 +883,12 @@ def seed(value: int) -> None:
     current_backend().seed(int(value))
 
 
-def manual_seed(seed_value: int) -> None:
+_seed = seed  # (manual_seed's argument is torch's ``seed``, which shadows the function there)
+
+
+def manual_seed(seed: int) -> None:
     """torch's name for :func:`seed` (the draws themselves differ from torch's generator)."""
-    seed(seed_value)
+    _seed(seed)
 
 
 def _no_out(op: str, out: Any) -> None:

@@ -447,9 +447,9 @@ class ElementwiseMixin:
         """``self ** other`` elementwise (float)."""
         return self._apply(POW, (self, other))
 
-    def pow(self, other: Any) -> Any:
-        """``self ** other``: int64 when both are integers (torch's rule), else float."""
-        other = host_number(other)
+    def pow(self, exponent: Any) -> Any:
+        """``self ** exponent``: int64 when both are integers (torch's rule), else float."""
+        other = host_number(exponent)
         if _is_bool(self) and _is_bool(other):
             if isinstance(other, bool):  # torch: x ** True is x, x ** False all true
                 return self.logical_and(True) if other else self.logical_or(True)

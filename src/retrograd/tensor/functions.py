@@ -689,7 +689,11 @@ trapz = trapezoid
 
 def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False, right: bool = False) -> Any:  # noqa: A002 (torch's name)
     """The index of the bucket of each value in the sorted 1-d ``boundaries``: the number of
-    boundaries below it (``right=False``: ``boundaries[i-1] < v <= boundaries[i]``)."""
+    boundaries below it (``right=False``: ``boundaries[i-1] < v <= boundaries[i]``). A
+    Python or NumPy number ``input`` gives a 0-d result (torch's ``bucketize(Scalar,
+    Tensor)``)."""
+    if isinstance(boundaries, TensorBase) and isinstance(input, bool | int | float | np.generic):
+        input = lift(boundaries, np.asarray(input), "bucketize")  # noqa: A001 (torch's name)
     edges = lift(input, boundaries, "bucketize")
     if input.dtype == "bool" and edges.dtype == "bool" and input.numel():
         raise DTypeError(

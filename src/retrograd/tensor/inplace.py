@@ -668,7 +668,16 @@ class InplaceMixin:
         )
 
     # -- random fills (values from the stream rg.manual_seed seeds, or from generator=) -------
-    def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Any:
+    def uniform_(
+        self, a: float = 0.0, b: float = 1.0, *, generator: Any = None, **bounds: Any
+    ) -> Any:
+        """Values drawn uniformly from ``[a, b)``; torch's keyword names ``to=`` and
+        ``**{"from": ...}`` too."""
+        unknown = sorted(set(bounds) - {"from", "to"})
+        if unknown:
+            raise DTypeError(f"uniform_: unexpected keyword arguments {unknown} (from, to)")
+        a = bounds.get("from", a)
+        b = bounds.get("to", b)
         low, high = _real("uniform_", "from", a), _real("uniform_", "to", b)
         if not (math.isfinite(low) and math.isfinite(high) and low <= high):
             raise InvalidArgumentError(
@@ -763,21 +772,32 @@ class InplaceMixin:
 
         return self._update("geometric_", draw)
 
-    def random_(self, *args: Any, generator: Any = None) -> Any:
-        """Integers drawn uniformly from ``[from, to)`` (``random_(to)``, ``random_(from, to)``);
-        without arguments from ``[0, 2**24]`` for float32 and ``[0, 2**53]`` for float64."""
-        if len(args) > 2:
-            raise ShapeError(f"random_: expected at most 2 arguments, got {len(args)}")
+    def random_(self, *args: Any, generator: Any = None, **bounds: Any) -> Any:
+        """Integers drawn uniformly from ``[from, to)`` (``random_(to)``, ``random_(from, to)``,
+        torch's keywords ``to=`` and ``**{"from": ...}`` too); without ``to`` (or with
+        ``to=None``) up to ``2**24`` for float32 and ``2**53`` for float64, inclusive."""
+        unknown = sorted(set(bounds) - {"from", "to"})
+        if unknown or len(args) + len(bounds) > 2 or ("from" in bounds and args):
+            raise DTypeError(
+                f"random_: expected (to) or (from, to), got {len(args)} positional and "
+                f"keywords {sorted(bounds)}"
+            )
+        if "from" in bounds and "to" not in bounds:
+            raise DTypeError("random_: from= needs to= as well, as in torch")
         if len(args) == 2:
             low, high = args
         elif len(args) == 1:
-            low, high = 0, args[0]
+            low, high = (args[0], bounds["to"]) if "to" in bounds else (0, args[0])
+        elif bounds:
+            low, high = bounds.get("from", 0), bounds["to"]
         else:
+            low, high = 0, None
+        if high is None:
             digits = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
-            low, high = 0, 2 ** digits.get(self.dtype, 63) + 1
+            high = 2 ** digits.get(self.dtype, 63) + 1
             if self.dtype in RANDINT_BOUNDS:  # torch's [0, max] of a narrow integer dtype
                 high = RANDINT_BOUNDS[self.dtype][1] + 1
-        if high is None or not isinstance(low, numbers.Integral) or high <= low:
+        if not isinstance(low, numbers.Integral) or high <= low:
             raise ShapeError(f"random_: expects from < to, got from={low} to={high}")
         smallest, largest = RANDINT_BOUNDS.get(self.dtype, (low, high - 1))
         if not smallest <= low <= largest or not smallest <= high - 1 <= largest:
@@ -789,7 +809,9 @@ class InplaceMixin:
 
         def draw(t: Any) -> Any:
             uniform = _random(t, "random_", dtype="float64", generator=generator)
-            return (uniform * (high - low)).floor().cast("int64") + low
+            drawn = (uniform * (high - low)).floor().cast("int64") + low
+            # (a bool tensor's draws are 0 and 1, its own values: torch's random bools)
+            return drawn.cast("bool") if t.dtype == "bool" else drawn
 
         return self._update("random_", draw)
 

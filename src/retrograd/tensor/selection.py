@@ -46,9 +46,10 @@ from ._dispatch import (
     INT_DTYPES,
     TensorBase,
     check_same_dtype,
+    checked_generator,
+    from_host,
     int_argument,
     lift,
-    no_generator,
     normalize_dim,
     scalar_dims,
     untracked,
@@ -941,8 +942,7 @@ class SelectionMixin:
     def multinomial(self, num_samples: int, replacement: bool = False, *,
                     generator: Any = None) -> Any:  # fmt: skip
         """``rg.multinomial`` of these weights."""
-        no_generator("multinomial", generator)
-        return multinomial(self, num_samples, replacement)
+        return multinomial(self, num_samples, replacement, generator=generator)
 
     def bernoulli(self, p: Any = None, *, generator: Any = None) -> Any:
         """Zeros and ones drawn with the probabilities this tensor holds (or ``p``)."""
@@ -1326,8 +1326,15 @@ def _check_weights(rows: Any) -> None:
         )
 
 
-def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> Any:
-    """int64 indices drawn from the categories of each row of ``probs`` (1-d, or 2-d with one
+def multinomial(
+    input: Any,  # noqa: A002 (torch's name)
+    num_samples: int = 1,
+    replacement: bool = False,
+    *,
+    generator: Any = None,
+) -> Any:
+    """int64 indices drawn from the categories of each row of the weights ``input`` (1-d, or
+    2-d with one
     distribution per row; weights need not sum to one), as ``torch.multinomial``.
 
     Draws come from the backend's seeded generator (:func:`seed`), on the backend: with
@@ -1335,7 +1342,8 @@ def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> 
     without, by the Gumbel top-k trick (the ``num_samples`` largest of ``log p - log(-log u)``),
     which draws exactly as sampling one at a time without replacement does. On the CPU the
     weights are checked as torch checks them (negative, infinite or NaN weights, an all-zero
-    row: each an ``InvalidArgumentError``);
+    row: each an ``InvalidArgumentError``); ``generator`` (an ``rg.Generator``) draws from its
+    own stream instead;
     on an accelerator they are not read back (torch checks there with a device-side assert).
 
     >>> import retrograd as rg
@@ -1343,6 +1351,7 @@ def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> 
     >>> rg.multinomial(rg.tensor([0.0, 1.0, 0.0]), 2, replacement=True).tolist()
     [1, 1]
     """
+    probs = input
     if not isinstance(probs, TensorBase):
         raise DTypeError(f"multinomial: probs must be a tensor, got {type(probs).__name__}")
     if probs.dtype not in FLOAT_DTYPES:
@@ -1368,20 +1377,27 @@ def multinomial(probs: Any, num_samples: int = 1, replacement: bool = False) -> 
     if p.device.kind == "cpu":
         _check_weights(rows.numpy())
     count = rows.shape[0]
-    backend, device = p.backend, p.device
+    generator = checked_generator("multinomial", generator)
+
+    def uniform(shape: tuple[int, ...]) -> Any:
+        if generator is not None:
+            drawn = generator.draws(shape, "uniform", p.dtype)
+            return untracked(from_host(type(p)._result, drawn, p.dtype, p._backend, p._device))
+        return wrap(p, p._backend.random(shape, "uniform", p.dtype, p._device))
+
     if replacement:
         cdf = rows.cumsum(1)
         total = cdf.narrow(1, categories - 1, 1)  # [rows, 1]
-        draws = wrap(p, backend.random((count, int(num_samples)), "uniform", p.dtype, device))
+        draws = uniform((count, int(num_samples)))
         draws = draws * total
         # The index is how many cumulative weights lie at or below the draw (zero-weight
         # categories are never chosen: their cumulative weight equals the one before).
         below = cdf.unsqueeze_dim(1) <= draws.unsqueeze_dim(2)  # [rows, samples, categories]
         out = below.long().sum_dim(2).squeeze_dim(2).clamp_max(categories - 1)
     else:
-        uniform = wrap(p, backend.random((count, categories), "uniform", p.dtype, device))
+        drawn = uniform((count, categories))
         # u in [0, 1): clamp away from 0 and 1 so both logs stay finite.
-        gumbel = -(-(uniform.clamp(1e-20, 1.0 - 1e-7)).log()).log()
+        gumbel = -(-(drawn.clamp(1e-20, 1.0 - 1e-7)).log()).log()
         # Zero-weight categories get key -inf (last, never drawn while others remain); the
         # clamp only keeps log from warning about the zeros the fill replaces.
         keys = (rows.clamp_min(1e-30).log() + gumbel).mask_fill(rows <= 0.0, -math.inf)

@@ -30,6 +30,7 @@ def checkpoint(function: Callable[..., Any], *args: Any, use_reentrant: Any = No
     kwargs.pop("context_fn", None)
     kwargs.pop("determinism_check", None)
     kwargs.pop("debug", None)
+    kwargs.pop("early_stop", None)  # (torch's recomputation flags, not the function's)
     if use_reentrant is None or use_reentrant:
         if kwargs:
             raise InvalidArgumentError(

@@ -236,13 +236,14 @@ class Module:
                 "another name"
             )
 
-    def register_parameter(self, name: str, value: Any) -> Parameter | None:
-        """Own ``value`` as the parameter ``name``; returns it.
+    def register_parameter(self, name: str, param: Any) -> Parameter | None:
+        """Own ``param`` (torch's keyword name) as the parameter ``name``; returns it.
 
-        ``value`` is a :class:`Parameter` (registered as it is, so it may be shared), ``None``
+        ``param`` is a :class:`Parameter` (registered as it is, so it may be shared), ``None``
         (an absent parameter, as a ``bias=False`` layer's ``bias``) or a float tensor, which
         becomes a new ``Parameter`` holding its values.
         """
+        value = param
         self._check_name("register_parameter", name, "_parameters")
         if value is not None and not isinstance(value, Parameter):
             if not isinstance(value, Tensor) or value.dtype not in FLOAT_DTYPES:
@@ -255,10 +256,11 @@ class Module:
         self._parameters[name] = value
         return value
 
-    def register_buffer(self, name: str, value: Tensor | None, persistent: bool = True) -> None:
-        """Keep ``value`` (a tensor, or ``None``) as state that is not trained: it is listed by
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """Keep ``tensor`` (or ``None``) as state that is not trained: it is listed by
         :meth:`named_buffers`, saved by :meth:`state_dict` unless ``persistent=False``, cast by
         :meth:`to`, and read back as ``self.<name>``. A tracked value is cut from its graph."""
+        value = tensor
         self._check_name("register_buffer", name, "_buffers")
         if value is not None:
             if not isinstance(value, Tensor):
@@ -380,16 +382,18 @@ class Module:
             raise MissingMemberError(f"{op}: {type(self).__name__} has no {what} {name!r}")
         return module, leaf
 
-    def get_parameter(self, name: str) -> Parameter:
-        """The parameter with dotted ``name``."""
+    def get_parameter(self, target: str) -> Parameter:
+        """The parameter with dotted name ``target``."""
+        name = target
         module, leaf = self._owner(name)
         parameter = module._parameters[leaf]
         if parameter is None:  # torch's: a name registered as None is no nn.Parameter
             raise MissingMemberError(f"get_parameter: {name!r} is None, not a Parameter")
         return parameter
 
-    def get_buffer(self, name: str) -> Tensor:
-        """The buffer with dotted ``name``."""
+    def get_buffer(self, target: str) -> Tensor:
+        """The buffer with dotted name ``target``."""
+        name = target
         module, leaf = self._owner(name, "_buffers")
         return module._buffers[leaf]
 
@@ -758,7 +762,7 @@ class Module:
             np.savez(file, **state)
 
     def load_state_dict(
-        self, state: StateSource, strict: bool = True, assign: bool = False
+        self, state_dict: StateSource, strict: bool = True, assign: bool = False
     ) -> IncompatibleKeys:
         """Set parameters and buffers from a mapping (NumPy arrays, retrograd or PyTorch
         tensors), an ``.npz`` file or a file ``rg.save`` wrote of one; returns torch's named
@@ -773,6 +777,7 @@ class Module:
         nothing changes and the error names the key, what it expects and what it found. A
         file is read without pickle: object arrays are refused, never run.
         """
+        state = state_dict  # (torch's keyword name)
         if not isinstance(state, Mapping):
             if not isinstance(state, str | bytes | os.PathLike) and not hasattr(state, "read"):
                 raise DTypeError(

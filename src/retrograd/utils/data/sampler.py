@@ -17,7 +17,7 @@ from ...errors import (
     check_sized,
 )
 from ...tensor import multinomial, randint, randperm, tensor
-from ...tensor.internal import checked_generator, no_generator
+from ...tensor.internal import checked_generator
 
 __all__ = [
     "BatchSampler",
@@ -104,8 +104,7 @@ class WeightedRandomSampler(Sampler):
 
     def __init__(self, weights: Sequence[float], num_samples: int, replacement: bool = True,
                  generator: Any = None) -> None:  # fmt: skip
-        no_generator("WeightedRandomSampler", generator)
-        self.generator = None  # read by code that remakes samplers, as torch's attribute
+        self.generator = checked_generator("WeightedRandomSampler", generator)
         check_iterable("WeightedRandomSampler", weights, "weights")
         self.weights = tensor(list(weights), dtype="float64")
         if self.weights.ndim != 1:  # multinomial would draw one row of indices per row
@@ -118,7 +117,10 @@ class WeightedRandomSampler(Sampler):
         self.replacement = replacement
 
     def __iter__(self) -> Iterator[int]:
-        yield from multinomial(self.weights, self.num_samples, self.replacement).tolist()
+        drawn = multinomial(
+            self.weights, self.num_samples, self.replacement, generator=self.generator
+        )
+        yield from drawn.tolist()
 
     def __len__(self) -> int:
         return self.num_samples
