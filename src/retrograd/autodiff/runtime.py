@@ -238,6 +238,8 @@ def backward(
         _clear_library_frames(error.__traceback__)
         if consume:  # the steps not run yet keep their graph, as torch's do
             _unclaim(tape.run)
+        elif retain:
+            _stop_reading(tape)
         # the strategy hears of it (a budget's planner plans from no half step); a strategy of
         # one's own may return a checkpointer without ``abandon``
         abandon = getattr(checkpointer, "abandon", None)
@@ -247,8 +249,8 @@ def backward(
         raise
     finally:
         running.pop()
-        if retain:
-            _stop_reading(tape)
+    if retain:
+        _stop_reading(tape)
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
     for hook in hooks:
