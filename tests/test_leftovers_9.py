@@ -124,3 +124,82 @@ def test_register_backward_hook_untracked_input_and_mixing_kinds():
     other.register_full_backward_hook(lambda m, gi, go: None)
     with pytest.raises(AutodiffError, match="Cannot use both"):
         other.register_backward_hook(lambda m, gi, go: None)
+
+
+# -- 2. the optimizers' implementation switches --------------------------------------------------
+_OPTIMIZERS = [
+    "ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "LBFGS", "NAdam",
+    "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam",
+]  # fmt: skip
+
+
+def _without_params(groups):
+    return [{k: v for k, v in g.items() if k != "params"} for g in groups]
+
+
+@pytest.mark.parametrize("name", _OPTIMIZERS)
+def test_optimizer_defaults_and_groups_as_torch(name):
+    made = {}
+    for lib in (torch, rg):
+        first, second = lib.nn.Parameter(lib.ones(2)), lib.nn.Parameter(lib.ones(3))
+        groups = [{"params": [first]}]
+        if name != "LBFGS":  # (one group only)
+            groups.append({"params": [second], "lr": 0.5})
+        made[lib] = getattr(lib.optim, name)(groups)
+    ours, theirs = made[rg], made[torch]
+    assert list(ours.defaults.items()) == list(theirs.defaults.items())
+    for own, reference in zip(ours.param_groups, theirs.param_groups):
+        assert list(own) == list(reference)
+    saved, expected = ours.state_dict()["param_groups"], theirs.state_dict()["param_groups"]
+    assert saved == expected
+
+
+_SWITCHED = {
+    "Adam": {"foreach": True, "decoupled_weight_decay": True},
+    "AdamW": {"fused": True},
+    "SGD": {"fused": True, "momentum": 0.9},
+    "Adagrad": {"fused": True},
+    "RMSprop": {"foreach": False},
+    "NAdam": {"foreach": True, "decoupled_weight_decay": True},
+    "Adafactor": {"foreach": True},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SWITCHED))
+def test_optimizer_switches_round_trip_and_keep_the_numbers(name):
+    settings = dict(_SWITCHED[name], lr=0.1)
+    if name != "Adafactor":
+        settings["weight_decay"] = 0.1
+    start = np.random.default_rng(2).standard_normal((2, 3))
+    results, groups = {}, {}
+    for lib in (torch, rg):
+        weight = lib.nn.Parameter(lib.tensor(start))
+        optimizer = getattr(lib.optim, name)([weight], **settings)
+        for _ in range(3):
+            loss = (weight * weight * weight).sum()
+            if lib is torch:
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            else:
+                optimizer.step(loss.backward())
+        results[lib] = np.array(weight.detach().numpy())
+        groups[lib] = _without_params(optimizer.state_dict()["param_groups"])
+    np.testing.assert_allclose(results[rg], results[torch], rtol=1e-12, atol=1e-14)
+    assert groups[rg] == groups[torch]
+    fresh = getattr(rg.optim, name)([rg.nn.Parameter(rg.tensor(start))], lr=0.1)
+    saved = getattr(rg.optim, name)([rg.nn.Parameter(rg.tensor(start))], **settings)
+    fresh.load_state_dict(saved.state_dict())
+    assert _without_params(fresh.param_groups) == _without_params(saved.param_groups)
+
+
+def test_optimizer_switches_refused_as_torch():
+    weight = [rg.nn.Parameter(rg.ones(2))]
+    with pytest.raises(RetrogradError, match="`fused` and `foreach` cannot be `True`"):
+        rg.optim.Adam(weight, fused=True, foreach=True)
+    with pytest.raises(RetrogradError, match="unexpected keyword.*fused"):
+        rg.optim.RMSprop(weight, fused=True)
+    with pytest.raises(RetrogradError, match="differentiable"):
+        rg.optim.SGD(weight).add_param_group(
+            {"params": [rg.nn.Parameter(rg.ones(1))], "differentiable": True}
+        )
