@@ -203,3 +203,166 @@ def test_optimizer_switches_refused_as_torch():
         rg.optim.SGD(weight).add_param_group(
             {"params": [rg.nn.Parameter(rg.ones(1))], "differentiable": True}
         )
+
+
+# -- 3. the schedulers' state dicts ----------------------------------------------------------------
+def _schedules(S, o):  # noqa: N803 (torch's module name)
+    return {
+        "StepLR": lambda: S.StepLR(o, 2, 0.5),
+        "MultiStepLR": lambda: S.MultiStepLR(o, [1, 3, 3], 0.1),
+        "ConstantLR": lambda: S.ConstantLR(o, 0.5, 3),
+        "LinearLR": lambda: S.LinearLR(o, 0.5, 1.0, 3),
+        "ExponentialLR": lambda: S.ExponentialLR(o, 0.9),
+        "CosineAnnealingLR": lambda: S.CosineAnnealingLR(o, 5, 0.001),
+        "PolynomialLR": lambda: S.PolynomialLR(o, 6, 2.0),
+        "LambdaLR": lambda: S.LambdaLR(o, lambda e: 0.9**e),
+        "MultiplicativeLR": lambda: S.MultiplicativeLR(o, lambda e: 0.9),
+        "CosineAnnealingWarmRestarts": lambda: S.CosineAnnealingWarmRestarts(o, 3, 2, 0.01),
+        "CyclicLR": lambda: S.CyclicLR(o, 0.01, 0.1, 2),
+        "OneCycleLR": lambda: S.OneCycleLR(o, 0.1, total_steps=10),
+        "ReduceLROnPlateau": lambda: S.ReduceLROnPlateau(o, patience=1),
+        "SequentialLR": lambda: S.SequentialLR(
+            o, [S.ConstantLR(o, 0.5, 2), S.ExponentialLR(o, 0.9)], [2]
+        ),
+        "ChainedScheduler": lambda: S.ChainedScheduler(
+            [S.ExponentialLR(o, 0.9), S.StepLR(o, 2, 0.5)]
+        ),
+    }
+
+
+def _stepped_schedule(lib, name, steps):
+    weight = lib.nn.Parameter(lib.ones(2))
+    optimizer = lib.optim.SGD([weight], lr=0.1, momentum=0.9)
+    schedule = _schedules(lib.optim.lr_scheduler, optimizer)[name]()
+    for step in range(steps):
+        if name == "ReduceLROnPlateau":
+            schedule.step(1.0 if step else 2.0)
+        else:
+            schedule.step()
+    return schedule, optimizer
+
+
+def _same_state(ours, theirs, where=""):
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict), where
+        assert list(ours) == list(theirs), where
+        for key in theirs:
+            _same_state(ours[key], theirs[key], f"{where}.{key}")
+    elif isinstance(theirs, list | tuple):
+        assert len(ours) == len(theirs), where
+        for index, (a, b) in enumerate(zip(ours, theirs)):
+            _same_state(a, b, f"{where}[{index}]")
+    elif isinstance(theirs, float):
+        assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-15), where
+    else:
+        assert ours == theirs, where
+
+
+@pytest.mark.parametrize("name", sorted(_schedules(None, None)))
+@pytest.mark.parametrize("steps", [0, 4])
+def test_scheduler_state_dict_as_torch(name, steps):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = _stepped_schedule(torch, name, steps)[0].state_dict()
+        ours = _stepped_schedule(rg, name, steps)[0].state_dict()
+    _same_state(ours, theirs, name)
+
+
+@pytest.mark.parametrize("name", sorted(_schedules(None, None)))
+def test_scheduler_loads_torch_state_and_goes_on_as_torch(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference, reference_optimizer = _stepped_schedule(torch, name, 3)
+        schedule, optimizer = _stepped_schedule(rg, name, 0)
+        optimizer.load_state_dict(
+            {
+                "state": {},
+                "param_groups": [dict(g) for g in reference_optimizer.state_dict()["param_groups"]],
+            }
+        )
+        schedule.load_state_dict(reference.state_dict())
+        _same_state(schedule.state_dict(), reference.state_dict(), name)
+        for _ in range(2):
+            for one in (schedule, reference):
+                one.step(1.0) if name == "ReduceLROnPlateau" else one.step()
+            assert schedule.get_last_lr() == pytest.approx(reference.get_last_lr(), rel=1e-12)
+
+
+# -- 4. ModuleList / Sequential indexing -----------------------------------------------------------
+def _layers(lib, kind):
+    made = [lib.nn.Linear(i + 1, 1) for i in range(4)]
+    return lib.nn.ModuleList(made) if kind == "ModuleList" else lib.nn.Sequential(*made)
+
+
+def _layout(container):
+    return [(name, type(m).__name__, getattr(m, "in_features", None)) for name, m in
+            container._modules.items()]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["ModuleList", "Sequential"])
+@pytest.mark.parametrize("index", [-4, -3, -1, 0, 2, 4])
+def test_insert_in_range_as_torch_sequential(kind, index):
+    # torch's Sequential.insert is the rule (its ModuleList.insert fails on a negative index)
+    expected = _layers(torch, "Sequential")
+    expected.insert(index, torch.nn.ReLU())
+    got = _layers(rg, kind)
+    got.insert(index, rg.nn.ReLU())
+    assert _layout(got) == _layout(expected)
+
+
+@pytest.mark.parametrize("kind", ["ModuleList", "Sequential"])
+@pytest.mark.parametrize("index", [-5, 5, 10])
+def test_insert_out_of_range_refused_as_torch_sequential(kind, index):
+    with pytest.raises(IndexError):
+        _layers(torch, "Sequential").insert(index, torch.nn.ReLU())
+    container = _layers(rg, kind)
+    before = _layout(container)
+    with pytest.raises(IndexError, match=f"{kind}.insert: index {index}") as caught:
+        container.insert(index, rg.nn.ReLU())
+    assert isinstance(caught.value, RetrogradError)
+    assert _layout(container) == before
+
+
+@pytest.mark.parametrize("kind", ["ModuleList", "Sequential"])
+@pytest.mark.parametrize(
+    "index", [np.int64(-1), np.int32(2), slice(1, 3), slice(None, None, -1), slice(-2, None)]
+)
+def test_container_get_set_delete_as_torch(kind, index):
+    for operation in ("get", "set", "del"):
+        if operation == "set" and isinstance(index, slice):
+            continue
+        results = []
+        for lib in (torch, rg):
+            container = _layers(lib, kind)
+            if operation == "get":
+                item = container[index]
+                results.append((_layout(container), _layout(item) if hasattr(item, "_modules")
+                                and len(item._modules) else type(item).__name__))  # fmt: skip
+            elif operation == "set":
+                container[index] = lib.nn.Tanh()
+                results.append(_layout(container))
+            else:
+                del container[index]
+                results.append(_layout(container))
+        assert results[1] == results[0], operation
+
+
+@pytest.mark.parametrize("kind", ["ModuleList", "Sequential"])
+def test_container_bad_indices_refused_as_torch(kind):
+    for index, error in ((1.0, TypeError), ("1", TypeError), (-5, IndexError), (4, IndexError)):
+        for operation in (
+            lambda c, lib: c[index],
+            lambda c, lib: c.__setitem__(index, lib.nn.Tanh()),
+            lambda c, lib: c.__delitem__(index),
+        ):
+            with pytest.raises(error):
+                operation(_layers(torch, kind), torch)
+            container = _layers(rg, kind)
+            with pytest.raises(error) as caught:
+                operation(container, rg)
+            assert isinstance(caught.value, RetrogradError)
+            assert len(container) == 4
+    with pytest.raises(TypeError):  # torch's containers assign one module at a time
+        _layers(torch, kind)[1:3] = torch.nn.Tanh()
+    with pytest.raises(DTypeError, match="index must be an integer"):
+        _layers(rg, kind)[1:3] = rg.nn.Tanh()
