@@ -197,7 +197,7 @@ def test_optimizer_switches_refused_as_torch():
     weight = [rg.nn.Parameter(rg.ones(2))]
     with pytest.raises(RetrogradError, match="`fused` and `foreach` cannot be `True`"):
         rg.optim.Adam(weight, fused=True, foreach=True)
-    with pytest.raises(RetrogradError, match="unexpected keyword.*fused"):
+    with pytest.raises(RetrogradError, match=r"unexpected keyword.*fused"):
         rg.optim.RMSprop(weight, fused=True)
     with pytest.raises(RetrogradError, match="differentiable"):
         rg.optim.SGD(weight).add_param_group(
@@ -351,9 +351,9 @@ def test_container_get_set_delete_as_torch(kind, index):
 def test_container_bad_indices_refused_as_torch(kind):
     for index, error in ((1.0, TypeError), ("1", TypeError), (-5, IndexError), (4, IndexError)):
         for operation in (
-            lambda c, lib: c[index],
-            lambda c, lib: c.__setitem__(index, lib.nn.Tanh()),
-            lambda c, lib: c.__delitem__(index),
+            lambda c, lib, index=index: c[index],
+            lambda c, lib, index=index: c.__setitem__(index, lib.nn.Tanh()),
+            lambda c, lib, index=index: c.__delitem__(index),
         ):
             with pytest.raises(error):
                 operation(_layers(torch, kind), torch)
