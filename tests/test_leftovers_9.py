@@ -366,3 +366,70 @@ def test_container_bad_indices_refused_as_torch(kind):
         _layers(torch, kind)[1:3] = torch.nn.Tanh()
     with pytest.raises(DTypeError, match="index must be an integer"):
         _layers(rg, kind)[1:3] = rg.nn.Tanh()
+
+
+# -- 5. matrix products of mixed dtypes ------------------------------------------------------------
+def _mixed_cases(lib):
+    F = lib.nn.functional  # noqa: N806 (torch's name)
+    return {
+        "linear": lambda a, b: F.linear(a((2, 3)), b((4, 3))),
+        "linear_bias": lambda a, b: F.linear(a((2, 3)), a((4, 3)), b((4,))),
+        "linear_3d": lambda a, b: F.linear(a((2, 2, 3)), b((4, 3))),
+        "linear_vector_input": lambda a, b: F.linear(a((3,)), b((4, 3))),
+        "linear_weight_vector": lambda a, b: F.linear(a((2, 3)), b((3,))),
+        "Linear": lambda a, b: _linear_of(lib, b)(a((2, 3))),
+        "bilinear": lambda a, b: F.bilinear(a((2, 3)), a((2, 3)), b((4, 3, 3))),
+        "conv1d": lambda a, b: F.conv1d(a((1, 2, 5)), b((3, 2, 2))),
+        "prelu": lambda a, b: F.prelu(a((2, 3)), b((1,))),
+        "binary_cross_entropy": lambda a, b: F.binary_cross_entropy(a((3,)) * 0.5, b((3,))),
+        "matmul": lambda a, b: lib.matmul(a((2, 3)), b((3, 4))),
+        "@": lambda a, b: a((2, 3)) @ b((3, 4)),
+        "mm": lambda a, b: lib.mm(a((2, 3)), b((3, 4))),
+        "bmm": lambda a, b: lib.bmm(a((2, 2, 3)), b((2, 3, 4))),
+        "addmm": lambda a, b: lib.addmm(a((2, 4)), a((2, 3)), b((3, 4))),
+        "addmm_input": lambda a, b: lib.addmm(b((2, 4)), a((2, 3)), a((3, 4))),
+        "baddbmm": lambda a, b: lib.baddbmm(a((2, 2, 4)), a((2, 2, 3)), b((2, 3, 4))),
+        "baddbmm_input": lambda a, b: lib.baddbmm(b((2, 2, 4)), a((2, 2, 3)), a((2, 3, 4))),
+    }
+
+
+def _linear_of(lib, make):
+    layer = lib.nn.Linear(3, 4)
+    probe = make((1,))
+    return layer.to(probe.dtype) if lib is torch else layer.to(dtype=probe.dtype)
+
+
+_OP_NAMES = {"Linear": "linear", "@": "matmul", "addmm_input": "addmm",
+             "baddbmm_input": "baddbmm", "linear_bias": "linear", "linear_3d": "linear",
+             "linear_vector_input": "linear", "linear_weight_vector": "linear"}  # fmt: skip
+
+
+def _ones(lib, dtype, backend=None):
+    if lib is torch:
+        return lambda shape: torch.ones(shape, dtype=getattr(torch, dtype))
+    if backend is None:
+        return lambda shape: rg.ones(shape, dtype=dtype)
+    return lambda shape: rg.ones(shape, dtype=dtype, backend=backend)
+
+
+@pytest.mark.parametrize("dtypes", [("float32", "float64"), ("float64", "float32")])
+@pytest.mark.parametrize("case", sorted(_mixed_cases(torch)))
+def test_mixed_dtype_products_refused_as_torch(case, dtypes):
+    first, second = dtypes
+    with pytest.raises(RuntimeError):
+        _mixed_cases(torch)[case](_ones(torch, first), _ones(torch, second))
+    with pytest.raises(DTypeError) as caught:
+        _mixed_cases(rg)[case](_ones(rg, first), _ones(rg, second))
+    message = str(caught.value)
+    assert _OP_NAMES.get(case, case) in message
+    assert first in message and second in message
+
+
+@pytest.mark.parametrize("case", ["linear", "linear_bias", "matmul", "bmm", "addmm", "baddbmm"])
+def test_half_with_float_products_refused_as_torch(case):
+    backend = rg.Autodiff(rg.TorchBackend("cpu"))
+    with pytest.raises(RuntimeError):
+        _mixed_cases(torch)[case](_ones(torch, "float16"), _ones(torch, "float32"))
+    with pytest.raises(DTypeError, match="float16") as caught:
+        _mixed_cases(rg)[case](_ones(rg, "float16", backend), _ones(rg, "float32", backend))
+    assert "float32" in str(caught.value)
