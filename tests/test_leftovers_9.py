@@ -545,3 +545,71 @@ def test_transformed_families_as_torch(name):
     for key, gradient in expected.items():
         got = {"loc": loc, "scale": scale}[key].grad(grads).numpy()
         np.testing.assert_allclose(got, gradient, rtol=1e-10)
+
+
+# -- 7. the constraint registry ------------------------------------------------------------------
+def _constraints(lib):
+    C = lib.distributions.constraints  # noqa: N806 (torch's name)
+    return {
+        "real": (C.real, (2, 3)),
+        "positive": (C.positive, (2, 3)),
+        "nonnegative": (C.nonnegative, (2, 3)),
+        "greater_than": (C.greater_than(1.5), (2, 3)),
+        "greater_than_eq": (C.greater_than_eq(-2.0), (2, 3)),
+        "interval": (C.interval(-1.0, 3.0), (2, 3)),
+        "half_open_interval": (C.half_open_interval(0.5, 2.0), (2, 3)),
+        "unit_interval": (C.unit_interval, (2, 3)),
+        "simplex": (C.simplex, (2, 3)),
+        "lower_cholesky": (C.lower_cholesky, (2, 3, 3)),
+        "positive_definite": (C.positive_definite, (2, 3, 3)),
+        "real_vector": (C.real_vector, (2, 3)),
+        "independent_positive": (C.independent(C.positive, 1), (2, 3)),
+        "corr_cholesky": (C.corr_cholesky, (2, 3)),
+    }
+
+
+@pytest.mark.parametrize("registry", ["transform_to", "biject_to"])
+@pytest.mark.parametrize("name", sorted(_constraints(torch)))
+def test_constraint_registry_as_torch(registry, name):
+    constraint, shape = _constraints(torch)[name]
+    theirs_registry = getattr(torch.distributions, registry)
+    ours_registry = getattr(rg.distributions, registry)
+    assert ours_registry is getattr(rg.distributions.constraint_registry, registry)
+    ours_constraint = _constraints(rg)[name][0]
+    try:
+        theirs = theirs_registry(constraint)
+    except NotImplementedError:
+        with pytest.raises(NotImplementedError, match=type(ours_constraint).__name__):
+            ours_registry(ours_constraint)
+        return
+    ours = ours_registry(ours_constraint)
+    assert type(ours).__name__ == type(theirs).__name__
+    u = np.random.default_rng(3).standard_normal(shape)
+    y_theirs = theirs(torch.tensor(u))
+    y_ours = ours(rg.tensor(u))
+    np.testing.assert_allclose(y_ours.numpy(), y_theirs.numpy(), rtol=1e-10, atol=1e-12)
+    assert bool(ours_constraint.check(y_ours).all().item())
+    try:
+        expected = theirs.log_abs_det_jacobian(torch.tensor(u), y_theirs).numpy()
+    except NotImplementedError:  # (not a bijection: softmax, the Cholesky factors)
+        with pytest.raises(NotImplementedError):
+            ours.log_abs_det_jacobian(rg.tensor(u), y_ours)
+    else:
+        got = ours.log_abs_det_jacobian(rg.tensor(u), y_ours).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+    if registry == "biject_to":
+        np.testing.assert_allclose(
+            ours.inv(y_ours).numpy(), theirs.inv(y_theirs).numpy(), rtol=1e-8, atol=1e-10
+        )
+
+
+def test_constraint_registry_register_and_refusals():
+    registry = rg.distributions.constraint_registry.ConstraintRegistry()
+    with pytest.raises(NotImplementedError, match="_Real"):
+        registry(rg.distributions.constraints.real)
+    registry.register(rg.distributions.constraints.real, lambda c: rg.distributions.ExpTransform())
+    assert isinstance(registry(rg.distributions.constraints.real), rg.distributions.ExpTransform)
+    with pytest.raises(TypeError):
+        torch.distributions.constraint_registry.ConstraintRegistry().register(int, lambda c: 0)
+    with pytest.raises(DTypeError, match="Constraint subclass"):
+        registry.register(int, lambda c: 0)
