@@ -107,7 +107,7 @@ def test_binary_cross_entropy_multilabel():
     weight = t([3.0, 7.0, 0.9])
     approx(F.binary_cross_entropy_with_logits(t(ML_LOGITS), t(ML_TARGETS), weight=weight), 3.1708)
     approx(rg.nn.BCEWithLogitsLoss(weight=weight)(t(ML_LOGITS), t(ML_TARGETS)), 3.1708)
-    smooth = t(np.asarray(ML_TARGETS) * (1 - 0.1) + 0.1 / 3)
+    smooth = t((np.asarray(ML_TARGETS) * (1 - 0.1) + 0.1 / 3).astype(np.float32))  # (one dtype)
     approx(F.binary_cross_entropy(F.sigmoid(t(ML_LOGITS)), smooth), 0.7228)
 
 

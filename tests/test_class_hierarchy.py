@@ -41,22 +41,9 @@ NAMESPACES = [
     ("data", torch.utils.data, rg.utils.data),
 ]
 
-#: where retrograd's distributions are written directly rather than as torch's (each
-#: distribution computes its own entropy and KL terms here, not through the exponential
-#: family's Bregman form or a transformed base distribution)
-KNOWN = {
-    ("distributions.Bernoulli", "distributions.ExponentialFamily"),
-    ("distributions.Beta", "distributions.ExponentialFamily"),
-    ("distributions.Chi2", "distributions.ExponentialFamily"),
-    ("distributions.Dirichlet", "distributions.ExponentialFamily"),
-    ("distributions.Exponential", "distributions.ExponentialFamily"),
-    ("distributions.Gamma", "distributions.ExponentialFamily"),
-    ("distributions.Normal", "distributions.ExponentialFamily"),
-    ("distributions.Poisson", "distributions.ExponentialFamily"),
-    ("distributions.Gumbel", "distributions.TransformedDistribution"),
-    ("distributions.HalfNormal", "distributions.TransformedDistribution"),
-    ("distributions.LogNormal", "distributions.TransformedDistribution"),
-}
+#: pairs whose relation differs from torch's on purpose (none left: the distributions torch
+#: writes as exponential families or transformed distributions are subclasses of those here)
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _shared_classes() -> dict[str, tuple[type, type]]:

@@ -118,7 +118,7 @@ def test_conv_same_padding_with_a_mode_and_a_one_entry_dilation(mode):
     x = np.random.default_rng(0).standard_normal((1, 2, 5, 3, 5))
     torch.manual_seed(0)
     want_m = torch.nn.Conv3d(2, 1, 2, padding="same", dilation=1, padding_mode=mode).double()
-    m = rg.nn.Conv3d(2, 1, 2, padding="same", dilation=(1,), padding_mode=mode)
+    m = rg.nn.Conv3d(2, 1, 2, padding="same", dilation=(1,), padding_mode=mode).double()
     m.load_state_dict({k: rg.tensor(v.detach().numpy()) for k, v in want_m.state_dict().items()})
     got = m(rg.tensor(x))
     want = want_m(torch.tensor(x)).detach().numpy()

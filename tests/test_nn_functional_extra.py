@@ -481,8 +481,8 @@ def test_bad_input_errors_name_the_op_and_shapes():
             rg.ones((2, 4)))  # fmt: skip
     _raises(rg.ShapeError, r"local_response_norm.*\[3, 4\]", F.local_response_norm, a, 2)
     _raises(rg.InvalidArgumentError, "softshrink.*non-negative", F.softshrink, a, -0.1)
-    _raises(rg.ShapeError, r"bilinear.*\[3, 4\].*\[2, 5\]", F.bilinear, a, rg.ones((2, 5)),
-            rg.ones((6, 4, 5)))  # fmt: skip
+    _raises(rg.ShapeError, r"bilinear.*\[3, 4\].*\[2, 5\]", F.bilinear, a,
+            rg.ones((2, 5), dtype=a.dtype), rg.ones((6, 4, 5), dtype=a.dtype))  # fmt: skip
     _raises(rg.ShapeError, r"channel_shuffle.*groups=3.*\[3, 4\]", F.channel_shuffle, a, 3)
     values = rg.ones((1, 1, 2, 2))
     _raises(rg.ShapeError, "max_unpool2d: indices", F.max_unpool2d, values,

@@ -754,10 +754,11 @@ _SAFE_GLOBALS: list[Any] = []
 
 
 #: What torch's ``weights_only`` load allows without being told (its ``torch.nn.Parameter``,
-#: ``OrderedDict``, devices and dtypes): retrograd's, by name (``nn`` sits above this layer).
+#: ``OrderedDict``, ``Counter``, devices and dtypes): retrograd's, by name (``nn`` sits above this layer).
 _ALLOWED_BY_DEFAULT = {
     _PARAMETER,
     ("collections", "OrderedDict"),
+    ("collections", "Counter"),  # (MultiStepLR's milestones, as torch keeps them)
     ("retrograd.device", "Device"),
     ("retrograd.tensor.dtypes", "dtype"),
 }

@@ -360,6 +360,24 @@ class Autodiff(Backend):
         node.hooks[key] = hook
         return RemovableHandle(node.hooks, key)
 
+    def register_input_hook(self, x: AutodiffPrimitive, hook: Any) -> RemovableHandle:
+        """Call ``hook(backend, input_gradients, gradient)`` when a backward runs the step of
+        the op that made ``x``, with the gradients that step computed for the op's inputs
+        (a tuple in the op's input order, ``None`` for an untracked input) and ``x``'s own;
+        a non-``None`` result (as many gradients) replaces them before they flow on: torch's
+        hooks on a tensor's ``grad_fn``."""
+        node = x.node
+        if node is None or node.op is None:
+            raise AutodiffError(
+                "register_input_hook: the tensor was not made by a recorded op (a leaf, or a "
+                "tensor that doesn't require gradient)"
+            )
+        if node.input_hooks is None:
+            node.input_hooks = {}
+        key = next(_HOOK_KEYS)
+        node.input_hooks[key] = hook
+        return RemovableHandle(node.input_hooks, key)
+
     def succeed_leaf(self, old: AutodiffPrimitive, value: AutodiffPrimitive) -> AutodiffPrimitive:
         """The fresh leaf holding ``value`` (untracked) that takes the place of the leaf
         ``old`` when an in-place write replaces its values (an optimizer's step): it keeps

@@ -42,7 +42,11 @@ class Node:
     for the engine to sum gradients back to), ``distributed`` (the
     :class:`~.params.DistributedParam` of a leaf marked for gradient all-reduce), ``hooks``
     (``register_hook``'s: a dict of ``hook(backend, gradient) -> gradient`` by key, called
-    in order on the node's summed gradient before it flows on or is returned).
+    in order on the node's summed gradient before it flows on or is returned),
+    ``input_hooks`` (a dict of ``hook(backend, input_gradients, gradient) -> input_gradients
+    or None`` by key, called once the node's step has computed its inputs' gradients, before
+    they flow on: torch's hooks on a backward node, which the deprecated module backward
+    hooks use).
 
     The recording path (:meth:`Autodiff._record <retrograd.autodiff.backend.Autodiff._record>`)
     makes nodes without calling ``__init__``, assigning the same slots: a Python ``__init__``
@@ -66,6 +70,7 @@ class Node:
     bshapes = None
     distributed = None
     hooks = None
+    input_hooks = None
 
     def __init__(self, node_id: int, op: Any, parents: tuple, params: tuple, order: int, plan: Any):
         self.id = node_id

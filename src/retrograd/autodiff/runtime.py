@@ -284,6 +284,9 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         g = grads.run_hooks(node, g)
     if nodes is not None and op.aux:
         env = (*env[:-1], AutodiffPrimitive(env[-1], None))
+    if node.input_hooks is not None:
+        _hooked_step(node, backend, grads, g, env)
+        return
     register = grads.register
     if op.variadic:
         rule = op.vjps[0]
@@ -343,6 +346,50 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         if bshapes is not None and bshapes[index] is not None:
             grad = sum_to_shape(backend, grad, bshapes[index])
         register(parent, grad)
+
+
+def _hooked_step(node: Node, backend: Any, grads: Gradients, g: Any, env: tuple) -> None:
+    """``node``'s step with its ``input_hooks``: every input's gradient computed (``None``
+    for an untracked input), handed with the node's own gradient to each hook (a non-``None``
+    result replaces them all), then registered."""
+    op = node.op
+    parents = node.parents
+    found: list[Any] = [None] * len(parents)
+    if op.variadic:
+        for index, parent in enumerate(parents):
+            if parent is not None:
+                found[index] = op.vjps[0](backend, g, index, *node.params)
+    else:
+        arguments = node.plan.arguments
+        if op.joint:
+            needs = tuple([positions is not None for positions in arguments])
+            if True in needs:
+                first = needs.index(True)
+                joint = op.vjps[first](backend, g, needs, *[env[k] for k in arguments[first]])
+                for index, parent in enumerate(parents):
+                    if parent is not None and needs[index]:
+                        found[index] = joint[index]
+        else:
+            for index, parent in enumerate(parents):
+                positions = arguments[index]
+                if parent is not None and positions is not None:
+                    found[index] = op.vjps[index](backend, g, *[env[k] for k in positions])
+        bshapes = node.bshapes
+        if bshapes is not None:
+            for index, shape in enumerate(bshapes):
+                if shape is not None and found[index] is not None:
+                    found[index] = sum_to_shape(backend, found[index], shape)
+    for hook in list(node.input_hooks.values()):
+        result = hook(backend, tuple(found), g)
+        if result is not None:
+            found = list(result)
+    for parent, grad in zip(parents, found):
+        if parent is None:
+            continue
+        if grad is None:
+            grads.absent(parent)
+        else:
+            grads.register(parent, grad)
 
 
 #: ``Node.consumed`` of a node a running backward will release. A consuming backward marks

@@ -17,6 +17,7 @@ values outside the support raise ``rg.InvalidArgumentError`` naming the distribu
 from . import (
     bernoulli,
     categorical,
+    constraint_registry,
     constraints,
     continuous,
     continuous_bernoulli,
@@ -38,6 +39,7 @@ from . import (
 )
 from .bernoulli import Bernoulli
 from .categorical import Categorical
+from .constraint_registry import biject_to, transform_to
 from .continuous import (
     Cauchy,
     Exponential,
@@ -172,7 +174,9 @@ __all__ = [
     "Weibull",
     "Wishart",
     "bernoulli",
+    "biject_to",
     "categorical",
+    "constraint_registry",
     "constraints",
     "continuous",
     "continuous_bernoulli",
@@ -188,6 +192,7 @@ __all__ = [
     "multivariate_normal",
     "normal",
     "register_kl",
+    "transform_to",
     "transformed",
     "transformed_families",
     "transforms",

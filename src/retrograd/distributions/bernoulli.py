@@ -8,13 +8,13 @@ from ..autodiff import no_grad
 from ..errors import InvalidArgumentError
 from ..tensor import rand
 from . import constraints
-from .distribution import Distribution
+from .exp_family import ExponentialFamily
 from .utils import binary_cross_entropy_with_logits, broadcast_all
 
 __all__ = ["Bernoulli"]
 
 
-class Bernoulli(Distribution):
+class Bernoulli(ExponentialFamily):
     """1 with probability ``probs`` (or ``sigmoid(logits)``), else 0."""
 
     arg_constraints: ClassVar[dict[str, Any]] = {
@@ -23,6 +23,14 @@ class Bernoulli(Distribution):
     }
     support = constraints.boolean
     has_enumerate_support = True
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self) -> tuple[Any, ...]:
+        return (self.probs.logit(),)
+
+    def _log_normalizer(self, x: Any) -> Any:
+        return x.exp().log1p()
 
     def __init__(self, probs: Any = None, logits: Any = None, validate_args: Any = None) -> None:
         if (probs is None) == (logits is None):

@@ -123,6 +123,16 @@ class _Independent(Constraint):
         self.is_discrete = base.is_discrete
         self.event_dim = base.event_dim + reinterpreted
 
+    @property
+    def base_constraint(self) -> Constraint:
+        """torch's name of ``base``."""
+        return self.base
+
+    @property
+    def reinterpreted_batch_ndims(self) -> int:
+        """torch's name of ``reinterpreted``."""
+        return self.reinterpreted
+
     def check(self, value: Any) -> Any:
         ok = self.base.check(value)
         for _ in range(self.reinterpreted):

@@ -9,10 +9,14 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from ..tensor import full_like, rand, randn
+from ..tensor import full_like, ones_like, rand, randn
 from ..tensor.functions import where
 from . import constraints
 from .distribution import Distribution
+from .exp_family import ExponentialFamily
+from .normal import Normal
+from .transformed import TransformedDistribution
+from .transforms import AbsTransform, AffineTransform, ExpTransform
 from .utils import as_value, broadcast_all, eps, tiny
 
 __all__ = [
@@ -184,8 +188,36 @@ class Cauchy(_LocScale):
         return math.log(4 * math.pi) + self.scale.log()
 
 
-class Gumbel(_LocScale):
-    """Gumbel (type-I extreme value) with location ``loc`` and scale ``scale``."""
+class _AsTransformed:
+    """What a family torch writes as a :class:`TransformedDistribution` keeps of its own
+    here: its formulas (``log_prob``, ``rsample``, ``entropy``, ``cdf``...), sampling, expand
+    and repr, in place of the base distribution pushed through the transforms (the values
+    it gave before it was one); ``base_dist`` and ``transforms`` are torch's."""
+
+    sample = Distribution.sample
+    expand = Distribution.expand
+    __repr__ = Distribution.__repr__
+
+
+class Gumbel(_AsTransformed, _LocScale, TransformedDistribution):
+    """Gumbel (type-I extreme value) with location ``loc`` and scale ``scale``: torch's
+    transformed ``Uniform(tiny, 1 - eps)`` (``-log``, negated, ``-log``, then scaled by
+    ``-scale`` and moved by ``loc``)."""
+
+    def __init__(self, loc: Any, scale: Any, validate_args: Any = None) -> None:
+        self.loc, self.scale = broadcast_all(loc, scale)
+        base = Uniform(
+            full_like(self.loc, tiny(self.loc)),
+            full_like(self.loc, 1 - eps(self.loc)),
+            validate_args=validate_args,
+        )
+        transforms = [
+            ExpTransform().inv,
+            AffineTransform(loc=0, scale=-ones_like(self.scale)),
+            ExpTransform().inv,
+            AffineTransform(loc=self.loc, scale=-self.scale),
+        ]
+        TransformedDistribution.__init__(self, base, transforms, validate_args=validate_args)
 
     @property
     def mean(self) -> Any:
@@ -217,8 +249,13 @@ class Gumbel(_LocScale):
         return self.scale.log() + (1 + EULER_GAMMA)
 
 
-class LogNormal(_LocScale):
-    """``exp`` of ``Normal(loc, scale)``."""
+class LogNormal(_AsTransformed, _LocScale, TransformedDistribution):
+    """``exp`` of ``Normal(loc, scale)`` (torch's transformed ``Normal``)."""
+
+    def __init__(self, loc: Any, scale: Any, validate_args: Any = None) -> None:
+        self.loc, self.scale = broadcast_all(loc, scale)
+        base = Normal(self.loc, self.scale, validate_args=validate_args)
+        TransformedDistribution.__init__(self, base, ExpTransform(), validate_args=validate_args)
 
     support = constraints.positive
 
@@ -255,12 +292,20 @@ class LogNormal(_LocScale):
         return 0.5 + 0.5 * math.log(2 * math.pi) + self.scale.log() + self.loc
 
 
-class Exponential(Distribution):
+class Exponential(ExponentialFamily):
     """Exponential with rate ``rate`` (mean ``1 / rate``)."""
 
     arg_constraints: ClassVar[dict[str, Any]] = {"rate": constraints.positive}
     support = constraints.nonnegative
     has_rsample = True
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self) -> tuple[Any, ...]:
+        return (-self.rate,)
+
+    def _log_normalizer(self, x: Any) -> Any:
+        return -(-x).log()
 
     def __init__(self, rate: Any, validate_args: Any = None) -> None:
         (self.rate,) = broadcast_all(rate)
@@ -301,8 +346,8 @@ class Exponential(Distribution):
         return 1.0 - self.rate.log()
 
 
-class HalfNormal(Distribution):
-    """``|Normal(0, scale)|``."""
+class HalfNormal(_AsTransformed, TransformedDistribution):
+    """``|Normal(0, scale)|`` (torch's transformed ``Normal``)."""
 
     arg_constraints: ClassVar[dict[str, Any]] = {"scale": constraints.positive}
     support = constraints.nonnegative
@@ -310,7 +355,8 @@ class HalfNormal(Distribution):
 
     def __init__(self, scale: Any, validate_args: Any = None) -> None:
         (self.scale,) = broadcast_all(scale)
-        super().__init__(tuple(self.scale.shape), validate_args=validate_args)
+        base = Normal(0, self.scale, validate_args=False)
+        TransformedDistribution.__init__(self, base, AbsTransform(), validate_args=validate_args)
 
     @property
     def mean(self) -> Any:

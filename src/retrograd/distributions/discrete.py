@@ -22,6 +22,7 @@ from ..tensor.functions import where
 from . import constraints
 from .categorical import Categorical
 from .distribution import Distribution
+from .exp_family import ExponentialFamily
 from .special import lgamma
 from .utils import as_value, binary_cross_entropy_with_logits, broadcast_all, probs_to_logits, tiny
 
@@ -55,11 +56,18 @@ def _probs_or_logits(name: str, probs: Any, logits: Any) -> None:
         )
 
 
-class Poisson(Distribution):
+class Poisson(ExponentialFamily):
     """Poisson counts with mean ``rate``."""
 
     arg_constraints: ClassVar[dict[str, Any]] = {"rate": constraints.nonnegative}
     support = constraints.nonnegative_integer
+
+    @property
+    def _natural_params(self) -> tuple[Any, ...]:
+        return (self.rate.log(),)
+
+    def _log_normalizer(self, x: Any) -> Any:
+        return x.exp()
 
     def __init__(self, rate: Any, validate_args: Any = None) -> None:
         (self.rate,) = broadcast_all(rate)

@@ -19,13 +19,14 @@ from ..tensor.functions import where
 from ..tensor.special import xlogy
 from . import constraints
 from .distribution import Distribution
+from .exp_family import ExponentialFamily
 from .special import digamma, gammainc, lgamma, log_beta, standard_gamma
 from .utils import as_value, broadcast_all, tiny
 
 __all__ = ["Beta", "Chi2", "Dirichlet", "FisherSnedecor", "Gamma", "StudentT"]
 
 
-class Gamma(Distribution):
+class Gamma(ExponentialFamily):
     """Gamma with shape ``concentration`` and inverse scale ``rate``."""
 
     arg_constraints: ClassVar[dict[str, Any]] = {
@@ -34,6 +35,14 @@ class Gamma(Distribution):
     }
     support = constraints.nonnegative
     has_rsample = True
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self) -> tuple[Any, ...]:
+        return (self.concentration - 1, -self.rate)
+
+    def _log_normalizer(self, x: Any, y: Any) -> Any:
+        return lgamma(x + 1) + (x + 1) * (-y.reciprocal()).log()
 
     def __init__(self, concentration: Any, rate: Any, validate_args: Any = None) -> None:
         self.concentration, self.rate = broadcast_all(concentration, rate)
@@ -89,7 +98,7 @@ class Chi2(Gamma):
         return {"df": self.df}
 
 
-class Beta(Distribution):
+class Beta(ExponentialFamily):
     """Beta on ``[0, 1]`` with ``concentration1`` (alpha) and ``concentration0`` (beta)."""
 
     arg_constraints: ClassVar[dict[str, Any]] = {
@@ -98,6 +107,13 @@ class Beta(Distribution):
     }
     support = constraints.unit_interval
     has_rsample = True
+
+    @property
+    def _natural_params(self) -> tuple[Any, ...]:
+        return (self.concentration1, self.concentration0)
+
+    def _log_normalizer(self, x: Any, y: Any) -> Any:
+        return lgamma(x) + lgamma(y) - lgamma(x + y)
 
     def __init__(self, concentration1: Any, concentration0: Any, validate_args: Any = None):
         self.concentration1, self.concentration0 = broadcast_all(concentration1, concentration0)
@@ -151,7 +167,7 @@ def _dirichlet_mode(concentration: Any) -> Any:
     return where(below_one, corner, mode)
 
 
-class Dirichlet(Distribution):
+class Dirichlet(ExponentialFamily):
     """Dirichlet over the simplex of the last dimension of ``concentration``."""
 
     arg_constraints: ClassVar[dict[str, Any]] = {
@@ -159,6 +175,13 @@ class Dirichlet(Distribution):
     }
     support = constraints.simplex
     has_rsample = True
+
+    @property
+    def _natural_params(self) -> tuple[Any, ...]:
+        return (self.concentration,)
+
+    def _log_normalizer(self, x: Any) -> Any:
+        return lgamma(x).sum(-1) - lgamma(x.sum(-1))
 
     def __init__(self, concentration: Any, validate_args: Any = None) -> None:
         if concentration.ndim < 1:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from ..tensor import randn, tensor
 from ..tensor.dtypes import default_float_dtype
 from . import constraints
-from .distribution import Distribution
+from .exp_family import ExponentialFamily
 from .utils import broadcast_all
 
 __all__ = ["Normal"]
@@ -21,7 +21,7 @@ def _as_tensor(value: Any, like: Any = None) -> Any:
     return tensor(float(value), dtype=dtype)
 
 
-class Normal(Distribution):
+class Normal(ExponentialFamily):
     """Mean ``loc`` and standard deviation ``scale`` (tensors or numbers, broadcast)."""
 
     has_rsample = True
@@ -30,6 +30,14 @@ class Normal(Distribution):
         "scale": constraints.positive,
     }
     support = constraints.real
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self) -> tuple[Any, ...]:
+        return (self.loc / self.scale.pow(2), -0.5 * self.scale.pow(2).reciprocal())
+
+    def _log_normalizer(self, x: Any, y: Any) -> Any:
+        return -0.25 * x.pow(2) / y + 0.5 * (-math.pi / y).log()
 
     def __init__(self, loc: Any, scale: Any, validate_args: Any = None) -> None:
         self.loc, self.scale = broadcast_all(loc, scale)

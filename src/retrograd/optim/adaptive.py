@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..tensor import Tensor, full_like, stack, zeros_like
 from ..tensor.dtypes import default_float_dtype
-from .optimizers import Optimizer, State
+from .optimizers import SWITCH_DEFAULTS, Optimizer, State, implementation_switches
 
 __all__ = ["Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam", "SparseAdam"]
 
@@ -41,10 +41,17 @@ class Adadelta(Optimizer):
                  weight_decay: float = 0.0, **flags: Any):  # fmt: skip
         if not 0.0 <= rho <= 1.0:
             raise InvalidArgumentError(f"Adadelta: rho must be in [0, 1], got {rho!r}")
-        maximize = _no_flags("Adadelta", flags)
-        defaults = {"lr": lr, "rho": float(rho), "eps": float(eps),
-                    "weight_decay": float(weight_decay)}  # fmt: skip
-        defaults["maximize"] = maximize
+        defaults = _torch_defaults(
+            "Adadelta",
+            flags,
+            {
+                "lr": lr,
+                "rho": float(rho),
+                "eps": float(eps),
+                "weight_decay": float(weight_decay),
+            },
+            "lr rho eps weight_decay maximize capturable foreach differentiable",
+        )
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
@@ -71,11 +78,19 @@ class Adagrad(Optimizer):
     def __init__(self, params: Any, lr: float = 1e-2, lr_decay: float = 0.0,
                  weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
                  eps: float = 1e-10, **flags: Any):  # fmt: skip
-        maximize = _no_flags("Adagrad", flags)
-        defaults = {"lr": lr, "lr_decay": float(lr_decay), "weight_decay": float(weight_decay),
-                    "initial_accumulator_value": float(initial_accumulator_value),
-                    "eps": float(eps)}  # fmt: skip
-        defaults["maximize"] = maximize
+        defaults = _torch_defaults(
+            "Adagrad",
+            flags,
+            {
+                "lr": lr,
+                "lr_decay": float(lr_decay),
+                "weight_decay": float(weight_decay),
+                "initial_accumulator_value": float(initial_accumulator_value),
+                "eps": float(eps),
+            },
+            "lr lr_decay eps weight_decay "
+            "initial_accumulator_value foreach maximize differentiable fused",
+        )
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
@@ -97,10 +112,17 @@ class Adamax(Optimizer):
 
     def __init__(self, params: Any, lr: float = 2e-3, betas: tuple = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, **flags: Any):  # fmt: skip
-        maximize = _no_flags("Adamax", flags)
-        defaults = {"lr": lr, "betas": _check_betas("Adamax", betas), "eps": float(eps),
-                    "weight_decay": float(weight_decay)}  # fmt: skip
-        defaults["maximize"] = maximize
+        defaults = _torch_defaults(
+            "Adamax",
+            flags,
+            {
+                "lr": lr,
+                "betas": _check_betas("Adamax", betas),
+                "eps": float(eps),
+                "weight_decay": float(weight_decay),
+            },
+            "lr betas eps weight_decay foreach maximize differentiable capturable",
+        )
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
@@ -126,11 +148,20 @@ class NAdam(Optimizer):
     def __init__(self, params: Any, lr: float = 2e-3, betas: tuple = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, momentum_decay: float = 4e-3,
                  decoupled_weight_decay: bool = False, **flags: Any):  # fmt: skip
-        maximize = _no_flags("NAdam", flags)
-        defaults = {"lr": lr, "betas": _check_betas("NAdam", betas), "eps": float(eps),
-                    "weight_decay": float(weight_decay), "momentum_decay": float(momentum_decay),
-                    "decoupled_weight_decay": bool(decoupled_weight_decay)}  # fmt: skip
-        defaults["maximize"] = maximize
+        defaults = _torch_defaults(
+            "NAdam",
+            flags,
+            {
+                "lr": lr,
+                "betas": _check_betas("NAdam", betas),
+                "eps": float(eps),
+                "weight_decay": float(weight_decay),
+                "momentum_decay": float(momentum_decay),
+                "decoupled_weight_decay": bool(decoupled_weight_decay),
+            },
+            "lr betas eps weight_decay momentum_decay "
+            "decoupled_weight_decay maximize foreach capturable differentiable",
+        )
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
@@ -173,11 +204,19 @@ class RAdam(Optimizer):
     def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0,
                  decoupled_weight_decay: bool = False, **flags: Any):  # fmt: skip
-        maximize = _no_flags("RAdam", flags)
-        defaults = {"lr": lr, "betas": _check_betas("RAdam", betas), "eps": float(eps),
-                    "weight_decay": float(weight_decay),
-                    "decoupled_weight_decay": bool(decoupled_weight_decay)}  # fmt: skip
-        defaults["maximize"] = maximize
+        defaults = _torch_defaults(
+            "RAdam",
+            flags,
+            {
+                "lr": lr,
+                "betas": _check_betas("RAdam", betas),
+                "eps": float(eps),
+                "weight_decay": float(weight_decay),
+                "decoupled_weight_decay": bool(decoupled_weight_decay),
+            },
+            "lr betas eps weight_decay "
+            "maximize foreach capturable decoupled_weight_decay differentiable",
+        )
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
@@ -251,16 +290,15 @@ class SparseAdam(Optimizer):
         return value.where(present.logical_not(), moved), state
 
 
-def _no_flags(name: str, flags: dict[str, Any]) -> bool:
-    """torch's implementation switches (``foreach``, ``fused``...) change nothing here;
-    ``capturable``/``differentiable`` are refused. Returns ``maximize`` (a group setting)."""
-    for key in ("foreach", "fused"):
-        flags.pop(key, None)
+def _torch_defaults(name: str, flags: dict[str, Any], values: dict, order: str) -> dict:
+    """``values`` (the hyper-parameters), with ``maximize`` and torch's implementation
+    switches read from ``flags`` (:func:`~.optimizers.implementation_switches`), keyed in the
+    ``order`` (space-separated) of torch 2.13's ``defaults``."""
+    keys = order.split()
     maximize = bool(flags.pop("maximize", False))
-    unsupported = {k: v for k, v in flags.items() if v}
-    if unsupported:
-        raise InvalidArgumentError(f"{name}: {sorted(unsupported)} are not supported")
-    return maximize
+    switches = implementation_switches(name, flags, tuple(k for k in keys if k in SWITCH_DEFAULTS))
+    every = {**values, "maximize": maximize, **switches}
+    return {key: every[key] for key in keys}
 
 
 def _ascent(grad: Tensor, group: dict) -> Tensor:

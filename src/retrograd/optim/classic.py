@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..tensor import Tensor, full_like, zeros, zeros_like
 from ..tensor.dtypes import default_float_dtype, finfo
-from .adaptive import _ascent, _decayed, _no_flags
+from .adaptive import _ascent, _decayed, _torch_defaults
 from .optimizers import Optimizer, State
 
 __all__ = ["ASGD", "Adafactor", "Rprop"]
@@ -50,10 +50,16 @@ class Rprop(Optimizer):
             )
         if not float(lr) >= 0.0:
             raise InvalidArgumentError(f"Rprop: lr must be non-negative, got {lr!r}")
-        maximize = _no_flags("Rprop", flags)
-        defaults = {"lr": lr, "etas": (etaminus, etaplus),
-                    "step_sizes": (float(step_sizes[0]), float(step_sizes[1]))}  # fmt: skip
-        defaults["maximize"] = bool(maximize)
+        defaults = _torch_defaults(
+            "Rprop",
+            flags,
+            {
+                "lr": lr,
+                "etas": (etaminus, etaplus),
+                "step_sizes": (float(step_sizes[0]), float(step_sizes[1])),
+            },
+            "lr etas step_sizes foreach maximize differentiable capturable",
+        )
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
@@ -95,10 +101,18 @@ class ASGD(Optimizer):
             raise InvalidArgumentError(
                 f"ASGD: weight_decay must be non-negative, got {weight_decay!r}"
             )
-        maximize = _no_flags("ASGD", flags)
-        defaults = {"lr": lr, "lambd": float(lambd), "alpha": float(alpha), "t0": float(t0),
-                    "weight_decay": float(weight_decay)}  # fmt: skip
-        defaults["maximize"] = bool(maximize)
+        defaults = _torch_defaults(
+            "ASGD",
+            flags,
+            {
+                "lr": lr,
+                "lambd": float(lambd),
+                "alpha": float(alpha),
+                "t0": float(t0),
+                "weight_decay": float(weight_decay),
+            },
+            "lr lambd alpha t0 weight_decay foreach maximize differentiable capturable",
+        )
         super().__init__(params, defaults)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
@@ -159,8 +173,8 @@ class Adafactor(Optimizer):
             )
         defaults = {"lr": lr, "beta2_decay": float(beta2_decay),
                     "eps": (None if eps[0] is None else float(eps[0]), float(eps[1])),
-                    "d": float(d), "weight_decay": float(weight_decay)}  # fmt: skip
-        defaults["maximize"] = bool(maximize)
+                    "d": float(d), "weight_decay": float(weight_decay),
+                    "foreach": foreach, "maximize": bool(maximize)}  # fmt: skip
         super().__init__(params, defaults)
 
     def state_shape(self, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:

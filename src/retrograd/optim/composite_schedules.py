@@ -43,12 +43,12 @@ class _Composite(LRScheduler):
     chainable = False
     _schedulers: list[Any]
 
+    #: the entries of torch's state, in its order (the rest is this composite's own
+    #: bookkeeping, made again by its constructor)
+    saved_keys: tuple[str, ...] = ()
+
     def state_dict(self) -> dict[str, Any]:
-        state = {
-            key: value
-            for key, value in self.__dict__.items()
-            if key not in ("optimizer", "_schedulers")
-        }
+        state = {key: self.__dict__[key] for key in self.saved_keys if key in self.__dict__}
         state["_schedulers"] = [s.state_dict() for s in self._schedulers]
         return state
 
@@ -154,6 +154,8 @@ class SequentialLR(_Composite):
     [0.1, 1.0, 0.5, 0.25]
     """
 
+    saved_keys = ("_milestones", "last_epoch", "_last_lr")
+
     def __init__(self, optimizer: Any, schedulers: Any, milestones: Any,
                  last_epoch: int = -1):  # fmt: skip
         self._schedulers = _check_members("SequentialLR", optimizer, schedulers)
@@ -165,13 +167,13 @@ class SequentialLR(_Composite):
         self._milestones = list(milestones)
         self.optimizer = optimizer
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
-        self.base_lr = self.base_lrs[0]
         self.last_epoch = last_epoch + 1
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"]
         _undo_step(self)
         first = self._schedulers[bisect_right(self._milestones, 0)]
         first.last_epoch = -1
+        first._step_count = 0  # torch's: the first member's constructor step made again
         first.step()
         self._record()
 
@@ -184,6 +186,8 @@ class SequentialLR(_Composite):
             if index > 0 and self._milestones[index - 1] == self.last_epoch:
                 scheduler.last_epoch = 0
                 scheduler._apply(0)
+                # torch's _update_lr(0): the rates noted, the step not counted
+                scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
             else:
                 scheduler.step()
             return self._record()
@@ -207,6 +211,8 @@ class ChainedScheduler(_Composite):
     [0.05, 0.25, 0.125]
     """
 
+    saved_keys = ("_last_lr",)
+
     def __init__(self, schedulers: Any, optimizer: Any = None):
         schedulers = list(schedulers)
         if optimizer is None and schedulers:
@@ -216,7 +222,6 @@ class ChainedScheduler(_Composite):
         # the rates are the ones the members' constructors left, each having scaled the rate
         # the one before it set (torch's: the chain touches no rate when it is made)
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
-        self.base_lr = self.base_lrs[0]
         self.last_epoch = 0
         self._record()
 

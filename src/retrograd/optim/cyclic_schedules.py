@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import DTypeError, InvalidArgumentError
@@ -103,7 +104,6 @@ class OneCycleLR(LRScheduler):
                 "OneCycleLR: anneal_strategy must be one of 'cos' or 'linear', instead got "
                 f"{anneal_strategy!r}"
             )
-        self._anneal_func_type = anneal_strategy
         up = float(pct_start * self.total_steps) - 1
         if three_phase:
             phases = [(up, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
@@ -117,6 +117,7 @@ class OneCycleLR(LRScheduler):
                        "max_momentum")]  # fmt: skip
         keys = ("end_step", "start_lr", "end_lr", "start_momentum", "end_momentum")
         self._schedule_phases = [dict(zip(keys, phase)) for phase in phases]
+        self._anneal_func_type = anneal_strategy
         max_lrs = per_group("max_lr", optimizer, max_lr)
         if last_epoch == -1:
             for group, top in zip(optimizer.param_groups, max_lrs):
@@ -251,9 +252,36 @@ class CyclicLR(LRScheduler):
                 ):
                     set_momentum(group, key, top)
                     group["max_momentum"], group["base_momentum"] = top, bottom
-        self._cycle_base_lrs = base_lrs
+        # (the constructor's step cycles from the groups' initial_lr, torch's base_lrs until
+        # its constructor sets them to the cycle's)
         super().__init__(optimizer, last_epoch)
         self.base_lrs = base_lrs
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's: ``_scale_fn_custom`` last, ``None`` for a function (which does not save)
+        or none, a callable object's attributes otherwise."""
+        state = super().state_dict()
+        state.pop("_scale_fn_custom", None)
+        fn = self._scale_fn_custom
+        custom = fn is not None and not isinstance(fn, types.FunctionType)
+        state["_scale_fn_custom"] = dict(getattr(fn, "__dict__", {})) if custom else None
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's: the ``scale_fn`` given stays this schedule's, a callable object's
+        attributes set from the state's entry."""
+        state = dict(state_dict)
+        attributes = state.pop("_scale_fn_custom", None)
+        if attributes is not None and not (
+            isinstance(attributes, Mapping) and hasattr(self._scale_fn_custom, "__dict__")
+        ):
+            raise DTypeError(
+                "CyclicLR.load_state_dict: _scale_fn_custom must be None or the attributes "
+                f"(a dict) of this schedule's callable scale_fn object; got {attributes!r}"
+            )
+        super().load_state_dict(state)
+        if attributes is not None:
+            self._scale_fn_custom.__dict__.update(attributes)
 
     def scale_fn(self, x: float) -> float:
         """The height's scale at cycle or step ``x`` (the mode's, or the one given)."""
@@ -285,7 +313,7 @@ class CyclicLR(LRScheduler):
 
     def chained_lr(self, epoch: int, index: int, current: float) -> float:
         cycle, factor = self._position(epoch)
-        base = self._cycle_base_lrs[index]
+        base = self.base_lrs[index]
         return base + (self.max_lrs[index] - base) * factor * self._scale(epoch, cycle)
 
     def _apply(self, epoch: int) -> None:
@@ -293,7 +321,7 @@ class CyclicLR(LRScheduler):
         cycle, factor = self._position(epoch)
         scale = self._scale(epoch, cycle)
         for index, group in enumerate(self.optimizer.param_groups):
-            base = self._cycle_base_lrs[index]
+            base = self.base_lrs[index]
             group["lr"] = base + (self.max_lrs[index] - base) * factor * scale
         if self.cycle_momentum:
             key = "betas" if self.use_beta1 else "momentum"
@@ -343,6 +371,7 @@ class CosineAnnealingWarmRestarts(LRScheduler):
         return self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * epoch / self.T_i)) / 2
 
     chainable = False
+    counts_steps = False  # (torch's step of its own counts none)
 
     def chained_lr(self, epoch: int, index: int, current: float) -> float:
         return self.lr_at(self.T_cur, self.base_lrs[index])

@@ -322,16 +322,18 @@ class Optimizer(StepHooks):
                 raise InvalidArgumentError(
                     f"{type(self).__name__}: some parameters appear in more than one group"
                 )
-        new = {**self.defaults, **{k: v for k, v in group.items() if k != "params"}}
+        # torch's order: the group's own entries, its names, then the defaults it lacks
+        new = {k: (params if k == "params" else v) for k, v in group.items()}
+        if names is not None:
+            new["param_names"] = names
+        for key, default in self.defaults.items():
+            new.setdefault(key, default)
         missing = [k for k, v in new.items() if v is required]
         if missing:
             raise InvalidArgumentError(
                 f"{type(self).__name__}: parameter group didn't specify a value of required "
                 f"optimization parameter {missing[0]}"
             )
-        new["params"] = params
-        if names is not None:
-            new["param_names"] = names
         self._check_group(new)
         self.param_groups.append(new)
         for p in params:
@@ -372,6 +374,8 @@ class Optimizer(StepHooks):
         ``initial_accumulator_value``, NAdam's ``momentum_decay``) non-negative, ``betas`` a
         pair."""
         name = type(self).__name__
+        if not self.steps_itself:  # (an algorithm of the user's own reads its own)
+            _refuse_unsupported_switches(name, group)
         for key in (
             "lr", "eps", "weight_decay", "momentum",
             "lr_decay", "initial_accumulator_value", "momentum_decay",
@@ -986,16 +990,41 @@ class FusedOptimizer(Optimizer):
         return any(group.get("maximize") or group.get("amsgrad") for group in self.param_groups)
 
 
-def _switches(name: str, flags: dict[str, Any]) -> None:
-    """torch's implementation switches: ``foreach``/``fused`` (how torch loops over the
-    parameters; one algorithm here, the same numbers) change nothing; ``capturable`` and
-    ``differentiable`` are refused when asked for."""
-    unknown = sorted(set(flags) - {"foreach", "fused", "capturable", "differentiable"})
+#: torch 2.13's implementation switches, with their defaults: ``foreach``/``fused`` (how
+#: torch loops over the parameters, one kernel per list or per step) and ``capturable``/
+#: ``differentiable`` (a CUDA-graph-safe step, a step autograd records)
+SWITCH_DEFAULTS: dict[str, Any] = {
+    "foreach": None,
+    "fused": None,
+    "capturable": False,
+    "differentiable": False,
+}
+
+
+def implementation_switches(name: str, flags: dict[str, Any], taken: tuple[str, ...]) -> dict:
+    """The switches of ``taken`` (those torch's constructor of ``name`` takes) as given in
+    ``flags``, torch's defaults for those not given: group settings, as torch's. Here one
+    algorithm runs whatever they say, with the same numbers (torch 2.13 runs ``fused`` on
+    the CPU too, as its own kernels); ``capturable``/``differentiable`` are refused when
+    asked for, ``fused`` with ``foreach`` as torch refuses it, and a keyword torch's
+    constructor does not take (``RMSprop(fused=True)``) by name."""
+    unknown = sorted(set(flags) - set(taken))
     if unknown:
         raise InvalidArgumentError(f"{name}: unexpected keyword arguments {unknown}")
-    refused = sorted(key for key in ("capturable", "differentiable") if flags.get(key))
+    switches = {key: flags.get(key, SWITCH_DEFAULTS[key]) for key in taken}
+    if switches.get("fused") and switches.get("foreach"):
+        raise InvalidArgumentError(f"{name}: `fused` and `foreach` cannot be `True` together.")
+    _refuse_unsupported_switches(name, switches)
+    return switches
+
+
+def _refuse_unsupported_switches(name: str, group: Mapping[str, Any]) -> None:
+    refused = sorted(key for key in ("capturable", "differentiable") if group.get(key))
     if refused:
-        raise InvalidArgumentError(f"{name}: {refused} are not supported")
+        raise InvalidArgumentError(
+            f"{name}: {refused} are not supported (retrograd's steps are neither captured in "
+            "CUDA graphs nor recorded by autodiff); leave them False"
+        )
 
 
 class SGD(FusedOptimizer):
@@ -1021,7 +1050,7 @@ class SGD(FusedOptimizer):
         maximize: bool = False,
         **flags: Any,
     ):
-        _switches("SGD", flags)
+        switches = implementation_switches("SGD", flags, ("foreach", "differentiable", "fused"))
         defaults = {
             "lr": lr,
             "momentum": float(momentum),
@@ -1029,6 +1058,7 @@ class SGD(FusedOptimizer):
             "weight_decay": float(weight_decay),
             "nesterov": bool(nesterov),
             "maximize": bool(maximize),
+            **switches,
         }
         super().__init__(params, defaults)
 
@@ -1063,7 +1093,9 @@ class Adam(FusedOptimizer):
         decoupled_weight_decay: bool = False,
         **flags: Any,
     ):
-        _switches(type(self).__name__, flags)
+        switches = implementation_switches(
+            type(self).__name__, flags, ("foreach", "capturable", "differentiable", "fused")
+        )
         defaults = {
             "lr": lr,
             "betas": (float(betas[0]), float(betas[1])),
@@ -1071,6 +1103,7 @@ class Adam(FusedOptimizer):
             "weight_decay": float(weight_decay),
             "amsgrad": bool(amsgrad),
             "maximize": bool(maximize),
+            **switches,
             # a group's own, as torch's (Adam(decoupled_weight_decay=True) is AdamW)
             "decoupled_weight_decay": bool(decoupled_weight_decay or self.decoupled),
         }
@@ -1173,17 +1206,22 @@ class RMSprop(FusedOptimizer):
         maximize: bool = False,
         **flags: Any,
     ):
-        _switches("RMSprop", flags)
+        switches = implementation_switches(
+            "RMSprop", flags, ("capturable", "foreach", "differentiable")
+        )
         if not alpha >= 0.0:
             raise InvalidArgumentError(f"RMSprop: alpha must be non-negative, got {alpha!r}")
-        defaults = {
+        defaults = {  # torch's order
             "lr": lr,
+            "momentum": float(momentum),
             "alpha": float(alpha),
             "eps": float(eps),
-            "weight_decay": float(weight_decay),
-            "momentum": float(momentum),
             "centered": bool(centered),
+            "weight_decay": float(weight_decay),
+            "capturable": switches["capturable"],
+            "foreach": switches["foreach"],
             "maximize": bool(maximize),
+            "differentiable": switches["differentiable"],
         }
         super().__init__(params, defaults)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import types
 import warnings
+from collections import Counter
 from collections.abc import Mapping
 from numbers import Real
 from typing import Any
@@ -86,21 +87,40 @@ class LRScheduler:
                 )
         #: each group's initial learning rate
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
-        self.base_lr = self.base_lrs[0]
         self.last_epoch = last_epoch
-        if last_epoch == -1 and self.chainable and not _steps_by_get_lr(self):
-            # torch's first step is its recursive form, from each group's current rate: a
-            # schedule made over an optimizer restored mid-run (resuming from a checkpoint)
-            # keeps the restored rate rather than going back to ``initial_lr``
-            self.step_chained()
-        else:
-            # resuming with last_epoch: the closed form at the next epoch (torch's first step
-            # keeps a restored rate rather than scaling it once more)
-            self._closed_step = True
-            try:
-                self.step()
-            finally:
-                del self._closed_step
+        # torch's bookkeeping, kept in the state as torch's: the steps counted, whether the
+        # constructor's step is running, whether get_lr is being asked by a step
+        self._step_count = 0
+        self._is_initial = True
+        self._get_lr_called_within_step = False
+        try:
+            if last_epoch == -1 and self.chainable and not _steps_by_get_lr(self):
+                # torch's first step is its recursive form, from each group's current rate: a
+                # schedule made over an optimizer restored mid-run (resuming from a
+                # checkpoint) keeps the restored rate rather than going back to ``initial_lr``
+                self.step_chained()
+            else:
+                # resuming with last_epoch: the closed form at the next epoch (torch's first
+                # step keeps a restored rate rather than scaling it once more)
+                self._closed_step = True
+                try:
+                    self.step()
+                finally:
+                    del self._closed_step
+        finally:
+            self._is_initial = False
+
+    @property
+    def base_lr(self) -> float:
+        """The first group's initial learning rate (``base_lrs[0]``), unless set here (a
+        schedule of one's own may keep its own ``base_lr``, saved with its state as torch
+        saves it)."""
+        own = self.__dict__.get("base_lr")
+        return self.base_lrs[0] if own is None else own
+
+    @base_lr.setter
+    def base_lr(self, value: float) -> None:
+        self.__dict__["base_lr"] = value
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         """The learning rate at ``epoch`` of a group starting at ``base_lr`` (the first
@@ -167,10 +187,15 @@ class LRScheduler:
             raise
         return self._record()
 
+    #: whether torch's step of this schedule counts itself in ``_step_count`` (not one that
+    #: replaces the base's step, ``CosineAnnealingWarmRestarts``)
+    counts_steps = True
+
     def _record(self) -> float:
         """Note a step as torch's schedulers do (``_step_count``, ``_last_lr``, which
         :meth:`get_last_lr` returns and checkpoints keep); returns the first group's rate."""
-        self._step_count = getattr(self, "_step_count", 0) + 1
+        if self.counts_steps:
+            self._step_count = getattr(self, "_step_count", 0) + 1
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
         return self._last_lr[0]
 
@@ -441,12 +466,15 @@ class MultiStepLR(LRScheduler):
     """``lr = base_lr * gamma ** (number of milestones <= epoch)``."""
 
     def __init__(self, optimizer: Any, milestones: Any, gamma: float = 0.1, last_epoch: int = -1):
-        self.milestones, self.gamma = sorted(milestones), gamma
+        #: each milestone with its count, as torch's (a milestone listed twice scales twice)
+        self.milestones, self.gamma = Counter(milestones), gamma
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
-        return base * self.gamma ** sum(1 for m in self.milestones if m <= epoch)
+        milestones = self.milestones  # (a list, in a state saved before they were counted)
+        listed = milestones.elements() if isinstance(milestones, Counter) else milestones
+        return base * self.gamma ** sum(1 for m in listed if m <= epoch)
 
 
 class ExponentialLR(LRScheduler):
@@ -543,31 +571,35 @@ class ReduceLROnPlateau(LRScheduler):
 
     def __init__(self, optimizer: Any, mode: str = "min", factor: float = 0.1,
                  patience: int = 10, threshold: float = 1e-4, threshold_mode: str = "rel",
-                 cooldown: int = 0, min_lr: Any = 0.0, eps: float = 1e-8):  # fmt: skip
+                 cooldown: int = 0, min_lr: Any = 0, eps: float = 1e-8):  # fmt: skip
         if factor >= 1.0:
             raise InvalidArgumentError("ReduceLROnPlateau: factor should be < 1.0")
         if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
             raise InvalidArgumentError(
                 f"ReduceLROnPlateau: mode {mode!r} / threshold_mode {threshold_mode!r} unknown"
             )
-        self.optimizer = optimizer
         groups = len(optimizer.param_groups)
-        self.min_lrs = list(min_lr) if isinstance(min_lr, list | tuple) else [min_lr] * groups
-        if len(self.min_lrs) != groups:
+        min_lrs = list(min_lr) if isinstance(min_lr, list | tuple) else [min_lr] * groups
+        if len(min_lrs) != groups:
             raise InvalidArgumentError(
                 f"ReduceLROnPlateau: expected {groups} min_lrs (one per parameter group), got "
-                f"{len(self.min_lrs)}"
+                f"{len(min_lrs)}"
             )
+        # set in torch's order, which its state keeps
+        self.factor = factor
+        self.optimizer = optimizer
         #: torch's: the one ``min_lr`` given, for groups added later (None: one per group given)
         self.default_min_lr = None if isinstance(min_lr, list | tuple) else min_lr
-        self.mode, self.factor, self.patience = mode, factor, patience
-        self.threshold, self.threshold_mode = threshold, threshold_mode
-        self.cooldown, self.eps = cooldown, eps
-        self.best = math.inf if mode == "min" else -math.inf
-        self.num_bad_epochs = 0
-        self.cooldown_counter = 0
+        self.min_lrs = min_lrs
+        self.patience, self.cooldown, self.eps = patience, cooldown, eps
         self.last_epoch = 0
         self._last_lr = [group["lr"] for group in optimizer.param_groups]
+        #: torch's: the worst value of the metric, where ``best`` starts
+        self.mode_worse = math.inf if mode == "min" else -math.inf
+        self.mode, self.threshold, self.threshold_mode = mode, threshold, threshold_mode
+        self.best = self.mode_worse
+        self.cooldown_counter = 0
+        self.num_bad_epochs = 0
 
     def _better(self, current: float) -> bool:
         if self.mode == "min":

@@ -62,8 +62,7 @@ def _as_tensor(fn: str, reference: Tensor, value: Any, name: str) -> Tensor:
         raise DTypeError(f"{fn}: {name} must be a tensor, got {type(value).__name__}") from None
 
 
-#: the dtypes whose tensors a matrix product or convolution never promotes: torch refuses a
-#: half-precision weight with a float32 input (the mixed-precision slip autocast exists for)
+#: the half-precision dtypes (a loss's weight of another dtype than half logits is refused)
 _HALF_DTYPES = frozenset({"bfloat16", "float16"})
 
 
@@ -72,14 +71,16 @@ def _float_pair(
 ) -> tuple[Tensor, Tensor]:
     """``x`` and ``other`` on one backend and one float dtype (or, with ``integers``, one
     integer dtype too: torch's CPU convolutions compute those). With ``one_dtype`` (matrix
-    products and convolutions) a half-precision operand with one of another dtype is refused,
-    as torch refuses it, rather than promoted."""
+    products, convolutions, ``prelu``, ``binary_cross_entropy``) a tensor ``other`` of
+    another dtype is refused, as torch refuses it, rather than promoted (a float64 input to a
+    float32 layer computed in float64 before)."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
+    given = isinstance(other, Tensor)
     other = _as_tensor(fn, x, other, name)
-    if one_dtype and x.dtype != other.dtype and {x.dtype, other.dtype} & _HALF_DTYPES:
+    if one_dtype and given and x.dtype != other.dtype:
         raise DTypeError(
-            f"{fn}: input and {name} must have one dtype, got input {x.dtype} "
+            f"{fn}: input and {name} must have the same dtype, got input {x.dtype} "
             f"{shape_text(x.shape)} and {name} {other.dtype} {shape_text(other.shape)}"
         )
     x, other = promote(x, other, fn)

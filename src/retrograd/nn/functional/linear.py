@@ -39,7 +39,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         # with a vector input, and 0-d
         if bias is None:
             return x.matmul(weight)
-        bias = _as_tensor(fn, x, bias, "bias")
+        bias = _float_pair(fn, x, bias, "bias", one_dtype=True)[1]
         if x.ndim == 1 and bias.ndim == 0:
             return x.matmul(weight) + bias
         raise ShapeError(
@@ -56,6 +56,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         )
     lead = x.shape[:-1]
     if bias is not None:
+        if isinstance(bias, Tensor) and bias.dtype != x.dtype:  # torch's addmm refuses it
+            raise DTypeError(
+                f"{fn}: input and bias must have the same dtype, got input {x.dtype} "
+                f"{shape_text(x.shape)} and bias {bias.dtype} {shape_text(bias.shape)}"
+            )
         bias = _as_tensor(fn, x, bias, "bias")
         out_shape = (*lead, weight.shape[0])
         if bias.shape != (weight.shape[0],):
@@ -76,7 +81,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         empty = bias is None
         bias = wrap(x, x.backend.zeros((0,), x.dtype, x.device)) if empty else bias
         out = apply(_LINEAR, (flat, weight, bias))
-    else:  # a vector input, or a bias of another dtype (the result takes the wider one)
+    else:  # a vector input, or a bias given as numbers (lifted to a dtype of its own)
         out = flat.matmul(weight.transpose())
         if bias is not None:
             out = out + bias

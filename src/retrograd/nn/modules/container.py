@@ -4,6 +4,7 @@ so dotted names and state dicts match."""
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -59,6 +60,17 @@ def _all_or_none(table: dict[str, Any], add: Any, items: Iterable[Any]) -> None:
         raise
 
 
+def _position(owner: str, index: Any) -> int:
+    """``index`` as an int (``operator.index``: NumPy integers too), or a ``DTypeError``."""
+    try:
+        return operator.index(index)
+    except TypeError:
+        raise DTypeError(
+            f"{owner}: index must be an integer (a slice only to read or delete), got "
+            f"{type(index).__name__} {index!r}"
+        ) from None
+
+
 def _missing(owner: str, key: Any, keys: Iterable[str]) -> KeyMismatchError:
     return KeyMismatchError(f"{owner}: no entry named {key!r}; it has {list(keys)}")
 
@@ -66,13 +78,17 @@ def _missing(owner: str, key: Any, keys: Iterable[str]) -> KeyMismatchError:
 class _Indexed(Module):
     """Sub-modules named ``"0"``, ``"1"``, ...: indexing, slicing, length, iteration."""
 
-    def _index(self, index: int) -> str:
+    def _index(self, index: Any) -> str:
+        """The name of the module at ``index`` (any integer, a NumPy one too, negative from
+        the end, as torch's ``operator.index``); another kind of index (a float, a str, a
+        slice where one module is set) is a ``DTypeError``, as torch's TypeError."""
         size = len(self._modules)
-        if not isinstance(index, int) or not -size <= index < size:
+        position = _position(type(self).__name__, index)
+        if not -size <= position < size:
             raise IndexOutOfRangeError(
                 f"{type(self).__name__}: index {index!r} is out of range for {size} modules"
             )
-        return list(self._modules)[index % size]
+        return list(self._modules)[position % size]
 
     def __len__(self) -> int:
         return len(self._modules)
@@ -86,7 +102,8 @@ class _Indexed(Module):
         return self._modules[self._index(index)]
 
     def __setitem__(self, index: int, module: Module) -> None:
-        self._modules[self._index(index)] = _checked(type(self).__name__, index, module)
+        key = self._index(index)  # (the index first: a slice is refused as such)
+        self._modules[key] = _checked(type(self).__name__, index, module)
 
     def __delitem__(self, index: int | slice) -> None:
         keys = list(self._modules)
@@ -122,10 +139,22 @@ class _Indexed(Module):
         return self
 
     def insert(self, index: int, module: Module) -> None:
-        if isinstance(index, bool) or not hasattr(type(index), "__index__"):
-            raise DTypeError(f"{type(self).__name__}.insert: index must be an int, got {index!r}")
+        """``module`` put before ``index`` (negative: from the end; ``len(self)``: last). An
+        index past either end is refused, as torch's ``Sequential.insert`` refuses it (torch's
+        ``ModuleList.insert`` raised a bare ``KeyError`` for a negative index, after moving
+        the modules, and named a module past the end out of the numbering)."""
+        owner = f"{type(self).__name__}.insert"
+        if isinstance(index, bool):
+            raise DTypeError(f"{owner}: index must be an int, got {index!r}")
+        position = _position(owner, index)
+        size = len(self._modules)
+        if not -size <= position <= size:
+            raise IndexOutOfRangeError(
+                f"{owner}: index {index!r} is out of range for {size} modules (from "
+                f"{-size} to {size})"
+            )
         modules = list(self._modules.values())
-        modules.insert(index, _checked(type(self).__name__, index, module))
+        modules.insert(position, _checked(type(self).__name__, index, module))
         self._modules.clear()
         for position, item in enumerate(modules):
             self._modules[str(position)] = item
@@ -169,11 +198,6 @@ class Sequential(_Indexed):
     def insert(self, index: int, module: Module) -> Sequential:
         """``module`` put at ``index`` (torch's: an index past either end is refused, not
         clamped as a list's ``insert`` clamps it)."""
-        size = len(self._modules)
-        if isinstance(index, int) and not isinstance(index, bool) and not -size <= index <= size:
-            raise IndexOutOfRangeError(
-                f"Sequential.insert: index {index} is out of range for {size} modules"
-            )
         super().insert(index, module)
         return self
 

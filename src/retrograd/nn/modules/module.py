@@ -38,6 +38,7 @@ import numpy as np
 from ...backend.protocol import Backend
 from ...device import Device
 from ...errors import (
+    AutodiffError,
     DTypeError,
     InvalidArgumentError,
     KeyMismatchError,
@@ -962,8 +963,9 @@ class Module:
 
     @property
     def _backward_hooks(self) -> dict[int, Callable[..., Any]]:
-        """torch's table of full backward hooks, read-only here."""
-        return self._hook_table("backward")
+        """torch's table of backward hooks (the full ones, or those of
+        ``register_backward_hook``), read-only here."""
+        return self._hook_table("backward") | self._hook_table("legacy")
 
     @property
     def _backward_pre_hooks(self) -> dict[int, Callable[..., Any]]:
@@ -1001,7 +1003,23 @@ class Module:
         module (tuples of gradients, ``None`` for an input that needs none); a non-``None``
         result replaces ``grad_input``. For a module called with one tensor and returning one
         (see :mod:`.hooks`)."""
+        hooks = self.__dict__.get("_call_hooks")
+        if hooks is not None and hooks["legacy"]:
+            raise AutodiffError(_BOTH_KINDS)
         return register_hook(self, "backward", hook, prepend, False)
+
+    def register_backward_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        """torch's deprecated backward hook: ``hook(module, grad_input, grad_output)`` is
+        called with the gradients of the op that made the module's output (the first tensor
+        of it): ``grad_input`` that op's inputs' (in torch's order for the op; a module whose
+        forward is more than one op gets torch's FutureWarning, and the last op's inputs, not
+        the module's), ``grad_output`` its output's; a non-``None`` result replaces
+        ``grad_input``. Use :meth:`register_full_backward_hook` for the module's own."""
+        check_callable("register_backward_hook", hook, "hook")
+        hooks = self.__dict__.get("_call_hooks")
+        if hooks is not None and hooks["backward"]:
+            raise AutodiffError(_BOTH_KINDS)
+        return register_hook(self, "legacy", hook, False, False)
 
     def register_full_backward_pre_hook(
         self, hook: Callable[..., Any], prepend: bool = False
@@ -1061,6 +1079,11 @@ def register_module_forward_hook(
 
 
 _MISSING = object()
+#: torch's refusal of both kinds of backward hooks on one module
+_BOTH_KINDS = (
+    "Cannot use both regular backward hooks and full backward hooks on a single Module. "
+    "Please use only one of them."
+)
 #: the state-dict entry of a module's :meth:`Module.get_extra_state` (torch's name)
 _EXTRA_STATE = "_extra_state"
 
