@@ -754,7 +754,8 @@ _SAFE_GLOBALS: list[Any] = []
 
 
 #: What torch's ``weights_only`` load allows without being told (its ``torch.nn.Parameter``,
-#: ``OrderedDict``, ``Counter``, devices and dtypes): retrograd's, by name (``nn`` sits above this layer).
+#: ``OrderedDict``, ``Counter``, devices and dtypes): retrograd's, by name (``nn`` sits above
+#: this layer).
 _ALLOWED_BY_DEFAULT = {
     _PARAMETER,
     ("collections", "OrderedDict"),
