@@ -549,9 +549,10 @@ def _is_torch_zip(source: Any) -> bool:
         source.seek(0)
 
 
-def is_torch_file(path: Any) -> bool:
-    """Whether ``path`` (a path or a seekable binary file, left where it was) is a file
-    ``torch.save`` wrote, which :func:`load` reads."""
+def saved_by(path: Any) -> str | None:
+    """Which ``save`` wrote ``path`` (a path or a seekable binary file, left where it was):
+    ``"retrograd"`` (:func:`save`), ``"torch"`` (``torch.save``, which :func:`load` reads
+    too), or ``None`` for anything else (an ``.npz`` of arrays, a damaged or foreign file)."""
     try:
         with contextlib.ExitStack() as stack:
             if hasattr(path, "read"):
@@ -559,14 +560,21 @@ def is_torch_file(path: Any) -> bool:
                 stack.callback(path.seek, start)
                 source = path
             else:
+                start = 0
                 source = stack.enter_context(open(path, "rb"))
-            if source.read(len(_LEGACY_START)) == _LEGACY_START:
-                return True
-            source.seek(start if hasattr(path, "read") else 0)
+            head = source.read(len(_LEGACY_START))
+            if head == _LEGACY_START:
+                return "torch"
+            if not head.startswith(b"PK\x03\x04"):
+                return None
+            source.seek(start)
             with zipfile.ZipFile(source) as archive:  # reads the directory only
-                return torch_files.is_torch_zip(archive.namelist())
+                names = archive.namelist()
     except ARCHIVE_DAMAGE:
-        return False
+        return None
+    if torch_files.is_torch_zip(names):
+        return "torch"
+    return "retrograd" if f"{_STRUCTURE}.npy" in names else None
 
 
 def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, legacy: bool) -> Any:
@@ -694,12 +702,6 @@ def _check_magic(name: str, data: bytes) -> bool:
 
 #: How a legacy torch file starts: pickle protocol 2, then its magic number as a long.
 _LEGACY_START = b"\x80\x02\x8a\x0a" + torch_files.LEGACY_MAGIC.to_bytes(10, "little")
-
-
-def holds_saved_object(archive: Any) -> bool:
-    """Whether an opened ``.npz`` archive is a file :func:`save` wrote (its arrays are the
-    pieces of one saved object, read back whole by :func:`load`)."""
-    return _STRUCTURE in archive.files
 
 
 def foreign_entries(archive: Any) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from ...errors import InvalidArgumentError, ShapeError, guard, shape_text
+from ...errors import InvalidArgumentError, ShapeError, guard, guard_namespace, shape_text
 from ...tensor import Tensor
 from ...tensor.internal import wrap
 from . import alpha_dropout as _alpha_dropout
@@ -427,3 +427,7 @@ __all__ = [
     "rrelu",
     "triplet_margin_loss",
 ]
+
+# torch's top-level forms answer arguments no check foresaw with an error of the hierarchy
+# naming the function, as every public function does (errors.guard)
+guard_namespace(globals(), __all__)

@@ -53,8 +53,7 @@ from ...serialization import (
     ARCHIVE_DAMAGE,
     foreign_entries,
     hidden_entries,
-    holds_saved_object,
-    is_torch_file,
+    saved_by,
 )
 from ...serialization import load as load_saved
 from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
@@ -1112,7 +1111,7 @@ def _read_archive(path: StateSource) -> Mapping[str, Any]:
         # a stream (a pipe, a socket, a response body), read whole as rg.load reads it: NumPy
         # seeks in the archive, and "no attribute 'seek'" was reported as a damaged file
         path = io.BytesIO(path.read())
-    if _saved_by_save(path) or is_torch_file(path):
+    if saved_by(path) is not None:  # rg.save's or torch.save's: the object it holds
         saved = load_saved(path)
         if not isinstance(saved, Mapping):
             raise InvalidArgumentError(
@@ -1155,27 +1154,6 @@ def _seekable(file: Any) -> bool:
     if callable(seekable):
         return bool(seekable())
     return callable(getattr(file, "seek", None)) and callable(getattr(file, "tell", None))
-
-
-def _saved_by_save(path: StateSource) -> bool:
-    """Whether ``path`` (a path or a seekable binary file, left where it was) is a file
-    ``rg.save`` wrote; ``False`` for anything else, which :func:`_read_archive` then reads
-    (or refuses, naming what is wrong)."""
-    try:
-        with contextlib.ExitStack() as stack:
-            if hasattr(path, "read"):
-                start = path.tell()
-                stack.callback(path.seek, start)
-                source = path
-            else:
-                source = stack.enter_context(open(path, "rb"))
-            if source.read(4) != b"PK\x03\x04":
-                return False
-            source.seek(start if hasattr(path, "read") else 0)
-            with np.load(source, allow_pickle=False) as archive:
-                return holds_saved_object(archive)
-    except ARCHIVE_DAMAGE:
-        return False
 
 
 def _converted(value: Tensor, dtype: str | None, device: Device | None) -> Tensor:
