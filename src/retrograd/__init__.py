@@ -149,6 +149,7 @@ from .tensor import assembly as _assembly
 from .tensor import foreach as _foreach
 from .tensor import functions as _functions
 from .tensor.assembly import *  # noqa: F403 (more function forms: assembly.__all__)
+from .tensor.complexes import complex, polar, view_as_complex, view_as_real  # noqa: A004 (torch's names)
 from .tensor.creation import torch_range as range  # noqa: A004 (torch's deprecated range)
 from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
 from .tensor.dtypes import Size, dtype, finfo, iinfo
@@ -179,7 +180,7 @@ from .tensor.legacy import (
     ShortTensor,
 )
 from .tensor.special import xlogy
-from .unsupported import istft, polar, sparse_coo_tensor, spmm, view_as_complex, view_as_real
+from .unsupported import istft, sparse_coo_tensor, spmm
 
 # dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
 float32 = _DTYPES["float32"]
@@ -201,6 +202,7 @@ long = int64
 int = int32  # noqa: A001 (torch's name)
 short = int16
 cfloat = complex64
+cdouble = complex128
 pi = 3.141592653589793
 e = 2.718281828459045
 inf = _math.inf
@@ -298,7 +300,9 @@ __all__ += [
     "autograd",
     "bfloat16",
     "bool",
+    "cdouble",
     "cfloat",
+    "complex",
     "complex128",
     "complex64",
     "device",

@@ -30,11 +30,8 @@ __all__ = [
     "no_nested",
     "no_shared_memory",
     "no_sparse",
-    "polar",
     "sparse_coo_tensor",
     "spmm",
-    "view_as_complex",
-    "view_as_real",
 ]
 
 
@@ -68,26 +65,11 @@ def no_shared_memory(op: str) -> NoReturn:
     )
 
 
-def view_as_real(input: Any) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: no complex tensors."""
-    no_complex("view_as_real")
-
-
-def view_as_complex(input: Any) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: no complex tensors."""
-    no_complex("view_as_complex")
-
-
 def istft(input: Any, n_fft: int, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: A002 (torch's name)
     """Refused: torch's ``istft`` reads only the complex spectrum of ``stft(...,
     return_complex=True)`` (a real one is a ``RuntimeError`` there), and retrograd has no
     complex tensors."""
     no_complex("istft")
-
-
-def polar(abs: Any, angle: Any, *, out: Any = None) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: no complex tensors."""
-    no_complex("polar")
 
 
 def sparse_coo_tensor(indices: Any, values: Any, size: Any = None, **kwargs: Any) -> NoReturn:

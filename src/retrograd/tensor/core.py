@@ -46,6 +46,7 @@ from ..unsupported import no_shared_memory
 from ._dispatch import (
     DTYPES,
     FLOAT_DTYPES,
+    GRAD_DTYPES,
     TensorBase,
     apply,
     check_narrow_data,
@@ -302,7 +303,7 @@ class Tensor(
         """torch's: an integer or bool tensor of one element is an int (``[a, b][t]``,
         ``range(t)``); anything else is a ``TypeError`` (``DTypeError``), as torch's, so that
         Python's fallbacks run (``bytes(t)`` iterates a tensor that is not an index)."""
-        if self.dtype in FLOAT_DTYPES or self.numel() != 1:
+        if self.dtype in GRAD_DTYPES or self.numel() != 1:
             raise DTypeError(
                 "__index__: only an integer or bool tensor of one element can be used as an "
                 f"index, got a {shape_text(self.shape)} {self.dtype} tensor"
@@ -686,7 +687,7 @@ class Tensor(
     def _float_autodiff(self, op: str) -> Any:
         """The autodiff backend, for ``op`` that makes this tensor require grad: a float one."""
         backend = self._autodiff(op)
-        if self.dtype not in FLOAT_DTYPES:
+        if self.dtype not in GRAD_DTYPES:
             raise DTypeError(f"{op}: only float tensors can require grad, this one is {self.dtype}")
         return backend
 

@@ -910,12 +910,12 @@ _METHODS.update(
 
 
 def conj(input: Any) -> Any:  # noqa: A002 (torch's name)
-    """``input`` itself: a real tensor is its own conjugate (torch returns it)."""
+    """The complex conjugate (``input`` itself for a real tensor, as torch returns it)."""
     return _real_tensor("conj", input).conj()
 
 
 def real(input: Any) -> Any:  # noqa: A002 (torch's name)
-    """``input`` itself: its real part (torch returns it for a real tensor)."""
+    """The real part (``input`` itself for a real tensor, as torch returns it)."""
     return _real_tensor("real", input).real
 
 
@@ -931,7 +931,20 @@ def is_neg(input: Any) -> bool:  # noqa: A002 (torch's name)
     return _real_tensor("is_neg", input).is_neg()
 
 
-resolve_conj = resolve_neg = conj_physical = conj
+def resolve_conj(input: Any) -> Any:  # noqa: A002 (torch's name)
+    return _real_tensor("resolve_conj", input).resolve_conj()
+
+
+def resolve_neg(input: Any) -> Any:  # noqa: A002 (torch's name)
+    return _real_tensor("resolve_neg", input)
+
+
+conj_physical = conj
+
+
+def angle(input: Any) -> Any:  # noqa: A002 (torch's name)
+    """The argument of each element (``atan2(imag, real)``), as torch's ``angle``."""
+    return _real_tensor("angle", input).angle()
 
 
 def _real_tensor(op: str, input: Any) -> Any:  # noqa: A002 (torch's name)
@@ -1008,6 +1021,7 @@ __all__ = sorted(
     {
         *_METHODS,
         "allclose",
+        "angle",
         "rsub",
         "broadcast_shapes",
         "broadcast_tensors",

@@ -15,7 +15,7 @@ from collections import namedtuple
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
+from ..backend.protocol import GRAD_DTYPES, default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import norms
 from ._dispatch import (
@@ -113,7 +113,7 @@ class ReduceMixin:
         """Mean of all elements (0-d); with ``dim``, torch's ``mean(dim, keepdim)``. An
         integer or bool tensor needs ``dtype=`` (torch cannot infer the result's dtype)."""
         x = self if dtype is None else self.cast(dtype)
-        if x._backend.dtype(x._prim) not in FLOAT_DTYPES:
+        if x._backend.dtype(x._prim) not in GRAD_DTYPES:
             raise DTypeError(
                 f"mean: could not infer the output dtype of a {x.dtype} tensor (as in torch); "
                 "pass dtype= or cast to a floating dtype first"
