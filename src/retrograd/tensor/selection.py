@@ -1019,10 +1019,13 @@ class SelectionMixin:
             return self
         return self._apply("conj", (self,))
 
-    resolve_conj = conj_physical = conj
+    conj_physical = conj
 
-    def resolve_neg(self) -> Any:
+    def resolve_conj(self) -> Any:
+        """The tensor itself: no tensor here has a pending (lazy) conjugation to resolve."""
         return self
+
+    resolve_neg = resolve_conj
 
     @property
     def real(self) -> Any:
