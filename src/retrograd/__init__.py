@@ -125,7 +125,7 @@ from .runtime_settings import (
     use_deterministic_algorithms,
 )
 from .serialization import load, save
-from .signal import stft
+from .signal import istft, stft
 from .tensor import (
     as_tensor,
     asarray,
@@ -180,7 +180,7 @@ from .tensor.legacy import (
     ShortTensor,
 )
 from .tensor.special import xlogy
-from .unsupported import istft, sparse_coo_tensor, spmm
+from .unsupported import sparse_coo_tensor, spmm
 
 # dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
 float32 = _DTYPES["float32"]

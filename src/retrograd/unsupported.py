@@ -25,7 +25,6 @@ from .errors import DTypeError, InvalidArgumentError
 
 __all__ = [
     "dense_mm",
-    "istft",
     "no_complex",
     "no_nested",
     "no_shared_memory",
@@ -63,13 +62,6 @@ def no_shared_memory(op: str) -> NoReturn:
         "train data-parallel with rg.nn.parallel.DistributedDataParallel (threads or "
         "processes), or share a model between threads, which needs no call"
     )
-
-
-def istft(input: Any, n_fft: int, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: torch's ``istft`` reads only the complex spectrum of ``stft(...,
-    return_complex=True)`` (a real one is a ``RuntimeError`` there), and retrograd has no
-    complex tensors."""
-    no_complex("istft")
 
 
 def sparse_coo_tensor(indices: Any, values: Any, size: Any = None, **kwargs: Any) -> NoReturn:
