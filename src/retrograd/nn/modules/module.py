@@ -848,7 +848,7 @@ class Module:
                 array = _host_array(state[name])
             except (ValueError, TypeError):  # ragged nested lists
                 array = None
-            if array is None or array.dtype.kind not in "biuf":  # checked before the shape:
+            if array is None or array.dtype.kind not in "biufc":  # checked before the shape:
                 # None or a str is a 0-d array, and "the state has []" would say nothing
                 found = f"{array.dtype} values" if array is not None and array.ndim else None
                 raise DTypeError(
