@@ -1,20 +1,21 @@
 """torch forms that cannot hold in retrograd, each an error that says so (API.md section 10):
-complex tensors (``view_as_real``, ``view_as_complex``, ``polar``, ``istft``, and
-:mod:`retrograd.fft`),
 sparse layouts (``sparse_coo_tensor``, ``Tensor.to_sparse``) and nested tensors
 (:mod:`retrograd.nested`), and memory shared between processes (``share_memory``).
 ``spmm`` is here too, with the one meaning it keeps on dense
 tensors: ``mm``.
 
-Tensors here are dense and real: float32/float64 (bfloat16/float16 on torch), int64, bool.
-A name torch code uses is better met by an error that names what is missing than by an
-``AttributeError``, and never by a result that differs from torch's.
+Tensors here are dense. Complex tensors (complex64, complex128) exist, with the ops that
+compute them (:mod:`retrograd.tensor.complexes`, :mod:`retrograd.fft`); an op without complex
+kernels refuses a complex tensor by name (``tensor/_dispatch.py``'s ``refuse_complex``), as
+does :func:`no_complex` for what still has none. A name torch code uses is better met by an
+error that names what is missing than by an ``AttributeError``, and never by a result that
+differs from torch's.
 
 >>> import retrograd as rg
->>> rg.view_as_real(rg.ones((2,)))
+>>> rg.sparse_coo_tensor(rg.tensor([[0]]), rg.ones((1,)), (1,))
 Traceback (most recent call last):
 ...
-retrograd.errors.DTypeError: view_as_real: retrograd has no complex tensors ...
+retrograd.errors.InvalidArgumentError: sparse_coo_tensor: retrograd has no sparse layouts ...
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ __all__ = [
 ]
 
 
-def no_complex(op: str) -> NoReturn:
+def no_complex(op: str, dtype: str = "complex") -> NoReturn:
     raise DTypeError(
-        f"{op}: retrograd has no complex tensors (dtypes: float32, float64, int64, bool; "
-        "bfloat16/float16 on rg.TorchBackend); keep real and imaginary parts as two real tensors"
+        f"{op}: not implemented for {dtype} tensors in retrograd; compute with the real and "
+        "imaginary parts (.real, .imag) as two real tensors"
     )
 
 

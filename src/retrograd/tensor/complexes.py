@@ -8,7 +8,7 @@ torch's).
 
 >>> import retrograd as rg
 >>> rg.complex(rg.tensor([1.0]), rg.tensor([2.0]))
-tensor([1.+2.j])
+tensor([1.+2.j], dtype=complex64)
 >>> rg.view_as_real(rg.tensor([1 + 2j])).tolist()
 [[1.0, 2.0]]
 """
