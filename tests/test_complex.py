@@ -181,6 +181,11 @@ UNARY = {
     "stack_index": lambda lib, a: lib.stack([a, a[:, [2, 0, 1]]], 1)[1:, :, 1:].permute(2, 0, 1),
     "expand_roll": lambda lib, a: a[:, None].expand(2, 3, 3).roll(1, 2) * a.unsqueeze(1),
     "transpose_view": lambda lib, a: a.transpose(0, 1).contiguous().view(3, 2),
+    "mH": lambda lib, a: a.mH * a.T,
+    "H": lambda lib, a: a.H,
+    "vdot": lambda lib, a: lib.vdot(a[0], a[1]),
+    "sgn": lambda lib, a: a.sgn(),
+    "masked_fill": lambda lib, a: a.masked_fill(a.real > 0, 1 - 2j),
 }
 
 
@@ -275,6 +280,33 @@ def test_abs_gradient_at_zero_is_torchs_zero():
         z = lib.tensor([0j, 3 + 4j], requires_grad=True)
         (grad,) = gradients(lib, z.abs().sum(), [z])
         np.testing.assert_allclose(values(grad), [0, 0.6 + 0.8j])
+
+
+def test_writes_of_complex_numbers_and_seeds_of_backward_match_torch():
+    data = [[1 + 2j, 3 - 1j], [0.5j, 2]]
+    results = []
+    for lib in (torch, rg):
+        z = lib.tensor(data)
+        z[0, 1] = 5j
+        z[1] += 1 - 1j
+        filled = lib.zeros(2, dtype=lib.cfloat).fill_(2 - 1j)
+        w = lib.tensor(data, requires_grad=True)
+        out = w * w.conj() * (1 + 1j)
+        if lib is torch:
+            (grad,) = torch.autograd.grad(out, [w], torch.tensor([[1.0, 2j], [-1j, 0.5]]))
+        else:
+            grad = w.grad(out.backward(rg.tensor([[1.0, 2j], [-1j, 0.5]])))
+        results.append([values(z), values(filled), values(grad), z.type().split(".")[1]])
+    for ours, theirs in zip(results[1], results[0]):
+        if isinstance(ours, str):
+            assert ours == theirs
+        else:
+            np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+    z = rg.tensor([1 + 1j], requires_grad=True)
+    with pytest.raises(rg.AutodiffError, match=r"real outputs.*complex64"):
+        z.sum().backward()  # torch: "grad can be implicitly created only for real scalar outputs"
+    with pytest.raises(rg.AutodiffError, match="complex64"):
+        rg.autograd.grad(z.sum(), [z])
 
 
 # -- refusals ----------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from ..errors import (
 )
 from ..unsupported import no_shared_memory
 from ._dispatch import (
+    COMPLEX_DTYPES,
     DTYPES,
     FLOAT_DTYPES,
     GRAD_DTYPES,
@@ -809,6 +810,11 @@ class Tensor(
             retain_graph = create_graph
         backend = self._autodiff("backward")
         seed = None
+        if grad is None and self.dtype in COMPLEX_DTYPES:
+            raise AutodiffError(
+                f"backward: grad can be implicitly created only for real outputs, this one is "
+                f"{self.dtype} (as torch); take .real, .abs() or a real loss of it, or pass grad"
+            )
         if grad is not None:
             grad = lift(self, grad, "backward")
             if grad.shape != self.shape:

@@ -241,6 +241,8 @@ LEGACY_NAMES = {
     "int8": "CharTensor",
     "uint8": "ByteTensor",
     "bool": "BoolTensor",
+    "complex64": "ComplexFloatTensor",
+    "complex128": "ComplexDoubleTensor",
 }
 _LEGACY_DTYPES = {name: dtype for dtype, name in LEGACY_NAMES.items()}
 

@@ -344,8 +344,13 @@ class SpecialMixin:
         return out
 
     def sgn(self) -> Any:
-        """:meth:`sign` (torch's ``sgn`` differs only for complex tensors)."""
-        return self.sign()
+        """:meth:`sign`; of a complex tensor, ``z / |z|`` (0 at 0), as torch's."""
+        if not self.is_complex():
+            return self.sign()
+        magnitude = self.abs()
+        zero = magnitude == 0
+        unit = self / magnitude.masked_fill(zero, 1.0).to(self.dtype)
+        return unit.masked_fill(zero, 0.0)
 
     def deg2rad(self) -> Any:
         return (self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())) * _DEG2RAD
