@@ -309,6 +309,31 @@ def test_writes_of_complex_numbers_and_seeds_of_backward_match_torch():
         rg.autograd.grad(z.sum(), [z])
 
 
+def test_second_derivatives_match_torch():
+    data = np.array([1 + 2j, -0.5 + 1j])
+    results = []
+    for lib in (torch, rg):
+        z = lib.tensor(data, requires_grad=True)
+        loss = ((z * z).exp().abs() ** 2).sum() + lib.fft.fft(z).imag.sum()
+        (grad,) = lib.autograd.grad(loss, [z], create_graph=True)
+        (second,) = lib.autograd.grad((grad.abs() ** 2).sum(), [z])
+        results.append([values(grad), values(second)])
+    for ours, theirs in zip(*results[::-1]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf"), 0.0])
+def test_clip_grad_norm_of_complex_gradients_is_torchs(norm_type):
+    data = np.array([1 + 2j, -0.5 + 1j])
+    p, q = rg.nn.Parameter(rg.tensor(data)), torch.nn.Parameter(torch.tensor(data))
+    grads = ((p * p).abs() ** 2).sum().backward()
+    ((q * q).abs() ** 2).sum().backward()
+    ours = rg.nn.utils.clip_grad_norm_(grads, [p], 1.0, norm_type=norm_type)
+    theirs = torch.nn.utils.clip_grad_norm_([q], 1.0, norm_type=norm_type)
+    assert ours.dtype == rg.float64 and ours.item() == pytest.approx(theirs.item(), rel=1e-12)
+    np.testing.assert_allclose(p.grad(grads).numpy(), q.grad.numpy(), rtol=1e-12)
+
+
 # -- refusals ----------------------------------------------------------------------------------
 REFUSED = {
     "greater": lambda z: z > z,

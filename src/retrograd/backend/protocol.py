@@ -613,6 +613,8 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """
         total = None
         for x in values:
+            if self.dtype(x) in COMPLEX_DTYPES:  # the norm of a complex vector: of |z|
+                x = self.abs(x)
             part = self.cast(self.sum(self.square(x)), "float64")
             total = part if total is None else self.add(total, part)
         return self.sqrt(total)
