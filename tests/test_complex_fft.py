@@ -53,6 +53,10 @@ TRANSFORMS = {
     "ifftn_dim": (lambda lib, x, norm: lib.fft.ifftn(x, dim=(0,), norm=norm), "complex"),
     "rfftn": (lambda lib, x, norm: lib.fft.rfftn(x, norm=norm), "real"),
     "irfftn_s": (lambda lib, x, norm: lib.fft.irfftn(x, s=(3, 10), norm=norm), "complex"),
+    "hfft2": (lambda lib, x, norm: lib.fft.hfft2(x, norm=norm), "complex"),
+    "hfftn_s": (lambda lib, x, norm: lib.fft.hfftn(x, s=(5, 7), norm=norm), "complex"),
+    "ihfft2": (lambda lib, x, norm: lib.fft.ihfft2(x, norm=norm), "real"),
+    "ihfftn_dim": (lambda lib, x, norm: lib.fft.ihfftn(x, dim=(0,), norm=norm), "real"),
     "shifted": (
         lambda lib, x, norm: lib.fft.ifftshift(lib.fft.fftshift(lib.fft.fft(x, norm=norm)), 0),
         "complex",

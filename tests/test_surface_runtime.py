@@ -319,7 +319,6 @@ REFUSED = {
     "view_as_real": (lambda: rg.view_as_real(rg.ones((2, 2))), rg.DTypeError, "complex"),
     "view_as_complex": (lambda: rg.view_as_complex(rg.ones((2, 3))), rg.ShapeError, "size 2"),
     "floor": (lambda: rg.ones(2, dtype=rg.cfloat).floor(), rg.DTypeError, "complex64"),
-    "fft.hfft2": (lambda: rg.fft.hfft2(rg.ones((4, 4))), rg.DTypeError, "hfft2"),
     "to_sparse": (lambda: rg.ones((2, 2)).to_sparse(), rg.InvalidArgumentError, "sparse"),
     "sparse_coo_tensor": (
         lambda: rg.sparse_coo_tensor(rg.tensor([[0], [1]]), rg.ones((1,)), (2, 2)),

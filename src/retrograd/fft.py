@@ -1,11 +1,10 @@
-"""torch's ``torch.fft``: ``fft ifft rfft irfft hfft ihfft`` along one dim, ``fft2 ifft2
-rfft2 irfft2 fftn ifftn rfftn irfftn`` along several, with torch's ``n``/``s``/``dim``/``norm``
+"""torch's ``torch.fft``: ``fft ifft rfft irfft hfft ihfft`` along one dim, their ``2``
+and ``n`` forms along several, with torch's ``n``/``s``/``dim``/``norm``
 and its gradients (each transform is linear: its gradient is the adjoint transform; the real
 inverse ones differentiate as torch's ``c2r``, the imaginary parts at frequency 0 and at the
 Nyquist frequency counting for nothing). One kernel computes them all, the backends' complex
-``fftn``; the real forms are built on it. ``hfft2``/``hfftn`` and their inverses are refused
-by name. The helpers: :func:`fftfreq`, :func:`rfftfreq`, :func:`fftshift` and
-:func:`ifftshift`.
+``fftn``; the real and Hermitian forms are built on it. The helpers: :func:`fftfreq`,
+:func:`rfftfreq`, :func:`fftshift` and :func:`ifftshift`.
 
 >>> import retrograd as rg
 >>> rg.fft.fftfreq(5).tolist()
@@ -18,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 from .backend.protocol import default_float_dtype
 from .errors import DTypeError, InvalidArgumentError, guard
@@ -230,14 +229,24 @@ def _inverse_real_n_dimensional(op: str, default_all: bool):
     return transform
 
 
-def _refused(name: str, signature: str) -> Callable[..., NoReturn]:
-    def transform(*args: Any, **kwargs: Any) -> NoReturn:
-        raise DTypeError(
-            f"fft.{name}: not implemented in retrograd (fft.hfft and fft.ihfft are, along one dim)"
-        )
+def _hermitian_n_dimensional(op: str, default_all: bool):
+    """``hfft2``/``hfftn``: :func:`irfftn` of the conjugate, scaled as a forward transform."""
+    inverse_real = _inverse_real_n_dimensional(op, default_all)
 
-    transform.__name__ = transform.__qualname__ = name
-    transform.__doc__ = f"Refused: not implemented here (torch: ``{name}{signature}``)."
+    def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
+        x = _as_complex(op, _tensor(op, input))
+        return inverse_real(x.conj(), s, dim, _dual(_norm(op, norm)))
+
+    return transform
+
+
+def _inverse_hermitian_n_dimensional(op: str, default_all: bool):
+    """``ihfft2``/``ihfftn``: the conjugate of :func:`rfftn`, scaled as an inverse one."""
+    real = _real_n_dimensional(op, default_all)
+
+    def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
+        return real(input, s, dim, _dual(_norm(op, norm))).conj()
+
     return transform
 
 
@@ -249,10 +258,10 @@ rfft2 = _real_n_dimensional("rfft2", False)
 rfftn = _real_n_dimensional("rfftn", True)
 irfft2 = _inverse_real_n_dimensional("irfft2", False)
 irfftn = _inverse_real_n_dimensional("irfftn", True)
-hfft2 = _refused("hfft2", "(input, s, dim=(-2, -1), norm)")
-ihfft2 = _refused("ihfft2", "(input, s, dim=(-2, -1), norm)")
-hfftn = _refused("hfftn", "(input, s, dim, norm)")
-ihfftn = _refused("ihfftn", "(input, s, dim, norm)")
+hfft2 = _hermitian_n_dimensional("hfft2", False)
+ihfft2 = _inverse_hermitian_n_dimensional("ihfft2", False)
+hfftn = _hermitian_n_dimensional("hfftn", True)
+ihfftn = _inverse_hermitian_n_dimensional("ihfftn", True)
 
 
 def _frequencies(op: str, n: Any, d: float, out: Any, kwargs: dict) -> Tensor:
