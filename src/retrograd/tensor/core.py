@@ -294,6 +294,9 @@ class Tensor(
     def __float__(self) -> float:
         return float(self.item())
 
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
     def __int__(self) -> int:
         return int(self.item())
 
