@@ -161,3 +161,34 @@ def test_bad_arguments_name_the_transform():
         rg.fft.fft2(rg.ones(4, 4), s=(4,), dim=(0, 1))
     with pytest.raises(rg.DTypeError, match="istft requires a complex"):
         rg.istft(rg.ones(9, 4), 16)
+
+
+def autoformer_correlation(torch, queries, keys):
+    """Autoformer's ``AutoCorrelation.forward`` (thuml/Autoformer, ``layers/AutoCorrelation.py``)
+    up to the period-based dependencies, as written."""
+    B, L, H, E = queries.shape  # noqa: N806, RUF059 (as written)
+    q_fft = torch.fft.rfft(queries.permute(0, 2, 3, 1).contiguous(), dim=-1)
+    k_fft = torch.fft.rfft(keys.permute(0, 2, 3, 1).contiguous(), dim=-1)
+    res = q_fft * torch.conj(k_fft)
+    corr = torch.fft.irfft(res, n=L, dim=-1)
+    return corr.permute(0, 3, 1, 2)
+
+
+def test_autoformer_autocorrelation_matches_torch():
+    rng = np.random.default_rng(RNG_SEED)
+    queries, keys = rng.standard_normal((2, 6, 2, 3)), rng.standard_normal((2, 6, 2, 3))
+    results = []
+    for lib in (torch, rg):
+        q = lib.tensor(queries, dtype=lib.float32, requires_grad=True)
+        k = lib.tensor(keys, dtype=lib.float32, requires_grad=True)
+        corr = autoformer_correlation(lib, q, k)
+        loss = (corr * corr.detach().cos()).sum()
+        if lib is torch:
+            grads = torch.autograd.grad(loss, [q, k])
+        else:
+            gradients = loss.backward()
+            grads = [q.grad(gradients), k.grad(gradients)]
+        assert corr.dtype == lib.float32
+        results.append([values(corr), *[values(g) for g in grads]])
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)

@@ -56,7 +56,7 @@ from ...serialization import (
     is_torch_file,
 )
 from ...serialization import load as load_saved
-from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
+from ...tensor import DTYPES, FLOAT_DTYPES, GRAD_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
 from ...tensor.dtypes import cast_host as _cast_host
 from ...tensor.inplace import assign
@@ -245,7 +245,7 @@ class Module:
         """
         self._check_name("register_parameter", name, "_parameters")
         if value is not None and not isinstance(value, Parameter):
-            if not isinstance(value, Tensor) or value.dtype not in FLOAT_DTYPES:
+            if not isinstance(value, Tensor) or value.dtype not in GRAD_DTYPES:
                 raise DTypeError(
                     f"register_parameter: {name!r} must be a float Tensor or a Parameter, got "
                     f"{_describe(value)}"
