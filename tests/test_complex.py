@@ -186,6 +186,17 @@ UNARY = {
     "vdot": lambda lib, a: lib.vdot(a[0], a[1]),
     "sgn": lambda lib, a: a.sgn(),
     "masked_fill": lambda lib, a: a.masked_fill(a.real > 0, 1 - 2j),
+    "tan": lambda lib, a: (a * 0.5).tan(),
+    "expm1": lambda lib, a: a.expm1(),
+    "log1p": lambda lib, a: a.log1p(),
+    "asin": lambda lib, a: a.asin(),
+    "acos": lambda lib, a: a.acos(),
+    "atan": lambda lib, a: a.atan(),
+    "asinh": lambda lib, a: a.asinh(),
+    "acosh": lambda lib, a: a.acosh(),
+    "atanh": lambda lib, a: a.atanh(),
+    "rpow": lambda lib, a: 2.0**a,
+    "pow_complex": lambda lib, a: a ** (0.5 + 1j),
 }
 
 
@@ -214,6 +225,7 @@ BINARY = {
     "bmm": lambda lib, a, b: lib.bmm(a.reshape(1, 2, 3), b.reshape(1, 3, 2)),
     "einsum": lambda lib, a, b: lib.einsum("ij,kj->ik", a, b),
     "where": lambda lib, a, b: lib.where(a.real > 0, a, b),
+    "pow": lambda lib, a, b: a**b,
 }
 #: torch's products refuse a real operand with a complex one, and its where's backward fails
 #: on them: the mixed cases are the elementwise ones
@@ -347,11 +359,11 @@ REFUSED = {
     "sort": lambda z: z.sort(),
     "topk": lambda z: z.topk(1),
     "sign": lambda z: z.sign(),
-    "atan": lambda z: z.atan(),
-    "tan": lambda z: z.tan(),
-    "log1p": lambda z: z.log1p(),
+    "erf": lambda z: z.erf(),
+    "lgamma": lambda z: z.lgamma(),
+    "cumprod": lambda z: z.cumprod(0),
     "prod": lambda z: z.prod(),
-    "pow": lambda z: z**z,
+    "atan2": lambda z: z.atan2(z),
     "remainder": lambda z: z % 2,
     "softmax": lambda z: rg.nn.functional.softmax(z, 0),
     "gelu": lambda z: rg.nn.functional.gelu(z),

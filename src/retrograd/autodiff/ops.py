@@ -26,6 +26,7 @@ records them too: that is ``backward(create_graph=True)``.
 
 from __future__ import annotations
 
+import cmath
 import inspect
 import math
 from collections.abc import Callable
@@ -1232,6 +1233,45 @@ complex_rules("sin", lambda B, g, x: _conj_times(B, g, B.cos(x)))
 complex_rules("cos", lambda B, g, x: B.neg(_conj_times(B, g, B.sin(x))))
 complex_rules("tanh", lambda B, g, out: _conj_times(B, g, B.rsub_scalar(B.square(out), 1.0)))
 complex_rules("sigmoid", lambda B, g, out: _conj_times(B, g, B.mul(out, B.rsub_scalar(out, 1.0))))
+complex_rules("tan", lambda B, g, out: _conj_times(B, g, B.add_scalar(B.square(out), 1.0)))
+complex_rules("expm1", lambda B, g, out: _conj_times(B, g, B.add_scalar(out, 1.0)))
+complex_rules("log1p", lambda B, g, x: B.div(g, B.conj(B.add_scalar(x, 1.0))))
+complex_rules("asin", lambda B, g, x: B.div(g, B.conj(B.sqrt(B.rsub_scalar(B.square(x), 1.0)))))
+complex_rules(
+    "acos", lambda B, g, x: B.neg(B.div(g, B.conj(B.sqrt(B.rsub_scalar(B.square(x), 1.0)))))
+)
+complex_rules("atan", lambda B, g, x: B.div(g, B.conj(B.add_scalar(B.square(x), 1.0))))
+complex_rules("asinh", lambda B, g, x: B.div(g, B.conj(B.sqrt(B.add_scalar(B.square(x), 1.0)))))
+# the principal branch's derivative, 1 / (sqrt(x - 1) sqrt(x + 1)), as torch's (not
+# 1 / sqrt(x^2 - 1), which differs in sign off the real line)
+complex_rules(
+    "acosh",
+    lambda B, g, x: B.div(
+        g, B.conj(B.mul(B.sqrt(B.sub_scalar(x, 1.0)), B.sqrt(B.add_scalar(x, 1.0))))
+    ),
+)
+complex_rules("atanh", lambda B, g, x: B.div(g, B.conj(B.rsub_scalar(B.square(x), 1.0))))
+
+
+def _complex_pow_x_vjp(B, g, x, y):
+    grad = _conj_times(B, g, B.mul(y, B.pow(x, B.sub_scalar(y, 1.0))))
+    return B.mask_fill(grad, B.equal_elem(y, 0.0), 0.0)
+
+
+def _complex_pow_y_vjp(B, g, x, out):
+    # torch's: g * conj(out * log(x)), zero where x is 0 (no 0 * -inf)
+    zero = B.equal_elem(x, 0.0)
+    grad = _conj_times(B, g, B.mul(out, B.log(B.mask_fill(x, zero, 1.0))))
+    return B.mask_fill(grad, zero, 0.0)
+
+
+complex_rules("pow", _complex_pow_x_vjp, _complex_pow_y_vjp)
+complex_rules(
+    "rpow_scalar",
+    lambda B, g, out, s: (
+        B.zeros_like(g) if s == 0 else _conj_times(B, g, B.mul_scalar(out, cmath.log(s)))
+    ),
+)
 complex_rules("sinh", lambda B, g, x: _conj_times(B, g, B.cosh(x)))
 complex_rules("cosh", lambda B, g, x: _conj_times(B, g, B.sinh(x)))
 complex_rules(
