@@ -386,6 +386,8 @@ class ReduceMixin:
         over ``dim`` (``rg.linalg.vector_norm``, torch's gradients, zero at a zero vector).
         An integer or bool tensor is refused, as torch refuses it (pass ``dtype=``)."""
         x = self if dtype is None else self.cast(dtype)
+        if x.is_complex() and p != "nuc":  # a complex tensor's vector norms: of |x|
+            x = x.abs()
         if not x.is_float():
             raise DTypeError(f"norm: expected a floating point tensor, got {x.dtype} (as torch)")
         return norms.tensor_norm(x, p, dim, keepdim)
