@@ -383,3 +383,194 @@ def test_ops_without_complex_kernels_refuse_by_name(name):
         REFUSED[name](z)
     assert name.split("_")[0] in str(raised.value)
     assert (z * 2).tolist() == [2 + 4j, 6 - 2j]  # left usable
+
+
+# -- a sweep of torch's common tensor methods: torch's values, or a refusal that names complex
+SWEEP_UNARY = [
+    "abs",
+    "absolute",
+    "acos",
+    "acosh",
+    "angle",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
+    "ceil",
+    "clone",
+    "conj",
+    "cos",
+    "cosh",
+    "deg2rad",
+    "digamma",
+    "erf",
+    "erfc",
+    "erfinv",
+    "exp",
+    "exp2",
+    "expm1",
+    "fix",
+    "flatten",
+    "floor",
+    "frac",
+    "i0",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "isneginf",
+    "isposinf",
+    "isreal",
+    "lgamma",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "logical_not",
+    "logit",
+    "nan_to_num",
+    "neg",
+    "negative",
+    "positive",
+    "rad2deg",
+    "reciprocal",
+    "relu",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "signbit",
+    "sgn",
+    "sin",
+    "sinc",
+    "sinh",
+    "sqrt",
+    "square",
+    "tan",
+    "tanh",
+    "trunc",
+    "t",
+    "ravel",
+    "argmax",
+    "argmin",
+    "max",
+    "min",
+    "mean",
+    "sum",
+    "prod",
+    "std",
+    "var",
+    "median",
+    "nanmean",
+    "amax",
+    "amin",
+    "any",
+    "all",
+    "count_nonzero",
+    "norm",
+    "trace",
+    "diag",
+    "tril",
+    "triu",
+    "det",
+    "inverse",
+    "pinverse",
+    "matrix_exp",
+    "logdet",
+    "float",
+    "double",
+    "int",
+    "long",
+    "bool",
+    "cfloat",
+    "cdouble",
+    "tolist",
+    "squeeze",
+    "contiguous",
+    "detach",
+]
+SWEEP_DIM = [
+    "cumsum",
+    "cumprod",
+    "softmax",
+    "log_softmax",
+    "diff",
+    "argsort",
+    "sort",
+    "logsumexp",
+    "msort",
+]
+SWEEP_BINARY = [
+    "isclose",
+    "allclose",
+    "eq",
+    "ne",
+    "lt",
+    "gt",
+    "le",
+    "ge",
+    "maximum",
+    "minimum",
+    "fmax",
+    "fmin",
+    "clamp_min",
+    "floor_divide",
+    "remainder",
+    "fmod",
+    "copysign",
+    "atan2",
+    "hypot",
+    "logaddexp",
+    "xlogy",
+    "kron",
+    "dist",
+    "mul",
+    "div",
+    "true_divide",
+    "sub",
+    "add",
+    "pow",
+    "float_power",
+    "heaviside",
+    "logical_and",
+    "lerp",
+    "addcmul",
+    "addcdiv",
+]
+
+
+def _sweep_call(lib, name, x):
+    if name in SWEEP_DIM:
+        return getattr(x, name)(dim=0) if "softmax" in name else getattr(x, name)(0)
+    if name in ("lerp",):
+        return x.lerp(x * 2, 0.5)
+    if name in ("addcmul", "addcdiv"):
+        return getattr(x, name)(x, x + 1)
+    if name in SWEEP_BINARY:
+        return getattr(x, name)(x * 0.5 + 1j)
+    return getattr(x, name)()
+
+
+def _as_array(value):
+    if isinstance(value, tuple):
+        value = value[0]
+    if isinstance(value, torch.Tensor):
+        return value.resolve_conj().numpy()
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+@pytest.mark.parametrize("name", SWEEP_UNARY + SWEEP_DIM + SWEEP_BINARY)
+def test_common_methods_on_complex_tensors_match_torch_or_refuse_by_name(name, recwarn):
+    data = np.array([[1 + 2j, -0.5 + 0.25j], [0.3 - 1j, 2 + 0.5j]])
+    try:
+        expected = _sweep_call(torch, name, torch.tensor(data))
+    except (RuntimeError, TypeError, NotImplementedError):
+        expected = None
+    try:
+        got = _sweep_call(rg, name, rg.tensor(data))
+    except rg.DTypeError as error:  # refused: by name, naming the complex dtype
+        assert "complex" in str(error)
+        return
+    assert expected is not None, f"{name}: computed where torch refuses"
+    want, have = _as_array(expected), _as_array(got)
+    assert want.shape == have.shape
+    np.testing.assert_allclose(have.astype(complex), want.astype(complex), rtol=1e-6, atol=1e-6)

@@ -816,6 +816,16 @@ _COMPLEX_UNTRACKED = frozenset(
 )
 
 
+def real_only(op: str, t: Any) -> Any:
+    """``t``, unless it is complex: then the ``DTypeError`` of ``op``, which computes in real
+    numbers only here (a composition that would otherwise cast it to a real dtype first)."""
+    if isinstance(t, TensorBase) and t._backend.dtype(t._prim) in COMPLEX_DTYPES:
+        raise DTypeError(
+            f"{op}: not implemented for {t._backend.dtype(t._prim)} tensors in retrograd"
+        )
+    return t
+
+
 def refuse_complex(op: TensorOp | str, inputs: Sequence[Any]) -> None:
     """The ``DTypeError`` of ``op`` given a complex tensor where its kernel computes none (a
     comparison, a rounding, an activation...): never a wrong result nor a bare backend

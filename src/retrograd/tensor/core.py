@@ -366,6 +366,14 @@ class Tensor(
         """Cast to float64."""
         return self.cast("float64")
 
+    def cfloat(self) -> Tensor:
+        """Cast to complex64."""
+        return self.cast("complex64")
+
+    def cdouble(self) -> Tensor:
+        """Cast to complex128."""
+        return self.cast("complex128")
+
     def long(self) -> Tensor:
         """Cast to int64."""
         return self.cast("int64")

@@ -334,7 +334,10 @@ def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # n
         dtype = "bool"
     elif isinstance(input, numbers.Integral):
         dtype = "int64"
-    elif other.is_float():
+    elif isinstance(input, complex | np.complexfloating):
+        # torch's wrapped complex number: the complex dtype of the tensor's precision
+        dtype = scalar_dtype(other.dtype, input)
+    elif other.is_float() or other.is_complex():
         # the tensor's own float dtype: torch's wrapped number keeps its double value until
         # the op casts it to the result's dtype (rg.add(0.3, float64) is 1.3, not 0.3's
         # float32 rounding plus 1)
@@ -439,8 +442,14 @@ def float_power(input: Any, exponent: Any) -> Any:  # noqa: A002 (torch's name)
     """``input ** exponent`` in float64 (torch's ``float_power``)."""
     if not isinstance(exponent, TensorBase):
         lift_input("float_power", input)  # torch has no number-number form
-    base = input.double() if isinstance(input, TensorBase) else float(input)
-    power = exponent.double() if isinstance(exponent, TensorBase) else float(exponent)
+    complex_operands = False
+    for v in (input, exponent):  # (``any`` here is torch's)
+        if (isinstance(v, TensorBase) and v.is_complex()) or isinstance(v, complex):
+            complex_operands = True
+    # torch's: in float64, or complex128 where an operand is complex
+    wide, number = ("complex128", complex) if complex_operands else ("float64", float)
+    base = input.to(wide) if isinstance(input, TensorBase) else number(input)
+    power = exponent.to(wide) if isinstance(exponent, TensorBase) else number(exponent)
     return pow(base, power)
 
 

@@ -130,7 +130,8 @@ class ProductsMixin:
         """The pseudo-inverse (``rg.linalg.pinv(self, rtol=rcond)``, torch's ``pinverse``):
         singular values at most ``rcond`` times the largest count as zero."""
         if self.ndim < 2 or self.dtype not in FLOAT_DTYPES:
-            raise ShapeError(
+            error = ShapeError if self.dtype in FLOAT_DTYPES else DTypeError
+            raise error(
                 f"pinverse: expected a floating point tensor of at least 2 dimensions, got "
                 f"{self.dtype} of shape {shape_text(self.shape)}"
             )

@@ -24,6 +24,7 @@ from ._dispatch import (
     int_parameter,
     lift,
     normalize_dim,
+    real_only,
     scalar_dims,
     untracked,
 )
@@ -257,7 +258,8 @@ class ReduceMixin:
     @scalar_dims
     def logsumexp(self, dim: Any, keepdim: bool = False) -> Any:
         """``log(sum(exp(self)))`` over ``dim``, shifted by the maximum for stability."""
-        x = self if self.is_float() else self.cast(default_float_dtype())
+        x = real_only("logsumexp", self)
+        x = x if x.is_float() else x.cast(default_float_dtype())
         if x.numel() == 0:  # torch: log(0) = -inf over an empty dimension
             out = x.exp().sum(dim, keepdim=True).log()
             return (

@@ -51,6 +51,7 @@ from ._dispatch import (
     lift,
     no_generator,
     normalize_dim,
+    real_only,
     scalar_dims,
     untracked,
     wrap,
@@ -212,6 +213,7 @@ class SelectionMixin:
         if self.ndim > 2:
             raise ShapeError(f"cov: expected at most 2 dimensions, got {shape_text(self.shape)}")
         x = self.reshape((1, -1)) if self.ndim < 2 else self
+        x = real_only("cov", x)
         x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
         n = x.shape[1]
         weights = importances = None
