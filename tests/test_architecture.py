@@ -52,7 +52,9 @@ LAYERS = {
     "special": 5,  # torch.special over the tensor API
     "sparse": 5,  # torch.sparse's names that hold on dense tensors, over the tensor API
     "quasirandom": 5,  # torch.quasirandom: Sobol' points (SciPy) made into tensors
-    "signal": 5,  # Burn's burn_tensor::signal (real FFTs as real pairs) over the tensor API
+    # Burn's burn_tensor::signal (real FFTs as real pairs) over the tensor API, and torch's
+    # stft/istft (istft over torch.fft's transforms)
+    "signal": 5.5,
     "cuda": 5,  # torch.cuda's queries, answered by the backend layer
     "cpu": 5,  # torch.cpu: the CPU's device queries and torch.cpu.amp (amp's autocast)
     "return_types": 6,  # torch.return_types: the result classes of the tensor API and linalg
@@ -75,8 +77,8 @@ LAYERS = {
     # torch's optimizer step hooks, shared by the optimizers (layer 7) and
     # distributed.ZeroRedundancyOptimizer (layer 5)
     "step_hooks": 4,  # torch.accelerator: cuda's queries (layer 5), device-agnostic
-    # torch forms that cannot hold here (complex, sparse, nested): errors that say so; they
-    # import only the errors (and fft/nested the refusals), so they sit low
+    # torch forms that cannot hold here (sparse, nested, shared memory): errors that say so;
+    # they import only the errors (and nested the refusals), so they sit low
     "unsupported": 1,
     # torch.amp's names (autocast, GradScaler): they import only the errors; torch.cuda.amp
     # re-exports them
@@ -84,7 +86,7 @@ LAYERS = {
     # torch.backends flags, and torch's process-wide settings and dtype queries
     "backends": 5,
     "runtime_settings": 5,
-    "fft": 5,  # torch.fft: the complex transforms refused, the real helpers over the tensor API
+    "fft": 5,  # torch.fft: the transforms and helpers over the tensor API (complex tensors)
     "nested": 2,
     # torch.func's transforms, over torch.autograd.functional's pieces, and functional_call
     # (nn.utils.stateless's, re-exported)

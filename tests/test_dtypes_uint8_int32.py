@@ -454,8 +454,8 @@ def test_serialization_round_trips_a_uint8_buffer():
 
 
 def test_refusals_name_the_dtypes():
-    with pytest.raises(rg.DTypeError, match="complex64"):
-        rg.zeros(2, dtype=rg.complex64)
+    with pytest.raises(rg.DTypeError, match="quint8"):
+        rg.zeros(2, dtype="quint8")
     with pytest.raises(rg.DTypeError, match="mask"):
         rg.ones(2).masked_fill(rg.ones(2, dtype=rg.uint8), 0.0)
     x = rg.tensor([1, 2], dtype=rg.uint8)

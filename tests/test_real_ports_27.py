@@ -363,43 +363,30 @@ def generate(
 '''
 
 
-# retrograd has no complex dtype (a deliberate limit, API.md section 10): ``torch.polar`` and
-# ``view_as_complex`` are refused with a DTypeError that says to keep the real and imaginary parts
-# as two real tensors. The port does that in the two rotary functions and nowhere else.
-LLAMA_ROTARY = [
-    (
-        "    freqs_cis = torch.polar(torch.ones_like(freqs), freqs)  # complex64\n",
-        "    freqs_cis = torch.stack([torch.cos(freqs), torch.sin(freqs)], dim=-1)  # (real, imag)\n",
-    ),
-    (
-        """    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
-    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
-    freqs_cis = reshape_for_broadcast(freqs_cis, xq_)
-    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
-    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
-""",
-        """    xq_ = xq.float().reshape(*xq.shape[:-1], -1, 2)
-    xk_ = xk.float().reshape(*xk.shape[:-1], -1, 2)
-    cos, sin = freqs_cis.view(1, xq_.shape[1], 1, xq_.shape[-2], 2).unbind(-1)
-
-    def rotate(x):
-        re, im = x.unbind(-1)
-        return torch.stack([re * cos - im * sin, re * sin + im * cos], dim=-1)
-
-    xq_out = rotate(xq_).flatten(3)
-    xk_out = rotate(xk_).flatten(3)
-""",
-    ),
-]
-
-
-def test_complex_rotary_is_refused_with_a_clear_error():
-    """The unported ``precompute_freqs_cis`` stops at ``torch.polar`` with the DTypeError that
-    names the way out (torch returns complex64 there)."""
-    assert torch.polar(torch.ones(2), torch.zeros(2)).dtype == torch.complex64
-    names = run_source(LLAMA_SOURCE, rg)
-    with pytest.raises(rg.DTypeError, match="polar: retrograd has no complex tensors"):
-        names["precompute_freqs_cis"](4, 3)
+def test_complex_rotary_embedding_runs_as_written():
+    """``precompute_freqs_cis`` (``torch.polar``, complex64) and ``apply_rotary_emb``
+    (``view_as_complex``, a complex product, ``view_as_real``) as Meta wrote them, values and
+    gradients against torch."""
+    rng = np.random.default_rng(27)
+    xq, xk = rng.standard_normal((2, 3, 2, 8)), rng.standard_normal((2, 3, 1, 8))
+    results = []
+    for lib in (torch, rg):
+        names = run_source(LLAMA_SOURCE, lib)
+        freqs_cis = names["precompute_freqs_cis"](8, 3)
+        assert freqs_cis.dtype == lib.complex64
+        q, k = lib.tensor(xq, requires_grad=True), lib.tensor(xk, requires_grad=True)
+        q_out, k_out = names["apply_rotary_emb"](q, k, freqs_cis)
+        loss = (q_out * q_out.detach().sin()).sum() + (k_out**3).sum()
+        if lib is torch:
+            grads = torch.autograd.grad(loss, [q, k])
+        else:
+            gradients = loss.backward()
+            grads = [q.grad(gradients), k.grad(gradients)]
+        results.append(
+            [q_out.detach().numpy(), k_out.detach().numpy(), *[g.numpy() for g in grads]]
+        )
+        assert q_out.dtype == lib.float64  # type_as(xq)
+    assert_records_agree(results[1], results[0], rtol=1e-5, atol=1e-6)
 
 
 def _multinomial(lib, draws):
@@ -416,7 +403,7 @@ def _multinomial(lib, draws):
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_meta_llama_generation_with_kv_cache_matches_torch(monkeypatch, temperature):
-    theirs, ours = both(LLAMA_SOURCE, LLAMA_ROTARY)
+    theirs, ours = both(LLAMA_SOURCE, [])
     prompts = [[3, 7, 2, 9], [5, 4], [8, 6, 6]]
     records, initial = [], None
     for lib, names in ((torch, theirs), (rg, ours)):

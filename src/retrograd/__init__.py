@@ -169,7 +169,7 @@ from .runtime_settings import (
     use_deterministic_algorithms,
 )
 from .serialization import load, save
-from .signal import stft
+from .signal import istft, stft
 from .tensor import (
     as_tensor,
     asarray,
@@ -194,6 +194,7 @@ from .tensor import foreach as _foreach
 from .tensor import functions as _functions
 from .tensor import torch_functions as _torch_functions
 from .tensor.assembly import *  # noqa: F403 (more function forms: assembly.__all__)
+from .tensor.complexes import complex, polar, view_as_complex, view_as_real  # noqa: A004 (torch's names)
 from .tensor.creation import torch_range as range  # noqa: A004 (torch's deprecated range)
 from .tensor.dtypes import DTYPE_OBJECTS as _DTYPES
 from .tensor.dtypes import Size, dtype, finfo, iinfo
@@ -233,7 +234,7 @@ from .tensor.legacy import (
 from .tensor.special import xlogy
 from .tensor.storage import TypedStorage, UntypedStorage, is_storage
 from .tensor.torch_functions import *  # noqa: F403 (more function forms: torch_functions.__all__)
-from .unsupported import istft, polar, sparse_coo_tensor, spmm, view_as_complex, view_as_real
+from .unsupported import sparse_coo_tensor, spmm
 
 # dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
 float32 = _DTYPES["float32"]
@@ -255,6 +256,7 @@ long = int64
 int = int32  # noqa: A001 (torch's name)
 short = int16
 cfloat = complex64
+cdouble = complex128
 pi = 3.141592653589793
 e = 2.718281828459045
 inf = _math.inf
@@ -353,7 +355,9 @@ __all__ += [
     "autograd",
     "bfloat16",
     "bool",
+    "cdouble",
     "cfloat",
+    "complex",
     "complex128",
     "complex64",
     "device",

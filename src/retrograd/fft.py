@@ -1,8 +1,10 @@
-"""torch's ``torch.fft``. Every transform there returns complex values (or, for the inverse
-real ones and ``hfft``, reads them), and retrograd has no complex tensors, so each raises an
-error that says so (:mod:`retrograd.unsupported`), naming :mod:`retrograd.signal`'s real pairs
-where they do the same work. The helpers that stay real are here with torch's meaning:
-:func:`fftfreq`, :func:`rfftfreq`, :func:`fftshift` and :func:`ifftshift`.
+"""torch's ``torch.fft``: ``fft ifft rfft irfft hfft ihfft`` along one dim, their ``2``
+and ``n`` forms along several, with torch's ``n``/``s``/``dim``/``norm``
+and its gradients (each transform is linear: its gradient is the adjoint transform; the real
+inverse ones differentiate as torch's ``c2r``, the imaginary parts at frequency 0 and at the
+Nyquist frequency counting for nothing). One kernel computes them all, the backends' complex
+``fftn``; the real and Hermitian forms are built on it. The helpers: :func:`fftfreq`,
+:func:`rfftfreq`, :func:`fftshift` and :func:`ifftshift`.
 
 >>> import retrograd as rg
 >>> rg.fft.fftfreq(5).tolist()
@@ -15,14 +17,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 from .backend.protocol import default_float_dtype
-from .errors import InvalidArgumentError, guard
-from .tensor import Tensor, arange
+from .errors import DTypeError, InvalidArgumentError, guard
+from .tensor import Tensor, arange, cat, zeros
 from .tensor._dispatch import normalize_dim
 from .tensor.creation import _no_out
-from .unsupported import no_complex
 
 __all__ = [
     "fft",
@@ -49,41 +50,218 @@ __all__ = [
     "rfftn",
 ]
 
-#: the transforms :mod:`retrograd.signal` does on real pairs
-_SIGNAL = {
-    "rfft": "rg.signal.rfft(x, dim, n) gives the real and imaginary parts",
-    "irfft": "rg.signal.irfft(re, im, dim, n) inverts rg.signal.rfft's pair",
-}
+_NORMS = ("backward", "ortho", "forward")
 
 
-def _refused(name: str, signature: str) -> Callable[..., NoReturn]:
-    def transform(*args: Any, **kwargs: Any) -> NoReturn:
-        hint = _SIGNAL.get(name)
-        no_complex(f"fft.{name}" + (f" ({hint})" if hint else ""))
+def _norm(op: str, norm: Any) -> str:
+    if norm is None:
+        return "backward"
+    if norm not in _NORMS:
+        raise InvalidArgumentError(
+            f"fft.{op}: invalid normalization mode {norm!r}; expected one of {_NORMS} or None"
+        )
+    return norm
 
-    transform.__name__ = transform.__qualname__ = name
-    transform.__doc__ = f"Refused: it computes in complex numbers (torch: ``{name}{signature}``)."
+
+def _dual(norm: str) -> str:
+    """The normalization of the other direction that gives the same scaling (``hfft`` is
+    ``irfft`` of the conjugate, scaled as a forward transform)."""
+    return {"backward": "forward", "forward": "backward"}.get(norm, norm)
+
+
+def _tensor(op: str, input: Any) -> Tensor:  # noqa: A002 (torch's name)
+    if not isinstance(input, Tensor):
+        raise InvalidArgumentError(f"fft.{op}: expected a tensor, got {type(input).__name__}")
+    return input
+
+
+def _as_complex(op: str, x: Tensor) -> Tensor:
+    """``x`` in the complex dtype torch computes its transform in (float64: complex128; other
+    real dtypes: the default float dtype's complex one)."""
+    if x.is_complex():
+        return x
+    if x.dtype not in ("float32", "float64"):
+        x = x.to(default_float_dtype())
+    return x.to("complex128" if x.dtype == "float64" else "complex64")
+
+
+def _real_input(op: str, x: Tensor) -> Tensor:
+    if x.is_complex():
+        raise DTypeError(f"fft.{op} expects a real input tensor, but got {x.dtype}")
+    return x if x.dtype in ("float32", "float64") else x.to(default_float_dtype())
+
+
+def _resized(op: str, x: Tensor, dim: int, n: int) -> Tensor:
+    """``x`` cut or zero-padded at the end of ``dim`` to ``n`` entries, as torch's ``n=``."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n!r}) specified")
+    size = x.shape[dim]
+    if n == size:
+        return x
+    if n < size:
+        return x.narrow(dim, 0, n)
+    shape = list(x.shape)
+    shape[dim] = n - size
+    return cat([x, zeros(shape, dtype=x.dtype, device=x.device)], dim)
+
+
+def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tuple, tuple]:
+    """torch's ``s``/``dim`` of an n-dimensional transform: the dims (normalized) and the
+    sizes (``None`` where the input's own)."""
+    if dim is None:
+        if s is None:
+            dims = tuple(range(x.ndim)) if default_all else (x.ndim - 2, x.ndim - 1)
+        else:
+            dims = tuple(range(x.ndim - len(s), x.ndim))
+    else:
+        dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        dims = tuple(normalize_dim(f"fft.{op}", d, x.ndim) for d in dims)
+    if len(set(dims)) != len(dims):
+        raise InvalidArgumentError(f"fft.{op}: dims must be unique, got {dims}")
+    if s is None:
+        sizes = (None,) * len(dims)
+    else:
+        sizes = tuple(None if n == -1 else n for n in s)
+        if len(sizes) != len(dims):
+            raise InvalidArgumentError(
+                f"fft.{op}: when given, dim and s must have one length, got {len(dims)} dims "
+                f"and s of length {len(sizes)}"
+            )
+    return dims, sizes
+
+
+def _c2c(op: str, x: Tensor, dims: tuple, sizes: tuple, inverse: bool, norm: str) -> Tensor:
+    x = _as_complex(op, x)
+    for d, n in zip(dims, sizes):
+        if n is not None:
+            x = _resized(op, x, d, n)
+    return x._apply("fftn", (x,), (dims, inverse, norm))
+
+
+def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
+    """The real inverse transform along ``dim`` of the one-sided spectrum ``x``: the full
+    Hermitian spectrum (``X[n - k] = conj(X[k])``), inverted, its real part. The imaginary
+    parts at frequency 0 and, for even ``n``, at ``n / 2`` count for nothing, as in torch's
+    ``c2r``; the gradient is the adjoint of this map, torch's."""
+    x = _as_complex(op, x)
+    if n is None:
+        n = 2 * (x.shape[dim] - 1)
+        if n < 1:
+            raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n}) specified")
+    half = _resized(op, x, dim, n // 2 + 1)
+    mirrored = half.narrow(dim, 1, n - n // 2 - 1).flip(dim).conj()
+    full = cat([half, mirrored], dim)
+    return full._apply("fftn", (full,), ((dim,), True, norm)).real
+
+
+def fft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
+    """torch's ``fft.fft``: the discrete Fourier transform along ``dim`` (complex result)."""
+    x = _tensor("fft", input)
+    return _c2c("fft", x, (normalize_dim("fft.fft", dim, x.ndim),), (n,), False, _norm("fft", norm))
+
+
+def ifft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
+    """torch's ``fft.ifft``: the inverse transform along ``dim``."""
+    x = _tensor("ifft", input)
+    d = normalize_dim("fft.ifft", dim, x.ndim)
+    return _c2c("ifft", x, (d,), (n,), True, _norm("ifft", norm))
+
+
+def rfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
+    """torch's ``fft.rfft``: the ``n // 2 + 1`` non-negative frequencies of a real signal."""
+    x = _real_input("rfft", _tensor("rfft", input))
+    d = normalize_dim("fft.rfft", dim, x.ndim)
+    full = _c2c("rfft", x, (d,), (n,), False, _norm("rfft", norm))
+    return full.narrow(d, 0, full.shape[d] // 2 + 1)
+
+
+def irfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
+    """torch's ``fft.irfft``: the real signal of ``n`` samples (default ``2 * (m - 1)``) of a
+    one-sided spectrum."""
+    x = _tensor("irfft", input)
+    return _c2r("irfft", x, normalize_dim("fft.irfft", dim, x.ndim), n, _norm("irfft", norm))
+
+
+def hfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
+    """torch's ``fft.hfft``: the (real) transform of a Hermitian-symmetric signal given by
+    its one-sided half."""
+    x = _as_complex("hfft", _tensor("hfft", input))
+    d = normalize_dim("fft.hfft", dim, x.ndim)
+    return _c2r("hfft", x.conj(), d, n, _dual(_norm("hfft", norm)))
+
+
+def ihfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
+    """torch's ``fft.ihfft``: the inverse of :func:`hfft`, of a real signal."""
+    x = _real_input("ihfft", _tensor("ihfft", input))
+    d = normalize_dim("fft.ihfft", dim, x.ndim)
+    full = _c2c("ihfft", x, (d,), (n,), False, _dual(_norm("ihfft", norm)))
+    return full.narrow(d, 0, full.shape[d] // 2 + 1).conj()
+
+
+def _n_dimensional(op: str, inverse: bool, default_all: bool):
+    def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
+        x = _tensor(op, input)
+        dims, sizes = _dims(op, x, s, dim, default_all)
+        return _c2c(op, x, dims, sizes, inverse, _norm(op, norm))
+
     return transform
 
 
-fft = _refused("fft", "(input, n, dim, norm)")
-ifft = _refused("ifft", "(input, n, dim, norm)")
-rfft = _refused("rfft", "(input, n, dim, norm)")
-irfft = _refused("irfft", "(input, n, dim, norm)")
-hfft = _refused("hfft", "(input, n, dim, norm)")
-ihfft = _refused("ihfft", "(input, n, dim, norm)")
-fft2 = _refused("fft2", "(input, s, dim=(-2, -1), norm)")
-ifft2 = _refused("ifft2", "(input, s, dim=(-2, -1), norm)")
-rfft2 = _refused("rfft2", "(input, s, dim=(-2, -1), norm)")
-irfft2 = _refused("irfft2", "(input, s, dim=(-2, -1), norm)")
-hfft2 = _refused("hfft2", "(input, s, dim=(-2, -1), norm)")
-ihfft2 = _refused("ihfft2", "(input, s, dim=(-2, -1), norm)")
-fftn = _refused("fftn", "(input, s, dim, norm)")
-ifftn = _refused("ifftn", "(input, s, dim, norm)")
-rfftn = _refused("rfftn", "(input, s, dim, norm)")
-irfftn = _refused("irfftn", "(input, s, dim, norm)")
-hfftn = _refused("hfftn", "(input, s, dim, norm)")
-ihfftn = _refused("ihfftn", "(input, s, dim, norm)")
+def _real_n_dimensional(op: str, default_all: bool):
+    def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
+        x = _real_input(op, _tensor(op, input))
+        dims, sizes = _dims(op, x, s, dim, default_all)
+        full = _c2c(op, x, dims, sizes, False, _norm(op, norm))
+        last = dims[-1]
+        return full.narrow(last, 0, full.shape[last] // 2 + 1)
+
+    return transform
+
+
+def _inverse_real_n_dimensional(op: str, default_all: bool):
+    def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
+        x = _tensor(op, input)
+        dims, sizes = _dims(op, x, s, dim, default_all)
+        mode = _norm(op, norm)
+        x = _c2c(op, x, dims[:-1], sizes[:-1], True, mode)
+        return _c2r(op, x, dims[-1], sizes[-1], mode)
+
+    return transform
+
+
+def _hermitian_n_dimensional(op: str, default_all: bool):
+    """``hfft2``/``hfftn``: :func:`irfftn` of the conjugate, scaled as a forward transform."""
+    inverse_real = _inverse_real_n_dimensional(op, default_all)
+
+    def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
+        x = _as_complex(op, _tensor(op, input))
+        return inverse_real(x.conj(), s, dim, _dual(_norm(op, norm)))
+
+    return transform
+
+
+def _inverse_hermitian_n_dimensional(op: str, default_all: bool):
+    """``ihfft2``/``ihfftn``: the conjugate of :func:`rfftn`, scaled as an inverse one."""
+    real = _real_n_dimensional(op, default_all)
+
+    def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
+        return real(input, s, dim, _dual(_norm(op, norm))).conj()
+
+    return transform
+
+
+fft2 = _n_dimensional("fft2", False, False)
+ifft2 = _n_dimensional("ifft2", True, False)
+fftn = _n_dimensional("fftn", False, True)
+ifftn = _n_dimensional("ifftn", True, True)
+rfft2 = _real_n_dimensional("rfft2", False)
+rfftn = _real_n_dimensional("rfftn", True)
+irfft2 = _inverse_real_n_dimensional("irfft2", False)
+irfftn = _inverse_real_n_dimensional("irfftn", True)
+hfft2 = _hermitian_n_dimensional("hfft2", False)
+ihfft2 = _inverse_hermitian_n_dimensional("ihfft2", False)
+hfftn = _hermitian_n_dimensional("hfftn", True)
+ihfftn = _inverse_hermitian_n_dimensional("ihfftn", True)
 
 
 def _frequencies(op: str, n: Any, d: float, out: Any, kwargs: dict) -> Tensor:

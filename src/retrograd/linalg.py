@@ -9,7 +9,7 @@ the decompositions :func:`eigh`/:func:`eigvalsh`, :func:`svd`/:func:`svdvals`, :
 factors into one array); :func:`lstsq`, :func:`solve_triangular`, :func:`multi_dot`,
 :func:`cross`, :func:`vecdot`, :func:`matmul`, :func:`diagonal`, :func:`matrix_rank`,
 :func:`cond`, :func:`vander` and the ``_ex`` variants. torch's ``eig``/``eigvals`` (complex
-results) are not here: retrograd has no complex dtypes.
+results) are not here yet (its complex tensors have no decompositions).
 
 >>> import retrograd as rg
 >>> rg.linalg.inv(rg.tensor([[2.0, 0.0], [0.0, 4.0]], dtype="float64")).tolist()

@@ -321,7 +321,7 @@ class _Reader:
             name = node["tensor"]
             if name not in self.made:
                 values = self.archive[name]
-                if values.dtype.kind not in "biuf":  # a damaged header: not numbers
+                if values.dtype.kind not in "biufc":  # a damaged header: not numbers
                     raise ValueError(f"entry {name} holds {values.dtype} values, not numbers")
                 self.made[name] = self.make(values, node.get("dtype"), node.get("requires_grad"))
             return self.made[name]

@@ -1,9 +1,9 @@
 """Burn's ``burn_tensor::signal``: the real FFT of real signals as a pair of real tensors
-(retrograd has no complex dtype, so ``torch.fft.rfft`` itself is refused, :mod:`.fft`). Each
+(``torch.fft.rfft`` itself, of complex result, is :mod:`.fft`'s). Each
 transform is a matmul with a cosine and a sine matrix over the tensor API, so both directions
 are differentiable and their gradients are the adjoint maps, as torch's are. torch's ``stft``
-is here too, in its real form (``return_complex=False``), exported as ``rg.stft`` and
-``Tensor.stft``.
+is here too (``return_complex=False`` and ``True``), exported as ``rg.stft`` and
+``Tensor.stft``, and its inverse ``istft`` (``rg.istft``).
 
 >>> import retrograd as rg
 >>> re, im = rg.signal.rfft(rg.tensor([1.0, 2.0, 3.0, 4.0]), 0)
@@ -22,8 +22,9 @@ import numpy as np
 from .errors import DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
 from .tensor import FLOAT_DTYPES, Tensor, cat, stack, tensor, zeros
 from .tensor._dispatch import int_argument, lift, normalize_dim, result_dtype
+from .tensor.complexes import view_as_complex
 
-__all__ = ["irfft", "rfft", "stft"]
+__all__ = ["irfft", "istft", "rfft", "stft"]
 
 
 def rfft(signal: Tensor, dim: int, n: int | None = None) -> tuple[Tensor, Tensor]:
@@ -81,9 +82,9 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     real and imaginary parts in a last dimension of 2, shape ``(batch?, n_freq, n_frames, 2)``
     (HiFi-GAN's and Tacotron's mel spectrograms, ``torch.sqrt(spec.pow(2).sum(-1) + 1e-9)``).
     The frames (``unfold``), times the window, times a cosine and a sine matrix: gradients
-    reach the signal and the window. retrograd has no complex tensors, so
-    ``return_complex=True`` is refused with a ``DTypeError``; as in torch, a real signal needs
-    ``return_complex`` given."""
+    reach the signal and the window. ``return_complex=True`` gives the complex spectrum
+    ``(batch?, n_freq, n_frames)``; as in torch, a real signal needs ``return_complex``
+    given."""
     fn = "stft"
     if return_complex is None:
         raise InvalidArgumentError(
@@ -92,12 +93,6 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
         )
     if not isinstance(return_complex, bool):  # torch's argument parser takes a bool only
         raise DTypeError(f"{fn}: return_complex must be a bool, got {return_complex!r}")
-    if return_complex:
-        raise DTypeError(
-            f"{fn}: retrograd has no complex tensors, so return_complex=True cannot hold; "
-            "return_complex=False gives the real and imaginary parts in a last dimension of 2 "
-            "(torch.view_as_real of the complex result)"
-        )
     signal = _float(fn, input)
     if signal.ndim not in (1, 2):
         raise ShapeError(f"{fn}: expected a 1-d or 2-d input, got shape {shape_text(signal.shape)}")
@@ -146,7 +141,79 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     else:
         re, im = _nonfinite_spectrum(frames, _matrix(signal, cosines), _matrix(signal, sines))
     spectrum = stack([re, im], -1).transpose(-3, -2)
-    return spectrum if signal.ndim == 2 else spectrum.squeeze(0)
+    spectrum = spectrum if signal.ndim == 2 else spectrum.squeeze(0)
+    return view_as_complex(spectrum) if return_complex else spectrum
+
+
+def istft(input: Tensor, n_fft: int, hop_length: int | None = None,  # noqa: A002
+          win_length: int | None = None, window: Any = None, center: bool = True,
+          normalized: bool = False, onesided: bool | None = None, length: int | None = None,
+          return_complex: bool = False) -> Tensor:  # fmt: skip
+    """torch's ``istft``: the signal of a complex spectrum ``(batch?, n_freq, n_frames)`` (as
+    ``stft(..., return_complex=True)`` makes it): each frame's inverse DFT times the window,
+    overlap-added and divided by the overlap-added squared window. Differentiable in the
+    spectrum and the window."""
+    fn = "istft"
+    if not isinstance(input, Tensor) or not input.is_complex():
+        kind = input.dtype if isinstance(input, Tensor) else type(input).__name__
+        raise DTypeError(f"{fn} requires a complex-valued input tensor, got {kind}")
+    if return_complex:
+        raise DTypeError(f"{fn}: return_complex=True is not implemented in retrograd")
+    if input.ndim not in (2, 3):
+        raise ShapeError(
+            f"{fn}: expected a 2-d or 3-d spectrum (batch?, n_freq, n_frames), got shape "
+            f"{shape_text(input.shape)}"
+        )
+    spectrum = input if input.ndim == 3 else input.unsqueeze(0)
+    n_fft = _positive(fn, "n_fft", n_fft)
+    hop_length = n_fft // 4 if hop_length is None else _positive(fn, "hop_length", hop_length)
+    win_length = n_fft if win_length is None else _positive(fn, "win_length", win_length)
+    if win_length > n_fft:
+        raise InvalidArgumentError(
+            f"{fn}: expected 0 < win_length <= n_fft, got win_length={win_length}, n_fft={n_fft}"
+        )
+    n_freq, n_frames = spectrum.shape[-2:]
+    onesided = n_freq != n_fft if onesided is None else onesided
+    if n_freq != (n_fft // 2 + 1 if onesided else n_fft):
+        raise ShapeError(
+            f"{fn}: expected {n_fft // 2 + 1 if onesided else n_fft} frequencies for "
+            f"n_fft={n_fft} (onesided={onesided}), got {n_freq}"
+        )
+    real_dtype = spectrum.real.dtype
+    if window is None:
+        window = tensor(np.ones(win_length), dtype=real_dtype, backend=input.backend)
+    elif not isinstance(window, Tensor) or window.shape != (win_length,):
+        got = shape_text(window.shape) if isinstance(window, Tensor) else type(window).__name__
+        raise ShapeError(f"{fn}: expected a 1-d window of size win_length={win_length}, got {got}")
+    left = (n_fft - win_length) // 2
+    window = _fit(_fit(window.to(real_dtype).flip(0), 0, win_length + left).flip(0), 0, n_fft)
+    from . import fft
+
+    norm = "ortho" if normalized else "backward"
+    columns = spectrum.transpose(-2, -1)
+    frames = (
+        fft.irfft(columns, n_fft, -1, norm) if onesided else fft.ifft(columns, n_fft, -1, norm).real
+    )
+    total = n_fft + hop_length * (n_frames - 1)
+    overlap = (frames * window)._apply("fold", (frames * window,), (1, n_fft, hop_length, total))
+    squares = (window * window).expand(1, n_frames, n_fft)
+    envelope = squares._apply("fold", (squares,), (1, n_fft, hop_length, total))
+    start = n_fft // 2 if center else 0
+    if length is not None:
+        end = start + _positive(fn, "length", length)
+    else:
+        end = total - n_fft // 2 if center else total
+    kept = min(end, total)
+    signal, envelope = overlap[:, start:kept], envelope[:, start:kept]
+    if bool((envelope.abs() < 1e-11).any().item()):
+        raise InvalidArgumentError(
+            f"{fn}: window overlap add min: the squared window overlap-added with hop_length="
+            f"{hop_length} is zero somewhere (torch refuses this window and hop too)"
+        )
+    signal = signal / envelope
+    if end > total:
+        signal = _fit(signal, 1, end - start)
+    return signal if input.ndim == 3 else signal.squeeze(0)
 
 
 def _nonfinite_spectrum(frames: Tensor, cosines: Tensor, sines: Tensor) -> tuple[Tensor, Tensor]:

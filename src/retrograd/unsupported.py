@@ -1,20 +1,21 @@
 """torch forms that cannot hold in retrograd, each an error that says so (API.md section 10):
-complex tensors (``view_as_real``, ``view_as_complex``, ``polar``, ``istft``, and
-:mod:`retrograd.fft`),
 sparse layouts (``sparse_coo_tensor``, ``Tensor.to_sparse``) and nested tensors
 (:mod:`retrograd.nested`), and memory shared between processes (``share_memory``).
 ``spmm`` is here too, with the one meaning it keeps on dense
 tensors: ``mm``.
 
-Tensors here are dense and real: float32/float64 (bfloat16/float16 on torch), int64, bool.
-A name torch code uses is better met by an error that names what is missing than by an
-``AttributeError``, and never by a result that differs from torch's.
+Tensors here are dense. Complex tensors (complex64, complex128) exist, with the ops that
+compute them (:mod:`retrograd.tensor.complexes`, :mod:`retrograd.fft`); an op without complex
+kernels refuses a complex tensor by name (``tensor/_dispatch.py``'s ``refuse_complex``), as
+does :func:`no_complex` for what still has none. A name torch code uses is better met by an
+error that names what is missing than by an ``AttributeError``, and never by a result that
+differs from torch's.
 
 >>> import retrograd as rg
->>> rg.view_as_real(rg.ones((2,)))
+>>> rg.sparse_coo_tensor(rg.tensor([[0]]), rg.ones((1,)), (1,))
 Traceback (most recent call last):
 ...
-retrograd.errors.DTypeError: view_as_real: retrograd has no complex tensors ...
+retrograd.errors.InvalidArgumentError: sparse_coo_tensor: retrograd has no sparse layouts ...
 """
 
 from __future__ import annotations
@@ -25,23 +26,19 @@ from .errors import DTypeError, InvalidArgumentError
 
 __all__ = [
     "dense_mm",
-    "istft",
     "no_complex",
     "no_nested",
     "no_shared_memory",
     "no_sparse",
-    "polar",
     "sparse_coo_tensor",
     "spmm",
-    "view_as_complex",
-    "view_as_real",
 ]
 
 
-def no_complex(op: str) -> NoReturn:
+def no_complex(op: str, dtype: str = "complex") -> NoReturn:
     raise DTypeError(
-        f"{op}: retrograd has no complex tensors (dtypes: float32, float64, int64, bool; "
-        "bfloat16/float16 on rg.TorchBackend); keep real and imaginary parts as two real tensors"
+        f"{op}: not implemented for {dtype} tensors in retrograd; compute with the real and "
+        "imaginary parts (.real, .imag) as two real tensors"
     )
 
 
@@ -66,28 +63,6 @@ def no_shared_memory(op: str) -> NoReturn:
         "train data-parallel with rg.nn.parallel.DistributedDataParallel (threads or "
         "processes), or share a model between threads, which needs no call"
     )
-
-
-def view_as_real(input: Any) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: no complex tensors."""
-    no_complex("view_as_real")
-
-
-def view_as_complex(input: Any) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: no complex tensors."""
-    no_complex("view_as_complex")
-
-
-def istft(input: Any, n_fft: int, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: torch's ``istft`` reads only the complex spectrum of ``stft(...,
-    return_complex=True)`` (a real one is a ``RuntimeError`` there), and retrograd has no
-    complex tensors."""
-    no_complex("istft")
-
-
-def polar(abs: Any, angle: Any, *, out: Any = None) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: no complex tensors."""
-    no_complex("polar")
 
 
 def sparse_coo_tensor(indices: Any, values: Any, size: Any = None, **kwargs: Any) -> NoReturn:

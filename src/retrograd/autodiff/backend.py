@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backend.numpy_backend import NumpyBackend
-from ..backend.protocol import FLOAT_DTYPES, Backend
+from ..backend.protocol import COMPLEX_DTYPES, COMPLEX_SEEN, GRAD_DTYPES, Backend
 from ..errors import AutodiffError, DTypeError
 from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OPS)
 from .checkpoint import CheckpointStrategy, NoCheckpointing
@@ -145,6 +145,8 @@ class Autodiff(Backend):
         """
         if DISABLED_THREADS[0] and not _MODE.enabled:  # in rg.no_grad() in this thread
             return AutodiffPrimitive(out, None)
+        if COMPLEX_SEEN[0]:  # complex arrays exist: an op with a complex operand or output
+            recipe = _complex_recipe(self.inner, recipe, inputs, parents, out)
         meta = recipe.meta
         if meta:
             inner = self.inner
@@ -287,7 +289,7 @@ class Autodiff(Backend):
 
     def cast(self, x, dtype):
         value = self.inner.cast(x.value, dtype)
-        if x.node is None or dtype not in FLOAT_DTYPES:
+        if x.node is None or dtype not in GRAD_DTYPES:
             return AutodiffPrimitive(value, None)
         return self._record(_CAST_RECIPE, (x,), (x.node,), (dtype,), value, None)
 
@@ -492,6 +494,36 @@ def _recipe(op: Op, mask: tuple, broadcast: Any) -> Recipe:
 
 
 _OUTPUT_RECIPES: dict[tuple[Op, tuple], Recipe] = {}
+_COMPLEX_RECIPES: dict[tuple, Recipe] = {}
+
+
+def _complex_recipe(inner: Backend, recipe: Recipe, inputs: tuple, parents: tuple, out: Any):
+    """``recipe``, or, where an operand or the output of its op is complex, the recipe of the
+    op's complex twin (:meth:`~retrograd.autodiff.ops.Op.complex_twin`); an op without complex
+    rules is refused there."""
+    dtype = inner.dtype
+    real_inputs = tuple([dtype(x.value) not in COMPLEX_DTYPES for x in inputs])
+    if False not in real_inputs and dtype(out) not in COMPLEX_DTYPES:
+        return recipe
+    op = recipe.op
+    if op.complex_vjps is None:
+        complex_dtype = next(
+            (dtype(v) for v in (out, *[x.value for x in inputs]) if dtype(v) in COMPLEX_DTYPES),
+            "complex",
+        )
+        raise DTypeError(
+            f"{op.name}: retrograd has no gradient of {op.name} for {complex_dtype} tensors "
+            "(torch's complex autograd here covers arithmetic, exp/log/trigonometry, matmul, "
+            "reductions by sums, shape ops and torch.fft); detach() the input or compute "
+            "with the real and imaginary parts"
+        )
+    mask = tuple([parent is not None for parent in parents])
+    key = (op, real_inputs, mask, recipe.broadcast)
+    twin_recipe = _COMPLEX_RECIPES.get(key)
+    if twin_recipe is None:
+        twin = op.complex_twin(real_inputs)
+        twin_recipe = _COMPLEX_RECIPES[key] = _recipe(twin, mask, recipe.broadcast)
+    return twin_recipe
 
 
 def _output_recipe(op: Op, mask: tuple) -> Recipe:

@@ -26,6 +26,7 @@ records them too: that is ``backward(create_graph=True)``.
 
 from __future__ import annotations
 
+import cmath
 import inspect
 import math
 from collections.abc import Callable
@@ -88,9 +89,11 @@ class Op:
 
     __slots__ = (
         "_plans",
+        "_twins",
         "accumulate",
         "aux",
         "broadcast",
+        "complex_vjps",
         "forward",
         "inputs",
         "joint",
@@ -137,6 +140,10 @@ class Op:
         self.accumulate = accumulate
         self.rule_sources = tuple(self._sources(rule) if rule else () for rule in vjps or ())
         self._plans: dict[tuple[bool, ...], Plan] = {}
+        #: the rules for complex operands (:func:`complex_rules`), ``None`` where the op
+        #: has none: its record with a complex operand is refused
+        self.complex_vjps: tuple | None = None
+        self._twins: dict[tuple[bool, ...], Op] = {}
         if name in OPS:
             raise ValueError(f"op {name!r} declared twice")
         OPS[name] = self
@@ -169,6 +176,26 @@ class Op:
         if plan is None:
             plan = self._plans[mask] = Plan(self, mask)
         return plan
+
+    def complex_twin(self, real_inputs: tuple[bool, ...]) -> Op:
+        """This op with its complex rules, recorded in its place when an operand is complex
+        (``real_inputs`` saying which are real: the gradient of a real input is the real part
+        of its rule's, torch's ``handle_r_to_c``). Same name and forward (a checkpointer
+        recomputes it alike); not in :data:`OPS`."""
+        twin = self._twins.get(real_inputs)
+        if twin is None:
+            twin = object.__new__(Op)
+            for slot in Op.__slots__:
+                setattr(twin, slot, getattr(self, slot))
+            rules = self.complex_vjps
+            twin.vjps = tuple(
+                _real_part(rule) if rule is not None and real else rule
+                for rule, real in zip(rules, real_inputs + (False,) * len(rules))
+            )
+            twin.rule_sources = tuple(twin._sources(rule) if rule else () for rule in rules)
+            twin._plans, twin._twins = {}, {}
+            self._twins[real_inputs] = twin
+        return twin
 
     def run_forward(self, backend: Any, values: list, params: tuple) -> Any:
         """Run the forward on ``backend`` with the input ``values`` and the op's ``params``:
@@ -1208,6 +1235,138 @@ for _name in (
     untracked(_name, params=("s",))
 for _name in ("is_nan", "is_inf", "logical_not", "bitwise_not", "signbit", "frexp_exponent"):
     untracked(_name)
+
+
+# -- complex operands ----------------------------------------------------------------------------
+# torch's convention: the gradient of a real loss with respect to a complex ``z`` is the
+# conjugate Wirtinger derivative (``2z`` for ``|z|^2``), so a holomorphic op's rule multiplies
+# by the conjugate of its derivative (``mul``: ``g * conj(y)``). An op records its complex
+# rules here (:meth:`Op.complex_twin` swaps them in at record time, only when an operand is
+# complex); an op without them refuses a complex operand.
+def _real_part(rule):
+    def real_gradient(B, g, *args):
+        grad = rule(B, g, *args)
+        return B.real(grad) if B.dtype(grad) in ("complex64", "complex128") else grad
+
+    return real_gradient
+
+
+def complex_rules(name, *vjps):
+    """The rules of op ``name`` for complex operands, one per input (``None``: none)."""
+    OPS[name].complex_vjps = vjps
+
+
+def _conj_times(B, g, factor):
+    return B.mul(g, B.conj(factor))
+
+
+def _complex_sign(B, x):
+    """``x / |x|``, 0 at 0: torch's ``sgn``, the derivative of ``|x|``."""
+    magnitude = B.abs(x)
+    zero = B.equal_elem(magnitude, 0.0)
+    unit = B.div(x, B.cast(B.mask_fill(magnitude, zero, 1.0), B.dtype(x)))
+    return B.mask_fill(unit, zero, 0.0)
+
+
+# the linear ops: their rules hold as they are
+for _name in (
+    "add", "sub", "neg", "add_scalar", "sub_scalar", "rsub_scalar", "data_write", "cast", "sum",
+    "sum_dim", "mean", "mean_dim", "cumsum", "reshape", "permute", "swap_dims", "flip",
+    "expand", "slice", "slice_assign", "cat", "repeat_dim", "unfold", "fold", "gather",
+    "scatter_add", "scatter_assign", "select", "select_add", "select_assign", "mask_fill",
+    "mask_where",
+):  # fmt: skip
+    complex_rules(_name, *OPS[_name].vjps)
+complex_rules("mul", lambda B, g, y: _conj_times(B, g, y), lambda B, g, x: _conj_times(B, g, x))
+complex_rules(
+    "div",
+    lambda B, g, y: B.div(g, B.conj(y)),
+    lambda B, g, y, out: B.neg(B.div(_conj_times(B, g, out), B.conj(y))),
+)
+complex_rules("mul_scalar", lambda B, g, s: B.mul_scalar(g, complex(s).conjugate()))
+complex_rules("div_scalar", lambda B, g, s: B.div_scalar(g, complex(s).conjugate()))
+complex_rules("rdiv_scalar", lambda B, g, x, out: B.neg(B.div(_conj_times(B, g, out), B.conj(x))))
+complex_rules(
+    "pow_scalar",
+    lambda B, g, x, s: _conj_times(B, g, B.mul_scalar(B.pow_scalar(x, s - 1.0), s)),
+)
+complex_rules("abs", lambda B, g, x: B.mul(B.cast(g, B.dtype(x)), _complex_sign(B, x)))
+complex_rules("exp", lambda B, g, out: _conj_times(B, g, out))
+complex_rules("log", lambda B, g, x: B.div(g, B.conj(x)))
+complex_rules("sqrt", lambda B, g, out: B.div(B.mul_scalar(g, 0.5), B.conj(out)))
+complex_rules("square", lambda B, g, x: _conj_times(B, g, B.mul_scalar(x, 2.0)))
+complex_rules("recip", lambda B, g, out: B.neg(_conj_times(B, g, B.square(out))))
+complex_rules("sin", lambda B, g, x: _conj_times(B, g, B.cos(x)))
+complex_rules("cos", lambda B, g, x: B.neg(_conj_times(B, g, B.sin(x))))
+complex_rules("tanh", lambda B, g, out: _conj_times(B, g, B.rsub_scalar(B.square(out), 1.0)))
+complex_rules("sigmoid", lambda B, g, out: _conj_times(B, g, B.mul(out, B.rsub_scalar(out, 1.0))))
+complex_rules("tan", lambda B, g, out: _conj_times(B, g, B.add_scalar(B.square(out), 1.0)))
+complex_rules("expm1", lambda B, g, out: _conj_times(B, g, B.add_scalar(out, 1.0)))
+complex_rules("log1p", lambda B, g, x: B.div(g, B.conj(B.add_scalar(x, 1.0))))
+complex_rules("asin", lambda B, g, x: B.div(g, B.conj(B.sqrt(B.rsub_scalar(B.square(x), 1.0)))))
+complex_rules(
+    "acos", lambda B, g, x: B.neg(B.div(g, B.conj(B.sqrt(B.rsub_scalar(B.square(x), 1.0)))))
+)
+complex_rules("atan", lambda B, g, x: B.div(g, B.conj(B.add_scalar(B.square(x), 1.0))))
+complex_rules("asinh", lambda B, g, x: B.div(g, B.conj(B.sqrt(B.add_scalar(B.square(x), 1.0)))))
+# the principal branch's derivative, 1 / (sqrt(x - 1) sqrt(x + 1)), as torch's (not
+# 1 / sqrt(x^2 - 1), which differs in sign off the real line)
+complex_rules(
+    "acosh",
+    lambda B, g, x: B.div(
+        g, B.conj(B.mul(B.sqrt(B.sub_scalar(x, 1.0)), B.sqrt(B.add_scalar(x, 1.0))))
+    ),
+)
+complex_rules("atanh", lambda B, g, x: B.div(g, B.conj(B.rsub_scalar(B.square(x), 1.0))))
+
+
+def _complex_pow_x_vjp(B, g, x, y):
+    grad = _conj_times(B, g, B.mul(y, B.pow(x, B.sub_scalar(y, 1.0))))
+    return B.mask_fill(grad, B.equal_elem(y, 0.0), 0.0)
+
+
+def _complex_pow_y_vjp(B, g, x, out):
+    # torch's: g * conj(out * log(x)), zero where x is 0 (no 0 * -inf)
+    zero = B.equal_elem(x, 0.0)
+    grad = _conj_times(B, g, B.mul(out, B.log(B.mask_fill(x, zero, 1.0))))
+    return B.mask_fill(grad, zero, 0.0)
+
+
+complex_rules("pow", _complex_pow_x_vjp, _complex_pow_y_vjp)
+complex_rules(
+    "rpow_scalar",
+    lambda B, g, out, s: (
+        B.zeros_like(g) if s == 0 else _conj_times(B, g, B.mul_scalar(out, cmath.log(s)))
+    ),
+)
+complex_rules("sinh", lambda B, g, x: _conj_times(B, g, B.cosh(x)))
+complex_rules("cosh", lambda B, g, x: _conj_times(B, g, B.sinh(x)))
+complex_rules(
+    "matmul",
+    lambda B, g, y: B.matmul(g, B.conj(B.swap_dims(y, -1, -2))),
+    lambda B, g, x: B.matmul(B.conj(B.swap_dims(x, -1, -2)), g),
+)
+# the parts of a complex number, and the number of two parts
+unary("real", lambda B, g: B.cast(g, "complex128" if B.dtype(g) == "float64" else "complex64"))
+unary("imag", lambda B, g: B.complex(B.zeros_like(g), g))
+unary("conj", lambda B, g: B.conj(g))
+binary("complex", lambda B, g: B.real(g), lambda B, g: B.imag(g), broadcast=False)
+for _name in ("real", "imag", "conj", "complex"):
+    complex_rules(_name, *OPS[_name].vjps)
+
+
+def _fft_dual(norm):
+    return {"backward": "forward", "forward": "backward"}.get(norm, norm)
+
+
+# the transform is linear, its adjoint the inverse transform under the dual normalization
+unary(
+    "fftn",
+    lambda B, g, dims, inverse, norm: B.fftn(g, dims, not inverse, _fft_dual(norm)),
+    ("dims", "inverse", "norm"),
+    memory_bound=False,
+)
+complex_rules("fftn", *OPS["fftn"].vjps)
 
 
 def op_kind(name: str) -> str:

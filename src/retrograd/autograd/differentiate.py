@@ -175,6 +175,11 @@ def _weighted_sum(op: str, outs: list, weights: list, create_graph: bool) -> Ten
     terms = []
     for out, weight in zip(outs, weights):
         if weight is None:
+            if out.is_complex():
+                raise AutodiffError(
+                    f"{op}: grad can be implicitly created only for real scalar outputs, got "
+                    f"{out.dtype}; pass the output's gradient"
+                )
             if out.numel() != 1:
                 raise AutodiffError(
                     f"{op}: grad can be implicitly created only for scalar outputs, "

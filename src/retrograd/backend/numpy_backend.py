@@ -23,7 +23,14 @@ from .numpy_nn import NumpyNNKernels
 from .numpy_optim import NumpyOptimizerKernels
 from .numpy_rnn import NumpyRecurrentKernels
 from .numpy_transformer import NumpyTransformerKernels
-from .protocol import Backend, default_float_dtype, singular_matrix
+from .protocol import (
+    COMPLEX_DTYPES,
+    COMPLEX_SEEN,
+    Backend,
+    complex_draws,
+    default_float_dtype,
+    singular_matrix,
+)
 
 # NumPy warns where a float operation meets a pole or overflows (``log(0)``, ``1 / 0``,
 # ``exp(1000)``); torch gives the same infinities and NaN silently, and so does retrograd on
@@ -50,7 +57,11 @@ _DTYPES = {
     "int16": np.dtype(np.int16),
     "int8": np.dtype(np.int8),
 }
-_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+#: kept apart from ``_DTYPES``: a lookup of one notes that complex arrays exist
+#: (``COMPLEX_SEEN``), at no cost to the real dtypes' lookups
+_COMPLEX_DTYPES = {"complex64": np.dtype(np.complex64), "complex128": np.dtype(np.complex128)}
+_NAMES = {dtype: name for name, dtype in {**_DTYPES, **_COMPLEX_DTYPES}.items()}
+_COMPLEX_OF = {np.dtype(np.float32): np.complex64, np.dtype(np.float64): np.complex128}
 #: the integer dtypes of NumPy arrays that tensors made from them keep (others become int64)
 _KEPT_INTS = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.int16, np.int32))
 #: the dtypes whose sums and products are int64, as torch's (NumPy's of uint8 are uint64)
@@ -114,12 +125,17 @@ def numpy_dtype(dtype: str) -> np.dtype:
     try:
         return _DTYPES[dtype]
     except KeyError:
+        if dtype in _COMPLEX_DTYPES:
+            COMPLEX_SEEN[0] = True
+            return _COMPLEX_DTYPES[dtype]
         if dtype in ("bfloat16", "float16"):
             raise DTypeError(
                 f"dtype {dtype!r} is not supported by NumpyBackend; use rg.TorchBackend for "
                 "half-precision tensors"
             ) from None
-        raise DTypeError(f"unknown dtype {dtype!r}: expected one of {', '.join(_DTYPES)}") from None
+        raise DTypeError(
+            f"unknown dtype {dtype!r}: expected one of {', '.join(_NAMES.values())}"
+        ) from None
 
 
 def check_int64_range(array: np.ndarray) -> None:
@@ -161,6 +177,13 @@ def _canonical(array: np.ndarray, data: Any) -> np.ndarray:
         check_int64_range(array)  # int64's range give an object array: named, not "dtype object"
     if kind == "b":
         return array
+    if kind == "c":  # complex: a NumPy array keeps complex64/complex128, as torch.tensor's;
+        COMPLEX_SEEN[0] = True
+        # Python complex numbers take the default float dtype's complex dtype, as torch's
+        if isinstance(data, np.ndarray | np.generic):
+            return array if array.dtype == np.complex64 else array.astype(np.complex128)
+        host = np.complex128 if default_float_dtype() == "float64" else np.complex64
+        return array.astype(host, copy=False)
     if isinstance(data, np.ndarray | np.generic):
         if kind == "f":
             return array if array.dtype in (np.float32, np.float64) else array.astype(np.float32)
@@ -327,7 +350,12 @@ class NumpyBackend(
             array = np.array(data)
         if dtype is not None:
             array = floats_of_big_ints(array, dtype)
-            if array.dtype.kind not in "biuf":
+            if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES:
+                raise DTypeError(
+                    f"tensor: complex data cannot make a {dtype} tensor (torch: a "
+                    "RuntimeError); take .real or .abs() of it first"
+                )
+            if array.dtype.kind not in "biufc":
                 check_int64_range(array)
                 raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
             if dtype == "int64":
@@ -373,6 +401,8 @@ class NumpyBackend(
         return np.arange(start, end, step, dtype=numpy_dtype(dtype))
 
     def random(self, shape, distribution, dtype, device):
+        if dtype in COMPLEX_DTYPES:
+            return complex_draws(self, shape, distribution, dtype, device)
         np_dtype = numpy_dtype(dtype)
         with GENERATOR.lock:
             if distribution == "uniform":
@@ -393,7 +423,10 @@ class NumpyBackend(
         GENERATOR.set_state_words(words)
 
     def cast(self, x, dtype):
-        return np.asarray(x).astype(numpy_dtype(dtype))
+        x = np.asarray(x)
+        if x.dtype.kind == "c" and dtype not in COMPLEX_DTYPES:
+            return x.real.astype(numpy_dtype(dtype))  # torch's cast keeps the real part
+        return x.astype(numpy_dtype(dtype))
 
     def bitcast(self, x, dtype):
         return np.array(x, order="C").view(numpy_dtype(dtype))
@@ -430,6 +463,27 @@ class NumpyBackend(
         if isinstance(error, ValueError):
             return ShapeError
         return None
+
+    # -- complex numbers -----------------------------------------------------------------------
+    def real(self, x):
+        return np.real(x).copy()
+
+    def imag(self, x):
+        return np.imag(x).copy()
+
+    conj = staticmethod(np.conjugate)
+
+    def complex(self, re, im):
+        COMPLEX_SEEN[0] = True
+        out = np.empty(np.broadcast_shapes(re.shape, im.shape), _COMPLEX_OF[re.dtype])
+        out.real, out.imag = re, im
+        return out
+
+    def fftn(self, x, dims, inverse, norm):
+        if not dims:
+            return x.copy()
+        transform = np.fft.ifftn if inverse else np.fft.fftn
+        return transform(x, axes=dims, norm=norm).astype(x.dtype, copy=False)
 
     # -- elementwise binary -------------------------------------------------------------------
     add = staticmethod(np.add)
@@ -520,6 +574,8 @@ class NumpyBackend(
         out = _compiled_activation("sigmoid", x)
         if out is not None:  # one pass (compiled_activations)
             return out
+        if x.dtype.kind == "c":  # (no overflow-safe split by sign for complex numbers)
+            return 1.0 / (1.0 + np.exp(-x))
         tail = np.exp(-np.abs(x))
         return np.where(x >= 0, 1.0 / (1.0 + tail), tail / (1.0 + tail)).astype(x.dtype, copy=False)
 

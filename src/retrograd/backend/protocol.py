@@ -49,13 +49,19 @@ from .protocol_rnn import RecurrentProtocol
 from .sizes import ITEMSIZE
 
 __all__ = [
+    "COMPLEX_DTYPES",
+    "COMPLEX_OF_REAL",
+    "COMPLEX_SEEN",
     "DTYPES",
     "FLOAT_DTYPES",
+    "GRAD_DTYPES",
     "INT_DTYPES",
     "ITEMSIZE",
     "METADATA",
     "PROTOCOL_OPS",
+    "REAL_OF_COMPLEX",
     "Backend",
+    "complex_draws",
     "default_float_dtype",
     "set_default_float_dtype",
     "singular_matrix",
@@ -73,9 +79,29 @@ DTYPES = (
     "int32",
     "int16",
     "int8",
+    "complex64",
+    "complex128",
 )
-#: The floating-point dtypes: the ones gradients flow through.
+#: The floating-point dtypes: the ones gradients flow through (with the complex ones).
 FLOAT_DTYPES = ("float32", "float64", "bfloat16", "float16")
+#: The complex dtypes; gradients flow through them too (torch's convention: the gradient of
+#: a real loss is the conjugate Wirtinger derivative, ``2z`` for ``|z|^2``).
+COMPLEX_DTYPES = ("complex64", "complex128")
+#: Set once a backend has made a complex array in this process: until then the autodiff
+#: backend's record of an op never asks whether an operand is complex (the real hot path pays
+#: one test of this flag). Backends set it where complex arrays come from (a dtype lookup
+#: that misses their real table, complex data).
+COMPLEX_SEEN = [False]
+#: The dtypes a tensor requiring a gradient can have.
+GRAD_DTYPES = FLOAT_DTYPES + COMPLEX_DTYPES
+#: Each complex dtype's real part, and the complex dtype of each real float dtype.
+REAL_OF_COMPLEX = {"complex64": "float32", "complex128": "float64"}
+COMPLEX_OF_REAL = {
+    "float32": "complex64",
+    "float64": "complex128",
+    "float16": "complex64",
+    "bfloat16": "complex64",
+}
 #: The integer dtypes (bool apart), widest first.
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 
@@ -106,6 +132,20 @@ _INV_SQRT_2PI = 0.3989422804014327
 
 def _required(*_args: Any, **_kwargs: Any) -> Any:
     raise NotImplementedError
+
+
+def complex_draws(backend: Any, shape: Sequence[int], distribution: str, dtype: str, device: Any):
+    """Random complex numbers as torch draws them: real and imaginary parts each uniform on
+    [0, 1) (``rand``), or each normal with variance 1/2, so that ``|z|^2`` has mean 1
+    (``randn``)."""
+    shape = tuple(shape)
+    parts = backend.random(shape + (2,), distribution, REAL_OF_COMPLEX[dtype], device)
+    if distribution != "uniform":
+        parts = backend.mul_scalar(parts, _INV_SQRT_2)
+    lead = (slice(None),) * len(shape)
+    real = backend.reshape(backend.slice(parts, lead + (slice(0, 1),)), shape)
+    imag = backend.reshape(backend.slice(parts, lead + (slice(1, 2),)), shape)
+    return backend.complex(real, imag)
 
 
 def singular_matrix(op: str, shape: Sequence[int]) -> LinAlgError:
@@ -320,6 +360,14 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
     sin = cos = tan = sinh = cosh = tanh = asin = acos = atan = asinh = acosh = atanh = _required
     erf = sign = round = floor = ceil = trunc = _required
     sigmoid = log_sigmoid = relu = gelu = silu = _required
+
+    # -- complex numbers ----------------------------------------------------------------------
+    #: ``real(x)``/``imag(x)``: the parts of a complex ``x`` (its real dtype); ``conj(x)``;
+    #: ``complex(re, im)``: a complex array of two real ones of one dtype; ``fftn(x, dims,
+    #: inverse, norm)``: the complex discrete Fourier transform of a complex ``x`` over
+    #: ``dims`` (``inverse``: the inverse one), ``norm`` as torch's (``"backward"``,
+    #: ``"ortho"``, ``"forward"``), each dim keeping its size
+    real = imag = conj = complex = fftn = _required
 
     def relu_backward(self, grad: Any, out: Any) -> Any:
         """``grad`` where the ReLU's output ``out`` is positive, else exactly zero (also where
@@ -565,6 +613,8 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """
         total = None
         for x in values:
+            if self.dtype(x) in COMPLEX_DTYPES:  # the norm of a complex vector: of |z|
+                x = self.abs(x)
             part = self.cast(self.sum(self.square(x)), "float64")
             total = part if total is None else self.add(total, part)
         return self.sqrt(total)

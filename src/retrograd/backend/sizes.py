@@ -120,6 +120,8 @@ ITEMSIZE = {
     "int32": 4,
     "int16": 2,
     "int8": 1,
+    "complex64": 8,
+    "complex128": 16,
 }
 
 

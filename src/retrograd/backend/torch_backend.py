@@ -51,7 +51,14 @@ from ..errors import (
     index_error,
 )
 from .numpy_backend import GENERATOR, numpy_dtype
-from .protocol import Backend, on_uniform_grid, singular_matrix
+from .protocol import (
+    COMPLEX_DTYPES,
+    COMPLEX_SEEN,
+    Backend,
+    complex_draws,
+    on_uniform_grid,
+    singular_matrix,
+)
 from .torch_math import TorchMathKernels
 from .torch_nn import TorchNNKernels
 from .torch_optim import TorchOptimizerKernels
@@ -71,7 +78,9 @@ _DTYPES = {
     "int16": torch.int16,
     "int8": torch.int8,
 }
-_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+#: kept apart from ``_DTYPES``: a lookup of one notes that complex tensors exist
+_COMPLEX_DTYPES = {"complex64": torch.complex64, "complex128": torch.complex128}
+_NAMES = {dtype: name for name, dtype in {**_DTYPES, **_COMPLEX_DTYPES}.items()}
 _HALF = ("bfloat16", "float16")
 #: the dtypes torch sums and multiplies in int64
 _WIDENED = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32)
@@ -82,7 +91,12 @@ def torch_dtype(dtype: str) -> torch.dtype:
     try:
         return _DTYPES[dtype]
     except KeyError:
-        raise DTypeError(f"unknown dtype {dtype!r}: expected one of {', '.join(_DTYPES)}") from None
+        if dtype in _COMPLEX_DTYPES:
+            COMPLEX_SEEN[0] = True
+            return _COMPLEX_DTYPES[dtype]
+        raise DTypeError(
+            f"unknown dtype {dtype!r}: expected one of {', '.join(_NAMES.values())}"
+        ) from None
 
 
 def _host_array(data: Any, dtype: str | None) -> np.ndarray:
@@ -97,7 +111,12 @@ def _host_array(data: Any, dtype: str | None) -> np.ndarray:
     if dtype is None:
         return _canonical(array, data)
     array = floats_of_big_ints(array, dtype)
-    if array.dtype.kind not in "biuf":
+    if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES:
+        raise DTypeError(
+            f"tensor: complex data cannot make a {dtype} tensor (torch: a RuntimeError); "
+            "take .real or .abs() of it first"
+        )
+    if array.dtype.kind not in "biufc":
         check_int64_range(array)
         raise DTypeError(f"tensor: cannot make a tensor from data of dtype {array.dtype}")
     if dtype == "int64":
@@ -255,6 +274,8 @@ class TorchBackend(
     # -- data, creation, metadata -------------------------------------------------------------
     def from_data(self, data, dtype, device):
         if isinstance(data, torch.Tensor):
+            if data.is_complex():
+                COMPLEX_SEEN[0] = True
             out = data.detach().to(self._on(device), copy=True)
             return out if dtype is None else out.to(torch_dtype(dtype))
         if dtype is None and getattr(data, "dtype", None) == np.float16:
@@ -322,6 +343,8 @@ class TorchBackend(
         return self._torch_generator
 
     def random(self, shape, distribution, dtype, device):
+        if dtype in COMPLEX_DTYPES:
+            return complex_draws(self, shape, distribution, dtype, device)
         target = torch_dtype(dtype)
         if self.generator == "torch":
             make = torch.rand if distribution == "uniform" else torch.randn
@@ -357,6 +380,8 @@ class TorchBackend(
         GENERATOR.set_state_words(words)
 
     def cast(self, x, dtype):
+        if x.is_complex() and dtype not in COMPLEX_DTYPES:
+            x = x.real  # the real part, as torch's cast keeps (without its warning)
         return x.to(torch_dtype(dtype))
 
     def bitcast(self, x, dtype):
@@ -502,6 +527,26 @@ class TorchBackend(
             if any(word in lowered for word in _SHAPE_WORDS):
                 return ShapeError
         return None
+
+    # -- complex numbers -----------------------------------------------------------------------
+    def real(self, x):
+        return x.real.clone()
+
+    def imag(self, x):
+        return x.imag.clone()
+
+    def conj(self, x):
+        return x.conj().resolve_conj()
+
+    def complex(self, re, im):
+        COMPLEX_SEEN[0] = True
+        return torch.complex(re, im)
+
+    def fftn(self, x, dims, inverse, norm):
+        if not dims:
+            return x.clone()
+        transform = torch.fft.ifftn if inverse else torch.fft.fftn
+        return transform(x, dim=dims, norm=norm)
 
     # -- elementwise binary -------------------------------------------------------------------
     add = staticmethod(torch.add)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import DTypeError, UninitializedError, check_flag
-from ..tensor import FLOAT_DTYPES, Tensor, tensor, zeros
+from ..tensor import GRAD_DTYPES, Tensor, tensor, zeros
 from ..tensor._dispatch import normalize_dim
 from ..tensor.dtypes import Size
 from ..tensor.inplace import assign
@@ -48,7 +48,7 @@ class Parameter(Tensor):
             data = tensor([])
         elif not isinstance(data, Tensor):
             data = tensor(data)
-        if requires_grad and data.dtype not in FLOAT_DTYPES:
+        if requires_grad and data.dtype not in GRAD_DTYPES:
             raise DTypeError(
                 f"Parameter: only float tensors can require grad, got {data.dtype} of shape "
                 f"{list(data.shape)}"

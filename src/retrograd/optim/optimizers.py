@@ -536,12 +536,37 @@ class Optimizer(StepHooks):
         state = {**state, "step": state.get("step", 0) + 1}
         # an update's inf * 0 is its answer, as torch gives it, not a line the user wrote
         with value.backend.arithmetic_warnings_ignored():
-            if in_place:
+            if value.is_complex():
+                new, state = self._complex_update(value, grad, state, group)
+            elif in_place:
                 new, state = self.update(value, grad, state, group, True)
             else:
                 new, state = self.update(value, grad, state, group)
         keep_state(self, parameter, state)
         assign(parameter, new, f"{type(self).__name__}.step")
+
+    def _complex_update(
+        self, value: Tensor, grad: Tensor, state: State, group: dict[str, Any]
+    ) -> tuple[Tensor, State]:
+        """:meth:`update` of a complex parameter as torch's optimizers step one: on its
+        ``view_as_real`` pairs (Adam's second moment per real and imaginary part), the state's
+        buffers kept complex, as torch keeps them."""
+        from ..tensor.complexes import view_as_complex, view_as_real
+
+        def pairs(item: Any) -> Any:
+            return view_as_real(item) if isinstance(item, Tensor) and item.is_complex() else item
+
+        real_value = pairs(value)
+        new, real_state = self.update(
+            real_value, pairs(grad), {key: pairs(item) for key, item in state.items()}, group
+        )
+        state = {
+            key: view_as_complex(item)
+            if isinstance(item, Tensor) and item.shape == real_value.shape
+            else item
+            for key, item in real_state.items()
+        }
+        return view_as_complex(new), state
 
     #: Whether the state keeps the step count (``state["step"]``), as torch's algorithms do
     #: but SGD: its state is the momentum buffer alone, and none without momentum.

@@ -18,7 +18,7 @@ of operation, each built on one primitive):
 - :mod:`.internal`: the named internal API for library code (``nn.functional``).
 """
 
-from ._dispatch import DTYPES, FLOAT_DTYPES
+from ._dispatch import COMPLEX_DTYPES, DTYPES, FLOAT_DTYPES, GRAD_DTYPES
 from .core import Tensor
 from .creation import (
     arange,
@@ -57,8 +57,10 @@ from .reduce import topk
 from .shape import cat, flatten, stack
 
 __all__ = [
+    "COMPLEX_DTYPES",
     "DTYPES",
     "FLOAT_DTYPES",
+    "GRAD_DTYPES",
     "Tensor",
     "arange",
     "as_tensor",

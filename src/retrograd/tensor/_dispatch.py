@@ -37,7 +37,16 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import DTYPES, FLOAT_DTYPES, INT_DTYPES, default_float_dtype
+from ..backend.protocol import (
+    COMPLEX_DTYPES,
+    COMPLEX_OF_REAL,
+    COMPLEX_SEEN,
+    DTYPES,
+    FLOAT_DTYPES,
+    GRAD_DTYPES,
+    INT_DTYPES,
+    default_float_dtype,
+)
 from ..context import capturing
 from ..device import CPU0, Device
 from ..errors import (
@@ -57,9 +66,11 @@ from .strides import elementwise_strides, is_contiguous, strides_of
 __all__ = [
     "COMMON",
     "COMPARE",
+    "COMPLEX_DTYPES",
     "DTYPES",
     "FLOAT",
     "FLOAT_DTYPES",
+    "GRAD_DTYPES",
     "INT_DTYPES",
     "NARROW_INTS",
     "NARROW_RANGES",
@@ -105,9 +116,11 @@ _RANK = {
     "float16": 5,
     "float32": 6,
     "float64": 7,
+    "complex64": 8,
+    "complex128": 9,
 }
 _JOIN_OF_EQUALS = {1: "int16", 5: "float32"}
-SCALARS = (int, float, bool, np.integer, np.floating, np.bool_)
+SCALARS = (int, float, bool, complex, np.integer, np.floating, np.complexfloating, np.bool_)
 
 # The dtype rules of a binary TensorOp, compared by identity on the hot path.
 #: ``TensorOp(..., promote=COMMON)``: lift the two operands and promote them to one dtype.
@@ -168,12 +181,16 @@ def result_dtype(a: str, b: str) -> str:
     """The dtype two tensors of dtypes ``a`` and ``b`` are promoted to (PyTorch's rules:
     ``bfloat16`` with ``float16`` gives ``float32``, ``uint8`` with ``int8`` ``int16``)."""
     rank_a, rank_b = _RANK[a], _RANK[b]
+    if (a == "float64" and b == "complex64") or (b == "float64" and a == "complex64"):
+        return "complex128"  # torch's: the complex dtype wide enough for both
     if rank_a == rank_b and a != b:
         return _JOIN_OF_EQUALS[rank_a]
     return a if rank_a >= rank_b else b
 
 
 def _category(dtype: str) -> int:
+    if dtype in COMPLEX_DTYPES:
+        return 3
     return 2 if dtype in FLOAT_DTYPES else (1 if dtype in INT_DTYPES else 0)
 
 
@@ -189,8 +206,14 @@ def _promoted(a: str, b: str, a_shape: tuple, b_shape: tuple) -> str:
 
 def _beside(dims: str, zero: str) -> str:
     """The dtype of a tensor with dimensions (``dims``) taken with a 0-d one (``zero``):
-    the 0-d one counts only where its category is higher."""
-    return dims if _category(zero) <= _category(dims) else zero
+    the 0-d one counts only where its category is higher (a complex 0-d one with a float
+    tensor: the complex dtype of the float's precision, torch's ``float32 [n]`` with
+    ``complex128 []`` being complex64)."""
+    if _category(zero) <= _category(dims):
+        return dims
+    if zero in COMPLEX_DTYPES and dims in FLOAT_DTYPES:
+        return COMPLEX_OF_REAL[dims]
+    return zero
 
 
 #: torch's dtype for two tensors, 0-d ones by category (for the tensor methods that check a
@@ -217,6 +240,12 @@ def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
         return tensor_dtype
     if isinstance(scalar, numbers.Integral):
         return "int64" if tensor_dtype == "bool" else tensor_dtype
+    if isinstance(scalar, complex | np.complexfloating):
+        if tensor_dtype in COMPLEX_DTYPES:
+            return tensor_dtype
+        return COMPLEX_OF_REAL.get(tensor_dtype) or COMPLEX_OF_REAL[default_float_dtype()]
+    if tensor_dtype in COMPLEX_DTYPES:
+        return tensor_dtype
     return tensor_dtype if tensor_dtype in FLOAT_DTYPES else default_float_dtype()
 
 
@@ -227,6 +256,8 @@ def scalar_value(value: Any, dtype: str) -> Any:
     """``value`` as the Python scalar a kernel of ``dtype`` takes."""
     if dtype in FLOAT_DTYPES:
         return float(value)
+    if dtype in COMPLEX_DTYPES:
+        return complex(value)
     if dtype in INT_DTYPES:
         return wrapped_int(value, dtype)
     return bool(value)
@@ -600,7 +631,7 @@ def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
     b_dtype = backend.dtype(b._prim)
     if target != b_dtype:
         target = _promoted(target, b_dtype, backend.shape(a._prim), backend.shape(b._prim))
-    if floats and target not in FLOAT_DTYPES:
+    if floats and target not in FLOAT_DTYPES and target not in COMPLEX_DTYPES:
         # each operand straight to the float dtype, as torch casts them, never through a
         # narrower common integer dtype (``u8 / int32_tensor(-1)`` divides by -1, not 255)
         target = default_float_dtype()
@@ -686,6 +717,8 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
     """:func:`apply`, as the method ``Tensor._apply`` the mixins call (the receiver is not
     used: a plain function bound as a method is what CPython 3.11 specialises best, better than
     a ``staticmethod``)."""
+    if COMPLEX_SEEN[0]:  # complex tensors exist in this process: is this op given one?
+        refuse_complex(op, inputs)
     if op.__class__ is not TensorOp:  # a kernel name: the operands fit as they are
         result = _run(op, op, inputs, params)
         if op in _LAYOUT_KERNELS and any(
@@ -758,7 +791,7 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
         return result
     x = inputs[0]  # a unary op computed in float
     backend, prim = x._backend, x._prim
-    if backend.dtype(prim) not in FLOAT_DTYPES:
+    if backend.dtype(prim) not in FLOAT_DTYPES and backend.dtype(prim) not in COMPLEX_DTYPES:
         result = _run(op.name, op.kernel, (x.cast(default_float_dtype()), *inputs[1:]), params)
         if (x._view is not None or x._layout is not None) and op.kernel in _LAYOUT_KERNELS:
             follow_layout(result, (x,))
@@ -776,6 +809,54 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
     if (x._view is not None or x._layout is not None) and op.kernel in _LAYOUT_KERNELS:
         follow_layout(result, (x,))
     return result
+
+
+#: the kernels that compute complex operands besides the ops with complex gradient rules (the
+#: op table's ``complex_rules``): tests of equality and of NaN/infinity, and bit views
+_COMPLEX_UNTRACKED = frozenset(
+    ["equal", "not_equal", "equal_elem", "not_equal_elem", "is_nan", "is_inf", "bitcast"]
+)
+
+
+def real_only(op: str, t: Any) -> Any:
+    """``t``, unless it is complex: then the ``DTypeError`` of ``op``, which computes in real
+    numbers only here (a composition that would otherwise cast it to a real dtype first)."""
+    if isinstance(t, TensorBase) and t._backend.dtype(t._prim) in COMPLEX_DTYPES:
+        raise DTypeError(
+            f"{op}: not implemented for {t._backend.dtype(t._prim)} tensors in retrograd"
+        )
+    return t
+
+
+def refuse_complex(op: TensorOp | str, inputs: Sequence[Any]) -> None:
+    """The ``DTypeError`` of ``op`` given a complex tensor where its kernel computes none (a
+    comparison, a rounding, an activation...): never a wrong result nor a bare backend
+    error."""
+    complex_dtype = None
+    scalar = False
+    for t in inputs:
+        if isinstance(t, TensorBase):
+            dtype = t._backend.dtype(t._prim)
+            if dtype in COMPLEX_DTYPES:
+                complex_dtype = dtype
+        else:
+            scalar = True
+    if complex_dtype is None:
+        return
+    if op.__class__ is TensorOp:
+        name, kernel = op.name, (op.scalar if scalar and op.scalar else op.kernel)
+    else:
+        name = kernel = op
+    from ..autodiff.ops import OPS
+
+    declared = OPS.get(kernel)
+    if declared is None or declared.complex_vjps is not None or kernel in _COMPLEX_UNTRACKED:
+        return
+    raise DTypeError(
+        f"{name}: not implemented for {complex_dtype} tensors in retrograd (its complex "
+        "tensors have arithmetic, exp/log/sqrt/trigonometry, abs/angle, sums and means, "
+        "matmul/einsum, shape and indexing ops, and torch.fft)"
+    )
 
 
 #: The one declaration of which kernels keep layout: the elementwise kernels besides the
@@ -948,11 +1029,9 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
                     value = wrapped_int(value, t._backend.dtype(t._prim))
                 return _run(op.name, op.scalar, (t,), (value,))
             dtype = t._backend.dtype(t._prim)
-            target = (
-                default_float_dtype()
-                if rule is FLOAT and dtype not in FLOAT_DTYPES
-                else (scalar_dtype(dtype, value))
-            )
+            target = scalar_dtype(dtype, value)
+            if rule is FLOAT and target not in FLOAT_DTYPES and target not in COMPLEX_DTYPES:
+                target = default_float_dtype()
             if target == "int64" and not _INT64_MIN <= value <= _INT64_MAX:  # torch refuses it
                 raise InvalidArgumentError(f"{op.name}: the integer {value} is out of int64 range")
             source = t if target == dtype else t.cast(target)

@@ -20,6 +20,7 @@ from ._dispatch import (
     lift,
     promote,
     promoted_dtype,
+    real_only,
     scalar_dtype,
     untracked,
     wrap,
@@ -272,7 +273,8 @@ _SQRT_PI_HALF = math.sqrt(math.pi) / 2.0
 def erfinv(y: Any) -> Any:
     from ..autodiff.grad_mode import no_grad
 
-    x = y if y.is_float() else y.cast(default_float_dtype())
+    x = real_only("erfinv", y)
+    x = x if x.is_float() else x.cast(default_float_dtype())
     with no_grad():
         # Newton's steps in float64 whatever the dtype: near +-1 a float32 erf's rounding,
         # times erf's inverse slope (1e5 there), left erfinv(0.9999999) 3% off

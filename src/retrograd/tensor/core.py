@@ -44,8 +44,10 @@ from ..errors import (
 )
 from ..unsupported import no_shared_memory
 from ._dispatch import (
+    COMPLEX_DTYPES,
     DTYPES,
     FLOAT_DTYPES,
+    GRAD_DTYPES,
     TensorBase,
     apply,
     check_narrow_data,
@@ -296,6 +298,9 @@ class Tensor(
     def __float__(self) -> float:
         return float(self.item())
 
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
     def __int__(self) -> int:
         return int(self.item())
 
@@ -306,7 +311,7 @@ class Tensor(
         """torch's: an integer or bool tensor of one element is an int (``[a, b][t]``,
         ``range(t)``); anything else is a ``TypeError`` (``DTypeError``), as torch's, so that
         Python's fallbacks run (``bytes(t)`` iterates a tensor that is not an index)."""
-        if self.dtype in FLOAT_DTYPES or self.numel() != 1:
+        if self.dtype in GRAD_DTYPES or self.numel() != 1:
             raise DTypeError(
                 "__index__: only an integer or bool tensor of one element can be used as an "
                 f"index, got a {shape_text(self.shape)} {self.dtype} tensor"
@@ -364,6 +369,14 @@ class Tensor(
     def double(self) -> Tensor:
         """Cast to float64."""
         return self.cast("float64")
+
+    def cfloat(self) -> Tensor:
+        """Cast to complex64."""
+        return self.cast("complex64")
+
+    def cdouble(self) -> Tensor:
+        """Cast to complex128."""
+        return self.cast("complex128")
 
     def long(self) -> Tensor:
         """Cast to int64."""
@@ -702,7 +715,7 @@ class Tensor(
     def _float_autodiff(self, op: str) -> Any:
         """The autodiff backend, for ``op`` that makes this tensor require grad: a float one."""
         backend = self._autodiff(op)
-        if self.dtype not in FLOAT_DTYPES:
+        if self.dtype not in GRAD_DTYPES:
             raise DTypeError(f"{op}: only float tensors can require grad, this one is {self.dtype}")
         return backend
 
@@ -824,6 +837,11 @@ class Tensor(
             retain_graph = create_graph
         backend = self._autodiff("backward")
         seed = None
+        if grad is None and self.dtype in COMPLEX_DTYPES:
+            raise AutodiffError(
+                f"backward: grad can be implicitly created only for real outputs, this one is "
+                f"{self.dtype} (as torch); take .real, .abs() or a real loss of it, or pass grad"
+            )
         if grad is not None:
             grad = lift(self, grad, "backward")
             if grad.shape != self.shape:

@@ -22,8 +22,10 @@ from ..device import CPU0, Device
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import functions
 from ._dispatch import (
+    COMPLEX_DTYPES,
     DTYPES,
     FLOAT_DTYPES,
+    GRAD_DTYPES,
     INT_DTYPES,
     NARROW_INTS,
     check_narrow_data,
@@ -310,6 +312,8 @@ def full(
             if isinstance(value, bool)
             else ("int64" if isinstance(value, numbers.Integral) else default_float_dtype())
         )
+        if isinstance(value, complex | np.complexfloating):
+            dtype = "complex128" if default_float_dtype() == "float64" else "complex64"
     dtype = _check_dtype("full", dtype)
     if dtype == "int64" and isinstance(value, float | np.floating) and not _in_int64(value):
         raise InvalidArgumentError(f"full: {value!r} cannot be converted to int64 without overflow")
@@ -868,10 +872,12 @@ def random(
             f"random: distribution must be 'uniform' or 'normal', got {distribution!r}"
         )
     dtype = _check_dtype("random", dtype) or default_float_dtype()
-    if dtype not in FLOAT_DTYPES:
+    if dtype not in GRAD_DTYPES:
         raise DTypeError(f"random: dtype must be a float dtype, got {dtype!r}")
     backend, device = _target(backend, device)
     shape = _creation_shape("random", shape)
+    if generator is not None and dtype in COMPLEX_DTYPES:
+        raise DTypeError(f"random: a generator draws no {dtype} values here; omit generator=")
     if generator is not None:
         drawn = generator.draws(shape, distribution, dtype)
         return from_host(Tensor, drawn, dtype, backend, device)

@@ -3,12 +3,11 @@ and the legacy tensor types (``rg.FloatTensor``, ``rg.LongTensor``...).
 
 A :class:`dtype` is a ``str`` (``rg.float32 == "float32"``), so every place that took a dtype
 name keeps working and a tensor's ``dtype`` compares equal to both spellings. Backends hold
-ten dtypes (``DTYPES``): ``float32 float64 bfloat16 float16`` (the ones gradients flow
-through), ``int64 int32 int16 int8 uint8`` and ``bool``, promoted as torch promotes them
-(``bool < uint8, int8 < int16 < int32 < int64 < floats``, where uint8 with int8 meets at
-int16; ``uint8 + 300`` wraps, as torch's). The other names torch has (``complex64``...)
-exist so code that names them reads, and a tensor made with one is refused with a
-:class:`~retrograd.DTypeError` that says what to use instead.
+twelve dtypes (``DTYPES``): ``float32 float64 bfloat16 float16`` and ``complex64
+complex128`` (the ones gradients flow through), ``int64 int32 int16 int8 uint8`` and
+``bool``, promoted as torch promotes them (``bool < uint8, int8 < int16 < int32 < int64 <
+floats < complex``, where uint8 with int8 meets at int16 and float64 with complex64 at
+complex128; ``uint8 + 300`` wraps, as torch's).
 
 >>> import retrograd as rg
 >>> rg.float32 == "float32", rg.long, rg.float64.is_floating_point
@@ -88,7 +87,10 @@ class dtype(str):  # noqa: N801 (torch's name)
         return _ITEMSIZE[str(self)]
 
     def to_real(self) -> dtype:
-        return self
+        return DTYPE_OBJECTS[{"complex64": "float32", "complex128": "float64"}.get(self, self)]
+
+    def to_complex(self) -> dtype:
+        return DTYPE_OBJECTS[{"float64": "complex128"}.get(self, "complex64")]
 
     def __repr__(self) -> str:
         return f"retrograd.{self!s}"
@@ -114,10 +116,7 @@ ALIASES = {
 
 _PYTHON_TYPES = {builtins.float: "float64", builtins.int: "int64", builtins.bool: "bool"}
 
-_INSTEAD = {
-    "complex64": "two real tensors",
-    "complex128": "two real tensors",
-}
+_INSTEAD: dict[str, str] = {}
 
 
 def canonical_dtype(op: str, value: Any, allow_none: bool = False) -> str | None:
@@ -242,6 +241,8 @@ LEGACY_NAMES = {
     "int8": "CharTensor",
     "uint8": "ByteTensor",
     "bool": "BoolTensor",
+    "complex64": "ComplexFloatTensor",
+    "complex128": "ComplexDoubleTensor",
 }
 _LEGACY_DTYPES = {name: dtype for dtype, name in LEGACY_NAMES.items()}
 

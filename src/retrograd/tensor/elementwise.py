@@ -370,7 +370,7 @@ class ElementwiseMixin:
             )
         tensor1 = lift(self, tensor1, "addcdiv")
         tensor2 = lift(self, tensor2, "addcdiv")
-        if not tensor1.is_float() and not tensor2.is_float():
+        if not any(t.is_float() or t.is_complex() for t in (tensor1, tensor2)):
             raise DTypeError(
                 "addcdiv: integer division with addcdiv is not supported (as in torch); "
                 "divide with a float tensor, or use div(..., rounding_mode=...)"

@@ -334,7 +334,10 @@ def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # n
         dtype = "bool"
     elif isinstance(input, numbers.Integral):
         dtype = "int64"
-    elif other.is_float():
+    elif isinstance(input, complex | np.complexfloating):
+        # torch's wrapped complex number: the complex dtype of the tensor's precision
+        dtype = scalar_dtype(other.dtype, input)
+    elif other.is_float() or other.is_complex():
         # the tensor's own float dtype: torch's wrapped number keeps its double value until
         # the op casts it to the result's dtype (rg.add(0.3, float64) is 1.3, not 0.3's
         # float32 rounding plus 1)
@@ -439,8 +442,14 @@ def float_power(input: Any, exponent: Any) -> Any:  # noqa: A002 (torch's name)
     """``input ** exponent`` in float64 (torch's ``float_power``)."""
     if not isinstance(exponent, TensorBase):
         lift_input("float_power", input)  # torch has no number-number form
-    base = input.double() if isinstance(input, TensorBase) else float(input)
-    power = exponent.double() if isinstance(exponent, TensorBase) else float(exponent)
+    complex_operands = False
+    for v in (input, exponent):  # (``any`` here is torch's)
+        if (isinstance(v, TensorBase) and v.is_complex()) or isinstance(v, complex):
+            complex_operands = True
+    # torch's: in float64, or complex128 where an operand is complex
+    wide, number = ("complex128", complex) if complex_operands else ("float64", float)
+    base = input.to(wide) if isinstance(input, TensorBase) else number(input)
+    power = exponent.to(wide) if isinstance(exponent, TensorBase) else number(exponent)
     return pow(base, power)
 
 
@@ -914,12 +923,12 @@ _METHODS.update(
 
 
 def conj(input: Any) -> Any:  # noqa: A002 (torch's name)
-    """``input`` itself: a real tensor is its own conjugate (torch returns it)."""
+    """The complex conjugate (``input`` itself for a real tensor, as torch returns it)."""
     return _real_tensor("conj", input).conj()
 
 
 def real(input: Any) -> Any:  # noqa: A002 (torch's name)
-    """``input`` itself: its real part (torch returns it for a real tensor)."""
+    """The real part (``input`` itself for a real tensor, as torch returns it)."""
     return _real_tensor("real", input).real
 
 
@@ -935,7 +944,20 @@ def is_neg(input: Any) -> bool:  # noqa: A002 (torch's name)
     return _real_tensor("is_neg", input).is_neg()
 
 
-resolve_conj = resolve_neg = conj_physical = conj
+def resolve_conj(input: Any) -> Any:  # noqa: A002 (torch's name)
+    return _real_tensor("resolve_conj", input).resolve_conj()
+
+
+def resolve_neg(input: Any) -> Any:  # noqa: A002 (torch's name)
+    return _real_tensor("resolve_neg", input)
+
+
+conj_physical = conj
+
+
+def angle(input: Any) -> Any:  # noqa: A002 (torch's name)
+    """The argument of each element (``atan2(imag, real)``), as torch's ``angle``."""
+    return _real_tensor("angle", input).angle()
 
 
 def _real_tensor(op: str, input: Any) -> Any:  # noqa: A002 (torch's name)
@@ -1012,6 +1034,7 @@ __all__ = sorted(
     {
         *_METHODS,
         "allclose",
+        "angle",
         "rsub",
         "broadcast_shapes",
         "broadcast_tensors",

@@ -522,7 +522,7 @@ class IndexingMixin:
             return self.mask_where(mask, value.cast(self.dtype))
         value = check_scalar(op, value)
         source = self
-        if isinstance(value, float) and not self.is_float():
+        if isinstance(value, float) and not self.is_float() and not self.is_complex():
             if promote_to_float:
                 source = self.cast(default_float_dtype())
             elif self.dtype == "bool":

@@ -883,6 +883,8 @@ def _filled(t: Any, value: Any) -> Any:
         value = int(value)  # torch converts, truncating toward zero (fill_(1.5) writes 1)
     elif t.dtype in NARROW_INTS:
         value = written_scalar("fill_", value, t.dtype)
+    elif t.dtype in ("complex64", "complex128"):
+        value = complex(value)
     else:
         value = float(value)
     return wrap(t, t._backend.full(t.shape, value, t.dtype, t._device))

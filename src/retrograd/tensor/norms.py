@@ -139,6 +139,9 @@ def vector_norm(
     [3.0, 3.0]
     """
     _no_out("linalg.vector_norm", out)
+    if isinstance(x, Tensor) and x.is_complex():  # the norm of a complex vector: of |x|
+        x = (x if dtype is None else x.to(dtype)).abs()
+        dtype = None
     x = _norm_input("linalg.vector_norm", x, dtype)
     if isinstance(ord, str) or not isinstance(ord, numbers.Real) or isinstance(ord, bool):
         raise InvalidArgumentError(f"linalg.vector_norm: ord must be a number, got {ord!r}")

@@ -113,13 +113,13 @@ class ProductsMixin:
         return (a * b).reshape(tuple(m * n for m, n in zip(a_shape, b_shape)))
 
     def vdot(self, other: Any) -> Any:
-        """The dot product of two 1-d tensors (conjugation is moot for real tensors)."""
+        """The dot product of two 1-d tensors, the first conjugated (moot for real ones)."""
         other = lift(self, other, "vdot")
         if self.dtype != other.dtype:
             raise DTypeError(
                 f"vdot: expected both tensors to have one dtype, got {self.dtype} and {other.dtype}"
             )
-        return self.dot(other)
+        return self.conj().dot(other)
 
     # -- matrix functions ---------------------------------------------------------------------
     def inverse(self) -> Any:
@@ -130,7 +130,8 @@ class ProductsMixin:
         """The pseudo-inverse (``rg.linalg.pinv(self, rtol=rcond)``, torch's ``pinverse``):
         singular values at most ``rcond`` times the largest count as zero."""
         if self.ndim < 2 or self.dtype not in FLOAT_DTYPES:
-            raise ShapeError(
+            error = ShapeError if self.dtype in FLOAT_DTYPES else DTypeError
+            raise error(
                 f"pinverse: expected a floating point tensor of at least 2 dimensions, got "
                 f"{self.dtype} of shape {shape_text(self.shape)}"
             )

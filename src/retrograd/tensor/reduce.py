@@ -15,7 +15,7 @@ from collections import namedtuple
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
+from ..backend.protocol import GRAD_DTYPES, default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import norms
 from ._dispatch import (
@@ -24,6 +24,7 @@ from ._dispatch import (
     int_parameter,
     lift,
     normalize_dim,
+    real_only,
     scalar_dims,
     untracked,
 )
@@ -113,7 +114,7 @@ class ReduceMixin:
         """Mean of all elements (0-d); with ``dim``, torch's ``mean(dim, keepdim)``. An
         integer or bool tensor needs ``dtype=`` (torch cannot infer the result's dtype)."""
         x = self if dtype is None else self.cast(dtype)
-        if x._backend.dtype(x._prim) not in FLOAT_DTYPES:
+        if x._backend.dtype(x._prim) not in GRAD_DTYPES:
             raise DTypeError(
                 f"mean: could not infer the output dtype of a {x.dtype} tensor (as in torch); "
                 "pass dtype= or cast to a floating dtype first"
@@ -259,7 +260,8 @@ class ReduceMixin:
         """``log(sum(exp(self)))`` over ``dim``, shifted by the maximum for stability."""
         if dim is None:  # (torch's signature requires the dims)
             raise DTypeError("logsumexp: dim must be an int or a tuple of ints, got None")
-        x = self if self.is_float() else self.cast(default_float_dtype())
+        x = real_only("logsumexp", self)
+        x = x if x.is_float() else x.cast(default_float_dtype())
         if x.numel() == 0:  # torch: log(0) = -inf over an empty dimension
             out = x.exp().sum(dim, keepdim=True).log()
             return (
@@ -393,6 +395,8 @@ class ReduceMixin:
         over ``dim`` (``rg.linalg.vector_norm``, torch's gradients, zero at a zero vector).
         An integer or bool tensor is refused, as torch refuses it (pass ``dtype=``)."""
         x = self if dtype is None else self.cast(dtype)
+        if x.is_complex() and p != "nuc":  # a complex tensor's vector norms: of |x|
+            x = x.abs()
         if not x.is_float():
             raise DTypeError(f"norm: expected a floating point tensor, got {x.dtype} (as torch)")
         return norms.tensor_norm(x, p, dim, keepdim)

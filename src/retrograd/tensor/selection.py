@@ -42,6 +42,7 @@ from ..errors import (
     shape_text,
 )
 from ._dispatch import (
+    COMPLEX_DTYPES,
     FLOAT_DTYPES,
     INT_DTYPES,
     TensorBase,
@@ -51,6 +52,7 @@ from ._dispatch import (
     int_argument,
     lift,
     normalize_dim,
+    real_only,
     scalar_dims,
     untracked,
     wrap,
@@ -212,6 +214,7 @@ class SelectionMixin:
         if self.ndim > 2:
             raise ShapeError(f"cov: expected at most 2 dimensions, got {shape_text(self.shape)}")
         x = self.reshape((1, -1)) if self.ndim < 2 else self
+        x = real_only("cov", x)
         x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
         n = x.shape[1]
         weights = importances = None
@@ -964,8 +967,7 @@ class SelectionMixin:
         return self.dtype not in ("bool", "uint8")
 
     def is_complex(self) -> bool:
-        """False: retrograd tensors are real."""
-        return False
+        return self.dtype in COMPLEX_DTYPES
 
     def is_same_size(self, other: Any) -> bool:
         return self.shape == tuple(other.shape)
@@ -1005,7 +1007,8 @@ class SelectionMixin:
     )
 
     def is_conj(self) -> bool:
-        """False: a real tensor has no conjugate bit (torch's lazy conjugation)."""
+        """False: no tensor here has a conjugate bit (torch's lazy conjugation): ``conj()``
+        of a complex tensor computes the conjugate at once, as torch's ``resolve_conj``."""
         return False
 
     def is_neg(self) -> bool:
@@ -1013,19 +1016,41 @@ class SelectionMixin:
         return False
 
     def conj(self) -> Any:
-        """The tensor itself: a real tensor is its own conjugate (torch returns it)."""
+        """The complex conjugate; a real tensor is its own (torch returns it)."""
+        if self.dtype not in COMPLEX_DTYPES:
+            return self
+        return self._apply("conj", (self,))
+
+    conj_physical = conj
+
+    def resolve_conj(self) -> Any:
+        """The tensor itself: no tensor here has a pending (lazy) conjugation to resolve."""
         return self
 
-    resolve_conj = resolve_neg = conj_physical = conj
+    resolve_neg = resolve_conj
 
     @property
     def real(self) -> Any:
-        """The tensor itself: its real part (torch returns it for a real tensor)."""
-        return self
+        """The real part (of a real tensor: the tensor itself, as torch returns it). A new
+        tensor, where torch's is a view: a write into it does not reach ``self``."""
+        if self.dtype not in COMPLEX_DTYPES:
+            return self
+        return self._apply("real", (self,))
 
     @property
     def imag(self) -> Any:
-        raise DTypeError("imag is not implemented for tensors with non-complex dtypes.")
+        """The imaginary part of a complex tensor (a new tensor, where torch's is a view)."""
+        if self.dtype not in COMPLEX_DTYPES:
+            raise DTypeError("imag is not implemented for tensors with non-complex dtypes.")
+        return self._apply("imag", (self,))
+
+    def angle(self) -> Any:
+        """The argument of each element, ``atan2(imag, real)``; of a real tensor, 0 or pi
+        (NaN kept), as torch's."""
+        if self.dtype in COMPLEX_DTYPES:
+            return self.imag.atan2(self.real)
+        x = self if self.dtype in FLOAT_DTYPES else self.to(default_float_dtype())
+        return (x < 0).to(x.dtype) * math.pi + x * 0
 
     @property
     def itemsize(self) -> int:

@@ -143,8 +143,8 @@ class ShapeMixin:
 
     @property
     def mH(self) -> Any:  # noqa: N802 (torch's name)
-        """The conjugate of :attr:`mT`: real tensors have no conjugate, so ``mT``."""
-        return self.mT
+        """The conjugate of :attr:`mT` (of a real tensor: ``mT``)."""
+        return self.mT.conj()
 
     @property
     def H(self) -> Any:  # noqa: N802 (torch's name)
@@ -154,7 +154,7 @@ class ShapeMixin:
             return self
         if self.ndim != 2:
             raise ShapeError(f"H: expects a matrix or a 0-d tensor, got {shape_text(self.shape)}")
-        return self.swap_dims(0, 1)
+        return self.swap_dims(0, 1).conj()
 
     def t(self) -> Any:
         """torch's ``t()``: a matrix transposed; a 0-d or 1-d tensor as it is."""

@@ -33,6 +33,7 @@ from ..errors import DTypeError, InvalidArgumentError
 from ._dispatch import (
     COMMON,
     FLOAT_DTYPES,
+    GRAD_DTYPES,
     INT_DTYPES,
     SCALARS,
     TensorBase,
@@ -40,6 +41,7 @@ from ._dispatch import (
     host_number,
     lift,
     promote,
+    real_only,
     scalar_dtype,
     scalar_value,
     untracked,
@@ -167,7 +169,8 @@ class SpecialMixin:
         ``(p-1)/2``, as torch requires."""
         if isinstance(p, bool) or not isinstance(p, int) or p < 1:
             raise InvalidArgumentError(f"mvlgamma: p must be an int >= 1, got {p!r}")
-        x = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
+        x = real_only("mvlgamma", self)
+        x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
         if x.numel() and not bool(x.greater_elem((p - 1) / 2.0).all().item()):
             raise InvalidArgumentError(
                 f"mvlgamma: all elements must be greater than (p-1)/2 = {(p - 1) / 2}"
@@ -221,7 +224,8 @@ class SpecialMixin:
     def logit(self, eps: float | None = None) -> Any:
         """``log(z / (1 - z))`` with ``z`` the input clamped to ``[eps, 1 - eps]`` when ``eps``
         is given (the gradient is then 0 outside, as torch's)."""
-        z = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
+        z = real_only("logit", self)
+        z = z if z.dtype in FLOAT_DTYPES else z.cast(default_float_dtype())
         if eps is not None:
             # (log z - log1p(-z), not log(z / (1 - z)): at eps = 0 the quotient's gradient is
             # NaN at 0 and 1, torch's 1 / (z (1 - z)) infinite)
@@ -237,7 +241,7 @@ class SpecialMixin:
     def sinc(self) -> Any:
         """``sin(pi x) / (pi x)``, 1 at 0 (gradient 0 there, and where ``x * x`` underflows
         to 0, as torch's: its formula divides by ``pi x^2``)."""
-        x = self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())
+        x = self if self.dtype in GRAD_DTYPES else self.cast(default_float_dtype())
         zero = untracked(x).square().equal_elem(0.0)
         product = x.mask_fill(zero, 1.0) * math.pi
         return (product.sin() / product).mask_fill(zero, 1.0)
@@ -272,7 +276,9 @@ class SpecialMixin:
         return self.isinf().logical_and(self.lower_elem(0))
 
     def isreal(self) -> Any:
-        """All true: retrograd tensors are real."""
+        """Where the imaginary part is 0 (all true for a real tensor)."""
+        if self.is_complex():
+            return self.imag == 0
         return wrap(self, self._backend.full(self.shape, True, "bool", self._device))
 
     def signbit(self) -> Any:
@@ -350,14 +356,21 @@ class SpecialMixin:
         return out
 
     def sgn(self) -> Any:
-        """:meth:`sign` (torch's ``sgn`` differs only for complex tensors)."""
-        return self.sign()
+        """:meth:`sign`; of a complex tensor, ``z / |z|`` (0 at 0), as torch's."""
+        if not self.is_complex():
+            return self.sign()
+        magnitude = self.abs()
+        zero = magnitude == 0
+        unit = self / magnitude.masked_fill(zero, 1.0).to(self.dtype)
+        return unit.masked_fill(zero, 0.0)
 
     def deg2rad(self) -> Any:
-        return (self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())) * _DEG2RAD
+        x = real_only("deg2rad", self)  # (torch refuses complex tensors too)
+        return (x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())) * _DEG2RAD
 
     def rad2deg(self) -> Any:
-        return (self if self.dtype in FLOAT_DTYPES else self.cast(default_float_dtype())) * _RAD2DEG
+        x = real_only("rad2deg", self)
+        return (x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())) * _RAD2DEG
 
     def float_power(self, exponent: Any) -> Any:
         """``self ** exponent`` in float64."""

@@ -56,7 +56,7 @@ from ...serialization import (
     saved_by,
 )
 from ...serialization import load as load_saved
-from ...tensor import DTYPES, FLOAT_DTYPES, Tensor, random, tensor
+from ...tensor import DTYPES, FLOAT_DTYPES, GRAD_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
 from ...tensor.dtypes import cast_host as _cast_host
 from ...tensor.inplace import assign
@@ -246,7 +246,7 @@ class Module:
         value = param
         self._check_name("register_parameter", name, "_parameters")
         if value is not None and not isinstance(value, Parameter):
-            if not isinstance(value, Tensor) or value.dtype not in FLOAT_DTYPES:
+            if not isinstance(value, Tensor) or value.dtype not in GRAD_DTYPES:
                 raise DTypeError(
                     f"register_parameter: {name!r} must be a float Tensor or a Parameter, got "
                     f"{_describe(value)}"
@@ -853,7 +853,7 @@ class Module:
                 array = _host_array(state[name])
             except (ValueError, TypeError):  # ragged nested lists
                 array = None
-            if array is None or array.dtype.kind not in "biuf":  # checked before the shape:
+            if array is None or array.dtype.kind not in "biufc":  # checked before the shape:
                 # None or a str is a 0-d array, and "the state has []" would say nothing
                 found = f"{array.dtype} values" if array is not None and array.ndim else None
                 raise DTypeError(

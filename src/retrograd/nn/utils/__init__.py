@@ -111,19 +111,21 @@ def clip_grad_norm_(
     elif norm_type <= 0.0:
         # torch's total is the norm of the per-gradient norms: for these orders (a count of
         # non-zeros, a minimum, negative powers) not the norm of all the entries at once
-        norms = [grad.cast("float64").norm(norm_type) for _, grad in present]
+        norms = [_magnitude(grad).cast("float64").norm(norm_type) for _, grad in present]
         total = stack(norms).norm(norm_type)
     elif math.isinf(norm_type):
         total = stack([grad.abs().max().cast("float64") for _, grad in present]).max()
     else:
         total = None
         for _, grad in present:
-            magnitude = grad.square() if norm_type == 2.0 else grad.abs().powf_scalar(norm_type)
+            magnitude = (
+                _magnitude(grad).square() if norm_type == 2.0 else grad.abs().powf_scalar(norm_type)
+            )
             part = magnitude.sum().cast("float64")
             total = part if total is None else total + part
         total = total.sqrt() if norm_type == 2.0 else total.powf_scalar(1.0 / norm_type)
     # torch's total is in the gradients' (promoted) dtype, and so is the clipping factor
-    dtypes = {grad.dtype for _, grad in present}
+    dtypes = {_REAL_PARTS.get(grad.dtype, grad.dtype) for _, grad in present}
     total_dtype = (
         "float64" if "float64" in dtypes else dtypes.pop() if len(dtypes) == 1 else "float32"
     )
@@ -140,6 +142,15 @@ def clip_grad_norm_(
     factor = (float(max_norm) / (total + eps)).clamp(max=1.0).detach()
     _scale(grads, present, factor)
     return total if as_tensor else float(total.item())
+
+
+#: the real dtype of a complex gradient's norm
+_REAL_PARTS = {"complex64": "float32", "complex128": "float64"}
+
+
+def _magnitude(grad: Tensor) -> Tensor:
+    """``|grad|`` for a complex gradient (its norm is of the magnitudes), else ``grad``."""
+    return grad.abs() if grad.is_complex() else grad
 
 
 def _global_norm(grads: list[Tensor]) -> Tensor:

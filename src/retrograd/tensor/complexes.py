@@ -1,0 +1,85 @@
+"""torch's functions that make complex tensors of real ones and back: ``complex``, ``polar``,
+``view_as_complex``, ``view_as_real``. Each differentiates as torch's does (the gradient of a
+real part is the real part of the complex gradient, torch's convention).
+
+``view_as_real`` and ``view_as_complex`` give new tensors, where torch's share memory with
+their input: a write into the result does not reach the input (the values and gradients are
+torch's).
+
+>>> import retrograd as rg
+>>> rg.complex(rg.tensor([1.0]), rg.tensor([2.0]))
+tensor([1.+2.j], dtype=complex64)
+>>> rg.view_as_real(rg.tensor([1 + 2j])).tolist()
+[[1.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import DTypeError, ShapeError, shape_text
+from ._dispatch import COMPLEX_DTYPES, TensorBase
+from .functions import broadcast_tensors
+from .shape import stack
+
+__all__ = ["complex", "polar", "view_as_complex", "view_as_real"]
+
+_REAL_PARTS = ("float32", "float64")
+
+
+def _real_pair(op: str, names: tuple[str, str], first: Any, second: Any) -> tuple[Any, Any]:
+    for name, value in zip(names, (first, second)):
+        if not isinstance(value, TensorBase):
+            raise DTypeError(
+                f"{op}(): argument '{name}' must be Tensor, not {type(value).__name__}"
+            )
+    if first.dtype not in _REAL_PARTS or first.dtype != second.dtype:
+        raise DTypeError(
+            f"{op}: expected {names[0]} and {names[1]} of one dtype, float32 or float64 (as "
+            f"torch), got {first.dtype} and {second.dtype}"
+        )
+    return broadcast_tensors(first, second)
+
+
+def complex(real: Any, imag: Any, *, out: Any = None) -> Any:  # noqa: A001 (torch's name)
+    """The complex tensor ``real + i imag`` (broadcast; float32 parts give complex64,
+    float64 complex128)."""
+    _no_out("complex", out)
+    real, imag = _real_pair("complex", ("real", "imag"), real, imag)
+    return real._apply("complex", (real, imag))
+
+
+def polar(abs: Any, angle: Any, *, out: Any = None) -> Any:  # noqa: A002 (torch's name)
+    """The complex tensor ``abs * (cos(angle) + i sin(angle))``."""
+    _no_out("polar", out)
+    magnitude, angle = _real_pair("polar", ("abs", "angle"), abs, angle)
+    return complex(magnitude * angle.cos(), magnitude * angle.sin())
+
+
+def view_as_real(input: Any) -> Any:  # noqa: A002 (torch's name)
+    """A complex tensor's real and imaginary parts in a last dimension of size 2."""
+    if not isinstance(input, TensorBase) or input.dtype not in COMPLEX_DTYPES:
+        got = input.dtype if isinstance(input, TensorBase) else type(input).__name__
+        raise DTypeError(f"view_as_real is only supported for complex tensors, got {got}")
+    return stack([input.real, input.imag], -1)
+
+
+def view_as_complex(input: Any) -> Any:  # noqa: A002 (torch's name)
+    """The complex tensor of a float32/float64 tensor whose last dimension (of size 2) holds
+    real and imaginary parts."""
+    if not isinstance(input, TensorBase) or input.dtype not in _REAL_PARTS:
+        got = input.dtype if isinstance(input, TensorBase) else type(input).__name__
+        raise DTypeError(
+            f"view_as_complex is only supported for float32 and float64 tensors, got {got}"
+        )
+    if input.ndim == 0 or input.shape[-1] != 2:
+        raise ShapeError(
+            f"view_as_complex: the last dimension must have size 2, got shape "
+            f"{shape_text(input.shape)}"
+        )
+    return complex(input[..., 0], input[..., 1])
+
+
+def _no_out(op: str, out: Any) -> None:
+    if out is not None:
+        raise DTypeError(f"{op}: out= is not supported; assign the result instead")
