@@ -167,7 +167,11 @@ class _Writer:
             items = [
                 [self.key(k, where), self.encode(v, f"{where}[{k!r}]")] for k, v in obj.items()
             ]
-            return {"dict": items, "ordered": isinstance(obj, OrderedDict)}
+            node = {"dict": items, "ordered": isinstance(obj, OrderedDict)}
+            metadata = getattr(obj, "_metadata", None)
+            if metadata is not None:  # a state dict's per-module versions, kept as torch's pickle
+                node["metadata"] = self.encode(metadata, f"{where}._metadata")
+            return node
         if isinstance(obj, list):
             return {"list": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
         if isinstance(obj, tuple):
@@ -342,7 +346,12 @@ class _Reader:
             return DTYPE_OBJECTS[node["dtype_name"]]
         if "dict" in node:
             pairs = [(self.key(k), self.decode(v)) for k, v in node["dict"]]
-            return OrderedDict(pairs) if node.get("ordered") else dict(pairs)
+            if not node.get("ordered"):
+                return dict(pairs)
+            ordered = OrderedDict(pairs)
+            if "metadata" in node:
+                ordered._metadata = self.decode(node["metadata"])  # type: ignore[attr-defined]
+            return ordered
         if "list" in node:
             return [self.decode(v) for v in node["list"]]
         if "tuple" in node:

@@ -95,7 +95,8 @@ def exp_not_above_zero(x):
 @_jit
 def softmax_forward(scores, first, causal, scale, lse):
     """In place, each row's probabilities ``softmax(scale * s)`` over the keys it sees (zeros
-    after them); ``lse[n, r]`` each row's log-sum-exp of ``scale * s`` over those keys."""
+    after them); ``lse[n, r]`` each row's log-sum-exp of ``scale * s`` over those keys (a row
+    whose scores are all ``-inf``: zeros and ``+inf``, as the NumPy formulation's)."""
     count, rows, keys = scores.shape
     for n in range(count):
         for r in range(rows):
@@ -104,6 +105,13 @@ def softmax_forward(scores, first, causal, scale, lse):
             for j in range(limit):
                 row[j] *= scale
             peak = row_max(row, limit)
+            if peak == -np.inf:
+                # every score -inf (a key holding -inf, not a mask): torch's zero row, not
+                # exp(-inf - -inf) = NaN; lse = +inf makes backward's exp 0 there too
+                for j in range(keys):
+                    row[j] = 0.0
+                lse[n, r] = np.inf
+                continue
             for j in range(limit):
                 row[j] = exp_not_above_zero(row[j] - peak)
             total = row_sum(row, limit)

@@ -114,7 +114,7 @@ class DistributedDataParallel(Module):
         self._unsynced = 0
         self._join: dict[str, Any] | None = None
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         from ..autodiff.grad_mode import is_grad_enabled
 
         group = self._group
@@ -127,7 +127,7 @@ class DistributedDataParallel(Module):
                 source = self._join_round(1, wants_sync, will_sync_buffers)
             if will_sync_buffers:
                 _broadcast_buffers(self.module, group, source)
-        out = self.module(*args, **kwargs)
+        out = self.module(*inputs, **kwargs)
         self._sync_buffers_next = is_grad_enabled() and not self._unsynced
         return out
 
@@ -319,8 +319,8 @@ class DataParallel(Module):
         self.module = module
         self.device_ids, self.output_device, self.dim = device_ids, output_device, dim
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module(*args, **kwargs)
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        return self.module(*inputs, **kwargs)
 
 
 def data_parallel(module: Module, inputs: Any, device_ids: Any = None, output_device: Any = None,

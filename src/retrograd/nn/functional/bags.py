@@ -127,7 +127,10 @@ def embedding_bag(
     rows = embedding(indices, weight)  # [bags, longest, dim]
     counts = keep.to("int64").sum(1)
     if mode == "max":
-        below = rows.detach().amin() - 1.0  # under every row value: left-out entries lose
+        # under every row value, so that left-out entries lose (NaN rows left out of the
+        # minimum: a NaN in one bag made every bag with a left-out entry NaN)
+        looked_up = rows.detach()
+        below = where(looked_up.isnan(), zeros_like(looked_up), looked_up).amin() - 1.0
         top = where(keep.unsqueeze(-1), rows, below).amax(1)
         return where((counts > 0).unsqueeze(-1), top, zeros_like(top.detach()))
     scale = keep.to(weight.dtype)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+import numpy as np
+
 from ...errors import InvalidArgumentError, ShapeError, guard, guard_namespace, shape_text
-from ...tensor import Tensor
-from ...tensor.internal import wrap
+from ...tensor import Tensor, tensor
+from ...tensor.internal import result_dtype, wrap
 from . import alpha_dropout as _alpha_dropout
 from . import dropout as _dropout
 from . import embedding as _embedding
@@ -85,6 +87,143 @@ def embedding(
         scale_grad_by_freq=scale_grad_by_freq,
         sparse=sparse,
     )
+
+
+#: ATen's ``EmbeddingBagMode``
+_BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
+#: the dtypes whose contiguous ``sum`` bags take torch's CPU fast path, which skips offset2bag
+_FAST_SUM_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def embedding_bag(
+    weight: Any,
+    indices: Any,
+    offsets: Any,
+    scale_grad_by_freq: bool = False,
+    mode: int = 0,
+    sparse: bool = False,
+    per_sample_weights: Any = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``torch.embedding_bag(weight, indices, offsets, ...)``, the ATen form the functional
+    one calls: ``mode`` an int (0 sum, 1 mean, 2 max), a negative ``padding_idx`` counted
+    from the end (``None``: no padding), and four results as torch's CPU kernel gives them:
+    the bags (:func:`~retrograd.nn.functional.embedding_bag`, with its gradients), each
+    index's bag (``offset2bag``; empty on the ``sum`` path that skips it: float32, float16 or
+    bfloat16 weights with unit stride along the rows and no padding), each bag's size
+    (padding left out; zeros for ``sum``), and for ``max`` the row that gave each maximum
+    (for ``sum`` and ``mean`` a copy of the sizes)."""
+    op = "embedding_bag"
+    if isinstance(mode, bool) or mode not in _BAG_MODES:
+        raise InvalidArgumentError(f"{op}: mode must be 0 (sum), 1 (mean) or 2 (max), got {mode!r}")
+    for name, value in (("indices", indices), ("offsets", offsets)):
+        if not isinstance(value, Tensor) or value.ndim != 1:
+            found = shape_text(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise ShapeError(
+                f"{op}: {name} must be a 1-d tensor in this form (2-d bags go through "
+                f"nn.functional.embedding_bag), got {found}"
+            )
+    if not isinstance(weight, Tensor) or weight.ndim != 2:
+        found = shape_text(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__
+        raise ShapeError(f"{op}: weight must be a 2-d tensor, got {found}")
+    count = weight.shape[0]
+    if padding_idx is not None:
+        if isinstance(padding_idx, bool) or not isinstance(padding_idx, numbers.Integral):
+            raise InvalidArgumentError(
+                f"{op}: padding_idx must be an int or None, got {padding_idx!r}"
+            )
+        if not -count <= padding_idx < count:
+            raise InvalidArgumentError(
+                f"{op}: padding_idx must be within the number of embeddings, {-count} through "
+                f"{count - 1}, but got {padding_idx}"
+            )
+        padding_idx = int(padding_idx) % count
+    if include_last_offset and offsets.shape[0] == 0:
+        raise InvalidArgumentError(f"{op}: include_last_offset needs at least one offset, got none")
+    output = _functional().embedding_bag(
+        indices, weight, offsets, None, 2.0, scale_grad_by_freq, _BAG_MODES[mode], sparse,
+        per_sample_weights, include_last_offset, padding_idx,
+    )  # fmt: skip
+    index_dtype = result_dtype(indices.dtype, offsets.dtype)
+    fast_sum = (
+        mode == 0
+        and padding_idx is None
+        and weight.dtype in _FAST_SUM_DTYPES
+        and weight.stride(1) == 1
+        and (per_sample_weights is None or per_sample_weights.stride(0) == 1)
+    )
+    offset2bag, bag_size, max_indices = _bag_bookkeeping(
+        weight, indices.numpy().astype(np.int64), offsets.numpy().astype(np.int64), mode,
+        padding_idx, include_last_offset, fast_sum,
+    )  # fmt: skip
+    made = dict(dtype=index_dtype, backend=indices.backend, device=indices.device)
+    return (
+        output,
+        tensor(offset2bag, **made),
+        tensor(bag_size, **made),
+        tensor(max_indices, **made),
+    )
+
+
+def _bag_bookkeeping(
+    weight: Tensor,
+    indices: np.ndarray,
+    offsets: np.ndarray,
+    mode: int,
+    padding_idx: int | None,
+    include_last_offset: bool,
+    fast_sum: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """torch's CPU ``offset2bag``, ``bag_size`` and ``max_indices`` (EmbeddingBag.cpp), on
+    the host: the offsets were checked by the bags' own computation."""
+    n = indices.shape[0]
+    bags = offsets.shape[0] - int(include_last_offset)
+    starts = offsets[:bags]
+    # make_offset2bag: a one at each bag's start, the first less one, a running sum (an
+    # index past the last start belongs to the last bag, as torch's kernel reads it)
+    marks = np.zeros(n + 1, np.int64)
+    np.add.at(marks, starts, 1)
+    marks[0] -= 1
+    offset2bag = np.cumsum(marks)[:n]
+    padded = indices == padding_idx if padding_idx is not None else np.zeros(n, bool)
+    if mode == 0:
+        # zeros, of the offsets' length without a gradient to take (forward-only kernel)
+        bag_size = np.zeros(bags if weight.requires_grad else offsets.shape[0], np.int64)
+        return (np.zeros(0, np.int64) if fast_sum else offset2bag), bag_size, bag_size.copy()
+    bag_size = np.zeros(bags, np.int64)
+    if bags:
+        bag_size[:-1] = starts[1:] - starts[:-1]
+        bag_size[-1] = n - starts[-1]
+        bag_size -= np.bincount(offset2bag[padded], minlength=bags)[:bags]
+    if mode == 1:
+        return offset2bag, bag_size, bag_size.copy()
+    return offset2bag, bag_size, _max_rows(weight, indices, offset2bag, ~padded, bags)
+
+
+def _max_rows(
+    weight: Tensor, indices: np.ndarray, offset2bag: np.ndarray, kept: np.ndarray, bags: int
+) -> np.ndarray:
+    """Per bag and column, the row whose value torch's max loop keeps: the bag's first
+    entry, replaced only by a strictly larger one (a tie keeps the earlier row; a NaN first
+    entry stays); 0 for an empty bag."""
+    values = np.asarray(weight.detach().numpy())
+    rows = np.zeros((bags, values.shape[1]), np.int64)
+    positions = np.flatnonzero(kept)
+    owner = offset2bag[positions]  # non-decreasing: offsets do not decrease
+    rank = np.arange(positions.size) - np.searchsorted(owner, owner, side="left")
+    best = np.zeros(rows.shape, values.dtype)
+    for step in range(int(rank.max()) + 1 if rank.size else 0):
+        chosen = rank == step
+        bag, row = owner[chosen], indices[positions[chosen]]
+        candidate = values[row]
+        if step == 0:
+            best[bag], rows[bag] = candidate, row[:, None]
+            continue
+        larger = candidate > best[bag]
+        best[bag] = np.where(larger, candidate, best[bag])
+        rows[bag] = np.where(larger, row[:, None], rows[bag])
+    return rows
 
 
 def _tensor_hardshrink(self: Tensor, lambd: float = 0.5) -> Tensor:
@@ -413,6 +552,7 @@ __all__ = [
     "dropout",
     "dropout_",
     "embedding",
+    "embedding_bag",
     "feature_alpha_dropout",
     "feature_alpha_dropout_",
     "feature_dropout",

@@ -62,8 +62,8 @@ class ReLU(Module):
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.relu(x)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.relu(input)
 
     def extra_repr(self) -> str:
         return _inplace_repr(self)
@@ -85,8 +85,8 @@ class GELU(Module):
             )
         self.approximate = approximate
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.gelu(x, approximate=self.approximate)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.gelu(input, approximate=self.approximate)
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
@@ -99,8 +99,8 @@ class SiLU(Module):
         super().__init__()
         self.inplace = inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.silu(x)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.silu(input)
 
     def extra_repr(self) -> str:
         return _inplace_repr(self)
@@ -109,15 +109,15 @@ class SiLU(Module):
 class Tanh(Module):
     """``tanh(x)`` elementwise."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.tanh(x)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.tanh(input)
 
 
 class Sigmoid(Module):
     """``1 / (1 + exp(-x))`` elementwise."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.sigmoid(x)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.sigmoid(input)
 
 
 class _Elementwise(Module):
@@ -128,8 +128,8 @@ class _Elementwise(Module):
     _fields: tuple[str, ...] = ()
     _prints_inplace = False  # torch's Hardswish and Hardsigmoid keep inplace out of the repr
 
-    def forward(self, x: Tensor) -> Tensor:
-        return type(self)._fn(x, *(getattr(self, f) for f in self._fields))
+    def forward(self, input: Tensor) -> Tensor:
+        return type(self)._fn(input, *(getattr(self, f) for f in self._fields))
 
     def extra_repr(self) -> str:
         text = ", ".join(f"{f}={getattr(self, f)}" for f in self._fields)
@@ -146,8 +146,8 @@ class _OverDim(Module):
         super().__init__()
         self.dim = dim
 
-    def forward(self, x: Tensor) -> Tensor:
-        return type(self)._fn(x, self.dim)
+    def forward(self, input: Tensor) -> Tensor:
+        return type(self)._fn(input, self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -174,13 +174,13 @@ class Softmin(_OverDim):
 class Softmax2d(Module):
     """Softmax over the channels of ``[N, C, H, W]`` (or ``[C, H, W]``)."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        if x.ndim not in (3, 4):  # dim -3 of another rank is not the channels
+    def forward(self, input: Tensor) -> Tensor:
+        if input.ndim not in (3, 4):  # dim -3 of another rank is not the channels
             raise ShapeError(
-                f"Softmax2d: expected input to be 3D or 4D, got {x.ndim}D of shape "
-                f"{shape_text(x.shape)}"
+                f"Softmax2d: expected input to be 3D or 4D, got {input.ndim}D of shape "
+                f"{shape_text(input.shape)}"
             )
-        return F.softmax(x, -3)
+        return F.softmax(input, -3)
 
 
 class LeakyReLU(_Elementwise):
@@ -267,8 +267,8 @@ class Softplus(_Elementwise):
         super().__init__()
         self.beta, self.threshold = beta, threshold
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.softplus(x, self.beta, self.threshold)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.softplus(input, self.beta, self.threshold)
 
     def extra_repr(self) -> str:
         return f"beta={self.beta}, threshold={self.threshold}"
@@ -324,8 +324,8 @@ class PReLU(Module):
         """The slopes set to ``init`` again, in place."""
         _refill(self.weight, float(self.init))
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.prelu(x, self.weight)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.prelu(input, self.weight)
 
     def extra_repr(self) -> str:
         return f"num_parameters={self.num_parameters}"
@@ -368,8 +368,8 @@ class RReLU(Module):
         super().__init__()
         self.lower, self.upper, self.inplace = lower, upper, inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.rrelu(x, self.lower, self.upper, self.training)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.rrelu(input, self.lower, self.upper, self.training)
 
     def extra_repr(self) -> str:
         return _inplace_repr(self, f"lower={self.lower}, upper={self.upper}")

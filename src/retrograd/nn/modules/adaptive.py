@@ -159,7 +159,7 @@ class AdaptiveLogSoftmaxWithLoss(Module):
             output = output.squeeze(0)
         return _ASMoutput(output, loss)
 
-    def _get_full_log_prob(self, input: Tensor, head_output: Tensor) -> Tensor:  # noqa: A002
+    def _get_full_log_prob(self, input: Tensor, head_output: Tensor) -> Tensor:
         """Log-probabilities of every class from ``input`` and ``self.head(input)``."""
         head_logprob = F.log_softmax(head_output, dim=1)
         pieces = [head_logprob[:, : self.shortlist_size]]
@@ -168,7 +168,7 @@ class AdaptiveLogSoftmaxWithLoss(Module):
             pieces.append(cluster_logprob + head_logprob[:, self.shortlist_size + i].unsqueeze(1))
         return cat(pieces, dim=1)
 
-    def _check_minibatch(self, op: str, input: Any) -> None:  # noqa: A002 (torch's name)
+    def _check_minibatch(self, op: str, input: Any) -> None:
         """torch's ``log_prob`` and ``predict`` take rows only (a 1-d input failed deep inside,
         naming ``argmax``)."""
         if not isinstance(input, Tensor) or input.ndim != 2:
@@ -178,13 +178,13 @@ class AdaptiveLogSoftmaxWithLoss(Module):
                 f"shape {shape}"
             )
 
-    def log_prob(self, input: Tensor) -> Tensor:  # noqa: A002 (torch's name)
+    def log_prob(self, input: Tensor) -> Tensor:
         """Log-probabilities of all ``n_classes`` classes: ``(N, in_features)`` ->
         ``(N, n_classes)``."""
         self._check_minibatch("log_prob", input)
         return self._get_full_log_prob(input, self.head(input))
 
-    def predict(self, input: Tensor) -> Tensor:  # noqa: A002 (torch's name)
+    def predict(self, input: Tensor) -> Tensor:
         """The most probable class of each row of ``(N, in_features)``: ``log_prob(input)
         .argmax(dim=1)``, computing the tail clusters only for rows whose head's best entry is
         a cluster."""

@@ -67,13 +67,13 @@ class SyncBatchNorm(_BatchNorm):
             )
         self.process_group = None
 
-    def forward(self, x: Tensor) -> Tensor:
-        if x.ndim < 2:
-            raise ShapeError(f"SyncBatchNorm: expected at least 2D input (got {x.ndim}D input)")
-        devices = self._sync_devices(x) if self.training else ()
+    def forward(self, input: Tensor) -> Tensor:
+        if input.ndim < 2:
+            raise ShapeError(f"SyncBatchNorm: expected at least 2D input (got {input.ndim}D input)")
+        devices = self._sync_devices(input) if self.training else ()
         if len(devices) < 2:
-            return super().forward(x)
-        out = self._synchronized(x, devices, self._update_factor())
+            return super().forward(input)
+        out = self._synchronized(input, devices, self._update_factor())
         self._count_batch()
         return out
 

@@ -20,8 +20,8 @@ class ChannelShuffle(Module):
         super().__init__()
         self.groups = groups
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.channel_shuffle(x, self.groups)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.channel_shuffle(input, self.groups)
 
     def extra_repr(self) -> str:
         return f"groups={self.groups}"

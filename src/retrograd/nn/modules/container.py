@@ -190,10 +190,10 @@ class Sequential(_Indexed):
             return Sequential(OrderedDict(list(self._modules.items())[index]))
         return self._modules[self._index(index)]
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, input: Any) -> Any:
         for module in self._modules.values():
-            x = module(x)
-        return x
+            input = module(input)  # noqa: A001 (torch rebinds its input too)
+        return input
 
     def insert(self, index: int, module: Module) -> Sequential:
         """``module`` put at ``index`` (torch's: an index past either end is refused, not

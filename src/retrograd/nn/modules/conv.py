@@ -128,8 +128,8 @@ class _Convolution(_ConvNd):
     """The (non-transposed) convolutions' forward: torch's ``Conv1d``/``2d``/``3d`` go
     through ``_conv_forward``, which the transposed ones do not have."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self._conv_forward(x, self.weight, self.bias)
+    def forward(self, input: Tensor) -> Tensor:
+        return self._conv_forward(input, self.weight, self.bias)
 
     def _conv_forward(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """The convolution of ``x`` by ``weight`` and ``bias`` with this layer's settings
@@ -231,14 +231,14 @@ class _ConvTransposeNd(_ConvNd):
             **factory,
         )
 
-    def forward(self, x: Tensor, output_size: Any = None) -> Tensor:
+    def forward(self, input: Tensor, output_size: Any = None) -> Tensor:
         return self._transposed_convolution(
-            x,
+            input,
             self.weight,
             self.bias,
             self.stride,
             self.padding,
-            self._output_padding(x, output_size),
+            self._output_padding(input, output_size),
             self.groups,
             self.dilation,
         )

@@ -35,8 +35,8 @@ class _DropoutNd(Module):
             )
         self.p, self.inplace = p, inplace
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self._fn(x, self.p, self.training)
+    def forward(self, input: Tensor) -> Tensor:
+        return self._fn(input, self.p, self.training)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"

@@ -23,8 +23,8 @@ class Unfold(Module):
         self.kernel_size, self.dilation = kernel_size, dilation
         self.padding, self.stride = padding, stride
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.unfold(input, self.kernel_size, self.dilation, self.padding, self.stride)
 
     def extra_repr(self) -> str:
         return (
@@ -42,9 +42,9 @@ class Fold(Module):
         self.output_size, self.kernel_size = output_size, kernel_size
         self.dilation, self.padding, self.stride = dilation, padding, stride
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         return F.fold(
-            x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride
+            input, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride
         )
 
     def extra_repr(self) -> str:

@@ -36,21 +36,21 @@ class _InstanceNorm(_NormBase):
         options = (num_features, eps, momentum, affine, track_running_stats, device, dtype)
         super().__init__(*options, bias=bias, backend=backend)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         name = type(self).__name__
-        if x.ndim not in (self.spatial + 1, self.spatial + 2):
+        if input.ndim not in (self.spatial + 1, self.spatial + 2):
             raise ShapeError(
                 f"{name}: expected a {self.spatial + 1}-d or {self.spatial + 2}-d input, got "
-                f"shape {list(x.shape)}"
+                f"shape {list(input.shape)}"
             )
-        unbatched = x.ndim == self.spatial + 1
+        unbatched = input.ndim == self.spatial + 1
         if unbatched:
-            x = x.unsqueeze(0)
+            input = input.unsqueeze(0)  # noqa: A001
         use_input_stats = self.training or not self.track_running_stats
         # momentum=None: torch passes 0.0 (no cumulative average, unlike the batch norms), so
         # the running statistics stay where they are
         out = F.instance_norm(
-            x, self.running_mean, self.running_var, self.weight, self.bias, use_input_stats,
+            input, self.running_mean, self.running_var, self.weight, self.bias, use_input_stats,
             self.momentum if self.momentum is not None else 0.0, self.eps,
         )  # fmt: skip
         return out.squeeze(0) if unbatched else out

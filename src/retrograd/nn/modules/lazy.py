@@ -134,9 +134,9 @@ class LazyModuleMixin(Module):
         del self.__dict__["_lazy_arguments"]
         self.__class__ = self.cls_to_become
 
-    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Any:
-        self.initialize_parameters(x)
-        return self.forward(x, *args, **kwargs)
+    def forward(self, input: Tensor, *args: Any, **kwargs: Any) -> Any:
+        self.initialize_parameters(input)
+        return self.forward(input, *args, **kwargs)
 
     def _lazy_load(self, state: Mapping[str, Any], prefix: str) -> None:
         """torch's lazy load hook: a state holding this layer's weight sets its size. A

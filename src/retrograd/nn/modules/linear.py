@@ -38,8 +38,8 @@ class Identity(Module):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__()
 
-    def forward(self, x: Any) -> Any:
-        return x
+    def forward(self, input: Any) -> Any:
+        return input
 
 
 class Linear(Module):
@@ -80,8 +80,8 @@ class Linear(Module):
         sqrt(5))``: U(-k, k), k = 1/sqrt(in_features)), in place."""
         _redraw_fan_in(self)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.weight, self.bias)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.linear(input, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, " + (
@@ -238,9 +238,9 @@ class Embedding(Module):
         return cls(rows, dim, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
                    embeddings, freeze)  # fmt: skip
 
-    def forward(self, indices: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         return F.embedding(
-            indices, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+            input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
             self.scale_grad_by_freq, self.sparse,
         )  # fmt: skip
 
@@ -279,8 +279,8 @@ class Unflatten(Module):
         super().__init__()
         self.dim, self.unflattened_size = dim, tuple(unflattened_size)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return x.unflatten(self.dim, self.unflattened_size)
+    def forward(self, input: Tensor) -> Tensor:
+        return input.unflatten(self.dim, self.unflattened_size)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
@@ -297,8 +297,8 @@ class Flatten(Module):
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
 
-    def forward(self, x: Tensor) -> Tensor:
-        return x.flatten(self.start_dim, self.end_dim)
+    def forward(self, input: Tensor) -> Tensor:
+        return input.flatten(self.start_dim, self.end_dim)
 
     def extra_repr(self) -> str:
         return f"start_dim={self.start_dim}, end_dim={self.end_dim}"

@@ -95,7 +95,7 @@ class CrossEntropyLoss(_WeightedLoss):
         self.ignore_index = ignore_index
         self.label_smoothing = label_smoothing
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.cross_entropy(
             input,
             target,
@@ -127,7 +127,7 @@ class NLLLoss(_WeightedLoss):
         super().__init__(weight, size_average, reduce, reduction)
         self.ignore_index = ignore_index
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.nll_loss(
             input,
             target,
@@ -146,7 +146,7 @@ class MSELoss(_Loss):
     5.0
     """
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.mse_loss(input, target, self.size_average, self.reduce, self.reduction)
 
 
@@ -157,7 +157,7 @@ class BCELoss(_WeightedLoss):
     0.693147
     """
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.binary_cross_entropy(
             input, target, self.weight, self.size_average, self.reduce, self.reduction
         )
@@ -173,7 +173,7 @@ class BCEWithLogitsLoss(_Loss):
         self.register_buffer("weight", weight)
         self.register_buffer("pos_weight", pos_weight)
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.binary_cross_entropy_with_logits(
             input, target, self.weight, self.size_average, self.reduce, self.reduction,
             self.pos_weight,
@@ -183,7 +183,7 @@ class BCEWithLogitsLoss(_Loss):
 class L1Loss(_Loss):
     """``F.l1_loss``: mean absolute error."""
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.l1_loss(input, target, self.size_average, self.reduce, self.reduction)
 
 
@@ -193,7 +193,7 @@ class SmoothL1Loss(_Loss):
         super().__init__(size_average, reduce, reduction)
         self.beta = beta
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.smooth_l1_loss(
             input, target, self.size_average, self.reduce, self.reduction, self.beta
         )
@@ -204,7 +204,7 @@ class HuberLoss(_Loss):
         super().__init__(reduction=reduction)
         self.delta = delta
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.huber_loss(input, target, self.reduction, self.delta)
 
 
@@ -214,7 +214,7 @@ class KLDivLoss(_Loss):
         super().__init__(size_average, reduce, reduction)
         self.log_target = log_target
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.kl_div(
             input, target, self.size_average, self.reduce, self.reduction, self.log_target
         )
@@ -265,7 +265,7 @@ class HingeEmbeddingLoss(_MarginLoss):
 
     _fn = staticmethod(F.hinge_embedding_loss)
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return super().forward(input, target)
 
     def __init__(self, margin: float = 1.0, size_average: bool | None = None,
@@ -276,14 +276,14 @@ class HingeEmbeddingLoss(_MarginLoss):
 class SoftMarginLoss(_Loss):
     """``F.soft_margin_loss``: the logistic loss of targets 1 and -1."""
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.soft_margin_loss(input, target, self.size_average, self.reduce, self.reduction)
 
 
 class MultiLabelMarginLoss(_Loss):
     """``F.multilabel_margin_loss``: int64 class targets, ended by -1."""
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.multilabel_margin_loss(
             input, target, self.size_average, self.reduce, self.reduction
         )
@@ -292,7 +292,7 @@ class MultiLabelMarginLoss(_Loss):
 class MultiLabelSoftMarginLoss(_WeightedLoss):
     """``F.multilabel_soft_margin_loss(input, target, weight)``; ``weight`` is a buffer."""
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.multilabel_soft_margin_loss(
             input, target, self.weight, self.size_average, self.reduce, self.reduction
         )
@@ -311,7 +311,7 @@ class MultiMarginLoss(_WeightedLoss):
         super().__init__(weight, size_average, reduce, reduction)
         self.p, self.margin = p, margin
 
-    def forward(self, input: Tensor, target: Any) -> Tensor:  # noqa: A002 (PyTorch's name)
+    def forward(self, input: Tensor, target: Any) -> Tensor:
         return F.multi_margin_loss(
             input, target, self.p, self.margin, self.weight, self.size_average, self.reduce,
             self.reduction,
@@ -389,7 +389,7 @@ class GaussianNLLLoss(_Loss):
         super().__init__(reduction=reduction)
         self.full, self.eps = full, eps
 
-    def forward(self, input: Tensor, target: Any, var: Any) -> Tensor:  # noqa: A002
+    def forward(self, input: Tensor, target: Any, var: Any) -> Tensor:
         return F.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
 
 

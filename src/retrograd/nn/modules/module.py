@@ -30,6 +30,7 @@ import copy
 import io
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn
 
@@ -125,6 +126,10 @@ class Module:
     """
 
     training: bool
+    #: torch's version of the class's state-dict layout, saved in ``state_dict()._metadata``
+    #: and given back to ``_load_from_state_dict`` (batch norm's 2 added
+    #: ``num_batches_tracked``); a subclass whose layout changes raises it
+    _version: int = 1
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
@@ -640,6 +645,10 @@ class Module:
         """torch's ``state_dict`` recursion: this module's pre-hooks, its own entries
         (:meth:`_save_to_state_dict`), its children's, then its post-hooks (a child's hook that
         returns a new dict replaces nothing above it, as in torch)."""
+        local_metadata = {"version": self._version}
+        metadata = getattr(out, "_metadata", None)
+        if metadata is not None:  # (torch's key: the prefix without its final dot)
+            metadata[prefix[:-1]] = local_metadata
         for hook, _ in state_hooks(self, "state_dict_pre"):
             hook(self, prefix, keep_vars)
         self._save_to_state_dict(out, prefix, keep_vars)
@@ -647,7 +656,7 @@ class Module:
             if child is not None:
                 child._fill_state(out, f"{prefix}{name}.", keep_vars)
         for hook, public in state_hooks(self, "state_dict"):
-            result = hook(self, out, prefix, {"version": getattr(self, "_version", 1)})
+            result = hook(self, out, prefix, local_metadata)
             if result is not None:
                 if public:
                     raise InvalidArgumentError(
@@ -692,7 +701,11 @@ class Module:
                     )
 
     def state_dict(
-        self, *, destination: dict | None = None, prefix: str = "", keep_vars: bool = False
+        self,
+        *args: Any,
+        destination: dict | None = None,
+        prefix: str = "",
+        keep_vars: bool = False,
     ) -> dict[str, Any]:
         """Parameters and persistent buffers by dotted name, PyTorch's keys (a tied parameter
         under each of its names, batch norm's ``num_batches_tracked``), as NumPy copies that
@@ -700,17 +713,44 @@ class Module:
         ``keep_vars``: the tensors themselves). torch's ``prefix`` goes before every key and
         ``destination`` is the dict filled (and returned).
 
+        As torch's, a new state dict is an ``OrderedDict`` whose ``_metadata`` holds each
+        module's ``{"version": cls._version}`` by prefix (``""`` the root, ``"0"`` its first
+        child), which :meth:`load_state_dict` hands to :meth:`_load_from_state_dict`; the
+        deprecated positional form ``state_dict(destination, prefix, keep_vars)`` warns as
+        torch's does.
+
         ``torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})``
         loads it into the same model written for PyTorch.
         """
+        if args:
+            if len(args) > 3:
+                raise DTypeError(
+                    f"state_dict: takes at most 3 positional arguments (destination, prefix, "
+                    f"keep_vars), got {len(args)}"
+                )
+            warnings.warn(
+                "state_dict: positional arguments are deprecated (as in torch); pass "
+                "destination=, prefix=, keep_vars= by keyword",
+                FutureWarning,
+                stacklevel=2,
+            )
+            # torch's rule: a positional value fills only what the keywords left at default
+            if destination is None:
+                destination = args[0]
+            if len(args) > 1 and prefix == "":
+                prefix = args[1]
+            if len(args) > 2 and keep_vars is False:
+                keep_vars = args[2]
         if not isinstance(prefix, str):
             raise DTypeError(f"state_dict: prefix must be a str, got {_describe(prefix)}")
         if destination is not None and not isinstance(destination, collections.abc.MutableMapping):
             raise DTypeError(
                 f"state_dict: destination must be a dict to fill, got {_describe(destination)}"
             )
-        out = {} if destination is None else destination
-        return self._fill_state(out, prefix, keep_vars)
+        if destination is None:
+            destination = collections.OrderedDict()
+            destination._metadata = collections.OrderedDict()  # type: ignore[attr-defined]
+        return self._fill_state(destination, prefix, keep_vars)
 
     def register_state_dict_pre_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
         """Call ``hook(module, prefix, keep_vars)`` before this module's entries are added
@@ -790,8 +830,11 @@ class Module:
         # a copy of the state, as torch's does, before the one checked pass below loads it
         # torch's state dicts carry each module's version (``_metadata``, keyed by prefix);
         # a plain mapping has none, as torch reads it
-        metadata = getattr(state, "_metadata", None) or {}
-        state = dict(state)
+        metadata = getattr(state, "_metadata", None)
+        state = collections.OrderedDict(state)  # (a copy the per-module steps may edit)
+        if metadata is not None:  # (as torch's copy, which its steps may read)
+            state._metadata = metadata  # type: ignore[attr-defined]
+        metadata = metadata or {}
         keys = [key for key in state if not isinstance(key, str)]
         if keys:  # an int key failed deep inside as "'int' object is not subscriptable"
             raise DTypeError(
@@ -936,7 +979,7 @@ class Module:
         return copy.deepcopy(self, memo)
 
     # -- calling ------------------------------------------------------------------------------
-    def forward(self, *args: Any) -> Any:
+    def forward(self, *input: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.forward")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

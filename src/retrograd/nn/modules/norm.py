@@ -67,8 +67,8 @@ class LayerNorm(Module):
         """Weight ones and bias zeros again (with ``elementwise_affine``), in place."""
         _reset_affine(self)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return (
@@ -83,6 +83,8 @@ class _NormBase(Module):
     buffers (with ``track_running_stats``: ``running_mean``, ``running_var``,
     ``num_batches_tracked``), their resets, the loading of states older than that count, and
     the ``extra_repr``. Custom norms subclass it as they do torch's."""
+
+    _version = 2  # torch's: version 2 added ``num_batches_tracked``
 
     def __init__(
         self,
@@ -183,19 +185,19 @@ class _BatchNorm(_NormBase):
             counter = self.num_batches_tracked
             assign(counter, counter + 1, type(self).__name__)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         name = type(self).__name__
-        if x.ndim not in self.ranks:
+        if input.ndim not in self.ranks:
             raise ShapeError(
                 f"{name}: expected a {' or '.join(f'{r}-d' for r in self.ranks)} input, got "
-                f"shape {list(x.shape)}"
+                f"shape {list(input.shape)}"
             )
         factor = self._update_factor()
         # As PyTorch: batch statistics in training, and in eval when no running ones are kept.
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
         track = not self.training or self.track_running_stats
         out = F.batch_norm(
-            x,
+            input,
             self.running_mean if track else None,
             self.running_var if track else None,
             self.weight,
@@ -282,8 +284,8 @@ class GroupNorm(Module):
         """Weight ones and bias zeros again (with ``affine``), in place."""
         _reset_affine(self)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return (

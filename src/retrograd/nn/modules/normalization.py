@@ -24,8 +24,8 @@ class LocalResponseNorm(Module):
         super().__init__()
         self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.local_response_norm(x, self.size, self.alpha, self.beta, self.k)
+    def forward(self, input: Tensor) -> Tensor:
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
 
     def extra_repr(self) -> str:
         return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
@@ -42,5 +42,5 @@ class CrossMapLRN2d(Module):
 
     extra_repr = LocalResponseNorm.extra_repr
 
-    def forward(self, x: Tensor) -> Tensor:
-        return _cross_map_lrn2d(x, self.size, self.alpha, self.beta, self.k)
+    def forward(self, input: Tensor) -> Tensor:
+        return _cross_map_lrn2d(input, self.size, self.alpha, self.beta, self.k)

@@ -43,10 +43,10 @@ class _Pad(Module):
         self.padding = tuple(padding)
         self.value = value
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         if self.mode == "constant":
-            return F.pad(x, self.padding, "constant", self.value)
-        return F.pad(x, self.padding, self.mode)
+            return F.pad(input, self.padding, "constant", self.value)
+        return F.pad(input, self.padding, self.mode)
 
     def extra_repr(self) -> str:
         if self.takes_value:

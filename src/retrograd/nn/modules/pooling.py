@@ -61,9 +61,11 @@ class _MaxPoolNd(Module):
     _pool: Any = None
     _pool_with_indices: Any = None
 
-    def forward(self, x: Tensor) -> Any:
+    def forward(self, input: Tensor) -> Any:
         pool = self._pool_with_indices if self.return_indices else self._pool
-        return pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        return pool(
+            input, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode
+        )
 
     def extra_repr(self) -> str:
         return (
@@ -105,10 +107,10 @@ class _AvgPoolNd(Module):
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
         self.divisor_override = divisor_override
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         return self._pool(
-            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
-            self.divisor_override,
+            input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+            self.count_include_pad, self.divisor_override,
         )  # fmt: skip
 
     def extra_repr(self) -> str:
@@ -135,8 +137,8 @@ class _AdaptiveAvgPoolNd(Module):
         super().__init__()
         self.output_size = output_size
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self._pool(x, self.output_size)
+    def forward(self, input: Tensor) -> Tensor:
+        return self._pool(input, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -177,9 +179,9 @@ class Upsample(Module):
         self.size, self.scale_factor, self.mode = size, scale_factor, mode
         self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         return F.interpolate(
-            x,
+            input,
             self.size,
             self.scale_factor,
             self.mode,
@@ -218,9 +220,14 @@ class AvgPool1d(_AvgPoolNd):
         self.stride = _repeated(stride if stride is not None else kernel_size, 1)
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         return F.avg_pool1d(
-            x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad
+            input,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
         )
 
 
@@ -248,8 +255,8 @@ class _AdaptiveMaxPoolNd(Module):
         super().__init__()
         self.output_size, self.return_indices = output_size, return_indices
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self._pool(x, self.output_size, self.return_indices)
+    def forward(self, input: Tensor) -> Tensor:
+        return self._pool(input, self.output_size, self.return_indices)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -299,11 +306,11 @@ class _LPPoolNd(Module):
         self.norm_type, self.kernel_size = norm_type, kernel_size
         self.stride, self.ceil_mode = stride, ceil_mode
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:
         # torch's modules pass float(norm_type): an int or bool input's powers are then
         # floats, where the functional form with an int p pools them as integers
         return type(self)._fn(
-            x, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode
+            input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode
         )
 
     def extra_repr(self) -> str:
@@ -343,8 +350,10 @@ class _MaxUnpoolNd(Module):
         self.kernel_size, self.padding = _repeated(kernel_size, dims), _repeated(padding, dims)
         self.stride = _repeated(stride if stride is not None else kernel_size, dims)
 
-    def forward(self, x: Tensor, indices: Tensor, output_size: Sequence[int] | None = None):
-        return type(self)._fn(x, indices, self.kernel_size, self.stride, self.padding, output_size)
+    def forward(self, input: Tensor, indices: Tensor, output_size: Sequence[int] | None = None):
+        return type(self)._fn(
+            input, indices, self.kernel_size, self.stride, self.padding, output_size
+        )
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
@@ -403,9 +412,9 @@ class _FractionalMaxPoolNd(Module):
                 f"{name}: output_ratio must be between 0 and 1 (got {output_ratio})"
             )
 
-    def forward(self, x: Tensor) -> Any:
+    def forward(self, input: Tensor) -> Any:
         return type(self)._fn(
-            x,
+            input,
             self.kernel_size,
             self.output_size,
             self.output_ratio,

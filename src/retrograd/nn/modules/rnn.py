@@ -174,7 +174,7 @@ class RNNBase(Module):
             layers.append((w_ih, w_hh, *biases, *projection))
         return layers
 
-    def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:  # noqa: A002
+    def forward(self, input: Tensor, hx: Any = None) -> tuple[Tensor, Any]:
         """``(output, h_n)`` (``(output, (h_n, c_n))`` for an LSTM): ``output`` ``[T, N,
         directions * H]`` (``[N, T, ...]`` with ``batch_first``; ``[T, ...]`` for an
         unbatched ``[T, I]`` input), ``h_n`` ``[num_layers * directions, N, H]``. A
@@ -314,7 +314,7 @@ class RNNCellBase(Module):
         for weight in self.parameters():
             init.uniform_(weight, -bound, bound)
 
-    def forward(self, input: Tensor, hx: Any = None) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, hx: Any = None) -> Any:
         return recurrent_cell(
             self.mode, input, hx, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh
         )

@@ -85,7 +85,7 @@ class EmbeddingBag(Module):
 
     def forward(
         self,
-        input: Tensor,  # noqa: A002 (torch's name)
+        input: Tensor,
         offsets: Tensor | None = None,
         per_sample_weights: Tensor | None = None,
     ) -> Tensor:
