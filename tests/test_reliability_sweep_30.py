@@ -820,3 +820,17 @@ def test_module_load_state_dict_from_a_torch_file_and_the_hub_cache(tmp_path):
         np.testing.assert_allclose(ours(rg.tensor(x)).detach().numpy(), expected, rtol=1e-5)
     finally:
         rg.hub.set_dir(before)
+
+
+class TensorKind(torch.Tensor):
+    """A user's tensor subclass (torch rebuilds it under weights_only=False)."""
+
+
+@pytest.mark.parametrize("form", list(FORMATS))
+def test_a_tensor_subclass_is_refused_by_what_it_is(form):
+    data = _saved({"t": torch.ones(2).as_subclass(TensorKind)}, FORMATS[form])
+    assert type(torch.load(io.BytesIO(data), weights_only=False)["t"]) is TensorKind
+    with pytest.raises(rg.InvalidArgumentError, match=r"TensorKind.*not allowed"):
+        rg.load(io.BytesIO(data))
+    with pytest.raises(rg.InvalidArgumentError, match=r"TensorKind \(a subclass of torch.Tensor"):
+        rg.load(io.BytesIO(data), weights_only=False)

@@ -599,7 +599,8 @@ def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, le
         raise carried.error from None
     except RetrogradError as error:
         # (a tensor this backend cannot hold: the error says which, this says where)
-        raise type(error)(f"load: {name} is a torch file: {error}") from None
+        said = str(error).removeprefix("load: ")
+        raise type(error)(f"load: {name} (a torch file): {said}") from None
     except torch_files.Unsupported as error:  # refused by what it is, whatever weights_only
         raise error.error_class(f"load: {name} is a torch file holding {error}") from None
     except _NotAllowed as error:

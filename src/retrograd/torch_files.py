@@ -188,7 +188,13 @@ class _Rebuilder:
             made = self.parameter_of(made, True)
             self.made_ids.add(id(made))
         elif new_type is not _TENSOR_CLASS:
-            raise pickle.UnpicklingError(f"a tensor of class {new_type!r}")
+            kind = (
+                f"{getattr(new_type, '__module__', '?')}.{getattr(new_type, '__qualname__', '?')}"
+            )
+            raise Unsupported(
+                f"a tensor of class {kind} (a subclass of torch.Tensor), which retrograd has "
+                "no class for; save it as a plain tensor (t.as_subclass(torch.Tensor))"
+            )
         _set_state(made, state)
         return made
 
@@ -428,11 +434,13 @@ class _Unpickler(pickle.Unpickler):
             return found
         if module == "torch" or module.startswith("torch."):
             whole = ".nn.modules." in f".{module}." or module.startswith("torch.optim")
-            raise Unsupported(
-                f"{module}.{name}, a class of torch's own"
-                + (" (a whole module or optimizer, saved with torch.save(model))" if whole else "")
-                + ", which only torch rebuilds; in torch, save its state_dict() and load that"
+            advice = (
+                " (a whole module or optimizer, saved with torch.save(model)), which only torch "
+                "rebuilds; in torch, save its state_dict() and load that"
+                if whole
+                else ", which only torch rebuilds; in torch, save its tensors and plain values"
             )
+            raise Unsupported(f"{module}.{name}, a class of torch's own{advice}")
         return self.find_other(module, name)
 
     def persistent_load(self, pid: Any) -> Any:
