@@ -176,3 +176,21 @@ def test_a_map_location_function_is_given_the_saved_location():
     loaded = rg.load(io.BytesIO(data), map_location=lambda s, where: ours.append(where) or s)
     assert ours == theirs == ["cuda:0"]
     assert loaded["w"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_clear_safe_globals_is_torch_s():
+    """torch.serialization.clear_safe_globals() (ported scripts call it between loads) was
+    missing: an AttributeError."""
+    ours, theirs = rg.serialization.get_safe_globals(), torch.serialization.get_safe_globals()
+    try:
+        rg.serialization.add_safe_globals([argparse.Namespace])
+        rg.serialization.clear_safe_globals()
+        torch.serialization.add_safe_globals([argparse.Namespace])
+        torch.serialization.clear_safe_globals()
+        assert rg.serialization.get_safe_globals() == []
+        assert torch.serialization.get_safe_globals() == []
+        with pytest.raises(rg.InvalidArgumentError, match=r"argparse\.Namespace"):
+            rg.load(_saved({"args": argparse.Namespace(lr=0.5)}))
+    finally:  # (the allow-lists are the process's)
+        rg.serialization.add_safe_globals(ours)
+        torch.serialization.add_safe_globals(theirs)

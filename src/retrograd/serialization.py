@@ -51,6 +51,7 @@ DTYPE_CLASSES = (dtype,)
 
 __all__ = [
     "add_safe_globals",
+    "clear_safe_globals",
     "get_safe_globals",
     "get_unsafe_globals_in_checkpoint",
     "load",
@@ -868,6 +869,11 @@ def add_safe_globals(safe_globals: list[Any]) -> None:
 
 def get_safe_globals() -> list[Any]:
     return list(_SAFE_GLOBALS)
+
+
+def clear_safe_globals() -> None:
+    """Forget every class and function :func:`add_safe_globals` allowed (torch's)."""
+    _SAFE_GLOBALS.clear()
 
 
 def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:

@@ -567,6 +567,11 @@ def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
         if view is not None:  # a storage view of old files: (key, offset, numel)
             view_key, offset, size = view
             whole = values[key]
+            if not (type(offset) is int and type(size) is int and 0 <= offset <= offset + size
+                    and offset + size <= whole.size):  # fmt: skip
+                raise pickle.UnpicklingError(
+                    f"a view of {size} elements at {offset} of a storage of {whole.size}"
+                )
             return _Storage(
                 f"{key}/{view_key}", dtype, lambda: whole[offset : offset + size], location
             )
