@@ -194,3 +194,24 @@ def test_clear_safe_globals_is_torch_s():
     finally:  # (the allow-lists are the process's)
         rg.serialization.add_safe_globals(ours)
         torch.serialization.add_safe_globals(theirs)
+
+
+def test_an_expanded_view_of_a_crafted_size_is_refused_not_copied():
+    """A tensor of size (2**28,) and stride (0,) over a one-element storage (torch's
+    expanded view, which costs torch nothing) was copied element by element: a file of a few
+    hundred bytes asked for 256 MB here, and a larger size for all the memory there is."""
+    with zipfile.ZipFile(_saved({"w": torch.ones(1, dtype=torch.bool).expand(3)})) as source:
+        entries = {name: source.read(name) for name in source.namelist()}
+    pickled = next(name for name in entries if name.endswith("data.pkl"))
+    # size (3,), memoized, then stride (0,): K\x03\x85q\x08 -> size (2**28,): J<2**28>\x85q\x08
+    assert entries[pickled].count(b"K\x03\x85q") == 1
+    entries[pickled] = entries[pickled].replace(
+        b"K\x03\x85q", b"J" + (2**28).to_bytes(4, "little") + b"\x85q"
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for name, content in entries.items():
+            target.writestr(name, content)
+    assert torch.load(io.BytesIO(out.getvalue()))["w"].shape == (2**28,)
+    with pytest.raises(rg.InvalidArgumentError, match="repeating a storage"):
+        rg.load(io.BytesIO(out.getvalue()))

@@ -238,11 +238,23 @@ def _strided(storage: _Storage, offset: int, size: tuple, stride: tuple) -> np.n
             f"a tensor of size {size}, stride {stride} at offset {offset} reaches element "
             f"{last} of a storage of {elements.size}"
         )
+    count = int(np.prod(size, dtype=object))
+    if count > max(elements.size, _MOST_REPEATED):
+        # torch's expanded view repeats elements without memory; copied here, a crafted size
+        # over a one-element storage would fill all memory
+        raise pickle.UnpicklingError(
+            f"a tensor of size {size} (stride {stride}) repeating a storage of {elements.size} "
+            f"elements, {count} in all: more than retrograd copies out of a file"
+        )
     item = elements.itemsize
     view = np.lib.stride_tricks.as_strided(
         elements[offset:], shape=size, strides=[step * item for step in stride], writeable=False
     )
     return np.array(view, copy=True)
+
+
+#: The most elements a view that repeats its storage's (an expanded tensor) is copied into.
+_MOST_REPEATED = 2**27
 
 
 def _reinterpreted(storage: _Storage, dtype: str) -> Callable[[], np.ndarray]:
