@@ -464,6 +464,14 @@ def _schedulers(lib):
         "CyclicLR": lambda o: sched.CyclicLR(o, 0.01, 0.1, step_size_up=2),
         "OneCycleLR": lambda o: sched.OneCycleLR(o, 0.5, total_steps=10),
         "ReduceLROnPlateau": lambda o: sched.ReduceLROnPlateau(o, patience=0, factor=0.5),
+        "LambdaLR": lambda o: sched.LambdaLR(o, lambda epoch: 0.9**epoch),
+        "MultiplicativeLR": lambda o: sched.MultiplicativeLR(o, lambda epoch: 0.95),
+        "SequentialLR": lambda o: sched.SequentialLR(
+            o, [sched.ConstantLR(o, 0.5, total_iters=2), sched.ExponentialLR(o, 0.9)], [2]
+        ),
+        "ChainedScheduler": lambda o: sched.ChainedScheduler(
+            [sched.ConstantLR(o, 0.5, total_iters=2), sched.ExponentialLR(o, 0.9)]
+        ),
     }
 
 
