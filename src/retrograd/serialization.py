@@ -51,6 +51,7 @@ DTYPE_CLASSES = (dtype,)
 
 __all__ = [
     "add_safe_globals",
+    "clear_safe_globals",
     "get_safe_globals",
     "get_unsafe_globals_in_checkpoint",
     "load",
@@ -362,8 +363,10 @@ class _Reader:
             return frozenset(self.decode(v) for v in node["frozenset"])
         raise InvalidArgumentError(f"load: unknown entry {sorted(node)} in the file")
 
-    def make(self, values: np.ndarray, dtype: str | None, requires_grad: Any) -> Tensor:
-        """A tensor of the file's ``values``, where ``map_location`` puts it."""
+    def make(self, values: np.ndarray, dtype: str | None, requires_grad: Any,
+             location: str = "cpu") -> Tensor:  # fmt: skip
+        """A tensor of the file's ``values``, where ``map_location`` puts it (a function
+        ``map_location`` is given the ``location`` torch saved it from)."""
         try:
             made = tensor(
                 values, dtype=dtype, device=None if callable(self.device) else self.device
@@ -372,7 +375,7 @@ class _Reader:
             raise DTypeError(
                 f"load: cannot make the file's {dtype or values.dtype} tensors here: {error}"
             ) from None
-        out = _relocated(self.device, made) if callable(self.device) else made
+        out = _relocated(self.device, made, location) if callable(self.device) else made
         if requires_grad:
             out.require_grad()
         return out
@@ -467,11 +470,11 @@ class _FromMapLocation(Exception):  # noqa: N818 (a carrier, never seen outside)
         self.error = error
 
 
-def _relocated(map_location: Any, out: Tensor) -> Tensor:
+def _relocated(map_location: Any, out: Tensor, location: str = "cpu") -> Tensor:
     """``out`` where the function ``map_location(storage, location)`` puts it (torch's
     protocol; ``None`` keeps it where it is)."""
     try:
-        moved = map_location(out, "cpu")
+        moved = map_location(out, location)
     except Exception as error:
         raise _FromMapLocation(error) from None
     if moved is None:
@@ -496,6 +499,8 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
     An ``.npz`` of arrays (``Module.save``) loads as a dict of arrays.
     A file of torch's own (a pickle) is refused with an error that says so."""
     device = None
+    # a dict moves only the storages saved from one of its keys (torch's), in a torch file
+    by_location = dict(map_location) if isinstance(map_location, dict) else None
     if callable(map_location) and not isinstance(map_location, Device):
         device = map_location  # (the reader calls it with each tensor)
     elif map_location is not None:
@@ -519,16 +524,19 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
         if isinstance(f, io.TextIOBase) or not isinstance(data, bytes):
             raise DTypeError(f"load: {name} was opened in text mode; open it with 'rb'")
         legacy = _check_magic(name, data[:16])
-        return _load_archive(io.BytesIO(data), name, device, weights_only is not False, legacy)
+        return _load_archive(
+            io.BytesIO(data), name, device, weights_only is not False, legacy, by_location
+        )
     with open(f, "rb") as handle:  # a missing file stays FileNotFoundError, as in torch
         legacy = _check_magic(name, handle.read(16))
         handle.seek(0)
-        return _load_archive(handle, name, device, weights_only is not False, legacy)
+        return _load_archive(handle, name, device, weights_only is not False, legacy, by_location)
 
 
-def _load_archive(source: Any, name: str, device: Any, weights_only: bool, legacy: bool) -> Any:
+def _load_archive(source: Any, name: str, device: Any, weights_only: bool, legacy: bool,
+                  by_location: dict | None = None) -> Any:  # fmt: skip
     if legacy or _is_torch_zip(source):
-        return _load_torch_file(source, name, device, weights_only, legacy)
+        return _load_torch_file(source, name, device, weights_only, legacy, by_location)
     try:
         archive = np.load(source, allow_pickle=False)
         if not isinstance(archive, np.lib.npyio.NpzFile):  # a single .npy array
@@ -586,9 +594,16 @@ def saved_by(path: Any) -> str | None:
     return "retrograd" if f"{_STRUCTURE}.npy" in names else None
 
 
-def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, legacy: bool) -> Any:
-    """What a file ``torch.save`` wrote holds (see :mod:`retrograd.torch_files`)."""
-    reader = _Reader(None, device, weights_only)
+def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, legacy: bool,
+                     by_location: dict | None = None) -> Any:  # fmt: skip
+    """What a file ``torch.save`` wrote holds (see :mod:`retrograd.torch_files`); a dict
+    ``map_location`` (``by_location``) moves the storages saved from its keys' locations,
+    and leaves the others where tensors load by default, as torch's does."""
+    moved, unmoved = _Reader(None, device, weights_only), _Reader(None, None, weights_only)
+
+    def make(values: np.ndarray, dtype: str, requires_grad: bool, location: str) -> Tensor:
+        reader = unmoved if by_location is not None and location not in by_location else moved
+        return reader.make(values, dtype, requires_grad, location)
 
     def parameter_of(made: Any, requires_grad: bool) -> Any:
         return _global(*_PARAMETER)(made, requires_grad)
@@ -596,21 +611,27 @@ def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, le
     find_class = _allowed_global if weights_only else _importable_global
     try:
         if legacy:
-            return torch_files.read_legacy(source.read(), reader.make, parameter_of, find_class)
-        return torch_files.read_zip(source, reader.make, parameter_of, find_class)
+            return torch_files.read_legacy(source.read(), make, parameter_of, find_class)
+        return torch_files.read_zip(source, make, parameter_of, find_class)
     except _FromMapLocation as carried:
         raise carried.error from None
-    except RetrogradError:
-        raise
-    except pickle.UnpicklingError as error:
-        if "only torch rebuilds" in str(error) or not weights_only:
-            raise InvalidArgumentError(f"load: {name} is a torch file holding {error}") from None
+    except RetrogradError as error:
+        # (a tensor this backend cannot hold: the error says which, this says where)
+        said = str(error).removeprefix("load: ")
+        raise type(error)(f"load: {name} (a torch file): {said}") from None
+    except torch_files.Unsupported as error:  # refused by what it is, whatever weights_only
+        raise error.error_class(f"load: {name} is a torch file holding {error}") from None
+    except _NotAllowed as error:
         raise InvalidArgumentError(
             f"load: {name} is a torch file whose pickle names a class not allowed ({error}): "
             "weights_only=True (the "
             "default, as in torch) rebuilds only tensors, containers and allowed classes; if "
             "you trust the file's source, load it with weights_only=False, or allow its "
             "classes with rg.serialization.add_safe_globals([...])"
+        ) from None
+    except pickle.UnpicklingError as error:  # (the pickle's damage, or an import that fails)
+        raise InvalidArgumentError(
+            f"load: {name} is a torch file, damaged or not readable here ({error})"
         ) from None
     except ARCHIVE_DAMAGE as error:
         raise InvalidArgumentError(
@@ -724,10 +745,8 @@ def _read(archive: Any, name: str, device: Any, weights_only: bool) -> Any:
     if _STRUCTURE not in archive.files:
         if foreign_entries(archive):
             raise InvalidArgumentError(
-                f"load: {name} is not a file rg.save wrote (a zip of other entries than "
-                "NumPy arrays: torch's own format, whose pickles are never read here); in "
-                "torch, save the state dict's tensors as NumPy arrays (np.savez) and load "
-                "those"
+                f"load: {name} is not a file rg.save or torch.save wrote (a zip of other "
+                "entries than NumPy arrays, and not torch's format)"
             )
         return {entry: np.array(archive[entry]) for entry in archive.files}
     structure = json.loads(str(archive[_STRUCTURE]))
@@ -802,11 +821,24 @@ class _AllowedOnly(_TensorUnpickler):
 def _allowed_global(module: str, name: str) -> Any:
     """The class or function ``module.name`` if a ``weights_only`` load may rebuild it."""
     for allowed in _SAFE_GLOBALS:
-        if (allowed.__module__, allowed.__qualname__) == (module, name):
-            return allowed
+        if _safe_name(allowed) == f"{module}.{name}":
+            return allowed[0] if isinstance(allowed, tuple) else allowed
     if (module, name) in _ALLOWED_BY_DEFAULT:
         return _global(module, name)
-    raise pickle.UnpicklingError(f"{module}.{name} is not allowed")
+    raise _NotAllowed(f"{module}.{name} is not allowed")
+
+
+class _NotAllowed(pickle.UnpicklingError):
+    """A global a ``weights_only`` load does not rebuild (not a damaged pickle's error)."""
+
+
+def _safe_name(allowed: Any) -> str:
+    """The ``"module.name"`` an entry of the allow-list allows: an object's own, or the name
+    given with it (torch's ``(obj, "module.name")`` form, for an object pickled by another
+    name than its own)."""
+    if isinstance(allowed, tuple):
+        return allowed[1]
+    return f"{allowed.__module__}.{allowed.__qualname__}"
 
 
 def _global(module: str, qualname: str) -> Any:
@@ -838,11 +870,23 @@ def add_safe_globals(safe_globals: list[Any]) -> None:
             f"add_safe_globals: expected a list of classes and functions, got "
             f"{type(safe_globals).__name__}"
         )
+    for entry in safe_globals:
+        named = len(entry) == 2 and isinstance(entry[1], str) if isinstance(entry, tuple) else True
+        if not named or not (isinstance(entry, tuple) or hasattr(entry, "__qualname__")):
+            raise DTypeError(
+                "add_safe_globals: each entry is a class or function, or a pair (object, "
+                f"'module.name') of one and the name it is pickled by; got {entry!r}"
+            )
     _SAFE_GLOBALS.extend(g for g in safe_globals if g not in _SAFE_GLOBALS)
 
 
 def get_safe_globals() -> list[Any]:
     return list(_SAFE_GLOBALS)
+
+
+def clear_safe_globals() -> None:
+    """Forget every class and function :func:`add_safe_globals` allowed (torch's)."""
+    _SAFE_GLOBALS.clear()
 
 
 def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
@@ -859,7 +903,7 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
     else:
         with open(f, "rb") as handle:
             data = handle.read()
-    allowed = {f"{g.__module__}.{g.__qualname__}" for g in _SAFE_GLOBALS}
+    allowed = {_safe_name(g) for g in _SAFE_GLOBALS}
     allowed |= {f"{module}.{name}" for module, name in _ALLOWED_BY_DEFAULT}
     names: list[str] = []
     legacy = data.startswith(_LEGACY_START)

@@ -15,6 +15,11 @@ dtypes, devices, sets, ``Counter``, complex numbers, bytes) and what the caller'
 scalar). torch's own classes beyond the stand-ins are refused by name either way: a whole
 module pickled by ``torch.save(model)`` would need torch's ``nn.Module`` internals.
 
+What torch's allow-list holds and retrograd has nothing for -- a dtype it has no tensors of
+(``torch.uint16``, the float8 ones), a sparse or quantized tensor, a bare storage -- is refused
+by what it is (:class:`Unsupported`), under either ``weights_only``. A ``map_location`` dict or
+function is given the location each storage was saved from, as torch's is.
+
 Tensors of the same storage, offset, shape and strides load as one tensor (the tied weights
 of a state dict, which torch saves as two views of one storage); other views of a storage
 load as copies of their elements.
@@ -33,10 +38,18 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from .errors import InvalidArgumentError
+from .errors import DTypeError, InvalidArgumentError
 from .tensor.dtypes import DTYPE_OBJECTS, Size
 
-__all__ = ["ALLOWED", "LEGACY_MAGIC", "is_torch_zip", "object_pickle", "read_legacy", "read_zip"]
+__all__ = [
+    "ALLOWED",
+    "LEGACY_MAGIC",
+    "Unsupported",
+    "is_torch_zip",
+    "object_pickle",
+    "read_legacy",
+    "read_zip",
+]
 
 #: The number a legacy torch file pickles first.
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -74,13 +87,25 @@ _ELEMENTS = {
     "complex128": np.complex128,
 }
 
-#: Makes a tensor of the file's values: ``(values, dtype name, requires_grad) -> tensor``.
-MakeTensor = Callable[[np.ndarray, str, bool], Any]
+#: Makes a tensor of the file's values: ``(values, dtype name, requires_grad, location) ->
+#: tensor``; ``location`` is where torch saved the storage from (``"cpu"``, ``"cuda:0"``),
+#: which torch's ``map_location`` dict and function are given.
+MakeTensor = Callable[[np.ndarray, str, bool, str], Any]
 #: Makes a parameter of a tensor: ``(tensor, requires_grad) -> parameter``.
 MakeParameter = Callable[[Any, bool], Any]
 #: The class or function ``module.name`` the caller lets the file rebuild, or raises
 #: ``pickle.UnpicklingError`` saying why not.
 FindClass = Callable[[str, str], Any]
+
+
+class Unsupported(pickle.UnpicklingError):
+    """What a file holds that retrograd has nothing for (a sparse tensor, a dtype it has no
+    tensors of, a whole ``nn.Module``), refused by what it is whatever ``weights_only`` says;
+    ``error_class`` is the error of API.md section 7 that ``load`` raises for it."""
+
+    def __init__(self, what: str, error_class: type[Exception] = InvalidArgumentError):
+        super().__init__(what)
+        self.error_class = error_class
 
 
 class _StorageType:
@@ -95,12 +120,13 @@ class _StorageType:
 class _Storage:
     """One storage of the file: its elements, read when a tensor first needs them."""
 
-    __slots__ = ("dtype", "key", "read", "values")
+    __slots__ = ("dtype", "key", "location", "read", "values")
 
-    def __init__(self, key: str, dtype: str, read: Callable[[], np.ndarray]):
+    def __init__(self, key: str, dtype: str, read: Callable[[], np.ndarray], location: Any = "cpu"):
         self.key = key
         self.dtype = dtype
         self.read = read
+        self.location = location if isinstance(location, str) else "cpu"
         self.values: np.ndarray | None = None
 
     def elements(self) -> np.ndarray:
@@ -116,6 +142,7 @@ class _Rebuilder:
         self.tensor_of = tensor_of
         self.parameter_of = parameter_of
         self.made: dict[tuple, Any] = {}
+        self.made_ids: set[int] = set()
 
     def tensor(self, storage: Any, offset: int, size: Any, stride: Any, requires_grad: Any = False,
                backward_hooks: Any = None, metadata: Any = None) -> Any:  # fmt: skip
@@ -128,20 +155,28 @@ class _Rebuilder:
         made = self.made.get(key)
         if made is None:
             values = _strided(storage, offset, size, stride)
-            made = self.made[key] = self.tensor_of(values, storage.dtype, bool(requires_grad))
+            made = self.tensor_of(values, storage.dtype, bool(requires_grad), storage.location)
+            self.made[key] = made
+            self.made_ids.add(id(made))
         return made
 
     def tensor_v3(self, storage: Any, offset: int, size: Any, stride: Any, requires_grad: Any,
                   backward_hooks: Any, dtype: Any, metadata: Any = None) -> Any:  # fmt: skip
         """torch's ``_rebuild_tensor_v3``: the dtype given apart from the storage's."""
         if isinstance(storage, _Storage) and isinstance(dtype, str) and dtype != storage.dtype:
-            storage = _Storage(storage.key, dtype, _reinterpreted(storage, dtype))
+            storage = _Storage(storage.key, dtype, _reinterpreted(storage, dtype), storage.location)
         return self.tensor(storage, offset, size, stride, requires_grad)
 
     def parameter(self, data: Any, requires_grad: Any, backward_hooks: Any = None,
                   state: Any = None) -> Any:  # fmt: skip
         """torch's ``_rebuild_parameter`` and ``_rebuild_parameter_with_state``."""
-        made = self.parameter_of(data, bool(requires_grad))
+        if id(data) not in self.made_ids:
+            raise pickle.UnpicklingError(f"a parameter of a {type(data).__name__}")
+        try:
+            made = self.parameter_of(data, bool(requires_grad))
+            self.made_ids.add(id(made))
+        except (InvalidArgumentError, DTypeError) as error:  # an integer one requiring grad
+            raise pickle.UnpicklingError(f"a parameter that cannot be one ({error})") from None
         _set_state(made, state)
         return made
 
@@ -151,8 +186,15 @@ class _Rebuilder:
         made = func(*args)
         if new_type is _PARAMETER_CLASS:
             made = self.parameter_of(made, True)
+            self.made_ids.add(id(made))
         elif new_type is not _TENSOR_CLASS:
-            raise pickle.UnpicklingError(f"a tensor of class {new_type!r}")
+            kind = (
+                f"{getattr(new_type, '__module__', '?')}.{getattr(new_type, '__qualname__', '?')}"
+            )
+            raise Unsupported(
+                f"a tensor of class {kind} (a subclass of torch.Tensor), which retrograd has "
+                "no class for; save it as a plain tensor (t.as_subclass(torch.Tensor))"
+            )
         _set_state(made, state)
         return made
 
@@ -196,11 +238,23 @@ def _strided(storage: _Storage, offset: int, size: tuple, stride: tuple) -> np.n
             f"a tensor of size {size}, stride {stride} at offset {offset} reaches element "
             f"{last} of a storage of {elements.size}"
         )
+    count = int(np.prod(size, dtype=object))
+    if count > max(elements.size, _MOST_REPEATED):
+        # torch's expanded view repeats elements without memory; copied here, a crafted size
+        # over a one-element storage would fill all memory
+        raise pickle.UnpicklingError(
+            f"a tensor of size {size} (stride {stride}) repeating a storage of {elements.size} "
+            f"elements, {count} in all: more than retrograd copies out of a file"
+        )
     item = elements.itemsize
     view = np.lib.stride_tricks.as_strided(
         elements[offset:], shape=size, strides=[step * item for step in stride], writeable=False
     )
     return np.array(view, copy=True)
+
+
+#: The most elements a view that repeats its storage's (an expanded tensor) is copied into.
+_MOST_REPEATED = 2**27
 
 
 def _reinterpreted(storage: _Storage, dtype: str) -> Callable[[], np.ndarray]:
@@ -220,19 +274,55 @@ def _encoded(text: Any, encoding: Any) -> bytes:
 def _layout(name: Any) -> Any:
     """torch's ``serialization._get_layout``: only strided tensors are rebuilt here."""
     if name != "torch.strided":
-        raise pickle.UnpicklingError(f"a tensor of layout {name!r}")
+        raise Unsupported(f"a tensor of layout {name!r}, which retrograd has no tensors of")
     return name
 
 
 def _refused(kind: str) -> Callable[..., Any]:
     def refuse(*args: Any) -> Any:
-        raise pickle.UnpicklingError(f"a {kind}, which no backend here holds")
+        raise Unsupported(f"a {kind}, which no backend here holds")
 
     return refuse
 
 
+def _device(*args: Any) -> Device:
+    """``torch.device(...)``; a device string no device has is damage, named as such."""
+    try:
+        return Device(*args)
+    except (InvalidArgumentError, DTypeError, TypeError, ValueError) as error:
+        raise pickle.UnpicklingError(f"a device of {args!r} ({error})") from None
+
+
+def _size(*args: Any) -> Size:
+    if len(args) != 1 or not isinstance(args[0], list | tuple):
+        raise pickle.UnpicklingError(f"a torch.Size of {args!r}")
+    if not all(type(n) is int for n in args[0]):
+        raise pickle.UnpicklingError(f"a torch.Size of {args[0]!r}")
+    return Size(args[0])
+
+
+def _bytearray(*args: Any) -> bytearray:
+    """``bytearray`` as pickle writes one: of bytes, or of text and its encoding; a count (a
+    crafted ``bytearray(2**31)`` would allocate gigabytes) is refused."""
+    if not args:
+        return bytearray()
+    if len(args) == 1 and isinstance(args[0], bytes | bytearray):
+        return bytearray(args[0])
+    if len(args) == 2 and isinstance(args[0], str):
+        return bytearray(_encoded(args[0], args[1]))
+    raise pickle.UnpicklingError(f"a bytearray of {tuple(type(a).__name__ for a in args)}")
+
+
 _TENSOR_CLASS = object()
 _PARAMETER_CLASS = object()
+
+
+class _Refused:
+    """A global of torch's allow-list refused as soon as the pickle names it (a dtype is
+    named, not called)."""
+
+    def __init__(self, what: str, error_class: type[Exception] = InvalidArgumentError):
+        self.what, self.error_class = what, error_class
 
 
 class _Method(str):
@@ -253,8 +343,8 @@ _TORCH_GLOBALS: dict[tuple[str, str], Any] = {
     ("torch._utils", "_rebuild_meta_tensor_no_storage"): _refused("meta tensor (no values)"),
     ("torch._utils", "_rebuild_wrapper_subclass"): _refused("tensor subclass"),
     ("torch.serialization", "_get_layout"): _layout,
-    ("torch", "Size"): Size,
-    ("torch", "device"): Device,
+    ("torch", "Size"): _size,
+    ("torch", "device"): _device,
     ("torch", "Tensor"): _TENSOR_CLASS,
     ("torch._tensor", "Tensor"): _TENSOR_CLASS,
     ("torch.nn.parameter", "Parameter"): _PARAMETER_CLASS,
@@ -271,13 +361,65 @@ _PLAIN_GLOBALS: dict[tuple[str, str], Any] = {
     ("collections", "Counter"): Counter,
     ("builtins", "set"): set,
     ("builtins", "complex"): complex,
-    ("builtins", "bytearray"): bytearray,
+    ("builtins", "bytearray"): _bytearray,
     ("_codecs", "encode"): lambda text, encoding="utf-8": _encoded(text, encoding),
 }
 
 
+#: torch's dtypes that retrograd has no tensors of (its weights_only load allows them).
+_LACKING_DTYPES = [
+    *(f"uint{bits}" for bits in (1, 2, 3, 4, 5, 6, 7, 16, 32, 64)),
+    *(f"int{bits}" for bits in range(1, 8)),
+    *(f"bits{kind}" for kind in ("16", "1x8", "2x4", "4x2", "8")),
+    *(f"float8_{kind}" for kind in ("e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "e8m0fnu")),
+    *(f"q{kind}" for kind in ("int32", "int8", "uint2x4", "uint4x2", "uint8")),
+    "complex32",
+    "float4_e2m1fn_x2",
+]
+_QSCHEMES = [
+    f"per_{kind}"
+    for kind in (
+        "channel_affine",
+        "channel_affine_float_qparams",
+        "channel_symmetric",
+        "tensor_affine",
+        "tensor_symmetric",
+    )
+]
+_TENSOR_TYPES = ["Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte"]
+_TENSOR_MODULES = ("torch", "torch.cuda", "torch.sparse", "torch.cuda.sparse")
+#: The rest of torch 2.13's ``weights_only`` allow-list: allowed there, refused here by what
+#: they are (retrograd has no such dtype, quantized tensor or storage object).
+_REFUSED_BY_KIND: dict[tuple[str, str], Any] = {
+    **{
+        ("torch", name): _Refused(f"torch.{name}, a dtype retrograd has no tensors of", DTypeError)
+        for name in _LACKING_DTYPES
+    },
+    **{
+        ("torch", name): _Refused(f"torch.{name}, a scheme of quantized tensors (none here)")
+        for name in _QSCHEMES
+    },
+    **{
+        (module, f"{kind}Tensor"): _Refused(f"{module}.{kind}Tensor, a legacy tensor type")
+        for kind in _TENSOR_TYPES
+        for module in _TENSOR_MODULES
+    },
+    **{
+        (module, "BoolTensor"): _Refused(f"{module}.BoolTensor, a legacy tensor type")
+        for module in ("torch", "torch.cuda")
+    },
+    **{
+        ("torch", f"{kind}Storage"): _Refused(f"torch.{kind}Storage, a quantized storage")
+        for kind in ("QInt32", "QInt8", "QUInt2x4", "QUInt4x2", "QUInt8")
+    },
+    ("torch.storage", "TypedStorage"): _Refused("a storage object (torch.storage.TypedStorage)"),
+    ("torch._utils", "_rebuild_device_tensor_from_cpu_tensor"): _refused("device-only tensor"),
+    ("torch._utils", "_rebuild_device_tensor_from_numpy"): _refused("device-only tensor"),
+}
+_TORCH_GLOBALS.update({k: v for k, v in _REFUSED_BY_KIND.items() if k not in _TORCH_GLOBALS})
+
 #: The ``"module.name"`` of everything a ``weights_only`` load of a torch file rebuilds (or
-#: refuses by what it is, as a sparse tensor) without being told.
+#: refuses by what it is, as a sparse tensor) without being told: torch 2.13's allow-list.
 ALLOWED = {f"{module}.{name}" for module, name in (*_TORCH_GLOBALS, *_PLAIN_GLOBALS)}
 
 
@@ -295,6 +437,8 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         module = {"__builtin__": "builtins", "copy_reg": "copyreg"}.get(module, module)
         found = _TORCH_GLOBALS.get((module, name))
+        if type(found) is _Refused:
+            raise Unsupported(found.what, found.error_class)
         if found is not None:
             return getattr(self.rebuilder, found) if type(found) is _Method else found
         found = _PLAIN_GLOBALS.get((module, name))
@@ -302,11 +446,13 @@ class _Unpickler(pickle.Unpickler):
             return found
         if module == "torch" or module.startswith("torch."):
             whole = ".nn.modules." in f".{module}." or module.startswith("torch.optim")
-            raise pickle.UnpicklingError(
-                f"{module}.{name}, a class of torch's own"
-                + (" (a whole module or optimizer, saved with torch.save(model))" if whole else "")
-                + ", which only torch rebuilds; in torch, save its state_dict() and load that"
+            advice = (
+                " (a whole module or optimizer, saved with torch.save(model)), which only torch "
+                "rebuilds; in torch, save its state_dict() and load that"
+                if whole
+                else ", which only torch rebuilds; in torch, save its tensors and plain values"
             )
+            raise Unsupported(f"{module}.{name}, a class of torch's own{advice}")
         return self.find_other(module, name)
 
     def persistent_load(self, pid: Any) -> Any:
@@ -316,7 +462,7 @@ class _Unpickler(pickle.Unpickler):
         if kind == "storage":
             return self.storage_of(pid[1:])
         if kind == "module":
-            raise pickle.UnpicklingError(
+            raise Unsupported(
                 "a whole module (saved with torch.save(model)), which only torch rebuilds; in "
                 "torch, save its state_dict() and load that"
             )
@@ -324,8 +470,22 @@ class _Unpickler(pickle.Unpickler):
 
 
 def is_torch_zip(names: list[str]) -> bool:
-    """Whether a zip's entries are torch's format (a ``data.pkl`` in one folder)."""
-    return any(name == "data.pkl" or name.endswith("/data.pkl") for name in names)
+    """Whether a zip's entries are torch's format (a ``data.pkl`` in one folder, or, its
+    ``data.pkl`` lost, torch's other entries: ``<folder>/version``, ``<folder>/data/0``...)."""
+    return any(
+        name == "data.pkl"
+        or name.endswith("/data.pkl")
+        or name.rpartition("/")[2] in ("version", ".format_version", "byteorder")
+        or (name.rpartition("/")[0].endswith("/data") and name.rpartition("/")[2].isdigit())
+        for name in names
+    )
+
+
+def _pickle_entry(names: list[str]) -> str:
+    for name in names:
+        if name == "data.pkl" or name.endswith("/data.pkl"):
+            return name
+    raise pickle.UnpicklingError("no data.pkl entry (the pickle of the saved object)")
 
 
 def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
@@ -333,7 +493,7 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
     """The object a torch zip file (``source``, seekable) holds."""
     with zipfile.ZipFile(source) as archive:
         names = archive.namelist()
-        pickled = next(n for n in names if n == "data.pkl" or n.endswith("/data.pkl"))
+        pickled = _pickle_entry(names)
         prefix = pickled[: -len("data.pkl")]
         order = "<"
         if f"{prefix}byteorder" in names:
@@ -341,7 +501,7 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
         storages: dict[str, _Storage] = {}
 
         def storage_of(reference: tuple) -> _Storage:
-            storage_type, key, _location, numel = reference[:4]
+            storage_type, key, location, numel = reference[:4]
             dtype = _dtype_of(storage_type)
             key = str(key)
             if key not in storages:
@@ -350,12 +510,13 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
                     data = archive.read(f"{prefix}data/{key}")
                     return _elements(data, dtype, numel, order, storage_type)
 
-                storages[key] = _Storage(key, dtype, read)
+                storages[key] = _Storage(key, dtype, read, location)
             return storages[key]
 
         rebuilder = _Rebuilder(tensor_of, parameter_of)
         data = _checked(archive.read(pickled))
-        return _Unpickler(io.BytesIO(data), rebuilder, find_class, storage_of).load()
+        loaded = _Unpickler(io.BytesIO(data), rebuilder, find_class, storage_of).load()
+        return _no_bare_storage(loaded, rebuilder.made_ids)
 
 
 def object_pickle(source: Any, legacy: bool) -> bytes:
@@ -364,7 +525,7 @@ def object_pickle(source: Any, legacy: bool) -> bytes:
     if not legacy:
         with zipfile.ZipFile(source) as archive:
             names = archive.namelist()
-            return archive.read(next(n for n in names if n.endswith("data.pkl")))
+            return archive.read(_pickle_entry(names))
     for _ in range(3):  # the magic number, the protocol, the system's sizes
         _PlainOnly(source).load()
     return source.read()
@@ -410,7 +571,7 @@ def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
         values[key] = _elements(_exactly(header, count * item), dtype, count, order, storage_type)
 
     def storage_of(reference: tuple) -> _Storage:
-        storage_type, key, _location, _numel, view = (*reference, None)[:5]
+        storage_type, key, location, _numel, view = (*reference, None)[:5]
         key = str(key)
         if key not in values:
             raise pickle.UnpicklingError(f"storage {key} has no values in the file")
@@ -418,11 +579,43 @@ def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
         if view is not None:  # a storage view of old files: (key, offset, numel)
             view_key, offset, size = view
             whole = values[key]
-            return _Storage(f"{key}/{view_key}", dtype, lambda: whole[offset : offset + size])
-        return _Storage(key, dtype, lambda: values[key])
+            if not (type(offset) is int and type(size) is int and 0 <= offset <= offset + size
+                    and offset + size <= whole.size):  # fmt: skip
+                raise pickle.UnpicklingError(
+                    f"a view of {size} elements at {offset} of a storage of {whole.size}"
+                )
+            return _Storage(
+                f"{key}/{view_key}", dtype, lambda: whole[offset : offset + size], location
+            )
+        return _Storage(key, dtype, lambda: values[key], location)
 
     rebuilder = _Rebuilder(tensor_of, parameter_of)
-    return _Unpickler(io.BytesIO(data[start:]), rebuilder, find_class, storage_of).load()
+    loaded = _Unpickler(io.BytesIO(data[start:]), rebuilder, find_class, storage_of).load()
+    return _no_bare_storage(loaded, rebuilder.made_ids)
+
+
+def _no_bare_storage(loaded: Any, tensors: set[int]) -> Any:
+    """``loaded``, unless a storage sits in it bare (``torch.save(t.untyped_storage())``):
+    retrograd has no storage objects, and the reader's own would leak out as a value."""
+    seen = set(tensors)  # (a tensor's own attributes are the backend's)
+    pending = [loaded]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, _Storage):
+            raise Unsupported(
+                f"a bare {value.dtype} storage (torch.save of a tensor's storage), which "
+                "retrograd has no class for; save the tensor itself"
+            )
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list | tuple | set | frozenset):
+            pending.extend(value)
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            pending.extend(vars(value).values())
+    return loaded
 
 
 def _checked(data: bytes) -> bytes:

@@ -903,9 +903,11 @@ def _state_value(
     Python scalar as it is."""
     if key == "step":
         return state_count(where, number, key, value)
-    if np.ndim(_array(value)) == 0 and not isinstance(value, Tensor):
+    if np.ndim(_array(value)) == 0 and not (isinstance(value, Tensor) and shape == ()):
         # torch keeps some scalars of the state in 0-d tensors (ASGD's eta and mu, NAdam's
-        # mu_product): here they are Python numbers, until a load, which casts them to a
+        # mu_product; retrograd's 0-d tensors when rg.load read them from torch's file: a
+        # 0-d tensor is a buffer only of a 0-d parameter): here they are Python numbers,
+        # until a load, which casts them to a
         # floating parameter's dtype as torch's does: a NumPy scalar of that dtype (NAdam
         # computes its product in torch's scalar dtype whatever it is: see NAdam.update)
         number = np.asarray(_array(value))
