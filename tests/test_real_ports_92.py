@@ -443,7 +443,7 @@ DEQ_STEPS = [
 @pytest.mark.parametrize("solver_name", ["anderson", "forward_iteration"])
 def test_deq_with_implicit_backward_hook_trains_as_torch(capsys, solver_name):
     rng = np.random.default_rng(9203)
-    batches = [(rng.standard_normal((4, 1, 8, 8)), rng.integers(0, 10, 4)) for _ in range(2)]
+    batches = [(rng.standard_normal((2, 1, 8, 8)), rng.integers(0, 10, 2)) for _ in range(2)]
     (theirs, ours), _ = runs_with_draws(
         DEQ_SOURCE, DEQ_STEPS, capsys, 9203, batches=batches, solver_name=solver_name,
         initialize=initializer(), params_of=params_of,
