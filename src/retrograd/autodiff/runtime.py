@@ -125,8 +125,16 @@ class Tape:
         #: of a saved value (a weight below an op run stays tracked for a second backward)
         self.nodes = reached
         #: the recorded nodes reached but not run: their reads are drained after the run,
-        #: nothing consumed; ``steps`` lists them last (a checkpointer plans reads in order)
-        skipped = [n for n in reached.values() if n.op is not None and n.id not in needed]
+        #: nothing consumed; ``steps`` lists them last (a checkpointer plans reads in order).
+        #: Not those a running consuming backward has claimed: their values are that
+        #: backward's now, none left for this one to read (the DEQ's implicit backward calls
+        #: ``autograd.grad(f0, z0, y)`` from a hook, and ``f0`` is computed from the input
+        #: that backward has still to walk)
+        skipped = [
+            n
+            for n in reached.values()
+            if n.op is not None and n.id not in needed and not n.consumed
+        ]
         skipped.sort(key=_depth, reverse=True)
         self.skipped = skipped
         self.steps = steps + skipped
@@ -231,6 +239,9 @@ def backward(
                 for key in node.saved.keys:
                     checkpointer.retrieve(key)
     except BaseException as error:
+        running.pop()
+        if retain:  # (before the tape goes below)
+            _stop_reading(tape)
         # A rule, hook or Function raised (or an interrupt came): the caller may keep the
         # error (a notebook keeps the last one), and its traceback keeps this frame and those
         # below it, with the walk's nodes, their saved values and the gradients in flight.
@@ -238,8 +249,6 @@ def backward(
         _clear_library_frames(error.__traceback__)
         if consume:  # the steps not run yet keep their graph, as torch's do
             _unclaim(tape.run)
-        elif retain:
-            _stop_reading(tape)
         # the strategy hears of it (a budget's planner plans from no half step); a strategy of
         # one's own may return a checkpointer without ``abandon``
         abandon = getattr(checkpointer, "abandon", None)
@@ -247,8 +256,7 @@ def backward(
             abandon()
         del tape, grads, checkpointer, abandon, nodes, node, root, seed
         raise
-    finally:
-        running.pop()
+    running.pop()
     if retain:
         _stop_reading(tape)
     grads.in_place = False  # what the caller adds to it later makes new arrays

@@ -66,13 +66,16 @@ __all__ = [
 
 
 def Variable(data: Any, requires_grad: bool = False, volatile: bool = False) -> Tensor:  # noqa: N802 (torch's name)
-    """The tensor ``data`` itself (made a leaf that requires grad with ``requires_grad``)."""
+    """The tensor ``data`` itself; with ``requires_grad``, a new leaf that requires grad
+    sharing ``data``'s values (torch's: ``data`` itself is left as it was, so a later
+    in-place write to it, or to the replay buffer it was indexed from, is allowed and shows
+    in the leaf)."""
     if not isinstance(data, Tensor):
         from ..tensor import tensor
 
         data = tensor(data)
     if requires_grad and not data.is_require_grad():
-        data = data.detach() if data.requires_grad else data
+        data = data.detach()
         data.require_grad()
     return data
 

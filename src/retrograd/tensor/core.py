@@ -78,7 +78,7 @@ from .shape import ShapeMixin, by_keyword
 from .special import SpecialMixin
 from .storage import StorageMixin
 from .torch_forms import TorchFormsMixin
-from .views import keep_former_key, link, unlink
+from .views import KIND, base_of, keep_former_key, link, unlink
 
 __all__ = ["Tensor"]
 
@@ -659,6 +659,12 @@ class Tensor(
 
         if not isinstance(value, TensorBase):
             raise DTypeError(f"data: expected a tensor, got {type(value).__name__}")
+        alias = getattr(value, "_view", None)
+        if alias is not None and alias[KIND] == "data" and base_of(alias) is self:
+            # this tensor's own .data, written in place: ``x.data += d`` ends in
+            # ``x.data = <x.data after +=>``, which keeps x's storage (and its base's: a leaf
+            # made from a view of JEM's replay buffer writes on to the buffer) as torch's does
+            return
         unlink(self)
         backend = self._backend
         if (

@@ -443,6 +443,17 @@ def refresh(t: Any) -> None:
             continue
         alive.append(r)
         backend = child._backend
+        if backend.is_autodiff and backend.is_require_grad(child._prim):
+            # a leaf that requires grad made from a view (JEM's ``Variable(buffer[inds],
+            # requires_grad=True)``, then ``x_k.data += ...``) stays that leaf with the new
+            # values, as torch's leaf sharing its base's storage does
+            with no_grad():
+                fresh = _forward(t, view[KIND], view[PARAMS])
+            old = child._prim
+            remember_leaf(child, old)
+            child._prim = backend.succeed_leaf(old, backend.wrap(backend.inner_value(fresh._prim)))
+            refresh(child)
+            continue
         # recorded: record again; an untracked view of a base the write put into the graph
         # joins it too (torch: a view of a tensor that requires grad requires grad)
         if view[KIND] in _DETACHED:  # (the base's value wrapped: no op, no mode to set)
