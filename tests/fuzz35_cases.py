@@ -8,7 +8,8 @@ Four families, each a draw from the seed alone and a scenario replayed in each l
   ``always_call``; returning a replacement or ``None``; raising), full backward pre-hooks and
   full backward hooks (logging ``grad_input``/``grad_output`` as torch gives them, or
   replacing the gradient), the global ``register_module_forward_pre_hook`` /
-  ``register_module_forward_hook``, handles removed between two runs or by a hook mid-run;
+  ``register_module_forward_hook`` / ``register_module_full_backward_pre_hook`` /
+  ``register_module_full_backward_hook``, handles removed between two runs or by a hook mid-run;
   the log of calls (module, kind, arguments), outputs, gradients and buffers are compared.
 - ``tensor_hooks``: ``register_hook`` on leaves and intermediates (logging, replacing),
   ``retain_grad``, ``autograd.graph.register_multi_grad_hook`` (``"all"``/``"any"``) and
@@ -193,7 +194,8 @@ def grad_of(lib, t, grads):
 
 
 # -- family: module hooks -----------------------------------------------------------------------
-HOOK_KINDS = ("pre", "post", "bwd", "bwd_pre", "global_pre", "global_post")
+HOOK_KINDS = ("pre", "post", "bwd", "bwd_pre", "global_pre", "global_post", "global_bwd")
+HOOK_KINDS += ("global_bwd_pre",)
 BEHAVIOURS = ("log", "log", "replace", "raise", "remove_self")
 
 
@@ -287,17 +289,19 @@ def _make_hook(lib, log, label, kind, behaviour, flags, handles, index):
             return finish(None if output is None else output * 0.5 + 0.25)
 
         return hook
-    if kind == "bwd":
+    if kind in ("bwd", "global_bwd"):
 
         def hook(module, grad_input, grad_output):
-            log.add(label, "bwd", _summary(grad_input), _summary(grad_output))
+            log.add(
+                label, type(module).__name__, "bwd", _summary(grad_input), _summary(grad_output)
+            )
             replaced = tuple(None if g is None else g * 2.0 for g in grad_input)
             return finish(replaced)
 
         return hook
 
     def hook(module, grad_output):
-        log.add(label, "bwd_pre", _summary(grad_output))
+        log.add(label, type(module).__name__, "bwd_pre", _summary(grad_output))
         return finish(tuple(g * -0.5 for g in grad_output))
 
     return hook
@@ -322,6 +326,10 @@ def _register(lib, module, kind, hook, flags):
         return module.register_full_backward_pre_hook(hook, prepend=flags["prepend"])
     if kind == "global_pre":
         return globals_.register_module_forward_pre_hook(hook)
+    if kind == "global_bwd":
+        return globals_.register_module_full_backward_hook(hook)
+    if kind == "global_bwd_pre":
+        return globals_.register_module_full_backward_pre_hook(hook)
     return globals_.register_module_forward_hook(
         hook, with_kwargs=flags["with_kwargs"], always_call=flags["always_call"]
     )

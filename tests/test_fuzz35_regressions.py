@@ -94,3 +94,49 @@ def test_functional_call_of_a_name_under_a_missing_module_raises_attribute_error
     assert isinstance(caught.value, rg.RetrogradError)
     assert isinstance(caught.value, KeyError)  # what retrograd raised before still catches it
     assert "nothing.here" in str(caught.value)
+
+
+def test_global_full_backward_hooks():
+    # torch's nn.modules.module.register_module_full_backward_pre_hook and
+    # register_module_full_backward_hook (missing in retrograd): every module's backward, the
+    # global hooks before the module's own, a result replacing the gradient
+    log = []
+
+    def pre(module, grad_output):
+        log.append((type(module).__name__, "pre"))
+
+    def full(module, grad_input, grad_output):
+        log.append((type(module).__name__, "full"))
+        if isinstance(module, nn.Linear):
+            return (grad_input[0] * 2.0,)
+        return None
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    nn.init.constant_(model[0].weight, 0.5)
+    nn.init.constant_(model[0].bias, 0.1)
+    model[1].register_full_backward_hook(lambda m, gi, go: log.append(("Tanh", "own")))
+    handles = [
+        module_hooks.register_module_full_backward_pre_hook(pre),
+        module_hooks.register_module_full_backward_hook(full),
+    ]
+    try:
+        x = rg.tensor([[1.0, 2.0]]).requires_grad_()
+        grads = model(x).sum().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert log == [
+        ("Sequential", "pre"),
+        ("Tanh", "pre"),
+        ("Tanh", "full"),
+        ("Tanh", "own"),
+        ("Linear", "pre"),
+        ("Linear", "full"),
+        ("Sequential", "full"),
+    ]
+    # d/dx sum(tanh(W x + b)) = W^T (1 - tanh(1.6)^2), doubled by the hook on Linear
+    slope = 1.0 - np.tanh(1.6) ** 2
+    np.testing.assert_allclose(x.grad(grads).numpy(), [[2 * slope, 2 * slope]], rtol=1e-5)
+    log.clear()
+    model(rg.ones(1, 2, requires_grad=True)).sum().backward()
+    assert log == [("Tanh", "own")]  # removed: only the module's own hook is left

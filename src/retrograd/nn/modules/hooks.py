@@ -31,6 +31,7 @@ from ...tensor import Tensor
 __all__ = [
     "GLOBAL_HOOKS",
     "RemovableHandle",
+    "any_global_hooks",
     "call_with_hooks",
     "register_hook",
     "register_state_hook",
@@ -60,10 +61,22 @@ def _tables() -> dict[str, Any]:
     }
 
 
-#: torch's global forward hooks (``nn.modules.module.register_module_forward_pre_hook`` and
-#: ``register_module_forward_hook``): every module's call runs them before its own
+#: torch's global hooks (``nn.modules.module.register_module_forward_pre_hook``,
+#: ``register_module_forward_hook``, ``register_module_full_backward_pre_hook`` and
+#: ``register_module_full_backward_hook``): every module's call runs them before its own
 GLOBAL_HOOKS = _tables()
 _NO_HOOKS = _tables()
+
+
+def any_global_hooks() -> bool:
+    """Whether a global hook is registered (a module without its own then still goes through
+    :func:`call_with_hooks`)."""
+    return bool(
+        GLOBAL_HOOKS["pre"]
+        or GLOBAL_HOOKS["post"]
+        or GLOBAL_HOOKS["backward"]
+        or GLOBAL_HOOKS["backward_pre"]
+    )
 
 
 def register_hook(
@@ -125,7 +138,7 @@ def state_hooks(module: Any, kind: str) -> list[tuple[Any, bool]]:
 
 
 def _phase(hooks: dict[str, Any], kind: str) -> list[tuple[Any, tuple[Any, bool]]]:
-    """The ``kind`` (``"pre"`` or ``"post"``) hooks to run now, the global ones first (their
+    """The ``kind`` hooks to run now, the global ones first (their
     keys kept apart from the module's), read when the phase starts as torch's ``_call_impl``
     does: a hook removed (or added) by a sub-module's call during the forward is seen by the
     outer module's hooks that run after it."""
@@ -147,10 +160,7 @@ def call_with_hooks(module: Any, hooks: dict[str, Any] | None, args: tuple, kwar
     call's gradients are those registered when it starts (torch's ``BackwardHook`` keeps the
     list): a handle removed between the forward and the backward still gets this one."""
     hooks = _NO_HOOKS if hooks is None else hooks
-    backward_hooks = {
-        "backward": dict(hooks["backward"]),
-        "backward_pre": dict(hooks["backward_pre"]),
-    }
+    backward_hooks = {kind: dict(_phase(hooks, kind)) for kind in ("backward", "backward_pre")}
     called: set[Any] = set()
     output = None
     try:
