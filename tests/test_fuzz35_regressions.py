@@ -140,3 +140,50 @@ def test_global_full_backward_hooks():
     log.clear()
     model(rg.ones(1, 2, requires_grad=True)).sum().backward()
     assert log == [("Tanh", "own")]  # removed: only the module's own hook is left
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: nn.Linear(2, 2),
+        lambda: nn.Tanh(),
+        lambda: nn.Sequential(nn.Linear(2, 2), nn.ReLU()),
+        lambda: nn.LayerNorm(2),
+    ],
+)
+def test_a_built_in_module_takes_its_tensor_as_torchs_keyword_input(make):
+    # torch's modules name their tensor ``input`` (``layer(input=x)``, ``functional_call(m,
+    # params, (), {"input": x})``, a with_kwargs hook's kwargs); retrograd's ``x`` refused it
+    rg.manual_seed(0)
+    layer = make()
+    x = rg.tensor([[0.5, -1.0], [2.0, 0.25]])
+    want = layer(x).numpy()
+    np.testing.assert_allclose(layer(input=x).numpy(), want)
+    params = dict(layer.named_parameters())
+    out = rg.func.functional_call(layer, params, (), {"input": x})
+    np.testing.assert_allclose(out.numpy(), want)
+    seen = []
+    layer.register_forward_pre_hook(lambda m, a, k: seen.append((a, sorted(k))), with_kwargs=True)
+    layer(input=x)
+    assert seen == [((), ["input"])]  # torch: the keyword stays a keyword for the hooks
+
+    class Mine(nn.Module):  # a module of one's own keeps Python's refusal, as in torch
+        def forward(self, x):
+            return x
+
+    with pytest.raises(TypeError, match="input"):
+        Mine()(input=x)
+
+
+def test_full_backward_hooks_of_a_module_called_with_its_tensor_by_keyword():
+    # torch watches the positional arguments only: the hook gets grad_input () and the
+    # gradient flows on; retrograd refused the call ("called with one tensor, this call has 0")
+    layer = nn.Linear(2, 2)
+    nn.init.constant_(layer.weight, 0.5)
+    nn.init.zeros_(layer.bias)
+    log = []
+    layer.register_full_backward_hook(lambda m, gi, go: log.append((gi, go[0].tolist())))
+    x = rg.ones(1, 2, requires_grad=True)
+    grads = layer(input=x).sum().backward()
+    assert log == [((), [[1.0, 1.0]])]
+    np.testing.assert_allclose(x.grad(grads).numpy(), [[1.0, 1.0]])

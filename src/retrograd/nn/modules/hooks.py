@@ -14,6 +14,7 @@ A module without hooks keeps none: its ``__call__`` looks for ``_call_hooks`` in
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "GLOBAL_HOOKS",
     "RemovableHandle",
     "any_global_hooks",
+    "call_forward",
     "call_with_hooks",
     "register_hook",
     "register_state_hook",
@@ -176,7 +178,7 @@ def call_with_hooks(module: Any, hooks: dict[str, Any] | None, args: tuple, kwar
         backward = backward_hooks["backward"] or backward_hooks["backward_pre"]
         if backward:
             args, state = _watch_input(module, backward_hooks, args)
-        output = module.forward(*args, **kwargs)
+        output = call_forward(module, args, kwargs)
         for key, (hook, with_kwargs) in _phase(hooks, "post"):
             if _always_called(hooks, key):
                 called.add(key)
@@ -212,6 +214,41 @@ def call_with_hooks(module: Any, hooks: dict[str, Any] | None, args: tuple, kwar
         raise
 
 
+_FIRST_PARAMETER: dict[Any, str | None] = {}
+
+
+def _first_parameter(forward: Any) -> str | None:
+    """The name of a retrograd module's ``forward``'s first argument where torch's is named
+    ``input`` and ours is not (``x``), else ``None``; cached per function."""
+    if forward in _FIRST_PARAMETER:
+        return _FIRST_PARAMETER[forward]
+    name = None
+    if getattr(forward, "__module__", "").startswith("retrograd."):
+        try:
+            parameters = list(inspect.signature(forward).parameters.values())[1:]
+        except (TypeError, ValueError):
+            parameters = []
+        names = {p.name for p in parameters}
+        first = parameters[0] if parameters else None
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        if first is not None and first.kind in positional and "input" not in names:
+            name = first.name
+    _FIRST_PARAMETER[forward] = name
+    return name
+
+
+def call_forward(module: Any, args: tuple, kwargs: dict) -> Any:
+    """``module.forward(*args, **kwargs)``, a built-in module's tensor given as torch's
+    keyword ``input=`` (``layer(input=x)``, ``functional_call(m, p, (), {"input": x})``)
+    passed to its first argument, which retrograd names otherwise."""
+    if "input" in kwargs and not args:
+        first = _first_parameter(type(module).forward)
+        if first is not None and first not in kwargs:
+            kwargs = dict(kwargs)
+            args = (kwargs.pop("input"),)
+    return module.forward(*args, **kwargs)
+
+
 def _args_and_kwargs(module: Any, result: Any) -> tuple[tuple, dict]:
     """A ``with_kwargs`` pre-hook's result: an ``(args, kwargs)`` pair, or an error naming
     the module (unpacking anything else failed with a bare ``ValueError``)."""
@@ -229,6 +266,9 @@ def _watch_input(module: Any, hooks: dict[str, Any], args: tuple) -> tuple[tuple
     from ...tensor import Tensor
 
     positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+    if not positions:  # the tensor given by keyword (``layer(input=x)``): torch's hooks then
+        # get an empty grad_input (it watches the positional arguments only)
+        return args, {"grad_output": None, "input_tracked": False, "no_input": ()}
     if len(positions) != 1:
         raise AutodiffError(
             f"{type(module).__name__}: backward hooks are supported on a module called with one "
@@ -300,7 +340,7 @@ class _OutputGradients(_Watch):
         ctx.state["grad_output"] = (grad,)
         if not ctx.state["input_tracked"]:  # no input gradient will come: torch's (None,)
             for hook, _ in list(ctx.hooks["backward"].values()):
-                hook(ctx.module, (None,), (grad,))
+                hook(ctx.module, ctx.state.get("no_input", (None,)), (grad,))
         return grad, None, None, None
 
 

@@ -67,6 +67,7 @@ from ..parameter import Buffer, Parameter, is_lazy
 from .hooks import (
     RemovableHandle,
     any_global_hooks,
+    call_forward,
     call_with_hooks,
     register_hook,
     register_state_hook,
@@ -942,6 +943,8 @@ class Module:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         hooks = self.__dict__.get("_call_hooks")
         if hooks is None and not any_global_hooks():
+            if "input" in kwargs:  # torch's keyword for the tensor (``layer(input=x)``)
+                return call_forward(self, args, kwargs)
             return self.forward(*args, **kwargs)
         return call_with_hooks(self, hooks, args, kwargs)
 
