@@ -234,7 +234,9 @@ def test_lazy_layers_load_a_torch_state_dict_before_their_first_call(name, args,
 def test_an_optimizer_built_before_the_first_call_trains_the_lazy_parameters():
     model = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.LazyLinear(1))
     optimizer = rg.optim.SGD(model.parameters(), lr=0.1)
-    x, y = rg.tensor(rng.standard_normal((8, 3))), rg.tensor(rng.standard_normal((8, 1)))
+    # float32 data, as the lazy layers' weights (a float64 input is refused, as torch's)
+    x = rg.tensor(rng.standard_normal((8, 3)).astype(np.float32))
+    y = rg.tensor(rng.standard_normal((8, 1)).astype(np.float32))
     losses = []
     for _ in range(5):
         loss = ((model(x) - y) ** 2).mean()

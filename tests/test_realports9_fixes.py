@@ -345,9 +345,16 @@ def test_orthogonal_parametrization_of_a_rectangle_as_torch(shape):
     np.testing.assert_allclose(weights[1], weights[0], rtol=1e-10, atol=1e-12)
     with pytest.raises(rg.errors.InvalidArgumentError, match="orthogonal_map"):
         rg.nn.utils.parametrizations.orthogonal(rg.nn.Linear(2, 2), orthogonal_map="qr")
-    with pytest.raises(rg.errors.InvalidArgumentError, match="geqrf"):
-        rg.nn.utils.parametrizations.orthogonal(rg.nn.Linear(2, 2), "weight", "householder",
-                                                use_trivialization=False)  # fmt: skip
+    # without trivialization, the Householder map's right_inverse is torch's geqrf of the weight
+    plain = []
+    for lib in (torch, rg):
+        layer = lib.nn.Linear(shape[1], shape[0], bias=False, dtype=lib.float64)
+        with lib.no_grad():
+            layer.weight.copy_(lib.tensor(w0))
+        lib.nn.utils.parametrizations.orthogonal(layer, "weight", "householder",
+                                                 use_trivialization=False)  # fmt: skip
+        plain.append(layer.weight.detach().numpy())
+    np.testing.assert_allclose(plain[1], plain[0], rtol=1e-10, atol=1e-12)
 
 
 def test_parameter_diagonal_and_take_as_torch():

@@ -31,6 +31,7 @@ from ...tensor import Tensor
 __all__ = [
     "GLOBAL_HOOKS",
     "RemovableHandle",
+    "any_global_hooks",
     "call_with_hooks",
     "register_hook",
     "register_state_hook",
@@ -60,10 +61,22 @@ def _tables() -> dict[str, Any]:
     }
 
 
-#: torch's global forward hooks (``nn.modules.module.register_module_forward_pre_hook`` and
-#: ``register_module_forward_hook``): every module's call runs them before its own
+#: torch's global hooks (``nn.modules.module.register_module_forward_pre_hook``,
+#: ``register_module_forward_hook``, ``register_module_full_backward_pre_hook`` and
+#: ``register_module_full_backward_hook``): every module's call runs them before its own
 GLOBAL_HOOKS = _tables()
 _NO_HOOKS = _tables()
+
+
+def any_global_hooks() -> bool:
+    """Whether a global hook is registered (a module without its own then still goes through
+    :func:`call_with_hooks`)."""
+    return bool(
+        GLOBAL_HOOKS["pre"]
+        or GLOBAL_HOOKS["post"]
+        or GLOBAL_HOOKS["backward"]
+        or GLOBAL_HOOKS["backward_pre"]
+    )
 
 
 def register_hook(
@@ -124,17 +137,18 @@ def state_hooks(module: Any, kind: str) -> list[tuple[Any, bool]]:
     return [] if hooks is None else list(hooks[kind].values())
 
 
-def _with_global(hooks: dict[str, Any] | None) -> dict[str, Any]:
-    """``hooks`` (a module's tables, ``None`` for none) with the global forward hooks first,
-    as torch's ``_call_impl`` runs them (their keys kept apart from the module's)."""
-    hooks = _NO_HOOKS if hooks is None else hooks
-    if not (GLOBAL_HOOKS["pre"] or GLOBAL_HOOKS["post"]):
-        return hooks
-    merged = dict(hooks)
-    for kind in ("pre", "post"):
-        merged[kind] = {("global", k): v for k, v in GLOBAL_HOOKS[kind].items()} | hooks[kind]
-    merged["always"] = {("global", k) for k in GLOBAL_HOOKS["always"]} | hooks["always"]
-    return merged
+def _phase(hooks: dict[str, Any], kind: str) -> list[tuple[Any, tuple[Any, bool]]]:
+    """The ``kind`` hooks to run now, the global ones first (their
+    keys kept apart from the module's), read when the phase starts as torch's ``_call_impl``
+    does: a hook removed (or added) by a sub-module's call during the forward is seen by the
+    outer module's hooks that run after it."""
+    return [(("global", k), v) for k, v in GLOBAL_HOOKS[kind].items()] + list(hooks[kind].items())
+
+
+def _always_called(hooks: dict[str, Any], key: Any) -> bool:
+    if isinstance(key, tuple):
+        return key[1] in GLOBAL_HOOKS["always"]
+    return key in hooks.get("always", ())
 
 
 def call_with_hooks(module: Any, hooks: dict[str, Any] | None, args: tuple, kwargs: dict) -> Any:
@@ -142,12 +156,15 @@ def call_with_hooks(module: Any, hooks: dict[str, Any] | None, args: tuple, kwar
     hooks after (each may replace the output), in registration order, the global ones first.
     When any of it raises, the forward hooks registered with ``always_call`` that have not
     run yet are called (with the output so far, ``None`` if the forward did not return), then
-    the error goes on, as torch's ``_call_impl`` does."""
-    hooks = _with_global(hooks)
+    the error goes on, as torch's ``_call_impl`` does. The backward hooks that will see this
+    call's gradients are those registered when it starts (torch's ``BackwardHook`` keeps the
+    list): a handle removed between the forward and the backward still gets this one."""
+    hooks = _NO_HOOKS if hooks is None else hooks
+    backward_hooks = {kind: dict(_phase(hooks, kind)) for kind in ("backward", "backward_pre")}
     called: set[Any] = set()
     output = None
     try:
-        for hook, with_kwargs in list(hooks["pre"].values()):
+        for _, (hook, with_kwargs) in _phase(hooks, "pre"):
             if with_kwargs:
                 result = hook(module, args, kwargs)
                 if result is not None:
@@ -156,13 +173,12 @@ def call_with_hooks(module: Any, hooks: dict[str, Any] | None, args: tuple, kwar
                 result = hook(module, args)
                 if result is not None:
                     args = result if isinstance(result, tuple) else (result,)
-        backward = hooks["backward"] or hooks["backward_pre"]
+        backward = backward_hooks["backward"] or backward_hooks["backward_pre"]
         if backward:
-            args, state = _watch_input(module, hooks, args)
+            args, state = _watch_input(module, backward_hooks, args)
         output = module.forward(*args, **kwargs)
-        always = hooks.get("always", ())
-        for key, (hook, with_kwargs) in list(hooks["post"].items()):
-            if key in always:
+        for key, (hook, with_kwargs) in _phase(hooks, "post"):
+            if _always_called(hooks, key):
                 called.add(key)
             result = (
                 hook(module, args, kwargs, output) if with_kwargs else hook(module, args, output)
@@ -170,14 +186,13 @@ def call_with_hooks(module: Any, hooks: dict[str, Any] | None, args: tuple, kwar
             if result is not None:
                 output = result
         if backward:
-            output = _watch_output(module, hooks, output, state)
+            output = _watch_output(module, backward_hooks, output, state)
         if hooks.get("legacy"):
             _hook_last_op(module, hooks["legacy"], args, output)
         return output
     except Exception:
-        always = hooks.get("always", ())
-        for key, (hook, with_kwargs) in list(hooks["post"].items()):
-            if key not in always or key in called:
+        for key, (hook, with_kwargs) in _phase(hooks, "post"):
+            if not _always_called(hooks, key) or key in called:
                 continue
             try:
                 result = (
@@ -214,6 +229,9 @@ def _watch_input(module: Any, hooks: dict[str, Any], args: tuple) -> tuple[tuple
     from ...tensor import Tensor
 
     positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+    if not positions:  # the tensor given by keyword (``layer(input=x)``): torch's hooks then
+        # get an empty grad_input (it watches the positional arguments only)
+        return args, {"grad_output": None, "input_tracked": False, "no_input": ()}
     if len(positions) != 1:
         raise AutodiffError(
             f"{type(module).__name__}: backward hooks are supported on a module called with one "
@@ -285,7 +303,7 @@ class _OutputGradients(_Watch):
         ctx.state["grad_output"] = (grad,)
         if not ctx.state["input_tracked"]:  # no input gradient will come: torch's (None,)
             for hook, _ in list(ctx.hooks["backward"].values()):
-                hook(ctx.module, (None,), (grad,))
+                hook(ctx.module, ctx.state.get("no_input", (None,)), (grad,))
         return grad, None, None, None
 
 

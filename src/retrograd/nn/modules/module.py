@@ -66,8 +66,8 @@ from ...tensor.layouts import memory_format as _memory_format
 from ...unsupported import no_shared_memory
 from ..parameter import Buffer, Parameter, is_lazy
 from .hooks import (
-    GLOBAL_HOOKS,
     RemovableHandle,
+    any_global_hooks,
     call_with_hooks,
     register_hook,
     register_state_hook,
@@ -984,7 +984,7 @@ class Module:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         hooks = self.__dict__.get("_call_hooks")
-        if hooks is None and not (GLOBAL_HOOKS["pre"] or GLOBAL_HOOKS["post"]):
+        if hooks is None and not any_global_hooks():
             return self.forward(*args, **kwargs)
         return call_with_hooks(self, hooks, args, kwargs)
 
@@ -1118,6 +1118,24 @@ def register_module_forward_hook(
     :meth:`Module.register_forward_hook`'s. Returns a handle whose ``remove()`` unregisters
     it."""
     return register_hook(None, "post", hook, False, with_kwargs, always_call)
+
+
+def register_module_full_backward_pre_hook(hook: Callable[..., Any]) -> RemovableHandle:
+    """torch's global backward pre-hook: ``hook(module, grad_output)`` when backward reaches
+    any module's output (before the module's own pre-hooks); a non-``None`` result replaces
+    ``grad_output``. For modules called with one tensor and returning one, as
+    :meth:`Module.register_full_backward_pre_hook`. Returns a handle whose ``remove()``
+    unregisters it."""
+    return register_hook(None, "backward_pre", hook, False, False)
+
+
+def register_module_full_backward_hook(hook: Callable[..., Any]) -> RemovableHandle:
+    """torch's global backward hook: ``hook(module, grad_input, grad_output)`` when backward
+    passes through any module (before the module's own hooks); a non-``None`` result replaces
+    ``grad_input``. For modules called with one tensor and returning one, as
+    :meth:`Module.register_full_backward_hook`. Returns a handle whose ``remove()``
+    unregisters it."""
+    return register_hook(None, "backward", hook, False, False)
 
 
 _MISSING = object()

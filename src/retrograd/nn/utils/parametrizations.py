@@ -225,10 +225,17 @@ class _Orthogonal(Module):
                     "orthogonal: it is not possible to assign to the matrix exponential or the "
                     "Cayley parametrizations when use_trivialization=False"
                 )
-            raise InvalidArgumentError(
-                "orthogonal: assigning to the Householder parametrization without "
-                "use_trivialization (torch's geqrf) is not supported by retrograd"
-            )
+            # Householder: Q's own reflectors, from its QR factorization (torch's geqrf), the
+            # diagonal made the signs of R's so that Q = QR with diag(R) > 0
+            from ...linalg import geqrf
+
+            A, tau = geqrf(Q)  # noqa: N806 (torch's name)
+            # (LAPACK's tau is exactly zero where it used no reflection: its sign flips)
+            flips = 1.0 - 2.0 * (tau == 0.0).to(A.dtype)
+            signs = A.diagonal(dim1=-2, dim2=-1).sign() * flips
+            diagonal = A.new_tensor(_eye_columns(n, k), dtype=A.dtype).bool()
+            A = A.masked_fill(diagonal, 0.0) + diagonal.to(A.dtype) * signs.unsqueeze(-2)  # noqa: N806
+            return A.mT if transpose else A
         if n == k:
             Q = _make_orthogonal(Q) if not _is_orthogonal(Q) else Q.clone()  # noqa: N806
         else:  # completed into a full n x n orthogonal matrix

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...errors import DTypeError, InvalidArgumentError, KeyMismatchError
+from ...errors import DTypeError, InvalidArgumentError, KeyMismatchError, MissingMemberError
 from ...tensor import Tensor
 from ..modules.module import Module
 
@@ -78,8 +78,8 @@ def _swap(module: Any, name: str, value: Any) -> tuple[Any, str, str, Any]:
     *path, leaf = name.split(".")
     try:
         owner = module.get_submodule(".".join(path))
-    except AttributeError as error:  # (torch's bare AttributeError)
-        raise KeyMismatchError(
+    except AttributeError as error:  # torch's AttributeError, which ``except`` clauses expect
+        raise MissingMemberError(
             f"functional_call: {name!r} names no parameter or buffer of the module ({error})"
         ) from None
     for kind in ("_parameters", "_buffers"):
