@@ -77,6 +77,7 @@ STEP = ("    loss.backward()\n    optimizer.step()\n", "    optimizer.step(loss.
 # -- YOLOX ----------------------------------------------------------------------------------------
 YOLOX_SOURCE = '''
 import math
+from copy import deepcopy
 
 import torch
 import torch.nn as nn
@@ -790,10 +791,68 @@ class YOLOXHead(nn.Module):
 
 
 # -- the trainer's step (yolox/core/trainer.py), FPN outputs as given features --
+# -- yolox/utils/ema.py --
+def is_parallel(model):
+    """check if model is in parallel mode."""
+    parallel_type = (
+        nn.parallel.DataParallel,
+        nn.parallel.DistributedDataParallel,
+    )
+    return isinstance(model, parallel_type)
+
+
+class ModelEMA:
+    def __init__(self, model, decay=0.9999, updates=0):
+        # Create EMA
+        self.ema = deepcopy(model.module if is_parallel(model) else model).eval()  # FP32 EMA
+        self.updates = updates
+        # decay exponential ramp (to help early epochs)
+        self.decay = lambda x: decay * (1 - math.exp(-x / 2000))
+        for p in self.ema.parameters():
+            p.requires_grad_(False)
+
+    def update(self, model):
+        # Update EMA parameters
+        with torch.no_grad():
+            self.updates += 1
+            d = self.decay(self.updates)
+
+            msd = (
+                model.module.state_dict() if is_parallel(model) else model.state_dict()
+            )  # model state_dict
+            for k, v in self.ema.state_dict().items():
+                if v.dtype.is_floating_point:
+                    v *= d
+                    v += (1.0 - d) * msd[k].detach()
+
+
+# -- yolox/exp/yolox_base.py's get_optimizer --
+def get_optimizer(model, lr, momentum=0.9, weight_decay=5e-4):
+    pg0, pg1, pg2 = [], [], []  # optimizer parameter groups
+
+    for k, v in model.named_modules():
+        if hasattr(v, "bias") and isinstance(v.bias, nn.Parameter):
+            pg2.append(v.bias)  # biases
+        if isinstance(v, nn.BatchNorm2d) or "bn" in k:
+            pg0.append(v.weight)  # no decay
+        elif hasattr(v, "weight") and isinstance(v.weight, nn.Parameter):
+            pg1.append(v.weight)  # apply decay
+
+    optimizer = torch.optim.SGD(
+        pg0, lr=lr, momentum=momentum, nesterov=True
+    )
+    optimizer.add_param_group(
+        {"params": pg1, "weight_decay": weight_decay}
+    )  # add pg1 with weight_decay
+    optimizer.add_param_group({"params": pg2})
+    return optimizer
+
+
 head = YOLOXHead(num_classes=3, width=1.0, strides=[8, 16], in_channels=[8, 12], iou_type=iou_type)
 head.initialize_biases(1e-2)
 initialize(head)
-optimizer = torch.optim.SGD(head.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
+optimizer = get_optimizer(head, 0.01)
+ema_model = ModelEMA(head, 0.9998)
 xin = [torch.randn(2, 8, 8, 8), torch.randn(2, 12, 4, 4)]
 labels = torch.tensor([[[0., 24., 24., 16., 16.], [2., 30., 28., 20., 18.], [0., 0., 0., 0., 0.]],
                        [[1., 40., 40., 16., 18.], [0., 0., 0., 0., 0.], [0., 0., 0., 0., 0.]]])
@@ -807,10 +866,16 @@ for it in range(3):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
+    ema_model.update(head)
+    lr = 0.01 * 0.5 * (1.0 + math.cos(math.pi * (it + 1) / 3))
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = lr
     record.append(params_of(head))
+record.append({k: v.numpy().copy() for k, v in ema_model.ema.state_dict().items()})
 head.eval()
 with torch.no_grad():
     record.append(head(xin).numpy().copy())
+    record.append(ema_model.ema(xin).numpy().copy())
 '''
 
 
@@ -826,7 +891,7 @@ def test_yolox_simota_head_trains_as_torch(capsys, iou_type, use_l1):
         iou_type=iou_type,
         use_l1=use_l1,
     )
-    assert len(theirs) == 3 * 2 + 1
+    assert len(theirs) == 3 * 2 + 3
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
 
 
@@ -2305,3 +2370,341 @@ def test_mask2former_criterion_trains_as_torch(capsys, monkeypatch, mask_loss):
                 np.testing.assert_allclose(
                     mine[name][part], reference[name][part], rtol=2e-4, atol=2e-5, err_msg=name
                 )
+
+
+# -- Mask2Former's multi-scale deformable attention pixel decoder ---------------------------------
+MSDEFORMATTN_SOURCE = '''
+import copy
+import math
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.init import xavier_uniform_, constant_, normal_
+
+
+# -- mask2former/modeling/pixel_decoder/ops/functions/ms_deform_attn_func.py --
+def ms_deform_attn_core_pytorch(value, value_spatial_shapes, sampling_locations, attention_weights):
+    # for debug and test only,
+    # need to use cuda version instead
+    N_, S_, M_, D_ = value.shape
+    _, Lq_, M_, L_, P_, _ = sampling_locations.shape
+    value_list = value.split([H_ * W_ for H_, W_ in value_spatial_shapes], dim=1)
+    sampling_grids = 2 * sampling_locations - 1
+    sampling_value_list = []
+    for lid_, (H_, W_) in enumerate(value_spatial_shapes):
+        # N_, H_*W_, M_, D_ -> N_, H_*W_, M_*D_ -> N_, M_*D_, H_*W_ -> N_*M_, D_, H_, W_
+        value_l_ = value_list[lid_].flatten(2).transpose(1, 2).reshape(N_*M_, D_, H_, W_)
+        # N_, Lq_, M_, P_, 2 -> N_, M_, Lq_, P_, 2 -> N_*M_, Lq_, P_, 2
+        sampling_grid_l_ = sampling_grids[:, :, :, lid_].transpose(1, 2).flatten(0, 1)
+        # N_*M_, D_, Lq_, P_
+        sampling_value_l_ = F.grid_sample(value_l_, sampling_grid_l_,
+                                          mode='bilinear', padding_mode='zeros', align_corners=False)
+        sampling_value_list.append(sampling_value_l_)
+    # (N_, Lq_, M_, L_, P_) -> (N_, M_, Lq_, L_, P_) -> (N_, M_, 1, Lq_, L_*P_)
+    attention_weights = attention_weights.transpose(1, 2).reshape(N_*M_, 1, Lq_, L_*P_)
+    output = (torch.stack(sampling_value_list, dim=-2).flatten(-2) * attention_weights).sum(-1).view(N_, M_*D_, Lq_)
+    return output.transpose(1, 2).contiguous()
+
+
+# -- mask2former/modeling/pixel_decoder/ops/modules/ms_deform_attn.py --
+def _is_power_of_2(n):
+    if (not isinstance(n, int)) or (n < 0):
+        raise ValueError("invalid input for _is_power_of_2: {} (type: {})".format(n, type(n)))
+    return (n & (n-1) == 0) and n != 0
+
+
+class MSDeformAttn(nn.Module):
+    def __init__(self, d_model=256, n_levels=4, n_heads=8, n_points=4):
+        """
+        Multi-Scale Deformable Attention Module
+        :param d_model      hidden dimension
+        :param n_levels     number of feature levels
+        :param n_heads      number of attention heads
+        :param n_points     number of sampling points per attention head per feature level
+        """
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError('d_model must be divisible by n_heads, but got {} and {}'.format(d_model, n_heads))
+        _d_per_head = d_model // n_heads
+        # you'd better set _d_per_head to a power of 2 which is more efficient in our CUDA implementation
+        if not _is_power_of_2(_d_per_head):
+            warnings.warn("You'd better set d_model in MSDeformAttn to make the dimension of each attention head a power of 2 "
+                          "which is more efficient in our CUDA implementation.")
+
+        self.im2col_step = 128
+
+        self.d_model = d_model
+        self.n_levels = n_levels
+        self.n_heads = n_heads
+        self.n_points = n_points
+
+        self.sampling_offsets = nn.Linear(d_model, n_heads * n_levels * n_points * 2)
+        self.attention_weights = nn.Linear(d_model, n_heads * n_levels * n_points)
+        self.value_proj = nn.Linear(d_model, d_model)
+        self.output_proj = nn.Linear(d_model, d_model)
+
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        constant_(self.sampling_offsets.weight.data, 0.)
+        thetas = torch.arange(self.n_heads, dtype=torch.float32) * (2.0 * math.pi / self.n_heads)
+        grid_init = torch.stack([thetas.cos(), thetas.sin()], -1)
+        grid_init = (grid_init / grid_init.abs().max(-1, keepdim=True)[0]).view(self.n_heads, 1, 1, 2).repeat(1, self.n_levels, self.n_points, 1)
+        for i in range(self.n_points):
+            grid_init[:, :, i, :] *= i + 1
+        with torch.no_grad():
+            self.sampling_offsets.bias = nn.Parameter(grid_init.view(-1))
+        constant_(self.attention_weights.weight.data, 0.)
+        constant_(self.attention_weights.bias.data, 0.)
+        xavier_uniform_(self.value_proj.weight.data)
+        constant_(self.value_proj.bias.data, 0.)
+        xavier_uniform_(self.output_proj.weight.data)
+        constant_(self.output_proj.bias.data, 0.)
+
+    def forward(self, query, reference_points, input_flatten, input_spatial_shapes, input_level_start_index, input_padding_mask=None):
+        N, Len_q, _ = query.shape
+        N, Len_in, _ = input_flatten.shape
+        assert (input_spatial_shapes[:, 0] * input_spatial_shapes[:, 1]).sum() == Len_in
+
+        value = self.value_proj(input_flatten)
+        if input_padding_mask is not None:
+            value = value.masked_fill(input_padding_mask[..., None], float(0))
+        value = value.view(N, Len_in, self.n_heads, self.d_model // self.n_heads)
+        sampling_offsets = self.sampling_offsets(query).view(N, Len_q, self.n_heads, self.n_levels, self.n_points, 2)
+        attention_weights = self.attention_weights(query).view(N, Len_q, self.n_heads, self.n_levels * self.n_points)
+        attention_weights = F.softmax(attention_weights, -1).view(N, Len_q, self.n_heads, self.n_levels, self.n_points)
+        # N, Len_q, n_heads, n_levels, n_points, 2
+        if reference_points.shape[-1] == 2:
+            offset_normalizer = torch.stack([input_spatial_shapes[..., 1], input_spatial_shapes[..., 0]], -1)
+            sampling_locations = reference_points[:, :, None, :, None, :] \\
+                                 + sampling_offsets / offset_normalizer[None, None, None, :, None, :]
+        elif reference_points.shape[-1] == 4:
+            sampling_locations = reference_points[:, :, None, :, None, :2] \\
+                                 + sampling_offsets / self.n_points * reference_points[:, :, None, :, None, 2:] * 0.5
+        else:
+            raise ValueError(
+                'Last dim of reference_points must be 2 or 4, but get {} instead.'.format(reference_points.shape[-1]))
+        # CPU (the CUDA kernel's MSDeformAttnFunction is not built)
+        output = ms_deform_attn_core_pytorch(value, input_spatial_shapes, sampling_locations, attention_weights)
+        output = self.output_proj(output)
+        return output
+
+
+# -- mask2former/modeling/pixel_decoder/msdeformattn.py --
+def _get_clones(module, N):
+    return nn.ModuleList([copy.deepcopy(module) for i in range(N)])
+
+
+def _get_activation_fn(activation):
+    """Return an activation function given a string"""
+    if activation == "relu":
+        return F.relu
+    if activation == "gelu":
+        return F.gelu
+    if activation == "glu":
+        return F.glu
+    raise RuntimeError(F"activation should be relu/gelu, not {activation}.")
+
+
+class MSDeformAttnTransformerEncoderOnly(nn.Module):
+    def __init__(self, d_model=256, nhead=8,
+                 num_encoder_layers=6, dim_feedforward=1024, dropout=0.1,
+                 activation="relu",
+                 num_feature_levels=4, enc_n_points=4,
+        ):
+        super().__init__()
+
+        self.d_model = d_model
+        self.nhead = nhead
+
+        encoder_layer = MSDeformAttnTransformerEncoderLayer(d_model, dim_feedforward,
+                                                            dropout, activation,
+                                                            num_feature_levels, nhead, enc_n_points)
+        self.encoder = MSDeformAttnTransformerEncoder(encoder_layer, num_encoder_layers)
+
+        self.level_embed = nn.Parameter(torch.Tensor(num_feature_levels, d_model))
+
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        for m in self.modules():
+            if isinstance(m, MSDeformAttn):
+                m._reset_parameters()
+        normal_(self.level_embed)
+
+    def get_valid_ratio(self, mask):
+        _, H, W = mask.shape
+        valid_H = torch.sum(~mask[:, :, 0], 1)
+        valid_W = torch.sum(~mask[:, 0, :], 1)
+        valid_ratio_h = valid_H.float() / H
+        valid_ratio_w = valid_W.float() / W
+        valid_ratio = torch.stack([valid_ratio_w, valid_ratio_h], -1)
+        return valid_ratio
+
+    def forward(self, srcs, pos_embeds):
+        masks = [torch.zeros((x.size(0), x.size(2), x.size(3)), device=x.device, dtype=torch.bool) for x in srcs]
+        # prepare input for encoder
+        src_flatten = []
+        mask_flatten = []
+        lvl_pos_embed_flatten = []
+        spatial_shapes = []
+        for lvl, (src, mask, pos_embed) in enumerate(zip(srcs, masks, pos_embeds)):
+            bs, c, h, w = src.shape
+            spatial_shape = (h, w)
+            spatial_shapes.append(spatial_shape)
+            src = src.flatten(2).transpose(1, 2)
+            mask = mask.flatten(1)
+            pos_embed = pos_embed.flatten(2).transpose(1, 2)
+            lvl_pos_embed = pos_embed + self.level_embed[lvl].view(1, 1, -1)
+            lvl_pos_embed_flatten.append(lvl_pos_embed)
+            src_flatten.append(src)
+            mask_flatten.append(mask)
+        src_flatten = torch.cat(src_flatten, 1)
+        mask_flatten = torch.cat(mask_flatten, 1)
+        lvl_pos_embed_flatten = torch.cat(lvl_pos_embed_flatten, 1)
+        spatial_shapes = torch.as_tensor(spatial_shapes, dtype=torch.long, device=src_flatten.device)
+        level_start_index = torch.cat((spatial_shapes.new_zeros((1, )), spatial_shapes.prod(1).cumsum(0)[:-1]))
+        valid_ratios = torch.stack([self.get_valid_ratio(m) for m in masks], 1)
+
+        # encoder
+        memory = self.encoder(src_flatten, spatial_shapes, level_start_index, valid_ratios, lvl_pos_embed_flatten, mask_flatten)
+
+        return memory, spatial_shapes, level_start_index
+
+
+class MSDeformAttnTransformerEncoderLayer(nn.Module):
+    def __init__(self,
+                 d_model=256, d_ffn=1024,
+                 dropout=0.1, activation="relu",
+                 n_levels=4, n_heads=8, n_points=4):
+        super().__init__()
+
+        # self attention
+        self.self_attn = MSDeformAttn(d_model, n_levels, n_heads, n_points)
+        self.dropout1 = nn.Dropout(dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+
+        # ffn
+        self.linear1 = nn.Linear(d_model, d_ffn)
+        self.activation = _get_activation_fn(activation)
+        self.dropout2 = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ffn, d_model)
+        self.dropout3 = nn.Dropout(dropout)
+        self.norm2 = nn.LayerNorm(d_model)
+
+    @staticmethod
+    def with_pos_embed(tensor, pos):
+        return tensor if pos is None else tensor + pos
+
+    def forward_ffn(self, src):
+        src2 = self.linear2(self.dropout2(self.activation(self.linear1(src))))
+        src = src + self.dropout3(src2)
+        src = self.norm2(src)
+        return src
+
+    def forward(self, src, pos, reference_points, spatial_shapes, level_start_index, padding_mask=None):
+        # self attention
+        src2 = self.self_attn(self.with_pos_embed(src, pos), reference_points, src, spatial_shapes, level_start_index, padding_mask)
+        src = src + self.dropout1(src2)
+        src = self.norm1(src)
+
+        # ffn
+        src = self.forward_ffn(src)
+
+        return src
+
+
+class MSDeformAttnTransformerEncoder(nn.Module):
+    def __init__(self, encoder_layer, num_layers):
+        super().__init__()
+        self.layers = _get_clones(encoder_layer, num_layers)
+        self.num_layers = num_layers
+
+    @staticmethod
+    def get_reference_points(spatial_shapes, valid_ratios, device):
+        reference_points_list = []
+        for lvl, (H_, W_) in enumerate(spatial_shapes):
+
+            ref_y, ref_x = torch.meshgrid(torch.linspace(0.5, H_ - 0.5, H_, dtype=torch.float32, device=device),
+                                          torch.linspace(0.5, W_ - 0.5, W_, dtype=torch.float32, device=device))
+            ref_y = ref_y.reshape(-1)[None] / (valid_ratios[:, None, lvl, 1] * H_)
+            ref_x = ref_x.reshape(-1)[None] / (valid_ratios[:, None, lvl, 0] * W_)
+            ref = torch.stack((ref_x, ref_y), -1)
+            reference_points_list.append(ref)
+        reference_points = torch.cat(reference_points_list, 1)
+        reference_points = reference_points[:, :, None] * valid_ratios[:, None]
+        return reference_points
+
+    def forward(self, src, spatial_shapes, level_start_index, valid_ratios, pos=None, padding_mask=None):
+        output = src
+        reference_points = self.get_reference_points(spatial_shapes, valid_ratios, device=src.device)
+        for _, layer in enumerate(self.layers):
+            output = layer(output, pos, reference_points, spatial_shapes, level_start_index, padding_mask)
+
+        return output
+
+
+# -- MSDeformAttnPixelDecoder.forward_features, cut to its encoder and the split of its
+# output back into maps, and a training step --
+transformer = MSDeformAttnTransformerEncoderOnly(d_model=8, nhead=2, num_encoder_layers=2, dim_feedforward=16,
+                                                 dropout=0.0, num_feature_levels=2, enc_n_points=2)
+input_proj = nn.ModuleList([nn.Sequential(nn.Conv2d(3, 8, kernel_size=1), nn.GroupNorm(4, 8)) for _ in range(2)])
+initialize(transformer)
+initialize(input_proj)
+# the sampling offsets' weights start at zero: a draw makes the sampled points depend on the input
+with torch.no_grad():
+    for layer in transformer.encoder.layers:
+        layer.self_attn.sampling_offsets.weight.copy_(torch.randn(16, 8) * 0.3)
+optimizer = torch.optim.AdamW(list(transformer.parameters()) + list(input_proj.parameters()), lr=1e-3, weight_decay=1e-4)
+features = [torch.randn(2, 3, 6, 6), torch.randn(2, 3, 3, 3)]
+targets = [torch.randn(2, 8, 6, 6), torch.randn(2, 8, 3, 3)]
+transformer_num_feature_levels = 2
+for it in range(2):
+    srcs = [input_proj[l](features[l]) for l in range(2)]
+    pos = [torch.zeros_like(s) for s in srcs]
+    y, spatial_shapes, level_start_index = transformer(srcs, pos)
+    bs = y.shape[0]
+
+    split_size_or_sections = [None] * transformer_num_feature_levels
+    for i in range(transformer_num_feature_levels):
+        if i < transformer_num_feature_levels - 1:
+            split_size_or_sections[i] = level_start_index[i + 1] - level_start_index[i]
+        else:
+            split_size_or_sections[i] = y.shape[1] - level_start_index[i]
+    y = torch.split(y, split_size_or_sections, dim=1)
+
+    out = []
+    for i, z in enumerate(y):
+        out.append(z.transpose(1, 2).view(bs, -1, spatial_shapes[i][0], spatial_shapes[i][1]))
+    loss = sum(F.mse_loss(o, t) for o, t in zip(out, targets))
+    record.append(loss.item())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    record.append(params_of(transformer, input_proj))
+record.append(level_start_index.numpy().copy())
+'''
+
+
+def test_mask2former_msdeformattn_encoder_trains_as_torch(capsys):
+    (theirs, ours), _ = runs_with_draws(
+        MSDEFORMATTN_SOURCE,
+        [
+            (
+                IMPORTS[0] + "from torch.nn.init import",
+                IMPORTS[1] + "from retrograd.nn.init import",
+            ),
+            STEP,
+        ],
+        capsys,
+        9404,
+        initialize=initializer(),
+        params_of=params_of,
+    )
+    assert len(theirs) == 2 * 2 + 1
+    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
