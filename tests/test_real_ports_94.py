@@ -14,7 +14,10 @@ torch's run of the same code from the same weights and draws.
   ``torch.topk``/``clamp``/``.int()``/``tolist()``, ``matching_matrix[:, anchor_matching_gt >
   1] *= 0``, ``fg_mask[fg_mask.clone()] = fg_mask_inboxes``; ``yolox/models/losses.py``'s
   ``IOUloss`` (iou and giou); ``network_blocks.py``'s ``BaseConv`` with in-place SiLU), the L1
-  loss switched on for the second run as its trainer does for the last epochs.
+  loss switched on for the second run as its trainer does for the last epochs; the
+  optimizer's three groups of ``yolox_base.py``'s ``get_optimizer`` (``add_param_group``),
+  ``utils/ema.py``'s ``ModelEMA`` (``deepcopy(model).eval()``, ``v *= d`` and ``v += (1.0 - d)
+  * msd[k].detach()`` on the state dict's tensors) and the cosine lr written into each group.
 - FCOS's loss as tianzhi0549/FCOS writes it (``fcos_core/modeling/rpn/fcos/fcos.py``:
   ``Scale``, ``FCOSHead`` with ``GroupNorm(32, ...)`` towers, ``compute_locations_per_level``
   by ``torch.meshgrid``; ``loss.py``'s ``FCOSLossComputation``: ``get_sample_region`` (center
@@ -41,9 +44,22 @@ torch's run of the same code from the same weights and draws.
   ``attn_mask[torch.where(attn_mask.sum(-1) == attn_mask.shape[-1])] = False`` resetting the
   fully masked rows); and MaskFormer's ``sigmoid_focal_loss`` (``maskformer/modeling/
   criterion.py``) in place of the point-sampled cross-entropy in a second run.
+- Mask2Former's pixel decoder encoder (``pixel_decoder/msdeformattn.py``'s
+  ``MSDeformAttnTransformerEncoderOnly``, ``get_valid_ratio``, ``get_reference_points`` with
+  ``torch.linspace(0.5, H_ - 0.5, H_, ...)`` of the 0-d tensors met iterating the long
+  ``spatial_shapes``, ``level_start_index`` by ``spatial_shapes.prod(1).cumsum(0)``,
+  ``_get_clones`` by ``copy.deepcopy``; ``ops/modules/ms_deform_attn.py``'s ``MSDeformAttn``
+  with its ``_reset_parameters`` replacing ``sampling_offsets.bias`` under
+  ``torch.no_grad()``, and the CPU path ``ms_deform_attn_core_pytorch``:
+  ``value.split([H_ * W_ for H_, W_ in value_spatial_shapes], dim=1)``, ``reshape(N_*M_, D_,
+  H_, W_)`` by 0-d tensors, ``F.grid_sample`` of offsets that carry gradients), the encoder's
+  output split back into maps by ``torch.split`` of 0-d tensor sizes and ``view(bs, -1,
+  spatial_shapes[i][0], spatial_shapes[i][1])``.
 
 The lines changed: the ``import`` lines and the gradient lines (``loss.backward()`` returns
-the gradients, ``step`` takes them).
+the gradients, ``step`` takes them). torch's ``jit.script`` reads a function's source file,
+which text run by ``exec`` has not: the torch run of Mask2Former's criterion calls the scripted
+losses eagerly.
 """
 
 from __future__ import annotations
