@@ -17,7 +17,9 @@ torch's run of the same code from the same weights and draws.
   loss switched on for the second run as its trainer does for the last epochs; the
   optimizer's three groups of ``yolox_base.py``'s ``get_optimizer`` (``add_param_group``),
   ``utils/ema.py``'s ``ModelEMA`` (``deepcopy(model).eval()``, ``v *= d`` and ``v += (1.0 - d)
-  * msd[k].detach()`` on the state dict's tensors) and the cosine lr written into each group.
+  * msd[k].detach()`` on the state dict's tensors) and the cosine lr written into each group;
+  ``utils/boxes.py``'s ``postprocess`` (``prediction.new(prediction.shape)``, per-class and
+  class-agnostic NMS by plain-torch stand-ins for torchvision's ``nms``/``batched_nms``).
 - FCOS's loss as tianzhi0549/FCOS writes it (``fcos_core/modeling/rpn/fcos/fcos.py``:
   ``Scale``, ``FCOSHead`` with ``GroupNorm(32, ...)`` towers, ``compute_locations_per_level``
   by ``torch.meshgrid``; ``loss.py``'s ``FCOSLossComputation``: ``get_sample_region`` (center
@@ -807,6 +809,85 @@ class YOLOXHead(nn.Module):
 
 
 # -- the trainer's step (yolox/core/trainer.py), FPN outputs as given features --
+# -- torchvision.ops.nms and batched_nms, written in plain torch as the program's own helpers --
+def nms(boxes, scores, iou_threshold):
+    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    areas = (x2 - x1) * (y2 - y1)
+    order = scores.argsort(descending=True)
+    keep = []
+    while order.numel() > 0:
+        i = order[0]
+        keep.append(i)
+        if order.numel() == 1:
+            break
+        xx1 = x1[order[1:]].clamp(min=x1[i])
+        yy1 = y1[order[1:]].clamp(min=y1[i])
+        xx2 = x2[order[1:]].clamp(max=x2[i])
+        yy2 = y2[order[1:]].clamp(max=y2[i])
+        inter = (xx2 - xx1).clamp(min=0) * (yy2 - yy1).clamp(min=0)
+        iou = inter / (areas[i] + areas[order[1:]] - inter)
+        order = order[1:][iou <= iou_threshold]
+    return torch.stack(keep) if keep else boxes.new_zeros(0, dtype=torch.long)
+
+
+def batched_nms(boxes, scores, idxs, iou_threshold):
+    if boxes.numel() == 0:
+        return torch.empty((0,), dtype=torch.int64, device=boxes.device)
+    max_coordinate = boxes.max()
+    offsets = idxs.to(boxes) * (max_coordinate + torch.tensor(1).to(boxes))
+    boxes_for_nms = boxes + offsets[:, None]
+    keep = nms(boxes_for_nms, scores, iou_threshold)
+    return keep
+
+
+# -- yolox/utils/boxes.py --
+def postprocess(prediction, num_classes, conf_thre=0.7, nms_thre=0.45, class_agnostic=False):
+    box_corner = prediction.new(prediction.shape)
+    box_corner[:, :, 0] = prediction[:, :, 0] - prediction[:, :, 2] / 2
+    box_corner[:, :, 1] = prediction[:, :, 1] - prediction[:, :, 3] / 2
+    box_corner[:, :, 2] = prediction[:, :, 0] + prediction[:, :, 2] / 2
+    box_corner[:, :, 3] = prediction[:, :, 1] + prediction[:, :, 3] / 2
+    prediction[:, :, :4] = box_corner[:, :, :4]
+
+    output = [None for _ in range(len(prediction))]
+    for i, image_pred in enumerate(prediction):
+
+        # If none are remaining => process next image
+        if not image_pred.size(0):
+            continue
+        # Get score and class with highest confidence
+        class_conf, class_pred = torch.max(image_pred[:, 5: 5 + num_classes], 1, keepdim=True)
+
+        conf_mask = (image_pred[:, 4] * class_conf.squeeze() >= conf_thre).squeeze()
+        # Detections ordered as (x1, y1, x2, y2, obj_conf, class_conf, class_pred)
+        detections = torch.cat((image_pred[:, :5], class_conf, class_pred.float()), 1)
+        detections = detections[conf_mask]
+        if not detections.size(0):
+            continue
+
+        if class_agnostic:
+            nms_out_index = nms(
+                detections[:, :4],
+                detections[:, 4] * detections[:, 5],
+                nms_thre,
+            )
+        else:
+            nms_out_index = batched_nms(
+                detections[:, :4],
+                detections[:, 4] * detections[:, 5],
+                detections[:, 6],
+                nms_thre,
+            )
+
+        detections = detections[nms_out_index]
+        if output[i] is None:
+            output[i] = detections
+        else:
+            output[i] = torch.cat((output[i], detections))
+
+    return output
+
+
 # -- yolox/utils/ema.py --
 def is_parallel(model):
     """check if model is in parallel mode."""
@@ -892,6 +973,9 @@ head.eval()
 with torch.no_grad():
     record.append(head(xin).numpy().copy())
     record.append(ema_model.ema(xin).numpy().copy())
+    for class_agnostic in (False, True):
+        detections = postprocess(head(xin), 3, conf_thre=1e-5, nms_thre=0.1, class_agnostic=class_agnostic)
+        record.append({f"image {i}": d.numpy().copy() for i, d in enumerate(detections)})
 '''
 
 
@@ -907,7 +991,8 @@ def test_yolox_simota_head_trains_as_torch(capsys, iou_type, use_l1):
         iou_type=iou_type,
         use_l1=use_l1,
     )
-    assert len(theirs) == 3 * 2 + 3
+    assert len(theirs) == 3 * 2 + 5
+    assert 0 < len(theirs[-1]["image 0"]) < len(theirs[-2]["image 0"]) < 80  # NMS suppressed boxes
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
 
 
