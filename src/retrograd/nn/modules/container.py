@@ -24,8 +24,10 @@ from .module import Module
 __all__ = ["ModuleDict", "ModuleList", "ParameterDict", "ParameterList", "Sequential"]
 
 
-def _checked(owner: str, index: Any, module: Any) -> Module:
-    if not isinstance(module, Module):
+def _checked(owner: str, index: Any, module: Any) -> Module | None:
+    # None holds a place, as torch's add_module lets it (HRNet's fuse layers keep None on
+    # their diagonal so that ``fuse_layers[i][j]`` lines up with branch ``j``)
+    if module is not None and not isinstance(module, Module):
         raise DTypeError(f"{owner}: item {index!r} is not a Module: {type(module).__name__}")
     return module
 
