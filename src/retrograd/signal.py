@@ -96,13 +96,7 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     signal = _float(fn, input)
     if signal.ndim not in (1, 2):
         raise ShapeError(f"{fn}: expected a 1-d or 2-d input, got shape {shape_text(signal.shape)}")
-    n_fft = _positive(fn, "n_fft", n_fft)
-    hop_length = n_fft // 4 if hop_length is None else _positive(fn, "hop_length", hop_length)
-    win_length = n_fft if win_length is None else _positive(fn, "win_length", win_length)
-    if win_length > n_fft:
-        raise InvalidArgumentError(
-            f"{fn}: expected 0 < win_length <= n_fft, got win_length={win_length}, n_fft={n_fft}"
-        )
+    n_fft, hop_length, win_length = _frame_sizes(fn, n_fft, hop_length, win_length)
     if signal.ndim == 2 and signal.shape[0] == 0:  # torch's kernels refuse it, whatever pads
         raise ShapeError(
             f"{fn}: expected a batch of at least one signal, got shape {shape_text(signal.shape)}"
@@ -145,6 +139,19 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     return view_as_complex(spectrum) if return_complex else spectrum
 
 
+def _frame_sizes(fn: str, n_fft: Any, hop_length: Any, win_length: Any) -> tuple[int, int, int]:
+    """``n_fft``, ``hop_length`` and ``win_length`` checked, with torch's defaults (a hop of a
+    quarter frame, a window of the whole frame)."""
+    n_fft = _positive(fn, "n_fft", n_fft)
+    hop_length = n_fft // 4 if hop_length is None else _positive(fn, "hop_length", hop_length)
+    win_length = n_fft if win_length is None else _positive(fn, "win_length", win_length)
+    if win_length > n_fft:
+        raise InvalidArgumentError(
+            f"{fn}: expected 0 < win_length <= n_fft, got win_length={win_length}, n_fft={n_fft}"
+        )
+    return n_fft, hop_length, win_length
+
+
 def istft(input: Tensor, n_fft: int, hop_length: int | None = None,  # noqa: A002
           win_length: int | None = None, window: Any = None, center: bool = True,
           normalized: bool = False, onesided: bool | None = None, length: int | None = None,
@@ -165,13 +172,7 @@ def istft(input: Tensor, n_fft: int, hop_length: int | None = None,  # noqa: A00
             f"{shape_text(input.shape)}"
         )
     spectrum = input if input.ndim == 3 else input.unsqueeze(0)
-    n_fft = _positive(fn, "n_fft", n_fft)
-    hop_length = n_fft // 4 if hop_length is None else _positive(fn, "hop_length", hop_length)
-    win_length = n_fft if win_length is None else _positive(fn, "win_length", win_length)
-    if win_length > n_fft:
-        raise InvalidArgumentError(
-            f"{fn}: expected 0 < win_length <= n_fft, got win_length={win_length}, n_fft={n_fft}"
-        )
+    n_fft, hop_length, win_length = _frame_sizes(fn, n_fft, hop_length, win_length)
     n_freq, n_frames = spectrum.shape[-2:]
     onesided = n_freq != n_fft if onesided is None else onesided
     if n_freq != (n_fft // 2 + 1 if onesided else n_fft):

@@ -412,10 +412,7 @@ def rand_like(
 ) -> Tensor:
     """Uniform values on [0, 1) of ``input``'s shape, dtype and device (``torch.rand_like``),
     from ``generator=`` when given."""
-    t = input
-    dtype, backend, device = _like(t, dtype, device)
-    out = random(t.shape, "uniform", dtype, backend, device, generator=kwargs.get("generator"))
-    return _laid_out_like(_requiring(out, kwargs.get("requires_grad", False)), t, kwargs)
+    return _random_like(input, "uniform", dtype, device, kwargs)
 
 
 def randn_like(
@@ -426,10 +423,13 @@ def randn_like(
 ) -> Tensor:
     """Standard normal values of ``input``'s shape, dtype and device (``torch.randn_like``),
     from ``generator=`` when given."""
-    t = input
+    return _random_like(input, "normal", dtype, device, kwargs)
+
+
+def _random_like(t: Tensor, distribution: str, dtype: Any, device: Any, options: dict) -> Tensor:
     dtype, backend, device = _like(t, dtype, device)
-    out = random(t.shape, "normal", dtype, backend, device, generator=kwargs.get("generator"))
-    return _laid_out_like(_requiring(out, kwargs.get("requires_grad", False)), t, kwargs)
+    out = random(t.shape, distribution, dtype, backend, device, generator=options.get("generator"))
+    return _laid_out_like(_requiring(out, options.get("requires_grad", False)), t, options)
 
 
 def eye(
