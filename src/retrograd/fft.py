@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .backend.protocol import default_float_dtype
-from .errors import DTypeError, InvalidArgumentError, guard
+from .errors import DTypeError, InvalidArgumentError, guard, shape_text
 from .tensor import Tensor, arange, cat, zeros
 from .tensor._dispatch import normalize_dim
 from .tensor.creation import _no_out
@@ -110,12 +110,13 @@ def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tupl
     sizes (``None`` where the input's own)."""
     if dim is None:
         if s is None:
-            dims = tuple(range(x.ndim)) if default_all else (x.ndim - 2, x.ndim - 1)
+            dims = tuple(range(x.ndim)) if default_all else (-2, -1)
         else:
-            dims = tuple(range(x.ndim - len(s), x.ndim))
+            dims = tuple(range(-len(s), 0))
     else:
         dims = (dim,) if isinstance(dim, int) else tuple(dim)
-        dims = tuple(normalize_dim(f"fft.{op}", d, x.ndim) for d in dims)
+    # (the default last two of a 1-d input are out of range, as torch says)
+    dims = tuple(normalize_dim(f"fft.{op}", d, x.ndim) for d in dims)
     if len(set(dims)) != len(dims):
         raise InvalidArgumentError(f"fft.{op}: dims must be unique, got {dims}")
     if s is None:
@@ -135,6 +136,17 @@ def _c2c(op: str, x: Tensor, dims: tuple, sizes: tuple, inverse: bool, norm: str
     for d, n in zip(dims, sizes):
         if n is not None:
             x = _resized(op, x, d, n)
+    return _transform(op, x, dims, inverse, norm)
+
+
+def _transform(op: str, x: Tensor, dims: tuple, inverse: bool, norm: str) -> Tensor:
+    """The backend's ``fftn`` of ``x`` over ``dims``; an empty tensor is refused, as torch
+    refuses it (its kernels' "invalid number of data points (0)")."""
+    if x.numel() == 0:
+        raise InvalidArgumentError(
+            f"fft.{op}: invalid number of data points (0) specified: the input of shape "
+            f"{shape_text(x.shape)} is empty"
+        )
     return x._apply("fftn", (x,), (dims, inverse, norm))
 
 
@@ -151,7 +163,7 @@ def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
     half = _resized(op, x, dim, n // 2 + 1)
     mirrored = half.narrow(dim, 1, n - n // 2 - 1).flip(dim).conj()
     full = cat([half, mirrored], dim)
-    return full._apply("fftn", (full,), ((dim,), True, norm)).real
+    return _transform(op, full, (dim,), True, norm).real
 
 
 def fft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
