@@ -24,6 +24,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
+from ....errors import AutodiffError
 from ..builder import CheckpointerBuilder
 from ..checkpointer import BackwardReport, Checkpointer
 from ..retro_forward import topological_order
@@ -92,7 +93,10 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
                         continue
                     needs[current] = [position]
                     if current not in kept:
-                        stack.extend(parent.id for parent in tree[current].parents)
+                        made_by = tree.get(current)
+                        if made_by is None:
+                            raise _held_elsewhere()
+                        stack.extend(parent.id for parent in made_by.parents)
         return needs
 
     def reserve(self, states: dict[int, State], needs: dict[int, list[int]]) -> set[int]:
@@ -131,6 +135,20 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
                 else:
                     pending.append(current)
         return reserved
+
+
+def _held_elsewhere() -> AutodiffError:
+    """A value this backward reads is neither held for it nor recomputable from the graph it
+    walks: a consuming backward still running (this one was started from its hook, as a
+    deep-equilibrium layer's implicit backward starts ``autograd.grad``) has taken the
+    graph's values and released the nodes to recompute them from."""
+    return AutodiffError(
+        "backward: a value this backward reads was evicted under the memory budget and the "
+        "nodes to recompute it are being consumed by a backward() still running (this one "
+        "was called from its hook); under BudgetCheckpointing, compute what the hook "
+        "differentiates with retain_graph=True on the outer backward, or under another "
+        "checkpointing strategy"
+    )
 
 
 class PlannedCheckpointer(Checkpointer):
