@@ -427,7 +427,7 @@ def _stop_reading(tape: Tape) -> None:
         _READING.remove(tape)
         if _DEFERRED:
             for node_id in [k for k in _DEFERRED if not any(k in t.nodes for t in _READING)]:
-                _free(_DEFERRED.pop(node_id))
+                _release(_DEFERRED.pop(node_id))  # (no reading tape holds it now)
 
 
 def _unclaim(nodes: list[Node]) -> None:
@@ -477,16 +477,12 @@ def _release(node: Node) -> None:
     """Drop what a consumed node holds (its parents and what checkpointing kept for it), so
     the graph above it can be freed, and mark it consumed; a node a retaining backward is
     still reading is marked now and freed when that backward ends (see _READING)."""
-    if _READING:
+    if _READING:  # (the body stays inline: one call per node on every consuming backward)
         with _CLAIMS:
             if any(node.id in tape.nodes for tape in _READING):
                 node.consumed = True
                 _DEFERRED[node.id] = node
                 return
-    _free(node)
-
-
-def _free(node: Node) -> None:
     node.parents = ()
     node.params = ()
     node.saved = NOTHING_SAVED
