@@ -24,6 +24,7 @@ from .clip import clip_grad_norm
 from .composite_schedules import ChainedScheduler, SequentialLR
 from .cyclic_schedules import CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR
 from .lbfgs import LBFGS
+from .muon import Muon
 from .optimizers import SGD, Adam, AdamW, Optimizer, RMSprop
 from .schedules import (
     ConstantLR,
@@ -60,6 +61,7 @@ __all__ = [
     "LinearLR",
     "MultiStepLR",
     "MultiplicativeLR",
+    "Muon",
     "NAdam",
     "OneCycleLR",
     "Optimizer",
