@@ -69,6 +69,13 @@ LAYERS = {
     # export and tracing refused (they import only the errors)
     "onnx": 1,
     "fx": 1,
+    # torch.mps and torch.xpu: the answers of a machine without those GPUs (import the errors)
+    "mps": 1,
+    "xpu": 1,
+    # torch._dynamo and torch._inductor: the compilers' settings and markers, with eager
+    # meaning (over compiler's)
+    "_dynamo": 1.5,
+    "_inductor": 1.5,
     # torch.hub: tqdm, the hub folder, and checkpoints read from it (serialization);
     # downloads refused
     "hub": 5.5,

@@ -65,6 +65,8 @@ import math as _math
 import sys as _sys
 
 from . import (
+    _dynamo,  # noqa: F401 (private, as torch's: scripts set rg._dynamo.config...)
+    _inductor,  # noqa: F401
     accelerator,
     amp,
     ao,
@@ -81,6 +83,7 @@ from . import (
     hub,
     jit,
     linalg,
+    mps,
     multiprocessing,
     nested,
     onnx,
@@ -94,6 +97,7 @@ from . import (
     torch_version,
     utils,
     version,
+    xpu,
 )
 from .amp import GradScaler, autocast
 from .autograd import (
@@ -434,6 +438,7 @@ __all__ += [
     "is_autocast_enabled",
     "linalg",
     "memory_format",
+    "mps",
     "multiprocessing",
     "onnx",
     "preserve_format",
@@ -506,6 +511,7 @@ __all__ += [
     "thread_safe_generator",
     "torch_version",
     "version",
+    "xpu",
 ]
 # torch's top-level forms of functional operations (torch.conv2d, torch.pdist, torch.dropout)
 globals().update(

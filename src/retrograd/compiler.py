@@ -17,12 +17,14 @@ the decorators return what they are given.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from .errors import DTypeError
 
 __all__ = [
+    "CompilerSettings",
     "allow_in_graph",
     "assume_constant_result",
     "disable",
@@ -76,3 +78,88 @@ def assume_constant_result(fn: Any) -> Any:
 
 def reset() -> None:
     """Nothing to clear: no compiled code is cached."""
+
+
+class CompilerSettings:
+    """A compiler's settings namespace (``torch._dynamo.config``, ``torch._inductor.config``)
+    with eager meaning: scripts tune the compiler before ``torch.compile``
+    (``config.suppress_errors = True``, ``config.coordinate_descent_tuning = True``), and since
+    nothing is compiled here, every assignment is taken and read back, and changes nothing.
+    Reading a setting never set and not among torch's common ones raises ``AttributeError``
+    naming it, as torch's does; ``patch`` sets some for a block (or a decorated function).
+
+    >>> config = CompilerSettings("torch._dynamo.config", {"recompile_limit": 8})
+    >>> config.recompile_limit *= 8
+    >>> with config.patch(suppress_errors=True):
+    ...     config.suppress_errors
+    True
+    >>> config.recompile_limit, hasattr(config, "suppress_errors")
+    (64, False)
+    """
+
+    def __init__(self, name: str, defaults: dict[str, Any], aliases: dict[str, str] | None = None):
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_values", dict(defaults))
+        object.__setattr__(self, "_aliases", dict(aliases or {}))
+
+    def _key(self, key: str) -> str:
+        return self._aliases.get(key, key)
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("__"):
+            raise AttributeError(key)
+        try:
+            return self._values[self._key(key)]
+        except KeyError:
+            raise AttributeError(f"{self._name}.{key} does not exist") from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        self._values[self._key(key)] = value
+
+    def __delattr__(self, key: str) -> None:
+        self._values.pop(self._key(key), None)
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._values)
+
+    def __repr__(self) -> str:
+        return f"<{self._name}: settings with no effect (nothing is compiled)>"
+
+    def get_config_copy(self) -> dict[str, Any]:
+        """The settings, as a dict."""
+        return {key: value for key, value in self._values.items()
+                if not isinstance(value, CompilerSettings)}  # fmt: skip
+
+    def patch(self, changes: dict[str, Any] | None = None, **more: Any) -> _SettingsPatch:
+        """Set ``changes`` for a ``with`` block or a decorated function, then restore them."""
+        return _SettingsPatch(self, {**(changes or {}), **more})
+
+
+class _SettingsPatch:
+    """:meth:`CompilerSettings.patch`'s context manager and decorator."""
+
+    def __init__(self, settings: CompilerSettings, changes: dict[str, Any]):
+        self.settings, self.changes, self.saved = settings, changes, []
+
+    def __enter__(self) -> None:
+        values = self.settings._values
+        keys = [self.settings._key(k) for k in self.changes]
+        self.saved.append({k: values[k] for k in keys if k in values})
+        for key, value in zip(keys, self.changes.values()):
+            values[key] = value
+
+    def __exit__(self, *exc: object) -> None:
+        values, saved = self.settings._values, self.saved.pop()
+        for key in [self.settings._key(k) for k in self.changes]:
+            if key in saved:
+                values[key] = saved[key]
+            else:
+                values.pop(key, None)
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def patched(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return fn(*args, **kwargs)
+
+        return patched

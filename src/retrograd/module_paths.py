@@ -64,6 +64,8 @@ PATHS: dict[str, str] = {
     "cuda.random": "cuda",
     "cuda.memory": "cuda",
     "random": "random",
+    "_dynamo.config": "_dynamo.config",  # the compilers' settings (namespaces, not modules)
+    "_inductor.config": "_inductor.config",
     **{f"backends.{flags}": f"backends.{flags}" for flags in (
         "cudnn", "cuda", "mkldnn", "mps", "openmp", "opt_einsum", "cpu", "mkl", "mha",
         "quantized",

@@ -1,0 +1,131 @@
+"""torch's ``torch._dynamo`` names that training scripts touch before ``torch.compile``, with
+eager meaning: nanoGPT's forks set ``torch._dynamo.config.suppress_errors = True`` or raise
+``cache_size_limit``, data loaders mark dimensions dynamic (``mark_dynamic``), library code
+asks ``is_compiling()``. retrograd compiles nothing (``rg.compile`` returns its model), so the
+settings are kept and change nothing, the markers return at once and the queries are
+``False``; :func:`explain` and :func:`export`, which need a compiled graph, are refused by name.
+
+>>> import retrograd as rg
+>>> rg._dynamo.config.suppress_errors = True
+>>> rg._dynamo.config.cache_size_limit, rg._dynamo.is_compiling()
+(8, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from .compiler import (
+    CompilerSettings,
+    allow_in_graph,
+    assume_constant_result,
+    disable,
+    is_compiling,
+    reset,
+)
+from .errors import InvalidArgumentError
+
+__all__ = [
+    "allow_in_graph",
+    "assume_constant_result",
+    "config",
+    "disable",
+    "disallow_in_graph",
+    "explain",
+    "export",
+    "graph_break",
+    "is_compiling",
+    "list_backends",
+    "mark_dynamic",
+    "mark_static",
+    "mark_static_address",
+    "maybe_mark_dynamic",
+    "optimize",
+    "reset",
+]
+
+#: torch 2.13's defaults of the settings scripts set or read (``cache_size_limit`` and
+#: ``accumulated_cache_size_limit`` are torch's older names of the recompile limits)
+config = CompilerSettings(
+    "torch._dynamo.config",
+    {
+        "suppress_errors": False,
+        "verbose": False,
+        "recompile_limit": 8,
+        "accumulated_recompile_limit": 256,
+        "optimize_ddp": True,
+        "capture_scalar_outputs": False,
+        "capture_dynamic_output_shape_ops": False,
+        "automatic_dynamic_shapes": True,
+        "assume_static_by_default": True,
+        "dynamic_shapes": True,
+        "specialize_int": False,
+        "compiled_autograd": False,
+        "inline_inbuilt_nn_modules": True,
+        "guard_nn_modules": True,
+        "force_parameter_static_shapes": True,
+        "error_on_recompile": False,
+        "allow_rnn": False,
+    },
+    {"cache_size_limit": "recompile_limit",
+     "accumulated_cache_size_limit": "accumulated_recompile_limit"},
+)  # fmt: skip
+
+
+def optimize(backend: Any = "inductor", *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
+    """torch's older ``torch._dynamo.optimize(backend)``: a decorator that returns its function
+    unchanged (it runs eagerly, as ``rg.compile``'s model does)."""
+    return disable()
+
+
+def disallow_in_graph(fn: Any) -> Any:
+    """``fn`` itself (there is no graph to keep it out of)."""
+    return allow_in_graph(fn)
+
+
+def graph_break() -> None:
+    """Nothing to break: no graph is being traced."""
+
+
+def mark_dynamic(tensor: Any, index: Any, *args: Any, **kwargs: Any) -> None:
+    """Nothing to mark: shapes are never specialized here."""
+
+
+def maybe_mark_dynamic(tensor: Any, index: Any) -> None:
+    """Nothing to mark (see :func:`mark_dynamic`)."""
+
+
+def mark_static(tensor: Any, index: Any = None) -> None:
+    """Nothing to mark (see :func:`mark_dynamic`)."""
+
+
+def mark_static_address(tensor: Any, guard: bool = True) -> None:
+    """Nothing to mark: no CUDA graph records tensor addresses here."""
+
+
+def list_backends(exclude_tags: Any = ("debug", "experimental")) -> list[str]:
+    """The compiler backends ``torch.compile`` may be given: none here (it compiles nothing)."""
+    return []
+
+
+def _refused(name: str) -> NoReturn:
+    raise InvalidArgumentError(
+        f"_dynamo.{name}: retrograd compiles nothing, so there is no graph to "
+        f"{'explain' if name == 'explain' else 'export'}; the model runs eagerly "
+        "(rg.capture records a training step's kernels for replay)"
+    )
+
+
+def explain(fn: Any, *args: Any, **kwargs: Any) -> NoReturn:
+    """Refused: there are no graphs or graph breaks to report."""
+    _refused("explain")
+
+
+def export(fn: Any, *args: Any, **kwargs: Any) -> NoReturn:
+    """Refused: nothing is traced into a graph."""
+    _refused("export")
+
+
+# (assume_constant_result, is_compiling and reset are compiler's, re-exported as torch's are)
+_ = (assume_constant_result, is_compiling, reset)
