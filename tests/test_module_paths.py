@@ -43,7 +43,7 @@ def test_each_path_is_torchs_and_gives_retrograds_objects(path):
     target = rg
     for part in PATHS[path].split("."):
         target = getattr(target, part)
-    for name in shared:
+    for name in shared if ours is not target else ():  # (a namespace registered itself)
         assert getattr(ours, name) is getattr(target, name)
     # the parent holds it as an imported submodule, as torch's does
     parent, _, leaf = f"retrograd.{path}".rpartition(".")
