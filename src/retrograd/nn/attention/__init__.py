@@ -21,7 +21,7 @@ import enum
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 
 __all__ = ["SDPBackend", "enabled_backends", "sdpa_kernel"]
 
