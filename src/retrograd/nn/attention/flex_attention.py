@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, arange, full, ones, zeros
 from ...tensor.functions import where
-from ..functional import pad
+from ...tensor.shape import cat
 
 __all__ = [
     "AuxOutput",
@@ -254,10 +254,14 @@ def create_block_mask(
         )
     mask = create_mask(mask_mod, B, H, Q_LEN, KV_LEN, device)
     q_blocks, kv_blocks = -(-Q_LEN // q_block), -(-KV_LEN // kv_block)
-    padded = pad(
-        mask.to("int32"), (0, kv_blocks * kv_block - KV_LEN, 0, q_blocks * q_block - Q_LEN)
-    )
     batch, heads = mask.shape[:2]
+    padded = mask.to("int32")  # padded to whole blocks with masked scores
+    if kv_blocks * kv_block > KV_LEN:
+        filler = zeros((batch, heads, Q_LEN, kv_blocks * kv_block - KV_LEN), dtype="int32")
+        padded = cat([padded, filler], dim=-1)
+    if q_blocks * q_block > Q_LEN:
+        filler = zeros((batch, heads, q_blocks * q_block - Q_LEN, padded.shape[-1]), dtype="int32")
+        padded = cat([padded, filler], dim=-2)
     sums = (
         padded.reshape(batch, heads, q_blocks, q_block, kv_blocks, kv_block)
         .permute(0, 1, 2, 4, 3, 5)

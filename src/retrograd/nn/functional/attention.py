@@ -21,6 +21,7 @@ from ...tensor.internal import (
     shape_text,
     wrap,
 )
+from ..attention.bias import CausalBias
 from ._common import (
     _as_tensor,
     _float_input,
@@ -54,6 +55,8 @@ def scaled_dot_product_attention(
     a gradient gets one: the attention is then composed of ordinary ops.
     """
     fn = "scaled_dot_product_attention"
+    if isinstance(attn_mask, CausalBias):  # torch.nn.attention.bias's causal masks
+        attn_mask = attn_mask.materialize()
     q = _float_input(fn, query)
     k, v = (_as_tensor(fn, q, t, name) for t, name in ((key, "key"), (value, "value")))
     shapes = f"query {shape_text(q.shape)}, key {shape_text(k.shape)}, value {shape_text(v.shape)}"
