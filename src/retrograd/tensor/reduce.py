@@ -770,6 +770,10 @@ def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correctio
         dim, unbiased = None, dim
     if correction is None:
         correction = 1 if unbiased else 0
+    if x.is_complex():  # torch's: E|z - mean|^2, the real part's variance plus the imaginary's
+        return _variance(x.real, op, dim, None, keepdim, correction) + _variance(
+            x.imag, op, dim, None, keepdim, correction
+        )
     if not x.is_float():
         raise DTypeError(
             f"{op}: only floating point tensors are supported (as in torch), got {x.dtype}"
