@@ -590,3 +590,26 @@ def test_ops_still_refused_for_complex_name_themselves(call):
     z = rg.tensor([[1 + 2j, 3j], [1, 1 - 1j]])
     with pytest.raises(DTypeError, match=r"complex64|complex"):
         call(z)
+
+
+def test_function_transforms_of_complex_inputs_match_torch():
+    # func.vjp/grad/jvp refused complex inputs ("only float tensors can be differentiated"),
+    # and jvp's dummy cotangent was real for a complex output
+    z0, v0 = np.array([1 + 1j, 2 - 0.5j, -0.3j]), np.array([1 + 0.5j, -1j, 2 + 0j])
+
+    def transforms(lib):
+        x, v = lib.tensor(z0), lib.tensor(v0)
+        return (
+            lib.func.vjp(lambda x: x.sin() * x, x)[1](v)[0],
+            lib.func.grad(lambda x: (x * x.conj()).real.sum() + x.abs().sum())(x),
+            lib.func.jvp(lambda x: x.sin() * x.conj(), (x,), (v,))[1],
+            lib.func.jvp(lambda x: lib.fft.fft(x).abs(), (x,), (v,))[1],
+            lib.autograd.functional.vjp(lambda x: x.exp(), x, v)[1],
+        )
+
+    for got, expected in zip(transforms(rg), transforms(torch)):
+        assert dtype_name(got) == dtype_name(expected)
+        np.testing.assert_allclose(got.numpy(), values(expected), rtol=1e-12)
+    for transform in (rg.func.jacrev, rg.func.jacfwd):  # torch's refusal
+        with pytest.raises(DTypeError, match="expected all inputs to be real"):
+            transform(lambda x: x.abs())(rg.tensor(z0))
