@@ -363,7 +363,9 @@ def jvp(
         # J^T u for dummy u (zeros: the backward is linear in u), whose gradient with respect
         # to u, weighted by the tangents, is J t
         dummies = [
-            (zeros_like(o) if o.is_float() else zeros_like(o).float()).require_grad()
+            (
+                zeros_like(o) if o.is_float() or o.is_complex() else zeros_like(o).float()
+            ).require_grad()
             for o in outputs
         ]
         grad_inputs = _gradients(outputs, leaves, dummies, create_graph=True)
@@ -463,6 +465,12 @@ def _jacobian(fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool) ->
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with enable_grad():
             call = _Prepared(fn, argnums, args, kwargs)
+            for index, leaf in enumerate(call.leaves):
+                if leaf.is_complex():  # torch's refusal: a Jacobian of real variables only
+                    raise DTypeError(
+                        f"{fn}: expected all inputs to be real but received a complex tensor "
+                        f"at flattened input index {index} (as torch)"
+                    )
             out, aux = _split_aux(fn, func(*call.args, **kwargs), has_aux)
             outputs, out_spec = _tensors(fn, "the outputs of the function", out)
             call.check(outputs)

@@ -829,11 +829,12 @@ def cross(input: Tensor, other: Any, *, dim: int = -1, out: Any = None) -> Tenso
 
 
 def vecdot(x: Tensor, y: Any, *, dim: int = -1, out: Any = None) -> Tensor:
-    """torch's ``linalg.vecdot``: ``sum(x * y)`` along ``dim``, the inputs broadcasting."""
+    """torch's ``linalg.vecdot``: ``sum(conj(x) * y)`` along ``dim``, the inputs
+    broadcasting (the conjugate of a real ``x`` is ``x``)."""
     _no_out("linalg.vecdot", out)
     if not isinstance(x, Tensor):
         raise DTypeError(f"linalg.vecdot: expected a tensor, got {type(x).__name__}")
-    product = x * lift(x, y, "linalg.vecdot")
+    product = (x.conj() if x.is_complex() else x) * lift(x, y, "linalg.vecdot")
     return product.sum(normalize_dim("linalg.vecdot", dim, product.ndim))
 
 

@@ -151,10 +151,18 @@ class _Rebuilder:
         if not isinstance(storage, _Storage):
             raise pickle.UnpicklingError(f"a tensor's storage is {type(storage).__name__}")
         size, stride = tuple(size), tuple(stride)
-        key = (storage.key, storage.dtype, offset, size, stride, bool(requires_grad))
+        # torch saves a lazily conjugated or negated view (``z.conj()``, ``z.conj().imag``) as
+        # its storage plus the bit in ``metadata``, which its load applies
+        bits = metadata if isinstance(metadata, dict) else {}
+        conj, neg = bool(bits.get("conj")), bool(bits.get("neg"))
+        key = (storage.key, storage.dtype, offset, size, stride, bool(requires_grad), conj, neg)
         made = self.made.get(key)
         if made is None:
             values = _strided(storage, offset, size, stride)
+            if conj:
+                values = np.conj(values)
+            if neg:
+                values = np.negative(values)
             made = self.tensor_of(values, storage.dtype, bool(requires_grad), storage.location)
             self.made[key] = made
             self.made_ids.add(id(made))
@@ -165,7 +173,7 @@ class _Rebuilder:
         """torch's ``_rebuild_tensor_v3``: the dtype given apart from the storage's."""
         if isinstance(storage, _Storage) and isinstance(dtype, str) and dtype != storage.dtype:
             storage = _Storage(storage.key, dtype, _reinterpreted(storage, dtype), storage.location)
-        return self.tensor(storage, offset, size, stride, requires_grad)
+        return self.tensor(storage, offset, size, stride, requires_grad, None, metadata)
 
     def parameter(self, data: Any, requires_grad: Any, backward_hooks: Any = None,
                   state: Any = None) -> Any:  # fmt: skip

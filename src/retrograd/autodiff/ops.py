@@ -1339,6 +1339,22 @@ complex_rules(
         B.zeros_like(g) if s == 0 else _conj_times(B, g, B.mul_scalar(out, cmath.log(s)))
     ),
 )
+# the products' backward kernels are linear in g and holomorphic in x (products and
+# quotients): conj(kernel(conj(g))) is g times the conjugate derivative
+complex_rules(
+    "prod", lambda B, g, x, out, x_shape: B.conj(B.prod_backward(B.conj(g), x, out, x_shape))
+)
+complex_rules(
+    "prod_dim", lambda B, g, x, out, dim: B.conj(B.prod_dim_backward(B.conj(g), x, out, dim))
+)
+complex_rules(
+    "cumprod", lambda B, g, x, out, dim: B.conj(B.cumprod_backward(B.conj(g), x, out, dim))
+)
+complex_rules(
+    "cross",
+    lambda B, g, y, dim: B.cross(B.conj(y), g, dim),
+    lambda B, g, x, dim: B.cross(g, B.conj(x), dim),
+)
 complex_rules("sinh", lambda B, g, x: _conj_times(B, g, B.cosh(x)))
 complex_rules("cosh", lambda B, g, x: _conj_times(B, g, B.sinh(x)))
 complex_rules(

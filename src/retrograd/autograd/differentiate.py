@@ -11,7 +11,7 @@ from typing import Any
 from ..autodiff import Gradients, enable_grad
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
 from ..tensor import Tensor
-from ..tensor.core import refuse_untracked_inputs
+from ..tensor.core import refuse_mixed_complex_grad, refuse_untracked_inputs
 from ..tensor.functions import sum as _sum
 from .anomaly_mode import check_nan_gradients, is_anomaly_enabled
 
@@ -192,7 +192,14 @@ def _weighted_sum(op: str, outs: list, weights: list, create_graph: bool) -> Ten
                     f"{op}: gradient of shape {list(weight.shape)} given for an output of shape "
                     f"{list(out.shape)}"
                 )
-            terms.append(_sum(out * (weight if create_graph else weight.detach())))
+            refuse_mixed_complex_grad(op, out, weight)
+            weight = weight if create_graph else weight.detach()
+            if out.is_complex():
+                # the real loss whose torch gradient with respect to ``out`` is ``weight``
+                # (the conjugate Wirtinger convention): Re(sum(out * conj(weight)))
+                terms.append(_sum((out * weight.conj()).real))
+            else:
+                terms.append(_sum(out * weight))
     total = terms[0]
     for term in terms[1:]:
         total = total + term

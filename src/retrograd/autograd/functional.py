@@ -69,10 +69,10 @@ def _fresh(x: Tensor, create_graph: bool, fn: str = "autograd.functional") -> Te
     differentiable with respect to ``x``: higher order, nested transforms), else a new leaf.
     Always a new tensor, so that ``x`` itself, if the function also closes over it, is not
     taken for the argument."""
-    if not x.is_float():
+    if not (x.is_float() or x.is_complex()):
         raise DTypeError(
-            f"{fn}: only float tensors can be differentiated, got a {shape_text(x.shape)} "
-            f"{x.dtype} tensor"
+            f"{fn}: only float tensors (and complex ones) can be differentiated, got a "
+            f"{shape_text(x.shape)} {x.dtype} tensor"
         )
     if create_graph and x.requires_grad:
         copy = x.view_as(x)

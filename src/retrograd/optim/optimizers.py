@@ -746,6 +746,8 @@ class Optimizer(StepHooks):
             return set()
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
         probe = value.new_zeros((1,) * value.ndim)
+        if probe.is_complex():  # (stepped on its real pairs: a real parameter's buffers)
+            probe = probe.real
         with probe.backend.arithmetic_warnings_ignored():
             _, state = self.update(probe, probe, {"step": 1}, group)
         return {key for key, entry in state.items() if entry is not None and key != "step"}
@@ -950,7 +952,10 @@ def state_tensor(
     """A saved buffer of the state as a tensor of ``shape`` in ``parameter``'s dtype, backend
     and device."""
     array = np.asarray(_array(value))
-    if array.dtype.kind not in "biuf":
+    # a complex parameter's buffers are complex (torch's: Adam's moments of a complex
+    # parameter are complex tensors); a real parameter's never are
+    kinds = "biufc" if parameter.is_complex() else "biuf"
+    if array.dtype.kind not in kinds:
         raise DTypeError(
             f"{where}: state {number}/{key} holds {array.dtype} values, its parameter is "
             f"{parameter.dtype}"

@@ -1007,6 +1007,10 @@ def _is_plain_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
 
 
+#: the comparisons with a number that order their operands (``<``, ``<=``, ``>``, ``>=``)
+_ORDERINGS = frozenset(["lower_elem", "lower_equal_elem", "greater_elem", "greater_equal_elem"])
+
+
 def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     """:func:`apply` for two operands that missed the fast paths."""
     if op.kernel in _SUBTRACTIONS and (_is_bool(a) or _is_bool(b)):
@@ -1025,6 +1029,13 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
             t = None
         if t is not None:
             if rule is COMPARE:
+                if op.scalar in _ORDERINGS and isinstance(value, complex):
+                    # a complex number has no order (torch's refusal; NumPy would order the
+                    # real tensor against the complex number lexicographically)
+                    raise DTypeError(
+                        f"{op.name}: not implemented for complex numbers (got {value!r}): "
+                        "complex numbers have no order; compare .real or .abs()"
+                    )
                 if t._backend.dtype(t._prim) in _NARROW_INTS and _is_plain_int(value):
                     value = wrapped_int(value, t._backend.dtype(t._prim))
                 return _run(op.name, op.scalar, (t,), (value,))

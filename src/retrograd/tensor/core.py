@@ -98,6 +98,17 @@ class _RunningBackwards(threading.local):
 _running_backwards = _RunningBackwards()
 
 
+def refuse_mixed_complex_grad(op: str, output: Tensor, grad: Tensor) -> None:
+    """torch's refusal of a gradient that is complex where its output is real, or real where
+    it is complex: a cast would drop an imaginary part or make one up."""
+    if output.is_complex() != grad.is_complex():
+        raise DTypeError(
+            f"{op}: for complex tensors, both the gradient and the output must be complex or "
+            f"both real; got a gradient of dtype {grad.dtype} for an output of dtype "
+            f"{output.dtype}"
+        )
+
+
 def refuse_untracked_inputs(op: str, inputs: list) -> None:
     """torch's refusals of ``backward(inputs=...)``: an empty list (every gradient would be
     dropped: a typo's silent answer) and a tensor that does not require grad (it has no
@@ -850,6 +861,7 @@ class Tensor(
             )
         if grad is not None:
             grad = lift(self, grad, "backward")
+            refuse_mixed_complex_grad("backward", self, grad)
             if grad.shape != self.shape:
                 raise ShapeError(
                     f"backward: grad has shape {shape_text(grad.shape)}, expected "

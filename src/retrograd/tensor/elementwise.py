@@ -147,6 +147,25 @@ LOWER_EQUAL = TensorOp("lower_equal", scalar="lower_equal_elem", promote=COMPARE
 )
 
 
+def _scaled_log(x: Any, scale: float) -> Any:
+    """``log(x) * scale`` (``log2``, ``log10``); of a complex ``x`` part by part, as torch's
+    kernels: a complex product would make ``log(0) = -inf + 0j`` into ``-inf + nan j``."""
+    out = x.log()
+    if out.is_complex():
+        return out._apply("complex", (out.real * scale, out.imag * scale))
+    return out * scale
+
+
+def _real_scale(op: str, x: Any, value: Any) -> None:
+    """torch's refusal of a complex ``value`` for a real result: it is cast to the result's
+    dtype, which has no imaginary part to keep."""
+    if isinstance(value, complex) and not x.is_complex():
+        raise DTypeError(
+            f"{op}: value {value!r} cannot be converted to the result's dtype {x.dtype} (as "
+            "in torch); make the operands complex"
+        )
+
+
 def _is_bool(value: Any) -> bool:
     return isinstance(value, bool | np.bool_) or getattr(value, "dtype", None) == "bool"
 
@@ -332,10 +351,10 @@ class ElementwiseMixin:
         return self._apply(RECIP, (self,))
 
     def log2(self) -> Any:
-        return self.log() * _INV_LN2
+        return _scaled_log(self, _INV_LN2)
 
     def log10(self) -> Any:
-        return self.log() * _INV_LN10
+        return _scaled_log(self, _INV_LN10)
 
     def exp2(self) -> Any:
         return (self * _LN2).exp()
@@ -353,9 +372,10 @@ class ElementwiseMixin:
                 "addcmul", "value", (tensor1, tensor2, *args), value
             )
         x, t1, t2 = _common(self, tensor1, tensor2, "addcmul")
+        _real_scale("addcmul", x, value)
         if x.dtype == "bool":
             raise DTypeError("addcmul: not implemented for bool tensors (as in torch)")
-        if x.dtype not in FLOAT_DTYPES and isinstance(value, float | np.floating):
+        if x.dtype in INT_DTYPES and isinstance(value, float | np.floating):
             value = int(value)  # torch casts value to the result's dtype, truncating
         # (value * t1 first, as torch's kernel: t1 * t2 alone can overflow where the
         # scaled product does not)
@@ -376,6 +396,7 @@ class ElementwiseMixin:
                 "divide with a float tensor, or use div(..., rounding_mode=...)"
             )
         x, t1, t2 = _common(self, tensor1, tensor2, "addcdiv")
+        _real_scale("addcdiv", x, value)
         # (value * t1 / t2, as torch's kernel: 2 * 3e38 / 3e38 is inf in float32, as torch's)
         return x + (t1 / t2 if value == 1 else (t1 * value) / t2)
 
@@ -383,26 +404,30 @@ class ElementwiseMixin:
         """``self + weight * (end - self)``, computed as torch's kernel computes it (from
         ``end`` when ``|weight| >= 0.5``, so both ends are exact)."""
         end = lift(self, end, "lerp")
-        if not isinstance(weight, SCALAR_TYPES):
+        if isinstance(weight, complex) and self.is_complex():
+            weight = complex(weight)  # a number, as a float weight is (NumPy's too)
+        elif not isinstance(weight, SCALAR_TYPES):
             weight = lift(self, weight, "lerp")
             if weight.dtype != self.dtype and not weight.ndim and end.dtype == self.dtype:
                 # torch takes a 0-d weight of another dtype, the three promoted together (a
                 # float one makes integer ends float)
                 target = promoted_dtype_of(self, end, weight)
-                if target in FLOAT_DTYPES:
+                if target in FLOAT_DTYPES or target in ("complex64", "complex128"):
                     return self.cast(target).lerp(end.cast(target), weight.cast(target))
-        if not self.is_float() or end.dtype != self.dtype:  # torch: no promotion in lerp
+        floating = self.is_float() or self.is_complex()
+        if not floating or end.dtype != self.dtype:  # torch: no promotion in lerp
             raise DTypeError(
                 f"lerp: expected end of the input's floating dtype, got input {self.dtype} "
                 f"{shape_text(self.shape)} and end {end.dtype} {shape_text(end.shape)}"
             )
-        if not isinstance(weight, SCALAR_TYPES):
+        if not isinstance(weight, (*SCALAR_TYPES, complex)):
             if weight.dtype != self.dtype:
                 raise DTypeError(
                     f"lerp: expected weight of the input's dtype {self.dtype} (or a 0-d one), "
                     f"got {weight.dtype} {shape_text(weight.shape)}"
                 )
-            if self.requires_grad or end.requires_grad or weight.requires_grad:
+            tracked = self.requires_grad or end.requires_grad or weight.requires_grad
+            if tracked and not self.is_complex():  # (complex: the composition below)
                 # the op table's, for torch's rules (a composition's masked branch would give
                 # NaN gradients, 0 * inf, where torch's are infinite)
                 return self._apply("lerp", (self, end, weight))
@@ -450,6 +475,10 @@ class ElementwiseMixin:
     def pow(self, exponent: Any) -> Any:
         """``self ** exponent``: int64 when both are integers (torch's rule), else float."""
         other = host_number(exponent)
+        if other.__class__ in (float, int) and other == 0.5 and self.is_complex():
+            # torch's kernel takes a complex x ** 0.5 as sqrt (exp(0.5 * log x) is NaN in
+            # the imaginary part at infinities: sqrt(inf j) is inf + inf j)
+            return self.sqrt()
         if _is_bool(self) and _is_bool(other):
             if isinstance(other, bool):  # torch: x ** True is x, x ** False all true
                 return self.logical_and(True) if other else self.logical_or(True)

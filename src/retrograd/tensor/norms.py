@@ -180,6 +180,10 @@ def matrix_norm(
     [6.0, 7.0, 5.477225575051661]
     """
     _no_out("linalg.matrix_norm", out)
+    if isinstance(A, Tensor) and A.is_complex() and dtype is None and ord not in ("nuc", 2, -2):
+        # the norms of the entries' magnitudes, as torch's ("fro", the row and column sums);
+        # those of the singular values are refused with the real-only linear algebra
+        A = A.abs()  # noqa: N806
     A = _norm_input("linalg.matrix_norm", A, dtype)  # noqa: N806
     if A.ndim < 2:
         raise ShapeError(

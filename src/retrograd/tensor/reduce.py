@@ -260,6 +260,18 @@ class ReduceMixin:
         """``log(sum(exp(self)))`` over ``dim``, shifted by the maximum for stability."""
         if dim is None:  # (torch's signature requires the dims)
             raise DTypeError("logsumexp: dim must be an int or a tuple of ints, got None")
+        if self.is_complex():
+            # torch's: shifted by the largest finite real part, the rest a composition of
+            # holomorphic ops whose complex rules give its gradient
+            dims = _dims("logsumexp", dim, self.ndim)
+            if self.numel() == 0:  # log(0) = -inf over an empty dimension
+                out = self.exp().sum(dims, keepdim=True).log()
+            else:
+                real = untracked(self).real
+                peak = real.mask_fill(real.isfinite().logical_not(), -math.inf).amax(dims, True)
+                peak = peak.mask_fill(peak.is_inf(), 0.0).cast(self.dtype)
+                out = (self - peak).exp().sum(dims, keepdim=True).log() + peak
+            return out if keepdim else out.squeeze_dims(dims)
         x = real_only("logsumexp", self)
         x = x if x.is_float() else x.cast(default_float_dtype())
         if x.numel() == 0:  # torch: log(0) = -inf over an empty dimension
@@ -770,6 +782,10 @@ def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correctio
         dim, unbiased = None, dim
     if correction is None:
         correction = 1 if unbiased else 0
+    if x.is_complex():  # torch's: E|z - mean|^2, the real part's variance plus the imaginary's
+        return _variance(x.real, op, dim, None, keepdim, correction) + _variance(
+            x.imag, op, dim, None, keepdim, correction
+        )
     if not x.is_float():
         raise DTypeError(
             f"{op}: only floating point tensors are supported (as in torch), got {x.dtype}"

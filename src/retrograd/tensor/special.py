@@ -253,6 +253,9 @@ class SpecialMixin:
         """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (by default the
         dtype's largest and lowest finite values); the gradient is 0 where replaced. Integer
         tensors come back unchanged."""
+        if self.is_complex():  # each part replaced, as torch's
+            real = self.real.nan_to_num(nan, posinf, neginf)
+            return self._apply("complex", (real, self.imag.nan_to_num(nan, posinf, neginf)))
         if self.dtype not in FLOAT_DTYPES:
             return self
         largest = _FLOAT_MAX.get(self.dtype) or float(np.finfo(self.dtype).max)
@@ -361,7 +364,10 @@ class SpecialMixin:
             return self.sign()
         magnitude = self.abs()
         zero = magnitude == 0
-        unit = self / magnitude.masked_fill(zero, 1.0).to(self.dtype)
+        # part by part, as torch's kernel: a complex quotient by a subnormal magnitude scales
+        # by its reciprocal, which overflows (sgn(1e-310j) would be nan + inf j, not 1j)
+        divisor = magnitude.masked_fill(zero, 1.0)
+        unit = self._apply("complex", (self.real / divisor, self.imag / divisor))
         return unit.masked_fill(zero, 0.0)
 
     def deg2rad(self) -> Any:

@@ -30,7 +30,7 @@ class TorchFormsMixin:
                 "adjoint: only supported on matrices or batches of matrices, got a "
                 f"{self.ndim}-D tensor of shape {shape_text(self.shape)}"
             )
-        return self.mT
+        return self.mH
 
     def float_power_(self, exponent: Any) -> Any:
         """``self ** exponent`` in float64, in place: torch's result is float64, so only a

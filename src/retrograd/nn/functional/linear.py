@@ -25,6 +25,23 @@ from ._common import (
 
 
 # -- linear ---------------------------------------------------------------------------------------
+def _complex_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """torch's ``linear`` of complex tensors: ``x @ weight.T + bias`` (a transpose, no
+    conjugate), by ``matmul``, whose complex rules give the gradients (the fused kernel is
+    real); the operands of one dtype, as torch's."""
+    operands = [t for t in (x, weight, bias) if t is not None]
+    if not all(isinstance(t, Tensor) for t in operands) or len({t.dtype for t in operands}) > 1:
+        got = ", ".join(getattr(t, "dtype", type(t).__name__) for t in operands)
+        raise DTypeError(f"linear: expected input, weight and bias of one dtype, got {got}")
+    if weight.ndim not in (1, 2) or x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
+        raise ShapeError(
+            f"linear: input {shape_text(x.shape)} does not fit weight {shape_text(weight.shape)} "
+            "([out_features, in_features])"
+        )
+    out = x.matmul(weight.mT if weight.ndim == 2 else weight)
+    return out if bias is None else out + bias
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias``, weight ``[out_features, in_features]`` as in PyTorch.
 
@@ -33,6 +50,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     (2, 4)
     """
     fn = "linear"
+    if any(isinstance(t, Tensor) and t.is_complex() for t in (x, weight, bias)):
+        return _complex_linear(x, weight, bias)
     x, weight = _float_pair(fn, x, weight, "weight", one_dtype=True)
     if weight.ndim == 1 and x.ndim and x.shape[-1] == weight.shape[0]:
         # as torch: a weight vector gives one output per row, unsqueezed; a bias then only

@@ -97,7 +97,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = Fa
     product that recomputes exactly under any checkpointing strategy.
     """
     fn = "dropout"
-    x = _float_input(fn, x)
+    x = x if isinstance(x, Tensor) and x.is_complex() else _float_input(fn, x)
     if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
     if not training or p == 0.0:
@@ -287,7 +287,9 @@ def normalize(
     out: Any = None,
 ) -> Tensor:
     """``input / max(||input||_p, eps)`` along ``dim`` (torch's ``normalize``)."""
-    x = _float_input("normalize", input)
+    # (a complex input divided by its real norm, as torch's)
+    complex_input = isinstance(input, Tensor) and input.is_complex()
+    x = input if complex_input else _float_input("normalize", input)
     return x / x.norm(p, dim, keepdim=True).clamp_min(eps)
 
 
