@@ -289,6 +289,7 @@ def _positive(fn: str, name: str, value: Any) -> int:
 
 
 Tensor.stft = stft  # ``y.stft(n_fft, ...)``, as torch's method
+Tensor.istft = istft  # ``spectrum.istft(n_fft, ...)``, as torch's method
 
 
 def _float(fn: str, x: Tensor) -> Tensor:
