@@ -15,3 +15,36 @@ def test_tensor_istft_method_is_torchs():
         16, hop_length=4, window=rg.tensor(window.numpy()), length=64
     )
     np.testing.assert_allclose(mine.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_device_as_a_block_as_torchs():
+    import pytest
+
+    from retrograd.errors import InvalidArgumentError
+
+    with torch.device("cpu"):
+        expected = torch.ones(2).device.type
+    with rg.device("cpu") as device:
+        made = rg.ones(2)
+    assert device == rg.device("cpu") and made.device.type == expected == "cpu"
+    refused = pytest.raises(InvalidArgumentError, match=r"with device\('cuda:0'\): tensors are")
+    with refused, rg.device("cuda"):
+        pass
+
+
+def test_module_compile_in_place_returns_none_as_torchs():
+    model = rg.nn.Linear(2, 3)
+    assert model.compile(mode="max-autotune") is None
+    assert torch.nn.Linear(2, 3).compile.__doc__  # torch's exists (it compiles lazily)
+    assert model(rg.ones(1, 2)).shape == (1, 3)
+
+
+def test_quantizing_is_refused_by_name():
+    import pytest
+
+    from retrograd.errors import InvalidArgumentError
+
+    assert callable(torch.ao.quantization.quantize_dynamic)
+    for name in ("quantize_dynamic", "prepare", "prepare_qat", "convert", "fuse_modules"):
+        with pytest.raises(InvalidArgumentError, match=rf"ao\.quantization\.{name}: retrograd"):
+            getattr(rg.ao.quantization, name)(rg.nn.Linear(1, 1))

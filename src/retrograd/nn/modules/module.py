@@ -562,6 +562,10 @@ class Module:
         a Hogwild loop over a copy in each process would silently train nothing."""
         no_shared_memory("Module.share_memory")
 
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """torch's in-place ``torch.compile`` of the module's ``__call__``: nothing to do, as
+        ``rg.compile`` returns its model unchanged (a step is made fast by ``rg.capture``)."""
+
     def to_empty(self, *, device: Any = None, recurse: bool = True) -> Module:
         """Parameters and buffers moved to ``device`` with unspecified values (here their
         current ones, as nothing is saved by dropping them); returns self."""
