@@ -48,3 +48,11 @@ def test_quantizing_is_refused_by_name():
     for name in ("quantize_dynamic", "prepare", "prepare_qat", "convert", "fuse_modules"):
         with pytest.raises(InvalidArgumentError, match=rf"ao\.quantization\.{name}: retrograd"):
             getattr(rg.ao.quantization, name)(rg.nn.Linear(1, 1))
+
+
+def test_manual_seed_returns_the_default_generator_as_torchs():
+    assert torch.manual_seed(0) is torch.default_generator
+    assert rg.manual_seed(0) is rg.default_generator
+    assert rg.random.manual_seed(0) is rg.default_generator
+    first = rg.randn(4, generator=rg.manual_seed(7)).tolist()
+    assert rg.randn(4, generator=rg.manual_seed(7)).tolist() == first

@@ -183,7 +183,6 @@ from .tensor import (
     full_like,
     linspace,
     logspace,
-    manual_seed,
     normal,
     poisson,
     rand_like,
@@ -208,6 +207,7 @@ from .tensor.generator import (
     default_generator,
     get_rng_state,
     initial_seed,
+    manual_seed,
     set_rng_state,
     thread_safe_generator,
 )

@@ -38,6 +38,7 @@ __all__ = [
     "fork_rng",
     "get_rng_state",
     "initial_seed",
+    "manual_seed",
     "random_namespace",
     "set_rng_state",
     "thread_safe_generator",
@@ -223,6 +224,14 @@ class _DefaultGenerator(Generator):
 default_generator = _DefaultGenerator()
 
 
+def manual_seed(seed: int) -> Generator:
+    """torch's ``manual_seed``: restart the process-wide stream from ``seed`` (the draws
+    differ from torch's generator's); returns :data:`default_generator`, as torch's does, so
+    that ``generator=rg.manual_seed(0)`` (diffusers' examples) draws from that stream."""
+    creation.manual_seed(seed)
+    return default_generator
+
+
 def thread_safe_generator() -> Generator | None:
     """torch's generator for random draws in a DataLoader's thread worker: ``None`` (the
     default stream), as torch answers in the main process and in process workers."""
@@ -236,7 +245,7 @@ class _Random:
     def __init__(self) -> None:
         functools.update_wrapper(self, creation.random)
         # guarded as rg.manual_seed and the others are (a str seed: the hierarchy's error)
-        self.manual_seed = guard("random.manual_seed", creation.manual_seed)
+        self.manual_seed = guard("random.manual_seed", manual_seed)
         self.seed = guard("random.seed", fresh_seed)
         self.initial_seed = guard("random.initial_seed", initial_seed)
         self.get_rng_state = guard("random.get_rng_state", get_rng_state)
