@@ -833,8 +833,8 @@ reduction(
 )
 reduction(
     "topk",
-    lambda B, g, x_shape, aux, k, dim: _selected_vjp(B, g, x_shape, aux, dim),
-    ("k", "dim"),
+    lambda B, g, x_shape, aux, dim: _selected_vjp(B, g, x_shape, aux, dim),
+    ("k", "dim", "largest", "sorted"),
     aux=True,
 )
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..autodiff.grad_mode import enable_grad, no_grad
 from ..backend.protocol import default_float_dtype
+from ..backend.std_algorithms import std_sort
 from ..errors import (
     AutodiffError,
     DTypeError,
@@ -156,19 +157,16 @@ class SelectionMixin:
 
     def mode(self, dim: int = -1, keepdim: bool = False) -> Any:
         """``(values, indices)`` of the most frequent value along ``dim`` (the smallest of
-        those equally frequent) and its last position, as torch's; the positions are found
-        on the host, the values gathered (the gradient reaches those positions)."""
+        those equally frequent; each NaN counted apart) and the position torch's CPU kernel
+        reports for it (:func:`_torch_mode_position`); the positions are found on the host,
+        the values gathered (the gradient reaches those positions)."""
         x = self.reshape((1,)) if self.ndim == 0 else self
         d = normalize_dim("mode", dim, x.ndim)
         if x.shape[d] == 0:
             raise ShapeError(f"mode: dimension {dim} of shape {shape_text(self.shape)} is empty")
         rows = np.moveaxis(x.numpy(), d, -1)
         flat = rows.reshape(-1, rows.shape[-1])
-        positions = np.empty(flat.shape[0], np.int64)
-        for i, row in enumerate(flat):
-            values, counts = np.unique(row, return_counts=True)
-            chosen = values[np.argmax(counts)]  # the first (smallest) of the most frequent
-            positions[i] = np.flatnonzero((row == chosen) | (np.isnan(row) & np.isnan(chosen)))[-1]
+        positions = np.array([_torch_mode_position(row) for row in flat], np.int64)
         index = self._host(np.moveaxis(positions.reshape(rows.shape[:-1] + (1,)), -1, d), "int64")
         values = x.gather(d, index)
         if not keepdim or self.ndim == 0:
@@ -1190,6 +1188,28 @@ def _kth_ties_as_torch(x: Any, ordered: Any, indices: Any, d: int, k: int) -> An
     shape = tuple(1 if i == d else s for i, s in enumerate(x.shape))
     moved = picked.reshape(shape[:d] + shape[d + 1 :] + (1,))
     return x._host(np.ascontiguousarray(np.moveaxis(moved, -1, d)), "int64")
+
+
+def _torch_mode_position(row: np.ndarray) -> int:
+    """The index torch's CPU ``mode`` reports for one row: it sorts ``(value, index)`` pairs
+    by value with ``std::sort`` (not stable) and takes the index that ends the first longest
+    run of equal values (``!=`` parts runs, so each NaN is a run of its own)."""
+    n = row.shape[0]
+    if n <= 16 and not (row.dtype.kind in "fc" and np.isnan(row).any()):
+        # libstdc++ sorts this few by insertion, which keeps ties in order: the chosen
+        # value's last occurrence (the smallest of the most frequent values)
+        values, counts = np.unique(row, return_counts=True)
+        return int(np.flatnonzero(row == values[np.argmax(counts)])[-1])
+    pairs = list(zip(row.tolist(), range(n)))
+    std_sort(pairs, 0, n, lambda a, b: a[0] < b[0])
+    best_count, best_position, run = 0, 0, 0
+    for i, (value, position) in enumerate(pairs):
+        run += 1
+        if i == n - 1 or value != pairs[i + 1][0]:
+            if run > best_count:
+                best_count, best_position = run, position
+            run = 0
+    return best_position
 
 
 def _torch_quickselect(values: list, k: int) -> int:
