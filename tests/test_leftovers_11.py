@@ -6,6 +6,10 @@
   ``nth_element`` / ``sort`` calls on the rows where ties decide the answer. ``sort`` and
   ``argsort`` stay stable: torch's CPU ``sort(stable=False)`` order of ties depends on the
   machine's vector width (x86-simd-sort), which no fixed order reproduces.
+- A module backward hook (full, or pre) returning ``None`` gradients inside a chain of
+  modules stopped the backward there (the inner modules' hooks never ran, the inputs got no
+  gradient); as torch's, the hooks of the modules inside now see ``None`` as ``grad_output``
+  and zeros as ``grad_input``, and the ops between carry zeros.
 """
 
 from __future__ import annotations
@@ -87,4 +91,48 @@ def test_other_selections_keep_torch_ties(op):
         expected = getattr(torch.tensor(x), op)(*args)
         got = getattr(rg.tensor(x), op)(*args)
         assert got.indices.tolist() == expected.indices.tolist(), (op, x.tolist(), args)
+
+
+# -- backward hooks returning None -------------------------------------------------------------
+def _hooked_chain(lib, where):
+    rng = np.random.default_rng(3)
+    first, last = lib.nn.Linear(3, 3), lib.nn.Linear(3, 2)
+    with torch.no_grad() if lib is torch else rg.no_grad():
+        for layer in (first, last):
+            for p in layer.parameters():
+                p.copy_(lib.tensor(rng.standard_normal(tuple(p.shape)), dtype=p.dtype))
+    chain = lib.nn.Sequential(first, lib.nn.Tanh(), last)
+    seen = []
+
+    def record(module, grad_input, grad_output):
+        seen.append([None if g is None else g.detach().numpy().tolist() for g in grad_input])
+        seen.append([None if g is None else g.detach().numpy().tolist() for g in grad_output])
+
+    first.register_full_backward_hook(record)
+    if where == "pre":
+        last.register_full_backward_pre_hook(lambda module, grad_output: (None,))
+    elif where == "full":
+        last.register_full_backward_hook(lambda module, grad_input, grad_output: (None,))
+    else:  # a module without parameters between
+        chain[1].register_full_backward_hook(lambda module, grad_input, grad_output: (None,))
+    x = lib.tensor(rng.standard_normal((4, 3)), dtype=lib.float32, requires_grad=True)
+    loss = chain(x).sum()
+    params = [first.weight, first.bias, last.weight, last.bias, x]
+    if lib is torch:
+        loss.backward()
+        grads = [p.grad for p in params]
+    else:
+        found = loss.backward()
+        grads = [p.grad(found) for p in params]
+    return seen, [None if g is None else g.numpy().tolist() for g in grads]
+
+
+@pytest.mark.parametrize("where", ["pre", "full", "between"])
+def test_backward_hook_returning_none_inside_a_chain(where):
+    expected_seen, expected_grads = _hooked_chain(torch, where)
+    seen, grads = _hooked_chain(rg, where)
+    for got, expected in zip(seen + grads, expected_seen + expected_grads, strict=True):
+        assert (got is None) == (expected is None), (got, expected)
+        if expected is not None:
+            np.testing.assert_allclose(np.array(got, float), np.array(expected, float), 1e-6)
 

@@ -282,7 +282,12 @@ def _replacement(ctx: Any, kind: str, result: Any, grad: Any) -> Any:
 
 class _Watch(Function):
     """Identity on a module's input or output whose backward sees the gradient flowing
-    through it; the module, its hooks and the call's shared state ride along."""
+    through it; the module, its hooks and the call's shared state ride along. As torch's
+    ``BackwardHookFunction`` node it runs whenever the backward walks it, a gradient or not
+    (a hook returned ``None``): the output's hooks then see ``None`` and pass it on into
+    the module, the input's see zeros (torch materializes them) and pass those on."""
+
+    _runs_without_gradient = True
 
     @staticmethod
     def forward(ctx: Any, x: Any, module: Any, hooks: dict, state: dict) -> Any:
@@ -293,6 +298,11 @@ class _Watch(Function):
 class _OutputGradients(_Watch):
     """Identity; its backward hands the output's gradient to the pre-hooks (which may replace
     it) and keeps it for the full hooks."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, module: Any, hooks: dict, state: dict) -> Any:
+        ctx.set_materialize_grads(False)  # torch's output hook sees and returns the None
+        return _Watch.forward(ctx, x, module, hooks, state)
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> Any:
