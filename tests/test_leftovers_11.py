@@ -10,6 +10,9 @@
   modules stopped the backward there (the inner modules' hooks never ran, the inputs got no
   gradient); as torch's, the hooks of the modules inside now see ``None`` as ``grad_output``
   and zeros as ``grad_input``, and the ops between carry zeros.
+- ``Module.register_backward_hook`` (the old, non-full hook) on a ``Linear`` whose bias was
+  frozen gave a ``grad_input`` of 2 entries (as for no bias); torch's ``addmm`` node gives 3,
+  ``None`` for the bias.
 """
 
 from __future__ import annotations
@@ -135,4 +138,45 @@ def test_backward_hook_returning_none_inside_a_chain(where):
         assert (got is None) == (expected is None), (got, expected)
         if expected is not None:
             np.testing.assert_allclose(np.array(got, float), np.array(expected, float), 1e-6)
+
+
+# -- the non-full module backward hook --------------------------------------------------------
+@pytest.mark.parametrize("layer", ["linear", "conv"])
+@pytest.mark.parametrize("bias", ["trained", "frozen", "none"])
+@pytest.mark.parametrize("frozen_weight", [False, True])
+def test_legacy_backward_hook_grad_input_as_torch(layer, bias, frozen_weight):
+    def run(lib):
+        rng = np.random.default_rng(4)
+        if layer == "linear":
+            module, shape = lib.nn.Linear(3, 2, bias=bias != "none"), (2, 3)
+        else:
+            module, shape = lib.nn.Conv2d(2, 3, 2, bias=bias != "none"), (1, 2, 3, 3)
+        with torch.no_grad() if lib is torch else rg.no_grad():
+            for p in module.parameters():
+                p.copy_(lib.tensor(rng.standard_normal(tuple(p.shape)), dtype=p.dtype))
+        if bias == "frozen":
+            module.bias.requires_grad_(False)
+        if frozen_weight:
+            module.weight.requires_grad_(False)
+        seen = []
+
+        def hook(module, grad_input, grad_output):
+            seen.append([None if g is None else g.numpy().tolist() for g in grad_input])
+            return tuple(None if g is None else g * 2.0 for g in grad_input)
+
+        module.register_backward_hook(hook)
+        x = lib.tensor(rng.standard_normal(shape), dtype=lib.float32, requires_grad=True)
+        loss = (module(x) ** 2).sum()
+        if lib is torch:
+            loss.backward()
+            return seen, x.grad.numpy()
+        return seen, x.grad(loss.backward()).numpy()
+
+    (expected_seen,), expected_x = run(torch)
+    (seen,), got_x = run(rg)
+    assert [g is None for g in seen] == [g is None for g in expected_seen]
+    for got, expected in zip(seen, expected_seen, strict=True):
+        if expected is not None:
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_x, expected_x, rtol=1e-5, atol=1e-6)
 

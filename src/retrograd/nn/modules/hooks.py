@@ -417,7 +417,7 @@ def _node_hook(module: Any, hook: Any, output: Tensor, node: Any) -> Any:
     the gradients as tensors (in torch's order for the op: :data:`_TORCH_ORDER`)."""
     make, backend, device = type(output)._result, output.backend, output.device
     layout = _TORCH_ORDER.get(node.op.name)
-    to_torch, from_torch = layout(node) if layout is not None else (None, None)
+    to_torch, from_torch = layout(node, module) if layout is not None else (None, None)
     name = type(module).__name__
 
     def on_gradients(grad_backend: Any, found: tuple, grad: Any) -> Any:
@@ -478,11 +478,13 @@ def _transposed(value: Any) -> Any:
     return None if value is None else value.t()
 
 
-def _linear_order(node: Any) -> tuple[Any, Any]:
+def _linear_order(node: Any, module: Any) -> tuple[Any, Any]:
     """``linear`` (input, weight, bias) is torch's ``addmm(bias, input, weight.t())``, or
-    ``mm(input, weight.t())`` without a bias (a bias that requires no gradient reads as none
-    here): the gradients in that order, and back."""
-    if node.parents[2] is not None:
+    ``mm(input, weight.t())`` without a bias: the gradients in that order, and back. A bias
+    that requires no gradient is no parent of the node, as none is; the module's ``bias``
+    tells them apart (``None`` in ``grad_input`` for a frozen one, as torch's)."""
+    frozen_bias = isinstance(getattr(module, "bias", None), Tensor)
+    if node.parents[2] is not None or frozen_bias:
         return (
             lambda g: (g[2], g[0], _transposed(g[1])),
             lambda g: (g[1], _transposed(g[2]), g[0]),
