@@ -13,6 +13,10 @@
 - ``Module.register_backward_hook`` (the old, non-full hook) on a ``Linear`` whose bias was
   frozen gave a ``grad_input`` of 2 entries (as for no bias); torch's ``addmm`` node gives 3,
   ``None`` for the bias.
+- ``F.embedding_bag(mode="max")`` took the maximum with NaN propagating (and shared the
+  gradient among tied entries); torch's CPU loop keeps a bag's first entry and replaces it
+  only by a strictly greater one (a NaN first stays, a later NaN never wins, ties keep the
+  earliest), its gradient to that one row.
 """
 
 from __future__ import annotations
@@ -179,4 +183,37 @@ def test_legacy_backward_hook_grad_input_as_torch(layer, bias, frozen_weight):
         if expected is not None:
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got_x, expected_x, rtol=1e-5, atol=1e-6)
+
+
+# -- embedding_bag max with NaN ----------------------------------------------------------------
+def test_embedding_bag_max_nan_and_ties_as_torch():
+    import torch.nn.functional as TF  # noqa: N812
+
+    import retrograd.nn.functional as F  # noqa: N812
+
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        weight = rng.integers(-2, 2, (5, 3)).astype(np.float32)
+        weight[rng.random((5, 3)) < 0.25] = np.nan
+        weight[rng.random((5, 3)) < 0.1] = -np.inf
+        length = int(rng.integers(1, 8))
+        indices = rng.integers(0, 5, length).tolist()
+        offsets = sorted({0, *rng.integers(0, length + 1, int(rng.integers(0, 3))).tolist()})
+        padding_idx = None if trial % 3 else int(rng.integers(0, 5))
+        results = []
+        for lib, fn in ((torch, TF), (rg, F)):
+            w = lib.tensor(weight, requires_grad=True)
+            out = fn.embedding_bag(
+                lib.tensor(indices), w, lib.tensor(offsets), mode="max", padding_idx=padding_idx
+            )
+            scale = np.arange(out.numel(), dtype=np.float32).reshape(tuple(out.shape)) + 1
+            loss = (out * lib.tensor(scale)).sum()
+            if lib is torch:
+                loss.backward()
+                results.append((out.detach().numpy(), w.grad.numpy()))
+            else:
+                results.append((out.detach().numpy(), w.grad(loss.backward()).numpy()))
+        case = (weight.tolist(), indices, offsets, padding_idx)
+        np.testing.assert_array_equal(results[1][0], results[0][0], err_msg=str(case))
+        np.testing.assert_array_equal(results[1][1], results[0][1], err_msg=str(case))
 
