@@ -17,6 +17,10 @@
   gradient among tied entries); torch's CPU loop keeps a bag's first entry and replaces it
   only by a strictly greater one (a NaN first stays, a later NaN never wins, ties keep the
   earliest), its gradient to that one row.
+- A complex tensor's ``.real`` / ``.imag`` and ``view_as_real`` / ``view_as_complex`` were
+  copies: ``z.real[1] = 10`` or ``view_as_real(z)[..., 0] += 1`` left ``z`` as it was (and a
+  write into ``z`` did not show in them). They are views now, with torch's strides and
+  offsets, writes recorded in the graph as through any other view.
 """
 
 from __future__ import annotations
@@ -217,3 +221,44 @@ def test_embedding_bag_max_nan_and_ties_as_torch():
         np.testing.assert_array_equal(results[1][0], results[0][0], err_msg=str(case))
         np.testing.assert_array_equal(results[1][1], results[0][1], err_msg=str(case))
 
+
+# -- complex parts as views ---------------------------------------------------------------------
+def _complex_views(lib):
+    z = lib.tensor([1 + 2j, 3 - 1j, -2 + 0.5j], dtype=lib.complex64)
+    real = z.real
+    real[1] = 10.0
+    z.imag[0] = -7.0
+    pairs = lib.view_as_real(z)
+    pairs[..., 0] += 1
+    z.mul_(2)  # shows in the views taken before
+    seen = [z.numpy(), real.numpy(), pairs.numpy()]
+    layout = [z.real.stride(), z.imag.storage_offset(), pairs.stride(), z.real.is_contiguous()]
+    c = lib.tensor([[1.0, 2.0], [3.0, 4.0]])
+    lib.view_as_complex(c).mul_(1j)
+    seen.append(c.numpy())
+    return seen, layout
+
+
+def test_complex_parts_are_views():
+    expected, expected_layout = _complex_views(torch)
+    got, layout = _complex_views(rg)
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert layout == expected_layout
+
+
+def test_writes_through_complex_parts_differentiate_as_torch():
+    def run(lib):
+        w = lib.tensor([1 + 1j, 2 - 1j], dtype=lib.complex128, requires_grad=True)
+        y = w * (0.5 - 1j)
+        y.real.mul_(3)
+        lib.view_as_real(y)[:, 1] = lib.tensor([5.0, 6.0], dtype=lib.float64) * y.real
+        loss = (lib.view_as_real(y) ** 3).sum() + y.imag.sum()
+        if lib is torch:
+            loss.backward()
+            return w.grad.numpy()
+        return w.grad(loss.backward()).numpy()
+
+    np.testing.assert_allclose(run(rg), run(torch), rtol=1e-12)
+    with pytest.raises(rg.errors.AutodiffError, match="view of a leaf"):
+        rg.tensor([1 + 1j], requires_grad=True).real.mul_(2)

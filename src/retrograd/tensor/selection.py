@@ -63,6 +63,7 @@ from .functions import check_unique_dim
 from .functions import unique as _unique
 from .indexing import check_values
 from .spacing import torch_linspace
+from .views import complex_view_of, link
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 
@@ -1029,18 +1030,18 @@ class SelectionMixin:
 
     @property
     def real(self) -> Any:
-        """The real part (of a real tensor: the tensor itself, as torch returns it). A new
-        tensor, where torch's is a view: a write into it does not reach ``self``."""
+        """The real part (of a real tensor: the tensor itself, as torch returns it); a view,
+        as torch's: a write into it changes ``self``, and one into ``self`` shows in it."""
         if self.dtype not in COMPLEX_DTYPES:
             return self
-        return self._apply("real", (self,))
+        return link(complex_view_of(self, "real"), self, "real")
 
     @property
     def imag(self) -> Any:
-        """The imaginary part of a complex tensor (a new tensor, where torch's is a view)."""
+        """The imaginary part of a complex tensor, a view as :attr:`real`."""
         if self.dtype not in COMPLEX_DTYPES:
             raise DTypeError("imag is not implemented for tensors with non-complex dtypes.")
-        return self._apply("imag", (self,))
+        return link(complex_view_of(self, "imag"), self, "imag")
 
     def angle(self) -> Any:
         """The argument of each element, ``atan2(imag, real)``; of a real tensor, 0 or pi
