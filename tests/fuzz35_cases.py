@@ -32,9 +32,9 @@ Left out (documented departures): ``register_post_accumulate_grad_hook`` (refuse
 are values); the number of ``saved_tensors_hooks`` pack calls (ops save what the op table
 declares); backward hooks on modules called with several tensors (refused with an error); the
 order in which the hooks of different tensors run within one backward (the engine's
-scheduling: the events of a backward are compared sorted by hook, each hook's calls in order);
-backward hooks returning ``None`` gradients (torch passes ``None`` on to the hooks of the
-modules inside and zeros to the ops between, which retrograd does not follow).
+scheduling: the events of a backward are compared sorted by hook, each hook's calls in order).
+(Backward hooks returning ``None`` gradients follow torch since leftovers 11:
+``tests/test_leftovers_11.py``.)
 """
 
 from __future__ import annotations

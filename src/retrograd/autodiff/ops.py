@@ -104,6 +104,7 @@ class Op:
         "rule_sources",
         "variadic",
         "vjps",
+        "without_gradient",
     )
 
     def __init__(
@@ -121,6 +122,7 @@ class Op:
         joint: bool = False,
         recomputable: bool = True,
         accumulate: Callable | None = None,
+        without_gradient: Callable | None = None,
     ):
         self.name = name
         self.joint = joint
@@ -138,6 +140,11 @@ class Op:
         #: in them): ``(B, acc, g, *params)``, the rule's result added into the sum ``acc``
         #: of its input's gradient, which the engine passes when it owns one
         self.accumulate = accumulate
+        #: for a variadic op: ``(*params) -> bool``, whether its step runs (its rule given
+        #: ``None`` for ``g``) when no gradient reached it though the backward walks it, as
+        #: torch's engine runs every node of the graph it walks (a module's backward-hook
+        #: boundary then sees ``None`` or zeros where torch's does)
+        self.without_gradient = without_gradient
         self.rule_sources = tuple(self._sources(rule) if rule else () for rule in vjps or ())
         self._plans: dict[tuple[bool, ...], Plan] = {}
         #: the rules for complex operands (:func:`complex_rules`), ``None`` where the op
@@ -833,8 +840,8 @@ reduction(
 )
 reduction(
     "topk",
-    lambda B, g, x_shape, aux, k, dim: _selected_vjp(B, g, x_shape, aux, dim),
-    ("k", "dim"),
+    lambda B, g, x_shape, aux, dim: _selected_vjp(B, g, x_shape, aux, dim),
+    ("k", "dim", "largest", "sorted"),
     aux=True,
 )
 

@@ -287,6 +287,8 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         env = (None, *node.params)
     g = grads.consume(node)
     if g is None:
+        if op.without_gradient is not None and op.without_gradient(*node.params):
+            _variadic_step(node, backend, grads, None)
         return
     if node.hooks is not None:
         g = grads.run_hooks(node, g)
@@ -297,14 +299,7 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         return
     register = grads.register
     if op.variadic:
-        rule = op.vjps[0]
-        for index, parent in enumerate(node.parents):
-            if parent is not None:
-                grad = rule(backend, g, index, *node.params)
-                if grad is None:  # no gradient for this input (a custom function's None)
-                    grads.absent(parent)
-                else:
-                    register(parent, grad)
+        _variadic_step(node, backend, grads, g)
         return
     arguments = plan.arguments
     bshapes = node.bshapes
@@ -354,6 +349,17 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         if bshapes is not None and bshapes[index] is not None:
             grad = sum_to_shape(backend, grad, bshapes[index])
         register(parent, grad)
+
+
+def _variadic_step(node: Node, backend: Any, grads: Gradients, g: Any) -> None:
+    rule = node.op.vjps[0]
+    for index, parent in enumerate(node.parents):
+        if parent is not None:
+            grad = rule(backend, g, index, *node.params)
+            if grad is None:  # no gradient for this input (a custom function's None)
+                grads.absent(parent)
+            else:
+                grads.register(parent, grad)
 
 
 def _hooked_step(node: Node, backend: Any, grads: Gradients, g: Any, env: tuple) -> None:

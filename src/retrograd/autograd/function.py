@@ -90,7 +90,9 @@ class _Call:
         if self._cache is not None and self._cache[0] == k and self._cache[1]() is g:
             return self._cache[2]
         tracked = getattr(B, "is_autodiff", False)
-        if tracked:  # create_graph: backward is recorded as it runs
+        if g is None:  # (a class run without a gradient: see Function._runs_without_gradient)
+            incoming = None
+        elif tracked:  # create_graph: backward is recorded as it runs
             incoming = Tensor(g, B, self.device)
         else:
             incoming = Tensor(self.backend.wrap(g), self.backend, self.device)
@@ -98,11 +100,13 @@ class _Call:
 
         grads_out = []
         for j, out in enumerate(self.outputs):
-            if j == self.differentiable[k]:
+            if j == self.differentiable[k] and incoming is not None:
                 grads_out.append(incoming)
             elif isinstance(out, Tensor) and self.ctx.materialize_grads:
                 zeros = zeros_like(out)
-                grads_out.append(zeros if out.is_float() else zeros.cast(incoming.dtype))
+                grads_out.append(
+                    zeros if out.is_float() or incoming is None else zeros.cast(incoming.dtype)
+                )
             else:
                 grads_out.append(None)
         mode = enable_grad() if tracked else no_grad()
@@ -182,6 +186,7 @@ _FUNCTION = Op(
     variadic=True,
     forward=_function_forward,
     recomputable=False,
+    without_gradient=lambda call, output: call.cls._runs_without_gradient,
 )
 
 
@@ -210,6 +215,11 @@ class Function:
     >>> x.grad(Square.apply(x).sum().backward()).tolist()
     [6.0]
     """
+
+    #: whether ``backward`` runs (given ``None``, or zeros when the context materializes)
+    #: when the backward walks this node but no gradient reached it, as torch's engine runs
+    #: its nodes; off for users' functions, which get called for gradients only
+    _runs_without_gradient = False
 
     @staticmethod
     def forward(ctx: Any, *args: Any, **kwargs: Any) -> Any:

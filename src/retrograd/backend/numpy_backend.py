@@ -31,6 +31,7 @@ from .protocol import (
     default_float_dtype,
     singular_matrix,
 )
+from .std_algorithms import std_nth_element, std_partial_sort, std_sort
 
 # NumPy warns where a float operation meets a pole or overflows (``log(0)``, ``1 / 0``,
 # ``exp(1000)``); torch gives the same infinities and NaN silently, and so does retrograd on
@@ -288,6 +289,55 @@ def _stable_argsort(x: np.ndarray, dim: int, descending: bool) -> np.ndarray:
     # Sorting the reversed array stably and reversing again keeps ties in their original order.
     reversed_order = np.argsort(np.flip(x, axis=dim), axis=dim, kind="stable")
     return (x.shape[dim] - 1) - np.flip(reversed_order, axis=dim)
+
+
+def _topk_ties_as_torch(
+    x: np.ndarray, order: np.ndarray, k: int, dim: int, largest: bool, ordered: bool
+) -> np.ndarray:
+    """The first ``k`` of ``order`` (a stable sort along ``dim``, largest first when
+    ``largest``), with the rows where it is not the only answer replaced by torch's CPU
+    ``topk``'s: the rows where ties meet in the first ``k + 1`` sorted values, and every row
+    when ``ordered`` is false and torch's ``nth_element`` path leaves the first ``k`` in its
+    own order. Those rows replay torch's libstdc++ calls (``TopKImpl.h``) on the host."""
+    n = x.shape[dim]
+    chosen = order[_window_index(dim, x.ndim, slice(0, k))]
+    if k == 0 or n < 2:
+        return chosen
+    rows = np.moveaxis(x, dim, -1).reshape(-1, n)
+    ranked = np.take_along_axis(rows, np.moveaxis(order, dim, -1).reshape(-1, n), axis=1)
+    uses_partial_sort = k * 64 <= n
+    if not ordered and not uses_partial_sort and k >= 2:
+        redo = np.ones(rows.shape[0], bool)
+    else:
+        span = ranked[:, : min(k + 1, n)]
+        same = span[:, 1:] == span[:, :-1]
+        if span.dtype.kind in "fc":
+            same |= np.isnan(span[:, 1:]) & np.isnan(span[:, :-1])
+        redo = same.any(axis=1)
+    if not redo.any():
+        return chosen
+    picked = np.moveaxis(chosen, dim, -1).reshape(-1, k).copy()
+    if largest:  # torch's comparators: NaN counts as the largest value either way
+
+        def before(a: tuple, b: tuple) -> bool:
+            return (a[0] != a[0] and b[0] == b[0]) or a[0] > b[0]
+
+    else:
+
+        def before(a: tuple, b: tuple) -> bool:
+            return (a[0] == a[0] and b[0] != b[0]) or a[0] < b[0]
+
+    for r in np.flatnonzero(redo):
+        items = list(zip(rows[r].tolist(), range(n)))
+        if uses_partial_sort:
+            std_partial_sort(items, 0, k, n, before)
+        else:
+            std_nth_element(items, 0, k - 1, n, before)
+            if ordered:
+                std_sort(items, 0, k - 1, before)
+        picked[r] = [position for _, position in items[:k]]
+    shape = np.moveaxis(chosen, dim, -1).shape
+    return np.ascontiguousarray(np.moveaxis(picked.reshape(shape), -1, dim))
 
 
 def _scatter_index(indices: np.ndarray, dim: int) -> tuple:
@@ -735,9 +785,9 @@ class NumpyBackend(
         indices = _stable_argsort(x, dim, descending)
         return np.take_along_axis(x, indices, axis=dim), indices
 
-    def topk(self, x, k, dim):
-        indices = _stable_argsort(x, dim, True)
-        indices = indices[_window_index(dim, x.ndim, slice(0, k))]
+    def topk(self, x, k, dim, largest=True, sorted=True):  # noqa: A002 (torch's name)
+        indices = _stable_argsort(x, dim, largest)
+        indices = _topk_ties_as_torch(x, indices, k, dim, largest, sorted)
         return np.take_along_axis(x, indices, axis=dim), indices
 
     # -- shape --------------------------------------------------------------------------------

@@ -451,8 +451,18 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """Stable sort: ``(values, indices)``."""
         raise NotImplementedError
 
-    def topk(self, x: Any, k: int, dim: int) -> tuple[Any, Any]:
-        """The ``k`` largest along ``dim``, largest first: ``(values, indices)``."""
+    def topk(
+        self,
+        x: Any,
+        k: int,
+        dim: int,
+        largest: bool = True,
+        sorted: bool = True,  # noqa: A002
+    ) -> tuple[Any, Any]:
+        """The ``k`` largest (``largest=False``: smallest) along ``dim``: ``(values,
+        indices)``, largest (smallest) first when ``sorted``; tied values in the order torch's
+        CPU kernel leaves them (libstdc++'s ``partial_sort``/``nth_element``/``sort``, as
+        ATen's ``TopKImpl.h`` calls them), and so, when not ``sorted``, its arrangement."""
         raise NotImplementedError
 
     # -- shape --------------------------------------------------------------------------------

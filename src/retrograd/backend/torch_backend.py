@@ -739,11 +739,9 @@ class TorchBackend(
         values, indices = torch.sort(x, dim=dim, descending=descending, stable=True)
         return values, indices
 
-    def topk(self, x, k, dim):
-        # A stable descending sort: ties in their original order (torch.topk does not promise
-        # one), as the NumPy backend.
-        values, indices = torch.sort(x, dim=dim, descending=True, stable=True)
-        return values.narrow(dim, 0, k), indices.narrow(dim, 0, k)
+    def topk(self, x, k, dim, largest=True, sorted=True):  # noqa: A002 (torch's name)
+        values, indices = torch.topk(x, k, dim, largest, sorted)
+        return values, indices
 
     # -- shape --------------------------------------------------------------------------------
     def reshape(self, x, shape):

@@ -2,9 +2,8 @@
 ``view_as_complex``, ``view_as_real``. Each differentiates as torch's does (the gradient of a
 real part is the real part of the complex gradient, torch's convention).
 
-``view_as_real`` and ``view_as_complex`` give new tensors, where torch's share memory with
-their input: a write into the result does not reach the input (the values and gradients are
-torch's).
+``view_as_real`` and ``view_as_complex`` are views of their input, as torch's: a write into
+one reaches the input, and one into the input shows in it.
 
 >>> import retrograd as rg
 >>> rg.complex(rg.tensor([1.0]), rg.tensor([2.0]))
@@ -20,7 +19,7 @@ from typing import Any
 from ..errors import DTypeError, ShapeError, shape_text
 from ._dispatch import COMPLEX_DTYPES, TensorBase
 from .functions import broadcast_tensors
-from .shape import stack
+from .views import complex_view_of, link
 
 __all__ = ["complex", "polar", "view_as_complex", "view_as_real"]
 
@@ -61,7 +60,7 @@ def view_as_real(input: Any) -> Any:  # noqa: A002 (torch's name)
     if not isinstance(input, TensorBase) or input.dtype not in COMPLEX_DTYPES:
         got = input.dtype if isinstance(input, TensorBase) else type(input).__name__
         raise DTypeError(f"view_as_real is only supported for complex tensors, got {got}")
-    return stack([input.real, input.imag], -1)
+    return link(complex_view_of(input, "view_as_real"), input, "view_as_real")
 
 
 def view_as_complex(input: Any) -> Any:  # noqa: A002 (torch's name)
@@ -77,7 +76,7 @@ def view_as_complex(input: Any) -> Any:  # noqa: A002 (torch's name)
             f"view_as_complex: the last dimension must have size 2, got shape "
             f"{shape_text(input.shape)}"
         )
-    return complex(input[..., 0], input[..., 1])
+    return link(complex_view_of(input, "view_as_complex"), input, "view_as_complex")
 
 
 def _no_out(op: str, out: Any) -> None:

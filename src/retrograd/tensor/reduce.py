@@ -463,7 +463,10 @@ class ReduceMixin:
     @scalar_dims
     def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
         """The values sorted along ``dim`` (API.md section 2), which are also torch's
-        ``(values, indices)`` pair (:class:`~.pairs.ValuesAndIndices`); always stable."""
+        ``(values, indices)`` pair (:class:`~.pairs.ValuesAndIndices`); always stable. (torch's
+        CPU ``sort(stable=False)`` of float32/float64/int32/int64 runs x86-simd-sort, whose
+        order of ties depends on the machine's vector width (AVX2 or AVX-512), so no fixed
+        order reproduces it; ties here keep their original order.)"""
         return SortResult(*self.sort_with_indices(dim, descending))
 
     @scalar_dims
@@ -473,7 +476,8 @@ class ReduceMixin:
 
     @scalar_dims
     def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
-        """torch's ``argsort`` (always stable, so ``stable`` changes nothing)."""
+        """torch's ``argsort`` (always stable, so ``stable`` changes nothing: see
+        :meth:`sort`)."""
         return self.sort_with_indices(dim, descending)[1]
 
     @scalar_dims(position=1)
@@ -490,9 +494,15 @@ class ReduceMixin:
         return topk(self, k, dim, largest, sorted)
 
     @scalar_dims(position=1)
-    def topk_with_indices(self, k: int, dim: int = -1) -> tuple[Any, Any]:
+    def topk_with_indices(
+        self,
+        k: int,
+        dim: int = -1,
+        largest: bool = True,
+        sorted: bool = True,  # noqa: A002
+    ) -> tuple[Any, Any]:
         d = self._topk_dim(k, dim)
-        return self._apply("topk", (self,), (int(k), d))
+        return self._apply("topk", (self,), (int(k), d, bool(largest), bool(sorted)))
 
     def _topk_dim(self, k: int, dim: int) -> int:
         """``dim`` normalized, once ``topk``'s dtype and ``k`` are checked."""
@@ -651,20 +661,15 @@ def topk(
 ) -> tuple[Any, Any]:
     """``(values, int64 indices)`` of the ``k`` largest (``largest=False``: smallest) entries
     along ``dim``, as ``torch.topk``, as a :class:`~.pairs.ValuesAndIndices` (the values
-    tensor too, as the method ``x.topk(k, d)`` of API.md section 2 gives). The result is
-    always sorted, largest (or smallest) first."""
+    tensor too, as the method ``x.topk(k, d)`` of API.md section 2 gives). Sorted, largest
+    (or smallest) first, unless ``sorted=False``; tied values (and, unsorted, the order) as
+    torch's CPU kernel gives them."""
     k = int_parameter("topk", k, "k")
     if x.ndim == 0 and isinstance(dim, numbers.Integral) and dim in (0, -1):
         # torch sees a 0-d tensor as [1] along dim 0 or -1 (the default): the result 0-d again
         values, indices = topk(x.reshape((1,)), k, 0, largest, sorted)
         return TopkResult(values.reshape(()), indices.reshape(()))
-    if largest:
-        return TopkResult(*x.topk_with_indices(k, dim))
-    # The first k of a stable ascending sort. Not the largest of -x: torch counts NaN the
-    # largest value either way, and negating would put it first (and -x overflows int64's min).
-    d = x._topk_dim(k, dim)
-    values, indices = x.sort_with_indices(d, False)
-    return TopkResult(values.narrow(d, 0, k), indices.narrow(d, 0, k))
+    return TopkResult(*x.topk_with_indices(k, dim, largest, sorted))
 
 
 # -- compositions ---------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..autodiff.grad_mode import enable_grad, no_grad
 from ..backend.protocol import default_float_dtype
+from ..backend.std_algorithms import std_sort
 from ..errors import (
     AutodiffError,
     DTypeError,
@@ -62,6 +63,7 @@ from .functions import check_unique_dim
 from .functions import unique as _unique
 from .indexing import check_values
 from .spacing import torch_linspace
+from .views import complex_view_of, link
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 
@@ -156,19 +158,16 @@ class SelectionMixin:
 
     def mode(self, dim: int = -1, keepdim: bool = False) -> Any:
         """``(values, indices)`` of the most frequent value along ``dim`` (the smallest of
-        those equally frequent) and its last position, as torch's; the positions are found
-        on the host, the values gathered (the gradient reaches those positions)."""
+        those equally frequent; each NaN counted apart) and the position torch's CPU kernel
+        reports for it (:func:`_torch_mode_position`); the positions are found on the host,
+        the values gathered (the gradient reaches those positions)."""
         x = self.reshape((1,)) if self.ndim == 0 else self
         d = normalize_dim("mode", dim, x.ndim)
         if x.shape[d] == 0:
             raise ShapeError(f"mode: dimension {dim} of shape {shape_text(self.shape)} is empty")
         rows = np.moveaxis(x.numpy(), d, -1)
         flat = rows.reshape(-1, rows.shape[-1])
-        positions = np.empty(flat.shape[0], np.int64)
-        for i, row in enumerate(flat):
-            values, counts = np.unique(row, return_counts=True)
-            chosen = values[np.argmax(counts)]  # the first (smallest) of the most frequent
-            positions[i] = np.flatnonzero((row == chosen) | (np.isnan(row) & np.isnan(chosen)))[-1]
+        positions = np.array([_torch_mode_position(row) for row in flat], np.int64)
         index = self._host(np.moveaxis(positions.reshape(rows.shape[:-1] + (1,)), -1, d), "int64")
         values = x.gather(d, index)
         if not keepdim or self.ndim == 0:
@@ -1031,18 +1030,18 @@ class SelectionMixin:
 
     @property
     def real(self) -> Any:
-        """The real part (of a real tensor: the tensor itself, as torch returns it). A new
-        tensor, where torch's is a view: a write into it does not reach ``self``."""
+        """The real part (of a real tensor: the tensor itself, as torch returns it); a view,
+        as torch's: a write into it changes ``self``, and one into ``self`` shows in it."""
         if self.dtype not in COMPLEX_DTYPES:
             return self
-        return self._apply("real", (self,))
+        return link(complex_view_of(self, "real"), self, "real")
 
     @property
     def imag(self) -> Any:
-        """The imaginary part of a complex tensor (a new tensor, where torch's is a view)."""
+        """The imaginary part of a complex tensor, a view as :attr:`real`."""
         if self.dtype not in COMPLEX_DTYPES:
             raise DTypeError("imag is not implemented for tensors with non-complex dtypes.")
-        return self._apply("imag", (self,))
+        return link(complex_view_of(self, "imag"), self, "imag")
 
     def angle(self) -> Any:
         """The argument of each element, ``atan2(imag, real)``; of a real tensor, 0 or pi
@@ -1190,6 +1189,28 @@ def _kth_ties_as_torch(x: Any, ordered: Any, indices: Any, d: int, k: int) -> An
     shape = tuple(1 if i == d else s for i, s in enumerate(x.shape))
     moved = picked.reshape(shape[:d] + shape[d + 1 :] + (1,))
     return x._host(np.ascontiguousarray(np.moveaxis(moved, -1, d)), "int64")
+
+
+def _torch_mode_position(row: np.ndarray) -> int:
+    """The index torch's CPU ``mode`` reports for one row: it sorts ``(value, index)`` pairs
+    by value with ``std::sort`` (not stable) and takes the index that ends the first longest
+    run of equal values (``!=`` parts runs, so each NaN is a run of its own)."""
+    n = row.shape[0]
+    if n <= 16 and not (row.dtype.kind in "fc" and np.isnan(row).any()):
+        # libstdc++ sorts this few by insertion, which keeps ties in order: the chosen
+        # value's last occurrence (the smallest of the most frequent values)
+        values, counts = np.unique(row, return_counts=True)
+        return int(np.flatnonzero(row == values[np.argmax(counts)])[-1])
+    pairs = list(zip(row.tolist(), range(n)))
+    std_sort(pairs, 0, n, lambda a, b: a[0] < b[0])
+    best_count, best_position, run = 0, 0, 0
+    for i, (value, position) in enumerate(pairs):
+        run += 1
+        if i == n - 1 or value != pairs[i + 1][0]:
+            if run > best_count:
+                best_count, best_position = run, position
+            run = 0
+    return best_position
 
 
 def _torch_quickselect(values: list, k: int) -> int:

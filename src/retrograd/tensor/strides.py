@@ -152,6 +152,13 @@ def strides_of(t: Any) -> tuple[int, ...]:
             return strides
         rest = tuple(s * source // target for s in strides[:-1])
         return (*rest, 1)
+    # complex parts: counted in real numbers, two to a complex element
+    if kind in ("real", "imag"):
+        return tuple(2 * s for s in strides)
+    if kind == "view_as_real":
+        return (*(2 * s for s in strides), 1)
+    if kind == "view_as_complex":
+        return tuple(s // 2 for s in strides[:-1])
     return strides  # data, detach
 
 
@@ -178,6 +185,12 @@ def storage_offset_of(t: Any) -> int:
         offset = params[2]
     elif kind == "bitcast":  # (counted in the view's elements)
         offset = offset * ITEMSIZE[base.dtype] // ITEMSIZE[params[0]]
+    elif kind in ("real", "view_as_real"):
+        offset *= 2
+    elif kind == "imag":
+        offset = 2 * offset + 1
+    elif kind == "view_as_complex":
+        offset //= 2
     return offset
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "as_strided_of",
     "as_strided_positions",
     "base_of",
+    "complex_view_of",
     "contiguous_strides",
     "diagonal_assign",
     "diagonal_of",
@@ -214,6 +215,8 @@ def _forward(base: Any, kind: str, params: tuple) -> Any:
         return as_strided_of(base, params)
     if kind == "bitcast":
         return base._apply("bitcast", (base,), params)
+    if kind in _COMPLEX_VIEWS:
+        return complex_view_of(base, kind)
     if kind == "data":
         backend = base._backend
         if not backend.is_autodiff:
@@ -247,6 +250,8 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
         return value._apply("bitcast", (value,), (base.dtype,))
     if kind == "diagonal":
         return diagonal_assign(base, params, value)
+    if kind in _COMPLEX_VIEWS:
+        return _complex_view_assign(base, kind, value)
     if kind == "unfold" and (params[2] >= params[1] or value.shape[params[0]] <= 1):
         return unfold_assign(base, params, value)
     if kind == "as_strided":
@@ -261,6 +266,46 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
         f"{op}: unsupported operation: more than one element of the written-to tensor refers "
         f"to a single memory location ({what}); clone() it before writing, as in torch"
     )
+
+
+# -- complex parts (views torch takes by reinterpreting the storage as real numbers) --------------
+#: ``z.real``, ``z.imag``, ``view_as_real(z)`` (the parts in a last dimension of 2) and
+#: ``view_as_complex(x)``
+_COMPLEX_VIEWS = ("real", "imag", "view_as_real", "view_as_complex")
+
+
+def _last_part(t: Any, k: int) -> Any:
+    """``t[..., k]`` of a last dimension of 2, as plain ops (no view recorded)."""
+    slices = (slice(None),) * (t.ndim - 1) + (slice(k, k + 1, 1),)
+    part = t._apply("slice", (t,), (slices,))
+    return part._apply("reshape", (part,), (t.shape[:-1],))
+
+
+def complex_view_of(base: Any, kind: str) -> Any:
+    """The values of ``base``'s view of ``kind`` (one of :data:`_COMPLEX_VIEWS`)."""
+    if kind in ("real", "imag"):
+        return base._apply(kind, (base,))
+    if kind == "view_as_complex":
+        real, imag = _last_part(base, 0), _last_part(base, 1)
+        return real._apply("complex", (real, imag))
+    from .shape import stack
+
+    return stack([base._apply("real", (base,)), base._apply("imag", (base,))], -1)
+
+
+def _complex_view_assign(base: Any, kind: str, value: Any) -> Any:
+    """``base``'s new value when its complex-part view of ``kind`` takes ``value``."""
+    if kind == "real":
+        return value._apply("complex", (value, base._apply("imag", (base,))))
+    if kind == "imag":
+        real = base._apply("real", (base,))
+        return real._apply("complex", (real, value))
+    if kind == "view_as_real":
+        real, imag = _last_part(value, 0), _last_part(value, 1)
+        return real._apply("complex", (real, imag))
+    from .shape import stack
+
+    return stack([value._apply("real", (value,)), value._apply("imag", (value,))], -1)
 
 
 # -- writing ---------------------------------------------------------------------------------------

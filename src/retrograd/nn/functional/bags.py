@@ -26,6 +26,20 @@ __all__ = ["embedding_bag"]
 _MODES = ("sum", "mean", "max")
 
 
+def _max_positions(looked_up: Tensor, keep: Tensor) -> Tensor:
+    """``[bags, dim]``: the entry of each bag whose value torch's CPU ``max`` mode keeps, as
+    its loop picks it: the bag's first entry, replaced only by a later one strictly greater
+    (so a NaN first stays, a NaN later never wins, and ties keep the earliest); the
+    gradient goes to that entry's row alone."""
+    nan = looked_up.isnan()
+    candidates = looked_up.masked_fill(nan | keep.logical_not().unsqueeze(-1), float("-inf"))
+    best = candidates.argmax(1)
+    first = keep.to("int64").argmax(1).unsqueeze(-1).expand(best.shape)
+    first_is_nan = nan.gather(1, first.unsqueeze(1)).squeeze(1)
+    # (every candidate -inf: the kept ones are -inf, and the first of them stays)
+    return where(first_is_nan | (candidates.amax(1) == float("-inf")), first, best)
+
+
 def _index_dtype(input: Tensor, offsets: Any) -> str:  # noqa: A002 (torch's name)
     """The dtype torch's kernel reads ``input`` in: promoted with an offsets tensor's (an int8
     input with int64 offsets is taken; with int8 offsets it is not)."""
@@ -127,11 +141,7 @@ def embedding_bag(
     rows = embedding(indices, weight)  # [bags, longest, dim]
     counts = keep.to("int64").sum(1)
     if mode == "max":
-        # under every row value, so that left-out entries lose (NaN rows left out of the
-        # minimum: a NaN in one bag made every bag with a left-out entry NaN)
-        looked_up = rows.detach()
-        below = where(looked_up.isnan(), zeros_like(looked_up), looked_up).amin() - 1.0
-        top = where(keep.unsqueeze(-1), rows, below).amax(1)
+        top = rows.gather(1, _max_positions(rows.detach(), keep).unsqueeze(1)).squeeze(1)
         return where((counts > 0).unsqueeze(-1), top, zeros_like(top.detach()))
     scale = keep.to(weight.dtype)
     if per_sample_weights is not None:

@@ -282,7 +282,12 @@ def _replacement(ctx: Any, kind: str, result: Any, grad: Any) -> Any:
 
 class _Watch(Function):
     """Identity on a module's input or output whose backward sees the gradient flowing
-    through it; the module, its hooks and the call's shared state ride along."""
+    through it; the module, its hooks and the call's shared state ride along. As torch's
+    ``BackwardHookFunction`` node it runs whenever the backward walks it, a gradient or not
+    (a hook returned ``None``): the output's hooks then see ``None`` and pass it on into
+    the module, the input's see zeros (torch materializes them) and pass those on."""
+
+    _runs_without_gradient = True
 
     @staticmethod
     def forward(ctx: Any, x: Any, module: Any, hooks: dict, state: dict) -> Any:
@@ -293,6 +298,11 @@ class _Watch(Function):
 class _OutputGradients(_Watch):
     """Identity; its backward hands the output's gradient to the pre-hooks (which may replace
     it) and keeps it for the full hooks."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, module: Any, hooks: dict, state: dict) -> Any:
+        ctx.set_materialize_grads(False)  # torch's output hook sees and returns the None
+        return _Watch.forward(ctx, x, module, hooks, state)
 
     @staticmethod
     def backward(ctx: Any, grad: Any) -> Any:
@@ -407,7 +417,7 @@ def _node_hook(module: Any, hook: Any, output: Tensor, node: Any) -> Any:
     the gradients as tensors (in torch's order for the op: :data:`_TORCH_ORDER`)."""
     make, backend, device = type(output)._result, output.backend, output.device
     layout = _TORCH_ORDER.get(node.op.name)
-    to_torch, from_torch = layout(node) if layout is not None else (None, None)
+    to_torch, from_torch = layout(node, module) if layout is not None else (None, None)
     name = type(module).__name__
 
     def on_gradients(grad_backend: Any, found: tuple, grad: Any) -> Any:
@@ -468,11 +478,13 @@ def _transposed(value: Any) -> Any:
     return None if value is None else value.t()
 
 
-def _linear_order(node: Any) -> tuple[Any, Any]:
+def _linear_order(node: Any, module: Any) -> tuple[Any, Any]:
     """``linear`` (input, weight, bias) is torch's ``addmm(bias, input, weight.t())``, or
-    ``mm(input, weight.t())`` without a bias (a bias that requires no gradient reads as none
-    here): the gradients in that order, and back."""
-    if node.parents[2] is not None:
+    ``mm(input, weight.t())`` without a bias: the gradients in that order, and back. A bias
+    that requires no gradient is no parent of the node, as none is; the module's ``bias``
+    tells them apart (``None`` in ``grad_input`` for a frozen one, as torch's)."""
+    frozen_bias = isinstance(getattr(module, "bias", None), Tensor)
+    if node.parents[2] is not None or frozen_bias:
         return (
             lambda g: (g[2], g[0], _transposed(g[1])),
             lambda g: (g[1], _transposed(g[2]), g[0]),
