@@ -288,9 +288,14 @@ def complex_view_of(base: Any, kind: str) -> Any:
     if kind == "view_as_complex":
         real, imag = _last_part(base, 0), _last_part(base, 1)
         return real._apply("complex", (real, imag))
-    from .shape import stack
+    return _paired(base._apply("real", (base,)), base._apply("imag", (base,)))
 
-    return stack([base._apply("real", (base,)), base._apply("imag", (base,))], -1)
+
+def _paired(real: Any, imag: Any) -> Any:
+    """``real`` and ``imag`` side by side in a last dimension of size 2 (``stack(..., -1)``,
+    written with the ops this module reads, as shape's ``stack`` imports this module)."""
+    pair = real.unsqueeze(-1).expand(*real.shape, 2)
+    return pair.slice_scatter(imag.unsqueeze(-1), dim=-1, start=1, end=2)
 
 
 def _complex_view_assign(base: Any, kind: str, value: Any) -> Any:
@@ -303,9 +308,7 @@ def _complex_view_assign(base: Any, kind: str, value: Any) -> Any:
     if kind == "view_as_real":
         real, imag = _last_part(value, 0), _last_part(value, 1)
         return real._apply("complex", (real, imag))
-    from .shape import stack
-
-    return stack([value._apply("real", (value,)), value._apply("imag", (value,))], -1)
+    return _paired(value._apply("real", (value,)), value._apply("imag", (value,)))
 
 
 # -- writing ---------------------------------------------------------------------------------------
