@@ -16,9 +16,16 @@ available exactly when a CUDA device is.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import enum
+import warnings
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
+from typing import Any
 
 from .backend.accelerators import cuda_device_count
+from .errors import InvalidArgumentError
 
 __all__ = [
     "cpu",
@@ -46,15 +53,110 @@ cudnn = SimpleNamespace(
     is_available=_has_cuda,
     version=lambda: None,
 )
+
+
+# -- scaled_dot_product_attention's kernel selection: ``nn.attention.sdpa_kernel`` sets it, the
+#    ``cuda.*_sdp_enabled()`` flags read it (one state in torch) --
+class SDPBackend(enum.Enum):
+    """torch's kernel kinds for ``scaled_dot_product_attention``, with torch's values."""
+
+    ERROR = -1
+    MATH = 0
+    FLASH_ATTENTION = 1
+    EFFICIENT_ATTENTION = 2
+    CUDNN_ATTENTION = 3
+    OVERRIDEABLE = 4
+
+
+_KERNELS = [b for b in SDPBackend if b is not SDPBackend.ERROR]
+_ENABLED: contextvars.ContextVar[tuple[SDPBackend, ...]] = contextvars.ContextVar(
+    "sdpa_enabled", default=tuple(_KERNELS)
+)
+
+
+def enabled_backends() -> list[SDPBackend]:
+    """The kernel kinds the current block allows (all of them outside ``sdpa_kernel``)."""
+    return list(_ENABLED.get())
+
+
+def _set_sdp_enabled(kind: SDPBackend, enabled: bool) -> None:
+    """Allow or forbid one kernel kind from now on (torch's ``torch.backends.cuda
+    .enable_flash_sdp(False)`` and its siblings, which set the flags ``sdpa_kernel`` sets);
+    the rest of the selection is kept, in torch's order."""
+    wanted = {b for b in _ENABLED.get() if b is not kind} | ({kind} if enabled else set())
+    _ENABLED.set(tuple(b for b in _KERNELS if b in wanted))
+
+
+@contextlib.contextmanager
+def sdpa_kernel(backends: Any, set_priority: bool = False) -> Iterator[None]:
+    """Allow only ``backends`` (one :class:`SDPBackend` or a list) in the block, as torch's
+    context manager; ``set_priority`` (an order of preference) is accepted. retrograd's
+    attention is the same function under every selection (see ``nn.attention``'s docstring)."""
+    chosen = [backends] if isinstance(backends, SDPBackend) else backends
+    if not isinstance(chosen, list | tuple) or not all(isinstance(b, SDPBackend) for b in chosen):
+        raise InvalidArgumentError(
+            f"sdpa_kernel: backend must be an instance of SDPBackend or a list of SDPBackend "
+            f"instances, got {type(backends).__name__}"
+        )
+    usable = tuple(b for b in chosen if b is not SDPBackend.ERROR)
+    if not usable:
+        raise InvalidArgumentError(
+            f"sdpa_kernel: no viable backend for scaled_dot_product_attention in {chosen}"
+        )
+    token = _ENABLED.set(usable)
+    try:
+        yield
+    finally:
+        _ENABLED.reset(token)
+
+
+def _sdp_enabled(kind: SDPBackend) -> Callable[[], bool]:
+    """``flash_sdp_enabled()`` and its siblings: whether the current ``sdpa_kernel`` selection
+    (the same state in torch) allows ``kind``."""
+    return lambda: kind in enabled_backends()
+
+
+def _enable_sdp(kind: SDPBackend) -> Callable[[bool], None]:
+    return lambda enabled: _set_sdp_enabled(kind, enabled)
+
+
+def _sdp_kernel(
+    enable_flash: bool = True,
+    enable_math: bool = True,
+    enable_mem_efficient: bool = True,
+    enable_cudnn: bool = True,
+) -> contextlib.AbstractContextManager[None]:
+    """torch's deprecated ``torch.backends.cuda.sdp_kernel``: warns as torch's does (when
+    called), then is ``nn.attention.sdpa_kernel`` of the kinds enabled, in torch's order."""
+    warnings.warn(
+        "`retrograd.backends.cuda.sdp_kernel()` is deprecated, as torch's is. In the future, "
+        "this context manager will be removed. Please see `retrograd.nn.attention.sdpa_kernel()` "
+        "for the new context manager, with updated signature.",
+        FutureWarning,
+        stacklevel=2,
+    )
+    flags = (
+        (enable_flash, SDPBackend.FLASH_ATTENTION),
+        (enable_mem_efficient, SDPBackend.EFFICIENT_ATTENTION),
+        (enable_math, SDPBackend.MATH),
+        (enable_cudnn, SDPBackend.CUDNN_ATTENTION),
+    )
+    return sdpa_kernel([kind for enabled, kind in flags if enabled])
+
+
 cuda = SimpleNamespace(
     matmul=SimpleNamespace(allow_tf32=False, allow_fp16_reduced_precision_reduction=True),
     is_built=_has_cuda,
-    flash_sdp_enabled=lambda: True,
-    enable_flash_sdp=lambda enabled: None,
-    mem_efficient_sdp_enabled=lambda: True,
-    enable_mem_efficient_sdp=lambda enabled: None,
-    math_sdp_enabled=lambda: True,
-    enable_math_sdp=lambda enabled: None,
+    SDPBackend=SDPBackend,
+    sdp_kernel=_sdp_kernel,
+    flash_sdp_enabled=_sdp_enabled(SDPBackend.FLASH_ATTENTION),
+    enable_flash_sdp=_enable_sdp(SDPBackend.FLASH_ATTENTION),
+    mem_efficient_sdp_enabled=_sdp_enabled(SDPBackend.EFFICIENT_ATTENTION),
+    enable_mem_efficient_sdp=_enable_sdp(SDPBackend.EFFICIENT_ATTENTION),
+    math_sdp_enabled=_sdp_enabled(SDPBackend.MATH),
+    enable_math_sdp=_enable_sdp(SDPBackend.MATH),
+    cudnn_sdp_enabled=_sdp_enabled(SDPBackend.CUDNN_ATTENTION),
+    enable_cudnn_sdp=_enable_sdp(SDPBackend.CUDNN_ATTENTION),
 )
 mps = SimpleNamespace(is_available=lambda: False, is_built=lambda: False)
 mkldnn = SimpleNamespace(enabled=True, is_available=lambda: False)
