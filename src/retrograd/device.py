@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import numbers
 import threading
 from typing import Any
@@ -17,6 +18,11 @@ KINDS = frozenset(
      "fpga", "lazy", "vulkan", "mkldnn", "opengl", "opencl", "ideep", "privateuseone")
 )  # fmt: skip
 _LOCK = threading.Lock()
+#: the ``thread_device`` tokens of the ``with device:`` blocks open in this context, innermost
+#: last (devices are interned and shared, so the tokens cannot live on them)
+_ENTERED_TOKENS: contextvars.ContextVar[tuple] = contextvars.ContextVar(
+    "retrograd_device_blocks", default=()
+)
 
 
 def _index_zero(kind: str) -> int:
@@ -92,6 +98,22 @@ class Device:
 
     def __reduce__(self):
         return (Device, (self.kind, self.index))
+
+    # -- torch's ``with torch.device("meta"): net = Net()``: the default device of the block --
+    def __enter__(self) -> Device:
+        from .context import thread_device
+        from .tensor.creation import _target
+
+        _target(None, self)  # refused where no tensor could be made on it (cuda on a CPU backend)
+        _ENTERED_TOKENS.set((*_ENTERED_TOKENS.get(), thread_device.set(self)))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from .context import thread_device
+
+        tokens = _ENTERED_TOKENS.get()
+        thread_device.reset(tokens[-1])
+        _ENTERED_TOKENS.set(tokens[:-1])
 
 
 def _parsed(kind: Any, index: Any) -> tuple[str, int]:

@@ -110,6 +110,8 @@ class _Call:
             result = self.cls.backward(self.ctx, *grads_out)
         result = result if isinstance(result, tuple) else (result,)
         expected = len(self.ctx.needs_input_grad)
+        if len(result) > expected and all(extra is None for extra in result[expected:]):
+            result = result[:expected]  # torch drops surplus trailing Nones
         if len(result) != expected:
             raise AutodiffError(
                 f"function {self.cls.__name__}Backward returned an incorrect number of "
