@@ -87,8 +87,8 @@ class Conv2D(torch.autograd.Function):
         X, weight = ctx.saved_tensors
         return convolution_backward(grad_out, X, weight)
 
-weight = torch.rand(5, 3, 3, 3, requires_grad=True, dtype=torch.double)
-X = torch.rand(2, 3, 5, 5, requires_grad=True, dtype=torch.double)
+weight = torch.rand(2, 2, 3, 3, requires_grad=True, dtype=torch.double)
+X = torch.rand(2, 2, 4, 4, requires_grad=True, dtype=torch.double)
 torch.autograd.gradcheck(Conv2D.apply, (X, weight))
 
 def unsqueeze_all(t):
@@ -196,8 +196,8 @@ class FusedConvBN2DFunction(torch.autograd.Function):
         grad_X, grad_input = convolution_backward(grad_out, X, conv_weight)
         return grad_X, grad_input, None, None, None, None, None
 
-weight = torch.rand(5, 3, 3, 3, requires_grad=True, dtype=torch.double)
-X = torch.rand(2, 3, 4, 4, requires_grad=True, dtype=torch.double)
+weight = torch.rand(3, 2, 3, 3, requires_grad=True, dtype=torch.double)
+X = torch.rand(2, 2, 4, 4, requires_grad=True, dtype=torch.double)
 torch.autograd.gradcheck(FusedConvBN2DFunction.apply, (X, weight))
 
 import torch.nn as nn
@@ -242,7 +242,7 @@ class Net(nn.Module):
             self.bn1 = nn.BatchNorm2d(4, affine=False, track_running_stats=False)
             self.conv2 = nn.Conv2d(4, 8, 3, 1, bias=False)
             self.bn2 = nn.BatchNorm2d(8, affine=False, track_running_stats=False)
-        self.fc1 = nn.Linear(288, 16)
+        self.fc1 = nn.Linear(72, 16)
         self.dropout = nn.Dropout(0.0)  # (0.5 in the tutorial: each library would draw its own mask)
         self.fc2 = nn.Linear(16, 10)
 
@@ -341,13 +341,16 @@ FUSED_STEPS = [
     ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
     ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
     ("import torch.optim as optim\n", "import retrograd.optim as optim\n"),
-    ("        loss.backward()\n        optimizer.step()\n", "        grads = loss.backward()\n        optimizer.step(grads)\n"),
+    (
+        "        loss.backward()\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+    ),
 ]
 
 
 def test_fused_conv_batch_norm_custom_function_trains_as_torch(capsys):
     rng = np.random.default_rng(9401)
-    images = rng.uniform(0, 1, (12, 1, 16, 16)).astype(np.float32)
+    images = rng.uniform(0, 1, (12, 1, 10, 10)).astype(np.float32)
     labels = rng.integers(0, 10, 12)
     (theirs, ours), logs = runs_with_draws(
         FUSED_SOURCE, FUSED_STEPS, capsys, 9401, initialize=initializer(), params_of=params_of,
@@ -542,7 +545,10 @@ for f in (Square.apply, Exp.apply, sinh, my_cube, Cube.apply):
 
 def test_double_backward_with_custom_functions_as_torch(capsys):
     (theirs, ours), _ = runs_with_draws(
-        DOUBLE_BACKWARD_SOURCE, [("\nimport torch\n", "\nimport retrograd as torch\n")], capsys, 9402
+        DOUBLE_BACKWARD_SOURCE,
+        [("\nimport torch\n", "\nimport retrograd as torch\n")],
+        capsys,
+        9402,
     )
     assert len(theirs) == 10
     assert_records_agree(ours, theirs, rtol=1e-10, atol=1e-12)
@@ -1015,7 +1021,12 @@ def test_saving_loading_warmstarting_and_zeroing_recipes_as_torch(capsys, tmp_pa
         make_directory=lambda lib: records[lib is rg]["directory"],
     )  # fmt: skip
     assert len(theirs) == 20
-    assert theirs[0] == [6, 3, 5, 5] and theirs[-4] == ["fc3.bias", "fc3.weight", "head.bias", "head.weight"]
+    assert theirs[0] == [6, 3, 5, 5] and theirs[-4] == [
+        "fc3.bias",
+        "fc3.weight",
+        "head.bias",
+        "head.weight",
+    ]
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-6)
 
 

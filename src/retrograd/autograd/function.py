@@ -235,6 +235,12 @@ class Function:
                 cls.setup_context(ctx, args, output)
             else:
                 output = cls.forward(ctx, *args, **kwargs)
+        if cls.backward is Function.backward and hasattr(cls, "jvp"):  # forward mode only
+            from .forward_ad import dual_outputs
+
+            duals = dual_outputs(cls, ctx, args, output)
+            if duals is not None:
+                return duals
         positions = [i for i, wanted in enumerate(needs) if wanted]
         if not positions:
             return output
