@@ -41,9 +41,15 @@ def _has_cuda() -> bool:
 
 
 @contextlib.contextmanager
-def _cudnn_flags(enabled: bool = False, benchmark: bool = False, benchmark_limit: int = 10,
-                 deterministic: bool = False, allow_tf32: bool = True,
-                 fp32_precision: str = "none", depthwise_kernel: str = "auto") -> Iterator[None]:  # fmt: skip
+def _cudnn_flags(
+    enabled: bool = False,
+    benchmark: bool = False,
+    benchmark_limit: int = 10,
+    deterministic: bool = False,
+    allow_tf32: bool = True,
+    fp32_precision: str = "none",
+    depthwise_kernel: str = "auto",
+) -> Iterator[None]:
     """torch's ``cudnn.flags(...)``: the flags set for the block (torch's defaults for those
     not given), then restored (the NTK tutorial's ``with torch.backends.cudnn.flags(
     allow_tf32=False):``)."""
