@@ -415,3 +415,187 @@ def test_custom_datasets_dataloaders_and_transforms_as_torch(capsys, shared_perm
     assert len(theirs) == 20
     assert theirs[-2] == [5, 5, True] and theirs[-1] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+# -- Generating Names with a Character-Level RNN ----------------------------------------------------
+CHAR_RNN_GENERATION_SOURCE = """
+import torch
+import torch.nn as nn
+import random
+import string
+import time
+import math
+
+all_letters = string.ascii_letters + " .,;'-"
+n_letters = len(all_letters) + 1 # Plus EOS marker
+
+category_lines = {'Dutch': ['Smit', 'Bakker', 'Visser'], 'Greek': ['Pappas', 'Nikolaou'], 'Irish': ['Kelly', 'Ryan']}
+all_categories = list(category_lines)
+n_categories = len(all_categories)
+
+class RNN(nn.Module):
+    def __init__(self, input_size, hidden_size, output_size):
+        super(RNN, self).__init__()
+        self.hidden_size = hidden_size
+
+        self.i2h = nn.Linear(n_categories + input_size + hidden_size, hidden_size)
+        self.i2o = nn.Linear(n_categories + input_size + hidden_size, output_size)
+        self.o2o = nn.Linear(hidden_size + output_size, output_size)
+        self.dropout = nn.Dropout(0.0)  # (0.1 in the tutorial: each library would draw its own mask)
+        self.softmax = nn.LogSoftmax(dim=1)
+
+    def forward(self, category, input, hidden):
+        input_combined = torch.cat((category, input, hidden), 1)
+        hidden = self.i2h(input_combined)
+        output = self.i2o(input_combined)
+        output_combined = torch.cat((hidden, output), 1)
+        output = self.o2o(output_combined)
+        output = self.dropout(output)
+        output = self.softmax(output)
+        return output, hidden
+
+    def initHidden(self):
+        return torch.zeros(1, self.hidden_size)
+
+# Random item from a list
+def randomChoice(l):
+    return l[random.randint(0, len(l) - 1)]
+
+# Get a random category and random line from that category
+def randomTrainingPair():
+    category = randomChoice(all_categories)
+    line = randomChoice(category_lines[category])
+    return category, line
+
+# One-hot vector for category
+def categoryTensor(category):
+    li = all_categories.index(category)
+    tensor = torch.zeros(1, n_categories)
+    tensor[0][li] = 1
+    return tensor
+
+# One-hot matrix of first to last letters (not including EOS) for input
+def inputTensor(line):
+    tensor = torch.zeros(len(line), 1, n_letters)
+    for li in range(len(line)):
+        letter = line[li]
+        tensor[li][0][all_letters.find(letter)] = 1
+    return tensor
+
+# ``LongTensor`` of second letter to end (EOS) for target
+def targetTensor(line):
+    letter_indexes = [all_letters.find(line[li]) for li in range(1, len(line))]
+    letter_indexes.append(n_letters - 1) # EOS
+    return torch.LongTensor(letter_indexes)
+
+# Make category, input, and target tensors from a random category, line pair
+def randomTrainingExample():
+    category, line = randomTrainingPair()
+    category_tensor = categoryTensor(category)
+    input_line_tensor = inputTensor(line)
+    target_line_tensor = targetTensor(line)
+    return category_tensor, input_line_tensor, target_line_tensor
+
+criterion = nn.NLLLoss()
+
+learning_rate = 0.0005
+
+def train(category_tensor, input_line_tensor, target_line_tensor):
+    target_line_tensor.unsqueeze_(-1)
+    hidden = rnn.initHidden()
+
+    rnn.zero_grad()
+
+    loss = torch.Tensor([0]) # you can also just simply use ``loss = 0``
+
+    for i in range(input_line_tensor.size(0)):
+        output, hidden = rnn(category_tensor, input_line_tensor[i], hidden)
+        l = criterion(output, target_line_tensor[i])
+        loss += l
+
+    loss.backward()
+
+    for p in rnn.parameters():
+        p.data.add_(p.grad.data, alpha=-learning_rate)
+
+    return output, loss.item() / input_line_tensor.size(0)
+
+def timeSince(since):
+    now = time.time()
+    s = now - since
+    m = math.floor(s / 60)
+    s -= m * 60
+    return '%dm %ds' % (m, s)
+
+rnn = RNN(n_letters, 16, n_letters)
+initialize(rnn)
+
+n_iters = 6
+print_every = 2
+plot_every = 3
+all_losses = []
+total_loss = 0 # Reset every ``plot_every`` ``iters``
+
+start = time.time()
+
+for iter in range(1, n_iters + 1):
+    output, loss = train(*randomTrainingExample())
+    total_loss += loss
+    record.append(loss)
+
+    if iter % print_every == 0:
+        print('%s (%d %d%%) %.4f' % (timeSince(start), iter, iter / n_iters * 100, loss))
+
+    if iter % plot_every == 0:
+        all_losses.append(total_loss / plot_every)
+        total_loss = 0
+record.append(params_of(rnn))
+
+max_length = 20
+
+# Sample from a category and starting letter
+def sample(category, start_letter='A'):
+    with torch.no_grad():  # no need to track history in sampling
+        category_tensor = categoryTensor(category)
+        input = inputTensor(start_letter)
+        hidden = rnn.initHidden()
+
+        output_name = start_letter
+
+        for i in range(max_length):
+            output, hidden = rnn(category_tensor, input[0], hidden)
+            topv, topi = output.topk(1)
+            topi = topi[0][0]
+            if topi == n_letters - 1:
+                break
+            else:
+                letter = all_letters[topi]
+                output_name += letter
+            input = inputTensor(letter)
+
+        return output_name
+
+# Get multiple samples from one category and multiple starting letters
+def samples(category, start_letters='ABC'):
+    for start_letter in start_letters:
+        print(sample(category, start_letter))
+        record.append(sample(category, start_letter))
+
+samples('Dutch', 'SVB')
+samples('Greek', 'NP')
+"""
+
+CHAR_RNN_GENERATION_STEPS = [
+    ("\nimport torch\nimport torch.nn as nn\n", "\nimport retrograd as torch\nimport retrograd.nn as nn\n"),
+    ("    loss.backward()\n\n    for p in rnn.parameters():\n        p.data.add_(p.grad.data, alpha=-learning_rate)\n",
+     "    grads = loss.backward()\n\n    for p in rnn.parameters():\n        p.data.add_(p.grad(grads).data, alpha=-learning_rate)\n"),
+]  # fmt: skip
+
+
+def test_char_rnn_name_generation_tutorial_as_torch(capsys):
+    (theirs, ours), _ = runs_with_draws(
+        CHAR_RNN_GENERATION_SOURCE, CHAR_RNN_GENERATION_STEPS, capsys, 9503,
+        initialize=initializer(), params_of=params_of,
+    )  # fmt: skip
+    assert len(theirs) == 12
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
