@@ -12,7 +12,30 @@ code from the same weights and draws.
   ``DataLoader(shuffle=True)``, ``loss_batch``/``fit``/``get_data`` with ``zip(*[...])`` of
   ``(loss.item(), len(xb))`` and ``np.multiply``, ``Mnist_CNN`` (``xb.view(-1, 1, 28, 28)``,
   ``F.avg_pool2d(xb, 4)``, ``xb.view(-1, xb.size(1))``), the ``Lambda`` module in an
-  ``nn.Sequential``, ``WrappedDataLoader`` and ``nn.AdaptiveAvgPool2d(1)``, ``model.to(dev)``.
+  ``nn.Sequential``, ``WrappedDataLoader`` and ``nn.AdaptiveAvgPool2d(1)``, ``model.to(dev)``;
+- the autograd tutorials (``basics/autogradqs_tutorial.py``, ``blitz/autograd_tutorial.py``):
+  ``binary_cross_entropy_with_logits``, ``grad_fn`` and ``is_leaf``, ``requires_grad`` under
+  ``no_grad`` and after ``detach()``, ``out.backward(torch.ones_like(out),
+  retain_graph=True)`` twice (the accumulated gradient: here the sum of the two returned
+  ``Gradients``) and after ``inp.grad.zero_()`` (here a fresh backward),
+  ``Q.backward(gradient=external_grad)``, frozen parameters (``param.requires_grad = False``)
+  with a new ``fc`` trained alone, and ``retain_grad()`` on a non-leaf;
+- the blitz's neural networks tutorial (``blitz/neural_networks_tutorial.py``): the LeNet,
+  ``out.backward(torch.randn(1, 10))``, ``loss.grad_fn.next_functions[0][0]`` walked two steps,
+  the manual ``f.data.sub_(f.grad.data * learning_rate)`` and ``optim.SGD``;
+- "Forward-mode Automatic Differentiation" (``intermediate_source/forward_ad_usage.py``):
+  ``fwAD.dual_level()``, ``make_dual``/``unpack_dual`` (``.tangent is tangent``), duals set on a
+  module by ``delattr``/``setattr`` and passed through ``functional_call``, a custom
+  ``Function`` with a ``jvp`` staticmethod and no ``backward``, ``gradcheck(...,
+  check_forward_ad=True, check_backward_ad=False, ...)``, and ``torch.func.jvp`` with a
+  ``functools.partial`` and with a dict of parameters.
+
+The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``,
+``p.grad(grads)``, ``optimizer.step(grads)``). The defects found: there was no
+``torch.autograd.forward_ad`` (and ``gradcheck`` refused ``check_forward_ad=True``); it is
+now there, computing tangents by the double-backward trick. And ``grad_fn`` was a plain string,
+so ``loss.grad_fn.next_functions`` failed; it is now a node (still that string) with torch's
+``name()`` and ``next_functions``.
 """
 
 from __future__ import annotations
