@@ -36,6 +36,17 @@ def _index_zero(kind: str) -> int:
 _unindexed = _index_zero
 
 
+#: ``[enter, exit]`` of a ``with device:`` block, installed by the tensor layer
+#: (:func:`run_device_blocks_with`): ``enter(device)`` makes it the default device of new
+#: tensors and returns a token, ``exit(token)`` restores the previous default
+_BLOCK_HOOKS: list = []
+
+
+def run_device_blocks_with(enter: Any, exit: Any) -> None:  # noqa: A002 (the protocol's name)
+    """Make ``with device:`` call ``enter(device) -> token`` and ``exit(token)``."""
+    _BLOCK_HOOKS[:] = [enter, exit]
+
+
 def resolve_unindexed_with(resolver: Any) -> None:
     """Make ``resolver(kind) -> int`` give the index of devices named without one."""
     global _unindexed
@@ -101,18 +112,14 @@ class Device:
 
     # -- torch's ``with torch.device("meta"): net = Net()``: the default device of the block --
     def __enter__(self) -> Device:
-        from .context import thread_device
-        from .tensor.creation import _target
-
-        _target(None, self)  # refused where no tensor could be made on it (cuda on a CPU backend)
-        _ENTERED_TOKENS.set((*_ENTERED_TOKENS.get(), thread_device.set(self)))
+        if not _BLOCK_HOOKS:
+            raise InvalidArgumentError("device: `with device:` needs retrograd's tensor layer")
+        _ENTERED_TOKENS.set((*_ENTERED_TOKENS.get(), _BLOCK_HOOKS[0](self)))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from .context import thread_device
-
         tokens = _ENTERED_TOKENS.get()
-        thread_device.reset(tokens[-1])
+        _BLOCK_HOOKS[1](tokens[-1])
         _ENTERED_TOKENS.set(tokens[:-1])
 
 
