@@ -174,11 +174,15 @@ class SharedDraws:
         def shape_of(size):
             return tuple(size[0] if len(size) == 1 and not isinstance(size[0], int) else size)
 
-        def rand(*size, dtype=None, **_):
-            return lib.tensor(rng.uniform(size=shape_of(size)), dtype=dtype or lib.float32)
+        def rand(*size, dtype=None, device=None, requires_grad=False, **_):
+            drawn = rng.uniform(size=shape_of(size))
+            drawn = lib.tensor(drawn, dtype=dtype or lib.float32, device=device)
+            return drawn.requires_grad_(requires_grad)
 
-        def randn(*size, dtype=None, **_):
-            return lib.tensor(rng.standard_normal(shape_of(size)), dtype=dtype or lib.float32)
+        def randn(*size, dtype=None, device=None, requires_grad=False, **_):
+            drawn = rng.standard_normal(shape_of(size))
+            drawn = lib.tensor(drawn, dtype=dtype or lib.float32, device=device)
+            return drawn.requires_grad_(requires_grad)
 
         def randn_like(t, **_):
             return randn(*t.shape, dtype=t.dtype)

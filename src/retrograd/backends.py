@@ -45,11 +45,38 @@ def _has_cuda() -> bool:
     return cuda_device_count() > 0
 
 
+@contextlib.contextmanager
+def _cudnn_flags(
+    enabled: bool = False,
+    benchmark: bool = False,
+    benchmark_limit: int = 10,
+    deterministic: bool = False,
+    allow_tf32: bool = True,
+    fp32_precision: str = "none",
+    depthwise_kernel: str = "auto",
+) -> Iterator[None]:
+    """torch's ``cudnn.flags(...)``: the flags set for the block (torch's defaults for those
+    not given), then restored (the NTK tutorial's ``with torch.backends.cudnn.flags(
+    allow_tf32=False):``)."""
+    given = {"enabled": enabled, "benchmark": benchmark, "benchmark_limit": benchmark_limit,
+             "deterministic": deterministic, "allow_tf32": allow_tf32}  # fmt: skip
+    saved = {name: getattr(cudnn, name) for name in given}
+    for name, value in given.items():
+        setattr(cudnn, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(cudnn, name, value)
+
+
 cudnn = SimpleNamespace(
     benchmark=False,
+    benchmark_limit=None,
     deterministic=False,
     enabled=True,
     allow_tf32=True,
+    flags=_cudnn_flags,
     is_available=_has_cuda,
     version=lambda: None,
 )

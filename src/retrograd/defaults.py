@@ -77,34 +77,14 @@ def get_default_device() -> Device:
 def set_default_device(device: Any) -> None:
     """torch's ``set_default_device``: accepted for the device tensors are already made on
     (``None`` means the CPU, as torch's); another device raises, naming the backend to use."""
-    _check_default_device("set_default_device", device)
-
-
-def _check_default_device(op: str, device: Any) -> None:
     target = Device("cpu") if device is None else _as_device(device)
     current = get_default_device()
     if target.kind != current.kind or (_has_index(device) and target.index != current.index):
         raise InvalidArgumentError(
-            f"{op}: tensors are made on their backend's device ({current}), not "
+            f"set_default_device: tensors are made on their backend's device ({current}), not "
             f"on {target}; make the backend compute there instead, e.g. "
             f"rg.set_default_backend(rg.Autodiff(rg.TorchBackend({str(target)!r})))"
         )
-
-
-def _enter_device(device: Device) -> Device:
-    """``with rg.device(...):``, torch's block whose factory calls make tensors on ``device``:
-    as :func:`set_default_device`, the device tensors are made on already is accepted (its
-    block changes nothing), another one is refused, naming the backend to use."""
-    _check_default_device(f"with device({str(device)!r})", device)
-    return device
-
-
-def _exit_device(device: Device, *exc: object) -> None:
-    """The end of a ``with rg.device(...):`` block: nothing was changed."""
-
-
-Device.__enter__ = _enter_device  # type: ignore[attr-defined]
-Device.__exit__ = _exit_device  # type: ignore[attr-defined]
 
 
 def _has_index(device: Any) -> bool:

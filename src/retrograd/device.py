@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import numbers
 import threading
 from typing import Any
@@ -17,6 +18,11 @@ KINDS = frozenset(
      "fpga", "lazy", "vulkan", "mkldnn", "opengl", "opencl", "ideep", "privateuseone")
 )  # fmt: skip
 _LOCK = threading.Lock()
+#: the ``thread_device`` tokens of the ``with device:`` blocks open in this context, innermost
+#: last (devices are interned and shared, so the tokens cannot live on them)
+_ENTERED_TOKENS: contextvars.ContextVar[tuple] = contextvars.ContextVar(
+    "retrograd_device_blocks", default=()
+)
 
 
 def _index_zero(kind: str) -> int:
@@ -28,6 +34,17 @@ def _index_zero(kind: str) -> int:
 #: that kind (:func:`resolve_unindexed_with`), so that "cpu" in a rank's code is that rank's
 #: ``cpu:RANK``, as torch's "cuda" is the current GPU
 _unindexed = _index_zero
+
+
+#: ``[enter, exit]`` of a ``with device:`` block, installed by the tensor layer
+#: (:func:`run_device_blocks_with`): ``enter(device)`` makes it the default device of new
+#: tensors and returns a token, ``exit(token)`` restores the previous default
+_BLOCK_HOOKS: list = []
+
+
+def run_device_blocks_with(enter: Any, exit: Any) -> None:  # noqa: A002 (the protocol's name)
+    """Make ``with device:`` call ``enter(device) -> token`` and ``exit(token)``."""
+    _BLOCK_HOOKS[:] = [enter, exit]
 
 
 def resolve_unindexed_with(resolver: Any) -> None:
@@ -92,6 +109,18 @@ class Device:
 
     def __reduce__(self):
         return (Device, (self.kind, self.index))
+
+    # -- torch's ``with torch.device("meta"): net = Net()``: the default device of the block --
+    def __enter__(self) -> Device:
+        if not _BLOCK_HOOKS:
+            raise InvalidArgumentError("device: `with device:` needs retrograd's tensor layer")
+        _ENTERED_TOKENS.set((*_ENTERED_TOKENS.get(), _BLOCK_HOOKS[0](self)))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        tokens = _ENTERED_TOKENS.get()
+        _BLOCK_HOOKS[1](tokens[-1])
+        _ENTERED_TOKENS.set(tokens[:-1])
 
 
 def _parsed(kind: Any, index: Any) -> tuple[str, int]:

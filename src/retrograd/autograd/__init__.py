@@ -23,7 +23,7 @@ from typing import Any
 from ..autodiff import enable_grad, no_grad, set_grad_enabled
 from ..errors import InvalidArgumentError, ShapeError, check_callable
 from ..tensor import Tensor
-from . import function, functional, graph, profiler
+from . import forward_ad, function, functional, graph, profiler
 from .anomaly_mode import (
     detect_anomaly,
     is_anomaly_check_nan_enabled,
@@ -43,6 +43,7 @@ __all__ = [
     "backward",
     "detect_anomaly",
     "enable_grad",
+    "forward_ad",
     "function",
     "functional",
     "grad",

@@ -114,6 +114,8 @@ class _Call:
             result = self.cls.backward(self.ctx, *grads_out)
         result = result if isinstance(result, tuple) else (result,)
         expected = len(self.ctx.needs_input_grad)
+        if len(result) > expected and all(extra is None for extra in result[expected:]):
+            result = result[:expected]  # torch drops surplus trailing Nones
         if len(result) != expected:
             raise AutodiffError(
                 f"function {self.cls.__name__}Backward returned an incorrect number of "
@@ -243,6 +245,12 @@ class Function:
                 cls.setup_context(ctx, args, output)
             else:
                 output = cls.forward(ctx, *args, **kwargs)
+        if cls.backward is Function.backward and hasattr(cls, "jvp"):  # forward mode only
+            from .forward_ad import dual_outputs
+
+            duals = dual_outputs(cls, ctx, args, output)
+            if duals is not None:
+                return duals
         positions = [i for i, wanted in enumerate(needs) if wanted]
         if not positions:
             return output

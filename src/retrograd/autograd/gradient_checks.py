@@ -5,7 +5,8 @@ finite differences, with torch's signatures and tolerances, returning ``True`` o
 Each Jacobian is compared whole: the numerical one column by column (one input element moved
 by ``+-eps``), the analytical one row by row (one backward per output element, on one
 recorded forward). ``fast_mode`` (torch's random projection) is accepted and runs the full
-check, which is stricter. Forward-mode and batched checks are not available here and raise.
+check, which is stricter. ``check_forward_ad`` compares forward mode (:mod:`.forward_ad`) with
+the finite differences too; batched checks are not available here and raise.
 """
 
 from __future__ import annotations
@@ -88,12 +89,42 @@ def _analytical(func: Callable, inputs: tuple, wrt: list[int]) -> list[list[np.n
     return result
 
 
+def _forward(func: Callable, inputs: tuple, wrt: list[int]) -> list[list[np.ndarray]]:
+    """``[output][input]`` Jacobians from forward mode (:mod:`.forward_ad`), one input
+    element's unit tangent at a time."""
+    from .forward_ad import dual_level, make_dual, unpack_dual
+
+    columns: dict[int, list[list[np.ndarray]]] = {i: [] for i in wrt}
+    for i in wrt:
+        for position in range(inputs[i].numel()):
+            with dual_level():
+                args = list(inputs)
+                for j in wrt:
+                    unit = np.zeros(inputs[j].numel())
+                    if j == i:
+                        unit[position] = 1.0
+                    tangent = _copy(inputs[j], unit.reshape(inputs[j].shape), False)
+                    args[j] = make_dual(inputs[j].detach(), tangent)
+                outputs = _float_outputs(func, args)
+                columns[i].append([
+                    np.zeros(o.numel()) if (t := unpack_dual(o).tangent) is None
+                    else np.array(t.numpy(), dtype=np.float64).reshape(-1)
+                    for o in outputs
+                ])  # fmt: skip
+    outputs = _float_outputs(func, inputs)
+    return [
+        [np.stack([col[k] for col in columns[i]], 1) if columns[i]
+         else np.zeros((out.numel(), 0)) for i in wrt]
+        for k, out in enumerate(outputs)
+    ]  # fmt: skip
+
+
 def _unsupported(**flags: bool) -> None:
     for name, value in flags.items():
         if value:
             raise AutodiffError(
-                f"gradcheck: {name}=True is not available in retrograd (no forward-mode AD or "
-                "batched gradients to check); leave it False"
+                f"gradcheck: {name}=True is not available in retrograd (no batched gradients "
+                "or forward-over-reverse checks); leave it False"
             )
 
 
@@ -114,8 +145,7 @@ def gradcheck(func: Callable, inputs: Any, *, eps: float = 1e-6, atol: float = 1
     """
     check_callable("gradcheck", func)
     _unsupported(check_batched_grad=check_batched_grad,
-                 check_batched_forward_grad=check_batched_forward_grad,
-                 check_forward_ad=check_forward_ad)  # fmt: skip
+                 check_batched_forward_grad=check_batched_forward_grad)  # fmt: skip
     inputs = _as_tuple(inputs)
     wrt = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
     if not wrt:
@@ -129,19 +159,21 @@ def gradcheck(func: Callable, inputs: Any, *, eps: float = 1e-6, atol: float = 1
                 UserWarning,
                 stacklevel=2,
             )
-    if not check_backward_ad:
-        return True
-    analytical = _analytical(func, inputs, wrt)
-    for column, i in enumerate(wrt):
-        numerical = _numerical(func, inputs, i, eps)
-        for k, (n, a) in enumerate(zip(numerical, (rows[column] for rows in analytical))):
-            if not np.all(np.abs(a - n) <= atol + rtol * np.abs(n)):
-                if not raise_exception:
-                    return False
-                raise GradcheckError(
-                    f"Jacobian mismatch for output {k} with respect to input {i},\n"
-                    f"numerical:{n}\nanalytical:{a}\n"
-                )
+    checks = [("", _analytical)] if check_backward_ad else []
+    if check_forward_ad:
+        checks.append((" (forward AD)", _forward))
+    for mode, jacobians in checks:
+        analytical = jacobians(func, inputs, wrt)
+        for column, i in enumerate(wrt):
+            numerical = _numerical(func, inputs, i, eps)
+            for k, (n, a) in enumerate(zip(numerical, (rows[column] for rows in analytical))):
+                if not np.all(np.abs(a - n) <= atol + rtol * np.abs(n)):
+                    if not raise_exception:
+                        return False
+                    raise GradcheckError(
+                        f"Jacobian mismatch for output {k} with respect to input {i}{mode},\n"
+                        f"numerical:{n}\nanalytical:{a}\n"
+                    )
     return True
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..backend.protocol import Backend, default_float_dtype
 from ..context import current_backend, thread_device
-from ..device import CPU0, Device
+from ..device import CPU0, Device, run_device_blocks_with
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import functions
 from ._dispatch import (
@@ -99,6 +99,16 @@ def _target(backend: Any, device: Any) -> tuple[Any, Device]:
             "CPU; use rg.Autodiff(rg.TorchBackend('cuda')) (rg.set_default_backend) for a GPU"
         )
     return backend, device
+
+
+def _enter_device_block(device: Device) -> Any:
+    """``with device:``: ``device`` the default of the block's new tensors (refused where no
+    tensor could be made on it: cuda on a CPU backend); the token that restores the previous."""
+    _target(None, device)
+    return thread_device.set(device)
+
+
+run_device_blocks_with(_enter_device_block, thread_device.reset)
 
 
 def _device_arg(device: Any) -> Device:

@@ -1154,14 +1154,40 @@ class SelectionMixin:
 
     @property
     def grad_fn(self) -> Any:
-        """The name of the op that made this tensor (a string, where torch gives its backward
-        node), or ``None`` for a leaf or an untracked tensor: ``t.grad_fn is None`` means
-        the same here as in torch."""
+        """The backward node of the op that made this tensor (a :class:`BackwardNode`: its
+        name as a string, with torch's ``name()`` and ``next_functions``), or ``None`` for a
+        leaf or an untracked tensor: ``t.grad_fn is None`` means the same here as in torch."""
         backend = self._backend
         if not backend.is_autodiff or not backend.is_tracked(self._prim):
             return None
-        op = getattr(getattr(self._prim, "node", None), "op", None)
-        return None if op is None else f"{op.name}Backward"
+        node = getattr(self._prim, "node", None)
+        return None if getattr(node, "op", None) is None else BackwardNode.of(node)
+
+
+class BackwardNode(str):
+    """A tensor's ``grad_fn``: the name of the op that made it (``"mulBackward"``, a string as
+    before, so ``"mul" in t.grad_fn`` holds) that also walks the graph as torch's nodes do:
+    ``name()``, and ``next_functions``, one ``(node, 0)`` pair per input of the op: the input's
+    own ``grad_fn``, an ``AccumulateGrad`` node for a leaf that requires grad, ``None`` for an
+    untracked input (the blitz tutorial's ``loss.grad_fn.next_functions[0][0]``)."""
+
+    _node: Any
+
+    @classmethod
+    def of(cls, node: Any) -> BackwardNode:
+        made = cls(f"{node.op.name}Backward" if node.op is not None else "AccumulateGrad")
+        made._node = node
+        return made
+
+    def name(self) -> str:
+        return str(self)
+
+    @property
+    def next_functions(self) -> tuple[tuple[BackwardNode | None, int], ...]:
+        return tuple(
+            (None if parent is None else BackwardNode.of(parent), 0)
+            for parent in self._node.parents
+        )
 
 
 def _kth_ties_as_torch(x: Any, ordered: Any, indices: Any, d: int, k: int) -> Any:

@@ -19,8 +19,9 @@ import numpy as np
 
 from ...errors import DTypeError, ShapeError
 from ...tensor import Tensor, tensor
+from ...tensor._dispatch import normalize_dim
 from ...tensor.core import _is_dtype
-from ...tensor.dtypes import canonical_dtype
+from ...tensor.dtypes import Size, canonical_dtype
 from ...tensor.inplace import assign
 
 __all__ = ["StateDType", "StateValue"]
@@ -88,10 +89,26 @@ class StateDType:
         return self.dtype.kind not in "bu"
 
 
+class ElementCount(int):
+    """A state value's ``size``: NumPy's element count (NumPy code reads it as a number) that,
+    called, answers torch's ``size()`` (the shape) and ``size(d)``, as the saving-and-loading
+    recipes print a state dict: ``model.state_dict()[name].size()``."""
+
+    def __new__(cls, shape: tuple[int, ...]) -> ElementCount:
+        count = super().__new__(cls, int(np.prod(shape, dtype=np.int64)))
+        count.shape = shape
+        return count
+
+    def __call__(self, dim: int | None = None) -> Any:
+        shape = self.shape
+        return Size(shape) if dim is None else shape[normalize_dim("size", dim, len(shape))]
+
+
 class StateValue(np.ndarray):
     """A copy of a module's parameter or buffer, taken by ``state_dict()``; see the module
     docstring. Arrays computed from it (arithmetic, slices) write nowhere else. ``size``
-    stays NumPy's element count (NumPy code reads it), where torch's is the shape.
+    stays NumPy's element count (NumPy code reads it), which called is torch's shape
+    (:class:`ElementCount`).
 
     >>> import retrograd as rg
     >>> layer = rg.nn.Linear(2, 1)
@@ -214,6 +231,10 @@ class StateValue(np.ndarray):
         # own dtype, as torch saves it, not as float32
         kept = source is not None and str(source.dtype) == "bfloat16" and self.dtype == np.float32
         return tensor(np.array(self, copy=True), dtype="bfloat16" if kept else str(self.dtype))
+
+    @property
+    def size(self) -> ElementCount:  # type: ignore[override]
+        return ElementCount(self.shape)
 
     def numel(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
