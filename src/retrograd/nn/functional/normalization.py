@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import (
+    AutodiffError,
     DTypeError,
     InvalidArgumentError,
     ShapeError,
@@ -286,9 +287,25 @@ def normalize(
     eps: float = 1e-12,
     out: Any = None,
 ) -> Tensor:
-    """``input / max(||input||_p, eps)`` along ``dim`` (torch's ``normalize``)."""
+    """``input / max(||input||_p, eps)`` along ``dim`` (torch's ``normalize``). ``out=`` (the
+    power iteration of torch's ``SpectralNorm``, ``normalize(torch.mv(W.t(), u), dim=0,
+    out=v)``, which updates the module's buffer) is written in place, resized as torch
+    resizes it, and returned; as in torch, not where the result needs a graph."""
     x = _float_input("normalize", input)
-    return x / x.norm(p, dim, keepdim=True).clamp_min(eps)
+    result = x / x.norm(p, dim, keepdim=True).clamp_min(eps)
+    if out is None:
+        return result
+    if not isinstance(out, Tensor):
+        raise DTypeError(f"normalize: out must be a tensor, got {type(out).__name__}")
+    if result.requires_grad:
+        raise AutodiffError(
+            "normalize: functions with out= arguments don't support automatic "
+            "differentiation, but the input requires grad (call it under no_grad, or assign "
+            "the result)"
+        )
+    if tuple(out.shape) != tuple(result.shape):
+        out.resize_(result.shape)
+    return out.copy_(result)
 
 
 def instance_norm(

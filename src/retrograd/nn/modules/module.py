@@ -778,6 +778,18 @@ class Module:
             self, "load_state_dict_pre", hook, "register_load_state_dict_pre_hook"
         )
 
+    def _register_load_state_dict_pre_hook(
+        self, hook: Callable[..., Any], with_module: bool = False
+    ) -> RemovableHandle:
+        """torch's private form of :meth:`register_load_state_dict_pre_hook` (the one its
+        ``SpectralNorm`` and ``WeightNorm`` hooks use): ``hook`` is called without the module
+        unless ``with_module``."""
+        check_callable("_register_load_state_dict_pre_hook", hook, "hook")
+        call = hook if with_module else (lambda module, *state_args: hook(*state_args))
+        return register_state_hook(
+            self, "load_state_dict_pre", call, "_register_load_state_dict_pre_hook", public=False
+        )
+
     def register_load_state_dict_post_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
         """Call ``hook(module, incompatible_keys)`` after this module and its children are
         loaded, with the missing and unexpected keys found so far (torch's); it may change

@@ -32,7 +32,10 @@ from .fusion import (
     fuse_linear_bn_weights,
 )
 from .init import skip_init
-from .norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm
+from .norm_hooks import remove_weight_norm, weight_norm
+
+# (after the submodule's import: the package's ``spectral_norm`` is the function, as torch's)
+from .spectral_norm import remove_spectral_norm, spectral_norm
 
 __all__ = [
     "clip_grad_norm",
