@@ -62,6 +62,16 @@ run of the same code from the same weights and draws.
   ``toy_regression.ipynb`` does without its GP. The hook class could not be imported, and the
   ``out=`` of ``normalize`` was ignored (the buffers never moved): both are checked on their
   own below.
+- DUE's SNGP head (``due/sngp.py``: ``random_ortho`` by ``torch.linalg.qr``,
+  ``RandomFourierFeatures`` with its ``feature_scale``/``W``/``b`` buffers, ``Laplace`` with
+  ``torch.normal(0, 0.05, size)`` projections through ``nn.functional.linear``, the precision
+  buffer grown by ``self.precision += k.t() @ k`` in training, ``self.seen_data +=
+  x.shape[0]`` of a 0-d int64 buffer asserted against ``num_data``,
+  ``reset_precision_matrix`` replacing the buffers, the covariance by
+  ``torch.linalg.cholesky_ex`` and ``torch.cholesky_inverse(u, out=self.covariance)`` under
+  ``torch.no_grad()``, the mean-field logits by ``torch.diag(pred_cov)``) over the
+  spectral-normalized ``FCResNet``, for regression and for classification. The ``out=`` of
+  ``cholesky_inverse`` was refused: checked on its own below.
 
 The lines changed: the ``import`` lines and the gradient lines (``loss.backward()`` returns
 the gradients, ``step`` takes them; the LBFGS closure returns the loss and its gradients).
@@ -1434,3 +1444,258 @@ def test_spectral_norm_hook_class_loads_a_version_0_state_dict_as_torch():
         layer = rg.nn.Linear(2, 2)
         RgSpectralNorm.apply(layer, "weight", 1, 0, 1e-12)
         RgSpectralNorm.apply(layer, "weight", 1, 0, 1e-12)
+
+
+# -- DUE's SNGP ------------------------------------------------------------------------------------
+SNGP_SOURCE = (
+    DUE_SOURCE.split("# -- toy_regression.ipynb")[0]
+    + """
+import math
+
+
+# -- due/sngp.py --
+def random_ortho(n, m):
+    q, _ = torch.linalg.qr(torch.randn(n, m))
+    return q
+
+
+class RandomFourierFeatures(nn.Module):
+    def __init__(self, in_dim, num_random_features, feature_scale=None):
+        super().__init__()
+        if feature_scale is None:
+            feature_scale = math.sqrt(num_random_features / 2)
+
+        self.register_buffer("feature_scale", torch.tensor(feature_scale))
+
+        if num_random_features <= in_dim:
+            W = random_ortho(in_dim, num_random_features)
+        else:
+            # generate blocks of orthonormal rows which are not neccesarily orthonormal
+            # to each other.
+            dim_left = num_random_features
+            ws = []
+            while dim_left > in_dim:
+                ws.append(random_ortho(in_dim, in_dim))
+                dim_left -= in_dim
+            ws.append(random_ortho(in_dim, dim_left))
+            W = torch.cat(ws, 1)
+
+        # From: https://github.com/google/edward2/blob/d672c93b179bfcc99dd52228492c53d38cf074ba/edward2/tensorflow/initializers.py#L807-L817
+        feature_norm = torch.randn(W.shape) ** 2
+        W = W * feature_norm.sum(0).sqrt()
+        self.register_buffer("W", W)
+
+        b = torch.empty(num_random_features).uniform_(0, 2 * math.pi)
+        self.register_buffer("b", b)
+
+    def forward(self, x):
+        k = torch.cos(x @ self.W + self.b)
+        k = k / self.feature_scale
+
+        return k
+
+
+class Laplace(nn.Module):
+    def __init__(
+        self,
+        feature_extractor,
+        num_deep_features,
+        num_gp_features,
+        normalize_gp_features,
+        num_random_features,
+        num_outputs,
+        num_data,
+        train_batch_size,
+        ridge_penalty=1.0,
+        feature_scale=None,
+        mean_field_factor=None,  # required for classification problems
+    ):
+        super().__init__()
+        self.feature_extractor = feature_extractor
+        self.mean_field_factor = mean_field_factor
+        self.ridge_penalty = ridge_penalty
+        self.train_batch_size = train_batch_size
+
+        if num_gp_features > 0:
+            self.num_gp_features = num_gp_features
+            self.register_buffer(
+                "random_matrix",
+                torch.normal(0, 0.05, (num_gp_features, num_deep_features)),
+            )
+            self.jl = lambda x: nn.functional.linear(x, self.random_matrix)
+        else:
+            self.num_gp_features = num_deep_features
+            self.jl = nn.Identity()
+
+        self.normalize_gp_features = normalize_gp_features
+        if normalize_gp_features:
+            self.normalize = nn.LayerNorm(num_gp_features)
+
+        self.rff = RandomFourierFeatures(
+            num_gp_features, num_random_features, feature_scale
+        )
+        self.beta = nn.Linear(num_random_features, num_outputs)
+
+        self.num_data = num_data
+        self.register_buffer("seen_data", torch.tensor(0))
+
+        precision = torch.eye(num_random_features) * self.ridge_penalty
+        self.register_buffer("precision", precision)
+
+        self.recompute_covariance = True
+        self.register_buffer("covariance", torch.eye(num_random_features))
+
+    def reset_precision_matrix(self):
+        identity = torch.eye(self.precision.shape[0], device=self.precision.device)
+        self.precision = identity * self.ridge_penalty
+        self.seen_data = torch.tensor(0)
+        self.recompute_covariance = True
+
+    def mean_field_logits(self, logits, pred_cov):
+        # Mean-Field approximation as alternative to MC integration of Gaussian-Softmax
+        # Based on: https://arxiv.org/abs/2006.07584
+
+        logits_scale = torch.sqrt(1.0 + torch.diag(pred_cov) * self.mean_field_factor)
+        if self.mean_field_factor > 0:
+            logits = logits / logits_scale.unsqueeze(-1)
+
+        return logits
+
+    def forward(self, x):
+        f = self.feature_extractor(x)
+        f_reduc = self.jl(f)
+        if self.normalize_gp_features:
+            f_reduc = self.normalize(f_reduc)
+
+        k = self.rff(f_reduc)
+
+        pred = self.beta(k)
+
+        if self.training:
+            precision_minibatch = k.t() @ k
+            self.precision += precision_minibatch
+            self.seen_data += x.shape[0]
+
+            assert (
+                self.seen_data <= self.num_data
+            ), "Did not reset precision matrix at start of epoch"
+        else:
+            assert self.seen_data > (
+                self.num_data - self.train_batch_size
+            ), "Not seen sufficient data for precision matrix"
+
+            if self.recompute_covariance:
+                with torch.no_grad():
+                    eps = 1e-7
+                    jitter = eps * torch.eye(
+                        self.precision.shape[1],
+                        device=self.precision.device,
+                    )
+                    u, info = torch.linalg.cholesky_ex(self.precision + jitter)
+                    assert (info == 0).all(), "Precision matrix inversion failed!"
+                    torch.cholesky_inverse(u, out=self.covariance)
+
+                self.recompute_covariance = False
+
+            with torch.no_grad():
+                pred_cov = k @ ((self.covariance @ k.t()) * self.ridge_penalty)
+
+            if self.mean_field_factor is None:
+                return pred, pred_cov
+            else:
+                return self.mean_field_logits(pred, pred_cov)
+
+        return pred
+
+
+# -- train_sngp's step, its precision reset at each epoch's start, then the evaluation --
+for num_outputs, mean_field_factor in ((1, None), (3, math.pi / 8)):
+    feature_extractor = FCResNet(
+        input_dim=2, features=8, depth=1, spectral_normalization=True, coeff=0.95,
+        n_power_iterations=1, dropout_rate=0.0,
+    )
+    model = Laplace(
+        feature_extractor, num_deep_features=8, num_gp_features=4, normalize_gp_features=True,
+        num_random_features=12, num_outputs=num_outputs, num_data=12, train_batch_size=6,
+        mean_field_factor=mean_field_factor,
+    )
+    initialize(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, weight_decay=5e-4)
+    if mean_field_factor is None:
+        loss_fn = lambda y_pred, y: F.mse_loss(y_pred[:, 0], y)
+        targets = [torch.tensor(y) for y in values]
+    else:
+        loss_fn = F.cross_entropy
+        targets = [torch.tensor(y) for y in labels]
+    for epoch in range(2):
+        model.reset_precision_matrix()
+        for x, y in zip(inputs, targets):
+            model.train()
+            optimizer.zero_grad()
+            y_pred = model(torch.tensor(x))
+            loss = loss_fn(y_pred, y)
+            loss.backward()
+            optimizer.step()
+            record.append(loss.item())
+        record.append(state_of(model))
+    model.eval()
+    with torch.no_grad():
+        out = model(torch.tensor(inputs[0]))
+    if mean_field_factor is None:
+        record.append(out[0].numpy())
+        record.append(out[1].numpy())
+    else:
+        record.append(F.softmax(out, dim=1).numpy())
+    record.append(state_of(model))
+"""
+)
+
+
+SNGP_STEPS = [
+    IMPORTS,
+    (
+        "            loss.backward()\n            optimizer.step()\n",
+        "            grads = loss.backward()\n            optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_due_sngp_laplace_head_trains_and_predicts_as_torch(capsys):
+    rng = np.random.default_rng(9609)
+    inputs = [rng.standard_normal((6, 2)).astype(np.float32) for _ in range(2)]
+    values = [np.sin(x.sum(1)).astype(np.float32) for x in inputs]
+    labels = [rng.integers(0, 3, 6) for _ in range(2)]
+    (theirs, ours), _ = runs_with_draws(
+        SNGP_SOURCE,
+        SNGP_STEPS,
+        capsys,
+        9609,
+        inputs=inputs,
+        values=values,
+        labels=labels,
+        initialize=initializer(),
+        state_of=state_of,
+    )
+    assert len(theirs) == 2 * 2 * 3 + 3 + 2
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_cholesky_inverse_writes_its_out_argument_as_torch():
+    # SNGP's ``torch.cholesky_inverse(u, out=self.covariance)`` was refused ("out= is not
+    # supported"); it now writes the buffer, as torch's
+    rng = np.random.default_rng(9610)
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    precision = a.T @ a + np.eye(3, dtype=np.float32)
+    results = []
+    for lib in (torch, rg):
+        head = lib.nn.Module()
+        head.register_buffer("covariance", lib.eye(3))
+        u, info = lib.linalg.cholesky_ex(lib.tensor(precision))
+        assert (info == 0).all()
+        assert lib.cholesky_inverse(u, out=head.covariance) is head.covariance
+        results.append(head.covariance.numpy().copy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(results[1], np.linalg.inv(precision), rtol=1e-4, atol=1e-5)
+    # other functions still refuse out=, by name
+    with pytest.raises(rg.InvalidArgumentError, match="cos: out= is not supported"):
+        rg.cos(rg.ones(2), out=rg.zeros(2))

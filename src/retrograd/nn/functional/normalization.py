@@ -10,13 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import (
-    AutodiffError,
     DTypeError,
     InvalidArgumentError,
     ShapeError,
 )
 from ...tensor import Tensor
-from ...tensor.inplace import assign
+from ...tensor.inplace import assign, write_out
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -293,19 +292,7 @@ def normalize(
     resizes it, and returned; as in torch, not where the result needs a graph."""
     x = _float_input("normalize", input)
     result = x / x.norm(p, dim, keepdim=True).clamp_min(eps)
-    if out is None:
-        return result
-    if not isinstance(out, Tensor):
-        raise DTypeError(f"normalize: out must be a tensor, got {type(out).__name__}")
-    if result.requires_grad:
-        raise AutodiffError(
-            "normalize: functions with out= arguments don't support automatic "
-            "differentiation, but the input requires grad (call it under no_grad, or assign "
-            "the result)"
-        )
-    if tuple(out.shape) != tuple(result.shape):
-        out.resize_(result.shape)
-    return out.copy_(result)
+    return result if out is None else write_out("normalize", out, result)
 
 
 def instance_norm(
