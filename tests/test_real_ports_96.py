@@ -79,6 +79,7 @@ the gradients, ``step`` takes them; the LBFGS closure returns the loss and its g
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import numpy as np
@@ -1435,6 +1436,11 @@ def test_spectral_norm_hook_class_loads_a_version_0_state_dict_as_torch():
         conv.eval()
         out = conv(lib.tensor(np.ones((1, 1, 3), np.float32)))
         loaded.append((conv.weight_v.numpy().copy(), conv.weight.detach().numpy().copy()))
+        # the module still pickles whole (torch.save of a model), its hooks with it
+        clone = pickle.loads(pickle.dumps(conv))
+        np.testing.assert_array_equal(
+            clone(lib.ones(1, 1, 3)).detach().numpy(), conv(lib.ones(1, 1, 3)).detach().numpy()
+        )
         assert sorted(conv.state_dict()) == ["bias", "weight_orig", "weight_u", "weight_v"]
         assert conv.state_dict()._metadata[""]["spectral_norm"] == {"weight.version": 1}
         assert tuple(out.shape) == (1, 4, 2)
