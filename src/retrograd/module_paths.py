@@ -9,7 +9,8 @@ whose attributes are read from its target, so that the names it gives are the ve
 the target (``isinstance``, pickling and the target's later changes agree). A target that is a
 namespace of flags (``backends.cudnn``) is registered itself, so that ``cudnn.benchmark = True``
 sets the flag every reader sees. Paths with names of their own are real files instead
-(``nn/modules/utils.py``, ``autograd/function.py``, ``utils/hooks.py``...).
+(``nn/modules/utils.py``, ``autograd/function.py``, ``utils/hooks.py``,
+``nn/utils/spectral_norm.py``, ``nn/utils/weight_norm.py``...).
 
 >>> from retrograd.optim.adam import Adam
 >>> import retrograd as rg
@@ -54,8 +55,6 @@ PATHS: dict[str, str] = {
     "nn.modules.flatten": "nn",
     "nn.modules.upsampling": "nn",
     "nn.utils.clip_grad": "nn.utils",
-    "nn.utils.weight_norm": "nn.utils",
-    "nn.utils.spectral_norm": "nn.utils",
     "amp.autocast_mode": "amp",
     "amp.grad_scaler": "amp",
     "autograd.grad_mode": "autograd",

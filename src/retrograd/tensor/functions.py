@@ -44,6 +44,7 @@ from ._dispatch import (
     scalar_value,
     written_scalar,
 )
+from .inplace import write_out
 from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
 from .shape import cat, refuse_one_tensor
@@ -347,15 +348,21 @@ def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # n
     return from_host(type(other)._result, input, dtype, other._backend, other._device)
 
 
+#: functions whose ``out=`` is written (a real program calls them so); the others refuse it
+_WRITES_OUT = frozenset({"cholesky_inverse"})
+
+
 def _method(name: str, method: str) -> Callable[..., Any]:
     def function(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 (torch's name)
-        if kwargs.pop("out", None) is not None:
+        out = kwargs.pop("out", None)
+        if out is not None and name not in _WRITES_OUT:
             raise InvalidArgumentError(
                 f"{name}: out= is not supported (tensors are values here); assign the result"
             )
         if name in _NUMBER_INPUTS and isinstance(input, SCALARS):
             input = _number_input(name, input, args, kwargs)  # noqa: A001
-        return getattr(lift_input(name, input), method)(*args, **kwargs)
+        result = getattr(lift_input(name, input), method)(*args, **kwargs)
+        return result if out is None else write_out(name, out, result)
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = f"``rg.{name}(input, ...)``: ``input.{method}(...)`` (torch's ``{name}``)."

@@ -62,7 +62,7 @@ from .views import (
     write,
 )
 
-__all__ = ["InplaceMixin", "assign", "foreach_mul_"]
+__all__ = ["InplaceMixin", "assign", "foreach_mul_", "write_out"]
 
 
 def assign(
@@ -132,6 +132,23 @@ def assign(
     if getattr(target, "_views", None):
         refresh(target)
     return target
+
+
+def write_out(op: str, out: Any, result: Any) -> Any:
+    """torch's ``out=`` for the few functions real programs call with it (``normalize``'s
+    power iteration, SNGP's ``cholesky_inverse(u, out=self.covariance)``): ``result``
+    written into ``out`` in place (resized as torch resizes it, cast to its dtype) and
+    ``out`` returned; refused, as torch refuses it, where the result needs a graph."""
+    if not hasattr(out, "copy_"):
+        raise DTypeError(f"{op}: out must be a tensor, got {type(out).__name__}")
+    if result.requires_grad:
+        raise AutodiffError(
+            f"{op}: functions with out= arguments don't support automatic differentiation, "
+            "but the input requires grad (call it under no_grad, or assign the result)"
+        )
+    if tuple(out.shape) != tuple(result.shape):
+        out.resize_(result.shape)
+    return out.copy_(result)
 
 
 def _fit(op: str, t: Any, value: Any) -> Any:

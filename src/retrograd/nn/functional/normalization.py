@@ -15,7 +15,7 @@ from ...errors import (
     ShapeError,
 )
 from ...tensor import Tensor
-from ...tensor.inplace import assign
+from ...tensor.inplace import assign, write_out
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -286,11 +286,15 @@ def normalize(
     eps: float = 1e-12,
     out: Any = None,
 ) -> Tensor:
-    """``input / max(||input||_p, eps)`` along ``dim`` (torch's ``normalize``)."""
+    """``input / max(||input||_p, eps)`` along ``dim`` (torch's ``normalize``). ``out=`` (the
+    power iteration of torch's ``SpectralNorm``, ``normalize(torch.mv(W.t(), u), dim=0,
+    out=v)``, which updates the module's buffer) is written in place, resized as torch
+    resizes it, and returned; as in torch, not where the result needs a graph."""
     # (a complex input divided by its real norm, as torch's)
     complex_input = isinstance(input, Tensor) and input.is_complex()
     x = input if complex_input else _float_input("normalize", input)
-    return x / x.norm(p, dim, keepdim=True).clamp_min(eps)
+    result = x / x.norm(p, dim, keepdim=True).clamp_min(eps)
+    return result if out is None else write_out("normalize", out, result)
 
 
 def instance_norm(

@@ -118,6 +118,18 @@ def _missing_by_kind(missing: list[str], own: dict[str, Tensor], parameters: set
     return ", ".join(listed) or "missing no keys"
 
 
+class _CalledWithoutModule:
+    """A load pre-hook registered by torch's private ``_register_load_state_dict_pre_hook``
+    without ``with_module``: called without the module (an object, not a closure, so that a
+    module holding one still pickles, as torch's whole-model ``torch.save`` needs)."""
+
+    def __init__(self, hook: Callable[..., Any]) -> None:
+        self.hook = hook
+
+    def __call__(self, module: Any, *state_args: Any) -> Any:
+        return self.hook(*state_args)
+
+
 class Module:
     """Base class of layers and models.
 
@@ -780,6 +792,18 @@ class Module:
         may edit the state dict (a copy of the one given) and the lists."""
         return register_state_hook(
             self, "load_state_dict_pre", hook, "register_load_state_dict_pre_hook"
+        )
+
+    def _register_load_state_dict_pre_hook(
+        self, hook: Callable[..., Any], with_module: bool = False
+    ) -> RemovableHandle:
+        """torch's private form of :meth:`register_load_state_dict_pre_hook` (the one its
+        ``SpectralNorm`` and ``WeightNorm`` hooks use): ``hook`` is called without the module
+        unless ``with_module``."""
+        check_callable("_register_load_state_dict_pre_hook", hook, "hook")
+        call = hook if with_module else _CalledWithoutModule(hook)
+        return register_state_hook(
+            self, "load_state_dict_pre", call, "_register_load_state_dict_pre_hook", public=False
         )
 
     def register_load_state_dict_post_hook(self, hook: Callable[..., Any]) -> RemovableHandle:

@@ -32,7 +32,11 @@ from .fusion import (
     fuse_linear_bn_weights,
 )
 from .init import skip_init
-from .norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm
+
+# (after the submodules' imports: the package's ``spectral_norm`` and ``weight_norm`` are the
+# functions, as torch's are)
+from .spectral_norm import remove_spectral_norm, spectral_norm
+from .weight_norm import remove_weight_norm, weight_norm
 
 __all__ = [
     "clip_grad_norm",

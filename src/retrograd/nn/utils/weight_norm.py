@@ -1,0 +1,71 @@
+"""torch's ``torch.nn.utils.weight_norm`` module: the ``WeightNorm`` forward pre-hook class,
+which programs apply directly (wyharveychen/CloserLookFewShot's ``distLinear`` calls
+``WeightNorm.apply(self.L, 'weight', dim=0)``), with the module's ``weight_norm`` and
+``remove_weight_norm`` functions (:mod:`.norm_hooks`'; the package's names are these
+functions, as torch's are).
+
+The hook keeps torch's layout: parameters ``<name>_g`` (the norms over every dimension but
+``dim``) and ``<name>_v``, and ``<name>`` recomputed as ``g * v / ||v||`` before each forward.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ...errors import InvalidArgumentError
+from ..parameter import Parameter
+from .norm_hooks import norm_except_dim, remove_weight_norm, weight_norm, weight_norm_value
+
+__all__ = ["WeightNorm", "remove_weight_norm", "weight_norm"]
+
+
+class WeightNorm:
+    """torch's weight normalization hook: ``module.<name>`` is ``<name>_g * <name>_v /
+    ||<name>_v||``, the norm over every dimension but ``dim`` (``None`` or ``-1``: one norm)."""
+
+    def __init__(self, name: str, dim: int | None) -> None:
+        self.name = name
+        self.dim = -1 if dim is None else dim
+
+    def compute_weight(self, module: Any) -> Any:
+        g = getattr(module, self.name + "_g")
+        v = getattr(module, self.name + "_v")
+        return weight_norm_value(v, g, self.dim)
+
+    @staticmethod
+    def apply(module: Any, name: str, dim: int | None) -> WeightNorm:
+        warnings.warn(
+            "`torch.nn.utils.weight_norm` is deprecated in favor of "
+            "`torch.nn.utils.parametrizations.weight_norm`.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        for hook in module._forward_pre_hooks.values():
+            if isinstance(hook, WeightNorm) and hook.name == name:
+                raise InvalidArgumentError(
+                    f"Cannot register two weight_norm hooks on the same parameter {name}"
+                )
+        fn = WeightNorm(name, dim)
+        weight = module._parameters.get(name)
+        if weight is None:
+            raise InvalidArgumentError(
+                f"WeightNorm: {type(module).__name__} has no parameter {name!r} (parameters: "
+                f"{[n for n, p in module._parameters.items() if p is not None]})"
+            )
+        del module._parameters[name]
+        module.register_parameter(name + "_g", Parameter(norm_except_dim(weight, 2, fn.dim).data))
+        module.register_parameter(name + "_v", Parameter(weight.data))
+        setattr(module, name, fn.compute_weight(module))
+        module.register_forward_pre_hook(fn)
+        return fn
+
+    def remove(self, module: Any) -> None:
+        weight = self.compute_weight(module)
+        delattr(module, self.name)
+        del module._parameters[self.name + "_g"]
+        del module._parameters[self.name + "_v"]
+        setattr(module, self.name, Parameter(weight.data))
+
+    def __call__(self, module: Any, inputs: Any) -> None:
+        setattr(module, self.name, self.compute_weight(module))
