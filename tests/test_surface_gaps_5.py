@@ -57,3 +57,16 @@ def test_manual_seed_returns_the_default_generator_as_torchs():
     assert rg.random.manual_seed(0) is rg.default_generator
     first = rg.randn(4, generator=rg.manual_seed(7)).tolist()
     assert rg.randn(4, generator=rg.manual_seed(7)).tolist() == first
+
+
+def test_weight_and_spectral_normed_modules_pickle_whole_as_torchs():
+    import pickle
+
+    x = rg.tensor(np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32))
+    for name in ("weight_norm", "spectral_norm"):
+        pickle.dumps(getattr(torch.nn.utils, name)(torch.nn.Linear(3, 2)))  # torch's pickles
+        model = getattr(rg.nn.utils, name)(rg.nn.Linear(3, 2))
+        model(x)
+        copy = pickle.loads(pickle.dumps(model))
+        np.testing.assert_array_equal(copy(x).numpy(), model(x).numpy())  # hooks kept
+        assert sorted(copy.state_dict()) == sorted(model.state_dict())

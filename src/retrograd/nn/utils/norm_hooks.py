@@ -74,9 +74,20 @@ def _check_free(module: Any, name: str, kind: str) -> None:
         raise InvalidArgumentError(f"Cannot register two {kind} hooks on the same parameter {name}")
 
 
+class _BeforeForward:
+    """The forward pre-hook that recomputes the weight (an object, not a closure: a model
+    with it pickles whole, as torch's ``torch.save(model)`` of a weight-normed vocoder)."""
+
+    def __init__(self, recompute: Any):
+        self.recompute = recompute
+
+    def __call__(self, module: Any, args: Any) -> None:
+        self.recompute(module)
+
+
 def _install(module: Any, name: str, kind: str, recompute: Any) -> None:
     hooks = _hooks(module)
-    handle = module.register_forward_pre_hook(lambda mod, args: recompute(mod))
+    handle = module.register_forward_pre_hook(_BeforeForward(recompute))
     hooks[(kind, name)] = (handle, recompute)
 
 
@@ -111,14 +122,24 @@ def weight_norm(module: Any, name: str = "weight", dim: int | None = 0) -> Any:
     module.register_parameter(f"{name}_g", Parameter(norm_except_dim(weight, 2, dim).detach()))
     module.register_parameter(f"{name}_v", Parameter(weight.detach()))
 
-    def recompute(mod: Any) -> None:
-        object.__setattr__(
-            mod, name, weight_norm_value(getattr(mod, f"{name}_v"), getattr(mod, f"{name}_g"), dim)
-        )
-
+    recompute = _WeightNormRecompute(name, dim)
     recompute(module)
     _install(module, name, "weight_norm", recompute)
     return module
+
+
+class _WeightNormRecompute:
+    """``module.<name> = g * v / ||v||`` from the module's current ``<name>_g``/``_v``."""
+
+    def __init__(self, name: str, dim: int):
+        self.name, self.dim = name, dim
+
+    def __call__(self, module: Any) -> None:
+        name = self.name
+        value = weight_norm_value(
+            getattr(module, f"{name}_v"), getattr(module, f"{name}_g"), self.dim
+        )
+        object.__setattr__(module, name, value)
 
 
 def remove_weight_norm(module: Any, name: str = "weight") -> Any:
@@ -210,17 +231,28 @@ def spectral_norm(module: Any, name: str = "weight", n_power_iterations: int = 1
     module.register_buffer(f"{name}_u", u)
     module.register_buffer(f"{name}_v", v)
 
-    def recompute(mod: Any, power: bool | None = None) -> None:
-        original = getattr(mod, f"{name}_orig")
-        u, v = getattr(mod, f"{name}_u"), getattr(mod, f"{name}_v")
-        matrix = spectral_matrix(original, dim)
-        if mod.training if power is None else power:
-            u, v = power_iteration(matrix, u, v, n_power_iterations, eps)
-            mod._buffers[f"{name}_u"], mod._buffers[f"{name}_v"] = u, v
-        object.__setattr__(mod, name, spectrally_normalized(matrix, original, u, v))
-
-    _install(module, name, "spectral_norm", recompute)
+    _install(
+        module, name, "spectral_norm", _SpectralNormRecompute(name, dim, n_power_iterations, eps)
+    )
     return module
+
+
+class _SpectralNormRecompute:
+    """``module.<name> = W / sigma``, after ``n_power_iterations`` rounds of power iteration
+    in training mode (or when ``power`` says so)."""
+
+    def __init__(self, name: str, dim: int, n_power_iterations: int, eps: float):
+        self.name, self.dim, self.n_power_iterations, self.eps = name, dim, n_power_iterations, eps
+
+    def __call__(self, module: Any, power: bool | None = None) -> None:
+        name = self.name
+        original = getattr(module, f"{name}_orig")
+        u, v = getattr(module, f"{name}_u"), getattr(module, f"{name}_v")
+        matrix = spectral_matrix(original, self.dim)
+        if module.training if power is None else power:
+            u, v = power_iteration(matrix, u, v, self.n_power_iterations, self.eps)
+            module._buffers[f"{name}_u"], module._buffers[f"{name}_v"] = u, v
+        object.__setattr__(module, name, spectrally_normalized(matrix, original, u, v))
 
 
 def remove_spectral_norm(module: Any, name: str = "weight") -> Any:
