@@ -106,7 +106,8 @@ _ELEMENTS = {
 
 #: Makes a tensor of the file's values: ``(values, dtype name, requires_grad, location) ->
 #: tensor``; ``location`` is where torch saved the storage from (``"cpu"``, ``"cuda:0"``),
-#: which torch's ``map_location`` dict and function are given.
+#: which torch's ``map_location`` dict and function are given. ``values`` may be a read-only
+#: view of the file's bytes (no copy made here): the tensor copies them.
 MakeTensor = Callable[[np.ndarray, str, bool, str], Any]
 #: Makes a parameter of a tensor: ``(tensor, requires_grad) -> parameter``.
 MakeParameter = Callable[[Any, bool], Any]
@@ -180,7 +181,7 @@ class _Rebuilder:
         if made is None:
             values = _strided(storage, offset, size, stride)
             if storage.key in self.numpy_values:  # a NumPy array rg.save stored as a tensor
-                made = values
+                made = np.array(values, copy=True)
             else:
                 made = self.tensor_of(values, storage.dtype, bool(requires_grad), storage.location)
             self.made[key] = made
@@ -255,8 +256,8 @@ def _set_state(made: Any, state: Any) -> None:
 
 
 def _strided(storage: _Storage, offset: int, size: tuple, stride: tuple) -> np.ndarray:
-    """The tensor's elements, copied out of its storage; a view past the storage's end (a
-    damaged file) is refused rather than read."""
+    """The tensor's elements, a read-only view of its storage (its maker copies them); a
+    view past the storage's end (a damaged file) is refused rather than read."""
     elements = storage.elements()
     if not (
         isinstance(offset, int)
@@ -285,7 +286,7 @@ def _strided(storage: _Storage, offset: int, size: tuple, stride: tuple) -> np.n
     view = np.lib.stride_tricks.as_strided(
         elements[offset:], shape=size, strides=[step * item for step in stride], writeable=False
     )
-    return np.array(view, copy=True)
+    return view  # (read-only: the makers copy it)
 
 
 #: The most elements a view that repeats its storage's (an expanded tensor) is copied into.
