@@ -7,8 +7,10 @@ torch aligns them; ``archive/version``, ``archive/byteorder``), made without tor
 :mod:`retrograd.torch_writer`: ``torch.load`` reads what retrograd saved, under its default
 ``weights_only=True`` for tensors, parameters, containers, numbers, strings, devices, dtypes
 and ``Size``s. Tensors that share memory share a storage (a tied weight, a view), as torch's
-do. NumPy arrays and scalars are saved as tensors (torch reads them), listed in an entry of
-retrograd's own so that :func:`load` gives them back as NumPy values.
+do. NumPy arrays (an optimizer's state) are saved as tensors (torch reads them), listed in an
+entry of retrograd's own so that :func:`load` gives them back as arrays; NumPy scalars are
+pickled as torch pickles them (torch reads them under ``weights_only=False``; :func:`load` of
+a file :func:`save` wrote, by default).
 
 Anything else -- a whole module (``torch.save(model, path)``), an ``argparse.Namespace`` --
 is pickled by its class, as torch pickles it, and read back under torch's rule: a default
