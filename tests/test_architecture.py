@@ -40,6 +40,9 @@ LAYERS = {
     # torch.save's files, read without torch: over the tensor API's dtypes, read with by
     # serialization
     "torch_files": 4.5,
+    # torch.save's files, written without torch: over the tensor API and torch_files's zip,
+    # used by serialization
+    "torch_writer": 4.75,
     "testing": 5,
     # torch.futures; torch's process-wide defaults (default device, autocast state)
     "futures": 5,

@@ -293,7 +293,7 @@ def test_load_with_a_map_location_function_that_fails(tmp_path):
             rg.load(path, map_location=lambda storage, location: storage.cuda(0))
     with pytest.raises(ZeroDivisionError):  # the function's own error, as it raised it
         rg.load(path, map_location=lambda storage, location: 1 / 0)
-    with pytest.raises(rg.DTypeError, match="load: map_location returned int"):
+    with pytest.raises(rg.DTypeError, match=r"load: .*map_location returned int"):
         rg.load(path, map_location=lambda storage, location: 3)
 
 

@@ -253,7 +253,8 @@ def test_a_damaged_zip_header_is_one_damaged_file_error(tmp_path, field, bit, sa
     data[entry + field] ^= 1 << bit
     path = tmp_path / "damaged.pt"
     path.write_bytes(bytes(data))
-    with pytest.raises(rg.InvalidArgumentError, match=r"^load: .*damaged.pt' is damaged") as raised:
+    damaged = r"^load: .*damaged.pt' is (a torch file, )?damaged"  # (rg.save writes torch's)
+    with pytest.raises(rg.InvalidArgumentError, match=damaged) as raised:
         rg.load(path)
     assert said in str(raised.value)
     path.write_bytes(_saved_state())

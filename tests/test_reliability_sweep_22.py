@@ -22,6 +22,7 @@ import errno
 import io
 import os
 import threading
+import zipfile
 from pathlib import Path
 from unittest import mock
 
@@ -88,9 +89,12 @@ def copy_of(folder: Path, tmp_path: Path) -> Path:
 
 # == the library's saves: whole or not at all ===================================================
 def _partial_savez(error: int):
-    """``np.savez`` that writes part of an archive, then fails as a full disk does."""
+    """``np.savez`` (``savez(file, **arrays)``), or rg.save's copy of the file it made into
+    the file (``copy_to(prepared, file)``), that writes part of an archive, then fails as a
+    full disk does."""
 
-    def savez(file, *args, **kwargs):
+    def savez(*args, **kwargs):
+        file = args[1] if len(args) == 2 else args[0]
         file.write(b"PK\x03\x04 partial")
         raise OSError(error, os.strerror(error))
 
@@ -99,7 +103,7 @@ def _partial_savez(error: int):
 
 SAVES = {
     "rg.save": (
-        "retrograd.serialization.np.savez",
+        "retrograd.serialization._Prepared.copy_to",
         lambda model, path: rg.save(model.state_dict(), path),
     ),
     "Module.save": ("retrograd.nn.modules.module.np.savez", lambda model, path: model.save(path)),
@@ -146,7 +150,7 @@ def test_an_interrupt_during_a_save_keeps_the_previous_file(tmp_path):
         raise KeyboardInterrupt
 
     with (
-        mock.patch("retrograd.serialization.np.savez", interrupted),
+        mock.patch("retrograd.serialization._Prepared.copy_to", interrupted),
         pytest.raises(KeyboardInterrupt),
     ):
         rg.save({"step": 2, "w": rg.zeros(3)}, path)
@@ -215,9 +219,13 @@ def test_a_file_that_is_no_save_is_a_named_error_for_load_and_load_state_dict(ki
         path.write_bytes(b"")
     elif kind == "truncated":
         path.write_bytes(good[: len(good) // 2])
-    elif kind == "bit flip":  # inside the first array's values: the zip's CRC catches it
+    elif kind == "bit flip":  # inside the first storage's values: the zip's CRC catches it
         flipped = bytearray(good)
-        flipped[good.index(b"\x93NUMPY") + 130] ^= 0x10
+        start = zipfile.ZipFile(io.BytesIO(good)).getinfo("archive/data/0").header_offset
+        name, extra = (
+            int.from_bytes(good[start + at : start + at + 2], "little") for at in (26, 28)
+        )
+        flipped[start + 30 + name + extra + 2] ^= 0x10
         path.write_bytes(bytes(flipped))
     elif kind == "text":
         path.write_text("weights: 1 2 3\n")

@@ -432,14 +432,14 @@ def test_a_save_interrupted_mid_write_keeps_the_previous_file(tmp_path):
     path = tmp_path / "model.pt"
     rg.save({"w": rg.ones(50), "step": 1}, path)
     before = path.read_bytes()
-    real_savez = np.savez
+    real_copy = rg.serialization._Prepared.copy_to
 
-    def interrupted_midway(handle, **arrays):
-        real_savez(handle, **arrays)  # the archive written, then cut off before the end
+    def interrupted_midway(prepared, handle):
+        real_copy(prepared, handle)  # the archive written, then cut off before the end
         handle.truncate(handle.tell() // 2)
         raise KeyboardInterrupt
 
-    with mock.patch("retrograd.serialization.np.savez", interrupted_midway):
+    with mock.patch("retrograd.serialization._Prepared.copy_to", interrupted_midway):
         try:
             rg.save({"w": rg.zeros(50), "step": 2}, path)
         except KeyboardInterrupt:

@@ -1,17 +1,28 @@
-"""``rg.save`` and ``rg.load``: torch's checkpoint functions, pickle only where torch needs it.
+"""``rg.save`` and ``rg.load``: torch's checkpoint functions, and torch's file.
 
-A file holds the arrays of every tensor and NumPy array (an ``.npz`` archive: NumPy's ``.npy``
-entries in a zip) and the structure around them as JSON: dicts (their keys may be str, int,
-float, bool, ``None`` or tuples of those), lists, tuples, numbers, strings, ``None``, devices
-and dtypes. That is what checkpoints hold (``{"model": model.state_dict(), "optimizer":
-optimizer.state_dict(), "epoch": 3}``); a tensor saved under two names (tied weights) loads as
-one tensor, and loading it runs no code from the file.
+:func:`save` writes the file ``torch.save`` writes (its zip format: ``archive/data.pkl``, the
+pickle of the saved object, whose tensors are calls of torch's rebuild function over
+references to storages; ``archive/data/0``... the storages' bytes, little-endian, aligned as
+torch aligns them; ``archive/version``, ``archive/byteorder``), made without torch by
+:mod:`retrograd.torch_writer`: ``torch.load`` reads what retrograd saved, under its default
+``weights_only=True`` for tensors, parameters, containers, numbers, strings, devices, dtypes
+and ``Size``s. Tensors that share memory share a storage (a tied weight, a view), as torch's
+do. NumPy arrays (an optimizer's state) are saved as tensors (torch reads them), listed in an
+entry of retrograd's own so that :func:`load` gives them back as arrays; NumPy scalars are
+pickled as torch pickles them (torch reads them under ``weights_only=False``; :func:`load` of
+a file :func:`save` wrote, by default).
 
 Anything else -- a whole module (``torch.save(model, path)``), an ``argparse.Namespace`` --
-is pickled into its own entry, as torch pickles it, and read back under torch's rule: a
-default (``weights_only=True``) load refuses it, naming it, unless its classes were allowed
+is pickled by its class, as torch pickles it, and read back under torch's rule: a default
+(``weights_only=True``) load refuses it, naming it, unless its classes were allowed
 (``add_safe_globals``, ``safe_globals``); ``load(f, weights_only=False)`` unpickles it, for
-files whose source is trusted.
+files whose source is trusted. torch loads such a file the same way (a retrograd module
+pickled whole needs retrograd to load, as a torch module needs torch).
+
+:func:`load` reads the files :func:`save` writes, those ``torch.save`` writes (zip and legacy:
+:mod:`retrograd.torch_files`), and the files earlier versions of :func:`save` wrote: an
+``.npz`` archive of the arrays with the structure around them as JSON (its reader is kept, for
+the files on users' disks).
 
 >>> import io, retrograd as rg
 >>> buffer = io.BytesIO()
@@ -39,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from . import torch_files
+from . import torch_files, torch_writer
 from .context import current_backend, thread_device
 from .device import Device
 from .errors import DTypeError, InvalidArgumentError, RetrogradError
@@ -71,241 +82,69 @@ _FORMAT_VERSION = 1
 _FORMAT = f"{_FORMAT_NAME}/{_FORMAT_VERSION}"
 
 
-class _Writer:
-    """Walks an object, turning it into JSON and a list of arrays."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[str, np.ndarray] = {}
-        self.seen: dict[int, str] = {}
-        self.open: set[int] = set()  # the containers being encoded (a cycle meets one again)
-        #: the state values stored, by the parameter or buffer they were copied from
-        self.state_values: dict[int, list[tuple[np.ndarray, dict[str, Any]]]] = {}
-
-    def array(self, key_object: Any, array: np.ndarray) -> str:
-        existing = self.seen.get(id(key_object))
-        if existing is not None:
-            return existing
-        name = f"a{len(self.arrays)}"
-        self.arrays[name] = np.array(array, order="C")  # (ascontiguousarray makes 0-d 1-d)
-        self.seen[id(key_object)] = name
-        return name
-
-    def tensor(self, key_object: Any, t: Tensor) -> dict[str, Any]:
-        """The entry of tensor ``t``, its values stored once per ``key_object``."""
-        dtype = str(t.dtype)
-        values = t.numpy()
-        if dtype == "bfloat16":  # NumPy has no bfloat16: the values, widened exactly
-            values = values.astype(np.float32)
-        return {
-            "tensor": self.array(key_object, values),
-            "dtype": dtype,
-            "requires_grad": bool(t.is_require_grad()),
-        }
-
-    def state_value(self, value: np.ndarray, saved_as_tensor: Any) -> dict[str, Any]:
-        """The entry of a module's state value: one per parameter or buffer it was copied
-        from, while the copies hold the same values, so that a tied weight (``state_dict()``
-        lists it under each name, a copy each) is stored once and loads as one tensor, as
-        torch's storage sharing makes it."""
-        source = getattr(value, "_source", None)
-        if source is not None:
-            for earlier, node in self.state_values.get(id(source), []):
-                if (earlier.dtype, earlier.shape) == (value.dtype, value.shape) and (
-                    earlier.tobytes() == value.tobytes()
-                ):
-                    return node
-        node = self.tensor(value, saved_as_tensor())
-        if source is not None:
-            self.state_values.setdefault(id(source), []).append((value, node))
-        return node
-
-    def encode(self, obj: Any, where: str) -> Any:
-        if type(obj) in DTYPE_CLASSES:
-            return {"dtype_name": str(obj)}
-        if obj is None or isinstance(obj, bool | int | float | str):
-            if isinstance(obj, float) and not np.isfinite(obj):
-                return {"float": repr(obj)}
-            return obj
-        if type(obj) is complex:  # JSON has no complex numbers (torch's pickle keeps them)
-            return {"complex": [repr(obj.real), repr(obj.imag)]}
-        if isinstance(obj, Tensor):
-            node = self.tensor(obj, obj)
-            saved_class = (type(obj).__module__, type(obj).__qualname__)
-            if saved_class == _PARAMETER:  # it loads as a Parameter, as torch's does
-                node["class"] = list(saved_class)
-            return node
-        saved_as_tensor = getattr(obj, "_saved_as_tensor", None)
-        if isinstance(obj, np.ndarray) and callable(saved_as_tensor):
-            # a module's state value (nn's StateValue): saved as the tensor it stands for, as
-            # torch saves a state dict's tensors (it loads back as one)
-            return self.state_value(obj, saved_as_tensor)
-        if isinstance(obj, np.ndarray):
-            if obj.dtype.kind not in "biufc":
-                raise DTypeError(f"save: cannot store an array of dtype {obj.dtype} at {where}")
-            return {"ndarray": self.array(obj, obj)}
-        if isinstance(obj, np.generic):
-            return {"npscalar": self.array(obj, np.asarray(obj)), "kind": obj.dtype.str}
-        if _is_torch_tensor(obj):
-            host, dtype_name = obj.detach().cpu(), None
-            if str(host.dtype) == "torch.bfloat16":  # NumPy has none: widened exactly, as
-                host, dtype_name = host.float(), "bfloat16"  # retrograd's own (see tensor)
-            return {"tensor": self.array(obj, host.numpy()), "dtype": dtype_name,
-                    "requires_grad": False}  # fmt: skip
-        if isinstance(obj, Device):
-            return {"device": str(obj)}
-        if _is_structure(obj):
-            if id(obj) in self.open:
-                raise _Cycle
-            self.open.add(id(obj))
-            try:
-                return self.container(obj, where)
-            finally:
-                self.open.discard(id(obj))
-        return self.pickled(obj, where)
-
-    def container(self, obj: Any, where: str) -> Any:
-        if isinstance(obj, dict):
-            items = [
-                [self.key(k, where), self.encode(v, f"{where}[{k!r}]")] for k, v in obj.items()
-            ]
-            node = {"dict": items, "ordered": isinstance(obj, OrderedDict)}
-            metadata = getattr(obj, "_metadata", None)
-            if metadata is not None:  # a state dict's per-module versions, kept as torch's pickle
-                node["metadata"] = self.encode(metadata, f"{where}._metadata")
-            return node
-        if isinstance(obj, list):
-            return {"list": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
-        if isinstance(obj, tuple):
-            return {"tuple": [self.encode(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
-        kind = "frozenset" if isinstance(obj, frozenset) else "set"
-        return {kind: [self.encode(v, f"{where}{{...}}") for v in obj]}
-
-    def pickled(self, obj: Any, where: str) -> dict[str, Any]:
-        """An entry of ``obj``'s pickle (read back only as :func:`load`'s rule allows). The
-        tensors inside it are stored as this file's arrays, the pickle naming them (as torch
-        stores its storages): the pickle holds no backend, graph or NumPy internals, so a
-        module's pickle needs no more allowed classes than torch's does."""
-        buffer = io.BytesIO()
-        try:
-            _TensorPickler(buffer, self, where).dump(obj)
-            data = buffer.getvalue()
-        except (pickle.PicklingError, TypeError, AttributeError) as error:
-            raise DTypeError(
-                f"save: cannot store an object of type {type(obj).__name__} at {where}: "
-                f"it is not a tensor, array, number, string or container of them, and it "
-                f"cannot be pickled ({error})"
-            ) from None
-        name = f"p{len(self.arrays)}"
-        self.arrays[name] = np.frombuffer(data, dtype=np.uint8)
-        kind = type(obj)
-        return {"pickle": name, "type": f"{kind.__module__}.{kind.__qualname__}", "at": where}
-
-    def key(self, key: Any, where: str) -> Any:
-        if key is None or isinstance(key, bool | int | float | str):
-            return {"key": key}
-        if isinstance(key, tuple):
-            return {"tuple": [self.key(k, where) for k in key]}
-        if isinstance(key, np.generic) and key.dtype.kind in "biuf":
-            # a NumPy number (``{c: w for c in np.unique(labels)}``), kept as one: stored as
-            # values of that kind are, where it was refused
-            return {"npkey": key.item(), "kind": key.dtype.str}
-        raise DTypeError(
-            f"save: cannot store a dict key of type {type(key).__name__} at {where} "
-            "(str, int, float, bool, None, NumPy numbers or tuples of them)"
-        )
-
-
-class _Cycle(Exception):  # noqa: N818 (not an error: the walk's signal)
-    """A container met again inside itself: the structure is no tree, so no JSON."""
-
-
-class _TensorPickler(pickle.Pickler):
-    """``pickle`` with each tensor replaced by a reference to the file's array of it; a
-    ``Parameter`` (or another tensor class) pickles as its class called on that tensor and
-    its ``requires_grad``, as ``Parameter(data, requires_grad)`` is built."""
-
-    def __init__(self, file: Any, writer: _Writer, where: str) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.writer, self.where = writer, where
-        self.origins: dict[int, Any] = {}
-        self.held: list[Any] = []  # the plain tensors made below, alive while ids are in use
-
-    def persistent_id(self, obj: Any) -> Any:
-        if type(obj) is not Tensor:
-            return None
-        node = self.writer.encode(self.origins.get(id(obj), obj), self.where)
-        return ("tensor", node["tensor"], node["dtype"], node["requires_grad"])
-
-    def reducer_override(self, obj: Any) -> Any:
-        if not isinstance(obj, Tensor) or type(obj) is Tensor:
-            return NotImplemented
-        plain = Tensor(obj._prim, obj._backend, obj._device)
-        self.origins[id(plain)] = obj
-        self.held.append(plain)
-        return (type(obj), (plain, bool(obj.is_require_grad())))
-
-
-#: The containers stored in the file's structure, loaded back as the same class. Others built
-#: on them (a ``defaultdict``, a named tuple, a user's ``dict`` subclass) are pickled, as torch
-#: stores them: as plain dicts and tuples they lost their class (``ckpt.step`` of a saved
-#: named tuple failed after loading) without a word.
-_STRUCTURES = (dict, OrderedDict, list, tuple, set, frozenset)
-
-
-def _is_structure(obj: Any) -> bool:
-    """Whether ``obj`` is one of :data:`_STRUCTURES`, or a tuple of retrograd's or torch's
-    (a ``Size``, ``max``'s and ``topk``'s named results, ``IncompatibleKeys``): loaded as a
-    plain tuple, as before (retrograd's result classes cannot be pickled by name)."""
-    kind = type(obj)
-    library = kind.__module__.partition(".")[0]
-    return kind in _STRUCTURES or (isinstance(obj, tuple) and library in ("retrograd", "torch"))
-
-
-def _is_torch_tensor(obj: Any) -> bool:
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "detach")
-
-
-def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: Any = None,
+def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: Any = 2,
          _use_new_zipfile_serialization: bool = True) -> None:  # fmt: skip
-    """Write ``obj`` (tensors, arrays, numbers, strings, dicts/lists/tuples of them) to ``f``,
-    a path or a binary file object, as torch's ``save`` (no pickle: see the module)."""
-    if pickle_module is not None:
-        raise InvalidArgumentError("save: pickle_module is not supported (rg.save uses no pickle)")
-    writer = _Writer()
-    try:
-        encoded = writer.encode(obj, "the saved object")
-    except _Cycle:
-        # a list or dict that holds itself (torch's pickle keeps such references): the whole
-        # object pickled, its tensors still the file's arrays; a bare RecursionError before
-        writer = _Writer()
-        encoded = writer.pickled(obj, "the saved object")
-    except RecursionError:
+    """Write ``obj`` (tensors, arrays, numbers, strings, containers of them, or any object
+    pickle takes) to ``f``, a path or a binary file object, as ``torch.save`` writes it: a
+    file ``torch.load`` reads (see the module). A path is written whole or not at all."""
+    if pickle_module is not None and pickle_module is not pickle:
         raise InvalidArgumentError(
-            "save: the saved object is nested too deeply to store (containers inside "
-            "containers beyond Python's recursion limit)"
-        ) from None
-    structure = {"format": _FORMAT, "object": encoded}
-    arrays = dict(writer.arrays)
-    arrays[_STRUCTURE] = np.array(json.dumps(structure))
+            f"save: pickle_module={getattr(pickle_module, '__name__', pickle_module)!r} is not "
+            "supported: rg.save writes torch's pickle with Python's own pickle module"
+        )
+    if not _use_new_zipfile_serialization:
+        raise InvalidArgumentError(
+            "save: _use_new_zipfile_serialization=False (torch's legacy format) is not "
+            "written here; rg.save writes torch's zip format, which every torch since 1.6 reads"
+        )
+    protocol = _pickle_protocol(pickle_protocol)
     if not isinstance(f, str | os.PathLike) and not callable(getattr(f, "write", None)):
         raise DTypeError(f"save: f must be a path or a binary file object, got {type(f).__name__}")
-    if isinstance(f, io.TextIOBase):  # zipfile would fail inside, writing bytes to it
+    if isinstance(f, io.TextIOBase):
         raise DTypeError("save: the file object was opened in text mode; open it with 'wb'")
+    archive = _Prepared()
+    torch_writer.write(obj, archive, protocol)  # whole before a byte reaches the file
     if isinstance(f, str | os.PathLike):
-        # Whole or not at all: a full disk or a crash midway leaves the previous file as it
-        # was (and np.savez given a path would append ".npz" to it).
+        # Whole or not at all: a full disk or a crash midway leaves the previous file as it was.
         with atomic_write(f) as handle:
-            np.savez(handle, **arrays)
+            archive.copy_to(handle)
     else:
-        # made whole first, then written: NumPy's writer needs a readable, seekable file (a
-        # write-only stream, which torch.save takes, was a bare TypeError from os.fspath), and
-        # a failure while archiving writes nothing into the caller's file
-        archive = io.BytesIO()
-        np.savez(archive, **arrays)
-        data, written = archive.getbuffer(), 0
-        while written < len(data):  # an unbuffered file may take part of it per call
-            count = f.write(data[written:])
-            written += len(data) - written if count is None else count
+        archive.copy_to(f)
+
+
+def _pickle_protocol(protocol: Any) -> int:
+    """``pickle_protocol`` checked: torch's references to storages need a binary protocol
+    (1 on), and torch writes 2."""
+    if protocol is None:
+        return 2
+    if isinstance(protocol, bool) or not isinstance(protocol, int):
+        raise DTypeError(f"save: pickle_protocol must be an int, got {type(protocol).__name__}")
+    if not 1 <= protocol <= pickle.HIGHEST_PROTOCOL:
+        raise InvalidArgumentError(
+            f"save: pickle_protocol={protocol} is not one torch's file can use: 1 to "
+            f"{pickle.HIGHEST_PROTOCOL} (protocol 0 writes no references to storages; "
+            "torch's default is 2)"
+        )
+    return protocol
+
+
+class _Prepared:
+    """The file's pieces, in order, as the writer gives them: written out at once when all
+    are made (a save that fails midway writes nothing), without copying the storages."""
+
+    def __init__(self) -> None:
+        self.pieces: list[Any] = []
+
+    def write(self, data: Any) -> int:
+        self.pieces.append(data)
+        return len(data)
+
+    def copy_to(self, file: Any) -> None:
+        for piece in self.pieces:
+            view, written = memoryview(piece), 0
+            while written < len(view):  # an unbuffered file may take part of it per call
+                count = file.write(view[written:])
+                written += len(view) - written if count is None else count
 
 
 class _Reader:
@@ -496,8 +335,8 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
     location)`` puts them, as torch's: it is given each tensor (on the CPU, location
     ``"cpu"``) and returns it, moved (``storage.cuda(rank)``), or ``None`` to keep it. A
     device no backend here computes on (``"meta"``, ``"mps"``...) is refused.
-    An ``.npz`` of arrays (``Module.save``) loads as a dict of arrays.
-    A file of torch's own (a pickle) is refused with an error that says so."""
+    A file ``torch.save`` wrote loads as torch loads it; an ``.npz`` of arrays
+    (``Module.save``) as a dict of arrays; a bare pickle is refused with an error that says so."""
     device = None
     # a dict moves only the storages saved from one of its keys (torch's), in a torch file
     by_location = dict(map_location) if isinstance(map_location, dict) else None
@@ -568,8 +407,9 @@ def _is_torch_zip(source: Any) -> bool:
 
 def saved_by(path: Any) -> str | None:
     """Which ``save`` wrote ``path`` (a path or a seekable binary file, left where it was):
-    ``"retrograd"`` (:func:`save`), ``"torch"`` (``torch.save``, which :func:`load` reads
-    too), or ``None`` for anything else (an ``.npz`` of arrays, a damaged or foreign file)."""
+    ``"torch"`` (torch's format: ``torch.save``'s, and :func:`save`'s since it writes
+    torch's), ``"retrograd"`` (the ``.npz`` format earlier versions of :func:`save` wrote), or
+    ``None`` for anything else (an ``.npz`` of arrays, a damaged or foreign file)."""
     try:
         with contextlib.ExitStack() as stack:
             if hasattr(path, "read"):
@@ -608,11 +448,22 @@ def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, le
     def parameter_of(made: Any, requires_grad: bool) -> Any:
         return _global(*_PARAMETER)(made, requires_grad)
 
+    def subclass_of(made: Tensor, kind: Any) -> Any:
+        """A tensor of a user's ``Tensor`` subclass (rg.save names its class)."""
+        if isinstance(kind, type) and issubclass(kind, Tensor):
+            return made.as_subclass(kind)
+        return None
+
     find_class = _allowed_global if weights_only else _importable_global
     try:
         if legacy:
             return torch_files.read_legacy(source.read(), make, parameter_of, find_class)
-        return torch_files.read_zip(source, make, parameter_of, find_class)
+        with zipfile.ZipFile(source) as archive:
+            shortfall = hidden_entries(source, archive)
+        if shortfall:  # a damaged directory: the entries after the damage are missing
+            raise zipfile.BadZipFile(shortfall)
+        source.seek(0)
+        return torch_files.read_zip(source, make, parameter_of, find_class, subclass_of)
     except _FromMapLocation as carried:
         raise carried.error from None
     except RetrogradError as error:
@@ -697,7 +548,15 @@ def hidden_entries(source: Any, archive: Any) -> str | None:
     end = source.read(_END_RECORD)
     if end[:4] != b"PK\x05\x06":  # an archive comment of its own: nothing to compare
         return None
-    counted, listed = int.from_bytes(end[10:12], "little"), len(archive.zip.infolist())
+    entries = getattr(archive, "zip", archive).infolist()  # (an .npz's zip, or a zip)
+    counted, listed = int.from_bytes(end[10:12], "little"), len(entries)
+    if counted == 0xFFFF and source.tell() >= _END_RECORD + _ZIP64_LOCATOR:
+        # zip64's count, in its own end record, which the locator before this one finds
+        source.seek(-_END_RECORD - _ZIP64_LOCATOR, os.SEEK_END)
+        locator = source.read(_ZIP64_LOCATOR)
+        if locator[:4] == b"PK\x06\x07":
+            source.seek(int.from_bytes(locator[8:16], "little") + 32)
+            counted = int.from_bytes(source.read(8), "little")
     if counted == listed:
         return None
     return f"its directory lists {listed} entries, its end record counts {counted}"
@@ -705,6 +564,8 @@ def hidden_entries(source: Any, archive: Any) -> str | None:
 
 #: The size of a zip's end-of-central-directory record without an archive comment.
 _END_RECORD = 22
+#: The size of zip64's locator of its end record (just before the end record).
+_ZIP64_LOCATOR = 20
 
 
 def _text(error: BaseException) -> str:
@@ -917,6 +778,8 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
                 f"({_text(error)})"
             ) from None
         allowed |= torch_files.ALLOWED
+        if _written_here(data):  # a file rg.save wrote: its NumPy scalars load (see load)
+            allowed |= torch_files.NUMPY_SCALAR_NAMES
         for name in found:
             name = name.replace("__builtin__.", "builtins.", 1)
             if name not in allowed and name not in names:
@@ -931,6 +794,16 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
                 if name not in allowed and name not in names:
                     names.append(name)
     return names
+
+
+def _written_here(data: bytes) -> bool:
+    """Whether the torch zip ``data`` is one :func:`save` wrote (it lists its NumPy arrays)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = archive.namelist()
+    except ARCHIVE_DAMAGE:
+        return False
+    return any(name.endswith(f"/{torch_files.NUMPY_RECORD}") for name in names)
 
 
 def _pickled_entries(node: Any) -> list[tuple[str | None, str]]:

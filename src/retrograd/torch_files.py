@@ -28,9 +28,12 @@ load as copies of their elements.
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import pickletools
+import struct
 import zipfile
+import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -44,11 +47,15 @@ from .tensor.dtypes import DTYPE_OBJECTS, Size
 __all__ = [
     "ALLOWED",
     "LEGACY_MAGIC",
+    "NUMPY_RECORD",
+    "NUMPY_SCALAR_NAMES",
+    "STORAGE_DTYPES",
     "Unsupported",
     "is_torch_zip",
     "object_pickle",
     "read_legacy",
     "read_zip",
+    "write_zip",
 ]
 
 #: The number a legacy torch file pickles first.
@@ -71,6 +78,16 @@ _STORAGE_DTYPES = {
     "ComplexDoubleStorage": "complex128",
     "UntypedStorage": "uint8",
 }
+STORAGE_DTYPES = _STORAGE_DTYPES
+#: The entry of a file ``rg.save`` wrote that lists the storages of its NumPy arrays (saved
+#: as tensors, which torch reads): ``{"<storage key>": "array"}``, JSON. ``rg.load`` gives
+#: those back as arrays, and rebuilds the file's NumPy scalars of numbers (pickled as NumPy
+#: pickles them) under ``weights_only``, as retrograd's earlier format loaded them; torch
+#: ignores the entry.
+NUMPY_RECORD = ".data/retrograd_numpy"
+#: The names NumPy pickles a scalar by (``numpy._core`` is NumPy 2's, ``numpy.core`` 1's).
+NUMPY_SCALAR_NAMES = {"numpy._core.multiarray.scalar", "numpy.core.multiarray.scalar",
+                      "numpy.dtype"}  # fmt: skip
 #: NumPy's dtype of each storage dtype's bytes (bfloat16's are read as 16-bit words).
 _ELEMENTS = {
     "float32": np.float32,
@@ -89,10 +106,14 @@ _ELEMENTS = {
 
 #: Makes a tensor of the file's values: ``(values, dtype name, requires_grad, location) ->
 #: tensor``; ``location`` is where torch saved the storage from (``"cpu"``, ``"cuda:0"``),
-#: which torch's ``map_location`` dict and function are given.
+#: which torch's ``map_location`` dict and function are given. ``values`` may be a read-only
+#: view of the file's bytes (no copy made here): the tensor copies them.
 MakeTensor = Callable[[np.ndarray, str, bool, str], Any]
 #: Makes a parameter of a tensor: ``(tensor, requires_grad) -> parameter``.
 MakeParameter = Callable[[Any, bool], Any]
+#: A tensor as an instance of a class of the caller's (a tensor subclass the file names), or
+#: ``None`` when that class is none of the caller's: ``(tensor, class) -> tensor``.
+MakeSubclass = Callable[[Any, Any], Any]
 #: The class or function ``module.name`` the caller lets the file rebuild, or raises
 #: ``pickle.UnpicklingError`` saying why not.
 FindClass = Callable[[str, str], Any]
@@ -138,9 +159,13 @@ class _Storage:
 class _Rebuilder:
     """torch's rebuild functions and classes, as the file's pickle calls them."""
 
-    def __init__(self, tensor_of: MakeTensor, parameter_of: MakeParameter):
+    def __init__(self, tensor_of: MakeTensor, parameter_of: MakeParameter,
+                 numpy_values: dict[str, str] | None = None,
+                 subclass_of: MakeSubclass | None = None) -> None:  # fmt: skip
         self.tensor_of = tensor_of
         self.parameter_of = parameter_of
+        self.numpy_values = numpy_values or {}
+        self.subclass_of = subclass_of
         self.made: dict[tuple, Any] = {}
         self.made_ids: set[int] = set()
 
@@ -163,7 +188,10 @@ class _Rebuilder:
                 values = np.conj(values)
             if neg:
                 values = np.negative(values)
-            made = self.tensor_of(values, storage.dtype, bool(requires_grad), storage.location)
+            if storage.key in self.numpy_values:  # a NumPy array rg.save stored as a tensor
+                made = np.array(values, copy=True)
+            else:
+                made = self.tensor_of(values, storage.dtype, bool(requires_grad), storage.location)
             self.made[key] = made
             self.made_ids.add(id(made))
         return made
@@ -188,12 +216,20 @@ class _Rebuilder:
         _set_state(made, state)
         return made
 
+    def _subclass(self, made: Any, new_type: Any) -> Any:
+        if self.subclass_of is None or new_type is _TENSOR_CLASS:
+            return None
+        return self.subclass_of(made, new_type)
+
     def from_type(self, func: Any, new_type: Any, args: Any, state: Any) -> Any:
         """torch's ``_rebuild_from_type_v2``: ``func(*args)`` as ``new_type``, with the
         attributes of ``state``."""
         made = func(*args)
         if new_type is _PARAMETER_CLASS:
             made = self.parameter_of(made, True)
+            self.made_ids.add(id(made))
+        elif (subclass := self._subclass(made, new_type)) is not None:
+            made = subclass
             self.made_ids.add(id(made))
         elif new_type is not _TENSOR_CLASS:
             kind = (
@@ -228,8 +264,8 @@ def _set_state(made: Any, state: Any) -> None:
 
 
 def _strided(storage: _Storage, offset: int, size: tuple, stride: tuple) -> np.ndarray:
-    """The tensor's elements, copied out of its storage; a view past the storage's end (a
-    damaged file) is refused rather than read."""
+    """The tensor's elements, a read-only view of its storage (its maker copies them); a
+    view past the storage's end (a damaged file) is refused rather than read."""
     elements = storage.elements()
     if not (
         isinstance(offset, int)
@@ -258,7 +294,7 @@ def _strided(storage: _Storage, offset: int, size: tuple, stride: tuple) -> np.n
     view = np.lib.stride_tricks.as_strided(
         elements[offset:], shape=size, strides=[step * item for step in stride], writeable=False
     )
-    return np.array(view, copy=True)
+    return view  # (read-only: the makers copy it)
 
 
 #: The most elements a view that repeats its storage's (an expanded tensor) is copied into.
@@ -497,8 +533,9 @@ def _pickle_entry(names: list[str]) -> str:
 
 
 def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
-             find_class: FindClass) -> Any:  # fmt: skip
-    """The object a torch zip file (``source``, seekable) holds."""
+             find_class: FindClass, subclass_of: MakeSubclass | None = None) -> Any:  # fmt: skip
+    """The object a torch zip file (``source``, seekable) holds (one ``rg.save`` wrote: its
+    NumPy values as NumPy values, :data:`NUMPY_RECORD`)."""
     with zipfile.ZipFile(source) as archive:
         names = archive.namelist()
         pickled = _pickle_entry(names)
@@ -521,10 +558,78 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
                 storages[key] = _Storage(key, dtype, read, location)
             return storages[key]
 
-        rebuilder = _Rebuilder(tensor_of, parameter_of)
+        numpy_values = _numpy_values(archive, f"{prefix}{NUMPY_RECORD}", names)
+        if f"{prefix}{NUMPY_RECORD}" in names:
+            find_class = _with_numpy_scalars(find_class)
+        rebuilder = _Rebuilder(tensor_of, parameter_of, numpy_values, subclass_of)
         data = _checked(archive.read(pickled))
         loaded = _Unpickler(io.BytesIO(data), rebuilder, find_class, storage_of).load()
         return _no_bare_storage(loaded, rebuilder.made_ids)
+
+
+def _numpy_values(archive: zipfile.ZipFile, name: str, names: list[str]) -> dict[str, str]:
+    """The storages of a file's NumPy values (:data:`NUMPY_RECORD`), ``{}`` where the file
+    has no such entry (torch's files)."""
+    if name not in names:
+        return {}
+    try:
+        listed = json.loads(archive.read(name))
+    except ValueError as error:
+        raise pickle.UnpicklingError(f"its list of NumPy values is not JSON ({error})") from None
+    if not isinstance(listed, dict) or not all(
+        isinstance(key, str) and kind == "array" for key, kind in listed.items()
+    ):
+        raise pickle.UnpicklingError(f"its list of NumPy values is {listed!r}")
+    return listed
+
+
+def _with_numpy_scalars(find_class: FindClass) -> FindClass:
+    """``find_class``, which also rebuilds NumPy scalars of numbers (their dtype and bytes,
+    nothing else: any other NumPy scalar or dtype is the caller's ``find_class``'s to allow
+    or refuse)."""
+
+    def find(module: str, name: str) -> Any:
+        if f"{module}.{name}" not in NUMPY_SCALAR_NAMES:
+            return find_class(module, name)
+        if name == "dtype":
+
+            def numeric_dtype(spec: Any, *args: Any) -> Any:
+                made = _numeric_dtype(spec)
+                return (
+                    np.dtype(spec, *args)
+                    if made is not None
+                    else find_class(module, name)(spec, *args)
+                )
+
+            return numeric_dtype
+
+        def scalar(kind: Any, *data: Any) -> Any:
+            if (
+                isinstance(kind, np.dtype)
+                and kind.kind in _NUMERIC_KINDS
+                and len(data) == 1
+                and isinstance(data[0], bytes)
+                and len(data[0]) == kind.itemsize
+            ):
+                return np.frombuffer(data[0], dtype=kind)[0]
+            return find_class(module, name)(kind, *data)
+
+        return scalar
+
+    return find
+
+
+_NUMERIC_KINDS = "biufc"
+
+
+def _numeric_dtype(spec: Any) -> np.dtype | None:
+    if not isinstance(spec, str):
+        return None
+    try:
+        made = np.dtype(spec)
+    except (TypeError, ValueError):
+        return None
+    return made if made.kind in _NUMERIC_KINDS else None
 
 
 def object_pickle(source: Any, legacy: bool) -> bytes:
@@ -672,3 +777,64 @@ def _elements(data: bytes, dtype: str, numel: Any, order: str, storage_type: Any
 def refused(name: str, error: BaseException) -> InvalidArgumentError:
     """The error of a torch file ``load`` cannot rebuild (``error`` says what it holds)."""
     return InvalidArgumentError(f"load: {name} is a torch file holding {error}")
+
+
+#: Where ``torch.save`` puts each entry's bytes: at a multiple of this many bytes from the
+#: file's start (its ``.storage_alignment`` record), padding the local header's extra field
+#: (torch maps the storages where they lie when it loads with ``mmap=True``).
+STORAGE_ALIGNMENT = 64
+#: From this size, offset or count on, an entry or the end record gets zip64's fields (its
+#: own fields, 32 and 16 bits, then hold the marker of all ones).
+_ZIP64_FROM = 0xFFFFFFFF
+_ZIP64_COUNT_FROM = 0xFFFF
+
+
+def write_zip(file: Any, folder: str, records: list[tuple[str, Any]]) -> None:
+    """Write a zip of ``records`` (name, bytes-like) to the binary ``file`` as torch's
+    writer (miniz) lays it out: each entry stored, under ``folder/``, its bytes at a multiple
+    of :data:`STORAGE_ALIGNMENT` (the local header's extra field padded with a ``"FB"``
+    field), zip64 fields where a size, an offset or the count needs them. Only ``write`` is
+    called: a write-only stream takes it."""
+    position = 0
+    directory: list[bytes] = []
+
+    def write(data: Any) -> None:
+        nonlocal position
+        view = memoryview(data).cast("B")
+        written = 0
+        while written < len(view):  # an unbuffered file may take part of it per call
+            count = file.write(view[written:])
+            written += len(view) - written if count is None else count
+        position += len(view)
+
+    for name, data in records:
+        data = data if isinstance(data, bytes) else memoryview(data).cast("B")
+        size, crc, offset = len(data), zlib.crc32(data), position
+        encoded = f"{folder}/{name}".encode()
+        large, far = size >= _ZIP64_FROM, offset >= _ZIP64_FROM
+        local = struct.pack("<HHQQ", 1, 16, size, size) if large else b""
+        padding = -(offset + 30 + len(encoded) + len(local) + 4) % STORAGE_ALIGNMENT
+        local += b"FB" + struct.pack("<H", padding) + b"Z" * padding
+        needed = 45 if large or far else 20
+        shown = 0xFFFFFFFF if large else size
+        header = (b"PK\x03\x04", needed, 0, 0, 0, 0, crc, shown, shown, len(encoded), len(local))
+        write(struct.pack("<4sHHHHHIIIHH", *header) + encoded + local)
+        write(data)
+        wide = (struct.pack("<QQ", size, size) if large else b"") + (
+            struct.pack("<Q", offset) if far else b""
+        )
+        central = struct.pack("<HH", 1, len(wide)) + wide if wide else b""
+        entry = (b"PK\x01\x02", needed, needed, 0, 0, 0, 0, crc, shown, shown, len(encoded),
+                 len(central), 0, 0, 0, 0, 0xFFFFFFFF if far else offset)  # fmt: skip
+        directory.append(struct.pack("<4sHHHHHHIIIHHHHHII", *entry) + encoded + central)
+    start = position
+    for entry in directory:
+        write(entry)
+    size, count = position - start, len(directory)
+    if count >= _ZIP64_COUNT_FROM or start >= _ZIP64_FROM or size >= _ZIP64_FROM:
+        end64 = position
+        record = (b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, size, start)
+        write(struct.pack("<4sQHHIIQQQQ", *record))
+        write(struct.pack("<4sIQI", b"PK\x06\x07", 0, end64, 1))
+        count, size, start = 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF
+    write(struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, count, count, size, start, 0))
