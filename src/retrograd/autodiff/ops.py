@@ -580,17 +580,10 @@ binary(
 )
 
 
-def _lerp_forward(B, x, end, weight):
-    """torch's kernel: ``x + w (end - x)`` where ``|w| < 1/2``, else ``end - (end - x)(1 - w)``
-    (exact at both ends)."""
-    diff = B.sub(end, x)
-    near_start = B.add(x, B.mul(weight, diff))
-    near_end = B.sub(end, B.mul(diff, B.rsub_scalar(weight, 1.0)))
-    return B.mask_where(near_start, B.greater_equal_elem(B.abs(weight), 0.5), near_end)
-
-
-# torch's rules, each from the operands alone (a composition's masked branch would give
-# 0 * inf = NaN where torch's sums stay infinite)
+# torch's fused kernels (``B.lerp``, ``B.add_scaled``, ``B.addcmul``: rounded once where torch's
+# fused multiply-add is, so the bits are torch's), with torch's rules, each from the operands
+# alone (a composition's masked branch would give 0 * inf = NaN where torch's sums stay
+# infinite)
 Op(
     "lerp",
     ("x", "end", "weight"),
@@ -602,8 +595,38 @@ Op(
     ),
     memory_bound=True,
     broadcast=True,
-    forward=_lerp_forward,
 )
+binary(
+    "lerp_scalar",
+    lambda B, g, weight: B.mul_scalar(g, 1.0 - weight),
+    lambda B, g, weight: B.mul_scalar(g, weight),
+    ("weight",),
+)
+binary("add_scaled", lambda B, g: g, lambda B, g, alpha: B.mul_scalar(g, alpha), ("alpha",))
+Op(
+    "addcmul",
+    ("x", "t1", "t2"),
+    ("value",),
+    (
+        lambda B, g: g,
+        lambda B, g, t2, value: B.mul(g, B.mul_scalar(t2, value)),
+        lambda B, g, t1, value: B.mul(g, B.mul_scalar(t1, value)),
+    ),
+    memory_bound=True,
+    broadcast=True,
+)
+
+
+def _hardswish_vjp(B, g, x):
+    # torch's hardswish_backward: 0 where x <= -3, g where x >= 3 (and NaN, torch's scalar
+    # loop), g * (x / 3 + 1/2) between
+    inside = B.mul(g, B.add_scalar(B.div_scalar(x, 3.0), 0.5))
+    passed = B.logical_or(B.greater_equal_elem(x, 3.0), B.is_nan(x))
+    return B.mask_fill(B.mask_where(inside, passed, g), B.lower_equal_elem(x, -3.0), 0.0)
+
+
+unary("hardswish", _hardswish_vjp)
+
 # torch's: ``g * out / x`` to ``x``, 0 where ``x`` is 0 (so NaN where ``x`` is infinite or NaN,
 # inf / inf), zeros to ``y``
 binary(
@@ -648,6 +671,8 @@ unary("sqrt", lambda B, g, out: B.div(B.mul_scalar(g, 0.5), out))
 # (g * 2 first, as torch's: 2 x overflows at huge x, where a zero g must give 0, not 0 * inf)
 unary("square", lambda B, g, x: B.mul(B.mul_scalar(g, 2.0), x))
 unary("recip", lambda B, g, out: B.neg(B.mul(g, B.square(out))))
+# torch's rule: -0.5 * g * out**3 (its pow by 3 is out * out * out)
+unary("rsqrt", lambda B, g, out: B.mul(B.mul_scalar(g, -0.5), B.mul(B.square(out), out)))
 unary("sin", lambda B, g, x: B.mul(g, B.cos(x)))
 unary("cos", lambda B, g, x: B.neg(B.mul(g, B.sin(x))))
 unary("tan", lambda B, g, out: B.mul(g, B.add_scalar(B.square(out), 1.0)))

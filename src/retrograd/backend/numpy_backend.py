@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from typing import Any
@@ -17,7 +18,7 @@ from ..errors import (
     ShapeError,
     index_error,
 )
-from . import special
+from . import numpy_fma, special
 from .numpy_math import NumpyMathKernels
 from .numpy_nn import NumpyNNKernels
 from .numpy_optim import NumpyOptimizerKernels
@@ -251,6 +252,44 @@ def _compiled_activation(name: str, x: np.ndarray) -> np.ndarray | None:
         return None
     (flat, target), out = dense
     getattr(compiled_activations, f"{name}_flat")(flat, target)
+    return out
+
+
+_COMPILED_FMA = f"{__package__}.compiled_fma"
+
+
+def _compiled_fused(kernel: str, arrays: list[np.ndarray], scalars: tuple) -> np.ndarray | None:
+    """``kernel`` of :mod:`.compiled_fma` on ``arrays`` (then ``scalars``, taken in their dtype),
+    when they are float32 or float64 arrays of one shape and dtype lying densely in memory in
+    one order, of at least :data:`COMPILED_RELU_MIN_SIZE` elements or of any size once the
+    module is loaded (one call there costs less than the emulation's dozen NumPy passes); else
+    ``None`` (:mod:`.numpy_fma` then gives the same bits in NumPy passes)."""
+    first = arrays[0]
+    dtype, shape = first.dtype, first.shape
+    if (
+        (first.size < COMPILED_RELU_MIN_SIZE and _COMPILED_FMA not in sys.modules)
+        or (dtype != np.float32 and dtype != np.float64)
+        or not first.ndim  # (a 0-d primitive may be a NumPy scalar)
+    ):
+        return None
+    for a in arrays:
+        if a.shape != shape or a.dtype != dtype:
+            return None
+    from . import compiled_fma
+
+    if all(a.flags.c_contiguous for a in arrays):  # (the common case, without dense_flat's sort)
+        out = np.empty(shape, dtype)
+        flats = [a.reshape(-1) for a in arrays]
+        flats.append(out.reshape(-1))
+    else:
+        from .compiled_relu import dense_flat
+
+        dense = dense_flat(arrays)
+        if dense is None:
+            return None
+        flats, out = dense
+    scale = dtype.type
+    getattr(compiled_fma, kernel)(*flats[:-1], *[scale(s) for s in scalars], flats[-1])
     return out
 
 
@@ -558,6 +597,23 @@ class NumpyBackend(
     remainder = staticmethod(_remainder)
     atan2 = staticmethod(np.arctan2)
     hypot = staticmethod(np.hypot)
+
+    # torch's fused kernels, bit for bit: one rounding where torch's has its fused multiply-add
+    def lerp(self, x, end, weight):
+        if isinstance(weight, np.ndarray | np.generic):
+            out = _compiled_fused("lerp_flat", [x, end, weight], ())
+        else:
+            out = _compiled_fused("lerp_scalar_flat", [x, end], (weight,))
+        return numpy_fma.lerp(x, end, weight) if out is None else out
+
+    def add_scaled(self, x, y, alpha):
+        out = _compiled_fused("add_scaled_flat", [x, y], (alpha,))
+        return numpy_fma.add_scaled(x, y, alpha) if out is None else out
+
+    def addcmul(self, x, t1, t2, value):
+        out = _compiled_fused("addcmul_flat", [x, t1, t2], (value,))
+        return numpy_fma.addcmul(x, t1, t2, value) if out is None else out
+
     add_scalar = staticmethod(np.add)
     sub_scalar = staticmethod(np.subtract)
     mul_scalar = staticmethod(np.multiply)

@@ -199,6 +199,9 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "prod_dim_backward",
             "cumprod_backward",
             "arithmetic_warnings_ignored",
+            "lerp_scalar",
+            "hardswish",
+            "rsqrt",
         }
     )
     #: The device label tensors made on this backend get when none is given (a GPU backend
@@ -354,6 +357,38 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
     add = sub = mul = div = pow = remainder = atan2 = hypot = _required
     add_scalar = sub_scalar = mul_scalar = div_scalar = pow_scalar = remainder_scalar = _required
     rsub_scalar = rdiv_scalar = rpow_scalar = rremainder_scalar = _required
+
+    # -- fused elementwise: torch's kernels, rounded once where torch's fused multiply-add is
+    def lerp(self, x: Any, end: Any, weight: Any) -> Any:
+        """torch's ``lerp`` of float arrays of one dtype (broadcasting; ``weight`` an array or
+        a Python number, taken in that dtype): ``fma(w, end - x, x)`` where ``|w| < 1/2``,
+        else ``fma(w - 1, end - x, end)``, each rounded once (so both ends are exact)."""
+        raise NotImplementedError
+
+    def lerp_scalar(self, x: Any, end: Any, weight: float) -> Any:
+        """:meth:`lerp` with a Python number for ``weight`` (the op of its own: the weight is
+        a parameter, not an input)."""
+        return self.lerp(x, end, weight)
+
+    def rsqrt(self, x: Any) -> Any:
+        """``1 / sqrt(x)``, two roundings, as torch's CPU kernel (this default)."""
+        return self.recip(self.sqrt(x))
+
+    def hardswish(self, x: Any) -> Any:
+        """torch's ``hardswish`` kernel, operation for operation: ``x * min(max(x + 3, 0), 6)
+        / 6`` (so ``x * 6 / 6``, rounded twice, where ``x >= 3``; ``-0`` where a negative
+        ``x <= -3``; NaN at ``-inf`` and NaN). This default composes primitives."""
+        return self.div_scalar(self.mul(x, self.clamp(self.add_scalar(x, 3.0), 0.0, 6.0)), 6.0)
+
+    def add_scaled(self, x: Any, y: Any, alpha: float) -> Any:
+        """torch's ``add(x, y, alpha=alpha)`` of float arrays of one dtype (broadcasting):
+        ``fma(y, alpha, x)``, ``alpha`` taken in the dtype, rounded once."""
+        raise NotImplementedError
+
+    def addcmul(self, x: Any, t1: Any, t2: Any, value: float) -> Any:
+        """torch's ``addcmul(x, t1, t2, value=value)`` of float arrays of one dtype
+        (broadcasting): ``fma(value * t1, t2, x)``, ``value`` taken in the dtype."""
+        raise NotImplementedError
 
     # -- elementwise unary --------------------------------------------------------------------
     neg = abs = exp = expm1 = log = log1p = sqrt = square = recip = _required

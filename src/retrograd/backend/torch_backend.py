@@ -557,6 +557,19 @@ class TorchBackend(
     remainder = staticmethod(torch.remainder)
     atan2 = staticmethod(torch.atan2)
     hypot = staticmethod(torch.hypot)
+
+    lerp = staticmethod(torch.lerp)
+    # (torch's sqrt is not correctly rounded on every CPU, its rsqrt is 1 / the rounded sqrt)
+    rsqrt = staticmethod(torch.rsqrt)
+
+    @staticmethod
+    def add_scaled(x, y, alpha):
+        return torch.add(x, y, alpha=alpha)
+
+    @staticmethod
+    def addcmul(x, t1, t2, value):
+        return torch.addcmul(x, t1, t2, value=value)
+
     add_scalar = staticmethod(torch.add)
     sub_scalar = staticmethod(torch.sub)
     mul_scalar = staticmethod(torch.mul)

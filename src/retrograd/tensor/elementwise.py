@@ -212,6 +212,27 @@ def _scale_first(op: str, scale: str, args: tuple, given: Any) -> tuple[Any, tup
     return args[0], args[1:]
 
 
+#: the scales (``alpha``, ``value``) that torch's fused float kernels take
+_REAL_SCALARS = (int, float, np.integer, np.floating)
+
+
+def _fused_scaled_sum(op: str, x: Any, other: Any, alpha: Any, result: str | None) -> Any:
+    """``x + alpha * other`` of float tensors as torch's ``add`` kernel computes it, one fused
+    multiply-add (``fma(other, alpha, x)``, so the bits are torch's); ``None`` where the
+    composition runs instead (a number ``other``, an integer or bool result, a complex or
+    bool ``alpha``)."""
+    if (
+        result not in FLOAT_DTYPES
+        or not isinstance(other, TensorBase)
+        or not isinstance(alpha, _REAL_SCALARS)
+        or isinstance(alpha, bool | np.bool_)
+    ):
+        return None
+    check_alpha(op, alpha, result)
+    x, other = promote(x, other, op)  # (one backend, one dtype: as the composition's)
+    return x._apply("add_scaled", (x, other), (float(alpha),))
+
+
 def _sum_dtype(a: Any, b: Any) -> str | None:
     """The dtype of ``a + b`` (torch's promotion), ``None`` where ``b`` is neither a tensor
     nor a number (it is lifted later, and refused there if it cannot be)."""
@@ -294,6 +315,9 @@ class ElementwiseMixin:
                 # torch: bool + alpha * bool stays bool (a logical or with a true alpha)
                 check_alpha("add", alpha, result)
                 return self.logical_or(other) if alpha else self.logical_or(False)
+            fused = _fused_scaled_sum("add", self, other, alpha, result)
+            if fused is not None:
+                return fused
             other = scaled("add", other, alpha, result)
         return self._apply(ADD, (self, other))
 
@@ -304,7 +328,13 @@ class ElementwiseMixin:
         other, alpha = host_number(other), host_number(alpha)
         _no_bool_subtraction(self, other)
         if _given(alpha):
-            other = scaled("sub", other, alpha, _sum_dtype(self, other))
+            result = _sum_dtype(self, other)
+            if isinstance(alpha, _REAL_SCALARS) and not isinstance(alpha, bool | np.bool_):
+                # (a complex or bool alpha is refused below, as torch refuses it)
+                fused = _fused_scaled_sum("sub", self, other, -alpha, result)
+                if fused is not None:
+                    return fused
+            other = scaled("sub", other, alpha, result)
         return self._apply(SUB, (self, other))
 
     def mul(self, other: Any) -> Any:
@@ -344,7 +374,10 @@ class ElementwiseMixin:
         return rounded_quotient(lift(self, other, "floor_divide"), self, "floor")
 
     def rsqrt(self) -> Any:
-        """``1 / sqrt(self)``."""
+        """``1 / sqrt(self)`` (torch's kernel for float tensors: the reciprocal of the rounded
+        square root, and torch's gradient rule)."""
+        if self.dtype in FLOAT_DTYPES:
+            return self._apply("rsqrt", (self,))
         return self.sqrt().recip()
 
     def reciprocal(self) -> Any:
@@ -377,6 +410,9 @@ class ElementwiseMixin:
             raise DTypeError("addcmul: not implemented for bool tensors (as in torch)")
         if x.dtype in INT_DTYPES and isinstance(value, float | np.floating):
             value = int(value)  # torch casts value to the result's dtype, truncating
+        if x.dtype in FLOAT_DTYPES and isinstance(value, _REAL_SCALARS):
+            # torch's kernel, one fused multiply-add: fma(value * t1, t2, x)
+            return x._apply("addcmul", (x, t1, t2), (float(value),))
         # (value * t1 first, as torch's kernel: t1 * t2 alone can overflow where the
         # scaled product does not)
         return x + (t1 * t2 if value == 1 else (t1 * value) * t2)
@@ -401,8 +437,8 @@ class ElementwiseMixin:
         return x + (t1 / t2 if value == 1 else (t1 * value) / t2)
 
     def lerp(self, end: Any, weight: Any) -> Any:
-        """``self + weight * (end - self)``, computed as torch's kernel computes it (from
-        ``end`` when ``|weight| >= 0.5``, so both ends are exact)."""
+        """``self + weight * (end - self)``, computed as torch's kernel computes it (one fused
+        multiply-add, from ``end`` when ``|weight| >= 0.5``, so both ends are exact)."""
         end = lift(self, end, "lerp")
         if isinstance(weight, complex) and self.is_complex():
             weight = complex(weight)  # a number, as a float weight is (NumPy's too)
@@ -426,15 +462,17 @@ class ElementwiseMixin:
                     f"lerp: expected weight of the input's dtype {self.dtype} (or a 0-d one), "
                     f"got {weight.dtype} {shape_text(weight.shape)}"
                 )
-            tracked = self.requires_grad or end.requires_grad or weight.requires_grad
-            if tracked and not self.is_complex():  # (complex: the composition below)
-                # the op table's, for torch's rules (a composition's masked branch would give
-                # NaN gradients, 0 * inf, where torch's are infinite)
+            if not self.is_complex():  # (complex: the composition below)
+                # the op table's: torch's fused kernel and torch's rules (a composition's
+                # masked branch would give NaN gradients, 0 * inf, where torch's are infinite)
                 return self._apply("lerp", (self, end, weight))
             diff = end - self
             near_start = self + weight * diff
             near_end = end - diff * (1.0 - weight)
             return near_start.mask_where(weight.abs().greater_equal(0.5), near_end)
+        if not self.is_complex():
+            # torch takes a scalar weight in the tensor's dtype (a 0-d float32 one, e.g.)
+            return self._apply("lerp_scalar", (self, end), (float(weight),))
         diff = end - self
         if abs(weight) < 0.5:
             return self + diff * weight

@@ -608,6 +608,8 @@ def rsub(input: Any, other: Any, *, alpha: Any = 1) -> Any:  # noqa: A002 (torch
     """torch's ``rsub``: ``other - alpha * input``."""
     if not isinstance(input, TensorBase):
         raise DTypeError(f"rsub(): argument 'input' must be a Tensor, not {type(input).__name__}")
+    if isinstance(other, TensorBase):  # (torch's kernel: sub's, one fused multiply-add)
+        return other.sub(input, alpha=alpha)
     scaled = input if alpha == 1 else input * alpha
     return other - scaled
 

@@ -145,12 +145,7 @@ def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
 def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * relu6(x + 3) / 6``, with torch's gradient (``x / 3 + 0.5`` inside ``(-3, 3)``)."""
     x = _float_input("hardswish", x)
-    # torch's kernel: 0 where x <= -3, x itself where x >= 3 or NaN (gradient 1 there)
-    passed = x.greater_equal(3.0).logical_or(x.isnan())
-    below = x.less_equal(-3.0)
-    safe = x.mask_fill(passed.logical_or(below), 0.0)  # no NaN from the branch not taken
-    out = (safe * (safe + 3.0) / 6.0).mask_where(passed, x).mask_fill(below, 0.0)
-    return out.mask_fill(x.equal(-math.inf), math.nan)  # torch's -inf * 0
+    return x._apply("hardswish", (x,))
 
 
 def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
