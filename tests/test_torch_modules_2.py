@@ -500,3 +500,25 @@ def test_export_fsdp_and_dtensor_are_refused_by_name_with_torchs_option_types():
     with pytest.raises(rg.errors.InvalidArgumentError, match=r"torch\.export"):
         retrograd.export.export(model, (rg.ones(1, 2),))
     assert retrograd.export.Dim("batch", min=1, max=8).max == 8
+
+
+def test_flop_counter_module_returning_the_loss_as_torchs():
+    # torch does not enter, in backward, a module whose output is backward's root (its
+    # multi-grad hook does not fire there): the module keeps its forward count only
+    counts = []
+    for lib, mode in ((torch, TorchFlopCounterMode), (rg, FlopCounterMode)):
+        lib.manual_seed(0)
+
+        class Loss(lib.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = lib.nn.Linear(3, 3)
+
+            def forward(self, x):
+                return self.fc(x).sum()
+
+        with mode(display=False) as counter:
+            Loss()(lib.ones(2, 3)).backward()
+        counts.append(_op_counts(counter))
+    assert counts[1] == counts[0]
+    assert counts[1]["Loss"] == {"aten.addmm": 36}

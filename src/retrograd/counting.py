@@ -109,7 +109,21 @@ class ModuleTracker:
         self._leave(name)()
         tensors = self._grad_tensors(output)
         if tensors:
-            self._hooks.append(register_multi_grad_hook(tensors, self._enter(name, True)))
+            enter = self._enter(name, True)
+            nodes = [getattr(t._prim, "node", None) for t in tensors]
+
+            def enter_unless_root(grads: Any) -> None:
+                # torch's multi-grad hook does not fire on the tensor backward starts from:
+                # a module that returns the loss itself is not entered in its backward there
+                tape = running_tape()
+                if tape is not None and any(
+                    node is not None and node.id in tape.nodes and node.id not in tape.children
+                    for node in nodes
+                ):
+                    return
+                enter(grads)
+
+            self._hooks.append(register_multi_grad_hook(tensors, enter_unless_root))
 
     def __enter__(self) -> ModuleTracker:
         self._handles = [
