@@ -21,6 +21,7 @@ reference): two batched products forward, four backward.
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from collections import defaultdict
 from collections.abc import Callable
@@ -311,6 +312,10 @@ class FlopCounterMode:
         display: bool = True,
         custom_mapping: dict[Any, Any] | None = None,
     ) -> None:
+        if mods is not None:
+            warnings.warn(
+                "mods argument is not needed anymore, you can stop passing it", stacklevel=2
+            )
         self.flop_counts: dict[str, dict[Any, int]] = defaultdict(lambda: defaultdict(int))
         self.depth = depth
         self.display = display
