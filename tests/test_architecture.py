@@ -72,6 +72,7 @@ LAYERS = {
     # export and tracing refused (they import only the errors)
     "onnx": 1,
     "fx": 1,
+    "export": 1,  # torch.export: refused by name (imports only the errors)
     # torch.mps and torch.xpu: the answers of a machine without those GPUs (import the errors)
     "mps": 1,
     "xpu": 1,
@@ -111,6 +112,11 @@ LAYERS = {
     "optim": 7,
     # torch.ao's quantization stubs and FloatFunctional: nn modules computing in float
     "ao": 7,
+    # torch.utils.flop_counter and module_tracker: FLOPs per module, over nn's global hooks
+    # and autograd's multi-grad hooks (registered at utils' paths by module_paths)
+    "counting": 7,
+    # torch.library: custom ops over autograd.Function (layer 5)
+    "library": 6,
     "capture": 8,  # records and replays whole steps: forward, backward and optimizer
     "__init__": 9,  # the public namespace ``rg``
     "app": 10,

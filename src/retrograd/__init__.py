@@ -73,15 +73,18 @@ from . import (
     autograd,
     backends,
     compiler,
+    counting,  # noqa: F401 (torch.utils.flop_counter's home, registered below)
     cpu,
     cuda,
     distributions,
+    export,  # noqa: F401 (torch.export, refused by name)
     fft,
     func,
     futures,
     fx,
     hub,
     jit,
+    library,  # noqa: F401 (torch.library: custom ops)
     linalg,
     mps,
     multiprocessing,
@@ -137,6 +140,7 @@ from .defaults import (
 )
 from .device import Device as device  # noqa: N813 (torch's name)
 from .jit import _assert  # noqa: F401 (torch._assert, a private name model code calls)
+from .library import ops  # noqa: F401 (torch.ops: the custom ops, by namespace)
 from .linalg import (  # top level in torch
     geqrf,
     lu_unpack,

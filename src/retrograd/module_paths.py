@@ -63,6 +63,8 @@ PATHS: dict[str, str] = {
     "cuda.random": "cuda",
     "cuda.memory": "cuda",
     "random": "random",
+    "utils.flop_counter": "counting",
+    "utils.module_tracker": "counting",
     "_dynamo.config": "_dynamo.config",  # the compilers' settings (namespaces, not modules)
     "_inductor.config": "_inductor.config",
     **{f"backends.{flags}": f"backends.{flags}" for flags in (

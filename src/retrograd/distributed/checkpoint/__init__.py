@@ -1,0 +1,306 @@
+"""torch's ``torch.distributed.checkpoint`` (DCP) for one process: :func:`save` writes a
+state dict (nested dicts and lists of tensors, NumPy arrays and plain values; objects with
+``state_dict``/``load_state_dict`` -- torch's ``Stateful`` -- by their state) into a folder, and
+:func:`load` reads it back *in place* into the tensors of the state dict it is given, as
+torch's does::
+
+    import retrograd.distributed.checkpoint as dcp
+    from retrograd.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id="ckpt/step_100")
+    ...
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id="ckpt/step_100")
+    set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
+
+The folder holds ``.metadata`` (JSON: each flattened key's kind, dtype and shape, and the plain
+values) and ``__0_0.distcp`` (the arrays, NumPy's ``.npz``), written as a set, whole or not at
+all (:class:`retrograd.files.FileSet`); no pickle is read or written. It is retrograd's own
+layout: torch's DCP folders (pickled metadata, torch's byte layout) are not read. Sharded
+saving across ranks (FSDP, DTensor) does not exist here: each rank of retrograd's data
+parallel holds the whole model, so rank 0 saving is enough.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...autodiff import no_grad
+from ...errors import DTypeError, InvalidArgumentError, KeyMismatchError, ShapeError
+from ...files import FileSet
+from ...tensor import Tensor, from_numpy
+
+__all__ = [
+    "FileSystemReader",
+    "FileSystemWriter",
+    "async_save",
+    "load",
+    "load_state_dict",
+    "save",
+    "save_state_dict",
+    "state_dict",
+    "stateful",
+]
+
+_METADATA = ".metadata"
+_DATA = "__0_0.distcp"
+
+
+class FileSystemWriter:
+    """Where :func:`save` writes: the folder ``path`` (made when missing)."""
+
+    def __init__(self, path: str | os.PathLike, single_file_per_rank: bool = True,
+                 sync_files: bool = True, thread_count: int = 1,
+                 per_thread_copy_ahead: int = 10_000_000, cache_staged_state_dict: bool = False,
+                 overwrite: bool = True) -> None:  # fmt: skip
+        self.path = Path(path)
+        self.overwrite = overwrite
+
+
+class FileSystemReader:
+    """Where :func:`load` reads: the folder ``path`` :func:`save` wrote."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+
+def _is_stateful(value: Any) -> bool:
+    return (
+        not isinstance(value, Tensor | np.ndarray | Mapping | list | tuple)
+        and callable(getattr(value, "state_dict", None))
+        and callable(getattr(value, "load_state_dict", None))
+    )
+
+
+def _key(prefix: str, part: Any) -> str:
+    return f"{prefix}.{part}" if prefix else str(part)
+
+
+def _flatten(value: Any, prefix: str, tensors: dict, plain: dict) -> None:
+    """``tensors``: key -> array; ``plain``: key -> a JSON value (tuples marked)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str | int):
+                raise DTypeError(
+                    f"save: state dict keys must be str or int, got {k!r} at {prefix!r}"
+                )
+            _flatten(v, _key(prefix, k), tensors, plain)
+        if not value:
+            plain[prefix] = {"__empty__": "dict"}
+    elif isinstance(value, list) and any(
+        isinstance(v, Tensor | np.ndarray | Mapping | list) for v in value
+    ):
+        for i, v in enumerate(value):
+            _flatten(v, _key(prefix, i), tensors, plain)
+    elif isinstance(value, Tensor):
+        tensors[prefix] = (_array(value), str(value.dtype).removeprefix("retrograd."))
+    elif isinstance(value, np.ndarray):
+        tensors[prefix] = (np.ascontiguousarray(np.asarray(value)), None)
+    elif isinstance(value, np.generic):
+        plain[prefix] = value.item()
+    else:
+        plain[prefix] = _plain(value, prefix)
+
+
+def _array(t: Tensor) -> np.ndarray:
+    t = t.detach()
+    if "bfloat16" in str(t.dtype):  # NumPy has no bfloat16: kept as float32, cast back
+        t = t.float()
+    return np.ascontiguousarray(t.cpu().numpy())
+
+
+def _plain(value: Any, key: str) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, tuple):
+        return {"__tuple__": [_plain(v, key) for v in value]}
+    if isinstance(value, list):
+        return [_plain(v, key) for v in value]
+    raise DTypeError(
+        f"save: {key!r} holds a {type(value).__name__}; a checkpoint holds tensors, arrays, "
+        "numbers, strings, None and lists/tuples/dicts of them (no pickle is written)"
+    )
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, dict) and "__tuple__" in value:
+        return tuple(_unplain(v) for v in value["__tuple__"])
+    if isinstance(value, list):
+        return [_unplain(v) for v in value]
+    return value
+
+
+def _states(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(state_dict, Mapping):
+        raise DTypeError(
+            f"save/load: expected a dict as state_dict, got {type(state_dict).__name__}"
+        )
+    return {k: (v.state_dict() if _is_stateful(v) else v) for k, v in state_dict.items()}
+
+
+def _folder(checkpoint_id: Any, storage: Any, op: str) -> Path:
+    if storage is not None:
+        return Path(storage.path)
+    if checkpoint_id is None:
+        raise InvalidArgumentError(f"{op}: give checkpoint_id (a folder) or a storage object")
+    return Path(checkpoint_id)
+
+
+def _refuse_planner(planner: Any, op: str) -> None:
+    if planner is not None:
+        raise InvalidArgumentError(
+            f"{op}: planners (how shards map to ranks) are not supported: one process holds "
+            "the whole state dict here"
+        )
+
+
+def save(
+    state_dict: Mapping[str, Any],
+    *,
+    checkpoint_id: str | os.PathLike | None = None,
+    storage_writer: FileSystemWriter | None = None,
+    planner: Any = None,
+    process_group: Any = None,
+    no_dist: bool = False,
+) -> dict[str, Any]:
+    """Write ``state_dict`` into the folder ``checkpoint_id`` (or the writer's), replacing a
+    checkpoint there as a whole; returns the metadata written."""
+    _refuse_planner(planner, "save")
+    folder = _folder(checkpoint_id, storage_writer, "save")
+    tensors: dict[str, tuple[np.ndarray, str | None]] = {}
+    plain: dict[str, Any] = {}
+    _flatten(_states(state_dict), "", tensors, plain)
+    metadata = {
+        "version": 1,
+        "tensors": {
+            k: {"dtype": dtype or str(a.dtype), "numpy": dtype is None, "shape": list(a.shape)}
+            for k, (a, dtype) in tensors.items()
+        },
+        "plain": plain,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileSet(folder) as files:
+        with files.open(_DATA) as file:
+            np.savez(file, **{f"t{i}": a for i, (a, _) in enumerate(tensors.values())})
+        with files.open(_METADATA, "w") as file:
+            json.dump({**metadata, "order": list(tensors)}, file)
+    return metadata
+
+
+def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    try:
+        with open(folder / _METADATA, encoding="utf-8") as file:
+            metadata = json.load(file)
+    except FileNotFoundError as error:
+        raise InvalidArgumentError(
+            f"load: {folder} holds no checkpoint ({_METADATA} is missing)"
+        ) from error
+    with np.load(folder / _DATA, allow_pickle=False) as data:
+        arrays = {k: data[f"t{i}"] for i, k in enumerate(metadata["order"])}
+    return metadata, arrays
+
+
+def _load_into(container: Any, key: Any, value: Any, prefix: str, metadata: dict,
+               arrays: dict) -> None:  # fmt: skip
+    if isinstance(value, Mapping):
+        if not value and prefix in metadata["plain"]:
+            return
+        for k in list(value):
+            _load_into(value, k, value[k], _key(prefix, k), metadata, arrays)
+        return
+    if isinstance(value, list) and any(
+        isinstance(v, Tensor | np.ndarray | Mapping | list) for v in value
+    ):
+        for i, v in enumerate(value):
+            _load_into(value, i, v, _key(prefix, i), metadata, arrays)
+        return
+    if prefix in arrays:
+        saved = arrays[prefix]
+        if isinstance(value, Tensor):
+            if tuple(value.shape) != saved.shape:
+                raise ShapeError(
+                    f"load: {prefix!r} has shape {list(saved.shape)} in the checkpoint, "
+                    f"{list(value.shape)} in the state dict"
+                )
+            with no_grad():
+                value.copy_(from_numpy(saved))
+            return
+        if isinstance(value, np.ndarray):
+            if value.shape != saved.shape:
+                raise ShapeError(
+                    f"load: {prefix!r} has shape {list(saved.shape)} in the checkpoint, "
+                    f"{list(value.shape)} in the state dict"
+                )
+            if callable(getattr(value, "copy_", None)):
+                value.copy_(saved)  # a module's state value: written through to the module
+            else:
+                np.copyto(value, saved, casting="unsafe")
+            return
+        container[key] = saved.copy()  # a plain value in the state dict, an array saved
+        return
+    if prefix in metadata["plain"]:
+        container[key] = _unplain(metadata["plain"][prefix])
+        return
+    raise KeyMismatchError(f"load: Missing key in checkpoint state_dict: {prefix}.")
+
+
+def load(
+    state_dict: MutableMapping[str, Any],
+    *,
+    checkpoint_id: str | os.PathLike | None = None,
+    storage_reader: FileSystemReader | None = None,
+    planner: Any = None,
+    process_group: Any = None,
+    no_dist: bool = False,
+) -> None:
+    """Read the checkpoint into ``state_dict`` in place: each tensor (and NumPy array) gets
+    the saved values copied into it (shapes must agree), plain values are replaced, a
+    ``Stateful`` value gets ``load_state_dict`` of its loaded state. Keys the state dict
+    does not ask for are left in the checkpoint; a key it asks for that the checkpoint lacks
+    raises ``KeyMismatchError``, before any ``load_state_dict`` runs."""
+    _refuse_planner(planner, "load")
+    folder = _folder(checkpoint_id, storage_reader, "load")
+    metadata, arrays = _read(folder)
+    states = _states(state_dict)
+    for key, value in states.items():
+        _load_into(states, key, value, str(key), metadata, arrays)
+    for key, value in state_dict.items():
+        if _is_stateful(value):
+            value.load_state_dict(states[key])
+        else:
+            state_dict[key] = states[key]
+
+
+def async_save(state_dict: Mapping[str, Any], **kwargs: Any) -> Any:
+    """torch's ``async_save``: here the save runs now; the ``concurrent.futures.Future``
+    returned (torch's type) is done."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    try:
+        future.set_result(save(state_dict, **kwargs))
+    except BaseException as error:
+        future.set_exception(error)
+    return future
+
+
+def save_state_dict(state_dict: Mapping[str, Any], storage_writer: FileSystemWriter,
+                    **kwargs: Any) -> dict[str, Any]:  # fmt: skip
+    """torch's older name of :func:`save`."""
+    return save(state_dict, storage_writer=storage_writer, **kwargs)
+
+
+def load_state_dict(state_dict: MutableMapping[str, Any], storage_reader: FileSystemReader,
+                    **kwargs: Any) -> None:  # fmt: skip
+    """torch's older name of :func:`load`."""
+    load(state_dict, storage_reader=storage_reader, **kwargs)
+
+
+from . import state_dict, stateful  # noqa: E402 (submodules, as torch's package has them)
