@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import weakref
 from typing import Any
 
 from ..errors import (
@@ -132,10 +133,22 @@ class Transform:
 
     @property
     def inv(self) -> Transform:
-        """The inverse transform (``inv.inv`` is ``self``)."""
-        if self._inv is None:
-            self._inv = _InverseTransform(self)
-        return self._inv
+        """The inverse transform (``inv.inv`` is ``self``).
+
+        Held weakly, as torch holds it: the inverse holds this transform, so a strong
+        reference back would make a cycle that keeps both, and the tensors (and graph) a
+        cached transform holds, alive until the garbage collector runs."""
+        inverse = self._inv() if self._inv is not None else None
+        if inverse is None:
+            inverse = _InverseTransform(self)
+            self._inv = weakref.ref(inverse)
+        return inverse
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if isinstance(state["_inv"], weakref.ref):  # (a weak reference does not pickle)
+            state["_inv"] = None
+        return state
 
     def __call__(self, x: Any) -> Any:
         if self._cache_size and self._cached is not None and self._cached[0] is x:

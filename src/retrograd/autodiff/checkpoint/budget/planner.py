@@ -61,7 +61,9 @@ class EvictionPlan(NamedTuple):
     #: the engine's count of the planned peak (a :data:`REPLAY`'s: what the eager step held)
     counted: int
     #: the graph's followed attempts that missed, ``(measured peak, plan)``, shared by its
-    #: re-plans
+    #: re-plans; each plan in it is kept without this list (``attempts=None``): a plan in its
+    #: own list would be a reference cycle, its trace freed only by the garbage collector
+    #: once the plan is dropped
     attempts: list
     #: the recorded values planned from (:class:`~.recorder.RecordedValue`), which a step that
     #: follows the plan notes as its own
@@ -356,7 +358,7 @@ class Planner:
         attempts = plan.attempts
         if len(attempts) > MAX_REPLANS:  # settled: the attempt that held least stays
             return
-        attempts.append((peak_bytes, plan))
+        attempts.append((peak_bytes, plan._replace(attempts=None)))
         if len(attempts) <= MAX_REPLANS:
             target = plan.target - (peak_bytes - plan.counted)
             if target > 0:
@@ -364,7 +366,8 @@ class Planner:
                     self._make_plan(plan.signatures, plan.trace, target, attempts, plan.values)
                 )
                 return
-        self._adopt(min(attempts, key=lambda attempt: attempt[0])[1])
+        held_least = min(attempts, key=lambda attempt: attempt[0])[1]
+        self._adopt(held_least._replace(attempts=attempts))
 
     def _make_plan(
         self,

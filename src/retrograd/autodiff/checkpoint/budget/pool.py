@@ -109,14 +109,17 @@ class MemoryPool:
         #: the most bytes held since :meth:`take_peak` (the budget's ``save`` inlines
         #: :meth:`note_peak`)
         self.peak = 0
-        self._forget = self._forget  # the bound callback made once, not once per slot held
+        # the slots' callback made once, not once per slot held; it reaches the pool through a
+        # weak reference: a bound method kept on the pool would be a reference cycle, and a
+        # budget (a backend made per run or per trial) would be freed only by the collector
+        self._forget_held = _weak_callback(self)
 
     def hold(self, slot: Slot) -> None:
         """Count ``slot``'s bytes until it is evicted or dies."""
         if not slot.nbytes:
             return
         ident = id(slot)
-        ref = _HeldRef(slot, self._forget)
+        ref = _HeldRef(slot, self._forget_held)
         ref.ident, ref.nbytes = ident, slot.nbytes
         self._held[ident] = ref
         self.held_bytes += slot.nbytes
@@ -159,3 +162,16 @@ class MemoryPool:
             if self._held.pop(ident, None) is not None:
                 self.held_bytes -= ref.nbytes
             self._evictor.discard(ident)
+
+
+def _weak_callback(pool: MemoryPool) -> Any:
+    """``pool._forget``, for the slots' weak references, holding ``pool`` weakly (a slot that
+    outlives its budget has nothing left to count)."""
+    pool_ref = weakref.ref(pool)
+
+    def forget(ref: _HeldRef) -> None:
+        live = pool_ref()
+        if live is not None:
+            live._forget(ref)
+
+    return forget
