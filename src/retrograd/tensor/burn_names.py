@@ -153,10 +153,11 @@ class BurnNamesMixin:
         return self.argsort(dim, descending=True)
 
     def argtopk(self, k: int, dim: int) -> Any:
-        """Burn's ``argtopk``: the indices of the ``k`` largest values along ``dim``."""
-        from .reduce import topk  # torch's (values, indices) form
-
-        return topk(self, k, dim)[1]
+        """Burn's ``argtopk``: the indices of the ``k`` largest values along ``dim``, tied
+        values in index order, as Burn's stable descending sort gives them (torch's ``topk``
+        orders ties as its CPU kernel does)."""
+        d = self._topk_dim(int(k), dim)  # (k and dim checked as topk checks them)
+        return self.argsort(dim=d, descending=True, stable=True).narrow(d, 0, int(k))
 
     # -- elementwise ---------------------------------------------------------------------------
     def fmod_scalar(self, other: Any) -> Any:
