@@ -325,3 +325,13 @@ def test_complex_convolution_refuses_mixed_dtypes_naming_the_op():
         rg.nn.functional.conv1d(x, rg.ones(1, 2, 2, dtype=rg.float64))
     with pytest.raises(rg.errors.DTypeError, match="conv1d"):
         rg.nn.functional.conv1d(x, rg.tensor(c(2, 1, 2, 2)), rg.ones(1, dtype=rg.float64))
+
+
+def test_complex_logaddexp_keeps_torchs_values_at_infinities_and_large_gaps():
+    inf = float("inf")
+    a = np.array([-inf + 0j, inf + 0j, -inf + 0j, 1000 + 1j, 1 + 1j, inf + 0j, -inf + 2j])
+    b = np.array([-inf + 0j, inf + 0j, 2 + 1j, -1000 + 0j, 1 + 1j, -inf + 0j, -inf + 1j])
+    expected = torch.logaddexp(torch.tensor(a), torch.tensor(b)).numpy()
+    got = rg.logaddexp(rg.tensor(a), rg.tensor(b)).numpy()
+    np.testing.assert_array_equal(np.isinf(got.real), np.isinf(expected.real))
+    np.testing.assert_allclose(got, expected)
