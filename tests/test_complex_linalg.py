@@ -335,3 +335,11 @@ def test_complex_logaddexp_keeps_torchs_values_at_infinities_and_large_gaps():
     got = rg.logaddexp(rg.tensor(a), rg.tensor(b)).numpy()
     np.testing.assert_array_equal(np.isinf(got.real), np.isinf(expected.real))
     np.testing.assert_allclose(got, expected)
+
+
+def test_hermitian_pinv_of_complex_input_reads_the_lower_triangle_as_torchs():
+    # the upper triangle and the diagonal's imaginary parts are not read (LAPACK's heevd)
+    for data in (HPD, SQUARE[0]):
+        got = rg.linalg.pinv(rg.tensor(data), hermitian=True).numpy()
+        expected = torch.linalg.pinv(torch.tensor(data), hermitian=True).numpy()
+        np.testing.assert_allclose(got, expected, atol=1e-10)

@@ -201,11 +201,16 @@ def pinv(
 
 
 def _lower_mirrored(matrices: Tensor) -> Tensor:
-    """``matrices`` with each upper triangle replaced by the mirrored lower one, the gradient
-    passing through unchanged (torch's ``pinv(hermitian=True)`` differentiates its general
-    formula at its input): ``mirrored + (matrices - matrices)``, the difference exactly 0."""
+    """``matrices`` with each upper triangle replaced by the mirrored (conjugated) lower one,
+    the gradient passing through unchanged (torch's ``pinv(hermitian=True)`` differentiates
+    its general formula at its input): ``mirrored + (matrices - matrices)``, the difference
+    exactly 0."""
     fixed = untracked(matrices)
-    return (fixed.tril() + fixed.tril(-1).mH) + (matrices - fixed)
+    diagonal = fixed.tril().triu()
+    if diagonal.is_complex():  # a Hermitian matrix's diagonal is real (LAPACK's heevd reads so)
+        diagonal = diagonal.real
+    strict = fixed.tril(-1)
+    return (strict + strict.mH + diagonal) + (matrices - fixed)
 
 
 def det(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
