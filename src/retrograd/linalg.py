@@ -8,8 +8,8 @@ the decompositions :func:`eigh`/:func:`eigvalsh`, :func:`svd`/:func:`svdvals`, :
 :func:`matrix_exp`, with torch's backward formulas (one op each, whose kernel packs the
 factors into one array); :func:`lstsq`, :func:`solve_triangular`, :func:`multi_dot`,
 :func:`cross`, :func:`vecdot`, :func:`matmul`, :func:`diagonal`, :func:`matrix_rank`,
-:func:`cond`, :func:`vander` and the ``_ex`` variants. torch's ``eig``/``eigvals`` (complex
-results) are not here yet (its complex tensors have no decompositions).
+:func:`cond`, :func:`vander` and the ``_ex`` variants; :func:`eig`/:func:`eigvals` (complex
+results, torch's backward).
 
 >>> import retrograd as rg
 >>> rg.linalg.inv(rg.tensor([[2.0, 0.0], [0.0, 4.0]], dtype="float64")).tolist()
@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .backend.protocol import COMPLEX_DTYPES
 from .errors import DTypeError, InvalidArgumentError, LinAlgError, ShapeError, shape_text
 from .errors import guard as _guard
 from .errors import guard_namespace as _guard_namespace
@@ -45,7 +46,9 @@ __all__ = [
     "cross",
     "det",
     "diagonal",
+    "eig",
     "eigh",
+    "eigvals",
     "eigvalsh",
     "householder_product",
     "inv",
@@ -80,6 +83,7 @@ __all__ = [
 
 # torch.return_types' names and fields
 EighResult = namedtuple("linalg_eigh", ["eigenvalues", "eigenvectors"])
+EigResult = namedtuple("linalg_eig", ["eigenvalues", "eigenvectors"])
 SVDResult = namedtuple("linalg_svd", ["U", "S", "Vh"])
 QRResult = namedtuple("linalg_qr", ["Q", "R"])
 LstsqResult = namedtuple("linalg_lstsq", ["solution", "residuals", "rank", "singular_values"])
@@ -92,10 +96,11 @@ LUResult = namedtuple("linalg_lu", ["P", "L", "U"])
 LUUnpackResult = namedtuple("lu_unpack", ["P", "L", "U"])
 
 
-def _matrices(op: str, A: Any) -> Tensor:  # noqa: N803 (torch's name)
+def _matrices(op: str, A: Any, complex_ok: bool = False) -> Tensor:  # noqa: N803 (torch's name)
+    """``A``, checked: a float tensor (or complex, for the ops with complex rules) of matrices."""
     if not isinstance(A, Tensor):
         raise DTypeError(f"{op}: expected a tensor, got {type(A).__name__}")
-    if A.dtype not in FLOAT_DTYPES:
+    if A.dtype not in FLOAT_DTYPES and not (complex_ok and A.dtype in COMPLEX_DTYPES):
         raise DTypeError(f"{op}: expected a floating point tensor, got {A.dtype}")
     if A.ndim < 2:
         raise ShapeError(
@@ -108,7 +113,7 @@ def inv(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
     """The inverse of each square matrix of ``A`` ``[..., n, n]``; a singular one raises
     ``rg.linalg.LinAlgError`` (torch's ``LinAlgError``, a ``RuntimeError``)."""
     _no_out("linalg.inv", out)
-    matrices = _matrices("linalg.inv", A)
+    matrices = _matrices("linalg.inv", A, complex_ok=True)
     if matrices.shape[-1] != matrices.shape[-2]:
         raise ShapeError(
             f"linalg.inv: A must be batches of square matrices, but they are "
@@ -181,7 +186,11 @@ def pinv(
     (square ``A``) reads only the lower triangle, mirrored, as torch's; its gradient is the
     general one at ``A``, as torch's (for a symmetric ``A``, the gradient without it)."""
     _no_out("linalg.pinv", out)
-    matrices = _square("linalg.pinv", A) if hermitian else _matrices("linalg.pinv", A)
+    matrices = (
+        _square("linalg.pinv", A, complex_ok=True)
+        if hermitian
+        else _matrices("linalg.pinv", A, complex_ok=True)
+    )
     if hermitian:
         matrices = _lower_mirrored(matrices)
     if isinstance(atol, Tensor) or isinstance(rtol, Tensor):
@@ -192,36 +201,41 @@ def pinv(
 
 
 def _lower_mirrored(matrices: Tensor) -> Tensor:
-    """``matrices`` with each upper triangle replaced by the mirrored lower one, the gradient
-    passing through unchanged (torch's ``pinv(hermitian=True)`` differentiates its general
-    formula at its input): ``mirrored + (matrices - matrices)``, the difference exactly 0."""
+    """``matrices`` with each upper triangle replaced by the mirrored (conjugated) lower one,
+    the gradient passing through unchanged (torch's ``pinv(hermitian=True)`` differentiates
+    its general formula at its input): ``mirrored + (matrices - matrices)``, the difference
+    exactly 0."""
     fixed = untracked(matrices)
-    return (fixed.tril() + fixed.tril(-1).mT) + (matrices - fixed)
+    diagonal = fixed.tril().triu()
+    if diagonal.is_complex():  # a Hermitian matrix's diagonal is real (LAPACK's heevd reads so)
+        diagonal = diagonal.real
+    strict = fixed.tril(-1)
+    return (strict + strict.mH + diagonal) + (matrices - fixed)
 
 
 def det(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
     """The determinant of each square matrix of ``A`` (``A.det()``)."""
     _no_out("linalg.det", out)
-    return _matrices("linalg.det", A).det()
+    return _matrices("linalg.det", A, complex_ok=True).det()
 
 
 def slogdet(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
     """``(sign, logabsdet)`` of each square matrix of ``A`` (``A.slogdet()``)."""
     _no_out("linalg.slogdet", out)
-    return _matrices("linalg.slogdet", A).slogdet()
+    return _matrices("linalg.slogdet", A, complex_ok=True).slogdet()
 
 
 def matrix_power(A: Tensor, n: int, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
     """The ``n``-th power of each square matrix of ``A`` (``A.matrix_power(n)``)."""
     _no_out("linalg.matrix_power", out)
-    return _matrices("linalg.matrix_power", A).matrix_power(n)
+    return _matrices("linalg.matrix_power", A, complex_ok=True).matrix_power(n)
 
 
 def cholesky(A: Tensor, *, upper: bool = False, out: Any = None) -> Tensor:  # noqa: N803
     """The Cholesky factor of each symmetric positive-definite matrix of ``A``
     (``A.cholesky(upper)``); another raises ``rg.InvalidArgumentError``."""
     _no_out("linalg.cholesky", out)
-    return _matrices("linalg.cholesky", A).cholesky(upper)
+    return _matrices("linalg.cholesky", A, complex_ok=True).cholesky(upper)
 
 
 def solve(A: Tensor, B: Any, *, left: bool = True, out: Any = None) -> Tensor:  # noqa: N803
@@ -229,7 +243,7 @@ def solve(A: Tensor, B: Any, *, left: bool = True, out: Any = None) -> Tensor:  
     ``[..., n, n]``; ``B`` is ``[..., n, k]`` or a vector ``[..., n]``, batch dims
     broadcasting, as torch's. A singular ``A`` raises ``rg.InvalidArgumentError``."""
     _no_out("linalg.solve", out)
-    matrices = _matrices("linalg.solve", A)
+    matrices = _matrices("linalg.solve", A, complex_ok=True)
     n = matrices.shape[-1]
     if matrices.shape[-2] != n:
         raise ShapeError(
@@ -263,8 +277,8 @@ def _eps(dtype: str) -> float:
     return float(np.finfo(np.dtype(dtype)).eps)
 
 
-def _square(op: str, A: Any) -> Tensor:  # noqa: N803 (torch's name)
-    matrices = _matrices(op, A)
+def _square(op: str, A: Any, complex_ok: bool = False) -> Tensor:  # noqa: N803 (torch's name)
+    matrices = _matrices(op, A, complex_ok)
     if matrices.shape[-1] != matrices.shape[-2]:
         raise ShapeError(
             f"{op}: A must be batches of square matrices, but they are "
@@ -308,12 +322,35 @@ def eigh(A: Tensor, UPLO: str = "L", *, out: Any = None) -> Any:  # noqa: N803 (
     [4.0, 3.0]
     """
     _no_out("linalg.eigh", out)
-    matrices = _square("linalg.eigh", A)
+    matrices = _square("linalg.eigh", A, complex_ok=True)
     if UPLO not in ("L", "U"):
         raise InvalidArgumentError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
     n = matrices.shape[-1]
     packed = matrices._apply("linalg_eigh", (matrices,), (UPLO == "U",))
-    return EighResult(packed[..., n], packed[..., :n])
+    values = packed[..., n]  # real, stored in the complex pack of a complex A
+    return EighResult(values.real if values.is_complex() else values, packed[..., :n])
+
+
+def eig(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
+    """torch's ``linalg.eig``: ``(eigenvalues, eigenvectors)`` of each square matrix of ``A``
+    ``[..., n, n]``, complex (for a real ``A`` too), as LAPACK's ``geev`` gives them: unit
+    eigenvectors whose largest component is real, in torch's order.
+
+    The gradient is torch's ``linalg_eig_backward`` (of a real ``A``, its real part): defined
+    for distinct eigenvalues and for losses that do not depend on each eigenvector's phase
+    (``v -> v e^{i phi}``); a loss that does is refused in backward, as torch's. When no
+    gradient reaches the eigenvectors it is ``V^-H diag(gL) V^H``."""
+    _no_out("linalg.eig", out)
+    matrices = _square("linalg.eig", A, complex_ok=True)
+    n = matrices.shape[-1]
+    packed = matrices._apply("linalg_eig", (matrices,))
+    return EigResult(packed[..., n], packed[..., :n])
+
+
+def eigvals(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
+    """torch's ``linalg.eigvals``: the eigenvalues of :func:`eig` (complex)."""
+    _no_out("linalg.eigvals", out)
+    return eig(_square("linalg.eigvals", A, complex_ok=True)).eigenvalues
 
 
 def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Any = None) -> Tensor:  # noqa: N803
@@ -339,21 +376,22 @@ def svd(
     of ``Vh`` past ``min(m, n)`` get none (arbitrary bases, as torch's docs say). ``driver``
     (CUDA only in torch) is not supported."""
     _no_out("linalg.svd", out)
-    matrices = _matrices("linalg.svd", A)
+    matrices = _matrices("linalg.svd", A, complex_ok=True)
     if driver is not None:
         raise InvalidArgumentError("linalg.svd: driver= is for CUDA inputs only (as torch's)")
     m, n = matrices.shape[-2:]
     k = min(m, n)
     shapes = ((m, m if full_matrices else k), (k,), (n if full_matrices else k, n))
     packed = matrices._apply("linalg_svd", (matrices,), (bool(full_matrices),))
-    return SVDResult(*_unpacked(packed, shapes))
+    u, s, vh = _unpacked(packed, shapes)
+    return SVDResult(u, s.real if s.is_complex() else s, vh)  # S real, packed complex
 
 
 def svdvals(A: Tensor, *, driver: str | None = None, out: Any = None) -> Tensor:  # noqa: N803
     """torch's ``linalg.svdvals``: the singular values, descending (gradient ``U diag(g)
     Vh``, defined for repeated ones too)."""
     _no_out("linalg.svdvals", out)
-    return svd(_matrices("linalg.svdvals", A), False, driver=driver).S
+    return svd(_matrices("linalg.svdvals", A, complex_ok=True), False, driver=driver).S
 
 
 def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N803
@@ -369,7 +407,7 @@ def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N8
     [3.0, 1.0, 4.0, 2.0]
     """
     _no_out("linalg.qr", out)
-    matrices = _matrices("linalg.qr", A)
+    matrices = _matrices("linalg.qr", A, complex_ok=True)
     if mode not in ("reduced", "complete", "r"):
         raise InvalidArgumentError(
             f"linalg.qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}"
@@ -656,7 +694,7 @@ def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)
     >>> rg.linalg.matrix_exp(rg.zeros((2, 2), dtype="float64")).tolist()
     [[1.0, 0.0], [0.0, 1.0]]
     """
-    matrices = _square("linalg.matrix_exp", A)
+    matrices = _square("linalg.matrix_exp", A, complex_ok=True)
     return matrices._apply("matrix_exp", (matrices,))
 
 
@@ -675,7 +713,7 @@ def lstsq(
     at most ``rcond * largest`` dropped (``rcond`` defaulting to ``eps * max(m, n)``), and so
     is its gradient (torch's also goes through ``pinv``); for a rank-deficient ``A`` gelsy's
     basic solution differs from it. ``driver`` is accepted and ignored."""
-    matrices = _matrices("linalg.lstsq", A)
+    matrices = _matrices("linalg.lstsq", A, complex_ok=True)
     if driver not in (None, "gels", "gelsy", "gelsd", "gelss"):
         raise InvalidArgumentError(f"linalg.lstsq: unknown driver {driver!r}")
     rhs = lift(matrices, B, "linalg.lstsq")
@@ -871,7 +909,7 @@ def matrix_rank(
         if atol is not None or rtol is not None:
             raise InvalidArgumentError("linalg.matrix_rank: give tol, or atol and rtol, not both")
         atol, rtol = tol, 0.0
-    matrices = _matrices("linalg.matrix_rank", A).detach()
+    matrices = _matrices("linalg.matrix_rank", A, complex_ok=True).detach()
     if isinstance(atol, Tensor) or isinstance(rtol, Tensor):
         raise InvalidArgumentError("linalg.matrix_rank: atol and rtol must be numbers")
     if rtol is None:
@@ -892,7 +930,7 @@ def cond(A: Tensor, p: Any = None, *, out: Any = None) -> Tensor:  # noqa: N803
     (its inverse), or ``norm(A, p) * norm(inv(A), p)`` for ``"fro"``, ``"nuc"``, ``±1``,
     ``±inf`` (square ``A``)."""
     _no_out("linalg.cond", out)
-    matrices = _matrices("linalg.cond", A)
+    matrices = _matrices("linalg.cond", A, complex_ok=True)
     if matrices.numel() == 0:  # torch's: a condition number of 0 for each empty matrix
         if p not in _COND_ORDERS:
             raise InvalidArgumentError(

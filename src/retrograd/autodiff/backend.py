@@ -514,7 +514,8 @@ def _complex_recipe(inner: Backend, recipe: Recipe, inputs: tuple, parents: tupl
         raise DTypeError(
             f"{op.name}: retrograd has no gradient of {op.name} for {complex_dtype} tensors "
             "(torch's complex autograd here covers arithmetic, exp/log/trigonometry, matmul, "
-            "reductions by sums, shape ops and torch.fft); detach() the input or compute "
+            "linear algebra, reductions by sums, shape ops and torch.fft); detach() the input "
+            "or compute "
             "with the real and imaginary parts"
         )
     mask = tuple([parent is not None for parent in parents])

@@ -525,16 +525,16 @@ def _cholesky_vjp(B, g, out):
     n = B.shape(out)[-1]
     positions = B.arange(0, n, 1, "int64", B.device(out))
     rows, cols = B.reshape(positions, (n, 1)), B.reshape(positions, (1, n))
-    m = B.mask_fill(B.matmul(B.swap_dims(out, -1, -2), g), B.lower(rows, cols), 0.0)
+    m = B.mask_fill(B.matmul(_mh(B, out), g), B.lower(rows, cols), 0.0)
     strict = B.mask_fill(m, B.lower_equal(rows, cols), 0.0)
-    middle = B.mul_scalar(B.add(m, B.swap_dims(strict, -1, -2)), 0.5)
+    middle = B.mul_scalar(B.add(m, _mh(B, strict)), 0.5)
     inverse = B.inverse(out)
-    return B.matmul(B.matmul(B.swap_dims(inverse, -1, -2), middle), inverse)
+    return B.matmul(B.matmul(_mh(B, inverse), middle), inverse)
 
 
 def _slogdet_vjp(B, g, x):
-    """``d log|det A| = tr(A^-1 dA)``: the gradient is ``g A^-T``, per matrix."""
-    return B.mul(B.reshape(g, B.shape(g) + (1, 1)), B.swap_dims(B.inverse(x), -1, -2))
+    """``d log|det A| = tr(A^-1 dA)``: the gradient is ``g A^-H``, per matrix."""
+    return B.mul(B.reshape(g, B.shape(g) + (1, 1)), _mh(B, B.inverse(x)))
 
 
 def _matmul_x_vjp(B, g, y):
@@ -1023,8 +1023,8 @@ binary(
 
 
 def _inverse_vjp(B, g, out):
-    """``d(A^-1) = -A^-1 dA A^-1``, so the gradient is ``-out^T g out^T``."""
-    out_t = B.swap_dims(out, -1, -2)
+    """``d(A^-1) = -A^-1 dA A^-1``, so the gradient is ``-out^H g out^H``."""
+    out_t = _mh(B, out)
     return B.neg(B.matmul(B.matmul(out_t, g), out_t))
 
 
@@ -1032,7 +1032,7 @@ def _pinv_vjp(B, g, x, out, atol, rtol):
     """torch's ``pinv_backward`` (Golub and Pereyra's derivative, valid where the rank is
     locally constant), real case, arranged so the products are of the smaller side."""
     m, n = B.shape(x)[-2:]
-    mm, t = B.matmul, (lambda a: B.swap_dims(a, -1, -2))
+    mm, t = B.matmul, (lambda a: _mh(B, a))
     out_t, g_t = t(out), t(g)
     if m <= n:
         k = mm(g_t, out)
@@ -1045,8 +1045,10 @@ def _pinv_vjp(B, g, x, out, atol, rtol):
     return B.sub(B.add(terms, out_t_k), mm(mm(out_t_k, out), x))
 
 
-def _mt(B, a):
-    return B.swap_dims(a, -1, -2)
+def _mh(B, a):
+    """The conjugate transpose of each matrix of ``a`` (the transpose of a real one)."""
+    swapped = B.swap_dims(a, -1, -2)
+    return B.conj(swapped) if _is_complex(B, a) else swapped
 
 
 def _last(B, x, start, stop):
@@ -1093,15 +1095,68 @@ def _over_gaps(B, numerator, gaps):
 
 
 def _eigh_vjp(B, g, out, upper):
-    """torch's ``linalg_eig_backward`` for a real symmetric input: ``V (skew(V^T gV) / E +
-    diag(gL)) V^T`` with ``skew(X) = (X - X^T) / 2``."""
+    """torch's ``linalg_eig_backward`` for a symmetric (Hermitian) input: ``V (skew(V^H gV) /
+    E + diag(gL)) V^H`` with ``skew(X) = (X - X^H) / 2``; a complex one's loss must not
+    depend on the eigenvectors' phase."""
     n = B.shape(out)[-1] - 1
     vectors, values = _last(B, out, 0, n), B.reshape(_last(B, out, n, n + 1), B.shape(out)[:-1])
     g_vectors, g_values = _last(B, g, 0, n), B.reshape(_last(B, g, n, n + 1), B.shape(g)[:-1])
-    vhgv = B.matmul(_mt(B, vectors), g_vectors)
-    skew = B.mul_scalar(B.sub(vhgv, _mt(B, vhgv)), 0.5)
+    vhgv = B.matmul(_mh(B, vectors), g_vectors)
+    if _is_complex(B, vhgv):
+        _check_phase_invariant(B, B.imag(_diagonal(B, vhgv)), "linalg.eigh", "eigenvectors")
+    skew = B.mul_scalar(B.sub(vhgv, _mh(B, vhgv)), 0.5)
     inner = B.add(_over_gaps(B, skew, _spectral_gaps(B, values)), _diag_embed(B, g_values))
-    return B.matmul(vectors, B.matmul(inner, _mt(B, vectors)))
+    return B.matmul(vectors, B.matmul(inner, _mh(B, vectors)))
+
+
+def _is_complex(B, a):
+    return B.dtype(a) in ("complex64", "complex128")
+
+
+def _imaginary(B, a):
+    """The imaginary parts of the diagonal of each matrix of complex ``a``, in its dtype."""
+    return B.cast(B.imag(_diagonal(B, a)), B.dtype(a))
+
+
+def _diagonal(B, a):
+    """``[..., k, k]`` to its diagonal ``[..., k]``."""
+    shape = B.shape(a)
+    summed = B.sum_dim(
+        B.mul(a, B.eye(shape[-1], shape[-1], B.dtype(a), B.device(a))), (len(shape) - 1,)
+    )
+    return B.reshape(summed, shape[:-1])
+
+
+def _check_phase_invariant(B, imaginary_diagonal, op, vectors):
+    """torch's check that a loss does not depend on the phase of complex eigen/singular
+    vectors (``v -> v e^{i phi}``): the imaginary part of ``diag(V^H gV)`` must vanish."""
+    largest = max((abs(float(v)) for v in B.to_numpy(imaginary_diagonal).reshape(-1)), default=0)
+    if largest > 1e-2:  # torch's tolerance (allclose with rtol = atol = 1e-2)
+        raise AutodiffError(
+            f"{op}: the {vectors} in the complex case are specified up to multiplication by "
+            "e^{i phi}; the loss depends on this phase, so its gradient is ill-defined (as "
+            "torch's)"
+        )
+
+
+def _eig_vjp(B, g, out):
+    """torch's ``linalg_eig_backward``: ``gA = V^-H (diag(gL) + (V^H gV - V^H V
+    diag(re(diag(V^H gV)))) / conj(E)) V^H`` with ``E[i, j] = L[j] - L[i]`` (the projection
+    onto the tangent space of unit eigenvectors), refusing a loss that depends on the
+    eigenvectors' phase."""
+    n = B.shape(out)[-1] - 1
+    vectors, values = _last(B, out, 0, n), B.reshape(_last(B, out, n, n + 1), B.shape(out)[:-1])
+    g_vectors, g_values = _last(B, g, 0, n), B.reshape(_last(B, g, n, n + 1), B.shape(g)[:-1])
+    vh = _mh(B, vectors)
+    vhgv = B.matmul(vh, g_vectors)
+    diagonal = _diagonal(B, vhgv)
+    _check_phase_invariant(B, B.imag(diagonal), "linalg.eig", "eigenvectors")
+    real_diagonal = B.cast(B.real(diagonal), B.dtype(vectors))
+    shape = B.shape(real_diagonal)
+    scaled = B.mul(vectors, B.reshape(real_diagonal, shape[:-1] + (1, shape[-1])))
+    vhgv = B.sub(vhgv, B.matmul(vh, scaled))
+    inner = B.add(_over_gaps(B, vhgv, _spectral_gaps(B, B.conj(values))), _diag_embed(B, g_values))
+    return B.solve(vh, B.matmul(inner, vh))
 
 
 def _svd_shapes(m, n, full_matrices):
@@ -1110,9 +1165,11 @@ def _svd_shapes(m, n, full_matrices):
 
 
 def _svd_vjp(B, g, x_shape, out, full_matrices):
-    """torch's ``svd_backward`` (real case), valid for distinct non-zero singular values:
-    with ``full_matrices`` the columns of ``U`` and rows of ``Vh`` past ``k = min(m, n)`` get
-    no gradient (torch's docs: they are arbitrary bases)."""
+    """torch's ``svd_backward``, valid for distinct non-zero singular values: with
+    ``full_matrices`` the columns of ``U`` and rows of ``Vh`` past ``k = min(m, n)`` get no
+    gradient (torch's docs: they are arbitrary bases). For complex ``A``: conjugate
+    transposes, torch's check that the loss does not depend on the singular vectors' phase,
+    and its term of ``U``'s phase on the diagonal."""
     m, n = x_shape[-2:]
     k = min(m, n)
     shapes = _svd_shapes(m, n, full_matrices)
@@ -1120,23 +1177,33 @@ def _svd_vjp(B, g, x_shape, out, full_matrices):
     gu, gs, gvh = unpack(B, g, shapes)
     if full_matrices:
         u, gu = _last(B, u, 0, k), _last(B, gu, 0, k)
-        vh, gvh = _mt(B, _last(B, _mt(B, vh), 0, k)), _mt(B, _last(B, _mt(B, gvh), 0, k))
-    uhgu = B.matmul(_mt(B, u), gu)
-    uhgu = B.sub(uhgu, _mt(B, uhgu))
-    vhgv = B.matmul(vh, _mt(B, gvh))
-    vhgv = B.sub(vhgv, _mt(B, vhgv))
+        vh, gvh = _mh(B, _last(B, _mh(B, vh), 0, k)), _mh(B, _last(B, _mh(B, gvh), 0, k))
+    uhgu = B.matmul(_mh(B, u), gu)
+    uhgu = B.sub(uhgu, _mh(B, uhgu))
+    vhgv = B.matmul(vh, _mh(B, gvh))
+    vhgv = B.sub(vhgv, _mh(B, vhgv))
     rows, cols = B.reshape(s, B.shape(s)[:-1] + (1, k)), B.reshape(s, B.shape(s)[:-1] + (k, 1))
     numerator = B.add(B.mul(uhgu, rows), B.mul(cols, vhgv))
     inner = B.add(_over_gaps(B, numerator, _spectral_gaps(B, B.square(s))), _diag_embed(B, gs))
+    if _is_complex(B, uhgu):
+        _check_phase_invariant(
+            B,
+            B.add(B.imag(_diagonal(B, uhgu)), B.imag(_diagonal(B, vhgv))),
+            "linalg.svd",
+            "singular vectors",
+        )
+        # the phase the loss sees through U's diagonal: i Im(diag(U^H gU)) / S
+        extra = _over_gaps(B, B.mul_scalar(_imaginary(B, uhgu), 0.5j), s)
+        inner = B.add(inner, _diag_embed(B, extra))
     if m > n:
         gu_sinv = _over_gaps(B, gu, rows)
         left = B.add(B.matmul(u, inner), gu_sinv)
-        left = B.sub(left, B.matmul(u, B.matmul(_mt(B, u), gu_sinv)))
+        left = B.sub(left, B.matmul(u, B.matmul(_mh(B, u), gu_sinv)))
         return B.matmul(left, vh)
     if m < n:
         sinv_gvh = _over_gaps(B, gvh, cols)
         right = B.add(B.matmul(inner, vh), sinv_gvh)
-        right = B.sub(right, B.matmul(B.matmul(sinv_gvh, _mt(B, vh)), vh))
+        right = B.sub(right, B.matmul(B.matmul(sinv_gvh, _mh(B, vh)), vh))
         return B.matmul(u, right)
     return B.matmul(u, B.matmul(inner, vh))
 
@@ -1147,10 +1214,11 @@ def _qr_shapes(m, n, mode):
 
 
 def _qr_vjp(B, g, x_shape, out, mode):
-    """torch's ``linalg_qr_backward`` (real case): with ``M = gR R^T - Q^T gQ``, for ``m >=
-    n`` ``gA = (gQ + Q copyltu(M)) R^-T`` (``copyltu`` mirrors the upper triangle of ``M``
-    down); for ``m < n`` ``gA = [Q tril(M^T - M) R1^-T, 0] + Q gR`` with ``R1`` the leading
-    ``m x m`` block of ``R``."""
+    """torch's ``linalg_qr_backward``: with ``M = gR R^H - Q^H gQ``, for ``m >= n`` ``gA =
+    (gQ + Q copyltu(M)) R^-H`` (``copyltu`` mirrors the upper triangle of ``M`` down, its
+    diagonal real: torch's ``syminvadj``); for ``m < n`` ``gA = [Q tril(M^H - M) R1^-H, 0]
+    + Q gR`` with ``R1`` the leading ``m x m`` block of ``R`` (the imaginary diagonal
+    halved: torch's ``trilImInvAdjSkew``)."""
     m, n = x_shape[-2:]
     if mode == "r":
         raise InvalidArgumentError(
@@ -1167,16 +1235,21 @@ def _qr_vjp(B, g, x_shape, out, mode):
     k = min(m, n)
     positions = B.arange(0, k, 1, "int64", B.device(out))
     rows, cols = B.reshape(positions, (k, 1)), B.reshape(positions, (1, k))
-    big_m = B.sub(B.matmul(gr, _mt(B, r)), B.matmul(_mt(B, q), gq))
+    big_m = B.sub(B.matmul(gr, _mh(B, r)), B.matmul(_mh(B, q), gq))
     if m >= n:
         upper = B.mask_fill(big_m, B.greater(rows, cols), 0.0)  # triu(M)
         strict = B.mask_fill(big_m, B.greater_equal(rows, cols), 0.0)  # triu(M, 1)
-        b = B.add(B.matmul(q, B.add(upper, _mt(B, strict))), gq)
-        return _mt(B, _solve_upper_transposed(B, r, _mt(B, b)))
-    lower = B.mask_fill(B.sub(_mt(B, big_m), big_m), B.lower(rows, cols), 0.0)
+        mirrored = B.add(upper, _mh(B, strict))
+        if _is_complex(B, mirrored):  # torch's syminvadj: the diagonal's real part
+            mirrored = B.sub(mirrored, _diag_embed(B, B.mul_scalar(_imaginary(B, mirrored), 1j)))
+        b = B.add(B.matmul(q, mirrored), gq)
+        return _mh(B, _solve_upper_transposed(B, r, _mh(B, b)))
+    lower = B.mask_fill(B.sub(_mh(B, big_m), big_m), B.lower(rows, cols), 0.0)
+    if _is_complex(B, lower):  # torch's trilImInvAdjSkew: half the imaginary diagonal
+        lower = B.sub(lower, _diag_embed(B, B.mul_scalar(_imaginary(B, lower), 0.5j)))
     b = B.matmul(q, lower)
     r1 = _last(B, r, 0, m)
-    head = _mt(B, _solve_upper_transposed(B, r1, _mt(B, b)))
+    head = _mh(B, _solve_upper_transposed(B, r1, _mh(B, b)))
     tail = B.zeros(B.shape(head)[:-1] + (n - m,), B.dtype(head), B.device(head))
     return B.add(B.cat([head, tail], len(B.shape(head)) - 1), B.matmul(q, gr))
 
@@ -1209,7 +1282,7 @@ def _matrix_exp_vjp(B, g, x):
     """The gradient of ``exp(A)`` is the top-right block of ``exp([[A^T, g], [0, A^T]])``
     (Mathias' block-triangular identity, as torch's ``linalg_matrix_exp_differential``)."""
     n = B.shape(x)[-1]
-    xt = _mt(B, x)
+    xt = _mh(B, x)
     top = B.cat([xt, g], len(B.shape(x)) - 1)
     bottom = B.cat([B.zeros_like(xt), xt], len(B.shape(x)) - 1)
     block = B.matrix_exp(B.cat([top, bottom], len(B.shape(x)) - 2))
@@ -1219,17 +1292,26 @@ def _matrix_exp_vjp(B, g, x):
 unary("inverse", _inverse_vjp, memory_bound=False)
 unary("pinv", _pinv_vjp, ("atol", "rtol"), memory_bound=False)
 reduction("slogdet", _slogdet_vjp, aux=True)
+
+
+def _complex_logdet(B, x):
+    """``log det A`` of complex matrices, ``log|det A| + i arg det A`` (from ``slogdet``)."""
+    logabsdet, sign = B.slogdet(x)
+    return B.add(B.cast(logabsdet, B.dtype(x)), B.log(sign))
+
+
+# holomorphic, derivative A^-T: the gradient is g A^-H (det and slogdet of complex matrices)
+reduction("complex_logdet", _slogdet_vjp, forward=_complex_logdet)
 unary("cholesky", _cholesky_vjp, memory_bound=False)
 unary("linalg_eigh", _eigh_vjp, ("upper",), memory_bound=False)
 unary("linalg_svd", _svd_vjp, ("full_matrices",), memory_bound=False)
 unary("linalg_qr", _qr_vjp, ("mode",), memory_bound=False)
 unary("matrix_exp", _matrix_exp_vjp, memory_bound=False)
+unary("linalg_eig", _eig_vjp, memory_bound=False)
 binary(
     "solve",
-    lambda B, g, x, out: B.neg(
-        B.matmul(B.solve(B.swap_dims(x, -1, -2), g), B.swap_dims(out, -1, -2))
-    ),
-    lambda B, g, x: B.solve(B.swap_dims(x, -1, -2), g),
+    lambda B, g, x, out: B.neg(B.matmul(B.solve(_mh(B, x), g), _mh(B, out))),
+    lambda B, g, x: B.solve(_mh(B, x), g),
     memory_bound=False,
     broadcast=False,
 )
@@ -1415,6 +1497,13 @@ unary(
     memory_bound=False,
 )
 complex_rules("fftn", *OPS["fftn"].vjps)
+complex_rules("linalg_eig", _eig_vjp)
+# the real rules with conjugate transposes (``_mh``), as torch's
+for _name in (
+    "inverse", "pinv", "slogdet", "complex_logdet", "cholesky", "linalg_eigh", "linalg_svd",
+    "linalg_qr", "matrix_exp", "solve",
+):  # fmt: skip
+    complex_rules(_name, *OPS[_name].vjps)
 
 
 def op_kind(name: str) -> str:

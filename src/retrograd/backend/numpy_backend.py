@@ -1005,7 +1005,9 @@ class NumpyBackend(
         largest = s.max(axis=-1, keepdims=True) if s.shape[-1] else s
         kept = s > np.maximum(atol, rtol * largest)
         s_inv = np.divide(1.0, s, out=np.zeros_like(s), where=kept)
-        return np.matmul(np.swapaxes(vh, -1, -2) * s_inv[..., None, :], np.swapaxes(u, -1, -2))
+        # conjugate transposes: V diag(1/s) U^H
+        v, uh = np.swapaxes(vh, -1, -2).conj(), np.swapaxes(u, -1, -2).conj()
+        return np.matmul(v * s_inv[..., None, :], uh)
 
     # The last dimension of large float32 arrays runs compiled, a row at a time in cache
     # (:mod:`.compiled_softmax`); the rest in NumPy passes over arrays made here.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .lazy import scipy_linalg, scipy_special
-from .protocol import singular_matrix
+from .protocol import COMPLEX_SEEN, singular_matrix
 from .protocol_math import not_positive_definite
 
 __all__ = ["NumpyMathKernels"]
@@ -228,6 +228,14 @@ class NumpyMathKernels:
     def linalg_eigh(self, x, upper):
         values, vectors = np.linalg.eigh(x, UPLO="U" if upper else "L")
         return np.concatenate([vectors, values[..., None]], axis=-1)
+
+    def linalg_eig(self, x):
+        COMPLEX_SEEN[0] = True
+        complex_dtype = np.complex64 if x.dtype in (np.float32, np.complex64) else np.complex128
+        # NumPy's geev is torch's: the same vectors; a real x with real eigenvalues gives real
+        # arrays, made complex as torch's
+        values, vectors = np.linalg.eig(x)
+        return np.concatenate([vectors, values[..., None]], axis=-1).astype(complex_dtype)
 
     def linalg_svd(self, x, full_matrices):
         u, s, vh = np.linalg.svd(x, full_matrices=full_matrices)

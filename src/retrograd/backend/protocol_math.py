@@ -228,6 +228,13 @@ class MathProtocol:
         the eigenvectors in the first ``n`` columns, the eigenvalues (ascending) in the last."""
         raise NotImplementedError
 
+    def linalg_eig(self, x: Any) -> Any:
+        """The eigendecomposition of each square matrix of ``x`` ``[..., n, n]`` (LAPACK's
+        ``geev``, as torch's: unit eigenvectors whose largest component is real), packed
+        ``[..., n, n + 1]`` in the complex dtype of ``x``'s: the eigenvectors in the first
+        ``n`` columns, the eigenvalues in the last (complex for a real ``x`` too)."""
+        raise NotImplementedError
+
     def linalg_svd(self, x: Any, full_matrices: bool) -> Any:
         """The SVD ``U diag(S) Vh`` of each matrix of ``x`` ``[..., m, n]``, packed
         ``[..., m*p + k + q*n]``: ``U`` ``[m, p]``, ``S`` (descending) ``[k]`` and ``Vh``

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .protocol import singular_matrix
+from .protocol import COMPLEX_SEEN, singular_matrix
 from .protocol_math import not_positive_definite
 
 __all__ = ["TorchMathKernels"]
@@ -75,6 +75,11 @@ class TorchMathKernels:
 
     def linalg_eigh(self, x, upper):
         values, vectors = torch.linalg.eigh(x, UPLO="U" if upper else "L")
+        return torch.cat([vectors, values.unsqueeze(-1)], dim=-1)
+
+    def linalg_eig(self, x):
+        COMPLEX_SEEN[0] = True
+        values, vectors = torch.linalg.eig(x)
         return torch.cat([vectors, values.unsqueeze(-1)], dim=-1)
 
     def linalg_svd(self, x, full_matrices):

@@ -855,7 +855,7 @@ def refuse_complex(op: TensorOp | str, inputs: Sequence[Any]) -> None:
     raise DTypeError(
         f"{name}: not implemented for {complex_dtype} tensors in retrograd (its complex "
         "tensors have arithmetic, exp/log/sqrt/trigonometry, abs/angle, sums and means, "
-        "matmul/einsum, shape and indexing ops, and torch.fft)"
+        "matmul/einsum, linear algebra, convolutions, shape and indexing ops, and torch.fft)"
     )
 
 

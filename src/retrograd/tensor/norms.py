@@ -32,7 +32,8 @@ def _singular_values(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)
     m, n = A.shape[-2:]
     k = min(m, n)
     packed = A._apply("linalg_svd", (A,), (False,))
-    return packed[..., m * k : m * k + k]
+    values = packed[..., m * k : m * k + k]
+    return values.real if values.is_complex() else values  # real, packed with complex U, Vh
 
 
 def _norm_input(op: str, x: Any, dtype: Any) -> Tensor:
@@ -182,9 +183,10 @@ def matrix_norm(
     _no_out("linalg.matrix_norm", out)
     if isinstance(A, Tensor) and A.is_complex() and dtype is None and ord not in ("nuc", 2, -2):
         # the norms of the entries' magnitudes, as torch's ("fro", the row and column sums);
-        # those of the singular values are refused with the real-only linear algebra
+        # those of the singular values are of the complex matrix itself (below)
         A = A.abs()  # noqa: N806
-    A = _norm_input("linalg.matrix_norm", A, dtype)  # noqa: N806
+    if not (isinstance(A, Tensor) and A.is_complex() and dtype is None):
+        A = _norm_input("linalg.matrix_norm", A, dtype)  # noqa: N806
     if A.ndim < 2:
         raise ShapeError(
             f"linalg.matrix_norm: the input must have at least 2 dimensions, got shape "

@@ -124,13 +124,13 @@ class ProductsMixin:
     # -- matrix functions ---------------------------------------------------------------------
     def inverse(self) -> Any:
         """The inverse of each square matrix (``rg.linalg.inv``; torch's ``inverse``)."""
-        return self._apply("inverse", (_square("inverse", self, floats=True),))
+        return self._apply("inverse", (_square("inverse", self, floats=True, complex_ok=True),))
 
     def pinverse(self, rcond: float = 1e-15) -> Any:
         """The pseudo-inverse (``rg.linalg.pinv(self, rtol=rcond)``, torch's ``pinverse``):
         singular values at most ``rcond`` times the largest count as zero."""
-        if self.ndim < 2 or self.dtype not in FLOAT_DTYPES:
-            error = ShapeError if self.dtype in FLOAT_DTYPES else DTypeError
+        if self.ndim < 2 or not (self.dtype in FLOAT_DTYPES or self.is_complex()):
+            error = ShapeError if self.dtype in FLOAT_DTYPES or self.is_complex() else DTypeError
             raise error(
                 f"pinverse: expected a floating point tensor of at least 2 dimensions, got "
                 f"{self.dtype} of shape {shape_text(self.shape)}"
@@ -159,19 +159,21 @@ class ProductsMixin:
     def matrix_exp(self) -> Any:
         """The exponential of each square matrix (``rg.linalg.matrix_exp``; torch's
         ``matrix_exp``, which the parametrizations tutorial's ``MatrixExponential`` calls)."""
-        return self._apply("matrix_exp", (_square("matrix_exp", self, floats=True),))
+        return self._apply(
+            "matrix_exp", (_square("matrix_exp", self, floats=True, complex_ok=True),)
+        )
 
     # torch's methods removed since 1.9: the same error, naming what to use
     solve = _removed("solve", "rg.linalg.solve(A, B)")
     lstsq = _removed("lstsq", "rg.linalg.pinv(A) @ B")
-    eig = _removed("eig", "torch.linalg.eig (complex results: not in retrograd)")
+    eig = _removed("eig", "rg.linalg.eig(A)")
     symeig = _removed("symeig", "torch.linalg.eigh (not in retrograd)")
 
     def cholesky(self, upper: bool = False) -> Any:
         """The Cholesky factor of each symmetric positive-definite matrix: lower (``L @ L^T``)
         or, with ``upper``, its transpose; the gradient is torch's."""
-        lower = self._apply("cholesky", (_square("cholesky", self, floats=True),))
-        return lower.transpose(-2, -1) if upper else lower
+        lower = self._apply("cholesky", (_square("cholesky", self, floats=True, complex_ok=True),))
+        return lower.mH if upper else lower
 
     def cholesky_solve(self, input2: Any, upper: bool = False) -> Any:
         """torch's ``cholesky_solve``: ``X`` with ``L L^T X = self`` for the Cholesky factor
@@ -236,19 +238,27 @@ class ProductsMixin:
     def slogdet(self) -> Any:
         """``(sign, logabsdet)`` of each square matrix; the gradient flows through
         ``logabsdet`` (``g A^-T``; a singular matrix has none)."""
-        matrices = _square("slogdet", self, floats=True)
+        matrices = _square("slogdet", self, floats=True, complex_ok=True)
+        if matrices.is_complex():  # the complex log det carries the sign's gradient too
+            logdet = self._apply("complex_logdet", (matrices,))
+            logabsdet = logdet.real
+            return SlogdetResult((logdet - logabsdet).exp(), logabsdet)
         logabsdet, sign = self._apply("slogdet", (matrices,))
         return SlogdetResult(sign, logabsdet)
 
     def det(self) -> Any:
         """The determinant, as ``sign * exp(logabsdet)`` (its gradient ``det * A^-T``)."""
-        _square("det", self, floats=True)  # so that a bad input's error names det, not slogdet
+        _square("det", self, floats=True, complex_ok=True)  # an error names det, not slogdet
+        if self.is_complex():
+            return self._apply("complex_logdet", (self,)).exp()
         sign, logabsdet = self.slogdet()
         return sign * logabsdet.exp()
 
     def logdet(self) -> Any:
         """``log det``: NaN for a negative determinant, ``-inf`` for a zero one."""
-        _square("logdet", self, floats=True)
+        _square("logdet", self, floats=True, complex_ok=True)
+        if self.is_complex():  # log|det| + i arg(det), as torch's
+            return self._apply("complex_logdet", (self,))
         sign, logabsdet = self.slogdet()
         return logabsdet.mask_fill(sign.lower_elem(0.0), float("nan"))
 
@@ -369,11 +379,11 @@ def _solved(op: str, matrices: Any, rhs: Any) -> Any:
     return a._apply("solve", (a, b))
 
 
-def _square(op: str, x: Any, floats: bool = False) -> Any:
+def _square(op: str, x: Any, floats: bool = False, complex_ok: bool = False) -> Any:
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ShapeError(
             f"{op}: expected a batch of square matrices, got shape {shape_text(x.shape)}"
         )
-    if floats and x.dtype not in FLOAT_DTYPES:
+    if floats and x.dtype not in FLOAT_DTYPES and not (complex_ok and x.is_complex()):
         raise DTypeError(f"{op}: expected a floating point tensor, got {x.dtype}")
     return x

@@ -53,11 +53,11 @@ from ._dispatch import (
     int_argument,
     lift,
     normalize_dim,
-    real_only,
     scalar_dims,
     untracked,
     wrap,
 )
+from .complexes import complex as complex_of_parts
 from .dtypes import DTYPE_OBJECTS
 from .functions import check_unique_dim
 from .functions import unique as _unique
@@ -213,8 +213,7 @@ class SelectionMixin:
         if self.ndim > 2:
             raise ShapeError(f"cov: expected at most 2 dimensions, got {shape_text(self.shape)}")
         x = self.reshape((1, -1)) if self.ndim < 2 else self
-        x = real_only("cov", x)
-        x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
+        x = x if x.dtype in FLOAT_DTYPES or x.is_complex() else x.cast(default_float_dtype())
         n = x.shape[1]
         weights = importances = None
         for name, given, integral in (("fweights", fweights, True), ("aweights", aweights, False)):
@@ -236,7 +235,7 @@ class SelectionMixin:
             weights = w if weights is None else weights * w
         if weights is None:
             centred = x - x.mean(1, True)
-            out = centred.matmul(centred.transpose(0, 1)) / max(n - correction, 0)
+            out = centred.matmul(_conj_t(centred)) / max(n - correction, 0)
             return out.reshape(()) if x.shape[0] == 1 else out
         total = weights.sum()
         if not bool(total.detach().ne(0).item()):
@@ -247,7 +246,7 @@ class SelectionMixin:
         else:
             norm = total - correction
         norm = norm.mask_fill(norm.lower_equal(0), 0)  # (torch's: inf or NaN, with a warning)
-        out = centred.matmul((centred * weights).transpose(0, 1)) / norm
+        out = centred.matmul(_conj_t(centred * weights)) / norm
         return out.reshape(()) if x.shape[0] == 1 else out
 
     def corrcoef(self) -> Any:
@@ -255,8 +254,12 @@ class SelectionMixin:
         c = self.cov()
         if c.ndim == 0:
             return c / c
-        std = c.diagonal().sqrt()
-        return (c / std.unsqueeze_dim(1) / std.unsqueeze_dim(0)).clamp(-1.0, 1.0)
+        diagonal = c.diagonal()
+        std = (diagonal.real if diagonal.is_complex() else diagonal).sqrt()
+        c = c / std.unsqueeze_dim(1) / std.unsqueeze_dim(0)
+        if c.is_complex():  # each part clipped, as torch's
+            return complex_of_parts(c.real.clamp(-1.0, 1.0), c.imag.clamp(-1.0, 1.0))
+        return c.clamp(-1.0, 1.0)
 
     def renorm(self, p: float, dim: int, maxnorm: float) -> Any:
         """Each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to it
@@ -1490,3 +1493,9 @@ def _fitted(values: Any, shape: tuple[int, ...]) -> Any:
             f"cannot be broadcast to indexing result of shape {shape_text(shape)}"
         )
     return values.expand(tuple(shape))
+
+
+def _conj_t(x: Any) -> Any:
+    """The conjugate transpose of a matrix (its transpose if real): ``cov``'s ``x^H``."""
+    transposed = x.transpose(0, 1)
+    return transposed.conj() if transposed.is_complex() else transposed

@@ -528,6 +528,17 @@ def _logaddexp(
     op: str, a: Any, b: Any, softplus_of_gap: Callable[[Any], Any], scale: float = 1.0
 ) -> Any:
     x, y = float_kernel_operands(op, a, b)
+    if x.is_complex() and scale == 1.0:
+        # torch's complex kernel: the operand of the larger real part plus log1p(exp(the
+        # other - it)); a composition, so its gradient is torch's g / conj(1 + exp(y - x))
+        first = x.real.greater_equal(y.real)
+        top, other = y.mask_where(first, x), x.mask_where(first, y)
+        out = top + (other - top).exp().log1p()
+        # equal infinite real parts (inf - inf would make NaN): torch's kernel gives the
+        # second operand at -inf, the first at +inf (for zero imaginary parts)
+        same_infinity = x.real.isinf().logical_and(x.real.eq(y.real))
+        out = out.mask_where(same_infinity.logical_and(x.real.gt(0)), top)
+        return out.mask_where(same_infinity.logical_and(x.real.lt(0)), other)
     out = x.maximum(y) + softplus_of_gap((x - y).abs())
     out = out.mask_where(x.isinf().logical_and(x.eq(y)), x)
     if not (x.requires_grad or y.requires_grad):

@@ -67,7 +67,13 @@ _HALF_DTYPES = frozenset({"bfloat16", "float16"})
 
 
 def _float_pair(
-    fn: str, x: Any, other: Any, name: str, integers: bool = False, one_dtype: bool = False
+    fn: str,
+    x: Any,
+    other: Any,
+    name: str,
+    integers: bool = False,
+    one_dtype: bool = False,
+    complex_ok: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """``x`` and ``other`` on one backend and one float dtype (or, with ``integers``, one
     integer dtype too: torch's CPU convolutions compute those). With ``one_dtype`` (matrix
@@ -84,7 +90,11 @@ def _float_pair(
             f"{shape_text(x.shape)} and {name} {other.dtype} {shape_text(other.shape)}"
         )
     x, other = promote(x, other, fn)
-    if x.dtype not in FLOAT_DTYPES and not (integers and x.dtype in INT_DTYPES):
+    if (
+        x.dtype not in FLOAT_DTYPES
+        and not (integers and x.dtype in INT_DTYPES)
+        and not (complex_ok and x.is_complex())
+    ):
         kinds = "float or integer" if integers else "float"
         raise DTypeError(f"{fn}: expected {kinds} tensors, got {x.dtype} input and {name}")
     return x, other

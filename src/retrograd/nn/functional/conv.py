@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from ...backend.sizes import conv_transpose_output_size
 from ...errors import (
+    DTypeError,
     ShapeError,
 )
 from ...tensor import Tensor
+from ...tensor.complexes import complex as complex_of_parts
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -29,7 +31,38 @@ def _check_kernel(fn: str, kernel: tuple[int, ...], shapes: str) -> None:
         raise ShapeError(f"{fn}: kernel size must be positive, got {shape_text(kernel)}; {shapes}")
 
 
+def _complex_parts(fn, convolve, x, weight, bias):
+    """A convolution of complex ``x`` and ``weight`` as torch computes it, from real
+    convolutions of the parts: ``(a + ib) * (c + id) = (a c - b d) + i (a d + b c)``, the
+    bias's parts added to each; the gradients follow from those of the parts."""
+    if not (isinstance(x, Tensor) and isinstance(weight, Tensor)) or x.dtype != weight.dtype:
+        raise DTypeError(
+            f"{fn}: input and weight must have the same dtype, got "
+            f"{getattr(x, 'dtype', type(x).__name__)} input and "
+            f"{getattr(weight, 'dtype', type(weight).__name__)} weight"
+        )
+    if isinstance(bias, Tensor) and bias.dtype != x.dtype:
+        raise DTypeError(f"{fn}: bias must have the input's dtype {x.dtype}, got {bias.dtype}")
+    a, b, c, d = x.real, x.imag, weight.real, weight.imag
+    bias_real, bias_imag = (None, None) if bias is None else (bias.real, bias.imag)
+    real = convolve(a, c, bias_real) - convolve(b, d, None)
+    imag = convolve(a, d, bias_imag) + convolve(b, c, None)
+    return complex_of_parts(real, imag)
+
+
+def _is_complex(*tensors):
+    return any(isinstance(t, Tensor) and t.is_complex() for t in tensors)
+
+
 def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
+    if _is_complex(x, weight, bias):
+        return _complex_parts(
+            fn,
+            lambda a, w, b: _conv(fn, spatial, a, w, b, stride, padding, dilation, groups),
+            x,
+            weight,
+            bias,
+        )
     # integers too: torch's CPU convolutions compute them in their dtype (wrapping)
     x, weight = _float_pair(fn, x, weight, "weight", integers=True, one_dtype=True)
     x, squeeze = _batched(fn, x, spatial)
@@ -143,6 +176,16 @@ def conv3d(
 def _conv_transpose(
     fn, spatial, x, weight, bias, stride, padding, output_padding, groups, dilation
 ):
+    if _is_complex(x, weight, bias):
+        return _complex_parts(
+            fn,
+            lambda a, w, b: _conv_transpose(
+                fn, spatial, a, w, b, stride, padding, output_padding, groups, dilation
+            ),
+            x,
+            weight,
+            bias,
+        )
     x, weight = _float_pair(fn, x, weight, "weight", one_dtype=True)
     x, squeeze = _batched(fn, x, spatial)
     if weight.ndim != spatial + 2:

@@ -268,11 +268,12 @@ def _pointwise(
     reduction: str,
     weight: Any,
     error: Callable[[Tensor], Tensor],
+    complex_ok: bool = False,
 ) -> Tensor:
     """A loss of each element's ``error(x - target)``: the target broadcast with the input
     (with torch's warning), ``weight`` (the input's shape) scaling each error, and ``"mean"``
     then dividing by the weights' sum (torch 2.13's weighted ``mse_loss`` and ``l1_loss``)."""
-    x, target = _float_pair(fn, x, target, "target")
+    x, target = _float_pair(fn, x, target, "target", complex_ok=complex_ok)
     reduction = _reduction(fn, reduction, size_average, reduce)
     input_shape = x.shape
     x, target = _broadcast_pair(fn, x, target)
@@ -446,8 +447,10 @@ def l1_loss(
 ) -> Tensor:
     """Mean absolute error, PyTorch's arguments: ``weight`` (the input's shape) scales each
     absolute error and ``"mean"`` then divides by its sum (torch 2.13's)."""
-    errors = Tensor.abs
-    return _pointwise("l1_loss", input, target, size_average, reduce, reduction, weight, errors)
+    errors = Tensor.abs  # of complex errors too (a real loss, as torch's)
+    return _pointwise(
+        "l1_loss", input, target, size_average, reduce, reduction, weight, errors, complex_ok=True
+    )
 
 
 def smooth_l1_loss(
