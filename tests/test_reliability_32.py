@@ -241,3 +241,23 @@ def test_dcp_damaged_or_partial_folder_raises_the_hierarchy(tmp_path):
         (folder / ".metadata").write_text(text)
         with pytest.raises(rg.errors.InvalidArgumentError, match="damaged"):
             dcp.load({"a": rg.zeros(2)}, checkpoint_id=folder)
+
+
+def test_dcp_optimizer_state_of_another_model_raises_key_mismatch():
+    from retrograd.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    rg.manual_seed(0)
+    saved = rg.nn.Sequential(rg.nn.Linear(2, 3), rg.nn.Linear(3, 1))
+    optim_sd = get_optimizer_state_dict(saved, rg.optim.Adam(saved.parameters()))
+    other = rg.nn.Sequential(rg.nn.Linear(2, 3))
+    with pytest.raises(rg.errors.KeyMismatchError, match=r"1\.weight"):
+        set_optimizer_state_dict(other, rg.optim.Adam(other.parameters()), optim_sd)
+    # an optimizer holding a parameter the model does not have
+    stray = rg.nn.Parameter(rg.zeros(1))
+    with pytest.raises(rg.errors.KeyMismatchError, match=r"parameter 2 .*not a parameter"):
+        set_optimizer_state_dict(other, rg.optim.Adam([*other.parameters(), stray]), optim_sd)
+    with pytest.raises(rg.DTypeError, match="must be a dict"):
+        set_optimizer_state_dict(other, rg.optim.Adam(other.parameters()), [optim_sd])
