@@ -261,3 +261,30 @@ def test_dcp_optimizer_state_of_another_model_raises_key_mismatch():
         set_optimizer_state_dict(other, rg.optim.Adam([*other.parameters(), stray]), optim_sd)
     with pytest.raises(rg.DTypeError, match="must be a dict"):
         set_optimizer_state_dict(other, rg.optim.Adam(other.parameters()), [optim_sd])
+
+
+# --- rg.library.custom_op --------------------------------------------------------------------
+
+
+def test_custom_op_backward_with_wrong_number_of_gradients_names_the_op():
+    def scaled(x: rg.Tensor, y: rg.Tensor) -> rg.Tensor:
+        return x * y
+
+    op = rg.library.custom_op("reliab32::scaled", mutates_args=())(scaled)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    op.register_autograd(lambda ctx, grad: (grad,), setup_context=setup_context)
+    x, y = rg.tensor([1.0, 2.0]).require_grad(), rg.tensor([3.0, 4.0]).require_grad()
+    # torch raises a RuntimeError too ("expected 3, got 2": its count adds a hidden input)
+    with pytest.raises(rg.AutodiffError, match=r"reliab32::scaled.* 1 gradients .* 2 inputs"):
+        op(x, y).sum().backward()
+
+    def backward(ctx, grad):  # a surplus trailing None is dropped, as torch drops it
+        a, b = ctx.saved_tensors
+        return grad * b, grad * a, None
+
+    op.register_autograd(backward, setup_context=setup_context)
+    grads = op(x, y).sum().backward()
+    assert x.grad(grads).tolist() == [3.0, 4.0] and y.grad(grads).tolist() == [1.0, 2.0]
