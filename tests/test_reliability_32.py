@@ -288,3 +288,27 @@ def test_custom_op_backward_with_wrong_number_of_gradients_names_the_op():
     op.register_autograd(backward, setup_context=setup_context)
     grads = op(x, y).sum().backward()
     assert x.grad(grads).tolist() == [3.0, 4.0] and y.grad(grads).tolist() == [1.0, 2.0]
+
+
+# --- rg.utils.flop_counter -------------------------------------------------------------------
+
+
+def test_flop_counters_exited_out_of_order_stop_counting():
+    from retrograd.utils.flop_counter import FlopCounterMode
+
+    a, b = rg.ones((4, 5)), rg.ones((5, 3))
+    product = 2 * 4 * 5 * 3  # a (4, 5) @ (5, 3) product's multiply-adds, counted twice
+    first, second = FlopCounterMode(display=False), FlopCounterMode(display=False)
+    first.__enter__()
+    second.__enter__()
+    a @ b
+    first.__exit__(None, None, None)  # out of order (an ExitStack, a generator's cleanup)
+    a @ b
+    second.__exit__(None, None, None)
+    for _ in range(3):
+        a @ b
+    assert (first.get_total_flops(), second.get_total_flops()) == (product, 2 * product)
+    with FlopCounterMode(display=False) as fresh:
+        a @ b
+    assert fresh.get_total_flops() == product
+    assert (first.get_total_flops(), second.get_total_flops()) == (product, 2 * product)
