@@ -29,6 +29,9 @@ import concurrent.futures
 import functools
 import json
 import os
+import tokenize
+import zipfile
+import zlib
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,6 @@ import numpy as np
 from ...autodiff import no_grad
 from ...errors import DTypeError, InvalidArgumentError, KeyMismatchError, ShapeError
 from ...files import FileSet
-from ...serialization import ARCHIVE_DAMAGE
 from ...tensor import Tensor, from_numpy
 
 __all__ = [
@@ -54,6 +56,12 @@ __all__ = [
 ]
 
 _METADATA = ".metadata"
+#: What NumPy and zipfile raise reading a damaged or truncated ``.npz`` (a flipped header
+#: bit claims a compression or zip version; NumPy parses a damaged array header with
+#: ``ast``; a damaged shape asks for memory no machine holds).
+_ARCHIVE_DAMAGE = (ValueError, OSError, EOFError, KeyError, IndexError, TypeError,
+                   OverflowError, MemoryError, SyntaxError, NotImplementedError, RuntimeError,
+                   tokenize.TokenError, zipfile.BadZipFile, zlib.error)  # fmt: skip
 _DATA = "__0_0.distcp"
 
 
@@ -232,7 +240,7 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
         raise InvalidArgumentError(
             f"load: {folder} holds a partial checkpoint: {_METADATA} without {_DATA}"
         ) from None
-    except ARCHIVE_DAMAGE as error:  # a truncated or damaged .npz, or an entry missing
+    except _ARCHIVE_DAMAGE as error:  # a truncated or damaged .npz, or an entry missing
         raise InvalidArgumentError(
             f"load: {folder}'s {_DATA} is damaged, truncated or not the checkpoint's "
             f"{_METADATA} describes ({type(error).__name__}: {error})"
