@@ -29,6 +29,7 @@ import concurrent.futures
 import functools
 import json
 import os
+import secrets
 import tokenize
 import zipfile
 import zlib
@@ -63,6 +64,8 @@ _ARCHIVE_DAMAGE = (ValueError, OSError, EOFError, KeyError, IndexError, TypeErro
                    OverflowError, MemoryError, SyntaxError, NotImplementedError, RuntimeError,
                    tokenize.TokenError, zipfile.BadZipFile, zlib.error)  # fmt: skip
 _DATA = "__0_0.distcp"
+#: The entry of the data file holding the token its metadata holds (one save wrote both).
+_PAIRING = "pairing"
 
 
 class FileSystemWriter:
@@ -204,11 +207,15 @@ def save(
         "plain": plain,
     }
     folder.mkdir(parents=True, exist_ok=True)
+    # one token in both files: a save killed between their two renames leaves one new, one
+    # old, and load finds them unpaired (the old list of keys would name the new arrays)
+    pairing = secrets.token_hex(8)
     with FileSet(folder) as files:
         with files.open(_DATA) as file:
-            np.savez(file, **{f"t{i}": a for i, (a, _) in enumerate(tensors.values())})
+            arrays = {f"t{i}": a for i, (a, _) in enumerate(tensors.values())}
+            np.savez(file, **arrays, **{_PAIRING: np.array(pairing)})
         with files.open(_METADATA, "w") as file:
-            json.dump({**metadata, "order": list(tensors)}, file)
+            json.dump({**metadata, "order": list(tensors), "pairing": pairing}, file)
     return metadata
 
 
@@ -236,6 +243,7 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
     try:
         with np.load(folder / _DATA, allow_pickle=False) as data:
             arrays = {str(k): np.array(data[f"t{i}"]) for i, k in enumerate(metadata["order"])}
+            pairing = str(data[_PAIRING]) if _PAIRING in data.files else None
     except FileNotFoundError:
         raise InvalidArgumentError(
             f"load: {folder} holds a partial checkpoint: {_METADATA} without {_DATA}"
@@ -245,6 +253,11 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
             f"load: {folder}'s {_DATA} is damaged, truncated or not the checkpoint's "
             f"{_METADATA} describes ({type(error).__name__}: {error})"
         ) from None
+    if "pairing" in metadata and pairing != metadata["pairing"]:
+        raise InvalidArgumentError(
+            f"load: {folder} holds the {_METADATA} of one save and the {_DATA} of another (a "
+            "save interrupted between writing the two, or files copied from two checkpoints)"
+        )
     return metadata, arrays
 
 
