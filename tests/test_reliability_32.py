@@ -170,6 +170,22 @@ def test_edge_tensors_round_trip_as_torch_reads_them(tmp_path):
     assert theirs["cycle"][1] is theirs["cycle"] and ours["cycle"][1] is ours["cycle"]
 
 
+def test_result_requiring_grad_keeps_requires_grad_as_torch_saves_it(tmp_path):
+    # torch.save of a non-leaf result keeps requires_grad=True (its load gives a leaf that
+    # requires grad); rg.save wrote False
+    reference = io.BytesIO()
+    torch.save(torch.tensor([1.0, 2.0], requires_grad=True) * 2, reference)
+    reference.seek(0)
+    assert torch.load(reference).requires_grad
+    ours, theirs = _round_trip(
+        {"y": rg.tensor([1.0, 2.0]).require_grad() * 2, "t": torch.ones(2, requires_grad=True) * 3},
+        tmp_path / "result.pt",
+    )
+    assert theirs["y"].requires_grad and theirs["y"].tolist() == [2.0, 4.0]
+    assert theirs["t"].requires_grad and theirs["t"].tolist() == [3.0, 3.0]
+    assert ours["y"].requires_grad and ours["t"].requires_grad
+
+
 def test_damaged_files_raise_the_hierarchy(tmp_path):
     buffer = io.BytesIO()
     rg.save({"w": rg.arange(4.0), "n": np.arange(3), "s": [1, "a"]}, buffer)
