@@ -343,3 +343,23 @@ def test_dcp_files_of_two_saves_are_refused(tmp_path):
     assert a.tolist() == [0.0, 0.0] and b.tolist() == [0.0, 0.0]
     dcp.load({"a": a, "b": b}, checkpoint_id=second)
     assert a.tolist() == [7.0, 7.0] and b.tolist() == [5.0, 5.0]
+
+
+def test_dcp_save_refuses_object_arrays_and_checkpoint_id_beats_the_writer(tmp_path):
+    # NumPy pickled an object array into the checkpoint, which load (no pickle) then refused
+    with pytest.raises(rg.DTypeError, match="Python objects"):
+        dcp.save({"names": np.array([object()])}, checkpoint_id=tmp_path / "objects")
+    assert not (tmp_path / "objects" / ".metadata").exists()
+    # torch's save and load reset a storage writer/reader given with checkpoint_id to it
+    # (torch.distributed.checkpoint._storage_utils._storage_setup)
+    writer = dcp.FileSystemWriter(tmp_path / "writer")
+    dcp.save({"a": rg.ones(2)}, checkpoint_id=tmp_path / "given", storage_writer=writer)
+    assert (tmp_path / "given" / ".metadata").exists()
+    assert not (tmp_path / "writer").exists()
+    a = rg.zeros(2)
+    dcp.load(
+        {"a": a},
+        checkpoint_id=tmp_path / "given",
+        storage_reader=dcp.FileSystemReader(tmp_path / "writer"),
+    )
+    assert a.tolist() == [1.0, 1.0]

@@ -123,6 +123,11 @@ def _flatten(value: Any, prefix: str, tensors: dict, plain: dict) -> None:
     elif isinstance(value, Tensor):
         tensors[prefix] = (_array(value), str(value.dtype).removeprefix("retrograd."))
     elif isinstance(value, np.ndarray):
+        if value.dtype.hasobject:  # NumPy would pickle it, and load (allow_pickle=False) fail
+            raise DTypeError(
+                f"save: {prefix!r} is a NumPy array of Python objects; a checkpoint holds "
+                "arrays of numbers and strings (no pickle is written)"
+            )
         tensors[prefix] = (np.ascontiguousarray(np.asarray(value)), None)
     elif isinstance(value, np.generic):
         plain[prefix] = value.item()
@@ -167,8 +172,10 @@ def _states(state_dict: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _folder(checkpoint_id: Any, storage: Any, op: str) -> Path:
-    if storage is not None:
+    if storage is not None and checkpoint_id is None:
         return Path(storage.path)
+    if checkpoint_id is not None and storage is not None:
+        storage.path = Path(checkpoint_id)  # torch's storage.reset(checkpoint_id): it wins
     if checkpoint_id is None:
         raise InvalidArgumentError(f"{op}: give checkpoint_id (a folder) or a storage object")
     return Path(checkpoint_id)
