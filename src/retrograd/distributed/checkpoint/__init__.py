@@ -17,7 +17,8 @@ torch's does::
 
 The folder holds ``.metadata`` (JSON: each flattened key's kind, dtype and shape, and the plain
 values) and ``__0_0.distcp`` (the arrays, NumPy's ``.npz``), written as a set, whole or not at
-all (:class:`retrograd.files.FileSet`); no pickle is read or written. It is retrograd's own
+all (:class:`retrograd.files.FileSet`), each holding one token of the save (files of two saves
+are refused); no pickle is read or written. It is retrograd's own
 layout: torch's DCP folders (pickled metadata, torch's byte layout) are not read. Sharded
 saving across ranks (FSDP, DTensor) does not exist here: each rank of retrograd's data
 parallel holds the whole model, so rank 0 saving is enough.
