@@ -327,7 +327,8 @@ class FlopCounterMode:
                     "FlopCounterMode: custom_mapping's keys name backend kernels (str such as "
                     f"'matmul'), got {type(key).__name__}"
                 )
-        self._saved: list[tuple[Any, str, Any]] = []
+        #: (backend, kernel name, what it had before, the counting wrapper put in its place)
+        self._saved: list[tuple[Any, str, Any, Callable]] = []
         self._depth = threading.local()
 
     def get_total_flops(self) -> int:
@@ -395,7 +396,7 @@ class FlopCounterMode:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             depth = getattr(state, "depth", 0)
-            if depth == 0:
+            if depth == 0 and self._saved:  # (exited: a later counter's wrapper calls this one)
                 self._count(kernel, shape, args)
             state.depth = depth + 1
             try:
@@ -417,23 +418,37 @@ class FlopCounterMode:
             method = getattr(inner, name, None)
             if method is None:
                 continue
-            self._saved.append((inner, name, vars(inner).get(name, _MISSING)))
-            setattr(inner, name, self._counting(name, method, inner.shape))
+            counting = self._counting(name, method, inner.shape)
+            self._saved.append((inner, name, vars(inner).get(name, _MISSING), counting))
+            setattr(inner, name, counting)
+        _ACTIVE.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for owner, name, old in reversed(self._saved):
-            if old is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, old)
+        for owner, name, old, counting in reversed(self._saved):
+            if vars(owner).get(name) is counting:
+                if old is _MISSING:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, old)
+            else:  # a counter entered after this one is still active (exits out of order):
+                # it wraps this one's wrapper, and restores what this one had instead
+                for other in _ACTIVE:
+                    other._saved = [
+                        (o, n, old if saved is counting else saved, c)
+                        for o, n, saved, c in other._saved
+                    ]
         self._saved.clear()
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         self.mod_tracker.__exit__()
         if self.display:
             print(self.get_table(self.depth))
 
 
 _MISSING = object()
+#: The counters entered and not yet exited, oldest first.
+_ACTIVE: list[FlopCounterMode] = []
 
 
 def _is_primitive(value: Any, shape: Callable[[Any], tuple]) -> bool:

@@ -262,10 +262,19 @@ class CustomOpDef:
                     )
                 with _inputs_only(ctx):
                     result = op._backward(ctx, *grads)
-                result = result if isinstance(result, tuple | list) else (result,)
+                    inputs = len(ctx.needs_input_grad)
+                result = tuple(result) if isinstance(result, tuple | list) else (result,)
+                if len(result) > inputs and all(extra is None for extra in result[inputs:]):
+                    result = result[:inputs]  # torch drops surplus trailing Nones
+                if len(result) != inputs:  # (counted here: the Function's count adds the call)
+                    raise AutodiffError(
+                        f"{op._qualname}: the backward registered with register_autograd "
+                        f"returned {len(result)} gradients for the op's {inputs} inputs; "
+                        "return one gradient (or None) per input, in order"
+                    )
                 return (None, *result)
 
-        _OpFunction.__name__ = f"{self._name}Backward"
+        _OpFunction.__name__ = self._name  # (the engine's messages add "Backward")
         return _OpFunction
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

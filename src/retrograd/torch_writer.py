@@ -258,7 +258,8 @@ class _Writer:
         values = obj.numpy()
         if name == "bfloat16":  # held widened to float32 (exactly): its upper half
             values = _bfloat16_bits(values)
-        saved = _Saved(values, name, bool(obj.is_require_grad()), _location(obj.device))
+        # (a result of ops on such tensors too: torch's save keeps requires_grad, not leafness)
+        saved = _Saved(values, name, bool(obj.requires_grad), _location(obj.device))
         saved_class = (type(obj).__module__, type(obj).__qualname__)
         if type(obj) is Tensor:
             return self.add(saved)
@@ -316,7 +317,7 @@ class _Writer:
         if type(obj).__name__ == "Parameter":
             saved = self.add(_Saved(values, name, False, location))
             return _Call(_REBUILD_PARAMETER, (saved, bool(obj.requires_grad), OrderedDict()))
-        return self.add(_Saved(values, name, bool(obj.requires_grad and obj.is_leaf), location))
+        return self.add(_Saved(values, name, bool(obj.requires_grad), location))
 
 
 #: Types pickled as they are (checked first: most of a checkpoint's objects).

@@ -17,7 +17,8 @@ torch's does::
 
 The folder holds ``.metadata`` (JSON: each flattened key's kind, dtype and shape, and the plain
 values) and ``__0_0.distcp`` (the arrays, NumPy's ``.npz``), written as a set, whole or not at
-all (:class:`retrograd.files.FileSet`); no pickle is read or written. It is retrograd's own
+all (:class:`retrograd.files.FileSet`), each holding one token of the save (files of two saves
+are refused); no pickle is read or written. It is retrograd's own
 layout: torch's DCP folders (pickled metadata, torch's byte layout) are not read. Sharded
 saving across ranks (FSDP, DTensor) does not exist here: each rank of retrograd's data
 parallel holds the whole model, so rank 0 saving is enough.
@@ -26,9 +27,14 @@ parallel holds the whole model, so rank 0 saving is enough.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
-from collections.abc import Mapping, MutableMapping
+import secrets
+import tokenize
+import zipfile
+import zlib
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +58,15 @@ __all__ = [
 ]
 
 _METADATA = ".metadata"
+#: What NumPy and zipfile raise reading a damaged or truncated ``.npz`` (a flipped header
+#: bit claims a compression or zip version; NumPy parses a damaged array header with
+#: ``ast``; a damaged shape asks for memory no machine holds).
+_ARCHIVE_DAMAGE = (ValueError, OSError, EOFError, KeyError, IndexError, TypeError,
+                   OverflowError, MemoryError, SyntaxError, NotImplementedError, RuntimeError,
+                   tokenize.TokenError, zipfile.BadZipFile, zlib.error)  # fmt: skip
 _DATA = "__0_0.distcp"
+#: The entry of the data file holding the token its metadata holds (one save wrote both).
+_PAIRING = "pairing"
 
 
 class FileSystemWriter:
@@ -101,9 +115,20 @@ def _flatten(value: Any, prefix: str, tensors: dict, plain: dict) -> None:
     ):
         for i, v in enumerate(value):
             _flatten(v, _key(prefix, i), tensors, plain)
+    elif prefix in tensors or prefix in plain:
+        # ("a.b" and {"a": {"b": ...}} flatten to one key: one would silently replace the other)
+        raise InvalidArgumentError(
+            f"save: two entries of the state dict flatten to the key {prefix!r} (a key "
+            "holding '.' beside a nested dict or list of the same path): rename one"
+        )
     elif isinstance(value, Tensor):
         tensors[prefix] = (_array(value), str(value.dtype).removeprefix("retrograd."))
     elif isinstance(value, np.ndarray):
+        if value.dtype.hasobject:  # NumPy would pickle it, and load (allow_pickle=False) fail
+            raise DTypeError(
+                f"save: {prefix!r} is a NumPy array of Python objects; a checkpoint holds "
+                "arrays of numbers and strings (no pickle is written)"
+            )
         tensors[prefix] = (np.ascontiguousarray(np.asarray(value)), None)
     elif isinstance(value, np.generic):
         plain[prefix] = value.item()
@@ -148,8 +173,10 @@ def _states(state_dict: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _folder(checkpoint_id: Any, storage: Any, op: str) -> Path:
-    if storage is not None:
+    if storage is not None and checkpoint_id is None:
         return Path(storage.path)
+    if checkpoint_id is not None and storage is not None:
+        storage.path = Path(checkpoint_id)  # torch's storage.reset(checkpoint_id): it wins
     if checkpoint_id is None:
         raise InvalidArgumentError(f"{op}: give checkpoint_id (a folder) or a storage object")
     return Path(checkpoint_id)
@@ -188,11 +215,15 @@ def save(
         "plain": plain,
     }
     folder.mkdir(parents=True, exist_ok=True)
+    # one token in both files: a save killed between their two renames leaves one new, one
+    # old, and load finds them unpaired (the old list of keys would name the new arrays)
+    pairing = secrets.token_hex(8)
     with FileSet(folder) as files:
         with files.open(_DATA) as file:
-            np.savez(file, **{f"t{i}": a for i, (a, _) in enumerate(tensors.values())})
+            arrays = {f"t{i}": a for i, (a, _) in enumerate(tensors.values())}
+            np.savez(file, **arrays, **{_PAIRING: np.array(pairing)})
         with files.open(_METADATA, "w") as file:
-            json.dump({**metadata, "order": list(tensors)}, file)
+            json.dump({**metadata, "order": list(tensors), "pairing": pairing}, file)
     return metadata
 
 
@@ -204,53 +235,86 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
         raise InvalidArgumentError(
             f"load: {folder} holds no checkpoint ({_METADATA} is missing)"
         ) from error
-    with np.load(folder / _DATA, allow_pickle=False) as data:
-        arrays = {k: data[f"t{i}"] for i, k in enumerate(metadata["order"])}
+    except (ValueError, UnicodeDecodeError) as error:
+        raise InvalidArgumentError(
+            f"load: {folder}'s {_METADATA} is damaged, not the JSON save writes ({error})"
+        ) from None
+    if not (
+        isinstance(metadata, dict)
+        and isinstance(metadata.get("order"), list)
+        and isinstance(metadata.get("plain"), dict)
+    ):
+        raise InvalidArgumentError(
+            f"load: {folder}'s {_METADATA} is damaged or not a checkpoint's (no list of "
+            "tensors and dict of plain values)"
+        )
+    try:
+        with np.load(folder / _DATA, allow_pickle=False) as data:
+            arrays = {str(k): np.array(data[f"t{i}"]) for i, k in enumerate(metadata["order"])}
+            pairing = str(data[_PAIRING]) if _PAIRING in data.files else None
+    except FileNotFoundError:
+        raise InvalidArgumentError(
+            f"load: {folder} holds a partial checkpoint: {_METADATA} without {_DATA}"
+        ) from None
+    except _ARCHIVE_DAMAGE as error:  # a truncated or damaged .npz, or an entry missing
+        raise InvalidArgumentError(
+            f"load: {folder}'s {_DATA} is damaged, truncated or not the checkpoint's "
+            f"{_METADATA} describes ({type(error).__name__}: {error})"
+        ) from None
+    if "pairing" in metadata and pairing != metadata["pairing"]:
+        raise InvalidArgumentError(
+            f"load: {folder} holds the {_METADATA} of one save and the {_DATA} of another (a "
+            "save interrupted between writing the two, or files copied from two checkpoints)"
+        )
     return metadata, arrays
 
 
 def _load_into(container: Any, key: Any, value: Any, prefix: str, metadata: dict,
-               arrays: dict) -> None:  # fmt: skip
+               arrays: dict, copies: list[Callable[[], None]]) -> None:  # fmt: skip
+    """Check that the checkpoint holds ``value`` at ``prefix`` in a shape it takes, and add to
+    ``copies`` the copy that loads it: nothing is copied until every key has been checked, so
+    a load that fails (a missing key, a shape that differs) leaves the state dict as it was."""
     if isinstance(value, Mapping):
         if not value and prefix in metadata["plain"]:
             return
         for k in list(value):
-            _load_into(value, k, value[k], _key(prefix, k), metadata, arrays)
+            _load_into(value, k, value[k], _key(prefix, k), metadata, arrays, copies)
         return
     if isinstance(value, list) and any(
         isinstance(v, Tensor | np.ndarray | Mapping | list) for v in value
     ):
         for i, v in enumerate(value):
-            _load_into(value, i, v, _key(prefix, i), metadata, arrays)
+            _load_into(value, i, v, _key(prefix, i), metadata, arrays, copies)
         return
     if prefix in arrays:
         saved = arrays[prefix]
-        if isinstance(value, Tensor):
+        if isinstance(value, Tensor | np.ndarray):
             if tuple(value.shape) != saved.shape:
                 raise ShapeError(
                     f"load: {prefix!r} has shape {list(saved.shape)} in the checkpoint, "
                     f"{list(value.shape)} in the state dict"
                 )
-            with no_grad():
-                value.copy_(from_numpy(saved))
+            copies.append(functools.partial(_copy_into, value, saved))
             return
-        if isinstance(value, np.ndarray):
-            if value.shape != saved.shape:
-                raise ShapeError(
-                    f"load: {prefix!r} has shape {list(saved.shape)} in the checkpoint, "
-                    f"{list(value.shape)} in the state dict"
-                )
-            if callable(getattr(value, "copy_", None)):
-                value.copy_(saved)  # a module's state value: written through to the module
-            else:
-                np.copyto(value, saved, casting="unsafe")
-            return
-        container[key] = saved.copy()  # a plain value in the state dict, an array saved
+        # a plain value in the state dict, an array saved
+        copies.append(functools.partial(container.__setitem__, key, saved.copy()))
         return
     if prefix in metadata["plain"]:
-        container[key] = _unplain(metadata["plain"][prefix])
+        copies.append(
+            functools.partial(container.__setitem__, key, _unplain(metadata["plain"][prefix]))
+        )
         return
     raise KeyMismatchError(f"load: Missing key in checkpoint state_dict: {prefix}.")
+
+
+def _copy_into(value: Tensor | np.ndarray, saved: np.ndarray) -> None:
+    if isinstance(value, Tensor):
+        with no_grad():
+            value.copy_(from_numpy(saved))
+    elif callable(getattr(value, "copy_", None)):
+        value.copy_(saved)  # a module's state value: written through to the module
+    else:
+        np.copyto(value, saved, casting="unsafe")
 
 
 def load(
@@ -266,13 +330,17 @@ def load(
     the saved values copied into it (shapes must agree), plain values are replaced, a
     ``Stateful`` value gets ``load_state_dict`` of its loaded state. Keys the state dict
     does not ask for are left in the checkpoint; a key it asks for that the checkpoint lacks
-    raises ``KeyMismatchError``, before any ``load_state_dict`` runs."""
+    raises ``KeyMismatchError``, and a shape that differs ``ShapeError``, before anything is
+    copied."""
     _refuse_planner(planner, "load")
     folder = _folder(checkpoint_id, storage_reader, "load")
     metadata, arrays = _read(folder)
     states = _states(state_dict)
+    copies: list[Callable[[], None]] = []
     for key, value in states.items():
-        _load_into(states, key, value, str(key), metadata, arrays)
+        _load_into(states, key, value, str(key), metadata, arrays, copies)
+    for copy in copies:
+        copy()
     for key, value in state_dict.items():
         if _is_stateful(value):
             value.load_state_dict(states[key])

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import InvalidArgumentError, KeyMismatchError
+from ...errors import DTypeError, InvalidArgumentError, KeyMismatchError
 
 __all__ = [
     "StateDictOptions",
@@ -69,6 +69,20 @@ def _optimizers(optimizers: Any) -> list[Any]:
 
 def _names(model: Any) -> dict[int, str]:
     return {id(p): name for name, p in _unwrapped(model).named_parameters(remove_duplicate=False)}
+
+
+def _fqns(optimizer: Any, names: dict[int, str], op: str) -> list[str]:
+    """The model's names of ``optimizer``'s parameters, in its numbering."""
+    found = []
+    for number, param in enumerate(_numbering(optimizer)):
+        name = names.get(id(param))
+        if name is None:
+            raise KeyMismatchError(
+                f"{op}: optimizer parameter {number} (shape {list(param.shape)}) is not a "
+                "parameter of the model"
+            )
+        found.append(name)
+    return found
 
 
 def get_model_state_dict(
@@ -166,8 +180,11 @@ def _unflatten_optim(flat: dict[str, Any], optimizers: list, names: dict[int, st
     state: dict[str, dict[str, Any]] = {}
     groups = []
     for optimizer in optimizers:
+        named = iter(_fqns(optimizer, names, "set_optimizer_state_dict"))
         for group in optimizer.param_groups:
-            fqns = [names[id(p)] for p in group["params"]]
+            fqns = [next(named) for _ in group["params"]]
+            if not fqns:
+                continue
             settings = {
                 key: flat[f"param_groups.{fqns[0]}.{key}"]
                 for key in group
@@ -211,19 +228,29 @@ def set_optimizer_state_dict(
     """Each optimizer's share of an FQN-named state dict, renumbered and loaded."""
     optimizers = _optimizers(optimizers)
     names = _names(model)
+    if not isinstance(optim_state_dict, dict):
+        raise DTypeError(
+            "set_optimizer_state_dict: optim_state_dict must be a dict (get_optimizer_state_"
+            f"dict's), got {type(optim_state_dict).__name__}"
+        )
     if "state" not in optim_state_dict or "param_groups" not in optim_state_dict:
         optim_state_dict = _unflatten_optim(optim_state_dict, optimizers, names)
     groups = list(optim_state_dict["param_groups"])
     for optimizer in optimizers:
-        params = _numbering(optimizer)
-        number = {}
-        for k, p in enumerate(params):
-            number[names[id(p)]] = k
+        number = {
+            name: k for k, name in enumerate(_fqns(optimizer, names, "set_optimizer_state_dict"))
+        }
         own = [g for g in groups if g["params"] and g["params"][0] in number]
         if len(own) != len(optimizer.param_groups):
             raise KeyMismatchError(
                 f"set_optimizer_state_dict: the state dict has {len(own)} groups for an "
                 f"optimizer with {len(optimizer.param_groups)}"
+            )
+        unknown = [n for g in own for n in g["params"] if n not in number]
+        if unknown:
+            raise KeyMismatchError(
+                f"set_optimizer_state_dict: the state dict's groups name parameters "
+                f"{unknown} that are not this optimizer's (a state dict of another model?)"
             )
         state = {
             number[name]: entry
