@@ -41,7 +41,7 @@ from .errors import (
 )
 from .nn.modules.module import Module
 from .nn.utils.stateless import functional_call
-from .tensor import Tensor, stack, zeros, zeros_like
+from .tensor import Tensor, ones_like, stack, zeros, zeros_like
 
 __all__ = [
     "functional_call",
@@ -360,11 +360,12 @@ def jvp(
         out, aux = _split_aux(fn, func(*_unflatten(leaves, spec)), has_aux)
         outputs, out_spec = _tensors(fn, "the outputs of the function", out)
         records = records or _closes_over(outputs, leaves)
-        # J^T u for dummy u (zeros: the backward is linear in u), whose gradient with respect
-        # to u, weighted by the tangents, is J t
+        # J^T u for dummy u (the backward is linear in u), whose gradient with respect to u,
+        # weighted by the tangents, is J t; u is ones, not zeros, as forward mode has values
+        # where a backward written in log space (logcumsumexp's, log|u|) has no derivative
         dummies = [
             (
-                zeros_like(o) if o.is_float() or o.is_complex() else zeros_like(o).float()
+                ones_like(o) if o.is_float() or o.is_complex() else ones_like(o).float()
             ).require_grad()
             for o in outputs
         ]

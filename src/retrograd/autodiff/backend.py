@@ -333,6 +333,29 @@ class Autodiff(Backend):
             stack.extend(parent for parent in node.parents if parent is not None)
         return False
 
+    def reaches(
+        self, outputs: list[AutodiffPrimitive], targets: list[AutodiffPrimitive]
+    ) -> bool | None:
+        """Whether the graph of ``outputs`` holds one of ``targets`` (the duals a forward-mode
+        tangent is taken with respect to): a walk of the graph's nodes, no arithmetic.
+        ``None`` when not found but the walk met a node a backward consumed (its parents
+        dropped: a target may lie beyond it)."""
+        wanted = {x.node.id for x in targets if x.node is not None}
+        seen: set[int] = set()
+        stack = [x.node for x in outputs if x.node is not None]
+        unknown = False
+        while stack:
+            node = stack.pop()
+            if node.id in seen:
+                continue
+            if node.id in wanted:
+                return True
+            seen.add(node.id)
+            unknown = unknown or bool(node.consumed)
+            if node.op is not None:
+                stack.extend(parent for parent in node.parents if parent is not None)
+        return None if unknown else False
+
     def detach(self, x: AutodiffPrimitive) -> AutodiffPrimitive:
         """A new leaf cut from the graph; requires grad iff ``x`` was a leaf requiring grad."""
         if self.is_require_grad(x):

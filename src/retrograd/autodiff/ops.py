@@ -348,8 +348,11 @@ def _rpow_scalar_vjp(B, g, x, out, s):
     if s > 0:
         return B.mul_scalar(B.mul(g, out), math.log(s))
     if s == 0:
-        grad = B.mul_scalar(B.mul(g, out), -math.inf)
-        return B.mask_fill(grad, B.greater_equal_elem(x, 0.0), 0.0)
+        # log(0) = -inf, kept out of where x >= 0 before multiplying by g: the result stays
+        # linear in g there (a zero slope, not 0 * inf = NaN, when differentiated again)
+        finite = B.greater_equal_elem(x, 0.0)
+        slope = B.mul_scalar(B.mask_fill(out, finite, 1.0), -math.inf)
+        return B.mul(g, B.mask_fill(slope, finite, 0.0))
     # log of a negative base: NaN, through ``out`` as torch's (a NaN second derivative too)
     return B.mul_scalar(B.mul(g, out), math.nan)
 

@@ -6,13 +6,17 @@ tangents flow through ordinary code, as the forward-mode AD tutorial writes it::
         dual_output = fn(dual_input, plain_tensor)
         jvp = fwAD.unpack_dual(dual_output).tangent
 
-Retrograd records reverse mode only, so a dual tensor is a tensor of the graph (a fresh leaf,
-or a copy still connected to a primal that requires grad) that the open level remembers with
-its tangent, and :func:`unpack_dual` computes a tensor's tangent when asked: the
+Retrograd records reverse mode only, so a dual tensor is a tensor of the graph (computed from
+a hidden leaf, or a copy still connected to a primal that requires grad) that the open level
+remembers with its tangent, and :func:`unpack_dual` computes a tensor's tangent when asked: the
 Jacobian-vector product with the tangents of every dual it depends on, by the double-backward
 trick that :func:`retrograd.func.jvp` uses (the values of forward mode, at the cost of two
-backward passes per unpack). Tangents are read only through :func:`unpack_dual`; outside a
-level, or for a tensor no dual reaches, the tangent is ``None``, as torch's. A custom
+backward passes per unpack; differentiable again, as torch's tangents, when a primal, a
+tangent or a tensor closed over requires grad). Tangents are read only through
+:func:`unpack_dual`; outside a level, or for a tensor no dual reaches, the tangent is
+``None``, as torch's. Unlike torch's, tangents need the graph: none flows through ops run
+under ``no_grad``, nor once a backward has consumed the graph (which :func:`unpack_dual`
+then says), and an in-place op on a dual does not write the primal it was made from. A custom
 ``Function`` with a ``backward`` has it differentiated (its ``jvp`` is not needed); one with a
 ``jvp`` and no ``backward`` (forward mode only) has its ``jvp`` called when an argument
 carries a tangent, and its outputs are new duals, cut from the graph as no reverse mode
@@ -34,7 +38,7 @@ from typing import Any
 
 from ..autodiff import enable_grad
 from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
-from ..tensor import Tensor, zeros_like
+from ..tensor import Tensor, ones_like, zeros_like
 from .functional import _fresh, _gradients
 
 __all__ = ["UnpackedDualTensor", "dual_level", "enter_dual_level", "exit_dual_level",
@@ -48,7 +52,26 @@ class _Level:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.duals: list[tuple[Tensor, Tensor]] = []
+        self.duals: list[_Dual] = []
+
+
+class _Dual:
+    """A dual made by :func:`make_dual`: the tensor handed out, the hidden tensor tangents are
+    taken with respect to (the dual is computed from it, so that an in-place update of the
+    dual is recorded and its tangent follows), the tangent, the tensor given to
+    :func:`make_dual` and the primitive the dual held when made (it is replaced by an
+    in-place update)."""
+
+    def __init__(self, dual: Tensor, seed: Tensor, tangent: Tensor, primal: Tensor) -> None:
+        self.dual = dual
+        self.seed = seed
+        self.tangent = tangent
+        self.primal = primal
+        self.made_prim = dual._prim
+
+    def unchanged(self, tensor: Tensor) -> bool:
+        """Whether ``tensor`` is this dual, not updated in place since it was made."""
+        return tensor is self.dual and tensor._prim is self.made_prim
 
 
 #: the open levels of this context, innermost last (torch allows one at a time)
@@ -123,36 +146,78 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: int | None = None) -> T
         )
     if not tangent.is_float():
         raise DTypeError(f"make_dual: expected a float tangent, got {tangent.dtype}")
+    if _has_tangent(opened, tensor):
+        raise AutodiffError(
+            f"make_dual: the {shape_text(tensor.shape)} tensor already has a tangent at dual "
+            f"level {opened.index} (it is a dual or computed from one); make the dual from "
+            "a tensor without one, e.g. unpack_dual(tensor).primal, as in torch"
+        )
     with enable_grad():
-        dual = _fresh(tensor, True, "make_dual")
-    opened.duals.append((dual, tangent))
+        seed = _fresh(tensor, True, "make_dual")
+        # a leaf seed is kept hidden: the dual, computed from it, is no leaf, so in-place ops
+        # on the dual are recorded (as torch's, where a dual does not require grad)
+        dual = seed.clone() if seed.is_leaf else seed
+    opened.duals.append(_Dual(dual, seed, tangent, tensor))
     return dual
+
+
+def _has_tangent(opened: _Level, tensor: Tensor) -> bool:
+    """Whether ``tensor`` is a dual of the level or computed from one."""
+    if any(d.dual is tensor or d.seed is tensor for d in opened.duals):
+        return True
+    return bool(_reached(opened, tensor))
+
+
+def _reached(opened: _Level, tensor: Tensor) -> bool | None:
+    """Whether the graph of ``tensor`` holds a dual's seed (a walk, no arithmetic); ``None``
+    when a backward consumed part of it."""
+    if not tensor.requires_grad or not opened.duals:
+        return False
+    return tensor._backend.reaches([tensor._prim], [d.seed._prim for d in opened.duals])
 
 
 def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
     """``(primal, tangent)`` of ``tensor``: the tangent given to :func:`make_dual` for a dual,
     the Jacobian-vector product with the duals' tangents for a tensor computed from duals, and
-    ``None`` for a tensor no dual reaches or outside a dual level."""
+    ``None`` for a tensor no dual reaches or outside a dual level. The primal of a tensor with
+    a tangent carries none (as torch's): the tensor given to :func:`make_dual` for an
+    unchanged dual, else the tensor's values detached."""
+    if not isinstance(tensor, Tensor):
+        raise DTypeError(f"unpack_dual: expected a tensor, got {type(tensor).__name__}")
     opened = _open_level("unpack_dual", level)
-    if opened is None or not isinstance(tensor, Tensor):
+    if opened is None:
         return UnpackedDualTensor(tensor, None)
-    for dual, tangent in opened.duals:
-        if dual is tensor:
-            return UnpackedDualTensor(tensor, tangent)
-    if not tensor.requires_grad or not tensor.is_float() or not opened.duals:
+    for made in opened.duals:
+        if made.unchanged(tensor):
+            return UnpackedDualTensor(made.primal, made.tangent)
+    # (where a backward consumed the graph, the backward below says so)
+    if not tensor.is_float() or _reached(opened, tensor) is False:
         return UnpackedDualTensor(tensor, None)
-    duals, tangents = zip(*opened.duals)
+    seeds = [d.seed for d in opened.duals]
+    # torch's tangent is differentiable (reverse over forward: the Hessian-vector product as
+    # the gradient of a tangent) when a primal, a tangent or a tensor closed over requires
+    # grad; the hidden seeds do not count
+    records = any(
+        d.tangent.requires_grad for d in opened.duals
+    ) or tensor._backend.reaches_other_leaves([tensor._prim], [s._prim for s in seeds])
     with enable_grad():
         # J^T u for a dummy u (the backward is linear in u), whose gradient with respect to u,
-        # weighted by the tangents, is J t
-        dummy = zeros_like(tensor).require_grad()
-        transposed = _gradients([tensor], list(duals), [dummy], create_graph=True)
-        reached = [(g, t) for g, t in zip(transposed, tangents) if g is not None]
+        # weighted by the tangents, is J t; u is ones, not zeros: a backward written in log
+        # space (logcumsumexp's, log|u|) has no derivative at u = 0
+        dummy = ones_like(tensor).require_grad()
+        transposed = _gradients([tensor], seeds, [dummy], create_graph=True)
+        reached = [(g, d.tangent) for g, d in zip(transposed, opened.duals) if g is not None]
         if not reached:
             return UnpackedDualTensor(tensor, None)
         grads, weights = zip(*reached)
-        (jvp,) = _gradients(list(grads), [dummy], [w.detach() for w in weights], False)
-    return UnpackedDualTensor(tensor, zeros_like(tensor) if jvp is None else jvp.detach())
+        if not records:
+            weights = [w.detach() for w in weights]
+        (jvp,) = _gradients(list(grads), [dummy], list(weights), records)
+    if jvp is None:
+        tangent = zeros_like(tensor)
+    else:
+        tangent = jvp if records else jvp.detach()
+    return UnpackedDualTensor(tensor.detach(), tangent)
 
 
 def dual_outputs(cls: Any, ctx: Any, args: tuple, output: Any) -> Any:
@@ -169,7 +234,11 @@ def dual_outputs(cls: Any, ctx: Any, args: tuple, output: Any) -> Any:
         zeros_like(a) if t is None and isinstance(a, Tensor) and a.is_float() else t
         for a, t in zip(args, tangents)
     ]
-    out_tangents = cls.jvp(ctx, *tangents)
+    ctx._in_jvp = True
+    try:
+        out_tangents = cls.jvp(ctx, *tangents)
+    finally:
+        ctx._in_jvp = False
     outputs = output if isinstance(output, tuple) else (output,)
     out_tangents = out_tangents if isinstance(out_tangents, tuple) else (out_tangents,)
     if len(out_tangents) != len(outputs):

@@ -28,6 +28,8 @@ class FunctionCtx:
         self.needs_input_grad = needs_input_grad
         self.materialize_grads = True
         self._saved: tuple[Any, ...] = ()
+        self._saved_for_forward: tuple[Any, ...] | None = None
+        self._in_jvp = False
         self._non_differentiable: set[int] = set()
 
     def save_for_backward(self, *tensors: Any) -> None:
@@ -38,8 +40,15 @@ class FunctionCtx:
             for t in tensors
         )
 
+    def save_for_forward(self, *tensors: Any) -> None:
+        """Keep ``tensors`` for ``jvp``, which reads them as ``saved_tensors`` (torch's; a
+        ``jvp`` of a function that saved none for it reads those saved for backward)."""
+        self._saved_for_forward = tuple(tensors)
+
     @property
     def saved_tensors(self) -> tuple[Any, ...]:
+        if self._in_jvp and self._saved_for_forward is not None:
+            return self._saved_for_forward
         return self._saved
 
     def mark_non_differentiable(self, *tensors: Any) -> None:
