@@ -32,7 +32,7 @@ import contextvars
 from collections import namedtuple
 from typing import Any
 
-from ..autodiff import enable_grad
+from ..autodiff import enable_grad, is_grad_enabled
 from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
 from ..tensor import Tensor, zeros_like
 from .functional import _fresh, _gradients
@@ -142,6 +142,15 @@ def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
     if not tensor.requires_grad or not tensor.is_float() or not opened.duals:
         return UnpackedDualTensor(tensor, None)
     duals, tangents = zip(*opened.duals)
+    # torch's tangent is differentiable in reverse mode, as any value computed under grad
+    # mode: a JVP regularizer trains the parameters it passes through. It records when
+    # something it depends on requires grad: a tangent, a dual's primal, or a tensor the
+    # computation closes over (a module's parameters).
+    records = is_grad_enabled() and (
+        any(t.requires_grad for t in tangents)
+        or not all(d.is_leaf for d in duals)
+        or tensor._backend.reaches_other_leaves([tensor._prim], [d._prim for d in duals])
+    )
     with enable_grad():
         # J^T u for a dummy u (the backward is linear in u), whose gradient with respect to u,
         # weighted by the tangents, is J t
@@ -151,8 +160,11 @@ def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
         if not reached:
             return UnpackedDualTensor(tensor, None)
         grads, weights = zip(*reached)
-        (jvp,) = _gradients(list(grads), [dummy], [w.detach() for w in weights], False)
-    return UnpackedDualTensor(tensor, zeros_like(tensor) if jvp is None else jvp.detach())
+        weights = weights if records else [w.detach() for w in weights]
+        (jvp,) = _gradients(list(grads), [dummy], list(weights), records)
+    if jvp is None:
+        return UnpackedDualTensor(tensor, zeros_like(tensor))
+    return UnpackedDualTensor(tensor, jvp if records else jvp.detach())
 
 
 def dual_outputs(cls: Any, ctx: Any, args: tuple, output: Any) -> Any:

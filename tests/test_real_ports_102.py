@@ -1,0 +1,297 @@
+# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
+"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+
+- sliced score matching as ermongroup/sliced_score_matching writes it (``losses/
+  sliced_sm.py``'s ``sliced_score_estimation_vr``: ``dup_samples.requires_grad_(True)``,
+  ``torch.randn_like``, the Hutchinson term by ``autograd.grad(gradv, dup_samples,
+  create_graph=True)``), beside the same objective with the Jacobian-vector product taken
+  forward (``torch.autograd.forward_ad``'s ``dual_level``/``make_dual``/``unpack_dual``, as
+  later score-matching code writes it), each training its own copy of the score network with
+  Adam. retrograd's ``unpack_dual`` gave a tangent cut from the graph, so the forward-mode
+  objective's gradient missed its whole Hutchinson term (torch's tangent is differentiable in
+  reverse mode).
+- Megatron-LM's fused bias-GeLU (``megatron/core/fusions/fused_bias_gelu.py``: ``bias_gelu``,
+  ``bias_gelu_back`` with its ``0.1070322243`` constant, the backward returning ``tmp, tmp``
+  for an input and a broadcast bias) registered as a ``torch.library.custom_op`` with
+  ``register_fake`` and ``register_autograd`` (the 2024 form of its ``GeLUFunction``), in
+  ``ParallelMLP``'s ``bias_gelu_fusion`` path (``skip_bias_add`` linears) trained with AdamW and
+  ``clip_grad_norm_``, its FLOPs counted by ``torch.utils.flop_counter.FlopCounterMode``.
+
+The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``,
+``p.grad(grads)``, ``optimizer.step(grads)``, ``clip_grad_norm_(..., grads)``).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    rg.seed(0)
+
+
+SLICED_SCORE_MATCHING_SOURCE = """
+import torch
+import torch.autograd as autograd
+import torch.autograd.forward_ad as fwAD
+import torch.nn as nn
+
+
+def sliced_score_estimation_vr(score_net, samples, n_particles=1):
+    dup_samples = samples.unsqueeze(0).expand(n_particles, *samples.shape).contiguous().view(-1, *samples.shape[1:])
+    dup_samples.requires_grad_(True)
+    vectors = torch.randn_like(dup_samples)
+
+    grad1 = score_net(dup_samples)
+    gradv = torch.sum(grad1 * vectors)
+    grad2 = autograd.grad(gradv, dup_samples, create_graph=True)[0]
+
+    grad1 = grad1.view(dup_samples.shape[0], -1)
+    loss1 = torch.sum(grad1 * grad1, dim=-1) / 2.
+
+    loss2 = torch.sum((vectors * grad2).view(dup_samples.shape[0], -1), dim=-1)
+
+    loss1 = loss1.view(n_particles, -1).mean(dim=0)
+    loss2 = loss2.view(n_particles, -1).mean(dim=0)
+
+    loss = loss1 + loss2
+    return loss.mean(), loss1.mean(), loss2.mean()
+
+
+def sliced_score_estimation_forward(score_net, samples, n_particles=1):
+    dup_samples = samples.unsqueeze(0).expand(n_particles, *samples.shape).contiguous().view(-1, *samples.shape[1:])
+    vectors = torch.randn_like(dup_samples)
+    with fwAD.dual_level():
+        dual_samples = fwAD.make_dual(dup_samples, vectors)
+        grad1, jvp = fwAD.unpack_dual(score_net(dual_samples))
+    grad1 = grad1.view(dup_samples.shape[0], -1)
+    loss1 = torch.sum(grad1 * grad1, dim=-1) / 2.
+    loss2 = torch.sum((vectors * jvp).view(dup_samples.shape[0], -1), dim=-1)
+    loss1 = loss1.view(n_particles, -1).mean(dim=0)
+    loss2 = loss2.view(n_particles, -1).mean(dim=0)
+    loss = loss1 + loss2
+    return loss.mean(), loss1.mean(), loss2.mean()
+
+
+class ScoreNet(nn.Module):
+    def __init__(self, dim=2, hidden=16):
+        super().__init__()
+        self.main = nn.Sequential(nn.Linear(dim, hidden), nn.Softplus(), nn.Linear(hidden, hidden), nn.Softplus(), nn.Linear(hidden, dim))
+
+    def forward(self, x):
+        return self.main(x)
+
+
+for estimator in (sliced_score_estimation_vr, sliced_score_estimation_forward):
+    score_net = ScoreNet()
+    initialize(score_net)
+    optimizer = torch.optim.Adam(score_net.parameters(), lr=1e-2)
+    for step in range(3):
+        samples = torch.randn(8, 2) * 0.5 + 1.0
+        loss, loss1, loss2 = estimator(score_net, samples, n_particles=2)
+        optimizer.zero_grad()
+        loss.backward()
+        record.append([loss.item(), loss1.item(), loss2.item()])
+        record.append({n: p.grad.numpy().copy() for n, p in score_net.named_parameters()})
+        optimizer.step()
+    record.append(params_of(score_net))
+"""
+
+SLICED_SCORE_MATCHING_STEPS = [
+    (
+        "import torch\nimport torch.autograd as autograd\nimport torch.autograd.forward_ad as fwAD\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.autograd as autograd\nimport retrograd.autograd.forward_ad as fwAD\nimport retrograd.nn as nn\n",
+    ),
+    (
+        "        loss.backward()\n        record.append([loss.item(), loss1.item(), loss2.item()])\n        record.append({n: p.grad.numpy()",
+        "        grads = loss.backward()\n        record.append([loss.item(), loss1.item(), loss2.item()])\n        record.append({n: p.grad(grads).numpy()",
+    ),
+    ("        optimizer.step()\n", "        optimizer.step(grads)\n"),
+]
+
+
+def test_sliced_score_matching_by_double_backward_and_by_forward_ad_as_torch(capsys):
+    (theirs, ours), _ = runs_with_draws(
+        SLICED_SCORE_MATCHING_SOURCE, SLICED_SCORE_MATCHING_STEPS, capsys, 10201,
+        initialize=initializer(), params_of=params_of,
+    )  # fmt: skip
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_unpack_dual_tangent_records_only_when_something_requires_grad():
+    import retrograd.autograd.forward_ad as fwAD  # noqa: N812 (torch's tutorial name)
+
+    weight = rg.tensor([[1.0, 2.0], [0.5, -1.0]], requires_grad=True)
+    x, v = rg.tensor([[0.3, -0.2]]), rg.tensor([[1.0, 0.0]])
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x, v)
+        through_weight = fwAD.unpack_dual(rg.tanh(dual @ weight)).tangent
+        constant = fwAD.unpack_dual(rg.tanh(dual * 2.0)).tangent
+    assert through_weight.requires_grad and not constant.requires_grad
+    np.testing.assert_allclose(
+        constant.numpy(), 2.0 / np.cosh([[0.6, -0.4]]) ** 2 * [[1.0, 0.0]], rtol=1e-6
+    )
+    expected = (1.0 - np.tanh(x.numpy() @ weight.detach().numpy()) ** 2) * (
+        v.numpy() @ weight.detach().numpy()
+    )
+    np.testing.assert_allclose(through_weight.detach().numpy(), expected, rtol=1e-6)
+
+
+MEGATRON_BIAS_GELU_SOURCE = """
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+###### BIAS GELU FUSION/ NO AUTOGRAD ################
+# 1/sqrt(2*pi)-> 0.3989423
+# 1/sqrt(2)   -> 0.70710678
+# sqrt(2/pi)  -> 0.79788456
+# this function is tanh approximation of gelu
+# actual gelu is:
+# x * 0.5 * (1.0 + torch.erf(x * 0.70710678))
+
+
+@torch.library.custom_op("megatron::bias_gelu", mutates_args=())
+def bias_gelu(bias: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x = bias + y
+    return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+
+@bias_gelu.register_fake
+def _(bias, y):
+    return torch.empty_like(y)
+
+
+# gradient of tanh approximation of gelu
+# gradient of actual gelu is:
+# 0.5 * (1. + torch.erf(x * 0.70710678)) + 0.3989423 * x * torch.exp(-0.5 * x * x)
+def bias_gelu_back(g, bias, y):
+    x = bias + y
+    tanh_out = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
+    # sqrt(2/pi) * 3 * 0.044715 -> 0.1070322243
+    ff = 0.5 * x * ((1 - tanh_out * tanh_out) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (
+        1 + tanh_out
+    )
+    return ff * g
+
+
+def setup_context(ctx, inputs, output):
+    bias, input = inputs
+    ctx.save_for_backward(input, bias)
+
+
+def backward(ctx, grad_output):
+    input, bias = ctx.saved_tensors
+    tmp = bias_gelu_back(grad_output, bias, input)
+    return tmp, tmp
+
+
+bias_gelu.register_autograd(backward, setup_context=setup_context)
+
+
+def bias_gelu_impl(input, bias):
+    return bias_gelu(bias, input)
+
+
+class SkipBiasLinear(torch.nn.Module):
+    # ColumnParallelLinear / RowParallelLinear on one rank with skip_bias_add=True
+    def __init__(self, input_size, output_size):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(output_size, input_size))
+        self.bias = torch.nn.Parameter(torch.zeros(output_size))
+        torch.nn.init.normal_(self.weight, mean=0.0, std=0.02)
+
+    def forward(self, input_):
+        output = F.linear(input_, self.weight)
+        return output, self.bias
+
+
+class ParallelMLP(torch.nn.Module):
+    def __init__(self, hidden_size, ffn_hidden_size):
+        super().__init__()
+        self.dense_h_to_4h = SkipBiasLinear(hidden_size, ffn_hidden_size)
+        self.bias_gelu_fusion = True
+        self.activation_func = F.gelu
+        self.dense_4h_to_h = SkipBiasLinear(ffn_hidden_size, hidden_size)
+
+    def forward(self, hidden_states):
+        # [s, b, 4hp]
+        intermediate_parallel, bias_parallel = self.dense_h_to_4h(hidden_states)
+
+        if self.bias_gelu_fusion:
+            assert self.activation_func == F.gelu
+            intermediate_parallel = bias_gelu_impl(intermediate_parallel, bias_parallel)
+        else:
+            if bias_parallel is not None:
+                intermediate_parallel = intermediate_parallel + bias_parallel
+            intermediate_parallel = self.activation_func(intermediate_parallel)
+
+        # [s, b, h]
+        output, output_bias = self.dense_4h_to_h(intermediate_parallel)
+        return output, output_bias
+
+
+def bias_dropout_add(x, bias, residual, prob, training):
+    # type: (Tensor, Optional[Tensor], Tensor, float, bool) -> Tensor
+    if bias is not None:
+        x = x + bias
+    out = torch.nn.functional.dropout(x, p=prob, training=training)
+    out = residual + out
+    return out
+
+
+mlp = ParallelMLP(8, 32)
+initialize(mlp)
+with torch.no_grad():
+    for p in mlp.parameters():
+        p.add_(torch.randn(*p.shape) * 0.5)
+optimizer = torch.optim.AdamW(mlp.parameters(), lr=1e-2, weight_decay=0.1)
+for step in range(3):
+    hidden_states = torch.randn(5, 2, 8)
+    target = torch.randn(5, 2, 8)
+    flop_counter = FlopCounterMode(display=False)
+    with flop_counter:
+        output, output_bias = mlp(hidden_states)
+        output = bias_dropout_add(output, output_bias, hidden_states, 0.0, True)
+        loss = F.mse_loss(output, target)
+        optimizer.zero_grad()
+        loss.backward()
+    record.append(loss.item())
+    record.append(flop_counter.get_total_flops())
+    record.append({n: p.grad.numpy().copy() for n, p in mlp.named_parameters()})
+    record.append(torch.nn.utils.clip_grad_norm_(mlp.parameters(), 1.0).item())
+    optimizer.step()
+    record.append(params_of(mlp))
+"""
+
+MEGATRON_BIAS_GELU_STEPS = [
+    (
+        "import torch\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn.functional as F\n",
+    ),
+    (
+        "        loss.backward()\n    record.append(loss.item())\n    record.append(flop_counter.get_total_flops())\n    record.append({n: p.grad.numpy()",
+        "        grads = loss.backward()\n    record.append(loss.item())\n    record.append(flop_counter.get_total_flops())\n    record.append({n: p.grad(grads).numpy()",
+    ),
+    ("clip_grad_norm_(mlp.parameters(), 1.0)", "clip_grad_norm_(grads, mlp.parameters(), 1.0)"),
+    ("    optimizer.step()\n", "    optimizer.step(grads)\n"),
+]
+
+
+def test_megatron_fused_bias_gelu_custom_op_mlp_as_torch(capsys):
+    (theirs, ours), _ = runs_with_draws(
+        MEGATRON_BIAS_GELU_SOURCE, MEGATRON_BIAS_GELU_STEPS, capsys, 10202,
+        initialize=initializer(), params_of=params_of,
+    )  # fmt: skip
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
