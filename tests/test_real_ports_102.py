@@ -16,6 +16,17 @@
   ``register_fake`` and ``register_autograd`` (the 2024 form of its ``GeLUFunction``), in
   ``ParallelMLP``'s ``bias_gelu_fusion`` path (``skip_bias_add`` linears) trained with AdamW and
   ``clip_grad_norm_``, its FLOPs counted by ``torch.utils.flop_counter.FlopCounterMode``.
+- CRNN for OCR as meijieru/crnn.pytorch writes it (``models/crnn.py``'s ``CRNN`` with its
+  ``convRelu`` closure, ``MaxPool2d((2, 2), (2, 1), (0, 1))`` and ``BidirectionalLSTM``;
+  ``utils.py``'s ``strLabelConverter`` (``torch.IntTensor`` of Python lists, the greedy
+  ``decode`` indexing a string by 0-d tensors) and ``loadData``; ``train.py``'s
+  ``weights_init`` by ``m.weight.data.normal_``, ``Variable``s and ``trainBatch`` with
+  ``CTCLoss(zero_infinity=True)`` on the log-softmax, the ``--adadelta`` optimizer), smaller
+  (channels 4 and 8 where it has 64 to 512). ``loadData``'s ``v.data.resize_(data.size())
+  .copy_(data)`` resizes only the ``.data`` alias in today's torch (``text`` keeps its 20
+  elements and CTC refuses it), so it resizes ``v`` under ``no_grad`` here; retrograd refused
+  the alias's ``resize_`` outright, where torch shrinks it within the storage (checked
+  apart).
 
 The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``,
 ``p.grad(grads)``, ``optimizer.step(grads)``, ``clip_grad_norm_(..., grads)``).
@@ -295,3 +306,255 @@ def test_megatron_fused_bias_gelu_custom_op_mlp_as_torch(capsys):
         initialize=initializer(), params_of=params_of,
     )  # fmt: skip
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+CRNN_SOURCE = """
+import collections.abc
+import random
+import torch
+import torch.nn as nn
+from torch.autograd import Variable
+
+
+class strLabelConverter(object):
+    def __init__(self, alphabet, ignore_case=False):
+        self._ignore_case = ignore_case
+        if self._ignore_case:
+            alphabet = alphabet.lower()
+        self.alphabet = alphabet + '-'  # for `-1` index
+
+        self.dict = {}
+        for i, char in enumerate(alphabet):
+            # NOTE: 0 is reserved for 'blank' required by wrap_ctc
+            self.dict[char] = i + 1
+
+    def encode(self, text):
+        if isinstance(text, str):
+            text = [
+                self.dict[char.lower() if self._ignore_case else char]
+                for char in text
+            ]
+            length = [len(text)]
+        elif isinstance(text, collections.abc.Iterable):
+            length = [len(s) for s in text]
+            text = ''.join(text)
+            text, _ = self.encode(text)
+        return (torch.IntTensor(text), torch.IntTensor(length))
+
+    def decode(self, t, length, raw=False):
+        if length.numel() == 1:
+            length = length[0]
+            assert t.numel() == length, "text with length: {} does not match declared length: {}".format(t.numel(), length)
+            if raw:
+                return ''.join([self.alphabet[i - 1] for i in t])
+            else:
+                char_list = []
+                for i in range(length):
+                    if t[i] != 0 and (not (i > 0 and t[i - 1] == t[i])):
+                        char_list.append(self.alphabet[t[i] - 1])
+                return ''.join(char_list)
+        else:
+            # batch mode
+            assert t.numel() == length.sum(), "texts with length: {} does not match declared length: {}".format(t.numel(), length.sum())
+            texts = []
+            index = 0
+            for i in range(length.numel()):
+                l = length[i]
+                texts.append(
+                    self.decode(
+                        t[index:index + l], torch.IntTensor([l]), raw=raw))
+                index += l
+            return texts
+
+
+def loadData(v, data):
+    with torch.no_grad():
+        v.resize_(data.size()).copy_(data)
+
+
+class BidirectionalLSTM(nn.Module):
+
+    def __init__(self, nIn, nHidden, nOut):
+        super(BidirectionalLSTM, self).__init__()
+
+        self.rnn = nn.LSTM(nIn, nHidden, bidirectional=True)
+        self.embedding = nn.Linear(nHidden * 2, nOut)
+
+    def forward(self, input):
+        recurrent, _ = self.rnn(input)
+        T, b, h = recurrent.size()
+        t_rec = recurrent.view(T * b, h)
+
+        output = self.embedding(t_rec)  # [T * b, nOut]
+        output = output.view(T, b, -1)
+
+        return output
+
+
+class CRNN(nn.Module):
+
+    def __init__(self, imgH, nc, nclass, nh, n_rnn=2, leakyRelu=False):
+        super(CRNN, self).__init__()
+        assert imgH % 16 == 0, 'imgH has to be a multiple of 16'
+
+        ks = [3, 3, 3, 3, 3, 3, 2]
+        ps = [1, 1, 1, 1, 1, 1, 0]
+        ss = [1, 1, 1, 1, 1, 1, 1]
+        nm = [4, 8, 8, 8, 8, 8, 8]
+
+        cnn = nn.Sequential()
+
+        def convRelu(i, batchNormalization=False):
+            nIn = nc if i == 0 else nm[i - 1]
+            nOut = nm[i]
+            cnn.add_module('conv{0}'.format(i),
+                           nn.Conv2d(nIn, nOut, ks[i], ss[i], ps[i]))
+            if batchNormalization:
+                cnn.add_module('batchnorm{0}'.format(i), nn.BatchNorm2d(nOut))
+            if leakyRelu:
+                cnn.add_module('relu{0}'.format(i),
+                               nn.LeakyReLU(0.2, inplace=True))
+            else:
+                cnn.add_module('relu{0}'.format(i), nn.ReLU(True))
+
+        convRelu(0)
+        cnn.add_module('pooling{0}'.format(0), nn.MaxPool2d(2, 2))  # 64x16x64
+        convRelu(1)
+        cnn.add_module('pooling{0}'.format(1), nn.MaxPool2d(2, 2))  # 128x8x32
+        convRelu(2, True)
+        convRelu(3)
+        cnn.add_module('pooling{0}'.format(2),
+                       nn.MaxPool2d((2, 2), (2, 1), (0, 1)))  # 256x4x16
+        convRelu(4, True)
+        convRelu(5)
+        cnn.add_module('pooling{0}'.format(3),
+                       nn.MaxPool2d((2, 2), (2, 1), (0, 1)))  # 512x2x16
+        convRelu(6, True)  # 512x1x16
+
+        self.cnn = cnn
+        self.rnn = nn.Sequential(
+            BidirectionalLSTM(nm[6], nh, nh),
+            BidirectionalLSTM(nh, nh, nclass))
+
+    def forward(self, input):
+        # conv features
+        conv = self.cnn(input)
+        b, c, h, w = conv.size()
+        assert h == 1, "the height of conv must be 1"
+        conv = conv.squeeze(2)
+        conv = conv.permute(2, 0, 1)  # [w, b, c]
+
+        # rnn features
+        output = self.rnn(conv)
+
+        return output
+
+
+def weights_init(m):
+    classname = m.__class__.__name__
+    if classname.find('Conv') != -1:
+        m.weight.data.normal_(0.0, 0.02)
+    elif classname.find('BatchNorm') != -1:
+        m.weight.data.normal_(1.0, 0.02)
+        m.bias.data.fill_(0)
+
+
+alphabet = '0123456789abc'
+nclass = len(alphabet) + 1
+converter = strLabelConverter(alphabet)
+criterion = torch.nn.CTCLoss(zero_infinity=True)
+crnn = CRNN(32, 1, nclass, 8)
+crnn.apply(weights_init)
+initialize(crnn)
+
+image = torch.FloatTensor(4, 1, 32, 32)
+text = torch.IntTensor(4 * 5)
+length = torch.IntTensor(4)
+image = Variable(image)
+text = Variable(text)
+length = Variable(length)
+
+optimizer = torch.optim.Adadelta(crnn.parameters())  # train.py's --adadelta
+
+
+def trainBatch(net, criterion, optimizer, data):
+    cpu_images, cpu_texts = data
+    batch_size = cpu_images.size(0)
+    loadData(image, cpu_images)
+    t, l = converter.encode(cpu_texts)
+    loadData(text, t)
+    loadData(length, l)
+
+    preds = crnn(image).log_softmax(2)
+    preds_size = Variable(torch.IntTensor([preds.size(0)] * batch_size))
+    cost = criterion(preds, text, preds_size, length) / batch_size
+    crnn.zero_grad()
+    cost.backward()
+    record.append({n: p.grad.numpy().copy() for n, p in crnn.named_parameters()})
+    optimizer.step()
+    return cost
+
+
+for i in range(3):
+    cpu_texts = [''.join(random.choice(alphabet) for _ in range(random.randint(2, 4))) for _ in range(4)]
+    data = (torch.randn(4, 1, 32, 32), cpu_texts)
+    cost = trainBatch(crnn, criterion, optimizer, data)
+    record.append(cost.item())
+    record.append(params_of(crnn))
+
+crnn.eval()
+with torch.no_grad():
+    preds = crnn(image)
+preds_size = Variable(torch.IntTensor([preds.size(0)] * 4))
+_, preds = preds.max(2)
+preds = preds.transpose(1, 0).contiguous().view(-1)
+sim_preds = converter.decode(preds.data, preds_size.data, raw=False)
+raw_preds = converter.decode(preds.data, preds_size.data, raw=True)
+record.append(sim_preds)
+record.append(raw_preds)
+"""
+
+CRNN_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nfrom torch.autograd import Variable\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nfrom retrograd.autograd import Variable\n",
+    ),
+    (
+        "    cost.backward()\n    record.append({n: p.grad.numpy()",
+        "    grads = cost.backward()\n    record.append({n: p.grad(grads).numpy()",
+    ),
+    ("    optimizer.step()\n", "    optimizer.step(grads)\n"),
+]
+
+
+def test_crnn_ctc_ocr_training_and_greedy_decoding_as_torch(capsys):
+    (theirs, ours), _ = runs_with_draws(
+        CRNN_SOURCE, CRNN_STEPS, capsys, 10203, initialize=initializer(), params_of=params_of
+    )
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_resize_of_an_alias_that_fits_keeps_aliasing_as_torchs():
+    # crnn.pytorch's utils.loadData, `v.data.resize_(data.size()).copy_(data)`, and its
+    # relatives: a view or a tensor with views shrunk in place, as torch keeps them
+    def run(lib):
+        v = lib.IntTensor(20).zero_()
+        loaded = v.data.resize_(lib.IntTensor([1, 2, 3]).size()).copy_(lib.IntTensor([1, 2, 3]))
+        a = lib.zeros(6)
+        b = a.view(2, 3)
+        b.resize_(4)
+        b.fill_(1.0)
+        c = lib.arange(6.0)
+        view_of_c = c[1:]
+        c.resize_(2)
+        c.mul_(10)
+        e = lib.arange(6.0)
+        tail = e[2:]
+        tail.resize_(2, 1)
+        tail.add_(100)
+        return [v.tolist(), loaded.tolist(), a.tolist(), list(b.shape), c.tolist(),
+                view_of_c.tolist(), e.tolist(), tail.tolist()]  # fmt: skip
+
+    assert run(rg) == run(torch)
+    with pytest.raises(rg.errors.InvalidArgumentError, match="resize_"):
+        rg.zeros(6)[1:].resize_(8)  # torch would reallocate the shared storage
