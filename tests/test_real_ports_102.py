@@ -27,6 +27,14 @@
   elements and CTC refuses it), so it resizes ``v`` under ``no_grad`` here; retrograd refused
   the alias's ``resize_`` outright, where torch shrinks it within the storage (checked
   apart).
+- torchtune's LoRA on a packed batch (``modules/peft/lora.py``'s ``LoRALinear`` with its
+  ``adapter_params``, ``modules/peft/_utils.py``'s ``get_adapter_params``/
+  ``set_trainable_params``, ``modules/attention_utils.py``'s ``_get_document_ids_from_seq_lens``
+  (``torch.full((seq_len,), ...)`` of 0-d tensors), ``packed_block_causal_mask``'s
+  document-causal ``mask_mod`` for ``create_block_mask``, ``create_block_causal_mask``'s
+  ``torch.block_diag`` of ``tril``s, and ``_sdpa_or_flex_attention``'s ``_attention_call``),
+  q/v adapters over a frozen attention trained with AdamW: retrograd's flex path against
+  torch's SDPA path (torch's CPU flex_attention has no backward), and both SDPA paths.
 
 The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``,
 ``p.grad(grads)``, ``optimizer.step(grads)``, ``clip_grad_norm_(..., grads)``).
@@ -558,3 +566,236 @@ def test_resize_of_an_alias_that_fits_keeps_aliasing_as_torchs():
     assert run(rg) == run(torch)
     with pytest.raises(rg.errors.InvalidArgumentError, match="resize_"):
         rg.zeros(6)[1:].resize_(8)  # torch would reallocate the shared storage
+
+
+TORCHTUNE_LORA_PACKED_SOURCE = """
+import math
+from typing import List
+import torch
+from torch import nn
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+
+def _get_document_ids_from_seq_lens(seq_lens: List[torch.Tensor]) -> torch.Tensor:
+    batch_size = len(seq_lens)
+    batch_document_ids = []
+    for sample_idx in range(batch_size):
+        # We assume seq lens sum to max seq lens, so document_ids should be of
+        # shape (max_seq_len, )
+        document_ids = torch.cat(
+            [
+                torch.full((seq_len,), i, dtype=torch.long, device=seq_len.device)
+                for i, seq_len in enumerate(seq_lens[sample_idx])
+            ]
+        )
+        batch_document_ids.append(document_ids)
+    batch_document_ids = torch.stack(batch_document_ids)
+    return batch_document_ids
+
+
+def create_block_causal_mask(seq_lens: List[torch.Tensor]) -> torch.Tensor:
+    batch_block_attn_masks = []
+    batch_size = len(seq_lens)
+    for sample_idx in range(batch_size):
+        block_attn_masks = [
+            torch.tril(
+                torch.ones(seq_len, seq_len, dtype=torch.bool, device=seq_len.device)
+            )
+            for i, seq_len in enumerate(seq_lens[sample_idx])
+        ]
+
+        batch_block_attn_masks.append(torch.block_diag(*block_attn_masks))
+    return torch.stack(batch_block_attn_masks)
+
+
+def packed_block_causal_mask(seq_lens: List[torch.Tensor]):
+    if _SUPPORTS_FLEX_ATTENTION:
+        document_ids = _get_document_ids_from_seq_lens(seq_lens)
+        batch_size, max_seq_len = document_ids.shape
+
+        # Instead of passing a tensor mask, flex attention requires a mask_mod function
+        # that determines which elements of QK^T should be included in the attention
+        # computation prior to the softmax. For sample packing, we need both the
+        # logic for both causal mask and document mask. See PyTorch's official
+        # blog post for more details: https://pytorch.org/blog/flexattention/#mask-mods
+        def mask_mod(b, h, q_idx, kv_idx):
+            causal_mask = q_idx >= kv_idx
+            document_mask = document_ids[b, q_idx] == document_ids[b, kv_idx]
+            return causal_mask & document_mask
+
+        return create_block_mask(
+            mask_mod,
+            batch_size,
+            None,
+            max_seq_len,
+            max_seq_len,
+            device="cpu",
+        )
+    else:
+        return create_block_causal_mask(seq_lens=seq_lens)
+
+
+def _attention_call(q, k, v, mask, dropout_p, is_causal):
+    # Flex attention uses the BlockMask
+    # (https://github.com/pytorch/pytorch/blob/main/torch/nn/attention/flex_attention.py#L168)
+    # instead of a traditional boolean tensor mask. If this is passed in,
+    # we assume the user wants to use flex attention instead of traditional SDPA.
+    # This will use flash attention under the hood with support for custom masks.
+    # Currently, it is used when sample packing is enabled (see torchtune.datasets.PackedDataset)
+    if isinstance(mask, BlockMask):
+        if dropout_p > 0.0:
+            raise ValueError(
+                "Flex attention does not support dropout. Please set dropout to 0.0."
+            )
+        return flex_attention(q, k, v, block_mask=mask)
+    # If mask is a standard boolean tensor or None, then use SDPA
+    else:
+        # shape: [b, 1, s, s]
+        if mask is not None:
+            mask = mask[:, None, :, :]
+
+        # Flash attention from https://pytorch.org/blog/accelerating-large-language-models/
+        return nn.functional.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+        )
+
+
+class LoRALinear(nn.Module):
+    def __init__(self, in_dim: int, out_dim: int, rank: int, alpha: float, dropout: float = 0.0, use_bias: bool = False):
+        super().__init__()
+        self.in_dim = in_dim
+        self.out_dim = out_dim
+        self.rank = rank
+        self.alpha = alpha
+        self.use_bias = use_bias
+        linear = nn.Linear(in_features=in_dim, out_features=out_dim, bias=self.use_bias)
+        weight = linear.weight
+        bias = linear.bias if self.use_bias else None
+        self.disabled = False
+        self.register_parameter("weight", nn.Parameter(weight))
+        self.register_parameter(
+            "bias", nn.Parameter(bias) if bias is not None else None
+        )
+        self.dropout = nn.Dropout(p=dropout) if dropout > 0.0 else nn.Identity()
+        self.lora_a = nn.Linear(in_features=in_dim, out_features=rank, bias=False)
+        self.lora_b = nn.Linear(in_features=rank, out_features=out_dim, bias=False)
+        self.merged = False
+        self.initialize_parameters()
+
+    def initialize_parameters(self):
+        # Initialize as in
+        # https://github.com/microsoft/LoRA/blob/4c0333854cb905966f8cc4e9a74068c1e507c7b7/loralib/layers.py#L119
+        nn.init.kaiming_uniform_(self.lora_a.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_b.weight)
+
+    def adapter_params(self) -> List[str]:
+        adapter_params = ["lora_a.weight", "lora_b.weight"]
+        return adapter_params
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.linear(x, self.weight, self.bias)
+        if self.disabled:
+            return out
+        lora_out = self.lora_a(self.dropout(x))
+        lora_out = (self.alpha / self.rank) * self.lora_b(lora_out)
+        return out + lora_out
+
+
+class Attention(nn.Module):
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.q_proj = LoRALinear(embed_dim, embed_dim, rank=4, alpha=8.0)
+        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.v_proj = LoRALinear(embed_dim, embed_dim, rank=4, alpha=8.0)
+        self.output_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+
+    def forward(self, x, mask=None):
+        b, s_x, _ = x.shape
+        q = self.q_proj(x).view(b, s_x, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, s_x, self.num_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, s_x, self.num_heads, self.head_dim).transpose(1, 2)
+        output = _attention_call(q, k, v, mask=mask, dropout_p=0.0, is_causal=mask is None)
+        output = output.transpose(1, 2).contiguous().view(b, s_x, -1)
+        return self.output_proj(output)
+
+
+def get_adapter_params(model: nn.Module):
+    adapter_params = {}
+    for k, v in model.named_modules():
+        if hasattr(v, "adapter_params") and callable(v.adapter_params):
+            current_adapter_params = v.adapter_params()
+            for n, p in v.named_parameters(recurse=True):
+                if n in current_adapter_params:
+                    full_key = f"{k}.{n}" if k else n
+                    adapter_params.update({full_key: p})
+                    current_adapter_params.remove(n)
+            assert current_adapter_params == [], f"Adapter params {current_adapter_params} not converted"
+    return adapter_params
+
+
+def set_trainable_params(model: nn.Module, adapter_params) -> None:
+    for k, v in model.named_parameters():
+        v.requires_grad_(k in adapter_params)
+
+
+model = Attention(16, 2)
+initialize(model)
+with torch.no_grad():
+    model.q_proj.lora_b.weight.copy_(torch.randn(16, 4))  # as if trained a while
+    model.v_proj.lora_b.weight.copy_(torch.randn(16, 4))
+adapter_params = get_adapter_params(model)
+set_trainable_params(model, adapter_params)
+optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+seq_lens = [torch.tensor([3, 5, 4]), torch.tensor([7, 5])]
+mask = packed_block_causal_mask(seq_lens)
+for step in range(3):
+    x = torch.randn(2, 12, 16)
+    loss = model(x, mask=mask).pow(2).mean()
+    loss.backward()
+    record.append(loss.item())
+    record.append({n: p.grad.numpy().copy() for n, p in adapter_params.items()})
+    optimizer.step()
+    optimizer.zero_grad()
+record.append(params_of(model))
+record.append(sorted(adapter_params))
+"""
+
+TORCHTUNE_LORA_PACKED_STEPS = [
+    (
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nfrom retrograd import nn\nimport retrograd.nn.functional as F\n",
+    ),
+    (
+        "    loss.backward()\n    record.append(loss.item())\n    record.append({n: p.grad.numpy()",
+        "    grads = loss.backward()\n    record.append(loss.item())\n    record.append({n: p.grad(grads).numpy()",
+    ),
+    ("    optimizer.step()\n", "    optimizer.step(grads)\n"),
+]
+
+
+def test_torchtune_lora_on_a_packed_batch_flex_attention_as_torchs_block_causal_sdpa(capsys):
+    # torch's CPU flex_attention has no backward: torch's run takes torchtune's SDPA path
+    # (``create_block_causal_mask``'s ``block_diag`` of ``tril``s), retrograd's the flex one
+    # (``create_block_mask`` of the ``mask_mod`` over ``document_ids``): they must agree
+    (theirs, ours), _ = runs_with_draws(
+        TORCHTUNE_LORA_PACKED_SOURCE, TORCHTUNE_LORA_PACKED_STEPS, capsys, 10204,
+        initialize=initializer(), params_of=params_of,
+        make__SUPPORTS_FLEX_ATTENTION=lambda lib: lib is rg,
+    )  # fmt: skip
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_torchtune_block_causal_mask_sdpa_path_as_torch(capsys):
+    (theirs, ours), _ = runs_with_draws(
+        TORCHTUNE_LORA_PACKED_SOURCE, TORCHTUNE_LORA_PACKED_STEPS, capsys, 10205,
+        initialize=initializer(), params_of=params_of, _SUPPORTS_FLEX_ATTENTION=False,
+    )  # fmt: skip
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
