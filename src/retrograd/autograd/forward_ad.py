@@ -12,7 +12,11 @@ its tangent, and :func:`unpack_dual` computes a tensor's tangent when asked: the
 Jacobian-vector product with the tangents of every dual it depends on, by the double-backward
 trick that :func:`retrograd.func.jvp` uses (the values of forward mode, at the cost of two
 backward passes per unpack). Tangents are read only through :func:`unpack_dual`; outside a
-level, or for a tensor no dual reaches, the tangent is ``None``, as torch's. A custom
+level, or for a tensor no dual reaches, the tangent is ``None``, as torch's. Under grad mode
+a tangent that depends on something requiring grad (a module's parameters, a primal or a
+tangent that requires grad) is itself differentiable in reverse mode, as torch's, so a JVP
+can be a training objective's term. (Unlike torch's, tangents need grad mode: under
+``no_grad`` nothing is recorded, so a tensor computed there has no tangent.) A custom
 ``Function`` with a ``backward`` has it differentiated (its ``jvp`` is not needed); one with a
 ``jvp`` and no ``backward`` (forward mode only) has its ``jvp`` called when an argument
 carries a tangent, and its outputs are new duals, cut from the graph as no reverse mode
