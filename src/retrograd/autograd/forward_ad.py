@@ -36,7 +36,7 @@ import contextvars
 from collections import namedtuple
 from typing import Any
 
-from ..autodiff import enable_grad
+from ..autodiff import enable_grad, is_grad_enabled
 from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
 from ..tensor import Tensor, ones_like, zeros_like
 from .functional import _fresh, _gradients
@@ -197,9 +197,10 @@ def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
     # torch's tangent is differentiable (reverse over forward: the Hessian-vector product as
     # the gradient of a tangent) when a primal, a tangent or a tensor closed over requires
     # grad; the hidden seeds do not count
-    records = any(
-        d.tangent.requires_grad for d in opened.duals
-    ) or tensor._backend.reaches_other_leaves([tensor._prim], [s._prim for s in seeds])
+    records = is_grad_enabled() and (
+        any(d.tangent.requires_grad for d in opened.duals)
+        or tensor._backend.reaches_other_leaves([tensor._prim], [s._prim for s in seeds])
+    )
     with enable_grad():
         # J^T u for a dummy u (the backward is linear in u), whose gradient with respect to u,
         # weighted by the tangents, is J t; u is ones, not zeros: a backward written in log

@@ -51,6 +51,7 @@ from .dtypes import RANDINT_BOUNDS, can_cast, canonical_dtype
 from .elementwise import _given, _sum_dtype
 from .ownership import sole_buffer
 from .shape import shape_arg
+from .strides import contiguous_strides
 from .views import (
     base_of,
     detached_values,
@@ -618,12 +619,22 @@ class InplaceMixin:
             raise AutodiffError("resize_: cannot resize tensors that require grad")
         if shape == tuple(self.shape):
             return self
-        if root_of(self) is not self or any(r() is not None for r in self._views or ()):
-            raise InvalidArgumentError(
-                f"resize_: the {shape_text(self.shape)} tensor is a view or has views; resize "
-                "a tensor of its own (x.clone().resize_(...))"
-            )
         count = math.prod(shape)
+        aliased = root_of(self) is not self or any(r() is not None for r in self._views or ())
+        if aliased and count <= self.numel() and self.is_contiguous():
+            # torch keeps the storage when the new size fits: the tensor becomes its first
+            # `count` elements, still aliasing what it aliased (crnn.pytorch's
+            # `v.data.resize_(data.size()).copy_(data)` writes into v's first elements)
+            strides = contiguous_strides(shape)
+            return _view_in_place(
+                self, "resize_", lambda t: t.as_strided(shape, strides, t.storage_offset())
+            )
+        if aliased:
+            raise InvalidArgumentError(
+                f"resize_: the {shape_text(self.shape)} tensor is a view or has views and "
+                f"{shape_text(shape)} does not fit in its elements (or it is not contiguous); "
+                "resize a tensor of its own (x.clone().resize_(...))"
+            )
         with no_grad():
             flat = untracked(self).reshape(-1)
             if count <= flat.numel():

@@ -171,6 +171,58 @@ class BlockMask:
         self.q_num_blocks, self.q_indices = _ordered(partial.transpose(-1, -2))
         self.full_q_num_blocks, self.full_q_indices = _ordered(full.transpose(-1, -2))
 
+    @classmethod
+    def from_kv_blocks(
+        cls,
+        kv_num_blocks: Tensor,
+        kv_indices: Tensor,
+        full_kv_num_blocks: Tensor | None = None,
+        full_kv_indices: Tensor | None = None,
+        BLOCK_SIZE: int | tuple[int, int] = DEFAULT_BLOCK_SIZE,  # noqa: N803 (torch's name)
+        mask_mod: Callable[..., Tensor] | None = None,
+        seq_lengths: tuple[int, int] | None = None,
+        compute_q_blocks: bool = True,
+    ) -> BlockMask:
+        """The mask of blocks given in torch's ordered form, as torch's: per ``(batch, head,
+        query block)``, the first ``kv_num_blocks`` of ``kv_indices`` are the partial blocks
+        (the first ``full_kv_num_blocks`` of ``full_kv_indices`` the full ones); the lengths
+        default to whole blocks; ``mask_mod`` defaults to keeping every score. (A count above
+        the row's width, or negative, keeps as many blocks as torch's kernels read.)"""
+        op = "BlockMask.from_kv_blocks"
+        if kv_indices.dim() < 2 or tuple(kv_num_blocks.shape) != tuple(kv_indices.shape[:-1]):
+            raise ShapeError(
+                f"{op}: kv_num_blocks {tuple(kv_num_blocks.shape)} must be kv_indices' "
+                f"{tuple(kv_indices.shape)} without its last dimension"
+            )
+        if (full_kv_num_blocks is None) != (full_kv_indices is None):
+            raise InvalidArgumentError(
+                f"{op}: full_kv_num_blocks and full_kv_indices must be given together"
+            )
+        q_block, kv_block = (BLOCK_SIZE, BLOCK_SIZE) if isinstance(BLOCK_SIZE, int) else BLOCK_SIZE
+        columns = kv_indices.shape[-1]
+        if seq_lengths is None:
+            seq_lengths = (kv_indices.shape[-2] * q_block, columns * kv_block)
+
+        def dense(counts: Tensor, indices: Tensor) -> Tensor:
+            slots = arange(indices.shape[-1], device=indices.device)
+            listed = slots < counts.unsqueeze(-1)  # the first `counts` slots of each row
+            hits = indices.unsqueeze(-1) == arange(columns, device=indices.device)
+            return (hits & listed.unsqueeze(-1)).any(-2)
+
+        partial = dense(kv_num_blocks, kv_indices)
+        if full_kv_indices is None:
+            full_blocks = full(partial.shape, False, dtype="bool")
+        else:
+            full_blocks = dense(full_kv_num_blocks, full_kv_indices)
+        mask = cls(
+            partial, full_blocks, tuple(seq_lengths), (q_block, kv_block), mask_mod or noop_mask
+        )
+        # torch keeps the lists as given (the order past each row's count included)
+        mask.kv_num_blocks, mask.kv_indices = kv_num_blocks, kv_indices
+        if full_kv_indices is not None:
+            mask.full_kv_num_blocks, mask.full_kv_indices = full_kv_num_blocks, full_kv_indices
+        return mask
+
     @property
     def shape(self) -> tuple[int, int, int, int]:
         """``(B, H, Q_LEN, KV_LEN)``."""
