@@ -16,7 +16,9 @@ tangent or a tensor closed over requires grad). Tangents are read only through
 :func:`unpack_dual`; outside a level, or for a tensor no dual reaches, the tangent is
 ``None``, as torch's. Unlike torch's, tangents need the graph: none flows through ops run
 under ``no_grad``, nor once a backward has consumed the graph (which :func:`unpack_dual`
-then says), and an in-place op on a dual does not write the primal it was made from. A custom
+then says), an in-place op on a dual does not write the primal it was made from, and the
+primal :func:`unpack_dual` gives of a tensor that depends on parameters (so that a loss on it
+trains them, as torch's) still carries the tangent to ops on it inside the level. A custom
 ``Function`` with a ``backward`` has it differentiated (its ``jvp`` is not needed); one with a
 ``jvp`` and no ``backward`` (forward mode only) has its ``jvp`` called when an argument
 carries a tangent, and its outputs are new duals, cut from the graph as no reverse mode
@@ -197,9 +199,13 @@ def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
     # torch's tangent is differentiable (reverse over forward: the Hessian-vector product as
     # the gradient of a tangent) when a primal, a tangent or a tensor closed over requires
     # grad; the hidden seeds do not count
-    records = is_grad_enabled() and (
-        any(d.tangent.requires_grad for d in opened.duals)
-        or tensor._backend.reaches_other_leaves([tensor._prim], [s._prim for s in seeds])
+    # the primal stays differentiable in reverse mode where it depends on something that
+    # requires grad (a module's parameters: sliced score matching trains on it), as torch's
+    differentiable = is_grad_enabled() and tensor._backend.reaches_other_leaves(
+        [tensor._prim], [s._prim for s in seeds]
+    )
+    records = differentiable or (
+        is_grad_enabled() and any(d.tangent.requires_grad for d in opened.duals)
     )
     with enable_grad():
         # J^T u for a dummy u (the backward is linear in u), whose gradient with respect to u,
@@ -218,7 +224,9 @@ def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
         tangent = zeros_like(tensor)
     else:
         tangent = jvp if records else jvp.detach()
-    return UnpackedDualTensor(tensor.detach(), tangent)
+    # (a differentiable primal is the tensor itself here: its graph reaches the duals' seeds,
+    # so ops on it inside the level still carry their tangents, where torch's do not)
+    return UnpackedDualTensor(tensor if differentiable else tensor.detach(), tangent)
 
 
 def dual_outputs(cls: Any, ctx: Any, args: tuple, output: Any) -> Any:
