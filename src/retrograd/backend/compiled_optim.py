@@ -1,5 +1,4 @@
-"""The SGD and Adam updates as one loop each over a parameter, compiled with Numba; the
-scaled add of ``p.data.add_(g, alpha=-lr)`` too (:data:`SCALED_LOOPS`).
+"""The SGD and Adam updates as one loop each over a parameter, compiled with Numba.
 
 NumPy makes one pass over memory per operation and one array per result: SGD with momentum and
 weight decay is six passes and five arrays of the parameter's size, Adam eleven passes; on a
@@ -29,7 +28,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["ADAM_LOOPS", "SCALED_LOOPS", "SGD_LOOPS", "sgd_any_loop", "sum_of_squares"]
+__all__ = ["ADAM_LOOPS", "SGD_LOOPS", "sgd_any_loop", "sum_of_squares"]
 
 _jit = numba.njit(error_model="numpy", cache=True, nogil=True)
 # Reassociation alone (no contraction, no other fast-math): lets the compiler split a sum
@@ -157,24 +156,6 @@ ADAM_LOOPS = {
     (True, False): _adam_l2,
     (True, True): _adamw,
 }
-
-
-@_jit
-def _add_scaled(value, other, alpha):
-    for i in range(value.size):
-        value[i] = value[i] + other[i] * alpha
-
-
-@_jit
-def _sub_scaled(value, other, alpha):
-    for i in range(value.size):
-        value[i] = value[i] - other[i] * alpha
-
-
-#: ``Backend.write_into``'s ``add`` and ``sub`` with ``alpha``, ``(value, other, alpha)``:
-#: ``value + other * alpha`` (torch's ``p.add_(g, alpha=-lr)``), each product rounded as NumPy's
-#: ``other * alpha`` is, then added.
-SCALED_LOOPS = {"add": _add_scaled, "sub": _sub_scaled}
 
 
 @_jit_sum

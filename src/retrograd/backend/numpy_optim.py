@@ -92,15 +92,11 @@ class NumpyOptimizerKernels:
         if ufunc is None or not isinstance(x, np.ndarray):
             return None  # (a 0-d value may be a NumPy scalar: no memory to write)
         if alpha is not None:
-            if (
-                x.size >= COMPILED_MIN_SIZE
-                and isinstance(y, np.ndarray)
-                and y.shape == x.shape
-                and _compilable(x, y)
-            ):  # one pass, the bits of the two operations below (compiled_optim)
-                _loops().SCALED_LOOPS[kernel](x.reshape(-1), y.reshape(-1), x.dtype.type(alpha))
+            if x.dtype.kind == "f":  # torch's fused multiply-add, the backend's add_scaled
+                scale = alpha if kernel == "add" else -alpha
+                np.copyto(x, self.add_scaled(x, y, scale))
                 return x
-            y = np.multiply(y, alpha)  # the backend's mul_scalar
+            y = np.multiply(y, alpha)  # integers: exact, as the backend's mul_scalar
         return ufunc(x, y, out=x)  # the ufunc's loop, as the backend's kernel: the same bits
 
     def global_norm(self, *values):

@@ -640,8 +640,9 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         ``mul_``...), returning ``x``: ``kernel`` is ``add``, ``sub``, ``mul`` or ``div`` (``y`` a
         primitive that broadcasts to ``x``'s shape, of its dtype) or their ``_scalar`` forms
         (``y`` a Python number), and ``x`` then holds the bits ``kernel(x, y)`` returns; with
-        ``alpha`` (``add`` and ``sub``, a float), those of ``kernel(x, mul_scalar(y, alpha))``
-        (torch's ``add_(y, alpha=alpha)``, the product rounded first). The
+        ``alpha`` (``add`` and ``sub``, a float), those of ``add_scaled(x, y, alpha)`` (or
+        ``-alpha`` for ``sub``; torch's ``add_(y, alpha=alpha)``, one fused multiply-add) for
+        floats, of ``kernel(x, mul_scalar(y, alpha))`` for integers. The
         caller makes sure nothing else sees ``x``'s memory
         (:func:`retrograd.tensor.ownership.sole_buffer`). ``None`` where the backend writes
         nothing in place: this default."""

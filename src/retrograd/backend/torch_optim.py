@@ -44,12 +44,13 @@ class TorchOptimizerKernels:
 
     def write_into(self, kernel, x, y, alpha=None):
         # the in-place forms of the backend's torch.add/sub/mul/true_divide: the same loops
-        # (alpha: the product first, as the backend's mul_scalar; torch's add_ with alpha
-        # would round once)
+        # (alpha: torch's add_/sub_ with alpha, one fused multiply-add, as add_scaled)
         method = _INTO.get(kernel)
         if method is None:
             return None
-        return getattr(x, method)(y if alpha is None else torch.mul(y, alpha))
+        if alpha is None:
+            return getattr(x, method)(y)
+        return getattr(x, method)(y, alpha=alpha)
 
     def global_norm(self, *values):
         # torch's clip_grad_norm_: each value's norm by _foreach_norm (one pass each, in its
