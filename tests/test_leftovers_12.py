@@ -167,6 +167,32 @@ def test_an_empty_sdpa_kernel_selection_fails_the_attention_inside_not_the_block
     assert rg.nn.functional.scaled_dot_product_attention(ours, ours, ours).shape == (1, 2, 3)
 
 
+def test_attention_with_every_kernel_flag_off_fails_as_torchs():
+    def attention(lib):
+        cuda = lib.backends.cuda
+        switches = [
+            cuda.enable_flash_sdp,
+            cuda.enable_mem_efficient_sdp,
+            cuda.enable_math_sdp,
+            cuda.enable_cudnn_sdp,
+        ]
+        q = lib.ones(1, 2, 3)
+        try:
+            for switch in switches:
+                switch(False)
+            lib.nn.functional.scaled_dot_product_attention(q, q, q)
+        finally:
+            for switch in switches:
+                switch(True)
+
+    with pytest.raises(RuntimeError, match="No viable backend"):
+        attention(torch)
+    with pytest.raises(rg.InvalidArgumentError, match="No viable backend"):
+        attention(rg)
+    q = rg.ones(1, 2, 3)
+    assert rg.nn.functional.scaled_dot_product_attention(q, q, q).shape == (1, 2, 3)
+
+
 # -- set_default_device("meta") -------------------------------------------------------------------
 
 
@@ -240,6 +266,11 @@ def test_grad_fn_saved_scalars_missing_names_and_unsaved_inputs_are_torchs():
     our_mul = (rg.tensor(constant) * ours[0]).grad_fn
     assert their_mul._saved_other is None and our_mul._saved_other is None
     np.testing.assert_array_equal(our_mul._saved_self.numpy(), their_mul._saved_self.numpy())
+    # times a number: the number as a 0-d tensor, no self (the number needs no gradient)
+    their_scaled, our_scaled = (theirs[0] * 3).grad_fn, (ours[0] * 3).grad_fn
+    assert their_scaled._saved_self is None and our_scaled._saved_self is None
+    assert our_scaled._saved_other.shape == their_scaled._saved_other.shape == ()
+    assert our_scaled._saved_other.item() == their_scaled._saved_other.item() == 3
 
 
 def test_raw_saved_register_hooks_run_as_torchs():

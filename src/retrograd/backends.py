@@ -136,8 +136,9 @@ def sdpa_kernel(backends: Any, set_priority: bool = False) -> Iterator[None]:
 
 def check_viable_backend(op: str) -> None:
     """Raise as torch's attention does when the selection (``sdpa_kernel([])``, every
-    ``enable_*_sdp(False)``) leaves no kernel to run."""
-    if not _ENABLED.get():
+    ``enable_*_sdp(False)``, ``OVERRIDEABLE`` alone: a kernel of a device retrograd has no
+    backend for) leaves none of math, flash, memory-efficient or cuDNN to run."""
+    if all(b is SDPBackend.OVERRIDEABLE for b in _ENABLED.get()):
         raise InvalidArgumentError(
             f"{op}: No viable backend for scaled_dot_product_attention was found: the "
             "sdpa_kernel selection (or enable_*_sdp(False)) turned off the math kernel and the "

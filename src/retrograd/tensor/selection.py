@@ -1170,11 +1170,14 @@ class SelectionMixin:
 
 
 #: torch's names of what a backward node saves (``grad_fn._saved_self``), by op: where each
-#: is in the node (an input, the output, a parameter); ops not named here have none
+#: is in the node (an input, the output, a parameter, a parameter torch holds as a 0-d
+#: tensor, or nothing); ops not named here have none
 _SAVED_NAMES: dict[str, dict[str, tuple[str, int]]] = {
     "pow_scalar": {"self": ("input", 0), "exponent": ("param", 0)},
     "pow": {"self": ("input", 0), "exponent": ("input", 1), "result": ("out", 0)},
     "mul": {"self": ("input", 0), "other": ("input", 1)},
+    # x * 2: torch saves the number as a 0-d tensor, and no self (a constant's gradient)
+    "mul_scalar": {"self": ("unsaved", 0), "other": ("scalar", 0)},
     "matmul": {"self": ("input", 0), "mat2": ("input", 1)},
     "exp": {"result": ("out", 0)},
     "sin": {"self": ("input", 0)},
@@ -1254,7 +1257,7 @@ class BackwardNode(str):
 
         if attribute.startswith("_raw_saved_"):
             (kind, _), position = self._saved_position(attribute[len("_raw_saved_") :])
-            if kind == "param":
+            if kind in ("param", "scalar"):
                 raise AttributeError(f"'{self}' object has no attribute '{attribute}'")
             return None if position is None else SavedTensor(self, position)
         if not attribute.startswith("_saved_"):
@@ -1263,6 +1266,10 @@ class BackwardNode(str):
         node = self._node
         if kind == "param":
             return node.params[i]
+        if kind == "scalar":
+            from .creation import tensor
+
+            return tensor(node.params[i], backend=self._backend)
         if position is None:
             return None
         actions = node.saved.actions
