@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .backend.accelerators import cuda_device_count
-from .errors import InvalidArgumentError
+from .errors import DTypeError, InvalidArgumentError
 
 __all__ = [
     "cpu",
@@ -125,16 +125,52 @@ def sdpa_kernel(backends: Any, set_priority: bool = False) -> Iterator[None]:
             f"sdpa_kernel: backend must be an instance of SDPBackend or a list of SDPBackend "
             f"instances, got {type(backends).__name__}"
         )
+    # an empty selection is entered, as torch's: attention called inside the block raises
     usable = tuple(b for b in chosen if b is not SDPBackend.ERROR)
-    if not usable:
-        raise InvalidArgumentError(
-            f"sdpa_kernel: no viable backend for scaled_dot_product_attention in {chosen}"
-        )
     token = _ENABLED.set(usable)
     try:
         yield
     finally:
         _ENABLED.reset(token)
+
+
+def check_viable_backend(op: str) -> None:
+    """Raise as torch's attention does when the selection (``sdpa_kernel([])``, every
+    ``enable_*_sdp(False)``, ``OVERRIDEABLE`` alone: a kernel of a device retrograd has no
+    backend for) leaves none of math, flash, memory-efficient or cuDNN to run."""
+    if all(b is SDPBackend.OVERRIDEABLE for b in _ENABLED.get()):
+        raise InvalidArgumentError(
+            f"{op}: No viable backend for scaled_dot_product_attention was found: the "
+            "sdpa_kernel selection (or enable_*_sdp(False)) turned off the math kernel and the "
+            "fused kernels"
+        )
+
+
+class SDPAParams:
+    """torch's ``torch.backends.cuda.SDPAParams``: the arguments the ``can_use_*`` queries
+    judge (positional, as torch's constructor takes them)."""
+
+    def __init__(
+        self,
+        query: Any,
+        key: Any,
+        value: Any,
+        attn_mask: Any,
+        dropout: float,
+        is_causal: bool,
+        enable_gqa: bool,
+    ) -> None:
+        self.query, self.key, self.value, self.attn_mask = query, key, value, attn_mask
+        self.dropout, self.is_causal, self.enable_gqa = float(dropout), is_causal, enable_gqa
+
+
+def _can_use_fused(params: SDPAParams, debug: bool = False) -> bool:
+    """torch's CPU build's answer for the fused CUDA kernels: never usable without CUDA."""
+    if not isinstance(params, SDPAParams):
+        raise DTypeError(
+            f"can_use_*_attention: params must be an SDPAParams, got {type(params).__name__}"
+        )
+    return False
 
 
 def _sdp_enabled(kind: SDPBackend) -> Callable[[], bool]:
@@ -172,8 +208,18 @@ def _sdp_kernel(
 
 
 cuda = SimpleNamespace(
-    matmul=SimpleNamespace(allow_tf32=False, allow_fp16_reduced_precision_reduction=True),
+    matmul=SimpleNamespace(
+        allow_tf32=False,
+        allow_fp16_reduced_precision_reduction=True,
+        allow_bf16_reduced_precision_reduction=True,
+    ),
     is_built=_has_cuda,
+    # retrograd's attention is one composed kernel: no fused CUDA kernel is ever picked
+    is_flash_attention_available=lambda: False,
+    SDPAParams=SDPAParams,
+    can_use_flash_attention=_can_use_fused,
+    can_use_efficient_attention=_can_use_fused,
+    can_use_cudnn_attention=_can_use_fused,
     SDPBackend=SDPBackend,
     sdp_kernel=_sdp_kernel,
     flash_sdp_enabled=_sdp_enabled(SDPBackend.FLASH_ATTENTION),

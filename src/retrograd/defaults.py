@@ -17,6 +17,7 @@ device type by default (bfloat16 on the CPU, float16 on a GPU), as torch answers
 
 from __future__ import annotations
 
+import contextvars
 import warnings
 from typing import Any
 
@@ -74,10 +75,28 @@ def get_default_device() -> Device:
     return thread_device.get() or current_backend().default_device
 
 
+#: the thread's device ``set_default_device("meta")`` replaced (wrapped in a tuple: ``None``
+#: is a value), put back when another device is set; torch's default device is per-thread
+_BEFORE_META: contextvars.ContextVar[tuple[Any] | None] = contextvars.ContextVar(
+    "retrograd_before_meta", default=None
+)
+
+
 def set_default_device(device: Any) -> None:
-    """torch's ``set_default_device``: accepted for the device tensors are already made on
-    (``None`` means the CPU, as torch's); another device raises, naming the backend to use."""
+    """torch's ``set_default_device``: ``"meta"`` makes this thread's new tensors meta ones
+    (as ``with rg.device("meta"):`` does) until another device is set; otherwise accepted for
+    the device tensors are already made on (``None`` means the CPU, as torch's); another
+    device raises, naming the backend to use."""
     target = Device("cpu") if device is None else _as_device(device)
+    before = _BEFORE_META.get()
+    if target.kind == "meta":
+        if before is None:
+            _BEFORE_META.set((thread_device.get(),))
+        thread_device.set(target)
+        return
+    if before is not None:
+        thread_device.set(before[0])
+        _BEFORE_META.set(None)
     current = get_default_device()
     if target.kind != current.kind or (_has_index(device) and target.index != current.index):
         raise InvalidArgumentError(

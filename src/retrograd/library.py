@@ -106,6 +106,112 @@ def _tensors(value: Any) -> list[Tensor]:
     return []
 
 
+def _check_schema(schema: Any, op: str) -> None:
+    """torch's schema parser's complaints, for what it parses: ``[name](args) -> returns``
+    with balanced brackets and a return."""
+    if not isinstance(schema, str):
+        raise DTypeError(f"{op}: schema must be a str, got {type(schema).__name__}")
+    start = schema.find("(")
+    depth, end = 0, -1
+    for i in range(max(start, 0), len(schema)):
+        if schema.startswith("->", i) and depth > 0:
+            break
+        depth += {"(": 1, ")": -1}.get(schema[i], 0)
+        if depth == 0:
+            end = i
+            break
+    rest = schema[end + 1 :].strip() if end >= 0 else ""
+    returns = rest[2:].strip() if rest.startswith("->") else ""
+    if start < 0 or end < 0 or not returns or returns.count("(") != returns.count(")"):
+        at = "its end" if end < 0 else repr(rest[:10] or "its end")
+        raise InvalidArgumentError(
+            f"{op}: malformed schema {schema!r}: expected '(Type name, ...) -> Type' "
+            f"({'expected ) before ' + at if end < 0 else 'expected -> and a return at ' + at})"
+        )
+
+
+def _schema_kind(type_text: str) -> str | None:
+    """``"Tensor"``, ``"Tensor?"`` or ``"Tensor[]"`` for a schema type of tensors."""
+    text = type_text.strip()
+    return text if text in ("Tensor", "Tensor?", "Tensor[]") else None
+
+
+def _annotation_kind(annotation: Any) -> str | None:
+    """The schema type torch infers for an annotation of tensors (``None``: not tensors)."""
+    text = annotation if isinstance(annotation, str) else None
+    if text is None:
+        if annotation is Tensor:
+            return "Tensor"
+        args = [a for a in getattr(annotation, "__args__", ()) or () if a is not type(None)]
+        origin = getattr(annotation, "__origin__", None)
+        if len(args) == 1 and args[0] is Tensor:
+            if origin in (list, tuple) or getattr(origin, "__name__", "") == "Sequence":
+                return "Tensor[]"
+            return "Tensor?"  # Optional[Tensor], Tensor | None
+        return None
+    text = text.replace(" ", "").replace("rg.", "").replace("retrograd.", "")
+    text = text.replace("typing.", "").replace("collections.abc.", "")
+    if text == "Tensor":
+        return "Tensor"
+    if text in ("Tensor|None", "None|Tensor", "Optional[Tensor]"):
+        return "Tensor?"
+    if text in ("list[Tensor]", "List[Tensor]", "Sequence[Tensor]"):
+        return "Tensor[]"
+    return None
+
+
+def _return_kinds(annotation: Any) -> list[str | None] | str | None:
+    """What the kernel must return: a kind, a list of kinds (a tuple), or ``None`` (anything)."""
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "").replace("rg.", "").replace("retrograd.", "")
+        for prefix in ("tuple[", "Tuple[", "typing.Tuple["):
+            if text.startswith(prefix) and text.endswith("]"):
+                return [_annotation_kind(part) for part in text[len(prefix) : -1].split(",")]
+        return _annotation_kind(annotation)
+    if getattr(annotation, "__origin__", None) is tuple:
+        return [_annotation_kind(part) for part in annotation.__args__]
+    return _annotation_kind(annotation)
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [p.strip() for p in [*parts, current] if p.strip()]
+
+
+def _schema_kinds(schema: str) -> tuple[list[str | None], list[str | None] | str | None]:
+    """The tensor kinds of a schema's arguments (in order) and of its return."""
+    inside, returns = schema[schema.find("(") + 1 :].rsplit("->", 1)
+    inside = inside.strip()[:-1]  # the closing parenthesis
+    arguments = [
+        _schema_kind(p.split("=")[0].rsplit(" ", 1)[0]) for p in _split_top(inside) if p != "*"
+    ]
+    returns = returns.strip()
+    if returns.replace(" ", "") == "()":
+        return arguments, None  # returns nothing: the kernel's None
+    if returns.startswith("("):
+        return arguments, [_schema_kind(p.rsplit(" ", 1)[0]) for p in _split_top(returns[1:-1])]
+    return arguments, _schema_kind(returns.split(" ")[0])
+
+
+def _has_kind(value: Any, kind: str | None) -> bool:
+    if kind is None or value is None:  # (torch passes None for a Tensor as an undefined one)
+        return True
+    if kind == "Tensor[]":
+        return isinstance(value, list | tuple) and all(isinstance(v, Tensor) for v in value)
+    return isinstance(value, Tensor)
+
+
+def _kind_name(value: Any) -> str:
+    return type(value).__name__
+
+
 @contextlib.contextmanager
 def _inputs_only(ctx: Any) -> Iterator[None]:
     """``ctx.needs_input_grad`` of the op's inputs only, while the user's code runs (the
@@ -143,11 +249,51 @@ class CustomOpDef:
         self._backward: Callable[..., Any] | None = None
         self._setup_context: Callable[..., Any] | None = None
         self._function = self._make_function()
+        self._argument_kinds, self._output_kinds = self._kinds()
         self.__name__ = name
         self.__doc__ = getattr(fn, "__doc__", None)
 
     def __repr__(self) -> str:
         return f"<CustomOpDef({self._qualname})>"
+
+    def _kinds(self) -> tuple[list[str | None], list[str | None] | str | None]:
+        """The tensor kinds of the arguments and return, from the schema or annotations."""
+        if self._schema is not None:
+            return _schema_kinds(self._schema)
+        if self._signature is None:
+            return [], None
+        arguments = [_annotation_kind(p.annotation) for p in self._signature.parameters.values()]
+        return arguments, _return_kinds(self._signature.return_annotation)
+
+    def _check_arguments(self, values: tuple) -> None:
+        if self._signature is not None:
+            names = list(self._signature.parameters)
+        else:  # a defined op's: the schema's "Type name=default" parts
+            inside = (self._schema or "(").split("(", 1)[1].rsplit("->", 1)[0].strip()[:-1]
+            names = [p.split("=")[0].split()[-1] for p in _split_top(inside) if p != "*"]
+        for position, (value, kind) in enumerate(zip(values, self._argument_kinds)):
+            if not _has_kind(value, kind):
+                name = names[position] if position < len(names) else f"#{position}"
+                raise DTypeError(
+                    f"{self._qualname}() Expected a value of type '{kind}' for argument "
+                    f"'{name}' but instead found type '{_kind_name(value)}' (position "
+                    f"{position}, value {value!r})"
+                )
+
+    def _check_output(self, output: Any) -> None:
+        kinds = self._output_kinds
+        if isinstance(kinds, list):
+            fits = isinstance(output, tuple | list) and len(output) == len(kinds)
+            fits = fits and all(_has_kind(o, k) for o, k in zip(output, kinds))
+            wanted = f"({', '.join(k or 'Any' for k in kinds)})"
+        else:
+            fits, wanted = output is not None and _has_kind(output, kinds), kinds
+            fits = fits or kinds is None
+        if not fits:
+            raise DTypeError(
+                f"{self._qualname}: Unable to cast the kernel's return {output!r} "
+                f"({_kind_name(output)}) to {wanted}, the op's declared return"
+            )
 
     @property
     def default(self) -> CustomOpDef:
@@ -230,6 +376,7 @@ class CustomOpDef:
         return tuple(bound.arguments.values()), call
 
     def _checked(self, output: Any, inputs: tuple) -> Any:
+        self._check_output(output)
         ids = {id(t) for t in _tensors(inputs)}
         for out in _tensors(output):
             if id(out) in ids:
@@ -243,6 +390,8 @@ class CustomOpDef:
         op = self
 
         class _OpFunction(Function):
+            _hidden_inputs = 1  # the kernel's call, passed first to apply
+
             @staticmethod
             def forward(call: Any, *inputs: Any) -> Any:
                 return op._checked(call(inputs), inputs)
@@ -278,7 +427,11 @@ class CustomOpDef:
         return _OpFunction
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        current = _OPS.get(self._qualname)
+        if current is not None and current is not self:
+            return current(*args, **kwargs)  # redefined: torch's handle calls the new op
         values, call = self._positional(args, kwargs)
+        self._check_arguments(values)
         wants_grad = is_grad_enabled() and any(t.requires_grad for t in _tensors(values))
         if self._composite or not wants_grad:
             return self._checked(call(values), values)
@@ -299,6 +452,8 @@ def custom_op(
     without ``fn``. ``mutates_args`` names the parameters the function writes into
     (``"unknown"``: any)."""
     namespace, op_name = _split(name, "custom_op")
+    if schema is not None:
+        _check_schema(schema, f"custom_op({name!r})")
 
     def make(function: Callable[..., Any]) -> CustomOpDef:
         check_callable("custom_op", function, "fn")
@@ -387,10 +542,7 @@ def define(qualname: str, schema: str, *, lib: Any = None, tags: Any = ()) -> No
     """torch's ``define("ns::name", "(Tensor x) -> Tensor")``: an op without kernels yet
     (``impl`` gives them)."""
     namespace, name = _split(qualname, "define")
-    if "->" not in schema:
-        raise InvalidArgumentError(
-            f"define: expected a schema '(Tensor x, ...) -> Tensor', got {schema!r}"
-        )
+    _check_schema(schema, f"define({qualname!r})")
     _OPS[qualname] = CustomOpDef(namespace, name, None, "unknown", schema)
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "Packed",
     "active_pair",
     "disabled_message",
+    "pack_one",
     "pack_saved",
     "pop",
     "push",
@@ -122,6 +123,34 @@ def pack_saved(backend: Any, saved: Any, pair: tuple) -> None:
         own_key = new_node_id()
         actions[index] = (own_key, Packed(key, pack(backend, value), unpack), False)
         keys[keys.index(key)] = own_key  # the rule's first read of ``key`` still unkeyed
+    saved.keys = tuple(keys)
+
+
+def pack_one(backend: Any, saved: Any, position: int, pair: tuple) -> None:
+    """Hold the ``position``-th value ``saved`` keeps for its node's rules as the pair's packed
+    form (torch's ``SavedTensor.register_hooks``), as :func:`pack_saved` holds each."""
+    if type(saved) is not Saved:
+        raise AutodiffError(
+            f"register_hooks: the values saved for backward under {backend.checkpointing!r} "
+            "live in the memory budget's slots; saved tensor hooks are supported under "
+            "NoCheckpointing and BalancedCheckpointing"
+        )
+    actions = saved.actions
+    index = [i for i, (_, _, is_backup) in enumerate(actions) if not is_backup][position]
+    key, value, _ = actions[index]
+    if type(value) is Packed:
+        raise AutodiffError("register_hooks: hooks have already been set on this SavedTensor")
+    if value is RECOMPUTE:
+        raise AutodiffError(
+            "register_hooks: this saved value is recomputed during backward by the "
+            "checkpointing strategy, not held: there is nothing to pack"
+        )
+    pack, unpack = pair
+    EVER_PACKED[0] = True
+    own_key = new_node_id()
+    actions[index] = (own_key, Packed(key, pack(backend, value), unpack), False)
+    keys = list(saved.keys)
+    keys[position] = own_key
     saved.keys = tuple(keys)
 
 

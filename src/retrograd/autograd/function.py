@@ -146,7 +146,7 @@ class _Call:
         if not isinstance(grad, Tensor):
             raise AutodiffError(
                 f"function {self.cls.__name__}Backward returned a {type(grad).__name__} as "
-                f"gradient {self.positions[i]}; expected a tensor or None"
+                f"gradient {self.positions[i] - self.cls._hidden_inputs}; expected a tensor or None"
             )
         grad_shape = grad.shape
         if grad_shape != shape:
@@ -154,7 +154,8 @@ class _Call:
         if grad is None:
             raise ShapeError(
                 f"function {self.cls.__name__}Backward returned an invalid gradient at index "
-                f"{self.positions[i]} - got shape {list(grad_shape)}, expected shape "
+                f"{self.positions[i] - self.cls._hidden_inputs} - got shape {list(grad_shape)}, "
+                f"expected shape "
                 f"{list(shape)}"
             )
         if grad.dtype != self.dtypes[i]:  # torch's validate_outputs: the input's dtype
@@ -231,6 +232,9 @@ class Function:
     #: when the backward walks this node but no gradient reached it, as torch's engine runs
     #: its nodes; off for users' functions, which get called for gradients only
     _runs_without_gradient = False
+    #: leading ``apply`` arguments the user never passed (a custom op's kernel call): the
+    #: engine's messages number gradients from the user's first input, as torch's do
+    _hidden_inputs = 0
 
     @staticmethod
     def forward(ctx: Any, *args: Any, **kwargs: Any) -> Any:

@@ -1164,7 +1164,54 @@ class SelectionMixin:
         if not backend.is_autodiff or not backend.is_tracked(self._prim):
             return None
         node = getattr(self._prim, "node", None)
-        return None if getattr(node, "op", None) is None else BackwardNode.of(node)
+        if getattr(node, "op", None) is None:
+            return None
+        return BackwardNode.of(node, backend, self.device)
+
+
+#: torch's names of what a backward node saves (``grad_fn._saved_self``), by op: where each
+#: is in the node (an input, the output, a parameter, a parameter torch holds as a 0-d
+#: tensor, or nothing); ops not named here have none
+_SAVED_NAMES: dict[str, dict[str, tuple[str, int]]] = {
+    "pow_scalar": {"self": ("input", 0), "exponent": ("param", 0)},
+    "pow": {"self": ("input", 0), "exponent": ("input", 1), "result": ("out", 0)},
+    "mul": {"self": ("input", 0), "other": ("input", 1)},
+    # x * 2: torch saves the number as a 0-d tensor, and no self (a constant's gradient)
+    "mul_scalar": {"self": ("unsaved", 0), "other": ("scalar", 0)},
+    "matmul": {"self": ("input", 0), "mat2": ("input", 1)},
+    "exp": {"result": ("out", 0)},
+    "sin": {"self": ("input", 0)},
+    "cos": {"self": ("input", 0)},
+    "tanh": {"result": ("out", 0)},
+    "sigmoid": {"result": ("out", 0)},
+    "relu": {"result": ("out", 0)},
+}
+
+_FREED = (
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
+    "backward through the graph a second time or if you need to access saved tensors after "
+    "calling backward."
+)
+
+
+class SavedTensor:
+    """torch's ``SavedTensor`` (``grad_fn._raw_saved_self``): one value a backward node
+    keeps; ``register_hooks(pack, unpack)`` holds it packed until backward unpacks it."""
+
+    def __init__(self, grad_fn: BackwardNode, position: int) -> None:
+        self._grad_fn, self._position = grad_fn, position
+
+    def register_hooks(self, pack_hook: Callable[[Any], Any], unpack_hook: Callable) -> None:
+        from ..autodiff.saved_hooks import pack_one
+        from ..autograd.graph import saved_tensors_hooks
+
+        node = self._grad_fn._node
+        if node.consumed:
+            raise AutodiffError(_FREED)
+        pair = saved_tensors_hooks(pack_hook, unpack_hook)  # (checks both are callable)
+        pack_one(self._grad_fn._backend, node.saved, self._position, (pair._pack, pair._unpack))
 
 
 class BackwardNode(str):
@@ -1175,12 +1222,70 @@ class BackwardNode(str):
     untracked input (the blitz tutorial's ``loss.grad_fn.next_functions[0][0]``)."""
 
     _node: Any
+    _backend: Any
+    _device: Any
 
     @classmethod
-    def of(cls, node: Any) -> BackwardNode:
+    def of(cls, node: Any, backend: Any, device: Any) -> BackwardNode:
         made = cls(f"{node.op.name}Backward" if node.op is not None else "AccumulateGrad")
-        made._node = node
+        made._node, made._backend, made._device = node, backend, device
         return made
+
+    def _saved_position(self, name: str) -> tuple[tuple[str, int], int | None]:
+        """Where torch's saved ``name`` is in the node, and its position among the values the
+        node keeps (``None``: not kept, its rules never read it for the gradients asked)."""
+        op = self._node.op
+        source = _SAVED_NAMES.get(getattr(op, "name", None), {}).get(name)
+        if source is None:
+            raise AttributeError(f"'{self}' object has no attribute '_saved_{name}'")
+        if self._node.consumed:
+            raise AutodiffError(_FREED)
+        kind, i = source
+        plan = self._node.plan
+        if kind == "input":
+            kept = i in plan.saved_inputs
+            return source, plan.saved_inputs.index(i) if kept else None
+        if kind == "out":
+            return source, len(plan.saved_inputs) if plan.save_out else None
+        return source, None
+
+    def __getattr__(self, attribute: str) -> Any:
+        from ..autodiff.checkpoint.state import RECOMPUTE
+        from ..autodiff.graph import AutodiffPrimitive
+        from ..autodiff.saved_hooks import Packed
+        from ..tensor import Tensor
+
+        if attribute.startswith("_raw_saved_"):
+            (kind, _), position = self._saved_position(attribute[len("_raw_saved_") :])
+            if kind in ("param", "scalar"):
+                raise AttributeError(f"'{self}' object has no attribute '{attribute}'")
+            return None if position is None else SavedTensor(self, position)
+        if not attribute.startswith("_saved_"):
+            raise AttributeError(f"'{self}' object has no attribute '{attribute}'")
+        (kind, i), position = self._saved_position(attribute[len("_saved_") :])
+        node = self._node
+        if kind == "param":
+            return node.params[i]
+        if kind == "scalar":
+            from .creation import tensor
+
+            return tensor(node.params[i], backend=self._backend)
+        if position is None:
+            return None
+        actions = node.saved.actions
+        if actions is None:
+            raise AutodiffError(_FREED)
+        value = [v for _, v, is_backup in actions if not is_backup][position]
+        if type(value) is Packed:
+            value = value.unpack(value.packed)
+        elif value is RECOMPUTE:
+            raise AutodiffError(
+                f"{self}: its saved {attribute[7:]!r} is recomputed during backward by the "
+                "checkpointing strategy, not held"
+            )
+        # torch's saved input is the input itself, its saved result an output of this node
+        owner = node if kind == "out" else node.parents[i]
+        return Tensor(AutodiffPrimitive(value, owner), self._backend, self._device)
 
     def name(self) -> str:
         return str(self)
@@ -1188,7 +1293,7 @@ class BackwardNode(str):
     @property
     def next_functions(self) -> tuple[tuple[BackwardNode | None, int], ...]:
         return tuple(
-            (None if parent is None else BackwardNode.of(parent), 0)
+            (None if parent is None else BackwardNode.of(parent, self._backend, self._device), 0)
             for parent in self._node.parents
         )
 

@@ -535,10 +535,12 @@ def _logaddexp(
         top, other = y.mask_where(first, x), x.mask_where(first, y)
         out = top + (other - top).exp().log1p()
         # equal infinite real parts (inf - inf would make NaN): torch's kernel gives the
-        # second operand at -inf, the first at +inf (for zero imaginary parts)
+        # second operand at -inf, and computes log(exp(x) + exp(y)) at +inf
         same_infinity = x.real.isinf().logical_and(x.real.eq(y.real))
-        out = out.mask_where(same_infinity.logical_and(x.real.gt(0)), top)
-        return out.mask_where(same_infinity.logical_and(x.real.lt(0)), other)
+        out = out.mask_where(same_infinity.logical_and(x.real.gt(0)), _log_of_infinite_sum(x, y))
+        out = out.mask_where(same_infinity.logical_and(x.real.lt(0)), other)
+        # a NaN part anywhere: NaN in both parts, the kernel's first check
+        return out.mask_fill(x.isnan().logical_or(y.isnan()), complex(math.nan, math.nan))
     out = x.maximum(y) + softplus_of_gap((x - y).abs())
     out = out.mask_where(x.isinf().logical_and(x.eq(y)), x)
     if not (x.requires_grad or y.requires_grad):
@@ -557,6 +559,28 @@ def _logaddexp(
         smooth = smooth / scale
     finite = untracked(out) + (smooth - untracked(smooth))
     return finite.mask_where(infinite, out)
+
+
+def _log_of_infinite_sum(x: Any, y: Any) -> Any:
+    """C's complex ``log(exp(x) + exp(y))`` (torch's kernel's) where both real parts are
+    +inf: ``exp(inf + i t)`` is ``inf * cis(t)`` (``inf + 0i`` at ``t == 0``, NaN parts for a
+    NaN or infinite ``t``), and the log of a sum with an infinite part is ``inf + i atan2``.
+    Read untracked: the gradient there is not a number either way."""
+    from .complexes import complex as complex_of_parts
+
+    def exp_parts(t: Any) -> tuple[Any, Any]:
+        angle = untracked(t).imag
+        infinite = angle.abs().add(math.inf)
+        real = (angle.cos() * infinite).mask_where(angle.isinf(), infinite)
+        return real, (angle.sin() * infinite).mask_where(angle.eq(0), angle)
+
+    (real_x, imag_x), (real_y, imag_y) = exp_parts(x), exp_parts(y)
+    real, imag = real_x + real_y, imag_x + imag_y
+    magnitude = real.isinf().logical_or(imag.isinf())
+    log_magnitude = (
+        real.abs().mask_fill(magnitude, math.inf).mask_fill(magnitude.logical_not(), math.nan)
+    )
+    return complex_of_parts(log_magnitude, imag.atan2(real))
 
 
 def _nan_ignoring(a: Any, b: Any, op: str, keeps_first: str) -> Any:

@@ -5,7 +5,8 @@ may pick (math, flash, memory-efficient, cuDNN); every one computes the same fun
 float rounding. retrograd has one attention kernel per inner backend, so the choice changes
 which function is computed in neither library: ``sdpa_kernel`` checks its argument as torch
 does, makes the selection visible (:func:`enabled_backends`) for the block, and restores the
-previous one on exit. An empty selection raises, as torch's "no viable backend" does.
+previous one on exit. An empty selection is entered, and attention called inside it raises, as
+torch's "No viable backend" does.
 
 >>> from retrograd.nn.attention import SDPBackend, sdpa_kernel, enabled_backends
 >>> with sdpa_kernel(SDPBackend.MATH):

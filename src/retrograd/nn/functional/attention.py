@@ -8,6 +8,7 @@ import numbers
 
 import numpy as np
 
+from ...backends import check_viable_backend
 from ...errors import (
     DTypeError,
     InvalidArgumentError,
@@ -55,6 +56,7 @@ def scaled_dot_product_attention(
     a gradient gets one: the attention is then composed of ordinary ops.
     """
     fn = "scaled_dot_product_attention"
+    check_viable_backend(fn)
     if isinstance(attn_mask, CausalBias):  # torch.nn.attention.bias's causal masks
         attn_mask = attn_mask.materialize()
     q = _float_input(fn, query)
