@@ -28,6 +28,8 @@ def _torch_distributions_validation_restored():
     before = torch.distributions.Distribution._validate_args
     yield
     torch.distributions.Distribution.set_default_validate_args(before)
+
+
 DOCUMENTS = [0, 0, 0, 1, 1, 2, 2, 2, 2, 3]
 SLOPES = [0.5, 0.25, 0.125, 0.0625]
 PREFIX = [3, 6]

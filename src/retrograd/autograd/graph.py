@@ -42,7 +42,7 @@ from ..autodiff.handles import RemovableHandle
 from ..autodiff.runtime import running_tape
 from ..device import Device
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, check_callable
-from ..tensor import Tensor
+from ..tensor import Tensor, selection
 
 __all__ = [
     "disable_saved_tensors_hooks",
@@ -216,3 +216,6 @@ def register_multi_grad_hook(
         return collect
 
     return _MultiHandle(tuple(t.register_hook(gradient_of(i)) for i, t in enumerate(tensors)))
+
+
+selection.SAVED_TENSORS_HOOKS[0] = saved_tensors_hooks  # grad_fn._raw_saved_*.register_hooks

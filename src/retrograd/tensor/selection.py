@@ -1166,7 +1166,7 @@ class SelectionMixin:
         node = getattr(self._prim, "node", None)
         if getattr(node, "op", None) is None:
             return None
-        return BackwardNode.of(node, backend, self.device)
+        return BackwardNode.of(node, backend, self.device, type(self))
 
 
 #: torch's names of what a backward node saves (``grad_fn._saved_self``), by op: where each
@@ -1196,6 +1196,11 @@ _FREED = (
 )
 
 
+#: ``autograd.graph.saved_tensors_hooks``, installed by that module (which is above this
+#: layer): the pair a :class:`SavedTensor`'s ``register_hooks`` packs and unpacks with
+SAVED_TENSORS_HOOKS: list[Any] = [None]
+
+
 class SavedTensor:
     """torch's ``SavedTensor`` (``grad_fn._raw_saved_self``): one value a backward node
     keeps; ``register_hooks(pack, unpack)`` holds it packed until backward unpacks it."""
@@ -1205,12 +1210,12 @@ class SavedTensor:
 
     def register_hooks(self, pack_hook: Callable[[Any], Any], unpack_hook: Callable) -> None:
         from ..autodiff.saved_hooks import pack_one
-        from ..autograd.graph import saved_tensors_hooks
 
         node = self._grad_fn._node
         if node.consumed:
             raise AutodiffError(_FREED)
-        pair = saved_tensors_hooks(pack_hook, unpack_hook)  # (checks both are callable)
+        # (checks both are callable)
+        pair = SAVED_TENSORS_HOOKS[0](pack_hook, unpack_hook)
         pack_one(self._grad_fn._backend, node.saved, self._position, (pair._pack, pair._unpack))
 
 
@@ -1224,11 +1229,13 @@ class BackwardNode(str):
     _node: Any
     _backend: Any
     _device: Any
+    _tensor_class: type  # the class of the tensor it belongs to: its saved values' class
 
     @classmethod
-    def of(cls, node: Any, backend: Any, device: Any) -> BackwardNode:
+    def of(cls, node: Any, backend: Any, device: Any, tensor_class: type) -> BackwardNode:
         made = cls(f"{node.op.name}Backward" if node.op is not None else "AccumulateGrad")
         made._node, made._backend, made._device = node, backend, device
+        made._tensor_class = tensor_class
         return made
 
     def _saved_position(self, name: str) -> tuple[tuple[str, int], int | None]:
@@ -1253,7 +1260,6 @@ class BackwardNode(str):
         from ..autodiff.checkpoint.state import RECOMPUTE
         from ..autodiff.graph import AutodiffPrimitive
         from ..autodiff.saved_hooks import Packed
-        from ..tensor import Tensor
 
         if attribute.startswith("_raw_saved_"):
             (kind, _), position = self._saved_position(attribute[len("_raw_saved_") :])
@@ -1267,9 +1273,7 @@ class BackwardNode(str):
         if kind == "param":
             return node.params[i]
         if kind == "scalar":
-            from .creation import tensor
-
-            return tensor(node.params[i], backend=self._backend)
+            return from_host(self._tensor_class, node.params[i], None, self._backend, self._device)
         if position is None:
             return None
         actions = node.saved.actions
@@ -1285,7 +1289,7 @@ class BackwardNode(str):
             )
         # torch's saved input is the input itself, its saved result an output of this node
         owner = node if kind == "out" else node.parents[i]
-        return Tensor(AutodiffPrimitive(value, owner), self._backend, self._device)
+        return self._tensor_class(AutodiffPrimitive(value, owner), self._backend, self._device)
 
     def name(self) -> str:
         return str(self)
@@ -1293,7 +1297,12 @@ class BackwardNode(str):
     @property
     def next_functions(self) -> tuple[tuple[BackwardNode | None, int], ...]:
         return tuple(
-            (None if parent is None else BackwardNode.of(parent, self._backend, self._device), 0)
+            (
+                None
+                if parent is None
+                else BackwardNode.of(parent, self._backend, self._device, self._tensor_class),
+                0,
+            )
             for parent in self._node.parents
         )
 
