@@ -144,7 +144,6 @@ def test_backends_cuda_attention_queries_answer_as_torchs_cpu_build():
             cuda.can_use_cudnn_attention(params),
             cuda.matmul.allow_bf16_reduced_precision_reduction,
             cuda.matmul.allow_fp16_reduced_precision_reduction,
-            cuda.matmul.allow_tf32,
             params.dropout,
             params.is_causal,
             params.attn_mask is None,

@@ -70,3 +70,17 @@ def test_weight_and_spectral_normed_modules_pickle_whole_as_torchs():
         copy = pickle.loads(pickle.dumps(model))
         np.testing.assert_array_equal(copy(x).numpy(), model(x).numpy())  # hooks kept
         assert sorted(copy.state_dict()) == sorted(model.state_dict())
+
+
+def test_a_benchmark_timer_restores_torchs_own_thread_count():
+    from threadpoolctl import threadpool_info
+
+    prior = torch.get_num_threads()
+    torch.set_num_threads(3)  # torch's count, unlike the BLAS pools'
+    pools = [p["num_threads"] for p in threadpool_info()]
+    try:
+        rg.utils.benchmark.Timer("x + 1", setup="x = torch.ones(3)", num_threads=2).timeit(5)
+        assert torch.get_num_threads() == 3
+        assert [p["num_threads"] for p in threadpool_info()] == pools
+    finally:
+        torch.set_num_threads(prior)

@@ -33,7 +33,6 @@ import numpy as np
 
 from .. import cuda
 from ..errors import InvalidArgumentError
-from ..runtime_settings import get_num_threads, set_num_threads
 
 __all__ = [
     "Compare",
@@ -245,12 +244,26 @@ def ordered_unique(elements: Iterable[Any]) -> list[Any]:
 
 @contextlib.contextmanager
 def set_torch_threads(n: int) -> Iterator[None]:
-    prior = get_num_threads()
+    """``n`` threads for the timed block, then exactly the process's threads before it: torch's
+    own count (not the BLAS pool's, which may differ) and the BLAS pools' limits as they were
+    (a held limit would outlive the block: the suite's workers then ran torch on two threads
+    each, oversubscribing the cores)."""
+    torch = sys.modules.get("torch")
+    prior_torch = torch.get_num_threads() if torch is not None else None
     try:
-        set_num_threads(n)
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # an optional dependency
+        threadpool_limits = None
+    limits = threadpool_limits(limits=n) if threadpool_limits is not None else None
+    if torch is not None:
+        torch.set_num_threads(n)
+    try:
         yield
     finally:
-        set_num_threads(prior)
+        if limits is not None:
+            limits.restore_original_limits()
+        if torch is not None:
+            torch.set_num_threads(prior_torch)
 
 
 def _synchronized_timer() -> float:
