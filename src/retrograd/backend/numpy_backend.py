@@ -258,12 +258,16 @@ def _compiled_activation(name: str, x: np.ndarray) -> np.ndarray | None:
 _COMPILED_FMA = f"{__package__}.compiled_fma"
 
 
-def _compiled_fused(kernel: str, arrays: list[np.ndarray], scalars: tuple) -> np.ndarray | None:
+def _compiled_fused(
+    kernel: str, arrays: list[np.ndarray], scalars: tuple, into: np.ndarray | None = None
+) -> np.ndarray | None:
     """``kernel`` of :mod:`.compiled_fma` on ``arrays`` (then ``scalars``, taken in their dtype),
     when they are float32 or float64 arrays of one shape and dtype lying densely in memory in
     one order, of at least :data:`COMPILED_RELU_MIN_SIZE` elements or of any size once the
     module is loaded (one call there costs less than the emulation's dozen NumPy passes); else
-    ``None`` (:mod:`.numpy_fma` then gives the same bits in NumPy passes)."""
+    ``None`` (:mod:`.numpy_fma` then gives the same bits in NumPy passes). ``into``: written
+    there (the first of ``arrays``, C-contiguous: each element is read before it is written)
+    in place of a new array."""
     first = arrays[0]
     dtype, shape = first.dtype, first.shape
     if (
@@ -278,9 +282,11 @@ def _compiled_fused(kernel: str, arrays: list[np.ndarray], scalars: tuple) -> np
     from . import compiled_fma
 
     if all(a.flags.c_contiguous for a in arrays):  # (the common case, without dense_flat's sort)
-        out = np.empty(shape, dtype)
+        out = np.empty(shape, dtype) if into is None else into
         flats = [a.reshape(-1) for a in arrays]
         flats.append(out.reshape(-1))
+    elif into is not None:
+        return None
     else:
         from .compiled_relu import dense_flat
 
@@ -609,6 +615,14 @@ class NumpyBackend(
     def add_scaled(self, x, y, alpha):
         out = _compiled_fused("add_scaled_flat", [x, y], (alpha,))
         return numpy_fma.add_scaled(x, y, alpha) if out is None else out
+
+    def add_scaled_into(self, x, y, alpha):
+        """:meth:`add_scaled` written into ``x`` (``write_into``'s ``add_``/``sub_`` with
+        ``alpha``): one compiled pass where the loop applies, else the NumPy emulation's
+        result copied in."""
+        if _compiled_fused("add_scaled_flat", [x, y], (alpha,), into=x) is None:
+            np.copyto(x, numpy_fma.add_scaled(x, y, alpha))
+        return x
 
     def addcmul(self, x, t1, t2, value):
         out = _compiled_fused("addcmul_flat", [x, t1, t2], (value,))

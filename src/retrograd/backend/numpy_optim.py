@@ -93,9 +93,7 @@ class NumpyOptimizerKernels:
             return None  # (a 0-d value may be a NumPy scalar: no memory to write)
         if alpha is not None:
             if x.dtype.kind == "f":  # torch's fused multiply-add, the backend's add_scaled
-                scale = alpha if kernel == "add" else -alpha
-                np.copyto(x, self.add_scaled(x, y, scale))
-                return x
+                return self.add_scaled_into(x, y, alpha if kernel == "add" else -alpha)
             y = np.multiply(y, alpha)  # integers: exact, as the backend's mul_scalar
         return ufunc(x, y, out=x)  # the ufunc's loop, as the backend's kernel: the same bits
 
