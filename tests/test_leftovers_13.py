@@ -165,3 +165,101 @@ def test_compile_keeps_functions_and_disable_and_the_decorator_forms():
     assert model.compile() is None and list(model.state_dict()) == ["weight", "bias"]
     with pytest.raises(rg.InvalidArgumentError, match="compile"):
         rg.compile(3)
+
+
+# -- grad_fn._saved_* ----------------------------------------------------------------------------
+
+
+def _inputs(lib, shapes, seed=13):
+    rng = np.random.default_rng(seed)
+    return [lib.tensor(rng.standard_normal(s) + 2.5, requires_grad=True) for s in shapes]
+
+
+_MATRICES = [(2, 3), (4, 3), (4,)]
+_IMAGES = [(1, 2, 5, 5), (3, 2, 3, 3), (3,)]
+
+
+@pytest.mark.parametrize(
+    ("make", "shapes", "tensors", "values"),
+    [
+        # F.linear is torch's addmm(bias, input, weight.t()) with a bias, mm without
+        (lambda F, x, w, b: F.linear(x, w, b), _MATRICES, ["mat1", "mat2"], ["alpha", "beta"]),
+        (lambda F, x, w, b: F.linear(x, w), _MATRICES, ["self", "mat2"], []),
+        (lambda F, x, w, b: x.matmul(w.t()), _MATRICES, ["self", "mat2"], []),
+        (lambda F, x, w, b: x / w[:2], _MATRICES, ["other"], []),
+        (lambda F, x, w, b: x / 4.0, _MATRICES, ["other"], []),
+        (lambda F, x, w, b: x * 3.0, _MATRICES, ["other"], []),
+        (lambda F, x, w, b: x.pow(w[:2]), _MATRICES, ["self", "exponent", "result"], []),
+        (lambda F, x, w, b: x**2.5, _MATRICES, ["self"], ["exponent"]),
+        (lambda F, x, w, b: 2.0**x, _MATRICES, ["exponent", "result"], ["self"]),
+        (lambda F, x, w, b: x.exp(), _MATRICES, ["result"], []),
+        (lambda F, x, w, b: x.log(), _MATRICES, ["self"], []),
+        (lambda F, x, w, b: x.sqrt(), _MATRICES, ["result"], []),
+        (lambda F, x, w, b: x.tanh(), _MATRICES, ["result"], []),
+        (lambda F, x, w, b: x.sigmoid(), _MATRICES, ["result"], []),
+        (lambda F, x, w, b: F.relu(x - 2.5), _MATRICES, ["result"], []),
+        (lambda F, x, w, b: x.softmax(1), _MATRICES, ["result"], ["dim"]),
+        (lambda F, x, w, b: F.log_softmax(x, dim=0), _MATRICES, ["result"], ["dim"]),
+        (
+            lambda F, x, w, b: F.conv2d(x, w, b, stride=2, padding=1),
+            _IMAGES,
+            ["input", "weight"],
+            ["stride", "padding", "dilation", "groups", "transposed", "output_padding"],
+        ),
+        (
+            lambda F, x, w, b: F.conv2d(x, w, b, padding="same", dilation=2),
+            _IMAGES,
+            ["input", "weight"],
+            ["stride", "padding", "dilation", "groups", "transposed", "output_padding"],
+        ),
+        (
+            lambda F, x, w, b: F.conv_transpose2d(
+                x, w, None, stride=2, padding=1, output_padding=1
+            ),
+            [(1, 3, 4, 4), (3, 2, 3, 3), (3,)],
+            ["input"],
+            ["stride", "padding", "dilation", "groups", "transposed", "output_padding"],
+        ),
+    ],
+)
+def test_grad_fn_saved_values_of_more_ops_are_torchs(make, shapes, tensors, values):
+    their_node = make(torch.nn.functional, *_inputs(torch, shapes)).grad_fn
+    our_node = make(rg.nn.functional, *_inputs(rg, shapes)).grad_fn
+    their_names = {a for a in dir(their_node) if a.startswith("_saved_")}
+    for name in tensors:
+        theirs, ours = getattr(their_node, f"_saved_{name}"), getattr(our_node, f"_saved_{name}")
+        assert tuple(ours.shape) == tuple(theirs.shape), name
+        assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1], name
+        np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-12, err_msg=name)
+        assert f"_saved_{name}" in their_names and f"_saved_{name}" in dir(our_node)
+    for name in values:
+        assert getattr(our_node, f"_saved_{name}") == getattr(their_node, f"_saved_{name}"), name
+        assert f"_saved_{name}" in dir(our_node)
+        with pytest.raises(AttributeError):
+            getattr(our_node, f"_raw_saved_{name}")
+
+
+def test_grad_fn_saved_transposed_weight_and_unkept_values_are_torchs():
+    F, their_F = rg.nn.functional, torch.nn.functional
+    (x, w, b), (tx, tw, tb) = _inputs(rg, _MATRICES), _inputs(torch, _MATRICES)
+    # torch's mat2 is the weight's transpose, made by a recorded transpose: gradients reach w
+    mat2, their_mat2 = (
+        F.linear(x, w, b).grad_fn._saved_mat2,
+        their_F.linear(tx, tw, tb).grad_fn._saved_mat2,
+    )
+    assert mat2.grad_fn is not None and their_mat2.grad_fn is not None
+    grads = mat2.sum().backward()
+    their_mat2.sum().backward()
+    np.testing.assert_array_equal(w.grad(grads).numpy(), tw.grad.numpy())
+    # a number torch saves is a 0-d tensor of the number's dtype (a double for a float)
+    their_scaled, our_scaled = (
+        (tx / 4.0).grad_fn._saved_other,
+        (x.float() / 4.0).grad_fn._saved_other,
+    )
+    assert our_scaled.dtype == rg.float64 and their_scaled.dtype == torch.float64
+    # what the gradient never reads is not kept: None, as torch's
+    assert (tx / 4.0).grad_fn._saved_self is None and (x / 4.0).grad_fn._saved_self is None
+    constant = np.full((2, 3), 2.0)
+    assert (torch.tensor(constant) / tx).grad_fn._saved_self is not None
+    assert (tx / torch.tensor(constant)).grad_fn._saved_self is None
+    assert (x / rg.tensor(constant)).grad_fn._saved_self is None
