@@ -240,22 +240,17 @@ def test_grad_fn_saved_values_of_more_ops_are_torchs(make, shapes, tensors, valu
 
 
 def test_grad_fn_saved_transposed_weight_and_unkept_values_are_torchs():
-    F, their_F = rg.nn.functional, torch.nn.functional
     (x, w, b), (tx, tw, tb) = _inputs(rg, _MATRICES), _inputs(torch, _MATRICES)
     # torch's mat2 is the weight's transpose, made by a recorded transpose: gradients reach w
-    mat2, their_mat2 = (
-        F.linear(x, w, b).grad_fn._saved_mat2,
-        their_F.linear(tx, tw, tb).grad_fn._saved_mat2,
-    )
+    mat2 = rg.nn.functional.linear(x, w, b).grad_fn._saved_mat2
+    their_mat2 = torch.nn.functional.linear(tx, tw, tb).grad_fn._saved_mat2
     assert mat2.grad_fn is not None and their_mat2.grad_fn is not None
     grads = mat2.sum().backward()
     their_mat2.sum().backward()
     np.testing.assert_array_equal(w.grad(grads).numpy(), tw.grad.numpy())
     # a number torch saves is a 0-d tensor of the number's dtype (a double for a float)
-    their_scaled, our_scaled = (
-        (tx / 4.0).grad_fn._saved_other,
-        (x.float() / 4.0).grad_fn._saved_other,
-    )
+    their_scaled = (tx.float() / 4.0).grad_fn._saved_other
+    our_scaled = (x.float() / 4.0).grad_fn._saved_other
     assert our_scaled.dtype == rg.float64 and their_scaled.dtype == torch.float64
     # what the gradient never reads is not kept: None, as torch's
     assert (tx / 4.0).grad_fn._saved_self is None and (x / 4.0).grad_fn._saved_self is None
