@@ -258,3 +258,81 @@ def test_grad_fn_saved_transposed_weight_and_unkept_values_are_torchs():
     assert (torch.tensor(constant) / tx).grad_fn._saved_self is not None
     assert (tx / torch.tensor(constant)).grad_fn._saved_self is None
     assert (x / rg.tensor(constant)).grad_fn._saved_self is None
+
+
+# -- forward-mode AD -----------------------------------------------------------------------------
+
+
+def _tangent_under_no_grad(lib, fw):
+    lib.manual_seed(0)
+    layer = lib.nn.Linear(3, 2).double()
+    with lib.no_grad():
+        layer.weight.copy_(lib.tensor(np.arange(6.0).reshape(2, 3) / 7 - 0.3))
+        layer.bias.copy_(lib.tensor([0.1, -0.2]))
+    primal = lib.tensor(np.linspace(-1.0, 1.0, 12).reshape(4, 3))
+    tangent = lib.tensor(np.linspace(0.5, -0.7, 12).reshape(4, 3))
+    with fw.dual_level():
+        dual = fw.make_dual(primal, tangent)
+        before = dual.sin()  # recorded, then used under no_grad
+        with lib.no_grad():
+            out = layer(before).tanh() * dual[:, :2]
+            plain = layer(primal)  # no dual reaches it: no tangent
+        return (
+            fw.unpack_dual(out).tangent.detach().numpy(),
+            fw.unpack_dual(plain).tangent,
+            out.detach().numpy(),
+        )
+
+
+def test_forward_ad_tangents_flow_under_no_grad_as_torchs():
+    ours = _tangent_under_no_grad(rg, rg.autograd.forward_ad)
+    theirs = _tangent_under_no_grad(torch, torch.autograd.forward_ad)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-12)
+    assert ours[1] is None and theirs[1] is None
+    np.testing.assert_allclose(ours[2], theirs[2], rtol=1e-12)
+
+
+def _custom_with_backward_and_jvp(lib, fw, calls):
+    class Cube(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, scale):
+            ctx.save_for_backward(x)
+            ctx.save_for_forward(x)
+            ctx.scale = scale
+            return x**3 * scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            calls.append("backward")
+            (x,) = ctx.saved_tensors
+            return grad * 3 * x**2 * ctx.scale, None
+
+        @staticmethod
+        def jvp(ctx, tangent, scale_tangent):
+            calls.append("jvp")
+            (x,) = ctx.saved_tensors
+            # not the derivative on purpose: only a call of jvp gives this tangent
+            return tangent * 100.0 + x
+
+    primal = lib.tensor([1.0, 2.0, -0.5], dtype=lib.float64)
+    with fw.dual_level():
+        dual = fw.make_dual(primal, lib.tensor([1.0, 0.5, 2.0], dtype=lib.float64))
+        out = Cube.apply(dual.exp(), 2.0).sin()
+        tangent = fw.unpack_dual(out).tangent.numpy()
+    leaf = lib.tensor([1.0, 2.0], dtype=lib.float64, requires_grad=True)
+    total = Cube.apply(leaf, 2.0).sum()
+    if lib is torch:
+        total.backward()
+        grad = leaf.grad.numpy()
+    else:
+        grad = leaf.grad(total.backward()).numpy()
+    return tangent, grad
+
+
+def test_forward_ad_calls_a_functions_jvp_where_it_has_a_backward_too():
+    our_calls, their_calls = [], []
+    ours = _custom_with_backward_and_jvp(rg, rg.autograd.forward_ad, our_calls)
+    theirs = _custom_with_backward_and_jvp(torch, torch.autograd.forward_ad, their_calls)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-12)  # jvp's tangent
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-12)  # backward's gradient
+    assert "jvp" in our_calls and their_calls == ["jvp", "backward"]

@@ -34,11 +34,14 @@ through it exists.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections import namedtuple
+from collections.abc import Iterator
 from typing import Any
 
 from ..autodiff import enable_grad, is_grad_enabled
+from ..autodiff.grad_mode import FORWARD_TANGENTS
 from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
 from ..tensor import Tensor, ones_like, zeros_like
 from .functional import _fresh, _gradients
@@ -55,6 +58,38 @@ class _Level:
     def __init__(self, index: int) -> None:
         self.index = index
         self.duals: list[_Dual] = []
+        #: node id -> whether a dual's seed is in its graph, for ops run under ``no_grad``
+        self.carrying: dict[int, bool] = {}
+
+    def carries(self, parents: tuple) -> bool:
+        """Whether one of ``parents`` (nodes of an op's inputs) has a dual's seed in its
+        graph: a walk remembered per node, so a forward under ``no_grad`` pays once per node."""
+        known = self.carrying
+        for d in self.duals:
+            if d.seed._prim.node is not None:
+                known.setdefault(d.seed._prim.node.id, True)
+        for start in parents:
+            if start is not None and _reaches_known(known, start):
+                return True
+        return False
+
+
+def _reaches_known(known: dict[int, bool], start: Any) -> bool:
+    """Whether ``start``'s graph holds a node ``known`` says is a seed: a post-order walk
+    that records the answer of every node it decides."""
+    stack = [(start, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node.id in known:
+            continue
+        if node.op is None:  # a leaf that is no seed
+            known[node.id] = False
+        elif expanded:
+            known[node.id] = any(known.get(p.id, False) for p in node.parents if p is not None)
+        else:
+            stack.append((node, True))
+            stack.extend((p, False) for p in node.parents if p is not None and p.id not in known)
+    return known[start.id]
 
 
 class _Dual:
@@ -82,6 +117,18 @@ _LEVELS: contextvars.ContextVar[tuple[_Level, ...]] = contextvars.ContextVar(
 )
 
 
+#: whether this context is in :func:`unpack_dual`'s first pass, whose recorded backward is
+#: transposed: a custom function with its own ``jvp`` records that as its backward's transpose
+_TRANSPOSING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "retrograd_transposing_for_tangents", default=False
+)
+
+
+def transposing_for_tangents() -> bool:
+    """Whether the backward running now is :func:`unpack_dual`'s transposition pass."""
+    return _TRANSPOSING.get()
+
+
 def enter_dual_level() -> int:
     """Open a dual level and return its index (torch's; one level at a time)."""
     levels = _LEVELS.get()
@@ -90,8 +137,36 @@ def enter_dual_level() -> int:
             "enter_dual_level: a dual level is already open; nested forward AD levels are not "
             "supported (as in torch)"
         )
-    _LEVELS.set((*levels, _Level(len(levels))))
+    opened = _Level(len(levels))
+    _LEVELS.set((*levels, opened))
+    FORWARD_TANGENTS[0] = _carries_in_open_level
     return len(levels)
+
+
+def _carries_in_open_level(parents: tuple) -> bool:
+    """The test ``no_grad`` recording asks (``grad_mode.FORWARD_TANGENTS``): whether an op's
+    parents carry a tangent of this context's open level."""
+    levels = _LEVELS.get()
+    if not levels or not levels[-1].duals or _PAUSED.get():
+        return False
+    return levels[-1].carries(parents)
+
+
+#: inside a custom function's ``forward``: no tangent flows there (torch's forward AD skips
+#: it too; the function's ``jvp``, or its recorded node, gives its outputs' tangents)
+_PAUSED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "retrograd_tangents_paused", default=False
+)
+
+
+@contextlib.contextmanager
+def tangents_paused() -> Iterator[None]:
+    """No op run inside records for a tangent under ``no_grad``."""
+    token = _PAUSED.set(True)
+    try:
+        yield
+    finally:
+        _PAUSED.reset(token)
 
 
 def exit_dual_level(*, level: int | None = None) -> None:
@@ -105,6 +180,8 @@ def exit_dual_level(*, level: int | None = None) -> None:
             f"exit_dual_level: level {level} is not the innermost open level ({levels[-1].index})"
         )
     _LEVELS.set(levels[:-1])
+    if not levels[:-1]:
+        FORWARD_TANGENTS[0] = None
 
 
 class dual_level:  # noqa: N801 (torch's name)
@@ -212,7 +289,11 @@ def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
         # weighted by the tangents, is J t; u is ones, not zeros: a backward written in log
         # space (logcumsumexp's, log|u|) has no derivative at u = 0
         dummy = ones_like(tensor).require_grad()
-        transposed = _gradients([tensor], seeds, [dummy], create_graph=True)
+        token = _TRANSPOSING.set(True)
+        try:
+            transposed = _gradients([tensor], seeds, [dummy], create_graph=True)
+        finally:
+            _TRANSPOSING.reset(token)
         reached = [(g, d.tangent) for g, d in zip(transposed, opened.duals) if g is not None]
         if not reached:
             return UnpackedDualTensor(tensor, None)
