@@ -68,10 +68,7 @@ class _Level:
         for d in self.duals:
             if d.seed._prim.node is not None:
                 known.setdefault(d.seed._prim.node.id, True)
-        for start in parents:
-            if start is not None and _reaches_known(known, start):
-                return True
-        return False
+        return any(start is not None and _reaches_known(known, start) for start in parents)
 
 
 def _reaches_known(known: dict[int, bool], start: Any) -> bool:
