@@ -336,3 +336,131 @@ def test_forward_ad_calls_a_functions_jvp_where_it_has_a_backward_too():
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-12)  # jvp's tangent
     np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-12)  # backward's gradient
     assert "jvp" in our_calls and their_calls == ["jvp", "backward"]
+
+
+# -- complex stft / istft ------------------------------------------------------------------------
+
+_RNG = np.random.default_rng(4)
+_SIGNAL = _RNG.standard_normal((2, 40)) + 1j * _RNG.standard_normal((2, 40))
+_WINDOW = np.hanning(12) + 0.1
+_WEIGHTS = _RNG.standard_normal((2, 12, 11)) + 1j * _RNG.standard_normal((2, 12, 11))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"normalized": True}, {"center": False}, {"pad_mode": "constant"}, {"win_length": 8}],
+)
+def test_stft_of_a_complex_signal_is_torchs_two_sided_spectrum(options):
+    window = _WINDOW[: options.get("win_length", 12)]
+    theirs = torch.stft(torch.tensor(_SIGNAL), 12, 4, window=torch.tensor(window), **options)
+    ours = rg.stft(rg.tensor(_SIGNAL), 12, 4, window=rg.tensor(window), **options)
+    assert ours.dtype == rg.complex128 and theirs.dtype == torch.complex128
+    assert ours.shape == tuple(theirs.shape)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_stft_complex_forms_and_refusals_are_torchs():
+    signal, window = _SIGNAL[0], _WINDOW
+    as_real = torch.stft(
+        torch.tensor(signal), 12, 4, window=torch.tensor(window), return_complex=False
+    )
+    ours = rg.stft(rg.tensor(signal), 12, 4, window=rg.tensor(window), return_complex=False)
+    np.testing.assert_allclose(ours.numpy(), as_real.numpy(), rtol=1e-12, atol=1e-12)
+    # a complex window makes a real signal's spectrum two-sided too
+    complex_window = window + 0.5j
+    theirs = torch.stft(
+        torch.tensor(signal.real), 12, 4, window=torch.tensor(complex_window), return_complex=True
+    )
+    ours = rg.stft(
+        rg.tensor(signal.real), 12, 4, window=rg.tensor(complex_window), return_complex=True
+    )
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12, atol=1e-12)
+    # complex64 meeting a float64 window: complex128, as torch's
+    single = rg.stft(rg.tensor(signal, dtype=rg.complex64), 12, 4, window=rg.tensor(window))
+    their_single = torch.stft(
+        torch.tensor(signal, dtype=torch.complex64), 12, 4, window=torch.tensor(window)
+    )
+    assert single.dtype == rg.complex128 and their_single.dtype == torch.complex128
+    with pytest.raises(RuntimeError, match="Cannot have onesided output"):
+        torch.stft(torch.tensor(signal), 12, 4, onesided=True, return_complex=True)
+    with pytest.raises(rg.InvalidArgumentError, match="Cannot have onesided output"):
+        rg.stft(rg.tensor(signal), 12, 4, onesided=True, return_complex=True)
+
+
+def _complex_loss(lib, out):
+    """A real loss that reads both parts of a complex result."""
+    weights = lib.tensor(np.resize(_WEIGHTS.ravel(), tuple(out.shape)))
+    return (out * weights).real.sum() + (out.abs() ** 2).sum()
+
+
+def _stft_loss(lib, signal, window):
+    return _complex_loss(lib, lib.stft(signal, 12, 4, window=window, return_complex=True))
+
+
+def _istft_loss(lib, spectrum, window):
+    out = lib.istft(spectrum, 12, 4, window=window, return_complex=True, onesided=False)
+    return _complex_loss(lib, out)
+
+
+def _central_difference(function, values, index, step=1e-6):
+    plus, minus = values.copy(), values.copy()
+    plus[index] += step
+    minus[index] -= step
+    return (function(plus) - function(minus)) / (2 * step)
+
+
+@pytest.mark.parametrize("transform", ["stft", "istft"])
+def test_complex_stft_and_istft_gradients_are_torchs_and_finite_differences(transform):
+    loss = _stft_loss if transform == "stft" else _istft_loss
+    if transform == "stft":
+        data = _SIGNAL
+    else:
+        data = torch.stft(
+            torch.tensor(_SIGNAL), 12, 4, window=torch.tensor(_WINDOW), return_complex=True
+        ).numpy()
+    their_data = torch.tensor(data, requires_grad=True)
+    their_window = torch.tensor(_WINDOW, requires_grad=True)
+    loss(torch, their_data, their_window).backward()
+    our_data, our_window = rg.tensor(data).require_grad(), rg.tensor(_WINDOW).require_grad()
+    grads = loss(rg, our_data, our_window).backward()
+    np.testing.assert_allclose(
+        our_data.grad(grads).numpy(), their_data.grad.numpy(), rtol=1e-9, atol=1e-9
+    )
+    np.testing.assert_allclose(
+        our_window.grad(grads).numpy(), their_window.grad.numpy(), rtol=1e-9, atol=1e-9
+    )
+
+    # finite differences of the real and imaginary parts (torch's convention: the gradient
+    # of a real loss is d/dre + i d/dim)
+    def at(values):
+        return loss(rg, rg.tensor(values), rg.tensor(_WINDOW)).item()
+
+    index = (1, 3, 2) if transform == "istft" else (1, 7)
+    real_part = _central_difference(at, data.astype(np.complex128), index)
+
+    def along_imaginary(imaginary):
+        return at(data.real + 1j * imaginary)
+
+    imag_part = _central_difference(along_imaginary, data.imag.copy(), index)
+    expected = our_data.grad(grads).numpy()[index]
+    assert abs(real_part - expected.real) < 1e-5 * max(1.0, abs(expected))
+    assert abs(imag_part - expected.imag) < 1e-5 * max(1.0, abs(expected))
+
+
+def test_istft_return_complex_round_trips_and_refuses_a_one_sided_spectrum():
+    signal = torch.tensor(_SIGNAL)
+    window = torch.tensor(_WINDOW)
+    spectrum = torch.stft(signal, 12, 4, window=window, return_complex=True)
+    theirs = torch.istft(spectrum, 12, 4, window=window, return_complex=True, length=40)
+    ours = rg.istft(
+        rg.tensor(spectrum.numpy()), 12, 4, window=rg.tensor(_WINDOW), return_complex=True,
+        length=40,
+    )  # fmt: skip
+    assert ours.dtype == rg.complex128 and theirs.dtype == torch.complex128
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ours.numpy(), _SIGNAL, rtol=1e-10, atol=1e-10)
+    one_sided = torch.stft(signal.real, 12, 4, window=window, return_complex=True)
+    with pytest.raises(RuntimeError, match="Cannot have onesided output"):
+        torch.istft(one_sided, 12, 4, window=window, return_complex=True)
+    with pytest.raises(rg.InvalidArgumentError, match="Cannot have onesided output"):
+        rg.istft(rg.tensor(one_sided.numpy()), 12, 4, return_complex=True)
