@@ -464,3 +464,24 @@ def test_istft_return_complex_round_trips_and_refuses_a_one_sided_spectrum():
         torch.istft(one_sided, 12, 4, window=window, return_complex=True)
     with pytest.raises(rg.InvalidArgumentError, match="Cannot have onesided output"):
         rg.istft(rg.tensor(one_sided.numpy()), 12, 4, return_complex=True)
+
+
+def test_unpack_dual_of_the_same_tensor_again_gives_the_stored_tangent_as_torchs():
+    def run(lib, fw):
+        with fw.dual_level():
+            dual = fw.make_dual(
+                lib.tensor([0.5, -1.0], dtype=lib.float64),
+                lib.tensor([2.0, 3.0], dtype=lib.float64),
+            )
+            out = dual.sin() * dual
+            first, second = fw.unpack_dual(out).tangent, fw.unpack_dual(out).tangent
+            same, before = first is second, first.numpy().copy()
+            out.mul_(2.0)  # changed in place: a new tangent
+            return same, before, fw.unpack_dual(out).tangent.numpy().copy()
+
+    ours = run(rg, rg.autograd.forward_ad)
+    theirs = run(torch, torch.autograd.forward_ad)
+    assert ours[0] and theirs[0]
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-12)
+    np.testing.assert_allclose(ours[2], theirs[2], rtol=1e-12)
+    np.testing.assert_allclose(ours[2], 2 * ours[1], rtol=1e-12)

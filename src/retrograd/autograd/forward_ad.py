@@ -11,18 +11,22 @@ a hidden leaf, or a copy still connected to a primal that requires grad) that th
 remembers with its tangent, and :func:`unpack_dual` computes a tensor's tangent when asked: the
 Jacobian-vector product with the tangents of every dual it depends on, by the double-backward
 trick that :func:`retrograd.func.jvp` uses (the values of forward mode, at the cost of two
-backward passes per unpack; differentiable again, as torch's tangents, when a primal, a
-tangent or a tensor closed over requires grad). Tangents are read only through
-:func:`unpack_dual`; outside a level, or for a tensor no dual reaches, the tangent is
-``None``, as torch's. Unlike torch's, tangents need the graph: none flows through ops run
-under ``no_grad``, nor once a backward has consumed the graph (which :func:`unpack_dual`
-then says), an in-place op on a dual does not write the primal it was made from, and the
-primal :func:`unpack_dual` gives of a tensor that depends on parameters (so that a loss on it
-trains them, as torch's) still carries the tangent to ops on it inside the level. A custom
-``Function`` with a ``backward`` has it differentiated (its ``jvp`` is not needed); one with a
-``jvp`` and no ``backward`` (forward mode only) has its ``jvp`` called when an argument
-carries a tangent, and its outputs are new duals, cut from the graph as no reverse mode
-through it exists.
+backward passes the first time a tensor is unpacked; the level keeps the pair, so unpacking
+the same tensor again costs nothing and gives the same tangent, as torch's stored one;
+differentiable again, as torch's tangents, when a primal, a tangent or a tensor closed over
+requires grad). Tangents are read only through :func:`unpack_dual`; outside a level, or for a
+tensor no dual reaches, the tangent is ``None``, as torch's. As in torch, tangents flow
+through ops run under ``no_grad`` (an op whose inputs carry a tangent is recorded there all
+the same, so its result reports ``requires_grad``, where torch's does not). Unlike torch's,
+tangents need the graph: none flows once a backward has consumed the graph (which
+:func:`unpack_dual` then says), an in-place op on a dual does not write the primal it was made
+from, and the primal :func:`unpack_dual` gives of a tensor that depends on parameters (so that
+a loss on it trains them, as torch's) still carries the tangent to ops on it inside the level.
+A custom ``Function`` with a ``jvp`` has it called for the tangents of its outputs, as torch's
+forward mode calls it (with a ``backward`` too, the transposition pass records ``backward``
+with ``jvp`` as its transpose; ``backward`` alone is differentiated); one with a ``jvp`` and no
+``backward`` (forward mode only) has its outputs made new duals, cut from the graph as no
+reverse mode through it exists.
 
 >>> import retrograd as rg
 >>> import retrograd.autograd.forward_ad as fwAD
@@ -60,6 +64,9 @@ class _Level:
         self.duals: list[_Dual] = []
         #: node id -> whether a dual's seed is in its graph, for ops run under ``no_grad``
         self.carrying: dict[int, bool] = {}
+        #: (id of a tensor's primitive, whether its tangent is recorded) -> (the primitive,
+        #: its node then, what :func:`unpack_dual` gave for it)
+        self.tangents: dict[tuple[int, bool], tuple[Any, Any, UnpackedDualTensor]] = {}
 
     def carries(self, parents: tuple) -> bool:
         """Whether one of ``parents`` (nodes of an op's inputs) has a dual's seed in its
@@ -281,6 +288,24 @@ def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
     records = differentiable or (
         is_grad_enabled() and any(d.tangent.requires_grad for d in opened.duals)
     )
+    prim = tensor._prim
+    key = (id(prim), records)
+    known = opened.tangents.get(key)
+    # unpacked before, and not changed in place since (which gives the primitive a new node):
+    # its tangent, as torch hands out the one it stores (no second pair of passes)
+    if known is not None and known[0] is prim and known[1] is prim.node:
+        return known[2]
+    unpacked = _tangent_of(opened, tensor, seeds, differentiable, records)
+    # the primitive itself is held: its id stays its own while the entry lives
+    opened.tangents[key] = (prim, prim.node, unpacked)
+    return unpacked
+
+
+def _tangent_of(
+    opened: _Level, tensor: Tensor, seeds: list[Tensor], differentiable: bool, records: bool
+) -> UnpackedDualTensor:
+    """:func:`unpack_dual`'s computed pair: the Jacobian-vector product by two backward
+    passes, the first transposed (``unpack_dual`` has no forward rules to run)."""
     with enable_grad():
         # J^T u for a dummy u (the backward is linear in u), whose gradient with respect to u,
         # weighted by the tangents, is J t; u is ones, not zeros: a backward written in log
