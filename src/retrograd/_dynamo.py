@@ -1,9 +1,16 @@
 """torch's ``torch._dynamo`` names that training scripts touch before ``torch.compile``, with
 eager meaning: nanoGPT's forks set ``torch._dynamo.config.suppress_errors = True`` or raise
 ``cache_size_limit``, data loaders mark dimensions dynamic (``mark_dynamic``), library code
-asks ``is_compiling()``. retrograd compiles nothing (``rg.compile`` returns its model), so the
-settings are kept and change nothing, the markers return at once and the queries are
-``False``; :func:`explain` and :func:`export`, which need a compiled graph, are refused by name.
+asks ``is_compiling()``. retrograd compiles nothing, so the settings are kept and change
+nothing, the markers return at once and the queries are ``False``; :func:`explain` and
+:func:`export`, which need a compiled graph, are refused by name.
+
+``rg.compile(model)`` (:func:`compile`) wraps a module as torch's does, in an
+:class:`OptimizedModule` (torch's ``torch._dynamo.eval_frame.OptimizedModule``) that runs the
+model eagerly: ``compiled._orig_mod`` is the model, the state dict's keys carry the
+``_orig_mod.`` prefix, and attributes, ``train``/``eval`` and the parameters are the model's,
+so code written for ``torch.compile`` (nanoGPT's checkpoints, their prefix stripped when
+loaded) runs unchanged. A function compiled stays that function.
 
 >>> import retrograd as rg
 >>> rg._dynamo.config.suppress_errors = True
@@ -13,6 +20,7 @@ settings are kept and change nothing, the markers return at once and the queries
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -25,8 +33,10 @@ from .compiler import (
     reset,
 )
 from .errors import InvalidArgumentError
+from .nn.modules.module import Module
 
 __all__ = [
+    "OptimizedModule",
     "allow_in_graph",
     "assume_constant_result",
     "config",
@@ -73,10 +83,109 @@ config = CompilerSettings(
 )  # fmt: skip
 
 
+class OptimizedModule(Module):
+    """torch's ``torch.compile(module)`` result: the module ``_orig_mod`` (its only child, so
+    the state dict's keys read ``_orig_mod.<name>`` as torch's), called eagerly through its own
+    ``__call__`` (its hooks run). Attributes not of this class are the model's (read, set and
+    deleted there, as torch's ``__getattr__``/``__setattr__`` forward them), and ``training``
+    is the model's flag."""
+
+    #: the attributes held by the wrapper itself (torch's ``_opt_mod_attributes``); any other
+    #: is the model's
+    _OWN_ATTRIBUTES = frozenset({"_orig_mod", "compile_options"})
+
+    def __init__(self, mod: Module, compile_options: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self._modules["_orig_mod"] = mod
+        object.__setattr__(self, "compile_options", dict(compile_options or {}))
+
+    @property  # type: ignore[override]
+    def training(self) -> bool:
+        return self._orig_mod.training
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        # Module.__init__ sets the default before the model is registered: the model's own
+        # flag stands
+        modules = self.__dict__.get("_modules")
+        if modules is not None and "_orig_mod" in modules:
+            modules["_orig_mod"].training = value
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        modules = self.__dict__.get("_modules")
+        if modules is None or "_orig_mod" not in modules:  # unpickling, copying: not set yet
+            raise AttributeError(f"OptimizedModule has no attribute {name!r}")
+        if name == "_orig_mod":
+            return modules["_orig_mod"]
+        return getattr(modules["_orig_mod"], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if hasattr(type(self), name) or name in self._OWN_ATTRIBUTES:
+            super().__setattr__(name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if hasattr(type(self), name) or name in self._OWN_ATTRIBUTES:
+            super().__delattr__(name)
+        else:
+            delattr(self._orig_mod, name)
+
+    def __len__(self) -> int:
+        model = self._orig_mod
+        if not hasattr(type(model), "__len__"):
+            raise TypeError(f"{type(model).__name__} does not support len()")
+        return len(model)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(self._orig_mod)) | set(super().__dir__()))
+
+
+def _compile_one(model: Any, options: dict[str, Any]) -> Any:
+    if not callable(model):
+        raise InvalidArgumentError(
+            f"compile: expected a module or a function, got {type(model).__name__}"
+        )
+    if options.get("disable"):  # torch's ``disable=True`` hands the model back as it is
+        return model
+    if isinstance(model, Module):
+        return OptimizedModule(model, options)
+    return model
+
+
+def compile(  # noqa: A001 (torch's name)
+    model: Any = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: Any = "inductor",
+    mode: str | None = None,
+    options: dict | None = None,
+    disable: bool = False,
+) -> Any:
+    """``torch.compile``: a module wrapped in an :class:`OptimizedModule` (run eagerly), a
+    function returned as it is; with arguments only (``@rg.compile(mode=...)``), the decorator
+    that does so. ``disable=True`` returns ``model`` itself, as torch's."""
+    settings = {
+        "fullgraph": fullgraph,
+        "dynamic": dynamic,
+        "backend": backend,
+        "mode": mode,
+        "options": options,
+        "disable": disable,
+    }
+    if model is None:
+        return functools.partial(_compile_one, options=settings)
+    return _compile_one(model, settings)
+
+
 def optimize(backend: Any = "inductor", *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
-    """torch's older ``torch._dynamo.optimize(backend)``: a decorator that returns its function
-    unchanged (it runs eagerly, as ``rg.compile``'s model does)."""
-    return disable()
+    """torch's older ``torch._dynamo.optimize(backend)``: a decorator that wraps a module as
+    :func:`compile` does and returns a function unchanged (it runs eagerly)."""
+    return functools.partial(_compile_one, options={"backend": backend, **kwargs})
 
 
 def disallow_in_graph(fn: Any) -> Any:

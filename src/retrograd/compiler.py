@@ -3,7 +3,7 @@
 Code written for ``torch.compile`` branches on ``torch.compiler.is_compiling()`` (timm,
 Hugging Face's ``is_torchdynamo_compiling``) and marks functions to keep out of a compiled
 graph (``@torch.compiler.disable``, ``allow_in_graph``, ``assume_constant_result``).
-retrograd compiles nothing (``rg.compile`` returns its model unchanged; a step is made fast by
+retrograd compiles nothing (``rg.compile`` wraps a module to run eagerly; a step is made fast by
 :func:`retrograd.capture`), so nothing is ever being compiled: the queries are ``False`` and
 the decorators return what they are given.
 

@@ -22,7 +22,7 @@ import numpy as np
 from .errors import DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
 from .tensor import FLOAT_DTYPES, Tensor, cat, stack, tensor, zeros
 from .tensor._dispatch import int_argument, lift, normalize_dim, result_dtype
-from .tensor.complexes import view_as_complex
+from .tensor.complexes import view_as_complex, view_as_real
 
 __all__ = ["irfft", "istft", "rfft", "stft"]
 
@@ -84,16 +84,26 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     The frames (``unfold``), times the window, times a cosine and a sine matrix: gradients
     reach the signal and the window. ``return_complex=True`` gives the complex spectrum
     ``(batch?, n_freq, n_frames)``; as in torch, a real signal needs ``return_complex``
-    given."""
+    given. A complex signal (or window) has the two-sided spectrum of every frame's FFT
+    (``return_complex`` True by default; ``onesided=True`` refused, as torch refuses it)."""
     fn = "stft"
+    signal = _float_or_complex(fn, input)
+    complex_window = isinstance(window, Tensor) and window.is_complex()
+    two_sided_only = signal.is_complex() or complex_window
     if return_complex is None:
-        raise InvalidArgumentError(
-            f"{fn}: return_complex must be given for real inputs, as torch requires; "
-            "return_complex=False gives the real and imaginary parts in a last dimension of 2"
-        )
+        if not two_sided_only:
+            raise InvalidArgumentError(
+                f"{fn}: return_complex must be given for real inputs, as torch requires; "
+                "return_complex=False gives the real and imaginary parts in a last dimension "
+                "of 2"
+            )
+        return_complex = True  # a complex signal or window: torch's default
     if not isinstance(return_complex, bool):  # torch's argument parser takes a bool only
         raise DTypeError(f"{fn}: return_complex must be a bool, got {return_complex!r}")
-    signal = _float(fn, input)
+    if two_sided_only and onesided:
+        raise InvalidArgumentError(
+            f"{fn}: Cannot have onesided output if window or input is complex"
+        )
     if signal.ndim not in (1, 2):
         raise ShapeError(f"{fn}: expected a 1-d or 2-d input, got shape {shape_text(signal.shape)}")
     n_fft, hop_length, win_length = _frame_sizes(fn, n_fft, hop_length, win_length)
@@ -101,6 +111,13 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
         raise ShapeError(
             f"{fn}: expected a batch of at least one signal, got shape {shape_text(signal.shape)}"
         )
+    if window is None:
+        window = _matrix(signal.real if signal.is_complex() else signal, np.ones(win_length))
+    elif not isinstance(window, Tensor):  # torch takes a tensor or None only
+        raise DTypeError(f"{fn}: window must be a tensor or None, got {type(window).__name__}")
+    elif window.dtype != signal.dtype and (window.dtype in FLOAT_DTYPES or complex_window):
+        # the result takes the promoted dtype of the signal and the window, as torch's
+        signal = signal.to(result_dtype(str(signal.dtype), str(window.dtype)))
     batched = signal if signal.ndim == 2 else signal.unsqueeze(0)
     if center:
         batched = _pad_ends(fn, batched, n_fft // 2, pad_mode)
@@ -109,14 +126,6 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
         raise ShapeError(
             f"{fn}: expected 0 < n_fft <= {length} (the padded input's length), got n_fft={n_fft}"
         )
-    if window is None:
-        window = _matrix(signal, np.ones(win_length))
-    elif not isinstance(window, Tensor):  # torch takes a tensor or None only
-        raise DTypeError(f"{fn}: window must be a tensor or None, got {type(window).__name__}")
-    elif window.dtype in FLOAT_DTYPES and window.dtype != signal.dtype:
-        # the result takes the promoted float dtype of the signal and the window, as torch's
-        signal = signal.to(result_dtype(str(signal.dtype), str(window.dtype)))
-        batched = batched.to(signal.dtype)
     if window.shape != (win_length,):
         raise ShapeError(
             f"{fn}: expected a 1-d window of size win_length={win_length}, got shape "
@@ -125,6 +134,13 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
     left = (n_fft - win_length) // 2  # a shorter window is centred in the frame, as torch's
     window = _fit(_fit(window.to(signal.dtype).flip(0), 0, win_length + left).flip(0), 0, n_fft)
     frames = batched.unfold(-1, n_fft, hop_length) * window
+    if two_sided_only:  # each frame's whole DFT: torch's two-sided spectrum
+        from . import fft
+
+        transformed = fft.fft(frames, n_fft, -1, "ortho" if normalized else "backward")
+        spectrum = transformed.transpose(-2, -1)
+        spectrum = spectrum if signal.ndim == 2 else spectrum.squeeze(0)
+        return spectrum if return_complex else view_as_real(spectrum)
     bins = n_fft // 2 + 1 if onesided is None or onesided else n_fft
     angle = 2 * np.pi * (np.outer(np.arange(n_fft), np.arange(bins)) % n_fft) / n_fft
     scale = n_fft**-0.5 if normalized else 1.0
@@ -159,13 +175,18 @@ def istft(input: Tensor, n_fft: int, hop_length: int | None = None,  # noqa: A00
     """torch's ``istft``: the signal of a complex spectrum ``(batch?, n_freq, n_frames)`` (as
     ``stft(..., return_complex=True)`` makes it): each frame's inverse DFT times the window,
     overlap-added and divided by the overlap-added squared window. Differentiable in the
-    spectrum and the window."""
+    spectrum and the window. ``return_complex=True`` gives the complex signal of a two-sided
+    spectrum (``onesided=False``), as of a complex signal's ``stft``."""
     fn = "istft"
     if not isinstance(input, Tensor) or not input.is_complex():
         kind = input.dtype if isinstance(input, Tensor) else type(input).__name__
         raise DTypeError(f"{fn} requires a complex-valued input tensor, got {kind}")
-    if return_complex:
-        raise DTypeError(f"{fn}: return_complex=True is not implemented in retrograd")
+    if not isinstance(return_complex, bool):
+        raise DTypeError(f"{fn}: return_complex must be a bool, got {return_complex!r}")
+    if isinstance(window, Tensor) and window.is_complex():
+        raise DTypeError(
+            f"{fn}: a complex window is not supported in retrograd; give a real window"
+        )
     if input.ndim not in (2, 3):
         raise ShapeError(
             f"{fn}: expected a 2-d or 3-d spectrum (batch?, n_freq, n_frames), got shape "
@@ -175,6 +196,11 @@ def istft(input: Tensor, n_fft: int, hop_length: int | None = None,  # noqa: A00
     n_fft, hop_length, win_length = _frame_sizes(fn, n_fft, hop_length, win_length)
     n_freq, n_frames = spectrum.shape[-2:]
     onesided = n_freq != n_fft if onesided is None else onesided
+    if return_complex and onesided:
+        raise InvalidArgumentError(
+            f"{fn}: Cannot have onesided output if window or input is complex: "
+            "return_complex=True needs a two-sided spectrum (onesided=False)"
+        )
     if n_freq != (n_fft // 2 + 1 if onesided else n_fft):
         raise ShapeError(
             f"{fn}: expected {n_fft // 2 + 1 if onesided else n_fft} frequencies for "
@@ -192,12 +218,16 @@ def istft(input: Tensor, n_fft: int, hop_length: int | None = None,  # noqa: A00
 
     norm = "ortho" if normalized else "backward"
     columns = spectrum.transpose(-2, -1)
-    frames = (
-        fft.irfft(columns, n_fft, -1, norm) if onesided else fft.ifft(columns, n_fft, -1, norm).real
-    )
+    if onesided:
+        frames = fft.irfft(columns, n_fft, -1, norm)
+    else:  # the signal is complex: its real part unless asked for whole (return_complex)
+        frames = fft.ifft(columns, n_fft, -1, norm)
+        frames = frames if return_complex else frames.real
+        window = window.to(frames.dtype)
     total = n_fft + hop_length * (n_frames - 1)
     overlap = (frames * window)._apply("fold", (frames * window,), (1, n_fft, hop_length, total))
-    squares = (window * window).expand(1, n_frames, n_fft)
+    squares = (window * window).real if window.is_complex() else window * window
+    squares = squares.expand(1, n_frames, n_fft)
     envelope = squares._apply("fold", (squares,), (1, n_fft, hop_length, total))
     start = n_fft // 2 if center else 0
     if length is not None:
@@ -290,6 +320,12 @@ def _positive(fn: str, name: str, value: Any) -> int:
 
 Tensor.stft = stft  # ``y.stft(n_fft, ...)``, as torch's method
 Tensor.istft = istft  # ``spectrum.istft(n_fft, ...)``, as torch's method
+
+
+def _float_or_complex(fn: str, x: Tensor) -> Tensor:
+    if isinstance(x, Tensor) and x.is_complex():
+        return x
+    return _float(fn, x)
 
 
 def _float(fn: str, x: Tensor) -> Tensor:

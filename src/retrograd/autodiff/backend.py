@@ -20,7 +20,7 @@ from ..backend.protocol import COMPLEX_DTYPES, COMPLEX_SEEN, GRAD_DTYPES, Backen
 from ..errors import AutodiffError, DTypeError
 from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OPS)
 from .checkpoint import CheckpointStrategy, NoCheckpointing
-from .grad_mode import _MODE, DISABLED_THREADS
+from .grad_mode import _MODE, DISABLED_THREADS, FORWARD_TANGENTS
 from .gradients import held_by_live_gradients
 from .graph import AutodiffPrimitive, Node, new_node_id
 from .handles import RemovableHandle
@@ -144,7 +144,9 @@ class Autodiff(Backend):
         costs a frame); nothing is built that the node does not keep.
         """
         if DISABLED_THREADS[0] and not _MODE.enabled:  # in rg.no_grad() in this thread
-            return AutodiffPrimitive(out, None)
+            carries = FORWARD_TANGENTS[0]  # (a dual's tangent flows under no_grad)
+            if carries is None or not carries(parents):
+                return AutodiffPrimitive(out, None)
         if COMPLEX_SEEN[0]:  # complex arrays exist: an op with a complex operand or output
             recipe = _complex_recipe(self.inner, recipe, inputs, parents, out)
         meta = recipe.meta

@@ -39,6 +39,10 @@ _MODE = _Mode()
 #: would pay for it, for a feature evaluation loops use.
 DISABLED_THREADS = [0]
 _LOCK = threading.Lock()
+#: Forward-mode AD's test of an op recorded under ``no_grad``: set while a dual level is open
+#: (by ``autograd.forward_ad``), it answers whether the op's parent nodes carry a tangent, and
+#: such an op is recorded anyway, as torch's forward AD runs under ``no_grad``
+FORWARD_TANGENTS: list[Callable[[tuple], bool] | None] = [None]
 
 
 def _set(enabled: bool) -> None:

@@ -11,18 +11,22 @@ a hidden leaf, or a copy still connected to a primal that requires grad) that th
 remembers with its tangent, and :func:`unpack_dual` computes a tensor's tangent when asked: the
 Jacobian-vector product with the tangents of every dual it depends on, by the double-backward
 trick that :func:`retrograd.func.jvp` uses (the values of forward mode, at the cost of two
-backward passes per unpack; differentiable again, as torch's tangents, when a primal, a
-tangent or a tensor closed over requires grad). Tangents are read only through
-:func:`unpack_dual`; outside a level, or for a tensor no dual reaches, the tangent is
-``None``, as torch's. Unlike torch's, tangents need the graph: none flows through ops run
-under ``no_grad``, nor once a backward has consumed the graph (which :func:`unpack_dual`
-then says), an in-place op on a dual does not write the primal it was made from, and the
-primal :func:`unpack_dual` gives of a tensor that depends on parameters (so that a loss on it
-trains them, as torch's) still carries the tangent to ops on it inside the level. A custom
-``Function`` with a ``backward`` has it differentiated (its ``jvp`` is not needed); one with a
-``jvp`` and no ``backward`` (forward mode only) has its ``jvp`` called when an argument
-carries a tangent, and its outputs are new duals, cut from the graph as no reverse mode
-through it exists.
+backward passes the first time a tensor is unpacked; the level keeps the pair, so unpacking
+the same tensor again costs nothing and gives the same tangent, as torch's stored one;
+differentiable again, as torch's tangents, when a primal, a tangent or a tensor closed over
+requires grad). Tangents are read only through :func:`unpack_dual`; outside a level, or for a
+tensor no dual reaches, the tangent is ``None``, as torch's. As in torch, tangents flow
+through ops run under ``no_grad`` (an op whose inputs carry a tangent is recorded there all
+the same, so its result reports ``requires_grad``, where torch's does not). Unlike torch's,
+tangents need the graph: none flows once a backward has consumed the graph (which
+:func:`unpack_dual` then says), an in-place op on a dual does not write the primal it was made
+from, and the primal :func:`unpack_dual` gives of a tensor that depends on parameters (so that
+a loss on it trains them, as torch's) still carries the tangent to ops on it inside the level.
+A custom ``Function`` with a ``jvp`` has it called for the tangents of its outputs, as torch's
+forward mode calls it (with a ``backward`` too, the transposition pass records ``backward``
+with ``jvp`` as its transpose; ``backward`` alone is differentiated); one with a ``jvp`` and no
+``backward`` (forward mode only) has its outputs made new duals, cut from the graph as no
+reverse mode through it exists.
 
 >>> import retrograd as rg
 >>> import retrograd.autograd.forward_ad as fwAD
@@ -34,11 +38,14 @@ through it exists.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections import namedtuple
+from collections.abc import Iterator
 from typing import Any
 
 from ..autodiff import enable_grad, is_grad_enabled
+from ..autodiff.grad_mode import FORWARD_TANGENTS
 from ..errors import AutodiffError, DTypeError, ShapeError, shape_text
 from ..tensor import Tensor, ones_like, zeros_like
 from .functional import _fresh, _gradients
@@ -55,6 +62,38 @@ class _Level:
     def __init__(self, index: int) -> None:
         self.index = index
         self.duals: list[_Dual] = []
+        #: node id -> whether a dual's seed is in its graph, for ops run under ``no_grad``
+        self.carrying: dict[int, bool] = {}
+        #: (id of a tensor's primitive, whether its tangent is recorded) -> (the primitive,
+        #: its node then, what :func:`unpack_dual` gave for it)
+        self.tangents: dict[tuple[int, bool], tuple[Any, Any, UnpackedDualTensor]] = {}
+
+    def carries(self, parents: tuple) -> bool:
+        """Whether one of ``parents`` (nodes of an op's inputs) has a dual's seed in its
+        graph: a walk remembered per node, so a forward under ``no_grad`` pays once per node."""
+        known = self.carrying
+        for d in self.duals:
+            if d.seed._prim.node is not None:
+                known.setdefault(d.seed._prim.node.id, True)
+        return any(start is not None and _reaches_known(known, start) for start in parents)
+
+
+def _reaches_known(known: dict[int, bool], start: Any) -> bool:
+    """Whether ``start``'s graph holds a node ``known`` says is a seed: a post-order walk
+    that records the answer of every node it decides."""
+    stack = [(start, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node.id in known:
+            continue
+        if node.op is None:  # a leaf that is no seed
+            known[node.id] = False
+        elif expanded:
+            known[node.id] = any(known.get(p.id, False) for p in node.parents if p is not None)
+        else:
+            stack.append((node, True))
+            stack.extend((p, False) for p in node.parents if p is not None and p.id not in known)
+    return known[start.id]
 
 
 class _Dual:
@@ -82,6 +121,18 @@ _LEVELS: contextvars.ContextVar[tuple[_Level, ...]] = contextvars.ContextVar(
 )
 
 
+#: whether this context is in :func:`unpack_dual`'s first pass, whose recorded backward is
+#: transposed: a custom function with its own ``jvp`` records that as its backward's transpose
+_TRANSPOSING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "retrograd_transposing_for_tangents", default=False
+)
+
+
+def transposing_for_tangents() -> bool:
+    """Whether the backward running now is :func:`unpack_dual`'s transposition pass."""
+    return _TRANSPOSING.get()
+
+
 def enter_dual_level() -> int:
     """Open a dual level and return its index (torch's; one level at a time)."""
     levels = _LEVELS.get()
@@ -90,8 +141,36 @@ def enter_dual_level() -> int:
             "enter_dual_level: a dual level is already open; nested forward AD levels are not "
             "supported (as in torch)"
         )
-    _LEVELS.set((*levels, _Level(len(levels))))
+    opened = _Level(len(levels))
+    _LEVELS.set((*levels, opened))
+    FORWARD_TANGENTS[0] = _carries_in_open_level
     return len(levels)
+
+
+def _carries_in_open_level(parents: tuple) -> bool:
+    """The test ``no_grad`` recording asks (``grad_mode.FORWARD_TANGENTS``): whether an op's
+    parents carry a tangent of this context's open level."""
+    levels = _LEVELS.get()
+    if not levels or not levels[-1].duals or _PAUSED.get():
+        return False
+    return levels[-1].carries(parents)
+
+
+#: inside a custom function's ``forward``: no tangent flows there (torch's forward AD skips
+#: it too; the function's ``jvp``, or its recorded node, gives its outputs' tangents)
+_PAUSED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "retrograd_tangents_paused", default=False
+)
+
+
+@contextlib.contextmanager
+def tangents_paused() -> Iterator[None]:
+    """No op run inside records for a tangent under ``no_grad``."""
+    token = _PAUSED.set(True)
+    try:
+        yield
+    finally:
+        _PAUSED.reset(token)
 
 
 def exit_dual_level(*, level: int | None = None) -> None:
@@ -105,6 +184,8 @@ def exit_dual_level(*, level: int | None = None) -> None:
             f"exit_dual_level: level {level} is not the innermost open level ({levels[-1].index})"
         )
     _LEVELS.set(levels[:-1])
+    if not levels[:-1]:
+        FORWARD_TANGENTS[0] = None
 
 
 class dual_level:  # noqa: N801 (torch's name)
@@ -207,12 +288,34 @@ def unpack_dual(tensor: Any, *, level: int | None = None) -> UnpackedDualTensor:
     records = differentiable or (
         is_grad_enabled() and any(d.tangent.requires_grad for d in opened.duals)
     )
+    prim = tensor._prim
+    key = (id(prim), records)
+    known = opened.tangents.get(key)
+    # unpacked before, and not changed in place since (which gives the primitive a new node):
+    # its tangent, as torch hands out the one it stores (no second pair of passes)
+    if known is not None and known[0] is prim and known[1] is prim.node:
+        return known[2]
+    unpacked = _tangent_of(opened, tensor, seeds, differentiable, records)
+    # the primitive itself is held: its id stays its own while the entry lives
+    opened.tangents[key] = (prim, prim.node, unpacked)
+    return unpacked
+
+
+def _tangent_of(
+    opened: _Level, tensor: Tensor, seeds: list[Tensor], differentiable: bool, records: bool
+) -> UnpackedDualTensor:
+    """:func:`unpack_dual`'s computed pair: the Jacobian-vector product by two backward
+    passes, the first transposed (``unpack_dual`` has no forward rules to run)."""
     with enable_grad():
         # J^T u for a dummy u (the backward is linear in u), whose gradient with respect to u,
         # weighted by the tangents, is J t; u is ones, not zeros: a backward written in log
         # space (logcumsumexp's, log|u|) has no derivative at u = 0
         dummy = ones_like(tensor).require_grad()
-        transposed = _gradients([tensor], seeds, [dummy], create_graph=True)
+        token = _TRANSPOSING.set(True)
+        try:
+            transposed = _gradients([tensor], seeds, [dummy], create_graph=True)
+        finally:
+            _TRANSPOSING.reset(token)
         reached = [(g, d.tangent) for g, d in zip(transposed, opened.duals) if g is not None]
         if not reached:
             return UnpackedDualTensor(tensor, None)

@@ -118,9 +118,13 @@ class _Call:
                 )
             else:
                 grads_out.append(None)
-        mode = enable_grad() if tracked else no_grad()
-        with mode:
-            result = self.cls.backward(self.ctx, *grads_out)
+        if tracked and _transposing_for_tangents() and _has_own_jvp(self.cls):
+            # forward AD's pass (``unpack_dual``) transposes this backward: its transpose is
+            # the function's own ``jvp``, which torch's forward mode calls
+            result = _BackwardOfOwnJvp.apply(self, *grads_out)
+        else:
+            with enable_grad() if tracked else no_grad():
+                result = self.cls.backward(self.ctx, *grads_out)
         result = result if isinstance(result, tuple) else (result,)
         expected = len(self.ctx.needs_input_grad)
         if len(result) > expected and all(extra is None for extra in result[expected:]):
@@ -164,6 +168,22 @@ class _Call:
         if tracked:
             return prim if grad._backend is B else B.wrap(grad._backend.inner_value(prim))
         return grad._backend.inner_value(prim) if grad._backend.is_autodiff else prim
+
+
+def _transposing_for_tangents() -> bool:
+    from .forward_ad import transposing_for_tangents
+
+    return transposing_for_tangents()
+
+
+def _has_own_jvp(cls: type) -> bool:
+    return callable(getattr(cls, "jvp", None))
+
+
+def _backward_results(call: _Call, grads_out: tuple) -> tuple:
+    with no_grad():
+        result = call.cls.backward(call.ctx, *grads_out)
+    return result if isinstance(result, tuple) else (result,)
 
 
 def _summed_to(grad: Tensor, shape: tuple[int, ...]) -> Tensor | None:
@@ -252,7 +272,9 @@ class Function:
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         ctx = FunctionCtx(needs)
-        with no_grad():
+        from .forward_ad import tangents_paused
+
+        with no_grad(), tangents_paused():
             if cls.setup_context is not Function.setup_context:
                 output = cls.forward(*args, **kwargs)
                 cls.setup_context(ctx, args, output)
@@ -278,6 +300,8 @@ class Function:
         inputs = [args[i] for i in positions]
         backend = inputs[0]._backend
         call = _Call(cls, ctx, positions, inputs, outputs, differentiable, backend)
+        call.arguments = [(a.shape, a.dtype, a.is_float()) if isinstance(a, Tensor) else None
+                          for a in args]  # fmt: skip
         recorded = list(outputs)
         prims = [t._prim for t in inputs]
         for k, j in enumerate(differentiable):
@@ -349,3 +373,41 @@ def once_differentiable(backward: Callable[..., Any]) -> Callable[..., Any]:
         return marked if isinstance(result, tuple) else marked[0]
 
     return wrapper
+
+
+class _BackwardOfOwnJvp(Function):
+    """A custom function's ``backward`` as forward-mode AD's transposition pass records it:
+    ``backward`` is linear in the output gradients, and the transpose of that map is the
+    function's ``jvp``, so the tangent ``unpack_dual`` reads through the function is
+    ``jvp``'s, as torch's forward mode computes it (``backward`` is not differentiated)."""
+
+    @staticmethod
+    def forward(ctx: Any, call: _Call, *grads_out: Any) -> Any:
+        ctx.call = call
+        ctx.outputs = [(g.shape, g.dtype) if isinstance(g, Tensor) else None for g in grads_out]
+        return _backward_results(call, grads_out)
+
+    @staticmethod
+    def backward(ctx: Any, *input_tangents: Any) -> Any:
+        from ..tensor import zeros
+
+        call = ctx.call
+        like = next(t for t in input_tangents if isinstance(t, Tensor))
+        tangents = []
+        for i, spec in enumerate(call.arguments):
+            tangent = input_tangents[i] if i < len(input_tangents) else None
+            if tangent is None and spec is not None and spec[2]:
+                tangent = zeros(spec[0], dtype=spec[1], backend=like.backend, device=like.device)
+            tangents.append(tangent)
+        call.ctx._in_jvp = True
+        try:
+            out_tangents = call.cls.jvp(call.ctx, *tangents[call.cls._hidden_inputs :])
+        finally:
+            call.ctx._in_jvp = False
+        out_tangents = out_tangents if isinstance(out_tangents, tuple) else (out_tangents,)
+        if len(out_tangents) != len(ctx.outputs):
+            raise AutodiffError(
+                f"function {call.cls.__name__}.jvp returned {len(out_tangents)} tangents for "
+                f"{len(ctx.outputs)} outputs"
+            )
+        return (None, *out_tangents)

@@ -1171,21 +1171,57 @@ class SelectionMixin:
 
 #: torch's names of what a backward node saves (``grad_fn._saved_self``), by op: where each
 #: is in the node (an input, the output, a parameter, a parameter torch holds as a 0-d
-#: tensor, or nothing); ops not named here have none
-_SAVED_NAMES: dict[str, dict[str, tuple[str, int]]] = {
+#: tensor, an input torch saves transposed, a constant, or nothing); ops not named here have
+#: none. ``linear`` is torch's ``addmm`` (with a bias) or ``mm`` (without): :func:`_saved_names`
+_SAVED_NAMES: dict[str, dict[str, tuple[str, Any]]] = {
     "pow_scalar": {"self": ("input", 0), "exponent": ("param", 0)},
+    # 2.0 ** x: torch's PowBackward2, whose self is the number
+    "rpow_scalar": {"self": ("param", 0), "exponent": ("input", 0), "result": ("out", 0)},
     "pow": {"self": ("input", 0), "exponent": ("input", 1), "result": ("out", 0)},
     "mul": {"self": ("input", 0), "other": ("input", 1)},
     # x * 2: torch saves the number as a 0-d tensor, and no self (a constant's gradient)
     "mul_scalar": {"self": ("unsaved", 0), "other": ("scalar", 0)},
+    "div": {"self": ("input", 0), "other": ("input", 1)},
+    "div_scalar": {"self": ("unsaved", 0), "other": ("scalar", 0)},
     "matmul": {"self": ("input", 0), "mat2": ("input", 1)},
     "exp": {"result": ("out", 0)},
+    "log": {"self": ("input", 0)},
+    "sqrt": {"result": ("out", 0)},
     "sin": {"self": ("input", 0)},
     "cos": {"self": ("input", 0)},
     "tanh": {"result": ("out", 0)},
     "sigmoid": {"result": ("out", 0)},
     "relu": {"result": ("out", 0)},
-}
+    "softmax": {"dim": ("param", 0), "result": ("out", 0)},
+    "log_softmax": {"dim": ("param", 0), "result": ("out", 0)},
+    # torch's ConvolutionBackward0, for convolutions and transposed ones alike
+    "conv": {
+        "input": ("input", 0), "weight": ("input", 1), "stride": ("param", 0),
+        "padding": ("param", 1), "dilation": ("param", 2), "groups": ("param", 3),
+        "transposed": ("const", False), "output_padding": ("zeros", 0),
+    },
+    "conv_transpose": {
+        "input": ("input", 0), "weight": ("input", 1), "stride": ("param", 0),
+        "padding": ("param", 1), "output_padding": ("param", 2), "dilation": ("param", 3),
+        "groups": ("param", 4), "transposed": ("const", True),
+    },
+}  # fmt: skip
+
+#: ``F.linear`` as torch records it: ``addmm(bias, input, weight.t())`` with a bias,
+#: ``mm(input, weight.t())`` without
+_LINEAR_WITH_BIAS = {
+    "mat1": ("input", 0), "mat2": ("transposed", 1), "alpha": ("const", 1), "beta": ("const", 1),
+}  # fmt: skip
+_LINEAR_WITHOUT_BIAS = {"self": ("input", 0), "mat2": ("transposed", 1)}
+
+
+def _saved_names(node: Any) -> dict[str, tuple[str, Any]]:
+    """torch's saved names of ``node``'s op, and where each is in the node."""
+    name = getattr(node.op, "name", None)
+    if name == "linear":
+        return _LINEAR_WITH_BIAS if node.parents[2] is not None else _LINEAR_WITHOUT_BIAS
+    return _SAVED_NAMES.get(name, {})
+
 
 _FREED = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -1219,6 +1255,13 @@ class SavedTensor:
         pack_one(self._grad_fn._backend, node.saved, self._position, (pair._pack, pair._unpack))
 
 
+#: the dtype torch gives a Python number it saves as a 0-d tensor
+_SCALAR_DTYPES = {"float": "float64", "int": "int64", "bool": "bool", "complex": "complex128"}
+
+#: the kinds of saved value that are no tensor the node keeps: no ``_raw_saved_`` for them
+_UNRAW = ("param", "scalar", "const", "zeros")
+
+
 class BackwardNode(str):
     """A tensor's ``grad_fn``: the name of the op that made it (``"mulBackward"``, a string as
     before, so ``"mul" in t.grad_fn`` holds) that also walks the graph as torch's nodes do:
@@ -1238,18 +1281,17 @@ class BackwardNode(str):
         made._tensor_class = tensor_class
         return made
 
-    def _saved_position(self, name: str) -> tuple[tuple[str, int], int | None]:
+    def _locate_saved(self, name: str) -> tuple[tuple[str, int], int | None]:
         """Where torch's saved ``name`` is in the node, and its position among the values the
         node keeps (``None``: not kept, its rules never read it for the gradients asked)."""
-        op = self._node.op
-        source = _SAVED_NAMES.get(getattr(op, "name", None), {}).get(name)
+        source = _saved_names(self._node).get(name)
         if source is None:
             raise AttributeError(f"'{self}' object has no attribute '_saved_{name}'")
         if self._node.consumed:
             raise AutodiffError(_FREED)
         kind, i = source
         plan = self._node.plan
-        if kind == "input":
+        if kind in ("input", "transposed"):
             kept = i in plan.saved_inputs
             return source, plan.saved_inputs.index(i) if kept else None
         if kind == "out":
@@ -1257,29 +1299,38 @@ class BackwardNode(str):
         return source, None
 
     def __getattr__(self, attribute: str) -> Any:
+        from ..autodiff.checkpoint.budget.pool import Constant, Slot
         from ..autodiff.checkpoint.state import RECOMPUTE
         from ..autodiff.graph import AutodiffPrimitive
         from ..autodiff.saved_hooks import Packed
 
         if attribute.startswith("_raw_saved_"):
-            (kind, _), position = self._saved_position(attribute[len("_raw_saved_") :])
-            if kind in ("param", "scalar"):
+            (kind, _), position = self._locate_saved(attribute[len("_raw_saved_") :])
+            if kind in _UNRAW:
                 raise AttributeError(f"'{self}' object has no attribute '{attribute}'")
             return None if position is None else SavedTensor(self, position)
         if not attribute.startswith("_saved_"):
             raise AttributeError(f"'{self}' object has no attribute '{attribute}'")
-        (kind, i), position = self._saved_position(attribute[len("_saved_") :])
+        (kind, i), position = self._locate_saved(attribute[len("_saved_") :])
         node = self._node
         if kind == "param":
             return node.params[i]
-        if kind == "scalar":
-            return from_host(self._tensor_class, node.params[i], None, self._backend, self._device)
+        if kind == "scalar":  # as torch wraps a Python number: a double, a long, a complex
+            number = node.params[i]
+            dtype = _SCALAR_DTYPES.get(type(number).__name__)
+            return from_host(self._tensor_class, number, dtype, self._backend, self._device)
+        if kind == "const":
+            return i
+        if kind == "zeros":  # a convolution's output padding: none, one 0 per spatial dim
+            return (0,) * len(node.params[0])
         if position is None:
             return None
         actions = node.saved.actions
         if actions is None:
             raise AutodiffError(_FREED)
         value = [v for _, v, is_backup in actions if not is_backup][position]
+        if type(value) in (Slot, Constant):  # held in a memory budget's pool
+            value = value.value
         if type(value) is Packed:
             value = value.unpack(value.packed)
         elif value is RECOMPUTE:
@@ -1289,7 +1340,13 @@ class BackwardNode(str):
             )
         # torch's saved input is the input itself, its saved result an output of this node
         owner = node if kind == "out" else node.parents[i]
-        return self._tensor_class(AutodiffPrimitive(value, owner), self._backend, self._device)
+        saved = self._tensor_class(AutodiffPrimitive(value, owner), self._backend, self._device)
+        return saved.t() if kind == "transposed" else saved
+
+    def __dir__(self) -> list[str]:
+        names = _saved_names(self._node) if self._node.op is not None else {}
+        raw = [f"_raw_saved_{n}" for n, (kind, _) in names.items() if kind not in _UNRAW]
+        return sorted({*super().__dir__(), *(f"_saved_{n}" for n in names), *raw})
 
     def name(self) -> str:
         return str(self)

@@ -575,8 +575,9 @@ class Module:
         no_shared_memory("Module.share_memory")
 
     def compile(self, *args: Any, **kwargs: Any) -> None:
-        """torch's in-place ``torch.compile`` of the module's ``__call__``: nothing to do, as
-        ``rg.compile`` returns its model unchanged (a step is made fast by ``rg.capture``)."""
+        """torch's in-place ``torch.compile`` of the module's ``__call__`` (no wrapper, so the
+        state dict keeps its keys): nothing to do, as retrograd runs modules eagerly (a step is
+        made fast by ``rg.capture``)."""
 
     def to_empty(self, *, device: Any = None, recurse: bool = True) -> Module:
         """Parameters and buffers moved to ``device`` with unspecified values (here their
