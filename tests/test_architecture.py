@@ -79,6 +79,8 @@ LAYERS = {
     # torch._dynamo and torch._inductor: the compilers' settings and markers, with eager
     # meaning (over compiler's)
     "_dynamo": 1.5,
+    # torch._C's names that library code calls (usage logging): no-ops (imports the errors)
+    "_C": 1,
     "_inductor": 1.5,
     # torch.hub: tqdm, the hub folder, and checkpoints read from it (serialization);
     # downloads refused

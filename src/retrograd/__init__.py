@@ -65,6 +65,7 @@ import math as _math
 import sys as _sys
 
 from . import (
+    _C,  # noqa: F401 (private, as torch's: torchaudio's modules call _log_api_usage_once)
     _dynamo,  # noqa: F401 (private, as torch's: scripts set rg._dynamo.config...)
     _inductor,  # noqa: F401
     accelerator,

@@ -1,0 +1,135 @@
+"""Regressions found by the audio and sequence ports of ``tests/test_real_ports_201.py``:
+``torch.jit.isinstance`` (torchaudio's ``_get_spec_norms`` branches on it),
+``torch._C._log_api_usage_once`` (torchaudio's and torchvision's modules call it in
+``__init__``), and the legacy ``reduction='elementwise_mean'`` that torch still reads as
+``'mean'`` (kaituoxu's Listen-Attend-Spell passes it)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, List, Optional, Tuple, Union  # noqa: UP035 (torch's spellings)
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+
+CHECKS = [
+    ("frame_length", str),
+    (True, str),
+    (True, bool),
+    (3, (str, int)),
+    ([1, 2], List[int]),  # noqa: UP006
+    ([1, "a"], List[int]),  # noqa: UP006
+    ([[1], [2, 3]], List[List[int]]),  # noqa: UP006
+    ({"a": [1.0]}, Dict[str, List[float]]),  # noqa: UP006
+    ({"a": 1}, Dict[str, str]),  # noqa: UP006
+    ({1: "a"}, Dict[str, str]),  # noqa: UP006
+    ((1, "a"), Tuple[int, str]),  # noqa: UP006
+    ((1, 2), Tuple[int, str]),  # noqa: UP006
+    ((1,), Tuple[int, str]),  # noqa: UP006
+    (None, Optional[int]),  # noqa: UP045
+    (2, Optional[int]),  # noqa: UP045
+    ("x", Optional[int]),  # noqa: UP045
+    (2.0, Union[str, float]),  # noqa: UP007
+    ([1], list[int]),
+    ({"k": (1, 2.0)}, dict[str, tuple[int, float]]),
+    (2, int | str),
+    (b"x", int | str),
+    (1.0, int),
+    (True, int),
+]
+
+
+@pytest.mark.parametrize(("value", "target"), CHECKS)
+def test_jit_isinstance_answers_as_torchs(value: Any, target: Any) -> None:
+    assert rg.jit.isinstance(value, target) is torch.jit.isinstance(value, target)
+
+
+def test_jit_isinstance_of_a_tensor_and_of_a_list_of_tensors() -> None:
+    ours = [rg.ones(2), rg.zeros(1)]
+    assert rg.jit.isinstance(ours, List[rg.Tensor])  # noqa: UP006
+    assert not rg.jit.isinstance(ours + [1.0], List[rg.Tensor])  # noqa: UP006
+    assert rg.jit.isinstance({"w": rg.ones(1)}, Dict[str, rg.Tensor])  # noqa: UP006
+
+
+def test_jit_isinstance_warns_that_an_empty_container_matches_any_element_type() -> None:
+    with pytest.warns(UserWarning, match="inner type of a container is lost"):
+        assert torch.jit.isinstance([], List[str])  # noqa: UP006
+    with pytest.warns(UserWarning, match="inner type of a container is lost"):
+        assert rg.jit.isinstance([], List[str])  # noqa: UP006
+    with pytest.warns(UserWarning, match="inner type of a container is lost"):
+        assert rg.jit.isinstance({}, Dict[str, int])  # noqa: UP006
+
+
+def test_jit_isinstance_refuses_a_bare_container_and_a_non_type() -> None:
+    for bare in (list, dict, tuple, List, Dict):  # noqa: UP006
+        with pytest.raises(RuntimeError):
+            torch.jit.isinstance([1], bare)
+        with pytest.raises(rg.InvalidArgumentError, match="contained type"):
+            rg.jit.isinstance([1], bare)
+    with pytest.raises(rg.DTypeError, match=r"jit\.isinstance: the second argument"):
+        rg.jit.isinstance(1, 3)
+    with pytest.raises(rg.DTypeError, match=r"jit\.isinstance: the second argument"):
+        rg.jit.isinstance(1, [int])
+    assert rg.jit.isinstance(1, (str, int))  # still usable after the refusals
+
+
+def test_log_api_usage_once_records_nothing_and_wants_a_name() -> None:
+    assert rg._C._log_api_usage_once("torchaudio.transforms.Spectrogram") is None
+    with pytest.raises(TypeError):
+        torch._C._log_api_usage_once(3)
+    with pytest.raises(rg.DTypeError, match="_log_api_usage_once"):
+        rg._C._log_api_usage_once(3)
+
+
+def _pair(values: np.ndarray) -> tuple[Any, Any]:
+    return rg.tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+
+
+@pytest.mark.parametrize(
+    "loss_name", ["cross_entropy", "nll_loss", "l1_loss", "mse_loss", "smooth_l1_loss"]
+)
+def test_elementwise_mean_reduction_is_the_mean_with_torchs_warning(loss_name: str) -> None:
+    rng = np.random.default_rng(3701)
+    logits = rng.standard_normal((4, 3))
+    ours, theirs = _pair(logits)
+    if loss_name in ("cross_entropy", "nll_loss"):
+        labels = np.array([0, 2, -1, 1])
+        our_target, their_target = rg.tensor(labels), torch.tensor(labels)
+        extra = {"ignore_index": -1}
+    else:
+        values = rng.standard_normal((4, 3))
+        our_target, their_target = rg.tensor(values), torch.tensor(values)
+        extra = {}
+    with pytest.warns(UserWarning, match="elementwise_mean' is deprecated"):
+        expected = getattr(torch.nn.functional, loss_name)(
+            theirs, their_target, reduction="elementwise_mean", **extra
+        )
+    with pytest.warns(UserWarning, match="elementwise_mean' is deprecated"):
+        got = getattr(rg.nn.functional, loss_name)(
+            ours, our_target, reduction="elementwise_mean", **extra
+        )
+    np.testing.assert_allclose(got.item(), expected.item(), rtol=1e-12)
+    expected.backward()
+    np.testing.assert_allclose(
+        ours.grad(got.backward()).numpy(), theirs.grad.numpy(), rtol=1e-12, atol=1e-15
+    )
+
+
+def test_a_loss_module_built_with_elementwise_mean_means_as_torchs() -> None:
+    rng = np.random.default_rng(3702)
+    logits, labels = rng.standard_normal((5, 4)), np.array([3, 0, 1, 1, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        theirs = torch.nn.CrossEntropyLoss(reduction="elementwise_mean")
+        ours = rg.nn.CrossEntropyLoss(reduction="elementwise_mean")
+        expected = theirs(torch.tensor(logits), torch.tensor(labels)).item()
+        got = ours(rg.tensor(logits), rg.tensor(labels)).item()
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def test_other_reductions_are_still_refused_by_name() -> None:
+    with pytest.raises(rg.InvalidArgumentError, match="reduction must be 'mean', 'sum' or 'none'"):
+        rg.nn.functional.mse_loss(rg.ones(2), rg.zeros(2), reduction="average")
