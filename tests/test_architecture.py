@@ -71,6 +71,8 @@ LAYERS = {
     # torch.onnx and torch.fx: the names model code carries (is_in_onnx_export, fx.wrap);
     # export and tracing refused (they import only the errors)
     "onnx": 1,
+    # torch.onnx.operators: shape_as_tensor and reshape_from_tensor_shape over the tensor API
+    "onnx_operators": 5,
     "fx": 1,
     "export": 1,  # torch.export: refused by name (imports only the errors)
     # torch.mps and torch.xpu: the answers of a machine without those GPUs (import the errors)

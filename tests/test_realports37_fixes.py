@@ -133,3 +133,87 @@ def test_a_loss_module_built_with_elementwise_mean_means_as_torchs() -> None:
 def test_other_reductions_are_still_refused_by_name() -> None:
     with pytest.raises(rg.InvalidArgumentError, match="reduction must be 'mean', 'sum' or 'none'"):
         rg.nn.functional.mse_loss(rg.ones(2), rg.zeros(2), reduction="average")
+
+
+def test_onnx_operators_shape_as_tensor_and_reshape_as_torchs() -> None:
+    import retrograd.onnx.operators as operators
+
+    values = np.arange(6.0).reshape(2, 3)
+    ours, theirs = (
+        operators.shape_as_tensor(rg.tensor(values)),
+        torch._shape_as_tensor(torch.tensor(values)),
+    )
+    assert ours.tolist() == theirs.tolist() and str(ours.dtype) == "int64"
+    assert not operators.shape_as_tensor(rg.tensor(values, requires_grad=True)).requires_grad
+    bsz, seq_len = ours[0], ours[1]  # fairseq's sizes: 0-d tensors given to view
+    assert rg.ones(6, 2).view(bsz, seq_len, -1).shape == (2, 3, 2)
+    for shape in ([3, 2], [3, -1], [6]):
+        got = operators.reshape_from_tensor_shape(rg.tensor(values), rg.tensor(shape))
+        expected = torch._reshape_from_tensor(torch.tensor(values), torch.tensor(shape))
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    with pytest.raises(rg.DTypeError, match="shape_as_tensor: expected a Tensor"):
+        operators.shape_as_tensor(3)
+    with pytest.raises(rg.ShapeError, match="1-d integer tensor"):
+        operators.reshape_from_tensor_shape(rg.tensor(values), rg.tensor([3.0, 2.0]))
+    with pytest.raises(rg.ShapeError):
+        operators.reshape_from_tensor_shape(rg.tensor(values), rg.tensor([4, 2]))
+
+
+def _both(fn_name: str, *args: Any, out: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """``fn_name`` called with ``out=`` in both libraries (``out`` made by a function of the
+    library), returning both ``out`` tensors after the call."""
+    results = []
+    for lib in (torch, rg):
+        converted = [lib.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+        target = out(lib)
+        returned = getattr(lib, fn_name)(*converted, out=target, **kwargs)
+        assert returned is target
+        results.append(target)
+    return results[0], results[1]
+
+
+def test_out_of_gather_index_select_masked_select_and_arithmetic_writes_the_buffer() -> None:
+    a = np.array([[3, 1, 2], [0, 5, 4]])
+    index = np.array([[2, 0], [1, 1]])
+    cases = [
+        ("gather", (a, 1, index), lambda lib: lib.zeros(2, 2, dtype=lib.int64), {}),
+        ("gather", (a, 1, index), lambda lib: lib.zeros(7, dtype=lib.int64), {}),  # resized
+        (
+            "index_select",
+            (a, 0, np.array([1, 0, 1])),
+            lambda lib: lib.zeros(3, 3, dtype=lib.int64),
+            {},
+        ),
+        ("masked_select", (a, a > 2), lambda lib: lib.zeros(1, dtype=lib.int64), {}),
+        ("add", (a, 1), lambda lib: lib.zeros(2, 3), {}),  # int result cast into float
+        ("div", (a, 2), lambda lib: lib.zeros(2, 3, dtype=lib.int64), {"rounding_mode": "trunc"}),
+        ("mul", (a.astype(np.float32), 0.5), lambda lib: lib.zeros(2, 3), {}),
+    ]
+    for name, args, out, kwargs in cases:
+        theirs, ours = _both(name, *args, out=out, **kwargs)
+        assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch."), name
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=name)
+
+
+def test_out_into_a_view_writes_through_to_its_base_as_fairseqs_beam_buffers() -> None:
+    cand = np.array([[7, 8, 9, 6], [5, 4, 3, 2]])
+    hypos = np.array([[2, 0], [3, 1]])
+    buffers = []
+    for lib in (torch, rg):
+        tokens = lib.zeros(4, 3, dtype=lib.int64)
+        lib.gather(lib.tensor(cand), 1, lib.tensor(hypos), out=tokens.view(2, 2, -1)[:, :, 1])
+        buffers.append(tokens.numpy())
+    np.testing.assert_array_equal(buffers[1], buffers[0])
+
+
+def test_out_refusals_name_the_fault_as_torchs_do() -> None:
+    a = rg.tensor([[3, 1, 2], [0, 5, 4]])
+    with pytest.raises(rg.DTypeError, match="gather: expected the out tensor to have dtype int64"):
+        rg.gather(a, 1, rg.tensor([[0], [1]]), out=rg.zeros(2, 1))
+    with pytest.raises(rg.DTypeError, match="can't be cast to the desired output type int64"):
+        rg.add(a.float(), 1, out=rg.zeros(2, 3, dtype=rg.int64))
+    with pytest.raises(rg.AutodiffError, match="don't support automatic differentiation"):
+        rg.gather(a.float().requires_grad_(), 1, rg.tensor([[0], [1]]), out=rg.zeros(2, 1))
+    with pytest.raises(rg.InvalidArgumentError, match="out= is not supported"):
+        rg.cumsum(a, 0, out=rg.zeros(2, 3, dtype=rg.int64))
+    assert rg.gather(a, 1, rg.tensor([[0], [1]])).tolist() == [[3], [5]]  # still usable

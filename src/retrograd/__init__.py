@@ -91,6 +91,7 @@ from . import (
     multiprocessing,
     nested,
     onnx,
+    onnx_operators,  # noqa: F401 (torch.onnx.operators, registered by module_paths)
     profiler,
     quasirandom,
     return_types,

@@ -348,8 +348,19 @@ def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # n
     return from_host(type(other)._result, input, dtype, other._backend, other._device)
 
 
-#: functions whose ``out=`` is written (a real program calls them so); the others refuse it
-_WRITES_OUT = frozenset({"cholesky_inverse"})
+#: functions whose ``out=`` is written (real programs call them so: SNGP's
+#: ``cholesky_inverse``; fairseq's beam search before 0.10 fills its buffers by ``gather``,
+#: ``index_select``, ``masked_select``, ``add`` and ``div`` with ``out=``, views among them);
+#: the others refuse it
+_WRITES_OUT = frozenset(
+    {
+        "cholesky_inverse", "gather", "index_select", "masked_select",
+        "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
+    }
+)  # fmt: skip
+#: of those, the ones whose ``out`` must hold the result's own dtype, as torch's index kernels
+#: require (the arithmetic casts its result to ``out``'s dtype where that is safe)
+_SAME_DTYPE_OUT = frozenset({"gather", "index_select", "masked_select"})
 
 
 def _method(name: str, method: str) -> Callable[..., Any]:
@@ -362,7 +373,14 @@ def _method(name: str, method: str) -> Callable[..., Any]:
         if name in _NUMBER_INPUTS and isinstance(input, SCALARS):
             input = _number_input(name, input, args, kwargs)  # noqa: A001
         result = getattr(lift_input(name, input), method)(*args, **kwargs)
-        return result if out is None else write_out(name, out, result)
+        if out is None:
+            return result
+        if name in _SAME_DTYPE_OUT and getattr(out, "dtype", result.dtype) != result.dtype:
+            raise DTypeError(
+                f"{name}: expected the out tensor to have dtype {result.dtype} (the result's), "
+                f"but got {out.dtype}"
+            )
+        return write_out(name, out, result)
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = f"``rg.{name}(input, ...)``: ``input.{method}(...)`` (torch's ``{name}``)."
