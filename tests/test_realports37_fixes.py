@@ -217,3 +217,21 @@ def test_out_refusals_name_the_fault_as_torchs_do() -> None:
     with pytest.raises(rg.InvalidArgumentError, match="out= is not supported"):
         rg.cumsum(a, 0, out=rg.zeros(2, 3, dtype=rg.int64))
     assert rg.gather(a, 1, rg.tensor([[0], [1]])).tolist() == [[3], [5]]  # still usable
+
+
+def test_out_pairs_of_topk_and_sort_as_fairseqs_old_search_writes_them() -> None:
+    lprobs = np.array([[-1.5, -0.2, -3.0, -0.7], [-0.1, -2.0, -0.4, -1.0]], dtype=np.float32)
+    pairs = []
+    for lib in (torch, rg):
+        scores_buf, indices_buf = lib.zeros(1), lib.zeros(1, dtype=lib.int64)  # resized
+        returned = lib.topk(lib.tensor(lprobs), k=3, dim=1, out=(scores_buf, indices_buf))
+        assert returned[0] is scores_buf and returned.indices is indices_buf
+        values, order = lib.zeros(2, 4), lib.zeros(2, 4, dtype=lib.int64)
+        lib.sort(lib.tensor(lprobs), dim=1, descending=True, out=(values, order))
+        pairs.append([t.numpy() for t in (scores_buf, indices_buf, values, order)])
+    for ours, theirs in zip(pairs[1], pairs[0]):
+        np.testing.assert_array_equal(ours, theirs)
+    with pytest.raises(rg.DTypeError, match="out must be a tuple of 2 tensors"):
+        rg.topk(rg.tensor(lprobs), 2, out=rg.zeros(2, 2))
+    with pytest.raises(rg.DTypeError, match="topk: expected the out tensor to have dtype int64"):
+        rg.topk(rg.tensor(lprobs), 2, out=(rg.zeros(2, 2), rg.zeros(2, 2, dtype=rg.int32)))
