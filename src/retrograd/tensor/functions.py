@@ -350,8 +350,8 @@ def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # n
 
 #: functions whose ``out=`` is written (real programs call them so: SNGP's
 #: ``cholesky_inverse``; fairseq's beam search before 0.10 fills its buffers by ``gather``,
-#: ``index_select``, ``masked_select``, ``add`` and ``div`` with ``out=``, views among them);
-#: the others refuse it
+#: ``index_select``, ``masked_select``, ``add``, ``div`` and ``topk`` with ``out=``, views
+#: among them; ``topk``/``sort`` take a ``(values, indices)`` pair); the others refuse it
 _WRITES_OUT = frozenset(
     {
         "cholesky_inverse", "gather", "index_select", "masked_select", "topk", "sort",
