@@ -71,6 +71,8 @@ LAYERS = {
     # torch.onnx and torch.fx: the names model code carries (is_in_onnx_export, fx.wrap);
     # export and tracing refused (they import only the errors)
     "onnx": 1,
+    # torch.onnx.operators: shape_as_tensor and reshape_from_tensor_shape over the tensor API
+    "onnx_operators": 5,
     "fx": 1,
     "export": 1,  # torch.export: refused by name (imports only the errors)
     # torch.mps and torch.xpu: the answers of a machine without those GPUs (import the errors)
@@ -80,6 +82,8 @@ LAYERS = {
     # meaning (over compiler's); _dynamo's OptimizedModule, the result of rg.compile(module),
     # is an nn.Module
     "_dynamo": 7,
+    # torch._C's names that library code calls (usage logging): no-ops (imports the errors)
+    "_C": 1,
     "_inductor": 1.5,
     # torch.hub: tqdm, the hub folder, and checkpoints read from it (serialization);
     # downloads refused

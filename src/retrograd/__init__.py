@@ -65,6 +65,7 @@ import math as _math
 import sys as _sys
 
 from . import (
+    _C,  # noqa: F401 (private, as torch's: torchaudio's modules call _log_api_usage_once)
     _dynamo,  # noqa: F401 (private, as torch's: scripts set rg._dynamo.config...)
     _inductor,  # noqa: F401
     accelerator,
@@ -90,6 +91,7 @@ from . import (
     multiprocessing,
     nested,
     onnx,
+    onnx_operators,  # noqa: F401 (torch.onnx.operators, registered by module_paths)
     profiler,
     quasirandom,
     return_types,

@@ -6,6 +6,7 @@ Model code written for TorchScript marks methods (``@torch.jit.ignore``, ``@torc
 as Python, as torch itself does outside a scripted call: the decorators return what they are
 given, ``is_scripting()`` and ``is_tracing()`` are ``False``, ``script(m)`` and ``trace(f, x)``
 return ``m`` and ``f`` unchanged (a step is made fast by :func:`retrograd.capture` instead),
+``isinstance(obj, List[int])`` checks containers element by element as torch's eager form does,
 ``annotate(type, value)`` is ``value``, and ``fork``/``wait`` run the call at once and hand
 back its completed future. A model written as a ``torch.jit.ScriptModule`` subclass with
 ``@torch.jit.script_method`` methods (RWKV's, older torchvision's) is an ``nn.Module`` whose
@@ -24,6 +25,10 @@ methods run as written. Saving or loading a TorchScript archive is refused by na
 
 from __future__ import annotations
 
+import builtins
+import types
+import typing
+import warnings
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -41,6 +46,7 @@ __all__ = [
     "interface",
     "is_scripting",
     "is_tracing",
+    "isinstance",
     "load",
     "save",
     "script",
@@ -112,9 +118,82 @@ def fork(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
     return future
 
 
+#: the bare containers TorchScript refuses as ``isinstance`` targets: their element types are
+#: what ``torch.jit.isinstance`` checks
+_BARE_CONTAINERS = {
+    list: "list", dict: "dict", tuple: "tuple",
+    typing.List: "List", typing.Dict: "Dict", typing.Tuple: "Tuple",  # noqa: UP006
+}  # fmt: skip
+
+
+def isinstance(obj: Any, target_type: Any) -> bool:  # noqa: A001 (torch's name)
+    """torch's ``torch.jit.isinstance``: whether ``obj`` is a ``target_type``, where the type
+    may be a parametrized container checked element by element (``List[str]``, ``Dict[str,
+    Tensor]``, ``Tuple[int, str]``, ``Optional[...]``, ``Union[...]``, nested) or a tuple of
+    types (any one). torchaudio branches on it (``torch.jit.isinstance(normalized, str)``). An
+    empty container matches any element type, with torch's warning that eager mode cannot
+    tell; a bare ``list``/``dict``/``tuple`` is refused, as torch refuses it."""
+    if builtins.isinstance(target_type, tuple):
+        return any(isinstance(obj, one) for one in target_type)
+    if builtins.isinstance(target_type, list | set | frozenset | dict):
+        raise DTypeError(
+            f"jit.isinstance: the second argument must be a type or a tuple of types, got a "
+            f"{type(target_type).__name__}"
+        )
+    return _is_instance_of(obj, target_type)
+
+
+def _is_instance_of(obj: Any, target_type: Any) -> bool:
+    bare = _BARE_CONTAINERS.get(target_type)
+    if bare is not None:
+        example = f"{bare}[int, int]" if bare.endswith("ict") else f"{bare}[int]"
+        raise InvalidArgumentError(
+            f"jit.isinstance: {bare} without its contained type cannot be checked; name it, "
+            f"e.g. {example}"
+        )
+    origin = typing.get_origin(target_type)
+    if origin is None:
+        if target_type is Any:
+            return True
+        try:
+            return builtins.isinstance(obj, target_type)
+        except TypeError as error:
+            raise DTypeError(
+                f"jit.isinstance: the second argument must be a type or a tuple of types, got "
+                f"{target_type!r}"
+            ) from error
+    arguments = typing.get_args(target_type)
+    if origin is typing.Union or origin is types.UnionType:  # Optional[T] too
+        return obj is None or any(_is_instance_of(obj, one) for one in arguments)
+    if origin not in (list, dict, tuple):
+        return builtins.isinstance(obj, origin)
+    if not builtins.isinstance(obj, origin):
+        return False
+    if len(obj) == 0:
+        warnings.warn(
+            "The inner type of a container is lost when calling torch.jit.isinstance in "
+            "eager mode. For example, List[int] would become list and therefore falsely "
+            "return True for List[float] or List[str].",
+            stacklevel=3,
+        )
+    if origin is list:
+        return all(_is_instance_of(element, arguments[0]) for element in obj)
+    if origin is dict:
+        key_type, value_type = arguments
+        return all(
+            _is_instance_of(key, key_type) and _is_instance_of(value, value_type)
+            for key, value in obj.items()
+        )
+    if len(arguments) == 2 and arguments[1] is Ellipsis:  # Tuple[int, ...]
+        return all(_is_instance_of(element, arguments[0]) for element in obj)
+    return len(obj) == len(arguments) and all(
+        _is_instance_of(element, one) for element, one in zip(obj, arguments)
+    )
+
+
 def wait(future: Future) -> Any:
     """The value of a :func:`fork`'s future."""
-    if not isinstance(future, Future):
+    if not builtins.isinstance(future, Future):
         raise DTypeError(
             f"jit.wait: expected the Future fork returned, got {type(future).__name__}"
         )

@@ -66,6 +66,7 @@ PATHS: dict[str, str] = {
     "utils.flop_counter": "counting",
     "utils.module_tracker": "counting",
     "_dynamo.eval_frame": "_dynamo",  # OptimizedModule, what torch.compile(module) returns
+    "onnx.operators": "onnx_operators",  # torch.onnx.operators (retrograd's onnx is a module)
     "_dynamo.config": "_dynamo.config",  # the compilers' settings (namespaces, not modules)
     "_inductor.config": "_inductor.config",
     **{f"backends.{flags}": f"backends.{flags}" for flags in (

@@ -348,8 +348,19 @@ def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # n
     return from_host(type(other)._result, input, dtype, other._backend, other._device)
 
 
-#: functions whose ``out=`` is written (a real program calls them so); the others refuse it
-_WRITES_OUT = frozenset({"cholesky_inverse"})
+#: functions whose ``out=`` is written (real programs call them so: SNGP's
+#: ``cholesky_inverse``; fairseq's beam search before 0.10 fills its buffers by ``gather``,
+#: ``index_select``, ``masked_select``, ``add``, ``div`` and ``topk`` with ``out=``, views
+#: among them; ``topk``/``sort`` take a ``(values, indices)`` pair); the others refuse it
+_WRITES_OUT = frozenset(
+    {
+        "cholesky_inverse", "gather", "index_select", "masked_select", "topk", "sort",
+        "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
+    }
+)  # fmt: skip
+#: of those, the ones whose ``out`` must hold the result's own dtype, as torch's index kernels
+#: require (the arithmetic casts its result to ``out``'s dtype where that is safe)
+_SAME_DTYPE_OUT = frozenset({"gather", "index_select", "masked_select", "topk", "sort"})
 
 
 def _method(name: str, method: str) -> Callable[..., Any]:
@@ -362,11 +373,31 @@ def _method(name: str, method: str) -> Callable[..., Any]:
         if name in _NUMBER_INPUTS and isinstance(input, SCALARS):
             input = _number_input(name, input, args, kwargs)  # noqa: A001
         result = getattr(lift_input(name, input), method)(*args, **kwargs)
-        return result if out is None else write_out(name, out, result)
+        if out is None:
+            return result
+        if not isinstance(result, tuple):
+            return _write_out_of(name, out, result)
+        # a (values, indices) result (topk, sort): out is a pair of tensors, written each
+        if not isinstance(out, tuple | list) or len(out) != len(result):
+            raise DTypeError(
+                f"{name}: out must be a tuple of {len(result)} tensors (values, indices), got "
+                f"{type(out).__name__}"
+            )
+        return type(result)(*(_write_out_of(name, o, r) for o, r in zip(out, result)))
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = f"``rg.{name}(input, ...)``: ``input.{method}(...)`` (torch's ``{name}``)."
     return function
+
+
+def _write_out_of(name: str, out: Any, result: Any) -> Any:
+    """``result`` written into ``out``, after the dtype check of :data:`_SAME_DTYPE_OUT`."""
+    if name in _SAME_DTYPE_OUT and getattr(out, "dtype", result.dtype) != result.dtype:
+        raise DTypeError(
+            f"{name}: expected the out tensor to have dtype {result.dtype} (the result's), "
+            f"but got {out.dtype}"
+        )
+    return write_out(name, out, result)
 
 
 def max(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torch's name)

@@ -137,8 +137,9 @@ def assign(
 
 def write_out(op: str, out: Any, result: Any) -> Any:
     """torch's ``out=`` for the few functions real programs call with it (``normalize``'s
-    power iteration, SNGP's ``cholesky_inverse(u, out=self.covariance)``): ``result``
-    written into ``out`` in place (resized as torch resizes it, cast to its dtype) and
+    power iteration, SNGP's ``cholesky_inverse(u, out=self.covariance)``, fairseq's beam
+    buffers): ``result`` written into ``out`` in place (a view writes through to its base;
+    resized as torch resizes it, cast to its dtype where torch's casting allows) and
     ``out`` returned; refused, as torch refuses it, where the result needs a graph."""
     if not hasattr(out, "copy_"):
         raise DTypeError(f"{op}: out must be a tensor, got {type(out).__name__}")
@@ -146,6 +147,10 @@ def write_out(op: str, out: Any, result: Any) -> Any:
         raise AutodiffError(
             f"{op}: functions with out= arguments don't support automatic differentiation, "
             "but the input requires grad (call it under no_grad, or assign the result)"
+        )
+    if not can_cast(result.dtype, out.dtype):
+        raise DTypeError(
+            f"{op}: result type {result.dtype} can't be cast to the desired output type {out.dtype}"
         )
     if tuple(out.shape) != tuple(result.shape):
         out.resize_(result.shape)

@@ -43,6 +43,13 @@ def _reduction(fn: str, reduction: str, size_average: bool | None, reduce: bool 
             reduction = "none"
         else:
             reduction = "sum" if size_average is not None and not size_average else "mean"
+    if reduction == "elementwise_mean":  # torch's name of "mean" before 0.4.1, still read
+        warnings.warn(
+            "reduction='elementwise_mean' is deprecated. Please use reduction='mean' instead.",
+            UserWarning,
+            stacklevel=3,
+        )
+        reduction = "mean"
     if reduction not in ("mean", "sum", "none"):
         raise InvalidArgumentError(
             f"{fn}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"

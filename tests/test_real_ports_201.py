@@ -1,0 +1,3336 @@
+# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them: long lines, trailing blanks)
+"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+audio, speech and sequence models, each trained a few steps against torch's run of the same
+code from the same weights and draws.
+
+- Conv-TasNet as kaituoxu/Conv-TasNet writes it (``conv_tasnet.py``: the ``Conv1d`` encoder
+  with 50% overlap, ``TemporalConvNet`` of ``TemporalBlock``s with the depthwise ``Conv1d(...,
+  groups=in_channels)`` of ``DepthwiseSeparableConv``, ``Chomp1d`` for the causal form,
+  ``PReLU``, gLN/cLN/BN, ``utils.py``'s ``overlap_and_add`` by ``torch.arange(...).unfold``,
+  ``signal.new_tensor(frame)`` and ``index_add_``; ``pit_criterion.py``'s SI-SNR with PIT:
+  ``estimate_source *= mask``, ``source.new_tensor(list(permutations(range(C))))``, the
+  one-hot by ``scatter_``, ``torch.einsum('bij,pij->bp', [a, b])`` over a list, ``max_snr /=
+  C``, ``reorder_source``'s element assignment), trained with ``clip_grad_norm_``, in float64.
+- the RNN-T of Loren Lugosch's transducer tutorial (``Encoder``'s 3-layer bidirectional
+  ``GRU``, ``Predictor``'s ``GRUCell`` over ``torch.stack([self.initial_state] * batch_size)``,
+  ``Joiner``; ``compute_forward_prob``'s lattice written into ``log_alpha[:, t, u]`` slot by
+  slot with ``torch.gather`` and ``torch.logsumexp(torch.stack([...]), dim=0)``, checked
+  against the brute-force sum over every alignment; ``greedy_search``).
+- Demucs (v2) as facebookresearch/demucs writes it (``model.py``: ``capture_init``,
+  ``BLSTM``, ``rescale_module`` dividing ``conv.weight.data`` in place, ``Conv1d`` + ``GLU(dim=1)``
+  rewrites, ``ConvTranspose1d`` decoders, ``center_trim`` skips, ``valid_length``;
+  ``augment.py``'s ``FlipSign``/``FlipChannels``/``Shift``/``Remix`` by ``gather``; the train
+  loop's gradient norm summed from ``p.grad.data.norm()**2``).
+- torchaudio's front end as its functional and transforms modules write it (``spectrogram``
+  by ``torch.stft(..., return_complex=True)``, the ``normalized="window"`` division of the
+  complex spectrum in place, ``melscale_fbanks`` with the Slaney mel scale's ``freqs[log_t] =
+  ...`` and norm, ``create_dct``, ``amplitude_to_DB`` with ``top_db``, ``compute_deltas`` by a
+  grouped ``conv1d`` over replicate padding, ``mask_along_axis_iid`` SpecAugment;
+  ``Spectrogram``/``MelScale``/``MelSpectrogram``/``MFCC``/``ComputeDeltas``/masking modules
+  with ``torch._C._log_api_usage_once`` and ``torch.jit.isinstance``), feeding a keyword
+  spotter, and the loss's gradient with respect to the waveform through the STFT.
+- SRU as asappresearch/sru 2.x writes it in Python (``SRU_Compute_CPU``'s recurrence written
+  into ``h[t, :, di, :]``, ``SRUCell.reset_parameters``' in-place scaling of ``self.weight.data
+  .view(...)`` slices and the ``scale_x`` buffer, a packed input turned into ``mask_pad`` by
+  ``torch.ByteTensor``, the ``nn_rnn_compatible_return`` layout), under ``language_model/``'s
+  tied-embedding model, trained by truncated BPTT with AdamW over decay/no-decay groups.
+- Listen, Attend and Spell as kaituoxu/Listen-Attend-Spell writes it (``pad_list``'s
+  ``xs[0].new(...).fill_``, the packed LSTM encoder with ``total_length``, the ``LSTMCell``
+  decoder with dot-product attention, ``F.cross_entropy(..., reduction='elementwise_mean')``,
+  ``recognize_beam``'s hypotheses sorted by 0-d tensor scores), with ``math.isnan(grad_norm)``.
+- the QRNN of salesforce/pytorch-qrnn (``CPUForgetMult``, ``QRNNLayer`` with ``window=2``,
+  ``save_prev_x``, eval-mode zoneout ``F *= 1 - self.zoneout``, ``Variable``), in its README's
+  use and under AWD-LSTM's tied language model with ``reset()`` and ``repackage_hidden``.
+- fairseq's pieces as fairseq writes them (``utils.make_positions``, ``fill_with_neg_inf``,
+  ``log_softmax(..., dtype=torch.float32)``, ``SinusoidalPositionalEmbedding`` over
+  ``torch.onnx.operators.shape_as_tensor``'s 0-d sizes, ``label_smoothed_nll_loss`` with
+  ``masked_fill_`` of the padding, ``search.BeamSearch.step`` with ``lprobs[:, ::beam_size,
+  :]`` and ``torch.div(..., rounding_mode="trunc")``, ``buffered_future_mask``) in a tied
+  transformer LM trained under the inverse-sqrt warmup, then a batched beam search with
+  ``SequenceGenerator``'s bookkeeping as fairseq before 0.10 wrote it (``torch.gather(...,
+  out=tokens.view(bsz, beam_size, -1)[:, :, step + 1])``, ``masked_select``, ``topk(...,
+  largest=False)`` over the active mask).
+
+Defects found and fixed (each with a test in ``tests/test_realports37_fixes.py``):
+``torch.jit.isinstance`` and ``torch._C._log_api_usage_once`` were missing (torchaudio calls
+both), and so was ``torch.onnx.operators`` (fairseq); the losses refused torch's legacy
+``reduction='elementwise_mean'``, which torch still reads as ``'mean'`` with a deprecation
+warning; ``out=`` of ``gather``/``index_select``/``masked_select`` and the arithmetic was
+refused, where fairseq's older beam search writes its buffers with it.
+
+The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``,
+given to ``clip_grad_norm_`` and ``optimizer.step``, and ``p.grad(grads)`` where a program reads
+a gradient).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    rg.seed(0)
+
+
+IMPORTS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
+    ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
+]
+
+CONV_TASNET_SOURCE = r'''import math
+from itertools import permutations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+EPS = 1e-8
+
+
+def overlap_and_add(signal, frame_step):
+    """Reconstructs a signal from a framed representation.
+
+    Adds potentially overlapping frames of a signal with shape
+    `[..., frames, frame_length]`, offsetting subsequent frames by `frame_step`.
+    The resulting tensor has shape `[..., output_size]` where
+
+        output_size = (frames - 1) * frame_step + frame_length
+
+    Based on https://github.com/tensorflow/tensorflow/blob/r1.12/tensorflow/contrib/signal/python/ops/reconstruction_ops.py
+    """
+    outer_dimensions = signal.size()[:-2]
+    frames, frame_length = signal.size()[-2:]
+
+    subframe_length = math.gcd(frame_length, frame_step)  # gcd=Greatest Common Divisor
+    subframe_step = frame_step // subframe_length
+    subframes_per_frame = frame_length // subframe_length
+    output_size = frame_step * (frames - 1) + frame_length
+    output_subframes = output_size // subframe_length
+
+    subframe_signal = signal.view(*outer_dimensions, -1, subframe_length)
+
+    frame = torch.arange(0, output_subframes).unfold(0, subframes_per_frame, subframe_step)
+    frame = signal.new_tensor(frame).long()  # signal may in GPU or CPU
+    frame = frame.contiguous().view(-1)
+
+    result = signal.new_zeros(*outer_dimensions, output_subframes, subframe_length)
+    result.index_add_(-2, frame, subframe_signal)
+    result = result.view(*outer_dimensions, -1)
+    return result
+
+
+class ConvTasNet(nn.Module):
+    def __init__(self, N, L, B, H, P, X, R, C, norm_type="gLN", causal=False,
+                 mask_nonlinear='relu'):
+        """
+        Args:
+            N: Number of filters in autoencoder
+            L: Length of the filters (in samples)
+            B: Number of channels in bottleneck 1 × 1-conv block
+            H: Number of channels in convolutional blocks
+            P: Kernel size in convolutional blocks
+            X: Number of convolutional blocks in each repeat
+            R: Number of repeats
+            C: Number of speakers
+            norm_type: BN, gLN, cLN
+            causal: causal or non-causal
+            mask_nonlinear: use which non-linear function to generate mask
+        """
+        super(ConvTasNet, self).__init__()
+        # Hyper-parameter
+        self.N, self.L, self.B, self.H, self.P, self.X, self.R, self.C = N, L, B, H, P, X, R, C
+        self.norm_type = norm_type
+        self.causal = causal
+        self.mask_nonlinear = mask_nonlinear
+        # Components
+        self.encoder = Encoder(L, N)
+        self.separator = TemporalConvNet(N, B, H, P, X, R, C, norm_type, causal, mask_nonlinear)
+        self.decoder = Decoder(N, L)
+        # init
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_normal_(p)
+
+    def forward(self, mixture):
+        """
+        Args:
+            mixture: [M, T], M is batch size, T is #samples
+        Returns:
+            est_source: [M, C, T]
+        """
+        mixture_w = self.encoder(mixture)
+        est_mask = self.separator(mixture_w)
+        est_source = self.decoder(mixture_w, est_mask)
+
+        # T changed after conv1d in encoder, fix it here
+        T_origin = mixture.size(-1)
+        T_conv = est_source.size(-1)
+        est_source = F.pad(est_source, (0, T_origin - T_conv))
+        return est_source
+
+
+class Encoder(nn.Module):
+    """Estimation of the nonnegative mixture weight by a 1-D conv layer.
+    """
+    def __init__(self, L, N):
+        super(Encoder, self).__init__()
+        # Hyper-parameter
+        self.L, self.N = L, N
+        # Components
+        # 50% overlap
+        self.conv1d_U = nn.Conv1d(1, N, kernel_size=L, stride=L // 2, bias=False)
+
+    def forward(self, mixture):
+        """
+        Args:
+            mixture: [M, T], M is batch size, T is #samples
+        Returns:
+            mixture_w: [M, N, K], where K = (T-L)/(L/2)+1 = 2T/L-1
+        """
+        mixture = torch.unsqueeze(mixture, 1)  # [M, 1, T]
+        mixture_w = F.relu(self.conv1d_U(mixture))  # [M, N, K]
+        return mixture_w
+
+
+class Decoder(nn.Module):
+    def __init__(self, N, L):
+        super(Decoder, self).__init__()
+        # Hyper-parameter
+        self.N, self.L = N, L
+        # Components
+        self.basis_signals = nn.Linear(N, L, bias=False)
+
+    def forward(self, mixture_w, est_mask):
+        """
+        Args:
+            mixture_w: [M, N, K]
+            est_mask: [M, C, N, K]
+        Returns:
+            est_source: [M, C, T]
+        """
+        # D = W * M
+        source_w = torch.unsqueeze(mixture_w, 1) * est_mask  # [M, C, N, K]
+        source_w = torch.transpose(source_w, 2, 3) # [M, C, K, N]
+        # S = DV
+        est_source = self.basis_signals(source_w)  # [M, C, K, L]
+        est_source = overlap_and_add(est_source, self.L//2) # M x C x T
+        return est_source
+
+
+class TemporalConvNet(nn.Module):
+    def __init__(self, N, B, H, P, X, R, C, norm_type="gLN", causal=False,
+                 mask_nonlinear='relu'):
+        super(TemporalConvNet, self).__init__()
+        # Hyper-parameter
+        self.C = C
+        self.mask_nonlinear = mask_nonlinear
+        # Components
+        # [M, N, K] -> [M, N, K]
+        layer_norm = ChannelwiseLayerNorm(N)
+        # [M, N, K] -> [M, B, K]
+        bottleneck_conv1x1 = nn.Conv1d(N, B, 1, bias=False)
+        # [M, B, K] -> [M, B, K]
+        repeats = []
+        for r in range(R):
+            blocks = []
+            for x in range(X):
+                dilation = 2**x
+                padding = (P - 1) * dilation if causal else (P - 1) * dilation // 2
+                blocks += [TemporalBlock(B, H, P, stride=1,
+                                         padding=padding,
+                                         dilation=dilation,
+                                         norm_type=norm_type,
+                                         causal=causal)]
+            repeats += [nn.Sequential(*blocks)]
+        temporal_conv_net = nn.Sequential(*repeats)
+        # [M, B, K] -> [M, C*N, K]
+        mask_conv1x1 = nn.Conv1d(B, C*N, 1, bias=False)
+        # Put together
+        self.network = nn.Sequential(layer_norm,
+                                     bottleneck_conv1x1,
+                                     temporal_conv_net,
+                                     mask_conv1x1)
+
+    def forward(self, mixture_w):
+        """
+        Keep this API same with TasNet
+        Args:
+            mixture_w: [M, N, K], M is batch size
+        returns:
+            est_mask: [M, C, N, K]
+        """
+        M, N, K = mixture_w.size()
+        score = self.network(mixture_w)  # [M, N, K] -> [M, C*N, K]
+        score = score.view(M, self.C, N, K) # [M, C*N, K] -> [M, C, N, K]
+        if self.mask_nonlinear == 'softmax':
+            est_mask = F.softmax(score, dim=1)
+        elif self.mask_nonlinear == 'relu':
+            est_mask = F.relu(score)
+        else:
+            raise ValueError("Unsupported mask non-linear function")
+        return est_mask
+
+
+class TemporalBlock(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size,
+                 stride, padding, dilation, norm_type="gLN", causal=False):
+        super(TemporalBlock, self).__init__()
+        # [M, B, K] -> [M, H, K]
+        conv1x1 = nn.Conv1d(in_channels, out_channels, 1, bias=False)
+        prelu = nn.PReLU()
+        norm = chose_norm(norm_type, out_channels)
+        # [M, H, K] -> [M, B, K]
+        dsconv = DepthwiseSeparableConv(out_channels, in_channels, kernel_size,
+                                        stride, padding, dilation, norm_type,
+                                        causal)
+        # Put together
+        self.net = nn.Sequential(conv1x1, prelu, norm, dsconv)
+
+    def forward(self, x):
+        """
+        Args:
+            x: [M, B, K]
+        Returns:
+            [M, B, K]
+        """
+        residual = x
+        out = self.net(x)
+        # TODO: when P = 3 here works fine, but when P = 2 maybe need to pad?
+        return out + residual  # look like w/o F.relu is better than w/ F.relu
+        # return F.relu(out + residual)
+
+
+class DepthwiseSeparableConv(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size,
+                 stride, padding, dilation, norm_type="gLN", causal=False):
+        super(DepthwiseSeparableConv, self).__init__()
+        # Use `groups` option to implement depthwise convolution
+        # [M, H, K] -> [M, H, K]
+        depthwise_conv = nn.Conv1d(in_channels, in_channels, kernel_size,
+                                   stride=stride, padding=padding,
+                                   dilation=dilation, groups=in_channels,
+                                   bias=False)
+        if causal:
+            chomp = Chomp1d(padding)
+        prelu = nn.PReLU()
+        norm = chose_norm(norm_type, in_channels)
+        # [M, H, K] -> [M, B, K]
+        pointwise_conv = nn.Conv1d(in_channels, out_channels, 1, bias=False)
+        # Put together
+        if causal:
+            self.net = nn.Sequential(depthwise_conv, chomp, prelu, norm,
+                                     pointwise_conv)
+        else:
+            self.net = nn.Sequential(depthwise_conv, prelu, norm,
+                                     pointwise_conv)
+
+    def forward(self, x):
+        """
+        Args:
+            x: [M, H, K]
+        Returns:
+            result: [M, B, K]
+        """
+        return self.net(x)
+
+
+class Chomp1d(nn.Module):
+    """To ensure the output length is the same as the input.
+    """
+    def __init__(self, chomp_size):
+        super(Chomp1d, self).__init__()
+        self.chomp_size = chomp_size
+
+    def forward(self, x):
+        """
+        Args:
+            x: [M, H, Kpad]
+        Returns:
+            [M, H, K]
+        """
+        return x[:, :, :-self.chomp_size].contiguous()
+
+
+def chose_norm(norm_type, channel_size):
+    """The input of normlization will be (M, C, K), where M is batch size,
+       C is channel size and K is sequence length.
+    """
+    if norm_type == "gLN":
+        return GlobalLayerNorm(channel_size)
+    elif norm_type == "cLN":
+        return ChannelwiseLayerNorm(channel_size)
+    else: # norm_type == "BN":
+        # Given input (M, C, K), nn.BatchNorm1d(C) will accumulate statics
+        # along M and K, so this BN usage is right.
+        return nn.BatchNorm1d(channel_size)
+
+
+# TODO: Use nn.LayerNorm to impl cLN to speed up
+class ChannelwiseLayerNorm(nn.Module):
+    """Channel-wise Layer Normalization (cLN)"""
+    def __init__(self, channel_size):
+        super(ChannelwiseLayerNorm, self).__init__()
+        self.gamma = nn.Parameter(torch.Tensor(1, channel_size, 1))  # [1, N, 1]
+        self.beta = nn.Parameter(torch.Tensor(1, channel_size,1 ))  # [1, N, 1]
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.gamma.data.fill_(1)
+        self.beta.data.zero_()
+
+    def forward(self, y):
+        """
+        Args:
+            y: [M, N, K], M is batch size, N is channel size, K is length
+        Returns:
+            cLN_y: [M, N, K]
+        """
+        mean = torch.mean(y, dim=1, keepdim=True)  # [M, 1, K]
+        var = torch.var(y, dim=1, keepdim=True, unbiased=False)  # [M, 1, K]
+        cLN_y = self.gamma * (y - mean) / torch.pow(var + EPS, 0.5) + self.beta
+        return cLN_y
+
+
+class GlobalLayerNorm(nn.Module):
+    """Global Layer Normalization (gLN)"""
+    def __init__(self, channel_size):
+        super(GlobalLayerNorm, self).__init__()
+        self.gamma = nn.Parameter(torch.Tensor(1, channel_size, 1))  # [1, N, 1]
+        self.beta = nn.Parameter(torch.Tensor(1, channel_size,1 ))  # [1, N, 1]
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.gamma.data.fill_(1)
+        self.beta.data.zero_()
+
+    def forward(self, y):
+        """
+        Args:
+            y: [M, N, K], M is batch size, N is channel size, K is length
+        Returns:
+            gLN_y: [M, N, K]
+        """
+        # TODO: in torch 1.0, torch.mean() support dim list
+        mean = y.mean(dim=1, keepdim=True).mean(dim=2, keepdim=True) #[M, 1, 1]
+        var = (torch.pow(y-mean, 2)).mean(dim=1, keepdim=True).mean(dim=2, keepdim=True)
+        gLN_y = self.gamma * (y - mean) / torch.pow(var + EPS, 0.5) + self.beta
+        return gLN_y
+
+
+def cal_loss(source, estimate_source, source_lengths):
+    """
+    Args:
+        source: [B, C, T], B is batch size
+        estimate_source: [B, C, T]
+        source_lengths: [B]
+    """
+    max_snr, perms, max_snr_idx = cal_si_snr_with_pit(source,
+                                                      estimate_source,
+                                                      source_lengths)
+    loss = 0 - torch.mean(max_snr)
+    reorder_estimate_source = reorder_source(estimate_source, perms, max_snr_idx)
+    return loss, max_snr, estimate_source, reorder_estimate_source
+
+
+def cal_si_snr_with_pit(source, estimate_source, source_lengths):
+    """Calculate SI-SNR with PIT training.
+    Args:
+        source: [B, C, T], B is batch size
+        estimate_source: [B, C, T]
+        source_lengths: [B], each item is between [0, T]
+    """
+    assert source.size() == estimate_source.size()
+    B, C, T = source.size()
+    # mask padding position along T
+    mask = get_mask(source, source_lengths)
+    estimate_source *= mask
+
+    # Step 1. Zero-mean norm
+    num_samples = source_lengths.view(-1, 1, 1).float()  # [B, 1, 1]
+    mean_target = torch.sum(source, dim=2, keepdim=True) / num_samples
+    mean_estimate = torch.sum(estimate_source, dim=2, keepdim=True) / num_samples
+    zero_mean_target = source - mean_target
+    zero_mean_estimate = estimate_source - mean_estimate
+    # mask padding position along T
+    zero_mean_target *= mask
+    zero_mean_estimate *= mask
+
+    # Step 2. SI-SNR with PIT
+    # reshape to use broadcast
+    s_target = torch.unsqueeze(zero_mean_target, dim=1)  # [B, 1, C, T]
+    s_estimate = torch.unsqueeze(zero_mean_estimate, dim=2)  # [B, C, 1, T]
+    # s_target = <s', s>s / ||s||^2
+    pair_wise_dot = torch.sum(s_estimate * s_target, dim=3, keepdim=True)  # [B, C, C, 1]
+    s_target_energy = torch.sum(s_target ** 2, dim=3, keepdim=True) + EPS  # [B, 1, C, 1]
+    pair_wise_proj = pair_wise_dot * s_target / s_target_energy  # [B, C, C, T]
+    # e_noise = s' - s_target
+    e_noise = s_estimate - pair_wise_proj  # [B, C, C, T]
+    # SI-SNR = 10 * log_10(||s_target||^2 / ||e_noise||^2)
+    pair_wise_si_snr = torch.sum(pair_wise_proj ** 2, dim=3) / (torch.sum(e_noise ** 2, dim=3) + EPS)
+    pair_wise_si_snr = 10 * torch.log10(pair_wise_si_snr + EPS)  # [B, C, C]
+
+    # Get max_snr of each utterance
+    # permutations, [C!, C]
+    perms = source.new_tensor(list(permutations(range(C))), dtype=torch.long)
+    # one-hot, [C!, C, C]
+    index = torch.unsqueeze(perms, 2)
+    perms_one_hot = source.new_zeros((*perms.size(), C)).scatter_(2, index, 1)
+    # [B, C!] <- [B, C, C] einsum [C!, C, C], SI-SNR sum of each permutation
+    snr_set = torch.einsum('bij,pij->bp', [pair_wise_si_snr, perms_one_hot])
+    max_snr_idx = torch.argmax(snr_set, dim=1)  # [B]
+    # max_snr = torch.gather(snr_set, 1, max_snr_idx.view(-1, 1))  # [B, 1]
+    max_snr, _ = torch.max(snr_set, dim=1, keepdim=True)
+    max_snr /= C
+    return max_snr, perms, max_snr_idx
+
+
+def reorder_source(source, perms, max_snr_idx):
+    """
+    Args:
+        source: [B, C, T]
+        perms: [C!, C], permutations
+        max_snr_idx: [B], each item is between [0, C!)
+    Returns:
+        reorder_source: [B, C, T]
+    """
+    B, C, *_ = source.size()
+    # [B, C], permutation whose SI-SNR is max of each utterance
+    # for each utterance, reorder estimate source according this permutation
+    max_snr_perm = torch.index_select(perms, dim=0, index=max_snr_idx)
+    # print('max_snr_perm', max_snr_perm)
+    # maybe use torch.gather()/index_select()/scatter() to impl this?
+    reorder_source = torch.zeros_like(source)
+    for b in range(B):
+        for c in range(C):
+            reorder_source[b, c] = source[b, max_snr_perm[b][c]]
+    return reorder_source
+
+
+def get_mask(source, source_lengths):
+    """
+    Args:
+        source: [B, C, T]
+        source_lengths: [B]
+    Returns:
+        mask: [B, 1, T]
+    """
+    B, _, T = source.size()
+    mask = source.new_ones((B, 1, T))
+    for i in range(B):
+        mask[i, :, source_lengths[i]:] = 0
+    return mask
+
+
+# solver.py's _run_one_epoch, on a few synthetic two-speaker mixtures (padded, with their lengths)
+T = 120
+lengths = [120, 104, 96]
+t = np.arange(T) / 8000.0
+sources = np.zeros((3, 2, T), dtype=np.float32)
+for b, n in enumerate(lengths):
+    sources[b, 0, :n] = np.sin(2 * np.pi * (300 + 100 * b) * t[:n])
+    sources[b, 1, :n] = 0.5 * np.sign(np.sin(2 * np.pi * (700 - 50 * b) * t[:n]))
+for norm_type, causal, mask_nonlinear in (("gLN", False, "relu"), ("cLN", True, "softmax"), ("BN", False, "relu")):
+    model = ConvTasNet(N=12, L=8, B=6, H=10, P=3, X=2, R=2, C=2, norm_type=norm_type, causal=causal, mask_nonlinear=mask_nonlinear)
+    model.double()
+    initialize(model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=0.0)
+    model.train()
+    for i in range(3):
+        padded_source = torch.tensor(sources, dtype=torch.float64)
+        mixture_lengths = torch.tensor(lengths)
+        padded_mixture = padded_source.sum(dim=1)
+        estimate_source = model(padded_mixture)
+        loss, max_snr, estimate_source, reorder_estimate_source = \
+            cal_loss(padded_source, estimate_source, mixture_lengths)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5)
+        optimizer.step()
+        record.append([loss.item()])
+        record.append(max_snr.detach().numpy().copy())
+        record.append(reorder_estimate_source.detach().numpy().copy())
+    record.append(params_of(model))
+    model.eval()
+    with torch.no_grad():
+        record.append(model(padded_mixture).numpy().copy())
+'''
+
+TRANSDUCER_SOURCE = r'''import torch
+import string
+import itertools
+from collections import Counter
+
+NULL_INDEX = 0
+
+encoder_dim = 16
+predictor_dim = 16
+joiner_dim = 16
+
+
+class Encoder(torch.nn.Module):
+  def __init__(self, num_inputs):
+    super(Encoder, self).__init__()
+    self.embed = torch.nn.Embedding(num_inputs, encoder_dim)
+    self.rnn = torch.nn.GRU(input_size=encoder_dim, hidden_size=encoder_dim, num_layers=3, batch_first=True, bidirectional=True, dropout=0.1)
+    self.linear = torch.nn.Linear(encoder_dim*2, joiner_dim)
+
+  def forward(self, x):
+    out = x
+    out = self.embed(out)
+    out = self.rnn(out)[0]
+    out = self.linear(out)
+    return out
+
+
+class Predictor(torch.nn.Module):
+  def __init__(self, num_outputs):
+    super(Predictor, self).__init__()
+    self.embed = torch.nn.Embedding(num_outputs, predictor_dim)
+    self.rnn = torch.nn.GRUCell(input_size=predictor_dim, hidden_size=predictor_dim)
+    self.linear = torch.nn.Linear(predictor_dim, joiner_dim)
+
+    self.initial_state = torch.nn.Parameter(torch.randn(predictor_dim))
+    self.start_symbol = NULL_INDEX # In the original paper, a vector of 0s is used; just using the null index instead is easier when using an Embedding layer.
+
+  def forward_one_step(self, input, previous_state):
+    embedding = self.embed(input)
+    state = self.rnn.forward(embedding, previous_state)
+    out = self.linear(state)
+    return out, state
+
+  def forward(self, y):
+    batch_size = y.shape[0]
+    U = y.shape[1]
+    outs = []
+    state = torch.stack([self.initial_state] * batch_size).to(y.device)
+    for u in range(U+1): # need U+1 to get null output for final timestep
+      if u == 0:
+        decoder_input = torch.tensor([self.start_symbol] * batch_size, device=y.device)
+      else:
+        decoder_input = y[:,u-1]
+      out, state = self.forward_one_step(decoder_input, state)
+      outs.append(out)
+    out = torch.stack(outs, dim=1)
+    return out
+
+
+class Joiner(torch.nn.Module):
+  def __init__(self, num_outputs):
+    super(Joiner, self).__init__()
+    self.linear = torch.nn.Linear(joiner_dim, num_outputs)
+
+  def forward(self, encoder_out, predictor_out):
+    out = encoder_out + predictor_out
+    out = torch.nn.functional.relu(out)
+    out = self.linear(out)
+    return out
+
+
+class Transducer(torch.nn.Module):
+  def __init__(self, num_inputs, num_outputs):
+    super(Transducer, self).__init__()
+    self.encoder = Encoder(num_inputs)
+    self.predictor = Predictor(num_outputs)
+    self.joiner = Joiner(num_outputs)
+
+    if torch.cuda.is_available(): self.device = "cuda:0"
+    else: self.device = "cpu"
+    self.to(self.device)
+
+  def compute_forward_prob(self, joiner_out, T, U, y):
+    """
+    joiner_out: tensor of shape (B, T_max, U_max+1, #labels)
+    T: list of input lengths
+    U: list of output lengths 
+    y: label tensor (B, U_max+1)
+    """
+    B = joiner_out.shape[0]
+    T_max = joiner_out.shape[1]
+    U_max = joiner_out.shape[2] - 1
+    log_alpha = torch.zeros(B, T_max, U_max+1, device=model.device)
+    for t in range(T_max):
+      for u in range(U_max+1):
+          if u == 0:
+            if t == 0:
+              log_alpha[:, t, u] = 0.
+
+            else: #t > 0
+              log_alpha[:, t, u] = log_alpha[:, t-1, u] + joiner_out[:, t-1, 0, NULL_INDEX] 
+                  
+          else: #u > 0
+            if t == 0:
+              log_alpha[:, t, u] = log_alpha[:, t,u-1] + torch.gather(joiner_out[:, t, u-1], dim=1, index=y[:,u-1].view(-1,1) ).reshape(-1)
+            
+            else: #t > 0
+              log_alpha[:, t, u] = torch.logsumexp(torch.stack([
+                  log_alpha[:, t-1, u] + joiner_out[:, t-1, u, NULL_INDEX],
+                  log_alpha[:, t, u-1] + torch.gather(joiner_out[:, t, u-1], dim=1, index=y[:,u-1].view(-1,1) ).reshape(-1)
+              ]), dim=0)
+  
+    log_probs = []
+    for b in range(B):
+      log_prob = log_alpha[b, T[b]-1, U[b]] + joiner_out[b, T[b]-1, U[b], NULL_INDEX]
+      log_probs.append(log_prob)
+    log_probs = torch.stack(log_probs) 
+    return log_probs
+
+  def compute_loss(self, x, y, T, U):
+    encoder_out = self.encoder.forward(x)
+    predictor_out = self.predictor.forward(y)
+    joiner_out = self.joiner.forward(encoder_out.unsqueeze(2), predictor_out.unsqueeze(1)).log_softmax(3)
+    loss = -self.compute_forward_prob(joiner_out, T, U, y).mean()
+    return loss
+
+  def compute_single_alignment_prob(self, encoder_out, predictor_out, T, U, z, y):
+    """
+    Computes the probability of one alignment, z.
+    """
+    t = 0; u = 0
+    t_u_indices = []
+    y_expanded = []
+    for step in z:
+      t_u_indices.append((t,u))
+      if step == 0: # right (null)
+        y_expanded.append(NULL_INDEX)
+        t += 1
+      if step == 1: # down (label)
+        y_expanded.append(y[u])
+        u += 1
+    t_u_indices.append((T-1,U))
+    y_expanded.append(NULL_INDEX)
+
+    t_indices = [t for (t,u) in t_u_indices]
+    u_indices = [u for (t,u) in t_u_indices]
+    encoder_out_expanded = encoder_out[t_indices]
+    predictor_out_expanded = predictor_out[u_indices]
+    joiner_out = self.joiner.forward(encoder_out_expanded, predictor_out_expanded).log_softmax(1)
+    logprob = -torch.nn.functional.nll_loss(input=joiner_out, target=torch.tensor(y_expanded).long().to(self.device), reduction="sum")
+    return logprob
+
+  def greedy_search(self, x, T):
+    y_batch = []
+    B = len(x)
+    encoder_out = self.encoder.forward(x)
+    U_max = 200
+    for b in range(B):
+      t = 0; u = 0; y = [self.predictor.start_symbol]; predictor_state = self.predictor.initial_state.unsqueeze(0)
+      while t < T[b] and u < U_max:
+        predictor_input = torch.tensor([ y[-1] ], device = x.device)
+        g_u, predictor_state = self.predictor.forward_one_step(predictor_input, predictor_state)
+        f_t = encoder_out[b, t]
+        h_t_u = self.joiner.forward(f_t, g_u)
+        argmax = h_t_u.max(-1)[1].item()
+        if argmax == NULL_INDEX:
+          t += 1
+        else: # argmax == a label
+          u += 1
+          y.append(argmax)
+      y_batch.append(y[1:]) # remove start symbol
+    return y_batch
+
+
+def encode_string(s):
+  for c in s:
+    if c not in string.ascii_lowercase + " ":
+      print(c)
+  return [string.ascii_lowercase.index(c) + 1 for c in s]  # hmm
+
+def decode_labels(l):
+  return "".join([string.ascii_lowercase[c - 1] for c in l])
+
+
+class Collate:
+  def __call__(self, batch):
+    """
+    batch: list of tuples (input string, output string)
+    Returns a minibatch of strings, encoded as labels and padded to have the same length.
+    """
+    x = []; y = []
+    batch_size = len(batch)
+    for index in range(batch_size):
+      x_,y_ = batch[index]
+      x.append(encode_string(x_))
+      y.append(encode_string(y_))
+
+    # pad all sequences to have same length
+    T = [len(x_) for x_ in x]
+    U = [len(y_) for y_ in y]
+    T_max = max(T)
+    U_max = max(U)
+    for index in range(batch_size):
+      x[index] += [NULL_INDEX] * (T_max - len(x[index]))
+      x[index] = torch.tensor(x[index])
+      y[index] += [NULL_INDEX] * (U_max - len(y[index]))
+      y[index] = torch.tensor(y[index])
+
+    # stack into single tensor
+    x = torch.stack(x)
+    y = torch.stack(y)
+    T = torch.tensor(T)
+    U = torch.tensor(U)
+
+    return (x,y,T,U)
+
+
+def remove_doubled(s):  # the task: output the input with consecutive repeats collapsed
+  return "".join(c for i, c in enumerate(s) if i == 0 or c != s[i - 1])
+
+
+words = ["hello", "aabbc", "ssst", "abba", "moon", "kiwi"]
+batch = [(w, remove_doubled(w)) for w in words]
+num_chars = 27
+model = Transducer(num_inputs=num_chars, num_outputs=num_chars)
+initialize(model)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.0003)
+collate = Collate()
+x, y, T, U = collate(batch[:4])
+
+# the tutorial's check: the forward algorithm sums the probabilities of all alignments
+model.eval()
+encoder_out = model.encoder.forward(x)
+predictor_out = model.predictor.forward(y)
+t_ = T[0].item(); u_ = U[0].item()
+all_permutations = list(itertools.permutations([0]*(t_-1) + [1]*u_))
+all_distinct_permutations = list(Counter(all_permutations).keys())
+alignment_probs = []
+for z in all_distinct_permutations:
+  alignment_prob = model.compute_single_alignment_prob(encoder_out[0], predictor_out[0], t_, u_, z, y[0])
+  alignment_probs.append(alignment_prob)
+record.append([torch.stack(alignment_probs).logsumexp(0).item()])
+record.append([model.compute_forward_prob(model.joiner.forward(encoder_out.unsqueeze(2), predictor_out.unsqueeze(1)).log_softmax(3), T, U, y)[0].item()])
+
+model.train()
+model.encoder.rnn.dropout = 0.0  # the runs' dropout masks are not the same draws
+for idx in range(3):
+  x, y, T, U = collate(batch[idx:idx + 3])
+  loss = model.compute_loss(x, y, T, U)
+  optimizer.zero_grad()
+  loss.backward()
+  optimizer.step()
+  record.append([loss.item()])
+  record.append(params_of(model))
+
+model.eval()
+with torch.no_grad():
+  x, y, T, U = collate(batch[3:])
+  guesses = model.greedy_search(x, T)
+record.append([decode_labels(g) for g in guesses])
+'''
+
+DEMUCS_SOURCE = r'''import functools
+import math
+
+import torch as th
+from torch import nn
+from torch.nn import functional as F
+
+
+def capture_init(init):
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        self._init_args_kwargs = (args, kwargs)
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+def center_trim(tensor, reference):
+    """
+    Center trim `tensor` with respect to `reference`, along the last dimension.
+    `reference` can also be a number, representing the length to trim to.
+    If the size difference != 0 mod 2, the extra sample is removed on the right side.
+    """
+    if hasattr(reference, "size"):
+        reference = reference.size(-1)
+    delta = tensor.size(-1) - reference
+    if delta < 0:
+        raise ValueError("tensor must be larger than reference. " f"Delta is {delta}.")
+    if delta:
+        tensor = tensor[..., delta // 2:-(delta - delta // 2)]
+    return tensor
+
+
+class BLSTM(nn.Module):
+    def __init__(self, dim, layers=1):
+        super().__init__()
+        self.lstm = nn.LSTM(bidirectional=True, num_layers=layers, hidden_size=dim, input_size=dim)
+        self.linear = nn.Linear(2 * dim, dim)
+
+    def forward(self, x):
+        x = x.permute(2, 0, 1)
+        x = self.lstm(x)[0]
+        x = self.linear(x)
+        x = x.permute(1, 2, 0)
+        return x
+
+
+def rescale_conv(conv, reference):
+    std = conv.weight.std().detach()
+    scale = (std / reference)**0.5
+    conv.weight.data /= scale
+    if conv.bias is not None:
+        conv.bias.data /= scale
+
+
+def rescale_module(module, reference):
+    for sub in module.modules():
+        if isinstance(sub, (nn.Conv1d, nn.ConvTranspose1d)):
+            rescale_conv(sub, reference)
+
+
+class Demucs(nn.Module):
+    @capture_init
+    def __init__(self,
+                 sources,
+                 audio_channels=2,
+                 channels=64,
+                 depth=6,
+                 rewrite=True,
+                 glu=True,
+                 rescale=0.1,
+                 resample=True,
+                 kernel_size=8,
+                 stride=4,
+                 growth=2.,
+                 lstm_layers=2,
+                 context=3,
+                 normalize=False,
+                 samplerate=44100,
+                 segment_length=4 * 10 * 44100):
+        super().__init__()
+        self.audio_channels = audio_channels
+        self.sources = sources
+        self.kernel_size = kernel_size
+        self.context = context
+        self.stride = stride
+        self.depth = depth
+        self.resample = resample
+        self.channels = channels
+        self.normalize = normalize
+        self.samplerate = samplerate
+        self.segment_length = segment_length
+
+        self.encoder = nn.ModuleList()
+        self.decoder = nn.ModuleList()
+
+        if glu:
+            activation = nn.GLU(dim=1)
+            ch_scale = 2
+        else:
+            activation = nn.ReLU()
+            ch_scale = 1
+        in_channels = audio_channels
+        for index in range(depth):
+            encode = []
+            encode += [nn.Conv1d(in_channels, channels, kernel_size, stride), nn.ReLU()]
+            if rewrite:
+                encode += [nn.Conv1d(channels, ch_scale * channels, 1), activation]
+            self.encoder.append(nn.Sequential(*encode))
+
+            decode = []
+            if index > 0:
+                out_channels = in_channels
+            else:
+                out_channels = len(self.sources) * audio_channels
+            if rewrite:
+                decode += [nn.Conv1d(channels, ch_scale * channels, context), activation]
+            decode += [nn.ConvTranspose1d(channels, out_channels, kernel_size, stride)]
+            if index > 0:
+                decode.append(nn.ReLU())
+            self.decoder.insert(0, nn.Sequential(*decode))
+            in_channels = channels
+            channels = int(growth * channels)
+
+        channels = in_channels
+
+        if lstm_layers:
+            self.lstm = BLSTM(channels, lstm_layers)
+        else:
+            self.lstm = None
+
+        if rescale:
+            rescale_module(self, reference=rescale)
+
+    def valid_length(self, length):
+        """
+        Return the nearest valid length to use with the model so that
+        there is no time steps left over in a convolutions, e.g. for all
+        layers, size of the input - kernel_size % stride = 0.
+
+        If the mixture has a valid length, the estimated sources
+        will have exactly the same length when context = 1. If context > 1,
+        the two signals can be center trimmed to match.
+
+        For training, extracts should have a valid length.For evaluation
+        on full tracks we recommend passing `pad = True` to :method:`forward`.
+        """
+        if self.resample:
+            length *= 2
+        for _ in range(self.depth):
+            length = math.ceil((length - self.kernel_size) / self.stride) + 1
+            length = max(1, length)
+            length += self.context - 1
+        for _ in range(self.depth):
+            length = (length - 1) * self.stride + self.kernel_size
+
+        if self.resample:
+            length = math.ceil(length / 2)
+        return int(length)
+
+    def forward(self, mix):
+        x = mix
+
+        if self.normalize:
+            mono = mix.mean(dim=1, keepdim=True)
+            mean = mono.mean(dim=-1, keepdim=True)
+            std = mono.std(dim=-1, keepdim=True)
+        else:
+            mean = 0
+            std = 1
+
+        x = (x - mean) / (1e-5 + std)
+
+        if self.resample:
+            x = julius.resample_frac(x, 1, 2)
+
+        saved = []
+        for encode in self.encoder:
+            x = encode(x)
+            saved.append(x)
+        if self.lstm:
+            x = self.lstm(x)
+        for decode in self.decoder:
+            skip = center_trim(saved.pop(-1), x)
+            x = x + skip
+            x = decode(x)
+
+        if self.resample:
+            x = julius.resample_frac(x, 2, 1)
+        x = x * std + mean
+        x = x.view(x.size(0), len(self.sources), self.audio_channels, x.size(-1))
+        return x
+
+
+class Shift(nn.Module):
+    """
+    Randomly shift audio in time by up to `shift` samples.
+    """
+    def __init__(self, shift=8192):
+        super().__init__()
+        self.shift = shift
+
+    def forward(self, wav):
+        batch, sources, channels, time = wav.size()
+        length = time - self.shift
+        if self.shift > 0:
+            if not self.training:
+                wav = wav[..., :length]
+            else:
+                offsets = th.randint(self.shift, [batch, sources, 1, 1], device=wav.device)
+                offsets = offsets.expand(-1, -1, channels, -1)
+                indexes = th.arange(length, device=wav.device)
+                wav = wav.gather(3, indexes + offsets)
+        return wav
+
+
+class FlipChannels(nn.Module):
+    """
+    Flip left-right channels.
+    """
+    def forward(self, wav):
+        batch, sources, channels, time = wav.size()
+        if self.training and wav.size(2) == 2:
+            left = th.randint(2, (batch, sources, 1, 1), device=wav.device)
+            left = left.expand(-1, -1, -1, time)
+            right = 1 - left
+            wav = th.cat([wav.gather(2, left), wav.gather(2, right)], dim=2)
+        return wav
+
+
+class FlipSign(nn.Module):
+    """
+    Random sign flip.
+    """
+    def forward(self, wav):
+        batch, sources, channels, time = wav.size()
+        if self.training:
+            signs = th.randint(2, (batch, sources, 1, 1), device=wav.device, dtype=th.float32)
+            wav = wav * (2 * signs - 1)
+        return wav
+
+
+class Remix(nn.Module):
+    """
+    Shuffle sources to make new mixes.
+    """
+    def __init__(self, group_size=4):
+        """
+        Shuffle sources within one batch.
+        Each batch is divided into groups of size `group_size` and shuffling is done within
+        each group separatly. This allow to keep the same probability distribution no matter
+        the number of GPUs. Without this grouping, using more GPUs would lead to a higher
+        probability of keeping two sources from the same track together which can impact
+        performance.
+        """
+        super().__init__()
+        self.group_size = group_size
+
+    def forward(self, wav):
+        batch, streams, channels, time = wav.size()
+        device = wav.device
+
+        if self.training:
+            group_size = self.group_size or batch
+            if batch % group_size != 0:
+                raise ValueError(f"Batch size {batch} must be divisible by group size {group_size}")
+            groups = batch // group_size
+            wav = wav.view(groups, group_size, streams, channels, time)
+            permutations = th.argsort(th.rand(groups, group_size, streams, 1, 1, device=device),
+                                      dim=1)
+            wav = wav.gather(1, permutations.expand(-1, -1, -1, channels, time))
+            wav = wav.view(batch, streams, channels, time)
+        return wav
+
+
+# train.py's train_model loop (one epoch of a few batches), small
+sources_names = ["drums", "bass", "other", "vocals"]
+model = Demucs(sources_names, audio_channels=2, channels=4, depth=2, resample=False, lstm_layers=1, kernel_size=8, stride=4, context=3)
+initialize(model)
+record.append(list(model._init_args_kwargs[0]))
+length = model.valid_length(200)
+shift = 16
+augment = nn.Sequential(FlipSign(), FlipChannels(), Shift(shift), Remix(group_size=2))
+criterion = nn.L1Loss()
+optimizer = th.optim.Adam(model.parameters(), lr=3e-4)
+tracks = np.random.default_rng(7).standard_normal((3, 4, 5, 2, length + shift)).astype(np.float32) * 0.3
+model.train()
+augment.train()
+for streams in tracks:
+    streams = th.from_numpy(streams)
+    sources = streams[:, 1:]
+    sources = augment(sources)
+    mix = sources.sum(dim=1)
+
+    estimates = model(mix)
+    sources = center_trim(sources, estimates)
+    loss = criterion(estimates, sources)
+    loss.backward()
+    grad_norm = 0
+    for p in model.parameters():
+        if p.grad is not None:
+            grad_norm += p.grad.data.norm()**2
+    grad_norm = grad_norm**0.5
+    optimizer.step()
+    optimizer.zero_grad()
+    record.append([loss.item(), grad_norm.item()])
+record.append(params_of(model))
+model.eval()
+with th.no_grad():
+    out = model(th.from_numpy(tracks[0, :, 0]))
+record.append(out.numpy().copy())
+'''
+
+TORCHAUDIO_FRONT_END_SOURCE = r"""import math
+import warnings
+from typing import Callable, Optional, Union
+
+import torch
+from torch import Tensor
+
+
+# torchaudio/functional/functional.py
+def _get_spec_norms(normalized: Union[str, bool]):
+    frame_length_norm, window_norm = False, False
+    if torch.jit.isinstance(normalized, str):
+        if normalized not in ["frame_length", "window"]:
+            raise ValueError("Invalid normalized parameter: {}".format(normalized))
+        if normalized == "frame_length":
+            frame_length_norm = True
+        elif normalized == "window":
+            window_norm = True
+    elif torch.jit.isinstance(normalized, bool):
+        if normalized:
+            window_norm = True
+    else:
+        raise TypeError("Input type not supported")
+    return frame_length_norm, window_norm
+
+
+def spectrogram(
+    waveform: Tensor,
+    pad: int,
+    window: Tensor,
+    n_fft: int,
+    hop_length: int,
+    win_length: int,
+    power: Optional[float],
+    normalized: Union[bool, str],
+    center: bool = True,
+    pad_mode: str = "reflect",
+    onesided: bool = True,
+    return_complex: Optional[bool] = None,
+) -> Tensor:
+    if return_complex is not None:
+        warnings.warn(
+            "`return_complex` argument is now deprecated and is not effective."
+            "`torchaudio.functional.spectrogram(power=None)` always returns a tensor with "
+            "complex dtype. Please remove the argument in the function call."
+        )
+
+    if pad > 0:
+        # TODO add "with torch.no_grad():" back when JIT supports it
+        waveform = torch.nn.functional.pad(waveform, (pad, pad), "constant")
+
+    frame_length_norm, window_norm = _get_spec_norms(normalized)
+
+    # pack batch
+    shape = waveform.size()
+    waveform = waveform.reshape(-1, shape[-1])
+
+    # default values are consistent with librosa.core.spectrum._spectrogram
+    spec_f = torch.stft(
+        input=waveform,
+        n_fft=n_fft,
+        hop_length=hop_length,
+        win_length=win_length,
+        window=window,
+        center=center,
+        pad_mode=pad_mode,
+        normalized=frame_length_norm,
+        onesided=onesided,
+        return_complex=True,
+    )
+
+    # unpack batch
+    spec_f = spec_f.reshape(shape[:-1] + spec_f.shape[-2:])
+
+    if window_norm:
+        spec_f /= window.pow(2.0).sum().sqrt()
+    if power is not None:
+        if power == 1.0:
+            return spec_f.abs()
+        return spec_f.abs().pow(power)
+    return spec_f
+
+
+def _hz_to_mel(freq: float, mel_scale: str = "htk") -> float:
+    if mel_scale not in ["slaney", "htk"]:
+        raise ValueError('mel_scale should be one of "htk" or "slaney".')
+
+    if mel_scale == "htk":
+        return 2595.0 * math.log10(1.0 + (freq / 700.0))
+
+    # Fill in the linear part
+    f_min = 0.0
+    f_sp = 200.0 / 3
+
+    mels = (freq - f_min) / f_sp
+
+    # Fill in the log-scale part
+    min_log_hz = 1000.0
+    min_log_mel = (min_log_hz - f_min) / f_sp
+    logstep = math.log(6.4) / 27.0
+
+    if freq >= min_log_hz:
+        mels = min_log_mel + math.log(freq / min_log_hz) / logstep
+
+    return mels
+
+
+def _mel_to_hz(mels: Tensor, mel_scale: str = "htk") -> Tensor:
+    if mel_scale not in ["slaney", "htk"]:
+        raise ValueError('mel_scale should be one of "htk" or "slaney".')
+
+    if mel_scale == "htk":
+        return 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
+
+    # Fill in the linear scale
+    f_min = 0.0
+    f_sp = 200.0 / 3
+    freqs = f_min + f_sp * mels
+
+    # And now the nonlinear scale
+    min_log_hz = 1000.0
+    min_log_mel = (min_log_hz - f_min) / f_sp
+    logstep = math.log(6.4) / 27.0
+
+    log_t = mels >= min_log_mel
+    freqs[log_t] = min_log_hz * torch.exp(logstep * (mels[log_t] - min_log_mel))
+
+    return freqs
+
+
+def _create_triangular_filterbank(
+    all_freqs: Tensor,
+    f_pts: Tensor,
+) -> Tensor:
+    # Adopted from Librosa
+    # calculate the difference between each filter mid point and each stft freq point in hertz
+    f_diff = f_pts[1:] - f_pts[:-1]  # (n_filter + 1)
+    slopes = f_pts.unsqueeze(0) - all_freqs.unsqueeze(1)  # (n_freqs, n_filter + 2)
+    # create overlapping triangles
+    zero = torch.zeros(1)
+    down_slopes = (-1.0 * slopes[:, :-2]) / f_diff[:-1]  # (n_freqs, n_filter)
+    up_slopes = slopes[:, 2:] / f_diff[1:]  # (n_freqs, n_filter)
+    fb = torch.max(zero, torch.min(down_slopes, up_slopes))
+
+    return fb
+
+
+def melscale_fbanks(
+    n_freqs: int,
+    f_min: float,
+    f_max: float,
+    n_mels: int,
+    sample_rate: int,
+    norm: Optional[str] = None,
+    mel_scale: str = "htk",
+) -> Tensor:
+    if norm is not None and norm != "slaney":
+        raise ValueError('norm must be one of None or "slaney"')
+
+    # freq bins
+    all_freqs = torch.linspace(0, sample_rate // 2, n_freqs)
+
+    # calculate mel freq bins
+    m_min = _hz_to_mel(f_min, mel_scale=mel_scale)
+    m_max = _hz_to_mel(f_max, mel_scale=mel_scale)
+
+    m_pts = torch.linspace(m_min, m_max, n_mels + 2)
+    f_pts = _mel_to_hz(m_pts, mel_scale=mel_scale)
+
+    # create filterbank
+    fb = _create_triangular_filterbank(all_freqs, f_pts)
+
+    if norm is not None and norm == "slaney":
+        # Slaney-style mel is scaled to be approx constant energy per channel
+        enorm = 2.0 / (f_pts[2 : n_mels + 2] - f_pts[:n_mels])
+        fb *= enorm.unsqueeze(0)
+
+    if (fb.max(dim=0).values == 0.0).any():
+        warnings.warn(
+            "At least one mel filterbank has all zero values. "
+            f"The value for `n_mels` ({n_mels}) may be set too high. "
+            f"Or, the value for `n_freqs` ({n_freqs}) may be set too low."
+        )
+
+    return fb
+
+
+def create_dct(n_mfcc: int, n_mels: int, norm: Optional[str]) -> Tensor:
+    if norm is not None and norm != "ortho":
+        raise ValueError('norm must be either "ortho" or None')
+
+    # http://en.wikipedia.org/wiki/Discrete_cosine_transform#DCT-II
+    n = torch.arange(float(n_mels))
+    k = torch.arange(float(n_mfcc)).unsqueeze(1)
+    dct = torch.cos(math.pi / float(n_mels) * (n + 0.5) * k)  # size (n_mfcc, n_mels)
+
+    if norm is None:
+        dct *= 2.0
+    else:
+        dct[0] *= 1.0 / math.sqrt(2.0)
+        dct *= math.sqrt(2.0 / float(n_mels))
+    return dct.t()
+
+
+def amplitude_to_DB(
+    x: Tensor, multiplier: float, amin: float, db_multiplier: float, top_db: Optional[float] = None
+) -> Tensor:
+    x_db = multiplier * torch.log10(torch.clamp(x, min=amin))
+    x_db -= multiplier * db_multiplier
+
+    if top_db is not None:
+        # Expand batch
+        shape = x_db.size()
+        packed_channels = shape[-3] if x_db.dim() > 2 else 1
+        x_db = x_db.reshape(-1, packed_channels, shape[-2], shape[-1])
+
+        x_db = torch.max(x_db, (x_db.amax(dim=(-3, -2, -1)) - top_db).view(-1, 1, 1, 1))
+
+        # Repack batch
+        x_db = x_db.reshape(shape)
+
+    return x_db
+
+
+def compute_deltas(specgram: Tensor, win_length: int = 5, mode: str = "replicate") -> Tensor:
+    device = specgram.device
+    dtype = specgram.dtype
+
+    # pack batch
+    shape = specgram.size()
+    specgram = specgram.reshape(1, -1, shape[-1])
+
+    if win_length < 3:
+        raise ValueError(f"Window length should be greater than or equal to 3. Found win_length {win_length}")
+
+    n = (win_length - 1) // 2
+
+    # twice sum of integer squared
+    denom = n * (n + 1) * (2 * n + 1) / 3
+
+    specgram = torch.nn.functional.pad(specgram, (n, n), mode=mode)
+
+    kernel = torch.arange(-n, n + 1, 1, device=device, dtype=dtype).repeat(specgram.shape[1], 1, 1)
+
+    output = torch.nn.functional.conv1d(specgram, kernel, groups=specgram.shape[1]) / denom
+
+    # unpack batch
+    output = output.reshape(shape)
+
+    return output
+
+
+def _get_mask_param(mask_param: int, p: float, axis_length: int) -> int:
+    if p == 1.0:
+        return mask_param
+    else:
+        return min(mask_param, int(axis_length * p))
+
+
+def mask_along_axis_iid(
+    specgrams: Tensor,
+    mask_param: int,
+    mask_value: float,
+    axis: int,
+    p: float = 1.0,
+) -> Tensor:
+    dim = specgrams.dim()
+
+    if dim < 3:
+        raise ValueError(f"Spectrogram must have at least three dimensions ({dim} given).")
+
+    if axis not in [dim - 2, dim - 1]:
+        raise ValueError(
+            f"Only Frequency and Time masking are supported (axis {dim-2} and axis {dim-1} supported; {axis} given)."
+        )
+
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"The value of p must be between 0.0 and 1.0 ({p} given).")
+
+    mask_param = _get_mask_param(mask_param, p, specgrams.shape[axis])
+    if mask_param < 1:
+        return specgrams
+
+    device = specgrams.device
+    dtype = specgrams.dtype
+
+    value = torch.rand(specgrams.shape[: (dim - 2)], device=device, dtype=dtype) * mask_param
+    min_value = torch.rand(specgrams.shape[: (dim - 2)], device=device, dtype=dtype) * (specgrams.size(axis) - value)
+
+    # Create broadcastable mask
+    mask_start = min_value.long()[..., None, None]
+    mask_end = (min_value.long() + value.long())[..., None, None]
+    mask = torch.arange(0, specgrams.size(axis), device=device, dtype=dtype)
+
+    # Per batch example masking
+    specgrams = specgrams.transpose(axis, -1)
+    specgrams = specgrams.masked_fill((mask >= mask_start) & (mask < mask_end), mask_value)
+    specgrams = specgrams.transpose(axis, -1)
+
+    return specgrams
+
+
+# torchaudio/transforms/_transforms.py
+class Spectrogram(torch.nn.Module):
+    __constants__ = ["n_fft", "win_length", "hop_length", "pad", "power", "normalized"]
+
+    def __init__(
+        self,
+        n_fft: int = 400,
+        win_length: Optional[int] = None,
+        hop_length: Optional[int] = None,
+        pad: int = 0,
+        window_fn: Callable[..., Tensor] = torch.hann_window,
+        power: Optional[float] = 2.0,
+        normalized: Union[bool, str] = False,
+        wkwargs: Optional[dict] = None,
+        center: bool = True,
+        pad_mode: str = "reflect",
+        onesided: bool = True,
+        return_complex: Optional[bool] = None,
+    ) -> None:
+        super(Spectrogram, self).__init__()
+        torch._C._log_api_usage_once("torchaudio.transforms.Spectrogram")
+        self.n_fft = n_fft
+        # number of FFT bins. the returned STFT result will have n_fft // 2 + 1
+        # number of frequencies due to onesided=True in torch.stft
+        self.win_length = win_length if win_length is not None else n_fft
+        self.hop_length = hop_length if hop_length is not None else self.win_length // 2
+        window = window_fn(self.win_length) if wkwargs is None else window_fn(self.win_length, **wkwargs)
+        self.register_buffer("window", window)
+        self.pad = pad
+        self.power = power
+        self.normalized = normalized
+        self.center = center
+        self.pad_mode = pad_mode
+        self.onesided = onesided
+
+    def forward(self, waveform: Tensor) -> Tensor:
+        return spectrogram(
+            waveform,
+            self.pad,
+            self.window,
+            self.n_fft,
+            self.hop_length,
+            self.win_length,
+            self.power,
+            self.normalized,
+            self.center,
+            self.pad_mode,
+            self.onesided,
+        )
+
+
+class MelScale(torch.nn.Module):
+    __constants__ = ["n_mels", "sample_rate", "f_min", "f_max"]
+
+    def __init__(
+        self,
+        n_mels: int = 128,
+        sample_rate: int = 16000,
+        f_min: float = 0.0,
+        f_max: Optional[float] = None,
+        n_stft: int = 201,
+        norm: Optional[str] = None,
+        mel_scale: str = "htk",
+    ) -> None:
+        super(MelScale, self).__init__()
+        self.n_mels = n_mels
+        self.sample_rate = sample_rate
+        self.f_max = f_max if f_max is not None else float(sample_rate // 2)
+        self.f_min = f_min
+        self.norm = norm
+        self.mel_scale = mel_scale
+
+        if f_min > self.f_max:
+            raise ValueError("Require f_min: {} <= f_max: {}".format(f_min, self.f_max))
+
+        fb = melscale_fbanks(n_stft, self.f_min, self.f_max, self.n_mels, self.sample_rate, self.norm, self.mel_scale)
+        self.register_buffer("fb", fb)
+
+    def forward(self, specgram: Tensor) -> Tensor:
+        # (..., time, freq) dot (freq, n_mels) -> (..., n_mels, time)
+        mel_specgram = torch.matmul(specgram.transpose(-1, -2), self.fb).transpose(-1, -2)
+
+        return mel_specgram
+
+
+class MelSpectrogram(torch.nn.Module):
+    __constants__ = ["sample_rate", "n_fft", "win_length", "hop_length", "pad", "n_mels", "f_min"]
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        n_fft: int = 400,
+        win_length: Optional[int] = None,
+        hop_length: Optional[int] = None,
+        f_min: float = 0.0,
+        f_max: Optional[float] = None,
+        pad: int = 0,
+        n_mels: int = 128,
+        window_fn: Callable[..., Tensor] = torch.hann_window,
+        power: float = 2.0,
+        normalized: bool = False,
+        wkwargs: Optional[dict] = None,
+        center: bool = True,
+        pad_mode: str = "reflect",
+        onesided: Optional[bool] = None,
+        norm: Optional[str] = None,
+        mel_scale: str = "htk",
+    ) -> None:
+        super(MelSpectrogram, self).__init__()
+        torch._C._log_api_usage_once("torchaudio.transforms.MelSpectrogram")
+
+        if onesided is not None:
+            warnings.warn(
+                "Argument 'onesided' has been deprecated and has no influence on the behavior of this module."
+            )
+
+        self.sample_rate = sample_rate
+        self.n_fft = n_fft
+        self.win_length = win_length if win_length is not None else n_fft
+        self.hop_length = hop_length if hop_length is not None else self.win_length // 2
+        self.pad = pad
+        self.power = power
+        self.normalized = normalized
+        self.n_mels = n_mels  # number of mel frequency bins
+        self.f_max = f_max
+        self.f_min = f_min
+        self.spectrogram = Spectrogram(
+            n_fft=self.n_fft,
+            win_length=self.win_length,
+            hop_length=self.hop_length,
+            pad=self.pad,
+            window_fn=window_fn,
+            power=self.power,
+            normalized=self.normalized,
+            wkwargs=wkwargs,
+            center=center,
+            pad_mode=pad_mode,
+            onesided=True,
+        )
+        self.mel_scale = MelScale(
+            self.n_mels, self.sample_rate, self.f_min, self.f_max, self.n_fft // 2 + 1, norm, mel_scale
+        )
+
+    def forward(self, waveform: Tensor) -> Tensor:
+        specgram = self.spectrogram(waveform)
+        mel_specgram = self.mel_scale(specgram)
+        return mel_specgram
+
+
+class AmplitudeToDB(torch.nn.Module):
+    __constants__ = ["multiplier", "amin", "ref_value", "db_multiplier"]
+
+    def __init__(self, stype: str = "power", top_db: Optional[float] = None) -> None:
+        super(AmplitudeToDB, self).__init__()
+        self.stype = stype
+        if top_db is not None and top_db < 0:
+            raise ValueError("top_db must be positive value")
+        self.top_db = top_db
+        self.multiplier = 10.0 if stype == "power" else 20.0
+        self.amin = 1e-10
+        self.ref_value = 1.0
+        self.db_multiplier = math.log10(max(self.amin, self.ref_value))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return amplitude_to_DB(x, self.multiplier, self.amin, self.db_multiplier, self.top_db)
+
+
+class MFCC(torch.nn.Module):
+    __constants__ = ["sample_rate", "n_mfcc", "dct_type", "top_db", "log_mels"]
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        n_mfcc: int = 40,
+        dct_type: int = 2,
+        norm: str = "ortho",
+        log_mels: bool = False,
+        melkwargs: Optional[dict] = None,
+    ) -> None:
+        super(MFCC, self).__init__()
+        supported_dct_types = [2]
+        if dct_type not in supported_dct_types:
+            raise ValueError("DCT type not supported: {}".format(dct_type))
+        self.sample_rate = sample_rate
+        self.n_mfcc = n_mfcc
+        self.dct_type = dct_type
+        self.norm = norm
+        self.top_db = 80.0
+        self.amplitude_to_DB = AmplitudeToDB("power", self.top_db)
+
+        melkwargs = melkwargs or {}
+        self.MelSpectrogram = MelSpectrogram(sample_rate=self.sample_rate, **melkwargs)
+
+        if self.n_mfcc > self.MelSpectrogram.n_mels:
+            raise ValueError("Cannot select more MFCC coefficients than # mel bins")
+        dct_mat = create_dct(self.n_mfcc, self.MelSpectrogram.n_mels, self.norm)
+        self.register_buffer("dct_mat", dct_mat)
+        self.log_mels = log_mels
+
+    def forward(self, waveform: Tensor) -> Tensor:
+        mel_specgram = self.MelSpectrogram(waveform)
+        if self.log_mels:
+            log_offset = 1e-6
+            mel_specgram = torch.log(mel_specgram + log_offset)
+        else:
+            mel_specgram = self.amplitude_to_DB(mel_specgram)
+
+        # (..., time, n_mels) dot (n_mels, n_mfcc) -> (..., n_nfcc, time)
+        mfcc = torch.matmul(mel_specgram.transpose(-1, -2), self.dct_mat).transpose(-1, -2)
+        return mfcc
+
+
+class ComputeDeltas(torch.nn.Module):
+    __constants__ = ["win_length"]
+
+    def __init__(self, win_length: int = 5, mode: str = "replicate") -> None:
+        super(ComputeDeltas, self).__init__()
+        self.win_length = win_length
+        self.mode = mode
+
+    def forward(self, specgram: Tensor) -> Tensor:
+        return compute_deltas(specgram, win_length=self.win_length, mode=self.mode)
+
+
+class _AxisMasking(torch.nn.Module):
+    __constants__ = ["mask_param", "axis", "iid_masks", "p"]
+
+    def __init__(self, mask_param: int, axis: int, iid_masks: bool, p: float = 1.0) -> None:
+        super(_AxisMasking, self).__init__()
+        self.mask_param = mask_param
+        self.axis = axis
+        self.iid_masks = iid_masks
+        self.p = p
+
+    def forward(self, specgram: Tensor, mask_value: float = 0.0) -> Tensor:
+        # if iid_masks flag marked and specgram has a batch dimension
+        # self.axis + specgram.dim() - 3 gives the time/frequency dimension (last two dimensions)
+        # for input tensor for which the dimension is not 3.
+        if self.iid_masks:
+            return mask_along_axis_iid(specgram, self.mask_param, mask_value, self.axis + specgram.dim() - 3, p=self.p)
+        raise NotImplementedError  # (mask_along_axis, the shared mask, left out)
+
+
+class FrequencyMasking(_AxisMasking):
+    def __init__(self, freq_mask_param: int, iid_masks: bool = False) -> None:
+        super(FrequencyMasking, self).__init__(freq_mask_param, 1, iid_masks)
+
+
+class TimeMasking(_AxisMasking):
+    def __init__(self, time_mask_param: int, iid_masks: bool = False, p: float = 1.0) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"The value of p must be between 0.0 and 1.0 ({p} given).")
+        super(TimeMasking, self).__init__(time_mask_param, 2, iid_masks, p=p)
+
+
+# a keyword spotter over these front ends: MFCC + deltas, SpecAugment while training
+class KWS(torch.nn.Module):
+    def __init__(self, n_mfcc=13, n_classes=3):
+        super().__init__()
+        self.mfcc = MFCC(sample_rate=8000, n_mfcc=n_mfcc, melkwargs={"n_fft": 128, "hop_length": 64, "n_mels": 24, "f_min": 20.0, "mel_scale": "slaney", "norm": "slaney"})
+        self.deltas = ComputeDeltas()
+        self.augment = torch.nn.Sequential(FrequencyMasking(4, iid_masks=True), TimeMasking(6, iid_masks=True, p=0.5))
+        self.conv = torch.nn.Conv1d(2 * n_mfcc, 16, 3, padding=1)
+        self.fc = torch.nn.Linear(16, n_classes)
+
+    def forward(self, waveform):
+        feats = self.mfcc(waveform)  # (batch, channel, n_mfcc, time)
+        if self.training:
+            feats = self.augment(feats)
+        feats = torch.cat([feats, self.deltas(feats)], dim=2).squeeze(1)
+        feats = (feats - feats.mean(dim=-1, keepdim=True)) / (feats.std(dim=-1, keepdim=True) + 1e-5)
+        x = torch.relu(self.conv(feats)).mean(dim=-1)
+        return self.fc(x)
+
+
+torch.set_default_dtype(torch.float64)
+t = np.arange(4000) / 8000.0
+clips = np.stack([np.sin(2 * np.pi * (300 + 500 * (i % 3)) * t) * (0.5 + 0.1 * i) for i in range(6)])[:, None]
+labels = torch.tensor([i % 3 for i in range(6)])
+
+spec = Spectrogram(n_fft=64, hop_length=16, normalized="window", power=None)
+complex_spec = spec(torch.tensor(clips[:2]))
+record.append(complex_spec.abs().numpy().copy())
+record.append(MelSpectrogram(sample_rate=8000, n_fft=64, n_mels=10, pad=8, wkwargs={"periodic": False}, window_fn=torch.hamming_window)(torch.tensor(clips[:2])).numpy().copy())
+record.append(melscale_fbanks(33, 0.0, 4000.0, 12, 8000, norm="slaney", mel_scale="slaney").numpy().copy())
+
+model = KWS()
+initialize(model)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+model.train()
+for step in range(4):
+    waveform = torch.tensor(clips)
+    logits = model(waveform)
+    loss = torch.nn.functional.cross_entropy(logits, labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    record.append([loss.item()])
+record.append(params_of(model))
+
+# the gradient of the loss with respect to the audio (an adversarial direction), through the STFT
+model.eval()
+waveform = torch.tensor(clips).requires_grad_()
+loss = torch.nn.functional.cross_entropy(model(waveform), labels)
+loss.backward()
+record.append(waveform.grad.numpy().copy())
+torch.set_default_dtype(torch.float32)
+"""
+
+SRU_SOURCE = r'''import copy
+import math
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SRU_CPU_kernel = False  # the C++ kernel is not built: the Python recurrence runs
+
+
+def _lazy_load_cpu_kernel():
+    return SRU_CPU_kernel
+
+
+class SRU_Compute_CPU():
+    """The SRU recurrence in Python (sru 2.x's sru_functional.py, the custom_m branch left out)."""
+
+    @staticmethod
+    def apply(u, x, weight_c, bias, init, activation_type, d, bidirectional, has_skip_term,
+              scale_x, mask_c=None, mask_pad=None):
+        bidir = 2 if bidirectional else 1
+        length = x.size(0) if x.dim() == 3 else 1
+        batch = x.size(-2)
+        k = u.size(-1) // d // bidir
+
+        sru_cpu_impl = _lazy_load_cpu_kernel()
+        if (sru_cpu_impl is not None) and (sru_cpu_impl != False):
+            raise NotImplementedError
+        else:
+            warnings.warn("C++ kernel for SRU CPU inference was not loaded. "
+                          "Use Python version instead.")
+
+        mask_pad_ = mask_pad.view(length, batch, 1).float() if mask_pad is not None else mask_pad
+        u = u.contiguous().view(length, batch, bidir, d, k)
+
+        forget_wc, reset_wc = weight_c.view(2, bidir, d)
+        forget_bias, reset_bias = bias.view(2, bidir, d)
+
+        if not has_skip_term:
+            x_prime = None
+        elif k == 3:
+            x_prime = x.view(length, batch, bidir, d)
+            x_prime = x_prime * scale_x if scale_x is not None else x_prime
+        else:
+            x_prime = u[..., 3]
+
+        h = x.new_zeros(length, batch, bidir, d)
+
+        if init is None:
+            c_init = x.new_zeros(size=(batch, bidir, d))
+        else:
+            c_init = init.view(batch, bidir, d)
+
+        c_final = []
+        for di in range(bidir):
+            if di == 0:
+                time_seq = range(length)
+            else:
+                time_seq = range(length - 1, -1, -1)
+
+            mask_c_ = 1 if mask_c is None else mask_c.view(batch, bidir, d)[:, di, :]
+            c_prev = c_init[:, di, :]
+            fb, rb = forget_bias[di], reset_bias[di]
+            fw = forget_wc[di].expand(batch, d)
+            rw = reset_wc[di].expand(batch, d)
+            u0 = u[:, :, di, :, 0].chunk(length)
+            u1 = (u[:, :, di, :, 1] + fb).chunk(length)
+            u2 = (u[:, :, di, :, 2] + rb).chunk(length)
+            if x_prime is not None:
+                xp = x_prime[:, :, di, :].chunk(length)
+
+            for t in time_seq:
+                forget_t = (u1[t] + c_prev*fw).sigmoid()
+                reset_t = (u2[t] + c_prev*rw).sigmoid()
+                c_t = u0[t] + (c_prev - u0[t]) * forget_t
+                if mask_pad_ is not None:
+                    c_t = c_t * (1-mask_pad_[t]) + c_prev * mask_pad_[t]
+                c_prev = c_t
+
+                if activation_type == 0:
+                    g_c_t = c_t
+                elif activation_type == 1:
+                    g_c_t = c_t.tanh()
+                else:
+                    raise ValueError('Activation type must be 0 or 1, not {}'.format(activation_type))
+
+                if x_prime is not None:
+                    h_t = xp[t] + (g_c_t - xp[t]) * mask_c_ * reset_t
+                else:
+                    h_t = g_c_t * mask_c_ * reset_t
+                if mask_pad_ is not None:
+                    h_t = h_t * (1-mask_pad_[t])
+                h[t, :, di, :] = h_t
+
+            c_final.append(c_t.view(batch, d))
+        return h.view(length, batch, -1), torch.stack(c_final, dim=1).view(batch, -1)
+
+
+class SRUCell(nn.Module):
+    def __init__(self, input_size, hidden_size, dropout=0, rnn_dropout=0, bidirectional=False,
+                 n_proj=0, use_tanh=0, highway_bias=0, has_skip_term=True, layer_norm=False,
+                 rescale=True, v1=False):
+        super(SRUCell, self).__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size  # hidden size per direction
+        self.output_size = hidden_size * 2 if bidirectional else hidden_size
+        self.rnn_dropout = rnn_dropout
+        self.dropout = dropout
+        self.bidirectional = bidirectional
+        self.has_skip_term = has_skip_term
+        self.highway_bias = highway_bias
+        self.v1 = v1
+        self.rescale = rescale
+        self.activation_type = 0
+        self.activation = 'none'
+        if use_tanh:
+            self.activation_type = 1
+            self.activation = 'tanh'
+
+        # projection dimension
+        self.projection_size = 0
+        if n_proj > 0 and n_proj < self.input_size and n_proj < self.output_size:
+            self.projection_size = n_proj
+
+        # number of sub-matrices used in SRU
+        self.num_matrices = 3
+        if has_skip_term and self.input_size != self.output_size:
+            self.num_matrices = 4
+
+        if self.projection_size == 0:
+            self.weight = nn.Parameter(torch.Tensor(input_size, self.output_size * self.num_matrices))
+        else:
+            self.weight_proj = nn.Parameter(torch.Tensor(input_size, self.projection_size))
+            self.weight = nn.Parameter(torch.Tensor(self.projection_size, self.output_size * self.num_matrices))
+        self.weight_c = nn.Parameter(torch.Tensor(2 * self.output_size))
+        self.bias = nn.Parameter(torch.Tensor(2 * self.output_size))
+
+        # scaling constant used in highway connections when rescale=True
+        self.register_buffer('scale_x', torch.FloatTensor([0]))
+
+        if layer_norm:
+            self.layer_norm = nn.LayerNorm(self.input_size)
+        else:
+            self.layer_norm = None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # initialize bias and scaling constant
+        self.bias.data.zero_()
+        bias_val, output_size = self.highway_bias, self.output_size
+        self.bias.data[output_size:].zero_().add_(bias_val)
+        self.scale_x.data[0] = 1
+        if self.rescale and self.has_skip_term:
+            # scalar used to properly scale the highway output
+            scale_val = (1 + math.exp(bias_val) * 2)**0.5
+            self.scale_x.data[0] = scale_val
+
+        # initialize weights such that E[w_ij]=0 and Var[w_ij]=1/d
+        d = self.weight.size(0)
+        val_range = (3.0 / d)**0.5
+        self.weight.data.uniform_(-val_range, val_range)
+        if self.projection_size > 0:
+            val_range = (3.0 / self.weight_proj.size(0))**0.5
+            self.weight_proj.data.uniform_(-val_range, val_range)
+
+        # projection matrix as a tensor of size:
+        #    (input_size, bidirection, hidden_size, num_matrices)
+        w = self.weight.data.view(d, -1, self.hidden_size, self.num_matrices)
+
+        # re-scale weights for dropout and normalized input for better gradient flow
+        if self.dropout > 0:
+            w[:, :, :, 0].mul_((1 - self.dropout)**0.5)
+        if self.rnn_dropout > 0:
+            w.mul_((1 - self.rnn_dropout)**0.5)
+
+        # making weights smaller when layer norm is used. need more tests
+        if self.layer_norm:
+            w.mul_(0.1)
+
+        # properly scale the highway output
+        if self.rescale and self.has_skip_term and self.num_matrices == 4:
+            scale_val = (1 + math.exp(bias_val) * 2)**0.5
+            w[:, :, :, 3].mul_(scale_val)
+
+        if not self.v1:
+            # intialize weight_c such that E[w]=0 and Var[w]=1
+            self.weight_c.data.uniform_(-3.0**0.5, 3.0**0.5)
+
+            # rescale weight_c and the weight of sigmoid gates with a factor of sqrt(0.5)
+            w[:, :, :, 1].mul_(0.5**0.5)
+            w[:, :, :, 2].mul_(0.5**0.5)
+            self.weight_c.data.mul_(0.5**0.5)
+        else:
+            self.weight_c.data.zero_()
+            self.weight_c.requires_grad = False
+
+    def forward(self, input, c0=None, mask_pad=None, **kwargs):
+        if input.dim() != 2 and input.dim() != 3:
+            raise ValueError("Input must be 2 or 3 dimensional")
+
+        input_size, hidden_size = self.input_size, self.hidden_size
+        batch_size = input.size(-2)
+        if c0 is None:
+            c0 = input.new_zeros(batch_size, self.output_size)
+
+        # apply layer norm before activation (i.e. before SRU computation)
+        residual = input
+        if self.layer_norm:
+            input = self.layer_norm(input)
+
+        # apply dropout for multiplication
+        if self.training and (self.rnn_dropout > 0):
+            mask = self.get_dropout_mask_((batch_size, input.size(-1)), self.rnn_dropout)
+            input = input * mask.expand_as(input)
+
+        U = self.compute_U(input)
+        V = self.weight_c
+
+        # get the scaling constant; scale_x is a scalar
+        scale_val = self.scale_x if self.rescale else None
+
+        # get dropout mask
+        if self.training and (self.dropout > 0):
+            mask_c = self.get_dropout_mask_((batch_size, self.output_size), self.dropout)
+        else:
+            mask_c = None
+
+        SRU_Compute = SRU_Compute_CPU
+        h, c = SRU_Compute.apply(U, residual, V, self.bias, c0, self.activation_type, hidden_size,
+                                 self.bidirectional, self.has_skip_term, scale_val, mask_c, mask_pad)
+        return h, c
+
+    def compute_U(self, input):
+        # collapse (length, batch_size) into one dimension if necessary
+        x = input if input.dim() == 2 else input.contiguous().view(-1, self.input_size)
+        if self.projection_size > 0:
+            x_projected = x.mm(self.weight_proj)
+            U = x_projected.mm(self.weight)
+        else:
+            U = x.mm(self.weight)
+        return U
+
+    def get_dropout_mask_(self, size, p):
+        b = self.bias.data
+        return b.new(*size).bernoulli_(1 - p).div_(1 - p)
+
+    def extra_repr(self):
+        s = "{input_size}, {hidden_size}"
+        if self.projection_size > 0:
+            s += ", projection_size={projection_size}"
+        if self.dropout > 0:
+            s += ", dropout={dropout}"
+        if self.rnn_dropout > 0:
+            s += ", rnn_dropout={rnn_dropout}"
+        if self.bidirectional:
+            s += ", bidirectional={bidirectional}"
+        if self.highway_bias != 0:
+            s += ", highway_bias={highway_bias}"
+        if self.activation_type != 0:
+            s += ", activation={activation}"
+        s += ", rescale={rescale}"
+        if not self.has_skip_term:
+            s += ", has_skip_term={has_skip_term}"
+        if self.layer_norm:
+            s += ", layer_norm=True"
+        return s.format(**self.__dict__)
+
+    def __repr__(self):
+        s = self.extra_repr()
+        if len(s.split('\n')) == 1:
+            return "{}({})".format(self.__class__.__name__, s)
+        else:
+            return "{}({}\n)".format(self.__class__.__name__, s)
+
+
+class SRU(nn.Module):
+    def __init__(self, input_size, hidden_size, num_layers=2, dropout=0, rnn_dropout=0,
+                 bidirectional=False, projection_size=0, use_tanh=False, layer_norm=False,
+                 highway_bias=0, has_skip_term=True, rescale=False, v1=False,
+                 nn_rnn_compatible_return=False, proj_input_to_hidden_first=False):
+        super(SRU, self).__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.output_size = hidden_size * 2 if bidirectional else hidden_size
+        self.num_layers = num_layers
+        self.dropout = dropout
+        self.rnn_dropout = rnn_dropout
+        self.projection_size = projection_size
+        self.rnn_lst = nn.ModuleList()
+        self.bidirectional = bidirectional
+        self.use_layer_norm = layer_norm
+        self.has_skip_term = has_skip_term
+        self.num_directions = 2 if bidirectional else 1
+        self.nn_rnn_compatible_return = nn_rnn_compatible_return
+        if proj_input_to_hidden_first and input_size != self.output_size:
+            first_layer_input_size = self.output_size
+            self.input_to_hidden = nn.Linear(input_size, self.output_size, bias=False)
+        else:
+            first_layer_input_size = input_size
+            self.input_to_hidden = None
+
+        for i in range(num_layers):
+            l = SRUCell(
+                first_layer_input_size if i == 0 else self.output_size,
+                self.hidden_size,
+                dropout=dropout if i + 1 != num_layers else 0,
+                rnn_dropout=rnn_dropout,
+                bidirectional=bidirectional,
+                n_proj=projection_size,
+                use_tanh=use_tanh,
+                layer_norm=layer_norm,
+                highway_bias=highway_bias,
+                has_skip_term=has_skip_term,
+                rescale=rescale,
+                v1=v1,
+            )
+            self.rnn_lst.append(l)
+
+    def forward(self, input, c0=None, mask_pad=None):
+        # unpack packed, if input is packed. packing and then unpacking will be slower than not packing
+        # at all, but makes SRU usage compatible with nn.RNN usage
+        input_packed = isinstance(input, nn.utils.rnn.PackedSequence)
+        if input_packed:
+            input, lengths = nn.utils.rnn.pad_packed_sequence(input)
+            max_length = lengths.max().item()
+            mask_pad = torch.ByteTensor([[0] * l + [1] * (max_length - l) for l in lengths.tolist()])
+            mask_pad = mask_pad.to(input.device).transpose(0, 1).contiguous()
+
+        # The dimensions of `input` should be: `(sequence_length, batch_size, input_size)`.
+        if input.dim() != 3:
+            raise ValueError("There must be 3 dimensions for (length, batch_size, input_size)")
+
+        if c0 is None:
+            zeros = input.data.new(
+                input.size(1), self.output_size
+            ).zero_()
+            c0 = [ zeros for i in range(self.num_layers) ]
+        else:
+            # The dimensions of `c0` should be: `(num_layers, batch_size, hidden_size * dir_)`.
+            if c0.dim() != 3:
+                raise ValueError("There must be 3 dimensions for (num_layers, batch_size, output_size)")
+            c0 = [ x.squeeze(0) for x in c0.chunk(self.num_layers, 0) ]
+
+        prevx = input if self.input_to_hidden is None else self.input_to_hidden(input)
+        lstc = []
+        for i, rnn in enumerate(self.rnn_lst):
+            h, c = rnn(prevx, c0[i], mask_pad=mask_pad)
+            prevx = h
+            lstc.append(c)
+
+        if input_packed:
+            prevx = nn.utils.rnn.pack_padded_sequence(prevx, lengths, enforce_sorted=False)
+
+        lstc_stack = torch.stack(lstc)
+        if self.nn_rnn_compatible_return:
+            batch_size = input.size(1)
+            lstc_stack = lstc_stack.view(self.num_layers, batch_size, self.num_directions, self.hidden_size)
+            lstc_stack = lstc_stack.transpose(1, 2).contiguous()
+            lstc_stack = lstc_stack.view(self.num_layers * self.num_directions, batch_size, self.hidden_size)
+        return prevx, lstc_stack
+
+
+# language_model/train_lm.py's Model (tied embeddings), trained by truncated BPTT with hidden
+# states carried over (detached), AdamW with decay and no-decay parameter groups
+class Model(nn.Module):
+    def __init__(self, n_V, n_d, depth, dropout, highway_bias):
+        super(Model, self).__init__()
+        self.n_d = n_d
+        self.depth = depth
+        self.drop = nn.Dropout(dropout)
+        self.embedding_layer = nn.Embedding(n_V, n_d)
+        self.rnn = SRU(n_d, n_d, depth, dropout=dropout, rnn_dropout=0.0, use_tanh=False, highway_bias=highway_bias, rescale=True, layer_norm=True)
+        self.output_layer = nn.Linear(n_d, n_V)
+        self.output_layer.weight = self.embedding_layer.weight
+        self.init_weights()
+
+    def init_weights(self, val_range=None):
+        params = list(self.embedding_layer.parameters()) + list(self.output_layer.parameters())
+        for p in params:
+            if p.dim() > 1:  # matrix
+                val = val_range or (3.0 / p.size(0))**0.5
+                p.data.uniform_(-val, val)
+            else:
+                p.data.zero_()
+
+    def forward(self, x, hidden):
+        emb = self.drop(self.embedding_layer(x))
+        output, hidden = self.rnn(emb, hidden)
+        output = self.drop(output)
+        output = output.view(-1, output.size(2))
+        output = self.output_layer(output)
+        return output, hidden
+
+    def init_hidden(self, batch_size):
+        weight = next(self.parameters()).data
+        zeros = weight.new(self.depth, batch_size, self.n_d).zero_()
+        return zeros
+
+
+text = "the quick brown fox jumps over the lazy dog " * 3
+chars = sorted(set(text))
+data = torch.LongTensor([chars.index(c) for c in text])
+seq_len, batch_size = 6, 4
+n_batch = data.size(0) // batch_size
+data = data[: n_batch * batch_size].view(batch_size, -1).t().contiguous()
+
+model = Model(len(chars), 12, 2, dropout=0.0, highway_bias=-2.0)
+initialize(model)
+record.append([repr(model.rnn.rnn_lst[0])])
+record.append(model.rnn.rnn_lst[0].scale_x.numpy().copy())
+record.append([len(list(model.parameters())), len(model.state_dict())])
+
+no_decay = ["bias", "weight_c", "layer_norm"]
+grouped = [
+    {"params": [p for n, p in model.named_parameters() if not any(nd in n for nd in no_decay)], "weight_decay": 0.01},
+    {"params": [p for n, p in model.named_parameters() if any(nd in n for nd in no_decay)], "weight_decay": 0.0},
+]
+optimizer = torch.optim.AdamW(grouped, lr=3e-3)
+criterion = nn.CrossEntropyLoss(reduction="sum")
+hidden = model.init_hidden(batch_size)
+model.train()
+for i in range(0, 3 * seq_len, seq_len):
+    x, y = data[i:i + seq_len], data[i + 1:i + 1 + seq_len].view(-1)
+    hidden = hidden.detach()
+    model.zero_grad()
+    output, hidden = model(x, hidden)
+    loss = criterion(output, y) / x.size(1)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+    optimizer.step()
+    record.append([loss.item()])
+record.append(params_of(model))
+
+# a bidirectional SRU over a packed batch of unequal lengths (mask_pad), with projections and
+# the nn.RNN-compatible state layout; dropout in the reset rescaling, run in eval mode
+encoder = SRU(5, 4, num_layers=2, dropout=0.2, rnn_dropout=0.1, bidirectional=True, projection_size=3, use_tanh=True, nn_rnn_compatible_return=True)
+initialize(encoder)
+encoder.eval()
+seqs = torch.tensor(np.random.default_rng(3).standard_normal((7, 3, 5)), dtype=torch.float32, requires_grad=True)
+lengths = torch.tensor([7, 4, 5])
+packed = nn.utils.rnn.pack_padded_sequence(seqs, lengths, enforce_sorted=False)
+out_packed, state = encoder(packed)
+out, out_lengths = nn.utils.rnn.pad_packed_sequence(out_packed)
+total = (out ** 2).sum() + state.sum()
+total.backward()
+record.append(out.detach().numpy().copy())
+record.append(state.detach().numpy().copy())
+record.append(seqs.grad.numpy().copy())
+record.append({n: p.grad.numpy().copy() for n, p in encoder.named_parameters()})
+'''
+
+LISTEN_ATTEND_SPELL_SOURCE = r'''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+IGNORE_ID = -1
+
+
+def pad_list(xs, pad_value):
+    # From: espnet/src/nets/e2e_asr_th.py: pad_list()
+    n_batch = len(xs)
+    max_len = max(x.size(0) for x in xs)
+    pad = xs[0].new(n_batch, max_len, * xs[0].size()[1:]).fill_(pad_value)
+    for i in range(n_batch):
+        pad[i, :xs[i].size(0)] = xs[i]
+    return pad
+
+
+class Seq2Seq(nn.Module):
+    """Sequence-to-Sequence architecture with configurable encoder and decoder.
+    """
+
+    def __init__(self, encoder, decoder):
+        super(Seq2Seq, self).__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def forward(self, padded_input, input_lengths, padded_target):
+        """
+        Args:
+            padded_input: N x Ti x D
+            input_lengths: N
+            padded_targets: N x To
+        """
+        encoder_padded_outputs, _ = self.encoder(padded_input, input_lengths)
+        loss = self.decoder(padded_target, encoder_padded_outputs)
+        return loss
+
+    def recognize(self, input, input_length, char_list, args):
+        """Sequence-to-Sequence beam search, decode one utterence now.
+        Args:
+            input: T x D
+            char_list: list of characters
+            args: args.beam
+        Returns:
+            nbest_hyps:
+        """
+        encoder_outputs, _ = self.encoder(input.unsqueeze(0), input_length)
+        nbest_hyps = self.decoder.recognize_beam(encoder_outputs[0],
+                                                 char_list,
+                                                 args)
+        return nbest_hyps
+
+
+class Encoder(nn.Module):
+    r"""Applies a multi-layer LSTM to an variable length input sequence.
+    """
+
+    def __init__(self, input_size, hidden_size, num_layers,
+                 dropout=0.0, bidirectional=True, rnn_type='lstm'):
+        super(Encoder, self).__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.bidirectional = bidirectional
+        self.rnn_type = rnn_type
+        self.dropout = dropout
+        if self.rnn_type == 'lstm':
+            self.rnn = nn.LSTM(input_size, hidden_size, num_layers,
+                               batch_first=True,
+                               dropout=dropout,
+                               bidirectional=bidirectional)
+
+    def forward(self, padded_input, input_lengths):
+        """
+        Args:
+            padded_input: N x T x D
+            input_lengths: N
+
+        Returns: output, hidden
+            - **output**: N x T x H
+            - **hidden**: (num_layers * num_directions) x N x H 
+        """
+        # Add total_length for supportting nn.DataParallel() later
+        # see https://pytorch.org/docs/stable/notes/faq.html#pack-rnn-unpack-with-data-parallelism
+        total_length = padded_input.size(1)  # get the max sequence length
+        packed_input = pack_padded_sequence(padded_input, input_lengths,
+                                            batch_first=True)
+        packed_output, hidden = self.rnn(packed_input)
+        output, _ = pad_packed_sequence(packed_output,
+                                        batch_first=True,
+                                        total_length=total_length)
+        return output, hidden
+
+    def flatten_parameters(self):
+        self.rnn.flatten_parameters()
+
+
+class Decoder(nn.Module):
+    """
+    """
+
+    def __init__(self, vocab_size, embedding_dim, sos_id, eos_id, hidden_size,
+                 num_layers, bidirectional_encoder=True):
+        super(Decoder, self).__init__()
+        # Hyper parameters
+        # embedding + output
+        self.vocab_size = vocab_size
+        self.embedding_dim = embedding_dim
+        self.sos_id = sos_id  # Start of Sentence
+        self.eos_id = eos_id  # End of Sentence
+        # rnn
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.bidirectional_encoder = bidirectional_encoder  # useless now
+        self.encoder_hidden_size = hidden_size  # must be equal now
+        # Components
+        self.embedding = nn.Embedding(self.vocab_size, self.embedding_dim)
+        self.rnn = nn.ModuleList()
+        self.rnn += [nn.LSTMCell(self.embedding_dim +
+                                 self.encoder_hidden_size, self.hidden_size)]
+        for l in range(1, self.num_layers):
+            self.rnn += [nn.LSTMCell(self.hidden_size, self.hidden_size)]
+        self.attention = DotProductAttention()
+        self.mlp = nn.Sequential(
+            nn.Linear(self.encoder_hidden_size + self.hidden_size,
+                      self.hidden_size),
+            nn.Tanh(),
+            nn.Linear(self.hidden_size, self.vocab_size))
+
+    def zero_state(self, encoder_padded_outputs, H=None):
+        N = encoder_padded_outputs.size(0)
+        H = self.hidden_size if H == None else H
+        return encoder_padded_outputs.new_zeros(N, H)
+
+    def forward(self, padded_input, encoder_padded_outputs):
+        """
+        Args:
+            padded_input: N x To
+            # encoder_hidden: (num_layers * num_directions) x N x H
+            encoder_padded_outputs: N x Ti x H
+
+        Returns:
+        """
+        # *********Get Input and Output
+        # from espnet/Decoder.forward()
+        # TODO: need to make more smart way
+        ys = [y[y != IGNORE_ID] for y in padded_input]  # parse padded ys
+        # prepare input and output word sequences with sos/eos IDs
+        eos = ys[0].new([self.eos_id])
+        sos = ys[0].new([self.sos_id])
+        ys_in = [torch.cat([sos, y], dim=0) for y in ys]
+        ys_out = [torch.cat([y, eos], dim=0) for y in ys]
+        # padding for ys with -1
+        # pys: utt x olen
+        ys_in_pad = pad_list(ys_in, self.eos_id)
+        ys_out_pad = pad_list(ys_out, IGNORE_ID)
+        # print("ys_in_pad", ys_in_pad.size())
+        assert ys_in_pad.size() == ys_out_pad.size()
+        batch_size = ys_in_pad.size(0)
+        output_length = ys_in_pad.size(1)
+        # max_length = ys_in_pad.size(1) - 1  # TODO: should minus 1(sos)?
+
+        # *********Init decoder rnn
+        h_list = [self.zero_state(encoder_padded_outputs)]
+        c_list = [self.zero_state(encoder_padded_outputs)]
+        for l in range(1, self.num_layers):
+            h_list.append(self.zero_state(encoder_padded_outputs))
+            c_list.append(self.zero_state(encoder_padded_outputs))
+        att_c = self.zero_state(encoder_padded_outputs,
+                                H=encoder_padded_outputs.size(2))
+        y_all = []
+
+        # **********LAS: 1. decoder rnn 2. attention 3. concate and MLP
+        embedded = self.embedding(ys_in_pad)
+        for t in range(output_length):
+            # step 1. decoder RNN: s_i = RNN(s_i−1,y_i−1,c_i−1)
+            rnn_input = torch.cat((embedded[:, t, :], att_c), dim=1)
+            h_list[0], c_list[0] = self.rnn[0](
+                rnn_input, (h_list[0], c_list[0]))
+            for l in range(1, self.num_layers):
+                h_list[l], c_list[l] = self.rnn[l](
+                    h_list[l-1], (h_list[l], c_list[l]))
+            rnn_output = h_list[-1]  # below unsqueeze: (N x H) -> (N x 1 x H)
+            # step 2. attention: c_i = AttentionContext(s_i,h)
+            att_c, att_w = self.attention(rnn_output.unsqueeze(dim=1),
+                                          encoder_padded_outputs)
+            att_c = att_c.squeeze(dim=1)
+            # step 3. concate s_i and c_i, and input to MLP
+            mlp_input = torch.cat((rnn_output, att_c), dim=1)
+            predicted_y_t = self.mlp(mlp_input)
+            y_all.append(predicted_y_t)
+
+        y_all = torch.stack(y_all, dim=1)  # N x To x C
+        # **********Cross Entropy Loss
+        # F.cross_entropy = NLL(log_softmax(input), target))
+        y_all = y_all.view(batch_size * output_length, self.vocab_size)
+        ce_loss = F.cross_entropy(y_all, ys_out_pad.view(-1),
+                                  ignore_index=IGNORE_ID,
+                                  reduction='elementwise_mean')
+        return ce_loss
+
+    def recognize_beam(self, encoder_outputs, char_list, args):
+        """Beam search, decode one utterence now.
+        Args:
+            encoder_outputs: T x H
+            char_list: list of character
+            args: args.beam
+
+        Returns:
+            nbest_hyps:
+        """
+        # search params
+        beam = args.beam_size
+        nbest = args.nbest
+        if args.decode_max_len == 0:
+            maxlen = encoder_outputs.size(0)
+        else:
+            maxlen = args.decode_max_len
+
+        # *********Init decoder rnn
+        h_list = [self.zero_state(encoder_outputs.unsqueeze(0))]
+        c_list = [self.zero_state(encoder_outputs.unsqueeze(0))]
+        for l in range(1, self.num_layers):
+            h_list.append(self.zero_state(encoder_outputs.unsqueeze(0)))
+            c_list.append(self.zero_state(encoder_outputs.unsqueeze(0)))
+        att_c = self.zero_state(encoder_outputs.unsqueeze(0),
+                                H=encoder_outputs.unsqueeze(0).size(2))
+        # prepare sos
+        y = self.sos_id
+        vy = encoder_outputs.new_zeros(1).long()
+
+        hyp = {'score': 0.0, 'yseq': [y], 'c_prev': c_list, 'h_prev': h_list,
+               'a_prev': att_c}
+        hyps = [hyp]
+        ended_hyps = []
+
+        for i in range(maxlen):
+            hyps_best_kept = []
+            for hyp in hyps:
+                # vy.unsqueeze(1)
+                vy[0] = hyp['yseq'][i]
+                embedded = self.embedding(vy)
+                # embedded.unsqueeze(0)
+                # step 1. decoder RNN: s_i = RNN(s_i−1,y_i−1,c_i−1)
+                rnn_input = torch.cat((embedded, hyp['a_prev']), dim=1)
+                h_list[0], c_list[0] = self.rnn[0](
+                    rnn_input, (hyp['h_prev'][0], hyp['c_prev'][0]))
+                for l in range(1, self.num_layers):
+                    h_list[l], c_list[l] = self.rnn[l](
+                        h_list[l-1], (hyp['h_prev'][l], hyp['c_prev'][l]))
+                rnn_output = h_list[-1]
+                # step 2. attention: c_i = AttentionContext(s_i,h)
+                # below unsqueeze: (N x H) -> (N x 1 x H)
+                att_c, att_w = self.attention(rnn_output.unsqueeze(dim=1),
+                                              encoder_outputs.unsqueeze(0))
+                att_c = att_c.squeeze(dim=1)
+                # step 3. concate s_i and c_i, and input to MLP
+                mlp_input = torch.cat((rnn_output, att_c), dim=1)
+                predicted_y_t = self.mlp(mlp_input)
+                local_scores = F.log_softmax(predicted_y_t, dim=1)
+                # topk scores
+                local_best_scores, local_best_ids = torch.topk(
+                    local_scores, beam, dim=1)
+
+                for j in range(beam):
+                    new_hyp = {}
+                    new_hyp['h_prev'] = h_list[:]
+                    new_hyp['c_prev'] = c_list[:]
+                    new_hyp['a_prev'] = att_c[:]
+                    new_hyp['score'] = hyp['score'] + local_best_scores[0, j]
+                    new_hyp['yseq'] = [0] * (1 + len(hyp['yseq']))
+                    new_hyp['yseq'][:len(hyp['yseq'])] = hyp['yseq']
+                    new_hyp['yseq'][len(hyp['yseq'])] = int(local_best_ids[0, j])
+                    # will be (2 x beam) hyps at most
+                    hyps_best_kept.append(new_hyp)
+
+                hyps_best_kept = sorted(hyps_best_kept,
+                                        key=lambda x: x['score'],
+                                        reverse=True)[:beam]
+            # end for hyp in hyps
+            hyps = hyps_best_kept
+
+            # add eos in the final loop to avoid that there are no ended hyps
+            if i == maxlen - 1:
+                for hyp in hyps:
+                    hyp['yseq'].append(self.eos_id)
+
+            # add ended hypothes to a final list, and removed them from current hypothes
+            # (this will be a probmlem, number of hyps < beam)
+            remained_hyps = []
+            for hyp in hyps:
+                if hyp['yseq'][-1] == self.eos_id:
+                    # hyp['score'] += (i + 1) * penalty
+                    ended_hyps.append(hyp)
+                else:
+                    remained_hyps.append(hyp)
+
+            hyps = remained_hyps
+            if len(hyps) > 0:
+                print('remeined hypothes: ' + str(len(hyps)))
+            else:
+                print('no hypothesis. Finish decoding.')
+                break
+
+            for hyp in hyps:
+                print('hypo: ' + ''.join([char_list[int(x)]
+                                          for x in hyp['yseq'][1:]]))
+        # end for i in range(maxlen)
+        nbest_hyps = sorted(ended_hyps, key=lambda x: x['score'],
+                            reverse=True)[:min(len(ended_hyps), nbest)]
+        return nbest_hyps
+
+
+class DotProductAttention(nn.Module):
+    r"""Dot product attention.
+    Given a set of vector values, and a vector query, attention is a technique
+    to compute a weighted sum of the values, dependent on the query.
+
+    NOTE: Here we use the terminology in Stanford cs224n-2018-lecture11.
+    """
+
+    def __init__(self):
+        super(DotProductAttention, self).__init__()
+        # TODO: move this out of this class?
+        # self.linear_out = nn.Linear(dim*2, dim)
+
+    def forward(self, queries, values):
+        """
+        Args:
+            queries: N x To x H
+            values : N x Ti x H
+
+        Returns:
+            output: N x To x H
+            attention_distribution: N x To x Ti
+        """
+        batch_size = queries.size(0)
+        hidden_size = queries.size(2)
+        input_lengths = values.size(1)
+        # (N, To, H) * (N, H, Ti) -> (N, To, Ti)
+        attention_scores = torch.bmm(queries, values.transpose(1, 2))
+        attention_distribution = F.softmax(
+            attention_scores.view(-1, input_lengths), dim=1).view(batch_size, -1, input_lengths)
+        # (N, To, Ti) * (N, Ti, H) -> (N, To, H)
+        attention_output = torch.bmm(attention_distribution, values)
+        # # concat -> (N, To, 2*H)
+        # concated = torch.cat((attention_distribution, queries), dim=2)
+        # # TODO: Move this out of this class?
+        # # output -> (N, To, H)
+        # output = torch.tanh(self.linear_out(
+        #     concated.view(-1, 2*hidden_size))).view(batch_size, -1, hidden_size)
+
+        return attention_output, attention_distribution
+
+
+class Args:
+    beam_size = 3
+    nbest = 2
+    decode_max_len = 5
+
+
+# solver.py's _run_one_epoch over a few feature sequences (sorted by length, as its loader does)
+char_list = ["<sos>", "<eos>", "a", "b", "c", "d"]
+rng = np.random.default_rng(11)
+feats = torch.tensor(rng.standard_normal((3, 9, 6)), dtype=torch.float32)
+feat_lengths = torch.tensor([9, 7, 5])
+targets = torch.tensor([[2, 3, 4, 5], [3, 3, 2, IGNORE_ID], [5, 4, IGNORE_ID, IGNORE_ID]])
+
+encoder = Encoder(6, 8, 2, dropout=0.0, bidirectional=False)
+decoder = Decoder(len(char_list), 5, sos_id=0, eos_id=1, hidden_size=8, num_layers=2)
+model = Seq2Seq(encoder, decoder)
+initialize(model)
+optimizier = torch.optim.Adam(model.parameters(), lr=1e-2)
+model.train()
+for step in range(4):
+    loss = model(feats, feat_lengths, targets)
+    optimizier.zero_grad()
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 5)
+    if math.isnan(grad_norm):
+        print('grad norm is nan. Do not update model.')
+    else:
+        optimizier.step()
+    record.append([loss.item(), float(grad_norm)])
+record.append(params_of(model))
+
+model.eval()
+with torch.no_grad():
+    for k in range(2):
+        nbest_hyps = model.recognize(feats[k, :feat_lengths[k]], feat_lengths[k:k + 1], char_list, Args())
+        record.append([[int(x) for x in hyp['yseq']] for hyp in nbest_hyps])
+        record.append([float(hyp['score']) for hyp in nbest_hyps])
+'''
+
+QRNN_SOURCE = r'''import torch
+from torch import nn
+from torch.autograd import Variable
+
+
+class CPUForgetMult(torch.nn.Module):
+    def __init__(self):
+        super(CPUForgetMult, self).__init__()
+
+    def forward(self, f, x, hidden_init=None):
+        result = []
+        ###
+        forgets = f.split(1, dim=0)
+        prev_h = hidden_init
+        for i, h in enumerate((f * x).split(1, dim=0)):
+            if prev_h is not None: h = h + (1 - forgets[i]) * prev_h
+            # h is (1, batch, hidden) when it needs to be (batch_hidden)
+            # Calling squeeze will result in badness if batch size is 1
+            h = h.view(h.size()[1:])
+            result.append(h)
+            prev_h = h
+        ###
+        return torch.stack(result)
+
+
+class ForgetMult(torch.nn.Module):
+    r"""ForgetMult computes a simple recurrent equation:
+    h_t = f_t * x_t + (1 - f_t) * h_{t-1}
+    """
+
+    def __init__(self):
+        super(ForgetMult, self).__init__()
+
+    def forward(self, f, x, hidden_init=None, use_cuda=True):
+        # Use CUDA by default unless it's available
+        use_cuda = use_cuda and torch.cuda.is_available()
+        # Ensure the user is aware when ForgetMult is not GPU version as it's far faster
+        if use_cuda: assert f.is_cuda and x.is_cuda, 'GPU ForgetMult with fast element-wise CUDA kernel requested but tensors not on GPU'
+        ###
+        # Avoiding 'RuntimeError: expected a Variable argument, but got NoneType' when hidden_init is None
+        if hidden_init is None: return GPUForgetMult()(f, x) if use_cuda else CPUForgetMult()(f, x)
+        return GPUForgetMult()(f, x, hidden_init) if use_cuda else CPUForgetMult()(f, x, hidden_init)
+
+
+class QRNNLayer(nn.Module):
+    r"""Applies a single layer Quasi-Recurrent Neural Network (QRNN) to an input sequence.
+    """
+
+    def __init__(self, input_size, hidden_size=None, save_prev_x=False, zoneout=0, window=1, output_gate=True, use_cuda=True):
+        super(QRNNLayer, self).__init__()
+
+        assert window in [1, 2], "This QRNN implementation currently only handles convolutional window of size 1 or size 2"
+        self.window = window
+        self.input_size = input_size
+        self.hidden_size = hidden_size if hidden_size else input_size
+        self.zoneout = zoneout
+        self.save_prev_x = save_prev_x
+        self.prevX = None
+        self.output_gate = output_gate
+        self.use_cuda = use_cuda
+
+        # One large matmul with concat is faster than N small matmuls and no concat
+        self.linear = nn.Linear(self.window * self.input_size, 3 * self.hidden_size if self.output_gate else 2 * self.hidden_size)
+
+    def reset(self):
+        # If you are saving the previous value of x, you should call this when starting with a new state
+        self.prevX = None
+
+    def forward(self, X, hidden=None):
+        seq_len, batch_size, _ = X.size()
+
+        source = None
+        if self.window == 1:
+            source = X
+        elif self.window == 2:
+            # Construct the x_{t-1} tensor with optional x_{-1}, otherwise a zeroed out value for x_{-1}
+            Xm1 = []
+            Xm1.append(self.prevX if self.prevX is not None else X[:1, :, :] * 0)
+            # Note: in case of len(X) == 1, X[:-1, :, :] results in slicing of empty tensor == bad
+            if len(X) > 1:
+                Xm1.append(X[:-1, :, :])
+            Xm1 = torch.cat(Xm1, 0)
+            # Convert two (seq_len, batch_size, hidden) tensors to (seq_len, batch_size, 2 * hidden)
+            source = torch.cat([X, Xm1], 2)
+
+        # Matrix multiplication for the three outputs: Z, F, O
+        Y = self.linear(source)
+        # Convert the tensor back to (batch, seq_len, len([Z, F, O]) * hidden_size)
+        if self.output_gate:
+            Y = Y.view(seq_len, batch_size, 3 * self.hidden_size)
+            Z, F, O = Y.chunk(3, dim=2)
+        else:
+            Y = Y.view(seq_len, batch_size, 2 * self.hidden_size)
+            Z, F = Y.chunk(2, dim=2)
+        ###
+        Z = torch.nn.functional.tanh(Z)
+        F = torch.nn.functional.sigmoid(F)
+
+        # If zoneout is specified, we perform dropout on the forget gates in F
+        # If an element of F is zero, that means the corresponding neuron keeps the old value
+        if self.zoneout:
+            if self.training:
+                mask = Variable(F.data.new(*F.size()).bernoulli_(1 - self.zoneout), requires_grad=False)
+                F = F * mask
+            else:
+                F *= 1 - self.zoneout
+
+        # Ensure the memory is laid out as expected for the CUDA kernel
+        # This is a null op if the tensors are already contiguous
+        Z = Z.contiguous()
+        F = F.contiguous()
+        # The O gate doesn't need to be contiguous as it isn't passed to the CUDA kernel
+
+        # Forget Mult
+        # For testing QRNN without ForgetMult CUDA kernel, C = Z * F may be useful
+        C = ForgetMult()(F, Z, hidden, use_cuda=self.use_cuda)
+
+        # Apply (potentially optional) output gate
+        if self.output_gate:
+            H = torch.nn.functional.sigmoid(O) * C
+        else:
+            H = C
+
+        # In an optimal world we may want to backprop to x_{t-1} but ...
+        if self.window > 1 and self.save_prev_x:
+            self.prevX = Variable(X[-1:, :, :].data, requires_grad=False)
+
+        return H, C[-1:, :, :]
+
+
+class QRNN(torch.nn.Module):
+    r"""Applies a multiple layer Quasi-Recurrent Neural Network (QRNN) to an input sequence.
+    """
+
+    def __init__(self, input_size, hidden_size,
+                 num_layers=1, bias=True, batch_first=False,
+                 dropout=0, bidirectional=False, layers=None, **kwargs):
+        assert bidirectional == False, 'Bidirectional QRNN is not yet supported'
+        assert batch_first == False, 'Batch first mode is not yet supported'
+        assert bias == True, 'Removing underlying bias is not yet supported'
+
+        super(QRNN, self).__init__()
+
+        self.layers = torch.nn.ModuleList(layers if layers else [QRNNLayer(input_size if l == 0 else hidden_size, hidden_size, **kwargs) for l in range(num_layers)])
+
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.num_layers = len(layers) if layers else num_layers
+        self.bias = bias
+        self.batch_first = batch_first
+        self.dropout = dropout
+        self.bidirectional = bidirectional
+
+    def reset(self):
+        r"""If your convolutional window is greater than 1, you must reset at the beginning of each new sequence"""
+        [layer.reset() for layer in self.layers]
+
+    def forward(self, input, hidden=None):
+        next_hidden = []
+
+        for i, layer in enumerate(self.layers):
+            input, hn = layer(input, None if hidden is None else hidden[i])
+            next_hidden.append(hn)
+
+            if self.dropout != 0 and i < len(self.layers) - 1:
+                input = torch.nn.functional.dropout(input, p=self.dropout, training=self.training, inplace=False)
+
+        next_hidden = torch.cat(next_hidden, 0).view(self.num_layers, *next_hidden[0].size()[-2:])
+
+        return input, next_hidden
+
+
+# the README's use, then a tied-embedding character language model over it (the AWD-LSTM way:
+# model.reset() at each new sequence, hidden states repackaged between windows)
+seq_len, batch_size, hidden_size = 7, 2, 8
+size = 5
+X = torch.autograd.Variable(torch.rand(seq_len, batch_size, size), requires_grad=True)
+qrnn = QRNN(size, hidden_size, num_layers=2, dropout=0.4, use_cuda=False, window=2, save_prev_x=True, zoneout=0.25)
+initialize(qrnn)
+qrnn.eval()
+output, hidden = qrnn(X)
+record.append(output.detach().numpy().copy())
+record.append(hidden.detach().numpy().copy())
+record.append([qrnn.layers[0].prevX.requires_grad])
+record.append(list(qrnn.layers[0].prevX.shape))
+qrnn.reset()
+record.append([qrnn.layers[0].prevX is None])
+
+
+class RNNModel(nn.Module):
+    def __init__(self, ntoken, ninp, nlayers):
+        super(RNNModel, self).__init__()
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.rnn = QRNN(ninp, ninp, num_layers=nlayers, save_prev_x=True, zoneout=0, window=2, use_cuda=False)
+        self.decoder = nn.Linear(ninp, ntoken)
+        self.decoder.weight = self.encoder.weight
+        self.init_weights()
+        self.ninp = ninp
+        self.nlayers = nlayers
+
+    def reset(self):
+        self.rnn.reset()
+
+    def init_weights(self):
+        initrange = 0.1
+        self.encoder.weight.data.uniform_(-initrange, initrange)
+        self.decoder.bias.data.fill_(0)
+
+    def forward(self, input, hidden):
+        emb = self.encoder(input)
+        output, hidden = self.rnn(emb, hidden)
+        decoded = self.decoder(output.view(output.size(0) * output.size(1), output.size(2)))
+        return decoded.view(output.size(0), output.size(1), decoded.size(1)), hidden
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters()).data
+        return Variable(weight.new(self.nlayers, bsz, self.ninp).zero_())
+
+
+def repackage_hidden(h):
+    """Wraps hidden states in new Variables, to detach them from their history."""
+    if isinstance(h, torch.Tensor):
+        return h.detach()
+    else:
+        return tuple(repackage_hidden(v) for v in h)
+
+
+text = "sally sells sea shells by the sea shore "
+chars = sorted(set(text))
+ids = torch.LongTensor([chars.index(c) for c in text])
+nbatch = ids.size(0) // 3
+train_data = ids.narrow(0, 0, nbatch * 3).view(3, -1).t().contiguous()
+model = RNNModel(len(chars), 8, 2)
+initialize(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=2.0, weight_decay=1.2e-6)
+criterion = nn.CrossEntropyLoss()
+model.train()
+for epoch in range(2):
+    model.reset()
+    hidden = model.init_hidden(3)
+    for i in range(0, train_data.size(0) - 1, 5):
+        data, targets = train_data[i:i + 5], train_data[i + 1:i + 6].view(-1)
+        data = data[:len(targets) // 3]
+        hidden = repackage_hidden(hidden)
+        optimizer.zero_grad()
+        output, hidden = model(data, hidden)
+        loss = criterion(output.view(-1, len(chars)), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        optimizer.step()
+        record.append([loss.item()])
+record.append(params_of(model))
+'''
+
+CONV_TASNET_STEPS = [
+    *IMPORTS,
+    (
+        "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 5)\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 5)\n        optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_conv_tasnet_trains_with_si_snr_pit_as_torch(capsys):
+    """gLN non-causal with ReLU masks, cLN causal (``Chomp1d``) with softmax masks, and batch
+    norm, each three steps from torch's weights: losses, the best permutations' SI-SNRs, the
+    reordered estimates, the parameters and the eval-mode separation agree."""
+    (theirs, ours), _ = runs_with_draws(
+        CONV_TASNET_SOURCE, CONV_TASNET_STEPS, capsys, 20101,
+        initialize=initializer(), params_of=params_of,
+    )  # fmt: skip
+    assert_records_agree(ours, theirs, rtol=1e-7, atol=1e-9)
+    losses = [record[0] for record in theirs[0:33:11]]
+    assert all(np.isfinite(losses))
+
+
+TRANSDUCER_STEPS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    (
+        "  loss.backward()\n  optimizer.step()\n",
+        "  grads = loss.backward()\n  optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_transducer_tutorial_rnnt_loss_trains_and_decodes_as_torch(capsys):
+    """The forward algorithm written slot by slot into ``log_alpha`` equals the log of the sum
+    over every alignment (the tutorial's own check) in both runs; three Adam steps and the
+    greedy decoding agree with torch's."""
+    (theirs, ours), _ = runs_with_draws(
+        TRANSDUCER_SOURCE, TRANSDUCER_STEPS, capsys, 20102,
+        initialize=initializer(), params_of=params_of,
+    )  # fmt: skip
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+    for run in (theirs, ours):
+        np.testing.assert_allclose(run[0], run[1], rtol=1e-5)
+
+
+DEMUCS_STEPS = [
+    ("import torch as th\n", "import retrograd as th\n"),
+    ("from torch import nn\n", "from retrograd import nn\n"),
+    ("    loss.backward()\n", "    grads = loss.backward()\n"),
+    ("p.grad is not None", "p.grad(grads) is not None"),
+    ("p.grad.data.norm()", "p.grad(grads).data.norm()"),
+    ("    optimizer.step()\n", "    optimizer.step(grads)\n"),
+]
+
+
+def test_demucs_trains_on_augmented_stems_as_torch(capsys):
+    """``capture_init``'s saved arguments, three L1 steps on stems flipped, shifted and
+    remixed by the shared draws (losses and summed gradient norms), the parameters and the
+    eval-mode separation agree with torch's."""
+    (theirs, ours), _ = runs_with_draws(
+        DEMUCS_SOURCE, DEMUCS_STEPS, capsys, 20103,
+        initialize=initializer(), params_of=params_of,
+    )  # fmt: skip
+    assert theirs[0] == [["drums", "bass", "other", "vocals"]]
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+TORCHAUDIO_FRONT_END_STEPS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    ("from torch import Tensor\n", "from retrograd import Tensor\n"),
+    (
+        "    loss.backward()\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
+    (
+        "loss.backward()\nrecord.append(waveform.grad.numpy()",
+        "grads = loss.backward()\nrecord.append(waveform.grad(grads).numpy()",
+    ),
+]
+
+
+def test_torchaudio_mfcc_front_end_and_spec_augment_train_a_keyword_spotter_as_torch(capsys):
+    """The complex spectrogram's magnitude, a Hamming-window mel spectrogram, the Slaney
+    filterbank, four Adam steps of the MFCC + deltas + SpecAugment spotter (float64: the dB
+    scale and per-utterance normalization amplify float32 rounding into Adam's steps), and
+    the gradient with respect to the waveform agree with torch's."""
+    try:
+        (theirs, ours), _ = runs_with_draws(
+            TORCHAUDIO_FRONT_END_SOURCE, TORCHAUDIO_FRONT_END_STEPS, capsys, 20104,
+            initialize=initializer(), params_of=params_of,
+        )  # fmt: skip
+    finally:  # the program sets float64 as the default and back; a failure must not leak it
+        torch.set_default_dtype(torch.float32)
+        rg.set_default_dtype(rg.float32)
+    assert_records_agree(ours, theirs, rtol=1e-7, atol=1e-9)
+    assert np.abs(theirs[-1]).max() > 0
+
+
+SRU_STEPS = [
+    *IMPORTS,
+    (
+        "    loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 5.0)\n    optimizer.step(grads)\n",
+    ),
+    ("total.backward()", "grads = total.backward()"),
+    ("seqs.grad.numpy()", "seqs.grad(grads).numpy()"),
+    ("p.grad.numpy()", "p.grad(grads).numpy()"),
+]
+
+
+@pytest.mark.filterwarnings("ignore:C\\+\\+ kernel for SRU")
+def test_sru_language_model_and_packed_bidirectional_sru_as_torch(capsys):
+    """The cell's repr, its ``scale_x`` buffer, the tied model's parameter and state counts,
+    three truncated-BPTT steps and the parameters after them; a bidirectional projected SRU
+    over a packed batch: outputs, states and the gradients of the input and parameters."""
+    (theirs, ours), _ = runs_with_draws(
+        SRU_SOURCE, SRU_STEPS, capsys, 20105, initialize=initializer(), params_of=params_of
+    )
+    assert theirs[0] == ["SRUCell(12, 12, highway_bias=-2.0, rescale=True, layer_norm=True)"]
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+LISTEN_ATTEND_SPELL_STEPS = [
+    *IMPORTS,
+    (
+        "    loss.backward()\n    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 5)\n",
+        "    grads = loss.backward()\n    grad_norm = torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 5)\n",
+    ),
+    ("        optimizier.step()\n", "        optimizier.step(grads)\n"),
+]
+
+
+@pytest.mark.filterwarnings("ignore:reduction='elementwise_mean' is deprecated")
+def test_listen_attend_spell_trains_and_beam_searches_as_torch(capsys):
+    """Four steps (losses, gradient norms, parameters), then ``recognize_beam``'s n-best
+    hypotheses and scores for two utterances, and its printed progress, as torch's."""
+    (theirs, ours), (their_log, our_log) = runs_with_draws(
+        LISTEN_ATTEND_SPELL_SOURCE, LISTEN_ATTEND_SPELL_STEPS, capsys, 20106,
+        initialize=initializer(), params_of=params_of,
+    )  # fmt: skip
+    assert "hypo: " in their_log and our_log == their_log
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+QRNN_STEPS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    ("from torch import nn\n", "from retrograd import nn\n"),
+    (
+        "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 0.25)\n        optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_qrnn_and_its_tied_language_model_train_as_torch(capsys):
+    """The README's two-layer QRNN in eval mode (zoneout scaling the forget gates in place,
+    the saved ``prevX``), then two epochs of the tied QRNN language model with SGD."""
+    (theirs, ours), _ = runs_with_draws(
+        QRNN_SOURCE, QRNN_STEPS, capsys, 20107, initialize=initializer(), params_of=params_of
+    )
+    assert theirs[2:5] == [[False], [1, 2, 5], [True]]
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+FAIRSEQ_SOURCE = r'''import math
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.onnx.operators
+
+
+# fairseq/utils.py
+def make_positions(tensor, padding_idx: int, onnx_trace: bool = False):
+    """Replace non-padding symbols with their position numbers.
+
+    Position numbers begin at padding_idx+1. Padding symbols are ignored.
+    """
+    # The series of casts and type-conversions here are carefully
+    # balanced to both work with ONNX export and XLA. In particular XLA
+    # prefers ints, cumsum defaults to output longs, and ONNX doesn't know
+    # how to handle the dtype kwarg in cumsum.
+    mask = tensor.ne(padding_idx).int()
+    return (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + padding_idx
+
+
+def fill_with_neg_inf(t):
+    """FP16-compatible function that fills a tensor with -inf."""
+    return t.float().fill_(float("-inf")).type_as(t)
+
+
+def log_softmax(x, dim: int, onnx_trace: bool = False):
+    if onnx_trace:
+        return F.log_softmax(x.float(), dim=dim)
+    else:
+        return F.log_softmax(x, dim=dim, dtype=torch.float32)
+
+
+# fairseq/modules/sinusoidal_positional_embedding.py
+class SinusoidalPositionalEmbedding(nn.Module):
+    """This module produces sinusoidal positional embeddings of any length.
+
+    Padding symbols are ignored.
+    """
+
+    def __init__(self, embedding_dim, padding_idx, init_size=1024):
+        super().__init__()
+        self.embedding_dim = embedding_dim
+        self.padding_idx = padding_idx if padding_idx is not None else 0
+        self.register_buffer("weights", SinusoidalPositionalEmbedding.get_embedding(init_size, embedding_dim, padding_idx), persistent=False)
+        self.max_positions = int(1e5)
+        self.onnx_trace = False
+
+    @staticmethod
+    def get_embedding(num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None):
+        """Build sinusoidal embeddings.
+
+        This matches the implementation in tensor2tensor, but differs slightly
+        from the description in Section 3.5 of "Attention Is All You Need".
+        """
+        half_dim = embedding_dim // 2
+        emb = math.log(10000) / (half_dim - 1)
+        emb = torch.exp(torch.arange(half_dim, dtype=torch.float) * -emb)
+        emb = torch.arange(num_embeddings, dtype=torch.float).unsqueeze(1) * emb.unsqueeze(0)
+        emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(num_embeddings, -1)
+        if embedding_dim % 2 == 1:
+            # zero pad
+            emb = torch.cat([emb, torch.zeros(num_embeddings, 1)], dim=1)
+        if padding_idx is not None:
+            emb[padding_idx, :] = 0
+        return emb
+
+    def forward(self, input, incremental_state=None, timestep=None, positions=None):
+        """Input is expected to be of size [bsz x seqlen]."""
+        bspair = torch.onnx.operators.shape_as_tensor(input)
+        bsz, seq_len = bspair[0], bspair[1]
+        max_pos = self.padding_idx + 1 + seq_len
+        if max_pos > self.weights.size(0):
+            # expand embeddings if needed
+            self.weights = SinusoidalPositionalEmbedding.get_embedding(max_pos, self.embedding_dim, self.padding_idx).to(self.weights)
+
+        if incremental_state is not None:
+            # positions is the same for every token when decoding a single step
+            pos = timestep.view(-1)[0] + 1 if timestep is not None else seq_len
+            return self.weights[self.padding_idx + pos, :].expand(bsz, 1, -1)
+
+        positions = make_positions(input, self.padding_idx, onnx_trace=self.onnx_trace)
+        return self.weights.index_select(0, positions.view(-1)).view(bsz, seq_len, -1).detach()
+
+
+# fairseq/criterions/label_smoothed_cross_entropy.py
+def label_smoothed_nll_loss(lprobs, target, epsilon, ignore_index=None, reduce=True):
+    if target.dim() == lprobs.dim() - 1:
+        target = target.unsqueeze(-1)
+    nll_loss = -lprobs.gather(dim=-1, index=target)
+    smooth_loss = -lprobs.sum(dim=-1, keepdim=True)
+    if ignore_index is not None:
+        pad_mask = target.eq(ignore_index)
+        nll_loss.masked_fill_(pad_mask, 0.0)
+        smooth_loss.masked_fill_(pad_mask, 0.0)
+    else:
+        nll_loss = nll_loss.squeeze(-1)
+        smooth_loss = smooth_loss.squeeze(-1)
+    if reduce:
+        nll_loss = nll_loss.sum()
+        smooth_loss = smooth_loss.sum()
+    eps_i = epsilon / (lprobs.size(-1) - 1)
+    loss = (1.0 - epsilon - eps_i) * nll_loss + eps_i * smooth_loss
+    return loss, nll_loss
+
+
+# fairseq/search.py
+class BeamSearch:
+    def __init__(self, tgt_dict_len):
+        self.vocab_size = tgt_dict_len
+
+    def step(self, step: int, lprobs, scores: Optional[torch.Tensor], candidate_multiple: int = 2):
+        bsz, beam_size, vocab_size = lprobs.size()
+
+        if step == 0:
+            # at the first step all hypotheses are equally likely, so use
+            # only the first beam
+            lprobs = lprobs[:, ::beam_size, :].contiguous()
+        else:
+            # make probs contain cumulative scores for each hypothesis
+            assert scores is not None
+            lprobs = lprobs + scores[:, :, step - 1].unsqueeze(-1)
+
+        top_prediction = torch.topk(
+            lprobs.view(bsz, -1),
+            k=min(
+                # Take the best 2 x beam_size predictions. We'll choose the first
+                # beam_size of these which don't predict eos to continue with.
+                candidate_multiple * beam_size,
+                lprobs.view(bsz, -1).size(1) - 1,  # -1 so we never select pad
+            ),
+        )
+        scores_buf = top_prediction[0]
+        indices_buf = top_prediction[1]
+        # Project back into relative indices and beams
+        beams_buf = torch.div(indices_buf, vocab_size, rounding_mode="trunc")
+        indices_buf = indices_buf.fmod(vocab_size)
+
+        # At this point, beams_buf and indices_buf are single-dim and contain relative indices
+        return scores_buf, indices_buf, beams_buf
+
+
+# a small transformer language model in fairseq's TransformerDecoder manner (shared input and
+# output embeddings, embed_scale, sinusoidal positions, buffered_future_mask), time-major
+class TinyTransformerLM(nn.Module):
+    def __init__(self, vocab_size, pad, embed_dim=16, heads=2):
+        super().__init__()
+        self.padding_idx = pad
+        self.embed_tokens = nn.Embedding(vocab_size, embed_dim, padding_idx=pad)
+        nn.init.normal_(self.embed_tokens.weight, mean=0, std=embed_dim ** -0.5)
+        nn.init.constant_(self.embed_tokens.weight[pad], 0)
+        self.embed_scale = math.sqrt(embed_dim)
+        self.embed_positions = SinusoidalPositionalEmbedding(embed_dim, pad, init_size=8)
+        self.self_attn = nn.MultiheadAttention(embed_dim, heads, dropout=0.0)
+        self.self_attn_layer_norm = nn.LayerNorm(embed_dim)
+        self.fc1 = nn.Linear(embed_dim, 2 * embed_dim)
+        self.fc2 = nn.Linear(2 * embed_dim, embed_dim)
+        self.final_layer_norm = nn.LayerNorm(embed_dim)
+        self._future_mask = torch.empty(0)
+
+    def buffered_future_mask(self, tensor):
+        dim = tensor.size(0)
+        # self._future_mask.device != tensor.device is not working in TorchScript. This is a workaround.
+        if (
+            self._future_mask.size(0) == 0
+            or (not self._future_mask.device == tensor.device)
+            or self._future_mask.size(0) < dim
+        ):
+            self._future_mask = torch.triu(fill_with_neg_inf(torch.zeros([dim, dim])), 1)
+        self._future_mask = self._future_mask.to(tensor)
+        return self._future_mask[:dim, :dim]
+
+    def forward(self, src_tokens):
+        prev_output_tokens = src_tokens
+        x = self.embed_scale * self.embed_tokens(prev_output_tokens)
+        x += self.embed_positions(prev_output_tokens)
+        # B x T x C -> T x B x C
+        x = x.transpose(0, 1)
+        self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
+        residual = x
+        x = self.self_attn_layer_norm(x)
+        x, _ = self.self_attn(query=x, key=x, value=x, key_padding_mask=self_attn_padding_mask, need_weights=False, attn_mask=self.buffered_future_mask(x))
+        x = residual + x
+        residual = x
+        x = self.final_layer_norm(x)
+        x = self.fc2(F.relu(self.fc1(x)))
+        x = residual + x
+        # T x B x C -> B x T x C
+        x = x.transpose(0, 1)
+        return F.linear(x, self.embed_tokens.weight), None
+
+    def get_normalized_probs(self, net_output, log_probs):
+        logits = net_output[0]
+        if log_probs:
+            return log_softmax(logits, dim=-1)
+        return F.softmax(logits, dim=-1, dtype=torch.float32)
+
+
+pad, eos, bos = 1, 2, 0
+vocab = ["<s>", "<pad>", "</s>", "a", "b", "c", "d", "e"]
+sentences = [[3, 4, 5, 6], [4, 5, 6], [5, 6, 7, 3, 4], [6, 7]]
+max_len = max(len(s) for s in sentences) + 1
+src_tokens = torch.full((len(sentences), max_len), pad, dtype=torch.long)
+target = torch.full((len(sentences), max_len), pad, dtype=torch.long)
+for i, s in enumerate(sentences):
+    src_tokens[i, : len(s) + 1] = torch.tensor([eos] + s)
+    target[i, : len(s) + 1] = torch.tensor(s + [eos])
+sample = {"net_input": {"src_tokens": src_tokens}, "target": target, "ntokens": target.ne(pad).sum().item()}
+
+model = TinyTransformerLM(len(vocab), pad)
+initialize(model)
+no_decay = ["bias", "layer_norm.weight"]
+params = [
+    {"params": [p for n, p in model.named_parameters() if not any(nd in n for nd in no_decay)], "weight_decay": 0.01},
+    {"params": [p for n, p in model.named_parameters() if any(nd in n for nd in no_decay)], "weight_decay": 0.0},
+]
+optimizer = torch.optim.Adam(params, lr=5e-3, betas=(0.9, 0.98), eps=1e-8)
+warmup_updates, warmup_init_lr, lr = 3, 1e-7, 5e-3
+lr_step = (lr - warmup_init_lr) / warmup_updates
+decay_factor = lr * warmup_updates ** 0.5
+
+
+def inverse_sqrt(num_updates):
+    if num_updates < warmup_updates:
+        return (warmup_init_lr + num_updates * lr_step) / lr
+    return decay_factor * num_updates ** -0.5 / lr
+
+
+scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt)
+model.train()
+for update in range(5):
+    net_output = model(**sample["net_input"])
+    lprobs = model.get_normalized_probs(net_output, log_probs=True)
+    lprobs, target_flat = lprobs.view(-1, lprobs.size(-1)), sample["target"].view(-1)
+    loss, nll_loss = label_smoothed_nll_loss(lprobs, target_flat, 0.1, ignore_index=pad, reduce=True)
+    sample_size = sample["ntokens"]
+    optimizer.zero_grad()
+    (loss / sample_size).backward()
+    optimizer.step()
+    scheduler.step()
+    record.append([loss.item() / sample_size / math.log(2), nll_loss.item() / sample_size / math.log(2), scheduler.get_last_lr()[0]])
+record.append(params_of(model))
+
+# batched beam search with fairseq's SequenceGenerator bookkeeping (prefix: the eos token)
+model.eval()
+search = BeamSearch(len(vocab))
+bsz, beam_size, max_steps = 2, 3, 5
+with torch.no_grad():
+    tokens = torch.zeros(bsz * beam_size, max_steps + 2).long().fill_(pad)
+    tokens[:, 0] = eos
+    scores = torch.zeros(bsz * beam_size, max_steps + 1).float()
+    bbsz_offsets = (torch.arange(0, bsz) * beam_size).unsqueeze(1).type_as(tokens)
+    cand_size = 2 * beam_size
+    cand_offsets = torch.arange(0, cand_size).type_as(tokens)
+    finalized = [[] for i in range(bsz)]
+    for step in range(max_steps):
+        lprobs = model.get_normalized_probs(model(tokens[:, : step + 1]), log_probs=True)[:, -1, :]
+        lprobs[lprobs != lprobs] = torch.tensor(-math.inf).to(lprobs)
+        lprobs[:, pad] = -math.inf  # never select pad
+        lprobs[:, bos] = -math.inf
+        if step == max_steps - 1:
+            lprobs[:, : eos] = -math.inf
+            lprobs[:, eos + 1 :] = -math.inf
+        cand_scores, cand_indices, cand_beams = search.step(step, lprobs.view(bsz, -1, len(vocab)), scores.view(bsz, beam_size, -1)[:, :, :step])
+        cand_bbsz_idx = cand_beams.add(bbsz_offsets)
+        eos_mask = cand_indices.eq(eos) & cand_scores.ne(-math.inf)
+        eos_bbsz_idx = torch.masked_select(cand_bbsz_idx[:, :beam_size], mask=eos_mask[:, :beam_size])
+        if eos_bbsz_idx.numel() > 0:
+            eos_scores = torch.masked_select(cand_scores[:, :beam_size], mask=eos_mask[:, :beam_size])
+            for idx, score in zip(eos_bbsz_idx.tolist(), eos_scores.tolist()):
+                sent = idx // beam_size
+                hypo = tokens[idx, 1 : step + 1].tolist() + [eos]
+                finalized[sent].append((round(score / (step + 1), 5), hypo))
+        active_mask = torch.add(eos_mask.type_as(cand_offsets) * cand_size, cand_offsets[: eos_mask.size(1)])
+        new_cands_to_ignore, active_hypos = torch.topk(active_mask, k=beam_size, dim=1, largest=False)
+        active_bbsz_idx = torch.gather(cand_bbsz_idx, dim=1, index=active_hypos)
+        active_scores = torch.gather(cand_scores, dim=1, index=active_hypos)
+        active_bbsz_idx = active_bbsz_idx.view(-1)
+        active_scores = active_scores.view(-1)
+        tokens[:, : step + 1] = torch.index_select(tokens[:, : step + 1], dim=0, index=active_bbsz_idx)
+        torch.gather(cand_indices, dim=1, index=active_hypos, out=tokens.view(bsz, beam_size, -1)[:, :, step + 1])
+        if step > 0:
+            scores[:, :step] = torch.index_select(scores[:, :step], dim=0, index=active_bbsz_idx)
+        torch.gather(cand_scores, dim=1, index=active_hypos, out=scores.view(bsz, beam_size, -1)[:, :, step])
+record.append(tokens.numpy().copy())
+record.append(scores.numpy().copy())
+for sent in range(bsz):
+    record.append(sorted(finalized[sent], key=lambda h: -h[0])[:2].__repr__())
+'''
+
+FAIRSEQ_STEPS = [
+    *IMPORTS,
+    ("import torch.onnx.operators\n", "import retrograd.onnx.operators\n"),
+    (
+        "    (loss / sample_size).backward()\n    optimizer.step()\n",
+        "    grads = (loss / sample_size).backward()\n    optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_fairseq_label_smoothed_lm_and_beam_search_with_out_buffers_as_torch(capsys):
+    """Five updates of the label-smoothed loss under the inverse-sqrt warmup (loss and nll in
+    bits, the learning rate), the parameters after them, then the batched beam search's token
+    and score buffers, written through views by ``out=``, and the finished hypotheses."""
+    (theirs, ours), _ = runs_with_draws(
+        FAIRSEQ_SOURCE, FAIRSEQ_STEPS, capsys, 20108, initialize=initializer(), params_of=params_of
+    )
+    # the key projection's bias has no true gradient (a softmax ignores a constant added to
+    # every score), so Adam's steps on it follow the rounding noise: its query and value
+    # thirds are compared alone
+    bias = "0.self_attn.in_proj_bias"
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6, skip={bias})
+    for part in (slice(0, 16), slice(32, 48)):
+        np.testing.assert_allclose(ours[5][bias][part], theirs[5][bias][part], rtol=1e-5, atol=1e-6)
+    assert "[(" in theirs[-1]
