@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from . import numpy_fma
+
 __all__ = ["COMPILED_MIN_SIZE", "NumpyOptimizerKernels"]
 
 #: Parameters from this many elements (256 KiB of float32) on take the compiled loops.
@@ -206,13 +208,15 @@ class NumpyOptimizerKernels:
         hyper = (step, lr, beta1, beta2, eps, weight_decay, decoupled)
         shapes = value.shape == grad.shape == first.shape == second.shape
         if not (shapes and _compilable(value, grad, first, second)):
-            return _adam_numpy(value, grad, first, second, *hyper)
+            return _adam_composed(value, grad, first, second, *hyper)
         if not inplace:
             value, first, second = value.copy(), first.copy(), second.copy()
         if value.size < COMPILED_MIN_SIZE and _LOOPS is None:
-            _adam_numpy(value, grad, first, second, *hyper, inplace=True)
+            _adam_numpy(value, grad, first, second, *hyper)
             return value, first, second
         scalar = value.dtype.type
+        keep1 = scalar(1.0 - beta1)  # torch's lerp weight, in the dtype
+        from_grad = not abs(keep1) < 0.5
         _loops().ADAM_LOOPS[bool(weight_decay), bool(decoupled)](
             value.reshape(-1),
             grad.reshape(-1),
@@ -220,10 +224,11 @@ class NumpyOptimizerKernels:
             second.reshape(-1),
             scalar(1.0 - lr * weight_decay),
             scalar(weight_decay),
-            scalar(1.0 - beta1),
+            keep1 - scalar(1.0) if from_grad else keep1,
+            from_grad,
             scalar(1.0 - beta2),
             scalar(beta2),
-            scalar(math.sqrt(1.0 - beta2**step)),
+            scalar((1.0 - beta2**step) ** 0.5),
             scalar(eps),
             scalar(lr / (1.0 - beta1**step)),
         )
@@ -231,87 +236,88 @@ class NumpyOptimizerKernels:
 
 
 def _rmsprop_numpy(value, grad, square, average, buffer, hyper):
-    """The protocol's RMSprop as NumPy operations in its order, written into the arrays
-    given."""
+    """torch's single-tensor RMSprop, line for line (each ``add(alpha=)``, ``lerp_`` and
+    ``addcmul_`` one fused multiply-add, :mod:`.numpy_fma`), written into the arrays given."""
     lr, alpha, eps, weight_decay, momentum, centered = hyper
     if weight_decay:
-        decayed = np.multiply(value, weight_decay)
-        decayed += grad
-        grad = decayed
-    squares = np.multiply(grad, 1.0 - alpha)
-    squares *= grad
+        grad = numpy_fma.add_scaled(grad, value, weight_decay)
     square *= alpha
-    square += squares
+    np.copyto(square, numpy_fma.addcmul(square, grad, grad, 1.0 - alpha))
     if centered:
-        moved = np.subtract(grad, average)
-        moved *= 1.0 - alpha
-        average += moved
-        denominator = np.multiply(average, average, out=squares)
-        np.subtract(square, denominator, out=denominator)
-        np.sqrt(denominator, out=denominator)
+        np.copyto(average, numpy_fma.lerp(average, grad, 1.0 - alpha))
+        denominator = np.sqrt(numpy_fma.addcmul(square, average, average, -1.0))
     else:
-        denominator = np.sqrt(square, out=squares)
+        denominator = np.sqrt(square)
     denominator += eps
-    quotient = np.divide(grad, denominator, out=denominator)
     if momentum > 0.0:
         buffer *= momentum
-        buffer += quotient
-        value -= np.multiply(buffer, lr, out=quotient)
+        buffer += np.divide(grad, denominator, out=denominator)
+        np.copyto(value, numpy_fma.add_scaled(value, buffer, -lr))
     else:
-        quotient *= lr
-        value -= quotient
+        value += np.divide(np.multiply(grad, -lr), denominator, out=denominator)
 
 
 def _sgd_numpy(value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, first):
-    """The protocol's SGD as NumPy operations in its order, written into ``value`` and
-    ``buffer`` (which may be the same array when there is no momentum)."""
-    if weight_decay:
-        direction = np.multiply(value, weight_decay)
-        direction += grad
-    else:
-        direction = grad
+    """torch's single-tensor SGD, line for line (each ``add(alpha=)`` one fused multiply-add,
+    :mod:`.numpy_fma`), written into ``value`` and ``buffer`` (which may be the same array
+    when there is no momentum)."""
+    direction = numpy_fma.add_scaled(grad, value, weight_decay) if weight_decay else grad
     if momentum:
         if first:
             np.copyto(buffer, direction)
         else:
             buffer *= momentum
             if dampening:
-                buffer += np.multiply(direction, 1.0 - dampening)
+                np.copyto(buffer, numpy_fma.add_scaled(buffer, direction, 1.0 - dampening))
             else:
                 buffer += direction
         if nesterov:
-            step = np.multiply(buffer, momentum)
-            step += direction
+            direction = numpy_fma.add_scaled(direction, buffer, momentum)
         else:
-            step = buffer
-    else:
-        step = direction
-    value -= np.multiply(step, lr)
+            direction = buffer
+    np.copyto(value, numpy_fma.add_scaled(value, direction, -lr))
 
 
-def _adam_numpy(
-    value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled, inplace=False
-):
-    """The protocol's Adam as NumPy operations, in its order (so the same rounding): written
-    into ``value``, ``first`` and ``second`` with ``inplace``, else on arrays made here."""
+def _adam_numpy(value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled):
+    """torch's single-tensor Adam, line for line (``add(alpha=)``, ``lerp_`` and ``addcmul_``
+    each one fused multiply-add, :mod:`.numpy_fma`), written into ``value``, ``first`` and
+    ``second`` (arrays of one float dtype and shape)."""
     if weight_decay:
         if decoupled:
-            value = np.multiply(value, 1.0 - lr * weight_decay, out=value if inplace else None)
+            value *= 1.0 - lr * weight_decay
+        else:
+            grad = numpy_fma.add_scaled(grad, value, weight_decay)
+    np.copyto(first, numpy_fma.lerp(first, grad, 1.0 - beta1))
+    second *= beta2
+    np.copyto(second, numpy_fma.addcmul(second, grad, grad, 1.0 - beta2))
+    denominator = np.sqrt(second)
+    denominator /= (1.0 - beta2**step) ** 0.5
+    denominator += eps
+    update = np.multiply(first, -(lr / (1.0 - beta1**step)))
+    update /= denominator
+    value += update
+
+
+def _adam_composed(value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay,
+                   decoupled):  # fmt: skip
+    """Adam as NumPy operations, each product and sum rounded apart, on new arrays: for what
+    the fused forms do not take (buffers of another dtype than the value's, a model cast after
+    its optimizer stepped), NumPy's type promotion between them."""
+    if weight_decay:
+        if decoupled:
+            value = np.multiply(value, 1.0 - lr * weight_decay)
         else:
             grad = np.add(grad, np.multiply(value, weight_decay))
     moment = np.subtract(grad, first)
     moment *= 1.0 - beta1
-    if inplace:
-        moment = np.add(first, moment, out=first)
-    else:
-        moment += first
+    moment += first
     squares = np.multiply(grad, 1.0 - beta2)
     squares *= grad
-    variance = np.multiply(second, beta2, out=second if inplace else None)
+    variance = np.multiply(second, beta2)
     variance += squares
-    denominator = np.sqrt(variance, out=squares)
-    denominator /= math.sqrt(1.0 - beta2**step)
+    denominator = np.sqrt(variance)
+    denominator /= (1.0 - beta2**step) ** 0.5
     denominator += eps
     update = np.multiply(moment, lr / (1.0 - beta1**step))
     update /= denominator
-    return np.subtract(value, update, out=value if inplace else update), moment, variance
+    return np.subtract(value, update), moment, variance
