@@ -1156,7 +1156,7 @@ class Adam(FusedOptimizer):
             if self._decoupled(group):
                 value = value * (1.0 - lr * weight_decay)
             else:
-                grad = grad + value * weight_decay
+                grad = grad.add(value, alpha=weight_decay)
         first, second = state.get("exp_avg"), state.get("exp_avg_sq")
         if first is None:
             first, second = zeros_like(grad), zeros_like(grad)
@@ -1164,11 +1164,11 @@ class Adam(FusedOptimizer):
         if peak is None:
             peak = zeros_like(grad)
         first = first.lerp(grad, 1.0 - beta1)
-        second = second * beta2 + grad * grad * (1.0 - beta2)
+        second = (second * beta2).addcmul(grad, grad, value=1.0 - beta2)
         step_size = lr / (1.0 - beta1**step)
         peak = peak.maximum(second)
-        denom = peak.sqrt() / math.sqrt(1.0 - beta2**step) + group["eps"]
-        value = value + first * (-step_size) / denom
+        denom = peak.sqrt() / ((1.0 - beta2**step) ** 0.5) + group["eps"]
+        value = value.addcdiv(first, denom, value=-step_size)
         state.update(exp_avg=first, exp_avg_sq=second, max_exp_avg_sq=peak)
         return value, state
 
