@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from . import numpy_fma
-
 __all__ = ["COMPILED_MIN_SIZE", "NumpyOptimizerKernels"]
 
 #: Parameters from this many elements (256 KiB of float32) on take the compiled loops.
@@ -133,7 +131,8 @@ class NumpyOptimizerKernels:
         if first:
             buffer = np.empty_like(value)
         if value.size < COMPILED_MIN_SIZE and _LOOPS is None:
-            _sgd_numpy(value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, first)
+            hyper = (lr, momentum, dampening, weight_decay, nesterov, first)
+            _sgd_numpy(self, value, grad, buffer, *hyper)
             return value, buffer
         scalar = value.dtype.type
         flat_value, flat_grad = value.reshape(-1), grad.reshape(-1)
@@ -186,7 +185,7 @@ class NumpyOptimizerKernels:
             value, square = value.copy(), square.copy()
             average = average.copy() if centered else average
             buffer = buffer.copy() if momentum > 0 else buffer
-        _rmsprop_numpy(value, grad, square, average, buffer, hyper)
+        _rmsprop_numpy(self, value, grad, square, average, buffer, hyper)
         return value, square, average, buffer
 
     @_one_element(4)
@@ -212,7 +211,7 @@ class NumpyOptimizerKernels:
         if not inplace:
             value, first, second = value.copy(), first.copy(), second.copy()
         if value.size < COMPILED_MIN_SIZE and _LOOPS is None:
-            _adam_numpy(value, grad, first, second, *hyper)
+            _adam_numpy(self, value, grad, first, second, *hyper)
             return value, first, second
         scalar = value.dtype.type
         keep1 = scalar(1.0 - beta1)  # torch's lerp weight, in the dtype
@@ -235,61 +234,64 @@ class NumpyOptimizerKernels:
         return value, first, second
 
 
-def _rmsprop_numpy(value, grad, square, average, buffer, hyper):
-    """torch's single-tensor RMSprop, line for line (each ``add(alpha=)``, ``lerp_`` and
-    ``addcmul_`` one fused multiply-add, :mod:`.numpy_fma`), written into the arrays given."""
+def _rmsprop_numpy(fused, value, grad, square, average, buffer, hyper):
+    """torch's single-tensor RMSprop, line for line, written into the arrays given: each
+    ``add(alpha=)``, ``lerp_`` and ``addcmul_`` one fused multiply-add, the backend's
+    (``fused``: :mod:`.compiled_fma`'s loop on a large array or once loaded, else
+    :mod:`.numpy_fma`'s emulation)."""
     lr, alpha, eps, weight_decay, momentum, centered = hyper
     if weight_decay:
-        grad = numpy_fma.add_scaled(grad, value, weight_decay)
+        grad = fused.add_scaled(grad, value, weight_decay)
     square *= alpha
-    np.copyto(square, numpy_fma.addcmul(square, grad, grad, 1.0 - alpha))
+    np.copyto(square, fused.addcmul(square, grad, grad, 1.0 - alpha))
     if centered:
-        np.copyto(average, numpy_fma.lerp(average, grad, 1.0 - alpha))
-        denominator = np.sqrt(numpy_fma.addcmul(square, average, average, -1.0))
+        np.copyto(average, fused.lerp(average, grad, 1.0 - alpha))
+        denominator = np.sqrt(fused.addcmul(square, average, average, -1.0))
     else:
         denominator = np.sqrt(square)
     denominator += eps
     if momentum > 0.0:
         buffer *= momentum
         buffer += np.divide(grad, denominator, out=denominator)
-        np.copyto(value, numpy_fma.add_scaled(value, buffer, -lr))
+        fused.add_scaled_into(value, buffer, -lr)
     else:
         value += np.divide(np.multiply(grad, -lr), denominator, out=denominator)
 
 
-def _sgd_numpy(value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, first):
+def _sgd_numpy(fused, value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, first):
     """torch's single-tensor SGD, line for line (each ``add(alpha=)`` one fused multiply-add,
-    :mod:`.numpy_fma`), written into ``value`` and ``buffer`` (which may be the same array
-    when there is no momentum)."""
-    direction = numpy_fma.add_scaled(grad, value, weight_decay) if weight_decay else grad
+    the backend's ``fused``), written into ``value`` and ``buffer`` (which may be the same
+    array when there is no momentum)."""
+    direction = fused.add_scaled(grad, value, weight_decay) if weight_decay else grad
     if momentum:
         if first:
             np.copyto(buffer, direction)
         else:
             buffer *= momentum
             if dampening:
-                np.copyto(buffer, numpy_fma.add_scaled(buffer, direction, 1.0 - dampening))
+                np.copyto(buffer, fused.add_scaled(buffer, direction, 1.0 - dampening))
             else:
                 buffer += direction
         if nesterov:
-            direction = numpy_fma.add_scaled(direction, buffer, momentum)
+            direction = fused.add_scaled(direction, buffer, momentum)
         else:
             direction = buffer
-    np.copyto(value, numpy_fma.add_scaled(value, direction, -lr))
+    fused.add_scaled_into(value, direction, -lr)
 
 
-def _adam_numpy(value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled):
+def _adam_numpy(fused, value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay,
+                decoupled):  # fmt: skip
     """torch's single-tensor Adam, line for line (``add(alpha=)``, ``lerp_`` and ``addcmul_``
-    each one fused multiply-add, :mod:`.numpy_fma`), written into ``value``, ``first`` and
-    ``second`` (arrays of one float dtype and shape)."""
+    each one fused multiply-add, the backend's ``fused``), written into ``value``, ``first``
+    and ``second`` (arrays of one float dtype and shape)."""
     if weight_decay:
         if decoupled:
             value *= 1.0 - lr * weight_decay
         else:
-            grad = numpy_fma.add_scaled(grad, value, weight_decay)
-    np.copyto(first, numpy_fma.lerp(first, grad, 1.0 - beta1))
+            grad = fused.add_scaled(grad, value, weight_decay)
+    np.copyto(first, fused.lerp(first, grad, 1.0 - beta1))
     second *= beta2
-    np.copyto(second, numpy_fma.addcmul(second, grad, grad, 1.0 - beta2))
+    np.copyto(second, fused.addcmul(second, grad, grad, 1.0 - beta2))
     denominator = np.sqrt(second)
     denominator /= (1.0 - beta2**step) ** 0.5
     denominator += eps
