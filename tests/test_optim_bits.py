@@ -58,10 +58,16 @@ CASES = {
     "adamax_decay_maximize": ("Adamax", {"lr": 2e-3, "weight_decay": 0.01, "maximize": True}),
     "nadam": ("NAdam", {"lr": 2e-3}),
     "nadam_decay": ("NAdam", {"lr": 2e-3, "weight_decay": 0.01, "momentum_decay": 0.01}),
-    "nadam_decoupled": ("NAdam", {"lr": 2e-3, "weight_decay": 0.01, "decoupled_weight_decay": True}),
+    "nadam_decoupled": (
+        "NAdam",
+        {"lr": 2e-3, "weight_decay": 0.01, "decoupled_weight_decay": True},
+    ),
     "radam": ("RAdam", {"lr": 1e-3}),
     "radam_decay": ("RAdam", {"lr": 1e-3, "weight_decay": 0.01}),
-    "radam_decoupled": ("RAdam", {"lr": 1e-3, "weight_decay": 0.01, "decoupled_weight_decay": True}),
+    "radam_decoupled": (
+        "RAdam",
+        {"lr": 1e-3, "weight_decay": 0.01, "decoupled_weight_decay": True},
+    ),
     "adagrad": ("Adagrad", {"lr": 1e-2}),
     "adagrad_lr_decay": (
         "Adagrad",
@@ -187,3 +193,68 @@ def test_small_parameters_on_either_numpy_path_have_torchs_bits(
     # loops, and those loops after: both must give torch's bits
     monkeypatch.setattr(numpy_optim, "_LOOPS", numpy_optim._loops() if loops_loaded else None)
     _check(case, SIZES[0], foreach=False)
+
+
+
+#: the protocol's default kernels (what a backend without its own runs, and the NumPy
+#: backend's path for arrays its loops do not take): ``(kernel, buffers, hyper-parameters,
+#: torch's optimizer and options)``
+PROTOCOL_CASES = {
+    "sgd": (
+        "sgd_update",
+        1,
+        (0.05, 0.9, 0.1, 0.01, False),
+        ("SGD", {"lr": 0.05, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01}),
+    ),
+    "sgd_nesterov": (
+        "sgd_update",
+        1,
+        (0.05, 0.9, 0.0, 0.01, True),
+        ("SGD", {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
+    ),
+    "adam_l2": (
+        "adam_update",
+        2,
+        (1e-2, 0.9, 0.999, 1e-8, 0.05, False),
+        ("Adam", {"lr": 1e-2, "weight_decay": 0.05}),
+    ),
+    "adamw": (
+        "adam_update",
+        2,
+        (1e-2, 0.9, 0.999, 1e-8, 0.05, True),
+        ("AdamW", {"lr": 1e-2, "weight_decay": 0.05}),
+    ),
+    "rmsprop_centered_momentum": (
+        "rmsprop_update",
+        3,
+        (1e-2, 0.99, 1e-8, 0.01, 0.9, True),
+        ("RMSprop", {"lr": 1e-2, "centered": True, "momentum": 0.9, "weight_decay": 0.01}),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROTOCOL_CASES))
+def test_protocols_default_kernels_have_torchs_bits(case, reference):
+    from retrograd.backend import Backend
+
+    kernel, count, hyper, (name, kwargs) = PROTOCOL_CASES[case]
+    backend = rg.tensor([0.0]).backend
+    inner = backend.inner if backend.is_autodiff else backend
+    device = inner.device(inner.zeros((1,), "float32", None))
+    start, gradients = _data(SIZES[0])
+
+    def raw(array):
+        return inner.from_data(array.copy(), "float32", device)
+
+    value = raw(start)
+    buffers = [inner.zeros((0,) if kernel == "sgd_update" else start.shape, "float32", device)]
+    buffers *= count
+    for step, g in enumerate(gradients, 1):
+        if kernel == "sgd_update":
+            value, *buffers = Backend.sgd_update(inner, value, raw(g), *buffers, *hyper, False)
+        elif kernel == "adam_update":
+            value, *buffers = Backend.adam_update(inner, value, raw(g), *buffers, step, *hyper)
+        else:
+            value, *buffers = Backend.rmsprop_update(inner, value, raw(g), *buffers, *hyper, False)
+    expected = _torch_run(name, kwargs, start, gradients)
+    _assert_same_bits(np.asarray(inner.to_numpy(value)), expected)

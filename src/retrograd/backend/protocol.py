@@ -35,7 +35,6 @@ layers', the losses' and the special functions' are declared in :mod:`.protocol_
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 

@@ -11,9 +11,11 @@ algorithm (``sgd_update``, ``adam_update``, ``rmsprop_update``: ``(value, grad, 
 hyper-parameters) -> (new value, new state)``, each a call of its fused kernel through
 :class:`~.fused.FusedUpdate`) gives the new value, which replaces the
 parameter's value in place (:func:`retrograd.tensor.inplace.assign`: the object, its leaf
-status and its distributed mark stay). The formulas are PyTorch's, operation for operation, so
-the two agree on the same gradients up to float rounding; the test suite checks it. SGD and
-Adam run one fused backend kernel per parameter (``Backend.sgd_update``, ``adam_update``).
+status and its distributed mark stay). The formulas are PyTorch's single-tensor loops, line for
+line, each fused line (``add_(alpha=)``, ``lerp_``, ``addcmul_``) rounded once as torch's, so
+float32 results are torch's bit for bit (tests/test_optim_bits.py; where torch's ``sqrt`` is
+correctly rounded). SGD, Adam and RMSprop run one fused backend kernel per parameter
+(``Backend.sgd_update``, ``adam_update``, ``rmsprop_update``).
 
 *Memory written in place.* As torch's optimizers do, ``Optimizer.step`` writes SGD's and
 Adam's new values and state into the parameter's own buffers (no array made per step: on a
