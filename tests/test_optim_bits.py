@@ -195,7 +195,6 @@ def test_small_parameters_on_either_numpy_path_have_torchs_bits(
     _check(case, SIZES[0], foreach=False)
 
 
-
 #: the protocol's default kernels (what a backend without its own runs, and the NumPy
 #: backend's path for arrays its loops do not take): ``(kernel, buffers, hyper-parameters,
 #: torch's optimizer and options)``
