@@ -11,9 +11,10 @@ and large arrays may take different kernels (NumPy operations or a compiled loop
 One kernel of torch's is not IEEE's on every CPU: its vectorized float32 ``sqrt`` (MKL's,
 within an ulp: on an AVX-512 machine 17% of random inputs land an ulp off the correctly
 rounded root), where NumPy's is the correctly rounded one. The NumPy backend is therefore held
-to torch's algorithm with a correctly rounded square root substituted for torch's (the
-:func:`reference` fixture, which says so when it does); the torch backend, to torch as it is. torch's own ``fused=True`` CPU kernels (SGD, Adam, AdamW, Adagrad) take an
-IEEE root: the NumPy backend is compared with those as they are.
+to torch's algorithm with a correctly rounded square root substituted for torch's where this
+CPU's is not (the :func:`reference` fixture); the torch backend, to torch as it is. torch's
+own ``fused=True`` CPU kernels (SGD, Adam, AdamW, Adagrad) take an IEEE root: the NumPy
+backend is compared with those as they are, with no substitution.
 """
 
 from __future__ import annotations
