@@ -14,13 +14,13 @@ from __future__ import annotations
 import numba
 from numba.extending import intrinsic
 
-__all__ = ["add_scaled_flat", "addcmul_flat", "lerp_flat", "lerp_scalar_flat"]
+__all__ = ["add_scaled_flat", "addcmul_flat", "fma", "lerp_flat", "lerp_scalar_flat"]
 
 _jit = numba.njit(error_model="numpy", cache=True, nogil=True)
 
 
 @intrinsic
-def _fma(typingctx, a, b, c):
+def fma(typingctx, a, b, c):
     """``a * b + c`` rounded once (three floats of one type)."""
 
     def codegen(context, builder, signature, args):
@@ -38,9 +38,9 @@ def lerp_flat(x, end, weight, out):
         w = weight[i]
         diff = end[i] - x[i]
         if abs(w) < 0.5:
-            out[i] = _fma(w, diff, x[i])
+            out[i] = fma(w, diff, x[i])
         else:
-            out[i] = _fma(w - one, diff, end[i])
+            out[i] = fma(w - one, diff, end[i])
 
 
 @_jit
@@ -50,21 +50,21 @@ def lerp_scalar_flat(x, end, weight, out):
     coefficient = weight if small else weight - x.dtype.type(1)
     if small:
         for i in range(x.size):
-            out[i] = _fma(coefficient, end[i] - x[i], x[i])
+            out[i] = fma(coefficient, end[i] - x[i], x[i])
     else:
         for i in range(x.size):
-            out[i] = _fma(coefficient, end[i] - x[i], end[i])
+            out[i] = fma(coefficient, end[i] - x[i], end[i])
 
 
 @_jit
 def add_scaled_flat(x, y, alpha, out):
     """torch's ``add`` with ``alpha``: ``fma(y, alpha, x)``."""
     for i in range(x.size):
-        out[i] = _fma(y[i], alpha, x[i])
+        out[i] = fma(y[i], alpha, x[i])
 
 
 @_jit
 def addcmul_flat(x, t1, t2, value, out):
     """torch's ``addcmul``: ``fma(value * t1, t2, x)``."""
     for i in range(x.size):
-        out[i] = _fma(value * t1[i], t2[i], x[i])
+        out[i] = fma(value * t1[i], t2[i], x[i])

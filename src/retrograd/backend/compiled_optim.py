@@ -10,11 +10,14 @@ into separate outputs, keeps a loop at four arrays or fewer: with seven (Adam's 
 outputs) the compiler no longer proves them disjoint cheaply and leaves the loop scalar,
 three times slower.
 
-The arithmetic is NumPy's, operation for operation (the same products and sums in the same
-order, each rounded in the arrays' dtype: Numba contracts nothing into a fused multiply-add
-without ``fastmath``), so a loop gives the bits the composed NumPy update gives; the tests
-compare them. The scalars arrive already in the arrays' dtype, as NumPy rounds a Python float
-operand to a float32 array's dtype. Loops take flat contiguous arrays of one dtype.
+The arithmetic is torch's single-tensor optimizers', operation for operation: where torch's
+line is one fused kernel (``add_(alpha=)``, ``lerp_``, ``addcmul_``: a fused multiply-add,
+rounded once), the loop has LLVM's ``fma`` (:func:`.compiled_fma.fma`); every other product
+and sum is rounded on its own in the arrays' dtype (Numba contracts nothing without
+``fastmath``). So a loop gives torch's bits, and the NumPy operations of
+:mod:`.numpy_optim` (:mod:`.numpy_fma`'s emulation) give the same; the tests compare both
+with torch. The scalars arrive already in the arrays' dtype, as torch takes a Python number
+in a float32 tensor's dtype. Loops take flat contiguous arrays of one dtype.
 
 Each formula is written once, as an element function whose options are arguments; the loops
 call it with the options as constants, so that the compiler drops the branches and vectorizes
@@ -27,6 +30,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+
+from .compiled_fma import fma
 
 __all__ = ["ADAM_LOOPS", "SGD_LOOPS", "sgd_any_loop", "sum_of_squares"]
 
@@ -41,17 +46,20 @@ _inline = numba.njit(inline="always", error_model="numpy", cache=True)
 def _sgd(v, g, b, lr, momentum, damping, weight_decay, decay, use_momentum, first, dampen,
          nesterov):  # fmt: skip
     """``Backend.sgd_update`` on one element: ``(new value, new buffer)``; ``damping`` is
-    ``1 - dampening`` (used when ``dampen``), ``first``: the buffer starts as the direction."""
-    d = g + v * weight_decay if decay else g
+    ``1 - dampening`` (used when ``dampen``), ``first``: the buffer starts as the direction.
+    torch's lines: ``g.add(p, alpha=wd)``, ``b.mul_(momentum).add_(g, alpha=1 - dampening)``,
+    ``g.add(b, alpha=momentum)`` (Nesterov), ``p.add_(g, alpha=-lr)``: each ``add`` one
+    fused multiply-add."""
+    d = fma(v, weight_decay, g) if decay else g
     if use_momentum:
         if first:
             b = d
         elif dampen:
-            b = b * momentum + d * damping
+            b = fma(d, damping, b * momentum)
         else:
             b = b * momentum + d
-        d = d + b * momentum if nesterov else b
-    return v - d * lr, b
+        d = fma(b, momentum, d) if nesterov else b
+    return fma(-d, lr, v), b
 
 
 @_jit
@@ -105,51 +113,54 @@ SGD_LOOPS = {
 
 
 @_inline
-def _adam(v, g, m, s, shrink, weight_decay, decay, decoupled, keep1, keep2, beta2, correction2,
-          eps, step_size):  # fmt: skip
+def _adam(v, g, m, s, shrink, weight_decay, decay, decoupled, keep1, from_grad, keep2, beta2,
+          correction2, eps, step_size):  # fmt: skip
     """``Backend.adam_update`` on one element: ``(new value, first, second moment)``;
-    ``shrink`` is ``1 - lr weight_decay``, ``keep1`` and ``keep2`` are ``1 - beta1`` and ``1 -
-    beta2``, ``correction2`` is ``sqrt(1 - beta2^t)``, ``step_size`` is ``lr / (1 -
-    beta1^t)``."""
+    ``shrink`` is ``1 - lr weight_decay``, ``keep2`` is ``1 - beta2``, ``correction2`` is
+    ``sqrt(1 - beta2^t)``, ``step_size`` is ``lr / (1 - beta1^t)``. torch's lines:
+    ``g.add(p, alpha=wd)`` (fused), ``m.lerp_(g, 1 - beta1)`` (``keep1`` is that weight, or
+    the weight less 1 with ``from_grad``, torch's lerp from the far end for a weight of 1/2
+    or more), ``s.mul_(beta2).addcmul_(g, g, value=1 - beta2)`` (fused), ``p.addcdiv_(m,
+    sqrt(s) / correction2 + eps, value=-step_size)``."""
     if decay:
         if decoupled:
             v = v * shrink
         else:
-            g = g + v * weight_decay
-    m = m + (g - m) * keep1
-    s = s * beta2 + g * keep2 * g
+            g = fma(v, weight_decay, g)
+    m = fma(keep1, g - m, g if from_grad else m)
+    s = fma(keep2 * g, g, s * beta2)
     return v - m * step_size / (np.sqrt(s) / correction2 + eps), m, s
 
 
 @_jit
-def _adam_plain(value, grad, first, second, shrink, weight_decay, keep1, keep2, beta2, correction2,
-                eps, step_size):  # fmt: skip
+def _adam_plain(value, grad, first, second, shrink, weight_decay, keep1, from_grad, keep2, beta2,
+                correction2, eps, step_size):  # fmt: skip
     for i in range(value.size):
         value[i], first[i], second[i] = _adam(
             value[i], grad[i], first[i], second[i], shrink, weight_decay, False, False, keep1,
-            keep2, beta2, correction2, eps, step_size)  # fmt: skip
+            from_grad, keep2, beta2, correction2, eps, step_size)  # fmt: skip
 
 
 @_jit
-def _adam_l2(value, grad, first, second, shrink, weight_decay, keep1, keep2, beta2, correction2,
-             eps, step_size):  # fmt: skip
+def _adam_l2(value, grad, first, second, shrink, weight_decay, keep1, from_grad, keep2, beta2,
+             correction2, eps, step_size):  # fmt: skip
     for i in range(value.size):
         value[i], first[i], second[i] = _adam(
             value[i], grad[i], first[i], second[i], shrink, weight_decay, True, False, keep1,
-            keep2, beta2, correction2, eps, step_size)  # fmt: skip
+            from_grad, keep2, beta2, correction2, eps, step_size)  # fmt: skip
 
 
 @_jit
-def _adamw(value, grad, first, second, shrink, weight_decay, keep1, keep2, beta2, correction2,
-           eps, step_size):  # fmt: skip
+def _adamw(value, grad, first, second, shrink, weight_decay, keep1, from_grad, keep2, beta2,
+           correction2, eps, step_size):  # fmt: skip
     for i in range(value.size):
         value[i], first[i], second[i] = _adam(
             value[i], grad[i], first[i], second[i], shrink, weight_decay, True, True, keep1,
-            keep2, beta2, correction2, eps, step_size)  # fmt: skip
+            from_grad, keep2, beta2, correction2, eps, step_size)  # fmt: skip
 
 
 #: ``(weight decay, decoupled) -> loop`` ``(value, grad, first, second, shrink, weight_decay,
-#: keep1, keep2, beta2, correction2, eps, step_size)``.
+#: keep1, from_grad, keep2, beta2, correction2, eps, step_size)``.
 ADAM_LOOPS = {
     (False, False): _adam_plain,
     (False, True): _adam_plain,

@@ -131,7 +131,8 @@ class NumpyOptimizerKernels:
         if first:
             buffer = np.empty_like(value)
         if value.size < COMPILED_MIN_SIZE and _LOOPS is None:
-            _sgd_numpy(value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, first)
+            hyper = (lr, momentum, dampening, weight_decay, nesterov, first)
+            _sgd_numpy(self, value, grad, buffer, *hyper)
             return value, buffer
         scalar = value.dtype.type
         flat_value, flat_grad = value.reshape(-1), grad.reshape(-1)
@@ -184,7 +185,7 @@ class NumpyOptimizerKernels:
             value, square = value.copy(), square.copy()
             average = average.copy() if centered else average
             buffer = buffer.copy() if momentum > 0 else buffer
-        _rmsprop_numpy(value, grad, square, average, buffer, hyper)
+        _rmsprop_numpy(self, value, grad, square, average, buffer, hyper)
         return value, square, average, buffer
 
     @_one_element(4)
@@ -206,13 +207,15 @@ class NumpyOptimizerKernels:
         hyper = (step, lr, beta1, beta2, eps, weight_decay, decoupled)
         shapes = value.shape == grad.shape == first.shape == second.shape
         if not (shapes and _compilable(value, grad, first, second)):
-            return _adam_numpy(value, grad, first, second, *hyper)
+            return _adam_composed(value, grad, first, second, *hyper)
         if not inplace:
             value, first, second = value.copy(), first.copy(), second.copy()
         if value.size < COMPILED_MIN_SIZE and _LOOPS is None:
-            _adam_numpy(value, grad, first, second, *hyper, inplace=True)
+            _adam_numpy(self, value, grad, first, second, *hyper)
             return value, first, second
         scalar = value.dtype.type
+        keep1 = scalar(1.0 - beta1)  # torch's lerp weight, in the dtype
+        from_grad = not abs(keep1) < 0.5
         _loops().ADAM_LOOPS[bool(weight_decay), bool(decoupled)](
             value.reshape(-1),
             grad.reshape(-1),
@@ -220,98 +223,103 @@ class NumpyOptimizerKernels:
             second.reshape(-1),
             scalar(1.0 - lr * weight_decay),
             scalar(weight_decay),
-            scalar(1.0 - beta1),
+            keep1 - scalar(1.0) if from_grad else keep1,
+            from_grad,
             scalar(1.0 - beta2),
             scalar(beta2),
-            scalar(math.sqrt(1.0 - beta2**step)),
+            scalar((1.0 - beta2**step) ** 0.5),
             scalar(eps),
             scalar(lr / (1.0 - beta1**step)),
         )
         return value, first, second
 
 
-def _rmsprop_numpy(value, grad, square, average, buffer, hyper):
-    """The protocol's RMSprop as NumPy operations in its order, written into the arrays
-    given."""
+def _rmsprop_numpy(fused, value, grad, square, average, buffer, hyper):
+    """torch's single-tensor RMSprop, line for line, written into the arrays given: each
+    ``add(alpha=)``, ``lerp_`` and ``addcmul_`` one fused multiply-add, the backend's
+    (``fused``: :mod:`.compiled_fma`'s loop on a large array or once loaded, else
+    :mod:`.numpy_fma`'s emulation)."""
     lr, alpha, eps, weight_decay, momentum, centered = hyper
     if weight_decay:
-        decayed = np.multiply(value, weight_decay)
-        decayed += grad
-        grad = decayed
-    squares = np.multiply(grad, 1.0 - alpha)
-    squares *= grad
+        grad = fused.add_scaled(grad, value, weight_decay)
     square *= alpha
-    square += squares
+    np.copyto(square, fused.addcmul(square, grad, grad, 1.0 - alpha))
     if centered:
-        moved = np.subtract(grad, average)
-        moved *= 1.0 - alpha
-        average += moved
-        denominator = np.multiply(average, average, out=squares)
-        np.subtract(square, denominator, out=denominator)
-        np.sqrt(denominator, out=denominator)
+        np.copyto(average, fused.lerp(average, grad, 1.0 - alpha))
+        denominator = np.sqrt(fused.addcmul(square, average, average, -1.0))
     else:
-        denominator = np.sqrt(square, out=squares)
+        denominator = np.sqrt(square)
     denominator += eps
-    quotient = np.divide(grad, denominator, out=denominator)
     if momentum > 0.0:
         buffer *= momentum
-        buffer += quotient
-        value -= np.multiply(buffer, lr, out=quotient)
+        buffer += np.divide(grad, denominator, out=denominator)
+        fused.add_scaled_into(value, buffer, -lr)
     else:
-        quotient *= lr
-        value -= quotient
+        value += np.divide(np.multiply(grad, -lr), denominator, out=denominator)
 
 
-def _sgd_numpy(value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, first):
-    """The protocol's SGD as NumPy operations in its order, written into ``value`` and
-    ``buffer`` (which may be the same array when there is no momentum)."""
-    if weight_decay:
-        direction = np.multiply(value, weight_decay)
-        direction += grad
-    else:
-        direction = grad
+def _sgd_numpy(fused, value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, first):
+    """torch's single-tensor SGD, line for line (each ``add(alpha=)`` one fused multiply-add,
+    the backend's ``fused``), written into ``value`` and ``buffer`` (which may be the same
+    array when there is no momentum)."""
+    direction = fused.add_scaled(grad, value, weight_decay) if weight_decay else grad
     if momentum:
         if first:
             np.copyto(buffer, direction)
         else:
             buffer *= momentum
             if dampening:
-                buffer += np.multiply(direction, 1.0 - dampening)
+                np.copyto(buffer, fused.add_scaled(buffer, direction, 1.0 - dampening))
             else:
                 buffer += direction
         if nesterov:
-            step = np.multiply(buffer, momentum)
-            step += direction
+            direction = fused.add_scaled(direction, buffer, momentum)
         else:
-            step = buffer
-    else:
-        step = direction
-    value -= np.multiply(step, lr)
+            direction = buffer
+    fused.add_scaled_into(value, direction, -lr)
 
 
-def _adam_numpy(
-    value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled, inplace=False
-):
-    """The protocol's Adam as NumPy operations, in its order (so the same rounding): written
-    into ``value``, ``first`` and ``second`` with ``inplace``, else on arrays made here."""
+def _adam_numpy(fused, value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay,
+                decoupled):  # fmt: skip
+    """torch's single-tensor Adam, line for line (``add(alpha=)``, ``lerp_`` and ``addcmul_``
+    each one fused multiply-add, the backend's ``fused``), written into ``value``, ``first``
+    and ``second`` (arrays of one float dtype and shape)."""
     if weight_decay:
         if decoupled:
-            value = np.multiply(value, 1.0 - lr * weight_decay, out=value if inplace else None)
+            value *= 1.0 - lr * weight_decay
+        else:
+            grad = fused.add_scaled(grad, value, weight_decay)
+    np.copyto(first, fused.lerp(first, grad, 1.0 - beta1))
+    second *= beta2
+    np.copyto(second, fused.addcmul(second, grad, grad, 1.0 - beta2))
+    denominator = np.sqrt(second)
+    denominator /= (1.0 - beta2**step) ** 0.5
+    denominator += eps
+    update = np.multiply(first, -(lr / (1.0 - beta1**step)))
+    update /= denominator
+    value += update
+
+
+def _adam_composed(value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay,
+                   decoupled):  # fmt: skip
+    """Adam as NumPy operations, each product and sum rounded apart, on new arrays: for what
+    the fused forms do not take (buffers of another dtype than the value's, a model cast after
+    its optimizer stepped), NumPy's type promotion between them."""
+    if weight_decay:
+        if decoupled:
+            value = np.multiply(value, 1.0 - lr * weight_decay)
         else:
             grad = np.add(grad, np.multiply(value, weight_decay))
     moment = np.subtract(grad, first)
     moment *= 1.0 - beta1
-    if inplace:
-        moment = np.add(first, moment, out=first)
-    else:
-        moment += first
+    moment += first
     squares = np.multiply(grad, 1.0 - beta2)
     squares *= grad
-    variance = np.multiply(second, beta2, out=second if inplace else None)
+    variance = np.multiply(second, beta2)
     variance += squares
-    denominator = np.sqrt(variance, out=squares)
-    denominator /= math.sqrt(1.0 - beta2**step)
+    denominator = np.sqrt(variance)
+    denominator /= (1.0 - beta2**step) ** 0.5
     denominator += eps
     update = np.multiply(moment, lr / (1.0 - beta1**step))
     update /= denominator
-    return np.subtract(value, update, out=value if inplace else update), moment, variance
+    return np.subtract(value, update), moment, variance

@@ -35,7 +35,6 @@ layers', the losses' and the special functions' are declared in :mod:`.protocol_
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -128,6 +127,13 @@ def set_default_float_dtype(name: str) -> None:
 
 _INV_SQRT_2 = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
+
+
+def _one_float_dtype(backend: Any, *arrays: Any) -> bool:
+    """Whether ``arrays`` are all float32 or all float64 (an optimizer's value, gradient and
+    state): the dtypes torch's fused ``add(alpha=)``/``lerp``/``addcmul`` take together."""
+    dtype = backend.dtype(arrays[0])
+    return dtype in ("float32", "float64") and all(backend.dtype(a) == dtype for a in arrays)
 
 
 def _required(*_args: Any, **_kwargs: Any) -> Any:
@@ -681,27 +687,28 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         buffer)``; ``buffer`` is empty (``[0]``) at the first step and without momentum (then
         the buffer returned is empty too).
 
-        ``d = grad + value * weight_decay``; with momentum ``b = buffer * momentum + d * (1 -
-        dampening)`` (no product when ``dampening`` is 0; ``b = d`` at the first step) and
-        ``d = d + b * momentum`` (Nesterov) or ``d = b``; then ``value - d * lr``. This default
-        composes primitives, each product rounded before its sum; a kernel may round a product
-        and its sum once, as torch's ``add(x, alpha=)`` does (``TorchBackend`` calls torch's
-        own fused SGD, whose bits are torch eager's).
+        torch's single-tensor loop, line for line: ``d = grad.add(value, alpha=weight_decay)``;
+        with momentum ``b = (buffer * momentum).add(d, alpha=1 - dampening)`` (``b = d`` at the
+        first step) and ``d = d.add(b, alpha=momentum)`` (Nesterov) or ``d = b``; then
+        ``value.add(d, alpha=-lr)``, each ``add`` with ``alpha`` one fused multiply-add
+        (:meth:`add_scaled`), as torch's rounds it. Buffers of another dtype than the value's
+        take NumPy's promotion, each product rounded apart.
         """
-        direction = grad
-        if weight_decay:
-            direction = self.add(direction, self.mul_scalar(value, weight_decay))
+        fused = _one_float_dtype(self, value, grad, buffer)
+
+        def scaled_sum(x: Any, y: Any, alpha: float) -> Any:
+            if fused:
+                return self.add_scaled(x, y, alpha)
+            return self.add(x, self.mul_scalar(y, alpha))
+
+        direction = scaled_sum(grad, value, weight_decay) if weight_decay else grad
         if momentum:
             if self.shape(buffer) == (0,) and self.shape(value) != (0,):
                 buffer = direction
             else:
-                damped = self.mul_scalar(direction, 1.0 - dampening) if dampening else direction
-                buffer = self.add(self.mul_scalar(buffer, momentum), damped)
-            if nesterov:
-                direction = self.add(direction, self.mul_scalar(buffer, momentum))
-            else:
-                direction = buffer
-        return self.sub(value, self.mul_scalar(direction, lr)), buffer
+                buffer = scaled_sum(self.mul_scalar(buffer, momentum), direction, 1.0 - dampening)
+            direction = scaled_sum(direction, buffer, momentum) if nesterov else buffer
+        return scaled_sum(value, direction, -lr), buffer
 
     def adam_update(
         self,
@@ -718,31 +725,39 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         decoupled: bool,
         inplace: bool = False,
     ) -> tuple[Any, Any, Any]:
-        """One Adam/AdamW step of a parameter, ``torch.optim``'s formulas in their order of
-        operations: ``(new value, first moment, second moment)``.
+        """One Adam/AdamW step of a parameter, torch's single-tensor ``torch.optim.Adam``
+        line for line: ``(new value, first moment, second moment)``.
 
         With ``weight_decay``: ``value * (1 - lr * weight_decay)`` first when ``decoupled``
-        (AdamW), else ``grad + value * weight_decay``. Then ``m = first + (grad - first) * (1 -
-        beta1)``, ``v = second * beta2 + grad * (1 - beta2) * grad``, ``value - m * (lr / (1 -
-        beta1^step)) / (sqrt(v) / sqrt(1 - beta2^step) + eps)``. This default composes
-        primitives; a kernel fuses the passes (NumPy's with this rounding; ``TorchBackend``
-        runs torch's own single-tensor Adam, whose bits are torch eager's).
+        (AdamW), else ``grad.add(value, alpha=weight_decay)``. Then ``m = first.lerp(grad, 1 -
+        beta1)``, ``v = (second * beta2).addcmul(grad, grad, value=1 - beta2)``, ``value +
+        (-lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)`` (torch's
+        ``addcdiv``); ``add(alpha=)``, ``lerp`` and ``addcmul`` each one fused multiply-add, as
+        torch's. Buffers of another dtype than the value's take NumPy's promotion, each product
+        rounded apart.
         """
+        fused = _one_float_dtype(self, value, grad, first, second)
         if weight_decay:
             if decoupled:
                 value = self.mul_scalar(value, 1.0 - lr * weight_decay)
+            elif fused:
+                grad = self.add_scaled(grad, value, weight_decay)
             else:
                 grad = self.add(grad, self.mul_scalar(value, weight_decay))
-        first = self.add(first, self.mul_scalar(self.sub(grad, first), 1.0 - beta1))
-        second = self.add(
-            self.mul_scalar(second, beta2), self.mul(self.mul_scalar(grad, 1.0 - beta2), grad)
-        )
+        if fused:
+            first = self.lerp_scalar(first, grad, 1.0 - beta1)
+            second = self.addcmul(self.mul_scalar(second, beta2), grad, grad, 1.0 - beta2)
+        else:
+            first = self.add(first, self.mul_scalar(self.sub(grad, first), 1.0 - beta1))
+            second = self.add(
+                self.mul_scalar(second, beta2), self.mul(self.mul_scalar(grad, 1.0 - beta2), grad)
+            )
         step_size = lr / (1.0 - beta1**step)
         denominator = self.add_scalar(
-            self.div_scalar(self.sqrt(second), math.sqrt(1.0 - beta2**step)), eps
+            self.div_scalar(self.sqrt(second), (1.0 - beta2**step) ** 0.5), eps
         )
-        update = self.div(self.mul_scalar(first, step_size), denominator)
-        return self.sub(value, update), first, second
+        update = self.div(self.mul_scalar(first, -step_size), denominator)
+        return self.add(value, update), first, second
 
     def rmsprop_update(
         self,
@@ -763,27 +778,44 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         average, momentum buffer)``; ``average`` (centered) and ``buffer`` (momentum) are
         empty (``[0]``) where unused, and come back so.
 
-        ``g = grad + value * weight_decay``; ``v = square * alpha + g * (1 - alpha) * g``;
-        centered, ``a = average + (g - average) * (1 - alpha)`` and the denominator ``sqrt(v -
-        a * a) + eps``, else ``sqrt(v) + eps``; with momentum ``b = buffer * momentum + g /
-        denominator`` and ``value - b * lr``, else ``value - g / denominator * lr``.
+        torch's single-tensor loop, line for line: ``g = grad.add(value, alpha=weight_decay)``;
+        ``v = (square * alpha).addcmul(g, g, value=1 - alpha)``; centered, ``a =
+        average.lerp(g, 1 - alpha)`` and the denominator ``sqrt(v.addcmul(a, a, value=-1)) +
+        eps``, else ``sqrt(v) + eps``; with momentum ``b = buffer * momentum + g /
+        denominator`` and ``value.add(b, alpha=-lr)``, else ``value + (-lr) * g /
+        denominator``; ``add(alpha=)``, ``lerp`` and ``addcmul`` each one fused multiply-add.
+        Buffers of another dtype than the value's take NumPy's promotion, each product
+        rounded apart.
         """
+        fused = _one_float_dtype(self, value, grad, square, average, buffer)
         if weight_decay:
-            grad = self.add(grad, self.mul_scalar(value, weight_decay))
-        square = self.add(
-            self.mul_scalar(square, alpha), self.mul(self.mul_scalar(grad, 1.0 - alpha), grad)
-        )
+            if fused:
+                grad = self.add_scaled(grad, value, weight_decay)
+            else:
+                grad = self.add(grad, self.mul_scalar(value, weight_decay))
+        square = self.mul_scalar(square, alpha)
+        if fused:
+            square = self.addcmul(square, grad, grad, 1.0 - alpha)
+        else:
+            square = self.add(square, self.mul(self.mul_scalar(grad, 1.0 - alpha), grad))
         if centered:
-            average = self.add(average, self.mul_scalar(self.sub(grad, average), 1.0 - alpha))
-            spread = self.sub(square, self.mul(average, average))
+            if fused:
+                average = self.lerp_scalar(average, grad, 1.0 - alpha)
+                spread = self.addcmul(square, average, average, -1.0)
+            else:
+                moved = self.mul_scalar(self.sub(grad, average), 1.0 - alpha)
+                average = self.add(average, moved)
+                spread = self.sub(square, self.mul(average, average))
             denominator = self.add_scalar(self.sqrt(spread), eps)
         else:
             denominator = self.add_scalar(self.sqrt(square), eps)
         if momentum > 0.0:
             buffer = self.add(self.mul_scalar(buffer, momentum), self.div(grad, denominator))
+            if fused:
+                return self.add_scaled(value, buffer, -lr), square, average, buffer
             return self.sub(value, self.mul_scalar(buffer, lr)), square, average, buffer
-        step = self.mul_scalar(self.div(grad, denominator), lr)
-        return self.sub(value, step), square, average, buffer
+        step = self.div(self.mul_scalar(grad, -lr), denominator)
+        return self.add(value, step), square, average, buffer
 
     # -- fused transformer kernels --------------------------------------------------------------
     # Each has a default composed of the primitives above, so every backend has a correct one

@@ -3,11 +3,9 @@
 SGD is torch's own fused kernel (``torch._fused_sgd_``: one pass over the parameter, the
 gradient and the momentum buffer, with the bits of torch eager's ``torch.optim.SGD``), and so
 Adam/AdamW is torch eager's default ``torch.optim.Adam`` on the CPU, its single-tensor loop
-operation for operation (``lerp_``, ``addcmul_``, ``addcdiv_``: torch's bits, the protocol's
-formula rounded as torch's fused operations round it, within a few ulps of the composed
-order). RMSprop keeps the protocol's order of operations. With
-``inplace`` both write into the buffers given, as ``torch.optim`` does; without, into tensors
-made here.
+operation for operation (``lerp_``, ``addcmul_``, ``addcdiv_``: torch's bits, as the
+protocol's formula rounds them), and so is RMSprop. With ``inplace`` they write into the
+buffers given, as ``torch.optim`` does; without, into tensors made here.
 """
 
 from __future__ import annotations
@@ -141,7 +139,8 @@ class TorchOptimizerKernels:
         self, value, grad, square, average, buffer, lr, alpha, eps, weight_decay, momentum,
         centered, inplace
     ):  # fmt: skip
-        # the protocol's order of operations, in place on the buffers given with ``inplace``
+        # torch's single-tensor RMSprop, line for line (torch eager's bits), in place on the
+        # buffers given with ``inplace``
         states = [square, *([average] if centered else []), *([buffer] if momentum > 0 else [])]
         if any(t.shape != value.shape or t.dtype != value.dtype for t in (grad, *states)):
             return super().rmsprop_update(
@@ -153,21 +152,19 @@ class TorchOptimizerKernels:
             average = average.clone() if centered else average
             buffer = buffer.clone() if momentum > 0 else buffer
         if weight_decay:
-            grad = torch.mul(value, weight_decay).add_(grad)
-        squares = torch.mul(grad, 1.0 - alpha).mul_(grad)
-        square.mul_(alpha).add_(squares)
+            grad = grad.add(value, alpha=weight_decay)
+        square.mul_(alpha).addcmul_(grad, grad, value=1.0 - alpha)
         if centered:
-            average.add_(torch.sub(grad, average).mul_(1.0 - alpha))
-            denominator = torch.mul(average, average, out=squares)
-            torch.sub(square, denominator, out=denominator).sqrt_()
+            average.lerp_(grad, 1.0 - alpha)
+            denominator = square.addcmul(average, average, value=-1).sqrt_()
         else:
-            denominator = torch.sqrt(square, out=squares)
-        quotient = torch.div(grad, denominator.add_(eps), out=denominator)
+            denominator = square.sqrt()
+        denominator.add_(eps)
         if momentum > 0.0:
-            buffer.mul_(momentum).add_(quotient)
-            value.sub_(torch.mul(buffer, lr, out=quotient))
+            buffer.mul_(momentum).addcdiv_(grad, denominator)
+            value.add_(buffer, alpha=-lr)
         else:
-            value.sub_(quotient.mul_(lr))
+            value.addcdiv_(grad, denominator, value=-lr)
         return value, square, average, buffer
 
 

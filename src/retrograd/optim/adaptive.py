@@ -1,9 +1,12 @@
 """More of ``torch.optim``: ``Adadelta``, ``Adagrad``, ``Adamax``, ``NAdam``, ``RAdam``,
 ``SparseAdam``.
 
-Each update is torch's single-tensor algorithm, operation for operation (the order of the
-products and sums kept, so float64 results agree to rounding), written on tensors of the
-inner backend as the updates of :mod:`.optimizers` are.
+Each update is torch's single-tensor algorithm, line for line, written on tensors of the
+inner backend as the updates of :mod:`.optimizers` are: torch's fused lines as the same fused
+tensor operations (``add(alpha=)``, ``lerp``, ``addcmul``: one rounding each; ``addcdiv``:
+``value * t1 / t2`` in that order), so that float32 results are torch's bit for bit
+(tests/test_optim_bits.py). Where torch's ``foreach=True`` formulation rounds differently
+(NAdam's and RAdam's denominators, ASGD's average), a group asking for it gets that one.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..tensor import Tensor, full_like, stack, zeros_like
+from ..tensor import Tensor, full_like, zeros_like
 from ..tensor.dtypes import default_float_dtype
 from .optimizers import SWITCH_DEFAULTS, Optimizer, State, implementation_switches
 
@@ -22,7 +25,8 @@ __all__ = ["Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam", "SparseAdam"]
 
 
 def _decayed(value: Tensor, grad: Tensor, weight_decay: float) -> Tensor:
-    return grad + value * weight_decay if weight_decay else grad
+    """torch's L2 decay, ``grad.add(param, alpha=weight_decay)`` (one rounding)."""
+    return grad.add(value, alpha=weight_decay) if weight_decay else grad
 
 
 def _check_betas(name: str, betas: Any) -> tuple[float, float]:
@@ -63,12 +67,12 @@ class Adadelta(Optimizer):
         delta_avg = state.get("acc_delta")
         if square is None:
             square, delta_avg = zeros_like(grad), zeros_like(grad)
-        square = square * rho + grad * grad * (1.0 - rho)
+        square = (square * rho).addcmul(grad, grad, value=1.0 - rho)
         std = (square + eps).sqrt()
         delta = (delta_avg + eps).sqrt() / std * grad
-        delta_avg = delta_avg * rho + delta * delta * (1.0 - rho)
+        delta_avg = (delta_avg * rho).addcmul(delta, delta, value=1.0 - rho)
         state["square_avg"], state["acc_delta"] = square, delta_avg
-        return value - delta * group["lr"], state
+        return value.add(delta, alpha=-group["lr"]), state
 
 
 class Adagrad(Optimizer):
@@ -102,9 +106,9 @@ class Adagrad(Optimizer):
         total = state.get("sum")
         if total is None:
             total = full_like(grad, group["initial_accumulator_value"])
-        total = total + grad * grad
+        total = total.addcmul(grad, grad)
         state["sum"] = total
-        return value - grad / (total.sqrt() + group["eps"]) * clr, state
+        return value.addcdiv(grad, total.sqrt() + group["eps"], value=-clr), state
 
 
 class Adamax(Optimizer):
@@ -135,10 +139,10 @@ class Adamax(Optimizer):
         if first is None:
             first, norm = zeros_like(grad), zeros_like(grad)
         first = first.lerp(grad, 1.0 - beta1)
-        norm = stack([norm * beta2, grad.abs() + group["eps"]], 0).amax(0)
+        norm = (norm * beta2).maximum(grad.abs() + group["eps"])
         state["exp_avg"], state["exp_inf"] = first, norm
         clr = group["lr"] / (1.0 - beta1**step)
-        return value - first / norm * clr, state
+        return value.addcdiv(first, norm, value=-clr), state
 
 
 class NAdam(Optimizer):
@@ -173,7 +177,7 @@ class NAdam(Optimizer):
             if group["decoupled_weight_decay"]:
                 value = value * (1.0 - lr * group["weight_decay"])
             else:
-                grad = grad + value * group["weight_decay"]
+                grad = grad.add(value, alpha=group["weight_decay"])
         bias_correction2 = 1.0 - beta2**step
         mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * decay))
         mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * decay))
@@ -188,11 +192,14 @@ class NAdam(Optimizer):
         if first is None:
             first, second = zeros_like(grad), zeros_like(grad)
         first = first.lerp(grad, 1.0 - beta1)
-        second = second * beta2 + grad * grad * (1.0 - beta2)
-        denom = (second / bias_correction2).sqrt() + group["eps"]
+        second = (second * beta2).addcmul(grad, grad, value=1.0 - beta2)
+        if group.get("foreach"):  # torch's multi-tensor form: sqrt(v) / sqrt(bc2)
+            denom = second.sqrt() / (bias_correction2**0.5) + group["eps"]
+        else:
+            denom = (second / bias_correction2).sqrt() + group["eps"]
         mu_product_next = mu_product * mu_next
-        value = value + grad / denom * (-lr * (1.0 - mu) / (1.0 - mu_product))
-        value = value + first / denom * ((-lr * mu_next) / (1.0 - mu_product_next))
+        value = value.addcdiv(grad, denom, value=-lr * (1.0 - mu) / (1.0 - mu_product))
+        value = value.addcdiv(first, denom, value=(-lr * mu_next) / (1.0 - mu_product_next))
         state.update(exp_avg=first, exp_avg_sq=second, mu_product=mu_product)
         return value, state
 
@@ -228,23 +235,28 @@ class RAdam(Optimizer):
             if group["decoupled_weight_decay"]:
                 value = value * (1.0 - lr * group["weight_decay"])
             else:
-                grad = grad + value * group["weight_decay"]
+                grad = grad.add(value, alpha=group["weight_decay"])
         first, second = state.get("exp_avg"), state.get("exp_avg_sq")
         if first is None:
             first, second = zeros_like(grad), zeros_like(grad)
         first = first.lerp(grad, 1.0 - beta1)
-        second = second * beta2 + grad * grad * (1.0 - beta2)
+        second = (second * beta2).addcmul(grad, grad, value=1.0 - beta2)
         state["exp_avg"], state["exp_avg_sq"] = first, second
         bias_correction1 = 1.0 - beta1**step
         bias_correction2 = 1.0 - beta2**step
-        corrected = first / bias_correction1
         rho_inf = 2.0 / (1.0 - beta2) - 1.0
         rho_t = rho_inf - 2.0 * step * (beta2**step) / bias_correction2
+        rect = 0.0
         if rho_t > 5.0:
-            rect = math.sqrt(
+            rect = (
                 (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)
-            )
-            adaptive = (bias_correction2**0.5) / (second.sqrt() + group["eps"])
+            ) ** 0.5
+        if group.get("foreach"):
+            return _radam_foreach_step(value, first, second, group, rect, step), state
+        corrected = first / bias_correction1
+        if rect:
+            # torch's ``number / tensor`` is ``tensor.reciprocal() * number``: two roundings
+            adaptive = (second.sqrt() + group["eps"]).reciprocal() * (bias_correction2**0.5)
             return value - corrected * lr * adaptive * rect, state
         return value - corrected * lr, state
 
@@ -288,6 +300,22 @@ class SparseAdam(Optimizer):
         step_size = group["lr"] * math.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
         moved = value - first / (second.sqrt() + group["eps"]) * step_size
         return value.where(present.logical_not(), moved), state
+
+
+def _radam_foreach_step(
+    value: Tensor, first: Tensor, second: Tensor, group: dict, rect: float, step: int
+) -> Tensor:
+    """RAdam's parameter step as torch's ``foreach=True`` forms it: ``value.addcmul(m, b)``
+    with ``b = 1 / ((sqrt(v) + eps) / (-lr rect sqrt(bc2) / bc1)) - lr / bc1`` (``rect`` 0
+    while the rectification is undefined: the first term is then ``1 / -inf``, -0)."""
+    lr, (beta1, beta2) = group["lr"], group["betas"]
+    bias_correction1 = 1 - beta1**step
+    unrectified = 0.0 if rect > 0 else 1.0
+    scale = ((1 - beta2**step) ** 0.5) * (lr * rect / bias_correction1) * -1
+    # (the step runs with the backend's arithmetic warnings off: x / -0 is -inf, as torch's)
+    buffer = ((second.sqrt() + group["eps"]) / scale).reciprocal()
+    buffer = buffer + (lr * unrectified / bias_correction1) * -1
+    return value.addcmul(first, buffer)
 
 
 def _torch_defaults(name: str, flags: dict[str, Any], values: dict, order: str) -> dict:

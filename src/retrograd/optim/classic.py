@@ -27,6 +27,15 @@ def _scalar(value: float) -> float:
     return float(np.float64(value) if default_float_dtype() == "float64" else np.float32(value))
 
 
+def _foreach_eta(lr: float, lambd: float, alpha: float, step: int) -> float:
+    """ASGD's next ``eta`` as torch's ``foreach=True`` computes it: ``lr / (1 + lambd * lr *
+    step) ** alpha`` on its step count, a 0-d tensor of the scalar dtype, so each operation
+    rounds in that dtype (and ``lr / tensor`` is ``tensor.reciprocal() * lr``)."""
+    dtype = np.float64 if default_float_dtype() == "float64" else np.float32
+    base = dtype(1.0) + dtype(lambd * lr) * dtype(step)
+    return float(dtype(1.0) / base ** dtype(alpha) * dtype(lr))
+
+
 class Rprop(Optimizer):
     """Resilient backpropagation, as ``torch.optim.Rprop``: each weight's step size grows by
     ``etas[1]`` while its gradient keeps its sign and shrinks by ``etas[0]`` when it flips
@@ -125,16 +134,22 @@ class ASGD(Optimizer):
             eta, mu, ax = _scalar(lr), 1.0, zeros_like(value)
         grad = _decayed(value, grad, group["weight_decay"])
         # (eta and mu as torch reads them, eta.item(): Python floats of the held values)
-        value = value * (1.0 - lambd * float(eta))
-        value = value - grad * float(eta)
-        if mu != 1.0:
-            ax = ax + (value - ax) * float(mu)
+        eta, mu = float(eta), float(mu)
+        if group.get("foreach"):
+            # torch's multi-tensor form: the decay folded into the step, p - eta (g + lambd p),
+            # and the average moved by one fused multiply-add even at mu = 1
+            value = value.add(grad.add(value, alpha=lambd), alpha=-eta)
+            ax = ax.add(value - ax, alpha=mu)
         else:
-            ax = value
+            value = (value * (1.0 - lambd * eta)).add(grad, alpha=-eta)
+            ax = ax + (value - ax) * mu if mu != 1.0 else value
         state["ax"] = ax
         # torch's new values are torch.as_tensor(a Python float): of the default dtype, copied
         # into the state tensors whatever their dtype (a load casts them to the parameter's)
-        state["eta"] = _scalar(lr / ((1.0 + lambd * lr * step) ** group["alpha"]))
+        if group.get("foreach"):
+            state["eta"] = _foreach_eta(lr, lambd, group["alpha"], step)
+        else:
+            state["eta"] = _scalar(lr / ((1.0 + lambd * lr * step) ** group["alpha"]))
         state["mu"] = _scalar(1.0 / max(1.0, step - group["t0"]))
         return value, state
 

@@ -11,9 +11,11 @@ algorithm (``sgd_update``, ``adam_update``, ``rmsprop_update``: ``(value, grad, 
 hyper-parameters) -> (new value, new state)``, each a call of its fused kernel through
 :class:`~.fused.FusedUpdate`) gives the new value, which replaces the
 parameter's value in place (:func:`retrograd.tensor.inplace.assign`: the object, its leaf
-status and its distributed mark stay). The formulas are PyTorch's, operation for operation, so
-the two agree on the same gradients up to float rounding; the test suite checks it. SGD and
-Adam run one fused backend kernel per parameter (``Backend.sgd_update``, ``adam_update``).
+status and its distributed mark stay). The formulas are PyTorch's single-tensor loops, line for
+line, each fused line (``add_(alpha=)``, ``lerp_``, ``addcmul_``) rounded once as torch's, so
+float32 results are torch's bit for bit (tests/test_optim_bits.py; where torch's ``sqrt`` is
+correctly rounded). SGD, Adam and RMSprop run one fused backend kernel per parameter
+(``Backend.sgd_update``, ``adam_update``, ``rmsprop_update``).
 
 *Memory written in place.* As torch's optimizers do, ``Optimizer.step`` writes SGD's and
 Adam's new values and state into the parameter's own buffers (no array made per step: on a
@@ -1156,7 +1158,7 @@ class Adam(FusedOptimizer):
             if self._decoupled(group):
                 value = value * (1.0 - lr * weight_decay)
             else:
-                grad = grad + value * weight_decay
+                grad = grad.add(value, alpha=weight_decay)
         first, second = state.get("exp_avg"), state.get("exp_avg_sq")
         if first is None:
             first, second = zeros_like(grad), zeros_like(grad)
@@ -1164,11 +1166,11 @@ class Adam(FusedOptimizer):
         if peak is None:
             peak = zeros_like(grad)
         first = first.lerp(grad, 1.0 - beta1)
-        second = second * beta2 + grad * grad * (1.0 - beta2)
+        second = (second * beta2).addcmul(grad, grad, value=1.0 - beta2)
         step_size = lr / (1.0 - beta1**step)
         peak = peak.maximum(second)
-        denom = peak.sqrt() / math.sqrt(1.0 - beta2**step) + group["eps"]
-        value = value + first * (-step_size) / denom
+        denom = peak.sqrt() / ((1.0 - beta2**step) ** 0.5) + group["eps"]
+        value = value.addcdiv(first, denom, value=-step_size)
         state.update(exp_avg=first, exp_avg_sq=second, max_exp_avg_sq=peak)
         return value, state
 
