@@ -86,3 +86,25 @@ def test_lp_pool1d_refuses_a_tuple_kernel_as_torch():
         F.lp_pool1d(rg.tensor(x), 2.0, (2,))
     expected = tF.lp_pool1d(torch.tensor(x), 2.0, 2).numpy()
     np.testing.assert_allclose(F.lp_pool1d(rg.tensor(x), 2.0, 2).numpy(), expected)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("input_dtype", "bias_dtype"), [("float32", "float64"), ("float64", "float32")]
+)
+def test_conv_refuses_a_bias_of_another_dtype_as_torch(dim, input_dtype, bias_dtype):
+    """torch's ``conv1d/2d/3d`` raise "Input type ... and bias type ... should be the same";
+    retrograd cast the bias to the input's dtype and computed."""
+    x = np.ones((1, 1) + (3,) * dim, dtype=input_dtype)
+    w = np.ones((1, 1) + (2,) * dim, dtype=input_dtype)
+    b = np.ones(1, dtype=bias_dtype)
+    name = f"conv{dim}d"
+    with pytest.raises(RuntimeError, match="bias type"):
+        getattr(tF, name)(torch.tensor(x), torch.tensor(w), torch.tensor(b))
+    with pytest.raises(rg.DTypeError, match=f"{name}: input type .* bias type"):
+        getattr(F, name)(rg.tensor(x), rg.tensor(w), rg.tensor(b))
+    same = getattr(F, name)(rg.tensor(x), rg.tensor(w), rg.tensor(b.astype(input_dtype)))
+    expected = getattr(tF, name)(
+        torch.tensor(x), torch.tensor(w), torch.tensor(b.astype(input_dtype))
+    )
+    np.testing.assert_array_equal(same.numpy(), expected.numpy())
