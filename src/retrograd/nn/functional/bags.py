@@ -40,6 +40,19 @@ def _max_positions(looked_up: Tensor, keep: Tensor) -> Tensor:
     return where(first_is_nan | (candidates.amax(1) == float("-inf")), first, best)
 
 
+def _frequency_divisors(flat: Tensor, count: int, dtype: str) -> Tensor:
+    """``[count]``: what ``scale_grad_by_freq`` divides each row's gradient by, as torch's CPU
+    kernel computes it: the k-th smallest distinct index takes the frequency of the k-th
+    entry of the sorted indices (``counts[indices[i]]`` read at the distinct run ``i``, not at
+    the run's start), so a row's divisor is its own frequency only while the smaller indices
+    occur once each. 1 for indices that do not occur."""
+    ones = flat.new_ones(flat.shape, dtype=dtype)
+    counts = flat.new_zeros((count,), dtype=dtype).index_add(0, flat, ones)
+    distinct = flat.unique()
+    runs = flat.sort().values[: distinct.shape[0]]
+    return flat.new_ones((count,), dtype=dtype).index_put((distinct,), counts[runs])
+
+
 def _index_dtype(input: Tensor, offsets: Any) -> str:  # noqa: A002 (torch's name)
     """The dtype torch's kernel reads ``input`` in: promoted with an offsets tensor's (an int8
     input with int64 offsets is taken; with int8 offsets it is not)."""
@@ -110,8 +123,10 @@ def embedding_bag(
     if mode not in _MODES:
         raise InvalidArgumentError(f"{fn}: mode has to be one of sum, mean or max, got {mode!r}")
     # (sparse=True gives the dense gradient, as embedding's does)
-    if scale_grad_by_freq:
-        raise InvalidArgumentError(f"{fn}: scale_grad_by_freq is not supported")
+    if scale_grad_by_freq and mode == "max":
+        raise InvalidArgumentError(
+            f"{fn}: max mode does not support scaling the gradient by the frequency"
+        )
     if isinstance(input, Tensor) and _index_dtype(input, offsets) in ("int64", "int32"):
         input = input.long()  # noqa: A001 (torch's name)
     if not isinstance(input, Tensor) or input.dtype != "int64":
@@ -139,6 +154,10 @@ def embedding_bag(
     if padding_idx is not None:
         keep = keep & (indices != padding_idx % weight.shape[0])
     rows = embedding(indices, weight)  # [bags, longest, dim]
+    if scale_grad_by_freq:  # the value unchanged (``rows - held`` is exactly 0)
+        held = rows.detach()
+        divisors = _frequency_divisors(input.reshape(-1), weight.shape[0], held.dtype)
+        rows = held + (rows - held) / divisors[indices].unsqueeze(-1)
     counts = keep.to("int64").sum(1)
     if mode == "max":
         top = rows.gather(1, _max_positions(rows.detach(), keep).unsqueeze(1)).squeeze(1)

@@ -115,6 +115,11 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
                 f"than the padded input {shape_text(tuple(m + 2 * q for m, q in zip(x.shape[2:], padding)))}; "  # noqa: E501
                 f"{shapes}"
             )
+    if isinstance(bias, Tensor) and bias.dtype != x.dtype and x.dtype in ("float32", "float64"):
+        # torch's convolutions refuse a bias of another dtype (its transposed ones cast it)
+        raise DTypeError(
+            f"{fn}: input type ({x.dtype}) and bias type ({bias.dtype}) should be the same"
+        )
     bias = _channel_bias(fn, x, bias, out_channels)
     out = apply(TensorOp(fn, kernel="conv"), (x, weight, bias), (stride, padding, dilation, groups))
     if same_crop is not None and any(same_crop):

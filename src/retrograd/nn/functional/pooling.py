@@ -477,6 +477,8 @@ def lp_pool1d(
     ceil_mode: bool = False,
 ) -> Tensor:
     """1-d power-average pooling: the ``norm_type``-norm of each window."""
+    if isinstance(kernel_size, (tuple, list)):  # torch multiplies by it: a sequence fails
+        raise DTypeError(f"lp_pool1d: kernel_size must be an int, got {kernel_size!r}")
     return _lp_pool("lp_pool1d", 1, input, norm_type, kernel_size, stride, ceil_mode)
 
 
@@ -551,10 +553,14 @@ def _max_unpool(fn, spatial, x, indices, kernel_size, stride, padding, output_si
         value = "an index" if bad is None else f"index {bad}"
         return f"{fn}: {value} is out of range for an output of size {size} ({plane} elements)"
 
-    check_indices(indices, plane, out_of_range)
     n, c = x.shape[:2]
     cells = math.prod(x.shape[2:])  # (not -1: N may be 0)
     flat = x.reshape((n, c, cells))
+    if plane == 0 and min(size) == 0:
+        # torch returns the empty plane without reading the indices (a pool of padding 1 and
+        # kernel 2 over one element unpools to size 0); sliced from x to keep the graph
+        return _unbatched(flat[:, :, :0].reshape((n, c, *size)), squeeze)
+    check_indices(indices, plane, out_of_range)
     out = flat.new_zeros((n, c, plane)).scatter(2, indices.reshape((n, c, cells)), flat)
     return _unbatched(out.reshape((n, c, *size)), squeeze)
 
