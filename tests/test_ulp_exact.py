@@ -234,3 +234,27 @@ def test_rsqrt_values_and_gradient(dtype):
     grads = (out * rg.tensor(seed)).sum().backward()
     (tout * torch.tensor(seed)).sum().backward()
     assert_same_bits(x.grad(grads), tx.grad)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("number", [3.0, -0.7, 7, 2.0])
+def test_number_divided_by_a_tensor_and_its_gradients(dtype, number):
+    # torch's number / tensor is reciprocal(tensor) * number: two roundings, each op's gradient
+    (values,) = _draws(dtype, 1, seed=11)
+    x, tx = _pair(values, requires_grad=True)
+    out, tout = number / x, number / tx
+    assert_same_bits(out, tout)
+    seed = np.random.default_rng(12).standard_normal(values.size).astype(dtype)
+    grads = (out * rg.tensor(seed)).sum().backward()
+    (tout * torch.tensor(seed)).sum().backward()
+    assert_same_bits(x.grad(grads), tx.grad)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int32", "int64", "complex64"])
+def test_number_divided_by_a_tensor_of_another_kind_has_torchs_dtype_and_values(dtype):
+    values = np.array([0, 1, 2, 3, 5, 7])
+    for number in (3, 2.5, True):
+        ours = number / rg.tensor(values).to(dtype)
+        theirs = number / torch.tensor(values).to(getattr(torch, dtype))
+        assert ours.dtype == str(theirs.dtype).removeprefix("torch.")
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
