@@ -379,6 +379,8 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     basic, advanced = _split(t, index)
     target = t[basic] if any(not _full(b) for b in basic) else t
     mask = _whole_mask(target, index, advanced, value)
+    if mask is None:  # (torch's masked_fill_ of a one-element value reads it first)
+        views.refuse_partial_overlap("index_put_", target, value, full=True)
     if mask is not None:
         fill = value
         expanded = _expanded_source(target, mask)

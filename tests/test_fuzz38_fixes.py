@@ -1,0 +1,103 @@
+"""The defects the round-38 random programs (``tests/test_random_programs_38.py``) found, each
+checked against torch 2.13's behaviour and failing on the code before its fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+
+OVERLAP = "refer to a single memory location"
+
+
+def _grid(requires_grad: bool = False):
+    x = rg.tensor(np.arange(12.0).reshape(3, 4), dtype=rg.float64)
+    return x.requires_grad_(True) * 1.0 if requires_grad else x
+
+
+# torch 2.13 refuses each of these writes ("unsupported operation: some elements of the input
+# tensor and the written-to tensor refer to a single memory location"): the source overlaps
+# the tensor written to in part, so torch would read elements it had already written
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda x: x[1:].__iadd__(x[:-1]),
+        lambda x: x.__setitem__(slice(1, None), x[:-1]),
+        lambda x: x.__setitem__(slice(0, 2), x[1:3]),
+        lambda x: x.add_(x[0, 0]),
+        lambda x: x[0].add_(x[0, 1:2]),
+        lambda x: x[0, 1:].sub_(x[0, :-1]),
+        lambda x: x[1:].mul_(x[:-1]),
+        lambda x: x[1:].div_(x[:-1]),
+        lambda x: x[1:].addcmul_(x[:-1], x[:-1]),
+        lambda x: x[1:].lerp_(x[:-1], 0.5),
+        lambda x: x[1:].clamp_(min=x[:-1]),
+        lambda x: x.view(4, 3).add_(x.t()),
+        lambda x: x.__setitem__(rg.tensor([1, 2]), x[0]),
+        lambda x: x.__setitem__(rg.tensor([1, 2]), x[0, 0]),
+    ],
+    ids=[
+        "iadd-shifted",
+        "setitem-shifted",
+        "setitem-rows",
+        "add-first-element",
+        "row-add-element",
+        "sub-shifted-row",
+        "mul-shifted",
+        "div-shifted",
+        "addcmul",
+        "lerp",
+        "clamp-tensor-min",
+        "same-range-other-strides",
+        "index-put-row",
+        "index-put-element",
+    ],
+)
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_a_write_from_a_partly_overlapping_view_is_refused_as_torch(write, requires_grad):
+    x = _grid(requires_grad)
+    before = x.detach().numpy().copy()
+    with pytest.raises(rg.InvalidArgumentError, match=OVERLAP):
+        write(x)
+    np.testing.assert_array_equal(x.detach().numpy(), before)  # left as it was
+    x.add_(1.0)  # and usable
+    np.testing.assert_array_equal(x.detach().numpy(), before + 1.0)
+
+
+# torch 2.13 runs these (each expected value printed by torch): no overlap, the same tensor,
+# another storage, or a layout torch does not check (a copy of the values is read then)
+@pytest.mark.parametrize(
+    ("write", "first_row_after", "second_row_after"),
+    [
+        (lambda x: x.__setitem__(1, x[0]), [0, 1, 2, 3], [0, 1, 2, 3]),
+        (lambda x: x.mul_(x), [0, 1, 4, 9], [16, 25, 36, 49]),
+        (lambda x: x.add_(x.view(12).view(3, 4)), [0, 2, 4, 6], [8, 10, 12, 14]),
+        (lambda x: x.view(4, 3).add_(x.view(4, 3)), [0, 2, 4, 6], [8, 10, 12, 14]),
+        (lambda x: x.copy_(x.flip(0)), [8, 9, 10, 11], [4, 5, 6, 7]),
+        (lambda x: x[1:].clamp_(min=x[:1]), [0, 1, 2, 3], [4, 5, 6, 7]),
+        (lambda x: x[0].add_(x.detach()[1]), [4, 6, 8, 10], [4, 5, 6, 7]),
+        (lambda x: x.__setitem__(x > 5, x[0, 0]), [0, 1, 2, 3], [4, 5, 0, 0]),
+        (lambda x: x.__setitem__((0, slice(0, 3)), x[:, 1]), [1, 5, 9, 3], [4, 5, 6, 7]),
+        (lambda x: x.view(-1)[1:].add_(x.view(-1)[0]), [0, 1, 2, 3], [4, 5, 6, 7]),
+    ],
+)
+def test_writes_torch_allows_still_run(write, first_row_after, second_row_after):
+    x = _grid()
+    write(x)
+    np.testing.assert_array_equal(x.numpy()[0], first_row_after)
+    np.testing.assert_array_equal(x.numpy()[1], second_row_after)
+
+
+def test_a_refused_overlap_leaves_the_gradient_path_usable():
+    """After the refusal, the same tensor is written from a copy and differentiated: the
+    gradient is torch's (``x[1:] += x[:-1].clone()``, sum weighted by row index: x's
+    gradient row i is (i) + (i + 1) for i < 2 and 2 for the last row)."""
+    leaf = rg.tensor(np.arange(12.0).reshape(3, 4), dtype=rg.float64).requires_grad_(True)
+    x = leaf * 1.0
+    with pytest.raises(rg.InvalidArgumentError, match=OVERLAP):
+        x[1:] += x[:-1]
+    x[1:] += x[:-1].clone()
+    weights = rg.tensor([[0.0], [1.0], [2.0]], dtype=rg.float64)
+    (grad,) = rg.autograd.grad((x * weights).sum(), [leaf])
+    np.testing.assert_array_equal(grad.numpy(), np.repeat([[1.0], [3.0], [2.0]], 4, axis=1))
