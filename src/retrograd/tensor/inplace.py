@@ -580,6 +580,11 @@ class InplaceMixin:
         """This tensor's values replaced by ``src``'s (broadcast to its shape, cast to its
         dtype); the gradient flows to ``src``, as torch's."""
         refuse_partial_overlap("copy_", self, src)
+        return self._copy_unchecked(src)
+
+    def _copy_unchecked(self, src: Any) -> Any:
+        """``copy_`` without the partial-overlap check: for ``t[basic] = v``, whose check is
+        torch's ``copy_to``'s (:func:`.advanced.set_index`)."""
         return self._update("copy_", lambda t: _converted(t, _source(t, src, "copy_")), fresh=True)
 
     def masked_fill_(self, mask: Any, value: Any) -> Any:
