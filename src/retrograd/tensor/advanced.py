@@ -405,9 +405,10 @@ def _refuse_setitem_overlap(target: Any, given: Any, value: Any) -> None:
         views.refuse_partial_overlap("copy_", target, given)
         return
     lead = target.ndim - value.ndim
-    if lead >= 0 and all(n == 1 for n in target.shape[:lead]):
-        if all(v == n or n <= 1 for v, n in zip(value.shape, target.shape[lead:])):
-            views.refuse_partial_overlap("copy_", target, value)
+    repeats = lead < 0 or any(n != 1 for n in target.shape[:lead])
+    repeats = repeats or any(v != n and n > 1 for v, n in zip(value.shape, target.shape[lead:]))
+    if not repeats:
+        views.refuse_partial_overlap("copy_", target, value)
 
 
 def _whole_mask(target: Any, index: tuple, advanced: list, value: Any) -> Any:
