@@ -155,3 +155,36 @@ def test_a_number_first_beside_a_narrow_integer_tensor_wraps_as_torch():
     result = rg.sub(200, rg.tensor([3, 4], dtype=rg.int8))
     assert result.dtype == rg.int8
     assert result.tolist() == [-59, -60]  # 200 is int8's -56
+
+
+# the strides of flip, rot90 and tril/triu of a non-contiguous tensor, as torch 2.13 prints
+# them: flip keeps its input's layout (so rot90, a flip then a transpose, is row-major again
+# for a transposed input), tril/triu are row-major; view() follows from the strides
+@pytest.mark.parametrize(
+    ("make", "strides", "views"),
+    [
+        (lambda t: t.flip(0), (1, 4), False),
+        (lambda t: t.flip(0, 1), (1, 4), False),
+        (lambda t: t.rot90(), (4, 1), True),
+        (lambda t: t.rot90(3), (4, 1), True),
+        (lambda t: t.tril(), (3, 1), True),
+        (lambda t: t.triu(1), (3, 1), True),
+    ],
+    ids=["flip", "flip-both", "rot90", "rot90-3", "tril", "triu"],
+)
+def test_strides_of_flip_rot90_and_triangles_of_a_transpose_are_torchs(make, strides, views):
+    out = make(rg.arange(12.0).reshape(3, 4).t())
+    assert out.stride() == strides
+    assert out.is_contiguous() == (strides == (3, 1) or strides == (4, 1))
+    if views:
+        assert out.view(-1).shape == (12,)
+    else:
+        with pytest.raises(rg.RetrogradError):
+            out.view(-1)
+
+
+def test_strides_of_flip_of_a_permuted_3d_tensor_are_torchs():
+    x = rg.arange(24.0).reshape(2, 3, 4)
+    assert x.permute(1, 2, 0).flip(0).stride() == (4, 1, 12)
+    assert x.transpose(0, 2).flip(1, 2).stride() == (1, 4, 12)
+    assert x.transpose(0, 2).tril(1).stride() == (6, 2, 1)
