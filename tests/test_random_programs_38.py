@@ -463,6 +463,13 @@ def _view_program(shape, rounds, through_leaf_view):
             for _, view, _ in chain:
                 v = view(lib, v)
             views.append(v)
+            # the layout torch gives the view: what decides whether later views are views
+            # (not of an empty one, nor of size-1 dimensions: torch's strides there follow
+            # each op's own formula, and mean nothing)
+            if v.numel():
+                strides = [s for s, n in zip(v.stride(), v.shape) if n > 1]
+                layout = [*strides, v.storage_offset(), int(v.is_contiguous())]
+                outputs.append(lib.tensor(layout, dtype=lib.int64))
             v = write(lib, v, w)
             if read:
                 outputs.append(v.sin())
