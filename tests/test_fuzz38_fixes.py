@@ -3,6 +3,8 @@ checked against torch 2.13's behaviour and failing on the code before its fix.""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -188,3 +190,20 @@ def test_strides_of_flip_of_a_permuted_3d_tensor_are_torchs():
     assert x.permute(1, 2, 0).flip(0).stride() == (4, 1, 12)
     assert x.transpose(0, 2).flip(1, 2).stride() == (1, 4, 12)
     assert x.transpose(0, 2).tril(1).stride() == (6, 2, 1)
+
+
+# the gradient of cumprod at its first zero, as torch 2.13's (printed): the terms run up to the
+# next zero and include it, so an infinity between them makes a NaN (inf * 0), and none past
+# it count
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([0.0, math.inf, 1.0, 0.0], [math.nan, 0.0, 0.0, 0.0]),
+        ([0.0, 0.0, math.inf], [1.0, 0.0, 0.0]),
+        ([2.0, 0.0, 3.0, 0.0, math.inf], [1.0, 8.0, 0.0, 0.0, 0.0]),
+    ],
+)
+def test_cumprod_gradient_at_the_first_zero_is_torchs(values, expected):
+    x = rg.tensor(values, dtype=rg.float64).requires_grad_(True)
+    (grad,) = rg.autograd.grad(x.cumprod(0).sum(), [x])
+    np.testing.assert_array_equal(grad.numpy(), expected)
