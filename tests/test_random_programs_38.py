@@ -882,7 +882,32 @@ SMOOTH = {
     "var": lambda lib, a, b: a * a.var(-1, keepdim=True),
     "logcumsumexp": lambda lib, a, b: a.logcumsumexp(-1),
     "gelu_tanh": lambda lib, a, b: lib.nn.functional.gelu(a, approximate="tanh") + b,
+    "as_strided_write": lambda lib, a, b: _as_strided_write(a, b),
+    "sort_mul": lambda lib, a, b: a.sort(dim=-1).values * b,
+    "cummax_mul": lambda lib, a, b: a.cummax(0).values * b.exp(),
+    "kthvalue": lambda lib, a, b: a * a.kthvalue(2, -1, keepdim=True).values,
+    "flip_t": lambda lib, a, b: a.flip(0) * b.t().flip(1).t(),
+    "masked_fill_": lambda lib, a, b: (a * b).masked_fill_(a > 0.5, 0.25) + a.square(),
+    "index_put_dupes": lambda lib, a, b: (a * 1.0).index_put_(
+        (lib.tensor([1, 1, -1], dtype=lib.int32), lib.tensor([0, 0, 2])),
+        b[0, :3] * a[2, :3],
+        accumulate=True,
+    ),
+    "unfold_write": lambda lib, a, b: _unfold_write(a, b),
+    "addcdiv_": lambda lib, a, b: (a * 1.0).addcdiv_(b, a.square() + 1.0, value=0.5),
 }
+
+
+def _as_strided_write(a, b):
+    y = a * 1.0
+    y.as_strided((2, 2), (4, 1), 1).mul_(b[:2, :2].sigmoid())
+    return y
+
+
+def _unfold_write(a, b):
+    y = a * 1.0
+    y.unfold(1, 2, 2).mul_(b.unfold(1, 2, 2).cos())
+    return y
 
 
 def _slice_write(a, b):
@@ -938,3 +963,22 @@ def test_unary_dtypes_match_torch(dtype, op, seed, zero_d):
         check(program, [(array, dtype, False)], order=0)
     except Mismatch as e:
         raise Mismatch(f"{op}({dtype}{'' if zero_d else ' (2, 3)'}) seed {seed}\n{e}") from None
+
+
+def test_the_check_catches_a_gradient_or_dtype_that_differs_from_torchs():
+    """The harness is no test that cannot fail: a value off by 1e-4, a second derivative
+    that differs, and a result dtype that differs are each reported."""
+    operands = [(np.linspace(-1, 1, 12).reshape(3, 4), "float64", True)] * 2
+
+    def off_value(lib, a, b):
+        return (a * (1.0001 if lib is rg else 1.0)).sin()
+
+    def off_second(lib, a, b):
+        return a.square() if lib is rg else a.square() + (a.detach() * 0 + 1) * a
+
+    def off_dtype(lib, a, b):
+        return (a > 0).to(lib.int32 if lib is rg else lib.int64)
+
+    for program, order in ((off_value, 1), (off_second, 2), (off_dtype, 0)):
+        with pytest.raises(Mismatch):
+            check(program, operands, order)
