@@ -38,6 +38,12 @@ def _grid(requires_grad: bool = False):
         lambda x: x.view(4, 3).add_(x.t()),
         lambda x: x.__setitem__(rg.tensor([1, 2]), x[0]),
         lambda x: x.__setitem__(rg.tensor([1, 2]), x[0, 0]),
+        lambda x: x[1:].atan2_(x[:-1]),
+        lambda x: x[1:].hypot_(x[:-1]),
+        lambda x: x[1:].fmod_(x[:-1]),
+        lambda x: x[1:].multiply_(other=x[:-1]),
+        lambda x: x.index_put_((rg.tensor([1, 2]),), x[0]),
+        lambda x: x.index_put_((rg.tensor([1, 2]),), x[0], accumulate=True),
     ],
     ids=[
         "iadd-shifted",
@@ -54,6 +60,12 @@ def _grid(requires_grad: bool = False):
         "same-range-other-strides",
         "index-put-row",
         "index-put-element",
+        "atan2",
+        "hypot",
+        "fmod",
+        "multiply-keyword",
+        "index-put-method",
+        "index-put-method-accumulate",
     ],
 )
 @pytest.mark.parametrize("requires_grad", [False, True])

@@ -1012,8 +1012,23 @@ SAME_ARGUMENTS = (
 )  # fmt: skip
 
 
+#: those of :data:`SAME_ARGUMENTS` that are elementwise in their tensor operands: torch
+#: refuses an operand overlapping the written tensor in part (:func:`.views.refuse_partial_overlap`)
+_ELEMENTWISE_OPERANDS = frozenset(
+    ["arctan2", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_or"]
+    + ["bitwise_right_shift", "bitwise_xor", "copysign", "divide", "floor_divide", "fmod"]
+    + ["gcd", "greater", "greater_equal", "heaviside", "hypot", "igamma", "igammac", "lcm"]
+    + ["ldexp", "less", "less_equal", "logical_and", "logical_or", "logical_xor", "multiply"]
+    + ["nextafter", "not_equal", "subtract", "true_divide", "xlogy"]
+)
+
+
 def _in_place(name: str) -> Any:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if name in _ELEMENTWISE_OPERANDS:
+            refuse_partial_overlap(f"{name}_", self, *args, *kwargs.values())
+        elif name == "index_put" and len(args) > 1:  # (torch's index_put_: the same too)
+            refuse_partial_overlap("index_put_", self, args[1], full=True)
         if kwargs.get("dtype") is not None:  # cumsum_/cumprod_: only the tensor's own dtype
             dtype = canonical_dtype(f"{name}_", kwargs["dtype"])
             if dtype != self.dtype:
