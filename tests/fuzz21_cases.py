@@ -45,7 +45,8 @@ GENERATORS: dict = {}
 
 #: torch refuses a write whose source overlaps the written tensor in part ("some elements of
 #: the input tensor and the written-to tensor refer to a single memory location"); retrograd
-#: writes the source's values as they were (a known difference, round 17): not compared
+#: refuses it by torch's rule since round 38 (it wrote the source's values as they were, a
+#: known difference of round 17); a draw where only torch refuses is still not compared
 PARTIAL_OVERLAP = "refer to a single memory location"
 
 
