@@ -94,12 +94,12 @@ class ProductProtocol:
         )
         rows = self.expand(self.reshape(xs, shape[:-1] + (1, n)), shape[:-1] + (n, n))
         rows = self.mask_where(self.ones_like(rows), strictly_after, rows)
-        partial = self.cumprod(rows, last + 1)
-        # The terms j < k are left out, not multiplied by zero; so are, as torch's O(n) form
-        # does, those a zero among x_i (i <= j, i != k) makes zero: a NaN or infinite
-        # gradient there reaches no other position. Under create_graph (recorded on the
-        # autodiff backend) torch's O(n^2) form keeps those, whose derivatives are the second
-        # derivatives.
+        # The terms j < k are left out (their gradient taken as zero). Under create_graph
+        # (recorded on the autodiff backend) torch's O(n^2) form keeps every later term,
+        # whose derivatives are the second derivatives. Otherwise torch's O(n) form, whose
+        # row of the first zero is all that is kept of this (the rows before and after it are
+        # replaced below): past the next zero its factors are ones and its gradients zeros,
+        # so the product up to that zero carries on, times zero (NaN where it is infinite).
         zeros = self.cast(self.equal_elem(xs, 0.0), "int64")
         counts = self.cumsum(zeros, last)
         left_out = self.lower(self.reshape(positions, (1, n)), self.reshape(positions, (n, 1)))
@@ -107,10 +107,12 @@ class ProductProtocol:
             others = self.sub(
                 self.reshape(counts, shape[:-1] + (1, n)), self.reshape(zeros, shape + (1,))
             )
-            left_out = self.logical_or(left_out, self.greater_elem(others, 0))
-        weighted = self.mask_fill(
-            self.mul(partial, self.reshape(gs, shape[:-1] + (1, n))), left_out, 0.0
-        )
+            past_next_zero = self.logical_and(self.greater_elem(others, 0), strictly_after)
+            rows = self.mask_where(rows, past_next_zero, self.ones_like(rows))
+            left_out = self.logical_or(left_out, past_next_zero)
+        partial = self.cumprod(rows, last + 1)
+        grads = self.expand(self.reshape(gs, shape[:-1] + (1, n)), shape[:-1] + (n, n))
+        weighted = self.mul(partial, self.mask_fill(grads, left_out, 0.0))
         inner = self.reshape(self.sum_dim(weighted, (last + 1,)), shape)
         before = self.cat(
             [

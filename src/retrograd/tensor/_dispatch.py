@@ -946,6 +946,8 @@ _LAYOUT_KERNELS = frozenset(
         "xlogy",
         "xlog1py",
         "refused_derivative",
+        # (not elementwise, but torch's output is ``empty_like(self)`` in its layout)
+        "flip",
     ]
 )
 

@@ -354,6 +354,7 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     if bools is not None:  # through the view with the new dimensions
         set_index(t[bools[0]], bools[1], value)
         return
+    given = value
     if isinstance(value, TensorBase) and value.ndim and value.shape[0] == 1:
         # torch drops the value's leading size-1 dims first (``slicePrefix1sDims``), so
         # ``t[0, 0] = ones(1)`` and ``t[0] = ones(1, 1, n)`` fit
@@ -363,7 +364,8 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     arrays = TensorBase | list | np.ndarray | range | tuple
     if not any(isinstance(i, arrays | bool) for i in index):
         target = t[index]
-        target.copy_(value)
+        _refuse_setitem_overlap(target, given, value)
+        target._copy_unchecked(value)
         return
     if isinstance(value, TensorBase) and value.dtype != t.dtype:
         picks = [i for i in index if isinstance(i, arrays | bool)]
@@ -379,6 +381,8 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     basic, advanced = _split(t, index)
     target = t[basic] if any(not _full(b) for b in basic) else t
     mask = _whole_mask(target, index, advanced, value)
+    if mask is None:  # (torch's masked_fill_ of a one-element value reads it first)
+        views.refuse_partial_overlap("index_put_", target, value, full=True)
     if mask is not None:
         fill = value
         expanded = _expanded_source(target, mask)
@@ -387,6 +391,24 @@ def set_index(t: Any, index: Any, value: Any) -> None:
         target._update("index_put_", lambda y: _masked(y, mask, fill))
         return
     target._update("index_put_", lambda y: index_put(y, advanced, value, False))
+
+
+def _refuse_setitem_overlap(target: Any, given: Any, value: Any) -> None:
+    """torch's ``copy_to`` of ``t[basic] = given``: a 0-d ``given`` is a ``fill_`` (nothing
+    checked); one of the target's shape is copied as it is, checked for a partial overlap
+    with the target; otherwise ``value`` (``given`` without its leading size-1 dims) is
+    expanded to the target's shape and copied: checked only where the expansion repeats no
+    element (an expanded tensor is one torch does not check)."""
+    if not isinstance(given, TensorBase) or given.ndim == 0:
+        return
+    if tuple(given.shape) == tuple(target.shape):
+        views.refuse_partial_overlap("copy_", target, given)
+        return
+    lead = target.ndim - value.ndim
+    repeats = lead < 0 or any(n != 1 for n in target.shape[:lead])
+    repeats = repeats or any(v != n and n > 1 for v, n in zip(value.shape, target.shape[lead:]))
+    if not repeats:
+        views.refuse_partial_overlap("copy_", target, value)
 
 
 def _whole_mask(target: Any, index: tuple, advanced: list, value: Any) -> Any:

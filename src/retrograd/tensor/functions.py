@@ -42,6 +42,7 @@ from ._dispatch import (
     result_dtype,
     scalar_dtype,
     scalar_value,
+    wrapped_int,
     written_scalar,
 )
 from .inplace import write_out
@@ -316,6 +317,11 @@ _TWO_NUMBERS = frozenset(
 )
 
 
+#: the functions of :data:`_NUMBER_INPUTS` whose result is a float (without ``rounding_mode``)
+_TRUE_DIVISIONS = frozenset(["div", "divide", "true_divide"])
+_NARROW_INT_DTYPES = frozenset(["uint8", "int8", "int16", "int32"])
+
+
 #: ``rg.tensor``, for :func:`_number_input`'s two numbers: set by :mod:`.creation`, which this
 #: module cannot import (creation imports the modules that import this one)
 _number_tensor: Callable[[Any], Any] | None = None
@@ -335,6 +341,13 @@ def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # n
         dtype = "bool"
     elif isinstance(input, numbers.Integral):
         dtype = "int64"
+        true_division = name in _TRUE_DIVISIONS and kwargs.get("rounding_mode") is None
+        if other.dtype in _NARROW_INT_DTYPES and not true_division:
+            # torch's wrapped number takes a narrow integer tensor's dtype, even beside a 0-d
+            # one (rg.add(3, 0-d uint8) is uint8, where a 0-d int64 would make it int64),
+            # wrapped into its range as the kernel casts it (rg.sub(300, uint8 3) is 41)
+            dtype = other.dtype
+            input = wrapped_int(input, dtype)  # noqa: A001
     elif isinstance(input, complex | np.complexfloating):
         # torch's wrapped complex number: the complex dtype of the tensor's precision
         dtype = scalar_dtype(other.dtype, input)

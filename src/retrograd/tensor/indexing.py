@@ -691,7 +691,9 @@ def _triangle(op: str, t: Any, diagonal: int) -> Any:
     col = wrap(t, backend.arange(0, cols, 1, "int64", device)).reshape((1, cols))
     offset = col - row  # j - i: which diagonal each element is on
     outside = offset > diagonal if op == "tril" else offset < diagonal
-    return t.mask_fill(outside, False if t.dtype == "bool" else 0)
+    out = t.mask_fill(outside, False if t.dtype == "bool" else 0)
+    out._layout = None  # torch's result is row-major whatever the input's strides
+    return out
 
 
 def check_indices(

@@ -58,6 +58,7 @@ from .views import (
     move_views,
     outside_graph,
     refresh,
+    refuse_partial_overlap,
     remember_leaf,
     root_of,
     write,
@@ -423,41 +424,51 @@ class InplaceMixin:
 
     # -- arithmetic ---------------------------------------------------------------------------
     def add_(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
+        refuse_partial_overlap("add_", self, other)
         if not args and _in_buffer("add_", self, other, alpha):
             return self
         return self._update("add_", lambda t: t.add(other, *args, alpha=alpha))
 
     def sub_(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
+        refuse_partial_overlap("sub_", self, other)
         if not args and _in_buffer("sub_", self, other, alpha):
             return self
         return self._update("sub_", lambda t: t.sub(other, *args, alpha=alpha))
 
     def mul_(self, other: Any) -> Any:
+        refuse_partial_overlap("mul_", self, other)
         if _in_buffer("mul_", self, other):
             return self
         return self._update("mul_", lambda t: t.mul(other))
 
     def div_(self, other: Any, *, rounding_mode: str | None = None) -> Any:
+        refuse_partial_overlap("div_", self, other)
         if rounding_mode is None and _in_buffer("div_", self, other):
             return self
         return self._update("div_", lambda t: t.div(other, rounding_mode=rounding_mode))
 
     def pow_(self, exponent: Any) -> Any:
+        refuse_partial_overlap("pow_", self, exponent)
         return self._update("pow_", lambda t: t.pow(exponent))
 
     def remainder_(self, other: Any) -> Any:
+        refuse_partial_overlap("remainder_", self, other)
         return self._update("remainder_", lambda t: t.remainder(other))
 
     def addcmul_(self, tensor1: Any, tensor2: Any, *args: Any, value: float = 1) -> Any:
+        refuse_partial_overlap("addcmul_", self, tensor1, tensor2)
         return self._update("addcmul_", lambda t: t.addcmul(tensor1, tensor2, *args, value=value))
 
     def addcdiv_(self, tensor1: Any, tensor2: Any, *args: Any, value: float = 1) -> Any:
+        refuse_partial_overlap("addcdiv_", self, tensor1, tensor2)
         return self._update("addcdiv_", lambda t: t.addcdiv(tensor1, tensor2, *args, value=value))
 
     def lerp_(self, end: Any, weight: Any) -> Any:
+        refuse_partial_overlap("lerp_", self, end, weight)
         return self._update("lerp_", lambda t: t.lerp(end, weight))
 
     def clamp_(self, min: Any = None, max: Any = None) -> Any:  # noqa: A002 (torch's name)
+        refuse_partial_overlap("clamp_", self, min, max)
         return self._update("clamp_", lambda t: t.clamp(min, max))
 
     clip_ = clamp_
@@ -573,6 +584,12 @@ class InplaceMixin:
     def copy_(self, src: Any, non_blocking: bool = False) -> Any:
         """This tensor's values replaced by ``src``'s (broadcast to its shape, cast to its
         dtype); the gradient flows to ``src``, as torch's."""
+        refuse_partial_overlap("copy_", self, src)
+        return self._copy_unchecked(src)
+
+    def _copy_unchecked(self, src: Any) -> Any:
+        """``copy_`` without the partial-overlap check: for ``t[basic] = v``, whose check is
+        torch's ``copy_to``'s (:func:`.advanced.set_index`)."""
         return self._update("copy_", lambda t: _converted(t, _source(t, src, "copy_")), fresh=True)
 
     def masked_fill_(self, mask: Any, value: Any) -> Any:
@@ -1000,8 +1017,23 @@ SAME_ARGUMENTS = (
 )  # fmt: skip
 
 
+#: those of :data:`SAME_ARGUMENTS` that are elementwise in their tensor operands: torch
+#: refuses an operand overlapping the written tensor in part (:func:`.views.refuse_partial_overlap`)
+_ELEMENTWISE_OPERANDS = frozenset(
+    ["arctan2", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_or"]
+    + ["bitwise_right_shift", "bitwise_xor", "copysign", "divide", "floor_divide", "fmod"]
+    + ["gcd", "greater", "greater_equal", "heaviside", "hypot", "igamma", "igammac", "lcm"]
+    + ["ldexp", "less", "less_equal", "logical_and", "logical_or", "logical_xor", "multiply"]
+    + ["nextafter", "not_equal", "subtract", "true_divide", "xlogy"]
+)
+
+
 def _in_place(name: str) -> Any:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if name in _ELEMENTWISE_OPERANDS:
+            refuse_partial_overlap(f"{name}_", self, *args, *kwargs.values())
+        elif name == "index_put" and len(args) > 1:  # (torch's index_put_: the same too)
+            refuse_partial_overlap("index_put_", self, args[1], full=True)
         if kwargs.get("dtype") is not None:  # cumsum_/cumprod_: only the tensor's own dtype
             dtype = canonical_dtype(f"{name}_", kwargs["dtype"])
             if dtype != self.dtype:

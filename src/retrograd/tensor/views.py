@@ -43,12 +43,13 @@ import numpy as np
 
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..backend.sizes import ITEMSIZE
-from ..errors import ShapeError, shape_text
-from ._dispatch import from_host, host_constant, lift, untracked
+from ..errors import InvalidArgumentError, ShapeError, shape_text
+from ._dispatch import TensorBase, from_host, host_constant, lift, untracked
 from .links import WeakBase, base_of
 from .strides import (
     contiguous_strides,
     is_contiguous,
+    non_overlapping_and_dense,
     storage_offset_of,
     strides_of,
     view_strides,
@@ -72,6 +73,7 @@ __all__ = [
     "link",
     "move_views",
     "outside_graph",
+    "refuse_partial_overlap",
     "remember_leaf",
     "strides_of",
     "unlink",
@@ -193,6 +195,55 @@ def root_of(t: Any) -> Any:
         t = base
         view = getattr(t, "_view", None)
     return t
+
+
+def refuse_partial_overlap(op: str, target: Any, *operands: Any, full: bool = False) -> None:
+    """Refuse, as torch does, an in-place write into ``target`` whose tensor ``operands`` are
+    views of the same storage overlapping it in part (``x[1:] += x[:-1]``, ``x[1:] = x[:-1]``,
+    ``x.add_(x[0])``): torch would read elements it has already written. torch's rule
+    (``get_overlap_status``): only where both tensors are non-overlapping and dense (a
+    permutation of contiguous) is the overlap decided, from the storage ranges they span; the
+    same range with the same strides is the same tensor (refused too with ``full``, as
+    ``index_put_`` refuses it). Elsewhere torch writes without checking, and retrograd writes
+    the operands' values as they were before the write."""
+    target_view = getattr(target, "_view", None)
+    for other in operands:
+        if other is target or not isinstance(other, TensorBase):
+            continue
+        other_view = getattr(other, "_view", None)
+        if target_view is None and other_view is None:
+            continue  # two roots: two storages
+        if root_of(target) is root_of(other) and _overlap(target, other, full):
+            raise InvalidArgumentError(
+                f"{op}: unsupported operation: some elements of the input tensor and the "
+                "written-to tensor refer to a single memory location (a view of "
+                f"{shape_text(other.shape)} overlapping the {shape_text(target.shape)} "
+                "tensor written to, in part); clone() it before the operation, as in torch"
+            )
+
+
+def _overlap(a: Any, b: Any, full: bool) -> bool:
+    """Whether torch's ``get_overlap_status`` of two views of one storage says Partial (or
+    Full, with ``full``)."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    strides_a, strides_b = strides_of(a), strides_of(b)
+    if not (
+        non_overlapping_and_dense(a.shape, strides_a)
+        and non_overlapping_and_dense(b.shape, strides_b)
+    ):
+        return False  # torch's "too hard": not checked
+    # (in bytes: a view(dtype) counts its offset in its own elements)
+    begin_a = storage_offset_of(a) * ITEMSIZE[a.dtype]
+    begin_b = storage_offset_of(b) * ITEMSIZE[b.dtype]
+    end_a = begin_a + a.numel() * ITEMSIZE[a.dtype]
+    end_b = begin_b + b.numel() * ITEMSIZE[b.dtype]
+    if begin_a == end_a or begin_b == end_b:
+        return False
+    if begin_a == begin_b and end_a == end_b:
+        same = tuple(a.shape) == tuple(b.shape) and strides_a == strides_b
+        return full or not same
+    return begin_a < end_b and begin_b < end_a
 
 
 # -- the forward of each kind (recomputing a view from its base) -------------------------------
