@@ -18,10 +18,11 @@ from retrograd import amp, nn, optim
 DTYPES = ["bool", "int64", "float32", "float64"]
 
 
-def test_compile_returns_the_model_and_works_as_a_decorator():
+def test_compile_wraps_the_model_as_torch_and_works_as_a_decorator():
     model = nn.Linear(3, 2)
-    assert rg.compile(model) is model
-    assert rg.compile(model, mode="max-autotune", fullgraph=True, dynamic=False) is model
+    compiled = rg.compile(model, mode="max-autotune", fullgraph=True, dynamic=False)
+    assert compiled._orig_mod is model  # torch's OptimizedModule (see test_realports38_fixes)
+    assert rg.compile(model, disable=True) is model
 
     @rg.compile(mode="reduce-overhead")
     def double(x):

@@ -1,8 +1,8 @@
 """torch's ``torch._dynamo`` names that training scripts touch before ``torch.compile``, with
 eager meaning: nanoGPT's forks set ``torch._dynamo.config.suppress_errors = True`` or raise
 ``cache_size_limit``, data loaders mark dimensions dynamic (``mark_dynamic``), library code
-asks ``is_compiling()``. retrograd compiles nothing (``rg.compile`` returns its model), so the
-settings are kept and change nothing, the markers return at once and the queries are
+asks ``is_compiling()``. retrograd compiles nothing (``rg.compile`` runs its model eagerly, a
+module wrapped in torch's :class:`OptimizedModule`), so the settings are kept and change nothing, the markers return at once and the queries are
 ``False``; :func:`explain` and :func:`export`, which need a compiled graph, are refused by name.
 
 >>> import retrograd as rg
@@ -13,6 +13,7 @@ settings are kept and change nothing, the markers return at once and the queries
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -25,8 +26,10 @@ from .compiler import (
     reset,
 )
 from .errors import InvalidArgumentError
+from .nn.modules.module import Module
 
 __all__ = [
+    "OptimizedModule",
     "allow_in_graph",
     "assume_constant_result",
     "config",
@@ -129,3 +132,69 @@ def export(fn: Any, *args: Any, **kwargs: Any) -> NoReturn:
 
 # (assume_constant_result, is_compiling and reset are compiler's, re-exported as torch's are)
 _ = (assume_constant_result, is_compiling, reset)
+
+
+class OptimizedModule(Module):
+    """What ``torch.compile(module)`` returns: a module holding the compiled one as the
+    sub-module ``_orig_mod`` and running it (eagerly here). As torch's, its state dict's keys
+    and parameter names start with ``_orig_mod.`` (the prefix scripts strip from a checkpoint
+    saved from a compiled model), and every other attribute is the wrapped module's: read,
+    set and deleted there (``compiled.config``, ``compiled.generate(...)``)."""
+
+    #: the attributes that are the wrapper's own (torch's list, less what dynamo needs)
+    _own_attributes = frozenset({"_orig_mod", "forward", "_super_module_initialized"})
+
+    def __init__(self, mod: Module) -> None:
+        # first: reads of attributes during Module.__init__ go to the wrapped module
+        object.__setattr__(self, "_orig_mod", mod)
+        object.__setattr__(self, "_super_module_initialized", False)
+        super().__init__()
+        object.__setattr__(self, "_super_module_initialized", True)
+        self._orig_mod = mod  # registered: the "_orig_mod." keys
+
+    @property
+    def training(self) -> bool:  # type: ignore[override]
+        return self._orig_mod.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        # Module.__init__ sets the default; afterwards the wrapped module's flag is the one
+        if self._super_module_initialized:
+            self._orig_mod.training = mode
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod(*args, **kwargs)
+
+    def __len__(self) -> int:
+        try:
+            return len(self._orig_mod)
+        except TypeError:
+            raise TypeError(f"{type(self._orig_mod).__name__} does not support len()") from None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):  # copy's and pickle's probes of a
+            # half-built copy: never the wrapped module's (whose own would copy it alone)
+            raise AttributeError(f"OptimizedModule has no attribute {name!r}")
+        if name == "_orig_mod":
+            return self.__dict__["_modules"]["_orig_mod"]
+        return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if hasattr(type(self), name) or name in self._own_attributes:
+            super().__setattr__(name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if hasattr(type(self), name) or name in self._own_attributes:
+            super().__delattr__(name)
+        else:
+            delattr(self._orig_mod, name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(self._orig_mod)) | set(super().__dir__()))
+
+
+#: ``torch._dynamo.eval_frame``, for the checks ``isinstance(model,
+#: torch._dynamo.eval_frame.OptimizedModule)`` (Hugging Face's ``is_compiled_module``)
+eval_frame = types.SimpleNamespace(OptimizedModule=OptimizedModule)

@@ -34,7 +34,9 @@ import os
 import sys
 from typing import Any
 
+from ._dynamo import OptimizedModule
 from .errors import DTypeError, InvalidArgumentError
+from .nn.modules.module import Module
 from .tensor import Tensor
 from .tensor.dtypes import (
     DTYPE_OBJECTS,
@@ -84,14 +86,17 @@ def compile(  # noqa: A001 (torch's name)
     options: dict | None = None,
     disable: bool = False,
 ) -> Any:
-    """``torch.compile``: ``model`` (a module or function) unchanged; as a decorator with
-    arguments only (``@rg.compile(mode=...)``), the identity decorator."""
+    """``torch.compile``: a module wrapped as torch wraps it (``OptimizedModule``: it runs the
+    module eagerly, its state dict's keys start with ``_orig_mod.``), a function unchanged; as
+    a decorator with arguments only (``@rg.compile(mode=...)``), the identity decorator."""
     if model is None:
         return lambda fn: fn
     if not callable(model):
         raise InvalidArgumentError(
             f"compile: expected a module or a function, got {type(model).__name__}"
         )
+    if isinstance(model, Module) and not disable:
+        return OptimizedModule(model)
     return model
 
 
