@@ -203,7 +203,10 @@ for trace in (uninterrupted, first_part + resumed):
 '''
 
 TRAINER_STEPS = [
-    ("import torch\nfrom torch import nn\n", "import retrograd as torch\nfrom retrograd import nn\n"),
+    (
+        "import torch\nfrom torch import nn\n",
+        "import retrograd as torch\nfrom retrograd import nn\n",
+    ),
     (
         "            scaler.scale(loss).backward()\n            scaler.unscale_(optimizer)\n",
         "            grads = scaler.scale(loss).backward()\n            scaler.unscale_(optimizer, grads)\n",
@@ -227,7 +230,9 @@ def test_trainer_checkpoint_resume_gives_the_uninterrupted_trajectory_as_torch(c
     def initialize(module):
         if isinstance(module, torch.nn.Module):
             if not states:
-                states.append({k: v.detach().numpy().copy() for k, v in module.state_dict().items()})
+                states.append(
+                    {k: v.detach().numpy().copy() for k, v in module.state_dict().items()}
+                )
             module.load_state_dict({k: torch.tensor(v) for k, v in states[0].items()})
         else:
             module.load_state_dict(states[0])

@@ -45,7 +45,7 @@ def _seeded():
     rg.seed(0)
 
 
-TIMM_CHECKPOINT_SOURCE = '''
+TIMM_CHECKPOINT_SOURCE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -245,7 +245,7 @@ nano.load_state_dict(state_dict, assign=True)
 iter_num = checkpoint['iter_num']
 record.append(params_of(nano))
 record.append(float(iter_num))
-'''
+"""
 
 TIMM_CHECKPOINT_STEPS = [
     (

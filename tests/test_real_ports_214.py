@@ -338,7 +338,10 @@ TORCHVISION_STEPS = [
         "            scaler.scale(loss).backward()\n",
         "            grads = scaler.scale(loss).backward()\n",
     ),
-    ("                scaler.unscale_(optimizer)\n", "                scaler.unscale_(optimizer, grads)\n"),
+    (
+        "                scaler.unscale_(optimizer)\n",
+        "                scaler.unscale_(optimizer, grads)\n",
+    ),
     (
         "                nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)\n            scaler.step(optimizer)",
         "                nn.utils.clip_grad_norm_(grads, model.parameters(), args.clip_grad_norm)\n            scaler.step(optimizer, grads)",
@@ -352,7 +355,9 @@ def test_torchvision_classification_reference_trains_and_resumes_as_torch(capsys
     def initialize(module):
         if isinstance(module, torch.nn.Module):
             if not states:
-                states.append({k: v.detach().numpy().copy() for k, v in module.state_dict().items()})
+                states.append(
+                    {k: v.detach().numpy().copy() for k, v in module.state_dict().items()}
+                )
             module.load_state_dict({k: torch.tensor(v) for k, v in states[0].items()})
         else:
             module.load_state_dict(states[0])

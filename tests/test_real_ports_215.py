@@ -184,7 +184,9 @@ def fit(module, train_dataloader, val_dataloader, max_epochs, gradient_clip_val)
                     config["scheduler"].step()
         record.append(optimizer.param_groups[0]["lr"])
         record.append(params_of(module))
-    record.append(repr(sorted(schedulers[1]["scheduler"].state_dict().items())))
+    plateau = schedulers[1]["scheduler"].state_dict()
+    record.append(plateau.pop("best"))  # (a loss: compared to float tolerance, the rest exactly)
+    record.append(repr(sorted(plateau.items())))
     record.append(repr(sorted((k, v) for k, v in schedulers[0]["scheduler"].state_dict().items() if k != "_last_lr")))
 
 
@@ -212,7 +214,10 @@ fit(module, train_dataloader, val_dataloader, max_epochs=4, gradient_clip_val=0.
 '''
 
 LIGHTNING_LIKE_STEPS = [
-    ("import torch\nfrom torch import nn\n", "import retrograd as torch\nfrom retrograd import nn\n"),
+    (
+        "import torch\nfrom torch import nn\n",
+        "import retrograd as torch\nfrom retrograd import nn\n",
+    ),
     (
         "    def manual_backward(self, loss):\n        loss.backward()\n",
         "    def manual_backward(self, loss):\n        return loss.backward()\n",

@@ -25,7 +25,6 @@ gradients, summed over the accumulation steps and handed to the scaler and clipp
 from __future__ import annotations
 
 import functools
-import math
 import random
 
 import numpy as np
@@ -44,7 +43,7 @@ def _seeded():
     rg.seed(0)
 
 
-HF_INNER_LOOP_SOURCE = '''
+HF_INNER_LOOP_SOURCE = """
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
@@ -238,10 +237,13 @@ for schedule in ("cosine_with_restarts", "polynomial"):
                 warmup_steps=2, max_grad_norm=1.0, logging_steps=2, lr_scheduler_type=schedule)
     trainer = Trainer(model, args, batches(7, np.random.default_rng(5)))
     trainer.train()
-'''
+"""
 
 HF_INNER_LOOP_STEPS = [
-    ("import torch\nfrom torch import nn\n", "import retrograd as torch\nfrom retrograd import nn\n"),
+    (
+        "import torch\nfrom torch import nn\n",
+        "import retrograd as torch\nfrom retrograd import nn\n",
+    ),
     (
         "            self.scaler.scale(loss).backward()\n",
         "            grads = self.scaler.scale(loss).backward()\n"

@@ -2,8 +2,9 @@
 eager meaning: nanoGPT's forks set ``torch._dynamo.config.suppress_errors = True`` or raise
 ``cache_size_limit``, data loaders mark dimensions dynamic (``mark_dynamic``), library code
 asks ``is_compiling()``. retrograd compiles nothing (``rg.compile`` runs its model eagerly, a
-module wrapped in torch's :class:`OptimizedModule`), so the settings are kept and change nothing, the markers return at once and the queries are
-``False``; :func:`explain` and :func:`export`, which need a compiled graph, are refused by name.
+module wrapped in torch's :class:`OptimizedModule`), so the settings are kept and change
+nothing, the markers return at once and the queries are ``False``; :func:`explain` and
+:func:`export`, which need a compiled graph, are refused by name.
 
 >>> import retrograd as rg
 >>> rg._dynamo.config.suppress_errors = True

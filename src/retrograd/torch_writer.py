@@ -24,9 +24,10 @@ arrays back. A NumPy scalar is pickled as NumPy pickles it, as torch pickles it 
 stays one): torch loads it under ``weights_only=False``, ``rg.load`` by default in a file
 retrograd wrote. So is an array of a dtype no torch storage holds (``np.random.get_state()``'s
 uint32 key, strings), as torch pickles every array: both load it under ``weights_only=False``
-or with NumPy's ``_reconstruct``, ``ndarray`` and ``dtype`` allowed (``safe_globals``). Any other object (an ``argparse.Namespace``, a whole module) is pickled by
-its class, as torch pickles it: torch then loads it only under ``weights_only=False`` or an
-allow-list, as it does its own files.
+or with NumPy's ``_reconstruct``, ``ndarray`` and ``dtype`` allowed (``safe_globals``). Any
+other object (an ``argparse.Namespace``, a whole module) is pickled by its class, as torch
+pickles it: torch then loads it only under ``weights_only=False`` or an allow-list, as it does
+its own files.
 """
 
 from __future__ import annotations
