@@ -77,8 +77,9 @@ LAYERS = {
     "mps": 1,
     "xpu": 1,
     # torch._dynamo and torch._inductor: the compilers' settings and markers, with eager
-    # meaning (over compiler's)
-    "_dynamo": 1.5,
+    # meaning (over compiler's); _dynamo's torch.compile wraps a module in OptimizedModule,
+    # an nn.Module (as jit's ScriptModule)
+    "_dynamo": 7,
     "_inductor": 1.5,
     # torch.hub: tqdm, the hub folder, and checkpoints read from it (serialization);
     # downloads refused

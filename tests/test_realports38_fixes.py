@@ -183,3 +183,50 @@ def test_compiled_module_trains_copies_and_saves():
     # torch reads the state dict rg saved from a compiled model under its own keys
     state = torch.load(io.BytesIO(_saved(compiled.state_dict()).getvalue()))
     assert list(state) == list(torch.compile(_net(torch)).state_dict())
+
+
+# -- _foreach_ ops over state-dict values; StateValue.lerp_ ----------------------------------------
+def test_foreach_lerp_over_state_dict_values_updates_the_module_as_torch():
+    # timm's ModelEmaV3.apply_update_: torch._foreach_lerp_ of the floating state-dict values
+    rng = np.random.default_rng(2)
+    weights = {"weight": rng.standard_normal((3, 4)), "bias": rng.standard_normal(3)}
+    start = {"weight": rng.standard_normal((3, 4)), "bias": rng.standard_normal(3)}
+    results = []
+    for lib in (torch, rg):
+        ema, model = lib.nn.Linear(4, 3), lib.nn.Linear(4, 3)
+        model.load_state_dict({k: lib.tensor(v, dtype=lib.float32) for k, v in weights.items()})
+        ema.load_state_dict({k: lib.tensor(v, dtype=lib.float32) for k, v in start.items()})
+        before = {k: v.detach().numpy().copy() for k, v in ema.state_dict().items()}
+        with lib.no_grad():
+            values = [v for v in ema.state_dict().values() if v.is_floating_point()]
+            written = lib._foreach_lerp_(values, list(model.state_dict().values()), weight=0.3)
+            lib._foreach_mul_(values, scalar=0.5)
+            lib._foreach_add_(values, list(model.state_dict().values()), alpha=0.5)
+        assert written is None or written is values  # (torch returns None, rg the list)
+        results.append({k: v.detach().numpy().copy() for k, v in ema.state_dict().items()})
+        assert not np.array_equal(results[-1]["weight"], before["weight"])
+    for name in weights:  # each op rounds as torch's: the same bits
+        np.testing.assert_array_equal(results[1][name], results[0][name])
+
+
+def test_state_value_lerp_rounds_as_torchs_lerp_on_both_sides_of_one_half():
+    rng = np.random.default_rng(3)
+    start = rng.standard_normal((1, 257)).astype(np.float32)
+    end = rng.standard_normal((1, 257)).astype(np.float32)
+    for weight in (0.1, 0.3, 0.5, 0.9, 1.0):
+        expected = torch.tensor(start).lerp_(torch.tensor(end), weight).numpy()
+        layer = rg.nn.Linear(257, 1, bias=False)
+        layer.load_state_dict({"weight": start})
+        layer.state_dict()["weight"].lerp_(end, weight)
+        np.testing.assert_array_equal(layer.weight.numpy(), expected)
+
+
+def test_foreach_binary_takes_torchs_operand_keywords_and_refuses_none_or_two():
+    assert rg._foreach_mul([rg.ones(2)], scalar=3.0)[0].tolist() == [3.0, 3.0]
+    assert rg._foreach_mul([rg.ones(2), rg.ones(1)], scalars=[2.0, 4.0])[1].tolist() == [4.0]
+    assert rg._foreach_add([rg.ones(2)], other=[rg.ones(2)], alpha=2)[0].tolist() == [3.0, 3.0]
+    for bad in ({}, {"other": 1.0, "scalar": 2.0}):
+        with pytest.raises(rg.InvalidArgumentError, match="_foreach_mul: expected one of"):
+            rg._foreach_mul([rg.ones(2)], **bad)
+    with pytest.raises(rg.DTypeError, match="must hold tensors only, got a list"):
+        rg._foreach_lerp_([[1.0]], [rg.ones(1)], 0.5)

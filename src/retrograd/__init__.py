@@ -102,6 +102,7 @@ from . import (
     version,
     xpu,
 )
+from ._dynamo import compile  # noqa: A004 (torch.compile, next to the module it wraps into)
 from .amp import GradScaler, autocast
 from .autograd import (
     inference_mode,
@@ -154,7 +155,6 @@ from .nn.functional.torch_forms import *  # noqa: F403 (torch.dropout, torch.emb
 from .runtime_settings import (
     are_deterministic_algorithms_enabled,
     can_cast,
-    compile,  # noqa: A004 (torch.compile)
     get_default_dtype,
     get_deterministic_debug_mode,
     get_float32_matmul_precision,

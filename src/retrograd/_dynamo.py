@@ -33,6 +33,7 @@ __all__ = [
     "OptimizedModule",
     "allow_in_graph",
     "assume_constant_result",
+    "compile",
     "config",
     "disable",
     "disallow_in_graph",
@@ -199,3 +200,30 @@ class OptimizedModule(Module):
 #: ``torch._dynamo.eval_frame``, for the checks ``isinstance(model,
 #: torch._dynamo.eval_frame.OptimizedModule)`` (Hugging Face's ``is_compiled_module``)
 eval_frame = types.SimpleNamespace(OptimizedModule=OptimizedModule)
+
+
+def compile(  # noqa: A001 (torch's name)
+    model: Any = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: Any = "inductor",
+    mode: str | None = None,
+    options: dict | None = None,
+    disable: bool = False,
+) -> Any:
+    """``torch.compile``: a module wrapped as torch wraps it (:class:`OptimizedModule`: it runs
+    the module eagerly, its state dict's keys start with ``_orig_mod.``), a function unchanged
+    (``torch.compile``'s arguments accepted: compiling changes no value in torch either, only
+    speed; retrograd's whole-step compiler is :func:`retrograd.capture`, which needs the
+    optimizer as well); as a decorator with arguments only (``@rg.compile(mode=...)``), the
+    identity decorator."""
+    if model is None:
+        return lambda fn: fn
+    if not callable(model):
+        raise InvalidArgumentError(
+            f"compile: expected a module or a function, got {type(model).__name__}"
+        )
+    if isinstance(model, Module) and not disable:
+        return OptimizedModule(model)
+    return model

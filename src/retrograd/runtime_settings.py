@@ -1,11 +1,9 @@
 """torch's process-wide settings and dtype queries that scripts call at their top:
-``compile``, ``set_num_threads``/``get_num_threads``, ``set_printoptions``,
+``set_num_threads``/``get_num_threads``, ``set_printoptions``,
 ``use_deterministic_algorithms``, ``get_default_dtype``/``set_default_dtype``, and
 ``promote_types``/``result_type``/``can_cast``.
 
-- ``rg.compile(model)`` returns ``model`` itself (``torch.compile``'s arguments accepted):
-  compiling changes no value in torch either, only speed, and retrograd's whole-step compiler
-  is :func:`retrograd.capture`, which needs the optimizer as well.
+- (``rg.compile`` is :mod:`retrograd._dynamo`'s, next to the module wrapper it returns.)
 - ``set_num_threads(n)`` sets the threads of the BLAS/OpenMP pools NumPy uses (threadpoolctl)
   and of torch, for ``rg.TorchBackend``.
 - ``set_printoptions`` sets how tensors print (torch's keywords and profiles;
@@ -34,9 +32,7 @@ import os
 import sys
 from typing import Any
 
-from ._dynamo import OptimizedModule
 from .errors import DTypeError, InvalidArgumentError
-from .nn.modules.module import Module
 from .tensor import Tensor
 from .tensor.dtypes import (
     DTYPE_OBJECTS,
@@ -52,7 +48,6 @@ from .tensor.printing import get_printoptions, set_printoptions
 __all__ = [
     "are_deterministic_algorithms_enabled",
     "can_cast",
-    "compile",
     "get_default_dtype",
     "get_deterministic_debug_mode",
     "get_float32_matmul_precision",
@@ -74,30 +69,6 @@ __all__ = [
     "set_warn_always",
     "use_deterministic_algorithms",
 ]
-
-
-def compile(  # noqa: A001 (torch's name)
-    model: Any = None,
-    *,
-    fullgraph: bool = False,
-    dynamic: bool | None = None,
-    backend: Any = "inductor",
-    mode: str | None = None,
-    options: dict | None = None,
-    disable: bool = False,
-) -> Any:
-    """``torch.compile``: a module wrapped as torch wraps it (``OptimizedModule``: it runs the
-    module eagerly, its state dict's keys start with ``_orig_mod.``), a function unchanged; as
-    a decorator with arguments only (``@rg.compile(mode=...)``), the identity decorator."""
-    if model is None:
-        return lambda fn: fn
-    if not callable(model):
-        raise InvalidArgumentError(
-            f"compile: expected a module or a function, got {type(model).__name__}"
-        )
-    if isinstance(model, Module) and not disable:
-        return OptimizedModule(model)
-    return model
 
 
 # -- threads ---------------------------------------------------------------------------------------
