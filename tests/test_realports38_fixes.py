@@ -232,10 +232,12 @@ def test_foreach_binary_takes_torchs_operand_keywords_and_refuses_none_or_two():
         rg._foreach_lerp_([[1.0]], [rg.ones(1)], 0.5)
 
 
-# -- vector_to_parameters with a short vector -------------------------------------------------------
+# -- vector_to_parameters with a short vector ----------------------------------------------------
 def test_vector_to_parameters_refuses_a_short_vector_before_changing_anything():
     first, second = rg.nn.Parameter(rg.zeros(2)), rg.nn.Parameter(rg.zeros(2, 2))
-    with pytest.raises(rg.InvalidArgumentError, match="vector has 5 elements, the 2 parameters need 6"):
+    with pytest.raises(
+        rg.InvalidArgumentError, match="vector has 5 elements, the 2 parameters need 6"
+    ):
         rg.nn.utils.vector_to_parameters(rg.arange(5).float(), iter([first, second]))
     assert first.tolist() == [0.0, 0.0]  # (torch's would have written the first one)
     rg.nn.utils.vector_to_parameters(rg.arange(6).float(), iter([first, second]))

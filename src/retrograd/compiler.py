@@ -3,9 +3,9 @@
 Code written for ``torch.compile`` branches on ``torch.compiler.is_compiling()`` (timm,
 Hugging Face's ``is_torchdynamo_compiling``) and marks functions to keep out of a compiled
 graph (``@torch.compiler.disable``, ``allow_in_graph``, ``assume_constant_result``).
-retrograd compiles nothing (``rg.compile`` returns its model unchanged; a step is made fast by
-:func:`retrograd.capture`), so nothing is ever being compiled: the queries are ``False`` and
-the decorators return what they are given.
+retrograd compiles nothing (``rg.compile`` runs its model eagerly, wrapped as torch wraps it;
+a step is made fast by :func:`retrograd.capture`), so nothing is ever being compiled: the
+queries are ``False`` and the decorators return what they are given.
 
 >>> import retrograd as rg
 >>> @rg.compiler.disable

@@ -577,7 +577,7 @@ class Module:
 
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """torch's in-place ``torch.compile`` of the module's ``__call__``: nothing to do, as
-        ``rg.compile`` returns its model unchanged (a step is made fast by ``rg.capture``)."""
+        ``rg.compile`` runs its model eagerly (a step is made fast by ``rg.capture``)."""
 
     def to_empty(self, *, device: Any = None, recurse: bool = True) -> Module:
         """Parameters and buffers moved to ``device`` with unspecified values (here their
