@@ -22,9 +22,12 @@ tensors, which torch loads under ``weights_only=True``; the ``.data/retrograd_nu
 (:data:`retrograd.torch_files.NUMPY_RECORD`) lists their storages, so that ``rg.load`` gives
 arrays back. A NumPy scalar is pickled as NumPy pickles it, as torch pickles it (a dict key
 stays one): torch loads it under ``weights_only=False``, ``rg.load`` by default in a file
-retrograd wrote. Any other object (an ``argparse.Namespace``, a whole module) is pickled by
-its class, as torch pickles it: torch then loads it only under ``weights_only=False`` or an
-allow-list, as it does its own files.
+retrograd wrote. So is an array of a dtype no torch storage holds (``np.random.get_state()``'s
+uint32 key, strings), as torch pickles every array: both load it under ``weights_only=False``
+or with NumPy's ``_reconstruct``, ``ndarray`` and ``dtype`` allowed (``safe_globals``). Any
+other object (an ``argparse.Namespace``, a whole module) is pickled by its class, as torch
+pickles it: torch then loads it only under ``weights_only=False`` or an allow-list, as it does
+its own files.
 """
 
 from __future__ import annotations
@@ -297,10 +300,10 @@ class _Writer:
         pickles it: a dict key stays one)."""
         name = _NUMPY_DTYPES.get(array.dtype.newbyteorder("="))
         if name is None:
-            raise _Unsavable(
-                f"a NumPy array of dtype {array.dtype}, which no torch storage holds (bool, "
-                "uint8, int8-int64, float16-float64, complex64/128): cast it first"
-            )
+            # no torch storage holds it (uint32: np.random.get_state()'s key, strings): pickled
+            # as NumPy pickles it, as torch.save pickles every array, which torch.load and
+            # rg.load read under weights_only=False or with NumPy's classes allowed
+            return array
         if not array.dtype.isnative:
             array = array.astype(array.dtype.newbyteorder("="))
         return self.add(_Saved(np.asarray(array), name, numpy="array"))

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
 from ._dispatch import TensorBase
 
@@ -29,10 +31,19 @@ BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "clamp_min", 
 TERNARY = ("addcmul", "addcdiv")
 
 
+def _is_tensor(value: Any) -> bool:
+    """A tensor, or a module's state-dict value (nn's ``StateValue``: an array that answers
+    the tensor methods and whose in-place ones write into the module, as torch's state-dict
+    tensors share the module's storage; timm's ``ModelEmaV3`` lerps a list of them)."""
+    return isinstance(value, TensorBase) or (
+        isinstance(value, np.ndarray) and callable(getattr(value, "copy_", None))
+    )
+
+
 def _tensors(op: str, tensors: Any, what: str = "self") -> list[Any]:
     if isinstance(tensors, TensorBase) or not isinstance(tensors, list | tuple):
         raise DTypeError(f"{op}: {what} must be a list of tensors, got {type(tensors).__name__}")
-    bad = next((t for t in tensors if not isinstance(t, TensorBase)), None)
+    bad = next((t for t in tensors if not _is_tensor(t)), None)
     if bad is not None:
         raise DTypeError(f"{op}: {what} must hold tensors only, got a {type(bad).__name__}")
     if not tensors:  # torch refuses an empty list rather than doing nothing
@@ -92,7 +103,16 @@ def _binary(name: str, in_place: bool) -> Callable[..., Any]:
     method = name + "_" if in_place else name
     op = f"_foreach_{method}"
 
-    def foreach(self: Any, other: Any, **kwargs: Any) -> Any:
+    def foreach(
+        self: Any, other: Any = None, *, scalar: Any = None, scalars: Any = None, **kwargs: Any
+    ) -> Any:
+        # torch's overloads name the operand: ``other`` (tensors), ``scalar``, ``scalars``
+        given = [x for x in (other, scalar, scalars) if x is not None]
+        if len(given) != 1:
+            raise InvalidArgumentError(
+                f"{op}: expected one of other, scalar or scalars, got {len(given)}"
+            )
+        other = given[0]
         if name == "pow" and not in_place and not isinstance(self, list | tuple):
             # torch's ``_foreach_pow(scalar, exponents)``: one base to each tensor's power
             return [self**t for t in _tensors(op, other, "exponent")]

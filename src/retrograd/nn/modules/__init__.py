@@ -26,6 +26,7 @@ from . import (  # noqa: F401
     padding,
     pixelshuffle,
     sparse,
+    utils,
 )
 from .activation import (
     CELU,

@@ -59,6 +59,7 @@ from ...serialization import (
 from ...serialization import load as load_saved
 from ...tensor import DTYPES, FLOAT_DTYPES, GRAD_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import canonical_dtype
+from ...tensor.dtypes import canonical_dtype as _canonical_dtype
 from ...tensor.dtypes import cast_host as _cast_host
 from ...tensor.inplace import assign
 from ...tensor.inplace import assign as _assign  # load_state_dict's parameter is torch's name
@@ -836,8 +837,8 @@ class Module:
         """Set parameters and buffers from a mapping (NumPy arrays, retrograd or PyTorch
         tensors), an ``.npz`` file or a file ``rg.save`` wrote of one; returns torch's named
         tuple of the ``missing_keys`` and ``unexpected_keys`` (both empty under ``strict``).
-        ``assign`` is accepted for torch's signature: values are always written into the
-        existing objects.
+        ``assign=True`` keeps the state's dtypes, as torch's (which keeps the state's tensors;
+        each ``Parameter`` here stays the same object, holding the state's values and dtype).
 
         Each value is written into the existing object (a ``Parameter`` stays the same object,
         so ties hold), cast to its dtype. ``strict`` (the default) requires exactly this
@@ -941,14 +942,15 @@ class Module:
                     f"load_state_dict: {name!r} has shape {list(current.size())}, "
                     f"the state has {list(array.shape)}"
                 )
+            dtype = _state_dtype(state[name], current.dtype) if assign else current.dtype
             fresh[name] = tensor(
-                _cast_host(array, current.dtype),
-                dtype=current.dtype,
+                _cast_host(array, dtype),
+                dtype=dtype,
                 backend=current.backend,
                 device=current.device,
             )
         for name, value in fresh.items():
-            _assign(own[name], value, f"load_state_dict {name!r}")
+            _assign(own[name], value, f"load_state_dict {name!r}", keep_dtype=not assign)
         for prefix, module in self.named_modules():  # after the tensors, as torch's order
             key = f"{prefix}.{_EXTRA_STATE}" if prefix else _EXTRA_STATE
             if module._takes_extra_state() and key in state:
@@ -1340,3 +1342,16 @@ def _check_name(op: str, name: Any) -> None:
     ``AttributeError`` about ``split``."""
     if not isinstance(name, str):
         raise DTypeError(f"{op}: expected a dotted name (a str), got {_describe(name)}")
+
+
+def _state_dtype(value: Any, current: str) -> str:
+    """The dtype of a state-dict entry (a tensor's, a NumPy array's), which
+    ``load_state_dict(assign=True)`` keeps; ``current`` for one retrograd holds no tensors of
+    (an int32 array, a Python list)."""
+    found = getattr(value, "dtype", None)
+    if found is None:
+        return current
+    try:
+        return _canonical_dtype("load_state_dict", found)
+    except DTypeError:
+        return current

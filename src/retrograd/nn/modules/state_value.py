@@ -318,7 +318,13 @@ class StateValue(np.ndarray):
         return self._write("div_", self / _host(other))
 
     def lerp_(self, end: Any, weight: Any) -> StateValue:
-        return self._write("lerp_", self + (_host(end) - self) * _host(weight))
+        # the tensor op's rounding, which is torch's (its formula changes at weight 0.5): an
+        # EMA kept through state-dict values (timm's ModelEmaV3) gives torch's bits
+        self._refresh()
+        end, weight = _host(end), _host(weight)
+        start = tensor(np.array(self, copy=True))
+        weight = weight if isinstance(weight, int | float) else tensor(np.asarray(weight))
+        return self._write("lerp_", start.lerp(tensor(np.asarray(end)), weight).numpy())
 
     def zero_(self) -> StateValue:
         return self._write("zero_", np.zeros_like(self))

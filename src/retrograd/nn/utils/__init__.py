@@ -310,9 +310,18 @@ def parameters_to_vector(parameters: Any) -> Tensor:
 
 
 def vector_to_parameters(vec: Tensor, parameters: Any) -> None:
-    """Give the parameters, in order, the values of consecutive slices of ``vec``."""
+    """Give the parameters, in order, the values of consecutive slices of ``vec``. A vector
+    too short for them is refused before any parameter changes (torch's fails at the first
+    parameter it cannot fill, the ones before it already written)."""
     from ...tensor.inplace import assign
 
+    parameters = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    needed = sum(p.numel() for p in parameters)
+    if isinstance(vec, Tensor) and vec.ndim == 1 and vec.shape[0] < needed:
+        raise InvalidArgumentError(
+            f"vector_to_parameters: the vector has {vec.shape[0]} elements, the "
+            f"{len(parameters)} parameters need {needed}"
+        )
     start = 0
     for p in parameters:
         n = p.numel()
