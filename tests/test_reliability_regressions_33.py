@@ -1,0 +1,181 @@
+"""Regressions of reliability round 33 (``test_reliability_sweep_33.py``): each test failed on
+the code before its fix. Expected values come from torch 2.13.
+
+* ``Tensor.mvlgamma(p)`` built ``p`` shifted copies one op at a time: ``p = 2**70`` on an
+  empty tensor never answered (torch: an overflow error), a large ``p`` took minutes.
+* ``AdaptiveMaxPool*d(output_size)`` cut its windows one at a time in Python: an
+  ``output_size`` of ``2**40`` never answered (torch: its allocator refuses), ``10**5`` took
+  a minute.
+* ``tensor_split(x, 2**70)`` made its pieces one at a time: it never answered (torch: an
+  overflow error).
+* A torch tensor given where a number or flag belongs (``diag_embed(offset=t)``,
+  ``hardtanh(x, t)``, ``fft2(x, t)``...): torch's own ``RuntimeError`` ("Boolean value of
+  Tensor with more than one value is ambiguous") came out bare.
+* On the torch backend, a size past int64's bytes (``TransformerEncoderLayer(2**40)``):
+  torch's ``RuntimeError`` ("Storage size calculation overflowed") came out bare.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
+
+
+@contextmanager
+def _answers_within(seconds: int) -> Iterator[None]:
+    """Fail, rather than hang the suite, where the block takes longer than ``seconds``."""
+
+    def _late(*_: Any) -> None:
+        raise AssertionError(f"no answer in {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, _late)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _still_differentiable(x: rg.Tensor) -> None:
+    """A failed call left ``x`` usable: a backward through it gives d(sum x^2)/dx = 2x."""
+    leaf = x.detach().require_grad()
+    grads = (leaf * leaf).sum().backward()
+    np.testing.assert_allclose(leaf.grad(grads).numpy(), 2 * x.numpy(), rtol=1e-6)
+
+
+# -- mvlgamma ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [1, 2, 3, 5])
+def test_mvlgamma_values_and_gradients_are_torchs(p):
+    data = np.array([[3.5, 4.25], [10.0, 2.75]])
+    expected_input = torch.tensor(data, requires_grad=True)
+    expected = expected_input.mvlgamma(p)
+    expected.backward(torch.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=torch.float64))
+    x = rg.tensor(data).require_grad()
+    out = x.mvlgamma(p)
+    grads = out.backward(rg.tensor([[1.0, -2.0], [0.5, 3.0]]))
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad(grads).numpy(), expected_input.grad.numpy(), rtol=1e-10)
+
+
+def test_mvlgamma_gradient_matches_finite_differences():
+    data = np.array([2.6, 3.1, 7.5])
+    x = rg.tensor(data).require_grad()
+    grads = x.mvlgamma(3).sum().backward()
+    step = 1e-6
+    numeric = [
+        (
+            rg.tensor(data + step * np.eye(3)[i]).mvlgamma(3).sum().item()
+            - rg.tensor(data - step * np.eye(3)[i]).mvlgamma(3).sum().item()
+        )
+        / (2 * step)
+        for i in range(3)
+    ]
+    np.testing.assert_allclose(x.grad(grads).numpy(), numeric, rtol=1e-6)
+
+
+def test_mvlgamma_of_a_huge_p_answers_at_once():
+    with _answers_within(10):
+        empty = rg.zeros((0, 3)).mvlgamma(10**6)
+        assert empty.shape == tuple(torch.zeros(0, 3).mvlgamma(10**6).shape)
+        assert empty.dtype == "float32"
+        with pytest.raises(ValueError):  # torch's: past int64
+            torch.zeros(0, 0).mvlgamma(2**70)
+        with pytest.raises(rg.InvalidArgumentError, match=r"mvlgamma: p must be an int64"):
+            rg.zeros((0, 0)).mvlgamma(2**70)
+        big = rg.full((3,), 1e15)
+        with pytest.raises(rg.OutOfMemoryError, match=r"mvlgamma: out of memory.*p = 10+"):
+            big.mvlgamma(10**13)
+    _still_differentiable(big)
+
+
+# -- adaptive max pooling -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "shape, output_size",
+    [((2, 3, 7), 3), ((2, 3, 5), 11), ((3, 13), 5), ((1, 2, 5, 6), (3, 4)),
+     ((1, 2, 4, 5, 3), (2, 3, 5)), ((2, 3, 4), 4), ((2, 3, 5), 1)],
+)  # fmt: skip
+def test_adaptive_max_pool_values_and_gradients_are_torchs_with_ties(shape, output_size):
+    """Halves make ties: the gradient goes to the first maximum of each window, as torch's."""
+    data = np.round(np.random.default_rng(33).normal(size=shape) * 2) / 2
+    spatial = max(len(shape) - 2, 1)
+    name = f"adaptive_max_pool{spatial}d"
+    expected_input = torch.tensor(data, requires_grad=True)
+    expected = getattr(torch.nn.functional, name)(expected_input, output_size)
+    seed = np.arange(expected.numel(), dtype=np.float64).reshape(tuple(expected.shape))
+    expected.backward(torch.tensor(seed))
+    x = rg.tensor(data).require_grad()
+    out = getattr(F, name)(x, output_size)
+    grads = out.backward(rg.tensor(seed))
+    np.testing.assert_array_equal(out.numpy(), expected.detach().numpy())
+    np.testing.assert_array_equal(x.grad(grads).numpy(), expected_input.grad.numpy())
+
+
+def test_adaptive_max_pool_to_a_huge_output_answers_at_once():
+    x = rg.tensor(np.linspace(-1.0, 1.0, 30, dtype=np.float32).reshape(2, 3, 5))
+    with _answers_within(20):
+        wide = rg.nn.AdaptiveMaxPool1d(10**5)(x)
+        expected = torch.nn.AdaptiveMaxPool1d(10**5)(torch.tensor(x.numpy()))
+        np.testing.assert_array_equal(wide.numpy(), expected.numpy())
+        with pytest.raises(rg.OutOfMemoryError, match=r"adaptive_max_pool1d: out of memory"):
+            rg.nn.AdaptiveMaxPool1d(2**40)(x)
+        with pytest.raises(rg.OutOfMemoryError, match=r"adaptive_max_pool2d: out of memory"):
+            F.adaptive_max_pool2d(x.unsqueeze(0), (2**40, 2**40))
+    _still_differentiable(x)
+
+
+# -- tensor_split -------------------------------------------------------------------------------
+def test_tensor_split_into_countless_pieces_is_refused_at_once():
+    x = rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    with pytest.raises(ValueError):  # torch's: past int64
+        torch.tensor_split(torch.ones(2, 3), 2**70)
+    with _answers_within(10):
+        with pytest.raises(rg.InvalidArgumentError, match=r"tensor_split: sections must fit"):
+            rg.tensor_split(x, 2**70)
+        with pytest.raises(rg.OutOfMemoryError, match=r"tensor_split: out of memory"):
+            x.tensor_split(2**62, 1)
+    pieces = x.tensor_split(5)  # more pieces than rows: empty ones, as torch's
+    assert [p.shape for p in pieces] == [tuple(p.shape) for p in torch.ones(2, 3).tensor_split(5)]
+    _still_differentiable(x)
+
+
+# -- foreign tensors and overflowing sizes --------------------------------------------------------
+_TORCH_TENSOR_AS_NUMBER: dict[str, Callable[[rg.Tensor, torch.Tensor], Any]] = {
+    "diag_embed": lambda x, t: x.diag_embed(t),
+    "diagflat": lambda x, t: x.flatten().diagflat(t),
+    "random_": lambda x, t: x.clone().random_(t),
+    "hardtanh": lambda x, t: F.hardtanh(x, t),
+    "lu": lambda x, t: rg.lu(x[:, :2], t),
+    "qr": lambda x, t: rg.qr(x, t),
+    "fft2": lambda x, t: rg.fft.fft2(x, t),
+    "matrix_norm": lambda x, t: rg.linalg.matrix_norm(x, t),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_TORCH_TENSOR_AS_NUMBER))
+def test_a_torch_tensor_given_for_a_number_is_a_dtype_error_naming_the_op(op):
+    x = rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    with pytest.raises(rg.DTypeError, match=rf"{op}.*Tensor \[2, 3\] torch.float32"):
+        _TORCH_TENSOR_AS_NUMBER[op](x, torch.ones(2, 3))
+    _still_differentiable(x)
+
+
+def test_a_size_past_int64_bytes_is_refused_by_the_hierarchy_on_every_backend():
+    """The torch backend's allocator says so in a RuntimeError of its own words."""
+    with pytest.raises(rg.RetrogradError, match=r"MultiheadAttention"):
+        rg.nn.TransformerEncoderLayer(2**40, 2, 8, 0.0)
+    with pytest.raises(rg.RetrogradError, match=r"zeros"):
+        rg.zeros((2**40, 2**40))
+    layer = rg.nn.TransformerEncoderLayer(4, 2, 8, 0.0)  # the next layer is built and trains
+    out = layer(rg.ones((3, 2, 4)))
+    grads = out.sum().backward()
+    assert all(p.grad(grads) is not None for p in layer.parameters())
