@@ -11,6 +11,10 @@ the code before its fix. Expected values come from torch 2.13.
 * A torch tensor given where a number or flag belongs (``diag_embed(offset=t)``,
   ``hardtanh(x, t)``, ``fft2(x, t)``...): torch's own ``RuntimeError`` ("Boolean value of
   Tensor with more than one value is ambiguous") came out bare.
+* ``add``/``sub``/``add_``/``sub_``/``addmm`` given a tuple, a list or a tensor of several
+  elements for ``alpha`` (or ``beta``) scaled elementwise and returned a wrong result; a
+  complex ``alpha`` made a real sum complex. torch refuses both (``alpha`` must be a Number;
+  "For non-complex input tensors, argument alpha must not be a complex number").
 * On the torch backend, a size past int64's bytes (``TransformerEncoderLayer(2**40)``):
   torch's ``RuntimeError`` ("Storage size calculation overflowed") came out bare.
 """
@@ -179,3 +183,54 @@ def test_a_size_past_int64_bytes_is_refused_by_the_hierarchy_on_every_backend():
     out = layer(rg.ones((3, 2, 4)))
     grads = out.sum().backward()
     assert all(p.grad(grads) is not None for p in layer.parameters())
+
+
+# -- alpha and beta -----------------------------------------------------------------------------
+_SCALED = {
+    "add": lambda lib, x, y, alpha: x.add(y, alpha=alpha),
+    "sub": lambda lib, x, y, alpha: x.sub(y, alpha=alpha),
+    "add_": lambda lib, x, y, alpha: x.clone().add_(y, alpha=alpha),
+    "sub_": lambda lib, x, y, alpha: x.clone().sub_(y, alpha=alpha),
+    "rg.add": lambda lib, x, y, alpha: lib.add(x, y, alpha=alpha),
+    "addmm": lambda lib, x, y, alpha: lib.addmm(x, x, x, alpha=alpha),
+    "addmm beta": lambda lib, x, y, alpha: lib.addmm(x, x, x, beta=alpha),
+}
+
+
+@pytest.mark.parametrize(
+    "op, alpha",
+    [
+        (op, alpha)
+        for op in sorted(_SCALED)
+        for alpha in ("tuple", "list", "tensor of two", "complex")
+        if not (op.startswith("addmm") and alpha == "complex")  # (torch's addmm casts it)
+    ],
+)
+def test_alpha_that_is_no_real_number_is_refused_as_torch_refuses(op, alpha):
+    def value(lib):
+        return {
+            "tuple": (-1, 2),
+            "list": [1],
+            "tensor of two": lib.ones(2),
+            "complex": 1j,
+        }[alpha]
+
+    x_torch = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises((TypeError, RuntimeError)):
+        _SCALED[op](torch, x_torch, torch.ones(2, 2), value(torch))
+    x = rg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(rg.DTypeError, match=rf"{op.split()[0].removeprefix('rg.').rstrip('_')}"):
+        _SCALED[op](rg, x, rg.ones((2, 2)), value(rg))
+    _still_differentiable(x)
+
+
+@pytest.mark.parametrize("alpha", [2, 2.5, "0-d tensor", "complex on complex"])
+def test_alpha_that_is_a_number_still_scales_as_torchs(alpha):
+    def value(lib):
+        return {2: 2, 2.5: 2.5, "0-d tensor": lib.tensor(2.5), "complex on complex": 1j}[alpha]
+
+    dtype = "complex64" if alpha == "complex on complex" else "float32"
+    data = np.array([1.0, -2.0, 3.0]).astype(dtype)
+    expected = torch.tensor(data).add(torch.ones(3), alpha=value(torch))
+    result = rg.tensor(data).add(rg.ones(3), alpha=value(rg))
+    np.testing.assert_allclose(result.numpy(), expected.numpy())
