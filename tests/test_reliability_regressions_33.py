@@ -22,6 +22,7 @@ the code before its fix. Expected values come from torch 2.13.
 from __future__ import annotations
 
 import signal
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -234,3 +235,59 @@ def test_alpha_that_is_a_number_still_scales_as_torchs(alpha):
     expected = torch.tensor(data).add(torch.ones(3), alpha=value(torch))
     result = rg.tensor(data).add(rg.ones(3), alpha=value(rg))
     np.testing.assert_allclose(result.numpy(), expected.numpy())
+
+
+# -- complex results written into real tensors ----------------------------------------------------
+_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
+           "float64", "complex64", "complex128"]  # fmt: skip
+
+
+def test_can_cast_is_torchs_for_every_pair_of_dtypes():
+    """``rg.can_cast(complex64, float64)`` said True: torch's rule keeps complex from real."""
+    for source in _DTYPES:
+        for target in _DTYPES:
+            expected = torch.can_cast(getattr(torch, source), getattr(torch, target))
+            assert rg.can_cast(getattr(rg, source), getattr(rg, target)) == expected, (
+                source,
+                target,
+            )
+
+
+_IN_PLACE_WITH_COMPLEX = {
+    "add_": lambda x, c: x.add_(c),
+    "sub_": lambda x, c: x.sub_(c),
+    "mul_": lambda x, c: x.mul_(c),
+    "div_": lambda x, c: x.div_(c),
+    "pow_": lambda x, c: x.pow_(c),
+    "addcmul_": lambda x, c: x.addcmul_(c, c),
+    "add_ of 1j": lambda x, c: x.add_(1j),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_IN_PLACE_WITH_COMPLEX))
+@pytest.mark.parametrize("size", [3, 70_000])  # (from 65,536 elements: the in-buffer path)
+def test_a_complex_result_is_not_written_into_a_real_tensor(op, size):
+    """The imaginary part was dropped silently; torch refuses: "result type ComplexDouble
+    can't be cast to the desired output type Double"."""
+    data = np.linspace(1.0, 2.0, size)
+    complex_data = data * (1 + 0.5j)
+    expected = torch.tensor(data)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        _IN_PLACE_WITH_COMPLEX[op](expected, torch.tensor(complex_data))
+    x = rg.tensor(data)
+    with pytest.raises(rg.DTypeError, match=rf"{op.split()[0]}: result type complex"):
+        _IN_PLACE_WITH_COMPLEX[op](x, rg.tensor(complex_data))
+    np.testing.assert_array_equal(x.numpy(), data)  # nothing written
+    _still_differentiable(x[:3])
+
+
+def test_copy_of_a_complex_source_into_a_real_tensor_keeps_the_real_part_as_torchs():
+    data = np.array([1 + 2j, 3 - 1j, 0.5j])
+    expected = torch.zeros(3, dtype=torch.float64)
+    with pytest.warns(UserWarning):
+        expected.copy_(torch.tensor(data))
+    x = rg.zeros(3, dtype="float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x.copy_(rg.tensor(data))
+    np.testing.assert_array_equal(x.numpy(), expected.numpy())
