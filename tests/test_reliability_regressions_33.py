@@ -291,3 +291,20 @@ def test_copy_of_a_complex_source_into_a_real_tensor_keeps_the_real_part_as_torc
         warnings.simplefilter("ignore")
         x.copy_(rg.tensor(data))
     np.testing.assert_array_equal(x.numpy(), expected.numpy())
+
+
+# -- reshape_as ------------------------------------------------------------------------------------
+def test_reshape_as_an_empty_tensor_is_refused_as_torchs_not_the_input_back():
+    """``reshape_as`` went through Burn's ``reshape``, where a 0 keeps the input's size: the
+    shape ``[0, 0]`` of an empty ``other`` gave a ``[2, 3]`` input back unchanged."""
+    with pytest.raises(RuntimeError, match="invalid for input of size 6"):
+        torch.ones(2, 3).reshape_as(torch.zeros(0, 0))
+    x = rg.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    with pytest.raises(rg.ShapeError, match=r"reshape_as: cannot reshape \[2, 3\].*\[0, 0\]"):
+        x.reshape_as(rg.zeros((0, 0)))
+    assert x.reshape_as(rg.zeros((3, 2))).shape == (3, 2)
+    assert rg.zeros((0, 3)).reshape_as(rg.zeros((3, 0))).shape == (3, 0)
+    leaf = x.require_grad()
+    weights = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+    grads = (leaf.reshape_as(rg.zeros((3, 2))) * rg.tensor(weights)).sum().backward()
+    np.testing.assert_array_equal(leaf.grad(grads).numpy(), np.reshape(weights, (2, 3)))

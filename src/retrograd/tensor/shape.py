@@ -85,7 +85,11 @@ class ShapeMixin:
         return self.view(other.shape)
 
     def reshape_as(self, other: Any) -> Any:
-        return self.reshape(other.shape)
+        """``other``'s shape exactly: a 0 in it is an empty dimension (torch's), never
+        Burn's "keep this size" of :meth:`reshape` (``reshape_as`` of an empty tensor gave
+        the input's own shape back)."""
+        target = infer_shape("reshape_as", self.shape, tuple(other.shape))
+        return _reshaped("reshape_as", self, target, strict=False)
 
     def ravel(self) -> Any:
         return self.reshape(-1)
