@@ -308,3 +308,43 @@ def test_reshape_as_an_empty_tensor_is_refused_as_torchs_not_the_input_back():
     weights = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
     grads = (leaf.reshape_as(rg.zeros((3, 2))) * rg.tensor(weights)).sum().backward()
     np.testing.assert_array_equal(leaf.grad(grads).numpy(), np.reshape(weights, (2, 3)))
+
+
+# -- clamp of complex tensors, hsplit of a 0-d count --------------------------------------------
+_CLAMPS_OF_COMPLEX = {
+    "clamp(max=)": lambda c: c.clamp(max=0.0),
+    "clamp_min": lambda c: c.clamp_min(0.0),
+    "clip_(max=)": lambda c: c.clone().clip_(max=0.0),
+    "rg.clamp(min=)": lambda c: (rg if isinstance(c, rg.Tensor) else torch).clamp(c, min=0.0),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_CLAMPS_OF_COMPLEX))
+def test_clamp_with_one_bound_refuses_a_complex_tensor_as_torch(op):
+    """With one bound the tensor was cast to its real part: ``[1+2j, -3-1j].clamp(max=0)``
+    gave the float32 ``[0, -3]``. torch: "clamp is not supported for complex types"."""
+    data = np.array([1 + 2j, -3 - 1j, 0.5j], dtype=np.complex64)
+    with pytest.raises((NotImplementedError, RuntimeError)):
+        _CLAMPS_OF_COMPLEX[op](torch.tensor(data))
+    c = rg.tensor(data)
+    with pytest.raises(rg.DTypeError, match=r"clamp: not implemented for complex64"):
+        _CLAMPS_OF_COMPLEX[op](c)
+    np.testing.assert_array_equal(c.numpy(), data)
+
+
+def test_clamp_with_a_complex_bound_is_refused():
+    with pytest.raises(rg.DTypeError, match=r"clamp: a complex bound \(1j\)"):
+        rg.ones(3).clamp(min=1j)
+    np.testing.assert_array_equal(rg.tensor([1.0, 5.0]).clamp(max=2.0).numpy(), [1.0, 2.0])
+
+
+def test_hsplit_of_a_0d_count_checks_that_it_divides_as_torch():
+    """A 0-d tensor count skipped the divisibility check: ``hsplit(tensor(2))`` of 3 columns
+    gave pieces of 2 and 1, where torch refuses."""
+    with pytest.raises(RuntimeError, match="not divisible"):
+        torch.ones(2, 3).hsplit(torch.tensor(2))
+    x = rg.ones((2, 3))
+    with pytest.raises(rg.ShapeError, match=r"hsplit: dimension 1 of size 3 is not divisible"):
+        x.hsplit(rg.tensor(2))
+    expected = [tuple(p.shape) for p in torch.ones(2, 3).hsplit(torch.tensor(3))]
+    assert [p.shape for p in x.hsplit(rg.tensor(3))] == expected

@@ -35,6 +35,7 @@ from ._dispatch import (
     promote,
     promoted_dtype,
     promoted_dtype_of,
+    real_only,
     scalar_dims,
     scalar_dtype,
     scalar_value,
@@ -821,6 +822,12 @@ class ElementwiseMixin:
         passes inside. As in torch, ``min > max`` gives ``max`` everywhere."""
         if min is None and max is None:
             raise ShapeError("clamp: at least one of min and max must not be None")
+        # complex numbers have no order: torch refuses them (one bound alone cast the tensor
+        # to its real part here); a complex bound too
+        for operand in (self, min, max):
+            real_only("clamp", operand)
+            if isinstance(operand, complex | np.complexfloating):
+                raise DTypeError(f"clamp: a complex bound ({operand}) has no order")
         min, max = host_number(min), host_number(max)  # noqa: A001 (torch's names)
         if (
             min is not None
