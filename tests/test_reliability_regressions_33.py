@@ -348,3 +348,26 @@ def test_hsplit_of_a_0d_count_checks_that_it_divides_as_torch():
         x.hsplit(rg.tensor(2))
     expected = [tuple(p.shape) for p in torch.ones(2, 3).hsplit(torch.tensor(3))]
     assert [p.shape for p in x.hsplit(rg.tensor(3))] == expected
+
+
+# -- non-finite numbers written into int64 tensors --------------------------------------------------
+_INT64_WRITES = {
+    "fill_diagonal_ nan": lambda lib, x: x.fill_diagonal_(float("nan")),
+    "fill_diagonal_ inf": lambda lib, x: x.fill_diagonal_(float("inf")),
+    "index_fill_ nan": lambda lib, x: x.index_fill_(0, lib.tensor([0]), float("nan")),
+    "index_fill_ 1e30": lambda lib, x: x.index_fill_(0, lib.tensor([0]), 1e30),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_INT64_WRITES))
+def test_a_number_past_int64_is_not_written_into_an_int64_tensor(case):
+    """NumPy's cast wrote -2**63 for NaN, inf and 1e30; torch refuses: "value cannot be
+    converted to type int64_t without overflow"."""
+    with pytest.raises(RuntimeError, match="without overflow"):
+        _INT64_WRITES[case](torch, torch.arange(6).reshape(2, 3))
+    x = rg.tensor(np.arange(6).reshape(2, 3))
+    with pytest.raises(rg.InvalidArgumentError, match=r"cannot be converted to int64"):
+        _INT64_WRITES[case](rg, x)
+    np.testing.assert_array_equal(x.numpy(), np.arange(6).reshape(2, 3))
+    expected = torch.arange(6).reshape(2, 3).fill_diagonal_(2.7)  # a finite float truncates
+    np.testing.assert_array_equal(x.fill_diagonal_(2.7).numpy(), expected.numpy())
