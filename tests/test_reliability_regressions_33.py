@@ -350,7 +350,7 @@ def test_hsplit_of_a_0d_count_checks_that_it_divides_as_torch():
     assert [p.shape for p in x.hsplit(rg.tensor(3))] == expected
 
 
-# -- non-finite numbers written into int64 tensors --------------------------------------------------
+# -- non-finite numbers written into int64 tensors ----------------------------------------------
 _INT64_WRITES = {
     "fill_diagonal_ nan": lambda lib, x: x.fill_diagonal_(float("nan")),
     "fill_diagonal_ inf": lambda lib, x: x.fill_diagonal_(float("inf")),
