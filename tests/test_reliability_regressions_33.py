@@ -371,3 +371,14 @@ def test_a_number_past_int64_is_not_written_into_an_int64_tensor(case):
     np.testing.assert_array_equal(x.numpy(), np.arange(6).reshape(2, 3))
     expected = torch.arange(6).reshape(2, 3).fill_diagonal_(2.7)  # a finite float truncates
     np.testing.assert_array_equal(x.fill_diagonal_(2.7).numpy(), expected.numpy())
+
+
+def test_div_given_an_array_for_rounding_mode_names_the_argument():
+    """``rounding_mode == "trunc"`` of a NumPy array is elementwise: NumPy's "truth value of
+    an array ... is ambiguous" ValueError came out bare."""
+    x = rg.tensor([7.0, -7.0, 5.0])
+    with pytest.raises(rg.DTypeError, match=r"div: rounding_mode must be None, 'trunc' or"):
+        x.div(rg.tensor([2.0, 2.0, 2.0]), rounding_mode=np.ones(3))
+    for mode in ("trunc", "floor"):
+        expected = torch.tensor([7.0, -7.0, 5.0]).div(torch.tensor(2.0), rounding_mode=mode)
+        np.testing.assert_array_equal(x.div(2.0, rounding_mode=mode).numpy(), expected.numpy())

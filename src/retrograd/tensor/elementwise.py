@@ -350,10 +350,9 @@ class ElementwiseMixin:
         if rounding_mode is None:
             return self._apply(DIV, (self, other))
         other = host_number(other)
-        if rounding_mode == "trunc":
-            return rounded_quotient(self, other, "trunc")
-        if rounding_mode == "floor":
-            return rounded_quotient(self, other, "floor")
+        if isinstance(rounding_mode, str) and rounding_mode in ("trunc", "floor"):
+            # (a str first: an array's == is elementwise, its truth value an error)
+            return rounded_quotient(self, other, rounding_mode)
         raise DTypeError(
             f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
         )
