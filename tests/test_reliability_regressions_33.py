@@ -382,3 +382,31 @@ def test_div_given_an_array_for_rounding_mode_names_the_argument():
     for mode in ("trunc", "floor"):
         expected = torch.tensor([7.0, -7.0, 5.0]).div(torch.tensor(2.0), rounding_mode=mode)
         np.testing.assert_array_equal(x.div(2.0, rounding_mode=mode).numpy(), expected.numpy())
+
+
+# -- L-BFGS options -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "option, value, error",
+    [("max_eval", "a", rg.DTypeError), ("max_eval", 1j, rg.DTypeError),
+     ("max_iter", (1, 2), rg.DTypeError), ("tolerance_grad", None, rg.DTypeError),
+     ("tolerance_change", "a", rg.DTypeError), ("history_size", None, rg.DTypeError),
+     ("history_size", 2.5, rg.DTypeError), ("history_size", 0, rg.InvalidArgumentError),
+     ("history_size", 2**70, rg.InvalidArgumentError)],
+)  # fmt: skip
+def test_lbfgs_options_torch_fails_on_inside_step_are_refused_when_built(option, value, error):
+    """torch's L-BFGS takes these and fails in ``step`` with a bare TypeError, IndexError or
+    OverflowError (``history_size=None``: a list times None); retrograd's did too."""
+    weight = torch.nn.Parameter(torch.ones(3))
+
+    def closure():
+        weight.grad = None
+        loss = (weight * weight).sum()
+        loss.backward()
+        return loss
+
+    with pytest.raises((TypeError, IndexError, OverflowError, NotImplementedError)):
+        optimizer = torch.optim.LBFGS([weight], **{option: value})  # (max_iter: here)
+        for _ in range(2):
+            optimizer.step(closure)
+    with pytest.raises(error, match=rf"LBFGS: {option} must be"):
+        rg.optim.LBFGS([rg.nn.Parameter(rg.ones(3))], **{option: value})
