@@ -242,6 +242,10 @@ _RUNTIME_WORDS = (
     ("allocate memory", OutOfMemoryError),
     ("out of memory", OutOfMemoryError),
     ("integer multiplication overflow", InvalidArgumentError),
+    ("storage size calculation overflowed", InvalidArgumentError),  # (NumPy's "too big")
+    # a torch tensor of several elements given where a number or flag belongs (torch's own
+    # functions refuse it with a TypeError, its truth value raises this)
+    ("boolean value of tensor with more than one value is ambiguous", DTypeError),
 )
 
 

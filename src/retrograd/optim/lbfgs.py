@@ -13,10 +13,11 @@ too, so float32 runs round as torch's do.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import AutodiffError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ..tensor import Tensor, cat, zeros
 from ..tensor.inplace import assign
 from .closure import evaluate_closure
@@ -30,6 +31,31 @@ _COUNTS = ("func_evals", "n_iter")
 _FLAT = ("d", "prev_flat_grad")
 _FLAT_LISTS = ("old_dirs", "old_stps")
 _SCALAR_LISTS = ("ro", "al")
+
+
+def _check_options(
+    max_iter: Any, max_eval: Any, tolerance_grad: Any, tolerance_change: Any, history_size: Any
+) -> None:
+    """What torch's L-BFGS would fail on only inside ``step`` (a comparison with a str, a
+    list of ``None`` entries): refused when the optimizer is built, naming the option."""
+    numbers_given = {"max_iter": max_iter, "tolerance_grad": tolerance_grad,
+                     "tolerance_change": tolerance_change}  # fmt: skip
+    if max_eval is not None:
+        numbers_given["max_eval"] = max_eval
+    for name, value in numbers_given.items():
+        if not isinstance(value, numbers.Real):
+            raise DTypeError(
+                f"LBFGS: {name} must be a real number, got {type(value).__name__} {value!r}"
+            )
+    if not isinstance(history_size, numbers.Integral):
+        raise DTypeError(
+            f"LBFGS: history_size must be an int, got {type(history_size).__name__} "
+            f"{history_size!r}"
+        )
+    if not 1 <= history_size < 2**63:
+        raise InvalidArgumentError(
+            f"LBFGS: history_size must be a positive int64, got {history_size}"
+        )
 
 
 class LBFGS(Optimizer):
@@ -51,6 +77,7 @@ class LBFGS(Optimizer):
         history_size: int = 100,
         line_search_fn: str | None = None,
     ):
+        _check_options(max_iter, max_eval, tolerance_grad, tolerance_change, history_size)
         if max_eval is None:
             max_eval = max_iter * 5 // 4
         if line_search_fn not in (None, "strong_wolfe"):

@@ -299,6 +299,11 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
     refused (uint8's ``300``, int8's ``128``), where arithmetic wraps it (``uint8 + 300``);
     other dtypes' values come back as they are."""
     bounds = NARROW_INTS.get(dtype)
+    past_int64 = isinstance(value, float | np.floating) and not -(2.0**63) <= value < 2.0**63
+    if dtype == "int64" and past_int64:  # (NaN too: NumPy's cast writes -2**63)
+        raise InvalidArgumentError(
+            f"{op}: {value!r} cannot be converted to int64 without overflow (as torch's)"
+        )
     if bounds is None:
         return value
     if isinstance(value, bool | np.bool_):

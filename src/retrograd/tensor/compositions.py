@@ -9,13 +9,14 @@ numbers) and calls their methods, so it needs nothing of the class but its metho
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import FLOAT_DTYPES, INT_DTYPES, default_float_dtype
+from ..backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES, INT_DTYPES, default_float_dtype
 from ..context import capturing
-from ..errors import DTypeError, InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError, shape_text
 from ._dispatch import (
     lift,
     promote,
@@ -38,6 +39,7 @@ __all__ = [
     "erfinv",
     "extremum",
     "integer_power",
+    "number_scale",
     "rounded_quotient",
     "scaled",
 ]
@@ -50,6 +52,7 @@ def scaled(op: str, other: Any, alpha: Any, result: str | None = None) -> Any:
     (both operands promoted): torch checks ``alpha`` against it, refusing a float alpha
     (even ``2.0``) for an integral result and a bool alpha for a non-bool one, and a tensor
     ``other`` is cast to it before the scaling (``float64 [] + 0.5 * bool [n]`` is float64)."""
+    number_scale(op, alpha)
     if result is None:  # (the fused products: their own checks ran)
         if isinstance(alpha, float) and isinstance(other, int | bool):
             return other * alpha
@@ -77,6 +80,11 @@ def scaled(op: str, other: Any, alpha: Any, result: str | None = None) -> Any:
 
 def check_alpha(op: str, alpha: Any, result: str) -> None:
     """torch's checks of ``add``/``sub``'s ``alpha`` against the result's dtype."""
+    number_scale(op, alpha)
+    if isinstance(alpha, complex | np.complexfloating) and result not in COMPLEX_DTYPES:
+        raise DTypeError(
+            f"{op}: a complex alpha ({alpha}) for a non-complex ({result}) result, as torch refuses"
+        )
     if isinstance(alpha, bool | np.bool_) and result != "bool":
         raise DTypeError(f"{op}: a bool alpha ({alpha}) is only supported for bool results")
     if isinstance(alpha, float | np.floating) and result not in FLOAT_DTYPES:
@@ -85,6 +93,18 @@ def check_alpha(op: str, alpha: Any, result: str) -> None:
         )
     if isinstance(alpha, int | np.integer):  # (torch converts it to a narrow integer result's
         written_scalar(f"{op} (alpha)", alpha, result)  # dtype within its bounds: int8's 200 no)
+
+
+def number_scale(op: str, scale: Any) -> None:
+    """torch's ``alpha``/``beta`` is a number (or a 0-d tensor, read as one): a tuple, a list
+    or a tensor of several elements would scale elementwise, a result torch refuses."""
+    if isinstance(scale, numbers.Number | np.number | np.bool_):
+        return
+    if getattr(scale, "shape", None) == ():
+        return
+    shape = getattr(scale, "shape", None)
+    given = f"of shape {shape_text(shape)}" if isinstance(shape, tuple) else repr(scale)[:40]
+    raise DTypeError(f"{op}: alpha and beta must be numbers, got {type(scale).__name__} {given}")
 
 
 def bounded(x: Any, bound: Any, side: str) -> Any:

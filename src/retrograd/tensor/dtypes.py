@@ -161,8 +161,10 @@ def cast_host(array: Any, target: str) -> np.ndarray:
 
 def can_cast(source: str, target: str) -> bool:
     """torch's rule for writing a result of dtype ``source`` into a tensor of ``target`` (an
-    in-place op): never float into an integer or bool tensor, nor integer into bool."""
+    in-place op): never float into an integer or bool tensor, nor integer into bool, nor
+    complex into a real one (its imaginary part would be lost)."""
     kinds = {"bool": 0, "int64": 1, "int32": 1, "int16": 1, "int8": 1, "uint8": 1}
+    kinds |= {"complex64": 3, "complex128": 3}
     return kinds.get(str(source), 2) <= kinds.get(str(target), 2)
 
 

@@ -35,6 +35,7 @@ from ._dispatch import (
     promote,
     promoted_dtype,
     promoted_dtype_of,
+    real_only,
     scalar_dims,
     scalar_dtype,
     scalar_value,
@@ -349,10 +350,9 @@ class ElementwiseMixin:
         if rounding_mode is None:
             return self._apply(DIV, (self, other))
         other = host_number(other)
-        if rounding_mode == "trunc":
-            return rounded_quotient(self, other, "trunc")
-        if rounding_mode == "floor":
-            return rounded_quotient(self, other, "floor")
+        if isinstance(rounding_mode, str) and rounding_mode in ("trunc", "floor"):
+            # (a str first: an array's == is elementwise, its truth value an error)
+            return rounded_quotient(self, other, rounding_mode)
         raise DTypeError(
             f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
         )
@@ -826,6 +826,12 @@ class ElementwiseMixin:
         passes inside. As in torch, ``min > max`` gives ``max`` everywhere."""
         if min is None and max is None:
             raise ShapeError("clamp: at least one of min and max must not be None")
+        # complex numbers have no order: torch refuses them (one bound alone cast the tensor
+        # to its real part here); a complex bound too
+        for operand in (self, min, max):
+            real_only("clamp", operand)
+            if isinstance(operand, complex | np.complexfloating):
+                raise DTypeError(f"clamp: a complex bound ({operand}) has no order")
         min, max = host_number(min), host_number(max)  # noqa: A001 (torch's names)
         if (
             min is not None

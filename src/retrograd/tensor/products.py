@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import FLOAT_DTYPES, lift, wrap
-from .compositions import scaled
+from .compositions import number_scale, scaled
 from .shape import cat
 
 __all__ = [
@@ -329,6 +329,8 @@ def _scales_first(op: str, args: tuple, beta: Any, alpha: Any) -> tuple[Any, Any
 
 def _accumulated(op: str, input: Any, product: Any, beta: Any, alpha: Any) -> Any:  # noqa: A002
     """``beta * input + alpha * product``, with ``input`` broadcast to the product's shape."""
+    number_scale(op, beta)
+    number_scale(op, alpha)
     shape = product.shape
     try:
         out_shape = np.broadcast_shapes(input.shape, shape)

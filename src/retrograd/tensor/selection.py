@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections import namedtuple
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -712,7 +713,9 @@ class SelectionMixin:
             raise ShapeError(
                 f"{op}: needs at least {least} dimensions, got {shape_text(self.shape)}"
             )
-        if isinstance(sections, int) and self.shape[dim] % sections:
+        if isinstance(sections, TensorBase) and sections.ndim == 0:
+            sections = operator.index(sections)  # torch reads a 0-d int tensor as the count
+        if isinstance(sections, int) and sections and self.shape[dim] % sections:
             raise ShapeError(
                 f"{op}: dimension {dim} of size {self.shape[dim]} is not divisible by {sections}"
             )

@@ -16,11 +16,13 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..backend.sizes import ITEMSIZE, check_allocation
+from ..backend.sizes import ITEMSIZE, check_allocation, machine_memory_bytes
 from ..errors import (
     ArgumentTypeError,
     DTypeError,
     IndexOutOfRangeError,
+    InvalidArgumentError,
+    OutOfMemoryError,
     ShapeError,
     reported,
     shape_text,
@@ -83,7 +85,11 @@ class ShapeMixin:
         return self.view(other.shape)
 
     def reshape_as(self, other: Any) -> Any:
-        return self.reshape(other.shape)
+        """``other``'s shape exactly: a 0 in it is an empty dimension (torch's), never
+        Burn's "keep this size" of :meth:`reshape` (``reshape_as`` of an empty tensor gave
+        the input's own shape back)."""
+        target = infer_shape("reshape_as", self.shape, tuple(other.shape))
+        return _reshaped("reshape_as", self, target, strict=False)
 
     def ravel(self) -> Any:
         return self.reshape(-1)
@@ -555,6 +561,7 @@ class ShapeMixin:
             n = int(indices_or_sections)
             if n <= 0:
                 raise ShapeError(f"tensor_split: sections must be positive, got {n}")
+            _refuse_countless_pieces("tensor_split", n, self.shape)
             base, extra = divmod(size, n)
             bounds = [0]
             for i in range(n):
@@ -856,3 +863,22 @@ def _names_dtype(value: Any) -> bool:
     if isinstance(value, str):
         return value.removeprefix("torch.") in DTYPE_OBJECTS
     return type(value).__name__ == "dtype"
+
+
+#: The least memory one piece of a split takes (its Python object and view record): the
+#: bound below which a number of pieces cannot be held.
+_PIECE_BYTES = 64
+
+
+def _refuse_countless_pieces(op: str, count: int, shape: Sequence[int]) -> None:
+    """Refuse ``count`` pieces that no memory holds, before making the first of them (a loop
+    over ``2**70`` pieces would never end): past int64 as torch's ``OverflowError``
+    (:class:`InvalidArgumentError`), past the machine's memory as its allocator's."""
+    if count >= 2**63:
+        raise InvalidArgumentError(f"{op}: sections must fit int64, got {count}")
+    available = machine_memory_bytes()
+    if available is not None and count * _PIECE_BYTES > available:
+        raise OutOfMemoryError(
+            f"{op}: out of memory: {count} pieces of a {shape_text(tuple(shape))} tensor "
+            f"need more than this machine's {available} bytes of memory"
+        )

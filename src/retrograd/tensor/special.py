@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import default_float_dtype
+from ..backend.sizes import check_allocation
 from ..errors import DTypeError, InvalidArgumentError
 from ._dispatch import (
     COMMON,
@@ -167,19 +168,21 @@ class SpecialMixin:
         """The log of the multivariate gamma function of dimension ``p``:
         ``p(p-1)/4 log(pi) + sum_{i<p} lgamma(x - i/2)``; every element must exceed
         ``(p-1)/2``, as torch requires."""
-        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-            raise InvalidArgumentError(f"mvlgamma: p must be an int >= 1, got {p!r}")
+        if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p < 2**63:
+            raise InvalidArgumentError(f"mvlgamma: p must be an int64 >= 1, got {p!r}")
         x = real_only("mvlgamma", self)
         x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
-        if x.numel() and not bool(x.greater_elem((p - 1) / 2.0).all().item()):
+        log_pi_term = p * (p - 1) / 4.0 * math.log(math.pi)
+        if not x.numel():  # (no p-long row of shifts for no elements: p may be huge)
+            return x * 0.0 + log_pi_term
+        if not bool(x.greater_elem((p - 1) / 2.0).all().item()):
             raise InvalidArgumentError(
                 f"mvlgamma: all elements must be greater than (p-1)/2 = {(p - 1) / 2}"
             )
-        halves = [x if i == 0 else x - i / 2.0 for i in range(p)]
-        total = halves[0].lgamma()
-        for shifted in halves[1:]:
-            total = total + shifted.lgamma()
-        return total + p * (p - 1) / 4.0 * math.log(math.pi)
+        # torch's form: one [..., p] row of shifted copies, not p ops (a large p never ends)
+        check_allocation("mvlgamma", (*x.shape, p), x.dtype, f"p = {p}")
+        shifts = x.new_tensor(np.arange(p, dtype=np.float64) / 2.0, dtype=x.dtype)
+        return (x.unsqueeze(-1) - shifts).lgamma().sum(-1) + log_pi_term
 
     def i0(self) -> Any:
         """The modified Bessel function of the first kind, order 0; gradient ``i1``."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backend.sizes import pool_output_size
+from ...backend.sizes import check_allocation, pool_output_size
 from ...errors import (
     DTypeError,
     InvalidArgumentError,
@@ -340,6 +340,9 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
             f"{fn}: output_size must be {spatial} non-negative ints, got {output_size!r}"
         )
     _refuse_empty_window(fn, x, squeeze, channels=True)
+    # an output no memory holds is refused before a window is cut (torch's allocator refuses
+    # it; cutting 2**40 windows first would never end)
+    check_allocation(fn, (*x.shape[:2], *sizes), x.dtype, f"output_size {output_size!r}")
     if not all(sizes):  # torch's empty output (and indices)
         dims = tuple(range(2, x.ndim))
         out = _unbatched(x.sum(dims, keepdim=True).expand((*x.shape[:2], *sizes)), squeeze)
@@ -351,13 +354,23 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
     # the last axis first: among tied maxima the gradient then goes to the first in
     # row-major order (the smallest row holding the maximum, its first column), as torch's
     for axis, (n, o) in reversed(list(enumerate(zip(x.shape[2:], sizes)))):
-        dim = 2 + axis
-        pieces = []
-        for i in range(o):
-            start, end = _adaptive_window(i, n, o)
-            pieces.append(cells.narrow(dim, start, end - start).max(dim, keepdim=True).values)
-        cells = pieces[0] if o == 1 else _cat(pieces, dim)
+        cells = _adaptive_max_along(cells, 2 + axis, n, o)
     return _unbatched(cells, squeeze)
+
+
+def _adaptive_max_along(cells: Tensor, dim: int, n: int, o: int) -> Tensor:
+    """The maxima of ``o`` adaptive windows along ``dim`` (of size ``n``), all windows in one
+    gather (a Python loop over windows takes minutes for a large ``output_size``): window
+    ``i`` is read as ``k`` (the widest window's width) positions from its start, those past
+    its end repeating its last one, which leaves its maximum, and the first of tied maxima
+    (where the gradient goes), unchanged."""
+    cells_at = np.arange(o, dtype=np.int64)
+    starts, ends = (cells_at * n) // o, -((-(cells_at + 1) * n) // o)  # _adaptive_window's
+    width = int((ends - starts).max())
+    positions = np.minimum(starts[:, None] + np.arange(width), ends[:, None] - 1)
+    gathered = cells.index_select(dim, _constant(cells, positions.reshape(-1)))
+    shape = (*cells.shape[:dim], o, width, *cells.shape[dim + 1 :])
+    return gathered.reshape(shape).max(dim + 1).values
 
 
 def _refuse_empty_window(fn: str, x: Tensor, squeeze: bool, channels: bool = False) -> None:
