@@ -296,12 +296,16 @@ def instance_norm(
     )
 
 
+# torch's top-level loss functions (``torch.kl_div``, ``torch.hinge_embedding_loss``, ...) give
+# every element's loss when ``reduction`` is left out: their schemas say ``reduction=1`` (mean),
+# but torch 2.13's Python binding passes 0 (none), and code calling them gets that. So do these;
+# ``nn.functional``'s forms keep their ``"mean"`` default.
 def binary_cross_entropy_with_logits(
     input: Any,  # noqa: A002 (torch's names)
     target: Any,
     weight: Any = None,
     pos_weight: Any = None,
-    reduction: int = 1,
+    reduction: int = 0,
 ) -> Any:
     op = "binary_cross_entropy_with_logits"
     return _functional().binary_cross_entropy_with_logits(
@@ -309,7 +313,7 @@ def binary_cross_entropy_with_logits(
     )
 
 
-def kl_div(input: Any, target: Any, reduction: int = 1, *, log_target: bool = False) -> Any:  # noqa: A002
+def kl_div(input: Any, target: Any, reduction: int = 0, *, log_target: bool = False) -> Any:  # noqa: A002
     return _functional().kl_div(
         input, target, reduction=_reduction("kl_div", reduction), log_target=log_target
     )
@@ -339,7 +343,7 @@ def ctc_loss(
     input_lengths: Any,
     target_lengths: Any,
     blank: int = 0,
-    reduction: int = 1,
+    reduction: int = 0,
     zero_infinity: bool = False,
 ) -> Any:
     return _functional().ctc_loss(
@@ -361,7 +365,7 @@ def triplet_margin_loss(
     p: float = 2.0,
     eps: float = 1e-06,
     swap: bool = False,
-    reduction: int = 1,
+    reduction: int = 0,
 ) -> Any:
     return _functional().triplet_margin_loss(
         anchor,
@@ -376,7 +380,7 @@ def triplet_margin_loss(
 
 
 def margin_ranking_loss(
-    input1: Any, input2: Any, target: Any, margin: float = 0.0, reduction: int = 1
+    input1: Any, input2: Any, target: Any, margin: float = 0.0, reduction: int = 0
 ) -> Any:
     return _functional().margin_ranking_loss(
         input1,
@@ -391,7 +395,7 @@ def hinge_embedding_loss(
     input: Any,  # noqa: A002 (torch's names)
     target: Any,
     margin: float = 1.0,
-    reduction: int = 1,
+    reduction: int = 0,
 ) -> Any:
     return _functional().hinge_embedding_loss(
         input, target, margin=margin, reduction=_reduction("hinge_embedding_loss", reduction)
@@ -399,7 +403,7 @@ def hinge_embedding_loss(
 
 
 def cosine_embedding_loss(
-    input1: Any, input2: Any, target: Any, margin: float = 0.0, reduction: int = 1
+    input1: Any, input2: Any, target: Any, margin: float = 0.0, reduction: int = 0
 ) -> Any:
     return _functional().cosine_embedding_loss(
         input1,
