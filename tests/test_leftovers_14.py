@@ -281,6 +281,45 @@ def test_out_is_refused_under_autograd_and_where_torch_has_none():
             lib.flip(lib.tensor(_A), [0], out=lib.empty(0))
 
 
+_SPD = (_A @ _A.T + 3.0 * np.eye(3)).astype(np.float32)
+_LINALG_OUT = {
+    "inv": lambda linalg, a, out: linalg.inv(a, out=out),
+    "det": lambda linalg, a, out: linalg.det(a, out=out),
+    "cholesky": lambda linalg, a, out: linalg.cholesky(a, out=out),
+    "matmul": lambda linalg, a, out: linalg.matmul(a, a, out=out),
+    "solve": lambda linalg, a, out: linalg.solve(a, a[:, :2], out=out),
+    "matrix_power": lambda linalg, a, out: linalg.matrix_power(a, 3, out=out),
+    "svdvals": lambda linalg, a, out: linalg.svdvals(a, out=out),
+    "eigvalsh": lambda linalg, a, out: linalg.eigvalsh(a, out=out),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LINALG_OUT))
+def test_linalg_functions_write_their_out_as_torch_s(name):
+    results = []
+    for lib in (torch, rg):
+        out = lib.empty(0)
+        assert _LINALG_OUT[name](lib.linalg, lib.tensor(_SPD), out) is out
+        results.append(out.numpy().copy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-4, atol=1e-5)
+    with pytest.raises(RuntimeError):  # torch's linalg outs need the result's dtype
+        _LINALG_OUT[name](torch.linalg, torch.tensor(_SPD), torch.empty(0, dtype=torch.float64))
+    with pytest.raises(rg.DTypeError, match=f"linalg.{name}: expected the out tensor"):
+        _LINALG_OUT[name](rg.linalg, rg.tensor(_SPD), rg.empty(0, dtype=rg.float64))
+
+
+def test_linalg_tuple_results_fill_a_tuple_of_outs():
+    signs, logs = [], []
+    for lib in (torch, rg):
+        out = (lib.empty(0), lib.empty(0))
+        returned = lib.linalg.slogdet(lib.tensor(_SPD), out=out)
+        assert returned[0] is out[0] and returned[1] is out[1]
+        signs.append(out[0].item())
+        logs.append(out[1].item())
+    assert signs[1] == signs[0]
+    np.testing.assert_allclose(logs[1], logs[0], rtol=1e-5)
+
+
 # -- 4. warnings ---------------------------------------------------------------------------
 def _warned(call):
     with warnings.catch_warnings(record=True) as caught:

@@ -577,30 +577,36 @@ _SAME_DTYPE_OUT = frozenset(
 )
 
 
-def written_out(name: str, out: Any, result: Any) -> Any:
+def refuse_out(name: str) -> None:
+    raise InvalidArgumentError(
+        f"{name}: out= is not supported (torch's {name} takes none); assign the result"
+    )
+
+
+def written_out(name: str, out: Any, result: Any, same_dtype: bool = False) -> Any:
     """``result`` written into torch's ``out=`` (a tensor, or a tuple of them for a tuple
-    result), returned as torch returns it: ``out`` itself (or the pair, as a pair)."""
-    if name not in _WRITES_OUT:
-        raise InvalidArgumentError(
-            f"{name}: out= is not supported (torch's {name} takes none); assign the result"
-        )
+    result), returned as torch returns it: ``out`` itself (or the tuple, as its type);
+    ``same_dtype``: ``out`` must have the result's dtype (as :data:`_SAME_DTYPE_OUT`)."""
     if not isinstance(result, tuple):
-        return _write_out_of(name, out, result)
+        return _write_out_of(name, out, result, same_dtype)
     if not isinstance(out, tuple | list) or len(out) != len(result):
         raise DTypeError(
             f"{name}: out must be a tuple of {len(result)} tensors, got {type(out).__name__}"
         )
-    return type(result)(*(_write_out_of(name, o, r) for o, r in zip(out, result)))
+    written = (_write_out_of(name, o, r, same_dtype) for o, r in zip(out, result))
+    return type(result)(*written)
 
 
-def accepts_out(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def accepts_out(
+    name: str, same_dtype: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A function given torch's keyword ``out=`` (see :func:`written_out`)."""
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def with_out(*args: Any, out: Any = None, **kwargs: Any) -> Any:
             result = function(*args, **kwargs)
-            return result if out is None else written_out(name, out, result)
+            return result if out is None else written_out(name, out, result, same_dtype)
 
         return with_out
 
@@ -611,7 +617,7 @@ def _method(name: str, method: str) -> Callable[..., Any]:
     def function(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 (torch's name)
         out = kwargs.pop("out", None)
         if out is not None and name not in _WRITES_OUT:
-            written_out(name, out, None)  # raises
+            refuse_out(name)
         if name in _NUMBER_INPUTS and isinstance(input, SCALARS):
             input = _number_input(name, input, args, kwargs)  # noqa: A001
         result = getattr(lift_input(name, input), method)(*args, **kwargs)
@@ -622,9 +628,10 @@ def _method(name: str, method: str) -> Callable[..., Any]:
     return function
 
 
-def _write_out_of(name: str, out: Any, result: Any) -> Any:
+def _write_out_of(name: str, out: Any, result: Any, same_dtype: bool = False) -> Any:
     """``result`` written into ``out``, after the dtype check of :data:`_SAME_DTYPE_OUT`."""
-    if name in _SAME_DTYPE_OUT and getattr(out, "dtype", result.dtype) != result.dtype:
+    same_dtype = same_dtype or name in _SAME_DTYPE_OUT
+    if same_dtype and getattr(out, "dtype", result.dtype) != result.dtype:
         raise DTypeError(
             f"{name}: expected the out tensor to have dtype {result.dtype} (the result's), "
             f"but got {out.dtype}"
