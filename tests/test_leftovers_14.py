@@ -279,6 +279,9 @@ def test_out_is_refused_under_autograd_and_where_torch_has_none():
     for lib, error in ((torch, TypeError), (rg, rg.InvalidArgumentError)):
         with pytest.raises(error):
             lib.flip(lib.tensor(_A), [0], out=lib.empty(0))
+        for reduction in (lib.sum, lib.prod):  # (their whole-tensor overloads have no out=)
+            with pytest.raises(error):
+                reduction(lib.tensor(_A), out=lib.empty(0))
 
 
 _SPD = (_A @ _A.T + 3.0 * np.eye(3)).astype(np.float32)

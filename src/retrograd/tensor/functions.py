@@ -618,6 +618,8 @@ def _method(name: str, method: str) -> Callable[..., Any]:
         out = kwargs.pop("out", None)
         if out is not None and name not in _WRITES_OUT:
             refuse_out(name)
+        if out is not None and name in _OUT_NEEDS_DIM:
+            _refuse_out_without_dim(name, args, kwargs)
         if name in _NUMBER_INPUTS and isinstance(input, SCALARS):
             input = _number_input(name, input, args, kwargs)  # noqa: A001
         result = getattr(lift_input(name, input), method)(*args, **kwargs)
@@ -705,10 +707,24 @@ def min(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torc
     return lift_input("min", input).min(*args, **kwargs)
 
 
-@accepts_out("sum")
-def sum(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torch's name)
+def sum(input: Any, *args: Any, out: Any = None, **kwargs: Any) -> Any:  # noqa: A001, A002
     """``torch.sum``: ``input.sum(dim, keepdim, dtype=)``."""
-    return lift_input("sum", input).sum(*args, **kwargs)
+    if out is not None:
+        _refuse_out_without_dim("sum", args, kwargs)
+    result = lift_input("sum", input).sum(*args, **kwargs)
+    return result if out is None else written_out("sum", out, result)
+
+
+#: the reductions whose whole-tensor overload (no dim) has no ``out=`` in torch
+_OUT_NEEDS_DIM = frozenset({"sum", "prod"})
+
+
+def _refuse_out_without_dim(name: str, args: tuple, kwargs: dict) -> None:
+    if not args and kwargs.get("dim") is None:
+        raise InvalidArgumentError(
+            f"{name}: out= needs a dim (torch's {name}(input, *, dtype=None) over the whole "
+            f"tensor takes no out=); pass dim, or assign the result"
+        )
 
 
 def pow(input: Any, exponent: Any) -> Any:  # noqa: A001, A002 (torch's name)
