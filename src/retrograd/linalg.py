@@ -34,6 +34,7 @@ from .errors import guard_namespace as _guard_namespace
 from .tensor import FLOAT_DTYPES, Tensor
 from .tensor._dispatch import lift, normalize_dim, untracked
 from .tensor.creation import _no_out
+from .tensor.functions import accepts_out as _accepts_out
 from .tensor.norms import matrix_norm, norm, vector_norm
 from .tensor.products import lu_factorize, lu_info
 from .tensor.shape import cat
@@ -80,6 +81,45 @@ __all__ = [
     "vecdot",
     "vector_norm",
 ]
+
+#: the functions below that take torch's ``out=`` (see the end of the module)
+_TAKES_OUT = (
+    "inv",
+    "tensorinv",
+    "tensorsolve",
+    "pinv",
+    "det",
+    "slogdet",
+    "matrix_power",
+    "cholesky",
+    "solve",
+    "eigh",
+    "eig",
+    "eigvals",
+    "eigvalsh",
+    "svd",
+    "svdvals",
+    "qr",
+    "householder_product",
+    "geqrf",
+    "ormqr",
+    "lu_factor_ex",
+    "lu_factor",
+    "lu_unpack",
+    "lu",
+    "lu_solve",
+    "solve_triangular",
+    "multi_dot",
+    "cross",
+    "vecdot",
+    "matmul",
+    "matrix_rank",
+    "cond",
+    "inv_ex",
+    "cholesky_ex",
+    "solve_ex",
+)
+_LAPACK_NAMES = frozenset(("geqrf", "ormqr", "lu_unpack"))
 
 # torch.return_types' names and fields
 EighResult = namedtuple("linalg_eigh", ["eigenvalues", "eigenvectors"])
@@ -1069,6 +1109,13 @@ def solve_ex(
 
 # Arguments no check foresaw (a str or None for a tensor, a str for a size) get an error of
 # the hierarchy naming the function (errors.guard), as rg.* and nn.functional's do.
+#: torch's ``out=`` for every function here that takes one (in the result's own dtype, as
+#: torch's linalg kernels require): written by :func:`accepts_out`, so the function itself
+#: never sees it
+for _name in _TAKES_OUT:
+    globals()[_name] = _accepts_out(
+        _name if _name in _LAPACK_NAMES else f"linalg.{_name}", same_dtype=True
+    )(globals()[_name])
 _guard_namespace(globals(), __all__)
 
 

@@ -52,9 +52,16 @@ from .creation import (
     zeros,
     zeros_like,
 )
+from .functions import accepts_out
 from .indexing import tril, triu
 from .reduce import topk
-from .shape import cat, flatten, stack
+from .shape import cat as _cat
+from .shape import flatten
+from .shape import stack as _stack
+
+#: torch's function forms, which take ``out=`` (the tensor methods of the same ops do not)
+cat = accepts_out("cat")(_cat)
+stack = accepts_out("stack")(_stack)
 
 __all__ = [
     "COMPLEX_DTYPES",

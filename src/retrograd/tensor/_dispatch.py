@@ -61,7 +61,12 @@ from ..errors import (
     translate,
 )
 from .pairs import ValuesAndIndices
-from .strides import elementwise_strides, is_contiguous, strides_of
+from .strides import (
+    contiguous_strides,
+    elementwise_strides,
+    non_overlapping_and_dense,
+    strides_of,
+)
 
 __all__ = [
     "COMMON",
@@ -121,6 +126,19 @@ _RANK = {
 }
 _JOIN_OF_EQUALS = {1: "int16", 5: "float32"}
 SCALARS = (int, float, bool, complex, np.integer, np.floating, np.complexfloating, np.bool_)
+
+
+def tensor_argument(op: str, value: Any, name: str = "other") -> Any:
+    """``value``, refused where it is a Python (or NumPy) number: the binary ops whose torch
+    signature takes ``Tensor other`` alone (``hypot``, ``logaddexp``, ``heaviside``...) have no
+    number overload, and torch's argument parser raises rather than wrap it."""
+    if isinstance(value, SCALARS):
+        raise DTypeError(
+            f"{op}(): argument '{name}' (position 1) must be Tensor, not {type(value).__name__}"
+            " (torch has no number form of it; pass a tensor, e.g. torch.tensor(value))"
+        )
+    return value
+
 
 # The dtype rules of a binary TensorOp, compared by identity on the hot path.
 #: ``TensorOp(..., promote=COMMON)``: lift the two operands and promote them to one dtype.
@@ -965,8 +983,14 @@ def preserved_layout(t: Any) -> tuple[int, ...] | None:
     if t._view is None and t._layout is None:
         return None
     shape = tuple(t.shape)
-    strides = elementwise_strides(shape, [(shape, strides_of(t))])
-    return None if strides is None or is_contiguous(shape, strides) else strides
+    own = strides_of(t)
+    if not shape:
+        return None
+    # torch's empty_like: a non-overlapping, dense tensor's own strides (a contiguous one's
+    # too, whatever its size-1 or empty dimensions have), else its order laid out densely
+    dense = non_overlapping_and_dense(shape, own)
+    strides = tuple(own) if dense else elementwise_strides(shape, [(shape, own)])
+    return None if strides is None or strides == contiguous_strides(shape) else strides
 
 
 def follow_layout(result: Any, operands: Sequence[Any]) -> None:
@@ -980,7 +1004,7 @@ def follow_layout(result: Any, operands: Sequence[Any]) -> None:
     if any(len(t.shape) > len(shape) for t in tensors):
         return  # (not an elementwise result: nothing to follow)
     strides = elementwise_strides(shape, [(tuple(t.shape), strides_of(t)) for t in tensors])
-    if strides is not None and not is_contiguous(shape, strides):
+    if strides is not None and strides != contiguous_strides(shape):
         result._layout = (shape, strides)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import numbers
 import threading
+import warnings
 from typing import Any, NoReturn
 
 import numpy as np
@@ -164,6 +165,17 @@ class _GradMethod:
 
     def __delete__(self, tensor: Any) -> NoReturn:
         self.__set__(tensor, None)
+
+
+def warn_copy_construct(call: str) -> None:
+    """torch's UserWarning for a tensor copied by ``torch.tensor(t)`` or ``t.new_tensor(u)``:
+    the copy leaves the graph, which ``detach().clone()`` says plainly."""
+    warnings.warn(
+        "To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone()"
+        " or sourceTensor.detach().clone().requires_grad_(True), rather than " + call + ".",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 class Tensor(
@@ -594,6 +606,7 @@ class Tensor(
         device = self._device if device is None else _device(device)
         backend = self._backend
         if isinstance(data, TensorBase):  # a tensor is cast (wrapping), as torch's
+            warn_copy_construct("tensor.new_tensor(sourceTensor)")
             out = Tensor(backend.from_data(data.numpy(), dtype, device), backend, device)
         else:  # numbers are checked as ``tensor`` checks them (2**40 into int32 is refused)
             check_narrow_data("new_tensor", data, dtype)

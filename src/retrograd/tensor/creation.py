@@ -38,7 +38,7 @@ from ._dispatch import (
     written_scalar,
 )
 from .compositions import _zero_gradient
-from .core import Tensor
+from .core import Tensor, warn_copy_construct
 from .dtypes import RANDINT_BOUNDS, canonical_dtype
 from .indexing import check_values
 from .layouts import preserve_format
@@ -157,6 +157,7 @@ def tensor(
     dtype = _check_dtype("tensor", dtype)
     backend, device = _target(backend, device)
     if isinstance(data, Tensor):
+        warn_copy_construct("torch.tensor(sourceTensor)")
         data = data.numpy()  # a copy: the user's tensor may live on another backend
     elif isinstance(data, list | tuple):
         data = _scalars_of_tensors(data)

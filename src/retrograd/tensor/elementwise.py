@@ -39,6 +39,7 @@ from ._dispatch import (
     scalar_dims,
     scalar_dtype,
     scalar_value,
+    tensor_argument,
     untracked,
     wrap,
     written_scalar,
@@ -578,7 +579,8 @@ class ElementwiseMixin:
         return self._apply(ATAN2, (self, other))
 
     def hypot(self, other: Any) -> Any:
-        other_float = other.is_float() if hasattr(other, "dtype") else isinstance(other, float)
+        other = tensor_argument("hypot", other)
+        other_float = other.is_float() if hasattr(other, "dtype") else False
         if not self.is_float() and not other_float:  # torch has no integer hypot
             raise DTypeError(f"hypot: not implemented for {self.dtype} operands (as in torch)")
         return self._apply(HYPOT, (self, other))

@@ -17,6 +17,7 @@ those with no method (``einsum``, ``meshgrid``, ``broadcast_tensors``...).
 from __future__ import annotations
 
 import builtins
+import functools
 import numbers
 import string
 from collections.abc import Callable, Sequence
@@ -361,51 +362,278 @@ def _number_input(name: str, input: Any, args: tuple, kwargs: dict) -> Any:  # n
     return from_host(type(other)._result, input, dtype, other._backend, other._device)
 
 
-#: functions whose ``out=`` is written (real programs call them so: SNGP's
-#: ``cholesky_inverse``; fairseq's beam search before 0.10 fills its buffers by ``gather``,
-#: ``index_select``, ``masked_select``, ``add``, ``div`` and ``topk`` with ``out=``, views
-#: among them; ``topk``/``sort`` take a ``(values, indices)`` pair); the others refuse it
+#: the functions whose ``out=`` is written: those torch's Python signatures give one (its
+#: ``aten::<name>.out`` overloads, less those its bindings leave out: ``clone``, ``flip``,
+#: ``roll``, ``trace``, ``isnan``...). Real programs call them so (SNGP's ``cholesky_inverse``;
+#: fairseq's beam search fills its buffers by ``gather``, ``index_select``, ``add``, ``topk``
+#: with ``out=``, views among them); the tuple results (``sort``, ``topk``, ``max(dim)``...)
+#: take a tuple of tensors. The others refuse it, as torch's do.
 _WRITES_OUT = frozenset(
-    {
-        "cholesky_inverse", "gather", "index_select", "masked_select", "topk", "sort",
-        "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
-    }
-)  # fmt: skip
-#: of those, the ones whose ``out`` must hold the result's own dtype, as torch's index kernels
-#: require (the arithmetic casts its result to ``out``'s dtype where that is safe)
-_SAME_DTYPE_OUT = frozenset({"gather", "index_select", "masked_select", "topk", "sort"})
+    [
+        "abs",
+        "absolute",
+        "acos",
+        "acosh",
+        "add",
+        "addbmm",
+        "addcdiv",
+        "addcmul",
+        "addmm",
+        "addmv",
+        "addr",
+        "all",
+        "amax",
+        "amin",
+        "aminmax",
+        "any",
+        "arccos",
+        "arccosh",
+        "arcsin",
+        "arcsinh",
+        "arctan",
+        "arctan2",
+        "arctanh",
+        "argmax",
+        "argmin",
+        "argsort",
+        "asin",
+        "asinh",
+        "atan",
+        "atan2",
+        "atanh",
+        "baddbmm",
+        "bitwise_and",
+        "bitwise_left_shift",
+        "bitwise_not",
+        "bitwise_or",
+        "bitwise_right_shift",
+        "bitwise_xor",
+        "bmm",
+        "ceil",
+        "cholesky",
+        "cholesky_inverse",
+        "cholesky_solve",
+        "clamp",
+        "clip",
+        "copysign",
+        "cos",
+        "cosh",
+        "cumprod",
+        "cumsum",
+        "deg2rad",
+        "diag",
+        "diff",
+        "digamma",
+        "div",
+        "divide",
+        "dot",
+        "eq",
+        "erf",
+        "erfc",
+        "erfinv",
+        "exp",
+        "exp2",
+        "expm1",
+        "fix",
+        "floor",
+        "floor_divide",
+        "fmax",
+        "fmin",
+        "fmod",
+        "frac",
+        "frexp",
+        "gather",
+        "gcd",
+        "ge",
+        "greater",
+        "greater_equal",
+        "gt",
+        "heaviside",
+        "histc",
+        "hypot",
+        "i0",
+        "igamma",
+        "igammac",
+        "index_select",
+        "inverse",
+        "isneginf",
+        "isposinf",
+        "kron",
+        "kthvalue",
+        "lcm",
+        "ldexp",
+        "le",
+        "lerp",
+        "less",
+        "less_equal",
+        "lgamma",
+        "log",
+        "log10",
+        "log1p",
+        "log2",
+        "log_softmax",
+        "logaddexp",
+        "logaddexp2",
+        "logcumsumexp",
+        "logical_and",
+        "logical_not",
+        "logical_or",
+        "logical_xor",
+        "logit",
+        "logsumexp",
+        "lt",
+        "lu_solve",
+        "masked_select",
+        "matmul",
+        "matrix_power",
+        "maximum",
+        "mean",
+        "median",
+        "minimum",
+        "mm",
+        "mode",
+        "msort",
+        "mul",
+        "multiply",
+        "mv",
+        "mvlgamma",
+        "nan_to_num",
+        "nanmean",
+        "nanmedian",
+        "nanquantile",
+        "nansum",
+        "narrow_copy",
+        "ne",
+        "neg",
+        "negative",
+        "nextafter",
+        "norm",
+        "not_equal",
+        "outer",
+        "prod",
+        "quantile",
+        "rad2deg",
+        "reciprocal",
+        "remainder",
+        "renorm",
+        "round",
+        "rsqrt",
+        "sgn",
+        "sigmoid",
+        "sign",
+        "signbit",
+        "sin",
+        "sinc",
+        "sinh",
+        "softmax",
+        "sort",
+        "sqrt",
+        "square",
+        "std",
+        "sub",
+        "subtract",
+        "take",
+        "take_along_dim",
+        "tan",
+        "tanh",
+        "topk",
+        "tril",
+        "triu",
+        "true_divide",
+        "trunc",
+        "var",
+        "vdot",
+        "sum",
+        "max",
+        "min",
+        "where",
+        "cat",
+        "concat",
+        "concatenate",
+        "stack",
+    ]
+)
+#: of those, the ones whose ``out`` must hold the result's own dtype, as torch's index and
+#: matrix-product kernels and ``where`` require (the others cast their result to ``out``'s
+#: dtype where that is safe, as torch's)
+_SAME_DTYPE_OUT = frozenset(
+    [
+        "gather",
+        "index_select",
+        "masked_select",
+        "topk",
+        "sort",
+        "mm",
+        "bmm",
+        "matmul",
+        "mv",
+        "dot",
+        "addmm",
+        "addbmm",
+        "baddbmm",
+        "addmv",
+        "where",
+    ]
+)
+
+
+def refuse_out(name: str) -> None:
+    raise InvalidArgumentError(
+        f"{name}: out= is not supported (torch's {name} takes none); assign the result"
+    )
+
+
+def written_out(name: str, out: Any, result: Any, same_dtype: bool = False) -> Any:
+    """``result`` written into torch's ``out=`` (a tensor, or a tuple of them for a tuple
+    result), returned as torch returns it: ``out`` itself (or the tuple, as its type);
+    ``same_dtype``: ``out`` must have the result's dtype (as :data:`_SAME_DTYPE_OUT`)."""
+    if not isinstance(result, tuple):
+        return _write_out_of(name, out, result, same_dtype)
+    if not isinstance(out, tuple | list) or len(out) != len(result):
+        raise DTypeError(
+            f"{name}: out must be a tuple of {len(result)} tensors, got {type(out).__name__}"
+        )
+    written = (_write_out_of(name, o, r, same_dtype) for o, r in zip(out, result))
+    return type(result)(*written)
+
+
+def accepts_out(
+    name: str, same_dtype: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A function given torch's keyword ``out=`` (see :func:`written_out`)."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def with_out(*args: Any, out: Any = None, **kwargs: Any) -> Any:
+            result = function(*args, **kwargs)
+            return result if out is None else written_out(name, out, result, same_dtype)
+
+        return with_out
+
+    return decorate
 
 
 def _method(name: str, method: str) -> Callable[..., Any]:
     def function(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 (torch's name)
         out = kwargs.pop("out", None)
         if out is not None and name not in _WRITES_OUT:
-            raise InvalidArgumentError(
-                f"{name}: out= is not supported (tensors are values here); assign the result"
-            )
+            refuse_out(name)
+        if out is not None and name in _OUT_NEEDS_DIM:
+            _refuse_out_without_dim(name, args, kwargs)
         if name in _NUMBER_INPUTS and isinstance(input, SCALARS):
             input = _number_input(name, input, args, kwargs)  # noqa: A001
         result = getattr(lift_input(name, input), method)(*args, **kwargs)
-        if out is None:
-            return result
-        if not isinstance(result, tuple):
-            return _write_out_of(name, out, result)
-        # a (values, indices) result (topk, sort): out is a pair of tensors, written each
-        if not isinstance(out, tuple | list) or len(out) != len(result):
-            raise DTypeError(
-                f"{name}: out must be a tuple of {len(result)} tensors (values, indices), got "
-                f"{type(out).__name__}"
-            )
-        return type(result)(*(_write_out_of(name, o, r) for o, r in zip(out, result)))
+        return result if out is None else written_out(name, out, result)
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = f"``rg.{name}(input, ...)``: ``input.{method}(...)`` (torch's ``{name}``)."
     return function
 
 
-def _write_out_of(name: str, out: Any, result: Any) -> Any:
+def _write_out_of(name: str, out: Any, result: Any, same_dtype: bool = False) -> Any:
     """``result`` written into ``out``, after the dtype check of :data:`_SAME_DTYPE_OUT`."""
-    if name in _SAME_DTYPE_OUT and getattr(out, "dtype", result.dtype) != result.dtype:
+    same_dtype = same_dtype or name in _SAME_DTYPE_OUT
+    if same_dtype and getattr(out, "dtype", result.dtype) != result.dtype:
         raise DTypeError(
             f"{name}: expected the out tensor to have dtype {result.dtype} (the result's), "
             f"but got {out.dtype}"
@@ -413,6 +641,7 @@ def _write_out_of(name: str, out: Any, result: Any) -> Any:
     return write_out(name, out, result)
 
 
+@accepts_out("max")
 def max(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torch's name)
     """``torch.max``: the largest element; ``(values, indices)`` along a dim; or the
     elementwise maximum of two tensors."""
@@ -472,14 +701,30 @@ def cummin(input: Any, dim: int) -> Any:  # noqa: A002 (torch's name)
     return CumminResult(*lift_input("cummin", input).cummin_with_indices(dim))
 
 
+@accepts_out("min")
 def min(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torch's name)
     """``torch.min``, as :func:`max`."""
     return lift_input("min", input).min(*args, **kwargs)
 
 
-def sum(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001, A002 (torch's name)
+def sum(input: Any, *args: Any, out: Any = None, **kwargs: Any) -> Any:  # noqa: A001, A002
     """``torch.sum``: ``input.sum(dim, keepdim, dtype=)``."""
-    return lift_input("sum", input).sum(*args, **kwargs)
+    if out is not None:
+        _refuse_out_without_dim("sum", args, kwargs)
+    result = lift_input("sum", input).sum(*args, **kwargs)
+    return result if out is None else written_out("sum", out, result)
+
+
+#: the reductions whose whole-tensor overload (no dim) has no ``out=`` in torch
+_OUT_NEEDS_DIM = frozenset({"sum", "prod"})
+
+
+def _refuse_out_without_dim(name: str, args: tuple, kwargs: dict) -> None:
+    if not args and kwargs.get("dim") is None:
+        raise InvalidArgumentError(
+            f"{name}: out= needs a dim (torch's {name}(input, *, dtype=None) over the whole "
+            f"tensor takes no out=); pass dim, or assign the result"
+        )
 
 
 def pow(input: Any, exponent: Any) -> Any:  # noqa: A001, A002 (torch's name)
@@ -517,6 +762,7 @@ def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
     return input
 
 
+@accepts_out("where")
 def where(condition: Any, input: Any = None, other: Any = None) -> Any:  # noqa: A002 (torch's name)
     """``input`` where ``condition`` is true, else ``other`` (tensors or numbers, broadcast
     together; numbers take the tensors' dtype, as torch's); with ``condition`` alone, the

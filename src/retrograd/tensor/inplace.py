@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from contextlib import nullcontext
 from typing import Any
 from weakref import ref
@@ -154,6 +155,17 @@ def write_out(op: str, out: Any, result: Any) -> Any:
             f"{op}: result type {result.dtype} can't be cast to the desired output type {out.dtype}"
         )
     if tuple(out.shape) != tuple(result.shape):
+        if out.numel() != 0:
+            warnings.warn(
+                f"An output with one or more elements was resized since it had shape "
+                f"{list(out.shape)}, which does not match the required output shape "
+                f"{list(result.shape)}. This behavior is deprecated, and in a future PyTorch "
+                "release outputs will not be resized unless they have zero elements. You can "
+                "explicitly reuse an out tensor t by resizing it, inplace, to zero elements "
+                "with t.resize_(0).",
+                UserWarning,
+                stacklevel=5,
+            )
         out.resize_(result.shape)
     return out.copy_(result)
 

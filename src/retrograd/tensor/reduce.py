@@ -24,6 +24,7 @@ from ._dispatch import (
     int_parameter,
     lift,
     normalize_dim,
+    preserved_layout,
     real_only,
     scalar_dims,
     untracked,
@@ -461,7 +462,14 @@ class ReduceMixin:
 
     # -- sorting ------------------------------------------------------------------------------
     @scalar_dims
-    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
+    def sort(self, *args: Any, **kwargs: Any) -> Any:
+        """The values sorted along ``dim`` (API.md section 2), which are also torch's
+        ``(values, indices)`` pair: ``sort(dim=-1, descending=False)``, or, as torch's other
+        overload, ``sort(*, stable, dim=-1, descending=False)`` (``stable`` keyword-only with
+        ``dim`` and ``descending`` keywords too)."""
+        return self._sorted(*_stable_overload("sort", args, kwargs))
+
+    def _sorted(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
         """The values sorted along ``dim`` (API.md section 2), which are also torch's
         ``(values, indices)`` pair (:class:`~.pairs.ValuesAndIndices`); always stable. (torch's
         CPU ``sort(stable=False)`` of float32/float64/int32/int64 runs x86-simd-sort, whose
@@ -472,12 +480,17 @@ class ReduceMixin:
     @scalar_dims
     def sort_with_indices(self, dim: int = -1, descending: bool = False) -> tuple[Any, Any]:
         d = normalize_dim("sort", dim, self.ndim)
-        return self._apply("sort", (self,), (d, bool(descending)))
+        values, indices = self._apply("sort", (self,), (d, bool(descending)))
+        layout = preserved_layout(self)
+        if layout is not None:  # torch's sort writes into empty_like(self): self's layout
+            values._layout = indices._layout = (tuple(self.shape), layout)
+        return values, indices
 
     @scalar_dims
-    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
+    def argsort(self, *args: Any, **kwargs: Any) -> Any:
         """torch's ``argsort`` (always stable, so ``stable`` changes nothing: see
-        :meth:`sort`)."""
+        :meth:`sort`), with ``sort``'s two overloads."""
+        dim, descending, _stable = _stable_overload("argsort", args, kwargs)
         return self.sort_with_indices(dim, descending)[1]
 
     @scalar_dims(position=1)
@@ -825,3 +838,29 @@ def _mean_curvature(x: Any, dims: tuple[int, ...], divisor: float) -> Any:
     derivative), one reduced element each, so the term costs a subtraction and a sum."""
     shift = (x - untracked(x)).sum(dims, keepdim=True)
     return shift.mask_fill(shift.isnan(), 0.0).square() / -divisor
+
+
+def _stable_overload(op: str, args: tuple, kwargs: dict) -> tuple[Any, Any, Any]:
+    """``(dim, descending, stable)`` of a ``sort``/``argsort`` call, as torch's two overloads
+    read them: ``(dim=-1, descending=False)``, positional or keyword, or ``(*, stable,
+    dim=-1, descending=False)``, all keywords; ``stable`` beside a positional argument
+    matches neither, and torch refuses it (``x.sort(0, stable=True)``)."""
+    unknown = set(kwargs) - {"dim", "descending", "stable"}
+    if unknown:
+        raise DTypeError(f"{op}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    if len(args) > 2:
+        raise DTypeError(
+            f"{op}() takes at most 2 positional arguments (dim, descending), got {len(args)}"
+        )
+    if "stable" in kwargs and args:
+        raise DTypeError(
+            f"{op}(): stable= is keyword-only with dim= and descending= keywords too (torch's "
+            f"overload (*, bool stable, int dim=-1, bool descending=False)); got "
+            f"{len(args)} positional argument(s) beside it: write {op}(dim=..., stable=...)"
+        )
+    named = dict(zip(("dim", "descending"), args))
+    for key in named:
+        if key in kwargs:
+            raise DTypeError(f"{op}() got multiple values for argument {key!r}")
+    named.update(kwargs)
+    return named.get("dim", -1), named.get("descending", False), named.get("stable", False)

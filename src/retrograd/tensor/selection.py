@@ -55,6 +55,7 @@ from ._dispatch import (
     lift,
     normalize_dim,
     scalar_dims,
+    tensor_argument,
     untracked,
     wrap,
 )
@@ -289,7 +290,7 @@ class SelectionMixin:
 
     def dist(self, other: Any, p: float = 2) -> Any:
         """The ``p``-norm of ``self - other``."""
-        return (self - other).norm(p)
+        return (self - tensor_argument("dist", other)).norm(p)
 
     def msort(self) -> Any:
         """The values sorted along dim 0."""

@@ -387,7 +387,9 @@ class ShapeMixin:
                 f"squeeze_dim: dimension {dim} has size {shape[d]}, expected 1 "
                 f"(shape {shape_text(shape)})"
             )
-        return _reshaped("squeeze_dim", self, shape[:d] + shape[d + 1 :])
+        return _reshaped(
+            "squeeze_dim", self, shape[:d] + shape[d + 1 :], squeezing=("squeeze", (d,))
+        )
 
     @scalar_dims
     def squeeze(self, dim: Any = None) -> Any:
@@ -402,15 +404,15 @@ class ShapeMixin:
             if len(set(named)) != len(named):
                 raise ShapeError(f"squeeze: dim {dim!r} names a dimension more than once")
             drop = {d for d in named if shape[d] == 1}
-        if not drop:
-            return _reshaped("squeeze", self, shape)
-        return _reshaped("squeeze", self, tuple(n for d, n in enumerate(shape) if d not in drop))
+        kept = tuple(n for d, n in enumerate(shape) if d not in drop)
+        return _reshaped("squeeze", self, kept, squeezing=("squeeze", tuple(sorted(drop))))
 
     def unsqueeze_dim(self, dim: int) -> Any:
         """Insert a dimension of size 1 at ``dim`` (negative counts from the output's end)."""
         shape = self.shape
         d = normalize_dim("unsqueeze_dim", dim, len(shape), extra=1)
-        return _reshaped("unsqueeze", self, shape[:d] + (1,) + shape[d:])
+        target = shape[:d] + (1,) + shape[d:]
+        return _reshaped("unsqueeze", self, target, squeezing=("unsqueeze", (d,)))
 
     unsqueeze = unsqueeze_dim
 
@@ -444,7 +446,7 @@ class ShapeMixin:
         rest = iter(shape)
         inserted = set(positions)
         target = tuple(1 if i in inserted else next(rest) for i in range(rank))
-        return _reshaped("unsqueeze_dims", self, target)
+        return _reshaped("unsqueeze_dims", self, target, squeezing=("unsqueeze", tuple(positions)))
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Any:
         """Split dimension ``dim`` into ``sizes`` (one may be -1)."""
@@ -815,10 +817,20 @@ def _row_major(t: Any) -> bool:
     return getattr(t, "_view", None) is None and getattr(t, "_layout", None) is None
 
 
-def _reshaped(op: str, t: Any, target: tuple[int, ...], strict: bool = False) -> Any:
+def _reshaped(
+    op: str,
+    t: Any,
+    target: tuple[int, ...],
+    strict: bool = False,
+    squeezing: tuple[str, tuple[int, ...]] | None = None,
+) -> Any:
     """``t`` in ``target`` shape: a view of ``t`` where torch's strides allow one (always for
-    a contiguous tensor), else a copy (``strict``: torch's ``view`` error)."""
+    a contiguous tensor), else a copy (``strict``: torch's ``view`` error). ``squeezing``
+    (``("squeeze", dropped dims)`` or ``("unsqueeze", inserted dims)``): always a view, with
+    the strides of torch's own formula for it."""
     out = t._apply("reshape", (t,), (target,))
+    if squeezing is not None:
+        return link(out, t, "reshape", (target, squeezing))
     if not _row_major(t) and view_strides(t.shape, strides_of(t), target) is None:
         if strict:
             raise view_error(op, t.shape, target)

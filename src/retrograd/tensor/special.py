@@ -45,6 +45,7 @@ from ._dispatch import (
     real_only,
     scalar_dtype,
     scalar_value,
+    tensor_argument,
     untracked,
     wrap,
 )
@@ -196,10 +197,12 @@ class SpecialMixin:
         """The regularized lower incomplete gamma function ``P(self, other)`` (torch's
         ``igamma``, ``rg.special.gammainc``); differentiable in ``other`` only, as torch's:
         a gradient for ``self`` raises ``rg.AutodiffError``."""
+        other = tensor_argument("igamma", other)
         return self._apply(GAMMAINC, float_kernel_operands("igamma", self, other))
 
     def igammac(self, other: Any) -> Any:
         """``1 - igamma(self, other)``, accurate where ``igamma`` is near 1."""
+        other = tensor_argument("igammac", other)
         return self._apply(GAMMAINCC, float_kernel_operands("igammac", self, other))
 
     def xlogy(self, other: Any) -> Any:
@@ -346,7 +349,7 @@ class SpecialMixin:
         for both, as torch requires). Not differentiable, as in torch: the result of an
         input that requires grad requires grad too, and backward through it raises
         (torch's "the derivative for heaviside is not implemented")."""
-        values = operand(self, values, "heaviside")
+        values = operand(self, tensor_argument("heaviside", values, "values"), "heaviside")
         if values.dtype != self.dtype:
             raise DTypeError(
                 f"heaviside: input and values must have one dtype, got {self.dtype} and "
@@ -388,10 +391,10 @@ class SpecialMixin:
     def fmax(self, other: Any) -> Any:
         """The larger, ignoring NaN (NaN only where both are); at a tie the gradient goes to
         ``self``, as torch's."""
-        return _nan_ignoring(self, other, "fmax", "greater_equal")
+        return _nan_ignoring(self, tensor_argument("fmax", other), "fmax", "greater_equal")
 
     def fmin(self, other: Any) -> Any:
-        return _nan_ignoring(self, other, "fmin", "lower_equal")
+        return _nan_ignoring(self, tensor_argument("fmin", other), "fmin", "lower_equal")
 
     def ldexp(self, other: Any) -> Any:
         """``self * 2**other``, as torch computes it: a float ``self`` with an int64 ``other``
@@ -399,7 +402,7 @@ class SpecialMixin:
         float and a product that promotes, so a 0-d float64 ``other`` makes an int or bool
         ``self``'s result float64. The gradient is ``grad * 2**other`` (torch's takes the power
         in int64, which is 0 for a negative exponent)."""
-        exponent = operand(self, other, "ldexp")
+        exponent = operand(self, tensor_argument("ldexp", other), "ldexp")
         if self.dtype in FLOAT_DTYPES and exponent.dtype == "bool":
             # (torch's float kernel takes no bool exponent; an integer mantissa's promotes)
             raise DTypeError(
@@ -442,6 +445,7 @@ class SpecialMixin:
         """The next float after ``self`` towards ``other`` (float tensors); the gradient
         passes to ``self`` where it steps (0 where it equals ``other``) and is 0 for
         ``other``, as torch's."""
+        other = tensor_argument("nextafter", other)
         x, y = promote(self, operand(self, other, "nextafter"), "nextafter")
         if x.dtype not in FLOAT_DTYPES:
             raise DTypeError(f"nextafter: expected floating point tensors, got {x.dtype}")
@@ -450,9 +454,11 @@ class SpecialMixin:
     # -- integers and bits --------------------------------------------------------------------
     def gcd(self, other: Any) -> Any:
         """The greatest common divisor (integer tensors)."""
+        other = tensor_argument("gcd", other)
         return self._apply("gcd", _integers("gcd", self, other, INT_DTYPES))
 
     def lcm(self, other: Any) -> Any:
+        other = tensor_argument("lcm", other)
         return self._apply("lcm", _integers("lcm", self, other, INT_DTYPES))
 
     def bitwise_and(self, other: Any) -> Any:
@@ -530,7 +536,7 @@ class SpecialMixin:
 def _logaddexp(
     op: str, a: Any, b: Any, softplus_of_gap: Callable[[Any], Any], scale: float = 1.0
 ) -> Any:
-    x, y = float_kernel_operands(op, a, b)
+    x, y = float_kernel_operands(op, a, tensor_argument(op, b))
     if x.is_complex() and scale == 1.0:
         # torch's complex kernel: the operand of the larger real part plus log1p(exp(the
         # other - it)); a composition, so its gradient is torch's g / conj(1 + exp(y - x))

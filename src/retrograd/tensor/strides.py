@@ -47,7 +47,10 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
 
 def non_overlapping_and_dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """torch's ``isnon_overlapping_and_dense``: some permutation of the dimensions is
-    contiguous (dimensions of size 0 or 1 do not count)."""
+    contiguous (dimensions of size 0 or 1 do not count); a contiguous tensor (an empty one,
+    or one whose size-1 dimensions have any strides) is, as torch's flag says."""
+    if is_contiguous(shape, strides):
+        return True
     order = sorted((d for d in range(len(shape)) if shape[d] >= 2), key=lambda d: strides[d])
     expected = 1
     for d in order:
@@ -70,8 +73,15 @@ def elementwise_strides(
     if ndim == 0 or not operands:
         return None
     first = operands[0][1]
-    if all(s == shape and st == first for s, st in operands) and non_overlapping_and_dense(
-        shape, first
+    same_shape = all(s == shape for s, _ in operands)
+    if same_shape and all(is_contiguous(s, st) for s, st in operands):
+        # torch's contiguous fast setup: row-major, whatever strides the operands' size-1 or
+        # empty dimensions have
+        return contiguous_strides(shape)
+    if (
+        same_shape
+        and all(st == first for _, st in operands)
+        and non_overlapping_and_dense(shape, first)
     ):
         return tuple(first)
     broadcast = []
@@ -123,6 +133,8 @@ def strides_of(t: Any) -> tuple[int, ...]:
     strides = strides_of(base)
     shape = base.shape
     kind, params = view[1], view[2]
+    if kind == "reshape" and len(params) > 1:  # squeeze and unsqueeze: torch's own formulas
+        return _squeezed_strides(shape, strides, *params[1])
     if kind == "reshape":
         new = view_strides(shape, strides, params[0])
         return new if new is not None else contiguous_strides(params[0])
@@ -160,6 +172,23 @@ def strides_of(t: Any) -> tuple[int, ...]:
     if kind == "view_as_complex":
         return tuple(s // 2 for s in strides[:-1])
     return strides  # data, detach
+
+
+def _squeezed_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], how: str, dims: tuple[int, ...]
+) -> tuple[int, ...]:
+    """The strides of torch's ``squeeze`` (``dims`` dropped, the others kept) and
+    ``unsqueeze`` (a size-1 dimension inserted at each of ``dims``, ascending, with stride
+    ``size * stride`` of the dimension it lands before, 1 at the end: its
+    ``inferUnsqueezeGeometry``), which differ from a ``view``'s for size-1 dimensions and
+    empty tensors."""
+    if how == "squeeze":
+        return tuple(s for d, s in enumerate(strides) if d not in dims)
+    sizes, out = list(shape), list(strides)
+    for d in dims:
+        out.insert(d, 1 if d >= len(sizes) else sizes[d] * out[d])
+        sizes.insert(d, 1)
+    return tuple(out)
 
 
 def storage_offset_of(t: Any) -> int:

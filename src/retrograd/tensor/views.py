@@ -248,8 +248,8 @@ def _overlap(a: Any, b: Any, full: bool) -> bool:
 
 # -- the forward of each kind (recomputing a view from its base) -------------------------------
 def _forward(base: Any, kind: str, params: tuple) -> Any:
-    if kind == "reshape":
-        return base._apply("reshape", (base,), params)
+    if kind == "reshape":  # (params[1], where present, says how a squeeze set its strides)
+        return base._apply("reshape", (base,), params[:1])
     if kind == "permute":
         return base._apply("permute", (base,), params)
     if kind == "index":

@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ...autodiff.grad_mode import is_grad_enabled
 from ...errors import (
+    AutodiffError,
     DTypeError,
     InvalidArgumentError,
     ShapeError,
@@ -22,6 +24,7 @@ from ...tensor.internal import (
     FLOAT_DTYPES,
     check_indices,
     check_values,
+    result_dtype,
     shape_text,
     untracked,
 )
@@ -68,8 +71,28 @@ def _reduce(losses: Tensor, reduction: str, total: Tensor | None = None) -> Tens
     return losses.mean()
 
 
-def _class_weights(fn: str, logits: Tensor, weight: Any, classes: int, class_dim: int) -> Tensor:
-    """``weight`` ``[C]`` checked, in the logits' dtype, shaped to broadcast along classes."""
+def _not_differentiable_in(kernel: str, name: str, value: Any) -> None:
+    """torch's refusal of a loss argument its kernel has no derivative for (the class
+    ``weight`` of ``nll_loss``, the ``weight``/``pos_weight`` of the binary cross-entropies):
+    a tensor that requires grad there raises while grad mode is on, rather than its gradient
+    being silently computed (or dropped)."""
+    if isinstance(value, Tensor) and value.requires_grad and is_grad_enabled():
+        raise AutodiffError(
+            f"The function '{kernel}' is not differentiable with respect to argument '{name}'. "
+            "This input cannot have requires_grad True. (detach it, or compute the loss under "
+            "no_grad)"
+        )
+
+
+def _class_weights(
+    fn: str, logits: Tensor, weight: Any, classes: int, class_dim: int, exact: bool = True
+) -> Tensor:
+    """``weight`` ``[C]`` checked, shaped to broadcast along classes: in the logits' dtype,
+    which torch's class-index kernels require it to have (``exact``); else (probability
+    targets, torch's composite) in its own dtype, for the loss to promote with it."""
+    if exact:
+        _not_differentiable_in("nll_loss_forward", "weight", weight)
+    given = weight
     weight = _as_tensor(fn, logits, weight, "weight")
     if weight.shape != (classes,) or weight.dtype not in FLOAT_DTYPES:
         raise ShapeError(
@@ -85,7 +108,15 @@ def _class_weights(fn: str, logits: Tensor, weight: Any, classes: int, class_dim
             f"{fn}: weight must have the input's dtype, got weight {weight.dtype} and input "
             f"{logits.dtype} {shape_text(logits.shape)}"
         )
-    return weight.cast(logits.dtype).reshape(tuple(shape))
+    if exact and isinstance(given, Tensor) and weight.dtype != logits.dtype:
+        raise DTypeError(
+            f"{fn}: expected scalar type {logits.dtype} but found {weight.dtype}: the class "
+            f"weight must have the input's dtype (torch's kernel takes no other); input "
+            f"{logits.dtype} {shape_text(logits.shape)}, weight {weight.dtype}"
+        )
+    if exact or not isinstance(given, Tensor):
+        weight = weight.cast(logits.dtype)
+    return weight.reshape(tuple(shape))
 
 
 def cross_entropy(
@@ -123,7 +154,10 @@ def cross_entropy(
         raise ShapeError(f"{fn}: input needs a class dimension; {shapes}")
     class_dim = 0 if logits.ndim == 1 else 1
     classes = logits.shape[class_dim]
-    weights = None if weight is None else _class_weights(fn, logits, weight, classes, class_dim)
+    probabilities = target.dtype in FLOAT_DTYPES
+    weights = None
+    if weight is not None:
+        weights = _class_weights(fn, logits, weight, classes, class_dim, not probabilities)
     log_probs = logits.log_softmax(class_dim)
 
     def per_target(values: Tensor) -> Tensor:  # -sum over classes, the class dim removed
@@ -139,7 +173,12 @@ def cross_entropy(
                 f"{fn}: ignore_index ({ignore_index}) applies to class-index targets, not to "
                 f"probabilities; {shapes}"
             )
-        target = target.cast(logits.dtype)
+        # torch's composite promotes the loss with the target's and the weight's dtypes
+        wide = result_dtype(logits.dtype, target.dtype)
+        if weights is not None:
+            wide = result_dtype(wide, weights.dtype)
+            weights = weights.cast(wide)
+        target, log_probs = target.cast(wide), log_probs.cast(wide)
         if label_smoothing:
             target = target * (1.0 - label_smoothing) + label_smoothing / classes
         return _reduce(per_target(log_probs * target), reduction)
@@ -362,6 +401,7 @@ def binary_cross_entropy(
     """``-(y log x + (1 - y) log(1 - x))`` for probabilities ``x``, each log clamped at -100
     as torch's (so ``x`` of 0 or 1 gives a finite loss); ``weight`` broadcasts over it."""
     fn = "binary_cross_entropy"
+    _not_differentiable_in(fn, "weight", weight)
     x, y = _float_pair(fn, input, target, "target", one_dtype=True)
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, size_average, reduce)
@@ -433,6 +473,8 @@ def binary_cross_entropy_with_logits(
     """``(1 - y) x - w_pos log(sigmoid(x))`` with ``w_pos = 1 + (pos_weight - 1) y``, torch's
     formula (stable for large logits)."""
     fn = "binary_cross_entropy_with_logits"
+    _not_differentiable_in(fn, "weight", weight)
+    _not_differentiable_in(fn, "pos_weight", pos_weight)
     x, y = _float_pair(fn, input, target, "target")
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, size_average, reduce)

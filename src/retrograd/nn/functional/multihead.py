@@ -18,6 +18,7 @@ Masks follow PyTorch's ``nn.MultiheadAttention``, which is the reverse of
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
@@ -140,6 +141,15 @@ def multi_head_attention_forward(
     if head_dim * num_heads != embed_dim:
         raise InvalidArgumentError(
             f"{fn}: embed_dim {embed_dim} not divisible by num_heads {num_heads}"
+        )
+    mask_dtypes = {getattr(m, "dtype", None) for m in (key_padding_mask, attn_mask)}
+    if key_padding_mask is not None and attn_mask is not None and len(mask_dtypes) == 2:
+        # torch's deprecation of a bool mask beside a float one (its _canonical_mask)
+        warnings.warn(
+            "Support for mismatched key_padding_mask and attn_mask is deprecated. Use same "
+            "type for both instead.",
+            UserWarning,
+            stacklevel=3,
         )
     key_padding_mask = canonical_mask(fn, key_padding_mask, "key_padding_mask", query)
     if is_causal and attn_mask is None:
