@@ -431,6 +431,10 @@ class Tensor(
         a CUDA type such as ``rg.cuda.FloatTensor``)."""
         if dtype is None:
             return legacy_type_name(self.dtype)
+        if dtype is Tensor:
+            # ``t.type(type(x.data))`` (ssd.pytorch): the tensor class names the default
+            # tensor type, as torch's ``t.type(torch.Tensor)`` does
+            dtype = default_float_dtype()
         cast = self.cast(legacy_type_dtype(dtype))
         return cast.to("cuda") if getattr(dtype, "device_kind", None) == "cuda" else cast
 

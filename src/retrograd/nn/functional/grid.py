@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,6 +43,23 @@ __all__ = ["affine_grid", "grid_sample"]
 
 
 # -- affine_grid ----------------------------------------------------------------------------------
+_DEFAULT_CORNERS_CHANGED = (
+    "Default grid_sample and affine_grid behavior has changed to align_corners=False since "
+    "1.3.0. Please specify align_corners=True if the old behavior is desired. See the "
+    "documentation of grid_sample for details."
+)
+
+
+def _corners(align_corners: bool | None) -> bool:
+    """``align_corners`` as given, or ``False`` with torch's warning when it was left out:
+    code written before torch 1.3 (Faster R-CNN's RoI pooling by a spatial transformer)
+    meant the old default, and torch tells it so."""
+    if align_corners is None:
+        warnings.warn(_DEFAULT_CORNERS_CHANGED, UserWarning, stacklevel=3)
+        return False
+    return bool(align_corners)
+
+
 def _base_coordinates(theta: Tensor, steps: int, align_corners: bool) -> Tensor:
     """torch's ``linspace_from_neg_one``: ``steps`` points over [-1, 1] (``linspace``'s, torch's
     to the bit), times ``steps - 1`` over ``steps`` without ``align_corners`` (pixel centers);
@@ -61,7 +79,7 @@ def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None =
     ``(N, C, H, W)``, giving ``[N, H, W, 2]``; ``[N, 3, 4]`` for a 5-d one, giving
     ``[N, D, H, W, 3]``), for :func:`grid_sample`, as torch's. Differentiable in ``theta``."""
     fn = "affine_grid"
-    align = bool(align_corners)
+    align = _corners(align_corners)
     size = tuple(int(n) for n in size)
     if not isinstance(theta, Tensor) or theta.dtype not in FLOAT_DTYPES:
         raise DTypeError(f"{fn}: expected theta to be a floating point tensor")
@@ -236,7 +254,7 @@ def grid_sample(
     n, c, *sizes = input.shape
     if 0 in sizes:
         raise ShapeError(f"{fn}: expected a non-empty image, got {shape_text(input.shape)}")
-    align = bool(align_corners)
+    align = _corners(align_corners)
     flat = input.reshape(n, c, math.prod(sizes))
     if mode == "bicubic":
         width, height = sizes[1], sizes[0]
