@@ -120,6 +120,7 @@ def _capture_one(
     """One program: ``step_fn`` run on ``example_inputs`` and recorded."""
     entries = state.entries()
     tensors = [x for x in example_inputs if isinstance(x, Tensor)] + [t for _, _, t in entries]
+    state.note_trained(entries)
     backend = _step_backend(tensors, entries)
     recorder = Recorder()
     input_specs, input_slots = _record_inputs(example_inputs, recorder)
@@ -134,6 +135,13 @@ def _capture_one(
     with Patches(recorder, inners, on_step) as patches:
         result = step_fn(*example_inputs)
     state.calls(patches.modules)
+    for module, name, _, value in state.unlisted_buffers:
+        if recorder.slot(value) is not None:
+            raise CaptureError(
+                f"capture: the step updates buffer {name!r} of a {type(module).__name__} (a "
+                "batch norm's running statistics, say) in no module listed in state: a replay "
+                "would leave it as it is; list the model in state"
+            )
 
     write_back = []
     final = state.entries()
@@ -241,8 +249,13 @@ def _optimizer_recorder(state: State, backend: Any, recorder: Recorder, loaded: 
                 "step trains"
             )
         parameters = [tensor for _, _, tensor in state.entries()]
-        outs = [recorder.new_slot(inner_value(tensor)) for tensor in parameters]
-        loaded[:] = outs
+        # (a buffer is no optimizer's: it keeps the slot of the value the step gave it)
+        buffers = {id(tensor) for tensor in state.buffers()}
+        outs = [
+            None if id(tensor) in buffers else recorder.new_slot(inner_value(tensor))
+            for tensor in parameters
+        ]
+        loaded[:] = [old if out is None else out for old, out in zip(loaded, outs)]
         recorder.steps.append(("optimizer", optimizer, grad_slots, outs, parameters))
         return out
 
