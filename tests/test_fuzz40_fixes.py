@@ -1,12 +1,16 @@
-"""Regression tests for the defects round 40 of the fuzzer found in ``rg.capture``: a replay
-that silently went on with a stale value where the eager step would not."""
+"""Regression tests for the defects round 40 of the fuzzer found: in ``rg.capture``, a replay
+that silently went on with a stale value where the eager step would not; in the collectives,
+a device that raised before a call left every later call of its group timing out."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
 
 import retrograd as rg
+from retrograd import distributed as dist
 from retrograd import nn, optim
 
 
@@ -108,3 +112,39 @@ def test_a_frozen_parameter_without_recapture_is_refused():
     model[2].bias.requires_grad_(False)
     with pytest.raises(rg.CaptureError, match=r"'2\.bias' does not require grad"):
         captured(xs[1])
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_device_that_raised_before_a_collective_does_not_break_the_next_ones(n):
+    devices = [rg.Device("cpu", i) for i in range(n)]
+    sum_op = dist.ReduceOperation.SUM
+
+    def step(fail):
+        results = [None] * n
+
+        def work(i, device):
+            try:
+                if fail and i == 0:
+                    raise ValueError("this device's step failed")
+                x = rg.ones(2, dtype="float64", device=device) * (i + 1)
+                results[i] = dist.all_reduce(x, sum_op, devices).resolve().numpy()
+            except Exception as error:  # handed back to the test
+                results[i] = error
+
+        threads = [
+            threading.Thread(target=work, args=(i, d), daemon=True) for i, d in enumerate(devices)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30.0)
+            assert not thread.is_alive()
+        return results
+
+    with dist.DistributedContext(devices, dist.DistributedConfig(timeout=1.0)):
+        failed = step(True)
+        assert isinstance(failed[0], ValueError)
+        assert all(isinstance(r, rg.DistributedError) for r in failed[1:])
+        for _ in range(2):  # every later call timed out: the device was a call behind
+            for result in step(False):
+                np.testing.assert_array_equal(result, np.full(2, n * (n + 1) / 2))
