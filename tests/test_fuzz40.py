@@ -401,35 +401,61 @@ def test_bad_input_on_one_device_fails_every_device_and_the_next_step_works(
 
 # ---- third derivatives against torch ---------------------------------------------------------
 
+#: ``(3, 3) -> (3, 3)`` functions written once against ``lib`` (``torch`` or ``retrograd``).
+#: Left out: ``layer_norm`` and ``batch_norm``, whose third derivatives in torch 2.13 differ
+#: from those of torch's own composition of the same formula (retrograd's equal the
+#: composition's).
 UNARY = {
-    "sin": (lambda t: t.sin(), lambda t: t.sin()),
-    "tanh": (lambda t: t.tanh(), lambda t: t.tanh()),
-    "exp_half": (lambda t: (t * 0.5).exp(), lambda t: (t * 0.5).exp()),
-    "square": (lambda t: t * t, lambda t: t * t),
-    "sigmoid": (lambda t: t.sigmoid(), lambda t: t.sigmoid()),
-    "softplus": (
-        lambda t: rg.nn.functional.softplus(t),
-        lambda t: torch.nn.functional.softplus(t),
+    "sin": lambda lib, t: t.sin(),
+    "tanh": lambda lib, t: t.tanh(),
+    "exp_half": lambda lib, t: (t * 0.5).exp(),
+    "square": lambda lib, t: t * t,
+    "sigmoid": lambda lib, t: t.sigmoid(),
+    "softplus": lambda lib, t: lib.nn.functional.softplus(t, beta=2.0),
+    "log1p_sq": lambda lib, t: (t * t).log1p(),
+    "cube": lambda lib, t: t.pow(3),
+    "softmax": lambda lib, t: t.softmax(-1),
+    "cumprod": lambda lib, t: (t * 0.5 + 1.0).cumprod(-1),
+    "normalize": lambda lib, t: lib.nn.functional.normalize(t, dim=-1),
+    "matmul": lambda lib, t: t @ t.t(),
+    "erf": lambda lib, t: t.erf(),
+    "atan": lambda lib, t: t.atan(),
+    "logsumexp": lambda lib, t: t.logsumexp(-1, keepdim=True) * t,
+    "div": lambda lib, t: t / (t * t + 1.0),
+    "rsqrt": lambda lib, t: (t * t + 0.5).rsqrt(),
+    "pow_t": lambda lib, t: (t * t + 0.5).pow(t),
+    "atan2": lambda lib, t: lib.atan2(t, t * t + 1.0),
+    "gelu": lambda lib, t: lib.nn.functional.gelu(t),
+    "gelu_tanh": lambda lib, t: lib.nn.functional.gelu(t, approximate="tanh"),
+    "silu": lambda lib, t: lib.nn.functional.silu(t),
+    "elu": lambda lib, t: lib.nn.functional.elu(t),
+    "mish": lambda lib, t: lib.nn.functional.mish(t),
+    "log_softmax": lambda lib, t: t.log_softmax(-1),
+    "std": lambda lib, t: t.std(-1, keepdim=True) * t,
+    "prod": lambda lib, t: t.prod(-1, keepdim=True) + t,
+    "asinh": lambda lib, t: t.asinh(),
+    "lgamma": lambda lib, t: (t * t + 1.0).lgamma(),
+    "digamma": lambda lib, t: (t * t + 1.0).digamma(),
+    "inverse": lambda lib, t: lib.linalg.inv(t @ t.T + lib.eye(3, dtype=t.dtype)),
+    "det": lambda lib, t: lib.linalg.det(t + 2 * lib.eye(3, dtype=t.dtype)).unsqueeze(-1) * t,
+    "cross_entropy": lambda lib, t: lib.nn.functional.cross_entropy(t, lib.tensor([0, 2, 1])) * t,
+    "hypot": lambda lib, t: lib.hypot(t, t * 0.5 + 1.0),
+    "logaddexp": lambda lib, t: lib.logaddexp(t, t * t),
+    "xlogy": lambda lib, t: lib.xlogy(t, t * t + 1.0),
+    "cosine": lambda lib, t: (
+        lib.nn.functional.cosine_similarity(t, t.flip(0) + 0.5, dim=-1).unsqueeze(-1) * t
     ),
-    "log1p_sq": (lambda t: (t * t).log1p(), lambda t: (t * t).log1p()),
-    "cube": (lambda t: t.pow(3), lambda t: t.pow(3)),
-    "softmax": (lambda t: t.softmax(-1), lambda t: t.softmax(-1)),
-    "cumprod": (lambda t: (t * 0.5 + 1.0).cumprod(-1), lambda t: (t * 0.5 + 1.0).cumprod(-1)),
-    "normalize": (
-        lambda t: t / (t.square().sum(-1, keepdim=True) + 1.0).sqrt(),
-        lambda t: t / (t.square().sum(-1, keepdim=True) + 1.0).sqrt(),
+    "group_norm": lambda lib, t: lib.nn.functional.group_norm(t.unsqueeze(-1), 1).squeeze(-1),
+    "bce_logits": lambda lib, t: (
+        lib.nn.functional.binary_cross_entropy_with_logits(t, t.flip(0).sigmoid()) * t
     ),
-    "matmul": (lambda t: t @ t.t(), lambda t: t @ t.t()),
-    "erf": (lambda t: t.erf(), lambda t: t.erf()),
-    "atan": (lambda t: t.atan(), lambda t: t.atan()),
-    "logsumexp": (
-        lambda t: t.logsumexp(-1, keepdim=True) * t,
-        lambda t: t.logsumexp(-1, keepdim=True) * t,
-    ),
+    "attention": lambda lib, t: lib.nn.functional.scaled_dot_product_attention(
+        t.unsqueeze(0), t.unsqueeze(0), t.unsqueeze(0)
+    )[0],
 }
 
 
-@settings(FUZZ, max_examples=25)
+@settings(FUZZ, max_examples=60)
 @given(
     ops=st.lists(st.sampled_from(sorted(UNARY)), min_size=1, max_size=3),
     seed=st.integers(0, 1000),
@@ -439,10 +465,10 @@ def test_third_derivatives_match_torch(ops, seed, square):
     a = np.random.default_rng(seed).standard_normal((3, 3)) * 0.8
     probe = np.random.default_rng(seed + 1).standard_normal((3, 3))
 
-    def derivatives(lib, grad_of, x, which):
+    def derivatives(lib, grad_of, x):
         h = x
         for name in ops:
-            h = UNARY[name][which](h)
+            h = UNARY[name](lib, h)
         if h.shape != x.shape:
             h = h.sum(-1, keepdim=True) * x
         loss = (h * lib.tensor(probe)).sum()
@@ -453,15 +479,16 @@ def test_third_derivatives_match_torch(ops, seed, square):
         return out
 
     tx = torch.tensor(a, requires_grad=True)
-    want = derivatives(torch, lambda y, x: torch.autograd.grad(y, x, create_graph=True), tx, 1)
+    want = derivatives(torch, lambda y, x: torch.autograd.grad(y, x, create_graph=True), tx)
     x = rg.tensor(a, dtype="float64").require_grad()
 
     def rg_grad(y, x):
         grads = y.backward(create_graph=True)
         return (x.grad(grads),)
 
-    got = derivatives(rg, rg_grad, x, 0)
+    got = derivatives(rg, rg_grad, x)
+    # (1e-7: digamma's derivatives are SciPy's polygamma here, torch's own series there)
     for order, (w, g) in enumerate(zip(want, got)):
         np.testing.assert_allclose(
-            g.numpy(), w.detach().numpy(), rtol=1e-9, atol=1e-10, err_msg=f"order {order}: {ops}"
+            g.numpy(), w.detach().numpy(), rtol=1e-7, atol=1e-9, err_msg=f"order {order}: {ops}"
         )
