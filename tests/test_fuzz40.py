@@ -492,3 +492,53 @@ def test_third_derivatives_match_torch(ops, seed, square):
         np.testing.assert_allclose(
             g.numpy(), w.detach().numpy(), rtol=1e-7, atol=1e-9, err_msg=f"order {order}: {ops}"
         )
+
+
+@settings(FUZZ, max_examples=8)
+@given(
+    n=st.integers(2, 4),
+    fault=st.sampled_from(["shape", "dtype", "id", "missing", "detached", "raises"]),
+    bad=st.integers(0, 3),
+)
+def test_mismatched_distributed_parameters_fail_every_device_and_the_next_step_works(n, fault, bad):
+    bad %= n
+    devices = [rg.Device("cpu", i) for i in range(n)]
+
+    def step(fault):
+        def work(i, device):
+            faulty = i == bad and fault is not None
+            shape = (2, 3) if faulty and fault == "shape" else (2, 2)
+            dtype = "float32" if faulty and fault == "dtype" else "float64"
+            w = rg.ones(*shape, dtype=dtype, device=device)
+            w = w.set_distributed("other" if faulty and fault == "id" else "w")
+            u = rg.ones(2, 2, dtype="float64", device=device).set_distributed("u")
+            x = rg.ones(2, 2, dtype="float64", device=device) * (i + 1)
+            if faulty and fault == "raises":
+                raise ValueError("this device's step failed")
+            if faulty and fault == "missing":
+                loss = (u * x).sum()
+            elif faulty and fault == "detached":
+                loss = (u * x).sum() + w.detach().sum()
+            else:
+                loss = (w[:2, :2] * x).sum() + (u * x * x).sum()
+            grads = loss.backward()
+            return w.grad(grads).numpy(), u.grad(grads).numpy()
+
+        return work
+
+    config = dist.DistributedConfig(all_reduce_op=SUM, timeout=3.0)
+    with dist.DistributedContext(devices, config):
+        start = time.monotonic()
+        results = _on_devices(devices, step(fault))
+        assert time.monotonic() - start < 20.0
+        for i, result in enumerate(results):
+            if i == bad and fault == "raises":
+                assert isinstance(result, ValueError)
+            else:
+                assert isinstance(result, rg.DistributedError), (i, repr(result))
+        results = _raise_any(_on_devices(devices, step(None)))
+    total = n * (n + 1) / 2  # the sum over devices of x = i + 1
+    squares = sum((i + 1) ** 2 for i in range(n))
+    for gw, gu in results:
+        np.testing.assert_array_equal(gw, np.full((2, 2), total))
+        np.testing.assert_array_equal(gu, np.full((2, 2), squares))
