@@ -73,6 +73,8 @@ def _change(kind, model, opt, i):
             group["lr"] = 0.05 / (i + 2)
     elif kind == "eval":
         model.train(i % 2 == 1)
+    elif kind == "mask":
+        model.mask.mul_(-0.5)  # (closed over by the step, no buffer)
     elif kind == "param_no_grad":
         with rg.no_grad():
             model[-1].bias.add_(0.25)
@@ -89,13 +91,15 @@ def _make(spec):
     layers.append(nn.Linear(width, 2))
     model = nn.Sequential(*layers)
     model.register_buffer("scale", rg.tensor([1.0, -0.5]))
+    mask = rg.tensor([0.5, 2.0])
+    object.__setattr__(model, "mask", mask)  # (a plain attribute: the step closes over it)
     if spec["optimizer"] == "adam":
         opt = optim.Adam(model.parameters(), lr=0.02)
     else:
         opt = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
     def step(x):
-        h = model(x) * model.scale
+        h = model(x) * model.scale * mask
         for name in spec["chain"]:
             h = CHAIN[name](h)
         with rg.no_grad():  # (a value the loss reads as a constant)
@@ -116,7 +120,9 @@ capture_specs = st.fixed_dictionaries(
         "optimizer": st.sampled_from(["sgd", "adam"]),
         "chain": st.lists(st.sampled_from(sorted(CHAIN)), max_size=4),
         "changes": st.lists(
-            st.sampled_from(["none", "buffer", "freeze", "load", "lr", "eval", "param_no_grad"]),
+            st.sampled_from(
+                ["none", "buffer", "mask", "freeze", "load", "lr", "eval", "param_no_grad"]
+            ),
             min_size=3,
             max_size=3,
         ),

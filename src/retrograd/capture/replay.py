@@ -118,6 +118,7 @@ class CapturedStep:
             state.mode_change()
             or state.parameter_change()
             or state.buffer_change()
+            or state.constant_change()
             or state.freeze_change()
         )
 

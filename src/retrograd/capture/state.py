@@ -67,6 +67,9 @@ class State:
         #: the buffers of the unlisted modules the step calls, and their inner values then:
         #: constants of the program (see :meth:`calls`)
         self.unlisted_buffers: list[tuple[Any, str, Tensor, Any]] = []
+        #: the tensors made before the step that it reads as constants, as weak references,
+        #: with their inner values at capture (see :meth:`constant_change`)
+        self.closed_over: list[tuple[Any, Any]] = []
         #: each entry's ``requires_grad`` at capture (see :meth:`freeze_change`)
         self.trained: list[tuple[str, Tensor, bool]] = []
         self._walked: tuple | None = None  # (what the walk read, its entries): see checked
@@ -127,6 +130,18 @@ class State:
             if tensor.requires_grad is not flag:
                 now = "requires" if tensor.requires_grad else "does not require"
                 return f"parameter {name!r} {now} grad now, unlike at capture"
+        return None
+
+    def constant_change(self) -> str | None:
+        """Where a tensor the step closed over was written in place since capture: the
+        program reads the value it had then, an eager step the new one."""
+        for tensor_ref, value in self.closed_over:
+            tensor = tensor_ref()
+            if tensor is not None and inner_value(tensor) is not value:
+                return (
+                    f"a tensor of shape {list(tensor.shape)} made before the step, which it "
+                    "reads as a constant, was written in place since capture"
+                )
         return None
 
     def buffer_change(self) -> str | None:
