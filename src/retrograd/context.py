@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
+    "captured_writes",
     "capturing",
     "current_backend",
     "default_backend",
@@ -44,6 +45,14 @@ def _unindexed_index(kind: str) -> int:
 #: or bounds check) skips the read instead. Set and reset by the capture only.
 capturing: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "retrograd_capturing", default=False
+)
+
+#: While ``rg.capture`` records a step, a list of ``(tensor, its primitive before)`` for every
+#: in-place write to a tensor (``None`` otherwise): a tensor made before the step and written
+#: by it, in no module of the state, would keep its old value at every replay, so the capture
+#: refuses it. Set and reset by the capture only.
+captured_writes: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "retrograd_captured_writes", default=None
 )
 
 

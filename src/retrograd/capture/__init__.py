@@ -32,10 +32,12 @@ calls it: its step counts, bias corrections and the learning rates a schedule se
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..context import current_backend
+from ..context import captured_writes, current_backend
 from ..tensor import Tensor
 from .program import CudaGraphSegment, compile_program
 from .recording import CaptureError, Patches, Recorder, WatchedGradients
@@ -120,6 +122,7 @@ def _capture_one(
     """One program: ``step_fn`` run on ``example_inputs`` and recorded."""
     entries = state.entries()
     tensors = [x for x in example_inputs if isinstance(x, Tensor)] + [t for _, _, t in entries]
+    state.note_trained(entries)
     backend = _step_backend(tensors, entries)
     recorder = Recorder()
     input_specs, input_slots = _record_inputs(example_inputs, recorder)
@@ -131,9 +134,23 @@ def _capture_one(
         inner = candidate.inner if candidate.is_autodiff else candidate
         if not any(inner is known for known in inners):
             inners.append(inner)
-    with Patches(recorder, inners, on_step) as patches:
-        result = step_fn(*example_inputs)
+    writes: list = []
+    token = captured_writes.set(writes)
+    try:
+        with Patches(recorder, inners, on_step) as patches:
+            result = step_fn(*example_inputs)
+    finally:
+        captured_writes.reset(token)
     state.calls(patches.modules)
+    state.closed_over = _closed_over(recorder)
+    for module, name, _, value in state.unlisted_buffers:
+        if recorder.slot(value) is not None:
+            raise CaptureError(
+                f"capture: the step updates buffer {name!r} of a {type(module).__name__} (a "
+                "batch norm's running statistics, say) in no module listed in state: a replay "
+                "would leave it as it is; list the model in state"
+            )
+    _refuse_outside_writes(writes, recorder, backend, state)
 
     write_back = []
     final = state.entries()
@@ -165,6 +182,70 @@ def _capture_one(
         num_fused=fused,
         cuda_graph=any(isinstance(item, CudaGraphSegment) for item in items),
     )
+
+
+def _refuse_outside_writes(writes: list, recorder: Recorder, backend: Any, state: State) -> None:
+    """Refuse a step that wrote in place to a tensor made before it (its value then was no
+    input, parameter or value of the step) outside the state: a replay computes the new value
+    but never gives it to that tensor."""
+    listed = {id(tensor) for _, _, tensor in state.entries()}
+    for tensor, before in writes:
+        if id(tensor) in listed or getattr(tensor, "_backend", None) is not backend:
+            continue
+        value = backend.inner_value(before) if backend.is_autodiff else before
+        if recorder.slot(value) is None:
+            raise CaptureError(
+                f"capture: the step writes in place to a tensor of shape {list(tensor.shape)} "
+                "made before it and in no module listed in state: a replay would leave it as it "
+                "is; make it a buffer of a listed module, or return the new value"
+            )
+
+
+def _closed_over(recorder: Recorder) -> list[tuple[Callable[[], Any], Any]]:
+    """The tensors made before the step whose values the program reads as constants (closed
+    over by the step: a mask, a frozen embedding of a module not listed), each as a weak
+    reference with the inner value it held. A replay compares them, so that one written in
+    place since capture (which gives the tensor a new inner value) makes the call capture
+    again instead of replaying the old value. The recording holds only the values, so their
+    owners are found by who refers to them (an inner value is held by the autodiff backend's
+    primitive, held by the tensor): two walks of the heap, at capture and only when the
+    program reads such constants."""
+    values: dict[int, Any] = {}
+    for step in recorder.steps:
+        if step[0] == "call":
+            for encoded in (*step[3], *step[4].values()):
+                _collect_arrays(encoded, values)
+    if not values:
+        return []
+    holders = gc.get_referrers(*values.values())
+    tensors = [h for h in holders if isinstance(h, Tensor)]
+    wrappers = [
+        h
+        for h in holders
+        if not isinstance(h, (Tensor, dict, list, tuple)) and not hasattr(h, "dtype")
+    ]
+    if wrappers:
+        tensors += [h for h in gc.get_referrers(*wrappers) if isinstance(h, Tensor)]
+    found, seen = [], set()
+    for tensor in tensors:
+        value = inner_value(tensor)
+        if id(value) in values and id(tensor) not in seen:
+            seen.add(id(tensor))
+            found.append((weakref.ref(tensor), value))
+    return found
+
+
+def _collect_arrays(encoded: tuple, values: dict[int, Any]) -> None:
+    """Add the arrays among the constants of ``encoded`` (an argument as the recorder encodes
+    it) to ``values``, by id. (A function of the module: a nested recursive one would be a
+    reference cycle, left to the garbage collector.)"""
+    kind, payload = encoded
+    if kind == "c":
+        if hasattr(payload, "dtype") and hasattr(payload, "shape"):
+            values.setdefault(id(payload), payload)
+    elif kind in ("l", "t"):
+        for item in payload:
+            _collect_arrays(item, values)
 
 
 def _step_backend(tensors: list[Tensor], entries: list) -> Any:
@@ -241,8 +322,13 @@ def _optimizer_recorder(state: State, backend: Any, recorder: Recorder, loaded: 
                 "step trains"
             )
         parameters = [tensor for _, _, tensor in state.entries()]
-        outs = [recorder.new_slot(inner_value(tensor)) for tensor in parameters]
-        loaded[:] = outs
+        # (a buffer is no optimizer's: it keeps the slot of the value the step gave it)
+        buffers = {id(tensor) for tensor in state.buffers()}
+        outs = [
+            None if id(tensor) in buffers else recorder.new_slot(inner_value(tensor))
+            for tensor in parameters
+        ]
+        loaded[:] = [old if out is None else out for old, out in zip(loaded, outs)]
         recorder.steps.append(("optimizer", optimizer, grad_slots, outs, parameters))
         return out
 

@@ -18,7 +18,7 @@ from ..autodiff import Gradients
 from ..tensor import Tensor
 from .program import CudaGraphSegment, OptimizerCall
 from .recording import CaptureError
-from .state import write_back
+from .state import inner_value, write_back
 
 __all__ = ["MAX_PROGRAMS", "CapturedStep", "decode_result", "inner_value", "raw_spec"]
 
@@ -26,12 +26,6 @@ __all__ = ["MAX_PROGRAMS", "CapturedStep", "decode_result", "inner_value", "raw_
 #: cache limit too): a loop whose shapes change every step would otherwise record and compile
 #: every step, slower than running it eagerly.
 MAX_PROGRAMS = 8
-
-
-def inner_value(tensor: Tensor) -> Any:
-    """The inner backend's value of ``tensor`` (what the recorded calls took)."""
-    backend = tensor.backend
-    return backend.inner_value(tensor.primitive) if backend.is_autodiff else tensor.primitive
 
 
 class CapturedStep:
@@ -119,7 +113,14 @@ class CapturedStep:
                     f"non-tensor input {index} was {spec[1]!r} at capture, got {given!r} (a "
                     "constant of the captured step)"
                 )
-        return self._state.mode_change() or self._state.parameter_change()
+        state = self._state
+        return (
+            state.mode_change()
+            or state.parameter_change()
+            or state.buffer_change()
+            or state.constant_change()
+            or state.freeze_change()
+        )
 
     def _program_for(self, inputs: tuple) -> CapturedStep | None:
         """The kept program that replays ``inputs``; ``None`` to capture one; raises where

@@ -20,9 +20,15 @@ from ..tensor import Tensor
 from ..tensor.inplace import assign
 from .recording import CaptureError
 
-__all__ = ["State", "write_back"]
+__all__ = ["State", "inner_value", "write_back"]
 
 _training = attrgetter("training")
+
+
+def inner_value(tensor: Tensor) -> Any:
+    """The inner backend's value of ``tensor`` (what the recorded calls took)."""
+    backend = tensor.backend
+    return backend.inner_value(tensor.primitive) if backend.is_autodiff else tensor.primitive
 
 
 class State:
@@ -51,12 +57,21 @@ class State:
                     f"{type(item).__name__}"
                 )
         self.names = [self._names(module) for module in self.modules]
+        self.buffer_names = [self._buffer_names(module) for module in self.modules]
         self.group_sizes = [self._group_sizes(optimizer) for optimizer in self.optimizers]
         self.modes = self._modes()
         #: the modules the step called and their ``training`` flags then (see :meth:`calls`)
         self.called_modules: list[Any] = []
         self.called_modes: list[Any] = []
         self.unlisted: list[tuple[Any, list[Any]]] = []
+        #: the buffers of the unlisted modules the step calls, and their inner values then:
+        #: constants of the program (see :meth:`calls`)
+        self.unlisted_buffers: list[tuple[Any, str, Tensor, Any]] = []
+        #: the tensors made before the step that it reads as constants, as weak references,
+        #: with their inner values at capture (see :meth:`constant_change`)
+        self.closed_over: list[tuple[Any, Any]] = []
+        #: each entry's ``requires_grad`` at capture (see :meth:`freeze_change`)
+        self.trained: list[tuple[str, Tensor, bool]] = []
         self._walked: tuple | None = None  # (what the walk read, its entries): see checked
 
     def _add_module(self, module: Any) -> None:
@@ -66,6 +81,10 @@ class State:
     @staticmethod
     def _names(module: Any) -> tuple[str, ...]:
         return tuple(name for name, _ in module.named_parameters())
+
+    @staticmethod
+    def _buffer_names(module: Any) -> tuple[str, ...]:
+        return tuple(name for name, value in _buffers(module))
 
     @staticmethod
     def _group_sizes(optimizer: Any) -> tuple[int, ...]:
@@ -93,6 +112,50 @@ class State:
             for module in self.called_modules
             if id(module) not in listed
         ]
+        self.unlisted_buffers = [
+            (module, name, tensor, inner_value(tensor))
+            for module, _ in self.unlisted
+            for name, tensor in _own_buffers(module)
+        ]
+
+    def note_trained(self, entries: list[tuple[Any, str, Tensor]]) -> None:
+        """Note whether each entry requires grad at capture: the program computes the
+        gradients of those that did and trains them, an eager step only those that do now."""
+        self.trained = [(name, tensor, tensor.requires_grad) for _, name, tensor in entries]
+
+    def freeze_change(self) -> str | None:
+        """Where a parameter was frozen (``requires_grad_(False)``) or unfrozen since capture:
+        the program would still train it, or still leave it alone."""
+        for name, tensor, flag in self.trained:
+            if tensor.requires_grad is not flag:
+                now = "requires" if tensor.requires_grad else "does not require"
+                return f"parameter {name!r} {now} grad now, unlike at capture"
+        return None
+
+    def constant_change(self) -> str | None:
+        """Where a tensor the step closed over was written in place since capture: the
+        program reads the value it had then, an eager step the new one."""
+        for tensor_ref, value in self.closed_over:
+            tensor = tensor_ref()
+            if tensor is not None and inner_value(tensor) is not value:
+                return (
+                    f"a tensor of shape {list(tensor.shape)} made before the step, which it "
+                    "reads as a constant, was written in place since capture"
+                )
+        return None
+
+    def buffer_change(self) -> str | None:
+        """Where a buffer of a module the step calls, not listed in ``state``, holds another
+        value than at capture (``bn.running_mean.fill_(0)``, ``load_state_dict``): the program
+        reads it as a constant, so it is captured again rather than replayed stale."""
+        for module, name, tensor, value in self.unlisted_buffers:
+            current = getattr(module, "_buffers", {}).get(name)
+            if current is not tensor or inner_value(tensor) is not value:
+                return (
+                    f"buffer {name!r} of a {type(module).__name__} the step calls (in no module "
+                    "listed in state) changed since capture"
+                )
+        return None
 
     def parameter_change(self) -> str | None:
         """Where a module the step calls, not listed in ``state``, holds another parameter
@@ -161,15 +224,34 @@ class State:
             for _, sub in module.named_modules():
                 params = getattr(sub, "_parameters", None)
                 children = getattr(sub, "_modules", None)
-                if type(params) is not dict or type(children) is not dict or not _plain(sub):
+                buffers = getattr(sub, "_buffers", None)
+                if (
+                    type(params) is not dict
+                    or type(children) is not dict
+                    or type(buffers) is not dict
+                    or not _plain(sub)
+                ):
                     return ()  # walks of its own: no identities to compare, walk each time
-                modules.append((sub, sub.training, *_dict_read(params), *_dict_read(children)))
+                modules.append(
+                    (
+                        sub,
+                        sub.training,
+                        *_dict_read(params),
+                        *_dict_read(children),
+                        *_dict_read(buffers),
+                    )
+                )
         optimizers = []
         for optimizer in self.optimizers:
             groups = optimizer.param_groups
             lists = [group["params"] for group in groups]
             optimizers.append((optimizer, groups, list(groups), lists, [list(x) for x in lists]))
         return (modules, optimizers)
+
+    def buffers(self) -> list[Tensor]:
+        """The listed modules' tensor buffers (running statistics...), each once: entries of
+        the state that a replay reads and writes back, but no optimizer updates."""
+        return [tensor for module in self.modules for _, tensor in _buffers(module)]
 
     def entries(self) -> list[tuple[Any, str, Tensor]]:
         """``(module or None, name, tensor)`` for every parameter, each tensor once (weight
@@ -187,6 +269,19 @@ class State:
                 if id(tensor) not in seen:
                     seen.add(id(tensor))
                     out.append((module, name, tensor))
+        tail = []  # the listed modules' buffers, after every parameter
+        for module, names in zip(self.modules, self.buffer_names):
+            buffers = dict(_buffers(module))
+            if tuple(buffers) != names:
+                raise CaptureError(
+                    f"capture: the buffers of {type(module).__name__} changed since the step "
+                    f"was captured: {list(names)} then, {list(buffers)} now"
+                )
+            for name in names:
+                tensor = buffers[name]
+                if id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    tail.append((None, f"buffer {name!r} of {type(module).__name__}", tensor))
         for optimizer, sizes in zip(self.optimizers, self.group_sizes):
             if self._group_sizes(optimizer) != sizes:
                 raise CaptureError(
@@ -200,7 +295,7 @@ class State:
                         seen.add(id(tensor))
                         name = f"{type(optimizer).__name__}.param_groups[{number}][{index}]"
                         out.append((None, name, tensor))
-        return out
+        return out + tail
 
 
 #: The walks of a module tree whose answers follow from the parameter and sub-module dicts.
@@ -219,6 +314,22 @@ def _own_parameters(module: Any) -> list[Any]:
     """The parameter objects a module holds itself (not its sub-modules'), in order."""
     params = getattr(module, "_parameters", None)
     return list(params.values()) if type(params) is dict else []
+
+
+def _own_buffers(module: Any) -> list[tuple[str, Any]]:
+    """The tensor buffers a module holds itself, by name (``None`` slots left out)."""
+    buffers = getattr(module, "_buffers", None)
+    if type(buffers) is not dict:
+        return []
+    return [(name, value) for name, value in buffers.items() if isinstance(value, Tensor)]
+
+
+def _buffers(module: Any) -> list[tuple[str, Any]]:
+    """A module tree's tensor buffers by dotted name (each object once)."""
+    named = getattr(module, "named_buffers", None)
+    if named is None:
+        return []
+    return [(name, value) for name, value in named() if isinstance(value, Tensor)]
 
 
 def _dict_read(mapping: dict) -> tuple:
@@ -243,8 +354,22 @@ def _unchanged(read: tuple) -> bool:
     if not read:
         return False
     modules, optimizers = read
-    for sub, training, params, names, values, children, child_names, child_values in modules:
+    for (
+        sub,
+        training,
+        params,
+        names,
+        values,
+        children,
+        child_names,
+        child_values,
+        buffers,
+        buffer_names,
+        buffer_values,
+    ) in modules:
         if sub.training is not training or sub._parameters is not params:
+            return False
+        if sub._buffers is not buffers or not _dict_same(buffers, buffer_names, buffer_values):
             return False
         if sub._modules is not children or not _dict_same(params, names, values):
             return False

@@ -264,7 +264,11 @@ class DistributedContext:
         )
         if rejected:
             return None
-        rows = self.wait_for(head, f"{call.describe()} (agreeing on the call)")[0]
+        try:
+            rows = self.wait_for(head, f"{call.describe()} (agreeing on the call)")[0]
+        except DistributedError:
+            self._skip_call(group, number)
+            raise
         names = [self.transport.member_name(index[d]) for d in group]
         problem = check_headers(call, rows, names)
         if problem is not None:
@@ -279,6 +283,18 @@ class DistributedContext:
         else:
             self._server.all_reduce(pending, device, [buffer], op, key, group)
         return pending
+
+    def _skip_call(self, group: tuple[Device, ...], number: int) -> None:
+        """Call ``number`` of ``group`` failed before its members agreed (one never joined
+        it: it raised before, or died): it is over for every member this context hosts, whose
+        next call is ``number + 1``. Without that, a member that never made the call would
+        make it with its next one, a call behind the others from then on, and every later
+        collective of the group would time out (a backward's gradient sync starts a fresh
+        round after a failed one for the same reason)."""
+        with self._lock:
+            for member in group:
+                key = (member, group)
+                self._sequence[key] = max(self._sequence.get(key, 0), number + 1)
 
     def wait_for(self, pending: Pending, what: str) -> Any:
         """The result of ``pending`` (one array per buffer), driving the transport meanwhile;

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..autodiff.grad_mode import is_grad_enabled, no_grad
 from ..backend.protocol import FLOAT_DTYPES
-from ..context import capturing
+from ..context import captured_writes, capturing
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
     NARROW_INTS,
@@ -115,6 +115,9 @@ def assign(
             f"{shape_text(target.shape)}, the new value has {shape_text(value.shape)}"
         )
     primitive = value._prim
+    writes = captured_writes.get()
+    if writes is not None:
+        writes.append((target, target._prim))
     if backend.is_autodiff:
         old = target._prim
         primitive = backend.wrap(backend.inner_value(primitive))  # untracked, same values

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..backend.sizes import ITEMSIZE
+from ..context import captured_writes
 from ..errors import InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, from_host, host_constant, lift, untracked
 from .links import WeakBase, base_of
@@ -467,6 +468,9 @@ def _through_expand(base: Any, kind: str, params: tuple, value: Any) -> tuple[An
 def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
     backend = t._backend
     prim = value._prim
+    writes = captured_writes.get()
+    if writes is not None:
+        writes.append((t, t._prim))
     if backend.is_autodiff:
         old = t._prim
         if backend.is_require_grad(old):  # a leaf: a new value, still a leaf (assign's rule)
