@@ -165,3 +165,151 @@ def test_compose_with_cache_caches_its_parts_as_torchs():
         T = lib.distributions.transforms
         compose = T.ComposeTransform([T.AffineTransform(1.0, 2.0), T.ExpTransform()], cache_size=1)
         assert all(part._cache_size == 1 for part in compose.parts)
+
+
+def test_less_than_constraint_and_its_bijection_as_torchs():
+    """Before: ``constraints.less_than`` was missing (an ``AttributeError``), and so
+    ``biject_to``/``transform_to`` of it; now torch's ``exp`` then ``upper - y``."""
+    u_np = np.array([[0.3, -1.2, 2.0], [0.1, 0.2, 0.3]])
+    results = []
+    for lib in (torch, rg):
+        C, D = lib.distributions.constraints, lib.distributions
+        u = lib.tensor(u_np, requires_grad=True)
+        t = D.biject_to(C.less_than(1.0))
+        y = t(u)
+        ladj = t.log_abs_det_jacobian(u, y)
+        (g,) = lib.autograd.grad((y * y).sum() + ladj.sum(), [u])
+        upper = lib.tensor([0.0, 1.0, 2.0], dtype=lib.float64)
+        results.append(
+            [y, t.inv(y), ladj, g, D.transform_to(C.less_than(upper))(u), C.less_than(1.0).check(y)]
+        )
+        assert repr(C.less_than(1.0)) == "LessThan(upper_bound=1.0)"
+    for mine, theirs in zip(results[1], results[0], strict=True):
+        np.testing.assert_allclose(mine.detach().numpy(), theirs.detach().numpy(), rtol=1e-12)
+
+
+def test_matrix_constraints_as_torchs():
+    """Before: ``lower_triangular``, ``symmetric`` and ``positive_semidefinite`` were
+    missing."""
+    batch = np.array(
+        [[[2.0, 0.5], [0.5, 1.0]], [[1.0, 2.0], [2.0, 1.0]], [[1.0, 1.0], [1.0, 1.0]]]
+    )
+    lower = np.array([[[1.0, 0.0], [3.0, -1.0]], [[1.0, 1e-3], [0.0, 1.0]]])
+    for name, value in [
+        ("symmetric", batch),
+        ("positive_semidefinite", batch),
+        ("lower_triangular", lower),
+        ("symmetric", lower),
+    ]:
+        checks = [
+            getattr(lib.distributions.constraints, name).check(lib.tensor(value)).numpy()
+            for lib in (torch, rg)
+        ]
+        np.testing.assert_array_equal(checks[1], checks[0], err_msg=name)
+        assert getattr(rg.distributions.constraints, name).event_dim == 2
+
+
+def test_dependent_constraints_and_properties_as_torchs():
+    """Before: ``constraints.dependent``, ``dependent_property`` and ``is_dependent`` were
+    missing, so a distribution of one's own written as torch's are (a support built from the
+    parameters, a parameter whose constraint depends on another) failed; and the supports of
+    ``Uniform``, ``Binomial``... were plain properties, not dependent on the class."""
+    outcomes = []
+    for lib in (torch, rg):
+        D = lib.distributions
+        C = D.constraints
+        lazy_property = D.utils.lazy_property
+
+        class Shifted(D.Distribution):
+            arg_constraints = {"low": C.dependent(is_discrete=False, event_dim=0),
+                               "scale": C.positive}  # fmt: skip
+
+            def __init__(self, low, scale, validate_args=None):
+                self.low, self.scale = low, scale
+                super().__init__(low.shape, validate_args=validate_args)
+
+            @C.dependent_property(is_discrete=False, event_dim=0)
+            def support(self):
+                return C.greater_than(self.low)
+
+            @lazy_property
+            def doubled_scale(self):
+                return self.scale * 2
+
+            def log_prob(self, x):
+                if self._validate_args:
+                    self._validate_sample(x)
+                return -(x - self.low) / self.scale - self.scale.log()
+
+        scale = lib.tensor([1.0, 2.0], requires_grad=True)
+        d = Shifted(lib.zeros(2), scale, validate_args=True)
+        with lib.no_grad():
+            doubled = d.doubled_scale  # read first under no_grad: still differentiable
+        (g,) = lib.autograd.grad(doubled.sum(), [scale])
+        with pytest.raises(ValueError):
+            d.log_prob(lib.tensor([-1.0, 1.0]))
+        with pytest.raises(ValueError):
+            Shifted(lib.zeros(2), lib.tensor([1.0, -1.0]), validate_args=True)
+        with pytest.raises(ValueError):
+            C.dependent.check(lib.zeros(1))
+        with pytest.raises(NotImplementedError):
+            _ = C.dependent.event_dim
+        outcomes.append(
+            [
+                d.log_prob(lib.tensor([1.0, 1.0])).detach().numpy().tolist(),
+                g.numpy().tolist(),
+                "doubled_scale" in d.__dict__,
+                Shifted.support.event_dim,
+                C.is_dependent(Shifted.support),
+                C.is_dependent(C.real),
+                C.dependent(is_discrete=True, event_dim=1).event_dim,
+                [
+                    C.is_dependent(getattr(D, name).support)
+                    for name in ("Uniform", "Binomial", "Categorical", "Multinomial", "Pareto",
+                                 "Independent", "MixtureSameFamily", "TransformedDistribution",
+                                 "Normal", "Beta")  # fmt: skip
+                ],
+                D.Uniform.support.is_discrete,
+                D.Multinomial.support.event_dim,
+                D.Uniform(0.0, 2.0).support.upper_bound.item(),
+            ]
+        )
+    assert outcomes[1] == outcomes[0]
+
+
+def test_mixture_same_family_support_as_torchs():
+    """The support of a ``MixtureSameFamily`` is torch's ``MixtureSameFamilyConstraint`` of
+    its components' (it was the components' own)."""
+    reports = []
+    for lib in (torch, rg):
+        D = lib.distributions
+        components = D.Independent(D.Normal(lib.zeros(2, 3), lib.ones(2, 3)), 1)
+        support = D.MixtureSameFamily(D.Categorical(logits=lib.zeros(2)), components).support
+        value = lib.tensor([[1.0, float("nan"), 0.0], [1.0, 2.0, 3.0]])
+        reports.append(
+            [repr(support), support.event_dim, support.is_discrete, support.check(value).tolist()]
+        )
+        assert isinstance(support, D.constraints.MixtureSameFamilyConstraint)
+    assert reports[1] == reports[0]
+
+
+def test_tril_matrix_vec_round_trip_as_torchs():
+    """Before: ``distributions.utils.tril_matrix_to_vec``/``vec_to_tril_matrix`` were
+    missing; gradients flow through both."""
+    m_np = np.arange(18.0).reshape(2, 3, 3)
+    for diag in (0, -1, 1):
+        results = []
+        for lib in (torch, rg):
+            utils = lib.distributions.utils
+            m = lib.tensor(m_np, requires_grad=True)
+            vec = utils.tril_matrix_to_vec(m, diag)
+            back = utils.vec_to_tril_matrix(vec * 2, diag)
+            (g,) = lib.autograd.grad((back * back).sum(), [m])
+            results.append([vec.detach().numpy(), back.detach().numpy(), g.numpy()])
+        for mine, theirs in zip(results[1], results[0], strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+    with pytest.raises(rg.ShapeError, match="vec_to_tril_matrix"):
+        rg.distributions.utils.vec_to_tril_matrix(rg.zeros(5))
+    with pytest.raises(rg.InvalidArgumentError, match="diag"):
+        rg.distributions.utils.tril_matrix_to_vec(rg.zeros(3, 3), 3)
+    assert rg.distributions.identity_transform(rg.tensor([1.0])).tolist() == [1.0]

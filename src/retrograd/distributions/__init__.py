@@ -104,6 +104,7 @@ from .transforms import (
     StickBreakingTransform,
     TanhTransform,
     Transform,
+    identity_transform,
 )
 from .von_mises import VonMises
 from .wishart import Wishart
@@ -168,6 +169,7 @@ __all__ = [
     "StudentT",
     "TanhTransform",
     "Transform",
+    "identity_transform",
     "TransformedDistribution",
     "Uniform",
     "VonMises",
