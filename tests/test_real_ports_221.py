@@ -1,4 +1,4 @@
-# ruff: noqa: E501  (the programs are kept in their authors' manner: long lines)
+# ruff: noqa: E501, N806  (the programs are kept in their authors' manner: long lines)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 stochastic variational inference written by hand, in the manner of Pyro's ``SVI`` loop
 without Pyro (a Bayesian linear regression with a mean-field guide).
@@ -207,7 +207,11 @@ def test_hand_written_svi_bayesian_regression_trains_as_torch(capsys, num_partic
     records, logs = [], []
     for lib in (torch, rg):
         record = []
-        text = SVI_SOURCE if lib is torch else port(SVI_SOURCE, SVI_STEPS).replace("from torch.", "from retrograd.")
+        text = (
+            SVI_SOURCE
+            if lib is torch
+            else port(SVI_SOURCE, SVI_STEPS).replace("from torch.", "from retrograd.")
+        )
         names = run_source(text, lib)
         data = lib.tensor(X, dtype=lib.float64), lib.tensor(y, dtype=lib.float64)
         with SharedNormalNoise(lib, 2211):

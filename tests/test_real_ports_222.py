@@ -1,4 +1,4 @@
-# ruff: noqa: E501  (the programs are kept in their authors' manner: long lines)
+# ruff: noqa: E501, N806  (the programs are kept in their authors' manner: long lines)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 Hamiltonian Monte Carlo for a Bayesian logistic regression, in the manner of hamiltorch's
 ``samplers.py`` (a flat parameter vector, ``log_prob_func``, ``params_grad`` by
@@ -33,7 +33,7 @@ def _seeded():
     rg.seed(0)
 
 
-HMC_SOURCE = '''
+HMC_SOURCE = """
 import torch
 import torch.nn as nn
 
@@ -142,7 +142,7 @@ def predictive(net, samples, X):
         with torch.no_grad():
             probs.append(torch.sigmoid(net(X)))
     return torch.stack(probs).mean(0)
-'''
+"""
 
 HMC_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
@@ -165,8 +165,15 @@ def test_hmc_bayesian_logistic_regression_samples_as_torch(capsys, functional):
         names = run_source(HMC_SOURCE if lib is torch else port(HMC_SOURCE, HMC_STEPS), lib)
         log_prob = names["logistic_log_prob"](lib.tensor(X), lib.tensor(y), 2.0)
         with SharedDraws(lib, 2221):
-            samples = names["sample"](log_prob, lib.zeros(3, dtype=lib.float64), num_samples=12,
-                                      num_steps_per_sample=8, step_size=0.6, burn=3, functional=functional)
+            samples = names["sample"](
+                log_prob,
+                lib.zeros(3, dtype=lib.float64),
+                num_samples=12,
+                num_steps_per_sample=8,
+                step_size=0.6,
+                burn=3,
+                functional=functional,
+            )
         records.append([np.stack([s.numpy() for s in samples])])
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
@@ -189,7 +196,9 @@ def test_hmc_bayesian_neural_network_samples_and_predicts_as_torch(capsys):
         params_init = lib.nn.utils.parameters_to_vector(net.parameters()).detach()
         log_prob = names["bnn_log_prob"](net, *data, 1.0)
         with SharedDraws(lib, 2223):
-            samples = names["sample"](log_prob, params_init, num_samples=8, num_steps_per_sample=6, step_size=0.3)
+            samples = names["sample"](
+                log_prob, params_init, num_samples=8, num_steps_per_sample=6, step_size=0.3
+            )
         probs = names["predictive"](net, samples, data[0])
         records.append([np.stack([s.numpy() for s in samples]), probs.numpy()])
         logs.append(capsys.readouterr().out)

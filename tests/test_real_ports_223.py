@@ -247,7 +247,11 @@ def test_masked_autoregressive_flows_on_distributions_train_as_torch(capsys, kin
     initialize = initializer()
     for lib in (torch, rg):
         record = []
-        text = FLOW_SOURCE if lib is torch else port(FLOW_SOURCE, FLOW_STEPS).replace("from torch.", "from retrograd.")
+        text = (
+            FLOW_SOURCE
+            if lib is torch
+            else port(FLOW_SOURCE, FLOW_STEPS).replace("from torch.", "from retrograd.")
+        )
         names = run_source(text, lib)
         with SharedDraws(lib, 2230), SharedNormalNoise(lib, 2231):
             flow = names["Flow"](2, 16, 2, kind)

@@ -1,4 +1,4 @@
-# ruff: noqa: E501  (the programs are kept in their authors' manner: long lines)
+# ruff: noqa: E501, N806  (the programs are kept in their authors' manner: long lines)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 sparse Gaussian processes written by hand, in the manner of GPyTorch's ``ApproximateGP``
 without GPyTorch.
@@ -42,7 +42,7 @@ def _seeded():
     rg.seed(0)
 
 
-GP_SOURCE = '''
+GP_SOURCE = """
 import math
 import torch
 import torch.nn as nn
@@ -184,7 +184,7 @@ def train_fitc(model, X, y, steps, record):
                        "exact_entropy": exact.entropy().numpy(), "approx_variance": approx.variance.numpy(),
                        "kl": kl_divergence(approx, exact).numpy(),
                        "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()})
-'''
+"""
 
 GP_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
@@ -216,7 +216,9 @@ class SharedRandperm:
 
     def __enter__(self):
         self.saved = self.lib.randperm
-        self.lib.randperm = lambda n, **_: self.lib.tensor(self.rng.permutation(n), dtype=self.lib.int64)
+        self.lib.randperm = lambda n, **_: self.lib.tensor(
+            self.rng.permutation(n), dtype=self.lib.int64
+        )
         return self
 
     def __exit__(self, *exc):
@@ -231,14 +233,32 @@ def test_stochastic_variational_deep_kernel_gp_trains_as_torch(capsys):
     initialize = initializer()
     for lib in (torch, rg):
         record = []
-        text = GP_SOURCE if lib is torch else port(GP_SOURCE, GP_STEPS).replace("from torch.", "from retrograd.")
+        text = (
+            GP_SOURCE
+            if lib is torch
+            else port(GP_SOURCE, GP_STEPS).replace("from torch.", "from retrograd.")
+        )
         names = run_source(text, lib)
-        inducing = lib.tensor(np.linspace(-2, 2, 6)[:, None].repeat(2, 1) * [1.0, 0.5], dtype=lib.float32)
+        inducing = lib.tensor(
+            np.linspace(-2, 2, 6)[:, None].repeat(2, 1) * [1.0, 0.5], dtype=lib.float32
+        )
         model = names["SVDKGP"](inducing, 2)
         initialize(model)
         with SharedRandperm(lib, 2242):
-            names["train_svgp"](model, lib.tensor(X, dtype=lib.float32), lib.tensor(y, dtype=lib.float32), 4, 16, record)
-        names["predict"](model, lib.tensor(X_test, dtype=lib.float32), lib.tensor(y_test, dtype=lib.float32), record)
+            names["train_svgp"](
+                model,
+                lib.tensor(X, dtype=lib.float32),
+                lib.tensor(y, dtype=lib.float32),
+                4,
+                16,
+                record,
+            )
+        names["predict"](
+            model,
+            lib.tensor(X_test, dtype=lib.float32),
+            lib.tensor(y_test, dtype=lib.float32),
+            record,
+        )
         records.append(record)
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
@@ -250,7 +270,11 @@ def test_fitc_low_rank_gp_marginal_likelihood_trains_as_torch():
     records = []
     for lib in (torch, rg):
         record = []
-        text = GP_SOURCE if lib is torch else port(GP_SOURCE, GP_STEPS).replace("from torch.", "from retrograd.")
+        text = (
+            GP_SOURCE
+            if lib is torch
+            else port(GP_SOURCE, GP_STEPS).replace("from torch.", "from retrograd.")
+        )
         names = run_source(text, lib)
         model = names["FITC"](lib.tensor(np.linspace(-2.5, 2.5, 5)[:, None]))
         names["train_fitc"](model, lib.tensor(X), lib.tensor(y), 25, record)

@@ -38,7 +38,7 @@ def _seeded():
     rg.seed(0)
 
 
-MD_SOURCE = '''
+MD_SOURCE = """
 import torch
 import torch.nn as nn
 
@@ -96,7 +96,7 @@ def fit_potential(pos0, vel0, box, target, steps, iterations, record):
         record.append(loss.item())
         print(f"iter {it} loss {loss.item():.3e} eps {log_eps.exp().item():.4f} sigma {log_sigma.exp().item():.4f}")
     record.append([log_eps.item(), log_sigma.item()])
-'''
+"""
 
 MD_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
@@ -124,8 +124,13 @@ def test_lennard_jones_md_and_potential_fit_through_the_integrator_as_torch(caps
         record = []
         names = run_source(MD_SOURCE if lib is torch else port(MD_SOURCE, MD_STEPS), lib)
         pos0, vel0 = lib.tensor(pos), lib.tensor(vel)
-        true_log_eps, true_log_sigma = lib.tensor(0.0, dtype=lib.float64), lib.tensor(0.0, dtype=lib.float64)
-        traj, energies, vel_end = names["simulate"](pos0, vel0, box, true_log_eps, true_log_sigma, 30)
+        true_log_eps, true_log_sigma = (
+            lib.tensor(0.0, dtype=lib.float64),
+            lib.tensor(0.0, dtype=lib.float64),
+        )
+        traj, energies, vel_end = names["simulate"](
+            pos0, vel0, box, true_log_eps, true_log_sigma, 30
+        )
         record.extend([traj.detach().numpy(), energies.numpy(), vel_end.detach().numpy()])
         target = traj[:9].detach()
         names["fit_potential"](pos0, vel0, box, target, 8, 6, record)
@@ -137,7 +142,7 @@ def test_lennard_jones_md_and_potential_fit_through_the_integrator_as_torch(caps
     assert_records_agree(records[1], records[0], rtol=1e-8, atol=1e-10)
 
 
-HEAT_SOURCE = '''
+HEAT_SOURCE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -195,7 +200,7 @@ def recover(target, true_u0, dx, dt, steps, scheme, iterations, record):
         optimizer.step()
         record.append(loss.item())
     record.append([model.D.item(), F.mse_loss(model.u0, true_u0).item()])
-'''
+"""
 
 HEAT_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),

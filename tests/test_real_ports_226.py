@@ -251,7 +251,11 @@ def test_truncated_normal_distribution_of_ones_own_fits_and_trains_as_torch():
     initialize = initializer()
     for lib in (torch, rg):
         record = []
-        text = TRUNCNORM_SOURCE if lib is torch else port(TRUNCNORM_SOURCE, TRUNCNORM_STEPS).replace("from torch.", "from retrograd.")
+        text = (
+            TRUNCNORM_SOURCE
+            if lib is torch
+            else port(TRUNCNORM_SOURCE, TRUNCNORM_STEPS).replace("from torch.", "from retrograd.")
+        )
         names = run_source(text, lib)
         names["fit"](lib.tensor(data), -1.0, 2.0, 30, record)
         net = lib.nn.Linear(3, 2).double()

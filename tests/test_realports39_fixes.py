@@ -78,18 +78,18 @@ def test_kl_divergence_between_families_as_torchs(p_name, q_name):
 
 
 def _transforms_of(lib):
-    T = lib.distributions.transforms
+    tf = lib.distributions.transforms
     return [
-        T.ExpTransform(),
-        T.AffineTransform(0.5, 2.0),
-        T.PowerTransform(2.0),
-        T.ComposeTransform([T.AffineTransform(0.5, 2.0), T.ExpTransform()]),
-        T.IndependentTransform(T.SigmoidTransform(), 1),
-        T.ReshapeTransform((2, 3), (6,)),
-        T.StackTransform([T.ExpTransform(), T.AffineTransform(1.0, 3.0)], dim=0),
-        T.CatTransform([T.ExpTransform(), T.AffineTransform(1.0, 3.0)], dim=0, lengths=[1, 1]),
-        T.CumulativeDistributionTransform(lib.distributions.Normal(0.0, 1.0)),
-        T.ExpTransform().inv,
+        tf.ExpTransform(),
+        tf.AffineTransform(0.5, 2.0),
+        tf.PowerTransform(2.0),
+        tf.ComposeTransform([tf.AffineTransform(0.5, 2.0), tf.ExpTransform()]),
+        tf.IndependentTransform(tf.SigmoidTransform(), 1),
+        tf.ReshapeTransform((2, 3), (6,)),
+        tf.StackTransform([tf.ExpTransform(), tf.AffineTransform(1.0, 3.0)], dim=0),
+        tf.CatTransform([tf.ExpTransform(), tf.AffineTransform(1.0, 3.0)], dim=0, lengths=[1, 1]),
+        tf.CumulativeDistributionTransform(lib.distributions.Normal(0.0, 1.0)),
+        tf.ExpTransform().inv,
     ]
 
 
@@ -119,9 +119,9 @@ def test_transforms_with_cache_as_torchs(index):
 
 def test_a_transform_of_ones_own_with_cache_as_torchs():
     for lib in (torch, rg):
-        D = lib.distributions
+        dists = lib.distributions
 
-        class Flip(D.Transform):
+        class Flip(dists.Transform):
             bijective = True
 
             def _call(self, x):
@@ -149,10 +149,10 @@ def test_compose_log_abs_det_jacobian_reads_the_given_y_as_torchs():
     ``y`` for the last part."""
     results = []
     for lib in (torch, rg):
-        T = lib.distributions.transforms
+        tf = lib.distributions.transforms
         x = lib.tensor([0.5, 1.5], dtype=lib.float64, requires_grad=True)
         y = lib.tensor([3.0, 7.0], dtype=lib.float64, requires_grad=True)
-        compose = T.ComposeTransform([T.AffineTransform(1.0, 2.0), T.PowerTransform(3.0)])
+        compose = tf.ComposeTransform([tf.AffineTransform(1.0, 2.0), tf.PowerTransform(3.0)])
         value = compose.log_abs_det_jacobian(x, y)
         grads = lib.autograd.grad(value.sum(), [x, y])
         results.append([value.detach().numpy(), *(g.numpy() for g in grads)])
@@ -162,8 +162,10 @@ def test_compose_log_abs_det_jacobian_reads_the_given_y_as_torchs():
 
 def test_compose_with_cache_caches_its_parts_as_torchs():
     for lib in (torch, rg):
-        T = lib.distributions.transforms
-        compose = T.ComposeTransform([T.AffineTransform(1.0, 2.0), T.ExpTransform()], cache_size=1)
+        tf = lib.distributions.transforms
+        compose = tf.ComposeTransform(
+            [tf.AffineTransform(1.0, 2.0), tf.ExpTransform()], cache_size=1
+        )
         assert all(part._cache_size == 1 for part in compose.parts)
 
 
@@ -173,17 +175,24 @@ def test_less_than_constraint_and_its_bijection_as_torchs():
     u_np = np.array([[0.3, -1.2, 2.0], [0.1, 0.2, 0.3]])
     results = []
     for lib in (torch, rg):
-        C, D = lib.distributions.constraints, lib.distributions
+        cons, dists = lib.distributions.constraints, lib.distributions
         u = lib.tensor(u_np, requires_grad=True)
-        t = D.biject_to(C.less_than(1.0))
+        t = dists.biject_to(cons.less_than(1.0))
         y = t(u)
         ladj = t.log_abs_det_jacobian(u, y)
         (g,) = lib.autograd.grad((y * y).sum() + ladj.sum(), [u])
         upper = lib.tensor([0.0, 1.0, 2.0], dtype=lib.float64)
         results.append(
-            [y, t.inv(y), ladj, g, D.transform_to(C.less_than(upper))(u), C.less_than(1.0).check(y)]
+            [
+                y,
+                t.inv(y),
+                ladj,
+                g,
+                dists.transform_to(cons.less_than(upper))(u),
+                cons.less_than(1.0).check(y),
+            ]
         )
-        assert repr(C.less_than(1.0)) == "LessThan(upper_bound=1.0)"
+        assert repr(cons.less_than(1.0)) == "LessThan(upper_bound=1.0)"
     for mine, theirs in zip(results[1], results[0], strict=True):
         np.testing.assert_allclose(mine.detach().numpy(), theirs.detach().numpy(), rtol=1e-12)
 
@@ -191,9 +200,7 @@ def test_less_than_constraint_and_its_bijection_as_torchs():
 def test_matrix_constraints_as_torchs():
     """Before: ``lower_triangular``, ``symmetric`` and ``positive_semidefinite`` were
     missing."""
-    batch = np.array(
-        [[[2.0, 0.5], [0.5, 1.0]], [[1.0, 2.0], [2.0, 1.0]], [[1.0, 1.0], [1.0, 1.0]]]
-    )
+    batch = np.array([[[2.0, 0.5], [0.5, 1.0]], [[1.0, 2.0], [2.0, 1.0]], [[1.0, 1.0], [1.0, 1.0]]])
     lower = np.array([[[1.0, 0.0], [3.0, -1.0]], [[1.0, 1e-3], [0.0, 1.0]]])
     for name, value in [
         ("symmetric", batch),
@@ -209,6 +216,38 @@ def test_matrix_constraints_as_torchs():
         assert getattr(rg.distributions.constraints, name).event_dim == 2
 
 
+def _shifted_distribution(lib):
+    """A distribution of one's own in torch's manner: a support depending on a parameter, a
+    parameter with a dependent constraint, a lazily computed derived parameter."""
+    constraints = lib.distributions.constraints
+    lazy_property = lib.distributions.utils.lazy_property
+
+    class Shifted(lib.distributions.Distribution):
+        arg_constraints = {  # noqa: RUF012  (torch's layout)
+            "low": constraints.dependent(is_discrete=False, event_dim=0),
+            "scale": constraints.positive,
+        }
+
+        def __init__(self, low, scale, validate_args=None):
+            self.low, self.scale = low, scale
+            super().__init__(low.shape, validate_args=validate_args)
+
+        @constraints.dependent_property(is_discrete=False, event_dim=0)
+        def support(self):
+            return constraints.greater_than(self.low)
+
+        @lazy_property
+        def doubled_scale(self):
+            return self.scale * 2
+
+        def log_prob(self, x):
+            if self._validate_args:
+                self._validate_sample(x)
+            return -(x - self.low) / self.scale - self.scale.log()
+
+    return Shifted
+
+
 def test_dependent_constraints_and_properties_as_torchs():
     """Before: ``constraints.dependent``, ``dependent_property`` and ``is_dependent`` were
     missing, so a distribution of one's own written as torch's are (a support built from the
@@ -216,30 +255,10 @@ def test_dependent_constraints_and_properties_as_torchs():
     ``Uniform``, ``Binomial``... were plain properties, not dependent on the class."""
     outcomes = []
     for lib in (torch, rg):
-        D = lib.distributions
-        C = D.constraints
-        lazy_property = D.utils.lazy_property
+        dists = lib.distributions
+        cons = dists.constraints
 
-        class Shifted(D.Distribution):
-            arg_constraints = {"low": C.dependent(is_discrete=False, event_dim=0),
-                               "scale": C.positive}  # fmt: skip
-
-            def __init__(self, low, scale, validate_args=None):
-                self.low, self.scale = low, scale
-                super().__init__(low.shape, validate_args=validate_args)
-
-            @C.dependent_property(is_discrete=False, event_dim=0)
-            def support(self):
-                return C.greater_than(self.low)
-
-            @lazy_property
-            def doubled_scale(self):
-                return self.scale * 2
-
-            def log_prob(self, x):
-                if self._validate_args:
-                    self._validate_sample(x)
-                return -(x - self.low) / self.scale - self.scale.log()
+        Shifted = _shifted_distribution(lib)  # noqa: N806
 
         scale = lib.tensor([1.0, 2.0], requires_grad=True)
         d = Shifted(lib.zeros(2), scale, validate_args=True)
@@ -251,27 +270,36 @@ def test_dependent_constraints_and_properties_as_torchs():
         with pytest.raises(ValueError):
             Shifted(lib.zeros(2), lib.tensor([1.0, -1.0]), validate_args=True)
         with pytest.raises(ValueError):
-            C.dependent.check(lib.zeros(1))
+            cons.dependent.check(lib.zeros(1))
         with pytest.raises(NotImplementedError):
-            _ = C.dependent.event_dim
+            _ = cons.dependent.event_dim
         outcomes.append(
             [
                 d.log_prob(lib.tensor([1.0, 1.0])).detach().numpy().tolist(),
                 g.numpy().tolist(),
                 "doubled_scale" in d.__dict__,
                 Shifted.support.event_dim,
-                C.is_dependent(Shifted.support),
-                C.is_dependent(C.real),
-                C.dependent(is_discrete=True, event_dim=1).event_dim,
+                cons.is_dependent(Shifted.support),
+                cons.is_dependent(cons.real),
+                cons.dependent(is_discrete=True, event_dim=1).event_dim,
                 [
-                    C.is_dependent(getattr(D, name).support)
-                    for name in ("Uniform", "Binomial", "Categorical", "Multinomial", "Pareto",
-                                 "Independent", "MixtureSameFamily", "TransformedDistribution",
-                                 "Normal", "Beta")  # fmt: skip
+                    cons.is_dependent(getattr(dists, name).support)
+                    for name in (
+                        "Uniform",
+                        "Binomial",
+                        "Categorical",
+                        "Multinomial",
+                        "Pareto",
+                        "Independent",
+                        "MixtureSameFamily",
+                        "TransformedDistribution",
+                        "Normal",
+                        "Beta",
+                    )
                 ],
-                D.Uniform.support.is_discrete,
-                D.Multinomial.support.event_dim,
-                D.Uniform(0.0, 2.0).support.upper_bound.item(),
+                dists.Uniform.support.is_discrete,
+                dists.Multinomial.support.event_dim,
+                dists.Uniform(0.0, 2.0).support.upper_bound.item(),
             ]
         )
     assert outcomes[1] == outcomes[0]
@@ -282,14 +310,16 @@ def test_mixture_same_family_support_as_torchs():
     its components' (it was the components' own)."""
     reports = []
     for lib in (torch, rg):
-        D = lib.distributions
-        components = D.Independent(D.Normal(lib.zeros(2, 3), lib.ones(2, 3)), 1)
-        support = D.MixtureSameFamily(D.Categorical(logits=lib.zeros(2)), components).support
+        dists = lib.distributions
+        components = dists.Independent(dists.Normal(lib.zeros(2, 3), lib.ones(2, 3)), 1)
+        support = dists.MixtureSameFamily(
+            dists.Categorical(logits=lib.zeros(2)), components
+        ).support
         value = lib.tensor([[1.0, float("nan"), 0.0], [1.0, 2.0, 3.0]])
         reports.append(
             [repr(support), support.event_dim, support.is_discrete, support.check(value).tolist()]
         )
-        assert isinstance(support, D.constraints.MixtureSameFamilyConstraint)
+        assert isinstance(support, dists.constraints.MixtureSameFamilyConstraint)
     assert reports[1] == reports[0]
 
 

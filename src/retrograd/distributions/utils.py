@@ -66,7 +66,9 @@ def vec_to_tril_matrix(vec: Any, diag: int = 0) -> Any:
     """The (batch of) square lower-triangular matrix whose entries (below the ``diag``-th
     diagonal, inclusive), row by row, are ``vec``'s last dimension."""
     length = vec.shape[-1]
-    root = (-(1 + 2 * diag) + ((1 + 2 * diag) ** 2 + 8 * length + 4 * abs(diag) * (diag + 1)) ** 0.5) / 2
+    root = (
+        -(1 + 2 * diag) + ((1 + 2 * diag) ** 2 + 8 * length + 4 * abs(diag) * (diag + 1)) ** 0.5
+    ) / 2
     n = round(root)
     if abs(root - n) > 1e-9:
         raise ShapeError(
