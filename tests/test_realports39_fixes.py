@@ -343,3 +343,27 @@ def test_tril_matrix_vec_round_trip_as_torchs():
     with pytest.raises(rg.InvalidArgumentError, match="diag"):
         rg.distributions.utils.tril_matrix_to_vec(rg.zeros(3, 3), 3)
     assert rg.distributions.identity_transform(rg.tensor([1.0])).tolist() == [1.0]
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        "nonnegative_integer",
+        "positive_integer",
+        "greater_than(1.0)",
+        "greater_than_eq(1.0)",
+        "interval(0.0, 2.0)",
+        "half_open_interval(0.0, 2.0)",
+        "integer_interval(0, 3)",
+        "independent(constraints.real, 2)",
+    ],
+)
+def test_constraint_reprs_as_torchs(spelled):
+    """Before: the integer and half-open intervals and the integer half lines printed as
+    their bases (``Interval``, ``GreaterThanEq``): an error naming a ``Categorical``'s
+    support named the wrong constraint."""
+    reprs = []
+    for lib in (torch, rg):
+        constraints = lib.distributions.constraints
+        reprs.append(repr(eval(f"constraints.{spelled}", {"constraints": constraints})))
+    assert reprs[1] == reprs[0]

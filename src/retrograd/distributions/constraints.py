@@ -136,16 +136,13 @@ class _GreaterThan(Constraint):
     def check(self, value: Any) -> Any:
         return value > self.lower_bound
 
-    def __repr__(self) -> str:
-        return f"GreaterThan(lower_bound={self.lower_bound})"
+    def __repr__(self) -> str:  # (torch's: the subclasses by their own names)
+        return f"{type(self).__name__.lstrip('_')}(lower_bound={self.lower_bound})"
 
 
 class _GreaterThanEq(_GreaterThan):
     def check(self, value: Any) -> Any:
         return value >= self.lower_bound
-
-    def __repr__(self) -> str:
-        return f"GreaterThanEq(lower_bound={self.lower_bound})"
 
 
 class _LessThan(Constraint):
@@ -169,7 +166,8 @@ class _Interval(Constraint):
         return (value >= self.lower_bound) & (value <= self.upper_bound)
 
     def __repr__(self) -> str:
-        return f"Interval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+        bounds = f"lower_bound={self.lower_bound}, upper_bound={self.upper_bound}"
+        return f"{type(self).__name__.lstrip('_')}({bounds})"
 
 
 class _HalfOpenInterval(_Interval):
