@@ -104,6 +104,7 @@ from .transforms import (
     StickBreakingTransform,
     TanhTransform,
     Transform,
+    identity_transform,
 )
 from .von_mises import VonMises
 from .wishart import Wishart
@@ -184,6 +185,7 @@ __all__ = [
     "distribution",
     "exp_family",
     "gamma",
+    "identity_transform",
     "kl",
     "kl_divergence",
     "lkj_cholesky",

@@ -50,7 +50,7 @@ class Categorical(Distribution):
     def _expand_args(self) -> dict[str, Any]:
         return {self._param_name: getattr(self, self._param_name)}
 
-    @property
+    @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self) -> Any:
         return constraints.integer_interval(0, self._num_events - 1)
 

@@ -96,6 +96,14 @@ def _transform_to_greater_than(constraint: Any) -> transforms.Transform:
     )
 
 
+@biject_to.register(constraints.less_than)
+@transform_to.register(constraints.less_than)
+def _transform_to_less_than(constraint: Any) -> transforms.Transform:
+    return transforms.ComposeTransform(
+        [transforms.ExpTransform(), transforms.AffineTransform(constraint.upper_bound, -1)]
+    )
+
+
 @biject_to.register(constraints.interval)
 @biject_to.register(constraints.half_open_interval)
 @transform_to.register(constraints.interval)

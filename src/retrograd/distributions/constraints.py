@@ -11,20 +11,27 @@ when ``validate_args`` holds, and ``support`` for the values ``log_prob`` is giv
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
     "Constraint",
+    "MixtureSameFamilyConstraint",
     "boolean",
     "cat",
     "corr_cholesky",
+    "dependent",
+    "dependent_property",
     "greater_than",
     "greater_than_eq",
     "half_open_interval",
     "independent",
     "integer_interval",
     "interval",
+    "is_dependent",
+    "less_than",
     "lower_cholesky",
+    "lower_triangular",
     "multinomial",
     "nonnegative",
     "nonnegative_integer",
@@ -32,11 +39,13 @@ __all__ = [
     "positive",
     "positive_definite",
     "positive_integer",
+    "positive_semidefinite",
     "real",
     "real_vector",
     "simplex",
     "square",
     "stack",
+    "symmetric",
     "unit_interval",
 ]
 
@@ -52,6 +61,60 @@ class Constraint:
 
     def __repr__(self) -> str:
         return type(self).__name__.lstrip("_") + "()"
+
+
+class _Dependent(Constraint):
+    """torch's placeholder for a parameter or support that depends on other parameters (a
+    ``Uniform``'s ``low``): no coordinatewise check, so validation passes over it.
+    ``is_discrete`` and ``event_dim``, where not given, cannot be known statically."""
+
+    def __init__(self, *, is_discrete: Any = NotImplemented, event_dim: Any = NotImplemented):
+        self._is_discrete = is_discrete
+        self._event_dim = event_dim
+
+    @property
+    def is_discrete(self) -> bool:  # type: ignore[override]
+        if self._is_discrete is NotImplemented:
+            raise NotImplementedError(".is_discrete cannot be determined statically")
+        return self._is_discrete
+
+    @property
+    def event_dim(self) -> int:  # type: ignore[override]
+        if self._event_dim is NotImplemented:
+            raise NotImplementedError(".event_dim cannot be determined statically")
+        return self._event_dim
+
+    def __call__(self, *, is_discrete: Any = NotImplemented,
+                 event_dim: Any = NotImplemented) -> _Dependent:  # fmt: skip
+        """``constraints.dependent(is_discrete=True, event_dim=1)``: one with those known."""
+        if is_discrete is NotImplemented:
+            is_discrete = self._is_discrete
+        if event_dim is NotImplemented:
+            event_dim = self._event_dim
+        return _Dependent(is_discrete=is_discrete, event_dim=event_dim)
+
+    def check(self, value: Any) -> Any:
+        raise ValueError("Cannot determine validity of dependent constraint")
+
+
+def is_dependent(constraint: Any) -> bool:
+    """Whether ``constraint`` is a dependent one (validation skips those)."""
+    return isinstance(constraint, _Dependent)
+
+
+class _DependentProperty(property, _Dependent):
+    """``@constraints.dependent_property(is_discrete=False, event_dim=0)`` over a method: a
+    property on instances (``self.support``, built from the parameters), a dependent
+    constraint on the class (``Uniform.support``)."""
+
+    def __init__(self, fn: Callable[..., Any] | None = None, *, is_discrete: Any = NotImplemented,
+                 event_dim: Any = NotImplemented) -> None:  # fmt: skip
+        property.__init__(self, fn)
+        self._is_discrete = is_discrete
+        self._event_dim = event_dim
+
+    def __call__(self, fn: Callable[..., Any]) -> _DependentProperty:  # type: ignore[override]
+        return _DependentProperty(fn, is_discrete=self._is_discrete, event_dim=self._event_dim)
 
 
 class _Real(Constraint):
@@ -73,16 +136,26 @@ class _GreaterThan(Constraint):
     def check(self, value: Any) -> Any:
         return value > self.lower_bound
 
-    def __repr__(self) -> str:
-        return f"GreaterThan(lower_bound={self.lower_bound})"
+    def __repr__(self) -> str:  # (torch's: the subclasses by their own names)
+        return f"{type(self).__name__.lstrip('_')}(lower_bound={self.lower_bound})"
 
 
 class _GreaterThanEq(_GreaterThan):
     def check(self, value: Any) -> Any:
         return value >= self.lower_bound
 
+
+class _LessThan(Constraint):
+    """The half line below ``upper_bound`` (open)."""
+
+    def __init__(self, upper_bound: Any) -> None:
+        self.upper_bound = upper_bound
+
+    def check(self, value: Any) -> Any:
+        return value < self.upper_bound
+
     def __repr__(self) -> str:
-        return f"GreaterThanEq(lower_bound={self.lower_bound})"
+        return f"LessThan(upper_bound={self.upper_bound})"
 
 
 class _Interval(Constraint):
@@ -93,7 +166,8 @@ class _Interval(Constraint):
         return (value >= self.lower_bound) & (value <= self.upper_bound)
 
     def __repr__(self) -> str:
-        return f"Interval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+        bounds = f"lower_bound={self.lower_bound}, upper_bound={self.upper_bound}"
+        return f"{type(self).__name__.lstrip('_')}({bounds})"
 
 
 class _HalfOpenInterval(_Interval):
@@ -132,6 +206,9 @@ class _Independent(Constraint):
     def reinterpreted_batch_ndims(self) -> int:
         """torch's name of ``reinterpreted``."""
         return self.reinterpreted
+
+    def __repr__(self) -> str:
+        return f"IndependentConstraint({self.base!r}, {self.reinterpreted})"
 
     def check(self, value: Any) -> Any:
         ok = self.base.check(value)
@@ -210,6 +287,13 @@ class _CorrCholesky(Constraint):
         return _LowerCholesky().check(value) & unit_rows
 
 
+class _LowerTriangular(Constraint):
+    event_dim = 2
+
+    def check(self, value: Any) -> Any:
+        return value.tril().eq(value).all(-1).all(-1)
+
+
 class _Square(Constraint):
     event_dim = 2
 
@@ -218,6 +302,70 @@ class _Square(Constraint):
 
         ok = value.shape[-1] == value.shape[-2]
         return full(tuple(value.shape[:-2]), ok, dtype="bool", device=value.device)
+
+
+class _Symmetric(_Square):
+    """Square and equal to its transpose (to torch's ``atol=1e-6``)."""
+
+    def check(self, value: Any) -> Any:
+        square = super().check(value)
+        if not bool(square.all().item()):
+            return square
+        return value.isclose(value.mT, atol=1e-6).all(-2).all(-1)
+
+
+class _PositiveSemidefinite(_Symmetric):
+    """Symmetric with no negative eigenvalue (NumPy's ``eigvalsh``, on the values)."""
+
+    def check(self, value: Any) -> Any:
+        import numpy as np
+
+        from ..tensor import tensor
+
+        symmetric = super().check(value)
+        if not bool(symmetric.all().item()):
+            return symmetric
+        values = np.asarray(value.detach().numpy(), np.float64)
+        return tensor((np.linalg.eigvalsh(values) >= 0).all(-1), device=value.device)
+
+
+class MixtureSameFamilyConstraint(Constraint):
+    """A ``MixtureSameFamily``'s support: its component's constraint, checked with the
+    components' dimension added back and folded in."""
+
+    def __init__(self, base_constraint: Constraint) -> None:
+        if not isinstance(base_constraint, Constraint):
+            from ..errors import DTypeError
+
+            raise DTypeError(
+                "MixtureSameFamilyConstraint: base_constraint must be a Constraint, got "
+                f"{type(base_constraint).__name__}"
+            )
+        self.base_constraint = base_constraint
+
+    @property
+    def is_discrete(self) -> bool:  # type: ignore[override]
+        return self.base_constraint.is_discrete
+
+    @property
+    def event_dim(self) -> int:  # type: ignore[override]
+        return self.base_constraint.event_dim
+
+    def check(self, value: Any) -> Any:
+        event_dim = self.event_dim
+        if value.dim() < event_dim:
+            from ..errors import ShapeError
+
+            raise ShapeError(
+                f"MixtureSameFamilyConstraint: expected value.dim() >= {event_dim}, got "
+                f"{value.dim()}"
+            )
+        result = self.base_constraint.check(value.unsqueeze(-1 - event_dim))
+        keep = value.dim() - event_dim
+        return result.reshape(tuple(result.shape[:keep]) + (-1,)).all(-1)
+
+    def __repr__(self) -> str:
+        return f"MixtureSameFamilyConstraint({self.base_constraint!r})"
 
 
 class _Cat(Constraint):
@@ -271,6 +419,8 @@ class _Multinomial(Constraint):
         return (value >= 0).all(-1) & (value.sum(-1) <= self.upper_bound)
 
 
+dependent = _Dependent()
+dependent_property = _DependentProperty
 boolean = _Boolean()
 real = _Real()
 real_vector = _Independent(real, 1)
@@ -282,6 +432,10 @@ positive_integer = _IntegerGreaterThan(1)
 simplex = _Simplex()
 one_hot = _OneHot()
 lower_cholesky = _LowerCholesky()
+lower_triangular = _LowerTriangular()
+symmetric = _Symmetric()
+positive_semidefinite = _PositiveSemidefinite()
+less_than = _LessThan
 positive_definite = _PositiveDefinite()
 corr_cholesky = _CorrCholesky()
 square = _Square()

@@ -82,7 +82,7 @@ class Uniform(Distribution):
                 f"high={self.high}"
             )
 
-    @property
+    @constraints.dependent_property(is_discrete=False, event_dim=0)
     def support(self) -> Any:
         return constraints.half_open_interval(self.low, self.high)
 
@@ -466,7 +466,7 @@ class GeneralizedPareto(Distribution):
     def entropy(self) -> Any:
         return self.scale.log() + self.concentration + 1
 
-    @property
+    @constraints.dependent_property(is_discrete=False, event_dim=0)
     def support(self) -> Any:
         c = self.concentration
         safe = where(c < 0, c, c * 0 - 1)

@@ -135,7 +135,7 @@ class Binomial(Distribution):
     def _expand_args(self) -> dict[str, Any]:
         return {"total_count": self.total_count, self._param_name: getattr(self, self._param_name)}
 
-    @property
+    @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self) -> Any:
         return constraints.integer_interval(0, self.total_count)
 
@@ -359,7 +359,7 @@ class Multinomial(_OverCategorical, Distribution):
         param = param.expand(batch_shape + tuple(param.shape[-1:]))
         return Multinomial(self.total_count, **{name: param}, validate_args=False)
 
-    @property
+    @constraints.dependent_property(is_discrete=True, event_dim=1)
     def support(self) -> Any:
         return constraints.multinomial(self.total_count)
 

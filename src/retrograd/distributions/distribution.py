@@ -17,6 +17,7 @@ from ..autodiff import no_grad
 from ..errors import InvalidArgumentError
 from ..tensor.dtypes import Size
 from ..tensor.shape import shape_arg
+from . import constraints
 
 __all__ = ["Distribution"]
 
@@ -48,6 +49,8 @@ class Distribution:
             self._validate_args = bool(validate_args)
         if self._validate_args:
             for name, constraint in self.arg_constraints.items():
+                if constraints.is_dependent(constraint):
+                    continue  # (torch's: nothing to check coordinatewise)
                 value = self.__dict__.get(name)  # parameters not given are not checked
                 if value is None and isinstance(getattr(type(self), name, None), property):
                     value = getattr(self, name)  # a base distribution's, as torch checks it

@@ -272,24 +272,252 @@ def _kl_gamma_normal(p: Gamma, q: Normal) -> Any:
 @register_kl(Normal, Exponential)
 @register_kl(Normal, Gamma)
 @register_kl(Normal, Beta)
+@register_kl(Normal, ContinuousBernoulli)
+@register_kl(Normal, Pareto)
 @register_kl(Laplace, Uniform)
 @register_kl(Laplace, Exponential)
 @register_kl(Laplace, Gamma)
 @register_kl(Laplace, Beta)
+@register_kl(Laplace, ContinuousBernoulli)
+@register_kl(Laplace, Pareto)
+@register_kl(Gumbel, Uniform)
+@register_kl(Gumbel, Exponential)
+@register_kl(Gumbel, Gamma)
+@register_kl(Gumbel, Beta)
+@register_kl(Gumbel, ContinuousBernoulli)
+@register_kl(Gumbel, Pareto)
 def _kl_real_line_infinity(p: Any, q: Any) -> Any:
     return _infinite_like(p.loc)
 
 
 @register_kl(Exponential, Uniform)
 @register_kl(Exponential, Beta)
+@register_kl(Exponential, ContinuousBernoulli)
+@register_kl(Exponential, Pareto)
 def _kl_exponential_infinity(p: Exponential, q: Any) -> Any:
     return _infinite_like(p.rate)
 
 
 @register_kl(Gamma, Uniform)
 @register_kl(Gamma, Beta)
+@register_kl(Gamma, ContinuousBernoulli)
+@register_kl(Gamma, Pareto)
 def _kl_gamma_infinity(p: Gamma, q: Any) -> Any:
     return _infinite_like(p.concentration)
+
+
+@register_kl(Beta, Pareto)
+def _kl_beta_infinity(p: Beta, q: Pareto) -> Any:
+    return _infinite_like(p.concentration1)
+
+
+@register_kl(ContinuousBernoulli, Pareto)
+def _kl_continuous_bernoulli_infinity(p: ContinuousBernoulli, q: Pareto) -> Any:
+    return _infinite_like(p.probs)
+
+
+@register_kl(Pareto, Uniform)
+@register_kl(Pareto, Beta)
+@register_kl(Pareto, ContinuousBernoulli)
+def _kl_pareto_infinity(p: Pareto, q: Any) -> Any:
+    return _infinite_like(p.scale)
+
+
+@register_kl(Poisson, Bernoulli)
+@register_kl(Poisson, Binomial)
+def _kl_poisson_infinity(p: Poisson, q: Any) -> Any:
+    return _infinite_like(p.rate)
+
+
+def _beta_mean(p: Beta) -> Any:
+    return p.concentration1 / (p.concentration1 + p.concentration0)
+
+
+@register_kl(Bernoulli, Poisson)
+def _kl_bernoulli_poisson(p: Bernoulli, q: Poisson) -> Any:
+    return -p.entropy() - (p.probs * q.rate.log() - q.rate)
+
+
+@register_kl(Beta, ContinuousBernoulli)
+@register_kl(Uniform, ContinuousBernoulli)
+def _kl_to_continuous_bernoulli(p: Any, q: ContinuousBernoulli) -> Any:
+    result = -p.entropy() - p.mean * q.logits - (-q.probs).log1p() - q._cont_bern_log_norm()
+    if isinstance(p, Uniform):
+        # torch's test: infinite where p's interval reaches either end of [0, 1]
+        outside = (p.high >= q.support.upper_bound) | (p.low <= q.support.lower_bound)
+        return _infinite_where(outside, result)
+    return result
+
+
+@register_kl(Beta, Exponential)
+def _kl_beta_exponential(p: Beta, q: Exponential) -> Any:
+    return -p.entropy() - q.rate.log() + q.rate * _beta_mean(p)
+
+
+@register_kl(Beta, Gamma)
+def _kl_beta_gamma(p: Beta, q: Gamma) -> Any:
+    t2 = lgamma(q.concentration) - q.concentration * q.rate.log()
+    total = p.concentration1 + p.concentration0
+    t3 = (q.concentration - 1) * (digamma(p.concentration1) - digamma(total))
+    return -p.entropy() + t2 - t3 + q.rate * _beta_mean(p)
+
+
+@register_kl(Beta, Normal)
+def _kl_beta_normal(p: Beta, q: Normal) -> Any:
+    mean = _beta_mean(p)
+    var_normal = q.scale.pow(2)
+    t2 = 0.5 * (var_normal * 2 * math.pi).log()
+    t3 = (mean * (1 - mean) / (p.concentration1 + p.concentration0 + 1) + mean.pow(2)) * 0.5
+    return -p.entropy() + t2 + (t3 - q.loc * mean + q.loc.pow(2) * 0.5) / var_normal
+
+
+@register_kl(Beta, Uniform)
+def _kl_beta_uniform(p: Beta, q: Uniform) -> Any:
+    result = -p.entropy() + (q.high - q.low).log()
+    outside = (q.low > p.support.lower_bound) | (q.high < p.support.upper_bound)
+    return _infinite_where(outside, result)
+
+
+@register_kl(ContinuousBernoulli, Exponential)
+def _kl_continuous_bernoulli_exponential(p: ContinuousBernoulli, q: Exponential) -> Any:
+    return -p.entropy() - q.rate.log() + q.rate * p.mean
+
+
+@register_kl(ContinuousBernoulli, Normal)
+def _kl_continuous_bernoulli_normal(p: ContinuousBernoulli, q: Normal) -> Any:
+    t2 = 0.5 * (math.log(2.0 * math.pi) + (q.loc / q.scale).pow(2)) + q.scale.log()
+    t3 = (p.variance + p.mean.pow(2) - 2.0 * q.loc * p.mean) / (2.0 * q.scale.pow(2))
+    return -p.entropy() + t2 + t3
+
+
+@register_kl(ContinuousBernoulli, Uniform)
+def _kl_continuous_bernoulli_uniform(p: ContinuousBernoulli, q: Uniform) -> Any:
+    result = -p.entropy() + (q.high - q.low).log()
+    # torch's test, kept as torch writes it: infinite where q starts at or above 0 or ends
+    # at or below 1
+    outside = (q.low >= p.support.lower_bound) | (q.high <= p.support.upper_bound)
+    return _infinite_where(outside, result)
+
+
+@register_kl(Exponential, Gumbel)
+def _kl_exponential_gumbel(p: Exponential, q: Gumbel) -> Any:
+    scale_rate_prod = p.rate * q.scale
+    loc_scale_ratio = q.loc / q.scale
+    t1 = scale_rate_prod.log() - 1
+    t2 = loc_scale_ratio.exp() * scale_rate_prod / (scale_rate_prod + 1)
+    return t1 - loc_scale_ratio + t2 + scale_rate_prod.reciprocal()
+
+
+@register_kl(Gamma, Gumbel)
+def _kl_gamma_gumbel(p: Gamma, q: Gumbel) -> Any:
+    c = p.concentration
+    beta_scale_prod = p.rate * q.scale
+    loc_scale_ratio = q.loc / q.scale
+    t1 = (c - 1) * digamma(c) - lgamma(c) - c
+    t2 = beta_scale_prod.log() + c / beta_scale_prod
+    t3 = loc_scale_ratio.exp() * (1 + beta_scale_prod.reciprocal()).pow(-c) - loc_scale_ratio
+    return t1 + t2 + t3
+
+
+@register_kl(Gumbel, Normal)
+def _kl_gumbel_normal(p: Gumbel, q: Normal) -> Any:
+    param_ratio = p.scale / q.scale
+    t1 = (param_ratio / math.sqrt(2 * math.pi)).log()
+    t2 = (math.pi * param_ratio * 0.5).pow(2) / 3
+    t3 = ((p.loc + p.scale * EULER_GAMMA - q.loc) / q.scale).pow(2) * 0.5
+    return -t1 + t2 + t3 - (EULER_GAMMA + 1)
+
+
+@register_kl(Normal, Gumbel)
+def _kl_normal_gumbel(p: Normal, q: Gumbel) -> Any:
+    mean_scale_ratio = p.loc / q.scale
+    var_scale_sqr_ratio = (p.scale / q.scale).pow(2)
+    loc_scale_ratio = q.loc / q.scale
+    t1 = var_scale_sqr_ratio.log() * 0.5
+    t2 = mean_scale_ratio - loc_scale_ratio
+    t3 = (-mean_scale_ratio + 0.5 * var_scale_sqr_ratio + loc_scale_ratio).exp()
+    return -t1 + t2 + t3 - (0.5 * (1 + math.log(2 * math.pi)))
+
+
+@register_kl(Pareto, Exponential)
+def _kl_pareto_exponential(p: Pareto, q: Exponential) -> Any:
+    scale_rate_prod = p.scale * q.rate
+    t1 = (p.alpha / scale_rate_prod).log()
+    t3 = p.alpha * scale_rate_prod / (p.alpha - 1)
+    return _infinite_where(p.alpha <= 1, t1 - p.alpha.reciprocal() + t3 - 1)
+
+
+@register_kl(Pareto, Gamma)
+def _kl_pareto_gamma(p: Pareto, q: Gamma) -> Any:
+    common_term = p.scale.log() + p.alpha.reciprocal()
+    t1 = p.alpha.log() - common_term
+    t2 = lgamma(q.concentration) - q.concentration * q.rate.log()
+    t3 = (1 - q.concentration) * common_term
+    t4 = q.rate * p.alpha * p.scale / (p.alpha - 1)
+    return _infinite_where(p.alpha <= 1, t1 + t2 + t3 + t4 - 1)
+
+
+@register_kl(Pareto, Normal)
+def _kl_pareto_normal(p: Pareto, q: Normal) -> Any:
+    var_normal = 2 * q.scale.pow(2)
+    common_term = p.scale / (p.alpha - 1)
+    t1 = (math.sqrt(2 * math.pi) * q.scale * p.alpha / p.scale).log()
+    t3 = p.alpha * common_term.pow(2) / (p.alpha - 2)
+    t4 = (p.alpha * common_term - q.loc).pow(2)
+    result = t1 - p.alpha.reciprocal() + (t3 + t4) / var_normal - 1
+    return _infinite_where(p.alpha <= 2, result)
+
+
+@register_kl(Uniform, Beta)
+def _kl_uniform_beta(p: Uniform, q: Beta) -> Any:
+    width = p.high - p.low
+    t2 = (q.concentration1 - 1) * (p.high.xlogy(p.high) - p.low.xlogy(p.low) - width) / width
+    high_rest, low_rest = 1 - p.high, 1 - p.low
+    t3 = (
+        (q.concentration0 - 1)
+        * (high_rest.xlogy(high_rest) - low_rest.xlogy(low_rest) + width)
+        / width
+    )
+    t4 = (
+        lgamma(q.concentration1)
+        + lgamma(q.concentration0)
+        - lgamma(q.concentration1 + q.concentration0)
+    )
+    result = t3 + t4 - width.log() - t2
+    outside = (p.high > q.support.upper_bound) | (p.low < q.support.lower_bound)
+    return _infinite_where(outside, result)
+
+
+@register_kl(Uniform, Exponential)
+def _kl_uniform_exponential(p: Uniform, q: Exponential) -> Any:
+    result = q.rate * (p.high + p.low) / 2 - ((p.high - p.low) * q.rate).log()
+    return _infinite_where(p.low < q.support.lower_bound, result)
+
+
+@register_kl(Uniform, Gamma)
+def _kl_uniform_gamma(p: Uniform, q: Gamma) -> Any:
+    width = p.high - p.low
+    t2 = lgamma(q.concentration) - q.concentration * q.rate.log()
+    t3 = (1 - q.concentration) * (p.high.xlogy(p.high) - p.low.xlogy(p.low) - width) / width
+    result = -width.log() + t2 + t3 + q.rate * (p.high + p.low) / 2
+    return _infinite_where(p.low < q.support.lower_bound, result)
+
+
+@register_kl(Uniform, Gumbel)
+def _kl_uniform_gumbel(p: Uniform, q: Gumbel) -> Any:
+    common_term = q.scale / (p.high - p.low)
+    high_loc_diff = (p.high - q.loc) / q.scale
+    low_loc_diff = (p.low - q.loc) / q.scale
+    t1 = common_term.log() + 0.5 * (high_loc_diff + low_loc_diff)
+    return t1 - common_term * ((-high_loc_diff).exp() - (-low_loc_diff).exp())
+
+
+@register_kl(Uniform, Pareto)
+def _kl_uniform_pareto(p: Uniform, q: Pareto) -> Any:
+    width = p.high - p.low
+    t1 = (q.alpha * q.scale.pow(q.alpha) * width).log()
+    t2 = (p.high.xlogy(p.high) - p.low.xlogy(p.low) - width) / width
+    return _infinite_where(p.low < q.support.lower_bound, t2 * (q.alpha + 1) - t1)
 
 
 def _infinite_like(t: Any) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..errors import InvalidArgumentError, ShapeError
+from . import constraints
 from .categorical import Categorical
 from .distribution import Distribution
 from .utils import as_value
@@ -63,9 +64,9 @@ class MixtureSameFamily(Distribution):
     def component_distribution(self) -> Distribution:
         return self._component_distribution
 
-    @property
+    @constraints.dependent_property
     def support(self) -> Any:  # type: ignore[override]
-        return self._component_distribution.support
+        return constraints.MixtureSameFamilyConstraint(self._component_distribution.support)
 
     def expand(self, batch_shape: Any, _instance: Any = None) -> MixtureSameFamily:
         batch_shape = tuple(batch_shape)

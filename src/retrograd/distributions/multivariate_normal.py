@@ -237,7 +237,7 @@ class Independent(Distribution):
     def has_rsample(self) -> bool:  # type: ignore[override]
         return self.base_dist.has_rsample
 
-    @property
+    @constraints.dependent_property
     def support(self) -> Any:  # type: ignore[override]
         return constraints.independent(self.base_dist.support, self.reinterpreted_batch_ndims)
 

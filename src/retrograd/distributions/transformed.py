@@ -76,7 +76,7 @@ class TransformedDistribution(Distribution):
     def has_rsample(self) -> bool:  # type: ignore[override]
         return self.base_dist.has_rsample
 
-    @property
+    @constraints.dependent_property(is_discrete=False)
     def support(self) -> Any:  # type: ignore[override]
         return self.transforms[-1].codomain if self.transforms else self.base_dist.support
 

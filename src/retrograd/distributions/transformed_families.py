@@ -108,7 +108,7 @@ class Pareto(_ByParameters):
         transforms = [ExpTransform(), AffineTransform(loc=0, scale=self.scale)]
         super().__init__(base, transforms, validate_args=validate_args)
 
-    @property
+    @constraints.dependent_property(is_discrete=False, event_dim=0)
     def support(self) -> Any:  # type: ignore[override]
         return constraints.greater_than_eq(self.scale)
 

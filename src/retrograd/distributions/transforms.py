@@ -15,6 +15,7 @@ dimensions form one event.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import numbers
@@ -175,6 +176,25 @@ class Transform:
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__}: log_abs_det_jacobian is not implemented")
 
+    def with_cache(self, cache_size: int = 1) -> Transform:
+        """This transform keeping (``cache_size=1``) or not (0) its last ``(x, y)``: itself
+        where it already does, else a new one. As torch's: a transform of one's own with an
+        ``__init__`` of its own cannot say how to be rebuilt, and raises."""
+        if self._cache_size == cache_size:
+            return self
+        own_init = getattr(type(self).__init__, "__wrapped__", type(self).__init__)
+        if own_init is getattr(Transform.__init__, "__wrapped__", Transform.__init__):
+            return type(self)(cache_size=cache_size)
+        raise NotImplementedError(f"{type(self).__name__}.with_cache is not implemented")
+
+    def _copy_with_cache(self, cache_size: int = 1) -> Transform:
+        """``with_cache`` for the transforms here whose parameters a shallow copy keeps."""
+        if self._cache_size == cache_size:
+            return self
+        clone = copy.copy(self)
+        Transform.__init__(clone, cache_size)
+        return clone
+
     def forward_shape(self, shape: Any) -> tuple[int, ...]:
         return shape_arg(shape, f"{type(self).__name__}.forward_shape")
 
@@ -218,6 +238,9 @@ class _InverseTransform(Transform):
     def __call__(self, x: Any) -> Any:
         return self._inv._inv_call(x)
 
+    def with_cache(self, cache_size: int = 1) -> Transform:
+        return self._inv.with_cache(cache_size).inv
+
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         return -self._inv.log_abs_det_jacobian(y, x)
 
@@ -236,6 +259,13 @@ class ComposeTransform(Transform):
     def __init__(self, parts: list[Transform], cache_size: int = 0) -> None:
         super().__init__(cache_size)
         self.parts = _transforms("ComposeTransform", parts)
+        if cache_size:  # torch's: the parts cache too, so the log-determinant reuses them
+            self.parts = [part.with_cache(cache_size) for part in self.parts]
+
+    def with_cache(self, cache_size: int = 1) -> Transform:
+        if self._cache_size == cache_size:
+            return self
+        return ComposeTransform(self.parts, cache_size=cache_size)
 
     @property
     def domain(self) -> Any:  # type: ignore[override]
@@ -288,8 +318,10 @@ class ComposeTransform(Transform):
             return x * 0
         total: Any = 0.0
         event_dim = self.event_dim
-        for part in self.parts:
-            y_part = part(x)
+        last = len(self.parts) - 1
+        for i, part in enumerate(self.parts):
+            # torch's: the last part reads the ``y`` given, not one recomputed from ``x``
+            y_part = y if i == last else part(x)
             term = part.log_abs_det_jacobian(x, y_part)
             total = total + sum_rightmost(term, event_dim - part.event_dim)
             x = y_part
@@ -406,6 +438,8 @@ class PowerTransform(Transform):
     domain = constraints.positive
     codomain = constraints.positive
 
+    with_cache = Transform._copy_with_cache
+
     def __init__(self, exponent: Any, cache_size: int = 0) -> None:
         super().__init__(cache_size)
         self.exponent = _number_or_tensor("PowerTransform", "exponent", exponent)
@@ -445,6 +479,8 @@ class AffineTransform(Transform):
     log-determinants summed)."""
 
     bijective = True
+
+    with_cache = Transform._copy_with_cache
 
     def __init__(self, loc: Any, scale: Any, event_dim: int = 0, cache_size: int = 0) -> None:
         super().__init__(cache_size)
@@ -617,6 +653,8 @@ class IndependentTransform(Transform):
     """``base_transform`` with its rightmost ``reinterpreted_batch_ndims`` dimensions read as
     one event (log-determinants summed over them)."""
 
+    with_cache = Transform._copy_with_cache
+
     def __init__(self, base_transform: Transform, reinterpreted_batch_ndims: int,
                  cache_size: int = 0) -> None:  # fmt: skip
         super().__init__(cache_size)
@@ -675,6 +713,8 @@ class ReshapeTransform(Transform):
     """Events of ``in_shape`` reshaped to ``out_shape`` (the same number of entries)."""
 
     bijective = True
+
+    with_cache = Transform._copy_with_cache
 
     def __init__(self, in_shape: Any, out_shape: Any, cache_size: int = 0) -> None:
         self.in_shape, self.out_shape = tuple(in_shape), tuple(out_shape)
@@ -770,6 +810,8 @@ class CatTransform(Transform):
     """``tseq[i]`` applied to consecutive pieces of ``lengths[i]`` entries (1 each by default)
     along ``dim``, the results concatenated."""
 
+    with_cache = Transform._copy_with_cache
+
     def __init__(self, tseq: Any, dim: int = 0, lengths: Any = None, cache_size: int = 0):
         tseq = _transforms("CatTransform", tseq, empty=False)
         super().__init__(cache_size)
@@ -858,6 +900,8 @@ class CatTransform(Transform):
 class StackTransform(Transform):
     """``tseq[i]`` applied to the ``i``-th slice along ``dim``, the results stacked."""
 
+    with_cache = Transform._copy_with_cache
+
     def __init__(self, tseq: Any, dim: int = 0, cache_size: int = 0) -> None:
         tseq = _transforms("StackTransform", tseq, empty=False)
         super().__init__(cache_size)
@@ -924,6 +968,8 @@ class CumulativeDistributionTransform(Transform):
     bijective = True
     sign = 1
     codomain = constraints.unit_interval
+
+    with_cache = Transform._copy_with_cache
 
     def __init__(self, distribution: Any, cache_size: int = 0) -> None:
         from .distribution import Distribution

@@ -3,12 +3,15 @@ clamp that keeps probabilities off 0 and 1 (torch's ``distributions.utils``)."""
 
 from __future__ import annotations
 
+import functools
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError, shape_text
+from ..autodiff import enable_grad
+from ..errors import InvalidArgumentError, ShapeError, shape_text
 from ..tensor import tensor
 from ..tensor.dtypes import default_float_dtype, finfo
 
@@ -16,10 +19,65 @@ __all__ = [
     "binary_cross_entropy_with_logits",
     "broadcast_all",
     "clamp_probs",
+    "lazy_property",
     "logits_to_probs",
     "probs_to_logits",
     "tiny",
+    "tril_matrix_to_vec",
+    "vec_to_tril_matrix",
 ]
+
+
+class lazy_property:  # noqa: N801  (torch's name)
+    """torch's decorator for a distribution's derived parameter (``scale_tril``, ``probs``):
+    computed on first reading, under grad mode so that it stays differentiable even when first
+    read under ``no_grad``, then stored on the instance in place of the descriptor."""
+
+    def __init__(self, wrapped: Callable[[Any], Any]) -> None:
+        self.wrapped = wrapped
+        functools.update_wrapper(self, wrapped)  # type: ignore[arg-type]
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return property(self.wrapped)  # (on the class: a property, as torch's)
+        with enable_grad():
+            value = self.wrapped(instance)
+        setattr(instance, self.wrapped.__name__, value)
+        return value
+
+
+def _tril_mask(n: int, diag: int, device: Any) -> Any:
+    rows = np.arange(n)
+    return tensor(rows[None, :] < rows[:, None] + (diag + 1), device=device)
+
+
+def tril_matrix_to_vec(mat: Any, diag: int = 0) -> Any:
+    """The lower-triangular entries (below the ``diag``-th diagonal, inclusive) of a (batch
+    of) square matrix, row by row."""
+    n = mat.shape[-1]
+    if diag < -n or diag >= n:
+        raise InvalidArgumentError(
+            f"tril_matrix_to_vec: diag ({diag}) provided is outside [{-n}, {n - 1}]."
+        )
+    return mat[..., _tril_mask(n, diag, mat.device)]
+
+
+def vec_to_tril_matrix(vec: Any, diag: int = 0) -> Any:
+    """The (batch of) square lower-triangular matrix whose entries (below the ``diag``-th
+    diagonal, inclusive), row by row, are ``vec``'s last dimension."""
+    length = vec.shape[-1]
+    root = (
+        -(1 + 2 * diag) + ((1 + 2 * diag) ** 2 + 8 * length + 4 * abs(diag) * (diag + 1)) ** 0.5
+    ) / 2
+    n = round(root)
+    if abs(root - n) > 1e-9:
+        raise ShapeError(
+            f"vec_to_tril_matrix: the size of last dimension is {length} which cannot be "
+            "expressed as the lower triangular part of a square D x D matrix."
+        )
+    mat = vec.new_zeros(tuple(vec.shape[:-1]) + (n, n))
+    mat[..., _tril_mask(n, diag, vec.device)] = vec
+    return mat
 
 
 def broadcast_all(*values: Any) -> tuple[Any, ...]:
