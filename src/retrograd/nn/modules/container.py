@@ -18,6 +18,7 @@ from ...errors import (
     check_iterable,
 )
 from ...tensor import Tensor
+from ...tensor.functions import typename
 from ..parameter import Parameter
 from .module import Module
 
@@ -346,16 +347,19 @@ def _as_parameter(value: Any) -> Any:
     return value
 
 
-def _parameter_lines(items: Iterable[tuple[Any, Any]]) -> str:
+def _parameter_lines(items: Iterable[tuple[Any, Any]], by_type_name: bool = False) -> str:
     """torch's ``extra_repr`` of a parameter container: one ``(key): Parameter containing:
-    [dtype of size AxB]`` line per entry (the device too when not the CPU)."""
+    [dtype of size AxB]`` line per entry (the device too when not the CPU). ``by_type_name``:
+    the tensor described by its type name (``FloatTensor``) instead of its dtype, as torch's
+    ``ParameterDict`` does (its ``ParameterList`` prints the dtype)."""
     lines = []
     for key, value in items:
         if isinstance(value, Tensor):
             size = "x".join(str(n) for n in value.shape)
             device = "" if value.device.type == "cpu" else f" ({value.device})"
             kind = "Parameter" if isinstance(value, Parameter) else "Tensor"
-            lines.append(f"  ({key}): {kind} containing: [{value.dtype!r} of size {size}{device}]")
+            described = typename(value) if by_type_name else repr(value.dtype)
+            lines.append(f"  ({key}): {kind} containing: [{described} of size {size}{device}]")
         else:
             lines.append(f"  ({key}): Object of type: {type(value).__name__}")
     return "\n".join(lines)
@@ -465,4 +469,4 @@ class ParameterDict(Module):
         _all_or_none(self._parameters, lambda pair: self.__setitem__(*pair), pairs)
 
     def extra_repr(self) -> str:
-        return _parameter_lines(self.items())
+        return _parameter_lines(self.items(), by_type_name=True)
