@@ -405,6 +405,9 @@ class ParameterList(Module):
         _all_or_none(self._parameters, self.append, values)
         return self
 
+    def __iadd__(self, values: Iterable[Any]) -> ParameterList:
+        return self.extend(values)
+
     def extra_repr(self) -> str:
         return _parameter_lines(enumerate(self))
 
@@ -467,6 +470,54 @@ class ParameterDict(Module):
             # named_parameters(), the state dict and an optimizer's parameters
             pairs.sort(key=lambda pair: pair[0])
         _all_or_none(self._parameters, lambda pair: self.__setitem__(*pair), pairs)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The parameter ``key``, or ``default`` when there is none (torch's
+        ``ParameterDict.get``)."""
+        return self._parameters.get(key, default)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        """The parameter ``key``; when there is none, ``default`` put there first."""
+        if key not in self._parameters:
+            self[key] = default
+        return self[key]
+
+    def popitem(self) -> tuple[str, Any]:
+        """Remove the entry put in last and return its ``(key, parameter)``."""
+        if not self._parameters:
+            raise MissingMemberError("ParameterDict.popitem: the dictionary is empty")
+        key = next(reversed(self._parameters))
+        return key, self.pop(key)
+
+    def clear(self) -> None:
+        for key in list(self._parameters):
+            del self[key]
+
+    def copy(self) -> ParameterDict:
+        """A new dictionary holding the same parameters, in the same order."""
+        return ParameterDict(OrderedDict(self._parameters))
+
+    def fromkeys(self, keys: Iterable[str], default: Any = None) -> ParameterDict:
+        """A new dictionary with ``default`` under each of ``keys`` (torch's is a method)."""
+        check_iterable("ParameterDict.fromkeys", keys, "keys")
+        return ParameterDict([(key, default) for key in keys])
+
+    def __or__(self, other: ParameterDict) -> ParameterDict:
+        merged = self.copy()
+        merged.update(other)
+        return merged
+
+    def __ror__(self, other: ParameterDict) -> ParameterDict:
+        merged = other.copy()
+        merged.update(self)
+        return merged
+
+    def __ior__(self, other: ParameterDict) -> ParameterDict:
+        self.update(other)
+        return self
+
+    def __reversed__(self) -> Iterator[str]:
+        return reversed(list(self._parameters))
 
     def extra_repr(self) -> str:
         return _parameter_lines(self.items(), by_type_name=True)
