@@ -18,6 +18,7 @@ from ...errors import (
     check_iterable,
 )
 from ...tensor import Tensor
+from ...tensor.functions import typename
 from ..parameter import Parameter
 from .module import Module
 
@@ -346,16 +347,19 @@ def _as_parameter(value: Any) -> Any:
     return value
 
 
-def _parameter_lines(items: Iterable[tuple[Any, Any]]) -> str:
+def _parameter_lines(items: Iterable[tuple[Any, Any]], by_type_name: bool = False) -> str:
     """torch's ``extra_repr`` of a parameter container: one ``(key): Parameter containing:
-    [dtype of size AxB]`` line per entry (the device too when not the CPU)."""
+    [dtype of size AxB]`` line per entry (the device too when not the CPU). ``by_type_name``:
+    the tensor described by its type name (``FloatTensor``) instead of its dtype, as torch's
+    ``ParameterDict`` does (its ``ParameterList`` prints the dtype)."""
     lines = []
     for key, value in items:
         if isinstance(value, Tensor):
             size = "x".join(str(n) for n in value.shape)
             device = "" if value.device.type == "cpu" else f" ({value.device})"
             kind = "Parameter" if isinstance(value, Parameter) else "Tensor"
-            lines.append(f"  ({key}): {kind} containing: [{value.dtype!r} of size {size}{device}]")
+            described = typename(value) if by_type_name else repr(value.dtype)
+            lines.append(f"  ({key}): {kind} containing: [{described} of size {size}{device}]")
         else:
             lines.append(f"  ({key}): Object of type: {type(value).__name__}")
     return "\n".join(lines)
@@ -400,6 +404,9 @@ class ParameterList(Module):
         check_iterable("ParameterList.extend", values, "values")
         _all_or_none(self._parameters, self.append, values)
         return self
+
+    def __iadd__(self, values: Iterable[Any]) -> ParameterList:
+        return self.extend(values)
 
     def extra_repr(self) -> str:
         return _parameter_lines(enumerate(self))
@@ -464,5 +471,53 @@ class ParameterDict(Module):
             pairs.sort(key=lambda pair: pair[0])
         _all_or_none(self._parameters, lambda pair: self.__setitem__(*pair), pairs)
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """The parameter ``key``, or ``default`` when there is none (torch's
+        ``ParameterDict.get``)."""
+        return self._parameters.get(key, default)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        """The parameter ``key``; when there is none, ``default`` put there first."""
+        if key not in self._parameters:
+            self[key] = default
+        return self[key]
+
+    def popitem(self) -> tuple[str, Any]:
+        """Remove the entry put in last and return its ``(key, parameter)``."""
+        if not self._parameters:
+            raise MissingMemberError("ParameterDict.popitem: the dictionary is empty")
+        key = next(reversed(self._parameters))
+        return key, self.pop(key)
+
+    def clear(self) -> None:
+        for key in list(self._parameters):
+            del self[key]
+
+    def copy(self) -> ParameterDict:
+        """A new dictionary holding the same parameters, in the same order."""
+        return ParameterDict(OrderedDict(self._parameters))
+
+    def fromkeys(self, keys: Iterable[str], default: Any = None) -> ParameterDict:
+        """A new dictionary with ``default`` under each of ``keys`` (torch's is a method)."""
+        check_iterable("ParameterDict.fromkeys", keys, "keys")
+        return ParameterDict([(key, default) for key in keys])
+
+    def __or__(self, other: ParameterDict) -> ParameterDict:
+        merged = self.copy()
+        merged.update(other)
+        return merged
+
+    def __ror__(self, other: ParameterDict) -> ParameterDict:
+        merged = other.copy()
+        merged.update(self)
+        return merged
+
+    def __ior__(self, other: ParameterDict) -> ParameterDict:
+        self.update(other)
+        return self
+
+    def __reversed__(self) -> Iterator[str]:
+        return reversed(list(self._parameters))
+
     def extra_repr(self) -> str:
-        return _parameter_lines(self.items())
+        return _parameter_lines(self.items(), by_type_name=True)
