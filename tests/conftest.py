@@ -16,6 +16,7 @@ Two markers say how a test relates to that choice:
 
 import gc
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,21 @@ def pytest_runtest_call(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item):
     return (yield from _run_withheld(item))
+
+
+@pytest.fixture(autouse=True)
+def _torch_distributions_validation_restored():
+    """torch's first eager ``flex_attention`` call (``test_flex_attention.py``, the real ports
+    of FlexAttention programs) turns its distributions' argument validation off for the rest of
+    the process (``Distribution._validate_args`` True -> False, a side effect of its
+    compilation set-up): a later test on the same worker comparing distributions with torch's
+    then saw torch accept values outside a support. Which tests share a worker changes as files
+    are added, so the flag is restored after every test, here."""
+    distributions = sys.modules.get("torch.distributions")
+    before = None if distributions is None else distributions.Distribution._validate_args
+    yield
+    distributions = sys.modules.get("torch.distributions")
+    if distributions is None or before is None:
+        return
+    if distributions.Distribution._validate_args != before:
+        distributions.Distribution.set_default_validate_args(before)

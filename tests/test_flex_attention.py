@@ -19,17 +19,6 @@ from retrograd.nn.attention import flex_attention as flex
 B, H, L, E = 2, 4, 10, 8
 
 
-@pytest.fixture(autouse=True)
-def _torch_distributions_validation_restored():
-    """torch's first eager ``flex_attention`` call turns off its distributions' argument
-    validation for the rest of the process (``Distribution._validate_args`` True -> False, a
-    side effect of its compilation set-up): a later test comparing distributions with torch's
-    then saw torch accept values outside a support. Restored after each test here."""
-    before = torch.distributions.Distribution._validate_args
-    yield
-    torch.distributions.Distribution.set_default_validate_args(before)
-
-
 DOCUMENTS = [0, 0, 0, 1, 1, 2, 2, 2, 2, 3]
 SLOPES = [0.5, 0.25, 0.125, 0.0625]
 PREFIX = [3, 6]
