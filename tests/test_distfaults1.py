@@ -22,7 +22,8 @@ import retrograd as rg
 from retrograd import distributed as dist
 from retrograd.distributed import launch
 
-pytestmark = pytest.mark.numpy_only(
+#: on the process engines' tests (the threads' run on the suite's inner backend)
+across_processes = pytest.mark.numpy_only(
     "the rank scripts run on the NumPy backend whatever the suite's RETROGRAD_INNER; the "
     "faults are the transports', not the inner backend's"
 )
@@ -141,6 +142,7 @@ def test_threads_a_device_that_never_calls_fails_the_other_within_the_timeout():
 
 
 # -- across processes ------------------------------------------------------------------------
+@across_processes
 @pytest.mark.parametrize("engine", engines())
 def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(engine, tmp_path):
     status, reports = run_ranks(engine, "mismatch", tmp_path)
@@ -155,6 +157,7 @@ def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(engine, tmp_p
             assert report[f"{mode} after"]["value"] == [3.0], report
 
 
+@across_processes
 @pytest.mark.parametrize("engine", engines())
 def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, tmp_path):
     status, reports = run_ranks(engine, "exit", tmp_path)
@@ -166,6 +169,7 @@ def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, tmp_path):
     assert first["elapsed"] < TIMEOUT + SLACK, first
 
 
+@across_processes
 @pytest.mark.parametrize("engine", engines())
 def test_after_a_rank_raised_before_a_collective_every_rank_says_the_group_broke(engine, tmp_path):
     """Before: rank 1's next call was matched with the call rank 0 had abandoned, failing
