@@ -259,9 +259,13 @@ class DistributedContext:
         mine = header(call, order, dtype, shape, rejected)
         head_key: Any = ("op", group, number, "header")
         head = Pending(head_key)
-        self._server.collective(
-            head, lambda transport: transport.all_gather(device, [mine], head_key, group)
-        )
+
+        def agree(transport: Transport) -> Pending:
+            # a peer that broke abandoned a call this one would be matched with
+            transport.heed_peers()
+            return transport.all_gather(device, [mine], head_key, group)
+
+        self._server.collective(head, agree)
         if rejected:
             return None
         try:

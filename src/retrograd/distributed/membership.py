@@ -5,8 +5,9 @@ holds one :class:`Membership` over a small point-to-point :class:`Channel` of it
 
 - **Heartbeats.** Every rank tells every other one, a few times per timeout, its heartbeat
   number, backward step and state (:data:`IDLE`, :data:`IN_BACKWARD`, :data:`WAITING`,
-  :data:`CLOSING`), so a collective that times out can say which rank went silent (died),
-  closed its context (exited), or is alive but elsewhere (:meth:`Membership.member_status`).
+  :data:`CLOSING`, :data:`BROKEN`), so a collective that times out can say which rank went
+  silent (died), closed its context (exited), or is alive but elsewhere
+  (:meth:`Membership.member_status`).
   A rank tells its peers at once when it begins a step where the channel makes that cheap
   (a peer that times out must know whether this rank registered it); other changes ride on
   the periodic heartbeats.
@@ -15,7 +16,11 @@ holds one :class:`Membership` over a small point-to-point :class:`Channel` of it
   are found from the metadata before the step's own collectives start.
 - **Broken.** A collective a peer never joins cannot be taken back (MPI cannot cancel it,
   torch.distributed cannot either): after a timeout the membership is *broken*, every
-  operation in flight fails, and every later one fails at once.
+  operation in flight fails, and every later one fails at once. The rank tells its peers at
+  once (:data:`BROKEN`), and a peer that reads it before its next user collective breaks
+  too (:meth:`Membership.heed_peers`): that collective would otherwise be matched with the
+  one the broken rank abandoned (MPI's and gloo's collectives are matched by order), failing
+  with a misleading mismatch or waiting out its timeout.
 - **Exit.** At exit a process whose membership broke ends with status 1 before its library
   tears down (``MPI_Finalize``, the destructors of torch.distributed's groups), which would
   wait for the peer that is gone.
@@ -37,6 +42,7 @@ import numpy as np
 from .pending import Pending
 
 __all__ = [
+    "BROKEN",
     "CLOSING",
     "IDLE",
     "IN_BACKWARD",
@@ -48,13 +54,14 @@ __all__ = [
 ]
 
 # A member's progress (``Membership.set_state``), as peers see it in heartbeats.
-IDLE, IN_BACKWARD, WAITING, CLOSING = 0, 1, 2, 3
+IDLE, IN_BACKWARD, WAITING, CLOSING, BROKEN = 0, 1, 2, 3, 4
 #: a peer's state as a fault message says it
 STATE_TEXT = {
     IDLE: "not in a backward",
     IN_BACKWARD: "in its backward",
     WAITING: "waiting for its all-reduces",
     CLOSING: "closing its distributed context (exiting)",
+    BROKEN: "broken by an earlier fault",
 }
 #: a peer silent for this many heartbeat intervals has probably died
 _SILENT_BEATS = 3
@@ -179,12 +186,39 @@ class Membership:
         """Break: fail everything in flight (the transport's, then the exchanges)."""
         if self.broken is None:
             self.broken = f"unusable after an earlier fault ({reason})"
+            self._tell_broken()
         message = f"{self.name}: {reason}"
         exchanges, self._exchanges = self._exchanges, []
         self._abandoned.extend(exchanges)
         self._on_break(message)
         for exchange in exchanges:
             exchange.pending.finish(error=message)
+
+    def _tell_broken(self) -> None:
+        """Tell the peers at once that this rank broke (best effort: the channel may be what
+        failed)."""
+        self.state = BROKEN
+        if self._channel is not None and not self.closing:
+            with contextlib.suppress(Exception):
+                self._beat()
+
+    def heed_peers(self) -> None:
+        """Read the peers' latest heartbeats now and break if one of them broke (called
+        before a user collective starts: it would be matched with the collective that peer
+        abandoned)."""
+        if self.broken is not None or self._channel is None or self.closed:
+            return
+        try:
+            self._read(time.monotonic())
+        except Exception as error:
+            self._failed(error)
+            return
+        broke = [peer for peer in self.peers if self._peer_state[peer][1] == BROKEN]
+        if broke:
+            # (only here: a rank still waiting on a collective keeps its own diagnosis of
+            # who never joined it rather than taking a peer's word that the group broke)
+            names = ", ".join(f"rank {peer}" for peer in broke)
+            self.fail(f"{names} broke after a fault, so the group is broken")
 
     def _failed(self, error: Exception, what: str = "") -> None:
         """Break on ``error`` if the channel raised it, else raise it again."""
@@ -301,7 +335,7 @@ class Membership:
         """This rank's progress; a step's begin is told at once where the channel
         ``announces_steps`` (a message to every peer at each change would cost every step
         three rounds of them)."""
-        if self.closing:
+        if self.closing or self.broken is not None:
             return
         begun = step != self.step
         self.step, self.state = step, state

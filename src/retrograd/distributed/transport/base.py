@@ -140,6 +140,10 @@ class Transport:
         return False
 
     # -- what is known of the members ------------------------------------------------------
+    def heed_peers(self) -> None:
+        """Before a user collective: take in what peers said of themselves (a peer that
+        broke breaks this transport too, on transports that break); nothing by default."""
+
     def missing(self, pending: Pending) -> list[int] | None:
         """Member indices that have not joined ``pending`` yet, or ``None`` if unknown."""
         return None

@@ -195,6 +195,9 @@ class RankTransport(Transport):
             item.pending.finish(error=message)
 
     # -- what is known of the members -------------------------------------------------------
+    def heed_peers(self) -> None:
+        self.membership.heed_peers()
+
     def missing(self, pending: Pending) -> list[int] | None:
         return self.membership.missing(pending)
 

@@ -1,0 +1,190 @@
+"""The fault contract of user collectives (API.md sections 5 and 11) on every engine, 2 ranks:
+a rank that raised before a collective, mismatched shapes and dtypes, a rank that exits.
+
+Threads recover (their transport can drop a collective a member never joined); across
+processes (``mpi``, ``torch``) a timed-out collective cannot be taken back, so the group
+breaks and says so on every rank, the one that raised included, instead of matching its next
+call with the abandoned one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+from retrograd import distributed as dist
+from retrograd.distributed import launch
+
+#: on the process engines' tests (the threads' run on the suite's inner backend)
+across_processes = pytest.mark.numpy_only(
+    "the rank scripts run on the NumPy backend whatever the suite's RETROGRAD_INNER; the "
+    "faults are the transports', not the inner backend's"
+)
+
+SCRIPT = Path(__file__).parent / "distfault_scripts" / "collective_faults.py"
+TIMEOUT = 2.0
+#: how late past the timeout a rank may raise (2 cores shared by several jobs)
+SLACK = 1.5
+#: a mismatch is found from the headers: no rank waits for a timeout
+PROMPT = 1.0
+SUM = dist.ReduceOperation.SUM
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+
+
+def engines():
+    found = []
+    if launch.find_mpiexec() is not None:
+        found.append(pytest.param("mpi", marks=pytest.mark.xdist_group("mpiexec")))
+    found.append(pytest.param("torch", marks=pytest.mark.xdist_group("torchrun")))
+    return found
+
+
+def run_ranks(engine: str, mode: str, tmp_path: Path) -> tuple[int, dict]:
+    """``collective_faults.py`` as 2 ranks of ``engine``: (exit status, {rank: report})."""
+    if engine == "torch":
+        pytest.importorskip("torch")
+    env = dict(os.environ)
+    source = str(Path(rg.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.pop("RETROGRAD_INNER", None)
+    completed = launch.run(
+        2,
+        [str(SCRIPT), engine, mode, str(TIMEOUT), str(tmp_path)],
+        timeout=60.0,
+        env=env,
+        engine=engine,
+    )
+    reports = {}
+    for path in tmp_path.glob("rank*.json"):
+        report = json.loads(path.read_text())
+        reports[report["rank"]] = report
+    assert completed.returncode == 0 or reports, completed.stderr[-3000:]
+    return completed.returncode, reports
+
+
+def in_threads(work, n=2, timeout=TIMEOUT):
+    """``work(rank, device, devices)`` on one thread per device of a threads context; the
+    results (or errors) in rank order."""
+    devices = [rg.Device("cpu", i) for i in range(n)]
+    results: list = [None] * n
+
+    def run(rank, device):
+        try:
+            results[rank] = work(rank, device, devices)
+        except Exception as error:  # handed back to the test
+            results[rank] = error
+
+    with dist.DistributedContext(devices, dist.DistributedConfig(SUM, timeout=timeout)):
+        threads = [threading.Thread(target=run, args=(i, d)) for i, d in enumerate(devices)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30.0)
+            assert not thread.is_alive()
+    return results
+
+
+def timed(call):
+    started = time.monotonic()
+    try:
+        return call().resolve().numpy(), time.monotonic() - started
+    except rg.RetrogradError as error:
+        return error, time.monotonic() - started
+
+
+# -- threads ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["shape", "dtype"])
+def test_threads_mismatch_fails_every_device_at_once_and_the_next_call_works(mode):
+    def work(rank, device, devices):
+        values = [1.0, 2.0, 3.0, 4.0][: 4 - 2 * rank] if mode == "shape" else [1.0, 2.0]
+        dtype = (rg.float32 if rank == 0 else rg.float64) if mode == "dtype" else None
+
+        def t():
+            return rg.tensor(values, device=device, dtype=dtype)
+
+        calls = [
+            lambda: dist.all_reduce(t(), SUM, devices),
+            lambda: dist.all_gather(t(), devices),
+            lambda: dist.reduce_scatter(t(), SUM, devices),
+            lambda: dist.broadcast(t(), 0, devices),
+        ]
+        outcomes = [timed(call) for call in calls]
+        after = dist.all_reduce(rg.tensor([1.0 + rank], device=device), SUM, devices)
+        return outcomes, after.resolve().numpy()
+
+    for rank, result in enumerate(in_threads(work)):
+        assert not isinstance(result, Exception), result
+        outcomes, after = result
+        for name, (error, elapsed) in zip(COLLECTIVES, outcomes):
+            assert isinstance(error, rg.DistributedError | rg.ShapeError), (rank, name, error)
+            assert f"differ in {mode}" in str(error), error
+            assert elapsed < PROMPT, (rank, name, elapsed)
+        np.testing.assert_array_equal(after, [3.0])
+
+
+def test_threads_a_device_that_never_calls_fails_the_other_within_the_timeout():
+    def work(rank, device, devices):
+        if rank == 1:
+            return None  # this device's thread ends without calling (as if it died)
+        return timed(lambda: dist.all_reduce(rg.tensor([1.0], device=device), SUM, devices))
+
+    (error, elapsed), _ = in_threads(work)
+    assert isinstance(error, rg.DistributedError) and "cpu:1" in str(error), error
+    assert TIMEOUT - 0.1 < elapsed < TIMEOUT + SLACK
+
+
+# -- across processes ------------------------------------------------------------------------
+@across_processes
+@pytest.mark.parametrize("engine", engines())
+def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(engine, tmp_path):
+    status, reports = run_ranks(engine, "mismatch", tmp_path)
+    assert status == 0 and sorted(reports) == [0, 1], reports
+    for rank, report in reports.items():
+        for mode in ("shape", "dtype"):
+            for name in COLLECTIVES:
+                outcome = report[f"{mode} {name}"]
+                assert outcome.get("error") in ("DistributedError", "ShapeError"), outcome
+                assert f"differ in {mode}" in outcome["message"], outcome
+                assert outcome["elapsed"] < PROMPT, (rank, mode, name, outcome)
+            assert report[f"{mode} after"]["value"] == [3.0], report
+
+
+@across_processes
+@pytest.mark.parametrize("engine", engines())
+def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, tmp_path):
+    status, reports = run_ranks(engine, "exit", tmp_path)
+    assert status != 0 and sorted(reports) == [0], reports
+    assert reports[0]["good"]["value"] == [2.0], reports[0]
+    first = reports[0]["first"]
+    assert first.get("error") == "DistributedError" and "rank 1" in first["message"], first
+    # (torchrun may stop the survivor before its timeout: it then says so at once)
+    assert first["elapsed"] < TIMEOUT + SLACK, first
+
+
+@across_processes
+@pytest.mark.parametrize("engine", engines())
+def test_after_a_rank_raised_before_a_collective_every_rank_says_the_group_broke(engine, tmp_path):
+    """Before: rank 1's next call was matched with the call rank 0 had abandoned, failing
+    with a shape mismatch between two different calls (or, with equal shapes, waiting out
+    the timeout) while rank 0 said the group was broken."""
+    status, reports = run_ranks(engine, "raised_before", tmp_path)
+    assert status != 0  # a broken rank cannot finalize: it exits with status 1
+    assert sorted(reports) == [0, 1], reports
+    first = reports[0]["first"]
+    assert first.get("error") == "DistributedError" and "rank 1" in first["message"], first
+    assert TIMEOUT - 0.1 < first["elapsed"] < TIMEOUT + SLACK, first
+    for rank, report in reports.items():
+        for name in ("second", "third"):
+            outcome = report[name]
+            assert outcome.get("error") == "DistributedError", (rank, name, outcome)
+            assert "unusable after an earlier fault" in outcome["message"], outcome
+            assert outcome["elapsed"] < PROMPT, (rank, name, outcome)
+    assert "rank 0 broke" in reports[1]["second"]["message"], reports[1]
