@@ -37,7 +37,7 @@ def _seeded():
     rg.seed(0)
 
 
-TRADES_SOURCE = '''
+TRADES_SOURCE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -164,21 +164,27 @@ err, err_pgd, X_pgd = _pgd_whitebox(model, X, y)
 record.append(err.item())
 record.append(err_pgd.item())
 record.append(X_pgd.detach().numpy())
-'''
+"""
 
 TRADES_STEPS = [
-    ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.autograd import Variable\nimport torch.optim as optim", "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.autograd import Variable\nimport retrograd.optim as optim"),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
-    ("        loss.backward()\n        eta = step_size * X_pgd.grad.data.sign()", "        grads = loss.backward()\n        eta = step_size * X_pgd.grad(grads).data.sign()"),
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.autograd import Variable\nimport torch.optim as optim",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.autograd import Variable\nimport retrograd.optim as optim",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
+    (
+        "        loss.backward()\n        eta = step_size * X_pgd.grad.data.sign()",
+        "        grads = loss.backward()\n        eta = step_size * X_pgd.grad(grads).data.sign()",
+    ),
 ]
 
 
 def test_trades_adversarial_training_and_pgd_whitebox_as_torch(capsys):
     rng = np.random.default_rng(25101)
-    batches = [
-        (rng.uniform(size=(6, 1, 8, 8)), rng.integers(0, 4, 6))
-        for _ in range(3)
-    ]
+    batches = [(rng.uniform(size=(6, 1, 8, 8)), rng.integers(0, 4, 6)) for _ in range(3)]
     (theirs, ours), _ = runs_with_draws(
         TRADES_SOURCE, TRADES_STEPS, capsys, 25101, batches=batches,
         initialize=initializer(), params_of=params_of,
@@ -334,9 +340,18 @@ for epoch in range(n_epoch):
 '''
 
 CO_TEACHING_STEPS = [
-    ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F", "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F"),
-    ("        loss_1.backward()\n        optimizer1.step()", "        grads_1 = loss_1.backward()\n        optimizer1.step(grads_1)"),
-    ("        loss_2.backward()\n        optimizer2.step()", "        grads_2 = loss_2.backward()\n        optimizer2.step(grads_2)"),
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F",
+    ),
+    (
+        "        loss_1.backward()\n        optimizer1.step()",
+        "        grads_1 = loss_1.backward()\n        optimizer1.step(grads_1)",
+    ),
+    (
+        "        loss_2.backward()\n        optimizer2.step()",
+        "        grads_2 = loss_2.backward()\n        optimizer2.step(grads_2)",
+    ),
 ]
 
 

@@ -41,7 +41,7 @@ def _seeded():
     rg.seed(0)
 
 
-EWC_SOURCE = '''
+EWC_SOURCE = """
 from copy import deepcopy
 
 import torch
@@ -187,13 +187,19 @@ for task in range(len(tasks)):
     record.append(loss[task])
     record.append([acc[t] for t in range(task + 1)])
     record.append(params_of(model))
-'''
+"""
 
 EWC_STEPS = [
     ("import torch\nfrom torch import nn", "import retrograd as torch\nfrom retrograd import nn"),
     ("import torch.utils.data\n", "import retrograd.utils.data\n"),
-    ("            loss.backward()\n\n            for n, p in self.model.named_parameters():\n                precision_matrices[n].data += p.grad.data", "            grads = loss.backward()\n\n            for n, p in self.model.named_parameters():\n                precision_matrices[n].data += p.grad(grads).data"),
-    ("        loss.backward()\n        optimizer.step()", "        grads = loss.backward()\n        optimizer.step(grads)"),
+    (
+        "            loss.backward()\n\n            for n, p in self.model.named_parameters():\n                precision_matrices[n].data += p.grad.data",
+        "            grads = loss.backward()\n\n            for n, p in self.model.named_parameters():\n                precision_matrices[n].data += p.grad(grads).data",
+    ),
+    (
+        "        loss.backward()\n        optimizer.step()",
+        "        grads = loss.backward()\n        optimizer.step(grads)",
+    ),
 ]
 
 
@@ -205,7 +211,9 @@ def _permuted_tasks(rng, n_tasks, n_rows, batch):
     tasks = []
     for _ in range(n_tasks):
         permuted = features[:, rng.permutation(12)]
-        tasks.append([(permuted[k : k + batch], labels[k : k + batch]) for k in range(0, n_rows, batch)])
+        tasks.append(
+            [(permuted[k : k + batch], labels[k : k + batch]) for k in range(0, n_rows, batch)]
+        )
     return tasks
 
 
@@ -366,16 +374,37 @@ record.append(projected)
 '''
 
 AGEM_STEPS = [
-    ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F", "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F"),
-    ("def store_grad(params, grads, grad_dims):", "def store_grad(params, grads, grad_dims, gradients):"),
-    ("def overwrite_grad(params, newgrad, grad_dims):", "def overwrite_grad(params, newgrad, grad_dims, gradients):"),
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F",
+    ),
+    (
+        "def store_grad(params, grads, grad_dims):",
+        "def store_grad(params, grads, grad_dims, gradients):",
+    ),
+    (
+        "def overwrite_grad(params, newgrad, grad_dims):",
+        "def overwrite_grad(params, newgrad, grad_dims, gradients):",
+    ),
     ("        if param.grad is not None:", "        if param.grad(gradients) is not None:"),
     ("param.grad.data", "param.grad(gradients).data"),
     ("        loss.backward()\n", "        grads = loss.backward()\n"),
-    ("            store_grad(self.parameters, self.grad_xy, self.grad_dims)", "            store_grad(self.parameters, self.grad_xy, self.grad_dims, grads)"),
-    ("            penalty.backward()\n            store_grad(self.parameters, self.grad_er, self.grad_dims)", "            grads = penalty.backward()\n            store_grad(self.parameters, self.grad_er, self.grad_dims, grads)"),
-    ("overwrite_grad(self.parameters, g_tilde, self.grad_dims)", "overwrite_grad(self.parameters, g_tilde, self.grad_dims, grads)"),
-    ("overwrite_grad(self.parameters, self.grad_xy, self.grad_dims)", "overwrite_grad(self.parameters, self.grad_xy, self.grad_dims, grads)"),
+    (
+        "            store_grad(self.parameters, self.grad_xy, self.grad_dims)",
+        "            store_grad(self.parameters, self.grad_xy, self.grad_dims, grads)",
+    ),
+    (
+        "            penalty.backward()\n            store_grad(self.parameters, self.grad_er, self.grad_dims)",
+        "            grads = penalty.backward()\n            store_grad(self.parameters, self.grad_er, self.grad_dims, grads)",
+    ),
+    (
+        "overwrite_grad(self.parameters, g_tilde, self.grad_dims)",
+        "overwrite_grad(self.parameters, g_tilde, self.grad_dims, grads)",
+    ),
+    (
+        "overwrite_grad(self.parameters, self.grad_xy, self.grad_dims)",
+        "overwrite_grad(self.parameters, self.grad_xy, self.grad_dims, grads)",
+    ),
     ("        self.opt.step()", "        self.opt.step(grads)"),
 ]
 

@@ -389,14 +389,35 @@ for epoch in range(args.epochs):
 """
 
 DARTS_STEPS = [
-    ("import torch\nimport numpy as np\nimport torch.nn as nn\nimport torch.nn.functional as F", "import retrograd as torch\nimport numpy as np\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F"),
-    ("        self._backward_step_unrolled(input_train", "        grads = self._backward_step_unrolled(input_train"),
-    ("        self._backward_step(input_valid, target_valid)\n    self.optimizer.step()", "        grads = self._backward_step(input_valid, target_valid)\n    self.optimizer.step(grads)"),
-    ("    loss = self.model._loss(input_valid, target_valid)\n    loss.backward()", "    loss = self.model._loss(input_valid, target_valid)\n    return loss.backward()"),
-    ("    unrolled_loss.backward()\n    dalpha = [v.grad for v", "    grads = unrolled_loss.backward()\n    dalpha = [v.grad(grads) for v"),
+    (
+        "import torch\nimport numpy as np\nimport torch.nn as nn\nimport torch.nn.functional as F",
+        "import retrograd as torch\nimport numpy as np\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F",
+    ),
+    (
+        "        self._backward_step_unrolled(input_train",
+        "        grads = self._backward_step_unrolled(input_train",
+    ),
+    (
+        "        self._backward_step(input_valid, target_valid)\n    self.optimizer.step()",
+        "        grads = self._backward_step(input_valid, target_valid)\n    self.optimizer.step(grads)",
+    ),
+    (
+        "    loss = self.model._loss(input_valid, target_valid)\n    loss.backward()",
+        "    loss = self.model._loss(input_valid, target_valid)\n    return loss.backward()",
+    ),
+    (
+        "    unrolled_loss.backward()\n    dalpha = [v.grad for v",
+        "    grads = unrolled_loss.backward()\n    dalpha = [v.grad(grads) for v",
+    ),
     ("    vector = [v.grad.data for v", "    vector = [v.grad(grads).data for v"),
-    ("      if v.grad is None:\n        v.grad = Variable(g.data)\n      else:\n        v.grad.data.copy_(g.data)\n", "      if v.grad(grads) is None:\n        v.grad_replace(grads, Variable(g.data))\n      else:\n        v.grad(grads).data.copy_(g.data)\n    return grads\n"),
-    ("    loss.backward()\n    nn.utils.clip_grad_norm(model.parameters(), args.grad_clip)\n    optimizer.step()", "    grads = loss.backward()\n    nn.utils.clip_grad_norm(grads, model.parameters(), args.grad_clip)\n    optimizer.step(grads)"),
+    (
+        "      if v.grad is None:\n        v.grad = Variable(g.data)\n      else:\n        v.grad.data.copy_(g.data)\n",
+        "      if v.grad(grads) is None:\n        v.grad_replace(grads, Variable(g.data))\n      else:\n        v.grad(grads).data.copy_(g.data)\n    return grads\n",
+    ),
+    (
+        "    loss.backward()\n    nn.utils.clip_grad_norm(model.parameters(), args.grad_clip)\n    optimizer.step()",
+        "    grads = loss.backward()\n    nn.utils.clip_grad_norm(grads, model.parameters(), args.grad_clip)\n    optimizer.step(grads)",
+    ),
 ]
 
 

@@ -41,7 +41,7 @@ def _seeded():
     rg.seed(0)
 
 
-LOTTERY_SOURCE = '''
+LOTTERY_SOURCE = """
 import copy
 import numpy as np
 import torch
@@ -222,14 +222,23 @@ for _ite in range(0, ITERATION):
         record.append(loss)
     record.append(params_of(model))
     record.append({str(i): m.copy() for i, m in enumerate(mask)})
-'''
+"""
 
 LOTTERY_STEPS = [
-    ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F", "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F"),
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F",
+    ),
     ("        train_loss.backward()\n", "        grads = train_loss.backward()\n"),
     ("grad_tensor = p.grad.data.cpu()", "grad_tensor = p.grad(grads).data.cpu()"),
-    ("                p.grad.data = torch.from_numpy", "                p.grad(grads).data = torch.from_numpy"),
-    ("        optimizer.step()\n    return train_loss.item()", "        optimizer.step(grads)\n    return train_loss.item()"),
+    (
+        "                p.grad.data = torch.from_numpy",
+        "                p.grad(grads).data = torch.from_numpy",
+    ),
+    (
+        "        optimizer.step()\n    return train_loss.item()",
+        "        optimizer.step(grads)\n    return train_loss.item()",
+    ),
 ]
 
 
@@ -241,7 +250,9 @@ def test_lottery_ticket_prunes_by_magnitude_and_rewinds_as_torch(capsys):
         out = []
         for _ in range(n):
             labels = rng.integers(0, 4, 8)
-            out.append(((centres[labels] + rng.standard_normal((8, 16))).astype(np.float32), labels))
+            out.append(
+                ((centres[labels] + rng.standard_normal((8, 16))).astype(np.float32), labels)
+            )
         return out
 
     train_rows, test_rows = rows(3), rows(2)
