@@ -685,6 +685,14 @@ class Tensor(
     def data(self, value: Any) -> None:
         from .inplace import assign
 
+        share = getattr(value, "_share_storage_with", None)
+        if isinstance(value, np.ndarray) and callable(share):
+            # a module's state-dict value (nn's StateValue), which is a tensor in torch: there
+            # p.data = state[name] makes p and the value one storage (the lottery ticket's
+            # rewind of its biases from a deepcopy of state_dict(), trained in place after)
+            self.data = lift(self, np.asarray(value.numpy()), "data")
+            share(self)
+            return
         if not isinstance(value, TensorBase):
             raise DTypeError(f"data: expected a tensor, got {type(value).__name__}")
         alias = getattr(value, "_view", None)

@@ -218,6 +218,12 @@ class StateValue(np.ndarray):
     def contiguous(self, memory_format: Any = None) -> StateValue:
         return self
 
+    def _share_storage_with(self, tensor: Tensor) -> None:
+        """Read and write ``tensor`` from now on: ``p.data = value`` made them one storage, as
+        torch's assignment of a state-dict tensor does (the tensor's later in-place updates
+        show here, and in-place writes here go to the tensor)."""
+        self._source = tensor
+
     def numpy(self, *, force: bool = False) -> np.ndarray:
         self._refresh()
         return self.view(np.ndarray)
