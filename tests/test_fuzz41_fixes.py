@@ -102,3 +102,19 @@ def test_vmap_stays_usable_after_an_error():
     with pytest.raises(rg.ShapeError, match="vmap"):
         mapped(X, Y[:2].reshape(2, 1)[:1])
     assert mapped(X, X).tolist() == (X * 2).tolist()
+
+
+@pytest.mark.parametrize("chunk_size", [0, -3, 2.0])
+def test_jacrev_refuses_a_chunk_size_torch_refuses(chunk_size):
+    with pytest.raises(rg.InvalidArgumentError, match=r"jacrev.*chunk_size"):
+        rg.func.jacrev(lambda a: a * 2, chunk_size=chunk_size)
+
+
+def test_jacrev_with_a_chunk_size_gives_the_jacobian():
+    jacobian = rg.func.jacrev(lambda a: a * a, chunk_size=1)(Y)
+    assert jacobian.tolist() == [[20.0, 0.0, 0.0], [0.0, 40.0, 0.0], [0.0, 0.0, 60.0]]
+
+
+def test_linearize_of_a_number_raises_naming_linearize():
+    with pytest.raises(rg.DTypeError, match=r"linearize.*float"):
+        rg.func.linearize(lambda a: a.sin(), 3.0)
