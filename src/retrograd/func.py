@@ -389,6 +389,7 @@ def linearize(func: Callable[..., Any], *primals: Any) -> tuple[Any, Callable[..
     gives its Jacobian-vector products at ``primals`` (torch's ``func.linearize``; each call
     is a :func:`jvp` at the same point)."""
     check_callable("func.linearize", func)
+    _tensors("func.linearize", "primals", primals)  # before zeros_like meets a non-tensor
     output = jvp(func, primals, tuple(zeros_like(p) for p in primals))[0]
 
     def jvp_fn(*tangents: Any) -> Any:
@@ -436,6 +437,12 @@ def jacrev(
     >>> rg.func.jacrev(lambda x: x * x)(rg.tensor([1.0, 2.0])).tolist()
     [[2.0, 0.0], [0.0, 4.0]]
     """
+    if chunk_size is not None and (
+        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
+    ):
+        raise InvalidArgumentError(
+            f"func.jacrev: chunk_size should be None or an int greater than 0, got {chunk_size!r}"
+        )
     return _jacobian("func.jacrev", func, argnums, has_aux)
 
 

@@ -154,50 +154,77 @@ def vmap(
     chunk_size: int | None = None,
 ) -> Any:
     """torch's ``vmap``: ``func`` mapped over dimension ``in_dims`` of its tensor arguments
-    (an int for all, or one int or ``None`` per positional argument; an argument may be a
-    pytree, a tuple, list or dict of tensors, mapped leaf by leaf), the results stacked along
-    ``out_dims`` (an int, or one per output of a tuple; a dict or list output is stacked leaf
-    by leaf, as torch's per-sample gradients of ``grad`` over a parameter dict are). Computed
-    as a loop over the batch (the results and gradients are those of torch's batching rules;
-    the speed is a loop's). torch refuses random ops inside unless ``randomness`` says how;
-    here each call draws for itself, as ``randomness="different"`` does."""
+    (an int for all, or a tuple with one entry per positional argument: an int, ``None``, or
+    for a pytree argument, a tuple, list or dict of tensors, an int or ``None`` for all its
+    leaves or a tree of them with its structure), keyword arguments passed unmapped; the
+    results stacked along ``out_dims`` (an int, or a tree of ints and ``None`` matching the
+    outputs; ``None`` returns an output that does not vary over the batch as it is).
+    Computed as a loop over the batch (the results and gradients are those of torch's
+    batching rules; the speed is a loop's; ``chunk_size`` is checked, and changes nothing).
+    ``randomness="same"`` draws the same random numbers for every element (the stream
+    rewound before each); otherwise each element draws its own, as ``"different"`` does
+    (torch's ``"error"`` would refuse random ops: a loop cannot tell them apart)."""
     check_callable("vmap", func)
+    if randomness not in ("error", "different", "same"):
+        raise InvalidArgumentError(
+            "vmap: only allowed values for randomness are 'error', 'different', or 'same', "
+            f"got {randomness!r}"
+        )
+    if chunk_size is not None and (
+        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0
+    ):
+        raise InvalidArgumentError(
+            f"vmap: chunk_size should be None or an int greater than 0, got {chunk_size!r}"
+        )
+    if not (
+        isinstance(in_dims, tuple) or (isinstance(in_dims, int) and not isinstance(in_dims, bool))
+    ):
+        raise InvalidArgumentError(
+            f"vmap: expected in_dims to be an int or a (potentially nested) tuple matching the "
+            f"structure of the inputs, got {type(in_dims).__name__} ({in_dims!r})"
+        )
 
-    def checked(dim: Any, leaf: Tensor) -> Any:
-        if not isinstance(dim, int) or isinstance(dim, bool):
+    def mapped(*args: Any, **kwargs: Any) -> Any:
+        if not args:
             raise InvalidArgumentError(
-                f"vmap: in_dims={in_dims!r}: each in_dim must be an int or None, got {dim!r}"
+                "vmap: got no inputs (a function of no positional arguments cannot be mapped)"
             )
-        if not -max(leaf.ndim, 1) <= dim < max(leaf.ndim, 1) or leaf.ndim == 0:
-            raise ShapeError(
-                f"vmap: in_dims={in_dims!r}: got in_dim={dim} for an input of shape "
-                f"{tuple(leaf.shape)}; expected {-leaf.ndim} <= in_dim < {leaf.ndim}"
+        if isinstance(in_dims, tuple) and len(in_dims) != len(args):
+            raise InvalidArgumentError(
+                f"vmap: in_dims={in_dims!r} is compatible with {len(in_dims)} positional "
+                f"arguments, got {len(args)}"
             )
-        return leaf.shape[dim]
-
-    def mapped(*args: Any) -> Any:
-        dims = in_dims if isinstance(in_dims, tuple | list) else (in_dims,) * len(args)
-        if len(dims) != len(args):
-            raise ShapeError(
-                f"vmap: in_dims is compatible with {len(dims)} arguments, got {len(args)}"
+        dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
+        pairs: list[tuple[Any, int]] = []
+        for arg, dim in zip(args, dims):
+            _mapped_leaves(arg, dim, in_dims, pairs)
+        if not pairs:
+            raise InvalidArgumentError(
+                f"vmap: in_dims={in_dims!r} maps no tensor: at least one tensor input must be "
+                "mapped (an in_dim that is not None)"
             )
-        sizes = {
-            checked(d, leaf)
-            for a, d in zip(args, dims)
-            if d is not None
-            for leaf in _leaves(a)
-            if isinstance(leaf, Tensor)
-        }
-        if len(sizes) != 1:
+        sizes = [_checked_dim(leaf, dim, in_dims) for leaf, dim in pairs]
+        if len(set(sizes)) != 1:
             raise ShapeError(
                 "vmap: expected all tensors to have the same size in the mapped dimension, got "
-                f"sizes {sorted(sizes)} (and at least one mapped tensor)"
+                f"sizes {sizes} for the mapped dimension"
             )
-        (size,) = sizes
+        size = sizes[0]
+        if size == 0:
+            # torch runs the function once on empty batched tensors; a loop has no element to
+            # run it on, so it runs on one zero-filled element to learn the outputs' shapes
+            picked = [_select(a, d, None) for a, d in zip(args, dims)]
+            return _stacked([func(*picked, **kwargs)], out_dims, out_dims, empty=True)
+        if randomness == "same":
+            from ..tensor.generator import get_rng_state, set_rng_state
+
+            start = get_rng_state()
         results = []
         for i in range(size):
-            picked = [a if d is None else _select(a, d, i) for a, d in zip(args, dims)]
-            results.append(func(*picked))
+            if randomness == "same":
+                set_rng_state(start)  # every element draws the same numbers
+            picked = [_select(a, d, i) for a, d in zip(args, dims)]
+            results.append(func(*picked, **kwargs))
         if isinstance(results[0], Tensor) and isinstance(out_dims, tuple) and len(out_dims) == 1:
             return _stacked(results, out_dims[0], out_dims)  # torch's one exception
         return _stacked(results, out_dims, out_dims)
@@ -207,34 +234,108 @@ def vmap(
 
 # vmap's helpers are module functions, not closures: a closure that calls itself is a
 # reference cycle, left to the garbage collector at every vmap call
-def _leaves(tree: Any) -> list[Any]:
+def _mapped_leaves(tree: Any, dim: Any, in_dims: Any, pairs: list[tuple[Any, int]]) -> None:
+    """Collect (leaf, in_dim) for each leaf of ``tree`` mapped by ``dim``, an int or None for
+    the whole subtree or a tree of them with its structure (torch's pytree prefix)."""
+    if dim is None:
+        return
+    if isinstance(dim, tuple | list | dict):
+        if isinstance(dim, dict):
+            same = isinstance(tree, dict) and set(dim) == set(tree)
+            items = [(tree[k], dim[k]) for k in dim] if same else []
+        else:
+            same = type(tree) is type(dim) and len(tree) == len(dim)
+            items = list(zip(tree, dim)) if same else []
+        if not same:
+            raise InvalidArgumentError(
+                f"vmap: in_dims={in_dims!r} is not compatible with the structure of the inputs "
+                f"(in_dim {dim!r} against a {type(tree).__name__})"
+            )
+        for sub, sub_dim in items:
+            _mapped_leaves(sub, sub_dim, in_dims, pairs)
+        return
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise InvalidArgumentError(
+            f"vmap: in_dims={in_dims!r}: each in_dim must be an int or None, got {dim!r}"
+        )
     if isinstance(tree, dict):
-        return [leaf for value in tree.values() for leaf in _leaves(value)]
-    if isinstance(tree, tuple | list):
-        return [leaf for value in tree for leaf in _leaves(value)]
-    return [tree]
+        for value in tree.values():
+            _mapped_leaves(value, dim, in_dims, pairs)
+    elif isinstance(tree, tuple | list):
+        for value in tree:
+            _mapped_leaves(value, dim, in_dims, pairs)
+    elif isinstance(tree, Tensor):
+        pairs.append((tree, dim))
+    else:
+        raise InvalidArgumentError(
+            f"vmap: in_dims={in_dims!r}: got in_dim={dim} for an input of type "
+            f"{type(tree).__name__}; only tensors can be mapped (use None for this input)"
+        )
 
 
-def _select(tree: Any, dim: int, i: int) -> Any:
+def _checked_dim(leaf: Tensor, dim: int, in_dims: Any) -> int:
+    if leaf.ndim == 0 or not -leaf.ndim <= dim < leaf.ndim:
+        raise ShapeError(
+            f"vmap: in_dims={in_dims!r}: got in_dim={dim} for an input of shape "
+            f"{tuple(leaf.shape)}; expected {-leaf.ndim} <= in_dim < {leaf.ndim}"
+        )
+    return leaf.shape[dim]
+
+
+def _select(tree: Any, dim: Any, i: int | None) -> Any:
+    """Element ``i`` of ``tree`` along ``dim`` (a tree prefix of in_dims); ``i`` None: a
+    zero-filled element (the batch is empty)."""
+    if dim is None:
+        return tree
     if isinstance(tree, dict):
-        return {key: _select(value, dim, i) for key, value in tree.items()}
+        return {
+            key: _select(value, dim[key] if isinstance(dim, dict) else dim, i)
+            for key, value in tree.items()
+        }
     if isinstance(tree, tuple | list):
-        return type(tree)(_select(value, dim, i) for value in tree)
-    return tree.select(dim, i) if isinstance(tree, Tensor) else tree
+        return type(tree)(
+            _select(value, dim[k] if isinstance(dim, tuple | list) else dim, i)
+            for k, value in enumerate(tree)
+        )
+    if not isinstance(tree, Tensor):
+        return tree
+    if i is None:
+        from ..tensor import zeros
+
+        shape = list(tree.shape)
+        del shape[dim]
+        return zeros(*shape, dtype=tree.dtype, device=tree.device)
+    return tree.select(dim, i)
 
 
-def _stacked(results: list[Any], dim: Any, out_dims: Any) -> Any:
-    """The results stacked leaf by leaf, ``dim`` an int for a whole subtree or a tree of
-    dims with the results' structure (torch's pytree prefix); ``out_dims`` as vmap got it."""
+def _stacked(results: list[Any], dim: Any, out_dims: Any, empty: bool = False) -> Any:
+    """The results stacked leaf by leaf, ``dim`` an int or None for a whole subtree or a tree
+    of them with the results' structure (torch's pytree prefix); ``out_dims`` as vmap got it.
+    ``empty``: the batch has no element (``results`` is one stand-in's)."""
     from ..tensor import stack
 
     first = results[0]
+    if dim is None:
+        if isinstance(first, Tensor) and not empty:
+            for other in results[1:]:
+                if other is not first and not (
+                    other.shape == first.shape and bool((other == first).all().item())
+                ):
+                    raise InvalidArgumentError(
+                        f"vmap: out_dims={out_dims!r}: an output mapped to out_dim None varies "
+                        "over the batch (torch: can not return a BatchedTensor when out_dim "
+                        "is None)"
+                    )
+        return first
     if isinstance(first, dict):
         if isinstance(dim, dict) and set(dim) != set(first):
             _mismatch(out_dims, dim, first)
         return {
             key: _stacked(
-                [r[key] for r in results], dim[key] if isinstance(dim, dict) else dim, out_dims
+                [r[key] for r in results],
+                dim[key] if isinstance(dim, dict) else dim,
+                out_dims,
+                empty,
             )
             for key in first
         }
@@ -245,13 +346,27 @@ def _stacked(results: list[Any], dim: Any, out_dims: Any) -> Any:
             _mismatch(out_dims, dim, first)
         return type(first)(
             _stacked(
-                [r[k] for r in results], dim[k] if isinstance(dim, tuple | list) else dim, out_dims
+                [r[k] for r in results],
+                dim[k] if isinstance(dim, tuple | list) else dim,
+                out_dims,
+                empty,
             )
             for k in range(len(first))
         )
     if not isinstance(dim, int) or isinstance(dim, bool):
         _mismatch(out_dims, dim, first)
-    return stack(results, dim=dim)
+    if not isinstance(first, Tensor):
+        raise InvalidArgumentError(
+            f"vmap: the function must only return tensors, got {type(first).__name__} "
+            f"(out_dims={out_dims!r}; an out_dim of None returns a value as it is)"
+        )
+    if not -(first.ndim + 1) <= dim <= first.ndim:
+        raise ShapeError(
+            f"vmap: out_dims={out_dims!r}: out_dim {dim} is out of range for an output of "
+            f"shape {tuple(first.shape)} (expected {-(first.ndim + 1)} to {first.ndim})"
+        )
+    out = stack(results, dim=dim)
+    return out.narrow(dim, 0, 0) if empty else out
 
 
 def _mismatch(out_dims: Any, dim: Any, output: Any) -> None:
