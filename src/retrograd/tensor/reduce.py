@@ -845,6 +845,10 @@ def _stable_overload(op: str, args: tuple, kwargs: dict) -> tuple[Any, Any, Any]
     read them: ``(dim=-1, descending=False)``, positional or keyword, or ``(*, stable,
     dim=-1, descending=False)``, all keywords; ``stable`` beside a positional argument
     matches neither, and torch refuses it (``x.sort(0, stable=True)``)."""
+    if "axis" in kwargs:  # torch's parser takes NumPy's name for dim (errors._NUMPY_NAMES)
+        if "dim" in kwargs:
+            raise DTypeError(f"{op}: got dim twice (as dim= and as axis=)")
+        kwargs = {("dim" if key == "axis" else key): value for key, value in kwargs.items()}
     unknown = set(kwargs) - {"dim", "descending", "stable"}
     if unknown:
         raise DTypeError(f"{op}() got an unexpected keyword argument {sorted(unknown)[0]!r}")

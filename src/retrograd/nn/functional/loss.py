@@ -12,9 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ...autodiff.grad_mode import is_grad_enabled
 from ...errors import (
-    AutodiffError,
     DTypeError,
     InvalidArgumentError,
     ShapeError,
@@ -71,27 +69,12 @@ def _reduce(losses: Tensor, reduction: str, total: Tensor | None = None) -> Tens
     return losses.mean()
 
 
-def _not_differentiable_in(kernel: str, name: str, value: Any) -> None:
-    """torch's refusal of a loss argument its kernel has no derivative for (the class
-    ``weight`` of ``nll_loss``, the ``weight``/``pos_weight`` of the binary cross-entropies):
-    a tensor that requires grad there raises while grad mode is on, rather than its gradient
-    being silently computed (or dropped)."""
-    if isinstance(value, Tensor) and value.requires_grad and is_grad_enabled():
-        raise AutodiffError(
-            f"The function '{kernel}' is not differentiable with respect to argument '{name}'. "
-            "This input cannot have requires_grad True. (detach it, or compute the loss under "
-            "no_grad)"
-        )
-
-
 def _class_weights(
     fn: str, logits: Tensor, weight: Any, classes: int, class_dim: int, exact: bool = True
 ) -> Tensor:
     """``weight`` ``[C]`` checked, shaped to broadcast along classes: in the logits' dtype,
     which torch's class-index kernels require it to have (``exact``); else (probability
     targets, torch's composite) in its own dtype, for the loss to promote with it."""
-    if exact:
-        _not_differentiable_in("nll_loss_forward", "weight", weight)
     given = weight
     weight = _as_tensor(fn, logits, weight, "weight")
     if weight.shape != (classes,) or weight.dtype not in FLOAT_DTYPES:
@@ -401,7 +384,6 @@ def binary_cross_entropy(
     """``-(y log x + (1 - y) log(1 - x))`` for probabilities ``x``, each log clamped at -100
     as torch's (so ``x`` of 0 or 1 gives a finite loss); ``weight`` broadcasts over it."""
     fn = "binary_cross_entropy"
-    _not_differentiable_in(fn, "weight", weight)
     x, y = _float_pair(fn, input, target, "target", one_dtype=True)
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, size_average, reduce)
@@ -473,8 +455,6 @@ def binary_cross_entropy_with_logits(
     """``(1 - y) x - w_pos log(sigmoid(x))`` with ``w_pos = 1 + (pos_weight - 1) y``, torch's
     formula (stable for large logits)."""
     fn = "binary_cross_entropy_with_logits"
-    _not_differentiable_in(fn, "weight", weight)
-    _not_differentiable_in(fn, "pos_weight", pos_weight)
     x, y = _float_pair(fn, input, target, "target")
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, size_average, reduce)
