@@ -81,8 +81,8 @@ def assert_flat(
         after = _live_library_objects()
     finally:
         gc.enable()
-    assert cyclic == 0, f"{cyclic} objects over {steps} steps were freed only by gc.collect"
     assert after == before, f"{after - before} objects left behind over {steps} steps"
+    assert cyclic == 0, f"{cyclic} objects over {steps} steps were freed only by gc.collect"
 
 
 def _mlp() -> nn.Module:
