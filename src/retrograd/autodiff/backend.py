@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -321,19 +322,7 @@ class Autodiff(Backend):
         (``rg.func``'s test of a tensor the transformed function closes over): a walk of the
         graph's nodes, no arithmetic."""
         own = {x.node.id for x in leaves if x.node is not None}
-        seen: set[int] = set()
-        stack = [x.node for x in outputs if x.node is not None]
-        while stack:
-            node = stack.pop()
-            if node.id in seen:
-                continue
-            seen.add(node.id)
-            if node.op is None:
-                if node.id not in own:
-                    return True
-                continue
-            stack.extend(parent for parent in node.parents if parent is not None)
-        return False
+        return any(node.op is None and node.id not in own for node in _graph_nodes(outputs))
 
     def reaches(
         self, outputs: list[AutodiffPrimitive], targets: list[AutodiffPrimitive]
@@ -343,19 +332,11 @@ class Autodiff(Backend):
         ``None`` when not found but the walk met a node a backward consumed (its parents
         dropped: a target may lie beyond it)."""
         wanted = {x.node.id for x in targets if x.node is not None}
-        seen: set[int] = set()
-        stack = [x.node for x in outputs if x.node is not None]
         unknown = False
-        while stack:
-            node = stack.pop()
-            if node.id in seen:
-                continue
+        for node in _graph_nodes(outputs):
             if node.id in wanted:
                 return True
-            seen.add(node.id)
             unknown = unknown or bool(node.consumed)
-            if node.op is not None:
-                stack.extend(parent for parent in node.parents if parent is not None)
         return None if unknown else False
 
     def detach(self, x: AutodiffPrimitive) -> AutodiffPrimitive:
@@ -520,6 +501,21 @@ def _recipe(op: Op, mask: tuple, broadcast: Any) -> Recipe:
 
 _OUTPUT_RECIPES: dict[tuple[Op, tuple], Recipe] = {}
 _COMPLEX_RECIPES: dict[tuple, Recipe] = {}
+
+
+def _graph_nodes(outputs: list[AutodiffPrimitive]) -> Iterator[Node]:
+    """Every node of the graph of ``outputs``, each once, outputs first (a walk of the
+    recorded parents; a lazy one, so a caller that has its answer stops it there)."""
+    seen: set[int] = set()
+    stack = [x.node for x in outputs if x.node is not None]
+    while stack:
+        node = stack.pop()
+        if node.id in seen:
+            continue
+        seen.add(node.id)
+        yield node
+        if node.op is not None:
+            stack.extend(parent for parent in node.parents if parent is not None)
 
 
 def _complex_recipe(inner: Backend, recipe: Recipe, inputs: tuple, parents: tuple, out: Any):
