@@ -258,12 +258,7 @@ class State:
         tying, a module's parameter also in an optimizer's groups)."""
         out, seen = [], set()
         for module, names in zip(self.modules, self.names):
-            parameters = dict(module.named_parameters())
-            if tuple(parameters) != names:
-                raise CaptureError(
-                    f"capture: the parameters of {type(module).__name__} changed since the "
-                    f"step was captured: {list(names)} then, {list(parameters)} now"
-                )
+            parameters = _same_names(module, "parameters", names, module.named_parameters())
             for name in names:
                 tensor = parameters[name]
                 if id(tensor) not in seen:
@@ -271,12 +266,7 @@ class State:
                     out.append((module, name, tensor))
         tail = []  # the listed modules' buffers, after every parameter
         for module, names in zip(self.modules, self.buffer_names):
-            buffers = dict(_buffers(module))
-            if tuple(buffers) != names:
-                raise CaptureError(
-                    f"capture: the buffers of {type(module).__name__} changed since the step "
-                    f"was captured: {list(names)} then, {list(buffers)} now"
-                )
+            buffers = _same_names(module, "buffers", names, _buffers(module))
             for name in names:
                 tensor = buffers[name]
                 if id(tensor) not in seen:
@@ -322,6 +312,18 @@ def _own_buffers(module: Any) -> list[tuple[str, Any]]:
     if type(buffers) is not dict:
         return []
     return [(name, value) for name, value in buffers.items() if isinstance(value, Tensor)]
+
+
+def _same_names(module: Any, kind: str, names: tuple, named: Any) -> dict:
+    """``module``'s named ``kind`` (parameters or buffers) as a dict, refused where their
+    names are not those captured."""
+    current = dict(named)
+    if tuple(current) != names:
+        raise CaptureError(
+            f"capture: the {kind} of {type(module).__name__} changed since the step was "
+            f"captured: {list(names)} then, {list(current)} now"
+        )
+    return current
 
 
 def _buffers(module: Any) -> list[tuple[str, Any]]:
