@@ -244,7 +244,8 @@ from .tensor.legacy import (
 from .tensor.special import xlogy
 from .tensor.storage import TypedStorage, UntypedStorage, is_storage
 from .tensor.torch_functions import *  # noqa: F403 (more function forms: torch_functions.__all__)
-from .unsupported import sparse_coo_tensor, spmm
+from .sparse import spmm
+from .tensor.sparse_coo import sparse_coo_tensor
 
 # dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
 float32 = _DTYPES["float32"]

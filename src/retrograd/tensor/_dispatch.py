@@ -629,6 +629,11 @@ def lift(reference: TensorBase, value: Any, op: str) -> Any:
         return value
     if isinstance(value, ValuesAndIndices):  # sort/topk/cummax/cummin: the values
         return lift(reference, value.values, op)
+    if getattr(type(value), "_sparse_coo", False):  # a sparse tensor (tensor/sparse_coo.py)
+        raise InvalidArgumentError(
+            f"{op}: a sparse COO tensor operand is not supported here (retrograd's sparse "
+            "tensors multiply dense matrices: mm, matmul, @); call .to_dense() first"
+        )
     if isinstance(value, np.ndarray | list | tuple):
         if hasattr(value, "_fields"):  # a (values, indices) result, not data
             raise DTypeError(

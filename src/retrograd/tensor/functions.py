@@ -756,6 +756,8 @@ def polygamma(n: int, input: Any) -> Any:  # noqa: A002 (torch's name)
 
 def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
     if not isinstance(input, TensorBase):
+        if getattr(type(input), "_sparse_coo", False):  # its method, or its refusal by name
+            return input
         if isinstance(input, ValuesAndIndices):  # sort/topk/cummax/cummin: the values
             return input.values
         raise DTypeError(f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}")
