@@ -261,6 +261,6 @@ def test_everything_else_is_refused_by_name(call):
 
 def test_saving_is_refused_and_writes_nothing(tmp_path):
     ours, _, _, _ = _pair(False)
-    with pytest.raises(rg.DTypeError, match="saving .*sparse COO"):
+    with pytest.raises(rg.DTypeError, match=r"saving .*sparse COO"):
         rg.save({"adj": ours}, tmp_path / "adj.pt")
     assert not (tmp_path / "adj.pt").exists()

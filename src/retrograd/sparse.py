@@ -28,12 +28,12 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from .errors import DTypeError
-from .tensor import Tensor
+from .tensor import Tensor, as_tensor
 from .tensor.sparse_coo import (
     SparseTensor,
+    check_sparse_parts,
     dense_sparse_mm,
     refuse,
-    sparse_coo_tensor,
     sparse_mm,
     sparse_sum,
 )
@@ -53,9 +53,38 @@ __all__ = [
     "log_softmax",
     "mm",
     "softmax",
+    "sparse_coo_tensor",
     "spmm",
     "sum",
 ]
+
+
+def sparse_coo_tensor(
+    indices: Any,
+    values: Any,
+    size: Any = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    pin_memory: bool = False,
+    requires_grad: bool = False,
+    check_invariants: Any = None,
+    is_coalesced: Any = None,
+    op: str = "sparse_coo_tensor",
+) -> SparseTensor:
+    """torch's ``sparse_coo_tensor``: the nonzeros ``values`` at the columns of ``indices``
+    (``ndim x nnz``); ``size`` inferred from the largest index when not given; ``dtype``
+    inferred from ``values`` as ``rg.tensor`` does (a list of ints: int64). Hybrid tensors
+    (values of more than one dimension) are refused."""
+    if isinstance(indices, SparseTensor) or isinstance(values, SparseTensor):
+        raise DTypeError(f"{op}: indices and values must be dense tensors")
+    indices = indices if isinstance(indices, Tensor) else as_tensor(indices)
+    values = values if isinstance(values, Tensor) else as_tensor(values)
+    if dtype is not None:
+        values = values.to(dtype)
+    if device is not None:
+        values = values.to(device)
+    return check_sparse_parts(op, indices, values, size, requires_grad, is_coalesced)
 
 
 def mm(mat1: Any, mat2: Any) -> Any:
@@ -123,7 +152,7 @@ class _SparseLegacyTensor(metaclass=_SparseLegacyMeta):
         device = kwargs.pop("device", None)
         if kwargs:
             raise DTypeError(f"{op}: unexpected keyword arguments {sorted(kwargs)}")
-        if args and all(isinstance(a, int) for a in args) or not args:
+        if not args or all(isinstance(a, int) for a in args):
             from .tensor import tensor
 
             empty = tensor([], dtype=cls._dtype, device=device)

@@ -455,7 +455,11 @@ class Tensor(
         return False
 
     def to_sparse(
-        self, sparse_dim: int | None = None, *, layout: Any = None, blocksize: Any = None,
+        self,
+        sparse_dim: int | None = None,
+        *,
+        layout: Any = None,
+        blocksize: Any = None,
         dense_dim: Any = None,
     ) -> Any:
         """This tensor's nonzeros as a sparse COO tensor (:mod:`.sparse_coo`), coalesced and

@@ -35,7 +35,16 @@ from ._dispatch import TensorBase
 from .dtypes import Size
 from .layouts import sparse_coo
 
-__all__ = ["SparseTensor", "SparseRefusal", "dense_to_sparse", "sparse_coo_tensor", "sparse_mm"]
+__all__ = [
+    "SparseRefusalError",
+    "SparseTensor",
+    "check_sparse_parts",
+    "dense_sparse_mm",
+    "dense_to_sparse",
+    "refuse",
+    "sparse_mm",
+    "sparse_sum",
+]
 
 _SUPPORTED = (
     "supported on sparse COO tensors: coalesce, indices/values, to_dense, mm/matmul/@ with a "
@@ -44,22 +53,16 @@ _SUPPORTED = (
 )
 
 
-class SparseRefusal(InvalidArgumentError, AttributeError):
+class SparseRefusalError(InvalidArgumentError, AttributeError):
     """An operation a sparse tensor does not have here. Also an ``AttributeError``, so that
     ``hasattr(s, name)`` and ``getattr(s, name, default)`` answer as for a missing name."""
 
 
 def refuse(op: str) -> NoReturn:
-    raise SparseRefusal(
+    raise SparseRefusalError(
         f"{op}: not supported on a sparse COO tensor in retrograd ({_SUPPORTED}); call "
         ".to_dense() first"
     )
-
-
-def _tensor_names() -> frozenset[str]:
-    from .core import Tensor
-
-    return frozenset(name for name in dir(Tensor) if not name.startswith("__"))
 
 
 class SparseTensor:
@@ -196,9 +199,7 @@ class SparseTensor:
         return SparseTensor(summed._indices_t, summed._values_t / counts, self._size, True)
 
     def detach(self) -> SparseTensor:
-        return SparseTensor(
-            self._indices_t, self._values_t.detach(), self._size, self._coalesced
-        )
+        return SparseTensor(self._indices_t, self._values_t.detach(), self._size, self._coalesced)
 
     @property
     def data(self) -> SparseTensor:
@@ -236,9 +237,7 @@ class SparseTensor:
         return self._cast(other.dtype)
 
     def _cast(self, dtype: Any) -> SparseTensor:
-        return SparseTensor(
-            self._indices_t, self._values_t.to(dtype), self._size, self._coalesced
-        )
+        return SparseTensor(self._indices_t, self._values_t.to(dtype), self._size, self._coalesced)
 
     # -- layout changes ------------------------------------------------------------------------
     def _flat_indices(self) -> Any:
@@ -256,15 +255,12 @@ class SparseTensor:
         flat = self._flat_indices()
         places, inverse = flat.unique(sorted=True, return_inverse=True)
         values = self._values_t.new_zeros((places.shape[0],)).index_add(0, inverse, self._values_t)
-        rows, rest = [], places
-        for extent in reversed(self._size):
-            rows.append(rest % extent)
-            rest = rest.div(extent, rounding_mode="floor")
-        from .shape import stack
-
-        indices = (
-            stack(rows[::-1]) if rows else self._indices_t.new_zeros((0, places.shape[0]))
-        )
+        # each place back to one index per dimension: (place // stride) % extent
+        strides = [math.prod(self._size[d + 1 :]) for d in range(self.ndim)]
+        column = (self.ndim, 1)
+        indices = places.unsqueeze(0).div(
+            self._indices_t.new_tensor(strides).reshape(column), rounding_mode="floor"
+        ) % self._indices_t.new_tensor(list(self._size)).reshape(column)
         return SparseTensor(indices, values, self._size, True)
 
     def to_dense(self, dtype: Any = None, *, masked_grad: Any = None) -> Any:
@@ -330,7 +326,7 @@ class SparseTensor:
         return dense_sparse_mm("matmul", other, self)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name not in _TENSOR_NAMES():
+        if name.startswith("__") or name not in _dense_names(self):
             raise AttributeError(f"'SparseTensor' object has no attribute '{name}'")
         refuse(name)
 
@@ -373,13 +369,20 @@ for _dunder, _op in {
 }.items():  # fmt: skip
     setattr(SparseTensor, _dunder, _refusing(_op))
 
-_TENSOR_NAMES_CACHE: list[frozenset[str]] = []
+_DENSE_NAMES: dict[type, frozenset[str]] = {}
 
 
-def _TENSOR_NAMES() -> frozenset[str]:  # noqa: N802 (reads as the constant it caches)
-    if not _TENSOR_NAMES_CACHE:
-        _TENSOR_NAMES_CACHE.append(_tensor_names())
-    return _TENSOR_NAMES_CACHE[0]
+def _dense_names(sparse: SparseTensor) -> frozenset[str]:
+    """The names of the dense tensor class (its values'): what torch code may call on a
+    sparse tensor too, refused here by name rather than missing."""
+    try:
+        kind = type(object.__getattribute__(sparse, "_values_t"))
+    except AttributeError:  # half-made (copy, unpickling): nothing to refuse by name
+        return frozenset()
+    names = _DENSE_NAMES.get(kind)
+    if names is None:
+        names = _DENSE_NAMES[kind] = frozenset(n for n in dir(kind) if not n.startswith("__"))
+    return names
 
 
 def _number(op: str, value: Any) -> Any:
@@ -388,40 +391,20 @@ def _number(op: str, value: Any) -> Any:
         return value
     if isinstance(value, TensorBase) and value.ndim == 0:
         return value
-    refuse(f"{op} by {type(value).__name__}{'' if not hasattr(value, 'shape') else ' of shape ' + shape_text(value.shape)} (only a number or a 0-d tensor)")
+    shape = f" of shape {shape_text(value.shape)}" if hasattr(value, "shape") else ""
+    refuse(f"{op} by {type(value).__name__}{shape} (only a number or a 0-d tensor)")
 
 
-# -- construction --------------------------------------------------------------------------------
-def sparse_coo_tensor(
-    indices: Any,
-    values: Any,
-    size: Any = None,
-    *,
-    dtype: Any = None,
-    device: Any = None,
-    pin_memory: bool = False,
-    requires_grad: bool = False,
-    check_invariants: Any = None,
-    is_coalesced: Any = None,
-    op: str = "sparse_coo_tensor",
+# -- construction ----------------------------------------------------------------------------------
+def check_sparse_parts(
+    op: str, indices: Any, values: Any, size: Any, requires_grad: bool, is_coalesced: Any
 ) -> SparseTensor:
-    """torch's ``sparse_coo_tensor``: the nonzeros ``values`` at the columns of ``indices``
-    (``ndim x nnz``); ``size`` inferred from the largest index when not given; ``dtype``
-    inferred from ``values`` as ``rg.tensor`` does. Hybrid tensors (values of more than one
-    dimension) are refused."""
-    from .creation import as_tensor
-
-    if isinstance(indices, SparseTensor) or isinstance(values, SparseTensor):
-        raise DTypeError(f"{op}: indices and values must be dense tensors")
-    indices = indices if isinstance(indices, TensorBase) else as_tensor(indices)
-    values = values if isinstance(values, TensorBase) else as_tensor(values)
+    """The sparse tensor of the dense tensors ``indices`` and ``values`` and ``size`` (inferred
+    from the largest indices when ``None``), each checked as torch's ``sparse_coo_tensor``
+    checks them."""
     if indices.dtype not in ("int64", "int32", "int16", "int8", "uint8"):
         raise DTypeError(f"{op}: indices must be an int64 tensor, got {indices.dtype}")
     indices = indices.long()
-    if dtype is not None:
-        values = values.to(dtype)
-    if device is not None:
-        values = values.to(device)
     indices = indices.to(values.device)
     if indices.ndim != 2:
         raise ShapeError(
@@ -504,7 +487,7 @@ def sparse_mm(op: str, sparse: SparseTensor, dense: Any, vector: bool = False) -
     """``sparse @ dense`` for a 2-d sparse tensor and a dense matrix (or vector, where
     ``vector``): dense, differentiable in both the sparse values and ``dense``."""
     dense = _check_dense(op, sparse, dense, "mat2")
-    if sparse.ndim != 2 or dense.ndim != 2 and not (vector and dense.ndim == 1):
+    if sparse.ndim != 2 or (dense.ndim != 2 and not (vector and dense.ndim == 1)):
         raise ShapeError(
             f"{op}: expects a 2-d sparse matrix and a dense matrix, got shapes "
             f"{shape_text(sparse.shape)} (sparse) and {shape_text(dense.shape)}"
@@ -516,9 +499,7 @@ def sparse_mm(op: str, sparse: SparseTensor, dense: Any, vector: bool = False) -
         )
     matrix = dense.unsqueeze(1) if dense.ndim == 1 else dense
     rows, cols = sparse._indices_t[0], sparse._indices_t[1]
-    out = matrix._apply(
-        "sparse_coo_mm", [rows, cols, sparse._values_t, matrix], (sparse.shape[0],)
-    )
+    out = matrix._apply("sparse_coo_mm", [rows, cols, sparse._values_t, matrix], (sparse.shape[0],))
     return out.squeeze(1) if dense.ndim == 1 else out
 
 
