@@ -105,6 +105,19 @@ def test_products_values_and_gradients_match_torch(product):
     np.testing.assert_allclose(d.grad(grads).numpy(), td.grad.numpy(), rtol=1e-12)
 
 
+def test_dense_plus_or_minus_sparse_is_torchs_dense_result():
+    ours, ours_v, theirs, theirs_v = _pair()
+    dense = _dense(3, 3, seed=2)
+    for combine in (lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a.add(b)):
+        out = combine(rg.tensor(dense), ours)
+        tout = combine(torch.tensor(dense), theirs)
+        assert not out.is_sparse and not tout.is_sparse
+        np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy())
+    grads = (rg.eye(3) - ours).pow(2).sum().backward()  # (a float32 eye: promoted, as torch's)
+    (torch.eye(3) - theirs).pow(2).sum().backward()
+    np.testing.assert_allclose(ours_v.grad(grads).numpy(), theirs_v.grad.numpy())
+
+
 def test_matrix_vector_product_matches_torch():
     ours, _, theirs, _ = _pair(False)
     vec = [1.0, -2.0, 0.5]
@@ -240,7 +253,8 @@ def test_bad_products_are_refused_by_name():
         ("relu", lambda s: s.relu()),
         ("relu", lambda s: rg.relu(s)),
         ("add", lambda s: s + rg.ones(3, 3, dtype="float64")),
-        ("add", lambda s: rg.ones(3, 3, dtype="float64") + s),
+        ("add", lambda s: s + s),
+        ("sub", lambda s: s - rg.ones(3, 3, dtype="float64")),
         ("indexing", lambda s: s[0]),
         ("sum", lambda s: s.sum()),
         ("view", lambda s: s.view(9)),

@@ -850,8 +850,12 @@ class TorchBackend(
 
     def sparse_coo_mm(self, rows, cols, values, dense, num_rows):
         if dense.dtype in (torch.float32, torch.float64) and values.dtype == dense.dtype:
+            # (the indices are checked where the tensor is made; torch warns unless told)
             matrix = torch.sparse_coo_tensor(
-                torch.stack((rows, cols)), values, (num_rows, dense.shape[0])
+                torch.stack((rows, cols)),
+                values,
+                (num_rows, dense.shape[0]),
+                check_invariants=False,
             )
             return torch.sparse.mm(matrix, dense)
         out = torch.zeros((num_rows, dense.shape[1]), dtype=dense.dtype, device=dense.device)
