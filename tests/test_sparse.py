@@ -118,6 +118,17 @@ def test_dense_plus_or_minus_sparse_is_torchs_dense_result():
     np.testing.assert_allclose(ours_v.grad(grads).numpy(), theirs_v.grad.numpy())
 
 
+def test_addmm_of_a_sparse_matrix_matches_torch():
+    ours, ours_v, theirs, theirs_v = _pair()
+    base, dense = _dense(3, 4, seed=4), _dense(3, 4, seed=5)
+    out = rg.sparse.addmm(rg.tensor(base), ours, rg.tensor(dense), beta=0.5, alpha=2.0)
+    tout = torch.sparse.addmm(torch.tensor(base), theirs, torch.tensor(dense), beta=0.5, alpha=2.0)
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-12)
+    grads = out.sum().backward()
+    tout.sum().backward()
+    np.testing.assert_allclose(ours_v.grad(grads).numpy(), theirs_v.grad.numpy(), rtol=1e-12)
+
+
 def test_matrix_vector_product_matches_torch():
     ours, _, theirs, _ = _pair(False)
     vec = [1.0, -2.0, 0.5]

@@ -163,7 +163,7 @@ class SparseTensor:
         grad = ", requires_grad=True" if self.requires_grad else ""
         return (
             f"tensor(indices={self._indices_t!r},\n       values={self._values_t!r},\n"
-            f"       size={tuple(self._size)}, nnz={self._nnz()}, layout=torch.sparse_coo{grad})"
+            f"       size={tuple(self._size)}, nnz={self._nnz()}, layout={self.layout!r}{grad})"
         )
 
     # -- autodiff: through the values ----------------------------------------------------------
