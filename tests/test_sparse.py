@@ -284,6 +284,19 @@ def test_everything_else_is_refused_by_name(call):
     assert hasattr(ours, "relu") is False and not hasattr(ours, "no_such_name")
 
 
+def test_deepcopy_copies_and_copy_shares():
+    import copy
+
+    ours, values, _, _ = _pair()
+    deep, shallow = copy.deepcopy(ours), copy.copy(ours)
+    assert deep._values() is not values and shallow._values() is values
+    np.testing.assert_array_equal(
+        deep.to_dense().detach().numpy(), ours.to_dense().detach().numpy()
+    )
+    values.data.mul_(2.0)
+    assert deep._values().detach().numpy()[0] == VALUES[0]
+
+
 def test_saving_is_refused_and_writes_nothing(tmp_path):
     ours, _, _, _ = _pair(False)
     with pytest.raises(rg.DTypeError, match=r"saving .*sparse COO"):

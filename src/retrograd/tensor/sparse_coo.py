@@ -186,7 +186,8 @@ class SparseTensor:
     def grad(self, grads: Any) -> SparseTensor | None:
         """The gradient ``grads`` holds for this (leaf) tensor, sparse at its nonzeros,
         coalesced (torch's ``grad`` of a sparse leaf). Every op here gives each stored value
-        the gradient of its place, so repeated places hold one value, which is kept."""
+        the gradient of its place, so the values of a repeated place are equal: their mean is
+        that gradient."""
         values = self._values_t.grad(grads)
         if values is None:
             return None
@@ -336,6 +337,21 @@ class SparseTensor:
         else:
             refuse(f"setting {name}")
 
+    def __deepcopy__(self, memo: dict) -> SparseTensor:
+        """A copy of the indices and values (``copy.deepcopy`` of a model holding its graph
+        as an attribute, as LightGCN's ``self.Graph``)."""
+        import copy
+
+        return SparseTensor(
+            copy.deepcopy(self._indices_t, memo),
+            copy.deepcopy(self._values_t, memo),
+            self._size,
+            self._coalesced,
+        )
+
+    def __copy__(self) -> SparseTensor:
+        return SparseTensor(self._indices_t, self._values_t, self._size, self._coalesced)
+
     def __reduce_ex__(self, protocol: Any) -> NoReturn:
         refuse("saving (pickle, rg.save)")
 
@@ -365,7 +381,7 @@ for _dunder, _op in {
     "__ne__": "ne", "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge",
     "__getitem__": "indexing", "__setitem__": "index assignment", "__iter__": "iteration",
     "__bool__": "bool", "__float__": "float()", "__int__": "int()", "__index__": "index",
-    "__array__": "numpy conversion", "__deepcopy__": "deepcopy", "__copy__": "copy",
+    "__array__": "numpy conversion",
 }.items():  # fmt: skip
     setattr(SparseTensor, _dunder, _refusing(_op))
 
