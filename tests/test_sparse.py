@@ -129,6 +129,27 @@ def test_addmm_of_a_sparse_matrix_matches_torch():
     np.testing.assert_allclose(ours_v.grad(grads).numpy(), theirs_v.grad.numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("coalesced", [False, True])
+def test_sparse_plus_sparse_matches_torch(coalesced):
+    ours, ours_v, theirs, theirs_v = _pair()
+    if coalesced:
+        ours, theirs = ours.coalesce(), theirs.coalesce()
+    for combine in (lambda a: a + a.t(), lambda a: a - 2 * a.t(), lambda a: a.add(a, alpha=3)):
+        out, tout = combine(ours), combine(theirs)
+        assert out.is_sparse and out.is_coalesced() == tout.is_coalesced()
+        np.testing.assert_allclose(
+            out.to_dense().detach().numpy(), tout.to_dense().detach().numpy()
+        )
+        if tout.is_coalesced():
+            np.testing.assert_array_equal(out.indices().numpy(), tout.indices().numpy())
+    dense = _dense(3, 2, seed=6)
+    grads = ((ours - ours.t()) @ rg.tensor(dense)).pow(2).sum().backward()
+    ((theirs - theirs.t()) @ torch.tensor(dense)).pow(2).sum().backward()
+    np.testing.assert_allclose(ours_v.grad(grads).numpy(), theirs_v.grad.numpy(), rtol=1e-12)
+    with pytest.raises(rg.ShapeError, match="sizes of 'self' and 'other' to match"):
+        ours + rg.sparse_coo_tensor([[0], [0]], [1.0], (2, 2), dtype=rg.float64)
+
+
 def test_matrix_vector_product_matches_torch():
     ours, _, theirs, _ = _pair(False)
     vec = [1.0, -2.0, 0.5]
@@ -264,7 +285,7 @@ def test_bad_products_are_refused_by_name():
         ("relu", lambda s: s.relu()),
         ("relu", lambda s: rg.relu(s)),
         ("add", lambda s: s + rg.ones(3, 3, dtype="float64")),
-        ("add", lambda s: s + s),
+        ("add", lambda s: s.add(rg.ones(3, 3, dtype="float64"))),
         ("sub", lambda s: s - rg.ones(3, 3, dtype="float64")),
         ("indexing", lambda s: s[0]),
         ("sum", lambda s: s.sum()),

@@ -15,6 +15,7 @@ torch's does. It covers:
   ``_nnz()``, ``is_coalesced()``, ``coalesce()``, ``to_dense()``;
 - products with a dense matrix (or vector): ``rg.sparse.mm``, ``rg.spmm``, ``rg.mm``,
   ``rg.matmul``, ``@`` either side; ``rg.sparse.sum``; a product or quotient by a number;
+  sums of sparse tensors, and ``dense + sparse`` (dense);
   ``t()``/``transpose``; ``to``/``cuda``/``cpu``/``float``/``double``, ``detach``,
   ``requires_grad_``, ``grad(grads)`` (sparse, at the coalesced nonzeros).
 
@@ -48,8 +49,8 @@ __all__ = [
 
 _SUPPORTED = (
     "supported on sparse COO tensors: coalesce, indices/values, to_dense, mm/matmul/@ with a "
-    "dense matrix, sparse.sum, * and / by a number, t/transpose, to/cuda/cpu/float/double, "
-    "detach, requires_grad_"
+    "dense matrix, sparse.sum, + and - of sparse tensors, * and / by a number, t/transpose, "
+    "to/cuda/cpu/float/double, detach, requires_grad_"
 )
 
 
@@ -306,6 +307,35 @@ class SparseTensor:
     def neg(self) -> SparseTensor:
         return SparseTensor(self._indices_t, -self._values_t, self._size, self._coalesced)
 
+    def add(self, other: Any, *, alpha: Any = 1) -> SparseTensor:
+        """``self + alpha * other`` of two sparse tensors of one size: their entries side by
+        side (a sum of two coalesced tensors coalesced, as torch's; the stored entries of
+        another may differ from torch's, its dense values do not). A dense ``other`` is
+        refused, as torch refuses it (``dense + sparse`` is the dense sum)."""
+        if not isinstance(other, SparseTensor):
+            refuse(f"add of a sparse and a {type(other).__name__} (dense + sparse is supported)")
+        if tuple(other.shape) != tuple(self._size):
+            raise ShapeError(
+                f"add: expected sizes of 'self' and 'other' to match, but "
+                f"{list(self._size)} != {list(other.shape)}"
+            )
+        from ._dispatch import promote
+
+        other_values = other._values_t if alpha == 1 else other._values_t * _number("add", alpha)
+        mine, theirs = promote(self._values_t, other_values, "add")
+        from .shape import cat
+
+        indices = cat([self._indices_t, other._indices_t], 1)
+        out = SparseTensor(indices, cat([mine, theirs], 0), self._size, False)
+        return out.coalesce() if self._coalesced and other._coalesced else out
+
+    def sub(self, other: Any, *, alpha: Any = 1) -> SparseTensor:
+        if not isinstance(other, SparseTensor):
+            refuse(f"sub of a sparse and a {type(other).__name__} (dense - sparse is supported)")
+        return self.add(other, alpha=-alpha)
+
+    __add__ = add
+    __sub__ = subtract = sub
     __mul__ = __rmul__ = multiply = mul
     __truediv__ = true_divide = divide = div
     __neg__ = negative = neg
@@ -373,7 +403,7 @@ def _refusing(op: str) -> Any:
 
 # Python looks operators up on the class, past __getattr__: each refused by its torch name
 for _dunder, _op in {
-    "__add__": "add", "__radd__": "add", "__iadd__": "add_", "__sub__": "sub",
+    "__radd__": "add", "__iadd__": "add_",
     "__rsub__": "sub", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_",
     "__rtruediv__": "div", "__floordiv__": "floor_divide", "__pow__": "pow", "__rpow__": "pow",
     "__mod__": "remainder", "__abs__": "abs", "__pos__": "positive", "__invert__": "bitwise_not",
