@@ -219,6 +219,14 @@ def test_to_dense_and_sparse_sum_gradients_match_torch():
         np.testing.assert_allclose(o.detach().numpy(), t.detach().numpy())
 
 
+def test_is_tensor_and_is_floating_point_as_torch():
+    ours, _, theirs, _ = _pair(False)
+    assert rg.is_tensor(ours) and torch.is_tensor(theirs)
+    assert ours.is_floating_point() == theirs.is_floating_point() is True
+    assert rg.sparse_coo_tensor(INDICES, [1, 2, 3, 4, 5]).is_floating_point() is False
+    assert not isinstance(ours, rg.Tensor)  # (documented: torch's is a torch.Tensor)
+
+
 def test_transpose_and_moves():
     ours, _, theirs, _ = _pair(False)
     np.testing.assert_array_equal(ours.t().to_dense().numpy(), theirs.t().to_dense().numpy())

@@ -817,7 +817,8 @@ def _filled(reference: Any, value: Any, dtype: str, shape: tuple | None = None) 
 
 
 def is_tensor(obj: Any) -> bool:
-    return isinstance(obj, TensorBase)
+    """torch's ``is_tensor``: a dense tensor, or a sparse one (``tensor/sparse_coo.py``)."""
+    return isinstance(obj, TensorBase) or getattr(type(obj), "_sparse_coo", False)
 
 
 def is_floating_point(input: Any) -> bool:  # noqa: A002 (torch's name)
