@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
 from ..unsupported import no_sparse
-from ._dispatch import TensorBase
+from ._dispatch import TensorBase, lift
 from .dtypes import Size
 from .layouts import sparse_coo
 
@@ -544,8 +544,15 @@ def sparse_mm(op: str, sparse: SparseTensor, dense: Any, vector: bool = False) -
             f"{sparse.shape[1]} and {'x'.join(str(s) for s in dense.shape)})"
         )
     matrix = dense.unsqueeze(1) if dense.ndim == 1 else dense
-    rows, cols = sparse._indices_t[0], sparse._indices_t[1]
-    out = matrix._apply("sparse_coo_mm", [rows, cols, sparse._values_t, matrix], (sparse.shape[0],))
+    # the kernel takes operands of one backend: the dense operand's (an inner-backend
+    # tensor joins its autodiff decorator, as in any binary op)
+    if sparse._values_t._backend.is_autodiff and not matrix._backend.is_autodiff:
+        matrix = lift(sparse._values_t, matrix, op)
+    rows, cols, values = (
+        lift(matrix, part, op)
+        for part in (sparse._indices_t[0], sparse._indices_t[1], sparse._values_t)
+    )
+    out = matrix._apply("sparse_coo_mm", [rows, cols, values, matrix], (sparse.shape[0],))
     return out.squeeze(1) if dense.ndim == 1 else out
 
 
