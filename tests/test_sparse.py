@@ -68,6 +68,7 @@ def test_to_sparse_round_trip_and_gradient():
     tx = torch.tensor(data, requires_grad=True)
     ours, theirs = x.to_sparse(), tx.to_sparse()
     assert ours.is_coalesced() and theirs.is_coalesced()
+    assert x.to_sparse_coo().is_sparse and ours.to_sparse() is ours and ours.to_sparse_coo() is ours
     np.testing.assert_array_equal(ours.indices().numpy(), theirs.indices().numpy())
     np.testing.assert_array_equal(ours.values().numpy(), theirs.values().detach().numpy())
     weights = np.arange(6.0).reshape(3, 2)

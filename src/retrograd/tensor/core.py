@@ -473,6 +473,10 @@ class Tensor(
             )
         return dense_to_sparse(self, sparse_dim, layout)
 
+    def to_sparse_coo(self) -> Any:
+        """``to_sparse()`` (torch's name for the COO layout)."""
+        return self.to_sparse()
+
     def to_dense(self, dtype: Any = None, *, masked_grad: Any = None) -> Tensor:
         """This tensor itself, as torch's ``to_dense`` of a strided tensor (every one is here:
         GCN code calls ``adj.to_dense()`` whatever the adjacency's layout), or cast to
