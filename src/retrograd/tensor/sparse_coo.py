@@ -32,9 +32,10 @@ from typing import Any, NoReturn
 
 from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
 from ..unsupported import no_sparse
-from ._dispatch import TensorBase, lift
+from ._dispatch import TensorBase, lift, normalize_dim, promote
 from .dtypes import Size
 from .layouts import sparse_coo
+from .shape import cat
 
 __all__ = [
     "SparseRefusalError",
@@ -91,8 +92,6 @@ class SparseTensor:
     def size(self, dim: int | None = None) -> Any:
         if dim is None:
             return self._size
-        from ._dispatch import normalize_dim
-
         return self._size[normalize_dim("size", dim, len(self._size))]
 
     def dim(self) -> int:
@@ -285,8 +284,6 @@ class SparseTensor:
         return self.transpose(0, 1) if self.ndim == 2 else self
 
     def transpose(self, dim0: int, dim1: int) -> SparseTensor:
-        from ._dispatch import normalize_dim
-
         a = normalize_dim("transpose", dim0, self.ndim)
         b = normalize_dim("transpose", dim1, self.ndim)
         order = list(range(self.ndim))
@@ -322,12 +319,8 @@ class SparseTensor:
                 f"add: expected sizes of 'self' and 'other' to match, but "
                 f"{list(self._size)} != {list(other.shape)}"
             )
-        from ._dispatch import promote
-
         other_values = other._values_t if alpha == 1 else other._values_t * _number("add", alpha)
         mine, theirs = promote(self._values_t, other_values, "add")
-        from .shape import cat
-
         indices = cat([self._indices_t, other._indices_t], 1)
         out = SparseTensor(indices, cat([mine, theirs], 0), self._size, False)
         return out.coalesce() if self._coalesced and other._coalesced else out
@@ -574,8 +567,6 @@ def dense_sparse_mm(op: str, dense: Any, sparse: SparseTensor) -> Any:
 def sparse_sum(sparse: SparseTensor, dim: Any = None, dtype: Any = None) -> Any:
     """torch's ``sparse.sum``: a dense 0-d sum over every dimension, else a sparse tensor
     over the dimensions kept (coalesced)."""
-    from ._dispatch import normalize_dim
-
     values = sparse._values_t if dtype is None else sparse._values_t.to(dtype)
     if dim is None:
         return values.sum()
