@@ -53,7 +53,7 @@ LAYERS = {
     # nothing of retrograd, it is handed the namespace
     "module_paths": 0,
     "special": 5,  # torch.special over the tensor API
-    "sparse": 5,  # torch.sparse's names that hold on dense tensors, over the tensor API
+    "sparse": 5,  # torch.sparse: sparse COO construction and products, over the tensor API
     "quasirandom": 5,  # torch.quasirandom: Sobol' points (SciPy) made into tensors
     # Burn's burn_tensor::signal (real FFTs as real pairs) over the tensor API, and torch's
     # stft/istft (istft over torch.fft's transforms)
@@ -93,7 +93,7 @@ LAYERS = {
     # torch's optimizer step hooks, shared by the optimizers (layer 7) and
     # distributed.ZeroRedundancyOptimizer (layer 5)
     "step_hooks": 4,  # torch.accelerator: cuda's queries (layer 5), device-agnostic
-    # torch forms that cannot hold here (sparse, nested, shared memory): errors that say so;
+    # torch forms that cannot hold here (nested, shared memory, sparse CSR): errors that say so;
     # they import only the errors (and nested the refusals), so they sit low
     "unsupported": 1,
     # torch.amp's names (autocast, GradScaler): they import only the errors; torch.cuda.amp

@@ -36,7 +36,7 @@
 Both the neural ODE and the capsule network's model ran unchanged but for the gradient lines.
 The defect found: retrograd had no ``torch.sparse`` namespace, so ``torch.sparse.torch.eye``
 failed; ``rg.sparse`` now carries the package as ``torch`` (as torch's does), ``sparse.mm`` of
-dense matrices, and refusals for the sparse-only reductions.
+dense matrices, and refusals of the sparse-only reductions given a dense tensor.
 """
 
 from __future__ import annotations
@@ -550,7 +550,8 @@ def test_capsule_network_with_dynamic_routing_matches_torch(capsys):
 
 def test_sparse_namespace_carries_the_package_as_torch_s_does():
     """``torch.sparse.torch`` is ``torch`` (the capsule network's one-hot labels);
-    ``sparse.mm`` of dense matrices is the product, the sparse-only reductions refuse."""
+    ``sparse.mm`` of dense matrices is the product; the sparse-only reductions refuse a
+    dense tensor, as torch's do (a sparse one they sum: tests/test_sparse.py)."""
     assert torch.sparse.torch is torch and rg.sparse.torch is rg
     labels = [2, 0, 3]
     np.testing.assert_array_equal(
@@ -562,7 +563,9 @@ def test_sparse_namespace_carries_the_package_as_torch_s_does():
         rg.sparse.mm(rg.tensor(a), rg.tensor(b)).numpy(),
         torch.sparse.mm(torch.tensor(a), torch.tensor(b)).numpy(),
     )
-    with pytest.raises(rg.errors.InvalidArgumentError, match="no sparse layouts"):
+    with pytest.raises(RuntimeError):
+        torch.sparse.sum(torch.tensor(a))
+    with pytest.raises(rg.errors.InvalidArgumentError, match=r"sparse\.sum of a dense tensor"):
         rg.sparse.sum(rg.tensor(a))
     with pytest.raises(rg.ShapeError, match=r"sparse\.mm"):
         rg.sparse.mm(rg.tensor(a), rg.tensor(a))

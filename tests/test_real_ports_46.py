@@ -17,8 +17,9 @@
   and features are normalized by ``scipy.sparse`` as the original does, then made dense by
   ``torch.FloatTensor(np.array(adj.todense()))``.
 
-The sparse ``SpGAT`` (``SpecialSpmmFunction`` over ``torch.sparse_coo_tensor``) is not ported:
-retrograd has no sparse layouts (API.md section 10). Dropout is 0, the runs deterministic.
+The sparse ``SpGAT`` (``SpecialSpmmFunction`` over ``torch.sparse_coo_tensor``), left out here
+when retrograd had no sparse layouts, is ported in ``tests/test_real_ports_281.py`` with this
+train.py. Dropout is 0, the runs deterministic.
 Only the gradient lines differ.
 """
 

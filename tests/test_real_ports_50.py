@@ -28,8 +28,9 @@
   AdamW, and ``decoding.py``'s greedy loop with ``install_kv_cache_hooks`` (forward hooks on
   the key/value ``Linear``s that return the concatenated cache, modules as dict keys, ``self.key
   not in kv_cache``, ``hook.remove()``), checked against the uncached logits. The alignment
-  heads' ``all_heads.to_sparse()`` is the one line changed: retrograd has no sparse layouts
-  (API.md section 10) and refuses it by name, so the port keeps the dense mask;
+  heads' ``all_heads.to_sparse()`` is the one line changed: retrograd's sparse COO tensors
+  (docs/sparse.md) are no module buffers (``register_buffer`` takes dense tensors and
+  refuses a sparse one by name), so the port keeps the dense mask;
 - torchvision's DenseNet (``models/densenet.py``), small, with ``memory_efficient`` on and off:
   ``_DenseLayer.forward`` declared twice by ``@torch.jit._overload_method`` before its real
   definition, ``@torch.jit.unused`` ``call_checkpoint_bottleneck`` running ``cp.checkpoint(
@@ -1032,7 +1033,7 @@ WHISPER_STEP = [
         "        loss.backward()\n        optimizer.step()",
         "        grads = loss.backward()\n        optimizer.step(grads)",
     ),
-    # retrograd has no sparse layouts (API.md section 10): the dense mask is kept
+    # a sparse tensor is no module buffer here (docs/sparse.md): the dense mask is kept
     ("all_heads.to_sparse()", "all_heads"),
 ]
 
@@ -1073,10 +1074,18 @@ def test_openai_whisper_matches_torch(sdpa):
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
 
 
-def test_to_sparse_is_refused_by_name():
-    # Whisper's alignment_heads buffer: torch keeps it sparse; retrograd has no sparse layouts
-    with pytest.raises(rg.errors.InvalidArgumentError, match="sparse"):
-        rg.zeros(2, 2, dtype=rg.bool).to_sparse()
+def test_to_sparse_of_the_alignment_heads_is_torchs_and_no_buffer():
+    # Whisper's alignment_heads: torch's to_sparse() of the bool mask (its indices read by
+    # set_alignment_heads/find_alignment) is retrograd's too; as a module buffer it is
+    # refused by name (register_buffer takes dense tensors here)
+    mask = np.zeros((4, 3), dtype=bool)
+    mask[2:] = True
+    ours, theirs = rg.tensor(mask).to_sparse(), torch.tensor(mask).to_sparse()
+    assert ours.is_sparse and ours.dtype == "bool" and ours.is_coalesced()
+    np.testing.assert_array_equal(ours.indices().numpy(), theirs.indices().numpy())
+    np.testing.assert_array_equal(ours.values().numpy(), theirs.values().numpy())
+    with pytest.raises(rg.DTypeError, match="register_buffer: 'alignment_heads'"):
+        rg.nn.Module().register_buffer("alignment_heads", ours, persistent=False)
 
 
 @pytest.mark.parametrize("cls", ["Conv1d", "Conv2d", "Conv3d"])

@@ -37,11 +37,13 @@ harness: ``tests/real_ports.py``):
   ``torch.eye(V) + adj_mat`` of an int64 matrix, ``nn.Parameter(torch.Tensor(n, m))`` filled by
   ``xavier_normal_``, ``torch.spmm``, ``output[mask]`` by a ``randperm`` index (one shared
   permutation in both runs), ``nn.NLLLoss``, Adam with ``weight_decay``, the module body under
-  ``if __name__ == '__main__':`` with its argument parser. retrograd has no sparse layouts (a
-  refusal by design, API.md section 10): the port builds the adjacency matrix dense
-  (``index_put_(..., accumulate=True)`` for ``torch.sparse_coo_tensor``) and drops the
-  ``.to_sparse()`` calls. The timing in the log is masked, and the one line printing the device
-  differs: see below.
+  ``if __name__ == '__main__':`` with its argument parser; the sparse layouts as the example
+  has them: ``torch.sparse_coo_tensor(edges.T, torch.ones(E), (V, V), dtype=torch.int64)`` of
+  a NumPy int32 array, ``torch.eye(V) + adj_mat`` (dense plus sparse), sparse diagonal
+  matrices by ``torch.diag(...).to_sparse()`` multiplied either side of a dense one, and the
+  model's ``torch.mm`` and ``torch.spmm`` of sparse features and a sparse adjacency (the port
+  first built them dense: retrograd had no sparse layouts). The timing in the log is masked,
+  and the one line printing the device differs: see below.
 
 Defect found and fixed: ``print(model)`` differed from torch's: ``Embedding`` printed only its
 sizes (torch adds ``padding_idx``, ``max_norm``, ``norm_type``, ``scale_grad_by_freq`` and
@@ -55,7 +57,7 @@ where torch prints ``cpu``: retrograd's devices always carry an index (the data-
 engine's ``cpu:0``, ``cpu:1``..., named so in its messages), torch's ``device('cpu')`` has none.
 
 The lines changed: the gradient lines (``grads = loss.backward()``, ``optimizer.step(grads)``),
-the ``import`` lines naming ``torch`` and, in ``gcn/main.py``, the sparse layouts.
+and the ``import`` lines naming ``torch``.
 """
 
 from __future__ import annotations
@@ -1190,13 +1192,7 @@ GCN_STEPS = [
     (
         "import torch\nfrom torch import nn\nimport torch.nn.functional as F\nfrom torch.optim import Adam\n",
         "import retrograd as torch\nfrom retrograd import nn\nimport retrograd.nn.functional as F\nfrom retrograd.optim import Adam\n",
-    ),  # retrograd has no sparse layouts (a refusal by design, API.md section 10): the adjacency
-    # matrix is built dense (the duplicates summed, as coalescing sums them) and kept dense
-    (
-        "torch.sparse_coo_tensor(edges.T, torch.ones(E), (V, V), dtype=torch.int64)",
-        "torch.zeros(V, V, dtype=torch.int64).index_put_(tuple(torch.tensor(edges.T)), torch.ones(E, dtype=torch.int64), accumulate=True)",
     ),
-    (".to_sparse()", ""),
 ]
 
 

@@ -27,10 +27,9 @@ against torch's run of the same code from the same weights and draws.
   ``F.nll_loss(output[idx_train], labels[idx_train])`` over ``torch.LongTensor(range(...))``
   indices, ``output.max(1)[1].type_as(labels)``, Adam with ``weight_decay``, the log
   compared (its numbers masked: the records hold them). ``sparse_mx_to_torch_sparse_tensor`` ends in
-  ``torch.sparse.FloatTensor(indices, values, shape)``: retrograd has no sparse layouts (a
-  refusal by design), so that one line builds the dense matrix by ``torch.zeros(shape)
-  .index_put_((indices[0], indices[1]), values, accumulate=True)``; the line itself now gets
-  the refusal's clear error (it was an ``AttributeError``).
+  ``torch.sparse.FloatTensor(indices, values, shape)``, a sparse COO adjacency that
+  ``torch.spmm`` multiplies: ported as it is (retrograd first refused the line, then, when it
+  had no sparse layouts, the port built the dense matrix in its place).
 - exact Gaussian-process regression written by hand (no GPyTorch): independent GPs over two
   tasks batched in one ``[2, n, n]`` kernel, softplus-parametrized length and output scales
   and a log noise, ``torch.linalg.cholesky``, ``torch.cholesky_solve`` and the log
@@ -752,10 +751,6 @@ PYGCN_STEPS = [
         "    loss_train.backward()\n    optimizer.step()\n",
         "    grads = loss_train.backward()\n    optimizer.step(grads)\n",
     ),
-    (  # no sparse layouts (a refusal by design): the dense adjacency
-        "return torch.sparse.FloatTensor(indices, values, shape)",
-        "return torch.zeros(shape).index_put_((indices[0], indices[1]), values, accumulate=True)",
-    ),
 ]
 
 
@@ -810,16 +805,24 @@ def test_pygcn_trains_as_torch(tmp_path):
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
-def test_pygcn_sparse_tensor_line_is_refused_clearly():
-    """The unported line: ``torch.sparse.FloatTensor(indices, values, shape)`` is refused
-    with the error saying retrograd has no sparse layouts, as ``sparse_coo_tensor`` is."""
-    indices, values = rg.tensor([[0, 1], [1, 0]]), rg.tensor([1.0, 2.0])
-    with pytest.raises(
-        rg.errors.InvalidArgumentError,
-        match=r"sparse\.FloatTensor: retrograd has no sparse layouts",
-    ):
-        rg.sparse.FloatTensor(indices, values, rg.Size([2, 2]))
-    assert not isinstance(values, rg.sparse.FloatTensor)
+def test_pygcn_sparse_tensor_line_builds_torchs_sparse_adjacency():
+    """The line once refused: ``torch.sparse.FloatTensor(indices, values, shape)`` is the
+    sparse COO tensor torch's is (its indices, values, size and dtype), and ``torch.spmm``
+    of it is torch's product."""
+    indices, values = [[0, 1, 1], [1, 0, 2]], [1.0, 2.0, -0.5]
+    ours = rg.sparse.FloatTensor(rg.tensor(indices), rg.tensor(values), rg.Size([2, 3]))
+    theirs = torch.sparse.FloatTensor(
+        torch.tensor(indices), torch.tensor(values), torch.Size([2, 3])
+    )
+    assert ours.is_sparse and ours.dtype == "float32" and tuple(ours.shape) == (2, 3)
+    assert isinstance(ours, rg.sparse.FloatTensor) and not isinstance(
+        rg.tensor(values), rg.sparse.FloatTensor
+    )
+    np.testing.assert_array_equal(ours.to_dense().numpy(), theirs.to_dense().numpy())
+    support = np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_allclose(
+        rg.spmm(ours, rg.tensor(support)).numpy(), torch.spmm(theirs, torch.tensor(support)).numpy()
+    )
 
 
 # -- a Gaussian process -------------------------------------------------------------------------

@@ -10,21 +10,33 @@ import torch
 import retrograd as rg
 
 
-def test_sparse_legacy_constructors_are_refused_clearly():
+def test_sparse_legacy_constructors_build_torchs_sparse_tensors():
     """tkipf/pygcn's ``torch.sparse.FloatTensor(indices, values, shape)`` was an
-    ``AttributeError`` (no such name); it is the refusal ``sparse_coo_tensor`` gives, and no
-    dense tensor is an instance of the sparse types (as in torch)."""
-    indices, values = rg.tensor([[0, 1], [1, 0]]), rg.tensor([1.0, 2.0])
-    with pytest.raises(
-        rg.errors.InvalidArgumentError, match=r"sparse\.FloatTensor: retrograd has no sparse"
-    ):
-        rg.sparse.FloatTensor(indices, values, rg.Size([2, 2]))
-    with pytest.raises(
-        rg.errors.InvalidArgumentError, match=r"sparse\.LongTensor: retrograd has no sparse"
-    ):
-        rg.sparse.LongTensor(2, 2)
-    assert not isinstance(values, rg.sparse.FloatTensor)
+    ``AttributeError`` (no such name), then a refusal; it is torch's sparse COO tensor now (of
+    the values' dtype, as torch's legacy constructor keeps it), ``LongTensor(2, 2)`` an empty
+    one, and no dense tensor is an instance of the sparse types (as in torch)."""
+    indices, values = [[0, 1], [1, 0]], [1.0, 2.0]
+    ours = rg.sparse.FloatTensor(rg.tensor(indices), rg.tensor(values), rg.Size([2, 2]))
+    theirs = torch.sparse.FloatTensor(
+        torch.tensor(indices), torch.tensor(values), torch.Size([2, 2])
+    )
+    assert ours.is_sparse and str(theirs.dtype) == f"torch.{ours.dtype}"
+    np.testing.assert_array_equal(ours.to_dense().numpy(), theirs.to_dense().numpy())
+    doubles = rg.sparse.FloatTensor(rg.tensor(indices), rg.tensor(values, dtype="float64"))
+    their_doubles = torch.sparse.FloatTensor(
+        torch.tensor(indices), torch.tensor(values, dtype=torch.float64)
+    )
+    assert str(their_doubles.dtype) == f"torch.{doubles.dtype}"
+    assert isinstance(doubles, rg.sparse.DoubleTensor) == isinstance(
+        their_doubles, torch.sparse.DoubleTensor
+    )
+    empty, their_empty = rg.sparse.LongTensor(2, 2), torch.sparse.LongTensor(2, 2)
+    assert empty._nnz() == their_empty._nnz() == 0 and empty.dtype == "int64"
+    assert isinstance(empty, rg.sparse.LongTensor) and not isinstance(empty, rg.sparse.IntTensor)
+    assert not isinstance(rg.tensor(values), rg.sparse.FloatTensor)
     assert not isinstance(torch.ones(2), torch.sparse.FloatTensor)
+    with pytest.raises(rg.DTypeError, match=r"sparse\.FloatTensor: expects"):
+        rg.sparse.FloatTensor(rg.tensor(indices), rg.tensor(values), (2, 2), "extra")
 
 
 def test_to_dense_of_a_dense_tensor_is_itself():

@@ -180,6 +180,7 @@ from .runtime_settings import (
 )
 from .serialization import load, save
 from .signal import istft, stft
+from .sparse import sparse_coo_tensor, spmm
 from .tensor import (
     as_tensor,
     asarray,
@@ -244,7 +245,6 @@ from .tensor.legacy import (
 from .tensor.special import xlogy
 from .tensor.storage import TypedStorage, UntypedStorage, is_storage
 from .tensor.torch_functions import *  # noqa: F403 (more function forms: torch_functions.__all__)
-from .unsupported import sparse_coo_tensor, spmm
 
 # dtypes, under torch's names and aliases (each a str: rg.float32 == "float32")
 float32 = _DTYPES["float32"]
@@ -456,7 +456,8 @@ __all__ += [
     "signal",
     "special",
 ]
-# forms that cannot hold here, each a clear error (unsupported.py): complex, sparse, nested
+# torch's layouts and the forms that cannot hold here (unsupported.py, each a clear error):
+# complex, nested; sparse COO tensors (sparse.py, tensor/sparse_coo.py)
 __all__ += [
     "istft",
     "jagged",

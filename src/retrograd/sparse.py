@@ -1,22 +1,26 @@
-"""torch's ``torch.sparse`` namespace as far as it holds on dense tensors (every retrograd
-tensor is dense, API.md section 10).
+"""torch's ``torch.sparse`` namespace: sparse COO tensors (:mod:`retrograd.tensor.sparse_coo`)
+and the functions graph code calls on them.
 
 - ``torch``: in torch, ``torch.sparse`` imports ``torch`` and so carries it as an attribute, and
   real code reaches the package through it (gram-ai's capsule network builds its one-hot
   labels with ``torch.sparse.torch.eye(NUM_CLASSES).index_select(dim=0, index=labels)``);
   here ``rg.sparse.torch`` is ``retrograd`` (set by the package, which this module may not
   import).
-- :func:`mm`: torch's ``torch.sparse.mm`` of a dense first operand is the matrix product
-  (values and gradients); so is this. :func:`addmm` likewise is ``torch.addmm``.
-- ``sum``, ``softmax``, ``log_softmax``: sparse-only in torch (a dense input is refused there
-  too): refused, with an error that says retrograd has no sparse layouts.
+- :func:`mm`: a sparse times a dense matrix (values and gradients, the sparse operand's at its
+  nonzeros), or, for a dense ``mat1``, the matrix product, as torch's; :func:`addmm` likewise.
+- :func:`sum`: torch's ``sparse.sum`` of a sparse tensor; ``softmax`` and ``log_softmax``
+  are refused by name (a dense input is refused in torch too).
 - the legacy sparse types ``FloatTensor``, ``LongTensor``...: tkipf/pygcn builds its adjacency
-  by ``torch.sparse.FloatTensor(indices, values, shape)``; a call is refused with that same
-  error (not an ``AttributeError``), and no dense tensor is an instance of them.
+  by ``torch.sparse.FloatTensor(indices, values, shape)``: a sparse COO tensor, of the values'
+  dtype as in torch; ``torch.sparse.FloatTensor(2, 3)`` an empty one. ``isinstance(s,
+  rg.sparse.FloatTensor)`` is whether ``s`` is a sparse float32 tensor, as in torch.
 
 >>> import retrograd as rg
 >>> rg.sparse.torch.eye(2).tolist()
 [[1.0, 0.0], [0.0, 1.0]]
+>>> adj = rg.sparse.FloatTensor(rg.tensor([[0, 1], [1, 0]]), rg.tensor([2.0, 3.0]), (2, 2))
+>>> rg.sparse.mm(adj, rg.ones(2, 1)).tolist()
+[[2.0], [3.0]]
 """
 
 from __future__ import annotations
@@ -24,8 +28,16 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from .errors import DTypeError
-from .tensor import Tensor
-from .unsupported import dense_mm, no_sparse
+from .tensor import Tensor, as_tensor
+from .tensor.sparse_coo import (
+    SparseTensor,
+    check_sparse_parts,
+    dense_sparse_mm,
+    refuse,
+    sparse_mm,
+    sparse_sum,
+)
+from .unsupported import dense_mm
 
 __all__ = [
     "BFloat16Tensor",
@@ -41,63 +53,130 @@ __all__ = [
     "log_softmax",
     "mm",
     "softmax",
+    "sparse_coo_tensor",
+    "spmm",
     "sum",
 ]
 
 
-def mm(mat1: Tensor, mat2: Any) -> Tensor:
-    """``mat1 @ mat2`` for two matrices (torch's ``sparse.mm`` of a dense ``mat1``)."""
+def sparse_coo_tensor(
+    indices: Any,
+    values: Any,
+    size: Any = None,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    pin_memory: bool = False,
+    requires_grad: bool = False,
+    check_invariants: Any = None,
+    is_coalesced: Any = None,
+    op: str = "sparse_coo_tensor",
+) -> SparseTensor:
+    """torch's ``sparse_coo_tensor``: the nonzeros ``values`` at the columns of ``indices``
+    (``ndim x nnz``); ``size`` inferred from the largest index when not given; ``dtype``
+    inferred from ``values`` as ``rg.tensor`` does (a list of ints: int64). Hybrid tensors
+    (values of more than one dimension) are refused."""
+    if isinstance(indices, SparseTensor) or isinstance(values, SparseTensor):
+        raise DTypeError(f"{op}: indices and values must be dense tensors")
+    indices = indices if isinstance(indices, Tensor) else as_tensor(indices)
+    values = values if isinstance(values, Tensor) else as_tensor(values)
+    if dtype is not None:
+        values = values.to(dtype)
+    if device is not None:
+        values = values.to(device)
+    return check_sparse_parts(op, indices, values, size, requires_grad, is_coalesced)
+
+
+def mm(mat1: Any, mat2: Any) -> Any:
+    """torch's ``sparse.mm``: ``mat1 @ mat2``, either of them sparse (a sparse ``mat1``: its
+    gradient is sparse at its nonzeros), or both dense."""
+    if isinstance(mat1, SparseTensor):
+        return sparse_mm("sparse.mm", mat1, mat2)
+    if isinstance(mat2, SparseTensor):
+        return dense_sparse_mm("sparse.mm", mat1, mat2)
     return dense_mm("sparse.mm", "mat1", mat1, mat2)
 
 
+def spmm(input: Any, mat2: Any) -> Any:  # noqa: A002 (torch's name)
+    """torch's ``spmm``: the product of a sparse (or dense) matrix and a dense one (tkipf's
+    GCN layers call it on the adjacency, sparse or dense)."""
+    if isinstance(input, SparseTensor):
+        return sparse_mm("spmm", input, mat2)
+    return dense_mm("spmm", "input", input, mat2)
+
+
 def addmm(mat: Any, mat1: Any, mat2: Any, *, beta: Any = 1.0, alpha: Any = 1.0) -> Tensor:
-    """``beta * mat + alpha * (mat1 @ mat2)``: torch's ``sparse.addmm`` is ``addmm`` with a
-    backward for a sparse ``mat1``, and every ``mat1`` here is dense."""
+    """``beta * mat + alpha * (mat1 @ mat2)``, ``mat1`` sparse or dense."""
     if not isinstance(mat, Tensor):
-        raise DTypeError(f"sparse.addmm: mat must be a tensor, got {type(mat).__name__}")
+        raise DTypeError(f"sparse.addmm: mat must be a dense tensor, got {type(mat).__name__}")
+    if isinstance(mat1, SparseTensor):
+        product = sparse_mm("sparse.addmm", mat1, mat2)
+        return mat * beta + product * alpha if beta != 0 else product * alpha
     return mat.addmm(mat1, mat2, beta=beta, alpha=alpha)
 
 
-def sum(input: Any, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: A001, A002 (torch's names)
-    """Refused: torch's ``sparse.sum`` takes sparse tensors only."""
-    no_sparse("sparse.sum")
+def sum(input: Any, dim: Any = None, dtype: Any = None) -> Any:  # noqa: A001, A002 (torch's names)
+    """torch's ``sparse.sum``: a dense 0-d sum over every dimension (or those of ``dim`` when
+    they are all), else a sparse tensor over the dimensions kept."""
+    if not isinstance(input, SparseTensor):
+        refuse("sparse.sum of a dense tensor (torch takes sparse tensors only)")
+    return sparse_sum(input, dim, dtype)
 
 
 def softmax(input: Any, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: torch's ``sparse.softmax`` takes sparse tensors only."""
-    no_sparse("sparse.softmax")
+    """Refused: torch's ``sparse.softmax`` takes sparse tensors, and retrograd's have no
+    softmax."""
+    refuse("sparse.softmax")
 
 
 def log_softmax(input: Any, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: A002
-    """Refused: torch's ``sparse.log_softmax`` takes sparse tensors only."""
-    no_sparse("sparse.log_softmax")
+    """Refused, as :func:`softmax`."""
+    refuse("sparse.log_softmax")
 
 
 class _SparseLegacyMeta(type):
-    """``isinstance(t, rg.sparse.FloatTensor)``: never, every retrograd tensor being dense."""
+    """``isinstance(t, rg.sparse.FloatTensor)``: ``t`` is sparse, of the type's dtype."""
 
     def __instancecheck__(cls, instance: Any) -> bool:
-        return False
+        return isinstance(instance, SparseTensor) and instance.dtype == cls._dtype
 
     def __repr__(cls) -> str:
         return f"<class 'retrograd.sparse.{cls.__name__}'>"
 
 
 class _SparseLegacyTensor(metaclass=_SparseLegacyMeta):
-    def __new__(cls, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[misc]
-        no_sparse(f"sparse.{cls.__name__}")
+    _dtype = "float32"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        op = f"sparse.{cls.__name__}"
+        device = kwargs.pop("device", None)
+        if kwargs:
+            raise DTypeError(f"{op}: unexpected keyword arguments {sorted(kwargs)}")
+        if not args or all(isinstance(a, int) for a in args):
+            from .tensor import tensor
+
+            empty = tensor([], dtype=cls._dtype, device=device)
+            indices = tensor([], dtype="int64", device=device).reshape(len(args), 0)
+            return sparse_coo_tensor(indices, empty, tuple(args), op=op)
+        if len(args) not in (2, 3):
+            raise DTypeError(
+                f"{op}: expects (indices, values), (indices, values, size) or sizes, got "
+                f"{len(args)} arguments"
+            )
+        # torch keeps the values' dtype here (a float64 ``values`` makes a float64 tensor)
+        return sparse_coo_tensor(*args, device=device, op=op)
 
 
-def _sparse_legacy(name: str) -> type:
-    return _SparseLegacyMeta(name, (_SparseLegacyTensor,), {"__slots__": ()})
+def _sparse_legacy(name: str, dtype: str) -> type:
+    return _SparseLegacyMeta(name, (_SparseLegacyTensor,), {"__slots__": (), "_dtype": dtype})
 
 
-FloatTensor = _sparse_legacy("FloatTensor")
-DoubleTensor = _sparse_legacy("DoubleTensor")
-HalfTensor = _sparse_legacy("HalfTensor")
-BFloat16Tensor = _sparse_legacy("BFloat16Tensor")
-LongTensor = _sparse_legacy("LongTensor")
-IntTensor = _sparse_legacy("IntTensor")
-ShortTensor = _sparse_legacy("ShortTensor")
-CharTensor = _sparse_legacy("CharTensor")
-ByteTensor = _sparse_legacy("ByteTensor")
+FloatTensor = _sparse_legacy("FloatTensor", "float32")
+DoubleTensor = _sparse_legacy("DoubleTensor", "float64")
+HalfTensor = _sparse_legacy("HalfTensor", "float16")
+BFloat16Tensor = _sparse_legacy("BFloat16Tensor", "bfloat16")
+LongTensor = _sparse_legacy("LongTensor", "int64")
+IntTensor = _sparse_legacy("IntTensor", "int32")
+ShortTensor = _sparse_legacy("ShortTensor", "int16")
+CharTensor = _sparse_legacy("CharTensor", "int8")
+ByteTensor = _sparse_legacy("ByteTensor", "uint8")

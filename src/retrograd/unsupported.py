@@ -1,8 +1,8 @@
 """torch forms that cannot hold in retrograd, each an error that says so (API.md section 10):
-sparse layouts (``sparse_coo_tensor``, ``Tensor.to_sparse``) and nested tensors
-(:mod:`retrograd.nested`), and memory shared between processes (``share_memory``).
-``spmm`` is here too, with the one meaning it keeps on dense
-tensors: ``mm``.
+nested tensors (:mod:`retrograd.nested`), memory shared between processes
+(``share_memory``), and the sparse layouts other than COO (:func:`no_sparse`; COO tensors are
+:mod:`retrograd.tensor.sparse_coo`). :func:`dense_mm` is torch's sparse products' meaning on
+two dense matrices, the matrix product.
 
 Tensors here are dense. Complex tensors (complex64, complex128) exist, with the ops that
 compute them (:mod:`retrograd.tensor.complexes`, :mod:`retrograd.fft`); an op without complex
@@ -12,10 +12,10 @@ error that names what is missing than by an ``AttributeError``, and never by a r
 differs from torch's.
 
 >>> import retrograd as rg
->>> rg.sparse_coo_tensor(rg.tensor([[0]]), rg.ones((1,)), (1,))
+>>> rg.nested.nested_tensor([rg.ones(2), rg.ones(3)])
 Traceback (most recent call last):
 ...
-retrograd.errors.InvalidArgumentError: sparse_coo_tensor: retrograd has no sparse layouts ...
+retrograd.errors.InvalidArgumentError: nested.nested_tensor: retrograd has no nested ...
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ __all__ = [
     "no_nested",
     "no_shared_memory",
     "no_sparse",
-    "sparse_coo_tensor",
-    "spmm",
 ]
 
 
@@ -44,7 +42,8 @@ def no_complex(op: str, dtype: str = "complex") -> NoReturn:
 
 def no_sparse(op: str) -> NoReturn:
     raise InvalidArgumentError(
-        f"{op}: retrograd has no sparse layouts (every tensor is dense, rg.strided); build the "
+        f"{op}: retrograd has no sparse layouts but COO (CSR, CSC and block layouts are not "
+        "supported); build a sparse COO tensor (rg.sparse_coo_tensor, .to_sparse()) or the "
         "dense tensor instead"
     )
 
@@ -63,18 +62,6 @@ def no_shared_memory(op: str) -> NoReturn:
         "train data-parallel with rg.nn.parallel.DistributedDataParallel (threads or "
         "processes), or share a model between threads, which needs no call"
     )
-
-
-def sparse_coo_tensor(indices: Any, values: Any, size: Any = None, **kwargs: Any) -> NoReturn:
-    """Refused: no sparse layouts."""
-    no_sparse("sparse_coo_tensor")
-
-
-def spmm(input: Any, mat2: Any) -> Any:  # noqa: A002 (torch's name)
-    """torch's sparse-times-dense product. Every retrograd tensor is dense, and torch's
-    ``spmm`` of a dense first operand is the matrix product ``mm`` (values and gradients):
-    so is this (``gcn/main.py`` calls it on the adjacency matrix, dense or sparse)."""
-    return dense_mm("spmm", "input", input, mat2)
 
 
 def dense_mm(op: str, name: str, first: Any, mat2: Any) -> Any:

@@ -1017,6 +1017,30 @@ Op(
 
 # -- linear algebra, softmax ---------------------------------------------------------------------
 binary("matmul", _matmul_x_vjp, _matmul_y_vjp, memory_bound=False, broadcast="batch")
+
+
+def _sparse_coo_mm_values_vjp(B, g, rows, cols, dense):
+    """The gradient of each stored value: the dot product of its output row of ``g`` with
+    the row of ``dense`` it multiplied (torch's, a repeated index's values each getting it)."""
+    picked = B.mul(B.select(g, rows, 0), B.select(dense, cols, 0))
+    return B.reshape(B.sum_dim(picked, (1,)), (-1,))
+
+
+Op(
+    "sparse_coo_mm",
+    ("rows", "cols", "values", "dense"),
+    ("num_rows",),
+    (
+        None,
+        None,
+        _sparse_coo_mm_values_vjp,
+        # the transposed sparse matrix times g: the same kernel, rows and columns swapped
+        lambda B, g, rows, cols, values, dense_shape: B.sparse_coo_mm(
+            cols, rows, values, g, dense_shape[0]
+        ),
+    ),
+    memory_bound=False,
+)
 binary(
     "cross",
     lambda B, g, y, dim: B.cross(y, g, dim),

@@ -1005,6 +1005,16 @@ class NumpyBackend(
             y = y.copy()
         return np.matmul(x, y)
 
+    def sparse_coo_mm(self, rows, cols, values, dense, num_rows):
+        if dense.dtype in (np.float32, np.float64) and values.dtype == dense.dtype:
+            from scipy import sparse  # its CSR kernel sums each row in one pass
+
+            matrix = sparse.csr_matrix((values, (rows, cols)), shape=(num_rows, dense.shape[0]))
+            return np.asarray(matrix @ dense, dtype=dense.dtype)
+        out = np.zeros((num_rows, dense.shape[1]), dtype=dense.dtype)
+        np.add.at(out, rows, values[:, None] * dense[cols])
+        return out
+
     def cross(self, x, y, dim):
         return np.cross(x, y, axis=dim)
 

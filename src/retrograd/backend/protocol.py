@@ -600,6 +600,16 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """Batched matrix product of operands with at least 2 dims, batch dims broadcasting."""
         raise NotImplementedError
 
+    def sparse_coo_mm(self, rows: Any, cols: Any, values: Any, dense: Any, num_rows: int) -> Any:
+        """The product of the sparse ``num_rows x dense.shape[0]`` matrix whose nonzeros are
+        ``values`` (1-d) at ``(rows, cols)`` (int64, 1-d, in range; repeats add up, as in an
+        uncoalesced COO tensor) with the 2-d ``dense``: ``num_rows x dense.shape[1]``, of
+        ``dense``'s dtype, which ``values`` shares. This composition of the protocol's gather
+        and scatter-add is what a backend without a sparse kernel runs."""
+        products = self.mul(self.select(dense, cols, 0), self.reshape(values, (-1, 1)))
+        out = self.zeros((num_rows, self.shape(dense)[1]), self.dtype(dense), self.device(dense))
+        return self.select_add(out, rows, products, 0)
+
     def cross(self, x: Any, y: Any, dim: int) -> Any:
         raise NotImplementedError
 

@@ -848,6 +848,19 @@ class TorchBackend(
     # -- linear algebra and fused activations -------------------------------------------------
     matmul = staticmethod(torch.matmul)
 
+    def sparse_coo_mm(self, rows, cols, values, dense, num_rows):
+        if dense.dtype in (torch.float32, torch.float64) and values.dtype == dense.dtype:
+            # (the indices are checked where the tensor is made; torch warns unless told)
+            matrix = torch.sparse_coo_tensor(
+                torch.stack((rows, cols)),
+                values,
+                (num_rows, dense.shape[0]),
+                check_invariants=False,
+            )
+            return torch.sparse.mm(matrix, dense)
+        out = torch.zeros((num_rows, dense.shape[1]), dtype=dense.dtype, device=dense.device)
+        return out.index_add_(0, rows, values[:, None] * dense[cols])
+
     def cross(self, x, y, dim):
         shape = torch.broadcast_shapes(x.shape, y.shape)
         return torch.linalg.cross(x.expand(shape), y.expand(shape), dim=dim)

@@ -629,6 +629,11 @@ def lift(reference: TensorBase, value: Any, op: str) -> Any:
         return value
     if isinstance(value, ValuesAndIndices):  # sort/topk/cummax/cummin: the values
         return lift(reference, value.values, op)
+    if getattr(type(value), "_sparse_coo", False):  # a sparse tensor (tensor/sparse_coo.py)
+        raise InvalidArgumentError(
+            f"{op}: a sparse COO tensor operand is not supported here (retrograd's sparse "
+            "tensors multiply dense matrices: mm, matmul, @); call .to_dense() first"
+        )
     if isinstance(value, np.ndarray | list | tuple):
         if hasattr(value, "_fields"):  # a (values, indices) result, not data
             raise DTypeError(
@@ -1032,6 +1037,7 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
 
 
 _SUBTRACTIONS = ("sub", "rsub")
+_SUMS = ("add", "sub")
 
 
 def _is_bool(value: Any) -> bool:
@@ -1050,6 +1056,8 @@ _ORDERINGS = frozenset(["lower_elem", "lower_equal_elem", "greater_elem", "great
 
 def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     """:func:`apply` for two operands that missed the fast paths."""
+    if op.kernel in _SUMS and getattr(type(b), "_sparse_coo", False):
+        b = b.to_dense()  # torch's dense + sparse and dense - sparse: dense results
     if op.kernel in _SUBTRACTIONS and (_is_bool(a) or _is_bool(b)):
         # torch refuses ``-`` with a bool operand (two bool tensors fail in the kernel)
         raise DTypeError(

@@ -454,12 +454,28 @@ class Tensor(
     def is_sparse(self) -> bool:
         return False
 
-    def to_sparse(self, *args: Any, **kwargs: Any) -> Tensor:
-        """torch's sparse layouts do not exist here: an error that says so."""
-        raise InvalidArgumentError(
-            "to_sparse: retrograd has no sparse layouts (every tensor is dense, rg.strided); "
-            "keep the dense tensor"
-        )
+    def to_sparse(
+        self,
+        sparse_dim: int | None = None,
+        *,
+        layout: Any = None,
+        blocksize: Any = None,
+        dense_dim: Any = None,
+    ) -> Any:
+        """This tensor's nonzeros as a sparse COO tensor (:mod:`.sparse_coo`), coalesced and
+        differentiable in this tensor; hybrid and other layouts are refused."""
+        from .sparse_coo import dense_to_sparse
+
+        if blocksize is not None or dense_dim not in (None, 0):
+            raise InvalidArgumentError(
+                "to_sparse: blocksize and dense_dim (block and hybrid layouts) are not "
+                "supported in retrograd"
+            )
+        return dense_to_sparse(self, sparse_dim, layout)
+
+    def to_sparse_coo(self) -> Any:
+        """``to_sparse()`` (torch's name for the COO layout)."""
+        return self.to_sparse()
 
     def to_dense(self, dtype: Any = None, *, masked_grad: Any = None) -> Tensor:
         """This tensor itself, as torch's ``to_dense`` of a strided tensor (every one is here:

@@ -756,6 +756,8 @@ def polygamma(n: int, input: Any) -> Any:  # noqa: A002 (torch's name)
 
 def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
     if not isinstance(input, TensorBase):
+        if getattr(type(input), "_sparse_coo", False):  # its method, or its refusal by name
+            return input
         if isinstance(input, ValuesAndIndices):  # sort/topk/cummax/cummin: the values
             return input.values
         raise DTypeError(f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}")
@@ -815,7 +817,8 @@ def _filled(reference: Any, value: Any, dtype: str, shape: tuple | None = None) 
 
 
 def is_tensor(obj: Any) -> bool:
-    return isinstance(obj, TensorBase)
+    """torch's ``is_tensor``: a dense tensor, or a sparse one (``tensor/sparse_coo.py``)."""
+    return isinstance(obj, TensorBase) or getattr(type(obj), "_sparse_coo", False)
 
 
 def is_floating_point(input: Any) -> bool:  # noqa: A002 (torch's name)

@@ -91,9 +91,10 @@ def refuse_format_query(op: str, fmt: Any, ndim: int) -> None:
 
 
 class layout(_Named):  # noqa: N801 (torch's name)
-    """One of torch's tensor layouts, by name. retrograd's tensors are all ``strided`` (dense);
-    ``sparse_coo`` and ``jagged`` exist so that code naming them reads, and the functions that
-    would make such tensors raise (:mod:`retrograd.unsupported`)."""
+    """One of torch's tensor layouts, by name. retrograd's tensors are ``strided`` (dense) but
+    for the sparse COO tensors of :mod:`.sparse_coo` (``sparse_coo``); ``jagged`` exists so
+    that code naming it reads, and the functions that would make such tensors raise
+    (:mod:`retrograd.unsupported`)."""
 
     __slots__ = ()
 

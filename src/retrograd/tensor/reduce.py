@@ -531,6 +531,10 @@ class ReduceMixin:
     # -- contraction --------------------------------------------------------------------------
     def matmul(self, other: Any) -> Any:
         """Matrix product; batched, batch dims broadcasting; 1-d operands as in NumPy."""
+        if getattr(type(other), "_sparse_coo", False):
+            from .sparse_coo import dense_sparse_mm
+
+            return dense_sparse_mm("matmul", self, other)
         a, b = self, lift(self, other, "matmul")
         same_dtype("matmul", a, b)
         if a.ndim == 0 or b.ndim == 0:
@@ -557,7 +561,11 @@ class ReduceMixin:
         return out
 
     def mm(self, mat2: Any) -> Any:
-        """The product of two matrices (2-d only, as torch's ``mm``)."""
+        """The product of two matrices (2-d only, as torch's ``mm``; ``mat2`` may be sparse)."""
+        if getattr(type(mat2), "_sparse_coo", False):
+            from .sparse_coo import dense_sparse_mm
+
+            return dense_sparse_mm("mm", self, mat2)
         other = lift(self, mat2, "mm")
         if self.ndim != 2 or other.ndim != 2:
             raise ShapeError(
