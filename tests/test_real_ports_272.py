@@ -185,9 +185,15 @@ record.append(ppca.posterior_mean(Y).abs().mean().item())
 """
 
 PCA_STEPS = [
-    ("import torch\nimport torch.nn as nn\n", "import retrograd as torch\nimport retrograd.nn as nn\n"),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
     ("from torch import Tensor\n", "from retrograd import Tensor\n"),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
 ]
 
 
@@ -195,7 +201,9 @@ def test_flower_pca_module_svd_pca_and_probabilistic_pca_as_torch(capsys):
     rng = np.random.default_rng(27201)
     latent = rng.standard_normal((40, 2))
     mixing = rng.standard_normal((2, 7))
-    data = latent @ mixing * np.array([3.0, 2.0, 1.5, 1.0, 1.0, 0.5, 0.5]) + 0.3 * rng.standard_normal((40, 7))
+    data = latent @ mixing * np.array(
+        [3.0, 2.0, 1.5, 1.0, 1.0, 0.5, 0.5]
+    ) + 0.3 * rng.standard_normal((40, 7))
     (theirs, ours), _ = runs_with_draws(PCA_SOURCE, PCA_STEPS, capsys, 27201, data=data)
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
     assert theirs[-5] < theirs[-29]  # the marginal likelihood fit lowered the loss

@@ -131,8 +131,14 @@ record.append(int(info))
 """
 
 GP_STEPS = [
-    ("import torch\nimport torch.nn as nn\n", "import retrograd as torch\nimport retrograd.nn as nn\n"),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
 ]
 
 
@@ -140,7 +146,9 @@ def test_exact_gp_by_cholesky_solve_and_kernel_ridge_as_torch(capsys):
     rng = np.random.default_rng(27301)
     xs = rng.uniform(-3, 3, (24, 1))
     ys = np.sin(2 * xs[:, 0]) + 0.1 * rng.standard_normal(24)
-    (theirs, ours), (their_log, our_log) = runs_with_draws(GP_SOURCE, GP_STEPS, capsys, 27301, xs=xs, ys=ys)
+    (theirs, ours), (their_log, our_log) = runs_with_draws(
+        GP_SOURCE, GP_STEPS, capsys, 27301, xs=xs, ys=ys
+    )
     assert_records_agree(ours, theirs, rtol=1e-7, atol=1e-9)
     assert our_log == their_log
     assert theirs[29] < theirs[0]

@@ -139,7 +139,10 @@ ALS_STEPS = [
     ),
     ("residual.backward()\n", "grads = residual.backward()\n"),
     ("record.append(A.grad.numpy())", "record.append(A.grad(grads).numpy())"),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
 ]
 
 

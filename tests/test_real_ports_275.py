@@ -162,8 +162,14 @@ STIEFEL_STEPS = [
         "import torch\nimport torch.nn as nn\nimport torch.nn.utils.parametrize as parametrize\nfrom torch.nn.",
         "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.utils.parametrize as parametrize\nfrom torch.nn.",
     ),
-    ("        loss.backward()\n        optimizer.step()", "        grads = loss.backward()\n        optimizer.step(grads)"),
-    ("    loss.backward()\n    with torch.no_grad():\n        G = X.grad\n", "    grads = loss.backward()\n    with torch.no_grad():\n        G = X.grad(grads)\n"),
+    (
+        "        loss.backward()\n        optimizer.step()",
+        "        grads = loss.backward()\n        optimizer.step(grads)",
+    ),
+    (
+        "    loss.backward()\n    with torch.no_grad():\n        G = X.grad\n",
+        "    grads = loss.backward()\n    with torch.no_grad():\n        G = X.grad(grads)\n",
+    ),
     ("        X.grad.zero_()\n", ""),
 ]
 

@@ -146,8 +146,14 @@ SPECTRAL_STEPS = [
         "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F",
         "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F",
     ),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
-    ("loss.backward()\nrecord.append(A.grad.numpy())", "grads = loss.backward()\nrecord.append(A.grad(grads).numpy())"),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
+    (
+        "loss.backward()\nrecord.append(A.grad.numpy())",
+        "grads = loss.backward()\nrecord.append(A.grad(grads).numpy())",
+    ),
 ]
 
 

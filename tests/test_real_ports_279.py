@@ -172,8 +172,14 @@ DETERMINANTS_STEPS = [
         "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F",
         "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F",
     ),
-    ("    nll.backward()\n    optimizer.step()", "    grads = nll.backward()\n    optimizer.step(grads)"),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
+    (
+        "    nll.backward()\n    optimizer.step()",
+        "    grads = nll.backward()\n    optimizer.step(grads)",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
 ]
 
 
@@ -183,7 +189,12 @@ def test_dpp_r2d2_elm_linear_flow_and_norm_regularizers_as_torch(capsys):
 
     def episode():
         sy, qy = np.repeat(np.arange(3), 2), np.repeat(np.arange(3), 3)
-        return (centres[sy] + rng.standard_normal((6, 8)), sy, centres[qy] + rng.standard_normal((9, 8)), qy)
+        return (
+            centres[sy] + rng.standard_normal((6, 8)),
+            sy,
+            centres[qy] + rng.standard_normal((9, 8)),
+            qy,
+        )
 
     (theirs, ours), (their_log, our_log) = runs_with_draws(
         DETERMINANTS_SOURCE, DETERMINANTS_STEPS, capsys, 27901,

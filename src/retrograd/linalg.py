@@ -290,6 +290,10 @@ def solve(A: Tensor, B: Any, *, left: bool = True, out: Any = None) -> Tensor:  
             f"linalg.solve: A must be batches of square matrices, got shape "
             f"{shape_text(matrices.shape)}"
         )
+    if isinstance(B, Tensor) and B.dtype != matrices.dtype:  # torch's rule: no promotion
+        raise DTypeError(
+            f"linalg.solve: A ({matrices.dtype}) and B ({B.dtype}) must have the same dtype"
+        )
     rhs = lift(matrices, B, "linalg.solve")
     vector = rhs.ndim == 1 or (left and rhs.shape == matrices.shape[:-1])
     if vector:
@@ -821,6 +825,15 @@ def solve_triangular(
         )
     if rhs.shape == matrices.shape[:-1]:  # a batch of matrices here, never solve's vector
         rhs = rhs.expand(np.broadcast_shapes(matrices.shape[:-2], rhs.shape[:-2]) + rhs.shape[-2:])
+    n, k = matrices.shape[-1], rhs.shape[-2 if left else -1]
+    if k != n:
+        equation = "AX = B" if left else "XA = B"
+        raise ShapeError(
+            f"linalg.solve_triangular: incompatible shapes of A and B for the equation "
+            f"{equation} ({shape_text(matrices.shape)} and {shape_text(rhs.shape)})"
+        )
+    if rhs.dtype != matrices.dtype:  # torch's result takes A's dtype
+        rhs = rhs.cast(matrices.dtype)
     if unitriangular:
         strict = matrices.triu(1) if upper else matrices.tril(-1)
         triangle = strict + _identity(matrices)
@@ -912,6 +925,8 @@ def vecdot(x: Tensor, y: Any, *, dim: int = -1, out: Any = None) -> Tensor:
     _no_out("linalg.vecdot", out)
     if not isinstance(x, Tensor):
         raise DTypeError(f"linalg.vecdot: expected a tensor, got {type(x).__name__}")
+    if isinstance(y, Tensor) and y.dtype != x.dtype:  # torch's rule: no promotion
+        raise DTypeError(f"linalg.vecdot: x ({x.dtype}) and y ({y.dtype}) must have the same dtype")
     product = (x.conj() if x.is_complex() else x) * lift(x, y, "linalg.vecdot")
     return product.sum(normalize_dim("linalg.vecdot", dim, product.ndim))
 
