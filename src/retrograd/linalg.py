@@ -34,6 +34,7 @@ from .errors import guard_namespace as _guard_namespace
 from .tensor import FLOAT_DTYPES, Tensor
 from .tensor._dispatch import lift, normalize_dim, untracked
 from .tensor.creation import _no_out
+from .tensor.creation import randn as _creation_randn
 from .tensor.functions import accepts_out as _accepts_out
 from .tensor.norms import matrix_norm, norm, vector_norm
 from .tensor.products import lu_factorize, lu_info
@@ -1230,12 +1231,20 @@ def _subspace_iterations(op: str, niter: Any) -> int:
     return int(niter)
 
 
+#: what draws the low-rank methods' Gaussian sketch: the package installs ``rg.randn`` as it
+#: is when called (:func:`draw_sketches_with`), as torch's method calls ``torch.randn``, so a
+#: program that seeds or replaces it draws torch's sketch
+_SKETCH_DRAW = [_creation_randn]
+
+
+def draw_sketches_with(draw: Any) -> None:
+    """Make ``draw(n, q, dtype=..., device=...)`` draw :func:`svd_lowrank`'s sketches."""
+    _SKETCH_DRAW[0] = draw
+
+
 def _approximate_basis(matrix: Any, q: int, niter: int, shift: Any) -> Any:
     """An orthonormal basis ``Q`` (``[..., m, min(m, q)]``) of the range of ``matrix -
     shift``, as torch's ``get_approximate_basis``."""
-    # looked up on the package when called, as torch's ``torch.randn``: the generator a
-    # program seeds (or replaces) is the one that draws the sketch
-    from . import randn
 
     def times(factor: Any, conjugate: bool = False) -> Any:
         operand = matrix.mH if conjugate else matrix
@@ -1244,7 +1253,7 @@ def _approximate_basis(matrix: Any, q: int, niter: int, shift: Any) -> Any:
             product = product - (shift.mH if conjugate else shift) @ factor
         return product
 
-    sketch = randn(matrix.shape[-1], q, dtype=matrix.dtype, device=matrix.device)
+    sketch = _SKETCH_DRAW[0](matrix.shape[-1], q, dtype=matrix.dtype, device=matrix.device)
     basis = qr(times(sketch)).Q
     for _ in range(niter):
         basis = qr(times(basis, conjugate=True)).Q
