@@ -5,6 +5,8 @@ parameter under ``no_grad``, and torch's dtype and shape rules of ``linalg.solve
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -150,3 +152,33 @@ def test_solve_triangular_names_its_own_shapes_and_takes_as_dtype():
     )
     assert ours.dtype == rg.float32 and theirs.dtype == torch.float32
     np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-5)
+
+
+def test_low_rank_methods_refuse_integer_matrices_by_name():
+    with pytest.raises(RuntimeError):
+        torch.svd_lowrank(torch.tensor([[1, 2], [3, 4]]), q=1)
+    for method in (rg.svd_lowrank, rg.pca_lowrank):
+        with pytest.raises(rg.DTypeError, match=rf"^{method.__name__}: .*floating point.*int64"):
+            method(rg.tensor([[1, 2], [3, 4]]), q=1)
+
+
+@pytest.mark.parametrize("inner", ["numpy", "torch"])
+def test_cholesky_names_the_failing_batch_element_and_minor_as_torch(inner):
+    backend = rg.Autodiff(rg.NumpyBackend() if inner == "numpy" else rg.TorchBackend())
+    cases = [
+        (np.stack([np.eye(3), np.diag([1.0, 2.0, -1.0])]), "(Batch element 1)", 3),
+        (np.array([[1.0, 2.0], [2.0, 1.0]]), "order 2", 2),
+        (-np.eye(4), "order 1", 1),
+    ]
+    for matrix, torch_text, order in cases:
+        with pytest.raises(torch.linalg.LinAlgError, match=re.escape(torch_text)):
+            torch.linalg.cholesky(torch.tensor(matrix))
+        where = r" \(batch element 1\)" if matrix.ndim == 3 else ""
+        with pytest.raises(
+            rg.linalg.LinAlgError,
+            match=rf"cholesky: .*{where} is not positive-definite \(its leading minor of "
+            rf"order {order} is not\)",
+        ):
+            rg.linalg.cholesky(rg.tensor(matrix, backend=backend))
+    good = rg.tensor(np.eye(2) * 4, backend=backend)
+    np.testing.assert_allclose(rg.linalg.cholesky(good).numpy(), np.eye(2) * 2)  # still usable

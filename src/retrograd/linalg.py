@@ -1264,6 +1264,8 @@ def _approximate_basis(matrix: Any, q: int, niter: int, shift: Any) -> Any:
 def _matrix_argument(op: str, value: Any) -> Tensor:
     if not isinstance(value, Tensor):
         raise DTypeError(f"{op}: A must be a tensor, got {type(value).__name__}")
+    if not (value.is_floating_point() or value.is_complex()):  # (the sketch is a float one)
+        raise DTypeError(f"{op}: expected a floating point tensor, got {value.dtype}")
     return value
 
 
