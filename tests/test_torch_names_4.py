@@ -532,7 +532,7 @@ def test_histogramdd_as_torchs():
         rg.histogramdd(rg.ones(3, 2), 2, weight=rg.ones(3, dtype=rg.float64))
 
 
-def test_low_rank_factorizations_reconstruct_and_differentiate():
+def test_low_rank_factorizations_reconstruct_and_differentiate(monkeypatch):
     rng = np.random.default_rng(6)
     low_rank = rng.standard_normal((7, 3)) @ rng.standard_normal((3, 5))
     ours = rg.tensor(low_rank).require_grad()
@@ -552,14 +552,26 @@ def test_low_rank_factorizations_reconstruct_and_differentiate():
     full_u, _, full_vh = np.linalg.svd(low_rank, full_matrices=False)
     _same(ours.grad(grads), full_u[:, :3] @ full_vh[:3], atol=1e-9)
     data = rng.standard_normal((10, 4)) * np.array([3.0, 1.0, 0.5, 0.1])
-    u, s, v = rg.pca_lowrank(rg.tensor(data), q=2)
-    # torch's is randomized (an approximation of this): the exact principal components, by
-    # NumPy's SVD of the centered data, up to sign
+    # torch's method is randomized: given the same Gaussian sketch (both draw it by their
+    # package's ``randn``, looked up when called), the same approximation as torch's
+    sketch = rng.standard_normal((4, 2))
+    monkeypatch.setattr(rg, "randn", lambda *size, dtype=None, **_: rg.tensor(sketch, dtype=dtype))
+    monkeypatch.setattr(
+        torch, "randn", lambda *size, dtype=None, **_: torch.tensor(sketch, dtype=dtype)
+    )
+    u, s, v = rg.pca_lowrank(rg.tensor(data), q=2, niter=1)
+    their_u, their_s, their_v = torch.pca_lowrank(torch.tensor(data), q=2, niter=1)
+    _same(s, their_s.numpy(), rtol=1e-9)
+    _same(u @ rg.diag_embed(s) @ v.mT, (their_u @ torch.diag_embed(their_s) @ their_v.mT).numpy())
     centered = data - data.mean(0)
     _, exact_s, exact_vh = np.linalg.svd(centered, full_matrices=False)
+    assert abs(float(s[1]) - exact_s[1]) > 1e-9  # an approximation after one iteration
+    # the subspace iterations converge to the exact principal components, up to sign
+    u, s, v = rg.pca_lowrank(rg.tensor(data), q=2, niter=20)
     _same(s, exact_s[:2], rtol=1e-9)
     np.testing.assert_allclose(np.abs(_np(v)), np.abs(exact_vh[:2].T), rtol=1e-8, atol=1e-10)
     _same(u @ rg.diag_embed(s) @ v.mT, centered @ exact_vh[:2].T @ exact_vh[:2], atol=1e-10)
+    monkeypatch.undo()
     torch.manual_seed(0)
     assert rg.pca_lowrank(rg.tensor(data))[0].shape == tuple(
         torch.pca_lowrank(torch.tensor(data))[0].shape

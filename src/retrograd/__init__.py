@@ -275,6 +275,10 @@ nan = _math.nan
 __version__ = version.__version__
 newaxis = None  # torch's alias of None in indexing (``x[:, rg.newaxis]``)
 
+# torch's low-rank methods draw their sketch by ``torch.randn`` looked up when called: the
+# same here, so a program that replaces or seeds ``rg.randn`` draws the same sketch
+linalg.draw_sketches_with(lambda *size, **options: _sys.modules[__name__].randn(*size, **options))
+
 # torch.sparse carries the torch module (it imports it), and real code reaches the package
 # through it (``torch.sparse.torch.eye(n)``): the same here (sparse may not import the package)
 sparse.torch = _sys.modules[__name__]

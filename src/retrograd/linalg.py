@@ -34,6 +34,7 @@ from .errors import guard_namespace as _guard_namespace
 from .tensor import FLOAT_DTYPES, Tensor
 from .tensor._dispatch import lift, normalize_dim, untracked
 from .tensor.creation import _no_out
+from .tensor.creation import randn as _creation_randn
 from .tensor.functions import accepts_out as _accepts_out
 from .tensor.norms import matrix_norm, norm, vector_norm
 from .tensor.products import lu_factorize, lu_info
@@ -289,6 +290,10 @@ def solve(A: Tensor, B: Any, *, left: bool = True, out: Any = None) -> Tensor:  
         raise ShapeError(
             f"linalg.solve: A must be batches of square matrices, got shape "
             f"{shape_text(matrices.shape)}"
+        )
+    if isinstance(B, Tensor) and B.dtype != matrices.dtype:  # torch's rule: no promotion
+        raise DTypeError(
+            f"linalg.solve: A ({matrices.dtype}) and B ({B.dtype}) must have the same dtype"
         )
     rhs = lift(matrices, B, "linalg.solve")
     vector = rhs.ndim == 1 or (left and rhs.shape == matrices.shape[:-1])
@@ -821,6 +826,15 @@ def solve_triangular(
         )
     if rhs.shape == matrices.shape[:-1]:  # a batch of matrices here, never solve's vector
         rhs = rhs.expand(np.broadcast_shapes(matrices.shape[:-2], rhs.shape[:-2]) + rhs.shape[-2:])
+    n, k = matrices.shape[-1], rhs.shape[-2 if left else -1]
+    if k != n:
+        equation = "AX = B" if left else "XA = B"
+        raise ShapeError(
+            f"linalg.solve_triangular: incompatible shapes of A and B for the equation "
+            f"{equation} ({shape_text(matrices.shape)} and {shape_text(rhs.shape)})"
+        )
+    if rhs.dtype != matrices.dtype:  # torch's result takes A's dtype
+        rhs = rhs.cast(matrices.dtype)
     if unitriangular:
         strict = matrices.triu(1) if upper else matrices.tril(-1)
         triangle = strict + _identity(matrices)
@@ -912,6 +926,8 @@ def vecdot(x: Tensor, y: Any, *, dim: int = -1, out: Any = None) -> Tensor:
     _no_out("linalg.vecdot", out)
     if not isinstance(x, Tensor):
         raise DTypeError(f"linalg.vecdot: expected a tensor, got {type(x).__name__}")
+    if isinstance(y, Tensor) and y.dtype != x.dtype:  # torch's rule: no promotion
+        raise DTypeError(f"linalg.vecdot: x ({x.dtype}) and y ({y.dtype}) must have the same dtype")
     product = (x.conj() if x.is_complex() else x) * lift(x, y, "linalg.vecdot")
     return product.sum(normalize_dim("linalg.vecdot", dim, product.ndim))
 
@@ -1160,9 +1176,11 @@ def _tensor_lu_solve(self: Tensor, LU_data: Any, LU_pivots: Any) -> Any:  # noqa
 
 # -- low-rank factorizations (torch.svd_lowrank, torch.pca_lowrank: top level in torch) ---
 def svd_lowrank(A: Any, q: int | None = 6, niter: int | None = 2, M: Any = None) -> tuple:  # noqa: N803 (torch's names)
-    """``(U, S, V)`` of rank ``q`` with ``A - M ≈ U diag(S) V^T`` (``q`` at most the smaller
-    dimension; ``niter`` the subspace iterations of torch's randomized method, not needed by
-    the exact truncated SVD computed here). Differentiable."""
+    """``(U, S, V)`` of rank ``q`` with ``A - M ≈ U diag(S) V^T`` by torch's randomized
+    method (Halko et al. 2009, algorithm 5.1): a Gaussian sketch of ``q`` columns drawn by
+    ``rg.randn``, refined by ``niter`` subspace iterations, so it is exact only where ``A - M``
+    has rank at most ``q``, and a program seeded as torch's draws torch's sketch.
+    Differentiable."""
     op = "svd_lowrank"
     matrix = _matrix_argument(op, A)
     if matrix.ndim < 2:
@@ -1170,14 +1188,26 @@ def svd_lowrank(A: Any, q: int | None = 6, niter: int | None = 2, M: Any = None)
     q = 6 if q is None else q
     if not isinstance(q, numbers.Integral) or isinstance(q, bool) or q < 0:
         raise InvalidArgumentError(f"{op}: q must be a non-negative int, got {q!r}")
+    niter = _subspace_iterations(op, niter)
     if M is not None:
-        matrix = matrix - M
-    return _truncated_svd(matrix, min(int(q), *matrix.shape[-2:]))
+        M = _matrix_argument(op, M).broadcast_to(matrix.shape)  # noqa: N806
+    m, n = matrix.shape[-2:]
+    if m < n:  # the method wants a tall matrix: factor the conjugate transpose
+        matrix = matrix.mH
+        M = None if M is None else M.mH  # noqa: N806
+    basis = _approximate_basis(matrix, int(q), niter, M)
+    projected = basis.mH @ matrix
+    if M is not None:
+        projected = projected - basis.mH @ M
+    left, singular, right_h = svd(projected, full_matrices=False)
+    left, right = basis @ left, right_h.mH
+    return (right, singular, left) if m < n else (left, singular, right)
 
 
 def pca_lowrank(A: Any, q: int | None = None, center: bool = True, niter: int = 2) -> tuple:  # noqa: N803
     """``(U, S, V)`` of the principal components of the rows of ``A`` (centered by the column
-    means with ``center``): ``q`` of them, ``min(6, m, n)`` by default. Differentiable."""
+    means with ``center``): ``q`` of them, ``min(6, m, n)`` by default, by
+    :func:`svd_lowrank`'s randomized method (as torch's). Differentiable."""
     op = "pca_lowrank"
     matrix = _matrix_argument(op, A)
     if matrix.ndim < 2:
@@ -1188,20 +1218,55 @@ def pca_lowrank(A: Any, q: int | None = None, center: bool = True, niter: int = 
         raise InvalidArgumentError(
             f"{op}: q must be an int between 0 and min(m, n) = {min(m, n)}, got {q!r}"
         )
+    niter = _subspace_iterations(op, niter)
     if center:
         matrix = matrix - matrix.mean(dim=-2, keepdim=True)
-    return _truncated_svd(matrix, int(q))
+    return svd_lowrank(matrix, int(q), niter=niter)
+
+
+def _subspace_iterations(op: str, niter: Any) -> int:
+    niter = 2 if niter is None else niter
+    if not isinstance(niter, numbers.Integral) or isinstance(niter, bool) or niter < 0:
+        raise InvalidArgumentError(f"{op}: niter must be a non-negative int, got {niter!r}")
+    return int(niter)
+
+
+#: what draws the low-rank methods' Gaussian sketch: the package installs ``rg.randn`` as it
+#: is when called (:func:`draw_sketches_with`), as torch's method calls ``torch.randn``, so a
+#: program that seeds or replaces it draws torch's sketch
+_SKETCH_DRAW = [_creation_randn]
+
+
+def draw_sketches_with(draw: Any) -> None:
+    """Make ``draw(n, q, dtype=..., device=...)`` draw :func:`svd_lowrank`'s sketches."""
+    _SKETCH_DRAW[0] = draw
+
+
+def _approximate_basis(matrix: Any, q: int, niter: int, shift: Any) -> Any:
+    """An orthonormal basis ``Q`` (``[..., m, min(m, q)]``) of the range of ``matrix -
+    shift``, as torch's ``get_approximate_basis``."""
+
+    def times(factor: Any, conjugate: bool = False) -> Any:
+        operand = matrix.mH if conjugate else matrix
+        product = operand @ factor
+        if shift is not None:
+            product = product - (shift.mH if conjugate else shift) @ factor
+        return product
+
+    sketch = _SKETCH_DRAW[0](matrix.shape[-1], q, dtype=matrix.dtype, device=matrix.device)
+    basis = qr(times(sketch)).Q
+    for _ in range(niter):
+        basis = qr(times(basis, conjugate=True)).Q
+        basis = qr(times(basis)).Q
+    return basis
 
 
 def _matrix_argument(op: str, value: Any) -> Tensor:
     if not isinstance(value, Tensor):
         raise DTypeError(f"{op}: A must be a tensor, got {type(value).__name__}")
+    if not (value.is_floating_point() or value.is_complex()):  # (the sketch is a float one)
+        raise DTypeError(f"{op}: expected a floating point tensor, got {value.dtype}")
     return value
-
-
-def _truncated_svd(matrix: Any, q: int) -> tuple:
-    left, singular, right_h = svd(matrix, full_matrices=False)
-    return left[..., :q], singular[..., :q], right_h[..., :q, :].mT
 
 
 _tensor_qr.__name__ = _tensor_qr.__qualname__ = "qr"

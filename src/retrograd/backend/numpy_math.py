@@ -213,7 +213,7 @@ class NumpyMathKernels:
         try:
             return np.linalg.cholesky(x)
         except np.linalg.LinAlgError:
-            raise not_positive_definite(x.shape) from None
+            raise not_positive_definite(x.shape, *_first_failed_minor(x)) from None
 
     def solve(self, a, b):
         try:
@@ -263,3 +263,30 @@ class NumpyMathKernels:
 def _flat_cat(parts, batch):
     """``parts`` with their matrix dims flattened, side by side along one last dim."""
     return np.concatenate([p.reshape(batch + (-1,)) for p in parts], axis=-1)
+
+
+def _first_failed_minor(x: np.ndarray) -> tuple[int | None, int | None]:
+    """The flat batch index of the first matrix of ``x`` with no Cholesky factor and the order
+    of its first leading minor that is not positive-definite (a bisection: once a minor
+    fails, every larger one does)."""
+    n = x.shape[-1]
+    for index, matrix in enumerate(x.reshape(-1, n, n)):
+        if _has_cholesky(matrix):
+            continue
+        low, high = 1, n  # minors of order < low factor; the minor of order high does not
+        while low < high:
+            middle = (low + high) // 2
+            if _has_cholesky(matrix[:middle, :middle]):
+                low = middle + 1
+            else:
+                high = middle
+        return index, high
+    return None, None
+
+
+def _has_cholesky(matrix: np.ndarray) -> bool:
+    try:
+        np.linalg.cholesky(matrix)
+    except np.linalg.LinAlgError:
+        return False
+    return True

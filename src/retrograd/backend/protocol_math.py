@@ -57,10 +57,17 @@ POLYNOMIALS = (
 )
 
 
-def not_positive_definite(shape: Sequence[int]) -> LinAlgError:
-    """The error for a matrix with no Cholesky factor (torch's ``LinAlgError``)."""
+def not_positive_definite(
+    shape: Sequence[int], batch_index: int | None = None, order: int | None = None
+) -> LinAlgError:
+    """The error for a matrix with no Cholesky factor (torch's ``LinAlgError``), naming, as
+    torch's does, the first failing matrix of a batch (its flat index) and the order of its
+    leading minor that is not positive-definite, where the backend knows them."""
+    where = "" if batch_index is None or len(shape) <= 2 else f" (batch element {batch_index})"
+    minor = "" if order is None else f" (its leading minor of order {order} is not)"
     return LinAlgError(
-        f"cholesky: the input matrix of shape {shape_text(shape)} is not positive-definite"
+        f"cholesky: the input matrix of shape {shape_text(shape)}{where} is not "
+        f"positive-definite{minor}"
     )
 
 

@@ -60,7 +60,9 @@ class TorchMathKernels:
     def cholesky(self, x):
         out, info = torch.linalg.cholesky_ex(x)
         if x.device.type == "cpu" and bool(info.any()):
-            raise not_positive_definite(tuple(x.shape))
+            failed = info.reshape(-1).nonzero()[0].item()  # LAPACK's info: the minor's order
+            order = int(info.reshape(-1)[failed])
+            raise not_positive_definite(tuple(x.shape), failed, order)
         return out
 
     def solve(self, a, b):

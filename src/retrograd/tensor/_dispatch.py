@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff.grad_mode import is_grad_enabled
 from ..backend.protocol import (
     COMPLEX_DTYPES,
     COMPLEX_OF_REAL,
@@ -599,14 +600,16 @@ def untracked(t: TensorBase) -> Any:
 
 def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
     """``t`` moved onto ``backend``: equal backends share primitives, and an inner-backend
-    tensor lifts into its autodiff decorator untracked."""
+    tensor lifts into its autodiff decorator untracked. A tracked tensor goes onto its inner
+    backend only where no graph is recorded (``torch.no_grad``: ``G.T @ X`` of a gradient
+    ``G`` and a parameter ``X``, as torch's result, requires no grad)."""
     source = t._backend
     if source == backend:
         return type(t)._result(t._prim, backend, t._device)
     if backend.is_autodiff and backend.inner == source:
         return type(t)._result(backend.wrap(t._prim), backend, t._device)
     if source.is_autodiff and source.inner == backend:
-        if source.is_tracked(t._prim):  # its inner value alone would lose the gradient
+        if source.is_tracked(t._prim) and is_grad_enabled():  # its inner value would lose it
             raise AutodiffError(
                 f"{op}: a tensor that requires grad ({shape_text(t.shape)} {t.dtype}) cannot"
                 f" join a tensor of {backend!r}, which records no graph; make that one a"

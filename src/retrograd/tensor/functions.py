@@ -955,6 +955,8 @@ def cdist(x1: Any, x2: Any, p: float = 2.0, compute_mode: str = _CDIST_MODES[0])
             raise DTypeError(f"cdist: only floating point tensors are supported, {name} is {what}")
         if x.ndim < 2:
             raise ShapeError(f"cdist: {name} must have at least 2 dimensions, got {x.ndim}")
+    if x1.dtype != x2.dtype:  # torch's kernel takes one scalar type
+        raise DTypeError(f"cdist: x1 ({x1.dtype}) and x2 ({x2.dtype}) must have the same dtype")
     if x1.shape[-1] != x2.shape[-1]:
         raise ShapeError(
             f"cdist: x1 {shape_text(x1.shape)} and x2 {shape_text(x2.shape)} must have the same "
