@@ -1,0 +1,121 @@
+"""Round 34 of the reliability work, on the product paths a user touches (``rg.load`` of torch
+files, the ``retrograd`` command stopped by a signal): one heading per defect found, each test
+failing on the code before its fix. Expected behaviour comes from torch (what ``torch.load``
+does with the same file) or from the contract (a stopped command leaves its previous files
+whole, no temporary file, one line on stderr and a meaningful exit status)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+
+SOURCE = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def torch_file_with(tmp_path: Path, replace: dict[str, bytes | None]) -> Path:
+    """A file ``torch.save`` wrote, with the records named (by their name after the folder)
+    replaced, or left out where the value is ``None``."""
+    original = io.BytesIO()
+    torch.save({"w": torch.arange(6, dtype=torch.float32), "n": torch.tensor([1, 2])}, original)
+    path = tmp_path / "edited.pt"
+    with zipfile.ZipFile(original) as source, zipfile.ZipFile(path, "w") as target:
+        for name in source.namelist():
+            record = name.split("/", 1)[1]
+            if record not in replace:
+                target.writestr(name, source.read(name))
+            elif replace[record] is not None:
+                target.writestr(name, replace[record])
+    return path
+
+
+def torch_refuses(path: Path) -> bool:
+    try:
+        torch.load(path)
+    except RuntimeError:
+        return True
+    return False
+
+
+# == a torch file of a newer format version loaded as if it were this one =======================
+@pytest.mark.parametrize("version", [b"11\n", b"99\n"])
+def test_a_torch_file_of_a_newer_format_version_is_refused_as_torch_refuses_it(
+    tmp_path, version
+):
+    # rg.load never read the zip's version record: a file of a newer torch (whose layout may
+    # differ) loaded as if it were of this format, where torch 2.13 refuses it.
+    path = torch_file_with(tmp_path, {"version": version})
+    assert torch_refuses(path)
+    with pytest.raises(rg.InvalidArgumentError) as caught:
+        rg.load(path)
+    message = str(caught.value)
+    assert str(path) in message and "newer" in message and version.strip().decode() in message
+
+
+@pytest.mark.parametrize(
+    "version", [b"0\n", b"abc\n", b"", None], ids=["zero", "not-a-number", "empty", "missing"]
+)
+def test_a_torch_file_whose_version_record_is_damaged_or_missing_is_refused(tmp_path, version):
+    path = torch_file_with(tmp_path, {"version": version})
+    assert torch_refuses(path)
+    with pytest.raises(rg.InvalidArgumentError, match="version") as caught:
+        rg.load(path)
+    assert str(path) in str(caught.value) and "damaged" in str(caught.value)
+
+
+@pytest.mark.parametrize("version", [b"1\n", b"3", b"10\n"])
+def test_a_torch_file_of_a_version_torch_reads_still_loads(tmp_path, version):
+    path = torch_file_with(tmp_path, {"version": version})
+    expected = torch.load(path)
+    loaded = rg.load(path)
+    np.testing.assert_array_equal(loaded["w"].numpy(), expected["w"].numpy())
+    np.testing.assert_array_equal(loaded["n"].numpy(), expected["n"].numpy())
+
+
+def test_the_version_record_under_data_is_the_one_read_first(tmp_path):
+    # torch's reader takes ".data/version" where there is one, before "version"
+    path = torch_file_with(tmp_path, {".data/version": b"12\n"})
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr(f"{archive.namelist()[0].split('/')[0]}/.data/version", b"12\n")
+    assert torch_refuses(path)
+    with pytest.raises(rg.InvalidArgumentError, match="newer"):
+        rg.load(path)
+
+
+def test_a_file_rg_save_wrote_carries_a_version_torch_reads(tmp_path):
+    path = tmp_path / "saved.pt"
+    rg.save({"w": rg.arange(3)}, path)
+    assert rg.load(path)["w"].tolist() == [0, 1, 2]
+    assert torch.load(path)["w"].tolist() == [0, 1, 2]
+
+
+# == a damaged byteorder record read as little-endian ============================================
+@pytest.mark.parametrize("word", [b"middle", b"", b"\x00\x01"])
+def test_a_byteorder_record_of_neither_order_is_refused_as_torch_refuses_it(tmp_path, word):
+    # Any word but b"big" was read as little-endian: a damaged record gave tensors without a
+    # word about it; torch raises "Unknown endianness type".
+    path = torch_file_with(tmp_path, {"byteorder": word})
+    with pytest.raises(ValueError):
+        torch.load(path)
+    with pytest.raises(rg.InvalidArgumentError, match="byteorder") as caught:
+        rg.load(path)
+    assert str(path) in str(caught.value)
+
+
+def test_a_big_endian_file_still_loads_as_torch_loads_it(tmp_path):
+    values = np.arange(6, dtype=">f4")
+    path = torch_file_with(tmp_path, {"byteorder": b"big", "data/0": values.tobytes()})
+    expected = torch.load(path)["w"].numpy()
+    np.testing.assert_array_equal(rg.load(path)["w"].numpy(), expected)
+    np.testing.assert_array_equal(expected, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
