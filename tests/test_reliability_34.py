@@ -119,3 +119,101 @@ def test_a_big_endian_file_still_loads_as_torch_loads_it(tmp_path):
     expected = torch.load(path)["w"].numpy()
     np.testing.assert_array_equal(rg.load(path)["w"].numpy(), expected)
     np.testing.assert_array_equal(expected, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+
+
+# == the command killed without a word by SIGTERM ================================================
+GPT = [
+    "--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--block-size", "8",
+    "--batch-size", "2", "--eval-interval", "2", "--no-progress",
+]  # fmt: skip
+TEXT = "".join(f"def f{i}(x):\n    return x * {i % 7} + {i % 5}\n\n" for i in range(40))
+
+
+def run_terminated(script: str, *args: str) -> subprocess.CompletedProcess:
+    """``retrograd ARGS`` in a process of its own, after ``script`` (which arranges a SIGTERM
+    to the process at some point of the run)."""
+    program = textwrap.dedent(script) + textwrap.dedent(
+        """
+        import sys
+        from retrograd.app.cli import main
+        sys.exit(main(sys.argv[1:]))
+        """
+    )
+    environment = dict(os.environ, PYTHONPATH=SOURCE, RETROGRAD_DEBUG="0")
+    return subprocess.run(
+        [sys.executable, "-c", program, *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
+
+
+def one_line(completed: subprocess.CompletedProcess, command: str, code: int) -> str:
+    assert completed.returncode == code, completed.stdout + completed.stderr
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr  # no traceback
+    assert lines[0].startswith(f"retrograd {command}: ") and " — " in lines[0], lines[0]
+    return lines[0]
+
+
+def test_sigterm_while_a_gpt_checkpoint_is_written_keeps_the_previous_one_and_says_so(tmp_path):
+    # SIGTERM (kill, a job scheduler's stop) ended the command on the spot: exit status -15,
+    # nothing on stderr, and a checkpoint being written left its temporary file behind. Now it
+    # stops as Ctrl-C does: the file being written is removed, the previous checkpoint is
+    # whole, one line says which step is kept and how to resume, and the status is 143.
+    from retrograd.app.checkpoints import read_checkpoint
+
+    text = tmp_path / "code.txt"
+    text.write_text(TEXT)
+    out = tmp_path / "run"
+    script = """
+        import os, signal
+        from retrograd.app import gpt
+        written = []
+        real = gpt.write_checkpoint
+
+        def write_checkpoint(file, *args):
+            written.append(1)
+            if len(written) == 2:  # the second checkpoint, half written
+                file.write(b"PK\\x03\\x04 half a checkpoint")
+                os.kill(os.getpid(), signal.SIGTERM)
+            real(file, *args)
+
+        gpt.write_checkpoint = write_checkpoint
+    """
+    args = ["train", *GPT, "--text", str(text), "--steps", "6", "--out", str(out)]
+    completed = run_terminated(script, *args)
+    line = one_line(completed, "train", 128 + signal.SIGTERM)
+    assert "terminated" in line and "(step 2) is kept" in line and "--resume" in line, line
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.npz"]  # no temporary file
+    assert read_checkpoint(out / "checkpoint.npz").meta["step"] == 2
+
+    resumed = run_terminated("", *args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_checkpoint(out / "checkpoint.npz").meta["step"] == 6
+
+
+def test_sigterm_during_training_of_the_mlp_is_one_line_and_status_143(tmp_path):
+    # (the third optimizer step sends it: a run stopped before writing leaves no files)
+    script = """
+        import os, signal
+        import retrograd.optim as optim
+        steps = []
+        real_step = optim.Adam.step
+
+        def step(self, *args, **kwargs):
+            steps.append(1)
+            if len(steps) == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return real_step(self, *args, **kwargs)
+
+        optim.Adam.step = step
+    """
+    out = tmp_path / "cnn"
+    completed = run_terminated(
+        script, "train", "--model", "mlp", "--epochs", "1", "--no-progress", "--out", str(out)
+    )
+    line = one_line(completed, "train", 128 + signal.SIGTERM)
+    assert "terminated" in line, line
+    assert not out.exists() or not any(out.iterdir())
