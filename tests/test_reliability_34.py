@@ -121,6 +121,34 @@ def test_a_big_endian_file_still_loads_as_torch_loads_it(tmp_path):
     np.testing.assert_array_equal(expected, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
 
 
+
+# == a map_location that is no device: an error of "device:", not of load ========================
+@pytest.mark.parametrize(
+    "map_location", [3, "gpu", "", b"cpu", {"cpu": 3}, {"cpu": "gpu"}, {"cpu": ["cpu"]}]
+)
+def test_a_map_location_of_no_torch_form_is_an_error_of_load_naming_it(map_location):
+    # The device parser's message came out alone ("device: expected a device string, got
+    # 3"), naming neither load nor map_location; a dict holding a list came out as a bare
+    # "unhashable type". torch refuses each of these too (TypeError or RuntimeError).
+    saved = io.BytesIO()
+    torch.save({"a": torch.ones(2)}, saved)
+    saved.seek(0)
+    with pytest.raises((TypeError, RuntimeError)):
+        torch.load(saved, map_location=map_location)
+    saved.seek(0)
+    with pytest.raises(rg.InvalidArgumentError) as caught:
+        rg.load(saved, map_location=map_location)
+    message = str(caught.value)
+    assert message.startswith("load: map_location=") and repr(map_location) in message
+
+
+@pytest.mark.parametrize("map_location", ["cpu", torch.device("cpu"), {"cuda:0": "cpu"}])
+def test_the_map_locations_of_the_cpu_still_load(map_location):
+    saved = io.BytesIO()
+    torch.save({"a": torch.arange(3.0)}, saved)
+    saved.seek(0)
+    assert rg.load(saved, map_location=map_location)["a"].tolist() == [0.0, 1.0, 2.0]
+
 # == the command killed without a word by SIGTERM ================================================
 GPT = [
     "--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--block-size", "8",

@@ -343,14 +343,23 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
     if callable(map_location) and not isinstance(map_location, Device):
         device = map_location  # (the reader calls it with each tensor)
     elif map_location is not None:
-        if isinstance(map_location, dict):
-            map_location = _one_target(map_location)
-        kind = getattr(map_location, "type", None)
-        device = (
-            Device(kind, getattr(map_location, "index", None) or 0)
-            if isinstance(kind, str) and not isinstance(map_location, Device)
-            else Device(map_location)
-        )
+        given = map_location
+        try:
+            if isinstance(map_location, dict):
+                map_location = _one_target(map_location)
+            kind = getattr(map_location, "type", None)
+            device = (
+                Device(kind, getattr(map_location, "index", None) or 0)
+                if isinstance(kind, str) and not isinstance(map_location, Device)
+                else Device(map_location)
+            )
+        except (InvalidArgumentError, TypeError) as error:  # the device parser's: say whose
+            if str(error).startswith("load: "):
+                raise
+            raise InvalidArgumentError(
+                f"load: map_location={given!r} is none of torch's forms (a device, a device "
+                f"string such as 'cpu' or 'cuda:0', a dict of them, or a function): {error}"
+            ) from None
         if device.kind == "cpu":
             device = None
         else:
