@@ -9,9 +9,11 @@ from __future__ import annotations
 import io
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import zipfile
 from pathlib import Path
 
@@ -148,6 +150,45 @@ def test_the_map_locations_of_the_cpu_still_load(map_location):
     torch.save({"a": torch.arange(3.0)}, saved)
     saved.seek(0)
     assert rg.load(saved, map_location=map_location)["a"].tolist() == [0.0, 1.0, 2.0]
+
+
+# == a save to a device or a pipe replaced the node itself with a regular file ==================
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX's")
+def test_save_to_a_named_pipe_writes_through_it_and_leaves_the_pipe(tmp_path):
+    # rg.save wrote a temporary file beside the target and renamed it over it: given a FIFO
+    # (or /dev/null, /dev/stdout, which torch.save writes as open does) it put a regular file
+    # in place of the node, and the reader at the other end waited forever. (No test here
+    # writes to /dev/null: on the code before the fix, run as root, it would replace it.)
+    fifo = tmp_path / "stream"
+    os.mkfifo(fifo)
+    received: dict[str, bytes] = {}
+    reader = threading.Thread(target=lambda: received.update(data=fifo.read_bytes()), daemon=True)
+    reader.start()
+    rg.save({"w": rg.arange(3)}, fifo)
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["stream"]  # no temporary file either
+    assert rg.load(io.BytesIO(received["data"]))["w"].tolist() == [0, 1, 2]
+    assert torch.load(io.BytesIO(received["data"]))["w"].tolist() == [0, 1, 2]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX's")
+def test_a_failed_write_to_a_pipe_is_an_os_error_naming_it(tmp_path):
+    # the reader goes away after the first bytes: the write fails (EPIPE), named by the pipe
+    fifo = tmp_path / "stream"
+    os.mkfifo(fifo)
+
+    def read_a_little() -> None:
+        with open(fifo, "rb") as pipe:
+            pipe.read(1)
+
+    reader = threading.Thread(target=read_a_little, daemon=True)
+    reader.start()
+    with pytest.raises(OSError) as caught:
+        rg.save({"w": rg.zeros(1 << 20)}, fifo)  # 4 MB: more than a pipe buffers
+    reader.join(timeout=60)
+    assert caught.value.filename == str(fifo)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 # == the command killed without a word by SIGTERM ================================================
 GPT = [

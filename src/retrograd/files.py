@@ -4,7 +4,8 @@ SQLite's rule for a write, applied to every file the library and the ``retrograd
 write (models, checkpoints, metrics, samples, plots, graphs): each file is written to a
 temporary file of a unique name in the same folder, flushed to the disk (``fsync``), then
 renamed over the old one, and the folder itself is synced so that the rename survives a power
-cut. Whatever fails (a full disk, a killed process, an exception while writing), the previous
+cut. A device, a pipe or a socket (``/dev/null``, ``/dev/stdout``, a FIFO) is written in place,
+as ``open`` writes it: it has no contents to keep, and a rename would replace the node itself. Whatever fails (a full disk, a killed process, an exception while writing), the previous
 file is left as it was, and the temporary file is removed (a killed process cannot remove it:
 it stays behind as a hidden ``.NAME.*.tmp`` next to the intact file). Two writers of one name
 never share a temporary file; the last rename wins, whole.
@@ -207,11 +208,41 @@ def atomic_write(
             errno.EISDIR, "a folder's name, not a file's (nothing written)", str(text)
         )
     path = Path(path)
+    if _is_special(path):
+        with _written_in_place(path, mode, encoding) as file:
+            yield file
+        return
     if path.is_symlink():
         path = _link_target(path)
     files = FileSet(path.parent)
     with files, files.open(path.name, mode, encoding) as file:
         yield file
+
+
+def _is_special(path: Path) -> bool:
+    """Whether ``path`` (through its links, as ``open`` goes) is a device, a pipe or a socket
+    (``/dev/null``, ``/dev/stdout``, a FIFO): no file to replace whole, and renaming a file
+    over it would put a regular file in the place of the device node itself."""
+    try:
+        kind = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(kind) or stat.S_ISDIR(kind))
+
+
+@contextlib.contextmanager
+def _written_in_place(path: Path, mode: str, encoding: str | None) -> Iterator[IO]:
+    """``path``, a device or a pipe, opened and written as ``open`` (and ``torch.save``)
+    write it; a failed write (``/dev/full``: no space) is an ``OSError`` naming it."""
+    if "b" not in mode and encoding is None:
+        encoding = "utf-8"
+    try:
+        with open(path, mode, encoding=encoding) as file:
+            yield file
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from error
 
 
 def _link_target(link: Path) -> Path:
