@@ -6,6 +6,7 @@ whole, no temporary file, one line on stderr and a meaningful exit status)."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import signal
@@ -189,6 +190,48 @@ def test_a_failed_write_to_a_pipe_is_an_os_error_naming_it(tmp_path):
     reader.join(timeout=60)
     assert caught.value.filename == str(fifo)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+# == a distributed-checkpoint save that failed left an empty folder behind =======================
+@pytest.mark.parametrize(
+    "failure",
+    [OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), KeyboardInterrupt()],
+    ids=["disk-full", "interrupt"],
+)
+def test_a_failed_dcp_save_into_new_folders_leaves_none_of_them(tmp_path, monkeypatch, failure):
+    # dcp.save made checkpoint_id's folders, then failed writing (a full disk, Ctrl-C): the
+    # empty folders stayed, and a later dcp.load took them for a checkpoint that lost its
+    # files. A folder that was there before is left as it was.
+    import retrograd.distributed.checkpoint as dcp
+
+    model = rg.nn.Linear(3, 2)
+
+    def failing_savez(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(np, "savez", failing_savez)
+    with pytest.raises(type(failure)):
+        dcp.save({"model": model.state_dict()}, checkpoint_id=tmp_path / "runs" / "step_10")
+    assert list(tmp_path.iterdir()) == []
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    with pytest.raises(type(failure)):
+        dcp.save({"model": model.state_dict()}, checkpoint_id=kept)
+    assert kept.is_dir() and list(kept.iterdir()) == []
+
+
+def test_a_dcp_save_into_new_folders_still_makes_them(tmp_path):
+    import retrograd.distributed.checkpoint as dcp
+
+    model = rg.nn.Linear(3, 2)
+    folder = tmp_path / "runs" / "step_10"
+    dcp.save({"model": model.state_dict(), "step": 10}, checkpoint_id=folder)
+    restored = rg.nn.Linear(3, 2)
+    state = {"model": restored.state_dict(), "step": 0}
+    dcp.load(state, checkpoint_id=folder)
+    assert state["step"] == 10
+    np.testing.assert_array_equal(state["model"]["weight"].numpy(), model.weight.numpy())
 
 # == the command killed without a word by SIGTERM ================================================
 GPT = [
