@@ -233,6 +233,53 @@ def test_a_dcp_save_into_new_folders_still_makes_them(tmp_path):
     assert state["step"] == 10
     np.testing.assert_array_equal(state["model"]["weight"].numpy(), model.weight.numpy())
 
+
+# == a read-only file replaced by a save, as a rename ignores the file's own permission ==========
+def test_save_refuses_a_read_only_file_as_open_does_and_leaves_it(tmp_path, monkeypatch):
+    # rg.save (and Module.save) renamed a new file over the target: a checkpoint made
+    # read-only (chmod 444, to keep it) was replaced, where torch.save's open(path, "wb")
+    # raises PermissionError. The check is os.access, as open's (for root every file is
+    # writable: it is made to answer "no" here; the test below runs as a user).
+    kept, weights = tmp_path / "best.pt", tmp_path / "model.npz"
+    rg.save({"w": rg.ones(2)}, kept)
+    rg.nn.Linear(2, 2).save(weights)
+    before = {kept: kept.read_bytes(), weights: weights.read_bytes()}
+    real_access = os.access
+
+    def access(path, mode, **kwargs):
+        if Path(path) in before and mode & os.W_OK:
+            return False
+        return real_access(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    with pytest.raises(PermissionError) as caught:
+        rg.save({"w": rg.zeros(2)}, kept)
+    assert caught.value.filename == str(kept) and "read-only" in str(caught.value)
+    with pytest.raises(PermissionError) as caught:
+        rg.nn.Linear(2, 2).save(weights)
+    assert caught.value.filename == str(weights)
+    assert {path: path.read_bytes() for path in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "model.npz"]
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() == 0,
+    reason="an ordinary POSIX user's permissions (root writes any file: the test above)",
+)
+def test_save_refuses_a_read_only_file_for_a_user_as_torch_save_does(tmp_path):
+    # the same without a mock, where the suite runs as an ordinary user
+    kept = tmp_path / "best.pt"
+    torch.save({"w": torch.ones(2)}, kept)
+    kept.chmod(0o444)
+    before = kept.read_bytes()
+    with pytest.raises(PermissionError):
+        torch.save({"w": torch.zeros(2)}, kept)
+    with pytest.raises(PermissionError) as caught:
+        rg.save({"w": rg.zeros(2)}, kept)
+    assert caught.value.filename == str(kept)
+    assert kept.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt"]
+
 # == the command killed without a word by SIGTERM ================================================
 GPT = [
     "--model", "gpt", "--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--block-size", "8",

@@ -5,7 +5,9 @@ write (models, checkpoints, metrics, samples, plots, graphs): each file is writt
 temporary file of a unique name in the same folder, flushed to the disk (``fsync``), then
 renamed over the old one, and the folder itself is synced so that the rename survives a power
 cut. A device, a pipe or a socket (``/dev/null``, ``/dev/stdout``, a FIFO) is written in place,
-as ``open`` writes it: it has no contents to keep, and a rename would replace the node itself. Whatever fails (a full disk, a killed process, an exception while writing), the previous
+as ``open`` writes it: it has no contents to keep, and a rename would replace the node itself.
+A file this process may not write (made read-only) is refused as ``open`` refuses it, though
+the folder would allow the rename. Whatever fails (a full disk, a killed process, an exception while writing), the previous
 file is left as it was, and the temporary file is removed (a killed process cannot remove it:
 it stays behind as a hidden ``.NAME.*.tmp`` next to the intact file). Two writers of one name
 never share a temporary file; the last rename wins, whole.
@@ -92,6 +94,15 @@ class FileSet:
         final = self.folder / name
         if final.is_dir():  # refused before a byte is written, not by the rename at the end
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(final))
+        if _read_only(final):
+            # open(final, "wb") (torch.save's) refuses a file made read-only (chmod 444 on the
+            # best checkpoint, to keep it); a rename, which the folder's permission decides,
+            # would replace it all the same
+            raise PermissionError(
+                errno.EACCES,
+                f"{os.strerror(errno.EACCES)} (a read-only file; nothing written)",
+                str(final),
+            )
         try:
             descriptor, temporary = tempfile.mkstemp(
                 prefix=f".{final.name}.", suffix=".tmp", dir=final.parent
@@ -259,6 +270,15 @@ def _link_target(link: Path) -> Path:
             "left as they are)",
             str(link),
         ) from None
+
+
+def _read_only(final: Path) -> bool:
+    """Whether ``final`` is a file this process may not write (as ``open`` decides it: by the
+    effective user, so root writes any)."""
+    if not final.is_file():
+        return False
+    effective = os.access in os.supports_effective_ids
+    return not os.access(final, os.W_OK, effective_ids=effective)
 
 
 def _mode_for(final: Path) -> int:
