@@ -53,9 +53,7 @@ def torch_refuses(path: Path) -> bool:
 
 # == a torch file of a newer format version loaded as if it were this one =======================
 @pytest.mark.parametrize("version", [b"11\n", b"99\n"])
-def test_a_torch_file_of_a_newer_format_version_is_refused_as_torch_refuses_it(
-    tmp_path, version
-):
+def test_a_torch_file_of_a_newer_format_version_is_refused_as_torch_refuses_it(tmp_path, version):
     # rg.load never read the zip's version record: a file of a newer torch (whose layout may
     # differ) loaded as if it were of this format, where torch 2.13 refuses it.
     path = torch_file_with(tmp_path, {"version": version})
@@ -122,7 +120,6 @@ def test_a_big_endian_file_still_loads_as_torch_loads_it(tmp_path):
     expected = torch.load(path)["w"].numpy()
     np.testing.assert_array_equal(rg.load(path)["w"].numpy(), expected)
     np.testing.assert_array_equal(expected, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
-
 
 
 # == a map_location that is no device: an error of "device:", not of load ========================
@@ -279,6 +276,7 @@ def test_save_refuses_a_read_only_file_for_a_user_as_torch_save_does(tmp_path):
     assert caught.value.filename == str(kept)
     assert kept.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt"]
+
 
 # == the command killed without a word by SIGTERM ================================================
 GPT = [

@@ -4,13 +4,13 @@ SQLite's rule for a write, applied to every file the library and the ``retrograd
 write (models, checkpoints, metrics, samples, plots, graphs): each file is written to a
 temporary file of a unique name in the same folder, flushed to the disk (``fsync``), then
 renamed over the old one, and the folder itself is synced so that the rename survives a power
-cut. A device, a pipe or a socket (``/dev/null``, ``/dev/stdout``, a FIFO) is written in place,
-as ``open`` writes it: it has no contents to keep, and a rename would replace the node itself.
-A file this process may not write (made read-only) is refused as ``open`` refuses it, though
-the folder would allow the rename. Whatever fails (a full disk, a killed process, an exception while writing), the previous
+cut. Whatever fails (a full disk, a killed process, an exception while writing), the previous
 file is left as it was, and the temporary file is removed (a killed process cannot remove it:
 it stays behind as a hidden ``.NAME.*.tmp`` next to the intact file). Two writers of one name
-never share a temporary file; the last rename wins, whole.
+never share a temporary file; the last rename wins, whole. A device, a pipe or a socket
+(``/dev/null``, ``/dev/stdout``, a FIFO) is written in place, as ``open`` writes it: it has no
+contents to keep, and a rename would replace the node itself. A file this process may not
+write (made read-only) is refused as ``open`` refuses it, though the folder allows the rename.
 
 A :class:`FileSet` stages several files and renames them together at the end, so a run's files
 are replaced as a set: when one of them cannot be written, or renamed, none is replaced (each

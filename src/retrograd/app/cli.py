@@ -592,7 +592,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Every error prints one line, ``retrograd COMMAND: what — what to do``: status 2 for a
     wrong command line (argparse's errors and :class:`~._usage.UsageError`), 1 for a command
     that fails (a missing, damaged or unwritable file, a full disk, a folder in use), 130 when
-    interrupted (Ctrl-C), 143 when terminated (SIGTERM). ``--debug`` or ``RETROGRAD_DEBUG=1`` prints the traceback first.
+    interrupted (Ctrl-C), 143 when terminated (SIGTERM). ``--debug`` or ``RETROGRAD_DEBUG=1``
+    prints the traceback first.
     """
     parser = build_parser()
     options = _parse(parser, argv)
