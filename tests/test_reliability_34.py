@@ -122,6 +122,40 @@ def test_a_big_endian_file_still_loads_as_torch_loads_it(tmp_path):
     np.testing.assert_array_equal(expected, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
 
 
+
+# == two saves into one stream: load gave the last object where the first was asked for ========
+def test_saves_into_one_stream_load_back_in_order(tmp_path):
+    # rg.load read the stream to its end and the zip reader found the directory of the LAST
+    # archive: after two saves into one file, a load from its start gave the second object,
+    # without a word. Each load now reads the archive at the position and leaves the stream
+    # after it (torch's files too: they end in zip64 records).
+    path = tmp_path / "stream.bin"
+    with open(path, "wb") as stream:
+        rg.save({"first": rg.arange(3)}, stream)
+        torch.save({"second": torch.ones(2)}, stream)
+        rg.save({"third": 3}, stream)
+    with open(path, "rb") as stream:
+        first = rg.load(stream)
+        second = rg.load(stream)
+        third = rg.load(stream)
+        assert stream.read() == b""
+    assert list(first) == ["first"] and first["first"].tolist() == [0, 1, 2]
+    assert list(second) == ["second"] and second["second"].tolist() == [1.0, 1.0]
+    assert third == {"third": 3}
+
+
+def test_an_archive_with_bytes_around_it_still_loads_from_its_position():
+    stream = io.BytesIO()
+    stream.write(b"HEADER")
+    torch.save({"x": torch.arange(2.0)}, stream)
+    end = stream.tell()
+    stream.write(b"TRAILER")
+    stream.seek(6)
+    expected = torch.load(stream)
+    stream.seek(6)
+    assert rg.load(stream)["x"].tolist() == expected["x"].tolist() == [0.0, 1.0]
+    assert stream.tell() == end
+
 # == a map_location that is no device: an error of "device:", not of load ========================
 @pytest.mark.parametrize(
     "map_location", [3, "gpu", "", b"cpu", {"cpu": 3}, {"cpu": "gpu"}, {"cpu": ["cpu"]}]
