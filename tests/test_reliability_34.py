@@ -122,7 +122,6 @@ def test_a_big_endian_file_still_loads_as_torch_loads_it(tmp_path):
     np.testing.assert_array_equal(expected, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
 
 
-
 # == two saves into one stream: load gave the last object where the first was asked for ========
 def test_saves_into_one_stream_load_back_in_order(tmp_path):
     # rg.load read the stream to its end and the zip reader found the directory of the LAST
@@ -155,6 +154,7 @@ def test_an_archive_with_bytes_around_it_still_loads_from_its_position():
     stream.seek(6)
     assert rg.load(stream)["x"].tolist() == expected["x"].tolist() == [0.0, 1.0]
     assert stream.tell() == end
+
 
 # == a map_location that is no device: an error of "device:", not of load ========================
 @pytest.mark.parametrize(
