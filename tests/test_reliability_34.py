@@ -408,3 +408,43 @@ def test_sigterm_during_training_of_the_mlp_is_one_line_and_status_143(tmp_path)
     line = one_line(completed, "train", 128 + signal.SIGTERM)
     assert "terminated" in line, line
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_sigterm_while_torchrun_runs_the_ranks_stops_torchrun_not_kills_it(tmp_path):
+    # `retrograd train --workers 2 --engine torch` runs torchrun and waits: stopped, it
+    # died at once (SIGTERM) or SIGKILLed torchrun (subprocess.call on Ctrl-C), which then
+    # could not stop its ranks, left running without a parent. torchrun is now sent SIGTERM,
+    # which it forwards to the ranks, and waited for. (A stand-in plays torchrun here.)
+    stopped, ready = tmp_path / "stopped", tmp_path / "ready"
+    stand_in = textwrap.dedent(
+        f"""
+        import pathlib, signal, sys, time
+        def stop(*_):
+            pathlib.Path({str(stopped)!r}).write_text("SIGTERM")
+            sys.exit(1)
+        signal.signal(signal.SIGTERM, stop)
+        pathlib.Path({str(ready)!r}).write_text("")
+        time.sleep(60)
+        """
+    )
+    script = f"""
+        import os, signal, sys, threading, time
+        from retrograd.distributed import launch
+        launch.torchrun_command = lambda ranks, argv, **_: [sys.executable, "-c", {stand_in!r}]
+
+        def stop_when_ready():
+            while not os.path.exists({str(ready)!r}):
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=stop_when_ready, daemon=True).start()
+    """
+    environment_rank = os.environ.pop("RANK", None)
+    try:
+        completed = run_terminated(script, "train", "--workers", "2", "--engine", "torch")
+    finally:
+        if environment_rank is not None:
+            os.environ["RANK"] = environment_rank
+    line = one_line(completed, "train", 128 + signal.SIGTERM)
+    assert "terminated" in line, line
+    assert stopped.read_text() == "SIGTERM"

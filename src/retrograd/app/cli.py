@@ -507,7 +507,23 @@ def _relaunch_under_torchrun(options: argparse.Namespace) -> int | None:
             argv.pop(0)
         elif not token.startswith("--workers="):
             rest.append(token)
-    return subprocess.call(torchrun_command(options.workers, ["-m", "retrograd", *rest]))
+    torchrun = subprocess.Popen(torchrun_command(options.workers, ["-m", "retrograd", *rest]))
+    try:
+        return torchrun.wait()
+    except BaseException:
+        # stopped (SIGTERM, Ctrl-C): torchrun is told to stop, and stops its ranks; the
+        # SIGKILL that subprocess.call sends would leave the ranks running, orphaned
+        torchrun.send_signal(signal.SIGTERM)
+        try:
+            torchrun.wait(timeout=_TORCHRUN_GRACE_S)
+        except subprocess.TimeoutExpired:
+            torchrun.kill()
+            torchrun.wait()
+        raise
+
+
+#: how long a stopped command waits for torchrun to stop its ranks before killing it
+_TORCHRUN_GRACE_S = 30
 
 
 def _graph(options: argparse.Namespace) -> int:
