@@ -7,7 +7,10 @@ renamed over the old one, and the folder itself is synced so that the rename sur
 cut. Whatever fails (a full disk, a killed process, an exception while writing), the previous
 file is left as it was, and the temporary file is removed (a killed process cannot remove it:
 it stays behind as a hidden ``.NAME.*.tmp`` next to the intact file). Two writers of one name
-never share a temporary file; the last rename wins, whole.
+never share a temporary file; the last rename wins, whole. A device, a pipe or a socket
+(``/dev/null``, ``/dev/stdout``, a FIFO) is written in place, as ``open`` writes it: it has no
+contents to keep, and a rename would replace the node itself. A file this process may not
+write (made read-only) is refused as ``open`` refuses it, though the folder allows the rename.
 
 A :class:`FileSet` stages several files and renames them together at the end, so a run's files
 are replaced as a set: when one of them cannot be written, or renamed, none is replaced (each
@@ -91,6 +94,15 @@ class FileSet:
         final = self.folder / name
         if final.is_dir():  # refused before a byte is written, not by the rename at the end
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(final))
+        if _read_only(final):
+            # open(final, "wb") (torch.save's) refuses a file made read-only (chmod 444 on the
+            # best checkpoint, to keep it); a rename, which the folder's permission decides,
+            # would replace it all the same
+            raise PermissionError(
+                errno.EACCES,
+                f"{os.strerror(errno.EACCES)} (a read-only file; nothing written)",
+                str(final),
+            )
         try:
             descriptor, temporary = tempfile.mkstemp(
                 prefix=f".{final.name}.", suffix=".tmp", dir=final.parent
@@ -207,11 +219,41 @@ def atomic_write(
             errno.EISDIR, "a folder's name, not a file's (nothing written)", str(text)
         )
     path = Path(path)
+    if _is_special(path):
+        with _written_in_place(path, mode, encoding) as file:
+            yield file
+        return
     if path.is_symlink():
         path = _link_target(path)
     files = FileSet(path.parent)
     with files, files.open(path.name, mode, encoding) as file:
         yield file
+
+
+def _is_special(path: Path) -> bool:
+    """Whether ``path`` (through its links, as ``open`` goes) is a device, a pipe or a socket
+    (``/dev/null``, ``/dev/stdout``, a FIFO): no file to replace whole, and renaming a file
+    over it would put a regular file in the place of the device node itself."""
+    try:
+        kind = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(kind) or stat.S_ISDIR(kind))
+
+
+@contextlib.contextmanager
+def _written_in_place(path: Path, mode: str, encoding: str | None) -> Iterator[IO]:
+    """``path``, a device or a pipe, opened and written as ``open`` (and ``torch.save``)
+    write it; a failed write (``/dev/full``: no space) is an ``OSError`` naming it."""
+    if "b" not in mode and encoding is None:
+        encoding = "utf-8"
+    try:
+        with open(path, mode, encoding=encoding) as file:
+            yield file
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from error
 
 
 def _link_target(link: Path) -> Path:
@@ -228,6 +270,15 @@ def _link_target(link: Path) -> Path:
             "left as they are)",
             str(link),
         ) from None
+
+
+def _read_only(final: Path) -> bool:
+    """Whether ``final`` is a file this process may not write (as ``open`` decides it: by the
+    effective user, so root writes any)."""
+    if not final.is_file():
+        return False
+    effective = os.access in os.supports_effective_ids
+    return not os.access(final, os.W_OK, effective_ids=effective)
 
 
 def _mode_for(final: Path) -> int:

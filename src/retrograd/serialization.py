@@ -343,14 +343,23 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
     if callable(map_location) and not isinstance(map_location, Device):
         device = map_location  # (the reader calls it with each tensor)
     elif map_location is not None:
-        if isinstance(map_location, dict):
-            map_location = _one_target(map_location)
-        kind = getattr(map_location, "type", None)
-        device = (
-            Device(kind, getattr(map_location, "index", None) or 0)
-            if isinstance(kind, str) and not isinstance(map_location, Device)
-            else Device(map_location)
-        )
+        given = map_location
+        try:
+            if isinstance(map_location, dict):
+                map_location = _one_target(map_location)
+            kind = getattr(map_location, "type", None)
+            device = (
+                Device(kind, getattr(map_location, "index", None) or 0)
+                if isinstance(kind, str) and not isinstance(map_location, Device)
+                else Device(map_location)
+            )
+        except (InvalidArgumentError, TypeError) as error:  # the device parser's: say whose
+            if str(error).startswith("load: "):
+                raise
+            raise InvalidArgumentError(
+                f"load: map_location={given!r} is none of torch's forms (a device, a device "
+                f"string such as 'cpu' or 'cuda:0', a dict of them, or a function): {error}"
+            ) from None
         if device.kind == "cpu":
             device = None
         else:
@@ -359,9 +368,13 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
         raise DTypeError(f"load: f must be a path or a binary file object, got {type(f).__name__}")
     name = repr(os.fspath(f)) if isinstance(f, str | bytes | os.PathLike) else "the file object"
     if hasattr(f, "read"):
+        start = _position(f)
         data = b"" if isinstance(f, io.TextIOBase) else f.read()  # text: decoding would fail
         if isinstance(f, io.TextIOBase) or not isinstance(data, bytes):
             raise DTypeError(f"load: {name} was opened in text mode; open it with 'rb'")
+        data = _first_archive(data)
+        if start is not None:  # after what was read, as a pickle's load leaves its file
+            f.seek(start + len(data))
         legacy = _check_magic(name, data[:16])
         return _load_archive(
             io.BytesIO(data), name, device, weights_only is not False, legacy, by_location
@@ -560,6 +573,44 @@ def hidden_entries(source: Any, archive: Any) -> str | None:
     if counted == listed:
         return None
     return f"its directory lists {listed} entries, its end record counts {counted}"
+
+
+def _position(f: Any) -> int | None:
+    """Where the file object ``f`` is, when it can seek (``None``: a pipe, a socket)."""
+    try:
+        return f.tell() if f.seekable() else None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _first_archive(data: bytes) -> bytes:
+    """The first zip archive of ``data`` (read from a file object's position to its end),
+    without what follows it: two ``save`` calls into one stream hold two archives, and a zip
+    reader, which finds the directory from the end, would load the last one where the first
+    was asked for. The first archive ends at the first end record whose directory (offset
+    plus size, from the archive's start) ends just before it; ``data`` as it is when none
+    does (zip64, a damaged or foreign file: left to the readers' errors)."""
+    if not data.startswith(b"PK\x03\x04"):
+        return data
+    at = data.find(b"PK\x05\x06")
+    while at != -1 and at + _END_RECORD <= len(data):
+        size = int.from_bytes(data[at + 12 : at + 16], "little")
+        offset = int.from_bytes(data[at + 16 : at + 20], "little")
+        directory_end = at
+        locator = at - _ZIP64_LOCATOR
+        if locator >= 0 and data[locator : locator + 4] == b"PK\x06\x07":
+            # zip64 (torch writes it): the directory ends at zip64's own end record, which
+            # the locator points to, and that record holds the directory's size and offset
+            directory_end = int.from_bytes(data[locator + 8 : locator + 16], "little")
+            record = data[directory_end : directory_end + 56]
+            if len(record) == 56 and record[:4] == b"PK\x06\x06":
+                size = int.from_bytes(record[40:48], "little")
+                offset = int.from_bytes(record[48:56], "little")
+        end = at + _END_RECORD + int.from_bytes(data[at + 20 : at + 22], "little")
+        if offset + size == directory_end and end <= len(data):
+            return data[:end]
+        at = data.find(b"PK\x05\x06", at + 1)
+    return data
 
 
 #: The size of a zip's end-of-central-directory record without an archive comment.

@@ -540,9 +540,8 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
         names = archive.namelist()
         pickled = _pickle_entry(names)
         prefix = pickled[: -len("data.pkl")]
-        order = "<"
-        if f"{prefix}byteorder" in names:
-            order = ">" if archive.read(f"{prefix}byteorder").strip() == b"big" else "<"
+        _check_zip_version(archive, prefix, names)
+        order = _byte_order(archive, prefix, names)
         storages: dict[str, _Storage] = {}
 
         def storage_of(reference: tuple) -> _Storage:
@@ -565,6 +564,55 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
         data = _checked(archive.read(pickled))
         loaded = _Unpickler(io.BytesIO(data), rebuilder, find_class, storage_of).load()
         return _no_bare_storage(loaded, rebuilder.made_ids)
+
+
+#: The versions of torch's zip format that torch 2.13's reader accepts (its
+#: ``kMinSupportedFileFormatVersion`` and ``kMaxSupportedFileFormatVersion``): a higher one
+#: is a newer torch's, which may lay out its records otherwise.
+ZIP_VERSIONS = range(1, 11)
+
+
+def _check_zip_version(archive: zipfile.ZipFile, prefix: str, names: list[str]) -> None:
+    """Refuse a zip whose version record (``.data/version``, else ``version``, as torch reads
+    them) is missing or unreadable (damage) or out of :data:`ZIP_VERSIONS` (a newer torch's
+    file), as torch's reader does: read as the format this one knows, a newer layout would
+    give wrong tensors without a word."""
+    record = next(
+        (f"{prefix}{n}" for n in (".data/version", "version") if f"{prefix}{n}" in names), None
+    )
+    if record is None:
+        raise pickle.UnpicklingError("no version entry (the format's version), which torch writes")
+    text = archive.read(record).strip()
+    try:
+        version = int(text.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise pickle.UnpicklingError(
+            f"its version entry is {text[:20]!r}, not a version number"
+        ) from None
+    if version > ZIP_VERSIONS[-1]:
+        raise Unsupported(
+            f"format version {version}, newer than the versions {ZIP_VERSIONS[0]} to "
+            f"{ZIP_VERSIONS[-1]} that torch 2.13 and this retrograd read: a newer torch wrote "
+            "it, in a layout that may differ (use a retrograd that reads it)"
+        )
+    if version < ZIP_VERSIONS[0]:
+        raise pickle.UnpicklingError(
+            f"its version entry is {version}, below torch's first version {ZIP_VERSIONS[0]}"
+        )
+
+
+def _byte_order(archive: zipfile.ZipFile, prefix: str, names: list[str]) -> str:
+    """The byte order of the storages (NumPy's ``"<"`` or ``">"``): the ``byteorder``
+    record's, little-endian where there is none (torch's files before it wrote one); any
+    other word than ``little`` or ``big`` is damage, refused as torch refuses it."""
+    if f"{prefix}byteorder" not in names:
+        return "<"
+    word = archive.read(f"{prefix}byteorder").strip()
+    if word not in (b"little", b"big"):
+        raise pickle.UnpicklingError(
+            f"its byteorder entry is {word[:20]!r}, neither b'little' nor b'big'"
+        )
+    return ">" if word == b"big" else "<"
 
 
 def _numpy_values(archive: zipfile.ZipFile, name: str, names: list[str]) -> dict[str, str]:

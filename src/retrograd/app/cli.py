@@ -14,7 +14,8 @@
 Also ``python -m retrograd``. Every error is one line on stderr, ``retrograd COMMAND: what —
 what to do``, with exit status 2 when the command line is wrong and 1 when a well-formed
 command fails (:mod:`._usage`); ``--debug`` (or ``RETROGRAD_DEBUG=1``) prints the traceback
-before it.
+before it. Ctrl-C exits with 130, SIGTERM (``kill``, a job scheduler's stop) with 143, each
+after the files being written are removed and the line says what is kept.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ import contextlib
 import errno
 import math
 import os
+import signal
 import subprocess
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -504,7 +507,23 @@ def _relaunch_under_torchrun(options: argparse.Namespace) -> int | None:
             argv.pop(0)
         elif not token.startswith("--workers="):
             rest.append(token)
-    return subprocess.call(torchrun_command(options.workers, ["-m", "retrograd", *rest]))
+    torchrun = subprocess.Popen(torchrun_command(options.workers, ["-m", "retrograd", *rest]))
+    try:
+        return torchrun.wait()
+    except BaseException:
+        # stopped (SIGTERM, Ctrl-C): torchrun is told to stop, and stops its ranks; the
+        # SIGKILL that subprocess.call sends would leave the ranks running, orphaned
+        torchrun.send_signal(signal.SIGTERM)
+        try:
+            torchrun.wait(timeout=_TORCHRUN_GRACE_S)
+        except subprocess.TimeoutExpired:
+            torchrun.kill()
+            torchrun.wait()
+        raise
+
+
+#: how long a stopped command waits for torchrun to stop its ranks before killing it
+_TORCHRUN_GRACE_S = 30
 
 
 def _graph(options: argparse.Namespace) -> int:
@@ -589,17 +608,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     Every error prints one line, ``retrograd COMMAND: what — what to do``: status 2 for a
     wrong command line (argparse's errors and :class:`~._usage.UsageError`), 1 for a command
     that fails (a missing, damaged or unwritable file, a full disk, a folder in use), 130 when
-    interrupted. ``--debug`` or ``RETROGRAD_DEBUG=1`` prints the traceback first.
+    interrupted (Ctrl-C), 143 when terminated (SIGTERM). ``--debug`` or ``RETROGRAD_DEBUG=1``
+    prints the traceback first.
     """
     parser = build_parser()
     options = _parse(parser, argv)
     options.argv = list(sys.argv[1:] if argv is None else argv)
     debug = options.debug or os.environ.get("RETROGRAD_DEBUG", "") not in ("", "0")
     try:
-        return COMMANDS[options.command](options)
-    except KeyboardInterrupt:
-        _print_error(f"retrograd {options.command}", _interrupted(options))
-        return 130
+        with _terminate_as_interrupt():
+            return COMMANDS[options.command](options)
+    except KeyboardInterrupt as interrupt:
+        terminated = isinstance(interrupt, Terminated)
+        _print_error(f"retrograd {options.command}", _interrupted(options, terminated))
+        return 128 + signal.SIGTERM if terminated else 130
     except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
@@ -611,9 +633,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
 
 
-def _interrupted(options: argparse.Namespace) -> str:
-    """The line of an interrupted command: what of it is kept and how to go on. A GPT run
-    keeps the checkpoint of its last evaluation, which ``--resume`` continues."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C's interrupt is: the files being written
+    are removed on the way out (a killed process leaves their temporary files behind) and
+    the command says what it keeps, instead of vanishing without a word."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> NoReturn:
+    # a second SIGTERM (a scheduler that will not wait) stops the process at once
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Any:
+    """SIGTERM raises :class:`Terminated` during the block, where its handler is the
+    default (which kills the process on the spot) and this is the main thread (the only
+    one that can take a handler); anyone else's handler is left as it is."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _interrupted(options: argparse.Namespace, terminated: bool = False) -> str:
+    """The line of an interrupted (or terminated) command: what of it is kept and how to go
+    on. A GPT run keeps the checkpoint of its last evaluation, which ``--resume`` continues."""
+    stopped = "terminated (SIGTERM)" if terminated else "interrupted"
     if options.command == "train" and options.model == "gpt":
         from .checkpoints import CHECKPOINT, saved_step
         from .gpt import GPTTrainConfig
@@ -622,10 +675,10 @@ def _interrupted(options: argparse.Namespace) -> str:
         step = saved_step(checkpoint)
         if step is not None:
             return (
-                f"interrupted — {checkpoint} (step {step}) is kept: continue with retrograd "
+                f"{stopped} — {checkpoint} (step {step}) is kept: continue with retrograd "
                 f"train --model gpt --out {checkpoint.parent} --resume"
             )
-    return "interrupted — run the command again"
+    return f"{stopped} — run the command again"
 
 
 #: what to lower when a command runs out of memory

@@ -27,6 +27,7 @@ parallel holds the whole model, so rank 0 saving is enough.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import json
 import os
@@ -214,17 +215,35 @@ def save(
         },
         "plain": plain,
     }
+    made = _missing_folders(folder)
     folder.mkdir(parents=True, exist_ok=True)
     # one token in both files: a save killed between their two renames leaves one new, one
     # old, and load finds them unpaired (the old list of keys would name the new arrays)
     pairing = secrets.token_hex(8)
-    with FileSet(folder) as files:
-        with files.open(_DATA) as file:
-            arrays = {f"t{i}": a for i, (a, _) in enumerate(tensors.values())}
-            np.savez(file, **arrays, **{_PAIRING: np.array(pairing)})
-        with files.open(_METADATA, "w") as file:
-            json.dump({**metadata, "order": list(tensors), "pairing": pairing}, file)
+    try:
+        with FileSet(folder) as files:
+            with files.open(_DATA) as file:
+                arrays = {f"t{i}": a for i, (a, _) in enumerate(tensors.values())}
+                np.savez(file, **arrays, **{_PAIRING: np.array(pairing)})
+            with files.open(_METADATA, "w") as file:
+                json.dump({**metadata, "order": list(tensors), "pairing": pairing}, file)
+    except BaseException:
+        # a failed save (a full disk, an interrupt) leaves no empty folder behind it, which a
+        # later load would take for a checkpoint that lost its files
+        for made_folder in made:
+            with contextlib.suppress(OSError):
+                made_folder.rmdir()
+        raise
     return metadata
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, deepest first."""
+    missing: list[Path] = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
 
 
 def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
