@@ -44,7 +44,7 @@ import numpy as np
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..backend.sizes import ITEMSIZE
 from ..context import captured_writes
-from ..errors import InvalidArgumentError, ShapeError, shape_text
+from ..errors import AutodiffError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, from_host, host_constant, lift, untracked
 from .links import WeakBase, base_of
 from .strides import (
@@ -74,6 +74,7 @@ __all__ = [
     "link",
     "move_views",
     "outside_graph",
+    "refuse_no_grad_view",
     "refuse_partial_overlap",
     "remember_leaf",
     "strides_of",
@@ -97,8 +98,12 @@ BASE, KIND, PARAMS = 0, 1, 2
 
 
 def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
-    """Record ``view`` as taken from ``base`` by ``kind``; returns ``view``."""
+    """Record ``view`` as taken from ``base`` by ``kind``; returns ``view``. A view taken
+    under ``no_grad``, or from such a view, is marked (``_no_grad_view``): torch refuses its
+    in-place writes that would be recorded (:func:`refuse_no_grad_view`)."""
     view._view = (_held(base, kind), kind, params)
+    if kind not in _OUTSIDE and (getattr(base, "_no_grad_view", False) or not is_grad_enabled()):
+        view._no_grad_view = True
     views = getattr(base, "_views", None)
     if views is None:
         base._views = [ref(view)]
@@ -185,6 +190,23 @@ def outside_graph(t: Any) -> bool:
             return True
         view = getattr(base_of(view), "_view", None)
     return False
+
+
+def refuse_no_grad_view(op: str, t: Any, value: Any) -> None:
+    """torch's refusal of an in-place write, with grad on, through a view taken under
+    ``no_grad`` (``t``) where the write would be recorded: its base requires grad, or the new
+    ``value`` does (whether the write should reach the graph is ambiguous)."""
+    if not (t._no_grad_view and is_grad_enabled()):
+        return
+    backend = t._backend
+    root = root_of(t)
+    if backend.is_tracked(root._prim) or backend.is_tracked(value._prim):
+        raise AutodiffError(
+            f"{op}: a view was created in no_grad mode and is being modified in place with "
+            "grad mode enabled (shape "
+            f"{shape_text(t.shape)}); as in torch, take both the view and the in-place op "
+            "inside the no_grad block, or both outside"
+        )
 
 
 def root_of(t: Any) -> Any:
@@ -476,7 +498,9 @@ def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
         if backend.is_require_grad(old):  # a leaf: a new value, still a leaf (assign's rule)
             remember_leaf(t, old)
             prim = backend.succeed_leaf(old, backend.wrap(backend.inner_value(prim)))
-        elif outside and backend.is_tracked(old):
+        elif (outside or not is_grad_enabled()) and backend.is_tracked(old):
+            # (under no_grad torch changes the values and keeps the tensor in its graph, the
+            # write unseen by backward: as a write through .data)
             prim = _through_data(t, old, value)
         elif (
             is_grad_enabled()
