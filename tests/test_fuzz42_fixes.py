@@ -131,3 +131,69 @@ def test_clone_under_no_grad_is_outside_the_graph():
         assert [c.requires_grad for c in copies] == [False, False]
         assert y.clone().requires_grad
         np.testing.assert_array_equal(_np(copies[0]), [2.0, 4.0])
+
+
+# -- .data and detach() of a view computed in the graph ----------------------------------------
+def _writes_through_detached_views(lib):
+    w = lib.ones(2, 3, dtype=lib.float64, requires_grad=True)
+    w[:, 0].data.fill_(0.0)  # the view is a temporary: gone before the write
+    w.t()[1].data.mul_(5.0)
+    h = w * 2.0
+    h[0].data.fill_(-1.0)
+    h[1, 1:].detach().fill_(7.0)
+    kept = h.t()[1:].data
+    return w, h, kept
+
+
+def test_a_write_through_data_of_a_temporary_view_reaches_the_base():
+    """``w[:, 0].data.fill_(0)``: retrograd's .data held the temporary view weakly and lost
+    its way to ``w`` when the view went, so the write reached nothing."""
+    (tw, th, tk), (rw, rh, rk) = (_writes_through_detached_views(lib) for lib in (torch, rg))
+    np.testing.assert_array_equal(_np(rw), _np(tw))
+    np.testing.assert_array_equal(_np(rh), _np(th))
+    assert rk.stride() == tk.stride() and not rk.requires_grad
+    assert rh.requires_grad and not rk.requires_grad
+    # the tensor .data gave aliases its root still: a later write shows in both ways
+    for kept, root in ((tk, th), (rk, rh)):
+        kept[0, 0] = 3.0
+        with (torch if root is th else rg).no_grad():
+            root[1, 2] = 4.0
+    np.testing.assert_array_equal(_np(rh), _np(th))
+    np.testing.assert_array_equal(_np(rk), _np(tk))
+
+
+def test_the_gradient_of_a_tensor_written_through_data_of_a_view_passes_the_write():
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=lib.float64, requires_grad=True)
+        y = x * 3.0
+        y[1].data.mul_(10.0)
+        (grad,) = lib.autograd.grad((y * y).sum(), [x])
+        results.append((_np(y), _np(grad)))
+    np.testing.assert_array_equal(results[1][0], results[0][0])
+    np.testing.assert_array_equal(results[1][1], results[0][1])
+
+
+# -- a write through a slice of an expanded tensor ----------------------------------------------
+def test_writes_through_slices_of_an_expanded_tensor_as_torch():
+    """The slices of an ``index`` view may stop before the last dimensions: the check that a
+    slice of an expanded tensor takes each element once looked at the sliced dimensions
+    only, so an empty write was refused with slice_assign's broadcast error, and a write
+    touching an expanded dimension got that error, not torch's refusal."""
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor([[[1.0, 2.0, 3.0]], [[4.0, 5.0, 6.0]]], dtype=lib.float64)
+        x.requires_grad_(True)
+        base = x.clone()
+        expanded = base.expand(2, 2, 3)
+        expanded.narrow(0, 0, 0).add_(lib.ones(0, 2, 3, dtype=lib.float64))  # nothing written
+        expanded.narrow(1, 1, 1).add_(1.0)  # one copy of each element
+        expanded[:, 0, 1:].mul_(3.0)
+        error = rg.ShapeError if lib is rg else RuntimeError
+        with pytest.raises(error, match="more than one element of the written-to tensor"):
+            expanded.narrow(0, 0, 1).add_(1.0)
+        weights = lib.arange(6.0, dtype=lib.float64).reshape(2, 1, 3)
+        (grad,) = lib.autograd.grad((base * weights).sum(), [x])
+        results.append((_np(base), _np(grad)))
+    np.testing.assert_array_equal(results[1][0], results[0][0])
+    np.testing.assert_array_equal(results[1][1], results[0][1])

@@ -80,7 +80,7 @@ from .shape import ShapeMixin, by_keyword
 from .special import SpecialMixin
 from .storage import StorageMixin
 from .torch_forms import TorchFormsMixin
-from .views import KIND, base_of, keep_former_key, link, unlink
+from .views import KIND, base_of, detached_view, keep_former_key, link, unlink
 
 __all__ = ["Tensor"]
 
@@ -685,8 +685,12 @@ class Tensor(
         (no view, outside any graph) then shares them with ``p``, as torch's shares its
         storage: a later in-place write to either (an optimizer's step) shows in both."""
         backend = self._backend
+        device = self._device
+        rebuilt = detached_view(self, lambda prim: Tensor(prim, backend, device))
+        if rebuilt is not None:  # a view computed in the graph: linked through to its root
+            return rebuilt
         prim = backend.wrap(backend.inner_value(self._prim)) if backend.is_autodiff else self._prim
-        return link(Tensor(prim, backend, self._device), self, "data")
+        return link(Tensor(prim, backend, device), self, "data")
 
     @data.setter
     def data(self, value: Any) -> None:
@@ -823,8 +827,13 @@ class Tensor(
         rule, API.md section 3). It aliases this tensor, as torch's: an in-place op on either
         is seen by the other, and is not recorded."""
         backend = self._backend
+        device = self._device
+        if backend.is_autodiff and not backend.is_require_grad(self._prim):
+            rebuilt = detached_view(self, lambda prim: Tensor(prim, backend, device))
+            if rebuilt is not None:  # a view computed in the graph: linked through to its root
+                return rebuilt
         prim = backend.detach(self._prim) if backend.is_autodiff else self._prim
-        return link(Tensor(prim, backend, self._device), self, "detach")
+        return link(Tensor(prim, backend, device), self, "detach")
 
     def retain_grad(self) -> Tensor:
         """Keep this intermediate's gradient in the result of ``backward`` (returns ``self``)."""

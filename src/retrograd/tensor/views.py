@@ -67,6 +67,7 @@ __all__ = [
     "base_of",
     "complex_view_of",
     "contiguous_strides",
+    "detached_view",
     "diagonal_assign",
     "diagonal_of",
     "is_contiguous",
@@ -134,6 +135,38 @@ def _held(base: Any, kind: str) -> Any:
             base._views = []
         held = base._weak_base = WeakBase(base, _orphaned(base._views))
     return held
+
+
+def detached_view(t: Any, make: Any) -> Any | None:
+    """``.data``/``detach()`` of ``t``, a view computed in the graph, as a chain of views that
+    reaches ``t``'s root: the root's values outside the graph (a ``data`` link), then ``t``'s
+    views of it taken again (untracked), ``make(primitive)`` making each tensor. ``None``
+    where ``t`` is no such view.
+
+    A detached tensor holds a base computed in the graph weakly (:func:`_held`); linked to
+    ``t`` itself, it lost its way to the root as soon as ``t`` went (``w[:, 0].data.fill_(0)``:
+    the temporary ``w[:, 0]`` goes at once, and the write reached nothing), where torch's
+    shares the root's storage."""
+    backend = t._backend
+    if not (backend.is_autodiff and backend.is_tracked(t._prim)):
+        return None
+    chain = []
+    node = t
+    while True:
+        view = getattr(node, "_view", None)
+        if view is None or view[KIND] in _OUTSIDE:
+            break
+        base = base_of(view)
+        if base is None:
+            break
+        chain.append((view[KIND], view[PARAMS]))
+        node = base
+    if not chain:
+        return None
+    out = link(make(backend.wrap(backend.inner_value(node._prim))), node, "data")
+    for kind, params in reversed(chain):
+        out = link(make(_forward(out, kind, params)._prim), out, kind, params)
+    return out
 
 
 def _orphaned(views: list) -> Any:
@@ -472,8 +505,12 @@ def _through_expand(base: Any, kind: str, params: tuple, value: Any) -> tuple[An
         return None
     source = base_of(outer)
     slices, region = params[0], params[2]
+    if math.prod(region) == 0:  # no element written (torch's write is a no-op)
+        return source, source
     lead = len(base.shape) - len(source.shape)
     inner: list[slice] = []
+    # (the slices may stop before the last dimensions, taken whole: expanded ones too)
+    slices = (*slices, *(slice(None),) * (len(region) - len(slices)))
     for d, (piece, size) in enumerate(zip(slices, region)):
         expanded = d < lead or (source.shape[d - lead] == 1 and base.shape[d] != 1)
         if expanded and size > 1:
