@@ -6,14 +6,18 @@ written), builds a base from ``x`` (a copy, a product, a tensor that does not re
 indexing with steps, negative bounds, ``...`` and ``None``; ``view``/``reshape``/``flatten``,
 ``transpose``/``permute``/``movedim``/``mT``, ``narrow``/``select``, ``unfold``, ``expand``,
 ``diagonal``, ``as_strided``, ``squeeze``/``unsqueeze``, an element of
-``unbind``/``split``/``chunk``), an in-place write into it (``add_`` ``mul_`` ``clamp_``
+``unbind``/``split``/``chunk``, the in-place ``transpose_``/``unsqueeze_``/``squeeze_``, ``.data``
+(then with values outside the graph)), an in-place write into it (``add_`` ``mul_`` ``clamp_``
 ``copy_`` ``fill_`` ``zero_`` ``masked_fill_`` ``index_add_`` ``index_copy_`` ``index_fill_``
-``scatter_`` ``scatter_add_`` ``index_put_`` with ``accumulate`` and repeated indices,
+``scatter_`` ``scatter_add_`` ``scatter_reduce_`` ``index_reduce_`` ``put_``
+``masked_scatter_`` ``index_put_`` with ``accumulate`` and repeated indices, ``+=``/``*=``,
 ``t[key] = value`` with ints, slices, bool masks, int tensors, ``...`` and ``None``; values that
 are Python numbers, constants, 0-d tensors and broadcast tensors that require grad), maybe
 under ``no_grad``, and maybe a read of the view by a later op. Every view and the base are read
 after all the writes (each must see every write to its storage), and the float64 gradients of a
-weighted sum of all outputs with respect to ``x`` and ``w`` must be torch's.
+weighted sum of all outputs with respect to ``x`` and ``w`` must be torch's; so must each
+view's layout (strides, storage offset, contiguity), whether each output requires grad, and
+whether each in-place op returned its tensor.
 
 Where torch refuses:
 - a write into a leaf that requires grad or into a view of one, a write through a view made
@@ -82,7 +86,7 @@ def _factorizations(n: int) -> list[tuple[int, ...]]:
     return shapes
 
 
-def _draw_view(draw, shape: tuple[int, ...], first: bool):
+def _draw_view(draw, shape: tuple[int, ...], first: bool, on_new_view: bool):
     """A view op for ``shape``: ``(op, new shape)``, or None where none fits."""
     rank = len(shape)
     kinds = ["slice", "index", "unsqueeze", "reshape", "view", "flatten", "ellipsis"]
@@ -94,7 +98,24 @@ def _draw_view(draw, shape: tuple[int, ...], first: bool):
         kinds += ["squeeze", "expand"]
     if first and rank:
         kinds += ["as_strided"]
+    if on_new_view:  # (in place on a view the chain made: the base keeps its shape)
+        kinds += ["transpose_", "unsqueeze_"] + (["squeeze_"] if 1 in shape else [])
+    # (not detach(): retrograd's keeps a leaf's requires_grad, Burn's rule, API.md section 3)
+    kinds += ["data"]
     kind = draw(st.sampled_from(kinds))
+    if kind == "data":
+        return (kind,), shape
+    if kind == "transpose_" and rank >= 2:
+        a, b = draw(st.permutations(range(rank)))[:2]
+        return ("transpose_", a, b), tuple(np.swapaxes(np.empty(shape), a, b).shape)
+    if kind == "unsqueeze_":
+        d = draw(st.integers(-rank - 1, rank))
+        after = list(shape)
+        after.insert(d if d >= 0 else rank + 1 + d, 1)
+        return ("unsqueeze_", d), tuple(after)
+    if kind == "squeeze_":
+        d = draw(st.sampled_from([i for i in range(rank) if shape[i] == 1]))
+        return ("squeeze_", d), shape[:d] + shape[d + 1 :]
     d = draw(st.integers(0, rank - 1)) if rank else 0
     n = shape[d] if rank else 1
     if kind == "slice" and rank:
@@ -212,6 +233,17 @@ def _draw_value(draw, shape: tuple[int, ...], rng, allow_number: bool = True):
         target = tuple(1 if rng.random() < 0.4 else s for s in shape[cut:])
         return ("grad", target, int(rng.integers(0, W_SIZE)))
     return ("grad", tuple(shape), int(rng.integers(0, W_SIZE)))
+
+
+def _constant_values(item, rng):
+    """``item`` (a write, or a part of one) with each slice of ``w`` made a constant."""
+    if isinstance(item, tuple) and item and item[0] == "grad":
+        return ("const", rng.uniform(-2, 2, item[1]).round(2))
+    if isinstance(item, tuple):
+        return tuple(_constant_values(part, rng) for part in item)
+    if isinstance(item, list):
+        return [_constant_values(part, rng) for part in item]
+    return item
 
 
 def _unique(rng, n: int, count: int) -> np.ndarray:
@@ -407,15 +439,25 @@ def programs(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     rounds = []
     shapes = [shape]  # the base's, then each round's view
+    outside = [False]  # whether each is reached through .data
     for r in range(draw(st.integers(1, 4))):
         start = draw(st.integers(0, len(shapes) - 1)) if draw(st.booleans()) else 0
         chain, current = [], shapes[start]
         for _ in range(draw(st.integers(0, 3))):
-            step = _draw_view(draw, current, first=not chain and start == 0)
+            step = _draw_view(draw, current, not chain and start == 0, bool(chain))
             if step is not None:
                 chain.append(step[0])
                 current = tuple(step[1])
         write = _draw_write(draw, current, rng)
+        detached = ("data",) in chain or outside[start]
+        if detached:
+            # through .data, values outside the graph only (p.data's use): torch records a
+            # value that requires grad on the .data tensor and its views, a corner left out
+            write = ("zero_",) if write[0] == "from_base" else _constant_values(write, rng)
+            # and no read before it: torch's saved values see a write through .data, which
+            # retrograd's never do (API.md section 10)
+            rounds = [(*r[:4], None) for r in rounds]
+        outside.append(detached)
         if base == "leaf_nograd":  # writes into the leaf, mostly under no_grad
             no_grad = r == 0 or draw(st.integers(0, 7)) > 0
         else:
@@ -461,6 +503,8 @@ def _apply_view(lib, t, op, plain: bool):
         return t.chunk(chunks, d)[i]
     if name == "mT":
         return t.mT
+    if name == "data":
+        return t.data
     if name in ("reshape", "view"):
         return getattr(t, name)(*args[0])
     if name == "expand":
@@ -720,3 +764,30 @@ def test_writes_through_views_match_torch(program, seed):
         check(program, x_data, w_data)
     except Mismatch as e:
         raise Mismatch(f"{describe(*program)}\n{e}") from None
+
+
+def test_the_check_catches_a_wrong_value_gradient_layout_or_missing_refusal():
+    program = (
+        (3, 4),
+        "clone",
+        [(0, [("getitem", (slice(None), slice(1, None, 2)))], ("mul_", ("grad", (3, 2), 5)),
+          False, "sin")],
+        "tanh",
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    x_data, w_data = rng.standard_normal((3, 4)), rng.uniform(-1, 1, W_SIZE)
+    assert check(program, x_data, w_data) == "ok"
+    want, _ = execute(torch, program, x_data, w_data, safe=False)
+    for key, change in [
+        ("out", lambda r: r["out"][0].__iadd__(1e-6)),
+        ("grad", lambda r: r["grad"][1].__imul__(1.0 + 1e-6)),
+        ("layouts", lambda r: r["layouts"][0].__setitem__(0, 99)),
+        ("grad_flags", lambda r: r["grad_flags"].__setitem__(0, False)),
+    ]:
+        got, _ = execute(torch, program, x_data, w_data, safe=False)
+        change(got)
+        with pytest.raises(Mismatch, match=key):
+            _compare(want, got, "", safe=False)
+    # a write into a leaf that requires grad: torch refuses, and so must retrograd
+    leaf = ((3, 4), "leaf", [(0, [], ("zero_",), False, None)], "none")
+    assert check(leaf, x_data, w_data) == "raise"
