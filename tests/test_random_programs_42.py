@@ -463,12 +463,28 @@ def programs(draw):
         rounds.append((start, chain, write, no_grad, read))
         shapes.append(current)
     finale = draw(st.sampled_from(["tanh", "matmul", "none"]))
-    return shape, base, rounds, finale
+    # before some rounds, the leaf w (the values' source) written under no_grad: whole, or
+    # through a view of it; its gradient sums over the values it had
+    w_writes = {
+        r: draw(st.sampled_from(["mul_", "slice_add_", "setitem"]))
+        for r in range(len(rounds))
+        if draw(st.integers(0, 5)) == 0
+    }
+    return shape, base, rounds, finale, w_writes
 
 
-def describe(shape, base, rounds, finale) -> str:
+W_WRITES = {
+    "mul_": lambda w: w.mul_(0.75),
+    "slice_add_": lambda w: w[::3].add_(0.5),
+    "setitem": lambda w: w.__setitem__(slice(10, 40, 2), -0.25),
+}
+
+
+def describe(shape, base, rounds, finale, w_writes=None) -> str:
     lines = [f"x{shape}, base: {base}"]
     for r, (start, chain, write, no_grad, read) in enumerate(rounds):
+        if r in (w_writes or {}):
+            lines.append(f"with no_grad: w {w_writes[r]}")
         origin = "base" if start == 0 else f"v{start - 1}"
         views = "".join(f".{op[0]}{op[1:]}" for op in chain)
         grad = "with no_grad: " if no_grad else ""
@@ -611,7 +627,8 @@ def execute(lib, program, x_data, w_data, safe: bool):
     """``program`` in ``lib``: its outputs, identities and gradients as NumPy, or its error.
     ``safe`` runs every op on copies (where torch's version counter refuses the program) and
     writes the outputs of multi-output views as single views."""
-    _, base_kind, rounds, finale = program
+    _, base_kind, rounds, finale, *rest = program
+    w_writes = rest[0] if rest else {}
     try:
         x = lib.tensor(x_data, dtype=lib.float64).requires_grad_(True)
         w = lib.tensor(w_data, dtype=lib.float64).requires_grad_(True)
@@ -624,7 +641,10 @@ def execute(lib, program, x_data, w_data, safe: bool):
         else:
             base = x
         views, outputs, identities, layouts = [base], [], [], []
-        for start, chain, write, no_grad, read in rounds:
+        for r, (start, chain, write, no_grad, read) in enumerate(rounds):
+            if r in w_writes:
+                with lib.no_grad():
+                    W_WRITES[w_writes[r]](w)
             with lib.no_grad() if no_grad else contextlib.nullcontext():
                 v = views[start]
                 for op in chain:
@@ -657,6 +677,8 @@ def execute(lib, program, x_data, w_data, safe: bool):
             flat = finals[0].reshape(-1)
             finals.append(flat @ (flat + 1.0))
         finals.append(x * 1.0)  # x itself, in case a write under no_grad changed it
+        if w_writes:
+            finals.append(w * 1.0)
         made_with_grad = [v for v, r in zip(views[1:], rounds) if not r[3]]
         items = outputs + finals + made_with_grad
         result = {
