@@ -401,13 +401,24 @@ class Autodiff(Backend):
         return new
 
     def backward(
-        self, x, seed=None, retain_graph=False, create_graph=False, device=None, inputs=None
+        self,
+        x,
+        seed=None,
+        retain_graph=False,
+        create_graph=False,
+        device=None,
+        inputs=None,
+        retired=(),
     ):
         """``inputs``: primitives whose gradients alone are wanted (torch's ``inputs=``): the
-        backward walks only toward them and consumes nothing else."""
+        backward walks only toward them and consumes nothing else. ``retired``: the
+        :class:`RetiredLeaf` keys of leaves that in-place writes replaced by ``inputs`` (a
+        graph recorded before the write reaches the old leaf: torch's one tensor), wanted
+        too."""
         stop = None
         if inputs is not None:
             stop = frozenset(p.node.id for p in inputs if p.node is not None)
+            stop |= frozenset(key for key in retired if key is not None)
         return runtime.backward(self, x, seed, retain_graph, create_graph, device, stop)
 
     def grad(self, x: AutodiffPrimitive, grads: Any) -> Any:

@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from ..autodiff.grad_mode import is_grad_enabled
 from ..backend.protocol import Backend
 from ..context import current_backend
 from ..device import Device
@@ -79,7 +80,7 @@ from .shape import ShapeMixin, by_keyword
 from .special import SpecialMixin
 from .storage import StorageMixin
 from .torch_forms import TorchFormsMixin
-from .views import KIND, base_of, keep_former_key, link, unlink
+from .views import KIND, base_of, detached_view, keep_former_key, link, unlink
 
 __all__ = ["Tensor"]
 
@@ -216,6 +217,9 @@ class Tensor(
     _views: Any = None
     _weak_base: Any = None
     _former_keys: tuple = ()
+    #: ``_no_grad_view``: taken under ``no_grad`` (or from such a view), as torch's views
+    #: whose in-place writes with grad on it refuses (see :func:`.views.link`).
+    _no_grad_view: bool = False
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     __hash__ = object.__hash__  # ``==`` is elementwise; a tensor hashes by identity
 
@@ -640,7 +644,10 @@ class Tensor(
         ``preserve_format`` (the default), the copy of a permuted tensor (non-overlapping
         and dense) keeps its strides: ``x.t().clone().stride()`` is ``x.t()``'s."""
         backend = self._backend
-        if backend.is_autodiff and backend.is_require_grad(self._prim):
+        if backend.is_autodiff and not is_grad_enabled() and backend.is_tracked(self._prim):
+            # under no_grad torch's clone is outside the graph, as every op's result there
+            out = Tensor(backend.wrap(backend.inner_value(self._prim)), backend, self._device)
+        elif backend.is_autodiff and backend.is_require_grad(self._prim):
             # torch's clone of a leaf is not a leaf: record an identity op on the graph
             out = apply("reshape", (self,), (self.shape,))
         else:
@@ -694,8 +701,12 @@ class Tensor(
         (no view, outside any graph) then shares them with ``p``, as torch's shares its
         storage: a later in-place write to either (an optimizer's step) shows in both."""
         backend = self._backend
+        device = self._device
+        rebuilt = detached_view(self, lambda prim: Tensor(prim, backend, device))
+        if rebuilt is not None:  # a view computed in the graph: linked through to its root
+            return rebuilt
         prim = backend.wrap(backend.inner_value(self._prim)) if backend.is_autodiff else self._prim
-        return link(Tensor(prim, backend, self._device), self, "data")
+        return link(Tensor(prim, backend, device), self, "data")
 
     @data.setter
     def data(self, value: Any) -> None:
@@ -832,8 +843,13 @@ class Tensor(
         rule, API.md section 3). It aliases this tensor, as torch's: an in-place op on either
         is seen by the other, and is not recorded."""
         backend = self._backend
+        device = self._device
+        if backend.is_autodiff and not backend.is_require_grad(self._prim):
+            rebuilt = detached_view(self, lambda prim: Tensor(prim, backend, device))
+            if rebuilt is not None:  # a view computed in the graph: linked through to its root
+                return rebuilt
         prim = backend.detach(self._prim) if backend.is_autodiff else self._prim
-        return link(Tensor(prim, backend, self._device), self, "detach")
+        return link(Tensor(prim, backend, device), self, "detach")
 
     def retain_grad(self) -> Tensor:
         """Keep this intermediate's gradient in the result of ``backward`` (returns ``self``)."""
@@ -912,8 +928,17 @@ class Tensor(
         if wanted is None:
             return backend.backward(self._prim, seed, retain_graph, create_graph, self._device)
         prims = [t._prim for t in wanted if t._backend is backend]
+        # (a leaf an in-place write under no_grad replaced: graphs recorded before the write
+        # send its gradient to the old leaf, which Tensor.grad adds in)
+        retired = [old.key for t in wanted for old in t._former_keys if old()]
         return backend.backward(
-            self._prim, seed, retain_graph, create_graph, self._device, inputs=prims
+            self._prim,
+            seed,
+            retain_graph,
+            create_graph,
+            self._device,
+            inputs=prims,
+            retired=retired,
         )
 
     def grad(self, grads: Any) -> Tensor | None:
@@ -1108,7 +1133,7 @@ _UNGUARDED = frozenset(
 #: not its source's, in a storage of its own)
 _VIEW_ATTRIBUTES = frozenset(
     {"_view", "_views", "_weak_base", "_former_keys", "_frozen_leaf", "_storage_address",
-     "_output_nr"}
+     "_output_nr", "_no_grad_view"}
 )  # fmt: skip
 
 

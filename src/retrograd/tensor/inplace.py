@@ -59,6 +59,7 @@ from .views import (
     move_views,
     outside_graph,
     refresh,
+    refuse_no_grad_view,
     refuse_partial_overlap,
     remember_leaf,
     root_of,
@@ -425,6 +426,7 @@ class InplaceMixin:
                         "operation; do it under rg.no_grad(), or on .data, as in torch"
                     )
             value = _fit(op, self, compute(self))
+            refuse_no_grad_view(op, self, value)
         backend = self._backend
         if backend.is_autodiff and backend.is_require_grad(value._prim):
             # the new value is a leaf itself (copy_ of a leaf, fill_ of a 0-d one): held as

@@ -44,7 +44,7 @@ import numpy as np
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..backend.sizes import ITEMSIZE
 from ..context import captured_writes
-from ..errors import InvalidArgumentError, ShapeError, shape_text
+from ..errors import AutodiffError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, from_host, host_constant, lift, untracked
 from .links import WeakBase, base_of
 from .strides import (
@@ -67,6 +67,7 @@ __all__ = [
     "base_of",
     "complex_view_of",
     "contiguous_strides",
+    "detached_view",
     "diagonal_assign",
     "diagonal_of",
     "is_contiguous",
@@ -74,6 +75,7 @@ __all__ = [
     "link",
     "move_views",
     "outside_graph",
+    "refuse_no_grad_view",
     "refuse_partial_overlap",
     "remember_leaf",
     "strides_of",
@@ -97,8 +99,12 @@ BASE, KIND, PARAMS = 0, 1, 2
 
 
 def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
-    """Record ``view`` as taken from ``base`` by ``kind``; returns ``view``."""
+    """Record ``view`` as taken from ``base`` by ``kind``; returns ``view``. A view taken
+    under ``no_grad``, or from such a view, is marked (``_no_grad_view``): torch refuses its
+    in-place writes that would be recorded (:func:`refuse_no_grad_view`)."""
     view._view = (_held(base, kind), kind, params)
+    if kind not in _OUTSIDE and (getattr(base, "_no_grad_view", False) or not is_grad_enabled()):
+        view._no_grad_view = True
     views = getattr(base, "_views", None)
     if views is None:
         base._views = [ref(view)]
@@ -129,6 +135,38 @@ def _held(base: Any, kind: str) -> Any:
             base._views = []
         held = base._weak_base = WeakBase(base, _orphaned(base._views))
     return held
+
+
+def detached_view(t: Any, make: Any) -> Any | None:
+    """``.data``/``detach()`` of ``t``, a view computed in the graph, as a chain of views that
+    reaches ``t``'s root: the root's values outside the graph (a ``data`` link), then ``t``'s
+    views of it taken again (untracked), ``make(primitive)`` making each tensor. ``None``
+    where ``t`` is no such view.
+
+    A detached tensor holds a base computed in the graph weakly (:func:`_held`); linked to
+    ``t`` itself, it lost its way to the root as soon as ``t`` went (``w[:, 0].data.fill_(0)``:
+    the temporary ``w[:, 0]`` goes at once, and the write reached nothing), where torch's
+    shares the root's storage."""
+    backend = t._backend
+    if not (backend.is_autodiff and backend.is_tracked(t._prim)):
+        return None
+    chain = []
+    node = t
+    while True:
+        view = getattr(node, "_view", None)
+        if view is None or view[KIND] in _OUTSIDE:
+            break
+        base = base_of(view)
+        if base is None:
+            break
+        chain.append((view[KIND], view[PARAMS]))
+        node = base
+    if not chain:
+        return None
+    out = link(make(backend.wrap(backend.inner_value(node._prim))), node, "data")
+    for kind, params in reversed(chain):
+        out = link(make(_forward(out, kind, params)._prim), out, kind, params)
+    return out
 
 
 def _orphaned(views: list) -> Any:
@@ -185,6 +223,23 @@ def outside_graph(t: Any) -> bool:
             return True
         view = getattr(base_of(view), "_view", None)
     return False
+
+
+def refuse_no_grad_view(op: str, t: Any, value: Any) -> None:
+    """torch's refusal of an in-place write, with grad on, through a view taken under
+    ``no_grad`` (``t``) where the write would be recorded: its base requires grad, or the new
+    ``value`` does (whether the write should reach the graph is ambiguous)."""
+    if not (t._no_grad_view and is_grad_enabled()):
+        return
+    backend = t._backend
+    root = root_of(t)
+    if backend.is_tracked(root._prim) or backend.is_tracked(value._prim):
+        raise AutodiffError(
+            f"{op}: a view was created in no_grad mode and is being modified in place with "
+            "grad mode enabled (shape "
+            f"{shape_text(t.shape)}); as in torch, take both the view and the in-place op "
+            "inside the no_grad block, or both outside"
+        )
 
 
 def root_of(t: Any) -> Any:
@@ -450,8 +505,12 @@ def _through_expand(base: Any, kind: str, params: tuple, value: Any) -> tuple[An
         return None
     source = base_of(outer)
     slices, region = params[0], params[2]
+    if math.prod(region) == 0:  # no element written (torch's write is a no-op)
+        return source, source
     lead = len(base.shape) - len(source.shape)
     inner: list[slice] = []
+    # (the slices may stop before the last dimensions, taken whole: expanded ones too)
+    slices = (*slices, *(slice(None),) * (len(region) - len(slices)))
     for d, (piece, size) in enumerate(zip(slices, region)):
         expanded = d < lead or (source.shape[d - lead] == 1 and base.shape[d] != 1)
         if expanded and size > 1:
@@ -476,7 +535,9 @@ def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
         if backend.is_require_grad(old):  # a leaf: a new value, still a leaf (assign's rule)
             remember_leaf(t, old)
             prim = backend.succeed_leaf(old, backend.wrap(backend.inner_value(prim)))
-        elif outside and backend.is_tracked(old):
+        elif (outside or not is_grad_enabled()) and backend.is_tracked(old):
+            # (under no_grad torch changes the values and keeps the tensor in its graph, the
+            # write unseen by backward: as a write through .data)
             prim = _through_data(t, old, value)
         elif (
             is_grad_enabled()
