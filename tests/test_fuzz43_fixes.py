@@ -65,7 +65,9 @@ def test_celu_derivatives_match_torchs_to_the_last_bits(alpha, dtype):
     for lib in (torch, rg):
         x = lib.tensor(array, dtype=getattr(lib, dtype), requires_grad=True)
         y = lib.nn.functional.celu(x, alpha)
-        (g,) = lib.autograd.grad((y * lib.tensor(weights, dtype=x.dtype)).sum(), x, create_graph=True)
+        (g,) = lib.autograd.grad(
+            (y * lib.tensor(weights, dtype=x.dtype)).sum(), x, create_graph=True
+        )
         (h,) = lib.autograd.grad((g * g).sum(), x)
         found.append([t.detach().double().numpy() for t in (y, g, h)])
     tolerance = 1e-15 if dtype == "float64" else 1e-6
@@ -94,3 +96,47 @@ def test_celu_value_stays_exact_and_its_derivatives_agree_with_finite_difference
     (g,) = rg.autograd.grad(y.sum(), x)
     assert y.detach().numpy()[:2].tolist() == [-1.3, np.inf]
     assert g.numpy()[:2].tolist() == [0.0, 1.0]
+
+
+SPECTRAL = {
+    "svdvals": lambda lib, a: lib.linalg.svdvals(a) * lib.tensor([1.0, -2.0, 0.5]),
+    "svd": lambda lib, a: lib.linalg.svd(a, full_matrices=False)[1] * lib.tensor([1.0, -2.0, 0.5]),
+    "eigvalsh": lambda lib, a: (
+        lib.linalg.eigvalsh(a[:, :3] + a[:, :3].mT) * lib.tensor([1.0, -2.0, 0.5])
+    ),
+    "nuclear_norm": lambda lib, a: lib.linalg.matrix_norm(a, ord="nuc"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECTRAL))
+def test_hvp_through_spectral_decompositions_matches_torch(name):
+    """autograd.functional.hvp (torch's double-backward trick, zero dummy gradients) returned
+    zeros through svd and eigh: their backward masked the 0 / gap where the numerator was zero
+    in value, cutting its dependence on the dummy."""
+    rng = np.random.default_rng(1)
+    array, vector = rng.uniform(-1, 1, (3, 4)), rng.standard_normal((3, 4))
+    found = []
+    for lib in (torch, rg):
+
+        def scalar(a, lib=lib):
+            return SPECTRAL[name](lib, a).sum()
+
+        _, hv = lib.autograd.functional.hvp(scalar, lib.tensor(array), lib.tensor(vector))
+        _, vh = lib.autograd.functional.vhp(scalar, lib.tensor(array), lib.tensor(vector))
+        found.append((hv.numpy(), vh.numpy()))
+    (torch_hv, torch_vh), (hv, vh) = found
+    assert np.abs(torch_hv).max() > 0.1  # (no test of zeros against zeros)
+    np.testing.assert_allclose(hv, torch_hv, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(vh, torch_vh, rtol=1e-10, atol=1e-12)
+
+
+def test_eigvalsh_of_repeated_values_keeps_an_exact_zero_where_no_vector_gradient_flows():
+    """The mask still holds where it was meant to: a repeated eigenvalue with no gradient on
+    the eigenvectors (0 / 0) gives finite gradients and second derivatives."""
+    x = rg.tensor(np.eye(3) * 2.0, requires_grad=True)
+    (g,) = rg.autograd.grad(
+        (rg.linalg.eigvalsh(x) * rg.tensor([1.0, 2.0, 3.0])).sum(), x, create_graph=True
+    )
+    assert np.isfinite(g.detach().numpy()).all()
+    (h,) = rg.autograd.grad((g * g).sum(), x)
+    assert np.isfinite(h.numpy()).all()
