@@ -140,3 +140,22 @@ def test_eigvalsh_of_repeated_values_keeps_an_exact_zero_where_no_vector_gradien
     assert np.isfinite(g.detach().numpy()).all()
     (h,) = rg.autograd.grad((g * g).sum(), x)
     assert np.isfinite(h.numpy()).all()
+
+
+@pytest.mark.parametrize("name", sorted(SPECTRAL))
+def test_hvp_through_spectral_decompositions_matches_finite_differences(name):
+    """``H v`` is the derivative of the gradient along ``v`` (central differences)."""
+    rng = np.random.default_rng(2)
+    array, vector = rng.uniform(-1, 1, (3, 4)), rng.standard_normal((3, 4))
+
+    def scalar(a):
+        return SPECTRAL[name](rg, a).sum()
+
+    def gradient(at):
+        x = rg.tensor(at, requires_grad=True)
+        return rg.autograd.grad(scalar(x), x)[0].numpy()
+
+    _, hv = rg.autograd.functional.hvp(scalar, rg.tensor(array), rg.tensor(vector))
+    step = 1e-6
+    numeric = (gradient(array + step * vector) - gradient(array - step * vector)) / (2 * step)
+    np.testing.assert_allclose(hv.numpy(), numeric, rtol=1e-6, atol=1e-6)
