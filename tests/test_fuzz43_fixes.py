@@ -159,3 +159,27 @@ def test_hvp_through_spectral_decompositions_matches_finite_differences(name):
     step = 1e-6
     numeric = (gradient(array + step * vector) - gradient(array - step * vector)) / (2 * step)
     np.testing.assert_allclose(hv.numpy(), numeric, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("options", ["causal", "float_mask", "bool_mask", "scale"])
+def test_unbatched_attention_and_its_second_derivatives_match_torch(options):
+    """torch's scaled_dot_product_attention takes unbatched ``[L, E]`` inputs; retrograd's
+    kernel raised IndexOutOfRangeError ("too many indices") on them."""
+    rng = np.random.default_rng(3)
+    array, mask = rng.uniform(-1, 1, (3, 4)), rng.uniform(-1, 1, (3, 3))
+    found = []
+    for lib in (torch, rg):
+        keywords = {
+            "causal": {"is_causal": True},
+            "float_mask": {"attn_mask": lib.tensor(mask)},
+            "bool_mask": {"attn_mask": lib.tensor(mask > 0)},
+            "scale": {"scale": 0.3},
+        }[options]
+        x = lib.tensor(array, requires_grad=True)
+        out = lib.nn.functional.scaled_dot_product_attention(x, x * 2.0, x[:, :3].exp(), **keywords)
+        (g,) = lib.autograd.grad((out * out).sum(), x, create_graph=True)
+        (h,) = lib.autograd.grad((g * g).sum(), x)
+        found.append([t.detach().numpy() for t in (out, g, h)])
+    assert found[1][0].shape == (3, 3)
+    for ours, theirs in zip(found[1], found[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
