@@ -1111,14 +1111,17 @@ def _spectral_gaps(B, values):
 
 
 def _over_gaps(B, numerator, gaps):
-    """``numerator / gaps``, zero where the numerator is: the gradient reaching no
+    """``numerator / gaps``, zero where both are (0 / 0): the gradient reaching no
     eigen/singular vector (``eigvalsh``, ``svdvals``, or ``eigh`` used for its values only) is
     then exact for repeated values too, as torch's (which leaves that gradient undefined);
-    where a vector's gradient meets a repeated value the result is infinite, as torch's."""
-    zero = B.equal_elem(numerator, 0.0)
+    where a vector's gradient meets a repeated value the result is infinite, as torch's. The
+    mask looks at the gaps too, not at the numerator alone: a numerator zero in value but
+    recorded (the zero output gradients of torch's double-backward trick, which
+    ``autograd.functional.hvp`` differentiates) keeps its derivative."""
     if B.shape(gaps) != B.shape(numerator):
         gaps = B.expand(gaps, B.shape(numerator))
-    return B.mask_fill(B.div(numerator, B.mask_fill(gaps, zero, 1.0)), zero, 0.0)
+    undefined = B.logical_and(B.equal_elem(numerator, 0.0), B.equal_elem(gaps, 0.0))
+    return B.mask_fill(B.div(numerator, B.mask_fill(gaps, undefined, 1.0)), undefined, 0.0)
 
 
 def _eigh_vjp(B, g, out, upper):

@@ -56,6 +56,13 @@ def grad(
     ins = _tensors("autograd.grad", "inputs", inputs)
     if not ins:  # torch's refusal (it returned an empty tuple here, a typo's silent answer)
         raise AutodiffError("autograd.grad: the inputs argument cannot be empty")
+    constant = [i for i, x in enumerate(ins) if not x.requires_grad]
+    if constant:  # torch's refusal, allow_unused or not: no gradient can flow to a constant
+        raise AutodiffError(
+            f"autograd.grad: one of the differentiated tensors does not require grad (input "
+            f"{constant[0]}, of shape {tuple(ins[constant[0]].shape)}); call "
+            "requires_grad_() on it, or leave it out of the inputs"
+        )
     if is_grads_batched:
         options = (retain_graph, create_graph, allow_unused, materialize_grads)
         return _batched_grad(outputs, inputs, grad_outputs, *options)
@@ -90,7 +97,9 @@ def grad(
             if materialize_grads:
                 from ..tensor import zeros_like
 
-                g = zeros_like(x)
+                # torch's zeros are a fresh leaf recorded when the graph is created: a
+                # function of them differentiates (to None) as a function of any gradient
+                g = zeros_like(x, requires_grad=create_graph)
         results.append(g)
     check_nan_gradients("autograd.grad", ((f"input {i}", g) for i, g in enumerate(results)))
     return tuple(results)

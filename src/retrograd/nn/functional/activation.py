@@ -170,7 +170,16 @@ def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     x = _float_input("celu", x)
     if alpha == 0:  # torch's refusal: x / alpha has no limit to take
         raise InvalidArgumentError("celu: alpha cannot be 0 for CELU")
-    return x.mask_where(x.less_equal(0.0), _negative_branch(x, alpha, 1.0 / alpha))
+    branch = _negative_branch(x, alpha, 1.0 / alpha)
+    # torch's derivative (elu_backward, and its own derivative) scales by 1 / alpha with alpha
+    # rounded to float32 (``1.0 / alpha.toFloat()``) while the value divides by alpha itself:
+    # the value here is the exact one, its derivatives those of the branch at torch's scale,
+    # so that float64 gradients agree with torch's to the last bits rather than to 1e-7
+    torch_scale = 1.0 / struct.unpack("f", struct.pack("f", alpha))[0]
+    if x.requires_grad and torch_scale != 1.0 / alpha:
+        slope = _negative_branch(x, alpha, torch_scale)
+        branch = branch.detach() + (slope - slope.detach())
+    return x.mask_where(x.less_equal(0.0), branch)
 
 
 _SELU_ALPHA = 1.6732632423543772848170429916717

@@ -68,6 +68,10 @@ def scaled_dot_product_attention(
         )
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise DTypeError(f"{fn}: query, key and value must have one float dtype; {shapes}")
+    if q.ndim == 2:  # unbatched [L, E] (torch's): the kernels take a leading dimension
+        options = (attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        batched = (t.unsqueeze(0) for t in (q, k, v))
+        return scaled_dot_product_attention(*batched, *options).squeeze(0)
     if enable_gqa and q.ndim >= 3:
         heads = q.shape[-3]
         if any(t.shape[-3] == 0 or heads % t.shape[-3] for t in (k, v)):
