@@ -14,9 +14,8 @@ from retrograd.errors import InvalidArgumentError
 # -- profiler: profile_memory, with_stack, export_stacks, ProfilerStep ranges ------------------
 def _profile_matmul(lib, **options):
     a, b = lib.ones(3, 4), lib.ones(4, 5)
-    with lib.profiler.profile(**options) as prof:
-        with lib.profiler.record_function("outer"):
-            (a @ b).relu()
+    with lib.profiler.profile(**options) as prof, lib.profiler.record_function("outer"):
+        (a @ b).relu()
     return prof
 
 
@@ -29,11 +28,17 @@ def test_profile_memory_counts_each_calls_outputs_as_torch_does():
     # a range allocates nothing itself; its total holds its calls'
     assert ours["outer"].self_cpu_memory_usage == 0
     assert ours["outer"].cpu_memory_usage == 120
-    table = _profile_matmul(rg, profile_memory=True).key_averages().table(
-        sort_by="self_cpu_memory_usage"
+    table = (
+        _profile_matmul(rg, profile_memory=True)
+        .key_averages()
+        .table(sort_by="self_cpu_memory_usage")
     )
     header = table.splitlines()[1].split("  ")
-    assert [c.strip() for c in header if c.strip()][-3:] == ["CPU Mem", "Self CPU Mem", "# of Calls"]
+    assert [c.strip() for c in header if c.strip()][-3:] == [
+        "CPU Mem",
+        "Self CPU Mem",
+        "# of Calls",
+    ]
     assert "60 B" in table
     rows = [line.split()[0] for line in table.splitlines()[3:-2]]
     assert rows[-1] == "outer"  # sorted by own allocations, largest first; the range last
@@ -116,3 +121,96 @@ def test_a_scheduled_profile_marks_each_step_as_torch_does():
         prof.step()
     assert not any(e.name.startswith("ProfilerStep") for e in prof.events())
     assert np.isfinite([e.cpu_time_total for e in prof.events()]).all()
+
+
+# -- benchmark: Fuzzer, FuzzedParameter, FuzzedTensor, ParameterAlias ------------------------
+def _fuzzer(module, **tensor_options):
+    return module.Fuzzer(
+        parameters=[
+            module.FuzzedParameter("n", minval=2, maxval=64, distribution="uniform"),
+            module.FuzzedParameter("m", distribution={1: 0.5, module.ParameterAlias("n"): 0.5}),
+            module.FuzzedParameter("step", distribution={1: 0.5, 2: 0.5}),
+        ],
+        tensors=[module.FuzzedTensor("x", size=("n", "m"), steps=(1, "step"), **tensor_options)],
+        constraints=[lambda params: params["n"] % 2 == 0],
+        seed=7,
+    )
+
+
+def test_fuzzer_draws_torchs_parameters_and_layouts_for_the_same_seed(monkeypatch):
+    import torch.utils.benchmark as torch_benchmark
+
+    # torch 2.13 refuses every normalized custom distribution (its check is inverted); its
+    # draws are what is compared, so its check is set aside
+    monkeypatch.setattr(torch_benchmark.FuzzedParameter, "_check_distribution", lambda self, d: d)
+    import retrograd.utils.benchmark as benchmark
+
+    ours = list(_fuzzer(benchmark, probability_contiguous=0.3).take(6))
+    theirs = list(_fuzzer(torch_benchmark, probability_contiguous=0.3).take(6))
+    for (our_t, our_props, our_params), (their_t, their_props, their_params) in zip(ours, theirs):
+        assert our_params == their_params and our_params["n"] % 2 == 0
+        assert our_params["m"] in (1, our_params["n"])  # the alias resolved
+        assert our_t["x"].shape == tuple(their_t["x"].shape)
+        for key in ("numel", "steps", "is_contiguous"):
+            assert our_props["x"][key] == their_props["x"][key], key
+        assert list(our_props["x"]["order"]) == list(their_props["x"]["order"])
+    assert {props["x"]["is_contiguous"] for _, props, _ in ours} == {True, False}
+    fuzzer = _fuzzer(benchmark)
+    list(fuzzer.take(4))
+    assert 0 < fuzzer.rejection_rate < 1  # the odd sizes were drawn again
+
+
+def test_fuzzer_values_are_retrograds_draws_in_range_and_reproducible():
+    import retrograd.utils.benchmark as benchmark
+
+    first = [t["x"].numpy() for t, _, _ in _fuzzer(benchmark).take(3)]
+    again = [t["x"].numpy() for t, _, _ in _fuzzer(benchmark).take(3)]
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == np.float32 and ((a >= 0) & (a < 1)).all()
+    ints = benchmark.Fuzzer(
+        parameters=[benchmark.FuzzedParameter("n", minval=4, maxval=8, distribution="uniform")],
+        tensors=[benchmark.FuzzedTensor("x", size=("n",), dtype=rg.int64)],
+        seed=1,
+    )
+    ((tensors, _, _),) = ints.take(1)
+    values = tensors["x"].numpy()
+    assert values.dtype == np.int64 and ((values >= 1) & (values < 127)).all()
+
+
+def test_fuzzer_specifications_that_cannot_hold_say_why():
+    import retrograd.utils.benchmark as benchmark
+
+    param, fuzzed = benchmark.FuzzedParameter, benchmark.FuzzedTensor
+    with pytest.raises(InvalidArgumentError, match=r"'k'.*distribution"):
+        param("k", minval=1, maxval=2, distribution="normal")
+    with pytest.raises(InvalidArgumentError, match="sum to one"):
+        param("k", distribution={1: 0.5, 2: 0.6})
+    with pytest.raises(InvalidArgumentError, match="minval and maxval must be None"):
+        param("k", minval=1, distribution={1: 1.0})
+    with pytest.raises(InvalidArgumentError, match="needs minval and maxval"):
+        param("k", distribution="loguniform")
+    with pytest.raises(InvalidArgumentError, match="duplicate names"):
+        benchmark.Fuzzer(
+            [param("x", minval=1, maxval=2, distribution="uniform")], [fuzzed("x", size=(2,))]
+        )
+    with pytest.raises(rg.DTypeError, match="FuzzedParameter"):
+        benchmark.Fuzzer(["k"], [])
+    cycle = benchmark.Fuzzer(
+        [param("a", distribution={benchmark.ParameterAlias("b"): 1.0}),
+         param("b", distribution={benchmark.ParameterAlias("a"): 1.0})],
+        [],
+        seed=0,
+    )  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="cycle"):
+        next(cycle.take(1))
+    unknown = benchmark.Fuzzer([], [fuzzed("x", size=("k",))], seed=0)
+    with pytest.raises(InvalidArgumentError, match="no parameter named 'k'"):
+        next(unknown.take(1))
+    never = benchmark.Fuzzer(
+        [param("n", minval=1, maxval=4, distribution="uniform")],
+        [fuzzed("x", size=("n",), min_elements=100)],
+        seed=0,
+    )
+    with pytest.raises(InvalidArgumentError, match="1000 tries"):
+        next(never.take(1))
