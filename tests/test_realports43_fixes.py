@@ -214,3 +214,81 @@ def test_fuzzer_specifications_that_cannot_hold_say_why():
     )
     with pytest.raises(InvalidArgumentError, match="1000 tries"):
         next(never.take(1))
+
+
+# -- swap_tensors, torch.__future__, load_state_dict(assign=True) into a meta skeleton ------
+def test_swap_tensors_exchanges_class_attributes_and_values_keeping_identity():
+    t1, t2 = rg.arange(2), rg.nn.Parameter(rg.ones(3))
+    t1.note = "mine"
+    first, second = t1, t2
+    rg.utils.swap_tensors(t1, t2)
+    assert first is t1 and second is t2  # identities kept
+    assert t1.tolist() == [1.0, 1.0, 1.0] and isinstance(t1, rg.nn.Parameter)
+    assert t2.tolist() == [0, 1] and type(t2) is rg.Tensor and t2.dtype == rg.int64
+    assert t2.note == "mine" and not hasattr(t1, "note")
+    # the swapped parameter still trains: its gradient is found through the new object
+    grads = (t1 * rg.tensor([1.0, 2.0, 3.0])).sum().backward()
+    np.testing.assert_array_equal(t1.grad(grads).numpy(), [1.0, 2.0, 3.0])
+    theirs1, theirs2 = torch.arange(2), torch.nn.Parameter(torch.ones(3))
+    torch.utils.swap_tensors(theirs1, theirs2)
+    assert type(theirs1) is torch.nn.Parameter and theirs2.tolist() == t2.tolist()
+
+
+def test_swap_tensors_refusals_say_why():
+    base = rg.arange(6)
+    view = base[1:3]
+    with pytest.raises(InvalidArgumentError, match="t1: it is a view or the base"):
+        rg.utils.swap_tensors(base, rg.arange(2))
+    with pytest.raises(InvalidArgumentError, match="t2: it is a view"):
+        rg.utils.swap_tensors(rg.arange(2), view)
+    assert view.tolist() == [1, 2] and base.tolist() == list(range(6))  # untouched
+    with pytest.raises(RuntimeError):  # torch refuses the same swap (its use count)
+        theirs = torch.arange(6)
+        torch.utils.swap_tensors(theirs, theirs[1:3])
+    with pytest.raises(rg.DTypeError, match=r"t2 must be a tensor.*ndarray"):
+        rg.utils.swap_tensors(rg.arange(2), np.arange(2))
+    same = rg.arange(2)
+    rg.utils.swap_tensors(same, same)
+    assert same.tolist() == [0, 1]
+
+
+def test_future_flags_as_torchs_and_the_overwrite_path_refused():
+    assert rg.__future__.get_swap_module_params_on_conversion() is False
+    assert rg.__future__.get_overwrite_module_params_on_conversion() is False
+    try:
+        rg.__future__.set_swap_module_params_on_conversion(True)
+        assert rg.__future__.get_swap_module_params_on_conversion() is True
+        layer = rg.nn.Linear(3, 2)
+        weight = layer.weight
+        layer.double()
+        assert layer.weight is weight and weight.dtype == rg.float64
+    finally:
+        rg.__future__.set_swap_module_params_on_conversion(False)
+    rg.__future__.set_overwrite_module_params_on_conversion(False)
+    with pytest.raises(InvalidArgumentError, match="in place"):
+        rg.__future__.set_overwrite_module_params_on_conversion(True)
+    with pytest.raises(rg.DTypeError, match="bool"):
+        rg.__future__.set_swap_module_params_on_conversion(1)
+
+
+def test_assign_load_into_a_meta_skeleton_materializes_on_the_states_device():
+    source = rg.nn.Linear(3, 2)
+    for state in (source.state_dict(), {k: v.numpy() for k, v in source.state_dict().items()}):
+        with rg.device("meta"):
+            skeleton = rg.nn.Linear(3, 2)
+        weight = skeleton.weight
+        skeleton.load_state_dict(state, assign=True)
+        assert skeleton.weight is weight  # retrograd keeps the Parameter object
+        assert skeleton.weight.device.type == skeleton.bias.device.type == "cpu"
+        assert skeleton.weight.requires_grad
+        np.testing.assert_array_equal(skeleton.weight.numpy(), source.weight.numpy())
+        out = skeleton(rg.ones(1, 3))
+        np.testing.assert_allclose(out.numpy(), source(rg.ones(1, 3)).numpy())
+    # without assign, a meta skeleton stays meta (torch's copy into meta is a no-op too)
+    with rg.device("meta"):
+        skeleton = rg.nn.Linear(3, 2)
+    skeleton.load_state_dict(source.state_dict())
+    assert skeleton.weight.device.type == "meta"
+    theirs = torch.nn.Linear(3, 2, device="meta")
+    theirs.load_state_dict(torch.nn.Linear(3, 2).state_dict())
+    assert theirs.weight.device.type == "meta"
