@@ -86,12 +86,17 @@ STEPS = [
         "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n",
         "import retrograd as torch\nfrom retrograd.utils.tensorboard import SummaryWriter\n",
     ),
-    ("        loss.backward()\n        optimizer.step()\n", "        grads = loss.backward()\n        optimizer.step(grads)\n"),
+    (
+        "        loss.backward()\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+    ),
 ]
 
 
 def read_run(path):
-    events = EventAccumulator(str(path), size_guidance={"scalars": 0, "histograms": 0, "tensors": 0})
+    events = EventAccumulator(
+        str(path), size_guidance={"scalars": 0, "histograms": 0, "tensors": 0}
+    )
     events.Reload()
     return events
 
@@ -103,7 +108,12 @@ def test_tensorboard_recipe_and_documented_writes_read_back_as_torchs(tmp_path, 
         return str(dirs[lib.__name__])
 
     runs_with_draws(
-        TENSORBOARD_SOURCE, STEPS, capsys, 26601, initialize=initializer(), make_log_dir=make_log_dir
+        TENSORBOARD_SOURCE,
+        STEPS,
+        capsys,
+        26601,
+        initialize=initializer(),
+        make_log_dir=make_log_dir,
     )
     theirs, ours = read_run(dirs["torch"]), read_run(dirs["retrograd"])
     their_loss = [(e.step, e.value) for e in theirs.Scalars("Loss/train")]
@@ -119,18 +129,31 @@ def test_tensorboard_recipe_and_documented_writes_read_back_as_torchs(tmp_path, 
         theirs_values = [(e.step, e.value) for e in their_run.Scalars("run_14h")]
         ours_values = [(e.step, e.value) for e in our_run.Scalars("run_14h")]
         assert [s for s, _ in ours_values] == [s for s, _ in theirs_values]
-        np.testing.assert_allclose([v for _, v in ours_values], [v for _, v in theirs_values], rtol=1e-6)
+        np.testing.assert_allclose(
+            [v for _, v in ours_values], [v for _, v in theirs_values], rtol=1e-6
+        )
     their_docs, our_docs = read_run(dirs["torch"] / "docs"), read_run(dirs["retrograd"] / "docs")
     assert sorted(our_docs.Tags()["histograms"]) == sorted(their_docs.Tags()["histograms"])
-    for mine, reference in zip(our_docs.Histograms("distribution centers"), their_docs.Histograms("distribution centers")):
+    for mine, reference in zip(
+        our_docs.Histograms("distribution centers"), their_docs.Histograms("distribution centers")
+    ):
         assert mine.step == reference.step
         assert mine.histogram_value.num == reference.histogram_value.num == 1000
-        np.testing.assert_allclose(mine.histogram_value.sum, reference.histogram_value.sum, rtol=1e-6)
-        np.testing.assert_allclose([mine.histogram_value.min, mine.histogram_value.max], [reference.histogram_value.min, reference.histogram_value.max])
+        np.testing.assert_allclose(
+            mine.histogram_value.sum, reference.histogram_value.sum, rtol=1e-6
+        )
+        np.testing.assert_allclose(
+            [mine.histogram_value.min, mine.histogram_value.max],
+            [reference.histogram_value.min, reference.histogram_value.max],
+        )
     assert sorted(our_docs.Tags()["tensors"]) == sorted(their_docs.Tags()["tensors"])
     (their_pr,), (our_pr,) = their_docs.Tensors("pr_curve"), our_docs.Tensors("pr_curve")
     from tensorboard.util import tensor_util
 
-    np.testing.assert_allclose(tensor_util.make_ndarray(our_pr.tensor_proto), tensor_util.make_ndarray(their_pr.tensor_proto), rtol=1e-6)
+    np.testing.assert_allclose(
+        tensor_util.make_ndarray(our_pr.tensor_proto),
+        tensor_util.make_ndarray(their_pr.tensor_proto),
+        rtol=1e-6,
+    )
     (mine,), (reference,) = our_docs.Scalars("myscalar"), their_docs.Scalars("myscalar")
     assert mine.value == reference.value == 3.5

@@ -292,3 +292,41 @@ def test_assign_load_into_a_meta_skeleton_materializes_on_the_states_device():
     theirs = torch.nn.Linear(3, 2, device="meta")
     theirs.load_state_dict(torch.nn.Linear(3, 2).state_dict())
     assert theirs.weight.device.type == "meta"
+
+
+# -- the background kernel compiler closes its pipes -----------------------------------------
+def test_background_compiler_close_leaves_no_pipe_open():
+    """A script whose first convolution started the compiler ended with two "unclosed file"
+    ResourceWarnings (the child's pipes, at exit), seen porting the "Defining a Neural
+    Network" recipe."""
+    from retrograd.backend.kernel_compile import _Compiler
+
+    compiler = _Compiler()
+    compiler._start()
+    process = compiler.process
+    compiler.close()
+    assert compiler.process is None and process.poll() is not None
+    assert process.stdin.closed and process.stdout.closed
+    compiler.close()  # twice: nothing left to do
+
+
+def test_a_script_that_compiles_kernels_exits_without_resource_warnings(tmp_path):
+    import subprocess
+    import sys
+
+    script = (
+        "import retrograd as rg\n"
+        "from retrograd.backend.kernel_compile import compiler\n"
+        "x = rg.rand((1, 32, 13, 13))\n"
+        "rg.nn.Conv2d(32, 64, 3, 1)(x)\n"
+        "compiler()._start() if compiler().process is None else None\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONWARNINGS": "always"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "unclosed file" not in done.stderr, done.stderr
