@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 "How to use TensorBoard with PyTorch" (pytorch/tutorials
 ``recipes_source/recipes/tensorboard_with_pytorch.py``) and the examples of torch's
