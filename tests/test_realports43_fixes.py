@@ -330,3 +330,13 @@ def test_a_script_that_compiles_kernels_exits_without_resource_warnings(tmp_path
     )
     assert done.returncode == 0, done.stderr
     assert "unclosed file" not in done.stderr, done.stderr
+
+
+# -- DataParallel without GPUs --------------------------------------------------------------
+@pytest.mark.parametrize("device_ids", [None, [0]])
+def test_data_parallel_on_a_machine_without_gpus_has_no_device_ids_as_torch(device_ids):
+    ours = rg.nn.DataParallel(rg.nn.Linear(2, 2), device_ids=device_ids)
+    theirs = torch.nn.DataParallel(torch.nn.Linear(2, 2), device_ids=device_ids)
+    assert not rg.cuda.is_available() and not torch.cuda.is_available()
+    assert ours.device_ids == theirs.device_ids == []
+    assert list(ours.state_dict()) == list(theirs.state_dict())
