@@ -84,6 +84,8 @@ LAYERS = {
     "_dynamo": 7,
     # torch._C's names that library code calls (usage logging): no-ops (imports the errors)
     "_C": 1,
+    # torch.__future__'s conversion flags (imports the errors)
+    "__future__": 1,
     "_inductor": 1.5,
     # torch.hub: tqdm, the hub folder, and checkpoints read from it (serialization);
     # downloads refused

@@ -66,6 +66,7 @@ import sys as _sys
 
 from . import (
     _C,  # noqa: F401 (private, as torch's: torchaudio's modules call _log_api_usage_once)
+    __future__,  # noqa: F401 (torch.__future__'s conversion flags)
     _dynamo,  # noqa: F401 (private, as torch's: scripts set rg._dynamo.config...)
     _inductor,  # noqa: F401
     accelerator,

@@ -13,6 +13,12 @@ While recording, a timing wrapper sits over each protocol method of the current 
 inner backend (the instance the step's tensors live on); nothing is patched otherwise. Times
 are host wall times: on an accelerator a kernel's time shows where the host waits for it.
 ``schedule``, ``on_trace_ready`` and ``tensorboard_trace_handler`` follow torch's semantics.
+
+``profile_memory=True`` counts the bytes of the values each call returns (its allocations;
+releases are not tracked, so no call shows torch's negative "Self CPU Mem"), ``with_stack=True``
+keeps the Python frames of the code that made each call (``key_averages(group_by_stack_n=5)``
+groups by them and the table shows them as "Source Location"; ``export_stacks`` writes them for
+flame graphs).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import enum
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -93,13 +100,26 @@ class FunctionEvent:
     """One timed call (or one :class:`record_function` range): microseconds since the
     profile started; ``self_cpu_time_total`` leaves out the calls made inside it."""
 
-    def __init__(self, name: str, start: float, end: float, thread: int, shapes: list):
+    def __init__(
+        self,
+        name: str,
+        start: float,
+        end: float,
+        thread: int,
+        shapes: list,
+        stack: list[str] | None = None,
+    ):
         self.name, self.key = name, name
         self.time_range = (start, end)
         self.thread = thread
         self.input_shapes = shapes
+        self.stack = stack or []
         self.children: list[FunctionEvent] = []
         self.count = 1
+        #: bytes of the values this call returned itself, and with its calls' (profile_memory)
+        self.self_cpu_memory_usage = 0
+        self.cpu_memory_usage = 0
+        self.results: list[Any] = []
 
     @property
     def cpu_time_total(self) -> float:
@@ -116,16 +136,21 @@ class FunctionEvent:
 class FunctionEventAvg:
     """The events of one name (and input shapes, when grouped by them), summed."""
 
-    def __init__(self, key: str, shapes: Any = None):
+    def __init__(self, key: str, shapes: Any = None, stack: list[str] | None = None):
         self.key, self.input_shapes = key, shapes
+        self.stack = stack or []
         self.count = 0
         self.cpu_time_total = 0.0
         self.self_cpu_time_total = 0.0
+        self.cpu_memory_usage = 0
+        self.self_cpu_memory_usage = 0
 
     def add(self, event: Any) -> FunctionEventAvg:
         self.count += event.count
         self.cpu_time_total += event.cpu_time_total
         self.self_cpu_time_total += event.self_cpu_time_total
+        self.cpu_memory_usage += event.cpu_memory_usage
+        self.self_cpu_memory_usage += event.self_cpu_memory_usage
         return self
 
     @property
@@ -146,7 +171,21 @@ _SORT_KEYS = {
     "cpu_time",
     "self_cpu_time",
     "count",
+    "cpu_memory_usage",
+    "self_cpu_memory_usage",
 }
+
+#: the name torch's table gives the ranges ``profile.step()`` opens under a schedule
+_STEP_PREFIX = "ProfilerStep#"
+_STEP_NAME = "ProfilerStep*"
+
+
+def _memory(nbytes: int) -> str:
+    """Bytes as torch's table writes them (``92.06 KB``, ``160 B``)."""
+    for unit, size in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{nbytes} B"
 
 
 def _time(us: float) -> str:
@@ -160,15 +199,34 @@ def _time(us: float) -> str:
 class EventList(list):
     """A list of events, with torch's ``key_averages``, ``table`` and ``total_average``."""
 
-    def key_averages(self, group_by_input_shape: bool = False) -> EventList:
+    #: whether the recording counted memory (the table then shows torch's memory columns)
+    profile_memory = False
+
+    def key_averages(
+        self, group_by_input_shape: bool = False, group_by_stack_n: int = 0
+    ) -> EventList:
+        """One row per name (torch's ``ProfilerStep*`` for the steps' ranges), and per input
+        shapes and innermost ``group_by_stack_n`` frames when asked."""
+        if isinstance(group_by_stack_n, bool) or not isinstance(group_by_stack_n, int):
+            raise DTypeError(
+                f"key_averages: group_by_stack_n must be an int, got {group_by_stack_n!r}"
+            )
+        if group_by_stack_n < 0:
+            raise InvalidArgumentError(
+                f"key_averages: group_by_stack_n must be >= 0, got {group_by_stack_n}"
+            )
         groups: dict[Any, FunctionEventAvg] = {}
         for event in self:
+            name = _STEP_NAME if event.key.startswith(_STEP_PREFIX) else event.key
             shapes = str(event.input_shapes) if group_by_input_shape else None
-            key = (event.key, shapes)
+            stack = tuple(event.stack[:group_by_stack_n])
+            key = (name, shapes, stack)
             if key not in groups:
-                groups[key] = FunctionEventAvg(event.key, shapes)
+                groups[key] = FunctionEventAvg(name, shapes, list(stack))
             groups[key].add(event)
-        return EventList(groups.values())
+        averages = EventList(groups.values())
+        averages.profile_memory = self.profile_memory
+        return averages
 
     def total_average(self) -> FunctionEventAvg:
         total = FunctionEventAvg("Total")
@@ -196,19 +254,18 @@ class EventList(list):
         whole = sum(row.self_cpu_time_total for row in self) or 1.0
         shapes = any(getattr(row, "input_shapes", None) for row in rows)
         width = max([len("Name"), *(len(row.key) for row in rows[:row_limit])]) + 2
-        columns = [
-            "Self CPU %",
-            "Self CPU",
-            "CPU total %",
-            "CPU total",
-            "CPU time avg",
-            "# of Calls",
-        ]
+        columns = ["Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
+        if self.profile_memory:
+            columns += ["CPU Mem", "Self CPU Mem"]
+        columns.append("# of Calls")
+        stacks = any(row.stack for row in rows[:row_limit])
         line = "-" * width + "".join(" " + "-" * 14 for _ in columns)
         lines = [header] if header else []
         lines += [line, "Name".ljust(width) + "".join(f" {c:>14}" for c in columns)]
         if shapes:
             lines[-1] += "  Input Shapes"
+        if stacks:
+            lines[-1] += "  Source Location"
         lines.append(line)
         for row in rows[:row_limit]:
             cells = [
@@ -217,12 +274,18 @@ class EventList(list):
                 f"{100 * row.cpu_time_total / whole:.2f}%",
                 _time(row.cpu_time_total),
                 _time(row.cpu_time_total / max(row.count, 1)),
-                str(row.count),
             ]
+            if self.profile_memory:
+                cells += [_memory(row.cpu_memory_usage), _memory(row.self_cpu_memory_usage)]
+            cells.append(str(row.count))
             text = row.key.ljust(width) + "".join(f" {c:>14}" for c in cells)
             if shapes and row.input_shapes:
                 text += f"  {row.input_shapes}"
+            if stacks and row.stack:
+                text += f"  {row.stack[0]}"
             lines.append(text)
+            indent = " " * (len(text) - len(row.stack[0])) if stacks and row.stack else ""
+            lines += [indent + frame for frame in row.stack[1:]]
         lines += [line, f"Self CPU time total: {_time(whole)}"]
         return "\n".join(lines)
 
@@ -230,8 +293,10 @@ class EventList(list):
 class _Recording:
     """The events of one recording, and the per-thread stacks that give each its children."""
 
-    def __init__(self, record_shapes: bool):
+    def __init__(self, record_shapes: bool, profile_memory: bool = False, with_stack: bool = False):
         self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
         self.origin = time.perf_counter_ns()
         self.events: list[FunctionEvent] = []
         self.local = threading.local()
@@ -240,7 +305,7 @@ class _Recording:
     def now(self) -> float:
         return (time.perf_counter_ns() - self.origin) / 1e3
 
-    def begin(self, name: str, args: Iterable[Any]) -> tuple[str, float, list, list]:
+    def begin(self, name: str, args: Iterable[Any]) -> tuple:
         stack = getattr(self.local, "stack", None)
         if stack is None:
             stack = self.local.stack = []
@@ -249,14 +314,25 @@ class _Recording:
             if self.record_shapes
             else []
         )
+        frames = _user_frames() if self.with_stack else []
         children: list[FunctionEvent] = []
         stack.append(children)
-        return name, self.now(), shapes, children
+        return name, self.now(), shapes, children, frames
 
-    def end(self, opened: tuple[str, float, list, list]) -> FunctionEvent:
-        name, start, shapes, children = opened
-        event = FunctionEvent(name, start, self.now(), threading.get_ident(), shapes)
+    def end(self, opened: tuple, result: Any = None) -> FunctionEvent:
+        name, start, shapes, children, frames = opened
+        event = FunctionEvent(name, start, self.now(), threading.get_ident(), shapes, frames)
         event.children = children
+        if self.profile_memory:
+            # a value a call passes on from one of its own calls was allocated there
+            passed_on = {id(v) for child in children for v in child.results}
+            event.self_cpu_memory_usage = sum(
+                _nbytes(v) for v in _values(result) if id(v) not in passed_on
+            )
+            event.cpu_memory_usage = event.self_cpu_memory_usage + sum(
+                child.cpu_memory_usage for child in children
+            )
+            event.results = list(_values(result))
         stack = self.local.stack
         stack.pop()
         if stack:
@@ -269,14 +345,46 @@ class _Recording:
 #: the recording in progress (one at a time, as torch's profiler)
 _active: list[_Recording] = []
 
+#: where retrograd's own frames live (left out of the stacks, as torch leaves out its own)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_frames() -> list[str]:
+    """The calling code's frames, innermost first, as torch's ``file(line): function``."""
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not os.path.abspath(path).startswith(_PACKAGE_DIR):
+            frames.append(f"{path}({frame.f_lineno}): {frame.f_code.co_name}")
+        frame = frame.f_back
+    return frames
+
+
+def _values(result: Any) -> Iterable[Any]:
+    """The values a call returned (one, or the items of a returned tuple or list)."""
+    if isinstance(result, tuple | list):
+        for item in result:
+            yield from _values(item)
+    elif result is not None:
+        yield result
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of an inner value (NumPy arrays and torch tensors both have ``nbytes``)."""
+    nbytes = getattr(value, "nbytes", 0)
+    return nbytes if isinstance(nbytes, int) else 0
+
 
 def _timed(recording: _Recording, name: str, method: Callable) -> Callable:
     def timed(*args: Any, **kwargs: Any) -> Any:
         opened = recording.begin(name, args)
+        result = None
         try:
-            return method(*args, **kwargs)
+            result = method(*args, **kwargs)
+            return result
         finally:
-            recording.end(opened)
+            recording.end(opened, result)
 
     return timed
 
@@ -329,8 +437,11 @@ class profile:  # noqa: N801  (torch's name)
         self.schedule = schedule
         self.on_trace_ready = on_trace_ready
         self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
         self.enabled = enabled
         self.step_num = 0
+        self._step_range: record_function | None = None
         self._recording: _Recording | None = None
         self._saved: list[tuple[Any, str, Any]] = []
         self._events = EventList()
@@ -346,7 +457,9 @@ class profile:  # noqa: N801  (torch's name)
             return
         if _active:
             raise InvalidArgumentError("profile: another profile is already recording")
-        recording = self._recording = _Recording(self.record_shapes)
+        recording = self._recording = _Recording(
+            self.record_shapes, self.profile_memory, self.with_stack
+        )
         _active.append(recording)
         backend = current_backend()
         inner = backend.inner if backend.is_autodiff else backend
@@ -368,13 +481,31 @@ class profile:  # noqa: N801  (torch's name)
         self._saved.clear()
         _active.remove(self._recording)
         self._events = EventList(sorted(self._recording.events, key=lambda e: e.time_range[0]))
+        for event in self._events:
+            event.results = []  # (the values are only needed while their parents close)
+            if event.name.startswith(_STEP_PREFIX):  # torch's events name every step so
+                event.name = event.key = _STEP_NAME
+        self._events.profile_memory = self.profile_memory
         self._recording = None
+
+    def _open_step_range(self) -> None:
+        """Under a schedule, torch marks each step with a ``ProfilerStep#<n>`` range."""
+        if self.schedule is not None and self._recording is not None:
+            self._step_range = record_function(f"{_STEP_PREFIX}{self.step_num}")
+            self._step_range.__enter__()
+
+    def _close_step_range(self) -> None:
+        if self._step_range is not None:
+            self._step_range.__exit__(None, None, None)
+            self._step_range = None
 
     def start(self) -> None:
         if self._action() in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
             self._start_recording()
+        self._open_step_range()
 
     def stop(self) -> None:
+        self._close_step_range()
         saving = self._recording is not None
         self._stop_recording()
         if saving and self.on_trace_ready is not None:
@@ -383,6 +514,7 @@ class profile:  # noqa: N801  (torch's name)
     def step(self) -> None:
         """The end of a training step: the schedule decides whether the next one records,
         and a finished active span is handed to ``on_trace_ready``."""
+        self._close_step_range()
         before = self._action()
         self.step_num += 1
         after = self._action()
@@ -392,6 +524,7 @@ class profile:  # noqa: N801  (torch's name)
                 self.on_trace_ready(self)
         if after in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
             self._start_recording()
+        self._open_step_range()
 
     def __enter__(self) -> profile:
         self.start()
@@ -404,8 +537,42 @@ class profile:  # noqa: N801  (torch's name)
     def events(self) -> EventList:
         return self._events
 
-    def key_averages(self, group_by_input_shape: bool = False, **_: Any) -> EventList:
-        return self._events.key_averages(group_by_input_shape)
+    def key_averages(
+        self, group_by_input_shape: bool = False, group_by_stack_n: int = 0, **_: Any
+    ) -> EventList:
+        if group_by_stack_n and not self.with_stack:
+            raise InvalidArgumentError(
+                "key_averages: group_by_stack_n needs a profile made with with_stack=True "
+                "(no stacks were recorded)"
+            )
+        return self._events.key_averages(group_by_input_shape, group_by_stack_n)
+
+    def export_stacks(self, path: str | os.PathLike, metric: str = "self_cpu_time_total") -> None:
+        """torch's flame-graph lines, ``outermost;...;innermost;name value`` per call (the
+        value in whole microseconds), for a profile made with ``with_stack=True``."""
+        if metric not in ("self_cpu_time_total", "self_cpu_memory_usage"):
+            raise InvalidArgumentError(
+                f"export_stacks: metric must be 'self_cpu_time_total' or "
+                f"'self_cpu_memory_usage', got {metric!r}"
+            )
+        if not self.with_stack:
+            raise InvalidArgumentError(
+                "export_stacks: the profile was made without with_stack=True (no stacks)"
+            )
+        with open(path, "w") as file:
+            for event in self._events:
+                if event.stack:
+                    frames = ";".join(reversed(event.stack))
+                    file.write(f"{frames};{event.name} {int(getattr(event, metric))}\n")
+
+    def export_memory_timeline(self, path: str | os.PathLike, device: str | None = None) -> None:
+        """Not available: retrograd counts what each call allocates, not when values are
+        freed, so there is no timeline of memory in use to draw."""
+        raise InvalidArgumentError(
+            "export_memory_timeline: retrograd's profiler counts the bytes each call "
+            "allocates (profile_memory=True, the table's 'CPU Mem' columns) but not when they "
+            "are freed, so it has no memory timeline to export"
+        )
 
     def export_chrome_trace(self, path: str | os.PathLike) -> None:
         """The events as Chrome's trace format (``chrome://tracing``, Perfetto)."""

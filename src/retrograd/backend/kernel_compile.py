@@ -29,6 +29,7 @@ compiles once per user, not once per process.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -172,10 +173,13 @@ class _Compiler:
         atexit.register(self.close)
 
     def _read(self, process: subprocess.Popen) -> None:
-        for line in process.stdout:
-            answer, _, number = line.decode().partition(" ")
-            with self.lock:
-                self.results[int(number)] = answer == "ok"
+        try:
+            for line in process.stdout:
+                answer, _, number = line.decode().partition(" ")
+                with self.lock:
+                    self.results[int(number)] = answer == "ok"
+        except (OSError, ValueError):  # the pipe closed under it (close(), at exit)
+            return
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every signature sent has an answer (tests, benchmarks); whether all
@@ -196,9 +200,15 @@ class _Compiler:
     def close(self) -> None:
         """End the child (at exit: a half-compiled signature is simply not cached)."""
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
+        if process is None:
+            return
+        if process.poll() is None:
             process.kill()
             process.wait()
+        # the pipes too: left open, each is an "unclosed file" ResourceWarning at exit
+        for pipe in (process.stdin, process.stdout):
+            with contextlib.suppress(OSError, ValueError):
+                pipe.close()
 
 
 _COMPILER = _Compiler()

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .. import cuda
 from .. import distributed as dist
 from ..autodiff import no_grad
 from ..errors import (
@@ -317,6 +318,8 @@ class DataParallel(Module):
                 "supported; use DistributedDataParallel with one process per device"
             )
         self.module = module
+        if not cuda.is_available():  # torch's on a machine without GPUs: no device ids
+            device_ids = []
         self.device_ids, self.output_device, self.dim = device_ids, output_device, dim
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:

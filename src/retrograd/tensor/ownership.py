@@ -16,11 +16,14 @@ read the same way.
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any
 
+from ..errors import DTypeError, InvalidArgumentError
+from ._dispatch import TensorBase
 from .links import base_of
 
-__all__ = ["HELD_ONCE", "count", "sole_buffer"]
+__all__ = ["HELD_ONCE", "count", "sole_buffer", "swap_tensors"]
 
 
 def count(x: Any) -> int:
@@ -113,3 +116,44 @@ def sole_buffer(t: Any) -> list[Any] | None:
     if count(t._prim) != HELD_ONCE + holders - 1:
         return None
     return group if backend.owns_memory(t._prim) else None
+
+
+#: what makes a tensor's value (the slots torch's ``_swap_tensor_impl`` exchanges)
+_VALUE_SLOTS = ("_backend", "_device", "_prim")
+
+
+def _shares_storage(t: Any) -> bool:
+    """Whether ``t`` is a view, or a base some live view was taken from."""
+    if getattr(t, "_view", None) is not None:
+        return True
+    return any(r() is not None for r in getattr(t, "_views", None) or ())
+
+
+def swap_tensors(t1: Any, t2: Any) -> None:
+    """torch's ``torch.utils.swap_tensors``: the two tensor objects exchange their class
+    (``Parameter`` or plain tensor), attributes and values, each keeping its identity, so
+    every name bound to ``t1`` sees what ``t2`` held, and the other way round. As torch's, it
+    refuses a view, a base of live views and a tensor something holds a weak reference to,
+    whose holders would otherwise find the other tensor's values."""
+    for name, t in (("t1", t1), ("t2", t2)):
+        if not isinstance(t, TensorBase):
+            raise DTypeError(f"swap_tensors: {name} must be a tensor, got {type(t).__name__}")
+        if _shares_storage(t):  # (torch refuses these too: its use count is above one)
+            raise InvalidArgumentError(
+                f"swap_tensors: cannot swap {name}: it is a view or the base of live views, "
+                "which would then alias the other tensor"
+            )
+        if weakref.getweakrefs(t):
+            raise InvalidArgumentError(
+                f"swap_tensors: cannot swap {name}: something holds a weak reference to it "
+                "(registered somewhere that tracks it)"
+            )
+    if t1 is t2:
+        return
+    t1.__class__, t2.__class__ = t2.__class__, t1.__class__
+    t1.__dict__, t2.__dict__ = t2.__dict__, t1.__dict__
+    for slot in _VALUE_SLOTS:
+        descriptor = TensorBase.__dict__[slot]
+        first, second = descriptor.__get__(t1), descriptor.__get__(t2)
+        descriptor.__set__(t1, second)
+        descriptor.__set__(t2, first)

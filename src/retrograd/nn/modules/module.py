@@ -943,14 +943,20 @@ class Module:
                     f"the state has {list(array.shape)}"
                 )
             dtype = _state_dtype(state[name], current.dtype) if assign else current.dtype
+            device = current.device
+            if assign and device.kind == "meta":
+                device = _materialized_device(state[name], current)
             fresh[name] = tensor(
-                _cast_host(array, dtype),
-                dtype=dtype,
-                backend=current.backend,
-                device=current.device,
+                _cast_host(array, dtype), dtype=dtype, backend=current.backend, device=device
             )
         for name, value in fresh.items():
-            _assign(own[name], value, f"load_state_dict {name!r}", keep_dtype=not assign)
+            _assign(
+                own[name],
+                value,
+                f"load_state_dict {name!r}",
+                keep_dtype=not assign,
+                device=value.device,
+            )
         for prefix, module in self.named_modules():  # after the tensors, as torch's order
             key = f"{prefix}.{_EXTRA_STATE}" if prefix else _EXTRA_STATE
             if module._takes_extra_state() and key in state:
@@ -1342,6 +1348,17 @@ def _check_name(op: str, name: Any) -> None:
     ``AttributeError`` about ``split``."""
     if not isinstance(name, str):
         raise DTypeError(f"{op}: expected a dotted name (a str), got {_describe(name)}")
+
+
+def _materialized_device(value: Any, current: Tensor) -> Device:
+    """Where ``load_state_dict(assign=True)`` puts the state's value for a parameter or buffer
+    of a meta skeleton: torch's assign keeps the state's tensor, so the value's own device
+    (a retrograd tensor's, when it holds data), else the backend's default device; never
+    meta, which holds no values."""
+    device = getattr(value, "device", None)
+    if isinstance(value, Tensor) and device.kind != "meta" and value.backend is current.backend:
+        return device
+    return current.backend.default_device
 
 
 def _state_dtype(value: Any, current: str) -> str:

@@ -11,7 +11,8 @@ them as torch's table (rows by ``sub_label``/statement, columns by ``description
 The statement runs with ``torch`` bound to ``retrograd`` (torch's Timer binds its own), so a
 ported ``stmt="torch.mm(a, b)"`` runs as it did. The block size, stopping rules, statistics
 and the formats of ``repr`` and ``Compare`` are torch's; only Python statements are timed
-(torch's C++ and Callgrind timers refused).
+(torch's C++ and Callgrind timers refused). :class:`Fuzzer` and ``op_fuzzers`` draw inputs as
+torch's do (``fuzzer.py``).
 """
 
 from __future__ import annotations
@@ -31,13 +32,18 @@ from typing import Any
 
 import numpy as np
 
-from .. import cuda
-from ..errors import InvalidArgumentError
+from ... import cuda
+from ...errors import InvalidArgumentError
+from .fuzzer import FuzzedParameter, FuzzedTensor, Fuzzer, ParameterAlias
 
 __all__ = [
     "Compare",
+    "FuzzedParameter",
+    "FuzzedTensor",
+    "Fuzzer",
     "Language",
     "Measurement",
+    "ParameterAlias",
     "TaskSpec",
     "Timer",
     "select_unit",
