@@ -21,6 +21,7 @@ import threading
 from typing import Any
 
 from ..autodiff import enable_grad, no_grad, set_grad_enabled
+from ..backend.protocol import random_allowed, random_refused
 from ..errors import InvalidArgumentError, ShapeError, check_callable
 from ..tensor import Tensor
 from . import forward_ad, function, functional, graph, profiler
@@ -162,8 +163,8 @@ def vmap(
     Computed as a loop over the batch (the results and gradients are those of torch's
     batching rules; the speed is a loop's; ``chunk_size`` is checked, and changes nothing).
     ``randomness="same"`` draws the same random numbers for every element (the stream
-    rewound before each); otherwise each element draws its own, as ``"different"`` does
-    (torch's ``"error"`` would refuse random ops: a loop cannot tell them apart)."""
+    rewound before each); ``"different"``: each element draws its own; ``"error"`` (the
+    default): a random op inside ``func`` raises, as torch's."""
     check_callable("vmap", func)
     if randomness not in ("error", "different", "same"):
         raise InvalidArgumentError(
@@ -214,7 +215,9 @@ def vmap(
             # torch runs the function once on empty batched tensors; a loop has no element to
             # run it on, so it runs on one zero-filled element to learn the outputs' shapes
             picked = [_select(a, d, None) for a, d in zip(args, dims)]
-            return _stacked([func(*picked, **kwargs)], out_dims, out_dims, empty=True)
+            with _randomness_rule(randomness):
+                outputs = func(*picked, **kwargs)
+            return _stacked([outputs], out_dims, out_dims, empty=True)
         if randomness == "same":
             from ..tensor.generator import get_rng_state, set_rng_state
 
@@ -224,12 +227,30 @@ def vmap(
             if randomness == "same":
                 set_rng_state(start)  # every element draws the same numbers
             picked = [_select(a, d, i) for a, d in zip(args, dims)]
-            results.append(func(*picked, **kwargs))
+            with _randomness_rule(randomness):
+                results.append(func(*picked, **kwargs))
         if isinstance(results[0], Tensor) and isinstance(out_dims, tuple) and len(out_dims) == 1:
             return _stacked(results, out_dims[0], out_dims)  # torch's one exception
         return _stacked(results, out_dims, out_dims)
 
     return mapped
+
+
+#: torch's words for a random op inside ``vmap(randomness="error")``
+_RANDOM_IN_VMAP = (
+    "vmap: called random operation while in randomness error mode. Please either use the "
+    "'same' or 'different' randomness flags on vmap or perform the randomness operation out "
+    "of vmap"
+)
+
+
+def _randomness_rule(randomness: str) -> Any:
+    """The block one element of a vmap runs in: random draws refused under torch's default
+    ``"error"`` (every draw, as torch's: a user's generator's too), allowed otherwise (the
+    innermost vmap's rule holds)."""
+    if randomness == "error":
+        return random_refused(_RANDOM_IN_VMAP)
+    return random_allowed()
 
 
 # vmap's helpers are module functions, not closures: a closure that calls itself is a
