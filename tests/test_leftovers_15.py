@@ -293,3 +293,64 @@ def test_out_of_a_result_needing_grad_refused_as_torchs():
     x = rg.ones(4, requires_grad=True)
     with pytest.raises(rg.AutodiffError, match="out="):
         rg.fft.fft(x, out=rg.empty(4, dtype=rg.complex64))
+
+
+# -- vmap's host reads ---------------------------------------------------------------------------
+_READS = {
+    "item": (lambda x: x.sum() * x.sum().item(), "calling .item()"),
+    "float": (lambda x: x * float(x[0]), "calling .item()"),
+    "int": (lambda x: x * int(x.sum() > 0), "calling .item()"),
+    "control flow": (lambda x: x if x.sum() > 0 else -x, "data-dependent control flow"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_READS))
+def test_reading_a_mapped_value_in_vmap_refused_as_torchs(name):
+    function, message = _READS[name]
+    with pytest.raises(RuntimeError, match=message):
+        torch.func.vmap(function)(torch.randn(3, 2))
+    with pytest.raises(rg.AutodiffError, match=message):
+        vmap(function)(rg.randn(3, 2))
+
+
+def test_reading_an_unmapped_value_in_vmap_allowed_as_torchs():
+    scale = rg.tensor(2.0)
+    x = [[1.0, 2.0], [3.0, 4.0]]
+    expected = torch.func.vmap(lambda row: row * torch.tensor(2.0).item())(torch.tensor(x))
+    got = vmap(lambda row: row * scale.item())(rg.tensor(x))
+    assert got.tolist() == expected.tolist()
+
+
+def test_vmap_results_read_as_any_tensor():
+    out = vmap(lambda row: row * 2)(rg.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    assert type(out) is rg.Tensor and out.sum().item() == 20.0 and bool(out[0, 0] == 2.0)
+
+
+def test_ops_that_check_their_values_run_inside_vmap():
+    """retrograd's own ops read values to check them (bernoulli's probabilities, a loss's
+    targets): inside vmap they run, as torch's do."""
+    x = rg.tensor([[0.2, 0.9], [0.5, 0.1]])
+    drawn = vmap(lambda p: rg.bernoulli(p), randomness="different")(x)
+    assert drawn.shape == (2, 2)
+    target = rg.tensor([1, 0])
+    losses = vmap(lambda row, t: rg.nn.functional.cross_entropy(row[None], t[None]))(x, target)
+    expected = torch.func.vmap(
+        lambda row, t: torch.nn.functional.cross_entropy(row[None], t[None])
+    )(torch.tensor(x.tolist()), torch.tensor([1, 0]))
+    np.testing.assert_allclose(losses.numpy(), expected.numpy(), rtol=1e-6)
+
+
+def test_per_sample_gradients_in_vmap_unchanged():
+    w = rg.tensor([0.5, -1.0])
+    x = rg.tensor([[1.0, 2.0], [3.0, 4.0], [0.5, 0.5]])
+
+    def loss(weights, row):
+        return ((row * weights).sum() - 1.0) ** 2
+
+    got = vmap(rg.func.grad(loss), in_dims=(None, 0))(w, x)
+    tw, tx = torch.tensor([0.5, -1.0]), torch.tensor(x.tolist())
+    expected = torch.func.vmap(
+        torch.func.grad(lambda weights, row: ((row * weights).sum() - 1.0) ** 2),
+        in_dims=(None, 0),
+    )(tw, tx)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-6)

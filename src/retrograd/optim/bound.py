@@ -31,7 +31,14 @@ from ..tensor import Tensor
 from ..tensor.inplace import assign
 from ..tensor.kept_gradients import keeps_zero_gradient, mark_gradient_held
 from .fused import FusedUpdate, empty_buffer
-from .optimizers import FusedOptimizer, Optimizer, keep_state, sole_reference, step_count
+from .optimizers import (
+    FusedOptimizer,
+    Optimizer,
+    keep_state,
+    known_count,
+    sole_reference,
+    step_count,
+)
 
 __all__ = ["BoundStep"]
 
@@ -164,7 +171,7 @@ class BoundStep:
         value = backend.inner_value(parameter._prim)
         state = states.get(parameter) or {}
         held_step = state.get("step")
-        state = {**state, "step": step_count(held_step) + 1}
+        state = {**state, "step": step_count(held_step, known_count(optimizer, parameter)) + 1}
         new, buffers = self.kernel.run_inner(
             place.inner, value, grad, state, settings, in_place, place.empty
         )

@@ -537,7 +537,8 @@ class Optimizer(StepHooks):
         state = self.state.get(parameter) or {"step": 0}
         state = {k: _held_as(value, v) for k, v in state.items()}
         held_step = state.get("step")
-        state["step"] = step_count(held_step) + 1  # the update's arithmetic takes the number
+        # the update's arithmetic takes the number
+        state["step"] = step_count(held_step, known_count(self, parameter)) + 1
         # an update's inf * 0 is its answer, as torch gives it, not a line the user wrote
         with value.backend.arithmetic_warnings_ignored():
             if value.is_complex():
@@ -788,13 +789,17 @@ def keep_state(
 ) -> None:
     """``state`` kept as ``parameter``'s after a step: without the step count where the
     algorithm keeps none (:attr:`Optimizer.counts_steps`), the count otherwise in torch's form
-    (:func:`step_tensor`, of ``held_step``'s dtype where that was a tensor), and no entry
+    (:func:`step_tensor`, made from ``held_step``, the count the step found), and no entry
     where nothing is left (torch's ``optimizer.state`` of SGD without momentum is empty)."""
     if not optimizer.counts_steps:
         state.pop("step", None)
     elif isinstance(state.get("step"), int | float):
+        count = int(state["step"])
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
-        state["step"] = step_tensor(state["step"], value.backend, held_step)
+        known = known_count(optimizer, parameter)
+        state["step"] = step_tensor(count, value.backend, held_step, known)
+        # the count beside the tensor that holds it: the next step reads no value back
+        optimizer.__dict__.setdefault("_step_counts", {})[parameter] = (state["step"], count)
     if state:
         optimizer.state[parameter] = state
     else:
@@ -804,22 +809,28 @@ def keep_state(
 Optimizer.step = hooked_step(Optimizer.step)
 
 
-def step_count(held: Any) -> int:
-    """The number of steps a state's ``"step"`` holds: torch's 0-d float tensor, or a number
-    (an older state dict's int, one a user set; absent: none)."""
+def known_count(optimizer: Optimizer, parameter: Tensor) -> tuple[Tensor, int] | None:
+    """The step tensor the optimizer last made for ``parameter`` and the count it holds."""
+    counts = optimizer.__dict__.get("_step_counts")
+    return None if counts is None else counts.get(parameter)
+
+
+def step_count(held: Any, known: tuple[Tensor, int] | None = None) -> int:
+    """The number of steps a state's ``"step"`` holds: torch's 0-d float tensor (``known``:
+    the tensor a step made and its count, read without a device read while it is still the
+    one held), or a number (an older state dict's int, one a user set; absent: none)."""
     if held is None:
         return 0
     if isinstance(held, Tensor):
-        # the count a step made it with, while it holds that value: a step reads no value
-        # back from the device (a user's ``state["step"] = torch.tensor(5.)`` is read once)
-        counted = held.__dict__.get("_step_count")
-        if counted is not None and counted[0] is held._prim:
-            return counted[1]
+        if known is not None and known[0] is held:
+            return known[1]
         held = held.item()
     return int(held)
 
 
-def step_tensor(count: float, backend: Any, held: Any = None) -> Tensor:
+def step_tensor(
+    count: int, backend: Any, held: Any = None, known: tuple[Tensor, int] | None = None
+) -> Tensor:
     """A state's step count as torch keeps it: a 0-d floating tensor on ``backend``'s CPU
     (``.item()``, ``int()`` and arithmetic read it), float32 -- float64 under a float64
     default dtype, as torch's ``_get_scalar_dtype`` -- or the floating dtype of ``held``, the
@@ -827,14 +838,11 @@ def step_tensor(count: float, backend: Any, held: Any = None) -> Tensor:
     dtype = _floating_dtype_of(held)
     if isinstance(held, Tensor) and dtype is not None and held.backend is backend:
         # the next count made from the last on its device, as torch's ``step += 1``: a step
-        # sends no value to the device (but a count set to another, made afresh)
-        made = held + (count - step_count(held))
-    else:
-        if dtype is None:
-            dtype = "float64" if default_float_dtype() == "float64" else "float32"
-        made = tensor(float(count), dtype=dtype, backend=backend, device="cpu")
-    made.__dict__["_step_count"] = (made._prim, int(count))
-    return made
+        # sends no value to the device
+        return held + (count - step_count(held, known))
+    if dtype is None:
+        dtype = "float64" if default_float_dtype() == "float64" else "float32"
+    return tensor(float(count), dtype=dtype, backend=backend, device="cpu")
 
 
 def _floating_dtype_of(held: Any) -> str | None:
@@ -892,6 +900,8 @@ def sole_reference(parameter: Tensor, states: Mapping[Tensor, State]) -> bool:
         return False
     entry = states[parameter]
     for key in entry:
+        if key == "step":  # a new count every step, never written in place
+            continue
         if isinstance(entry[key], Tensor) and (
             _count(entry[key]) > _HELD_ONCE or not _sole_tensor(entry[key])
         ):
