@@ -354,3 +354,34 @@ def test_per_sample_gradients_in_vmap_unchanged():
         in_dims=(None, 0),
     )(tw, tx)
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-6)
+
+
+# -- Python sequences as operands ----------------------------------------------------------------
+_SEQUENCE_OPERANDS = {
+    "t + list": lambda lib: lib.ones(2) + [1.0, 2.0],
+    "list + t": lambda lib: [1.0, 2.0] + lib.ones(2),
+    "t * tuple": lambda lib: lib.ones(2) * (1.0, 2.0),
+    "add(t, list)": lambda lib: lib.add(lib.ones(2), [1.0, 2.0]),
+    "t.sub(list)": lambda lib: lib.ones(2).sub([1.0, 2.0]),
+    "t.mul_(list)": lambda lib: lib.ones(2).mul_([1.0, 2.0]),
+    "t < list": lambda lib: lib.ones(2) < [1.0, 2.0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SEQUENCE_OPERANDS))
+def test_a_python_sequence_operand_refused_as_torchs(name):
+    with pytest.raises(TypeError):
+        _SEQUENCE_OPERANDS[name](torch)
+    with pytest.raises(rg.DTypeError, match=r"Python (list|tuple)"):
+        _SEQUENCE_OPERANDS[name](rg)
+
+
+def test_equality_with_a_python_sequence_is_pythons_as_torchs():
+    assert (torch.ones(2) == [1.0, 1.0]) is False and (torch.ones(2) != [1.0, 1.0]) is True
+    assert (rg.ones(2) == [1.0, 1.0]) is False and (rg.ones(2) != [1.0, 1.0]) is True
+
+
+def test_numpy_arrays_and_numbers_still_operands_as_torchs():
+    expected = (torch.ones(2) + np.array([1.0, 2.0], dtype=np.float32)).tolist()
+    assert (rg.ones(2) + np.array([1.0, 2.0], dtype=np.float32)).tolist() == expected
+    assert (rg.ones(2) * 3).tolist() == (torch.ones(2) * 3).tolist()

@@ -1084,6 +1084,15 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
                 raise InvalidArgumentError(f"{op.name}: the integer {value} is out of int64 range")
             source = t if target == dtype else t.cast(target)
             return _run(op.name, op.scalar, (source,), (scalar_value(value, target),))
+    if isinstance(a, list | tuple) or isinstance(b, list | tuple):
+        # torch's binary ops take tensors and numbers, never a Python sequence (``t + [1, 2]``,
+        # ``torch.add(t, [1, 2])``, ``torch.maximum(t, [1, 2])``: TypeError); lifted, it was a
+        # silent copy made on every call
+        sequence = a if isinstance(a, list | tuple) else b
+        raise DTypeError(
+            f"{op.name}(): expected a tensor or a number, got a Python "
+            f"{type(sequence).__name__} (as torch refuses it); make it one with rg.tensor(...)"
+        )
     if isinstance(a, TensorBase):
         a, b = promote(a, b, op.name, rule is FLOAT)
     else:  # reflected: lift the left operand onto the tensor on the right
