@@ -1048,6 +1048,12 @@ def _is_plain_int(value: Any) -> bool:
 _ORDERINGS = frozenset(["lower_elem", "lower_equal_elem", "greater_elem", "greater_equal_elem"])
 
 
+def python_sequence(value: Any) -> bool:
+    """A Python list or plain tuple: data, not a tensor (a named tuple -- ``sort``'s
+    ``(values, indices)``, which also acts as its values -- is not one)."""
+    return isinstance(value, list) or (isinstance(value, tuple) and not hasattr(value, "_fields"))
+
+
 def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     """:func:`apply` for two operands that missed the fast paths."""
     if op.kernel in _SUBTRACTIONS and (_is_bool(a) or _is_bool(b)):
@@ -1084,11 +1090,10 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
                 raise InvalidArgumentError(f"{op.name}: the integer {value} is out of int64 range")
             source = t if target == dtype else t.cast(target)
             return _run(op.name, op.scalar, (source,), (scalar_value(value, target),))
-    if isinstance(a, list | tuple) or isinstance(b, list | tuple):
+    if python_sequence(a) or python_sequence(b):
         # torch's binary ops take tensors and numbers, never a Python sequence (``t + [1, 2]``,
-        # ``torch.add(t, [1, 2])``, ``torch.maximum(t, [1, 2])``: TypeError); lifted, it was a
-        # silent copy made on every call
-        sequence = a if isinstance(a, list | tuple) else b
+        # ``torch.add(t, [1, 2])``: TypeError); lifted, it was a silent copy made every call
+        sequence = a if python_sequence(a) else b
         raise DTypeError(
             f"{op.name}(): expected a tensor or a number, got a Python "
             f"{type(sequence).__name__} (as torch refuses it); make it one with rg.tensor(...)"

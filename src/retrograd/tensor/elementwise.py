@@ -35,6 +35,7 @@ from ._dispatch import (
     promote,
     promoted_dtype,
     promoted_dtype_of,
+    python_sequence,
     real_only,
     scalar_dims,
     scalar_dtype,
@@ -285,7 +286,7 @@ def _defers_equality(other: Any) -> bool:
     equality answers it (``norm == pytest.approx(1.0)``, ``mock.ANY``), and so do Python
     lists and tuples (``t == [1, 2]`` is False, as torch's: no elementwise comparison); numbers,
     arrays and tensors are compared elementwise."""
-    if other is None or isinstance(other, str | list | tuple):
+    if other is None or isinstance(other, str) or python_sequence(other):
         return True
     if isinstance(other, TensorBase | numbers.Number | np.ndarray | np.generic):
         return False
