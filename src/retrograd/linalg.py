@@ -119,6 +119,9 @@ _TAKES_OUT = (
     "inv_ex",
     "cholesky_ex",
     "solve_ex",
+    "vector_norm",
+    "matrix_norm",
+    "norm",
 )
 _LAPACK_NAMES = frozenset(("geqrf", "ormqr", "lu_unpack"))
 

@@ -36,7 +36,6 @@ from .backend.protocol_math import BESSEL_FUNCTIONS, POLYNOMIALS
 from .errors import guard_namespace as _guard_namespace
 from .tensor import Tensor
 from .tensor._dispatch import TensorOp
-from .tensor.creation import _no_out
 from .tensor.functions import (
     digamma,
     erf,
@@ -54,6 +53,7 @@ from .tensor.functions import (
     polygamma,
     sigmoid,
     sinc,
+    written_out,
 )
 from .tensor.special import GAMMAINC, GAMMAINCC, float_kernel_operands, float_operands, xlogy
 
@@ -124,8 +124,8 @@ psi = digamma
 
 def multigammaln(input: Tensor, p: int, *, out: Any = None) -> Tensor:  # noqa: A002 (torch's name)
     """The log of the multivariate gamma function of dimension ``p`` (``Tensor.mvlgamma``)."""
-    _no_out("special.multigammaln", out)
-    return mvlgamma(input, p)
+    result = mvlgamma(input, p)
+    return result if out is None else written_out("special.multigammaln", out, result)
 
 
 def softmax(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:  # noqa: A002
@@ -143,8 +143,8 @@ def log_softmax(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:  # noq
 def round(input: Tensor, *, decimals: int = 0, out: Any = None) -> Tensor:  # noqa: A001, A002
     """Round half to even, to ``decimals`` decimal places as torch's: ``round(x * 10^d) /
     10^d``, or ``round(x / 10^-d) * 10^-d`` for negative ``decimals`` (gradient 0)."""
-    _no_out("special.round", out)
-    return lift_input("special.round", input).round(decimals=decimals)
+    result = lift_input("special.round", input).round(decimals=decimals)
+    return result if out is None else written_out("special.round", out, result)
 
 
 # -- ops of their own ----------------------------------------------------------------------------
@@ -152,9 +152,9 @@ def _unary(name: str, kernel: str | None = None, params: tuple = ()) -> Callable
     op = TensorOp(name, kernel, floats=True)
 
     def function(input: Tensor, *, out: Any = None) -> Tensor:  # noqa: A002 (torch's name)
-        _no_out(f"special.{name}", out)
         x = lift_input(f"special.{name}", input)
-        return x._apply(op, (x,), params)
+        result = x._apply(op, (x,), params)
+        return result if out is None else written_out(f"special.{name}", out, result)
 
     function.__name__ = function.__qualname__ = name
     return function
@@ -164,9 +164,9 @@ def _binary(
     name: str, op: TensorOp, params: tuple = (), operands: Callable = float_operands
 ) -> Callable[..., Tensor]:
     def function(input: Any, other: Any, *, out: Any = None) -> Tensor:  # noqa: A002
-        _no_out(f"special.{name}", out)
         x, y = operands(name, input, other)
-        return x._apply(op, (x, y), params)
+        result = x._apply(op, (x, y), params)
+        return result if out is None else written_out(f"special.{name}", out, result)
 
     function.__name__ = function.__qualname__ = name
     return function

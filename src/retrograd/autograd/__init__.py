@@ -17,11 +17,14 @@ or tensors whose gradient is retained (``retain_grad()``) before the outputs are
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 from typing import Any
 
 from ..autodiff import enable_grad, no_grad, set_grad_enabled
-from ..errors import InvalidArgumentError, ShapeError, check_callable
+from ..backend.protocol import random_allowed, random_refused
+from ..errors import AutodiffError, InvalidArgumentError, ShapeError, check_callable
 from ..tensor import Tensor
 from . import forward_ad, function, functional, graph, profiler
 from .anomaly_mode import (
@@ -162,8 +165,8 @@ def vmap(
     Computed as a loop over the batch (the results and gradients are those of torch's
     batching rules; the speed is a loop's; ``chunk_size`` is checked, and changes nothing).
     ``randomness="same"`` draws the same random numbers for every element (the stream
-    rewound before each); otherwise each element draws its own, as ``"different"`` does
-    (torch's ``"error"`` would refuse random ops: a loop cannot tell them apart)."""
+    rewound before each); ``"different"``: each element draws its own; ``"error"`` (the
+    default): a random op inside ``func`` raises, as torch's."""
     check_callable("vmap", func)
     if randomness not in ("error", "different", "same"):
         raise InvalidArgumentError(
@@ -214,7 +217,9 @@ def vmap(
             # torch runs the function once on empty batched tensors; a loop has no element to
             # run it on, so it runs on one zero-filled element to learn the outputs' shapes
             picked = [_select(a, d, None) for a, d in zip(args, dims)]
-            return _stacked([func(*picked, **kwargs)], out_dims, out_dims, empty=True)
+            with _randomness_rule(randomness), _mapping():
+                outputs = func(*picked, **kwargs)
+            return _stacked([outputs], out_dims, out_dims, empty=True)
         if randomness == "same":
             from ..tensor.generator import get_rng_state, set_rng_state
 
@@ -224,12 +229,111 @@ def vmap(
             if randomness == "same":
                 set_rng_state(start)  # every element draws the same numbers
             picked = [_select(a, d, i) for a, d in zip(args, dims)]
-            results.append(func(*picked, **kwargs))
+            with _randomness_rule(randomness), _mapping():
+                results.append(func(*picked, **kwargs))
         if isinstance(results[0], Tensor) and isinstance(out_dims, tuple) and len(out_dims) == 1:
             return _stacked(results, out_dims[0], out_dims)  # torch's one exception
         return _stacked(results, out_dims, out_dims)
 
     return mapped
+
+
+#: torch's words for a random op inside ``vmap(randomness="error")``
+_RANDOM_IN_VMAP = (
+    "vmap: called random operation while in randomness error mode. Please either use the "
+    "'same' or 'different' randomness flags on vmap or perform the randomness operation out "
+    "of vmap"
+)
+
+
+@contextlib.contextmanager
+def _mapping() -> Any:
+    """The block ``func`` runs in for one element: inside a vmap (see :class:`_MappedSlice`)."""
+    _VMAP.depth += 1
+    try:
+        yield
+    finally:
+        _VMAP.depth -= 1
+
+
+def _randomness_rule(randomness: str) -> Any:
+    """The block one element of a vmap runs in: random draws refused under torch's default
+    ``"error"`` (every draw, as torch's: a user's generator's too), allowed otherwise (the
+    innermost vmap's rule holds)."""
+    if randomness == "error":
+        return random_refused(_RANDOM_IN_VMAP)
+    return random_allowed()
+
+
+class _VmapDepth(threading.local):
+    """How many ``vmap`` calls this thread is inside."""
+
+    depth = 0
+
+
+_VMAP = _VmapDepth()
+
+#: torch's words for reading a mapped value on the host inside ``vmap``
+_ITEM_IN_VMAP = (
+    "vmap: It looks like you're calling .item() on a Tensor. We don't support vmap over "
+    "calling .item() on a Tensor, please try to rewrite what you're doing with other "
+    "operations. If error is occurring somewhere inside PyTorch internals, please file a bug "
+    "report."
+)
+_CONTROL_FLOW_IN_VMAP = (
+    "vmap: It looks like you're attempting to use a Tensor in some data-dependent control "
+    "flow. We don't support that yet, please file an issue at "
+    "https://github.com/pytorch/pytorch/issues ."
+)
+
+
+class _MappedSlice(Tensor):
+    """One element of a mapped input, as ``func`` sees it inside :func:`vmap` (and what ops
+    on it return, their results being of their first operand's class): a value of the batch,
+    which torch's ``vmap`` cannot read on the host. Read by the function's own code --
+    ``.item()``, ``float()``, ``int()``, ``bool()`` (``if x.sum() > 0:``) -- it raises as
+    torch's while a vmap runs; retrograd's own ops, which read values to check them, read on.
+    A tensor of the batch that escapes the call reads as any other, and tensors that do not
+    derive from the mapped inputs (constants the function closes over) stay readable, as
+    torch's."""
+
+    __slots__ = ()
+
+    def item(self) -> Any:
+        _refuse_read(_ITEM_IN_VMAP)
+        return super().item()
+
+    def __float__(self) -> float:
+        _refuse_read(_ITEM_IN_VMAP)
+        return super().__float__()
+
+    def __int__(self) -> int:
+        _refuse_read(_ITEM_IN_VMAP)
+        return super().__int__()
+
+    def __index__(self) -> int:
+        _refuse_read(_ITEM_IN_VMAP)
+        return super().__index__()
+
+    def __bool__(self) -> bool:
+        _refuse_read(_CONTROL_FLOW_IN_VMAP)
+        return super().__bool__()
+
+
+def _refuse_read(message: str) -> None:
+    """Raise ``message`` where a mapped value is read on the host, inside a vmap, by code
+    that is not retrograd's (the caller of the method that called this)."""
+    if _VMAP.depth:
+        caller = sys._getframe(2).f_globals.get("__name__", "")
+        if not (caller == "retrograd" or caller.startswith("retrograd.")):
+            raise AutodiffError(message)
+
+
+def _plain(value: Any) -> Any:
+    """A result of the vmap as the caller gets it: a plain tensor, not a mapped slice."""
+    if type(value) is _MappedSlice:
+        value.__class__ = Tensor
+    return value
 
 
 # vmap's helpers are module functions, not closures: a closure that calls itself is a
@@ -305,7 +409,10 @@ def _select(tree: Any, dim: Any, i: int | None) -> Any:
         shape = list(tree.shape)
         del shape[dim]
         return zeros(*shape, dtype=tree.dtype, device=tree.device)
-    return tree.select(dim, i)
+    element = tree.select(dim, i)
+    if type(element) is Tensor:
+        element.__class__ = _MappedSlice
+    return element
 
 
 def _stacked(results: list[Any], dim: Any, out_dims: Any, empty: bool = False) -> Any:
@@ -326,7 +433,7 @@ def _stacked(results: list[Any], dim: Any, out_dims: Any, empty: bool = False) -
                         "over the batch (torch: can not return a BatchedTensor when out_dim "
                         "is None)"
                     )
-        return first
+        return _plain(first)
     if isinstance(first, dict):
         if isinstance(dim, dict) and set(dim) != set(first):
             _mismatch(out_dims, dim, first)
@@ -365,8 +472,8 @@ def _stacked(results: list[Any], dim: Any, out_dims: Any, empty: bool = False) -
             f"vmap: out_dims={out_dims!r}: out_dim {dim} is out of range for an output of "
             f"shape {tuple(first.shape)} (expected {-(first.ndim + 1)} to {first.ndim})"
         )
-    out = stack(results, dim=dim)
-    return out.narrow(dim, 0, 0) if empty else out
+    out = _plain(stack(results, dim=dim))
+    return _plain(out.narrow(dim, 0, 0)) if empty else out
 
 
 def _mismatch(out_dims: Any, dim: Any, output: Any) -> None:

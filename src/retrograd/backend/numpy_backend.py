@@ -28,6 +28,7 @@ from .protocol import (
     COMPLEX_DTYPES,
     COMPLEX_SEEN,
     Backend,
+    check_random_allowed,
     complex_draws,
     default_float_dtype,
     singular_matrix,
@@ -87,12 +88,18 @@ class _Generator:
     def reseed(self, seed: int) -> None:
         with self.lock:
             self.initial = int(seed) % 2**64
-            self.rng = np.random.default_rng(self.initial)
+            self._rng = np.random.default_rng(self.initial)
             self.epoch += 1
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The stream, for a draw (refused where :func:`random_refused` says so)."""
+        check_random_allowed()
+        return self._rng
 
     def state_words(self) -> np.ndarray:
         with self.lock:
-            state = self.rng.bit_generator.state
+            state = self._rng.bit_generator.state
             initial = self.initial
         words = []
         for value in (state["state"]["state"], state["state"]["inc"]):
@@ -115,7 +122,7 @@ class _Generator:
         rng = np.random.default_rng()
         rng.bit_generator.state = state
         with self.lock:
-            self.rng = rng
+            self._rng = rng
             self.initial = ints[10] | (ints[11] << 32)
             self.epoch += 1
 

@@ -35,11 +35,12 @@ layers', the losses' and the special functions' are declared in :mod:`.protocol_
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..device import CPU0
-from ..errors import DTypeError, LinAlgError, shape_text
+from ..errors import AutodiffError, DTypeError, LinAlgError, shape_text
 from .protocol_loss import LossProtocol
 from .protocol_math import MathProtocol
 from .protocol_nn import NNProtocol
@@ -113,6 +114,47 @@ _DEFAULT_FLOAT = ["float32"]
 def default_float_dtype() -> str:
     """The dtype of new floating tensors made without a dtype (``rg.get_default_dtype``)."""
     return _DEFAULT_FLOAT[0]
+
+
+class _RandomRefusal(threading.local):
+    """Why random draws are refused on this thread (None: they are not)."""
+
+    message: str | None = None
+
+
+_RANDOM_REFUSAL = _RandomRefusal()
+
+
+@contextlib.contextmanager
+def random_refused(message: str) -> Any:
+    """Within the block, on this thread, every random draw -- of the process-wide stream, a
+    device's or a user's ``Generator`` -- raises ``AutodiffError(message)``, a RuntimeError
+    (torch's ``vmap`` in its default ``randomness="error"``)."""
+    before = _RANDOM_REFUSAL.message
+    _RANDOM_REFUSAL.message = message
+    try:
+        yield
+    finally:
+        _RANDOM_REFUSAL.message = before
+
+
+@contextlib.contextmanager
+def random_allowed() -> Any:
+    """Within the block, on this thread, random draws are allowed again (a nested ``vmap``
+    whose randomness is ``"same"`` or ``"different"``)."""
+    before = _RANDOM_REFUSAL.message
+    _RANDOM_REFUSAL.message = None
+    try:
+        yield
+    finally:
+        _RANDOM_REFUSAL.message = before
+
+
+def check_random_allowed() -> None:
+    """Raise where :func:`random_refused` refuses random draws on this thread."""
+    message = _RANDOM_REFUSAL.message
+    if message is not None:
+        raise AutodiffError(message)
 
 
 def set_default_float_dtype(name: str) -> None:

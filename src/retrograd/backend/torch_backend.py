@@ -55,6 +55,7 @@ from .protocol import (
     COMPLEX_DTYPES,
     COMPLEX_SEEN,
     Backend,
+    check_random_allowed,
     complex_draws,
     on_uniform_grid,
     singular_matrix,
@@ -333,6 +334,7 @@ class TorchBackend(
         """The device's generator, reseeded with the host stream's seed whenever that stream
         was seeded or restored since (its epoch moved): ``rg.seed(0)`` made on whichever
         backend is current repeats this backend's draws too."""
+        check_random_allowed()
         if self._torch_generator is None:
             self._torch_generator = torch.Generator(self.torch_device)
         if self._generator_epoch != GENERATOR.epoch:

@@ -31,7 +31,14 @@ from ..tensor import Tensor
 from ..tensor.inplace import assign
 from ..tensor.kept_gradients import keeps_zero_gradient, mark_gradient_held
 from .fused import FusedUpdate, empty_buffer
-from .optimizers import FusedOptimizer, Optimizer, keep_state, sole_reference
+from .optimizers import (
+    FusedOptimizer,
+    Optimizer,
+    keep_state,
+    known_count,
+    sole_reference,
+    step_count,
+)
 
 __all__ = ["BoundStep"]
 
@@ -163,13 +170,14 @@ class BoundStep:
         backend = parameter._backend
         value = backend.inner_value(parameter._prim)
         state = states.get(parameter) or {}
-        state = {**state, "step": state.get("step", 0) + 1}
+        held_step = state.get("step")
+        state = {**state, "step": step_count(held_step, known_count(optimizer, parameter)) + 1}
         new, buffers = self.kernel.run_inner(
             place.inner, value, grad, state, settings, in_place, place.empty
         )
         for key, old, raw in buffers:
             state[key] = _kept(raw, old, place)
-        keep_state(optimizer, parameter, state)
+        keep_state(optimizer, parameter, state, held_step)
         if new is value or (
             type(new) is type(value) and new.dtype == value.dtype and new.shape == value.shape
         ):

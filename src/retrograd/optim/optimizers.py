@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.handles import RemovableHandle
+from ..backend.protocol import default_float_dtype
 from ..errors import (
     AutodiffError,
     DTypeError,
@@ -535,7 +536,9 @@ class Optimizer(StepHooks):
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
         state = self.state.get(parameter) or {"step": 0}
         state = {k: _held_as(value, v) for k, v in state.items()}
-        state = {**state, "step": state.get("step", 0) + 1}
+        held_step = state.get("step")
+        # the update's arithmetic takes the number
+        state["step"] = step_count(held_step, known_count(self, parameter)) + 1
         # an update's inf * 0 is its answer, as torch gives it, not a line the user wrote
         with value.backend.arithmetic_warnings_ignored():
             if value.is_complex():
@@ -544,7 +547,7 @@ class Optimizer(StepHooks):
                 new, state = self.update(value, grad, state, group, True)
             else:
                 new, state = self.update(value, grad, state, group)
-        keep_state(self, parameter, state)
+        keep_state(self, parameter, state, held_step)
         assign(parameter, new, f"{type(self).__name__}.step")
 
     def _complex_update(
@@ -781,12 +784,22 @@ class Optimizer(StepHooks):
         return "\n".join([*lines, ")"])
 
 
-def keep_state(optimizer: Optimizer, parameter: Tensor, state: State) -> None:
+def keep_state(
+    optimizer: Optimizer, parameter: Tensor, state: State, held_step: Any = None
+) -> None:
     """``state`` kept as ``parameter``'s after a step: without the step count where the
-    algorithm keeps none (:attr:`Optimizer.counts_steps`), and no entry where nothing is left
-    (torch's ``optimizer.state`` of SGD without momentum is empty)."""
+    algorithm keeps none (:attr:`Optimizer.counts_steps`), the count otherwise in torch's form
+    (:func:`step_tensor`, made from ``held_step``, the count the step found), and no entry
+    where nothing is left (torch's ``optimizer.state`` of SGD without momentum is empty)."""
     if not optimizer.counts_steps:
         state.pop("step", None)
+    elif isinstance(state.get("step"), int | float):
+        count = int(state["step"])
+        value = parameter.inner() if parameter.backend.is_autodiff else parameter
+        known = known_count(optimizer, parameter)
+        state["step"] = step_tensor(count, value.backend, held_step, known)
+        # the count beside the tensor that holds it: the next step reads no value back
+        optimizer.__dict__.setdefault("_step_counts", {})[parameter] = (state["step"], count)
     if state:
         optimizer.state[parameter] = state
     else:
@@ -794,6 +807,49 @@ def keep_state(optimizer: Optimizer, parameter: Tensor, state: State) -> None:
 
 
 Optimizer.step = hooked_step(Optimizer.step)
+
+
+def known_count(optimizer: Optimizer, parameter: Tensor) -> tuple[Tensor, int] | None:
+    """The step tensor the optimizer last made for ``parameter`` and the count it holds."""
+    counts = optimizer.__dict__.get("_step_counts")
+    return None if counts is None else counts.get(parameter)
+
+
+def step_count(held: Any, known: tuple[Tensor, int] | None = None) -> int:
+    """The number of steps a state's ``"step"`` holds: torch's 0-d float tensor (``known``:
+    the tensor a step made and its count, read without a device read while it is still the
+    one held), or a number (an older state dict's int, one a user set; absent: none)."""
+    if held is None:
+        return 0
+    if isinstance(held, Tensor):
+        if known is not None and known[0] is held:
+            return known[1]
+        held = held.item()
+    return int(held)
+
+
+def step_tensor(
+    count: int, backend: Any, held: Any = None, known: tuple[Tensor, int] | None = None
+) -> Tensor:
+    """A state's step count as torch keeps it: a 0-d floating tensor on ``backend``'s CPU
+    (``.item()``, ``int()`` and arithmetic read it), float32 -- float64 under a float64
+    default dtype, as torch's ``_get_scalar_dtype`` -- or the floating dtype of ``held``, the
+    count it replaces (torch adds one to its step in place; a loaded step keeps its dtype)."""
+    dtype = _floating_dtype_of(held)
+    if isinstance(held, Tensor) and dtype is not None and held.backend is backend:
+        # the next count made from the last on its device, as torch's ``step += 1``: a step
+        # sends no value to the device
+        return held + (count - step_count(held, known))
+    if dtype is None:
+        dtype = "float64" if default_float_dtype() == "float64" else "float32"
+    return tensor(float(count), dtype=dtype, backend=backend, device="cpu")
+
+
+def _floating_dtype_of(held: Any) -> str | None:
+    """The dtype name of a float32/float64 tensor or array (retrograd's, NumPy's, torch's)."""
+    dtype = getattr(held, "dtype", None)
+    name = str(dtype).rsplit(".", 1)[-1] if dtype is not None else None
+    return name if name in ("float32", "float64") else None
 
 
 def _sole_tensor(t: Tensor) -> bool:
@@ -844,6 +900,8 @@ def sole_reference(parameter: Tensor, states: Mapping[Tensor, State]) -> bool:
         return False
     entry = states[parameter]
     for key in entry:
+        if key == "step":  # a new count every step, never written in place
+            continue
         if isinstance(entry[key], Tensor) and (
             _count(entry[key]) > _HELD_ONCE or not _sole_tensor(entry[key])
         ):
@@ -905,8 +963,9 @@ def _state_value(
     """A saved state entry as the optimizer keeps it: the step an int, a buffer a tensor of
     ``shape`` (the parameter's, as a rule) in the parameter's dtype, backend and device; a
     Python scalar as it is."""
-    if key == "step":
-        return state_count(where, number, key, value)
+    if key == "step":  # torch's 0-d tensor, whatever number the dict holds
+        inner = parameter.inner() if parameter.backend.is_autodiff else parameter
+        return step_tensor(state_count(where, number, key, value), inner.backend, value)
     if np.ndim(_array(value)) == 0 and not (isinstance(value, Tensor) and shape == ()):
         # torch keeps some scalars of the state in 0-d tensors (ASGD's eta and mu, NAdam's
         # mu_product; retrograd's 0-d tensors when rg.load read them from torch's file: a

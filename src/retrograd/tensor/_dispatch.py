@@ -1057,6 +1057,12 @@ def _is_plain_int(value: Any) -> bool:
 _ORDERINGS = frozenset(["lower_elem", "lower_equal_elem", "greater_elem", "greater_equal_elem"])
 
 
+def python_sequence(value: Any) -> bool:
+    """A Python list or plain tuple: data, not a tensor (a named tuple -- ``sort``'s
+    ``(values, indices)``, which also acts as its values -- is not one)."""
+    return isinstance(value, list) or (isinstance(value, tuple) and not hasattr(value, "_fields"))
+
+
 def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     """:func:`apply` for two operands that missed the fast paths."""
     if op.kernel in _SUMS and getattr(type(b), "_sparse_coo", False):
@@ -1095,6 +1101,14 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
                 raise InvalidArgumentError(f"{op.name}: the integer {value} is out of int64 range")
             source = t if target == dtype else t.cast(target)
             return _run(op.name, op.scalar, (source,), (scalar_value(value, target),))
+    if python_sequence(a) or python_sequence(b):
+        # torch's binary ops take tensors and numbers, never a Python sequence (``t + [1, 2]``,
+        # ``torch.add(t, [1, 2])``: TypeError); lifted, it was a silent copy made every call
+        sequence = a if python_sequence(a) else b
+        raise DTypeError(
+            f"{op.name}(): expected a tensor or a number, got a Python "
+            f"{type(sequence).__name__} (as torch refuses it); make it one with rg.tensor(...)"
+        )
     if isinstance(a, TensorBase):
         a, b = promote(a, b, op.name, rule is FLOAT)
     else:  # reflected: lift the left operand onto the tensor on the right

@@ -728,6 +728,11 @@ class Tensor(
             # ``x.data = <x.data after +=>``, which keeps x's storage (and its base's: a leaf
             # made from a view of JEM's replay buffer writes on to the buffer) as torch's does
             return
+        if self.requires_grad and not (value.is_floating_point() or value.is_complex()):
+            raise DTypeError(
+                "data: data set to a tensor that requires gradients must be floating point or "
+                f"complex dtype, got {value.dtype} (as torch refuses it)"
+            )
         unlink(self)
         backend = self._backend
         if (
@@ -745,10 +750,15 @@ class Tensor(
             value is not self
             and value._backend is backend
             and getattr(value, "_view", None) is None
-            and not (value._backend.is_autodiff and value._backend.is_tracked(value._prim))
+            and not (
+                value._backend.is_autodiff
+                and value._backend.is_tracked(value._prim)
+                and not value._backend.is_require_grad(value._prim)
+            )
         ):
             # torch's p.data = x makes p and x one storage (davda54/sam restores its weights by
-            # p.data = state[p]["old_p"], and the step after updates both)
+            # p.data = state[p]["old_p"], and the step after updates both); x a parameter too
+            # (p1.data = p2: weight tying by storage), whose graph stays its own
             link(value, self, "data")
 
     @property

@@ -35,6 +35,7 @@ from ._dispatch import (
     promote,
     promoted_dtype,
     promoted_dtype_of,
+    python_sequence,
     real_only,
     scalar_dims,
     scalar_dtype,
@@ -282,11 +283,12 @@ def _truths(a: Any, b: Any) -> tuple[Any, Any]:
 def _defers_equality(other: Any) -> bool:
     """Whether ``t == other`` is left to Python, as torch leaves it: ``None`` and strings get
     the identity fallback (``if mask == None:`` is False), and an object that defines its own
-    equality answers it (``norm == pytest.approx(1.0)``, ``mock.ANY``); numbers, arrays,
-    sequences and tensors are compared elementwise."""
-    if other is None or isinstance(other, str):
+    equality answers it (``norm == pytest.approx(1.0)``, ``mock.ANY``), and so do Python
+    lists and tuples (``t == [1, 2]`` is False, as torch's: no elementwise comparison); numbers,
+    arrays and tensors are compared elementwise."""
+    if other is None or isinstance(other, str) or python_sequence(other):
         return True
-    if isinstance(other, TensorBase | numbers.Number | np.ndarray | np.generic | list | tuple):
+    if isinstance(other, TensorBase | numbers.Number | np.ndarray | np.generic):
         return False
     return type(other).__eq__ is not object.__eq__
 

@@ -749,9 +749,10 @@ def float_power(input: Any, exponent: Any) -> Any:  # noqa: A002 (torch's name)
     return pow(base, power)
 
 
-def polygamma(n: int, input: Any) -> Any:  # noqa: A002 (torch's name)
+def polygamma(n: int, input: Any, *, out: Any = None) -> Any:  # noqa: A002 (torch's name)
     """``torch.polygamma(n, input)``: ``input.polygamma(n)`` (the order comes first)."""
-    return lift_input("polygamma", input).polygamma(n)
+    result = lift_input("polygamma", input).polygamma(n)
+    return result if out is None else written_out("polygamma", out, result)
 
 
 def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)

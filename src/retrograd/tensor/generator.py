@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import on_uniform_grid
+from ..backend.protocol import check_random_allowed, on_uniform_grid
 from ..context import current_backend
 from ..device import Device
 from ..errors import InvalidArgumentError, guard
@@ -112,6 +112,7 @@ class Generator:
 
     def draws(self, shape: Sequence[int], distribution: str, dtype: str) -> np.ndarray:
         """Host draws of ``shape`` (float32 for the half dtypes, cast when copied)."""
+        check_random_allowed()
         np_dtype = np.float64 if dtype == "float64" else np.float32
         with self._lock:
             if distribution == "uniform":
