@@ -102,7 +102,7 @@ def _amp_runs(capsys, use_amp_in_torch):
 
 
 @pytest.mark.numpy_only("NumPy has no bfloat16: the documented full-precision fallback")
-def test_amp_recipe_under_cpu_bfloat16_autocast_on_numpy_runs_in_full_precision(capsys, monkeypatch):
+def test_amp_recipe_under_bfloat16_autocast_on_numpy_runs_in_full_precision(capsys, monkeypatch):
     # the region warns once a process per backend: an earlier test may have had it
     monkeypatch.setattr(sys.modules["retrograd.amp"], "_warned_no_dtype", set())
     theirs_full, ours, caught = _amp_runs(capsys, use_amp_in_torch=False)
