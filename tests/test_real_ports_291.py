@@ -21,11 +21,11 @@ import random
 import sys
 import warnings
 
-import backends
 import numpy as np
 import pytest
 import torch
 
+import backends
 import retrograd as rg
 from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
 
