@@ -91,8 +91,9 @@ _CPU_FP32 = _names(
     "linalg_tensorsolve linalg_cond linalg_matrix_power qr svd triangular_solve geqrf"
 )
 # torch's CUDA lists (float16 by default): more products in the lower dtype, and the
-# normalizations, softmaxes and losses in float32 (the float32 elementwise math of torch's
-# CUDA list -- exp, log, pow, sum... -- is not applied: those ops are not marked)
+# normalizations, softmaxes and losses in float32 (the float32 elementwise math and
+# reductions of torch's CUDA list -- exp, log, pow, sum, cumsum, norms... -- are not marked,
+# so they compute in their inputs' dtypes here)
 _CUDA_LOWER = _names(
     "conv1d conv2d conv3d conv_tbc conv_transpose1d conv_transpose2d conv_transpose3d prelu "
     "addmm addmv addr matmul einsum mm mv linalg_vecdot linear addbmm baddbmm bmm "
@@ -102,7 +103,7 @@ _CUDA_FP32 = _names(
     "poisson_nll_loss cosine_embedding_loss nll_loss hinge_embedding_loss kl_div l1_loss "
     "smooth_l1_loss huber_loss mse_loss margin_ranking_loss multilabel_margin_loss "
     "soft_margin_loss triplet_margin_loss multi_margin_loss binary_cross_entropy_with_logits "
-    "cdist prod cross_entropy ctc_loss"
+    "cdist prod cross_entropy ctc_loss softmax log_softmax layer_norm group_norm"
 )
 
 #: device type -> op name -> policy
