@@ -360,3 +360,38 @@ def test_on_numpy_the_region_computes_in_the_inputs_dtypes(monkeypatch):
         warnings.simplefilter("error")
         with rg.autocast("cpu"):  # warned once
             pass
+
+
+@on_torch_only
+def test_float16_autocast_with_a_grad_scaler_trains_as_torchs():
+    # torch's "Typical Mixed Precision Training" loop: float16 autocast and dynamic loss
+    # scaling, run on the CPU (torch's CPU autocast takes float16 too)
+    x, y = RNG.randn(10, 8).astype(np.float32), RNG.randint(0, 4, 10)
+    model = rg.nn.Sequential(rg.nn.Linear(8, 16), rg.nn.ReLU(), rg.nn.Linear(16, 4))
+    their_model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)
+    )
+    their_model.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
+    opt = rg.optim.SGD(model.parameters(), lr=0.1)
+    their_opt = torch.optim.SGD(their_model.parameters(), lr=0.1)
+    scaler = rg.amp.GradScaler("cpu", init_scale=2.0**10)
+    their_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    for _ in range(3):
+        with rg.autocast("cpu", dtype=rg.float16):
+            loss = F.cross_entropy(model(rg.tensor(x)), rg.tensor(y))
+        scaler.step(opt, scaler.scale(loss).backward())
+        scaler.update()
+        their_opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            their_loss = TF.cross_entropy(their_model(torch.tensor(x)), torch.tensor(y))
+        their_scaler.scale(their_loss).backward()
+        their_scaler.step(their_opt)
+        their_scaler.update()
+        assert loss.dtype == "float32"
+        # (the loss: to the last bit of the mean in cross_entropy, summed in another order)
+        np.testing.assert_allclose(loss.item(), their_loss.item(), rtol=1e-6)
+    assert scaler.get_scale() == their_scaler.get_scale()
+    for mine, reference in zip(
+        model.state_dict().values(), their_model.state_dict().values(), strict=True
+    ):
+        np.testing.assert_array_equal(mine.numpy(), reference.numpy())
