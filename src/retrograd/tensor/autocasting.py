@@ -6,11 +6,17 @@ An op takes part by its decorator, :func:`autocast_op` ``("linear")``. Outside e
 the decorator costs one thread-local read. Inside one, the op's floating arguments on the
 region's device type are cast by the op's policy on that device type:
 
-- ``LOWER`` (matrix products, convolutions, ``linear``, ``prelu``, attention): float32 and
-  the other half dtype are cast to the region's dtype (float64 is left alone, as torch's);
+- ``LOWER`` (matrix products, convolutions, ``linear``, ``prelu``, attention, on the CPU the
+  LSTM and RNN recurrences): float32 and the other half dtype are cast to the region's dtype
+  (float64 is left alone, as torch's);
 - ``FP32`` (losses, ``prod``, ``cdist``, the linear algebra, 3-d pooling, padding by
   reflection...): bfloat16 and float16 are cast to float32;
-- no policy on this device type (``mv``, ``dot``, ``bilinear`` on the CPU): as given.
+- no policy on this device type (``mv``, ``dot``, ``bilinear``, ``softmax``, ``layer_norm``,
+  GRU on the CPU): as given.
+
+Where torch builds an unlisted op of listed ones (its GRU and cells, ``bilinear``), its
+inner products are autocast; here such an op runs whole in its inputs' dtype, so it is not
+bit for bit torch's (within bfloat16's precision of it).
 
 The op then runs with autocast off, whichever policy it has: retrograd builds many ops from
 others (``mv`` calls ``matmul``, ``cross_entropy`` calls ``log_softmax``), where torch's are
