@@ -98,9 +98,10 @@ LAYERS = {
     # torch forms that cannot hold here (nested, shared memory, sparse CSR): errors that say so;
     # they import only the errors (and nested the refusals), so they sit low
     "unsupported": 1,
-    # torch.amp's names (autocast, GradScaler): they import only the errors; torch.cuda.amp
-    # re-exports them
-    "amp": 1,
+    # torch.amp's names (autocast, GradScaler): the autocast region over the tensor API's
+    # autocast policy (tensor.autocasting); torch.cuda.amp, torch.cpu.amp and the defaults
+    # re-export them
+    "amp": 4.8,
     # torch.backends flags, and torch's process-wide settings and dtype queries
     "backends": 5,
     "runtime_settings": 5,

@@ -33,27 +33,38 @@ def test_compile_wraps_the_model_and_works_as_a_decorator():
         rg.compile(3)
 
 
-def test_autocast_disabled_is_silent_and_enabled_warns_once():
-    amp._warned = False
+def test_autocast_disabled_is_silent_and_cuda_without_a_gpu_is_turned_off_as_torchs():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with rg.autocast("cpu", enabled=False):
             out = (rg.ones((2,)) * 3).sum()
+            assert rg.is_autocast_enabled("cpu") is False
         with rg.cuda.amp.autocast(enabled=False):
             pass
     assert out.dtype == "float32"
+    # no backend computes on a GPU: torch's warning, and the region is off
     with (
-        pytest.warns(RuntimeWarning, match="does not autocast"),
+        pytest.warns(UserWarning, match="CUDA is not available"),
         rg.amp.autocast("cuda", dtype=rg.float16),
     ):
-        out = rg.ones((2,), dtype="float32") * 2
-    assert out.dtype == "float32"  # computed in the inputs' dtype
+        assert rg.is_autocast_enabled("cuda") is False
+        out = rg.ones((2, 2), dtype="float32") @ rg.ones((2, 2), dtype="float32")
+    assert out.dtype == "float32"
+    with pytest.raises(rg.InvalidArgumentError, match="device_type"):
+        rg.autocast("gpu")
+
+
+@pytest.mark.numpy_only("NumPy has no bfloat16: the documented full-precision fallback")
+def test_autocast_on_numpy_warns_once_and_computes_in_the_inputs_dtypes(monkeypatch):
+    monkeypatch.setattr(amp, "_warned_no_dtype", set())
+    with pytest.warns(RuntimeWarning, match="has no bfloat16"), rg.autocast("cpu"):
+        assert rg.is_autocast_enabled("cpu") is True
+        out = rg.ones((2, 2)) @ rg.ones((2, 2))
+    assert out.dtype == "float32"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with rg.autocast("cpu", dtype=rg.bfloat16):  # the warning was given already
             pass
-    with pytest.raises(rg.InvalidArgumentError, match="device_type"):
-        rg.autocast("gpu")
 
 
 def _twin_training(grad_inf_steps, growth_interval=2):

@@ -1,12 +1,26 @@
 """torch's automatic mixed precision names: ``autocast`` and ``GradScaler`` (``torch.amp``,
 ``torch.autocast``, ``torch.cuda.amp``), so that training scripts written for AMP run.
 
-*autocast.* retrograd never autocasts: every op computes in its inputs' dtype. ``autocast(...,
-enabled=False)``, the form scripts use off the GPU, is exactly torch's (nothing happens).
-Entered enabled, it runs the block in the inputs' own dtypes -- the float32 results torch's
-autocast would round to bfloat16 or float16 are kept at full precision -- and warns once that
-it does so. For lower-precision training, cast the model and inputs (``model.to(rg.bfloat16)``
-on ``rg.TorchBackend``) instead.
+*autocast.* Inside an enabled region, the ops on torch's autocast lists for the region's
+device type compute as torch's do (:mod:`retrograd.tensor.autocasting`): on the CPU, matrix
+products, convolutions, ``linear``, ``prelu`` and attention in the region's dtype (bfloat16
+by default), the losses, ``prod``, ``cdist``, the linear algebra and a few poolings and
+paddings in float32; every other op in its inputs' dtypes. Parameters stay float32 and get
+float32 gradients (each cast's backward casts back), the casts of parameters are cached for
+the outermost region (``cache_enabled``), regions nest, ``enabled=False`` turns autocast off
+inside an enabled region, and ``autocast`` is a decorator too. The state is per thread and
+per device type, as torch's (:func:`retrograd.is_autocast_enabled`,
+:func:`retrograd.get_autocast_dtype`). A region for ``"cuda"`` while no backend computes on
+a GPU is turned off with torch's warning; only tensors on the region's device type are cast.
+
+A backend without the region's dtype (``NumpyBackend`` holds neither bfloat16 nor float16)
+computes the block in the inputs' own dtypes -- the results torch would round to bfloat16 or
+float16 are kept at full precision -- and the region warns once that it does so; use
+``rg.Autodiff(rg.TorchBackend())`` for mixed precision.
+
+*custom_fwd / custom_bwd.* torch's decorators of a custom ``Function``'s ``forward`` and
+``backward``: with ``cast_inputs``, inside an enabled region, forward runs with autocast off
+on its floating inputs cast; backward runs under the autocast state forward ran in.
 
 *GradScaler.* Dynamic loss scaling as torch's, with the gradients a value (``backward()``
 returns them; API.md section 3), so its calls take them where torch's read them from the
@@ -33,47 +47,46 @@ would overflow float32 is not made), and gradients are unscaled by the float32 r
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any
 
 import numpy as np
 
+from .context import current_backend
 from .errors import AutodiffError, DTypeError, InvalidArgumentError, guard
+from .tensor.autocasting import DEFAULT_DTYPES, cast_floats, state
 
 # the cache flag's functions are torch's top-level names (``torch.is_autocast_cache_enabled``)
 __all__ = ["GradScaler", "autocast", "custom_bwd", "custom_fwd", "is_autocast_available"]
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "xla", "meta")
-_warned = False
-#: torch's flag for autocast's cache of cast weights (on by default; ``autocast(cache_enabled=)``
-#: sets it for its block). retrograd caches nothing, but code saves the flag and passes it on
-#: (latent diffusion's ``CheckpointFunction`` hands it back to ``autocast`` in backward).
-_cache_enabled = True
+_LOWER_DTYPES = ("bfloat16", "float16")
+_warned_no_dtype: set[str] = set()  # the backends already warned of (by name)
 
 
 def is_autocast_cache_enabled() -> bool:
-    """torch's ``torch.is_autocast_cache_enabled()``: True unless set off."""
-    return _cache_enabled
+    """torch's ``torch.is_autocast_cache_enabled()``: True unless set off (per thread)."""
+    return state.cache_enabled
 
 
 def set_autocast_cache_enabled(enabled: bool) -> None:
     """torch's: sets the flag :func:`is_autocast_cache_enabled` reads (a bool, as torch's)."""
-    global _cache_enabled
     if not isinstance(enabled, bool):
         raise DTypeError(
             f"set_autocast_cache_enabled: enabled must be a bool (got {type(enabled).__name__})"
         )
-    _cache_enabled = enabled
+    state.cache_enabled = enabled
 
 
 def clear_autocast_cache() -> None:
-    """torch's: empties autocast's cache of cast weights; retrograd keeps none."""
+    """torch's: empties autocast's cache of cast weights (the outermost region's end does)."""
+    state.cache.clear()
 
 
 def is_autocast_available(device_type: str) -> bool:
     """Whether torch's autocast knows ``device_type`` (every device type but ``"meta"``);
-    an unknown one is refused, as torch refuses it. retrograd accepts ``autocast`` on each
-    of them and computes in the inputs' dtypes (see the module's docstring)."""
+    an unknown one is refused, as torch refuses it."""
     if not isinstance(device_type, str) or device_type not in _DEVICE_TYPES:
         raise InvalidArgumentError(
             f"is_autocast_available: expected one of {list(_DEVICE_TYPES)} as device_type, got "
@@ -82,9 +95,15 @@ def is_autocast_available(device_type: str) -> bool:
     return device_type != "meta"
 
 
+def _dtype_name(op: str, dtype: Any) -> str:
+    from .tensor.dtypes import canonical_dtype
+
+    return canonical_dtype(op, dtype)  # type: ignore[return-value]
+
+
 class autocast:  # noqa: N801 (torch's name)
     """torch's ``autocast(device_type, dtype=None, enabled=True, cache_enabled=None)``: a
-    context manager and decorator; see the module docstring for what it does here."""
+    context manager and decorator; see the module docstring for what it does."""
 
     def __init__(
         self,
@@ -97,64 +116,139 @@ class autocast:  # noqa: N801 (torch's name)
             raise InvalidArgumentError(
                 f"autocast: device_type must be one of {list(_DEVICE_TYPES)}, got {device_type!r}"
             )
-        self.device_type, self.dtype = device_type, dtype
-        self.enabled, self.cache_enabled = bool(enabled), cache_enabled
-
-    def __enter__(self) -> autocast:
-        global _warned
-        # torch sets the cache flag for the block, enabled or not, and restores it after
-        self._outer_cache_enabled = _cache_enabled
-        if self.cache_enabled is not None:
-            set_autocast_cache_enabled(bool(self.cache_enabled))
-        if self.enabled and not _warned:
-            _warned = True
+        if device_type == "meta":
+            raise InvalidArgumentError(
+                "autocast: unsupported autocast device_type 'meta' (as torch's)"
+            )
+        self.device = self.device_type = device_type
+        self.fast_dtype = (
+            state.dtypes.get(device_type, DEFAULT_DTYPES.get(device_type, "float32"))
+            if dtype is None
+            else _dtype_name("autocast", dtype)
+        )
+        self.dtype = dtype
+        self._cache_enabled = state.cache_enabled if cache_enabled is None else bool(cache_enabled)
+        self.cache_enabled = cache_enabled
+        enabled = bool(enabled)
+        if enabled and device_type == "cuda" and current_backend().default_device.kind != "cuda":
             warnings.warn(
-                "autocast: retrograd does not autocast; ops inside compute in their inputs' "
-                "dtypes (full precision where torch would round to "
-                f"{self.dtype or 'the autocast dtype'}). Cast the model and inputs for "
-                "lower-precision training.",
-                RuntimeWarning,
+                "autocast: CUDA is not available (no backend computes on a GPU). Disabling "
+                "autocast.",
+                UserWarning,
                 stacklevel=2,
             )
+            enabled = False
+        elif enabled and self.fast_dtype not in _LOWER_DTYPES:
+            warnings.warn(
+                f"autocast: in {device_type.upper()} autocast, but the target dtype "
+                f"{self.fast_dtype} is not supported (only bfloat16 and float16). Disabling "
+                "autocast.",
+                UserWarning,
+                stacklevel=2,
+            )
+            enabled = False
+        self._enabled = self.enabled = enabled
+
+    def __enter__(self) -> autocast:
+        device = self.device
+        self._prev_cache_enabled = state.cache_enabled
+        self._prev = state.enabled.get(device, False)
+        self._prev_dtype = state.dtypes.get(device)
+        state.enabled[device] = self._enabled
+        state.dtypes[device] = self.fast_dtype
+        state.nesting += 1
+        state.cache_enabled = self._cache_enabled
+        state.refresh()
+        if self._enabled:
+            backend = current_backend()
+            if not backend.has_dtype(self.fast_dtype) and backend.name not in _warned_no_dtype:
+                _warned_no_dtype.add(backend.name)
+                warnings.warn(
+                    f"autocast: {backend.name} has no {self.fast_dtype}; ops inside compute in "
+                    "their inputs' dtypes (full precision where torch would round to "
+                    f"{self.fast_dtype}). Use rg.Autodiff(rg.TorchBackend()) for mixed "
+                    "precision.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         return self
 
     def __exit__(self, *exc: object) -> None:
-        set_autocast_cache_enabled(self._outer_cache_enabled)
+        device = self.device
+        state.nesting -= 1
+        if state.nesting == 0:
+            state.cache.clear()
+        state.enabled[device] = self._prev
+        if self._prev_dtype is None:
+            state.dtypes.pop(device, None)
+        else:
+            state.dtypes[device] = self._prev_dtype
+        state.cache_enabled = self._prev_cache_enabled
+        state.refresh()
 
     def __call__(self, fn: Any) -> Any:
+        @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             with self:
                 return fn(*args, **kwargs)
 
-        run.__wrapped__ = fn  # type: ignore[attr-defined]
         return run
+
+
+def _device_type_of(op: str, device_type: str | None) -> str:
+    if device_type is not None and device_type not in _DEVICE_TYPES:
+        raise InvalidArgumentError(
+            f"{op}: device_type must be one of {list(_DEVICE_TYPES)}, got {device_type!r}"
+        )
+    return device_type or "cuda"  # torch.cuda.amp's forms name no device type
 
 
 def custom_fwd(fwd: Any = None, *, device_type: str | None = None, cast_inputs: Any = None) -> Any:
     """torch's decorator of a custom ``Function``'s ``forward`` (``@custom_fwd(device_type=
-    "cuda", cast_inputs=torch.float32)``): in an autocast region torch runs it with autocast off
-    and, with ``cast_inputs``, its floating inputs cast. retrograd never autocasts, so forward
-    runs as written: torch's behaviour outside an autocast region. ``torch.amp``'s form names
-    the ``device_type``; ``torch.cuda.amp``'s (:mod:`retrograd.cuda.amp`) does not."""
-    if device_type is not None and device_type not in _DEVICE_TYPES:
-        raise InvalidArgumentError(
-            f"custom_fwd: device_type must be one of {list(_DEVICE_TYPES)}, got {device_type!r}"
-        )
+    "cuda", cast_inputs=torch.float32)``): records the autocast state forward runs in (for
+    :func:`custom_bwd`); with ``cast_inputs``, inside an enabled region, forward runs with
+    autocast off on its floating inputs (on ``device_type``, not float64) cast to that dtype.
+    ``torch.amp``'s form names the ``device_type``; ``torch.cuda.amp``'s
+    (:mod:`retrograd.cuda.amp`) does not."""
+    device = _device_type_of("custom_fwd", device_type)
     if fwd is None:
         return lambda f: custom_fwd(f, device_type=device_type, cast_inputs=cast_inputs)
-    return fwd
+    target = None if cast_inputs is None else _dtype_name("custom_fwd", cast_inputs)
+
+    @functools.wraps(fwd)
+    def decorate_fwd(*args: Any, **kwargs: Any) -> Any:
+        ctx = args[0] if args else None
+        autocasting = state.enabled.get(device, False)
+        if ctx is not None:
+            ctx._dtype = state.dtypes.get(device, DEFAULT_DTYPES.get(device, "float32"))
+            ctx._fwd_used_autocast = autocasting and target is None
+        if target is None or not autocasting:
+            return fwd(*args, **kwargs)
+        with autocast(device, enabled=False):
+            args, kwargs = cast_floats(args, kwargs, device, target)
+            return fwd(*args, **kwargs)
+
+    return decorate_fwd
 
 
 def custom_bwd(bwd: Any = None, *, device_type: str | None = None) -> Any:
     """torch's decorator of a custom ``Function``'s ``backward``, which runs it under the
-    autocast state of its forward: here always none, so it runs as written."""
-    if device_type is not None and device_type not in _DEVICE_TYPES:
-        raise InvalidArgumentError(
-            f"custom_bwd: device_type must be one of {list(_DEVICE_TYPES)}, got {device_type!r}"
-        )
+    autocast state its forward (decorated by :func:`custom_fwd`) ran in."""
+    device = _device_type_of("custom_bwd", device_type)
     if bwd is None:
         return lambda f: custom_bwd(f, device_type=device_type)
-    return bwd
+
+    @functools.wraps(bwd)
+    def decorate_bwd(*args: Any, **kwargs: Any) -> Any:
+        ctx = args[0] if args else None
+        enabled = bool(getattr(ctx, "_fwd_used_autocast", False))
+        dtype = getattr(ctx, "_dtype", None)
+        region = autocast(device, dtype=dtype, enabled=False)
+        region._enabled = enabled  # (forward's state, taken as it was: no availability check)
+        with region:
+            return bwd(*args, **kwargs)
+
+    return decorate_bwd
 
 
 def _float32(value: float) -> float:

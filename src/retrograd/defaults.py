@@ -6,9 +6,10 @@ Tensors are made on their backend's device (API.md section 1), so the default de
 current backend's; ``set_default_device`` accepts the device that already is the default and
 refuses another with an error that says how to get there (a backend on that device).
 
-retrograd never autocasts (every op computes in its inputs' dtype), so autocast is disabled
-everywhere; ``get_autocast_dtype(device_type)`` is the dtype torch's autocast would use on that
-device type by default (bfloat16 on the CPU, float16 on a GPU), as torch answers it.
+The autocast state is :mod:`retrograd.amp`'s (per thread and device type, as torch's):
+``is_autocast_enabled(device_type)`` is True inside an enabled ``autocast`` region (or after
+``set_autocast_enabled``); ``get_autocast_dtype(device_type)`` is the dtype it computes in
+(by default bfloat16 on the CPU, float16 on a GPU, as torch answers it).
 
 >>> import retrograd as rg
 >>> rg.get_default_device().type, rg.is_autocast_enabled("cpu"), rg.get_autocast_dtype("cpu")
@@ -25,6 +26,7 @@ from .amp import clear_autocast_cache, is_autocast_cache_enabled, set_autocast_c
 from .context import current_backend, thread_device
 from .device import Device
 from .errors import InvalidArgumentError
+from .tensor.autocasting import state as _autocast_state
 from .tensor.dtypes import DTYPE_OBJECTS
 
 __all__ = [
@@ -55,7 +57,7 @@ __all__ = [
     "set_default_device",
 ]
 
-#: torch's default autocast dtype per device type
+#: torch's default autocast dtype per device type (the device types these functions take)
 _AUTOCAST_DTYPES = {
     "cpu": "bfloat16",
     "cuda": "float16",
@@ -64,10 +66,6 @@ _AUTOCAST_DTYPES = {
     "ipu": "float16",
     "xla": "bfloat16",
 }
-#: the autocast dtypes set by ``set_autocast_dtype`` (what ``get_autocast_dtype`` answers),
-#: the autocast cache flag and the autocast nesting depth, process-wide as torch's
-_SET_DTYPES: dict[str, str] = {}
-_AUTOCAST_STATE = {"nesting": 0}  # (the cache flag is amp's: autocast sets it for its block)
 
 
 def get_default_device() -> Device:
@@ -136,9 +134,10 @@ def _device_type(op: str, device_type: str) -> str:
 
 
 def is_autocast_enabled(device_type: str = "cuda") -> bool:
-    """False: retrograd never autocasts (torch's default device type is ``"cuda"``)."""
+    """Whether autocast is on for ``device_type`` in this thread (torch's default device type
+    is ``"cuda"``)."""
     _device_type("is_autocast_enabled", device_type)
-    return False
+    return _autocast_state.enabled.get(device_type, False)
 
 
 def _deprecated(old: str, new: str) -> None:
@@ -150,31 +149,33 @@ def _deprecated(old: str, new: str) -> None:
 
 
 def is_autocast_cpu_enabled() -> bool:
-    """False: retrograd never autocasts (deprecated, as torch's)."""
+    """``is_autocast_enabled("cpu")`` (deprecated, as torch's)."""
     _deprecated("is_autocast_cpu_enabled", "is_autocast_enabled('cpu')")
-    return False
+    return is_autocast_enabled("cpu")
 
 
 def get_autocast_dtype(device_type: str) -> Any:
     """The dtype torch's autocast uses on ``device_type`` (its default there, or the one
     :func:`set_autocast_dtype` set)."""
     device_type = _device_type("get_autocast_dtype", device_type)
-    return DTYPE_OBJECTS[_SET_DTYPES.get(device_type, _AUTOCAST_DTYPES[device_type])]
+    name = _autocast_state.dtypes.get(device_type, _AUTOCAST_DTYPES[device_type])
+    return DTYPE_OBJECTS[name]
 
 
 def set_autocast_dtype(device_type: str, dtype: Any) -> None:
-    """Record the dtype autocast would use on ``device_type`` (:func:`get_autocast_dtype`
-    answers it; retrograd never autocasts, so nothing is computed in it)."""
+    """Set the dtype autocast computes in on ``device_type`` in this thread (an ``autocast``
+    region sets its own and puts this one back when it ends)."""
     from .tensor.dtypes import canonical_dtype
 
     device_type = _device_type("set_autocast_dtype", device_type)
-    _SET_DTYPES[device_type] = canonical_dtype("set_autocast_dtype", dtype)
+    _autocast_state.dtypes[device_type] = canonical_dtype("set_autocast_dtype", dtype)
+    _autocast_state.refresh()
 
 
 def set_autocast_enabled(*args: Any) -> None:
     """torch's ``set_autocast_enabled(device_type, enabled)`` (or ``(enabled)`` for CUDA):
-    retrograd never autocasts, so turning it on warns as ``autocast`` does and
-    :func:`is_autocast_enabled` stays False; turning it off holds already."""
+    turns autocast on or off for ``device_type`` in this thread (the low-level switch an
+    ``autocast`` region sets and restores)."""
     if len(args) == 1:
         device_type, enabled = "cuda", args[0]
     elif len(args) == 2:
@@ -186,13 +187,8 @@ def set_autocast_enabled(*args: Any) -> None:
     _device_type("set_autocast_enabled", device_type)
     if not isinstance(enabled, bool):
         raise InvalidArgumentError(f"set_autocast_enabled: enabled must be a bool, got {enabled!r}")
-    if enabled:
-        warnings.warn(
-            "set_autocast_enabled: retrograd does not autocast; ops compute in their inputs' "
-            "dtypes. Cast the model and inputs for lower-precision training.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    _autocast_state.enabled[device_type] = enabled
+    _autocast_state.refresh()
 
 
 def set_autocast_cpu_enabled(enabled: bool) -> None:
@@ -244,27 +240,27 @@ def set_autocast_xla_enabled(enabled: bool) -> None:
 
 
 def is_autocast_ipu_enabled() -> bool:
-    """False: retrograd never autocasts (deprecated, as torch's)."""
+    """``is_autocast_enabled("ipu")`` (deprecated, as torch's)."""
     _deprecated("is_autocast_ipu_enabled", "is_autocast_enabled('ipu')")
-    return False
+    return is_autocast_enabled("ipu")
 
 
 def is_autocast_xla_enabled() -> bool:
-    """False: retrograd never autocasts (deprecated, as torch's)."""
+    """``is_autocast_enabled("xla")`` (deprecated, as torch's)."""
     _deprecated("is_autocast_xla_enabled", "is_autocast_enabled('xla')")
-    return False
+    return is_autocast_enabled("xla")
 
 
 def autocast_increment_nesting() -> int:
     """torch's autocast nesting depth, one deeper; returns the new depth."""
-    _AUTOCAST_STATE["nesting"] += 1
-    return _AUTOCAST_STATE["nesting"]
+    _autocast_state.nesting += 1
+    return _autocast_state.nesting
 
 
 def autocast_decrement_nesting() -> int:
     """torch's autocast nesting depth, one shallower; returns the new depth."""
-    _AUTOCAST_STATE["nesting"] -= 1
-    return _AUTOCAST_STATE["nesting"]
+    _autocast_state.nesting -= 1
+    return _autocast_state.nesting
 
 
 def get_autocast_cpu_dtype() -> Any:

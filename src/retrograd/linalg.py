@@ -33,6 +33,7 @@ from .errors import guard as _guard
 from .errors import guard_namespace as _guard_namespace
 from .tensor import FLOAT_DTYPES, Tensor
 from .tensor._dispatch import lift, normalize_dim, untracked
+from .tensor.autocasting import autocast_op
 from .tensor.creation import _no_out
 from .tensor.creation import randn as _creation_randn
 from .tensor.functions import accepts_out as _accepts_out
@@ -153,6 +154,7 @@ def _matrices(op: str, A: Any, complex_ok: bool = False) -> Tensor:  # noqa: N80
     return A
 
 
+@autocast_op("linalg_inv")
 def inv(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
     """The inverse of each square matrix of ``A`` ``[..., n, n]``; a singular one raises
     ``rg.linalg.LinAlgError`` (torch's ``LinAlgError``, a ``RuntimeError``)."""
@@ -166,6 +168,7 @@ def inv(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
     return matrices._apply("inverse", (matrices,))
 
 
+@autocast_op("linalg_tensorinv")
 def tensorinv(A: Tensor, ind: int = 2, *, out: Any = None) -> Tensor:  # noqa: N803
     """The tensor ``X`` of shape ``A.shape[ind:] + A.shape[:ind]`` with ``tensordot(A, X,
     ind)`` the identity, as torch's: the inverse of ``A`` read as a square matrix of
@@ -188,6 +191,7 @@ def tensorinv(A: Tensor, ind: int = 2, *, out: Any = None) -> Tensor:  # noqa: N
     return inv(square).reshape(tuple(columns) + tuple(rows))
 
 
+@autocast_op("linalg_tensorsolve")
 def tensorsolve(A: Tensor, B: Any, dims: Sequence[int] | None = None, *, out: Any = None) -> Tensor:  # noqa: N803
     """``X`` with ``tensordot(A, X, X.ndim) == B``, as torch's: ``X`` has the shape
     ``A.shape[B.ndim:]`` (after ``dims`` of ``A`` are moved to its end), ``A`` read as a
@@ -214,6 +218,7 @@ def tensorsolve(A: Tensor, B: Any, dims: Sequence[int] | None = None, *, out: An
     return solve(square, rhs.reshape(-1)).reshape(solution_shape)
 
 
+@autocast_op("linalg_pinv")
 def pinv(
     A: Tensor,  # noqa: N803 (torch's name)
     *,
@@ -257,24 +262,28 @@ def _lower_mirrored(matrices: Tensor) -> Tensor:
     return (strict + strict.mH + diagonal) + (matrices - fixed)
 
 
+@autocast_op("linalg_det")
 def det(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
     """The determinant of each square matrix of ``A`` (``A.det()``)."""
     _no_out("linalg.det", out)
     return _matrices("linalg.det", A, complex_ok=True).det()
 
 
+@autocast_op("linalg_slogdet")
 def slogdet(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
     """``(sign, logabsdet)`` of each square matrix of ``A`` (``A.slogdet()``)."""
     _no_out("linalg.slogdet", out)
     return _matrices("linalg.slogdet", A, complex_ok=True).slogdet()
 
 
+@autocast_op("linalg_matrix_power")
 def matrix_power(A: Tensor, n: int, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
     """The ``n``-th power of each square matrix of ``A`` (``A.matrix_power(n)``)."""
     _no_out("linalg.matrix_power", out)
     return _matrices("linalg.matrix_power", A, complex_ok=True).matrix_power(n)
 
 
+@autocast_op("linalg_cholesky")
 def cholesky(A: Tensor, *, upper: bool = False, out: Any = None) -> Tensor:  # noqa: N803
     """The Cholesky factor of each symmetric positive-definite matrix of ``A``
     (``A.cholesky(upper)``); another raises ``rg.InvalidArgumentError``."""
@@ -282,6 +291,7 @@ def cholesky(A: Tensor, *, upper: bool = False, out: Any = None) -> Tensor:  # n
     return _matrices("linalg.cholesky", A, complex_ok=True).cholesky(upper)
 
 
+@autocast_op("linalg_solve")
 def solve(A: Tensor, B: Any, *, left: bool = True, out: Any = None) -> Tensor:  # noqa: N803
     """``X`` with ``A @ X = B`` (``X @ A = B`` when ``left=False``) for square ``A``
     ``[..., n, n]``; ``B`` is ``[..., n, k]`` or a vector ``[..., n]``, batch dims
@@ -353,6 +363,7 @@ def _unpacked(packed: Tensor, shapes: Sequence[tuple[int, ...]]) -> list[Tensor]
 
 
 # -- decompositions ------------------------------------------------------------------------------
+@autocast_op("linalg_eigh")
 def eigh(A: Tensor, UPLO: str = "L", *, out: Any = None) -> Any:  # noqa: N803 (torch's names)
     """torch's ``linalg.eigh``: ``(eigenvalues, eigenvectors)`` of each symmetric matrix of
     ``A`` ``[..., n, n]``, eigenvalues ascending, reading only the ``UPLO`` triangle.
@@ -379,6 +390,7 @@ def eigh(A: Tensor, UPLO: str = "L", *, out: Any = None) -> Any:  # noqa: N803 (
     return EighResult(values.real if values.is_complex() else values, packed[..., :n])
 
 
+@autocast_op("linalg_eig")
 def eig(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
     """torch's ``linalg.eig``: ``(eigenvalues, eigenvectors)`` of each square matrix of ``A``
     ``[..., n, n]``, complex (for a real ``A`` too), as LAPACK's ``geev`` gives them: unit
@@ -395,12 +407,14 @@ def eig(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
     return EigResult(packed[..., n], packed[..., :n])
 
 
+@autocast_op("linalg_eigvals")
 def eigvals(A: Tensor, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
     """torch's ``linalg.eigvals``: the eigenvalues of :func:`eig` (complex)."""
     _no_out("linalg.eigvals", out)
     return eig(_square("linalg.eigvals", A, complex_ok=True)).eigenvalues
 
 
+@autocast_op("linalg_eigvalsh")
 def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Any = None) -> Tensor:  # noqa: N803
     """torch's ``linalg.eigvalsh``: the eigenvalues of :func:`eigh` (gradient ``V diag(g)
     V^T``)."""
@@ -408,6 +422,7 @@ def eigvalsh(A: Tensor, UPLO: str = "L", *, out: Any = None) -> Tensor:  # noqa:
     return eigh(A, UPLO).eigenvalues
 
 
+@autocast_op("linalg_svd")
 def svd(
     A: Tensor,  # noqa: N803 (torch's name)
     full_matrices: bool = True,
@@ -435,6 +450,7 @@ def svd(
     return SVDResult(u, s.real if s.is_complex() else s, vh)  # S real, packed complex
 
 
+@autocast_op("linalg_svdvals")
 def svdvals(A: Tensor, *, driver: str | None = None, out: Any = None) -> Tensor:  # noqa: N803
     """torch's ``linalg.svdvals``: the singular values, descending (gradient ``U diag(g)
     Vh``, defined for repeated ones too)."""
@@ -442,6 +458,7 @@ def svdvals(A: Tensor, *, driver: str | None = None, out: Any = None) -> Tensor:
     return svd(_matrices("linalg.svdvals", A, complex_ok=True), False, driver=driver).S
 
 
+@autocast_op("linalg_qr")
 def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N803
     """torch's ``linalg.qr``: ``(Q, R)`` of each matrix of ``A`` ``[..., m, n]`` (LAPACK's
     Householder QR: ``R``'s diagonal may be negative, as torch's). ``mode`` ``"reduced"``,
@@ -470,6 +487,7 @@ def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N8
     return QRResult(q, r)
 
 
+@autocast_op("linalg_householder_product")
 def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # noqa: N803
     """torch's ``linalg.householder_product`` (LAPACK's ``orgqr``): the first ``n`` columns
     of ``H_1 ... H_k`` for ``A`` ``[..., m, n]`` and ``tau`` ``[..., k]`` (``m >= n >= k``),
@@ -504,6 +522,7 @@ def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # n
 GeqrfResult = namedtuple("geqrf", ["a", "tau"])
 
 
+@autocast_op("geqrf")
 def geqrf(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
     """torch's ``geqrf`` (LAPACK's): ``(a, tau)``, the QR factorization of ``A`` ``[..., m, n]``
     in Householder form: ``R`` on and above ``a``'s diagonal, the reflectors' vectors below
@@ -533,11 +552,13 @@ def geqrf(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
     return GeqrfResult(*results)
 
 
+@autocast_op("orgqr")
 def orgqr(A: Tensor, tau: Any) -> Tensor:  # noqa: N803 (torch's name)
     """torch's ``orgqr``: :func:`householder_product`."""
     return householder_product(A, tau)
 
 
+@autocast_op("ormqr")
 def ormqr(
     A: Tensor,  # noqa: N803 (torch's name)
     tau: Any,
@@ -605,6 +626,7 @@ def _check_lu_info(op: str, info: Tensor) -> None:
         )
 
 
+@autocast_op("linalg_lu_factor")
 def lu_factor(A: Tensor, *, pivot: bool = True, out: Any = None) -> Any:  # noqa: N803
     """torch's ``linalg.lu_factor``: ``(LU, pivots)`` of each matrix of ``A`` ``[..., m, n]``
     by Gaussian elimination with partial pivoting, as LAPACK's ``getrf``: ``LU`` holds ``U``
@@ -680,6 +702,7 @@ def lu_unpack(
     return LUUnpackResult(P, L, U)
 
 
+@autocast_op("linalg_lu")
 def lu(A: Tensor, *, pivot: bool = True, out: Any = None) -> Any:  # noqa: N803 (torch's name)
     """torch's ``linalg.lu``: ``(P, L, U)`` with ``A = P @ L @ U`` (:func:`lu_factor` then
     :func:`lu_unpack`); the gradients of ``L`` and ``U`` reach ``A``.
@@ -693,6 +716,7 @@ def lu(A: Tensor, *, pivot: bool = True, out: Any = None) -> Any:  # noqa: N803 
     return LUResult(*lu_unpack(*_lu_factor("linalg.lu", A, pivot)))
 
 
+@autocast_op("linalg_lu_solve")
 def lu_solve(
     LU: Tensor,  # noqa: N803 (torch's names)
     pivots: Tensor,
@@ -733,6 +757,7 @@ def lu_solve(
     return solve_triangular(U, y, upper=True)
 
 
+@autocast_op("linalg_matrix_exp")
 def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)
     """torch's ``linalg.matrix_exp`` of each square matrix of ``A`` (SciPy's ``expm`` on
     NumPy; torch's own on torch). The gradient is the top-right block of ``exp([[A^T, g], [0,
@@ -747,6 +772,7 @@ def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)
 
 
 # -- solvers and products ------------------------------------------------------------------------
+@autocast_op("linalg_lstsq")
 def lstsq(
     A: Tensor,  # noqa: N803 (torch's name)
     B: Any,  # noqa: N803 (torch's name)
@@ -866,6 +892,7 @@ def _substitute(triangle: Tensor, rhs: Tensor, upper: bool) -> Tensor:
     return cat([rows[i] for i in range(n)], -2)
 
 
+@autocast_op("multi_dot")
 def multi_dot(tensors: Sequence[Tensor], *, out: Any = None) -> Tensor:
     """torch's ``linalg.multi_dot``: the product of two or more matrices, the first may be a
     row vector and the last a column vector (their dims dropped from the result). The products
@@ -923,6 +950,7 @@ def cross(input: Tensor, other: Any, *, dim: int = -1, out: Any = None) -> Tenso
     return input.cross(other, dim)
 
 
+@autocast_op("linalg_vecdot")
 def vecdot(x: Tensor, y: Any, *, dim: int = -1, out: Any = None) -> Tensor:
     """torch's ``linalg.vecdot``: ``sum(conj(x) * y)`` along ``dim``, the inputs
     broadcasting (the conjugate of a real ``x`` is ``x``)."""
@@ -951,6 +979,7 @@ def diagonal(A: Tensor, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> T
     return A.diagonal(offset, dim1, dim2)
 
 
+@autocast_op("linalg_matrix_rank")
 def matrix_rank(
     A: Tensor,  # noqa: N803 (torch's name)
     *,
@@ -984,6 +1013,7 @@ def matrix_rank(
 _COND_ORDERS = (None, "fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)
 
 
+@autocast_op("linalg_cond")
 def cond(A: Tensor, p: Any = None, *, out: Any = None) -> Tensor:  # noqa: N803
     """torch's ``linalg.cond``: ``p`` ``None``/2 (largest over smallest singular value), -2
     (its inverse), or ``norm(A, p) * norm(inv(A), p)`` for ``"fro"``, ``"nuc"``, ``±1``,
@@ -1070,6 +1100,7 @@ def _ex(op: str, compute: Any, matrices: Tensor, kind: str, check_errors: bool) 
     return result.mask_fill(nan_mask, math.nan), lift(matrices, info, op)
 
 
+@autocast_op("linalg_inv")
 def inv_ex(A: Tensor, *, check_errors: bool = False, out: Any = None) -> Any:  # noqa: N803
     """torch's ``linalg.inv_ex``: ``(inverse, info)``, ``info`` LAPACK's (0, or the 1-based
     position of the first zero pivot) for each matrix, int64 (torch: int32, a dtype retrograd
@@ -1080,6 +1111,7 @@ def inv_ex(A: Tensor, *, check_errors: bool = False, out: Any = None) -> Any:  #
     return InvExResult(*_ex("linalg.inv_ex", inv, matrices, "lu", check_errors))
 
 
+@autocast_op("linalg_cholesky")
 def cholesky_ex(
     A: Tensor,  # noqa: N803 (torch's name)
     *,

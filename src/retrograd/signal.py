@@ -22,6 +22,7 @@ import numpy as np
 from .errors import DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
 from .tensor import FLOAT_DTYPES, Tensor, cat, stack, tensor, zeros
 from .tensor._dispatch import int_argument, lift, normalize_dim, result_dtype
+from .tensor.autocasting import autocast_op
 from .tensor.complexes import view_as_complex, view_as_real
 
 __all__ = ["irfft", "istft", "rfft", "stft"]
@@ -74,6 +75,7 @@ def irfft(re: Tensor, im: Tensor, dim: int, n: int | None = None) -> Tensor:
     return out.swap_dims(d, -1)
 
 
+@autocast_op("stft")
 def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: int | None = None,  # noqa: A002
          window: Any = None, center: bool = True, pad_mode: str = "reflect",
          normalized: bool = False, onesided: bool | None = None,

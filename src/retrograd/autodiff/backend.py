@@ -222,6 +222,9 @@ class Autodiff(Backend):
     def same_dtype(self, x, y):
         return self.inner.same_dtype(x.value, y.value)
 
+    def has_dtype(self, dtype):
+        return self.inner.has_dtype(dtype)
+
     def device(self, x):
         return self.inner.device(x.value)
 

@@ -478,6 +478,9 @@ class NumpyBackend(
     def same_dtype(self, x, y):
         return x.dtype is y.dtype or x.dtype == y.dtype
 
+    def has_dtype(self, dtype):
+        return dtype in _DTYPES or dtype in _COMPLEX_DTYPES  # (no bfloat16, no float16)
+
     def device(self, x):
         return None
 

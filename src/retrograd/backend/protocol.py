@@ -250,6 +250,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "lerp_scalar",
             "hardswish",
             "rsqrt",
+            "has_dtype",
         }
     )
     #: The device label tensors made on this backend get when none is given (a GPU backend
@@ -281,6 +282,11 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
 
     def dtype(self, x: Any) -> str:
         raise NotImplementedError
+
+    def has_dtype(self, dtype: str) -> bool:
+        """Whether this backend holds tensors of ``dtype`` (a name in :data:`DTYPES`): the
+        half dtypes are optional (autocast computes in its dtype only where it exists)."""
+        return dtype in DTYPES
 
     def same_dtype(self, x: Any, y: Any) -> bool:
         """Whether ``x`` and ``y`` have one dtype (the tensor API's fast path asks this)."""
@@ -1009,6 +1015,7 @@ METADATA = frozenset(
         "shape",
         "dtype",
         "same_dtype",
+        "has_dtype",
         "device",
         "error_class",
         "detach",

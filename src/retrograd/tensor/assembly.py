@@ -29,6 +29,7 @@ import numpy as np
 from ..backend.protocol import default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, int_argument, int_arguments, lift, normalize_dim
+from .autocasting import autocast_op
 from .creation import tensor, zeros
 from .dtypes import canonical_dtype
 from .functions import _method, lift_input
@@ -221,6 +222,7 @@ def triu_indices(
     return _triangle_indices("triu_indices", row, col, offset, False, dtype, device)
 
 
+@autocast_op("tensordot")
 def tensordot(a: Any, b: Any, dims: Any = 2) -> Any:
     """The sum of products over ``dims``: the last ``dims`` of ``a`` with the first of ``b``,
     or two lists of dimensions; one ``matmul`` after a permute and reshape of each."""
@@ -265,6 +267,7 @@ def nonzero(input: Any, *, as_tuple: bool = False) -> Any:  # noqa: A002 (torch'
     return input.nonzero(as_tuple=as_tuple)
 
 
+@autocast_op("inner")
 def inner(input: Any, other: Any) -> Any:  # noqa: A002 (torch's name)
     """torch's ``inner``: the sum of products over the last dimension of both (a product for
     a 0-d operand). (``Tensor.inner()`` is retrograd's access to the inner backend's tensor,
@@ -275,6 +278,7 @@ def inner(input: Any, other: Any) -> Any:  # noqa: A002 (torch's name)
     return tensordot(input, other, ([-1], [-1]))
 
 
+@autocast_op("chain_matmul")
 def chain_matmul(*matrices: Any) -> Any:
     """The product of the matrices, left to right."""
     matrices = _tensors("chain_matmul", matrices)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import DTypeError, ShapeError, shape_text
 from ._dispatch import COMPLEX_DTYPES, TensorBase
+from .autocasting import autocast_op
 from .functions import broadcast_tensors
 from .views import complex_view_of, link
 
@@ -48,6 +49,7 @@ def complex(real: Any, imag: Any, *, out: Any = None) -> Any:  # noqa: A001 (tor
     return real._apply("complex", (real, imag))
 
 
+@autocast_op("polar")
 def polar(abs: Any, angle: Any, *, out: Any = None) -> Any:  # noqa: A002 (torch's name)
     """The complex tensor ``abs * (cos(angle) + i sin(angle))``."""
     _no_out("polar", out)
@@ -63,6 +65,7 @@ def view_as_real(input: Any) -> Any:  # noqa: A002 (torch's name)
     return link(complex_view_of(input, "view_as_real"), input, "view_as_real")
 
 
+@autocast_op("view_as_complex")
 def view_as_complex(input: Any) -> Any:  # noqa: A002 (torch's name)
     """The complex tensor of a float32/float64 tensor whose last dimension (of size 2) holds
     real and imaginary parts."""

@@ -45,6 +45,7 @@ from ._dispatch import (
     wrap,
     written_scalar,
 )
+from .autocasting import autocast_op
 from .compositions import (
     bounded,
     check_alpha,
@@ -949,6 +950,7 @@ class ElementwiseMixin:
     def leaky_relu(self, slope: float = 0.01) -> Any:
         return self._apply(LEAKY_RELU, (self,), (float(slope),))
 
+    @autocast_op("softmax")
     @scalar_dims
     def softmax(self, dim: int, dtype: Any = None) -> Any:
         """Softmax along ``dim``; ``dtype`` casts first (torch's ``x.softmax(-1,
@@ -961,6 +963,7 @@ class ElementwiseMixin:
         d = normalize_dim("softmax", dim, x.ndim)
         return x._apply(SOFTMAX, (x,), (d,))
 
+    @autocast_op("log_softmax")
     @scalar_dims
     def log_softmax(self, dim: int, dtype: Any = None) -> Any:
         x = self if dtype is None else self.cast(dtype)

@@ -46,6 +46,7 @@ from ._dispatch import (
     wrapped_int,
     written_scalar,
 )
+from .autocasting import autocast_op
 from .inplace import write_out
 from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
@@ -936,6 +937,7 @@ _CDIST_MODES = (
 )
 
 
+@autocast_op("cdist")
 def cdist(x1: Any, x2: Any, p: float = 2.0, compute_mode: str = _CDIST_MODES[0]) -> Any:
     """Pairwise ``p``-norm distances between the rows of ``x1`` ``[..., P, M]`` and ``x2``
     ``[..., R, M]``. ``compute_mode`` is checked and otherwise ignored: the distances are
@@ -1101,6 +1103,7 @@ def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Any, ...]:
     return tuple(grids)
 
 
+@autocast_op("einsum")
 def einsum(equation: str, *operands: Any) -> Any:
     """Einstein summation (``torch.einsum``): the operands contracted pairwise, left to
     right, each contraction one batched ``matmul``; ``...`` broadcasts, a letter repeated in

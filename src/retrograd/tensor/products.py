@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import FLOAT_DTYPES, lift, wrap
+from .autocasting import autocast_op
 from .compositions import number_scale, scaled
 from .shape import cat
 
@@ -66,12 +67,19 @@ class ProductsMixin:
     ndim: int
 
     # -- beta * self + alpha * product --------------------------------------------------------
+    @autocast_op("addmm")
     def addmm(self, mat1: Any, mat2: Any, *args: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         """``beta * self + alpha * (mat1 @ mat2)`` (matrices; ``self`` broadcasts)."""
         if args:  # torch's deprecated addmm(beta, [alpha,] mat1, mat2)
             beta, alpha, mat1, mat2 = _scales_first("addmm", (mat1, mat2, *args), beta, alpha)
-        return _accumulated("addmm", self, lift(self, mat1, "addmm").mm(mat2), beta, alpha)
+        mat1, mat2 = lift(self, mat1, "addmm"), lift(self, mat2, "addmm")
+        if _one_rounding(self, mat1, mat2, beta, alpha):
+            # torch's addmm adds a bias row inside the product, rounding once: in bfloat16
+            # and float16 a product rounded before the addition differs (the linear kernel)
+            return self._apply("linear", (mat1, mat2.transpose(), self))
+        return _accumulated("addmm", self, mat1.mm(mat2), beta, alpha)
 
+    @autocast_op("baddbmm")
     def baddbmm(self, batch1: Any, batch2: Any, *args: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         """``beta * self + alpha * (batch1 @ batch2)``, batched ``[b, n, m] @ [b, m, p]``."""
         if args:  # torch's deprecated baddbmm(beta, [alpha,] batch1, batch2)
@@ -81,6 +89,7 @@ class ProductsMixin:
         product = lift(self, batch1, "baddbmm").bmm(batch2)
         return _accumulated("baddbmm", self, product, beta, alpha)
 
+    @autocast_op("addbmm")
     def addbmm(self, batch1: Any, batch2: Any, *args: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         """``beta * self + alpha * sum_b(batch1[b] @ batch2[b])``."""
         if args:  # torch's deprecated addbmm(beta, [alpha,] batch1, batch2)
@@ -90,12 +99,14 @@ class ProductsMixin:
         product = lift(self, batch1, "addbmm").bmm(batch2).sum(0)
         return _accumulated("addbmm", self, product, beta, alpha)
 
+    @autocast_op("addmv")
     def addmv(self, mat: Any, vec: Any, *args: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         """``beta * self + alpha * (mat @ vec)``."""
         if args:  # torch's deprecated addmv(beta, [alpha,] mat, vec)
             beta, alpha, mat, vec = _scales_first("addmv", (mat, vec, *args), beta, alpha)
         return _accumulated("addmv", self, lift(self, mat, "addmv").mv(vec), beta, alpha)
 
+    @autocast_op("addr")
     def addr(self, vec1: Any, vec2: Any, *args: Any, beta: Any = 1, alpha: Any = 1) -> Any:
         """``beta * self + alpha * outer(vec1, vec2)``."""
         if args:  # torch's deprecated addr(beta, [alpha,] vec1, vec2)
@@ -122,10 +133,12 @@ class ProductsMixin:
         return self.conj().dot(other)
 
     # -- matrix functions ---------------------------------------------------------------------
+    @autocast_op("inverse")
     def inverse(self) -> Any:
         """The inverse of each square matrix (``rg.linalg.inv``; torch's ``inverse``)."""
         return self._apply("inverse", (_square("inverse", self, floats=True, complex_ok=True),))
 
+    @autocast_op("pinverse")
     def pinverse(self, rcond: float = 1e-15) -> Any:
         """The pseudo-inverse (``rg.linalg.pinv(self, rtol=rcond)``, torch's ``pinverse``):
         singular values at most ``rcond`` times the largest count as zero."""
@@ -169,12 +182,14 @@ class ProductsMixin:
     eig = _removed("eig", "rg.linalg.eig(A)")
     symeig = _removed("symeig", "torch.linalg.eigh (not in retrograd)")
 
+    @autocast_op("cholesky")
     def cholesky(self, upper: bool = False) -> Any:
         """The Cholesky factor of each symmetric positive-definite matrix: lower (``L @ L^T``)
         or, with ``upper``, its transpose; the gradient is torch's."""
         lower = self._apply("cholesky", (_square("cholesky", self, floats=True, complex_ok=True),))
         return lower.mH if upper else lower
 
+    @autocast_op("cholesky_solve")
     def cholesky_solve(self, input2: Any, upper: bool = False) -> Any:
         """torch's ``cholesky_solve``: ``X`` with ``L L^T X = self`` for the Cholesky factor
         ``input2`` (``L``, lower; with ``upper``, ``U`` and ``U^T U``), ``self`` ``[..., n, k]``,
@@ -188,6 +203,7 @@ class ProductsMixin:
         inner = _solved("cholesky_solve", lower, self)
         return _solved("cholesky_solve", lower.transpose(-2, -1), inner)
 
+    @autocast_op("cholesky_inverse")
     def cholesky_inverse(self, upper: bool = False) -> Any:
         """torch's ``cholesky_inverse``: ``(L L^T)^-1`` of the Cholesky factor ``self``
         (``(U^T U)^-1`` with ``upper``), as ``cholesky_solve`` of the identity."""
@@ -195,6 +211,7 @@ class ProductsMixin:
         eye = self._backend.eye(self.shape[-1], self.shape[-1], self.dtype, self._device)
         return wrap(self, eye).cholesky_solve(factor, upper)
 
+    @autocast_op("triangular_solve")
     def triangular_solve(
         self,
         A: Any,  # noqa: N803 (torch's name)
@@ -325,6 +342,23 @@ def _scales_first(op: str, args: tuple, beta: Any, alpha: Any) -> tuple[Any, Any
         stacklevel=3,
     )
     return scales[0], scales[1] if len(scales) == 2 else 1, operands[0], operands[1]
+
+
+def _one_rounding(bias: Any, mat1: Any, mat2: Any, beta: Any, alpha: Any) -> bool:
+    """Whether ``addmm(bias, mat1, mat2, beta, alpha)`` is the linear kernel's bias-row
+    product: unit scales, matrices that fit and a bias row of their dtype (a float one)."""
+    return (
+        type(beta) in (int, float)
+        and type(alpha) in (int, float)
+        and beta == 1
+        and alpha == 1
+        and mat1.ndim == 2
+        and mat2.ndim == 2
+        and mat1.shape[1] == mat2.shape[0]
+        and bias.shape == (mat2.shape[1],)
+        and bias.dtype == mat1.dtype == mat2.dtype
+        and bias.dtype in FLOAT_DTYPES
+    )
 
 
 def _accumulated(op: str, input: Any, product: Any, beta: Any, alpha: Any) -> Any:  # noqa: A002

@@ -29,6 +29,7 @@ from ._dispatch import (
     scalar_dims,
     untracked,
 )
+from .autocasting import autocast_op
 from .pairs import values_and_indices
 
 __all__ = [
@@ -159,6 +160,7 @@ class ReduceMixin:
         shape = tuple(n for axis, n in enumerate(out.shape) if axis not in normalized)
         return out._apply("reshape", (out,), (shape,))
 
+    @autocast_op("prod")
     def prod(self, dim: int | None = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
         """Product of all elements (or along ``dim``, torch's ``prod(dim, keepdim)``); its
         gradient is torch's: ``result / input`` when no element is zero, exact products of
@@ -529,6 +531,7 @@ class ReduceMixin:
         return d
 
     # -- contraction --------------------------------------------------------------------------
+    @autocast_op("matmul")
     def matmul(self, other: Any) -> Any:
         """Matrix product; batched, batch dims broadcasting; 1-d operands as in NumPy."""
         if getattr(type(other), "_sparse_coo", False):
@@ -560,6 +563,7 @@ class ReduceMixin:
             out = out.squeeze_dim(dim)
         return out
 
+    @autocast_op("mm")
     def mm(self, mat2: Any) -> Any:
         """The product of two matrices (2-d only, as torch's ``mm``; ``mat2`` may be sparse)."""
         if getattr(type(mat2), "_sparse_coo", False):
@@ -574,6 +578,7 @@ class ReduceMixin:
             )
         return self.matmul(other)
 
+    @autocast_op("bmm")
     def bmm(self, mat2: Any) -> Any:
         """Batched matrix product of ``[b, n, m]`` and ``[b, m, p]`` (no broadcasting)."""
         other = lift(self, mat2, "bmm")
@@ -584,6 +589,7 @@ class ReduceMixin:
             )
         return self.matmul(other)
 
+    @autocast_op("mv")
     def mv(self, vec: Any) -> Any:
         other = lift(self, vec, "mv")
         if self.ndim != 2 or other.ndim != 1:
@@ -593,6 +599,7 @@ class ReduceMixin:
             )
         return self.matmul(other)
 
+    @autocast_op("dot")
     def dot(self, other: Any) -> Any:
         other = lift(self, other, "dot")
         if self.ndim != 1 or other.ndim != 1:
@@ -616,6 +623,7 @@ class ReduceMixin:
 
     ger = outer
 
+    @autocast_op("trace")
     def trace(self) -> Any:
         """The sum of the main diagonal of a matrix (2-d only, as torch's)."""
         if self.ndim != 2:

@@ -59,6 +59,7 @@ from ._dispatch import (
     untracked,
     wrap,
 )
+from .autocasting import autocast_op
 from .complexes import complex as complex_of_parts
 from .dtypes import DTYPE_OBJECTS
 from .functions import check_unique_dim
@@ -142,6 +143,7 @@ class SelectionMixin:
             values, indices = values.squeeze_dim(d), indices.squeeze_dim(d)
         return NanmedianResult(values, indices)
 
+    @autocast_op("quantile")
     def quantile(
         self, q: Any, dim: int | None = None, keepdim: bool = False, *,
         interpolation: str = "linear",
@@ -151,6 +153,7 @@ class SelectionMixin:
         holds one."""
         return _quantile(self, "quantile", q, dim, keepdim, interpolation, ignore_nan=False)
 
+    @autocast_op("nanquantile")
     def nanquantile(
         self, q: Any, dim: int | None = None, keepdim: bool = False, *,
         interpolation: str = "linear",

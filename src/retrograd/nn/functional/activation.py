@@ -14,6 +14,7 @@ from ...errors import (
     shape_text,
 )
 from ...tensor import Tensor, random
+from ...tensor.autocasting import autocast_op
 from ...tensor.internal import normalize_dim, untracked
 from ._common import (
     _float_input,
@@ -191,6 +192,7 @@ def selu(x: Tensor, inplace: bool = False) -> Tensor:
     return elu(x, _SELU_ALPHA) * _SELU_SCALE
 
 
+@autocast_op("prelu")
 def prelu(x: Tensor, weight: Tensor) -> Tensor:
     """``x`` where positive, ``weight * x`` elsewhere; ``weight`` has one value, or one per
     channel (dimension 1)."""

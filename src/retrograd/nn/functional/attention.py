@@ -15,6 +15,7 @@ from ...errors import (
     ShapeError,
 )
 from ...tensor import Tensor
+from ...tensor.autocasting import autocast_op
 from ...tensor.internal import (
     FLOAT_DTYPES,
     TensorOp,
@@ -32,6 +33,7 @@ from ._common import (
 _ATTENTION = TensorOp("scaled_dot_product_attention", kernel="attention")
 
 
+@autocast_op("scaled_dot_product_attention")
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,

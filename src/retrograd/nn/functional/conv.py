@@ -8,6 +8,7 @@ from ...errors import (
     ShapeError,
 )
 from ...tensor import Tensor
+from ...tensor.autocasting import autocast_op
 from ...tensor.complexes import complex as complex_of_parts
 from ...tensor.internal import (
     TensorOp,
@@ -127,6 +128,7 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
     return _unbatched(out, squeeze)
 
 
+@autocast_op("conv1d")
 def conv1d(
     x: Tensor,
     weight: Tensor,
@@ -146,6 +148,7 @@ def conv1d(
     return _conv("conv1d", 1, x, weight, bias, stride, padding, dilation, groups)
 
 
+@autocast_op("conv2d")
 def conv2d(
     x: Tensor,
     weight: Tensor,
@@ -165,6 +168,7 @@ def conv2d(
     return _conv("conv2d", 2, x, weight, bias, stride, padding, dilation, groups)
 
 
+@autocast_op("conv3d")
 def conv3d(
     x: Tensor,
     weight: Tensor,
@@ -236,6 +240,7 @@ def _conv_transpose(
     return _unbatched(out, squeeze)
 
 
+@autocast_op("conv_transpose1d")
 def conv_transpose1d(
     x: Tensor,
     weight: Tensor,
@@ -258,6 +263,7 @@ def conv_transpose1d(
     )
 
 
+@autocast_op("conv_transpose2d")
 def conv_transpose2d(
     x: Tensor,
     weight: Tensor,
@@ -274,6 +280,7 @@ def conv_transpose2d(
     )
 
 
+@autocast_op("conv_transpose3d")
 def conv_transpose3d(
     x: Tensor,
     weight: Tensor,

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import Tensor
+from ...tensor.autocasting import autocast_op
 from ...tensor.functions import row_distance
 from ...tensor.internal import normalize_dim, shape_text
 from ._common import _clamped_min, _float_input, _float_pair
@@ -126,6 +127,7 @@ def _triplet(
     return _reduce(losses, reduction)
 
 
+@autocast_op("triplet_margin_loss")
 def triplet_margin_loss(
     anchor: Tensor,
     positive: Tensor,
@@ -177,6 +179,7 @@ def triplet_margin_with_distance_loss(
 _COSINE_EMBEDDING_EPS = 1e-12  # torch's EPSILON, added to each squared magnitude
 
 
+@autocast_op("cosine_embedding_loss")
 def cosine_embedding_loss(
     input1: Tensor,
     input2: Tensor,

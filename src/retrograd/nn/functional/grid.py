@@ -35,6 +35,7 @@ import numpy as np
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, full, stack
 from ...tensor._dispatch import host_constant
+from ...tensor.autocasting import autocast_op
 from ...tensor.functions import where
 from ...tensor.internal import FLOAT_DTYPES, shape_text
 from ...tensor.spacing import torch_linspace
@@ -211,6 +212,7 @@ def _bicubic(flat, x, y, width, height, padding_mode, align) -> Tensor:
     return out
 
 
+@autocast_op("grid_sample")
 def grid_sample(
     input: Tensor,  # noqa: A002 (torch's name)
     grid: Tensor,

@@ -11,6 +11,7 @@ from ...errors import (
     ShapeError,
 )
 from ...tensor import Tensor
+from ...tensor.autocasting import autocast_op
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -42,6 +43,7 @@ def _complex_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return out if bias is None else out + bias
 
 
+@autocast_op("linear")
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias``, weight ``[out_features, in_features]`` as in PyTorch.
 
@@ -118,6 +120,7 @@ def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
 _LINEAR = TensorOp("linear")
 
 
+@autocast_op("bilinear")
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``y[..., o] = x1 @ weight[o] @ x2 + bias[o]``, weight ``[out, in1, in2]`` as torch's;
     the inputs ``[*, in1]`` and ``[*, in2]`` share their leading dimensions.

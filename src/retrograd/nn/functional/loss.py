@@ -18,6 +18,7 @@ from ...errors import (
     ShapeError,
 )
 from ...tensor import Tensor
+from ...tensor.autocasting import autocast_op
 from ...tensor.internal import (
     FLOAT_DTYPES,
     check_indices,
@@ -102,6 +103,7 @@ def _class_weights(
     return weight.reshape(tuple(shape))
 
 
+@autocast_op("cross_entropy")
 def cross_entropy(
     logits: Tensor,
     target: Tensor,
@@ -236,6 +238,7 @@ def _class_index_loss(
     return _reduce(losses, reduction, total)
 
 
+@autocast_op("nll_loss")
 def nll_loss(
     input: Tensor,  # noqa: A002  (PyTorch's name)
     target: Tensor,
@@ -273,6 +276,7 @@ def nll_loss(
     return _class_index_loss(fn, log_probs, target, weights, ignore_index, reduction, class_dim)
 
 
+@autocast_op("mse_loss")
 def mse_loss(
     x: Tensor,
     target: Tensor,
@@ -373,6 +377,7 @@ _BCE_EPS = 9.999999960041972e-13  # float(np.float32(1e-12))
 _HALF_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 
+@autocast_op("binary_cross_entropy")
 def binary_cross_entropy(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -443,6 +448,7 @@ def _edge_slope(wide: Tensor, target: Tensor, edge: Tensor, dtype: str) -> Tenso
     return slope.mask_fill(edge.logical_not(), 0.0)
 
 
+@autocast_op("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -466,6 +472,7 @@ def binary_cross_entropy_with_logits(
     return _reduce(_weighted(fn, losses, weight), reduction)
 
 
+@autocast_op("l1_loss")
 def l1_loss(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -482,6 +489,7 @@ def l1_loss(
     )
 
 
+@autocast_op("smooth_l1_loss")
 def smooth_l1_loss(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -509,6 +517,7 @@ def smooth_l1_loss(
     return _reduce(losses, reduction)
 
 
+@autocast_op("huber_loss")
 def huber_loss(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -537,6 +546,7 @@ def huber_loss(
     return _reduce(losses * _sample_weights(fn, x, weight, input_shape), reduction)
 
 
+@autocast_op("kl_div")
 def kl_div(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -562,6 +572,7 @@ def kl_div(
     return out
 
 
+@autocast_op("poisson_nll_loss")
 def poisson_nll_loss(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,

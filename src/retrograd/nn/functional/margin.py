@@ -17,6 +17,7 @@ import numpy as np
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor
 from ...tensor._dispatch import host_constant
+from ...tensor.autocasting import autocast_op
 from ...tensor.internal import check_indices, shape_text
 from ._common import _as_tensor, _float_input, _float_pair
 from .loss import _reduce, _reduction, _same_shape
@@ -38,6 +39,7 @@ def _class_numbers(x: Tensor, classes: int) -> Tensor:
     return host_constant(type(x)._result, np.arange(classes, dtype=np.int64), x.backend, x.device)
 
 
+@autocast_op("margin_ranking_loss")
 def margin_ranking_loss(
     input1: Tensor,
     input2: Tensor,
@@ -67,6 +69,7 @@ def margin_ranking_loss(
     return _reduce((-y * (x1 - x2) + margin).clamp_min(0.0), reduction)
 
 
+@autocast_op("hinge_embedding_loss")
 def hinge_embedding_loss(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -98,6 +101,7 @@ def _target_to_input_shape(fn: str, x: Tensor, target: Tensor) -> Tensor:
     return target.expand(x.shape)
 
 
+@autocast_op("soft_margin_loss")
 def soft_margin_loss(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -158,6 +162,7 @@ def _classes_input(fn: str, input: Any) -> Tensor:  # noqa: A002
     return x
 
 
+@autocast_op("multilabel_margin_loss")
 def multilabel_margin_loss(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -196,6 +201,7 @@ def multilabel_margin_loss(
     return _reduce(per_sample, reduction)
 
 
+@autocast_op("multi_margin_loss")
 def multi_margin_loss(
     input: Tensor,  # noqa: A002 (torch's name)
     target: Tensor,
@@ -245,6 +251,7 @@ def multi_margin_loss(
 _CTC_IMPOSSIBLE = -1e30  # log-probability of an unreachable state: finite, so gradients stay 0
 
 
+@autocast_op("ctc_loss")
 def ctc_loss(
     log_probs: Tensor,
     targets: Tensor,

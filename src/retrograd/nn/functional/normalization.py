@@ -15,6 +15,7 @@ from ...errors import (
     ShapeError,
 )
 from ...tensor import Tensor
+from ...tensor.autocasting import autocast_op
 from ...tensor.inplace import assign, write_out
 from ...tensor.internal import (
     TensorOp,
@@ -31,6 +32,7 @@ from ._common import (
 
 
 # -- normalization, dropout ------------------------------------------------------------------------
+@autocast_op("layer_norm")
 def layer_norm(
     x: Tensor,
     normalized_shape: int | Sequence[int],
@@ -525,6 +527,7 @@ def _affine_only(
     return out
 
 
+@autocast_op("group_norm")
 def group_norm(
     input: Tensor,  # noqa: A002 (PyTorch's name)
     num_groups: int,

@@ -19,6 +19,7 @@ from ...errors import (
 )
 from ...tensor import Tensor, cat, rand, zeros
 from ...tensor._dispatch import host_constant
+from ...tensor.autocasting import autocast_op
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -280,6 +281,7 @@ def adaptive_avg_pool2d(x: Tensor, output_size: int | Sequence[int | None]) -> T
     return _adaptive_avg_pool("adaptive_avg_pool2d", 2, x, output_size)
 
 
+@autocast_op("avg_pool3d")
 def avg_pool3d(
     x: Tensor,
     kernel_size: IntOrTuple,
@@ -308,6 +310,7 @@ def max_pool3d_with_indices(
     return _max_pool("max_pool3d", 3, x, kernel_size, stride, padding, dilation, ceil_mode)
 
 
+@autocast_op("max_pool3d")
 def max_pool3d(
     x: Tensor,
     kernel_size: IntOrTuple,
@@ -322,6 +325,7 @@ def max_pool3d(
     return (values, indices) if return_indices else values
 
 
+@autocast_op("adaptive_avg_pool3d")
 def adaptive_avg_pool3d(x: Tensor, output_size: int | Sequence[int | None]) -> Tensor:
     return _adaptive_avg_pool("adaptive_avg_pool3d", 3, x, output_size)
 
@@ -432,6 +436,7 @@ def adaptive_max_pool2d(x: Tensor, output_size: Any, return_indices: bool = Fals
     return _adaptive_max_pool("adaptive_max_pool2d", 2, x, output_size, return_indices)
 
 
+@autocast_op("adaptive_max_pool3d")
 def adaptive_max_pool3d(x: Tensor, output_size: Any, return_indices: bool = False) -> Tensor:
     """Maximum pooling of ``[N, C, D, H, W]`` (or ``[C, D, H, W]``) to ``output_size``."""
     return _adaptive_max_pool("adaptive_max_pool3d", 3, x, output_size, return_indices)
@@ -591,6 +596,7 @@ def max_unpool1d(
     return _max_unpool("max_unpool1d", 1, input, indices, kernel_size, stride, padding, output_size)
 
 
+@autocast_op("max_unpool2d")
 def max_unpool2d(
     input: Tensor,  # noqa: A002 (torch's name)
     indices: Tensor,
@@ -611,6 +617,7 @@ def max_unpool2d(
     return _max_unpool("max_unpool2d", 2, input, indices, kernel_size, stride, padding, output_size)
 
 
+@autocast_op("max_unpool3d")
 def max_unpool3d(
     input: Tensor,  # noqa: A002 (torch's name)
     indices: Tensor,
@@ -767,6 +774,7 @@ def fractional_max_pool2d_with_indices(
     )  # fmt: skip
 
 
+@autocast_op("fractional_max_pool2d")
 def fractional_max_pool2d(
     input: Tensor,  # noqa: A002 (torch's name)
     kernel_size: IntOrTuple,
@@ -806,6 +814,7 @@ def fractional_max_pool3d_with_indices(
     )  # fmt: skip
 
 
+@autocast_op("fractional_max_pool3d")
 def fractional_max_pool3d(
     input: Tensor,  # noqa: A002 (torch's name)
     kernel_size: IntOrTuple,

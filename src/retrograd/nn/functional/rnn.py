@@ -16,6 +16,7 @@ from typing import Any
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, cat, stack
+from ...tensor.autocasting import autocast_op
 from ...tensor.internal import TensorOp, apply, lift, shape_text, wrap
 from ._common import _float_input
 from .normalization import dropout as _dropout
@@ -102,6 +103,13 @@ def _check_same_dtype(name: str, x: Tensor, others: Sequence[tuple[str, Any]]) -
             )
 
 
+def _recurrent_kernel(mode: Any, *args: Any, **kwargs: Any) -> str:
+    """torch's kernel of a recurrence or a cell by ``mode`` (``"lstm"``, ``"gru_cell"``...),
+    by which autocast casts its arguments."""
+    return str(mode).lower()
+
+
+@autocast_op(_recurrent_kernel)
 def recurrent(
     mode: str,
     input: Tensor,  # noqa: A002  (PyTorch's name)
@@ -218,6 +226,7 @@ def _initial_states(
     return checked
 
 
+@autocast_op(lambda mode, *args, **kwargs: f"{str(mode).lower()}_cell")
 def recurrent_cell(
     mode: str,
     input: Tensor,  # noqa: A002  (PyTorch's name)

@@ -18,6 +18,7 @@ from ...errors import (
 )
 from ...tensor import Tensor, cat, full, stack
 from ...tensor._dispatch import host_constant
+from ...tensor.autocasting import autocast_op
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -300,8 +301,21 @@ def _positions(x: Tensor, indices: np.ndarray) -> Tensor:
 
 
 _PAD_MODES = {"constant": None, "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+_PAD_KERNELS = {"reflect": "reflection_pad", "replicate": "replication_pad"}
 
 
+def _pad_kernel(*args: Any, **kwargs: Any) -> str:
+    """torch's kernel for ``pad(input, pad, mode)`` (``reflection_pad2d``...), by which
+    autocast casts its input."""
+    amounts = kwargs.get("pad", args[1] if len(args) > 1 else None)
+    mode = kwargs.get("mode", args[2] if len(args) > 2 else "constant")
+    kernel = _PAD_KERNELS.get(mode) if isinstance(mode, str) else None
+    if kernel is None or not isinstance(amounts, Sequence):
+        return "pad"
+    return f"{kernel}{len(amounts) // 2}d"
+
+
+@autocast_op(_pad_kernel)
 def pad(
     input: Tensor,  # noqa: A002 (torch's name: ``F.pad(input=x, pad=...)``)
     pad: Sequence[int],
