@@ -29,8 +29,23 @@ def _checked(owner: str, index: Any, module: Any) -> Module | None:
     # None holds a place, as torch's add_module lets it (HRNet's fuse layers keep None on
     # their diagonal so that ``fuse_layers[i][j]`` lines up with branch ``j``)
     if module is not None and not isinstance(module, Module):
-        raise DTypeError(f"{owner}: item {index!r} is not a Module: {type(module).__name__}")
+        raise DTypeError(
+            f"{owner}: item {index!r} is not a Module: {type(module).__name__}"
+            + _einops_hint(module)
+        )
     return module
+
+
+def _einops_hint(module: Any) -> str:
+    """What to import instead of einops' torch layers (torch modules), which ports of
+    einops-using code meet first: retrograd's are its ``einops.layers.retrograd``."""
+    if type(module).__module__ != "einops.layers.torch":
+        return ""
+    name = type(module).__name__
+    return (
+        f" (einops.layers.torch's {name} is a torch.nn.Module: use "
+        f"`from einops.layers.retrograd import {name}`)"
+    )
 
 
 def _pairs(owner: str, given: Any) -> list[tuple[Any, Any]]:
