@@ -32,3 +32,28 @@ def test_a_special_function_loads_scipy_at_its_call():
     assert "scipy" in loaded_by(
         "import retrograd as rg; rg.tensor([0.5], backend=rg.NumpyBackend()).lgamma()"
     )
+
+
+def test_import_retrograd_does_not_import_einops():
+    assert "einops" not in loaded_by("import retrograd")
+
+
+@pytest.mark.parametrize(
+    "imports",
+    ["import retrograd as rg; import einops", "import einops; import retrograd as rg"],
+    ids=["retrograd-first", "einops-first"],
+)
+def test_einops_knows_retrograd_tensors_whichever_is_imported_first(imports):
+    """einops finds backends among the subclasses already defined: retrograd's is defined when
+    einops is imported after it (the watcher) and at once when einops came first."""
+    pytest.importorskip("einops")
+    probe = (
+        f"{imports}; from einops.layers.retrograd import Rearrange; "
+        "x = rg.tensor([[1.0, 2.0, 3.0]], backend=rg.NumpyBackend()); "
+        "print(einops.rearrange(x, 'a b -> b a').shape, Rearrange('a b -> (a b)')(x).shape)"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split("\n")[0] == "(3, 1) (3,)"
