@@ -365,9 +365,47 @@ def test_layer_errors_are_einops_own():
         Reduce("b c -> b", "median")
 
 
-def test_torchs_einops_layer_in_a_sequential_says_what_to_import():
-    with pytest.raises(rg.DTypeError, match=r"from einops\.layers\.retrograd import Rearrange"):
-        rg.nn.Sequential(torch_layers.Rearrange("b c -> c b"))
+def test_einops_torch_layers_given_to_modules_become_retrograds():
+    """A port keeping ``from einops.layers.torch import ...``: a Module given one of those
+    torch modules (attribute, container item, add_module) owns retrograd's layer instead."""
+    torch.manual_seed(1)
+    mix = torch_layers.EinMix("b n d -> b n e", weight_shape="d e", bias_shape="e", d=3, e=4)
+    mix.eval()
+    theirs = torch.nn.Sequential(
+        torch_layers.Rearrange("b (n d) -> b n d", d=3),
+        mix,
+        torch_layers.Reduce("b n e -> b e", "max"),
+    )
+
+    class Holder(rg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.split = torch_layers.Rearrange("b (n d) -> b n d", d=3)
+            self.layers = rg.nn.ModuleList([mix])
+            self.add_module("pool", torch_layers.Reduce("b n e -> b e", "max"))
+
+        def forward(self, x):
+            return self.pool(self.layers[0](self.split(x)))
+
+    values = RNG.standard_normal((2, 6)).astype(np.float32)
+    expected = theirs(torch.tensor(values)).detach().numpy()
+    for ours in (rg.nn.Sequential(*theirs), Holder()):
+        assert all(isinstance(m, rg.nn.Module) for m in ours.children())
+        assert [p.shape for p in ours.parameters()] == [p.shape for p in mix.parameters()]
+        for (name, p), t in zip(ours.named_parameters(), mix.parameters()):
+            np.testing.assert_array_equal(p.detach().numpy(), t.detach().numpy(), err_msg=name)
+        np.testing.assert_allclose(ours(rg.tensor(values)).numpy(), expected, rtol=1e-6)
+    # each keeps its training mode (mix was put in eval mode)
+    assert [m.training for m in rg.nn.Sequential(*theirs).children()] == [True, False, True]
+    assert not Holder().layers[0].training
+
+
+def test_a_subclass_of_an_einops_torch_layer_is_not_converted():
+    class Mine(torch_layers.Rearrange):
+        pass
+
+    with pytest.raises(rg.DTypeError, match="is not a Module: Mine"):
+        rg.nn.Sequential(Mine("b c -> c b"))
 
 
 def test_the_backend_reports_itself():

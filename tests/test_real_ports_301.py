@@ -13,7 +13,9 @@ a vision transformer written with einops.
   ``F.cross_entropy``) on drawn images, with a cosine schedule and ``clip_grad_norm_``.
 
 The lines changed: the imports (``torch`` is retrograd; einops' layer comes from
-``einops.layers.retrograd``, einops' name for retrograd's layers) and the gradient lines.
+``einops.layers.retrograd``, einops' name for retrograd's layers; or, in the ``torch_layers_kept``
+run, ``from einops.layers.torch import Rearrange`` stays and the ``nn.Sequential`` owns
+retrograd's layer made from torch's) and the gradient lines.
 ``from einops import rearrange, repeat`` is unchanged: einops takes retrograd tensors. The
 weights are torch's (``initialize``); dropout is 0 (each library draws its own masks).
 """
@@ -204,15 +206,24 @@ VIT_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("pool", ["cls", "mean"])
-def test_vit_trains_as_torch(capsys, pool):
+#: The port that keeps ``from einops.layers.torch import Rearrange`` (the layers are torch
+#: modules): retrograd's modules own retrograd's layer made from each one they are given.
+VIT_STEPS_KEEPING_TORCH_LAYERS = [step for step in VIT_STEPS if "einops" not in step[0]]
+
+
+@pytest.mark.parametrize(
+    ("pool", "layers"),
+    [("cls", "retrograd"), ("mean", "retrograd"), ("cls", "torch")],
+    ids=["cls", "mean", "cls-torch_layers_kept"],
+)
+def test_vit_trains_as_torch(capsys, pool, layers):
     rng = np.random.default_rng(301)
     batches = [
         (rng.standard_normal((4, 3, 16, 16)).astype(np.float32), rng.integers(0, 5, 4))
         for _ in range(4)
     ]
     (theirs, ours), logs = runs_with_draws(
-        VIT_SOURCE, VIT_STEPS, capsys, 3010,
+        VIT_SOURCE, VIT_STEPS if layers == "retrograd" else VIT_STEPS_KEEPING_TORCH_LAYERS, capsys, 3010,
         pool=pool, batches=batches, initialize=initializer(), params_of=params_of,
     )  # fmt: skip
     assert logs[0] == logs[1]

@@ -16,7 +16,8 @@ a diffusion U-Net written with einops.
   drawn 8x8 images, noise and timesteps, with Adam.
 
 The lines changed: the imports (``torch`` is retrograd; einops' layer comes from
-``einops.layers.retrograd``) and the gradient lines. The weights are torch's
+``einops.layers.retrograd``, or, in the ``torch_layers_kept`` run, stays einops' torch layer,
+which the ``nn.Sequential`` of ``Downsample`` converts) and the gradient lines. The weights are torch's
 (``initialize``); dropout is 0.
 """
 
@@ -495,8 +496,15 @@ UNET_STEPS = [
     ("    loss.backward()\n    opt.step()\n", "    grads = loss.backward()\n    opt.step(grads)\n"),
 ]
 
+#: The port that keeps ``from einops.layers.torch import Rearrange`` (the layers are torch
+#: modules): retrograd's modules own retrograd's layer made from each one they are given.
+UNET_STEPS_KEEPING_TORCH_LAYERS = [step for step in UNET_STEPS if "einops" not in step[0]]
 
-def test_diffusion_unet_trains_as_torch(capsys):
+
+@pytest.mark.parametrize(
+    "layers", ["retrograd", "torch"], ids=["retrograd_layers", "torch_layers_kept"]
+)
+def test_diffusion_unet_trains_as_torch(capsys, layers):
     rng = np.random.default_rng(302)
     batches = [
         (
@@ -507,7 +515,7 @@ def test_diffusion_unet_trains_as_torch(capsys):
         for _ in range(3)
     ]
     (theirs, ours), logs = runs_with_draws(
-        UNET_SOURCE, UNET_STEPS, capsys, 3020,
+        UNET_SOURCE, UNET_STEPS if layers == "retrograd" else UNET_STEPS_KEEPING_TORCH_LAYERS, capsys, 3020,
         batches=batches, initialize=initializer(), params_of=params_of,
     )  # fmt: skip
     assert logs[0] == logs[1]

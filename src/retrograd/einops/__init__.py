@@ -12,9 +12,10 @@ as do ``reduce``, ``repeat``, ``einsum``, ``pack``/``unpack``, ``parse_shape`` a
 
 The layers (``Rearrange``, ``Reduce``, ``EinMix``: ``rg.nn`` modules) are
 :mod:`retrograd.einops.layers`, also importable as ``einops.layers.retrograd`` (the watcher
-serves that name), so a port changes ``from einops.layers.torch import Rearrange`` to ``from
-einops.layers.retrograd import Rearrange``: ``torch`` replaced by ``retrograd``, as every other
-torch name maps.
+serves that name): ``torch`` replaced by ``retrograd``, as every other torch name maps. A port
+that keeps ``from einops.layers.torch import Rearrange`` works too where the layer is given to
+a Module (an attribute, a ``Sequential`` item): the Module owns retrograd's layer made from it
+(:func:`retrograd.einops.layers.from_torch_layer`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import importlib.machinery
 import sys
 from types import ModuleType
 from typing import Any
+
+from ..nn.modules.module import Module, register_foreign_modules
 
 #: The einops module after whose execution retrograd's backend is defined.
 BACKENDS_MODULE = "einops._backends"
@@ -85,9 +88,19 @@ class EinopsWatcher:
         return None
 
 
+def _from_torch_layer(layer: Any) -> Module | None:
+    """:func:`retrograd.einops.layers.from_torch_layer`, imported at its first call (an einops
+    layer exists only once einops has been imported whole)."""
+    from .layers import from_torch_layer
+
+    return from_torch_layer(layer)
+
+
 def register_with_einops() -> None:
     """Make einops know retrograd tensors: at once if einops is imported already, else when
-    it is (one watcher per process, however often this runs)."""
+    it is (one watcher per process, however often this runs); and make a Module given one of
+    einops' torch layers own retrograd's instead."""
+    register_foreign_modules("einops.layers.torch", _from_torch_layer)
     if BACKENDS_MODULE in sys.modules:
         importlib.import_module("retrograd.einops.backend")
     # a watcher of an earlier import of this module (importlib.reload) counts as one

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import numpy as np
 from einops.layers import RearrangeMixin, ReduceMixin
 from einops.layers._einmix import _EinmixMixin
 
 from ..nn import Module, Parameter
-from ..tensor import Tensor, zeros
+from ..tensor import Tensor, tensor, zeros
 from ..tensor.functions import einsum
 
-__all__ = ["EinMix", "Rearrange", "Reduce"]
+__all__ = ["EinMix", "Rearrange", "Reduce", "from_torch_layer"]
 
 
 class Rearrange(RearrangeMixin, Module):
@@ -74,3 +75,27 @@ class EinMix(_EinmixMixin, Module):
         if self.post_rearrange is not None:
             result = self.post_rearrange(result)
         return result
+
+
+def from_torch_layer(layer: Any) -> Module | None:
+    """retrograd's layer for one of ``einops.layers.torch`` (a ``torch.nn.Module``): the same
+    pattern, reduction and axis lengths, ``EinMix``'s weights copied, the same training mode;
+    ``None`` for a class of that module that is not a layer."""
+    name = type(layer).__name__
+    if name == "Rearrange":
+        converted: Module = Rearrange(layer.pattern, **layer.axes_lengths)
+    elif name == "Reduce":
+        converted = Reduce(layer.pattern, layer.reduction, **layer.axes_lengths)
+    elif name == "EinMix":
+        converted = EinMix(
+            layer.pattern, layer.weight_shape, layer.bias_shape, **layer.axes_lengths
+        )
+        converted.load_state_dict(
+            {
+                key: tensor(np.asarray(value.detach().cpu()))
+                for key, value in layer.state_dict().items()
+            }
+        )
+    else:
+        return None
+    return converted.train(layer.training)
