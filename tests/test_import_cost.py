@@ -57,3 +57,23 @@ def test_einops_knows_retrograd_tensors_whichever_is_imported_first(imports):
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.split("\n")[0] == "(3, 1) (3,)"
+
+
+def test_einops_still_imports_when_retrograds_backend_cannot_register():
+    """A failure in retrograd's glue warns; it does not break ``import einops`` for the
+    frameworks einops serves without retrograd."""
+    pytest.importorskip("einops")
+    probe = (
+        "import sys, warnings; import retrograd; sys.modules['retrograd.einops.backend'] = None\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always'); import einops, numpy\n"
+        "print(einops.rearrange(numpy.zeros((2, 3)), 'a b -> b a').shape)\n"
+        "print([str(w.message) for w in caught if 'einops backend' in str(w.message)])"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    shape, warned = completed.stdout.splitlines()
+    assert shape == "(3, 2)"
+    assert "retrograd could not register its einops backend (ModuleNotFoundError" in warned

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import sys
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -46,7 +47,15 @@ class _RegisteringLoader:
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
-        importlib.import_module("retrograd.einops.backend")
+        try:
+            importlib.import_module("retrograd.einops.backend")
+        except Exception as error:  # einops stays usable for its other frameworks
+            warnings.warn(
+                f"retrograd could not register its einops backend ({type(error).__name__}: "
+                f"{error}); einops will not take retrograd tensors",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
