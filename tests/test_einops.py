@@ -9,6 +9,8 @@ messages) or from central finite differences in float64; the layers are compared
 from __future__ import annotations
 
 import copy
+import importlib.util
+import logging
 import pickle
 import re
 
@@ -415,3 +417,54 @@ def test_the_backend_reports_itself():
     assert einops._backends.get_backend(torch.zeros(2)).framework_name == "torch"
     assert backend.is_float_type(rg.zeros(2, dtype=rg.float64))
     assert not backend.is_float_type(rg.zeros(2, dtype=rg.int32))
+
+
+# -- einops' own tests -----------------------------------------------------------------------------
+
+#: einops' tests of imperative backends (shipped in its wheel, ``einops/tests``) that compare a
+#: backend with NumPy; left out: those reading ``tensor.grad`` after ``backward()`` (torch's
+#: form: retrograd's ``backward()`` returns the gradients, compared with torch's above) and
+#: those naming the frameworks they run on.
+EINOPS_OWN_TESTS = [
+    ("test_ops", "test_ellipsis_ops_imperative"),
+    ("test_ops", "test_reduction_imperatives"),
+    ("test_ops", "test_reduction_stress_imperatives"),
+    ("test_ops", "test_enumerating_directions"),
+    ("test_ops", "test_concatenations_and_stacking"),
+    ("test_ops", "test_tiling_imperatives"),
+    ("test_ops", "test_repeat_imperatives"),
+    ("test_ops", "test_reduction_imperatives_booleans"),
+    ("test_packing", "test_pack_unpack_against_numpy"),
+    ("test_einsum", "test_functional"),
+]
+
+
+@pytest.mark.parametrize(("module", "name"), EINOPS_OWN_TESTS)
+def test_einops_own_tests_pass_on_retrograd(monkeypatch, module, name):
+    """Each runs on retrograd's backend alone: einops' test helpers are patched to return it,
+    and the test module is loaded privately (not into ``sys.modules``) under that patch."""
+    from retrograd.einops.backend import RetrogradBackend
+
+    # einops.tests silences two loggers of the process as it is imported: not for the others
+    loggers = {log: logging.getLogger(log).disabled for log in ("tensorflow", "matplotlib")}
+    import einops.tests as suite
+
+    for logger, disabled in loggers.items():
+        logging.getLogger(logger).disabled = disabled
+
+    handed_out = []
+
+    def retrograd_only(symbolic: bool = False, layers: bool = False) -> list:
+        backends = [] if symbolic else [RetrogradBackend()]
+        handed_out.extend(backends)
+        return backends
+
+    monkeypatch.setattr(suite, "collect_test_backends", retrograd_only)
+    spec = importlib.util.find_spec(f"einops.tests.{module}")
+    tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tests)
+    if hasattr(tests, "valid_backends_functional"):  # einsum's tests name the frameworks
+        tests.valid_backends_functional.append("retrograd")
+    getattr(tests, name)()
+    # the backends a test loops over: asked for at its call or, by test_ops, at its import
+    assert handed_out, f"einops' {name} did not ask for a backend"
