@@ -189,7 +189,7 @@ class Module:
             object.__setattr__(self, name, value)
             return
         params, buffers, modules = state["_parameters"], state["_buffers"], state["_modules"]
-        if _FOREIGN_MODULES:
+        if type(value).__module__ in _FOREIGN_MODULES:
             value = adopted(value)
         # A name re-assigned keeps its place in its registry (torch's): ``children()``,
         # ``state_dict()`` and ``Sequential(*list(m.children())[:-1])`` see the old order.
