@@ -59,14 +59,19 @@ def test_einops_knows_retrograd_tensors_whichever_is_imported_first(imports):
     assert completed.stdout.split("\n")[0] == "(3, 1) (3,)"
 
 
-def test_einops_still_imports_when_retrograds_backend_cannot_register():
-    """A failure in retrograd's glue warns; it does not break ``import einops`` for the
-    frameworks einops serves without retrograd."""
+@pytest.mark.parametrize(
+    "imports",
+    ["import retrograd; import einops", "import einops; import retrograd"],
+    ids=["retrograd-first", "einops-first"],
+)
+def test_a_backend_that_cannot_register_warns_and_breaks_no_import(imports):
+    """A failure in retrograd's glue warns; neither ``import einops`` (for the frameworks
+    einops serves without retrograd) nor ``import retrograd`` fails for it."""
     pytest.importorskip("einops")
     probe = (
-        "import sys, warnings; import retrograd; sys.modules['retrograd.einops.backend'] = None\n"
+        "import sys, warnings, numpy; sys.modules['retrograd.einops.backend'] = None\n"
         "with warnings.catch_warnings(record=True) as caught:\n"
-        "    warnings.simplefilter('always'); import einops, numpy\n"
+        f"    warnings.simplefilter('always'); {imports}\n"
         "print(einops.rearrange(numpy.zeros((2, 3)), 'a b -> b a').shape)\n"
         "print([str(w.message) for w in caught if 'einops backend' in str(w.message)])"
     )

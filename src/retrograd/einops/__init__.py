@@ -35,6 +35,20 @@ BACKENDS_MODULE = "einops._backends"
 LAYERS_ALIAS = "einops.layers.retrograd"
 
 
+def _define_backend() -> None:
+    """Run :mod:`retrograd.einops.backend` (which defines retrograd's einops backend); a
+    failure warns, so that neither ``import einops`` nor ``import retrograd`` fails for it."""
+    try:
+        importlib.import_module("retrograd.einops.backend")
+    except Exception as error:  # einops stays usable for its other frameworks
+        warnings.warn(
+            f"retrograd could not register its einops backend ({type(error).__name__}: "
+            f"{error}); einops will not take retrograd tensors",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 class _RegisteringLoader:
     """The loader of ``einops._backends``, which after running the module defines retrograd's
     backend; every other attribute is the wrapped loader's (``get_source``, resources...)."""
@@ -47,15 +61,7 @@ class _RegisteringLoader:
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
-        try:
-            importlib.import_module("retrograd.einops.backend")
-        except Exception as error:  # einops stays usable for its other frameworks
-            warnings.warn(
-                f"retrograd could not register its einops backend ({type(error).__name__}: "
-                f"{error}); einops will not take retrograd tensors",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        _define_backend()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
@@ -111,7 +117,7 @@ def register_with_einops() -> None:
     einops' torch layers own retrograd's instead."""
     register_foreign_modules("einops.layers.torch", _from_torch_layer)
     if BACKENDS_MODULE in sys.modules:
-        importlib.import_module("retrograd.einops.backend")
+        _define_backend()
     # a watcher of an earlier import of this module (importlib.reload) counts as one
     if not any(type(finder).__name__ == EinopsWatcher.__name__ for finder in sys.meta_path):
         sys.meta_path.insert(0, EinopsWatcher())
