@@ -125,6 +125,9 @@ LAYERS = {
     "counting": 7,
     # torch.library: custom ops over autograd.Function (layer 5)
     "library": 6,
+    # einops' backend and layers for retrograd tensors (over the tensor API and nn); imported
+    # by einops' own import, through the watcher that rg installs
+    "einops": 7,
     "capture": 8,  # records and replays whole steps: forward, backward and optimizer
     "__init__": 9,  # the public namespace ``rg``
     "app": 10,

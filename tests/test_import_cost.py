@@ -32,3 +32,53 @@ def test_a_special_function_loads_scipy_at_its_call():
     assert "scipy" in loaded_by(
         "import retrograd as rg; rg.tensor([0.5], backend=rg.NumpyBackend()).lgamma()"
     )
+
+
+def test_import_retrograd_does_not_import_einops():
+    assert "einops" not in loaded_by("import retrograd")
+
+
+@pytest.mark.parametrize(
+    "imports",
+    ["import retrograd as rg; import einops", "import einops; import retrograd as rg"],
+    ids=["retrograd-first", "einops-first"],
+)
+def test_einops_knows_retrograd_tensors_whichever_is_imported_first(imports):
+    """einops finds backends among the subclasses already defined: retrograd's is defined when
+    einops is imported after it (the watcher) and at once when einops came first."""
+    pytest.importorskip("einops")
+    probe = (
+        f"{imports}; from einops.layers.retrograd import Rearrange; "
+        "x = rg.tensor([[1.0, 2.0, 3.0]], backend=rg.NumpyBackend()); "
+        "print(einops.rearrange(x, 'a b -> b a').shape, Rearrange('a b -> (a b)')(x).shape)"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split("\n")[0] == "(3, 1) (3,)"
+
+
+@pytest.mark.parametrize(
+    "imports",
+    ["import retrograd; import einops", "import einops; import retrograd"],
+    ids=["retrograd-first", "einops-first"],
+)
+def test_a_backend_that_cannot_register_warns_and_breaks_no_import(imports):
+    """A failure in retrograd's glue warns; neither ``import einops`` (for the frameworks
+    einops serves without retrograd) nor ``import retrograd`` fails for it."""
+    pytest.importorskip("einops")
+    probe = (
+        "import sys, warnings, numpy; sys.modules['retrograd.einops.backend'] = None\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        f"    warnings.simplefilter('always'); {imports}\n"
+        "print(einops.rearrange(numpy.zeros((2, 3)), 'a b -> b a').shape)\n"
+        "print([str(w.message) for w in caught if 'einops backend' in str(w.message)])"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    shape, warned = completed.stdout.splitlines()
+    assert shape == "(3, 2)"
+    assert "retrograd could not register its einops backend (ModuleNotFoundError" in warned

@@ -576,3 +576,9 @@ _guard_namespace(
 from . import module_paths as _module_paths  # noqa: E402
 
 _module_paths.install(_sys.modules[__name__])
+
+# einops' operations and layers on retrograd tensors (einops/__init__.py): its backend is
+# defined when einops is imported (at once if it is already), without importing einops here
+from . import einops as _einops  # noqa: E402
+
+_einops.register_with_einops()

@@ -20,7 +20,7 @@ from ...errors import (
 from ...tensor import Tensor
 from ...tensor.functions import typename
 from ..parameter import Parameter
-from .module import Module
+from .module import Module, adopted
 
 __all__ = ["ModuleDict", "ModuleList", "ParameterDict", "ParameterList", "Sequential"]
 
@@ -28,6 +28,7 @@ __all__ = ["ModuleDict", "ModuleList", "ParameterDict", "ParameterList", "Sequen
 def _checked(owner: str, index: Any, module: Any) -> Module | None:
     # None holds a place, as torch's add_module lets it (HRNet's fuse layers keep None on
     # their diagonal so that ``fuse_layers[i][j]`` lines up with branch ``j``)
+    module = adopted(module)
     if module is not None and not isinstance(module, Module):
         raise DTypeError(f"{owner}: item {index!r} is not a Module: {type(module).__name__}")
     return module

@@ -131,6 +131,30 @@ class _CalledWithoutModule:
         return self.hook(*state_args)
 
 
+#: Converters of other libraries' modules into retrograd's, by the module that defines the
+#: converted class: a library's glue registers one (``retrograd.einops``: einops' torch layers,
+#: which ported code builds unchanged), and a Module given such an object, as an attribute or a
+#: container item, owns the converted module instead. Each returns ``None`` for a class it does
+#: not know.
+_FOREIGN_MODULES: dict[str, Callable[[Any], Module | None]] = {}
+
+
+def register_foreign_modules(defining_module: str, convert: Callable[[Any], Module | None]) -> None:
+    """Convert, from now on, the objects of the classes of ``defining_module`` (exactly: not
+    of subclasses defined elsewhere) that a Module is given into what ``convert`` returns."""
+    _FOREIGN_MODULES[defining_module] = convert
+
+
+def adopted(value: Any) -> Any:
+    """``value``, or the retrograd module converted from it when its class's module has a
+    converter registered (:func:`register_foreign_modules`) that knows it."""
+    convert = _FOREIGN_MODULES.get(type(value).__module__)
+    if convert is None:
+        return value
+    converted = convert(value)
+    return value if converted is None else converted
+
+
 class Module:
     """Base class of layers and models.
 
@@ -165,6 +189,8 @@ class Module:
             object.__setattr__(self, name, value)
             return
         params, buffers, modules = state["_parameters"], state["_buffers"], state["_modules"]
+        if type(value).__module__ in _FOREIGN_MODULES:
+            value = adopted(value)
         # A name re-assigned keeps its place in its registry (torch's): ``children()``,
         # ``state_dict()`` and ``Sequential(*list(m.children())[:-1])`` see the old order.
         if isinstance(value, Parameter):
@@ -294,6 +320,7 @@ class Module:
     def register_module(self, name: str, module: Module | None) -> None:
         """Own ``module`` as the sub-module ``name`` (as assigning it does)."""
         self._check_name("register_module", name, "_modules")
+        module = adopted(module)
         if module is not None and not isinstance(module, Module):
             raise DTypeError(f"register_module: {name!r} is not a Module: {_describe(module)}")
         self._forget(name, keep="_modules")
