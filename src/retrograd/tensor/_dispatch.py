@@ -53,6 +53,7 @@ from ..device import CPU0, Device
 from ..errors import (
     ArgumentTypeError,
     AutodiffError,
+    InnerOperandError,
     DTypeError,
     InvalidArgumentError,
     RetrogradError,
@@ -94,6 +95,7 @@ __all__ = [
     "int_argument",
     "int_arguments",
     "int_dims",
+    "joined",
     "lift",
     "no_generator",
     "normalize_dim",
@@ -610,13 +612,46 @@ def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
         return type(t)._result(backend.wrap(t._prim), backend, t._device)
     if source.is_autodiff and source.inner == backend:
         if source.is_tracked(t._prim) and is_grad_enabled():  # its inner value would lose it
-            raise AutodiffError(
+            # the public entry the user called runs again on ``source`` (errors.guard)
+            raise InnerOperandError(
                 f"{op}: a tensor that requires grad ({shape_text(t.shape)} {t.dtype}) cannot"
                 f" join a tensor of {backend!r}, which records no graph; make that one a"
-                f" tensor of {source!r} first (rg.Tensor.from_inner(t, backend=...))"
+                f" tensor of {source!r} first (rg.Tensor.from_inner(t, backend=...))",
+                functools.partial(_rejoined, source),
             )
         return type(t)._result(source.inner_value(t._prim), backend, t._device)
     raise RetrogradError(f"{op}: cannot combine tensors of {source!r} and {backend!r}")
+
+
+def _rejoined(decorator: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """``args`` and ``kwargs`` of an op with their tensors of ``decorator``'s inner backend
+    lifted onto ``decorator`` as constants (in lists, tuples, dicts and ``(values, indices)``
+    pairs too; never ``out=``, which the op writes into); ``None`` where there are none.
+    torch records an op of a tensor that requires grad and a plain one (a gradient) with the
+    plain one as a constant: so does the op run again on these."""
+    inner = decorator.inner
+    lifted_any = False
+
+    def lifted(value: Any) -> Any:
+        nonlocal lifted_any
+        if isinstance(value, TensorBase):
+            source = value._backend
+            if source is decorator or source.is_autodiff or source != inner:
+                return value
+            lifted_any = True
+            return type(value)._result(decorator.wrap(value._prim), decorator, value._device)
+        if isinstance(value, ValuesAndIndices):
+            return type(value)(lifted(value.values), lifted(value.indices))
+        kind = type(value)
+        if kind is list or kind is tuple:
+            return kind(lifted(item) for item in value)
+        if kind is dict:
+            return {key: lifted(item) for key, item in value.items()}
+        return value
+
+    new_args = tuple(lifted(value) for value in args)
+    new_kwargs = {key: value if key == "out" else lifted(value) for key, value in kwargs.items()}
+    return (new_args, new_kwargs) if lifted_any else None
 
 
 def lift(reference: TensorBase, value: Any, op: str) -> Any:
@@ -649,14 +684,19 @@ def lift(reference: TensorBase, value: Any, op: str) -> Any:
     raise DTypeError(f"{op}: cannot combine a tensor with {type(value).__name__}")
 
 
+def joined(a: TensorBase, b: Any, op: str) -> tuple[Any, Any]:
+    """Tensor ``a`` and ``b`` (lifted with :func:`lift`) on one backend: an inner-backend
+    tensor with one of its autodiff decorator's goes onto the decorator, whichever comes
+    first, so that the result is recorded (``x_inner + w`` and ``G @ w`` keep w's gradient)."""
+    if isinstance(b, TensorBase) and b._backend.is_autodiff and not a._backend.is_autodiff:
+        a = on_backend(a, b._backend, op)
+    return a, lift(a, b, op)
+
+
 def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
     """Tensor ``a`` and ``b`` (lifted with :func:`lift`) on one backend, in one dtype: the
     wider of the two, and a float dtype when ``floats`` (ints and bools: the default one)."""
-    if isinstance(b, TensorBase) and b._backend.is_autodiff and not a._backend.is_autodiff:
-        # an inner-backend tensor with one of its autodiff decorator's: the result is
-        # recorded, whichever comes first (``x_inner + w`` keeps w's gradient)
-        a = on_backend(a, b._backend, op)
-    b = lift(a, b, op)
+    a, b = joined(a, b, op)
     backend = b._backend
     target = backend.dtype(a._prim)
     b_dtype = backend.dtype(b._prim)
