@@ -500,3 +500,21 @@ def test_a_tensor_of_an_unrelated_backend_is_still_refused():
     ):
         with pytest.raises(rg.RetrogradError, match="cannot combine tensors of"):
             call(rg.tensor(_RIGHT, dtype="float64", backend=unrelated))
+
+
+def test_inner_running_statistics_are_updated_once_in_place():
+    # batch_norm writes its running statistics into the inner tensors given, once, as torch
+    w, gradient = _pair()
+    mean, var = rg.zeros(3, dtype="float64").inner(), rg.ones(3, dtype="float64").inner()
+    out = F.batch_norm(gradient, mean, var, weight=w[0], bias=w[1], training=True)
+    assert out.requires_grad
+    assert mean._backend == _backend().inner
+    grads = (out * out).sum().backward()
+    tw, tg = _torch_pair()
+    tmean, tvar = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    theirs = torch.nn.functional.batch_norm(tg, tmean, tvar, tw[0], tw[1], training=True)
+    (theirs * theirs).sum().backward()
+    np.testing.assert_allclose(out.detach().numpy(), theirs.detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(mean.numpy(), tmean.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(var.numpy(), tvar.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(w.grad(grads).numpy(), tw.grad.numpy(), rtol=1e-8, atol=1e-12)

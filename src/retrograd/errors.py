@@ -105,11 +105,15 @@ class InnerOperandError(AutodiffError):
     graph), it reaches the user as the ``AutodiffError`` it is."""
 
     def __init__(
-        self, message: str, rejoin: Callable[[tuple, dict], tuple[tuple, dict] | None]
+        self,
+        message: str,
+        rejoin: Callable[[tuple, dict], tuple[tuple, dict, Callable[[str], None]] | None],
     ) -> None:
         super().__init__(message)
-        #: ``(args, kwargs)`` with the inner-backend tensors among them (in lists, tuples and
-        #: dicts too) lifted onto the decorator; ``None`` where there is none to lift
+        #: ``(args, kwargs, write_back)``: the arguments with the inner-backend tensors among
+        #: them (in lists, tuples and dicts too) lifted onto the decorator, and what to call
+        #: with the op's name once the op ran on them (it writes back into the inner tensors
+        #: what the op wrote into their copies); ``None`` where there is none to lift
         self.rejoin = rejoin
 
 
@@ -422,7 +426,10 @@ def guard(
                 if refusal.args and isinstance(refusal.args[0], str) and op not in refusal.args[0]:
                     refusal.args = (f"{op}: {refusal.args[0]}", *refusal.args[1:])
                 raise
-            return guarded(*retry[0], **retry[1])
+            lifted_args, lifted_kwargs, write_back = retry
+            result = guarded(*lifted_args, **lifted_kwargs)
+            write_back(op)
+            return result
         except RetrogradError as error:
             # raised by an op this one called (``all`` calls ``sum``): named after both
             if error.args and isinstance(error.args[0], str) and op not in error.args[0]:

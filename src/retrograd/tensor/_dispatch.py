@@ -53,8 +53,8 @@ from ..device import CPU0, Device
 from ..errors import (
     ArgumentTypeError,
     AutodiffError,
-    InnerOperandError,
     DTypeError,
+    InnerOperandError,
     InvalidArgumentError,
     RetrogradError,
     ShapeError,
@@ -623,23 +623,26 @@ def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
     raise RetrogradError(f"{op}: cannot combine tensors of {source!r} and {backend!r}")
 
 
-def _rejoined(decorator: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+def _rejoined(decorator: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict, Any] | None:
     """``args`` and ``kwargs`` of an op with their tensors of ``decorator``'s inner backend
     lifted onto ``decorator`` as constants (in lists, tuples, dicts and ``(values, indices)``
-    pairs too; never ``out=``, which the op writes into); ``None`` where there are none.
+    pairs too; never ``out=``, which the op writes into), and the function to call once the op
+    has run on them: it writes back into each inner tensor what the op wrote into its lifted
+    copy (``batch_norm``'s running statistics); ``None`` where there is no tensor to lift.
     torch records an op of a tensor that requires grad and a plain one (a gradient) with the
     plain one as a constant: so does the op run again on these."""
     inner = decorator.inner
-    lifted_any = False
+    copies: list[tuple[Any, Any, Any]] = []  # (inner tensor, its lifted copy, copy's primitive)
 
     def lifted(value: Any) -> Any:
-        nonlocal lifted_any
         if isinstance(value, TensorBase):
             source = value._backend
             if source is decorator or source.is_autodiff or source != inner:
                 return value
-            lifted_any = True
-            return type(value)._result(decorator.wrap(value._prim), decorator, value._device)
+            prim = decorator.wrap(value._prim)
+            copy = type(value)._result(prim, decorator, value._device)
+            copies.append((value, copy, prim))
+            return copy
         if isinstance(value, ValuesAndIndices):
             return type(value)(lifted(value.values), lifted(value.indices))
         kind = type(value)
@@ -651,7 +654,22 @@ def _rejoined(decorator: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] |
 
     new_args = tuple(lifted(value) for value in args)
     new_kwargs = {key: value if key == "out" else lifted(value) for key, value in kwargs.items()}
-    return (new_args, new_kwargs) if lifted_any else None
+    if not copies:
+        return None
+
+    def write_back(op: str) -> None:
+        for original, copy, prim in copies:
+            if copy._prim is prim:  # (nothing written, or written into the shared buffer)
+                continue
+            if decorator.is_tracked(copy._prim) and is_grad_enabled():
+                raise AutodiffError(
+                    f"{op}: wrote a value that requires grad into a tensor of {inner!r}, which"
+                    f" records no graph; make that one a tensor of {decorator!r} first"
+                    " (rg.Tensor.from_inner(t, backend=...))"
+                )
+            original.copy_(untracked(copy))
+
+    return new_args, new_kwargs, write_back
 
 
 def lift(reference: TensorBase, value: Any, op: str) -> Any:
