@@ -371,6 +371,30 @@ _INDEXED = {
         g.log(), x.softmax(1), reduction="batchmean"
     ),
     "maximum_function": lambda x, g: _lib(x).max(g, x),
+    "masked_fill_inner_value": lambda x, g: x.masked_fill(x > 1.0, g[0, 0]),
+    # the gradient receives the tracked values (torch's out-of-place ops: a result in the graph)
+    "masked_fill_into_gradient": lambda x, g: g.masked_fill(g > 3.0, x[0, 0]),
+    "index_fill_into_gradient": lambda x, g: g.index_fill(0, _index(x, [1]), x[0, 0]),
+    "index_add_into_gradient": lambda x, g: g.index_add(0, _index(x, [2, 0]), x[:2]),
+    "index_copy_into_gradient": lambda x, g: g.index_copy(0, _index(x, [2, 0]), x[:2]),
+    "scatter_into_gradient": lambda x, g: g.scatter(1, _index(x, [[0], [2], [1]]), x[:, :1]),
+    "scatter_reduce_into_gradient": lambda x, g: g.scatter_reduce(
+        1, _index(x, [[0], [2], [1]]), x[:, :1], "amax"
+    ),
+    "masked_scatter_into_gradient": lambda x, g: g.masked_scatter(g > 3.0, x),
+    "index_put_into_gradient": lambda x, g: g.index_put((_index(x, [1, 2]),), x[:2]),
+    "put_into_gradient": lambda x, g: g.put(_index(x, [0, 4]), x[0, :2]),
+    "diagonal_scatter_into_gradient": lambda x, g: _lib(x).diagonal_scatter(g, x[0]),
+    "select_scatter_into_gradient": lambda x, g: _lib(x).select_scatter(g, x[1], 0, 2),
+    "where_gradient_first": lambda x, g: g.where(g > 3.0, x),
+    "take_along_dim_times": lambda x, g: (
+        _lib(x).take_along_dim(g, _index(x, [[0], [2], [1]]), 1) * x
+    ),
+    "layer_norm": lambda x, g: _lib(x).nn.functional.layer_norm(g, (3,), x[0], x[1]),
+    "group_norm": lambda x, g: _lib(x).nn.functional.group_norm(g[None], 3, x[0], x[1]),
+    "embedding": lambda x, g: _lib(x).nn.functional.embedding(_index(x, [0, 2]), x) * g[:2],
+    "conv2d": lambda x, g: _lib(x).nn.functional.conv2d(g[None, None], x[None, None], padding=1),
+    "prelu": lambda x, g: _lib(x).nn.functional.prelu(g - 2.0, x[0, :1]),
 }
 
 

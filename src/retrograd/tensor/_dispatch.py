@@ -1088,6 +1088,9 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
         else:
             out = getattr(backend, kernel)(*[t._prim for t in inputs], *params)
     except Exception as error:
+        lifted = _inner_operands_lifted(backend, inputs) if len(inputs) > 1 else None
+        if lifted is not None:  # (checked after a failure alone: the common call pays nothing)
+            return _run(name, kernel, lifted, params)
         raise translate(name, error, backend, inputs)  # noqa: B904
     if type(out) is tuple:
         kind, device = type(first)._result, first._device
@@ -1095,6 +1098,23 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
     result = _new(type(first)._result)
     result._prim, result._backend, result._device = out, backend, first._device
     return result
+
+
+def _inner_operands_lifted(backend: Any, inputs: Sequence[Any]) -> list | None:
+    """``inputs`` with those of ``backend``'s inner backend lifted onto ``backend``, an autodiff
+    decorator, as constants; ``None`` where there is none. An op that joined its first operand
+    onto the decorator (:func:`promote`) after lifting a mask or an index onto that operand's
+    inner backend (``G.masked_fill(mask, w)`` of a gradient ``G``) gives its kernel both."""
+    if not backend.is_autodiff:
+        return None
+    inner = backend.inner
+    lifted = [
+        type(t)._result(backend.wrap(t._prim), backend, t._device)
+        if isinstance(t, TensorBase) and t._backend is not backend and t._backend == inner
+        else t
+        for t in inputs
+    ]
+    return None if all(a is b for a, b in zip(lifted, inputs, strict=True)) else lifted
 
 
 _SUBTRACTIONS = ("sub", "rsub")
