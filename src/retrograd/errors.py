@@ -107,13 +107,15 @@ class InnerOperandError(AutodiffError):
     def __init__(
         self,
         message: str,
-        rejoin: Callable[[tuple, dict], tuple[tuple, dict, Callable[[str], None]] | None],
+        rejoin: Callable[[tuple, dict], tuple[tuple, dict, Callable[[str], None]] | None]
+        | None = None,
     ) -> None:
         super().__init__(message)
         #: ``(args, kwargs, write_back)``: the arguments with the inner-backend tensors among
         #: them (in lists, tuples and dicts too) lifted onto the decorator, and what to call
         #: with the op's name once the op ran on them (it writes back into the inner tensors
-        #: what the op wrote into their copies); ``None`` where there is none to lift
+        #: what the op wrote into their copies); ``None`` where there is none to lift.
+        #: Without it (the error raised again under another message) nothing is retried
         self.rejoin = rejoin
 
 
@@ -396,7 +398,10 @@ def guard(
     The public entry points are guarded (:func:`guard_namespace`), so that an argument no
     check foresaw still gets an error of API.md section 7, never a bare traceback; errors
     already in the hierarchy pass on, their message prefixed with ``op`` where it names
-    another op only (an op ``op`` called), and ``NotImplementedError`` passes unchanged.
+    another op only (an op ``op`` called), and ``NotImplementedError`` passes unchanged. An
+    :class:`InnerOperandError` (a tensor that requires grad met an inner-backend one) runs
+    the function again on its arguments lifted onto the autodiff decorator, unless ``op``
+    writes in place (torch's trailing underscore): it then passes on.
 
     ``owner`` (a module or class) and ``qualname``: where the guarded function is found, so
     that pickle, which finds a function by its name, finds the guarded one. ``first_name``:
@@ -421,7 +426,11 @@ def guard(
         except InnerOperandError as refusal:
             # a tensor requiring grad met an inner-backend one: the op again, on the autodiff
             # decorator (an in-place op writes into its operand, which a copy would not be)
-            retry = None if _writes_in_place(op) else refusal.rejoin(args, kwargs)
+            retry = (
+                None
+                if refusal.rejoin is None or _writes_in_place(op)
+                else refusal.rejoin(args, kwargs)
+            )
             if retry is None:
                 if refusal.args and isinstance(refusal.args[0], str) and op not in refusal.args[0]:
                     refusal.args = (f"{op}: {refusal.args[0]}", *refusal.args[1:])
