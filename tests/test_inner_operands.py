@@ -68,8 +68,6 @@ _NOT_OPS = frozenset(
         "svd_lowrank",
         "pca_lowrank",
         "lobpcg",
-        "elu",  # (alpha: a number in torch)
-        "celu",
     ]
 )
 
@@ -542,3 +540,25 @@ def test_inner_running_statistics_are_updated_once_in_place():
     np.testing.assert_allclose(mean.numpy(), tmean.numpy(), rtol=1e-12)
     np.testing.assert_allclose(var.numpy(), tvar.numpy(), rtol=1e-12)
     np.testing.assert_allclose(w.grad(grads).numpy(), tw.grad.numpy(), rtol=1e-8, atol=1e-12)
+
+
+def test_a_tracked_value_an_op_writes_into_a_lifted_operand_is_refused():
+    # an entry that ran again on lifted operands writes back into the inner tensors what it
+    # wrote into their copies: values, never a graph the inner backend cannot hold
+    from retrograd.errors import guard
+    from retrograd.tensor._dispatch import lift
+
+    def scaled_into(buffer, weight, keep_graph):
+        weight = lift(buffer, weight, "scaled_into")  # (refused while buffer is inner)
+        buffer.copy_(weight * 2.0 if keep_graph else (weight * 2.0).detach())
+        return buffer
+
+    entry = guard("scaled_into", scaled_into)
+    w, gradient = _pair()
+    before = gradient.numpy().copy()
+    with pytest.raises(rg.AutodiffError, match="scaled_into: wrote a value that requires grad"):
+        entry(gradient, w, True)
+    np.testing.assert_array_equal(gradient.numpy(), before)
+    entry(gradient, w, False)
+    assert gradient._backend == _backend().inner
+    np.testing.assert_allclose(gradient.numpy(), 2.0 * _LEFT, rtol=1e-12)
