@@ -47,14 +47,27 @@ def test_an_inner_backend_tensor_first_no_longer_drops_the_other_ones_gradient()
     assert w.grad(grads).tolist() == [3.0, 4.0, 5.0]
 
 
-def test_ops_that_would_drop_a_graph_refuse_and_leave_it_usable():
+def test_ops_that_would_drop_a_graph_record_it_or_refuse_and_leave_it_usable():
     backend = rg.Autodiff(inner_backend())
     w = rg.tensor([1.0, 2.0], backend=backend).require_grad()
     pending = w * w
     x = rg.tensor([4.0, 5.0], backend=backend.inner)
-    for call, op in ((lambda: rg.cat([x, w]), "cat"), (lambda: x @ w, "matmul"),
-                     (lambda: rg.stack([x, w]), "stack"), (lambda: x.add_(w), "add_"),
-                     (lambda: x.copy_(w), "copy_")):  # fmt: skip
+    # an op of an inner-backend tensor and a tracked one runs on the decorator, the inner
+    # tensor a constant (torch's graph of a gradient and a parameter): values and gradients
+    # as torch's
+    tw = torch.tensor([1.0, 2.0], requires_grad=True)
+    tx = torch.tensor([4.0, 5.0])
+    for ours, theirs in ((rg.cat([x, w]), torch.cat([tx, tw])), (x @ w, tx @ tw),
+                         (rg.stack([x, w]), torch.stack([tx, tw]))):  # fmt: skip
+        assert ours.requires_grad
+        grads = (ours * ours).sum().backward()
+        tw.grad = None
+        (theirs * theirs).sum().backward()
+        assert ours.tolist() == theirs.tolist()
+        assert w.grad(grads).tolist() == tw.grad.tolist()
+    # an in-place write into the inner tensor, whose backend records no graph, is refused
+    pending = w * w
+    for call, op in ((lambda: x.add_(w), "add_"), (lambda: x.copy_(w), "copy_")):
         with pytest.raises(rg.AutodiffError, match=rf"^{op}: .*requires grad.*records no graph"):
             call()
     assert x.tolist() == [4.0, 5.0]  # the failed in-place ops changed nothing

@@ -18,6 +18,7 @@ __all__ = [
     "DTypeError",
     "DistributedError",
     "IndexOutOfRangeError",
+    "InnerOperandError",
     "KeyMismatchError",
     "LinAlgError",
     "MissingMemberError",
@@ -92,6 +93,30 @@ class IndexOutOfRangeError(RetrogradError, IndexError):
 
 class AutodiffError(RetrogradError, RuntimeError):
     """Misuse of the autodiff graph: a consumed graph, grad on a non-leaf, no graph at all."""
+
+
+class InnerOperandError(AutodiffError):
+    """A tensor that requires grad met a tensor of its autodiff decorator's inner backend,
+    which records no graph, in an op whose result would land on that inner backend (``G @ w``
+    of a gradient ``G`` and a parameter ``w``). :func:`guard` answers it: the public entry the
+    user called runs again with ``rejoin(args, kwargs)``, its inner-backend operands lifted
+    onto the decorator as constants, so that the op records its graph as torch's does. Where
+    no entry can (an in-place write into the inner tensor, whose backend cannot hold the
+    graph), it reaches the user as the ``AutodiffError`` it is."""
+
+    def __init__(
+        self,
+        message: str,
+        rejoin: Callable[[tuple, dict], tuple[tuple, dict, Callable[[str], None]] | None]
+        | None = None,
+    ) -> None:
+        super().__init__(message)
+        #: ``(args, kwargs, write_back)``: the arguments with the inner-backend tensors among
+        #: them (in lists, tuples and dicts too) lifted onto the decorator, and what to call
+        #: with the op's name once the op ran on them (it writes back into the inner tensors
+        #: what the op wrote into their copies); ``None`` where there is none to lift.
+        #: Without it (the error raised again under another message) nothing is retried
+        self.rejoin = rejoin
 
 
 class UninitializedError(InvalidArgumentError, RuntimeError):
@@ -353,6 +378,12 @@ def _check_flags(
             raise ArgumentTypeError(f"{op}: {name} must be a bool, got {_describe(value)}")
 
 
+def _writes_in_place(op: str) -> bool:
+    """Whether the op named ``op`` (``add_``, ``Tensor.index_add_``, ``nn.init.normal_``) writes
+    into its operand, torch's trailing underscore."""
+    return op.endswith("_") and not op.endswith("__")
+
+
 def guard(
     op: str,
     function: Callable[..., Any],
@@ -367,7 +398,10 @@ def guard(
     The public entry points are guarded (:func:`guard_namespace`), so that an argument no
     check foresaw still gets an error of API.md section 7, never a bare traceback; errors
     already in the hierarchy pass on, their message prefixed with ``op`` where it names
-    another op only (an op ``op`` called), and ``NotImplementedError`` passes unchanged.
+    another op only (an op ``op`` called), and ``NotImplementedError`` passes unchanged. An
+    :class:`InnerOperandError` (a tensor that requires grad met an inner-backend one) runs
+    the function again on its arguments lifted onto the autodiff decorator, unless ``op``
+    writes in place (torch's trailing underscore): it then passes on.
 
     ``owner`` (a module or class) and ``qualname``: where the guarded function is found, so
     that pickle, which finds a function by its name, finds the guarded one. ``first_name``:
@@ -389,6 +423,22 @@ def guard(
             _check_flags(op, flags, args, kwargs)
         try:
             return function(*args, **kwargs)
+        except InnerOperandError as refusal:
+            # a tensor requiring grad met an inner-backend one: the op again, on the autodiff
+            # decorator (an in-place op writes into its operand, which a copy would not be)
+            retry = (
+                None
+                if refusal.rejoin is None or _writes_in_place(op)
+                else refusal.rejoin(args, kwargs)
+            )
+            if retry is None:
+                if refusal.args and isinstance(refusal.args[0], str) and op not in refusal.args[0]:
+                    refusal.args = (f"{op}: {refusal.args[0]}", *refusal.args[1:])
+                raise
+            lifted_args, lifted_kwargs, write_back = retry
+            result = guarded(*lifted_args, **lifted_kwargs)
+            write_back(op)
+            return result
         except RetrogradError as error:
             # raised by an op this one called (``all`` calls ``sum``): named after both
             if error.args and isinstance(error.args[0], str) and op not in error.args[0]:

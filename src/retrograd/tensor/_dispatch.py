@@ -54,6 +54,7 @@ from ..errors import (
     ArgumentTypeError,
     AutodiffError,
     DTypeError,
+    InnerOperandError,
     InvalidArgumentError,
     RetrogradError,
     ShapeError,
@@ -94,6 +95,7 @@ __all__ = [
     "int_argument",
     "int_arguments",
     "int_dims",
+    "joined",
     "lift",
     "no_generator",
     "normalize_dim",
@@ -610,13 +612,64 @@ def on_backend(t: TensorBase, backend: Any, op: str) -> Any:
         return type(t)._result(backend.wrap(t._prim), backend, t._device)
     if source.is_autodiff and source.inner == backend:
         if source.is_tracked(t._prim) and is_grad_enabled():  # its inner value would lose it
-            raise AutodiffError(
+            # the public entry the user called runs again on ``source`` (errors.guard)
+            raise InnerOperandError(
                 f"{op}: a tensor that requires grad ({shape_text(t.shape)} {t.dtype}) cannot"
                 f" join a tensor of {backend!r}, which records no graph; make that one a"
-                f" tensor of {source!r} first (rg.Tensor.from_inner(t, backend=...))"
+                f" tensor of {source!r} first (rg.Tensor.from_inner(t, backend=...))",
+                functools.partial(_rejoined, source),
             )
         return type(t)._result(source.inner_value(t._prim), backend, t._device)
     raise RetrogradError(f"{op}: cannot combine tensors of {source!r} and {backend!r}")
+
+
+def _rejoined(decorator: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict, Any] | None:
+    """``args`` and ``kwargs`` of an op with their tensors of ``decorator``'s inner backend
+    lifted onto ``decorator`` as constants (in lists, tuples, dicts and ``(values, indices)``
+    pairs too; never ``out=``, which the op writes into), and the function to call once the op
+    has run on them: it writes back into each inner tensor what the op wrote into its lifted
+    copy (``batch_norm``'s running statistics); ``None`` where there is no tensor to lift.
+    torch records an op of a tensor that requires grad and a plain one (a gradient) with the
+    plain one as a constant: so does the op run again on these."""
+    inner = decorator.inner
+    copies: list[tuple[Any, Any, Any]] = []  # (inner tensor, its lifted copy, copy's primitive)
+
+    def lifted(value: Any) -> Any:
+        if isinstance(value, TensorBase):
+            source = value._backend
+            if source is decorator or source.is_autodiff or source != inner:
+                return value
+            prim = decorator.wrap(value._prim)
+            copy = type(value)._result(prim, decorator, value._device)
+            copies.append((value, copy, prim))
+            return copy
+        if isinstance(value, ValuesAndIndices):
+            return type(value)(lifted(value.values), lifted(value.indices))
+        kind = type(value)
+        if kind is list or kind is tuple:
+            return kind(lifted(item) for item in value)
+        if kind is dict:
+            return {key: lifted(item) for key, item in value.items()}
+        return value
+
+    new_args = tuple(lifted(value) for value in args)
+    new_kwargs = {key: value if key == "out" else lifted(value) for key, value in kwargs.items()}
+    if not copies:
+        return None
+
+    def write_back(op: str) -> None:
+        for original, copy, prim in copies:
+            if copy._prim is prim:  # (nothing written, or written into the shared buffer)
+                continue
+            if decorator.is_tracked(copy._prim) and is_grad_enabled():
+                raise AutodiffError(
+                    f"{op}: wrote a value that requires grad into a tensor of {inner!r}, which"
+                    f" records no graph; make that one a tensor of {decorator!r} first"
+                    " (rg.Tensor.from_inner(t, backend=...))"
+                )
+            original.copy_(untracked(copy))
+
+    return new_args, new_kwargs, write_back
 
 
 def lift(reference: TensorBase, value: Any, op: str) -> Any:
@@ -649,14 +702,19 @@ def lift(reference: TensorBase, value: Any, op: str) -> Any:
     raise DTypeError(f"{op}: cannot combine a tensor with {type(value).__name__}")
 
 
+def joined(a: TensorBase, b: Any, op: str) -> tuple[Any, Any]:
+    """Tensor ``a`` and ``b`` (lifted with :func:`lift`) on one backend: an inner-backend
+    tensor with one of its autodiff decorator's goes onto the decorator, whichever comes
+    first, so that the result is recorded (``x_inner + w`` and ``G @ w`` keep w's gradient)."""
+    if isinstance(b, TensorBase) and b._backend.is_autodiff and not a._backend.is_autodiff:
+        a = on_backend(a, b._backend, op)
+    return a, lift(a, b, op)
+
+
 def promote(a: Any, b: Any, op: str, floats: bool = False) -> tuple[Any, Any]:
     """Tensor ``a`` and ``b`` (lifted with :func:`lift`) on one backend, in one dtype: the
     wider of the two, and a float dtype when ``floats`` (ints and bools: the default one)."""
-    if isinstance(b, TensorBase) and b._backend.is_autodiff and not a._backend.is_autodiff:
-        # an inner-backend tensor with one of its autodiff decorator's: the result is
-        # recorded, whichever comes first (``x_inner + w`` keeps w's gradient)
-        a = on_backend(a, b._backend, op)
-    b = lift(a, b, op)
+    a, b = joined(a, b, op)
     backend = b._backend
     target = backend.dtype(a._prim)
     b_dtype = backend.dtype(b._prim)
@@ -1030,6 +1088,9 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
         else:
             out = getattr(backend, kernel)(*[t._prim for t in inputs], *params)
     except Exception as error:
+        lifted = _inner_operands_lifted(backend, inputs) if len(inputs) > 1 else None
+        if lifted is not None:  # (checked after a failure alone: the common call pays nothing)
+            return _run(name, kernel, lifted, params)
         raise translate(name, error, backend, inputs)  # noqa: B904
     if type(out) is tuple:
         kind, device = type(first)._result, first._device
@@ -1037,6 +1098,23 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
     result = _new(type(first)._result)
     result._prim, result._backend, result._device = out, backend, first._device
     return result
+
+
+def _inner_operands_lifted(backend: Any, inputs: Sequence[Any]) -> list | None:
+    """``inputs`` with those of ``backend``'s inner backend lifted onto ``backend``, an autodiff
+    decorator, as constants; ``None`` where there is none. An op that joined its first operand
+    onto the decorator (:func:`promote`) after lifting a mask or an index onto that operand's
+    inner backend (``G.masked_fill(mask, w)`` of a gradient ``G``) gives its kernel both."""
+    if not backend.is_autodiff:
+        return None
+    inner = backend.inner
+    lifted = [
+        type(t)._result(backend.wrap(t._prim), backend, t._device)
+        if isinstance(t, TensorBase) and t._backend is not backend and t._backend == inner
+        else t
+        for t in inputs
+    ]
+    return None if all(a is b for a, b in zip(lifted, inputs, strict=True)) else lifted
 
 
 _SUBTRACTIONS = ("sub", "rsub")

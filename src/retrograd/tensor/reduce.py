@@ -22,6 +22,7 @@ from ._dispatch import (
     TensorOp,
     int_dims,
     int_parameter,
+    joined,
     lift,
     normalize_dim,
     preserved_layout,
@@ -538,7 +539,7 @@ class ReduceMixin:
             from .sparse_coo import dense_sparse_mm
 
             return dense_sparse_mm("matmul", self, other)
-        a, b = self, lift(self, other, "matmul")
+        a, b = joined(self, other, "matmul")  # (unguarded: it joins a decorator itself)
         same_dtype("matmul", a, b)
         if a.ndim == 0 or b.ndim == 0:
             raise ShapeError(
