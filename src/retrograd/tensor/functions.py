@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import inspect
 import numbers
 import string
 from collections.abc import Callable, Sequence
@@ -597,17 +598,41 @@ def written_out(name: str, out: Any, result: Any, same_dtype: bool = False) -> A
     return type(result)(*written)
 
 
+def _with_out_parameter(function: Callable[..., Any]) -> inspect.Signature | None:
+    """``function``'s signature with torch's keyword ``out=None`` added (what
+    ``inspect.signature`` shows of the wrapper, rather than the wrapped function's)."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+    parameters = list(signature.parameters.values())
+    if "out" in signature.parameters:
+        return signature
+    out = inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)
+    at = len(parameters)
+    if parameters and parameters[-1].kind is inspect.Parameter.VAR_KEYWORD:
+        at -= 1
+    return signature.replace(parameters=[*parameters[:at], out, *parameters[at:]])
+
+
 def accepts_out(
-    name: str, same_dtype: bool = False
+    name: str, same_dtype: bool = False, dtype_from_out: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A function given torch's keyword ``out=`` (see :func:`written_out`)."""
+    """A function given torch's keyword ``out=`` (see :func:`written_out`);
+    ``dtype_from_out``: a factory (``eye``, ``linspace``...) that, with no ``dtype`` given,
+    makes its values in ``out``'s dtype, as torch's factories do."""
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def with_out(*args: Any, out: Any = None, **kwargs: Any) -> Any:
+            if dtype_from_out and out is not None and kwargs.get("dtype") is None:
+                if not hasattr(out, "dtype"):
+                    raise DTypeError(f"{name}: out must be a tensor, got {type(out).__name__}")
+                kwargs["dtype"] = out.dtype
             result = function(*args, **kwargs)
             return result if out is None else written_out(name, out, result, same_dtype)
 
+        with_out.__signature__ = _with_out_parameter(function)  # type: ignore[attr-defined]
         return with_out
 
     return decorate
@@ -626,6 +651,7 @@ def _method(name: str, method: str) -> Callable[..., Any]:
         return result if out is None else written_out(name, out, result)
 
     function.__name__ = function.__qualname__ = name
+    function._tensor_method = method  # type: ignore[attr-defined] (the signature audit reads it)
     function.__doc__ = f"``rg.{name}(input, ...)``: ``input.{method}(...)`` (torch's ``{name}``)."
     return function
 
