@@ -94,11 +94,14 @@ def _parse_doc_line(name: str, params: str) -> inspect.Signature | None:
     """A docstring's ``name(params)`` as a signature (None where it is not Python syntax)."""
     # torch writes ``zeros(*size, *, out=None)``: the second ``*`` is Python's implicit one.
     params = re.sub(r"(\*\w+\s*,\s*)\*\s*,", r"\1", params)
-    params = re.sub(r":\s*[^,=]+(?=[,=]|$)", "", params)  # drop type annotations
     try:
         tree = ast.parse(f"def {name}({params}): pass")
-    except SyntaxError:
-        return None
+    except SyntaxError:  # a type annotation that is no Python (``int[2]``): dropped
+        params = re.sub(r":\s*[^,=]+(?=[,=]|$)", "", params)
+        try:
+            tree = ast.parse(f"def {name}({params}): pass")
+        except SyntaxError:
+            return None
     arguments = tree.body[0].args  # type: ignore[attr-defined]
     parameters: list[inspect.Parameter] = []
     positional = arguments.posonlyargs + arguments.args
@@ -125,22 +128,71 @@ def _parse_doc_line(name: str, params: str) -> inspect.Signature | None:
         return None
 
 
-def torch_signatures(function: Any, name: str) -> list[inspect.Signature]:
-    """torch's signatures of ``function`` (several for documented overloads)."""
+def _doc_signature_texts(doc: str, name: str) -> Iterator[str]:
+    """The parameter lists of the ``name(...)`` lines opening a docstring's paragraphs (and
+    its ``.. function::`` overloads), each possibly wrapped over several lines."""
+    opening = re.compile(rf"^[ \t]*(?:\.\. function:: )?{re.escape(name)}\(", re.M)
+    for match in opening.finditer(doc):
+        depth, at = 1, match.end()
+        while at < len(doc) and depth:
+            depth += {"(": 1, ")": -1}.get(doc[at], 0)
+            at += 1
+        if depth == 0:
+            yield " ".join(doc[match.end() : at - 1].split())
+
+
+def _schema_signatures(label: str) -> list[inspect.Signature]:
+    """Signatures built from the ATen schemas of ``label``'s operator (``self`` named
+    ``input``; the out= overloads' ``out`` kept), for builtins whose docstrings do not parse."""
+    prefix, _, attribute = label.rpartition(".")
+    operator = f"aten::{_ATEN_PREFIX.get(prefix, '')}{attribute}"
+    try:
+        schemas = torch._C._jit_get_schemas_for_operator(operator)
+    except RuntimeError:
+        return []
+    found = []
+    for schema in schemas:
+        if "out" in schema.overload_name:
+            continue  # (out= overloads: their outputs' names are ATen's, not the docs')
+        parameters = []
+        for argument in schema.arguments:
+            kind = (
+                inspect.Parameter.KEYWORD_ONLY
+                if argument.kwarg_only
+                else inspect.Parameter.POSITIONAL_OR_KEYWORD
+            )
+            default = argument.default_value if argument.has_default_value() else EMPTY
+            if isinstance(default, int) and argument.name in ("reduction", "dtype", "layout"):
+                default = _Text(f"<ATen enum {default}>")  # (compared with nothing)
+            name = "input" if argument.name == "self" else argument.name
+            parameters.append((name, kind, default))
+        try:  # (``from`` is no Python name: such a schema has no Python call form)
+            found.append(inspect.Signature([inspect.Parameter(n, k, default=d) for n, k, d in parameters]))
+        except ValueError:
+            continue
+    return found
+
+
+def torch_signatures(function: Any, name: str, label: str = "") -> list[inspect.Signature]:
+    """torch's signatures of ``function`` (several for documented overloads): its own where
+    Python has one, else its docstring's, else its ATen schemas'."""
     try:
         return [inspect.signature(function)]
     except (TypeError, ValueError):
         pass
     doc = getattr(function, "__doc__", None) or ""
-    pattern = re.compile(rf"^\s*(?:\.\. function:: )?{re.escape(name)}\((.*)\)\s*(?:->.*)?$")
     found = []
-    for line in doc.splitlines():
-        match = pattern.match(line)
-        if match:
-            signature = _parse_doc_line(name, match.group(1))
+    # (``linalg.norm(A, ...)`` or ``chebyshev_polynomial_t(input, n, ...)``: with or without
+    # the namespace)
+    spellings = dict.fromkeys([name, name.rpartition(".")[2]])
+    for spelling in spellings:
+        for text in _doc_signature_texts(doc, spelling):
+            signature = _parse_doc_line(name.rpartition(".")[2], text)
             if signature is not None:
                 found.append(signature)
-    return found
+        if found:
+            break
+    return found or (_schema_signatures(label) if label else [])
 
 
 def rg_signature(function: Any) -> inspect.Signature | None:
@@ -155,6 +207,12 @@ def _drop_first(signature: inspect.Signature) -> inspect.Signature:
 
 
 def _same_default(theirs: Any, ours: Any) -> bool:
+    if isinstance(theirs, _Text) and theirs.text.startswith("<ATen enum"):
+        return True  # an ATen enum's number (``reduction=1``) stands for a name
+    if isinstance(theirs, list) and not isinstance(ours, tuple | list):
+        # ATen's int lists: ``[1]`` is ``1`` for every dimension, ``[]`` is None ("as the
+        # kernel": a pool's stride)
+        return ours is None if not theirs else all(_same_default(t, ours) for t in theirs)
     if isinstance(theirs, torch.Size | list) and isinstance(ours, tuple | list):
         return tuple(theirs) == tuple(ours)
     if inspect.isfunction(theirs) or inspect.ismodule(theirs) or inspect.isbuiltin(theirs):
@@ -193,35 +251,29 @@ def schema_defaults(label: str) -> dict[str, list[Any]]:
     except RuntimeError:
         return {}
     functional = [s for s in schemas if "out" not in s.overload_name]
+
+    def named(argument: Any) -> str:
+        return "input" if argument.name == "self" else argument.name
+
     accepted: dict[str, list[Any]] = {}
-    # every name the dispatcher takes, under "names" (docstrings name some parameters that
-    # the parser does not: ``bmm(batch2)`` is ``mat2``)
-    names = {("input" if a.name == "self" else a.name) for s in schemas for a in s.arguments}
-    if "input" not in names:  # not a tensor operator (``aten::float`` converts a number)
-        return accepted
-    names |= {"input", "out"}  # (Python-level arguments around the schema: ``input`` for ``self``)
-    accepted["\0names"] = sorted(names)
-    keyword_only = {("input" if a.name == "self" else a.name) for s in schemas for a in s.arguments if a.kwarg_only}
-    keyword_only -= {("input" if a.name == "self" else a.name) for s in schemas for a in s.arguments if not a.kwarg_only}
-    accepted["\0keyword-only"] = sorted(keyword_only)
     for schema in functional:
         for argument in schema.arguments:
-            name = "input" if argument.name == "self" else argument.name
             if argument.has_default_value():
-                accepted.setdefault(name, []).append(argument.default_value)
-    for schema in functional:
-        present = {"input" if a.name == "self" else a.name for a in schema.arguments}
-        for name in accepted:
-            if name not in present:
-                accepted[name].append(None)
+                accepted.setdefault(named(argument), []).append(argument.default_value)
+    present = [{named(a) for a in schema.arguments} for schema in functional]
     for schema in functional:
         for argument in schema.arguments:
-            name = "input" if argument.name == "self" else argument.name
-            if not argument.has_default_value() and any(
-                name not in {"input" if a.name == "self" else a.name for a in other.arguments}
-                for other in functional
-            ):
-                accepted.setdefault(name, []).append(None)
+            if any(named(argument) not in others for others in present):
+                accepted.setdefault(named(argument), []).append(None)
+    if not any("Tensor" in str(a.type) for s in schemas for a in s.arguments):
+        return accepted  # not a tensor operator (``aten::float`` converts a number)
+    # every name the dispatcher takes (docstrings name some parameters that the parser does
+    # not: ``bmm(batch2)`` is ``mat2``), and those it takes by keyword only
+    names = {named(a) for s in schemas for a in s.arguments} | {"out"}
+    keyword_only = {named(a) for s in schemas for a in s.arguments if a.kwarg_only}
+    keyword_only -= {named(a) for s in schemas for a in s.arguments if not a.kwarg_only}
+    accepted["\0names"] = sorted(names)
+    accepted["\0keyword-only"] = sorted(keyword_only)
     return accepted
 
 
@@ -277,6 +329,7 @@ def compare(
         elif (
             param.default is not EMPTY
             and not _same_default(param.default, mine.default)
+            and not (param.name == "pin_memory" and {param.default, mine.default} <= {None, False})
             and not any(_same_default(d, mine.default) for d in (accepted or {}).get(param.name, ()))
         ):
             found.append(
@@ -332,6 +385,10 @@ def _overloads_compare(
     for found in per_overload:
         for mismatch in found:
             merged.setdefault(mismatch.key(), mismatch)
+    # an order one overload has is an order torch takes (``max(input, dim)`` beside
+    # ``max(input, other)``): reported only when no overload has ours
+    if any(not any(m.kind == "order" for m in found) for found in per_overload):
+        merged = {key: m for key, m in merged.items() if m.kind != "order"}
     return list(merged.values()), checked
 
 
@@ -433,9 +490,9 @@ def audit() -> Report:
         mismatches.extend(found)
 
     for label, theirs, ours, doc_name in _function_pairs():
-        record(label, torch_signatures(theirs, doc_name), _effective(ours))
+        record(label, torch_signatures(theirs, doc_name, label), _effective(ours))
     for attribute, theirs, ours in _tensor_method_pairs():
-        signatures = torch_signatures(theirs, attribute)
+        signatures = torch_signatures(theirs, attribute, f"Tensor.{attribute}")
         # torch's own Python methods take ``self``; a few method docstrings name the tensor
         # ``input`` (``put(input, index, source, accumulate=False)``)
         signatures = [

@@ -564,6 +564,7 @@ globals().update(_foreach.functions())
 for _name in (
     "angle",
     "bucketize",
+    "chain_matmul",
     "column_stack",
     "concat",
     "concatenate",

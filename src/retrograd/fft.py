@@ -24,6 +24,7 @@ from .errors import DTypeError, InvalidArgumentError, guard, shape_text
 from .tensor import Tensor, arange, cat, zeros
 from .tensor._dispatch import normalize_dim
 from .tensor.creation import _no_out
+from .tensor.functions import accepts_out
 
 __all__ = [
     "fft",
@@ -333,6 +334,11 @@ def ifftshift(input: Tensor, dim: Any = None) -> Tensor:  # noqa: A002 (torch's 
     """The inverse of :func:`fftshift` (``torch.fft.ifftshift``): a roll by ``(n + 1) // 2``."""
     return _shifted("ifftshift", input, dim, lambda n: (n + 1) // 2)
 
+
+# the transforms take torch's ``out=`` (the result written into it: tensor/functions.py)
+for _name in __all__:
+    if "fft" in _name and not _name.endswith(("freq", "shift")):
+        globals()[_name] = accepts_out(f"fft.{_name}")(globals()[_name])
 
 # the public functions turn a built-in exception about their arguments (an extra argument, a
 # float for a dim) into the hierarchy's, named after the function (errors.guard)

@@ -573,9 +573,10 @@ class Tensor(
         """The tensor itself: host memory is the backend's business."""
         return self
 
-    def is_pinned(self) -> bool:
+    def is_pinned(self, device: Any = None) -> bool:
         """False: no tensor is in page-locked memory here (:meth:`pin_memory` keeps it as it
-        is), as a tensor torch has not pinned (data prefetchers ask before pinning)."""
+        is), as a tensor torch has not pinned (data prefetchers ask before pinning); ``device``
+        (torch's deprecated accelerator to ask about) changes nothing."""
         return False
 
     def share_memory_(self) -> NoReturn:

@@ -923,8 +923,9 @@ def vstack(tensors: Sequence[Any]) -> Any:
     return cat([t if t.ndim > 1 else t.reshape((1, -1)) for t in tensors], 0)
 
 
-def rsub(input: Any, other: Any, *, alpha: Any = 1) -> Any:  # noqa: A002 (torch's name)
-    """torch's ``rsub``: ``other - alpha * input``."""
+def rsub(input: Any, other: Any, alpha: Any = 1) -> Any:  # noqa: A002 (torch's name)
+    """torch's ``rsub``: ``other - alpha * input`` (``alpha`` positional too, as torch's
+    parser takes it: ``torch.rsub(x, 3.0, 2)``)."""
     if not isinstance(input, TensorBase):
         raise DTypeError(f"rsub(): argument 'input' must be a Tensor, not {type(input).__name__}")
     if isinstance(other, TensorBase):  # (torch's kernel: sub's, one fused multiply-add)
@@ -1359,6 +1360,28 @@ def unravel_index(indices: Any, shape: Any) -> tuple[Any, ...]:
 for _name, _target in _METHODS.items():
     globals()[_name] = _method(_name, _target)
 del _name, _target
+
+
+def _refusing_out_dtype(name: str) -> Callable[..., Any]:
+    """torch's ``mm``/``bmm`` with their ``out_dtype`` parameter, which torch runs on CUDA
+    only (its CPU kernels refuse every value): accepted as None alone."""
+    product = _method(name, name)
+
+    def function(input: Any, mat2: Any, out_dtype: Any = None, *, out: Any = None) -> Any:  # noqa: A002
+        if out_dtype is not None:
+            raise InvalidArgumentError(
+                f"{name}: out_dtype={out_dtype!r} is not supported (torch computes it on CUDA "
+                f"only); cast the product instead: {name}(input, mat2).to(dtype)"
+            )
+        return product(input, mat2, out=out)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"torch's ``{name}``: ``input.{name}(mat2)`` (``out_dtype`` None only)."
+    return function
+
+
+mm = _refusing_out_dtype("mm")
+bmm = _refusing_out_dtype("bmm")
 
 __all__ = sorted(
     {

@@ -134,8 +134,8 @@ def factory_options(op: str) -> Callable[[Callable[..., Any]], Callable[..., Any
         def with_options(*args: Any, layout: Any = None, **kwargs: Any) -> Any:
             check_factory_layout(op, layout)
             if not takes_pin_memory:
-                pin_memory = kwargs.pop("pin_memory", False)
-                if not isinstance(pin_memory, bool):
+                pin_memory = kwargs.pop("pin_memory", None)
+                if pin_memory is not None and not isinstance(pin_memory, bool):
                     raise InvalidArgumentError(
                         f"{op}: pin_memory must be a bool, got {pin_memory!r}"
                     )
@@ -146,7 +146,7 @@ def factory_options(op: str) -> Callable[[Callable[..., Any]], Callable[..., Any
         added = [inspect.Parameter("layout", inspect.Parameter.KEYWORD_ONLY, default=None)]
         if not takes_pin_memory:
             added.append(
-                inspect.Parameter("pin_memory", inspect.Parameter.KEYWORD_ONLY, default=False)
+                inspect.Parameter("pin_memory", inspect.Parameter.KEYWORD_ONLY, default=None)
             )
         body = [p for p in parameters if p.kind is not p.VAR_KEYWORD]
         with_options.__signature__ = signature.replace(  # type: ignore[attr-defined]
