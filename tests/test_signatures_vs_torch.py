@@ -20,6 +20,10 @@ _DOCS_NAMES = (
     "(positional calls, the common form, work in both)"
 )
 _FFT2 = "None is (-2, -1) for the 2-d transforms (made by the n-d ones' generator)"
+_PARSER_REFUSES = (
+    "torch's docstring lists it, its parser refuses it (new_tensor() got an unexpected "
+    "keyword argument): retrograd refuses it too"
+)
 _FOUND = "positional-only in torch's C binding: its name is no keyword there either"
 
 #: (name, kind, parameter) -> why the difference stays
@@ -28,6 +32,8 @@ ALLOWLIST: dict[tuple[str, str, str], str] = {
         "torch's parser refuses it positionally too (new_empty_strided() takes 2 positional "
         "arguments); only its docstring lists it positionally"
     ),
+    ("Tensor.new_tensor", "missing", "layout"): _PARSER_REFUSES,
+    ("Tensor.new_tensor", "missing", "pin_memory"): _PARSER_REFUSES,
     ("Tensor.take", "order", "indices"): (
         "take(index) positionally as torch; the keyword 'indices' is accepted as well"
     ),

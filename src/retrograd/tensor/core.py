@@ -636,7 +636,6 @@ class Tensor(
         out = self._new_like("new_full", tuple(size), dtype, device, fill_value)
         return out.require_grad() if requires_grad else out
 
-    @factory_options("new_tensor")
     def new_tensor(self, data: Any, dtype: Any = None, device: Any = None,
                    requires_grad: bool = False) -> Tensor:  # fmt: skip
         """A copy of ``data`` with this tensor's dtype and device unless given."""
@@ -1034,11 +1033,24 @@ class Tensor(
         ``x.inner(other)`` (the sum of products over the last dimension of both, recorded as
         any op: :func:`retrograd.inner`)."""
         if other is not None:
-            from .assembly import inner
-
-            return inner(self, other)
+            return self._inner_product(other)
         backend = self._autodiff("inner")
         return Tensor(backend.inner_value(self._prim), backend.inner, self._device)
+
+    def _inner_product(self, other: Any) -> Tensor:
+        """torch's ``inner``: a product for a 0-d operand, else the sum over the last
+        dimension of both (``[..a, k]`` and ``[..b, k]`` give ``[..a, ..b]``), as one matmul."""
+        other = lift(self, other, "inner")
+        if self.ndim == 0 or other.ndim == 0:
+            return self * other
+        size = self.shape[-1]
+        if other.shape[-1] != size:
+            raise ShapeError(
+                f"inner: the last dimension must match on both input tensors but got shapes "
+                f"{shape_text(self.shape)} and {shape_text(other.shape)}"
+            )
+        product = self.reshape((-1, size)).matmul(other.reshape((-1, size)).mT)
+        return product.reshape(self.shape[:-1] + other.shape[:-1])
 
     @staticmethod
     def from_inner(inner_tensor: Tensor, backend: Any = None) -> Tensor:

@@ -312,7 +312,7 @@ def pad(
 
     ``pad`` lists ``(left, right)`` amounts starting from the *last* dimension:
     ``(l, r)`` pads the last one, ``(l, r, t, b)`` the last two. ``mode="constant"`` fills with
-    ``value`` (None: 0, torch's default; the other modes refuse one, as torch's); ``"reflect"``, ``"replicate"`` and ``"circular"`` repeat the input's own values
+    ``value`` (None: 0, torch's default; the other modes refuse another, as torch's); ``"reflect"``, ``"replicate"`` and ``"circular"`` repeat the input's own values
     as torch does. Differentiable: a crop is a slice, constant padding a concatenation with
     untracked filled blocks, the other modes a ``select`` of the input's entries (built from
     host index arrays, the pad amounts being host values already, copied to the device once
@@ -333,7 +333,7 @@ def pad(
         raise DTypeError(f"{fn}: expected a tensor, got {type(x).__name__}")
     if value is None:
         value = 0.0
-    elif mode != "constant":
+    elif mode != "constant" and value != 0:  # (torch lets a 0 through: no value to use)
         raise InvalidArgumentError(
             f'{fn}: padding mode "{mode}" doesn\'t take in value argument (got value={value!r})'
         )
