@@ -85,8 +85,8 @@ def _literal(node: ast.expr) -> Any:
     if text in _SAME_DEFAULT_TEXT:
         return _Text(text)
     try:  # ``1.0 / 8``, ``torch.long``, ``torch.Size([])``: plain expressions of torch's docs
-        return eval(text, {"torch": torch, "__builtins__": {}})  # noqa: S307 (torch's own docs)
-    except Exception:  # noqa: BLE001 (a default written as prose)
+        return eval(text, {"torch": torch, "__builtins__": {}})
+    except Exception:
         return _Text(text)
 
 
@@ -167,7 +167,9 @@ def _schema_signatures(label: str) -> list[inspect.Signature]:
             name = "input" if argument.name == "self" else argument.name
             parameters.append((name, kind, default))
         try:  # (``from`` is no Python name: such a schema has no Python call form)
-            found.append(inspect.Signature([inspect.Parameter(n, k, default=d) for n, k, d in parameters]))
+            found.append(
+                inspect.Signature([inspect.Parameter(n, k, default=d) for n, k, d in parameters])
+            )
         except ValueError:
             continue
     return found
@@ -224,14 +226,14 @@ def _same_default(theirs: Any, ours: Any) -> bool:
     if isinstance(theirs, float) and theirs != theirs:
         return isinstance(ours, float) and ours != ours
     try:
-        return type(theirs) is type(ours) and bool(theirs == ours) or (
+        return (type(theirs) is type(ours) and bool(theirs == ours)) or (
             isinstance(theirs, int | float)
             and not isinstance(theirs, bool)
             and isinstance(ours, int | float)
             and not isinstance(ours, bool)
             and theirs == ours
         )
-    except Exception:  # noqa: BLE001 (a default without a plain equality)
+    except Exception:
         return repr(theirs) == repr(ours)
 
 
@@ -303,12 +305,15 @@ def compare(
     takes_varargs = any(p.kind is p.VAR_POSITIONAL for p in ours_params.values())
     ours_positional = [p.name for p in ours_params.values() if p.kind in POSITIONAL]
     theirs_positional = [p.name for p in theirs.parameters.values() if p.kind in POSITIONAL]
-    theirs_named = [p for p in theirs.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    theirs_named = [
+        p for p in theirs.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     if takes_kwargs and not ours_positional and theirs_named:
         return [], False
-    if takes_varargs and not any(p.kind is p.KEYWORD_ONLY for p in theirs_named):
-        if not ours_positional and not any(p.kind is p.KEYWORD_ONLY for p in ours_params.values()):
-            return [], False  # ``f(*args, **kwargs)``-like against positional names only
+    theirs_keyword_only = any(p.kind is p.KEYWORD_ONLY for p in theirs_named)
+    ours_keyword_only = any(p.kind is p.KEYWORD_ONLY for p in ours_params.values())
+    if takes_varargs and not theirs_keyword_only and not ours_positional and not ours_keyword_only:
+        return [], False  # ``f(*args, **kwargs)``-like against positional names only
     found: list[Mismatch] = []
     for param in theirs_named:
         mine = ours_params.get(param.name)
@@ -330,7 +335,9 @@ def compare(
             param.default is not EMPTY
             and not _same_default(param.default, mine.default)
             and not (param.name == "pin_memory" and {param.default, mine.default} <= {None, False})
-            and not any(_same_default(d, mine.default) for d in (accepted or {}).get(param.name, ()))
+            and not any(
+                _same_default(d, mine.default) for d in (accepted or {}).get(param.name, ())
+            )
         ):
             found.append(
                 Mismatch(
@@ -351,17 +358,17 @@ def compare(
             found.append(Mismatch(name, "positional-only", param.name, "a keyword in torch"))
     # Positional order: torch's positional parameters must sit at the same index in ours.
     for index, param_name in enumerate(theirs_positional):
-        if index < len(ours_positional) and ours_positional[index] != param_name:
-            if param_name in ours_positional:
-                found.append(
-                    Mismatch(
-                        name,
-                        "order",
-                        param_name,
-                        f"torch: {theirs_positional}, ours: {ours_positional}",
-                    )
+        moved = index < len(ours_positional) and ours_positional[index] != param_name
+        if moved and param_name in ours_positional:
+            found.append(
+                Mismatch(
+                    name,
+                    "order",
+                    param_name,
+                    f"torch: {theirs_positional}, ours: {ours_positional}",
                 )
-                break
+            )
+            break
     return found, True
 
 
@@ -413,7 +420,12 @@ def _function_pairs() -> Iterator[tuple[str, Any, Any, str]]:
         for attribute in _public(reference):
             theirs = getattr(reference, attribute, None)
             ours = getattr(library, attribute, None)
-            if theirs is None or ours is None or isinstance(theirs, type) or inspect.ismodule(theirs):
+            if (
+                theirs is None
+                or ours is None
+                or isinstance(theirs, type)
+                or inspect.ismodule(theirs)
+            ):
                 continue
             if not callable(theirs) or not callable(ours) or isinstance(ours, type):
                 continue

@@ -219,7 +219,6 @@ from .tensor.generator import (
     thread_safe_generator,
 )
 from .tensor.generator import random_namespace as random  # noqa: F811 (rg.random, callable)
-from .tensor.layouts import factory_options as _factory_options
 from .tensor.layouts import (
     channels_last,
     channels_last_3d,
@@ -231,6 +230,7 @@ from .tensor.layouts import (
     sparse_coo,
     strided,
 )
+from .tensor.layouts import factory_options as _factory_options
 from .tensor.legacy import (
     BFloat16Tensor,
     BoolTensor,

@@ -134,7 +134,9 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
         # the window's offset in the frame, so that the frames hold the window's samples
         offset = (n_fft - win_length) // 2
         length = batched.shape[-1]
-        batched = _fit(_fit(batched.flip(-1), -1, length + offset).flip(-1), -1, length + n_fft - win_length)
+        batched = _fit(
+            _fit(batched.flip(-1), -1, length + offset).flip(-1), -1, length + n_fft - win_length
+        )
     length = batched.shape[-1]
     if n_fft > length:
         raise ShapeError(

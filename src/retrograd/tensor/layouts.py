@@ -112,9 +112,7 @@ def check_factory_layout(op: str, given: Any) -> None:
     if given is None or given is strided:
         return
     if not isinstance(given, layout):
-        raise InvalidArgumentError(
-            f"{op}: layout must be an rg.layout (rg.strided), got {given!r}"
-        )
+        raise InvalidArgumentError(f"{op}: layout must be an rg.layout (rg.strided), got {given!r}")
     raise InvalidArgumentError(
         f"{op}: layout={given!r} is not supported: retrograd's factories make strided tensors "
         "(build a sparse one with rg.sparse_coo_tensor or .to_sparse())"

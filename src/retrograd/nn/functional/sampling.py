@@ -312,8 +312,9 @@ def pad(
 
     ``pad`` lists ``(left, right)`` amounts starting from the *last* dimension:
     ``(l, r)`` pads the last one, ``(l, r, t, b)`` the last two. ``mode="constant"`` fills with
-    ``value`` (None: 0, torch's default; the other modes refuse another, as torch's); ``"reflect"``, ``"replicate"`` and ``"circular"`` repeat the input's own values
-    as torch does. Differentiable: a crop is a slice, constant padding a concatenation with
+    ``value`` (None: 0, torch's default; the other modes refuse another, as torch's);
+    ``"reflect"``, ``"replicate"`` and ``"circular"`` repeat the input's own values as torch
+    does. Differentiable: a crop is a slice, constant padding a concatenation with
     untracked filled blocks, the other modes a ``select`` of the input's entries (built from
     host index arrays, the pad amounts being host values already, copied to the device once
     per shape), so the gradient of each padded
