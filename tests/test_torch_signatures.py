@@ -15,7 +15,6 @@ import retrograd.nn.functional as F  # noqa: N812
 
 #: torch parameters left out, each for a reason: deprecated aliases and internals
 MODULE_EXCEPTIONS = {
-    "Hardtanh": {"min_value", "max_value"},  # deprecated since torch 0.4
     "RNNCellBase": {"num_chunks"},  # a base class's internal
 }
 FUNCTION_EXCEPTIONS = {

@@ -231,6 +231,7 @@ from .tensor.layouts import (
     sparse_coo,
     strided,
 )
+from .tensor.layouts import factory_options as _factory_options
 from .tensor.legacy import (
     BFloat16Tensor,
     BoolTensor,
@@ -558,6 +559,63 @@ __all__ += [
 
 # torch's multi-tensor ops (``torch._foreach_mul_(exp_avgs, beta1)``), private names there too
 globals().update(_foreach.functions())
+
+# torch's function forms that take ``out=`` (the tensor methods of the same ops do not); the
+# factories make their values in out's dtype when given none
+for _name in (
+    "angle",
+    "bucketize",
+    "chain_matmul",
+    "column_stack",
+    "concat",
+    "concatenate",
+    "conj_physical",
+    "cummax",
+    "cummin",
+    "dstack",
+    "float_power",
+    "hstack",
+    "inner",
+    "multinomial",
+    "nonzero",
+    "polygamma",
+    "pow",
+    "row_stack",
+    "searchsorted",
+    "tensordot",
+    "vstack",
+):
+    globals()[_name] = _functions.accepts_out(_name)(globals()[_name])
+for _name in ("empty", "eye", "full", "linspace", "normal", "rand", "randn", "randperm"):
+    globals()[_name] = _functions.accepts_out(_name, dtype_from_out=True)(globals()[_name])
+# torch's factories take ``layout`` (strided only here) and ``pin_memory`` (a no-op here)
+for _name in (
+    "arange",
+    "empty",
+    "empty_like",
+    "eye",
+    "full",
+    "full_like",
+    "linspace",
+    "logspace",
+    "ones",
+    "ones_like",
+    "rand",
+    "rand_like",
+    "randint",
+    "randint_like",
+    "randn",
+    "randn_like",
+    "randperm",
+    "range",
+    "scalar_tensor",
+    "tril_indices",
+    "triu_indices",
+    "zeros",
+    "zeros_like",
+):
+    globals()[_name] = _factory_options(_name)(globals()[_name])
+del _name
 
 # The function forms of the tensor API answer arguments no check foresaw with an error of the
 # hierarchy naming the function (errors.guard); internal code keeps calling the plain ones.

@@ -335,15 +335,11 @@ def ifftshift(input: Tensor, dim: Any = None) -> Tensor:  # noqa: A002 (torch's 
     return _shifted("ifftshift", input, dim, lambda n: (n + 1) // 2)
 
 
-#: torch's ``out=`` for the transforms (the result cast to ``out``'s dtype where torch's
-#: casting allows: a complex64 spectrum into a complex128 ``out``, never into a real one)
-_TRANSFORMS = tuple(
-    f"{kind}{suffix}"
-    for kind in ("fft", "ifft", "rfft", "irfft", "hfft", "ihfft")
-    for suffix in ("", "2", "n")
-)
-for _name in _TRANSFORMS:
-    globals()[_name] = accepts_out(f"fft.{_name}")(globals()[_name])
+# the transforms take torch's ``out=`` (the result cast to ``out``'s dtype where torch's casting
+# allows: a complex64 spectrum into a complex128 ``out``, never into a real one)
+for _name in __all__:
+    if "fft" in _name and not _name.endswith(("freq", "shift")):
+        globals()[_name] = accepts_out(f"fft.{_name}")(globals()[_name])
 
 # the public functions turn a built-in exception about their arguments (an extra argument, a
 # float for a dim) into the hierarchy's, named after the function (errors.guard)

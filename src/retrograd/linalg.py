@@ -523,15 +523,15 @@ GeqrfResult = namedtuple("geqrf", ["a", "tau"])
 
 
 @autocast_op("geqrf")
-def geqrf(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
-    """torch's ``geqrf`` (LAPACK's): ``(a, tau)``, the QR factorization of ``A`` ``[..., m, n]``
+def geqrf(input: Tensor, *, out: Any = None) -> Any:  # noqa: A002 (torch's name)
+    """torch's ``geqrf`` (LAPACK's): ``(a, tau)``, the QR factorization of ``input`` ``[..., m, n]``
     in Householder form: ``R`` on and above ``a``'s diagonal, the reflectors' vectors below
     it, ``tau`` ``[..., min(m, n)]`` their scales (:func:`householder_product` makes ``Q``).
-    As torch's, the result is recorded on ``A`` and its backward refuses."""
+    As torch's, the result is recorded on ``input`` and its backward refuses."""
     import scipy.linalg
 
     _no_out("geqrf", out)
-    matrices = _matrices("geqrf", A)
+    matrices = _matrices("geqrf", input)
     m, n = matrices.shape[-2:]
     values = matrices.detach().numpy()
     flat = values.reshape((math.prod(matrices.shape[:-2]), m, n))  # -1 is ambiguous at size 0
@@ -553,29 +553,30 @@ def geqrf(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
 
 
 @autocast_op("orgqr")
-def orgqr(A: Tensor, tau: Any) -> Tensor:  # noqa: N803 (torch's name)
-    """torch's ``orgqr``: :func:`householder_product`."""
-    return householder_product(A, tau)
+def orgqr(input: Tensor, input2: Any) -> Tensor:  # noqa: A002 (torch's names)
+    """torch's ``orgqr``: :func:`householder_product` of the reflectors ``input`` and their
+    scales ``input2`` (the names torch's parser takes; its docs say ``tau``)."""
+    return householder_product(input, input2)
 
 
 @autocast_op("ormqr")
 def ormqr(
-    A: Tensor,  # noqa: N803 (torch's name)
-    tau: Any,
-    other: Any,
+    input: Tensor,  # noqa: A002 (torch's names: its parser's, where its docs say A, tau, other)
+    input2: Any,
+    input3: Any,
     left: bool = True,
     transpose: bool = False,
     *,
     out: Any = None,
 ) -> Tensor:
-    """torch's ``ormqr``: ``other`` multiplied by the full orthogonal ``Q`` of the reflectors
-    ``(A, tau)`` (:func:`geqrf`'s form): ``Q @ other`` (``left``) or ``other @ Q``, with
-    ``Q^T`` for ``transpose``. ``A`` ``[..., mn, k]``, ``mn`` the size of ``other``'s side;
-    differentiable through ``A``, ``tau`` and ``other``, as torch's."""
+    """torch's ``ormqr``: ``other`` (``input3``) multiplied by the full orthogonal ``Q`` of
+    the reflectors ``(A, tau)`` (``input``, ``input2``: :func:`geqrf`'s form): ``Q @ other``
+    (``left``) or ``other @ Q``, with ``Q^T`` for ``transpose``. ``A`` ``[..., mn, k]``,
+    ``mn`` the size of ``other``'s side; differentiable through all three, as torch's."""
     _no_out("ormqr", out)
-    matrices = _matrices("ormqr", A)
-    other = lift(matrices, other, "ormqr")
-    tau = lift(matrices, tau, "ormqr")
+    matrices = _matrices("ormqr", input)
+    other = lift(matrices, input3, "ormqr")
+    tau = lift(matrices, input2, "ormqr")
     if other.ndim < 2:
         raise ShapeError(f"ormqr: other must be [..., m, n], got {shape_text(other.shape)}")
     mn, columns = matrices.shape[-2:]

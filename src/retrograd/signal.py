@@ -79,7 +79,8 @@ def irfft(re: Tensor, im: Tensor, dim: int, n: int | None = None) -> Tensor:
 def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: int | None = None,  # noqa: A002
          window: Any = None, center: bool = True, pad_mode: str = "reflect",
          normalized: bool = False, onesided: bool | None = None,
-         return_complex: bool | None = None) -> Tensor:  # fmt: skip
+         return_complex: bool | None = None,
+         align_to_window: bool | None = None) -> Tensor:  # fmt: skip
     """torch's ``stft`` in its real form (``return_complex=False``): the frames' DFTs with the
     real and imaginary parts in a last dimension of 2, shape ``(batch?, n_freq, n_frames, 2)``
     (HiFi-GAN's and Tacotron's mel spectrograms, ``torch.sqrt(spec.pow(2).sum(-1) + 1e-9)``).
@@ -122,7 +123,22 @@ def stft(input: Tensor, n_fft: int, hop_length: int | None = None, win_length: i
         signal = signal.to(result_dtype(str(signal.dtype), str(window.dtype)))
     batched = signal if signal.ndim == 2 else signal.unsqueeze(0)
     if center:
+        if align_to_window is not None:
+            raise InvalidArgumentError(
+                f"{fn}: align_to_window should only be set when center=False, as torch "
+                f"requires; got align_to_window={align_to_window!r} with center=True"
+            )
         batched = _pad_ends(fn, batched, n_fft // 2, pad_mode)
+    elif align_to_window is not None and not isinstance(align_to_window, bool):
+        raise DTypeError(f"{fn}: align_to_window must be a bool, got {align_to_window!r}")
+    elif align_to_window and win_length < n_fft:
+        # frames start where the window starts (torch's): the signal padded with zeros by
+        # the window's offset in the frame, so that the frames hold the window's samples
+        offset = (n_fft - win_length) // 2
+        length = batched.shape[-1]
+        batched = _fit(
+            _fit(batched.flip(-1), -1, length + offset).flip(-1), -1, length + n_fft - win_length
+        )
     length = batched.shape[-1]
     if n_fft > length:
         raise ShapeError(

@@ -37,6 +37,7 @@ from .errors import guard_namespace as _guard_namespace
 from .tensor import Tensor
 from .tensor._dispatch import TensorOp
 from .tensor.functions import (
+    accepts_out,
     digamma,
     erf,
     erfc,
@@ -176,8 +177,28 @@ def _bessel(name: str) -> Callable[..., Tensor]:
     return _unary(name, "bessel_function", (name,))
 
 
+def _bessel_of_x(name: str) -> Callable[..., Tensor]:
+    """A Bessel function whose argument torch's parser names ``x`` (``airy_ai(x=t)``; its
+    docs say ``input``, which the parser refuses)."""
+    unary = _bessel(name)
+
+    def function(x: Tensor, *, out: Any = None) -> Tensor:
+        return unary(x, out=out)
+
+    function.__name__ = function.__qualname__ = name
+    return function
+
+
 def _polynomial(name: str) -> Callable[..., Tensor]:
-    return _binary(name, TensorOp(name, "orthogonal_polynomial"), (name,))
+    """An orthogonal polynomial under the names torch's parser takes, ``(x, n)`` (its docs
+    say ``input``, which the parser refuses)."""
+    binary = _binary(name, TensorOp(name, "orthogonal_polynomial"), (name,))
+
+    def function(x: Any, n: Any, *, out: Any = None) -> Tensor:
+        return binary(x, n, out=out)
+
+    function.__name__ = function.__qualname__ = name
+    return function
 
 
 i0e = _unary("i0e")
@@ -194,7 +215,7 @@ zeta = _binary("zeta", TensorOp("zeta"))
 gammainc = _binary("gammainc", GAMMAINC, operands=float_kernel_operands)
 gammaincc = _binary("gammaincc", GAMMAINCC, operands=float_kernel_operands)
 
-airy_ai = _bessel("airy_ai")
+airy_ai = _bessel_of_x("airy_ai")
 bessel_j0 = _bessel("bessel_j0")
 bessel_j1 = _bessel("bessel_j1")
 bessel_y0 = _bessel("bessel_y0")
@@ -203,9 +224,9 @@ modified_bessel_i0 = _bessel("modified_bessel_i0")
 modified_bessel_i1 = _bessel("modified_bessel_i1")
 modified_bessel_k0 = _bessel("modified_bessel_k0")
 modified_bessel_k1 = _bessel("modified_bessel_k1")
-scaled_modified_bessel_k0 = _bessel("scaled_modified_bessel_k0")
-scaled_modified_bessel_k1 = _bessel("scaled_modified_bessel_k1")
-spherical_bessel_j0 = _bessel("spherical_bessel_j0")
+scaled_modified_bessel_k0 = _bessel_of_x("scaled_modified_bessel_k0")
+scaled_modified_bessel_k1 = _bessel_of_x("scaled_modified_bessel_k1")
+spherical_bessel_j0 = _bessel_of_x("spherical_bessel_j0")
 chebyshev_polynomial_t = _polynomial("chebyshev_polynomial_t")
 chebyshev_polynomial_u = _polynomial("chebyshev_polynomial_u")
 chebyshev_polynomial_v = _polynomial("chebyshev_polynomial_v")
@@ -244,6 +265,9 @@ for _name in POLYNOMIALS:
         "output is untracked)."
     )
 del _name, _doc
+
+# torch.special.polygamma takes out= as torch.polygamma does
+polygamma = accepts_out("special.polygamma")(polygamma)
 
 # Arguments no check foresaw get an error of the hierarchy naming the function, as the rest of
 # the public surface (errors.guard); an alias of a tensor function is guarded under its own name.

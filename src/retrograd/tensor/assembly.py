@@ -208,7 +208,7 @@ def _triangle_indices(
 
 
 def tril_indices(
-    row: int, col: int, offset: int = 0, *, dtype: Any = None, device: Any = None, **_: Any
+    row: int, col: int, offset: int = 0, *, dtype: Any = None, device: Any = None
 ) -> Any:
     """The ``[2, n]`` row and column indices of the lower triangle (``offset`` above the
     diagonal counts in), row by row, as torch orders them."""
@@ -216,7 +216,7 @@ def tril_indices(
 
 
 def triu_indices(
-    row: int, col: int, offset: int = 0, *, dtype: Any = None, device: Any = None, **_: Any
+    row: int, col: int, offset: int = 0, *, dtype: Any = None, device: Any = None
 ) -> Any:
     """The ``[2, n]`` indices of the upper triangle (``offset`` above the diagonal on)."""
     return _triangle_indices("triu_indices", row, col, offset, False, dtype, device)

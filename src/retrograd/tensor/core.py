@@ -71,7 +71,7 @@ from .dtypes import (
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin, assign
-from .layouts import check_memory_format, preserve_format, strided
+from .layouts import check_memory_format, factory_options, preserve_format, strided
 from .printing import array2string_options
 from .products import ProductsMixin
 from .reduce import ReduceMixin
@@ -302,8 +302,10 @@ class Tensor(
         return shape[0]
 
     # -- conversion ---------------------------------------------------------------------------
-    def numpy(self) -> np.ndarray:
-        """The values as a NumPy array (shares memory with the tensor where it can)."""
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The values as a NumPy array (shares memory with the tensor where it can).
+        ``force`` (torch's: detach and copy to the host first) changes nothing here: the
+        array is always the host's, and a tensor that requires grad gives its values too."""
         return np.asarray(self._backend.to_numpy(self._prim))
 
     def __array__(self, dtype=None, copy=None):
@@ -389,44 +391,50 @@ class Tensor(
             return self
         return apply("cast", (self,), (dtype,))
 
-    def float(self) -> Tensor:
+    def _cast_in_format(self, op: str, dtype: str, memory_format: Any) -> Tensor:
+        """A cast method's ``memory_format=`` checked as torch checks it (the values and the
+        result do not depend on it: retrograd tensors carry no memory format)."""
+        check_memory_format(op, memory_format, self.ndim)
+        return self.cast(dtype)
+
+    def float(self, memory_format: Any = preserve_format) -> Tensor:
         """Cast to float32 (torch's ``float()``: a float64 tensor becomes float32)."""
-        return self.cast("float32")
+        return self._cast_in_format("float", "float32", memory_format)
 
-    def double(self) -> Tensor:
+    def double(self, memory_format: Any = preserve_format) -> Tensor:
         """Cast to float64."""
-        return self.cast("float64")
+        return self._cast_in_format("double", "float64", memory_format)
 
-    def cfloat(self) -> Tensor:
+    def cfloat(self, memory_format: Any = preserve_format) -> Tensor:
         """Cast to complex64."""
-        return self.cast("complex64")
+        return self._cast_in_format("cfloat", "complex64", memory_format)
 
-    def cdouble(self) -> Tensor:
+    def cdouble(self, memory_format: Any = preserve_format) -> Tensor:
         """Cast to complex128."""
-        return self.cast("complex128")
+        return self._cast_in_format("cdouble", "complex128", memory_format)
 
-    def long(self) -> Tensor:
+    def long(self, memory_format: Any = preserve_format) -> Tensor:
         """Cast to int64."""
-        return self.cast("int64")
+        return self._cast_in_format("long", "int64", memory_format)
 
-    def int(self) -> Tensor:
+    def int(self, memory_format: Any = preserve_format) -> Tensor:
         """Cast to int32 (wrapping values past its range, as torch's)."""
-        return self.cast("int32")
+        return self._cast_in_format("int", "int32", memory_format)
 
-    def bool(self) -> Tensor:
-        return self.cast("bool")
+    def bool(self, memory_format: Any = preserve_format) -> Tensor:
+        return self._cast_in_format("bool", "bool", memory_format)
 
-    def half(self) -> Tensor:
+    def half(self, memory_format: Any = preserve_format) -> Tensor:
         """Cast to float16 (on backends that hold it: TorchBackend)."""
-        return self.cast("float16")
+        return self._cast_in_format("half", "float16", memory_format)
 
-    def bfloat16(self) -> Tensor:
+    def bfloat16(self, memory_format: Any = preserve_format) -> Tensor:
         """Cast to bfloat16 (on backends that hold it: TorchBackend)."""
-        return self.cast("bfloat16")
+        return self._cast_in_format("bfloat16", "bfloat16", memory_format)
 
-    def byte(self) -> Tensor:
+    def byte(self, memory_format: Any = preserve_format) -> Tensor:
         """Cast to uint8 (wrapping values modulo 256, floats truncated toward zero, as torch's)."""
-        return self.cast("uint8")
+        return self._cast_in_format("byte", "uint8", memory_format)
 
     def type(self, dtype: Any = None, non_blocking: bool = False) -> Any:
         """Without ``dtype``, the type's name (``"retrograd.FloatTensor"``, as torch's
@@ -565,9 +573,10 @@ class Tensor(
         """The tensor itself: host memory is the backend's business."""
         return self
 
-    def is_pinned(self) -> bool:
+    def is_pinned(self, device: Any = None) -> bool:
         """False: no tensor is in page-locked memory here (:meth:`pin_memory` keeps it as it
-        is), as a tensor torch has not pinned (data prefetchers ask before pinning)."""
+        is), as a tensor torch has not pinned (data prefetchers ask before pinning); ``device``
+        (torch's deprecated accelerator to ask about) changes nothing."""
         return False
 
     def share_memory_(self) -> NoReturn:
@@ -593,6 +602,7 @@ class Tensor(
         backend = self._backend
         return Tensor(backend.full(shape, fill, dtype, device), backend, device)
 
+    @factory_options("new_zeros")
     def new_zeros(self, *args: Any, size: Any = None, dtype: Any = None, device: Any = None,
                   requires_grad: bool = False) -> Tensor:  # fmt: skip
         """Zeros of ``size`` (varargs, one sequence or ``size=``), with this tensor's dtype and
@@ -600,17 +610,20 @@ class Tensor(
         out = self._new_like("new_zeros", _sized("new_zeros", args, size), dtype, device, 0)
         return out.require_grad() if requires_grad else out
 
+    @factory_options("new_ones")
     def new_ones(self, *args: Any, size: Any = None, dtype: Any = None, device: Any = None,
                  requires_grad: bool = False) -> Tensor:  # fmt: skip
         out = self._new_like("new_ones", _sized("new_ones", args, size), dtype, device, 1)
         return out.require_grad() if requires_grad else out
 
+    @factory_options("new_empty")
     def new_empty(self, *args: Any, size: Any = None, dtype: Any = None, device: Any = None,
                   requires_grad: bool = False) -> Tensor:  # fmt: skip
         """torch's ``new_empty`` (values unspecified: here zeros)."""
         size = _sized("new_empty", args, size)
         return self.new_zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
 
+    @factory_options("new_full")
     def new_full(self, size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None,
                  requires_grad: bool = False) -> Tensor:  # fmt: skip
         from ._dispatch import written_scalar
@@ -869,7 +882,7 @@ class Tensor(
     def backward(
         self,
         grad: Tensor | None = None,
-        retain_graph: bool | None = False,
+        retain_graph: bool | None = None,
         create_graph: bool = False,
         inputs: Any = None,
         *,
@@ -878,7 +891,8 @@ class Tensor(
         """Backpropagate from this tensor and return the :class:`~retrograd.Gradients`.
 
         ``grad`` (torch's keyword: ``gradient``) seeds the backward (ones of this tensor's
-        shape by default). The part of the graph walked is consumed unless ``retain_graph``;
+        shape by default). The part of the graph walked is consumed unless ``retain_graph``
+        (by default, as torch's None: kept exactly when ``create_graph``);
         ``create_graph`` records the backward itself, so gradients are tracked tensors that can
         be differentiated again. ``inputs`` (torch's): the tensors whose gradients are wanted;
         the backward walks only toward them and leaves the rest of the graph unconsumed.
@@ -1024,10 +1038,29 @@ class Tensor(
             if former.key in grads:
                 grads.remove(former.key)
 
-    def inner(self) -> Tensor:
-        """The same values on the inner backend, without graph."""
+    def inner(self, other: Any = None) -> Tensor:
+        """The same values on the inner backend, without graph; with ``other``, torch's
+        ``x.inner(other)`` (the sum of products over the last dimension of both, recorded as
+        any op: :func:`retrograd.inner`)."""
+        if other is not None:
+            return self._inner_product(other)
         backend = self._autodiff("inner")
         return Tensor(backend.inner_value(self._prim), backend.inner, self._device)
+
+    def _inner_product(self, other: Any) -> Tensor:
+        """torch's ``inner``: a product for a 0-d operand, else the sum over the last
+        dimension of both (``[..a, k]`` and ``[..b, k]`` give ``[..a, ..b]``), as one matmul."""
+        other = lift(self, other, "inner")
+        if self.ndim == 0 or other.ndim == 0:
+            return self * other
+        size = self.shape[-1]
+        if other.shape[-1] != size:
+            raise ShapeError(
+                f"inner: the last dimension must match on both input tensors but got shapes "
+                f"{shape_text(self.shape)} and {shape_text(other.shape)}"
+            )
+        product = self.reshape((-1, size)).matmul(other.reshape((-1, size)).mT)
+        return product.reshape(self.shape[:-1] + other.shape[:-1])
 
     @staticmethod
     def from_inner(inner_tensor: Tensor, backend: Any = None) -> Tensor:

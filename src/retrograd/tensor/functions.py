@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import inspect
 import numbers
 import string
 from collections.abc import Callable, Sequence
@@ -598,17 +599,41 @@ def written_out(name: str, out: Any, result: Any, same_dtype: bool = False) -> A
     return type(result)(*written)
 
 
+def _with_out_parameter(function: Callable[..., Any]) -> inspect.Signature | None:
+    """``function``'s signature with torch's keyword ``out=None`` added (what
+    ``inspect.signature`` shows of the wrapper, rather than the wrapped function's)."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+    parameters = list(signature.parameters.values())
+    if "out" in signature.parameters:
+        return signature
+    out = inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None)
+    at = len(parameters)
+    if parameters and parameters[-1].kind is inspect.Parameter.VAR_KEYWORD:
+        at -= 1
+    return signature.replace(parameters=[*parameters[:at], out, *parameters[at:]])
+
+
 def accepts_out(
-    name: str, same_dtype: bool = False
+    name: str, same_dtype: bool = False, dtype_from_out: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A function given torch's keyword ``out=`` (see :func:`written_out`)."""
+    """A function given torch's keyword ``out=`` (see :func:`written_out`);
+    ``dtype_from_out``: a factory (``eye``, ``linspace``...) that, with no ``dtype`` given,
+    makes its values in ``out``'s dtype, as torch's factories do."""
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def with_out(*args: Any, out: Any = None, **kwargs: Any) -> Any:
+            if dtype_from_out and out is not None and kwargs.get("dtype") is None:
+                if not hasattr(out, "dtype"):
+                    raise DTypeError(f"{name}: out must be a tensor, got {type(out).__name__}")
+                kwargs["dtype"] = out.dtype
             result = function(*args, **kwargs)
             return result if out is None else written_out(name, out, result, same_dtype)
 
+        with_out.__signature__ = _with_out_parameter(function)  # type: ignore[attr-defined]
         return with_out
 
     return decorate
@@ -627,6 +652,7 @@ def _method(name: str, method: str) -> Callable[..., Any]:
         return result if out is None else written_out(name, out, result)
 
     function.__name__ = function.__qualname__ = name
+    function._tensor_method = method  # type: ignore[attr-defined] (the signature audit reads it)
     function.__doc__ = f"``rg.{name}(input, ...)``: ``input.{method}(...)`` (torch's ``{name}``)."
     return function
 
@@ -899,8 +925,9 @@ def vstack(tensors: Sequence[Any]) -> Any:
     return cat([t if t.ndim > 1 else t.reshape((1, -1)) for t in tensors], 0)
 
 
-def rsub(input: Any, other: Any, *, alpha: Any = 1) -> Any:  # noqa: A002 (torch's name)
-    """torch's ``rsub``: ``other - alpha * input``."""
+def rsub(input: Any, other: Any, alpha: Any = 1) -> Any:  # noqa: A002 (torch's name)
+    """torch's ``rsub``: ``other - alpha * input`` (``alpha`` positional too, as torch's
+    parser takes it: ``torch.rsub(x, 3.0, 2)``)."""
     if not isinstance(input, TensorBase):
         raise DTypeError(f"rsub(): argument 'input' must be a Tensor, not {type(input).__name__}")
     if isinstance(other, TensorBase):  # (torch's kernel: sub's, one fused multiply-add)
@@ -1337,6 +1364,28 @@ def unravel_index(indices: Any, shape: Any) -> tuple[Any, ...]:
 for _name, _target in _METHODS.items():
     globals()[_name] = _method(_name, _target)
 del _name, _target
+
+
+def _refusing_out_dtype(name: str) -> Callable[..., Any]:
+    """torch's ``mm``/``bmm`` with their ``out_dtype`` parameter, which torch runs on CUDA
+    only (its CPU kernels refuse every value): accepted as None alone."""
+    product = _method(name, name)
+
+    def function(input: Any, mat2: Any, out_dtype: Any = None, *, out: Any = None) -> Any:  # noqa: A002
+        if out_dtype is not None:
+            raise InvalidArgumentError(
+                f"{name}: out_dtype={out_dtype!r} is not supported (torch computes it on CUDA "
+                f"only); cast the product instead: {name}(input, mat2).to(dtype)"
+            )
+        return product(input, mat2, out=out)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"torch's ``{name}``: ``input.{name}(mat2)`` (``out_dtype`` None only)."
+    return function
+
+
+mm = _refusing_out_dtype("mm")
+bmm = _refusing_out_dtype("bmm")
 
 __all__ = sorted(
     {

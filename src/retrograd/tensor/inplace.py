@@ -707,7 +707,11 @@ class InplaceMixin:
         still aliasing what it aliased."""
         return _view_in_place(self, "transpose_", lambda t: t.transpose(dim0, dim1))
 
-    swapdims_ = swapaxes_ = transpose_
+    swapdims_ = transpose_
+
+    def swapaxes_(self, axis0: int, axis1: int) -> Any:
+        """torch's ``swapaxes_`` (under its parameter names): :meth:`transpose_`."""
+        return self.transpose_(axis0, axis1)
 
     def t_(self) -> Any:
         """torch's ``t_``: this (at most 2-d) tensor transposed in place."""

@@ -19,6 +19,9 @@ retrograd.channels_last
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import InvalidArgumentError, ShapeError
@@ -102,3 +105,51 @@ class layout(_Named):  # noqa: N801 (torch's name)
 strided = layout("strided")
 sparse_coo = layout("sparse_coo")
 jagged = layout("jagged")
+
+
+def check_factory_layout(op: str, given: Any) -> None:
+    """A factory's ``layout=``: ``None`` or ``strided`` (what every factory makes here)."""
+    if given is None or given is strided:
+        return
+    if not isinstance(given, layout):
+        raise InvalidArgumentError(f"{op}: layout must be an rg.layout (rg.strided), got {given!r}")
+    raise InvalidArgumentError(
+        f"{op}: layout={given!r} is not supported: retrograd's factories make strided tensors "
+        "(build a sparse one with rg.sparse_coo_tensor or .to_sparse())"
+    )
+
+
+def factory_options(op: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A factory given torch's keywords ``layout`` (checked: :func:`check_factory_layout`)
+    and ``pin_memory`` (accepted as ``Tensor.pin_memory()`` is: no tensor is page-locked
+    here) where it lacks them; its signature shows both."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(function)
+        takes_pin_memory = "pin_memory" in signature.parameters
+
+        @functools.wraps(function)
+        def with_options(*args: Any, layout: Any = None, **kwargs: Any) -> Any:
+            check_factory_layout(op, layout)
+            if not takes_pin_memory:
+                pin_memory = kwargs.pop("pin_memory", None)
+                if pin_memory is not None and not isinstance(pin_memory, bool):
+                    raise InvalidArgumentError(
+                        f"{op}: pin_memory must be a bool, got {pin_memory!r}"
+                    )
+            return function(*args, **kwargs)
+
+        parameters = list(signature.parameters.values())
+        tail = [p for p in parameters if p.kind is p.VAR_KEYWORD]
+        added = [inspect.Parameter("layout", inspect.Parameter.KEYWORD_ONLY, default=None)]
+        if not takes_pin_memory:
+            added.append(
+                inspect.Parameter("pin_memory", inspect.Parameter.KEYWORD_ONLY, default=None)
+            )
+        body = [p for p in parameters if p.kind is not p.VAR_KEYWORD]
+        with_options.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*body, *added, *tail]
+        )
+        return with_options
+
+    return decorate

@@ -601,8 +601,10 @@ class ReduceMixin:
         return self.matmul(other)
 
     @autocast_op("dot")
-    def dot(self, other: Any) -> Any:
-        other = lift(self, other, "dot")
+    def dot(self, tensor: Any) -> Any:
+        """torch's ``dot`` (its parameter's name ``tensor`` too): the inner product of two
+        vectors."""
+        other = lift(self, tensor, "dot")
         if self.ndim != 1 or other.ndim != 1:
             raise ShapeError(
                 f"dot: expects 1-d tensors, got {shape_text(self.shape)} and "

@@ -65,6 +65,7 @@ from .dtypes import DTYPE_OBJECTS
 from .functions import check_unique_dim
 from .functions import unique as _unique
 from .indexing import check_values
+from .layouts import preserve_format
 from .spacing import torch_linspace
 from .views import complex_view_of, link
 
@@ -1069,15 +1070,15 @@ class SelectionMixin:
     def nbytes(self) -> int:
         return DTYPE_OBJECTS[self.dtype].itemsize * math.prod(self.shape)
 
-    def short(self) -> Any:
+    def short(self, memory_format: Any = preserve_format) -> Any:
         """Cast to int16 (wrapping values past its range, floats truncated toward zero, as
         torch's)."""
-        return self.cast("int16")
+        return self._cast_in_format("short", "int16", memory_format)
 
-    def char(self) -> Any:
+    def char(self, memory_format: Any = preserve_format) -> Any:
         """Cast to int8 (wrapping values past its range, floats truncated toward zero, as
         torch's)."""
-        return self.cast("int8")
+        return self._cast_in_format("char", "int8", memory_format)
 
     def new(self, *args: Any, device: Any = None) -> Any:
         """torch's legacy constructor in this tensor's dtype and device: sizes (ints, or one

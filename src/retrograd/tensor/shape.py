@@ -460,22 +460,23 @@ class ShapeMixin:
 
     def flatten(
         self,
-        start: int = 0,
-        end: int = -1,
+        start_dim: int = 0,
+        end_dim: int = -1,
         *,
-        start_dim: int | None = None,
-        end_dim: int | None = None,
+        start: int | None = None,
+        end: int | None = None,
     ) -> Any:
-        """Merge dimensions ``start..=end`` into one (torch's keywords ``start_dim`` and
-        ``end_dim`` name them too: ``x.flatten(start_dim=1)``)."""
-        if start_dim is not None:
-            if start != 0:
+        """Merge dimensions ``start_dim..=end_dim`` into one, under torch's signature
+        (``start`` and ``end``, Burn's names, by keyword too)."""
+        if start is not None:
+            if start_dim != 0:
                 raise TypeError("flatten() got multiple values for argument 'start_dim'")
-            start = start_dim
-        if end_dim is not None:
-            if end != -1:
+            start_dim = start
+        if end is not None:
+            if end_dim != -1:
                 raise TypeError("flatten() got multiple values for argument 'end_dim'")
-            end = end_dim
+            end_dim = end
+        start, end = start_dim, end_dim
         shape = self.shape
         if not shape:
             for dim in (start, end):

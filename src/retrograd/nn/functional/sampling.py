@@ -320,14 +320,15 @@ def pad(
     input: Tensor,  # noqa: A002 (torch's name: ``F.pad(input=x, pad=...)``)
     pad: Sequence[int],
     mode: str = "constant",
-    value: float = 0.0,
+    value: float | None = None,
 ) -> Tensor:
     """Pad (or, with negative entries, crop) the last dimensions, as ``torch.nn.functional.pad``.
 
     ``pad`` lists ``(left, right)`` amounts starting from the *last* dimension:
     ``(l, r)`` pads the last one, ``(l, r, t, b)`` the last two. ``mode="constant"`` fills with
-    ``value``; ``"reflect"``, ``"replicate"`` and ``"circular"`` repeat the input's own values
-    as torch does. Differentiable: a crop is a slice, constant padding a concatenation with
+    ``value`` (None: 0, torch's default; the other modes refuse another, as torch's);
+    ``"reflect"``, ``"replicate"`` and ``"circular"`` repeat the input's own values as torch
+    does. Differentiable: a crop is a slice, constant padding a concatenation with
     untracked filled blocks, the other modes a ``select`` of the input's entries (built from
     host index arrays, the pad amounts being host values already, copied to the device once
     per shape), so the gradient of each padded
@@ -345,6 +346,12 @@ def pad(
         )
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: expected a tensor, got {type(x).__name__}")
+    if value is None:
+        value = 0.0
+    elif mode != "constant" and value != 0:  # (torch lets a 0 through: no value to use)
+        raise InvalidArgumentError(
+            f'{fn}: padding mode "{mode}" doesn\'t take in value argument (got value={value!r})'
+        )
     amounts = list(int_arguments(fn, tuple(pad), "pad"))
     if any(not isinstance(n, numbers.Integral) or isinstance(n, bool) for n in amounts):
         raise ShapeError(f"{fn}: pad must hold ints, got {amounts!r}")

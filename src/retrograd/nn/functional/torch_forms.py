@@ -19,6 +19,8 @@ from . import alpha_dropout as _alpha_dropout
 from . import dropout as _dropout
 from . import embedding as _embedding
 from . import feature_alpha_dropout as _feature_alpha_dropout
+from . import group_norm as _group_norm
+from . import layer_norm as _layer_norm
 
 #: the functional names torch also exports at top level with the same leading arguments
 SAME_AS_FUNCTIONAL = (
@@ -34,9 +36,7 @@ SAME_AS_FUNCTIONAL = (
     "conv_transpose2d",
     "conv_transpose3d",
     "cosine_similarity",
-    "group_norm",
     "hardshrink",
-    "layer_norm",
     "max_pool1d",
     "max_pool1d_with_indices",
     "max_pool2d",
@@ -54,6 +54,32 @@ SAME_AS_FUNCTIONAL = (
     "threshold",
     "threshold_",
 )
+
+
+def layer_norm(
+    input: Any,  # noqa: A002 (torch's names)
+    normalized_shape: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    cudnn_enable: bool = True,
+) -> Any:
+    """``torch.layer_norm``: :func:`~retrograd.nn.functional.layer_norm`; ``cudnn_enable``
+    (torch's choice of kernel on CUDA) changes nothing in the values, here as there."""
+    return _layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def group_norm(
+    input: Any,  # noqa: A002 (torch's names)
+    num_groups: int,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    cudnn_enabled: bool = True,
+) -> Any:
+    """``torch.group_norm``: :func:`~retrograd.nn.functional.group_norm`; ``cudnn_enabled``
+    (torch's choice of kernel on CUDA) changes nothing in the values."""
+    return _group_norm(input, num_groups, weight, bias, eps)
 
 
 def dropout(input: Any, p: float, train: bool) -> Any:  # noqa: A002 (torch's names)
@@ -562,9 +588,11 @@ __all__ = [
     "feature_dropout",
     "feature_dropout_",
     "grid_sampler",
+    "group_norm",
     "hinge_embedding_loss",
     "instance_norm",
     "kl_div",
+    "layer_norm",
     "margin_ranking_loss",
     "norm_except_dim",
     "poisson_nll_loss",

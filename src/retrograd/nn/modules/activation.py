@@ -5,6 +5,7 @@ importable from here too, torch's path for it (its home is :mod:`.attention`).""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from ...errors import InvalidArgumentError, ShapeError, shape_text
@@ -200,8 +201,30 @@ class Hardtanh(_Elementwise):
     _fn = staticmethod(F.hardtanh)
     _fields = ("min_val", "max_val")
 
-    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    def __init__(
+        self,
+        min_val: float = -1.0,
+        max_val: float = 1.0,
+        inplace: bool = False,
+        min_value: float | None = None,
+        max_value: float | None = None,
+    ):
         super().__init__()
+        # torch's deprecated spellings, still accepted there with a FutureWarning
+        if min_value is not None:
+            warnings.warn(
+                "keyword argument `min_value` is deprecated and renamed to `min_val`",
+                FutureWarning,
+                stacklevel=2,
+            )
+            min_val = min_value
+        if max_value is not None:
+            warnings.warn(
+                "keyword argument `max_value` is deprecated and renamed to `max_val`",
+                FutureWarning,
+                stacklevel=2,
+            )
+            max_val = max_value
         self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
 
 
