@@ -322,11 +322,12 @@ REFUSED = {
     "view_as_real": (lambda: rg.view_as_real(rg.ones((2, 2))), rg.DTypeError, "complex"),
     "view_as_complex": (lambda: rg.view_as_complex(rg.ones((2, 3))), rg.ShapeError, "size 2"),
     "floor": (lambda: rg.ones(2, dtype=rg.cfloat).floor(), rg.DTypeError, "complex64"),
-    "to_sparse": (lambda: rg.ones((2, 2)).to_sparse(), rg.InvalidArgumentError, "sparse"),
-    "sparse_coo_tensor": (
-        lambda: rg.sparse_coo_tensor(rg.tensor([[0], [1]]), rg.ones((1,)), (2, 2)),
-        rg.InvalidArgumentError,
-        "sparse",
+    "to_sparse_csr": (lambda: rg.ones((2, 2)).to_sparse_csr(), rg.InvalidArgumentError, "sparse"),
+    "to_sparse_csc": (lambda: rg.ones((2, 2)).to_sparse_csc(), rg.InvalidArgumentError, "CSC"),
+    "sparse_coo_tensor": (  # hybrid values (dense dimensions)
+        lambda: rg.sparse_coo_tensor(rg.tensor([[0], [1]]), rg.ones((1, 3)), (2, 2, 3)),
+        rg.ShapeError,
+        "hybrid",
     ),
     "nested.nested_tensor": (
         lambda: rg.nested.nested_tensor([rg.ones((2,)), rg.ones((3,))], layout=rg.jagged),

@@ -86,8 +86,8 @@ def optimizer_state_bytes(optimizer: Any) -> int:
     >>> w = rg.tensor([1.0, 2.0]).require_grad()
     >>> opt = rg.optim.Adam([w], lr=0.1)
     >>> opt.step((w * w).sum().backward())
-    >>> optimizer_state_bytes(opt)                 # two moments of 2 float32
-    16
+    >>> optimizer_state_bytes(opt)  # two moments of 2 float32, and the 0-d float32 step
+    20
     """
     from ..tensor import Tensor
 

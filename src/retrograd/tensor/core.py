@@ -489,6 +489,20 @@ class Tensor(
         """``to_sparse()`` (torch's name for the COO layout)."""
         return self.to_sparse()
 
+    def to_sparse_csr(self, dense_dim: Any = None) -> Any:
+        """Refused: retrograd's sparse tensors are COO only (``to_sparse()``)."""
+        raise InvalidArgumentError(
+            "to_sparse_csr: the sparse CSR layout is not supported in retrograd; "
+            "to_sparse() gives the COO layout"
+        )
+
+    def to_sparse_csc(self, dense_dim: Any = None) -> Any:
+        """Refused: retrograd's sparse tensors are COO only (``to_sparse()``)."""
+        raise InvalidArgumentError(
+            "to_sparse_csc: the sparse CSC layout is not supported in retrograd; "
+            "to_sparse() gives the COO layout"
+        )
+
     def to_dense(self, dtype: Any = None, *, masked_grad: Any = None) -> Tensor:
         """This tensor itself, as torch's ``to_dense`` of a strided tensor (every one is here:
         GCN code calls ``adj.to_dense()`` whatever the adjacency's layout), or cast to
