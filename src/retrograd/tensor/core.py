@@ -72,7 +72,7 @@ from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin, assign
 from .layouts import check_memory_format, preserve_format, strided
-from .printing import array2string_options
+from .printing import tensor_text
 from .products import ProductsMixin
 from .reduce import ReduceMixin
 from .selection import SelectionMixin
@@ -368,17 +368,28 @@ class Tensor(
         return bool((self == element).any())
 
     def __repr__(self) -> str:
-        """torch's layout; the options of ``rg.set_printoptions``."""
-        body = np.array2string(
-            self.numpy(), separator=", ", prefix="tensor(", **array2string_options()
+        """torch's ``repr`` (its ``_tensor_str`` rules, the options of
+        ``rg.set_printoptions``), the dtype named as ``retrograd.float64``."""
+        grad_fn = self.grad_fn
+        kind = self._device.kind
+        if kind == "meta":  # no values to show: torch's "..." and the size
+            return tensor_text(
+                None,
+                self.dtype,
+                default_float_dtype(),
+                device_text=kind,
+                shape=tuple(self.shape),
+                grad_fn_name=None if grad_fn is None else str(grad_fn),
+                requires_grad=bool(self.requires_grad),
+            )
+        return tensor_text(
+            self.numpy(),
+            self.dtype,
+            default_float_dtype(),
+            device_text=None if kind == "cpu" else str(self._device),
+            grad_fn_name=None if grad_fn is None else str(grad_fn),
+            requires_grad=bool(self.requires_grad),
         )
-        tracked = self._backend.is_autodiff and self._backend.is_tracked(self._prim)
-        suffix = (
-            ", requires_grad"
-            if tracked and self.is_require_grad()
-            else (", tracked" if tracked else "")
-        )
-        return f"tensor({body}, dtype={self.dtype}{suffix})"
 
     def cast(self, dtype: Any) -> Tensor:
         """This tensor in ``dtype`` (a name or an ``rg`` dtype); float-to-float casts keep
