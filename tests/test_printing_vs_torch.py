@@ -305,3 +305,43 @@ def test_half_precision_prints_as_torch(dtype):
     ):
         ours, theirs = _both(make)
         assert repr(ours) == _torch_text(repr(theirs))
+
+
+def test_random_tensors_print_as_torch():
+    # shapes up to 4x4x4 (empty ones too), magnitudes from 1e-6 to 1e9, integral floats,
+    # ints, complex values and nan: the notation, widths and line breaks as torch's, the
+    # dtype suffix wrapping where torch's does
+    rng = np.random.default_rng(20261205)
+    for _ in range(400):
+        shape = tuple(int(n) for n in rng.integers(0, 5, rng.integers(0, 4)))
+        kind = rng.integers(0, 5)
+        values = rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 10)
+        dtypes = [None, "float64"]
+        if kind == 1:
+            values = np.round(values)
+        elif kind == 2:
+            values, dtypes = (values % 100).astype(np.int64), [None, "int32", "int8"]
+        elif kind == 3:
+            values, dtypes = values + 1j * rng.standard_normal(shape), [None]
+        elif kind == 4 and values.size:
+            values.flat[0] = np.nan
+        for dtype in dtypes:
+            ours, theirs = _both(
+                lambda lib, dtype=dtype: lib.tensor(values, dtype=dtype and getattr(lib, dtype))
+            )
+            assert repr(ours) == _torch_text(repr(theirs)), (shape, dtype)
+
+
+SPARSE_CASES = {
+    "float64": lambda lib: lib.tensor([[0.0, 2.0], [3.5, 0.0]], dtype=lib.float64).to_sparse(),
+    "empty": lambda lib: lib.zeros(2, 3).to_sparse(),
+    "ints": lambda lib: lib.tensor([[0, 2], [3, 0]]).to_sparse(),
+    "wide": lambda lib: lib.arange(40.0).reshape(2, 20).to_sparse(),
+    "made": lambda lib: lib.sparse_coo_tensor([[0, 1, 1]], [1.0, 2.0, 3.0], (4,)),
+}
+
+
+@pytest.mark.parametrize("name", list(SPARSE_CASES))
+def test_sparse_tensors_print_as_torch(name):
+    ours, theirs = _both(SPARSE_CASES[name])
+    assert repr(ours) == _torch_text(repr(theirs))

@@ -87,7 +87,7 @@ class saved_tensors_hooks:  # noqa: N801 (torch's name)
         if result.shape != tuple(shape) or result.dtype != dtype:
             error = ShapeError if result.shape != tuple(shape) else DTypeError
             raise error(
-                f"saved_tensors_hooks: unpack_hook returned a tensor of shape {result.shape} "
+                f"saved_tensors_hooks: unpack_hook returned a tensor of shape {tuple(result.shape)} "
                 f"and dtype {result.dtype} for a value saved with shape {tuple(shape)} and "
                 f"dtype {dtype}"
             )

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["get_printoptions", "set_printoptions", "tensor_text"]
+__all__ = ["get_printoptions", "set_printoptions", "sparse_text", "tensor_text"]
 
 
 @dataclasses.dataclass
@@ -219,18 +219,24 @@ def _values_text(values: np.ndarray, indent: int, floating: bool) -> str:
     return _nested_text(values, indent, summarize, formatters)
 
 
-def _with_suffixes(text: str, suffixes: list[str], indent: int) -> str:
+def _with_suffixes(
+    text: str, suffixes: list[str], indent: int, force_newline: bool = False
+) -> str:
     """torch's ``_add_suffixes``: each suffix after a comma, on a line of its own where the
     line would pass the line width."""
     parts = [text]
     last_line_length = len(text) - text.rfind("\n") + 1
     for suffix in suffixes:
-        if last_line_length + len(suffix) + 2 > _OPTIONS.linewidth:
+        # measured as torch's own suffix (``dtype=torch.float64``, 4 characters shorter), so
+        # that the lines break where torch's do and a log compares line for line with torch's
+        length = len(suffix.replace("retrograd.", "torch."))
+        if force_newline or last_line_length + length + 2 > _OPTIONS.linewidth:
             parts.append(",\n" + " " * indent + suffix)
-            last_line_length = indent + len(suffix)
+            last_line_length = indent + length
+            force_newline = False
         else:
             parts.append(", " + suffix)
-            last_line_length += len(suffix) + 2
+            last_line_length += length + 2
     parts.append(")")
     return "".join(parts)
 
@@ -254,8 +260,7 @@ def tensor_text(
     suffixes = []
     if device_text is not None:
         suffixes.append(f"device='{device_text}'")
-    default_complex = "complex128" if default_dtype == "float64" else "complex64"
-    named = dtype not in (default_dtype, default_complex, "int64", "bool")
+    named = _named_dtype(dtype, default_dtype)
     if values is None:
         suffixes.append(f"size={shape}")
         if dtype != default_dtype:
@@ -279,3 +284,45 @@ def tensor_text(
     elif requires_grad:
         suffixes.append("requires_grad=True")
     return _with_suffixes(prefix + text, suffixes, indent)
+
+
+def _named_dtype(dtype: Any, default_dtype: Any) -> bool:
+    """Whether torch names ``dtype`` after a tensor's values (not the default float dtype,
+    its complex counterpart, int64 or bool: the dtypes a literal of the values takes)."""
+    default_complex = "complex128" if default_dtype == "float64" else "complex64"
+    return dtype not in (default_dtype, default_complex, "int64", "bool")
+
+
+def sparse_text(
+    indices: np.ndarray,
+    values: np.ndarray,
+    size: tuple[int, ...],
+    nnz: int,
+    dtype: Any,
+    default_dtype: Any,
+    layout: Any,
+    *,
+    requires_grad: bool = False,
+) -> str:
+    """torch's ``_str_intern`` for a sparse COO tensor: its ``indices`` (int64) and
+    ``values`` each as a tensor's values, then the size, the number of values, the dtype
+    where torch names it and the layout (its ``repr``), on lines of their own."""
+    indent = len("tensor(")
+    suffixes = [f"size={tuple(size)}", f"nnz={nnz}"]
+    if _named_dtype(dtype, default_dtype):
+        suffixes.append(f"dtype={dtype!r}")
+    parts = []
+    for name, part, floating in (
+        ("indices", indices, False),
+        ("values", values, dtype in ("float16", "bfloat16", "float32", "float64")),
+    ):
+        prefix = f"{name}=tensor("
+        text = _values_text(part, indent + len(prefix), floating)
+        if part.size == 0:
+            text += f", size={tuple(part.shape)}"
+        parts.append(prefix + text + ")")
+    suffixes.append(f"layout={layout!r}")
+    if requires_grad:
+        suffixes.append("requires_grad=True")
+    text = "tensor(" + (",\n" + " " * indent).join(parts)
+    return _with_suffixes(text, suffixes, indent, force_newline=True)
