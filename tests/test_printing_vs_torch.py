@@ -327,7 +327,9 @@ def test_random_tensors_print_as_torch():
             values.flat[0] = np.nan
         for dtype in dtypes:
             ours, theirs = _both(
-                lambda lib, dtype=dtype: lib.tensor(values, dtype=dtype and getattr(lib, dtype))
+                lambda lib, values=values, dtype=dtype: lib.tensor(
+                    values, dtype=dtype and getattr(lib, dtype)
+                )
             )
             assert repr(ours) == _torch_text(repr(theirs)), (shape, dtype)
 
@@ -345,3 +347,18 @@ SPARSE_CASES = {
 def test_sparse_tensors_print_as_torch(name):
     ours, theirs = _both(SPARSE_CASES[name])
     assert repr(ours) == _torch_text(repr(theirs))
+
+
+def test_buffers_and_subclasses_print_as_torch():
+    ours, theirs = _both(lambda lib: lib.nn.Buffer(lib.tensor([1.0, 2.5])))
+    assert repr(ours) == _torch_text(repr(theirs))  # torch's Buffer is a plain tensor
+
+    class Marked(rg.Tensor):
+        pass
+
+    class TorchMarked(torch.Tensor):
+        pass
+
+    ours = rg.tensor([1.0, 2.0]).as_subclass(Marked)
+    theirs = torch.tensor([1.0, 2.0]).as_subclass(TorchMarked)
+    assert repr(ours) == repr(theirs).replace("TorchMarked", "Marked") == "Marked([1., 2.])"

@@ -372,23 +372,19 @@ class Tensor(
         ``rg.set_printoptions``), the dtype named as ``retrograd.float64``."""
         grad_fn = self.grad_fn
         kind = self._device.kind
-        if kind == "meta":  # no values to show: torch's "..." and the size
-            return tensor_text(
-                None,
-                self.dtype,
-                default_float_dtype(),
-                device_text=kind,
-                shape=tuple(self.shape),
-                grad_fn_name=None if grad_fn is None else str(grad_fn),
-                requires_grad=bool(self.requires_grad),
-            )
+        made_here = type(self).__module__.partition(".")[0] == "retrograd"
+        # torch's: a subclass of the user's prints under its own name (``MyTensor([1.])``)
+        prefix = "tensor(" if made_here else f"{type(self).__name__}("
+        meta = kind == "meta"  # no values to show: torch's "..." and the size
         return tensor_text(
-            self.numpy(),
+            None if meta else self.numpy(),
             self.dtype,
             default_float_dtype(),
-            device_text=None if kind == "cpu" else str(self._device),
+            device_text=None if kind == "cpu" else kind if meta else str(self._device),
+            shape=tuple(self.shape),
             grad_fn_name=None if grad_fn is None else str(grad_fn),
             requires_grad=bool(self.requires_grad),
+            prefix=prefix,
         )
 
     def cast(self, dtype: Any) -> Tensor:

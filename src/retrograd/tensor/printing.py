@@ -219,9 +219,7 @@ def _values_text(values: np.ndarray, indent: int, floating: bool) -> str:
     return _nested_text(values, indent, summarize, formatters)
 
 
-def _with_suffixes(
-    text: str, suffixes: list[str], indent: int, force_newline: bool = False
-) -> str:
+def _with_suffixes(text: str, suffixes: list[str], indent: int, force_newline: bool = False) -> str:
     """torch's ``_add_suffixes``: each suffix after a comma, on a line of its own where the
     line would pass the line width."""
     parts = [text]
