@@ -43,6 +43,8 @@ _PROFILES = {
     "full": {"precision": 4, "threshold": math.inf, "edgeitems": 3, "linewidth": 80},
 }
 _OPTIONS = _PrintOptions()
+#: the dtypes whose values print as floats (torch's ``is_floating_point``)
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
 def set_printoptions(
@@ -258,7 +260,6 @@ def tensor_text(
     suffixes = []
     if device_text is not None:
         suffixes.append(f"device='{device_text}'")
-    named = _named_dtype(dtype, default_dtype)
     if values is None:
         suffixes.append(f"size={shape}")
         if dtype != default_dtype:
@@ -273,10 +274,9 @@ def tensor_text(
     else:
         if not _OPTIONS.edgeitems:
             suffixes.append(f"size={tuple(values.shape)}")
-        if named:
+        if _named_dtype(dtype, default_dtype):
             suffixes.append(f"dtype={dtype!r}")
-        floating = dtype in ("float16", "bfloat16", "float32", "float64")
-        text = _values_text(values, indent, floating)
+        text = _values_text(values, indent, dtype in _FLOATS)
     if grad_fn_name is not None:
         suffixes.append(f"grad_fn=<{grad_fn_name}>")
     elif requires_grad:
@@ -312,7 +312,7 @@ def sparse_text(
     parts = []
     for name, part, floating in (
         ("indices", indices, False),
-        ("values", values, dtype in ("float16", "bfloat16", "float32", "float64")),
+        ("values", values, dtype in _FLOATS),
     ):
         prefix = f"{name}=tensor("
         text = _values_text(part, indent + len(prefix), floating)
