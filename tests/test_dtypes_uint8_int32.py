@@ -420,14 +420,13 @@ def test_randint_and_numpy():
 
 
 def test_repr_follows_torch():
-    # torch's layout of the values; the dtype named as retrograd names every dtype in a repr
-    # (``dtype=int64``, ``dtype=float32``: always there, without a module prefix)
+    # torch's repr, the dtype named as retrograd's repr names it (``dtype=retrograd.uint8``)
     for make in (
         lambda lib: lib.tensor([250, 3], dtype=lib.uint8),
         lambda lib: lib.tensor(250, dtype=lib.uint8),
         lambda lib: lib.tensor([[2**31 - 1, -5]], dtype=lib.int32),
     ):
-        assert repr(make(rg)) == repr(make(torch)).replace("dtype=torch.", "dtype=")
+        assert repr(make(rg)) == repr(make(torch)).replace("torch.", "retrograd.")
     assert repr(rg.uint8) == "retrograd.uint8" and repr(rg.int) == "retrograd.int32"
 
 

@@ -17,8 +17,7 @@ weights and draws:
   ``torch.nn.DataParallel`` (its ``module.``-prefixed state dict, ``net.module.state_dict()``
   saved and loaded into a plain ``Net``).
 
-The lines changed: the ``import`` lines. Found and left: ``size()`` prints ``(6, 3, 5, 5)``
-where torch prints ``torch.Size([6, 3, 5, 5])``, and the optimizers' zero defaults print as
+The lines changed: the ``import`` lines. Found and left: the optimizers' zero defaults print as
 ``0.0`` where torch's are the int ``0`` (equal values; the records compare them equal).
 """
 

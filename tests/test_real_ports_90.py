@@ -1549,7 +1549,7 @@ def test_textcnn_trains_and_predicts_as_torch(tmp_path, static):
     def masked(log):
         return re.sub(r"\d+\.\d+", "#", log)
 
-    assert masked(logs[1].replace(", dtype=int64)", ")")) == masked(logs[0])
+    assert masked(logs[1]) == masked(logs[0])
     assert "best_steps_2.pt" in theirs[-2]
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
 

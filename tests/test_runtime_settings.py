@@ -193,12 +193,12 @@ def test_threads_and_determinism_settings():
 def test_printoptions_change_how_tensors_print():
     try:
         rg.set_printoptions(precision=2)
-        assert repr(rg.tensor([1 / 3])) == "tensor([0.33], dtype=float32)"
+        assert repr(rg.tensor([1 / 3])) == "tensor([0.33])"  # torch's
         assert rg.get_printoptions()["precision"] == 2
         rg.set_printoptions(threshold=5, edgeitems=1)
         assert "..." in repr(rg.arange(0, 100))
     finally:
         rg.set_printoptions(profile="default")
-    assert repr(rg.tensor([1 / 3])) == "tensor([0.33333334], dtype=float32)"
+    assert repr(rg.tensor([1 / 3])) == "tensor([0.3333])"
     with pytest.raises(rg.InvalidArgumentError, match="profile"):
         rg.set_printoptions(profile="long")

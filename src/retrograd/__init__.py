@@ -4,7 +4,7 @@
 >>> x = rg.tensor([1.0, 2.0, 3.0]).require_grad()
 >>> grads = (x.exp() * x).sum().backward()
 >>> x.grad(grads).shape
-(3,)
+retrograd.Size([3])
 """
 
 from . import distributed, nn, optim

@@ -530,7 +530,7 @@ def stack_module_state(models: Any) -> tuple[dict[str, Tensor], dict[str, Tensor
     >>> import retrograd as rg
     >>> params, buffers = stack_module_state([rg.nn.Linear(2, 3) for _ in range(4)])
     >>> params["weight"].shape, params["weight"].requires_grad, buffers
-    ((4, 3, 2), True, {})
+    (retrograd.Size([4, 3, 2]), True, {})
     """
     check_iterable("stack_module_state", models, "models")
     models = list(models)

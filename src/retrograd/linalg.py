@@ -801,7 +801,9 @@ def lstsq(
     # rule); another of one dimension fewer is a batch of matrices
     vector = rhs.shape == matrices.shape[:-1]
     if rhs.ndim < 1 or (not vector and rhs.ndim < 2):
-        raise ShapeError(f"linalg.lstsq: B must have at least 1 dimension, got shape {rhs.shape}")
+        raise ShapeError(
+            f"linalg.lstsq: B must have at least 1 dimension, got shape {tuple(rhs.shape)}"
+        )
     if not vector and rhs.ndim == matrices.ndim - 1:
         # (torch takes some of these, pairing entries of different batches, and refuses others)
         raise ShapeError(

@@ -4,7 +4,7 @@ the character-level :class:`GPT` of ``retrograd train --model gpt`` (:mod:`.gpt`
 >>> import retrograd as rg
 >>> model = build_model("cnn", (1, 8, 8), classes=10)
 >>> model(rg.zeros((2, 1, 8, 8))).shape
-(2, 10)
+retrograd.Size([2, 10])
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class GPT(nn.Module):
     >>> model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=8))
     >>> logits, loss = model(rg.zeros((2, 5), dtype="int64"), rg.zeros((2, 5), dtype="int64"))
     >>> logits.shape, loss.shape
-    ((2, 5, 10), ())
+    (retrograd.Size([2, 5, 10]), retrograd.Size([]))
     """
 
     def __init__(self, config: GPTConfig):

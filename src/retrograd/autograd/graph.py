@@ -87,9 +87,9 @@ class saved_tensors_hooks:  # noqa: N801 (torch's name)
         if result.shape != tuple(shape) or result.dtype != dtype:
             error = ShapeError if result.shape != tuple(shape) else DTypeError
             raise error(
-                f"saved_tensors_hooks: unpack_hook returned a tensor of shape {result.shape} "
-                f"and dtype {result.dtype} for a value saved with shape {tuple(shape)} and "
-                f"dtype {dtype}"
+                f"saved_tensors_hooks: unpack_hook returned a tensor of shape "
+                f"{tuple(result.shape)} and dtype {result.dtype} for a value saved with shape "
+                f"{tuple(shape)} and dtype {dtype}"
             )
         result_backend = result._backend
         if getattr(result_backend, "is_autodiff", False):

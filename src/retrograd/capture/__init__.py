@@ -90,7 +90,7 @@ def capture(
     ...     return loss
     >>> step = rg.capture(train_step, rg.ones((4, 3)), state=[opt])
     >>> step(rg.zeros((4, 3))).shape
-    ()
+    retrograd.Size([])
     """
     if not callable(step_fn):
         raise CaptureError(f"capture: step_fn must be callable, got {type(step_fn).__name__}")

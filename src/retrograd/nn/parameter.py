@@ -71,7 +71,7 @@ class Buffer(Tensor):
     module registers ``t``'s values as a buffer, as ``register_buffer("x", t, persistent)``
     does. ``Buffer(t)`` is a new leaf on ``t``'s values (requiring grad iff ``t`` did, as
     torch's); the buffer the module then holds is a plain tensor, untracked as every
-    registered buffer here."""
+    registered buffer here. It prints as a tensor, as torch's (a plain tensor there)."""
 
     _result = Tensor
 
@@ -88,9 +88,6 @@ class Buffer(Tensor):
                 primitive = backend.require_grad(primitive)
         super().__init__(primitive, backend, data.device)
         self.persistent = bool(persistent)
-
-    def __repr__(self) -> str:
-        return "Buffer containing:\n" + super().__repr__()
 
 
 class _Uninitialized:

@@ -7,7 +7,7 @@ one reaches the input, and one into the input shows in it.
 
 >>> import retrograd as rg
 >>> rg.complex(rg.tensor([1.0]), rg.tensor([2.0]))
-tensor([1.+2.j], dtype=complex64)
+tensor([1.+2.j])
 >>> rg.view_as_real(rg.tensor([1 + 2j])).tolist()
 [[1.0, 2.0]]
 """

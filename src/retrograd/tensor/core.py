@@ -72,7 +72,7 @@ from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin, assign
 from .layouts import check_memory_format, factory_options, preserve_format, strided
-from .printing import array2string_options
+from .printing import tensor_text
 from .products import ProductsMixin
 from .reduce import ReduceMixin
 from .selection import SelectionMixin
@@ -370,17 +370,24 @@ class Tensor(
         return bool((self == element).any())
 
     def __repr__(self) -> str:
-        """torch's layout; the options of ``rg.set_printoptions``."""
-        body = np.array2string(
-            self.numpy(), separator=", ", prefix="tensor(", **array2string_options()
+        """torch's ``repr`` (its ``_tensor_str`` rules, the options of
+        ``rg.set_printoptions``), the dtype named as ``retrograd.float64``."""
+        grad_fn = self.grad_fn
+        kind = self._device.kind
+        made_here = type(self).__module__.partition(".")[0] == "retrograd"
+        # torch's: a subclass of the user's prints under its own name (``MyTensor([1.])``)
+        prefix = "tensor(" if made_here else f"{type(self).__name__}("
+        meta = kind == "meta"  # no values to show: torch's "..." and the size
+        return tensor_text(
+            None if meta else self.numpy(),
+            self.dtype,
+            default_float_dtype(),
+            device_text=None if kind == "cpu" else kind if meta else str(self._device),
+            shape=tuple(self.shape),
+            grad_fn_name=None if grad_fn is None else str(grad_fn),
+            requires_grad=bool(self.requires_grad),
+            prefix=prefix,
         )
-        tracked = self._backend.is_autodiff and self._backend.is_tracked(self._prim)
-        suffix = (
-            ", requires_grad"
-            if tracked and self.is_require_grad()
-            else (", tracked" if tracked else "")
-        )
-        return f"tensor({body}, dtype={self.dtype}{suffix})"
 
     def cast(self, dtype: Any) -> Tensor:
         """This tensor in ``dtype`` (a name or an ``rg`` dtype); float-to-float casts keep

@@ -273,6 +273,10 @@ class Size(tuple):
     def __new__(cls, sizes: Any = ()) -> Size:
         return super().__new__(cls, (int(n) for n in sizes))
 
+    def __repr__(self) -> str:
+        # torch's ``torch.Size([2, 3])`` under this library's name, as dtypes print
+        return f"retrograd.Size({list(self)})"
+
     def numel(self) -> int:
         count = 1
         for n in self:
@@ -301,10 +305,6 @@ class Size(tuple):
     def __getitem__(self, index: Any) -> Any:
         item = tuple.__getitem__(self, index)
         return Size(item) if isinstance(index, slice) else item
-
-    # Printed as the tuple it is, ``(2, 3)`` (torch prints ``torch.Size([2, 3])``): shapes are
-    # ``Size``s, and messages and printed examples read ``(2, 3)`` as they always have.
-    __repr__ = tuple.__repr__
 
 
 def _joined_size(items: tuple) -> Size:

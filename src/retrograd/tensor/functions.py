@@ -11,7 +11,7 @@ those with no method (``einsum``, ``meshgrid``, ``broadcast_tensors``...).
 >>> rg.max(rg.tensor([[1.0, 3.0], [2.0, 0.0]]), 1).indices.tolist()
 [1, 0]
 >>> rg.einsum("ij,jk->ik", rg.ones(2, 3), rg.ones(3, 4)).shape
-(2, 4)
+retrograd.Size([2, 4])
 """
 
 from __future__ import annotations

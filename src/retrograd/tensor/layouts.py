@@ -14,7 +14,7 @@ has (``is_contiguous(memory_format=rg.channels_last)``) has no honest answer her
 >>> rg.channels_last
 retrograd.channels_last
 >>> rg.ones((2, 3, 4, 5)).to(memory_format=rg.channels_last).shape
-(2, 3, 4, 5)
+retrograd.Size([2, 3, 4, 5])
 """
 
 from __future__ import annotations

@@ -669,7 +669,7 @@ def _cumulative_as_bool(op: str, x: Any, dim: int) -> Any:
     the results that need none (0-d or empty: the input cast) are given."""
     normalize_dim(op, dim, x.ndim)
     if x.ndim and x.numel():
-        raise DTypeError(f"{op}: dtype=bool is not supported (as in torch), got {x.shape}")
+        raise DTypeError(f"{op}: dtype=bool is not supported (as in torch), got {tuple(x.shape)}")
     return x.clone()
 
 

@@ -660,7 +660,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
 
     >>> import retrograd as rg
     >>> rg.cat([rg.zeros((1, 2)), rg.ones((2, 2))], 0).shape
-    (3, 2)
+    retrograd.Size([3, 2])
     """
     refuse_one_tensor("cat", tensors)
     tensors = [t.values if isinstance(t, ValuesAndIndices) else t for t in tensors]

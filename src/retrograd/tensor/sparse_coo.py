@@ -33,8 +33,9 @@ from typing import Any, NoReturn
 from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
 from ..unsupported import no_sparse
 from ._dispatch import TensorBase, lift, normalize_dim, promote
-from .dtypes import Size
+from .dtypes import Size, default_float_dtype
 from .layouts import sparse_coo
+from .printing import sparse_text
 from .shape import cat
 
 __all__ = [
@@ -160,10 +161,15 @@ class SparseTensor:
             )
 
     def __repr__(self) -> str:
-        grad = ", requires_grad=True" if self.requires_grad else ""
-        return (
-            f"tensor(indices={self._indices_t!r},\n       values={self._values_t!r},\n"
-            f"       size={tuple(self._size)}, nnz={self._nnz()}, layout={self.layout!r}{grad})"
+        return sparse_text(
+            self._indices_t.numpy(),
+            self._values_t.numpy(),
+            tuple(self._size),
+            self._nnz(),
+            self._values_t.dtype,
+            default_float_dtype(),
+            self.layout,
+            requires_grad=bool(self.requires_grad),
         )
 
     # -- autodiff: through the values ----------------------------------------------------------

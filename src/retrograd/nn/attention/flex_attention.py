@@ -24,7 +24,7 @@ and value heads; ``return_lse`` also returns the natural-log sum of the exponent
 25.0
 >>> q = k = v = rg.ones(1, 2, 8, 4)
 >>> flex_attention(q, k, v, block_mask=mask).shape
-(1, 2, 8, 4)
+retrograd.Size([1, 2, 8, 4])
 """
 
 from __future__ import annotations

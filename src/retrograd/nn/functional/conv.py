@@ -143,7 +143,7 @@ def conv1d(
 
     >>> import retrograd as rg
     >>> conv1d(rg.ones((1, 2, 5)), rg.ones((3, 2, 3)), padding=1).shape
-    (1, 3, 5)
+    retrograd.Size([1, 3, 5])
     """
     return _conv("conv1d", 1, x, weight, bias, stride, padding, dilation, groups)
 
@@ -163,7 +163,7 @@ def conv2d(
 
     >>> import retrograd as rg
     >>> conv2d(rg.ones((2, 3, 8, 8)), rg.ones((4, 3, 3, 3)), stride=2).shape
-    (2, 4, 3, 3)
+    retrograd.Size([2, 4, 3, 3])
     """
     return _conv("conv2d", 2, x, weight, bias, stride, padding, dilation, groups)
 
@@ -256,7 +256,7 @@ def conv_transpose1d(
 
     >>> import retrograd as rg
     >>> conv_transpose1d(rg.ones((1, 2, 4)), rg.ones((2, 3, 3)), stride=2).shape
-    (1, 3, 9)
+    retrograd.Size([1, 3, 9])
     """
     return _conv_transpose(
         "conv_transpose1d", 1, x, weight, bias, stride, padding, output_padding, groups, dilation

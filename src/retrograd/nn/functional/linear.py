@@ -49,7 +49,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
     >>> import retrograd as rg
     >>> linear(rg.ones((2, 3)), rg.ones((4, 3)), rg.zeros((4,))).shape
-    (2, 4)
+    retrograd.Size([2, 4])
     """
     fn = "linear"
     if any(isinstance(t, Tensor) and t.is_complex() for t in (x, weight, bias)):
@@ -127,7 +127,7 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
 
     >>> import retrograd as rg
     >>> bilinear(rg.ones((2, 3)), rg.ones((2, 4)), rg.ones((5, 3, 4))).shape
-    (2, 5)
+    retrograd.Size([2, 5])
     """
     fn = "bilinear"
     x1, x2 = _float_pair(fn, input1, input2, "input2", one_dtype=True)

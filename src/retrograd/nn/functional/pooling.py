@@ -276,7 +276,7 @@ def adaptive_avg_pool2d(x: Tensor, output_size: int | Sequence[int | None]) -> T
 
     >>> import retrograd as rg
     >>> adaptive_avg_pool2d(rg.ones((2, 3, 7, 5)), 1).shape
-    (2, 3, 1, 1)
+    retrograd.Size([2, 3, 1, 1])
     """
     return _adaptive_avg_pool("adaptive_avg_pool2d", 2, x, output_size)
 
@@ -790,7 +790,7 @@ def fractional_max_pool2d(
 
     >>> import retrograd as rg
     >>> fractional_max_pool2d(rg.ones((1, 1, 5, 5)), 2, output_size=3).shape
-    (1, 1, 3, 3)
+    retrograd.Size([1, 1, 3, 3])
     """
     values, indices = fractional_max_pool2d_with_indices(
         input, kernel_size, output_size, output_ratio, return_indices, _random_samples

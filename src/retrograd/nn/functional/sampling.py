@@ -57,7 +57,7 @@ def interpolate(
 
     >>> import retrograd as rg
     >>> interpolate(rg.ones((1, 1, 2, 2)), scale_factor=2, mode="bilinear").shape
-    (1, 1, 4, 4)
+    retrograd.Size([1, 1, 4, 4])
     """
     fn = "interpolate"
     resampled_bytes = False

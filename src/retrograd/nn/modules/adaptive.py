@@ -7,7 +7,7 @@ returning the ``(output, loss)`` named tuple, ``log_prob``, ``predict``).
 >>> sorted(asm.state_dict())
 ['head.weight', 'tail.0.0.weight', 'tail.0.1.weight', 'tail.1.0.weight', 'tail.1.1.weight']
 >>> asm(rg.ones((3, 8)), rg.tensor([0, 5, 9])).output.shape
-(3,)
+retrograd.Size([3])
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 >>> attention = nn.MultiheadAttention(8, 2)
 >>> out, weights = attention(rg.ones((5, 3, 8)), rg.ones((7, 3, 8)), rg.ones((7, 3, 8)))
 >>> out.shape, weights.shape
-((5, 3, 8), (3, 5, 7))
+(retrograd.Size([5, 3, 8]), retrograd.Size([3, 5, 7]))
 >>> list(attention.state_dict())
 ['in_proj_weight', 'in_proj_bias', 'out_proj.weight', 'out_proj.bias']
 """

@@ -168,7 +168,7 @@ class Conv1d(_Convolution):
     signature (``_ConvNd``'s).
 
     >>> Conv1d(2, 4, 3, padding=1)(rg.ones((1, 2, 7))).shape
-    (1, 4, 7)
+    retrograd.Size([1, 4, 7])
     """
 
     spatial = 1
@@ -180,7 +180,7 @@ class Conv2d(_Convolution):
     signature (``_ConvNd``'s).
 
     >>> Conv2d(1, 4, 3, padding=1)(rg.ones((2, 1, 8, 8))).shape
-    (2, 4, 8, 8)
+    retrograd.Size([2, 4, 8, 8])
     """
 
 
@@ -277,7 +277,7 @@ class ConvTranspose2d(_ConvTransposeNd):
     """2-d transposed convolution, weight ``[in, out/groups, kh, kw]`` (PyTorch's layout).
 
     >>> ConvTranspose2d(4, 2, 2, stride=2)(rg.ones((1, 4, 3, 3))).shape
-    (1, 2, 6, 6)
+    retrograd.Size([1, 2, 6, 6])
     """
 
     spatial = 2

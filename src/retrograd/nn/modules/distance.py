@@ -14,7 +14,7 @@ class CosineSimilarity(Module):
     """``F.cosine_similarity(x1, x2, dim, eps)``.
 
     >>> CosineSimilarity()(rg.ones((2, 3)), rg.ones((2, 3))).shape
-    (2,)
+    retrograd.Size([2])
     """
 
     def __init__(self, dim: int = 1, eps: float = 1e-8):

@@ -15,7 +15,7 @@ class Unfold(Module):
     """``F.unfold(x, kernel_size, dilation, padding, stride)``.
 
     >>> Unfold(2)(rg.ones((1, 3, 4, 4))).shape
-    (1, 12, 9)
+    retrograd.Size([1, 12, 9])
     """
 
     def __init__(self, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1):

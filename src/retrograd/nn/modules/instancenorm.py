@@ -66,7 +66,7 @@ class InstanceNorm2d(_InstanceNorm):
     """Instance normalization of ``[N, C, H, W]`` (or ``[C, H, W]``).
 
     >>> InstanceNorm2d(3)(rg.random((2, 3, 4, 4))).shape
-    (2, 3, 4, 4)
+    retrograd.Size([2, 3, 4, 4])
     """
 
     spatial = 2

@@ -17,7 +17,7 @@ hook), so a torch state dict loads into a fresh lazy model.
 >>> from retrograd import nn
 >>> layer = nn.LazyLinear(3)
 >>> layer(rg.ones((2, 5))).shape, type(layer).__name__, layer.in_features
-((2, 3), 'Linear', 5)
+(retrograd.Size([2, 3]), 'Linear', 5)
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class LazyModuleMixin(Module):
             shape = getattr(x, "shape", None)
             raise ShapeError(
                 f"{type(self).__name__}: the first input sets the input size and must have at "
-                f"least 2 dimensions, got {shape}"
+                f"least 2 dimensions, got {None if shape is None else tuple(shape)}"
             )
         return x.shape[1]
 
@@ -218,7 +218,7 @@ class LazyConv2d(_LazyConvNd, Conv2d):
 
     >>> conv = LazyConv2d(4, 3)
     >>> conv(rg.ones((1, 2, 5, 5))).shape, conv.weight.shape
-    ((1, 4, 3, 3), (4, 2, 3, 3))
+    (retrograd.Size([1, 4, 3, 3]), retrograd.Size([4, 2, 3, 3]))
     """
 
     spatial, cls_to_become = 2, Conv2d

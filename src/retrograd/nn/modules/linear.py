@@ -49,7 +49,7 @@ class Linear(Module):
     ``bias=False`` the ``bias`` attribute is ``None``.
 
     >>> Linear(3, 2)(rg.ones((5, 3))).shape
-    (5, 2)
+    retrograd.Size([5, 2])
     >>> Linear(3, 2, bias=False).bias is None
     True
     """
@@ -94,7 +94,7 @@ class Bilinear(Module):
     in2_features]``, initialized as torch's ``nn.Bilinear``: U(-k, k), k = 1/sqrt(in1_features).
 
     >>> Bilinear(3, 4, 5)(rg.ones((2, 3)), rg.ones((2, 4))).shape
-    (2, 5)
+    retrograd.Size([2, 5])
     """
 
     def __init__(
@@ -165,7 +165,7 @@ class Embedding(Module):
     (the ``padding_idx`` row zero), as PyTorch's.
 
     >>> Embedding(10, 3)(rg.tensor([[1, 2], [3, 4]], dtype="int64")).shape
-    (2, 2, 3)
+    retrograd.Size([2, 2, 3])
     """
 
     def __init__(
@@ -272,7 +272,7 @@ class Unflatten(Module):
     """Split dimension ``dim`` into ``unflattened_size``.
 
     >>> Unflatten(1, (2, 3))(rg.ones((4, 6))).shape
-    (4, 2, 3)
+    retrograd.Size([4, 2, 3])
     """
 
     def __init__(self, dim: int, unflattened_size: Any):
@@ -290,7 +290,7 @@ class Flatten(Module):
     """Flatten dims ``start_dim`` to ``end_dim`` into one (by default all but the batch dim).
 
     >>> Flatten()(rg.ones((2, 3, 4))).shape
-    (2, 12)
+    retrograd.Size([2, 12])
     """
 
     def __init__(self, start_dim: int = 1, end_dim: int = -1):

@@ -19,7 +19,7 @@ by :meth:`Module.named_parameters`; ``state_dict`` has it under every name, as P
 >>> [name for name, _ in model.named_parameters()]
 ['0.weight', '0.bias', '2.weight', '2.bias']
 >>> model(rg.zeros((3, 4))).shape
-(3, 2)
+retrograd.Size([3, 2])
 """
 
 from __future__ import annotations

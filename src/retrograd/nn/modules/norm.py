@@ -34,7 +34,7 @@ class LayerNorm(Module):
     """Normalize over the trailing ``normalized_shape`` dims, then scale and shift.
 
     >>> LayerNorm(4)(rg.ones((2, 4))).shape
-    (2, 4)
+    retrograd.Size([2, 4])
     """
 
     def __init__(
@@ -214,7 +214,7 @@ class BatchNorm1d(_BatchNorm):
     """Batch normalization of ``[N, C]`` or ``[N, C, L]`` per channel.
 
     >>> BatchNorm1d(3)(rg.random((4, 3))).shape
-    (4, 3)
+    retrograd.Size([4, 3])
     """
 
     ranks = (2, 3)
@@ -242,7 +242,7 @@ class GroupNorm(Module):
     """Group normalization of ``[N, C, *]``: ``num_groups`` groups of channels.
 
     >>> GroupNorm(2, 4)(rg.random((3, 4, 5))).shape
-    (3, 4, 5)
+    retrograd.Size([3, 4, 5])
     """
 
     def __init__(
@@ -300,7 +300,7 @@ class RMSNorm(Module):
     and bfloat16), as PyTorch's.
 
     >>> RMSNorm(4)(rg.ones((2, 4))).shape
-    (2, 4)
+    retrograd.Size([2, 4])
     """
 
     def __init__(

@@ -17,7 +17,7 @@ class LocalResponseNorm(Module):
     """``F.local_response_norm(x, size, alpha, beta, k)`` (AlexNet's normalization).
 
     >>> LocalResponseNorm(2)(rg.ones((1, 3, 4))).shape
-    (1, 3, 4)
+    retrograd.Size([1, 3, 4])
     """
 
     def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):

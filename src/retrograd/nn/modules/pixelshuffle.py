@@ -13,7 +13,7 @@ class PixelShuffle(Module):
     """``[*, C r^2, H, W]`` to ``[*, C, H r, W r]``.
 
     >>> PixelShuffle(2)(rg.ones((1, 8, 3, 3))).shape
-    (1, 2, 6, 6)
+    retrograd.Size([1, 2, 6, 6])
     """
 
     def __init__(self, upscale_factor: int):

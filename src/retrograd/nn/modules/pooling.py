@@ -78,7 +78,7 @@ class MaxPool2d(_MaxPoolNd):
     """2-d max pooling; ``return_indices=True`` also returns the int64 argmax indices.
 
     >>> MaxPool2d(2)(rg.ones((1, 1, 4, 4))).shape
-    (1, 1, 2, 2)
+    retrograd.Size([1, 1, 2, 2])
     """
 
     _pool = staticmethod(F.max_pool2d)
@@ -121,7 +121,7 @@ class AvgPool2d(_AvgPoolNd):
     """2-d average pooling.
 
     >>> AvgPool2d(2)(rg.ones((1, 1, 4, 4))).shape
-    (1, 1, 2, 2)
+    retrograd.Size([1, 1, 2, 2])
     """
 
     _pool = staticmethod(F.avg_pool2d)
@@ -148,7 +148,7 @@ class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
     """Average pooling to a fixed ``output_size`` (an int, or a pair; ``None`` keeps a size).
 
     >>> AdaptiveAvgPool2d((1, 1))(rg.ones((2, 3, 5, 7))).shape
-    (2, 3, 1, 1)
+    retrograd.Size([2, 3, 1, 1])
     """
 
     _pool = staticmethod(F.adaptive_avg_pool2d)
@@ -158,7 +158,7 @@ class Upsample(Module):
     """Resize to ``size`` or by ``scale_factor`` with ``mode`` (``F.interpolate``).
 
     >>> Upsample(scale_factor=2)(rg.ones((1, 1, 2, 3))).shape
-    (1, 1, 4, 6)
+    retrograd.Size([1, 1, 4, 6])
     """
 
     def __init__(
@@ -288,7 +288,7 @@ class UpsamplingBilinear2d(Upsample):
     legacy module; note ``align_corners=True``, unlike ``Upsample``'s default).
 
     >>> UpsamplingBilinear2d(scale_factor=2)(rg.ones((1, 1, 2, 3))).shape
-    (1, 1, 4, 6)
+    retrograd.Size([1, 1, 4, 6])
     """
 
     def __init__(self, size: Any = None, scale_factor: Any = None):
@@ -432,7 +432,7 @@ class FractionalMaxPool2d(_FractionalMaxPoolNd):
     """2-d fractional max pooling.
 
     >>> FractionalMaxPool2d(2, output_size=3)(rg.ones((1, 1, 5, 5))).shape
-    (1, 1, 3, 3)
+    retrograd.Size([1, 1, 3, 3])
     """
 
     _fn, _dims = staticmethod(F.fractional_max_pool2d), 2

@@ -14,7 +14,7 @@ matrix product) and the fused recurrence (see :mod:`retrograd.nn.functional.rnn`
 >>> lstm = nn.LSTM(3, 5, num_layers=2)
 >>> output, (h_n, c_n) = lstm(rg.ones((7, 2, 3)))
 >>> output.shape, h_n.shape, c_n.shape
-((7, 2, 5), (2, 2, 5), (2, 2, 5))
+(retrograd.Size([7, 2, 5]), retrograd.Size([2, 2, 5]), retrograd.Size([2, 2, 5]))
 >>> sorted(lstm.state_dict())[:4]
 ['bias_hh_l0', 'bias_hh_l1', 'bias_ih_l0', 'bias_ih_l1']
 """
@@ -222,7 +222,7 @@ class RNN(RNNBase):
     with ``nonlinearity="relu"``), PyTorch's ``nn.RNN``.
 
     >>> RNN(4, 6, nonlinearity="relu")(rg.ones((5, 4)))[0].shape
-    (5, 6)
+    retrograd.Size([5, 6])
     """
 
     def __init__(
@@ -332,7 +332,7 @@ class RNNCell(RNNCellBase):
     """One step of an Elman RNN: ``h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)`` (or relu).
 
     >>> RNNCell(3, 4)(rg.ones((2, 3))).shape
-    (2, 4)
+    retrograd.Size([2, 4])
     """
 
     def __init__(

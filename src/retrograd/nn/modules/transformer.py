@@ -15,7 +15,7 @@ once per mask) and, if so, its layers run the causal attention kernel instead of
 >>> encoder = nn.TransformerEncoder(layer, num_layers=2)
 >>> mask = nn.Transformer.generate_square_subsequent_mask(5)
 >>> encoder(rg.ones((5, 3, 8)), mask=mask).shape
-(5, 3, 8)
+retrograd.Size([5, 3, 8])
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def skip_init(module_cls: type, *args: Any, **kwargs: Any) -> Any:
 
     >>> from retrograd import nn
     >>> skip_init(nn.Linear, 3, 2).weight.shape
-    (2, 3)
+    retrograd.Size([2, 3])
     """
     check_callable("skip_init", module_cls, "module_cls")
     parameters = inspect.signature(module_cls).parameters

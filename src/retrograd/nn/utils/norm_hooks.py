@@ -112,7 +112,7 @@ def weight_norm(module: Any, name: str = "weight", dim: int | None = 0) -> Any:
     >>> [name for name, _ in layer.named_parameters()]
     ['bias', 'weight_g', 'weight_v']
     >>> layer.weight_g.shape
-    (2, 1)
+    retrograd.Size([2, 1])
     """
     dim = -1 if dim is None else dim
     _check_free(module, name, "weight_norm")

@@ -485,7 +485,9 @@ def _validate_structured(t: Tensor, dim: int) -> None:
     if t.ndim <= 1:
         raise ShapeError("Structured pruning can only be applied to multidimensional tensors")
     if dim >= t.ndim or dim < -t.ndim:
-        raise IndexOutOfRangeError(f"prune: invalid dim {dim} for a tensor of shape {t.shape}")
+        raise IndexOutOfRangeError(
+            f"prune: invalid dim {dim} for a tensor of shape {tuple(t.shape)}"
+        )
 
 
 def _channel_mask(t: Tensor, dim: int, keep: Tensor) -> Tensor:

@@ -4,7 +4,7 @@
 >>> from retrograd.utils.data import DataLoader, TensorDataset
 >>> data = TensorDataset(rg.arange(10).float(), rg.arange(10))
 >>> [x.shape for x, y in DataLoader(data, batch_size=4)]
-[(4,), (4,), (2,)]
+[retrograd.Size([4]), retrograd.Size([4]), retrograd.Size([2])]
 """
 
 from ...errors import guard_namespace as _guard_namespace

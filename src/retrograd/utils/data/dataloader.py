@@ -199,7 +199,7 @@ def default_convert(data: Any) -> Any:
     tuples and sequences too (a tuple gives a list, as torch's); the rest as it is.
 
     >>> default_convert({"x": np.zeros(2), "name": "a"})["x"].shape
-    (2,)
+    retrograd.Size([2])
     """
     if isinstance(data, np.ndarray | np.generic) and not isinstance(data, np.str_ | np.bytes_):
         if isinstance(data, np.ndarray) and data.dtype.kind in "SUO":
