@@ -1,0 +1,72 @@
+"""Regression tests for what the ports of ``tests/test_real_ports_311.py`` .. ``_319.py``
+exposed (torch as an array library: ranges, running sums, ...). Expected values come from
+torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "start, end, step",
+    [
+        (0, 103, 0.7),  # torchaudio's phase_vocoder: torch.arange(0, frames, rate)
+        (0, 5000, 0.7),
+        (-3.3, 7.1, 0.013),
+        (2.5, -7.3, -0.37),
+        (-28.8484671537214, -2397.842072906658, -2.208965214026416),
+        (0.0, 1.0, 1 / 3),
+        (1, 20000, 1.37),
+    ],
+)
+def test_fractional_arange_has_torchs_values_to_the_last_place(dtype, start, end, step):
+    theirs = torch.arange(start, end, step, dtype=getattr(torch, dtype))
+    ours = rg.arange(start, end, step, dtype=getattr(rg, dtype))
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    # the indices a time stretch takes from them (one place apart is a whole frame apart)
+    np.testing.assert_array_equal(ours.long().numpy(), theirs.long().numpy())
+    np.testing.assert_array_equal((ours + 1).long().numpy(), (theirs + 1).long().numpy())
+
+
+def test_default_dtype_fractional_arange_as_torch():
+    np.testing.assert_array_equal(
+        rg.arange(-1.1, 5.3, 0.3).numpy(), torch.arange(-1.1, 5.3, 0.3).numpy()
+    )
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+def test_float32_running_sums_and_products_are_carried_in_double_as_torchs(op):
+    rng = np.random.default_rng(4501)
+    values = (
+        rng.uniform(0, 3, (3, 40000)) if op == "cumsum" else rng.uniform(0.999, 1.001, (3, 40000))
+    )
+    values = values.astype(np.float32)
+    theirs = getattr(torch, op)(torch.tensor(values), 1).numpy()
+    ours = getattr(rg, op)(rg.tensor(values), 1).numpy()
+    assert ours.dtype == np.float32
+    # float32 steps carried in float32 drift by hundreds of places over 40000 steps
+    np.testing.assert_allclose(ours, theirs, rtol=2e-7, atol=0)
+
+
+def test_complex64_running_sum_is_carried_in_double_as_torchs():
+    rng = np.random.default_rng(4502)
+    values = (rng.uniform(0, 3, 30000) + 1j * rng.uniform(0, 3, 30000)).astype(np.complex64)
+    theirs = torch.cumsum(torch.tensor(values), 0).numpy()
+    ours = rg.cumsum(rg.tensor(values), 0).numpy()
+    assert ours.dtype == np.complex64
+    np.testing.assert_allclose(ours, theirs, rtol=2e-7, atol=0)
+
+
+def test_the_running_sum_of_float32_still_differentiates_as_torch():
+    values = np.random.default_rng(4504).standard_normal((4, 50)).astype(np.float32)
+    weights = np.random.default_rng(4505).standard_normal((4, 50)).astype(np.float32)
+    x = torch.tensor(values, requires_grad=True)
+    (torch.cumsum(x, 1) * torch.tensor(weights)).sum().backward()
+    y = rg.tensor(values, requires_grad=True)
+    grads = (rg.cumsum(y, 1) * rg.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(y.grad(grads).numpy(), x.grad.numpy(), rtol=1e-5, atol=1e-5)
