@@ -873,7 +873,7 @@ def test_torchvision_tensor_transforms_of_uint8_and_int16_images_as_torch():
 def test_the_transforms_refuse_what_torchvision_refuses():
     ft = run_source(port(FUNCTIONAL_TENSOR_SOURCE, FT_STEPS), rg)
     floats = rg.rand(3, 4, 4)
-    with pytest.raises(TypeError, match="Only torch.uint8"):
+    with pytest.raises(TypeError, match=r"Only torch\.uint8"):
         ft["posterize"](floats, 2)
     with pytest.raises(RuntimeError, match="cannot be performed safely"):
         ft["convert_image_dtype"](floats, rg.int64)

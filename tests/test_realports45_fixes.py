@@ -70,3 +70,40 @@ def test_the_running_sum_of_float32_still_differentiates_as_torch():
     y = rg.tensor(values, requires_grad=True)
     grads = (rg.cumsum(y, 1) * rg.tensor(weights)).sum().backward()
     np.testing.assert_allclose(y.grad(grads).numpy(), x.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+_WINDOW_LENGTHS = [*range(0, 40), 64, 400, 512, 1024]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("periodic", [True, False])
+def test_bartlett_window_is_torchs_to_the_last_place(dtype, periodic):
+    for length in _WINDOW_LENGTHS:
+        theirs = torch.bartlett_window(length, periodic, dtype=getattr(torch, dtype)).numpy()
+        ours = rg.bartlett_window(length, periodic, dtype=getattr(rg, dtype)).numpy()
+        np.testing.assert_array_equal(ours, theirs, err_msg=str(length))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["hann_window", "hamming_window", "blackman_window"])
+def test_cosine_windows_round_as_torchs_steps_do(name, dtype):
+    # torch runs each step in the window's dtype; only its own cos may differ in the last place
+    tolerance = {"float32": 1.2e-7, "float64": 1.2e-16}[dtype]
+    for periodic in (True, False):
+        for length in _WINDOW_LENGTHS:
+            theirs = getattr(torch, name)(length, periodic, dtype=getattr(torch, dtype)).numpy()
+            ours = getattr(rg, name)(length, periodic, dtype=getattr(rg, dtype)).numpy()
+            assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+            np.testing.assert_allclose(ours, theirs, rtol=0, atol=tolerance, err_msg=str(length))
+
+
+def test_windows_take_the_default_dtype_and_refuse_bad_lengths():
+    assert rg.hann_window(8).dtype == rg.float32
+    previous = rg.get_default_dtype()
+    rg.set_default_dtype(rg.float64)
+    try:
+        assert rg.hamming_window(8).dtype == rg.float64
+    finally:
+        rg.set_default_dtype(previous)
+    with pytest.raises(rg.InvalidArgumentError, match="hann_window"):
+        rg.hann_window(-1)
