@@ -107,3 +107,43 @@ def test_windows_take_the_default_dtype_and_refuse_bad_lengths():
         rg.set_default_dtype(previous)
     with pytest.raises(rg.InvalidArgumentError, match="hann_window"):
         rg.hann_window(-1)
+
+
+def _next_draws(generator, lib):
+    return [
+        lib.rand(3, generator=generator).numpy(),
+        lib.randn(2, generator=generator).numpy(),
+        lib.randint(0, 100, (4,), generator=generator).numpy(),
+        lib.randperm(6, generator=generator).numpy(),
+    ]
+
+
+@pytest.mark.parametrize("lib", [torch, rg], ids=["torch", "retrograd"])
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "clone_state"])
+def test_a_copied_generator_draws_what_the_original_draws_next(lib, how):
+    import copy
+    import pickle
+
+    generator = lib.Generator().manual_seed(4506)
+    lib.rand(5, generator=generator)  # a position past the seed
+    copied = {
+        "deepcopy": copy.deepcopy,
+        "pickle": lambda g: pickle.loads(pickle.dumps(g)),
+        "clone_state": lambda g: g.clone_state(),
+    }[how](generator)
+    assert copied is not generator and copied.initial_seed() == generator.initial_seed() == 4506
+    for theirs, ours in zip(_next_draws(generator, lib), _next_draws(copied, lib), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    # each goes on from its own stream
+    lib.rand(7, generator=copied)
+    assert not np.array_equal(
+        lib.rand(4, generator=copied).numpy(), lib.rand(4, generator=generator).numpy()
+    )
+
+
+def test_the_default_generator_pickles_as_itself_and_refuses_clone_state():
+    import pickle
+
+    assert pickle.loads(pickle.dumps(rg.default_generator)) is rg.default_generator
+    with pytest.raises(rg.InvalidArgumentError, match="clone_state"):
+        rg.default_generator.clone_state()
