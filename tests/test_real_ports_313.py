@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 tabular preprocessing, torch used as an array library.
 
@@ -280,10 +279,10 @@ def _table(rng, dtype):
 
 
 def _run(ns, lib, train, test, n_bins):
-    X = lib.tensor(train)
+    features = lib.tensor(train)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        bins = ns["compute_bins"](X, n_bins=n_bins)
+        bins = ns["compute_bins"](features, n_bins=n_bins)
     encoding = ns["PiecewiseLinearEncoding"](bins)
     encoded = encoding(lib.tensor(test))
     padded = ns["zeroed_padding"](encoding.impl, lib.tensor(test))
