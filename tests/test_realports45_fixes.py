@@ -147,3 +147,47 @@ def test_the_default_generator_pickles_as_itself_and_refuses_clone_state():
     assert pickle.loads(pickle.dumps(rg.default_generator)) is rg.default_generator
     with pytest.raises(rg.InvalidArgumentError, match="clone_state"):
         rg.default_generator.clone_state()
+
+
+_SIGNAL_WINDOWS = [
+    ("bartlett", {}),
+    ("blackman", {}),
+    ("cosine", {}),
+    ("exponential", {}),
+    ("exponential", {"tau": 3.0}),
+    ("gaussian", {"std": 2.5}),
+    ("general_cosine", {"a": [0.5, 0.3, 0.2]}),
+    ("general_hamming", {"alpha": 0.6}),
+    ("hamming", {}),
+    ("hann", {}),
+    ("kaiser", {"beta": 8.0}),
+    ("nuttall", {}),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("name", "keywords"), _SIGNAL_WINDOWS)
+def test_signal_windows_are_torchs(name, keywords, dtype):
+    tolerance = {"float32": 1e-6, "float64": 1e-15}[dtype]
+    for length in [*range(0, 12), 64, 257]:
+        for sym in (True, False):
+            theirs = getattr(torch.signal.windows, name)(
+                length, sym=sym, dtype=getattr(torch, dtype), **keywords
+            ).numpy()
+            ours = getattr(rg.signal.windows, name)(
+                length, sym=sym, dtype=getattr(rg, dtype), **keywords
+            ).numpy()
+            assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, (length, sym)
+            np.testing.assert_allclose(ours, theirs, rtol=0, atol=tolerance, err_msg=str(length))
+
+
+def test_signal_windows_refuse_what_torch_refuses():
+    with pytest.raises(ValueError, match="non-negative window length"):
+        rg.signal.windows.hann(-1)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        rg.signal.windows.gaussian(4, dtype=rg.int64)
+    with pytest.raises(ValueError, match="Center must be None"):
+        rg.signal.windows.exponential(4, center=1.0)
+    with pytest.raises(ValueError, match="Standard deviation must be positive"):
+        rg.signal.windows.gaussian(4, std=0.0)
+    assert rg.signal.windows.hann(8).dtype == rg.float32
