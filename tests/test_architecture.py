@@ -58,6 +58,7 @@ LAYERS = {
     # Burn's burn_tensor::signal (real FFTs as real pairs) over the tensor API, and torch's
     # stft/istft (istft over torch.fft's transforms)
     "signal": 5.5,
+    "signal_windows": 5,  # torch.signal.windows over the tensor API (rg.signal.windows)
     "cuda": 5,  # torch.cuda's queries, answered by the backend layer
     "cpu": 5,  # torch.cpu: the CPU's device queries and torch.cpu.amp (amp's autocast)
     "return_types": 6,  # torch.return_types: the result classes of the tensor API and linalg

@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from . import signal_windows as windows
 from .errors import DTypeError, InvalidArgumentError, ShapeError, guard, shape_text
 from .tensor import FLOAT_DTYPES, Tensor, cat, stack, tensor, zeros
 from .tensor._dispatch import int_argument, lift, normalize_dim, result_dtype
 from .tensor.autocasting import autocast_op
 from .tensor.complexes import view_as_complex, view_as_real
 
-__all__ = ["irfft", "istft", "rfft", "stft"]
+__all__ = ["irfft", "istft", "rfft", "stft", "windows"]
 
 
 def rfft(signal: Tensor, dim: int, n: int | None = None) -> tuple[Tensor, Tensor]:

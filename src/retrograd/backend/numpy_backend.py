@@ -69,6 +69,13 @@ _COMPLEX_OF = {np.dtype(np.float32): np.complex64, np.dtype(np.float64): np.comp
 _KEPT_INTS = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.int16, np.int32))
 #: the dtypes whose sums and products are int64, as torch's (NumPy's of uint8 are uint64)
 _WIDENED = {np.dtype(t): np.int64 for t in (np.uint8, np.int8, np.int16, np.int32)}
+# torch's CPU cumsum/cumprod carry the running value in a wider type than they store (its
+# ``acc_type``: double for float32), so a long float32 running sum stays within one rounding
+# of the exact one instead of drifting by the length of the scan
+_RUNNING_ACCUMULATOR = {
+    np.dtype(np.float32): np.float64,
+    np.dtype(np.complex64): np.complex128,
+}
 
 
 class _Generator:
@@ -840,13 +847,19 @@ class NumpyBackend(
 
     # -- cumulative, sorting ------------------------------------------------------------------
     def cumsum(self, x, dim):
+        if x.dtype in _RUNNING_ACCUMULATOR:
+            wide = np.cumsum(x, axis=dim, dtype=_RUNNING_ACCUMULATOR[x.dtype])
+            return wide.astype(x.dtype, copy=False)
         return np.cumsum(
-            x, axis=dim, dtype=x.dtype if x.dtype.kind == "f" else _WIDENED.get(x.dtype)
+            x, axis=dim, dtype=x.dtype if x.dtype.kind in "fc" else _WIDENED.get(x.dtype)
         )
 
     def cumprod(self, x, dim):
+        if x.dtype in _RUNNING_ACCUMULATOR:
+            wide = np.cumprod(x, axis=dim, dtype=_RUNNING_ACCUMULATOR[x.dtype])
+            return wide.astype(x.dtype, copy=False)
         return np.cumprod(
-            x, axis=dim, dtype=x.dtype if x.dtype.kind == "f" else _WIDENED.get(x.dtype)
+            x, axis=dim, dtype=x.dtype if x.dtype.kind in "fc" else _WIDENED.get(x.dtype)
         )
 
     def cummax(self, x, dim):

@@ -419,17 +419,27 @@ def _window(op: str, length: int, periodic: bool, dtype: Any, device: Any, value
         raise InvalidArgumentError(
             f"{op}: window_length must be a non-negative int, got {length!r}"
         )
+    dtype = canonical_dtype(op, dtype, allow_none=True) or default_float_dtype()
     if length <= 1:
-        return tensor(np.ones(length), dtype=dtype or default_float_dtype(), device=device)
+        return tensor(np.ones(length), dtype=dtype, device=device)
     n = length + 1 if periodic else length
-    array = values(np.arange(n, dtype=np.float64), n)
-    return tensor(array[:length], dtype=dtype or default_float_dtype(), device=device)
+    # torch's kernels run each step in the window's dtype (float32 rounds between steps)
+    host = np.float32 if dtype == "float32" else np.float64
+    array = values(np.arange(n, dtype=host), n, host)
+    return tensor(array[:length], dtype=dtype, device=device)
 
 
-def _cosine_sum(coefficients: Sequence[float]) -> Any:
-    def values(k: np.ndarray, n: int) -> np.ndarray:
-        phase = 2.0 * np.pi * k / (n - 1)
-        return sum((-1) ** i * c * np.cos(i * phase) for i, c in enumerate(coefficients))
+def _cos(x: np.ndarray) -> np.ndarray:
+    """``cos`` of each value, rounded once to its dtype."""
+    return np.cos(x.astype(np.float64)).astype(x.dtype)
+
+
+def _hamming(alpha: float, beta: float) -> Any:
+    """torch's ``hamming_window`` steps: ``k * (2 pi / (n - 1))``, ``cos``, ``* -beta``,
+    ``+ alpha`` (``hann_window`` is ``alpha = beta = 0.5``)."""
+
+    def values(k: np.ndarray, n: int, host: Any) -> np.ndarray:
+        return _cos(k * host(2.0 * math.pi / (n - 1))) * host(-beta) + host(alpha)
 
     return values
 
@@ -437,37 +447,41 @@ def _cosine_sum(coefficients: Sequence[float]) -> Any:
 def hann_window(
     window_length: int, periodic: bool = True, *, dtype: Any = None, device: Any = None, **_: Any
 ) -> Any:
-    return _window("hann_window", window_length, periodic, dtype, device, _cosine_sum([0.5, 0.5]))
+    return _window("hann_window", window_length, periodic, dtype, device, _hamming(0.5, 0.5))
 
 
 def hamming_window(window_length: int, periodic: bool = True, alpha: float = 0.54,
                    beta: float = 0.46, *, dtype: Any = None, device: Any = None,
                    **_: Any) -> Any:  # fmt: skip
-    return _window(
-        "hamming_window", window_length, periodic, dtype, device, _cosine_sum([alpha, beta])
-    )
+    return _window("hamming_window", window_length, periodic, dtype, device, _hamming(alpha, beta))
 
 
 def blackman_window(
     window_length: int, periodic: bool = True, *, dtype: Any = None, device: Any = None, **_: Any
 ) -> Any:
-    return _window(
-        "blackman_window", window_length, periodic, dtype, device, _cosine_sum([0.42, 0.5, 0.08])
-    )
+    def values(k: np.ndarray, n: int, host: Any) -> np.ndarray:
+        phase = k * host(math.pi / (n - 1))
+        return _cos(phase * host(4)) * host(0.08) - _cos(phase * host(2)) * host(0.5) + host(0.42)
+
+    return _window("blackman_window", window_length, periodic, dtype, device, values)
 
 
 def bartlett_window(
     window_length: int, periodic: bool = True, *, dtype: Any = None, device: Any = None, **_: Any
 ) -> Any:
-    def values(k: np.ndarray, n: int) -> np.ndarray:
-        return 1.0 - np.abs(2.0 * k / (n - 1) - 1.0)
+    def values(k: np.ndarray, n: int, host: Any) -> np.ndarray:
+        # torch's: the rising half ``k * 2 / (n - 1)``, the rest ``2 - k * 2 / (n - 1)``
+        ramp = k * host(2.0 / (n - 1))
+        first_half = ((n - 1) >> 1) + 1
+        ramp[first_half:] = host(2) - ramp[first_half:]
+        return ramp
 
     return _window("bartlett_window", window_length, periodic, dtype, device, values)
 
 
 def kaiser_window(window_length: int, periodic: bool = True, beta: float = 12.0, *,
                   dtype: Any = None, device: Any = None, **_: Any) -> Any:  # fmt: skip
-    def values(k: np.ndarray, n: int) -> np.ndarray:
+    def values(k: np.ndarray, n: int, host: Any) -> np.ndarray:
         return np.i0(
             beta * np.sqrt(np.clip(1.0 - (2.0 * k / (n - 1) - 1.0) ** 2, 0.0, None))
         ) / np.i0(beta)

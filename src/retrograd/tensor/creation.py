@@ -473,7 +473,8 @@ def arange(
 ) -> Tensor:
     """``start, start+step, ...`` below ``end`` (``arange(n)`` counts from 0): int64 when
     all three are ints, the default float dtype otherwise, as ``torch.arange``. Float ranges
-    have torch's length, ``ceil((end - start) / step)``, and values ``start + i * step``.
+    have torch's length, ``ceil((end - start) / step)``, and its values to the last place
+    (:func:`_arange_as_torch`).
     ``out=`` (Tacotron 2's ``torch.arange(0, max_len, out=torch.LongTensor(max_len))``) is
     written in place, in its dtype unless ``dtype`` says otherwise, resized if its shape
     differs (as torch resizes it), and returned."""
@@ -517,9 +518,51 @@ def arange(
         # (requires_grad=True refused for integers, as torch refuses it)
         return _requiring(out if dtype == "int64" else out.cast(dtype), requires_grad)
     count = max(0, math.ceil((end - start) / step))
-    host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
+    if dtype in ("float32", "float64"):
+        host = _arange_as_torch(start, step, count, dtype)
+    else:
+        host = np.float64(start) + np.arange(count, dtype=np.float64) * np.float64(step)
     out = from_host(Tensor, host, dtype, backend, device)
     return _requiring(out, requires_grad)
+
+
+def _fused_multiply_add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``a * b + c`` rounded once, as a fused multiply-add rounds it (exact up to a tie in the
+    last place): the product split exactly into ``p + e`` (Dekker), ``p + c`` into ``s + t``
+    (Knuth), then ``s + (t + e)``."""
+    p = a * b
+    split = 134217729.0  # 2**27 + 1
+    a_hi = a * split - (a * split - a)
+    b_hi = b * split - (b * split - b)
+    a_lo, b_lo = a - a_hi, b - b_hi
+    e = ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+    s = p + c
+    virtual = s - p
+    t = (p - (s - virtual)) + (c - virtual)
+    return s + (t + e)
+
+
+def _arange_as_torch(start: float, step: float, count: int, dtype: str) -> np.ndarray:
+    """torch's CPU ``arange`` for float32/float64, value for value. Its kernel (AVX2) writes
+    pairs of vectors of ``lanes`` values: each vector ``base + j * step`` from a ``base =
+    start + step * i`` rounded to the dtype, the elements past the last pair ``start + step
+    * i``; both in double, contracted to fused multiply-adds. ``start + i * step`` (NumPy's)
+    differs in the last place, which a later ``.long()`` can turn into a whole index."""
+    lanes = 4 if dtype == "float64" else 8
+    index = np.arange(count, dtype=np.float64)
+    start_, step_ = np.float64(start), np.float64(step)
+    out = _fused_multiply_add(np.full(count, step_), index, np.full(count, start_))
+    paired = count // (2 * lanes) * (2 * lanes)
+    if paired:
+        lane = index[:paired] % lanes
+        rounded = (
+            out[:paired][::lanes]
+            if dtype == "float64"
+            else out[:paired][::lanes].astype(np.float32)
+        )
+        base = rounded.astype(np.float64).repeat(lanes)
+        out[:paired] = _fused_multiply_add(lane, np.full(paired, step_), base)
+    return out
 
 
 def _no_bool_range(op: str, dtype: Any, steps: Any = None) -> Any:

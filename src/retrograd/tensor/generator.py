@@ -119,6 +119,27 @@ class Generator:
                 return on_uniform_grid(self._rng.random(tuple(shape), dtype=np_dtype), dtype)
             return self._rng.standard_normal(tuple(shape), dtype=np_dtype)
 
+    def clone_state(self) -> Generator:
+        """A new generator at this one's position (torch's ``clone_state``): both then draw
+        the same numbers, each from its own stream."""
+        clone = Generator.__new__(Generator)
+        clone.__setstate__(self.__getstate__())
+        return clone
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickling and ``copy.deepcopy`` carry the position, as torch's generators do (a
+        # sampler or dataset holding one is copied into DataLoader workers), not the lock
+        with self._lock:
+            position = self._rng.bit_generator.state
+        return {"device": str(self.device), "initial_seed": self._initial, "state": position}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.device = Device(state["device"])
+        self._lock = threading.Lock()
+        self._initial = state["initial_seed"]
+        self._rng = np.random.default_rng(self._initial)
+        self._rng.bit_generator.state = state["state"]
+
     def __repr__(self) -> str:
         return f"Generator(device={str(self.device)!r}, initial_seed={self._initial})"
 
@@ -218,11 +239,25 @@ class _DefaultGenerator(Generator):
         host_dtype = "float64" if dtype == "float64" else "float32"
         return creation.random(tuple(shape), distribution, dtype=host_dtype).numpy()
 
+    def clone_state(self) -> Generator:
+        raise InvalidArgumentError(
+            "default_generator.clone_state: the process-wide stream has no generator of its "
+            "own to clone; save its position with get_state() and restore it with set_state()"
+        )
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # pickled or copied, it stays the process-wide stream
+        return (_the_default_generator, ())
+
     def __repr__(self) -> str:
         return "<rg.default_generator: the stream rg.manual_seed seeds>"
 
 
 default_generator = _DefaultGenerator()
+
+
+def _the_default_generator() -> Generator:
+    return default_generator
 
 
 def manual_seed(seed: int) -> Generator:
