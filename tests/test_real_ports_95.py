@@ -43,7 +43,7 @@ against torch's run of the same code from the same weights and draws.
   ``torch.from_numpy``) and ``mixup_data``; ``pretraining.py``'s contrastive and denoising
   losses with the ``'diff'`` projection heads; ``train.py``'s supervised step on
   ``reps[:, 0, :]``), small. ``torch.randperm`` draws from one seeded stream in both runs.
-  einops is not installed here: its ``rearrange`` is written out for the patterns used.
+  einops' ``rearrange`` lines are as written.
 
 The lines changed: the ``import`` lines and the gradient lines (``loss.backward()`` returns
 the gradients, ``step`` takes them).
@@ -1278,23 +1278,7 @@ import torch.nn.functional as F
 import torch.optim as optim
 from torch import einsum
 import numpy as np
-
-
-def rearrange(t, pattern, **axes):
-    """einops' rearrange for the patterns used here."""
-    if pattern == "b n (h d) -> b h n d":
-        b, n, hd = t.shape
-        return t.reshape(b, n, axes["h"], hd // axes["h"]).permute(0, 2, 1, 3)
-    if pattern == "b h n d -> b n (h d)":
-        b, h, n, d = t.shape
-        return t.permute(0, 2, 1, 3).reshape(b, n, h * d)
-    if pattern == "b n d -> 1 b (n d)":
-        b, n, d = t.shape
-        return t.reshape(1, b, n * d)
-    if pattern == "1 b (n d) -> b n d":
-        _, b, nd = t.shape
-        return t.reshape(b, axes["n"], nd // axes["n"])
-    raise NotImplementedError(pattern)
+from einops import rearrange
 
 
 # -- models/model.py --
