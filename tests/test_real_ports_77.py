@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 import importlib
 import random
-import sys
 import types
 
 import numpy as np

@@ -1271,7 +1271,7 @@ def test_darts_tide_with_reversible_instance_norm_trains_as_torch(capsys):
 
 
 # -- somepago/saint ---------------------------------------------------------------------------------
-SAINT_SOURCE = '''
+SAINT_SOURCE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -1756,7 +1756,7 @@ for x_categ, x_cont, y_gts, cat_mask, con_mask in data:
     optimizer.step()
     record.append(loss.item())
 record.append(params_of(model))
-'''
+"""
 
 SAINT_STEPS = [
     (
