@@ -16,9 +16,8 @@
   ``probs.sum(axis=1, keepdims=True)`` (NumPy's keywords, which torch takes) and
   ``torch.argmax(probs, dim=-1)[:, None]``.
 
-einops is not installed here: its ``rearrange``/``repeat``/``einsum`` calls are written as the
-torch calls they stand for (``transpose``, ``repeat``, ``torch.einsum`` with one-letter names),
-the same text in both runs.
+einops' ``rearrange``/``repeat``/``einsum`` lines are as written (``from einops import
+rearrange, repeat, einsum``), the same text in both runs.
 """
 
 from __future__ import annotations
@@ -30,10 +29,13 @@ import torch
 import retrograd as rg
 from real_ports import assert_records_agree, both
 
+pytest.importorskip("einops", minversion="0.8")
+
 MAMBA_SOURCE = '''
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
+from einops import rearrange, repeat, einsum
 
 
 @dataclass
@@ -122,7 +124,7 @@ class MambaBlock(nn.Module):
         # dt_proj projects delta from dt_rank to d_in
         self.dt_proj = nn.Linear(args.dt_rank, args.d_inner, bias=True)
 
-        A = torch.arange(1, args.d_state + 1).repeat(args.d_inner, 1)  # repeat(..., 'n -> d n', d=args.d_inner)
+        A = repeat(torch.arange(1, args.d_state + 1), 'n -> d n', d=args.d_inner)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(args.d_inner))
         self.out_proj = nn.Linear(args.d_inner, args.d_model, bias=args.bias)
@@ -131,7 +133,7 @@ class MambaBlock(nn.Module):
         (b, l, d) = x.shape
 
         x_and_res = self.in_proj(x)  # shape (b, l, 2 * d_in)
-        x_and_res = x_and_res.transpose(1, 2)  # rearrange(x_and_res, 'b l x -> b x l')
+        x_and_res = rearrange(x_and_res, 'b l x -> b x l')
         (x, res) = x_and_res.split(split_size=[self.args.d_inner, self.args.d_inner], dim=1)
 
         x = self.conv1d(x)[:, :, :l]
@@ -141,7 +143,7 @@ class MambaBlock(nn.Module):
 
         y = y * F.silu(res)
 
-        output = self.out_proj(y.transpose(1, 2))  # rearrange(y, 'b d_model l -> b l d_model')
+        output = self.out_proj(rearrange(y, 'b d_model l -> b l d_model'))
 
         return output
 
@@ -151,7 +153,7 @@ class MambaBlock(nn.Module):
         A = -torch.exp(self.A_log.float())  # shape (d_in, n)
         D = self.D.float()
 
-        x_dbl = x.transpose(1, 2)  # rearrange(x, 'b d l -> b l d')
+        x_dbl = rearrange(x, 'b d l -> b l d')
         x_dbl = self.x_proj(x_dbl)  # (b, l, dt_rank + 2*n)
 
         (delta, B, C) = x_dbl.split(split_size=[self.args.dt_rank, n, n], dim=-1)  # delta: (b, l, dt_rank). B, C: (b, l, n)
@@ -166,20 +168,20 @@ class MambaBlock(nn.Module):
         n = A.shape[1]
 
         # Discretize continuous parameters (delta, A, B) using zero-order hold (ZOH) discretization
-        deltaA = torch.exp(torch.einsum('bld,dn->bdln', delta, A))  # 'b l d_in, d_in n -> b d_in l n'
-        deltaB_u = torch.einsum('bld,bln,bdl->bdln', delta, B, u)  # 'b l d_in, b l n, b d_in l -> b d_in l n'
+        deltaA = torch.exp(einsum(delta, A, 'b l d_in, d_in n -> b d_in l n'))
+        deltaB_u = einsum(delta, B, u, 'b l d_in, b l n, b d_in l -> b d_in l n')
 
         # Perform selective scan (see scan_SSM() in The Annotated S4 [2])
         x = torch.zeros((b, d_in, n))
         ys = []
         for i in range(l):
             x = deltaA[:, :, i] * x + deltaB_u[:, :, i]
-            y = torch.einsum('bdn,bn->bd', x, C[:, i, :])  # 'b d_in n, b n -> b d_in'
+            y = einsum(x, C[:, i, :], 'b d_in n, b n -> b d_in')
             ys.append(y)
         y = torch.stack(ys, dim=2) # (b d_in l)
 
         if D is not None:
-            y = y + u * D[:, None]  # rearrange(D, 'd_in -> d_in 1')
+            y = y + u * rearrange(D, 'd_in -> d_in 1')
 
         return y
 

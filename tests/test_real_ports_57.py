@@ -40,8 +40,7 @@
   ``redraw_projection_matrix``, ``ProjectionUpdater`` (a ``calls_since_last_redraw`` buffer
   compared, ``zero_()``-ed and ``+= 1``-ed), ``Attention`` with ``v.masked_fill_(~global_mask,
   0.)`` on a view), softmax, causal, generalized and no-projection, in a small block trained by
-  Adam with redraws every 2 steps; einops is not installed, so its ``repeat``/``rearrange``
-  are written as ``expand``/``view``/``transpose`` (the originals kept in comments).
+  Adam with redraws every 2 steps; einops' ``repeat``/``rearrange`` lines as written.
 - DDPG as sfujim/TD3 writes it (``DDPG.py`` and ``utils.py``'s ``ReplayBuffer``), on a point
   mass (no gym here) driven by ``main.py``'s loop: ``copy.deepcopy`` targets,
   ``target_param.data.copy_(tau * param.data + (1 - tau) * target_param.data)``, the actor's
@@ -1427,6 +1426,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from einops import rearrange, repeat
 
 from functools import partial
 
@@ -1459,7 +1459,7 @@ def softmax_kernel(data, *, projection_matrix, is_query, normalize_data=True, ep
 
     ratio = (projection_matrix.shape[0] ** -0.5)
 
-    projection = projection_matrix.expand(b, h, *projection_matrix.shape)  # repeat(projection_matrix, 'j d -> b h j d', b = b, h = h)
+    projection = repeat(projection_matrix, 'j d -> b h j d', b = b, h = h)
     projection = projection.type_as(data)
 
     data_dash = torch.einsum('...id,...jd->...ij', (data_normalizer * data), projection)
@@ -1487,7 +1487,7 @@ def generalized_kernel(data, *, projection_matrix, kernel_fn = nn.ReLU(), kernel
     if projection_matrix is None:
         return kernel_fn(data_normalizer * data) + kernel_epsilon
 
-    projection = projection_matrix.expand(b, h, *projection_matrix.shape)  # repeat(projection_matrix, 'j d -> b h j d', b = b, h = h)
+    projection = repeat(projection_matrix, 'j d -> b h j d', b = b, h = h)
     projection = projection.type_as(data)
 
     data_dash = torch.einsum('...id,...jd->...ij', (data_normalizer * data), projection)
@@ -1689,7 +1689,7 @@ class Attention(nn.Module):
 
         q, k, v = self.to_q(x), self.to_k(context), self.to_v(context)
 
-        q, k, v = map(lambda t: t.view(t.shape[0], t.shape[1], h, -1).transpose(1, 2), (q, k, v))  # rearrange(t, 'b n (h d) -> b h n d', h = h)
+        q, k, v = map(lambda t: rearrange(t, 'b n (h d) -> b h n d', h = h), (q, k, v))
         (q, lq), (k, lk), (v, lv) = map(lambda t: (t[:, :gh], t[:, gh:]), (q, k, v))
 
         attn_outs = []
@@ -1703,7 +1703,7 @@ class Attention(nn.Module):
             attn_outs.append(out)
 
         out = torch.cat(attn_outs, dim = 1)
-        out = out.transpose(1, 2).reshape(b, n, -1)  # rearrange(out, 'b h n d -> b n (h d)')
+        out = rearrange(out, 'b h n d -> b n (h d)')
         out =  self.to_out(out)
         return self.dropout(out)
 

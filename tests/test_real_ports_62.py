@@ -21,15 +21,15 @@ harness: ``tests/real_ports.py``):
   (len(x.shape) - 1)), Ellipsis)]``, ``torch.meshgrid(..., indexing='ij')``, ``PreNorm`` with a
   context norm through ``kwargs.update``, ``GEGLU``, ``einsum('b i d, b j d -> b i j')``,
   ``sim.masked_fill_(~mask, -torch.finfo(sim.dtype).max)``, ``b, *axis, _, device, dtype =
-  *data.shape, data.device, data.dtype`` and ``return_embeddings``. einops is not installed
-  here: its ``rearrange``/``repeat``/``Reduce`` are written out for the patterns used.
+  *data.shape, data.device, data.dtype`` and ``return_embeddings``, with einops'
+  ``rearrange``/``repeat`` and its ``Reduce`` layer as written.
 - MLP-Mixer and gMLP as lucidrains writes them (``mlp_mixer_pytorch.py``,
   ``g_mlp_pytorch.py``): the Mixer's token mixing by ``partial(nn.Conv1d, kernel_size = 1)``
   over the patches, AdamW and ``CrossEntropyLoss(label_smoothing=0.1)``; gMLP as a causal
   language model with the tiny attention (``attn_dim``), two heads, ``shift_tokens`` (``F.pad(t,
   (0, 0, amount, -amount))`` cropping by a negative pad), the spatial gating unit's
   ``nn.init.uniform_`` weights, ``triu_(1).bool()`` masks, ``einsum('b h n d, h m n -> b h m
-  d')``, and the circulant-matrix variant (``F.pad``, ``repeat`` by ``Tensor.repeat``,
+  d')``, and the circulant-matrix variant (``F.pad``, einops' ``repeat``,
   ``weight[:, :-dim_seq].reshape(h, dim_seq, 2 * dim_seq - 1)``), with ``act = nn.Tanh()``.
 - Glow as rosinality/glow-pytorch writes it (``model.py``, ``train.py`` less its data and
   image saving), small (4x4 images, two blocks of two flows, coupling networks of 8 filters
@@ -514,40 +514,8 @@ from torch import nn, einsum
 import torch.nn.functional as F
 
 
-# -- einops is not installed here: its rearrange/repeat/Reduce for the patterns the file uses --
-def rearrange(t, pattern, h=None):
-    if pattern == 'b n (h d) -> (b h) n d':
-        b, n, hd = t.shape
-        return t.reshape(b, n, h, hd // h).permute(0, 2, 1, 3).reshape(b * h, n, hd // h)
-    if pattern == '(b h) n d -> b n (h d)':
-        bh, n, d = t.shape
-        return t.reshape(bh // h, h, n, d).permute(0, 2, 1, 3).reshape(bh // h, n, h * d)
-    if pattern == 'b ... -> b (...)':
-        return t.reshape(t.shape[0], -1)
-    if pattern == '... n d -> ... (n d)':
-        return t.reshape(*t.shape[:-2], -1)
-    if pattern == 'b ... d -> b (...) d':
-        return t.reshape(t.shape[0], -1, t.shape[-1])
-    raise NotImplementedError(pattern)
-
-
-def repeat(t, pattern, b=None, h=None):
-    if pattern == 'b j -> (b h) () j':
-        return t[:, None, None, :].expand(t.shape[0], h, 1, t.shape[1]).reshape(t.shape[0] * h, 1, t.shape[1])
-    if pattern == '... -> b ...':
-        return t.unsqueeze(0).expand(b, *t.shape)
-    if pattern == 'n d -> b n d':
-        return t.unsqueeze(0).expand(b, *t.shape)
-    raise NotImplementedError(pattern)
-
-
-class Reduce(nn.Module):
-    def __init__(self, pattern, reduction):
-        super().__init__()
-        assert pattern == 'b n d -> b d' and reduction == 'mean'
-
-    def forward(self, x):
-        return x.mean(dim=1)
+from einops import rearrange, repeat
+from einops.layers.torch import Reduce
 
 
 # -- perceiver_pytorch/perceiver_pytorch.py --
@@ -820,6 +788,7 @@ PERCEIVER_STEPS = [
         "from math import pi, log\nfrom functools import wraps\n\nimport torch\nfrom torch import nn, einsum\nimport torch.nn.functional as F\n",
         "from math import pi, log\nfrom functools import wraps\n\nimport retrograd as torch\nfrom retrograd import nn, einsum\nimport retrograd.nn.functional as F\n",
     ),
+    ("from einops.layers.torch import Reduce", "from einops.layers.retrograd import Reduce"),
     (
         "        loss.backward()\n        optimizer.step()\n",
         "        grads = loss.backward()\n        optimizer.step(grads)\n",
@@ -853,51 +822,8 @@ from torch import nn, einsum
 import torch.nn.functional as F
 
 
-# -- einops is not installed here: its Rearrange/Reduce layers and rearrange/repeat for the
-#    patterns the files use --
-class Rearrange(nn.Module):
-    def __init__(self, pattern, p1, p2):
-        super().__init__()
-        assert pattern == 'b c (h p1) (w p2) -> b (h w) (p1 p2 c)'
-        self.p1, self.p2 = p1, p2
-
-    def forward(self, x):
-        b, c, hp, wp = x.shape
-        h, w = hp // self.p1, wp // self.p2
-        x = x.reshape(b, c, h, self.p1, w, self.p2).permute(0, 2, 4, 3, 5, 1)
-        return x.reshape(b, h * w, self.p1 * self.p2 * c)
-
-
-class Reduce(nn.Module):
-    def __init__(self, pattern, reduction):
-        super().__init__()
-        assert pattern == 'b n c -> b c' and reduction == 'mean'
-
-    def forward(self, x):
-        return x.mean(dim=1)
-
-
-def rearrange(t, pattern, h=None):
-    if pattern == 'i j -> () i j':
-        return t[None]
-    if pattern == 'b n (h d) -> b h n d':
-        b, n, hd = t.shape
-        return t.reshape(b, n, h, hd // h).permute(0, 2, 1, 3)
-    if pattern == 'h n -> () h n ()':
-        return t[None, :, :, None]
-    if pattern == 'b h n d -> b n (h d)':
-        b, h, n, d = t.shape
-        return t.permute(0, 2, 1, 3).reshape(b, n, h * d)
-    if pattern == 'h i -> h i ()':
-        return t[:, :, None]
-    if pattern == 'h j -> h () j':
-        return t[:, None, :]
-    raise NotImplementedError(pattern)
-
-
-def repeat(t, pattern, r):
-    assert pattern == '... n -> ... (r n)'
-    return t.repeat(*([1] * (t.dim() - 1)), r)
+from einops import rearrange, repeat
+from einops.layers.torch import Rearrange, Reduce
 
 
 # -- mlp_mixer_pytorch/mlp_mixer_pytorch.py (lucidrains/mlp-mixer-pytorch) --
@@ -1229,6 +1155,10 @@ MIXER_STEPS = [
     (
         "from functools import partial\n\nimport torch\nfrom torch import nn, einsum\nimport torch.nn.functional as F\n",
         "from functools import partial\n\nimport retrograd as torch\nfrom retrograd import nn, einsum\nimport retrograd.nn.functional as F\n",
+    ),
+    (
+        "from einops.layers.torch import Rearrange, Reduce",
+        "from einops.layers.retrograd import Rearrange, Reduce",
     ),
     *GRADIENT_STEPS,
 ]

@@ -38,9 +38,12 @@ harness: ``tests/real_ports.py``):
   ``torch.get_rng_state``/``torch.random.fork_rng``/``set_rng_state``, a custom
   ``autograd.Function`` whose ``backward`` recomputes each block with ``y1.requires_grad =
   True`` and calls ``torch.autograd.backward(gy1, dy2)``, the parameters' gradients reaching the
-  optimizer from those inner backwards. Left out: the local-attention heads (the separate
-  ``local_attention`` package) and the rotary embeddings (``einops``); ``torch.cuda._initialized``
-  and ``get_device_states`` (CUDA plumbing retrograd lacks) are ported as absent.
+  optimizer from those inner backwards; the rotary embeddings (``ReformerLM``'s default, as
+  ``train.py`` uses it: ``FixedPositionalEmbedding``'s ``torch.einsum('i , j -> i j', ...)``,
+  ``rotate_every_two`` and ``apply_rotary_pos_emb`` with einops' ``rearrange``/``repeat`` as
+  written) and, in one run, ``absolute_position_emb = True``. Left out: the local-attention
+  heads (the separate ``local_attention`` package); ``torch.cuda._initialized`` and
+  ``get_device_states`` (CUDA plumbing retrograd lacks) are ported as absent.
 """
 
 from __future__ import annotations
@@ -953,6 +956,8 @@ from functools import partial, reduce, wraps
 from itertools import chain
 from operator import mul
 
+from einops import rearrange, repeat
+
 #constants
 
 TOKEN_SELF_ATTN_VALUE = -5e4 # carefully set for half precision to work
@@ -1205,6 +1210,9 @@ class LSHAttention(nn.Module):
         sbuckets_and_t = sbuckets_and_t.detach()
         sticker = sticker.detach()
         undo_sort = undo_sort.detach()
+
+        if exists(pos_emb):
+            qk = apply_rotary_pos_emb(qk, pos_emb)
 
         st = (sticker % seqlen)
         sqk = batched_index_select(qk, st)
@@ -1482,6 +1490,36 @@ class AbsolutePositionalEmbedding(nn.Module):
         t = torch.arange(x.shape[1], device=x.device)
         return self.emb(t)
 
+class FixedPositionalEmbedding(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        inv_freq = 1. / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer('inv_freq', inv_freq)
+
+    def forward(self, x, seq_dim = 1):
+        t = torch.arange(x.shape[seq_dim], device = x.device).type_as(self.inv_freq)
+        sinusoid_inp = torch.einsum('i , j -> i j', t, self.inv_freq)
+        emb = torch.cat((sinusoid_inp.sin(), sinusoid_inp.cos()), dim=-1)
+        return emb[None, :, :].type_as(x)
+
+# rotary positional embedding helpers
+
+def rotate_every_two(x):
+    x = rearrange(x, '... (d j) -> ... d j', j = 2)
+    x1, x2 = x.unbind(dim = -1)
+    x = torch.stack((-x2, x1), dim = -1)
+    return rearrange(x, '... d j -> ... (d j)')
+
+def apply_rotary_pos_emb(qk, sinu_pos):
+    sinu_pos = sinu_pos.type(qk.dtype)
+    sinu_pos = rearrange(sinu_pos, '() n (j d) -> n j d', j = 2)
+    sin, cos = sinu_pos.unbind(dim = -2)
+    sin, cos = map(lambda t: repeat(t, 'n d -> n (d j)', j = 2), (sin, cos))
+    seq_len = sin.shape[0]
+    qk, qk_pass = qk[:, :seq_len], qk[:, seq_len:]
+    qk = (qk * cos) + (rotate_every_two(qk) * sin)
+    return torch.cat((qk, qk_pass), dim = 1)
+
 # reversible.py
 
 # following example for saving and setting rng here https://pytorch.org/docs/stable/_modules/torch/utils/checkpoint.html
@@ -1700,6 +1738,10 @@ class ReformerLM(nn.Module):
 
         if absolute_position_emb:
             self.pos_emb = AbsolutePositionalEmbedding(emb_dim, max_seq_len)
+        elif fixed_position_emb:
+            self.pos_emb = FixedPositionalEmbedding(emb_dim)
+        else:
+            self.layer_pos_emb = FixedPositionalEmbedding(dim_head)
 
         self.reformer = Reformer(dim, depth, heads = heads, dim_head = dim_head, bucket_size = bucket_size, n_hashes = n_hashes, ff_chunks = ff_chunks, attn_chunks = attn_chunks, causal = causal, weight_tie = weight_tie, lsh_dropout = lsh_dropout, ff_mult = ff_mult, ff_activation = ff_activation, ff_glu = ff_glu, ff_dropout = ff_dropout, post_attn_dropout = 0., layer_dropout = layer_dropout, random_rotations_per_head = random_rotations_per_head, use_scale_norm = use_scale_norm, use_rezero = use_rezero, use_full_attn = use_full_attn, full_attn_thres = full_attn_thres, reverse_thres = reverse_thres, num_mem_kv = num_mem_kv, one_value_head = one_value_head, n_local_attn_heads = n_local_attn_heads, pkm_layers = pkm_layers, pkm_num_keys = pkm_num_keys)
         self.norm = nn.LayerNorm(dim)
@@ -1877,7 +1919,7 @@ def decode_token(token):
 def decode_tokens(tokens):
     return ''.join(list(map(decode_token, tokens)))
 
-def main(data_train, data_val, NUM_BATCHES, BATCH_SIZE, GRADIENT_ACCUMULATE_EVERY, LEARNING_RATE, VALIDATE_EVERY, GENERATE_EVERY, GENERATE_LENGTH, SEQ_LEN, REVERSE_THRES=0):
+def main(data_train, data_val, NUM_BATCHES, BATCH_SIZE, GRADIENT_ACCUMULATE_EVERY, LEARNING_RATE, VALIDATE_EVERY, GENERATE_EVERY, GENERATE_LENGTH, SEQ_LEN, REVERSE_THRES=0, ABSOLUTE_POSITION_EMB=False):
     model = ReformerLM(
         dim = 8,
         depth = 2,
@@ -1891,7 +1933,7 @@ def main(data_train, data_val, NUM_BATCHES, BATCH_SIZE, GRADIENT_ACCUMULATE_EVER
         lsh_dropout = 0.0,
         weight_tie = True,
         causal = True,
-        absolute_position_emb = True,
+        absolute_position_emb = ABSOLUTE_POSITION_EMB,
         reverse_thres = REVERSE_THRES,
         use_full_attn = False # set this to true for comparison with full attention
     )
@@ -2024,8 +2066,14 @@ def _rounded(log):
     return re.sub(r"\d+\.\d+", lambda number: f"{float(number.group()):.6g}", log)
 
 
-@pytest.mark.parametrize("reverse_thres", [0, 64], ids=["reversible", "irreversible"])
-def test_reformer_lsh_attention_trains_and_generates_as_torch(capsys, reverse_thres):
+@pytest.mark.parametrize(
+    ("reverse_thres", "absolute_position_emb"),
+    [(0, False), (64, False), (0, True)],
+    ids=["reversible-rotary", "irreversible-rotary", "reversible-absolute"],
+)
+def test_reformer_lsh_attention_trains_and_generates_as_torch(
+    capsys, reverse_thres, absolute_position_emb
+):
     rng = np.random.default_rng(7002)
     data_train = rng.integers(33, 64, 80).astype(np.uint8)  # printable, as enwik8's bytes
     data_val = rng.integers(33, 64, 40).astype(np.uint8)
@@ -2049,6 +2097,7 @@ def test_reformer_lsh_attention_trains_and_generates_as_torch(capsys, reverse_th
                 GENERATE_LENGTH=3,
                 SEQ_LEN=12,
                 REVERSE_THRES=reverse_thres,
+                ABSOLUTE_POSITION_EMB=absolute_position_emb,
             )
         records.append(record)
         logs.append(capsys.readouterr().out)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 import importlib
 import random
-import sys
 import types
 
 import numpy as np
@@ -850,36 +849,6 @@ MAMBA2_STEPS = [
 ]
 
 
-def einops_standin() -> types.ModuleType:
-    """einops (not installed here) as a module of ``rearrange``/``repeat`` for the patterns
-    the program uses, each the view or reshape einops makes of it (in either library)."""
-    patterns = {
-        "b l d -> b d l": lambda t: t.permute(0, 2, 1),
-        "b l (h p) -> b l h p": lambda t, p: t.reshape(*t.shape[:2], t.shape[2] // p, p),
-        "b l n -> b l 1 n": lambda t: t.reshape(*t.shape[:2], 1, t.shape[2]),
-        "b l h p -> b l (h p)": lambda t: t.reshape(*t.shape[:2], -1),
-        "d 1 w -> d w": lambda t: t.reshape(t.shape[0], t.shape[2]),
-        "b (h p) -> b h p": lambda t, p: t.reshape(t.shape[0], t.shape[1] // p, p),
-        "b h -> b h 1 1": lambda t: t.reshape(*t.shape, 1, 1),
-        "h -> h 1": lambda t: t.reshape(t.shape[0], 1),
-        "b h p -> b (h p)": lambda t: t.reshape(t.shape[0], -1),
-        "b (c l) ... -> b c l ...": lambda t, **n: t.reshape(t.shape[0], -1, n["l"], *t.shape[2:]),
-        "b c l h -> b h c l": lambda t: t.permute(0, 3, 1, 2),
-        "b c l h p -> b (c l) h p": lambda t: t.reshape(t.shape[0], -1, *t.shape[3:]),
-    }  # fmt: skip
-
-    def rearrange(tensor, pattern, **sizes):
-        return patterns[pattern](tensor, **sizes)
-
-    def repeat(tensor, pattern, **sizes):
-        assert pattern == "... d -> ... d e"
-        return tensor.unsqueeze(-1).expand(*tensor.shape, sizes["e"])
-
-    module = types.ModuleType("einops")
-    module.rearrange, module.repeat = rearrange, repeat
-    return module
-
-
 class SharedMultinomial:
     """``torch.multinomial(probs, 1)`` of a 1-d ``probs`` drawing from one seeded stream (the
     inverse of the cumulative sums)."""
@@ -905,10 +874,7 @@ class SharedMultinomial:
         return False
 
 
-def test_mamba2_minimal_trains_by_chunked_ssd_and_samples_by_its_recurrent_step_as_torch(
-    monkeypatch,
-):
-    monkeypatch.setitem(sys.modules, "einops", einops_standin())
+def test_mamba2_minimal_trains_by_chunked_ssd_and_samples_by_its_recurrent_step_as_torch():
     text = "the cat sat on the mat and the cat ran to the hat. "
     records = []
     initialize = initializer()

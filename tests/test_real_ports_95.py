@@ -43,7 +43,7 @@ against torch's run of the same code from the same weights and draws.
   ``torch.from_numpy``) and ``mixup_data``; ``pretraining.py``'s contrastive and denoising
   losses with the ``'diff'`` projection heads; ``train.py``'s supervised step on
   ``reps[:, 0, :]``), small. ``torch.randperm`` draws from one seeded stream in both runs.
-  einops is not installed here: its ``rearrange`` is written out for the patterns used.
+  einops' ``rearrange`` lines are as written.
 
 The lines changed: the ``import`` lines and the gradient lines (``loss.backward()`` returns
 the gradients, ``step`` takes them).
@@ -1271,30 +1271,14 @@ def test_darts_tide_with_reversible_instance_norm_trains_as_torch(capsys):
 
 
 # -- somepago/saint ---------------------------------------------------------------------------------
-SAINT_SOURCE = '''
+SAINT_SOURCE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 from torch import einsum
 import numpy as np
-
-
-def rearrange(t, pattern, **axes):
-    """einops' rearrange for the patterns used here."""
-    if pattern == "b n (h d) -> b h n d":
-        b, n, hd = t.shape
-        return t.reshape(b, n, axes["h"], hd // axes["h"]).permute(0, 2, 1, 3)
-    if pattern == "b h n d -> b n (h d)":
-        b, h, n, d = t.shape
-        return t.permute(0, 2, 1, 3).reshape(b, n, h * d)
-    if pattern == "b n d -> 1 b (n d)":
-        b, n, d = t.shape
-        return t.reshape(1, b, n * d)
-    if pattern == "1 b (n d) -> b n d":
-        _, b, nd = t.shape
-        return t.reshape(b, axes["n"], nd // axes["n"])
-    raise NotImplementedError(pattern)
+from einops import rearrange
 
 
 # -- models/model.py --
@@ -1772,7 +1756,7 @@ for x_categ, x_cont, y_gts, cat_mask, con_mask in data:
     optimizer.step()
     record.append(loss.item())
 record.append(params_of(model))
-'''
+"""
 
 SAINT_STEPS = [
     (
