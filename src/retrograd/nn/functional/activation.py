@@ -169,6 +169,8 @@ def _negative_branch(x: Tensor, scale: float, input_scale: float) -> Tensor:
 def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
     x = _float_input("celu", x)
+    if isinstance(alpha, complex):  # torch: "cannot be converted to type double"
+        raise DTypeError(f"celu: alpha must be a real number, got {alpha!r}")
     if alpha == 0:  # torch's refusal: x / alpha has no limit to take
         raise InvalidArgumentError("celu: alpha cannot be 0 for CELU")
     branch = _negative_branch(x, alpha, 1.0 / alpha)
