@@ -177,7 +177,16 @@ def _bessel(name: str) -> Callable[..., Tensor]:
 
 
 def _polynomial(name: str) -> Callable[..., Tensor]:
-    return _binary(name, TensorOp(name, "orthogonal_polynomial"), (name,))
+    op = TensorOp(name, "orthogonal_polynomial")
+
+    # torch spells these (x, n), not (input, other): ``chebyshev_polynomial_t(x, n=3)``
+    def function(x: Any, n: Any, *, out: Any = None) -> Tensor:
+        _no_out(f"special.{name}", out)
+        values, degree = float_operands(name, x, n)
+        return values._apply(op, (values, degree), (name,))
+
+    function.__name__ = function.__qualname__ = name
+    return function
 
 
 i0e = _unary("i0e")
