@@ -152,14 +152,6 @@ def _out(value):
     return value.detach().numpy() if isinstance(value, torch.Tensor) else value.numpy()
 
 
-def _refused_by_name(name):
-    def check(layer, bad):
-        with pytest.raises(rg.ShapeError, match=rf"^{name}: .*got \[\]"):
-            layer(bad)
-
-    return check
-
-
 def _pixel_unshuffle_of_no_images(layer, bad):
     # torch 2.13 answers [0, 2, 4, 4] for an empty batch of [2, 4, 4] images; each image
     # unshuffled by 2 is [2 * 2 * 2, 4 / 2, 4 / 2]
@@ -168,11 +160,6 @@ def _pixel_unshuffle_of_no_images(layer, bad):
 
 #: Where retrograd departs from torch, and what it does instead.
 DEPARTURES = {
-    # torch: "Received a 0-D input to dropout2d, which is deprecated and will result in an
-    # error in a future release"; retrograd refuses it now
-    ("Dropout2d", "0-d"): _refused_by_name("Dropout2d"),
-    ("Dropout3d", "0-d"): _refused_by_name("Dropout3d"),
-    ("FeatureAlphaDropout", "0-d"): _refused_by_name("FeatureAlphaDropout"),
     ("PixelUnshuffle", "empty batch"): _pixel_unshuffle_of_no_images,
 }
 

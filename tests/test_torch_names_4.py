@@ -452,6 +452,7 @@ def test_norm_forms_as_torchs():
             (rg.frobenius_norm(ours, (0,), True), torch.frobenius_norm(theirs, (0,), True)),
             (rg.nuclear_norm(ours[0]), torch.nuclear_norm(theirs[0])),
             (rg.nuclear_norm(ours, [1, 2], True), torch.nuclear_norm(theirs, [1, 2], True)),
+            (rg.nuclear_norm(ours), torch.nuclear_norm(theirs)),  # the last two dims, batched
         ]
     total, their_total = 0, 0
     for got, expected in cases:
@@ -462,7 +463,7 @@ def test_norm_forms_as_torchs():
     with pytest.raises(ShapeError, match="frobenius_norm"):
         rg.frobenius_norm(ours, [0, 1, 2])
     with pytest.raises(ShapeError, match="nuclear_norm"):
-        rg.nuclear_norm(ours)
+        rg.nuclear_norm(ours[0, 0])
 
 
 def test_fill_resize_as_and_device_queries_as_torchs():

@@ -236,6 +236,8 @@ def _inverse_real_n_dimensional(op: str, default_all: bool):
         x = _tensor(op, input)
         dims, sizes = _dims(op, x, s, dim, default_all)
         mode = _norm(op, norm)
+        if sizes[-1] is not None:  # the one-sided spectrum cut or padded first, as torch's
+            x = _resized(op, x, dims[-1], sizes[-1] // 2 + 1)
         x = _c2c(op, x, dims[:-1], sizes[:-1], True, mode)
         return _c2r(op, x, dims[-1], sizes[-1], mode)
 

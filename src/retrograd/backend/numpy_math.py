@@ -7,6 +7,8 @@ kernels); Chebyshev's third and fourth kinds, which SciPy lacks, are ``U_n -+ U_
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .lazy import scipy_linalg, scipy_special
@@ -262,7 +264,10 @@ class NumpyMathKernels:
 
 def _flat_cat(parts, batch):
     """``parts`` with their matrix dims flattened, side by side along one last dim."""
-    return np.concatenate([p.reshape(batch + (-1,)) for p in parts], axis=-1)
+    # (each part's flat size spelled out: a -1 cannot be inferred from an empty batch)
+    return np.concatenate(
+        [p.reshape(batch + (math.prod(p.shape[len(batch) :]),)) for p in parts], axis=-1
+    )
 
 
 def _first_failed_minor(x: np.ndarray) -> tuple[int | None, int | None]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .protocol import COMPLEX_SEEN, singular_matrix
@@ -98,4 +100,8 @@ class TorchMathKernels:
 
 def _flat_cat(parts, batch):
     """``parts`` with their matrix dims flattened, side by side along one last dim."""
-    return torch.cat([p.reshape(tuple(batch) + (-1,)) for p in parts], dim=-1)
+    # (each part's flat size spelled out: a -1 cannot be inferred from an empty batch)
+    batch = tuple(batch)
+    return torch.cat(
+        [p.reshape(batch + (math.prod(p.shape[len(batch) :]),)) for p in parts], dim=-1
+    )

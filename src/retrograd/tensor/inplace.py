@@ -501,7 +501,18 @@ class InplaceMixin:
         return self._update("neg_", lambda t: t.neg())
 
     def abs_(self) -> Any:
-        return self._update("abs_", lambda t: t.abs())
+        return self._absolute_in_place("abs_")
+
+    def absolute_(self) -> Any:
+        return self._absolute_in_place("absolute_")
+
+    def _absolute_in_place(self, op: str) -> Any:
+        if self.is_complex():  # the real magnitude cannot be written back (torch refuses too)
+            raise DTypeError(
+                f"{op}: in-place abs is not supported for complex tensors (got {self.dtype}); "
+                "use abs() for the float magnitudes"
+            )
+        return self._update(op, lambda t: t.abs())
 
     def exp_(self) -> Any:
         return self._update("exp_", lambda t: t.exp())

@@ -650,6 +650,8 @@ class SelectionMixin:
             )
         index = wrap(self, self._backend.from_data(np.asarray(positions, np.int64), "int64",
                                                    self._device))  # fmt: skip
+        if src.dtype != self.dtype and not src.is_complex():  # torch copies src into self's dtype
+            src = src.cast(self.dtype)
         return self.index_copy(d, index, src)
 
     def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Any:

@@ -339,12 +339,13 @@ def nuclear_norm(input: Any, dim: Any = None, keepdim: bool = False) -> Any:  # 
     _tensor(op, input)
     if isinstance(dim, bool) and keepdim is False:  # torch.nuclear_norm(input, keepdim)
         dim, keepdim = None, dim
-    if dim is None:
-        if input.ndim != 2:
+    if dim is None:  # torch's: the last two dimensions, any leading ones a batch
+        if input.ndim < 2:
             raise ShapeError(
-                f"{op}: expected a 2-d tensor without dim, got {shape_text(input.shape)}"
+                f"{op}: expected a tensor of at least 2 dimensions without dim, "
+                f"got {shape_text(input.shape)}"
             )
-        dim = (0, 1)
+        dim = (-2, -1)
     dims = tuple(dim)
     if len(dims) != 2:
         raise ShapeError(f"{op}: dim must name 2 dimensions, got {dims}")

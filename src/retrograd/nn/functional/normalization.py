@@ -127,11 +127,6 @@ def _feature_dropout(fn: str, x: Tensor, p: float, training: bool, spatial: int)
     if spatial == 1 and x.ndim not in documented:
         raise ShapeError(f"{fn}: expected a 2-d or 3-d input, got {shape_text(x.shape)}")
     batched = x.ndim == spatial + 2 if spatial != 2 else True
-    if x.ndim < (2 if batched else 1):
-        raise ShapeError(
-            f"{fn}: feature dropout needs at least 2 dimensions [N, C, *], got "
-            f"{shape_text(x.shape)}"
-        )
     if spatial == 2 and x.ndim == 3:
         warnings.warn(
             f"{fn}: received a 3-d input, read as [N, C, L] (channel-wise 1-d dropout) as torch "
@@ -151,6 +146,11 @@ def _feature_dropout(fn: str, x: Tensor, p: float, training: bool, spatial: int)
         return x
     if p == 1.0:
         return x * 0.0
+    if x.ndim < (2 if batched else 1):  # (torch checks the rank only where it draws a mask)
+        raise ShapeError(
+            f"{fn}: feature dropout needs at least 2 dimensions [N, C, *], got "
+            f"{shape_text(x.shape)}"
+        )
     lead = 2 if batched else 1
     mask_shape = x.shape[:lead] + (1,) * (x.ndim - lead)
     keep = wrap(x, x.backend.bernoulli(mask_shape, 1.0 - float(p), x.device))
@@ -182,15 +182,15 @@ def _alpha_dropout(fn: str, x: Tensor, p: float, training: bool, feature: bool) 
     x = _float_input(fn, x)
     if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
-    if feature and x.ndim < 2:
-        raise ShapeError(
-            f"{fn}: feature dropout needs at least 2 dimensions [N, C, *], got "
-            f"{shape_text(x.shape)}"
-        )
     if not training or p == 0.0 or x.numel() == 0:
         return x
     if p == 1.0:
         return x * 0.0
+    if feature and x.ndim < 2:  # (torch checks the rank only where it draws a mask)
+        raise ShapeError(
+            f"{fn}: feature dropout needs at least 2 dimensions [N, C, *], got "
+            f"{shape_text(x.shape)}"
+        )
     p = float(p)
     shape = x.shape[:2] + (1,) * (x.ndim - 2) if feature else x.shape
     keep = wrap(x, x.backend.bernoulli(shape, 1.0 - p, x.device)).cast(x.dtype)

@@ -49,10 +49,11 @@ def _pool_input(fn: str, x: Any, integers: bool) -> Tensor:
 
 
 def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode):
-    if x.shape[1] == 0:  # (``x`` batched: torch refuses no channels, batched or not)
+    if 0 in x.shape[1:]:  # (``x`` batched: torch refuses an empty channel or window dim,
+        # even where padding would give the windows something to cover)
         raise ShapeError(
             f"{fn}: expected an input with non-zero sizes in its non-batch dimensions, got "
-            f"{x.shape[1]} channels; input {shape_text(x.shape)}"
+            f"input {shape_text(x.shape)}"
         )
     kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)
     no_stride = stride is None or (not isinstance(stride, numbers.Integral) and len(stride) == 0)

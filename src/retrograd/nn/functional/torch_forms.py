@@ -542,15 +542,15 @@ def feature_dropout(input: Any, p: float, train: bool) -> Any:  # noqa: A002
     op = "feature_dropout"
     if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"{op}: probability p must be between 0 and 1, got {p!r}")
-    if input.ndim < 2:
-        raise ShapeError(
-            f"{op}: feature dropout needs at least 2 dimensions [N, C, *], got "
-            f"{shape_text(input.shape)}"
-        )
     if not train or p == 0.0:
         return input
     if p == 1.0:
         return input * 0.0
+    if input.ndim < 2:  # (torch checks the rank only where it draws a mask)
+        raise ShapeError(
+            f"{op}: feature dropout needs at least 2 dimensions [N, C, *], got "
+            f"{shape_text(input.shape)}"
+        )
     mask_shape = input.shape[:2] + (1,) * (input.ndim - 2)
     keep = wrap(input, input._backend.bernoulli(mask_shape, 1.0 - float(p), input.device))
     return input * (keep.cast(input.dtype) * (1.0 / (1.0 - float(p))))
