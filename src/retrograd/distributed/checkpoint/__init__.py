@@ -130,7 +130,7 @@ def _flatten(value: Any, prefix: str, tensors: dict, plain: dict) -> None:
                 f"save: {prefix!r} is a NumPy array of Python objects; a checkpoint holds "
                 "arrays of numbers and strings (no pickle is written)"
             )
-        tensors[prefix] = (np.ascontiguousarray(np.asarray(value)), None)
+        tensors[prefix] = (np.asarray(value, order="C"), None)
     elif isinstance(value, np.generic):
         plain[prefix] = value.item()
     else:
@@ -141,7 +141,8 @@ def _array(t: Tensor) -> np.ndarray:
     t = t.detach()
     if "bfloat16" in str(t.dtype):  # NumPy has no bfloat16: kept as float32, cast back
         t = t.float()
-    return np.ascontiguousarray(t.cpu().numpy())
+    # (order="C", not ascontiguousarray, which makes a 0-d value, an optimizer's step, 1-d)
+    return np.asarray(t.cpu().numpy(), order="C")
 
 
 def _plain(value: Any, key: str) -> Any:
