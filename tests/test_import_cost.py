@@ -34,6 +34,11 @@ def test_a_special_function_loads_scipy_at_its_call():
     )
 
 
+def test_import_retrograd_imports_neither_vision_nor_pil():
+    loaded = loaded_by("import retrograd; import sys; print(' '.join(sys.modules))")
+    assert "PIL" not in loaded and "retrograd.vision" not in loaded
+
+
 def test_import_retrograd_does_not_import_einops():
     assert "einops" not in loaded_by("import retrograd")
 
