@@ -579,3 +579,97 @@ def resnet_torch_module():
             elif name.endswith("running_var"):
                 buffer.uniform_(0.5, 1.5)
     return model
+
+
+def roi_align_reference(x, rois, pooled, scale, sampling_ratio, aligned):
+    """torchvision's CPU roi_align kernel (roi_align_kernel.cpp), one sample at a time."""
+    _, channels, height, width = x.shape
+    out = np.zeros((len(rois), channels, pooled, pooled))
+
+    def sample(plane, y, xx):
+        if y < -1.0 or y > height or xx < -1.0 or xx > width:
+            return 0.0
+        y, xx = max(y, 0.0), max(xx, 0.0)
+        y_low, x_low = int(y), int(xx)
+        if y_low >= height - 1:
+            y_high = y_low = height - 1
+            y = float(y_low)
+        else:
+            y_high = y_low + 1
+        if x_low >= width - 1:
+            x_high = x_low = width - 1
+            xx = float(x_low)
+        else:
+            x_high = x_low + 1
+        ly, lx = y - y_low, xx - x_low
+        hy, hx = 1 - ly, 1 - lx
+        return (
+            hy * hx * plane[y_low, x_low]
+            + hy * lx * plane[y_low, x_high]
+            + ly * hx * plane[y_high, x_low]
+            + ly * lx * plane[y_high, x_high]
+        )
+
+    offset = 0.5 if aligned else 0.0
+    for k, (b, x1, y1, x2, y2) in enumerate(rois):
+        sw, sh = x1 * scale - offset, y1 * scale - offset
+        rw, rh = x2 * scale - offset - sw, y2 * scale - offset - sh
+        if not aligned:
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        bh, bw = rh / pooled, rw / pooled
+        gh = sampling_ratio if sampling_ratio > 0 else int(np.ceil(rh / pooled))
+        gw = sampling_ratio if sampling_ratio > 0 else int(np.ceil(rw / pooled))
+        count = max(gh * gw, 1)
+        for c in range(channels):
+            for ph in range(pooled):
+                for pw in range(pooled):
+                    total = 0.0
+                    for iy in range(gh):
+                        y = sh + ph * bh + (iy + 0.5) * bh / gh
+                        for ix in range(gw):
+                            xx = sw + pw * bw + (ix + 0.5) * bw / gw
+                            total += sample(x[int(b), c], y, xx)
+                    out[k, c, ph, pw] = total / count
+    return out
+
+
+@pytest.mark.parametrize(("sampling_ratio", "aligned"), [(-1, False), (2, True), (-1, True)])
+def test_roi_align_matches_torchvisions_kernel_and_has_gradients(sampling_ratio, aligned):
+    rng = np.random.default_rng(20)
+    x = rng.normal(size=(2, 3, 9, 11))
+    rois = np.array([[0, 1.2, 0.5, 7.9, 6.3], [1, -1.5, 2.0, 4.0, 10.5], [1, 3.0, 3.0, 3.2, 3.1]])
+    expected = roi_align_reference(x, rois, 3, 0.8, sampling_ratio, aligned)
+    ours = rg.tensor(x, dtype=rg.float64, requires_grad=True)
+    out = ops.roi_align(ours, rg.tensor(rois, dtype=rg.float64), 3, 0.8, sampling_ratio, aligned)
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-10, atol=1e-12)
+    # the list form: one [L, 4] tensor per image
+    listed = ops.roi_align(
+        ours.detach(),
+        [rg.tensor(rois[:1, 1:]), rg.tensor(rois[1:, 1:])],
+        3,
+        0.8,
+        sampling_ratio,
+        aligned,
+    )
+    np.testing.assert_allclose(listed.numpy(), expected, rtol=1e-10, atol=1e-12)
+    if sampling_ratio != 2:  # (one gradient check suffices: the same gather serves all three)
+        return
+    assert rg.autograd.gradcheck(
+        lambda t: ops.roi_align(
+            t, rg.tensor(rois, dtype=rg.float64), 2, 0.8, sampling_ratio, aligned
+        ),
+        (rg.tensor(x[:, :1, :5, :6], dtype=rg.float64, requires_grad=True),),
+    )
+
+
+def test_roi_pool_takes_the_max_of_each_bin_by_hand():
+    x = rg.from_numpy(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+    # the whole image in 2 x 2 bins: the max of each quarter
+    out = ops.roi_pool(x, rg.tensor([[0.0, 0.0, 0.0, 3.0, 3.0]]), 2)
+    assert out.numpy().tolist() == [[[[5.0, 7.0], [13.0, 15.0]]]]
+    # a box at (1, 1)-(2, 2) in 1 bin: max of rows 1..2, columns 1..2
+    assert ops.RoIPool(1, 1.0)(x, [rg.tensor([[1.0, 1.0, 2.0, 2.0]])]).numpy().ravel().tolist() == [
+        10.0
+    ]
+    with pytest.raises(rg.ShapeError, match="roi_pool"):
+        ops.roi_pool(x, rg.tensor([[0.0, 1.0, 2.0, 3.0]]), 2)

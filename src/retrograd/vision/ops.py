@@ -314,3 +314,161 @@ class MLP(nn.Sequential):
         layers.append(nn.Linear(in_dim, hidden_channels[-1], bias=bias))
         layers.append(nn.Dropout(dropout, **params))
         super().__init__(*layers)
+
+
+def _rois_as_rows(fn: str, boxes: Any) -> np.ndarray:
+    """``boxes``: Tensor[K, 5] (batch index, x1, y1, x2, y2) or a list of Tensor[L, 4], one per
+    image, as a float64 array [K, 5]."""
+    if isinstance(boxes, (list, tuple)):
+        rows = []
+        for index, per_image in enumerate(boxes):
+            array = np.asarray(per_image.detach().cpu().numpy(), dtype=np.float64)
+            if array.ndim != 2 or array.shape[-1] != 4:
+                raise ShapeError(
+                    f"{fn}: boxes of image {index} should be [L, 4], got {list(array.shape)}"
+                )
+            rows.append(np.concatenate([np.full((len(array), 1), index), array], axis=1))
+        return np.concatenate(rows) if rows else np.zeros((0, 5))
+    if not isinstance(boxes, Tensor) or boxes.dim() != 2 or boxes.shape[-1] != 5:
+        raise ShapeError(
+            f"{fn}: boxes should be a Tensor [K, 5] (batch index, x1, y1, x2, y2) or a list of "
+            f"Tensor [L, 4], got {list(getattr(boxes, 'shape', [])) or type(boxes).__name__}"
+        )
+    return np.asarray(boxes.detach().cpu().numpy(), dtype=np.float64)
+
+
+def _output_size(output_size: Any) -> tuple[int, int]:
+    if isinstance(output_size, int):
+        return output_size, output_size
+    return int(output_size[0]), int(output_size[1])
+
+
+def _bilinear_taps(positions: np.ndarray, size: int):
+    """torchvision's roi_align sampling along one axis: the low and high indices, their weights,
+    and whether each position is inside (-1, size)."""
+    inside = (positions >= -1.0) & (positions <= size)
+    clamped = np.maximum(positions, 0.0)
+    low = np.floor(clamped).astype(np.int64)
+    at_edge = low >= size - 1
+    low = np.where(at_edge, size - 1, low)
+    high = np.where(at_edge, size - 1, low + 1)
+    clamped = np.where(at_edge, low.astype(np.float64), clamped)
+    frac = clamped - low
+    return low, high, 1.0 - frac, frac, inside
+
+
+def roi_align(
+    input: Tensor,  # noqa: A002 (torchvision's name)
+    boxes: Any,
+    output_size: Any,
+    spatial_scale: float = 1.0,
+    sampling_ratio: int = -1,
+    aligned: bool = False,
+) -> Tensor:
+    """Region of interest align (Mask R-CNN): each box's ``output_size`` bins averaged over
+    bilinear samples, as torchvision's kernel; differentiable in ``input``."""
+    if not isinstance(input, Tensor) or input.dim() != 4:
+        raise ShapeError(
+            f"roi_align: input should be [N, C, H, W], got {list(getattr(input, 'shape', []))}"
+        )
+    rois = _rois_as_rows("roi_align", boxes)
+    pooled_h, pooled_w = _output_size(output_size)
+    _, channels, height, width = input.shape
+    offset = 0.5 if aligned else 0.0
+    outputs = []
+    for batch_index, x1, y1, x2, y2 in rois:
+        start_w, start_h = x1 * spatial_scale - offset, y1 * spatial_scale - offset
+        roi_w, roi_h = x2 * spatial_scale - offset - start_w, y2 * spatial_scale - offset - start_h
+        if not aligned:
+            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+        bin_h, bin_w = roi_h / pooled_h, roi_w / pooled_w
+        grid_h = sampling_ratio if sampling_ratio > 0 else int(np.ceil(roi_h / pooled_h))
+        grid_w = sampling_ratio if sampling_ratio > 0 else int(np.ceil(roi_w / pooled_w))
+        count = max(grid_h * grid_w, 1)
+        if grid_h <= 0 or grid_w <= 0:
+            outputs.append(input.new_zeros((channels, pooled_h, pooled_w)))
+            continue
+        ys = start_h + (
+            np.arange(pooled_h)[:, None] * bin_h
+            + (np.arange(grid_h)[None, :] + 0.5) * bin_h / grid_h
+        ).reshape(-1)
+        xs = start_w + (
+            np.arange(pooled_w)[:, None] * bin_w
+            + (np.arange(grid_w)[None, :] + 0.5) * bin_w / grid_w
+        ).reshape(-1)
+        y_low, y_high, hy, ly, y_in = _bilinear_taps(ys, height)
+        x_low, x_high, hx, lx, x_in = _bilinear_taps(xs, width)
+        valid = (y_in[:, None] & x_in[None, :]).astype(np.float64)
+        feature = input[int(batch_index)]
+        total = None
+        for rows, row_w in ((y_low, hy), (y_high, ly)):
+            for cols, col_w in ((x_low, hx), (x_high, lx)):
+                weight = rg.from_numpy(row_w[:, None] * col_w[None, :] * valid).to(input.dtype)
+                taps = feature[:, rows[:, None], cols[None, :]] * weight.to(input.device)
+                total = taps if total is None else total + taps
+        binned = total.reshape(channels, pooled_h, grid_h, pooled_w, grid_w).sum(dim=(2, 4))
+        outputs.append(binned / count)
+    if not outputs:
+        return input.new_zeros((0, channels, pooled_h, pooled_w))
+    return rg.stack(outputs, dim=0)
+
+
+def roi_pool(input: Tensor, boxes: Any, output_size: Any, spatial_scale: float = 1.0) -> Tensor:  # noqa: A002
+    """Region of interest max pooling (Fast R-CNN), as torchvision's kernel (an empty bin is 0);
+    differentiable in ``input``."""
+    if not isinstance(input, Tensor) or input.dim() != 4:
+        raise ShapeError(
+            f"roi_pool: input should be [N, C, H, W], got {list(getattr(input, 'shape', []))}"
+        )
+    rois = _rois_as_rows("roi_pool", boxes)
+    pooled_h, pooled_w = _output_size(output_size)
+    _, channels, height, width = input.shape
+
+    def c_round(value: float) -> int:  # C's round: halves away from zero
+        return int(np.sign(value) * np.floor(abs(value) + 0.5))
+
+    outputs = []
+    for batch_index, x1, y1, x2, y2 in rois:
+        start_w, start_h = c_round(x1 * spatial_scale), c_round(y1 * spatial_scale)
+        end_w, end_h = c_round(x2 * spatial_scale), c_round(y2 * spatial_scale)
+        roi_w, roi_h = max(end_w - start_w + 1, 1), max(end_h - start_h + 1, 1)
+        bin_h, bin_w = roi_h / pooled_h, roi_w / pooled_w
+        feature = input[int(batch_index)]
+        bins = []
+        for ph in range(pooled_h):
+            h0 = min(max(int(np.floor(ph * bin_h)) + start_h, 0), height)
+            h1 = min(max(int(np.ceil((ph + 1) * bin_h)) + start_h, 0), height)
+            for pw in range(pooled_w):
+                w0 = min(max(int(np.floor(pw * bin_w)) + start_w, 0), width)
+                w1 = min(max(int(np.ceil((pw + 1) * bin_w)) + start_w, 0), width)
+                if h1 <= h0 or w1 <= w0:
+                    bins.append(input.new_zeros((channels,)))
+                else:
+                    bins.append(feature[:, h0:h1, w0:w1].amax(dim=(1, 2)))
+        outputs.append(rg.stack(bins, dim=1).reshape(channels, pooled_h, pooled_w))
+    if not outputs:
+        return input.new_zeros((0, channels, pooled_h, pooled_w))
+    return rg.stack(outputs, dim=0)
+
+
+class RoIAlign(nn.Module):
+    def __init__(
+        self, output_size: Any, spatial_scale: float, sampling_ratio: int, aligned: bool = False
+    ) -> None:
+        super().__init__()
+        self.output_size, self.spatial_scale = output_size, spatial_scale
+        self.sampling_ratio, self.aligned = sampling_ratio, aligned
+
+    def forward(self, input: Tensor, rois: Any) -> Tensor:  # noqa: A002
+        return roi_align(
+            input, rois, self.output_size, self.spatial_scale, self.sampling_ratio, self.aligned
+        )
+
+
+class RoIPool(nn.Module):
+    def __init__(self, output_size: Any, spatial_scale: float) -> None:
+        super().__init__()
+        self.output_size, self.spatial_scale = output_size, spatial_scale
+
+    def forward(self, input: Tensor, rois: Any) -> Tensor:  # noqa: A002
+        return roi_pool(input, rois, self.output_size, self.spatial_scale)
