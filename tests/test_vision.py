@@ -673,3 +673,38 @@ def test_roi_pool_takes_the_max_of_each_bin_by_hand():
     ]
     with pytest.raises(rg.ShapeError, match="roi_pool"):
         ops.roi_pool(x, rg.tensor([[0.0, 1.0, 2.0, 3.0]]), 2)
+
+
+def test_bad_input_raises_the_api_errors_naming_the_transform(tmp_path):
+    x = rg.rand(3, 8, 8)
+    with pytest.raises(rg.InvalidArgumentError, match="PIL Image or a Tensor"):
+        transforms.Resize(4)([1, 2])
+    with pytest.raises(rg.ShapeError, match="resize"):
+        transforms.Resize(4)(rg.rand(5))
+    with pytest.raises(rg.ShapeError, match="normalize: mean has 2 values"):
+        transforms.Normalize([0.5, 0.5], [0.5, 0.5])(x)
+    with pytest.raises(rg.InvalidArgumentError, match="non-negative"):
+        VF.crop(x, 0, 0, -2, 3)
+    with pytest.raises(rg.InvalidArgumentError, match="RandomCrop: size"):
+        transforms.RandomCrop(-2)
+    with pytest.raises(rg.InvalidArgumentError, match="degrees"):
+        transforms.RandomRotation("a")
+    with pytest.raises(rg.InvalidArgumentError, match="padding"):
+        transforms.Pad((1, 2, 3))
+    with pytest.raises(rg.ShapeError, match="make_grid"):
+        torchvision.utils.make_grid(rg.rand(1, 2, 3, 4, 5))
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    (folder / "test_batch").write_bytes(b"garbage")
+    with pytest.raises(rg.InvalidArgumentError, match="damaged or truncated"):
+        datasets.CIFAR10(str(tmp_path), train=False)
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "train-images-idx3-ubyte").write_bytes(
+        b"\x00\x00\x08\x03" + b"\x00\x00\x00\x02" * 3 + b"abc"
+    )
+    write_idx(raw / "train-labels-idx1-ubyte", np.array([1, 2], dtype=np.uint8))
+    with pytest.raises(rg.InvalidArgumentError, match="damaged or truncated"):
+        datasets.MNIST(str(tmp_path))
+    # the tensor is still usable afterwards
+    assert transforms.Resize(4)(x).shape == (3, 4, 4)

@@ -191,9 +191,15 @@ class CIFAR10(VisionDataset):
             raise _no_download(type(self).__name__, folder, names)
         data, targets = [], []
         for name in names:
-            with open(folder / name, "rb") as handle:
-                entry = pickle.load(handle, encoding="latin1")
-            data.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            try:
+                with open(folder / name, "rb") as handle:
+                    entry = pickle.load(handle, encoding="latin1")
+                data.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as error:
+                raise InvalidArgumentError(
+                    f"{folder / name}: not a {type(self).__name__} batch (damaged or truncated: "
+                    f"{type(error).__name__}: {error})"
+                ) from None
             targets.extend(entry.get(self.label_key, entry.get("fine_labels", [])))
         self.data = np.vstack(data).transpose(0, 2, 3, 1)
         self.targets = [int(t) for t in targets]

@@ -228,6 +228,13 @@ def normalize(tensor: Tensor, mean: Sequence[float], std: Sequence[float], inpla
             f"normalize: std evaluated to zero after conversion to {tensor.dtype}, leading "
             "to division by zero"
         )
+    channels = tensor.shape[-3]
+    for name, value in (("mean", mean_t), ("std", std_t)):
+        if value.dim() > 1 or value.numel() not in (1, channels):
+            raise ShapeError(
+                f"normalize: {name} has {value.numel()} values for an image of {channels} "
+                f"channels (shape {list(tensor.shape)}); give 1 or {channels}"
+            )
     if mean_t.dim() == 1:
         mean_t = mean_t.view(-1, 1, 1)
     if std_t.dim() == 1:
@@ -386,6 +393,10 @@ def _pad_array(array, left, top, right, bottom, fill, padding_mode):
 def crop(img: Any, top: int, left: int, height: int, width: int) -> Any:
     """The box at (top, left) of ``height`` x ``width``; outside the image is zero-filled."""
     _check_image("crop", img)
+    if height < 0 or width < 0:
+        raise InvalidArgumentError(
+            f"crop: height and width must be non-negative, got height={height}, width={width}"
+        )
     if _is_pil_image(img):
         return img.crop((left, top, left + width, top + height))
     _, h, w = get_dimensions(img)

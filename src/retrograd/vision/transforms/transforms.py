@@ -17,11 +17,13 @@ from .functional import InterpolationMode
 
 def _setup_size(size: Any, name: str) -> tuple[int, int]:
     if isinstance(size, numbers.Number):
-        return int(size), int(size)
-    if isinstance(size, Sequence) and len(size) == 1:
-        return int(size[0]), int(size[0])
+        size = (size, size)
+    elif isinstance(size, Sequence) and len(size) == 1:
+        size = (size[0], size[0])
     if not isinstance(size, Sequence) or len(size) != 2:
         raise InvalidArgumentError(f"{name}: please provide only two dimensions (h, w) for size")
+    if any(not isinstance(s, numbers.Number) or s < 0 for s in size):
+        raise InvalidArgumentError(f"{name}: size must be non-negative numbers, got {size}")
     return int(size[0]), int(size[1])
 
 
@@ -455,6 +457,14 @@ class RandomRotation(_Transform):
         fill: Any = 0,
     ) -> None:
         super().__init__()
+        if not isinstance(degrees, numbers.Number) and (
+            not isinstance(degrees, Sequence)
+            or len(degrees) != 2
+            or not all(isinstance(d, numbers.Number) for d in degrees)
+        ):
+            raise InvalidArgumentError(
+                f"RandomRotation: degrees should be a number or a sequence of two, got {degrees!r}"
+            )
         if isinstance(degrees, numbers.Number):
             if degrees < 0:
                 raise InvalidArgumentError("If degrees is a single number, it must be positive.")
