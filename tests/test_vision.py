@@ -560,6 +560,23 @@ def test_model_builders_refuse_pretrained_weights():
     assert len(torchvision.models.resnet50(num_classes=3).state_dict()) == 320
 
 
+@pytest.mark.parametrize(
+    ("name", "parameters", "entries"),
+    [
+        ("resnet18", 11_689_512, 122),
+        ("resnet50", 25_557_032, 320),
+        ("mobilenet_v2", 3_504_872, 314),
+    ],
+)
+def test_models_have_torchvisions_documented_parameter_counts(name, parameters, entries):
+    """The counts of torchvision's model table (num_params), and its state-dict lengths."""
+    model = getattr(torchvision.models, name)()
+    assert sum(p.numel() for p in model.parameters()) == parameters
+    assert len(model.state_dict()) == entries
+    if name == "mobilenet_v2":
+        assert model.eval()(rg.zeros(1, 3, 32, 32)).shape == (1, 1000)
+
+
 @pytest.fixture(scope="module")
 def resnet_torch_module():
     """torchvision's resnet18 built with torch (benchmarks/cnn_models.py's port of it)."""

@@ -1,6 +1,7 @@
-"""torchvision.models over retrograd: ResNet and VGG with torchvision's parameter names
+"""torchvision.models over retrograd: ResNet, VGG and MobileNetV2 with torchvision's parameter names
 (``weights=None`` only; nothing is downloaded)."""
 
+from .mobilenetv2 import MobileNetV2, mobilenet_v2
 from .resnet import (
     BasicBlock,
     Bottleneck,
@@ -19,7 +20,9 @@ __all__ = [
     "VGG",
     "BasicBlock",
     "Bottleneck",
+    "MobileNetV2",
     "ResNet",
+    "mobilenet_v2",
     "resnet18",
     "resnet34",
     "resnet50",
