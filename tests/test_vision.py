@@ -21,6 +21,14 @@ torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
 
 
+@pytest.fixture(autouse=True)
+def _global_generator_restored():
+    """The transforms draw from the global generator, and tests seed it: its state is put back."""
+    state = rg.get_rng_state()
+    yield
+    rg.set_rng_state(state)
+
+
 def image_u8(seed: int = 0, shape=(3, 12, 17)) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8)
 
@@ -587,9 +595,10 @@ def resnet_torch_module():
     spec = importlib.util.spec_from_file_location("benchmarks_cnn_models_vision", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    torch.manual_seed(0)
-    model = module.make_resnet18(torch, torch.nn, torch.nn.functional, num_classes=10)
-    with torch.no_grad():  # statistics other than the initial 0/1, so BN's eval arithmetic counts
+    with torch.random.fork_rng(), torch.no_grad():  # (torch's global generator left as found)
+        torch.manual_seed(0)
+        model = module.make_resnet18(torch, torch.nn, torch.nn.functional, num_classes=10)
+        # statistics other than the initial 0/1, so BN's eval arithmetic counts
         for name, buffer in model.named_buffers():
             if name.endswith("running_mean"):
                 buffer.normal_(0, 0.1)
@@ -725,3 +734,58 @@ def test_bad_input_raises_the_api_errors_naming_the_transform(tmp_path):
         datasets.MNIST(str(tmp_path))
     # the tensor is still usable afterwards
     assert transforms.Resize(4)(x).shape == (3, 4, 4)
+
+
+def test_pil_images_through_pad_blur_brightness_and_hue():
+    hwc = image_u8(21, (6, 7, 3))
+    pil = Image.fromarray(hwc)
+    padded = np.array(transforms.Pad((1, 2), fill=(9, 8, 7))(pil))
+    assert padded.shape == (10, 9, 3)
+    assert padded[0, 0].tolist() == [9, 8, 7] and (padded[2:8, 1:8] == hwc).all()
+    # torchvision blurs a PIL image as the uint8 tensor of it, and converts back
+    blurred = np.array(VF.gaussian_blur(pil, 3, 0.8))
+    expected = VF.gaussian_blur(transforms.PILToTensor()(pil), 3, 0.8).numpy().transpose(1, 2, 0)
+    np.testing.assert_array_equal(blurred, expected)
+    # PIL's brightness is a blend with black (ImageEnhance.Brightness)
+    brighter = np.array(VF.adjust_brightness(pil, 1.5))
+    black = Image.new("RGB", pil.size, 0)
+    np.testing.assert_array_equal(brighter, np.array(Image.blend(black, pil, 1.5)))
+    shifted = VF.adjust_hue(pil, 0.25)
+    assert shifted.mode == "RGB" and shifted.size == pil.size
+    assert VF.adjust_hue(pil.convert("L"), 0.25).mode == "L"
+
+
+def test_draw_bounding_boxes_outlines_each_box_in_its_colour():
+    image = rg.zeros(3, 8, 8, dtype=rg.uint8)
+    drawn = torchvision.utils.draw_bounding_boxes(
+        image, rg.tensor([[1, 1, 5, 4]]), colors="red", width=1
+    ).numpy()
+    assert drawn.dtype == np.uint8 and drawn.shape == (3, 8, 8)
+    assert drawn[:, 1, 1].tolist() == [255, 0, 0] and drawn[:, 4, 5].tolist() == [255, 0, 0]
+    assert drawn[:, 2, 2].tolist() == [0, 0, 0]  # inside: not filled
+    with pytest.raises(rg.InvalidArgumentError, match="uint8"):
+        torchvision.utils.draw_bounding_boxes(rg.zeros(3, 8, 8), rg.tensor([[1, 1, 5, 4]]))
+
+
+def test_a_seeded_augmentation_pipeline_over_fake_data_in_a_data_loader_repeats_itself():
+    from retrograd.utils.data import DataLoader
+
+    pipeline = transforms.Compose(
+        [
+            transforms.RandomCrop(8, padding=2),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+        ]
+    )
+    data = datasets.FakeData(size=6, image_size=(3, 8, 8), num_classes=4, transform=pipeline)
+    runs = []
+    for _ in range(2):
+        rg.manual_seed(7)
+        runs.append([(x.numpy(), y.numpy()) for x, y in DataLoader(data, batch_size=4)])
+    assert [x.shape for x, _ in runs[0]] == [(4, 3, 8, 8), (2, 3, 8, 8)]
+    assert runs[0][0][1].dtype == np.int64
+    for (x0, y0), (x1, y1) in zip(*runs):
+        np.testing.assert_array_equal(x0, x1)
+        np.testing.assert_array_equal(y0, y1)
+    assert runs[0][0][0].min() >= -1.0 and runs[0][0][0].max() <= 1.0
