@@ -789,3 +789,21 @@ def test_a_seeded_augmentation_pipeline_over_fake_data_in_a_data_loader_repeats_
         np.testing.assert_array_equal(x0, x1)
         np.testing.assert_array_equal(y0, y1)
     assert runs[0][0][0].min() >= -1.0 and runs[0][0][0].max() <= 1.0
+
+
+def test_io_reads_and_writes_png_as_uint8_chw(tmp_path):
+    data = image_u8(22, (3, 5, 6))
+    path = tmp_path / "a.png"
+    torchvision.io.write_png(rg.from_numpy(data.copy()), str(path))
+    np.testing.assert_array_equal(np.array(Image.open(path)).transpose(2, 0, 1), data)
+    image = torchvision.io.read_image(str(path))
+    assert image.dtype == rg.uint8
+    np.testing.assert_array_equal(image.numpy(), data)
+    gray = torchvision.io.read_image(str(path), torchvision.io.ImageReadMode.GRAY)
+    np.testing.assert_array_equal(gray.numpy()[0], np.array(Image.open(path).convert("L")))
+    decoded = torchvision.io.decode_image(torchvision.io.read_file(str(path)))
+    np.testing.assert_array_equal(decoded.numpy(), data)
+    with pytest.raises(rg.InvalidArgumentError, match="not a decodable image"):
+        torchvision.io.decode_image(rg.zeros(10, dtype=rg.uint8))
+    with pytest.raises(FileNotFoundError, match="read_image"):
+        torchvision.io.read_image(str(tmp_path / "missing.png"))

@@ -4,11 +4,11 @@ transforms (v1), datasets (read from files under ``root``; nothing is downloaded
 (make_grid, save_image), ops (boxes, nms, model blocks) and models (ResNet, VGG). PIL images
 need Pillow; importing ``retrograd`` imports none of this."""
 
-from . import datasets, models, ops, transforms, utils
+from . import datasets, io, models, ops, transforms, utils
 
 __version__ = "0.28.0+retrograd"
 
-__all__ = ["datasets", "models", "ops", "transforms", "utils"]
+__all__ = ["datasets", "io", "models", "ops", "transforms", "utils"]
 
 
 def get_image_backend() -> str:
