@@ -358,6 +358,9 @@ def test_mnist_reads_the_idx_files_under_root_mnist_raw(tmp_path):
         ),
     )
     assert len(data) == 6
+    assert data.data.dtype == rg.uint8 and data.data.shape == (6, 28, 28)
+    assert data.targets.dtype == rg.int64 and (data.targets == 1).sum().item() == 2
+    np.testing.assert_allclose((data.data.float() / 255).numpy(), images / 255, rtol=1e-6)
     image, label = data[2]
     assert label == 4 and image.shape == (1, 28, 28)
     np.testing.assert_allclose(
@@ -365,6 +368,8 @@ def test_mnist_reads_the_idx_files_under_root_mnist_raw(tmp_path):
     )
     with pytest.raises(FileNotFoundError, match="place the files"):
         datasets.MNIST(str(tmp_path), train=False, download=True)
+    data.data, data.targets = data.data[3:], data.targets[3:]  # a subset, as scripts take it
+    assert len(data) == 3 and data[0][1] == 1
 
 
 def test_cifar10_reads_the_python_batches(tmp_path):

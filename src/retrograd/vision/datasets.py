@@ -81,7 +81,8 @@ def read_idx(path: Path) -> np.ndarray:
 
 class MNIST(VisionDataset):
     """MNIST from ``root/MNIST/raw`` (or ``root/MNIST``, or ``root``): the four IDX files, plain
-    or .gz. Items are (PIL image mode L, int label), as torchvision's."""
+    or .gz. Items are (PIL image mode L, int label), as torchvision's; ``data`` (uint8
+    [N, H, W]) and ``targets`` (int64 [N]) are tensors."""
 
     classes: ClassVar[list[str]] = [
         f"{d} - {w}"
@@ -116,13 +117,16 @@ class MNIST(VisionDataset):
                 break
         else:
             raise _no_download(type(self).__name__, folders[0], list(names))
-        self.data = read_idx(paths[0])
-        self.targets = read_idx(paths[1]).astype(np.int64)
-        if self.data.ndim != 3 or len(self.data) != len(self.targets):
+        images = read_idx(paths[0])
+        labels = read_idx(paths[1]).astype(np.int64)
+        if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
             raise InvalidArgumentError(
-                f"{type(self).__name__}: images {list(self.data.shape)} and labels "
-                f"{list(self.targets.shape)} disagree (expected [N, H, W] and [N])"
+                f"{type(self).__name__}: images {list(images.shape)} and labels "
+                f"{list(labels.shape)} disagree (expected [N, H, W] and [N])"
             )
+        # tensors, as torchvision's (scripts take ``data.float() / 255``, ``targets == k``)
+        self.data = rg.from_numpy(np.ascontiguousarray(images, dtype=np.uint8))
+        self.targets = rg.from_numpy(labels)
 
     @staticmethod
     def _find(folder: Path, name: str) -> Path | None:
@@ -142,7 +146,8 @@ class MNIST(VisionDataset):
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         from PIL import Image
 
-        img = Image.fromarray(np.ascontiguousarray(self.data[index]), mode="L")
+        # read from ``data`` and ``targets`` each time: scripts replace them (a subset)
+        img = Image.fromarray(np.ascontiguousarray(self.data[index].numpy()), mode="L")
         return self._apply(img, int(self.targets[index]))
 
 
