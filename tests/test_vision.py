@@ -812,3 +812,22 @@ def test_io_reads_and_writes_png_as_uint8_chw(tmp_path):
         torchvision.io.decode_image(rg.zeros(10, dtype=rg.uint8))
     with pytest.raises(FileNotFoundError, match="read_image"):
         torchvision.io.read_image(str(tmp_path / "missing.png"))
+
+
+def test_weight_enums_import_and_are_refused_and_their_preset_is_imagenets():
+    weights = torchvision.models.ResNet18_Weights.DEFAULT
+    assert weights is torchvision.models.ResNet18_Weights.IMAGENET1K_V1
+    with pytest.raises(rg.InvalidArgumentError, match="downloads no pretrained weights"):
+        torchvision.models.resnet18(weights=weights)
+    data = image_f32(23, (3, 20, 30))
+    out = weights.transforms()(rg.from_numpy(data.copy()))
+    # resize the smaller edge to 256 (antialiased bilinear), centre-crop 224, normalize
+    resized = torch.nn.functional.interpolate(
+        torch.from_numpy(data)[None], size=(256, 384), mode="bilinear", antialias=True
+    )[0]
+    cropped = resized[:, 16:240, 80:304]
+    mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
+    std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
+    np.testing.assert_allclose(out.numpy(), ((cropped - mean) / std).numpy(), rtol=1e-4, atol=1e-5)
+    assert torchvision.models.get_model("resnet18", num_classes=3).fc.out_features == 3
+    assert "mobilenet_v2" in torchvision.models.list_models()
