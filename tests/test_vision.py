@@ -831,3 +831,26 @@ def test_weight_enums_import_and_are_refused_and_their_preset_is_imagenets():
     np.testing.assert_allclose(out.numpy(), ((cropped - mean) / std).numpy(), rtol=1e-4, atol=1e-5)
     assert torchvision.models.get_model("resnet18", num_classes=3).fc.out_features == 3
     assert "mobilenet_v2" in torchvision.models.list_models()
+
+
+def test_v2_transforms_take_a_sample_and_transform_its_image():
+    from retrograd.vision.transforms import v2
+
+    hwc = image_u8(24, (6, 8, 3))
+    pipeline = v2.Compose(
+        [
+            v2.ToImage(),
+            v2.RandomHorizontalFlip(p=1.0),
+            v2.ToDtype(rg.float32, scale=True),
+            v2.Normalize([0.5] * 3, [0.5] * 3),
+        ]
+    )
+    expected = (hwc[:, ::-1].transpose(2, 0, 1).astype(np.float32) / 255 - 0.5) / 0.5
+    alone = pipeline(Image.fromarray(hwc))
+    np.testing.assert_allclose(alone.numpy(), expected, rtol=1e-6, atol=1e-6)
+    image, label = pipeline(Image.fromarray(hwc), 7)
+    assert label == 7
+    np.testing.assert_allclose(image.numpy(), expected, rtol=1e-6, atol=1e-6)
+    sample = pipeline({"image": Image.fromarray(hwc), "name": "a"})
+    assert sample["name"] == "a" and sample["image"].shape == (3, 6, 8)
+    assert v2.ToDtype(rg.float32)(rg.from_numpy(hwc.transpose(2, 0, 1).copy())).numpy().max() > 1
