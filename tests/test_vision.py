@@ -854,3 +854,21 @@ def test_v2_transforms_take_a_sample_and_transform_its_image():
     sample = pipeline({"image": Image.fromarray(hwc), "name": "a"})
     assert sample["name"] == "a" and sample["image"].shape == (3, 6, 8)
     assert v2.ToDtype(rg.float32)(rg.from_numpy(hwc.transpose(2, 0, 1).copy())).numpy().max() > 1
+
+
+def test_pad_and_crop_of_a_tensor_carry_gradients():
+    x = rg.tensor(image_f32(25, (1, 3, 4)).astype(np.float64), requires_grad=True)
+    out = transforms.RandomCrop(5, padding=1, padding_mode="reflect")(x)
+    grads = (out * out).sum().backward()
+    expected = torch.tensor(image_f32(25, (1, 3, 4)).astype(np.float64), requires_grad=True)
+    padded = torch.nn.functional.pad(expected[None], (1, 1, 1, 1), mode="reflect")[0]
+    # the crop's place is drawn; recover it by matching the output in the padded image
+    matches = [
+        (i, j)
+        for i in range(padded.shape[1] - 4)
+        for j in range(padded.shape[2] - 4)
+        if np.allclose(padded[:, i : i + 5, j : j + 5].detach().numpy(), out.detach().numpy())
+    ]
+    i, j = matches[0]
+    (padded[:, i : i + 5, j : j + 5] ** 2).sum().backward()
+    np.testing.assert_allclose(x.grad(grads).numpy(), expected.grad.numpy(), rtol=1e-12)

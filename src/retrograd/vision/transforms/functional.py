@@ -362,6 +362,17 @@ def pad(img: Any, padding: Any, fill: Any = 0, padding_mode: str = "constant") -
         if img.mode == "P":
             result.putpalette(img.getpalette())
         return result
+    if min(left, top, right, bottom) >= 0 and padding_mode != "symmetric" and img.dim() >= 2:
+        scalar_fill = not isinstance(fill, (tuple, list)) or len(set(fill)) == 1
+        if scalar_fill:  # by F.pad: differentiable, on the tensor's device
+            value = fill[0] if isinstance(fill, (tuple, list)) else fill
+            batch, unbatch = _batched(img)
+            if padding_mode == "constant":
+                out = F.pad(batch, [left, right, top, bottom], mode="constant", value=value)
+                return unbatch(out)
+            as_float, back = _float_op(batch)
+            mode = "replicate" if padding_mode == "edge" else padding_mode
+            return unbatch(back(F.pad(as_float, [left, right, top, bottom], mode=mode)))
     array = img.detach().cpu().numpy()
     moved = np.moveaxis(array, (-2, -1), (0, 1))
     out = _pad_array(moved, left, top, right, bottom, fill, padding_mode)
