@@ -872,3 +872,11 @@ def test_pad_and_crop_of_a_tensor_carry_gradients():
     i, j = matches[0]
     (padded[:, i : i + 5, j : j + 5] ** 2).sum().backward()
     np.testing.assert_allclose(x.grad(grads).numpy(), expected.grad.numpy(), rtol=1e-12)
+
+
+def test_to_tensor_of_binary_and_float_pil_modes():
+    binary = Image.fromarray(np.array([[0, 255], [255, 0]], dtype=np.uint8)).convert("1")
+    assert transforms.ToTensor()(binary).numpy().tolist() == [[[0.0, 1.0], [1.0, 0.0]]]
+    floats = Image.fromarray(np.array([[0.25, 3.5]], dtype=np.float32), mode="F")
+    out = transforms.ToTensor()(floats)
+    assert out.dtype == rg.float32 and out.numpy().tolist() == [[[0.25, 3.5]]]  # not scaled

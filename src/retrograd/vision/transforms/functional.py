@@ -114,7 +114,9 @@ def to_tensor(pic: Any) -> Tensor:
 
     if _is_pil_image(pic):
         mode = pic.mode
-        array = np.array(pic, dtype=np.uint8 if mode == "1" else None, copy=True)
+        # torchvision's mode_to_nptype: 32-bit, 16-bit and float modes keep their values
+        dtype = {"I": np.int32, "I;16": np.int16, "F": np.float32}.get(mode, np.uint8)
+        array = np.array(pic, dtype=dtype, copy=True)
         if mode == "1":
             array = array * np.uint8(255)
     elif isinstance(pic, np.ndarray):
