@@ -880,3 +880,24 @@ def test_to_tensor_of_binary_and_float_pil_modes():
     floats = Image.fromarray(np.array([[0.25, 3.5]], dtype=np.float32), mode="F")
     out = transforms.ToTensor()(floats)
     assert out.dtype == rg.float32 and out.numpy().tolist() == [[[0.25, 3.5]]]  # not scaled
+
+
+def test_random_choice_and_order_draw_from_pythons_random_as_torchvisions_v1():
+    import random
+
+    first, second = transforms.Lambda(lambda x: x + 1), transforms.Lambda(lambda x: x * 10)
+    state = random.getstate()
+    try:
+        random.seed(4)
+        picked = [transforms.RandomChoice([first, second], p=[0.3, 0.7])(1) for _ in range(6)]
+        random.seed(4)
+        expected = [random.choices([2, 10], weights=[0.3, 0.7])[0] for _ in range(6)]
+        assert picked == expected
+        random.seed(5)
+        ordered = transforms.RandomOrder([first, second])(1)
+        random.seed(5)
+        order = [0, 1]
+        random.shuffle(order)
+        assert ordered == (20 if order == [0, 1] else 11)
+    finally:
+        random.setstate(state)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -201,21 +202,32 @@ class RandomApply(_Transform):
 
 
 class RandomChoice:
+    """One of ``transforms``, picked by Python's ``random`` with weights ``p`` (as torchvision's
+    v1)."""
+
     def __init__(self, transforms: Sequence[Callable], p: Sequence[float] | None = None) -> None:
         self.transforms = list(transforms)
-        self.p = [1.0] * len(self.transforms) if p is None else list(p)
+        if p is not None and len(p) != len(self.transforms):
+            raise InvalidArgumentError(
+                f"RandomChoice: {len(p)} probabilities for {len(self.transforms)} transforms"
+            )
+        self.p = None if p is None else list(p)
 
     def __call__(self, *args: Any) -> Any:
-        index = int(rg.multinomial(rg.tensor(self.p), 1).item())
-        return self.transforms[index](*args)
+        transform = random.choices(self.transforms, weights=self.p)[0]
+        return transform(*args)
 
 
 class RandomOrder:
+    """``transforms`` in an order shuffled by Python's ``random`` (as torchvision's v1)."""
+
     def __init__(self, transforms: Sequence[Callable]) -> None:
         self.transforms = list(transforms)
 
     def __call__(self, img: Any) -> Any:
-        for index in rg.randperm(len(self.transforms)).tolist():
+        order = list(range(len(self.transforms)))
+        random.shuffle(order)
+        for index in order:
             img = self.transforms[index](img)
         return img
 
