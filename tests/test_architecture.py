@@ -129,6 +129,9 @@ LAYERS = {
     # einops' backend and layers for retrograd tensors (over the tensor API and nn); imported
     # by einops' own import, through the watcher that rg installs
     "einops": 7,
+    # torchvision's layout (transforms, datasets, utils, ops, models) over nn and utils.data;
+    # nothing imports it but the user (``import retrograd.vision as torchvision``)
+    "vision": 7.5,
     "capture": 8,  # records and replays whole steps: forward, backward and optimizer
     "__init__": 9,  # the public namespace ``rg``
     "app": 10,

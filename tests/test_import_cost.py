@@ -34,6 +34,18 @@ def test_a_special_function_loads_scipy_at_its_call():
     )
 
 
+def test_import_retrograd_imports_neither_vision_nor_pil():
+    """retrograd.vision (torchvision's layout) and Pillow load when a script imports them."""
+    assert "PIL" not in loaded_by("import retrograd")
+    probe = "import retrograd, sys; print('retrograd.vision' in sys.modules)"
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert completed.stdout.strip() == "False"
+    to_pil = "retrograd.vision.transforms.ToPILImage()(retrograd.zeros(1, 2, 2))"
+    assert "PIL" in loaded_by(f"import retrograd, retrograd.vision; {to_pil}")
+
+
 def test_import_retrograd_does_not_import_einops():
     assert "einops" not in loaded_by("import retrograd")
 

@@ -1,0 +1,385 @@
+"""torchvision.datasets over retrograd: MNIST, FashionMNIST, KMNIST, CIFAR10/100 read from the
+standard files under ``root`` (nothing is downloaded), FakeData, ImageFolder/DatasetFolder."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..utils.data import Dataset
+from . import _lib as rg
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def _no_download(name: str, folder: Path, files: list[str]) -> FileNotFoundError:
+    return FileNotFoundError(
+        f"{name}: dataset not found in {folder} (expected {', '.join(files)}); retrograd "
+        "downloads nothing (download=True cannot fetch it): place the files there yourself"
+    )
+
+
+class VisionDataset(Dataset):
+    """root, transform, target_transform and transforms, as torchvision's base class."""
+
+    def __init__(
+        self,
+        root: Any = None,
+        transforms: Callable | None = None,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+    ) -> None:
+        self.root = os.path.expanduser(root) if isinstance(root, (str, os.PathLike)) else root
+        if transforms is not None and (transform is not None or target_transform is not None):
+            raise InvalidArgumentError(
+                "Only transforms or transform/target_transform can be passed as argument"
+            )
+        self.transform, self.target_transform = transform, target_transform
+        self.transforms = transforms
+
+    def _apply(self, img: Any, target: Any) -> tuple[Any, Any]:
+        if self.transforms is not None:
+            return self.transforms(img, target)
+        if self.transform is not None:
+            img = self.transform(img)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return img, target
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """An IDX file (MNIST's format), plain or gzipped, as an ndarray."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        data = handle.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+        raise InvalidArgumentError(f"{path}: not an IDX file (bad magic number)")
+    dtypes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+    if data[2] not in dtypes:
+        raise InvalidArgumentError(f"{path}: unknown IDX element type {data[2]:#x}")
+    ndim = data[3]
+    if len(data) < 4 + 4 * ndim:
+        raise InvalidArgumentError(f"{path}: IDX header truncated")
+    shape = tuple(int.from_bytes(data[4 + 4 * k : 8 + 4 * k], "big") for k in range(ndim))
+    dtype = np.dtype(dtypes[data[2]])
+    expected = int(np.prod(shape)) * dtype.itemsize
+    body = data[4 + 4 * ndim :]
+    if len(body) != expected:
+        raise InvalidArgumentError(
+            f"{path}: IDX holds {len(body)} bytes of data, its header {list(shape)} says "
+            f"{expected} (damaged or truncated)"
+        )
+    return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+class MNIST(VisionDataset):
+    """MNIST from ``root/MNIST/raw`` (or ``root/MNIST``, or ``root``): the four IDX files, plain
+    or .gz. Items are (PIL image mode L, int label), as torchvision's; ``data`` (uint8
+    [N, H, W]) and ``targets`` (int64 [N]) are tensors."""
+
+    classes: ClassVar[list[str]] = [
+        f"{d} - {w}"
+        for d, w in enumerate(
+            ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+        )
+    ]
+    _files: ClassVar[dict[bool, tuple[str, str]]] = {
+        True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+        False: ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+    }
+
+    def __init__(
+        self,
+        root: Any,
+        train: bool = True,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        download: bool = False,
+    ) -> None:
+        super().__init__(root, transform=transform, target_transform=target_transform)
+        self.train = train
+        names = self._files[bool(train)]
+        folders = [
+            Path(root) / type(self).__name__ / "raw",
+            Path(root) / type(self).__name__,
+            Path(root),
+        ]
+        for folder in folders:
+            paths = [self._find(folder, name) for name in names]
+            if all(p is not None for p in paths):
+                break
+        else:
+            raise _no_download(type(self).__name__, folders[0], list(names))
+        images = read_idx(paths[0])
+        labels = read_idx(paths[1]).astype(np.int64)
+        if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: images {list(images.shape)} and labels "
+                f"{list(labels.shape)} disagree (expected [N, H, W] and [N])"
+            )
+        # tensors, as torchvision's (scripts take ``data.float() / 255``, ``targets == k``)
+        self.data = rg.from_numpy(np.ascontiguousarray(images, dtype=np.uint8))
+        self.targets = rg.from_numpy(labels)
+
+    @staticmethod
+    def _find(folder: Path, name: str) -> Path | None:
+        for stem in (name, name.replace("-idx", ".idx")):
+            for suffix in ("", ".gz"):
+                if (folder / f"{stem}{suffix}").is_file():
+                    return folder / f"{stem}{suffix}"
+        return None
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.classes)}
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        from PIL import Image
+
+        # read from ``data`` and ``targets`` each time: scripts replace them (a subset)
+        img = Image.fromarray(np.ascontiguousarray(self.data[index].numpy()), mode="L")
+        return self._apply(img, int(self.targets[index]))
+
+
+class FashionMNIST(MNIST):
+    classes: ClassVar[list[str]] = [
+        "T-shirt/top",
+        "Trouser",
+        "Pullover",
+        "Dress",
+        "Coat",
+        "Sandal",
+        "Shirt",
+        "Sneaker",
+        "Bag",
+        "Ankle boot",
+    ]
+
+
+class KMNIST(MNIST):
+    classes: ClassVar[list[str]] = ["o", "ki", "su", "tsu", "na", "ha", "ma", "ya", "re", "wo"]
+
+
+class CIFAR10(VisionDataset):
+    """CIFAR-10 from ``root/cifar-10-batches-py`` (the python pickles). Items are (PIL RGB
+    image, int label)."""
+
+    base_folder = "cifar-10-batches-py"
+    train_list: ClassVar[list[str]] = [f"data_batch_{k}" for k in range(1, 6)]
+    test_list: ClassVar[list[str]] = ["test_batch"]
+    meta_file, label_key = "batches.meta", "labels"
+    meta_key = "label_names"
+
+    def __init__(
+        self,
+        root: Any,
+        train: bool = True,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        download: bool = False,
+    ) -> None:
+        super().__init__(root, transform=transform, target_transform=target_transform)
+        self.train = train
+        folder = Path(root) / self.base_folder
+        names = self.train_list if train else self.test_list
+        if not all((folder / name).is_file() for name in names):
+            raise _no_download(type(self).__name__, folder, names)
+        data, targets = [], []
+        for name in names:
+            try:
+                with open(folder / name, "rb") as handle:
+                    entry = pickle.load(handle, encoding="latin1")
+                data.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as error:
+                raise InvalidArgumentError(
+                    f"{folder / name}: not a {type(self).__name__} batch (damaged or truncated: "
+                    f"{type(error).__name__}: {error})"
+                ) from None
+            targets.extend(entry.get(self.label_key, entry.get("fine_labels", [])))
+        self.data = np.vstack(data).transpose(0, 2, 3, 1)
+        self.targets = [int(t) for t in targets]
+        meta = folder / self.meta_file
+        if meta.is_file():
+            with open(meta, "rb") as handle:
+                self.classes = pickle.load(handle, encoding="latin1")[self.meta_key]
+        else:
+            self.classes = []
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        from PIL import Image
+
+        img = Image.fromarray(self.data[index])
+        return self._apply(img, self.targets[index])
+
+
+class CIFAR100(CIFAR10):
+    base_folder = "cifar-100-python"
+    train_list: ClassVar[list[str]] = ["train"]
+    test_list: ClassVar[list[str]] = ["test"]
+    meta_file, label_key, meta_key = "meta", "fine_labels", "fine_label_names"
+
+
+class FakeData(VisionDataset):
+    """``size`` random images (PIL, from a generator seeded by ``random_offset + index``, so an
+    item is the same each time) of ``image_size`` (C, H, W) with random labels (0-d int64
+    tensors)."""
+
+    def __init__(
+        self,
+        size: int = 1000,
+        image_size: tuple[int, int, int] = (3, 224, 224),
+        num_classes: int = 10,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        random_offset: int = 0,
+    ) -> None:
+        super().__init__(None, transform=transform, target_transform=target_transform)
+        if len(image_size) != 3 or image_size[0] not in (1, 3, 4):
+            raise InvalidArgumentError(
+                f"FakeData: image_size is (C, H, W) with C in 1, 3, 4, got {image_size}"
+            )
+        self.size, self.num_classes = int(size), int(num_classes)
+        self.image_size, self.random_offset = tuple(image_size), int(random_offset)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        from .transforms import functional as F  # noqa: N812 (torchvision's name)
+
+        if index < 0:
+            index += self.size
+        if not 0 <= index < self.size:
+            raise IndexError(f"FakeData: index {index} out of range for {self.size} items")
+        generator = rg.Generator().manual_seed(index + self.random_offset)
+        img = rg.randn(*self.image_size, generator=generator)
+        # a 0-d tensor, as torchvision's ``randint(...)[0]``
+        target = rg.randint(0, self.num_classes, size=(1,), generator=generator)[0]
+        img = F.to_pil_image(img)
+        return self._apply(img, target)
+
+
+def has_file_allowed_extension(filename: str, extensions: Any) -> bool:
+    return filename.lower().endswith(
+        extensions if isinstance(extensions, str) else tuple(extensions)
+    )
+
+
+def is_image_file(filename: str) -> bool:
+    return has_file_allowed_extension(filename, IMG_EXTENSIONS)
+
+
+def find_classes(directory: Any) -> tuple[list[str], dict[str, int]]:
+    classes = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
+    if not classes:
+        raise FileNotFoundError(f"Couldn't find any class folder in {directory}.")
+    return classes, {name: i for i, name in enumerate(classes)}
+
+
+def make_dataset(
+    directory: Any,
+    class_to_idx: dict[str, int],
+    extensions: Any = None,
+    is_valid_file: Callable | None = None,
+    allow_empty: bool = False,
+):
+    directory = os.path.expanduser(directory)
+    if (extensions is None) == (is_valid_file is None):
+        raise InvalidArgumentError(
+            "Both extensions and is_valid_file cannot be None or not None at the same time"
+        )
+    check = is_valid_file or (lambda name: has_file_allowed_extension(name, extensions))
+    instances = []
+    for target_class in sorted(class_to_idx):
+        folder = os.path.join(directory, target_class)
+        if not os.path.isdir(folder):
+            continue
+        for root, _, names in sorted(os.walk(folder, followlinks=True)):
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                if check(path):
+                    instances.append((path, class_to_idx[target_class]))
+    if not instances and not allow_empty:
+        raise FileNotFoundError(
+            f"Found no valid file for the classes {sorted(class_to_idx)} in {directory}. "
+            f"Supported extensions are: {extensions}"
+        )
+    return instances
+
+
+def pil_loader(path: str) -> Any:
+    from PIL import Image
+
+    with open(path, "rb") as handle:
+        return Image.open(handle).convert("RGB")
+
+
+default_loader = pil_loader
+
+
+class DatasetFolder(VisionDataset):
+    """root/class_x/xxx.ext -> (loader(path), class index), classes sorted by name."""
+
+    def __init__(
+        self,
+        root: Any,
+        loader: Callable,
+        extensions: Any = None,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        is_valid_file: Callable | None = None,
+        allow_empty: bool = False,
+    ) -> None:
+        super().__init__(root, transform=transform, target_transform=target_transform)
+        classes, class_to_idx = self.find_classes(self.root)
+        samples = make_dataset(self.root, class_to_idx, extensions, is_valid_file, allow_empty)
+        self.loader, self.extensions = loader, extensions
+        self.classes, self.class_to_idx = classes, class_to_idx
+        self.samples = samples
+        self.targets = [s[1] for s in samples]
+
+    def find_classes(self, directory: Any) -> tuple[list[str], dict[str, int]]:
+        return find_classes(directory)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        path, target = self.samples[index]
+        return self._apply(self.loader(path), target)
+
+
+class ImageFolder(DatasetFolder):
+    def __init__(
+        self,
+        root: Any,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        loader: Callable = default_loader,
+        is_valid_file: Callable | None = None,
+        allow_empty: bool = False,
+    ) -> None:
+        super().__init__(
+            root,
+            loader,
+            IMG_EXTENSIONS if is_valid_file is None else None,
+            transform=transform,
+            target_transform=target_transform,
+            is_valid_file=is_valid_file,
+            allow_empty=allow_empty,
+        )
+        self.imgs = self.samples

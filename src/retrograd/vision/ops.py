@@ -1,0 +1,474 @@
+"""torchvision.ops over retrograd: box operations (differentiable where torchvision's are),
+non-maximum suppression, and the building-block modules of torchvision's models."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import nn
+from ..errors import InvalidArgumentError, ShapeError
+from ..tensor import Tensor
+from . import _lib as rg
+
+
+def _check_boxes(fn: str, boxes: Tensor) -> None:
+    if not isinstance(boxes, Tensor):
+        raise InvalidArgumentError(f"{fn}: boxes should be a Tensor, got {type(boxes).__name__}")
+    if boxes.dim() != 2 or boxes.shape[-1] != 4:
+        raise ShapeError(f"{fn}: boxes should be [N, 4], got {list(boxes.shape)}")
+
+
+def box_area(boxes: Tensor) -> Tensor:
+    """(x2 - x1) * (y2 - y1) of boxes [N, 4] in (x1, y1, x2, y2)."""
+    _check_boxes("box_area", boxes)
+    return (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+
+
+def _inter_union(boxes1: Tensor, boxes2: Tensor) -> tuple[Tensor, Tensor]:
+    area1, area2 = box_area(boxes1), box_area(boxes2)
+    lt = boxes1[:, None, :2].maximum(boxes2[None, :, :2])
+    rb = boxes1[:, None, 2:].minimum(boxes2[None, :, 2:])
+    wh = (rb - lt).clamp(min=0)
+    inter = wh[:, :, 0] * wh[:, :, 1]
+    return inter, area1[:, None] + area2[None, :] - inter
+
+
+def box_iou(boxes1: Tensor, boxes2: Tensor) -> Tensor:
+    """Intersection over union [N, M] of boxes (x1, y1, x2, y2)."""
+    _check_boxes("box_iou", boxes1)
+    _check_boxes("box_iou", boxes2)
+    inter, union = _inter_union(boxes1, boxes2)
+    return inter / union
+
+
+def generalized_box_iou(boxes1: Tensor, boxes2: Tensor) -> Tensor:
+    """IoU minus the share of the enclosing box outside the union [N, M]."""
+    _check_boxes("generalized_box_iou", boxes1)
+    _check_boxes("generalized_box_iou", boxes2)
+    inter, union = _inter_union(boxes1, boxes2)
+    iou = inter / union
+    lti = boxes1[:, None, :2].minimum(boxes2[None, :, :2])
+    rbi = boxes1[:, None, 2:].maximum(boxes2[None, :, 2:])
+    whi = (rbi - lti).clamp(min=0)
+    areai = whi[:, :, 0] * whi[:, :, 1]
+    return iou - (areai - union) / areai
+
+
+def generalized_box_iou_loss(
+    boxes1: Tensor, boxes2: Tensor, reduction: str = "none", eps: float = 1e-7
+) -> Tensor:
+    """1 - GIoU of matching pairs of boxes [..., 4] (torchvision's, with ``eps``)."""
+    if reduction not in ("none", "mean", "sum"):
+        raise InvalidArgumentError(
+            f"generalized_box_iou_loss: invalid reduction {reduction!r}: "
+            "supported reductions are none, mean, sum"
+        )
+    if boxes1.shape != boxes2.shape or boxes1.shape[-1] != 4:
+        raise ShapeError(
+            f"generalized_box_iou_loss: boxes should both be [..., 4], got "
+            f"{list(boxes1.shape)} and {list(boxes2.shape)}"
+        )
+    x1, y1, x2, y2 = boxes1.unbind(dim=-1)
+    x1g, y1g, x2g, y2g = boxes2.unbind(dim=-1)
+    xkis1, ykis1 = x1.maximum(x1g), y1.maximum(y1g)
+    xkis2, ykis2 = x2.minimum(x2g), y2.minimum(y2g)
+    intsct = ((xkis2 - xkis1) * (ykis2 - ykis1)) * ((ykis2 > ykis1) & (xkis2 > xkis1)).to(x1.dtype)
+    union = (x2 - x1) * (y2 - y1) + (x2g - x1g) * (y2g - y1g) - intsct
+    iou = intsct / (union + eps)
+    xc1, yc1 = x1.minimum(x1g), y1.minimum(y1g)
+    xc2, yc2 = x2.maximum(x2g), y2.maximum(y2g)
+    area_c = (xc2 - xc1) * (yc2 - yc1)
+    loss = 1 - (iou - ((area_c - union) / (area_c + eps)))
+    if reduction == "mean":
+        return loss.mean() if loss.numel() > 0 else 0.0 * loss.sum()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def box_convert(boxes: Tensor, in_fmt: str, out_fmt: str) -> Tensor:
+    """Between 'xyxy', 'xywh' and 'cxcywh'."""
+
+    formats = ("xyxy", "xywh", "cxcywh")
+    if in_fmt not in formats or out_fmt not in formats:
+        raise InvalidArgumentError(
+            f"box_convert: unsupported bounding box formats {in_fmt!r} -> {out_fmt!r} "
+            f"(supported: {formats})"
+        )
+    if in_fmt == out_fmt:
+        return boxes.clone()
+    a, b, c, d = boxes.unbind(-1)
+    if in_fmt == "xywh":
+        a, b, c, d = a, b, a + c, b + d
+    elif in_fmt == "cxcywh":
+        a, b, c, d = a - 0.5 * c, b - 0.5 * d, a + 0.5 * c, b + 0.5 * d
+    if out_fmt == "xywh":
+        a, b, c, d = a, b, c - a, d - b
+    elif out_fmt == "cxcywh":
+        a, b, c, d = (a + c) / 2, (b + d) / 2, c - a, d - b
+    return rg.stack((a, b, c, d), dim=-1)
+
+
+def clip_boxes_to_image(boxes: Tensor, size: tuple[int, int]) -> Tensor:
+    height, width = size
+    x = boxes[..., 0::2].clamp(min=0, max=width)
+    y = boxes[..., 1::2].clamp(min=0, max=height)
+    return rg.stack((x, y), dim=boxes.dim()).reshape(boxes.shape)
+
+
+def remove_small_boxes(boxes: Tensor, min_size: float) -> Tensor:
+    ws, hs = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+    return rg.where((ws >= min_size) & (hs >= min_size))[0]
+
+
+def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
+    """Indices (int64) of the boxes kept, by decreasing score: each box drops every later one
+    that overlaps it with IoU > ``iou_threshold``."""
+
+    _check_boxes("nms", boxes)
+    if scores.dim() != 1 or scores.shape[0] != boxes.shape[0]:
+        raise ShapeError(
+            f"nms: scores should be [N] for boxes [N, 4], got {list(scores.shape)} and "
+            f"{list(boxes.shape)}"
+        )
+    b = boxes.detach().cpu().numpy().astype(np.float64)
+    order = np.argsort(-scores.detach().cpu().numpy(), kind="stable")
+    areas = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    suppressed = np.zeros(len(b), dtype=bool)
+    keep = []
+    for position, i in enumerate(order):
+        if suppressed[i]:
+            continue
+        keep.append(i)
+        rest = order[position + 1 :]
+        xx1 = np.maximum(b[i, 0], b[rest, 0])
+        yy1 = np.maximum(b[i, 1], b[rest, 1])
+        xx2 = np.minimum(b[i, 2], b[rest, 2])
+        yy2 = np.minimum(b[i, 3], b[rest, 3])
+        inter = np.clip(xx2 - xx1, 0, None) * np.clip(yy2 - yy1, 0, None)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            iou = inter / (areas[i] + areas[rest] - inter)
+        suppressed[rest[iou > iou_threshold]] = True
+    return rg.tensor(np.asarray(keep, dtype=np.int64), dtype=rg.int64)
+
+
+def batched_nms(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_threshold: float) -> Tensor:
+    """nms within each category of ``idxs`` (boxes of different categories never suppress
+    each other), kept indices by decreasing score."""
+
+    _check_boxes("batched_nms", boxes)
+    if boxes.numel() == 0:
+        return rg.empty((0,), dtype=rg.int64)
+    max_coordinate = boxes.max()
+    offsets = idxs.to(boxes.dtype) * (max_coordinate + 1)
+    return nms(boxes + offsets[:, None], scores, iou_threshold)
+
+
+def stochastic_depth(input: Tensor, p: float, mode: str, training: bool = True) -> Tensor:  # noqa: A002
+    """Drop whole rows ('row') or the whole batch ('batch') with probability ``p``, scaling the
+    survivors by 1 / (1 - p)."""
+
+    if p < 0.0 or p > 1.0:
+        raise InvalidArgumentError(f"drop probability has to be between 0 and 1, but got {p}")
+    if mode not in ("batch", "row"):
+        raise InvalidArgumentError(f"mode has to be either 'batch' or 'row', but got {mode}")
+    if not training or p == 0.0:
+        return input
+    survival_rate = 1.0 - p
+    size = [input.shape[0]] + [1] * (input.dim() - 1) if mode == "row" else [1] * input.dim()
+    noise = rg.empty(size, dtype=input.dtype, device=input.device).bernoulli_(survival_rate)
+    if survival_rate > 0.0:
+        noise = noise.div(survival_rate)
+    return input * noise
+
+
+class StochasticDepth(nn.Module):
+    def __init__(self, p: float, mode: str) -> None:
+        super().__init__()
+        self.p, self.mode = p, mode
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return stochastic_depth(input, self.p, self.mode, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, mode={self.mode}"
+
+
+class FrozenBatchNorm2d(nn.Module):
+    """BatchNorm2d with fixed statistics and affine parameters (all buffers)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("weight", rg.ones(num_features))
+        self.register_buffer("bias", rg.zeros(num_features))
+        self.register_buffer("running_mean", rg.zeros(num_features))
+        self.register_buffer("running_var", rg.ones(num_features))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args: Any, **kwargs: Any) -> None:
+        state_dict.pop(prefix + "num_batches_tracked", None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def forward(self, x: Tensor) -> Tensor:
+        w = self.weight.reshape(1, -1, 1, 1)
+        b = self.bias.reshape(1, -1, 1, 1)
+        rv = self.running_var.reshape(1, -1, 1, 1)
+        rm = self.running_mean.reshape(1, -1, 1, 1)
+        scale = w * (rv + self.eps).rsqrt()
+        return x * scale + (b - rm * scale)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class Conv2dNormActivation(nn.Sequential):
+    """Conv2d, then a norm layer, then an activation (torchvision's keys: 0, 1, 2)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int = 3,
+        stride: int = 1,
+        padding: int | None = None,
+        groups: int = 1,
+        norm_layer: Callable | None = nn.BatchNorm2d,
+        activation_layer: Callable | None = nn.ReLU,
+        dilation: int = 1,
+        inplace: bool | None = True,
+        bias: bool | None = None,
+    ) -> None:
+        if padding is None:
+            padding = (kernel_size - 1) // 2 * dilation
+        if bias is None:
+            bias = norm_layer is None
+        layers = [
+            nn.Conv2d(
+                in_channels,
+                out_channels,
+                kernel_size,
+                stride,
+                padding,
+                dilation=dilation,
+                groups=groups,
+                bias=bias,
+            )
+        ]
+        if norm_layer is not None:
+            layers.append(norm_layer(out_channels))
+        if activation_layer is not None:
+            params = {} if inplace is None else {"inplace": inplace}
+            layers.append(activation_layer(**params))
+        super().__init__(*layers)
+        self.out_channels = out_channels
+
+
+class SqueezeExcitation(nn.Module):
+    """input * scale_activation(fc2(activation(fc1(avgpool(input)))))."""
+
+    def __init__(
+        self,
+        input_channels: int,
+        squeeze_channels: int,
+        activation: Callable = nn.ReLU,
+        scale_activation: Callable = nn.Sigmoid,
+    ) -> None:
+        super().__init__()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(input_channels, squeeze_channels, 1)
+        self.fc2 = nn.Conv2d(squeeze_channels, input_channels, 1)
+        self.activation = activation()
+        self.scale_activation = scale_activation()
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        scale = self.fc2(self.activation(self.fc1(self.avgpool(input))))
+        return self.scale_activation(scale) * input
+
+
+class MLP(nn.Sequential):
+    """Linear layers with norm, activation and dropout between (torchvision.ops.MLP)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: list[int],
+        norm_layer: Callable | None = None,
+        activation_layer: Callable | None = nn.ReLU,
+        inplace: bool | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        params = {} if inplace is None else {"inplace": inplace}
+        layers: list[nn.Module] = []
+        in_dim = in_channels
+        for hidden_dim in hidden_channels[:-1]:
+            layers.append(nn.Linear(in_dim, hidden_dim, bias=bias))
+            if norm_layer is not None:
+                layers.append(norm_layer(hidden_dim))
+            layers.append(activation_layer(**params))
+            layers.append(nn.Dropout(dropout, **params))
+            in_dim = hidden_dim
+        layers.append(nn.Linear(in_dim, hidden_channels[-1], bias=bias))
+        layers.append(nn.Dropout(dropout, **params))
+        super().__init__(*layers)
+
+
+def _rois_as_rows(fn: str, boxes: Any) -> np.ndarray:
+    """``boxes``: Tensor[K, 5] (batch index, x1, y1, x2, y2) or a list of Tensor[L, 4], one per
+    image, as a float64 array [K, 5]."""
+    if isinstance(boxes, (list, tuple)):
+        rows = []
+        for index, per_image in enumerate(boxes):
+            array = np.asarray(per_image.detach().cpu().numpy(), dtype=np.float64)
+            if array.ndim != 2 or array.shape[-1] != 4:
+                raise ShapeError(
+                    f"{fn}: boxes of image {index} should be [L, 4], got {list(array.shape)}"
+                )
+            rows.append(np.concatenate([np.full((len(array), 1), index), array], axis=1))
+        return np.concatenate(rows) if rows else np.zeros((0, 5))
+    if not isinstance(boxes, Tensor) or boxes.dim() != 2 or boxes.shape[-1] != 5:
+        raise ShapeError(
+            f"{fn}: boxes should be a Tensor [K, 5] (batch index, x1, y1, x2, y2) or a list of "
+            f"Tensor [L, 4], got {list(getattr(boxes, 'shape', [])) or type(boxes).__name__}"
+        )
+    return np.asarray(boxes.detach().cpu().numpy(), dtype=np.float64)
+
+
+def _output_size(output_size: Any) -> tuple[int, int]:
+    if isinstance(output_size, int):
+        return output_size, output_size
+    return int(output_size[0]), int(output_size[1])
+
+
+def _bilinear_taps(positions: np.ndarray, size: int):
+    """torchvision's roi_align sampling along one axis: the low and high indices, their weights,
+    and whether each position is inside (-1, size)."""
+    inside = (positions >= -1.0) & (positions <= size)
+    clamped = np.maximum(positions, 0.0)
+    low = np.floor(clamped).astype(np.int64)
+    at_edge = low >= size - 1
+    low = np.where(at_edge, size - 1, low)
+    high = np.where(at_edge, size - 1, low + 1)
+    clamped = np.where(at_edge, low.astype(np.float64), clamped)
+    frac = clamped - low
+    return low, high, 1.0 - frac, frac, inside
+
+
+def roi_align(
+    input: Tensor,  # noqa: A002 (torchvision's name)
+    boxes: Any,
+    output_size: Any,
+    spatial_scale: float = 1.0,
+    sampling_ratio: int = -1,
+    aligned: bool = False,
+) -> Tensor:
+    """Region of interest align (Mask R-CNN): each box's ``output_size`` bins averaged over
+    bilinear samples, as torchvision's kernel; differentiable in ``input``."""
+    if not isinstance(input, Tensor) or input.dim() != 4:
+        raise ShapeError(
+            f"roi_align: input should be [N, C, H, W], got {list(getattr(input, 'shape', []))}"
+        )
+    rois = _rois_as_rows("roi_align", boxes)
+    pooled_h, pooled_w = _output_size(output_size)
+    _, channels, height, width = input.shape
+    offset = 0.5 if aligned else 0.0
+    outputs = []
+    for batch_index, x1, y1, x2, y2 in rois:
+        start_w, start_h = x1 * spatial_scale - offset, y1 * spatial_scale - offset
+        roi_w, roi_h = x2 * spatial_scale - offset - start_w, y2 * spatial_scale - offset - start_h
+        if not aligned:
+            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+        bin_h, bin_w = roi_h / pooled_h, roi_w / pooled_w
+        grid_h = sampling_ratio if sampling_ratio > 0 else int(np.ceil(roi_h / pooled_h))
+        grid_w = sampling_ratio if sampling_ratio > 0 else int(np.ceil(roi_w / pooled_w))
+        count = max(grid_h * grid_w, 1)
+        if grid_h <= 0 or grid_w <= 0:
+            outputs.append(input.new_zeros((channels, pooled_h, pooled_w)))
+            continue
+        ys = start_h + (
+            np.arange(pooled_h)[:, None] * bin_h
+            + (np.arange(grid_h)[None, :] + 0.5) * bin_h / grid_h
+        ).reshape(-1)
+        xs = start_w + (
+            np.arange(pooled_w)[:, None] * bin_w
+            + (np.arange(grid_w)[None, :] + 0.5) * bin_w / grid_w
+        ).reshape(-1)
+        y_low, y_high, hy, ly, y_in = _bilinear_taps(ys, height)
+        x_low, x_high, hx, lx, x_in = _bilinear_taps(xs, width)
+        valid = (y_in[:, None] & x_in[None, :]).astype(np.float64)
+        feature = input[int(batch_index)]
+        total = None
+        for rows, row_w in ((y_low, hy), (y_high, ly)):
+            for cols, col_w in ((x_low, hx), (x_high, lx)):
+                weight = rg.from_numpy(row_w[:, None] * col_w[None, :] * valid).to(input.dtype)
+                taps = feature[:, rows[:, None], cols[None, :]] * weight.to(input.device)
+                total = taps if total is None else total + taps
+        binned = total.reshape(channels, pooled_h, grid_h, pooled_w, grid_w).sum(dim=(2, 4))
+        outputs.append(binned / count)
+    if not outputs:
+        return input.new_zeros((0, channels, pooled_h, pooled_w))
+    return rg.stack(outputs, dim=0)
+
+
+def roi_pool(input: Tensor, boxes: Any, output_size: Any, spatial_scale: float = 1.0) -> Tensor:  # noqa: A002
+    """Region of interest max pooling (Fast R-CNN), as torchvision's kernel (an empty bin is 0);
+    differentiable in ``input``."""
+    if not isinstance(input, Tensor) or input.dim() != 4:
+        raise ShapeError(
+            f"roi_pool: input should be [N, C, H, W], got {list(getattr(input, 'shape', []))}"
+        )
+    rois = _rois_as_rows("roi_pool", boxes)
+    pooled_h, pooled_w = _output_size(output_size)
+    _, channels, height, width = input.shape
+
+    def c_round(value: float) -> int:  # C's round: halves away from zero
+        return int(np.sign(value) * np.floor(abs(value) + 0.5))
+
+    outputs = []
+    for batch_index, x1, y1, x2, y2 in rois:
+        start_w, start_h = c_round(x1 * spatial_scale), c_round(y1 * spatial_scale)
+        end_w, end_h = c_round(x2 * spatial_scale), c_round(y2 * spatial_scale)
+        roi_w, roi_h = max(end_w - start_w + 1, 1), max(end_h - start_h + 1, 1)
+        bin_h, bin_w = roi_h / pooled_h, roi_w / pooled_w
+        feature = input[int(batch_index)]
+        bins = []
+        for ph in range(pooled_h):
+            h0 = min(max(int(np.floor(ph * bin_h)) + start_h, 0), height)
+            h1 = min(max(int(np.ceil((ph + 1) * bin_h)) + start_h, 0), height)
+            for pw in range(pooled_w):
+                w0 = min(max(int(np.floor(pw * bin_w)) + start_w, 0), width)
+                w1 = min(max(int(np.ceil((pw + 1) * bin_w)) + start_w, 0), width)
+                if h1 <= h0 or w1 <= w0:
+                    bins.append(input.new_zeros((channels,)))
+                else:
+                    bins.append(feature[:, h0:h1, w0:w1].amax(dim=(1, 2)))
+        outputs.append(rg.stack(bins, dim=1).reshape(channels, pooled_h, pooled_w))
+    if not outputs:
+        return input.new_zeros((0, channels, pooled_h, pooled_w))
+    return rg.stack(outputs, dim=0)
+
+
+class RoIAlign(nn.Module):
+    def __init__(
+        self, output_size: Any, spatial_scale: float, sampling_ratio: int, aligned: bool = False
+    ) -> None:
+        super().__init__()
+        self.output_size, self.spatial_scale = output_size, spatial_scale
+        self.sampling_ratio, self.aligned = sampling_ratio, aligned
+
+    def forward(self, input: Tensor, rois: Any) -> Tensor:  # noqa: A002
+        return roi_align(
+            input, rois, self.output_size, self.spatial_scale, self.sampling_ratio, self.aligned
+        )
+
+
+class RoIPool(nn.Module):
+    def __init__(self, output_size: Any, spatial_scale: float) -> None:
+        super().__init__()
+        self.output_size, self.spatial_scale = output_size, spatial_scale
+
+    def forward(self, input: Tensor, rois: Any) -> Tensor:  # noqa: A002
+        return roi_pool(input, rois, self.output_size, self.spatial_scale)
