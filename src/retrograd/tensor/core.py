@@ -26,6 +26,7 @@ import math
 import numbers
 import threading
 import warnings
+import weakref
 from typing import Any, NoReturn
 
 import numpy as np
@@ -738,6 +739,8 @@ class Tensor(
         device = self._device
         rebuilt = detached_view(self, lambda prim: Tensor(prim, backend, device))
         if rebuilt is not None:  # a view computed in the graph: linked through to its root
+            # (whose own .data it is, for the setter: its chain's base is the root, not self)
+            rebuilt._data_of = weakref.ref(self)
             return rebuilt
         prim = backend.wrap(backend.inner_value(self._prim)) if backend.is_autodiff else self._prim
         return link(Tensor(prim, backend, device), self, "data")
@@ -757,7 +760,10 @@ class Tensor(
         if not isinstance(value, TensorBase):
             raise DTypeError(f"data: expected a tensor, got {type(value).__name__}")
         alias = getattr(value, "_view", None)
-        if alias is not None and alias[KIND] == "data" and base_of(alias) is self:
+        data_of = value.__dict__.get("_data_of") if hasattr(value, "__dict__") else None
+        if (data_of is not None and data_of() is self) or (
+            alias is not None and alias[KIND] == "data" and base_of(alias) is self
+        ):
             # this tensor's own .data, written in place: ``x.data += d`` ends in
             # ``x.data = <x.data after +=>``, which keeps x's storage (and its base's: a leaf
             # made from a view of JEM's replay buffer writes on to the buffer) as torch's does
@@ -1197,7 +1203,7 @@ _UNGUARDED = frozenset(
 #: not its source's, in a storage of its own)
 _VIEW_ATTRIBUTES = frozenset(
     {"_view", "_views", "_weak_base", "_former_keys", "_frozen_leaf", "_storage_address",
-     "_output_nr", "_no_grad_view"}
+     "_output_nr", "_no_grad_view", "_data_of"}
 )  # fmt: skip
 
 
