@@ -804,6 +804,12 @@ def keep_state(
         optimizer.state[parameter] = state
     else:
         optimizer.state.pop(parameter, None)
+    counts = optimizer.__dict__.get("_step_counts")
+    if counts is not None and len(counts) > len(optimizer.state):
+        # a state was dropped (``del optimizer.state[p]``, a param group removed with it):
+        # the table lets that parameter and its last step tensor go too
+        for gone in [p for p in counts if p not in optimizer.state]:
+            del counts[gone]
 
 
 Optimizer.step = hooked_step(Optimizer.step)

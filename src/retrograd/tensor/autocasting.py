@@ -166,7 +166,16 @@ def _cached_cast(tensor: Any, dtype: str) -> Any:
     if hit is not None and hit[0]() is tensor and not _consumed(hit[1]):
         return hit[1]
     cast = tensor.cast(dtype)
-    state.cache[key] = (weakref.ref(tensor), cast)
+    cache = state.cache
+
+    def forget(source: weakref.ref) -> None:
+        # the weight went before the region ended (one made at each step of a long region):
+        # its entry, the cast and its graph node, goes with it
+        entry = cache.get(key)
+        if entry is not None and entry[0] is source:
+            del cache[key]
+
+    cache[key] = (weakref.ref(tensor, forget), cast)
     return cast
 
 

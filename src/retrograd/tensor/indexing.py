@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -894,7 +895,9 @@ def _mask_tensor(op: str, x: Any, mask: Any) -> Any:
 def _update_op(op: str, update: str, prefix: str) -> str:
     if update not in ("add", "assign"):
         raise InvalidArgumentError(f"{op}: update must be 'add' or 'assign', got {update!r}")
-    return f"{prefix}_{update}"
+    # interned: the backend's kernel is looked up by this name, and CPython's attribute cache
+    # keeps the name it missed with, so a fresh string per call piled up there, call by call
+    return sys.intern(f"{prefix}_{update}")
 
 
 def _host_indices(indices: Any, size: int, dim: int) -> np.ndarray:
