@@ -163,3 +163,26 @@ def _torch_distributions_validation_restored():
         return
     if distributions.Distribution._validate_args != before:
         distributions.Distribution.set_default_validate_args(before)
+
+
+@pytest.fixture(autouse=True)
+def _print_options_and_anomaly_mode_restored():
+    """``rg.set_printoptions`` (and torch's) and anomaly detection are process-wide: a test
+    that sets them, or a sweep that calls every public function (``set_anomaly_enabled(True)``
+    among them), changes how every later test on the worker prints its tensors (and so the
+    messages and logs it compares) and makes its NaN gradients errors. Restored after every
+    test."""
+    import retrograd as rg
+
+    anomaly = (rg.is_anomaly_enabled(), rg.is_anomaly_check_nan_enabled())
+    ours = rg.get_printoptions()
+    torch = sys.modules.get("torch")
+    theirs = None if torch is None else torch._tensor_str.get_printoptions()
+    yield
+    if (rg.is_anomaly_enabled(), rg.is_anomaly_check_nan_enabled()) != anomaly:
+        rg.set_anomaly_enabled(*anomaly)
+    if rg.get_printoptions() != ours:
+        rg.set_printoptions(**ours)
+    torch = sys.modules.get("torch")
+    if torch is not None and theirs is not None and torch._tensor_str.get_printoptions() != theirs:
+        torch.set_printoptions(**theirs)

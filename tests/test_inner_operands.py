@@ -192,6 +192,7 @@ def _enumerated():
             if (
                 name.startswith("_")
                 or name.endswith("_")
+                or name.startswith(_SETTERS)
                 or name in _NOT_OPS
                 or not callable(value)
                 or isinstance(value, type)
@@ -210,7 +211,34 @@ def _enumerated():
     return cases
 
 
-_CASES = _enumerated()
+#: Functions that set process-wide state (``set_anomaly_enabled(a, b)`` turned anomaly mode on
+#: for every later test of the worker): never called by the enumeration
+_SETTERS = ("set_", "use_", "manual_seed", "seed", "enable", "disable", "init")
+
+
+def _enumerated_leaving_the_process_as_it_was():
+    """:func:`_enumerated`, run at collection, with the process-wide settings the calls might
+    touch put back after it (a test's fixtures cannot: collection comes before them)."""
+    settings = (
+        rg.is_anomaly_enabled(),
+        rg.is_anomaly_check_nan_enabled(),
+        rg.get_printoptions(),
+        rg.get_default_dtype(),
+        rg.is_grad_enabled(),
+        rg.get_rng_state(),
+    )
+    try:
+        return _enumerated()
+    finally:
+        anomaly, check_nan, printing, dtype, grad, rng = settings
+        rg.set_anomaly_enabled(anomaly, check_nan)
+        rg.set_printoptions(**printing)
+        rg.set_default_dtype(dtype)
+        rg.set_grad_enabled(grad)
+        rg.set_rng_state(rng)
+
+
+_CASES = _enumerated_leaving_the_process_as_it_was()
 
 
 def test_the_enumeration_finds_the_surface():

@@ -55,6 +55,7 @@ from ._dispatch import (
     apply,
     check_narrow_data,
     dispatch,
+    joined,
     lift,
     normalize_dim,
     on_backend,
@@ -1077,7 +1078,9 @@ class Tensor(
     def _inner_product(self, other: Any) -> Tensor:
         """torch's ``inner``: a product for a 0-d operand, else the sum over the last
         dimension of both (``[..a, k]`` and ``[..b, k]`` give ``[..a, ..b]``), as one matmul."""
-        other = lift(self, other, "inner")
+        a, other = joined(self, other, "inner")  # (a gradient with a tracked tensor: recorded)
+        if a is not self:
+            return a._inner_product(other)
         if self.ndim == 0 or other.ndim == 0:
             return self * other
         size = self.shape[-1]

@@ -57,7 +57,30 @@ def set_printoptions(
 ) -> None:
     """torch's ``set_printoptions``: a ``profile`` (``"default"``, ``"short"``, ``"full"``)
     first, then the keywords given; ``sci_mode`` True or False forces or forbids scientific
-    notation, None (what every call not naming it sets, as torch's) leaves it to the values."""
+    notation, None (what every call not naming it sets, as torch's) leaves it to the values.
+    Values of another kind are refused before any is set (torch stores them, and its next
+    print fails)."""
+    for name, value in (
+        ("precision", precision),
+        ("edgeitems", edgeitems),
+        ("linewidth", linewidth),
+    ):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise InvalidArgumentError(
+                f"set_printoptions: {name} must be a non-negative int, got {value!r}"
+            )
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, int | float) or threshold < 0
+    ):
+        raise InvalidArgumentError(
+            f"set_printoptions: threshold must be a non-negative number, got {threshold!r}"
+        )
+    if sci_mode is not None and not isinstance(sci_mode, bool):
+        raise InvalidArgumentError(
+            f"set_printoptions: sci_mode must be a bool or None, got {sci_mode!r}"
+        )
     if profile is not None:
         if profile not in _PROFILES:
             raise InvalidArgumentError(

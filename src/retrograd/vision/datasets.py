@@ -19,6 +19,24 @@ from . import _lib as rg
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
+class _ArraysOnly(pickle.Unpickler):
+    """CIFAR's python batches hold dicts, lists, strings and NumPy arrays: every other global
+    a file names is refused, so that a damaged or hostile file runs nothing (torchvision's
+    ``pickle.load`` would run whatever it names)."""
+
+    _ALLOWED = frozenset({
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+    })  # fmt: skip
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a CIFAR batch")
+
+
 def _no_download(name: str, folder: Path, files: list[str]) -> FileNotFoundError:
     return FileNotFoundError(
         f"{name}: dataset not found in {folder} (expected {', '.join(files)}); retrograd "
@@ -198,7 +216,7 @@ class CIFAR10(VisionDataset):
         for name in names:
             try:
                 with open(folder / name, "rb") as handle:
-                    entry = pickle.load(handle, encoding="latin1")
+                    entry = _ArraysOnly(handle, encoding="latin1").load()
                 data.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
             except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as error:
                 raise InvalidArgumentError(
@@ -211,7 +229,7 @@ class CIFAR10(VisionDataset):
         meta = folder / self.meta_file
         if meta.is_file():
             with open(meta, "rb") as handle:
-                self.classes = pickle.load(handle, encoding="latin1")[self.meta_key]
+                self.classes = _ArraysOnly(handle, encoding="latin1").load()[self.meta_key]
         else:
             self.classes = []
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
