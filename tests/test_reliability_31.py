@@ -67,7 +67,7 @@ F = nn.functional
 D = rg.distributions
 
 #: warm-up steps, then steps with the collector off (counted from the fifth)
-WARM, STEPS = 5, 45
+WARM, STEPS = 5, 25
 
 
 def _data(seed: int, *shape: int) -> np.ndarray:
