@@ -3,7 +3,6 @@ standard files under ``root`` (nothing is downloaded), FakeData, ImageFolder/Dat
 
 from __future__ import annotations
 
-import gzip
 import os
 import pickle
 from collections.abc import Callable
@@ -15,6 +14,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..utils.data import Dataset
 from . import _lib as rg
+from .idx import read_idx
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -70,31 +70,6 @@ class VisionDataset(Dataset):
         if self.target_transform is not None:
             target = self.target_transform(target)
         return img, target
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """An IDX file (MNIST's format), plain or gzipped, as an ndarray."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        data = handle.read()
-    if len(data) < 4 or data[0] != 0 or data[1] != 0:
-        raise InvalidArgumentError(f"{path}: not an IDX file (bad magic number)")
-    dtypes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-    if data[2] not in dtypes:
-        raise InvalidArgumentError(f"{path}: unknown IDX element type {data[2]:#x}")
-    ndim = data[3]
-    if len(data) < 4 + 4 * ndim:
-        raise InvalidArgumentError(f"{path}: IDX header truncated")
-    shape = tuple(int.from_bytes(data[4 + 4 * k : 8 + 4 * k], "big") for k in range(ndim))
-    dtype = np.dtype(dtypes[data[2]])
-    expected = int(np.prod(shape)) * dtype.itemsize
-    body = data[4 + 4 * ndim :]
-    if len(body) != expected:
-        raise InvalidArgumentError(
-            f"{path}: IDX holds {len(body)} bytes of data, its header {list(shape)} says "
-            f"{expected} (damaged or truncated)"
-        )
-    return np.frombuffer(body, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
 
 
 class MNIST(VisionDataset):
