@@ -1894,7 +1894,10 @@ def test_deit_distils_a_cnn_teacher_through_the_dist_token_as_torch(
         logs.append(_without_timings(capsys.readouterr().out))
     assert logs[1] == logs[0]
     assert "Max accuracy" in logs[0]
-    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+    # the key third of each qkv bias adds the same score to every key of a query, which the
+    # softmax takes away: its true gradient is zero, so AdamW steps it by the rounding noise
+    key_biases = {f"blocks.{i}.attn.qkv.bias": slice(12, 24) for i in range(2)}
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5, noise=key_biases)
 
 
 COMPILER_SOURCE = """
