@@ -16,6 +16,7 @@ __all__ = [
     "ArgumentTypeError",
     "AutodiffError",
     "DTypeError",
+    "DamagedFileError",
     "DistributedError",
     "IndexOutOfRangeError",
     "InnerOperandError",
@@ -66,6 +67,13 @@ class MissingMemberError(KeyMismatchError, AttributeError):
     """A dotted name a module does not have (``get_parameter``, ``get_buffer``) or a key a
     ``ParameterDict`` does not hold: the :class:`KeyMismatchError` retrograd raised before and
     the ``AttributeError`` torch raises there (its lookups are attribute lookups)."""
+
+
+class DamagedFileError(InvalidArgumentError, OSError):
+    """A file whose bytes are not what its format says (a truncated PNG, an image of garbage):
+    the :class:`InvalidArgumentError` of the hierarchy, naming the file, and the ``OSError``
+    PIL raises there, which the ``except OSError:`` of a loop that skips unreadable images
+    (an ``ImageFolder`` of scraped files) catches."""
 
 
 class LinAlgError(InvalidArgumentError, RuntimeError):

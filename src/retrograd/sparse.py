@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from .errors import DTypeError
+from .errors import DTypeError, ShapeError
 from .tensor import Tensor, as_tensor
 from .tensor.sparse_coo import (
     SparseTensor,
@@ -111,8 +111,25 @@ def addmm(mat: Any, mat1: Any, mat2: Any, *, beta: Any = 1.0, alpha: Any = 1.0) 
         raise DTypeError(f"sparse.addmm: mat must be a dense tensor, got {type(mat).__name__}")
     if isinstance(mat1, SparseTensor):
         product = sparse_mm("sparse.addmm", mat1, mat2)
+        if _broadcast_to(tuple(mat.shape), tuple(product.shape)) != tuple(product.shape):
+            raise ShapeError(
+                f"sparse.addmm: mat of shape {list(mat.shape)} does not expand to the shape of "
+                f"mat1 @ mat2, {list(product.shape)} (mat1 {list(mat1.shape)}, mat2 "
+                f"{list(mat2.shape)})"
+            )
         return mat * beta + product * alpha if beta != 0 else product * alpha
     return mat.addmm(mat1, mat2, beta=beta, alpha=alpha)
+
+
+def _broadcast_to(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``shape`` expanded to ``target`` as torch expands the bias of ``addmm``, or ``None``
+    where it does not expand to it."""
+    if len(shape) > len(target):
+        return None
+    padded = (1,) * (len(target) - len(shape)) + shape
+    if any(extent not in (1, goal) for extent, goal in zip(padded, target)):
+        return None
+    return target
 
 
 def sum(input: Any, dim: Any = None, dtype: Any = None) -> Any:  # noqa: A001, A002 (torch's names)

@@ -28,8 +28,9 @@ import numpy as np
 from ..backend.protocol import check_random_allowed, on_uniform_grid
 from ..context import current_backend
 from ..device import Device
-from ..errors import InvalidArgumentError, guard
+from ..errors import DTypeError, InvalidArgumentError, guard
 from . import creation
+from ._dispatch import TensorBase
 from .creation import tensor
 
 __all__ = [
@@ -49,6 +50,42 @@ DEFAULT_SEED = 67280421310721
 _STATE_WORDS = 10  # PCG64: state and increment (128 bits each, as 4 x 32), has_uint32, uinteger
 
 
+def checked_seed(op: str, seed: Any) -> int:
+    """``seed`` as the 64-bit value the stream starts from: an int (a NumPy one too, not a
+    bool) of torch's range, ``-2**63`` to ``2**64 - 1`` (a negative one wraps to 64 bits, as
+    torch's); outside it torch raises "Overflow when unpacking long long", a ``ValueError``."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise InvalidArgumentError(f"{op}: expected an int, got {seed!r}")
+    if not -(2**63) <= int(seed) < 2**64:
+        raise InvalidArgumentError(
+            f"{op}: seed {int(seed)} is out of the 64-bit range a generator takes "
+            "(-2**63 to 2**64 - 1)"
+        )
+    return int(seed) % 2**64
+
+
+def checked_state_words(op: str, new_state: Any, count: int, source: str) -> np.ndarray:
+    """The words of a state ``source`` gave (``count`` int64 values): anything else is
+    refused before the stream changes, a tensor of another kind (torch's uint8 state, a list)
+    with a ``DTypeError`` (torch's ``TypeError``), a damaged one (words outside 32 bits, an
+    even PCG64 increment, which no state of NumPy's PCG64 has and which would draw a
+    degenerate stream) with an ``InvalidArgumentError``."""
+    expected = f"the int64 tensor of {count} values that {source} returns"
+    if not isinstance(new_state, TensorBase | np.ndarray):
+        raise DTypeError(f"{op}: expected {expected}, got {type(new_state).__name__}")
+    words = np.asarray(new_state.numpy() if isinstance(new_state, TensorBase) else new_state)
+    if words.dtype != np.int64:
+        raise DTypeError(f"{op}: expected {expected}, got a {words.dtype} tensor")
+    if words.shape != (count,):
+        raise InvalidArgumentError(f"{op}: expected {expected}, got shape {list(words.shape)}")
+    if ((words < 0) | (words >= 2**32)).any() or words[4] % 2 == 0 or words[8] not in (0, 1):
+        raise InvalidArgumentError(
+            f"{op}: {words.tolist()} is not a state {source} returns (each word is 32 bits, "
+            "the increment odd): damaged, or made by hand"
+        )
+    return words
+
+
 class Generator:
     """A seeded stream of random numbers (``torch.Generator``'s methods: ``manual_seed``,
     ``seed``, ``initial_seed``, ``get_state``, ``set_state``, ``device``)."""
@@ -60,10 +97,9 @@ class Generator:
 
     def manual_seed(self, seed: int) -> Generator:
         """Restart the stream from ``seed`` (negative seeds wrap to 64 bits, as torch's)."""
-        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-            raise InvalidArgumentError(f"Generator.manual_seed: expected an int, got {seed!r}")
+        seed = checked_seed("Generator.manual_seed", seed)
         with self._lock:
-            self._initial = int(seed) % 2**64
+            self._initial = seed
             self._rng = np.random.default_rng(self._initial)
         return self
 
@@ -90,12 +126,7 @@ class Generator:
 
     def set_state(self, new_state: Any) -> Generator:
         """Return the stream to a position :meth:`get_state` gave."""
-        words = np.asarray(getattr(new_state, "numpy", lambda: new_state)())
-        if words.shape != (_STATE_WORDS,) or words.dtype != np.int64:
-            raise InvalidArgumentError(
-                f"Generator.set_state: expected the int64 tensor of {_STATE_WORDS} values that "
-                f"get_state returns, got {getattr(new_state, 'shape', new_state)!r}"
-            )
+        words = checked_state_words("Generator.set_state", new_state, _STATE_WORDS, "get_state")
         ints = [int(w) for w in words]
         state = {
             "bit_generator": "PCG64",
@@ -158,13 +189,7 @@ def get_rng_state() -> Any:
 def set_rng_state(new_state: Any) -> None:
     """Return the stream ``rg.manual_seed`` seeds to a position :func:`get_rng_state` gave:
     the draws that followed it repeat (and :func:`initial_seed` answers its seed again)."""
-    words = np.asarray(getattr(new_state, "numpy", lambda: new_state)())
-    if words.shape != (_RNG_STATE_WORDS,) or words.dtype != np.int64:
-        raise InvalidArgumentError(
-            f"set_rng_state: expected the int64 tensor of {_RNG_STATE_WORDS} values that "
-            f"get_rng_state returns, got {getattr(new_state, 'shape', new_state)!r} "
-            f"({getattr(new_state, 'dtype', type(new_state).__name__)})"
-        )
+    words = checked_state_words("set_rng_state", new_state, _RNG_STATE_WORDS, "get_rng_state")
     current_backend().set_rng_state(words)
 
 
@@ -215,11 +240,7 @@ class _DefaultGenerator(Generator):
         self._lock = threading.Lock()
 
     def manual_seed(self, seed: int) -> Generator:
-        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-            raise InvalidArgumentError(
-                f"default_generator.manual_seed: expected an int, got {seed!r}"
-            )
-        creation.manual_seed(int(seed))
+        creation.manual_seed(checked_seed("default_generator.manual_seed", seed))
         return self
 
     def seed(self) -> int:
@@ -263,8 +284,9 @@ def _the_default_generator() -> Generator:
 def manual_seed(seed: int) -> Generator:
     """torch's ``manual_seed``: restart the process-wide stream from ``seed`` (the draws
     differ from torch's generator's); returns :data:`default_generator`, as torch's does, so
-    that ``generator=rg.manual_seed(0)`` (diffusers' examples) draws from that stream."""
-    creation.manual_seed(seed)
+    that ``generator=rg.manual_seed(0)`` (diffusers' examples) draws from that stream.
+    ``seed`` is read by ``int()`` first, as torch reads it (``manual_seed(1.5)`` seeds 1)."""
+    creation.manual_seed(checked_seed("manual_seed", int(seed)))
     return default_generator
 
 

@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
 from ..unsupported import no_sparse
-from ._dispatch import TensorBase, lift, normalize_dim, promote
+from ._dispatch import TensorBase, check_int_list, int_parameter, lift, normalize_dim, promote
 from .dtypes import Size, default_float_dtype
 from .layouts import sparse_coo
 from .printing import sparse_text
@@ -444,6 +444,25 @@ def _number(op: str, value: Any) -> Any:
 
 
 # -- construction ----------------------------------------------------------------------------------
+def _sparse_size(op: str, size: Any) -> tuple[int, ...]:
+    """``size`` as a tuple of non-negative ints, as torch's parser reads it: a float, a str or
+    another non-int extent is the wrong type (torch's ``TypeError``), a negative one an
+    ``InvalidArgumentError`` (torch fails on it as an overflow of the element count)."""
+    check_int_list(op, size, "size")
+    if isinstance(size, TensorBase) and size.ndim:
+        size = tuple(size.tolist())
+    if isinstance(size, numbers.Integral | TensorBase):
+        size = (size,)
+    if not isinstance(size, list | tuple):
+        raise DTypeError(f"{op}: size must be a tuple of ints, got {type(size).__name__}")
+    extents = tuple(int_parameter(op, extent, "size") for extent in size)
+    if any(extent < 0 for extent in extents):
+        raise InvalidArgumentError(
+            f"{op}: size must hold non-negative extents, got {list(extents)}"
+        )
+    return extents
+
+
 def check_sparse_parts(
     op: str, indices: Any, values: Any, size: Any, requires_grad: bool, is_coalesced: Any
 ) -> SparseTensor:
@@ -477,9 +496,7 @@ def check_sparse_parts(
     if size is None:
         size = tuple(high + 1 for high in highs)
     else:
-        if isinstance(size, numbers.Integral):
-            size = (size,)
-        size = tuple(int(s) for s in size)
+        size = _sparse_size(op, size)
         if len(size) != indices.shape[0]:
             raise ShapeError(
                 f"{op}: number of dimensions must be sparse_dim ({indices.shape[0]}, the rows "

@@ -3,15 +3,22 @@ standard files under ``root`` (nothing is downloaded), FakeData, ImageFolder/Dat
 
 from __future__ import annotations
 
+import numbers
 import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import (
+    DamagedFileError,
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    check_count,
+)
 from ..utils.data import Dataset
 from . import _lib as rg
 from .idx import read_idx
@@ -35,6 +42,30 @@ class _ArraysOnly(pickle.Unpickler):
         if (module, name) in self._ALLOWED:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a CIFAR batch")
+
+
+def _item_index(name: str, index: Any, length: int) -> int:
+    """``index`` (negative ones from the end) as a position among ``length`` items, or the
+    hierarchy's ``IndexError`` naming the dataset (a list's or NumPy's bare one before)."""
+    if isinstance(index, bool) or not hasattr(type(index), "__index__"):
+        raise DTypeError(f"{name}: index should be an int, got {index!r}")
+    position = int(index) + length if int(index) < 0 else int(index)
+    if not 0 <= position < length:
+        raise IndexOutOfRangeError(f"{name}: index {index} out of range for {length} items")
+    return position
+
+
+def _unpickled(path: Path, dataset: str) -> Any:
+    """The CIFAR pickle at ``path`` (arrays, lists, dicts and strings only), or the
+    :class:`DamagedFileError` naming it."""
+    try:
+        with open(path, "rb") as handle:
+            return _ArraysOnly(handle, encoding="latin1").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+            ImportError, IndexError, KeyError, MemoryError) as error:  # fmt: skip
+        raise DamagedFileError(
+            f"{path}: not a {dataset} file (damaged or truncated: {type(error).__name__}: {error})"
+        ) from None
 
 
 def _no_download(name: str, folder: Path, files: list[str]) -> FileNotFoundError:
@@ -189,25 +220,53 @@ class CIFAR10(VisionDataset):
             raise _no_download(type(self).__name__, folder, names)
         data, targets = [], []
         for name in names:
-            try:
-                with open(folder / name, "rb") as handle:
-                    entry = _ArraysOnly(handle, encoding="latin1").load()
-                data.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-            except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as error:
-                raise InvalidArgumentError(
-                    f"{folder / name}: not a {type(self).__name__} batch (damaged or truncated: "
-                    f"{type(error).__name__}: {error})"
-                ) from None
-            targets.extend(entry.get(self.label_key, entry.get("fine_labels", [])))
+            images, labels = self._batch(folder / name)
+            data.append(images)
+            targets.extend(labels)
         self.data = np.vstack(data).transpose(0, 2, 3, 1)
-        self.targets = [int(t) for t in targets]
+        self.targets = targets
         meta = folder / self.meta_file
         if meta.is_file():
-            with open(meta, "rb") as handle:
-                self.classes = _ArraysOnly(handle, encoding="latin1").load()[self.meta_key]
+            entry = _unpickled(meta, f"{type(self).__name__} meta")
+            classes = entry.get(self.meta_key) if isinstance(entry, dict) else None
+            if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+                raise DamagedFileError(
+                    f"{meta}: not a {type(self).__name__} meta file (damaged: no list of "
+                    f"class names under {self.meta_key!r})"
+                )
+            self.classes = classes
         else:
             self.classes = []
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+
+    def _batch(self, path: Path) -> tuple[np.ndarray, list[int]]:
+        """A batch's images [N, 3, 32, 32] and its N labels, each checked: a damaged batch
+        (images of another size, labels missing, of another count or not class numbers) is
+        the :class:`DamagedFileError` naming it, not a dataset whose items disagree."""
+        dataset = type(self).__name__
+        entry = _unpickled(path, f"{dataset} batch")
+        if not isinstance(entry, dict) or "data" not in entry:
+            raise DamagedFileError(f"{path}: not a {dataset} batch (damaged: no 'data' entry)")
+        raw = np.asarray(entry["data"])
+        if raw.dtype != np.uint8 or raw.size % 3072:
+            raise DamagedFileError(
+                f"{path}: not a {dataset} batch (damaged: 'data' is {raw.dtype} of shape "
+                f"{list(raw.shape)}, not uint8 rows of 3072 bytes)"
+            )
+        images = raw.reshape(-1, 3, 32, 32)
+        labels = entry.get(self.label_key)
+        if labels is None or isinstance(labels, str | bytes | dict):
+            raise DamagedFileError(f"{path}: not a {dataset} batch (no {self.label_key!r} list)")
+        labels = list(labels)
+        if len(labels) != len(images) or not all(
+            isinstance(label, int | np.integer) and not isinstance(label, bool) and label >= 0
+            for label in labels
+        ):
+            raise DamagedFileError(
+                f"{path}: not a {dataset} batch (damaged: {len(images)} images and "
+                f"{len(labels)} labels, which must be as many, each a class number)"
+            )
+        return images, [int(label) for label in labels]
 
     def __len__(self) -> int:
         return len(self.data)
@@ -215,6 +274,7 @@ class CIFAR10(VisionDataset):
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         from PIL import Image
 
+        index = _item_index(type(self).__name__, index, len(self.data))
         img = Image.fromarray(self.data[index])
         return self._apply(img, self.targets[index])
 
@@ -241,7 +301,14 @@ class FakeData(VisionDataset):
         random_offset: int = 0,
     ) -> None:
         super().__init__(None, transform=transform, target_transform=target_transform)
-        if len(image_size) != 3 or image_size[0] not in (1, 3, 4):
+        check_count("FakeData", num_classes, "num_classes")
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
+            raise InvalidArgumentError(f"FakeData: size should be a non-negative int, got {size!r}")
+        if (
+            not isinstance(image_size, Sequence)
+            or len(image_size) != 3
+            or image_size[0] not in (1, 3, 4)
+        ):
             raise InvalidArgumentError(
                 f"FakeData: image_size is (C, H, W) with C in 1, 3, 4, got {image_size}"
             )
@@ -254,10 +321,7 @@ class FakeData(VisionDataset):
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         from .transforms import functional as F  # noqa: N812 (torchvision's name)
 
-        if index < 0:
-            index += self.size
-        if not 0 <= index < self.size:
-            raise IndexError(f"FakeData: index {index} out of range for {self.size} items")
+        index = _item_index("FakeData", index, self.size)
         generator = rg.Generator().manual_seed(index + self.random_offset)
         img = rg.randn(*self.image_size, generator=generator)
         # a 0-d tensor, as torchvision's ``randint(...)[0]``
@@ -315,10 +379,20 @@ def make_dataset(
 
 
 def pil_loader(path: str) -> Any:
+    """The image at ``path`` as a PIL RGB image; a damaged or truncated one is the
+    :class:`DamagedFileError` naming it (an ``OSError``, as PIL's own error was)."""
     from PIL import Image
 
+    from .io import _DECODE_FAILURES
+
     with open(path, "rb") as handle:
-        return Image.open(handle).convert("RGB")
+        try:
+            return Image.open(handle).convert("RGB")
+        except _DECODE_FAILURES as error:
+            raise DamagedFileError(
+                f"pil_loader: {path} is not a decodable image: damaged, truncated or of a "
+                f"format PIL does not read ({type(error).__name__}: {error})"
+            ) from None
 
 
 default_loader = pil_loader
@@ -352,7 +426,7 @@ class DatasetFolder(VisionDataset):
         return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
-        path, target = self.samples[index]
+        path, target = self.samples[_item_index(type(self).__name__, index, len(self.samples))]
         return self._apply(self.loader(path), target)
 
 

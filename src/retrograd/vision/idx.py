@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import gzip
+import math
 import os
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import DamagedFileError, InvalidArgumentError
 
 __all__ = ["read_idx", "write_idx"]
 
@@ -36,18 +37,24 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     try:
         with opener(path, "rb") as file:
             data = file.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
         raise
     except (OSError, EOFError) as error:  # a damaged .gz: truncated, or not gzip at all
-        raise InvalidArgumentError(f"{path}: not a readable IDX file ({error})") from None
+        raise DamagedFileError(f"{path}: not a readable IDX file ({error})") from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
-        raise InvalidArgumentError(f"{path}: not an IDX file (bad magic number {data[:4]!r})")
+        raise DamagedFileError(f"{path}: not an IDX file (bad magic number {data[:4]!r})")
     dtype, ndim = _IDX_TYPES[data[2]], data[3]
     header = 4 + 4 * ndim
+    if len(data) < header:
+        raise DamagedFileError(
+            f"{path}: IDX header of {ndim} dimensions needs {header} bytes, the file has "
+            f"{len(data)} (damaged or truncated)"
+        )
     shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    # Python's ints: a damaged header's extents overflow int64, whose product wrapped to 0
+    expected = math.prod(shape) * dtype.itemsize
     if len(data) - header != expected:
-        raise InvalidArgumentError(
+        raise DamagedFileError(
             f"{path}: IDX header says shape {list(shape)} ({expected} bytes of data), "
             f"the file has {len(data) - header} (damaged or truncated)"
         )

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from ... import nn as _nn
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor
+from ...tensor.dtypes import DTYPE_OBJECTS, canonical_dtype
 from .. import _lib as rg
 
 F = _nn.functional
@@ -100,6 +101,17 @@ def get_image_num_channels(img: Any) -> int:
 
 def _is_float(img: Tensor) -> bool:
     return img.is_floating_point()
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("retrograd.")
+
+
+def _check_number(fn: str, name: str, value: Any) -> None:
+    """torchvision's ``TypeError`` for an argument that must be a number (a str angle, a
+    list given for a factor), rather than Python's from the arithmetic inside."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise DTypeError(f"{fn}: {name} should be a number, got {value!r}")
 
 
 def _max_value(img: Tensor) -> float:
@@ -190,13 +202,27 @@ def to_pil_image(pic: Any, mode: str | None = None) -> Any:
 def convert_image_dtype(image: Tensor, dtype: Any = None) -> Tensor:
     """Float <-> integer images with torchvision's scaling."""
 
-    dtype = rg.float32 if dtype is None else dtype
+    if not isinstance(image, Tensor):
+        raise DTypeError(
+            f"convert_image_dtype: image should be a Tensor, got {type(image).__name__}"
+        )
+    dtype = DTYPE_OBJECTS[
+        canonical_dtype("convert_image_dtype", rg.float32 if dtype is None else dtype)
+    ]
     if image.dtype == dtype:
         return image
     target_float = rg.empty(0, dtype=dtype).is_floating_point()
     if image.is_floating_point():
         if target_float:
             return image.to(dtype)
+        # torchvision's refusal: a float32 holds no integer beyond 2**24, so its 1.0 scaled to
+        # an int32's or int64's maximum (and a float64's to an int64's) overflows the cast
+        unsafe = {"float32": ("int32", "int64"), "float64": ("int64",)}
+        if _dtype_name(dtype) in unsafe.get(_dtype_name(image.dtype), ()):
+            raise InvalidArgumentError(
+                f"convert_image_dtype: the cast from {image.dtype} to {dtype} cannot be "
+                "performed safely"
+            )
         eps = 1e-3
         top = float(np.iinfo(np.dtype(str(dtype).replace("retrograd.", ""))).max)
         return image.mul(top + 1.0 - eps).to(dtype)
@@ -247,9 +273,14 @@ def normalize(tensor: Tensor, mean: Sequence[float], std: Sequence[float], inpla
 
 
 def _resized_size(height: int, width: int, size: Any, max_size: int | None) -> list[int]:
-    if isinstance(size, numbers.Number):
-        size = [int(size)]
-    size = list(size)
+    # torchvision: "Size should be int or sequence" (a TypeError), for a float too
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        size = [size]
+    if not isinstance(size, list | tuple) or not all(
+        isinstance(extent, numbers.Integral) and not isinstance(extent, bool) for extent in size
+    ):
+        raise DTypeError(f"resize: size should be an int or a sequence of ints, got {size!r}")
+    size = [int(extent) for extent in size]
     if len(size) == 1:
         short, long = (width, height) if width <= height else (height, width)
         new_short, new_long = size[0], int(size[0] * long / short)
@@ -332,8 +363,13 @@ def resize(
 
 
 def _pad_ltrb(padding: Any) -> list[int]:
-    if isinstance(padding, numbers.Number):
-        padding = [int(padding)]
+    # torchvision: "Got inappropriate padding arg" (a TypeError) for all but ints
+    if isinstance(padding, numbers.Integral) and not isinstance(padding, bool):
+        padding = [padding]
+    if not isinstance(padding, list | tuple) or not all(
+        isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in padding
+    ):
+        raise DTypeError(f"pad: padding should be an int or a sequence of ints, got {padding!r}")
     padding = [int(p) for p in padding]
     if len(padding) == 1:
         return padding * 4
@@ -513,6 +549,7 @@ def _blend(img1: Tensor, img2: Tensor, ratio: float) -> Tensor:
 
 
 def _check_factor(fn: str, name: str, factor: float) -> None:
+    _check_number(fn, name, factor)
     if factor < 0:
         raise InvalidArgumentError(f"{fn}: {name} ({factor}) is not non-negative")
 
@@ -534,8 +571,14 @@ def adjust_contrast(img: Any, contrast_factor: float) -> Any:
         from PIL import ImageEnhance
 
         return ImageEnhance.Contrast(img).enhance(contrast_factor)
+    channels = get_image_num_channels(img)
+    if channels not in (1, 3):  # torchvision's _assert_channels(img, [3, 1])
+        raise ShapeError(
+            f"adjust_contrast: an image of 1 or 3 channels, got {channels} (shape "
+            f"{list(img.shape)})"
+        )
     dtype = img.dtype if img.is_floating_point() else rg.float32
-    source = rgb_to_grayscale(img) if get_image_num_channels(img) == 3 else img
+    source = rgb_to_grayscale(img) if channels == 3 else img
     mean = source.to(dtype).mean(dim=(-3, -2, -1), keepdim=True)
     return _blend(img, mean, contrast_factor)
 
@@ -589,6 +632,7 @@ def _hsv2rgb(hsv: np.ndarray) -> np.ndarray:
 def adjust_hue(img: Any, hue_factor: float) -> Any:
     """Shift the hue by ``hue_factor`` turns (in [-0.5, 0.5])."""
 
+    _check_number("adjust_hue", "hue_factor", hue_factor)
     if not -0.5 <= hue_factor <= 0.5:
         raise InvalidArgumentError(f"adjust_hue: hue_factor ({hue_factor}) is not in [-0.5, 0.5]")
     _check_image("adjust_hue", img)
@@ -693,6 +737,7 @@ def rotate(
     tensors by nearest/bilinear sampling of the inverse rotation, zero fill)."""
 
     _check_image("rotate", img)
+    _check_number("rotate", "angle", angle)
     mode = _interpolation(interpolation)
     if _is_pil_image(img):
         return img.rotate(

@@ -10,7 +10,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ... import nn as _nn
-from ...errors import InvalidArgumentError
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+    check_callable,
+    check_iterable,
+)
 from .. import _lib as rg
 from . import functional as F  # noqa: N812 (torchvision's name)
 from .functional import InterpolationMode
@@ -26,6 +32,34 @@ def _setup_size(size: Any, name: str) -> tuple[int, int]:
     if any(not isinstance(s, numbers.Number) or s < 0 for s in size):
         raise InvalidArgumentError(f"{name}: size must be non-negative numbers, got {size}")
     return int(size[0]), int(size[1])
+
+
+def _transform_list(name: str, transforms: Any) -> list[Callable]:
+    """``transforms`` as a list, each of them callable: an int or a tensor given for it is
+    refused when the transform is built (torchvision's ``TypeError`` came at the first image,
+    from inside the loop)."""
+    check_iterable(name, transforms, "transforms")
+    transforms = list(transforms)
+    for transform in transforms:
+        check_callable(name, transform, "each of transforms")
+    return transforms
+
+
+def _probability(name: str, p: Any) -> float:
+    """``p`` where it is a number (a str compared with a draw was Python's ``TypeError``)."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise DTypeError(f"{name}: p should be a number (a probability), got {p!r}")
+    return p
+
+
+def _ratio_bounds(name: str, ratio: Any) -> Any:
+    """torchvision draws aspect ratios between the logarithms of ``ratio``: a bound that is
+    not positive has none (Python's "math domain error" at the first image)."""
+    if not isinstance(ratio, Sequence) or len(ratio) != 2:
+        raise DTypeError(f"{name}: ratio should be a sequence (min, max), got {ratio!r}")
+    if any(isinstance(r, bool) or not isinstance(r, numbers.Real) or r <= 0 for r in ratio):
+        raise InvalidArgumentError(f"{name}: ratio should hold two positive numbers, got {ratio}")
+    return ratio
 
 
 def _check_range(
@@ -58,7 +92,7 @@ class Compose:
     """Apply ``transforms`` in order."""
 
     def __init__(self, transforms: Sequence[Callable]) -> None:
-        self.transforms = list(transforms)
+        self.transforms = _transform_list(type(self).__name__, transforms)
 
     def __call__(self, img: Any) -> Any:
         for transform in self.transforms:
@@ -191,7 +225,8 @@ class Lambda:
 class RandomApply(_Transform):
     def __init__(self, transforms: Sequence[Callable], p: float = 0.5) -> None:
         super().__init__()
-        self.transforms, self.p = transforms, p
+        self.transforms = _transform_list("RandomApply", transforms)
+        self.p = _probability("RandomApply", p)
 
     def forward(self, img: Any) -> Any:
         if self.p < rg.rand(1).item():
@@ -206,7 +241,7 @@ class RandomChoice:
     v1)."""
 
     def __init__(self, transforms: Sequence[Callable], p: Sequence[float] | None = None) -> None:
-        self.transforms = list(transforms)
+        self.transforms = _transform_list("RandomChoice", transforms)
         if p is not None and len(p) != len(self.transforms):
             raise InvalidArgumentError(
                 f"RandomChoice: {len(p)} probabilities for {len(self.transforms)} transforms"
@@ -222,7 +257,7 @@ class RandomOrder:
     """``transforms`` in an order shuffled by Python's ``random`` (as torchvision's v1)."""
 
     def __init__(self, transforms: Sequence[Callable]) -> None:
-        self.transforms = list(transforms)
+        self.transforms = _transform_list("RandomOrder", transforms)
 
     def __call__(self, img: Any) -> Any:
         order = list(range(len(self.transforms)))
@@ -281,7 +316,7 @@ class RandomCrop(_Transform):
 class RandomHorizontalFlip(_Transform):
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        self.p = p
+        self.p = _probability(type(self).__name__, p)
 
     def forward(self, img: Any) -> Any:
         if rg.rand(1).item() < self.p:
@@ -315,6 +350,7 @@ class RandomResizedCrop(_Transform):
     ) -> None:
         super().__init__()
         self.size = _setup_size(size, "RandomResizedCrop")
+        _ratio_bounds("RandomResizedCrop", ratio)
         if scale[0] > scale[1] or ratio[0] > ratio[1]:
             raise InvalidArgumentError(
                 f"RandomResizedCrop: scale and ratio should be of kind (min, max), got "
@@ -327,6 +363,7 @@ class RandomResizedCrop(_Transform):
     def get_params(img: Any, scale: Sequence[float], ratio: Sequence[float]):
         _, height, width = F.get_dimensions(img)
         area = height * width
+        _ratio_bounds("RandomResizedCrop.get_params", ratio)
         log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
         for _ in range(10):
             target_area = area * rg.empty(1).uniform_(scale[0], scale[1]).item()
@@ -368,7 +405,7 @@ class Grayscale(_Transform):
 class RandomGrayscale(_Transform):
     def __init__(self, p: float = 0.1) -> None:
         super().__init__()
-        self.p = p
+        self.p = _probability(type(self).__name__, p)
 
     def forward(self, img: Any) -> Any:
         channels = F.get_image_num_channels(img)
@@ -502,7 +539,7 @@ class RandomRotation(_Transform):
 class RandomInvert(_Transform):
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        self.p = p
+        self.p = _probability(type(self).__name__, p)
 
     def forward(self, img: Any) -> Any:
         if rg.rand(1).item() < self.p:
@@ -522,6 +559,26 @@ class RandomErasing(_Transform):
         inplace: bool = False,
     ) -> None:
         super().__init__()
+        # torchvision's checks, in its order and with its kinds of error
+        if not isinstance(value, numbers.Number | str | tuple | list):
+            raise DTypeError(
+                f"RandomErasing: value should be a number, a str or a sequence, got {value!r}"
+            )
+        if isinstance(value, str) and value != "random":
+            raise InvalidArgumentError(
+                f"RandomErasing: if value is a str, it should be 'random', got {value!r}"
+            )
+        if not isinstance(scale, Sequence) or len(scale) != 2:
+            raise DTypeError(f"RandomErasing: scale should be a sequence (min, max), got {scale!r}")
+        _ratio_bounds("RandomErasing", ratio)
+        if scale[0] < 0 or scale[1] > 1:
+            raise InvalidArgumentError(
+                f"RandomErasing: scale should be between 0 and 1, got {tuple(scale)}"
+            )
+        if not 0 <= _probability("RandomErasing", p) <= 1:
+            raise InvalidArgumentError(
+                f"RandomErasing: the probability p should be between 0 and 1, got {p}"
+            )
         self.p, self.scale, self.ratio, self.value, self.inplace = p, scale, ratio, value, inplace
 
     @staticmethod
@@ -552,6 +609,12 @@ class RandomErasing(_Transform):
                 value = [float(value)]
             elif isinstance(value, (tuple, list)):
                 value = [float(v) for v in value]
+            channels = img.shape[-3]
+            if value is not None and len(value) not in (1, channels):
+                raise ShapeError(
+                    f"RandomErasing: value holds {len(value)} values for an image of "
+                    f"{channels} channels (shape {list(img.shape)}); give 1 or {channels}"
+                )
             x, y, h, w, v = self.get_params(img, self.scale, self.ratio, value)
             return F.erase(img, x, y, h, w, v, self.inplace)
         return img

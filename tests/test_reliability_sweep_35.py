@@ -1,0 +1,385 @@
+"""Reliability sweep 35, over the surfaces added last: sparse COO tensors, the global and
+``rg.Generator`` random streams, ``retrograd.vision`` (transforms, datasets over damaged files,
+``vision.io`` over damaged images), autocast, the profiler and ``distributed.checkpoint``. Each
+heading names a defect found, each test failing on the code before its fix. Expected behaviour
+comes from torch where torch has one (whether it raises, and the built-in class its error is),
+from torchvision's documented checks where it is torchvision's (not installed here), and from
+API.md section 7 otherwise: the hierarchy's error naming the op and the values at fault, and the
+tensors, files and streams involved left usable."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+
+SPARSE_INDICES = [[0, 1], [1, 0]]
+
+
+def sparse_pair():
+    ours = rg.sparse_coo_tensor(SPARSE_INDICES, [1.0, 2.0], (2, 2))
+    theirs = torch.sparse_coo_tensor(SPARSE_INDICES, [1.0, 2.0], (2, 2))
+    return ours, theirs
+
+
+# == sparse: a size of floats, a str or negative extents ==========================================
+@pytest.mark.parametrize(
+    ("size", "error", "words"),
+    [
+        ("ab", rg.DTypeError, "size"),  # int("a") failed: a bare ValueError
+        ((2.5, 2), rg.DTypeError, "2.5"),  # accepted as (2, 2); torch refuses the float
+        ((-2, 2), rg.InvalidArgumentError, "non-negative"),  # said "found index 1"
+    ],
+    ids=["str", "float", "negative"],
+)
+def test_a_sparse_size_that_is_not_one_of_extents_is_refused_by_name(size, error, words):
+    with pytest.raises((TypeError, RuntimeError)):
+        torch.sparse_coo_tensor(SPARSE_INDICES, [1.0, 2.0], size)
+    with pytest.raises(error, match=words) as caught:
+        rg.sparse_coo_tensor(SPARSE_INDICES, [1.0, 2.0], size)
+    assert "sparse_coo_tensor" in str(caught.value)
+    with pytest.raises(rg.InvalidArgumentError, match=r"sparse\.FloatTensor: size"):
+        rg.sparse.FloatTensor(-2, 3)
+    ours, theirs = sparse_pair()  # the good form still builds what torch builds
+    np.testing.assert_array_equal(ours.to_dense().numpy(), theirs.to_dense().numpy())
+
+
+def test_sparse_addmm_names_itself_and_the_shapes_when_mat_does_not_expand():
+    ours, theirs = sparse_pair()
+    with pytest.raises(RuntimeError):
+        torch.sparse.addmm(torch.ones(3, 3), theirs, torch.ones(2, 2))
+    with pytest.raises(rg.ShapeError, match=r"sparse\.addmm: mat of shape \[3, 3\]"):
+        rg.sparse.addmm(rg.ones(3, 3), ours, rg.ones(2, 2))
+    for bias in ([1.0, -1.0], [[1.0, -1.0]]):  # what expands still adds, as torch's
+        expected = torch.sparse.addmm(torch.tensor(bias), theirs, torch.ones(2, 2))
+        got = rg.sparse.addmm(rg.tensor(bias), ours, rg.ones(2, 2))
+        np.testing.assert_allclose(got.numpy(), expected.numpy())
+
+
+# == Generator: garbage states and seeds out of range ============================================
+@pytest.mark.parametrize(
+    ("words", "error"),
+    [
+        ([-1] * 10, rg.InvalidArgumentError),  # a bare OverflowError from NumPy
+        ([2**40] * 10, rg.InvalidArgumentError),  # a bare OverflowError
+        ([0] * 10, rg.InvalidArgumentError),  # accepted: every later draw was 0.0
+        ("float", rg.DTypeError),  # torch: "RNG state must be a torch.ByteTensor"
+        ("list", rg.DTypeError),  # torch: TypeError
+    ],
+    ids=["negative", "over-32-bits", "zeros", "float-tensor", "list"],
+)
+def test_generator_set_state_refuses_a_damaged_state_and_keeps_its_stream(words, error):
+    generator = rg.Generator().manual_seed(5)
+    expected = rg.rand(3, generator=rg.Generator().manual_seed(5)).tolist()
+    if isinstance(words, list):
+        state = rg.tensor(words)
+    else:
+        state = rg.zeros(10) if words == "float" else [1, 2, 3]
+    with pytest.raises(error, match=r"Generator\.set_state"):
+        generator.set_state(state)
+    assert rg.rand(3, generator=generator).tolist() == expected  # the stream is where it was
+    with pytest.raises(error, match="set_rng_state"):
+        rg.set_rng_state(rg.tensor(words + [0, 0]) if isinstance(words, list) else state)
+
+
+def test_a_state_get_state_gave_still_restores_the_stream():
+    generator = rg.Generator().manual_seed(11)
+    saved = generator.get_state()
+    first = rg.rand(4, generator=generator).tolist()
+    generator.set_state(saved)
+    assert rg.rand(4, generator=generator).tolist() == first
+    before = rg.get_rng_state()
+    drawn = rg.rand(2).tolist()
+    rg.set_rng_state(before)
+    assert rg.rand(2).tolist() == drawn
+
+
+@pytest.mark.parametrize("seed", [2**64, 2**70, -(2**63) - 1])
+def test_a_seed_outside_64_bits_is_refused_as_torch_refuses_it(seed):
+    # it wrapped: manual_seed(2**64) seeded 0, the stream of manual_seed(0)
+    with pytest.raises(ValueError, match="Overflow"):
+        torch.Generator().manual_seed(seed)
+    with pytest.raises(rg.InvalidArgumentError, match=f"Generator.manual_seed: seed {seed}"):
+        rg.Generator().manual_seed(seed)
+    state = rg.get_rng_state()
+    try:
+        with pytest.raises(rg.InvalidArgumentError, match="64-bit"):
+            rg.manual_seed(seed)
+        assert rg.get_rng_state().tolist() == state.tolist()
+    finally:
+        rg.set_rng_state(state)
+
+
+def test_seeds_at_the_ends_of_torchs_range_are_taken_as_torch_takes_them():
+    for seed in (2**64 - 1, -(2**63), -1):
+        assert rg.Generator().manual_seed(seed).initial_seed() == (
+            torch.Generator().manual_seed(seed).initial_seed()
+        )
+
+
+# == vision transforms: arguments of the wrong type, unsafe casts =================================
+def vision_functional():
+    from retrograd.vision.transforms import functional
+
+    return functional
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f, x: f.resize(x, "4"),  # '/' of str and int inside: a bare TypeError
+        lambda f, x: f.resize(x, 4.5),  # resized to 4: torchvision "Size should be int or ..."
+        lambda f, x: f.pad(x, "1"),  # int("a") inside: a bare ValueError for "a"
+        lambda f, x: f.pad(x, 1.5),  # padded by 1: torchvision "inappropriate padding arg"
+        lambda f, x: f.adjust_brightness(x, "2"),  # '<' of str and int: a bare TypeError
+        lambda f, x: f.adjust_hue(x, [0.1]),
+        lambda f, x: f.rotate(x, "90"),  # math.radians("90"): a bare TypeError
+    ],
+    ids=["resize-str", "resize-float", "pad-str", "pad-float", "brightness", "hue", "rotate"],
+)
+def test_a_transform_argument_of_the_wrong_type_is_a_type_error_of_the_hierarchy(call):
+    F = vision_functional()  # noqa: N806 (torchvision's name)
+    image = rg.rand(3, 6, 6)
+    before = image.numpy().copy()
+    with pytest.raises(rg.DTypeError) as caught:
+        call(F, image)
+    assert str(caught.value).split(":")[0] in (
+        "resize", "pad", "adjust_brightness", "adjust_hue", "rotate"
+    )  # fmt: skip
+    np.testing.assert_array_equal(image.numpy(), before)
+    assert F.resize(image, 3).shape == (3, 3, 3) and F.pad(image, 1).shape == (3, 8, 8)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"), [("float32", "int32"), ("float32", "int64"), ("float64", "int64")]
+)
+def test_convert_image_dtype_refuses_the_casts_torchvision_calls_unsafe(source, target):
+    # 1.0 scaled to the integer's maximum does not fit the float: the result was garbage
+    # (int64 values of 8e18 for a float32 image in [0, 1))
+    F = vision_functional()  # noqa: N806
+    image = rg.rand(1, 2, 2, dtype=source)
+    with pytest.raises(rg.InvalidArgumentError, match=f"{source}.*{target}.*safely"):
+        F.convert_image_dtype(image, getattr(rg, target))
+    with pytest.raises(rg.DTypeError, match="convert_image_dtype: unknown dtype"):
+        F.convert_image_dtype(image, "banana")
+    as_bytes = F.convert_image_dtype(rg.tensor([[[0.0, 0.5, 1.0]]], dtype=source), rg.uint8)
+    assert as_bytes.tolist() == [[[0, 127, 255]]]  # torchvision's x * (255 + 1 - 1e-3)
+
+
+def test_adjust_contrast_refuses_an_image_of_two_channels_as_torchvision():
+    F = vision_functional()  # noqa: N806
+    with pytest.raises(rg.ShapeError, match=r"adjust_contrast: .*got 2 \(shape \[2, 4, 4\]\)"):
+        F.adjust_contrast(rg.rand(2, 4, 4), 0.5)
+    assert F.adjust_contrast(rg.rand(1, 4, 4), 0.5).shape == (1, 4, 4)
+
+
+def test_transform_classes_refuse_bad_arguments_when_built():
+    from retrograd.vision import transforms as T  # noqa: N812
+
+    image = rg.rand(3, 8, 8)
+    with pytest.raises(rg.DTypeError, match="Compose: transforms must be iterable"):
+        T.Compose(5)  # list(5) inside: a bare TypeError
+    with pytest.raises(rg.DTypeError, match="Compose: each of transforms must be callable"):
+        T.Compose([T.Normalize([0.5], [0.5]), rg.ones(2)])
+    with pytest.raises(rg.DTypeError, match="RandomHorizontalFlip: p should be a number"):
+        T.RandomHorizontalFlip(p="0.5")  # the draw's '<' failed at the first image
+    with pytest.raises(rg.InvalidArgumentError, match=r"RandomResizedCrop: ratio .* positive"):
+        T.RandomResizedCrop(4, ratio=(-1.0, 0.5))  # math.log(-1): "math domain error"
+    # torchvision's RandomErasing checks, each with its kind of error
+    with pytest.raises(rg.InvalidArgumentError, match="between 0 and 1, got 2"):
+        T.RandomErasing(p=2)
+    with pytest.raises(rg.InvalidArgumentError, match="should be 'random'"):
+        T.RandomErasing(value="banana")  # rg.tensor("banana") failed at the first image
+    with pytest.raises(rg.InvalidArgumentError, match="scale should be between 0 and 1"):
+        T.RandomErasing(scale=(0.1, 2.0))
+    with pytest.raises(rg.ShapeError, match=r"RandomErasing: value holds 2 values .* 3 channels"):
+        T.RandomErasing(p=1.0, value=[0.0, 1.0])(image)
+    assert T.Compose([T.RandomHorizontalFlip(0.0), T.Resize(4)])(image).shape == (3, 4, 4)
+    assert T.RandomErasing(p=1.0, value=[0.0, 0.5, 1.0])(image).shape == (3, 8, 8)
+
+
+# == vision.io: damaged images, bad modes, bad encoder settings ==================================
+def png_and_jpeg(tmp_path):
+    pytest.importorskip("PIL.Image")
+    from retrograd.vision import io as vision_io
+
+    image = rg.arange(3 * 8 * 8).reshape(3, 8, 8).remainder(251).to(rg.uint8)
+    vision_io.write_png(image, tmp_path / "good.png")
+    vision_io.write_jpeg(image, tmp_path / "good.jpg")
+    return vision_io, image
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[: len(data) // 2],  # a bare OSError "image file is truncated"
+        lambda data: data[:8] + b"x" * 100,  # PNG's magic, then garbage
+        lambda data: b"",
+    ],
+    ids=["truncated", "garbage-after-magic", "empty"],
+)
+@pytest.mark.parametrize("suffix", ["png", "jpg"])
+def test_reading_a_damaged_image_is_a_damaged_file_error_naming_it(tmp_path, damage, suffix):
+    from retrograd.errors import DamagedFileError
+
+    vision_io, _ = png_and_jpeg(tmp_path)
+    good = tmp_path / f"good.{suffix}"
+    damaged = tmp_path / f"damaged.{suffix}"
+    damaged.write_bytes(damage(good.read_bytes()))
+    with pytest.raises(DamagedFileError, match=f"read_image: {damaged}") as caught:
+        vision_io.read_image(damaged)
+    assert isinstance(caught.value, OSError)  # what PIL raised: except OSError still catches
+    with pytest.raises(DamagedFileError, match="decode_image"):
+        vision_io.decode_image(vision_io.read_file(damaged))
+    assert vision_io.read_image(good).shape == (3, 8, 8)
+
+
+def test_read_image_modes_and_write_settings_are_checked_before_any_file_is_touched(tmp_path):
+    vision_io, image = png_and_jpeg(tmp_path)
+    path = tmp_path / "good.png"
+    with pytest.raises(rg.InvalidArgumentError, match="read_image: unknown mode 'banana'"):
+        vision_io.read_image(path, mode="banana")  # a bare KeyError
+    with pytest.raises(rg.DTypeError, match="read_image: mode"):
+        vision_io.read_image(path, mode=7)
+    assert vision_io.read_image(path, mode="gray").shape == (1, 8, 8)
+    before = path.read_bytes()
+    refusals = [
+        (lambda: vision_io.write_png(image, path, compression_level=42), rg.InvalidArgumentError),
+        (lambda: vision_io.write_jpeg(image, path, quality=0), rg.InvalidArgumentError),
+        (lambda: vision_io.write_jpeg(image, path, quality=500), rg.InvalidArgumentError),
+        (lambda: vision_io.write_jpeg(image.float(), path), rg.DTypeError),  # PIL's TypeError
+        (lambda: vision_io.write_png(image[:, :0], path), rg.ShapeError),  # PIL's ValueError
+    ]
+    for write, error in refusals:
+        with pytest.raises(error, match=r"write_(png|jpeg)"):
+            write()
+        assert path.read_bytes() == before  # the old file, whole
+
+
+def test_a_full_disk_while_writing_an_image_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    # PIL wrote into the file itself: a full disk left a truncated image in its place
+    import errno
+    import os
+
+    vision_io, image = png_and_jpeg(tmp_path)
+    path = tmp_path / "good.png"
+    before = path.read_bytes()
+
+    def no_space(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(OSError, match="No space") as caught:
+        vision_io.write_png(rg.zeros(3, 8, 8, dtype=rg.uint8), path)
+    monkeypatch.undo()
+    assert caught.value.errno == errno.ENOSPC
+    assert path.read_bytes() == before  # the old file whole, and no temporary one beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.jpg", "good.png"]
+    assert vision_io.read_image(path).tolist() == image.tolist()
+
+
+# == vision.datasets over damaged files ===========================================================
+def test_an_unreadable_image_in_an_image_folder_names_its_file_and_spares_the_others(tmp_path):
+    from retrograd.errors import DamagedFileError
+    from retrograd.vision import datasets
+
+    png_and_jpeg(tmp_path)
+    good = (tmp_path / "good.png").read_bytes()
+    for label, data in (("cat", good), ("dog", good[:40])):
+        (tmp_path / "root" / label).mkdir(parents=True)
+        (tmp_path / "root" / label / "x.png").write_bytes(data)
+    folder = datasets.ImageFolder(tmp_path / "root")
+    with pytest.raises(DamagedFileError, match=r"dog/x\.png") as caught:
+        folder[1]  # PIL's bare OSError "Truncated File Read"
+    assert isinstance(caught.value, OSError)  # a skip-the-bad-file loop's except still works
+    image, label = folder[0]
+    assert image.size == (8, 8) and label == 0
+    with pytest.raises(rg.IndexOutOfRangeError, match=r"ImageFolder: index 5 .* 2 items"):
+        folder[5]  # a list's bare IndexError
+
+
+def write_cifar(root, batch: object, meta: object = None) -> None:
+    import pickle
+
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(exist_ok=True)
+    (folder / "test_batch").write_bytes(pickle.dumps(batch))
+    if meta is not None:
+        (folder / "batches.meta").write_bytes(
+            meta if isinstance(meta, bytes) else pickle.dumps(meta)
+        )
+
+
+def cifar_batch(count: int = 4, **changes: object) -> dict:
+    return {"data": np.zeros((count, 3072), np.uint8), "labels": list(range(count)), **changes}
+
+
+@pytest.mark.parametrize(
+    ("batch", "meta", "words"),
+    [
+        (cifar_batch(labels=[1, 2]), None, "4 images and 2 labels"),  # 4 items, 2 targets
+        (cifar_batch(labels=["a"] * 4), None, "each a class number"),  # int("a"): ValueError
+        (cifar_batch(labels=[0, 1, 2, None]), None, "each a class number"),  # int(None)
+        ({"data": np.zeros((4, 3072), np.uint8)}, None, "no 'labels'"),  # 4 items, 0 targets
+        (cifar_batch(data=np.full((4, 3072), 300.0)), None, "float64"),  # cast to uint8: 44
+        (cifar_batch(), b"\x80\x04garbage", "meta file"),  # a bare UnpicklingError
+        (cifar_batch(), {"names": ["a"]}, "meta file"),  # a bare KeyError 'label_names'
+    ],
+    ids=[
+        "label-count",
+        "str-labels",
+        "none-label",
+        "no-labels",
+        "float-data",
+        "meta-garbage",
+        "meta-key",
+    ],
+)
+def test_a_damaged_cifar_batch_or_meta_file_is_refused_naming_the_file(
+    tmp_path, batch, meta, words
+):
+    from retrograd.errors import DamagedFileError
+    from retrograd.vision import datasets
+
+    write_cifar(tmp_path, batch, meta)
+    with pytest.raises(DamagedFileError, match=words) as caught:
+        datasets.CIFAR10(tmp_path, train=False)
+    assert "cifar-10-batches-py" in str(caught.value)
+
+
+def test_a_whole_cifar_batch_still_loads(tmp_path):
+    from retrograd.vision import datasets
+
+    write_cifar(tmp_path, cifar_batch(labels=[3, 1, 4, 1]), {"label_names": list("abcdefghij")})
+    data = datasets.CIFAR10(tmp_path, train=False)
+    assert len(data) == 4 and data.targets == [3, 1, 4, 1] and data.classes[3] == "d"
+    with pytest.raises(rg.IndexOutOfRangeError, match="CIFAR10: index -5"):
+        data[-5]
+
+
+def test_an_idx_file_whose_header_claims_more_than_any_file_holds_is_refused(tmp_path):
+    # 2**31 x 2**31 x 2**31 bytes: the int64 product wrapped to 0, which matched the file's
+    # empty body, and the reshape failed with a bare ValueError
+    from retrograd.errors import DamagedFileError
+    from retrograd.vision.idx import read_idx
+
+    path = tmp_path / "images-idx3-ubyte"
+    path.write_bytes(bytes([0, 0, 8, 3]) + (2**31).to_bytes(4, "big") * 3)
+    with pytest.raises(DamagedFileError, match=r"shape \[2147483648, 2147483648, 2147483648\]"):
+        read_idx(path)
+    path.write_bytes(bytes([0, 0, 8, 3, 0, 0, 0, 4]))  # a header cut short
+    with pytest.raises(DamagedFileError, match="needs 16 bytes, the file has 8"):
+        read_idx(path)
+
+
+def test_fake_data_refuses_a_negative_size_and_a_bad_image_size():
+    from retrograd.vision import datasets
+
+    with pytest.raises(rg.InvalidArgumentError, match="FakeData: size"):
+        datasets.FakeData(size=-1)  # len() then failed with Python's ValueError
+    with pytest.raises(rg.InvalidArgumentError, match="FakeData: image_size"):
+        datasets.FakeData(image_size=5)  # len(5): a bare TypeError
+    with pytest.raises(rg.InvalidArgumentError, match="FakeData: num_classes"):
+        datasets.FakeData(num_classes=0)
