@@ -9,6 +9,8 @@ tensors, files and streams involved left usable."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -228,7 +230,7 @@ def test_reading_a_damaged_image_is_a_damaged_file_error_naming_it(tmp_path, dam
     good = tmp_path / f"good.{suffix}"
     damaged = tmp_path / f"damaged.{suffix}"
     damaged.write_bytes(damage(good.read_bytes()))
-    with pytest.raises(DamagedFileError, match=f"read_image: {damaged}") as caught:
+    with pytest.raises(DamagedFileError, match=re.escape(f"read_image: {damaged}")) as caught:
         vision_io.read_image(damaged)
     assert isinstance(caught.value, OSError)  # what PIL raised: except OSError still catches
     with pytest.raises(DamagedFileError, match="decode_image"):
@@ -383,3 +385,149 @@ def test_fake_data_refuses_a_negative_size_and_a_bad_image_size():
         datasets.FakeData(image_size=5)  # len(5): a bare TypeError
     with pytest.raises(rg.InvalidArgumentError, match="FakeData: num_classes"):
         datasets.FakeData(num_classes=0)
+
+
+# == autocast: flags that are not bools ==========================================================
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [("enabled", "False"), ("enabled", 1), ("cache_enabled", "no")],
+)
+def test_autocast_flags_must_be_bools_as_in_torch(keyword, value):
+    # bool("False") is True: autocast was turned on by enabled="False"
+    with pytest.raises(TypeError):
+        torch.autocast("cpu", **{keyword: value}).__enter__()
+    with pytest.raises(rg.DTypeError, match=f"autocast: {keyword} must be a bool"):
+        rg.autocast("cpu", **{keyword: value})
+    assert not rg.is_autocast_enabled("cpu")
+    with rg.autocast("cpu", enabled=np.bool_(False)):
+        assert not rg.is_autocast_enabled("cpu")
+
+
+# == profiler: activities, record_function names, row_limit ======================================
+def test_profile_refuses_activities_torch_finds_no_valid_one_in():
+    from retrograd.profiler import ProfilerActivity, profile
+
+    for activities in (["CPU"], []):
+        with pytest.raises(AssertionError, match="No valid profiler activities"):
+            torch.profiler.profile(activities=activities).__enter__()
+        with pytest.raises(rg.InvalidArgumentError, match="profile: no valid profiler activities"):
+            profile(activities=activities)  # recorded anyway
+    with profile(activities=[ProfilerActivity.CPU]) as recording:
+        rg.ones(2).add(1)
+    assert any("add" in row.key for row in recording.key_averages())
+
+
+def test_record_function_refuses_a_name_that_is_not_a_str():
+    from retrograd.profiler import record_function
+
+    with pytest.raises(RuntimeError, match="str"):
+        torch.profiler.record_function(5).__enter__()
+    with pytest.raises(rg.DTypeError, match="record_function: name must be a str, got 5"):
+        record_function(5)
+
+
+@pytest.mark.parametrize("row_limit", [-1, None, 2, 0])
+def test_table_row_limit_counts_rows_as_torchs_does(row_limit):
+    # torch shows every row unless the count reaches row_limit: rows[:-1] dropped the last
+    from retrograd.profiler import profile
+
+    with profile() as recording:
+        rg.ones(2).add(1).mul(2).sum()
+    averages = recording.key_averages()
+    keys = [row.key for row in averages]
+    table = averages.table(row_limit=row_limit).splitlines()
+    shown = [line for line in table if any(line.startswith(f"{key} ") for key in keys)]
+    assert len(keys) >= 3
+    assert len(shown) == (len(keys) if row_limit in (-1, None) else min(len(keys), row_limit))
+
+
+# == distributed.checkpoint: a file for a folder, a path of another type, damaged metadata =======
+def saved_checkpoint(folder):
+    import retrograd.distributed.checkpoint as dcp
+
+    dcp.save({"w": rg.arange(4.0), "hyper": (1, 2), "step": 3}, checkpoint_id=folder)
+    return dcp
+
+
+def test_a_checkpoint_id_that_is_a_file_or_not_a_path_is_refused_by_name(tmp_path):
+    dcp = saved_checkpoint(tmp_path / "ckpt")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("kept")
+    state = {"w": rg.zeros(4)}
+    with pytest.raises(rg.InvalidArgumentError, match=r"load: checkpoint_id .* is a file"):
+        dcp.load(state, checkpoint_id=a_file)  # a bare NotADirectoryError of ".metadata"
+    with pytest.raises(rg.InvalidArgumentError, match=r"load: checkpoint_id .* is a file"):
+        dcp.load(state, storage_reader=dcp.FileSystemReader(a_file))
+    with pytest.raises(rg.InvalidArgumentError, match=r"save: checkpoint_id .* is a file"):
+        dcp.save(state, checkpoint_id=a_file)  # a bare FileExistsError from mkdir
+    with pytest.raises(rg.DTypeError, match="save: checkpoint_id must be a folder's path"):
+        dcp.save(state, checkpoint_id=5)  # a bare TypeError from Path(5)
+    assert a_file.read_text() == "kept" and state["w"].tolist() == [0.0] * 4
+    dcp.load(state, checkpoint_id=tmp_path / "ckpt")
+    assert state["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_damaged_plain_value_in_the_metadata_is_refused_before_anything_is_loaded(tmp_path):
+    import json
+
+    folder = tmp_path / "ckpt"
+    dcp = saved_checkpoint(folder)
+    metadata = json.loads((folder / ".metadata").read_text())
+    metadata["plain"]["hyper"] = {"__tuple__": 5}
+    (folder / ".metadata").write_text(json.dumps(metadata))
+    state = {"w": rg.zeros(4), "hyper": None, "step": 0}
+    with pytest.raises(rg.InvalidArgumentError, match="metadata is damaged"):
+        dcp.load(state, checkpoint_id=folder)  # a bare TypeError: 'int' is not iterable
+    assert state == {"w": state["w"], "hyper": None, "step": 0} and state["w"].sum().item() == 0
+
+
+# == einops: bad patterns fail as with torch's tensors, and leave the tensor usable ===============
+def test_a_bad_einops_pattern_raises_einops_error_as_for_torch_and_spares_the_graph():
+    einops = pytest.importorskip("einops")
+    ours = rg.arange(6.0).reshape(2, 3).requires_grad_()
+    for pattern, sizes in (("a b -> a c", {}), ("a (b c) -> a b c", {"c": 2}), ("a b -> (a b", {})):
+        with pytest.raises(einops.EinopsError):
+            einops.rearrange(torch.ones(2, 3), pattern, **sizes)
+        with pytest.raises(einops.EinopsError, match="rearrange"):
+            einops.rearrange(ours * 2, pattern, **sizes)
+    with pytest.raises(RuntimeError):
+        einops.einsum(torch.ones(2, 3), torch.ones(4, 5), "a b, b c -> a c")
+    with pytest.raises(rg.ShapeError, match="einsum: subscript 'b' has sizes 3 and 4"):
+        einops.einsum(ours, rg.ones(4, 5), "a b, b c -> a c")
+    grads = einops.rearrange(ours * 2, "a b -> b a").sum().backward()
+    assert np.asarray(ours.grad(grads)).tolist() == [[2.0] * 3] * 2
+
+
+# == rg.load / rg.save: damaged files, refused globals, a full disk ==============================
+def test_damaged_and_hostile_files_are_refused_and_a_full_disk_keeps_the_old_file(
+    tmp_path, monkeypatch
+):
+    import errno
+    import os
+    import pickle
+
+    path = tmp_path / "model.pt"
+    rg.save({"w": rg.arange(3.0)}, path)
+    data = path.read_bytes()
+    damaged = tmp_path / "damaged.pt"
+    for broken in (data[: len(data) // 2], b"XXXX" + data[4:], b""):
+        damaged.write_bytes(broken)
+        with pytest.raises((RuntimeError, EOFError, UnicodeDecodeError)):
+            torch.load(damaged)
+        with pytest.raises(rg.InvalidArgumentError, match=re.escape(f"load: '{damaged}'")):
+            rg.load(damaged)
+    hostile = tmp_path / "hostile.pt"
+    torch.save({"s": slice(1, 2)}, hostile)  # a global outside weights_only's allow-list
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(hostile)
+    with pytest.raises(rg.InvalidArgumentError, match=r"builtins\.slice is not allowed"):
+        rg.load(hostile)
+
+    def no_space(descriptor):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(OSError, match="No space"):
+        rg.save({"w": rg.ones(1000)}, path)
+    monkeypatch.undo()
+    assert path.read_bytes() == data and rg.load(path)["w"].tolist() == [0.0, 1.0, 2.0]

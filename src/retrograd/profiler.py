@@ -251,14 +251,18 @@ class EventList(list):
                     f"table: sort_by must be one of {sorted(_SORT_KEYS)}, got {sort_by!r}"
                 )
             rows.sort(key=lambda row: getattr(row, sort_by), reverse=True)
-        whole = sum(row.self_cpu_time_total for row in self) or 1.0
+        # torch stops at the row whose count equals row_limit: any other value (-1, None)
+        # shows every row, where a slice [:-1] dropped the last one
         shapes = any(getattr(row, "input_shapes", None) for row in rows)
-        width = max([len("Name"), *(len(row.key) for row in rows[:row_limit])]) + 2
+        if isinstance(row_limit, int) and not isinstance(row_limit, bool) and row_limit >= 0:
+            rows = rows[:row_limit]
+        whole = sum(row.self_cpu_time_total for row in self) or 1.0
+        width = max([len("Name"), *(len(row.key) for row in rows)]) + 2
         columns = ["Self CPU %", "Self CPU", "CPU total %", "CPU total", "CPU time avg"]
         if self.profile_memory:
             columns += ["CPU Mem", "Self CPU Mem"]
         columns.append("# of Calls")
-        stacks = any(row.stack for row in rows[:row_limit])
+        stacks = any(row.stack for row in rows)
         line = "-" * width + "".join(" " + "-" * 14 for _ in columns)
         lines = [header] if header else []
         lines += [line, "Name".ljust(width) + "".join(f" {c:>14}" for c in columns)]
@@ -267,7 +271,7 @@ class EventList(list):
         if stacks:
             lines[-1] += "  Source Location"
         lines.append(line)
-        for row in rows[:row_limit]:
+        for row in rows:
             cells = [
                 f"{100 * row.self_cpu_time_total / whole:.2f}%",
                 _time(row.self_cpu_time_total),
@@ -394,6 +398,8 @@ class record_function(ContextDecorator):  # noqa: N801  (torch's name)
     profile records."""
 
     def __init__(self, name: str, args: str | None = None):
+        if not isinstance(name, str):  # torch: "Expected a value of type 'str' for 'name'"
+            raise DTypeError(f"record_function: name must be a str, got {name!r}")
         self.name = name
         self._opened: list = []
 
@@ -430,6 +436,13 @@ class profile:  # noqa: N801  (torch's name)
     ):
         if activities is not None:
             check_iterable("profile", activities, "activities")
+            activities = list(activities)
+            unknown = [a for a in activities if not isinstance(a, ProfilerActivity)]
+            if unknown or not activities:  # torch: "No valid profiler activities found"
+                raise InvalidArgumentError(
+                    f"profile: no valid profiler activities in {activities!r}; give "
+                    "ProfilerActivity members (ProfilerActivity.CPU, ProfilerActivity.CUDA)"
+                )
         for name, function in (("schedule", schedule), ("on_trace_ready", on_trace_ready)):
             if function is not None:  # here, not as "not callable" at the first step
                 check_callable("profile", function, name)

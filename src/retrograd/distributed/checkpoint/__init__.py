@@ -160,6 +160,11 @@ def _plain(value: Any, key: str) -> Any:
 
 def _unplain(value: Any) -> Any:
     if isinstance(value, dict) and "__tuple__" in value:
+        if not isinstance(value["__tuple__"], list):
+            raise InvalidArgumentError(
+                f"load: a tuple of the checkpoint's {_METADATA} is damaged (its items are "
+                f"{value['__tuple__']!r}, not a list)"
+            )
         return tuple(_unplain(v) for v in value["__tuple__"])
     if isinstance(value, list):
         return [_unplain(v) for v in value]
@@ -175,13 +180,22 @@ def _states(state_dict: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _folder(checkpoint_id: Any, storage: Any, op: str) -> Path:
-    if storage is not None and checkpoint_id is None:
-        return Path(storage.path)
+    if checkpoint_id is None and storage is None:
+        raise InvalidArgumentError(f"{op}: give checkpoint_id (a folder) or a storage object")
+    place = storage.path if checkpoint_id is None else checkpoint_id
+    if not isinstance(place, str | os.PathLike):
+        raise DTypeError(
+            f"{op}: checkpoint_id must be a folder's path (a str or a Path), got {place!r}"
+        )
     if checkpoint_id is not None and storage is not None:
         storage.path = Path(checkpoint_id)  # torch's storage.reset(checkpoint_id): it wins
-    if checkpoint_id is None:
-        raise InvalidArgumentError(f"{op}: give checkpoint_id (a folder) or a storage object")
-    return Path(checkpoint_id)
+    folder = Path(place)
+    if folder.exists() and not folder.is_dir():
+        # (open() below it said "Not a directory" of ".metadata", or mkdir "File exists")
+        raise InvalidArgumentError(
+            f"{op}: checkpoint_id {str(folder)!r} is a file, not a checkpoint's folder"
+        )
+    return folder
 
 
 def _refuse_planner(planner: Any, op: str) -> None:
