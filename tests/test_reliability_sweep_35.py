@@ -60,6 +60,53 @@ def test_sparse_addmm_names_itself_and_the_shapes_when_mat_does_not_expand():
         np.testing.assert_allclose(got.numpy(), expected.numpy())
 
 
+def test_sparse_sum_reads_its_dtype_as_a_dtype_and_sizes_past_int64_are_refused():
+    ours, theirs = sparse_pair()
+    with pytest.raises(TypeError):
+        torch.sparse.sum(theirs, dtype="banana")
+    # "to: device: unknown device type 'banana'": the dtype was handed to .to() as it came
+    with pytest.raises(rg.DTypeError, match=r"sparse\.sum: unknown dtype 'banana'"):
+        rg.sparse.sum(ours, dtype="banana")
+    assert rg.sparse.sum(ours, dtype=rg.float64).dtype == rg.float64
+    with pytest.raises(TypeError, match="Overflow"):
+        torch.sparse_coo_tensor([[0]], [1.0], (2**63,))
+    with pytest.raises(rg.DTypeError, match="overflows int64") as caught:
+        rg.sparse_coo_tensor([[0]], [1.0], (2**63,))  # accepted
+    assert isinstance(caught.value, rg.ShapeError)  # (ArgumentTypeError: a ValueError too)
+
+
+def test_a_vector_times_a_sparse_matrix_is_torchs_matmul_with_its_gradients():
+    # refused ("expects a dense matrix"), where torch's matmul takes the vector
+    rows, weights = [[0, 1, 1], [1, 0, 1]], [3.0, 5.0]
+
+    def product(library, vector, values):
+        matrix = library.sparse_coo_tensor(rows, values, (2, 2))
+        return ((vector @ matrix) * library.tensor(weights, dtype=library.float64)).sum()
+
+    vector = rg.tensor([1.0, -2.0], dtype=rg.float64).requires_grad_()
+    values = rg.tensor([1.0, 2.0, 3.0], dtype=rg.float64).requires_grad_()
+    grads = product(rg, vector, values).backward()
+    theirs = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in
+              ([1.0, -2.0], [1.0, 2.0, 3.0])]  # fmt: skip
+    product(torch, *theirs).backward()
+    for ours, reference in zip((vector, values), theirs, strict=True):
+        np.testing.assert_allclose(np.asarray(ours.grad(grads)), reference.grad.numpy())
+    # finite differences of the same function, in float64
+    base = [np.array([1.0, -2.0]), np.array([1.0, 2.0, 3.0])]
+    for which, ours in enumerate((vector, values)):
+        numeric = []
+        for k in range(base[which].size):
+            shifted = [b.copy() for b in base]
+            shifted[which][k] += 1e-6
+            up = product(rg, *(rg.tensor(b, dtype=rg.float64) for b in shifted)).item()
+            shifted[which][k] -= 2e-6
+            down = product(rg, *(rg.tensor(b, dtype=rg.float64) for b in shifted)).item()
+            numeric.append((up - down) / 2e-6)
+        np.testing.assert_allclose(np.asarray(ours.grad(grads)), numeric, rtol=1e-6)
+    with pytest.raises(rg.ShapeError, match="matmul"):
+        rg.ones(3, dtype=rg.float64) @ rg.sparse_coo_tensor(rows, values.detach(), (2, 2))
+
+
 # == Generator: garbage states and seeds out of range ============================================
 @pytest.mark.parametrize(
     ("words", "error"),

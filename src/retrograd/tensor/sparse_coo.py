@@ -30,10 +30,17 @@ import math
 import numbers
 from typing import Any, NoReturn
 
-from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    ArgumentTypeError,
+    DTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    ShapeError,
+    shape_text,
+)
 from ..unsupported import no_sparse
 from ._dispatch import TensorBase, check_int_list, int_parameter, lift, normalize_dim, promote
-from .dtypes import Size, default_float_dtype
+from .dtypes import DTYPE_OBJECTS, Size, canonical_dtype, default_float_dtype
 from .layouts import sparse_coo
 from .printing import sparse_text
 from .shape import cat
@@ -460,6 +467,8 @@ def _sparse_size(op: str, size: Any) -> tuple[int, ...]:
         raise InvalidArgumentError(
             f"{op}: size must hold non-negative extents, got {list(extents)}"
         )
+    if any(extent >= 2**63 for extent in extents):  # torch: "Overflow when unpacking long"
+        raise ArgumentTypeError(f"{op}: size {list(extents)} overflows int64")
     return extents
 
 
@@ -579,6 +588,9 @@ def dense_sparse_mm(op: str, dense: Any, sparse: SparseTensor) -> Any:
     """``dense @ sparse`` (torch's ``mm`` of a dense and a sparse matrix): the transposed
     product, ``(sparse.t() @ dense.t()).t()``."""
     dense = _check_dense(op, sparse, dense, "input")
+    if op == "matmul" and dense.ndim == 1:
+        # torch's matmul of a vector and a matrix: the vector times each column
+        return sparse_mm(op, sparse.t(), dense, vector=True)
     if dense.ndim != 2:
         raise ShapeError(
             f"{op}: expects a dense matrix and a 2-d sparse matrix, got shapes "
@@ -590,6 +602,8 @@ def dense_sparse_mm(op: str, dense: Any, sparse: SparseTensor) -> Any:
 def sparse_sum(sparse: SparseTensor, dim: Any = None, dtype: Any = None) -> Any:
     """torch's ``sparse.sum``: a dense 0-d sum over every dimension, else a sparse tensor
     over the dimensions kept (coalesced)."""
+    if dtype is not None:  # (given to .to() as it came, a str was read as a device)
+        dtype = DTYPE_OBJECTS[canonical_dtype("sparse.sum", dtype)]
     values = sparse._values_t if dtype is None else sparse._values_t.to(dtype)
     if dim is None:
         return values.sum()
