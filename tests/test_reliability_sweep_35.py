@@ -578,3 +578,19 @@ def test_damaged_and_hostile_files_are_refused_and_a_full_disk_keeps_the_old_fil
         rg.save({"w": rg.ones(1000)}, path)
     monkeypatch.undo()
     assert path.read_bytes() == data and rg.load(path)["w"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_pil_paths_of_the_transforms_name_their_op_rather_than_pils_errors():
+    pytest.importorskip("PIL.Image")
+    F = vision_functional()  # noqa: N806
+    picture = F.to_pil_image(rg.zeros(3, 8, 8, dtype=rg.uint8))
+    for size in (0, [-1, 4]):  # PIL's bare "height and width must be > 0"
+        with pytest.raises(rg.ShapeError, match=r"resize: size must be positive"):
+            F.resize(picture, size)
+        with pytest.raises(rg.ShapeError, match=r"resize: size must be positive"):
+            F.resize(rg.rand(3, 8, 8), size)
+    with pytest.raises(rg.DTypeError, match="erase: img should be a Tensor"):
+        F.erase(picture, 0, 0, 1, 1, 0)  # 'Image' object has no attribute 'clone'
+    with pytest.raises(rg.InvalidArgumentError, match="to_pil_image: mode 'L'"):
+        F.to_pil_image(rg.rand(3, 4, 4), mode="L")  # PIL's bare "Invalid mode for data type"
+    assert F.resize(picture, 4).size == (4, 4)

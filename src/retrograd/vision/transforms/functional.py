@@ -196,7 +196,13 @@ def to_pil_image(pic: Any, mode: str | None = None) -> Any:
             raise InvalidArgumentError(
                 f"to_pil_image: {channels}-channel images must be uint8, got {array.dtype}"
             )
-    return image_module.fromarray(array, mode=mode)
+    try:
+        return image_module.fromarray(array, mode=mode)
+    except (ValueError, TypeError) as error:  # PIL's "Invalid mode for data type"
+        raise InvalidArgumentError(
+            f"to_pil_image: mode {mode!r} does not hold {channels}-channel {array.dtype} data "
+            f"({error})"
+        ) from None
 
 
 def convert_image_dtype(image: Tensor, dtype: Any = None) -> Tensor:
@@ -281,6 +287,8 @@ def _resized_size(height: int, width: int, size: Any, max_size: int | None) -> l
     ):
         raise DTypeError(f"resize: size should be an int or a sequence of ints, got {size!r}")
     size = [int(extent) for extent in size]
+    if any(extent <= 0 for extent in size):  # (PIL's bare "height and width must be > 0")
+        raise ShapeError(f"resize: size must be positive, got {size}")
     if len(size) == 1:
         short, long = (width, height) if width <= height else (height, width)
         new_short, new_long = size[0], int(size[0] * long / short)
@@ -719,6 +727,8 @@ def invert(img: Any) -> Any:
 
 
 def erase(img: Tensor, i: int, j: int, h: int, w: int, v: Any, inplace: bool = False) -> Tensor:
+    if not isinstance(img, Tensor):  # torchvision: "img should be Tensor Image"
+        raise DTypeError(f"erase: img should be a Tensor image, got {type(img).__name__}")
     if not inplace:
         img = img.clone()
     img[..., i : i + h, j : j + w] = v
