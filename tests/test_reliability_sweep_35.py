@@ -168,6 +168,39 @@ def test_seeds_at_the_ends_of_torchs_range_are_taken_as_torch_takes_them():
         )
 
 
+def test_a_generator_takes_the_global_streams_state_and_the_stream_a_generators():
+    # torch's states have one form: g.set_state(torch.get_rng_state()) copies the global
+    # stream into a generator; here the two lengths (10 and 12 words) were refused
+    state = rg.get_rng_state()
+    try:
+        rg.manual_seed(5)
+        generator = rg.Generator()
+        generator.set_state(rg.get_rng_state())
+        assert rg.rand(3, generator=generator).tolist() == rg.rand(3).tolist()
+        assert generator.initial_seed() == 5
+        rg.set_rng_state(rg.Generator().manual_seed(9).get_state())
+        assert rg.rand(2).tolist() == rg.rand(2, generator=rg.Generator().manual_seed(9)).tolist()
+        assert rg.initial_seed() == 5  # the stream's own seed, which a generator's state lacks
+    finally:
+        rg.set_rng_state(state)
+
+
+def test_cuda_seeds_and_fork_rng_devices_are_read_as_torch_reads_them_without_a_gpu():
+    # ignored without a GPU, where torch reads int(seed) first
+    for seed in ("a", None):
+        with pytest.raises((ValueError, TypeError)):
+            torch.cuda.manual_seed_all(seed)
+        with pytest.raises(rg.InvalidArgumentError, match=r"cuda\.manual_seed_all: expected"):
+            rg.cuda.manual_seed_all(seed)
+    with pytest.raises(TypeError):
+        torch.random.fork_rng(devices=5).__enter__()
+    with pytest.raises(rg.DTypeError, match="fork_rng: devices must be iterable"):
+        rg.random.fork_rng(devices=5).__enter__()
+    rg.cuda.manual_seed_all(3)
+    with rg.random.fork_rng(devices=[]):
+        rg.rand(1)
+
+
 # == vision transforms: arguments of the wrong type, unsafe casts =================================
 def vision_functional():
     from retrograd.vision.transforms import functional

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend.accelerators import cuda_call, cuda_device_count
+from ..errors import InvalidArgumentError
 from ..tensor.legacy import cuda_legacy
 from . import amp, info, streams
 from .info import *  # noqa: F403 (the informational calls: info.__all__)
@@ -114,16 +115,27 @@ def initial_seed() -> int:
 # seeds (on the host, or on the device with ``TorchBackend("cuda", generator="torch")``, which
 # ``rg.manual_seed`` seeds too). These seed torch's own CUDA generators, and without a device
 # they do nothing, silently, as torch's CPU build does, so scripts that call them run anywhere.
+def _seed(op: str, seed: Any) -> int:
+    """``int(seed)``, read first as torch reads it (without a GPU too: a str seed is refused
+    there, where it was ignored here)."""
+    try:
+        return int(seed)
+    except (TypeError, ValueError) as error:
+        raise InvalidArgumentError(f"{op}: expected an int seed, got {seed!r} ({error})") from None
+
+
 def manual_seed(seed: int) -> None:
     """Seed torch's generator of the current CUDA device; a no-op without one."""
+    seed = _seed("cuda.manual_seed", seed)
     if cuda_device_count() > 0:
-        cuda_call("manual_seed", int(seed))
+        cuda_call("manual_seed", seed)
 
 
 def manual_seed_all(seed: int) -> None:
     """Seed torch's generators of every CUDA device; a no-op without one."""
+    seed = _seed("cuda.manual_seed_all", seed)
     if cuda_device_count() > 0:
-        cuda_call("manual_seed_all", int(seed))
+        cuda_call("manual_seed_all", seed)
 
 
 def seed() -> None:

@@ -28,7 +28,7 @@ import numpy as np
 from ..backend.protocol import check_random_allowed, on_uniform_grid
 from ..context import current_backend
 from ..device import Device
-from ..errors import DTypeError, InvalidArgumentError, guard
+from ..errors import DTypeError, InvalidArgumentError, check_iterable, guard
 from . import creation
 from ._dispatch import TensorBase
 from .creation import tensor
@@ -65,7 +65,10 @@ def checked_seed(op: str, seed: Any) -> int:
 
 
 def checked_state_words(op: str, new_state: Any, count: int, source: str) -> np.ndarray:
-    """The words of a state ``source`` gave (``count`` int64 values): anything else is
+    """The words of a state ``source`` gave (``count`` int64 values, or the other length of
+    the two, a generator's 10 and the global stream's 12, which holds the seed too: torch's
+    states of both have one form, and ``g.set_state(torch.get_rng_state())`` copies the
+    global stream into a generator): anything else is
     refused before the stream changes, a tensor of another kind (torch's uint8 state, a list)
     with a ``DTypeError`` (torch's ``TypeError``), a damaged one (words outside 32 bits, an
     even PCG64 increment, which no state of NumPy's PCG64 has and which would draw a
@@ -76,7 +79,7 @@ def checked_state_words(op: str, new_state: Any, count: int, source: str) -> np.
     words = np.asarray(new_state.numpy() if isinstance(new_state, TensorBase) else new_state)
     if words.dtype != np.int64:
         raise DTypeError(f"{op}: expected {expected}, got a {words.dtype} tensor")
-    if words.shape != (count,):
+    if words.shape not in ((_STATE_WORDS,), (_RNG_STATE_WORDS,)):
         raise InvalidArgumentError(f"{op}: expected {expected}, got shape {list(words.shape)}")
     if ((words < 0) | (words >= 2**32)).any() or words[4] % 2 == 0 or words[8] not in (0, 1):
         raise InvalidArgumentError(
@@ -128,6 +131,7 @@ class Generator:
         """Return the stream to a position :meth:`get_state` gave."""
         words = checked_state_words("Generator.set_state", new_state, _STATE_WORDS, "get_state")
         ints = [int(w) for w in words]
+        seed = ints[10] | (ints[11] << 32) if len(ints) == _RNG_STATE_WORDS else None
         state = {
             "bit_generator": "PCG64",
             "state": {
@@ -139,6 +143,8 @@ class Generator:
         }
         with self._lock:
             self._rng.bit_generator.state = state
+            if seed is not None:  # the global stream's state carries its seed
+                self._initial = seed
         return self
 
     def draws(self, shape: Sequence[int], distribution: str, dtype: str) -> np.ndarray:
@@ -190,6 +196,8 @@ def set_rng_state(new_state: Any) -> None:
     """Return the stream ``rg.manual_seed`` seeds to a position :func:`get_rng_state` gave:
     the draws that followed it repeat (and :func:`initial_seed` answers its seed again)."""
     words = checked_state_words("set_rng_state", new_state, _RNG_STATE_WORDS, "get_rng_state")
+    if len(words) == _STATE_WORDS:  # a generator's state: the stream keeps its seed
+        words = np.concatenate([words, np.asarray(current_backend().rng_state())[10:]])
     current_backend().set_rng_state(words)
 
 
@@ -217,6 +225,8 @@ def fork_rng(
     """Draws inside the block leave the stream where it was when the block began (torch's
     ``torch.random.fork_rng``; ``devices``/``device_type`` name CUDA generators, whose
     retrograd draws come from this same stream)."""
+    if devices is not None:  # torch iterates them ("'int' object is not iterable")
+        check_iterable(_caller, devices, _devices_kw)
     if not enabled:
         yield
         return
