@@ -627,3 +627,38 @@ def test_pil_paths_of_the_transforms_name_their_op_rather_than_pils_errors():
     with pytest.raises(rg.InvalidArgumentError, match="to_pil_image: mode 'L'"):
         F.to_pil_image(rg.rand(3, 4, 4), mode="L")  # PIL's bare "Invalid mode for data type"
     assert F.resize(picture, 4).size == (4, 4)
+
+
+def no_space(descriptor):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_save_image_and_the_profilers_exports_keep_the_old_file_on_a_full_disk(
+    tmp_path, monkeypatch
+):
+    # PIL and open() wrote into the file itself: a full disk left it truncated
+    import os
+
+    pytest.importorskip("PIL.Image")
+    from retrograd.profiler import profile
+    from retrograd.vision.utils import save_image
+
+    image, trace = tmp_path / "grid.png", tmp_path / "trace.json"
+    save_image(rg.rand(2, 3, 4, 4), image)
+    with profile() as recording:
+        rg.ones(2).add(1)
+    recording.export_chrome_trace(trace)
+    before = {path: path.read_bytes() for path in (image, trace)}
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(OSError, match="No space"):
+        save_image(rg.rand(2, 3, 8, 8), image)
+    with pytest.raises(OSError, match="No space"):
+        recording.export_chrome_trace(trace)
+    monkeypatch.undo()
+    assert {path: path.read_bytes() for path in (image, trace)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.png", "trace.json"]
+    with pytest.raises(rg.InvalidArgumentError, match="save_image: cannot tell an image format"):
+        save_image(rg.rand(3, 4, 4), tmp_path / "grid.unknown")  # PIL's bare ValueError
+    assert not (tmp_path / "grid.unknown").exists()

@@ -37,6 +37,7 @@ from typing import Any
 from .backend.protocol import METADATA, PROTOCOL_OPS
 from .context import current_backend
 from .errors import DTypeError, InvalidArgumentError, check_callable, check_iterable
+from .files import atomic_write
 
 __all__ = [
     "EventList",
@@ -572,7 +573,7 @@ class profile:  # noqa: N801  (torch's name)
             raise InvalidArgumentError(
                 "export_stacks: the profile was made without with_stack=True (no stacks)"
             )
-        with open(path, "w") as file:
+        with atomic_write(path, "w") as file:  # whole or not at all
             for event in self._events:
                 if event.stack:
                     frames = ";".join(reversed(event.stack))
@@ -610,7 +611,7 @@ class profile:  # noqa: N801  (torch's name)
             ],
             "displayTimeUnit": "ms",
         }
-        with open(path, "w") as file:
+        with atomic_write(path, "w") as file:  # whole or not at all
             json.dump(trace, file)
 
 

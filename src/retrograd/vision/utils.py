@@ -3,12 +3,15 @@ draw_bounding_boxes."""
 
 from __future__ import annotations
 
+import io
 import math
+import os
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidArgumentError, ShapeError
+from ..files import atomic_write
 from ..tensor import Tensor
 from . import _lib as rg
 
@@ -90,7 +93,28 @@ def save_image(tensor: Any, fp: Any, format: str | None = None, **kwargs: Any) -
 
     grid = make_grid(tensor, **kwargs).to(_float_dtype())
     array = np.clip(grid.numpy() * 255 + 0.5, 0, 255).astype(np.uint8).transpose(1, 2, 0)
-    Image.fromarray(array).save(fp, format=format)
+    picture = Image.fromarray(array[:, :, 0] if array.shape[2] == 1 else array)
+    if not isinstance(fp, str | os.PathLike):  # a file object: PIL writes into it
+        picture.save(fp, format=format)
+        return
+    if format is None:  # (what PIL reads from the name, which it no longer sees)
+        suffix = os.path.splitext(os.fspath(fp))[1].lower()
+        format = Image.registered_extensions().get(suffix)  # noqa: A001
+        if format is None:
+            raise InvalidArgumentError(
+                f"save_image: cannot tell an image format from the name {os.fspath(fp)!r}; "
+                "give format= (such as 'PNG')"
+            )
+    encoded = io.BytesIO()
+    try:
+        picture.save(encoded, format=format)
+    except (KeyError, ValueError, OSError) as error:  # an unknown format, one PIL can't write
+        raise InvalidArgumentError(
+            f"save_image: cannot write format {format!r} ({type(error).__name__}: {error})"
+        ) from None
+    # encoded first, then written whole: a full disk leaves the file that was there
+    with atomic_write(fp) as file:
+        file.write(encoded.getvalue())
 
 
 def _float_dtype():
