@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DamagedFileError, InvalidArgumentError
+from ..files import atomic_write
 
 __all__ = ["read_idx", "write_idx"]
 
@@ -71,6 +72,7 @@ def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:
     header = bytes([0, 0, _IDX_CODES[big], array.ndim])
     header += b"".join(int(n).to_bytes(4, "big") for n in array.shape)
     payload = header + np.ascontiguousarray(array, dtype=big).tobytes()
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "wb") as file:
+    if str(path).endswith(".gz"):
+        payload = gzip.compress(payload)
+    with atomic_write(path) as file:  # whole or not at all
         file.write(payload)
