@@ -468,19 +468,41 @@ def test_fake_data_refuses_a_negative_size_and_a_bad_image_size():
 
 
 # == autocast: flags that are not bools ==========================================================
+def torch_autocast_nesting() -> int:
+    depth = torch.autocast_increment_nesting() - 1
+    torch.autocast_decrement_nesting()
+    return depth
+
+
 @pytest.mark.parametrize(
     ("keyword", "value"),
     [("enabled", "False"), ("enabled", 1), ("cache_enabled", "no")],
 )
 def test_autocast_flags_must_be_bools_as_in_torch(keyword, value):
     # bool("False") is True: autocast was turned on by enabled="False"
-    with pytest.raises(TypeError):
-        torch.autocast("cpu", **{keyword: value}).__enter__()
+    enabled, dtype = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+    cache, nesting = torch.is_autocast_cache_enabled(), torch_autocast_nesting()
+    try:
+        with pytest.raises(TypeError):
+            torch.autocast("cpu", **{keyword: value}).__enter__()
+    finally:  # torch's __enter__ fails halfway, leaving its autocast on: put it back
+        torch.set_autocast_enabled("cpu", enabled)
+        torch.set_autocast_dtype("cpu", dtype)
+        torch.set_autocast_cache_enabled(cache)
+        for _ in range(torch_autocast_nesting() - nesting):
+            torch.autocast_decrement_nesting()
     with pytest.raises(rg.DTypeError, match=f"autocast: {keyword} must be a bool"):
         rg.autocast("cpu", **{keyword: value})
     assert not rg.is_autocast_enabled("cpu")
     with rg.autocast("cpu", enabled=np.bool_(False)):
         assert not rg.is_autocast_enabled("cpu")
+
+
+def test_autocast_as_a_decorator_refuses_what_cannot_be_called():
+    with pytest.raises(TypeError, match="callable"):
+        torch.autocast("cpu")(5)
+    with pytest.raises(rg.DTypeError, match="autocast: the function it decorates must be"):
+        rg.autocast("cpu")(5)  # accepted: the "function" failed when called
 
 
 # == profiler: activities, record_function names, row_limit ======================================

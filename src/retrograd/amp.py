@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from .context import current_backend
-from .errors import AutodiffError, DTypeError, InvalidArgumentError, guard
+from .errors import AutodiffError, DTypeError, InvalidArgumentError, check_callable, guard
 from .tensor.autocasting import DEFAULT_DTYPES, cast_floats, state
 
 # the cache flag's functions are torch's top-level names (``torch.is_autocast_cache_enabled``)
@@ -194,6 +194,10 @@ class autocast:  # noqa: N801 (torch's name)
         state.refresh()
 
     def __call__(self, fn: Any) -> Any:
+        # torch: "autocast()(func) requires a callable"; a tensor or an int decorated failed
+        # only when called, far from the mistake
+        check_callable("autocast", fn, "the function it decorates")
+
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             with self:
