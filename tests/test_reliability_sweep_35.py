@@ -107,6 +107,19 @@ def test_a_vector_times_a_sparse_matrix_is_torchs_matmul_with_its_gradients():
         rg.ones(3, dtype=rg.float64) @ rg.sparse_coo_tensor(rows, values.detach(), (2, 2))
 
 
+def test_sparse_coo_tensor_reads_dtype_as_a_dtype_and_requires_grad_as_a_bool():
+    with pytest.raises(TypeError):
+        torch.sparse_coo_tensor([[0]], [1.0], (2,), dtype="banana")
+    # "to: device: unknown device type 'banana'": the dtype went to .to() as it came
+    with pytest.raises(rg.DTypeError, match="sparse_coo_tensor: unknown dtype 'banana'"):
+        rg.sparse_coo_tensor([[0]], [1.0], (2,), dtype="banana")
+    with pytest.raises(TypeError):
+        torch.sparse_coo_tensor([[0]], [1.0], (2,), requires_grad="yes")
+    with pytest.raises(rg.DTypeError, match="sparse_coo_tensor: requires_grad must be a bool"):
+        rg.sparse_coo_tensor([[0]], [1.0], (2,), requires_grad="yes")  # accepted
+    assert rg.sparse_coo_tensor([[0]], [1.0], (2,), dtype="float64").dtype == rg.float64
+
+
 # == Generator: garbage states and seeds out of range ============================================
 @pytest.mark.parametrize(
     ("words", "error"),
@@ -476,7 +489,7 @@ def torch_autocast_nesting() -> int:
 
 @pytest.mark.parametrize(
     ("keyword", "value"),
-    [("enabled", "False"), ("enabled", 1), ("cache_enabled", "no")],
+    [("enabled", "False"), ("enabled", 1), ("enabled", np.bool_(True)), ("cache_enabled", "no")],
 )
 def test_autocast_flags_must_be_bools_as_in_torch(keyword, value):
     # bool("False") is True: autocast was turned on by enabled="False"
@@ -494,7 +507,7 @@ def test_autocast_flags_must_be_bools_as_in_torch(keyword, value):
     with pytest.raises(rg.DTypeError, match=f"autocast: {keyword} must be a bool"):
         rg.autocast("cpu", **{keyword: value})
     assert not rg.is_autocast_enabled("cpu")
-    with rg.autocast("cpu", enabled=np.bool_(False)):
+    with rg.autocast("cpu", enabled=False, cache_enabled=None):
         assert not rg.is_autocast_enabled("cpu")
 
 

@@ -120,12 +120,10 @@ class autocast:  # noqa: N801 (torch's name)
             raise InvalidArgumentError(
                 "autocast: unsupported autocast device_type 'meta' (as torch's)"
             )
-        # torch's parser takes a bool alone (an int too is a TypeError): a str's truth would
-        # turn autocast on for enabled="False"
+        # torch's parser takes a bool alone (an int or a NumPy bool too is a TypeError): a
+        # str's truth would turn autocast on for enabled="False"
         for name, flag in (("enabled", enabled), ("cache_enabled", cache_enabled)):
-            if not (
-                isinstance(flag, bool | np.bool_) or (name == "cache_enabled" and flag is None)
-            ):
+            if not (isinstance(flag, bool) or (name == "cache_enabled" and flag is None)):
                 raise DTypeError(f"autocast: {name} must be a bool, got {flag!r}")
         self.device = self.device_type = device_type
         self.fast_dtype = (

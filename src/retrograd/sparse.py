@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 
 from .errors import DTypeError, ShapeError
 from .tensor import Tensor, as_tensor
+from .tensor.dtypes import DTYPE_OBJECTS, canonical_dtype
 from .tensor.sparse_coo import (
     SparseTensor,
     check_sparse_parts,
@@ -80,8 +81,10 @@ def sparse_coo_tensor(
         raise DTypeError(f"{op}: indices and values must be dense tensors")
     indices = indices if isinstance(indices, Tensor) else as_tensor(indices)
     values = values if isinstance(values, Tensor) else as_tensor(values)
-    if dtype is not None:
-        values = values.to(dtype)
+    if not isinstance(requires_grad, bool):  # torch's parser: a bool only (not np.bool_)
+        raise DTypeError(f"{op}: requires_grad must be a bool, got {requires_grad!r}")
+    if dtype is not None:  # read as a dtype here: .to() takes a str for a device
+        values = values.to(DTYPE_OBJECTS[canonical_dtype(op, dtype)])
     if device is not None:
         values = values.to(device)
     return check_sparse_parts(op, indices, values, size, requires_grad, is_coalesced)
