@@ -697,3 +697,20 @@ def test_save_image_and_the_profilers_exports_keep_the_old_file_on_a_full_disk(
     with pytest.raises(rg.InvalidArgumentError, match="save_image: cannot tell an image format"):
         save_image(rg.rand(3, 4, 4), tmp_path / "grid.unknown")  # PIL's bare ValueError
     assert not (tmp_path / "grid.unknown").exists()
+
+
+def test_dataset_roots_and_transforms_of_the_wrong_type_are_refused_when_built(tmp_path):
+    from retrograd.vision import datasets
+
+    for dataset in (datasets.MNIST, datasets.CIFAR10, datasets.ImageFolder):
+        # os.scandir(5) read file descriptor 5 as the folder; Path(None) a bare TypeError
+        for root in (None, 5):
+            with pytest.raises(rg.DTypeError, match=f"{dataset.__name__}: root must be"):
+                dataset(root)
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "cat" / "x.png").write_bytes(b"")
+    with pytest.raises(rg.DTypeError, match="ImageFolder: transform must be callable"):
+        datasets.ImageFolder(tmp_path, transform=5)  # "'int' object is not callable" per item
+    with pytest.raises(rg.DTypeError, match="DatasetFolder: loader must be callable"):
+        datasets.DatasetFolder(tmp_path, loader=5, extensions=(".png",))
+    assert len(datasets.ImageFolder(tmp_path)) == 1

@@ -17,6 +17,7 @@ from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    check_callable,
     check_count,
 )
 from ..utils.data import Dataset
@@ -68,6 +69,13 @@ def _unpickled(path: Path, dataset: str) -> Any:
         ) from None
 
 
+def _folder_root(dataset: str, root: Any) -> None:
+    """Refuse a ``root`` that is not a folder's path (``None``, an int: ``os.scandir(5)``
+    read file descriptor 5 as the folder) with a ``DTypeError`` naming the dataset."""
+    if not isinstance(root, str | os.PathLike):
+        raise DTypeError(f"{dataset}: root must be a folder's path (a str or a Path), got {root!r}")
+
+
 def _no_download(name: str, folder: Path, files: list[str]) -> FileNotFoundError:
     return FileNotFoundError(
         f"{name}: dataset not found in {folder} (expected {', '.join(files)}); retrograd "
@@ -85,6 +93,13 @@ class VisionDataset(Dataset):
         transform: Callable | None = None,
         target_transform: Callable | None = None,
     ) -> None:
+        for name, function in (
+            ("transforms", transforms),
+            ("transform", transform),
+            ("target_transform", target_transform),
+        ):
+            if function is not None:  # here, not as "'int' object is not callable" per item
+                check_callable(type(self).__name__, function, name)
         self.root = os.path.expanduser(root) if isinstance(root, (str, os.PathLike)) else root
         if transforms is not None and (transform is not None or target_transform is not None):
             raise InvalidArgumentError(
@@ -127,6 +142,7 @@ class MNIST(VisionDataset):
         target_transform: Callable | None = None,
         download: bool = False,
     ) -> None:
+        _folder_root(type(self).__name__, root)
         super().__init__(root, transform=transform, target_transform=target_transform)
         self.train = train
         names = self._files[bool(train)]
@@ -212,6 +228,7 @@ class CIFAR10(VisionDataset):
         target_transform: Callable | None = None,
         download: bool = False,
     ) -> None:
+        _folder_root(type(self).__name__, root)
         super().__init__(root, transform=transform, target_transform=target_transform)
         self.train = train
         folder = Path(root) / self.base_folder
@@ -411,6 +428,8 @@ class DatasetFolder(VisionDataset):
         is_valid_file: Callable | None = None,
         allow_empty: bool = False,
     ) -> None:
+        _folder_root(type(self).__name__, root)
+        check_callable(type(self).__name__, loader, "loader")
         super().__init__(root, transform=transform, target_transform=target_transform)
         classes, class_to_idx = self.find_classes(self.root)
         samples = make_dataset(self.root, class_to_idx, extensions, is_valid_file, allow_empty)
