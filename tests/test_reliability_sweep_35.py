@@ -541,6 +541,15 @@ def test_record_function_refuses_a_name_that_is_not_a_str():
         record_function(5)
 
 
+def test_a_profiler_schedule_of_counts_that_are_not_numbers_is_refused_by_name():
+    with pytest.raises(TypeError):
+        torch.profiler.schedule(wait="1", warmup=0, active=1)
+    with pytest.raises(rg.DTypeError, match="schedule: wait must be a number of steps"):
+        rg.profiler.schedule(wait="1", warmup=0, active=1)  # Python's bare TypeError
+    plan = rg.profiler.schedule(wait=1, warmup=0, active=1)
+    assert [plan(step).name for step in range(2)] == ["NONE", "RECORD_AND_SAVE"]
+
+
 @pytest.mark.parametrize("row_limit", [-1, None, 2, 0])
 def test_table_row_limit_counts_rows_as_torchs_does(row_limit):
     # torch shows every row unless the count reaches row_limit: rows[:-1] dropped the last

@@ -75,6 +75,11 @@ def schedule(
     >>> [plan(step).name for step in range(4)]
     ['NONE', 'WARMUP', 'RECORD', 'RECORD_AND_SAVE']
     """
+    counts = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat,
+              "skip_first": skip_first}  # fmt: skip
+    for name, count in counts.items():  # (a str compared with 0: Python's bare TypeError)
+        if isinstance(count, bool) or not isinstance(count, int | float):
+            raise DTypeError(f"schedule: {name} must be a number of steps, got {count!r}")
     if min(wait, warmup, repeat, skip_first) < 0 or active <= 0:
         raise InvalidArgumentError(
             "schedule: wait, warmup, repeat and skip_first must be >= 0 and active > 0"
