@@ -723,3 +723,24 @@ def test_dataset_roots_and_transforms_of_the_wrong_type_are_refused_when_built(t
     with pytest.raises(rg.DTypeError, match="DatasetFolder: loader must be callable"):
         datasets.DatasetFolder(tmp_path, loader=5, extensions=(".png",))
     assert len(datasets.ImageFolder(tmp_path)) == 1
+
+
+def test_dcp_state_dict_helpers_refuse_what_is_not_a_model_an_optimizer_or_their_state():
+    from retrograd.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    model = rg.nn.Linear(2, 2)
+    optimizer = rg.optim.Adam(model.parameters())
+    with pytest.raises(rg.DTypeError, match="model must be a Module, got int"):
+        get_model_state_dict(5)  # 'int' object has no attribute 'state_dict'
+    with pytest.raises(rg.DTypeError, match="optimizers must be optimizers, got int"):
+        get_state_dict(model, 5)  # 'int' object has no attribute 'state'
+    for damaged in ({"state": 5, "param_groups": 3}, {"state": {}, "param_groups": [5]}):
+        with pytest.raises(rg.InvalidArgumentError, match="optim_state_dict is damaged"):
+            set_optimizer_state_dict(model, optimizer, damaged)  # a bare TypeError
+    model_state, optim_state = get_state_dict(model, optimizer)
+    set_optimizer_state_dict(model, optimizer, optim_state)
+    assert optimizer.param_groups[0]["lr"] == 0.001 and set(model_state) == {"weight", "bias"}

@@ -54,6 +54,10 @@ _WRAPPERS = ("DistributedDataParallel", "DataParallel")
 
 
 def _unwrapped(model: Any) -> Any:
+    if not callable(getattr(model, "named_parameters", None)):  # (a bare AttributeError)
+        raise DTypeError(
+            f"distributed.checkpoint.state_dict: model must be a Module, got {type(model).__name__}"
+        )
     while True:
         if type(model).__name__ in _WRAPPERS and hasattr(model, "module"):
             model = model.module
@@ -64,7 +68,16 @@ def _unwrapped(model: Any) -> Any:
 
 
 def _optimizers(optimizers: Any) -> list[Any]:
-    return list(optimizers) if isinstance(optimizers, Iterable) else [optimizers]
+    optimizers = list(optimizers) if isinstance(optimizers, Iterable) else [optimizers]
+    for optimizer in optimizers:  # (a bare AttributeError of 'state' from inside)
+        if not hasattr(optimizer, "param_groups") or not callable(
+            getattr(optimizer, "load_state_dict", None)
+        ):
+            raise DTypeError(
+                "distributed.checkpoint.state_dict: optimizers must be optimizers, got "
+                f"{type(optimizer).__name__}"
+            )
+    return optimizers
 
 
 def _names(model: Any) -> dict[int, str]:
@@ -235,7 +248,18 @@ def set_optimizer_state_dict(
         )
     if "state" not in optim_state_dict or "param_groups" not in optim_state_dict:
         optim_state_dict = _unflatten_optim(optim_state_dict, optimizers, names)
-    groups = list(optim_state_dict["param_groups"])
+    groups, states = optim_state_dict["param_groups"], optim_state_dict["state"]
+    if (
+        not isinstance(states, dict)
+        or not isinstance(groups, list | tuple)
+        or not all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
+    ):
+        raise InvalidArgumentError(
+            "set_optimizer_state_dict: optim_state_dict is damaged: 'state' must be a dict and "
+            "'param_groups' a list of dicts with a 'params' list (get_optimizer_state_dict's "
+            f"form), got {type(states).__name__} and {type(groups).__name__}"
+        )
+    groups = list(groups)
     for optimizer in optimizers:
         number = {
             name: k for k, name in enumerate(_fqns(optimizer, names, "set_optimizer_state_dict"))
