@@ -1,7 +1,9 @@
 """Reliability sweep 35, over the surfaces added last: sparse COO tensors, the global and
 ``rg.Generator`` random streams, ``retrograd.vision`` (transforms, datasets over damaged files,
 ``vision.io`` over damaged images), autocast, the profiler and ``distributed.checkpoint``. Each
-heading names a defect found, each test failing on the code before its fix. Expected behaviour
+heading names a defect found, its tests failing on the code before the fix; a few tests keep
+what the sweep found right (a state ``get_state`` gave, seeds at the ends of torch's range,
+einops' own errors, ``rg.load`` of damaged files and ``rg.save`` on a full disk). Expected behaviour
 comes from torch where torch has one (whether it raises, and the built-in class its error is),
 from torchvision's documented checks where it is torchvision's (not installed here), and from
 API.md section 7 otherwise: the hierarchy's error naming the op and the values at fault, and the
