@@ -249,6 +249,16 @@ def test_a_transform_argument_of_the_wrong_type_is_a_type_error_of_the_hierarchy
     assert F.resize(image, 3).shape == (3, 3, 3) and F.pad(image, 1).shape == (3, 8, 8)
 
 
+def test_normalize_names_itself_for_a_mean_or_std_that_is_not_numbers():
+    F = vision_functional()  # noqa: N806
+    image = rg.rand(3, 4, 4)
+    for mean in ("abc", [0.5, "a", 0.5]):  # named "tensor: cannot make a tensor ... <U3"
+        with pytest.raises(rg.DTypeError, match="normalize: mean should hold numbers"):
+            F.normalize(image, mean, [0.5] * 3)
+    expected = (image.numpy() - 0.5) / 0.25
+    np.testing.assert_allclose(F.normalize(image, (0.5,) * 3, [0.25] * 3).numpy(), expected)
+
+
 @pytest.mark.parametrize(
     ("source", "target"), [("float32", "int32"), ("float32", "int64"), ("float64", "int64")]
 )

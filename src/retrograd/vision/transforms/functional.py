@@ -255,6 +255,13 @@ def normalize(tensor: Tensor, mean: Sequence[float], std: Sequence[float], inpla
         raise ShapeError(
             f"normalize: expected a tensor image of size (..., C, H, W), got {list(tensor.shape)}"
         )
+    for name, values in (("mean", mean), ("std", std)):
+        flat = values if isinstance(values, list | tuple) else [values]
+        if not all(
+            isinstance(v, numbers.Real | Tensor | np.ndarray) and not isinstance(v, bool)
+            for v in flat
+        ):  # (rg.tensor("abc") said "tensor: cannot make a tensor from data of dtype <U3")
+            raise DTypeError(f"normalize: {name} should hold numbers, got {values!r}")
     mean_t = rg.as_tensor(mean, dtype=tensor.dtype)
     std_t = rg.as_tensor(std, dtype=tensor.dtype)
     if bool((std_t == 0).any()):
