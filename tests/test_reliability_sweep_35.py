@@ -756,3 +756,20 @@ def test_dcp_state_dict_helpers_refuse_what_is_not_a_model_an_optimizer_or_their
     model_state, optim_state = get_state_dict(model, optimizer)
     set_optimizer_state_dict(model, optimizer, optim_state)
     assert optimizer.param_groups[0]["lr"] == 0.001 and set(model_state) == {"weight", "bias"}
+
+
+def test_vision_ops_name_themselves_for_bad_thresholds_sizes_and_output_sizes():
+    from retrograd.vision import ops
+
+    boxes = rg.tensor([[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 2.0, 2.0]])
+    rois, image = rg.tensor([[0.0, 0.0, 0.0, 2.0, 2.0]]), rg.rand(1, 1, 4, 4)
+    with pytest.raises(rg.DTypeError, match="nms: iou_threshold should be a number"):
+        ops.nms(boxes, rg.ones(2), "0.5")  # NumPy's bare UFuncTypeError
+    with pytest.raises(rg.InvalidArgumentError, match="roi_align: output_size must be positive"):
+        ops.roi_align(image, rois, 0)  # a bare OverflowError ("float infinity")
+    with pytest.raises(rg.DTypeError, match="roi_pool: output_size should be an int"):
+        ops.roi_pool(image, rois, 2.5)  # 'float' object is not subscriptable
+    with pytest.raises(rg.ShapeError, match=r"clip_boxes_to_image: size should be \(height"):
+        ops.clip_boxes_to_image(boxes, (1,))  # a bare unpacking ValueError
+    assert ops.nms(boxes, rg.tensor([1.0, 2.0]), 0.2).tolist() == [1]
+    assert ops.roi_align(image, rois, (2, 3)).shape == (1, 1, 2, 3)

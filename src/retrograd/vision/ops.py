@@ -3,13 +3,14 @@ non-maximum suppression, and the building-block modules of torchvision's models.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .. import nn
-from ..errors import InvalidArgumentError, ShapeError
+from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..tensor import Tensor
 from . import _lib as rg
 
@@ -113,6 +114,8 @@ def box_convert(boxes: Tensor, in_fmt: str, out_fmt: str) -> Tensor:
 
 
 def clip_boxes_to_image(boxes: Tensor, size: tuple[int, int]) -> Tensor:
+    if not isinstance(size, list | tuple) or len(size) != 2:  # (a bare unpacking ValueError)
+        raise ShapeError(f"clip_boxes_to_image: size should be (height, width), got {size!r}")
     height, width = size
     x = boxes[..., 0::2].clamp(min=0, max=width)
     y = boxes[..., 1::2].clamp(min=0, max=height)
@@ -129,6 +132,9 @@ def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     that overlaps it with IoU > ``iou_threshold``."""
 
     _check_boxes("nms", boxes)
+    if isinstance(iou_threshold, bool) or not isinstance(iou_threshold, int | float):
+        # (NumPy's bare UFuncTypeError from the comparison)
+        raise DTypeError(f"nms: iou_threshold should be a number, got {iou_threshold!r}")
     if scores.dim() != 1 or scores.shape[0] != boxes.shape[0]:
         raise ShapeError(
             f"nms: scores should be [N] for boxes [N, 4], got {list(scores.shape)} and "
@@ -337,9 +343,19 @@ def _rois_as_rows(fn: str, boxes: Any) -> np.ndarray:
     return np.asarray(boxes.detach().cpu().numpy(), dtype=np.float64)
 
 
-def _output_size(output_size: Any) -> tuple[int, int]:
-    if isinstance(output_size, int):
-        return output_size, output_size
+def _output_size(output_size: Any, op: str = "roi_align") -> tuple[int, int]:
+    if isinstance(output_size, numbers.Integral):
+        output_size = (output_size, output_size)
+    if (
+        not isinstance(output_size, list | tuple)
+        or len(output_size) != 2
+        or any(not isinstance(n, numbers.Integral) or isinstance(n, bool) for n in output_size)
+    ):
+        raise DTypeError(
+            f"{op}: output_size should be an int or (height, width), got {output_size!r}"
+        )
+    if min(output_size) <= 0:  # (a bare OverflowError: "cannot convert float infinity")
+        raise InvalidArgumentError(f"{op}: output_size must be positive, got {output_size!r}")
     return int(output_size[0]), int(output_size[1])
 
 
@@ -372,7 +388,7 @@ def roi_align(
             f"roi_align: input should be [N, C, H, W], got {list(getattr(input, 'shape', []))}"
         )
     rois = _rois_as_rows("roi_align", boxes)
-    pooled_h, pooled_w = _output_size(output_size)
+    pooled_h, pooled_w = _output_size(output_size, "roi_align")
     _, channels, height, width = input.shape
     offset = 0.5 if aligned else 0.0
     outputs = []
@@ -421,7 +437,7 @@ def roi_pool(input: Tensor, boxes: Any, output_size: Any, spatial_scale: float =
             f"roi_pool: input should be [N, C, H, W], got {list(getattr(input, 'shape', []))}"
         )
     rois = _rois_as_rows("roi_pool", boxes)
-    pooled_h, pooled_w = _output_size(output_size)
+    pooled_h, pooled_w = _output_size(output_size, "roi_pool")
     _, channels, height, width = input.shape
 
     def c_round(value: float) -> int:  # C's round: halves away from zero
