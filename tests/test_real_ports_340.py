@@ -29,7 +29,6 @@ torch's initial weights. The lines changed: the gradient lines (``grads = l2.bac
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 import retrograd as rg
@@ -130,7 +129,8 @@ def count_params(model):
     return c
 """
 
-FNO1D_SOURCE = """
+FNO1D_SOURCE = (
+    """
 import torch
 import numpy as np
 import torch.nn as nn
@@ -140,7 +140,9 @@ import operator
 from functools import reduce
 from functools import partial
 from timeit import default_timer
-""" + UTILITIES3 + """
+"""
+    + UTILITIES3
+    + """
 torch.manual_seed(0)
 np.random.seed(0)
 
@@ -374,6 +376,7 @@ with torch.no_grad():
 record.append(pred.numpy())
 record.append({k: v.detach().numpy() for k, v in model.state_dict().items()})
 """
+)
 
 FNO1D_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
@@ -415,7 +418,8 @@ def test_fno_1d_trains_on_burgers_as_torch(capsys):
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-6)
 
 
-FNO3D_SOURCE = """
+FNO3D_SOURCE = (
+    """
 import torch
 import numpy as np
 import torch.nn as nn
@@ -426,7 +430,9 @@ from functools import reduce
 from functools import partial
 
 from timeit import default_timer
-""" + UTILITIES3 + """
+"""
+    + UTILITIES3
+    + """
 torch.manual_seed(0)
 np.random.seed(0)
 
@@ -680,6 +686,7 @@ for ep in range(epochs):
 
 record.append({k: v.detach().numpy() for k, v in model.state_dict().items()})
 """
+)
 
 FNO3D_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
@@ -698,5 +705,8 @@ def test_fno_3d_trains_on_navier_stokes_in_space_time_as_torch(capsys):
     (theirs, ours), (their_log, our_log) = _runs(
         FNO3D_SOURCE, FNO3D_STEPS, capsys, ns_u=ns_u, sub=2
     )
-    assert our_log.replace("retrograd.Size", "torch.Size").splitlines()[:3] == their_log.splitlines()[:3]
+    assert (
+        our_log.replace("retrograd.Size", "torch.Size").splitlines()[:3]
+        == their_log.splitlines()[:3]
+    )
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-6)

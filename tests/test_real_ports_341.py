@@ -268,7 +268,10 @@ record.append({k: v.detach().numpy() for k, v in PINO.state_dict().items()})
 """
 
 DEEPONET_STEPS = [
-    ("import torch.nn as nn\nimport torch\n", "import retrograd.nn as nn\nimport retrograd as torch\n"),
+    (
+        "import torch.nn as nn\nimport torch\n",
+        "import retrograd.nn as nn\nimport retrograd as torch\n",
+    ),
     ("from torch.optim import Adam\n", "from retrograd.optim import Adam\n"),
     ("from torch.utils.data import", "from retrograd.utils.data import"),
     ("from torch.func import", "from retrograd.func import"),
@@ -292,4 +295,3 @@ def test_deeponet_data_driven_and_physics_informed_by_vmap_of_jacrev_as_torch(ca
     theirs, ours = records
     assert logs[1].replace("retrograd.Size", "torch.Size") == logs[0]
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-6)
-

@@ -211,7 +211,10 @@ for i in range(3):
 """
 
 NAVIER_STOKES_STEPS = [
-    ("import torch\nimport torch.nn as nn\n", "import retrograd as torch\nimport retrograd.nn as nn\n"),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
     ("        self.ls.backward()\n", "        grads = self.ls.backward()\n"),
     ("        return self.ls\n", "        return self.ls, grads\n"),
 ]
@@ -241,7 +244,11 @@ def test_navier_stokes_pinn_by_strong_wolfe_lbfgs_saved_and_reloaded_as_torch(
     for lib in (torch, rg):
         record = []
         np.random.seed(342)
-        text = NAVIER_STOKES_SOURCE if lib is torch else port(NAVIER_STOKES_SOURCE, NAVIER_STOKES_STEPS)
+        text = (
+            NAVIER_STOKES_SOURCE
+            if lib is torch
+            else port(NAVIER_STOKES_SOURCE, NAVIER_STOKES_STEPS)
+        )
         run_source(text, lib, record=record, initialize=initialize)
         records.append(record)
         logs.append(capsys.readouterr().out)

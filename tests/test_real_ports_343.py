@@ -1,4 +1,4 @@
-# ruff: noqa: E501, E741, N802, N806  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 rotation-equivariant layers built from e3nn's core (e3nn/e3nn, ``e3nn/o3/_wigner.py`` whole,
 ``e3nn/o3/_rotation.py``'s conversions, ``e3nn/o3/_spherical_harmonics.py``'s
@@ -26,7 +26,6 @@ the gradient lines (``grads = loss.backward()``, ``optimizer.step(grads)``).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 import retrograd as rg
@@ -548,7 +547,10 @@ record.append({k: v.detach().numpy() for k, v in model.state_dict().items()})
 E3NN_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
     ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
-    ("        loss.backward()\n        optimizer.step()\n", "        grads = loss.backward()\n        optimizer.step(grads)\n"),
+    (
+        "        loss.backward()\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+    ),
 ]
 
 

@@ -1,4 +1,3 @@
-# ruff: noqa: E501, E702  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 the energy-based vector fields of DiffEqML/torchdyn (``torchdyn/models/energy.py`` as it
 stands: ``Stable``, ``HNN`` and ``LNN``), each fitted to a vector field the way torchdyn's
@@ -22,7 +21,6 @@ The lines changed: the ``import`` lines and the gradient lines (``grads = loss.b
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -141,8 +139,14 @@ record.append(rk4(model, torch.tensor([[1.0, 0.0], [0.5, -0.5]]), 0.1, 5).detach
 """
 
 ENERGY_STEPS = [
-    ("import torch\nimport torch.nn as nn\nfrom torch.autograd.functional", "import retrograd as torch\nimport retrograd.nn as nn\nfrom retrograd.autograd.functional"),
-    ("        loss.backward()\n        opt.step()\n", "        grads = loss.backward()\n        opt.step(grads)\n"),
+    (
+        "import torch\nimport torch.nn as nn\nfrom torch.autograd.functional",
+        "import retrograd as torch\nimport retrograd.nn as nn\nfrom retrograd.autograd.functional",
+    ),
+    (
+        "        loss.backward()\n        opt.step()\n",
+        "        grads = loss.backward()\n        opt.step(grads)\n",
+    ),
 ]
 
 

@@ -40,7 +40,9 @@ from test_real_ports_75 import CNF_SOURCE
 
 TORCHDIFFEQ_SOURCE = (
     "import abc\nimport torch\nimport torch.nn as nn\n\n"
-    + CNF_SOURCE[CNF_SOURCE.index("# -- torchdiffeq/_impl") : CNF_SOURCE.index("# -- examples/cnf.py")]
+    + CNF_SOURCE[
+        CNF_SOURCE.index("# -- torchdiffeq/_impl") : CNF_SOURCE.index("# -- examples/cnf.py")
+    ]
 )
 
 LATENT_ODE_SOURCE = """
@@ -343,10 +345,18 @@ LATENT_ODE_STEPS = [
         "import torch\nimport torch.nn as nn\nimport torch.optim as optim\nimport torch.nn.functional as F\n",
         "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\nimport retrograd.nn.functional as F\n",
     ),
-    ("            loss.backward()\n            optimizer.step()\n", "            grads = loss.backward()\n            optimizer.step(grads)\n"),
+    (
+        "            loss.backward()\n            optimizer.step()\n",
+        "            grads = loss.backward()\n            optimizer.step(grads)\n",
+    ),
 ]
 
-_DIFFEQ_STEPS = [("import torch\nimport torch.nn as nn\n", "import retrograd as torch\nimport retrograd.nn as nn\n")]
+_DIFFEQ_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    )
+]
 
 
 def _odeint(lib):
