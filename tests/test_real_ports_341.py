@@ -284,6 +284,10 @@ DEEPONET_STEPS = [
 
 def test_deeponet_data_driven_and_physics_informed_by_vmap_of_jacrev_as_torch(capsys):
     initialize, records, logs = initializer(), [], []
+    # torch's initial weights, which the port loads, the same whatever ran before on the
+    # worker: a few of L-BFGS's or Adam's trajectories from other weights part by more
+    # than the tolerance (rounding that a line search's branch or a long fit amplifies)
+    torch.manual_seed(341)
     for lib in (torch, rg):
         record = []
         np.random.seed(341)

@@ -241,6 +241,10 @@ def test_navier_stokes_pinn_by_strong_wolfe_lbfgs_saved_and_reloaded_as_torch(
     _cylinder_wake(tmp_path)
     monkeypatch.chdir(tmp_path)
     initialize, records, logs = initializer(), [], []
+    # torch's initial weights, which the port loads, the same whatever ran before on the
+    # worker: a few of L-BFGS's or Adam's trajectories from other weights part by more
+    # than the tolerance (rounding that a line search's branch or a long fit amplifies)
+    torch.manual_seed(342)
     for lib in (torch, rg):
         record = []
         np.random.seed(342)

@@ -303,6 +303,10 @@ INTERACTION_NETWORK_STEPS = [
 
 def test_interaction_network_learns_n_body_velocities_as_torch(capsys):
     initialize, records, logs = initializer(), [], []
+    # torch's initial weights, which the port loads, the same whatever ran before on the
+    # worker: a few of L-BFGS's or Adam's trajectories from other weights part by more
+    # than the tolerance (rounding that a line search's branch or a long fit amplifies)
+    torch.manual_seed(346)
     for lib in (torch, rg):
         record = []
         np.random.seed(346)
