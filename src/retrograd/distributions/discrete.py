@@ -466,7 +466,9 @@ class NegativeBinomial(Distribution):
         # log sigmoid(z) = -softplus(-z)
         log_unnormalized = -n * logits.softplus() - value * (-logits).softplus()
         log_normalization = -lgamma(n + value) + lgamma(1.0 + value) + lgamma(n)
-        log_normalization = where((n + value).eq(0), log_normalization * 0, log_normalization)
+        # a zero total count at zero has probability 1 though lgamma(0) is infinite: the
+        # normalization there is set to 0 (not multiplied by 0, which gives inf - inf's NaN)
+        log_normalization = log_normalization.masked_fill((n + value).eq(0), 0.0)
         return log_unnormalized - log_normalization
 
 

@@ -1,0 +1,70 @@
+"""Regression tests for the defects the realports46 ports (time series, tabular and
+recommender programs) exposed: expected values from torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+
+
+@pytest.mark.parametrize(
+    "call, points",
+    [
+        (lambda L: L.fft.irfft(L.ones(3, dtype=L.cfloat), n=0), 0),
+        (lambda L: L.fft.irfft(L.ones(3, dtype=L.cfloat), n=-2), -2),
+        (lambda L: L.fft.hfft(L.ones(3, dtype=L.cfloat), n=0), 0),
+        (lambda L: L.fft.irfft2(L.ones(3, 3, dtype=L.cfloat), s=(4, 0)), 0),
+        (lambda L: L.fft.irfftn(L.ones(3, 3, dtype=L.cfloat), s=(-3, 4)), -3),
+        (lambda L: L.fft.irfftn(L.ones(3, 3, dtype=L.cfloat), s=(4, -3)), -3),
+    ],
+)
+def test_inverse_real_fft_refuses_a_bad_length_naming_the_length_given(call, points):
+    # torch: "Invalid number of data points (n) specified"; retrograd said "narrow: start 1
+    # and length -1 do not fit..." for n=0, and named n // 2 + 1 for a negative n
+    with pytest.raises(RuntimeError, match=rf"Invalid number of data points \({points}\)"):
+        call(torch)
+    with pytest.raises(rg.InvalidArgumentError, match=rf"invalid number of data points \({points}\)"):
+        call(rg)
+
+
+def test_inverse_real_fft_still_takes_the_lengths_torch_takes():
+    rng = np.random.default_rng(46)
+    spectrum = (rng.standard_normal((2, 5)) + 1j * rng.standard_normal((2, 5))).astype(np.complex64)
+    for n in (1, 2, 7, 8, 12):
+        np.testing.assert_allclose(
+            rg.fft.irfft(rg.tensor(spectrum), n=n).numpy(),
+            torch.fft.irfft(torch.tensor(spectrum), n=n).numpy(),
+            rtol=1e-5,
+            atol=1e-6,
+        )
+    np.testing.assert_allclose(
+        rg.fft.irfftn(rg.tensor(spectrum), s=(2, -1)).numpy(),
+        torch.fft.irfftn(torch.tensor(spectrum), s=(2, -1)).numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def test_negative_binomial_of_zero_total_count_at_zero_has_probability_one():
+    # torch masks the normalization lgamma(0) - lgamma(0) there to 0; retrograd multiplied it
+    # by 0 and got NaN
+    results = []
+    for lib in (torch, rg):
+        total_count = lib.tensor([0.0, 5.0, 0.0, 2.5], dtype=lib.float64, requires_grad=True)
+        logits = lib.tensor([1.0, -1.0, 0.5, 0.2], dtype=lib.float64, requires_grad=True)
+        value = lib.tensor([0.0, 0.0, 2.0, 3.0], dtype=lib.float64)
+        log_prob = lib.distributions.NegativeBinomial(total_count, logits=logits).log_prob(value)
+        if lib is torch:
+            log_prob.sum().backward()
+            grads = (total_count.grad.numpy(), logits.grad.numpy())
+        else:
+            found = log_prob.sum().backward()
+            grads = (total_count.grad(found).numpy(), logits.grad(found).numpy())
+        results.append((log_prob.detach().numpy(), *grads))
+    theirs, ours = results
+    assert theirs[0][0] == 0.0
+    for mine, reference in zip(ours, theirs):
+        np.testing.assert_allclose(mine, reference, rtol=1e-12, atol=1e-12)
