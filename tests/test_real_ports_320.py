@@ -25,11 +25,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, params_of, port, run_source, runs_with_draws
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    params_of,
+    port,
+    run_source,
+    runs_with_draws,
+)
 
 MODELS_SOURCE = '''
 import torch
@@ -374,7 +380,10 @@ with torch.no_grad():
 '''
 
 MODELS_STEPS = [
-    ("import torch\nimport torch.nn as nn\n", "import retrograd as torch\nimport retrograd.nn as nn\n"),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
     (
         "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)\n        optimizer.step()\n",
         "        grads = loss.backward()\n        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), max_norm=1.0)\n        optimizer.step(grads)\n",
@@ -382,11 +391,32 @@ MODELS_STEPS = [
 ]
 
 CONFIGS = {
-    "gru": {"type": "gru", "input_dim": 3, "hidden_dim": 16, "output_dim": 3, "num_layers": 2, "dropout": 0.0},
-    "tcn": {"type": "tcn", "input_dim": 3, "output_dim": 3, "num_channels": (8, 16, 8), "kernel_size": 2, "dropout": 0.0},
+    "gru": {
+        "type": "gru",
+        "input_dim": 3,
+        "hidden_dim": 16,
+        "output_dim": 3,
+        "num_layers": 2,
+        "dropout": 0.0,
+    },
+    "tcn": {
+        "type": "tcn",
+        "input_dim": 3,
+        "output_dim": 3,
+        "num_channels": (8, 16, 8),
+        "kernel_size": 2,
+        "dropout": 0.0,
+    },
     "patchTST": {
-        "type": "patchTST", "sequence_length": 16, "input_dim": 3, "patch_size": 4, "d": 16,
-        "num_heads": 2, "fc_hidden": 32, "transformer_layers": 2, "dropout": 0.0,
+        "type": "patchTST",
+        "sequence_length": 16,
+        "input_dim": 3,
+        "patch_size": 4,
+        "d": 16,
+        "num_heads": 2,
+        "fc_hidden": 32,
+        "transformer_layers": 2,
+        "dropout": 0.0,
     },
 }
 
@@ -419,7 +449,11 @@ def test_heteroscedastic_forecasters_train_as_torch(capsys, kind):
     # key bias never mattered): their true gradient is zero, so AdamW steps them by rounding
     # noise; the eval predictions read them through the running statistics, so they are
     # checked from one state below
-    skip = [f"0.layers.{i}.{name}" for i in range(2) for name in ("attention.out_proj.bias", "feed_forward.3.bias")]
+    skip = [
+        f"0.layers.{i}.{name}"
+        for i in range(2)
+        for name in ("attention.out_proj.bias", "feed_forward.3.bias")
+    ]
     noise = {f"0.layers.{i}.attention.in_proj_bias": slice(16, 48) for i in range(2)}
     assert_records_agree(ours[:-3], theirs[:-3], rtol=2e-4, atol=2e-5, skip=skip, noise=noise)
     assert ours[-1] == theirs[-1]

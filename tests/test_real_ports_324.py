@@ -213,8 +213,14 @@ with torch.no_grad():
 
 FFM_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
-    ("import torch.nn as nn\nimport torch.nn.functional as f\n", "import retrograd.nn as nn\nimport retrograd.nn.functional as f\n"),
-    ("    loss.backward()\n    optimizer.step()\n", "    grads = loss.backward()\n    optimizer.step(grads)\n"),
+    (
+        "import torch.nn as nn\nimport torch.nn.functional as f\n",
+        "import retrograd.nn as nn\nimport retrograd.nn.functional as f\n",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
 ]
 
 
@@ -249,5 +255,7 @@ def test_weighted_ffm_trains_as_torch(capsys):
         batches=drawn_batches(324), initialize=initializer(), params_of=params_of,
     )  # fmt: skip
     assert logs[0] == logs[1] == ""
-    np.testing.assert_allclose(theirs[-1], theirs[-2], rtol=1e-5, atol=1e-6)  # torch agrees with itself
+    np.testing.assert_allclose(
+        theirs[-1], theirs[-2], rtol=1e-5, atol=1e-6
+    )  # torch agrees with itself
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)

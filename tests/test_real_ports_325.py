@@ -1,4 +1,4 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 LSTNet, the long- and short-term time-series network.
 
@@ -28,6 +28,7 @@ stream in both runs.
 from __future__ import annotations
 
 import argparse
+
 import numpy as np
 import pytest
 import torch
@@ -35,7 +36,7 @@ import torch
 import retrograd as rg
 from real_ports import SharedDraws, assert_records_agree, initializer, params_of, port, run_source
 
-LSTNET_SOURCE = '''
+LSTNET_SOURCE = """
 # models/LSTNet.py
 import torch
 import torch.nn as nn
@@ -355,17 +356,26 @@ for epoch in range(1, args.epochs+1):
 test_acc, test_rae, test_corr  = evaluate(Data, Data.test[0], Data.test[1], model, evaluateL2, evaluateL1, args.batch_size);
 print ("test rse {:5.4f} | test rae {:5.4f} | test corr {:5.4f}".format(test_acc, test_rae, test_corr))
 record.append([float(test_acc), float(test_rae), float(test_corr)])
-'''
+"""
 
 LSTNET_STEPS = [
-    ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n", "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n"),
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
     ("import torch\nimport numpy as np;\n", "import retrograd as torch\nimport numpy as np;\n"),
     ("import torch.optim as optim\n", "import retrograd.optim as optim\n"),
     ("    def step(self):\n", "    def step(self, grads):\n"),
     ("math.pow(param.grad.data.norm(), 2)", "math.pow(param.grad(grads).data.norm(), 2)"),
-    ("                param.grad.data.mul_(shrinkage)\n", "                param.grad_replace(grads, param.grad(grads) * shrinkage)\n"),
+    (
+        "                param.grad.data.mul_(shrinkage)\n",
+        "                param.grad_replace(grads, param.grad(grads) * shrinkage)\n",
+    ),
     ("        self.optimizer.step()\n", "        self.optimizer.step(grads)\n"),
-    ("        loss.backward();\n        grad_norm = optim.step();\n", "        grads = loss.backward();\n        grad_norm = optim.step(grads);\n"),
+    (
+        "        loss.backward();\n        grad_norm = optim.step();\n",
+        "        grads = loss.backward();\n        grad_norm = optim.step(grads);\n",
+    ),
 ]
 
 
@@ -373,7 +383,9 @@ def write_sensors(path, seed: int, n: int = 100) -> str:
     """Three positive sensor series (daily and half-daily cycles) as LSTNet's CSV files."""
     rng = np.random.default_rng(seed)
     t = np.arange(n)[:, None]
-    values = 5.0 + np.sin(2 * np.pi * t / 12 + np.array([0.0, 1.0, 2.0])) * np.array([2.0, 1.0, 3.0])
+    values = 5.0 + np.sin(2 * np.pi * t / 12 + np.array([0.0, 1.0, 2.0])) * np.array(
+        [2.0, 1.0, 3.0]
+    )
     values += np.cos(2 * np.pi * t / 6) + 0.3 * rng.standard_normal((n, 3))
     np.savetxt(path, values, delimiter=",")
     return str(path)
@@ -392,12 +404,20 @@ def test_lstnet_trains_and_reports_as_torch(tmp_path, capsys, monkeypatch, outpu
     for lib in (torch, rg):
         rng = np.random.default_rng(3250)
         monkeypatch.setattr(
-            lib, "randperm", lambda n, *a, lib=lib, **k: lib.tensor(rng.permutation(n), dtype=lib.int64)
+            lib,
+            "randperm",
+            lambda n, *a, lib=lib, rng=rng, **k: lib.tensor(rng.permutation(n), dtype=lib.int64),
         )
         record = []
-        text = LSTNET_SOURCE if lib is torch else port(LSTNET_SOURCE, LSTNET_STEPS).replace("from torch.", "from retrograd.")
+        text = (
+            LSTNET_SOURCE
+            if lib is torch
+            else port(LSTNET_SOURCE, LSTNET_STEPS).replace("from torch.", "from retrograd.")
+        )
         with torch.random.fork_rng(), SharedDraws(lib, 3251):
-            run_source(text, lib, record=record, args=args, initialize=initialize, params_of=params_of)
+            run_source(
+                text, lib, record=record, args=args, initialize=initialize, params_of=params_of
+            )
         records.append(record)
         logs.append(capsys.readouterr().out)
     theirs, ours = records

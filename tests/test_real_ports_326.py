@@ -199,8 +199,14 @@ for step in range(3):
 '''
 
 FOURIER_STEPS = [
-    ("import torch\nimport torch.nn as nn\n", "import retrograd as torch\nimport retrograd.nn as nn\n"),
-    ("    loss.backward()\n    optimizer.step()\n", "    grads = loss.backward()\n    optimizer.step(grads)\n"),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
 ]
 
 

@@ -25,7 +25,7 @@ import torch
 import retrograd as rg
 from real_ports import assert_records_agree, initializer, params_of, port, run_source
 
-SGNS_SOURCE = '''
+SGNS_SOURCE = """
 # -*- coding: utf-8 -*-
 
 import numpy as np
@@ -132,12 +132,17 @@ record.append([sorted(sgns.state_dict()), model.ivectors.weight.is_cuda])
 with t.no_grad():
     vectors = model.forward_i(t.arange(vocab_size))
     record.append(vectors.numpy())
-'''
+"""
 
 SGNS_STEPS = [
-    ("import torch as t\nimport torch.nn as nn\n\nfrom torch import LongTensor as LT\nfrom torch import FloatTensor as FT\n",
-     "import retrograd as t\nimport retrograd.nn as nn\n\nfrom retrograd import LongTensor as LT\nfrom retrograd import FloatTensor as FT\n"),
-    ("        loss.backward()\n        optim.step()\n", "        grads = loss.backward()\n        optim.step(grads)\n"),
+    (
+        "import torch as t\nimport torch.nn as nn\n\nfrom torch import LongTensor as LT\nfrom torch import FloatTensor as FT\n",
+        "import retrograd as t\nimport retrograd.nn as nn\n\nfrom retrograd import LongTensor as LT\nfrom retrograd import FloatTensor as FT\n",
+    ),
+    (
+        "        loss.backward()\n        optim.step()\n",
+        "        grads = loss.backward()\n        optim.step(grads)\n",
+    ),
 ]
 
 
@@ -150,12 +155,16 @@ def drawn_baskets(seed: int, vocab_size: int = 12, n_batches: int = 3):
         iitem, oitems = [], []
         for _ in range(6):
             cluster = rng.integers(0, 2)
-            items = rng.choice(np.arange(1, 6) if cluster == 0 else np.arange(6, vocab_size), 4, replace=False)
+            items = rng.choice(
+                np.arange(1, 6) if cluster == 0 else np.arange(6, vocab_size), 4, replace=False
+            )
             iitem.append(items[0])
             context = list(items[1 : 1 + rng.integers(1, 4)])
             oitems.append(context + [0] * (3 - len(context)))
         batches.append((np.array(iitem), np.array(oitems)))
-    counts = np.bincount(np.concatenate([np.concatenate([i, o.ravel()]) for i, o in batches]), minlength=vocab_size)
+    counts = np.bincount(
+        np.concatenate([np.concatenate([i, o.ravel()]) for i, o in batches]), minlength=vocab_size
+    )
     counts[0] = 0
     return batches, counts.astype(np.float64)
 

@@ -98,9 +98,9 @@ class Poisson(ExponentialFamily):
         value = as_value(value, self.rate)
         self._validate_sample(value)
         rate = self.rate
-        # torch's xlogy: 0 where the count is 0, -inf for a positive count of a zero rate
-        term = where(value.eq(0), value * 0, value * rate.log())
-        return term - rate - lgamma(value + 1)
+        # xlogy, as torch's: 0 where the count is 0, -inf for a positive count of a zero rate,
+        # and its derivative in the count is log(rate) there too
+        return value.xlogy(rate) - rate - lgamma(value + 1)
 
 
 def _clamp_by_zero(x: Any) -> Any:
