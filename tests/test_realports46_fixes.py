@@ -112,3 +112,75 @@ def test_poisson_log_prob_count_derivative_matches_finite_differences():
     expected = ((plus - minus) / (2 * step)).numpy()
     expected[0] = ((plus - at) / step).numpy()[0]
     np.testing.assert_allclose(count.grad(found).numpy(), expected, rtol=1e-4)
+
+
+def _causal_stack(lib, weight_norm):
+    """Two weight-normalized dilated convolutions in a ``Sequential`` (a TCN's shape)."""
+    return lib.nn.Sequential(
+        weight_norm(lib.nn.Conv1d(2, 3, 2, padding=1, dilation=1)),
+        lib.nn.ReLU(),
+        weight_norm(lib.nn.Conv1d(3, 2, 2, padding=2, dilation=2)),
+    )
+
+
+def test_a_checkpoint_of_the_old_weight_norm_loads_into_parametrizations_weight_norm():
+    # torch's parametrizations.weight_norm registers a load pre-hook that renames weight_g /
+    # weight_v (the deprecated nn.utils.weight_norm's keys, in old TCN and vocoder checkpoints)
+    # to parametrizations.weight.original0 / original1; retrograd refused those keys
+    import copy
+
+    torch.manual_seed(46)
+    old = _causal_stack(torch, torch.nn.utils.weight_norm)
+    checkpoint = {k: v.detach().numpy().copy() for k, v in old.state_dict().items()}
+    assert "0.weight_g" in checkpoint and "2.weight_v" in checkpoint
+    x = np.linspace(-1.0, 1.0, 14, dtype=np.float32).reshape(1, 2, 7)
+    expected = old(torch.tensor(x)).detach().numpy()
+
+    reference = _causal_stack(torch, torch.nn.utils.parametrizations.weight_norm)
+    reference.load_state_dict({k: torch.tensor(v) for k, v in checkpoint.items()})
+    np.testing.assert_allclose(reference(torch.tensor(x)).detach().numpy(), expected, rtol=1e-6)
+
+    ours = _causal_stack(rg, rg.nn.utils.parametrizations.weight_norm)
+    ours.load_state_dict({k: rg.tensor(v) for k, v in checkpoint.items()})
+    np.testing.assert_allclose(ours(rg.tensor(x)).numpy(), expected, rtol=1e-5, atol=1e-7)
+    assert sorted(ours.state_dict()) == sorted(reference.state_dict())
+    again = copy.deepcopy(ours)
+    np.testing.assert_allclose(again(rg.tensor(x)).numpy(), expected, rtol=1e-5, atol=1e-7)
+    # the parametrization's own keys still load, and a half-old checkpoint still says what is
+    # missing
+    ours.load_state_dict(reference.state_dict())
+    partial = {k: rg.tensor(v) for k, v in checkpoint.items() if k != "2.weight_g"}
+    with pytest.raises(rg.InvalidArgumentError, match=r"2\.weight_v"):
+        ours.load_state_dict(partial)
+
+
+def test_a_parametrized_module_refuses_pickling_as_torch_and_still_deep_copies(tmp_path):
+    # torch: "Serialization of parametrized modules is only supported through state_dict()";
+    # retrograd's pickle failed on the class made at parametrization ("attribute lookup
+    # ParametrizedConv1d ... failed"), from rg.save of a whole model too
+    import copy
+    import pickle
+
+    def model(lib):
+        return lib.nn.Sequential(
+            lib.nn.utils.parametrizations.weight_norm(lib.nn.Conv1d(2, 3, 2)), lib.nn.ReLU()
+        )
+
+    with pytest.raises(RuntimeError, match="only supported through state_dict"):
+        pickle.dumps(model(torch))
+    ours = model(rg)
+    with pytest.raises(rg.InvalidArgumentError, match="only supported through state_dict"):
+        pickle.dumps(ours)
+    with pytest.raises(rg.RetrogradError, match="only supported through state_dict"):
+        rg.save(ours, tmp_path / "model.pt")
+    rg.save(ours.state_dict(), tmp_path / "state.pt")  # the supported way
+    x = rg.tensor(np.linspace(-1.0, 1.0, 10, dtype=np.float32).reshape(1, 2, 5))
+    twin = copy.deepcopy(ours)
+    assert type(twin[0]) is type(ours[0])
+    np.testing.assert_array_equal(twin(x).numpy(), ours(x).numpy())
+    with rg.no_grad():  # the copy's weights are its own
+        twin[0].parametrizations.weight.original0.mul_(2.0)
+    assert not np.array_equal(twin(x).numpy(), ours(x).numpy())
+    restored = model(rg)
+    restored.load_state_dict(rg.load(tmp_path / "state.pt"))
+    np.testing.assert_array_equal(restored(x).numpy(), ours(x).numpy())
