@@ -61,8 +61,7 @@ def weight_norm(module: Any, name: str = "weight", dim: int | None = 0) -> Any:
 class _OldWeightNormKeys:
     """The load pre-hook of torch's ``_weight_norm_compat_hook``: a state dict saved with the
     old ``nn.utils.weight_norm`` (``<name>_g``, ``<name>_v``) loads into the parametrization
-    (``parametrizations.<name>.original0`` / ``original1``). An object, not a closure, so that
-    the module still pickles."""
+    (``parametrizations.<name>.original0`` / ``original1``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -185,9 +185,12 @@ def _parametrized_class(cls: type) -> type:
             object.__setattr__(replica, "__dict__", copy.deepcopy(self.__dict__, memo))
         return replica
 
-    namespace = {"__setattr__": __setattr__, "__getstate__": __getstate__}
-    namespace["__deepcopy__"] = __deepcopy__
-    return type(f"Parametrized{cls.__name__}", (cls,), namespace)
+    methods = {
+        "__setattr__": __setattr__,
+        "__getstate__": __getstate__,
+        "__deepcopy__": __deepcopy__,
+    }
+    return type(f"Parametrized{cls.__name__}", (cls,), methods)
 
 
 def _property(tensor_name: str) -> property:
