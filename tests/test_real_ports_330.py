@@ -27,14 +27,9 @@ shared stream in both runs.
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-import torch
-
-import retrograd as rg
 from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
 
-SPEECHBRAIN_FEATURES_SOURCE = '''
+SPEECHBRAIN_FEATURES_SOURCE = """
 import math
 import torch
 import logging
@@ -717,7 +712,7 @@ class InputNormalization(torch.nn.Module):
         )
 
         return current_mean, current_std
-'''
+"""
 
 SPEECHBRAIN_DRIVER = """
 # the test's driver: 8 kHz, 8 ms windows (64 samples) every 4 ms (32 samples)
@@ -767,7 +762,10 @@ record.append(global_norm.count)
 SPEECHBRAIN_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
     ("    optimizer.zero_grad()\n", ""),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
 ]
 
 

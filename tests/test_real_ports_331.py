@@ -1,4 +1,4 @@
-# ruff: noqa: E501, E701, E702, E703, E711, E712, E722, E741  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 raw-waveform speech models whose filters are built in torch.
 
@@ -790,7 +790,10 @@ SINCNET_STEPS = [
     ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
     ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
     ("from torch.autograd import Variable", "from retrograd.autograd import Variable"),
-    ("    optimizer_CNN.zero_grad()\n    optimizer_DNN1.zero_grad()\n    optimizer_DNN2.zero_grad()\n", ""),
+    (
+        "    optimizer_CNN.zero_grad()\n    optimizer_DNN1.zero_grad()\n    optimizer_DNN2.zero_grad()\n",
+        "",
+    ),
     (
         "    loss.backward()\n    optimizer_CNN.step()\n    optimizer_DNN1.step()\n    optimizer_DNN2.step()",
         "    grads = loss.backward()\n    optimizer_CNN.step(grads)\n    optimizer_DNN1.step(grads)\n    optimizer_DNN2.step(grads)",
@@ -815,7 +818,9 @@ def test_sincnet_speaker_id_trains_validates_and_saves_as_torch(capsys, tmp_path
         params_of=params_of, waves=waves, lab_dict=lab_dict, sf=soundfile,
         output_folder=str(tmp_path),
     )  # fmt: skip
-    printed = [[float(v) for v in re.findall(r"=(-?[\d.]+)", line)] for line in logs[0].splitlines()]
+    printed = [
+        [float(v) for v in re.findall(r"=(-?[\d.]+)", line)] for line in logs[0].splitlines()
+    ]
     assert len(printed) == 2 and len(printed[0]) == 5
     np.testing.assert_allclose(
         [[float(v) for v in re.findall(r"=(-?[\d.]+)", line)] for line in logs[1].splitlines()],

@@ -1,4 +1,4 @@
-# ruff: noqa: E501, E741, F811, F841  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 speech separation in the time domain.
 
@@ -618,7 +618,10 @@ DPRNN_STEPS = [
     ("from torch import nn\n", "from retrograd import nn\n"),
     ("import torch\n", "import retrograd as torch\n"),
     ("from torch.optim.lr_scheduler import", "from retrograd.optim.lr_scheduler import"),
-    ("            self.optimizer.zero_grad()\n\n            if self.gpuid:", "\n            if self.gpuid:"),
+    (
+        "            self.optimizer.zero_grad()\n\n            if self.gpuid:",
+        "\n            if self.gpuid:",
+    ),
     ("            epoch_loss.backward()\n", "            grads = epoch_loss.backward()\n"),
     (
         "                torch.nn.utils.clip_grad_norm_(\n                    self.dualrnn.parameters(), self.clip_norm)\n\n            self.optimizer.step()",
@@ -630,7 +633,9 @@ DPRNN_STEPS = [
 @pytest.mark.parametrize(
     "norm, rnn_type, optim_name", [("gln", "GRU", "SGD"), ("cln", "LSTM", "Adam")]
 )
-def test_dual_path_rnn_trains_validates_and_checkpoints_as_torch(capsys, tmp_path, norm, rnn_type, optim_name):
+def test_dual_path_rnn_trains_validates_and_checkpoints_as_torch(
+    capsys, tmp_path, norm, rnn_type, optim_name
+):
     """Two epochs of the Dual-Path RNN trainer (validation before and after each,
     ``ReduceLROnPlateau`` on the validation loss): the parameter count, the losses and
     learning rates, the weights after training and the two separated signals."""

@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+r"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 SpecAugment and CTC as ESPnet writes them.
 
 - ESPnet2's SpecAugment and CTC head (the docstrings and ``typeguard`` checks left out):
@@ -447,7 +447,7 @@ class GreedyCTCDecoder(torch.nn.Module):
         return joined.replace("|", " ").strip().split()
 '''
 
-ESPNET_DRIVER = r'''
+ESPNET_DRIVER = r"""
 # the test's driver: SpecAug on padded features of three lengths, a BLSTM encoder and the CTC
 # head trained three Adam steps (the third utterance too short for its transcript, so
 # zero_infinity zeroes its loss), then greedy decoding
@@ -489,13 +489,16 @@ with torch.no_grad():
     emissions = ctc.log_softmax(encoder(x)[0])
 record.append([decoder(emissions[i, : feat_lens[i]]) for i in range(3)])
 record.append(ctc.argmax(encoder(x)[0]).numpy())
-'''
+"""
 
 ESPNET_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
     ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
     ("    optimizer.zero_grad()\n", ""),
-    ("    loss.backward()\n    optimizer.step()", "    grads = loss.backward()\n    optimizer.step(grads)"),
+    (
+        "    loss.backward()\n    optimizer.step()",
+        "    grads = loss.backward()\n    optimizer.step(grads)",
+    ),
     ("warped.pow(2).sum().backward()", "grads = warped.pow(2).sum().backward()"),
     ("same.grad.numpy()", "same.grad(grads).numpy()"),
 ]

@@ -1,5 +1,5 @@
-# ruff: noqa: E501, E701, E702, F403, F405, F841  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
+r"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 a neural vocoder on mu-law labels.
 
 - WaveRNN as fatchord/WaveRNN writes it: ``models/fatchord_version.py`` (two docstrings left
@@ -558,7 +558,9 @@ def shared_categorical(lib, seed: int):
 
     class Categorical(lib.distributions.Categorical):
         def sample(self, sample_shape=()):
-            drawn = lib.tensor(rng.uniform(size=tuple(self.probs.shape[:-1])), dtype=self.probs.dtype)
+            drawn = lib.tensor(
+                rng.uniform(size=tuple(self.probs.shape[:-1])), dtype=self.probs.dtype
+            )
             return (self.probs.cumsum(-1) < drawn.unsqueeze(-1)).sum(-1)
 
     return Categorical
@@ -581,7 +583,9 @@ def test_wavernn_trains_and_generates_as_torch(capsys, monkeypatch):
     (the waves returned and those given to ``save_wav``)."""
     for lib in (torch, rg):
         monkeypatch.setattr(lib.distributions, "Categorical", shared_categorical(lib, 33402))
-    hp = SimpleNamespace(voc_seq_len=20, hop_length=4, voc_pad=2, voc_mode="RAW", bits=6, voc_clip_grad_norm=4)
+    hp = SimpleNamespace(
+        voc_seq_len=20, hop_length=4, voc_pad=2, voc_mode="RAW", bits=6, voc_clip_grad_norm=4
+    )
     (theirs, ours), logs = runs_with_draws(
         WAVERNN_SOURCE, WAVERNN_STEPS, capsys, 33401, initialize=initializer(),
         params_of=params_of, hp=hp, make_save_wav=make_save_wav,
