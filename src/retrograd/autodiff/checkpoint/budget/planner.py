@@ -125,6 +125,15 @@ class Planner:
         self.kept: list[EvictionPlan] = []
         #: the plan the step being recorded follows
         self.plan: EvictionPlan | None = None
+        #: the kept plans the step being recorded has matched so far, ``plan`` first (see
+        #: :meth:`_narrow`), and the positions of its values they disagree on, held meanwhile
+        self._candidates: list[EvictionPlan] = []
+        self._disputed: list[int] = []
+        #: whether the value noted last is disputed (held until the candidates agree)
+        self.disputed_now = False
+        #: positions of disputed values that every plan still matched evicts: the strategy
+        #: evicts them now and empties the list
+        self.settled: list[int] = []
         #: the step being recorded has matched ``plan`` so far
         self.following = False
         #: what the next step plans from: signatures and trace (see backward_begins)
@@ -178,21 +187,83 @@ class Planner:
                     if plan is not None:
                         self._adopt(plan)
                     self.unfollowed += self.plans - plans  # a trial without a plan is free
-            self.plan = next((p for p in self.kept if p.signatures[0] == signature), None)
+            self._candidates = [p for p in self.kept if p.signatures[0] == signature]
+            self.plan = self._candidates[0] if self._candidates else None
+            self._disputed = []
             self.following = self.plan is not None
             self.limit = self.plan.limit if self.plan is not None else self.max_bytes
             self._prices = None if self.plan is None else _prices(self.plan)
+        self.disputed_now = False
         if not self.following:
             return None, -1.0
         plan = self.plan
-        if position >= len(plan.signatures) or plan.signatures[position] != signature:
-            plan = self._switch(position, signature)
+        candidates = self._candidates
+        if (
+            len(candidates) > 1
+            or position >= len(plan.signatures)
+            or plan.signatures[position] != signature
+        ):
+            plan = self._narrow(position, signature)
             if plan is None:  # another graph: eager from here on, and planned afresh
                 self._stop_following()
                 return None, -1.0
+            candidates = self._candidates
         if plan.mode == REPLAY:  # the eager step again: its values at the prices it measured
             return None, self._prices[position]
-        return plan.evict[position] and recompute, self._prices[position]
+        if len(candidates) == 1 or not recompute:
+            return plan.evict[position] and recompute, self._prices[position]
+        if any(p.mode == REPLAY for p in candidates):  # evicted for the budget, as a replay's
+            return None, self._prices[position]
+        votes = [p.evict[position] for p in candidates]
+        if all(votes):
+            return True, self._prices[position]
+        if any(votes):  # held until the plans still matched agree (see _narrow)
+            self._disputed.append(position)
+            self.disputed_now = True
+        return False, self._prices[position]
+
+    def _narrow(self, position: int, signature: tuple) -> EvictionPlan | None:
+        """The plan the step follows once its value at ``position`` (of ``signature``) is
+        recorded: the first of the kept plans matched so far that match it too, ``None`` when
+        none does.
+
+        Plans of graphs that start alike (a sequence length drawn per batch, the short last
+        batch of an epoch) share their first values but not their evictions, and which graph
+        a step records is known only where they part. So a step follows all the plans it
+        matches: a value they all evict is evicted at once, one they disagree on is held
+        (*disputed*) until they agree, as the plans still matched drop to those of the step's
+        own graph; then :attr:`settled` lists the disputed values they evict, which the
+        strategy evicts, and the step holds what its own plan holds. (Following the first
+        plan alone, a step of another length evicted by that plan's choices, parted from it
+        and ran eagerly, and every step planned its graph afresh: one step in four followed
+        a plan, each over the budget.)"""
+        candidates = [
+            p
+            for p in self._candidates
+            if len(p.signatures) > position and p.signatures[position] == signature
+        ]
+        if not candidates:
+            return None
+        if len(candidates) < len(self._candidates):
+            self._candidates = candidates
+            self._settle(candidates)
+            if self.plan is not candidates[0]:
+                self.plan = candidates[0]
+                self.limit = self.plan.limit
+                self._prices = _prices(self.plan)
+        return self.plan
+
+    def _settle(self, candidates: list[EvictionPlan]) -> None:
+        """Disputed values ``candidates`` now agree on: evicted (:attr:`settled`) when all
+        evict them, held on when none does."""
+        disputed = []
+        for position in self._disputed:
+            votes = [p.evict[position] for p in candidates]
+            if all(votes):
+                self.settled.append(position)
+            elif any(votes):
+                disputed.append(position)
+        self._disputed = disputed
 
     def _recurs(self, signatures: list, starting: tuple) -> bool:
         """Whether the graph of ``signatures``, recorded by the step before, is worth a plan:
@@ -281,26 +352,11 @@ class Planner:
         )
         return best
 
-    def _switch(self, position: int, signature: tuple) -> EvictionPlan | None:
-        """Another kept plan that the step has matched so far, with the same evictions."""
-        plan = self.plan
-        for other in self.kept:
-            if (
-                other is not plan
-                and len(other.signatures) > position
-                and other.signatures[position] == signature
-                and other.signatures[:position] == plan.signatures[:position]
-                and other.evict[:position] == plan.evict[:position]
-            ):
-                self.plan = other
-                self.limit = other.limit
-                self._prices = _prices(other)
-                return other
-        return None
-
     def _stop_following(self) -> None:
         self.following = False
         self.limit = self.max_bytes
+        self._candidates = []
+        self._disputed = []
 
     def _adopt(self, plan: EvictionPlan) -> None:
         """Keep ``plan`` first, in place of a plan of the same graph."""
@@ -315,10 +371,13 @@ class Planner:
         ones from it (its ops priced by ``fastest``, see :meth:`.RecordedStep.observe`),
         unless it followed a plan. The byte limit its backward keeps to and the
         plan's mode, when it followed one, else ``None`` (backward as after an eager step)."""
-        plan = self.plan
-        followed = (
-            self.following and plan is not None and len(recorded.values) == len(plan.signatures)
-        )
+        length = len(recorded.values)
+        plan = None
+        if self.following:  # the plan of the step's own graph, among those it matched
+            plan = next((p for p in self._candidates if len(p.signatures) == length), None)
+            if plan is not None:
+                self._settle([plan])
+        followed = plan is not None
         self._stop_following()
         self._checking = None
         if not followed:
@@ -353,7 +412,7 @@ class Planner:
         if plan is None:
             self._eager_peak, self._eager_ops = peak_bytes, recomputed_ops
             return
-        if plan.mode != FITS or peak_bytes <= 1.1 * plan.counted:
+        if plan.mode != FITS or peak_bytes <= min(1.1 * plan.counted, self.max_bytes):
             return
         attempts = plan.attempts
         if len(attempts) > MAX_REPLANS:  # settled: the attempt that held least stays
