@@ -10,18 +10,20 @@ some values as soon as they are made and keeps the others held (forward evicts n
 for the limit), and its backward runs as the plan assumed. Several plans are kept, one per
 graph (:data:`MAX_PLANS`, the least recently followed dropped first): a loop that alternates
 graphs (training and validation, two batch shapes, the short last batch of an epoch) plans
-each once. A loop with more graphs than that (one per batch, say) plans a graph only when it
-comes again, once it has dropped that many plans.
+each once, and a step follows every plan it matches until they part, holding what they
+disagree on meanwhile (:meth:`Planner._narrow`). A loop with more graphs than that (one
+per batch, say) plans a graph only when it comes again, once it has dropped that many plans.
 
-A followed step whose backward holds more than the plan predicted (by a tenth) is re-planned
-from the same trace with the budget lowered by the miss (:data:`MAX_REPLANS` times at most,
-then the attempt that held least is kept). A budget under the greedy plan's floor (the
-lowest peak it finds) gets, when it fits the budget or holds less than that floor, an
-anchored schedule (:mod:`.segments`: only anchors kept from forward, each segment recomputed
-once from its anchor, what backward does not read dropped at once: :data:`ANCHORED`); else
-the lower of two, by what was measured: that floor (:data:`FLOOR`), or a replay of the eager
-step at its own prices, whose backward recomputes from √n anchors and drops for the budget
-(:data:`REPLAY`). Only a plan that fits is re-planned after a miss.
+A followed step whose backward holds more than the plan predicted (by a tenth), or more than
+the budget it was planned to fit, is re-planned from the same trace with the budget lowered
+by the miss (:data:`MAX_REPLANS` times at most, then the attempt that held least is kept).
+A budget under the greedy plan's floor (the lowest peak it finds) gets, when it fits the
+budget or holds less than that floor, an anchored schedule (:mod:`.segments`: only anchors
+kept from forward, each segment recomputed once from its anchor, what backward does not read
+dropped at once: :data:`ANCHORED`); else the lower of two, by what was measured: that floor
+(:data:`FLOOR`), or a replay of the eager step at its own prices, whose backward recomputes
+from √n anchors and drops for the budget (:data:`REPLAY`). Only a plan that fits is
+re-planned after a miss.
 
 A replay repeats what one eager step did, and what an eager step holds depends on the prices
 it measured (which value is cheapest to evict is a comparison of timings): a pause of a few
@@ -404,10 +406,11 @@ class Planner:
 
     def backward_ended(self, peak_bytes: int, recomputed_ops: int = 0) -> None:
         """A backward ended, having held ``peak_bytes`` at most (the engine's count) and
-        recomputed ``recomputed_ops`` ops. A
-        followed plan that fits but held more than it predicted (by a tenth) is re-planned
-        from its trace with the budget lowered by the miss; after :data:`MAX_REPLANS`, the
-        attempt that held least stays."""
+        recomputed ``recomputed_ops`` ops. A followed plan that fits but held more than it
+        predicted (by a tenth), or more than the budget (a miss under the tenth still passes
+        the budget the plan was to keep: a gradient penalty's steps held 1.05 times it), is
+        re-planned from its trace with the budget lowered by the miss; after
+        :data:`MAX_REPLANS`, the attempt that held least stays."""
         plan, self._checking = self._checking, None
         if plan is None:
             self._eager_peak, self._eager_ops = peak_bytes, recomputed_ops
