@@ -207,9 +207,9 @@ class BudgetCheckpointing(CheckpointStrategy):
                 measured = timer.measure(op.name, out_bytes, inputs)
                 noted = recorder.note(node, inputs, out, out_bytes, measured, recompute, timer.key)
             planned, seconds = planner.on_value(noted, recompute)
+            if self._disputed and noted is not None and noted[0] == 0:
+                self._disputed.clear()  # a step starts (the last one's graph was dropped)
             if planner.disputed_now:  # plans still matched disagree on it (Planner._narrow)
-                if noted[0] == 0:
-                    self._disputed.clear()  # (a step starts)
                 if self.pool.held_bytes + out_bytes > planner.limit:
                     planned = True  # no room to hold it while they disagree: evicted
                     planner.disputed_now = False
