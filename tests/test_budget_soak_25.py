@@ -26,9 +26,10 @@ Under each budget, against the same loop without one:
 
 Found and fixed (``planner.py``): graphs that start alike (a length drawn per batch) fell off
 their plans, a step following the first plan it matched and parting from it (the variable-
-length RNN at the large budget: 23 plans made, 23 of 50 steps followed one; now 3 and 47); a plan that fits whose steps held
-more than the budget, within the tenth over its count that re-planned, was kept (the gradient
-penalty: 1.05x the budget every step). The regressions are at the end of this file.
+length RNN at the large budget: 23 plans made, 23 of 50 steps followed one; now 3 and 47);
+a plan that fits whose steps held more than the budget, within the tenth over its count
+that re-planned, was kept (the gradient penalty: 1.05x the budget every step). The
+regressions are at the end of this file.
 
 Left as they are (measured here): two backward calls through one retained graph hold 1.33x
 the large budget (the second records nothing, and the plan of the first does not know the
