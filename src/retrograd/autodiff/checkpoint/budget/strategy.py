@@ -209,10 +209,11 @@ class BudgetCheckpointing(CheckpointStrategy):
             planned, seconds = planner.on_value(noted, recompute)
             if self._disputed and noted is not None and noted[0] == 0:
                 self._disputed.clear()  # a step starts (the last one's graph was dropped)
-            if planner.disputed_now:  # plans still matched disagree on it (Planner._narrow)
-                if self.pool.held_bytes + out_bytes > planner.limit:
-                    planned = True  # no room to hold it while they disagree: evicted
-                    planner.disputed_now = False
+            # the plans still matched disagree on it (Planner._narrow), and there is no room to
+            # hold it until they agree: evicted
+            if planner.disputed_now and self.pool.held_bytes + out_bytes > planner.limit:
+                planned = True
+                planner.disputed_now = False
             if seconds < 0:  # no plan followed: the measured time stands
                 seconds = measured
                 if seconds is None:  # the plan was left at this op: it is timed after all
