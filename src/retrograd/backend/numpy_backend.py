@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import warnings
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..effects import DRAWS
 from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
@@ -100,9 +102,17 @@ class _Generator:
 
     @property
     def rng(self) -> np.random.Generator:
-        """The stream, for a draw (refused where :func:`random_refused` says so)."""
+        """The stream, for a draw (refused where :func:`random_refused` says so); its
+        position noted first, for a retried op to put back (:data:`effects.DRAWS`)."""
         check_random_allowed()
-        return self._rng
+        rng = self._rng
+        DRAWS.before_draw(self, functools.partial(self._restore, rng, rng.bit_generator.state))
+        return rng
+
+    def _restore(self, rng: np.random.Generator, position: dict) -> None:
+        with self.lock:
+            rng.bit_generator.state = position
+            self._rng = rng
 
     def state_words(self) -> np.ndarray:
         with self.lock:

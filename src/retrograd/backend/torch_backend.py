@@ -34,6 +34,7 @@ device-side assert would be, but catchable and naming the op.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +43,7 @@ import numpy as np
 import torch
 
 from ..device import Device
+from ..effects import DRAWS
 from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
@@ -342,7 +344,10 @@ class TorchBackend(
                 epoch, initial = GENERATOR.epoch, GENERATOR.initial
             self._torch_generator.manual_seed(initial)
             self._generator_epoch = epoch
-        return self._torch_generator
+        generator = self._torch_generator
+        # (its position noted, for a retried op to put back: effects.DRAWS)
+        DRAWS.before_draw(generator, functools.partial(generator.set_state, generator.get_state()))
+        return generator
 
     def random(self, shape, distribution, dtype, device):
         if dtype in COMPLEX_DTYPES:

@@ -28,6 +28,7 @@ import numpy as np
 from ..backend.protocol import check_random_allowed, on_uniform_grid
 from ..context import current_backend
 from ..device import Device
+from ..effects import DRAWS
 from ..errors import InvalidArgumentError, guard
 from . import creation
 from .creation import tensor
@@ -115,9 +116,14 @@ class Generator:
         check_random_allowed()
         np_dtype = np.float64 if dtype == "float64" else np.float32
         with self._lock:
+            DRAWS.before_draw(self, functools.partial(self._restore, self._rng.bit_generator.state))
             if distribution == "uniform":
                 return on_uniform_grid(self._rng.random(tuple(shape), dtype=np_dtype), dtype)
             return self._rng.standard_normal(tuple(shape), dtype=np_dtype)
+
+    def _restore(self, position: dict) -> None:
+        with self._lock:
+            self._rng.bit_generator.state = position
 
     def clone_state(self) -> Generator:
         """A new generator at this one's position (torch's ``clone_state``): both then draw
