@@ -92,3 +92,165 @@ def test_a_retry_after_an_in_place_write_is_refused_and_writes_once():
     out = guard("counted", counted)(lifted)
     np.testing.assert_allclose(out.detach().numpy(), [2.5, 3.0, 8.0])
     assert calls.tolist() == [2.0]
+
+
+# -- grad_fn names -------------------------------------------------------------------------------
+def _leaf(library, shape, seed=0, positive=False):
+    values = np.random.default_rng(seed).uniform(0.2, 1.5, size=shape)
+    if not positive:
+        values = values * np.where(np.arange(values.size).reshape(shape) % 2, 1.0, -1.0)
+    if library is torch:
+        return torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    return rg.tensor(values, dtype="float64").requires_grad_()
+
+
+def _index(library, values):
+    return library.tensor(values)
+
+
+#: (label, program of (library, functional)): torch's node class names of common ops
+_PROGRAMS = {
+    "add": lambda lib, fn: _leaf(lib, (3, 4)) + _leaf(lib, (3, 4), 1),
+    "add_scalar": lambda lib, fn: 2 + _leaf(lib, (3, 4)),
+    "sub_alpha": lambda lib, fn: lib.sub(_leaf(lib, (3, 4)), _leaf(lib, (3, 4), 1), alpha=2),
+    "rsub": lambda lib, fn: 2 - _leaf(lib, (3, 4)),
+    "mul_scalar": lambda lib, fn: _leaf(lib, (3, 4)) * 2,
+    "div": lambda lib, fn: _leaf(lib, (3, 4)) / _leaf(lib, (3, 4), 1, True),
+    "neg": lambda lib, fn: -_leaf(lib, (3, 4)),
+    "pow": lambda lib, fn: _leaf(lib, (3, 4)) ** 2,
+    "pow_tensor": lambda lib, fn: _leaf(lib, (3, 4), 0, True) ** _leaf(lib, (3, 4), 1),
+    "rpow": lambda lib, fn: 2 ** _leaf(lib, (3, 4)),
+    "square": lambda lib, fn: _leaf(lib, (3, 4)).square(),
+    "exp_log1p": lambda lib, fn: _leaf(lib, (3, 4), 0, True).log1p(),
+    "rsqrt": lambda lib, fn: _leaf(lib, (3, 4), 0, True).rsqrt(),
+    "reciprocal": lambda lib, fn: _leaf(lib, (3, 4), 0, True).reciprocal(),
+    "abs": lambda lib, fn: _leaf(lib, (3, 4)).abs(),
+    "tanh": lambda lib, fn: _leaf(lib, (3, 4)).tanh(),
+    "sigmoid": lambda lib, fn: _leaf(lib, (3, 4)).sigmoid(),
+    "relu": lambda lib, fn: fn.relu(_leaf(lib, (3, 4))),
+    "gelu": lambda lib, fn: fn.gelu(_leaf(lib, (3, 4))),
+    "silu": lambda lib, fn: fn.silu(_leaf(lib, (3, 4))),
+    "leaky_relu": lambda lib, fn: fn.leaky_relu(_leaf(lib, (3, 4))),
+    "elu": lambda lib, fn: fn.elu(_leaf(lib, (3, 4))),
+    "softplus": lambda lib, fn: fn.softplus(_leaf(lib, (3, 4))),
+    "hardtanh": lambda lib, fn: fn.hardtanh(_leaf(lib, (3, 4))),
+    "softmax": lambda lib, fn: fn.softmax(_leaf(lib, (3, 4)), dim=1),
+    "log_softmax": lambda lib, fn: fn.log_softmax(_leaf(lib, (3, 4)), dim=1),
+    "sum": lambda lib, fn: _leaf(lib, (3, 4)).sum(),
+    "sum_dim": lambda lib, fn: _leaf(lib, (3, 4)).sum(1),
+    "mean": lambda lib, fn: _leaf(lib, (3, 4)).mean(),
+    "mean_dim": lambda lib, fn: _leaf(lib, (3, 4)).mean(0, keepdim=True),
+    "max": lambda lib, fn: _leaf(lib, (3, 4)).max(),
+    "max_dim": lambda lib, fn: _leaf(lib, (3, 4)).max(1)[0],
+    "max_binary": lambda lib, fn: lib.max(_leaf(lib, (3, 4)), _leaf(lib, (3, 4), 1)),
+    "amax": lambda lib, fn: _leaf(lib, (3, 4)).amax(1),
+    "prod": lambda lib, fn: _leaf(lib, (3, 4)).prod(),
+    "var": lambda lib, fn: _leaf(lib, (3, 4)).var(),
+    "std": lambda lib, fn: _leaf(lib, (3, 4)).std(),
+    "norm": lambda lib, fn: _leaf(lib, (3, 4)).norm(),
+    "logsumexp": lambda lib, fn: _leaf(lib, (3, 4)).logsumexp(1),
+    "cumsum": lambda lib, fn: _leaf(lib, (3, 4)).cumsum(1),
+    "mm": lambda lib, fn: _leaf(lib, (3, 4)).mm(_leaf(lib, (4, 2))),
+    "matmul": lambda lib, fn: _leaf(lib, (3, 4)) @ _leaf(lib, (4, 2)),
+    "bmm": lambda lib, fn: _leaf(lib, (2, 3, 4)).bmm(_leaf(lib, (2, 4, 2))),
+    "mv": lambda lib, fn: _leaf(lib, (3, 4)).mv(_leaf(lib, (4,))),
+    "dot": lambda lib, fn: _leaf(lib, (4,)).dot(_leaf(lib, (4,), 1)),
+    "addmm": lambda lib, fn: lib.addmm(_leaf(lib, (3, 2)), _leaf(lib, (3, 4)), _leaf(lib, (4, 2))),
+    "linear": lambda lib, fn: fn.linear(_leaf(lib, (3, 4)), _leaf(lib, (2, 4)), _leaf(lib, (2,))),
+    "linear_no_bias": lambda lib, fn: fn.linear(_leaf(lib, (3, 4)), _leaf(lib, (2, 4))),
+    "view": lambda lib, fn: _leaf(lib, (3, 4)).view(12),
+    "t": lambda lib, fn: _leaf(lib, (3, 4)).t(),
+    "transpose": lambda lib, fn: _leaf(lib, (3, 4)).transpose(0, 1),
+    "permute": lambda lib, fn: _leaf(lib, (3, 4)).permute(1, 0),
+    "unsqueeze": lambda lib, fn: _leaf(lib, (3, 4)).unsqueeze(0),
+    "squeeze_dim": lambda lib, fn: _leaf(lib, (3, 1)).squeeze(1),
+    "expand": lambda lib, fn: _leaf(lib, (1, 4)).expand(3, 4),
+    "cat": lambda lib, fn: lib.cat([_leaf(lib, (3, 4)), _leaf(lib, (3, 4), 1)]),
+    "stack": lambda lib, fn: lib.stack([_leaf(lib, (3, 4)), _leaf(lib, (3, 4), 1)]),
+    "slice": lambda lib, fn: _leaf(lib, (3, 4))[:, 1:3],
+    "select": lambda lib, fn: _leaf(lib, (3, 4)).select(1, 0),
+    "index_select": lambda lib, fn: _leaf(lib, (3, 4)).index_select(0, _index(lib, [0, 2])),
+    "gather": lambda lib, fn: _leaf(lib, (3, 4)).gather(1, _index(lib, [[0], [1], [2]])),
+    "where": lambda lib, fn: lib.where(
+        _index(lib, [True, False, True, False]), _leaf(lib, (3, 4)), 0.0
+    ),
+    "clamp": lambda lib, fn: _leaf(lib, (3, 4)).clamp(-0.5, 0.5),
+    "masked_fill": lambda lib, fn: _leaf(lib, (3, 4)).masked_fill(
+        _index(lib, [True, False] * 2), 0.0
+    ),
+    "chunk": lambda lib, fn: _leaf(lib, (3, 4)).chunk(2, 1)[0],
+    "unbind": lambda lib, fn: _leaf(lib, (3, 4)).unbind(0)[1],
+    "repeat": lambda lib, fn: _leaf(lib, (3, 4)).repeat(2, 1),
+    "sort": lambda lib, fn: _leaf(lib, (3, 4)).sort(1)[0],
+    "topk": lambda lib, fn: _leaf(lib, (3, 4)).topk(2, 1)[0],
+    "tril": lambda lib, fn: _leaf(lib, (3, 4)).tril(),
+    "trace": lambda lib, fn: _leaf(lib, (3, 3)).trace(),
+    "roll": lambda lib, fn: _leaf(lib, (3, 4)).roll(1, 0),
+    "flip": lambda lib, fn: _leaf(lib, (3, 4)).flip(0),
+    "clone": lambda lib, fn: _leaf(lib, (3, 4)).clone(),
+    "to_float32": lambda lib, fn: _leaf(lib, (3, 4)).float(),
+    "maximum": lambda lib, fn: lib.maximum(_leaf(lib, (3, 4)), _leaf(lib, (3, 4), 1)),
+    "lerp": lambda lib, fn: lib.lerp(_leaf(lib, (3, 4)), _leaf(lib, (3, 4), 1), 0.3),
+    "atan2": lambda lib, fn: lib.atan2(_leaf(lib, (3, 4)), _leaf(lib, (3, 4), 1)),
+    "mse_loss": lambda lib, fn: fn.mse_loss(_leaf(lib, (3, 4)), _leaf(lib, (3, 4), 1)),
+    "l1_loss": lambda lib, fn: fn.l1_loss(_leaf(lib, (3, 4)), _leaf(lib, (3, 4), 1)),
+    "cross_entropy": lambda lib, fn: fn.cross_entropy(_leaf(lib, (3, 4)), _index(lib, [0, 1, 2])),
+    "nll_loss": lambda lib, fn: fn.nll_loss(_leaf(lib, (3, 4)), _index(lib, [0, 1, 2])),
+    "bce_with_logits": lambda lib, fn: fn.binary_cross_entropy_with_logits(
+        _leaf(lib, (3, 4)), _leaf(lib, (3, 4), 1, True) / 2
+    ),
+    "conv2d": lambda lib, fn: fn.conv2d(_leaf(lib, (1, 1, 4, 4)), _leaf(lib, (2, 1, 3, 3))),
+    "max_pool2d": lambda lib, fn: fn.max_pool2d(_leaf(lib, (1, 1, 4, 4)), 2),
+    "avg_pool2d": lambda lib, fn: fn.avg_pool2d(_leaf(lib, (1, 1, 4, 4)), 2),
+    "layer_norm": lambda lib, fn: fn.layer_norm(_leaf(lib, (3, 4)), (4,)),
+    "embedding": lambda lib, fn: fn.embedding(_index(lib, [0, 2]), _leaf(lib, (3, 4))),
+}
+
+
+def test_grad_fn_class_names_are_torchs():
+    mismatched = {}
+    for label, program in _PROGRAMS.items():
+        theirs = program(torch, torch.nn.functional).grad_fn
+        ours = program(rg, rg.nn.functional).grad_fn
+        expected = type(theirs).__name__
+        found = (type(ours).__name__, ours.name(), str(ours))
+        if found != (expected, theirs.name(), expected):
+            mismatched[label] = (expected, found)
+    assert not mismatched
+    assert len(_PROGRAMS) >= 60
+
+
+def test_next_functions_walk_torchs_structure():
+    def walked(node):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if name == "AccumulateGrad":
+            return name
+        return (name, [walked(parent) for parent, _ in node.next_functions])
+
+    def program(library, functional):
+        x, w = _leaf(library, (3, 4)), _leaf(library, (4, 2), 1)
+        constant = library.tensor(np.full((3, 2), 0.5))
+        hidden = functional.relu(x @ w) * 2 + constant
+        return (hidden.tanh() - hidden.exp()).mean()
+
+    ours, theirs = program(rg, rg.nn.functional), program(torch, torch.nn.functional)
+    assert walked(ours.grad_fn) == walked(theirs.grad_fn)
+    leaf = _leaf(rg, (2,))
+    assert (leaf * 3).grad_fn.next_functions[0][0].name() == "AccumulateGrad"
+    assert repr(leaf * 3).endswith("grad_fn=<MulBackward0>)")
+
+
+def test_custom_function_node_is_named_after_its_class():
+    class Doubled(rg.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2
+
+    node = Doubled.apply(_leaf(rg, (2,))).grad_fn
+    assert type(node).__name__ == node.name() == "DoubledBackward"  # torch's: class + Backward

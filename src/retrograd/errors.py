@@ -380,6 +380,12 @@ def _check_flags(
             raise ArgumentTypeError(f"{op}: {name} must be a bool, got {_describe(value)}")
 
 
+#: by op name, what names the backward node of a result the op (a composite) made as torch
+#: names its node (``x.sum(1)``: ``SumBackward1``); filled by the tensor package, never
+#: raising, read by :func:`guard` (the outermost op names the node last)
+NODE_NAMERS: dict[str, Callable[[tuple, dict, Any], None]] = {}
+
+
 def _undone_effects(draws: int, writes: int) -> str | None:
     """Why an op's first run, begun when :data:`effects.DRAWS` and :data:`effects.WRITES`
     counted ``draws`` and ``writes``, cannot run again unseen (``None`` where it can: its
@@ -442,7 +448,11 @@ def guard(
             _check_flags(op, flags, args, kwargs)
         draws, writes = DRAWS.count, WRITES.count
         try:
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
+            namer = NODE_NAMERS.get(op)
+            if namer is not None:
+                namer(args, kwargs, result)
+            return result
         except InnerOperandError as refusal:
             # a tensor requiring grad met an inner-backend one: the op again, on the autodiff
             # decorator (an in-place op writes into its operand, which a copy would not be),
