@@ -254,3 +254,84 @@ def test_custom_function_node_is_named_after_its_class():
 
     node = Doubled.apply(_leaf(rg, (2,))).grad_fn
     assert type(node).__name__ == node.name() == "DoubledBackward"  # torch's: class + Backward
+
+
+# -- sparse COO tensors --------------------------------------------------------------------------
+_SPARSE_INDICES = [[0, 1, 1, 0], [2, 0, 2, 2]]
+_SPARSE_VALUES = [3.0, 4.0, 5.0, 1.0]
+
+
+def _sparse_pair(library, indices=_SPARSE_INDICES, values=_SPARSE_VALUES, grad=False):
+    values = library.tensor(values, dtype=library.float64)
+    if grad:
+        values = values.requires_grad_() if library is rg else values.requires_grad_(True)
+    return library.sparse_coo_tensor(library.tensor(indices), values, (2, 3)), values
+
+
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks")
+def test_sparse_tensors_pass_isinstance_and_answer_as_torchs():
+    ours, _ = _sparse_pair(rg)
+    theirs, _ = _sparse_pair(torch)
+    assert isinstance(ours, rg.Tensor) and isinstance(theirs, torch.Tensor)
+    assert not isinstance(ours, rg.nn.Parameter) and rg.is_tensor(ours)
+    assert ours.is_sparse and theirs.is_sparse and str(ours.layout) == "retrograd.sparse_coo"
+    assert ours._nnz() == theirs._nnz() == 4
+    assert (ours.sparse_dim(), ours.dense_dim()) == (theirs.sparse_dim(), theirs.dense_dim())
+    assert ours.is_coalesced() is theirs.is_coalesced() is False
+    np.testing.assert_array_equal(ours.to_dense().numpy(), theirs.to_dense().numpy())
+    with pytest.raises(rg.InvalidArgumentError, match="coalesce"):
+        ours.indices()  # (torch: a RuntimeError, as here)
+    ours_c, theirs_c = ours.coalesce(), theirs.coalesce()
+    assert ours_c.indices().tolist() == theirs_c.indices().tolist()
+    assert ours_c.values().tolist() == theirs_c.values().tolist() and ours_c._nnz() == 3
+    assert rg.sparse.sum(ours).item() == torch.sparse.sum(theirs).item()
+    ours_rows, theirs_rows = rg.sparse.sum(ours, 1), torch.sparse.sum(theirs, 1)
+    assert ours_rows.to_dense().tolist() == theirs_rows.to_dense().tolist()
+    for ours_scaled, theirs_scaled in [(ours * 2, theirs * 2), (2 * ours, 2 * theirs)]:
+        assert ours_scaled._values().tolist() == theirs_scaled._values().tolist()
+        assert ours_scaled.is_coalesced() == theirs_scaled.is_coalesced()
+    assert (ours / 2)._values().tolist() == (theirs / 2)._values().tolist()
+
+
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks")
+@pytest.mark.parametrize(
+    "other_indices", [_SPARSE_INDICES, [[1], [1]], [[1, 0, 0], [2, 2, 0]]], ids=str
+)
+def test_a_sum_of_sparse_tensors_stores_torchs_entries(other_indices):
+    other_values = [7.0, -2.0, 0.5][: len(other_indices[0])] + [6.0] * 4
+    other_values = other_values[: len(other_indices[0])]
+    results = []
+    for library in (rg, torch):
+        left, left_values = _sparse_pair(library, grad=True)
+        right, right_values = _sparse_pair(library, other_indices, other_values, grad=True)
+        total = left + right
+        difference = left - right
+        loss = (total.to_dense() * library.arange(6.0).reshape(2, 3)).sum()
+        loss = loss + difference.to_dense().square().sum()
+        if library is torch:
+            loss.backward()
+            grads = (left_values.grad, right_values.grad)
+        else:
+            gradients = loss.backward()
+            grads = (left_values.grad(gradients), right_values.grad(gradients))
+        results.append(
+            (
+                total._indices().tolist(),
+                total._values().tolist(),
+                total.is_coalesced(),
+                difference._values().tolist(),
+                [g.tolist() for g in grads],
+            )
+        )
+    assert results[0] == results[1]
+    left_c, right_c = _sparse_pair(rg)[0].coalesce(), _sparse_pair(rg)[0].coalesce()
+    assert (left_c + right_c).is_coalesced()  # (coalesced operands: a coalesced sum, torch's)
+
+
+def test_library_checks_still_tell_a_sparse_tensor_from_a_dense_one():
+    sparse, _ = _sparse_pair(rg)
+    module = rg.nn.Module()
+    module.adjacency = sparse  # an attribute, not a buffer (torch's too)
+    assert "adjacency" not in dict(module.named_buffers())
+    with pytest.raises(rg.InvalidArgumentError, match="sparse COO"):
+        rg.exp(sparse)
