@@ -204,6 +204,9 @@ _PROGRAMS = {
     "avg_pool2d": lambda lib, fn: fn.avg_pool2d(_leaf(lib, (1, 1, 4, 4)), 2),
     "layer_norm": lambda lib, fn: fn.layer_norm(_leaf(lib, (3, 4)), (4,)),
     "embedding": lambda lib, fn: fn.embedding(_index(lib, [0, 2]), _leaf(lib, (3, 4))),
+    "pad": lambda lib, fn: fn.pad(_leaf(lib, (3, 4)), (1, 1)),
+    "pad_reflect": lambda lib, fn: fn.pad(_leaf(lib, (1, 3, 4)), (1, 1), mode="reflect"),
+    "pad_replicate": lambda lib, fn: fn.pad(_leaf(lib, (1, 2, 3, 4)), (1, 1, 1, 1), "replicate"),
 }
 
 

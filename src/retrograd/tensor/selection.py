@@ -1429,6 +1429,24 @@ _NAMED_BY_OP: dict[str, tuple[str, Callable[[tuple, dict], bool] | None]] = {
 }
 NODE_NAMERS.update({op: _naming(name, when) for op, (name, when) in _NAMED_BY_OP.items()})
 
+#: ``F.pad``'s node in torch, by mode (its kernel's, of the padded dims' count)
+_PADS = {
+    "constant": "ConstantPadNd",
+    "reflect": "ReflectionPad{}D",
+    "replicate": "ReplicationPad{}D",
+}
+
+
+def _name_pad(args: tuple, kwargs: dict, result: Any) -> None:
+    mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
+    pad = args[1] if len(args) > 1 else kwargs.get("pad")
+    kind = _PADS.get(mode)
+    if kind is not None and isinstance(pad, tuple | list):
+        _naming(kind.format(len(pad) // 2) + "Backward0")(args, kwargs, result)
+
+
+NODE_NAMERS["pad"] = _name_pad
+
 _NODE_CLASSES: dict[str, type] = {}
 
 
