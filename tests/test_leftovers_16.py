@@ -74,6 +74,26 @@ def test_a_retried_op_draws_a_generators_numbers_once():
     np.testing.assert_array_equal(generator.get_state().numpy(), follow.get_state().numpy())
 
 
+def test_a_retry_after_more_draws_than_are_remembered_is_refused():
+    gradient, weight = _gradient_and_weight()
+
+    def many_draws(g):
+        for _ in range(300):  # more than effects.DRAWS keeps
+            rg.rand(1)
+        shifted = g.clone()
+        shifted.add_(weight)
+        return shifted
+
+    rg.manual_seed(1)
+    with pytest.raises(rg.AutodiffError, match="many_draws: .*drawn random numbers"):
+        guard("many_draws", many_draws)(gradient)
+    after = rg.rand(1).numpy()
+    rg.manual_seed(1)
+    for _ in range(300):
+        rg.rand(1)
+    np.testing.assert_array_equal(after, rg.rand(1).numpy())  # drawn once, not rewound
+
+
 def test_a_retry_after_an_in_place_write_is_refused_and_writes_once():
     gradient, weight = _gradient_and_weight()
     calls = rg.zeros(1)

@@ -55,12 +55,14 @@ class _DrawLog:
             streams = {id(entry[2]) for entry in mine}
             if any(entry[1] != me and id(entry[2]) in streams for entry in later):
                 return False
-            for entry in reversed(mine):  # each stream's earliest position put back last
-                entry[3]()
             kept = [entry for entry in self._entries if entry[0] < since or entry[1] != me]
             self._entries.clear()
             self._entries.extend(kept)
-            return True
+        # (outside the lock: a stream takes its own lock to be put back, and a draw holds
+        # that lock while it notes itself here)
+        for entry in reversed(mine):  # each stream's earliest position put back last
+            entry[3]()
+        return True
 
 
 class _WriteCount(threading.local):
