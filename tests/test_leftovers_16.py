@@ -85,7 +85,7 @@ def test_a_retry_after_more_draws_than_are_remembered_is_refused():
         return shifted
 
     rg.manual_seed(1)
-    with pytest.raises(rg.AutodiffError, match="many_draws: .*drawn random numbers"):
+    with pytest.raises(rg.AutodiffError, match=r"many_draws: .*drawn random numbers"):
         guard("many_draws", many_draws)(gradient)
     after = rg.rand(1).numpy()
     rg.manual_seed(1)
