@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 import warnings
+import weakref
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..effects import DRAWS
+from ..effects import DRAWS, pcg64_state, pcg64_words
 from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
@@ -89,6 +89,7 @@ class _Generator:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self._weak = weakref.ref(self)  # (what effects.DRAWS holds it by)
         #: how many times the stream was reseeded or restored: a device generator that
         #: follows this one (``TorchBackend``'s on a GPU) reseeds itself when it changes
         self.epoch = 0
@@ -106,13 +107,13 @@ class _Generator:
         position noted first, for a retried op to put back (:data:`effects.DRAWS`)."""
         check_random_allowed()
         rng = self._rng
-        DRAWS.before_draw(self, functools.partial(self._restore, rng, rng.bit_generator.state))
+        DRAWS.before_draw(self._weak, pcg64_words(rng.bit_generator))
         return rng
 
-    def _restore(self, rng: np.random.Generator, position: dict) -> None:
+    def restore_position(self, words: list[int], blob: object) -> None:
+        """Return to a position :data:`effects.DRAWS` noted (a retried op's draws undone)."""
         with self.lock:
-            rng.bit_generator.state = position
-            self._rng = rng
+            self._rng.bit_generator.state = pcg64_state(words)
 
     def state_words(self) -> np.ndarray:
         with self.lock:

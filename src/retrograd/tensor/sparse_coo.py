@@ -257,6 +257,12 @@ class SparseTensor:
             flat = row if flat is None else flat * extent + row
         return flat if flat is not None else self._indices_t.new_zeros((self._nnz(),))
 
+    def _host_places(self) -> list[int]:
+        """:meth:`_flat_indices` read to the host (read whole: no view of the indices)."""
+        rows = self._indices_t.tolist()
+        strides = [math.prod(self._size[d + 1 :]) for d in range(len(self._size))]
+        return [sum(row[k] * step for row, step in zip(rows, strides)) for k in range(self._nnz())]
+
     def coalesce(self) -> SparseTensor:
         """The places in order, each once, the values of a repeated one summed (torch's)."""
         if self._coalesced:
@@ -333,8 +339,7 @@ class SparseTensor:
         if self._coalesced and other._coalesced:
             indices = cat([self._indices_t, other._indices_t], 1)
             return SparseTensor(indices, cat([mine, theirs], 0), self._size, False).coalesce()
-        ours, others = self._flat_indices().tolist(), other._flat_indices().tolist()
-        mine_at, theirs_at, count = _merged_places(ours, others)
+        mine_at, theirs_at, count = _merged_places(self._host_places(), other._host_places())
         index = self._indices_t
         places = index.new_tensor(mine_at + theirs_at)
         indices = mine.new_zeros((len(self._size), count), dtype=index.dtype)
