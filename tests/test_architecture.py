@@ -23,6 +23,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "retrograd"
 #: Each top-level part of ``retrograd`` and its layer. A module may import modules of its own
 #: part and of lower layers only; parts of one layer do not import each other.
 LAYERS = {
+    # what a retried op must not repeat (draws, in-place writes): counted below the errors,
+    # whose guard reads them, by the random streams and the in-place writes
+    "effects": -2,
     "errors": -1,  # the ground: every part may raise its errors (a device string too)
     "device": 0,
     "files": 0,  # files written whole or not at all (Module.save and the application)

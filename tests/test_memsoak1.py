@@ -12,6 +12,7 @@ hundred steps, which a byte count cannot tell from a leak; a leaked object is al
 
 from __future__ import annotations
 
+import collections
 import gc
 import sys
 import threading
@@ -38,14 +39,14 @@ def _live_library_objects() -> int:
     other torch objects: a ``torch.Size`` is made afresh at each ``.shape``, and which one a
     bounded table (a budget's op timings) keeps as its key varies from step to step."""
     count = 0
-    for obj in gc.get_objects():
-        kind = type(obj)
+    # counted by type first, at C speed (a loop over every object in Python is slow)
+    for kind, number in collections.Counter(map(type, gc.get_objects())).items():
         module = kind.__module__
         if isinstance(module, str) and (
             module.startswith("retrograd")
             or (module.startswith("torch") and kind.__name__ in ("Tensor", "Parameter"))
         ):
-            count += 1
+            count += number
     return count
 
 

@@ -5,7 +5,7 @@ and results in the graph, parameters, sizes, dtypes and devices.
 
 The expected text is torch's own, with ``torch.`` read as ``retrograd.`` (retrograd's dtypes
 and ``Size`` print under its name, as a ported log compares them). A result in the graph names
-retrograd's backward node (``grad_fn=<mulBackward>`` where torch's is ``<MulBackward0>``), so
+its backward node as torch's does (``grad_fn=<MulBackward0>``) for the common ops only, so
 those compare with the name left out.
 """
 
@@ -219,8 +219,8 @@ def test_graph_tensors_print_as_torch(name):
 def test_a_result_names_its_backward_node():
     x = rg.tensor([1.0, 2.0], requires_grad=True)
     y = x * x
-    assert repr(y) == f"tensor([1., 4.], grad_fn=<{y.grad_fn}>)"
-    assert str(y.grad_fn).endswith("Backward") and ", tracked" not in repr(y)
+    assert repr(y) == "tensor([1., 4.], grad_fn=<MulBackward0>)"  # torch's text
+    assert ", tracked" not in repr(y)
     with rg.no_grad():
         assert repr(x * 2) == "tensor([2., 4.])"
 

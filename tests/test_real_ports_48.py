@@ -35,13 +35,12 @@ scientific machine learning.
 - the Fourier Neural Operator of zongyi-li/fourier_neural_operator (``fourier_2d.py`` and
   ``utilities3.py``): its ``SpectralConv2d`` holds complex weights (``torch.rand(...,
   dtype=torch.cfloat)``), multiplies ``torch.fft.rfft2`` modes by ``torch.einsum("bixy,ioxy->
-  boxy")`` and returns by ``torch.fft.irfft2``. retrograd has no complex dtype (API.md sections
-  2 and 10: float32/float64, int64, bool), so the port stops at the first complex line with the
-  ``DTypeError`` that says so, naming ``rand``; the real parts of the program (``LpLoss``'s
-  ``rel`` and ``abs`` by ``torch.norm(..., self.p, 1)``, ``UnitGaussianNormalizer``'s
-  ``torch.std(x, 0)``, ``get_grid``'s ``.repeat([batchsize, 1, size_y, 1])``) agree. Complex
-  support was judged too large for this round: a dtype through every layer, both backends'
-  kernels and the conjugate (Wirtinger) gradient rules.
+  boxy")`` and returns by ``torch.fft.irfft2``; the whole program runs and Adam steps the
+  complex weights as torch does (when this port was first written retrograd had no complex
+  dtype and the port stopped at ``torch.rand(..., dtype=torch.cfloat)``; complex tensors came
+  later), and the real parts (``LpLoss``'s ``rel`` and ``abs`` by ``torch.norm(..., self.p,
+  1)``, ``UnitGaussianNormalizer``'s ``torch.std(x, 0)``, ``get_grid``'s
+  ``.repeat([batchsize, 1, size_y, 1])``) agree.
 
 Found and fixed: ``torch.func``'s transforms cut their results from the graph when only an
 argument not differentiated required grad (the PINN's ``params``), so the residual terms sent no

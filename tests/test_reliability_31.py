@@ -45,6 +45,7 @@ from __future__ import annotations
 import collections
 import gc
 import io
+import itertools
 import os
 import pickle
 import threading
@@ -79,9 +80,18 @@ def _tracked() -> collections.Counter:
     (``abc``'s, whose weak references call a ``_destroy`` method, and ``functools.
     singledispatch``'s, of weak references to classes), which fill at any step: a class
     registered anywhere empties them."""
-    return collections.Counter(
-        type(o).__qualname__ for o in gc.get_objects() if not _class_cache_entry(o)
-    )
+    objects = gc.get_objects()
+    kinds = list(map(type, objects))  # (at C speed: a loop in Python over them all is slow)
+    counts: collections.Counter = collections.Counter()
+    for kind, number in collections.Counter(kinds).items():
+        counts[kind.__qualname__] += number
+    candidates = itertools.compress(objects, map(_CACHE_ENTRY_KINDS.__contains__, kinds))
+    counts.subtract(type(o).__qualname__ for o in candidates if _class_cache_entry(o))
+    return +counts
+
+
+#: the only types :func:`_class_cache_entry` can say yes to
+_CACHE_ENTRY_KINDS = frozenset({types.BuiltinMethodType, weakref.ref})
 
 
 def _class_cache_entry(o: object) -> bool:

@@ -225,7 +225,8 @@ def test_is_tensor_and_is_floating_point_as_torch():
     assert rg.is_tensor(ours) and torch.is_tensor(theirs)
     assert ours.is_floating_point() == theirs.is_floating_point() is True
     assert rg.sparse_coo_tensor(INDICES, [1, 2, 3, 4, 5]).is_floating_point() is False
-    assert not isinstance(ours, rg.Tensor)  # (documented: torch's is a torch.Tensor)
+    assert isinstance(ours, rg.Tensor) and isinstance(theirs, torch.Tensor)
+    assert not isinstance(ours, rg.nn.Parameter) and not isinstance(theirs, torch.nn.Parameter)
 
 
 def test_transpose_and_moves():

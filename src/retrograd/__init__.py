@@ -591,11 +591,16 @@ for _name in ("empty", "eye", "full", "linspace", "normal", "rand", "randn", "ra
 # torch's factories take ``layout`` (strided only here) and ``pin_memory`` (a no-op here)
 for _name in (
     "arange",
+    "bartlett_window",
+    "blackman_window",
     "empty",
     "empty_like",
     "eye",
     "full",
     "full_like",
+    "hamming_window",
+    "hann_window",
+    "kaiser_window",
     "linspace",
     "logspace",
     "ones",

@@ -12,6 +12,8 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .effects import DRAWS, WRITES
+
 __all__ = [
     "ArgumentTypeError",
     "AutodiffError",
@@ -386,6 +388,29 @@ def _check_flags(
             raise ArgumentTypeError(f"{op}: {name} must be a bool, got {_describe(value)}")
 
 
+#: by op name, what names the backward node of a result the op (a composite) made as torch
+#: names its node (``x.sum(1)``: ``SumBackward1``); filled by the tensor package, never
+#: raising, read by :func:`guard` (the outermost op names the node last)
+NODE_NAMERS: dict[str, Callable[[tuple, dict, Any], None]] = {}
+
+
+def _undone_effects(draws: int, writes: int) -> str | None:
+    """Why an op's first run, begun when :data:`effects.DRAWS` and :data:`effects.WRITES`
+    counted ``draws`` and ``writes``, cannot run again unseen (``None`` where it can: its
+    draws, if any, are put back)."""
+    if WRITES.count != writes:
+        return (
+            "it had written into a tensor in place before, which running it again on the"
+            " autodiff decorator would write twice"
+        )
+    if not DRAWS.rewind(draws):
+        return (
+            "it had drawn random numbers before, which running it again on the autodiff"
+            " decorator cannot draw again as the first run did"
+        )
+    return None
+
+
 def _writes_in_place(op: str) -> bool:
     """Whether the op named ``op`` (``add_``, ``Tensor.index_add_``, ``nn.init.normal_``) writes
     into its operand, torch's trailing underscore."""
@@ -429,16 +454,27 @@ def guard(
             kwargs = _renamed(op, function, kwargs)
         if flags:
             _check_flags(op, flags, args, kwargs)
+        draws, writes = DRAWS.count, WRITES.count
         try:
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
+            namer = NODE_NAMERS.get(op)
+            if namer is not None:
+                namer(args, kwargs, result)
+            return result
         except InnerOperandError as refusal:
             # a tensor requiring grad met an inner-backend one: the op again, on the autodiff
-            # decorator (an in-place op writes into its operand, which a copy would not be)
+            # decorator (an in-place op writes into its operand, which a copy would not be),
+            # unseen: the streams put back where they were, never after an in-place write
             retry = (
                 None
                 if refusal.rejoin is None or _writes_in_place(op)
                 else refusal.rejoin(args, kwargs)
             )
+            if retry is not None:
+                undone = _undone_effects(draws, writes)
+                if undone is not None:  # (an outer entry must not run it again either)
+                    retry, refusal.rejoin = None, None
+                    refusal.args = (f"{refusal.args[0]} ({undone})", *refusal.args[1:])
             if retry is None:
                 if refusal.args and isinstance(refusal.args[0], str) and op not in refusal.args[0]:
                     refusal.args = (f"{op}: {refusal.args[0]}", *refusal.args[1:])

@@ -92,10 +92,16 @@ def _real_input(op: str, x: Tensor) -> Tensor:
     return x if x.dtype in ("float32", "float64") else x.to(default_float_dtype())
 
 
-def _resized(op: str, x: Tensor, dim: int, n: int) -> Tensor:
-    """``x`` cut or zero-padded at the end of ``dim`` to ``n`` entries, as torch's ``n=``."""
+def _check_points(op: str, n: Any) -> None:
+    """Refuse a signal length ``n`` (``n=``, an entry of ``s=``) that is not a positive int,
+    naming the length given (not one derived from it)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n!r}) specified")
+
+
+def _resized(op: str, x: Tensor, dim: int, n: int) -> Tensor:
+    """``x`` cut or zero-padded at the end of ``dim`` to ``n`` entries, as torch's ``n=``."""
+    _check_points(op, n)
     size = x.shape[dim]
     if n == size:
         return x
@@ -124,6 +130,9 @@ def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tupl
         sizes = (None,) * len(dims)
     else:
         sizes = tuple(None if n == -1 else n for n in s)
+        for n in sizes:
+            if n is not None:
+                _check_points(op, n)
         if len(sizes) != len(dims):
             raise InvalidArgumentError(
                 f"fft.{op}: when given, dim and s must have one length, got {len(dims)} dims "
@@ -159,8 +168,7 @@ def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
     x = _as_complex(op, x)
     if n is None:
         n = 2 * (x.shape[dim] - 1)
-        if n < 1:
-            raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n}) specified")
+    _check_points(op, n)  # (before the half spectrum is cut to n // 2 + 1 entries)
     half = _resized(op, x, dim, n // 2 + 1)
     mirrored = half.narrow(dim, 1, n - n // 2 - 1).flip(dim).conj()
     full = cat([half, mirrored], dim)

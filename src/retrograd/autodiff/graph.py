@@ -46,7 +46,8 @@ class Node:
     ``input_hooks`` (a dict of ``hook(backend, input_gradients, gradient) -> input_gradients
     or None`` by key, called once the node's step has computed its inputs' gradients, before
     they flow on: torch's hooks on a backward node, which the deprecated module backward
-    hooks use).
+    hooks use); ``torch_name`` (the class name of torch's node for the public op whose result
+    this node made, where it differs from this node's op's: ``x.sum(1)``'s reshape).
 
     The recording path (:meth:`Autodiff._record <retrograd.autodiff.backend.Autodiff._record>`)
     makes nodes without calling ``__init__``, assigning the same slots: a Python ``__init__``
@@ -67,6 +68,7 @@ class Node:
     )
 
     retain = False
+    torch_name = None
     bshapes = None
     distributed = None
     hooks = None

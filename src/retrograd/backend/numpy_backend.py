@@ -5,11 +5,13 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
+import weakref
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..effects import DRAWS, pcg64_state, pcg64_words
 from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
@@ -87,6 +89,7 @@ class _Generator:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self._weak = weakref.ref(self)  # (what effects.DRAWS holds it by)
         #: how many times the stream was reseeded or restored: a device generator that
         #: follows this one (``TorchBackend``'s on a GPU) reseeds itself when it changes
         self.epoch = 0
@@ -100,9 +103,17 @@ class _Generator:
 
     @property
     def rng(self) -> np.random.Generator:
-        """The stream, for a draw (refused where :func:`random_refused` says so)."""
+        """The stream, for a draw (refused where :func:`random_refused` says so); its
+        position noted first, for a retried op to put back (:data:`effects.DRAWS`)."""
         check_random_allowed()
-        return self._rng
+        rng = self._rng
+        DRAWS.before_draw(self._weak, pcg64_words(rng.bit_generator))
+        return rng
+
+    def restore_position(self, words: list[int], blob: object) -> None:
+        """Return to a position :data:`effects.DRAWS` noted (a retried op's draws undone)."""
+        with self.lock:
+            self._rng.bit_generator.state = pcg64_state(words)
 
     def state_words(self) -> np.ndarray:
         with self.lock:

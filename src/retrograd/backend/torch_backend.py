@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +43,7 @@ import numpy as np
 import torch
 
 from ..device import Device
+from ..effects import DRAWS
 from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
@@ -235,6 +237,7 @@ class TorchBackend(
         self.generator = generator
         self._torch_generator: torch.Generator | None = None
         self._generator_epoch = -1  # the host stream's epoch it was seeded at
+        self._weak = weakref.ref(self)  # (what effects.DRAWS holds it by)
         self.deferred_index_checks = (
             self.torch_device.type != "cpu"
             if deferred_index_checks is None
@@ -253,11 +256,13 @@ class TorchBackend(
         checks or generator: an unpickled one starts with fresh ones."""
         state = dict(self.__dict__)
         state.update(_pending=[], _pending_lock=None, _torch_generator=None, _generator_epoch=-1)
+        state.pop("_weak", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._pending_lock = threading.Lock()
+        self._weak = weakref.ref(self)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TorchBackend) and other.torch_device == self.torch_device
@@ -342,7 +347,15 @@ class TorchBackend(
                 epoch, initial = GENERATOR.epoch, GENERATOR.initial
             self._torch_generator.manual_seed(initial)
             self._generator_epoch = epoch
-        return self._torch_generator
+        generator = self._torch_generator
+        # (its position noted, for a retried op to put back: effects.DRAWS)
+        DRAWS.before_draw(self._weak, blob=generator.get_state())
+        return generator
+
+    def restore_position(self, words: list[int], blob: Any) -> None:
+        """Return the device's generator to a position :data:`effects.DRAWS` noted."""
+        if self._torch_generator is not None:
+            self._torch_generator.set_state(blob)
 
     def random(self, shape, distribution, dtype, device):
         if dtype in COMPLEX_DTYPES:

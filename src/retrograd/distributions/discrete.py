@@ -98,9 +98,9 @@ class Poisson(ExponentialFamily):
         value = as_value(value, self.rate)
         self._validate_sample(value)
         rate = self.rate
-        # torch's xlogy: 0 where the count is 0, -inf for a positive count of a zero rate
-        term = where(value.eq(0), value * 0, value * rate.log())
-        return term - rate - lgamma(value + 1)
+        # xlogy, as torch's: 0 where the count is 0, -inf for a positive count of a zero rate,
+        # and its derivative in the count is log(rate) there too
+        return value.xlogy(rate) - rate - lgamma(value + 1)
 
 
 def _clamp_by_zero(x: Any) -> Any:
@@ -466,7 +466,9 @@ class NegativeBinomial(Distribution):
         # log sigmoid(z) = -softplus(-z)
         log_unnormalized = -n * logits.softplus() - value * (-logits).softplus()
         log_normalization = -lgamma(n + value) + lgamma(1.0 + value) + lgamma(n)
-        log_normalization = where((n + value).eq(0), log_normalization * 0, log_normalization)
+        # a zero total count at zero has probability 1 though lgamma(0) is infinite: the
+        # normalization there is set to 0 (not multiplied by 0, which gives inf - inf's NaN)
+        log_normalization = log_normalization.masked_fill((n + value).eq(0), 0.0)
         return log_unnormalized - log_normalization
 
 

@@ -8,7 +8,9 @@ The algorithm is torch's, operation for operation (the two-loop recursion over a
 optional strong-Wolfe line search with cubic interpolation, and its stopping tests), on one
 flat vector of the parameters' gradients on the inner backend; scalars that torch keeps as
 0-d tensors (``ys``, ``H_diag``, ``ro``, ``al``) are 0-d tensors of the parameters' dtype here
-too, so float32 runs round as torch's do.
+too, so float32 runs round as torch's do. A complex parameter takes its real and imaginary
+parts as two real elements of that vector (torch's ``view_as_real``), so the history, the
+line search and the state are real (float32 for complex64) as torch's are.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ..tensor import Tensor, cat, zeros
+from ..tensor.complexes import view_as_complex, view_as_real
 from ..tensor.inplace import assign
 from .closure import evaluate_closure
 from .optimizers import Optimizer, state_count, state_tensor
@@ -106,15 +109,15 @@ class LBFGS(Optimizer):
     ) -> Any:
         """L-BFGS's state (torch's layout): not one buffer per parameter but the whole
         history, vectors over all parameters' elements and lists of them."""
-        flat = (sum(v.numel() for v in self._values()),)
+        flat = (sum(_real_numel(v) for v in self._values()),)
         if key in _COUNTS:
             return state_count(where, number, key, value)
         if key in _FLAT:
-            return state_tensor(where, number, key, value, parameter, flat)
+            return _real(state_tensor(where, number, key, value, parameter, flat))
         if key == "H_diag" and isinstance(value, int | float):
             return value  # 1 after the first iteration, as torch's
         if key == "H_diag":
-            return state_tensor(where, number, key, value, parameter, ())
+            return _real(state_tensor(where, number, key, value, parameter, ()))
         if key in _FLAT_LISTS + _SCALAR_LISTS:
             if not isinstance(value, list | tuple):
                 raise InvalidArgumentError(
@@ -122,8 +125,8 @@ class LBFGS(Optimizer):
                 )
             shape = flat if key in _FLAT_LISTS else ()
             return [
-                None if v is None and key == "al" else state_tensor(where, number, key, v,
-                                                                    parameter, shape)
+                None if v is None and key == "al" else _real(state_tensor(where, number, key, v,
+                                                                          parameter, shape))
                 for v in value
             ]  # fmt: skip
         return super().load_state_value(where, number, key, value, parameter)
@@ -141,6 +144,8 @@ class LBFGS(Optimizer):
                              device=value.device)  # fmt: skip
             elif grad.backend.is_autodiff:
                 grad = grad.inner()
+            if grad.is_complex():  # its real and imaginary parts, as torch's view_as_real
+                grad = view_as_real(grad)
             views.append(grad.reshape(-1))
         return cat(views, 0)
 
@@ -149,9 +154,11 @@ class LBFGS(Optimizer):
         for p in self._params:
             # read at each place: a parameter listed twice takes both pieces, as torch's add_
             value = p.inner() if p.backend.is_autodiff else p
-            numel = value.numel()
-            piece = update[offset : offset + numel].reshape(value.shape)
-            assign(p, value + piece * step_size, "LBFGS.step")
+            numel = _real_numel(value)
+            piece = update[offset : offset + numel]
+            if value.is_complex():  # pairs of real and imaginary parts, as torch's view_as_real
+                piece = view_as_complex(piece.reshape(*value.shape, 2))
+            assign(p, value + piece.reshape(value.shape) * step_size, "LBFGS.step")
             offset += numel
 
     def _clone_param(self) -> list[Tensor]:
@@ -305,6 +312,17 @@ class LBFGS(Optimizer):
         state.update(d=d, t=t, old_dirs=old_dirs, old_stps=old_stps, ro=ro, H_diag=h_diag,
                      prev_flat_grad=prev_flat_grad, prev_loss=prev_loss)  # fmt: skip
         return orig_loss
+
+
+def _real_numel(value: Tensor) -> int:
+    """The elements ``value`` takes in the flat vector: two for each complex one."""
+    return 2 * value.numel() if value.is_complex() else value.numel()
+
+
+def _real(value: Tensor) -> Tensor:
+    """A saved flat vector or 0-d value as the real tensor L-BFGS keeps (``state_tensor``
+    gives a complex parameter's buffers its complex dtype; these hold real numbers)."""
+    return value.real.clone() if value.is_complex() else value
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:

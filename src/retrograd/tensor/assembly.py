@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import default_float_dtype
+from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, int_argument, int_arguments, lift, normalize_dim
 from .autocasting import autocast_op
@@ -414,19 +414,29 @@ def gradient(input: Any, *, spacing: Any = 1, dim: Any = None, edge_order: int =
 
 
 # -- signal windows (constants) -----------------------------------------------------------------
-def _window(op: str, length: int, periodic: bool, dtype: Any, device: Any, values: Any) -> Any:
+def _window(
+    op: str,
+    length: int,
+    periodic: bool,
+    dtype: Any,
+    device: Any,
+    requires_grad: bool,
+    values: Any,
+) -> Any:
     if not isinstance(length, int) or length < 0:
         raise InvalidArgumentError(
             f"{op}: window_length must be a non-negative int, got {length!r}"
         )
     dtype = canonical_dtype(op, dtype, allow_none=True) or default_float_dtype()
+    if dtype not in FLOAT_DTYPES:  # an int window would truncate its values to 0 and 1
+        raise DTypeError(f"{op} expects a floating point dtype, got {dtype}")
     if length <= 1:
-        return tensor(np.ones(length), dtype=dtype, device=device)
+        return tensor(np.ones(length), dtype=dtype, device=device, requires_grad=requires_grad)
     n = length + 1 if periodic else length
     # torch's kernels run each step in the window's dtype (float32 rounds between steps)
     host = np.float32 if dtype == "float32" else np.float64
     array = values(np.arange(n, dtype=host), n, host)
-    return tensor(array[:length], dtype=dtype, device=device)
+    return tensor(array[:length], dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def _cos(x: np.ndarray) -> np.ndarray:
@@ -445,29 +455,47 @@ def _hamming(alpha: float, beta: float) -> Any:
 
 
 def hann_window(
-    window_length: int, periodic: bool = True, *, dtype: Any = None, device: Any = None, **_: Any
+    window_length: int,
+    periodic: bool = True,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
 ) -> Any:
-    return _window("hann_window", window_length, periodic, dtype, device, _hamming(0.5, 0.5))
+    return _window(
+        "hann_window", window_length, periodic, dtype, device, requires_grad, _hamming(0.5, 0.5)
+    )
 
 
 def hamming_window(window_length: int, periodic: bool = True, alpha: float = 0.54,
                    beta: float = 0.46, *, dtype: Any = None, device: Any = None,
-                   **_: Any) -> Any:  # fmt: skip
-    return _window("hamming_window", window_length, periodic, dtype, device, _hamming(alpha, beta))
+                   requires_grad: bool = False) -> Any:  # fmt: skip
+    return _window("hamming_window", window_length, periodic, dtype, device, requires_grad,
+                   _hamming(alpha, beta))  # fmt: skip
 
 
 def blackman_window(
-    window_length: int, periodic: bool = True, *, dtype: Any = None, device: Any = None, **_: Any
+    window_length: int,
+    periodic: bool = True,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
 ) -> Any:
     def values(k: np.ndarray, n: int, host: Any) -> np.ndarray:
         phase = k * host(math.pi / (n - 1))
         return _cos(phase * host(4)) * host(0.08) - _cos(phase * host(2)) * host(0.5) + host(0.42)
 
-    return _window("blackman_window", window_length, periodic, dtype, device, values)
+    return _window("blackman_window", window_length, periodic, dtype, device, requires_grad, values)
 
 
 def bartlett_window(
-    window_length: int, periodic: bool = True, *, dtype: Any = None, device: Any = None, **_: Any
+    window_length: int,
+    periodic: bool = True,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
 ) -> Any:
     def values(k: np.ndarray, n: int, host: Any) -> np.ndarray:
         # torch's: the rising half ``k * 2 / (n - 1)``, the rest ``2 - k * 2 / (n - 1)``
@@ -476,17 +504,18 @@ def bartlett_window(
         ramp[first_half:] = host(2) - ramp[first_half:]
         return ramp
 
-    return _window("bartlett_window", window_length, periodic, dtype, device, values)
+    return _window("bartlett_window", window_length, periodic, dtype, device, requires_grad, values)
 
 
 def kaiser_window(window_length: int, periodic: bool = True, beta: float = 12.0, *,
-                  dtype: Any = None, device: Any = None, **_: Any) -> Any:  # fmt: skip
+                  dtype: Any = None, device: Any = None,
+                  requires_grad: bool = False) -> Any:  # fmt: skip
     def values(k: np.ndarray, n: int, host: Any) -> np.ndarray:
         return np.i0(
             beta * np.sqrt(np.clip(1.0 - (2.0 * k / (n - 1) - 1.0) ** 2, 0.0, None))
         ) / np.i0(beta)
 
-    return _window("kaiser_window", window_length, periodic, dtype, device, values)
+    return _window("kaiser_window", window_length, periodic, dtype, device, requires_grad, values)
 
 
 __all__ = sorted(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import threading
 import warnings
 import weakref
@@ -73,7 +74,13 @@ from .dtypes import (
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
 from .inplace import InplaceMixin, assign
-from .layouts import check_memory_format, factory_options, preserve_format, strided
+from .layouts import (
+    SPARSE_CLASSES,
+    check_memory_format,
+    factory_options,
+    preserve_format,
+    strided,
+)
 from .printing import tensor_text
 from .products import ProductsMixin
 from .reduce import ReduceMixin
@@ -181,6 +188,30 @@ def warn_copy_construct(call: str) -> None:
     )
 
 
+class _TensorType(type):
+    """``Tensor``'s metaclass: a program's ``isinstance(s, rg.Tensor)`` holds for a sparse
+    COO tensor too, as torch's (``if isinstance(adj, torch.Tensor): adj = adj.to(device)``).
+    A :class:`~.sparse_coo.SparseTensor` is no dense tensor here, and so no subclass: its
+    dense methods are refused by name, ``issubclass`` and ``rg.nn.Parameter`` do not admit
+    it, and the library's own modules, whose checks mean "a dense tensor" (a buffer, a
+    value saved for backward), keep getting ``False``. Python asks only where the object's
+    class is not ``Tensor`` itself."""
+
+    #: the class that admits sparse tensors (``Tensor``), set once it is made
+    admits_sparse: type | None = None
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        if type(instance) in SPARSE_CLASSES:
+            if cls is not _TensorType.admits_sparse:
+                return False
+            caller = sys._getframe(1).f_globals.get("__name__", "")  # who called isinstance
+            return not caller.startswith(_LIBRARY)
+        return type.__instancecheck__(cls, instance)
+
+
+_LIBRARY = __name__.split(".")[0] + "."
+
+
 class Tensor(
     ElementwiseMixin,
     SpecialMixin,
@@ -194,6 +225,7 @@ class Tensor(
     StorageMixin,
     TorchFormsMixin,
     TensorBase,
+    metaclass=_TensorType,
 ):
     """An n-dimensional array on a backend; differentiable on the autodiff backend.
 
@@ -1255,3 +1287,4 @@ def _guard_methods(cls: type) -> None:
 
 
 _guard_methods(Tensor)
+_TensorType.admits_sparse = Tensor

@@ -658,6 +658,8 @@ def logspace(
     dtype = (
         _no_bool_range("logspace", _check_dtype("logspace", dtype), steps) or default_float_dtype()
     )
+    # asked of the result, not of the linspace it is computed from: torch's is a leaf
+    requires_grad = kwargs.pop("requires_grad", False)
     if dtype in NARROW_INTS:  # both ends converted first, as linspace's (-2 is 254 in uint8)
         start, end = (
             written_scalar("logspace", v.item() if isinstance(v, Tensor) else v, dtype)
@@ -680,8 +682,9 @@ def logspace(
         host = np.trunc(np.float64(base) ** np.full(1, given) if steps == 1 else power)
         host = host.astype(np.int64)
         backend, device = _target(kwargs.get("backend"), kwargs.get("device"))
-        return from_host(Tensor, host, dtype, backend, device)
-    return (float(base) ** linspace(start, end, steps, dtype="float64", **kwargs)).cast(dtype)
+        return _requiring(from_host(Tensor, host, dtype, backend, device), requires_grad)
+    powers = float(base) ** linspace(start, end, steps, dtype="float64", **kwargs)
+    return _requiring(powers.cast(dtype), requires_grad)
 
 
 def rand(*args: Any, dtype: Any = None, backend: Any = None, device: Any = None,

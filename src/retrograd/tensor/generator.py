@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ import numpy as np
 from ..backend.protocol import check_random_allowed, on_uniform_grid
 from ..context import current_backend
 from ..device import Device
+from ..effects import DRAWS, pcg64_state, pcg64_words
 from ..errors import DTypeError, InvalidArgumentError, check_iterable, guard
 from . import creation
 from ._dispatch import TensorBase
@@ -96,6 +98,7 @@ class Generator:
     def __init__(self, device: Any = "cpu") -> None:
         self.device = Device(device)
         self._lock = threading.Lock()
+        self._weak = weakref.ref(self)  # (what effects.DRAWS holds it by)
         self.manual_seed(DEFAULT_SEED)
 
     def manual_seed(self, seed: int) -> Generator:
@@ -152,9 +155,15 @@ class Generator:
         check_random_allowed()
         np_dtype = np.float64 if dtype == "float64" else np.float32
         with self._lock:
+            DRAWS.before_draw(self._weak, pcg64_words(self._rng.bit_generator))
             if distribution == "uniform":
                 return on_uniform_grid(self._rng.random(tuple(shape), dtype=np_dtype), dtype)
             return self._rng.standard_normal(tuple(shape), dtype=np_dtype)
+
+    def restore_position(self, words: list[int], blob: object) -> None:
+        """Return to a position :data:`effects.DRAWS` noted (a retried op's draws undone)."""
+        with self._lock:
+            self._rng.bit_generator.state = pcg64_state(words)
 
     def clone_state(self) -> Generator:
         """A new generator at this one's position (torch's ``clone_state``): both then draw
@@ -173,6 +182,7 @@ class Generator:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.device = Device(state["device"])
         self._lock = threading.Lock()
+        self._weak = weakref.ref(self)  # (what effects.DRAWS holds it by)
         self._initial = state["initial_seed"]
         self._rng = np.random.default_rng(self._initial)
         self._rng.bit_generator.state = state["state"]
@@ -248,6 +258,7 @@ class _DefaultGenerator(Generator):
     def __init__(self) -> None:
         self.device = Device("cpu")
         self._lock = threading.Lock()
+        self._weak = weakref.ref(self)  # (what effects.DRAWS holds it by)
 
     def manual_seed(self, seed: int) -> Generator:
         creation.manual_seed(checked_seed("default_generator.manual_seed", seed))

@@ -67,7 +67,10 @@ class IndexingMixin:
     dtype: str
 
     def __getitem__(self, index: Any) -> Any:
-        return _basic_index(self, index)
+        result = _basic_index(self, index)
+        if self._backend.is_autodiff:
+            _name_index_node(self, index, result)
+        return result
 
     def __iter__(self):
         # checked here, outside a generator: iter() of a 0-d tensor fails at once, as torch's
@@ -926,6 +929,33 @@ def _diagonal_params(op: str, ndim: int, offset: int, dim1: int, dim2: int) -> t
     if a == b:
         raise ShapeError(f"{op}: dimensions {dim1} and {dim2} are the same")
     return (a, b, int_parameter(op, offset, "offset"))
+
+
+def _name_index_node(t: Any, index: Any, result: Any) -> None:
+    """Name the node of ``t[index]`` as torch's: its last step's (an int ``SelectBackward0``, a
+    slice ``SliceBackward0``, a ``None`` ``UnsqueezeBackward0``) or, with a tensor, a list or
+    a bool among the indices, ``IndexBackward0``."""
+    node = getattr(getattr(result, "_prim", None), "node", None)
+    if node is None or node.op is None or node is getattr(t._prim, "node", None):
+        return
+    name = None
+    for item in index if type(index) is tuple else (index,):
+        if item is None:
+            name = "UnsqueezeBackward0"
+        elif type(item) is int:
+            name = "SelectBackward0"
+        elif type(item) is slice:
+            if item != slice(None):
+                name = "SliceBackward0"
+        elif item is not Ellipsis:
+            if isinstance(item, numbers.Integral) and not isinstance(item, bool):
+                name = "SelectBackward0"
+            else:
+                name = "IndexBackward0"
+                break
+    if name is None:  # only whole slices and ellipses: torch's slice of all, or an alias
+        name = "AliasBackward0" if index is Ellipsis else "SliceBackward0"
+    node.torch_name = name
 
 
 def _basic_index(t: Any, index: Any) -> Any:

@@ -34,6 +34,7 @@ import numpy as np
 from ..autodiff.grad_mode import is_grad_enabled, no_grad
 from ..backend.protocol import FLOAT_DTYPES
 from ..context import captured_writes, capturing
+from ..effects import WRITES
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import (
     NARROW_INTS,
@@ -116,6 +117,7 @@ def assign(
             f"{shape_text(target.shape)}, the new value has {shape_text(value.shape)}"
         )
     primitive = value._prim
+    WRITES.note()
     writes = captured_writes.get()
     if writes is not None:
         writes.append((target, target._prim))

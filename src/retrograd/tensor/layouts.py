@@ -27,6 +27,7 @@ from typing import Any
 from ..errors import InvalidArgumentError, ShapeError
 
 __all__ = [
+    "SPARSE_CLASSES",
     "channels_last",
     "channels_last_3d",
     "check_memory_format",
@@ -104,6 +105,10 @@ class layout(_Named):  # noqa: N801 (torch's name)
 
 strided = layout("strided")
 sparse_coo = layout("sparse_coo")
+
+#: the classes of sparse tensors (``SparseTensor``, which registers itself), which
+#: ``isinstance(s, rg.Tensor)`` admits as torch's does, though no dense tensor's subclass
+SPARSE_CLASSES: set[type] = set()
 jagged = layout("jagged")
 
 

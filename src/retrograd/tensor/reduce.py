@@ -562,6 +562,12 @@ class ReduceMixin:
         out = self._apply("matmul", (a, b))
         for dim in squeeze:
             out = out.squeeze_dim(dim)
+        if squeeze or out.ndim > 2:
+            node = getattr(out._prim, "node", None)
+            if node is not None and node.op is not None:  # torch's node, by the ranks
+                node.torch_name = _MATMUL_NODES.get((len(a_shape), len(b_shape))) or (
+                    "CloneBackward0" if len(a_shape) == 2 else "UnsafeViewBackward0"
+                )
         return out
 
     @autocast_op("mm")
@@ -662,6 +668,11 @@ class ReduceMixin:
 
     def __rmatmul__(self, other):
         return lift(self, other, "matmul").matmul(self)
+
+
+#: torch's node of ``a @ b`` by the ranks of ``a`` and ``b`` where its product is no ``mm``
+#: (a batched one: ``UnsafeViewBackward0``, or ``CloneBackward0`` for a matrix first)
+_MATMUL_NODES = {(1, 1): "DotBackward0", (2, 1): "MvBackward0", (1, 2): "SqueezeBackward4"}
 
 
 def _cumulative_as_bool(op: str, x: Any, dim: int) -> Any:

@@ -35,6 +35,7 @@ from ..autodiff.grad_mode import enable_grad, no_grad
 from ..backend.protocol import default_float_dtype
 from ..backend.std_algorithms import std_sort
 from ..errors import (
+    NODE_NAMERS,
     AutodiffError,
     DTypeError,
     IndexOutOfRangeError,
@@ -1176,7 +1177,7 @@ class SelectionMixin:
         node = getattr(self._prim, "node", None)
         if getattr(node, "op", None) is None:
             return None
-        return BackwardNode.of(node, backend, self.device, type(self))
+        return BackwardNode.of(node, backend, self.device, type(self), self.ndim)
 
 
 #: torch's names of what a backward node saves (``grad_fn._saved_self``), by op: where each
@@ -1272,12 +1273,191 @@ _SCALAR_DTYPES = {"float": "float64", "int": "int64", "bool": "bool", "complex":
 _UNRAW = ("param", "scalar", "const", "zeros")
 
 
+def _pool_name(kind: str) -> Callable[[Any], str]:
+    def name(node: Any) -> str:
+        dims = len(node.params[0])
+        if kind == "MaxPool":
+            return f"MaxPool{dims}DWithIndicesBackward0" if dims > 1 else "MaxPool1DBackward0"
+        return f"AvgPool{dims}DBackward0" if dims > 1 else "AvgPool1DBackward0"
+
+    return name
+
+
+def _function_name(node: Any) -> str:
+    function = getattr(node.params[0], "cls", None) if node.params else None
+    return f"{function.__name__}Backward" if function is not None else "FunctionBackward"
+
+
+#: torch's class names of the backward nodes of the ops whose names differ from the op's in
+#: CamelCase followed by ``Backward0`` (``exp``: ``ExpBackward0``), by retrograd's op name: a
+#: name, or a function of the node. An op torch computes as several records under one name
+#: (``x.sum(1)``'s, which retrograd records as a sum and a reshape) shows its last record's
+_TORCH_NODE_NAMES: dict[str, str | Callable[[Any], str]] = {
+    "add_scalar": "AddBackward0",
+    "sub_scalar": "SubBackward0",
+    "mul_scalar": "MulBackward0",
+    "div_scalar": "DivBackward0",
+    "rsub_scalar": "RsubBackward1",
+    "add_scaled": lambda node: "SubBackward0" if node.params[0] < 0 else "AddBackward0",
+    "pow_scalar": "PowBackward0",
+    "square": "PowBackward0",
+    "pow": "PowBackward1",
+    "rpow_scalar": "PowBackward2",
+    "recip": "ReciprocalBackward0",
+    "log1p": "Log1PBackward0",
+    "max": "MaxBackward1",
+    "min": "MinBackward1",
+    "mean_dim": "MeanBackward1",
+    "sum_dim": "SumBackward1",
+    "matmul": "MmBackward0",
+    "linear": lambda node: "MmBackward0" if node.parents[2] is None else "AddmmBackward0",
+    "reshape": "ViewBackward0",
+    "swap_dims": "TransposeBackward0",
+    "select": "IndexSelectBackward0",
+    "mask_where": "WhereBackward0",
+    "mask_fill": "MaskedFillBackward0",
+    "clamp": "ClampBackward1",
+    "cast": "ToCopyBackward0",
+    "repeat_dim": "RepeatBackward0",
+    "lerp_scalar": "LerpBackward0",
+    "conv": "ConvolutionBackward0",
+    "conv_transpose": "ConvolutionBackward0",
+    "layer_norm": "NativeLayerNormBackward0",
+    "max_pool": _pool_name("MaxPool"),
+    "avg_pool": _pool_name("AvgPool"),
+    "autograd_function": _function_name,
+}
+
+
+def torch_node_name(node: Any, ndim: int | None = None) -> str:
+    """torch's class name of the backward node that records what ``node`` records
+    (``AccumulateGrad`` for a leaf); ``ndim``: the output's rank, where known (a product of
+    batches of matrices is torch's ``bmm``)."""
+    op = node.op
+    if op is None:
+        return "AccumulateGrad"
+    if node.torch_name is not None:
+        return node.torch_name
+    if op.name == "matmul" and ndim == 3:
+        return "BmmBackward0"
+    named = _TORCH_NODE_NAMES.get(op.name)
+    if named is None:
+        named = _TORCH_NODE_NAMES[op.name] = (
+            "".join(part.capitalize() for part in op.name.split("_")) + "Backward0"
+        )
+    return named if type(named) is str else named(node)
+
+
+def _given_dim(position: int) -> Callable[[tuple, dict], bool]:
+    """Whether the call names a dim (``x.max(1)``; ``rg.max(a, b)`` is torch's maximum)."""
+
+    def given(args: tuple, kwargs: dict) -> bool:
+        if len(args) > position:
+            return type(args[position]) in (int, tuple, list)
+        return kwargs.get("dim") is not None
+
+    return given
+
+
+def _naming(name: str, when: Callable[[tuple, dict], bool] | None = None) -> Callable:
+    """What names the node of an op's result(s) ``name``, where ``when(args, kwargs)``: a
+    node the op made, not an argument's own (``x.contiguous()`` of a contiguous ``x``)."""
+
+    def namer(args: tuple, kwargs: dict, result: Any) -> None:
+        if when is not None and not when(args, kwargs):
+            return
+        given = {id(getattr(a._prim, "node", None)) for a in args if isinstance(a, TensorBase)}
+        if type(result) is tuple or type(result) is list:
+            results = result
+        else:  # a tensor, or (values, indices)
+            results = (getattr(result, "values", None) if hasattr(result, "indices") else result,)
+        for value in results:
+            if not isinstance(value, TensorBase) or not value._backend.is_autodiff:
+                continue
+            node = getattr(value._prim, "node", None)
+            if node is not None and node.op is not None and id(node) not in given:
+                node.torch_name = name
+
+    return namer
+
+
+#: the composites whose result's node torch names otherwise than its last record's: the
+#: name, and when (``None``: always)
+_NAMED_BY_OP: dict[str, tuple[str, Callable[[tuple, dict], bool] | None]] = {
+    "sum": ("SumBackward1", _given_dim(1)),
+    "mean": ("MeanBackward1", _given_dim(1)),
+    "max": ("MaxBackward0", _given_dim(1)),
+    "min": ("MinBackward0", _given_dim(1)),
+    "squeeze": ("SqueezeBackward1", _given_dim(1)),
+    "var": ("VarBackward0", None),
+    "std": ("StdBackward0", None),
+    "norm": ("LinalgVectorNormBackward0", None),
+    "amax": ("AmaxBackward0", None),
+    "amin": ("AminBackward0", None),
+    "logsumexp": ("LogsumexpBackward0", None),
+    "mv": ("MvBackward0", None),
+    "dot": ("DotBackward0", None),
+    "mm": ("MmBackward0", None),
+    "bmm": ("BmmBackward0", None),
+    "addmm": ("AddmmBackward0", None),
+    "baddbmm": ("BaddbmmBackward0", None),
+    "unsqueeze": ("UnsqueezeBackward0", None),
+    "stack": ("StackBackward0", None),
+    "clone": ("CloneBackward0", None),
+    "contiguous": ("CloneBackward0", None),
+    "maximum": ("MaximumBackward0", None),
+    "minimum": ("MinimumBackward0", None),
+    "chunk": ("SplitBackward0", None),
+    "split": ("SplitBackward0", None),
+    "unbind": ("UnbindBackward0", None),
+    "tril": ("TrilBackward0", None),
+    "triu": ("TriuBackward0", None),
+    "trace": ("TraceBackward0", None),
+    "sign": ("SignBackward0", None),
+    "roll": ("RollBackward0", None),
+    "t": ("TBackward0", None),
+    "select": ("SelectBackward0", None),
+    "elu": ("EluBackward0", None),
+    "softplus": ("SoftplusBackward0", None),
+    "hardtanh": ("HardtanhBackward0", None),
+    "mse_loss": ("MseLossBackward0", None),
+    "nll_loss": ("NllLossBackward0", None),
+    "cross_entropy": ("NllLossBackward0", None),
+    "binary_cross_entropy": ("BinaryCrossEntropyBackward0", None),
+    "binary_cross_entropy_with_logits": ("BinaryCrossEntropyWithLogitsBackward0", None),
+    "embedding": ("EmbeddingBackward0", None),
+}
+NODE_NAMERS.update({op: _naming(name, when) for op, (name, when) in _NAMED_BY_OP.items()})
+
+#: ``F.pad``'s node in torch, by mode (its kernel's, of the padded dims' count)
+_PADS = {
+    "constant": "ConstantPadNd",
+    "reflect": "ReflectionPad{}D",
+    "replicate": "ReplicationPad{}D",
+}
+
+
+def _name_pad(args: tuple, kwargs: dict, result: Any) -> None:
+    mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
+    pad = args[1] if len(args) > 1 else kwargs.get("pad")
+    kind = _PADS.get(mode)
+    if kind is not None and isinstance(pad, tuple | list):
+        _naming(kind.format(len(pad) // 2) + "Backward0")(args, kwargs, result)
+
+
+NODE_NAMERS["pad"] = _name_pad
+
+_NODE_CLASSES: dict[str, type] = {}
+
+
 class BackwardNode(str):
-    """A tensor's ``grad_fn``: the name of the op that made it (``"mulBackward"``, a string as
-    before, so ``"mul" in t.grad_fn`` holds) that also walks the graph as torch's nodes do:
-    ``name()``, and ``next_functions``, one ``(node, 0)`` pair per input of the op: the input's
-    own ``grad_fn``, an ``AccumulateGrad`` node for a leaf that requires grad, ``None`` for an
-    untracked input (the blitz tutorial's ``loss.grad_fn.next_functions[0][0]``)."""
+    """A tensor's ``grad_fn``: the name of torch's node for the op that made it
+    (``"MulBackward0"``, a string as before, so ``"Mul" in t.grad_fn`` holds), as the class
+    name too (``type(t.grad_fn).__name__``, a subclass made once per name), that also walks
+    the graph as torch's nodes do: ``name()``, and ``next_functions``, one ``(node, 0)`` pair
+    per input of the op: the input's own ``grad_fn``, an ``AccumulateGrad`` node for a leaf
+    that requires grad, ``None`` for an untracked input (the blitz tutorial's
+    ``loss.grad_fn.next_functions[0][0]``)."""
 
     _node: Any
     _backend: Any
@@ -1285,8 +1465,14 @@ class BackwardNode(str):
     _tensor_class: type  # the class of the tensor it belongs to: its saved values' class
 
     @classmethod
-    def of(cls, node: Any, backend: Any, device: Any, tensor_class: type) -> BackwardNode:
-        made = cls(f"{node.op.name}Backward" if node.op is not None else "AccumulateGrad")
+    def of(
+        cls, node: Any, backend: Any, device: Any, tensor_class: type, ndim: int | None = None
+    ) -> BackwardNode:
+        name = torch_node_name(node, ndim)
+        kind = _NODE_CLASSES.get(name)
+        if kind is None:
+            kind = _NODE_CLASSES[name] = type(name, (BackwardNode,), {"__module__": "torch"})
+        made = kind(name)
         made._node, made._backend, made._device = node, backend, device
         made._tensor_class = tensor_class
         return made
@@ -1363,7 +1549,7 @@ class BackwardNode(str):
 
     @property
     def next_functions(self) -> tuple[tuple[BackwardNode | None, int], ...]:
-        return tuple(
+        functions = tuple(
             (
                 None
                 if parent is None
@@ -1372,6 +1558,14 @@ class BackwardNode(str):
             )
             for parent in self._node.parents
         )
+        op = self._node.op
+        if op is not None and op.name in _NUMBER_AS_OPERAND:
+            functions += ((None, 0),)  # torch's node of ``x * 2`` has the 2 as an input
+        return functions
+
+
+#: the ops of a tensor and a number whose torch node lists the number as a second input
+_NUMBER_AS_OPERAND = frozenset(["add_scalar", "sub_scalar", "mul_scalar", "div_scalar"])
 
 
 def _kth_ties_as_torch(x: Any, ordered: Any, indices: Any, d: int, k: int) -> Any:

@@ -21,7 +21,9 @@ torch's does. It covers:
 
 Everything else torch does on a sparse tensor is refused by name (an
 :class:`~retrograd.errors.InvalidArgumentError`), never computed on the values as if they were
-the tensor. ``isinstance(s, rg.Tensor)`` is false: a sparse tensor is no dense one here.
+the tensor. ``isinstance(s, rg.Tensor)`` holds, as in torch (``Tensor``'s metaclass admits it),
+though a sparse tensor is no subclass of the dense one here: ``issubclass`` and the library's
+own checks (``TensorBase``) tell them apart, and ``rg.nn.Parameter`` admits none.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from ..errors import (
 from ..unsupported import no_sparse
 from ._dispatch import TensorBase, check_int_list, int_parameter, lift, normalize_dim, promote
 from .dtypes import DTYPE_OBJECTS, Size, canonical_dtype, default_float_dtype
-from .layouts import sparse_coo
+from .layouts import SPARSE_CLASSES, sparse_coo
 from .printing import sparse_text
 from .shape import cat
 
@@ -262,6 +264,12 @@ class SparseTensor:
             flat = row if flat is None else flat * extent + row
         return flat if flat is not None else self._indices_t.new_zeros((self._nnz(),))
 
+    def _host_places(self) -> list[int]:
+        """:meth:`_flat_indices` read to the host (read whole: no view of the indices)."""
+        rows = self._indices_t.tolist()
+        strides = [math.prod(self._size[d + 1 :]) for d in range(len(self._size))]
+        return [sum(row[k] * step for row, step in zip(rows, strides)) for k in range(self._nnz())]
+
     def coalesce(self) -> SparseTensor:
         """The places in order, each once, the values of a repeated one summed (torch's)."""
         if self._coalesced:
@@ -321,10 +329,11 @@ class SparseTensor:
         return SparseTensor(self._indices_t, -self._values_t, self._size, self._coalesced)
 
     def add(self, other: Any, *, alpha: Any = 1) -> SparseTensor:
-        """``self + alpha * other`` of two sparse tensors of one size: their entries side by
-        side (a sum of two coalesced tensors coalesced, as torch's; the stored entries of
-        another may differ from torch's, its dense values do not). A dense ``other`` is
-        refused, as torch refuses it (``dense + sparse`` is the dense sum)."""
+        """``self + alpha * other`` of two sparse tensors of one size, stored as torch's CPU
+        sum stores it: a sum of two coalesced tensors coalesced; otherwise their entries
+        merged as two ordered lists would be (:func:`_merged_places`: an entry of each at one
+        place summed, the result uncoalesced). A dense ``other`` is refused, as torch refuses
+        it (``dense + sparse`` is the dense sum)."""
         if not isinstance(other, SparseTensor):
             refuse(f"add of a sparse and a {type(other).__name__} (dense + sparse is supported)")
         if tuple(other.shape) != tuple(self._size):
@@ -334,9 +343,16 @@ class SparseTensor:
             )
         other_values = other._values_t if alpha == 1 else other._values_t * _number("add", alpha)
         mine, theirs = promote(self._values_t, other_values, "add")
-        indices = cat([self._indices_t, other._indices_t], 1)
-        out = SparseTensor(indices, cat([mine, theirs], 0), self._size, False)
-        return out.coalesce() if self._coalesced and other._coalesced else out
+        if self._coalesced and other._coalesced:
+            indices = cat([self._indices_t, other._indices_t], 1)
+            return SparseTensor(indices, cat([mine, theirs], 0), self._size, False).coalesce()
+        mine_at, theirs_at, count = _merged_places(self._host_places(), other._host_places())
+        index = self._indices_t
+        places = index.new_tensor(mine_at + theirs_at)
+        indices = mine.new_zeros((len(self._size), count), dtype=index.dtype)
+        indices = indices.index_copy(1, places, cat([index, other._indices_t], 1))
+        values = mine.new_zeros((count,)).index_add(0, places, cat([mine, theirs], 0))
+        return SparseTensor(indices, values, self._size, False)
 
     def sub(self, other: Any, *, alpha: Any = 1) -> SparseTensor:
         if not isinstance(other, SparseTensor):
@@ -424,6 +440,8 @@ for _dunder, _op in {
 }.items():  # fmt: skip
     setattr(SparseTensor, _dunder, _refusing(_op))
 
+SPARSE_CLASSES.add(SparseTensor)  # isinstance(s, rg.Tensor), as torch's
+
 _DENSE_NAMES: dict[type, frozenset[str]] = {}
 
 
@@ -438,6 +456,24 @@ def _dense_names(sparse: SparseTensor) -> frozenset[str]:
     if names is None:
         names = _DENSE_NAMES[kind] = frozenset(n for n in dir(kind) if not n.startswith("__"))
     return names
+
+
+def _merged_places(ours: list[int], others: list[int]) -> tuple[list[int], list[int], int]:
+    """Where each entry of two sparse tensors (their flattened places ``ours`` and
+    ``others``) lands in their sum, and how many entries it has: torch's merge, which walks
+    both lists as if each were in order, takes the smaller place first and one entry of each
+    at an equal place as one (its values summed)."""
+    mine_at, theirs_at = [0] * len(ours), [0] * len(others)
+    i = j = count = 0
+    while i < len(ours) or j < len(others):
+        if j == len(others) or (i < len(ours) and ours[i] < others[j]):
+            mine_at[i], i = count, i + 1
+        elif i == len(ours) or others[j] < ours[i]:
+            theirs_at[j], j = count, j + 1
+        else:
+            mine_at[i], theirs_at[j], i, j = count, count, i + 1, j + 1
+        count += 1
+    return mine_at, theirs_at, count
 
 
 def _number(op: str, value: Any) -> Any:

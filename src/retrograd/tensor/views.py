@@ -44,6 +44,7 @@ import numpy as np
 from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..backend.sizes import ITEMSIZE
 from ..context import captured_writes
+from ..effects import WRITES
 from ..errors import AutodiffError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, from_host, host_constant, lift, untracked
 from .links import WeakBase, base_of
@@ -470,6 +471,7 @@ def write(
             with no_grad():
                 new_base = _scatter_back(op, base, kind, view[PARAMS], untracked(value))
             write(op, base, new_base, True, fresh)
+            WRITES.note()
             t._prim = value._prim
             refresh(t)
             return
@@ -527,6 +529,7 @@ def _through_expand(base: Any, kind: str, params: tuple, value: Any) -> tuple[An
 def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
     backend = t._backend
     prim = value._prim
+    WRITES.note()
     writes = captured_writes.get()
     if writes is not None:
         writes.append((t, t._prim))

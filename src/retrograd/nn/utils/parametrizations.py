@@ -53,7 +53,24 @@ def weight_norm(module: Any, name: str = "weight", dim: int | None = 0) -> Any:
     weight = getattr(module, name, None)
     if isinstance(weight, Tensor):  # (a missing one: register_parametrization says so)
         check_weight_norm_dim("weight_norm", weight, -1 if dim is None else dim)
-    return register_parametrization(module, name, _WeightNorm(dim), unsafe=True)
+    register_parametrization(module, name, _WeightNorm(dim), unsafe=True)
+    module._register_load_state_dict_pre_hook(_OldWeightNormKeys(name))
+    return module
+
+
+class _OldWeightNormKeys:
+    """The load pre-hook of torch's ``_weight_norm_compat_hook``: a state dict saved with the
+    old ``nn.utils.weight_norm`` (``<name>_g``, ``<name>_v``) loads into the parametrization
+    (``parametrizations.<name>.original0`` / ``original1``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, state_dict: dict, prefix: str, *_: Any) -> None:
+        g_key, v_key = f"{prefix}{self.name}_g", f"{prefix}{self.name}_v"
+        if g_key in state_dict and v_key in state_dict:
+            state_dict[f"{prefix}parametrizations.{self.name}.original0"] = state_dict.pop(g_key)
+            state_dict[f"{prefix}parametrizations.{self.name}.original1"] = state_dict.pop(v_key)
 
 
 class _SpectralNorm(Module):

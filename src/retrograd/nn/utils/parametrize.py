@@ -14,6 +14,7 @@ replaced by a subclass holding the property, and state-dict keys are torch's
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,7 +167,30 @@ def _parametrized_class(cls: type) -> type:
         else:
             cls.__setattr__(self, name, value)
 
-    return type(f"Parametrized{cls.__name__}", (cls,), {"__setattr__": __setattr__})
+    def __getstate__(self: Any) -> Any:  # noqa: N807
+        # (the class is made here, so pickle could not find it again: say so as torch does)
+        raise InvalidArgumentError(
+            "Serialization of parametrized modules is only supported through state_dict(); "
+            f"save {type(self).__name__}'s state_dict() and load it into a module "
+            "parametrized again"
+        )
+
+    def __deepcopy__(self: Any, memo: dict) -> Any:  # noqa: N807
+        # torch's default_deepcopy: the replica is of this same class, its __dict__ copied
+        # (the copy module would otherwise call __getstate__)
+        replica = memo.get(id(self))
+        if replica is None:
+            replica = cls.__new__(type(self))
+            memo[id(self)] = replica
+            object.__setattr__(replica, "__dict__", copy.deepcopy(self.__dict__, memo))
+        return replica
+
+    methods = {
+        "__setattr__": __setattr__,
+        "__getstate__": __getstate__,
+        "__deepcopy__": __deepcopy__,
+    }
+    return type(f"Parametrized{cls.__name__}", (cls,), methods)
 
 
 def _property(tensor_name: str) -> property:

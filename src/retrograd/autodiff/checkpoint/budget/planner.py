@@ -10,18 +10,20 @@ some values as soon as they are made and keeps the others held (forward evicts n
 for the limit), and its backward runs as the plan assumed. Several plans are kept, one per
 graph (:data:`MAX_PLANS`, the least recently followed dropped first): a loop that alternates
 graphs (training and validation, two batch shapes, the short last batch of an epoch) plans
-each once. A loop with more graphs than that (one per batch, say) plans a graph only when it
-comes again, once it has dropped that many plans.
+each once, and a step follows every plan it matches until they part, holding what they
+disagree on meanwhile (:meth:`Planner._narrow`). A loop with more graphs than that (one
+per batch, say) plans a graph only when it comes again, once it has dropped that many plans.
 
-A followed step whose backward holds more than the plan predicted (by a tenth) is re-planned
-from the same trace with the budget lowered by the miss (:data:`MAX_REPLANS` times at most,
-then the attempt that held least is kept). A budget under the greedy plan's floor (the
-lowest peak it finds) gets, when it fits the budget or holds less than that floor, an
-anchored schedule (:mod:`.segments`: only anchors kept from forward, each segment recomputed
-once from its anchor, what backward does not read dropped at once: :data:`ANCHORED`); else
-the lower of two, by what was measured: that floor (:data:`FLOOR`), or a replay of the eager
-step at its own prices, whose backward recomputes from √n anchors and drops for the budget
-(:data:`REPLAY`). Only a plan that fits is re-planned after a miss.
+A followed step whose backward holds more than the plan predicted (by a tenth), or more than
+the budget it was planned to fit, is re-planned from the same trace with the budget lowered
+by the miss (:data:`MAX_REPLANS` times at most, then the attempt that held least is kept).
+A budget under the greedy plan's floor (the lowest peak it finds) gets, when it fits the
+budget or holds less than that floor, an anchored schedule (:mod:`.segments`: only anchors
+kept from forward, each segment recomputed once from its anchor, what backward does not read
+dropped at once: :data:`ANCHORED`); else the lower of two, by what was measured: that floor
+(:data:`FLOOR`), or a replay of the eager step at its own prices, whose backward recomputes
+from √n anchors and drops for the budget (:data:`REPLAY`). Only a plan that fits is
+re-planned after a miss.
 
 A replay repeats what one eager step did, and what an eager step holds depends on the prices
 it measured (which value is cheapest to evict is a comparison of timings): a pause of a few
@@ -125,6 +127,15 @@ class Planner:
         self.kept: list[EvictionPlan] = []
         #: the plan the step being recorded follows
         self.plan: EvictionPlan | None = None
+        #: the kept plans the step being recorded has matched so far, ``plan`` first (see
+        #: :meth:`_narrow`), and the positions of its values they disagree on, held meanwhile
+        self._candidates: list[EvictionPlan] = []
+        self._disputed: list[int] = []
+        #: whether the value noted last is disputed (held until the candidates agree)
+        self.disputed_now = False
+        #: positions of disputed values that every plan still matched evicts: the strategy
+        #: evicts them now and empties the list
+        self.settled: list[int] = []
         #: the step being recorded has matched ``plan`` so far
         self.following = False
         #: what the next step plans from: signatures and trace (see backward_begins)
@@ -178,21 +189,83 @@ class Planner:
                     if plan is not None:
                         self._adopt(plan)
                     self.unfollowed += self.plans - plans  # a trial without a plan is free
-            self.plan = next((p for p in self.kept if p.signatures[0] == signature), None)
+            self._candidates = [p for p in self.kept if p.signatures[0] == signature]
+            self.plan = self._candidates[0] if self._candidates else None
+            self._disputed = []
             self.following = self.plan is not None
             self.limit = self.plan.limit if self.plan is not None else self.max_bytes
             self._prices = None if self.plan is None else _prices(self.plan)
+        self.disputed_now = False
         if not self.following:
             return None, -1.0
         plan = self.plan
-        if position >= len(plan.signatures) or plan.signatures[position] != signature:
-            plan = self._switch(position, signature)
+        candidates = self._candidates
+        if (
+            len(candidates) > 1
+            or position >= len(plan.signatures)
+            or plan.signatures[position] != signature
+        ):
+            plan = self._narrow(position, signature)
             if plan is None:  # another graph: eager from here on, and planned afresh
                 self._stop_following()
                 return None, -1.0
+            candidates = self._candidates
         if plan.mode == REPLAY:  # the eager step again: its values at the prices it measured
             return None, self._prices[position]
-        return plan.evict[position] and recompute, self._prices[position]
+        if len(candidates) == 1 or not recompute:
+            return plan.evict[position] and recompute, self._prices[position]
+        if any(p.mode == REPLAY for p in candidates):  # evicted for the budget, as a replay's
+            return None, self._prices[position]
+        votes = [p.evict[position] for p in candidates]
+        if all(votes):
+            return True, self._prices[position]
+        if any(votes):  # held until the plans still matched agree (see _narrow)
+            self._disputed.append(position)
+            self.disputed_now = True
+        return False, self._prices[position]
+
+    def _narrow(self, position: int, signature: tuple) -> EvictionPlan | None:
+        """The plan the step follows once its value at ``position`` (of ``signature``) is
+        recorded: the first of the kept plans matched so far that match it too, ``None`` when
+        none does.
+
+        Plans of graphs that start alike (a sequence length drawn per batch, the short last
+        batch of an epoch) share their first values but not their evictions, and which graph
+        a step records is known only where they part. So a step follows all the plans it
+        matches: a value they all evict is evicted at once, one they disagree on is held
+        (*disputed*) until they agree, as the plans still matched drop to those of the step's
+        own graph; then :attr:`settled` lists the disputed values they evict, which the
+        strategy evicts, and the step holds what its own plan holds. (Following the first
+        plan alone, a step of another length evicted by that plan's choices, parted from it
+        and ran eagerly, and every step planned its graph afresh: one step in four followed
+        a plan, each over the budget.)"""
+        candidates = [
+            p
+            for p in self._candidates
+            if len(p.signatures) > position and p.signatures[position] == signature
+        ]
+        if not candidates:
+            return None
+        if len(candidates) < len(self._candidates):
+            self._candidates = candidates
+            self._settle(candidates)
+            if self.plan is not candidates[0]:
+                self.plan = candidates[0]
+                self.limit = self.plan.limit
+                self._prices = _prices(self.plan)
+        return self.plan
+
+    def _settle(self, candidates: list[EvictionPlan]) -> None:
+        """Disputed values ``candidates`` now agree on: evicted (:attr:`settled`) when all
+        evict them, held on when none does."""
+        disputed = []
+        for position in self._disputed:
+            votes = [p.evict[position] for p in candidates]
+            if all(votes):
+                self.settled.append(position)
+            elif any(votes):
+                disputed.append(position)
+        self._disputed = disputed
 
     def _recurs(self, signatures: list, starting: tuple) -> bool:
         """Whether the graph of ``signatures``, recorded by the step before, is worth a plan:
@@ -281,26 +354,11 @@ class Planner:
         )
         return best
 
-    def _switch(self, position: int, signature: tuple) -> EvictionPlan | None:
-        """Another kept plan that the step has matched so far, with the same evictions."""
-        plan = self.plan
-        for other in self.kept:
-            if (
-                other is not plan
-                and len(other.signatures) > position
-                and other.signatures[position] == signature
-                and other.signatures[:position] == plan.signatures[:position]
-                and other.evict[:position] == plan.evict[:position]
-            ):
-                self.plan = other
-                self.limit = other.limit
-                self._prices = _prices(other)
-                return other
-        return None
-
     def _stop_following(self) -> None:
         self.following = False
         self.limit = self.max_bytes
+        self._candidates = []
+        self._disputed = []
 
     def _adopt(self, plan: EvictionPlan) -> None:
         """Keep ``plan`` first, in place of a plan of the same graph."""
@@ -315,10 +373,13 @@ class Planner:
         ones from it (its ops priced by ``fastest``, see :meth:`.RecordedStep.observe`),
         unless it followed a plan. The byte limit its backward keeps to and the
         plan's mode, when it followed one, else ``None`` (backward as after an eager step)."""
-        plan = self.plan
-        followed = (
-            self.following and plan is not None and len(recorded.values) == len(plan.signatures)
-        )
+        length = len(recorded.values)
+        plan = None
+        if self.following:  # the plan of the step's own graph, among those it matched
+            plan = next((p for p in self._candidates if len(p.signatures) == length), None)
+            if plan is not None:
+                self._settle([plan])
+        followed = plan is not None
         self._stop_following()
         self._checking = None
         if not followed:
@@ -345,15 +406,16 @@ class Planner:
 
     def backward_ended(self, peak_bytes: int, recomputed_ops: int = 0) -> None:
         """A backward ended, having held ``peak_bytes`` at most (the engine's count) and
-        recomputed ``recomputed_ops`` ops. A
-        followed plan that fits but held more than it predicted (by a tenth) is re-planned
-        from its trace with the budget lowered by the miss; after :data:`MAX_REPLANS`, the
-        attempt that held least stays."""
+        recomputed ``recomputed_ops`` ops. A followed plan that fits but held more than it
+        predicted (by a tenth), or more than the budget (a miss under the tenth still passes
+        the budget the plan was to keep: a gradient penalty's steps held 1.05 times it), is
+        re-planned from its trace with the budget lowered by the miss; after
+        :data:`MAX_REPLANS`, the attempt that held least stays."""
         plan, self._checking = self._checking, None
         if plan is None:
             self._eager_peak, self._eager_ops = peak_bytes, recomputed_ops
             return
-        if plan.mode != FITS or peak_bytes <= 1.1 * plan.counted:
+        if plan.mode != FITS or peak_bytes <= min(1.1 * plan.counted, self.max_bytes):
             return
         attempts = plan.attempts
         if len(attempts) > MAX_REPLANS:  # settled: the attempt that held least stays

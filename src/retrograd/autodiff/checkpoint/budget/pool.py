@@ -132,6 +132,15 @@ class MemoryPool:
         self.held_bytes -= slot.nbytes
         slot.value = RECOMPUTE
 
+    def drop(self, slot: Slot) -> None:
+        """Drop ``slot``'s value, held or not: its bytes stop counting (a followed plan
+        evicts it after all); backward recomputes it."""
+        ident = id(slot)
+        if self._held.pop(ident, None) is not None:
+            self.held_bytes -= slot.nbytes
+            self._evictor.discard(ident)
+        slot.value = RECOMPUTE
+
     def release(self, slots: list) -> None:
         """A backward consumed the records of ``slots``: its checkpointer holds their values
         and frees each at its last read, so the slots let go of them (a slot would otherwise

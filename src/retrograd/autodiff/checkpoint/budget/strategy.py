@@ -144,6 +144,9 @@ class BudgetCheckpointing(CheckpointStrategy):
         self.planner = Planner(self.max_bytes)
         #: id(primitive) -> the Constant holding it, while one lives (see _constants_of)
         self._constants: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        #: position -> the slot of each value of the step being recorded that the plans it
+        #: matches disagree on (held until they agree, see Planner._narrow), weakly
+        self._disputed: dict[int, weakref.ref] = {}
 
     # -- what reports and tests read: attributes of the parts ------------------------------------
     held_bytes = _of_part("pool", "held_bytes", "Bytes of the values held for backward now.")
@@ -204,6 +207,13 @@ class BudgetCheckpointing(CheckpointStrategy):
                 measured = timer.measure(op.name, out_bytes, inputs)
                 noted = recorder.note(node, inputs, out, out_bytes, measured, recompute, timer.key)
             planned, seconds = planner.on_value(noted, recompute)
+            if self._disputed and noted is not None and noted[0] == 0:
+                self._disputed.clear()  # a step starts (the last one's graph was dropped)
+            # the plans still matched disagree on it (Planner._narrow), and there is no room to
+            # hold it until they agree: evicted
+            if planner.disputed_now and self.pool.held_bytes + out_bytes > planner.limit:
+                planned = True
+                planner.disputed_now = False
             if seconds < 0:  # no plan followed: the measured time stands
                 seconds = measured
                 if seconds is None:  # the plan was left at this op: it is timed after all
@@ -235,6 +245,10 @@ class BudgetCheckpointing(CheckpointStrategy):
                 slot = saved.slot = _new(Slot)
                 slot.value, slot.nbytes, slot.cost = RECOMPUTE, out_bytes, seconds
                 slot.parents, slot.evictable, slot.planned = tuple(backups), out_bytes > 0, planned
+                if planner.disputed_now:
+                    self._disputed[noted[0]] = weakref.ref(slot)
+            if planner.settled:
+                self._evict_settled()
             # What its rules read: a tracked input by its node's key, an untracked one by its
             # constant's (or, too large to back up, held under a key of its own).
             for i in recipe.saved_inputs:
@@ -261,6 +275,17 @@ class BudgetCheckpointing(CheckpointStrategy):
                 pool.peak = pool.held_bytes
             timer.tick = perf_counter()  # OpTimer.restart, inlined: the next op's time starts
         return saved
+
+    def _evict_settled(self) -> None:
+        """Evict the disputed values the plans still matched now all evict."""
+        disputed, pool = self._disputed, self.pool
+        for position in self.planner.settled:
+            ref = disputed.pop(position, None)
+            slot = None if ref is None else ref()
+            if slot is not None:
+                slot.planned = True  # stays evicted when read again
+                pool.drop(slot)
+        self.planner.settled.clear()
 
     def _constants_of(
         self, parents: tuple, inputs: tuple, recipe: Any, out_bytes: int, recomputable: bool
@@ -330,6 +355,9 @@ class BudgetCheckpointing(CheckpointStrategy):
             planned = self.planner.backward_begins(
                 self.recorder.take(), tape.steps, self.timer.fastest
             )
+            if self.planner.settled:  # the step's own plan evicts what it held in dispute
+                self._evict_settled()
+            self._disputed.clear()
         nodes = self.tree_of(tape)
         builder = BudgetCheckpointerBuilder(nodes, consume)
         if builder.slots is not None:  # the checkpointer alone holds the values from now on
