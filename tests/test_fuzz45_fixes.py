@@ -282,3 +282,20 @@ def test_non_finite_slopes_leave_the_positive_gradient_to_torch(module, kwargs):
         np.testing.assert_allclose(
             ours.weight.grad(grads).numpy(), theirs.weight.grad.numpy(), equal_nan=True
         )
+
+
+def test_a_zero_dim_tensor_is_still_taken_for_a_number():
+    # torch's parser reads a 0-d tensor as the number it holds: the new type checks keep that
+    padded = rg.nn.functional.pad(rg.ones((1, 2)), (1, 1), value=rg.tensor(2.0))
+    assert (
+        padded.tolist()
+        == torch.nn.functional.pad(torch.ones(1, 2), (1, 1), value=torch.tensor(2.0)).tolist()
+    )
+    theirs = torch.nn.functional.leaky_relu(torch.tensor([-1.0]), torch.tensor(0.5))
+    assert (
+        rg.nn.functional.leaky_relu(rg.tensor([-1.0]), rg.tensor(0.5)).tolist() == theirs.tolist()
+    )
+    ours = rg.nn.functional.layer_norm(rg.tensor([[1.0, 3.0]]), (2,), eps=rg.tensor(0.0))
+    theirs = torch.nn.functional.layer_norm(torch.tensor([[1.0, 3.0]]), (2,), eps=torch.tensor(0.0))
+    assert ours.tolist() == theirs.tolist()
+    assert rg.nn.PReLU(init=rg.tensor(0.5)).weight.tolist() == [0.5]

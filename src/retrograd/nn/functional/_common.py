@@ -72,8 +72,11 @@ def _flag(fn: str, name: str, value: Any) -> bool:
 
 
 def _real(fn: str, name: str, value: Any) -> float:
-    """``value`` where it is a real number; a str, a tuple or None is torch's ``TypeError``
-    ("must be float"), a ``DTypeError`` here."""
+    """``value`` where it is a real number (a 0-d tensor: the number it holds, as torch's
+    parser reads it); a str, a tuple or None is torch's ``TypeError`` ("must be float"), a
+    ``DTypeError`` here."""
+    if isinstance(value, Tensor | np.ndarray) and value.ndim == 0:
+        value = value.item()
     if not isinstance(value, numbers.Real):
         raise DTypeError(f"{fn}: {name} must be a float, got {value!r}")
     return value

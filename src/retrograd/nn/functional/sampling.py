@@ -347,6 +347,8 @@ def pad(
         )
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: expected a tensor, got {type(x).__name__}")
+    if isinstance(value, Tensor | np.ndarray) and value.ndim == 0:
+        value = value.item()  # (a 0-d tensor is the number it holds, as torch's parser reads it)
     if value is not None and not isinstance(value, numbers.Number):
         raise ArgumentTypeError(f"{fn}: value must be a number, got {value!r}")
     if isinstance(pad, str) or not isinstance(pad, Sequence | Tensor | np.ndarray):

@@ -345,7 +345,7 @@ class PReLU(Module):
                  dtype: Any = None):  # fmt: skip
         super().__init__()
         self.num_parameters = num_parameters
-        if not isinstance(init, numbers.Real):  # (torch's fill_ refuses it)
+        if not isinstance(init, numbers.Real | Tensor):  # (torch's fill_ refuses it)
             raise DTypeError(f"PReLU: init must be a float, got {init!r}")
         self.init = init
         self.weight = Parameter(full((num_parameters,), float(init), dtype=dtype, device=device))
