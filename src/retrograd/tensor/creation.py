@@ -19,7 +19,7 @@ import numpy as np
 from ..backend.protocol import Backend, default_float_dtype
 from ..context import current_backend, thread_device
 from ..device import CPU0, Device, run_device_blocks_with
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError, shape_text
 from . import functions
 from ._dispatch import (
     COMPLEX_DTYPES,
@@ -998,6 +998,12 @@ def size_of(arg: Any, op: str) -> Any:
 
 
 def _creation_shape(op: str, shape: Any) -> tuple[int, ...]:
+    entries = shape if isinstance(shape, (list, tuple)) else (shape,)
+    if entries and isinstance(entries[0], bool | np.bool_):
+        # torch's "must be tuple of ints, but found element of type bool at pos 0" (a layer
+        # built with a bool for a size: ``PReLU(True)``); its parser reads the type of the
+        # first entry only, so that a later bool is taken as the int it is
+        raise ArgumentTypeError(f"{op}: a size must be an int, got a bool in {shape!r}")
     shape = shape_arg(shape, op)
     if any(n < 0 for n in shape):
         raise ShapeError(f"{op}: negative dimension in shape {shape_text(shape)}")

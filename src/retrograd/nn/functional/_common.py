@@ -7,7 +7,10 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ...errors import (
+    ArgumentTypeError,
     DTypeError,
     ShapeError,
 )
@@ -33,17 +36,23 @@ def _ints(fn: str, name: str, value: Any, count: int, minimum: int) -> tuple[int
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         values = (int(value),) * count
     else:
+        # a float, a bool, None, a str or a tuple holding one: the wrong type, torch's
+        # TypeError ("must be tuple of ints"); a tuple of ints of the wrong length its
+        # RuntimeError, a ShapeError here
+        wrong_type = ArgumentTypeError(
+            f"{fn}: {name} must be an int or a tuple of ints, got {value!r}"
+        )
+        if isinstance(value, str):
+            raise wrong_type
         try:
             values = tuple(value)
         except TypeError:
-            raise ShapeError(
-                f"{fn}: {name} must be an int or a tuple of ints, got {value!r}"
-            ) from None
+            raise wrong_type from None
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
+            raise wrong_type
         if len(values) == 1:
             values *= count
-        if len(values) != count or not all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values
-        ):
+        if len(values) != count:
             raise ShapeError(
                 f"{fn}: {name} must be an int or a tuple of {count} ints, got {value!r}"
             )
@@ -52,6 +61,25 @@ def _ints(fn: str, name: str, value: Any, count: int, minimum: int) -> tuple[int
         bound = "positive" if minimum == 1 else "non-negative"
         raise ShapeError(f"{fn}: {name} must be {bound}, got {value!r}")
     return values
+
+
+def _flag(fn: str, name: str, value: Any) -> bool:
+    """``value`` where it is a bool (a NumPy one too); anything else (an int, a float, None)
+    is torch's ``TypeError`` ("must be bool"), a ``DTypeError`` here."""
+    if not isinstance(value, bool | np.bool_):
+        raise DTypeError(f"{fn}: {name} must be bool, got {value!r}")
+    return bool(value)
+
+
+def _real(fn: str, name: str, value: Any) -> float:
+    """``value`` where it is a real number (a 0-d tensor: the number it holds, as torch's
+    parser reads it); a str, a tuple or None is torch's ``TypeError`` ("must be float"), a
+    ``DTypeError`` here."""
+    if isinstance(value, Tensor | np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if not isinstance(value, numbers.Real):
+        raise DTypeError(f"{fn}: {name} must be a float, got {value!r}")
+    return value
 
 
 def _as_tensor(fn: str, reference: Tensor, value: Any, name: str) -> Tensor:

@@ -19,6 +19,7 @@ from ...tensor.internal import normalize_dim, untracked
 from ._common import (
     _float_input,
     _float_pair,
+    _real,
 )
 
 
@@ -68,6 +69,7 @@ def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    negative_slope = _real("leaky_relu", "negative_slope", negative_slope)
     return _float_input("leaky_relu", x).leaky_relu(negative_slope)
 
 
@@ -163,7 +165,11 @@ def _negative_branch(x: Tensor, scale: float, input_scale: float) -> Tensor:
     safe = x.mask_fill(x.less(0.0).logical_not(), 0.0)
     if input_scale != 1.0:
         safe = safe * input_scale
-    return (safe.expm1() * scale).mask_where(x.equal(0.0), x * (scale * input_scale))
+    zero = x.equal(0.0)
+    # (x enters the slope at 0 masked to 0 elsewhere: a NaN scale times the zero gradient the
+    # other positions send this branch would put NaN where torch's derivative is 1)
+    at_zero = x.mask_fill(zero.logical_not(), 0.0) * (scale * input_scale)
+    return (safe.expm1() * scale).mask_where(zero, at_zero)
 
 
 def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
@@ -210,8 +216,10 @@ def prelu(x: Tensor, weight: Tensor) -> Tensor:
         else weight.reshape((x.shape[1],) + (1,) * (x.ndim - 2))
     )
     # torch's kernel takes the weight's branch wherever x > 0 fails: at 0 the gradient is
-    # the weight, not 1
-    return x.mask_where(x.greater(0.0).logical_not(), x * slope)
+    # the weight, not 1. The factor is 1 where x > 0, so that a NaN or infinite weight
+    # leaves the gradient of positive entries 1, as torch's
+    factor = slope.expand(x.shape).mask_fill(x.greater(0.0), 1.0)
+    return x * factor
 
 
 def mish(x: Tensor, inplace: bool = False) -> Tensor:

@@ -18,7 +18,7 @@ from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
 from ...tensor.functions import row_distance
 from ...tensor.internal import normalize_dim, shape_text
-from ._common import _clamped_min, _float_input, _float_pair
+from ._common import _clamped_min, _float_input, _float_pair, _real
 from .loss import _reduce, _reduction
 
 __all__ = [
@@ -51,6 +51,8 @@ def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -
     [0.9600000381469727]
     """
     fn = "cosine_similarity"
+    if not eps >= 0:  # (a NaN too, as torch's check)
+        raise InvalidArgumentError(f"{fn}: eps must be non-negative, got {eps}")
     x1, x2 = _broadcast(fn, *_float_pair(fn, x1, x2, "x2"))
     dim = normalize_dim(fn, dim, x1.ndim)
     n1 = _clamped_min(x1.norm(2, dim, keepdim=True), eps)
@@ -69,6 +71,7 @@ def pairwise_distance(
     [5.0]
     """
     fn = "pairwise_distance"
+    p = float(_real(fn, "p", p))  # (a bool is the number it is, as torch's parser reads it)
     x1, x2 = _float_pair(fn, x1, x2, "x2")
     _broadcast(fn, x1, x2)
     # (two 0-d inputs: |x1 - x2 + eps|, 0-d, as torch 2.13 gives it)

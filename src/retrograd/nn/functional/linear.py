@@ -21,7 +21,9 @@ from ...tensor.internal import (
 )
 from ._common import (
     _as_tensor,
+    _flag,
     _float_pair,
+    _real,
 )
 
 
@@ -182,6 +184,8 @@ def embedding(
     [[[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]]
     """
     fn = "embedding"
+    scale_grad_by_freq = _flag(fn, "scale_grad_by_freq", scale_grad_by_freq)
+    sparse = _flag(fn, "sparse", sparse)
     if not isinstance(weight, Tensor):
         raise DTypeError(f"{fn}: weight must be a tensor, got {type(weight).__name__}")
     indices = _as_tensor(fn, weight, indices, "indices")
@@ -205,7 +209,7 @@ def embedding(
     check_indices(indices, count, out_of_range)
     flat = indices.reshape((-1,))
     if max_norm is not None:
-        _renorm_rows(weight, flat, float(max_norm), norm_type)
+        _renorm_rows(weight, flat, float(_real(fn, "max_norm", max_norm)), norm_type)
     rows = weight.select(0, flat)
     if scale_grad_by_freq:
         # the value unchanged (``rows - held`` is exactly 0), each occurrence's gradient

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import (
+    ArgumentTypeError,
     DTypeError,
     InvalidArgumentError,
     ShapeError,
@@ -31,6 +32,7 @@ from ._common import (
     _HALF_DTYPES,
     _as_tensor,
     _clamped_min,
+    _flag,
     _float_input,
     _float_pair,
 )
@@ -196,6 +198,8 @@ def _class_index_loss(
     ``t == ignore_index``), reduced; "mean" divides by the weights of the targets that count
     (their number without ``weights``). ``smoothing`` = ``(fraction, uniform)`` mixes in
     cross-entropy's label-smoothing term: ``loss * (1 - fraction) + uniform``."""
+    if not isinstance(ignore_index, numbers.Integral) or isinstance(ignore_index, bool):
+        raise ArgumentTypeError(f"{fn}: ignore_index must be an int, got {ignore_index!r}")
     classes = log_probs.shape[class_dim]
     shapes = f"input {shape_text(log_probs.shape)}, target {shape_text(target.shape)}"
     expected = log_probs.shape[:class_dim] + log_probs.shape[class_dim + 1 :]
@@ -503,7 +507,7 @@ def smooth_l1_loss(
     fn = "smooth_l1_loss"
     x, y = _broadcast_pair(fn, *_float_pair(fn, input, target, "target"))
     reduction = _reduction(fn, reduction, size_average, reduce)
-    if beta < 0:
+    if not beta >= 0:  # (a NaN too, as torch's check)
         raise InvalidArgumentError(f"{fn}: beta must be non-negative, got {beta}")
     diff = x - y
     d = diff.abs()
@@ -559,6 +563,7 @@ def kl_div(
     contributes zero, a negative one NaN: torch's ``xlogy(target, target) - target * input``);
     ``reduction="batchmean"`` divides the sum by the batch size."""
     fn = "kl_div"
+    log_target = _flag(fn, "log_target", log_target)
     x, y = _float_pair(fn, input, target, "target")
     batchmean = reduction == "batchmean"
     reduction = _reduction(fn, "sum" if batchmean else reduction, size_average, reduce)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import (
+    ArgumentTypeError,
     DTypeError,
     InvalidArgumentError,
     ShapeError,
@@ -28,6 +29,7 @@ from ._common import (
     _as_tensor,
     _float_input,
     _ints,
+    _real,
 )
 
 
@@ -43,6 +45,7 @@ def layer_norm(
     """Normalize over the trailing ``normalized_shape`` dims (biased variance, as PyTorch),
     then scale by ``weight`` and shift by ``bias`` (both of ``normalized_shape``)."""
     fn = "layer_norm"
+    eps = _real(fn, "eps", eps)
     x = _float_input(fn, x)
     shape = _ints(
         fn,
@@ -235,7 +238,9 @@ def local_response_norm(
         raise ShapeError(
             f"{fn}: expected a 3-d or higher input [N, C, *], got {shape_text(x.shape)}"
         )
-    if not isinstance(size, numbers.Integral) or size < 1:
+    if not isinstance(size, numbers.Integral) or isinstance(size, bool):
+        raise ArgumentTypeError(f"{fn}: size must be an int, got {size!r}")
+    if size < 1:
         raise InvalidArgumentError(f"{fn}: size must be a positive int, got {size!r}")
     if x.numel() == 0:
         return x
@@ -313,6 +318,9 @@ def instance_norm(
     ``instance_norm``: the biased variance normalizes; running statistics, when given, are
     updated with the batch's mean of each instance's mean and unbiased variance."""
     fn = "instance_norm"
+    eps = _real(fn, "eps", eps)
+    if momentum is not None:
+        momentum = _real(fn, "momentum", momentum)
     x = _float_input(fn, input)
     if x.ndim < 3:
         raise ShapeError(f"{fn}: input must be [N, C, *spatial], got {shape_text(x.shape)}")
@@ -427,6 +435,9 @@ def batch_norm(
     ([[-1.0, -1.0], [1.0, 1.0]], [0.2, 0.4])
     """
     fn = "batch_norm"
+    eps = _real(fn, "eps", eps)
+    if momentum is not None:
+        momentum = _real(fn, "momentum", momentum)
     x = _float_input(fn, input)
     if x.ndim < 2:
         raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
@@ -543,6 +554,9 @@ def group_norm(
     [[-1.0, 1.0, -1.0, 1.0]]
     """
     fn = "group_norm"
+    eps = _real(fn, "eps", eps)
+    if not isinstance(num_groups, numbers.Integral) or isinstance(num_groups, bool):
+        raise ArgumentTypeError(f"{fn}: num_groups must be an int, got {num_groups!r}")
     x = _float_input(fn, input)
     if x.ndim < 2:
         raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
@@ -606,6 +620,8 @@ def rms_norm(
     [0.848528, 1.131371]
     """
     fn = "rms_norm"
+    if eps is not None:
+        eps = _real(fn, "eps", eps)
     x = _float_input(fn, input)
     shape = _ints(
         fn,

@@ -13,6 +13,7 @@ import numpy as np
 
 from ...backend.sizes import check_allocation, pool_output_size
 from ...errors import (
+    ArgumentTypeError,
     DTypeError,
     InvalidArgumentError,
     ShapeError,
@@ -31,6 +32,7 @@ from ._common import (
     IntOrTuple,
     _as_tensor,
     _batched,
+    _flag,
     _float_input,
     _ints,
     _unbatched,
@@ -66,7 +68,7 @@ def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
             f"{shape_text(kernel)}; input {shape_text(x.shape)}"
         )
     out_size = tuple(
-        pool_output_size(n, k, s, p, d, bool(ceil_mode))
+        pool_output_size(n, k, s, p, d, _flag(fn, "ceil_mode", ceil_mode))
         for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)
     )
     if any(n < 1 for n in out_size):
@@ -100,8 +102,13 @@ def _avg_pool(
             f"{fn}: input image {sizes} smaller than kernel size {kernel} (the padding does "
             "not count, as in torch)"
         )
+    count_include_pad = _flag(fn, "count_include_pad", count_include_pad)
     if divisor_override is not None:
-        if not isinstance(divisor_override, numbers.Integral) or divisor_override == 0:
+        if not isinstance(divisor_override, numbers.Integral) or isinstance(divisor_override, bool):
+            raise ArgumentTypeError(
+                f"{fn}: divisor_override must be an int, got {divisor_override!r}"
+            )
+        if divisor_override == 0:
             raise InvalidArgumentError(
                 f"{fn}: divisor_override must be a nonzero integer, got {divisor_override!r}"
             )
@@ -241,12 +248,26 @@ def max_pool2d(
     return (values, indices) if return_indices else values
 
 
+def _adaptive_output_size(fn: str, spatial: int, output_size: Any) -> tuple:
+    """``output_size`` (an int, or one int or ``None`` per spatial dimension) as a tuple of
+    ``spatial`` entries; a float, a bool, a str or a bare ``None`` is the wrong type, torch's
+    ``TypeError``."""
+    output_size = int_arguments(fn, output_size, "output_size")
+    if isinstance(output_size, numbers.Integral) and not isinstance(output_size, bool):
+        return (output_size,) * spatial
+    entries = tuple(output_size) if isinstance(output_size, (tuple, list)) else None
+    if entries is None or not all(
+        o is None or (isinstance(o, numbers.Integral) and not isinstance(o, bool)) for o in entries
+    ):
+        raise ArgumentTypeError(
+            f"{fn}: output_size must be an int or a tuple of ints (or None), got {output_size!r}"
+        )
+    return entries
+
+
 def _adaptive_avg_pool(fn, spatial, x, output_size):
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
-    output_size = int_arguments(fn, output_size, "output_size")
-    if output_size is None or isinstance(output_size, numbers.Integral):
-        output_size = (output_size,) * spatial
-    output_size = tuple(output_size)
+    output_size = _adaptive_output_size(fn, spatial, output_size)
     if len(output_size) != spatial:  # (a one-entry tuple too, as torch: no repeat)
         raise ShapeError(f"{fn}: output_size must have {spatial} entries, got {output_size!r}")
     # None keeps the input's size, as in PyTorch.
@@ -336,11 +357,9 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
     one window at a time: the gradient goes to each window's maximum, as torch's. With
     ``return_indices``, also each maximum's flat index in its ``[N, C]`` plane."""
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
-    output_size = int_arguments(fn, output_size, "output_size")
-    if output_size is None or isinstance(output_size, numbers.Integral):
-        output_size = (output_size,) * spatial
-    sizes = tuple(n if o is None else int(o) for o, n in zip(tuple(output_size), x.shape[2:]))
-    if len(sizes) != spatial or any(o < 0 for o in sizes):
+    output_size = _adaptive_output_size(fn, spatial, output_size)
+    sizes = tuple(n if o is None else int(o) for o, n in zip(output_size, x.shape[2:]))
+    if len(output_size) != spatial or any(o < 0 for o in sizes):
         raise ShapeError(
             f"{fn}: output_size must be {spatial} non-negative ints, got {output_size!r}"
         )

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...backend.sizes import check_allocation
 from ...errors import (
+    ArgumentTypeError,
     DTypeError,
     InvalidArgumentError,
     ShapeError,
@@ -346,6 +347,12 @@ def pad(
         )
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: expected a tensor, got {type(x).__name__}")
+    if isinstance(value, Tensor | np.ndarray) and value.ndim == 0:
+        value = value.item()  # (a 0-d tensor is the number it holds, as torch's parser reads it)
+    if value is not None and not isinstance(value, numbers.Number):
+        raise ArgumentTypeError(f"{fn}: value must be a number, got {value!r}")
+    if isinstance(pad, str) or not isinstance(pad, Sequence | Tensor | np.ndarray):
+        raise ArgumentTypeError(f"{fn}: pad must be a tuple of ints, got {pad!r}")
     if value is None:
         value = 0.0
     elif mode != "constant" and value != 0:  # (torch lets a 0 through: no value to use)
@@ -354,7 +361,7 @@ def pad(
         )
     amounts = list(int_arguments(fn, tuple(pad), "pad"))
     if any(not isinstance(n, numbers.Integral) or isinstance(n, bool) for n in amounts):
-        raise ShapeError(f"{fn}: pad must hold ints, got {amounts!r}")
+        raise ArgumentTypeError(f"{fn}: pad must hold ints, got {pad!r}")
     if len(amounts) % 2 or len(amounts) > 2 * x.ndim:
         raise ShapeError(
             f"{fn}: pad {amounts} must hold a (left, right) pair for each of at most the "
@@ -367,6 +374,18 @@ def pad(
             f"[N, C, *] with one dimension per pair (as torch); got pad {amounts} for an input "
             f"of shape {shape_text(x.shape)}"
         )
+    if mode in _PAD_KERNELS:
+        # torch's 2-d and 3-d kernels let one padded dimension come out empty but refuse a
+        # result that is empty in every one of them
+        sizes = [
+            x.shape[x.ndim - 1 - pair] + int(amounts[2 * pair]) + int(amounts[2 * pair + 1])
+            for pair in range(padded)
+        ]
+        if all(size < 1 for size in sizes):
+            raise ShapeError(
+                f"{fn}: {mode} padding {amounts} of an input of shape {shape_text(x.shape)} "
+                f"leaves no output (sizes {sizes[::-1]} of the padded dimensions)"
+            )
     out, copied = x, False
     for pair in range(padded):
         dim = x.ndim - 1 - pair
@@ -473,7 +492,7 @@ def pixel_unshuffle(x: Tensor, downscale_factor: int) -> Tensor:
 
 def _pair(fn: str, name: str, value: Any, minimum: int) -> tuple[int, int]:
     """An int, or exactly two (torch's ``unfold``/``fold`` repeat no one-entry tuple)."""
-    if isinstance(value, Sequence) and len(value) != 2:
+    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) != 2:
         raise ShapeError(f"{fn}: {name} must be an int or a tuple of 2 ints, got {value!r}")
     return _ints(fn, name, value, 2, minimum)
 
@@ -631,7 +650,9 @@ def channel_shuffle(input: Tensor, groups: int) -> Tensor:  # noqa: A002 (torch'
     fn = "channel_shuffle"
     if not isinstance(input, Tensor):
         raise ShapeError(f"{fn}: input must be a tensor, got {type(input).__name__}")
-    if not isinstance(groups, int) or groups < 1:
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool):
+        raise ArgumentTypeError(f"{fn}: groups must be an int, got {groups!r}")
+    if groups < 1:
         raise ShapeError(f"{fn}: groups must be a positive int, got {groups!r}")
     if input.ndim < 3 or input.shape[1] % groups:  # torch refuses [N, C] too
         raise ShapeError(

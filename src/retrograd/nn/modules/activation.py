@@ -5,10 +5,11 @@ importable from here too, torch's path for it (its home is :mod:`.attention`).""
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from typing import Any
 
-from ...errors import InvalidArgumentError, ShapeError, shape_text
+from ...errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ...tensor import Tensor, full
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..parameter import Parameter
@@ -225,6 +226,10 @@ class Hardtanh(_Elementwise):
                 stacklevel=2,
             )
             max_val = max_value
+        if max_val <= min_val:  # torch's constructor refuses it (a NaN passes, as there)
+            raise InvalidArgumentError(
+                f"Hardtanh: max_val ({max_val}) must be greater than min_val ({min_val})"
+            )
         self.min_val, self.max_val, self.inplace = min_val, max_val, inplace
 
 
@@ -340,6 +345,8 @@ class PReLU(Module):
                  dtype: Any = None):  # fmt: skip
         super().__init__()
         self.num_parameters = num_parameters
+        if not isinstance(init, numbers.Real | Tensor):  # (torch's fill_ refuses it)
+            raise DTypeError(f"PReLU: init must be a float, got {init!r}")
         self.init = init
         self.weight = Parameter(full((num_parameters,), float(init), dtype=dtype, device=device))
 

@@ -6,9 +6,16 @@ initializations), and ``NonDynamicallyQuantizableLinear`` (the type of
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
-from ...errors import IndexOutOfRangeError, ShapeError, shape_text
+from ...errors import (
+    ArgumentTypeError,
+    IndexOutOfRangeError,
+    InvalidArgumentError,
+    ShapeError,
+    shape_text,
+)
 from ...tensor import Tensor, random, tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
@@ -109,6 +116,12 @@ class Bilinear(Module):
         backend: Any = None,
     ):
         super().__init__()
+        # (torch's check: the weights' bound divides by it; a size of the wrong type is
+        # refused where the weight is allocated)
+        if isinstance(in1_features, numbers.Integral) and in1_features <= 0:
+            raise InvalidArgumentError(
+                f"Bilinear: in1_features must be > 0, but got (in1_features={in1_features})"
+            )
         dtype = dtype or default_float_dtype()
         self.in1_features, self.in2_features = in1_features, in2_features
         self.out_features = out_features
@@ -277,6 +290,13 @@ class Unflatten(Module):
 
     def __init__(self, dim: int, unflattened_size: Any):
         super().__init__()
+        # torch's checks: a tuple (or list) of ints, or of (name, size) pairs for a named dim
+        if not isinstance(unflattened_size, (tuple, list)) or not all(
+            isinstance(n, numbers.Integral | tuple | list) for n in unflattened_size
+        ):
+            raise ArgumentTypeError(
+                f"Unflatten: unflattened_size must be a tuple of ints, got {unflattened_size!r}"
+            )
         self.dim, self.unflattened_size = dim, tuple(unflattened_size)
 
     def forward(self, input: Tensor) -> Tensor:

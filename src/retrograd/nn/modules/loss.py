@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from ...errors import DTypeError, InvalidArgumentError
 from ...tensor import Tensor
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from ..functional.loss import _reduction
@@ -201,6 +201,8 @@ class SmoothL1Loss(_Loss):
 
 class HuberLoss(_Loss):
     def __init__(self, reduction: str = "mean", delta: float = 1.0):
+        if not isinstance(delta, (float, int)):  # torch's constructor checks it
+            raise DTypeError(f"HuberLoss: delta must be a float or int, got {delta!r}")
         super().__init__(reduction=reduction)
         self.delta = delta
 

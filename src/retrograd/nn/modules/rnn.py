@@ -26,7 +26,7 @@ import numbers
 import warnings
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from ...errors import ArgumentTypeError, DTypeError, InvalidArgumentError
 from ...tensor import Tensor
 from ...tensor.dtypes import default_float_dtype
 from ..functional.rnn import GATES, recurrent, recurrent_cell
@@ -38,7 +38,12 @@ __all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "R
 
 
 def _positive_int(owner: str, name: str, value: Any, minimum: int = 1) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+    """``value`` as an int of at least ``minimum``; a float, a str or None is torch's
+    ``TypeError``. (A bool is refused too: torch takes it in some places and not others.)"""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        # a float, a str, None: torch's TypeError ("should be of type int")
+        raise ArgumentTypeError(f"{owner}: {name} should be of type int, got {value!r}")
+    if value < minimum:
         bound = "a positive" if minimum == 1 else "a non-negative"
         raise InvalidArgumentError(f"{owner}: {name} must be {bound} int, got {value!r}")
     return int(value)
@@ -85,10 +90,20 @@ class RNNBase(Module):
         if mode not in GATES:
             raise InvalidArgumentError(f"{owner}: unknown mode {mode!r}")
         self.mode = mode
-        self.input_size = _positive_int(owner, "input_size", input_size, 0)
+        # (torch's layers refuse no inputs, its cells take it)
+        self.input_size = _positive_int(owner, "input_size", input_size)
         self.hidden_size = _positive_int(owner, "hidden_size", hidden_size)
         self.num_layers = _positive_int(owner, "num_layers", num_layers)
-        if not isinstance(dropout, numbers.Real) or not 0.0 <= dropout <= 1.0:
+        if not isinstance(bidirectional, bool):  # (torch's kernels refuse it when called)
+            raise DTypeError(
+                f"{owner}: bidirectional should be of type bool, got {bidirectional!r}"
+            )
+        for name, flag in (("bias", bias), ("batch_first", batch_first)):
+            if not isinstance(flag, bool):  # torch's "bias should be of type bool"
+                raise DTypeError(f"{owner}: {name} should be of type bool, got {flag!r}")
+        if not isinstance(dropout, numbers.Real):  # (torch's float(dropout) fails)
+            raise DTypeError(f"{owner}: dropout must be a number, got {dropout!r}")
+        if isinstance(dropout, bool) or not 0.0 <= dropout <= 1.0:
             raise InvalidArgumentError(
                 f"{owner}: dropout should be a number in range [0, 1] representing the "
                 f"probability of an element being zeroed, got {dropout!r}"
@@ -101,7 +116,9 @@ class RNNBase(Module):
                 UserWarning,
                 stacklevel=2,
             )
-        if isinstance(proj_size, bool) or not isinstance(proj_size, int) or proj_size < 0:
+        if isinstance(proj_size, bool) or not isinstance(proj_size, numbers.Integral):
+            raise ArgumentTypeError(f"{owner}: proj_size should be of type int, got {proj_size!r}")
+        if proj_size < 0:
             raise InvalidArgumentError(
                 f"{owner}: proj_size should be a positive integer or zero to disable "
                 f"projections, got {proj_size!r}"
@@ -149,7 +166,7 @@ class RNNBase(Module):
         """Every weight and bias from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))."""
         from .. import init
 
-        bound = 1.0 / math.sqrt(self.hidden_size)
+        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size else 0.0
         for weight in self.parameters():
             init.uniform_(weight, -bound, bound)
 
@@ -292,11 +309,12 @@ class RNNCellBase(Module):
         super().__init__()
         owner = type(self).__name__
         self.input_size = _positive_int(owner, "input_size", input_size, 0)
-        self.hidden_size = _positive_int(owner, "hidden_size", hidden_size)
+        # (no hidden units is torch's too: an empty state, no weights to draw)
+        self.hidden_size = _positive_int(owner, "hidden_size", hidden_size, 0)
         self.bias = bool(bias)
         dtype = dtype or default_float_dtype()
         rows = _positive_int(owner, "num_chunks", num_chunks) * self.hidden_size
-        bound = 1.0 / math.sqrt(self.hidden_size)
+        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size else 0.0
         self.weight_ih = Parameter(_uniform((rows, input_size), bound, backend, device, dtype))
         self.weight_hh = Parameter(_uniform((rows, hidden_size), bound, backend, device, dtype))
         if self.bias:
@@ -310,7 +328,7 @@ class RNNCellBase(Module):
         """Every weight and bias from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))."""
         from .. import init
 
-        bound = 1.0 / math.sqrt(self.hidden_size)
+        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size else 0.0
         for weight in self.parameters():
             init.uniform_(weight, -bound, bound)
 
