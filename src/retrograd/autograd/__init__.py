@@ -37,6 +37,7 @@ from .anomaly_mode import (
 from .differentiate import backward, grad
 from .function import Function, FunctionCtx
 from .gradient_checks import GradcheckError, gradcheck, gradgradcheck
+from .vmap_depth import VMAP
 
 __all__ = [
     "Function",
@@ -265,13 +266,7 @@ def _randomness_rule(randomness: str) -> Any:
     return random_allowed()
 
 
-class _VmapDepth(threading.local):
-    """How many ``vmap`` calls this thread is inside."""
-
-    depth = 0
-
-
-_VMAP = _VmapDepth()
+_VMAP = VMAP
 
 #: torch's words for reading a mapped value on the host inside ``vmap``
 _ITEM_IN_VMAP = (
