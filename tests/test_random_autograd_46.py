@@ -63,7 +63,7 @@ class Failed:
 # backward without retain_graph is refused exactly when one of the second group is walked
 CHAIN = {
     "add_scalar": lambda lib, t, w: t + 1.5,
-    "sub_w": lambda lib, t, w: t - w,
+    "sub_w": lambda lib, t, w: t - w[: t.shape[-1]] if t.shape[-1] <= 3 else t - 1.0,
     "neg": lambda lib, t, w: -t,
     "transpose": lambda lib, t, w: t.t().t() if t.dim() == 2 else t,
     "slice": lambda lib, t, w: t[..., 1:] if t.shape[-1] > 1 else t,
