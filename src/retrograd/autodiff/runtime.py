@@ -180,10 +180,14 @@ def backward(
     # autograd.grad resolve it); an explicit retain_graph=False frees the graph walked, and a
     # second order then walks into it only where the first one's rules read no freed value
     retain = retain_graph
+    # a recorded backward (create_graph) reads its graph's records without consuming them,
+    # even when it releases the nodes it ran (retain_graph=False): the graph it records reads
+    # values of the walked graph, which a checkpointer may have to recompute from them
+    reading = retain or create_graph
     inner = backend.inner
     # toward some inputs only: the graph's records keep their values (a later backward may
     # walk the part below the inputs); the nodes run are released below as usual
-    consume = not retain and stop is None
+    consume = not reading and stop is None
     if consume:
         tape = Tape(root_node, claim=True)
         try:
@@ -191,7 +195,7 @@ def backward(
         except BaseException:
             _unclaim(tape.run)
             raise
-    elif retain:  # the walk and the values it gathers are taken before another thread claims
+    elif reading:  # the walk and the values it gathers are taken before another thread claims
         with _CLAIMS:
             tape = Tape(root_node, stop)
             checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
@@ -242,7 +246,7 @@ def backward(
                     checkpointer.retrieve(key)
     except BaseException as error:
         running.pop()
-        if retain:  # (before the tape goes below)
+        if reading:  # (before the tape goes below)
             _stop_reading(tape)
         # A rule, hook or Function raised (or an interrupt came): the caller may keep the
         # error (a notebook keeps the last one), and its traceback keeps this frame and those
@@ -259,7 +263,7 @@ def backward(
         del tape, grads, checkpointer, abandon, nodes, node, root, seed
         raise
     running.pop()
-    if retain:
+    if reading:
         _stop_reading(tape)
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
@@ -487,11 +491,11 @@ def _release(node: Node) -> None:
     """Drop what a consumed node holds (its parents and what checkpointing kept for it), so
     the graph above it can be freed, and mark it consumed; a node a retaining backward is
     still reading is marked now and freed when that backward ends (see _READING). A node
-    whose rules read no tensor stays walkable (torch frees nothing of it either): only what
-    checkpointing kept to recompute its output goes."""
+    whose rules read no tensor stays walkable, as it was (torch frees nothing of it either;
+    what checkpointing kept to recompute its output, a consuming backward let go of when it
+    gathered it, and a recorded one keeps for the graph it recorded)."""
     holds_nothing = node.plan.holds_nothing
     if holds_nothing or (holds_nothing is None and not node.op.saves(*node.params)):
-        node.saved = NOTHING_SAVED
         node.consumed = False
         return
     if _READING:  # (the body stays inline: one call per node on every consuming backward)
