@@ -154,7 +154,7 @@ def test_scalar_input_needs_no_v_and_forward_mode_strategy_gives_the_same_jacobi
     assert_same(raf.hvp(lambda x: f(x).sum(), ours), taf.hvp(lambda x: f(x).sum(), theirs))
     x2, t2 = both((A,), False)
     assert_same(
-        raf.jacobian(matmul, x2, strategy="forward-mode"),
+        raf.jacobian(matmul, x2, vectorize=True, strategy="forward-mode"),
         taf.jacobian(matmul, t2, vectorize=True, strategy="forward-mode"),
     )
 

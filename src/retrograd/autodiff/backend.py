@@ -348,9 +348,10 @@ class Autodiff(Backend):
             return AutodiffPrimitive(x.value, Node.leaf())
         return AutodiffPrimitive(x.value, None)
 
-    def retain_grad(self, x: AutodiffPrimitive, retain: bool = True) -> None:
+    def retain_grad(self, x: AutodiffPrimitive, retain: bool | str = True) -> None:
         """Keep ``x``'s gradient in what backward returns (``retain=False``: stop keeping
-        it, as ``autograd.grad`` does after a backward it kept it for)."""
+        it, as ``autograd.grad`` does after a backward it kept it for; ``graph.CAPTURED``:
+        kept by ``autograd.grad``, before the tensor's hooks)."""
         if x.node is None:
             raise AutodiffError("retain_grad: the tensor is not part of a graph")
         x.node.retain = retain

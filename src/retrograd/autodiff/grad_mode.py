@@ -26,7 +26,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class _Mode(threading.local):
     # Class attributes are the defaults every new thread sees: recording on.
+    #: whether ops are recorded (what the recording path reads)
     enabled = True
+    #: the grad mode set (``is_grad_enabled``): recording, unless ``inference``
+    requested = True
+    #: inside ``inference_mode()``: nothing is recorded, ``enable_grad`` or not (torch's)
+    inference = False
 
     def __init__(self) -> None:
         self.saved: list[bool] = []
@@ -45,16 +50,32 @@ _LOCK = threading.Lock()
 FORWARD_TANGENTS: list[Callable[[tuple], bool] | None] = [None]
 
 
-def _set(enabled: bool) -> None:
+def _record(enabled: bool) -> None:
     if enabled != _MODE.enabled:
         with _LOCK:
             DISABLED_THREADS[0] += -1 if enabled else 1
         _MODE.enabled = enabled
 
 
+def _set(enabled: bool) -> None:
+    _MODE.requested = enabled
+    _record(enabled and not _MODE.inference)
+
+
+def set_inference(inference: bool) -> bool:
+    """Enter (or, ``False``, leave) ``inference_mode`` in this thread; returns the setting it
+    found, for the block's exit to restore. Inside, nothing is recorded even where
+    ``enable_grad`` sets the grad mode on, as torch's."""
+    previous = _MODE.inference
+    _MODE.inference = inference
+    _record(_MODE.requested and not inference)
+    return previous
+
+
 def is_grad_enabled() -> bool:
-    """Whether ops run by this thread are recorded for backward."""
-    return _MODE.enabled
+    """Whether the grad mode of this thread is on (ops are recorded for backward, except
+    inside ``inference_mode``)."""
+    return _MODE.requested
 
 
 def _decorated(fn: F, mode: Callable[[], Any]) -> F:
@@ -113,7 +134,7 @@ class _GradMode:
         return super().__new__(cls)
 
     def __enter__(self) -> None:
-        _MODE.saved.append(_MODE.enabled)
+        _MODE.saved.append(_MODE.requested)
         _set(self._target)
 
     def __exit__(self, *exc: object) -> None:
@@ -152,7 +173,7 @@ class set_grad_enabled(_GradMode):  # noqa: N801  (PyTorch's name)
 
     def __init__(self, mode: bool) -> None:
         self._target = bool(mode)
-        self._previous = _MODE.enabled
+        self._previous = _MODE.requested
         _set(self._target)
 
     def __enter__(self) -> None:

@@ -148,14 +148,15 @@ class Gradients:
         """``node``'s gradient ``value`` through its tensor hooks (``register_hook``'s), in the
         order they were registered. A leaf's or a retained gradient is the hooked one, as
         torch runs ``retain_grad``'s hook last; a non-leaf input of ``backward(inputs=)``
-        keeps the gradient it received, as torch's ``autograd.grad`` captures it before the
-        tensor's hooks."""
+        whose step runs (an input below it wants a gradient) keeps the gradient it received,
+        as torch's ``autograd.grad`` captures it before the tensor's hooks then (the engine
+        stores the hooked one where the step does not run)."""
         if value is None:
             return None
         self.hooked.add(node.id)
         for hook in list(node.hooks.values()):
             value = hook(self.backend, value)
-        if node.op is None or (node.retain and node.id not in self.kept):
+        if node.op is None or node.retain is True:  # (not autograd.grad's CAPTURED)
             self.values[node.id] = value
         return value
 

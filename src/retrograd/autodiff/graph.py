@@ -19,7 +19,12 @@ from typing import Any
 from .checkpoint.builder import NOTHING_SAVED
 from .ids import new_node_id
 
-__all__ = ["AutodiffPrimitive", "Node", "new_node_id"]
+__all__ = ["CAPTURED", "AutodiffPrimitive", "Node", "new_node_id"]
+
+#: ``Node.retain`` of a non-leaf input ``autograd.grad`` keeps the gradient of for one backward
+#: (the user's ``retain_grad()`` sets ``True``): truthy as well, but its value is captured
+#: before the tensor's hooks when its step runs, where a retained ``.grad`` is the hooked one
+CAPTURED = "captured"
 
 
 class Node:

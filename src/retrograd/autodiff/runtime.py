@@ -176,11 +176,18 @@ def backward(
             "backward: this tensor does not require grad and is not computed from anything that "
             "does; call require_grad() on the leaves you want gradients for"
         )
-    retain = retain_graph or create_graph
+    # torch's: create_graph only sets retain_graph's default (Tensor.backward and
+    # autograd.grad resolve it); an explicit retain_graph=False frees the graph walked, and a
+    # second order then walks into it only where the first one's rules read no freed value
+    retain = retain_graph
+    # a recorded backward (create_graph) reads its graph's records without consuming them,
+    # even when it releases the nodes it ran (retain_graph=False): the graph it records reads
+    # values of the walked graph, which a checkpointer may have to recompute from them
+    reading = retain or create_graph
     inner = backend.inner
     # toward some inputs only: the graph's records keep their values (a later backward may
     # walk the part below the inputs); the nodes run are released below as usual
-    consume = not retain and stop is None
+    consume = not reading and stop is None
     if consume:
         tape = Tape(root_node, claim=True)
         try:
@@ -188,7 +195,7 @@ def backward(
         except BaseException:
             _unclaim(tape.run)
             raise
-    elif retain:  # the walk and the values it gathers are taken before another thread claims
+    elif reading:  # the walk and the values it gathers are taken before another thread claims
         with _CLAIMS:
             tape = Tape(root_node, stop)
             checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
@@ -224,23 +231,22 @@ def backward(
                         _release(node)
                 elif node.hooks is not None and node.id not in grads.hooked:
                     grads.run_hooks(node, grads.values.get(node.id))  # a leaf's, final now
-            if stop is not None:  # leaves among the inputs (not walked): their hooks run
+            if stop is not None:  # inputs whose step did not run: their hooks run now
                 for node_id in stop:
                     node = tape.nodes.get(node_id)
-                    if (
-                        node is not None
-                        and node.op is None
-                        and node.hooks is not None
-                        and node_id not in grads.hooked
-                    ):
-                        grads.run_hooks(node, grads.values.get(node_id))
+                    if node is not None and node.hooks is not None and node_id not in grads.hooked:
+                        hooked = grads.run_hooks(node, grads.values.get(node_id))
+                        # a non-leaf input's gradient is captured after its tensor hooks
+                        # when its own step does not run, as torch 2's autograd.grad
+                        if hooked is not None and node.op is not None:
+                            grads.values[node_id] = hooked
 
             for node in tape.skipped:  # the reads a skipped step would have made
                 for key in node.saved.keys:
                     checkpointer.retrieve(key)
     except BaseException as error:
         running.pop()
-        if retain:  # (before the tape goes below)
+        if reading:  # (before the tape goes below)
             _stop_reading(tape)
         # A rule, hook or Function raised (or an interrupt came): the caller may keep the
         # error (a notebook keeps the last one), and its traceback keeps this frame and those
@@ -257,15 +263,17 @@ def backward(
         del tape, grads, checkpointer, abandon, nodes, node, root, seed
         raise
     running.pop()
-    if retain:
+    if reading:
         _stop_reading(tape)
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
     for hook in hooks:
         hook.end(grads)
     grads.remaining.clear()
-    if stop is not None:  # torch's inputs=: every other tensor's gradient is left out
-        for key in [k for k in grads.values if k not in stop]:
+    if stop is not None:  # torch's inputs=: every other tensor's gradient is left out, but
+        # a retain_grad() tensor the walk ran through (torch fills its .grad on the way)
+        kept = stop | {node.id for node in tape.run if node.retain is True}
+        for key in [k for k in grads.values if k not in kept]:
             del grads.values[key]
     return grads
 
@@ -482,7 +490,14 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 def _release(node: Node) -> None:
     """Drop what a consumed node holds (its parents and what checkpointing kept for it), so
     the graph above it can be freed, and mark it consumed; a node a retaining backward is
-    still reading is marked now and freed when that backward ends (see _READING)."""
+    still reading is marked now and freed when that backward ends (see _READING). A node
+    whose rules read no tensor stays walkable, as it was (torch frees nothing of it either;
+    what checkpointing kept to recompute its output, a consuming backward let go of when it
+    gathered it, and a recorded one keeps for the graph it recorded)."""
+    holds_nothing = node.plan.holds_nothing
+    if holds_nothing or (holds_nothing is None and not node.op.saves(*node.params)):
+        node.consumed = False
+        return
     if _READING:  # (the body stays inline: one call per node on every consuming backward)
         with _CLAIMS:
             if any(node.id in tape.nodes for tape in _READING):

@@ -23,6 +23,7 @@ import threading
 from typing import Any
 
 from ..autodiff import enable_grad, no_grad, set_grad_enabled
+from ..autodiff.grad_mode import set_inference
 from ..backend.protocol import random_allowed, random_refused
 from ..errors import AutodiffError, InvalidArgumentError, ShapeError, check_callable
 from ..tensor import Tensor
@@ -37,6 +38,7 @@ from .anomaly_mode import (
 from .differentiate import backward, grad
 from .function import Function, FunctionCtx
 from .gradient_checks import GradcheckError, gradcheck, gradgradcheck
+from .vmap_depth import VMAP
 
 __all__ = [
     "Function",
@@ -96,9 +98,11 @@ class inference_mode(no_grad):  # noqa: N801 (torch's name)
         super().__enter__()
         _INFERENCE.saved = [*getattr(_INFERENCE, "saved", ()), is_inference_mode_enabled()]
         _INFERENCE.enabled = not self._target
+        set_inference(_INFERENCE.enabled)
 
     def __exit__(self, *exc: object) -> None:
         *_INFERENCE.saved, _INFERENCE.enabled = _INFERENCE.saved
+        set_inference(_INFERENCE.enabled)
         super().__exit__(*exc)
 
 
@@ -265,13 +269,7 @@ def _randomness_rule(randomness: str) -> Any:
     return random_allowed()
 
 
-class _VmapDepth(threading.local):
-    """How many ``vmap`` calls this thread is inside."""
-
-    depth = 0
-
-
-_VMAP = _VmapDepth()
+_VMAP = VMAP
 
 #: torch's words for reading a mapped value on the host inside ``vmap``
 _ITEM_IN_VMAP = (

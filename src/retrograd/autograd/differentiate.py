@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..autodiff import Gradients, enable_grad
+from ..autodiff.graph import CAPTURED
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
 from ..tensor import Tensor
 from ..tensor.core import refuse_mixed_complex_grad, refuse_untracked_inputs
@@ -71,17 +72,20 @@ def grad(
     # torch differentiates with respect to any tensor of the graph, not only leaves (MAML's
     # fast weights ``w - lr * g`` after the first inner step): their gradients are kept for
     # this backward only
-    kept = [x for x in ins if x.requires_grad and not x.is_leaf and not x.retains_grad]
+    # (a retain_grad() one's too: what autograd.grad returns is captured, before the tensor's
+    # hooks when its step runs, where its retained .grad would be the hooked one)
+    kept = [x for x in ins if x.requires_grad and not x.is_leaf]
+    retained = [x.retains_grad for x in kept]
     for x in kept:
-        x._backend.retain_grad(x._prim)
+        x._backend.retain_grad(x._prim, CAPTURED)
     try:
         # toward the inputs only, as torch's engine: the graph below them is neither walked
         # nor consumed (first-order MAML differentiates through it again later)
         wanted = [x for x in ins if x.requires_grad]
         grads = total._backward(None, retain, create_graph, wanted)
     finally:
-        for x in kept:
-            x._backend.retain_grad(x._prim, False)
+        for x, was in zip(kept, retained):
+            x._backend.retain_grad(x._prim, was)
     results: list[Tensor | None] = []
     for x in ins:
         g = x.grad(grads)

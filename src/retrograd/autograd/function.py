@@ -13,8 +13,10 @@ from typing import Any
 
 from ..autodiff import enable_grad, is_grad_enabled, no_grad
 from ..autodiff.ops import Op
+from ..autodiff.runtime import running_tape
 from ..errors import AutodiffError, ShapeError
 from ..tensor import Tensor
+from .vmap_depth import VMAP
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -31,6 +33,9 @@ class FunctionCtx:
         self._saved_for_forward: tuple[Any, ...] | None = None
         self._in_jvp = False
         self._non_differentiable: set[int] = set()
+        #: the backward that freed ``_saved`` (a weak reference to its tape), once one
+        #: without retain_graph walked the function: reading them is refused after it
+        self._freed_by: Any = None
 
     def save_for_backward(self, *tensors: Any) -> None:
         """Keep ``tensors`` for ``backward`` (their values now: a later in-place op on one of
@@ -49,7 +54,24 @@ class FunctionCtx:
     def saved_tensors(self) -> tuple[Any, ...]:
         if self._in_jvp and self._saved_for_forward is not None:
             return self._saved_for_forward
+        if self._freed_by is not None and self._freed_by() is not running_tape():
+            self._saved = ()
+            raise AutodiffError(
+                "Function: trying to backward through the graph a second time (or to access "
+                "saved tensors after they have been freed): a backward without "
+                "retain_graph=True freed what save_for_backward kept; call the first backward "
+                "with retain_graph=True, as in torch"
+            )
         return self._saved
+
+    def _free(self) -> None:
+        """A backward without ``retain_graph`` walked the function: once it ends, reading
+        the saved tensors raises, as torch's (the node stays walkable: a backward that reads
+        none of them runs again, as torch's does). Each output has a node of its own, whose
+        steps this backward may run one after the other: they all read them."""
+        if self._saved and self._freed_by is None:
+            tape = running_tape()
+            self._freed_by = _GONE if tape is None else weakref.ref(tape)
 
     def mark_non_differentiable(self, *tensors: Any) -> None:
         """These outputs carry no gradient (indices, masks)."""
@@ -209,6 +231,40 @@ def _function_vjp(B: Any, g: Any, index: int, call: _Call, k: int) -> Any:  # no
     return call.input_gradients(B, g, k)[index]
 
 
+def _in_vmap() -> bool:
+    return VMAP.depth > 0
+
+
+def _refuse_unmappable(cls: type) -> None:
+    """torch's refusals of a user's Function inside ``vmap``: the old form (``forward(ctx,
+    ...)``) cannot be transformed at all, the new one needs a ``vmap`` rule or
+    ``generate_vmap_rule``."""
+    if cls.setup_context is Function.setup_context:
+        raise AutodiffError(
+            "In order to use an autograd.Function with functorch transforms (vmap, grad, jvp, "
+            f"jacrev, ...), it must override the setup_context staticmethod ({cls.__name__} "
+            "defines forward(ctx, ...)); write forward(*args) and setup_context(ctx, inputs, "
+            "output), as in torch"
+        )
+    if not cls.generate_vmap_rule and cls.vmap is Function.vmap:
+        raise AutodiffError(
+            f"You tried to vmap over {cls.__name__}, but it does not have vmap support. Please "
+            "override and implement the vmap staticmethod or set generate_vmap_rule=True."
+        )
+
+
+def _GONE() -> None:  # noqa: N802 (a dead weak reference's stand-in)
+    return None
+
+
+def _freed_by_backward(call: _Call, output: int) -> bool:
+    """``Op.saves`` of a Function's node, asked as a consuming backward releases it: torch
+    frees the context's saved tensors then (a later read raises), nothing else, so the node
+    stays walkable (False)."""
+    call.ctx._free()
+    return False
+
+
 _FUNCTION = Op(
     "autograd_function",
     (),
@@ -219,6 +275,7 @@ _FUNCTION = Op(
     forward=_function_forward,
     recomputable=False,
     without_gradient=lambda call, output: call.cls._runs_without_gradient,
+    saves=_freed_by_backward,
 )
 
 
@@ -268,8 +325,23 @@ class Function:
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
         raise NotImplementedError("Function: define backward as a static method")
 
+    #: torch's: ``vmap`` maps the function as it maps any other (here, a loop, as always)
+    generate_vmap_rule = False
+
+    @staticmethod
+    def vmap(info: Any, in_dims: Any, *args: Any) -> Any:
+        """torch's batching rule of the function, which a subclass defines to be mapped by
+        ``vmap`` (or sets ``generate_vmap_rule = True``); here vmap loops over the batch, so
+        its presence is what matters, as torch's refusal without it."""
+        raise AutodiffError(
+            "To use autograd.Function with vmap, you must either override the vmap "
+            "staticmethod or set generate_vmap_rule=True."
+        )
+
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        if _in_vmap() and not cls.__module__.startswith("retrograd."):
+            _refuse_unmappable(cls)
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         ctx = FunctionCtx(needs)
         from .forward_ad import tangents_paused

@@ -317,9 +317,32 @@ def jacobian(
         raise InvalidArgumentError(
             f'{fn}: strategy must be "forward-mode" or "reverse-mode", got {strategy!r}'
         )
+    # the combinations torch's jacobian refuses, in its order (forward mode's before func
+    # runs, reverse mode's after)
+    if strategy == "forward-mode":
+        if create_graph:
+            raise AutodiffError(
+                f'{fn}: create_graph=True and strategy="forward-mode" are not supported '
+                'together (as in torch); set create_graph=False or strategy="reverse-mode"'
+            )
+        if strict:
+            raise AutodiffError(
+                f'{fn}: strict=True and strategy="forward-mode" are not supported together '
+                '(as in torch); set strict=False or strategy="reverse-mode"'
+            )
+        if not vectorize:
+            raise AutodiffError(
+                f"{fn}: the Jacobian by forward-mode AD (or a forward-over-reverse Hessian) "
+                "is only implemented for vectorize=True, as in torch"
+            )
     with enable_grad():
         is_inputs_tuple, inputs = _fresh_inputs(fn, inputs, create_graph)
         is_outputs_tuple, outputs = _run(fn, func, inputs)
+        if vectorize and strict:
+            raise AutodiffError(
+                f"{fn}: strict=True and vectorize=True are not supported together (as in "
+                "torch); set strict=False or vectorize=False"
+            )
         _check_outputs(fn, outputs, strict)
         jac = tuple(
             _jacobian_rows(fn, i, out, inputs, create_graph, strict)
@@ -405,7 +428,14 @@ def hessian(
                     )
         return jac
 
-    res = jacobian(jac_func, inputs, create_graph=create_graph, strict=strict)
+    res = jacobian(
+        jac_func,
+        inputs,
+        create_graph=create_graph,
+        strict=strict,
+        vectorize=vectorize,
+        strategy=outer_jacobian_strategy,
+    )
     return _unpack(res, (is_inputs_tuple, is_inputs_tuple))
 
 

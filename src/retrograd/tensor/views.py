@@ -106,6 +106,15 @@ def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
     view._view = (_held(base, kind), kind, params)
     if kind not in _OUTSIDE and (getattr(base, "_no_grad_view", False) or not is_grad_enabled()):
         view._no_grad_view = True
+        backend = view._backend
+        if (
+            backend.is_autodiff
+            and backend.is_tracked(base._prim)
+            and not backend.is_tracked(view._prim)
+        ):
+            # torch's view of a tensor that requires grad, taken under no_grad: it requires
+            # grad too, a leaf of its own (a graph built on it later reaches the view only)
+            view._prim = backend.require_grad(view._prim)
     views = getattr(base, "_views", None)
     if views is None:
         base._views = [ref(view)]
