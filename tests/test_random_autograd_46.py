@@ -13,9 +13,11 @@ nesting with ``detach``/``detach_``/``requires_grad_``, in-place writes on leave
 views, and ``autograd.functional`` with ``strict``/``vectorize``/``strategy``/
 ``create_graph``. retrograd must agree with torch on each step: the values, the gradients
 (``None`` or a tensor), whether it raises (ours a ``RetrogradError``), and the graph must stay
-usable after an error. retrograd's documented departures are not drawn: a saved value is
-never changed by a later in-place op (API.md section 10), ``backward()`` of a non-scalar
-seeds with ones (section 3). The inner backend and checkpointing strategy are the suite's.
+usable after an error. retrograd's documented departures are not drawn: a part of the graph
+a backward consumed refuses a second walk even where it saved nothing (API.md section 3), a
+saved value is never changed by a later in-place op (API.md section 10), ``backward()`` of a
+non-scalar seeds with ones (section 3). The inner backend and checkpointing strategy are the
+suite's.
 """
 
 from __future__ import annotations
@@ -171,6 +173,14 @@ def check(program, *args):
 
 
 chains = st.lists(st.sampled_from(sorted(CHAIN)), min_size=1, max_size=3)
+#: the ops of CHAIN torch's engine saves tensors for (the second group above)
+SAVING = {"mul_w", "mul_scalar", "div_scalar", "exp", "tanh", "square"}
+#: chains a walk without retain_graph leaves unwalkable in both libraries, at the op next to
+#: the loss: API.md section 3 consumes every node walked, where torch's engine walks again
+#: through ops that saved nothing (a chain of those alone, or the part above the first op
+#: that saved, whose leaves torch accumulates into before it refuses), a departure
+#: test_fuzz46_fixes.py pins
+saving_chains = chains.filter(lambda names: names[-1] in SAVING)
 
 
 # -- backward twice -------------------------------------------------------------------------------
@@ -203,7 +213,7 @@ def twice_program(lib, names, first_retain, seeded, wanted, second_wanted):
 
 @SETTINGS
 @given(
-    names=chains,
+    names=saving_chains,
     first_retain=st.booleans(),
     seeded=st.booleans(),
     wanted=st.sampled_from(["all", "x", "both"]),
@@ -250,7 +260,7 @@ def grad_program(lib, names, flags):
 
 
 @SETTINGS
-@given(names=chains, flags=st.tuples(*[st.booleans()] * 6))
+@given(names=saving_chains, flags=st.tuples(*[st.booleans()] * 6))
 def test_autograd_grad_flags_match_torch(names, flags):
     check(grad_program, names, flags)
 

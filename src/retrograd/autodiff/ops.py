@@ -51,13 +51,11 @@ class Plan:
     ``arguments[i]`` lists the ``env`` positions the rule of input ``i`` reads.
     """
 
-    __slots__ = ("arguments", "holds_nothing", "meta", "save_out", "saved_inputs")
+    __slots__ = ("arguments", "meta", "save_out", "saved_inputs")
 
     def __init__(self, op: Op, mask: tuple[bool, ...]):
         if op.variadic:  # one rule for every input, reading only the params
             self.saved_inputs, self.save_out, self.meta, self.arguments = (), False, (), ()
-            # (None: the node's params say, ``op.saves(*params)``)
-            self.holds_nothing = None if callable(op.saves) else not op.saves
             return
         wanted = [op.rule_sources[i] for i, tracked in enumerate(mask) if tracked and op.vjps[i]]
         sources = {source for rule in wanted for source in rule}
@@ -84,9 +82,6 @@ class Plan:
             tuple(position(s) for s in op.rule_sources[i]) if tracked and op.vjps[i] else None
             for i, tracked in enumerate(mask)
         )
-        #: its rules read no tensor (only shapes and parameters), so a backward that walks
-        #: it frees nothing torch's engine would: a later backward may walk it again
-        self.holds_nothing = not (op.saves or op.aux or self.saved_inputs or self.save_out)
 
 
 class Op:
@@ -107,7 +102,6 @@ class Op:
         "params",
         "recomputable",
         "rule_sources",
-        "saves",
         "variadic",
         "vjps",
         "without_gradient",
@@ -129,16 +123,8 @@ class Op:
         recomputable: bool = True,
         accumulate: Callable | None = None,
         without_gradient: Callable | None = None,
-        saves: bool | Callable[..., bool] | None = None,
     ):
         self.name = name
-        #: its node holds tensors besides those its rules name, which a consuming backward
-        #: frees, as torch's engine frees a node's saved tensors: a Function's context, a
-        #: scalar operand torch saves as a tensor (``x * 2``). A node whose op saves nothing
-        #: stays walkable after a backward, as torch's ``(x + 1).sum()`` can be
-        #: backpropagated twice. Default: a variadic op saves (its params may hold anything);
-        #: a variadic op may say per node, ``(*params) -> bool``
-        self.saves = variadic if saves is None else saves
         self.joint = joint
         self.inputs = inputs
         self.params = params
@@ -663,8 +649,8 @@ binary(
 # -- with a Python scalar ----------------------------------------------------------------------
 unary("add_scalar", lambda B, g: g, ("s",))
 unary("sub_scalar", lambda B, g: g, ("s",))
-unary("mul_scalar", lambda B, g, s: B.mul_scalar(g, s), ("s",), saves=True)
-unary("div_scalar", lambda B, g, s: B.div_scalar(g, s), ("s",), saves=True)
+unary("mul_scalar", lambda B, g, s: B.mul_scalar(g, s), ("s",))
+unary("div_scalar", lambda B, g, s: B.div_scalar(g, s), ("s",))
 unary("pow_scalar", _pow_scalar_vjp, ("s",))
 unary("remainder_scalar", lambda B, g: g, ("s",))
 unary("rsub_scalar", lambda B, g: B.neg(g), ("s",))
@@ -917,7 +903,6 @@ Op(
     (lambda B, g, index, dim, bounds: B.slice(g, along(dim, slice(*bounds[index]))),),
     memory_bound=True,
     variadic=True,
-    saves=False,
     forward=lambda B, values, dim, bounds: B.cat(values, dim),
 )
 unary("repeat_dim", _repeat_dim_vjp, ("dim", "times"))

@@ -490,14 +490,10 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 def _release(node: Node) -> None:
     """Drop what a consumed node holds (its parents and what checkpointing kept for it), so
     the graph above it can be freed, and mark it consumed; a node a retaining backward is
-    still reading is marked now and freed when that backward ends (see _READING). A node
-    whose rules read no tensor stays walkable, as it was (torch frees nothing of it either;
-    what checkpointing kept to recompute its output, a consuming backward let go of when it
-    gathered it, and a recorded one keeps for the graph it recorded)."""
-    holds_nothing = node.plan.holds_nothing
-    if holds_nothing or (holds_nothing is None and not node.op.saves(*node.params)):
-        node.consumed = False
-        return
+    still reading is marked now and freed when that backward ends (see _READING). Every
+    node walked is consumed, whatever its rules read (API.md section 3: a second backward
+    through a consumed part raises; torch's engine refuses it only where a node saved
+    tensors)."""
     if _READING:  # (the body stays inline: one call per node on every consuming backward)
         with _CLAIMS:
             if any(node.id in tape.nodes for tape in _READING):

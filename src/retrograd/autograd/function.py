@@ -13,7 +13,6 @@ from typing import Any
 
 from ..autodiff import enable_grad, is_grad_enabled, no_grad
 from ..autodiff.ops import Op
-from ..autodiff.runtime import running_tape
 from ..errors import AutodiffError, ShapeError
 from ..tensor import Tensor
 from .vmap_depth import VMAP
@@ -33,9 +32,6 @@ class FunctionCtx:
         self._saved_for_forward: tuple[Any, ...] | None = None
         self._in_jvp = False
         self._non_differentiable: set[int] = set()
-        #: the backward that freed ``_saved`` (a weak reference to its tape), once one
-        #: without retain_graph walked the function: reading them is refused after it
-        self._freed_by: Any = None
 
     def save_for_backward(self, *tensors: Any) -> None:
         """Keep ``tensors`` for ``backward`` (their values now: a later in-place op on one of
@@ -54,24 +50,7 @@ class FunctionCtx:
     def saved_tensors(self) -> tuple[Any, ...]:
         if self._in_jvp and self._saved_for_forward is not None:
             return self._saved_for_forward
-        if self._freed_by is not None and self._freed_by() is not running_tape():
-            self._saved = ()
-            raise AutodiffError(
-                "Function: trying to backward through the graph a second time (or to access "
-                "saved tensors after they have been freed): a backward without "
-                "retain_graph=True freed what save_for_backward kept; call the first backward "
-                "with retain_graph=True, as in torch"
-            )
         return self._saved
-
-    def _free(self) -> None:
-        """A backward without ``retain_graph`` walked the function: once it ends, reading
-        the saved tensors raises, as torch's (the node stays walkable: a backward that reads
-        none of them runs again, as torch's does). Each output has a node of its own, whose
-        steps this backward may run one after the other: they all read them."""
-        if self._saved and self._freed_by is None:
-            tape = running_tape()
-            self._freed_by = _GONE if tape is None else weakref.ref(tape)
 
     def mark_non_differentiable(self, *tensors: Any) -> None:
         """These outputs carry no gradient (indices, masks)."""
@@ -253,18 +232,6 @@ def _refuse_unmappable(cls: type) -> None:
         )
 
 
-def _GONE() -> None:  # noqa: N802 (a dead weak reference's stand-in)
-    return None
-
-
-def _freed_by_backward(call: _Call, output: int) -> bool:
-    """``Op.saves`` of a Function's node, asked as a consuming backward releases it: torch
-    frees the context's saved tensors then (a later read raises), nothing else, so the node
-    stays walkable (False)."""
-    call.ctx._free()
-    return False
-
-
 _FUNCTION = Op(
     "autograd_function",
     (),
@@ -275,7 +242,6 @@ _FUNCTION = Op(
     forward=_function_forward,
     recomputable=False,
     without_gradient=lambda call, output: call.cls._runs_without_gradient,
-    saves=_freed_by_backward,
 )
 
 
