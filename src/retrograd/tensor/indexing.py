@@ -336,8 +336,15 @@ class IndexingMixin:
         """A copy with ``source`` written (added, with ``accumulate``) at the flat ``index``."""
         check_same_dtype("put", self, source)
         source = lift(self, source, "put")
-        index = _one_dim(index if isinstance(index, TensorBase) else np.asarray(index))
-        index = _index_tensor("put", self.reshape(-1), index, 0, one_dim=True, checked=False)
+        # torch reads an index of any shape in its flat order, one source element per entry
+        index = index if isinstance(index, TensorBase) else np.asarray(index)
+        index_shape = tuple(index.shape)
+        index = _index_tensor("put", self.reshape(-1), index.reshape(-1), 0, one_dim=True, checked=False)
+        if index.numel() != source.numel():
+            raise ShapeError(
+                f"put: source and index must have the same number of elements, got source "
+                f"of shape {shape_text(source.shape)} and index of shape {shape_text(index_shape)}"
+            )
         flat = self.reshape(-1).select_assign(
             0, _wrapped_flat("put", self, index), source.reshape(-1),
             "add" if accumulate else "assign",
