@@ -977,6 +977,10 @@ def _basic_index(t: Any, index: Any) -> Any:
         index = (index,)
     # a ``range``, or a tuple inside the index, is a sequence of indices, as torch reads it
     arrays = TensorBase | list | np.ndarray | range | tuple
+    if any(isinstance(i, np.ndarray) and not i.ndim for i in index):
+        from .advanced import int_scalars  # (host data: a 0-d integer array is its int)
+
+        index = tuple(int_scalars((i,))[0] if isinstance(i, np.ndarray) else i for i in index)
     if not capturing.get() and any(
         isinstance(i, TensorBase) or getattr(i, "dtype", None) == np.uint8 for i in index
     ):
