@@ -339,7 +339,9 @@ class IndexingMixin:
         # torch reads an index of any shape in its flat order, one source element per entry
         index = index if isinstance(index, TensorBase) else np.asarray(index)
         index_shape = tuple(index.shape)
-        index = _index_tensor("put", self.reshape(-1), index.reshape(-1), 0, one_dim=True, checked=False)
+        index = _index_tensor(
+            "put", self.reshape(-1), index.reshape(-1), 0, one_dim=True, checked=False
+        )
         if index.numel() != source.numel():
             raise ShapeError(
                 f"put: source and index must have the same number of elements, got source "
