@@ -121,3 +121,23 @@ def test_an_index_into_an_empty_result_is_not_checked() -> None:
         torch.tensor(data)[[5]]
     with pytest.raises(rg.RetrogradError, match="out of range"):
         rg.tensor(data)[[5]]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda lib, x: x.index_copy(0, lib.tensor([3]), lib.zeros(1, 0, dtype=lib.float64)),
+        lambda lib, x: x.index_add(0, lib.tensor([3, -9]), lib.zeros(2, 0, dtype=lib.float64)),
+        lambda lib, x: x.index_fill(0, lib.tensor([7]), 1.0),
+    ],
+)
+def test_index_writes_into_an_empty_tensor_check_no_index(call) -> None:
+    # torch checks an index as it writes a slice: an empty tensor has none to write
+    expected = call(torch, torch.zeros(3, 0, dtype=torch.float64, requires_grad=True))
+    x = rg.zeros(3, 0, dtype=rg.float64).requires_grad_(True)
+    got = call(rg, x)
+    assert got.shape == tuple(expected.shape) and got.dtype == rg.float64
+    (g,) = rg.autograd.grad(got.sum(), [x], allow_unused=True, materialize_grads=True)
+    assert g.shape == (3, 0)
+    with pytest.raises(rg.RetrogradError, match="index_fill"):
+        rg.zeros(3, 2).index_fill(1, rg.tensor([3]), 1.0)  # a non-empty tensor still checks

@@ -224,6 +224,10 @@ class IndexingMixin:
         if self.ndim == 0:  # its one value (select_assign checks dim and index)
             return self.select_assign(dim, _one_dim(index), filler.reshape((1,)), "assign")
         d = normalize_dim("index_fill", dim, self.ndim)
+        if self.numel() == 0 and self.shape[d] > 0:  # (torch checks no index: none written)
+            _index_tensor("index_fill", self, _one_dim(index), d, one_dim=True, checked=False)
+            nowhere = wrap(self, self._backend.full((), False, "bool", self._device))
+            return self.mask_where(nowhere, filler)
         indices = _from_end("index_fill", self, _one_dim(index), d)
         # each position once: a repeated index fills it once, and a tensor value's gradient
         # counts it once (torch's), not once per repetition. The positions are marked on the
@@ -372,7 +376,9 @@ class IndexingMixin:
                 )
             return flat.select_assign(0, indices, values.reshape((1,)), update).reshape(())
         d = normalize_dim("select_assign", dim, self.ndim)
-        indices = _index_tensor("select_assign", self, indices, d, one_dim=True)
+        # torch checks an index as it writes a slice: none when the slices have no elements
+        empty = self.numel() == 0 and self.shape[d] > 0
+        indices = _index_tensor("select_assign", self, indices, d, one_dim=True, checked=not empty)
         shape = self.shape
         expected = shape[:d] + (indices.shape[0],) + shape[d + 1 :]
         values = lift(self, values, "select_assign")
@@ -382,6 +388,8 @@ class IndexingMixin:
                 f"{shape_text(expected)} for {indices.shape[0]} indices along dimension {dim} "
                 f"of {shape_text(shape)}"
             )
+        if empty:
+            indices = indices.clamp(0, shape[d] - 1)
         op = _update_op("select_assign", update, "select")
         a, b = promote(self, values, "select_assign")
         return self._apply(op, (a, indices, b), (d,))
