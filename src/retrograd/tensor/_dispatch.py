@@ -319,6 +319,8 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
     negative integer wraps into uint8 (``-1`` is 255), and a value past torch's bounds is
     refused (uint8's ``300``, int8's ``128``), where arithmetic wraps it (``uint8 + 300``);
     other dtypes' values come back as they are."""
+    if isinstance(value, complex | np.complexfloating) and dtype not in COMPLEX_DTYPES:
+        value = _real_part(op, value, dtype)
     bounds = NARROW_INTS.get(dtype)
     past_int64 = isinstance(value, float | np.floating) and not -(2.0**63) <= value < 2.0**63
     if dtype == "int64" and past_int64:  # (NaN too: NumPy's cast writes -2**63)
@@ -336,6 +338,20 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
             f"{op}: {value!r} cannot be converted to {dtype} without overflow (as torch's)"
         )
     return wrapped_int(value, dtype) if integral else int(value)
+
+
+def _real_part(op: str, value: Any, dtype: str) -> Any:
+    """A complex number written into a tensor of real ``dtype``, as torch writes it: its
+    truth into a bool tensor, its real part where its imaginary part is zero, else refused
+    (NumPy would drop the imaginary part or fail with a bare ``TypeError``)."""
+    if dtype == "bool":
+        return bool(value)
+    if value.imag != 0 or op == "index_fill":  # (torch's index_fill refuses any complex)
+        raise DTypeError(
+            f"{op}: the complex value {value!r} cannot be converted to {dtype} (as torch "
+            "refuses it); take .real or abs() of it first"
+        )
+    return float(value.real)
 
 
 def check_narrow_data(op: str, data: Any, dtype: str) -> None:

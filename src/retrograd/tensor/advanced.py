@@ -70,6 +70,8 @@ def _int_scalar(item: Any) -> Any:
             return int(item.item())
     elif isinstance(item, np.ndarray) and item.dtype == np.uint8:
         return item.astype(np.bool_)
+    elif isinstance(item, np.ndarray) and item.ndim == 0 and np.issubdtype(item.dtype, np.integer):
+        return int(item)  # (torch reads a 0-d integer array as the int, a basic index)
     return item
 
 
@@ -218,9 +220,15 @@ def _plan(y: Any, advanced: list[tuple[int, Any]]) -> tuple[Any, Any, tuple, tup
     merged = moved.reshape((math.prod(sizes),) + tuple(shape[d] for d in rest))
     flat = None
     stride = 1
+    # torch checks each index as it copies an element: where the result has no elements (a
+    # dimension left unindexed is empty), no index is checked
+    unchecked = math.prod(shape[d] for d in rest) == 0 and all(sizes)
     for (position, tensor), size in reversed(list(zip(advanced, sizes))):
         index = tensor.expand(broadcast) if tensor.shape != broadcast else tensor
-        _check(index, size, position, shape)
+        if unchecked:
+            index = index.clamp(-size, size - 1)
+        else:
+            _check(index, size, position, shape)
         index = index.mask_where(index.lower(0), index + size)  # torch wraps negatives
         term = index if stride == 1 else index * stride
         flat = term if flat is None else flat + term

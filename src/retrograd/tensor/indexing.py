@@ -224,6 +224,10 @@ class IndexingMixin:
         if self.ndim == 0:  # its one value (select_assign checks dim and index)
             return self.select_assign(dim, _one_dim(index), filler.reshape((1,)), "assign")
         d = normalize_dim("index_fill", dim, self.ndim)
+        if self.numel() == 0 and self.shape[d] > 0:  # (torch checks no index: none written)
+            _index_tensor("index_fill", self, _one_dim(index), d, one_dim=True, checked=False)
+            nowhere = wrap(self, self._backend.full((), False, "bool", self._device))
+            return self.mask_where(nowhere, filler)
         indices = _from_end("index_fill", self, _one_dim(index), d)
         # each position once: a repeated index fills it once, and a tensor value's gradient
         # counts it once (torch's), not once per repetition. The positions are marked on the
@@ -336,8 +340,17 @@ class IndexingMixin:
         """A copy with ``source`` written (added, with ``accumulate``) at the flat ``index``."""
         check_same_dtype("put", self, source)
         source = lift(self, source, "put")
-        index = _one_dim(index if isinstance(index, TensorBase) else np.asarray(index))
-        index = _index_tensor("put", self.reshape(-1), index, 0, one_dim=True, checked=False)
+        # torch reads an index of any shape in its flat order, one source element per entry
+        index = index if isinstance(index, TensorBase) else np.asarray(index)
+        index_shape = tuple(index.shape)
+        index = _index_tensor(
+            "put", self.reshape(-1), index.reshape(-1), 0, one_dim=True, checked=False
+        )
+        if index.numel() != source.numel():
+            raise ShapeError(
+                f"put: source and index must have the same number of elements, got source "
+                f"of shape {shape_text(source.shape)} and index of shape {shape_text(index_shape)}"
+            )
         flat = self.reshape(-1).select_assign(
             0, _wrapped_flat("put", self, index), source.reshape(-1),
             "add" if accumulate else "assign",
@@ -363,7 +376,9 @@ class IndexingMixin:
                 )
             return flat.select_assign(0, indices, values.reshape((1,)), update).reshape(())
         d = normalize_dim("select_assign", dim, self.ndim)
-        indices = _index_tensor("select_assign", self, indices, d, one_dim=True)
+        # torch checks an index as it writes a slice: none when the slices have no elements
+        empty = self.numel() == 0 and self.shape[d] > 0
+        indices = _index_tensor("select_assign", self, indices, d, one_dim=True, checked=not empty)
         shape = self.shape
         expected = shape[:d] + (indices.shape[0],) + shape[d + 1 :]
         values = lift(self, values, "select_assign")
@@ -373,6 +388,8 @@ class IndexingMixin:
                 f"{shape_text(expected)} for {indices.shape[0]} indices along dimension {dim} "
                 f"of {shape_text(shape)}"
             )
+        if empty:
+            indices = indices.clamp(0, shape[d] - 1)
         op = _update_op("select_assign", update, "select")
         a, b = promote(self, values, "select_assign")
         return self._apply(op, (a, indices, b), (d,))
@@ -970,6 +987,10 @@ def _basic_index(t: Any, index: Any) -> Any:
         index = (index,)
     # a ``range``, or a tuple inside the index, is a sequence of indices, as torch reads it
     arrays = TensorBase | list | np.ndarray | range | tuple
+    if any(isinstance(i, np.ndarray) and not i.ndim for i in index):
+        from .advanced import int_scalars  # (host data: a 0-d integer array is its int)
+
+        index = tuple(int_scalars((i,))[0] if isinstance(i, np.ndarray) else i for i in index)
     if not capturing.get() and any(
         isinstance(i, TensorBase) or getattr(i, "dtype", None) == np.uint8 for i in index
     ):

@@ -957,8 +957,10 @@ class InplaceMixin:
         return self._update("__irshift__", lambda t: t >> other)
 
 
-def _filled(t: Any, value: Any) -> Any:
+def _filled(t: Any, value: Any, op: str = "fill_") -> Any:
     """A tensor of ``t``'s shape, dtype and device holding ``value`` (untracked)."""
+    if isinstance(value, complex | np.complexfloating):
+        value = written_scalar(op, value, t.dtype)
     if t.dtype == "bool":
         value = bool(value)
     elif t.dtype == "int64":
@@ -966,7 +968,7 @@ def _filled(t: Any, value: Any) -> Any:
             raise DTypeError(f"fill_: cannot fill an int64 tensor with {value!r}")
         value = int(value)  # torch converts, truncating toward zero (fill_(1.5) writes 1)
     elif t.dtype in NARROW_INTS:
-        value = written_scalar("fill_", value, t.dtype)
+        value = written_scalar(op, value, t.dtype)
     elif t.dtype in ("complex64", "complex128"):
         value = complex(value)
     else:
@@ -982,7 +984,7 @@ def _converted(t: Any, src: Any) -> Any:
 
 def _source(t: Any, src: Any, op: str) -> Any:
     if isinstance(src, SCALARS):
-        return _filled(t, src)
+        return _filled(t, src, op)
     if not isinstance(src, TensorBase):
         src = lift(t, np.asarray(src), op)
     elif src._backend is not t._backend:

@@ -552,7 +552,8 @@ class SelectionMixin:
             if len(tensors) == len(indices) and tensors:
                 masks = [i for i in tensors if i.dtype == "bool"]
                 consumed = sum(i.ndim for i in masks) + len(tensors) - len(masks)
-                lead = 1 if masks else len(np.broadcast_shapes(*(i.shape for i in tensors)))
+                # a mask's true positions are one dimension, broadcast with the int indices
+                lead = max([1 if i.dtype == "bool" else i.ndim for i in tensors])
                 if values.ndim > lead + self.ndim - consumed and not single:
                     raise ShapeError(
                         f"index_put: shape mismatch: value tensor of shape "
