@@ -409,9 +409,7 @@ def test_pointer_generator_trains_with_copy_attention_as_torch():
                 "from torch.", "from retrograd."
             )
         )
-        run_source(
-            text, lib, record=record, initialize=initialize, config=config, batches=batches
-        )
+        run_source(text, lib, record=record, initialize=initialize, config=config, batches=batches)
         records.append(record)
     theirs, ours = records
     assert theirs[-1] is True
