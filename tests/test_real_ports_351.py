@@ -351,13 +351,13 @@ CHARACTER_AWARE_STEPS = [
 ]
 
 CORPUS = [
-    "the cat sat on the mat".split(),
-    "a dog ran".split(),
-    "Colourless green ideas sleep furiously !".split(),
-    "time flies like an arrow".split(),
-    "fruit flies like a banana".split(),
-    "we saw her duck".split(),
-    "buffalo buffalo Buffalo".split(),
+    ["the", "cat", "sat", "on", "the", "mat"],
+    ["a", "dog", "ran"],
+    ["Colourless", "green", "ideas", "sleep", "furiously", "!"],
+    ["time", "flies", "like", "an", "arrow"],
+    ["fruit", "flies", "like", "a", "banana"],
+    ["we", "saw", "her", "duck"],
+    ["buffalo", "buffalo", "Buffalo"],
 ]
 
 

@@ -1,4 +1,4 @@
-# ruff: noqa: E501, W291, W293, E731  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 IBM/pytorch-seq2seq as written (``seq2seq/models/``: ``baseRNN.py``, ``attention.py``,
 ``EncoderRNN.py``, ``DecoderRNN.py``, ``TopKDecoder.py``, ``seq2seq.py``), a bidirectional LSTM
