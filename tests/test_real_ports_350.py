@@ -1,8 +1,8 @@
 # ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 the pointer-generator network of atulkum/pointer_summarizer (``training_ptr_gen/model.py`` as
-written, and ``train.py``'s ``train_one_batch``), trained a few batches against torch's run of
-the same code from the same weights and batches.
+written at commit 0f8d06a, and ``train.py``'s ``train_one_batch`` of that time), trained a few
+batches against torch's run of the same code from the same weights and batches.
 
 What it exercises: a bidirectional ``nn.LSTM`` over ``pack_padded_sequence(embedded, seq_lens,
 batch_first=True)`` with NumPy lengths, ``pad_packed_sequence`` of the packed encoder output at
@@ -14,12 +14,14 @@ Bahdanau attention renormalised by the padding mask, ``F.tanh``/``F.sigmoid``, t
 ``torch.cat([vocab_dist_, extra_zeros], 1).scatter_add(1, enc_batch_extend_vocab, attn_dist_)``
 into the extended vocabulary, teacher forcing, ``torch.gather(...).squeeze()`` of the gold
 probabilities, the masked per-step losses stacked and divided by the decoder lengths, the
-deprecated ``clip_grad_norm`` per module and ``optim.Adagrad`` with ``initial_accumulator_value``
-(the repository's later ``train.py``; its first used a copy of that optimizer).
+deprecated ``clip_grad_norm`` per module and Adagrad with ``initial_accumulator_value`` (its
+``setup_train`` as the repository's later ``train.py`` writes it, ``optim.Adagrad`` for its
+``from torch.optim import Adagrad``; the first one used ``custom_adagrad.AdagradCustom``).
 
 ``data_util.config`` is a small namespace here; the ``Batcher`` over CNN/DailyMail is a seeded
 NumPy batch with the fields ``train_one_batch`` reads (article OOVs numbered past the
-vocabulary, as ``data.article2ids`` numbers them); ``use_cuda = False``; the TensorBoard writer
+vocabulary, as ``data.article2ids`` numbers them); ``use_cuda = False`` (so the
+``torch.cuda.manual_seed_all`` branch is left out); the TensorBoard writer
 and checkpoint saving are left out; ``loss.data[0]``, which modern torch refuses (``invalid index
 of a 0-dim tensor``), reads ``loss.item()``. ``initialize(...)`` gives the port torch's initial
 weights. The lines changed: the ``import`` lines and the gradient lines (``grads =
