@@ -13,6 +13,7 @@ hundred steps, which a byte count cannot tell from a leak; a leaked object is al
 from __future__ import annotations
 
 import collections
+import dis
 import gc
 import sys
 import threading
@@ -356,14 +357,33 @@ def test_errors_mid_forward_and_mid_backward_release_the_graph(data):
     assert_flat(step)
 
 
+def _exits_a_with(frame) -> bool:
+    """Whether the line event of ``frame`` comes where a ``with`` statement is about to call
+    ``__exit__`` on its way out of the block (CPython 3.11 fires the statement's line again
+    there: ``LOAD_CONST None`` three times, then the call)."""
+    code, at = frame.f_code, frame.f_lasti
+    raw = code.co_code
+    if at + 6 > len(raw):
+        return False
+    load_const = dis.opmap["LOAD_CONST"]
+    return all(raw[at + 2 * k] == load_const for k in range(3)) and all(
+        code.co_consts[raw[at + 2 * k + 1]] is None for k in range(3)
+    )
+
+
 class _InterruptAtLine:
-    """A trace function raising KeyboardInterrupt at the n-th line retrograd runs."""
+    """A trace function raising KeyboardInterrupt at the n-th line retrograd runs, not
+    counting the line events where a ``with`` statement is about to call ``__exit__``: those
+    lie outside the statement's protection, so an exception a trace raises there skips the
+    ``__exit__`` (a lock stays held and the next backward of another thread waits for ever),
+    where a real interrupt (a signal's, delivered at an eval-breaker check: a call's return,
+    a loop's jump) never lands."""
 
     def __init__(self, line: int):
         self.left = line
 
     def __call__(self, frame, event, arg):
-        if event == "line" and "retrograd" in frame.f_code.co_filename:
+        if event == "line" and "retrograd" in frame.f_code.co_filename and not _exits_a_with(frame):
             self.left -= 1
             if self.left == 0:
                 raise KeyboardInterrupt
