@@ -73,10 +73,13 @@ def test_rng_state_round_trip_repeats_draws_as_torch(tmp_path) -> None:
 
 
 def test_set_rng_state_rejects_what_get_rng_state_did_not_give() -> None:
-    with pytest.raises(InvalidArgumentError, match="set_rng_state: expected the int64 tensor"):
+    # a state of another dtype is a TypeError, as torch's ("RNG state must be a ByteTensor")
+    with pytest.raises(rg.DTypeError, match="set_rng_state: expected the int64 tensor"):
         rg.set_rng_state(rg.zeros(5))
-    with pytest.raises(InvalidArgumentError, match="set_rng_state"):
+    with pytest.raises(rg.DTypeError, match="set_rng_state"):  # torch's uint8 state
         rg.set_rng_state(rg.tensor(torch.get_rng_state().numpy()))
+    with pytest.raises(InvalidArgumentError, match="set_rng_state"):  # int64, of another length
+        rg.set_rng_state(rg.zeros(5, dtype=rg.int64))
 
 
 def test_random_namespace_names_as_torch_random() -> None:
