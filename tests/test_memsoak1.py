@@ -12,7 +12,6 @@ hundred steps, which a byte count cannot tell from a leak; a leaked object is al
 
 from __future__ import annotations
 
-import collections
 import dis
 import gc
 import sys
@@ -25,6 +24,7 @@ import pytest
 
 import retrograd as rg
 from backends import inner_backend
+from cycle_probe import library_objects
 from retrograd.backend.kernel_compile import compiler
 
 nn = rg.nn
@@ -33,22 +33,6 @@ F = rg.nn.functional
 
 class HookError(Exception):
     """Raised by a hook or a Function on purpose."""
-
-
-def _live_library_objects() -> int:
-    """Objects of retrograd's types and torch tensors alive now (the collector's view); not
-    other torch objects: a ``torch.Size`` is made afresh at each ``.shape``, and which one a
-    bounded table (a budget's op timings) keeps as its key varies from step to step."""
-    count = 0
-    # counted by type first, at C speed (a loop over every object in Python is slow)
-    for kind, number in collections.Counter(map(type, gc.get_objects())).items():
-        module = kind.__module__
-        if isinstance(module, str) and (
-            module.startswith("retrograd")
-            or (module.startswith("torch") and kind.__name__ in ("Tensor", "Parameter"))
-        ):
-            count += number
-    return count
 
 
 def assert_flat(
@@ -74,13 +58,13 @@ def assert_flat(
     try:
         if settle is not None:
             settle()
-        before = _live_library_objects()
+        before = sum(library_objects().values())
         for _ in range(steps):
             step()
         if settle is not None:
             settle()
         cyclic = gc.collect()
-        after = _live_library_objects()
+        after = sum(library_objects().values())
     finally:
         gc.enable()
     assert after == before, f"{after - before} objects left behind over {steps} steps"

@@ -43,28 +43,13 @@ import numpy as np
 import pytest
 
 import retrograd as rg
-from cycle_probe import collected_cycles
+from cycle_probe import collected_cycles, library_objects
 from retrograd.tensor import autocasting
 
 nn = rg.nn
 F = rg.nn.functional
 
 _OWN_CODE = os.path.join(os.path.dirname(os.path.abspath(rg.__file__)), "*")
-
-
-def _live_objects() -> collections.Counter:
-    """retrograd's objects and torch's tensors alive now, by type."""
-    counts: collections.Counter = collections.Counter()
-    # counted by type first, at C speed: a loop over every object in Python took half a second
-    # a call in a test worker, with tracemalloc on
-    for kind, number in collections.Counter(map(type, gc.get_objects())).items():
-        module = kind.__module__
-        if isinstance(module, str) and (
-            module.startswith("retrograd")
-            or (module.startswith("torch") and kind.__name__ in ("Tensor", "Parameter"))
-        ):
-            counts[kind.__qualname__] += number
-    return counts
 
 
 def _own_bytes() -> int:
@@ -104,7 +89,7 @@ def soak(step: Step, steps: int = 100, warm: int = 10, count_bytes: bool = True)
         # after each third (a full collection costs tenths of a second in a busy worker: none
         # where no bytes are compared; one of the loop's objects then finds its cycles)
         marks = {steps // 3 - 1, 2 * steps // 3 - 1, steps - 1} if measure else set()
-        before = _live_objects()
+        before = library_objects()
         for i in range(steps):
             refs = step(warm + i) or {}
             alive |= {name for name, ref in refs.items() if ref() is not None}
@@ -114,7 +99,7 @@ def soak(step: Step, steps: int = 100, warm: int = 10, count_bytes: bool = True)
                 samples.append(_own_bytes())
         if not measure:
             cycles.update(collected_cycles(generation=0))
-        after = _live_objects()
+        after = library_objects()
     finally:
         gc.enable()
         tracemalloc.stop()
