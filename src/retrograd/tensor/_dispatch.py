@@ -346,7 +346,7 @@ def _real_part(op: str, value: Any, dtype: str) -> Any:
     (NumPy would drop the imaginary part or fail with a bare ``TypeError``)."""
     if dtype == "bool":
         return bool(value)
-    if value.imag != 0 or op == "index_fill":  # (torch's index_fill refuses any complex)
+    if value.imag != 0:
         raise DTypeError(
             f"{op}: the complex value {value!r} cannot be converted to {dtype} (as torch "
             "refuses it); take .real or abs() of it first"

@@ -34,6 +34,7 @@ from ..errors import (
     shape_text,
 )
 from ._dispatch import (
+    COMPLEX_DTYPES,
     NARROW_INTS,
     TensorBase,
     check_same_dtype,
@@ -219,7 +220,16 @@ class IndexingMixin:
             check_written_tensor("index_fill", values, self.dtype)
             filler = values.cast(self.dtype)
         else:
-            value = written_scalar("index_fill", check_scalar("index_fill", value), self.dtype)
+            value = check_scalar("index_fill", value)
+            if isinstance(value, complex | np.complexfloating) and self.dtype not in (
+                *COMPLEX_DTYPES,
+                "bool",
+            ):  # torch's index_fill refuses any complex number here, even 2+0j
+                raise DTypeError(
+                    f"index_fill: the complex value {value!r} cannot be converted to "
+                    f"{self.dtype} (as torch refuses it); take .real or abs() of it first"
+                )
+            value = written_scalar("index_fill", value, self.dtype)
             filler = wrap(self, self._backend.full((), value, self.dtype, self._device))
         if self.ndim == 0:  # its one value (select_assign checks dim and index)
             return self.select_assign(dim, _one_dim(index), filler.reshape((1,)), "assign")
