@@ -85,6 +85,34 @@ def test_flop_counter_counts_as_torch_per_module(backward):
     assert got.get_total_flops() == expected.get_total_flops() > 0
 
 
+@pytest.mark.parametrize("budget", [256, 4096, 1 << 20])
+def test_flop_counter_counts_the_programs_flops_whatever_the_checkpointing_recomputes(budget):
+    # values a strategy dropped and recomputes in backward are not the program's FLOPs: the
+    # count must not depend on the budget (nor on the timings a budget's plan follows)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    weights = [rng.standard_normal((32, 32)).astype(np.float32) for _ in range(6)]
+    inner = current_backend().inner
+    counts = {}
+    for name, strategy in (
+        ("none", rg.NoCheckpointing()),
+        ("budget", rg.BudgetCheckpointing(budget)),
+    ):
+        with rg.use_backend(rg.Autodiff(inner, strategy)):
+            params = [rg.tensor(w).require_grad() for w in weights]
+            with FlopCounterMode(display=False) as counter:
+                y = rg.tensor(x)
+                for w in params:
+                    y = (y @ w).tanh()
+                grads = y.sum().backward()
+            counts[name] = counter.get_total_flops(), grads.recomputed_ops
+    # six products forward, six weights' gradients, five inputs' (x needs none): 2mnk each
+    assert counts["none"] == (17 * 2 * 16 * 32 * 32, 0)
+    assert counts["budget"][0] == counts["none"][0]
+    if budget <= 4096:  # (the test means something only where products were recomputed)
+        assert counts["budget"][1] >= 6
+
+
 def test_flop_counter_names_the_ops_of_linear_and_conv_as_torch():
     x = np.random.default_rng(1).standard_normal((2, 3, 6, 6)).astype(np.float32)
     counts = []

@@ -15,7 +15,11 @@ counting wrapper sits over those methods of the current backend's inner backend 
 profiler's timing wrapper); nothing is patched otherwise, so a step without a counter pays
 nothing. A kernel that a backend composes of others (a protocol default calling ``matmul``)
 counts once, at the outermost call. Attention counts as torch's math path on the CPU (its
-reference): two batched products forward, four backward.
+reference): two batched products forward, four backward. A value that the backend's
+checkpointing strategy dropped and recomputes in backward (a retro-forward) is not counted
+again: the count is the program's, the same under every strategy and memory budget (torch's
+``utils.checkpoint`` reruns the function in the user's code, which torch's counter sees; here the
+strategy recomputes, out of the program's sight).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from math import prod
 from typing import Any
 
+from .autodiff.checkpoint.retro_forward import recomputing
 from .autodiff.runtime import running_tape
 from .autograd.graph import register_multi_grad_hook
 from .backend.protocol import METADATA
@@ -396,7 +401,8 @@ class FlopCounterMode:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             depth = getattr(state, "depth", 0)
-            if depth == 0 and self._saved:  # (exited: a later counter's wrapper calls this one)
+            # (_saved empty: exited, and a later counter's wrapper calls this one)
+            if depth == 0 and self._saved and not recomputing():
                 self._count(kernel, shape, args)
             state.depth = depth + 1
             try:

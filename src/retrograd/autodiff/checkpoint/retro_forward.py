@@ -8,11 +8,20 @@ A recomputation of one value makes its missing ancestors too. What happens to th
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from .state import RECOMPUTE
 
-__all__ = ["KeepByProducts", "rerun", "topological_order"]
+__all__ = ["KeepByProducts", "recomputing", "rerun", "topological_order"]
+
+_RERUNNING = threading.local()
+
+
+def recomputing() -> bool:
+    """Whether this thread is inside a retro-forward. A FLOP counter reads it: a program's
+    FLOPs must not depend on which values its checkpointing strategy chose to recompute."""
+    return getattr(_RERUNNING, "depth", 0) > 0
 
 
 def topological_order(states: dict, tree: dict, key: int) -> list[int]:
@@ -37,7 +46,12 @@ def rerun(node: Any, inner: Any, values: list) -> Any:
     """``node``'s output again: its op's forward on the inner backend and its parents'
     values (the retro-forward), without the ``aux`` output."""
     op = node.op
-    output = op.run_forward(inner, values, node.params[: len(op.params)])
+    depth = getattr(_RERUNNING, "depth", 0)
+    _RERUNNING.depth = depth + 1
+    try:
+        output = op.run_forward(inner, values, node.params[: len(op.params)])
+    finally:
+        _RERUNNING.depth = depth
     return output[0] if op.aux else output
 
 
