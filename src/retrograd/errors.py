@@ -184,11 +184,27 @@ def check_iterable(op: str, value: Any, what: str) -> None:
         raise DTypeError(f"{op}: {what} must be iterable, got {_describe(value)}")
 
 
-def check_flag(op: str, value: Any, what: str) -> None:
-    """Refuse a ``value`` that is not a bool where ``op`` takes a flag (torch's samplers say
-    "should be a boolean value"): an ``InvalidArgumentError`` naming ``op``."""
+def check_flag(
+    op: str, value: Any, what: str, kind: type[RetrogradError] = InvalidArgumentError
+) -> None:
+    """Refuse a ``value`` that is not a bool where ``op`` takes a flag checked in Python code
+    (torch's samplers say "should be a boolean value"): a ``kind`` naming ``op``, the class
+    of torch's error there (``RandomSampler``'s is a ``TypeError``, ``BatchSampler``'s a
+    ``ValueError``). A flag torch's argument parser reads is :func:`check_bool`'s."""
     if not isinstance(value, bool):
-        raise InvalidArgumentError(f"{op}: {what} should be a boolean value, got {value!r}")
+        raise kind(f"{op}: {what} should be a boolean value, got {value!r}")
+
+
+def check_bool(op: str, value: Any, what: str) -> bool:
+    """``value`` where it is a Python bool, as torch's argument parser takes a ``bool``
+    parameter (``keepdim``, ``ceil_mode``, ``sparse``, ``requires_grad_``...): anything else,
+    a ``1``, ``None``, a NumPy bool or a 0-d tensor, is its ``TypeError`` ("must be bool"), an
+    :class:`ArgumentTypeError` naming ``op`` here. The one check of such flags, for the
+    guarded entries (:func:`_check_flags`) and the layers that check their own."""
+    if value is not True and value is not False:
+        shown = repr(value) if type(value).__module__ == "numpy" else _describe(value)
+        raise ArgumentTypeError(f"{op}: {what} must be a bool, got {shown}")
+    return value
 
 
 def check_count(op: str, value: Any, what: str) -> int:
@@ -375,8 +391,8 @@ def _flag_parameters(function: Callable[..., Any]) -> tuple[tuple[str, int | Non
 def _check_flags(
     op: str, flags: tuple[tuple[str, int | None], ...], args: tuple, kwargs: dict
 ) -> None:
-    """A ``DTypeError`` naming ``op`` and the flag given a value that is not a ``bool``
-    (``sum(0, keepdim="yes")``, where torch raises a ``TypeError``)."""
+    """:func:`check_bool` of each flag given (``sum(0, keepdim="yes")``, where torch raises a
+    ``TypeError``)."""
     for name, position in flags:
         if name in kwargs:
             value = kwargs[name]
@@ -384,8 +400,7 @@ def _check_flags(
             value = args[position]
         else:
             continue
-        if value is not True and value is not False:
-            raise ArgumentTypeError(f"{op}: {name} must be a bool, got {_describe(value)}")
+        check_bool(op, value, name)
 
 
 #: by op name, what names the backward node of a result the op (a composite) made as torch

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DTypeError, UninitializedError, check_flag
+from ..errors import DTypeError, UninitializedError, check_bool
 from ..tensor import GRAD_DTYPES, Tensor, tensor, zeros
 from ..tensor._dispatch import normalize_dim
 from ..tensor.dtypes import Size
@@ -43,7 +43,7 @@ class Parameter(Tensor):
     _result = Tensor  # what operations on a parameter return (see TensorBase._result)
 
     def __init__(self, data: Any = None, requires_grad: bool = True):
-        check_flag("Parameter", requires_grad, "requires_grad")
+        check_bool("Parameter", requires_grad, "requires_grad")
         if data is None:
             data = tensor([])
         elif not isinstance(data, Tensor):

@@ -42,6 +42,7 @@ from ..errors import (
     InvalidArgumentError,
     RetrogradError,
     ShapeError,
+    check_bool,
     check_flag,
     guard,
     shape_text,
@@ -873,6 +874,7 @@ class Tensor(
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         """torch's: set :attr:`requires_grad` in place and return ``self``."""
+        check_bool("requires_grad_", requires_grad, "requires_grad")
         self.requires_grad = requires_grad
         return self
 
@@ -899,7 +901,7 @@ class Tensor(
 
     @requires_grad.setter
     def requires_grad(self, requires_grad: bool) -> None:
-        check_flag("requires_grad", requires_grad, "requires_grad")
+        check_flag("requires_grad", requires_grad, "requires_grad", AutodiffError)
         if requires_grad == self.requires_grad:
             return
         if requires_grad:

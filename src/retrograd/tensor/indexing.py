@@ -30,7 +30,7 @@ from ..errors import (
     IndexOutOfRangeError,
     InvalidArgumentError,
     ShapeError,
-    check_flag,
+    check_bool,
     shape_text,
 )
 from ._dispatch import (
@@ -683,7 +683,7 @@ class IndexingMixin:
         """int64 indices of the non-zero (true) elements, as torch's: ``[count, ndim]`` (as
         :meth:`argwhere`), or with ``as_tuple=True`` one 1-d tensor per dimension (Burn's
         ``nonzero``, in a tuple)."""
-        check_flag("nonzero", as_tuple, "as_tuple")
+        check_bool("nonzero", as_tuple, "as_tuple")
         if not as_tuple:
             return self.argwhere()
         if not self.ndim:  # torch: a 0-d tensor as one dimension of size 1

@@ -63,14 +63,6 @@ def _ints(fn: str, name: str, value: Any, count: int, minimum: int) -> tuple[int
     return values
 
 
-def _flag(fn: str, name: str, value: Any) -> bool:
-    """``value`` where it is a bool (a NumPy one too); anything else (an int, a float, None)
-    is torch's ``TypeError`` ("must be bool"), a ``DTypeError`` here."""
-    if not isinstance(value, bool | np.bool_):
-        raise DTypeError(f"{fn}: {name} must be bool, got {value!r}")
-    return bool(value)
-
-
 def _real(fn: str, name: str, value: Any) -> float:
     """``value`` where it is a real number (a 0-d tensor: the number it holds, as torch's
     parser reads it); a str, a tuple or None is torch's ``TypeError`` ("must be float"), a

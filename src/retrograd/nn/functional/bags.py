@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, ShapeError, check_bool
 from ...tensor import Tensor, arange, ones, tensor, zeros_like
 from ...tensor.functions import where
 from ...tensor.internal import result_dtype, shape_text
-from ._common import _flag
 from .linear import _renorm_rows, embedding
 
 __all__ = ["embedding_bag"]
@@ -124,8 +123,8 @@ def embedding_bag(
     if mode not in _MODES:
         raise InvalidArgumentError(f"{fn}: mode has to be one of sum, mean or max, got {mode!r}")
     # (sparse=True gives the dense gradient, as embedding's does)
-    scale_grad_by_freq = _flag(fn, "scale_grad_by_freq", scale_grad_by_freq)
-    sparse = _flag(fn, "sparse", sparse)
+    scale_grad_by_freq = check_bool(fn, scale_grad_by_freq, "scale_grad_by_freq")
+    sparse = check_bool(fn, sparse, "sparse")
     if scale_grad_by_freq and mode == "max":
         raise InvalidArgumentError(
             f"{fn}: max mode does not support scaling the gradient by the frequency"

@@ -9,6 +9,7 @@ from ...errors import (
     DTypeError,
     IndexOutOfRangeError,
     ShapeError,
+    check_bool,
 )
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
@@ -21,7 +22,6 @@ from ...tensor.internal import (
 )
 from ._common import (
     _as_tensor,
-    _flag,
     _float_pair,
     _real,
 )
@@ -184,8 +184,8 @@ def embedding(
     [[[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]]
     """
     fn = "embedding"
-    scale_grad_by_freq = _flag(fn, "scale_grad_by_freq", scale_grad_by_freq)
-    sparse = _flag(fn, "sparse", sparse)
+    scale_grad_by_freq = check_bool(fn, scale_grad_by_freq, "scale_grad_by_freq")
+    sparse = check_bool(fn, sparse, "sparse")
     if not isinstance(weight, Tensor):
         raise DTypeError(f"{fn}: weight must be a tensor, got {type(weight).__name__}")
     indices = _as_tensor(fn, weight, indices, "indices")

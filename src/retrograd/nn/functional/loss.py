@@ -17,6 +17,7 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     ShapeError,
+    check_bool,
 )
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
@@ -32,7 +33,6 @@ from ._common import (
     _HALF_DTYPES,
     _as_tensor,
     _clamped_min,
-    _flag,
     _float_input,
     _float_pair,
 )
@@ -563,7 +563,7 @@ def kl_div(
     contributes zero, a negative one NaN: torch's ``xlogy(target, target) - target * input``);
     ``reduction="batchmean"`` divides the sum by the batch size."""
     fn = "kl_div"
-    log_target = _flag(fn, "log_target", log_target)
+    log_target = check_bool(fn, log_target, "log_target")
     x, y = _float_pair(fn, input, target, "target")
     batchmean = reduction == "batchmean"
     reduction = _reduction(fn, "sum" if batchmean else reduction, size_average, reduce)

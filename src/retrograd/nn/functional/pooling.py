@@ -17,6 +17,7 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     ShapeError,
+    check_bool,
 )
 from ...tensor import Tensor, cat, rand, zeros
 from ...tensor._dispatch import host_constant
@@ -32,7 +33,6 @@ from ._common import (
     IntOrTuple,
     _as_tensor,
     _batched,
-    _flag,
     _float_input,
     _ints,
     _unbatched,
@@ -68,7 +68,7 @@ def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
             f"{shape_text(kernel)}; input {shape_text(x.shape)}"
         )
     out_size = tuple(
-        pool_output_size(n, k, s, p, d, _flag(fn, "ceil_mode", ceil_mode))
+        pool_output_size(n, k, s, p, d, check_bool(fn, ceil_mode, "ceil_mode"))
         for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)
     )
     if any(n < 1 for n in out_size):
@@ -102,7 +102,7 @@ def _avg_pool(
             f"{fn}: input image {sizes} smaller than kernel size {kernel} (the padding does "
             "not count, as in torch)"
         )
-    count_include_pad = _flag(fn, "count_include_pad", count_include_pad)
+    count_include_pad = check_bool(fn, count_include_pad, "count_include_pad")
     if divisor_override is not None:
         if not isinstance(divisor_override, numbers.Integral) or isinstance(divisor_override, bool):
             raise ArgumentTypeError(

@@ -46,8 +46,8 @@ from ...errors import (
     MissingMemberError,
     ShapeError,
     SizeMismatchError,
+    check_bool,
     check_callable,
-    check_flag,
 )
 from ...files import atomic_write
 from ...serialization import (
@@ -619,7 +619,7 @@ class Module:
     def requires_grad_(self, requires_grad: bool = True) -> Module:
         """Make every parameter a leaf that requires grad, or an untracked value (frozen:
         backward computes no gradient for it, an optimizer skips it); returns self."""
-        check_flag("Module.requires_grad_", requires_grad, "requires_grad")
+        check_bool("Module.requires_grad_", requires_grad, "requires_grad")
         for parameter in self.parameters():
             _set_requires_grad(parameter, requires_grad)
         return self

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ...errors import (
+    DTypeError,
     InvalidArgumentError,
     ShapeError,
     check_count,
@@ -63,7 +64,7 @@ class RandomSampler(Sampler):
         self.data_source = data_source
         self.replacement = replacement
         self._num_samples = num_samples
-        check_flag("RandomSampler", replacement, "replacement")
+        check_flag("RandomSampler", replacement, "replacement", DTypeError)
         check_count("RandomSampler", self.num_samples, "num_samples")
 
     @property
