@@ -159,6 +159,18 @@ def running_tape() -> Tape | None:
     return tapes[-1] if tapes else None
 
 
+def running_gradient(node: Node) -> tuple[Gradients | None, Any]:
+    """The innermost backward running in this thread (its :class:`Gradients`, ``None`` if
+    none runs), and the gradient it holds for ``node`` now, left in place (``None``: none
+    arrived). A node's gradient is final once every node deeper than it has run: a custom
+    function's backward reads those of its other outputs' nodes, which are as deep."""
+    running = getattr(_RUNNING, "gradients", None)
+    if not running:
+        return None, None
+    grads = running[-1]
+    return grads, grads.values.get(node.id)
+
+
 def backward(
     backend: Any,
     root: AutodiffPrimitive,
@@ -222,6 +234,10 @@ def backward(
     if running is None:
         running = _RUNNING.tapes = []
     running.append(tape)
+    gathering = getattr(_RUNNING, "gradients", None)
+    if gathering is None:
+        gathering = _RUNNING.gradients = []
+    gathering.append(grads)
     try:
         with inner.arithmetic_warnings_ignored():
             for node in tape.run:
@@ -246,6 +262,7 @@ def backward(
                     checkpointer.retrieve(key)
     except BaseException as error:
         running.pop()
+        gathering.pop()
         if reading:  # (before the tape goes below)
             _stop_reading(tape)
         # A rule, hook or Function raised (or an interrupt came): the caller may keep the
@@ -263,6 +280,7 @@ def backward(
         del tape, grads, checkpointer, abandon, nodes, node, root, seed
         raise
     running.pop()
+    gathering.pop()
     if reading:
         _stop_reading(tape)
     grads.in_place = False  # what the caller adds to it later makes new arrays

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..autodiff import enable_grad, is_grad_enabled, no_grad
 from ..autodiff.ops import Op
+from ..autodiff.runtime import running_gradient
 from ..errors import AutodiffError, ShapeError
 from ..tensor import Tensor
 from .vmap_depth import VMAP
@@ -84,6 +85,11 @@ class _Call:
             outputs[j]._backend.inner_value(outputs[j]._prim) for j in differentiable
         ]
         self._cache: tuple[int, Any, tuple] | None = None
+        #: the nodes of the recorded outputs, by ``k`` (weakly: they hold this call)
+        self.nodes: list[Any] = []
+        #: the backward (its :class:`Gradients`, weakly) whose one call of ``backward`` took
+        #: the gradients of every output: the other outputs' steps then give nothing more
+        self._answered: Any = None
 
     def take(self, k: int) -> Any:
         value, self._pending[k] = self._pending[k], None
@@ -91,31 +97,61 @@ class _Call:
             raise AutodiffError("Function: a custom function's output cannot be recomputed")
         return value
 
+    def _gradients_of_outputs(self, g: Any, k: int) -> list[Any] | None:
+        """The gradient of each recorded output for the backward now running: ``g`` for
+        output ``k``, the others' read from the backward's gradients (final: the outputs'
+        nodes are equally deep, and every deeper node has run). ``None`` where this backward
+        already called ``backward`` with them all (an other output's step came first)."""
+        gathered: list[Any] = [None] * len(self.differentiable)
+        gathered[k] = g
+        grads = None
+        for other, node in enumerate(self.nodes):
+            node = node()
+            if other != k and node is not None:
+                grads, gathered[other] = running_gradient(node)
+        if grads is not None:
+            if self._answered is not None and self._answered() is grads:
+                return None
+            self._answered = weakref.ref(grads)
+        return gathered
+
     def input_gradients(self, B: Any, g: Any, k: int) -> tuple:  # noqa: N803 (the rules' name)
         """``backward``'s gradients of the tensor inputs, as ``B``'s primitives, for the
-        gradient ``g`` of output ``k`` (the others' taken as zero); one call per ``g``."""
+        gradient ``g`` of output ``k``: one call of ``backward`` per backward pass, as torch's,
+        given the gradient of every output (zeros, or ``None`` with
+        ``set_materialize_grads(False)``, for those that got none, and for the outputs
+        marked non-differentiable); the steps of the other outputs' nodes give nothing."""
         # The gradients of every input come from one backward call per incoming ``g``; the
         # cache is keyed by the object itself (a weak reference: an id alone could be reused
         # by the next backward's gradient, with retain_graph, once this one is freed).
         if self._cache is not None and self._cache[0] == k and self._cache[1]() is g:
             return self._cache[2]
         tracked = getattr(B, "is_autodiff", False)
-        if g is None:  # (a class run without a gradient: see Function._runs_without_gradient)
-            incoming = None
-        elif tracked:  # create_graph: backward is recorded as it runs
-            incoming = Tensor(g, B, self.device)
-        else:
-            incoming = Tensor(self.backend.wrap(g), self.backend, self.device)
+        gathered = self._gradients_of_outputs(g, k)
+        if gathered is None:  # given to the one call already
+            grads = (None,) * len(self.positions)
+            self._remember(k, g, grads)
+            return grads
+        incoming = [
+            None
+            if value is None
+            else Tensor(value, B, self.device)  # create_graph: backward is recorded
+            if tracked
+            else Tensor(self.backend.wrap(value), self.backend, self.device)
+            for value in gathered
+        ]
+        like = next((t for t in incoming if t is not None), None)
         from ..tensor import zeros_like
 
         grads_out = []
         for j, out in enumerate(self.outputs):
-            if j == self.differentiable[k] and incoming is not None:
-                grads_out.append(incoming)
+            given = incoming[self.differentiable.index(j)] if j in self.differentiable else None
+            if given is not None:
+                grads_out.append(given)
             elif isinstance(out, Tensor) and self.ctx.materialize_grads:
                 zeros = zeros_like(out)
                 grads_out.append(
-                    zeros if out.is_float() or incoming is None else zeros.cast(incoming.dtype)
+                    zeros if out.is_float() or like is None else zeros.cast(like.dtype)
                 )
             else:
                 grads_out.append(None)
@@ -138,11 +174,16 @@ class _Call:
         grads = tuple(
             self._primitive(B, result[p], i, tracked) for i, p in enumerate(self.positions)
         )
+        self._remember(k, g, grads)
+        return grads
+
+    def _remember(self, k: int, g: Any, grads: tuple) -> None:
+        """Keep ``grads`` for the other inputs' rules of output ``k``'s step, which ask
+        again with the same ``g``."""
         try:
             self._cache = (k, weakref.ref(g), grads)
-        except TypeError:  # a primitive without weak references: no caching
+        except TypeError:  # a primitive without weak references (or None): no caching
             self._cache = None
-        return grads
 
     def _primitive(self, B: Any, grad: Any, i: int, tracked: bool) -> Any:  # noqa: N803
         shape = self.shapes[i]
@@ -253,8 +294,9 @@ class Function:
     output)``. ``MyFunction.apply(*args)`` runs it and records one node per output in the
     graph; ``backward`` runs on tensors of the same backend, recorded under
     ``backward(create_graph=True)`` (so it is differentiable again when written with tensor
-    ops). With several outputs, ``backward`` is called once per output that receives a
-    gradient, the others' gradients zero (the sum is the same: ``backward`` is linear in them).
+    ops). With several outputs, ``backward`` is called once per backward pass with one
+    gradient per output, as torch's: zeros (``None`` after ``ctx.set_materialize_grads(False)``)
+    for the outputs no gradient reached and those marked non-differentiable.
 
     >>> import retrograd as rg
     >>> class Square(rg.autograd.Function):
@@ -345,6 +387,8 @@ class Function:
         for k, j in enumerate(differentiable):
             prim = backend.apply(_FUNCTION, *prims, params=(call, k))
             recorded[j] = Tensor(prim, backend, outputs[j]._device)
+            if prim.node is not None:  # (None: recorded under no_grad, nothing to gather)
+                call.nodes.append(weakref.ref(prim.node))
         # a saved output is the recorded one, as torch's: a backward that reads it is then
         # differentiable through it (second order)
         by_value = {id(outputs[j]._prim): recorded[j] for j in differentiable}
