@@ -52,7 +52,11 @@ class Node:
     or None`` by key, called once the node's step has computed its inputs' gradients, before
     they flow on: torch's hooks on a backward node, which the deprecated module backward
     hooks use); ``torch_name`` (the class name of torch's node for the public op whose result
-    this node made, where it differs from this node's op's: ``x.sum(1)``'s reshape).
+    this node made, where it differs from this node's op's: ``x.sum(1)``'s reshape);
+    ``torch_inputs`` (the nodes, or ``None``, of the differentiable tensor arguments of that
+    public op, where it is a composite whose first records torch's graph does not have:
+    torch's ``next_functions``) and ``torch_output`` (which output of that op this node's
+    result is: ``x.unbind()[1]``'s is 1).
 
     The recording path (:meth:`Autodiff._record <retrograd.autodiff.backend.Autodiff._record>`)
     makes nodes without calling ``__init__``, assigning the same slots: a Python ``__init__``
@@ -74,6 +78,8 @@ class Node:
 
     retain = False
     torch_name = None
+    torch_inputs = None
+    torch_output = 0
     bshapes = None
     distributed = None
     hooks = None

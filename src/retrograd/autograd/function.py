@@ -389,6 +389,8 @@ class Function:
             recorded[j] = Tensor(prim, backend, outputs[j]._device)
             if prim.node is not None:  # (None: recorded under no_grad, nothing to gather)
                 call.nodes.append(weakref.ref(prim.node))
+                if j:  # torch's one node has every output: next_functions name which
+                    prim.node.torch_output = j
         # a saved output is the recorded one, as torch's: a backward that reads it is then
         # differentiable through it (second order)
         by_value = {id(outputs[j]._prim): recorded[j] for j in differentiable}

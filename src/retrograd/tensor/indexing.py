@@ -51,6 +51,7 @@ from ._dispatch import (
 )
 from .shape import stack
 from .strides import storage_offset_of
+from .torch_nodes import TorchOnlyNode
 from .views import as_strided_input_positions, as_strided_of, link
 from .views import diagonal_assign as _diagonal_assign
 from .views import diagonal_of as _diagonal
@@ -963,26 +964,32 @@ def _name_index_node(t: Any, index: Any, result: Any) -> None:
     slice ``SliceBackward0``, a ``None`` ``UnsqueezeBackward0``) or, with a tensor, a list or
     a bool among the indices, ``IndexBackward0``."""
     node = getattr(getattr(result, "_prim", None), "node", None)
-    if node is None or node.op is None or node is getattr(t._prim, "node", None):
+    source = getattr(t._prim, "node", None)
+    if node is None or node.op is None or node is source:
         return
-    name = None
+    steps = []  # torch's node of each step (a whole slice or an ellipsis makes none)
     for item in index if type(index) is tuple else (index,):
         if item is None:
-            name = "UnsqueezeBackward0"
+            steps.append("UnsqueezeBackward0")
         elif type(item) is int:
-            name = "SelectBackward0"
+            steps.append("SelectBackward0")
         elif type(item) is slice:
             if item != slice(None):
-                name = "SliceBackward0"
+                steps.append("SliceBackward0")
         elif item is not Ellipsis:
             if isinstance(item, numbers.Integral) and not isinstance(item, bool):
-                name = "SelectBackward0"
+                steps.append("SelectBackward0")
             else:
-                name = "IndexBackward0"
-                break
-    if name is None:  # only whole slices and ellipses: torch's slice of all, or an alias
-        name = "AliasBackward0" if index is Ellipsis else "SliceBackward0"
-    node.torch_name = name
+                node.torch_name = "IndexBackward0"
+                if not steps:  # (after basic steps, torch's chain is left unwalked)
+                    node.torch_inputs = (source,)
+                return
+    if not steps:  # only whole slices and ellipses: torch's slice of all, or an alias
+        steps = ["AliasBackward0" if index is Ellipsis else "SliceBackward0"]
+    node.torch_name = steps[-1]
+    for name in steps[:-1]:  # torch's steps before the last: nodes of torch's graph alone
+        source = TorchOnlyNode(name, (source,))
+    node.torch_inputs = (source,)
 
 
 def _basic_index(t: Any, index: Any) -> Any:

@@ -47,6 +47,7 @@ from ..errors import (
 from ._dispatch import (
     COMPLEX_DTYPES,
     FLOAT_DTYPES,
+    GRAD_DTYPES,
     INT_DTYPES,
     TensorBase,
     check_same_dtype,
@@ -68,6 +69,7 @@ from .functions import unique as _unique
 from .indexing import check_values
 from .layouts import preserve_format
 from .spacing import torch_linspace
+from .torch_nodes import TorchOnlyNode
 from .views import complex_view_of, link
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
@@ -1334,11 +1336,11 @@ def torch_node_name(node: Any, ndim: int | None = None) -> str:
     """torch's class name of the backward node that records what ``node`` records
     (``AccumulateGrad`` for a leaf); ``ndim``: the output's rank, where known (a product of
     batches of matrices is torch's ``bmm``)."""
+    if node.torch_name is not None:
+        return node.torch_name
     op = node.op
     if op is None:
         return "AccumulateGrad"
-    if node.torch_name is not None:
-        return node.torch_name
     if op.name == "matmul" and ndim == 3:
         return "BmmBackward0"
     named = _TORCH_NODE_NAMES.get(op.name)
@@ -1347,6 +1349,18 @@ def torch_node_name(node: Any, ndim: int | None = None) -> str:
             "".join(part.capitalize() for part in op.name.split("_")) + "Backward0"
         )
     return named if type(named) is str else named(node)
+
+
+def _differentiable_arguments(args: tuple, kwargs: dict) -> tuple:
+    """The nodes (``None``: untracked) of the floating tensor arguments of a public op, in
+    order, those in a list (``cat``'s) too: the inputs of torch's node for the op, whose
+    ``next_functions`` leave out what has no gradient (indices, masks, targets)."""
+    edges = []
+    for argument in (*args, *kwargs.values()):
+        for t in argument if type(argument) in (list, tuple) else (argument,):
+            if isinstance(t, TensorBase) and t.dtype in GRAD_DTYPES:
+                edges.append(getattr(t._prim, "node", None) if t._backend.is_autodiff else None)
+    return tuple(edges)
 
 
 def _given_dim(position: int) -> Callable[[tuple, dict], bool]:
@@ -1372,12 +1386,18 @@ def _naming(name: str, when: Callable[[tuple, dict], bool] | None = None) -> Cal
             results = result
         else:  # a tensor, or (values, indices)
             results = (getattr(result, "values", None) if hasattr(result, "indices") else result,)
-        for value in results:
+        edges = None
+        for position, value in enumerate(results):
             if not isinstance(value, TensorBase) or not value._backend.is_autodiff:
                 continue
             node = getattr(value._prim, "node", None)
             if node is not None and node.op is not None and id(node) not in given:
                 node.torch_name = name
+                if edges is None:
+                    edges = _differentiable_arguments(args, kwargs)
+                node.torch_inputs = edges
+                if position:
+                    node.torch_output = position
 
     return namer
 
@@ -1409,7 +1429,6 @@ _NAMED_BY_OP: dict[str, tuple[str, Callable[[tuple, dict], bool] | None]] = {
     "maximum": ("MaximumBackward0", None),
     "minimum": ("MinimumBackward0", None),
     "chunk": ("SplitBackward0", None),
-    "split": ("SplitBackward0", None),
     "unbind": ("UnbindBackward0", None),
     "tril": ("TrilBackward0", None),
     "triu": ("TriuBackward0", None),
@@ -1429,6 +1448,36 @@ _NAMED_BY_OP: dict[str, tuple[str, Callable[[tuple, dict], bool] | None]] = {
     "embedding": ("EmbeddingBackward0", None),
 }
 NODE_NAMERS.update({op: _naming(name, when) for op, (name, when) in _NAMED_BY_OP.items()})
+
+
+def _name_split(args: tuple, kwargs: dict, result: Any) -> None:
+    sizes = args[1] if len(args) > 1 else kwargs.get("split_size_or_sections")
+    listed = isinstance(sizes, list | tuple)
+    _naming("SplitWithSizesBackward0" if listed else "SplitBackward0")(args, kwargs, result)
+
+
+def _name_cross_entropy(args: tuple, kwargs: dict, result: Any) -> None:
+    """torch's ``cross_entropy`` of class indices: ``nll_loss(log_softmax(input))``, two
+    nodes where retrograd's fused loss has one."""
+    _naming("NllLossBackward0")(args, kwargs, result)
+    node = getattr(getattr(result, "_prim", None), "node", None)
+    logits = args[0] if args else kwargs.get("input")
+    target = args[1] if len(args) > 1 else kwargs.get("target")
+    if (
+        node is not None
+        and node.torch_name == "NllLossBackward0"
+        and isinstance(target, TensorBase)
+        and target.dtype not in GRAD_DTYPES
+        and isinstance(logits, TensorBase)
+    ):
+        source = getattr(logits._prim, "node", None)
+        node.torch_inputs = (
+            None if source is None else TorchOnlyNode("LogSoftmaxBackward0", (source,)),
+        )
+
+
+NODE_NAMERS["split"] = _name_split
+NODE_NAMERS["cross_entropy"] = _name_cross_entropy
 
 #: ``F.pad``'s node in torch, by mode (its kernel's, of the padded dims' count)
 _PADS = {
@@ -1546,27 +1595,67 @@ class BackwardNode(str):
         return sorted({*super().__dir__(), *(f"_saved_{n}" for n in names), *raw})
 
     def name(self) -> str:
-        return str(self)
+        """torch's ``name()``: the class name, C++-qualified for a leaf's node, as torch's
+        (``torch::autograd::AccumulateGrad``)."""
+        return "torch::autograd::AccumulateGrad" if self == "AccumulateGrad" else str(self)
 
     @property
     def next_functions(self) -> tuple[tuple[BackwardNode | None, int], ...]:
-        functions = tuple(
-            (
-                None
-                if parent is None
-                else BackwardNode.of(parent, self._backend, self._device, self._tensor_class),
-                0,
+        """torch's: one ``(node, output index)`` pair per differentiable input of the op,
+        in torch's order: the node that made the input (with which of its outputs the input
+        is: ``x.unbind()``'s second is 1), an ``AccumulateGrad`` node for a leaf that
+        requires grad, ``(None, 0)`` for an input that does not."""
+        return tuple(
+            (None, 0)
+            if edge is None
+            else (
+                BackwardNode.of(edge, self._backend, self._device, self._tensor_class),
+                edge.torch_output,
             )
-            for parent in self._node.parents
+            for edge in _torch_edges(self._node)
         )
-        op = self._node.op
-        if op is not None and op.name in _NUMBER_AS_OPERAND:
-            functions += ((None, 0),)  # torch's node of ``x * 2`` has the 2 as an input
-        return functions
 
 
 #: the ops of a tensor and a number whose torch node lists the number as a second input
 _NUMBER_AS_OPERAND = frozenset(["add_scalar", "sub_scalar", "mul_scalar", "div_scalar"])
+
+
+def _linear_edges(node: Any) -> tuple:
+    """torch's ``linear``: ``addmm(bias, input, weight.t())`` (``mm(input, weight.t())``
+    without a bias), the weight's ``t()`` a node of its own."""
+    x, weight, bias = node.parents
+    transposed = None if weight is None else TorchOnlyNode("TBackward0", (weight,))
+    return (x, transposed) if bias is None else (bias, x, transposed)
+
+
+#: the primitive ops whose inputs torch's node orders otherwise, by op name
+_EDGES_BY_OP: dict[str, Callable[[Any], tuple]] = {
+    "linear": _linear_edges,
+    # where(mask, values, x): torch's WhereBackward0 has (self, other), not the condition
+    "mask_where": lambda node: (node.parents[2], node.parents[0]),
+}
+
+
+def _torch_edges(node: Any) -> tuple:
+    """The inputs of torch's node for what ``node`` records (see
+    :attr:`BackwardNode.next_functions`): the public op's arguments where it was a composite
+    (``torch_inputs``), else the op's inputs that have a gradient rule, in torch's order."""
+    edges = node.torch_inputs
+    if edges is not None:
+        return edges
+    op = node.op
+    if op is None:
+        return ()
+    reorder = _EDGES_BY_OP.get(op.name)
+    if reorder is not None:
+        return reorder(node)
+    rules = op.vjps or ()
+    parents = node.parents
+    if not op.variadic and len(rules) == len(parents):  # (an index, a mask: no rule, no edge)
+        parents = tuple(parent for parent, rule in zip(parents, rules) if rule is not None)
+    if op.name in _NUMBER_AS_OPERAND:
+        parents += (None,)  # torch's node of ``x * 2`` has the 2 as an input
+    return parents
 
 
 def _kth_ties_as_torch(x: Any, ordered: Any, indices: Any, d: int, k: int) -> Any:
