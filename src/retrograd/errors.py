@@ -409,6 +409,15 @@ def _check_flags(
 NODE_NAMERS: dict[str, Callable[[tuple, dict, Any], None]] = {}
 
 
+#: what sees each guarded entry's ``(args, result)`` while some thread runs inside
+#: ``inference_mode()`` (the tensor package's marking of inference tensors), else ``None``:
+#: ordinary code pays one list read per call for it
+RESULT_WATCH: list[Callable[[tuple, Any], None] | None] = [None]
+#: what an in-place entry calls with its name and the tensor it writes, where that tensor is
+#: an inference tensor (``_inference``): the tensor package's refusal outside the block
+WRITE_WATCH: list[Callable[[str, Any], None] | None] = [None]
+
+
 def _undone_effects(draws: int, writes: int) -> str | None:
     """Why an op's first run, begun when :data:`effects.DRAWS` and :data:`effects.WRITES`
     counted ``draws`` and ``writes``, cannot run again unseen (``None`` where it can: its
@@ -458,6 +467,7 @@ def guard(
     """
 
     flags = _flag_parameters(function)
+    in_place = _writes_in_place(op)
 
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -469,22 +479,23 @@ def guard(
             kwargs = _renamed(op, function, kwargs)
         if flags:
             _check_flags(op, flags, args, kwargs)
+        if in_place and args and getattr(args[0], "_inference", False):
+            WRITE_WATCH[0](op, args[0])  # type: ignore[misc]
         draws, writes = DRAWS.count, WRITES.count
         try:
             result = function(*args, **kwargs)
             namer = NODE_NAMERS.get(op)
             if namer is not None:
                 namer(args, kwargs, result)
+            watch = RESULT_WATCH[0]
+            if watch is not None:
+                watch(args, result)
             return result
         except InnerOperandError as refusal:
             # a tensor requiring grad met an inner-backend one: the op again, on the autodiff
             # decorator (an in-place op writes into its operand, which a copy would not be),
             # unseen: the streams put back where they were, never after an in-place write
-            retry = (
-                None
-                if refusal.rejoin is None or _writes_in_place(op)
-                else refusal.rejoin(args, kwargs)
-            )
+            retry = None if refusal.rejoin is None or in_place else refusal.rejoin(args, kwargs)
             if retry is not None:
                 undone = _undone_effects(draws, writes)
                 if undone is not None:  # (an outer entry must not run it again either)

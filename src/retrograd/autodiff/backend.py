@@ -23,7 +23,13 @@ from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OP
 from .checkpoint import CheckpointStrategy, NoCheckpointing
 from .grad_mode import _MODE, DISABLED_THREADS, FORWARD_TANGENTS
 from .gradients import held_by_live_gradients
-from .graph import AutodiffPrimitive, Node, new_node_id
+from .graph import (
+    INFERENCE_SEEN,
+    AutodiffPrimitive,
+    InferencePrimitive,
+    Node,
+    new_node_id,
+)
 from .handles import RemovableHandle
 from .ops import OPS, Op, Plan
 from .params import DistributedParam, ParamId
@@ -166,6 +172,8 @@ class Autodiff(Backend):
             for parent in parents:
                 if parent is not None and parent.order > order:
                     order = parent.order
+        if INFERENCE_SEEN[0]:
+            _refuse_saved_inference(recipe, inputs)
         node = _new(Node)  # the slots Node.__init__ assigns, assigned here
         node.id = new_node_id()
         node.order = order + 1
@@ -311,6 +319,19 @@ class Autodiff(Backend):
                 )
             return x
         return AutodiffPrimitive(x.value, Node.leaf())
+
+    def inference_primitive(self, x: AutodiffPrimitive, inference: bool) -> AutodiffPrimitive:
+        """``x``'s value and node in a primitive that is an inference tensor's (an op recorded
+        outside ``inference_mode()`` then refuses to save it for backward, as torch's), or,
+        ``inference=False``, an ordinary tensor's. A new primitive where ``x`` is not of that
+        kind: tensors share primitives (a clone holds its source's), and only the tensor
+        asked about changes kind."""
+        kind = InferencePrimitive if inference else AutodiffPrimitive
+        if type(x) is kind:
+            return x
+        if inference:
+            INFERENCE_SEEN[0] = True
+        return kind(x.value, x.node)
 
     def is_require_grad(self, x: AutodiffPrimitive) -> bool:
         return x.node is not None and x.node.op is None
@@ -495,6 +516,19 @@ class Recipe:
     #: the broadcast rule of the recording op method (:func:`_pairwise_bshapes`,
     #: :func:`_output_bshapes`), or ``None``
     broadcast: Any
+
+
+def _refuse_saved_inference(recipe: Recipe, inputs: tuple) -> None:
+    """torch's refusal of an inference tensor among the inputs a node saves for backward
+    (``w * x`` of an ``x`` made in ``inference_mode()``; ``w + x`` saves nothing of it)."""
+    for i in recipe.saved_inputs:
+        if type(inputs[i]) is InferencePrimitive:
+            raise AutodiffError(
+                f"{recipe.op.name}: Inference tensors cannot be saved for backward. Please do "
+                "not use Tensors created in inference mode in computation tracked by autograd. "
+                "To work around this, you can make a clone to get a normal tensor and use it "
+                "in autograd."
+            )
 
 
 def _recipe(op: Op, mask: tuple, broadcast: Any) -> Recipe:

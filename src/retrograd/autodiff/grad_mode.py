@@ -72,6 +72,12 @@ def set_inference(inference: bool) -> bool:
     return previous
 
 
+def in_inference_mode() -> bool:
+    """Whether this thread runs inside ``inference_mode()`` (an ``inference_mode(False)``
+    block inside one is outside it)."""
+    return _MODE.inference
+
+
 def is_grad_enabled() -> bool:
     """Whether the grad mode of this thread is on (ops are recorded for backward, except
     inside ``inference_mode``)."""

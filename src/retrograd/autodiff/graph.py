@@ -19,7 +19,14 @@ from typing import Any
 from .checkpoint.builder import NOTHING_SAVED
 from .ids import new_node_id
 
-__all__ = ["CAPTURED", "AutodiffPrimitive", "Node", "new_node_id"]
+__all__ = [
+    "CAPTURED",
+    "INFERENCE_SEEN",
+    "AutodiffPrimitive",
+    "InferencePrimitive",
+    "Node",
+    "new_node_id",
+]
 
 #: ``Node.retain`` of a non-leaf input ``autograd.grad`` keeps the gradient of for one backward
 #: (the user's ``retain_grad()`` sets ``True``): truthy as well, but its value is captured
@@ -122,3 +129,17 @@ class AutodiffPrimitive:
 
     def __repr__(self) -> str:
         return f"AutodiffPrimitive({self.value!r}, node={self.node!r})"
+
+
+class InferencePrimitive(AutodiffPrimitive):
+    """The primitive of an inference tensor (one ``inference_mode()`` made): an
+    :class:`AutodiffPrimitive` whose class says so, which a record refuses to save for
+    backward, as torch refuses. A primitive becomes one by a class change, which needs no
+    copy (:meth:`~retrograd.autodiff.backend.Autodiff.mark_inference`)."""
+
+    __slots__ = ()
+
+
+#: Whether an inference primitive was ever made: until then a record does not look for one
+#: among what it saves
+INFERENCE_SEEN = [False]

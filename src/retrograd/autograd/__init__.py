@@ -27,6 +27,7 @@ from ..autodiff.grad_mode import set_inference
 from ..backend.protocol import random_allowed, random_refused
 from ..errors import AutodiffError, InvalidArgumentError, ShapeError, check_callable
 from ..tensor import Tensor
+from ..tensor.inference import inference_block_entered, inference_block_left
 from . import forward_ad, function, functional, graph, profiler
 from .anomaly_mode import (
     detect_anomaly,
@@ -87,7 +88,8 @@ def Variable(data: Any, requires_grad: bool = False, volatile: bool = False) -> 
 
 
 class inference_mode(no_grad):  # noqa: N801 (torch's name)
-    """torch's ``inference_mode``: nothing is recorded in the block (``rg.no_grad``);
+    """torch's ``inference_mode``: nothing is recorded in the block (``rg.no_grad``), and
+    the tensors made there are inference tensors, with torch's rules (:mod:`..tensor.inference`);
     ``inference_mode(False)`` records as usual. A context manager and a decorator."""
 
     def __init__(self, mode: bool = True):
@@ -99,8 +101,12 @@ class inference_mode(no_grad):  # noqa: N801 (torch's name)
         _INFERENCE.saved = [*getattr(_INFERENCE, "saved", ()), is_inference_mode_enabled()]
         _INFERENCE.enabled = not self._target
         set_inference(_INFERENCE.enabled)
+        if _INFERENCE.enabled:
+            inference_block_entered()
 
     def __exit__(self, *exc: object) -> None:
+        if _INFERENCE.enabled:
+            inference_block_left()
         *_INFERENCE.saved, _INFERENCE.enabled = _INFERENCE.saved
         set_inference(_INFERENCE.enabled)
         super().__exit__(*exc)

@@ -26,6 +26,7 @@ from ..errors import DTypeError, UninitializedError, check_bool
 from ..tensor import GRAD_DTYPES, Tensor, tensor, zeros
 from ..tensor._dispatch import normalize_dim
 from ..tensor.dtypes import Size
+from ..tensor.inference import refuse_require_grad
 from ..tensor.inplace import assign
 
 __all__ = ["Buffer", "Parameter", "UninitializedBuffer", "UninitializedParameter", "is_lazy"]
@@ -53,6 +54,8 @@ class Parameter(Tensor):
                 f"Parameter: only float tensors can require grad, got {data.dtype} of shape "
                 f"{list(data.shape)}"
             )
+        if requires_grad and data.is_inference():
+            refuse_require_grad("Parameter", data)
         backend = data.backend
         primitive = data.primitive
         if backend.is_autodiff:

@@ -51,6 +51,7 @@ from ..backend.protocol import (
 from ..context import capturing
 from ..device import CPU0, Device
 from ..errors import (
+    RESULT_WATCH,
     ArgumentTypeError,
     AutodiffError,
     DTypeError,
@@ -169,6 +170,9 @@ class TensorBase:
     """
 
     __slots__ = ("__weakref__", "_backend", "_device", "_prim")
+    #: made in ``inference_mode()``, or a view of a tensor that was (set in the instance
+    #: dict of the classes that have one: see :mod:`.inference`)
+    _inference = False
 
     #: How this tensor was taken from a base (:mod:`.views`) and, for a tensor that is no
     #: view, the strides torch would give it when they are not row-major (an elementwise
@@ -818,6 +822,18 @@ def apply(op: TensorOp | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
     return dispatch(None, op, inputs, params)
 
 
+def _watched_dispatch(
+    _receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: tuple = ()
+) -> Any:
+    """:func:`dispatch` while some thread runs in ``inference_mode()``: its result shown to
+    :data:`~retrograd.errors.RESULT_WATCH` (which marks inference tensors)."""
+    result = _plain_dispatch(_receiver, op, inputs, params)
+    watch = RESULT_WATCH[0]
+    if watch is not None:
+        watch(tuple(inputs), result)
+    return result
+
+
 def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
     """:func:`apply`, as the method ``Tensor._apply`` the mixins call (the receiver is not
     used: a plain function bound as a method is what CPython 3.11 specialises best, better than
@@ -914,6 +930,23 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
     if (x._view is not None or x._layout is not None) and op.kernel in _LAYOUT_KERNELS:
         follow_layout(result, (x,))
     return result
+
+
+_plain_dispatch = dispatch
+
+
+#: the classes whose ``_apply`` is :func:`dispatch` (``Tensor``): rebound with it
+APPLY_CLASSES: list[type] = []
+
+
+def watch_results(watched: bool) -> None:
+    """Make :func:`dispatch` (``Tensor._apply``) show every result to
+    :data:`~retrograd.errors.RESULT_WATCH`, or stop: bound while ``inference_mode()`` blocks
+    are open, so that ordinary ops pay nothing for them, not even a test."""
+    global dispatch
+    dispatch = _watched_dispatch if watched else _plain_dispatch
+    for cls in APPLY_CLASSES:
+        cls._apply = dispatch
 
 
 #: the kernels that compute complex operands besides the ops with complex gradient rules (the

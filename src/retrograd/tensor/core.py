@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..autodiff.grad_mode import is_grad_enabled
+from ..autodiff.grad_mode import in_inference_mode, is_grad_enabled
 from ..backend.protocol import Backend
 from ..context import current_backend
 from ..device import Device
@@ -49,6 +49,7 @@ from ..errors import (
 )
 from ..unsupported import no_shared_memory
 from ._dispatch import (
+    APPLY_CLASSES,
     COMPLEX_DTYPES,
     DTYPES,
     FLOAT_DTYPES,
@@ -74,6 +75,7 @@ from .dtypes import (
 )
 from .elementwise import ElementwiseMixin
 from .indexing import IndexingMixin
+from .inference import mark_inference, refuse_require_grad
 from .inplace import InplaceMixin, assign
 from .layouts import (
     SPARSE_CLASSES,
@@ -721,6 +723,8 @@ class Tensor(
             out = apply("reshape", (self,), (self.shape,))
         else:
             out = Tensor(self._prim, backend, self._device)
+            if self._inference:  # (sharing its source's primitive, which is an inference one)
+                mark_inference(out, in_inference_mode())
         if memory_format is None or memory_format is preserve_format:
             strides = preserved_layout(self)
             if strides is not None:
@@ -862,6 +866,10 @@ class Tensor(
         True
         """
         backend = self._float_autodiff("require_grad")
+        if self._inference:
+            refuse_require_grad("require_grad", self)
+            self._prim = backend.inference_primitive(backend.require_grad(self._prim), True)
+            return self
         self._prim = backend.require_grad(self._prim)
         return self
 
@@ -904,6 +912,8 @@ class Tensor(
         check_flag("requires_grad", requires_grad, "requires_grad", AutodiffError)
         if requires_grad == self.requires_grad:
             return
+        if requires_grad and self._inference:
+            refuse_require_grad("requires_grad_", self)
         if requires_grad:
             self.require_grad()
             frozen = self.__dict__.pop("_frozen_leaf", None)
@@ -1289,4 +1299,5 @@ def _guard_methods(cls: type) -> None:
 
 
 _guard_methods(Tensor)
+APPLY_CLASSES.append(Tensor)  # (its ``_apply`` rebound while inference blocks are open)
 _TensorType.admits_sparse = Tensor

@@ -51,6 +51,7 @@ from ._dispatch import (
 from .compositions import scaled
 from .dtypes import RANDINT_BOUNDS, can_cast, canonical_dtype
 from .elementwise import _given, _sum_dtype
+from .inference import mark_inference, refuse_write
 from .ownership import sole_buffer
 from .shape import shape_arg
 from .strides import contiguous_strides
@@ -135,6 +136,8 @@ def assign(
             primitive = backend.succeed_leaf(old, primitive)
     target._prim = primitive
     target._device = device
+    if target._inference:  # (written inside inference_mode: still one, as torch's)
+        mark_inference(target)
     if sink is not None:  # a gradient read by Tensor.grad (``p.grad(grads).data = g``, XNOR-Net's
         grads, key = sink  # rescaled gradient): written back there, as an in-place write is
         grads.replace(key, primitive)
@@ -918,6 +921,7 @@ class InplaceMixin:
         ``t[index].copy_(value)``); index tensors, lists and masks as torch's ``index_put_``."""
         from .advanced import set_index
 
+        refuse_write("__setitem__", self)
         set_index(self, index, value)
 
     def __iadd__(self, other: Any) -> Any:

@@ -166,9 +166,9 @@ class StorageMixin:
         return TypedStorage(root, self.dtype)
 
     def is_inference(self) -> bool:
-        """False: ``inference_mode`` records nothing, as ``no_grad``, but its tensors are
-        ordinary tensors here (torch's refuse later use in autograd; these can be used)."""
-        return False
+        """Whether ``inference_mode()`` made this tensor, or it is a view of one that did
+        (torch's rules: see :mod:`.inference`)."""
+        return self._inference
 
     def __dlpack__(self, **kwargs: Any) -> Any:
         """A DLPack capsule of a host copy of this tensor's values (``torch.from_dlpack(t)``,

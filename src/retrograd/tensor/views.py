@@ -47,6 +47,7 @@ from ..context import captured_writes
 from ..effects import WRITES
 from ..errors import AutodiffError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase, from_host, host_constant, lift, untracked
+from .inference import mark_inference
 from .links import WeakBase, base_of
 from .strides import (
     contiguous_strides,
@@ -104,6 +105,10 @@ def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
     under ``no_grad``, or from such a view, is marked (``_no_grad_view``): torch refuses its
     in-place writes that would be recorded (:func:`refuse_no_grad_view`)."""
     view._view = (_held(base, kind), kind, params)
+    if view._inference is not base._inference:
+        # a view of an inference tensor is one, wherever it is taken, and a view of an
+        # ordinary tensor is ordinary, inside inference_mode() too
+        mark_inference(view, base._inference)
     if kind not in _OUTSIDE and (getattr(base, "_no_grad_view", False) or not is_grad_enabled()):
         view._no_grad_view = True
         backend = view._backend
