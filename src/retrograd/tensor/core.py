@@ -78,6 +78,7 @@ from .indexing import IndexingMixin
 from .inference import mark_inference, refuse_require_grad
 from .inplace import InplaceMixin, assign
 from .layouts import (
+    SPARSE_ADMISSION,
     SPARSE_CLASSES,
     check_memory_format,
     factory_options,
@@ -198,18 +199,36 @@ class _TensorType(type):
     dense methods are refused by name, ``issubclass`` and ``rg.nn.Parameter`` do not admit
     it, and the library's own modules, whose checks mean "a dense tensor" (a buffer, a
     value saved for backward), keep getting ``False``. Python asks only where the object's
-    class is not ``Tensor`` itself."""
+    class is not ``Tensor`` itself.
+
+    The hook (:func:`_admitting_sparse`) is installed when the first sparse tensor is made
+    (:func:`admit_sparse_instances`): until then ``isinstance(p, rg.Tensor)`` of a
+    ``Parameter``, a number or an array, which the library asks on every layer call, is
+    ``type``'s own C check, not a Python call (about a microsecond each)."""
 
     #: the class that admits sparse tensors (``Tensor``), set once it is made
     admits_sparse: type | None = None
 
-    def __instancecheck__(cls, instance: Any) -> bool:
-        if type(instance) in SPARSE_CLASSES:
-            if cls is not _TensorType.admits_sparse:
-                return False
-            caller = sys._getframe(1).f_globals.get("__name__", "")  # who called isinstance
-            return not caller.startswith(_LIBRARY)
-        return type.__instancecheck__(cls, instance)
+
+def _admitting_sparse(cls: type, instance: Any) -> bool:
+    """``_TensorType.__instancecheck__`` once sparse tensors exist."""
+    if type(instance) in SPARSE_CLASSES:
+        if cls is not _TensorType.admits_sparse:
+            return False
+        caller = sys._getframe(1).f_globals.get("__name__", "")  # who called isinstance
+        return not caller.startswith(_LIBRARY)
+    return type.__instancecheck__(cls, instance)
+
+
+def admit_sparse_instances() -> None:
+    """Make ``isinstance(s, rg.Tensor)`` hold for sparse tensors (see :class:`_TensorType`):
+    called as the first one is made; Python looks the hook up at every ``isinstance``, so it
+    takes effect at once."""
+    if "__instancecheck__" not in _TensorType.__dict__:
+        _TensorType.__instancecheck__ = _admitting_sparse  # type: ignore[method-assign]
+
+
+SPARSE_ADMISSION[0] = admit_sparse_instances
 
 
 _LIBRARY = __name__.split(".")[0] + "."

@@ -27,6 +27,7 @@ from typing import Any
 from ..errors import InvalidArgumentError, ShapeError
 
 __all__ = [
+    "SPARSE_ADMISSION",
     "SPARSE_CLASSES",
     "channels_last",
     "channels_last_3d",
@@ -109,6 +110,9 @@ sparse_coo = layout("sparse_coo")
 #: the classes of sparse tensors (``SparseTensor``, which registers itself), which
 #: ``isinstance(s, rg.Tensor)`` admits as torch's does, though no dense tensor's subclass
 SPARSE_CLASSES: set[type] = set()
+#: what makes ``isinstance(s, rg.Tensor)`` admit sparse tensors, called as the first is made
+#: (``core.admit_sparse_instances``, set by that module, which imports the sparse one)
+SPARSE_ADMISSION: list[Callable[[], None] | None] = [None]
 jagged = layout("jagged")
 
 

@@ -43,7 +43,7 @@ from ..errors import (
 from ..unsupported import no_sparse
 from ._dispatch import TensorBase, check_int_list, int_parameter, lift, normalize_dim, promote
 from .dtypes import DTYPE_OBJECTS, Size, canonical_dtype, default_float_dtype
-from .layouts import SPARSE_CLASSES, sparse_coo
+from .layouts import SPARSE_ADMISSION, SPARSE_CLASSES, sparse_coo
 from .printing import sparse_text
 from .shape import cat
 
@@ -77,6 +77,10 @@ def refuse(op: str) -> NoReturn:
     )
 
 
+#: whether ``isinstance(s, rg.Tensor)`` admits sparse tensors yet: from the first one made
+_ADMITTED = [False]
+
+
 class SparseTensor:
     """A sparse COO tensor (torch's ``layout=torch.sparse_coo``); see the module docstring."""
 
@@ -89,6 +93,13 @@ class SparseTensor:
     is_quantized = False
     is_nested = False
     layout = sparse_coo
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SparseTensor:
+        # (unpickling and copying make one through here too, without ``__init__``)
+        if not _ADMITTED[0]:
+            SPARSE_ADMISSION[0]()  # type: ignore[misc]
+            _ADMITTED[0] = True
+        return super().__new__(cls)
 
     def __init__(self, indices: Any, values: Any, size: tuple[int, ...], coalesced: bool):
         self._indices_t, self._values_t = indices, values
