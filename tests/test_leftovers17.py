@@ -182,6 +182,36 @@ def test_function_backward_gets_one_gradient_per_output_in_one_call(materialize)
         assert len(theirs[0]) == 1  # one call per backward
 
 
+def _hooked_outputs(library):
+    calls, hooked = [], []
+
+    class Pair(library.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2, x * 3
+
+        @staticmethod
+        def backward(ctx, g_first, g_second):
+            calls.append((g_first.tolist(), g_second.tolist()))
+            return g_first * 2 + g_second * 3
+
+    x = _leaf(library, [1.0, 2.0])
+    first, second = Pair.apply(x)
+    first.register_hook(lambda g: hooked.append("first") or g * 10)
+    second.register_hook(lambda g: hooked.append("second") or g * 100)
+    loss = (first * second).sum()
+    if library is torch:
+        loss.backward()
+        gradient = x.grad
+    else:
+        gradient = x.grad(loss.backward())
+    return calls, gradient.tolist(), sorted(hooked)
+
+
+def test_function_backward_gets_its_outputs_hooked_gradients_once():
+    assert _hooked_outputs(rg) == _hooked_outputs(torch)
+
+
 # -- (3) grad_fn.next_functions ----------------------------------------------------------------
 def _walked(node, depth=4):
     if node is None:

@@ -14,7 +14,7 @@ import itertools
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from ..backend.numpy_backend import NumpyBackend
 from ..backend.protocol import COMPLEX_DTYPES, COMPLEX_SEEN, GRAD_DTYPES, Backend
@@ -172,8 +172,10 @@ class Autodiff(Backend):
             for parent in parents:
                 if parent is not None and parent.order > order:
                     order = parent.order
-        if INFERENCE_SEEN[0]:
-            _refuse_saved_inference(recipe, inputs)
+        if INFERENCE_SEEN[0]:  # an inference tensor's primitive exists: is one saved here?
+            for i in recipe.saved_inputs:
+                if type(inputs[i]) is InferencePrimitive:
+                    _refuse_saved_inference(recipe)
         node = _new(Node)  # the slots Node.__init__ assigns, assigned here
         node.id = new_node_id()
         node.order = order + 1
@@ -518,17 +520,14 @@ class Recipe:
     broadcast: Any
 
 
-def _refuse_saved_inference(recipe: Recipe, inputs: tuple) -> None:
+def _refuse_saved_inference(recipe: Recipe) -> NoReturn:
     """torch's refusal of an inference tensor among the inputs a node saves for backward
     (``w * x`` of an ``x`` made in ``inference_mode()``; ``w + x`` saves nothing of it)."""
-    for i in recipe.saved_inputs:
-        if type(inputs[i]) is InferencePrimitive:
-            raise AutodiffError(
-                f"{recipe.op.name}: Inference tensors cannot be saved for backward. Please do "
-                "not use Tensors created in inference mode in computation tracked by autograd. "
-                "To work around this, you can make a clone to get a normal tensor and use it "
-                "in autograd."
-            )
+    raise AutodiffError(
+        f"{recipe.op.name}: Inference tensors cannot be saved for backward. Please do not use "
+        "Tensors created in inference mode in computation tracked by autograd. To work around "
+        "this, you can make a clone to get a normal tensor and use it in autograd."
+    )
 
 
 def _recipe(op: Op, mask: tuple, broadcast: Any) -> Recipe:

@@ -316,8 +316,8 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         if op.without_gradient is not None and op.without_gradient(*node.params):
             _variadic_step(node, backend, grads, None)
         return
-    if node.hooks is not None:
-        g = grads.run_hooks(node, g)
+    if node.hooks is not None and node.id not in grads.hooked:  # (a custom Function's
+        g = grads.run_hooks(node, g)  # output's, run as a sibling output's step read it)
     if nodes is not None and op.aux:
         env = (*env[:-1], AutodiffPrimitive(env[-1], None))
     if node.input_hooks is not None:

@@ -108,7 +108,10 @@ class _Call:
         for other, node in enumerate(self.nodes):
             node = node()
             if other != k and node is not None:
-                grads, gathered[other] = running_gradient(node)
+                grads, value = running_gradient(node)
+                if value is not None and node.hooks is not None:  # its tensor hooks, once
+                    value = grads.run_hooks(node, value)
+                gathered[other] = value
         if grads is not None:
             if self._answered is not None and self._answered() is grads:
                 return None
