@@ -1,0 +1,168 @@
+"""Stand-ins for the reinforcement-learning ports (``tests/test_real_ports_38*.py``): gym's
+spaces and a deterministic point-mass environment, Spinning Up's ``EpochLogger``, one shared
+stream of Gaussian noise for ``Normal.rsample``, and :func:`run_program`, which runs a program
+under torch and its port under retrograd with them."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import torch
+
+import retrograd as rg
+from real_ports import initializer, params_of, port, run_source
+
+
+class Box:
+    """``gym.spaces.Box``: bounds, shape and ``sample`` from NumPy's global stream."""
+
+    def __init__(self, low, high, shape, dtype=np.float32):
+        self.low = np.full(shape, low, dtype=dtype)
+        self.high = np.full(shape, high, dtype=dtype)
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    def sample(self):
+        return np.random.uniform(self.low, self.high).astype(self.dtype)
+
+
+class Discrete:
+    def __init__(self, n):
+        self.n = n
+        self.shape = ()
+        self.dtype = np.int64
+
+    def sample(self):
+        return np.random.randint(self.n)
+
+
+class PointMassEnv:
+    """A deterministic point mass with gym's old API: ``reset() -> obs``, ``step(a) -> (obs,
+    reward, done, info)``; episodes end after ``episode_length`` steps. A ``Discrete`` action
+    ``k`` pushes by ``k - 1``; a ``Box`` action by its mean."""
+
+    def __init__(self, action_space, episode_length=4):
+        self.observation_space = Box(-np.inf, np.inf, (3,))
+        self.action_space = action_space
+        self.episode_length = episode_length
+
+    def reset(self):
+        self.t = 0
+        self.state = np.array([0.3, -0.2, 0.1], np.float32)
+        return self.state.copy()
+
+    def step(self, action):
+        push = np.asarray(action, np.float64).mean()
+        if isinstance(self.action_space, Discrete):
+            push = push - 1.0
+        self.state = np.tanh(self.state + 0.4 * push + np.array([0.1, -0.15, 0.05])).astype(
+            np.float32
+        )
+        self.t += 1
+        reward = float(-np.abs(self.state).sum() + 0.1 * push)
+        return self.state.copy(), reward, self.t >= self.episode_length, {}
+
+
+def fake_gym(action_space) -> types.ModuleType:
+    """A ``gym`` module whose ``make`` returns a :class:`PointMassEnv` and whose ``spaces``
+    holds :class:`Box` and :class:`Discrete`."""
+    gym = types.ModuleType("gym")
+    gym.make = lambda name: PointMassEnv(action_space)
+    gym.spaces = types.ModuleType("gym.spaces")
+    gym.spaces.Box, gym.spaces.Discrete = Box, Discrete
+    return gym
+
+
+def epoch_logger(record: list):
+    """Spinning Up's ``EpochLogger`` as the algorithms call it: each ``store`` and each
+    ``log_tabular`` statistic goes into ``record`` (the wall time left out)."""
+
+    class EpochLogger:
+        def __init__(self, **kwargs):
+            self.epoch_dict = {}
+
+        def save_config(self, config):
+            pass
+
+        def setup_pytorch_saver(self, what):
+            pass
+
+        def save_state(self, state, itr=None):
+            pass
+
+        def log(self, msg):
+            print(msg)
+
+        def store(self, **kwargs):
+            for k, v in kwargs.items():
+                self.epoch_dict.setdefault(k, []).append(v)
+            record.append({k: np.asarray(v, np.float64) for k, v in kwargs.items()})
+
+        def log_tabular(self, key, val=None, with_min_and_max=False, average_only=False):
+            if key == "Time":
+                return
+            if val is None:
+                v = np.concatenate([np.ravel(x) for x in self.epoch_dict[key]])
+                val = [v.mean()] if average_only else [v.mean(), v.std()]
+                if with_min_and_max:
+                    val += [v.min(), v.max()]
+                self.epoch_dict[key] = []
+            record.append({key: np.asarray(val, np.float64)})
+
+        def dump_tabular(self):
+            print("-" * 10)
+
+    return EpochLogger
+
+
+class SharedPolicyDraws:
+    """``Normal.rsample``/``sample`` of a library as ``loc + scale * eps`` and
+    ``Categorical.sample`` by the inverse CDF of a uniform draw, ``eps`` and the uniforms from
+    one seeded stream: the same draws in both runs."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def patch(self, monkeypatch, lib):
+        rng = self.rng
+
+        def rsample(self, sample_shape=()):
+            eps = lib.tensor(rng.standard_normal(tuple(self.loc.shape)), dtype=self.loc.dtype)
+            return self.loc + self.scale * eps
+
+        def sample(self, sample_shape=()):
+            with lib.no_grad():
+                return rsample(self, sample_shape).detach()
+
+        def categorical(self, sample_shape=()):
+            p = self.probs.detach().numpy().astype(np.float64)
+            u = rng.random(p.shape[:-1] + (1,))
+            index = (np.cumsum(p, -1) < u).sum(-1).clip(0, p.shape[-1] - 1)
+            return lib.tensor(index, dtype=lib.int64)
+
+        monkeypatch.setattr(lib.distributions.Normal, "rsample", rsample)
+        monkeypatch.setattr(lib.distributions.Normal, "sample", sample)
+        monkeypatch.setattr(lib.distributions.Categorical, "sample", categorical)
+
+
+def run_program(monkeypatch, source, steps, action_space, seed, **names):
+    """The records and printed logs of ``source`` run under torch and its port under retrograd,
+    each with its own ``gym`` stand-in, logger and noise stream seeded by ``seed``."""
+    records, logs, initialize = [], [], initializer()
+    for lib in (torch, rg):
+        record = []
+        with monkeypatch.context() as patch:
+            gym = fake_gym(action_space)
+            patch.setitem(sys.modules, "gym", gym)
+            patch.setitem(sys.modules, "gym.spaces", gym.spaces)
+            SharedPolicyDraws(seed).patch(patch, lib)
+            text = source if lib is torch else port(source, steps)
+            text = text.replace("from torch.", "from retrograd." if lib is rg else "from torch.")
+            run_source(
+                text, lib, types=types, record=record, EpochLogger=epoch_logger(record),
+                initialize=initialize, params_of=params_of, **names,
+            )  # fmt: skip
+        records.append(record)
+    return records
