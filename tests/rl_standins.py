@@ -148,9 +148,11 @@ class SharedPolicyDraws:
 
 
 def run_program(monkeypatch, source, steps, action_space, seed, **names):
-    """The records and printed logs of ``source`` run under torch and its port under retrograd,
-    each with its own ``gym`` stand-in, logger and noise stream seeded by ``seed``."""
-    records, logs, initialize = [], [], initializer()
+    """The records of ``source`` run under torch and of its port under retrograd, each with its
+    own ``gym`` stand-in, ``EpochLogger`` and policy draws seeded by ``seed``; a name given as
+    ``<name>_of`` is bound to ``<name>_of(run)`` in each run, where ``run.record`` is that
+    run's record and ``run.initialize`` the :func:`initializer` shared by both runs."""
+    records, initialize = [], initializer()
     for lib in (torch, rg):
         record = []
         with monkeypatch.context() as patch:
@@ -160,9 +162,14 @@ def run_program(monkeypatch, source, steps, action_space, seed, **names):
             SharedPolicyDraws(seed).patch(patch, lib)
             text = source if lib is torch else port(source, steps)
             text = text.replace("from torch.", "from retrograd." if lib is rg else "from torch.")
+            run = types.SimpleNamespace(record=record, initialize=initialize)
+            made = {
+                k.removesuffix("_of") if k.endswith("_of") else k: v(run) if k.endswith("_of") else v
+                for k, v in names.items()
+            }
             run_source(
                 text, lib, types=types, record=record, EpochLogger=epoch_logger(record),
-                initialize=initialize, params_of=params_of, **names,
+                initialize=initialize, params_of=params_of, **made,
             )  # fmt: skip
         records.append(record)
     return records
