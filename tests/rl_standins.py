@@ -5,6 +5,7 @@ under torch and its port under retrograd with them."""
 
 from __future__ import annotations
 
+import random
 import sys
 import types
 
@@ -39,37 +40,48 @@ class Discrete:
 
 
 class PointMassEnv:
-    """A deterministic point mass with gym's old API: ``reset() -> obs``, ``step(a) -> (obs,
-    reward, done, info)``; episodes end after ``episode_length`` steps. A ``Discrete`` action
-    ``k`` pushes by ``k - 1``; a ``Box`` action by its mean."""
+    """A deterministic point mass with gym's old API (``reset() -> obs``, ``step(a) -> (obs,
+    reward, done, info)``) or, with ``new_api``, gymnasium's (``reset() -> (obs, info)``, a
+    five-value ``step``); episodes end after ``episode_length`` steps. A ``Discrete`` action
+    ``k`` pushes by ``k - 1``; a ``Box`` action by its mean. Each action taken is appended to
+    ``actions`` when one is given."""
 
-    def __init__(self, action_space, episode_length=4):
-        self.observation_space = Box(-np.inf, np.inf, (3,))
+    START = np.array([0.3, -0.2, 0.1, 0.25, -0.35], np.float32)
+    DRIFT = np.array([0.1, -0.15, 0.05, -0.05, 0.12])
+
+    def __init__(self, action_space, episode_length=4, obs_dim=3, new_api=False, actions=None):
+        self.observation_space = Box(-np.inf, np.inf, (obs_dim,))
         self.action_space = action_space
         self.episode_length = episode_length
+        self.obs_dim, self.new_api, self.actions = obs_dim, new_api, actions
 
-    def reset(self):
+    def reset(self, seed=None):
         self.t = 0
-        self.state = np.array([0.3, -0.2, 0.1], np.float32)
-        return self.state.copy()
+        self.state = self.START[: self.obs_dim].copy()
+        return (self.state.copy(), {}) if self.new_api else self.state.copy()
 
     def step(self, action):
+        if self.actions is not None:
+            self.actions.append(np.array(action, np.float64))
         push = np.asarray(action, np.float64).mean()
         if isinstance(self.action_space, Discrete):
             push = push - 1.0
-        self.state = np.tanh(self.state + 0.4 * push + np.array([0.1, -0.15, 0.05])).astype(
+        self.state = np.tanh(self.state + 0.4 * push + self.DRIFT[: self.obs_dim]).astype(
             np.float32
         )
         self.t += 1
         reward = float(-np.abs(self.state).sum() + 0.1 * push)
-        return self.state.copy(), reward, self.t >= self.episode_length, {}
+        done = self.t >= self.episode_length
+        if self.new_api:
+            return self.state.copy(), reward, done, False, {}
+        return self.state.copy(), reward, done, {}
 
 
-def fake_gym(action_space) -> types.ModuleType:
-    """A ``gym`` module whose ``make`` returns a :class:`PointMassEnv` and whose ``spaces``
-    holds :class:`Box` and :class:`Discrete`."""
+def fake_gym(make) -> types.ModuleType:
+    """A ``gym`` module whose ``make(name)`` is ``make(name)`` and whose ``spaces`` holds
+    :class:`Box` and :class:`Discrete`."""
     gym = types.ModuleType("gym")
-    gym.make = lambda name: PointMassEnv(action_space)
+    gym.make = make
     gym.spaces = types.ModuleType("gym.spaces")
     gym.spaces.Box, gym.spaces.Discrete = Box, Discrete
     return gym
@@ -147,24 +159,31 @@ class SharedPolicyDraws:
         monkeypatch.setattr(lib.distributions.Categorical, "sample", categorical)
 
 
-def run_program(monkeypatch, source, steps, action_space, seed, **names):
+def run_program(monkeypatch, source, steps, make_gym_env, seed, **names):
     """The records of ``source`` run under torch and of its port under retrograd, each with its
-    own ``gym`` stand-in, ``EpochLogger`` and policy draws seeded by ``seed``; a name given as
-    ``<name>_of`` is bound to ``<name>_of(run)`` in each run, where ``run.record`` is that
-    run's record and ``run.initialize`` the :func:`initializer` shared by both runs."""
+    own ``gym`` stand-in (``gym.make(name)`` is ``make_gym_env(name, run)``), ``EpochLogger`` and
+    policy draws seeded by ``seed``, and Python's, NumPy's and the library's global streams
+    seeded by it; a name given as ``<name>_of`` is bound to ``<name>_of(run)`` in each run,
+    where ``run.record`` is that run's record and ``run.initialize`` the :func:`initializer`
+    shared by both runs."""
     records, initialize = [], initializer()
     for lib in (torch, rg):
         record = []
+        run = types.SimpleNamespace(record=record, initialize=initialize)
         with monkeypatch.context() as patch:
-            gym = fake_gym(action_space)
+            gym = fake_gym(lambda name: make_gym_env(name, run))
             patch.setitem(sys.modules, "gym", gym)
             patch.setitem(sys.modules, "gym.spaces", gym.spaces)
             SharedPolicyDraws(seed).patch(patch, lib)
+            random.seed(seed)
+            np.random.seed(seed)
+            lib.manual_seed(seed)
             text = source if lib is torch else port(source, steps)
             text = text.replace("from torch.", "from retrograd." if lib is rg else "from torch.")
-            run = types.SimpleNamespace(record=record, initialize=initialize)
             made = {
-                k.removesuffix("_of") if k.endswith("_of") else k: v(run) if k.endswith("_of") else v
+                k.removesuffix("_of") if k.endswith("_of") else k: v(run)
+                if k.endswith("_of")
+                else v
                 for k, v in names.items()
             }
             run_source(

@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 
 from real_ports import assert_records_agree
-from rl_standins import Box, Discrete, run_program
+from rl_standins import Box, Discrete, PointMassEnv, run_program
 
 PPO_CORE = """
 import numpy as np
@@ -461,7 +461,12 @@ MPI_FOR_ONE_PROCESS = dict(
 def test_spinning_up_ppo_trains_as_torch(monkeypatch, capsys, space):
     action_space = Discrete(3) if space == "discrete" else Box(-1.0, 1.0, (2,))
     theirs, ours = run_program(
-        monkeypatch, PPO_CORE + PPO_MAIN, PPO_STEPS, action_space, seed=381, **MPI_FOR_ONE_PROCESS
+        monkeypatch,
+        PPO_CORE + PPO_MAIN,
+        PPO_STEPS,
+        lambda name, run: PointMassEnv(action_space),
+        seed=381,
+        **MPI_FOR_ONE_PROCESS,
     )
     torch_log, port_log = capsys.readouterr().out.split("\nNumber of parameters")[1:]
     assert torch_log == port_log

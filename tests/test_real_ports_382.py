@@ -31,7 +31,7 @@ runs.
 from __future__ import annotations
 
 from real_ports import assert_records_agree
-from rl_standins import Box, run_program
+from rl_standins import Box, PointMassEnv, run_program
 
 SAC_CORE = """
 import numpy as np
@@ -409,7 +409,11 @@ SAC_STEPS = [
 
 def test_spinning_up_sac_trains_as_torch(monkeypatch, capsys):
     theirs, ours = run_program(
-        monkeypatch, SAC_CORE + SAC_MAIN, SAC_STEPS, Box(-1.0, 1.0, (2,)), seed=382
+        monkeypatch,
+        SAC_CORE + SAC_MAIN,
+        SAC_STEPS,
+        lambda name, run: PointMassEnv(Box(-1.0, 1.0, (2,))),
+        seed=382,
     )
     out = capsys.readouterr().out
     header = "\nNumber of parameters: \t pi: 404, \t q1: 385, \t q2: 385\n\n"

@@ -634,12 +634,14 @@ def make_env(cfg):
 
 def test_pytorch_sac_with_a_tanh_transform_trains_as_torch(monkeypatch, capsys):
     theirs, ours = run_program(
-        monkeypatch, PYTORCH_SAC, PYTORCH_SAC_STEPS, Box(-1.0, 1.0, (2,)), seed=383,
+        monkeypatch, PYTORCH_SAC, PYTORCH_SAC_STEPS, None, seed=383,
         cfg_of=config, make_env=make_env, hydra_of=hydra_standin, Logger_of=logger_standin,
     )  # fmt: skip
     torch_log, port_log = capsys.readouterr().out.split("workspace: ")[1:]
     assert torch_log == port_log
-    assert torch_log.endswith("| step 5 | save True\n| step 10 | save True\n| step 10 | save True\n")
+    assert torch_log.endswith(
+        "| step 5 | save True\n| step 10 | save True\n| step 10 | save True\n"
+    )
     # 10 updates (steps 4 to 13), each logging the actor's and the critic's layers
     assert sum(isinstance(r, dict) and list(r) == ["train_alpha/value"] for r in theirs) == 10
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
