@@ -76,6 +76,9 @@ class PointMassEnv:
             return self.state.copy(), reward, done, False, {}
         return self.state.copy(), reward, done, {}
 
+    def close(self):
+        pass
+
 
 def fake_gym(make) -> types.ModuleType:
     """A ``gym`` module whose ``make(name)`` is ``make(name)`` and whose ``spaces`` holds
@@ -165,10 +168,16 @@ def run_program(monkeypatch, source, steps, make_gym_env, seed, **names):
     policy draws seeded by ``seed``, and Python's, NumPy's and the library's global streams
     seeded by it; a name given as ``<name>_of`` is bound to ``<name>_of(run)`` in each run,
     where ``run.record`` is that run's record and ``run.initialize`` the :func:`initializer`
-    shared by both runs."""
-    records, initialize = [], initializer()
+    shared by both runs (``initialize`` in the program). The parameters of the modules given
+    to ``initialize`` close each record."""
+    records, shared_initialize = [], initializer()
     for lib in (torch, rg):
-        record = []
+        record, modules = [], []
+
+        def initialize(module, modules=modules):
+            modules.append(module)
+            shared_initialize(module)
+
         run = types.SimpleNamespace(record=record, initialize=initialize)
         with monkeypatch.context() as patch:
             gym = fake_gym(lambda name: make_gym_env(name, run))
@@ -190,5 +199,7 @@ def run_program(monkeypatch, source, steps, make_gym_env, seed, **names):
                 text, lib, types=types, record=record, EpochLogger=epoch_logger(record),
                 initialize=initialize, params_of=params_of, **made,
             )  # fmt: skip
+        if modules:
+            record.append(params_of(*modules))
         records.append(record)
     return records
