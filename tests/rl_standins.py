@@ -180,7 +180,7 @@ def run_program(monkeypatch, source, steps, make_gym_env, seed, **names):
 
         run = types.SimpleNamespace(record=record, initialize=initialize)
         with monkeypatch.context() as patch:
-            gym = fake_gym(lambda name: make_gym_env(name, run))
+            gym = fake_gym(lambda name, run=run: make_gym_env(name, run))
             patch.setitem(sys.modules, "gym", gym)
             patch.setitem(sys.modules, "gym.spaces", gym.spaces)
             SharedPolicyDraws(seed).patch(patch, lib)

@@ -58,7 +58,7 @@ class PPO(nn.Module):
     def __init__(self):
         super(PPO, self).__init__()
         self.data = []
-        
+
         self.fc1   = nn.Linear(4,64)
         self.lstm  = nn.LSTM(64,32)
         self.fc_pi = nn.Linear(32,2)
@@ -72,22 +72,22 @@ class PPO(nn.Module):
         x = self.fc_pi(x)
         prob = F.softmax(x, dim=2)
         return prob, lstm_hidden
-    
+
     def v(self, x, hidden):
         x = F.relu(self.fc1(x))
         x = x.view(-1, 1, 64)
         x, lstm_hidden = self.lstm(x, hidden)
         v = self.fc_v(x)
         return v
-      
+
     def put_data(self, transition):
         self.data.append(transition)
-        
+
     def make_batch(self):
         s_lst, a_lst, r_lst, s_prime_lst, prob_a_lst, hidden_lst, done_lst = [], [], [], [], [], [], []
         for transition in self.data:
             s, a, r, s_prime, prob_a, hidden, done = transition
-            
+
             s_lst.append(s)
             a_lst.append([a])
             r_lst.append([r])
@@ -96,13 +96,13 @@ class PPO(nn.Module):
             hidden_lst.append(hidden)
             done_mask = 0 if done else 1
             done_lst.append([done_mask])
-            
+
         s,a,r,s_prime,done_mask,prob_a = torch.tensor(s_lst, dtype=torch.float), torch.tensor(a_lst), \\
                                          torch.tensor(r_lst), torch.tensor(s_prime_lst, dtype=torch.float), \\
                                          torch.tensor(done_lst, dtype=torch.float), torch.tensor(prob_a_lst)
         self.data = []
         return s,a,r,s_prime, done_mask, prob_a, hidden_lst[0]
-        
+
     def train_net(self):
         s,a,r,s_prime,done_mask, prob_a, (h1,h2) = self.make_batch()
         first_hidden = (h1.detach(), h2.detach())
@@ -113,7 +113,7 @@ class PPO(nn.Module):
             v_s = self.v(s, first_hidden).squeeze(1)
             delta = td_target - v_s
             delta = delta.detach().numpy()
-            
+
             advantage_lst = []
             advantage = 0.0
             for item in delta[::-1]:
@@ -133,19 +133,19 @@ class PPO(nn.Module):
             self.optimizer.zero_grad()
             loss.mean().backward(retain_graph=True)
             self.optimizer.step()
-        
+
 def main():
     env = gym.make('CartPole-v1')
     model = PPO()
     initialize(model)
     score = 0.0
     print_interval = 2
-    
+
     for n_epi in range(4):
         hidden = (torch.zeros([1, 1, 32], dtype=torch.float), torch.zeros([1, 1, 32], dtype=torch.float))
         s = env.reset()
         done = False
-        
+
         while not done:
             for t in range(T_horizon):
                 s_tensor = torch.from_numpy(s).float()
@@ -161,7 +161,7 @@ def main():
                 score += r
                 if done:
                     break
-                    
+
             model.train_net()
 
         if n_epi%print_interval==0 and n_epi!=0:
@@ -191,8 +191,8 @@ from torch.distributions import Categorical
 #Hyperparameters
 learning_rate = 0.0002
 gamma         = 0.98
-buffer_limit  = 6000  
-rollout_len   = 10   
+buffer_limit  = 6000
+rollout_len   = 10
 batch_size    = 4     # Indicates 4 sequences per mini-batch (4*rollout_len = 40 samples total)
 c             = 1.0   # For truncating importance sampling ratio
 
@@ -202,7 +202,7 @@ class ReplayBuffer():
 
     def put(self, seq_data):
         self.buffer.append(seq_data)
-    
+
     def sample(self, on_policy=False):
         if on_policy:
             mini_batch = [self.buffer[-1]]
@@ -228,37 +228,37 @@ class ReplayBuffer():
                                         r_lst, torch.tensor(prob_lst, dtype=torch.float), done_lst, \\
                                         is_first_lst
         return s,a,r,prob,done_mask,is_first
-    
+
     def size(self):
         return len(self.buffer)
-      
+
 class ActorCritic(nn.Module):
     def __init__(self):
         super(ActorCritic, self).__init__()
         self.fc1 = nn.Linear(4,256)
         self.fc_pi = nn.Linear(256,2)
         self.fc_q = nn.Linear(256,2)
-        
+
     def pi(self, x, softmax_dim = 0):
         x = F.relu(self.fc1(x))
         x = self.fc_pi(x)
         pi = F.softmax(x, dim=softmax_dim)
         return pi
-    
+
     def q(self, x):
         x = F.relu(self.fc1(x))
         q = self.fc_q(x)
         return q
-      
+
 def train(model, optimizer, memory, on_policy=False):
     s,a,r,prob,done_mask,is_first = memory.sample(on_policy)
-    
+
     q = model.q(s)
     q_a = q.gather(1,a)
     pi = model.pi(s, softmax_dim = 1)
     pi_a = pi.gather(1,a)
     v = (q * pi).sum(1).unsqueeze(1).detach()
-    
+
     rho = pi.detach()/prob
     rho_a = rho.gather(1,a)
     rho_bar = rho_a.clamp(max=c)
@@ -270,21 +270,21 @@ def train(model, optimizer, memory, on_policy=False):
         q_ret = r[i] + gamma * q_ret
         q_ret_lst.append(q_ret.item())
         q_ret = rho_bar[i] * (q_ret - q_a[i]) + v[i]
-        
+
         if is_first[i] and i!=0:
-            q_ret = v[i-1] * done_mask[i-1] # When a new sequence begins, q_ret is initialized  
-            
+            q_ret = v[i-1] * done_mask[i-1] # When a new sequence begins, q_ret is initialized
+
     q_ret_lst.reverse()
     q_ret = torch.tensor(q_ret_lst, dtype=torch.float).unsqueeze(1)
-    
-    loss1 = -rho_bar * torch.log(pi_a) * (q_ret - v) 
+
+    loss1 = -rho_bar * torch.log(pi_a) * (q_ret - v)
     loss2 = -correction_coeff * pi.detach() * torch.log(pi) * (q.detach()-v) # bias correction term
     loss = loss1 + loss2.sum(1) + F.smooth_l1_loss(q_a, q_ret)
-    
+
     optimizer.zero_grad()
     loss.mean().backward()
     optimizer.step()
-        
+
 def main():
     env = gym.make('CartPole-v1')
     memory = ReplayBuffer()
@@ -293,15 +293,15 @@ def main():
     optimizer = optim.Adam(model.parameters(), lr=learning_rate)
 
     score = 0.0
-    print_interval = 2    
+    print_interval = 2
 
     for n_epi in range(7):
         s = env.reset()
         done = False
-        
+
         while not done:
             seq_data = []
-            for t in range(rollout_len): 
+            for t in range(rollout_len):
                 prob = model.pi(torch.from_numpy(s).float())
                 a = Categorical(prob).sample().item()
                 s_prime, r, done, info = env.step(a)
@@ -311,12 +311,12 @@ def main():
                 s = s_prime
                 if done:
                     break
-                    
+
             memory.put(seq_data)
             if memory.size()>3:
                 train(model, optimizer, memory, on_policy=True)
                 train(model, optimizer, memory)
-        
+
         if n_epi%print_interval==0 and n_epi!=0:
             print("# of episode :{}, avg score : {:.1f}, buffer size : {}".format(n_epi, score/print_interval, memory.size()))
             score = 0.0
@@ -347,7 +347,7 @@ class Vtrace(nn.Module):
     def __init__(self):
         super(Vtrace, self).__init__()
         self.data = []
-        
+
         self.fc1   = nn.Linear(4,256)
         self.fc_pi = nn.Linear(256,2)
         self.fc_v  = nn.Linear(256,1)
@@ -361,20 +361,20 @@ class Vtrace(nn.Module):
         x = self.fc_pi(x)
         prob = F.softmax(x, dim=softmax_dim)
         return prob
-    
+
     def v(self, x):
         x = F.relu(self.fc1(x))
         v = self.fc_v(x)
         return v
-      
+
     def put_data(self, transition):
         self.data.append(transition)
-        
+
     def make_batch(self):
         s_lst, a_lst, r_lst, s_prime_lst, mu_a_lst, done_lst = [], [], [], [], [], []
         for transition in self.data:
             s, a, r, s_prime, mu_a, done = transition
-            
+
             s_lst.append(s)
             a_lst.append([a])
             r_lst.append([r])
@@ -382,7 +382,7 @@ class Vtrace(nn.Module):
             mu_a_lst.append([mu_a])
             done_mask = 0 if done else 1
             done_lst.append([done_mask])
-            
+
         s,a,r,s_prime,done_mask, mu_a = torch.tensor(s_lst, dtype=torch.float), torch.tensor(a_lst), \\
                                         torch.tensor(r_lst), torch.tensor(s_prime_lst, dtype=torch.float), \\
                                         torch.tensor(done_lst, dtype=torch.float), torch.tensor(mu_a_lst)
@@ -395,26 +395,26 @@ class Vtrace(nn.Module):
             pi_a = pi.gather(1,a)
             v, v_prime = self.v(s), self.v(s_prime)
             ratio = torch.exp(torch.log(pi_a) - torch.log(mu_a))  # a/b == exp(log(a)-log(b))
-            
+
             rhos = torch.min(self.clip_rho_threshold, ratio)
             cs = torch.min(self.clip_c_threshold, ratio).numpy()
             td_target = r + gamma * v_prime * done_mask
             delta = rhos*(td_target - v).numpy()
-            
+
             vs_minus_v_xs_lst = []
             vs_minus_v_xs = 0.0
             vs_minus_v_xs_lst.append([vs_minus_v_xs])
-            
+
             for i in range(len(delta)-1, -1, -1):
                 vs_minus_v_xs = gamma * cs[i][0] * vs_minus_v_xs + delta[i][0]
                 vs_minus_v_xs_lst.append([vs_minus_v_xs])
             vs_minus_v_xs_lst.reverse()
-            
+
             vs_minus_v_xs = torch.tensor(vs_minus_v_xs_lst, dtype=torch.float)
             vs = vs_minus_v_xs[:-1] + v.numpy()
             vs_prime = vs_minus_v_xs[1:] + v_prime.numpy()
             advantage = r + gamma * vs_prime - v.numpy()
-            
+
         return vs, advantage, rhos
 
     def train_net(self):
@@ -423,7 +423,7 @@ class Vtrace(nn.Module):
 
         pi = self.pi(s, softmax_dim=1)
         pi_a = pi.gather(1,a)
-       
+
         val_loss = F.smooth_l1_loss(self.v(s) , vs)
         pi_loss = -rhos * torch.log(pi_a) * advantage
         loss =  pi_loss + val_loss
@@ -431,13 +431,13 @@ class Vtrace(nn.Module):
         self.optimizer.zero_grad()
         loss.mean().backward()
         self.optimizer.step()
-        
+
 def main():
     env = gym.make('CartPole-v1')
     model = Vtrace()
     initialize(model)
     score = 0.0
-    
+
     for n_epi in range(3):
         s, _ = env.reset()
         done = False
@@ -494,7 +494,7 @@ class ReplayBuffer():
 
     def put(self, transition):
         self.buffer.append(transition)
-    
+
     def sample(self, n):
         mini_batch = random.sample(self.buffer, n)
         s_lst, a_lst, r_lst, s_prime_lst, done_mask_lst = [], [], [], [], []
@@ -505,13 +505,13 @@ class ReplayBuffer():
             a_lst.append([a])
             r_lst.append([r])
             s_prime_lst.append(s_prime)
-            done_mask = 0.0 if done else 1.0 
+            done_mask = 0.0 if done else 1.0
             done_mask_lst.append([done_mask])
-        
+
         return torch.tensor(s_lst, dtype=torch.float), torch.tensor(a_lst, dtype=torch.float), \\
                 torch.tensor(r_lst, dtype=torch.float), torch.tensor(s_prime_lst, dtype=torch.float), \\
                 torch.tensor(done_mask_lst, dtype=torch.float)
-    
+
     def size(self):
         return len(self.buffer)
 
@@ -597,7 +597,7 @@ def calc_target(pi, q1, q2, mini_batch):
         target = r + gamma * done * (min_q + entropy)
 
     return target
-    
+
 def main():
     env = gym.make('Pendulum-v0')
     memory = ReplayBuffer()
@@ -622,7 +622,7 @@ def main():
             memory.put((s, a.item(), r/10.0, s_prime, done))
             score +=r
             s = s_prime
-                
+
         if memory.size()>20:
             for i in range(4):
                 mini_batch = memory.sample(batch_size)
@@ -632,7 +632,7 @@ def main():
                 entropy = pi.train_net(q1, q2, mini_batch)
                 q1.soft_update(q1_target)
                 q2.soft_update(q2_target)
-                
+
         if n_epi%print_interval==0 and n_epi!=0:
             print("# of episode :{}, avg score : {:.1f} alpha:{:.4f}".format(n_epi, score/print_interval, pi.log_alpha.exp()))
             score = 0.0
