@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 import retrograd as rg
-from real_ports import initializer, params_of, port, run_source
+from real_ports import SharedDraws, initializer, params_of, port, run_source
 
 
 class Box:
@@ -30,13 +30,21 @@ class Box:
 
 
 class Discrete:
+    """``gym.spaces.Discrete``: ``sample`` from NumPy's global stream, or from the space's own
+    once ``seed`` has been called."""
+
     def __init__(self, n):
         self.n = n
         self.shape = ()
-        self.dtype = np.int64
+        self.dtype = np.dtype(np.int64)
+        self.rng = np.random
+
+    def seed(self, seed=None):
+        self.rng = np.random.RandomState(seed)
+        return [seed]
 
     def sample(self):
-        return np.random.randint(self.n)
+        return self.rng.randint(self.n)
 
 
 class PointMassEnv:
@@ -162,14 +170,19 @@ class SharedPolicyDraws:
         monkeypatch.setattr(lib.distributions.Categorical, "sample", categorical)
 
 
-def run_program(monkeypatch, source, steps, make_gym_env, seed, **names):
+def run_program(
+    monkeypatch, source, steps, make_gym_env, seed, modules_of=None, workdir=None, **names
+):
     """The records of ``source`` run under torch and of its port under retrograd, each with its
     own ``gym`` stand-in (``gym.make(name)`` is ``make_gym_env(name, run)``), ``EpochLogger`` and
-    policy draws seeded by ``seed``, and Python's, NumPy's and the library's global streams
-    seeded by it; a name given as ``<name>_of`` is bound to ``<name>_of(run)`` in each run,
-    where ``run.record`` is that run's record and ``run.initialize`` the :func:`initializer`
-    shared by both runs (``initialize`` in the program). The parameters of the modules given
-    to ``initialize`` close each record."""
+    policy draws seeded by ``seed``, ``torch.rand``/``randn``/``randint`` drawing from one
+    stream (:class:`real_ports.SharedDraws`), and Python's, NumPy's and the library's global
+    streams seeded by it. ``modules_of(run)`` names the stand-in modules to import (``{name:
+    module}``); a name given as ``<name>_of`` is bound to ``<name>_of(run)`` in each run, where
+    ``run.lib`` is the library, ``run.record`` that run's record and ``run.initialize`` the
+    :func:`initializer` shared by both runs (``initialize`` in the program). The parameters of
+    the modules given to ``initialize`` close each record. Given a ``workdir``, each run works
+    in its own folder of it, ``torch`` or ``retrograd``."""
     records, shared_initialize = [], initializer()
     for lib in (torch, rg):
         record, modules = [], []
@@ -178,11 +191,17 @@ def run_program(monkeypatch, source, steps, make_gym_env, seed, **names):
             modules.append(module)
             shared_initialize(module)
 
-        run = types.SimpleNamespace(record=record, initialize=initialize)
-        with monkeypatch.context() as patch:
+        run = types.SimpleNamespace(lib=lib, record=record, initialize=initialize)
+        with monkeypatch.context() as patch, SharedDraws(lib, seed):
             gym = fake_gym(lambda name, run=run: make_gym_env(name, run))
             patch.setitem(sys.modules, "gym", gym)
             patch.setitem(sys.modules, "gym.spaces", gym.spaces)
+            for name, module in (modules_of(run) if modules_of else {}).items():
+                patch.setitem(sys.modules, name, module)
+            if workdir is not None:
+                folder = workdir / lib.__name__
+                folder.mkdir()
+                patch.chdir(folder)
             SharedPolicyDraws(seed).patch(patch, lib)
             random.seed(seed)
             np.random.seed(seed)
