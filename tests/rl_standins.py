@@ -98,6 +98,91 @@ def fake_gym(make) -> types.ModuleType:
     return gym
 
 
+class RecordEpisodeStatistics:
+    """``gymnasium.wrappers.RecordEpisodeStatistics``: ``info["episode"]`` holds the return
+    ``r`` and length ``l`` of the episode that just ended."""
+
+    def __init__(self, env):
+        self.env = env
+        self.action_space, self.observation_space = env.action_space, env.observation_space
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def reset(self, seed=None):
+        self.episode_return, self.episode_length = 0.0, 0
+        return self.env.reset(seed=seed)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.episode_return += reward
+        self.episode_length += 1
+        if terminated or truncated:
+            info = dict(info, episode={"r": np.array([self.episode_return], np.float32),
+                                       "l": np.array([self.episode_length], np.int32)})  # fmt: skip
+        return obs, reward, terminated, truncated, info
+
+
+class SyncVectorEnv:
+    """``gymnasium.vector.SyncVectorEnv`` as gymnasium 0.29 has it: stacked observations,
+    autoreset, and ``infos["final_info"]``/``["final_observation"]`` when an episode ends.
+    Copy ``i``'s episodes end terminated for even ``i``, truncated for odd ``i``."""
+
+    def __init__(self, env_fns):
+        self.envs = [fn() for fn in env_fns]
+        self.num_envs = len(self.envs)
+        self.single_observation_space = self.envs[0].observation_space
+        self.single_action_space = self.envs[0].action_space
+
+    def reset(self, seed=None):
+        return np.stack([env.reset(seed=seed)[0] for env in self.envs]), {}
+
+    def step(self, actions):
+        observations, rewards, terminations, truncations = [], [], [], []
+        final_obs, final_info, infos = [None] * self.num_envs, [None] * self.num_envs, {}
+        for i, (env, action) in enumerate(zip(self.envs, actions)):
+            obs, reward, done, _, info = env.step(action)
+            terminated, truncated = (done, False) if i % 2 == 0 else (False, done)
+            if done:
+                final_obs[i], final_info[i] = obs, info
+                obs, _ = env.reset()
+                infos = {"final_observation": np.array(final_obs, dtype=object),
+                         "final_info": np.array(final_info, dtype=object)}  # fmt: skip
+            observations.append(obs)
+            rewards.append(reward)
+            terminations.append(terminated)
+            truncations.append(truncated)
+        return (np.stack(observations), np.array(rewards), np.array(terminations),
+                np.array(truncations), infos)  # fmt: skip
+
+    def close(self):
+        pass
+
+
+def gymnasium_standin(make, **wrappers):
+    """A ``gymnasium`` module: ``make(env_id)``, ``wrappers.RecordEpisodeStatistics`` (and the
+    ``wrappers`` given), ``vector.SyncVectorEnv``, ``spaces.Box``/``Discrete``."""
+    gym = types.ModuleType("gymnasium")
+    gym.make = lambda env_id, **kwargs: make(env_id)
+    gym.wrappers = types.SimpleNamespace(
+        RecordEpisodeStatistics=RecordEpisodeStatistics, **wrappers
+    )
+    gym.vector = types.SimpleNamespace(SyncVectorEnv=SyncVectorEnv)
+    gym.spaces = types.SimpleNamespace(Box=Box, Discrete=Discrete)
+    return gym
+
+
+def scalars_written(folder):
+    """``{tag: [(step, value), ...]}`` of the event file under ``folder/runs``."""
+    (run,) = (folder / "runs").iterdir()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)]
+            for tag in sorted(events.Tags()["scalars"]) if tag != "charts/SPS"}  # fmt: skip
+
+
 def epoch_logger(record: list):
     """Spinning Up's ``EpochLogger`` as the algorithms call it: each ``store`` and each
     ``log_tabular`` statistic goes into ``record`` (the wall time left out)."""

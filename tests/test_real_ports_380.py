@@ -43,11 +43,9 @@ import numpy as np
 import pytest
 
 from real_ports import assert_records_agree
-from rl_standins import Box, Discrete, PointMassEnv, run_program
+from rl_standins import Discrete, PointMassEnv, gymnasium_standin, run_program, scalars_written
 
-EventAccumulator = pytest.importorskip(
-    "tensorboard.backend.event_processing.event_accumulator"
-).EventAccumulator
+pytest.importorskip("tensorboard")
 
 DQN = """
 # docs and experiment results can be found at https://docs.cleanrl.dev/rl-algorithms/dqn/#dqnpy
@@ -578,73 +576,6 @@ SIZES = {
 }  # fmt: skip
 
 
-class RecordEpisodeStatistics:
-    """``gymnasium.wrappers.RecordEpisodeStatistics``: ``info["episode"]`` holds the return
-    ``r`` and length ``l`` of the episode that just ended."""
-
-    def __init__(self, env):
-        self.env = env
-        self.action_space, self.observation_space = env.action_space, env.observation_space
-
-    def reset(self, seed=None):
-        self.episode_return, self.episode_length = 0.0, 0
-        return self.env.reset(seed=seed)
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.episode_return += reward
-        self.episode_length += 1
-        if terminated or truncated:
-            info = dict(info, episode={"r": np.array([self.episode_return], np.float32),
-                                       "l": np.array([self.episode_length], np.int32)})  # fmt: skip
-        return obs, reward, terminated, truncated, info
-
-
-class SyncVectorEnv:
-    """``gymnasium.vector.SyncVectorEnv`` as gymnasium 0.29 has it: stacked observations,
-    autoreset, and ``infos["final_info"]``/``["final_observation"]`` when an episode ends.
-    Copy ``i``'s episodes end terminated for even ``i``, truncated for odd ``i``."""
-
-    def __init__(self, env_fns):
-        self.envs = [fn() for fn in env_fns]
-        self.num_envs = len(self.envs)
-        self.single_observation_space = self.envs[0].observation_space
-        self.single_action_space = self.envs[0].action_space
-
-    def reset(self, seed=None):
-        return np.stack([env.reset(seed=seed)[0] for env in self.envs]), {}
-
-    def step(self, actions):
-        observations, rewards, terminations, truncations = [], [], [], []
-        final_obs, final_info, infos = [None] * self.num_envs, [None] * self.num_envs, {}
-        for i, (env, action) in enumerate(zip(self.envs, actions)):
-            obs, reward, done, _, info = env.step(action)
-            terminated, truncated = (done, False) if i % 2 == 0 else (False, done)
-            if done:
-                final_obs[i], final_info[i] = obs, info
-                obs, _ = env.reset()
-                infos = {"final_observation": np.array(final_obs, dtype=object),
-                         "final_info": np.array(final_info, dtype=object)}  # fmt: skip
-            observations.append(obs)
-            rewards.append(reward)
-            terminations.append(terminated)
-            truncations.append(truncated)
-        return (np.stack(observations), np.array(rewards), np.array(terminations),
-                np.array(truncations), infos)  # fmt: skip
-
-    def close(self):
-        pass
-
-
-def gymnasium_standin():
-    gym = types.ModuleType("gymnasium")
-    gym.make = lambda env_id, **kwargs: PointMassEnv(Discrete(2), 5, obs_dim=4, new_api=True)
-    gym.wrappers = types.SimpleNamespace(RecordEpisodeStatistics=RecordEpisodeStatistics)
-    gym.vector = types.SimpleNamespace(SyncVectorEnv=SyncVectorEnv)
-    gym.spaces = types.SimpleNamespace(Box=Box, Discrete=Discrete)
-    return gym
-
-
 def replay_buffer_standin(lib):
     """``cleanrl_utils.buffers.ReplayBuffer`` (stable-baselines3's) as dqn.py uses it."""
 
@@ -708,19 +639,13 @@ def standin_modules(program):
         buffers.ReplayBuffer = replay_buffer_standin(run.lib)
         tyro = types.ModuleType("tyro")
         tyro.cli = lambda cls: cls(**SIZES[program])
-        return {"gymnasium": gymnasium_standin(), "tyro": tyro,
+        gym = gymnasium_standin(
+            lambda env_id: PointMassEnv(Discrete(2), 5, obs_dim=4, new_api=True)
+        )
+        return {"gymnasium": gym, "tyro": tyro,
                 "cleanrl_utils": types.ModuleType("cleanrl_utils"), "cleanrl_utils.buffers": buffers}  # fmt: skip
 
     return modules
-
-
-def scalars_written(folder):
-    """``{tag: [(step, value), ...]}`` of the event file under ``folder/runs``."""
-    (run,) = (folder / "runs").iterdir()
-    events = EventAccumulator(str(run))
-    events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)]
-            for tag in sorted(events.Tags()["scalars"]) if tag != "charts/SPS"}  # fmt: skip
 
 
 @pytest.mark.parametrize("program", ["dqn", "pqn"])
