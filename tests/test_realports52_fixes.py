@@ -43,6 +43,9 @@ READS = {
     "flatten": lambda v: v.flatten(),
     "reshape": lambda v: v.reshape(-1),
     "iterate": lambda v: [float(x) for x in v.reshape(-1)],
+    "tensor": lambda v: v.clone() if isinstance(v, torch.Tensor) else rg.tensor(v).numpy(),
+    "as_tensor": lambda v: v if isinstance(v, torch.Tensor) else rg.as_tensor(v).numpy(),
+    "from_numpy": lambda v: v if isinstance(v, torch.Tensor) else rg.from_numpy(v).numpy(),
     "print": lambda v: [float(x) for x in re.findall(r"-?\d+\.\d*(?:e[-+]?\d+)?", str(v))],
 }  # fmt: skip
 
@@ -52,7 +55,7 @@ READS = {
 def test_state_dict_value_kept_across_a_step_reads_the_current_numbers(read, name):
     # torch's state-dict tensors are the module's storage: read after the step, they give the
     # new numbers. NumPy's methods on a kept StateValue read the snapshot of state_dict()'s
-    # call (v.sum(), v.copy(), v.astype(...), float(v), list(v), print(v))
+    # call (v.copy(), v.astype(...), list(v), float(v)), and so did rg.tensor(v)
     theirs = READS[read](trained_with_a_kept_state_dict(torch)[name])
     ours = READS[read](trained_with_a_kept_state_dict(rg)[name])
     expected = np.asarray(theirs.detach().numpy() if hasattr(theirs, "detach") else theirs)
