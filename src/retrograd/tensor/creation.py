@@ -161,6 +161,10 @@ def tensor(
         data = data.numpy()  # a copy: the user's tensor may live on another backend
     elif isinstance(data, list | tuple):
         data = _scalars_of_tensors(data)
+    elif type(data) is not np.ndarray and isinstance(data, np.ndarray) and hasattr(data, "numpy"):
+        # an array standing for a tensor (a state-dict value, torch's the module's storage):
+        # its numbers of now, which NumPy's own copy of a subclass's buffer would not read
+        data = data.numpy()
     if dtype is None and not isinstance(data, np.ndarray | np.generic):
         dtype = _foreign_dtype(data) or _python_dtype(data)
     else:

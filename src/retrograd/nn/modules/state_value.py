@@ -142,6 +142,7 @@ class StateValue(np.ndarray):
 
     def __repr__(self) -> str:
         # NumPy prints a dtype whose class is not its own in full (``dtype=dtype('float32')``)
+        self._refresh()
         return repr(self.view(_PrintedStateValue))
 
     def __reduce__(self) -> Any:  # pickled (copy.deepcopy, torch.save) as a plain array
@@ -369,6 +370,35 @@ class StateValue(np.ndarray):
         if source is not None:
             value = tensor(np.array(self, copy=True), backend=source.backend, device=source.device)
             assign(source, value, f"state_dict {op}")
+
+
+def _reading_current_values(name: str) -> Any:
+    """NumPy's method ``name`` on the values the module's tensor holds now (see
+    :meth:`StateValue._refresh`)."""
+    numpy_method = getattr(np.ndarray, name)
+
+    def read(self: StateValue, *args: Any, **kwargs: Any) -> Any:
+        self._refresh()
+        return numpy_method(self, *args, **kwargs)
+
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = f"NumPy's ``{name}`` of the module's current values."
+    return read
+
+
+#: NumPy's methods that read a state value's numbers without going through a ufunc or an index
+#: (``v.sum()``, ``v.copy()``, ``v.astype(...)``, ``float(v)``, ``list(v)``, ``print(v)``): each
+#: reads the module's tensor again first, so a value kept across optimizer steps answers with the
+#: current numbers, as torch's state-dict tensor (the module's storage) does.
+_READS = (
+    "all", "any", "argmax", "argmin", "astype", "clip", "copy", "cumprod", "cumsum", "dot",
+    "flatten", "max", "mean", "min", "nonzero", "prod", "ravel", "reshape", "round", "squeeze",
+    "sum", "tobytes", "transpose", "__bool__", "__complex__", "__float__", "__format__",
+    "__index__", "__int__", "__iter__", "__str__",
+)  # fmt: skip
+for _name in _READS:
+    setattr(StateValue, _name, _reading_current_values(_name))
+del _name
 
 
 class _PrintedStateValue(np.ndarray):
