@@ -28,6 +28,7 @@ import itertools
 import math
 import multiprocessing
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -286,19 +287,65 @@ def get_worker_info() -> WorkerInfo | None:
 class _Worker:
     """One emulated worker: its :class:`WorkerInfo` (whose dataset is its own shallow copy:
     what ``worker_init_fn`` or the dataset sets on it stays its own, as in a process) and
-    :meth:`run`, which calls a function as that worker."""
+    :meth:`run`, which calls a function as that worker.
+
+    An exception of the worker's code comes out as torch's worker process re-raises it in
+    the main process: of the same type, its message ``Caught ValueError in DataLoader worker
+    process 1.`` followed by the original traceback (a ``RuntimeError`` with that message
+    where the type cannot be made from one); ``StopIteration`` (a stream's end) and
+    ``KeyboardInterrupt`` pass as they are. A failed ``worker_init_fn`` is raised, so, from
+    that worker's first batch, as torch's worker sends it in place of that batch."""
 
     def __init__(self, dataset: Any, worker_id: int, num_workers: int, seed: int) -> None:
         self.info = WorkerInfo(
             id=worker_id, num_workers=num_workers, seed=seed, dataset=_own_copy(dataset)
         )
+        self.init_error: BaseException | None = None
+
+    def initialize(self, worker_init_fn: Callable[[int], Any]) -> None:
+        try:
+            self.run(worker_init_fn, self.info.id)
+        except StopIteration as error:  # (not a stream's end here: the init's own error)
+            self.init_error = self._as_torch_raises(error)
+        except Exception as error:
+            self.init_error = error
 
     def run(self, function: Callable[..., Any], *args: Any) -> Any:
+        if self.init_error is not None:
+            error, self.init_error = self.init_error, None
+            raise error
         token = _WORKER.set(self.info)
         try:
             return function(*args)
+        except StopIteration:
+            raise
+        except Exception as error:
+            raise self._as_torch_raises(error) from None
         finally:
             _WORKER.reset(token)
+
+    def _as_torch_raises(self, error: BaseException) -> BaseException:
+        """``error`` as torch's ``ExceptionWrapper.reraise`` gives it in the main process."""
+        kind = type(error)
+        original = "".join(traceback.format_exception(kind, error, error.__traceback__))
+        message = (
+            f"Caught {kind.__name__} in DataLoader worker process {self.info.id}.\n"
+            f"Original {original}"
+        )
+        if issubclass(kind, KeyError):  # KeyError's str() would quote the lines
+            message = _KeyErrorMessage(message)
+        try:
+            return kind(message)
+        except Exception:
+            return RuntimeError(message)
+
+
+class _KeyErrorMessage(str):
+    """torch's ``KeyErrorMessage``: a message whose ``repr`` is itself, so that a
+    ``KeyError`` made from it shows its lines rather than their quoted escape."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def _own_copy(dataset: Any) -> Any:
@@ -547,7 +594,7 @@ class DataLoader:
         ]
         if self.worker_init_fn is not None:
             for worker in workers:
-                worker.run(self.worker_init_fn, worker.info.id)
+                worker.initialize(self.worker_init_fn)
         if self.persistent_workers:
             self._persistent = workers
         return workers
