@@ -26,8 +26,12 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -349,3 +353,103 @@ def test_an_interrupt_from_a_step_hook_during_capture_or_replay_keeps_the_run_ex
         np.testing.assert_array_equal(p.numpy(), q.numpy())
     assert opt.state_dict()["state"][0]["step"] == twin_opt.state_dict()["state"][0]["step"] == 5
     gc.collect()
+
+
+# == spawned processes: an interrupted or killed parent leaves none running ========================
+def _sleep_after_writing_pid(index, folder):
+    (folder / f"{index}.pid").write_text(str(os.getpid()))
+    time.sleep(30)
+
+
+def _pids_written(folder, count: int, seconds: float = 20) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        files = sorted(folder.glob("*.pid"))
+        if len(files) == count and all(f.read_text() for f in files):
+            return [int(f.read_text()) for f in files]
+        time.sleep(0.02)
+    raise AssertionError(f"the processes did not start within {seconds} s")
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie left to a reaper that never comes does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _all_ended(pids: list[int], seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(_running(pid) for pid in pids)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals")
+def test_an_interrupted_spawn_stops_its_processes_before_the_interrupt_goes_on(tmp_path):
+    # The parent alone interrupted (kill -INT, a notebook's stop button) waited in spawn's
+    # join, at exit, for its processes to finish their work (torch's too); they are now
+    # stopped and reaped before the KeyboardInterrupt leaves spawn
+    from retrograd import multiprocessing as mp
+
+    def interrupt_once_started():
+        _pids_written(tmp_path, 2)
+        # (a moment for the parent to reach join: an interrupt inside os.fork's own
+        # after-fork handlers is lost there, Python's "Exception ignored in _releaseLock")
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        mp.start_processes(
+            _sleep_after_writing_pid, args=(tmp_path,), nprocs=2, start_method="fork"
+        )
+    pids = _pids_written(tmp_path, 2)
+    assert not any(_running(pid) for pid in pids)  # already ended, not ending
+    # and the next job runs
+    mp.start_processes(_write_pid_only, args=(tmp_path / "again",), nprocs=2, start_method="fork")
+    assert len(list((tmp_path / "again").glob("*.pid"))) == 2
+
+
+def _write_pid_only(index, folder):
+    folder.mkdir(exist_ok=True)
+    (folder / f"{index}.pid").write_text(str(os.getpid()))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_the_processes_of_a_killed_parent_end_with_it(tmp_path):
+    # A parent killed outright (SIGKILL, the out-of-memory killer) left its spawned processes
+    # running on without it; as torch's, they are now sent SIGINT when it dies
+    program = textwrap.dedent(
+        f"""
+        import os, pathlib, time
+        from retrograd import multiprocessing as mp
+
+        def sleep_after_writing_pid(index, folder):
+            (folder / f"{{index}}.pid").write_text(str(os.getpid()))
+            time.sleep(30)
+
+        mp.start_processes(sleep_after_writing_pid, args=(pathlib.Path({str(tmp_path)!r}),),
+                           nprocs=2, start_method="fork")
+        """
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", program],
+        env=dict(os.environ, PYTHONPATH=str(Path(rg.__file__).resolve().parents[1])),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        pids = _pids_written(tmp_path, 2, seconds=60)
+        parent.kill()
+        parent.wait(10)
+        assert _all_ended(pids), "a spawned process outlived its killed parent"
+    finally:
+        parent.kill()
+        parent.wait(10)
+        for file in tmp_path.glob("*.pid"):  # (a failed run's processes: not left running)
+            if file.read_text() and _running(int(file.read_text())):
+                os.kill(int(file.read_text()), signal.SIGKILL)
