@@ -38,6 +38,7 @@ import pytest
 import torch
 
 import retrograd as rg
+from concurrency_cases import open_files
 from retrograd import nn, optim
 from retrograd.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
@@ -402,13 +403,16 @@ def test_an_interrupted_spawn_stops_its_processes_before_the_interrupt_goes_on(t
         time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGINT)
 
+    files_before = open_files()
     threading.Thread(target=interrupt_once_started, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as interrupt:
         mp.start_processes(
             _sleep_after_writing_pid, args=(tmp_path,), nprocs=2, start_method="fork"
         )
     pids = _pids_written(tmp_path, 2)
     assert not any(_running(pid) for pid in pids)  # already ended, not ending
+    # and their pipes closed, though the interrupt (and its frames) is still kept
+    assert interrupt.value is not None and open_files() == files_before
     # and the next job runs
     mp.start_processes(_write_pid_only, args=(tmp_path / "again",), nprocs=2, start_method="fork")
     assert len(list((tmp_path / "again").glob("*.pid"))) == 2

@@ -182,8 +182,10 @@ def start_processes(
         # Ctrl-C (or a kill -INT of this process alone): its processes are stopped and
         # waited for before the interrupt goes on, rather than left running (torch's wait
         # for them at exit, however long their work)
+        # (closed now: the interrupt's traceback keeps this frame as long as it is kept)
         running.stop()
-        for errors in error_queues:
+        for process, errors in zip(processes, error_queues, strict=True):
+            process.close()
             errors.close()
         raise
     return None
