@@ -457,3 +457,41 @@ def test_the_processes_of_a_killed_parent_end_with_it(tmp_path):
         for file in tmp_path.glob("*.pid"):  # (a failed run's processes: not left running)
             if file.read_text() and _running(int(file.read_text())):
                 os.kill(int(file.read_text()), signal.SIGKILL)
+
+
+# == threads stepping one optimizer ===============================================================
+@pytest.mark.parametrize("name", ["SGD", "Adagrad"])
+def test_threads_stepping_one_optimizer_lose_no_update_and_run_every_hook(name):
+    # Hogwild over threads: each thread steps the shared optimizer with the gradients its own
+    # backward() returned. Two updates at once read the same value and one was lost (four
+    # threads of 60 SGD steps moved the parameter about a third of the way); and a second
+    # thread's step skipped the hooks while another step was in progress.
+    parameter = nn.Parameter(rg.zeros(8, dtype=rg.float64))
+    optimizer = getattr(optim, name)([parameter], lr=0.5)
+    hooked = []
+    optimizer.register_step_pre_hook(lambda opt, args, kwargs: hooked.append(1))
+    weights = [rg.tensor(np.full(8, k + 1.0)) for k in range(4)]
+    barrier = threading.Barrier(4)
+
+    def train(k: int) -> None:
+        barrier.wait(10)
+        for _ in range(60):
+            optimizer.step((parameter * weights[k]).sum().backward())
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads switch often: the race shows within a few steps)
+    try:
+        threads = [threading.Thread(target=train, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(hooked) == 240
+    if name == "SGD":  # every update counted: -lr * steps * (1 + 2 + 3 + 4), exact in float64
+        np.testing.assert_array_equal(parameter.detach().numpy(), np.full(8, -300.0))
+    else:  # Adagrad's sum of squares holds every gradient: 60 * (1 + 4 + 9 + 16)
+        state = optimizer.state_dict()["state"][0]
+        np.testing.assert_array_equal(np.asarray(state["sum"]), np.full(8, 1800.0))
+        assert float(np.asarray(state["step"])) == 240
