@@ -211,6 +211,27 @@ def test_a_batch_slower_than_timeout_raises_a_runtime_error_in_time():
     assert [b.tolist() for b in batches] == [[1], [2], [3]]
 
 
+def test_a_worker_init_fn_that_hangs_times_out_as_a_batch_does():
+    # worker_init_fn ran when the iterator was made, outside the wait of the timeout: one that
+    # hangs (a lock, a network mount) hung the loop however small the timeout
+    release = threading.Event()
+
+    def init(worker_id):
+        if worker_id == 1:
+            release.wait(10)
+
+    loader = DataLoader(
+        list(range(4)), batch_size=2, num_workers=2, worker_init_fn=init, timeout=0.1
+    )
+    batches = iter(loader)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0\.1 seconds"):
+        next(batches)
+    assert time.monotonic() - started < 2
+    release.set()  # and once it returns, the epoch goes on whole
+    assert [b.tolist() for b in batches] == [[0, 1], [2, 3]]
+
+
 class _Interrupting(Dataset):
     def __init__(self) -> None:
         self.interrupt_at = [2]  # shared by the workers' copies (a worker's own would not be)

@@ -4,19 +4,19 @@ Batches are read in this process, in the sampler's order; ``num_workers`` is acc
 the batches are the same as torch's worker processes would give (each batch is read and
 collated in order), only not in parallel. With ``num_workers = n > 0`` the ``n`` workers are
 emulated in this process, as torch's would behave: each has its own (shallow) copy of the
-dataset, ``worker_init_fn(worker_id)`` is called once for each when an epoch's iterator
-starts (once for all epochs with ``persistent_workers``), batch ``k`` of a map-style dataset
+dataset, ``worker_init_fn(worker_id)`` is called once for each when an epoch's first batch
+is read (once for all epochs with ``persistent_workers``), batch ``k`` of a map-style dataset
 is fetched and collated by worker ``k % n``, an ``IterableDataset`` is iterated by each
 worker in turn (a batch from each, round robin, as torch's interleaves them: a stream that
 does not shard itself by ``get_worker_info()`` is read ``n`` times, as in torch), and
 ``get_worker_info()`` gives, inside the worker's code, that worker's :class:`WorkerInfo`
 (``None`` elsewhere). ``pin_memory`` and ``prefetch_factor`` concern worker processes and
 are accepted and ignored (``persistent_workers`` refused with ``num_workers=0``, as torch).
-``timeout`` is torch's: with ``num_workers > 0`` a batch not ready
-after ``timeout`` seconds raises ``RuntimeError`` (each such batch is read in a thread of
-its own, so a dataset that hangs cannot hang the loop), and the next ``next()`` waits for
-that same batch again; with ``num_workers=0`` a positive ``timeout`` is refused when
-iterating, as torch's single-process iterator refuses it.
+``timeout`` is torch's: with ``num_workers > 0`` a batch not ready after ``timeout`` seconds
+raises ``RuntimeError`` (each such batch is read in a thread of its own, so a dataset, a
+``collate_fn`` or a ``worker_init_fn`` that hangs cannot hang the loop), and the next
+``next()`` waits for that same batch again; with ``num_workers=0`` a positive ``timeout``
+is refused when iterating, as torch's single-process iterator refuses it.
 """
 
 from __future__ import annotations
@@ -532,10 +532,18 @@ class DataLoader:
                 f"DataLoader: timeout={timeout!r} needs num_workers > 0 (torch's "
                 f"single-process iterator requires timeout == 0)"
             )
-        workers = self._workers()
+        started: list[list[_Worker]] = []
+
+        def workers() -> list[_Worker]:
+            # made, and their worker_init_fn run, by the first batch's read: inside the wait
+            # of a timeout, so that a worker_init_fn that hangs times out as torch's does
+            if not started:
+                started.append(self._workers())
+            return started[0]
+
         collate = self.collate_fn
         if self._iterable:
-            if not workers:
+            if not self.num_workers:
                 draw = self._stream_draw(iter(self.dataset))
                 return _Batches(lambda: collate(draw()), timeout)
             return _Batches(self._interleaved(workers), timeout)
@@ -567,7 +575,7 @@ class DataLoader:
             def fetch(dataset: Any, index: Any) -> Any:
                 return collate(self._sample(dataset, index))
 
-        if not workers:
+        if not self.num_workers:
             return _Batches(lambda: fetch(self.dataset, take()), timeout, length)
         turn = itertools.count()
 
@@ -575,7 +583,8 @@ class DataLoader:
             # the sampler is drawn in the main process, the batch fetched and collated by
             # worker k % n, as torch's
             index = take()
-            worker = workers[next(turn) % len(workers)]
+            pool = workers()
+            worker = pool[next(turn) % len(pool)]
             return worker.run(fetch, worker.info.dataset, index)
 
         return _Batches(read, timeout, length)
@@ -599,18 +608,18 @@ class DataLoader:
             self._persistent = workers
         return workers
 
-    def _interleaved(self, workers: list[_Worker]) -> Callable[[], Any]:
+    def _interleaved(self, workers: Callable[[], list[_Worker]]) -> Callable[[], Any]:
         """What an ``IterableDataset`` gives through ``workers``: each iterates its own copy
         (its iterator made as that worker), one batch from each in turn; a worker whose
         stream has ended is passed over, as torch's."""
-        draws: list[Callable[[], Any] | None] = [None] * len(workers)
-        active = list(range(len(workers)))
+        draws: list[Callable[[], Any] | None] = [None] * self.num_workers
+        active = list(range(self.num_workers))
         cursor = [0]  # the place in ``active`` of the worker whose turn it is
         collate = self.collate_fn
 
         def one_batch(k: int) -> Any:
             if draws[k] is None:
-                draws[k] = self._stream_draw(iter(workers[k].info.dataset))
+                draws[k] = self._stream_draw(iter(workers()[k].info.dataset))
             return collate(draws[k]())
 
         def read() -> Any:
@@ -618,7 +627,7 @@ class DataLoader:
                 place = cursor[0] % len(active)
                 k = active[place]
                 try:
-                    batch = workers[k].run(one_batch, k)
+                    batch = workers()[k].run(one_batch, k)
                 except StopIteration:
                     del active[place]  # (the next worker moves into its place)
                     cursor[0] = place
