@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import signal
+import sys
 import traceback
 from multiprocessing import *  # noqa: F403  (torch's module re-exports Python's)
 from typing import Any
@@ -60,9 +61,25 @@ class ProcessExitedException(ProcessException):
         return type(self), (self.msg, self.error_index, self.pid, self.exit_code, self.signal_name)
 
 
+def _stop_with_parent() -> None:
+    """Have the kernel send this process SIGINT when its parent dies (Linux's
+    ``PR_SET_PDEATHSIG``, as torch's spawned processes do): a parent killed outright (SIGKILL,
+    out of memory) leaves no process of the job running without it."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGINT))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+
+
 def _wrap(fn: Any, index: int, args: tuple, errors: Any) -> None:
     """A spawned process's body: ``fn(index, *args)``; a raised exception's traceback goes to
     the parent through ``errors`` and the process exits with code 1."""
+    _stop_with_parent()
     try:
         fn(index, *args)
     except KeyboardInterrupt:
@@ -98,11 +115,7 @@ class ProcessContext:
                 failed = index
         if failed is None:
             return not self.sentinels
-        for process in self.processes:
-            if process.is_alive():
-                process.terminate()
-            process.join()
-        self.sentinels.clear()
+        self.stop()
         process = self.processes[failed]
         queue = self.error_queues[failed]
         trace = queue.get() if not queue.empty() else None
@@ -124,6 +137,16 @@ class ProcessContext:
         raise ProcessExitedException(
             f"process {failed} terminated with exit code {code}", failed, process.pid, code
         )
+
+    def stop(self) -> None:
+        """End every process still running (SIGTERM) and wait for each; join() then returns
+        at once."""
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+        for process in self.processes:
+            process.join()
+        self.sentinels.clear()
 
 
 def start_processes(
@@ -152,8 +175,19 @@ def start_processes(
     running = ProcessContext(processes, error_queues)
     if not join:
         return running
-    while not running.join():
-        pass
+    try:
+        while not running.join():
+            pass
+    except KeyboardInterrupt:
+        # Ctrl-C (or a kill -INT of this process alone): its processes are stopped and
+        # waited for before the interrupt goes on, rather than left running (torch's wait
+        # for them at exit, however long their work)
+        # (closed now: the interrupt's traceback keeps this frame as long as it is kept)
+        running.stop()
+        for process, errors in zip(processes, error_queues, strict=True):
+            process.close()
+            errors.close()
+        raise
     return None
 
 

@@ -36,6 +36,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
+
 __all__ = [
     "EXP_HIGH",
     "EXP_LOW",

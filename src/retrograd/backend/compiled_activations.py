@@ -20,6 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
 from .compiled import expf
 from .compiled_attention import exp_not_above_zero
 

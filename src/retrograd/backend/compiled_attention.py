@@ -29,6 +29,7 @@ import math
 import numba
 import numpy as np
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
 from .compiled import EXP_LOW, expf_within
 
 __all__ = [

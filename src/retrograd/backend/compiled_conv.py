@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numba
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
+
 __all__ = ["channel_sums", "fold2d", "taps_first", "taps_last"]
 
 

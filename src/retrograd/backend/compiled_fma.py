@@ -14,6 +14,8 @@ from __future__ import annotations
 import numba
 from numba.extending import intrinsic
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
+
 __all__ = ["add_scaled_flat", "addcmul_flat", "fma", "lerp_flat", "lerp_scalar_flat"]
 
 _jit = numba.njit(error_model="numpy", cache=True, nogil=True)

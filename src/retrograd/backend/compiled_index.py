@@ -17,6 +17,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
+
 __all__ = ["index_add_rows"]
 
 #: NumPy's ``PW_BLOCKSIZE``: runs of up to this many rows take the eight running sums.

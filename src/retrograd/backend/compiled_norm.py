@@ -38,6 +38,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
+
 __all__ = [
     "ROWS_PER_FLUSH",
     "batch_norm_backward_columns",

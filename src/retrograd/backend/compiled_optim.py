@@ -31,6 +31,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
 from .compiled_fma import fma
 
 __all__ = ["ADAM_LOOPS", "SGD_LOOPS", "sgd_any_loop", "sum_of_squares"]

@@ -20,6 +20,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
+
 __all__ = ["dense_flat", "relu_backward_flat", "relu_flat"]
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
 from .compiled_attention import exp_not_above_zero, row_max, row_sum
 
 __all__ = ["softmax_backward_rows", "softmax_rows"]

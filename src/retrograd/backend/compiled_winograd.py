@@ -39,6 +39,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
+
 __all__ = [
     "FLIPPED",
     "WEIGHT",

@@ -193,6 +193,8 @@ def _numba() -> Any:
     if _NUMBA is None:
         try:
             import numba
+
+            from ..backend import numba_interrupts  # noqa: F401  (Ctrl-C held while made)
         except ImportError:  # pragma: no cover - numba is a dependency
             _NUMBA = False
         else:

@@ -23,6 +23,8 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from ..backend import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
+
 __all__ = [
     "cos_float32",
     "cos_float64",

@@ -4,19 +4,19 @@ Batches are read in this process, in the sampler's order; ``num_workers`` is acc
 the batches are the same as torch's worker processes would give (each batch is read and
 collated in order), only not in parallel. With ``num_workers = n > 0`` the ``n`` workers are
 emulated in this process, as torch's would behave: each has its own (shallow) copy of the
-dataset, ``worker_init_fn(worker_id)`` is called once for each when an epoch's iterator
-starts (once for all epochs with ``persistent_workers``), batch ``k`` of a map-style dataset
+dataset, ``worker_init_fn(worker_id)`` is called once for each when an epoch's first batch
+is read (once for all epochs with ``persistent_workers``), batch ``k`` of a map-style dataset
 is fetched and collated by worker ``k % n``, an ``IterableDataset`` is iterated by each
 worker in turn (a batch from each, round robin, as torch's interleaves them: a stream that
 does not shard itself by ``get_worker_info()`` is read ``n`` times, as in torch), and
 ``get_worker_info()`` gives, inside the worker's code, that worker's :class:`WorkerInfo`
 (``None`` elsewhere). ``pin_memory`` and ``prefetch_factor`` concern worker processes and
 are accepted and ignored (``persistent_workers`` refused with ``num_workers=0``, as torch).
-``timeout`` is torch's: with ``num_workers > 0`` a batch not ready
-after ``timeout`` seconds raises ``RuntimeError`` (each such batch is read in a thread of
-its own, so a dataset that hangs cannot hang the loop), and the next ``next()`` waits for
-that same batch again; with ``num_workers=0`` a positive ``timeout`` is refused when
-iterating, as torch's single-process iterator refuses it.
+``timeout`` is torch's: with ``num_workers > 0`` a batch not ready after ``timeout`` seconds
+raises ``RuntimeError`` (each such batch is read in a thread of its own, so a dataset, a
+``collate_fn`` or a ``worker_init_fn`` that hangs cannot hang the loop), and the next
+``next()`` waits for that same batch again; with ``num_workers=0`` a positive ``timeout``
+is refused when iterating, as torch's single-process iterator refuses it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import itertools
 import math
 import multiprocessing
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -286,19 +287,65 @@ def get_worker_info() -> WorkerInfo | None:
 class _Worker:
     """One emulated worker: its :class:`WorkerInfo` (whose dataset is its own shallow copy:
     what ``worker_init_fn`` or the dataset sets on it stays its own, as in a process) and
-    :meth:`run`, which calls a function as that worker."""
+    :meth:`run`, which calls a function as that worker.
+
+    An exception of the worker's code comes out as torch's worker process re-raises it in
+    the main process: of the same type, its message ``Caught ValueError in DataLoader worker
+    process 1.`` followed by the original traceback (a ``RuntimeError`` with that message
+    where the type cannot be made from one); ``StopIteration`` (a stream's end) and
+    ``KeyboardInterrupt`` pass as they are. A failed ``worker_init_fn`` is raised, so, from
+    that worker's first batch, as torch's worker sends it in place of that batch."""
 
     def __init__(self, dataset: Any, worker_id: int, num_workers: int, seed: int) -> None:
         self.info = WorkerInfo(
             id=worker_id, num_workers=num_workers, seed=seed, dataset=_own_copy(dataset)
         )
+        self.init_error: BaseException | None = None
+
+    def initialize(self, worker_init_fn: Callable[[int], Any]) -> None:
+        try:
+            self.run(worker_init_fn, self.info.id)
+        except StopIteration as error:  # (not a stream's end here: the init's own error)
+            self.init_error = self._as_torch_raises(error)
+        except Exception as error:
+            self.init_error = error
 
     def run(self, function: Callable[..., Any], *args: Any) -> Any:
+        if self.init_error is not None:
+            error, self.init_error = self.init_error, None
+            raise error
         token = _WORKER.set(self.info)
         try:
             return function(*args)
+        except StopIteration:
+            raise
+        except Exception as error:
+            raise self._as_torch_raises(error) from None
         finally:
             _WORKER.reset(token)
+
+    def _as_torch_raises(self, error: BaseException) -> BaseException:
+        """``error`` as torch's ``ExceptionWrapper.reraise`` gives it in the main process."""
+        kind = type(error)
+        original = "".join(traceback.format_exception(kind, error, error.__traceback__))
+        message = (
+            f"Caught {kind.__name__} in DataLoader worker process {self.info.id}.\n"
+            f"Original {original}"
+        )
+        if issubclass(kind, KeyError):  # KeyError's str() would quote the lines
+            message = _KeyErrorMessage(message)
+        try:
+            return kind(message)
+        except Exception:
+            return RuntimeError(message)
+
+
+class _KeyErrorMessage(str):
+    """torch's ``KeyErrorMessage``: a message whose ``repr`` is itself, so that a
+    ``KeyError`` made from it shows its lines rather than their quoted escape."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def _own_copy(dataset: Any) -> Any:
@@ -485,10 +532,18 @@ class DataLoader:
                 f"DataLoader: timeout={timeout!r} needs num_workers > 0 (torch's "
                 f"single-process iterator requires timeout == 0)"
             )
-        workers = self._workers()
+        started: list[list[_Worker]] = []
+
+        def workers() -> list[_Worker]:
+            # made, and their worker_init_fn run, by the first batch's read: inside the wait
+            # of a timeout, so that a worker_init_fn that hangs times out as torch's does
+            if not started:
+                started.append(self._workers())
+            return started[0]
+
         collate = self.collate_fn
         if self._iterable:
-            if not workers:
+            if not self.num_workers:
                 draw = self._stream_draw(iter(self.dataset))
                 return _Batches(lambda: collate(draw()), timeout)
             return _Batches(self._interleaved(workers), timeout)
@@ -520,7 +575,7 @@ class DataLoader:
             def fetch(dataset: Any, index: Any) -> Any:
                 return collate(self._sample(dataset, index))
 
-        if not workers:
+        if not self.num_workers:
             return _Batches(lambda: fetch(self.dataset, take()), timeout, length)
         turn = itertools.count()
 
@@ -528,7 +583,8 @@ class DataLoader:
             # the sampler is drawn in the main process, the batch fetched and collated by
             # worker k % n, as torch's
             index = take()
-            worker = workers[next(turn) % len(workers)]
+            pool = workers()
+            worker = pool[next(turn) % len(pool)]
             return worker.run(fetch, worker.info.dataset, index)
 
         return _Batches(read, timeout, length)
@@ -547,23 +603,23 @@ class DataLoader:
         ]
         if self.worker_init_fn is not None:
             for worker in workers:
-                worker.run(self.worker_init_fn, worker.info.id)
+                worker.initialize(self.worker_init_fn)
         if self.persistent_workers:
             self._persistent = workers
         return workers
 
-    def _interleaved(self, workers: list[_Worker]) -> Callable[[], Any]:
+    def _interleaved(self, workers: Callable[[], list[_Worker]]) -> Callable[[], Any]:
         """What an ``IterableDataset`` gives through ``workers``: each iterates its own copy
         (its iterator made as that worker), one batch from each in turn; a worker whose
         stream has ended is passed over, as torch's."""
-        draws: list[Callable[[], Any] | None] = [None] * len(workers)
-        active = list(range(len(workers)))
+        draws: list[Callable[[], Any] | None] = [None] * self.num_workers
+        active = list(range(self.num_workers))
         cursor = [0]  # the place in ``active`` of the worker whose turn it is
         collate = self.collate_fn
 
         def one_batch(k: int) -> Any:
             if draws[k] is None:
-                draws[k] = self._stream_draw(iter(workers[k].info.dataset))
+                draws[k] = self._stream_draw(iter(workers()[k].info.dataset))
             return collate(draws[k]())
 
         def read() -> Any:
@@ -571,7 +627,7 @@ class DataLoader:
                 place = cursor[0] % len(active)
                 k = active[place]
                 try:
-                    batch = workers[k].run(one_batch, k)
+                    batch = workers()[k].run(one_batch, k)
                 except StopIteration:
                     del active[place]  # (the next worker moves into its place)
                     cursor[0] = place

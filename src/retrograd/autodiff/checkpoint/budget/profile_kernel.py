@@ -72,6 +72,8 @@ def profile_kernel() -> Callable:
     process half a second of CPU, which one that never plans a budget should not pay."""
     import numba
 
+    from ....backend import numba_interrupts  # noqa: F401  (Ctrl-C held while it is made)
+
     return numba.njit(cache=True, nogil=True)(profile_steps)
 
 
