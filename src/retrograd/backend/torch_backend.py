@@ -114,10 +114,12 @@ def _host_array(data: Any, dtype: str | None) -> np.ndarray:
     if dtype is None:
         return _canonical(array, data)
     array = floats_of_big_ints(array, dtype)
+    if array.dtype.kind == "c" and dtype == "bool":
+        return array != 0  # torch's: true where either part is nonzero (1j too)
     if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES:
         raise DTypeError(
-            f"tensor: complex data cannot make a {dtype} tensor (torch: a RuntimeError); "
-            "take .real or .abs() of it first"
+            f"tensor: complex data cannot make a {dtype} tensor (torch refuses complex "
+            "numbers there); take .real or .abs() of it first"
         )
     if array.dtype.kind not in "biufc":
         check_int64_range(array)
@@ -395,6 +397,8 @@ class TorchBackend(
         GENERATOR.set_state_words(words)
 
     def cast(self, x, dtype):
+        if x.is_complex() and dtype == "bool":
+            return x != 0  # (torch's own cast: true where either part is nonzero)
         if x.is_complex() and dtype not in COMPLEX_DTYPES:
             x = x.real  # the real part, as torch's cast keeps (without its warning)
         return x.to(torch_dtype(dtype))

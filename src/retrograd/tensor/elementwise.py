@@ -37,6 +37,7 @@ from ._dispatch import (
     promoted_dtype_of,
     python_sequence,
     real_only,
+    refuse_sequence,
     scalar_dims,
     scalar_dtype,
     scalar_value,
@@ -371,6 +372,7 @@ class ElementwiseMixin:
 
     def __rfloordiv__(self, other):
         other = host_number(other)
+        refuse_sequence("floor_divide", other)
         if isinstance(other, SCALAR_TYPES):
             dtype = scalar_dtype(self.dtype, other)  # (wrapped into uint8/int32: 300 is 44)
             value = scalar_value(other, dtype)
