@@ -260,6 +260,7 @@ def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
     if isinstance(scalar, bool | np.bool_):
         return tensor_dtype
     if isinstance(scalar, numbers.Integral):
+        check_scalar_int(scalar)
         return "int64" if tensor_dtype == "bool" else tensor_dtype
     if isinstance(scalar, complex | np.complexfloating):
         if tensor_dtype in COMPLEX_DTYPES:
@@ -271,6 +272,19 @@ def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_UINT64_END = 2**64  # (torch reads an int from 2**63 on as an unsigned 64-bit scalar)
+
+
+def check_scalar_int(value: numbers.Integral, op: str | None = None) -> None:
+    """torch reads a Python int operand as a 64-bit scalar, signed or (from 2**63) unsigned:
+    one outside ``[-2**63, 2**64)`` it refuses ("int too big to convert"), where a cast here
+    would wrap it or NumPy fail with a bare ``OverflowError``."""
+    if not _INT64_MIN <= value < _UINT64_END:
+        prefix = "" if op is None else f"{op}: "
+        raise InvalidArgumentError(
+            f"{prefix}the integer {value} is too big to convert to a 64-bit scalar "
+            "(as torch refuses it)"
+        )
 
 
 def scalar_value(value: Any, dtype: str) -> Any:
@@ -319,6 +333,8 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
     negative integer wraps into uint8 (``-1`` is 255), and a value past torch's bounds is
     refused (uint8's ``300``, int8's ``128``), where arithmetic wraps it (``uint8 + 300``);
     other dtypes' values come back as they are."""
+    if isinstance(value, int):
+        check_scalar_int(value, op)
     if isinstance(value, complex | np.complexfloating) and dtype not in COMPLEX_DTYPES:
         value = _real_part(op, value, dtype)
     bounds = NARROW_INTS.get(dtype)
@@ -875,6 +891,8 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
                 return _binary(op, a, b, params)
             backend, prim = t._backend, t._prim
             if backend.dtype(prim) in FLOAT_DTYPES:
+                if other is int and not _INT64_MIN <= value < _UINT64_END:
+                    check_scalar_int(value, op.name)
                 if other is int and rule is not COMPARE:
                     value = float(value)
                 try:
@@ -1193,6 +1211,8 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
         else:
             t = None
         if t is not None:
+            if isinstance(value, int):
+                check_scalar_int(value, op.name)
             if rule is COMPARE:
                 if op.scalar in _ORDERINGS and isinstance(value, complex):
                     # a complex number has no order (torch's refusal; NumPy would order the

@@ -29,6 +29,7 @@ from ._dispatch import (
     TensorBase,
     TensorOp,
     check_scalar,
+    check_scalar_int,
     host_number,
     lift,
     normalize_dim,
@@ -839,6 +840,8 @@ class ElementwiseMixin:
             real_only("clamp", operand)
             if isinstance(operand, complex | np.complexfloating):
                 raise DTypeError(f"clamp: a complex bound ({operand}) has no order")
+            if isinstance(operand, int):
+                check_scalar_int(operand, "clamp")
         min, max = host_number(min), host_number(max)  # noqa: A001 (torch's names)
         if (
             min is not None

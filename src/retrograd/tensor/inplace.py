@@ -40,6 +40,7 @@ from ._dispatch import (
     NARROW_INTS,
     SCALARS,
     TensorBase,
+    check_scalar_int,
     checked_generator,
     from_host,
     lift,
@@ -959,6 +960,8 @@ class InplaceMixin:
 
 def _filled(t: Any, value: Any, op: str = "fill_") -> Any:
     """A tensor of ``t``'s shape, dtype and device holding ``value`` (untracked)."""
+    if isinstance(value, int):
+        check_scalar_int(value, op)
     if isinstance(value, complex | np.complexfloating):
         value = written_scalar(op, value, t.dtype)
     if t.dtype == "bool":
