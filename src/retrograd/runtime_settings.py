@@ -31,6 +31,8 @@ import os
 import sys
 from typing import Any
 
+import numpy as np
+
 from .errors import DTypeError, InvalidArgumentError
 from .tensor import Tensor
 from .tensor.dtypes import (
@@ -285,7 +287,8 @@ def _number_kind(value: bool | int | float | complex) -> type:
 
 def result_type(tensor1: Any, tensor2: Any) -> Any:
     """The dtype of an arithmetic op on these operands (tensors or Python numbers), with
-    torch's rules for 0-d tensors and scalars."""
+    torch's rules for 0-d tensors and scalars (a NumPy scalar read as the Python number)."""
+    tensor1, tensor2 = (x.item() if isinstance(x, np.generic) else x for x in (tensor1, tensor2))
     for operand in (tensor1, tensor2):
         if not isinstance(operand, Tensor | bool | int | float | complex):
             raise DTypeError(

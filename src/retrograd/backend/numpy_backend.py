@@ -460,7 +460,8 @@ class NumpyBackend(
 
     # -- data, creation, metadata -------------------------------------------------------------
     def from_data(self, data, dtype, device):
-        if isinstance(data, np.ndarray | np.generic):
+        numpy_data = isinstance(data, np.ndarray | np.generic)
+        if numpy_data:
             array = np.array(data, copy=True)
         elif hasattr(data, "__array__"):
             # another library's array (a torch tensor): read without asking its __array__ for
@@ -472,6 +473,8 @@ class NumpyBackend(
             array = floats_of_big_ints(array, dtype)
             if array.dtype.kind == "c" and dtype == "bool":
                 return array != 0  # torch's: true where either part is nonzero (1j too)
+            if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES and numpy_data:
+                array = array.real  # torch casts a NumPy array: its real part (a cast's)
             if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES:
                 raise DTypeError(
                     f"tensor: complex data cannot make a {dtype} tensor (torch refuses "

@@ -107,7 +107,8 @@ def _host_array(data: Any, dtype: str | None) -> np.ndarray:
     dtype is made from float32 and cast on the device)."""
     from .numpy_backend import _canonical, check_int64_range, floats_of_big_ints
 
-    if isinstance(data, np.ndarray | np.generic):
+    numpy_data = isinstance(data, np.ndarray | np.generic)
+    if numpy_data:
         array = np.array(data, copy=True)
     else:
         array = np.array(data)
@@ -116,6 +117,8 @@ def _host_array(data: Any, dtype: str | None) -> np.ndarray:
     array = floats_of_big_ints(array, dtype)
     if array.dtype.kind == "c" and dtype == "bool":
         return array != 0  # torch's: true where either part is nonzero (1j too)
+    if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES and numpy_data:
+        array = array.real  # torch casts a NumPy array: its real part (a cast's)
     if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES:
         raise DTypeError(
             f"tensor: complex data cannot make a {dtype} tensor (torch refuses complex "

@@ -264,6 +264,14 @@ def _bound(x: Any, bound: Any, dtype: str) -> Any:
     return wrap(x, x._backend.full(x.shape, bound, dtype, x._device))
 
 
+def _real_bound(t: Any, bound: Any) -> Any:
+    """A complex number bound of a float tensor's clamp as torch converts it: its real part
+    where its imaginary part is zero (``clamp(max=2 + 0j)``); anything else as it is."""
+    if isinstance(bound, complex | np.complexfloating) and bound.imag == 0 and t.is_float():
+        return float(bound.real)
+    return bound
+
+
 def _no_bool(op: str) -> None:
     raise DTypeError(f"{op}: not implemented for bool tensors (as in torch)")
 
@@ -836,6 +844,7 @@ class ElementwiseMixin:
             raise ShapeError("clamp: at least one of min and max must not be None")
         # complex numbers have no order: torch refuses them (one bound alone cast the tensor
         # to its real part here); a complex bound too
+        min, max = (_real_bound(self, b) for b in (min, max))  # noqa: A001 (torch's names)
         for operand in (self, min, max):
             real_only("clamp", operand)
             if isinstance(operand, complex | np.complexfloating):

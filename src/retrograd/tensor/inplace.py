@@ -32,7 +32,7 @@ from weakref import ref
 import numpy as np
 
 from ..autodiff.grad_mode import is_grad_enabled, no_grad
-from ..backend.protocol import FLOAT_DTYPES
+from ..backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES
 from ..context import captured_writes, capturing
 from ..effects import WRITES
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
@@ -985,7 +985,24 @@ def _converted(t: Any, src: Any) -> Any:
     return src if src.dtype == t.dtype else src.cast(t.dtype)
 
 
+#: the dtype of the 0-d tensor torch makes of a Python number (a "wrapped number")
+_NUMBER_DTYPES = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}
+
+
 def _source(t: Any, src: Any, op: str) -> Any:
+    if isinstance(src, np.generic):
+        src = src.item()
+    if op == "copy_" and isinstance(src, complex) and t.dtype not in _NONINTEGRAL:
+        src = src.real  # (then truncated as a float is, NaN and overflow refused)
+    if op == "copy_" and isinstance(src, int | complex):
+        # torch copies a number as the 0-d tensor of it, cast as any tensor is: an int
+        # wrapped into a narrow dtype (int8's 128 is -128), a complex number's real part,
+        # its truth into bool (a fill or a write refuses those instead); a float into an
+        # integer dtype as a fill (past the dtype, or NaN, torch's cast is undefined)
+        if isinstance(src, int):
+            check_scalar_int(src, op)
+        natural = _NUMBER_DTYPES[type(src)]
+        return wrap(t, t._backend.full((), src, natural, t._device))
     if isinstance(src, SCALARS):
         return _filled(t, src, op)
     if not isinstance(src, TensorBase):
@@ -995,6 +1012,9 @@ def _source(t: Any, src: Any, op: str) -> Any:
     if src._device is not t._device:
         src = src.to(t._device)
     return src
+
+
+_NONINTEGRAL = (*FLOAT_DTYPES, *COMPLEX_DTYPES, "bool")
 
 
 def _check_untracked(op: str, t: Any) -> None:
