@@ -268,3 +268,67 @@ def test_clamp_takes_a_complex_bound_with_no_imaginary_part_on_a_float_tensor() 
         torch.tensor(x).clamp(max=2 + 1j)
     with pytest.raises(rg.DTypeError, match="clamp"):
         rg.tensor(x).clamp(max=2 + 1j)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [np.float64(1.5), 1j],
+        [np.complex128(1j)],
+        [np.complex64(1j), np.float64(1.0)],
+        [np.complex128(2 - 1j), 2.0],
+        [np.complex64(1j), 2.0],
+        [np.float32(1.0), 1j],
+        [1j, np.int64(1)],
+    ],
+)
+def test_a_list_with_a_float64_or_complex128_numpy_scalar_infers_complex128(data) -> None:
+    # torch's inference widens the complex dtype as it widens floats to float64; retrograd
+    # gave complex64 (the default float's) whatever the list held
+    _same(rg.tensor(data), torch.tensor(data))
+
+
+@pytest.mark.parametrize("hook", [math.floor, math.ceil])
+def test_math_floor_and_ceil_of_a_tensor(hook) -> None:
+    for value in (2.5, -2.5, 7, True, [1.5], 2**62 + 1, 2 + 0j):
+        assert hook(rg.tensor(value)) == hook(torch.tensor(value))
+    for value, error in ((math.nan, rg.InvalidArgumentError), (-math.inf, rg.InvalidArgumentError),
+                         ([1.0, 2.0], rg.ShapeError), (1j, rg.DTypeError)):  # fmt: skip
+        with pytest.raises((ValueError, OverflowError, RuntimeError)):
+            hook(torch.tensor(value))
+        with pytest.raises(error, match=r"math\.(floor|ceil)|__float__"):
+            hook(rg.tensor(value))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: [0] * t(2),
+        lambda t: t(3) * (1, 2),
+        lambda t: "ab" * t(2),
+        lambda t: b"x" * t(0),
+        lambda t: [0] * t([2]),
+    ],
+)
+def test_a_sequence_times_a_one_element_integer_tensor_repeats_it(call) -> None:
+    # torch's * leaves a Python sequence to Python, which repeats it int(t) times; retrograd
+    # refused the sequence as an operand
+    assert call(rg.tensor) == call(torch.tensor)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [lambda t: [0] * t([1, 2]), lambda t: [0] * t(2.0), lambda t: t([1, 2]) * [1, 2],
+     lambda t: t(2) + [1], lambda t: [1] + t(2)],
+)  # fmt: skip
+def test_a_sequence_with_another_tensor_is_still_refused(call) -> None:
+    with pytest.raises(TypeError):
+        call(torch.tensor)
+    with pytest.raises(rg.DTypeError):
+        call(rg.tensor)
+
+
+@pytest.mark.parametrize("data", [2.5, [1, 2, 3], [[1.0, 2.0], [3.0, 4.0]], []])
+def test_reversed_of_a_tensor_flips_its_first_dimension(data) -> None:
+    # Python's fallback (len and indexing) failed on a 0-d tensor and gave an iterator
+    _same(reversed(rg.tensor(data)), reversed(torch.tensor(data)))

@@ -15,7 +15,8 @@ Five families, each drawn from a seeded NumPy generator (one seed per test):
 * in-place forms (``x op= y``, ``add_``, ``clamp_``...) whose result dtype may not cast into
   ``x`` (refused as torch refuses, ``x`` left as it was);
 * the Python protocol of 0-d, one-element and other tensors: ``item tolist int float bool
-  complex operator.index len iter abs - ~ format round divmod math.floor``;
+  complex operator.index len iter reversed abs - ~ format round divmod math.floor`` and
+  sequence repetition (``[0] * t``);
 * float64 gradients of the differentiable ones with numbers on either side.
 
 retrograd must agree with torch on whether a call raises (retrograd with a ``RetrogradError``)
@@ -88,11 +89,17 @@ def _compare(what: str, got: Any, want: Any) -> None:
         for g, w in zip(got, want, strict=True):
             _compare(what, g, w)
         return
-    same = type(got) is type(want) and (
-        got == want or (isinstance(want, float) and math.isnan(want) and math.isnan(got))
-    )
+    same = type(got) is type(want) and (got == want or _both_nan(got, want))
     if not same:
         raise Mismatch(f"{what}: got {got!r}, torch {want!r}")
+
+
+def _both_nan(got: Any, want: Any) -> bool:
+    """Whether two Python numbers are NaN in the same parts (``nan + 0j`` and ``nan + 0j``)."""
+    if isinstance(want, float | complex):
+        parts = [(complex(got).real, complex(want).real), (complex(got).imag, complex(want).imag)]
+        return all(g == w or (math.isnan(g) and math.isnan(w)) for g, w in parts)
+    return False
 
 
 def _both(what: str, program: Callable[[Any], Any]) -> None:
@@ -408,6 +415,9 @@ PROTOCOL: dict[str, Callable] = {
     "trunc": math.trunc,
     "range": lambda t: list(range(t)),
     "in": lambda t: 1 in t,
+    "reversed": reversed,
+    "[0] * t": lambda t: [0] * t,
+    "t * 'ab'": lambda t: t * "ab",
 }
 
 

@@ -396,6 +396,22 @@ class Tensor(
     def __bool__(self) -> bool:
         return bool(self.item())
 
+    def __floor__(self) -> int:
+        """``math.floor(t)``: Python's floor of ``float(t)``, as torch's tensors have it (they
+        define no hook: Python falls back on ``__float__``), a NaN or an infinity refused in
+        retrograd's terms rather than Python's bare ``ValueError``/``OverflowError``."""
+        return math.floor(self._finite_float("math.floor"))
+
+    def __ceil__(self) -> int:
+        """``math.ceil(t)``: as :meth:`__floor__`."""
+        return math.ceil(self._finite_float("math.ceil"))
+
+    def _finite_float(self, op: str) -> float:
+        value = self._python_number(op, float)
+        if not math.isfinite(value):
+            raise InvalidArgumentError(f"{op}: cannot convert float {value!r} to an integer")
+        return value
+
     # torch's tensors define none of Python's rounding hooks nor ``divmod``: refused as torch's
     # TypeError, but in retrograd's terms and naming what to call instead
     def __round__(self, ndigits: Any = None) -> NoReturn:

@@ -264,6 +264,12 @@ def _bound(x: Any, bound: Any, dtype: str) -> Any:
     return wrap(x, x._backend.full(x.shape, bound, dtype, x._device))
 
 
+#: the sequences ``*`` repeats: torch's ``*`` leaves them to Python, which repeats one by a
+#: one-element integer tensor (``[0] * n``, ``"ab" * t``, read through ``__index__``) and
+#: refuses any other tensor with ``__index__``'s error
+_REPEATED_SEQUENCES = frozenset({list, tuple, str, bytes})
+
+
 def _real_bound(t: Any, bound: Any) -> Any:
     """A complex number bound of a float tensor's clamp as torch converts it: its real part
     where its imaginary part is zero (``clamp(max=2 + 0j)``); anything else as it is."""
@@ -613,9 +619,13 @@ class ElementwiseMixin:
         return self._apply(RSUB, (other, self))
 
     def __mul__(self, other):
+        if other.__class__ in _REPEATED_SEQUENCES:
+            return NotImplemented  # Python's ``[0] * t``: the sequence repeated ``int(t)`` times
         return self._apply(MUL, (self, other))
 
     def __rmul__(self, other):
+        if other.__class__ in _REPEATED_SEQUENCES:
+            return NotImplemented
         return self._apply(MUL, (other, self))
 
     def __truediv__(self, other):

@@ -79,6 +79,11 @@ class IndexingMixin:
             raise DTypeError("iter: iteration over a 0-d tensor (len() of a 0-d tensor)")
         return (self[i] for i in range(len(self)))
 
+    def __reversed__(self) -> Any:
+        """torch's ``reversed(t)``: ``t`` flipped along its first dimension (a tensor, not an
+        iterator), a 0-d tensor itself (Python's fallback read ``len`` of it and failed)."""
+        return self if not self.ndim else self.flip(0)
+
     def slice(self, ranges: Sequence[Any]) -> Any:
         """Slice the leading dimensions: one ``(start, end)`` pair or ``slice`` per dimension.
 

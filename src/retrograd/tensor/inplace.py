@@ -616,12 +616,13 @@ class InplaceMixin:
         """This tensor's values replaced by ``src``'s (broadcast to its shape, cast to its
         dtype); the gradient flows to ``src``, as torch's."""
         refuse_partial_overlap("copy_", self, src)
-        return self._copy_unchecked(src)
+        return self._copy_unchecked(src, "copy_")
 
-    def _copy_unchecked(self, src: Any) -> Any:
+    def _copy_unchecked(self, src: Any, op: str = "setitem") -> Any:
         """``copy_`` without the partial-overlap check: for ``t[basic] = v``, whose check is
-        torch's ``copy_to``'s (:func:`.advanced.set_index`)."""
-        return self._update("copy_", lambda t: _converted(t, _source(t, src, "copy_")), fresh=True)
+        torch's ``copy_to``'s (:func:`.advanced.set_index`). A number is written as ``op``
+        writes it: ``copy_``'s cast (wrapped, a real part) or a write's checked value."""
+        return self._update("copy_", lambda t: _converted(t, _source(t, src, op)), fresh=True)
 
     def masked_fill_(self, mask: Any, value: Any) -> Any:
         return self._update("masked_fill_", lambda t: t.masked_fill(mask, value))
