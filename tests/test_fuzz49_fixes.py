@@ -332,3 +332,17 @@ def test_a_sequence_with_another_tensor_is_still_refused(call) -> None:
 def test_reversed_of_a_tensor_flips_its_first_dimension(data) -> None:
     # Python's fallback (len and indexing) failed on a 0-d tensor and gave an iterator
     _same(reversed(rg.tensor(data)), reversed(torch.tensor(data)))
+
+
+@pytest.mark.parametrize("value", [1j, 0j, 2 + 0j])
+def test_index_fill_refuses_a_complex_number_into_a_bool_tensor_too(value) -> None:
+    for lib, error in ((torch, RuntimeError), (rg, rg.DTypeError)):
+        with pytest.raises(error, match="index_fill|complex"):
+            lib.zeros(2, dtype=lib.bool).index_fill(0, lib.tensor([0]), value)
+
+
+@pytest.mark.parametrize("name", ["nan", "posinf", "neginf"])
+def test_nan_to_num_refuses_a_complex_replacement(name) -> None:
+    for lib, error in ((torch, TypeError), (rg, rg.DTypeError)):
+        with pytest.raises(error, match="must be float, not complex"):
+            lib.tensor([1.0, float("nan")]).nan_to_num(**{name: 1j})

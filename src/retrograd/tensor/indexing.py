@@ -227,9 +227,8 @@ class IndexingMixin:
         else:
             value = check_scalar("index_fill", value)
             if isinstance(value, complex | np.complexfloating) and self.dtype not in (
-                *COMPLEX_DTYPES,
-                "bool",
-            ):  # torch's index_fill refuses any complex number here, even 2+0j
+                COMPLEX_DTYPES
+            ):  # torch's index_fill refuses any complex number here, even 2+0j (into bool too)
                 raise DTypeError(
                     f"index_fill: the complex value {value!r} cannot be converted to "
                     f"{self.dtype} (as torch refuses it); take .real or abs() of it first"
