@@ -265,9 +265,20 @@ def _bound(x: Any, bound: Any, dtype: str) -> Any:
 
 
 #: the sequences ``*`` repeats: torch's ``*`` leaves them to Python, which repeats one by a
-#: one-element integer tensor (``[0] * n``, ``"ab" * t``, read through ``__index__``) and
-#: refuses any other tensor with ``__index__``'s error
+#: one-element integer tensor (``[0] * n``, ``"ab" * t``, read through ``__index__``)
 _REPEATED_SEQUENCES = frozenset({list, tuple, str, bytes})
+
+
+def _repeated(t: Any, sequence: Any) -> Any:
+    """``NotImplemented`` for Python to repeat ``sequence`` by a one-element integer or bool
+    tensor ``t``; any other tensor refused as torch refuses it (a ``TypeError``), naming the
+    sequence rather than ``__index__``."""
+    if t.numel() == 1 and (t.dtype in INT_DTYPES or t.dtype == "bool"):
+        return NotImplemented
+    raise DTypeError(
+        f"mul(): expected a tensor or a number, got a Python {type(sequence).__name__} (as "
+        "torch refuses it; only a one-element integer tensor repeats a sequence)"
+    )
 
 
 def _real_bound(t: Any, bound: Any) -> Any:
@@ -620,12 +631,12 @@ class ElementwiseMixin:
 
     def __mul__(self, other):
         if other.__class__ in _REPEATED_SEQUENCES:
-            return NotImplemented  # Python's ``[0] * t``: the sequence repeated ``int(t)`` times
+            return _repeated(self, other)
         return self._apply(MUL, (self, other))
 
     def __rmul__(self, other):
         if other.__class__ in _REPEATED_SEQUENCES:
-            return NotImplemented
+            return _repeated(self, other)
         return self._apply(MUL, (other, self))
 
     def __truediv__(self, other):
