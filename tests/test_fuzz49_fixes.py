@@ -337,7 +337,7 @@ def test_reversed_of_a_tensor_flips_its_first_dimension(data) -> None:
 @pytest.mark.parametrize("value", [1j, 0j, 2 + 0j])
 def test_index_fill_refuses_a_complex_number_into_a_bool_tensor_too(value) -> None:
     for lib, error in ((torch, RuntimeError), (rg, rg.DTypeError)):
-        with pytest.raises(error, match="index_fill|complex"):
+        with pytest.raises(error, match=r"index_fill|complex"):
             lib.zeros(2, dtype=lib.bool).index_fill(0, lib.tensor([0]), value)
 
 
