@@ -44,6 +44,7 @@ torch = pytest.importorskip("torch")
 
 DTYPES = ("int8", "uint8", "int16", "int32", "int64", "float32", "float64", "bool", "complex64")
 NUMPY_DTYPES = (*DTYPES, "complex128")
+_INTEGRAL = ("int8", "uint8", "int16", "int32", "int64")
 
 
 class Mismatch(AssertionError):  # noqa: N818 (read as "a mismatch with torch")
@@ -204,6 +205,8 @@ def _construction(rng: np.random.Generator, index: int) -> None:
         elif view == 2 and source.ndim >= 1 and source.shape[-1] > 1:
             source = source[..., ::2]
         data = source
+        if source.dtype.kind == "f" and not np.isfinite(source).all() and dtype in _INTEGRAL:
+            dtype = None  # (torch's cast of NaN or inf into an integer is undefined: refused)
         makers = ("tensor", "as_tensor", "from_numpy")
     else:  # a NumPy scalar or a Python number
         data = _python_number(rng)
@@ -367,7 +370,9 @@ def _inplace(rng: np.random.Generator, index: int) -> None:
         y = np.where(np.isfinite(y), y, 1.5).astype(y.dtype)
     name = str(rng.choice(list(INPLACE)))
     if name == "copy_" and isinstance(number, float) and not math.isfinite(number):
-        number = -2.5  # (torch's cast of NaN or inf into an integer is undefined: refused here)
+        number = 2.5  # (torch's cast of NaN or inf into an integer is undefined: refused here)
+    if name == "copy_" and x_dtype == "uint8" and isinstance(number, float) and number < 0:
+        number = 2.5  # (so is a negative float's into uint8)
     if name == "fill_" and y is not None and y.ndim:
         y = y[0]  # (fill_ takes a number or a 0-d tensor)
     op = INPLACE[name]
