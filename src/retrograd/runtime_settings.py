@@ -31,6 +31,8 @@ import os
 import sys
 from typing import Any
 
+import numpy as np
+
 from .errors import DTypeError, InvalidArgumentError
 from .tensor import Tensor
 from .tensor.dtypes import (
@@ -274,20 +276,29 @@ def promote_types(type1: Any, type2: Any) -> Any:
     return DTYPE_OBJECTS[result_dtype(a, b)]
 
 
+def _number_kind(value: bool | int | float | complex) -> type:
+    """The category of a Python number in torch's promotion (a bool is no int)."""
+    if isinstance(value, complex):
+        return complex
+    if isinstance(value, float):
+        return float
+    return int if type(value) is int else bool
+
+
 def result_type(tensor1: Any, tensor2: Any) -> Any:
     """The dtype of an arithmetic op on these operands (tensors or Python numbers), with
-    torch's rules for 0-d tensors and scalars."""
+    torch's rules for 0-d tensors and scalars (a NumPy scalar read as the Python number)."""
+    tensor1, tensor2 = (x.item() if isinstance(x, np.generic) else x for x in (tensor1, tensor2))
     for operand in (tensor1, tensor2):
-        if not isinstance(operand, Tensor | bool | int | float):
+        if not isinstance(operand, Tensor | bool | int | float | complex):
             raise DTypeError(
                 f"result_type: expected tensors or Python numbers, got {type(operand).__name__}"
             )
     if not isinstance(tensor1, Tensor) and not isinstance(tensor2, Tensor):
-        kinds = [
-            float if isinstance(x, float) else int if type(x) is int else bool
-            for x in (tensor1, tensor2)
-        ]
+        kinds = [_number_kind(x) for x in (tensor1, tensor2)]
         name = default_float_dtype() if float in kinds else ("int64" if int in kinds else "bool")
+        if complex in kinds:  # torch's: the complex dtype of the default float's width
+            name = "complex128" if default_float_dtype() == "float64" else "complex64"
         return DTYPE_OBJECTS[name]
     a, b = (tensor1, tensor2) if isinstance(tensor1, Tensor) else (tensor2, tensor1)
     if not isinstance(b, Tensor):

@@ -460,7 +460,8 @@ class NumpyBackend(
 
     # -- data, creation, metadata -------------------------------------------------------------
     def from_data(self, data, dtype, device):
-        if isinstance(data, np.ndarray | np.generic):
+        numpy_data = isinstance(data, np.ndarray | np.generic)
+        if numpy_data:
             array = np.array(data, copy=True)
         elif hasattr(data, "__array__"):
             # another library's array (a torch tensor): read without asking its __array__ for
@@ -470,10 +471,14 @@ class NumpyBackend(
             array = np.array(data)
         if dtype is not None:
             array = floats_of_big_ints(array, dtype)
+            if array.dtype.kind == "c" and dtype == "bool":
+                return array != 0  # torch's: true where either part is nonzero (1j too)
+            if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES and numpy_data:
+                array = array.real  # torch casts a NumPy array: its real part (a cast's)
             if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES:
                 raise DTypeError(
-                    f"tensor: complex data cannot make a {dtype} tensor (torch: a "
-                    "RuntimeError); take .real or .abs() of it first"
+                    f"tensor: complex data cannot make a {dtype} tensor (torch refuses "
+                    "complex numbers there); take .real or .abs() of it first"
                 )
             if array.dtype.kind not in "biufc":
                 check_int64_range(array)
@@ -547,6 +552,8 @@ class NumpyBackend(
 
     def cast(self, x, dtype):
         x = np.asarray(x)
+        if x.dtype.kind == "c" and dtype == "bool":
+            return x != 0  # torch's: true where either part is nonzero (1j too)
         if x.dtype.kind == "c" and dtype not in COMPLEX_DTYPES:
             return x.real.astype(numpy_dtype(dtype))  # torch's cast keeps the real part
         return x.astype(numpy_dtype(dtype))

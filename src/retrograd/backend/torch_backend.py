@@ -107,17 +107,22 @@ def _host_array(data: Any, dtype: str | None) -> np.ndarray:
     dtype is made from float32 and cast on the device)."""
     from .numpy_backend import _canonical, check_int64_range, floats_of_big_ints
 
-    if isinstance(data, np.ndarray | np.generic):
+    numpy_data = isinstance(data, np.ndarray | np.generic)
+    if numpy_data:
         array = np.array(data, copy=True)
     else:
         array = np.array(data)
     if dtype is None:
         return _canonical(array, data)
     array = floats_of_big_ints(array, dtype)
+    if array.dtype.kind == "c" and dtype == "bool":
+        return array != 0  # torch's: true where either part is nonzero (1j too)
+    if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES and numpy_data:
+        array = array.real  # torch casts a NumPy array: its real part (a cast's)
     if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES:
         raise DTypeError(
-            f"tensor: complex data cannot make a {dtype} tensor (torch: a RuntimeError); "
-            "take .real or .abs() of it first"
+            f"tensor: complex data cannot make a {dtype} tensor (torch refuses complex "
+            "numbers there); take .real or .abs() of it first"
         )
     if array.dtype.kind not in "biufc":
         check_int64_range(array)
@@ -395,6 +400,8 @@ class TorchBackend(
         GENERATOR.set_state_words(words)
 
     def cast(self, x, dtype):
+        if x.is_complex() and dtype == "bool":
+            return x != 0  # (torch's own cast: true where either part is nonzero)
         if x.is_complex() and dtype not in COMPLEX_DTYPES:
             x = x.real  # the real part, as torch's cast keeps (without its warning)
         return x.to(torch_dtype(dtype))

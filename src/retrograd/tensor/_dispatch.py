@@ -264,6 +264,7 @@ def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
     if isinstance(scalar, bool | np.bool_):
         return tensor_dtype
     if isinstance(scalar, numbers.Integral):
+        check_scalar_int(scalar)
         return "int64" if tensor_dtype == "bool" else tensor_dtype
     if isinstance(scalar, complex | np.complexfloating):
         if tensor_dtype in COMPLEX_DTYPES:
@@ -275,6 +276,19 @@ def scalar_dtype(tensor_dtype: str, scalar: Any) -> str:
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_UINT64_END = 2**64  # (torch reads an int from 2**63 on as an unsigned 64-bit scalar)
+
+
+def check_scalar_int(value: numbers.Integral, op: str | None = None) -> None:
+    """torch reads a Python int operand as a 64-bit scalar, signed or (from 2**63) unsigned:
+    one outside ``[-2**63, 2**64)`` it refuses ("int too big to convert"), where a cast here
+    would wrap it or NumPy fail with a bare ``OverflowError``."""
+    if not _INT64_MIN <= value < _UINT64_END:
+        prefix = "" if op is None else f"{op}: "
+        raise InvalidArgumentError(
+            f"{prefix}the integer {value} is too big to convert to a 64-bit scalar "
+            "(as torch refuses it)"
+        )
 
 
 def scalar_value(value: Any, dtype: str) -> Any:
@@ -323,6 +337,8 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
     negative integer wraps into uint8 (``-1`` is 255), and a value past torch's bounds is
     refused (uint8's ``300``, int8's ``128``), where arithmetic wraps it (``uint8 + 300``);
     other dtypes' values come back as they are."""
+    if isinstance(value, int):
+        check_scalar_int(value, op)
     if isinstance(value, complex | np.complexfloating) and dtype not in COMPLEX_DTYPES:
         value = _real_part(op, value, dtype)
     bounds = NARROW_INTS.get(dtype)
@@ -376,11 +392,17 @@ def check_narrow_data(op: str, data: Any, dtype: str) -> None:
 def check_written_tensor(op: str, value: Any, dtype: str) -> None:
     """torch's bounds check of a one-element tensor ``value`` written as a scalar into a
     tensor of ``dtype`` (``masked_fill(mask, tensor(2**31))`` into int32, ``u8[mask] =
-    tensor(-2**31)``): torch reads it as a number and refuses one past ``dtype``'s bounds, where
-    a cast would wrap it. Read on the host, except while a step is captured."""
-    if dtype not in NARROW_INTS or value.dtype == dtype or capturing.get():
+    tensor(-2**31)``, ``masked_fill(mask, tensor(1j))`` into float32, ``tensor(nan)`` into
+    int64): torch reads it as a number and refuses one past ``dtype``'s bounds, or a complex
+    one with an imaginary part into a real dtype, where a cast would wrap or drop it. Read on
+    the host only for those pairs of dtypes (a float into a float is never read), except while
+    a step is captured."""
+    if value.dtype == dtype or capturing.get():
         return
-    written_scalar(op, value.reshape(()).item(), dtype)
+    complex_into_real = value.dtype in COMPLEX_DTYPES and dtype not in COMPLEX_DTYPES
+    float_into_int64 = value.dtype in FLOAT_DTYPES and dtype == "int64"
+    if dtype in NARROW_INTS or complex_into_real or float_into_int64:
+        written_scalar(op, value.reshape(()).item(), dtype)
 
 
 def check_same_dtype(op: str, x: Any, source: Any) -> None:
@@ -885,6 +907,8 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
                 return _binary(op, a, b, params)
             backend, prim = t._backend, t._prim
             if backend.dtype(prim) in FLOAT_DTYPES:
+                if other is int and not _INT64_MIN <= value < _UINT64_END:
+                    check_scalar_int(value, op.name)
                 if other is int and rule is not COMPARE:
                     value = float(value)
                 try:
@@ -1190,6 +1214,17 @@ def python_sequence(value: Any) -> bool:
     return isinstance(value, list) or (isinstance(value, tuple) and not hasattr(value, "_fields"))
 
 
+def refuse_sequence(op: str, operand: Any) -> None:
+    """torch's binary ops take tensors and numbers, never a Python sequence (``t + [1, 2]``,
+    ``[1, 2] @ t``, ``[7] // t``, ``torch.add(t, [1, 2])``: TypeError); lifted, it was a
+    silent copy made every call."""
+    if python_sequence(operand):
+        raise DTypeError(
+            f"{op}(): expected a tensor or a number, got a Python "
+            f"{type(operand).__name__} (as torch refuses it); make it one with rg.tensor(...)"
+        )
+
+
 def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     """:func:`apply` for two operands that missed the fast paths."""
     if op.kernel in _SUMS and getattr(type(b), "_sparse_coo", False):
@@ -1209,6 +1244,8 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
         else:
             t = None
         if t is not None:
+            if isinstance(value, int):
+                check_scalar_int(value, op.name)
             if rule is COMPARE:
                 if op.scalar in _ORDERINGS and isinstance(value, complex):
                     # a complex number has no order (torch's refusal; NumPy would order the
@@ -1228,14 +1265,8 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
                 raise InvalidArgumentError(f"{op.name}: the integer {value} is out of int64 range")
             source = t if target == dtype else t.cast(target)
             return _run(op.name, op.scalar, (source,), (scalar_value(value, target),))
-    if python_sequence(a) or python_sequence(b):
-        # torch's binary ops take tensors and numbers, never a Python sequence (``t + [1, 2]``,
-        # ``torch.add(t, [1, 2])``: TypeError); lifted, it was a silent copy made every call
-        sequence = a if python_sequence(a) else b
-        raise DTypeError(
-            f"{op.name}(): expected a tensor or a number, got a Python "
-            f"{type(sequence).__name__} (as torch refuses it); make it one with rg.tensor(...)"
-        )
+    refuse_sequence(op.name, a)
+    refuse_sequence(op.name, b)
     if isinstance(a, TensorBase):
         a, b = promote(a, b, op.name, rule is FLOAT)
     else:  # reflected: lift the left operand onto the tensor on the right

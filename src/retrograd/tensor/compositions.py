@@ -87,7 +87,7 @@ def check_alpha(op: str, alpha: Any, result: str) -> None:
         )
     if isinstance(alpha, bool | np.bool_) and result != "bool":
         raise DTypeError(f"{op}: a bool alpha ({alpha}) is only supported for bool results")
-    if isinstance(alpha, float | np.floating) and result not in FLOAT_DTYPES:
+    if isinstance(alpha, float | np.floating) and result not in FLOAT_DTYPES + COMPLEX_DTYPES:
         raise DTypeError(
             f"{op}: a float alpha ({alpha}) for an integral ({result}) result, as torch refuses"
         )

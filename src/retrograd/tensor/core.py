@@ -380,17 +380,82 @@ class Tensor(
             raise ShapeError(f"item: expected a one-element tensor, got shape {list(array.shape)}")
         return array.reshape(()).item()
 
+    def _python_number(self, op: str, to: type) -> Any:
+        """The value of a one-element tensor as Python's ``int``/``float`` read it, with
+        torch's refusals in retrograd's errors: several elements, a complex value into a real
+        number (torch: "value cannot be converted"), a NaN or infinity into an int."""
+        if self.numel() != 1:
+            raise ShapeError(
+                f"{op}: only a one-element tensor can be converted to a Python number, got "
+                f"shape {shape_text(self.shape)}"
+            )
+        value = self.item()
+        if isinstance(value, complex) and value.imag == 0:
+            value = value.real  # (torch's checked conversion: a zero imaginary part is no loss)
+        if isinstance(value, complex):
+            raise DTypeError(
+                f"{op}: the complex value {value!r} cannot be converted to a real number (as "
+                "torch refuses it); take .real or .abs() of it first"
+            )
+        if to is int and isinstance(value, float) and not math.isfinite(value):
+            raise InvalidArgumentError(f"{op}: cannot convert float {value!r} to an integer")
+        return to(value)
+
     def __float__(self) -> float:
-        return float(self.item())
+        return self._python_number("__float__", float)
 
     def __complex__(self) -> complex:
+        if self.numel() != 1:
+            raise ShapeError(
+                "__complex__: only a one-element tensor can be converted to a Python number, "
+                f"got shape {shape_text(self.shape)}"
+            )
         return complex(self.item())
 
     def __int__(self) -> int:
-        return int(self.item())
+        return self._python_number("__int__", int)
 
     def __bool__(self) -> bool:
         return bool(self.item())
+
+    def __floor__(self) -> int:
+        """``math.floor(t)``: Python's floor of ``float(t)``, as torch's tensors have it (they
+        define no hook: Python falls back on ``__float__``), a NaN or an infinity refused in
+        retrograd's terms rather than Python's bare ``ValueError``/``OverflowError``."""
+        return math.floor(self._finite_float("math.floor"))
+
+    def __ceil__(self) -> int:
+        """``math.ceil(t)``: as :meth:`__floor__`."""
+        return math.ceil(self._finite_float("math.ceil"))
+
+    def _finite_float(self, op: str) -> float:
+        value = self._python_number(op, float)
+        if not math.isfinite(value):
+            raise InvalidArgumentError(f"{op}: cannot convert float {value!r} to an integer")
+        return value
+
+    # torch's tensors define none of Python's rounding hooks nor ``divmod``: refused as torch's
+    # TypeError, but in retrograd's terms and naming what to call instead
+    def __round__(self, ndigits: Any = None) -> NoReturn:
+        raise DTypeError(
+            "round(): a tensor does not take Python's round() (as torch's); call "
+            "t.round() or t.round(decimals=n)"
+        )
+
+    def __trunc__(self) -> NoReturn:
+        raise DTypeError(
+            "math.trunc(): a tensor does not take Python's math.trunc() (as torch's); call "
+            "t.trunc(), or math.trunc(t.item())"
+        )
+
+    def __divmod__(self, other: Any) -> NoReturn:
+        raise DTypeError(
+            "divmod(): tensors do not take Python's divmod() (as torch's); call "
+            "t.div(other, rounding_mode='floor') and t.remainder(other)"
+        )
+
+    def __rdivmod__(self, other: Any) -> NoReturn:
+        self.__divmod__(other)
 
     def __index__(self) -> int:
         """torch's: an integer or bool tensor of one element is an int (``[a, b][t]``,
@@ -407,7 +472,14 @@ class Tensor(
         """torch's: a 0-d tensor formats as its value (``f"{loss:.4f}"``, ``"{avg:6.2f}"``);
         any other tensor only with an empty spec, as its ``str``."""
         if self.ndim == 0:
-            return format(self.item(), format_spec)
+            value = self.item()
+            try:
+                return format(value, format_spec)
+            except (TypeError, ValueError) as error:  # Python's: 'd' of a float, 'x' of a complex
+                raise InvalidArgumentError(
+                    f"__format__: format spec {format_spec!r} does not apply to a {self.dtype} "
+                    f"tensor's value {value!r} ({error})"
+                ) from None
         if format_spec:  # object.__format__'s own TypeError names neither spec nor shape
             raise DTypeError(
                 f"__format__: format spec {format_spec!r} needs a 0-d tensor, got shape "

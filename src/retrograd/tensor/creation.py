@@ -214,19 +214,22 @@ def _python_dtype(data: Any) -> str | None:
     kind = inferred.kind
     if kind == "f" and _holds_float64(data):
         return "float64"
+    if kind == "c" and _holds_float64(data):
+        return "complex128"  # (torch's: a float64 or complex128 element widens the complex)
     if kind in "iu":
         return inferred.name if inferred.name in NARROW_INTS else "int64"
     return default_float_dtype() if kind == "f" else None
 
 
 def _holds_float64(data: Any) -> bool:
-    """Whether nested lists hold a float64 NumPy scalar, array or tensor: torch's inference
-    then promotes to float64 (``tensor([np.float64(1.5), 2.0])``, a list of float64 arrays),
-    where Python floats alone give the default dtype."""
+    """Whether nested lists hold a float64 (or complex128) NumPy scalar, array or tensor:
+    torch's inference then promotes to float64 (``tensor([np.float64(1.5), 2.0])``, a list of
+    float64 arrays) or complex128 (``[np.float64(1.5), 1j]``), where Python floats and
+    complex numbers alone give the default dtype's."""
     if isinstance(data, Tensor):
-        return data.dtype == "float64"
+        return data.dtype in ("float64", "complex128")
     if isinstance(data, np.ndarray | np.generic):
-        return data.dtype == np.float64
+        return data.dtype in (np.float64, np.complex128)
     if isinstance(data, list | tuple):
         return not set(map(type, data)) <= _NUMBERS and any(map(_holds_float64, data))
     return False

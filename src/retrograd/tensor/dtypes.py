@@ -90,7 +90,12 @@ class dtype(str):  # noqa: N801 (torch's name)
         return DTYPE_OBJECTS[{"complex64": "float32", "complex128": "float64"}.get(self, self)]
 
     def to_complex(self) -> dtype:
-        return DTYPE_OBJECTS[{"float64": "complex128"}.get(self, "complex64")]
+        """torch's: the complex dtype of a float's width (float16's complex32, which
+        retrograd lacks, is complex64); an integer or bool dtype has none."""
+        if str(self) not in FLOAT_DTYPES and not self.is_complex:
+            raise DTypeError(f"to_complex: {self} has no complex dtype (as torch refuses it)")
+        wide = str(self) in ("float64", "complex128")
+        return DTYPE_OBJECTS["complex128" if wide else "complex64"]
 
     def __repr__(self) -> str:
         return f"retrograd.{self!s}"
@@ -183,6 +188,8 @@ class finfo:  # noqa: N801 (torch's name)
 
     def __init__(self, type: Any = None):  # noqa: A002 (torch's name)
         name = default_float_dtype() if type is None else canonical_dtype("finfo", type)
+        # torch's: a complex dtype's limits are those of its real and imaginary parts
+        name = {"complex64": "float32", "complex128": "float64"}.get(name, name)
         if name not in FLOAT_DTYPES:
             raise DTypeError(f"finfo: {name} is not a float dtype (use rg.iinfo)")
         if name == "bfloat16":
@@ -219,12 +226,12 @@ class iinfo:  # noqa: N801 (torch's name)
     def __init__(self, type: Any):  # noqa: A002 (torch's name)
         name = str(type).removeprefix("torch.").removeprefix("retrograd.")
         name = ALIASES.get(name, name)
-        if name not in ("int64", "int32", "int16", "int8", "uint8", "bool"):
+        if name not in ("int64", "int32", "int16", "int8", "uint8"):  # (bool too, as torch's)
             raise DTypeError(f"iinfo: {name} is not an integer dtype (use rg.finfo)")
-        info = np.iinfo("uint8" if name == "bool" else name)
+        info = np.iinfo(name)
         self.bits: int = int(info.bits)
-        self.max: int = 1 if name == "bool" else int(info.max)
-        self.min: int = 0 if name == "bool" else int(info.min)
+        self.max: int = int(info.max)
+        self.min: int = int(info.min)
         self.dtype: str = name
 
     def __repr__(self) -> str:

@@ -29,6 +29,7 @@ from ._dispatch import (
     TensorBase,
     TensorOp,
     check_scalar,
+    check_scalar_int,
     host_number,
     lift,
     normalize_dim,
@@ -37,6 +38,7 @@ from ._dispatch import (
     promoted_dtype_of,
     python_sequence,
     real_only,
+    refuse_sequence,
     scalar_dims,
     scalar_dtype,
     scalar_value,
@@ -262,6 +264,31 @@ def _bound(x: Any, bound: Any, dtype: str) -> Any:
     return wrap(x, x._backend.full(x.shape, bound, dtype, x._device))
 
 
+#: the sequences ``*`` repeats: torch's ``*`` leaves them to Python, which repeats one by a
+#: one-element integer tensor (``[0] * n``, ``"ab" * t``, read through ``__index__``)
+_REPEATED_SEQUENCES = frozenset({list, tuple, str, bytes})
+
+
+def _repeated(t: Any, sequence: Any) -> Any:
+    """``NotImplemented`` for Python to repeat ``sequence`` by a one-element integer or bool
+    tensor ``t``; any other tensor refused as torch refuses it (a ``TypeError``), naming the
+    sequence rather than ``__index__``."""
+    if t.numel() == 1 and (t.dtype in INT_DTYPES or t.dtype == "bool"):
+        return NotImplemented
+    raise DTypeError(
+        f"mul(): expected a tensor or a number, got a Python {type(sequence).__name__} (as "
+        "torch refuses it; only a one-element integer tensor repeats a sequence)"
+    )
+
+
+def _real_bound(t: Any, bound: Any) -> Any:
+    """A complex number bound of a float tensor's clamp as torch converts it: its real part
+    where its imaginary part is zero (``clamp(max=2 + 0j)``); anything else as it is."""
+    if isinstance(bound, complex | np.complexfloating) and bound.imag == 0 and t.is_float():
+        return float(bound.real)
+    return bound
+
+
 def _no_bool(op: str) -> None:
     raise DTypeError(f"{op}: not implemented for bool tensors (as in torch)")
 
@@ -371,6 +398,7 @@ class ElementwiseMixin:
 
     def __rfloordiv__(self, other):
         other = host_number(other)
+        refuse_sequence("floor_divide", other)
         if isinstance(other, SCALAR_TYPES):
             dtype = scalar_dtype(self.dtype, other)  # (wrapped into uint8/int32: 300 is 44)
             value = scalar_value(other, dtype)
@@ -602,9 +630,13 @@ class ElementwiseMixin:
         return self._apply(RSUB, (other, self))
 
     def __mul__(self, other):
+        if other.__class__ in _REPEATED_SEQUENCES:
+            return _repeated(self, other)
         return self._apply(MUL, (self, other))
 
     def __rmul__(self, other):
+        if other.__class__ in _REPEATED_SEQUENCES:
+            return _repeated(self, other)
         return self._apply(MUL, (other, self))
 
     def __truediv__(self, other):
@@ -833,10 +865,13 @@ class ElementwiseMixin:
             raise ShapeError("clamp: at least one of min and max must not be None")
         # complex numbers have no order: torch refuses them (one bound alone cast the tensor
         # to its real part here); a complex bound too
+        min, max = (_real_bound(self, b) for b in (min, max))  # noqa: A001 (torch's names)
         for operand in (self, min, max):
             real_only("clamp", operand)
             if isinstance(operand, complex | np.complexfloating):
                 raise DTypeError(f"clamp: a complex bound ({operand}) has no order")
+            if isinstance(operand, int):
+                check_scalar_int(operand, "clamp")
         min, max = host_number(min), host_number(max)  # noqa: A001 (torch's names)
         if (
             min is not None

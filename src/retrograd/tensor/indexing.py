@@ -80,6 +80,11 @@ class IndexingMixin:
             raise DTypeError("iter: iteration over a 0-d tensor (len() of a 0-d tensor)")
         return (self[i] for i in range(len(self)))
 
+    def __reversed__(self) -> Any:
+        """torch's ``reversed(t)``: ``t`` flipped along its first dimension (a tensor, not an
+        iterator), a 0-d tensor itself (Python's fallback read ``len`` of it and failed)."""
+        return self if not self.ndim else self.flip(0)
+
     def slice(self, ranges: Sequence[Any]) -> Any:
         """Slice the leading dimensions: one ``(start, end)`` pair or ``slice`` per dimension.
 
@@ -223,9 +228,8 @@ class IndexingMixin:
         else:
             value = check_scalar("index_fill", value)
             if isinstance(value, complex | np.complexfloating) and self.dtype not in (
-                *COMPLEX_DTYPES,
-                "bool",
-            ):  # torch's index_fill refuses any complex number here, even 2+0j
+                COMPLEX_DTYPES
+            ):  # torch's index_fill refuses any complex number here, even 2+0j (into bool too)
                 raise DTypeError(
                     f"index_fill: the complex value {value!r} cannot be converted to "
                     f"{self.dtype} (as torch refuses it); take .real or abs() of it first"

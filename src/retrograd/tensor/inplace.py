@@ -32,7 +32,7 @@ from weakref import ref
 import numpy as np
 
 from ..autodiff.grad_mode import is_grad_enabled, no_grad
-from ..backend.protocol import FLOAT_DTYPES
+from ..backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES
 from ..context import captured_writes, capturing
 from ..effects import WRITES
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
@@ -40,6 +40,7 @@ from ._dispatch import (
     NARROW_INTS,
     SCALARS,
     TensorBase,
+    check_scalar_int,
     checked_generator,
     from_host,
     lift,
@@ -618,12 +619,13 @@ class InplaceMixin:
         """This tensor's values replaced by ``src``'s (broadcast to its shape, cast to its
         dtype); the gradient flows to ``src``, as torch's."""
         refuse_partial_overlap("copy_", self, src)
-        return self._copy_unchecked(src)
+        return self._copy_unchecked(src, "copy_")
 
-    def _copy_unchecked(self, src: Any) -> Any:
+    def _copy_unchecked(self, src: Any, op: str = "setitem") -> Any:
         """``copy_`` without the partial-overlap check: for ``t[basic] = v``, whose check is
-        torch's ``copy_to``'s (:func:`.advanced.set_index`)."""
-        return self._update("copy_", lambda t: _converted(t, _source(t, src, "copy_")), fresh=True)
+        torch's ``copy_to``'s (:func:`.advanced.set_index`). A number is written as ``op``
+        writes it: ``copy_``'s cast (wrapped, a real part) or a write's checked value."""
+        return self._update("copy_", lambda t: _converted(t, _source(t, src, op)), fresh=True)
 
     def masked_fill_(self, mask: Any, value: Any) -> Any:
         return self._update("masked_fill_", lambda t: t.masked_fill(mask, value))
@@ -963,6 +965,8 @@ class InplaceMixin:
 
 def _filled(t: Any, value: Any, op: str = "fill_") -> Any:
     """A tensor of ``t``'s shape, dtype and device holding ``value`` (untracked)."""
+    if isinstance(value, int):
+        check_scalar_int(value, op)
     if isinstance(value, complex | np.complexfloating):
         value = written_scalar(op, value, t.dtype)
     if t.dtype == "bool":
@@ -986,7 +990,24 @@ def _converted(t: Any, src: Any) -> Any:
     return src if src.dtype == t.dtype else src.cast(t.dtype)
 
 
+#: the dtype of the 0-d tensor torch makes of a Python number (a "wrapped number")
+_NUMBER_DTYPES = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}
+
+
 def _source(t: Any, src: Any, op: str) -> Any:
+    if isinstance(src, np.generic):
+        src = src.item()
+    if op == "copy_" and isinstance(src, complex) and t.dtype not in _NONINTEGRAL:
+        src = src.real  # (then truncated as a float is, NaN and overflow refused)
+    if op == "copy_" and isinstance(src, int | complex):
+        # torch copies a number as the 0-d tensor of it, cast as any tensor is: an int
+        # wrapped into a narrow dtype (int8's 128 is -128), a complex number's real part,
+        # its truth into bool (a fill or a write refuses those instead); a float into an
+        # integer dtype as a fill (past the dtype, or NaN, torch's cast is undefined)
+        if isinstance(src, int):
+            check_scalar_int(src, op)
+        natural = _NUMBER_DTYPES[type(src)]
+        return wrap(t, t._backend.full((), src, natural, t._device))
     if isinstance(src, SCALARS):
         return _filled(t, src, op)
     if not isinstance(src, TensorBase):
@@ -996,6 +1017,9 @@ def _source(t: Any, src: Any, op: str) -> Any:
     if src._device is not t._device:
         src = src.to(t._device)
     return src
+
+
+_NONINTEGRAL = (*FLOAT_DTYPES, *COMPLEX_DTYPES, "bool")
 
 
 def _check_untracked(op: str, t: Any) -> None:

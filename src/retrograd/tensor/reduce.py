@@ -27,6 +27,7 @@ from ._dispatch import (
     normalize_dim,
     preserved_layout,
     real_only,
+    refuse_sequence,
     scalar_dims,
     untracked,
 )
@@ -130,6 +131,8 @@ class ReduceMixin:
     def nansum(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
         """:meth:`sum` counting NaN as zero; as torch's, the NaNs are zeroed before ``dtype``
         casts (a NaN summed as int64 or bool counts as 0). Ints and bools sum as int64."""
+        if self.is_complex():
+            raise DTypeError("nansum: complex tensors are not supported (as torch's CPU kernel)")
         if dim is None and keepdim:  # torch: every dim kept, of size 1
             dim = ()
         x = self
@@ -539,6 +542,7 @@ class ReduceMixin:
             from .sparse_coo import dense_sparse_mm
 
             return dense_sparse_mm("matmul", self, other)
+        refuse_sequence("matmul", other)
         a, b = joined(self, other, "matmul")  # (unguarded: it joins a decorator itself)
         same_dtype("matmul", a, b)
         if a.ndim == 0 or b.ndim == 0:
@@ -667,6 +671,7 @@ class ReduceMixin:
         return self.matmul(other)
 
     def __rmatmul__(self, other):
+        refuse_sequence("matmul", other)
         return lift(self, other, "matmul").matmul(self)
 
 

@@ -259,6 +259,9 @@ class SpecialMixin:
         """NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (by default the
         dtype's largest and lowest finite values); the gradient is 0 where replaced. Integer
         tensors come back unchanged."""
+        for name, value in (("nan", nan), ("posinf", posinf), ("neginf", neginf)):
+            if isinstance(value, complex | np.complexfloating):  # (torch's parser: a float)
+                raise DTypeError(f"nan_to_num(): argument '{name}' must be float, not complex")
         if self.is_complex():  # each part replaced, as torch's
             real = self.real.nan_to_num(nan, posinf, neginf)
             return self._apply("complex", (real, self.imag.nan_to_num(nan, posinf, neginf)))
