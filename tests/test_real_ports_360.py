@@ -666,8 +666,10 @@ def _loader(rng, batches, size):
 
 @pytest.mark.parametrize("alg", ["sgdGCC", "adamWGC", "rangerGC"])
 def test_gradient_centralization_optimizers_train_the_cifar_resnet_as_torch(capsys, alg):
-    torch.manual_seed(360)  # torch's initial weights, which the port loads
-    rng = np.random.default_rng(360)
+    # torch's initial weights, which the port loads; the seed keeps every ReLU input of the
+    # training steps at least 5e-6 from the kink, where float rounding could flip a unit
+    torch.manual_seed(361)
+    rng = np.random.default_rng(361)
     train_batches, test_batches = _loader(rng, 2, 3), _loader(rng, 1, 3)
     args = SimpleNamespace(model="r18", alg=alg, lr=0.1, wd=5e-4, epochs=3)
     initialize, records, logs = initializer(), [], []
@@ -688,8 +690,4 @@ def test_gradient_centralization_optimizers_train_the_cifar_resnet_as_torch(caps
     assert len(theirs) == 3 * (2 + 1 + 2)
     assert theirs[-2][2] == pytest.approx(0.1 * (0.01 if alg.startswith(("adam", "ranger")) else 1) * 0.1)
     assert logs[1].count("Epoch:") == 3 and logs[1].splitlines()[:2] == logs[0].splitlines()[:2]
-    # AdamW centralizes the gradient before its moments: an entry of the centralized gradient
-    # near zero (a difference of near-equal sums) carries a large relative rounding error,
-    # which Adam's normalized step turns into a visible fraction of its learning rate (1e-3)
-    atol = 3e-5 if alg == "adamWGC" else 1e-5
-    assert_records_agree(ours, theirs, rtol=1e-4, atol=atol)
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
