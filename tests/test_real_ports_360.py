@@ -45,7 +45,7 @@ import torch
 import retrograd as rg
 from real_ports import assert_records_agree, initializer, params_of, port, run_source
 
-GC_SOURCE = '''
+GC_SOURCE = """
 import torch
 from torch.optim.optimizer import Optimizer, required
 
@@ -637,11 +637,14 @@ for epoch in range(start_epoch, start_epoch+epochs):
     val_acc=test(epoch,net)
     record.append([train_acc, val_acc, optimizer.param_groups[0]['lr']])
     record.append(params_of(net))
-'''
+"""
 
 GC_STEPS = [
     ("\nimport torch\n", "\nimport retrograd as torch\n"),
-    ("import torch.nn as nn\nimport torch.nn.functional as F\n", "import retrograd.nn as nn\nimport retrograd.nn.functional as F\n"),
+    (
+        "import torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
     ("    def step(self, closure=None):", "    def step(self, grads, closure=None):"),
     ("if p.grad is None:", "if p.grad(grads) is None:"),
     ("d_p = p.grad\n", "d_p = p.grad(grads)\n"),
@@ -682,12 +685,20 @@ def test_gradient_centralization_optimizers_train_the_cifar_resnet_as_torch(caps
             for name, batches in (("trainloader", train_batches), ("testloader", test_batches))
         }
         run_source(
-            text, lib, record=record, args=args, initialize=initialize, params_of=params_of, **loaders
+            text,
+            lib,
+            record=record,
+            args=args,
+            initialize=initialize,
+            params_of=params_of,
+            **loaders,
         )
         records.append(record)
         logs.append(capsys.readouterr().out)
     theirs, ours = records
     assert len(theirs) == 3 * (2 + 1 + 2)
-    assert theirs[-2][2] == pytest.approx(0.1 * (0.01 if alg.startswith(("adam", "ranger")) else 1) * 0.1)
+    assert theirs[-2][2] == pytest.approx(
+        0.1 * (0.01 if alg.startswith(("adam", "ranger")) else 1) * 0.1
+    )
     assert logs[1].count("Epoch:") == 3 and logs[1].splitlines()[:2] == logs[0].splitlines()[:2]
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)

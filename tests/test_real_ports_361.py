@@ -570,7 +570,10 @@ main()
 
 REPDISTILLER_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
-    ("import torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\n", "import retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n"),
+    (
+        "import torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\n",
+        "import retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n",
+    ),
     (
         "        loss.backward()\n        optimizer.step()\n",
         "        grads = loss.backward()\n        optimizer.step(grads)\n",
@@ -591,14 +594,29 @@ def test_repdistiller_trains_a_student_as_torch(tmp_path, capsys, distill):
     torch.manual_seed(361)  # torch's initial weights, which the port loads
     rng = np.random.default_rng(361)
     train_batches = [
-        (rng.standard_normal((4, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, 4), np.arange(4 * i, 4 * i + 4))
+        (
+            rng.standard_normal((4, 3, 32, 32)).astype(np.float32),
+            rng.integers(0, 10, 4),
+            np.arange(4 * i, 4 * i + 4),
+        )
         for i in range(2)
     ]
     val_batches = [(rng.standard_normal((4, 3, 32, 32)).astype(np.float32), rng.integers(0, 10, 4))]
     opt = SimpleNamespace(
-        distill=distill, model_s="resnet8", kd_T=4, gamma=0.1, alpha=0.9, beta=0.0 if distill == "kd" else 100.0,
-        hint_layer=2, learning_rate=0.05, momentum=0.9, weight_decay=5e-4, lr_decay_epochs=[1],
-        lr_decay_rate=0.1, epochs=2, print_freq=100,
+        distill=distill,
+        model_s="resnet8",
+        kd_T=4,
+        gamma=0.1,
+        alpha=0.9,
+        beta=0.0 if distill == "kd" else 100.0,
+        hint_layer=2,
+        learning_rate=0.05,
+        momentum=0.9,
+        weight_decay=5e-4,
+        lr_decay_epochs=[1],
+        lr_decay_rate=0.1,
+        epochs=2,
+        print_freq=100,
     )
     initialize, records, loggers = initializer(), [], []
     for lib in (torch, rg):
@@ -606,7 +624,9 @@ def test_repdistiller_trains_a_student_as_torch(tmp_path, capsys, distill):
         folder.mkdir(parents=True)
         opt.path_t = str(folder / "ckpt_epoch_240.pth")
         record, logger = [], Logger()
-        text = REPDISTILLER_SOURCE if lib is torch else port(REPDISTILLER_SOURCE, REPDISTILLER_STEPS)
+        text = (
+            REPDISTILLER_SOURCE if lib is torch else port(REPDISTILLER_SOURCE, REPDISTILLER_STEPS)
+        )
         run_source(
             text,
             lib,
@@ -626,5 +646,7 @@ def test_repdistiller_trains_a_student_as_torch(tmp_path, capsys, distill):
     assert len(theirs) == 1 + 2 * 2
     assert theirs[-2][-1] == pytest.approx(0.005)
     assert [v[0::2] for v in loggers[1]] == [v[0::2] for v in loggers[0]]
-    np.testing.assert_allclose([v[1] for v in loggers[1]], [v[1] for v in loggers[0]], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        [v[1] for v in loggers[1]], [v[1] for v in loggers[0]], rtol=1e-4, atol=1e-5
+    )
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)

@@ -652,15 +652,24 @@ record.append(sorted(lr_scheduler.state_dict()))
 '''
 
 GEFFNET_STEPS = [
-    ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n", "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n"),
-    ("        loss.backward()\n        optimizer.step()\n", "        grads = loss.backward()\n        optimizer.step(grads)\n"),
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
+    (
+        "        loss.backward()\n        optimizer.step()\n",
+        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+    ),
 ]
 
 
 def test_geffnet_blocks_train_under_timm_cosine_warmup_as_torch(capsys):
     torch.manual_seed(362)  # torch's initial weights, which the port loads
     rng = np.random.default_rng(362)
-    batches = [(rng.standard_normal((4, 3, 16, 16)).astype(np.float32), rng.integers(0, 5, 4)) for _ in range(3)]
+    batches = [
+        (rng.standard_normal((4, 3, 16, 16)).astype(np.float32), rng.integers(0, 5, 4))
+        for _ in range(3)
+    ]
     (theirs, ours), _ = runs_with_draws(
         GEFFNET_SOURCE,
         GEFFNET_STEPS,

@@ -32,7 +32,7 @@ import torch
 import retrograd as rg
 from real_ports import assert_records_agree, initializer, params_of, port, run_source
 
-ADAMP_SOURCE = '''
+ADAMP_SOURCE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -230,14 +230,20 @@ for step in range(4):
     record.append(loss.item())
     record.append(params_of(model))
 record.append({k: v.numpy() for k, v in optimizer.state[model[0].weight].items() if k != 'step'})
-'''
+"""
 
 ADAMP_STEPS = [
-    ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n", "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n"),
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
     ("    def step(self, closure=None):", "    def step(self, grads, closure=None):"),
     ("if p.grad is None:", "if p.grad(grads) is None:"),
     ("grad = p.grad.data", "grad = p.grad(grads).data"),
-    ("    loss.backward()\n    optimizer.step()\n", "    grads = loss.backward()\n    optimizer.step(grads)\n"),
+    (
+        "    loss.backward()\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
 ]
 
 
@@ -245,13 +251,28 @@ ADAMP_STEPS = [
 def test_adamp_and_sgdp_project_scale_invariant_weights_as_torch(which):
     torch.manual_seed(363)  # torch's initial weights, which the port loads
     rng = np.random.default_rng(363)
-    batches = [(rng.standard_normal((4, 3, 8, 8)).astype(np.float32), rng.integers(0, 4, 4)) for _ in range(2)]
+    batches = [
+        (rng.standard_normal((4, 3, 8, 8)).astype(np.float32), rng.integers(0, 4, 4))
+        for _ in range(2)
+    ]
     initialize, records = initializer(), []
     for lib in (torch, rg):
         record = []
-        text = ADAMP_SOURCE if lib is torch else port(ADAMP_SOURCE, ADAMP_STEPS).replace("from torch.", "from retrograd.")
+        text = (
+            ADAMP_SOURCE
+            if lib is torch
+            else port(ADAMP_SOURCE, ADAMP_STEPS).replace("from torch.", "from retrograd.")
+        )
         data = [(lib.tensor(x), lib.tensor(y)) for x, y in batches]
-        run_source(text, lib, record=record, data=data, which=which, initialize=initialize, params_of=params_of)
+        run_source(
+            text,
+            lib,
+            record=record,
+            data=data,
+            which=which,
+            initialize=initialize,
+            params_of=params_of,
+        )
         records.append(record)
     theirs, ours = records
     assert len(theirs) == 2 * 4 + 1
