@@ -105,6 +105,10 @@ class Trace:
     #: seconds its op took in the step traced (``costs`` may price it at the fastest time seen
     #: for its op instead): what a replay of that step prices it at, to evict as it did
     measured: list[float] = field(default_factory=list)
+    #: the backward step at which each later walk of a retained graph starts (its steps
+    #: follow the first walk's: see :meth:`~.recorder.RecordedStep.observe`); empty for a
+    #: step of one backward
+    walks: tuple[int, ...] = ()
     _arrays: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __setattr__(self, name: str, value: Any) -> None:

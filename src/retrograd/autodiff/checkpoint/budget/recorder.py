@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from .plan import PLAN_LIMIT, Trace
 
-__all__ = ["RecordedStep", "RecordedValue", "TraceRecorder"]
+__all__ = ["RecordedStep", "RecordedValue", "TraceRecorder", "walked"]
 
 
 class RecordedValue(NamedTuple):
@@ -54,6 +54,7 @@ class RecordedStep(NamedTuple):
         steps: list,
         fastest: Callable[[tuple, float], float] | None = None,
         planned: list | None = None,
+        walks: tuple[int, ...] = (),
     ) -> tuple[list, Trace]:
         """The values (each with its price) and the :class:`~.plan.Trace` to plan from, given the
         backward's ``steps`` (its nodes in the order it runs them); each value priced by
@@ -64,7 +65,18 @@ class RecordedStep(NamedTuple):
 
         Besides the values a plan decides on, the trace holds the gradients in flight (a
         node's gradient lives from its first child's step to its own) and the untracked values
-        rules read: the budget is then the real peak of the step."""
+        rules read: the budget is then the real peak of the step.
+
+        ``walks``: where each later walk of a retained graph starts in ``steps`` (the steps of
+        every ``backward(retain_graph=True)`` of the step and of the backward calls that walk
+        its graph again, in turn, as :func:`walked` keeps them): one backward, as the plan
+        sees it, each value held from its making (or its recomputation) to its last read in
+        any walk. The engine counts a walk as it counts any backward, by what it reads (the
+        retained graph holds the rest, as it does under NoCheckpointing), and a walk
+        recomputes what it needs afresh: no walk holds more than the plan counts (a value
+        evicted and read in two walks is recomputed in each, where the plan counts it held
+        between them: the model's floor is then near NoCheckpointing's peak, and such a
+        step mostly replays its eager walks, see docs/checkpointing.md)."""
         values, positions, constants = self
         if planned is not None:
             values = [
@@ -129,11 +141,49 @@ class RecordedStep(NamedTuple):
             gradients=gradients,
             horizon=horizon,
             measured=[value.seconds for value in values],
+            walks=walks,
         )
         return values, trace
 
 
 _new_value = tuple.__new__
+
+
+class _Walked:
+    """A walked node as :meth:`RecordedStep.observe` reads it, without its values: what a
+    retained graph's walk leaves for the plan while the graph walks again (holding the nodes
+    themselves would keep the graph alive)."""
+
+    __slots__ = ("id", "op", "parents", "saved")
+
+    def __init__(self, node_id: int, op: Any, parents: tuple, saved: Any):
+        self.id, self.op, self.parents, self.saved = node_id, op, parents, saved
+
+
+class _WalkedSaved(NamedTuple):
+    keys: tuple
+    slot: Any
+
+
+class _Size(NamedTuple):
+    """A slot as :func:`_earlier_values` reads it: its bytes."""
+
+    nbytes: int
+
+
+def walked(steps: list) -> list[_Walked]:
+    """``steps`` (a backward's nodes in order) as :meth:`RecordedStep.observe` reads them,
+    holding no node and no value."""
+    light = []
+    for node in steps:
+        if node.op is None:
+            light.append(_Walked(node.id, None, (), None))
+            continue
+        slot = getattr(node.saved, "slot", None)
+        parents = tuple(None if p is None else _Walked(p.id, None, (), None) for p in node.parents)
+        saved = _WalkedSaved(node.saved.keys, None if slot is None else _Size(slot.nbytes))
+        light.append(_Walked(node.id, node.op, parents, saved))
+    return light
 
 
 def _earlier_values(steps: list, positions: dict[int, int]) -> dict[int, int]:

@@ -351,10 +351,15 @@ class BudgetCheckpointing(CheckpointStrategy):
         or as after an eager step."""
         with self._lock:
             forward_peak = self.pool.take_peak()
+            walk = self.planner.walk
             self.timer.pause()  # backward runs before the next op: not that op's time
             planned = self.planner.backward_begins(
-                self.recorder.take(), tape.steps, self.timer.fastest
+                self.recorder.take(), tape.steps, self.timer.fastest, retained=not consume
             )
+            if self.planner.walk > walk:
+                # a later walk of a retained graph: no forward ran since the walk before, and
+                # a walk counts what it reads (as under NoCheckpointing), not all the graph holds
+                forward_peak = 0
             if self.planner.settled:  # the step's own plan evicts what it held in dispute
                 self._evict_settled()
             self._disputed.clear()

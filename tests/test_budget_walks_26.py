@@ -1,0 +1,64 @@
+"""A retained graph's second walk under a memory budget (issue 24).
+
+Two heads on one trunk, each backpropagated in turn through the retained graph
+(``a.backward(retain_graph=True)`` then ``b.backward()``): the second backward records
+nothing, and it had no plan: every step it ran eagerly, its own prices measured afresh, and
+its peak fed the next plan as if it were a step of its own. Now the step's trace holds both
+walks (``Trace.walks``), its plan knows them, and the second walk follows the plan its step
+follows, every step alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import retrograd as rg
+from backends import inner_backend
+from test_budget_soak_25 import Backwards
+
+STEPS = 12
+
+
+def _arrays() -> tuple[list[np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(26)
+    ws = [(rng.standard_normal((16, 16)) / 4).astype(np.float32) for _ in range(5)]
+    ws.append((rng.standard_normal((16, 64)) / 4).astype(np.float32))
+    return ws, rng.standard_normal((8, 16)).astype(np.float32)
+
+
+def _step(backend: rg.Backend, arrays: list[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
+    """A residual trunk and two heads, each head's loss backpropagated through the retained
+    graph in turn; the gradients of both walks, as arrays."""
+    with rg.use_backend(backend):
+        ws = [rg.tensor(w).require_grad() for w in arrays]
+        h = rg.tensor(x)
+        for w in ws[:4]:
+            h = h + (h @ w).tanh()
+        a = ((h @ ws[4]).sigmoid() ** 2).mean()
+        b = (h @ ws[5]).tanh().sum()
+        first = a.backward(retain_graph=True)
+        second = b.backward()
+        heads = (first, ws[:5]), (second, [*ws[:4], ws[5]])
+        return [w.grad(grads).numpy().copy() for grads, read in heads for w in read]
+
+
+def test_a_retained_graphs_second_walk_follows_its_steps_plan():
+    arrays, x = _arrays()
+    expected = _step(rg.Autodiff(inner_backend()), arrays, x)
+    for fraction in (0.5, 0.8):
+        strategy = rg.BudgetCheckpointing(int(fraction * 6656))
+        backwards = Backwards(strategy)
+        backend = rg.Autodiff(inner_backend(), strategy)
+        for _ in range(STEPS):
+            found = _step(backend, arrays, x)
+            assert all(np.array_equal(f, e) for f, e in zip(found, expected)), fraction
+        log = backwards.log
+        assert [entry["walk"] for entry in log] == [0, 1] * STEPS
+        plan = strategy.planner.kept[0]
+        assert strategy.plans == 1 and len(plan.trace.walks) == 1, (fraction, strategy.plans)
+        late = log[-8:]  # after the plan (and its trials): both walks follow it
+        assert all(entry["mode"] == plan.mode for entry in late), (fraction, log)
+        # the same work every step, walk by walk, and no walk above what the plan counts
+        assert len({(entry["walk"], entry["ops"]) for entry in late}) == 2, (fraction, late)
+        assert all(entry["peak"] <= plan.counted for entry in late), (fraction, late)
+        assert strategy.held_bytes == 0
