@@ -175,18 +175,15 @@ class Backwards:
 
 def _predicted_ops(plan, walk: int = 0) -> int:
     """The ops a step that follows ``plan`` recomputes in its ``walk``-th backward through
-    its graph (a retained graph walks again), by the plan's own model: each value it evicts
-    (when it can be recomputed) that a backward step of that walk needs first, once."""
+    its graph (a retained graph walks again, and each walk recomputes what it needs
+    afresh), by the plan's own model: each value it evicts (when it can be recomputed) that
+    a backward step of that walk needs, once."""
     trace = plan.trace
     evicted = [e and r for e, r in zip(plan.evict, trace.recomputable)]
+    if trace.walks:
+        trace = trace.walk_traces()[walk][1]
     found = profile(trace, evicted, views=False)
-    starts = (0, *trace.walks, trace.horizon + 1)
-    begin, end = starts[walk], starts[walk + 1]
-    return sum(
-        1
-        for v, e in enumerate(evicted)
-        if e and found.last[v] >= 0 and begin <= found.first[v] < end
-    )
+    return sum(1 for v, e in enumerate(evicted) if e and found.last[v] >= 0)
 
 
 Loop = Callable[[Context, np.random.Generator], None]

@@ -510,8 +510,12 @@ class Planner:
         (both as the engine counts, :func:`~.segments.engine_profile`) and no more than
         :data:`REPLAY_SLACK` times what the eager step held; else the floor or a replay of the
         eager step, whichever held less."""
-        anchored = anchored_plan(trace, target)
         eager = self._eager_peak
+        if trace.walks:  # (the anchored schedule's engine count knows a single walk)
+            if eager is not None and eager < counted:
+                return REPLAY, evict, eager
+            return FLOOR, evict, counted
+        anchored = anchored_plan(trace, target)
         if anchored.peak <= target or (
             anchored.peak < engine_profile(trace, evict)[0]
             and (eager is None or anchored.peak <= REPLAY_SLACK * eager)
