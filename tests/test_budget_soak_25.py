@@ -31,12 +31,12 @@ a plan that fits whose steps held more than the budget, within the tenth over it
 that re-planned, was kept (the gradient penalty: 1.05x the budget every step). The
 regressions are at the end of this file.
 
-Left as they are (measured here): two backward calls through one retained graph hold 1.33x
-the large budget: under this graph's floor (a walk recomputing the trunk holds 0.93x of
-NoCheckpointing's peak), so its plan replays the eager walks, the second walk too since round
-26 (``test_budget_walks_26.py``: before it, the second walk had no plan and ran eagerly every
-step); the gradient penalty's plan still counts 480 bytes fewer than its forward holds (the
-re-plan absorbs it).
+Left as they are (measured here): two backward calls through one retained graph hold 1.21x
+the large budget (1.33x before round 26): under this graph's floor (recomputing the trunk's
+tanh holds its input and output beside the batch), so its plan is that floor, followed by
+both walks since round 26 (``test_budget_soak_26.py``: before it, the second walk had no plan
+and ran eagerly every step); the gradient penalty's plan still counts 480 bytes fewer than
+its forward holds (the re-plan absorbs it).
 """
 
 from __future__ import annotations

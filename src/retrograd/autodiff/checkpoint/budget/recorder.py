@@ -40,11 +40,13 @@ class RecordedValue(NamedTuple):
 class RecordedStep(NamedTuple):
     """A whole recorded step: its values in order (a ``None`` last when it grew past
     :data:`~.plan.PLAN_LIMIT`), node id -> position, and key -> (bytes, backed up) of the
-    untracked values held."""
+    untracked values held; key -> the node ids of the consumers each backed-up one is held
+    for (``None`` for a step recorded before they were noted)."""
 
     values: list
     positions: dict[int, int]
     constants: dict[int, tuple[int, bool]]
+    consumers: dict[int, list[int]] | None = None
 
     def plannable(self) -> bool:
         return 0 < len(self.values) <= PLAN_LIMIT
@@ -77,7 +79,7 @@ class RecordedStep(NamedTuple):
         evicted and read in two walks is recomputed in each, where the plan counts it held
         between them: the model's floor is then near NoCheckpointing's peak, and such a
         step mostly replays its eager walks, see docs/checkpointing.md)."""
-        values, positions, constants = self
+        values, positions, constants, consumers = self
         if planned is not None:
             values = [
                 value if value.seconds is not None else value._replace(seconds=planned[at])
@@ -114,6 +116,15 @@ class RecordedStep(NamedTuple):
                 elif key in earlier:
                     earlier_reads[key] = step
         horizon = len(steps)
+        # A backed-up constant is needed, at the latest, to recompute a consumer, which no
+        # backward step needs once the consumer's own step has run (every reader of its
+        # output is a child, whose step comes first): held until then, not to backward's end
+        # (a dropout mask, the labels, a regression target: the engine lets them go there).
+        step_of = {node.id: step for step, node in enumerate(steps)}
+        backup_ends: dict[int, int] = {}
+        for key, nodes in (consumers or {}).items():
+            if nodes and all(node in step_of for node in nodes):
+                backup_ends[key] = max(step_of[node] for node in nodes)
         # A value that cannot be recomputed but backs up one that can is held through forward,
         # read or not (backward lets it go when it starts, unless a recomputation needs it).
         for value in values:
@@ -122,7 +133,13 @@ class RecordedStep(NamedTuple):
                     if not values[p].recomputable and not reads[p]:
                         reads[p].append(0)
         fixed.extend(
-            (nbytes, 0, horizon if backup else constant_reads[key])
+            (
+                nbytes,
+                0,
+                max(backup_ends.get(key, horizon), constant_reads.get(key, 0))
+                if backup
+                else constant_reads[key],
+            )
             for key, (nbytes, backup) in constants.items()
             if backup or key in constant_reads
         )
@@ -210,6 +227,7 @@ class TraceRecorder:
         self._values: list = []
         self._positions: dict[int, int] = {}
         self._constants: dict[int, tuple[int, bool]] = {}
+        self._consumers: dict[int, list[int]] = {}
         #: the step's first node: once it is gone, so is the step's graph (dropped without a
         #: backward, as an evaluation without gradients would be), and the next node starts
         #: a new step
@@ -238,6 +256,7 @@ class TraceRecorder:
             if position == PLAN_LIMIT:
                 self._positions.clear()
                 self._constants.clear()
+                self._consumers.clear()
                 values.append(None)
             return None
         positions = self._positions
@@ -294,15 +313,20 @@ class TraceRecorder:
         values = self._values
         values[-1] = values[-1]._replace(seconds=seconds, priced_as=priced_as)
 
-    def note_constant(self, key: int, nbytes: int, backup: bool) -> None:
+    def note_constant(
+        self, key: int, nbytes: int, backup: bool, consumer: int | None = None
+    ) -> None:
         """An untracked value held under ``key``: read by a rule, or backed up (``backup``)
-        for a recomputation of its consumer, which may come at any backward step."""
+        for a recomputation of its consumer (the node ``consumer``), which may come at any
+        backward step up to the consumer's own."""
         if len(self._values) <= PLAN_LIMIT:
             held = self._constants.get(key)
             self._constants[key] = (nbytes, backup or (held is not None and held[1]))
+            if backup and consumer is not None:
+                self._consumers.setdefault(key, []).append(consumer)
 
     def take(self) -> RecordedStep:
         """The step recorded so far; the next starts empty."""
-        step = RecordedStep(self._values, self._positions, self._constants)
-        self._values, self._positions, self._constants = [], {}, {}
+        step = RecordedStep(self._values, self._positions, self._constants, self._consumers)
+        self._values, self._positions, self._constants, self._consumers = [], {}, {}, {}
         return step
