@@ -71,14 +71,13 @@ class RecordedStep(NamedTuple):
 
         ``walks``: where each later walk of a retained graph starts in ``steps`` (the steps of
         every ``backward(retain_graph=True)`` of the step and of the backward calls that walk
-        its graph again, in turn, as :func:`walked` keeps them): one backward, as the plan
-        sees it, each value held from its making (or its recomputation) to its last read in
-        any walk. The engine counts a walk as it counts any backward, by what it reads (the
-        retained graph holds the rest, as it does under NoCheckpointing), and a walk
-        recomputes what it needs afresh: no walk holds more than the plan counts (a value
-        evicted and read in two walks is recomputed in each, where the plan counts it held
-        between them: the model's floor is then near NoCheckpointing's peak, and such a
-        step mostly replays its eager walks, see docs/checkpointing.md)."""
+        its graph again, in turn, as :func:`walked` keeps them). The plan profiles each walk
+        as the engine runs it, a backward of its own that counts what it reads and
+        recomputes what it needs afresh (:meth:`~.plan.Trace.walk_traces`).
+
+        A backed-up untracked value is counted until the backward step of its last consumer
+        (``consumers``), or its last read by a rule if later: no step needs to recompute a
+        consumer after the consumer's own step."""
         values, positions, constants, consumers = self
         if planned is not None:
             values = [
@@ -118,8 +117,9 @@ class RecordedStep(NamedTuple):
         horizon = len(steps)
         # A backed-up constant is needed, at the latest, to recompute a consumer, which no
         # backward step needs once the consumer's own step has run (every reader of its
-        # output is a child, whose step comes first): held until then, not to backward's end
-        # (a dropout mask, the labels, a regression target: the engine lets them go there).
+        # output is a child, whose step comes first): counted until then, not to backward's
+        # end (a dropout mask, the labels, a regression target: the engine lets them go
+        # there). A consumer the backward does not walk keeps it to the end.
         step_of = {node.id: step for step, node in enumerate(steps)}
         backup_ends: dict[int, int] = {}
         for key, nodes in (consumers or {}).items():
