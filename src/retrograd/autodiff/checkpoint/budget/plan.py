@@ -105,13 +105,52 @@ class Trace:
     #: seconds its op took in the step traced (``costs`` may price it at the fastest time seen
     #: for its op instead): what a replay of that step prices it at, to evict as it did
     measured: list[float] = field(default_factory=list)
+    #: the backward step at which each later walk of a retained graph starts (its steps
+    #: follow the first walk's: see :meth:`~.recorder.RecordedStep.observe`); empty for a
+    #: step of one backward
+    walks: tuple[int, ...] = ()
     _arrays: Any = field(default=None, init=False, repr=False, compare=False)
+    _walk_traces: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # a field replaced (a test pricing the trace's ops its own way) invalidates the arrays
         object.__setattr__(self, name, value)
-        if name != "_arrays":
+        if name not in ("_arrays", "_walk_traces"):
             object.__setattr__(self, "_arrays", None)
+            object.__setattr__(self, "_walk_traces", None)
+
+    def walk_traces(self) -> list[tuple[int, Trace]]:
+        """Per walk of a retained graph (:attr:`walks`), the step it starts at and the trace
+        of that walk alone: every value, with the reads of that walk (its steps from 0), the
+        fixed values and gradients of its steps; made once."""
+        if self._walk_traces is None:
+            starts = (0, *self.walks)
+            ends = (*self.walks, self.horizon)
+            parts = []
+            for start, end in zip(starts, ends):
+
+                def within(spans: list, start: int = start, end: int = end) -> list:
+                    return [
+                        (nbytes, max(first, start) - start, min(last, end - 1) - start)
+                        for nbytes, first, last in spans
+                        if last >= start and first < end
+                    ]
+
+                part = Trace(
+                    sizes=self.sizes,
+                    costs=self.costs,
+                    parents=self.parents,
+                    recomputable=self.recomputable,
+                    reads=[[r - start for r in read if start <= r < end] for read in self.reads],
+                    owners=self.owners,
+                    fixed=within(self.fixed),
+                    gradients=within(self.gradients),
+                    horizon=end - start,
+                    measured=self.measured,
+                )
+                parts.append((start, part))
+            object.__setattr__(self, "_walk_traces", parts)
+        return self._walk_traces
 
     def arrays(self) -> TraceArrays:
         """The trace as :func:`profile`'s kernel reads it, made at the first call after a
@@ -149,6 +188,8 @@ def profile(trace: Trace, evicted: Sequence[bool], budget: int = 0, views: bool 
     evicted child, which reads its parents then) and held until its last. The loops run
     compiled (:mod:`.profile_kernel`).
     """
+    if trace.walks:
+        return _walks_profile(trace, evicted, budget, views)
     arrays = trace.arrays()
     peak, at, first, last, excess, seconds = profile_kernel()(
         arrays.sizes,
@@ -164,6 +205,42 @@ def profile(trace: Trace, evicted: Sequence[bool], budget: int = 0, views: bool 
         min(budget, NEVER),
     )
     return Profile(int(peak), int(at), first.tolist(), last.tolist(), int(excess), float(seconds))
+
+
+def _walks_profile(trace: Trace, evicted: Sequence[bool], budget: int, views: bool) -> Profile:
+    """:func:`profile` of a step whose retained graph is walked more than once: each walk
+    as the engine runs it, a backward of its own (an evicted value it needs recomputed at
+    its first need in that walk and held to its last read there; a kept value counted from
+    the walk's start to its last read in it), the peak the highest walk's. The first walk
+    starts where forward ends, which holds too the kept values only a later walk reads
+    (counted on top of that walk's peak: an upper bound). The recomputation's seconds and
+    the excess are the walks' sums; a value's first and last need, the earliest and the
+    latest of any walk (in the steps of the whole trace)."""
+    parts = [(start, profile(part, evicted, budget, views)) for start, part in trace.walk_traces()]
+    first_walk = trace.walk_traces()[0][1]
+    later_only = sum(
+        size
+        for size, read, gone, evict in zip(trace.sizes, trace.reads, first_walk.reads, evicted)
+        if read and not gone and not evict
+    )
+    peaks = [found.peak for _, found in parts]
+    peaks[0] += later_only
+    worst = max(range(len(parts)), key=peaks.__getitem__)
+    n = len(trace.sizes)
+    first, last = [NEVER] * n, [-1] * n
+    for start, found in parts:
+        for v in range(n):
+            if found.last[v] >= 0:
+                first[v] = min(first[v], found.first[v] + start)
+                last[v] = max(last[v], found.last[v] + start)
+    return Profile(
+        peaks[worst],
+        parts[worst][1].at + parts[worst][0],
+        first,
+        last,
+        sum(found.excess for _, found in parts) + (later_only if peaks[0] > budget else 0),
+        sum(found.seconds for _, found in parts),
+    )
 
 
 #: the targets tried, as fractions of the budget, until a plan fits (the greedy is not

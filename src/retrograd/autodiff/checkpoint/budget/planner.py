@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from .plan import Trace, plan_evictions
+from .recorder import walked
 from .segments import anchored_plan, engine_profile
 
 __all__ = ["EvictionPlan", "Planner"]
@@ -162,6 +163,12 @@ class Planner:
         #: the prices of the plan the step being recorded followed last, by position: what
         #: its values recorded while following (not timed) cost, should it be planned from
         self._prices: list | None = None
+        #: the step whose graph the last backward retained (``retain_graph=True``), while no
+        #: new step records: ``(recorded step, its walks so far as walked() keeps them, where
+        #: each later walk starts, the plan it followed or None, its prices)``
+        self._retained: tuple | None = None
+        #: which walk of the retained graph the backward running now is (0: the first)
+        self.walk = 0
 
     def on_value(
         self, noted: tuple[int, tuple] | None, recompute: bool
@@ -179,6 +186,7 @@ class Planner:
             return None, -1.0
         position, signature = noted
         if position == 0:  # a step starts: plan it if a trace waits, and find its plan
+            self._retained, self.walk = None, 0
             if self._pending is not None:
                 values, trace = self._pending
                 self._pending = None
@@ -367,12 +375,21 @@ class Planner:
         self.kept = kept[:MAX_PLANS]
 
     def backward_begins(
-        self, recorded: Any, steps: list, fastest: Any = None
+        self, recorded: Any, steps: list, fastest: Any = None, retained: bool = False
     ) -> tuple[int, str] | None:
         """The step just recorded (a :class:`~.recorder.RecordedStep`) ends: plan the next
         ones from it (its ops priced by ``fastest``, see :meth:`.RecordedStep.observe`),
         unless it followed a plan. The byte limit its backward keeps to and the
-        plan's mode, when it followed one, else ``None`` (backward as after an eager step)."""
+        plan's mode, when it followed one, else ``None`` (backward as after an eager step).
+
+        ``retained``: the backward keeps the graph (``retain_graph=True``). A backward that
+        follows one with nothing recorded between them and walks the same graph is a later
+        walk of its step (:meth:`_walk_again`), not a step of its own."""
+        if not recorded.values and self._retained is not None:
+            positions = self._retained[0].positions
+            if any(node.id in positions for node in steps):
+                return self._walk_again(steps, fastest, retained)
+        self._retained, self.walk = None, 0
         length = len(recorded.values)
         plan = None
         if self.following:  # the plan of the step's own graph, among those it matched
@@ -382,6 +399,8 @@ class Planner:
         followed = plan is not None
         self._stop_following()
         self._checking = None
+        if retained and recorded.plannable():
+            self._retained = (recorded, walked(steps), (), plan, self._prices)
         if not followed:
             if recorded.plannable():
                 self._pending = recorded.observe(steps, fastest, self._prices)
@@ -396,6 +415,26 @@ class Planner:
         self._checking = plan
         return plan.limit, plan.mode
 
+    def _walk_again(self, steps: list, fastest: Any, retained: bool) -> tuple[int, str] | None:
+        """A later walk of the retained graph of the step recorded last (its second
+        ``backward`` through the graph, a second head's loss): it runs as its step's plan
+        says, when that plan knew this walk (its trace holds the step's walks, as
+        :meth:`.RecordedStep.observe` models them); else the step is planned again with this
+        walk (the next step plans from every walk) and this one runs as after an eager step.
+        (Without this, a second walk recorded nothing, had no plan and ran eagerly, every
+        step, over the budget.)"""
+        recorded, earlier, starts, plan, prices = self._retained
+        self.walk += 1
+        starts = (*starts, len(earlier))
+        every = earlier + walked(steps)
+        self._retained = (recorded, every, starts, plan, prices) if retained else None
+        self._checking = None
+        if plan is not None and len(plan.trace.walks) >= self.walk:
+            self._checking = plan
+            return plan.limit, plan.mode
+        self._pending = recorded.observe(every, fastest, prices, starts)
+        return None
+
     def backward_failed(self) -> None:
         """A backward stopped before its end (a rule, hook or Function raised): its step is
         no step to plan from (its trace waits for a peak that will not come) nor a check of
@@ -403,6 +442,7 @@ class Planner:
         skips a failed batch then plans as it would have."""
         self._pending = None
         self._checking = None
+        self._retained, self.walk = None, 0
 
     def backward_ended(self, peak_bytes: int, recomputed_ops: int = 0) -> None:
         """A backward ended, having held ``peak_bytes`` at most (the engine's count) and
@@ -413,7 +453,11 @@ class Planner:
         :data:`MAX_REPLANS`, the attempt that held least stays."""
         plan, self._checking = self._checking, None
         if plan is None:
-            self._eager_peak, self._eager_ops = peak_bytes, recomputed_ops
+            if self.walk and self._eager_peak is not None:  # a later walk of an eager step
+                self._eager_peak = max(self._eager_peak, peak_bytes)
+                self._eager_ops += recomputed_ops
+            else:
+                self._eager_peak, self._eager_ops = peak_bytes, recomputed_ops
             return
         if plan.mode != FITS or peak_bytes <= min(1.1 * plan.counted, self.max_bytes):
             return
@@ -466,8 +510,12 @@ class Planner:
         (both as the engine counts, :func:`~.segments.engine_profile`) and no more than
         :data:`REPLAY_SLACK` times what the eager step held; else the floor or a replay of the
         eager step, whichever held less."""
-        anchored = anchored_plan(trace, target)
         eager = self._eager_peak
+        if trace.walks:  # (the anchored schedule's engine count knows a single walk)
+            if eager is not None and eager < counted:
+                return REPLAY, evict, eager
+            return FLOOR, evict, counted
+        anchored = anchored_plan(trace, target)
         if anchored.peak <= target or (
             anchored.peak < engine_profile(trace, evict)[0]
             and (eager is None or anchored.peak <= REPLAY_SLACK * eager)

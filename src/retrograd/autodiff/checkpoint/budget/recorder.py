@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from .plan import PLAN_LIMIT, Trace
 
-__all__ = ["RecordedStep", "RecordedValue", "TraceRecorder"]
+__all__ = ["RecordedStep", "RecordedValue", "TraceRecorder", "walked"]
 
 
 class RecordedValue(NamedTuple):
@@ -40,11 +40,13 @@ class RecordedValue(NamedTuple):
 class RecordedStep(NamedTuple):
     """A whole recorded step: its values in order (a ``None`` last when it grew past
     :data:`~.plan.PLAN_LIMIT`), node id -> position, and key -> (bytes, backed up) of the
-    untracked values held."""
+    untracked values held; key -> the node ids of the consumers each backed-up one is held
+    for (``None`` for a step recorded before they were noted)."""
 
     values: list
     positions: dict[int, int]
     constants: dict[int, tuple[int, bool]]
+    consumers: dict[int, list[int]] | None = None
 
     def plannable(self) -> bool:
         return 0 < len(self.values) <= PLAN_LIMIT
@@ -54,6 +56,7 @@ class RecordedStep(NamedTuple):
         steps: list,
         fastest: Callable[[tuple, float], float] | None = None,
         planned: list | None = None,
+        walks: tuple[int, ...] = (),
     ) -> tuple[list, Trace]:
         """The values (each with its price) and the :class:`~.plan.Trace` to plan from, given the
         backward's ``steps`` (its nodes in the order it runs them); each value priced by
@@ -64,8 +67,18 @@ class RecordedStep(NamedTuple):
 
         Besides the values a plan decides on, the trace holds the gradients in flight (a
         node's gradient lives from its first child's step to its own) and the untracked values
-        rules read: the budget is then the real peak of the step."""
-        values, positions, constants = self
+        rules read: the budget is then the real peak of the step.
+
+        ``walks``: where each later walk of a retained graph starts in ``steps`` (the steps of
+        every ``backward(retain_graph=True)`` of the step and of the backward calls that walk
+        its graph again, in turn, as :func:`walked` keeps them). The plan profiles each walk
+        as the engine runs it, a backward of its own that counts what it reads and
+        recomputes what it needs afresh (:meth:`~.plan.Trace.walk_traces`).
+
+        A backed-up untracked value is counted until the backward step of its last consumer
+        (``consumers``), or its last read by a rule if later: no step needs to recompute a
+        consumer after the consumer's own step."""
+        values, positions, constants, consumers = self
         if planned is not None:
             values = [
                 value if value.seconds is not None else value._replace(seconds=planned[at])
@@ -102,6 +115,16 @@ class RecordedStep(NamedTuple):
                 elif key in earlier:
                     earlier_reads[key] = step
         horizon = len(steps)
+        # A backed-up constant is needed, at the latest, to recompute a consumer, which no
+        # backward step needs once the consumer's own step has run (every reader of its
+        # output is a child, whose step comes first): counted until then, not to backward's
+        # end (a dropout mask, the labels, a regression target: the engine lets them go
+        # there). A consumer the backward does not walk keeps it to the end.
+        step_of = {node.id: step for step, node in enumerate(steps)}
+        backup_ends: dict[int, int] = {}
+        for key, nodes in (consumers or {}).items():
+            if nodes and all(node in step_of for node in nodes):
+                backup_ends[key] = max(step_of[node] for node in nodes)
         # A value that cannot be recomputed but backs up one that can is held through forward,
         # read or not (backward lets it go when it starts, unless a recomputation needs it).
         for value in values:
@@ -110,7 +133,13 @@ class RecordedStep(NamedTuple):
                     if not values[p].recomputable and not reads[p]:
                         reads[p].append(0)
         fixed.extend(
-            (nbytes, 0, horizon if backup else constant_reads[key])
+            (
+                nbytes,
+                0,
+                max(backup_ends.get(key, horizon), constant_reads.get(key, 0))
+                if backup
+                else constant_reads[key],
+            )
             for key, (nbytes, backup) in constants.items()
             if backup or key in constant_reads
         )
@@ -129,11 +158,49 @@ class RecordedStep(NamedTuple):
             gradients=gradients,
             horizon=horizon,
             measured=[value.seconds for value in values],
+            walks=walks,
         )
         return values, trace
 
 
 _new_value = tuple.__new__
+
+
+class _Walked:
+    """A walked node as :meth:`RecordedStep.observe` reads it, without its values: what a
+    retained graph's walk leaves for the plan while the graph walks again (holding the nodes
+    themselves would keep the graph alive)."""
+
+    __slots__ = ("id", "op", "parents", "saved")
+
+    def __init__(self, node_id: int, op: Any, parents: tuple, saved: Any):
+        self.id, self.op, self.parents, self.saved = node_id, op, parents, saved
+
+
+class _WalkedSaved(NamedTuple):
+    keys: tuple
+    slot: Any
+
+
+class _Size(NamedTuple):
+    """A slot as :func:`_earlier_values` reads it: its bytes."""
+
+    nbytes: int
+
+
+def walked(steps: list) -> list[_Walked]:
+    """``steps`` (a backward's nodes in order) as :meth:`RecordedStep.observe` reads them,
+    holding no node and no value."""
+    light = []
+    for node in steps:
+        if node.op is None:
+            light.append(_Walked(node.id, None, (), None))
+            continue
+        slot = getattr(node.saved, "slot", None)
+        parents = tuple(None if p is None else _Walked(p.id, None, (), None) for p in node.parents)
+        saved = _WalkedSaved(node.saved.keys, None if slot is None else _Size(slot.nbytes))
+        light.append(_Walked(node.id, node.op, parents, saved))
+    return light
 
 
 def _earlier_values(steps: list, positions: dict[int, int]) -> dict[int, int]:
@@ -160,6 +227,7 @@ class TraceRecorder:
         self._values: list = []
         self._positions: dict[int, int] = {}
         self._constants: dict[int, tuple[int, bool]] = {}
+        self._consumers: dict[int, list[int]] = {}
         #: the step's first node: once it is gone, so is the step's graph (dropped without a
         #: backward, as an evaluation without gradients would be), and the next node starts
         #: a new step
@@ -188,6 +256,7 @@ class TraceRecorder:
             if position == PLAN_LIMIT:
                 self._positions.clear()
                 self._constants.clear()
+                self._consumers.clear()
                 values.append(None)
             return None
         positions = self._positions
@@ -244,15 +313,20 @@ class TraceRecorder:
         values = self._values
         values[-1] = values[-1]._replace(seconds=seconds, priced_as=priced_as)
 
-    def note_constant(self, key: int, nbytes: int, backup: bool) -> None:
+    def note_constant(
+        self, key: int, nbytes: int, backup: bool, consumer: int | None = None
+    ) -> None:
         """An untracked value held under ``key``: read by a rule, or backed up (``backup``)
-        for a recomputation of its consumer, which may come at any backward step."""
+        for a recomputation of its consumer (the node ``consumer``), which may come at any
+        backward step up to the consumer's own."""
         if len(self._values) <= PLAN_LIMIT:
             held = self._constants.get(key)
             self._constants[key] = (nbytes, backup or (held is not None and held[1]))
+            if backup and consumer is not None:
+                self._consumers.setdefault(key, []).append(consumer)
 
     def take(self) -> RecordedStep:
         """The step recorded so far; the next starts empty."""
-        step = RecordedStep(self._values, self._positions, self._constants)
-        self._values, self._positions, self._constants = [], {}, {}
+        step = RecordedStep(self._values, self._positions, self._constants, self._consumers)
+        self._values, self._positions, self._constants, self._consumers = [], {}, {}, {}
         return step

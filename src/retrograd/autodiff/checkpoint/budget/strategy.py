@@ -187,7 +187,7 @@ class BudgetCheckpointing(CheckpointStrategy):
             parents = node.parents
             out_bytes = nbytes_of(out)
             if None in parents:
-                constants = self._constants_of(parents, inputs, recipe, out_bytes, op.recomputable)
+                constants = self._constants_of(node, inputs, recipe, out_bytes, op.recomputable)
                 recompute = op.recomputable and len(constants) == parents.count(None)
             else:
                 constants, recompute = _NO_CONSTANTS, op.recomputable
@@ -288,13 +288,14 @@ class BudgetCheckpointing(CheckpointStrategy):
         self.planner.settled.clear()
 
     def _constants_of(
-        self, parents: tuple, inputs: tuple, recipe: Any, out_bytes: int, recomputable: bool
+        self, node: Any, inputs: tuple, recipe: Any, out_bytes: int, recomputable: bool
     ) -> dict[int, Constant]:
         """The :class:`~.pool.Constant` of each untracked input (by input index) that is
         backed up or read by a rule.
 
         One copy per primitive, whatever the number of consumers; the size rule is
         :func:`backs_up`."""
+        parents = node.parents
         if None not in parents:
             return {}
         constants: dict[int, Constant] = {}
@@ -314,7 +315,7 @@ class BudgetCheckpointing(CheckpointStrategy):
                     continue
                 constant = held[id(value)] = Constant(new_node_id(), value, nbytes)
                 self.pool.hold(constant)
-            self.recorder.note_constant(constant.id, constant.nbytes, recomputable)
+            self.recorder.note_constant(constant.id, constant.nbytes, recomputable, node.id)
             constants[i] = constant
         return constants
 
@@ -351,10 +352,15 @@ class BudgetCheckpointing(CheckpointStrategy):
         or as after an eager step."""
         with self._lock:
             forward_peak = self.pool.take_peak()
+            walk = self.planner.walk
             self.timer.pause()  # backward runs before the next op: not that op's time
             planned = self.planner.backward_begins(
-                self.recorder.take(), tape.steps, self.timer.fastest
+                self.recorder.take(), tape.steps, self.timer.fastest, retained=not consume
             )
+            if self.planner.walk > walk:
+                # a later walk of a retained graph: no forward ran since the walk before, and
+                # a walk counts what it reads (as under NoCheckpointing), not all the graph holds
+                forward_peak = 0
             if self.planner.settled:  # the step's own plan evicts what it held in dispute
                 self._evict_settled()
             self._disputed.clear()
