@@ -256,11 +256,12 @@ def survivors(ranks: int) -> list[int]:
     return [rank for rank in range(ranks) if rank != 1]
 
 
-#: (ranks, DistributedConfig.overlap): the overlap on and off, and 8 ranks as the engine
-#: decides (on 2 cores: off). On 2 cores, 3 and 8 ranks reduce through shared memory; 2
-#: ranks through MPI, with the step's header in a collective of its own, which, without the
-#: overlap, the survivor waits for before its one all-reduce
-FAULT_RUNS = [(2, "off"), (3, "on"), (3, "off"), (8, "auto")]
+#: (ranks, DistributedConfig.overlap): the overlap on and off. On 2 cores, 3 ranks reduce
+#: through shared memory; 2 ranks through MPI, with the step's header in a collective of its
+#: own, which, without the overlap, the survivor waits for before its one all-reduce. 8 ranks
+#: as the engine decides (on 2 cores: off) fail as 3 do, through the same shared memory:
+#: one fault test runs them (a rank that never calls backward), not each (9 s of CPU each)
+FAULT_RUNS = [(2, "off"), (3, "on"), (3, "off")]
 
 
 @pytest.mark.parametrize(("ranks", "overlap"), [(2, "on"), *FAULT_RUNS])

@@ -24,7 +24,7 @@ import pytest
 
 import retrograd as rg
 from backends import inner_backend
-from cycle_probe import library_objects
+from cycle_probe import heap_set_aside, library_objects
 from retrograd.backend.kernel_compile import compiler
 
 nn = rg.nn
@@ -44,31 +44,32 @@ def assert_flat(
     """Run ``step`` ``steps`` times with the collector off: nothing may be left behind.
     ``settle``, run before each count, brings state that a strategy keeps of the last step
     (a budget's plan) to the same point both times."""
-    for _ in range(warm):
-        step()
-    # A Numba kernel a step's op meets for the first time is loaded from the on-disk cache,
-    # or its twin runs until the background compiler is done and the next call loads it:
-    # either way, loading makes tens of thousands of objects in cycles (Numba's types), which
-    # a fresh pytest worker met inside the counted steps (45,729 in the CI run of 5
-    # December). So the compiler is waited for and one more step loads what it compiled.
-    if compiler().wait(timeout=120):
-        step()
-    gc.collect()
-    gc.disable()
-    try:
-        if settle is not None:
-            settle()
-        before = sum(library_objects().values())
-        for _ in range(steps):
+    with heap_set_aside():
+        for _ in range(warm):
             step()
-        if settle is not None:
-            settle()
-        cyclic = gc.collect()
-        after = sum(library_objects().values())
-    finally:
-        gc.enable()
-    assert after == before, f"{after - before} objects left behind over {steps} steps"
-    assert cyclic == 0, f"{cyclic} objects over {steps} steps were freed only by gc.collect"
+        # A Numba kernel a step's op meets for the first time is loaded from the on-disk cache,
+        # or its twin runs until the background compiler is done and the next call loads it:
+        # either way, loading makes tens of thousands of objects in cycles (Numba's types), which
+        # a fresh pytest worker met inside the counted steps (45,729 in the CI run of 5
+        # December). So the compiler is waited for and one more step loads what it compiled.
+        if compiler().wait(timeout=120):
+            step()
+        gc.collect()
+        gc.disable()
+        try:
+            if settle is not None:
+                settle()
+            before = sum(library_objects().values())
+            for _ in range(steps):
+                step()
+            if settle is not None:
+                settle()
+            cyclic = gc.collect()
+            after = sum(library_objects().values())
+        finally:
+            gc.enable()
+        assert after == before, f"{after - before} objects left behind over {steps} steps"
+        assert cyclic == 0, f"{cyclic} objects over {steps} steps were freed only by gc.collect"
 
 
 def _mlp() -> nn.Module:

@@ -43,7 +43,7 @@ import numpy as np
 import pytest
 
 import retrograd as rg
-from cycle_probe import collected_cycles, library_objects
+from cycle_probe import collected_cycles, heap_set_aside, library_objects
 from retrograd.tensor import autocasting
 
 nn = rg.nn
@@ -75,42 +75,43 @@ def soak(step: Step, steps: int = 100, warm: int = 10, count_bytes: bool = True)
     Each measure of bytes follows a full collection, which empties CPython's free lists: a
     freed tuple or frame waits there, still traced where it was made, and they fill for
     thousands of steps."""
-    tracemalloc.start(1)  # (before the warm-up: what a step replaces was traced when made)
-    for i in range(warm):
-        step(i)
-    collected_cycles(generation=0)
-    gc.collect()
-    gc.disable()
-    try:
-        alive: set[str] = set()
-        cycles: collections.Counter = collections.Counter()
-        samples = []
-        measure = count_bytes and _bytes_traced()
-        # after each third (a full collection costs tenths of a second in a busy worker: none
-        # where no bytes are compared; one of the loop's objects then finds its cycles)
-        marks = {steps // 3 - 1, 2 * steps // 3 - 1, steps - 1} if measure else set()
-        before = library_objects()
-        for i in range(steps):
-            refs = step(warm + i) or {}
-            alive |= {name for name, ref in refs.items() if ref() is not None}
-            del refs
-            if i in marks:
-                cycles.update(collected_cycles(generation=2))
-                samples.append(_own_bytes())
-        if not measure:
-            cycles.update(collected_cycles(generation=0))
-        after = library_objects()
-    finally:
-        gc.enable()
-        tracemalloc.stop()
-    assert alive == set(), f"alive after their step: {sorted(alive)}"
-    assert not cycles, f"left to the collector: {cycles.most_common(8)}"
-    grown = {k: n - before[k] for k, n in after.items() if n != before[k]}
-    assert grown == {}, f"objects grew over {steps} steps: {grown}"
-    if measure:
-        *earlier, last = samples
-        growth = last - max(earlier)
-        assert growth <= 0, f"retrograd's traced bytes grew by {growth} over {steps} steps"
+    with heap_set_aside():
+        tracemalloc.start(1)  # (before the warm-up: what a step replaces was traced when made)
+        for i in range(warm):
+            step(i)
+        collected_cycles(generation=0)
+        gc.collect()
+        gc.disable()
+        try:
+            alive: set[str] = set()
+            cycles: collections.Counter = collections.Counter()
+            samples = []
+            measure = count_bytes and _bytes_traced()
+            # after each third (a full collection costs tenths of a second in a busy worker: none
+            # where no bytes are compared; one of the loop's objects then finds its cycles)
+            marks = {steps // 3 - 1, 2 * steps // 3 - 1, steps - 1} if measure else set()
+            before = library_objects()
+            for i in range(steps):
+                refs = step(warm + i) or {}
+                alive |= {name for name, ref in refs.items() if ref() is not None}
+                del refs
+                if i in marks:
+                    cycles.update(collected_cycles(generation=2))
+                    samples.append(_own_bytes())
+            if not measure:
+                cycles.update(collected_cycles(generation=0))
+            after = library_objects()
+        finally:
+            gc.enable()
+            tracemalloc.stop()
+        assert alive == set(), f"alive after their step: {sorted(alive)}"
+        assert not cycles, f"left to the collector: {cycles.most_common(8)}"
+        grown = {k: n - before[k] for k, n in after.items() if n != before[k]}
+        assert grown == {}, f"objects grew over {steps} steps: {grown}"
+        if measure:
+            *earlier, last = samples
+            growth = last - max(earlier)
+            assert growth <= 0, f"retrograd's traced bytes grew by {growth} over {steps} steps"
 
 
 pytestmark = pytest.mark.numpy_only(

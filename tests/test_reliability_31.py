@@ -59,7 +59,7 @@ import torch
 
 import retrograd as rg
 from backends import inner_backend
-from cycle_probe import collected_cycles
+from cycle_probe import collected_cycles, heap_set_aside
 from retrograd import func, nn, optim
 from retrograd.utils.checkpoint import checkpoint
 from retrograd.utils.data import DataLoader, TensorDataset
@@ -114,35 +114,36 @@ def _check_flat(step, warm: int = WARM, steps: int = STEPS) -> None:
     retrograd's left; once the cycles are collected, fewer new tracked objects of each type
     than steps since the fifth, and the same open files and live threads; every weak
     reference ``step`` returns dead once its step is over."""
-    for i in range(warm):
-        step(i)
-    _tracked(), _resources(), collected_cycles(generation=0)  # (their own first-call objects)
-    gc.collect()
-    gc.disable()
-    try:
-        alive: set[str] = set()
-        for i in range(steps):
-            refs = step(warm + i) or {}
-            alive |= {name for name, ref in refs.items() if ref() is not None}
-            del refs
-            if i == 4:
-                files, threads = _resources()
-                before = _tracked()
-        # (a Counter: the collector's list of names would count as a list more)
-        cycles = collections.Counter(collected_cycles(generation=0))
-        after = _tracked()
-    finally:
-        gc.enable()
-    assert alive == set(), f"alive after their step: {sorted(alive)}"
-    assert not cycles, f"left to the collector: {cycles.most_common(8)}"
-    # Fewer new objects of any type than steps: a leak makes at least one a step. The
-    # interpreter's own caches fill once, at any step (a weak reference per class in ``abc``'s
-    # and ``functools.singledispatch``'s, refilled when a class is registered anywhere).
-    counted = steps - 5
-    grown = {k: n - before[k] for k, n in after.items() if n - before[k] >= counted}
-    grown.pop("Counter", None)  # (``before`` and ``cycles``)
-    assert grown == {}, f"tracked objects grew over {counted} steps: {grown}"
-    assert _resources() == (files, threads), "open files or live threads changed"
+    with heap_set_aside():
+        for i in range(warm):
+            step(i)
+        _tracked(), _resources(), collected_cycles(generation=0)  # (their own first-call objects)
+        gc.collect()
+        gc.disable()
+        try:
+            alive: set[str] = set()
+            for i in range(steps):
+                refs = step(warm + i) or {}
+                alive |= {name for name, ref in refs.items() if ref() is not None}
+                del refs
+                if i == 4:
+                    files, threads = _resources()
+                    before = _tracked()
+            # (a Counter: the collector's list of names would count as a list more)
+            cycles = collections.Counter(collected_cycles(generation=0))
+            after = _tracked()
+        finally:
+            gc.enable()
+        assert alive == set(), f"alive after their step: {sorted(alive)}"
+        assert not cycles, f"left to the collector: {cycles.most_common(8)}"
+        # Fewer new objects of any type than steps: a leak makes at least one a step. The
+        # interpreter's own caches fill once, at any step (a weak reference per class in ``abc``'s
+        # and ``functools.singledispatch``'s, refilled when a class is registered anywhere).
+        counted = steps - 5
+        grown = {k: n - before[k] for k, n in after.items() if n - before[k] >= counted}
+        grown.pop("Counter", None)  # (``before`` and ``cycles``)
+        assert grown == {}, f"tracked objects grew over {counted} steps: {grown}"
+        assert _resources() == (files, threads), "open files or live threads changed"
 
 
 def _refs(**tensors: rg.Tensor) -> dict[str, weakref.ref]:

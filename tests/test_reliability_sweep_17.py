@@ -41,7 +41,7 @@ import pytest
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
 from backends import inner_backend
-from cycle_probe import collected_cycles
+from cycle_probe import collected_cycles, heap_set_aside
 from retrograd import distributed as dist
 from retrograd import func, nn, optim
 from retrograd.utils.data import DataLoader, TensorDataset
@@ -71,29 +71,30 @@ def _check_loop(step, warm: int = 5, steps: int = 6) -> None:
     youngest generation (the collector is off: nothing is promoted), so the cycles are looked
     for there, each older object a reference from outside: one full collection a loop rather
     than three, the same cycles found (a cycle a step leaves is made of that step's objects)."""
-    for _ in range(warm):
-        step()
-    gc.collect()
-    gc.disable()
-    try:
-        before = len(gc.get_objects())
-        for _ in range(steps):
-            refs = step()
-            if refs:
-                alive = [name for name, ref in refs.items() if ref() is not None]
-                assert alive == [], f"alive after the step without the collector: {alive}"
-            del refs
-        cycles = collected_cycles(generation=0)
-        # what is left once the collector has looked twice: one look untracks a tuple of
-        # atoms only after the tuples inside it (a timing table's nested keys, made anew at
-        # a step, stayed counted until the next look), so the count is of objects alive
+    with heap_set_aside():
+        for _ in range(warm):
+            step()
         gc.collect()
-        gc.collect()
-        growth = len(gc.get_objects()) - before
-    finally:
-        gc.enable()
-    assert cycles == [], f"objects in reference cycles after {steps} steps: {cycles}"
-    assert growth < steps, f"{growth} more tracked objects after {steps} steps"
+        gc.disable()
+        try:
+            before = len(gc.get_objects())
+            for _ in range(steps):
+                refs = step()
+                if refs:
+                    alive = [name for name, ref in refs.items() if ref() is not None]
+                    assert alive == [], f"alive after the step without the collector: {alive}"
+                del refs
+            cycles = collected_cycles(generation=0)
+            # what is left once the collector has looked twice: one look untracks a tuple of
+            # atoms only after the tuples inside it (a timing table's nested keys, made anew at
+            # a step, stayed counted until the next look), so the count is of objects alive
+            gc.collect()
+            gc.collect()
+            growth = len(gc.get_objects()) - before
+        finally:
+            gc.enable()
+        assert cycles == [], f"objects in reference cycles after {steps} steps: {cycles}"
+        assert growth < steps, f"{growth} more tracked objects after {steps} steps"
 
 
 def _refs(loss: rg.Tensor, *activations: rg.Tensor) -> dict[str, weakref.ref]:
