@@ -41,7 +41,7 @@ import retrograd as rg
 import retrograd.utils.data.sampler as rg_sampler
 from real_ports import assert_records_agree, initializer, port, run_source
 
-TINY_DIFFUSION_SOURCE = '''
+TINY_DIFFUSION_SOURCE = """
 import argparse
 import os
 
@@ -415,7 +415,7 @@ if __name__ == "__main__":
 
     print("Saving frames...")
     np.save(f"{outdir}/frames.npy", frames)
-'''
+"""
 
 TINY_DIFFUSION_STEPS = [
     (

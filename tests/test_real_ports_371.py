@@ -39,9 +39,9 @@ import torch
 
 import retrograd as rg
 import retrograd.utils.data.sampler as rg_sampler
-from real_ports import assert_records_agree, initializer, port, run_source, SharedDraws
+from real_ports import SharedDraws, assert_records_agree, initializer, port, run_source
 
-MIN_RF_SOURCE = '''
+MIN_RF_SOURCE = """
 # -- dit.py ----------------------------------------------------------------------------------------
 # Code heavily based on https://github.com/Alpha-VLLM/LLaMA2-Accessory
 # this is modeling code for DiT-LLaMA model
@@ -485,7 +485,7 @@ if __name__ == "__main__":
     model.eval()
     guided = model.forward_with_cfg(init_noise[:4], torch.tensor([0.5] * 4), torch.tensor([1, 2, 10, 10]), 1.5)
     record.append(guided.detach().numpy())
-'''
+"""
 
 MIN_RF_STEPS = [
     (

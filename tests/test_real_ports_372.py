@@ -434,14 +434,14 @@ TORCHCFM_STEPS = [
 def ot_stand_in():
     """The part of POT (``import ot as pot``) that the exact sampler and ``wasserstein`` use."""
 
-    def emd(a, b, M, **_):
-        rows, cols = linear_sum_assignment(M)
-        plan = np.zeros_like(M, dtype=np.float64)
+    def emd(a, b, cost, **_):
+        rows, cols = linear_sum_assignment(cost)
+        plan = np.zeros_like(cost, dtype=np.float64)
         plan[rows, cols] = a[rows]
         return plan
 
-    def emd2(a, b, M, **kwargs):
-        return float((emd(a, b, M) * M).sum())
+    def emd2(a, b, cost, **kwargs):
+        return float((emd(a, b, cost) * cost).sum())
 
     return types.SimpleNamespace(unif=lambda n: np.ones(n) / n, emd=emd, emd2=emd2)
 
