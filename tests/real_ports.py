@@ -198,8 +198,9 @@ class SharedDraws:
         def randn_like(t, **_):
             return randn(*t.shape, dtype=t.dtype)
 
-        def randint(*args, size=None, **_):
-            args = args if size is None else (*args, size)  # torch.randint(high, size=(n,))
+        def randint(*args, low=None, high=None, size=None, **_):
+            given = [v for v in (low, high) if v is not None]  # torch.randint(low=, high=, size=)
+            args = (*given, *args) if size is None else (*given, *args, size)
             low, high, size = (0, *args) if len(args) == 2 else args
             return lib.tensor(rng.integers(low, high, tuple(size)), dtype=lib.int64)
 

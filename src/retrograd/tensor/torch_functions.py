@@ -231,10 +231,17 @@ def binomial(count: Any, prob: Any, generator: Any = None) -> Any:
     chance = np.asarray(prob.detach().float().numpy(), dtype=np.float64)
     if (trials < 0).any() or np.isnan(trials).any():
         raise InvalidArgumentError(f"{op}: count must be non-negative, got {trials.min()}")
-    if ((chance < 0) | (chance > 1) | np.isnan(chance)).any():
+    # A probability computed as a ratio (p / remainder of a stick-breaking loop) lands past 1
+    # or below 0 by a rounding: torch draws it as 1 (or 0); one past [0, 1] by more is a bug.
+    rounding = 1e-6
+    if ((chance < -rounding) | (chance > 1 + rounding) | np.isnan(chance)).any():
         raise InvalidArgumentError(f"{op}: prob must lie in [0, 1]")
+    chance = np.clip(chance, 0.0, 1.0)
     seed = int(randint(0, 2**62, ()).item())
-    draws = np.random.default_rng(seed).binomial(np.floor(trials).astype(np.int64), chance)
+    # NumPy answers 0-d arguments with a Python int, not an array
+    draws = np.asarray(
+        np.random.default_rng(seed).binomial(np.floor(trials).astype(np.int64), chance)
+    )
     return tensor(draws.astype(np.float64), dtype=count.dtype, device=count.device)
 
 
