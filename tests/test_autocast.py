@@ -18,6 +18,7 @@ import backends
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
 from retrograd import amp
+from retrograd.context import current_backend
 
 on_torch_only = pytest.mark.skipif(
     not backends.on_torch(), reason="NumPy inner backend has no bfloat16 to autocast to"
@@ -395,3 +396,42 @@ def test_float16_autocast_with_a_grad_scaler_trains_as_torchs():
         model.state_dict().values(), their_model.state_dict().values(), strict=True
     ):
         np.testing.assert_array_equal(mine.numpy(), reference.numpy())
+
+
+@pytest.mark.parametrize("make", ["amp", "cuda.amp"])
+def test_a_scaler_for_cuda_without_a_gpu_turns_itself_off_as_torchs(make):
+    # a script written for the GPU, run on the CPU: torch's scaler warns and steps unscaled,
+    # an inf gradient included (which an enabled scaler would skip)
+    if current_backend().default_device.kind == "cuda":
+        pytest.skip("a backend computes on a GPU: the scaler stays on, as torch's there")
+    build = {
+        "amp": lambda lib: lib.amp.GradScaler(),
+        "cuda.amp": lambda lib: lib.cuda.amp.GradScaler(),
+    }
+    scalers = []
+    for lib in (torch, rg):
+        with pytest.warns(UserWarning, match="CUDA is not available"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # (torch.cuda.amp's deprecation)
+            scalers.append(build[make](lib))
+    theirs, mine = scalers
+    assert (
+        (mine.is_enabled(), mine.get_scale(), mine.state_dict())
+        == (theirs.is_enabled(), theirs.get_scale(), theirs.state_dict())
+        == (False, 1.0, {})
+    )
+    weight = rg.tensor([1.0, 2.0]).require_grad()
+    their_weight = torch.tensor([1.0, 2.0], requires_grad=True)
+    opt, their_opt = rg.optim.SGD([weight], lr=0.5), torch.optim.SGD([their_weight], lr=0.5)
+    grads = mine.scale((weight * rg.tensor([float("inf"), 1.0])).sum()).backward()
+    mine.step(opt, grads)
+    mine.update()
+    theirs.scale((their_weight * torch.tensor([float("inf"), 1.0])).sum()).backward()
+    theirs.step(their_opt)
+    theirs.update()
+    np.testing.assert_array_equal(weight.numpy(), their_weight.detach().numpy())
+    assert np.isinf(weight.numpy()[0])
+    # bad factors are not checked by a scaler that is off (torch's), but are by one that is on
+    with pytest.warns(UserWarning):
+        assert not rg.amp.GradScaler(growth_factor=0.5).is_enabled()
+    with pytest.raises(rg.InvalidArgumentError, match="growth_factor"):
+        rg.amp.GradScaler("cpu", growth_factor=0.5)

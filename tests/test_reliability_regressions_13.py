@@ -124,10 +124,10 @@ CASES = [
     ("SWALR.lr_at", rg.DTypeError, lambda: rg.optim.swa_utils.SWALR(_sgd(), 0.05).lr_at([]),
      ["[]"]),
     ("GradScaler", rg.InvalidArgumentError, lambda: rg.amp.GradScaler(init_scale="a"), ["'a'"]),
-    ("GradScaler.update", rg.InvalidArgumentError, lambda: rg.amp.GradScaler().update("a"),
+    ("GradScaler.update", rg.InvalidArgumentError, lambda: rg.amp.GradScaler("cpu").update("a"),
      ["'a'"]),
     ("GradScaler.load_state_dict", rg.DTypeError,
-     lambda: rg.amp.GradScaler().load_state_dict(1), ["1"]),
+     lambda: rg.amp.GradScaler("cpu").load_state_dict(1), ["1"]),
     ("AveragedModel.update_parameters", rg.DTypeError,
      lambda: rg.optim.swa_utils.AveragedModel(rg.nn.Linear(2, 2)).update_parameters(5),
      ["Module", "int"]),
@@ -362,7 +362,7 @@ def test_a_lambda_that_returns_no_number_leaves_the_rates_as_they_were():
 
 
 def test_a_grad_scaler_state_that_fails_half_way_changes_nothing():
-    scaler = rg.amp.GradScaler(init_scale=8.0)
+    scaler = rg.amp.GradScaler("cpu", init_scale=8.0)
     before = scaler.state_dict()
     bad = {**before, "scale": 2.0, "growth_interval": "often"}
     with pytest.raises(rg.InvalidArgumentError, match=r"GradScaler\.load_state_dict"):

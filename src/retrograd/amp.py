@@ -33,7 +33,9 @@ parameters::
     scaler.update()
 
 ``enabled=False`` makes every call a pass-through (``scale`` returns the loss, ``step`` calls
-``optimizer.step(grads)``). Enabled, the scale starts at ``init_scale``, is multiplied by
+``optimizer.step(grads)``); so does a scaler for ``"cuda"`` (the default device, and
+``cuda.amp.GradScaler``'s) where no backend computes on a GPU, with torch's warning, as
+torch's turns itself off without CUDA. Enabled, the scale starts at ``init_scale``, is multiplied by
 ``backoff_factor`` after a step with non-finite gradients (which is skipped) and by
 ``growth_factor`` after ``growth_interval`` finite steps in a row, as torch's. The scale is a
 float32 value, as torch's scale tensor: each new scale is rounded to float32 (a growth that
@@ -279,16 +281,28 @@ class GradScaler:
         growth_interval: int = 2000,
         enabled: bool = True,
     ):
-        if not growth_factor > 1.0:
+        enabled = bool(enabled)
+        # torch's: a scaler for "cuda" where CUDA cannot compute turns itself off, with its
+        # warning (as autocast's region does), and then checks none of its factors. A script
+        # written for the GPU then steps unscaled on the CPU, as under torch: the same scale
+        # (1.0), the same empty state_dict, and a step with an inf gradient taken, not skipped
+        if enabled and device == "cuda" and current_backend().default_device.kind != "cuda":
+            warnings.warn(
+                "GradScaler: CUDA is not available (no backend computes on a GPU). Disabling.",
+                UserWarning,
+                stacklevel=2,
+            )
+            enabled = False
+        if enabled and not growth_factor > 1.0:
             raise InvalidArgumentError(
                 f"GradScaler: growth_factor must be > 1, got {growth_factor}"
             )
-        if not 0.0 < backoff_factor < 1.0:
+        if enabled and not 0.0 < backoff_factor < 1.0:
             raise InvalidArgumentError(
                 f"GradScaler: backoff_factor must be in (0, 1), got {backoff_factor}"
             )
         self.device = device
-        self._enabled = bool(enabled)
+        self._enabled = enabled
         self._scale = _float32(init_scale)
         self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
         self._growth_interval = int(growth_interval)
@@ -367,6 +381,10 @@ class GradScaler:
         """``optimizer.step(grads)`` on the unscaled gradients, unless one is inf or NaN;
         returns what the step returned (``None`` when skipped). Once per optimizer between
         two :meth:`update` calls, without a closure, as torch's."""
+        if not callable(getattr(optimizer, "step", None)):
+            raise InvalidArgumentError(
+                f"GradScaler.step: optimizer must be an optimizer, got {type(optimizer).__name__}"
+            )
         if not self._enabled:
             return optimizer.step(grads, *args, **kwargs)
         if "closure" in kwargs:
