@@ -244,12 +244,14 @@ class LRScheduler:
 
     def _base_of(self, index: int) -> float:
         """Group ``index``'s initial rate: ``base_lrs``', or, for a group the optimizer gained
-        after the schedule was made, its own ``initial_lr`` (set at first sight, as the
-        schedule's constructor sets the others')."""
+        after the schedule was made, its ``initial_lr`` if it has one, else its current rate
+        (torch's recursive steps scale such a group's rate without giving it an
+        ``initial_lr``, which its ``param_groups`` must not gain here either; the schedules
+        stepped so override :meth:`chained_lr` with torch's own ratio)."""
         if index < len(self.base_lrs):
             return self.base_lrs[index]
         group = self.optimizer.param_groups[index]
-        return group.setdefault("initial_lr", group["lr"])
+        return group.get("initial_lr", group["lr"])
 
     def _apply_recursive(self, epoch: int) -> None:
         for index, group in enumerate(self.optimizer.param_groups):
@@ -476,6 +478,17 @@ class MultiStepLR(LRScheduler):
         listed = milestones.elements() if isinstance(milestones, Counter) else milestones
         return base * self.gamma ** sum(1 for m in listed if m <= epoch)
 
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        """torch's recursive form, to the bit: ``current * gamma ** n`` at a milestone listed
+        ``n`` times, the rate left alone elsewhere."""
+        milestones = self.milestones
+        count = (
+            milestones[epoch]
+            if isinstance(milestones, Counter)
+            else sum(1 for m in milestones if m == epoch)
+        )
+        return current * self.gamma**count if count else current
+
 
 class ExponentialLR(LRScheduler):
     """``lr = base_lr * gamma ** epoch``."""
@@ -538,6 +551,17 @@ class ConstantLR(LRScheduler):
         base = self.base_lr if base_lr is None else base_lr
         # (total_iters=0: torch's steps leave epoch 0's factor in place for good)
         return base * (self.factor if epoch < self.total_iters or not self.total_iters else 1.0)
+
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        """torch's recursive form, to the bit: ``current * factor`` at epoch 0, ``current *
+        (1 / factor)`` at ``total_iters``, the rate left alone elsewhere."""
+        if epoch == 0:
+            return current * self.factor
+        if epoch != self.total_iters:
+            return current
+        if self.factor == 0:
+            return current  # (torch divides by zero; the 0/0 of a zero factor keeps the rate)
+        return current * (1.0 / self.factor)
 
 
 class PolynomialLR(LRScheduler):
