@@ -126,3 +126,28 @@ def test_a_group_added_after_a_schedule_was_made_gains_no_initial_lr_as_in_torch
     (theirs, their_keys), (ours, our_keys) = _rates(torch, make), _rates(rg, make)
     assert our_keys == their_keys
     assert ours == theirs  # bit for bit
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [
+        [[("a", 0)], []],  # an empty group added to an optimizer of named groups
+        [[], [("a", 0)]],  # a named group added to one holding an empty group
+    ],
+    ids=["empty_into_named", "named_after_empty"],
+)
+def test_an_empty_group_has_no_names_as_in_torch(groups):
+    # torch checks the names of a new group against every group, and an empty group has
+    # none: retrograd exempted empty groups and compared with the first group only
+    for lib in (torch, rg):
+        p = lib.nn.Parameter(lib.ones(2))
+        first, second = ([(n, p) for n, _ in g] for g in groups)
+        expected = ValueError if lib is torch else rg.InvalidArgumentError
+        with pytest.raises(expected, match="with/without names"):
+            optimizer = lib.optim.SGD([{"params": first}], lr=0.1)
+            optimizer.add_param_group({"params": second})
+    # an empty group joins an optimizer of unnamed groups, in both
+    for lib in (torch, rg):
+        optimizer = lib.optim.SGD([lib.nn.Parameter(lib.ones(2))], lr=0.1)
+        optimizer.add_param_group({"params": []})
+        assert [len(g["params"]) for g in optimizer.param_groups] == [1, 0]
