@@ -107,10 +107,10 @@ class Adagrad(Optimizer):
         for group in self.param_groups:
             for parameter in group["params"]:
                 value = parameter.inner() if parameter.backend.is_autodiff else parameter
-                self.state[parameter] = {
-                    "step": step_tensor(0, value.backend),
-                    "sum": self._initial_sum(value),
-                }
+                step = step_tensor(0, value.backend)
+                self.state[parameter] = {"step": step, "sum": self._initial_sum(value)}
+                # the count beside its tensor, as a step keeps it: the first step reads none
+                self.__dict__.setdefault("_step_counts", {})[parameter] = (step, 0)
 
     def _initial_sum(self, like: Tensor) -> Tensor:
         """The accumulator's start, torch's: the constructor's ``initial_accumulator_value``
