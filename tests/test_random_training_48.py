@@ -278,6 +278,7 @@ def draw_program(seed: int) -> dict:
         ],
         "held_back": _flag(rng, 0.5),  # the head joins mid-run with add_param_group
         "named": _flag(rng, 0.3),  # groups of (name, parameter) pairs: torch's param_names
+        "torch_file": _flag(rng, 0.3),  # retrograd resumes from torch's saved file
         "join_overrides": {"lr": 0.03} if _flag(rng) else {},
         "frozen": [k for k in ("norm", "conv_bias", "input") if _flag(rng, 0.2)],
         "schedules": schedules,
@@ -503,6 +504,9 @@ class Side:
             },
             path,
         )
+        if self.program["torch_file"] and isinstance(self, RetrogradSide):
+            # resuming from torch's checkpoint: rg.load reads the file torch.save wrote
+            path = str(self.tmp_path / f"TorchSide_{index}.pt")
         saved = self.load(path)
         elsewhere = {k: v * 0.5 - 0.25 for k, v in self.start.items()}
         training = self.model.training
