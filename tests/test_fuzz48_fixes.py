@@ -151,3 +151,35 @@ def test_an_empty_group_has_no_names_as_in_torch(groups):
         optimizer = lib.optim.SGD([lib.nn.Parameter(lib.ones(2))], lr=0.1)
         optimizer.add_param_group({"params": []})
         assert [len(g["params"]) for g in optimizer.param_groups] == [1, 0]
+
+
+@pytest.mark.parametrize("set_to_none", [False, True])
+def test_module_zero_grad_keeps_or_drops_gradients_as_optimizer_zero_grad(set_to_none):
+    # torch's model.zero_grad(set_to_none=False) leaves a zero .grad on every parameter that
+    # had one, so a later step in which it gets none still steps it (momentum, weight
+    # decay); retrograd's Module.zero_grad did nothing, leaving such a parameter in place
+    runs = {}
+    for lib in (torch, rg):
+        model = lib.nn.Linear(2, 2).double()
+        model.extra = lib.nn.Parameter(lib.tensor(np.array([1.0, -1.0])))
+        model.load_state_dict({"weight": np.array([[0.5, -0.3], [0.2, 0.1]]),
+                               "bias": np.array([0.1, -0.2]),
+                               "extra": np.array([1.0, -1.0])}
+                              if lib is rg else
+                              {"weight": torch.tensor([[0.5, -0.3], [0.2, 0.1]]).double(),
+                               "bias": torch.tensor([0.1, -0.2]).double(),
+                               "extra": torch.tensor([1.0, -1.0]).double()})  # fmt: skip
+        optimizer = lib.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+        x = lib.tensor(np.array([[1.0, 2.0]]))
+        for step in range(4):
+            model.zero_grad(set_to_none=set_to_none)
+            loss = model(x).sum()
+            if step == 0:  # the extra parameter has a gradient in the first step only
+                loss = loss + (model.extra * model.extra).sum()
+            if lib is torch:
+                loss.backward()
+                optimizer.step()
+            else:
+                optimizer.step(loss.backward())
+        runs[lib] = np.array(model.extra.detach().numpy(), copy=True)
+    np.testing.assert_allclose(runs[rg], runs[torch], rtol=1e-14)

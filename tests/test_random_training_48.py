@@ -247,6 +247,7 @@ def draw_program(seed: int) -> dict:
             {
                 "micro": int(_pick(rng, [1, 1, 2, 3])),
                 "set_to_none": _flag(rng, 0.6),
+                "model_zero_grad": _flag(rng, 0.3),  # model.zero_grad, not the optimizer's
                 "clip": _pick(
                     rng,
                     [None, None, ("norm", 2.0), ("norm", math.inf), ("norm", 1.0), ("value", None)],
@@ -453,7 +454,7 @@ class Side:
         frozen = event["freeze_head_bias"] and self.model.head.bias is not None
         if frozen:
             self.model.head.bias.requires_grad_(False)
-        self.zero_grad(event["set_to_none"])
+        self.zero_grad(event["set_to_none"], event["model_zero_grad"])
         total = 0.0
         for micro in range(event["micro"]):
             loss = self.loss(index, micro) / event["micro"]
@@ -569,7 +570,10 @@ class TorchSide(Side):
     def value(self, t):
         return t.detach().numpy().copy() if isinstance(t, torch.Tensor) else t
 
-    def zero_grad(self, set_to_none):
+    def zero_grad(self, set_to_none, of_model):
+        if of_model:  # every parameter's, a held-back one's too
+            self.model.zero_grad(set_to_none=set_to_none)
+            return
         self.optimizer.zero_grad(set_to_none=set_to_none)
         # a held-back parameter keeps no gradient of earlier steps: retrograd's optimizer
         # knows a gradient from this step's backward only
@@ -616,8 +620,8 @@ class RetrogradSide(Side):
             return np.array(t.numpy(), copy=True)
         return np.array(t, copy=True) if isinstance(t, np.ndarray) else t
 
-    def zero_grad(self, set_to_none):
-        self.optimizer.zero_grad(set_to_none=set_to_none)
+    def zero_grad(self, set_to_none, of_model):
+        (self.model if of_model else self.optimizer).zero_grad(set_to_none=set_to_none)
         self.grads = None
 
     def backward(self, loss):
