@@ -58,6 +58,8 @@ def draw_model(rng: np.random.Generator) -> dict:
         "width": int(_pick(rng, [4, 6])),
         "embed": embed,
         "padding_idx": _pick(rng, [None, 0]) if embed else None,
+        # rows renormed in place by the forward, outside the graph
+        "max_norm": _pick(rng, [None, None, 1.0]) if embed else None,
         "conv": _flag(rng, 0.5),
         "conv_groups": int(_pick(rng, [1, 2])),
         "norm": _pick(rng, [None, "layer", "batch", "batch"]),
@@ -296,7 +298,9 @@ def build_model(lib, spec: dict, dtype: str):
         def __init__(self):
             super().__init__()
             if spec["embed"]:
-                self.embed = nn.Embedding(VOCAB, width, padding_idx=spec["padding_idx"])
+                self.embed = nn.Embedding(
+                    VOCAB, width, padding_idx=spec["padding_idx"], max_norm=spec["max_norm"]
+                )
             else:
                 # (no bias before a BatchNorm, which takes out its mean: its gradient would be
                 # rounding noise, which Adam-like steps scale to the learning rate's size)
