@@ -183,3 +183,42 @@ def test_module_zero_grad_keeps_or_drops_gradients_as_optimizer_zero_grad(set_to
                 optimizer.step(loss.backward())
         runs[lib] = np.array(model.extra.detach().numpy(), copy=True)
     np.testing.assert_allclose(runs[rg], runs[torch], rtol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("kind", "kwargs"),
+    [
+        ("MultiStepLR", {"milestones": [1, 3], "gamma": 0.5}),
+        ("ConstantLR", {"factor": 0.5, "total_iters": 3}),
+        ("StepLR", {"step_size": 3, "gamma": 0.5}),
+        ("CosineAnnealingLR", {"T_max": 5, "eta_min": 0.001}),
+        ("ExponentialLR", {"gamma": 0.9}),
+    ],
+)
+def test_a_schedule_resumed_with_last_epoch_steps_its_constructor_as_torchs(kind, kwargs):
+    # the script's resume: the optimizer's state loaded, then the schedule made with
+    # last_epoch=2. torch's constructor steps by its get_lr: MultiStepLR, ConstantLR and
+    # StepLR scale once more at a milestone (epoch 3 here), the others keep the restored
+    # rate (here one set by hand before the save). retrograd set the closed form at epoch 3
+    runs = {}
+    for lib in (torch, rg):
+        (p,) = _parameters(lib, [1.0])
+        schedules = lib.optim.lr_scheduler
+        optimizer = lib.optim.SGD([p], lr=0.1, momentum=0.9)
+        schedule = getattr(schedules, kind)(optimizer, **kwargs)
+        for _ in range(3):
+            schedule.step()
+        optimizer.param_groups[0]["lr"] *= 0.7
+        saved = copy.deepcopy(optimizer.state_dict())
+        optimizer = lib.optim.SGD([p], lr=0.1, momentum=0.9)
+        optimizer.load_state_dict(saved)
+        schedule = getattr(schedules, kind)(optimizer, last_epoch=2, **kwargs)
+        rates = [optimizer.param_groups[0]["lr"]]
+        for _ in range(4):
+            schedule.step()
+            rates.append(optimizer.param_groups[0]["lr"])
+        runs[lib] = rates, schedule.get_last_lr(), schedule.last_epoch, schedule._step_count
+    (theirs, their_last, *their_counts), (ours, our_last, *our_counts) = runs[torch], runs[rg]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-15)
+    np.testing.assert_allclose(our_last, their_last, rtol=1e-15)
+    assert our_counts == their_counts
