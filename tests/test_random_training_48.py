@@ -34,7 +34,7 @@ import torch
 
 import retrograd as rg
 
-CORPUS = int(os.environ.get("RETROGRAD_FUZZ48_SEEDS", "12"))
+CORPUS = int(os.environ.get("RETROGRAD_FUZZ48_SEEDS", "24"))
 FIRST_SEED = int(os.environ.get("RETROGRAD_FUZZ48_FIRST", "0"))
 
 VOCAB, FEATURES, BATCH, LENGTH = 7, 3, 3, 4
@@ -282,6 +282,7 @@ def draw_program(seed: int) -> dict:
         "held_back": _flag(rng, 0.5),  # the head joins mid-run with add_param_group
         "named": _flag(rng, 0.3),  # groups of (name, parameter) pairs: torch's param_names
         "torch_file": _flag(rng, 0.3),  # retrograd resumes from torch's saved file
+        "resume_by_epoch": _flag(rng, 0.4),  # schedules made with last_epoch, not loaded
         "join_overrides": {"lr": 0.03} if _flag(rng) else {},
         "frozen": [k for k in ("norm", "conv_bias", "input") if _flag(rng, 0.2)],
         "schedules": schedules,
@@ -372,6 +373,12 @@ def frozen_names(model, program) -> list[str]:
     return [n for n in names if n in dict(model.named_parameters())]
 
 
+#: the schedules a script resumes by making them with ``last_epoch``
+RESUMABLE = (
+    "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR", "ConstantLR",
+    "PolynomialLR", "LambdaLR", "MultiplicativeLR",
+)  # fmt: skip
+
 LAMBDAS = {
     "inverse": lambda epoch: 1.0 / (epoch + 1),
     "warm": lambda epoch: min(1.0, (epoch + 1) / 3),
@@ -427,9 +434,11 @@ class Side:
         kwargs["lr"] *= scale
         return kind([g for g in groups if g["params"]], **kwargs)
 
-    def build_schedule(self, spec):
+    def build_schedule(self, spec, last_epoch: int = -1):
         kind, kwargs = spec
         kwargs = dict(kwargs)
+        if last_epoch != -1:
+            kwargs["last_epoch"] = last_epoch
         schedules = self.lib.optim.lr_scheduler
         if kind in ("SequentialLR", "ChainedScheduler"):
             parts = [self.build_schedule(part) for part in kwargs.pop("schedulers")]
@@ -520,10 +529,21 @@ class Side:
         self.model.train(training)
         self.model.drop.eval()
         self.optimizer = self.build_optimizer(scale=3.0)
-        self.schedules = [self.build_schedule(spec) for spec in self.program["schedules"]]
-        self.optimizer.load_state_dict(saved["optimizer"])
-        for schedule, state in zip(self.schedules, saved["schedules"]):
-            schedule.load_state_dict(state)
+        if self.program["resume_by_epoch"] and all(
+            spec[0] in RESUMABLE for spec in self.program["schedules"]
+        ):
+            # a script's resume: the optimizer's state first, then each schedule made with
+            # last_epoch (its constructor's step is torch's get_lr at the next epoch)
+            self.optimizer.load_state_dict(saved["optimizer"])
+            self.schedules = [
+                self.build_schedule(spec, last_epoch=state["last_epoch"])
+                for spec, state in zip(self.program["schedules"], saved["schedules"])
+            ]
+        else:
+            self.schedules = [self.build_schedule(spec) for spec in self.program["schedules"]]
+            self.optimizer.load_state_dict(saved["optimizer"])
+            for schedule, state in zip(self.schedules, saved["schedules"]):
+                schedule.load_state_dict(state)
         if self.program["model"]["tie"]:
             assert self.model.head.weight is self.model.embed.weight
 
