@@ -212,17 +212,26 @@ def test_adagrad_optimizer_with_numbers():
     ],
 )
 def test_optimizer_state_save_load(make):
-    """The ``*_save_load_state`` tests: no state before a step, some after, and the same
-    amount of it after a round trip through a fresh optimizer."""
+    """The ``*_save_load_state`` tests: no state before a step (torch's Adagrad: every
+    parameter's at step 0, made by its constructor), some after, and the same amount of it
+    after a round trip through a fresh optimizer."""
     rg.seed(0)
     layer = rg.nn.Linear(6, 6)
     optimizer = make(layer.parameters())
-    assert not optimizer.state_dict()["state"]
+    made_at_construction = isinstance(optimizer, rg.optim.Adagrad)
+    before = optimizer.state_dict()["state"]
+    if made_at_construction:
+        assert [int(state["step"]) for state in before.values()] == [0, 0]
+    else:
+        assert not before
     burn_step(layer, optimizer, rg.random((2, 6)).numpy())
     saved = optimizer.state_dict()
     assert saved["state"]
     fresh = make(layer.parameters())
-    assert len(fresh.state_dict()["state"]) != len(saved["state"])
+    if made_at_construction:
+        assert [int(state["step"]) for state in saved["state"].values()] == [1, 1]
+    else:
+        assert len(fresh.state_dict()["state"]) != len(saved["state"])
     fresh.load_state_dict(saved)
     restored = fresh.state_dict()
     assert len(restored["state"]) == len(saved["state"])

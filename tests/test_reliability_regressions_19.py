@@ -123,7 +123,11 @@ def test_a_groups_lr_set_to_a_non_number_is_named_before_any_group_steps(name, v
     ):
         opt.step(grads)
     np.testing.assert_array_equal(first.numpy(), np.ones(2, np.float32))
-    assert all(not state for state in opt.state.values())
+    # no state stepped (torch's Adagrad makes every parameter's at step 0 when it is made)
+    untouched = {"step", "sum"} if name == "Adagrad" else set()
+    assert all(
+        set(state) <= untouched and int(state.get("step", 0)) == 0 for state in opt.state.values()
+    )
     opt.param_groups[1]["lr"] = 0.1  # fixed: the next step is the first one
     opt.step(grads)
     assert not np.array_equal(first.numpy(), np.ones(2, np.float32))

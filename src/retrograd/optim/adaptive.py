@@ -19,7 +19,13 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from ..tensor import Tensor, full_like, zeros_like
 from ..tensor.dtypes import default_float_dtype
-from .optimizers import SWITCH_DEFAULTS, Optimizer, State, implementation_switches
+from .optimizers import (
+    SWITCH_DEFAULTS,
+    Optimizer,
+    State,
+    implementation_switches,
+    step_tensor,
+)
 
 __all__ = ["Adadelta", "Adagrad", "Adamax", "NAdam", "RAdam", "SparseAdam"]
 
@@ -96,6 +102,21 @@ class Adagrad(Optimizer):
             "initial_accumulator_value foreach maximize differentiable fused",
         )
         super().__init__(params, defaults)
+        # torch's constructor gives every parameter of its groups a state at once (a frozen
+        # one too): step 0 and the accumulator, which state_dict() shows before any step
+        for group in self.param_groups:
+            for parameter in group["params"]:
+                value = parameter.inner() if parameter.backend.is_autodiff else parameter
+                step = step_tensor(0, value.backend)
+                self.state[parameter] = {"step": step, "sum": self._initial_sum(value)}
+                # the count beside its tensor, as a step keeps it: the first step reads none
+                self.__dict__.setdefault("_step_counts", {})[parameter] = (step, 0)
+
+    def _initial_sum(self, like: Tensor) -> Tensor:
+        """The accumulator's start, torch's: the constructor's ``initial_accumulator_value``
+        (a group's own is not read), ``v + vj`` for a complex parameter."""
+        start = self.defaults["initial_accumulator_value"]
+        return full_like(like, complex(start, start) if like.is_complex() else start)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
@@ -105,7 +126,10 @@ class Adagrad(Optimizer):
         clr = group["lr"] / (1.0 + (step - 1) * group["lr_decay"])
         total = state.get("sum")
         if total is None:
-            total = full_like(grad, group["initial_accumulator_value"])
+            # a parameter of a group added later (or a state loaded without it): torch's
+            # step starts it from the constructor's value too (a complex one is stepped as
+            # its real pairs here, each pair starting at v, v: torch's v + vj)
+            total = full_like(grad, self.defaults["initial_accumulator_value"])
         total = total.addcmul(grad, grad)
         state["sum"] = total
         return value.addcdiv(grad, total.sqrt() + group["eps"], value=-clr), state
@@ -182,12 +206,20 @@ class NAdam(Optimizer):
         mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * decay))
         mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * decay))
         # torch keeps this product in a 0-d state tensor of its "scalar dtype" (float64 under
-        # a float64 default dtype, else float32). torch's load_state_dict casts it to the
-        # parameter's dtype, so that a resumed float64 run leaves its uninterrupted one (by
-        # 1e-9); here it is multiplied in the scalar dtype whatever a load made of it, so a
-        # resumed run is the uninterrupted one bit for bit (tests/fuzz25_cases.py's policy)
-        scalar = np.float64 if default_float_dtype() == "float64" else np.float32
-        mu_product = float(scalar(state.get("mu_product", 1.0)) * scalar(mu))
+        # a float64 default dtype, else float32) and multiplies it in that dtype. torch's
+        # load_state_dict casts it to the parameter's dtype (held here as a NumPy scalar of
+        # that dtype, see optimizers._state_value), and its later steps multiply it in that
+        # one: a float64 run resumed from a state dict leaves the uninterrupted one by 1e-9,
+        # in torch as here, and goes on as torch's resumed run does
+        held = state.get("mu_product", 1.0)
+        loaded = isinstance(held, np.floating)
+        scalar = (
+            type(held)
+            if loaded
+            else (np.float64 if default_float_dtype() == "float64" else np.float32)
+        )
+        product = scalar(held) * scalar(mu)
+        mu_product = float(product)
         first, second = state.get("exp_avg"), state.get("exp_avg_sq")
         if first is None:
             first, second = zeros_like(grad), zeros_like(grad)
@@ -200,7 +232,7 @@ class NAdam(Optimizer):
         mu_product_next = mu_product * mu_next
         value = value.addcdiv(grad, denom, value=-lr * (1.0 - mu) / (1.0 - mu_product))
         value = value.addcdiv(first, denom, value=(-lr * mu_next) / (1.0 - mu_product_next))
-        state.update(exp_avg=first, exp_avg_sq=second, mu_product=mu_product)
+        state.update(exp_avg=first, exp_avg_sq=second, mu_product=product if loaded else mu_product)
         return value, state
 
 

@@ -321,6 +321,19 @@ class Optimizer(StepHooks):
         if len(seen) != len(params):  # torch's warning: kept, and stepped at each place
             warnings.warn(_DUPLICATE_PARAMETERS, UserWarning, stacklevel=3)
         for other in self.param_groups:
+            # torch's rule, against every group: a group of no parameters has no names, so
+            # it joins no optimizer of named groups (nor a named group one that holds it)
+            if (names is not None) != ("param_names" in other):
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: all optimizer param groups should be with/without "
+                    "names; cannot add a param group "
+                    + (
+                        "with names to an optimizer without"
+                        if names is not None
+                        else "without names (an empty group has none) to an optimizer with"
+                    )
+                )
+        for other in self.param_groups:
             if any(id(p) in seen for p in other["params"]):
                 raise InvalidArgumentError(
                     f"{type(self).__name__}: some parameters appear in more than one group"
@@ -354,12 +367,6 @@ class Optimizer(StepHooks):
                 f"{type(self).__name__}: all optimizer params should be with/without names "
                 "((name, parameter) pairs, as named_parameters() gives, or parameters); some "
                 "param names are missing"
-            )
-        if self.param_groups and params and any(named) != ("param_names" in self.param_groups[0]):
-            raise InvalidArgumentError(
-                f"{type(self).__name__}: all optimizer param groups should be with/without "
-                "names; cannot add a param group "
-                + ("with names to an optimizer without" if any(named) else "without names")
             )
         if not any(named):
             return params, None

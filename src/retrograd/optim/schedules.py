@@ -99,6 +99,15 @@ class LRScheduler:
                 # schedule made over an optimizer restored mid-run (resuming from a
                 # checkpoint) keeps the restored rate rather than going back to ``initial_lr``
                 self.step_chained()
+            elif self.resumed_step is not None and not _steps_by_get_lr(self):
+                # resuming with last_epoch: torch's constructor steps by its get_lr, which
+                # keeps the restored rates (``keep``) or scales them as at any step
+                # (``recursive``: StepLR, MultiStepLR, ConstantLR, whose get_lr reads no
+                # ``_is_initial``, scale once more where that epoch is a milestone)
+                self.last_epoch += 1
+                if self.resumed_step == "recursive":
+                    self._apply_recursive(self.last_epoch)
+                self._record()
             else:
                 # resuming with last_epoch: the closed form at the next epoch (torch's first
                 # step keeps a restored rate rather than scaling it once more)
@@ -187,6 +196,11 @@ class LRScheduler:
             raise
         return self._record()
 
+    #: what the constructor's step does when resuming with ``last_epoch`` (torch's get_lr
+    #: at that step): ``"keep"`` the rates as they are, scale them by the ``"recursive"``
+    #: form as any step does, or (None) set the closed form at the next epoch
+    resumed_step: str | None = None
+
     #: whether torch's step of this schedule counts itself in ``_step_count`` (not one that
     #: replaces the base's step, ``CosineAnnealingWarmRestarts``)
     counts_steps = True
@@ -244,12 +258,14 @@ class LRScheduler:
 
     def _base_of(self, index: int) -> float:
         """Group ``index``'s initial rate: ``base_lrs``', or, for a group the optimizer gained
-        after the schedule was made, its own ``initial_lr`` (set at first sight, as the
-        schedule's constructor sets the others')."""
+        after the schedule was made, its ``initial_lr`` if it has one, else its current rate
+        (torch's recursive steps scale such a group's rate without giving it an
+        ``initial_lr``, which its ``param_groups`` must not gain here either; the schedules
+        stepped so override :meth:`chained_lr` with torch's own ratio)."""
         if index < len(self.base_lrs):
             return self.base_lrs[index]
         group = self.optimizer.param_groups[index]
-        return group.setdefault("initial_lr", group["lr"])
+        return group.get("initial_lr", group["lr"])
 
     def _apply_recursive(self, epoch: int) -> None:
         for index, group in enumerate(self.optimizer.param_groups):
@@ -296,6 +312,8 @@ class StepLR(LRScheduler):
     [1.0, 0.5, 0.5, 0.25]
     """
 
+    resumed_step = "recursive"
+
     def __init__(self, optimizer: Any, step_size: int, gamma: float = 0.1, last_epoch: int = -1):
         if step_size < 1:
             raise InvalidArgumentError(f"StepLR: step_size must be positive, got {step_size}")
@@ -321,6 +339,8 @@ class CosineAnnealingLR(LRScheduler):
     >>> [round(schedule.step(), 6) for _ in range(2)]
     [0.5, 0.0]
     """
+
+    resumed_step = "keep"
 
     def __init__(self, optimizer: Any, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):  # noqa: N803
         if T_max < 1:
@@ -465,6 +485,8 @@ class MultiplicativeLR(_WithLambdas):
 class MultiStepLR(LRScheduler):
     """``lr = base_lr * gamma ** (number of milestones <= epoch)``."""
 
+    resumed_step = "recursive"
+
     def __init__(self, optimizer: Any, milestones: Any, gamma: float = 0.1, last_epoch: int = -1):
         #: each milestone with its count, as torch's (a milestone listed twice scales twice)
         self.milestones, self.gamma = Counter(milestones), gamma
@@ -476,9 +498,22 @@ class MultiStepLR(LRScheduler):
         listed = milestones.elements() if isinstance(milestones, Counter) else milestones
         return base * self.gamma ** sum(1 for m in listed if m <= epoch)
 
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        """torch's recursive form, to the bit: ``current * gamma ** n`` at a milestone listed
+        ``n`` times, the rate left alone elsewhere."""
+        milestones = self.milestones
+        count = (
+            milestones[epoch]
+            if isinstance(milestones, Counter)
+            else sum(1 for m in milestones if m == epoch)
+        )
+        return current * self.gamma**count if count else current
+
 
 class ExponentialLR(LRScheduler):
     """``lr = base_lr * gamma ** epoch``."""
+
+    resumed_step = "keep"
 
     def __init__(self, optimizer: Any, gamma: float, last_epoch: int = -1):
         self.gamma = gamma
@@ -495,6 +530,8 @@ class ExponentialLR(LRScheduler):
 class LinearLR(LRScheduler):
     """A factor going linearly from ``start_factor`` to ``end_factor`` over ``total_iters``
     epochs, then staying."""
+
+    resumed_step = "keep"
 
     def __init__(self, optimizer: Any, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
                  total_iters: int = 5, last_epoch: int = -1):  # fmt: skip
@@ -525,6 +562,8 @@ class LinearLR(LRScheduler):
 class ConstantLR(LRScheduler):
     """``lr = base_lr * factor`` for the first ``total_iters`` epochs, then ``base_lr``."""
 
+    resumed_step = "recursive"
+
     def __init__(self, optimizer: Any, factor: float = 1.0 / 3, total_iters: int = 5,
                  last_epoch: int = -1):  # fmt: skip
         if not isinstance(factor, Real) or not 0.0 <= factor <= 1.0:  # torch's range
@@ -539,9 +578,22 @@ class ConstantLR(LRScheduler):
         # (total_iters=0: torch's steps leave epoch 0's factor in place for good)
         return base * (self.factor if epoch < self.total_iters or not self.total_iters else 1.0)
 
+    def chained_lr(self, epoch: int, index: int, current: float) -> float:
+        """torch's recursive form, to the bit: ``current * factor`` at epoch 0, ``current *
+        (1 / factor)`` at ``total_iters``, the rate left alone elsewhere."""
+        if epoch == 0:
+            return current * self.factor
+        if epoch != self.total_iters:
+            return current
+        if self.factor == 0:
+            return current  # (torch divides by zero; the 0/0 of a zero factor keeps the rate)
+        return current * (1.0 / self.factor)
+
 
 class PolynomialLR(LRScheduler):
     """``lr = base_lr * (1 - min(epoch, total_iters) / total_iters) ** power``."""
+
+    resumed_step = "keep"
 
     def __init__(self, optimizer: Any, total_iters: int = 5, power: float = 1.0,
                  last_epoch: int = -1):  # fmt: skip

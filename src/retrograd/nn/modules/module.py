@@ -63,6 +63,7 @@ from ...tensor.dtypes import canonical_dtype as _canonical_dtype
 from ...tensor.dtypes import cast_host as _cast_host
 from ...tensor.inplace import assign
 from ...tensor.inplace import assign as _assign  # load_state_dict's parameter is torch's name
+from ...tensor.kept_gradients import forget_gradient, zero_kept_gradient
 from ...tensor.layouts import memory_format as _memory_format
 from ...unsupported import no_shared_memory
 from ..parameter import Buffer, Parameter, is_lazy
@@ -625,8 +626,15 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Nothing to do: gradients are the value ``backward()`` returns, not module state.
-        Kept so that PyTorch training loops port unchanged."""
+        """torch's ``model.zero_grad``: gradients are the value ``backward()`` returns, not
+        module state, so there is nothing to clear; but where torch's would show, this does
+        what ``optimizer.zero_grad`` does to the parameters' kept gradients
+        (``tensor.kept_gradients``): ``set_to_none=False`` leaves a parameter that had a
+        gradient a zero one, which a later step without a gradient for it still steps with
+        (momentum, weight decay), and the default drops it."""
+        clear = forget_gradient if set_to_none else zero_kept_gradient
+        for parameter in self.parameters():
+            clear(parameter)
 
     # -- distributed --------------------------------------------------------------------------
     def set_distributed(self) -> Module:
