@@ -32,7 +32,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-import retrograd as rg
 from real_ports import assert_records_agree, initializer, runs_with_draws
 
 HASHNERF_SOURCE = r'''

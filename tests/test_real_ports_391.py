@@ -30,7 +30,7 @@ import numpy as np
 
 from real_ports import assert_records_agree, runs_with_draws
 
-SPLAT_SOURCE = r'''
+SPLAT_SOURCE = r"""
 import numpy as np
 import torch.nn.functional as F
 import torch.nn as nn
@@ -361,7 +361,7 @@ with open(stat_path, 'a') as f:
     f.write(f"\nLoss: {loss_history[-1]}")
        
 print("\nFinished training")
-'''
+"""
 
 SPLAT_STEPS = [
     ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
@@ -390,6 +390,8 @@ def test_2d_gaussian_splatting_densifies_and_trains_as_torch(capsys, tmp_path):
     our_stats = (tmp_path / "retrograd" / "statistics.txt").read_text().splitlines()
     assert our_stats[:-1] == their_stats[:-1]  # the pruned, split and cloned counts
     assert any(line.startswith("Number of") for line in their_stats)
-    np.testing.assert_allclose(float(our_stats[-1].split()[-1]), float(their_stats[-1].split()[-1]), rtol=1e-5)
+    np.testing.assert_allclose(
+        float(our_stats[-1].split()[-1]), float(their_stats[-1].split()[-1]), rtol=1e-5
+    )
     assert our_log.count("Epoch") == their_log.count("Epoch") == 8
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-6)

@@ -1,4 +1,4 @@
-# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 neural fields, continued.
 
@@ -243,7 +243,10 @@ SIREN_SDF_STEPS = [
     ("from torch import nn\n", "from retrograd import nn\n"),
     ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
     ("    train_loss.backward()\n", "    grads = train_loss.backward()\n"),
-    ("clip_grad_norm_(model.parameters(), max_norm=1.)", "clip_grad_norm_(grads, model.parameters(), max_norm=1.)"),
+    (
+        "clip_grad_norm_(model.parameters(), max_norm=1.)",
+        "clip_grad_norm_(grads, model.parameters(), max_norm=1.)",
+    ),
     ("    optim.step()\n", "    optim.step(grads)\n"),
 ]
 
@@ -268,4 +271,9 @@ def test_siren_fits_a_signed_distance_function_as_torch(capsys):
     *our_steps, (our_lap, our_h, our_jac, our_third, *our_status) = ours
     assert our_status == their_status == [0, 0]
     assert_records_agree(our_steps, steps, rtol=2e-4, atol=2e-5)
-    assert_records_agree([our_lap, our_h, our_jac, our_third], [their_lap, their_h, their_jac, their_third], rtol=2e-4, atol=1e-4)
+    assert_records_agree(
+        [our_lap, our_h, our_jac, our_third],
+        [their_lap, their_h, their_jac, their_third],
+        rtol=2e-4,
+        atol=1e-4,
+    )
