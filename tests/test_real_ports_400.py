@@ -14,7 +14,10 @@ float, ``pass_data_iteratively`` and ``output.max(1, keepdim=True)[1]`` accuraci
 
 What stands in: the MUTAG text file is a small synthetic one in its format (rings and stars of
 5 to 7 nodes with three node tags), written to the test's working directory; the arguments
-are small (``--final_dropout 0``: the dropout masks are each library's own draws). Two lines
+are small (``--final_dropout 0``: the dropout masks are each library's own draws; ``--decay
+1e-3``: the biases ahead of each batch norm have no gradient but their decay, which keeps
+Adam's steps on them from following the rounding noise, and they are left out of the final
+comparison where they still may). Two lines
 are added to ``main``: ``initialize(model)`` gives the port torch's initial weights, and
 ``record.append(params_of(model))`` keeps the trained parameters. The port changes the
 gradient lines and the import lines naming ``torch``.
@@ -574,6 +577,10 @@ if __name__ == '__main__':
 """
 
 GIN_STEPS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
+    ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
+    ("import torch.optim as optim\n", "import retrograd.optim as optim\n"),
     ("            loss.backward()\n            optimizer.step()", "            grads = loss.backward()\n            optimizer.step(grads)"),
 ]
 
@@ -617,7 +624,7 @@ def test_powerful_gnns_gin_trains_as_torch(capsys, monkeypatch, tmp_path, flags)
     write_dataset(tmp_path)
     monkeypatch.chdir(tmp_path)
     argv = ["main.py", "--epochs", "2", "--iters_per_epoch", "3", "--batch_size", "8"]
-    argv += ["--num_layers", "3", "--hidden_dim", "8", "--final_dropout", "0", *flags]
+    argv += ["--num_layers", "3", "--hidden_dim", "8", "--final_dropout", "0", "--decay", "1e-3", *flags]
     monkeypatch.setattr(sys, "argv", argv)
     records, logs = runs_with_draws(
         GIN_SOURCE,
@@ -632,4 +639,8 @@ def test_powerful_gnns_gin_trains_as_torch(capsys, monkeypatch, tmp_path, flags)
     assert "loss training" in logs[0]
     assert re.sub(NUMBER, "#", logs[1]) == re.sub(NUMBER, "#", logs[0])
     np.testing.assert_allclose(numbers_of(logs[1]), numbers_of(logs[0]), rtol=1e-5, atol=2e-6)
-    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
+    # each MLP's linear layers feed a batch norm, which cancels their biases: only the weight
+    # decay moves them, and Adam's steps on them follow the rounding noise where they are small
+    before_batch_norm = [name for name in theirs[-1] if ".mlps." in name and name.endswith(".bias")]
+    assert before_batch_norm
+    assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5, skip=before_batch_norm)
