@@ -581,7 +581,10 @@ GIN_STEPS = [
     ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
     ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
     ("import torch.optim as optim\n", "import retrograd.optim as optim\n"),
-    ("            loss.backward()\n            optimizer.step()", "            grads = loss.backward()\n            optimizer.step(grads)"),
+    (
+        "            loss.backward()\n            optimizer.step()",
+        "            grads = loss.backward()\n            optimizer.step(grads)",
+    ),
 ]
 
 
@@ -624,7 +627,17 @@ def test_powerful_gnns_gin_trains_as_torch(capsys, monkeypatch, tmp_path, flags)
     write_dataset(tmp_path)
     monkeypatch.chdir(tmp_path)
     argv = ["main.py", "--epochs", "2", "--iters_per_epoch", "3", "--batch_size", "8"]
-    argv += ["--num_layers", "3", "--hidden_dim", "8", "--final_dropout", "0", "--decay", "1e-3", *flags]
+    argv += [
+        "--num_layers",
+        "3",
+        "--hidden_dim",
+        "8",
+        "--final_dropout",
+        "0",
+        "--decay",
+        "1e-3",
+        *flags,
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     records, logs = runs_with_draws(
         GIN_SOURCE,

@@ -31,7 +31,6 @@ import re
 import sys
 
 import numpy as np
-import pytest
 import scipy.sparse as sp
 
 from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
@@ -431,7 +430,10 @@ GAE_STEPS = [
     ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
     ("import torch.nn.modules.loss\n", "import retrograd.nn.modules.loss\n"),
     ("from torch import optim\n", "from retrograd import optim\n"),
-    ("        loss.backward()\n        cur_loss = loss.item()\n        optimizer.step()", "        grads = loss.backward()\n        cur_loss = loss.item()\n        optimizer.step(grads)"),
+    (
+        "        loss.backward()\n        cur_loss = loss.item()\n        optimizer.step()",
+        "        grads = loss.backward()\n        cur_loss = loss.item()\n        optimizer.step(grads)",
+    ),
 ]
 
 
@@ -450,7 +452,10 @@ def write_planetoid(root) -> None:
                 graph[j].append(i)
     graph[0].append(1)
     graph[1].append(0)
-    features = (rng.uniform(size=(n, n_features)) < 0.2 + 0.4 * (np.arange(n_features) % 2 == community[:, None])).astype(np.float32)
+    features = (
+        rng.uniform(size=(n, n_features))
+        < 0.2 + 0.4 * (np.arange(n_features) % 2 == community[:, None])
+    ).astype(np.float32)
     allx = sp.csr_matrix(features[: n - n_test])
     test_index = list(range(n - n_test, n))[::-1]
     tx = sp.csr_matrix(features[test_index])
@@ -467,7 +472,9 @@ NUMBER = r"-?\d+\.\d+(?:e[-+]?\d+)?"
 def test_gae_pytorch_vgae_trains_as_torch(capsys, monkeypatch, tmp_path):
     write_planetoid(tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["train.py", "--epochs", "6", "--hidden1", "16", "--hidden2", "8"])
+    monkeypatch.setattr(
+        sys, "argv", ["train.py", "--epochs", "6", "--hidden1", "16", "--hidden2", "8"]
+    )
     records, logs = runs_with_draws(
         GAE_SOURCE,
         GAE_STEPS,
