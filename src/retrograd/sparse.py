@@ -8,8 +8,9 @@ and the functions graph code calls on them.
   import).
 - :func:`mm`: a sparse times a dense matrix (values and gradients, the sparse operand's at its
   nonzeros), or, for a dense ``mat1``, the matrix product, as torch's; :func:`addmm` likewise.
-- :func:`sum`: torch's ``sparse.sum`` of a sparse tensor; ``softmax`` and ``log_softmax``
-  are refused by name (a dense input is refused in torch too).
+- :func:`sum`: torch's ``sparse.sum`` of a sparse tensor; :func:`softmax` and
+  :func:`log_softmax` over the specified entries along a dimension (a dense input is
+  refused, as in torch).
 - the legacy sparse types ``FloatTensor``, ``LongTensor``...: tkipf/pygcn builds its adjacency
   by ``torch.sparse.FloatTensor(indices, values, shape)``: a sparse COO tensor, of the values'
   dtype as in torch; ``torch.sparse.FloatTensor(2, 3)`` an empty one. ``isinstance(s,
@@ -25,7 +26,7 @@ and the functions graph code calls on them.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 from .errors import DTypeError, ShapeError
 from .tensor import Tensor, as_tensor
@@ -36,6 +37,7 @@ from .tensor.sparse_coo import (
     dense_sparse_mm,
     refuse,
     sparse_mm,
+    sparse_softmax,
     sparse_sum,
 )
 from .unsupported import dense_mm
@@ -143,15 +145,15 @@ def sum(input: Any, dim: Any = None, dtype: Any = None) -> Any:  # noqa: A001, A
     return sparse_sum(input, dim, dtype)
 
 
-def softmax(input: Any, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: A002 (torch's name)
-    """Refused: torch's ``sparse.softmax`` takes sparse tensors, and retrograd's have no
-    softmax."""
-    refuse("sparse.softmax")
+def softmax(input: Any, dim: int, *, dtype: Any = None) -> SparseTensor:  # noqa: A002
+    """torch's ``sparse.softmax``: a softmax over the specified entries along ``dim`` (the
+    unspecified ones taken as ``-inf``), a sparse tensor of the same places."""
+    return sparse_softmax("sparse.softmax", input, dim, dtype)
 
 
-def log_softmax(input: Any, *args: Any, **kwargs: Any) -> NoReturn:  # noqa: A002
-    """Refused, as :func:`softmax`."""
-    refuse("sparse.log_softmax")
+def log_softmax(input: Any, dim: int, *, dtype: Any = None) -> SparseTensor:  # noqa: A002
+    """torch's ``sparse.log_softmax``, as :func:`softmax`."""
+    return sparse_softmax("sparse.log_softmax", input, dim, dtype, log=True)
 
 
 class _SparseLegacyMeta(type):

@@ -14,7 +14,9 @@ torch's does. It covers:
   ``_indices()``, ``_values()``, ``indices()``/``values()`` (coalesced only, as torch's),
   ``_nnz()``, ``is_coalesced()``, ``coalesce()``, ``to_dense()``;
 - products with a dense matrix (or vector): ``rg.sparse.mm``, ``rg.spmm``, ``rg.mm``,
-  ``rg.matmul``, ``@`` either side; ``rg.sparse.sum``; a product or quotient by a number;
+  ``rg.matmul``, ``@`` either side; ``rg.sparse.sum`` and ``sum()``;
+  ``rg.sparse.softmax`` and ``log_softmax`` (attention normalized over each row's edges);
+  a product or quotient by a number;
   sums of sparse tensors, and ``dense + sparse`` (dense);
   ``t()``/``transpose``; ``to``/``cuda``/``cpu``/``float``/``double``, ``detach``,
   ``requires_grad_``, ``grad(grads)`` (sparse, at the coalesced nonzeros).
@@ -55,12 +57,14 @@ __all__ = [
     "dense_to_sparse",
     "refuse",
     "sparse_mm",
+    "sparse_softmax",
     "sparse_sum",
 ]
 
 _SUPPORTED = (
     "supported on sparse COO tensors: coalesce, indices/values, to_dense, mm/matmul/@ with a "
-    "dense matrix, sparse.sum, + and - of sparse tensors, * and / by a number, t/transpose, "
+    "dense matrix, sum and sparse.sum, sparse.softmax and log_softmax, + and - of sparse "
+    "tensors, * and / by a number, t/transpose, "
     "to/cuda/cpu/float/double, detach, requires_grad_"
 )
 
@@ -376,6 +380,25 @@ class SparseTensor:
     __truediv__ = true_divide = divide = div
     __neg__ = negative = neg
 
+    def sum(self, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Any:
+        """torch's ``Tensor.sum`` of a sparse tensor: as :func:`sparse_sum`, the summed
+        dimensions kept with extent 1 where ``keepdim`` (a sparse result only, as torch's)."""
+        summed = sparse_sum(self, dim, dtype)
+        if not keepdim or not isinstance(summed, SparseTensor):
+            if keepdim:
+                refuse("sum over every dimension with keepdim=True")
+            return summed
+        dims = (dim,) if isinstance(dim, numbers.Integral) else tuple(dim)
+        gone = {normalize_dim("sum", d, self.ndim) for d in dims}
+        kept, places = iter(range(summed.ndim)), summed._indices_t
+        rows = [
+            places[0].new_zeros(summed._nnz()) if d in gone else places[next(kept)]
+            for d in range(self.ndim)
+        ]
+        size = tuple(1 if d in gone else self.shape[d] for d in range(self.ndim))
+        indices = cat([row.unsqueeze(0) for row in rows], 0)
+        return SparseTensor(indices, summed._values_t, size, True)
+
     def mm(self, mat2: Any) -> Any:
         return sparse_mm("mm", self, mat2)
 
@@ -644,6 +667,42 @@ def dense_sparse_mm(op: str, dense: Any, sparse: SparseTensor) -> Any:
             f"{shape_text(dense.shape)} and {shape_text(sparse.shape)} (sparse)"
         )
     return sparse_mm(op, sparse.t(), dense.t()).t()
+
+
+def sparse_softmax(
+    op: str, sparse: SparseTensor, dim: Any, dtype: Any = None, log: bool = False
+) -> SparseTensor:
+    """torch's ``sparse.softmax``/``log_softmax``: over the specified entries that share every
+    index but ``dim`` (the unspecified ones count as ``-inf``, so they stay unspecified), on the
+    coalesced tensor; differentiable in the values."""
+    if not isinstance(sparse, SparseTensor):
+        refuse(f"{op} of a dense tensor (torch takes sparse tensors only)")
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise ArgumentTypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
+    axis = normalize_dim(op, int(dim), sparse.ndim)
+    if dtype is not None:
+        sparse = sparse._cast(DTYPE_OBJECTS[canonical_dtype(op, dtype)])
+    if not sparse.is_floating_point():
+        raise DTypeError(f"{op}: expects floating-point values, got {sparse.dtype}")
+    sparse = sparse.coalesce()
+    values = sparse._values_t
+    if values.ndim != 1:
+        refuse(f"{op} of a hybrid sparse tensor (values of shape {shape_text(values.shape)})")
+    if values.shape[0] == 0:
+        return SparseTensor(sparse._indices_t, values, sparse._size, True)
+    # one group per line along ``axis``: the flat place with that axis' index set to 0
+    strides = [math.prod(sparse._size[d + 1 :]) for d in range(sparse.ndim)]
+    strides[axis] = 0
+    line = (sparse._indices_t * sparse._indices_t.new_tensor(strides).unsqueeze(1)).sum(0)
+    _, group = line.unique(return_inverse=True)
+    groups = int(group.max().item()) + 1
+    # the largest of each line, held constant: softmax does not depend on it
+    peak = values.detach().new_full((groups,), -math.inf)
+    peak = peak.scatter_reduce(0, group, values.detach(), "amax")
+    shifted = values - peak[group]
+    total = values.new_zeros((groups,)).index_add(0, group, shifted.exp())
+    out = shifted - total.log()[group] if log else shifted.exp() / total[group]
+    return SparseTensor(sparse._indices_t, out, sparse._size, True)
 
 
 def sparse_sum(sparse: SparseTensor, dim: Any = None, dtype: Any = None) -> Any:
