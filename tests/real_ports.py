@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import types
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,35 @@ def run_source(source: str, lib: Any, **shared: Any) -> dict[str, Any]:
         **shared,
     }
     exec(compile(source, f"<{getattr(lib, '__name__', 'lib')} port>", "exec"), names)
+    if lib.nn is not torch.nn:  # (the ported run: retrograd, or a wrapper of it)
+        _assert_torch_is_not_bound(names, shared)
     return names
+
+
+def _torch_name(value: Any) -> str | None:
+    """The name of ``value`` if it is one of PyTorch's own modules. (Single classes and
+    functions bound from torch are not refused yet: 15 ports bind one, most ``Tensor`` for
+    their annotations, four a class they use: TabNet's ``Function``, a lookahead's
+    ``Optimizer``, a ``weight_norm``.)"""
+    if not isinstance(value, types.ModuleType):
+        return None
+    name = value.__name__
+    return name if name == "torch" or name.startswith("torch.") else None
+
+
+def _assert_torch_is_not_bound(names: dict[str, Any], shared: dict[str, Any]) -> None:
+    """A port whose ``import torch`` (or ``from torch import nn``) was left as written rebinds
+    the name to PyTorch's own module and then runs on torch, agreeing with torch trivially
+    (a port of round 54 did, until this check): no global of the ported program may be one
+    of torch's modules, but what the test itself handed in."""
+    bound = {
+        name: qualified
+        for name, value in names.items()
+        if name not in shared and (qualified := _torch_name(value)) is not None
+    }
+    assert not bound, (
+        f"the ported program binds PyTorch's own names {bound}: an import line was not ported"
+    )
 
 
 def both(source: str, replacements: list[tuple[str, str]], **shared: Any):
