@@ -18,7 +18,7 @@ nn = rg.nn
 F = rg.nn.functional
 
 
-# -- (1) memory formats -----------------------------------------------------------------------------
+# -- (1) memory formats ---------------------------------------------------------------------------
 def _both(make):
     """``make(lib)`` for torch and retrograd."""
     return make(torch), make(rg)
@@ -113,7 +113,7 @@ def test_memory_format_errors_name_the_op():
         rg.zeros_like(rg.ones(2, 3), memory_format=rg.channels_last)
     with pytest.raises(RuntimeError, match="rank 4"):
         torch.nn.Conv3d(2, 2, 1).to(memory_format=torch.channels_last)
-    with pytest.raises(rg.ShapeError, match="Module.to: required rank 4"):
+    with pytest.raises(rg.ShapeError, match=r"Module\.to: required rank 4"):
         nn.Conv3d(2, 2, 1).to(memory_format=rg.channels_last)
 
 
@@ -256,7 +256,7 @@ def test_incompatible_keys_print_and_compare_as_torchs():
     assert pickle.loads(pickle.dumps(keys)) == keys
 
 
-# -- (4) a model cast after the optimizer stepped ---------------------------------------------------
+# -- (4) a model cast after the optimizer stepped -------------------------------------------------
 def _cast_after_step(lib, name, **options):
     lib.manual_seed(0)
     layer = lib.nn.Linear(3, 2)

@@ -42,10 +42,10 @@ from .core import Tensor, warn_copy_construct
 from .dtypes import RANDINT_BOUNDS, canonical_dtype
 from .indexing import check_values
 from .layouts import check_memory_format, format_strides, preserve_format
-from .strides import contiguous_strides
 from .selection import multinomial
 from .shape import shape_arg
 from .spacing import torch_linspace
+from .strides import contiguous_strides
 
 __all__ = [
     "arange",

@@ -63,8 +63,8 @@ from ...tensor.dtypes import canonical_dtype as _canonical_dtype
 from ...tensor.dtypes import cast_host as _cast_host
 from ...tensor.inplace import assign
 from ...tensor.inplace import assign as _assign  # load_state_dict's parameter is torch's name
-from ...tensor.kept_gradients import forget_gradient, zero_kept_gradient
 from ...tensor.internal import lay_out
+from ...tensor.kept_gradients import forget_gradient, zero_kept_gradient
 from ...tensor.layouts import check_memory_format, preserve_format
 from ...tensor.layouts import memory_format as _memory_format
 from ...unsupported import no_shared_memory
