@@ -20,6 +20,7 @@ __all__ = [
     "DTypeError",
     "DamagedFileError",
     "DistributedError",
+    "DivisionByZeroError",
     "IndexOutOfRangeError",
     "InnerOperandError",
     "KeyMismatchError",
@@ -54,6 +55,12 @@ class SizeMismatchError(ShapeError, RuntimeError):
 
 class InvalidArgumentError(RetrogradError, ValueError):
     """An argument value the operation does not accept (an unknown mode, a negative size)."""
+
+
+class DivisionByZeroError(InvalidArgumentError, ZeroDivisionError):
+    """A computation that divides by a zero argument where torch's raises Python's
+    ``ZeroDivisionError`` (``StepLR(step_size=0)`` at its first step): the hierarchy's
+    class, which ``except ZeroDivisionError`` catches as well."""
 
 
 class KeyMismatchError(InvalidArgumentError, KeyError, RuntimeError):

@@ -153,6 +153,9 @@ class Adamax(Optimizer):
         )
         super().__init__(params, defaults)
 
+    def lerped_state(self, group: dict) -> tuple[str, ...]:
+        return ("exp_avg",)  # torch's exp_avg.lerp_(grad, 1 - beta1)
+
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
         grad = _ascent(grad, group)
@@ -191,6 +194,9 @@ class NAdam(Optimizer):
             "decoupled_weight_decay maximize foreach capturable differentiable",
         )
         super().__init__(params, defaults)
+
+    def lerped_state(self, group: dict) -> tuple[str, ...]:
+        return ("exp_avg",)  # torch's exp_avg.lerp_(grad, 1 - beta1)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)
@@ -257,6 +263,9 @@ class RAdam(Optimizer):
             "maximize foreach capturable decoupled_weight_decay differentiable",
         )
         super().__init__(params, defaults)
+
+    def lerped_state(self, group: dict) -> tuple[str, ...]:
+        return ("exp_avg",)  # torch's exp_avg.lerp_(grad, 1 - beta1)
 
     def update(self, value: Tensor, grad: Tensor, state: State, group: dict) -> tuple:
         state = dict(state)

@@ -105,6 +105,10 @@ class FusedUpdate:
             if kept is None:
                 start = buffer.used and buffer.start == "zeros"
                 kept = zeros_like(grad) if start else empty_buffer(value)
+            elif kept.dtype != value.dtype and kept.is_floating_point():
+                # a buffer made before the model was cast (model.double()): computed in the
+                # value's dtype, kept in its own by the step (torch's in-place update)
+                kept = kept.cast(value.dtype)
             given.append(kept)
         hyper = (*self.hyper_values(settings, state), in_place)
         value, *news = apply(self.kernel, (value, grad, *given), hyper)

@@ -492,6 +492,7 @@ class Optimizer(StepHooks):
                 f"(grads = loss.backward()), got {type(grads).__name__}"
             )
         self.check_hyper_parameters("step")
+        self._check_state_dtypes(grads)
         found: dict[int, set[str]] = {}  # the state keys each parameter had before this step
         for group in self.param_groups:
             for parameter in group["params"]:
@@ -516,6 +517,37 @@ class Optimizer(StepHooks):
                 # a log of the gradients after the step still find it.
                 if given is not None:
                     parameter.grad_replace(grads, given)
+
+    def lerped_state(self, group: dict[str, Any]) -> tuple[str, ...]:
+        """The state entries torch's algorithm updates with ``lerp_`` (Adam's ``exp_avg``),
+        which refuses a gradient of another dtype than the entry's: torch's step fails there
+        once the model was cast (``model.double()``) after a step made them."""
+        return ()
+
+    def _check_state_dtypes(self, grads: Any) -> None:
+        """torch's step refused before any parameter moves: a parameter cast to another
+        dtype after earlier steps made its state, where torch's ``lerp_`` of that state
+        fails (:meth:`lerped_state`). Other state keeps its dtype, as torch's in-place
+        updates keep it (:meth:`step_parameter`)."""
+        for group in self.param_groups:
+            entries = self.lerped_state(group)
+            if not entries:
+                continue
+            for parameter in group["params"]:
+                state = self.state.get(parameter)
+                if not state or parameter.grad(grads) is None:
+                    continue
+                for key in entries:
+                    held = state.get(key)
+                    if isinstance(held, Tensor) and held.dtype != parameter.dtype:
+                        raise DTypeError(
+                            f"{type(self).__name__}.step: the state {key!r} of a parameter of "
+                            f"shape {list(parameter.shape)} is {held.dtype} but the parameter "
+                            f"and its gradient are {parameter.dtype}: the model was cast "
+                            "(.double(), .half(), .to(dtype)) after the optimizer stepped, "
+                            "which torch's step refuses too (expected dtype for `end`); make "
+                            "the optimizer after casting the model"
+                        )
 
     #: The state entries torch's algorithm makes inside its loop over a group's parameters
     #: rather than before it (SGD's momentum buffer, made from the first gradient): a
@@ -543,6 +575,7 @@ class Optimizer(StepHooks):
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
         state = self.state.get(parameter) or {"step": 0}
         state = {k: _held_as(value, v) for k, v in state.items()}
+        before = state
         held_step = state.get("step")
         # the update's arithmetic takes the number
         state["step"] = step_count(held_step, known_count(self, parameter)) + 1
@@ -554,7 +587,7 @@ class Optimizer(StepHooks):
                 new, state = self.update(value, grad, state, group, True)
             else:
                 new, state = self.update(value, grad, state, group)
-        keep_state(self, parameter, state, held_step)
+        keep_state(self, parameter, _dtypes_kept(before, state), held_step)
         assign(parameter, new, f"{type(self).__name__}.step")
 
     def _complex_update(
@@ -876,6 +909,25 @@ def _sole_tensor(t: Tensor) -> bool:
             return False
         return backend.inner.owns_memory(backend.inner_value(t.primitive))
     return backend.owns_memory(t.primitive)
+
+
+def _dtypes_kept(before: State, after: State) -> State:
+    """``after``, a step's new state, with each floating tensor the step found in ``before``
+    kept in that tensor's dtype: torch updates its state in place (``buf.mul_(m).add_(g)``),
+    so a float32 momentum buffer stays float32 after ``model.double()``."""
+    for key, old in before.items():
+        new = after.get(key)
+        if (
+            key != "step"
+            and isinstance(old, Tensor)
+            and isinstance(new, Tensor)
+            and new.dtype != old.dtype
+            and new.is_floating_point()
+            and old.is_floating_point()
+            and tuple(new.shape) == tuple(old.shape)
+        ):
+            after[key] = new.cast(old.dtype)
+    return after
 
 
 def _held_as(value: Tensor, buffer: Any) -> Any:
@@ -1246,6 +1298,9 @@ class Adam(FusedOptimizer):
         state.update(exp_avg=first, exp_avg_sq=second, max_exp_avg_sq=peak)
         return value, state
 
+    def lerped_state(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ("exp_avg",)  # torch's exp_avg.lerp_(grad, 1 - beta1)
+
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
         beta1, beta2 = group["betas"]
@@ -1330,5 +1385,9 @@ class RMSprop(FusedOptimizer):
             "differentiable": switches["differentiable"],
         }
         super().__init__(params, defaults)
+
+    def lerped_state(self, group: dict[str, Any]) -> tuple[str, ...]:
+        # torch's centered form: grad_avg.lerp_(grad, 1 - alpha)
+        return ("grad_avg",) if group.get("centered") else ()
 
     fused = RMSPROP

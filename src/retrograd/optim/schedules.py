@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, check_callable
+from ..errors import (
+    DivisionByZeroError,
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+    check_callable,
+)
 from ..tensor import Tensor
 from .optimizers import is_number
 
@@ -315,19 +321,30 @@ class StepLR(LRScheduler):
     resumed_step = "recursive"
 
     def __init__(self, optimizer: Any, step_size: int, gamma: float = 0.1, last_epoch: int = -1):
-        if step_size < 1:
-            raise InvalidArgumentError(f"StepLR: step_size must be positive, got {step_size}")
+        # torch takes any step_size: 0 fails at the first step (modulo by zero), a negative
+        # one decays at its multiples as its absolute value would (Python's modulo)
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer, last_epoch)
 
+    def _period(self, epoch: int) -> int:
+        """``step_size``, refused where it is 0 (torch's ``ZeroDivisionError`` at ``epoch``)."""
+        if self.step_size == 0:
+            raise DivisionByZeroError(
+                f"step_size is 0, so epoch {epoch} % step_size divides by zero "
+                "(torch's ZeroDivisionError); give StepLR a positive step_size"
+            )
+        return self.step_size
+
     def lr_at(self, epoch: int, base_lr: float | None = None) -> float:
         base = self.base_lr if base_lr is None else base_lr
-        return base * self.gamma ** (epoch // self.step_size)
+        if epoch == 0:
+            return base
+        return base * self.gamma ** (epoch // self._period(epoch))
 
     def chained_lr(self, epoch: int, index: int, current: float) -> float:
         # torch's recursive form to the bit: ``current * gamma`` at each multiple of
         # step_size (the ratio of the closed forms differs by an ulp from gamma)
-        return current if epoch == 0 or epoch % self.step_size else current * self.gamma
+        return current if epoch == 0 or epoch % self._period(epoch) else current * self.gamma
 
 
 class CosineAnnealingLR(LRScheduler):

@@ -82,18 +82,29 @@ from .layouts import (
     SPARSE_CLASSES,
     check_memory_format,
     factory_options,
+    format_strides,
     preserve_format,
     strided,
+    suggested_format,
 )
 from .printing import tensor_text
 from .products import ProductsMixin
 from .reduce import ReduceMixin
 from .selection import SelectionMixin
-from .shape import ShapeMixin, by_keyword
+from .shape import ShapeMixin, by_keyword, laid_out_in
 from .special import SpecialMixin
 from .storage import StorageMixin
 from .torch_forms import TorchFormsMixin
-from .views import KIND, base_of, detached_view, keep_former_key, link, unlink
+from .views import (
+    KIND,
+    base_of,
+    contiguous_strides,
+    detached_view,
+    keep_former_key,
+    link,
+    strides_of,
+    unlink,
+)
 
 __all__ = ["Tensor"]
 
@@ -527,10 +538,26 @@ class Tensor(
         return apply("cast", (self,), (dtype,))
 
     def _cast_in_format(self, op: str, dtype: str, memory_format: Any) -> Tensor:
-        """A cast method's ``memory_format=`` checked as torch checks it (the values and the
-        result do not depend on it: retrograd tensors carry no memory format)."""
+        """A cast method: ``to(dtype, memory_format=memory_format)``, the format checked as
+        torch checks it."""
         check_memory_format(op, memory_format, self.ndim)
-        return self.cast(dtype)
+        return self._in_format(self.cast(dtype), memory_format)
+
+    def _in_format(self, out: Tensor, memory_format: Any) -> Tensor:
+        """``out`` (this tensor, or its copy on another device or in another dtype) laid out
+        in ``memory_format`` as torch's ``to`` lays it: ``self`` itself where nothing else
+        changed and torch's ``suggest_memory_format`` gives that format already, else a copy
+        with that format's strides (:mod:`.layouts`); ``preserve_format`` keeps ``out``."""
+        if memory_format is None or memory_format is preserve_format:
+            return out
+        if out is self:
+            if suggested_format(tuple(self.shape), strides_of(self)) is memory_format:
+                return self
+            return laid_out_in(self, memory_format)
+        shape = tuple(out.shape)
+        strides = format_strides(memory_format, shape)
+        out._layout = None if strides == contiguous_strides(shape) else (shape, strides)
+        return out
 
     def float(self, memory_format: Any = preserve_format) -> Tensor:
         """Cast to float32 (torch's ``float()``: a float64 tensor becomes float32)."""
@@ -665,7 +692,8 @@ class Tensor(
         dtype = kwargs.pop("dtype", None)
         copy = bool(kwargs.pop("copy", False))
         kwargs.pop("non_blocking", None)
-        check_memory_format("to", kwargs.pop("memory_format", None), self.ndim)
+        memory_format = kwargs.pop("memory_format", None)
+        check_memory_format("to", memory_format, self.ndim)
         if kwargs:
             raise TypeError(f"to: unexpected keyword arguments {sorted(kwargs)}")
         for arg in args:
@@ -692,8 +720,8 @@ class Tensor(
         if dtype is not None:
             out = out.cast(dtype)
         if copy and out is self:
-            out = self.clone()
-        return out
+            out = self.clone(memory_format=memory_format)
+        return self._in_format(out, memory_format)
 
     def cpu(self) -> Tensor:
         """This tensor on the CPU (itself when it is there already)."""
@@ -805,6 +833,7 @@ class Tensor(
         aliases nothing (an in-place op on either leaves the other alone). As torch's
         ``preserve_format`` (the default), the copy of a permuted tensor (non-overlapping
         and dense) keeps its strides: ``x.t().clone().stride()`` is ``x.t()``'s."""
+        check_memory_format("clone", memory_format, self.ndim)
         backend = self._backend
         if backend.is_autodiff and not is_grad_enabled() and backend.is_tracked(self._prim):
             # under no_grad torch's clone is outside the graph, as every op's result there
@@ -820,6 +849,11 @@ class Tensor(
             strides = preserved_layout(self)
             if strides is not None:
                 out._layout = (self.shape, strides)
+        else:
+            shape = tuple(self.shape)
+            strides = format_strides(memory_format, shape)
+            if strides != contiguous_strides(shape):
+                out._layout = (shape, strides)
         return out
 
     def __deepcopy__(self, memo: dict) -> Tensor:

@@ -41,10 +41,11 @@ from .compositions import _zero_gradient
 from .core import Tensor, warn_copy_construct
 from .dtypes import RANDINT_BOUNDS, canonical_dtype
 from .indexing import check_values
-from .layouts import preserve_format
+from .layouts import check_memory_format, format_strides, preserve_format
 from .selection import multinomial
 from .shape import shape_arg
 from .spacing import torch_linspace
+from .strides import contiguous_strides
 
 __all__ = [
     "arange",
@@ -366,13 +367,20 @@ def _like(t: Tensor, dtype: Any, device: Any) -> tuple[Any, Any, Any]:
 
 def _laid_out_like(out: Tensor, t: Tensor, options: dict[str, Any]) -> Tensor:
     """``out``, made like ``t``, with the strides torch's ``*_like`` gives it: those of a
-    ``preserve_format`` copy of ``t`` (the default: a transposed input's), row-major for
+    ``preserve_format`` copy of ``t`` (the default: a transposed input's), those of another format
+    (``rg.channels_last``) where it is given, row-major for
     ``memory_format=contiguous_format``."""
     memory_format = options.get("memory_format")
+    check_memory_format("like", memory_format, t.ndim)
     if memory_format is None or memory_format is preserve_format:
         strides = preserved_layout(t)
         if strides is not None:
             out._layout = (out.shape, strides)
+    else:
+        shape = tuple(out.shape)
+        strides = format_strides(memory_format, shape)
+        if strides != contiguous_strides(shape):
+            out._layout = (shape, strides)
     return out
 
 

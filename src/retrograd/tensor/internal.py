@@ -40,6 +40,12 @@ Validation
     (a size, a count, a dimension) given as a 0-d int64 tensor read as its int, as torch
     reads it; a 0-d float tensor refused
 
+Layouts
+    ``follow_channels_last(out, *sources) -> out``: a convolution's, pooling's or
+    normalization's 4-d/5-d result given torch's channels-last strides where a source is laid
+    out so; ``lay_out(t, memory_format)``: ``t`` itself given that format's strides (values
+    unchanged)
+
 Errors
     ``reported(op, backend, inputs)``: a ``with`` block whose backend errors are translated
     (:mod:`retrograd.errors`); ``translate(op, error, backend, inputs)``: the exception to raise
@@ -80,6 +86,7 @@ from ._dispatch import (
     wrap,
 )
 from .indexing import check_indices, check_values
+from .shape import follow_channels_last, lay_out
 
 __all__ = [
     "COMMON",
@@ -94,8 +101,10 @@ __all__ = [
     "check_scalar",
     "check_values",
     "checked_generator",
+    "follow_channels_last",
     "int_argument",
     "int_arguments",
+    "lay_out",
     "lift",
     "no_generator",
     "normalize_dim",

@@ -4,11 +4,12 @@ layouts (``rg.strided``, the layout of every retrograd tensor, ``rg.sparse_coo``
 ``rg.jagged``: instances of ``rg.layout``).
 
 In torch a memory format picks the strides of a 4-d or 5-d tensor; the values never change.
-retrograd's tensors are values whose layout is the kernels' choice (the NumPy convolutions run
-channels-last whatever the input), so ``t.to(memory_format=...)`` and
-``t.contiguous(memory_format=...)`` check the format against the rank as torch does and return
-the same values; ``stride()`` keeps reporting row-major strides. Asking which format a tensor
-has (``is_contiguous(memory_format=rg.channels_last)``) has no honest answer here and raises.
+retrograd's values are laid out as the kernels choose, but the strides torch's tensor would
+have are modelled (:mod:`.strides`): ``t.contiguous(memory_format=rg.channels_last)``,
+``t.to(memory_format=...)``, ``clone``/``*_like`` with a format and ``Module.to(memory_format=)``
+give the result torch's channels-last strides, elementwise ops and ``preserve_format`` copies
+follow them, and ``is_contiguous(memory_format=...)`` answers as torch does
+(:func:`format_contiguous`, :func:`suggested_format`).
 
 >>> import retrograd as rg
 >>> rg.channels_last
@@ -24,7 +25,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidArgumentError, ShapeError
+from ..errors import ArgumentTypeError, InvalidArgumentError, ShapeError
 
 __all__ = [
     "SPARSE_ADMISSION",
@@ -33,12 +34,15 @@ __all__ = [
     "channels_last_3d",
     "check_memory_format",
     "contiguous_format",
+    "format_contiguous",
+    "format_strides",
     "jagged",
     "layout",
     "memory_format",
     "preserve_format",
     "sparse_coo",
     "strided",
+    "suggested_format",
 ]
 
 
@@ -68,6 +72,8 @@ channels_last = memory_format("channels_last")
 channels_last_3d = memory_format("channels_last_3d")
 preserve_format = memory_format("preserve_format")
 _RANKS = {channels_last: 4, channels_last_3d: 5}
+#: the dimensions of each channels-last format, fastest-moving first
+_CHANNELS_LAST_ORDER = {channels_last: (1, 3, 2, 0), channels_last_3d: (1, 4, 3, 2, 0)}
 
 
 def check_memory_format(op: str, fmt: Any, ndim: int) -> None:
@@ -85,13 +91,65 @@ def check_memory_format(op: str, fmt: Any, ndim: int) -> None:
         raise ShapeError(f"{op}: required rank {rank} tensor to use {fmt.name} format, got {ndim}")
 
 
-def refuse_format_query(op: str, fmt: Any, ndim: int) -> None:
-    """``is_contiguous(memory_format=)`` for any format other than contiguous_format."""
-    check_memory_format(op, fmt, ndim)
-    if fmt is not None and fmt is not contiguous_format:
-        raise InvalidArgumentError(
-            f"{op}: retrograd tensors carry no memory format (the kernels choose the layout, "
-            f"the values are the same); is_contiguous(memory_format={fmt!r}) has no answer"
+def format_strides(fmt: memory_format, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """torch's strides for a tensor of ``shape`` laid out in ``fmt`` (channels_last: C
+    fastest, then W, H, N; channels_last_3d: C, W, H, D, N); row-major for any other."""
+    order = _CHANNELS_LAST_ORDER.get(fmt)
+    if order is None or len(shape) != len(order):
+        strides, step = [], 1
+        for n in reversed(shape):
+            strides.append(step)
+            step *= max(n, 1)
+        return tuple(reversed(strides))
+    strides = [0] * len(shape)
+    step = 1
+    for d in order:  # (torch's get_channels_last_strides: sizes as they are, 0 included)
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
+
+
+def format_contiguous(fmt: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """torch's ``is_contiguous(memory_format=fmt)`` for a tensor of ``shape`` and ``strides``
+    that is not row-major contiguous by another test (the caller's): dense in ``fmt``'s order,
+    size-1 dimensions not counting (an N1HW or NC11 tensor is both); a tensor of another rank
+    is not channels-last contiguous (no error, as torch's)."""
+    order = _CHANNELS_LAST_ORDER.get(fmt)
+    if order is None or len(shape) != len(order):
+        return False
+    expected = 1
+    for d in order:
+        if shape[d] != 1:
+            if strides[d] != expected:
+                return False
+            expected *= shape[d]
+    return True
+
+
+def suggested_format(shape: tuple[int, ...], strides: tuple[int, ...]) -> memory_format:
+    """torch's ``suggest_memory_format``: channels_last(_3d) where the strides order the
+    dimensions as that format does (``is_channels_last_strides_2d``/``_3d``: ambiguous cases,
+    a zero channel stride or an empty dimension, are ``contiguous_format``)."""
+    fmt = {4: channels_last, 5: channels_last_3d}.get(len(shape))
+    if fmt is None or strides[1] == 0:
+        return contiguous_format
+    low = 0
+    for d in _CHANNELS_LAST_ORDER[fmt]:
+        if shape[d] == 0 or strides[d] < low:
+            return contiguous_format
+        if d == 0 and low == strides[1]:  # N111-like: torch falls back to NCHW
+            return contiguous_format
+        low = strides[d] * (shape[d] if shape[d] > 1 else 1)
+    return fmt
+
+
+def check_format_query(op: str, fmt: Any) -> None:
+    """``is_contiguous(memory_format=)``'s argument: any format, of any rank (torch answers
+    False where the rank does not fit)."""
+    if fmt is not None and not isinstance(fmt, memory_format):
+        raise ArgumentTypeError(  # (torch's TypeError)
+            f"{op}: memory_format must be an rg.memory_format (rg.contiguous_format, "
+            f"rg.channels_last, ...), got {fmt!r}"
         )
 
 

@@ -40,13 +40,37 @@ from ._dispatch import (
     scalar_dims,
 )
 from .dtypes import canonical_dtype
-from .layouts import check_memory_format, refuse_format_query
+from .layouts import (
+    channels_last,
+    channels_last_3d,
+    check_format_query,
+    check_memory_format,
+    contiguous_format,
+    format_contiguous,
+    format_strides,
+    suggested_format,
+)
 from .pairs import ValuesAndIndices
 from .storage import number_outputs
 from .strides import storage_offset_of
-from .views import is_contiguous, link, strides_of, view_error, view_strides
+from .views import (
+    contiguous_strides,
+    is_contiguous,
+    link,
+    strides_of,
+    view_error,
+    view_strides,
+)
 
-__all__ = ["ShapeMixin", "cat", "flatten", "stack"]
+__all__ = [
+    "ShapeMixin",
+    "cat",
+    "flatten",
+    "follow_channels_last",
+    "laid_out_in",
+    "lay_out",
+    "stack",
+]
 
 
 class ShapeMixin:
@@ -97,8 +121,14 @@ class ShapeMixin:
     def contiguous(self, memory_format: Any = None) -> Any:
         """``self`` when its layout is contiguous as torch's would be; otherwise a copy, which
         aliases nothing (an in-place op on it leaves this tensor alone, as in torch).
-        ``memory_format`` is checked and keeps the values (:mod:`.layouts`)."""
+        ``memory_format=rg.channels_last`` (``_3d``): ``self`` where it is contiguous in that
+        format already, else a copy with torch's channels-last strides (the values are the
+        same: :mod:`.layouts`)."""
         check_memory_format("contiguous", memory_format, self.ndim)
+        if memory_format is channels_last or memory_format is channels_last_3d:
+            if format_contiguous(memory_format, tuple(self.shape), strides_of(self)):
+                return self
+            return laid_out_in(self, memory_format)
         if _row_major(self) or is_contiguous(self.shape, strides_of(self)):
             return self
         # an expanded tensor may hold far fewer values than its shape says (a broadcast):
@@ -107,8 +137,11 @@ class ShapeMixin:
         return type(self)._result(self._prim, self._backend, self._device)
 
     def is_contiguous(self, memory_format: Any = None) -> bool:
-        """torch's row-major contiguity; another memory format raises (:mod:`.layouts`)."""
-        refuse_format_query("is_contiguous", memory_format, self.ndim)
+        """torch's answer: row-major contiguity, or (``memory_format=rg.channels_last`` /
+        ``channels_last_3d``) contiguity in that format, False for a tensor of another rank."""
+        check_format_query("is_contiguous", memory_format)
+        if memory_format is channels_last or memory_format is channels_last_3d:
+            return format_contiguous(memory_format, tuple(self.shape), strides_of(self))
         return _row_major(self) or is_contiguous(self.shape, strides_of(self))
 
     def stride(self, dim: int | None = None) -> Any:
@@ -810,6 +843,42 @@ def infer_shape(op: str, own: tuple[int, ...], shape: tuple[int, ...]) -> tuple[
             f"{op}: cannot reshape {shape_text(own)} ({count} elements) to {shape_text(shape)}"
         )
     return shape
+
+
+def laid_out_in(t: Any, fmt: Any) -> Any:
+    """A copy of ``t`` (the same values; the gradient flows back to ``t``) with the strides
+    torch gives a tensor laid out in ``fmt`` (``channels_last``: :func:`.layouts.format_strides`),
+    where they differ from row-major ones. An expanded ``t`` is refused before the copy if no
+    machine could hold it."""
+    check_allocation("contiguous", t.shape, t.dtype)
+    out = type(t)._result(t._prim, t._backend, t._device)
+    lay_out(out, fmt)
+    return out
+
+
+def lay_out(t: Any, fmt: Any) -> None:
+    """Give ``t`` itself the strides of memory format ``fmt`` (row-major ones for
+    ``contiguous_format``), its values unchanged: torch's ``Module.to(memory_format=)``
+    replacing a parameter's data by one laid out so."""
+    shape = tuple(t.shape)
+    strides = format_strides(fmt, shape)
+    t._layout = None if strides == contiguous_strides(shape) else (shape, strides)
+
+
+def follow_channels_last(out: Any, *sources: Any) -> Any:
+    """``out``, the 4-d or 5-d result of a convolution, pooling or normalization of
+    ``sources``, with torch's channels-last strides where one of the sources is laid out
+    channels-last (torch's ``suggest_memory_format``, which picks the output's layout)."""
+    if out.ndim not in (4, 5):
+        return out
+    for source in sources:
+        if source is None or source.ndim != out.ndim:
+            continue
+        fmt = suggested_format(tuple(source.shape), strides_of(source))
+        if fmt is not contiguous_format:
+            lay_out(out, fmt)
+            break
+    return out
 
 
 def _row_major(t: Any) -> bool:

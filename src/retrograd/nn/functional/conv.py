@@ -13,6 +13,7 @@ from ...tensor.complexes import complex as complex_of_parts
 from ...tensor.internal import (
     TensorOp,
     apply,
+    follow_channels_last,
     shape_text,
 )
 from ._common import (
@@ -123,6 +124,8 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
         )
     bias = _channel_bias(fn, x, bias, out_channels)
     out = apply(TensorOp(fn, kernel="conv"), (x, weight, bias), (stride, padding, dilation, groups))
+    if spatial == 2 and not squeeze:  # torch's output is channels-last if x or weight is
+        follow_channels_last(out, x, weight)
     if same_crop is not None and any(same_crop):
         out = out.slice([slice(None), slice(None), *(slice(c, None) for c in same_crop)])
     return _unbatched(out, squeeze)
@@ -237,6 +240,8 @@ def _conv_transpose(
         (x, weight, bias),
         (stride, padding, output_padding, dilation, groups),
     )
+    if spatial == 2 and not squeeze:  # torch's output is channels-last if x or weight is
+        follow_channels_last(out, x, weight)
     return _unbatched(out, squeeze)
 
 

@@ -21,6 +21,7 @@ from ...tensor.inplace import assign, write_out
 from ...tensor.internal import (
     TensorOp,
     apply,
+    follow_channels_last,
     reported,
     shape_text,
     wrap,
@@ -516,7 +517,7 @@ def batch_norm(
             )
         for buffer, value in zip((running_mean, running_var), updated):
             assign(buffer, wrap(x, value), fn)
-    return out
+    return follow_channels_last(out, x)  # (torch's: the input's memory format)
 
 
 _BATCH_NORM = TensorOp("batch_norm")

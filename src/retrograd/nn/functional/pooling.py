@@ -26,6 +26,7 @@ from ...tensor.internal import (
     TensorOp,
     apply,
     check_indices,
+    follow_channels_last,
     int_arguments,
     shape_text,
 )
@@ -148,7 +149,7 @@ def avg_pool2d(
     >>> avg_pool2d(rg.ones((1, 1, 4, 4)), 2, divisor_override=1).tolist()
     [[[[4.0, 4.0], [4.0, 4.0]]]]
     """
-    return _avg_pool(
+    out = _avg_pool(
         "avg_pool2d",
         2,
         x,
@@ -159,6 +160,7 @@ def avg_pool2d(
         count_include_pad,
         divisor_override,
     )
+    return follow_channels_last(out, x)  # (torch's: the input's memory format)
 
 
 def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode, indices=True):
@@ -245,6 +247,8 @@ def max_pool2d(
     [[[[4.0]]]]
     """
     values, indices = max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
+    follow_channels_last(values, x)  # (torch's: the input's memory format)
+    follow_channels_last(indices, x)
     return (values, indices) if return_indices else values
 
 
@@ -300,7 +304,8 @@ def adaptive_avg_pool2d(x: Tensor, output_size: int | Sequence[int | None]) -> T
     >>> adaptive_avg_pool2d(rg.ones((2, 3, 7, 5)), 1).shape
     retrograd.Size([2, 3, 1, 1])
     """
-    return _adaptive_avg_pool("adaptive_avg_pool2d", 2, x, output_size)
+    out = _adaptive_avg_pool("adaptive_avg_pool2d", 2, x, output_size)
+    return follow_channels_last(out, x)  # (torch's: the input's memory format)
 
 
 @autocast_op("avg_pool3d")

@@ -63,7 +63,9 @@ from ...tensor.dtypes import canonical_dtype as _canonical_dtype
 from ...tensor.dtypes import cast_host as _cast_host
 from ...tensor.inplace import assign
 from ...tensor.inplace import assign as _assign  # load_state_dict's parameter is torch's name
+from ...tensor.internal import lay_out
 from ...tensor.kept_gradients import forget_gradient, zero_kept_gradient
+from ...tensor.layouts import check_memory_format, preserve_format
 from ...tensor.layouts import memory_format as _memory_format
 from ...unsupported import no_shared_memory
 from ..parameter import Buffer, Parameter, is_lazy
@@ -79,10 +81,11 @@ from .state_value import StateValue
 from .state_value import host_array as _host_array
 
 
-class IncompatibleKeys(
+class _IncompatibleKeys(
     collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 ):
-    """What ``load_state_dict`` returns, as torch's ``_IncompatibleKeys``:
+    """What ``load_state_dict`` returns, as torch's ``_IncompatibleKeys`` (its name, so its
+    repr: ``_IncompatibleKeys(missing_keys=[...], unexpected_keys=[...])``):
     ``missing, unexpected = model.load_state_dict(state, strict=False)``."""
 
     __slots__ = ()
@@ -94,6 +97,8 @@ class IncompatibleKeys(
 
     __str__ = __repr__
 
+
+IncompatibleKeys = _IncompatibleKeys
 
 __all__ = ["Module"]
 
@@ -537,8 +542,9 @@ class Module:
         As ``torch.nn.Module.to``: ``to("float64")``, ``to(rg.float64)``, ``to(dtype=...)``,
         ``to("cpu")``, ``to(rg.device("cpu", 1))``, ``to(tensor)`` (its dtype and device).
         Tied parameters stay one object; int buffers (batch norm's ``num_batches_tracked``)
-        keep their dtype. ``memory_format`` (``rg.channels_last``...) is checked and changes no
-        value: layouts are the kernels' choice (:mod:`retrograd.tensor.layouts`).
+        keep their dtype. ``memory_format`` (``rg.channels_last``...) gives every 4-d and 5-d
+        parameter and buffer torch's strides of that format, in place (``stride()``,
+        ``is_contiguous(memory_format=)``: :mod:`retrograd.tensor.layouts`); the values stay.
         """
         if memory_format is not None and not isinstance(memory_format, _memory_format):
             raise InvalidArgumentError(
@@ -560,12 +566,18 @@ class Module:
         if dtype is not None and dtype not in FLOAT_DTYPES:
             raise DTypeError(f"Module.to: only float dtypes are supported, got {dtype!r}")
         target = Device(device) if device is not None else None
+        if memory_format is not None:  # torch converts 4-d and 5-d tensors, checking the rank
+            for value in (*self.parameters(), *self.buffers()):
+                if value.ndim in (4, 5):
+                    check_memory_format("Module.to", memory_format, value.ndim)
         for parameter in self.parameters():
             _convert(parameter, dtype, target, "Module.to")
+            _lay_out(parameter, memory_format)
         for module in self.modules():
             for name, buffer in module._buffers.items():
                 if buffer is not None:
                     module._buffers[name] = _converted(buffer, dtype, target)
+                    _lay_out(module._buffers[name], memory_format)
         return self
 
     def float(self) -> Module:
@@ -1296,6 +1308,14 @@ def _converted(value: Tensor, dtype: str | None, device: Device | None) -> Tenso
     if device is not None and value.device != device:
         value = value.to(device)
     return value
+
+
+def _lay_out(value: Tensor, memory_format: Any) -> None:
+    """Give a 4-d or 5-d ``value`` the strides of ``memory_format``, in place (torch's
+    ``Module.to(memory_format=)`` replaces each such tensor's data by one laid out so)."""
+    if memory_format is None or memory_format is preserve_format or value.ndim not in (4, 5):
+        return
+    lay_out(value, memory_format)
 
 
 def _convert(parameter: Parameter, dtype: str | None, device: Device | None, op: str) -> None:
