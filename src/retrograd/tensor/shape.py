@@ -679,7 +679,8 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     if joined and len(joined) < len(lifted) and any(t.ndim != 1 for t in joined):
         lifted = joined
     ndim = lifted[0].ndim
-    d = normalize_dim("cat", dim, ndim)
+    # (torch wraps dim against the first tensor it does not skip: none, no dim to check)
+    d = 0 if not joined else normalize_dim("cat", dim, ndim)
     reference = lifted[0].shape
     for t in lifted[1:]:
         shape = t.shape
