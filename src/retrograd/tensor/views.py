@@ -408,6 +408,8 @@ def refuse_internal_overlap(op: str, t: Any) -> None:
     where a dimension of more than one element has stride 0 (an expanded tensor, or a view of
     one that keeps an expanded dimension); a view of an expanded tensor that takes each
     element once (``x.expand(3, 3).diagonal()``, ``x.expand(2, n)[1]``) is written."""
+    if t.numel() == 0:
+        return  # (nothing written; torch's empty tensor is non-overlapping and dense)
     if any(n > 1 and step == 0 for n, step in zip(t.shape, strides_of(t))):
         raise ShapeError(
             f"{op}: unsupported operation: more than one element of the written-to tensor "
