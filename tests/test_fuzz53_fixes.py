@@ -52,17 +52,23 @@ _FILLS = {
     "fill_": lambda m, x: x[:, :1].expand(3, 4).fill_(9.0),
     "zero_ of a slice": lambda m, x: x[:1].expand(3, 4)[:, 1:3].zero_(),
     "fill_diagonal_": lambda m, x: x[:1].expand(3, 4).fill_diagonal_(5.0),
-    "masked_fill_": lambda m, x: x[1:2].expand(2, 4).masked_fill_(
-        m.tensor([[True, False, False, False], [False, False, True, False]]), -2.0
+    "masked_fill_": lambda m, x: (
+        x[1:2]
+        .expand(2, 4)
+        .masked_fill_(m.tensor([[True, False, False, False], [False, False, True, False]]), -2.0)
     ),
     "index_fill_": lambda m, x: x[2:].expand(2, 3, 4).index_fill_(2, m.tensor([1, 3]), -1.0),
-    "masked setitem": lambda m, x: x[:1].expand(2, 4).__setitem__(
-        m.tensor([[True, False, False, False], [False, False, False, True]]),
-        m.tensor([4.0, 5.0]),
+    "masked setitem": lambda m, x: (
+        x[:1]
+        .expand(2, 4)
+        .__setitem__(
+            m.tensor([[True, False, False, False], [False, False, False, True]]),
+            m.tensor([4.0, 5.0]),
+        )
     ),
     "unfold windows": lambda m, x: x[0].unfold(0, 3, 1).zero_(),
-    "as_strided": lambda m, x: x[1].as_strided((2, 3), (1, 1)).masked_fill_(
-        m.tensor([True, False, True]), 2.0
+    "as_strided": lambda m, x: (
+        x[1].as_strided((2, 3), (1, 1)).masked_fill_(m.tensor([True, False, True]), 2.0)
     ),
 }
 

@@ -290,7 +290,9 @@ def test_fills_through_overlapping_views_write_the_shared_memory() -> None:
         lambda m, x: x[:, :1].expand(3, 4).fill_(9.0),
         lambda m, x: x[:1].expand(3, 4).fill_diagonal_(5.0),
         lambda m, x: x[0].unfold(0, 3, 1).zero_(),
-        lambda m, x: x[1].as_strided((2, 3), (1, 1)).masked_fill_(m.tensor([True, False, True]), 2.0),
+        lambda m, x: (
+            x[1].as_strided((2, 3), (1, 1)).masked_fill_(m.tensor([True, False, True]), 2.0)
+        ),
         lambda m, x: x[2:].expand(2, 3, 4).index_fill_(2, m.tensor([1, 3]), -1.0),
     ]
     for k, program in enumerate(programs):
@@ -341,7 +343,7 @@ def test_random_joins_promote_and_shape_as_torch(seed: int) -> None:
         args = () if join.endswith("stack") and join != "stack" else (dim,)
         if kwargs:
             args = ()
-        what = f"{join}{args or kwargs} of {[tuple(t.shape) for t in tensors_t]}"
+        what = f"program {program}: {join}{args or kwargs} of {[tuple(t.shape) for t in tensors_t]}"
         try:
             expected = getattr(torch, join)(tensors_t, *args, **kwargs)
         except (RuntimeError, IndexError, ValueError):
