@@ -134,3 +134,31 @@ def test_writes_through_a_diagonal_of_an_expanded_tensor_with_gradients() -> Non
     np.testing.assert_allclose(_values(ry), _values(ty))
     np.testing.assert_allclose(_values(ra.grad(grads)), _values(ta.grad))
     np.testing.assert_allclose(_values(rs.grad(grads)), _values(ts.grad))
+
+
+def test_tensor_split_refuses_a_tensor_of_indices_of_two_dimensions() -> None:
+    with pytest.raises(RuntimeError, match="zero-dimensional or one-dimensional"):
+        torch.arange(4.0).tensor_split(torch.tensor([[1]]))
+    x = rg.arange(4.0)
+    with pytest.raises(rg.ShapeError, match="tensor_split"):
+        x.tensor_split(rg.tensor([[1]]))
+    parts = x.tensor_split(rg.tensor([1]))  # 1-d and 0-d tensors still split
+    assert [tuple(p.shape) for p in parts] == [(1,), (3,)]
+    assert [tuple(p.shape) for p in x.tensor_split(rg.tensor(2))] == [(2,), (2,)]
+
+
+def test_broadcast_shapes_takes_an_int_as_a_one_dimensional_shape() -> None:
+    for shapes in [(3, (2, 1)), (1, 4), ((5, 1, 2), 2)]:
+        assert tuple(rg.broadcast_shapes(*shapes)) == tuple(torch.broadcast_shapes(*shapes))
+    with pytest.raises(rg.ShapeError, match="broadcast_shapes"):
+        rg.broadcast_shapes(3, (2, 2))
+
+
+def test_roll_refuses_empty_shifts_as_torch() -> None:
+    x = rg.arange(4.0).reshape(2, 2)
+    for dims in [(), None]:
+        with pytest.raises(RuntimeError, match="shifts"):
+            torch.roll(torch.arange(4.0).reshape(2, 2), (), dims)
+        with pytest.raises(rg.ShapeError, match="roll"):
+            rg.roll(x, (), dims)
+    np.testing.assert_array_equal(_values(rg.roll(x, (1,), (0,))), [[2.0, 3.0], [0.0, 1.0]])
