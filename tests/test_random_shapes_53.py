@@ -163,7 +163,7 @@ def _numel_ok(t) -> bool:
 def test_random_shape_chains_match_torch_with_gradients(seed: int) -> None:
     rng = np.random.default_rng(5300 + seed)
     torch.manual_seed(seed)
-    for program in range(30):
+    for program in range(45):
         shape = tuple(int(s) for s in rng.integers(1, 4, int(rng.integers(1, 4))))
         data = rng.standard_normal(shape)
         tx = torch.tensor(data, requires_grad=True)
@@ -253,7 +253,7 @@ def _offsets(t, base) -> tuple:
 def test_random_view_chains_alias_as_torch(seed: int) -> None:
     rng = np.random.default_rng(5310 + seed)
     torch.manual_seed(seed)
-    for program in range(40):
+    for program in range(60):
         shape = tuple(int(s) for s in rng.integers(1, 5, int(rng.integers(1, 4))))
         data = np.arange(float(np.prod(shape))).reshape(shape)
         tx, rx = torch.tensor(data), rg.tensor(data)
@@ -323,7 +323,7 @@ def test_random_joins_promote_and_shape_as_torch(seed: int) -> None:
     torch.manual_seed(seed)
     joins = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack",
              "column_stack", "row_stack"]  # fmt: skip
-    for program in range(60):
+    for program in range(80):
         join = str(rng.choice(joins))
         rank = int(rng.integers(0, 4))
         shape = [int(s) for s in rng.integers(1, 4, rank)]
