@@ -121,7 +121,7 @@ CASES = [
     ("where", rg.DTypeError, lambda a, b: rg.where(5)),
     ("where", rg.InvalidArgumentError, lambda a, b: rg.where(5, 5)),
     ("broadcast_tensors", rg.DTypeError, lambda a, b: rg.broadcast_tensors(5)),
-    ("broadcast_shapes", rg.DTypeError, lambda a, b: rg.broadcast_shapes(5)),
+    ("broadcast_shapes", rg.DTypeError, lambda a, b: rg.broadcast_shapes(2.5)),
     ("cdist", rg.DTypeError, lambda a, b: rg.cdist(5, 5)),
     ("meshgrid", rg.DTypeError, lambda a, b: rg.meshgrid(5)),
     ("zeros_like", rg.DTypeError, lambda a, b: rg.zeros_like(5)),

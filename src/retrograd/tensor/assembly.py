@@ -108,7 +108,9 @@ def column_stack(tensors: Sequence[Any]) -> Any:
 def row_stack(tensors: Sequence[Any]) -> Any:
     """``vstack``: the tensors as rows, one under another."""
     refuse_one_tensor("row_stack", tensors)
-    return cat(list(atleast_2d(*_tensors("row_stack", (tensors,)))), 0)
+    rows = atleast_2d(*_tensors("row_stack", (tensors,)))
+    # (atleast_2d of one tensor is that tensor, not a tuple: a list of it would be its rows)
+    return cat(list(rows) if isinstance(rows, tuple) else [rows], 0)
 
 
 def dstack(tensors: Sequence[Any]) -> Any:

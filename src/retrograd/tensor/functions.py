@@ -891,6 +891,8 @@ def isclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # n
 
 
 def broadcast_shapes(*shapes: Any) -> tuple[int, ...]:
+    # (torch's: an int is the shape of one dimension, broadcast_shapes(3, (2, 1)) is (2, 3))
+    shapes = tuple((s,) if isinstance(s, numbers.Integral) else s for s in shapes)
     try:
         return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:

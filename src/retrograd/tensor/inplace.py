@@ -57,11 +57,13 @@ from .ownership import sole_buffer
 from .shape import shape_arg
 from .strides import contiguous_strides
 from .views import (
+    FILLS,
     base_of,
     detached_values,
     move_views,
     outside_graph,
     refresh,
+    refuse_internal_overlap,
     refuse_no_grad_view,
     refuse_partial_overlap,
     remember_leaf,
@@ -247,6 +249,7 @@ def _in_buffer(op: str, t: Any, other: Any, alpha: Any = 1) -> bool:
     it does after any in-place op (a leaf stays a leaf, views are refreshed, a gradient read
     from a ``Gradients`` is written back there).
     """
+    refuse_internal_overlap(op, t)
     shape = t.shape
     if math.prod(shape) < IN_BUFFER_MIN_SIZE or t.dtype not in FLOAT_DTYPES or capturing.get():
         return False
@@ -412,6 +415,8 @@ class InplaceMixin:
         otherwise an update of a leaf that requires grad (or of a view of one) is refused
         while gradients are recorded, as in torch.
         """
+        if op not in FILLS:
+            refuse_internal_overlap(op, self)
         outside = outside_graph(self)
         recorded = False
         if outside and is_grad_enabled() and self._backend.is_autodiff:
@@ -604,6 +609,8 @@ class InplaceMixin:
                 raise ShapeError(
                     f"fill_: only a 0-d tensor can fill, got shape {shape_text(value.shape)}"
                 )
+            # (torch fills from a tensor through copy_, which refuses an expanded target)
+            refuse_internal_overlap("fill_", self)
             # torch casts the value to the tensor's dtype, whatever the two are
             return self._update(
                 "fill_", lambda t: _cast(lift(t, value, "fill_"), t.dtype).expand(t.shape)

@@ -392,6 +392,8 @@ class ShapeMixin:
     def roll(self, shifts: Any, dims: Any = None) -> Any:
         """Elements shifted ``shifts`` places along ``dims`` (wrapping around); without
         ``dims``, along the flattened tensor, then reshaped back."""
+        if isinstance(shifts, list | tuple) and not shifts:
+            raise ShapeError("roll: `shifts` required (got an empty sequence), as in torch")
         if dims is None:
             flat = self.reshape(-1)
             return flat.roll(shifts, 0).reshape(self.shape)
@@ -592,6 +594,11 @@ class ShapeMixin:
         indices_or_sections = given[0]
         d = normalize_dim("tensor_split", dim, self.ndim)
         size = self.shape[d]
+        if isinstance(indices_or_sections, TensorBase) and indices_or_sections.ndim > 1:
+            raise ShapeError(
+                "tensor_split: a tensor of indices or sections must be 0-d or 1-d, got shape "
+                f"{shape_text(indices_or_sections.shape)}"
+            )
         indices_or_sections = int_arguments("tensor_split", indices_or_sections, "sections")
         if isinstance(indices_or_sections, numbers.Integral):
             n = int(indices_or_sections)
@@ -712,7 +719,8 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     if joined and len(joined) < len(lifted) and any(t.ndim != 1 for t in joined):
         lifted = joined
     ndim = lifted[0].ndim
-    d = normalize_dim("cat", dim, ndim)
+    # (torch wraps dim against the first tensor it does not skip: none, no dim to check)
+    d = 0 if not joined else normalize_dim("cat", dim, ndim)
     reference = lifted[0].shape
     for t in lifted[1:]:
         shape = t.shape

@@ -60,6 +60,7 @@ from .strides import (
 
 __all__ = [
     "BASE",
+    "FILLS",
     "KIND",
     "PARAMS",
     "Link",
@@ -77,6 +78,7 @@ __all__ = [
     "link",
     "move_views",
     "outside_graph",
+    "refuse_internal_overlap",
     "refuse_no_grad_view",
     "refuse_partial_overlap",
     "remember_leaf",
@@ -380,6 +382,10 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
         assigned = as_strided_assign(base, params, value)
         if assigned is not None:
             return assigned
+    if kind == "expand" or (op in FILLS and kind in ("unfold", "as_strided")):
+        # (an update or copy_ into a tensor with a 0 stride was refused before it started:
+        # refuse_internal_overlap; what reaches an expand here writes each element once)
+        return _write_through_overlap(base, kind, params, value)
     what = {
         "expand": "an expanded tensor",
         "as_strided": "an as_strided view whose strides overlap",
@@ -388,6 +394,50 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
         f"{op}: unsupported operation: more than one element of the written-to tensor refers "
         f"to a single memory location ({what}); clone() it before writing, as in torch"
     )
+
+
+#: the writes torch makes into a tensor whose elements share memory (an expanded tensor,
+#: overlapping unfold windows or as_strided positions) without refusing them: each element
+#: written takes a value that does not depend on what it held (torch checks the overlap in
+#: the arithmetic updates and copy_ only), so the memory an element shares takes it
+FILLS = ("fill_", "zero_", "fill_diagonal_", "masked_fill_", "index_fill_", "index_put_")
+
+
+def refuse_internal_overlap(op: str, t: Any) -> None:
+    """torch's ``assert_no_internal_overlap`` before an update or a copy into ``t``: refused
+    where a dimension of more than one element has stride 0 (an expanded tensor, or a view of
+    one that keeps an expanded dimension); a view of an expanded tensor that takes each
+    element once (``x.expand(3, 3).diagonal()``, ``x.expand(2, n)[1]``) is written."""
+    if t.numel() == 0:
+        return  # (nothing written; torch's empty tensor is non-overlapping and dense)
+    if any(n > 1 and step == 0 for n, step in zip(t.shape, strides_of(t))):
+        raise ShapeError(
+            f"{op}: unsupported operation: more than one element of the written-to tensor "
+            f"refers to a single memory location (an expanded tensor of shape "
+            f"{shape_text(t.shape)}, strides {list(strides_of(t))}); clone() it before "
+            "writing, as in torch"
+        )
+
+
+def _write_through_overlap(base: Any, kind: str, params: tuple, value: Any) -> Any:
+    """``base``'s new value when ``value``, its view of ``kind``, holds some elements of
+    ``base`` more than once and a write (one of :data:`FILLS`, or one that takes each
+    element once) changed it: each element of ``base`` takes the value of a position of the
+    view that the write changed (the last, in the view's row-major order, as torch's CPU loop
+    writes them), and keeps its own where none changed."""
+    count = math.prod(base.shape)
+    positions = np.arange(count, dtype=np.int64).reshape(base.shape)
+    index = host_constant(type(base)._result, positions, base._backend, base._device)
+    where = _forward(index, kind, params)  # (each view element's position in base)
+    old = _forward(base, kind, params)
+    with no_grad():
+        new, before = untracked(value), untracked(old)
+        changed = new.ne(before)
+        if new.is_floating_point() or new.is_complex():
+            changed = changed.logical_and(new.isnan().logical_and(before.isnan()).logical_not())
+    flat = base._apply("reshape", (base,), ((count,),))
+    written = flat.index_put((where[changed],), value[changed].to(base.dtype))
+    return written._apply("reshape", (written,), (base.shape,))
 
 
 # -- complex parts (views torch takes by reinterpreting the storage as real numbers) --------------

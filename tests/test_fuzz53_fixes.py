@@ -1,0 +1,164 @@
+"""Regressions found by the round-53 random shape, view and aliasing programs.
+
+- ``row_stack`` of a single tensor joined that tensor's rows (``atleast_2d`` of one tensor is
+  the tensor, not a tuple): ``row_stack([t])`` of a 0-d or 1-d ``t`` came out 1-d.
+- ``cat`` of 1-d empty tensors alone checked ``dim`` against one dimension; torch skips them
+  all and checks no dimension.
+- A fill (``fill_``, ``zero_``, ``fill_diagonal_``, ``masked_fill_``, ``index_fill_``, a masked
+  ``x[mask] = values``) through an expanded tensor, overlapping ``unfold`` windows or an
+  ``as_strided`` view holding an element twice was refused; torch writes it (it checks the
+  overlap in updates and ``copy_`` only).
+- An update or ``copy_`` through a view of an expanded tensor that takes each element once
+  (``x.expand(3, 3).diagonal()``) was refused; torch refuses only a target with a stride 0.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+
+torch = pytest.importorskip("torch")
+
+
+def _values(t) -> np.ndarray:
+    return t.detach().numpy().copy() if isinstance(t, torch.Tensor) else np.asarray(t.numpy())
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3)])
+def test_row_stack_of_one_tensor_is_vstack(shape) -> None:
+    data = np.arange(float(np.prod(shape))).reshape(shape)
+    expected = torch.row_stack([torch.tensor(data)])
+    got = rg.row_stack([rg.tensor(data)])
+    assert tuple(got.shape) == tuple(expected.shape)
+    np.testing.assert_array_equal(_values(got), _values(expected))
+
+
+@pytest.mark.parametrize("dim", [-2, 1, 5])
+def test_cat_of_legacy_empty_tensors_alone_checks_no_dim(dim: int) -> None:
+    parts_t = [torch.tensor([], dtype=torch.int32), torch.tensor([], dtype=torch.float64)]
+    parts_r = [rg.tensor([], dtype=rg.int32), rg.tensor([], dtype=rg.float64)]
+    expected, got = torch.cat(parts_t, dim), rg.cat(parts_r, dim)
+    assert tuple(got.shape) == tuple(expected.shape) == (0,)
+    assert got.dtype == rg.float64
+    with pytest.raises(rg.ShapeError, match="cat"):  # a tensor it does not skip checks dim
+        rg.cat([rg.tensor([]), rg.ones(2, 3)], 2)
+
+
+_FILLS = {
+    "fill_": lambda m, x: x[:, :1].expand(3, 4).fill_(9.0),
+    "zero_ of a slice": lambda m, x: x[:1].expand(3, 4)[:, 1:3].zero_(),
+    "fill_diagonal_": lambda m, x: x[:1].expand(3, 4).fill_diagonal_(5.0),
+    "masked_fill_": lambda m, x: (
+        x[1:2]
+        .expand(2, 4)
+        .masked_fill_(m.tensor([[True, False, False, False], [False, False, True, False]]), -2.0)
+    ),
+    "index_fill_": lambda m, x: x[2:].expand(2, 3, 4).index_fill_(2, m.tensor([1, 3]), -1.0),
+    "masked setitem": lambda m, x: (
+        x[:1]
+        .expand(2, 4)
+        .__setitem__(
+            m.tensor([[True, False, False, False], [False, False, False, True]]),
+            m.tensor([4.0, 5.0]),
+        )
+    ),
+    "unfold windows": lambda m, x: x[0].unfold(0, 3, 1).zero_(),
+    "as_strided": lambda m, x: (
+        x[1].as_strided((2, 3), (1, 1)).masked_fill_(m.tensor([True, False, True]), 2.0)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FILLS))
+def test_fills_through_views_sharing_memory_write_it_as_torch(name: str) -> None:
+    tx, rx = torch.arange(12.0).reshape(3, 4), rg.arange(12.0).reshape(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch's deprecation of fills of expanded tensors)
+        _FILLS[name](torch, tx)
+    _FILLS[name](rg, rx)
+    np.testing.assert_array_equal(_values(rx), _values(tx))
+
+
+_REFUSED = {
+    "add_": lambda m, x: x[:, :1].expand(3, 4).add_(1.0),
+    "copy_": lambda m, x: x[:1].expand(3, 4).copy_(m.ones(3, 4)),
+    "fill_ of a tensor": lambda m, x: x[:1].expand(3, 4).fill_(m.tensor(1.0)),
+    "setitem of a column": lambda m, x: x[:1].expand(3, 4).__setitem__((slice(None), 0), 1.0),
+    "mul_ of a stride-0 as_strided": lambda m, x: x.as_strided((2, 2), (0, 1)).mul_(2.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_REFUSED))
+def test_updates_of_a_target_with_a_zero_stride_stay_refused(name: str) -> None:
+    tx, rx = torch.arange(12.0).reshape(3, 4), rg.arange(12.0).reshape(3, 4)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        _REFUSED[name](torch, tx)
+    with pytest.raises(rg.ShapeError, match="single memory location") as info:
+        _REFUSED[name](rg, rx)
+    assert name.split()[0].rstrip("_") in str(info.value) or "copy_" in str(info.value)
+    np.testing.assert_array_equal(_values(rx), _values(tx))  # untouched, still usable
+    np.testing.assert_array_equal(_values(rx.T @ rx), _values(tx.T @ tx))
+
+
+def test_an_empty_view_of_an_expanded_tensor_takes_an_update() -> None:
+    for lib in (torch, rg):
+        x = lib.zeros(2, 1, 3)
+        x.expand(2, 2, 3)[:0].add_(1.0)  # (nothing written: torch does not refuse it)
+        assert float(x.sum()) == 0.0
+
+
+def test_writes_through_a_diagonal_of_an_expanded_tensor_with_gradients() -> None:
+    torch.manual_seed(0)
+    np.random.seed(0)
+    a, s = np.array([1.0, -2.0, 3.0]), np.array([2.0, 3.0, -4.0])
+
+    def program(m, a, s):
+        y = a * 1
+        diagonal = y.unsqueeze(0).expand(3, 3).diagonal()
+        diagonal.mul_(s)
+        diagonal.add_(s)
+        return y, (y * y).sum()
+
+    ta = torch.tensor(a, requires_grad=True)
+    ts = torch.tensor(s, requires_grad=True)
+    ty, tloss = program(torch, ta, ts)
+    tloss.backward()
+    ra = rg.tensor(a, requires_grad=True)
+    rs = rg.tensor(s, requires_grad=True)
+    ry, rloss = program(rg, ra, rs)
+    grads = rloss.backward()
+    np.testing.assert_allclose(_values(ry), _values(ty))
+    np.testing.assert_allclose(_values(ra.grad(grads)), _values(ta.grad))
+    np.testing.assert_allclose(_values(rs.grad(grads)), _values(ts.grad))
+
+
+def test_tensor_split_refuses_a_tensor_of_indices_of_two_dimensions() -> None:
+    with pytest.raises(RuntimeError, match="zero-dimensional or one-dimensional"):
+        torch.arange(4.0).tensor_split(torch.tensor([[1]]))
+    x = rg.arange(4.0)
+    with pytest.raises(rg.ShapeError, match="tensor_split"):
+        x.tensor_split(rg.tensor([[1]]))
+    parts = x.tensor_split(rg.tensor([1]))  # 1-d and 0-d tensors still split
+    assert [tuple(p.shape) for p in parts] == [(1,), (3,)]
+    assert [tuple(p.shape) for p in x.tensor_split(rg.tensor(2))] == [(2,), (2,)]
+
+
+def test_broadcast_shapes_takes_an_int_as_a_one_dimensional_shape() -> None:
+    for shapes in [(3, (2, 1)), (1, 4), ((5, 1, 2), 2)]:
+        assert tuple(rg.broadcast_shapes(*shapes)) == tuple(torch.broadcast_shapes(*shapes))
+    with pytest.raises(rg.ShapeError, match="broadcast_shapes"):
+        rg.broadcast_shapes(3, (2, 2))
+
+
+def test_roll_refuses_empty_shifts_as_torch() -> None:
+    x = rg.arange(4.0).reshape(2, 2)
+    for dims in [(), None]:
+        with pytest.raises(RuntimeError, match="shifts"):
+            torch.roll(torch.arange(4.0).reshape(2, 2), (), dims)
+        with pytest.raises(rg.ShapeError, match="roll"):
+            rg.roll(x, (), dims)
+    np.testing.assert_array_equal(_values(rg.roll(x, (1,), (0,))), [[2.0, 3.0], [0.0, 1.0]])
