@@ -308,6 +308,16 @@ def searchsorted(sorted_sequence: Any, values: Any, *, out_int32: bool = False, 
             )
         right = side == "right"
     if sorter is not None:
+        if not isinstance(sorter, TensorBase) or sorter.dtype != "int64":
+            raise DTypeError(
+                "searchsorted: sorter must be an int64 tensor, got "
+                f"{getattr(sorter, 'dtype', type(sorter).__name__)}"
+            )
+        if sorter.shape != sorted_sequence.shape:  # (gather would take a smaller one)
+            raise ShapeError(
+                f"searchsorted: sorter {shape_text(sorter.shape)} must have the shape of "
+                f"sorted_sequence {shape_text(sorted_sequence.shape)}"
+            )
         sorted_sequence = sorted_sequence.gather(-1, sorter)
     if not isinstance(values, TensorBase):
         values = _like(sorted_sequence, values)

@@ -955,8 +955,32 @@ def _mean_of(input: Any, args: tuple, kwargs: dict) -> Any:  # noqa: A002 (torch
         dim = None
     keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
     if dim is not None:
-        return input.mean(dim, keepdim)
-    return input.mean().reshape((1,) * input.ndim) if keepdim else input.mean()
+        mean = input.mean(dim, keepdim)
+    else:
+        mean = input.mean().reshape((1,) * input.ndim) if keepdim else input.mean()
+    return _as_running_mean(input, mean, dim, keepdim)
+
+
+def _as_running_mean(input: Any, mean: Any, dim: Any, keepdim: bool) -> Any:  # noqa: A002
+    """torch's var_mean mean is Welford's running one: an infinity makes it NaN (``inf - inf``
+    or ``x - inf`` on the next step) unless it is its slice's one non-finite value and comes
+    last; an infinite plain mean is NaN everywhere else."""
+    if not input.is_floating_point() or not input.numel():
+        return mean
+    dims = (
+        list(range(input.ndim))
+        if dim is None
+        else [d % (input.ndim or 1) for d in ((dim,) if isinstance(dim, int) else dim)]
+    )
+    if not input.ndim or not dims:
+        return mean
+    kept = [d for d in range(input.ndim) if d not in dims]
+    slices = input.permute(*kept, *dims).reshape(tuple(input.shape[d] for d in kept) + (-1,))
+    nonfinite = slices.isfinite().logical_not()
+    alone_and_last = (nonfinite.sum(-1) == 1) & nonfinite[..., -1]
+    if keepdim:
+        alone_and_last = alone_and_last.reshape(mean.shape)
+    return mean.masked_fill(mean.isinf() & alone_and_last.logical_not(), float("nan"))
 
 
 _CDIST_MODES = (

@@ -817,8 +817,11 @@ class SelectionMixin:
         if weights is None:
             return self._host(np.bincount(array, minlength=minlength), "int64")
         w = lift(self, weights, "bincount")
-        # torch 2.13: the float weights' own dtype (float32 too), float64 for int or bool ones
+        # torch 2.13: the float weights' own dtype (float32 too), float64 for int or bool ones;
+        # int64 zeros for an empty input, whatever the weights (torch's early return)
         dtype = w.dtype if w.dtype in FLOAT_DTYPES else "float64"
+        if not array.size:
+            dtype = "int64"
         counts = np.bincount(array, weights=w.numpy().astype(np.float64), minlength=minlength)
         return self._host(counts, dtype)
 
@@ -1790,12 +1793,16 @@ def _quantile(
         raise InvalidArgumentError(
             f"{op}: interpolation must be one of {list(_INTERPOLATIONS)}, got {interpolation!r}"
         )
-    if x.dtype not in FLOAT_DTYPES:
-        raise DTypeError(f"{op}: expected a floating point tensor, got {x.dtype}")
+    if x.dtype not in ("float32", "float64"):  # (torch's CPU and CUDA kernels: no half ones)
+        raise DTypeError(f"{op}: expected a float32 or float64 tensor, got {x.dtype}")
     if x.numel() == 0:  # (a reduced dimension of size 1 of an empty tensor passed: torch's)
         raise ShapeError(f"{op}: input tensor must be non-empty, got shape {shape_text(x.shape)}")
     if isinstance(q, TensorBase):
         qs = lift(x, q, op)
+        if qs.dtype != x.dtype:  # (torch converts no q tensor)
+            raise DTypeError(
+                f"{op}: q tensor must have the input's dtype {x.dtype}, got {qs.dtype}"
+            )
     else:  # numbers in the input's dtype, as torch takes them
         qs = wrap(x, x._backend.from_data(np.asarray(q, np.float64), x.dtype, x._device))
     scalar_q = qs.ndim == 0
