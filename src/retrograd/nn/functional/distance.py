@@ -196,7 +196,8 @@ def cosine_embedding_loss(
 ) -> Tensor:
     """``1 - cos(x1, x2)`` where ``target`` is 1, ``max(0, cos(x1, x2) - margin)`` where it
     is -1 (0 elsewhere), ``cos`` along the last dimension of ``[N, D]`` inputs with a ``[N]``
-    target (or ``[D]`` with a 0-d target); torch adds ``1e-12`` (as a float32) to each squared magnitude."""
+    target (or ``[D]`` with a 0-d target); torch adds ``1e-12`` (as a float32) to each squared
+    magnitude."""
     fn = "cosine_embedding_loss"
     reduction = _reduction(fn, reduction, size_average, reduce)
     x1, x2 = _float_pair(fn, input1, input2, "input2")
