@@ -21,6 +21,8 @@ Defects this sweep found (fixed):
   'LogBackward0' returned nan values in its 0th output").
 * ``cosine_embedding_loss`` added 1e-12 where torch adds its float32 rounding
   (9.99999996e-13): values and gradients near a zero vector differed in the tenth digit.
+* ``cross_entropy`` with ``label_smoothing`` and class weights, every counted weight 0: inf
+  (the smoothing term over 0) where torch's is NaN (it reduces the two terms apart).
 * the 2-norm's gradient at a zero vector was 0 whatever arrived; torch's is the incoming
   gradient times 0, NaN where that is infinite or NaN (``x / x.norm()``, ``normalize(eps=0)``).
 
@@ -140,6 +142,12 @@ def _ce_cases():
             [[1.0, -INF, 3.0], [0.0, 1.0, 2.0]],
             [[0.5, 0.0, 0.5], [0.2, 0.3, 0.5]],
         ],
+    )
+
+    yield (
+        "ce_smoothed_zero_weights",
+        lambda L, F, x, t, w: F.cross_entropy(x, t, weight=w, label_smoothing=0.2),
+        [three[:2], [0, 0], [0.0, 1.0, 1.0]],
     )
 
 
@@ -276,8 +284,9 @@ _CLOSE = {
     "normalize_zero_eps0",
     "ctc_impossible_zero_infinity",
 }
-#: the target's gradient is a deliberate difference (see the module's notes): not compared
-_INPUT_GRAD_ONLY = {"bce_at_0_and_1"}
+#: the input's gradient only: the target's is a deliberate difference (see the module's
+#: notes); torch refuses to differentiate a class weight
+_INPUT_GRAD_ONLY = {"bce_at_0_and_1", "ce_smoothed_zero_weights"}
 _CASES = [*_ce_cases(), *_loss_cases(), *_op_cases()]
 
 
