@@ -27,7 +27,14 @@ from .graph import AutodiffPrimitive, Node
 from .ops import sum_to_shape
 from .saved_hooks import EVER_PACKED, unpack_step
 
-__all__ = ["BACKWARD_HOOKS", "Tape", "backward", "running_tape"]
+__all__ = ["ANOMALY", "BACKWARD_HOOKS", "Tape", "backward", "running_tape"]
+
+#: torch's anomaly mode (``rg.autograd.detect_anomaly`` sets it): while ``enabled`` and
+#: ``check_nan``, every backward step's gradients are checked for NaN as they are registered,
+#: and the first one holding NaN stops the backward with an error naming the node (torch's
+#: "Function 'SqrtBackward0' returned nan values in its 0th output"). ``name`` gives a node's
+#: torch class name; the tensor API, which knows those names, sets it.
+ANOMALY: dict[str, Any] = {"enabled": False, "check_nan": True, "name": None}
 
 #: Objects with ``begin(tape, grads)`` and ``end(grads)``, called around every backward, in
 #: every thread (a hook decides from ``grads.device`` and the tape whether it applies).
@@ -217,8 +224,15 @@ def backward(
         checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
 
     rules_backend = backend if create_graph else inner
-    grads = Gradients(rules_backend, device, dict(tape.children))
-    grads.in_place = not create_graph  # sums of plain arrays, which no rule reads yet
+    checking = ANOMALY["enabled"] and ANOMALY["check_nan"]
+    if checking:
+        grads = _CheckedGradients(rules_backend, device, dict(tape.children))
+        grads.inner = inner
+    else:
+        grads = Gradients(rules_backend, device, dict(tape.children))
+        # sums of plain arrays, which no rule reads yet (an anomaly check sees each
+        # contribution alone, which an in-place sum would not show it)
+        grads.in_place = not create_graph
     if stop is not None:
         grads.kept = stop
     hooks = list(BACKWARD_HOOKS)
@@ -242,6 +256,8 @@ def backward(
         with inner.arithmetic_warnings_ignored():
             for node in tape.run:
                 if node.op is not None:
+                    if checking:
+                        grads.begin_step(node)
                     _step(node, rules_backend, grads, checkpointer, nodes)
                     if not retain:
                         _release(node)
@@ -375,6 +391,44 @@ def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer
         if bshapes is not None and bshapes[index] is not None:
             grad = sum_to_shape(backend, grad, bshapes[index])
         register(parent, grad)
+
+
+class _CheckedGradients(Gradients):
+    """The gradients of a backward in anomaly mode: each contribution a step registers is
+    checked for NaN first, as torch checks each backward function's outputs."""
+
+    __slots__ = ("inner", "registered", "stepping")
+
+    def begin_step(self, node: Node) -> None:
+        """``node``'s step runs next: what it registers is its gradients."""
+        self.stepping = node
+        self.registered: dict[int, int] = {}
+
+    def register(self, node: Node, value: Any, fresh: bool = False) -> None:
+        stepping = getattr(self, "stepping", None)
+        if stepping is not None:
+            inner = self.inner
+            array = value.value if isinstance(value, AutodiffPrimitive) else value
+            if inner.any(inner.is_nan(array)):
+                raise _anomaly(stepping, node, inner.shape(array), self.registered)
+            self.registered[node.id] = self.registered.get(node.id, 0) + 1
+        super().register(node, value, fresh)
+
+
+def _anomaly(stepping: Node, parent: Node, shape: tuple, registered: dict[int, int]) -> Exception:
+    """The error for a NaN gradient that ``stepping``'s step gave its input ``parent``."""
+    # torch numbers a node's outputs by its op's inputs: the one that gets this gradient is
+    # the parent's first position not given one yet in this step (``x * x`` gives two)
+    positions = [i for i, p in enumerate(stepping.parents) if p is parent]
+    seen = registered.get(parent.id, 0)
+    index = positions[seen] if seen < len(positions) else (positions[0] if positions else 0)
+    namer = ANOMALY["name"]
+    name = namer(stepping) if namer is not None else stepping.op.name
+    return AutodiffError(
+        f"backward: anomaly detected: Function '{name}' returned nan values in its "
+        f"{index}th output (the gradient of input {index} of the forward op "
+        f"{stepping.op.name}, shape {list(shape)})"
+    )
 
 
 def _variadic_step(node: Node, backend: Any, grads: Gradients, g: Any) -> None:

@@ -2,11 +2,12 @@
 ``is_anomaly_enabled``), as it can hold here.
 
 torch's anomaly mode records each forward op's traceback and checks every backward function's
-output for NaN. retrograd's backward runs in the autodiff layer, whose error messages already
-name the op at fault; what this mode adds is the NaN check, done on the gradients that
-``rg.autograd.backward`` and ``rg.autograd.grad`` return while the mode is on (an
-``AutodiffError`` naming the input whose gradient has NaN). ``loss.backward()`` called
-directly is not checked: use ``rg.autograd.backward(loss)`` inside the block to have it.
+output for NaN. retrograd's does the check: while the mode is on, every backward
+(``loss.backward()``, ``rg.autograd.backward``, ``rg.autograd.grad``) checks each gradient a
+step gives before adding it, and the first one holding NaN stops the backward with an
+``AutodiffError`` (a ``RuntimeError``) in torch's words, naming the node and the forward op:
+"Function 'LogBackward0' returned nan values in its 0th output (...)". It records no forward
+tracebacks (the node's name and the op say where the NaN came from).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
+from ..autodiff.runtime import ANOMALY
 from ..errors import AutodiffError
+from ..tensor.selection import torch_node_name
 
 __all__ = [
     "check_nan_gradients",
@@ -26,7 +29,9 @@ __all__ = [
     "set_detect_anomaly",
 ]
 
-_MODE = {"enabled": False, "check_nan": True}
+#: the flags the backward reads (it checks every step's gradients while they are on)
+_MODE = ANOMALY
+ANOMALY["name"] = torch_node_name
 
 
 def is_anomaly_enabled() -> bool:
@@ -49,7 +54,7 @@ class set_detect_anomaly:  # noqa: N801 (torch's name)
     when used as one (torch's ``set_detect_anomaly``)."""
 
     def __init__(self, mode: bool, check_nan: bool = True) -> None:
-        self._previous = dict(_MODE)
+        self._previous = {"enabled": _MODE["enabled"], "check_nan": _MODE["check_nan"]}
         _MODE.update(enabled=bool(mode), check_nan=bool(check_nan))
 
     def __enter__(self) -> None:
@@ -60,16 +65,16 @@ class set_detect_anomaly:  # noqa: N801 (torch's name)
 
 
 class detect_anomaly:  # noqa: N801 (torch's name)
-    """Anomaly mode for the block: the gradients ``rg.autograd.backward`` and
-    ``rg.autograd.grad`` return are checked for NaN (see the module's notes for what differs
-    from torch's). Warns, as torch's does, that it is for debugging.
+    """Anomaly mode for the block: every backward step's gradients are checked for NaN (see
+    the module's notes for what differs from torch's). Warns, as torch's does, that it is for
+    debugging.
 
     >>> import retrograd as rg
     >>> x = rg.tensor([0.0]).require_grad()
     >>> with detect_anomaly():  # doctest: +SKIP
-    ...     rg.autograd.backward((x.sqrt() * 0.0).sum())
+    ...     (x * x.log()).sum().backward()
     Traceback (most recent call last):
-    retrograd.errors.AutodiffError: autograd.backward: anomaly detected: the gradient of ...
+    retrograd.errors.AutodiffError: backward: anomaly detected: Function 'LogBackward0' ...
     """
 
     def __init__(self, check_nan: bool = True) -> None:
@@ -82,7 +87,7 @@ class detect_anomaly:  # noqa: N801 (torch's name)
         )
 
     def __enter__(self) -> None:
-        self._previous = dict(_MODE)
+        self._previous = {"enabled": _MODE["enabled"], "check_nan": _MODE["check_nan"]}
         _MODE.update(enabled=True, check_nan=self.check_nan)
 
     def __exit__(self, *exc: Any) -> None:

@@ -92,6 +92,12 @@ def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) ->
         total = x.square().sum(dims, keepdim=True)
         zero = total.equal(0.0)
         out = total.mask_fill(zero, 1.0).sqrt().mask_fill(zero, 0.0)
+        if x.requires_grad:
+            # torch's gradient at a zero vector is the incoming one times 0 (its mask is on
+            # x / norm, before the product): 0, or NaN where that gradient is infinite or NaN
+            # (``x / x.norm()`` of a zero vector); the term's value is 0 (its entries are 0)
+            zeros_only = x.mask_fill(zero.logical_not(), 0.0).sum(dims, keepdim=True)
+            out = out + zeros_only * 0.0
     elif ord == 1:
         out = magnitude.sum(dims, keepdim=True)
     elif abs(ord) == math.inf:

@@ -179,7 +179,9 @@ def triplet_margin_with_distance_loss(
     return _triplet(fn, anchor, positive, negative, distance, margin, swap, reduction)
 
 
-_COSINE_EMBEDDING_EPS = 1e-12  # torch's EPSILON, added to each squared magnitude
+# torch's EPSILON, added to each squared magnitude: a C++ float, so 1e-12 rounded to float32
+# (in float64 the two differ in the tenth digit, and near a zero vector in the loss too)
+_COSINE_EMBEDDING_EPS = 9.999999960041972e-13
 
 
 @autocast_op("cosine_embedding_loss")
@@ -194,7 +196,8 @@ def cosine_embedding_loss(
 ) -> Tensor:
     """``1 - cos(x1, x2)`` where ``target`` is 1, ``max(0, cos(x1, x2) - margin)`` where it
     is -1 (0 elsewhere), ``cos`` along the last dimension of ``[N, D]`` inputs with a ``[N]``
-    target (or ``[D]`` with a 0-d target); torch adds ``1e-12`` to each squared magnitude."""
+    target (or ``[D]`` with a 0-d target); torch adds ``1e-12`` (as a float32) to each squared
+    magnitude."""
     fn = "cosine_embedding_loss"
     reduction = _reduction(fn, reduction, size_average, reduce)
     x1, x2 = _float_pair(fn, input1, input2, "input2")

@@ -230,6 +230,13 @@ def _class_index_loss(
             total = picked.mask_fill(ignored, 0.0).sum()
     if smoothing is not None:
         fraction, uniform = smoothing
+        if total is not None:
+            # torch's weighted mean reduces the two terms apart, each over the targets'
+            # weights: with every counted weight 0 the loss is 0/0 = NaN, not uniform/0 = inf
+            nll = _reduce(losses.mask_fill(ignored, 0.0), reduction, total)
+            return nll * (1.0 - fraction) + _reduce(
+                uniform.mask_fill(ignored, 0.0), reduction, total
+            )
         losses = losses * (1.0 - fraction) + uniform
     losses = losses.mask_fill(ignored, 0.0)
     if weights is None and reduction == "mean":
