@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..autodiff import no_grad
+from ..autodiff import enable_grad, no_grad
 from ..errors import InvalidArgumentError
 from ..tensor import rand, tensor
 from ..tensor.dtypes import Size
@@ -422,12 +422,15 @@ class NegativeBinomial(Distribution):
         super().__init__(tuple(param.shape), validate_args=validate_args)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "logits" and "probs" in self.__dict__:
-            value = probs_to_logits(self.__dict__["probs"], is_binary=True)
-        elif name == "probs" and "logits" in self.__dict__:
-            value = self.__dict__["logits"].sigmoid()
-        else:
-            raise AttributeError(name)
+        # under enable_grad, as torch's lazy_property: a first use inside no_grad (as
+        # sample's) would otherwise cache a value cut off from the parameters
+        with enable_grad():
+            if name == "logits" and "probs" in self.__dict__:
+                value = probs_to_logits(self.__dict__["probs"], is_binary=True)
+            elif name == "probs" and "logits" in self.__dict__:
+                value = self.__dict__["logits"].sigmoid()
+            else:
+                raise AttributeError(name)
         self.__dict__[name] = value
         return value
 
