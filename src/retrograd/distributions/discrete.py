@@ -135,6 +135,11 @@ class Binomial(Distribution):
     def _expand_args(self) -> dict[str, Any]:
         return {"total_count": self.total_count, self._param_name: getattr(self, self._param_name)}
 
+    @property
+    def param_shape(self) -> Size:
+        """The shape of the given parameter (``probs`` or ``logits``), as torch's."""
+        return Size(getattr(self, self._param_name).shape)
+
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self) -> Any:
         return constraints.integer_interval(0, self.total_count)
