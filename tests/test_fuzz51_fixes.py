@@ -1,5 +1,6 @@
-"""Regressions found by round 51 of the differential fuzzer (``tests/test_random_distributions_51.py``):
-``torch.distributions`` against torch 2.13. Expected values come from torch."""
+"""Regressions found by round 51 of the differential fuzzer
+(``tests/test_random_distributions_51.py``): ``torch.distributions`` against torch 2.13.
+Expected values come from torch."""
 
 import numpy as np
 import pytest
@@ -46,7 +47,7 @@ def test_lazy_matrices_first_read_under_no_grad_keep_the_graph():
         mvn = lib.distributions.MultivariateNormal(lib.zeros(2).double(), covariance_matrix=c)
         cb = lib.distributions.ContinuousBernoulli(probs=p)
         with lib.no_grad():
-            mvn.precision_matrix, cb.logits
+            _ = (mvn.precision_matrix, cb.logits)
         (gc,) = lib.autograd.grad(mvn.precision_matrix.sum(), c)
         (gp,) = lib.autograd.grad(cb.logits.sum(), p)
         got.append((_np(gc), _np(gp)))
@@ -63,14 +64,18 @@ def test_lazy_matrices_first_read_under_no_grad_keep_the_graph():
         (lambda lib: lib.distributions.HalfNormal(1.0), "cdf", -1.0),
         (lambda lib: lib.distributions.StudentT(3.0), "log_prob", float("nan")),
         (
-            lambda lib: lib.distributions.RelaxedBernoulli(lib.tensor(1.5), probs=lib.tensor(0.3)).base_dist,
+            lambda lib: (
+                lib.distributions.RelaxedBernoulli(lib.tensor(1.5), probs=lib.tensor(0.3)).base_dist
+            ),
             "log_prob",
             float("nan"),
         ),
         (
-            lambda lib: lib.distributions.RelaxedOneHotCategorical(
-                lib.tensor(1.5), probs=lib.tensor([0.3, 0.7])
-            ).base_dist,
+            lambda lib: (
+                lib.distributions.RelaxedOneHotCategorical(
+                    lib.tensor(1.5), probs=lib.tensor([0.3, 0.7])
+                ).base_dist
+            ),
             "log_prob",
             float("nan"),
         ),
@@ -163,7 +168,7 @@ def test_sign_of_a_non_monotone_transform_raises_as_torchs():
     for lib in (torch, rg):
         t = lib.distributions.transforms
         with pytest.raises(NotImplementedError):
-            t.StickBreakingTransform().sign
+            _ = t.StickBreakingTransform().sign
         with pytest.raises(NotImplementedError):
-            t.ComposeTransform([t.ExpTransform(), t.SoftmaxTransform()]).sign
+            _ = t.ComposeTransform([t.ExpTransform(), t.SoftmaxTransform()]).sign
         assert t.ComposeTransform([t.ExpTransform(), t.AffineTransform(0.0, -2.0)]).sign == -1

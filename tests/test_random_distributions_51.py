@@ -91,7 +91,9 @@ def _grads_agree(got, want, params_rg, params_t, what):
             assert g_rg is None or not _np(g_rg).any(), (what, key)
             continue
         assert g_rg is not None, (what, key)
-        np.testing.assert_allclose(_np(g_rg), _np(g_t), rtol=1e-6, atol=1e-9, err_msg=f"{what} {key}")
+        np.testing.assert_allclose(
+            _np(g_rg), _np(g_t), rtol=1e-6, atol=1e-9, err_msg=f"{what} {key}"
+        )
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -137,7 +139,10 @@ def test_random_families_against_torch(seed):
         x2 = expanded_t.sample()
         _check(expanded_rg.log_prob(rg.tensor(x2.numpy())), expanded_t.log_prob(x2), what, dtype)
         if d_t.batch_shape:
-            ind_rg, ind_t = rg.distributions.Independent(d_rg, 1), torch.distributions.Independent(d_t, 1)
+            ind_rg, ind_t = (
+                rg.distributions.Independent(d_rg, 1),
+                torch.distributions.Independent(d_t, 1),
+            )
             assert tuple(ind_rg.event_shape) == tuple(ind_t.event_shape), what
             _check(ind_rg.log_prob(x_rg), ind_t.log_prob(x_t), f"{what} Independent", dtype)
         _out_of_support_agrees(name, params, dtype, d_rg, d_t, x_t, what)
@@ -182,7 +187,9 @@ def test_rsample_gradient_is_the_quantile_fixed_derivative(name):
     density = d_t.log_prob(x_t).exp().detach()
     want = torch.autograd.grad(d_t.cdf(x_t).sum(), [p_t[k] for k in keys])
     for key, g_rg, g_t in zip(keys, got, want):
-        np.testing.assert_allclose(_np(g_rg), _np(-g_t / density), rtol=1e-6, atol=1e-9, err_msg=key)
+        np.testing.assert_allclose(
+            _np(g_rg), _np(-g_t / density), rtol=1e-6, atol=1e-9, err_msg=key
+        )
 
 
 KL_PAIRS = [
@@ -209,14 +216,21 @@ def test_kl_divergence_of_random_registered_pairs():
         # (torch's Bernoulli KL indexes a mask that does not broadcast: same batch there)
         q_batch = batch if p_name == "Bernoulli" else batch[1:]
         q_params = {key: draw(rs, q_batch) for key, draw in FAMILIES[q_name]}
-        (p_t, pp_t), (q_t, qp_t) = (_build(torch, n, v, "float64") for n, v in ((p_name, p_params), (q_name, q_params)))
-        (p_rg, pp_rg), (q_rg, qp_rg) = (_build(rg, n, v, "float64") for n, v in ((p_name, p_params), (q_name, q_params)))
+        (p_t, pp_t), (q_t, qp_t) = (
+            _build(torch, n, v, "float64") for n, v in ((p_name, p_params), (q_name, q_params))
+        )
+        (p_rg, pp_rg), (q_rg, qp_rg) = (
+            _build(rg, n, v, "float64") for n, v in ((p_name, p_params), (q_name, q_params))
+        )
         want = torch.distributions.kl_divergence(p_t, q_t)
         got = rg.distributions.kl_divergence(p_rg, q_rg)
         what = f"KL({p_name}{batch} || {q_name})"
         _check(got, want, what, "float64")
         both_t = {**{"p" + k: v for k, v in pp_t.items()}, **{"q" + k: v for k, v in qp_t.items()}}
-        both_rg = {**{"p" + k: v for k, v in pp_rg.items()}, **{"q" + k: v for k, v in qp_rg.items()}}
+        both_rg = {
+            **{"p" + k: v for k, v in pp_rg.items()},
+            **{"q" + k: v for k, v in qp_rg.items()},
+        }
         _grads_agree(got, want, both_rg, both_t, what)
     # an unregistered pair raises NotImplementedError, as torch's
     for lib in (torch, rg):

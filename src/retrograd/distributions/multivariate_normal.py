@@ -151,7 +151,9 @@ class MultivariateNormal(Distribution):
         # sample's) would otherwise cache a value cut off from the parameters
         with enable_grad():
             if name == "scale_tril":
-                value = self._unbroadcasted_scale_tril.expand(self.batch_shape + self.event_shape * 2)
+                value = self._unbroadcasted_scale_tril.expand(
+                    self.batch_shape + self.event_shape * 2
+                )
             elif name == "covariance_matrix":
                 lower = self._unbroadcasted_scale_tril
                 value = (lower @ lower.transpose(-2, -1)).expand(
