@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 from ..autodiff import no_grad
 from ..errors import InvalidArgumentError
 from ..tensor import rand
+from ..tensor.dtypes import Size
 from . import constraints
 from .exp_family import ExponentialFamily
 from .utils import binary_cross_entropy_with_logits, broadcast_all
@@ -53,6 +54,11 @@ class Bernoulli(ExponentialFamily):
 
     def _expand_args(self) -> dict[str, Any]:
         return {self._param_name: getattr(self, self._param_name)}
+
+    @property
+    def param_shape(self) -> Size:
+        """The shape of the given parameter (``probs`` or ``logits``), as torch's."""
+        return Size(getattr(self, self._param_name).shape)
 
     @property
     def mode(self) -> Any:

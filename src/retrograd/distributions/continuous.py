@@ -114,6 +114,7 @@ class Uniform(Distribution):
 
     def cdf(self, value: Any) -> Any:
         value = as_value(value, self.low)
+        self._validate_sample(value)
         return ((value - self.low) / (self.high - self.low)).clamp(0, 1)
 
     def icdf(self, value: Any) -> Any:
@@ -337,7 +338,9 @@ class Exponential(ExponentialFamily):
         return self.rate.log() - self.rate * value
 
     def cdf(self, value: Any) -> Any:
-        return 1 - (-self.rate * as_value(value, self.rate)).exp()
+        value = as_value(value, self.rate)
+        self._validate_sample(value)
+        return 1 - (-self.rate * value).exp()
 
     def icdf(self, value: Any) -> Any:
         return -(-as_value(value, self.rate)).log1p() / self.rate
@@ -381,7 +384,9 @@ class HalfNormal(_AsTransformed, TransformedDistribution):
         return where(value >= 0, log_prob, full_like(log_prob, -math.inf))
 
     def cdf(self, value: Any) -> Any:
-        return (as_value(value, self.scale) / (self.scale * math.sqrt(2))).erf()
+        value = as_value(value, self.scale)
+        self._validate_sample(value)
+        return (value / (self.scale * math.sqrt(2))).erf()
 
     def icdf(self, value: Any) -> Any:
         return self.scale * as_value(value, self.scale).erfinv() * math.sqrt(2)

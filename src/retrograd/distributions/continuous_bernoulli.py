@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+from ..autodiff import enable_grad
 from ..errors import InvalidArgumentError
 from ..tensor import rand
 from ..tensor.dtypes import Size
@@ -46,7 +47,9 @@ class ContinuousBernoulli(ExponentialFamily):
         self._param_name = "probs" if probs is not None else "logits"
         if probs is not None:
             (given,) = broadcast_all(probs)
-            check = self._validate_args if validate_args is None else bool(validate_args)
+            # as torch's: checked only when validate_args is passed (either way), since the
+            # clamp below would hide a bad value from the base class's check
+            check = validate_args is not None
             if check and not bool(constraints.unit_interval.check(given).all().item()):
                 raise InvalidArgumentError(
                     f"ContinuousBernoulli: expected parameter probs to lie in [0, 1], got {given}"
@@ -59,12 +62,15 @@ class ContinuousBernoulli(ExponentialFamily):
         super().__init__(tuple(param.shape), validate_args=validate_args)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "logits" and "probs" in self.__dict__:
-            value = probs_to_logits(self.__dict__["probs"], is_binary=True)
-        elif name == "probs" and "logits" in self.__dict__:
-            value = clamp_probs(self.__dict__["logits"].sigmoid())
-        else:
-            raise AttributeError(name)
+        # under enable_grad, as torch's lazy_property: a first use inside no_grad (as
+        # sample's) would otherwise cache a value cut off from the parameters
+        with enable_grad():
+            if name == "logits" and "probs" in self.__dict__:
+                value = probs_to_logits(self.__dict__["probs"], is_binary=True)
+            elif name == "probs" and "logits" in self.__dict__:
+                value = clamp_probs(self.__dict__["logits"].sigmoid())
+            else:
+                raise AttributeError(name)
         self.__dict__[name] = value
         return value
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..autodiff import no_grad
+from ..autodiff import enable_grad, no_grad
 from ..errors import InvalidArgumentError
 from ..tensor import rand, tensor
 from ..tensor.dtypes import Size
@@ -134,6 +134,11 @@ class Binomial(Distribution):
 
     def _expand_args(self) -> dict[str, Any]:
         return {"total_count": self.total_count, self._param_name: getattr(self, self._param_name)}
+
+    @property
+    def param_shape(self) -> Size:
+        """The shape of the given parameter (``probs`` or ``logits``), as torch's."""
+        return Size(getattr(self, self._param_name).shape)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self) -> Any:
@@ -422,12 +427,15 @@ class NegativeBinomial(Distribution):
         super().__init__(tuple(param.shape), validate_args=validate_args)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "logits" and "probs" in self.__dict__:
-            value = probs_to_logits(self.__dict__["probs"], is_binary=True)
-        elif name == "probs" and "logits" in self.__dict__:
-            value = self.__dict__["logits"].sigmoid()
-        else:
-            raise AttributeError(name)
+        # under enable_grad, as torch's lazy_property: a first use inside no_grad (as
+        # sample's) would otherwise cache a value cut off from the parameters
+        with enable_grad():
+            if name == "logits" and "probs" in self.__dict__:
+                value = probs_to_logits(self.__dict__["probs"], is_binary=True)
+            elif name == "probs" and "logits" in self.__dict__:
+                value = self.__dict__["logits"].sigmoid()
+            else:
+                raise AttributeError(name)
         self.__dict__[name] = value
         return value
 

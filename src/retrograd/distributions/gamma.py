@@ -266,6 +266,7 @@ class StudentT(Distribution):
 
     def log_prob(self, value: Any) -> Any:
         value = as_value(value, self.df)
+        self._validate_sample(value)
         y = (value - self.loc) / self.scale
         df = self.df
         z = (

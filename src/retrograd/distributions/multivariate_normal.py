@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..autodiff import enable_grad
 from ..errors import InvalidArgumentError, LinAlgError, ShapeError
 from ..tensor import randn, stack
 from . import constraints
@@ -146,21 +147,26 @@ class MultivariateNormal(Distribution):
 
     def __getattr__(self, name: str) -> Any:
         # the two matrices not given, derived on first use as torch's lazy properties
-        if name == "scale_tril":
-            value = self._unbroadcasted_scale_tril.expand(self.batch_shape + self.event_shape * 2)
-        elif name == "covariance_matrix":
-            lower = self._unbroadcasted_scale_tril
-            value = (lower @ lower.transpose(-2, -1)).expand(
-                self.batch_shape + self.event_shape * 2
-            )
-        elif name == "precision_matrix":
-            lower = self._unbroadcasted_scale_tril
-            inverse = solve_lower(lower, _eye_like(lower).expand(tuple(lower.shape)))
-            value = (inverse.transpose(-2, -1) @ inverse).expand(
-                self.batch_shape + self.event_shape * 2
-            )
-        else:
-            raise AttributeError(name)
+        # under enable_grad, as torch's lazy_property: a first use inside no_grad (as
+        # sample's) would otherwise cache a value cut off from the parameters
+        with enable_grad():
+            if name == "scale_tril":
+                value = self._unbroadcasted_scale_tril.expand(
+                    self.batch_shape + self.event_shape * 2
+                )
+            elif name == "covariance_matrix":
+                lower = self._unbroadcasted_scale_tril
+                value = (lower @ lower.transpose(-2, -1)).expand(
+                    self.batch_shape + self.event_shape * 2
+                )
+            elif name == "precision_matrix":
+                lower = self._unbroadcasted_scale_tril
+                inverse = solve_lower(lower, _eye_like(lower).expand(tuple(lower.shape)))
+                value = (inverse.transpose(-2, -1) @ inverse).expand(
+                    self.batch_shape + self.event_shape * 2
+                )
+            else:
+                raise AttributeError(name)
         self.__dict__[name] = value
         return value
 

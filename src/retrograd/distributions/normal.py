@@ -77,6 +77,7 @@ class Normal(ExponentialFamily):
 
     def cdf(self, value: Any) -> Any:
         value = _as_tensor(value, self.loc)
+        self._validate_sample(value)
         return 0.5 * (1 + ((value - self.loc) * self.scale.reciprocal() / math.sqrt(2)).erf())
 
     def icdf(self, value: Any) -> Any:

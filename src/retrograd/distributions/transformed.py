@@ -205,6 +205,7 @@ class LogitRelaxedBernoulli(_Relaxed):
 
     def log_prob(self, value: Any) -> Any:
         value = as_value(value, self.logits)
+        self._validate_sample(value)
         diff = self.logits - value * self.temperature
         return self.temperature.log() + diff - 2 * diff.softplus()
 
@@ -256,6 +257,7 @@ class ExpRelaxedCategorical(_Relaxed):
 
     def log_prob(self, value: Any) -> Any:
         value = as_value(value, self.logits)
+        self._validate_sample(value)
         k = self.event_shape[0]
         log_scale = math.lgamma(k) + self.temperature.log() * (k - 1)
         score = self.logits - value * self.temperature

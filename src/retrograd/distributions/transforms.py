@@ -117,7 +117,6 @@ class Transform:
     """An invertible map (or, with ``bijective = False``, one with a right inverse)."""
 
     bijective = False
-    sign: int = 0
     domain: Any = constraints.real
     codomain: Any = constraints.real
 
@@ -131,6 +130,12 @@ class Transform:
     @property
     def event_dim(self) -> int:
         return max(self.domain.event_dim, self.codomain.event_dim)
+
+    @property
+    def sign(self) -> Any:
+        """The sign of the Jacobian's determinant, for the monotone transforms that define it
+        (torch's: the others raise)."""
+        raise NotImplementedError(f"{type(self).__name__}.sign is not defined (not monotone)")
 
     @property
     def inv(self) -> Transform:
@@ -269,11 +274,33 @@ class ComposeTransform(Transform):
 
     @property
     def domain(self) -> Any:  # type: ignore[override]
-        return self.parts[0].domain if self.parts else constraints.real
+        """The first part's domain, widened (as torch's) to the event dimensions a later
+        part consumes: ``[Affine, StickBreaking]`` reads vectors though Affine alone is
+        elementwise."""
+        if not self.parts:
+            return constraints.real
+        domain = self.parts[0].domain
+        event_dim = self.parts[-1].codomain.event_dim
+        for part in reversed(self.parts):
+            event_dim += part.domain.event_dim - part.codomain.event_dim
+            event_dim = max(event_dim, part.domain.event_dim)
+        if event_dim > domain.event_dim:
+            domain = constraints.independent(domain, event_dim - domain.event_dim)
+        return domain
 
     @property
     def codomain(self) -> Any:  # type: ignore[override]
-        return self.parts[-1].codomain if self.parts else constraints.real
+        """The last part's codomain, widened as :attr:`domain` (torch's)."""
+        if not self.parts:
+            return constraints.real
+        codomain = self.parts[-1].codomain
+        event_dim = self.parts[0].domain.event_dim
+        for part in self.parts:
+            event_dim += part.codomain.event_dim - part.domain.event_dim
+            event_dim = max(event_dim, part.codomain.event_dim)
+        if event_dim > codomain.event_dim:
+            codomain = constraints.independent(codomain, event_dim - codomain.event_dim)
+        return codomain
 
     @property
     def bijective(self) -> bool:  # type: ignore[override]
@@ -288,7 +315,7 @@ class ComposeTransform(Transform):
 
     @property
     def event_dim(self) -> int:
-        return max([p.event_dim for p in self.parts] + [0])
+        return max(self.domain.event_dim, self.codomain.event_dim)
 
     @_takes_tensors
     def _call(self, x: Any) -> Any:
@@ -317,13 +344,16 @@ class ComposeTransform(Transform):
         if not self.parts:
             return x * 0
         total: Any = 0.0
-        event_dim = self.event_dim
+        # torch's: each part's term summed over the event dimensions the chain has there
+        # beyond the part's own (its domain's, which tracks reshaping parts)
+        event_dim = self.domain.event_dim
         last = len(self.parts) - 1
         for i, part in enumerate(self.parts):
             # torch's: the last part reads the ``y`` given, not one recomputed from ``x``
             y_part = y if i == last else part(x)
             term = part.log_abs_det_jacobian(x, y_part)
-            total = total + sum_rightmost(term, event_dim - part.event_dim)
+            total = total + sum_rightmost(term, event_dim - part.domain.event_dim)
+            event_dim += part.codomain.event_dim - part.domain.event_dim
             x = y_part
         return total
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff import enable_grad
 from ..errors import InvalidArgumentError, ShapeError
 from ..tensor import arange, eye, full_like, randn, tensor
 from ..tensor.functions import where
@@ -114,19 +115,22 @@ class Wishart(ExponentialFamily):
         # the two matrices not given, derived on first use as torch's lazy properties
         if name.startswith("__") or "_unbroadcasted_scale_tril" not in self.__dict__:
             raise AttributeError(name)
-        lower = self._unbroadcasted_scale_tril
-        shape = self.batch_shape + self.event_shape
-        if name == "scale_tril":
-            value = lower.expand(shape)
-        elif name == "covariance_matrix":
-            value = (lower @ lower.transpose(-2, -1)).expand(shape)
-        elif name == "precision_matrix":
-            inverse = solve_lower(lower, eye(lower.shape[-1], dtype=lower.dtype).expand(
-                tuple(lower.shape)
-            ))  # fmt: skip
-            value = (inverse.transpose(-2, -1) @ inverse).expand(shape)
-        else:
-            raise AttributeError(name)
+        # under enable_grad, as torch's lazy_property: a first use inside no_grad (as
+        # sample's) would otherwise cache a value cut off from the parameters
+        with enable_grad():
+            lower = self._unbroadcasted_scale_tril
+            shape = self.batch_shape + self.event_shape
+            if name == "scale_tril":
+                value = lower.expand(shape)
+            elif name == "covariance_matrix":
+                value = (lower @ lower.transpose(-2, -1)).expand(shape)
+            elif name == "precision_matrix":
+                inverse = solve_lower(lower, eye(lower.shape[-1], dtype=lower.dtype).expand(
+                    tuple(lower.shape)
+                ))  # fmt: skip
+                value = (inverse.transpose(-2, -1) @ inverse).expand(shape)
+            else:
+                raise AttributeError(name)
         self.__dict__[name] = value
         return value
 
