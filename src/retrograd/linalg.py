@@ -221,20 +221,28 @@ def tensorsolve(A: Tensor, B: Any, dims: Sequence[int] | None = None, *, out: An
 @autocast_op("linalg_pinv")
 def pinv(
     A: Tensor,  # noqa: N803 (torch's name)
+    rcond: float | None = None,
+    hermitian: bool = False,
     *,
     atol: float | None = None,
     rtol: float | None = None,
-    hermitian: bool = False,
     out: Any = None,
 ) -> Tensor:
     """The Moore-Penrose pseudo-inverse of each matrix of ``A`` ``[..., m, n]``, as torch's:
     singular values at most ``max(atol, rtol * largest)`` count as zero, ``rtol`` defaulting to
     ``eps * max(m, n)`` when neither tolerance is given (to 0 when only ``atol`` > 0 is).
-    Tolerances are numbers (torch also takes tensors of them). The gradient is torch's, which
+    Tolerances are numbers (torch also takes tensors of them); ``rcond`` is torch's older
+    ``rtol`` (with ``atol = 0``). The gradient is torch's, which
     holds where the rank does not change under a small perturbation. ``hermitian=True``
     (square ``A``) reads only the lower triangle, mirrored, as torch's; its gradient is the
     general one at ``A``, as torch's (for a symmetric ``A``, the gradient without it)."""
     _no_out("linalg.pinv", out)
+    if rcond is not None:  # torch's older form: pinv(A, rcond, hermitian) is rtol=rcond, atol=0
+        if atol is not None or rtol is not None:
+            raise InvalidArgumentError("linalg.pinv: give rcond, or atol and rtol, not both")
+        if isinstance(rcond, Tensor):
+            raise InvalidArgumentError("linalg.pinv: rcond must be a number, not a tensor")
+        atol, rtol = 0.0, float(rcond)
     matrices = (
         _square("linalg.pinv", A, complex_ok=True)
         if hermitian
@@ -1001,16 +1009,37 @@ def matrix_rank(
             raise InvalidArgumentError("linalg.matrix_rank: give tol, or atol and rtol, not both")
         atol, rtol = tol, 0.0
     matrices = _matrices("linalg.matrix_rank", A, complex_ok=True).detach()
-    if isinstance(atol, Tensor) or isinstance(rtol, Tensor):
-        raise InvalidArgumentError("linalg.matrix_rank: atol and rtol must be numbers")
-    if rtol is None:
-        rtol = 0.0 if atol is not None and atol > 0 else _eps(A.dtype) * max(A.shape[-2:])
     values = eigvalsh(matrices).abs() if hermitian else svdvals(matrices)
     if not values.shape[-1]:
         return values.sum(-1).cast("int64")
     largest = values.amax(-1, keepdim=True)
-    tolerance = (largest * float(rtol)).clamp_min(float(atol or 0.0))
+    if isinstance(atol, Tensor) or isinstance(rtol, Tensor):
+        tolerance = _tensor_tolerance(values, largest, atol, rtol, A.shape)
+    else:
+        if rtol is None:
+            rtol = 0.0 if atol is not None and atol > 0 else _eps(A.dtype) * max(A.shape[-2:])
+        tolerance = (largest * float(rtol)).clamp_min(float(atol or 0.0))
     return values.greater(tolerance).cast("int64").sum(-1)
+
+
+def _tensor_tolerance(
+    values: Tensor, largest: Tensor, atol: Any, rtol: Any, shape: tuple[int, ...]
+) -> Tensor:
+    """torch's ``max(atol, rtol * largest)`` where ``atol`` or ``rtol`` is a tensor of one
+    tolerance per matrix (broadcasting over the batch dims): a missing ``rtol`` is 0 where
+    ``atol > 0`` and ``eps * max(m, n)`` elsewhere, as torch's."""
+
+    def column(tol: Any) -> Tensor:
+        tol = lift(values, tol, "linalg.matrix_rank").detach()
+        return tol.cast(values.dtype).unsqueeze_dim(-1)
+
+    default = _eps(values.dtype) * max(shape[-2:])
+    absolute = column(0.0 if atol is None else atol)
+    if rtol is None:
+        relative = (absolute > 0).logical_not().cast(values.dtype) * default
+    else:
+        relative = column(rtol)
+    return (largest * relative).maximum(absolute)
 
 
 _COND_ORDERS = (None, "fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)
@@ -1037,7 +1066,10 @@ def cond(A: Tensor, p: Any = None, *, out: Any = None) -> Tensor:  # noqa: N803
         largest, smallest = values[..., 0], values[..., -1]
         return largest / smallest if p != -2 else smallest / largest
     matrices = _square("linalg.cond", matrices)
-    return matrix_norm(matrices, p) * matrix_norm(inv(matrices), p)
+    # torch's: a singular matrix's condition number in these norms is inf, not an error
+    inverse, info = inv_ex(matrices)
+    number = matrix_norm(matrices, p) * matrix_norm(inverse, p)
+    return number.mask_fill(info.not_equal(0), math.inf)
 
 
 def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803 (torch's name)
@@ -1067,9 +1099,10 @@ def _lapack_info(matrices: Tensor, kind: str) -> np.ndarray:
     minor that is not positive-definite; 0 where the factorization succeeds."""
     import scipy.linalg
 
-    values = matrices.detach().cast("float64").numpy()
+    wide = "complex128" if matrices.is_complex() else "float64"
+    values = matrices.detach().cast(wide).numpy()
     flat = values.reshape((-1,) + values.shape[-2:])
-    info = np.zeros(len(flat), np.int64)
+    info = np.zeros(len(flat), np.int32)
     for i, a in enumerate(flat):
         if kind == "lu":
             with warnings.catch_warnings():
@@ -1080,7 +1113,8 @@ def _lapack_info(matrices: Tensor, kind: str) -> np.ndarray:
         else:
             for k in range(1, a.shape[-1] + 1):
                 try:
-                    np.linalg.cholesky(np.tril(a[:k, :k]) + np.tril(a[:k, :k], -1).T)
+                    lower = np.tril(a[:k, :k], -1)
+                    np.linalg.cholesky(np.tril(a[:k, :k]) + lower.conj().T)
                 except np.linalg.LinAlgError:
                     info[i] = k
                     break
@@ -1089,7 +1123,7 @@ def _lapack_info(matrices: Tensor, kind: str) -> np.ndarray:
 
 def _ex(op: str, compute: Any, matrices: Tensor, kind: str, check_errors: bool) -> Any:
     try:
-        return compute(matrices), matrices.new_zeros(matrices.shape[:-2], dtype="int64")
+        return compute(matrices), matrices.new_zeros(matrices.shape[:-2], dtype="int32")
     except LinAlgError:
         if check_errors:
             raise
@@ -1106,11 +1140,10 @@ def _ex(op: str, compute: Any, matrices: Tensor, kind: str, check_errors: bool) 
 @autocast_op("linalg_inv")
 def inv_ex(A: Tensor, *, check_errors: bool = False, out: Any = None) -> Any:  # noqa: N803
     """torch's ``linalg.inv_ex``: ``(inverse, info)``, ``info`` LAPACK's (0, or the 1-based
-    position of the first zero pivot) for each matrix, int64 (torch: int32, a dtype retrograd
-    lacks); a singular matrix's inverse is NaN (torch's holds LAPACK's partial result), and
+    position of the first zero pivot) for each matrix, int32 as torch's; a singular matrix's inverse is NaN (torch's holds LAPACK's partial result), and
     raises ``rg.linalg.LinAlgError`` when ``check_errors``."""
     _no_out("linalg.inv_ex", out)
-    matrices = _square("linalg.inv_ex", A)
+    matrices = _square("linalg.inv_ex", A, complex_ok=True)
     return InvExResult(*_ex("linalg.inv_ex", inv, matrices, "lu", check_errors))
 
 
@@ -1123,9 +1156,9 @@ def cholesky_ex(
     out: Any = None,
 ) -> Any:
     """torch's ``linalg.cholesky_ex``: ``(L, info)``, ``info`` the order of the first leading
-    minor that is not positive-definite (0 for none), int64; a failed factor is NaN."""
+    minor that is not positive-definite (0 for none), int32; a failed factor is NaN."""
     _no_out("linalg.cholesky_ex", out)
-    matrices = _square("linalg.cholesky_ex", A)
+    matrices = _square("linalg.cholesky_ex", A, complex_ok=True)
     return CholeskyExResult(
         *_ex(
             "linalg.cholesky_ex", lambda m: cholesky(m, upper=upper), matrices, "chol", check_errors
@@ -1144,10 +1177,10 @@ def solve_ex(
     """torch's ``linalg.solve_ex``: ``(result, info)`` of :func:`solve`, ``info`` as
     :func:`inv_ex`'s; a singular matrix's solution is NaN."""
     _no_out("linalg.solve_ex", out)
-    matrices = _square("linalg.solve_ex", A)
+    matrices = _square("linalg.solve_ex", A, complex_ok=True)
     try:
         result = solve(matrices, B, left=left)
-        return SolveExResult(result, matrices.new_zeros(matrices.shape[:-2], dtype="int64"))
+        return SolveExResult(result, matrices.new_zeros(matrices.shape[:-2], dtype="int32"))
     except LinAlgError:
         if check_errors:
             raise

@@ -264,12 +264,12 @@ class ProductsMixin:
         return SlogdetResult(sign, logabsdet)
 
     def det(self) -> Any:
-        """The determinant, as ``sign * exp(logabsdet)`` (its gradient ``det * A^-T``)."""
+        """The determinant, as ``sign * exp(logabsdet)``; its gradient is ``adj(A)^T`` (``det *
+        A^-T`` where ``A`` is invertible), which holds at singular matrices too, as torch's."""
         _square("det", self, floats=True, complex_ok=True)  # an error names det, not slogdet
         if self.is_complex():
             return self._apply("complex_logdet", (self,)).exp()
-        sign, logabsdet = self.slogdet()
-        return sign * logabsdet.exp()
+        return self._apply("det", (self,))
 
     def logdet(self) -> Any:
         """``log det``: NaN for a negative determinant, ``-inf`` for a zero one."""
