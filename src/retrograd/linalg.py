@@ -286,8 +286,16 @@ def slogdet(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
 
 @autocast_op("linalg_matrix_power")
 def matrix_power(A: Tensor, n: int, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
-    """The ``n``-th power of each square matrix of ``A`` (``A.matrix_power(n)``)."""
+    """The ``n``-th power of each square matrix of ``A`` (``A.matrix_power(n)``); integer
+    matrices too for ``n >= 0``, as torch's."""
     _no_out("linalg.matrix_power", out)
+    if isinstance(A, Tensor) and A.dtype not in FLOAT_DTYPES and A.dtype not in COMPLEX_DTYPES:
+        if A.ndim < 2:
+            raise ShapeError(
+                f"linalg.matrix_power: the input must have at least 2 dimensions, got shape "
+                f"{shape_text(A.shape)}"
+            )
+        return A.matrix_power(n)
     return _matrices("linalg.matrix_power", A, complex_ok=True).matrix_power(n)
 
 
@@ -792,10 +800,12 @@ def lstsq(
     """torch's ``linalg.lstsq``: ``(solution, residuals, rank, singular_values)`` for ``A``
     ``[..., m, n]`` and ``B`` ``[..., m, k]`` (or ``[..., m]``), the fields as torch's CPU
     default driver ``"gelsy"`` fills them (``residuals`` and ``singular_values`` empty,
-    ``rank`` int64). The solution is the minimum-norm one, ``pinv(A) @ B`` with singular values
+    ``rank`` int64); ``"gelsd"`` and ``"gelss"`` also give the singular values and, for ``m >
+    n`` and every ``A`` of full rank, the squared residual of each column; ``"gels"`` the
+    residuals (``m > n``) and no rank, as torch's. The solution is the minimum-norm one, ``pinv(A) @ B`` with singular values
     at most ``rcond * largest`` dropped (``rcond`` defaulting to ``eps * max(m, n)``), and so
     is its gradient (torch's also goes through ``pinv``); for a rank-deficient ``A`` gelsy's
-    basic solution differs from it. ``driver`` is accepted and ignored."""
+    basic solution differs from it."""
     matrices = _matrices("linalg.lstsq", A, complex_ok=True)
     if driver not in (None, "gels", "gelsy", "gelsd", "gelss"):
         raise InvalidArgumentError(f"linalg.lstsq: unknown driver {driver!r}")
@@ -832,9 +842,27 @@ def lstsq(
         rcond = _eps(matrices.dtype) * max(matrices.shape[-2:])
     inverse = pinv(matrices, rtol=float(rcond))
     solution = (inverse @ rhs.unsqueeze_dim(-1)).squeeze_dim(-1) if vector else inverse @ rhs
-    rank = matrix_rank(matrices.detach(), rtol=float(rcond))
-    empty = matrices.new_zeros((0,))
-    return LstsqResult(solution, empty, rank, empty)
+    empty = matrices.detach().new_zeros((0,))
+    empty = empty.real if empty.is_complex() else empty
+    if driver == "gels":  # torch's: gels computes no rank
+        rank = matrices.detach().new_zeros((0,), dtype="int64")
+    else:
+        rank = matrix_rank(matrices.detach(), rtol=float(rcond))
+    if driver not in ("gelsd", "gelss"):  # torch's: only the SVD drivers report these
+        values = empty
+    else:
+        values = svdvals(matrices.detach())
+    m, n = matrices.shape[-2:]
+    full_rank = driver == "gels" or bool((rank == n).all().item())
+    residuals = empty
+    if driver in ("gels", "gelsd", "gelss") and m > n and full_rank:
+        # torch's: the squared residual of each column, a vector B read as one column
+        columns = rhs.unsqueeze_dim(-1) if vector else rhs
+        fitted = matrices @ (solution.unsqueeze_dim(-1) if vector else solution)
+        difference = fitted - columns
+        squares = difference.abs().square() if difference.is_complex() else difference.square()
+        residuals = squares.sum(-2)
+    return LstsqResult(solution, residuals, rank, values)
 
 
 def solve_triangular(
@@ -1059,13 +1087,13 @@ def cond(A: Tensor, p: Any = None, *, out: Any = None) -> Tensor:  # noqa: N803
                 "-1, 2, -2, inf or -inf)"
             )
         if isinstance(p, str):  # (torch checks squareness first for these, not for numbers)
-            _square("linalg.cond", matrices)
+            _square("linalg.cond", matrices, complex_ok=True)
         return matrices.detach().new_zeros(matrices.shape[:-2])
     if p is None or p in (2, -2):
         values = svdvals(matrices)
         largest, smallest = values[..., 0], values[..., -1]
         return largest / smallest if p != -2 else smallest / largest
-    matrices = _square("linalg.cond", matrices)
+    matrices = _square("linalg.cond", matrices, complex_ok=True)
     # torch's: a singular matrix's condition number in these norms is inf, not an error
     inverse, info = inv_ex(matrices)
     number = matrix_norm(matrices, p) * matrix_norm(inverse, p)
