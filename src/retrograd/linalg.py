@@ -1062,7 +1062,7 @@ def _tensor_tolerance(
         return tol.cast(values.dtype).unsqueeze_dim(-1)
 
     default = _eps(values.dtype) * max(shape[-2:])
-    absolute = column(0.0 if atol is None else atol)
+    absolute = column(values.new_zeros(()) if atol is None else atol)
     if rtol is None:
         relative = (absolute > 0).logical_not().cast(values.dtype) * default
     else:
@@ -1096,8 +1096,11 @@ def cond(A: Tensor, p: Any = None, *, out: Any = None) -> Tensor:  # noqa: N803
     matrices = _square("linalg.cond", matrices, complex_ok=True)
     # torch's: a singular matrix's condition number in these norms is inf, not an error
     inverse, info = inv_ex(matrices)
+    singular = info.not_equal(0)
+    # (a failed inverse is NaN, which the nuclear norm's SVD refuses: zeros stand in for it)
+    inverse = inverse.mask_fill(singular.unsqueeze_dim(-1).unsqueeze_dim(-1), 0.0)
     number = matrix_norm(matrices, p) * matrix_norm(inverse, p)
-    return number.mask_fill(info.not_equal(0), math.inf)
+    return number.mask_fill(singular, math.inf)
 
 
 def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803 (torch's name)
