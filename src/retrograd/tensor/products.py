@@ -385,7 +385,8 @@ def _accumulated(op: str, input: Any, product: Any, beta: Any, alpha: Any) -> An
             f"{op}: input of shape {shape_text(input.shape)} does not broadcast to the "
             f"product's shape {shape_text(shape)}"
         )
-    if input.dtype not in FLOAT_DTYPES and (isinstance(beta, float) or isinstance(alpha, float)):
+    integer = input.dtype not in FLOAT_DTYPES and not input.is_complex()
+    if integer and (isinstance(beta, float) or isinstance(alpha, float)):
         raise DTypeError(
             f"{op}: for integer tensors, beta and alpha must be integers (got beta={beta!r}, "
             f"alpha={alpha!r})"
