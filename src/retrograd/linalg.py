@@ -802,10 +802,10 @@ def lstsq(
     default driver ``"gelsy"`` fills them (``residuals`` and ``singular_values`` empty,
     ``rank`` int64); ``"gelsd"`` and ``"gelss"`` also give the singular values and, for ``m >
     n`` and every ``A`` of full rank, the squared residual of each column; ``"gels"`` the
-    residuals (``m > n``) and no rank, as torch's. The solution is the minimum-norm one, ``pinv(A) @ B`` with singular values
-    at most ``rcond * largest`` dropped (``rcond`` defaulting to ``eps * max(m, n)``), and so
-    is its gradient (torch's also goes through ``pinv``); for a rank-deficient ``A`` gelsy's
-    basic solution differs from it."""
+    residuals (``m > n``) and no rank, as torch's. The solution is the minimum-norm one,
+    ``pinv(A) @ B`` with singular values at most ``rcond * largest`` dropped (``rcond``
+    defaulting to ``eps * max(m, n)``), and so is its gradient (torch's also goes through
+    ``pinv``); for a rank-deficient ``A`` gelsy's basic solution differs from it."""
     matrices = _matrices("linalg.lstsq", A, complex_ok=True)
     if driver not in (None, "gels", "gelsy", "gelsd", "gelss"):
         raise InvalidArgumentError(f"linalg.lstsq: unknown driver {driver!r}")
@@ -1171,8 +1171,9 @@ def _ex(op: str, compute: Any, matrices: Tensor, kind: str, check_errors: bool) 
 @autocast_op("linalg_inv")
 def inv_ex(A: Tensor, *, check_errors: bool = False, out: Any = None) -> Any:  # noqa: N803
     """torch's ``linalg.inv_ex``: ``(inverse, info)``, ``info`` LAPACK's (0, or the 1-based
-    position of the first zero pivot) for each matrix, int32 as torch's; a singular matrix's inverse is NaN (torch's holds LAPACK's partial result), and
-    raises ``rg.linalg.LinAlgError`` when ``check_errors``."""
+    position of the first zero pivot) for each matrix, int32 as torch's; a singular matrix's
+    inverse is NaN (torch's holds LAPACK's partial result), and raises
+    ``rg.linalg.LinAlgError`` when ``check_errors``."""
     _no_out("linalg.inv_ex", out)
     matrices = _square("linalg.inv_ex", A, complex_ok=True)
     return InvExResult(*_ex("linalg.inv_ex", inv, matrices, "lu", check_errors))
