@@ -2,7 +2,8 @@
 
 - ``addmm``/``addbmm``/``baddbmm``/``addmv``/``addr`` with ``beta=0`` dropped ``input`` from
   the graph (no gradient where torch gives zeros); ``addr`` with ``beta=0`` cast the result to
-  ``input``'s dtype instead of the promoted one.
+  ``input``'s dtype instead of the promoted one; complex tensors with a float ``alpha`` or
+  ``beta`` were refused as if integer.
 - ``det`` (``linalg.det``, ``Tensor.det``) raised in backward at a singular matrix (an
   inverse); torch gives 0 where the determinant is exactly 0.
 - ``linalg.matrix_power(A, 0)`` was out of the graph (backward refused), and refused integer
@@ -77,6 +78,19 @@ def test_addr_beta_zero_promotes_like_torch():
     result = rg.addr(rg.ones(2, 3, dtype=rg.int64), rg.tensor(vec1), rg.tensor(vec2), beta=0)
     assert dtype_name(result.dtype) == dtype_name(expected.dtype) == "float64"
     np.testing.assert_allclose(result.numpy(), expected.numpy())
+
+
+def test_complex_fused_products_take_float_scales():
+    rng = np.random.RandomState(6)
+    arrays = [rng.randn(2, 3) + 1j * rng.randn(2, 3) for _ in range(3)]
+    arrays[1], arrays[2] = arrays[1][:, :2], rng.randn(2, 3) + 1j * rng.randn(2, 3)
+    expected = torch.addmm(*(torch.tensor(a) for a in arrays), beta=0.5, alpha=-2.0)
+    result = rg.addmm(*(rg.tensor(a) for a in arrays), beta=0.5, alpha=-2.0)
+    assert dtype_name(result.dtype) == dtype_name(expected.dtype) == "complex128"
+    np.testing.assert_allclose(result.numpy(), expected.numpy(), atol=1e-12)
+    with pytest.raises(rg.DTypeError, match="addmv"):  # integers still want integer scales
+        rg.addmv(rg.ones(2, dtype=rg.int64), rg.ones((2, 2), dtype=rg.int64),
+                 rg.ones(2, dtype=rg.int64), beta=0.5)  # fmt: skip
 
 
 @pytest.mark.parametrize(
