@@ -221,20 +221,28 @@ def tensorsolve(A: Tensor, B: Any, dims: Sequence[int] | None = None, *, out: An
 @autocast_op("linalg_pinv")
 def pinv(
     A: Tensor,  # noqa: N803 (torch's name)
+    rcond: float | None = None,
+    hermitian: bool = False,
     *,
     atol: float | None = None,
     rtol: float | None = None,
-    hermitian: bool = False,
     out: Any = None,
 ) -> Tensor:
     """The Moore-Penrose pseudo-inverse of each matrix of ``A`` ``[..., m, n]``, as torch's:
     singular values at most ``max(atol, rtol * largest)`` count as zero, ``rtol`` defaulting to
     ``eps * max(m, n)`` when neither tolerance is given (to 0 when only ``atol`` > 0 is).
-    Tolerances are numbers (torch also takes tensors of them). The gradient is torch's, which
+    Tolerances are numbers (torch also takes tensors of them); ``rcond`` is torch's older
+    ``rtol`` (with ``atol = 0``). The gradient is torch's, which
     holds where the rank does not change under a small perturbation. ``hermitian=True``
     (square ``A``) reads only the lower triangle, mirrored, as torch's; its gradient is the
     general one at ``A``, as torch's (for a symmetric ``A``, the gradient without it)."""
     _no_out("linalg.pinv", out)
+    if rcond is not None:  # torch's older form: pinv(A, rcond, hermitian) is rtol=rcond, atol=0
+        if atol is not None or rtol is not None:
+            raise InvalidArgumentError("linalg.pinv: give rcond, or atol and rtol, not both")
+        if isinstance(rcond, Tensor):
+            raise InvalidArgumentError("linalg.pinv: rcond must be a number, not a tensor")
+        atol, rtol = 0.0, float(rcond)
     matrices = (
         _square("linalg.pinv", A, complex_ok=True)
         if hermitian
@@ -278,8 +286,16 @@ def slogdet(A: Tensor, *, out: Any = None) -> Any:  # noqa: N803 (torch's name)
 
 @autocast_op("linalg_matrix_power")
 def matrix_power(A: Tensor, n: int, *, out: Any = None) -> Tensor:  # noqa: N803 (torch's name)
-    """The ``n``-th power of each square matrix of ``A`` (``A.matrix_power(n)``)."""
+    """The ``n``-th power of each square matrix of ``A`` (``A.matrix_power(n)``); integer
+    matrices too for ``n >= 0``, as torch's."""
     _no_out("linalg.matrix_power", out)
+    if isinstance(A, Tensor) and A.dtype not in FLOAT_DTYPES and A.dtype not in COMPLEX_DTYPES:
+        if A.ndim < 2:
+            raise ShapeError(
+                f"linalg.matrix_power: the input must have at least 2 dimensions, got shape "
+                f"{shape_text(A.shape)}"
+            )
+        return A.matrix_power(n)
     return _matrices("linalg.matrix_power", A, complex_ok=True).matrix_power(n)
 
 
@@ -784,10 +800,12 @@ def lstsq(
     """torch's ``linalg.lstsq``: ``(solution, residuals, rank, singular_values)`` for ``A``
     ``[..., m, n]`` and ``B`` ``[..., m, k]`` (or ``[..., m]``), the fields as torch's CPU
     default driver ``"gelsy"`` fills them (``residuals`` and ``singular_values`` empty,
-    ``rank`` int64). The solution is the minimum-norm one, ``pinv(A) @ B`` with singular values
-    at most ``rcond * largest`` dropped (``rcond`` defaulting to ``eps * max(m, n)``), and so
-    is its gradient (torch's also goes through ``pinv``); for a rank-deficient ``A`` gelsy's
-    basic solution differs from it. ``driver`` is accepted and ignored."""
+    ``rank`` int64); ``"gelsd"`` and ``"gelss"`` also give the singular values and, for ``m >
+    n`` and every ``A`` of full rank, the squared residual of each column; ``"gels"`` the
+    residuals (``m > n``) and no rank, as torch's. The solution is the minimum-norm one,
+    ``pinv(A) @ B`` with singular values at most ``rcond * largest`` dropped (``rcond``
+    defaulting to ``eps * max(m, n)``), and so is its gradient (torch's also goes through
+    ``pinv``); for a rank-deficient ``A`` gelsy's basic solution differs from it."""
     matrices = _matrices("linalg.lstsq", A, complex_ok=True)
     if driver not in (None, "gels", "gelsy", "gelsd", "gelss"):
         raise InvalidArgumentError(f"linalg.lstsq: unknown driver {driver!r}")
@@ -824,9 +842,27 @@ def lstsq(
         rcond = _eps(matrices.dtype) * max(matrices.shape[-2:])
     inverse = pinv(matrices, rtol=float(rcond))
     solution = (inverse @ rhs.unsqueeze_dim(-1)).squeeze_dim(-1) if vector else inverse @ rhs
-    rank = matrix_rank(matrices.detach(), rtol=float(rcond))
-    empty = matrices.new_zeros((0,))
-    return LstsqResult(solution, empty, rank, empty)
+    empty = matrices.detach().new_zeros((0,))
+    empty = empty.real if empty.is_complex() else empty
+    if driver == "gels":  # torch's: gels computes no rank
+        rank = matrices.detach().new_zeros((0,), dtype="int64")
+    else:
+        rank = matrix_rank(matrices.detach(), rtol=float(rcond))
+    if driver not in ("gelsd", "gelss"):  # torch's: only the SVD drivers report these
+        values = empty
+    else:
+        values = svdvals(matrices.detach())
+    m, n = matrices.shape[-2:]
+    full_rank = driver == "gels" or bool((rank == n).all().item())
+    residuals = empty
+    if driver in ("gels", "gelsd", "gelss") and m > n and full_rank:
+        # torch's: the squared residual of each column, a vector B read as one column
+        columns = rhs.unsqueeze_dim(-1) if vector else rhs
+        fitted = matrices @ (solution.unsqueeze_dim(-1) if vector else solution)
+        difference = fitted - columns
+        squares = difference.abs().square() if difference.is_complex() else difference.square()
+        residuals = squares.sum(-2)
+    return LstsqResult(solution, residuals, rank, values)
 
 
 def solve_triangular(
@@ -1001,16 +1037,37 @@ def matrix_rank(
             raise InvalidArgumentError("linalg.matrix_rank: give tol, or atol and rtol, not both")
         atol, rtol = tol, 0.0
     matrices = _matrices("linalg.matrix_rank", A, complex_ok=True).detach()
-    if isinstance(atol, Tensor) or isinstance(rtol, Tensor):
-        raise InvalidArgumentError("linalg.matrix_rank: atol and rtol must be numbers")
-    if rtol is None:
-        rtol = 0.0 if atol is not None and atol > 0 else _eps(A.dtype) * max(A.shape[-2:])
     values = eigvalsh(matrices).abs() if hermitian else svdvals(matrices)
     if not values.shape[-1]:
         return values.sum(-1).cast("int64")
     largest = values.amax(-1, keepdim=True)
-    tolerance = (largest * float(rtol)).clamp_min(float(atol or 0.0))
+    if isinstance(atol, Tensor) or isinstance(rtol, Tensor):
+        tolerance = _tensor_tolerance(values, largest, atol, rtol, A.shape)
+    else:
+        if rtol is None:
+            rtol = 0.0 if atol is not None and atol > 0 else _eps(A.dtype) * max(A.shape[-2:])
+        tolerance = (largest * float(rtol)).clamp_min(float(atol or 0.0))
     return values.greater(tolerance).cast("int64").sum(-1)
+
+
+def _tensor_tolerance(
+    values: Tensor, largest: Tensor, atol: Any, rtol: Any, shape: tuple[int, ...]
+) -> Tensor:
+    """torch's ``max(atol, rtol * largest)`` where ``atol`` or ``rtol`` is a tensor of one
+    tolerance per matrix (broadcasting over the batch dims): a missing ``rtol`` is 0 where
+    ``atol > 0`` and ``eps * max(m, n)`` elsewhere, as torch's."""
+
+    def column(tol: Any) -> Tensor:
+        tol = lift(values, tol, "linalg.matrix_rank").detach()
+        return tol.cast(values.dtype).unsqueeze_dim(-1)
+
+    default = _eps(values.dtype) * max(shape[-2:])
+    absolute = column(values.new_zeros(()) if atol is None else atol)
+    if rtol is None:
+        relative = (absolute > 0).logical_not().cast(values.dtype) * default
+    else:
+        relative = column(rtol)
+    return (largest * relative).maximum(absolute)
 
 
 _COND_ORDERS = (None, "fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf)
@@ -1030,14 +1087,20 @@ def cond(A: Tensor, p: Any = None, *, out: Any = None) -> Tensor:  # noqa: N803
                 "-1, 2, -2, inf or -inf)"
             )
         if isinstance(p, str):  # (torch checks squareness first for these, not for numbers)
-            _square("linalg.cond", matrices)
+            _square("linalg.cond", matrices, complex_ok=True)
         return matrices.detach().new_zeros(matrices.shape[:-2])
     if p is None or p in (2, -2):
         values = svdvals(matrices)
         largest, smallest = values[..., 0], values[..., -1]
         return largest / smallest if p != -2 else smallest / largest
-    matrices = _square("linalg.cond", matrices)
-    return matrix_norm(matrices, p) * matrix_norm(inv(matrices), p)
+    matrices = _square("linalg.cond", matrices, complex_ok=True)
+    # torch's: a singular matrix's condition number in these norms is inf, not an error
+    inverse, info = inv_ex(matrices)
+    singular = info.not_equal(0)
+    # (a failed inverse is NaN, which the nuclear norm's SVD refuses: zeros stand in for it)
+    inverse = inverse.mask_fill(singular.unsqueeze_dim(-1).unsqueeze_dim(-1), 0.0)
+    number = matrix_norm(matrices, p) * matrix_norm(inverse, p)
+    return number.mask_fill(singular, math.inf)
 
 
 def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803 (torch's name)
@@ -1067,9 +1130,10 @@ def _lapack_info(matrices: Tensor, kind: str) -> np.ndarray:
     minor that is not positive-definite; 0 where the factorization succeeds."""
     import scipy.linalg
 
-    values = matrices.detach().cast("float64").numpy()
+    wide = "complex128" if matrices.is_complex() else "float64"
+    values = matrices.detach().cast(wide).numpy()
     flat = values.reshape((-1,) + values.shape[-2:])
-    info = np.zeros(len(flat), np.int64)
+    info = np.zeros(len(flat), np.int32)
     for i, a in enumerate(flat):
         if kind == "lu":
             with warnings.catch_warnings():
@@ -1080,7 +1144,8 @@ def _lapack_info(matrices: Tensor, kind: str) -> np.ndarray:
         else:
             for k in range(1, a.shape[-1] + 1):
                 try:
-                    np.linalg.cholesky(np.tril(a[:k, :k]) + np.tril(a[:k, :k], -1).T)
+                    lower = np.tril(a[:k, :k], -1)
+                    np.linalg.cholesky(np.tril(a[:k, :k]) + lower.conj().T)
                 except np.linalg.LinAlgError:
                     info[i] = k
                     break
@@ -1089,7 +1154,7 @@ def _lapack_info(matrices: Tensor, kind: str) -> np.ndarray:
 
 def _ex(op: str, compute: Any, matrices: Tensor, kind: str, check_errors: bool) -> Any:
     try:
-        return compute(matrices), matrices.new_zeros(matrices.shape[:-2], dtype="int64")
+        return compute(matrices), matrices.new_zeros(matrices.shape[:-2], dtype="int32")
     except LinAlgError:
         if check_errors:
             raise
@@ -1106,11 +1171,11 @@ def _ex(op: str, compute: Any, matrices: Tensor, kind: str, check_errors: bool) 
 @autocast_op("linalg_inv")
 def inv_ex(A: Tensor, *, check_errors: bool = False, out: Any = None) -> Any:  # noqa: N803
     """torch's ``linalg.inv_ex``: ``(inverse, info)``, ``info`` LAPACK's (0, or the 1-based
-    position of the first zero pivot) for each matrix, int64 (torch: int32, a dtype retrograd
-    lacks); a singular matrix's inverse is NaN (torch's holds LAPACK's partial result), and
-    raises ``rg.linalg.LinAlgError`` when ``check_errors``."""
+    position of the first zero pivot) for each matrix, int32 as torch's; a singular matrix's
+    inverse is NaN (torch's holds LAPACK's partial result), and raises
+    ``rg.linalg.LinAlgError`` when ``check_errors``."""
     _no_out("linalg.inv_ex", out)
-    matrices = _square("linalg.inv_ex", A)
+    matrices = _square("linalg.inv_ex", A, complex_ok=True)
     return InvExResult(*_ex("linalg.inv_ex", inv, matrices, "lu", check_errors))
 
 
@@ -1123,9 +1188,9 @@ def cholesky_ex(
     out: Any = None,
 ) -> Any:
     """torch's ``linalg.cholesky_ex``: ``(L, info)``, ``info`` the order of the first leading
-    minor that is not positive-definite (0 for none), int64; a failed factor is NaN."""
+    minor that is not positive-definite (0 for none), int32; a failed factor is NaN."""
     _no_out("linalg.cholesky_ex", out)
-    matrices = _square("linalg.cholesky_ex", A)
+    matrices = _square("linalg.cholesky_ex", A, complex_ok=True)
     return CholeskyExResult(
         *_ex(
             "linalg.cholesky_ex", lambda m: cholesky(m, upper=upper), matrices, "chol", check_errors
@@ -1144,10 +1209,10 @@ def solve_ex(
     """torch's ``linalg.solve_ex``: ``(result, info)`` of :func:`solve`, ``info`` as
     :func:`inv_ex`'s; a singular matrix's solution is NaN."""
     _no_out("linalg.solve_ex", out)
-    matrices = _square("linalg.solve_ex", A)
+    matrices = _square("linalg.solve_ex", A, complex_ok=True)
     try:
         result = solve(matrices, B, left=left)
-        return SolveExResult(result, matrices.new_zeros(matrices.shape[:-2], dtype="int64"))
+        return SolveExResult(result, matrices.new_zeros(matrices.shape[:-2], dtype="int32"))
     except LinAlgError:
         if check_errors:
             raise

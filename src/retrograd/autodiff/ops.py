@@ -1324,12 +1324,40 @@ unary("pinv", _pinv_vjp, ("atol", "rtol"), memory_bound=False)
 reduction("slogdet", _slogdet_vjp, aux=True)
 
 
+def _det(B, x):
+    """``det A`` of real matrices, ``sign * exp(log|det A|)`` (from ``slogdet``)."""
+    logabsdet, sign = B.slogdet(x)
+    return B.mul(sign, B.exp(logabsdet))
+
+
+def _det_vjp(B, g, x, out):
+    """``g det(A) A^-T``, computed as ``g adj(A)^T`` so that no inverse is taken: with ``A = U
+    S V^T``, ``adj(A)^T = det(U) det(V) U diag(prod_{j != i} s_j) V^T``. Where the determinant
+    is exactly 0 the gradient is 0, as torch's (its backward solves with ``g det(A)``, which is
+    0 there, not the adjugate)."""
+    shape = B.shape(x)
+    n = shape[-1]
+    if n == 0:
+        return B.zeros(shape, B.dtype(x), B.device(x))
+    u, s, vh = unpack(B, B.linalg_svd(x, False), _svd_shapes(n, n, False))
+    sign = B.mul(B.slogdet(u)[1], B.slogdet(vh)[1])
+    eye = B.eye(n, n, B.dtype(x), B.device(x))
+    # row i holds s with s_i replaced by 1, so its product is prod_{j != i} s_j
+    rows = B.add(B.mul(B.reshape(s, shape[:-2] + (1, n)), B.sub_scalar(B.neg(eye), -1.0)), eye)
+    others = B.reshape(B.prod_dim(rows, len(shape) - 1), shape[:-2] + (1, n))
+    adjugate_t = B.matmul(B.mul(u, others), vh)
+    grad = B.mul(B.reshape(B.mul(g, sign), B.shape(g) + (1, 1)), adjugate_t)
+    singular = B.reshape(B.equal_elem(out, 0.0), B.shape(out) + (1, 1))
+    return B.mask_fill(grad, singular, 0.0)
+
+
 def _complex_logdet(B, x):
     """``log det A`` of complex matrices, ``log|det A| + i arg det A`` (from ``slogdet``)."""
     logabsdet, sign = B.slogdet(x)
     return B.add(B.cast(logabsdet, B.dtype(x)), B.log(sign))
 
 
+reduction("det", _det_vjp, forward=_det)
 # holomorphic, derivative A^-T: the gradient is g A^-H (det and slogdet of complex matrices)
 reduction("complex_logdet", _slogdet_vjp, forward=_complex_logdet)
 unary("cholesky", _cholesky_vjp, memory_bound=False)

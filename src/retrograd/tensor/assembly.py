@@ -229,6 +229,10 @@ def tensordot(a: Any, b: Any, dims: Any = 2) -> Any:
     """The sum of products over ``dims``: the last ``dims`` of ``a`` with the first of ``b``,
     or two lists of dimensions; one ``matmul`` after a permute and reshape of each."""
     b = lift(a, b, "tensordot")
+    if hasattr(dims, "ndim") and hasattr(dims, "tolist"):  # torch also takes dims as a tensor
+        dims = dims.tolist()
+    if isinstance(dims, np.integer):
+        dims = int(dims)
     if isinstance(dims, int):
         if dims < 0 or dims > min(a.ndim, b.ndim):
             raise ShapeError(

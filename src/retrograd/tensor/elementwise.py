@@ -585,7 +585,14 @@ class ElementwiseMixin:
 
     def cross(self, other: Any, dim: int | None = None) -> Any:
         """Cross product of 3-vectors along ``dim`` (torch's default: the first dimension of
-        size 3 of the operands' broadcast shape)."""
+        size 3 of the operands' broadcast shape). Both operands are tensors of one dtype, as
+        torch's (which does not promote)."""
+        if not hasattr(other, "dtype") or not hasattr(other, "shape"):
+            raise DTypeError(f"cross: other must be a tensor, got {type(other).__name__}")
+        if other.dtype != self.dtype:
+            raise DTypeError(
+                f"cross: expected both inputs of one dtype, got {self.dtype} and {other.dtype}"
+            )
         a, b = promote(self, other, "cross")
         if dim is None:
             try:

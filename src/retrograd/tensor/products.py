@@ -158,7 +158,17 @@ class ProductsMixin:
         _square("matrix_power", self)
         if n == 0:
             eye = self._backend.eye(self.shape[-1], self.shape[-1], self.dtype, self._device)
-            return wrap(self, eye).expand(self.shape)
+            identities = wrap(self, eye).expand(self.shape)
+            if not self.requires_grad:
+                return identities
+            # torch's result stays in the graph with a zero gradient (where, not ``0 * self``,
+            # which a NaN or inf would poison)
+            return identities.where(identities == identities, self)
+        if n < 0 and self.dtype not in FLOAT_DTYPES and not self.is_complex():
+            raise DTypeError(
+                f"matrix_power: a negative power ({n}) needs the inverse, which needs a "
+                f"floating point tensor, got {self.dtype}"
+            )
         base = self.inverse() if n < 0 else self
         result, n = None, abs(int(n))
         while n:
@@ -264,12 +274,12 @@ class ProductsMixin:
         return SlogdetResult(sign, logabsdet)
 
     def det(self) -> Any:
-        """The determinant, as ``sign * exp(logabsdet)`` (its gradient ``det * A^-T``)."""
+        """The determinant, as ``sign * exp(logabsdet)``; its gradient is ``adj(A)^T`` (``det *
+        A^-T`` where ``A`` is invertible), which holds at singular matrices too, as torch's."""
         _square("det", self, floats=True, complex_ok=True)  # an error names det, not slogdet
         if self.is_complex():
             return self._apply("complex_logdet", (self,)).exp()
-        sign, logabsdet = self.slogdet()
-        return sign * logabsdet.exp()
+        return self._apply("det", (self,))
 
     def logdet(self) -> Any:
         """``log det``: NaN for a negative determinant, ``-inf`` for a zero one."""
@@ -375,7 +385,8 @@ def _accumulated(op: str, input: Any, product: Any, beta: Any, alpha: Any) -> An
             f"{op}: input of shape {shape_text(input.shape)} does not broadcast to the "
             f"product's shape {shape_text(shape)}"
         )
-    if input.dtype not in FLOAT_DTYPES and (isinstance(beta, float) or isinstance(alpha, float)):
+    integer = input.dtype not in FLOAT_DTYPES and not input.is_complex()
+    if integer and (isinstance(beta, float) or isinstance(alpha, float)):
         raise DTypeError(
             f"{op}: for integer tensors, beta and alpha must be integers (got beta={beta!r}, "
             f"alpha={alpha!r})"
@@ -386,7 +397,10 @@ def _accumulated(op: str, input: Any, product: Any, beta: Any, alpha: Any) -> An
         same_dtype(op, input, product)
     product = product if alpha == 1 else scaled(op, product, alpha)
     if beta == 0:
-        return product.cast(input.dtype) if product.dtype != input.dtype else product
+        # torch's: the product alone (NaNs in input do not propagate), in the promoted dtype,
+        # with input still in the graph (its gradient 0): where, not ``0 * input``
+        everywhere = product.new_ones(product.shape, dtype="bool")
+        return product.where(everywhere, input)
     return (input if beta == 1 else scaled(op, input, beta)) + product
 
 
