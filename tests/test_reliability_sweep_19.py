@@ -432,7 +432,7 @@ class _Tied(nn.Module):
         return self.b(self.a(x).tanh()) * self.scale
 
 
-def test_deepcopy_of_a_model_with_hooks_and_ties_keeps_both_and_double_keeps_the_optimizer():
+def test_deepcopy_keeps_hooks_and_ties_and_double_meets_the_optimizer_as_torchs():
     model = _Tied()
     seen = []
     model.a.register_forward_hook(lambda module, args, out: seen.append(module))
@@ -445,6 +445,16 @@ def test_deepcopy_of_a_model_with_hooks_and_ties_keeps_both_and_double_keeps_the
     copied.double()
     assert copied.a.weight is copied.b.weight and copied.scale.dtype == rg.float64
     x = rg.tensor(_X.astype(np.float64))
+    # Adam's float32 moments beside float64 parameters: torch's next step refuses them
+    # ("expected dtype float for `end`"), and so does ours, before any parameter moves
+    before = {name: p.numpy().copy() for name, p in copied.named_parameters()}
+    with pytest.raises(rg.DTypeError, match="cast"):
+        opt.step((copied(x) ** 2).sum().backward())
+    for name, p in copied.named_parameters():
+        np.testing.assert_array_equal(p.numpy(), before[name])
+    # an optimizer whose step casts its state (SGD's momentum, as torch's) goes on
+    opt = optim.SGD(copied.parameters(), lr=0.1, momentum=0.9)
+    opt.step((copied(x) ** 2).sum().backward())
     opt.step((copied(x) ** 2).sum().backward())
     assert all(p.dtype == rg.float64 for p in copied.parameters())
     assert len(opt.state) == 3  # a.weight (tied), a.bias, b.bias: one state each
