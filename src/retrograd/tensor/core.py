@@ -395,12 +395,7 @@ class Tensor(
         """The value of a one-element tensor as Python's ``int``/``float`` read it, with
         torch's refusals in retrograd's errors: several elements, a complex value into a real
         number (torch: "value cannot be converted"), a NaN or infinity into an int."""
-        if self.numel() != 1:
-            raise ShapeError(
-                f"{op}: only a one-element tensor can be converted to a Python number, got "
-                f"shape {shape_text(self.shape)}"
-            )
-        value = self.item()
+        value = self._one_value(op)
         if isinstance(value, complex) and value.imag == 0:
             value = value.real  # (torch's checked conversion: a zero imaginary part is no loss)
         if isinstance(value, complex):
@@ -415,13 +410,17 @@ class Tensor(
     def __float__(self) -> float:
         return self._python_number("__float__", float)
 
-    def __complex__(self) -> complex:
+    def _one_value(self, op: str) -> Any:
+        """The value of a one-element tensor; a :class:`ShapeError` naming ``op`` otherwise."""
         if self.numel() != 1:
             raise ShapeError(
-                "__complex__: only a one-element tensor can be converted to a Python number, "
-                f"got shape {shape_text(self.shape)}"
+                f"{op}: only a one-element tensor can be converted to a Python number, got "
+                f"shape {shape_text(self.shape)}"
             )
-        return complex(self.item())
+        return self.item()
+
+    def __complex__(self) -> complex:
+        return complex(self._one_value("__complex__"))
 
     def __int__(self) -> int:
         return self._python_number("__int__", int)
