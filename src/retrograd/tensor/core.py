@@ -82,7 +82,6 @@ from .layouts import (
     SPARSE_CLASSES,
     check_memory_format,
     factory_options,
-    format_strides,
     preserve_format,
     strided,
     suggested_format,
@@ -91,14 +90,13 @@ from .printing import tensor_text
 from .products import ProductsMixin
 from .reduce import ReduceMixin
 from .selection import SelectionMixin
-from .shape import ShapeMixin, by_keyword, laid_out_in
+from .shape import ShapeMixin, by_keyword, laid_out_in, lay_out
 from .special import SpecialMixin
 from .storage import StorageMixin
 from .torch_forms import TorchFormsMixin
 from .views import (
     KIND,
     base_of,
-    contiguous_strides,
     detached_view,
     keep_former_key,
     link,
@@ -553,9 +551,7 @@ class Tensor(
             if suggested_format(tuple(self.shape), strides_of(self)) is memory_format:
                 return self
             return laid_out_in(self, memory_format)
-        shape = tuple(out.shape)
-        strides = format_strides(memory_format, shape)
-        out._layout = None if strides == contiguous_strides(shape) else (shape, strides)
+        lay_out(out, memory_format)
         return out
 
     def float(self, memory_format: Any = preserve_format) -> Tensor:
@@ -849,10 +845,7 @@ class Tensor(
             if strides is not None:
                 out._layout = (self.shape, strides)
         else:
-            shape = tuple(self.shape)
-            strides = format_strides(memory_format, shape)
-            if strides != contiguous_strides(shape):
-                out._layout = (shape, strides)
+            lay_out(out, memory_format)
         return out
 
     def __deepcopy__(self, memo: dict) -> Tensor:

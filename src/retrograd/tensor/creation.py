@@ -41,11 +41,10 @@ from .compositions import _zero_gradient
 from .core import Tensor, warn_copy_construct
 from .dtypes import RANDINT_BOUNDS, canonical_dtype
 from .indexing import check_values
-from .layouts import check_memory_format, format_strides, preserve_format
+from .layouts import check_memory_format, preserve_format
 from .selection import multinomial
-from .shape import shape_arg
+from .shape import lay_out, shape_arg
 from .spacing import torch_linspace
-from .strides import contiguous_strides
 
 __all__ = [
     "arange",
@@ -377,10 +376,7 @@ def _laid_out_like(out: Tensor, t: Tensor, options: dict[str, Any]) -> Tensor:
         if strides is not None:
             out._layout = (out.shape, strides)
     else:
-        shape = tuple(out.shape)
-        strides = format_strides(memory_format, shape)
-        if strides != contiguous_strides(shape):
-            out._layout = (shape, strides)
+        lay_out(out, memory_format)
     return out
 
 
