@@ -162,3 +162,49 @@ def test_roll_refuses_empty_shifts_as_torch() -> None:
         with pytest.raises(rg.ShapeError, match="roll"):
             rg.roll(x, (), dims)
     np.testing.assert_array_equal(_values(rg.roll(x, (1,), (0,))), [[2.0, 3.0], [0.0, 1.0]])
+
+
+_FILLS_IN_A_GRAPH = {
+    "fill_": lambda m, v: v.fill_(0.5),
+    "zero_": lambda m, v: v.zero_(),
+    "masked_fill_": lambda m, v: v.masked_fill_(m.tensor([[True, False, False]] * 2), 0.5),
+    "index_fill_": lambda m, v: v.index_fill_(1, m.tensor([0]), 0.5),
+    "index_put_": lambda m, v: v.index_put_((m.tensor([0]), m.tensor([1])), m.tensor(0.5)),
+    "masked setitem": lambda m, v: v.__setitem__(m.tensor([[True, False, False]] * 2), 0.5),
+    "fill_ of a column slice": lambda m, v: v[:, 1:].fill_(0.5),
+    # (views that take each element once: torch's backward writes through them)
+    "setitem of one element": lambda m, v: v.__setitem__((0, 1), 0.5),
+    "fill_ of a column": lambda m, v: v[:, 1].fill_(0.5),
+    "fill_diagonal_": lambda m, v: v.fill_diagonal_(0.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FILLS_IN_A_GRAPH))
+def test_fills_through_an_expanded_view_in_a_graph_differentiate_or_refuse_as_torch(name):
+    """torch takes a fill through an expanded tensor in a graph, and its backward refuses to
+    write the gradient back through a view with a 0 stride (ci45 found ours differentiating
+    it). Values, the refusal and the gradients where there is one follow torch's."""
+    outcomes = []
+    for lib in (torch, rg):
+        w = lib.tensor([[1.0], [2.0]]).requires_grad_(True)
+        h = w * 2.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (torch's deprecation of fills of expanded tensors)
+            _FILLS_IN_A_GRAPH[name](lib, h.expand(2, 3))
+        values = h.tolist()
+        loss = (h * h).sum()
+        try:
+            if lib is torch:
+                loss.backward()
+                gradient = w.grad.tolist()
+            else:
+                gradient = w.grad(loss.backward()).tolist()
+        except (RuntimeError, rg.ShapeError) as error:
+            assert "single memory location" in str(error)
+            assert lib is torch or isinstance(error, rg.ShapeError)
+            gradient = "refused"
+        outcomes.append((values, gradient))
+    assert outcomes[1] == outcomes[0]
+    if outcomes[0][1] == "refused":  # ours stays usable: a loss that avoids the write
+        w = rg.tensor([[1.0], [2.0]]).require_grad()
+        assert w.grad((w * 3.0).sum().backward()).tolist() == [[3.0], [3.0]]

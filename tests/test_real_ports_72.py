@@ -1380,14 +1380,21 @@ def test_a_masked_fill_of_an_expanded_tensor_writes_the_shared_locations_as_torc
     np.testing.assert_array_equal(our_base, their_base)
     np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(our_base, [[0.0], [7.0], [0.0]])
-    # in a graph: torch takes the write, then its backward fails ("more than one element of
-    # the written-to tensor refers to a single memory location"); ours takes it too (since
-    # round 53: a fill writes one value to each location, whatever the views) and its backward
-    # gives the gradient by hand: the filled location is a constant, the other one 2 * w
+    # in a graph: torch takes the write, then its backward refuses to write the gradient back
+    # through the expanded view ("more than one element of the written-to tensor refers to a
+    # single memory location"); ours takes it and its backward refuses as torch's
     w = rg.tensor([[1.0], [2.0]]).require_grad()
     h = w * 2.0
     h.expand(2, 3)[rg.tensor([[True, False, False], [False, False, False]])] = 0.0
     assert h.tolist() == [[0.0], [4.0]]
+    with pytest.raises(rg.ShapeError, match=r"index_put_: .*single memory location"):
+        (h * h).sum().backward()
+    # the graph stays usable: a loss that does not go through the write differentiates
+    assert w.grad((w * 3.0).sum().backward()).tolist() == [[3.0], [3.0]]
+    # a write through a view of the expanded tensor that takes each element once is
+    # differentiated, as torch's: the filled location is a constant, the other one 2 * w
+    h = w * 2.0
+    h.expand(2, 3)[0, 1] = 0.0
     assert w.grad((h * h).sum().backward()).tolist() == [[0.0], [16.0]]
 
 

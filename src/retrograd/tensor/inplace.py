@@ -63,6 +63,7 @@ from .views import (
     move_views,
     outside_graph,
     refresh,
+    refuse_gradient_through_overlap,
     refuse_internal_overlap,
     refuse_no_grad_view,
     refuse_partial_overlap,
@@ -448,6 +449,8 @@ class InplaceMixin:
         # (a value that does not depend on the old one, zero_ or fill_, keeps a tracked
         # tensor in the graph: views._overwritten, where every write ends)
         write(op, self, value, outside, fresh, recorded)
+        if op in FILLS and not outside:
+            refuse_gradient_through_overlap(op, self)
         return self
 
     # -- arithmetic ---------------------------------------------------------------------------

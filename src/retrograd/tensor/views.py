@@ -78,6 +78,7 @@ __all__ = [
     "link",
     "move_views",
     "outside_graph",
+    "refuse_gradient_through_overlap",
     "refuse_internal_overlap",
     "refuse_no_grad_view",
     "refuse_partial_overlap",
@@ -419,12 +420,43 @@ def refuse_internal_overlap(op: str, t: Any) -> None:
         )
 
 
+def refuse_gradient_through_overlap(op: str, t: Any) -> None:
+    """After a fill (one of :data:`FILLS`) recorded in the graph into ``t``, a tensor with
+    an expanded dimension (a stride of 0 over more than one element): torch takes the write,
+    but its backward writes the gradient back through the same view and refuses there ("more
+    than one element of the written-to tensor refers to a single memory location"). The
+    written root takes a gradient hook that raises that error when a backward reaches it, so
+    a program runs, and fails, where torch's does; a view of such a tensor that takes each
+    element once (``x.expand(2, n)[1]``, and the diagonal ``fill_diagonal_`` writes) is
+    differentiated as any write."""
+    strides = strides_of(t)
+    if op == "fill_diagonal_" or not any(n > 1 and s == 0 for n, s in zip(t.shape, strides)):
+        return
+    root = root_of(t)
+    backend = root._backend
+    if not (is_grad_enabled() and backend.is_autodiff and backend.is_tracked(root._prim)):
+        return
+    message = (
+        f"{op}: unsupported operation in backward: more than one element of the written-to "
+        f"tensor refers to a single memory location (a write into an expanded tensor of shape "
+        f"{shape_text(t.shape)}, strides {list(strides)}, recorded in the graph); clone() it "
+        "before writing, as in torch"
+    )
+
+    def refuse(_backend: Any, _gradient: Any) -> Any:
+        raise ShapeError(message)
+
+    backend.register_hook(root._prim, refuse)
+
+
 def _write_through_overlap(base: Any, kind: str, params: tuple, value: Any) -> Any:
     """``base``'s new value when ``value``, its view of ``kind``, holds some elements of
     ``base`` more than once and a write (one of :data:`FILLS`, or one that takes each
     element once) changed it: each element of ``base`` takes the value of a position of the
     view that the write changed (the last, in the view's row-major order, as torch's CPU loop
-    writes them), and keeps its own where none changed."""
+    writes them), and keeps its own where none changed. (A position the write gave the value
+    it held already is not written: there torch's backward would still send the gradient to
+    the written value, once per position the overlapping view holds.)"""
     count = math.prod(base.shape)
     positions = np.arange(count, dtype=np.int64).reshape(base.shape)
     index = host_constant(type(base)._result, positions, base._backend, base._device)
