@@ -433,12 +433,14 @@ def refuse_gradient_through_overlap(op: str, t: Any) -> None:
     a program runs, and fails, where torch's does; a view of such a tensor that takes each
     element once (``x.expand(2, n)[1]``, and the diagonal ``fill_diagonal_`` writes) is
     differentiated as any write."""
+    if op == "fill_diagonal_" or not (is_grad_enabled() and t._backend.is_autodiff):
+        return
     strides = strides_of(t)
-    if op == "fill_diagonal_" or not any(n > 1 and s == 0 for n, s in zip(t.shape, strides)):
+    if not any(n > 1 and s == 0 for n, s in zip(t.shape, strides)):
         return
     root = root_of(t)
     backend = root._backend
-    if not (is_grad_enabled() and backend.is_autodiff and backend.is_tracked(root._prim)):
+    if not backend.is_tracked(root._prim):
         return
     message = (
         f"{op}: unsupported operation in backward: more than one element of the written-to "
