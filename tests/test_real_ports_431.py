@@ -639,7 +639,10 @@ record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items
 LR_FINDER_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
     ("    import torch.amp\n", "    import retrograd.amp\n"),
-    ("import torch.nn as nn\nimport torch.optim as optim\n", "import retrograd.nn as nn\nimport retrograd.optim as optim\n"),
+    (
+        "import torch.nn as nn\nimport torch.optim as optim\n",
+        "import retrograd.nn as nn\nimport retrograd.optim as optim\n",
+    ),
     (
         "PYTORCH_VERSION = version.parse(torch.__version__)",
         'PYTORCH_VERSION = version.parse("2.13.0")',

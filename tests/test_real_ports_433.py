@@ -37,7 +37,6 @@ import random
 import numpy as np
 import torch
 
-import retrograd as rg
 from real_ports import assert_records_agree, initializer, runs_with_draws
 
 EMA_SOURCE = '''
