@@ -722,10 +722,13 @@ class _SummaryWriter:
 
 
 @pytest.mark.parametrize("distillers", [("KD", "DKD"), ("RKD", "PKT")])
-def test_mdistiller_trains_resumes_and_checkpoints_as_torch(capsys, tmp_path, distillers):
+def test_mdistiller_trains_resumes_and_checkpoints_as_torch(
+    capsys, monkeypatch, tmp_path, distillers
+):
     """One epoch, then a resumed second, per distiller: every logged scalar (train and test
     accuracy and loss per epoch), the student's final checkpoint and the files written agree
     with torch's."""
+    monkeypatch.setenv("USER", "ci")  # (BaseTrainer's getpass.getuser(): a uid with no name)
     torch.manual_seed(0)
     np.random.seed(0)
     random.seed(0)
