@@ -59,3 +59,20 @@ def test_reduce_lr_on_plateau_names_only_the_unknown_mode(keywords, named):
         torch.optim.lr_scheduler.ReduceLROnPlateau(
             torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=1.0), **keywords
         )
+
+
+@pytest.mark.parametrize("dtype", ["int64", "bool"])
+def test_lerp_of_a_non_floating_tensor_says_so(dtype):
+    """An EMA's ``lerp_`` over a state dict meets integer buffers (``num_batches_tracked``):
+    torch refuses them as not implemented for the dtype; ours said it expected ``end`` of the
+    input's floating dtype, naming two equal dtypes."""
+    with pytest.raises(NotImplementedError):
+        torch.zeros(2, dtype=getattr(torch, dtype)).lerp_(
+            torch.ones(2, dtype=getattr(torch, dtype)), 0.5
+        )
+    start = rg.zeros(2, dtype=getattr(rg, dtype))
+    with pytest.raises(rg.DTypeError, match=f"lerp: not implemented for {dtype} input"):
+        start.lerp_(rg.ones(2, dtype=getattr(rg, dtype)), 0.5)
+    assert start.tolist() == [0, 0]  # left as it was
+    with pytest.raises(rg.DTypeError, match="expected end of the input's floating dtype"):
+        rg.zeros(2, dtype=rg.float64).lerp_(rg.ones(2), 0.5)
