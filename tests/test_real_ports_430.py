@@ -14,7 +14,8 @@ the same code from the same weights and images.
   ``b / (n + b)`` for a cumulative average over one pass, and restored from a dict keyed by
   module;
 - ``models/preresnet.py``'s ``PreResNet`` (depth 8: one pre-activation ``BasicBlock`` per
-  stage, ``out += residual``, a 1x1 ``downsample``, ``AvgPool2d(8)``) with its
+  stage, ``out += residual``, a 1x1 ``downsample``, ``AvgPool2d(8)``; its ``Bottleneck``,
+  for depths of 44 and more, left out) with its
   ``m.weight.data.normal_(0, math.sqrt(2. / n))`` initialization (then torch's weights given to
   both runs);
 - ``train.py``'s loop: the piecewise-linear ``schedule(epoch)`` toward ``swa_lr``, SGD with
