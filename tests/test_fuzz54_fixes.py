@@ -87,3 +87,71 @@ def test_embedding_bag_refuses_offsets_torch_refuses(indices, offsets, include_l
     # the weight stays usable
     bags = F.embedding_bag(rg.tensor([[0, 1]]), ours, mode="sum")
     np.testing.assert_allclose(_grad(bags, ours)[:2], np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int16", "int8", "uint8"])
+@pytest.mark.parametrize(
+    ("name", "take"),
+    [
+        ("max_pool2d", lambda x: x),
+        ("max_pool3d", lambda x: x.unsqueeze(2)),
+        ("max_pool1d", lambda x: x[0]),  # torch pools integers in 1-d with the indices only
+    ],
+)
+def test_max_pool_takes_every_integer_dtype_torch_takes(dtype, name, take):
+    """torch's CPU max pooling takes int32/int16/int8/uint8 (not only int64), keeping the
+    dtype; ours refused every integer dtype but int64."""
+    x = np.random.default_rng(3).integers(-100, 120, (1, 3, 5, 6)).astype(dtype)
+    window = dict(kernel_size=2, stride=1, padding=1, ceil_mode=True, return_indices=True)
+    expected = getattr(torch.nn.functional, name)(take(torch.tensor(x)), **window)
+    got = getattr(F, name)(take(rg.tensor(x)), **window)
+    for ours, theirs in zip(got, expected):
+        assert str(ours.dtype).rsplit(".", 1)[-1] == str(theirs.dtype).rsplit(".", 1)[-1]
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint8", "bool"])
+@pytest.mark.parametrize(
+    "name",
+    ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"],
+)
+def test_dropout_that_draws_no_mask_returns_non_float_inputs(dtype, name):
+    """torch's dropouts refuse an integer or bool input only where they draw a mask: in eval,
+    with p 0 or on an empty input they return it, with p 1 zeros of its dtype. Ours refused
+    every non-float input."""
+    x = np.arange(24).reshape(2, 3, 4).astype(dtype)
+    drop = getattr(F, name)
+    for p, training, shape in [
+        (0.5, False, x.shape),
+        (0.0, True, x.shape),
+        (1.0, True, x.shape),
+        (0.5, True, (0, 3, 4)),
+    ]:
+        data = x if shape == x.shape else np.zeros(shape, dtype)
+        expected = getattr(torch.nn.functional, name)(torch.tensor(data), p, training)
+        got = drop(rg.tensor(data), p, training)
+        assert str(got.dtype).rsplit(".", 1)[-1] == str(expected.dtype).rsplit(".", 1)[-1]
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    with pytest.raises(RuntimeError):  # torch draws a float mask it can't write back
+        getattr(torch.nn.functional, name)(torch.tensor(x), 0.5, True)
+    with pytest.raises(rg.DTypeError, match=name):
+        drop(rg.tensor(x), 0.5, True)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8"])
+def test_unfold_and_fold_refuse_integers_as_torch(dtype):
+    """torch's CPU im2col/col2im take floats, complex numbers and bools, not integers; ours
+    unfolded and folded integer tensors."""
+    x = np.ones((1, 4, 3, 3), dtype)
+    cols = np.ones((1, 16, 4), dtype)
+    with pytest.raises(NotImplementedError):
+        torch.nn.functional.unfold(torch.tensor(x), 2)
+    with pytest.raises(NotImplementedError):
+        torch.nn.functional.fold(torch.tensor(cols), (3, 3), 2)
+    with pytest.raises(rg.DTypeError, match="unfold"):
+        F.unfold(rg.tensor(x), 2)
+    with pytest.raises(rg.DTypeError, match="fold"):
+        F.fold(rg.tensor(cols), (3, 3), 2)
+    for kind in ("bool", "float64"):  # what torch takes still unfolds
+        expected = torch.nn.functional.unfold(torch.tensor(x.astype(kind)), 2)
+        np.testing.assert_array_equal(F.unfold(rg.tensor(x.astype(kind)), 2).numpy(), expected)
