@@ -39,7 +39,6 @@ from ._common import (
     _unbatched,
 )
 
-
 # -- pooling ---------------------------------------------------------------------------------------
 #: The integer dtypes torch 2.13's CPU max pooling takes (average pooling: int64 alone).
 _MAX_POOL_INTEGERS = ("int64", "int32", "int16", "int8", "uint8")
