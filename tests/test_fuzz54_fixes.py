@@ -155,3 +155,37 @@ def test_unfold_and_fold_refuse_integers_as_torch(dtype):
     for kind in ("bool", "float64"):  # what torch takes still unfolds
         expected = torch.nn.functional.unfold(torch.tensor(x.astype(kind)), 2)
         np.testing.assert_array_equal(F.unfold(rg.tensor(x.astype(kind)), 2).numpy(), expected)
+
+
+@pytest.mark.parametrize("norm_type", [float("inf"), -float("inf")])
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+def test_lp_pool_with_an_infinite_norm_is_torchs_max_of_magnitudes(norm_type, spatial):
+    """torch 2.13's ``lp_pool`` with ``norm_type`` inf is the max pool of ``|x|`` (-inf: minus
+    the max pool of ``-|x|``); ours took the power route and returned ones."""
+    torch.manual_seed(54)
+    x = torch.randn(2, 2, *(5,) * spatial, dtype=torch.float64, requires_grad=True)
+    name = f"lp_pool{spatial}d"
+    expected = getattr(torch.nn.functional, name)(x, norm_type, 2, None, True)
+    weights = torch.randn(expected.shape, dtype=torch.float64)
+    (expected * weights).sum().backward()
+    ours = rg.tensor(x.detach().numpy()).requires_grad_(True)
+    got = getattr(F, name)(ours, norm_type, 2, None, True)
+    np.testing.assert_allclose(got.numpy(), expected.detach().numpy())
+    grads = (got * rg.tensor(weights.numpy())).sum().backward()
+    np.testing.assert_allclose(ours.grad(grads).numpy(), x.grad.numpy())
+
+
+def test_interpolate_refuses_recompute_scale_factor_with_a_size():
+    """torch raises ``ValueError`` for ``recompute_scale_factor=True`` with an explicit size;
+    ours ignored it."""
+    x = np.random.default_rng(4).standard_normal((1, 2, 3, 4))
+    with pytest.raises(ValueError, match="recompute_scale_factor"):
+        torch.nn.functional.interpolate(torch.tensor(x), size=5, recompute_scale_factor=True)
+    with pytest.raises(rg.InvalidArgumentError, match="interpolate: recompute_scale_factor"):
+        F.interpolate(rg.tensor(x), size=5, recompute_scale_factor=True)
+    for flag in (False, None):  # not asking for it is fine, as in torch
+        expected = torch.nn.functional.interpolate(
+            torch.tensor(x), size=5, recompute_scale_factor=flag
+        )
+        got = F.interpolate(rg.tensor(x), size=5, recompute_scale_factor=flag)
+        np.testing.assert_allclose(got.numpy(), expected.numpy())

@@ -505,7 +505,13 @@ def _lp_pool(fn, spatial, x, norm_type, kernel_size, stride, ceil_mode) -> Tenso
     """torch's ``(sum over the window of x**p)**(1 / p)``: the average pool of ``x**p`` times
     the window's size, its sign kept (``sign(s) relu(|s|)``) before the root. An int64 or
     bool input is torch's too: its power pooled as integers (each window's sum divided toward
-    zero), the root a float32 one."""
+    zero), the root a float32 one. An infinite ``norm_type`` is torch's special case: the
+    maximum of ``|x|`` over each window (``-inf``: minus the maximum of ``-|x|``)."""
+    if isinstance(x, Tensor) and isinstance(norm_type, (int, float)) and math.isinf(norm_type):
+        max_pool = {1: max_pool1d, 2: max_pool2d, 3: max_pool3d}[spatial]
+        if norm_type > 0:
+            return max_pool(x.abs(), kernel_size, stride, 0, 1, ceil_mode)
+        return -max_pool(-x.abs(), kernel_size, stride, 0, 1, ceil_mode)
     if not (isinstance(x, Tensor) and x.dtype in ("int64", "bool")):
         x = _float_input(fn, x)
     kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)

@@ -111,6 +111,11 @@ def interpolate(
         raise ShapeError(f"{fn}: give exactly one of size and scale_factor")
     in_size = x.shape[2:]
     if size is not None:
+        if recompute_scale_factor:
+            raise InvalidArgumentError(
+                f"{fn}: recompute_scale_factor is not meaningful with an explicit size "
+                f"(size={size!r})"
+            )
         if isinstance(size, Sequence) and len(size) != spatial:  # (torch: no broadcast)
             raise ShapeError(
                 f"{fn}: size must be an int or one int per spatial dimension ({spatial}), "
