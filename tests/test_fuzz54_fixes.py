@@ -189,3 +189,16 @@ def test_interpolate_refuses_recompute_scale_factor_with_a_size():
         )
         got = F.interpolate(rg.tensor(x), size=5, recompute_scale_factor=flag)
         np.testing.assert_allclose(got.numpy(), expected.numpy())
+
+
+def test_lp_pool1d_with_an_infinite_norm_takes_a_tuple_kernel_as_torch():
+    """torch's infinite-norm ``lp_pool1d`` is a ``max_pool1d``, which takes ``kernel_size``
+    ``(3,)``; a finite norm multiplies by the kernel size, and a tuple fails there."""
+    x = np.random.default_rng(5).standard_normal((2, 6))
+    expected = torch.nn.functional.lp_pool1d(torch.tensor(x), -float("inf"), (3,), (1,), True)
+    got = F.lp_pool1d(rg.tensor(x), -float("inf"), (3,), (1,), True)
+    np.testing.assert_allclose(got.numpy(), expected.numpy())
+    with pytest.raises(TypeError):
+        torch.nn.functional.lp_pool1d(torch.tensor(x), 2.0, (3,))
+    with pytest.raises(rg.DTypeError, match="lp_pool1d"):
+        F.lp_pool1d(rg.tensor(x), 2.0, (3,))

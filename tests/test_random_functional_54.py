@@ -237,7 +237,8 @@ def draw_pool(rng):
         name = f"lp_pool{d}d"
         kernel = kernel if isinstance(kernel, int) else kernel[:d]
         stride = stride if not isinstance(stride, tuple) else stride[:d]
-        kw = dict(norm_type=float(rng.choice([1.0, 2.0, 3.0, 1.5])), kernel_size=kernel)
+        norm = float(rng.choice([1.0, 2.0, 3.0, 1.5, np.inf, -np.inf]))
+        kw = dict(norm_type=norm, kernel_size=kernel)
         kw.update(stride=stride, ceil_mode=ceil_mode)
     else:
         name = f"{kind}_pool{d}d"
@@ -319,6 +320,8 @@ def draw_interpolate(rng):
             if rng.random() < 0.4
             else tuple(int(rng.integers(1, 9)) for _ in range(d))
         )
+        if rng.random() < 0.1:  # refused with a size
+            kw["recompute_scale_factor"] = True
     else:
         if rng.random() < 0.5:
             kw["scale_factor"] = float(rng.choice([0.5, 1.5, 2.0, 3.0, 0.7, 1.0, 2.5]))
@@ -329,12 +332,19 @@ def draw_interpolate(rng):
     if mode in ("linear", "bilinear", "bicubic", "trilinear") and rng.random() < 0.6:
         kw["align_corners"] = bool(rng.random() < 0.5)
     if mode in ("bilinear", "bicubic") and rng.random() < 0.4:
-        kw["antialias"] = True
+        plain = (
+            TF.interpolate(torch.tensor(x), **kw)
+            if "recompute_scale_factor" not in kw or "size" not in kw
+            else None
+        )
+        # (torch's antialiased kernels go wrong with an axis of size 1: left out)
+        if plain is not None and min(x.shape[2:]) > 1 and min(plain.shape[2:]) > 1:
+            kw["antialias"] = True
     call = lambda f, lib, x: f.interpolate(x, **kw)  # noqa: E731
     # an output dim of size 0 (area with a small scale) has no backward in torch
-    grad = (
-        all(n > 0 for n in TF.interpolate(torch.tensor(x), **kw).shape) if mode == "area" else True
-    )
+    grad = True
+    if mode == "area" and not ("size" in kw and "recompute_scale_factor" in kw):
+        grad = all(n > 0 for n in TF.interpolate(torch.tensor(x), **kw).shape)
     return f"interpolate({x.shape}, {kw})", "interpolate", call, [x], grad
 
 

@@ -531,7 +531,8 @@ def lp_pool1d(
     ceil_mode: bool = False,
 ) -> Tensor:
     """1-d power-average pooling: the ``norm_type``-norm of each window."""
-    if isinstance(kernel_size, (tuple, list)):  # torch multiplies by it: a sequence fails
+    infinite = isinstance(norm_type, (int, float)) and math.isinf(norm_type)  # a max pool
+    if isinstance(kernel_size, (tuple, list)) and not infinite:  # torch multiplies by it
         raise DTypeError(f"lp_pool1d: kernel_size must be an int, got {kernel_size!r}")
     return _lp_pool("lp_pool1d", 1, input, norm_type, kernel_size, stride, ceil_mode)
 
