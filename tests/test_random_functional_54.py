@@ -21,8 +21,10 @@ Left out, where torch itself is no reference: ``output_padding`` at or past both
 dilation (accepted, as Burn does: conformance), circular pads that crop more than they keep
 and reflect crops to an empty dim (torch reads uninitialized memory), the backward of empty
 outputs (torch refuses it), a last offset other than the input's length with
-``include_last_offset`` (torch's kernels disagree by dtype), and the gradient of max pools
-with a window over padding alone (torch's index can point past the input).
+``include_last_offset`` (torch's kernels disagree by dtype), the gradient of max pools
+with a window over padding alone (torch's index can point past the input), and antialiased
+``interpolate`` with an input or output axis of size 1 (torch's result is wrong there: it
+repeats one value where the separable filter gives others).
 """
 
 from __future__ import annotations
