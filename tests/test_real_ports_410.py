@@ -1159,16 +1159,19 @@ GERMAN_TO_ENGLISH = {
 }  # fmt: skip
 
 
-def synthetic_multi30k(rng: np.random.Generator) -> dict[str, list[dict[str, str]]]:
+def synthetic_multi30k(
+    rng: np.random.Generator, sizes: tuple[int, int, int] = (8, 4, 4)
+) -> dict[str, list[dict[str, str]]]:
     """Pairs of "German" and "English" sentences, each word translated by the table above, in
-    Multi30k's form (capitalised, a final full stop)."""
+    Multi30k's form (capitalised, a final full stop): ``sizes`` of the train, validation and
+    test splits."""
 
     def pair() -> dict[str, str]:
         words = [str(w) for w in rng.choice(list(GERMAN_TO_ENGLISH), int(rng.integers(2, 6)))]
         english = " ".join(GERMAN_TO_ENGLISH[w] for w in words)
         return {"de": " ".join(words).capitalize() + ".", "en": english.capitalize() + "."}
 
-    return {split: [pair() for _ in range(n)] for split, n in (("train", 8), ("validation", 4), ("test", 4))}
+    return {split: [pair() for _ in range(n)] for split, n in zip(("train", "validation", "test"), sizes)}
 
 
 class Token:
@@ -1181,6 +1184,8 @@ class Language:
 
     def tokenizer(self, text: str) -> list[Token]:
         return [Token(t) for t in text.replace(".", " .").split()]
+
+    __call__ = tokenizer
 
 
 class Vocab:
