@@ -1171,7 +1171,10 @@ def synthetic_multi30k(
         english = " ".join(GERMAN_TO_ENGLISH[w] for w in words)
         return {"de": " ".join(words).capitalize() + ".", "en": english.capitalize() + "."}
 
-    return {split: [pair() for _ in range(n)] for split, n in zip(("train", "validation", "test"), sizes)}
+    return {
+        split: [pair() for _ in range(n)]
+        for split, n in zip(("train", "validation", "test"), sizes)
+    }
 
 
 class Token:
@@ -1241,7 +1244,7 @@ class Dataset:
         rows = [{**row, **function(row, **(fn_kwargs or {}))} for row in self.rows]
         return Dataset(rows, self.lib, self.columns)
 
-    def with_format(self, type: str, columns=(), output_all_columns: bool = False) -> Dataset:
+    def with_format(self, type: str, columns=(), output_all_columns: bool = False) -> Dataset:  # noqa: A002 (datasets' name)
         assert type == "torch" and output_all_columns
         return Dataset(self.rows, self.lib, columns)
 
@@ -1252,25 +1255,33 @@ class Dataset:
         if isinstance(key, str):
             return [row[key] for row in self.rows]
         row = self.rows[key]
-        return {k: self.lib.tensor(v, dtype=self.lib.int64) if k in self.columns else v for k, v in row.items()}
+        return {
+            k: self.lib.tensor(v, dtype=self.lib.int64) if k in self.columns else v
+            for k, v in row.items()
+        }
 
 
 def stand_in_modules(lib, corpus) -> dict[str, types.ModuleType]:
-    modules = {name: types.ModuleType(name) for name in ("spacy", "datasets", "torchtext", "tqdm", "evaluate")}
+    modules = {
+        name: types.ModuleType(name)
+        for name in ("spacy", "datasets", "torchtext", "tqdm", "evaluate")
+    }
     for name, module in modules.items():  # (torch's dynamo asks every loaded module for its spec)
         module.__spec__ = importlib.machinery.ModuleSpec(name, None)
     modules["spacy"].load = lambda name: Language()
     modules["datasets"].load_dataset = lambda name: {k: Dataset(v, lib) for k, v in corpus.items()}
-    modules["torchtext"].vocab = types.SimpleNamespace(build_vocab_from_iterator=build_vocab_from_iterator)
+    modules["torchtext"].vocab = types.SimpleNamespace(
+        build_vocab_from_iterator=build_vocab_from_iterator
+    )
     modules["tqdm"].tqdm = lambda iterable: iterable
     return modules
 
 
 def run_notebook(cells: str, tail: str, monkeypatch, tmp_path):
-    """The records and printed lines of the notebook under torch and of its port."""
+    """The records of the notebook under torch and of its port."""
     monkeypatch.chdir(tmp_path)
     corpus = synthetic_multi30k(np.random.default_rng(410))
-    initialize, records, logs = initializer(), [], []
+    initialize, records = initializer(), []
     source = DATA_CELLS + "\n" + cells + tail
     for lib in (torch, rg):
         for name, module in stand_in_modules(lib, corpus).items():
@@ -1290,7 +1301,9 @@ def run_notebook(cells: str, tail: str, monkeypatch, tmp_path):
         pytest.param(ATTENTION_SEQ2SEQ_CELLS, ATTENTION_TRANSLATION_TAIL, id="3-attention"),
     ],
 )
-def test_bentrevett_seq2seq_notebooks_train_and_translate_as_torch(cells, tail, monkeypatch, tmp_path):
+def test_bentrevett_seq2seq_notebooks_train_and_translate_as_torch(
+    cells, tail, monkeypatch, tmp_path
+):
     theirs, ours = run_notebook(cells, tail, monkeypatch, tmp_path)
     assert theirs[1][0] < theirs[0][0]  # it learns
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)

@@ -30,7 +30,7 @@ import numpy as np
 
 from real_ports import assert_records_agree, initializer, runs_with_draws
 
-CHAR_RNN_SOURCE = '''
+CHAR_RNN_SOURCE = """
 # -- rnn.py ----------------------------------------------------------------------------------------
 import torch
 import torch.nn as nn
@@ -204,15 +204,21 @@ pred_chars_indices = pred_chars.argmax(axis=-1)
 pred_chars = [ALPHABET[idx] for idx in pred_chars_indices]
 print("".join(pred_chars))
 record.append("".join(pred_chars))
-'''
+"""
 
 CHAR_RNN_STEPS = [
-    ("import torch\nimport torch.nn as nn\n", "import retrograd as torch\nimport retrograd.nn as nn\n"),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
     (
         "import torch\nimport torch.nn.functional as F\nimport torch.optim as optim\n",
         "import retrograd as torch\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n",
     ),
-    ("import string\n\nimport torch\n\n\nALPHABET", "import string\n\nimport retrograd as torch\n\n\nALPHABET"),
+    (
+        "import string\n\nimport torch\n\n\nALPHABET",
+        "import string\n\nimport retrograd as torch\n\n\nALPHABET",
+    ),
     ("    loss.backward()\n", "    grads = loss.backward()\n"),
     ("    optimizer.step()\n", "    optimizer.step(grads)\n"),
 ]
@@ -227,12 +233,18 @@ def synthetic_text(rng: np.random.Generator, length: int) -> str:
     return text[:length]
 
 
-def test_char_rnn_trains_on_one_hot_batches_with_rmsprop_and_samples_as_torch(capsys, tmp_path, monkeypatch):
+def test_char_rnn_trains_on_one_hot_batches_with_rmsprop_and_samples_as_torch(
+    capsys, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "input").mkdir()
-    (tmp_path / "input" / "warpeace_input.txt").write_text(synthetic_text(np.random.default_rng(412), 64 * 30 + 5))
+    (tmp_path / "input" / "warpeace_input.txt").write_text(
+        synthetic_text(np.random.default_rng(412), 64 * 30 + 5)
+    )
     random.seed(412)
-    records, logs = runs_with_draws(CHAR_RNN_SOURCE, CHAR_RNN_STEPS, capsys, 412, initialize=initializer())
+    records, logs = runs_with_draws(
+        CHAR_RNN_SOURCE, CHAR_RNN_STEPS, capsys, 412, initialize=initializer()
+    )
     theirs, ours = records
     assert len(theirs) == 30 + 2 and theirs[-5] < theirs[0]  # it learns
     theirs_printed, ours_printed = (log.splitlines() for log in logs)

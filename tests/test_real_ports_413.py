@@ -143,13 +143,28 @@ PAD_PACKED_DEMO_STEPS = [
 def test_pad_packed_demo_sorts_packs_runs_and_unpacks_as_torch(capsys):
     initialize, records, logs = initializer(), [], []
     for lib in (torch, rg):
-        ported = port(PAD_PACKED_DEMO_SOURCE, PAD_PACKED_DEMO_STEPS).replace("from torch.", "from retrograd.")
+        ported = port(PAD_PACKED_DEMO_SOURCE, PAD_PACKED_DEMO_STEPS).replace(
+            "from torch.", "from retrograd."
+        )
         text = PAD_PACKED_DEMO_SOURCE if lib is torch else ported
         names = run_source(text, lib, initialize=initialize)
         logs.append(capsys.readouterr().out)
-        embed, lstm, packed_input, packed_output = (names[k] for k in ("embed", "lstm", "packed_input", "packed_output"))
-        record = [names["seq_tensor"], names["perm_idx"], packed_input.data, packed_input.batch_sizes]
-        record += [packed_output.data, names["output"], names["input_sizes"], names["ht"], names["ct"]]
+        embed, lstm, packed_input, packed_output = (
+            names[k] for k in ("embed", "lstm", "packed_input", "packed_output")
+        )
+        record = [
+            names["seq_tensor"],
+            names["perm_idx"],
+            packed_input.data,
+            packed_input.batch_sizes,
+        ]
+        record += [
+            packed_output.data,
+            names["output"],
+            names["input_sizes"],
+            names["ht"],
+            names["ct"],
+        ]
         loss = names["ht"].sum() + (names["output"] * lib.arange(1.0, 6.0)).sum()
         weights = [embed.weight, *lstm.parameters()]
         if lib is torch:
@@ -158,7 +173,9 @@ def test_pad_packed_demo_sorts_packs_runs_and_unpacks_as_torch(capsys):
         else:
             grads = loss.backward()
             record += [w.grad(grads) for w in weights]
-        records.append([np.asarray(r.detach().numpy() if hasattr(r, "detach") else r) for r in record])
+        records.append(
+            [np.asarray(r.detach().numpy() if hasattr(r, "detach") else r) for r in record]
+        )
     theirs, ours = records
     assert logs[0] == logs[1] and "grad_fn=<SelectBackward0>" in logs[0]
     assert theirs[3].tolist() == [3, 3, 3, 3, 2, 2, 1, 1]

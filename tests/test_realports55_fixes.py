@@ -15,7 +15,12 @@ import retrograd as rg
 
 @pytest.mark.parametrize(
     "first, second",
-    [(np.int64, np.float32), (np.float32, np.int64), (np.float32, np.float64), (np.bool_, np.int64)],
+    [
+        (np.int64, np.float32),
+        (np.float32, np.int64),
+        (np.float32, np.float64),
+        (np.bool_, np.int64),
+    ],
 )
 def test_pad_sequence_takes_the_dtype_of_the_first_sequence_as_torch(first, second):
     a, b = np.array([1, 0, 3]).astype(first), np.array([1.5, 2.25]).astype(second)
