@@ -1,4 +1,4 @@
-# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 Open-Unmix, the music source separation reference model.
 
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import pytest
 import torch
 
 import retrograd as rg
@@ -545,7 +544,10 @@ record.append({"estimate": estimate.numpy(), "roundtrip": roundtrip.numpy(), "au
 '''
 
 OPEN_UNMIX_STEPS = [
-    ("import torch\nfrom torch import Tensor\nimport torch.nn as nn\n", "import retrograd as torch\nfrom retrograd import Tensor\nimport retrograd.nn as nn\n"),
+    (
+        "import torch\nfrom torch import Tensor\nimport torch.nn as nn\n",
+        "import retrograd as torch\nfrom retrograd import Tensor\nimport retrograd.nn as nn\n",
+    ),
     (
         "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch import Tensor\nfrom torch.nn import LSTM, BatchNorm1d, Linear, Parameter\n",
         "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd import Tensor\nfrom retrograd.nn import LSTM, BatchNorm1d, Linear, Parameter\n",
@@ -618,10 +620,27 @@ def test_open_unmix_trains_and_separates_as_torch(capsys, monkeypatch):
     torch.manual_seed(0)
     np.random.seed(0)
     args = argparse.Namespace(
-        target="vocals", epochs=3, batch_size=2, lr=0.01, patience=140, lr_decay_patience=0,
-        lr_decay_gamma=0.3, weight_decay=0.00001, seed=42, nfft=64, nhop=16, hidden_size=16,
-        nb_layers=2, bandwidth=3000, nb_channels=2, nb_workers=0, debug=False, quiet=True,
-        no_cuda=True, checkpoint=None, model=None,
+        target="vocals",
+        epochs=3,
+        batch_size=2,
+        lr=0.01,
+        patience=140,
+        lr_decay_patience=0,
+        lr_decay_gamma=0.3,
+        weight_decay=0.00001,
+        seed=42,
+        nfft=64,
+        nhop=16,
+        hidden_size=16,
+        nb_layers=2,
+        bandwidth=3000,
+        nb_channels=2,
+        nb_workers=0,
+        debug=False,
+        quiet=True,
+        no_cuda=True,
+        checkpoint=None,
+        model=None,
     )
     initialize, records, logs = initializer(), [], []
     for lib in (torch, rg):
@@ -636,8 +655,14 @@ def test_open_unmix_trains_and_separates_as_torch(capsys, monkeypatch):
             text = port(text, OPEN_UNMIX_STEPS)
         record = []
         run_source(
-            text, lib, record=record, args=args, data=make_data(lib), tqdm=tqdm_stand_in,
-            initialize=initialize, params_of=params_of,
+            text,
+            lib,
+            record=record,
+            args=args,
+            data=make_data(lib),
+            tqdm=tqdm_stand_in,
+            initialize=initialize,
+            params_of=params_of,
         )
         monkeypatch.undo()
         records.append(record)

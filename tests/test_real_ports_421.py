@@ -1,4 +1,4 @@
-# ruff: noqa: E501, W291, W293, E101, W191  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 Graph WaveNet, the spatial-temporal traffic forecaster.
 
@@ -255,7 +255,7 @@ def metric(pred, real):
     return mae,mape,rmse
 '''
 
-GRAPH_WAVENET_SOURCE = '''
+GRAPH_WAVENET_SOURCE = """
 # model.py
 import torch
 import torch.nn as nn
@@ -658,7 +658,7 @@ if __name__ == "__main__":
     main()
     t2 = time.time()
     print("Total time spent: {:.4f}".format(t2-t1))
-'''
+"""
 
 GRAPH_WAVENET_STEPS = [
     (
@@ -715,10 +715,26 @@ def test_graph_wavenet_trains_and_tests_as_torch(capsys, monkeypatch, tmp_path):
     ``BatchNorm2d`` cancels (no gradient of the loss), move by their decay, not by noise."""
     torch.manual_seed(0)
     args = argparse.Namespace(
-        device="cpu", data="../data", adjdata="../adj_mx.pkl", adjtype="doubletransition",
-        gcn_bool=True, aptonly=False, addaptadj=True, randomadj=True, seq_length=12,
-        nhid=4, in_dim=2, num_nodes=5, batch_size=8, learning_rate=0.01, dropout=0.0,
-        weight_decay=0.01, epochs=2, print_every=1, save="garage/metr", expid=1,
+        device="cpu",
+        data="../data",
+        adjdata="../adj_mx.pkl",
+        adjtype="doubletransition",
+        gcn_bool=True,
+        aptonly=False,
+        addaptadj=True,
+        randomadj=True,
+        seq_length=12,
+        nhid=4,
+        in_dim=2,
+        num_nodes=5,
+        batch_size=8,
+        learning_rate=0.01,
+        dropout=0.0,
+        weight_decay=0.01,
+        epochs=2,
+        print_every=1,
+        save="garage/metr",
+        expid=1,
     )
     write_sensors(tmp_path, 420)
     initialize, records, logs = initializer(), [], []
@@ -734,8 +750,14 @@ def test_graph_wavenet_trains_and_tests_as_torch(capsys, monkeypatch, tmp_path):
         record = []
         with SharedDraws(lib, 420):
             run_source(
-                text, lib, __name__="__main__", args=args, util=util, record=record,
-                params_of=params_of, initialize=initialize,
+                text,
+                lib,
+                __name__="__main__",
+                args=args,
+                util=util,
+                record=record,
+                params_of=params_of,
+                initialize=initialize,
             )
         records.append(record)
         logs.append(without_times(capsys.readouterr().out))

@@ -40,7 +40,15 @@ import pytest
 import torch
 
 import retrograd as rg
-from real_ports import SharedDraws, assert_records_agree, initializer, params_of, port, run_source, state_of
+from real_ports import (
+    SharedDraws,
+    assert_records_agree,
+    initializer,
+    params_of,
+    port,
+    run_source,
+    state_of,
+)
 
 DCCRN_SOURCE = '''
 # show.py
@@ -1024,8 +1032,15 @@ def test_dccrn_trains_on_noisy_speech_as_torch(capsys, masking_mode, use_clstm, 
     t = np.arange(length) / 8000.0
     chirp = 0.6 * np.sin(2 * np.pi * (300 + 2000 * t) * t)
     args = argparse.Namespace(
-        rnn_units=16, win_len=64, win_inc=16, fft_len=64, masking_mode=masking_mode,
-        use_clstm=use_clstm, use_cbn=use_cbn, kernel_num=[4, 8, 8], steps=3,
+        rnn_units=16,
+        win_len=64,
+        win_inc=16,
+        fft_len=64,
+        masking_mode=masking_mode,
+        use_clstm=use_clstm,
+        use_cbn=use_cbn,
+        kernel_num=[4, 8, 8],
+        steps=3,
     )
     initialize, records, logs = initializer(), [], []
     for lib in (torch, rg):
@@ -1033,8 +1048,14 @@ def test_dccrn_trains_on_noisy_speech_as_torch(capsys, masking_mode, use_clstm, 
         record = []
         with SharedDraws(lib, 423):
             run_source(
-                text, lib, args=args, length=length, record=record, params_of=params_of,
-                state_of=state_of, initialize=initialize,
+                text,
+                lib,
+                args=args,
+                length=length,
+                record=record,
+                params_of=params_of,
+                state_of=state_of,
+                initialize=initialize,
                 clean=lib.tensor(np.stack([chirp, chirp[::-1], -chirp, chirp]), dtype=lib.float32),
             )
         records.append(record)

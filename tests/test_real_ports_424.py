@@ -1,4 +1,4 @@
-# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 TSMixer, the all-MLP multivariate forecaster.
 
@@ -616,15 +616,22 @@ def test_tsmixer_fits_sinusoids_as_torch(options):
         text = TSMIXER_SOURCE if lib is torch else port(TSMIXER_SOURCE, TSMIXER_STEPS)
         record = []
         run_source(
-            text, lib, options={**options, "dropout_rate": 0.0, "ff_dim": 16},
-            phases=phases, record=record, params_of=params_of, initialize=initialize,
+            text,
+            lib,
+            options={**options, "dropout_rate": 0.0, "ff_dim": 16},
+            phases=phases,
+            record=record,
+            params_of=params_of,
+            initialize=initialize,
         )
         records.append(record)
     assert records[0][29] < records[0][0] / 4  # (the sinusoids are being fitted)
     # With the layer norm after the mixing, a bias of the one-channel ``fc2`` shifts every
     # element that ``LayerNorm((time, channels))`` normalises alike: no gradient of the loss
     # reaches it (``weight_decay`` is 0), so Adam moves it by rounding noise
-    cancelled = [
-        name for name in records[0][-2] if name.endswith("feature_mixing.fc2.bias")
-    ] if options["norm_type"] == "layer" and not options["normalize_before"] else []
+    cancelled = (
+        [name for name in records[0][-2] if name.endswith("feature_mixing.fc2.bias")]
+        if options["norm_type"] == "layer" and not options["normalize_before"]
+        else []
+    )
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5, skip=cancelled)
