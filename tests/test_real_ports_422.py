@@ -1223,6 +1223,7 @@ def without_times(log: str) -> str:
 
 def test_scinet_trains_and_tests_on_ett_as_torch(capsys, monkeypatch, tmp_path):
     torch.manual_seed(0)
+    np.random.seed(0)
     args = argparse.Namespace(
         model="SCINet",
         data="ETTh1",
@@ -1282,6 +1283,8 @@ def test_scinet_trains_and_tests_on_ett_as_torch(capsys, monkeypatch, tmp_path):
             return _lib.tensor(_rng.permutation(n), dtype=_lib.int64)
 
         monkeypatch.setattr(torch if lib is torch else rg_sampler, "randperm", randperm)
+        for flag in ("benchmark", "deterministic", "enabled"):  # (the script sets them)
+            monkeypatch.setattr(lib.backends.cudnn, flag, getattr(lib.backends.cudnn, flag))
         (tmp_path / lib.__name__).mkdir()
         monkeypatch.chdir(tmp_path / lib.__name__)
         text = SCINET_SOURCE if lib is torch else port(SCINET_SOURCE, SCINET_STEPS)

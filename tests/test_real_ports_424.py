@@ -610,6 +610,7 @@ TSMIXER_STEPS = [
 )
 def test_tsmixer_fits_sinusoids_as_torch(options):
     torch.manual_seed(0)
+    np.random.seed(0)
     phases = np.random.default_rng(424).uniform(0, 2 * np.pi, (100, 1))
     initialize, records = initializer(), []
     for lib in (torch, rg):
