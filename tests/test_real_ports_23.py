@@ -36,7 +36,7 @@ The defect found: retrograd had no LU factorization (``Tensor.lu``, ``torch.lu``
 elimination with LAPACK's partial pivoting written with tensor ops (a ``gather`` per row swap),
 so the pivots and factors are LAPACK's and the gradient through ``L`` and ``U`` is torch's; as
 torch's, ``lu_factor`` refuses a singular matrix (``lu_factor_ex`` and ``Tensor.lu`` report it in
-``info``) and ``pivot=False``. Pivots are int64 (torch's int32; retrograd has no int32 tensors).
+``info``) and ``pivot=False``. Pivots are int32, as torch's.
 The other flows and the entmax functions ran unchanged but for the gradient lines.
 """
 
