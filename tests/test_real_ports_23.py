@@ -844,6 +844,8 @@ def test_tensor_lu_forms_and_bad_input():
     with pytest.raises(rg.errors.InvalidArgumentError, match="without pivoting"):
         rg.linalg.lu_factor(rg.tensor(a), pivot=False)
     with pytest.raises(rg.ShapeError, match="lu_unpack"):
-        rg.lu_unpack(rg.tensor(a), rg.tensor([1, 2]))
+        rg.lu_unpack(rg.tensor(a), rg.tensor([1, 2], dtype=rg.int32))
+    with pytest.raises(rg.DTypeError, match="int32"):  # torch's pivots' dtype only
+        rg.lu_unpack(*rg.linalg.lu_factor(rg.tensor(a))[:1], rg.tensor([1, 2, 3]))
     with pytest.raises(rg.DTypeError, match="lu_factor"):
         rg.linalg.lu_factor(rg.tensor([[1, 2], [3, 4]]))
