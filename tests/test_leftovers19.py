@@ -113,6 +113,9 @@ def test_channels_last_3d_layout_and_layers_follow_torch():
             "max_pool3d": f.max_pool3d(made, 2),
             "max_pool3d_indices": f.max_pool3d(made, 2, return_indices=True)[1],
             "avg_pool3d": f.avg_pool3d(made, 2),
+            "instance_norm": f.instance_norm(made),  # (row-major in torch, 2-d and 3-d)
+            "instance_norm_2d": f.instance_norm(made[:, :, 0].contiguous(
+                memory_format=lib.channels_last)),
             "nearest": f.interpolate(made, scale_factor=2),
             "trilinear": f.interpolate(made, scale_factor=2, mode="trilinear"),
             "area_3d": f.interpolate(made, scale_factor=2, mode="area"),
