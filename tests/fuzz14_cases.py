@@ -999,7 +999,7 @@ def _la_lu_factor(rng, weight):
     def body(lib):
         A = lib.tensor(a, requires_grad=True)  # noqa: N806
         LU, piv = lib.linalg.lu_factor(A, pivot=pivot)  # noqa: N806
-        # (torch's pivots are int32, retrograd's int64: its one int dtype, as for .int())
+        # (compared as int64: the trial's int outputs)
         return [LU, piv.long()], [A]
 
     return _trial(f"lu_factor {a.shape}", body, None, weight, rtol=1e-7)

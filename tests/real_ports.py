@@ -48,22 +48,33 @@ def run_source(source: str, lib: Any, **shared: Any) -> dict[str, Any]:
     return names
 
 
+def _is_torchs(qualified: Any) -> bool:
+    return isinstance(qualified, str) and (qualified == "torch" or qualified.startswith("torch."))
+
+
 def _torch_name(value: Any) -> str | None:
-    """The name of ``value`` if it is one of PyTorch's own modules. (Single classes and
-    functions bound from torch are not refused yet: 15 ports bind one, most ``Tensor`` for
-    their annotations, four a class they use: TabNet's ``Function``, a lookahead's
-    ``Optimizer``, a ``weight_norm``.)"""
-    if not isinstance(value, types.ModuleType):
+    """What ``value`` is of PyTorch's own, or ``None``: one of its modules (``torch.nn``), a
+    class or function it defines (``Tensor``, ``autograd.Function``, ``optim.Optimizer``,
+    ``weight_norm``, ``torch.ones``), or an object of one of its classes (a tensor, a
+    dtype)."""
+    if isinstance(value, types.ModuleType):
+        return value.__name__ if _is_torchs(value.__name__) else None
+    if isinstance(value, type | types.FunctionType | types.BuiltinFunctionType):
+        module = getattr(value, "__module__", None)
+        if _is_torchs(module):
+            return f"{module}.{getattr(value, '__qualname__', value.__name__)}"
         return None
-    name = value.__name__
-    return name if name == "torch" or name.startswith("torch.") else None
+    module = type(value).__module__
+    return f"a {module}.{type(value).__qualname__}" if _is_torchs(module) else None
 
 
 def _assert_torch_is_not_bound(names: dict[str, Any], shared: dict[str, Any]) -> None:
     """A port whose ``import torch`` (or ``from torch import nn``) was left as written rebinds
     the name to PyTorch's own module and then runs on torch, agreeing with torch trivially
     (a port of round 54 did, until this check): no global of the ported program may be one
-    of torch's modules, but what the test itself handed in."""
+    of torch's modules, classes, functions or objects (``from torch import Tensor`` left in
+    a port makes its annotations and ``isinstance`` checks torch's; ``from torch.autograd
+    import Function`` runs its custom op on torch), but what the test itself handed in."""
     bound = {
         name: qualified
         for name, value in names.items()
@@ -74,10 +85,19 @@ def _assert_torch_is_not_bound(names: dict[str, Any], shared: dict[str, Any]) ->
     )
 
 
+def ported_imports(source: str) -> str:
+    """``source`` with its ``from torch. ... import`` and ``from torch import`` lines naming
+    retrograd (the lines a port changes: ``from torch import Tensor`` left as written binds
+    torch's class, which :func:`_assert_torch_is_not_bound` refuses)."""
+    return source.replace("from torch.", "from retrograd.").replace(
+        "from torch import ", "from retrograd import "
+    )
+
+
 def both(source: str, replacements: list[tuple[str, str]], **shared: Any):
     """The namespaces of ``source`` run under torch and of its port run under retrograd."""
     theirs = run_source(source, torch, **shared)
-    ported = port(source, replacements).replace("from torch.", "from retrograd.")
+    ported = ported_imports(port(source, replacements))
     ours = run_source(ported, rg, **shared)
     return theirs, ours
 
@@ -183,11 +203,7 @@ def runs_with_draws(source, steps, capsys, seed, **names):
         torch.manual_seed(0)
         np.random.seed(seed)
         random.seed(seed)
-        text = (
-            source
-            if lib is torch
-            else port(source, steps).replace("from torch.", "from retrograd.")
-        )
+        text = source if lib is torch else ported_imports(port(source, steps))
         shared = {  # make_<name>(lib) gives each run its own <name>
             k.removeprefix("make_"): v(lib) if k.startswith("make_") else v
             for k, v in names.items()

@@ -36,7 +36,7 @@ The defect found: retrograd had no LU factorization (``Tensor.lu``, ``torch.lu``
 elimination with LAPACK's partial pivoting written with tensor ops (a ``gather`` per row swap),
 so the pivots and factors are LAPACK's and the gradient through ``L`` and ``U`` is torch's; as
 torch's, ``lu_factor`` refuses a singular matrix (``lu_factor_ex`` and ``Tensor.lu`` report it in
-``info``) and ``pivot=False``. Pivots are int64 (torch's int32; retrograd has no int32 tensors).
+``info``) and ``pivot=False``. Pivots are int32, as torch's.
 The other flows and the entmax functions ran unchanged but for the gradient lines.
 """
 
@@ -844,6 +844,8 @@ def test_tensor_lu_forms_and_bad_input():
     with pytest.raises(rg.errors.InvalidArgumentError, match="without pivoting"):
         rg.linalg.lu_factor(rg.tensor(a), pivot=False)
     with pytest.raises(rg.ShapeError, match="lu_unpack"):
-        rg.lu_unpack(rg.tensor(a), rg.tensor([1, 2]))
+        rg.lu_unpack(rg.tensor(a), rg.tensor([1, 2], dtype=rg.int32))
+    with pytest.raises(rg.DTypeError, match="int32"):  # torch's pivots' dtype only
+        rg.lu_unpack(*rg.linalg.lu_factor(rg.tensor(a))[:1], rg.tensor([1, 2, 3]))
     with pytest.raises(rg.DTypeError, match="lu_factor"):
         rg.linalg.lu_factor(rg.tensor([[1, 2], [3, 4]]))

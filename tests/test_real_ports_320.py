@@ -33,6 +33,7 @@ from real_ports import (
     initializer,
     params_of,
     port,
+    ported_imports,
     run_source,
     runs_with_draws,
 )
@@ -466,7 +467,8 @@ def test_patchtst_predicts_in_eval_mode_as_torch_from_the_same_state():
     predictions = []
     state = None
     for lib in (torch, rg):
-        ns = run_source(definitions if lib is torch else port(definitions, MODELS_STEPS[:1]), lib)
+        text = definitions if lib is torch else port(definitions, MODELS_STEPS[:1])
+        ns = run_source(text if lib is torch else ported_imports(text), lib)
         model = ns["build_model"](CONFIGS["patchTST"])
         if state is None:  # torch's: drawn weights and running statistics
             for name, buffer in model.named_buffers():

@@ -522,6 +522,7 @@ record.append(sorted(len(state) for state in saved["slow_state"].values()))
 
 LOOKAHEAD_STEPS = [
     ("\nimport torch\n", "\nimport retrograd as torch\n"),
+    ("from torch.optim.optimizer import", "from retrograd.optim.optimizer import"),
     ("    def step(self, closure=None):", "    def step(self, grads, closure=None):"),
     ("self.optimizer.step(closure)", "self.optimizer.step(grads)"),
     (

@@ -652,7 +652,8 @@ def lu_factor(A: Tensor, *, pivot: bool = True, out: Any = None) -> Any:  # noqa
 
     Written with tensor ops (a row swap by ``gather``, the Schur complement updated), so it
     runs on every backend and its gradient is that of the elimination, torch's for matrices of
-    full rank. ``pivots`` are int64 here (torch's are int32, a dtype retrograd does not have).
+    full rank. ``pivots`` are int32, as torch's (:func:`lu_unpack` and :func:`lu_solve` take
+    no other dtype, as torch's).
     As torch on the CPU, ``pivot=False`` is refused; as torch's, a singular matrix (a zero on
     ``U``'s diagonal) is refused too (:func:`lu_factor_ex` and :func:`lu` factor it).
 
@@ -689,11 +690,7 @@ def lu_unpack(
     n]``, ``k = min(m, n)``. What is not unpacked is an empty tensor, as torch's."""
     _no_out("lu_unpack", out)
     lu = _matrices("lu_unpack", LU_data)
-    if not isinstance(LU_pivots, Tensor) or LU_pivots.dtype != "int64":
-        raise DTypeError(
-            f"lu_unpack: LU_pivots must be an integer tensor (lu_factor's pivots), got "
-            f"{getattr(LU_pivots, 'dtype', type(LU_pivots).__name__)}"
-        )
+    _check_pivots("torch.lu_unpack: LU_pivots", LU_pivots)
     m, n = lu.shape[-2:]
     k = min(m, n)
     if tuple(LU_pivots.shape) != tuple(lu.shape[:-2]) + (k,):
@@ -711,12 +708,23 @@ def lu_unpack(
     if unpack_pivots:
         # the rows of P^T A in order: row i of the factored matrix is A's row perm[i]
         perm = rows.expand(tuple(LU_pivots.shape[:-1]) + (m,))
+        swaps = LU_pivots.long() - 1  # (gather's index dtype)
         for i in range(k):
-            p = LU_pivots[..., i : i + 1] - 1
+            p = swaps[..., i : i + 1]
             at_i, at_p = perm[..., i : i + 1], perm.gather(-1, p)
             perm = perm.where(rows != i, at_p).where((rows != p) | (rows == i), at_i)
         P = (rows[:, None] == perm[..., None, :]).to(lu.dtype)  # noqa: N806
     return LUUnpackResult(P, L, U)
+
+
+def _check_pivots(what: str, pivots: Any) -> None:
+    """Refuse pivots that are not an int32 tensor (:func:`lu_factor`'s), as torch's: a
+    ``DTypeError`` saying ``what`` they are."""
+    if not isinstance(pivots, Tensor) or pivots.dtype != "int32":
+        raise DTypeError(
+            f"{what} should be a Tensor of scalar type int32 (lu_factor's pivots), got "
+            f"{getattr(pivots, 'dtype', type(pivots).__name__)}"
+        )
 
 
 @autocast_op("linalg_lu")
@@ -756,6 +764,7 @@ def lu_solve(
     """
     _no_out("linalg.lu_solve", out)
     factors = _square("linalg.lu_solve", LU)
+    _check_pivots("linalg.lu_solve: pivots", pivots)
     rhs = lift(factors, B, "linalg.lu_solve")
     n = factors.shape[-1]
     if rhs.ndim < 2 or rhs.shape[-2 if left else -1] != n:

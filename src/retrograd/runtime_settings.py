@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -237,13 +238,22 @@ _MATMUL_PRECISION = ["highest"]
 
 
 def set_float32_matmul_precision(precision: str) -> None:
-    """Recorded (``"highest"``, ``"high"`` or ``"medium"``, as torch accepts); the float32
-    products are computed in float32 whatever it says."""
-    if precision not in ("highest", "high", "medium"):
-        raise InvalidArgumentError(
-            "set_float32_matmul_precision: expected 'highest', 'high' or 'medium', got "
-            f"{precision!r}"
+    """Recorded (``"highest"``, ``"high"`` or ``"medium"``); the float32 products are computed
+    in float32 whatever it says. Any other str is torch's warning and changes nothing, as
+    torch's call does (a script written for a newer or older torch still runs); a value that
+    is not a str is refused."""
+    if not isinstance(precision, str):
+        raise DTypeError(
+            f"set_float32_matmul_precision expects a str, but got {type(precision).__name__}"
         )
+    if precision not in ("highest", "high", "medium"):
+        warnings.warn(
+            f"{precision} is not one of 'highest', 'high', or 'medium'; the current "
+            "set_float32_matmul_precision call has no effect.",
+            UserWarning,
+            stacklevel=2,
+        )
+        return
     _MATMUL_PRECISION[0] = precision
 
 

@@ -10,12 +10,12 @@ from ..tensor import rand
 from ..tensor.dtypes import Size
 from . import constraints
 from .exp_family import ExponentialFamily
-from .utils import binary_cross_entropy_with_logits, broadcast_all
+from .utils import BinaryProbsOrLogits, binary_cross_entropy_with_logits, broadcast_all
 
 __all__ = ["Bernoulli"]
 
 
-class Bernoulli(ExponentialFamily):
+class Bernoulli(BinaryProbsOrLogits, ExponentialFamily):
     """1 with probability ``probs`` (or ``sigmoid(logits)``), else 0."""
 
     arg_constraints: ClassVar[dict[str, Any]] = {
@@ -38,19 +38,12 @@ class Bernoulli(ExponentialFamily):
             raise InvalidArgumentError(
                 "Bernoulli: either `probs` or `logits` must be specified, but not both."
             )
-        if probs is not None:
-            self._param_name = "probs"
-            (probs,) = broadcast_all(probs)  # a Python number too, as torch's
-            self.probs = probs
-            eps = _eps(probs)
-            clamped = probs.clamp(eps, 1 - eps)
-            self.logits = clamped.log() - (-clamped).log1p()
-        else:
-            self._param_name = "logits"
-            (logits,) = broadcast_all(logits)
-            self.logits = logits
-            self.probs = logits.sigmoid()
-        super().__init__(tuple(self.probs.shape), validate_args=validate_args)
+        # the given parameter is kept (a Python number too, as torch's), the other derived
+        # on its first reading (BinaryProbsOrLogits)
+        self._param_name = "probs" if probs is not None else "logits"
+        (param,) = broadcast_all(probs if probs is not None else logits)
+        self.__dict__[self._param_name] = param
+        super().__init__(tuple(param.shape), validate_args=validate_args)
 
     def _expand_args(self) -> dict[str, Any]:
         return {self._param_name: getattr(self, self._param_name)}
@@ -95,9 +88,3 @@ class Bernoulli(ExponentialFamily):
 
     def entropy(self) -> Any:
         return binary_cross_entropy_with_logits(self.logits, self.probs)
-
-
-def _eps(t: Any) -> float:
-    from ..tensor.dtypes import finfo
-
-    return finfo(t.dtype).eps

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..autodiff import enable_grad, no_grad
+from ..autodiff import no_grad
 from ..errors import InvalidArgumentError
 from ..tensor import rand, tensor
 from ..tensor.dtypes import Size
@@ -24,7 +24,13 @@ from .categorical import Categorical
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
 from .special import lgamma
-from .utils import as_value, binary_cross_entropy_with_logits, broadcast_all, probs_to_logits, tiny
+from .utils import (
+    BinaryProbsOrLogits,
+    as_value,
+    binary_cross_entropy_with_logits,
+    broadcast_all,
+    tiny,
+)
 
 __all__ = [
     "Binomial",
@@ -109,7 +115,7 @@ def _clamp_by_zero(x: Any) -> Any:
     return (x.clamp(min=0) + x - x.clamp(max=0)) / 2
 
 
-class Binomial(Distribution):
+class Binomial(BinaryProbsOrLogits, Distribution):
     """Successes in ``total_count`` trials of probability ``probs`` (or ``sigmoid(logits)``)."""
 
     arg_constraints: ClassVar[dict[str, Any]] = {
@@ -122,15 +128,11 @@ class Binomial(Distribution):
     def __init__(self, total_count: Any = 1, probs: Any = None, logits: Any = None,
                  validate_args: Any = None) -> None:  # fmt: skip
         _probs_or_logits("Binomial", probs, logits)
-        if probs is not None:
-            self._param_name = "probs"
-            self.total_count, self.probs = broadcast_all(total_count, probs)
-            self.logits = probs_to_logits(self.probs, is_binary=True)
-        else:
-            self._param_name = "logits"
-            self.total_count, self.logits = broadcast_all(total_count, logits)
-            self.probs = self.logits.sigmoid()
-        super().__init__(tuple(self.probs.shape), validate_args=validate_args)
+        self._param_name = "probs" if probs is not None else "logits"
+        given = probs if probs is not None else logits
+        self.total_count, param = broadcast_all(total_count, given)
+        self.__dict__[self._param_name] = param  # the other derived on use (lazily)
+        super().__init__(tuple(param.shape), validate_args=validate_args)
 
     def _expand_args(self) -> dict[str, Any]:
         return {"total_count": self.total_count, self._param_name: getattr(self, self._param_name)}
@@ -192,7 +194,7 @@ class Binomial(Distribution):
         return -(log_prob.exp() * log_prob).sum(0)
 
 
-class Geometric(Distribution):
+class Geometric(BinaryProbsOrLogits, Distribution):
     """Failures before the first success, success probability ``probs``."""
 
     arg_constraints: ClassVar[dict[str, Any]] = {
@@ -203,15 +205,10 @@ class Geometric(Distribution):
 
     def __init__(self, probs: Any = None, logits: Any = None, validate_args: Any = None):
         _probs_or_logits("Geometric", probs, logits)
-        if probs is not None:
-            self._param_name = "probs"
-            (self.probs,) = broadcast_all(probs)
-            self.logits = probs_to_logits(self.probs, is_binary=True)
-        else:
-            self._param_name = "logits"
-            (self.logits,) = broadcast_all(logits)
-            self.probs = self.logits.sigmoid()
-        super().__init__(tuple(self.probs.shape), validate_args=validate_args)
+        self._param_name = "probs" if probs is not None else "logits"
+        (param,) = broadcast_all(probs if probs is not None else logits)
+        self.__dict__[self._param_name] = param  # the other derived on use (lazily)
+        super().__init__(tuple(param.shape), validate_args=validate_args)
         if self._validate_args and not bool((self.probs > 0).all().item()):
             raise InvalidArgumentError(
                 f"Geometric: expected parameter probs to be positive, got {self.probs}"
@@ -404,7 +401,7 @@ class Multinomial(_OverCategorical, Distribution):
         return term1 + (binomial_probs * weights).sum((0, -1))
 
 
-class NegativeBinomial(Distribution):
+class NegativeBinomial(BinaryProbsOrLogits, Distribution):
     """Successes before ``total_count`` failures, success probability ``probs`` (or
     ``sigmoid(logits)``); ``total_count`` may be any non-negative real."""
 
@@ -425,19 +422,6 @@ class NegativeBinomial(Distribution):
         # only the given parameter is stored (and validated); the other is derived on use
         self.__dict__[self._param_name] = param
         super().__init__(tuple(param.shape), validate_args=validate_args)
-
-    def __getattr__(self, name: str) -> Any:
-        # under enable_grad, as torch's lazy_property: a first use inside no_grad (as
-        # sample's) would otherwise cache a value cut off from the parameters
-        with enable_grad():
-            if name == "logits" and "probs" in self.__dict__:
-                value = probs_to_logits(self.__dict__["probs"], is_binary=True)
-            elif name == "probs" and "logits" in self.__dict__:
-                value = self.__dict__["logits"].sigmoid()
-            else:
-                raise AttributeError(name)
-        self.__dict__[name] = value
-        return value
 
     def _expand_args(self) -> dict[str, Any]:
         return {"total_count": self.total_count, self._param_name: getattr(self, self._param_name)}

@@ -21,7 +21,7 @@ from .transforms import (
     Transform,
     sum_rightmost,
 )
-from .utils import as_value, broadcast_all, clamp_probs, eps, probs_to_logits, tiny
+from .utils import BinaryProbsOrLogits, as_value, broadcast_all, clamp_probs, eps, tiny
 
 __all__ = [
     "ExpRelaxedCategorical",
@@ -146,7 +146,7 @@ def _float_parameter(d: Distribution) -> Any:
     raise InvalidArgumentError(f"{type(d).__name__}: no tensor parameter to take a dtype from")
 
 
-class _Relaxed(Distribution):
+class _Relaxed(BinaryProbsOrLogits, Distribution):
     """The temperature and the ``probs`` / ``logits`` pair of the relaxed families."""
 
     has_rsample = True
@@ -162,15 +162,14 @@ class _Relaxed(Distribution):
         if event:
             categorical = Categorical(probs, logits, validate_args=validate_args)
             self.probs, self.logits = categorical.probs, categorical.logits
-        elif probs is not None:
-            (self.probs,) = broadcast_all(probs)
-            self.logits = probs_to_logits(self.probs, is_binary=True)
-        else:
-            (self.logits,) = broadcast_all(logits)
-            self.probs = self.logits.sigmoid()
+        else:  # the other parameter derived on use (BinaryProbsOrLogits), as torch's
+            (self.__dict__[self._param_name],) = broadcast_all(
+                probs if probs is not None else logits
+            )
         self._given = probs if probs is not None else logits
-        (self.temperature,) = broadcast_all(as_value(temperature, self.logits))
-        shape = tuple(self.logits.shape)
+        param = self.__dict__[self._param_name]
+        (self.temperature,) = broadcast_all(as_value(temperature, param))
+        shape = tuple(param.shape)
         batch, event_shape = (shape[:-1], shape[-1:]) if event else (shape, ())
         super().__init__(batch, event_shape, validate_args=validate_args)
 

@@ -16,6 +16,7 @@ from ..tensor import tensor
 from ..tensor.dtypes import default_float_dtype, finfo
 
 __all__ = [
+    "BinaryProbsOrLogits",
     "binary_cross_entropy_with_logits",
     "broadcast_all",
     "clamp_probs",
@@ -43,6 +44,29 @@ class lazy_property:  # noqa: N801  (torch's name)
         with enable_grad():
             value = self.wrapped(instance)
         setattr(instance, self.wrapped.__name__, value)
+        return value
+
+
+class BinaryProbsOrLogits:
+    """For a distribution given ``probs`` or ``logits`` of one event (Bernoulli, Binomial,
+    Geometric...): it keeps the one given (in ``__dict__``, set by its ``__init__``) and
+    derives the other on its first reading, under grad mode, then keeps it: torch's
+    ``lazy_property`` of ``probs``/``logits``. Built under ``no_grad`` from ``logits`` that
+    require grad, the ``probs`` first read with grad enabled (or inside ``no_grad``, as
+    torch's) stay differentiable in the ``logits``, where a derivation at construction
+    would have cut them off."""
+
+    def __getattr__(self, name: str) -> Any:
+        known = self.__dict__
+        if name == "probs" and "logits" in known:
+            derive = functools.partial(logits_to_probs, known["logits"], is_binary=True)
+        elif name == "logits" and "probs" in known:
+            derive = functools.partial(probs_to_logits, known["probs"], is_binary=True)
+        else:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with enable_grad():
+            value = derive()
+        known[name] = value
         return value
 
 

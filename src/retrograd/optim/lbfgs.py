@@ -158,7 +158,8 @@ class LBFGS(Optimizer):
             piece = update[offset : offset + numel]
             if value.is_complex():  # pairs of real and imaginary parts, as torch's view_as_real
                 piece = view_as_complex(piece.reshape(*value.shape, 2))
-            assign(p, value + piece.reshape(value.shape) * step_size, "LBFGS.step")
+            # torch's p.add_(piece, alpha=step_size): one fused multiply-add, rounded once
+            assign(p, value.add(piece.reshape(value.shape), alpha=float(step_size)), "LBFGS.step")
             offset += numel
 
     def _clone_param(self) -> list[Tensor]:
@@ -225,7 +226,7 @@ class LBFGS(Optimizer):
         orig_loss, loss, flat_grad = self._evaluate(closure)
         current_evals = 1
         state["func_evals"] += 1
-        if float(flat_grad.abs().max()) <= tolerance_grad:  # already optimal
+        if bool(flat_grad.abs().max() <= tolerance_grad):  # already optimal
             return orig_loss
 
         d, t = state.get("d"), state.get("t")
@@ -261,23 +262,25 @@ class LBFGS(Optimizer):
                 q = -flat_grad
                 for i in range(num_old - 1, -1, -1):
                     al[i] = _dot(old_stps[i], q) * ro[i]
-                    q = q + old_dirs[i] * -al[i]
+                    # (torch's add_ with an alpha: one fused multiply-add, rounded once)
+                    q = q.add(old_dirs[i], alpha=float(-al[i]))
                 d = r = q * h_diag
                 for i in range(num_old):
                     be_i = _dot(old_dirs[i], r) * ro[i]
-                    r = r + old_stps[i] * (al[i] - be_i)
+                    r = r.add(old_stps[i], alpha=float(al[i] - be_i))
                 d = r
 
             prev_flat_grad = flat_grad.clone()
             prev_loss = loss
 
-            # the step size: torch's first step is scaled by the gradient's 1-norm
+            # the step size: torch's first step is scaled by the gradient's 1-norm (a 0-d
+            # tensor of the parameters' dtype where that scale is below 1, as torch's)
             if state["n_iter"] == 1:
-                t = min(1.0, float(1.0 / flat_grad.abs().sum())) * lr
+                t = min(1.0, 1.0 / flat_grad.abs().sum()) * lr
             else:
                 t = lr
-            gtd = float(_dot(flat_grad, d))
-            if gtd > -tolerance_change:  # not a descent direction
+            gtd = _dot(flat_grad, d)
+            if bool(gtd > -tolerance_change):  # not a descent direction
                 break
 
             ls_func_evals = 0
@@ -291,20 +294,20 @@ class LBFGS(Optimizer):
                     obj_func, x_init, t, d, loss, flat_grad, gtd, max_ls=max_eval - current_evals
                 )
                 self._add_grad(t, d)
-                opt_cond = float(flat_grad.abs().max()) <= tolerance_grad
+                opt_cond = bool(flat_grad.abs().max() <= tolerance_grad)
             else:
                 self._add_grad(t, d)
                 opt_cond = False
                 if n_iter != max_iter:
                     _, loss, flat_grad = self._evaluate(closure)
-                    opt_cond = float(flat_grad.abs().max()) <= tolerance_grad
+                    opt_cond = bool(flat_grad.abs().max() <= tolerance_grad)
                     ls_func_evals = 1
             current_evals += ls_func_evals
             state["func_evals"] += ls_func_evals
 
             if n_iter == max_iter or current_evals >= max_eval or opt_cond:
                 break
-            if float((d * t).abs().max()) <= tolerance_change:  # lack of progress
+            if bool((d * t).abs().max() <= tolerance_change):  # lack of progress
                 break
             if abs(loss - prev_loss) < tolerance_change:
                 break
@@ -340,7 +343,7 @@ def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None) -> float:
     d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2)
     d2_square = d1**2 - g1 * g2
     if d2_square >= 0:
-        d2 = d2_square**0.5
+        d2 = d2_square.sqrt() if isinstance(d2_square, Tensor) else d2_square**0.5
         if x1 <= x2:
             min_pos = x2 - (x2 - x1) * ((g2 + d2 - d1) / (g2 - g1 + 2 * d2))
         else:
@@ -353,11 +356,11 @@ def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_chang
                   max_ls=25):  # fmt: skip
     """torch's line search for a step ``t`` along ``d`` meeting the strong Wolfe conditions:
     bracket a point, then zoom in by cubic interpolation. Returns ``(f, g, t, evaluations)``."""
-    d_norm = float(d.abs().max())
+    d_norm = d.abs().max()
     g = g.clone()
     f_new, g_new = obj_func(x, t, d)
     ls_func_evals = 1
-    gtd_new = float(_dot(g_new, d))
+    gtd_new = _dot(g_new, d)
 
     # bracket an interval containing a point satisfying the Wolfe criteria
     t_prev, f_prev, g_prev, gtd_prev = 0, f, g, gtd
@@ -386,7 +389,7 @@ def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_chang
         t_prev, f_prev, g_prev, gtd_prev = tmp, f_new, g_new.clone(), gtd_new
         f_new, g_new = obj_func(x, t, d)
         ls_func_evals += 1
-        gtd_new = float(_dot(g_new, d))
+        gtd_new = _dot(g_new, d)
         ls_iter += 1
 
     if ls_iter == max_ls:  # reached the maximum number of evaluations
@@ -417,7 +420,7 @@ def _strong_wolfe(obj_func, x, t, d, f, g, gtd, c1=1e-4, c2=0.9, tolerance_chang
 
         f_new, g_new = obj_func(x, t, d)
         ls_func_evals += 1
-        gtd_new = float(_dot(g_new, d))
+        gtd_new = _dot(g_new, d)
         ls_iter += 1
 
         if f_new > (f + c1 * t * gtd) or f_new >= bracket_f[low_pos]:

@@ -840,6 +840,7 @@ def keep_state(
         state["step"] = step_tensor(count, value.backend, held_step, known)
         # the count beside the tensor that holds it: the next step reads no value back
         optimizer.__dict__.setdefault("_step_counts", {})[parameter] = (state["step"], count)
+    _keep_buffer_objects(optimizer.state.get(parameter), state)
     if state:
         optimizer.state[parameter] = state
     else:
@@ -853,6 +854,31 @@ def keep_state(
 
 
 Optimizer.step = hooked_step(Optimizer.step)
+
+
+def _keep_buffer_objects(held: State | None, state: State) -> None:
+    """Each buffer of ``state`` (the step's new one) that replaces a tensor of the same
+    backend, shape and dtype in ``held`` (the state the step found) written into that tensor,
+    which ``state`` then keeps: torch updates its buffers in place, so that a buffer read from
+    ``optimizer.state[p]`` before a step (``m = state["exp_avg"]``) shows every later step's
+    values, as ``np.asarray(m)`` does. A step that wrote in place gives the same object back,
+    and a buffer that changes kind (a user's tensor of another backend) is kept as new."""
+    if not held:
+        return
+    for key, new in state.items():
+        old = held.get(key)
+        if (
+            key != "step"  # (a new count every step; its tensor is another story)
+            and isinstance(old, Tensor)
+            and isinstance(new, Tensor)
+            and old is not new
+            and old.backend is new.backend
+            and old.dtype == new.dtype
+            and tuple(old.shape) == tuple(new.shape)
+            and not old.requires_grad
+        ):
+            # (a buffer written in place holds the same primitive: nothing to write)
+            state[key] = old if old._prim is new._prim else assign(old, new, "Optimizer.step")
 
 
 def known_count(optimizer: Optimizer, parameter: Tensor) -> tuple[Tensor, int] | None:

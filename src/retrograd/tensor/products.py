@@ -293,7 +293,7 @@ class ProductsMixin:
 def lu_factorize(matrices: Any) -> tuple[Any, Any]:
     """``(LU, pivots)`` of each matrix of ``matrices`` ``[..., m, n]`` (float) by Gaussian
     elimination with partial pivoting, as LAPACK's ``getrf``: ``LU`` holds ``U`` and, below
-    the diagonal, ``L``'s multipliers; ``pivots`` (1-based, int64) the row swapped with row
+    the diagonal, ``L``'s multipliers; ``pivots`` (1-based, int32) the row swapped with row
     ``i`` at step ``i``. Tensor ops only (a ``gather`` per row swap, the Schur complement
     updated), so it runs on every backend and its gradient is the elimination's: torch's
     ``linalg_lu`` backward for matrices of full rank (``rg.linalg.lu_factor`` and ``lu``)."""
@@ -312,17 +312,19 @@ def lu_factorize(matrices: Any) -> tuple[Any, Any]:
         below = lu[..., j + 1 :, j : j + 1] / head.masked_fill(head == 0, 1.0)
         schur = lu[..., j + 1 :, j + 1 :] - below @ lu[..., j : j + 1, j + 1 :]
         lu = cat([lu[..., : j + 1, :], cat([lu[..., j + 1 :, :j], below, schur], -1)], -2)
+    # (int32, as torch's and LAPACK's: the dtype lu_unpack and lu_solve ask for)
     if not pivots:
-        return lu, rows.new_zeros(batch + (0,))
-    return lu, cat(pivots, -1) + 1
+        return lu, rows.new_zeros(batch + (0,), dtype="int32")
+    return lu, (cat(pivots, -1) + 1).int()
 
 
 def lu_info(lu: Any) -> Any:
     """LAPACK's ``info`` of each factored matrix: ``i`` when ``U[i-1, i-1]`` is the first
-    zero on ``U``'s diagonal, else 0 (int64, the batch's shape)."""
+    zero on ``U``'s diagonal, else 0 (int32, as torch's; the batch's shape)."""
     k = min(lu.shape[-2:])
     zero = (lu.diagonal(dim1=-2, dim2=-1)[..., :k] == 0).long()
-    return (zero.argmax(dim=-1) + 1) * zero.amax(dim=-1) if k else zero.sum(dim=-1)
+    info = (zero.argmax(dim=-1) + 1) * zero.amax(dim=-1) if k else zero.sum(dim=-1)
+    return info.int()
 
 
 def _scales_first(op: str, args: tuple, beta: Any, alpha: Any) -> tuple[Any, Any, Any, Any]:

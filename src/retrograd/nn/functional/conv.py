@@ -124,7 +124,7 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
         )
     bias = _channel_bias(fn, x, bias, out_channels)
     out = apply(TensorOp(fn, kernel="conv"), (x, weight, bias), (stride, padding, dilation, groups))
-    if spatial == 2 and not squeeze:  # torch's output is channels-last if x or weight is
+    if spatial in (2, 3) and not squeeze:  # torch's output is channels-last if x or weight is
         follow_channels_last(out, x, weight)
     if same_crop is not None and any(same_crop):
         out = out.slice([slice(None), slice(None), *(slice(c, None) for c in same_crop)])
@@ -240,7 +240,7 @@ def _conv_transpose(
         (x, weight, bias),
         (stride, padding, output_padding, dilation, groups),
     )
-    if spatial == 2 and not squeeze:  # torch's output is channels-last if x or weight is
+    if spatial in (2, 3) and not squeeze:  # torch's output is channels-last if x or weight is
         follow_channels_last(out, x, weight)
     return _unbatched(out, squeeze)
 

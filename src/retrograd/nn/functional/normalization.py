@@ -22,10 +22,12 @@ from ...tensor.internal import (
     TensorOp,
     apply,
     follow_channels_last,
+    lay_out,
     reported,
     shape_text,
     wrap,
 )
+from ...tensor.layouts import contiguous_format
 from ._common import (
     _as_tensor,
     _float_input,
@@ -382,6 +384,9 @@ def instance_norm(
         out = out * scale
     if shift is not None:
         out = out + shift
+    # torch normalizes a row-major view of the input's N*C planes: its result is row-major
+    # whatever the input's memory format (the elementwise steps here followed a channels-last one)
+    lay_out(out, contiguous_format)
     return out
 
 

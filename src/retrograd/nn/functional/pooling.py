@@ -354,6 +354,8 @@ def max_pool3d(
 ) -> Any:
     """3-d max pooling, PyTorch's ``max_pool3d``."""
     values, indices = max_pool3d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
+    follow_channels_last(values, x)  # (torch's: the input's memory format, channels_last_3d)
+    follow_channels_last(indices, x)
     return (values, indices) if return_indices else values
 
 

@@ -23,6 +23,7 @@ from ...tensor.autocasting import autocast_op
 from ...tensor.internal import (
     TensorOp,
     apply,
+    follow_channels_last,
     int_arguments,
     shape_text,
     wrap,
@@ -148,15 +149,21 @@ def interpolate(
     if antialias:
         return _antialiased(x, mode, out_size, bool(align_corners), scales)
     if mode == "area":  # torch's: adaptive average pooling to the output size
-        return _adaptive_avg_pool(fn, spatial, x, out_size)
+        out = _adaptive_avg_pool(fn, spatial, x, out_size)
+        # (torch's 2-d pooling keeps a channels-last input's layout, its 3-d one does not)
+        return follow_channels_last(out, x) if spatial == 2 else out
     if mode == "nearest-exact":
-        return _nearest_exact(x, in_size, out_size, scales)
-    kernel_mode = "nearest" if mode == "nearest" else ("bicubic" if mode == "bicubic" else "linear")
-    return apply(
-        TensorOp(fn, kernel="interpolate"),
-        (x,),
-        (out_size, kernel_mode, bool(align_corners), scales),
-    )
+        out = _nearest_exact(x, in_size, out_size, scales)
+    else:
+        kernel_mode = (
+            "nearest" if mode == "nearest" else ("bicubic" if mode == "bicubic" else "linear")
+        )
+        out = apply(
+            TensorOp(fn, kernel="interpolate"),
+            (x,),
+            (out_size, kernel_mode, bool(align_corners), scales),
+        )
+    return follow_channels_last(out, x)  # (torch's: the input's memory format)
 
 
 def _antialias_filter(mode: str, x: np.ndarray) -> np.ndarray:
