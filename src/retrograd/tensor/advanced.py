@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autodiff.grad_mode import is_grad_enabled
+from ..autodiff.grad_mode import is_grad_enabled, no_grad
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text
 from . import views
 from ._dispatch import (
@@ -351,12 +351,7 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     index tensors, lists and masks as torch's ``index_put_``."""
     # (the value is then converted to the tensor's dtype, as for ``t[1] = v``)
     index = index_items(index)
-    for item in index:  # (torch reads a byte mask in a get, refuses it here: index_put_)
-        if isinstance(item, TensorBase) and item.dtype == "uint8":
-            raise DTypeError(
-                "setitem: a uint8 mask is not supported for writing (as torch's index_put_); "
-                "use a bool mask (mask.bool())"
-            )
+    _refuse_byte_mask_fill(t, index, value)
     index = int_scalars(index)
     bools = split_bool_scalars(index)
     if bools is not None:  # through the view with the new dimensions
@@ -375,6 +370,11 @@ def set_index(t: Any, index: Any, value: Any) -> None:
         _refuse_setitem_overlap(target, given, value)
         target._copy_unchecked(value)
         return
+    for item in index:  # (torch refuses an index of another dtype before the value's)
+        if isinstance(item, TensorBase) and item.dtype not in ("int64", "int32", "bool"):
+            raise IndexOutOfRangeError(
+                f"setitem: tensors used as indices must be long, int or bool, got {item.dtype}"
+            )
     if isinstance(value, TensorBase) and value.dtype != t.dtype:
         picks = [i for i in index if isinstance(i, arrays | bool)]
         one_mask = len(picks) == 1 and _is_bool_index(picks[0])
@@ -399,6 +399,24 @@ def set_index(t: Any, index: Any, value: Any) -> None:
         target._update("index_put_", lambda y: _masked(y, mask, fill))
         return
     target._update("index_put_", lambda y: index_put(y, advanced, value, False))
+
+
+def _refuse_byte_mask_fill(t: Any, index: tuple, value: Any) -> None:
+    """torch writes through a legacy uint8 mask as through a bool one, except where its
+    ``index_put_`` takes the ``masked_fill_`` path (the mask the only index tensor, one value),
+    which refuses any mask but a bool one, once the mask's shape is checked."""
+    arrays = TensorBase | list | np.ndarray | range | tuple
+    picks = [i for i in index if isinstance(i, arrays)]
+    if len(picks) != 1 or str(getattr(picks[0], "dtype", "")) != "uint8":
+        return
+    if not (isinstance(value, SCALARS) or (isinstance(value, TensorBase) and value.numel() == 1)):
+        return
+    with no_grad():
+        t.detach()[int_scalars(index)]  # (a mask of the wrong shape: torch's IndexError first)
+    raise DTypeError(
+        "setitem: masked_fill_ only supports boolean masks, but got a uint8 mask (as torch's "
+        "index_put_ of one value through a mask); use a bool mask (mask.bool())"
+    )
 
 
 def _refuse_setitem_overlap(target: Any, given: Any, value: Any) -> None:

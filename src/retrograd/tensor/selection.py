@@ -404,7 +404,7 @@ class SelectionMixin:
         elif self.dtype == "bool":  # (False below every bool, True above)
             base = self.detach().scatter(d, index, value=extreme == "min")
         else:
-            info = np.iinfo(np.int64)
+            info = np.iinfo(self.dtype)  # (the dtype's own bounds: int64's overflow int32)
             base = self.detach().scatter(d, index, value=info.min if extreme == "max" else info.max)
         result = base.scatter_nd(self._scatter_positions(d, index), src.detach(), extreme)
         tracked = [t for t in (self, src) if t.requires_grad]

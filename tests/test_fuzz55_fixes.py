@@ -1,0 +1,145 @@
+"""Regressions found by the round-55 random indexing, scatter/gather and selection programs.
+
+- ``scatter_reduce``/``index_reduce`` with ``amax``/``amin`` and ``include_self=False`` on an
+  int32, int16, int8 or uint8 tensor refused: the written positions were first filled with
+  int64's bounds, which overflow the narrower dtype.
+- ``x[uint8_mask] = values`` was refused outright; torch reads a legacy byte mask as a bool
+  one there too, and refuses only where its ``index_put_`` takes the ``masked_fill_`` path
+  (the mask the only index tensor, one value), after checking the mask's shape.
+- ``x[int16_index] = value_of_another_dtype`` reported the value's dtype; torch refuses the
+  index dtype first (an ``IndexError``).
+- ``topk(0)`` of a 0-d tensor gave an empty ``[0]`` result; torch's kernel gives the 0-d
+  tensor's one value (and index 0) for ``k`` 0 or 1.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+
+torch = pytest.importorskip("torch")
+
+
+def _values(t) -> np.ndarray:
+    return t.detach().numpy().copy() if isinstance(t, torch.Tensor) else np.asarray(t.numpy())
+
+
+def _both(program):
+    """``program(lib)`` for torch and retrograd: ``(torch's result or error, ours)``."""
+    results = []
+    for lib in (torch, rg):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                results.append(program(lib))
+            except Exception as error:  # (compared below)
+                results.append(error)
+    return results
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int16", "int8", "uint8"])
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("function", ["scatter_reduce", "index_reduce"])
+def test_extreme_reduce_without_self_on_narrow_ints(dtype, reduce, function) -> None:
+    data = np.array([[3, 1, 2], [0, 4, 1]], dtype=dtype)
+    source = np.array([[5, 0, 2], [1, 1, 3]], dtype=dtype)
+    index = [[0, 0, 1], [1, 0, 0]] if function == "scatter_reduce" else [1, 1]
+
+    def program(lib):
+        x, s, i = lib.tensor(data), lib.tensor(source), lib.tensor(index)
+        call = getattr(x, function)
+        return call(1 if function == "scatter_reduce" else 0, i, s, reduce, include_self=False)
+
+    expected, got = _both(program)
+    assert str(got.dtype) == str(expected.dtype).replace("torch.", "")
+    np.testing.assert_array_equal(_values(got), _values(expected))
+
+
+def _byte_mask_write(value_kind: str, mask_values: list[int], shape: tuple[int, ...]):
+    def program(lib):
+        x = lib.zeros(shape, dtype=lib.float64)
+        mask = lib.tensor(np.array(mask_values, dtype=np.uint8))
+        if value_kind == "scalar":
+            x[mask] = 5.0
+        elif value_kind == "one":
+            x[mask] = lib.tensor([5.0], dtype=lib.float64)
+        elif value_kind == "row":
+            x[mask] = lib.arange(shape[-1], dtype=lib.float64)
+        else:  # with a second (int) index tensor: no masked_fill_ path, the mask is read
+            x[mask, lib.tensor([0, 1])] = lib.tensor(7.0, dtype=lib.float64)
+        return x
+
+    return program
+
+
+@pytest.mark.parametrize(
+    "value_kind, mask_values, shape",
+    [
+        ("row", [1, 0, 1], (3, 2)),
+        ("scalar", [1, 0, 1], (3, 2)),  # torch: masked_fill_ refuses a byte mask
+        ("one", [1, 0, 1], (3,)),  # (a one-element value too)
+        ("scalar", [1, 0], (3, 2)),  # the mask's shape is checked first: IndexError
+        ("second_index", [1, 0, 1], (3, 2)),
+    ],
+)
+def test_byte_mask_writes_as_torch(value_kind, mask_values, shape) -> None:
+    expected, got = _both(_byte_mask_write(value_kind, mask_values, shape))
+    if isinstance(expected, Exception):
+        assert isinstance(got, rg.RetrogradError), got
+        assert "setitem" in str(got) or "indexing" in str(got)
+        if isinstance(expected, IndexError):
+            assert isinstance(got, IndexError), got
+        return
+    assert not isinstance(got, Exception), got
+    np.testing.assert_array_equal(_values(got), _values(expected))
+
+
+def test_byte_mask_write_is_differentiated() -> None:
+    data = np.arange(6.0).reshape(3, 2)
+    mask = np.array([1, 0, 1], dtype=np.uint8)
+    weights = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    grads = []
+    for lib in (torch, rg):
+        x = lib.tensor(data, requires_grad=True)
+        v = lib.tensor([10.0, 20.0], dtype=lib.float64, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = x * 1
+            y[lib.tensor(mask)] = v
+        grads.append(lib.autograd.grad((y * lib.tensor(weights)).sum(), [x, v]))
+    for want, have in zip(*grads):
+        np.testing.assert_allclose(_values(have), _values(want))
+
+
+@pytest.mark.parametrize("value", [rg.tensor([1]), 2.0, rg.tensor([True, False])])
+def test_index_dtype_is_refused_before_the_value_dtype(value) -> None:
+    x = rg.zeros(3)
+    with pytest.raises(IndexError, match="setitem.*int16"):
+        x[rg.tensor([0, 1], dtype="int16")] = value
+    np.testing.assert_array_equal(x.numpy(), np.zeros(3, np.float32))
+    with pytest.raises(IndexError):  # (torch's, for the comparison)
+        torch.zeros(3)[torch.tensor([0, 1], dtype=torch.int16)] = torch.tensor([1])
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_topk_of_a_zero_dim_tensor(k, dim) -> None:
+    def program(lib):
+        x = lib.tensor(2.5, dtype=lib.float64, requires_grad=True)
+        values, indices = x.topk(k, dim=dim)
+        (grad,) = lib.autograd.grad(values.sum() * 3, [x])
+        return values, indices, grad
+
+    expected, got = _both(program)
+    if isinstance(expected, Exception):
+        assert isinstance(got, rg.RetrogradError) and "topk" in str(got), got
+        return
+    for want, have in zip(expected, got):
+        assert tuple(have.shape) == tuple(want.shape)
+        assert str(have.dtype) == str(want.dtype).replace("torch.", "")
+        np.testing.assert_array_equal(_values(have), _values(want))
+    assert tuple(rg.topk(rg.tensor(2.5), 0).values.shape) == ()
