@@ -10,6 +10,13 @@
   index dtype first (an ``IndexError``).
 - ``topk(0)`` of a 0-d tensor gave an empty ``[0]`` result; torch's kernel gives the 0-d
   tensor's one value (and index 0) for ``k`` 0 or 1.
+- ``scatter``/``scatter_add``/``scatter_reduce`` with a ``src`` larger than the index were
+  differentiated; torch reads src's leading part but its backward fails (an "invalid gradient"
+  for src; for ``prod``/``amax``/``amin`` a size mismatch, towards ``self`` too). Ours raises a
+  ``ShapeError`` where a backward reaches them.
+- ``scatter(..., reduce="add" | "multiply")`` (and ``scatter_``) were differentiated; torch
+  implements no derivative of that form: its result requires grad and a backward raises.
+  Burn's ``scatter(dim, indices, values, "add")`` stays differentiable.
 """
 
 from __future__ import annotations
@@ -143,3 +150,80 @@ def test_topk_of_a_zero_dim_tensor(k, dim) -> None:
         assert str(have.dtype) == str(want.dtype).replace("torch.", "")
         np.testing.assert_array_equal(_values(have), _values(want))
     assert tuple(rg.topk(rg.tensor(2.5), 0).values.shape) == ()
+
+
+def _gradients_or_error(lib, program, wanted: str):
+    """The float64 gradients of ``program``'s output (weighted) with respect to the inputs
+    named in ``wanted`` (``"x"``, ``"s"`` or both), or the error the backward raised."""
+    x = lib.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], dtype=lib.float64, requires_grad=True)
+    s = lib.tensor([[7.0, 8.0, 9.0]], dtype=lib.float64, requires_grad="s" in wanted)
+    y = program(lib, x, s)
+    assert y.requires_grad
+    inputs = [t for name, t in (("x", x), ("s", s)) if name in wanted]
+    try:
+        return lib.autograd.grad((y * y).sum(), inputs)
+    except Exception as error:  # (compared by the caller)
+        return error
+
+
+@pytest.mark.parametrize("wanted", ["xs", "x"])
+@pytest.mark.parametrize(
+    "name",
+    ["scatter", "scatter_add", "sum", "mean", "prod", "amax", "amin"],
+)
+def test_a_src_larger_than_the_index_refuses_in_backward_as_torch(name, wanted) -> None:
+    """torch reads a larger src's leading part but its backward fails: for src always, and for
+    self too under prod/amax/amin (whose backward reads src)."""
+
+    def program(lib, x, s):
+        index = lib.tensor([[1, 1]])
+        if name == "scatter":
+            return x.scatter(1, index, s)
+        if name == "scatter_add":
+            return x.scatter_add(1, index, s)
+        return x.scatter_reduce(1, index, s, name, include_self=False)
+
+    expected = _gradients_or_error(torch, program, wanted)
+    got = _gradients_or_error(rg, program, wanted)
+    if isinstance(expected, Exception):
+        assert isinstance(got, rg.ShapeError) and "larger than the index" in str(got), got
+        return
+    assert not isinstance(got, Exception), got
+    for want, have in zip(expected, got):
+        np.testing.assert_allclose(_values(have), _values(want))
+
+
+@pytest.mark.parametrize("reduce", ["add", "multiply"])
+@pytest.mark.parametrize("form", ["src", "value", "in_place"])
+def test_scatter_with_reduce_keyword_is_not_differentiable_as_torch(reduce, form) -> None:
+    """torch's ``scatter(..., reduce=)`` has no derivative (its result still requires grad,
+    and a backward through it raises); the values are torch's."""
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64, requires_grad=True)
+        s = lib.tensor([4.0, 5.0], dtype=lib.float64, requires_grad=True)
+        index = lib.tensor([0, 0])
+        if form == "src":
+            y = x.scatter(0, index, s, reduce=reduce)
+        elif form == "value":
+            y = x.scatter(0, index, 2.0, reduce=reduce)
+        else:
+            y = lib.zeros(3, dtype=lib.float64)
+            y.scatter_(0, index, s, reduce=reduce)
+        assert y.requires_grad
+        with pytest.raises(RuntimeError, match="derivative"):
+            lib.autograd.grad(y.sum(), [x if form != "in_place" else s])
+        results.append(_values(y))
+        # the inputs stay usable
+        (g,) = lib.autograd.grad((x * 2).sum(), [x])
+        np.testing.assert_array_equal(_values(g), 2.0)
+    np.testing.assert_array_equal(results[1], results[0])
+
+
+def test_burn_scatter_update_add_stays_differentiable() -> None:
+    x = rg.tensor([1.0, 2.0, 3.0], dtype="float64", requires_grad=True)
+    s = rg.tensor([4.0, 5.0], dtype="float64", requires_grad=True)
+    y = x.scatter(0, rg.tensor([0, 0]), s, "add")
+    gx, gs = rg.autograd.grad((y * rg.tensor([1.0, 2.0, 3.0], dtype="float64")).sum(), [x, s])
+    np.testing.assert_array_equal(gx.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(gs.numpy(), [1.0, 1.0])

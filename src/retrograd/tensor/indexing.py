@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff.grad_mode import is_grad_enabled
 from ..backend.protocol import default_float_dtype
 from ..context import capturing
 from ..errors import (
@@ -46,6 +47,7 @@ from ._dispatch import (
     lift,
     normalize_dim,
     promote,
+    untracked,
     wrap,
     written_scalar,
 )
@@ -470,6 +472,8 @@ class IndexingMixin:
                     f"scatter: reduce={reduce!r} is not supported (only 'add' and 'multiply')"
                 )
             update = "assign" if reduce is None else reduce
+            if reduce is not None:
+                return self._scatter_reduce_keyword(dim, index, src, value, reduce)
         if src is None and value is None:
             raise InvalidArgumentError("scatter: give src (a tensor) or value (a scalar)")
         if src is None or not isinstance(src, TensorBase | np.ndarray | list):
@@ -485,6 +489,22 @@ class IndexingMixin:
         if update == "multiply":  # torch's legacy form of scatter_reduce's "prod"
             return self.scatter_reduce(dim, index, src, "prod", include_self=True)
         return self._scatter(dim, index, src, update)
+
+    def _scatter_reduce_keyword(
+        self, dim: int, index: Any, src: Any, value: Any, reduce: str
+    ) -> Any:
+        """torch's ``scatter(..., reduce="add" | "multiply")``: computed outside the graph, its
+        result tracked when an input is, with a backward that refuses (torch implements no
+        derivative of this form: "the derivative for aten::scatter is not implemented";
+        :meth:`scatter_reduce` and Burn's ``update="add"`` are differentiable)."""
+        inputs = [t for t in (self, src) if isinstance(t, TensorBase)]
+        plain = [untracked(t) if isinstance(t, TensorBase) else t for t in (self, src)]
+        out = plain[0].scatter(dim, index, plain[1], update=reduce, value=value)
+        for source in inputs:
+            if source.requires_grad:
+                kind = f"scatter with reduce={reduce!r}"
+                return source._apply("refused_derivative", (source, out), (kind,))
+        return out
 
     def scatter_add(self, dim: int, index: Any, src: Any) -> Any:
         """A copy with ``src`` added at ``index`` along ``dim``."""
@@ -511,7 +531,7 @@ class IndexingMixin:
             and values.ndim == indices.ndim
             and all(v >= i for v, i in zip(values.shape, indices.shape))
         ):
-            values = values[tuple(slice(0, n) for n in indices.shape)]
+            values = leading_part("scatter", values, indices.shape)
         if values.shape != indices.shape:
             raise ShapeError(
                 f"scatter: values of shape {shape_text(values.shape)} must have the shape of "
@@ -890,6 +910,41 @@ def _from_end(op: str, x: Any, index: Any, dim: int) -> Any:
         ),
     )
     return shifted % size if size else shifted
+
+
+def leading_part(op: str, src: Any, shape: tuple[int, ...], *, whole_node: Any = None) -> Any:
+    """The leading ``shape`` part of a scatter's ``src``, larger than its index (torch reads
+    only that part). torch's backward then gives ``src`` a gradient of the index's shape and
+    refuses it ("returned an invalid gradient"): a ``src`` in the graph takes a gradient hook
+    that raises that error when a backward reaches it, so the program fails where torch's
+    does. (:func:`refuse_backward` on the result, for the reductions whose backward to
+    ``self`` reads ``src`` too.)"""
+    part = src[tuple(slice(0, n) for n in shape)]
+    refuse_backward(part, larger_src_message(op, tuple(src.shape), shape))
+    return part
+
+
+def larger_src_message(op: str, src_shape: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    return (
+        f"{op}: a src of shape {shape_text(src_shape)}, larger than the index's "
+        f"{shape_text(shape)}, is not differentiated (torch's backward fails there: \"returned "
+        "an invalid gradient\" or a size mismatch); pass src's part that is read, "
+        "src[:index sizes], instead"
+    )
+
+
+def refuse_backward(t: Any, message: str) -> None:
+    """A gradient hook on ``t`` (when it is in the graph) that raises ``message`` as a
+    :class:`ShapeError` when a backward reaches it: a program runs, and fails, where torch's
+    does."""
+    backend = t._backend
+    if not (is_grad_enabled() and backend.is_autodiff and backend.is_tracked(t._prim)):
+        return
+
+    def refuse(_backend: Any, _gradient: Any) -> Any:
+        raise ShapeError(message)
+
+    backend.register_hook(t._prim, refuse)
 
 
 def _entry_count(indices: Any) -> int:

@@ -66,7 +66,7 @@ from .complexes import complex as complex_of_parts
 from .dtypes import DTYPE_OBJECTS
 from .functions import check_unique_dim
 from .functions import unique as _unique
-from .indexing import check_values
+from .indexing import check_values, larger_src_message, refuse_backward
 from .layouts import preserve_format
 from .spacing import torch_linspace
 from .torch_nodes import TorchOnlyNode
@@ -391,7 +391,8 @@ class SelectionMixin:
         d = normalize_dim(op, dim, self.ndim)
         index, src = lift(self, index, op), lift(self, src, op)
         self.detach().scatter_add(d, index, src.detach().cast(self.dtype))  # torch's checks
-        if src.shape != index.shape:  # torch reads src only where index has entries
+        full_shape, larger = tuple(src.shape), src.shape != index.shape
+        if larger:  # torch reads src only where index has entries
             src = src[tuple(slice(0, n) for n in index.shape)]
         src = src.cast(self.dtype)
         extreme = "max" if reduce == "amax" else "min"
@@ -427,6 +428,8 @@ class SelectionMixin:
         if src.requires_grad:
             share = (src - src.detach()).mask_fill(~(src_won & src.isfinite()), 0.0)
             out = out.scatter_add(d, index, share / count.gather(d, index))
+        if larger:  # (torch's backward, to self too, compares src with the result's gather)
+            refuse_backward(out, larger_src_message(op, full_shape, tuple(index.shape)))
         return out
 
     def _scatter_product(self, dim: int, index: Any, src: Any, include_self: bool) -> Any:
@@ -437,10 +440,14 @@ class SelectionMixin:
         d = normalize_dim(op, dim, self.ndim)
         index, src = lift(self, index, op), lift(self, src, op)
         self.detach().scatter_add(d, index, src.detach())  # torch's checks
-        if src.shape != index.shape:  # torch reads src only where index has entries
+        full_shape, larger = tuple(src.shape), src.shape != index.shape
+        if larger:  # torch reads src only where index has entries
             src = src[tuple(slice(0, n) for n in index.shape)]
         base = self if include_self else self.scatter(d, index, value=1)
-        return base.scatter_nd(self._scatter_positions(d, index), src, "mul")
+        out = base.scatter_nd(self._scatter_positions(d, index), src, "mul")
+        if larger:  # (torch's backward, to self too, multiplies by src of the wrong shape)
+            refuse_backward(out, larger_src_message(op, full_shape, tuple(index.shape)))
+        return out
 
     def _scatter_positions(self, d: int, index: Any) -> Any:
         """``[*index.shape, ndim]``: the full position each entry of ``index`` along ``d``
