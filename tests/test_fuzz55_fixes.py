@@ -17,6 +17,10 @@
 - ``scatter(..., reduce="add" | "multiply")`` (and ``scatter_``) were differentiated; torch
   implements no derivative of that form: its result requires grad and a backward raises.
   Burn's ``scatter(dim, indices, values, "add")`` stays differentiable.
+- ``index_reduce(include_self=False)`` with an int32 index was differentiated; torch's
+  backward fails there (an ``IndexError`` from its ``index_fill_``).
+- ``x[index] = value`` of another dtype reported the dtype before an index broadcast error,
+  a mask's or the value's shape; torch reports those first (and the range after the dtype).
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ def _byte_mask_write(value_kind: str, mask_values: list[int], shape: tuple[int, 
             x[mask] = lib.tensor([5.0], dtype=lib.float64)
         elif value_kind == "row":
             x[mask] = lib.arange(shape[-1], dtype=lib.float64)
+        elif value_kind == "after_0d_int":  # (a 0-d int index is a select: masked_fill_ path)
+            x[lib.tensor(1, dtype=lib.int8), mask] = 5.0
         else:  # with a second (int) index tensor: no masked_fill_ path, the mask is read
             x[mask, lib.tensor([0, 1])] = lib.tensor(7.0, dtype=lib.float64)
         return x
@@ -91,6 +97,7 @@ def _byte_mask_write(value_kind: str, mask_values: list[int], shape: tuple[int, 
         ("one", [1, 0, 1], (3,)),  # (a one-element value too)
         ("scalar", [1, 0], (3, 2)),  # the mask's shape is checked first: IndexError
         ("second_index", [1, 0, 1], (3, 2)),
+        ("after_0d_int", [1, 0, 1], (2, 3)),
     ],
 )
 def test_byte_mask_writes_as_torch(value_kind, mask_values, shape) -> None:
@@ -227,3 +234,67 @@ def test_burn_scatter_update_add_stays_differentiable() -> None:
     gx, gs = rg.autograd.grad((y * rg.tensor([1.0, 2.0, 3.0], dtype="float64")).sum(), [x, s])
     np.testing.assert_array_equal(gx.numpy(), [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(gs.numpy(), [1.0, 1.0])
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_index_reduce_backward_with_an_int32_index(reduce, include_self, index_dtype) -> None:
+    """torch's backward of ``include_self=False`` with an int32 index fails (its
+    ``index_fill_`` wants int64); every other combination is differentiated."""
+    outcomes = []
+    for lib in (torch, rg):
+        x = lib.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=lib.float64, requires_grad=True)
+        s = lib.tensor([[5.0, 6.0], [2.0, 1.0]], dtype=lib.float64, requires_grad=True)
+        index = lib.tensor(np.array([0, 0], dtype=index_dtype))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = x.index_reduce(0, index, s, reduce, include_self=include_self)
+        try:
+            outcomes.append(lib.autograd.grad((y * y).sum(), [x, s]))
+        except Exception as error:  # (compared below)
+            outcomes.append(error)
+        np.testing.assert_array_equal(_values(x), [[1.0, 2.0], [3.0, 4.0]])
+    expected, got = outcomes
+    if isinstance(expected, Exception):
+        assert isinstance(expected, IndexError)
+        assert isinstance(got, IndexError) and isinstance(got, rg.RetrogradError), got
+        assert "index_reduce" in str(got)
+        return
+    assert not isinstance(got, Exception), got
+    for want, have in zip(expected, got):
+        np.testing.assert_allclose(_values(have), _values(want), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["index_broadcast", "mask_shape", "value_shape", "out_of_range", "both_fine_but_dtype"],
+)
+def test_write_errors_come_in_torch_order(case) -> None:
+    """torch's ``x[index] = value`` checks the indices and the value's shape before the
+    value's dtype, and the indices' range after it."""
+
+    def program(lib):
+        x = lib.zeros(3, 2)
+        value = lib.tensor([1])  # int64 into float32: refused in the end
+        if case == "index_broadcast":
+            x[lib.tensor([0, 1]), lib.tensor([0, 1, 0])] = value
+        elif case == "mask_shape":
+            x[lib.tensor([True, False])] = value
+        elif case == "value_shape":
+            x[lib.tensor([0])] = lib.tensor([[1, 2, 3]])
+        elif case == "out_of_range":
+            x[lib.tensor([5])] = value
+        else:
+            x[lib.tensor([0, 1])] = value
+        return x
+
+    expected, got = _both(program)
+    assert isinstance(expected, Exception)
+    assert isinstance(got, rg.RetrogradError), got
+    if isinstance(expected, IndexError):
+        assert isinstance(got, IndexError), got
+    elif "dtypes match" in str(expected):
+        assert isinstance(got, rg.DTypeError), got
+    else:
+        assert isinstance(got, rg.ShapeError) and "shape mismatch" in str(got), got

@@ -382,6 +382,7 @@ def set_index(t: Any, index: Any, value: Any) -> None:
             check_written_tensor("index_put_", value, t.dtype)
             value = value.cast(t.dtype)
     if isinstance(value, TensorBase) and value.dtype != t.dtype:
+        _check_before_dtype(t, index, value)
         raise DTypeError(
             f"index_put_: the value's dtype {value.dtype} is not the tensor's {t.dtype} (torch "
             "requires them to match when indexing with tensors, lists or masks); cast it first"
@@ -401,12 +402,32 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     target._update("index_put_", lambda y: index_put(y, advanced, value, False))
 
 
+def _check_before_dtype(t: Any, index: tuple, value: Any) -> None:
+    """torch's ``index_put_`` checks the indices (their broadcast, a mask's shape) and the
+    value's shape before the value's dtype (their range after it): a write of a value of
+    another dtype raises their error first, found by the write into a copy, outside the graph,
+    of the value cast."""
+    with no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            probe, cast = t.detach().clone(), value.detach().cast(t.dtype)
+        except Exception:  # (a value that cannot be cast: the dtype error is the one)
+            return
+        try:
+            set_index(probe, index, cast)
+        except IndexOutOfRangeError as error:
+            if "is out of range for dimension" in str(error):
+                return  # (torch's kernel checks the range after the dtype: _check's error)
+            raise
+
+
 def _refuse_byte_mask_fill(t: Any, index: tuple, value: Any) -> None:
     """torch writes through a legacy uint8 mask as through a bool one, except where its
     ``index_put_`` takes the ``masked_fill_`` path (the mask the only index tensor, one value),
     which refuses any mask but a bool one, once the mask's shape is checked."""
     arrays = TensorBase | list | np.ndarray | range | tuple
-    picks = [i for i in index if isinstance(i, arrays)]
+    # (a 0-d int tensor or array is read as an int, a select: int_scalars)
+    picks = [i for i in index if isinstance(i, arrays) and not isinstance(_int_scalar(i), int)]
     if len(picks) != 1 or str(getattr(picks[0], "dtype", "")) != "uint8":
         return
     if not (isinstance(value, SCALARS) or (isinstance(value, TensorBase) and value.numel() == 1)):

@@ -203,7 +203,17 @@ class IndexingMixin:
             )
         spread = indices.reshape(tuple(-1 if k == d else 1 for k in range(x.ndim)))
         out = x.scatter_reduce(d, spread.expand(region), source, reduce, include_self=include_self)
-        return out.reshape(self.shape)
+        out = out.reshape(self.shape)
+        given = index if isinstance(index, TensorBase) else None
+        if given is not None and given.dtype == "int32" and not include_self:
+            # torch's backward then calls index_fill_ with the int32 index, which refuses it
+            refuse_backward(
+                out,
+                "index_reduce: the backward of include_self=False with an int32 index fails "
+                "in torch (its index_fill_ expects an int64 index); pass index.long()",
+                IndexOutOfRangeError,
+            )
+        return out
 
     def index_copy(self, dim: int, index: Any, source: Any) -> Any:
         """A copy with ``source`` written at ``index`` along ``dim``. As torch's, a vector
@@ -933,16 +943,15 @@ def larger_src_message(op: str, src_shape: tuple[int, ...], shape: tuple[int, ..
     )
 
 
-def refuse_backward(t: Any, message: str) -> None:
-    """A gradient hook on ``t`` (when it is in the graph) that raises ``message`` as a
-    :class:`ShapeError` when a backward reaches it: a program runs, and fails, where torch's
-    does."""
+def refuse_backward(t: Any, message: str, error: type[Exception] = ShapeError) -> None:
+    """A gradient hook on ``t`` (when it is in the graph) that raises ``error(message)`` when
+    a backward reaches it: a program runs, and fails, where torch's does."""
     backend = t._backend
     if not (is_grad_enabled() and backend.is_autodiff and backend.is_tracked(t._prim)):
         return
 
     def refuse(_backend: Any, _gradient: Any) -> Any:
-        raise ShapeError(message)
+        raise error(message)
 
     backend.register_hook(t._prim, refuse)
 
