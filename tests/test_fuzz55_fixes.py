@@ -21,6 +21,8 @@
   backward fails there (an ``IndexError`` from its ``index_fill_``).
 - ``x[index] = value`` of another dtype reported the dtype before an index broadcast error,
   a mask's or the value's shape; torch reports those first (and the range after the dtype).
+- ``index_fill`` with an index of another dtype than int64 raised a ``DTypeError`` alone;
+  torch's is an ``IndexError`` (now both).
 """
 
 from __future__ import annotations
@@ -298,3 +300,14 @@ def test_write_errors_come_in_torch_order(case) -> None:
         assert isinstance(got, rg.DTypeError), got
     else:
         assert isinstance(got, rg.ShapeError) and "shape mismatch" in str(got), got
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int16", "uint8", "float32"])
+def test_index_fill_index_dtype_is_an_index_error_as_torch(dtype) -> None:
+    with pytest.raises(IndexError):
+        torch.zeros(3).index_fill(0, torch.tensor(np.array([0, 1]).astype(dtype)), 1.0)
+    x = rg.zeros(3)
+    with pytest.raises(IndexError, match="index_fill.*int64") as caught:
+        x.index_fill(0, rg.tensor(np.array([0, 1]).astype(dtype)), 1.0)
+    assert isinstance(caught.value, rg.DTypeError)  # (as before: either except catches it)
+    np.testing.assert_array_equal(x.numpy(), np.zeros(3, np.float32))

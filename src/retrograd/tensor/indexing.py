@@ -28,6 +28,7 @@ from ..backend.protocol import default_float_dtype
 from ..context import capturing
 from ..errors import (
     DTypeError,
+    IndexDTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
     ShapeError,
@@ -880,7 +881,9 @@ def _index_tensor(
         indices = indices.cast("int64")  # (torch's kernels take int32 indices as int64)
     if indices.dtype != "int64":
         taken = "int64" if op in _INT64_INDICES_ONLY else "int64 or int32"
-        raise DTypeError(f"{op}: indices must be {taken} (as torch's), got {indices.dtype}")
+        # (torch's index_fill_ raises an IndexError for it, its other kernels a RuntimeError)
+        error = IndexDTypeError if op == "index_fill" else DTypeError
+        raise error(f"{op}: indices must be {taken} (as torch's), got {indices.dtype}")
     if one_dim and indices.ndim != 1:
         raise ShapeError(f"{op}: indices must be 1-d, got shape {shape_text(indices.shape)}")
     if not one_dim and indices.ndim != x.ndim:
