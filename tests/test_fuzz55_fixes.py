@@ -134,7 +134,7 @@ def test_byte_mask_write_is_differentiated() -> None:
 @pytest.mark.parametrize("value", [rg.tensor([1]), 2.0, rg.tensor([True, False])])
 def test_index_dtype_is_refused_before_the_value_dtype(value) -> None:
     x = rg.zeros(3)
-    with pytest.raises(IndexError, match="setitem.*int16"):
+    with pytest.raises(IndexError, match=r"setitem.*int16"):
         x[rg.tensor([0, 1], dtype="int16")] = value
     np.testing.assert_array_equal(x.numpy(), np.zeros(3, np.float32))
     with pytest.raises(IndexError):  # (torch's, for the comparison)
@@ -307,7 +307,7 @@ def test_index_fill_index_dtype_is_an_index_error_as_torch(dtype) -> None:
     with pytest.raises(IndexError):
         torch.zeros(3).index_fill(0, torch.tensor(np.array([0, 1]).astype(dtype)), 1.0)
     x = rg.zeros(3)
-    with pytest.raises(IndexError, match="index_fill.*int64") as caught:
+    with pytest.raises(IndexError, match=r"index_fill.*int64") as caught:
         x.index_fill(0, rg.tensor(np.array([0, 1]).astype(dtype)), 1.0)
     assert isinstance(caught.value, rg.DTypeError)  # (as before: either except catches it)
     np.testing.assert_array_equal(x.numpy(), np.zeros(3, np.float32))

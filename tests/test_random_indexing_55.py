@@ -526,8 +526,11 @@ def _draw_step(rng: np.random.Generator, shape: tuple[int, ...]):
     m = rng.random(shape) > 0.5
     if kind == "where":
         number = [0.5, 2, -1.5][int(rng.integers(0, 3))]
-        return f"where {number}", lambda lib, t: lib.where(lib.tensor(m), t, number) * lib.where(
-            lib.tensor(~m), t.exp(), t
+        return (
+            f"where {number}",
+            lambda lib, t: (
+                lib.where(lib.tensor(m), t, number) * lib.where(lib.tensor(~m), t.exp(), t)
+            ),
         )
     return "masked_scatter", lambda lib, t: t.masked_scatter(lib.tensor(m), t.flip(0) * 2)
 
