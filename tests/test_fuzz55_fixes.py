@@ -12,8 +12,9 @@
   tensor's one value (and index 0) for ``k`` 0 or 1.
 - ``scatter``/``scatter_add``/``scatter_reduce`` with a ``src`` larger than the index were
   differentiated; torch reads src's leading part but its backward fails (an "invalid gradient"
-  for src; for ``prod``/``amax``/``amin`` a size mismatch, towards ``self`` too). Ours raises a
-  ``ShapeError`` where a backward reaches them.
+  for src; for ``prod``/``amax``/``amin``, where src does not broadcast against the index, a
+  size mismatch, towards ``self`` too). Ours raises a ``ShapeError`` where a backward reaches
+  them.
 - ``scatter(..., reduce="add" | "multiply")`` (and ``scatter_``) were differentiated; torch
   implements no derivative of that form: its result requires grad and a backward raises.
   Burn's ``scatter(dim, indices, values, "add")`` stays differentiable.
@@ -23,6 +24,8 @@
   a mask's or the value's shape; torch reports those first (and the range after the dtype).
 - ``index_fill`` with an index of another dtype than int64 raised a ``DTypeError`` alone;
   torch's is an ``IndexError`` (now both).
+- ``index_reduce(..., "mean")`` of a 2-d bool tensor refused the dtype before checking the
+  indices; torch checks the indices first (a 1-d bool tensor is refused before them).
 """
 
 from __future__ import annotations
@@ -311,3 +314,36 @@ def test_index_fill_index_dtype_is_an_index_error_as_torch(dtype) -> None:
         x.index_fill(0, rg.tensor(np.array([0, 1]).astype(dtype)), 1.0)
     assert isinstance(caught.value, rg.DTypeError)  # (as before: either except catches it)
     np.testing.assert_array_equal(x.numpy(), np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize("reduce", ["prod", "amax", "amin"])
+def test_a_larger_src_that_broadcasts_is_differentiated_as_torch(reduce) -> None:
+    """A src larger only where the index has size 1 broadcasts in torch's backward, which
+    then runs: the gradients of self and of src's read part are torch's."""
+    grads = []
+    for lib in (torch, rg):
+        x = lib.tensor([[1.0, 2.0, 3.0]], dtype=lib.float64, requires_grad=True)
+        s = lib.tensor([[4.0, 5.0], [6.0, 7.0]], dtype=lib.float64, requires_grad=True)
+        y = x.scatter_reduce(1, lib.tensor([[0, 0]]), s, reduce, include_self=False)
+        weights = lib.tensor([[1.0, 2.0, 3.0]], dtype=lib.float64)
+        grads.append(lib.autograd.grad((y * weights).sum(), [x, s]))
+    (want_x, want_s), (have_x, have_s) = grads
+    np.testing.assert_allclose(_values(have_x), _values(want_x))
+    np.testing.assert_allclose(_values(have_s)[:1], _values(want_s)[:1])
+
+
+@pytest.mark.parametrize("shape", [(2,), (2, 2)])
+@pytest.mark.parametrize("index", [[-1], [2], [1]])
+def test_index_reduce_of_bool_checks_the_index_first(shape, index) -> None:
+    """torch checks index_reduce's indices (no negative ones) before refusing a bool mean
+    (or any 1-d bool reduction)."""
+
+    def program(lib):
+        x = lib.ones(shape, dtype=lib.bool)
+        source = lib.zeros(shape[:-1] + (1,), dtype=lib.bool)
+        return x.index_reduce(-1, lib.tensor(index), source, "mean")
+
+    expected, got = _both(program)
+    assert isinstance(expected, Exception)
+    assert isinstance(got, rg.RetrogradError) and "index_reduce" in str(got), got
+    assert isinstance(got, IndexError) == isinstance(expected, IndexError), (got, expected)

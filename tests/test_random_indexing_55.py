@@ -182,9 +182,16 @@ def _draw_function(rng: np.random.Generator, shape: tuple[int, ...], dtype: str)
         program = lambda lib, t: lib.take_along_dim(t, lib.tensor(i), dim=d)  # noqa: E731
         return f"{what} {i.tolist()}", program, []
     if name.startswith("scatter"):
+        # a src larger than the index along dim (its leading part is read): one that does not
+        # broadcast against the index (where it does, torch's prod backward gives the unread
+        # part a gradient of its broadcast formula; ours gives it none)
+        larger = rng.random() < 0.2
+        if larger:
+            along = tuple(max(k, 2) if j == d % ndim else k for j, k in enumerate(along))
         i = ints(along, 0)
-        larger = rng.random() < 0.2  # src larger than the index: its leading part is read
-        src = _array(rng, tuple(k + int(larger) for k in along), dtype)
+        src = _array(
+            rng, tuple(k + int(larger and j == d % ndim) for j, k in enumerate(along)), dtype
+        )
         what = f"{what} {i.tolist()} src {list(src.shape)}"
         if name == "scatter":
             return what, lambda lib, t, s: t.scatter(d, lib.tensor(i), s), [src]

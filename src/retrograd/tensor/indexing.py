@@ -183,16 +183,20 @@ class IndexingMixin:
                 f"index_reduce: reduce must be 'prod', 'mean', 'amax' or 'amin', got {reduce!r}"
             )
         check_same_dtype("index_reduce", self, source)
-        if self.dtype == "bool" and (self.ndim <= 1 or reduce == "mean"):
-            # (torch's kernel for one dimension has no bool form, nor its mean a bool division)
+        if self.dtype == "bool" and self.ndim <= 1:  # (torch's 1-d kernel: before the indices)
             raise DTypeError(
-                f"index_reduce: not implemented for a {self.ndim}-d bool tensor with reduce "
-                f"{reduce!r} (as in torch)"
+                f"index_reduce: not implemented for a {self.ndim}-d bool tensor (as in torch)"
             )
         source = lift(self, source, "index_reduce")
         x = self.reshape((1,)) if self.ndim == 0 else self  # (a 0-d tensor: its one value)
         d = normalize_dim("index_reduce", dim, x.ndim)
         indices = _index_tensor("index_reduce", x, _one_dim(index), d, one_dim=True)
+        if self.dtype == "bool" and reduce == "mean":
+            # (torch's mean has no bool division; it checks the indices first)
+            raise DTypeError(
+                f"index_reduce: not implemented for a {self.ndim}-d bool tensor with reduce "
+                f"{reduce!r} (as in torch)"
+            )
         region = x.shape[:d] + (indices.shape[0],) + x.shape[d + 1 :]
         if self.ndim == 0 and source.ndim == 0:
             source = source.reshape((1,))

@@ -428,7 +428,8 @@ class SelectionMixin:
         if src.requires_grad:
             share = (src - src.detach()).mask_fill(~(src_won & src.isfinite()), 0.0)
             out = out.scatter_add(d, index, share / count.gather(d, index))
-        if larger:  # (torch's backward, to self too, compares src with the result's gather)
+        if _unbroadcastable(full_shape, index.shape):
+            # (torch's backward, to self too, compares src with the result's gather)
             refuse_backward(out, larger_src_message(op, full_shape, tuple(index.shape)))
         return out
 
@@ -445,7 +446,8 @@ class SelectionMixin:
             src = src[tuple(slice(0, n) for n in index.shape)]
         base = self if include_self else self.scatter(d, index, value=1)
         out = base.scatter_nd(self._scatter_positions(d, index), src, "mul")
-        if larger:  # (torch's backward, to self too, multiplies by src of the wrong shape)
+        if _unbroadcastable(full_shape, index.shape):
+            # (torch's backward, to self too, divides by src of the wrong shape)
             refuse_backward(out, larger_src_message(op, full_shape, tuple(index.shape)))
         return out
 
@@ -1978,3 +1980,11 @@ def _conj_t(x: Any) -> Any:
     """The conjugate transpose of a matrix (its transpose if real): ``cov``'s ``x^H``."""
     transposed = x.transpose(0, 1)
     return transposed.conj() if transposed.is_complex() else transposed
+
+
+def _unbroadcastable(src_shape: tuple[int, ...], index_shape: tuple[int, ...]) -> bool:
+    """Whether a ``src`` of ``src_shape``, larger than the index, fails to broadcast with the
+    index's shape: where torch's ``prod``/``amax``/``amin`` backward then fails. Where it
+    broadcasts (src larger only where the index has size 1), torch's backward runs, giving the
+    unread part of ``src`` a gradient of its broadcast formulas; ours gives that part none."""
+    return any(s != i and i != 1 for s, i in zip(src_shape, index_shape))
