@@ -26,6 +26,9 @@
   torch's is an ``IndexError`` (now both).
 - ``index_reduce(..., "mean")`` of a 2-d bool tensor refused the dtype before checking the
   indices; torch checks the indices first (a 1-d bool tensor is refused before them).
+- ``searchsorted``/``bucketize`` of a 0-d value promoted it as a 1-d tensor; torch compares
+  in the common dtype of its 0-d rules (a 0-d float64 value against float32 boundaries is
+  compared in float32, a 0-d int16 -1 against uint8 boundaries is 255).
 """
 
 from __future__ import annotations
@@ -347,3 +350,30 @@ def test_index_reduce_of_bool_checks_the_index_first(shape, index) -> None:
     assert isinstance(expected, Exception)
     assert isinstance(got, rg.RetrogradError) and "index_reduce" in str(got), got
     assert isinstance(got, IndexError) == isinstance(expected, IndexError), (got, expected)
+
+
+@pytest.mark.parametrize(
+    "values, boundaries",
+    [
+        (np.array(-1, np.int16), np.array([0, 1, 3, 5], np.uint8)),  # -1 read as uint8's 255
+        (np.array([-1, 2, 300], np.int16), np.array([0, 1, 3, 5], np.uint8)),
+        (np.array(0.1, np.float64), np.array([0.1, 0.2], np.float32)),  # compared in float32
+        (np.array([0.1], np.float64), np.array([0.1, 0.2], np.float32)),  # in float64
+        (np.array(7, np.int64), np.array([1.5, 7.0], np.float32)),
+    ],
+)
+@pytest.mark.parametrize("right", [False, True])
+def test_search_of_a_zero_dim_value_in_torch_dtype(values, boundaries, right) -> None:
+    """torch compares in the two tensors' common dtype by its 0-d rules: a 0-d value takes
+    the boundaries' dtype within a category; it was promoted as a 1-d one."""
+    for function in ("searchsorted", "bucketize"):
+
+        def program(lib, function=function):
+            v, b = lib.tensor(values), lib.tensor(boundaries)
+            if function == "searchsorted":
+                return lib.searchsorted(b, v, right=right)
+            return lib.bucketize(v, b, right=right)
+
+        expected, got = _both(program)
+        assert str(got.dtype) == str(expected.dtype).replace("torch.", "")
+        np.testing.assert_array_equal(_values(got), _values(expected), err_msg=function)

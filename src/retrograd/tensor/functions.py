@@ -1071,6 +1071,9 @@ def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False, right: bo
         )
     if edges.ndim != 1:
         raise ShapeError(f"bucketize: boundaries must be 1-d, got {shape_text(edges.shape)}")
+    # in the common dtype by torch's rules for a 0-d input (searchsorted's), before the
+    # unsqueeze makes it 1-d
+    input, edges = promote(input, edges, "bucketize")  # noqa: A001 (torch's name)
     values = input.unsqueeze_dim(-1)
     # as searchsorted counts them: a NaN value is past every boundary
     after = edges.greater(values) if right else edges.greater_equal(values)
