@@ -29,6 +29,9 @@
 - ``searchsorted``/``bucketize`` of a 0-d value promoted it as a 1-d tensor; torch compares
   in the common dtype of its 0-d rules (a 0-d float64 value against float32 boundaries is
   compared in float32, a 0-d int16 -1 against uint8 boundaries is 255).
+- ``unique``/``unique_consecutive`` of a tensor requiring grad gave values outside the graph,
+  so a backward through them silently left that path out; torch records them with no
+  derivative (a backward raises).
 """
 
 from __future__ import annotations
@@ -377,3 +380,28 @@ def test_search_of_a_zero_dim_value_in_torch_dtype(values, boundaries, right) ->
         expected, got = _both(program)
         assert str(got.dtype) == str(expected.dtype).replace("torch.", "")
         np.testing.assert_array_equal(_values(got), _values(expected), err_msg=function)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda lib, x: lib.unique(x),
+        lambda lib, x: lib.unique(x, return_inverse=True, return_counts=True)[0],
+        lambda lib, x: x.unique(dim=0),
+        lambda lib, x: lib.unique_consecutive(x),
+        lambda lib, x: x.unique_consecutive(return_counts=True, dim=0)[0],
+    ],
+)
+def test_unique_values_refuse_a_backward_as_torch(call) -> None:
+    """torch records unique and unique_consecutive (their values require grad) with no
+    derivative: a backward through them raises. Ours left the path out of the gradient."""
+    for lib in (torch, rg):
+        x = lib.tensor([3.0, 1.0, 3.0, 3.0, 2.0], dtype=lib.float64, requires_grad=True)
+        values = call(lib, x)
+        assert values.requires_grad
+        with pytest.raises(RuntimeError, match="derivative"):
+            lib.autograd.grad(values.sum() + x.sum(), [x])
+        (g,) = lib.autograd.grad((x * 2).sum(), [x])  # the input stays usable
+        np.testing.assert_array_equal(_values(g), 2.0)
+        with lib.no_grad():
+            assert not call(lib, x).requires_grad

@@ -1125,13 +1125,22 @@ def unique(input: Any, sorted: bool = True, return_inverse: bool = False,  # noq
     def host(a: np.ndarray, dtype: str) -> Any:
         return make(backend.from_data(a, dtype, device), backend, device)
 
-    out = host(values, input.dtype)
+    out = refused_derivative("unique", input, host(values, input.dtype))
     extra = []
     if return_inverse:
         extra.append(host(inverse.astype(np.int64), "int64"))
     if return_counts:
         extra.append(host(counts.astype(np.int64), "int64"))
     return (out, *extra) if extra else out
+
+
+def refused_derivative(op: str, source: Any, out: Any) -> Any:
+    """``out``, computed outside the graph from ``source``: when ``source`` requires grad, in
+    the graph as torch records it (requiring grad), with a backward that raises torch's "the
+    derivative for ... is not implemented" rather than leaving the path out of a gradient."""
+    if not source.requires_grad:
+        return out
+    return source._apply("refused_derivative", (source, out), (op,))
 
 
 def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Any, ...]:

@@ -64,7 +64,7 @@ from ._dispatch import (
 from .autocasting import autocast_op
 from .complexes import complex as complex_of_parts
 from .dtypes import DTYPE_OBJECTS
-from .functions import check_unique_dim
+from .functions import check_unique_dim, refused_derivative
 from .functions import unique as _unique
 from .indexing import check_values, larger_src_message, refuse_backward
 from .layouts import preserve_format
@@ -787,7 +787,8 @@ class SelectionMixin:
     ) -> Any:
         """The values with each run of equal neighbours kept once (flattened; with ``dim``,
         the slices along ``dim`` with each run of equal neighbouring slices kept once); a host
-        read, not differentiable, as torch's."""
+        read, not differentiable, as torch's (its values require grad when the input does, and
+        a backward through them raises)."""
         if dim is None:
             array = self.numpy().reshape(-1)
             starts = np.concatenate(([True], array[1:] != array[:-1]))[: array.size]
@@ -802,7 +803,8 @@ class SelectionMixin:
                 differs = (rows[1:] != rows[:-1]).any(axis=1)
                 starts = np.concatenate(([True], differs))[: rows.shape[0]]
             kept = np.moveaxis(moved[starts], 0, d)
-        out = [self._host(np.ascontiguousarray(kept), self.dtype)]
+        kept = self._host(np.ascontiguousarray(kept), self.dtype)
+        out = [refused_derivative("unique_consecutive", self, kept)]
         if return_inverse:
             inverse = np.cumsum(starts) - 1
             shape = self.shape if dim is None else (self.shape[d],)
