@@ -32,6 +32,9 @@
 - ``unique``/``unique_consecutive`` of a tensor requiring grad gave values outside the graph,
   so a backward through them silently left that path out; torch records them with no
   derivative (a backward raises).
+- ``index_put`` of values of another dtype reported the dtype before the indices' errors and
+  the values' shape (as ``x[index] = value`` did); with ``accumulate=True``, index tensors
+  that do not broadcast raised an add's ``ShapeError``, not torch's ``IndexError``.
 """
 
 from __future__ import annotations
@@ -405,3 +408,35 @@ def test_unique_values_refuse_a_backward_as_torch(call) -> None:
         np.testing.assert_array_equal(_values(g), 2.0)
         with lib.no_grad():
             assert not call(lib, x).requires_grad
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize(
+    "case", ["int16_index", "index_broadcast", "mask_shape", "out_of_range", "value_shape"]
+)
+@pytest.mark.parametrize("value_dtype", ["int64", "float32"])
+def test_index_put_errors_come_in_torch_order(case, accumulate, value_dtype) -> None:
+    """``index_put`` checks the indices and the values' shape before the values' dtype (the
+    range after it), accumulating or not; index tensors that do not broadcast are torch's
+    IndexError when accumulating too (ours was an add's ShapeError)."""
+
+    def program(lib):
+        x = lib.zeros(3, 2)
+        value = lib.tensor(np.array([1]).astype(value_dtype))
+        indices = {
+            "int16_index": (lib.tensor([0, 1], dtype=lib.int16),),
+            "index_broadcast": (lib.tensor([0, 1]), lib.tensor([0, 1, 0])),
+            "mask_shape": (lib.tensor([True, False]),),
+            "out_of_range": (lib.tensor([5]),),
+            "value_shape": (lib.tensor([0]),),
+        }[case]
+        if case == "value_shape":
+            value = lib.tensor(np.array([[1, 2, 3]]).astype(value_dtype))
+        return x.index_put(indices, value, accumulate=accumulate)
+
+    expected, got = _both(program)
+    assert isinstance(expected, Exception)
+    assert isinstance(got, rg.RetrogradError) and "index_put" in str(got), got
+    assert isinstance(got, IndexError) == isinstance(expected, IndexError), (got, expected)
+    if "dtypes match" in str(expected):
+        assert isinstance(got, rg.DTypeError), got

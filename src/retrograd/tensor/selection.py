@@ -552,6 +552,7 @@ class SelectionMixin:
             and any(isinstance(i, TensorBase) and i.dtype == "bool" for i in indices)
         )
         if isinstance(values, TensorBase) and values.dtype != self.dtype and not single:
+            self._index_put_checks_before_dtype(indices, values, accumulate)
             raise DTypeError(
                 f"index_put: the values' dtype {values.dtype} is not the tensor's {self.dtype} "
                 "(torch requires them to match)"
@@ -591,6 +592,14 @@ class SelectionMixin:
             else:
                 parts.append(i)
         indices = tuple(parts)
+        try:  # (torch's IndexError, before the indices are combined)
+            np.broadcast_shapes(*(tuple(np.shape(i)) for i in indices))
+        except ValueError:
+            shapes = ", ".join(shape_text(tuple(np.shape(i))) for i in indices)
+            raise IndexOutOfRangeError(
+                "index_put: shape mismatch: indexing tensors could not be broadcast together "
+                f"with shapes {shapes}"
+            ) from None
         if len(indices) > self.ndim:
             raise InvalidArgumentError(
                 f"index_put: too many indices ({len(indices)}) for a tensor of "
@@ -622,6 +631,22 @@ class SelectionMixin:
             values = wrap(self, self._backend.full(flat.shape, values, self.dtype, self._device))
         values = _fitted(values, flat.shape)
         return self.put(flat.reshape((-1,)), values.reshape((-1,)), accumulate=True)
+
+    def _index_put_checks_before_dtype(self, indices: tuple, values: Any, accumulate: bool) -> None:
+        """torch's ``index_put`` checks the indices (their dtypes, broadcast, a mask's shape)
+        and the values' shape before the values' dtype (their range after it): their error
+        first, found by the call on a copy, outside the graph, with the values cast."""
+        with no_grad():
+            try:
+                cast = values.detach().cast(self.dtype)
+            except Exception:  # (values that cannot be cast: the dtype error is the one)
+                return
+            try:
+                self.detach().clone().index_put(indices, cast, accumulate)
+            except IndexOutOfRangeError as error:
+                if "is out of range for dimension" in str(error) or "out of bounds" in str(error):
+                    return  # (torch checks the range after the dtype)
+                raise
 
     def _put_index(self, index: Any, d: int) -> Any:
         """``index_put``'s index tensor for dim ``d``, checked to lie in ``[-size, size)``
