@@ -31,6 +31,7 @@ NoCheckpointing running the same steps; an alternating loop should cost no more 
 slower graph alone (median over step pairs 3-6).
 
     python benchmarks/bench_budget_loops.py [--steps 8] [--quick] [--only mlp,masked] [--explain]
+        [--inner torch]
 
 ``--explain`` prints, per workload and budget, what the plan's steps pay and why: the ops a
 planned step recomputes by op kind (count, MiB, the seconds they took in a step run after the
@@ -69,6 +70,18 @@ from retrograd.nn import functional as F  # noqa: N812
 FRACTIONS = (0.5, 0.25)
 #: steps timed: 4-8
 TIMED = slice(3, 8)
+
+
+#: the inner backend's name (``--inner``)
+INNER = ["numpy"]
+
+
+def inner_backend() -> rg.Backend:
+    """A fresh inner backend of the kind ``--inner`` names (NumPy by default; torch on the
+    CPU, one thread, as NumPy's BLAS is pinned)."""
+    if INNER[0] == "torch":
+        return rg.TorchBackend("cpu")
+    return rg.NumpyBackend()
 
 
 def weights_of(arrays: list, module: bool, backend: rg.Autodiff):
@@ -248,13 +261,13 @@ def floor_seconds(strategy: rg.BudgetCheckpointing) -> float:
 def run(workload, steps: int, explained: list | None = None) -> list[list]:
     """One workload's rows: a NoCheckpointing run and a budget per fraction, steps in turn.
     ``explained``: where the rows of :func:`explain` go, when given."""
-    plain_step = workload.make(rg.Autodiff(rg.NumpyBackend()))
+    plain_step = workload.make(rg.Autodiff(inner_backend()))
     first, _ = plain_step(0)
     full = first.peak_bytes
     strategies = {f: rg.BudgetCheckpointing(int(f * full)) for f in FRACTIONS}
     rows = []
     for f, strategy in strategies.items():
-        runs = {"none": plain_step, f: workload.make(rg.Autodiff(rg.NumpyBackend(), strategy))}
+        runs = {"none": plain_step, f: workload.make(rg.Autodiff(inner_backend(), strategy))}
         seconds, peaks, ops, identical = timed_in_turn(runs, steps)
         base = median(seconds["none"][TIMED])
         after = peaks[f][1:]
@@ -402,14 +415,14 @@ def alternating(scale: int, pairs: int) -> list[list]:
     larger one's peak): each alone, then both in turn, each against NoCheckpointing."""
     workload = Attention(scale, fused=False)
     sizes = (4, 2)
-    full = workload.make(rg.Autodiff(rg.NumpyBackend()), sizes[0])(0)[0].peak_bytes
+    full = workload.make(rg.Autodiff(inner_backend()), sizes[0])(0)[0].peak_bytes
     budget = int(0.5 * full)
     rows = []
 
     def ratio_and_row(label: str, graphs: tuple) -> None:
         strategy = rg.BudgetCheckpointing(budget)
-        plain = [workload.make(rg.Autodiff(rg.NumpyBackend()), b) for b in graphs]
-        ours = [workload.make(rg.Autodiff(rg.NumpyBackend(), strategy), b) for b in graphs]
+        plain = [workload.make(rg.Autodiff(inner_backend()), b) for b in graphs]
+        ours = [workload.make(rg.Autodiff(inner_backend(), strategy), b) for b in graphs]
 
         def in_turn(steps):  # one step of each graph: a pair
             def pair(index):
@@ -473,7 +486,13 @@ def main() -> None:
         action="store_true",
         help="per budget: the ops a planned step recomputes and what its peak holds, by op kind",
     )
+    parser.add_argument(
+        "--inner", choices=("numpy", "torch"), default="numpy", help="the inner backend"
+    )
     args = parser.parse_args()
+    INNER[0] = args.inner
+    if args.inner == "torch":
+        common.torch_single_thread()
     scale = 4 if args.quick else 1
     chosen = args.only.split(",") if args.only else [*WORKLOADS, "alternating"]
     rows = []

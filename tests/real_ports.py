@@ -201,7 +201,7 @@ def runs_with_draws(source, steps, capsys, seed, **names):
 
 class SharedDraws:
     """``torch.rand``, ``randn``, ``randn_like`` and ``randint`` of a library drawing from one
-    seeded stream."""
+    seeded stream (floating draws in the library's default dtype, as torch's)."""
 
     NAMES = ("rand", "randn", "randn_like", "randint")
 
@@ -216,12 +216,12 @@ class SharedDraws:
 
         def rand(*size, dtype=None, device=None, requires_grad=False, **_):
             drawn = rng.uniform(size=shape_of(size))
-            drawn = lib.tensor(drawn, dtype=dtype or lib.float32, device=device)
+            drawn = lib.tensor(drawn, dtype=dtype or lib.get_default_dtype(), device=device)
             return drawn.requires_grad_(requires_grad)
 
         def randn(*size, dtype=None, device=None, requires_grad=False, **_):
             drawn = rng.standard_normal(shape_of(size))
-            drawn = lib.tensor(drawn, dtype=dtype or lib.float32, device=device)
+            drawn = lib.tensor(drawn, dtype=dtype or lib.get_default_dtype(), device=device)
             return drawn.requires_grad_(requires_grad)
 
         def randn_like(t, **_):

@@ -208,3 +208,40 @@ def test_fills_through_an_expanded_view_in_a_graph_differentiate_or_refuse_as_to
     if outcomes[0][1] == "refused":  # ours stays usable: a loss that avoids the write
         w = rg.tensor([[1.0], [2.0]]).require_grad()
         assert w.grad((w * 3.0).sum().backward()).tolist() == [[3.0], [3.0]]
+
+
+@pytest.mark.parametrize("fill", ["fill_", "masked_fill_"])
+def test_a_fill_through_overlapping_windows_of_the_value_held_already_differentiates_as_torch(
+    fill,
+):
+    """A fill in the graph through overlapping unfold windows of a location that holds the
+    filled value already (the same ``w[3]`` written before) is a write: torch's backward sends
+    the gradient of each of the view's positions to the fill's value (found by the views
+    hunt of round 38, whose gradient of ``w`` was off by one position's)."""
+    rng = np.random.default_rng(3)
+    x0, w0, c = rng.standard_normal((4, 5)), rng.standard_normal(8), rng.standard_normal((4, 5))
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor(x0).requires_grad_(True)
+        w = lib.tensor(w0).requires_grad_(True)
+        base = x * 1
+        base[1].fill_(w[3])
+        windows = base.unfold(0, 2, 1)[:, 0]
+        if fill == "fill_":
+            windows.fill_(w[3])
+        else:
+            # (each location's last position in the view written, or none of them: where a
+            # location's last position is not written but an earlier one is, torch's
+            # backward sends that location's gradient to both the old value and the fill's
+            # value; ours to the fill's value only; noted in views._write_through_overlap)
+            windows.masked_fill_(lib.tensor([[False, True], [True, True], [True, True]]), w[3])
+        loss = (base * lib.tensor(c)).sum()
+        if lib is torch:
+            loss.backward()
+            grads = (x.grad, w.grad)
+        else:
+            found = loss.backward()
+            grads = (x.grad(found), w.grad(found))
+        results.append([base.detach().numpy(), *(g.numpy() for g in grads)])
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)

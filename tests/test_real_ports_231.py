@@ -675,7 +675,7 @@ MODEL_STEPS = [
 @pytest.mark.parametrize("mixup", [False, True], ids=["plain", "mixup"])
 def test_kenshohara_3d_resnets_train_on_clips_as_torch(capsys, source, options, mixup):
     rng = np.random.default_rng(2310)
-    clips = rng.standard_normal((8, 3, 4, 48, 48))
+    clips = rng.standard_normal((8, 3, 4, 32, 32))
     labels = rng.integers(0, 5, 8)
     records = []
     initialize = initializer()

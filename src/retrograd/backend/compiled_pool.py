@@ -32,9 +32,17 @@ __all__ = [
 @numba.njit(error_model="numpy", cache=True, nogil=True)
 def _first_real(start, dilation, length):
     """The first cell of a window starting at ``start`` (negative: in the padding) that lies
-    at or after zero, clipped into ``[0, length - 1]``."""
-    first = start - (start // dilation) * dilation if start < 0 else start
-    return min(max(first, 0), length - 1)
+    at or after zero, not clipped: PyTorch's kernels advance a window's start by the
+    dilation until it is inside, and a window over padding alone keeps that position."""
+    return start - (start // dilation) * dilation if start < 0 else start
+
+
+@numba.njit(error_model="numpy", cache=True, nogil=True)
+def _first_cell(y0, dh, height, x0, dw, width):
+    """The flat index PyTorch gives a window before any cell wins (a window over padding
+    alone keeps it): its rows' and columns' first positions at or after zero, kept inside
+    the plane where they would point past it."""
+    return min(_first_real(y0, dh, height) * width + _first_real(x0, dw, width), height * width - 1)
 
 
 @numba.njit(error_model="numpy", cache=True, nogil=True)
@@ -49,7 +57,7 @@ def max_pool2d_last(x, best, index, kh, kw, sh, sw, ph, pw, dh, dw):
             y0 = oy * sh - ph
             for ox in range(out_w):
                 x0 = ox * sw - pw
-                first = _first_real(y0, dh, height) * width + _first_real(x0, dw, width)
+                first = _first_cell(y0, dh, height, x0, dw, width)
                 cell_best = best[n, oy, ox]
                 cell_index = index[n, oy, ox]
                 cell_best[:] = -np.inf
@@ -111,7 +119,7 @@ def max_pool2d_planes(x, best, index, kh, kw, sh, sw, ph, pw, dh, dw):
                             cell_best = value if take else cell_best
                             cell_index = y * width + column if take else cell_index
                 else:
-                    cell_index = _first_real(y0, dh, height) * width + _first_real(x0, dw, width)
+                    cell_index = _first_cell(y0, dh, height, x0, dw, width)
                     for i in range(kh):
                         y = y0 + i * dh
                         for j in range(kw):

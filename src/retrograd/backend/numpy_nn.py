@@ -178,14 +178,16 @@ def _scatter_axis(g, axis, index, weights, length):
 
 
 def _first_real_cells(spatial, out_size, stride, padding, dilation, places):
-    """Flat index of each window's first cell inside the input (clipped into it for the
-    degenerate windows that cover only padding)."""
+    """Flat index of each window's first cell at or after zero along every axis, as
+    PyTorch's kernels place it before any cell wins: a window over padding alone keeps it,
+    its position past an axis's end not clipped (it runs into the next row, as PyTorch's
+    does), only kept inside the input."""
     first_real = np.zeros((), dtype=np.int64)
-    for length, o, s, p, d, place in zip(spatial, out_size, stride, padding, dilation, places):
+    for o, s, p, d, place in zip(out_size, stride, padding, dilation, places):
         starts = np.arange(o) * s - p
         first = np.where(starts < 0, starts - (starts // d) * d, starts)
-        first_real = np.add.outer(first_real, np.clip(first, 0, length - 1) * place)
-    return first_real
+        first_real = np.add.outer(first_real, first * place)
+    return np.minimum(first_real, math.prod(spatial) - 1)
 
 
 def _every_window_real(spatial, out_size, kernel_size, stride, padding, dilation):

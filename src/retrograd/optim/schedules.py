@@ -643,9 +643,14 @@ class ReduceLROnPlateau(LRScheduler):
                  cooldown: int = 0, min_lr: Any = 0, eps: float = 1e-8):  # fmt: skip
         if factor >= 1.0:
             raise InvalidArgumentError("ReduceLROnPlateau: factor should be < 1.0")
-        if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
+        if mode not in ("min", "max"):
             raise InvalidArgumentError(
-                f"ReduceLROnPlateau: mode {mode!r} / threshold_mode {threshold_mode!r} unknown"
+                f"ReduceLROnPlateau: mode {mode!r} is unknown (expected 'min' or 'max')"
+            )
+        if threshold_mode not in ("rel", "abs"):
+            raise InvalidArgumentError(
+                f"ReduceLROnPlateau: threshold_mode {threshold_mode!r} is unknown (expected "
+                "'rel' or 'abs')"
             )
         groups = len(optimizer.param_groups)
         min_lrs = list(min_lr) if isinstance(min_lr, list | tuple) else [min_lr] * groups
@@ -685,7 +690,11 @@ class ReduceLROnPlateau(LRScheduler):
         )
         return current > bound
 
-    def step(self, metrics: Any) -> None:
+    def step(self, metrics: Any, epoch: Any = None) -> None:
+        """One epoch's ``metrics``; ``epoch``, torch's deprecated second argument (warmup
+        wrappers pass it on), sets ``last_epoch`` to it instead of counting one more."""
+        if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, Real)):
+            raise DTypeError(f"ReduceLROnPlateau.step: epoch must be a number, got {epoch!r}")
         # a tensor of several values was refused by ``item``, naming it rather than this step
         if isinstance(metrics, Tensor) and metrics.numel() != 1:
             raise ShapeError(
@@ -699,7 +708,11 @@ class ReduceLROnPlateau(LRScheduler):
                 f"got {type(metrics).__name__}"
             )
         current = float(value)
-        self.last_epoch += 1
+        if epoch is None:
+            self.last_epoch += 1
+        else:
+            warnings.warn(_EPOCH_DEPRECATED, UserWarning, stacklevel=2)
+            self.last_epoch = epoch
         if self._better(current):
             self.best = current
             self.num_bad_epochs = 0

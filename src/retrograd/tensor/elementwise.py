@@ -482,8 +482,12 @@ class ElementwiseMixin:
                 target = promoted_dtype_of(self, end, weight)
                 if target in FLOAT_DTYPES or target in ("complex64", "complex128"):
                     return self.cast(target).lerp(end.cast(target), weight.cast(target))
-        floating = self.is_float() or self.is_complex()
-        if not floating or end.dtype != self.dtype:  # torch: no promotion in lerp
+        if not (self.is_float() or self.is_complex()):
+            raise DTypeError(
+                f"lerp: not implemented for {self.dtype} input {shape_text(self.shape)} "
+                "(torch's lerp takes a floating or complex input)"
+            )
+        if end.dtype != self.dtype:  # torch: no promotion in lerp
             raise DTypeError(
                 f"lerp: expected end of the input's floating dtype, got input {self.dtype} "
                 f"{shape_text(self.shape)} and end {end.dtype} {shape_text(end.shape)}"

@@ -70,6 +70,7 @@ from .views import (
     remember_leaf,
     root_of,
     write,
+    written_positions,
 )
 
 __all__ = ["InplaceMixin", "assign", "foreach_mul_", "write_out"]
@@ -448,7 +449,9 @@ class InplaceMixin:
                 value = value.clone()
         # (a value that does not depend on the old one, zero_ or fill_, keeps a tracked
         # tensor in the graph: views._overwritten, where every write ends)
-        write(op, self, value, outside, fresh, recorded)
+        # (which positions a fill wrote, where a view with overlapping elements needs it)
+        written = written_positions(self, compute) if op in FILLS and not outside else None
+        write(op, self, value, outside, fresh, recorded, written)
         if op in FILLS and not outside:
             refuse_gradient_through_overlap(op, self)
         return self

@@ -87,6 +87,7 @@ __all__ = [
     "unlink",
     "view_strides",
     "write",
+    "written_positions",
 ]
 
 #: View kinds written back outside the graph.
@@ -355,8 +356,11 @@ def _forward(base: Any, kind: str, params: tuple) -> Any:
     raise AssertionError(f"unknown view kind {kind!r}")
 
 
-def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> Any:
-    """``base``'s new value when its view of ``kind`` takes ``value``."""
+def _scatter_back(
+    op: str, base: Any, kind: str, params: tuple, value: Any, written: Any = None
+) -> Any:
+    """``base``'s new value when its view of ``kind`` takes ``value`` (``written``: the
+    positions of the view a fill wrote, where :func:`written_positions` knows them)."""
     if kind == "reshape":
         return value._apply("reshape", (value,), (base.shape,))
     if kind == "permute":
@@ -386,7 +390,7 @@ def _scatter_back(op: str, base: Any, kind: str, params: tuple, value: Any) -> A
     if kind == "expand" or (op in FILLS and kind in ("unfold", "as_strided")):
         # (an update or copy_ into a tensor with a 0 stride was refused before it started:
         # refuse_internal_overlap; what reaches an expand here writes each element once)
-        return _write_through_overlap(base, kind, params, value)
+        return _write_through_overlap(base, kind, params, value, written)
     what = {
         "expand": "an expanded tensor",
         "as_strided": "an as_strided view whose strides overlap",
@@ -429,12 +433,14 @@ def refuse_gradient_through_overlap(op: str, t: Any) -> None:
     a program runs, and fails, where torch's does; a view of such a tensor that takes each
     element once (``x.expand(2, n)[1]``, and the diagonal ``fill_diagonal_`` writes) is
     differentiated as any write."""
+    if op == "fill_diagonal_" or not (is_grad_enabled() and t._backend.is_autodiff):
+        return
     strides = strides_of(t)
-    if op == "fill_diagonal_" or not any(n > 1 and s == 0 for n, s in zip(t.shape, strides)):
+    if not any(n > 1 and s == 0 for n, s in zip(t.shape, strides)):
         return
     root = root_of(t)
     backend = root._backend
-    if not (is_grad_enabled() and backend.is_autodiff and backend.is_tracked(root._prim)):
+    if not backend.is_tracked(root._prim):
         return
     message = (
         f"{op}: unsupported operation in backward: more than one element of the written-to "
@@ -449,27 +455,84 @@ def refuse_gradient_through_overlap(op: str, t: Any) -> None:
     backend.register_hook(root._prim, refuse)
 
 
-def _write_through_overlap(base: Any, kind: str, params: tuple, value: Any) -> Any:
+def _write_through_overlap(
+    base: Any, kind: str, params: tuple, value: Any, written: Any = None
+) -> Any:
     """``base``'s new value when ``value``, its view of ``kind``, holds some elements of
     ``base`` more than once and a write (one of :data:`FILLS`, or one that takes each
     element once) changed it: each element of ``base`` takes the value of a position of the
-    view that the write changed (the last, in the view's row-major order, as torch's CPU loop
-    writes them), and keeps its own where none changed. (A position the write gave the value
-    it held already is not written: there torch's backward would still send the gradient to
-    the written value, once per position the overlapping view holds.)"""
+    view that the write wrote (the last, in the view's row-major order, as torch's CPU loop
+    writes them), and keeps its own where none did. The positions written are those whose
+    value changed, and ``written`` (a bool tensor of the view's shape) where a fill in the
+    graph told them: a position that took the value it held already is written too, so its
+    gradient goes to the fill's value, once per position, as torch's backward gathers it
+    through the overlapping view. (Left as is: where a location's last position in the view
+    is not written but an earlier one is, torch's backward also sends the location's gradient
+    to its old value, the last position's gradient winning its copy back; here the old value
+    is overwritten, and takes none.)"""
     count = math.prod(base.shape)
-    positions = np.arange(count, dtype=np.int64).reshape(base.shape)
-    index = host_constant(type(base)._result, positions, base._backend, base._device)
-    where = _forward(index, kind, params)  # (each view element's position in base)
+    where = _positions_in(base, kind, params)
     old = _forward(base, kind, params)
     with no_grad():
         new, before = untracked(value), untracked(old)
         changed = new.ne(before)
         if new.is_floating_point() or new.is_complex():
             changed = changed.logical_and(new.isnan().logical_and(before.isnan()).logical_not())
+        if written is not None:
+            changed = changed.logical_or(written)
     flat = base._apply("reshape", (base,), ((count,),))
     written = flat.index_put((where[changed],), value[changed].to(base.dtype))
     return written._apply("reshape", (written,), (base.shape,))
+
+
+def _positions_in(base: Any, kind: str, params: tuple) -> Any:
+    """For each element of ``base``'s view of ``kind``, its position in ``base`` flattened."""
+    positions = np.arange(math.prod(base.shape), dtype=np.int64).reshape(base.shape)
+    index = host_constant(type(base)._result, positions, base._backend, base._device)
+    return _forward(index, kind, params)
+
+
+#: the view kinds whose elements are elements of the base (:func:`_positions_in` maps them)
+_LOCATED = ("reshape", "permute", "index", "expand", "unfold", "diagonal", "as_strided")
+
+
+def written_positions(t: Any, compute: Any) -> Any:
+    """The positions of ``t`` a fill ``compute`` (``t``'s new value as a function of its
+    old one) writes, as a bool tensor of ``t``'s shape, where that is needed: a fill in the
+    graph into a float tensor that a view with overlapping elements (unfold windows,
+    as_strided) lies between ``t`` and its root; ``None`` elsewhere. Found by filling two
+    probes, one of NaN (a position written holds a number after, or NaN where the fill's
+    value is NaN) and one of zeros (NaN after only where the value is NaN and written)."""
+    floating = t.is_floating_point() or t.is_complex()
+    if not (floating and is_grad_enabled() and t._backend.is_autodiff):
+        return None
+    view = getattr(t, "_view", None)
+    while view is not None and view[KIND] not in ("unfold", "as_strided"):
+        view = getattr(base_of(view), "_view", None)
+    if view is None:
+        return None
+    make, backend, device = type(t)._result, t._backend, t._device
+    with no_grad():
+        nans = host_constant(make, np.full(t.shape, np.nan), backend, device).to(t.dtype)
+        zeros = host_constant(make, np.zeros(t.shape), backend, device).to(t.dtype)
+        return compute(nans).isnan().logical_not().logical_or(compute(zeros).isnan())
+
+
+def _written_in_base(base: Any, kind: str, params: tuple, written: Any) -> Any:
+    """``written`` (positions of ``base``'s view of ``kind``) as positions of ``base``: an
+    element is written where any of the view's positions holding it is; ``None`` where the
+    view's elements are not ``base``'s (complex parts, bit casts)."""
+    if written is None or kind not in _LOCATED:
+        return None
+    count = math.prod(base.shape)
+    with no_grad():
+        where = _positions_in(base, kind, params)
+        flat = host_constant(
+            type(base)._result, np.zeros(count, dtype=bool), base._backend, base._device
+        )
+        true = host_constant(type(base)._result, np.ones((), bool), base._backend, base._device)
+        flat = flat.index_put((where[written],), true)
+        return flat.reshape(base.shape)
 
 
 # -- complex parts (views torch takes by reinterpreting the storage as real numbers) --------------
@@ -542,7 +605,13 @@ def _detached_of(t: Any) -> Any:
 
 
 def write(
-    op: str, t: Any, value: Any, outside: bool, fresh: bool = False, recorded: bool = False
+    op: str,
+    t: Any,
+    value: Any,
+    outside: bool,
+    fresh: bool = False,
+    recorded: bool = False,
+    written: Any = None,
 ) -> None:
     """Make ``t`` hold ``value`` (its shape and dtype), through its bases up to the root,
     then recompute every live view of what changed. ``outside``: a write through
@@ -586,10 +655,11 @@ def write(
         with no_grad():
             new_base = _scatter_back(op, base, kind, view[PARAMS], value)
     else:
-        new_base = _scatter_back(op, base, kind, view[PARAMS], value)
+        new_base = _scatter_back(op, base, kind, view[PARAMS], value, written)
+        written = _written_in_base(base, kind, view[PARAMS], written)
     # (a view of the whole base: its new value does not depend on the old one either)
     whole = kind in ("reshape", "permute") or (kind == "index" and view[PARAMS][0] is None)
-    write(op, base, new_base, outside, fresh and whole)
+    write(op, base, new_base, outside, fresh and whole, written=written)
 
 
 def _through_expand(base: Any, kind: str, params: tuple, value: Any) -> tuple[Any, Any] | None:

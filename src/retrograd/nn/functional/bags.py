@@ -82,15 +82,21 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
     if starts.ndim != 1:
         raise ShapeError(f"{fn}: offsets has to be a 1-d tensor, got shape {list(starts.shape)}")
     n = input.shape[0]
-    if include_last_offset:
-        starts, ends = starts[:-1], starts[1:]
-    else:
-        ends = np.append(starts[1:], n)
-    if starts.size and (starts[0] != 0 or np.any(np.diff(starts) < 0) or ends[-1] > n):
+    # torch checks the offsets as given, the last included: an input with no entries and
+    # offsets past zero, or offsets [2] with include_last_offset (no bag), are refused too
+    if starts.size and (starts[0] != 0 or np.any(np.diff(starts) < 0) or starts[-1] > n):
         raise InvalidArgumentError(
             f"{fn}: offsets must start at 0, not decrease and stay within the input's "
             f"{n} entries, got {starts.tolist()}"
         )
+    if include_last_offset:
+        if not starts.size:
+            raise InvalidArgumentError(
+                f"{fn}: include_last_offset: number of offsets should be at least 1, got none"
+            )
+        starts, ends = starts[:-1], starts[1:]
+    else:
+        ends = np.append(starts[1:], n)
     lengths = ends - starts
     longest = max(int(lengths.max()) if lengths.size else 0, 1)
     steps = np.arange(longest)

@@ -95,6 +95,24 @@ def layer_norm(
 _LAYER_NORM = TensorOp("layer_norm")
 
 
+def _dropout_input(fn: str, x: Any, p: Any, training: Any, *, complex_ok: bool) -> Tensor:
+    """``x`` for a dropout: a float tensor (a complex one too where ``complex_ok``), or,
+    where the dropout draws no mask (not ``training``; ``p`` 0 or 1; an empty input), a
+    tensor of any dtype: torch's dropouts return an integer or bool input then (zeros of its
+    dtype for ``p`` 1) and refuse it only where they would draw."""
+    if isinstance(x, Tensor) and not x.is_floating_point():
+        no_mask = not training or p in (0.0, 1.0) or x.numel() == 0
+        if no_mask or (complex_ok and x.is_complex()):
+            return x
+    return _float_input(fn, x)
+
+
+def _all_dropped(x: Tensor) -> Tensor:
+    """The result of a dropout with ``p`` 1: zeros of ``x``'s dtype, still recorded on
+    ``x`` where it requires grad (a zero gradient, as torch's)."""
+    return x * 0.0 if x.is_floating_point() or x.is_complex() else x.new_zeros(x.shape)
+
+
 def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``;
     the identity unless ``training``. ``rg.seed`` makes the mask reproducible.
@@ -103,13 +121,13 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = Fa
     product that recomputes exactly under any checkpointing strategy.
     """
     fn = "dropout"
-    x = x if isinstance(x, Tensor) and x.is_complex() else _float_input(fn, x)
+    x = _dropout_input(fn, x, p, training, complex_ok=True)
     if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
-    if not training or p == 0.0:
+    if not training or p == 0.0 or x.numel() == 0:
         return x
     if p == 1.0:
-        return x * 0.0
+        return _all_dropped(x)
     keep = wrap(x, x.backend.bernoulli(x.shape, 1.0 - float(p), x.device))
     return x * (keep.cast(x.dtype) * (1.0 / (1.0 - float(p))))
 
@@ -124,7 +142,7 @@ def _feature_dropout(fn: str, x: Tensor, p: float, training: bool, spatial: int)
     (not unbatched ``[C, H, W]``) and a 2-d one ``[N, C]`` is element-wise dropout. Ranks
     other than the documented ones warn, as torch does.
     """
-    x = _float_input(fn, x)
+    x = _dropout_input(fn, x, p, training, complex_ok=False)
     if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
     documented = (spatial + 1, spatial + 2)
@@ -146,10 +164,10 @@ def _feature_dropout(fn: str, x: Tensor, p: float, training: bool, spatial: int)
             UserWarning,
             stacklevel=3,
         )
-    if not training or p == 0.0:
+    if not training or p == 0.0 or x.numel() == 0:
         return x
     if p == 1.0:
-        return x * 0.0
+        return _all_dropped(x)
     if x.ndim < (2 if batched else 1):  # (torch checks the rank only where it draws a mask)
         raise ShapeError(
             f"{fn}: feature dropout needs at least 2 dimensions [N, C, *], got "
@@ -183,13 +201,13 @@ _SELU_ALPHA_PRIME = 1.7580993408473766  # -scale * alpha of SELU: where alpha dr
 def _alpha_dropout(fn: str, x: Tensor, p: float, training: bool, feature: bool) -> Tensor:
     """torch's alpha dropout: dropped elements (whole channels with ``feature``) take SELU's
     negative saturation value, and an affine map ``a x + b`` keeps the mean and variance."""
-    x = _float_input(fn, x)
+    x = _dropout_input(fn, x, p, training, complex_ok=False)
     if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
         raise InvalidArgumentError(f"{fn}: probability p must be between 0 and 1, got {p!r}")
     if not training or p == 0.0 or x.numel() == 0:
         return x
     if p == 1.0:
-        return x * 0.0
+        return _all_dropped(x)
     if feature and x.ndim < 2:  # (torch checks the rank only where it draws a mask)
         raise ShapeError(
             f"{fn}: feature dropout needs at least 2 dimensions [N, C, *], got "

@@ -39,14 +39,19 @@ from ._common import (
     _unbatched,
 )
 
-
 # -- pooling ---------------------------------------------------------------------------------------
-def _pool_input(fn: str, x: Any, integers: bool) -> Tensor:
+#: The integer dtypes torch 2.13's CPU max pooling takes (average pooling: int64 alone).
+_MAX_POOL_INTEGERS = ("int64", "int32", "int16", "int8", "uint8")
+
+
+def _pool_input(fn: str, x: Any, integers: bool, every_integer: bool = False) -> Tensor:
     """``x``, a float tensor, or an int64 one where torch 2.13 pools integers on the CPU
     (``integers``: max pooling in 2-d and 3-d, and in 1-d with its indices; average pooling,
-    each window's sum divided as C divides integers, toward zero). Integer
-    tensors never require grad, so nothing is recorded; any other dtype is refused, naming it."""
-    if integers and isinstance(x, Tensor) and x.dtype == "int64":
+    each window's sum divided as C divides integers, toward zero); ``every_integer``: any
+    integer dtype but bool (max pooling). Integer tensors never require grad, so nothing is
+    recorded; any other dtype is refused, naming it."""
+    accepted = _MAX_POOL_INTEGERS if every_integer else ("int64",)
+    if integers and isinstance(x, Tensor) and x.dtype in accepted:
         return x
     return _float_input(fn, x)
 
@@ -164,12 +169,12 @@ def avg_pool2d(
 
 
 def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode, indices=True):
-    x, squeeze = _batched(fn, _pool_input(fn, x, spatial > 1 or indices), spatial)
+    x, squeeze = _batched(fn, _pool_input(fn, x, spatial > 1 or indices, True), spatial)
     kernel, stride, padding, dilation = _pool_args(
         fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
     )
     pooling = (kernel, stride, padding, dilation, bool(ceil_mode))
-    if x.dtype == "int64":
+    if x.dtype in _MAX_POOL_INTEGERS:
         values, indices = _integer_max_pool(fn, x, pooling)
     else:
         values, indices = apply(TensorOp(fn, kernel="max_pool"), (x,), pooling)
@@ -177,7 +182,7 @@ def _max_pool(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode,
 
 
 def _integer_max_pool(fn: str, x: Tensor, pooling: tuple) -> tuple[Tensor, Tensor]:
-    """Max pooling of int64 ``x``, exact at any magnitude: the float kernel pools each
+    """Max pooling of integer ``x``, exact at any magnitude: the float kernel pools each
     value's rank among the distinct values (equal values share a rank, so torch's first
     maximum is found; ranks are small enough to be exact floats), and the values are read
     back from ``x`` at the maxima's indices."""
@@ -500,7 +505,13 @@ def _lp_pool(fn, spatial, x, norm_type, kernel_size, stride, ceil_mode) -> Tenso
     """torch's ``(sum over the window of x**p)**(1 / p)``: the average pool of ``x**p`` times
     the window's size, its sign kept (``sign(s) relu(|s|)``) before the root. An int64 or
     bool input is torch's too: its power pooled as integers (each window's sum divided toward
-    zero), the root a float32 one."""
+    zero), the root a float32 one. An infinite ``norm_type`` is torch's special case: the
+    maximum of ``|x|`` over each window (``-inf``: minus the maximum of ``-|x|``)."""
+    if isinstance(x, Tensor) and isinstance(norm_type, (int, float)) and math.isinf(norm_type):
+        max_pool = {1: max_pool1d, 2: max_pool2d, 3: max_pool3d}[spatial]
+        if norm_type > 0:
+            return max_pool(x.abs(), kernel_size, stride, 0, 1, ceil_mode)
+        return -max_pool(-x.abs(), kernel_size, stride, 0, 1, ceil_mode)
     if not (isinstance(x, Tensor) and x.dtype in ("int64", "bool")):
         x = _float_input(fn, x)
     kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)
@@ -520,7 +531,8 @@ def lp_pool1d(
     ceil_mode: bool = False,
 ) -> Tensor:
     """1-d power-average pooling: the ``norm_type``-norm of each window."""
-    if isinstance(kernel_size, (tuple, list)):  # torch multiplies by it: a sequence fails
+    infinite = isinstance(norm_type, (int, float)) and math.isinf(norm_type)  # a max pool
+    if isinstance(kernel_size, (tuple, list)) and not infinite:  # torch multiplies by it
         raise DTypeError(f"lp_pool1d: kernel_size must be an int, got {kernel_size!r}")
     return _lp_pool("lp_pool1d", 1, input, norm_type, kernel_size, stride, ceil_mode)
 

@@ -111,6 +111,11 @@ def interpolate(
         raise ShapeError(f"{fn}: give exactly one of size and scale_factor")
     in_size = x.shape[2:]
     if size is not None:
+        if recompute_scale_factor:
+            raise InvalidArgumentError(
+                f"{fn}: recompute_scale_factor is not meaningful with an explicit size "
+                f"(size={size!r})"
+            )
         if isinstance(size, Sequence) and len(size) != spatial:  # (torch: no broadcast)
             raise ShapeError(
                 f"{fn}: size must be an int or one int per spatial dimension ({spatial}), "
@@ -497,6 +502,19 @@ def _pair(fn: str, name: str, value: Any, minimum: int) -> tuple[int, int]:
     return _ints(fn, name, value, 2, minimum)
 
 
+def _im2col_input(fn: str, x: Any) -> Tensor:
+    """``x`` for :func:`unfold`/:func:`fold`: a tensor of floats, complex numbers or bools,
+    the dtypes torch's CPU im2col/col2im kernels take (its integer ones are not built)."""
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{fn}: expected a Tensor as input, got {type(x).__name__}")
+    if not (x.is_floating_point() or x.is_complex() or x.dtype == "bool"):
+        raise DTypeError(
+            f"{fn}: integer inputs are not supported (torch's CPU kernel is not built for "
+            f"them), got {x.dtype} {shape_text(x.shape)}"
+        )
+    return x
+
+
 def _unfold_args(fn: str, kernel_size: Any, dilation: Any, padding: Any, stride: Any) -> tuple:
     return (
         _pair(fn, "kernel_size", kernel_size, 1),
@@ -519,7 +537,7 @@ def unfold(
     (kh, kw), (dh, dw), (ph, pw), (sh, sw) = _unfold_args(
         fn, kernel_size, dilation, padding, stride
     )
-    x = input
+    x = _im2col_input(fn, input)
     squeeze = x.ndim == 3
     if squeeze:
         x = x.unsqueeze_dim(0)
@@ -570,7 +588,7 @@ def fold(
         fn, kernel_size, dilation, padding, stride
     )
     height, width = _pair(fn, "output_size", output_size, 1)
-    cols = input
+    cols = _im2col_input(fn, input)
     squeeze = cols.ndim == 2
     if squeeze:
         cols = cols.unsqueeze_dim(0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor, stack
 from ..functional import pad
@@ -40,7 +40,7 @@ def pad_sequence(
 ) -> Tensor:
     """Tensors ``[L_i, *]`` padded with ``padding_value`` to the longest and stacked:
     ``[L, B, *]``, or ``[B, L, *]`` with ``batch_first`` (``padding_side="left"`` pads
-    before)."""
+    before), in the dtype of the first sequence, as torch's."""
     sequences = list(sequences)
     if not sequences:
         raise InvalidArgumentError("pad_sequence: received an empty list of sequences")
@@ -48,12 +48,29 @@ def pad_sequence(
         raise InvalidArgumentError(
             f"pad_sequence: padding_side must be 'left' or 'right', got {padding_side!r}"
         )
+    for i, s in enumerate(sequences):
+        if not isinstance(s, Tensor):
+            raise DTypeError(
+                f"pad_sequence: expected a tensor as sequence {i}, got {type(s).__name__}"
+            )
+        if s.dim() == 0:
+            raise ShapeError(
+                f"pad_sequence: sequence {i} is a 0-d tensor; each sequence needs a length "
+                "dimension (its first)"
+            )
     trailing = sequences[0].shape[1:]
-    if any(s.shape[1:] != trailing for s in sequences):
-        raise ShapeError("pad_sequence: sequences must have the same trailing dimensions")
+    for i, s in enumerate(sequences):
+        if s.shape[1:] != trailing:
+            raise ShapeError(
+                "pad_sequence: sequences must have the same trailing dimensions, got "
+                f"{list(sequences[0].shape)} (sequence 0) and {list(s.shape)} (sequence {i})"
+            )
     longest = max(s.shape[0] for s in sequences)
+    # torch writes every sequence into a tensor made like the first one: its dtype wins
+    dtype = sequences[0].dtype
     padded = []
     for s in sequences:
+        s = s if s.dtype == dtype else s.to(dtype)
         missing = longest - s.shape[0]
         amounts: list[Any] = [0, 0] * len(trailing)
         amounts += [0, missing] if padding_side == "right" else [missing, 0]

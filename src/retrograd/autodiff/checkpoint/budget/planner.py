@@ -20,10 +20,11 @@ by the miss (:data:`MAX_REPLANS` times at most, then the attempt that held least
 A budget under the greedy plan's floor (the lowest peak it finds) gets, when it fits the
 budget or holds less than that floor, an anchored schedule (:mod:`.segments`: only anchors
 kept from forward, each segment recomputed once from its anchor, what backward does not read
-dropped at once: :data:`ANCHORED`); else the lower of two, by what was measured: that floor
-(:data:`FLOOR`), or a replay of the eager step at its own prices, whose backward recomputes
-from √n anchors and drops for the budget (:data:`REPLAY`). Only a plan that fits is
-re-planned after a miss.
+dropped at once: :data:`ANCHORED`); else that floor (:data:`FLOOR`) when it holds no more than
+the budget plus a tenth of the unbudgeted step (:data:`FLOOR_SLACK`), followed at once; else
+the lower of two, by what was measured: that floor, or a replay of the eager step at its own
+prices, whose backward recomputes from √n anchors and drops for the budget
+(:data:`REPLAY`). Only a plan that fits is re-planned after a miss.
 
 A replay repeats what one eager step did, and what an eager step holds depends on the prices
 it measured (which value is cheapest to evict is a comparison of timings): a pause of a few
@@ -95,10 +96,20 @@ ANCHORED = "anchored"
 #: than this factor
 REPLAY_SLACK = 1.1
 
+#: a floor (:data:`FLOOR`) within this fraction of what the step holds without a budget
+#: (:func:`near_the_budget`) above the budget is followed at once, without trials, and before a
+#: replay of an eager step that held less: a replay recomputes chains several times over
+#: (1.6-2.5 times the step's time), a worse trade than the floor's few bytes more, and what
+#: an eager step holds and recomputes depends on the times it measured. With trials, the
+#: plan's first steps ran eagerly (one to :data:`REPLAY_TRIALS`, by what they measured) and
+#: recomputed other counts of ops than the steps after them: the sdpa transformer of
+#: ``bench_budget_loops.py`` at 0.25x on the torch inner backend, 184 or 159 ops, then 57
+FLOOR_SLACK = 0.1
+
 #: eager steps of a graph under the floor, at most, before its steps follow the lowest plan
 #: of theirs (the floor, or a replay of the step that held least); one that holds no less
 #: than those before it ends the trials sooner. A plan within :data:`REPLAY_SLACK` of the
-#: budget is followed at once
+#: budget is followed at once, and so is a floor within :data:`FLOOR_SLACK`
 REPLAY_TRIALS = 3
 
 #: plans kept at once (one per graph of the loop)
@@ -315,6 +326,8 @@ class Planner:
             plan = self._make_plan(signatures, trace, values=values)
             if plan.mode not in (REPLAY, FLOOR) or plan.counted <= REPLAY_SLACK * plan.target:
                 return plan
+            if plan.mode == FLOOR and near_the_budget(trace, plan.target, plan.counted):
+                return plan  # followed at once (see FLOOR_SLACK)
         else:  # the trials' plan is made: this step gives one more replay to choose from
             plan = trials[0][1]._replace(
                 mode=REPLAY,
@@ -508,9 +521,11 @@ class Planner:
         """The mode, evictions and count of a plan whose greedy floor (``evict``, ``counted``)
         is above ``target``: the anchored schedule when it fits, or holds less than the floor
         (both as the engine counts, :func:`~.segments.engine_profile`) and no more than
-        :data:`REPLAY_SLACK` times what the eager step held; else the floor or a replay of the
-        eager step, whichever held less."""
+        :data:`REPLAY_SLACK` times what the eager step held; else the floor when it is near the
+        budget (:func:`near_the_budget`), or the floor or a replay of the eager step, whichever
+        held less."""
         eager = self._eager_peak
+        near = near_the_budget(trace, target, counted)
         if trace.walks:  # (the anchored schedule's engine count knows a single walk)
             if eager is not None and eager < counted:
                 return REPLAY, evict, eager
@@ -521,9 +536,20 @@ class Planner:
             and (eager is None or anchored.peak <= REPLAY_SLACK * eager)
         ):
             return ANCHORED, anchored.evicted, anchored.peak
-        if eager is not None and eager < counted:
+        if eager is not None and eager < counted and not near:
             return REPLAY, evict, eager  # a replay holds what the eager step held
         return FLOOR, evict, counted
+
+
+def near_the_budget(trace: Trace, target: int, counted: int) -> bool:
+    """Whether a floor that holds ``counted`` bytes (the engine's count) under the budget
+    ``target`` is within :data:`FLOOR_SLACK` of what the step of ``trace`` holds with nothing
+    evicted (NoCheckpointing's ``Gradients.peak_bytes``) above it. A trace of several walks of
+    a retained graph is never: the engine's count of it knows a single walk."""
+    if trace.walks:
+        return False
+    unbudgeted = engine_profile(trace, [False] * len(trace.sizes))[0]
+    return counted <= target + FLOOR_SLACK * unbudgeted
 
 
 def _prices(plan: EvictionPlan) -> list:
