@@ -21,6 +21,7 @@ __all__ = [
     "DamagedFileError",
     "DistributedError",
     "DivisionByZeroError",
+    "IndexDTypeError",
     "IndexOutOfRangeError",
     "InnerOperandError",
     "KeyMismatchError",
@@ -106,6 +107,12 @@ class ArgumentTypeError(DTypeError, ShapeError):
 
 class IndexOutOfRangeError(RetrogradError, IndexError):
     """An index value outside the dimension it indexes."""
+
+
+class IndexDTypeError(DTypeError, IndexOutOfRangeError):
+    """An index tensor of a dtype the op does not take, where torch raises an ``IndexError``
+    for it (``index_fill``'s "Expected dtype int64 for index"): a :class:`DTypeError`, as
+    before, and an ``IndexError``, as torch's, so that either ``except`` catches it."""
 
 
 class AutodiffError(RetrogradError, RuntimeError):

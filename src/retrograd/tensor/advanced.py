@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..autodiff.grad_mode import is_grad_enabled
+from ..autodiff.grad_mode import is_grad_enabled, no_grad
 from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text
 from . import views
 from ._dispatch import (
@@ -351,12 +351,7 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     index tensors, lists and masks as torch's ``index_put_``."""
     # (the value is then converted to the tensor's dtype, as for ``t[1] = v``)
     index = index_items(index)
-    for item in index:  # (torch reads a byte mask in a get, refuses it here: index_put_)
-        if isinstance(item, TensorBase) and item.dtype == "uint8":
-            raise DTypeError(
-                "setitem: a uint8 mask is not supported for writing (as torch's index_put_); "
-                "use a bool mask (mask.bool())"
-            )
+    _refuse_byte_mask_fill(t, index, value)
     index = int_scalars(index)
     bools = split_bool_scalars(index)
     if bools is not None:  # through the view with the new dimensions
@@ -375,6 +370,11 @@ def set_index(t: Any, index: Any, value: Any) -> None:
         _refuse_setitem_overlap(target, given, value)
         target._copy_unchecked(value)
         return
+    for item in index:  # (torch refuses an index of another dtype before the value's)
+        if isinstance(item, TensorBase) and item.dtype not in ("int64", "int32", "bool"):
+            raise IndexOutOfRangeError(
+                f"setitem: tensors used as indices must be long, int or bool, got {item.dtype}"
+            )
     if isinstance(value, TensorBase) and value.dtype != t.dtype:
         picks = [i for i in index if isinstance(i, arrays | bool)]
         one_mask = len(picks) == 1 and _is_bool_index(picks[0])
@@ -382,6 +382,7 @@ def set_index(t: Any, index: Any, value: Any) -> None:
             check_written_tensor("index_put_", value, t.dtype)
             value = value.cast(t.dtype)
     if isinstance(value, TensorBase) and value.dtype != t.dtype:
+        _check_before_dtype(t, index, value)
         raise DTypeError(
             f"index_put_: the value's dtype {value.dtype} is not the tensor's {t.dtype} (torch "
             "requires them to match when indexing with tensors, lists or masks); cast it first"
@@ -399,6 +400,44 @@ def set_index(t: Any, index: Any, value: Any) -> None:
         target._update("index_put_", lambda y: _masked(y, mask, fill))
         return
     target._update("index_put_", lambda y: index_put(y, advanced, value, False))
+
+
+def _check_before_dtype(t: Any, index: tuple, value: Any) -> None:
+    """torch's ``index_put_`` checks the indices (their broadcast, a mask's shape) and the
+    value's shape before the value's dtype (their range after it): a write of a value of
+    another dtype raises their error first, found by the write into a copy, outside the graph,
+    of the value cast."""
+    with no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            probe, cast = t.detach().clone(), value.detach().cast(t.dtype)
+        except Exception:  # (a value that cannot be cast: the dtype error is the one)
+            return
+        try:
+            set_index(probe, index, cast)
+        except IndexOutOfRangeError as error:
+            if "is out of range for dimension" in str(error):
+                return  # (torch's kernel checks the range after the dtype: _check's error)
+            raise
+
+
+def _refuse_byte_mask_fill(t: Any, index: tuple, value: Any) -> None:
+    """torch writes through a legacy uint8 mask as through a bool one, except where its
+    ``index_put_`` takes the ``masked_fill_`` path (the mask the only index tensor, one value),
+    which refuses any mask but a bool one, once the mask's shape is checked."""
+    arrays = TensorBase | list | np.ndarray | range | tuple
+    # (a 0-d int tensor or array is read as an int, a select: int_scalars)
+    picks = [i for i in index if isinstance(i, arrays) and not isinstance(_int_scalar(i), int)]
+    if len(picks) != 1 or str(getattr(picks[0], "dtype", "")) != "uint8":
+        return
+    if not (isinstance(value, SCALARS) or (isinstance(value, TensorBase) and value.numel() == 1)):
+        return
+    with no_grad():
+        t.detach()[int_scalars(index)]  # (a mask of the wrong shape: torch's IndexError first)
+    raise DTypeError(
+        "setitem: masked_fill_ only supports boolean masks, but got a uint8 mask (as torch's "
+        "index_put_ of one value through a mask); use a bool mask (mask.bool())"
+    )
 
 
 def _refuse_setitem_overlap(target: Any, given: Any, value: Any) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import TensorBase, int_argument, int_arguments, lift, normalize_dim
+from ._dispatch import TensorBase, int_argument, int_arguments, lift, normalize_dim, promote
 from .autocasting import autocast_op
 from .creation import tensor, zeros
 from .dtypes import canonical_dtype
@@ -331,6 +331,10 @@ def searchsorted(sorted_sequence: Any, values: Any, *, out_int32: bool = False, 
             "searchsorted: the leading dimensions of sorted_sequence "
             f"{shape_text(sorted_sequence.shape)} and values {shape_text(values.shape)} differ"
         )
+    # compared in the two's common dtype, by torch's rules for a 0-d values tensor (or a
+    # number): the boundaries' dtype wins within a category (a 0-d int16 -1 against uint8
+    # boundaries is 255), before the unsqueeze below makes values 1-d
+    sorted_sequence, values = promote(sorted_sequence, values, "searchsorted")
     edges = sorted_sequence.unsqueeze_dim(-2)
     points = values.unsqueeze_dim(-1)
     # the edges a value is not left of (right: not strictly right of), as torch's binary

@@ -1071,6 +1071,9 @@ def bucketize(input: Any, boundaries: Any, *, out_int32: bool = False, right: bo
         )
     if edges.ndim != 1:
         raise ShapeError(f"bucketize: boundaries must be 1-d, got {shape_text(edges.shape)}")
+    # in the common dtype by torch's rules for a 0-d input (searchsorted's), before the
+    # unsqueeze makes it 1-d
+    input, edges = promote(input, edges, "bucketize")  # noqa: A001 (torch's name)
     values = input.unsqueeze_dim(-1)
     # as searchsorted counts them: a NaN value is past every boundary
     after = edges.greater(values) if right else edges.greater_equal(values)
@@ -1122,13 +1125,22 @@ def unique(input: Any, sorted: bool = True, return_inverse: bool = False,  # noq
     def host(a: np.ndarray, dtype: str) -> Any:
         return make(backend.from_data(a, dtype, device), backend, device)
 
-    out = host(values, input.dtype)
+    out = refused_derivative("unique", input, host(values, input.dtype))
     extra = []
     if return_inverse:
         extra.append(host(inverse.astype(np.int64), "int64"))
     if return_counts:
         extra.append(host(counts.astype(np.int64), "int64"))
     return (out, *extra) if extra else out
+
+
+def refused_derivative(op: str, source: Any, out: Any) -> Any:
+    """``out``, computed outside the graph from ``source``: when ``source`` requires grad, in
+    the graph as torch records it (requiring grad), with a backward that raises torch's "the
+    derivative for ... is not implemented" rather than leaving the path out of a gradient."""
+    if not source.requires_grad:
+        return out
+    return source._apply("refused_derivative", (source, out), (op,))
 
 
 def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Any, ...]:

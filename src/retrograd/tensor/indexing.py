@@ -23,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff.grad_mode import is_grad_enabled
 from ..backend.protocol import default_float_dtype
 from ..context import capturing
 from ..errors import (
     DTypeError,
+    IndexDTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
     ShapeError,
@@ -46,6 +48,7 @@ from ._dispatch import (
     lift,
     normalize_dim,
     promote,
+    untracked,
     wrap,
     written_scalar,
 )
@@ -180,16 +183,20 @@ class IndexingMixin:
                 f"index_reduce: reduce must be 'prod', 'mean', 'amax' or 'amin', got {reduce!r}"
             )
         check_same_dtype("index_reduce", self, source)
-        if self.dtype == "bool" and (self.ndim <= 1 or reduce == "mean"):
-            # (torch's kernel for one dimension has no bool form, nor its mean a bool division)
+        if self.dtype == "bool" and self.ndim <= 1:  # (torch's 1-d kernel: before the indices)
             raise DTypeError(
-                f"index_reduce: not implemented for a {self.ndim}-d bool tensor with reduce "
-                f"{reduce!r} (as in torch)"
+                f"index_reduce: not implemented for a {self.ndim}-d bool tensor (as in torch)"
             )
         source = lift(self, source, "index_reduce")
         x = self.reshape((1,)) if self.ndim == 0 else self  # (a 0-d tensor: its one value)
         d = normalize_dim("index_reduce", dim, x.ndim)
         indices = _index_tensor("index_reduce", x, _one_dim(index), d, one_dim=True)
+        if self.dtype == "bool" and reduce == "mean":
+            # (torch's mean has no bool division; it checks the indices first)
+            raise DTypeError(
+                f"index_reduce: not implemented for a {self.ndim}-d bool tensor with reduce "
+                f"{reduce!r} (as in torch)"
+            )
         region = x.shape[:d] + (indices.shape[0],) + x.shape[d + 1 :]
         if self.ndim == 0 and source.ndim == 0:
             source = source.reshape((1,))
@@ -201,7 +208,17 @@ class IndexingMixin:
             )
         spread = indices.reshape(tuple(-1 if k == d else 1 for k in range(x.ndim)))
         out = x.scatter_reduce(d, spread.expand(region), source, reduce, include_self=include_self)
-        return out.reshape(self.shape)
+        out = out.reshape(self.shape)
+        given = index if isinstance(index, TensorBase) else None
+        if given is not None and given.dtype == "int32" and not include_self:
+            # torch's backward then calls index_fill_ with the int32 index, which refuses it
+            refuse_backward(
+                out,
+                "index_reduce: the backward of include_self=False with an int32 index fails "
+                "in torch (its index_fill_ expects an int64 index); pass index.long()",
+                IndexOutOfRangeError,
+            )
+        return out
 
     def index_copy(self, dim: int, index: Any, source: Any) -> Any:
         """A copy with ``source`` written at ``index`` along ``dim``. As torch's, a vector
@@ -470,6 +487,8 @@ class IndexingMixin:
                     f"scatter: reduce={reduce!r} is not supported (only 'add' and 'multiply')"
                 )
             update = "assign" if reduce is None else reduce
+            if reduce is not None:
+                return self._scatter_reduce_keyword(dim, index, src, value, reduce)
         if src is None and value is None:
             raise InvalidArgumentError("scatter: give src (a tensor) or value (a scalar)")
         if src is None or not isinstance(src, TensorBase | np.ndarray | list):
@@ -485,6 +504,22 @@ class IndexingMixin:
         if update == "multiply":  # torch's legacy form of scatter_reduce's "prod"
             return self.scatter_reduce(dim, index, src, "prod", include_self=True)
         return self._scatter(dim, index, src, update)
+
+    def _scatter_reduce_keyword(
+        self, dim: int, index: Any, src: Any, value: Any, reduce: str
+    ) -> Any:
+        """torch's ``scatter(..., reduce="add" | "multiply")``: computed outside the graph, its
+        result tracked when an input is, with a backward that refuses (torch implements no
+        derivative of this form: "the derivative for aten::scatter is not implemented";
+        :meth:`scatter_reduce` and Burn's ``update="add"`` are differentiable)."""
+        inputs = [t for t in (self, src) if isinstance(t, TensorBase)]
+        plain = [untracked(t) if isinstance(t, TensorBase) else t for t in (self, src)]
+        out = plain[0].scatter(dim, index, plain[1], update=reduce, value=value)
+        for source in inputs:
+            if source.requires_grad:
+                kind = f"scatter with reduce={reduce!r}"
+                return source._apply("refused_derivative", (source, out), (kind,))
+        return out
 
     def scatter_add(self, dim: int, index: Any, src: Any) -> Any:
         """A copy with ``src`` added at ``index`` along ``dim``."""
@@ -511,7 +546,7 @@ class IndexingMixin:
             and values.ndim == indices.ndim
             and all(v >= i for v, i in zip(values.shape, indices.shape))
         ):
-            values = values[tuple(slice(0, n) for n in indices.shape)]
+            values = leading_part("scatter", values, indices.shape)
         if values.shape != indices.shape:
             raise ShapeError(
                 f"scatter: values of shape {shape_text(values.shape)} must have the shape of "
@@ -850,7 +885,9 @@ def _index_tensor(
         indices = indices.cast("int64")  # (torch's kernels take int32 indices as int64)
     if indices.dtype != "int64":
         taken = "int64" if op in _INT64_INDICES_ONLY else "int64 or int32"
-        raise DTypeError(f"{op}: indices must be {taken} (as torch's), got {indices.dtype}")
+        # (torch's index_fill_ raises an IndexError for it, its other kernels a RuntimeError)
+        error = IndexDTypeError if op == "index_fill" else DTypeError
+        raise error(f"{op}: indices must be {taken} (as torch's), got {indices.dtype}")
     if one_dim and indices.ndim != 1:
         raise ShapeError(f"{op}: indices must be 1-d, got shape {shape_text(indices.shape)}")
     if not one_dim and indices.ndim != x.ndim:
@@ -890,6 +927,40 @@ def _from_end(op: str, x: Any, index: Any, dim: int) -> Any:
         ),
     )
     return shifted % size if size else shifted
+
+
+def leading_part(op: str, src: Any, shape: tuple[int, ...], *, whole_node: Any = None) -> Any:
+    """The leading ``shape`` part of a scatter's ``src``, larger than its index (torch reads
+    only that part). torch's backward then gives ``src`` a gradient of the index's shape and
+    refuses it ("returned an invalid gradient"): a ``src`` in the graph takes a gradient hook
+    that raises that error when a backward reaches it, so the program fails where torch's
+    does. (:func:`refuse_backward` on the result, for the reductions whose backward to
+    ``self`` reads ``src`` too.)"""
+    part = src[tuple(slice(0, n) for n in shape)]
+    refuse_backward(part, larger_src_message(op, tuple(src.shape), shape))
+    return part
+
+
+def larger_src_message(op: str, src_shape: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    return (
+        f"{op}: a src of shape {shape_text(src_shape)}, larger than the index's "
+        f"{shape_text(shape)}, is not differentiated (torch's backward fails there: \"returned "
+        "an invalid gradient\" or a size mismatch); pass src's part that is read, "
+        "src[:index sizes], instead"
+    )
+
+
+def refuse_backward(t: Any, message: str, error: type[Exception] = ShapeError) -> None:
+    """A gradient hook on ``t`` (when it is in the graph) that raises ``error(message)`` when
+    a backward reaches it: a program runs, and fails, where torch's does."""
+    backend = t._backend
+    if not (is_grad_enabled() and backend.is_autodiff and backend.is_tracked(t._prim)):
+        return
+
+    def refuse(_backend: Any, _gradient: Any) -> Any:
+        raise error(message)
+
+    backend.register_hook(t._prim, refuse)
 
 
 def _entry_count(indices: Any) -> int:

@@ -499,8 +499,7 @@ class ReduceMixin:
         dim, descending, _stable = _stable_overload("argsort", args, kwargs)
         return self.sort_with_indices(dim, descending)[1]
 
-    @scalar_dims(position=1)
-    def topk(
+    def topk(  # (a 0-d tensor: the function's, which takes torch's k=0 there too)
         self,
         k: int,
         dim: int = -1,
@@ -714,8 +713,9 @@ def topk(
     torch's CPU kernel gives them."""
     k = int_parameter("topk", k, "k")
     if x.ndim == 0 and isinstance(dim, numbers.Integral) and dim in (0, -1):
-        # torch sees a 0-d tensor as [1] along dim 0 or -1 (the default): the result 0-d again
-        values, indices = topk(x.reshape((1,)), k, 0, largest, sorted)
+        # torch sees a 0-d tensor as [1] along dim 0 or -1 (the default): the result 0-d again,
+        # its one value even for k=0 (torch's kernel copies a one-element input whole)
+        values, indices = topk(x.reshape((1,)), k or 1, 0, largest, sorted)
         return TopkResult(values.reshape(()), indices.reshape(()))
     return TopkResult(*x.topk_with_indices(k, dim, largest, sorted))
 

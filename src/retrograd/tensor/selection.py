@@ -64,9 +64,9 @@ from ._dispatch import (
 from .autocasting import autocast_op
 from .complexes import complex as complex_of_parts
 from .dtypes import DTYPE_OBJECTS
-from .functions import check_unique_dim
+from .functions import check_unique_dim, refused_derivative
 from .functions import unique as _unique
-from .indexing import check_values
+from .indexing import check_values, larger_src_message, refuse_backward
 from .layouts import preserve_format
 from .spacing import torch_linspace
 from .torch_nodes import TorchOnlyNode
@@ -391,7 +391,8 @@ class SelectionMixin:
         d = normalize_dim(op, dim, self.ndim)
         index, src = lift(self, index, op), lift(self, src, op)
         self.detach().scatter_add(d, index, src.detach().cast(self.dtype))  # torch's checks
-        if src.shape != index.shape:  # torch reads src only where index has entries
+        full_shape, larger = tuple(src.shape), src.shape != index.shape
+        if larger:  # torch reads src only where index has entries
             src = src[tuple(slice(0, n) for n in index.shape)]
         src = src.cast(self.dtype)
         extreme = "max" if reduce == "amax" else "min"
@@ -404,7 +405,7 @@ class SelectionMixin:
         elif self.dtype == "bool":  # (False below every bool, True above)
             base = self.detach().scatter(d, index, value=extreme == "min")
         else:
-            info = np.iinfo(np.int64)
+            info = np.iinfo(self.dtype)  # (the dtype's own bounds: int64's overflow int32)
             base = self.detach().scatter(d, index, value=info.min if extreme == "max" else info.max)
         result = base.scatter_nd(self._scatter_positions(d, index), src.detach(), extreme)
         tracked = [t for t in (self, src) if t.requires_grad]
@@ -427,6 +428,9 @@ class SelectionMixin:
         if src.requires_grad:
             share = (src - src.detach()).mask_fill(~(src_won & src.isfinite()), 0.0)
             out = out.scatter_add(d, index, share / count.gather(d, index))
+        if _unbroadcastable(full_shape, index.shape):
+            # (torch's backward, to self too, compares src with the result's gather)
+            refuse_backward(out, larger_src_message(op, full_shape, tuple(index.shape)))
         return out
 
     def _scatter_product(self, dim: int, index: Any, src: Any, include_self: bool) -> Any:
@@ -437,10 +441,15 @@ class SelectionMixin:
         d = normalize_dim(op, dim, self.ndim)
         index, src = lift(self, index, op), lift(self, src, op)
         self.detach().scatter_add(d, index, src.detach())  # torch's checks
-        if src.shape != index.shape:  # torch reads src only where index has entries
+        full_shape, larger = tuple(src.shape), src.shape != index.shape
+        if larger:  # torch reads src only where index has entries
             src = src[tuple(slice(0, n) for n in index.shape)]
         base = self if include_self else self.scatter(d, index, value=1)
-        return base.scatter_nd(self._scatter_positions(d, index), src, "mul")
+        out = base.scatter_nd(self._scatter_positions(d, index), src, "mul")
+        if _unbroadcastable(full_shape, index.shape):
+            # (torch's backward, to self too, divides by src of the wrong shape)
+            refuse_backward(out, larger_src_message(op, full_shape, tuple(index.shape)))
+        return out
 
     def _scatter_positions(self, d: int, index: Any) -> Any:
         """``[*index.shape, ndim]``: the full position each entry of ``index`` along ``d``
@@ -543,6 +552,7 @@ class SelectionMixin:
             and any(isinstance(i, TensorBase) and i.dtype == "bool" for i in indices)
         )
         if isinstance(values, TensorBase) and values.dtype != self.dtype and not single:
+            self._index_put_checks_before_dtype(indices, values, accumulate)
             raise DTypeError(
                 f"index_put: the values' dtype {values.dtype} is not the tensor's {self.dtype} "
                 "(torch requires them to match)"
@@ -582,6 +592,14 @@ class SelectionMixin:
             else:
                 parts.append(i)
         indices = tuple(parts)
+        try:  # (torch's IndexError, before the indices are combined)
+            np.broadcast_shapes(*(tuple(np.shape(i)) for i in indices))
+        except ValueError:
+            shapes = ", ".join(shape_text(tuple(np.shape(i))) for i in indices)
+            raise IndexOutOfRangeError(
+                "index_put: shape mismatch: indexing tensors could not be broadcast together "
+                f"with shapes {shapes}"
+            ) from None
         if len(indices) > self.ndim:
             raise InvalidArgumentError(
                 f"index_put: too many indices ({len(indices)}) for a tensor of "
@@ -613,6 +631,22 @@ class SelectionMixin:
             values = wrap(self, self._backend.full(flat.shape, values, self.dtype, self._device))
         values = _fitted(values, flat.shape)
         return self.put(flat.reshape((-1,)), values.reshape((-1,)), accumulate=True)
+
+    def _index_put_checks_before_dtype(self, indices: tuple, values: Any, accumulate: bool) -> None:
+        """torch's ``index_put`` checks the indices (their dtypes, broadcast, a mask's shape)
+        and the values' shape before the values' dtype (their range after it): their error
+        first, found by the call on a copy, outside the graph, with the values cast."""
+        with no_grad():
+            try:
+                cast = values.detach().cast(self.dtype)
+            except Exception:  # (values that cannot be cast: the dtype error is the one)
+                return
+            try:
+                self.detach().clone().index_put(indices, cast, accumulate)
+            except IndexOutOfRangeError as error:
+                if "is out of range for dimension" in str(error) or "out of bounds" in str(error):
+                    return  # (torch checks the range after the dtype)
+                raise
 
     def _put_index(self, index: Any, d: int) -> Any:
         """``index_put``'s index tensor for dim ``d``, checked to lie in ``[-size, size)``
@@ -778,7 +812,8 @@ class SelectionMixin:
     ) -> Any:
         """The values with each run of equal neighbours kept once (flattened; with ``dim``,
         the slices along ``dim`` with each run of equal neighbouring slices kept once); a host
-        read, not differentiable, as torch's."""
+        read, not differentiable, as torch's (its values require grad when the input does, and
+        a backward through them raises)."""
         if dim is None:
             array = self.numpy().reshape(-1)
             starts = np.concatenate(([True], array[1:] != array[:-1]))[: array.size]
@@ -793,7 +828,8 @@ class SelectionMixin:
                 differs = (rows[1:] != rows[:-1]).any(axis=1)
                 starts = np.concatenate(([True], differs))[: rows.shape[0]]
             kept = np.moveaxis(moved[starts], 0, d)
-        out = [self._host(np.ascontiguousarray(kept), self.dtype)]
+        kept = self._host(np.ascontiguousarray(kept), self.dtype)
+        out = [refused_derivative("unique_consecutive", self, kept)]
         if return_inverse:
             inverse = np.cumsum(starts) - 1
             shape = self.shape if dim is None else (self.shape[d],)
@@ -1971,3 +2007,11 @@ def _conj_t(x: Any) -> Any:
     """The conjugate transpose of a matrix (its transpose if real): ``cov``'s ``x^H``."""
     transposed = x.transpose(0, 1)
     return transposed.conj() if transposed.is_complex() else transposed
+
+
+def _unbroadcastable(src_shape: tuple[int, ...], index_shape: tuple[int, ...]) -> bool:
+    """Whether a ``src`` of ``src_shape``, larger than the index, fails to broadcast with the
+    index's shape: where torch's ``prod``/``amax``/``amin`` backward then fails. Where it
+    broadcasts (src larger only where the index has size 1), torch's backward runs, giving the
+    unread part of ``src`` a gradient of its broadcast formulas; ours gives that part none."""
+    return any(s != i and i != 1 for s, i in zip(src_shape, index_shape))
