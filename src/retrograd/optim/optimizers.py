@@ -726,8 +726,15 @@ class Optimizer(StepHooks):
             len(saved["params"]) != len(own["params"])
             for saved, own in zip(groups, self.param_groups)
         ):
+            # torch's words first (ported code matches them), then the sizes at fault
+            said = (
+                "loaded state dict has a different number of parameter groups"
+                if len(groups) != len(self.param_groups)
+                else "loaded state dict contains a parameter group that doesn't match the size "
+                "of optimizer's group"
+            )
             raise InvalidArgumentError(
-                f"{where}: the saved groups have "
+                f"{where}: {said}: the saved groups have "
                 f"{[len(g['params']) for g in groups]} parameters, this optimizer's "
                 f"{[len(g['params']) for g in self.param_groups]}"
             )
