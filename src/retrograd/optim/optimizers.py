@@ -784,7 +784,15 @@ class Optimizer(StepHooks):
             for key, value in entry.items():
                 _check_buffer_given(where, number, key, value, probed.get(key), p)
             new_state[p] = {
-                key: self.load_state_value(where, number, key, v, p) for key, v in entry.items()
+                key: (
+                    # a buffer (the probe's entry a tensor) is one whatever its rank: a 0-d
+                    # parameter's moments, saved as 0-d arrays, were taken for scalars and
+                    # its next step failed deep inside
+                    state_tensor(where, number, key, v, p, self.state_shape(key, p.shape))
+                    if v is not None and isinstance(probed.get(key), Tensor)
+                    else self.load_state_value(where, number, key, v, p)
+                )
+                for key, v in entry.items()
             }
         for own, group in zip(self.param_groups, merged):
             for key in [k for k in own if k != "params" and k not in group]:
