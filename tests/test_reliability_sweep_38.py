@@ -7,6 +7,7 @@ Expected messages come from torch itself (run in each test) or from the contract
 from __future__ import annotations
 
 import copy
+import io
 
 import numpy as np
 import pytest
@@ -223,3 +224,27 @@ def test_ctrl_c_while_the_command_starts_is_one_line_and_status_130(monkeypatch,
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "Traceback" not in error
     assert error.startswith("retrograd: interrupted while starting")
+
+
+def test_paths_no_file_can_have_are_refused_naming_the_op(tmp_path):
+    # "embedded null byte" (a bare ValueError naming nothing, as torch.load's), and "Is a
+    # directory: '.'" for an empty name to save (torch's: RuntimeError "invalid file name")
+    with pytest.raises(ValueError, match="embedded null"):
+        torch.load(str(tmp_path / "a\0b"))
+    for op in (lambda f: rg.save({"w": rg.ones(2)}, f), rg.load):
+        with pytest.raises(rg.InvalidArgumentError, match=r"^(save|load): the path .* NUL byte"):
+            op(str(tmp_path / "a\0b"))
+    with pytest.raises(rg.InvalidArgumentError, match="save: f is an empty path"):
+        rg.save({"w": rg.ones(2)}, "")
+    with pytest.raises(FileNotFoundError):  # load's, as torch's
+        rg.load("")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_files_bytes_given_as_the_path_say_to_wrap_them():
+    # rg.load(data) took the bytes for a file name: "No such file or directory: b'PK...'"
+    buffer = io.BytesIO()
+    rg.save({"w": rg.tensor([1.0, 2.0])}, buffer)
+    with pytest.raises(rg.DTypeError, match=r"load: f is bytes holding a file's contents"):
+        rg.load(buffer.getvalue())
+    assert rg.load(io.BytesIO(buffer.getvalue()))["w"].tolist() == [1.0, 2.0]
