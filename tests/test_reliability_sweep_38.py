@@ -248,3 +248,18 @@ def test_a_files_bytes_given_as_the_path_say_to_wrap_them():
     with pytest.raises(rg.DTypeError, match=r"load: f is bytes holding a file's contents"):
         rg.load(buffer.getvalue())
     assert rg.load(io.BytesIO(buffer.getvalue()))["w"].tolist() == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("value", [None, "abc"])
+def test_a_value_without_numbers_is_torchs_runtime_error_in_its_words(value):
+    # a DTypeError only (a TypeError): ports' `except RuntimeError:` fallbacks missed it
+    ours, theirs = _pair()
+    expected = _torch_lines(theirs, {**theirs.state_dict(), "0.bias": value})
+    assert expected[0].startswith('While copying the parameter named "0.bias", expected')
+    state = {**ours.state_dict(), "0.bias": value}
+    with pytest.raises(RuntimeError) as raised:
+        ours.load_state_dict(state)
+    assert isinstance(raised.value, rg.DTypeError)
+    assert str(raised.value).endswith(
+        f"Error(s) in loading state_dict for Sequential: {expected[0]}"
+    )

@@ -46,6 +46,7 @@ from ...errors import (
     MissingMemberError,
     ShapeError,
     SizeMismatchError,
+    StateValueTypeError,
     check_bool,
     check_callable,
 )
@@ -1028,9 +1029,12 @@ class Module:
             if array is None or array.dtype.kind not in "biufc":  # checked before the shape:
                 # None or a str is a 0-d array, and "the state has []" would say nothing
                 found = f"{array.dtype} values" if array is not None and array.ndim else None
-                raise DTypeError(
+                raise StateValueTypeError(  # (ours, then torch's words: a RuntimeError too)
                     f"load_state_dict: {name!r} is {current.dtype}, the state has "
-                    f"{found or _not_numbers(state[name])}"
+                    f"{found or _not_numbers(state[name])}. Error(s) in loading state_dict "
+                    f'for {type(self).__name__}: While copying the parameter named "{name}", '
+                    "expected torch.Tensor or Tensor-like object from checkpoint but received "
+                    f"{type(state[name])}"
                 )
             if tuple(array.shape) == (1,) and tuple(current.size()) == ():
                 # torch's allowance: a scalar saved with shape [1] (torch before 0.4 had no
