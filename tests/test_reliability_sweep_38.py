@@ -6,6 +6,7 @@ Expected messages come from torch itself (run in each test) or from the contract
 
 from __future__ import annotations
 
+import collections
 import copy
 import io
 
@@ -263,3 +264,22 @@ def test_a_value_without_numbers_is_torchs_runtime_error_in_its_words(value):
     assert str(raised.value).endswith(
         f"Error(s) in loading state_dict for Sequential: {expected[0]}"
     )
+
+
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_a_torch_file_naming_python_2_builtins_loads_under_weights_only_false(zip_format):
+    # torch pickles with protocol 2, which writes int as __builtin__.long and range as
+    # __builtin__.xrange: the load failed, "builtins.long, which cannot be imported"
+    saved = {"counts": collections.defaultdict(int, {"a": 2}), "steps": range(3), "w": None}
+    saved["w"] = torch.tensor([1.0, 2.0])
+    buffer = io.BytesIO()
+    torch.save(saved, buffer, _use_new_zipfile_serialization=zip_format)
+    expected = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    loaded = rg.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    assert type(loaded["counts"]) is collections.defaultdict
+    assert loaded["counts"].default_factory is expected["counts"].default_factory is int
+    assert dict(loaded["counts"]) == dict(expected["counts"]) == {"a": 2}
+    assert loaded["steps"] == expected["steps"] == range(3)
+    assert loaded["w"].tolist() == expected["w"].tolist()
+    with pytest.raises(rg.InvalidArgumentError, match=r"collections\.defaultdict is not allowed"):
+        rg.load(io.BytesIO(buffer.getvalue()))  # weights_only=True refuses it, as torch's
