@@ -283,3 +283,21 @@ def test_a_torch_file_naming_python_2_builtins_loads_under_weights_only_false(zi
     assert loaded["w"].tolist() == expected["w"].tolist()
     with pytest.raises(rg.InvalidArgumentError, match=r"collections\.defaultdict is not allowed"):
         rg.load(io.BytesIO(buffer.getvalue()))  # weights_only=True refuses it, as torch's
+
+
+def test_a_meta_tensor_in_a_state_dict_is_refused_naming_it():
+    # torch's own NotImplementedError ("Cannot copy out of meta tensor") escaped, bare, from
+    # Module.load_state_dict and Optimizer.load_state_dict
+    model = rg.nn.Linear(2, 2)
+    before = model.weight.tolist()
+    state = {"weight": torch.empty(2, 2, device="meta"), "bias": torch.zeros(2)}
+    with pytest.raises(rg.DTypeError, match=r"'weight' .* cannot be read \(Cannot copy out"):
+        model.load_state_dict(state)
+    assert model.weight.tolist() == before
+    optimizer = rg.optim.Adam(model.parameters(), lr=0.1)
+    group = dict(optimizer.state_dict()["param_groups"][0])
+    saved = {"step": torch.tensor(1.0), "exp_avg": torch.empty(2, 2, device="meta")}
+    saved["exp_avg_sq"] = torch.zeros(2, 2)
+    with pytest.raises(rg.DTypeError, match=r"state 0/exp_avg is a tensor that cannot be read"):
+        optimizer.load_state_dict({"state": {0: saved}, "param_groups": [group]})
+    assert not optimizer.state

@@ -48,6 +48,7 @@ from ..errors import (
     DTypeError,
     InvalidArgumentError,
     KeyMismatchError,
+    RetrogradError,
     ShapeError,
     check_iterable,
     shape_text,
@@ -781,19 +782,27 @@ class Optimizer(StepHooks):
                     f"{where}: the state of parameter {number} lacks {missing} (it has "
                     f"{sorted(entry)}); a damaged or another algorithm's state"
                 )
-            for key, value in entry.items():
-                _check_buffer_given(where, number, key, value, probed.get(key), p)
-            new_state[p] = {
-                key: (
+            new_state[p] = {}
+            for key, v in entry.items():
+                try:
+                    _check_buffer_given(where, number, key, v, probed.get(key), p)
                     # a buffer (the probe's entry a tensor) is one whatever its rank: a 0-d
                     # parameter's moments, saved as 0-d arrays, were taken for scalars and
                     # its next step failed deep inside
-                    state_tensor(where, number, key, v, p, self.state_shape(key, p.shape))
-                    if v is not None and isinstance(probed.get(key), Tensor)
-                    else self.load_state_value(where, number, key, v, p)
-                )
-                for key, v in entry.items()
-            }
+                    new_state[p][key] = (
+                        state_tensor(where, number, key, v, p, self.state_shape(key, p.shape))
+                        if v is not None and isinstance(probed.get(key), Tensor)
+                        else self.load_state_value(where, number, key, v, p)
+                    )
+                except RetrogradError:
+                    raise
+                except (RuntimeError, NotImplementedError) as error:
+                    # torch's own, reading a tensor without values here (a meta tensor:
+                    # "Cannot copy out of meta tensor; no data!")
+                    raise DTypeError(
+                        f"{where}: state {number}/{key} is a tensor that cannot be read "
+                        f"({' '.join(str(error).split())})"
+                    ) from None
         for own, group in zip(self.param_groups, merged):
             for key in [k for k in own if k != "params" and k not in group]:
                 del own[key]

@@ -139,8 +139,8 @@ def _size_mismatches(
         value = state[name]
         try:  # (a tensor's own shape: no copy to the host)
             shape = tuple(value.shape) if hasattr(value, "shape") else np.shape(_host_array(value))
-        except (ValueError, TypeError):
-            continue
+        except (ValueError, TypeError, RuntimeError, NotImplementedError):
+            continue  # (a nested tensor has no shape: the conversion's error says so)
         expected = tuple(current.size())
         if shape != expected and not (shape == (1,) and expected == ()):
             found.append((name, shape, expected))
@@ -1022,19 +1022,31 @@ class Module:
         for name, current in own.items():  # convert everything before changing anything
             if name not in state:
                 continue
+            unread = ""
             try:
                 array = _host_array(state[name])
             except (ValueError, TypeError):  # ragged nested lists
                 array = None
+            except (RuntimeError, NotImplementedError) as error:
+                # a torch tensor without values here (meta: "Cannot copy out of meta
+                # tensor"; nested), which escaped as torch's own bare error
+                array, unread = None, f" that cannot be read ({' '.join(str(error).split())})"
             if array is None or array.dtype.kind not in "biufc":  # checked before the shape:
                 # None or a str is a 0-d array, and "the state has []" would say nothing
                 found = f"{array.dtype} values" if array is not None and array.ndim else None
-                raise StateValueTypeError(  # (ours, then torch's words: a RuntimeError too)
+                # torch's words where torch's check is the same: no tensor at all
+                value = state[name]
+                tensor_like = isinstance(value, Tensor) or callable(getattr(value, "detach", None))
+                said = (
+                    ""
+                    if tensor_like
+                    else f". Error(s) in loading state_dict for {type(self).__name__}: While "
+                    f'copying the parameter named "{name}", expected torch.Tensor or '
+                    f"Tensor-like object from checkpoint but received {type(state[name])}"
+                )
+                raise StateValueTypeError(  # (a RuntimeError too, as torch's)
                     f"load_state_dict: {name!r} is {current.dtype}, the state has "
-                    f"{found or _not_numbers(state[name])}. Error(s) in loading state_dict "
-                    f'for {type(self).__name__}: While copying the parameter named "{name}", '
-                    "expected torch.Tensor or Tensor-like object from checkpoint but received "
-                    f"{type(state[name])}"
+                    f"{found or _not_numbers(state[name])}{unread}{said}"
                 )
             if tuple(array.shape) == (1,) and tuple(current.size()) == ():
                 # torch's allowance: a scalar saved with shape [1] (torch before 0.4 had no
