@@ -32,6 +32,7 @@ __all__ = [
     "RetrogradError",
     "ShapeError",
     "SizeMismatchError",
+    "StateValueTypeError",
     "UninitializedError",
     "guard",
     "guard_namespace",
@@ -103,6 +104,12 @@ class ArgumentTypeError(DTypeError, ShapeError):
     str, a tensor of several elements given for a shape): torch's ``TypeError``, and the
     ``ShapeError`` (a ``ValueError``) retrograd raised for it before, so that either
     ``except`` catches it."""
+
+
+class StateValueTypeError(DTypeError, RuntimeError):
+    """A state dict value that holds no numbers (``None``, a str) where a module's tensor is
+    loaded (``load_state_dict``): a :class:`DTypeError` of the hierarchy and the
+    ``RuntimeError`` torch raises there, as :class:`SizeMismatchError` is for shapes."""
 
 
 class IndexOutOfRangeError(RetrogradError, IndexError):

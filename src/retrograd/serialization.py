@@ -102,6 +102,8 @@ def save(obj: Any, f: Any, pickle_module: Any = None, pickle_protocol: Any = 2,
         raise DTypeError(f"save: f must be a path or a binary file object, got {type(f).__name__}")
     if isinstance(f, io.TextIOBase):
         raise DTypeError("save: the file object was opened in text mode; open it with 'wb'")
+    if isinstance(f, str | os.PathLike):
+        _check_path("save", f)
     archive = _Prepared()
     torch_writer.write(obj, archive, protocol)  # whole before a byte reaches the file
     if isinstance(f, str | os.PathLike):
@@ -366,6 +368,8 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
             _check_computes_on(device, map_location)
     if not hasattr(f, "read") and not isinstance(f, str | bytes | os.PathLike):
         raise DTypeError(f"load: f must be a path or a binary file object, got {type(f).__name__}")
+    if isinstance(f, str | bytes | os.PathLike):
+        _check_path("load", f)
     name = repr(os.fspath(f)) if isinstance(f, str | bytes | os.PathLike) else "the file object"
     if hasattr(f, "read"):
         start = _position(f)
@@ -383,6 +387,25 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
         legacy = _check_magic(name, handle.read(16))
         handle.seek(0)
         return _load_archive(handle, name, device, weights_only is not False, legacy, by_location)
+
+
+def _check_path(op: str, f: str | bytes | os.PathLike) -> None:
+    """Refuse a path no file can have, before ``open`` does it in its own words: an empty
+    one to save (it said "Is a directory: '.'"), one with a NUL byte ("embedded null byte",
+    naming nothing: an ``InvalidArgumentError`` is the ``ValueError`` it was), and bytes
+    that are a file's contents rather than its name."""
+    path = os.fspath(f)
+    if isinstance(path, bytes) and path.startswith((b"PK\x03\x04", b"\x80", b"\x93NUMPY")):
+        raise DTypeError(
+            f"{op}: f is bytes holding a file's contents ({path[:8]!r}...), not a path; pass "
+            "io.BytesIO(data) to read them"
+        )
+    if not path and op == "save":  # (load's stays FileNotFoundError, as torch's)
+        raise InvalidArgumentError(f"{op}: f is an empty path; give the file's name")
+    if ("\0" if isinstance(path, str) else b"\0") in path:
+        raise InvalidArgumentError(
+            f"{op}: the path {path!r} holds a NUL byte, which no file name can hold"
+        )
 
 
 def _load_archive(source: Any, name: str, device: Any, weights_only: bool, legacy: bool,

@@ -27,6 +27,7 @@ load as copies of their elements.
 
 from __future__ import annotations
 
+import _compat_pickle
 import io
 import json
 import pickle
@@ -479,7 +480,12 @@ class _Unpickler(pickle.Unpickler):
         self.storage_of = storage_of
 
     def find_class(self, module: str, name: str) -> Any:
-        module = {"__builtin__": "builtins", "copy_reg": "copyreg"}.get(module, module)
+        # protocol 2's Python 2 names (torch writes protocol 2: ``int`` is
+        # ``__builtin__.long``), mapped as pickle's own ``find_class`` maps them
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        else:
+            module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         found = _TORCH_GLOBALS.get((module, name))
         if type(found) is _Refused:
             raise Unsupported(found.what, found.error_class)

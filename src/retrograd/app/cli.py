@@ -611,7 +611,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupted (Ctrl-C), 143 when terminated (SIGTERM). ``--debug`` or ``RETROGRAD_DEBUG=1``
     prints the traceback first.
     """
-    parser = build_parser()
+    try:  # (building the parser imports the trainers: seconds in which Ctrl-C lands)
+        parser = build_parser()
+    except KeyboardInterrupt:
+        _print_error("retrograd", "interrupted while starting — nothing was run or written")
+        return 130
     options = _parse(parser, argv)
     options.argv = list(sys.argv[1:] if argv is None else argv)
     debug = options.debug or os.environ.get("RETROGRAD_DEBUG", "") not in ("", "0")

@@ -48,6 +48,7 @@ from ..errors import (
     DTypeError,
     InvalidArgumentError,
     KeyMismatchError,
+    RetrogradError,
     ShapeError,
     check_iterable,
     shape_text,
@@ -726,8 +727,15 @@ class Optimizer(StepHooks):
             len(saved["params"]) != len(own["params"])
             for saved, own in zip(groups, self.param_groups)
         ):
+            # torch's words first (ported code matches them), then the sizes at fault
+            said = (
+                "loaded state dict has a different number of parameter groups"
+                if len(groups) != len(self.param_groups)
+                else "loaded state dict contains a parameter group that doesn't match the size "
+                "of optimizer's group"
+            )
             raise InvalidArgumentError(
-                f"{where}: the saved groups have "
+                f"{where}: {said}: the saved groups have "
                 f"{[len(g['params']) for g in groups]} parameters, this optimizer's "
                 f"{[len(g['params']) for g in self.param_groups]}"
             )
@@ -767,15 +775,34 @@ class Optimizer(StepHooks):
                     f"{where}: the state of parameter {number} is a {type(entry).__name__}, "
                     "not a dict"
                 )
-            missing = sorted(self.state_keys(p, group_of[id(p)]) - set(entry)) if entry else []
+            probed = self._probed_state(p, group_of[id(p)]) if entry else {}
+            missing = sorted(_kept_keys(probed) - set(entry))
             if missing:  # the step would start them afresh beside the saved ones: refused
                 raise KeyMismatchError(
                     f"{where}: the state of parameter {number} lacks {missing} (it has "
                     f"{sorted(entry)}); a damaged or another algorithm's state"
                 )
-            new_state[p] = {
-                key: self.load_state_value(where, number, key, v, p) for key, v in entry.items()
-            }
+            new_state[p] = {}
+            for key, v in entry.items():
+                try:
+                    _check_buffer_given(where, number, key, v, probed.get(key), p)
+                    # a buffer (the probe's entry a tensor) is one whatever its rank: a 0-d
+                    # parameter's moments, saved as 0-d arrays, were taken for scalars and
+                    # its next step failed deep inside
+                    new_state[p][key] = (
+                        state_tensor(where, number, key, v, p, self.state_shape(key, p.shape))
+                        if v is not None and isinstance(probed.get(key), Tensor)
+                        else self.load_state_value(where, number, key, v, p)
+                    )
+                except RetrogradError:
+                    raise
+                except (RuntimeError, NotImplementedError) as error:
+                    # torch's own, reading a tensor without values here (a meta tensor:
+                    # "Cannot copy out of meta tensor; no data!")
+                    raise DTypeError(
+                        f"{where}: state {number}/{key} is a tensor that cannot be read "
+                        f"({' '.join(str(error).split())})"
+                    ) from None
         for own, group in zip(self.param_groups, merged):
             for key in [k for k in own if k != "params" and k not in group]:
                 del own[key]
@@ -787,15 +814,21 @@ class Optimizer(StepHooks):
         ones and the step count aside: torch's SGD keeps no count): those one :meth:`update`
         makes for a one-element stand-in of the parameter (same rank, dtype and backend), so
         that the algorithm alone says."""
+        return _kept_keys(self._probed_state(parameter, group))
+
+    def _probed_state(self, parameter: Tensor, group: dict[str, Any]) -> dict[str, Any]:
+        """The state one :meth:`update` makes for a one-element stand-in of ``parameter``
+        (same rank, dtype and backend): what the algorithm keeps, and in what form (a
+        buffer is a tensor of the stand-in's rank, a scalar a number or a 0-d tensor)."""
         if type(self).update is Optimizer.update:  # no per-parameter update (L-BFGS)
-            return set()
+            return {}
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
         probe = value.new_zeros((1,) * value.ndim)
         if probe.is_complex():  # (stepped on its real pairs: a real parameter's buffers)
             probe = probe.real
         with probe.backend.arithmetic_warnings_ignored():
             _, state = self.update(probe, probe, {"step": 1}, group)
-        return {key for key, entry in state.items() if entry is not None and key != "step"}
+        return dict(state)
 
     def load_state_value(
         self, where: str, number: int, key: str, value: Any, parameter: Tensor
@@ -1064,16 +1097,46 @@ def _state_value(
         # until a load, which casts them to a
         # floating parameter's dtype as torch's does: a NumPy scalar of that dtype (NAdam
         # computes its product in torch's scalar dtype whatever it is: see NAdam.update)
-        number = np.asarray(_array(value))
+        scalar = np.asarray(_array(value))
+        if value is not None and scalar.dtype.kind not in "biufc":
+            # a str or an object kept as the state failed at the next step, deep inside
+            raise DTypeError(
+                f"{where}: state {number}/{key} must be a tensor or a number, got {value!r}"
+            )
         held = _HELD_SCALARS.get(str(parameter.dtype))
-        if held is not None and number.dtype.kind in "iuf":
-            return held(number)
-        return number.item()
+        if held is not None and scalar.dtype.kind in "iuf":
+            return held(scalar)
+        return scalar.item()
     return state_tensor(where, number, key, value, parameter, shape)
 
 
 #: the NumPy scalar types that hold a loaded 0-d state entry of a parameter of each dtype
 _HELD_SCALARS = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
+
+
+def _kept_keys(probed: dict[str, Any]) -> set[str]:
+    """The entries of a probed state (:meth:`Optimizer._probed_state`) a saved state must
+    hold: not None, and not the step count."""
+    return {key for key, entry in probed.items() if entry is not None and key != "step"}
+
+
+def _check_buffer_given(
+    where: str, number: int, key: str, value: Any, probed: Any, parameter: Tensor
+) -> None:
+    """Refuse a single value (a number, a str, a 0-d tensor) saved for ``key``, which the
+    algorithm keeps as a buffer of ``parameter``'s rank (``probed``: the probe's entry, a
+    tensor of rank > 0): it was kept as a scalar, and the next step failed deep inside with
+    an AttributeError. ``None`` stays allowed (torch's SGD saves ``momentum_buffer: None``,
+    and a step starts the buffer afresh)."""
+    if value is None or not isinstance(probed, Tensor) or probed.ndim == 0:
+        return
+    if np.ndim(_array(value)) != 0:
+        return
+    numeric = isinstance(value, int | float | complex | np.generic | Tensor)
+    raise (ShapeError if numeric else DTypeError)(
+        f"{where}: state {number}/{key} must be a tensor of its parameter's shape "
+        f"{list(parameter.shape)}, got {value!r}"
+    )
 
 
 def _kept_as_saved(value: Any, parameter: Tensor, key: str) -> Any:

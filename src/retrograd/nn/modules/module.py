@@ -46,6 +46,7 @@ from ...errors import (
     MissingMemberError,
     ShapeError,
     SizeMismatchError,
+    StateValueTypeError,
     check_bool,
     check_callable,
 )
@@ -58,7 +59,7 @@ from ...serialization import (
 )
 from ...serialization import load as load_saved
 from ...tensor import DTYPES, FLOAT_DTYPES, GRAD_DTYPES, Tensor, random, tensor
-from ...tensor.dtypes import canonical_dtype
+from ...tensor.dtypes import Size, canonical_dtype
 from ...tensor.dtypes import canonical_dtype as _canonical_dtype
 from ...tensor.dtypes import cast_host as _cast_host
 from ...tensor.inplace import assign
@@ -123,6 +124,53 @@ def _missing_by_kind(missing: list[str], own: dict[str, Tensor], parameters: set
         kinds[kind].append(name)
     listed = [f"missing {kind} {names}" for kind, names in kinds.items() if names]
     return ", ".join(listed) or "missing no keys"
+
+
+def _size_mismatches(
+    state: Mapping[str, Any], own: dict[str, Tensor]
+) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """The entries of ``state`` whose shape is not their tensor's in ``own``: (name, the
+    state's shape, the tensor's), in ``own``'s order; entries that are not arrays of numbers
+    are left to the conversion's own error, and a [1] value for a 0-d tensor loads (torch's)."""
+    found = []
+    for name, current in own.items():
+        if name not in state:
+            continue
+        value = state[name]
+        try:  # (a tensor's own shape: no copy to the host)
+            shape = tuple(value.shape) if hasattr(value, "shape") else np.shape(_host_array(value))
+        except (ValueError, TypeError, RuntimeError, NotImplementedError):
+            continue  # (a nested tensor has no shape: the conversion's error says so)
+        expected = tuple(current.size())
+        if shape != expected and not (shape == (1,) and expected == ()):
+            found.append((name, shape, expected))
+    return found
+
+
+def _torch_report(
+    module: str,
+    missing: list[str],
+    unexpected: list[str],
+    mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]],
+) -> str:
+    """torch's message for a failed ``load_state_dict`` (its lines, in its order: missing keys,
+    unexpected keys, then each size mismatch), which ported code matches on (``"size mismatch
+    for"``, ``"Missing key(s) in state_dict"``); ``mismatched`` holds (name, the state's shape,
+    the module's)."""
+    lines = []
+    if missing:
+        names = ", ".join(f'"{k}"' for k in missing)
+        lines.append(f"Missing key(s) in state_dict: {names}. ")
+    if unexpected:
+        names = ", ".join(f'"{k}"' for k in unexpected)
+        lines.append(f"Unexpected key(s) in state_dict: {names}. ")
+    lines += [
+        f"size mismatch for {name}: copying a param with shape {Size(given)} from checkpoint, "
+        f"the shape in current model is {Size(current)}."
+        for name, given, current in mismatched
+    ]
+    # (on one line, as every error here: torch's lines follow each other)
+    return f"Error(s) in loading state_dict for {module}: " + " ".join(s.strip() for s in lines)
 
 
 class _CalledWithoutModule:
@@ -953,41 +1001,65 @@ class Module:
                 found += [name for name in added if name not in found]
             return keys
 
-        def check_strict(keys: IncompatibleKeys) -> None:
+        def check_strict(keys: IncompatibleKeys, sizes: bool = False) -> None:
             if strict and (keys.missing_keys or keys.unexpected_keys):
                 parameters = {id(p) for p in self.parameters()}
+                mismatched = _size_mismatches(state, own) if sizes else []
+                said = _torch_report(
+                    type(self).__name__, keys.missing_keys, keys.unexpected_keys, mismatched
+                )
                 raise KeyMismatchError(
                     "load_state_dict: "
                     f"{_missing_by_kind(keys.missing_keys, own, parameters)}, "
-                    f"unexpected {keys.unexpected_keys}"
+                    f"unexpected {keys.unexpected_keys}. {said}"
                 )
 
         keys = incompatible(hooks=False)
         if not post_hooks:  # (with them, the check waits for what the hooks leave)
-            check_strict(keys)
+            # torch's one error lists the size mismatches beside the missing keys
+            check_strict(keys, sizes=True)
         fresh = {}
         for name, current in own.items():  # convert everything before changing anything
             if name not in state:
                 continue
+            unread = ""
             try:
                 array = _host_array(state[name])
             except (ValueError, TypeError):  # ragged nested lists
                 array = None
+            except (RuntimeError, NotImplementedError) as error:
+                # a torch tensor without values here (meta: "Cannot copy out of meta
+                # tensor"; nested), which escaped as torch's own bare error
+                array, unread = None, f" that cannot be read ({' '.join(str(error).split())})"
             if array is None or array.dtype.kind not in "biufc":  # checked before the shape:
                 # None or a str is a 0-d array, and "the state has []" would say nothing
                 found = f"{array.dtype} values" if array is not None and array.ndim else None
-                raise DTypeError(
+                # torch's words where torch's check is the same: no tensor at all
+                value = state[name]
+                tensor_like = isinstance(value, Tensor) or callable(getattr(value, "detach", None))
+                said = (
+                    ""
+                    if tensor_like
+                    else f". Error(s) in loading state_dict for {type(self).__name__}: While "
+                    f'copying the parameter named "{name}", expected torch.Tensor or '
+                    f"Tensor-like object from checkpoint but received {type(state[name])}"
+                )
+                raise StateValueTypeError(  # (a RuntimeError too, as torch's)
                     f"load_state_dict: {name!r} is {current.dtype}, the state has "
-                    f"{found or _not_numbers(state[name])}"
+                    f"{found or _not_numbers(state[name])}{unread}{said}"
                 )
             if tuple(array.shape) == (1,) and tuple(current.size()) == ():
                 # torch's allowance: a scalar saved with shape [1] (torch before 0.4 had no
                 # 0-d tensors, and such checkpoints still load there) loads into a 0-d one
                 array = array.reshape(())
             if tuple(array.shape) != current.size():  # (a lazy placeholder's: [0])
+                # every mismatch, as torch's message lists them (after this first one)
+                mismatched = [(name, tuple(array.shape), tuple(current.size()))]
+                mismatched += [m for m in _size_mismatches(state, own) if m[0] != name]
+                said = _torch_report(type(self).__name__, [], [], mismatched)
                 raise SizeMismatchError(
                     f"load_state_dict: {name!r} has shape {list(current.size())}, "
-                    f"the state has {list(array.shape)}"
+                    f"the state has {list(array.shape)}. {said}"
                 )
             dtype = _state_dtype(state[name], current.dtype) if assign else current.dtype
             device = current.device
