@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from ..autodiff.grad_mode import is_grad_enabled
 from ..backend.protocol import default_float_dtype
 from ..context import capturing
 from ..errors import (
@@ -55,7 +54,7 @@ from ._dispatch import (
 from .shape import stack
 from .strides import storage_offset_of
 from .torch_nodes import TorchOnlyNode
-from .views import as_strided_input_positions, as_strided_of, link
+from .views import as_strided_input_positions, as_strided_of, link, refuse_backward
 from .views import diagonal_assign as _diagonal_assign
 from .views import diagonal_of as _diagonal
 
@@ -948,19 +947,6 @@ def larger_src_message(op: str, src_shape: tuple[int, ...], shape: tuple[int, ..
         "an invalid gradient\" or a size mismatch); pass src's part that is read, "
         "src[:index sizes], instead"
     )
-
-
-def refuse_backward(t: Any, message: str, error: type[Exception] = ShapeError) -> None:
-    """A gradient hook on ``t`` (when it is in the graph) that raises ``error(message)`` when
-    a backward reaches it: a program runs, and fails, where torch's does."""
-    backend = t._backend
-    if not (is_grad_enabled() and backend.is_autodiff and backend.is_tracked(t._prim)):
-        return
-
-    def refuse(_backend: Any, _gradient: Any) -> Any:
-        raise error(message)
-
-    backend.register_hook(t._prim, refuse)
 
 
 def _entry_count(indices: Any) -> int:

@@ -78,6 +78,7 @@ __all__ = [
     "link",
     "move_views",
     "outside_graph",
+    "refuse_backward",
     "refuse_gradient_through_overlap",
     "refuse_internal_overlap",
     "refuse_no_grad_view",
@@ -439,20 +440,26 @@ def refuse_gradient_through_overlap(op: str, t: Any) -> None:
     if not any(n > 1 and s == 0 for n, s in zip(t.shape, strides)):
         return
     root = root_of(t)
-    backend = root._backend
-    if not backend.is_tracked(root._prim):
-        return
-    message = (
+    refuse_backward(
+        root,
         f"{op}: unsupported operation in backward: more than one element of the written-to "
         f"tensor refers to a single memory location (a write into an expanded tensor of shape "
         f"{shape_text(t.shape)}, strides {list(strides)}, recorded in the graph); clone() it "
-        "before writing, as in torch"
+        "before writing, as in torch",
     )
 
-    def refuse(_backend: Any, _gradient: Any) -> Any:
-        raise ShapeError(message)
 
-    backend.register_hook(root._prim, refuse)
+def refuse_backward(t: Any, message: str, error: type[Exception] = ShapeError) -> None:
+    """A gradient hook on ``t`` (when it is in the graph) that raises ``error(message)`` when
+    a backward reaches it: a program runs, and fails, where torch's does."""
+    backend = t._backend
+    if not (is_grad_enabled() and backend.is_autodiff and backend.is_tracked(t._prim)):
+        return
+
+    def refuse(_backend: Any, _gradient: Any) -> Any:
+        raise error(message)
+
+    backend.register_hook(t._prim, refuse)
 
 
 def _write_through_overlap(
