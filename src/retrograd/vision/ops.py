@@ -4,6 +4,7 @@ non-maximum suppression, and the building-block modules of torchvision's models.
 from __future__ import annotations
 
 import numbers
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -488,3 +489,143 @@ class RoIPool(nn.Module):
 
     def forward(self, input: Tensor, rois: Any) -> Tensor:  # noqa: A002
         return roi_pool(input, rois, self.output_size, self.spatial_scale)
+
+
+def sigmoid_focal_loss(
+    inputs: Tensor,
+    targets: Tensor,
+    alpha: float = 0.25,
+    gamma: float = 2,
+    reduction: str = "none",
+) -> Tensor:
+    """RetinaNet's focal loss of logits ``inputs`` against binary ``targets`` of the same shape:
+    the binary cross-entropy scaled by ``(1 - p_t) ** gamma`` and, where ``alpha >= 0``, by
+    ``alpha_t`` (torchvision.ops.sigmoid_focal_loss)."""
+    if reduction not in ("none", "mean", "sum"):
+        raise InvalidArgumentError(
+            f"sigmoid_focal_loss: invalid reduction {reduction!r}: "
+            "supported reductions are none, mean, sum"
+        )
+    if not isinstance(inputs, Tensor) or not isinstance(targets, Tensor):
+        raise InvalidArgumentError(
+            "sigmoid_focal_loss: inputs and targets should be Tensors, got "
+            f"{type(inputs).__name__} and {type(targets).__name__}"
+        )
+    if inputs.shape != targets.shape:
+        raise ShapeError(
+            "sigmoid_focal_loss: inputs and targets should have the same shape, got "
+            f"{list(inputs.shape)} and {list(targets.shape)}"
+        )
+    p = inputs.sigmoid()
+    ce_loss = nn.functional.binary_cross_entropy_with_logits(inputs, targets, reduction="none")
+    p_t = p * targets + (1 - p) * (1 - targets)
+    loss = ce_loss * ((1 - p_t) ** gamma)
+    if alpha >= 0:
+        alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
+        loss = alpha_t * loss
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+class ExtraFPNBlock(nn.Module):
+    """What a FeaturePyramidNetwork's ``extra_blocks`` is: a module taking the pyramid's
+    results, its inputs and its names, and returning the results and names extended."""
+
+    def forward(
+        self, results: list[Tensor], x: list[Tensor], names: list[str]
+    ) -> tuple[list[Tensor], list[str]]:
+        raise NotImplementedError
+
+
+class LastLevelMaxPool(ExtraFPNBlock):
+    """A 'pool' level on top of the pyramid: its last level max-pooled with stride 2."""
+
+    def forward(
+        self, x: list[Tensor], y: list[Tensor], names: list[str]
+    ) -> tuple[list[Tensor], list[str]]:
+        names.append("pool")
+        x.append(nn.functional.max_pool2d(x[-1], kernel_size=1, stride=2, padding=0))
+        return x, names
+
+
+class FeaturePyramidNetwork(nn.Module):
+    """torchvision.ops.FeaturePyramidNetwork: 1x1 lateral convolutions (``inner_blocks``), a
+    top-down pathway adding each coarser level upsampled to the finer one by nearest
+    neighbours, and 3x3 output convolutions (``layer_blocks``); takes and returns an ordered
+    dict of feature maps, finest first (torchvision's state-dict keys and initialization)."""
+
+    def __init__(
+        self,
+        in_channels_list: list[int],
+        out_channels: int,
+        extra_blocks: ExtraFPNBlock | None = None,
+        norm_layer: Callable[..., nn.Module] | None = None,
+    ) -> None:
+        super().__init__()
+        self.inner_blocks = nn.ModuleList()
+        self.layer_blocks = nn.ModuleList()
+        for in_channels in in_channels_list:
+            if in_channels == 0:
+                raise InvalidArgumentError(
+                    "FeaturePyramidNetwork: in_channels=0 is currently not supported"
+                )
+            self.inner_blocks.append(
+                Conv2dNormActivation(
+                    in_channels,
+                    out_channels,
+                    kernel_size=1,
+                    padding=0,
+                    norm_layer=norm_layer,
+                    activation_layer=None,
+                )
+            )
+            self.layer_blocks.append(
+                Conv2dNormActivation(
+                    out_channels,
+                    out_channels,
+                    kernel_size=3,
+                    norm_layer=norm_layer,
+                    activation_layer=None,
+                )
+            )
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_uniform_(module.weight, a=1)
+                if module.bias is not None:
+                    nn.init.constant_(module.bias, 0)
+        if extra_blocks is not None and not isinstance(extra_blocks, nn.Module):
+            raise InvalidArgumentError(
+                "FeaturePyramidNetwork: extra_blocks should be an ExtraFPNBlock (a Module), got "
+                f"{type(extra_blocks).__name__}"
+            )
+        self.extra_blocks = extra_blocks
+
+    def get_result_from_inner_blocks(self, x: Tensor, idx: int) -> Tensor:
+        return self.inner_blocks[idx](x)
+
+    def get_result_from_layer_blocks(self, x: Tensor, idx: int) -> Tensor:
+        return self.layer_blocks[idx](x)
+
+    def forward(self, x: dict[str, Tensor]) -> OrderedDict[str, Tensor]:
+        if not isinstance(x, dict) or len(x) != len(self.inner_blocks):
+            raise InvalidArgumentError(
+                f"FeaturePyramidNetwork: expected a dict of {len(self.inner_blocks)} feature "
+                f"maps, finest first, got {type(x).__name__}"
+                + (f" of {len(x)}" if isinstance(x, dict) else "")
+            )
+        names = list(x.keys())
+        features = list(x.values())
+        last_inner = self.get_result_from_inner_blocks(features[-1], -1)
+        results = [self.get_result_from_layer_blocks(last_inner, -1)]
+        for idx in range(len(features) - 2, -1, -1):
+            inner_lateral = self.get_result_from_inner_blocks(features[idx], idx)
+            feat_shape = inner_lateral.shape[-2:]
+            inner_top_down = nn.functional.interpolate(last_inner, size=feat_shape, mode="nearest")
+            last_inner = inner_lateral + inner_top_down
+            results.insert(0, self.get_result_from_layer_blocks(last_inner, idx))
+        if self.extra_blocks is not None:
+            results, names = self.extra_blocks(results, features, names)
+        return OrderedDict(zip(names, results, strict=True))
