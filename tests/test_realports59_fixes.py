@@ -148,3 +148,25 @@ def test_feature_pyramid_network_bad_input_is_named():
         fpn([rg.zeros(1, 3, 4, 4), rg.zeros(1, 5, 2, 2)])
     with pytest.raises(rg.InvalidArgumentError, match="in_channels=0"):
         torchvision.ops.FeaturePyramidNetwork([0, 5], 4)
+
+
+def test_sample_dirichlet_and_standard_gamma_draw_as_torch():
+    # torchvision's mixup/cutmix draw their ratio by torch._sample_dirichlet, a private name
+    # retrograd lacked; the draws differ from torch's stream, their law is torch's
+    rg.manual_seed(0)
+    concentration = rg.tensor([[0.2, 0.2], [2.0, 6.0]], dtype=rg.float64).repeat(2000, 1)
+    drawn = rg._sample_dirichlet(concentration)
+    expected_shape = torch._sample_dirichlet(torch.ones(4000, 2, dtype=torch.float64)).shape
+    assert tuple(drawn.shape) == tuple(expected_shape) and drawn.dtype == rg.float64
+    values = drawn.numpy()
+    np.testing.assert_allclose(values.sum(-1), 1.0, rtol=1e-12)
+    assert (values > 0).all()
+    # Dirichlet means alpha / sum(alpha): 0.5 and 0.25 (standard errors about 0.01)
+    np.testing.assert_allclose(values[0::2, 0].mean(), 0.5, atol=0.04)
+    np.testing.assert_allclose(values[1::2, 0].mean(), 0.25, atol=0.02)
+    gamma = rg._standard_gamma(rg.full((4000,), 3.0)).numpy()
+    assert gamma.dtype == np.float32 and abs(gamma.mean() - 3.0) < 0.15
+    with pytest.raises(rg.DTypeError, match="_sample_dirichlet.*int64"):
+        rg._sample_dirichlet(rg.tensor([1, 2]))
+    # a 0-d concentration is a one-point simplex, as torch draws it
+    assert rg._sample_dirichlet(rg.tensor(1.0)).item() == pytest.approx(1.0)

@@ -179,6 +179,8 @@ from .runtime_settings import (
     set_warn_always,
     use_deterministic_algorithms,
 )
+from .distributions.special import torch_sample_dirichlet as _sample_dirichlet  # noqa: F401
+from .distributions.special import torch_standard_gamma as _standard_gamma  # noqa: F401
 from .serialization import load, save
 from .signal import istft, stft
 from .sparse import sparse_coo_tensor, spmm
