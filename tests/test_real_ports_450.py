@@ -1,4 +1,4 @@
-# ruff: noqa: E501, W293  (the programs are kept as their authors wrote them: long lines, blank lines with spaces)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines, blank lines with spaces)
 """Real PyTorch programs built on torchvision's API, ported to retrograd (the harness:
 ``tests/real_ports.py``).
 
@@ -29,8 +29,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-
-import retrograd as rg
 from tests.real_ports import (
     SharedDraws,
     assert_records_agree,
@@ -39,6 +37,8 @@ from tests.real_ports import (
     ported_imports,
     run_source,
 )
+
+import retrograd as rg
 
 REFERENCE_SOURCE = '''
 import math
@@ -366,7 +366,7 @@ def test_classification_reference_mixup_cutmix_trains_as_torch():
         random.seed(450)
         draws = np.random.default_rng(450)
 
-        def sample_dirichlet(concentration, generator=None, lib=lib):
+        def sample_dirichlet(concentration, generator=None, lib=lib, draws=draws):
             alpha = np.asarray(concentration.numpy(), np.float64)
             return lib.tensor(draws.dirichlet(alpha), dtype=concentration.dtype)
 
@@ -409,7 +409,7 @@ def test_reference_transforms_refuse_bad_batches_as_written(lib):
         source = source.replace("from torchvision.transforms import functional as F", "F = None")
     names = run_source(source, lib)
     mixup = names["RandomMixup"](3, p=1.0)
-    with pytest.raises(TypeError, match="Target dtype should be torch.int64"):
+    with pytest.raises(TypeError, match=r"Target dtype should be torch\.int64"):
         mixup(lib.zeros(2, 3, 4, 4), lib.zeros(2, dtype=lib.int32))
-    with pytest.raises(ValueError, match="Batch ndim should be 4. Got 3"):
+    with pytest.raises(ValueError, match=r"Batch ndim should be 4\. Got 3"):
         mixup(lib.zeros(3, 4, 4), lib.zeros(2, dtype=lib.int64))

@@ -166,7 +166,7 @@ def test_sample_dirichlet_and_standard_gamma_draw_as_torch():
     np.testing.assert_allclose(values[1::2, 0].mean(), 0.25, atol=0.02)
     gamma = rg._standard_gamma(rg.full((4000,), 3.0)).numpy()
     assert gamma.dtype == np.float32 and abs(gamma.mean() - 3.0) < 0.15
-    with pytest.raises(rg.DTypeError, match="_sample_dirichlet.*int64"):
+    with pytest.raises(rg.DTypeError, match=r"_sample_dirichlet.*int64"):
         rg._sample_dirichlet(rg.tensor([1, 2]))
     # a 0-d concentration is a one-point simplex, as torch draws it
     assert rg._sample_dirichlet(rg.tensor(1.0)).item() == pytest.approx(1.0)
