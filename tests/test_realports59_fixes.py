@@ -96,11 +96,14 @@ class TorchFPN(torch.nn.Module):
 
 
 def test_feature_pyramid_network_matches_torchvision_with_gradients():
+    # torchvision's path for the extra blocks, as scripts import them
+    from retrograd.vision.ops.feature_pyramid_network import LastLevelMaxPool
+    from retrograd.vision.ops.focal_loss import sigmoid_focal_loss
+
+    assert sigmoid_focal_loss is torchvision.ops.sigmoid_focal_loss
     rg.manual_seed(0)
     torch.manual_seed(0)
-    fpn = torchvision.ops.FeaturePyramidNetwork(
-        [3, 5, 4], 6, extra_blocks=torchvision.ops.LastLevelMaxPool()
-    )
+    fpn = torchvision.ops.FeaturePyramidNetwork([3, 5, 4], 6, extra_blocks=LastLevelMaxPool())
     keys = list(fpn.state_dict())
     assert keys == [
         f"{kind}_blocks.{i}.0.{p}"

@@ -4,6 +4,8 @@ non-maximum suppression, and the building-block modules of torchvision's models.
 from __future__ import annotations
 
 import numbers
+import sys
+import types
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -629,3 +631,20 @@ class FeaturePyramidNetwork(nn.Module):
         if self.extra_blocks is not None:
             results, names = self.extra_blocks(results, features, names)
         return OrderedDict(zip(names, results, strict=True))
+
+
+def _submodule(leaf: str, *names: str) -> types.ModuleType:
+    """torchvision keeps these names in ``torchvision.ops.<leaf>`` too, a path scripts import
+    from (``from torchvision.ops.feature_pyramid_network import LastLevelMaxPool``); ops is one
+    module here, so that path is a module of its own giving the very same objects."""
+    module = types.ModuleType(f"{__name__}.{leaf}")
+    for name in names:
+        setattr(module, name, globals()[name])
+    sys.modules[module.__name__] = module
+    return module
+
+
+feature_pyramid_network = _submodule(
+    "feature_pyramid_network", "ExtraFPNBlock", "FeaturePyramidNetwork", "LastLevelMaxPool"
+)
+focal_loss = _submodule("focal_loss", "sigmoid_focal_loss")
