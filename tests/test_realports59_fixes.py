@@ -173,3 +173,47 @@ def test_sample_dirichlet_and_standard_gamma_draw_as_torch():
         rg._sample_dirichlet(rg.tensor([1, 2]))
     # a 0-d concentration is a one-point simplex, as torch draws it
     assert rg._sample_dirichlet(rg.tensor(1.0)).item() == pytest.approx(1.0)
+
+
+def test_multi_scale_roi_align_pools_each_box_from_its_fpn_level():
+    # torchvision's docstring example: feat1 at 1/8, feat3 at 1/32 of a 512 image, so levels
+    # 3..5; each box's level is floor(4 + log2(sqrt(area) / 224) + 1e-6) clamped to [3, 5],
+    # counted from 3, and indexes the list of the named maps as torchvision's loop does: level
+    # 1 pools from feat3, a box of level 2 has no map and stays zero
+    from retrograd.vision.ops.poolers import MultiScaleRoIAlign
+
+    np.random.seed(0)
+    rg.manual_seed(0)
+    features = {
+        "feat1": rg.tensor(np.random.rand(2, 3, 64, 64), requires_grad=True),
+        "feat2": rg.tensor(np.random.rand(2, 3, 32, 32)),
+        "feat3": rg.tensor(np.random.rand(2, 3, 16, 16), requires_grad=True),
+    }
+    corners = [np.random.rand(k, 2) * 200 for k in (3, 3)]
+    sizes = [
+        np.array([[10.0, 20.0], [300.0, 250.0], [120.0, 90.0]]),
+        np.array([[40.0, 30.0], [500.0, 400.0], [1000.0, 900.0]]),
+    ]
+    boxes = [rg.tensor(np.concatenate([c, c + s], 1)) for c, s in zip(corners, sizes, strict=True)]
+    pooler = MultiScaleRoIAlign(["feat1", "feat3"], 3, sampling_ratio=2)
+    out = pooler(features, boxes, [(512, 512), (480, 500)])
+    assert tuple(out.shape) == (6, 3, 3, 3) and pooler.scales == [0.125, 0.03125]
+
+    areas = np.concatenate([s.prod(1) for s in sizes])
+    levels = np.clip(np.floor(4 + np.log2(np.sqrt(areas) / 224) + 1e-6), 3, 5) - 3
+    np.testing.assert_array_equal(levels, [0, 1, 0, 0, 1, 2])
+    maps, scales = [features["feat1"], features["feat3"]], [0.125, 0.03125]
+    image_of = [0, 0, 0, 1, 1, 1]
+    every = [b.numpy() for b in boxes]
+    rows = np.concatenate(every)
+    assert not out[5].numpy().any()
+    for k, level in enumerate(levels.astype(int)[:5]):
+        roi = rg.tensor([[0.0, *rows[k]]])
+        feature = maps[level][image_of[k] : image_of[k] + 1]
+        expected = torchvision.ops.roi_align(feature, roi, 3, scales[level], sampling_ratio=2)
+        np.testing.assert_allclose(out[k].numpy(), expected[0].numpy(), rtol=1e-12)
+    grads = (out * out).sum().backward()
+    assert np.abs(features["feat1"].grad(grads).numpy()).sum() > 0
+    assert np.abs(features["feat3"].grad(grads).numpy()).sum() > 0
+    with pytest.raises(rg.InvalidArgumentError, match=r"MultiScaleRoIAlign.*featmap_names"):
+        pooler({"other": features["feat2"]}, boxes, [(512, 512)])

@@ -3,6 +3,7 @@ non-maximum suppression, and the building-block modules of torchvision's models.
 
 from __future__ import annotations
 
+import math
 import numbers
 import sys
 import types
@@ -633,6 +634,119 @@ class FeaturePyramidNetwork(nn.Module):
         return OrderedDict(zip(names, results, strict=True))
 
 
+def _infer_scale(feature: Tensor, original_size: tuple[int, int]) -> float:
+    """The power of two nearest the ratio of a feature map's height to the image's."""
+    approx_scale = float(feature.shape[-2]) / float(original_size[0])
+    return 2.0 ** round(math.log2(approx_scale))
+
+
+class LevelMapper:
+    """The pyramid level of each box (FPN paper, eq. 1): ``floor(canonical_level +
+    log2(sqrt(area) / canonical_scale) + eps)`` clamped to ``[k_min, k_max]``, counted from
+    ``k_min``."""
+
+    def __init__(
+        self,
+        k_min: int,
+        k_max: int,
+        canonical_scale: int = 224,
+        canonical_level: int = 4,
+        eps: float = 1e-6,
+    ) -> None:
+        self.k_min, self.k_max = k_min, k_max
+        self.s0, self.lvl0, self.eps = canonical_scale, canonical_level, eps
+
+    def __call__(self, boxlists: list[Tensor]) -> Tensor:
+        s = rg.cat([box_area(boxlist) for boxlist in boxlists]).sqrt()
+        target_lvls = (self.lvl0 + (s / self.s0).log2() + self.eps).floor()
+        target_lvls = target_lvls.clamp(min=self.k_min, max=self.k_max)
+        return target_lvls.to(rg.int64) - self.k_min
+
+
+class MultiScaleRoIAlign(nn.Module):
+    """torchvision.ops.MultiScaleRoIAlign: each box pooled by :func:`roi_align` from the level
+    of ``featmap_names`` its size maps to (:class:`LevelMapper`); the levels' scales are
+    inferred from the first call's feature and image sizes, as torchvision's."""
+
+    def __init__(
+        self,
+        featmap_names: list[str],
+        output_size: int | tuple[int, int] | list[int],
+        sampling_ratio: int,
+        *,
+        canonical_scale: int = 224,
+        canonical_level: int = 4,
+    ) -> None:
+        super().__init__()
+        if isinstance(output_size, int):
+            output_size = (output_size, output_size)
+        self.featmap_names = featmap_names
+        self.sampling_ratio = sampling_ratio
+        self.output_size = tuple(output_size)
+        self.scales: list[float] | None = None
+        self.map_levels: LevelMapper | None = None
+        self.canonical_scale = canonical_scale
+        self.canonical_level = canonical_level
+
+    def forward(
+        self, x: dict[str, Tensor], boxes: list[Tensor], image_shapes: list[tuple[int, int]]
+    ) -> Tensor:
+        x_filtered = [v for k, v in x.items() if k in self.featmap_names]
+        if not x_filtered:
+            raise InvalidArgumentError(
+                f"MultiScaleRoIAlign: none of the feature maps {list(x)} is one of "
+                f"featmap_names {list(self.featmap_names)}"
+            )
+        if not isinstance(boxes, list | tuple) or not boxes:
+            raise InvalidArgumentError(
+                "MultiScaleRoIAlign: boxes should be a list of [K, 4] tensors, one an image"
+            )
+        if self.scales is None or self.map_levels is None:
+            original = (max(s[0] for s in image_shapes), max(s[1] for s in image_shapes))
+            self.scales = [_infer_scale(feature, original) for feature in x_filtered]
+            lvl_min = -math.log2(self.scales[0])
+            lvl_max = -math.log2(self.scales[-1])
+            self.map_levels = LevelMapper(
+                int(lvl_min), int(lvl_max), self.canonical_scale, self.canonical_level
+            )
+        concat_boxes = rg.cat(list(boxes), dim=0)
+        ids = rg.cat(
+            [b.new_full((b.shape[0], 1), float(i)) for i, b in enumerate(boxes)], dim=0
+        ).to(concat_boxes.dtype)
+        rois = rg.cat([ids, concat_boxes], dim=1)
+        if len(x_filtered) == 1:
+            return roi_align(
+                x_filtered[0],
+                rois,
+                self.output_size,
+                spatial_scale=self.scales[0],
+                sampling_ratio=self.sampling_ratio,
+            )
+        levels = self.map_levels(list(boxes))
+        first = x_filtered[0]
+        result = first.new_zeros((rois.shape[0], first.shape[1], *self.output_size))
+        for level, (per_level_feature, scale) in enumerate(
+            zip(x_filtered, self.scales, strict=True)
+        ):
+            idx_in_level = rg.where(levels == level)[0]
+            rois_per_level = rois[idx_in_level]
+            pooled = roi_align(
+                per_level_feature,
+                rois_per_level,
+                self.output_size,
+                spatial_scale=scale,
+                sampling_ratio=self.sampling_ratio,
+            )
+            result[idx_in_level] = pooled.to(result.dtype)
+        return result
+
+    def extra_repr(self) -> str:
+        return (
+            f"featmap_names={self.featmap_names}, output_size={self.output_size}, "
+            f"sampling_ratio={self.sampling_ratio}"
+        )
+
+
 def _submodule(leaf: str, *names: str) -> types.ModuleType:
     """torchvision keeps these names in ``torchvision.ops.<leaf>`` too, a path scripts import
     from (``from torchvision.ops.feature_pyramid_network import LastLevelMaxPool``); ops is one
@@ -648,3 +762,4 @@ feature_pyramid_network = _submodule(
     "feature_pyramid_network", "ExtraFPNBlock", "FeaturePyramidNetwork", "LastLevelMaxPool"
 )
 focal_loss = _submodule("focal_loss", "sigmoid_focal_loss")
+poolers = _submodule("poolers", "LevelMapper", "MultiScaleRoIAlign")
