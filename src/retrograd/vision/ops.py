@@ -763,3 +763,14 @@ feature_pyramid_network = _submodule(
 )
 focal_loss = _submodule("focal_loss", "sigmoid_focal_loss")
 poolers = _submodule("poolers", "LevelMapper", "MultiScaleRoIAlign")
+boxes = _submodule(
+    "boxes",
+    "batched_nms",
+    "box_area",
+    "box_convert",
+    "box_iou",
+    "clip_boxes_to_image",
+    "generalized_box_iou",
+    "nms",
+    "remove_small_boxes",
+)
