@@ -23,9 +23,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+from tests.real_ports import assert_records_agree, initializer, port, ported_imports, run_source
 
 import retrograd as rg
-from tests.real_ports import assert_records_agree, initializer, port, ported_imports, run_source
 
 RETINANET_SOURCE = '''
 import math
