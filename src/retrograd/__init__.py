@@ -143,6 +143,8 @@ from .defaults import (
     set_default_device,
 )
 from .device import Device as device  # noqa: N813 (torch's name)
+from .distributions.special import torch_sample_dirichlet as _sample_dirichlet  # noqa: F401
+from .distributions.special import torch_standard_gamma as _standard_gamma  # noqa: F401
 from .jit import _assert  # noqa: F401 (torch._assert, a private name model code calls)
 from .library import ops  # noqa: F401 (torch.ops: the custom ops, by namespace)
 from .linalg import (  # top level in torch

@@ -225,6 +225,31 @@ def standard_gamma(alpha: Tensor, shape: tuple[int, ...]) -> Tensor:
     ).reshape(shape)
 
 
+def _checked_concentration(op: str, input: Any) -> None:  # noqa: A002 (torch's name)
+    from ..errors import DTypeError
+
+    if not isinstance(input, Tensor) or not input.is_floating_point():
+        raise DTypeError(
+            f"{op}: expected a floating point tensor of concentrations, got "
+            f"{getattr(input, 'dtype', type(input).__name__)}"
+        )
+
+
+def torch_standard_gamma(input: Tensor, generator: Any = None) -> Tensor:  # noqa: A002
+    """``torch._standard_gamma``: one ``Gamma(alpha, 1)`` draw per element of ``input``, in its
+    dtype, differentiable in ``input`` (private in torch, called by model code)."""
+    _checked_concentration("_standard_gamma", input)
+    return standard_gamma(input, tuple(input.shape))
+
+
+def torch_sample_dirichlet(input: Tensor, generator: Any = None) -> Tensor:  # noqa: A002
+    """``torch._sample_dirichlet``: one Dirichlet draw per row of the last dimension of the
+    concentrations ``input`` (torchvision's mixup and cutmix draw their ratio so)."""
+    _checked_concentration("_sample_dirichlet", input)
+    draws = standard_gamma(input, tuple(input.shape))
+    return draws / draws.sum(-1, keepdim=True)
+
+
 def log_beta(a: Tensor, b: Tensor) -> Tensor:
     """``log B(a, b) = lgamma(a) + lgamma(b) - lgamma(a + b)``."""
     return lgamma(a) + lgamma(b) - lgamma(a + b)

@@ -3,7 +3,11 @@ non-maximum suppression, and the building-block modules of torchvision's models.
 
 from __future__ import annotations
 
+import math
 import numbers
+import sys
+import types
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -488,3 +492,285 @@ class RoIPool(nn.Module):
 
     def forward(self, input: Tensor, rois: Any) -> Tensor:  # noqa: A002
         return roi_pool(input, rois, self.output_size, self.spatial_scale)
+
+
+def sigmoid_focal_loss(
+    inputs: Tensor,
+    targets: Tensor,
+    alpha: float = 0.25,
+    gamma: float = 2,
+    reduction: str = "none",
+) -> Tensor:
+    """RetinaNet's focal loss of logits ``inputs`` against binary ``targets`` of the same shape:
+    the binary cross-entropy scaled by ``(1 - p_t) ** gamma`` and, where ``alpha >= 0``, by
+    ``alpha_t`` (torchvision.ops.sigmoid_focal_loss)."""
+    if reduction not in ("none", "mean", "sum"):
+        raise InvalidArgumentError(
+            f"sigmoid_focal_loss: invalid reduction {reduction!r}: "
+            "supported reductions are none, mean, sum"
+        )
+    if not isinstance(inputs, Tensor) or not isinstance(targets, Tensor):
+        raise InvalidArgumentError(
+            "sigmoid_focal_loss: inputs and targets should be Tensors, got "
+            f"{type(inputs).__name__} and {type(targets).__name__}"
+        )
+    if inputs.shape != targets.shape:
+        raise ShapeError(
+            "sigmoid_focal_loss: inputs and targets should have the same shape, got "
+            f"{list(inputs.shape)} and {list(targets.shape)}"
+        )
+    p = inputs.sigmoid()
+    ce_loss = nn.functional.binary_cross_entropy_with_logits(inputs, targets, reduction="none")
+    p_t = p * targets + (1 - p) * (1 - targets)
+    loss = ce_loss * ((1 - p_t) ** gamma)
+    if alpha >= 0:
+        alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
+        loss = alpha_t * loss
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+class ExtraFPNBlock(nn.Module):
+    """What a FeaturePyramidNetwork's ``extra_blocks`` is: a module taking the pyramid's
+    results, its inputs and its names, and returning the results and names extended."""
+
+    def forward(
+        self, results: list[Tensor], x: list[Tensor], names: list[str]
+    ) -> tuple[list[Tensor], list[str]]:
+        raise NotImplementedError
+
+
+class LastLevelMaxPool(ExtraFPNBlock):
+    """A 'pool' level on top of the pyramid: its last level max-pooled with stride 2."""
+
+    def forward(
+        self, x: list[Tensor], y: list[Tensor], names: list[str]
+    ) -> tuple[list[Tensor], list[str]]:
+        names.append("pool")
+        x.append(nn.functional.max_pool2d(x[-1], kernel_size=1, stride=2, padding=0))
+        return x, names
+
+
+class FeaturePyramidNetwork(nn.Module):
+    """torchvision.ops.FeaturePyramidNetwork: 1x1 lateral convolutions (``inner_blocks``), a
+    top-down pathway adding each coarser level upsampled to the finer one by nearest
+    neighbours, and 3x3 output convolutions (``layer_blocks``); takes and returns an ordered
+    dict of feature maps, finest first (torchvision's state-dict keys and initialization)."""
+
+    def __init__(
+        self,
+        in_channels_list: list[int],
+        out_channels: int,
+        extra_blocks: ExtraFPNBlock | None = None,
+        norm_layer: Callable[..., nn.Module] | None = None,
+    ) -> None:
+        super().__init__()
+        self.inner_blocks = nn.ModuleList()
+        self.layer_blocks = nn.ModuleList()
+        for in_channels in in_channels_list:
+            if in_channels == 0:
+                raise InvalidArgumentError(
+                    "FeaturePyramidNetwork: in_channels=0 is currently not supported"
+                )
+            self.inner_blocks.append(
+                Conv2dNormActivation(
+                    in_channels,
+                    out_channels,
+                    kernel_size=1,
+                    padding=0,
+                    norm_layer=norm_layer,
+                    activation_layer=None,
+                )
+            )
+            self.layer_blocks.append(
+                Conv2dNormActivation(
+                    out_channels,
+                    out_channels,
+                    kernel_size=3,
+                    norm_layer=norm_layer,
+                    activation_layer=None,
+                )
+            )
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_uniform_(module.weight, a=1)
+                if module.bias is not None:
+                    nn.init.constant_(module.bias, 0)
+        if extra_blocks is not None and not isinstance(extra_blocks, nn.Module):
+            raise InvalidArgumentError(
+                "FeaturePyramidNetwork: extra_blocks should be an ExtraFPNBlock (a Module), got "
+                f"{type(extra_blocks).__name__}"
+            )
+        self.extra_blocks = extra_blocks
+
+    def get_result_from_inner_blocks(self, x: Tensor, idx: int) -> Tensor:
+        return self.inner_blocks[idx](x)
+
+    def get_result_from_layer_blocks(self, x: Tensor, idx: int) -> Tensor:
+        return self.layer_blocks[idx](x)
+
+    def forward(self, x: dict[str, Tensor]) -> OrderedDict[str, Tensor]:
+        if not isinstance(x, dict) or len(x) != len(self.inner_blocks):
+            raise InvalidArgumentError(
+                f"FeaturePyramidNetwork: expected a dict of {len(self.inner_blocks)} feature "
+                f"maps, finest first, got {type(x).__name__}"
+                + (f" of {len(x)}" if isinstance(x, dict) else "")
+            )
+        names = list(x.keys())
+        features = list(x.values())
+        last_inner = self.get_result_from_inner_blocks(features[-1], -1)
+        results = [self.get_result_from_layer_blocks(last_inner, -1)]
+        for idx in range(len(features) - 2, -1, -1):
+            inner_lateral = self.get_result_from_inner_blocks(features[idx], idx)
+            feat_shape = inner_lateral.shape[-2:]
+            inner_top_down = nn.functional.interpolate(last_inner, size=feat_shape, mode="nearest")
+            last_inner = inner_lateral + inner_top_down
+            results.insert(0, self.get_result_from_layer_blocks(last_inner, idx))
+        if self.extra_blocks is not None:
+            results, names = self.extra_blocks(results, features, names)
+        return OrderedDict(zip(names, results, strict=True))
+
+
+def _infer_scale(feature: Tensor, original_size: tuple[int, int]) -> float:
+    """The power of two nearest the ratio of a feature map's height to the image's."""
+    approx_scale = float(feature.shape[-2]) / float(original_size[0])
+    return 2.0 ** round(math.log2(approx_scale))
+
+
+class LevelMapper:
+    """The pyramid level of each box (FPN paper, eq. 1): ``floor(canonical_level +
+    log2(sqrt(area) / canonical_scale) + eps)`` clamped to ``[k_min, k_max]``, counted from
+    ``k_min``."""
+
+    def __init__(
+        self,
+        k_min: int,
+        k_max: int,
+        canonical_scale: int = 224,
+        canonical_level: int = 4,
+        eps: float = 1e-6,
+    ) -> None:
+        self.k_min, self.k_max = k_min, k_max
+        self.s0, self.lvl0, self.eps = canonical_scale, canonical_level, eps
+
+    def __call__(self, boxlists: list[Tensor]) -> Tensor:
+        s = rg.cat([box_area(boxlist) for boxlist in boxlists]).sqrt()
+        target_lvls = (self.lvl0 + (s / self.s0).log2() + self.eps).floor()
+        target_lvls = target_lvls.clamp(min=self.k_min, max=self.k_max)
+        return target_lvls.to(rg.int64) - self.k_min
+
+
+class MultiScaleRoIAlign(nn.Module):
+    """torchvision.ops.MultiScaleRoIAlign: each box pooled by :func:`roi_align` from the level
+    of ``featmap_names`` its size maps to (:class:`LevelMapper`); the levels' scales are
+    inferred from the first call's feature and image sizes, as torchvision's."""
+
+    def __init__(
+        self,
+        featmap_names: list[str],
+        output_size: int | tuple[int, int] | list[int],
+        sampling_ratio: int,
+        *,
+        canonical_scale: int = 224,
+        canonical_level: int = 4,
+    ) -> None:
+        super().__init__()
+        if isinstance(output_size, int):
+            output_size = (output_size, output_size)
+        self.featmap_names = featmap_names
+        self.sampling_ratio = sampling_ratio
+        self.output_size = tuple(output_size)
+        self.scales: list[float] | None = None
+        self.map_levels: LevelMapper | None = None
+        self.canonical_scale = canonical_scale
+        self.canonical_level = canonical_level
+
+    def forward(
+        self, x: dict[str, Tensor], boxes: list[Tensor], image_shapes: list[tuple[int, int]]
+    ) -> Tensor:
+        x_filtered = [v for k, v in x.items() if k in self.featmap_names]
+        if not x_filtered:
+            raise InvalidArgumentError(
+                f"MultiScaleRoIAlign: none of the feature maps {list(x)} is one of "
+                f"featmap_names {list(self.featmap_names)}"
+            )
+        if not isinstance(boxes, list | tuple) or not boxes:
+            raise InvalidArgumentError(
+                "MultiScaleRoIAlign: boxes should be a list of [K, 4] tensors, one an image"
+            )
+        if self.scales is None or self.map_levels is None:
+            original = (max(s[0] for s in image_shapes), max(s[1] for s in image_shapes))
+            self.scales = [_infer_scale(feature, original) for feature in x_filtered]
+            lvl_min = -math.log2(self.scales[0])
+            lvl_max = -math.log2(self.scales[-1])
+            self.map_levels = LevelMapper(
+                int(lvl_min), int(lvl_max), self.canonical_scale, self.canonical_level
+            )
+        concat_boxes = rg.cat(list(boxes), dim=0)
+        ids = rg.cat(
+            [b.new_full((b.shape[0], 1), float(i)) for i, b in enumerate(boxes)], dim=0
+        ).to(concat_boxes.dtype)
+        rois = rg.cat([ids, concat_boxes], dim=1)
+        if len(x_filtered) == 1:
+            return roi_align(
+                x_filtered[0],
+                rois,
+                self.output_size,
+                spatial_scale=self.scales[0],
+                sampling_ratio=self.sampling_ratio,
+            )
+        levels = self.map_levels(list(boxes))
+        first = x_filtered[0]
+        result = first.new_zeros((rois.shape[0], first.shape[1], *self.output_size))
+        for level, (per_level_feature, scale) in enumerate(
+            zip(x_filtered, self.scales, strict=True)
+        ):
+            idx_in_level = rg.where(levels == level)[0]
+            rois_per_level = rois[idx_in_level]
+            pooled = roi_align(
+                per_level_feature,
+                rois_per_level,
+                self.output_size,
+                spatial_scale=scale,
+                sampling_ratio=self.sampling_ratio,
+            )
+            result[idx_in_level] = pooled.to(result.dtype)
+        return result
+
+    def extra_repr(self) -> str:
+        return (
+            f"featmap_names={self.featmap_names}, output_size={self.output_size}, "
+            f"sampling_ratio={self.sampling_ratio}"
+        )
+
+
+def _submodule(leaf: str, *names: str) -> types.ModuleType:
+    """torchvision keeps these names in ``torchvision.ops.<leaf>`` too, a path scripts import
+    from (``from torchvision.ops.feature_pyramid_network import LastLevelMaxPool``); ops is one
+    module here, so that path is a module of its own giving the very same objects."""
+    module = types.ModuleType(f"{__name__}.{leaf}")
+    for name in names:
+        setattr(module, name, globals()[name])
+    sys.modules[module.__name__] = module
+    return module
+
+
+feature_pyramid_network = _submodule(
+    "feature_pyramid_network", "ExtraFPNBlock", "FeaturePyramidNetwork", "LastLevelMaxPool"
+)
+focal_loss = _submodule("focal_loss", "sigmoid_focal_loss")
+poolers = _submodule("poolers", "LevelMapper", "MultiScaleRoIAlign")
+boxes = _submodule(
+    "boxes",
+    "batched_nms",
+    "box_area",
+    "box_convert",
+    "box_iou",
+    "clip_boxes_to_image",
+    "generalized_box_iou",
+    "nms",
+    "remove_small_boxes",
+)
