@@ -1,4 +1,4 @@
-# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 Spijkervet/SimCLR's contrastive losses written by hand.
 
@@ -231,7 +231,10 @@ def main(args, train_loader, record, initialize):
 '''
 
 SIMCLR_STEPS = [
-    ("import torch\nimport torch.nn as nn\n", "import retrograd as torch\nimport retrograd.nn as nn\n"),
+    (
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
+    ),
     (
         "        loss.backward()\n\n        optimizer.step()\n",
         "        grads = loss.backward()\n\n        optimizer.step(grads)\n",
@@ -266,8 +269,15 @@ def test_simclr_trains_with_the_hand_written_nt_xent_as_torch(loss, capsys):
         dataset = TwoViews(lib, np.random.default_rng(0), 24)
         loader = lib.utils.data.DataLoader(dataset, batch_size=6, shuffle=False, drop_last=True)
         args = argparse.Namespace(
-            loss=loss, n_features=8, projection_dim=4, batch_size=6, temperature=0.5,
-            world_size=1, device=lib.device("cpu"), start_epoch=0, epochs=2,
+            loss=loss,
+            n_features=8,
+            projection_dim=4,
+            batch_size=6,
+            temperature=0.5,
+            world_size=1,
+            device=lib.device("cpu"),
+            start_epoch=0,
+            epochs=2,
         )
         names["main"](args, loader, record, initialize)
         records.append(record)
@@ -275,6 +285,4 @@ def test_simclr_trains_with_the_hand_written_nt_xent_as_torch(loss, capsys):
     assert len(records[0]) == 2 * 4 + 1
     assert logs[1].count("Epoch [") == logs[0].count("Epoch [") == 2
     # the conv's bias feeds a BatchNorm: its true gradient is zero, and Adam follows the noise
-    assert_records_agree(
-        records[1], records[0], rtol=1e-4, atol=1e-5, skip=("encoder.conv.bias",)
-    )
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5, skip=("encoder.conv.bias",))

@@ -41,7 +41,7 @@ def _seeded():
     rg.seed(0)
 
 
-PROXY_ANCHOR_SOURCE = '''
+PROXY_ANCHOR_SOURCE = """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -212,7 +212,7 @@ def train(args, dl_tr, nb_classes, record, initialize):
         scheduler.step()
         record.append({name: p.detach().numpy().copy() for name, p in list(model.named_parameters()) + list(criterion.named_parameters())})
     record.append(losses_list)
-'''
+"""
 
 PROXY_ANCHOR_STEPS = [
     (
@@ -255,9 +255,20 @@ def test_proxy_anchor_trains_with_warmup_and_frozen_norms_as_torch(optimizer, bn
         text = source if lib is torch else port(source, PROXY_ANCHOR_STEPS)
         names = run_source(text, lib)
         args = argparse.Namespace(
-            sz_embedding=6, l2_norm=1, bn_freeze=bn_freeze, mrg=0.1, alpha=32, gpu_id=0,
-            loss="Proxy_Anchor", lr=1e-3, optimizer=optimizer, weight_decay=1e-4,
-            lr_decay_step=2, lr_decay_gamma=0.5, nb_epochs=3, warm=warm,
+            sz_embedding=6,
+            l2_norm=1,
+            bn_freeze=bn_freeze,
+            mrg=0.1,
+            alpha=32,
+            gpu_id=0,
+            loss="Proxy_Anchor",
+            lr=1e-3,
+            optimizer=optimizer,
+            weight_decay=1e-4,
+            lr_decay_step=2,
+            lr_decay_gamma=0.5,
+            nb_epochs=3,
+            warm=warm,
         )
         names["train"](args, _cub_like(lib, np.random.default_rng(0), 24, 8), 4, record, initialize)
         records.append(record)

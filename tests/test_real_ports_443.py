@@ -1,4 +1,3 @@
-# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 msight-tech/research-xbm, cross-batch memory for embedding learning, with its losses.
 
@@ -40,7 +39,7 @@ def _seeded():
     rg.seed(0)
 
 
-XBM_SOURCE = '''
+XBM_SOURCE = """
 import torch
 from torch import nn
 import numpy as np
@@ -242,10 +241,13 @@ def do_train(cfg, model, train_loader, optimizer, criterion, record):
         del feats
         del loss
     record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
-'''
+"""
 
 XBM_STEPS = [
-    ("import torch\nfrom torch import nn\n", "import retrograd as torch\nfrom retrograd import nn\n"),
+    (
+        "import torch\nfrom torch import nn\n",
+        "import retrograd as torch\nfrom retrograd import nn\n",
+    ),
     (
         "        loss.backward()\n        optimizer.step()\n",
         "        grads = loss.backward()\n        optimizer.step(grads)\n",
@@ -296,7 +298,9 @@ def test_xbm_trains_the_contrastive_loss_against_its_cross_batch_memory_as_torch
         initialize(model)
         optimizer = lib.optim.Adam(model.parameters(), lr=1e-3)
         criterion = names["ContrastiveLoss"](CFG)
-        names["do_train"](CFG, model, Batches(lib, np.random.default_rng(0), 3), optimizer, criterion, record)
+        names["do_train"](
+            CFG, model, Batches(lib, np.random.default_rng(0), 3), optimizer, criterion, record
+        )
         records.append(record)
     assert "memory_non_zero" in records[0][-3]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
