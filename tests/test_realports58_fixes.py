@@ -63,3 +63,32 @@ def test_a_numpy_array_first_is_torchs_type_error(op):
         match=rf"{op}\(\): expected Tensor as element 0 in argument 0, but got ndarray",
     ):
         getattr(rg, op)([np.ones(2), rg.ones(2)])
+
+
+def test_functions_take_state_dict_entries_as_torch():
+    """``torch.where``/``torch.add``/``torch.exp`` of a state dict's entries (tensors in torch)
+    were refused (``must be a Tensor, not StateValue``) or failed inside (``where``'s
+    ``StopIteration``)."""
+    ours, theirs = _twin_linears()
+    mine, reference = ours.state_dict(), theirs.state_dict()
+    cases = [
+        lambda lib, sd: lib.where(sd["bias"] > 0, sd["bias"], 0.0),
+        lambda lib, sd: lib.where(sd["bias"] > 0, lib.zeros(2), sd["bias"]),
+        lambda lib, sd: lib.add(sd["bias"], 1),
+        lambda lib, sd: lib.exp(sd["weight"]),
+        lambda lib, sd: lib.sum(sd["weight"], dim=1),
+    ]
+    for case in cases:
+        expected = case(torch, reference)
+        got = case(rg, mine)
+        assert isinstance(got, rg.Tensor)
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-6)
+
+
+def test_where_of_arrays_only_is_torchs_type_error():
+    condition, values = np.array([True, False]), np.ones(2)
+    message = r"where\(\) received an invalid combination of arguments - got \((numpy\.)?ndarray"
+    with pytest.raises(TypeError, match=message):
+        torch.where(condition, values, 0)
+    with pytest.raises(rg.DTypeError, match=message):
+        rg.where(condition, values, 0)
