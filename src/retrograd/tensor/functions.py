@@ -788,6 +788,8 @@ def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
             return input
         if isinstance(input, ValuesAndIndices):  # sort/topk/cummax/cummin: the values
             return input.values
+        if hasattr(input, "__retrograd_tensor__"):  # a state dict's entry: a tensor in torch
+            return input.__retrograd_tensor__()
         raise DTypeError(f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}")
     return input
 
@@ -799,7 +801,17 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Any:  # noqa:
     indices of its true elements (``condition.nonzero(as_tuple=True)``)."""
     if input is None and other is None:
         return condition.nonzero(as_tuple=True)
-    reference = next(v for v in (input, other, condition) if isinstance(v, TensorBase))
+    condition, input, other = (  # noqa: A001 (torch's names)
+        v.__retrograd_tensor__() if hasattr(v, "__retrograd_tensor__") else v
+        for v in (condition, input, other)
+    )
+    reference = next((v for v in (input, other, condition) if isinstance(v, TensorBase)), None)
+    if reference is None:
+        got = ", ".join(type(v).__name__ for v in (condition, input, other))
+        raise DTypeError(
+            f"where() received an invalid combination of arguments - got ({got}): "
+            f"the condition must be a Tensor (and input or other one too)"
+        )
     condition = lift(reference, condition, "where")
     if condition.dtype == "uint8":  # torch's legacy byte masks: nonzero is true
         condition = condition.cast("bool")

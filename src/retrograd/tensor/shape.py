@@ -695,6 +695,24 @@ def refuse_one_tensor(op: str, tensors: Any) -> None:
         )
 
 
+def joined_tensors(op: str, tensors: Sequence[Any]) -> list[Any]:
+    """The entries of ``cat``/``stack``'s sequence as tensors: a ``(values, indices)`` pair
+    gives its values, a value that stands for a tensor (a state dict's entry, which is a tensor
+    in torch) its tensor (``__retrograd_tensor__``); the first entry must then be a tensor, in
+    torch's words, as the others are lifted against it."""
+    joined = []
+    for t in tensors:
+        if isinstance(t, ValuesAndIndices):
+            t = t.values
+        elif not isinstance(t, TensorBase) and hasattr(t, "__retrograd_tensor__"):
+            t = t.__retrograd_tensor__()
+        joined.append(t)
+    if joined and not isinstance(joined[0], TensorBase):
+        got = type(joined[0]).__name__
+        raise DTypeError(f"{op}(): expected Tensor as element 0 in argument 0, but got {got}")
+    return joined
+
+
 def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     """Concatenate along ``dim``; the other dimensions must match.
 
@@ -703,7 +721,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     retrograd.Size([3, 2])
     """
     refuse_one_tensor("cat", tensors)
-    tensors = [t.values if isinstance(t, ValuesAndIndices) else t for t in tensors]
+    tensors = joined_tensors("cat", tensors)
     if not tensors:
         raise ShapeError("cat: needs at least one tensor")
     first = tensors[0]
@@ -741,9 +759,11 @@ def stack(tensors: Sequence[Any], dim: int = 0) -> Any:
     """Stack equal-shaped tensors along a new dimension ``dim`` (negative counts from the
     output's end)."""
     refuse_one_tensor("stack", tensors)
-    tensors = list(tensors)
+    tensors = joined_tensors("stack", tensors)
     if not tensors:
         raise ShapeError("stack: needs at least one tensor")
+    first = tensors[0]
+    tensors = [first] + [lift(first, t, "stack") for t in tensors[1:]]
     shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
         listed = ", ".join(shape_text(s) for s in shapes)

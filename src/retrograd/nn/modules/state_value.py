@@ -239,6 +239,11 @@ class StateValue(np.ndarray):
         kept = source is not None and str(source.dtype) == "bfloat16" and self.dtype == np.float32
         return tensor(np.array(self, copy=True), dtype="bfloat16" if kept else str(self.dtype))
 
+    def __retrograd_tensor__(self) -> Tensor:
+        """The tensor this value stands for where a tensor is due (``torch.cat`` of state-dict
+        entries): a copy of its current values in its dtype."""
+        return self._saved_as_tensor()
+
     @property
     def size(self) -> ElementCount:  # type: ignore[override]
         return ElementCount(self.shape)
