@@ -1572,7 +1572,10 @@ def _masked_select(lib, x, y, dim, form):
 
 
 def _unique(lib, x, y, dim, form):
-    r = lib.round(x.detach())
+    # (a rounded copy outside the graph: retrograd's detach() keeps requires_grad, Burn's
+    # contract in API.md, so a no_grad block makes the same tensor in both libraries)
+    with lib.no_grad():
+        r = lib.round(x)
     if form == "positional":
         return lib.unique(r, True, True)
     if form == "dim":
