@@ -167,8 +167,9 @@ class SpecialMixin:
 
     def mvlgamma(self, p: int) -> Any:
         """The log of the multivariate gamma function of dimension ``p``:
-        ``p(p-1)/4 log(pi) + sum_{i<p} lgamma(x - i/2)``; every element must exceed
-        ``(p-1)/2``, as torch requires."""
+        ``p(p-1)/4 log(pi) + sum_{i<p} lgamma(x - i/2)``; at or below ``(p-1)/2`` it is
+        what that sum gives (``inf`` at the poles), as torch 2.13's (which no longer refuses
+        such elements)."""
         if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p < 2**63:
             raise InvalidArgumentError(f"mvlgamma: p must be an int64 >= 1, got {p!r}")
         x = real_only("mvlgamma", self)
@@ -176,10 +177,6 @@ class SpecialMixin:
         log_pi_term = p * (p - 1) / 4.0 * math.log(math.pi)
         if not x.numel():  # (no p-long row of shifts for no elements: p may be huge)
             return x * 0.0 + log_pi_term
-        if not bool(x.greater_elem((p - 1) / 2.0).all().item()):
-            raise InvalidArgumentError(
-                f"mvlgamma: all elements must be greater than (p-1)/2 = {(p - 1) / 2}"
-            )
         # torch's form: one [..., p] row of shifted copies, not p ops (a large p never ends)
         check_allocation("mvlgamma", (*x.shape, p), x.dtype, f"p = {p}")
         shifts = x.new_tensor(np.arange(p, dtype=np.float64) / 2.0, dtype=x.dtype)
@@ -235,8 +232,12 @@ class SpecialMixin:
         if eps is not None:
             # (log z - log1p(-z), not log(z / (1 - z)): at eps = 0 the quotient's gradient is
             # NaN at 0 and 1, torch's 1 / (z (1 - z)) infinite)
-            z = z.clamp(eps, 1.0 - eps)
-            return z.log() - (-z).log1p()
+            # torch's kernel, x < eps ? eps : (x > 1 - eps ? 1 - eps : x), not clamp: eps
+            # wins for eps > 1/2; its backward (0 outside [eps, 1 - eps]) passes a NaN through
+            low, high = float(eps), 1.0 - float(eps)
+            clamped = z.mask_fill(untracked(z).greater_elem(high), high)
+            clamped = clamped.mask_fill(untracked(z).lower_elem(low), low)
+            return clamped.log() - (-clamped).log1p()
         # log(z) - log1p(-z): torch's gradient 1 / (z (1 - z)), infinite (not NaN) at 0
         # and 1; outside [0, 1] the value and torch's gradient are NaN
         out = z.log() - (-z).log1p()
