@@ -19,9 +19,10 @@ def _torch_backend() -> rg.Autodiff:
 
 def _same(ours: rg.Tensor, theirs: torch.Tensor, rtol: float = 1e-12) -> None:
     assert str(ours.dtype) == str(theirs.dtype)[6:]
+    widen = theirs.dtype == torch.bfloat16  # (no NumPy bfloat16)
     np.testing.assert_allclose(
-        ours.detach().float().numpy() if theirs.dtype == torch.bfloat16 else ours.detach().numpy(),
-        theirs.detach().float().numpy() if theirs.dtype == torch.bfloat16 else theirs.detach().numpy(),
+        ours.detach().float().numpy() if widen else ours.detach().numpy(),
+        theirs.detach().float().numpy() if widen else theirs.detach().numpy(),
         rtol=rtol,
         atol=0.0,
         equal_nan=True,
