@@ -97,3 +97,22 @@ def test_half_round_with_decimals_and_exp2_compute_in_float32_as_torch(dtype: st
     mine = rg.tensor(values[1:4], backend=_torch_backend()).to(getattr(rg, dtype))
     mine.requires_grad_()
     _same(mine.grad(mine.exp2().sum().backward()), leaf.grad, rtol=1e-2)
+
+
+def test_mvlgamma_refuses_a_bool_tensor_as_torch() -> None:
+    with pytest.raises(RuntimeError, match="boolean"):
+        torch.special.multigammaln(torch.tensor([True, False]), 2)
+    flags = rg.tensor([True, False])
+    with pytest.raises(rg.DTypeError, match=r"mvlgamma.*bool"):
+        rg.special.multigammaln(flags, 2)
+    assert flags.tolist() == [True, False]  # still usable
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_logaddexp_computes_in_float32_as_torch(dtype: str) -> None:
+    a = [0.0, 6e-8, 1.0, -3.0, 60000.0, -math.inf, math.inf, 0.5]
+    b = [6e-8, 0.0, 1.0, 2.0, 1.0, -math.inf, math.inf, math.nan]
+    t, u = (torch.tensor(v).to(getattr(torch, dtype)) for v in (a, b))
+    x, y = (rg.tensor(v, backend=_torch_backend()).to(getattr(rg, dtype)) for v in (a, b))
+    _same(rg.logaddexp2(x, y), torch.logaddexp2(t, u), rtol=0.0)  # 0.996 for 1 in bfloat16
+    _same(rg.logaddexp(x, y), torch.logaddexp(t, u), rtol=0.0)

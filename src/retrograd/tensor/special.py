@@ -173,6 +173,8 @@ class SpecialMixin:
         if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p < 2**63:
             raise InvalidArgumentError(f"mvlgamma: p must be an int64 >= 1, got {p!r}")
         x = real_only("mvlgamma", self)
+        if x.dtype == "bool":
+            raise DTypeError("mvlgamma: the input tensor may not be a boolean tensor (as in torch)")
         x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
         log_pi_term = p * (p - 1) / 4.0 * math.log(math.pi)
         if not x.numel():  # (no p-long row of shifts for no elements: p may be huge)
@@ -541,6 +543,11 @@ def _logaddexp(
     op: str, a: Any, b: Any, softplus_of_gap: Callable[[Any], Any], scale: float = 1.0
 ) -> Any:
     x, y = float_kernel_operands(op, a, tensor_argument(op, b))
+    if x.dtype in ("float16", "bfloat16"):
+        # torch's kernel works in float32 and rounds once (in bfloat16 the softplus of a tiny
+        # gap, rounded term by term, made logaddexp2(0, 6e-8) 0.996)
+        wide = _logaddexp(op, x.cast("float32"), y.cast("float32"), softplus_of_gap, scale)
+        return wide.cast(x.dtype)
     if x.is_complex() and scale == 1.0:
         # torch's complex kernel: the operand of the larger real part plus log1p(exp(the
         # other - it)); a composition, so its gradient is torch's g / conj(1 + exp(y - x))
