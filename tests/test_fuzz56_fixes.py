@@ -116,3 +116,18 @@ def test_half_logaddexp_computes_in_float32_as_torch(dtype: str) -> None:
     x, y = (rg.tensor(v, backend=_torch_backend()).to(getattr(rg, dtype)) for v in (a, b))
     _same(rg.logaddexp2(x, y), torch.logaddexp2(t, u), rtol=0.0)  # 0.996 for 1 in bfloat16
     _same(rg.logaddexp(x, y), torch.logaddexp(t, u), rtol=0.0)
+
+
+@pytest.mark.parametrize("on_torch", [False, True])
+def test_remainder_gradient_for_an_overflowing_quotient_is_infinite(on_torch: bool) -> None:
+    # d remainder(a, b) / db = -(a // b): -inf where a / b overflows (NaN on the torch backend)
+    a, b = [1.0, -1.0, 0.5, 3.0], [1e-310, 1e-310, -1e-310, 2.0]
+    t = torch.tensor(a, dtype=torch.float64, requires_grad=True)
+    u = torch.tensor(b, dtype=torch.float64, requires_grad=True)
+    torch.remainder(t, u).sum().backward()
+    backend = _torch_backend() if on_torch else None
+    x = rg.tensor(a, dtype=rg.float64, requires_grad=True, backend=backend)
+    y = rg.tensor(b, dtype=rg.float64, requires_grad=True, backend=backend)
+    grads = rg.remainder(x, y).sum().backward()
+    _same(y.grad(grads), u.grad)
+    _same(x.grad(grads), t.grad)
