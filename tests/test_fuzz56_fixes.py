@@ -131,3 +131,15 @@ def test_remainder_gradient_for_an_overflowing_quotient_is_infinite(on_torch: bo
     grads = rg.remainder(x, y).sum().backward()
     _same(y.grad(grads), u.grad)
     _same(x.grad(grads), t.grad)
+
+
+@pytest.mark.parametrize("eps", [None, 0.0])
+def test_logit_gradient_at_negative_zero_is_plus_infinity_as_torch(eps: float | None) -> None:
+    values = [-0.0, 0.0, 1.0, 0.25]
+    theirs = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    expected = torch.special.logit(theirs, eps)
+    expected.sum().backward()  # [inf, inf, inf, 5.33]
+    ours = rg.tensor(values, dtype=rg.float64, requires_grad=True)
+    out = rg.special.logit(ours, eps)
+    _same(out, expected)
+    _same(ours.grad(out.sum().backward()), theirs.grad)

@@ -231,6 +231,9 @@ class SpecialMixin:
         is given (the gradient is then 0 outside, as torch's)."""
         z = real_only("logit", self)
         z = z if z.dtype in FLOAT_DTYPES else z.cast(default_float_dtype())
+        # -0 + 0 is +0: torch's gradient at -0 is +inf (its kernel's dy * inf at x == 0),
+        # where 1 / z would give -inf
+        z = z + 0.0
         if eps is not None:
             # (log z - log1p(-z), not log(z / (1 - z)): at eps = 0 the quotient's gradient is
             # NaN at 0 and 1, torch's 1 / (z (1 - z)) infinite)
