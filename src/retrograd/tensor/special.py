@@ -239,6 +239,8 @@ class SpecialMixin:
             # NaN at 0 and 1, torch's 1 / (z (1 - z)) infinite)
             # torch's kernel, x < eps ? eps : (x > 1 - eps ? 1 - eps : x), not clamp: eps
             # wins for eps > 1/2; its backward (0 outside [eps, 1 - eps]) passes a NaN through
+            if isinstance(eps, str | bytes | complex) or not hasattr(eps, "__float__"):
+                raise DTypeError(f"logit(): argument 'eps' must be float, not {type(eps).__name__}")
             low, high = float(eps), 1.0 - float(eps)
             clamped = z.mask_fill(untracked(z).greater_elem(high), high)
             clamped = clamped.mask_fill(untracked(z).lower_elem(low), low)
