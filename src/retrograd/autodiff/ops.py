@@ -372,7 +372,14 @@ def _floor_quotient(B, x, y):
     floored = B.floor(div)
     up = B.greater_elem(B.sub(div, floored), 0.5)
     floored = B.mask_where(floored, up, B.add_scalar(floored, 1.0))
-    return B.mask_where(floored, B.equal_elem(y, 0.0), B.div(x, y))
+    quotient = B.div(x, y)
+    # a finite x whose quotient overflows (1 / 1e-310): torch's scalar fmod keeps (x - mod)
+    # / y infinite; the torch backend's vectorized fmod is NaN there
+    overflowed = B.logical_and(
+        B.equal_elem(B.abs(quotient), math.inf), B.lower_elem(B.abs(x), math.inf)
+    )
+    floored = B.mask_where(floored, overflowed, quotient)
+    return B.mask_where(floored, B.equal_elem(y, 0.0), quotient)
 
 
 def _clamp_vjp(B, g, x, lo, hi):

@@ -156,8 +156,10 @@ class NumpyMathKernels:
         return _like(scipy_special.xlogy(x, y), x)
 
     def zeta(self, x, q):
-        # torch's Hurwitz zeta is NaN at q = +inf (SciPy's: its limit, 0)
-        return _like(np.where(np.isposinf(q), np.nan, scipy_special.zeta(x, q)), x)
+        # torch's Hurwitz zeta is NaN at q = +inf (SciPy's: its limit, 0), save at x = 1,
+        # where torch's kernel answers inf before it looks at q
+        undefined = np.isposinf(q) & (x != 1)
+        return _like(np.where(undefined, np.nan, scipy_special.zeta(x, q)), x)
 
     def gammainc(self, a, x):
         return _like(scipy_special.gammainc(a, x), x)

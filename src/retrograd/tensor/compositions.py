@@ -255,7 +255,10 @@ def _floor_quotient(a: Any, b: Any, quotient: Any) -> Any:
     floored = floored.mask_where((div - floored).greater(0.5), floored + 1.0)
     zero = (q * 0.0).mask_fill(q.isnan().logical_or(q.isinf()), 0.0).copysign(q)
     out = floored.mask_where(div.equal(0.0), zero).mask_where(y.equal(0.0), q)
-    return _zero_gradient(out, a, b)
+    # a finite dividend whose quotient overflows (1 // 1e-310): torch's exact scalar fmod
+    # leaves (a - fmod) / b infinite; a vectorized fmod (the torch backend's) gives NaN there
+    overflowed = q.isinf().logical_and(x.isfinite())
+    return _zero_gradient(out.mask_where(overflowed, q), a, b)
 
 
 def extremum(a: Any, b: Any, kind: str) -> Any:

@@ -422,6 +422,10 @@ class ElementwiseMixin:
         return _scaled_log(self, _INV_LN10)
 
     def exp2(self) -> Any:
+        if self.dtype in ("float16", "bfloat16"):
+            # torch computes in float32 and rounds once: x * ln2 rounded to 8 bits would
+            # miss 2**50 by 9%
+            return self.cast("float32").exp2().cast(self.dtype)
         return (self * _LN2).exp()
 
     def erfinv(self) -> Any:
@@ -847,6 +851,9 @@ class ElementwiseMixin:
             raise InvalidArgumentError(f"round: decimals must be an int, got {decimals!r}")
         if decimals == 0:
             return self._apply("round", (self,))
+        if self.dtype in ("float16", "bfloat16"):
+            # torch's kernel scales in float32 (its opmath type): 800 * 100 is no half inf
+            return self.cast("float32").round(decimals=decimals).cast(self.dtype)
         scale = 10.0 ** abs(decimals)
         if decimals > 0:
             scaled = self * scale

@@ -167,19 +167,18 @@ class SpecialMixin:
 
     def mvlgamma(self, p: int) -> Any:
         """The log of the multivariate gamma function of dimension ``p``:
-        ``p(p-1)/4 log(pi) + sum_{i<p} lgamma(x - i/2)``; every element must exceed
-        ``(p-1)/2``, as torch requires."""
+        ``p(p-1)/4 log(pi) + sum_{i<p} lgamma(x - i/2)``; at or below ``(p-1)/2`` it is
+        what that sum gives (``inf`` at the poles), as torch 2.13's (which no longer refuses
+        such elements)."""
         if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p < 2**63:
             raise InvalidArgumentError(f"mvlgamma: p must be an int64 >= 1, got {p!r}")
         x = real_only("mvlgamma", self)
+        if x.dtype == "bool":
+            raise DTypeError("mvlgamma: the input tensor may not be a boolean tensor (as in torch)")
         x = x if x.dtype in FLOAT_DTYPES else x.cast(default_float_dtype())
         log_pi_term = p * (p - 1) / 4.0 * math.log(math.pi)
         if not x.numel():  # (no p-long row of shifts for no elements: p may be huge)
             return x * 0.0 + log_pi_term
-        if not bool(x.greater_elem((p - 1) / 2.0).all().item()):
-            raise InvalidArgumentError(
-                f"mvlgamma: all elements must be greater than (p-1)/2 = {(p - 1) / 2}"
-            )
         # torch's form: one [..., p] row of shifted copies, not p ops (a large p never ends)
         check_allocation("mvlgamma", (*x.shape, p), x.dtype, f"p = {p}")
         shifts = x.new_tensor(np.arange(p, dtype=np.float64) / 2.0, dtype=x.dtype)
@@ -232,11 +231,20 @@ class SpecialMixin:
         is given (the gradient is then 0 outside, as torch's)."""
         z = real_only("logit", self)
         z = z if z.dtype in FLOAT_DTYPES else z.cast(default_float_dtype())
+        # -0 + 0 is +0: torch's gradient at -0 is +inf (its kernel's dy * inf at x == 0),
+        # where 1 / z would give -inf
+        z = z + 0.0
         if eps is not None:
             # (log z - log1p(-z), not log(z / (1 - z)): at eps = 0 the quotient's gradient is
             # NaN at 0 and 1, torch's 1 / (z (1 - z)) infinite)
-            z = z.clamp(eps, 1.0 - eps)
-            return z.log() - (-z).log1p()
+            # torch's kernel, x < eps ? eps : (x > 1 - eps ? 1 - eps : x), not clamp: eps
+            # wins for eps > 1/2; its backward (0 outside [eps, 1 - eps]) passes a NaN through
+            if isinstance(eps, str | bytes | complex) or not hasattr(eps, "__float__"):
+                raise DTypeError(f"logit(): argument 'eps' must be float, not {type(eps).__name__}")
+            low, high = float(eps), 1.0 - float(eps)
+            clamped = z.mask_fill(untracked(z).greater_elem(high), high)
+            clamped = clamped.mask_fill(untracked(z).lower_elem(low), low)
+            return clamped.log() - (-clamped).log1p()
         # log(z) - log1p(-z): torch's gradient 1 / (z (1 - z)), infinite (not NaN) at 0
         # and 1; outside [0, 1] the value and torch's gradient are NaN
         out = z.log() - (-z).log1p()
@@ -248,6 +256,10 @@ class SpecialMixin:
         """``sin(pi x) / (pi x)``, 1 at 0 (gradient 0 there, and where ``x * x`` underflows
         to 0, as torch's: its formula divides by ``pi x^2``)."""
         x = self if self.dtype in GRAD_DTYPES else self.cast(default_float_dtype())
+        if x.dtype in ("float16", "bfloat16"):
+            # torch's kernel works in float32 and rounds once: pi x in float16 made sinc(1)
+            # 3e-4 (not -0) and sinc(60000) NaN (not 0)
+            return x.cast("float32").sinc().cast(x.dtype)
         zero = untracked(x).square().equal_elem(0.0)
         product = x.mask_fill(zero, 1.0) * math.pi
         return (product.sin() / product).mask_fill(zero, 1.0)
@@ -540,6 +552,11 @@ def _logaddexp(
     op: str, a: Any, b: Any, softplus_of_gap: Callable[[Any], Any], scale: float = 1.0
 ) -> Any:
     x, y = float_kernel_operands(op, a, tensor_argument(op, b))
+    if x.dtype in ("float16", "bfloat16"):
+        # torch's kernel works in float32 and rounds once (in bfloat16 the softplus of a tiny
+        # gap, rounded term by term, made logaddexp2(0, 6e-8) 0.996)
+        wide = _logaddexp(op, x.cast("float32"), y.cast("float32"), softplus_of_gap, scale)
+        return wide.cast(x.dtype)
     if x.is_complex() and scale == 1.0:
         # torch's complex kernel: the operand of the larger real part plus log1p(exp(the
         # other - it)); a composition, so its gradient is torch's g / conj(1 + exp(y - x))
