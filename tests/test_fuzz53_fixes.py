@@ -230,11 +230,9 @@ def test_a_fill_through_overlapping_windows_of_the_value_held_already_differenti
         if fill == "fill_":
             windows.fill_(w[3])
         else:
-            # (each location's last position in the view written, or none of them: where a
-            # location's last position is not written but an earlier one is, torch's
-            # backward sends that location's gradient to both the old value and the fill's
-            # value; ours to the fill's value only; noted in views._write_through_overlap)
-            windows.masked_fill_(lib.tensor([[False, True], [True, True], [True, True]]), w[3])
+            # (row 2's last position in the view is not written, an earlier one is: torch's
+            # backward sends its gradient to both the old value and the fill's value)
+            windows.masked_fill_(lib.tensor([[True, False], [True, True], [False, True]]), w[3])
         loss = (base * lib.tensor(c)).sum()
         if lib is torch:
             loss.backward()
@@ -245,3 +243,27 @@ def test_a_fill_through_overlapping_windows_of_the_value_held_already_differenti
         results.append([base.detach().numpy(), *(g.numpy() for g in grads)])
     for ours, theirs in zip(results[1], results[0]):
         np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_a_masked_fill_through_overlapping_windows_keeps_the_gradient_torch_copies_back():
+    """ci48's views hunt: ``base.unfold(0, 2, 1).masked_fill_(mask, 0.75)`` in the graph. A
+    location whose last position in the windows is not written, though an earlier one is,
+    takes the value and still passes its gradient to the old value, as torch's backward copies
+    the gradient back through the windows position by position."""
+    rng = np.random.default_rng(38)
+    x0, c = rng.standard_normal((4, 5)), rng.standard_normal((4, 5))
+    mask = rng.random((3, 5, 2)) < 0.5
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor(x0).requires_grad_(True)
+        base = x * 1
+        base.unfold(0, 2, 1).masked_fill_(lib.tensor(mask), 0.75)
+        loss = (base * lib.tensor(c)).sum()
+        if lib is torch:
+            loss.backward()
+            grad = x.grad
+        else:
+            grad = x.grad(loss.backward())
+        results.append((base.detach().numpy(), grad.numpy()))
+    np.testing.assert_array_equal(results[1][0], results[0][0])
+    np.testing.assert_array_equal(results[1][1], results[0][1])

@@ -560,6 +560,11 @@ binary("add", lambda B, g: g, lambda B, g: g)
 # torch's write through ``.data`` into a tensor computed in the graph: the written values ``y``
 # (untracked), the gradient passing whole to the tensor written into (tensor/views.py)
 binary("data_write", lambda B, g: g, None, forward=lambda B, x, y: y, broadcast=False)
+# the values ``y`` written over ``x``, the gradient passing whole to both: torch's backward of a
+# fill through positions that share memory, where a location's last position was not written
+# (its copy of the gradient back wins for ``x``, each written position's goes to ``y``)
+binary("overwrite_sharing_gradient", lambda B, g: g, lambda B, g: g, forward=lambda B, x, y: y,
+       broadcast=False)  # fmt: skip
 binary("sub", lambda B, g: g, lambda B, g: B.neg(g))
 binary("mul", lambda B, g, y: B.mul(g, y), lambda B, g, x: B.mul(g, x))
 binary("div", lambda B, g, y: B.div(g, y), lambda B, g, y, out: B.neg(B.div(B.mul(g, out), y)))
@@ -1449,7 +1454,8 @@ def _complex_sign(B, x):
 
 # the linear ops: their rules hold as they are
 for _name in (
-    "add", "sub", "neg", "add_scalar", "sub_scalar", "rsub_scalar", "data_write", "cast", "sum",
+    "add", "sub", "neg", "add_scalar", "sub_scalar", "rsub_scalar", "data_write",
+    "overwrite_sharing_gradient", "cast", "sum",
     "sum_dim", "mean", "mean_dim", "cumsum", "reshape", "permute", "swap_dims", "flip",
     "expand", "slice", "slice_assign", "cat", "repeat_dim", "unfold", "fold", "gather",
     "scatter_add", "scatter_assign", "select", "select_add", "select_assign", "mask_fill",

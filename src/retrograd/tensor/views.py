@@ -473,10 +473,9 @@ def _write_through_overlap(
     value changed, and ``written`` (a bool tensor of the view's shape) where a fill in the
     graph told them: a position that took the value it held already is written too, so its
     gradient goes to the fill's value, once per position, as torch's backward gathers it
-    through the overlapping view. (Left as is: where a location's last position in the view
-    is not written but an earlier one is, torch's backward also sends the location's gradient
-    to its old value, the last position's gradient winning its copy back; here the old value
-    is overwritten, and takes none.)"""
+    through the overlapping view; and where a location's last position in the view is not
+    written but an earlier one is, its old value keeps its gradient too, as torch's backward
+    copies the gradient back position by position (:func:`_gradient_kept`)."""
     count = math.prod(base.shape)
     where = _positions_in(base, kind, params)
     old = _forward(base, kind, params)
@@ -488,8 +487,32 @@ def _write_through_overlap(
         if written is not None:
             changed = changed.logical_or(written)
     flat = base._apply("reshape", (base,), ((count,),))
-    written = flat.index_put((where[changed],), value[changed].to(base.dtype))
-    return written._apply("reshape", (written,), (base.shape,))
+    new_flat = flat.index_put((where[changed],), value[changed].to(base.dtype))
+    if written is not None:
+        kept = _gradient_kept(where, changed, count)
+        if kept is not None:
+            mask = host_constant(type(base)._result, kept, base._backend, base._device)
+            both = flat._apply("overwrite_sharing_gradient", (flat, new_flat))
+            new_flat = new_flat._apply("mask_where", (new_flat, mask, both))
+    return new_flat._apply("reshape", (new_flat,), (base.shape,))
+
+
+def _gradient_kept(where: Any, written: Any, count: int) -> np.ndarray | None:
+    """The elements (of ``count``, flattened) that a write through the view whose positions
+    lie at ``where`` wrote at some position but not at the last one holding them, in the
+    view's row-major order; ``None`` where there are none. torch's backward copies the
+    fill's gradient back through the view position by position, the last one winning: such
+    an element's old value keeps its gradient, though its forward value was overwritten."""
+    at = untracked(where).numpy().reshape(-1)
+    wrote = untracked(written).numpy().reshape(-1)
+    last = np.full(count, -1, np.int64)
+    np.maximum.at(last, at, np.arange(at.size))
+    some = np.zeros(count, bool)
+    some[at[wrote]] = True
+    touched = last >= 0
+    kept = some & touched
+    kept[touched] &= ~wrote[last[touched]]
+    return kept if kept.any() else None
 
 
 def _positions_in(base: Any, kind: str, params: tuple) -> Any:
