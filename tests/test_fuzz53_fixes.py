@@ -267,3 +267,36 @@ def test_a_masked_fill_through_overlapping_windows_keeps_the_gradient_torch_copi
         results.append((base.detach().numpy(), grad.numpy()))
     np.testing.assert_array_equal(results[1][0], results[0][0])
     np.testing.assert_array_equal(results[1][1], results[0][1])
+
+
+@pytest.mark.parametrize("view", ["unfold", "as_strided", "slice of unfold"])
+def test_an_accumulating_index_put_through_overlapping_positions_adds_through_every_alias(view):
+    """The views hunt (FUZZ38_SCALE=30): ``index_put_(..., accumulate=True)`` through
+    overlapping unfold windows took the last alias's sum only; torch adds each value into the
+    memory its index names, so a location held by two positions takes the adds of both.
+    Values and float64 gradients (of the base and of the values) as torch's."""
+    rng = np.random.default_rng(53)
+    x0, v0, c = rng.standard_normal((3, 6)), rng.standard_normal((4, 2)), rng.standard_normal(18)
+    rows = np.array([0, 2, 0, 3])
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor(x0).requires_grad_(True)
+        v = lib.tensor(v0).requires_grad_(True)
+        base = x * 1
+        if view == "unfold":
+            target = base[1].unfold(0, 2, 1)
+        elif view == "as_strided":
+            target = base[1].as_strided((5, 2), (1, 1))
+        else:
+            target = base.unfold(1, 2, 1)[1]
+        target.index_put_((lib.tensor(rows),), v, accumulate=True)
+        loss = (base.reshape(-1) * lib.tensor(c)).sum()
+        if lib is torch:
+            loss.backward()
+            grads = (x.grad, v.grad)
+        else:
+            found = loss.backward()
+            grads = (x.grad(found), v.grad(found))
+        results.append([base.detach().numpy(), *(g.numpy() for g in grads)])
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)

@@ -78,6 +78,7 @@ __all__ = [
     "link",
     "move_views",
     "outside_graph",
+    "positions_in_root",
     "refuse_backward",
     "refuse_gradient_through_overlap",
     "refuse_internal_overlap",
@@ -546,6 +547,27 @@ def written_positions(t: Any, compute: Any) -> Any:
         nans = host_constant(make, np.full(t.shape, np.nan), backend, device).to(t.dtype)
         zeros = host_constant(make, np.zeros(t.shape), backend, device).to(t.dtype)
         return compute(nans).isnan().logical_not().logical_or(compute(zeros).isnan())
+
+
+def positions_in_root(t: Any) -> tuple[Any, Any] | None:
+    """``t``'s root and, for each element of ``t``, its position in the root flattened, where
+    a view whose elements overlap (unfold windows, as_strided positions) lies between them and
+    every view of the chain maps elements to elements; ``None`` elsewhere."""
+    chain, overlapping, view = [], False, getattr(t, "_view", None)
+    while view is not None:
+        if view[KIND] not in _LOCATED:
+            return None
+        overlapping = overlapping or view[KIND] in ("unfold", "as_strided")
+        chain.append((view[KIND], view[PARAMS]))
+        t = base_of(view)
+        view = getattr(t, "_view", None)
+    if not overlapping:
+        return None
+    positions = np.arange(math.prod(t.shape), dtype=np.int64).reshape(t.shape)
+    index = host_constant(type(t)._result, positions, t._backend, t._device)
+    for kind, params in reversed(chain):
+        index = _forward(index, kind, params)
+    return t, index
 
 
 def _written_in_base(base: Any, kind: str, params: tuple, written: Any) -> Any:
