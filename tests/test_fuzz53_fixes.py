@@ -300,3 +300,20 @@ def test_an_accumulating_index_put_through_overlapping_positions_adds_through_ev
         results.append([base.detach().numpy(), *(g.numpy() for g in grads)])
     for ours, theirs in zip(results[1], results[0]):
         np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_prelus_second_derivatives_at_zero_follow_torchs():
+    """torch's double backward of prelu differentiates the weight's branch where x < 0 only:
+    at x == 0 (and -0.0) d grad_x / d weight and d grad_weight / d x are 0, though grad_x there
+    is the weight (found chasing ci49's random higher-derivative program; ours counted x == 0
+    in the weight's branch)."""
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor([0.0, -0.0, 0.5, -0.5], dtype=lib.float64).requires_grad_(True)
+        w = lib.tensor([0.3], dtype=lib.float64).requires_grad_(True)
+        y = lib.nn.functional.prelu(x, w) * lib.tensor([1.0, 2.0, 3.0, 4.0], dtype=lib.float64)
+        gx, gw = lib.autograd.grad(y.sum(), (x, w), create_graph=True)
+        second = lib.autograd.grad((gx * gx).sum() + (gw * gw).sum(), (x, w))
+        results.append([t.detach().numpy() for t in (y, gx, gw, *second)])
+    for ours, theirs in zip(results[1], results[0]):
+        np.testing.assert_array_equal(ours, theirs)
