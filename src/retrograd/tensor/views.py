@@ -435,7 +435,9 @@ def refuse_gradient_through_overlap(op: str, t: Any) -> None:
     a program runs, and fails, where torch's does; a view of such a tensor that takes each
     element once (``x.expand(2, n)[1]``, and the diagonal ``fill_diagonal_`` writes) is
     differentiated as any write."""
-    if op == "fill_diagonal_" or not (is_grad_enabled() and t._backend.is_autodiff):
+    if getattr(t, "_view", None) is None or op == "fill_diagonal_":
+        return  # (a root's elements are its own: nothing shares memory)
+    if not (is_grad_enabled() and t._backend.is_autodiff):
         return
     strides = strides_of(t)
     if not any(n > 1 and s == 0 for n, s in zip(t.shape, strides)):

@@ -219,10 +219,12 @@ def prelu(x: Tensor, weight: Tensor) -> Tensor:
     # the weight, not 1. The factor is 1 where x > 0, so that a NaN or infinite weight
     # leaves the gradient of positive entries 1, as torch's
     factor = slope.expand(x.shape).mask_fill(x.greater(0.0), 1.0)
-    # at x == 0 the weight's factor is a constant: torch's double backward differentiates the
-    # weight's branch where x < 0 only (d grad_x / d weight and d grad_weight / d x are 0 at
-    # 0), though its first derivative there is the weight
-    factor = factor.mask_where(x.equal(0.0), untracked(factor))
+    if weight.requires_grad:
+        # at x == 0 the weight's factor is a constant: torch's double backward differentiates
+        # the weight's branch where x < 0 only (d grad_x / d weight and d grad_weight / d x
+        # are 0 at 0), though its first derivative there is the weight; a weight outside the
+        # graph has no such terms, and its prelu pays nothing for them
+        factor = factor.mask_where(x.equal(0.0), untracked(factor))
     return x * factor
 
 
