@@ -79,7 +79,32 @@ def view_as_complex(input: Any) -> Any:  # noqa: A002 (torch's name)
             f"view_as_complex: the last dimension must have size 2, got shape "
             f"{shape_text(input.shape)}"
         )
+    _require_complex_layout(input)
     return link(complex_view_of(input, "view_as_complex"), input, "view_as_complex")
+
+
+def _require_complex_layout(input: TensorBase) -> None:  # noqa: A002 (torch's name)
+    """Torch's conditions for reading a float tensor's memory as complex numbers: each pair
+    (real, imaginary) adjacent, and every pair starting at an even element; a tensor laid out
+    otherwise (a transpose, an odd slice) is refused there, so a program that works here
+    works under torch."""
+    strides, offset = input.stride(), input.storage_offset()
+    if strides[-1] != 1:
+        raise ShapeError(
+            f"view_as_complex: the last dimension must have stride 1, got strides {strides} "
+            f"for shape {shape_text(input.shape)} (as torch; call .contiguous() first)"
+        )
+    if any(stride % 2 for stride in strides[:-1]):
+        raise ShapeError(
+            f"view_as_complex: every stride but the last must be divisible by 2, got strides "
+            f"{strides} for shape {shape_text(input.shape)} (as torch; call .contiguous() "
+            "first)"
+        )
+    if offset % 2:
+        raise ShapeError(
+            f"view_as_complex: the storage offset must be divisible by 2, got {offset} (as "
+            "torch; call .contiguous() first)"
+        )
 
 
 def _no_out(op: str, out: Any) -> None:
