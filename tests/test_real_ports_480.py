@@ -845,7 +845,9 @@ def test_mambapy_pscan_function_trains_and_generates_as_torch(length):
                 found = loss.backward()
                 grads = [a.grad(found), x.grad(found)]
                 grads.append(h.grad(found) if with_h0 else lib.zeros(1))
-            scans.append(dict(zip(("hs", "a", "x", "h"), [hs.detach().numpy(), *(g.numpy() for g in grads)])))
+            scans.append(
+                dict(zip(("hs", "a", "x", "h"), [hs.detach().numpy(), *(g.numpy() for g in grads)]))
+            )
         config = names["MambaConfig"](d_model=8, n_layers=2, d_state=4, d_conv=3)
         model = names["LM"](config, vocab_size=21, pad_vocab_size_multiple=8)
         if initial is None:
@@ -857,7 +859,9 @@ def test_mambapy_pscan_function_trains_and_generates_as_torch(length):
             config.pscan = False
             sequential = model(lib.tensor(data[:, :-1])).numpy()
             config.pscan = True
-        ids, probs = model.generate(lib.tensor(data[:1, :3]), num_tokens=3, batch_size=2, sample=False, top_k=5)
+        ids, probs = model.generate(
+            lib.tensor(data[:1, :3]), num_tokens=3, batch_size=2, sample=False, top_k=5
+        )
         records.append(
             [
                 *scans,

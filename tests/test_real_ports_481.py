@@ -176,16 +176,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
 
     Args:
         x (torch.Tensor): The input tensor.
-        weight (torch.Tensor): The weight tensor. It may be quantized and 
+        weight (torch.Tensor): The weight tensor. It may be quantized and
             requires dequantization for certain cases.
         bias (Optional[torch.Tensor]): The bias tensor to be added. Default is None.
 
     Returns:
-        torch.Tensor: The result of the linear transformation, which may involve 
+        torch.Tensor: The result of the linear transformation, which may involve
         quantization-aware computations depending on the input parameters.
 
     Notes:
-        - If `weight` is quantized (e.g., `element_size() == 1`), a dequantized version 
+        - If `weight` is quantized (e.g., `element_size() == 1`), a dequantized version
           is used for computation.
         - If `gemm_impl == "bf16"`, dequantization and a `bf16` GEMM operation are applied.
         - For other cases, the function applies quantization to `x` and uses `fp8_gemm` for computation.
@@ -518,7 +518,7 @@ class MLA(nn.Module):
             self.v_cache[:bsz, start_pos:end_pos] = v
             scores = torch.einsum("bshd,bthd->bsht", q, self.k_cache[:bsz, :end_pos]) * self.softmax_scale
         else:
-            wkv_b = self.wkv_b.weight if self.wkv_b.scale is None else weight_dequant(self.wkv_b.weight, self.wkv_b.scale, block_size) 
+            wkv_b = self.wkv_b.weight if self.wkv_b.scale is None else weight_dequant(self.wkv_b.weight, self.wkv_b.scale, block_size)
             wkv_b = wkv_b.view(self.n_local_heads, -1, self.kv_lora_rank)
             q_nope = torch.einsum("bshd,hdc->bshc", q_nope, wkv_b[:, :self.qk_nope_head_dim])
             self.kv_cache[:bsz, start_pos:end_pos] = self.kv_norm(kv)
@@ -928,27 +928,57 @@ def test_deepseek_v3_mla_moe_generates_and_differentiates_as_torch(
     for lib, names in ((torch, theirs), (rg, ours)):
         names["attn_impl"] = attn_impl
         args = names["ModelArgs"](
-            max_batch_size=2, max_seq_len=16, vocab_size=32, dim=16, inter_dim=24,
-            moe_inter_dim=8, n_layers=2, n_dense_layers=1, n_heads=2, n_routed_experts=8,
-            n_shared_experts=1, n_activated_experts=2, n_expert_groups=n_expert_groups,
-            n_limited_groups=2, score_func=score_func, route_scale=2.5, q_lora_rank=8,
-            kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
-            original_seq_len=8, rope_factor=4.0,
+            max_batch_size=2,
+            max_seq_len=16,
+            vocab_size=32,
+            dim=16,
+            inter_dim=24,
+            moe_inter_dim=8,
+            n_layers=2,
+            n_dense_layers=1,
+            n_heads=2,
+            n_routed_experts=8,
+            n_shared_experts=1,
+            n_activated_experts=2,
+            n_expert_groups=n_expert_groups,
+            n_limited_groups=2,
+            score_func=score_func,
+            route_scale=2.5,
+            q_lora_rank=8,
+            kv_lora_rank=8,
+            qk_nope_head_dim=4,
+            qk_rope_head_dim=4,
+            v_head_dim=4,
+            original_seq_len=8,
+            rope_factor=4.0,
         )
         model = names["Transformer"](args)
         assert model.layers[0].attn.wq_b.weight.dtype == lib.float32
         assert model.layers[0].attn.wq_b.scale is None
         if initial is None:
             initial = {
-                k: (1 + 0.1 * rng.standard_normal(v.shape) if k.endswith("norm.weight") else 0.4 * rng.standard_normal(v.shape)).astype(np.float32)
+                k: (
+                    1 + 0.1 * rng.standard_normal(v.shape)
+                    if k.endswith("norm.weight")
+                    else 0.4 * rng.standard_normal(v.shape)
+                ).astype(np.float32)
                 for k, v in model.state_dict().items()
             }
         model.load_state_dict({k: lib.tensor(v) for k, v in initial.items()})
-        completions = names["generate"](model, prompts, max_new_tokens=6, eos_id=-5, temperature=0.0)
+        completions = names["generate"](
+            model, prompts, max_new_tokens=6, eos_id=-5, temperature=0.0
+        )
         logits = model.forward(lib.tensor([prompts[1]]), 0)
         assert not logits.requires_grad
-        record = [completions, logits.numpy(), model.freqs_cis.abs().numpy(), lib.view_as_real(model.freqs_cis).numpy()]
-        if n_expert_groups == 1:  # (the group mask's masked_fill_ of the softmax output fails torch's backward)
+        record = [
+            completions,
+            logits.numpy(),
+            model.freqs_cis.abs().numpy(),
+            lib.view_as_real(model.freqs_cis).numpy(),
+        ]
+        if (
+            n_expert_groups == 1
+        ):  # (the group mask's masked_fill_ of the softmax output fails torch's backward)
             block = model.layers[1]
             seqlen = block_input.shape[1]
             mask = lib.full((seqlen, seqlen), float("-inf")).triu_(1)
@@ -957,10 +987,22 @@ def test_deepseek_v3_mla_moe_generates_and_differentiates_as_torch(
             loss = (out * out).mean()
             if lib is torch:
                 loss.backward()
-                grads = {"x": x.grad.numpy(), **{n: p.grad.numpy() for n, p in block.named_parameters() if p.grad is not None}}
+                grads = {
+                    "x": x.grad.numpy(),
+                    **{
+                        n: p.grad.numpy() for n, p in block.named_parameters() if p.grad is not None
+                    },
+                }
             else:
                 found = loss.backward()
-                grads = {"x": x.grad(found).numpy(), **{n: p.grad(found).numpy() for n, p in block.named_parameters() if p.grad(found) is not None}}
+                grads = {
+                    "x": x.grad(found).numpy(),
+                    **{
+                        n: p.grad(found).numpy()
+                        for n, p in block.named_parameters()
+                        if p.grad(found) is not None
+                    },
+                }
             record += [loss.item(), grads]
         records.append(record)
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)

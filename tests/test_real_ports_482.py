@@ -364,13 +364,20 @@ def test_hyena_operator_trains_and_stays_causal_as_torch(capsys, order):
             initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
         else:
             model.load_state_dict({k: rg.tensor(v) for k, v in initial.items()})
-        losses, group_sizes = names["train"](model, lib.tensor(x_in, dtype=lib.float32), lib.tensor(target, dtype=lib.float32), steps=4)
+        losses, group_sizes = names["train"](
+            model,
+            lib.tensor(x_in, dtype=lib.float32),
+            lib.tensor(target, dtype=lib.float32),
+            steps=4,
+        )
         operator = names["HyenaOperator"]
 
-        def loaded_operator(**kwargs):  # the causality check's layer, with torch's weights
+        def loaded_operator(operator=operator, lib=lib, **kwargs):  # with torch's weights
             layer = operator(**kwargs)
             if lib is torch:
-                check_state.update({k: v.detach().numpy().copy() for k, v in layer.state_dict().items()})
+                check_state.update(
+                    {k: v.detach().numpy().copy() for k, v in layer.state_dict().items()}
+                )
             else:
                 layer.load_state_dict({k: rg.tensor(v) for k, v in check_state.items()})
             return layer
@@ -382,7 +389,12 @@ def test_hyena_operator_trains_and_stays_causal_as_torch(capsys, order):
         # (FFT rounding leaves ~1e-10 on the future positions; the past's are ~1e-1)
         assert np.abs(grad.numpy()[0, 11:]).max() < 1e-6, "a gradient flowed from the future"
         records.append(
-            [losses, group_sizes, grad.numpy(), {n: p.detach().numpy().copy() for n, p in model.named_parameters()}]
+            [
+                losses,
+                group_sizes,
+                grad.numpy(),
+                {n: p.detach().numpy().copy() for n, p in model.named_parameters()},
+            ]
         )
         logs.append(capsys.readouterr().out)
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)

@@ -31,7 +31,7 @@ import torch
 import retrograd as rg
 from real_ports import assert_records_agree, port, ported_imports, run_source
 
-RWKV_V1_SOURCE = '''
+RWKV_V1_SOURCE = """
 ########################################################################################################
 # The RWKV Language Model - https://github.com/BlinkDL/RWKV-LM
 ########################################################################################################
@@ -672,7 +672,7 @@ def train(model, x, y, steps):  # (x, y: a batch of the dataset's contiguous (di
         optimizer.step()
         losses.append(loss.item())
     return losses
-'''
+"""
 
 RWKV_V1_PORT = [
     (
@@ -698,7 +698,14 @@ def test_rwkv_v1_models_train_as_torch(capsys, model_type):
     for lib, names in ((torch, theirs), (rg, ours)):
         torch.manual_seed(0)
         config = names["GPTConfig"](
-            11, 7, model_type=model_type, n_layer=2, n_head=2, n_embd=8, n_attn=8, n_ffn=8,
+            11,
+            7,
+            model_type=model_type,
+            n_layer=2,
+            n_head=2,
+            n_embd=8,
+            n_attn=8,
+            n_ffn=8,
             rwkv_emb_scale=0.4,
         )
         model = names["GPT"](config)
@@ -707,7 +714,9 @@ def test_rwkv_v1_models_train_as_torch(capsys, model_type):
         else:
             model.load_state_dict({k: rg.tensor(v) for k, v in initial.items()})
         losses = names["train"](model, lib.tensor(data[:, :-1]), lib.tensor(data[:, 1:]), steps=3)
-        records.append([losses, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}])
+        records.append(
+            [losses, {n: p.detach().numpy().copy() for n, p in model.named_parameters()}]
+        )
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
     if model_type == "RWKV":

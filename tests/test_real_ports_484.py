@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 
 - Mixtral's one-file reference (github.com/mistralai/mistral-src ``moe_one_file_ref.py``), small,
@@ -32,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -560,7 +560,7 @@ def serializable() -> type:
     future, so a nested class is found by name among the subclasses)."""
 
     class Serializable:
-        subclasses: dict[str, type] = {}
+        subclasses: ClassVar[dict[str, type]] = {}
 
         def __init_subclass__(cls, **kwargs):
             super().__init_subclass__(**kwargs)

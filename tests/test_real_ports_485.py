@@ -329,7 +329,9 @@ def _batches(lib, rng, n_batches, batch_size):
     return batches
 
 
-@pytest.mark.parametrize(("loss_name", "reference_free"), [("dpo", False), ("dpo", True), ("sft", False)])
+@pytest.mark.parametrize(
+    ("loss_name", "reference_free"), [("dpo", False), ("dpo", True), ("sft", False)]
+)
 def test_eric_mitchell_dpo_trainer_trains_as_torch(capsys, loss_name, reference_free):
     theirs = run_source(DPO_SOURCE, torch, types=types)
     ours = run_source(ported_imports(port(DPO_SOURCE, DPO_PORT)), rg, types=types)
@@ -339,7 +341,10 @@ def test_eric_mitchell_dpo_trainer_trains_as_torch(capsys, loss_name, reference_
         policy = names["TinyCausalLM"](13, 6)
         reference = names["TinyCausalLM"](13, 6)
         if initial is None:
-            initial = [{k: v.detach().numpy().copy() for k, v in m.state_dict().items()} for m in (policy, reference)]
+            initial = [
+                {k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
+                for m in (policy, reference)
+            ]
         else:
             for module, state in zip((policy, reference), initial):
                 module.load_state_dict({k: rg.tensor(v) for k, v in state.items()})
@@ -347,15 +352,25 @@ def test_eric_mitchell_dpo_trainer_trains_as_torch(capsys, loss_name, reference_
         trainer.policy, trainer.reference_model = policy, reference
         trainer.seed, trainer.rank, trainer.world_size, trainer.history = 0, 0, 1, []
         trainer.config = types.SimpleNamespace(
-            optimizer="RMSprop", lr=3e-2, warmup_steps=2, eval_every=1000, do_first_eval=False,
-            gradient_accumulation_steps=2, batch_size=4, max_grad_norm=1.0,
+            optimizer="RMSprop",
+            lr=3e-2,
+            warmup_steps=2,
+            eval_every=1000,
+            do_first_eval=False,
+            gradient_accumulation_steps=2,
+            batch_size=4,
+            max_grad_norm=1.0,
             minimum_log_interval_secs=-1.0,
             loss=types.SimpleNamespace(name=loss_name, beta=0.5, reference_free=reference_free),
         )
         trainer.train_iterator = _batches(lib, np.random.default_rng(485), 3, 4)
         trainer.train()
-        history = [{k: v for k, v in h.items() if k != "examples_per_second"} for h in trainer.history]
-        records.append([*history, {n: p.detach().numpy().copy() for n, p in policy.named_parameters()}])
+        history = [
+            {k: v for k, v in h.items() if k != "examples_per_second"} for h in trainer.history
+        ]
+        records.append(
+            [*history, {n: p.detach().numpy().copy() for n, p in policy.named_parameters()}]
+        )
         logs.append(capsys.readouterr().out)
     assert logs[1].splitlines()[0] == logs[0].splitlines()[0] == "Using RMSprop optimizer"
     assert [h["counters/updates"] for h in records[0][:3]] == [1, 2, 3]
