@@ -29,6 +29,7 @@ an object with ``.logits``, as Hugging Face models do.
 
 from __future__ import annotations
 
+import random
 import types
 
 import numpy as np
@@ -364,7 +365,12 @@ def test_eric_mitchell_dpo_trainer_trains_as_torch(capsys, loss_name, reference_
             loss=types.SimpleNamespace(name=loss_name, beta=0.5, reference_free=reference_free),
         )
         trainer.train_iterator = _batches(lib, np.random.default_rng(485), 3, 4)
-        trainer.train()
+        python_state, numpy_state = random.getstate(), np.random.get_state()
+        try:  # (train() seeds Python's and NumPy's global streams: put them back)
+            trainer.train()
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
         history = [
             {k: v for k, v in h.items() if k != "examples_per_second"} for h in trainer.history
         ]
