@@ -320,7 +320,11 @@ class SharedNormal:
     def __enter__(self):
         lib, rng = self.lib, self.rng
 
+        saved = lib.Tensor.normal_
+
         def normal_(tensor, mean=0.0, std=1.0, *, generator=None):
+            if isinstance(tensor, lib.nn.Parameter):  # (an initialisation: torch's weights follow)
+                return saved(tensor, mean, std, generator=generator)
             drawn = rng.normal(mean, std, tuple(tensor.shape))
             with lib.no_grad():
                 tensor.copy_(lib.tensor(drawn, dtype=tensor.dtype))
