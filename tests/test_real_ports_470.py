@@ -24,7 +24,7 @@ same code from the same weights, image and noise:
 The image is a small random one made as ``misc_functions.preprocess_image`` makes it (a leaf that
 requires grad: the first layer's ``grad_in[0]`` exists only then); the model is a small
 AlexNet-shaped ``features``/``classifier`` pair. ``Tensor.normal_`` draws from one seeded stream
-in both runs (the test's :class:`SharedNormal`). The lines changed for the port: the ``import``
+in both runs (the harness's ``SharedFills``). The lines changed for the port: the ``import``
 lines and the gradient lines (``grads = model_output.backward(...)``; the hooks see the
 gradients during the call, as torch's).
 """
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, port, run_source
+from real_ports import SharedFills, assert_records_agree, initializer, port, run_source
 
 SALIENCY_SOURCE = """
 # -- misc_functions.py (the array helpers) -----------------------------------------------------
@@ -310,35 +310,6 @@ SALIENCY_STEPS = [
 ]
 
 
-class SharedNormal:
-    """``Tensor.normal_(mean, std)`` of a library filling the tensor from one seeded stream
-    (the same numbers in both runs, in the tensor's dtype)."""
-
-    def __init__(self, lib, seed):
-        self.lib, self.rng = lib, np.random.default_rng(seed)
-
-    def __enter__(self):
-        lib, rng = self.lib, self.rng
-
-        saved = lib.Tensor.normal_
-
-        def normal_(tensor, mean=0.0, std=1.0, *, generator=None):
-            if isinstance(tensor, lib.nn.Parameter):  # (an initialisation: torch's weights follow)
-                return saved(tensor, mean, std, generator=generator)
-            drawn = rng.normal(mean, std, tuple(tensor.shape))
-            with lib.no_grad():
-                tensor.copy_(lib.tensor(drawn, dtype=tensor.dtype))
-            return tensor
-
-        self.saved = lib.Tensor.normal_
-        lib.Tensor.normal_ = normal_
-        return self
-
-    def __exit__(self, *exc):
-        self.lib.Tensor.normal_ = self.saved
-        return False
-
-
 def _model(lib, initialize):
     nn = lib.nn
 
@@ -386,7 +357,7 @@ def test_vanilla_guided_smooth_and_integrated_gradients_as_torch():
         prep_img = lib.from_numpy(normalized.copy()).float()
         prep_img.unsqueeze_(0)
         prep_img = names["Variable"](prep_img, requires_grad=True)
-        with SharedNormal(lib, 4701):
+        with SharedFills(lib, 4701):
             names["main"](model, prep_img, 3)
         records.append(record)
     assert records[0][9] == 0  # every forward ReLU output popped by its backward hook

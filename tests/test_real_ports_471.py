@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, port, run_source
+from real_ports import SharedFills, assert_records_agree, initializer, port, run_source
 
 FAST_ADVERSARIAL_SOURCE = """
 # -- preact_resnet.py --------------------------------------------------------------------------
@@ -402,36 +402,6 @@ class Logger:
         print(message % args if args else message)
 
 
-class SharedUniform:
-    """``Tensor.uniform_(a, b)`` of a library filling the tensor (a view too) from one seeded
-    stream: the same numbers in both runs (a parameter's initialisation, which the initializer
-    overwrites with torch's weights, draws as the library draws)."""
-
-    def __init__(self, lib, seed):
-        self.lib, self.rng = lib, np.random.default_rng(seed)
-
-    def __enter__(self):
-        lib, rng = self.lib, self.rng
-
-        saved = lib.Tensor.uniform_
-
-        def uniform_(tensor, a=0.0, b=1.0, *, generator=None):
-            if isinstance(tensor, lib.nn.Parameter):
-                return saved(tensor, a, b, generator=generator)
-            drawn = rng.uniform(a, b, tuple(tensor.shape))
-            with lib.no_grad():
-                tensor.copy_(lib.tensor(drawn, dtype=tensor.dtype))
-            return tensor
-
-        self.saved = lib.Tensor.uniform_
-        lib.Tensor.uniform_ = uniform_
-        return self
-
-    def __exit__(self, *exc):
-        self.lib.Tensor.uniform_ = self.saved
-        return False
-
-
 def _loaders(lib, seed, batches):
     """``get_loaders``' stand-in: ``batches`` batches of random 32x32 images (and labels)
     normalised by CIFAR-10's statistics, for training and for testing."""
@@ -464,7 +434,7 @@ def _run(main, args, capsys, batches):
         previous = lib.get_default_dtype()
         lib.set_default_dtype(lib.float64)
         try:
-            with SharedUniform(lib, 4711):
+            with SharedFills(lib, 4711):
                 names = run_source(
                     text,
                     lib,
