@@ -20,7 +20,8 @@ batch and read by ``scheduler.get_lr()[0]``; free training's ``delta`` kept acro
 its gradient zeroed in place; ``evaluate_pgd``/``evaluate_standard`` under ``torch.no_grad()``.
 
 The data is a stand-in for CIFAR-10 (random 32x32 images and labels, normalised as
-``get_loaders`` normalises them, two batches); the ResNet is narrower (widths 4 to 32, one block a
+``get_loaders`` normalises them: one batch of two for FGSM training, two for free training;
+``uniform_`` draws from the harness's ``SharedFills``); the ResNet is narrower (widths 4 to 32, one block a
 stage); the stand-in for apex's ``amp`` is ``O0`` with ``loss_scale='1.0'`` (``scale_loss``
 yields the loss itself); the log lines go to ``print`` (``logger.info`` of the same arguments).
 Dropped: ``.cuda()``, the output directory and ``torch.save``. The lines changed for the port: the

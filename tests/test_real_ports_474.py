@@ -459,7 +459,11 @@ def test_torchattacks_cw_and_pgd_as_torch():
         previous = lib.get_default_dtype()
         lib.set_default_dtype(lib.float64)  # (PGD's steps are signs of input gradients)
         try:
-            text = TORCHATTACKS_SOURCE if lib is torch else port(TORCHATTACKS_SOURCE, TORCHATTACKS_STEPS)
+            text = (
+                TORCHATTACKS_SOURCE
+                if lib is torch
+                else port(TORCHATTACKS_SOURCE, TORCHATTACKS_STEPS)
+            )
             names = run_source(text, lib, record=record, Attack=_attack_base(lib))
             net = _model(lib, initialize).train()
             x = lib.tensor(images)

@@ -319,7 +319,10 @@ class Cv:
             low = np.floor(centre).astype(int)
             return low, np.minimum(low + 1, inp - 1), (centre - low).astype(image.dtype)
 
-        (top, bottom, dy), (left, right, dx) = taps(height, image.shape[0]), taps(width, image.shape[1])
+        (top, bottom, dy), (left, right, dx) = (
+            taps(height, image.shape[0]),
+            taps(width, image.shape[1]),
+        )
         rows = image[top] * (1 - dy)[:, None, None] + image[bottom] * dy[:, None, None]
         return rows[:, left] * (1 - dx)[None, :, None] + rows[:, right] * dx[None, :, None]
 
@@ -354,7 +357,9 @@ def test_deep_dream_with_rolled_jitter_as_torch(capsys):
     for lib in (torch, rg):
         record = []
 
-        def fetch_and_prepare_model(model_type, pretrained_weights, device, names=None):
+        holder = {}
+
+        def fetch_and_prepare_model(model_type, pretrained_weights, device, lib=lib, holder=holder):
             lib.manual_seed(0)
             model = holder["names"]["Vgg16Small"](requires_grad=False).to(device)
             initialize(model)
@@ -362,9 +367,12 @@ def test_deep_dream_with_rolled_jitter_as_torch(capsys):
                 assert not param.requires_grad
             return model
 
-        holder = {}
         text = DEEPDREAM_SOURCE if lib is torch else port(DEEPDREAM_SOURCE, DEEPDREAM_STEPS)
-        text = text if lib is torch else text.replace("from torch import nn", "from retrograd import nn")
+        text = (
+            text
+            if lib is torch
+            else text.replace("from torch import nn", "from retrograd import nn")
+        )
         np.random.seed(4751)
         holder["names"] = names = run_source(
             text,
