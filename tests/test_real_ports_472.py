@@ -26,8 +26,10 @@ and ``ck_sum.mul_(100.0 / batch_size)``.
 The data is a stand-in for CIFAR-10 (random 8x8 images in [0, 1] with labels), the model a small
 conv net with the robustness models' ``forward(x, with_latent, fake_relu, no_relu)``; the training
 loop is ``train.py``'s ``_model_loop`` reduced to its step (the meters, tqdm and the store left
-out). Dropped: every ``.cuda()``, ``do_tqdm`` and ``random_restarts`` (whose ``~corr.byte()``
-mask is torch's deprecated uint8 indexing); ``accuracy``'s ``correct[:k].view(-1)`` is the
+out). Dropped: every ``.cuda()`` and ``do_tqdm``. ``random_restarts`` is kept as written: its
+``misclass = ~corr.byte()`` is a bitwise not of 0/1 bytes (254/255: every entry nonzero), which
+torch's deprecated uint8 indexing ``to_ret[misclass] = adv[misclass]`` takes as an all-true mask,
+and so does retrograd's. ``accuracy``'s ``correct[:k].view(-1)`` is the
 repository's later ``reshape(-1)`` (torch 2 refuses the view of the transposed rows, and so does
 retrograd, with torch's advice). The lines changed for the port: the ``import`` lines and the
 gradient lines (``grads = loss.backward()``, ``opt.step(grads)``).
@@ -329,7 +331,27 @@ class Attacker(ch.nn.Module):
             best_loss, best_x = replace_best(*args)
             return step.to_image(best_x) if return_image else best_x
 
-        adv_ret = get_adv_examples(x)
+        # Random restarts: repeat the attack and find the worst-case
+        # example for each input in the batch
+        if random_restarts:
+            to_ret = None
+
+            orig_cpy = x.clone().detach()
+            for _ in range(random_restarts):
+                adv = get_adv_examples(orig_cpy)
+
+                if to_ret is None:
+                    to_ret = adv.detach()
+
+                _, output = calc_loss(adv, target)
+                corr, = helpers.accuracy(output, target, topk=(1,), exact=True)
+                corr = corr.byte()
+                misclass = ~corr
+                to_ret[misclass] = adv[misclass]
+
+            adv_ret = to_ret
+        else:
+            adv_ret = get_adv_examples(x)
 
         return adv_ret
 
@@ -439,7 +461,7 @@ def main(dataset, train_loader, val_loader):
         model_loop('train', train_loader, model, opt, True, train_kwargs)
 
     val_kwargs = {'constraint': 'inf', 'eps': 8 / 255, 'step_size': 2 / 255, 'iterations': 3,
-                  'random_start': True, 'use_best': True}
+                  'random_start': True, 'random_restarts': 2, 'use_best': True}
     model_loop('val', val_loader, model, None, True, val_kwargs)
     est_kwargs = {'constraint': 'inf', 'eps': 8 / 255, 'step_size': 2 / 255, 'iterations': 2,
                   'est_grad': (0.5, 4), 'use_best': False}
