@@ -20,6 +20,17 @@ same code from the same weights, image and noise:
   path ``[input_image*step for step in step_list]`` of NumPy float64 steps, each scaled image's
   gradient through the first layer's hook, averaged in NumPy.
 
+- ``cnn_layer_visualization.py``'s ``CNNLayerVisualization``: a filter's mean activation
+  optimised over the input image by ``SGD([self.processed_image], lr=5, weight_decay=1e-6)``
+  (``misc_functions.preprocess_image``'s ``Variable(im_as_ten, requires_grad=True)`` after
+  ``im_as_ten.unsqueeze_(0)``), the model run layer by layer by ``enumerate`` over a
+  ``Sequential`` up to the selected layer, with and without a forward hook that keeps
+  ``grad_out[0, self.selected_filter]``; ``recreate_image``'s ``copy.copy`` of
+  ``.data.numpy()[0]`` clipped and rounded to uint8. As the repository's later version, the log
+  line formats ``loss.data.numpy()`` (the first version's ``[0]`` of a 0-d array fails since
+  torch 0.4); the random image is 24x24 (224x224 as written), PIL's ``Image`` a stand-in for
+  arrays (no resizing), and the ``cv2.imwrite`` every fifth step keeps the image instead.
+
 The image is a small random one made as ``misc_functions.preprocess_image`` makes it (a leaf that
 requires grad: the first layer's ``grad_in[0]`` exists only then); the model is a small
 AlexNet-shaped ``features``/``classifier`` pair. ``Tensor.normal_`` draws from one seeded stream
@@ -361,3 +372,222 @@ def test_vanilla_guided_smooth_and_integrated_gradients_as_torch():
         records.append(record)
     assert records[0][9] == 0  # every forward ReLU output popped by its backward hook
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
+
+
+LAYER_VISUALIZATION_SOURCE = """
+# -- misc_functions.py (the image helpers) -----------------------------------------------------
+import copy
+import numpy as np
+
+import torch
+from torch.autograd import Variable
+from torch.optim import SGD
+
+
+def preprocess_image(pil_im, resize_im=True):
+    \"\"\"
+        Processes image for CNNs
+
+    Args:
+        PIL_img (PIL_img): PIL Image or numpy array to process
+        resize_im (bool): Resize to 224 or not
+    returns:
+        im_as_var (torch variable): Variable that contains processed float tensor
+    \"\"\"
+    # Mean and std list for channels (Imagenet)
+    mean = [0.485, 0.456, 0.406]
+    std = [0.229, 0.224, 0.225]
+
+    #ensure or transform incoming image to PIL image
+    if type(pil_im) != Image.Image:
+        try:
+            pil_im = Image.fromarray(pil_im)
+        except Exception as e:
+            print("could not transform PIL_img to a PIL Image object. Please check input.")
+
+    # Resize image
+    if resize_im:
+        pil_im = pil_im.resize((224, 224), Image.ANTIALIAS)
+
+    im_as_arr = np.float32(pil_im)
+    im_as_arr = im_as_arr.transpose(2, 0, 1)  # Convert array to D,W,H
+    # Normalize the channels
+    for channel, _ in enumerate(im_as_arr):
+        im_as_arr[channel] /= 255
+        im_as_arr[channel] -= mean[channel]
+        im_as_arr[channel] /= std[channel]
+    # Convert to float tensor
+    im_as_ten = torch.from_numpy(im_as_arr).float()
+    # Add one more channel to the beginning. Tensor shape = 1,3,224,224
+    im_as_ten.unsqueeze_(0)
+    # Convert to Pytorch variable
+    im_as_var = Variable(im_as_ten, requires_grad=True)
+    return im_as_var
+
+
+def recreate_image(im_as_var):
+    \"\"\"
+        Recreates images from a torch variable, sort of reverse preprocessing
+    Args:
+        im_as_var (torch variable): Image to recreate
+    returns:
+        recreated_im (numpy arr): Recreated image in array
+    \"\"\"
+    reverse_mean = [-0.485, -0.456, -0.406]
+    reverse_std = [1/0.229, 1/0.224, 1/0.225]
+    recreated_im = copy.copy(im_as_var.data.numpy()[0])
+    for c in range(3):
+        recreated_im[c] /= reverse_std[c]
+        recreated_im[c] -= reverse_mean[c]
+    recreated_im[recreated_im > 1] = 1
+    recreated_im[recreated_im < 0] = 0
+    recreated_im = np.round(recreated_im * 255)
+
+    recreated_im = np.uint8(recreated_im).transpose(1, 2, 0)
+    return recreated_im
+
+
+# -- cnn_layer_visualization.py ----------------------------------------------------------------
+class CNNLayerVisualization():
+    \"\"\"
+        Produces an image that minimizes the loss of a convolution
+        operation for a specific layer and filter
+    \"\"\"
+    def __init__(self, model, selected_layer, selected_filter):
+        self.model = model
+        self.model.eval()
+        self.selected_layer = selected_layer
+        self.selected_filter = selected_filter
+        self.conv_output = 0
+        # Generate a random image
+        self.created_image = np.uint8(np.random.uniform(150, 180, (24, 24, 3)))
+
+    def hook_layer(self):
+        def hook_function(module, grad_in, grad_out):
+            # Gets the conv output of the selected filter (from selected layer)
+            self.conv_output = grad_out[0, self.selected_filter]
+
+        # Hook the selected layer
+        self.model[self.selected_layer].register_forward_hook(hook_function)
+
+    def visualise_layer_with_hooks(self):
+        # Hook the selected layer
+        self.hook_layer()
+        # Process image and return variable
+        self.processed_image = preprocess_image(self.created_image, False)
+        # Define optimizer for the image
+        # Earlier layers need higher learning rates to visualize whereas later layers need less
+        optimizer = SGD([self.processed_image], lr=5, weight_decay=1e-6)
+        for i in range(1, 51):
+            optimizer.zero_grad()
+            # Assign create image to a variable to move forward in the model
+            x = self.processed_image
+            for index, layer in enumerate(self.model):
+                # Forward pass layer by layer
+                # x is not used after this point because it is only needed to trigger
+                # the forward hook function
+                x = layer(x)
+                # Only need to forward until the selected layer is reached
+                if index == self.selected_layer:
+                    # (forward hook function triggered)
+                    break
+            # Loss function is the mean of the output of the selected layer/filter
+            # We try to minimize the mean of the output of that specific filter
+            loss = torch.mean(self.conv_output)
+            print('Iteration:', str(i), 'Loss:', "{0:.2f}".format(loss.data.numpy()))
+            # Backward
+            loss.backward()
+            # Update image
+            optimizer.step()
+            # Recreate image
+            self.created_image = recreate_image(self.processed_image)
+            # Save image
+            if i % 5 == 0:
+                record.append(self.created_image)
+
+    def visualise_layer_without_hooks(self):
+        # Process image and return variable
+        self.processed_image = preprocess_image(self.created_image, False)
+        # Define optimizer for the image
+        # Earlier layers need higher learning rates to visualize whereas later layers need less
+        optimizer = SGD([self.processed_image], lr=5, weight_decay=1e-6)
+        for i in range(1, 51):
+            optimizer.zero_grad()
+            # Assign create image to a variable to move forward in the model
+            x = self.processed_image
+            for index, layer in enumerate(self.model):
+                # Forward pass layer by layer
+                x = layer(x)
+                if index == self.selected_layer:
+                    # Only need to forward until the selected layer is reached
+                    # Now, x is the output of the selected layer
+                    break
+            # Here, we get the specific filter from the output of the convolution operation
+            # x is a tensor of shape 1x512x28x28.(For layer 17)
+            # So there are 512 unique filter outputs
+            # Following line selects a filter from 512 filters so self.conv_output will become
+            # a tensor of shape 28x28
+            self.conv_output = x[0, self.selected_filter]
+            # Loss function is the mean of the output of the selected layer/filter
+            # We try to minimize the mean of the output of that specific filter
+            loss = torch.mean(self.conv_output)
+            print('Iteration:', str(i), 'Loss:', "{0:.2f}".format(loss.data.numpy()))
+            # Backward
+            loss.backward()
+            # Update image
+            optimizer.step()
+            # Recreate image
+            self.created_image = recreate_image(self.processed_image)
+            # Save image
+            if i % 5 == 0:
+                record.append(self.created_image)
+"""
+
+LAYER_VISUALIZATION_STEPS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    (
+        "            loss.backward()\n            # Update image\n            optimizer.step()\n",
+        "            grads = loss.backward()\n            # Update image\n            optimizer.step(grads)\n",
+    ),
+]
+
+
+class Image:
+    """PIL's ``Image`` as ``preprocess_image`` uses it without resizing (PIL is not a test
+    dependency): a uint8 ``H x W x 3`` array is its own image."""
+
+    Image = np.ndarray
+
+    @staticmethod
+    def fromarray(array):
+        return array
+
+
+def test_cnn_layer_visualization_with_and_without_hooks_as_torch(capsys):
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        text = (
+            LAYER_VISUALIZATION_SOURCE
+            if lib is torch
+            else port(LAYER_VISUALIZATION_SOURCE, LAYER_VISUALIZATION_STEPS)
+        )
+        text = text if lib is torch else text.replace("from torch.", "from retrograd.")
+        names = run_source(text, lib, record=record, Image=Image)
+        features = _model(lib, initialize).features  # (torchvision's ``vgg16().features``)
+        for method in ("visualise_layer_without_hooks", "visualise_layer_with_hooks"):
+            np.random.seed(4702)
+            layer_vis = names["CNNLayerVisualization"](features, 3, 5)
+            getattr(layer_vis, method)()
+            record.append(layer_vis.processed_image.detach().numpy())
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[1] == logs[0] and len(logs[0].splitlines()) == 100
+    assert not np.array_equal(records[0][0], records[0][9])  # the image changed
+    # (the recreated uint8 images round float32 values: allowed one step apart)
+    for mine, reference in zip(records[1], records[0]):
+        atol = 1 if reference.dtype == np.uint8 else 1e-4
+        np.testing.assert_allclose(
+            mine.astype(float), reference.astype(float), atol=atol, rtol=1e-5
+        )
