@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 gradient saliency as utkuozbulak/pytorch-cnn-visualizations writes it, against torch's run of the
 same code from the same weights, image and noise:
