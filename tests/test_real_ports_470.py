@@ -32,6 +32,20 @@ same code from the same weights, image and noise:
   torch 0.4); the random image is 24x24 (224x224 as written), PIL's ``Image`` a stand-in for
   arrays (no resizing), and the ``cv2.imwrite`` every fifth step keeps the image instead.
 
+- neural style transfer as leongatys/PytorchNeuralStyleTransfer writes it
+  (``NeuralStyleTransfer.py``'s ``prep``/``postp``, ``GramMatrix`` with ``G.div_(h*w)`` in place
+  on a ``torch.bmm`` result, ``GramMSELoss``, ``compute_targets`` and ``style``):
+  ``optim.LBFGS([content_image], lr=..., history_size=..., tolerance_grad=...,
+  tolerance_change=..., max_iter=..., max_eval=...)`` stepped by a closure counting its calls
+  in ``n_iter=[0]``, ``loss = sum(layer_losses)`` of weighted per-layer losses, the
+  ``transforms.Lambda(lambda x: x[torch.LongTensor([2,1,0])])`` channel swap and ``x.mul_(255)``,
+  ``t[t>1] = 1``. The closure's log line prints ``int(loss.item())`` (``loss.data[0]`` as
+  written fails since torch 0.4), ``time`` is frozen, the model is a small VGG with the
+  repository's ``forward(x, out_keys)``, torchvision's transforms are stand-ins, and the run is
+  in float64 with the ``.float()`` casts (there for the fp16 path) as ``.double()``: LBFGS's
+  second step amplifies float32 rounding from 1e-7 to 1e-3 in both libraries alike. The
+  closure returns ``loss, grads`` for retrograd's LBFGS.
+
 The image is a small random one made as ``misc_functions.preprocess_image`` makes it (a leaf that
 requires grad: the first layer's ``grad_in[0]`` exists only then); the model is a small
 AlexNet-shaped ``features``/``classifier`` pair. ``Tensor.normal_`` draws from one seeded stream
@@ -41,6 +55,8 @@ gradients during the call, as torch's).
 """
 
 from __future__ import annotations
+
+import argparse
 
 import numpy as np
 import torch
@@ -592,3 +608,237 @@ def test_cnn_layer_visualization_with_and_without_hooks_as_torch(capsys):
         np.testing.assert_allclose(
             mine.astype(float), reference.astype(float), atol=atol, rtol=1e-5
         )
+
+
+STYLE_SOURCE = """
+import torch
+from torch.autograd import Variable
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import optim
+
+
+#pre and post processing for images
+
+def prep(img, grad=True):
+
+    prep_image_fn = transforms.Compose([
+        transforms.ToTensor(),
+        transforms.Lambda(lambda x: x[torch.LongTensor([2,1,0])]), #turn to BGR
+        transforms.Normalize(mean=[0.40760392, 0.45795686, 0.48501961], #subtract imagenet mean
+                             std=[1,1,1]),
+        transforms.Lambda(lambda x: x.mul_(255)),
+    ])
+
+
+    img = prep_image_fn(img).unsqueeze(0)
+    if args.cuda > 0 and torch.cuda.is_available():
+        img = img.cuda()
+        if args.half:
+            img = img.half()
+    return Variable(img, requires_grad=grad)
+
+def postp(tensor): # to clip results in the range [0,1]
+    postpa = transforms.Compose([transforms.Lambda(lambda x: x.mul_(1./255)),
+                                 transforms.Normalize(mean=[-0.40760392, -0.45795686, -0.48501961], #add imagenet mean
+                                                      std=[1,1,1]),
+                                 transforms.Lambda(lambda x: x[torch.LongTensor([2,1,0])]), #turn to RGB
+    ])
+    postpb = transforms.Compose([transforms.ToPILImage()])
+
+    t = postpa(tensor)
+    t[t>1] = 1
+    t[t<0] = 0
+    return  postpb(t)
+
+# gram matrix and loss
+class GramMatrix(nn.Module):
+    def forward(self, input):
+        b,c,h,w = input.size()
+        F = input.view(b, c, h*w)
+        G = torch.bmm(F, F.transpose(1,2))
+        G.div_(h*w)
+        return G
+
+class GramMSELoss(nn.Module):
+    def forward(self, input, target):
+        out = nn.MSELoss()(GramMatrix()(input), target)
+        return(out * style_weight)
+
+def compute_targets(vgg, style_image, content_image):
+    #compute optimization targets
+    style_targets = [GramMatrix()(A.double()).detach() for A in vgg(style_image, vgg.style_layers)]
+    content_targets = [A.double().detach() for A in vgg(content_image, vgg.content_layers)]
+    return style_targets + content_targets
+
+# Run style transfer, complete with pre- and post- processing
+def style(model, style_image, content_image, iterations):
+    n_iter=[0]
+    t0 = time.time()
+    style_image = prep(style_image, False)
+    content_image = prep(content_image)
+    targets = compute_targets(model, style_image,  content_image)
+
+    loss_layers = model.style_layers + model.content_layers
+
+    if  args.optimizer.lower() == 'adam':
+        optimizer = optim.Adam([content_image], lr=args.lr, eps=args.eps, betas=(args.beta1, 0.999))
+    elif args.optimizer .lower()== 'sgd':
+        optimizer = torch.optim.SGD([content_image], lr=args.lr, momentum=0.99999)
+    else:
+        optimizer = optim.LBFGS([content_image], lr=args.lr, history_size=args.history_size,
+                                tolerance_grad=args.tolerance_grad, tolerance_change=args.tolerance_change,
+                                max_iter=args.max_iter, max_eval=args.max_eval)
+
+    def closure():
+        optimizer.zero_grad()
+        out = model(content_image, loss_layers)
+        layer_losses = [weights[a] * loss_fns[a](A.double(), targets[a]) for a,A in enumerate(out)]
+        loss = sum(layer_losses)
+
+        loss.backward()
+
+        n_iter[0]+=1
+        if n_iter[0]%args.log_interval == 1:
+            print('Iteration: %d, loss: %d time : %s'%(n_iter[0], int(loss.item()), time.time()-t0))
+        record.append(loss.item())
+        return loss
+
+    while n_iter[0] <= iterations:
+        optimizer.step(closure)
+
+    return postp(content_image.data[0].double().cpu().squeeze())
+
+
+# -- a small VGG with the repository's ``forward(x, out_keys)`` -------------------------------
+class Vgg(nn.Module):
+    def __init__(self, pad=1):
+        super(Vgg, self).__init__()
+        self.conv1_1 = nn.Conv2d(3, 4, kernel_size=3, padding=pad)
+        self.conv2_1 = nn.Conv2d(4, 6, kernel_size=3, padding=pad)
+        self.conv3_1 = nn.Conv2d(6, 8, kernel_size=3, padding=pad)
+        self.style_layers = ['r11', 'r21', 'r31']
+        self.content_layers = ['r21']
+        self.style_weights = [1e3/n**2 for n in [4, 6, 8]]
+        self.content_weights = [1e0]
+
+    def forward(self, x, out_keys):
+        out = {}
+        out['r11'] = F.relu(self.conv1_1(x))
+        out['p1'] = F.avg_pool2d(out['r11'], kernel_size=2, stride=2)
+        out['r21'] = F.relu(self.conv2_1(out['p1']))
+        out['p2'] = F.avg_pool2d(out['r21'], kernel_size=2, stride=2)
+        out['r31'] = F.relu(self.conv3_1(out['p2']))
+        return [out[key] for key in out_keys]
+
+
+def main(style_array, content_array):
+    global loss_fns, weights, style_weight
+    model = Vgg(pad=args.pad).double()
+    initialize(model)
+    for param in model.parameters():
+        param.requires_grad = False
+    style_weight = args.style_weight
+    loss_fns = [GramMSELoss()] * len(model.style_layers) + [nn.MSELoss()] * len(model.content_layers)
+    weights = model.style_weights + model.content_weights
+    return style(model, style_array, content_array, args.iterations)
+"""
+
+STYLE_STEPS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
+    ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
+    ("from torch import optim\n", "from retrograd import optim\n"),
+    (
+        "        loss.backward()\n\n        n_iter[0]+=1",
+        "        grads = loss.backward()\n\n        n_iter[0]+=1",
+    ),
+    ("        return loss\n\n    while", "        return loss, grads\n\n    while"),
+]
+
+
+def _vision_transforms(lib):
+    """torchvision's ``transforms`` as ``prep``/``postp`` use them: ``Compose``, ``Lambda``,
+    ``ToTensor`` (an ``H x W x 3`` float array in [0, 1] to ``3 x H x W``), ``Normalize`` (in
+    place, as torchvision's tensor form) and ``ToPILImage`` (the array, PIL being no test
+    dependency)."""
+
+    class Compose:
+        def __init__(self, steps):
+            self.steps = steps
+
+        def __call__(self, x):
+            for step in self.steps:
+                x = step(x)
+            return x
+
+    class Lambda:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __call__(self, x):
+            return self.fn(x)
+
+    class ToTensor:
+        def __call__(self, image):
+            return lib.tensor(np.ascontiguousarray(image.transpose(2, 0, 1)))
+
+    class Normalize:
+        def __init__(self, mean, std):
+            self.mean, self.std = mean, std
+
+        def __call__(self, x):
+            mean = lib.tensor(self.mean, dtype=x.dtype).view(-1, 1, 1)
+            std = lib.tensor(self.std, dtype=x.dtype).view(-1, 1, 1)
+            return x.sub_(mean).div_(std)
+
+    class ToPILImage:
+        def __call__(self, x):
+            return x.detach().numpy().transpose(1, 2, 0).copy()
+
+    class Transforms:
+        pass
+
+    for cls in (Compose, Lambda, ToTensor, Normalize, ToPILImage):
+        setattr(Transforms, cls.__name__, cls)
+    return Transforms
+
+
+class FrozenClock:
+    """``time`` whose ``time()`` is 0: the log lines print the time taken."""
+
+    @staticmethod
+    def time():
+        return 0.0
+
+
+def test_gatys_style_transfer_with_lbfgs_as_torch(capsys):
+    rng = np.random.default_rng(4703)
+    style_array, content_array = rng.uniform(size=(2, 12, 12, 3))
+    records, logs = [], []
+    initialize = initializer()
+    for lib in (torch, rg):
+        record = []
+        args = argparse.Namespace(
+            cuda=0, half=False, optimizer="LBFGS", lr=1.0, history_size=10,
+            tolerance_grad=1e-2, tolerance_change=1e-3, max_iter=10, max_eval=25,
+            eps=1e-4, beta1=0.9, log_interval=5, iterations=8, pad=1, style_weight=1.0,
+        )  # fmt: skip
+        text = STYLE_SOURCE if lib is torch else port(STYLE_SOURCE, STYLE_STEPS)
+        text = text if lib is torch else text.replace("from torch.", "from retrograd.")
+        lib.manual_seed(0)
+        names = run_source(
+            text,
+            lib,
+            record=record,
+            args=args,
+            initialize=initialize,
+            transforms=_vision_transforms(lib),
+            time=FrozenClock,
+        )
+        record.append(names["main"](style_array, content_array))
+        records.append(record)
+        logs.append(capsys.readouterr().out)
+    assert logs[1] == logs[0] and len(logs[0].splitlines()) == 2
+    assert len(records[0]) == 11 and records[0][9] < records[0][0] / 10
+    assert_records_agree(records[1], records[0], rtol=1e-9, atol=1e-9)
