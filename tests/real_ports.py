@@ -273,3 +273,43 @@ def initializer():
             loaded.append(module)
 
     return initialize
+
+
+class SharedFills:
+    """``Tensor.uniform_(a, b)`` and ``Tensor.normal_(mean, std)`` of a library filling the
+    tensor (a view too, in place) from one seeded stream, in the tensor's dtype: the same
+    numbers in both runs (SmoothGrad's noise, a PGD's random start). A parameter's
+    initialisation still draws as the library draws (the initializer overwrites it with
+    torch's weights)."""
+
+    def __init__(self, lib, seed):
+        self.lib, self.rng = lib, np.random.default_rng(seed)
+
+    def __enter__(self):
+        lib, rng = self.lib, self.rng
+        self.saved = {name: getattr(lib.Tensor, name) for name in ("uniform_", "normal_")}
+
+        def filler(name, draw):
+            def fill(tensor, first=None, second=None, *, generator=None):
+                if isinstance(tensor, lib.nn.Parameter):
+                    given = [v for v in (first, second) if v is not None]
+                    return self.saved[name](tensor, *given, generator=generator)
+                drawn = draw(tuple(tensor.shape), first, second)
+                with lib.no_grad():
+                    tensor.copy_(lib.tensor(drawn, dtype=tensor.dtype))
+                return tensor
+
+            return fill
+
+        lib.Tensor.uniform_ = filler(
+            "uniform_", lambda shape, a, b: rng.uniform(a or 0.0, 1.0 if b is None else b, shape)
+        )
+        lib.Tensor.normal_ = filler(
+            "normal_", lambda shape, m, s: rng.normal(m or 0.0, 1.0 if s is None else s, shape)
+        )
+        return self
+
+    def __exit__(self, *exc):
+        for name, method in self.saved.items():
+            setattr(self.lib.Tensor, name, method)
+        return False

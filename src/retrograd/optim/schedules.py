@@ -67,8 +67,11 @@ def _factor(op: str, fn: Any, epoch: int) -> Any:
 
 def _steps_by_get_lr(schedule: Any) -> bool:
     """Whether ``schedule`` is one of the user's, deriving from :class:`LRScheduler` (or
-    torch's older ``_LRScheduler``) with torch's ``get_lr`` (no schedule here defines one)."""
-    return callable(getattr(type(schedule), "get_lr", None))
+    torch's older ``_LRScheduler``, or a schedule here) with a ``get_lr`` of its own (the
+    schedules here step by their closed or recursive forms; their :meth:`LRScheduler.get_lr`
+    answers torch's question from those)."""
+    own = getattr(type(schedule), "get_lr", None)
+    return callable(own) and own is not LRScheduler.get_lr
 
 
 class LRScheduler:
@@ -287,6 +290,24 @@ class LRScheduler:
         for index, group in enumerate(self.optimizer.param_groups):
             group["lr"] = self.chained_lr(self.last_epoch, index, group["lr"])
         self._record()
+
+    def get_lr(self) -> list[float]:
+        """Each group's learning rate at ``last_epoch`` by torch's form of this schedule (the
+        recursive one scales the group's current rate: called outside a step, at an epoch
+        where the rate changes, it gives the change once more, as torch's). Outside a step it
+        warns, as torch's: the rate the last step set is :meth:`get_last_lr`'s (a schedule of
+        one's own that overrides ``get_lr`` may call this one through ``super()``)."""
+        if not self._get_lr_called_within_step:
+            warnings.warn(
+                "To get the last learning rate computed by the scheduler, please use "
+                "`get_last_lr()`.",
+                UserWarning,
+                stacklevel=2,
+            )
+        return [
+            self.chained_lr(self.last_epoch, index, group["lr"])
+            for index, group in enumerate(self.optimizer.param_groups)
+        ]
 
     def get_last_lr(self) -> list[float]:
         """Each group's learning rate as the last step set it, as a list (torch's)."""
@@ -674,6 +695,14 @@ class ReduceLROnPlateau(LRScheduler):
         self.best = self.mode_worse
         self.cooldown_counter = 0
         self.num_bad_epochs = 0
+
+    def get_lr(self) -> list[float]:
+        """Refused, as torch's: the rates follow the metrics given to ``step``, not an epoch."""
+        raise NotImplementedError(
+            "ReduceLROnPlateau.get_lr: the learning rates follow the metrics given to "
+            "step(metrics), not a form of the epoch; the rates the last step set are "
+            "get_last_lr()'s"
+        )
 
     def _better(self, current: float) -> bool:
         if self.mode == "min":
