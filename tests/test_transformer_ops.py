@@ -317,8 +317,6 @@ def test_attention_errors_name_the_function_and_shapes():
         F.scaled_dot_product_attention(q, rg.ones((2, 3, 5)), rg.ones((2, 3, 4)))
     with pytest.raises(rg.ShapeError, match="attn_mask"):
         F.scaled_dot_product_attention(q, q, q, attn_mask=rg.ones((4, 4)))
-    with pytest.raises(rg.InvalidArgumentError, match="not both"):
-        F.scaled_dot_product_attention(q, q, q, attn_mask=rg.ones((3, 3)), is_causal=True)
     with pytest.raises(rg.InvalidArgumentError, match="dropout_p"):
         F.scaled_dot_product_attention(q, q, q, dropout_p=1.5)
     with pytest.raises(rg.DTypeError):

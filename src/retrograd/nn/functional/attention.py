@@ -50,9 +50,9 @@ def scaled_dot_product_attention(
     leading dimensions broadcast (``enable_gqa``: key and value heads, dim -3, repeated to the
     query's, grouped-query attention); ``attn_mask`` broadcastable to ``[..., L, S]``: bool
     keeps the keys where it is true, float is added to the scores; ``is_causal`` keeps key
-    ``j <= i`` for query ``i`` (top-left aligned, as PyTorch; not together with
-    ``attn_mask``); ``scale`` defaults to ``1 / sqrt(E)``; ``dropout_p`` drops probabilities
-    from the seeded generator
+    ``j <= i`` for query ``i`` (top-left aligned, as PyTorch; with ``attn_mask`` too, both
+    apply, as torch 2.13's fused path does though its docs say it raises); ``scale``
+    defaults to ``1 / sqrt(E)``; ``dropout_p`` drops probabilities from the seeded generator
     (``rg.seed``). One fused op (the backend's ``attention``): backward keeps the output and
     each row's log-sum-exp, never the ``[..., L, S]`` probabilities. A float mask that requires
     a gradient gets one: the attention is then composed of ordinary ops.
@@ -101,8 +101,6 @@ def scaled_dot_product_attention(
         )
     if not isinstance(dropout_p, numbers.Real) or not 0.0 <= dropout_p <= 1.0:
         raise InvalidArgumentError(f"{fn}: dropout_p must be between 0 and 1, got {dropout_p!r}")
-    if is_causal and attn_mask is not None:
-        raise InvalidArgumentError(f"{fn}: give attn_mask or is_causal, not both")
     if not source:  # no keys: torch's zeros (an empty sum of values), composed for gradients
         return q.matmul(k.transpose(-2, -1)).matmul(v)
     # no features (E = 0): every score is 0 whatever the scale (torch scales q and k, empty)
