@@ -8,6 +8,7 @@ exception a Python user would catch for it (``ValueError`` for shapes, ``TypeErr
 from __future__ import annotations
 
 import functools
+import pickle
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = [
     "AutodiffError",
     "DTypeError",
     "DamagedFileError",
+    "DeviceUnavailableError",
     "DistributedError",
     "DivisionByZeroError",
     "IndexDTypeError",
@@ -34,6 +36,7 @@ __all__ = [
     "SizeMismatchError",
     "StateValueTypeError",
     "UninitializedError",
+    "WeightsOnlyError",
     "guard",
     "guard_namespace",
     "reported",
@@ -57,6 +60,13 @@ class SizeMismatchError(ShapeError, RuntimeError):
 
 class InvalidArgumentError(RetrogradError, ValueError):
     """An argument value the operation does not accept (an unknown mode, a negative size)."""
+
+
+class WeightsOnlyError(InvalidArgumentError, pickle.UnpicklingError):
+    """A ``weights_only`` load (``rg.load``'s default, as torch's) of a file that names a
+    class or function not allowed (a NumPy array or scalar pickled by NumPy, a whole module):
+    torch's ``pickle.UnpicklingError`` ("Weights only load failed"), and the
+    :class:`InvalidArgumentError` retrograd raised for it before."""
 
 
 class DivisionByZeroError(InvalidArgumentError, ZeroDivisionError):
@@ -110,6 +120,14 @@ class StateValueTypeError(DTypeError, RuntimeError):
     """A state dict value that holds no numbers (``None``, a str) where a module's tensor is
     loaded (``load_state_dict``): a :class:`DTypeError` of the hierarchy and the
     ``RuntimeError`` torch raises there, as :class:`SizeMismatchError` is for shapes."""
+
+
+class DeviceUnavailableError(DTypeError, RuntimeError, AssertionError):
+    """A GPU asked of a backend that computes on the CPU, or of a machine without CUDA
+    (``t.cuda()``, ``t.to("cuda")``, ``rg.zeros(2, device="cuda")``): the :class:`DTypeError`
+    retrograd raised for it before, and both exceptions torch raises there (a CPU build's
+    ``AssertionError: Torch not compiled with CUDA enabled``, a build without a driver's
+    ``RuntimeError``), so that a port's ``except`` catches it."""
 
 
 class IndexOutOfRangeError(RetrogradError, IndexError):
