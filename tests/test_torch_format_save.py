@@ -307,7 +307,7 @@ def test_numpy_scalars_are_pickled_as_torch_pickles_them():
     for data in (ours, theirs):  # torch's default load refuses NumPy's scalars in both
         with pytest.raises(pickle.UnpicklingError, match="numpy"):
             _torch_loaded(data)
-        with pytest.raises(pickle.UnpicklingError, match="Weights only load failed.*numpy"):
+        with pytest.raises(pickle.UnpicklingError, match=r"Weights only load failed.*numpy"):
             rg.load(io.BytesIO(data))  # and so does ours, in torch's error class
         expected = torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(data))
         got = rg.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(data))

@@ -8,8 +8,8 @@ exception a Python user would catch for it (``ValueError`` for shapes, ``TypeErr
 from __future__ import annotations
 
 import functools
-import pickle
 import inspect
+import pickle
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 

@@ -235,9 +235,9 @@ class _Reader:
                 except pickle.UnpicklingError as error:
                     raise WeightsOnlyError(
                         f"load: Weights only load failed: the file holds a tensor of class "
-                        f"{module}.{name}, and weights_only=True (the default, as in torch) rebuilds only allowed "
-                        f"classes ({error}); if you trust the file's source, load it with "
-                        "weights_only=False, or allow its class with "
+                        f"{module}.{name}, and weights_only=True (the default, as in torch) "
+                        f"rebuilds only allowed classes ({error}); if you trust the file's "
+                        "source, load it with weights_only=False, or allow its class with "
                         "rg.serialization.add_safe_globals([...])"
                     ) from None
             else:

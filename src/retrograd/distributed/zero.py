@@ -339,7 +339,8 @@ def _encode_state(state: dict[int, dict[str, Any]]) -> bytes:
                 "float32",
                 "float64",
             )
-            if held or isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biuf":
+            numeric = isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biuf"
+            if held or numeric:
                 array = np.array(np.asarray(value), order="C")
                 scalar = isinstance(value, np.generic)
                 header.append(
