@@ -215,7 +215,7 @@ def test_histc_of_a_tensor_that_requires_grad_is_outside_the_graph_as_torch():
 def test_the_new_errors_are_in_the_hierarchy():
     for kind, builtins in (
         (rg.DeviceUnavailableError, (TypeError, RuntimeError, AssertionError)),
-        (rg.errors.WeightsOnlyError, (ValueError, pickle.UnpicklingError)),
+        (rg.serialization.WeightsOnlyError, (ValueError, pickle.UnpicklingError)),
     ):
         assert issubclass(kind, rg.RetrogradError)
         assert all(issubclass(kind, b) for b in builtins)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import pickle
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,7 +35,6 @@ __all__ = [
     "SizeMismatchError",
     "StateValueTypeError",
     "UninitializedError",
-    "WeightsOnlyError",
     "guard",
     "guard_namespace",
     "reported",
@@ -60,13 +58,6 @@ class SizeMismatchError(ShapeError, RuntimeError):
 
 class InvalidArgumentError(RetrogradError, ValueError):
     """An argument value the operation does not accept (an unknown mode, a negative size)."""
-
-
-class WeightsOnlyError(InvalidArgumentError, pickle.UnpicklingError):
-    """A ``weights_only`` load (``rg.load``'s default, as torch's) of a file that names a
-    class or function not allowed (a NumPy array or scalar pickled by NumPy, a whole module):
-    torch's ``pickle.UnpicklingError`` ("Weights only load failed"), and the
-    :class:`InvalidArgumentError` retrograd raised for it before."""
 
 
 class DivisionByZeroError(InvalidArgumentError, ZeroDivisionError):

@@ -11,7 +11,7 @@ do. NumPy arrays (an optimizer's state) are saved as tensors (torch reads them),
 entry of retrograd's own so that :func:`load` gives them back as arrays; NumPy scalars are
 pickled as torch pickles them, and read as torch reads them: under ``weights_only=False``, or
 once allowed (``add_safe_globals``); a default load refuses them with torch's
-``pickle.UnpicklingError`` (:class:`~retrograd.errors.WeightsOnlyError`).
+``pickle.UnpicklingError`` (:class:`WeightsOnlyError`).
 
 Anything else -- a whole module (``torch.save(model, path)``), an ``argparse.Namespace`` --
 is pickled by its class, as torch pickles it, and read back under torch's rule: a default
@@ -54,7 +54,7 @@ import numpy as np
 from . import torch_files, torch_writer
 from .context import current_backend, thread_device
 from .device import Device
-from .errors import DTypeError, InvalidArgumentError, RetrogradError, WeightsOnlyError
+from .errors import DTypeError, InvalidArgumentError, RetrogradError
 from .files import atomic_write
 from .tensor import Tensor, tensor
 from .tensor.dtypes import DTYPE_OBJECTS, dtype
@@ -62,6 +62,7 @@ from .tensor.dtypes import DTYPE_OBJECTS, dtype
 DTYPE_CLASSES = (dtype,)
 
 __all__ = [
+    "WeightsOnlyError",
     "add_safe_globals",
     "clear_safe_globals",
     "get_safe_globals",
@@ -70,6 +71,14 @@ __all__ = [
     "safe_globals",
     "save",
 ]
+
+
+class WeightsOnlyError(InvalidArgumentError, pickle.UnpicklingError):
+    """A ``weights_only`` load (:func:`load`'s default, as torch's) of a file that names a
+    class or function not allowed (a NumPy array or scalar pickled by NumPy, a whole module):
+    torch's ``pickle.UnpicklingError`` ("Weights only load failed"), and the
+    :class:`~retrograd.errors.InvalidArgumentError` retrograd raised for it before."""
+
 
 _STRUCTURE = "__retrograd_structure__"
 #: ``nn.Parameter`` by name (``nn`` sits above this layer): saved tensors of this class load
