@@ -114,10 +114,10 @@ def zero_training_checks(devices, rank, checks, name) -> dict:
         close(checks, f"{name}: {key} after 3 steps", value, values(reference)[key])
 
     total = sum(
-        v.nbytes
+        np.asarray(v).nbytes
         for entry in ref_state["state"].values()
         for v in entry.values()
-        if isinstance(v, np.ndarray)
+        if isinstance(v, np.ndarray | rg.Tensor)  # (the state's tensors, as torch's)
     )
     largest = max(p.numel() * 8 for p in model.parameters()) * (2 if name == "AdamW" else 1)
     mine = dist.optimizer_state_bytes(opt)

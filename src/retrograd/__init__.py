@@ -27,6 +27,7 @@ from .context import current_backend, default_backend, set_default_backend, use_
 from .device import Device
 from .errors import (
     AutodiffError,
+    DeviceUnavailableError,
     DistributedError,
     DTypeError,
     IndexOutOfRangeError,
@@ -308,6 +309,7 @@ __all__ = [
     "CheckpointStrategy",
     "DTypeError",
     "Device",
+    "DeviceUnavailableError",
     "DistributedError",
     "Gradients",
     "IndexOutOfRangeError",

@@ -19,6 +19,7 @@ __all__ = [
     "AutodiffError",
     "DTypeError",
     "DamagedFileError",
+    "DeviceUnavailableError",
     "DistributedError",
     "DivisionByZeroError",
     "IndexDTypeError",
@@ -110,6 +111,14 @@ class StateValueTypeError(DTypeError, RuntimeError):
     """A state dict value that holds no numbers (``None``, a str) where a module's tensor is
     loaded (``load_state_dict``): a :class:`DTypeError` of the hierarchy and the
     ``RuntimeError`` torch raises there, as :class:`SizeMismatchError` is for shapes."""
+
+
+class DeviceUnavailableError(DTypeError, RuntimeError, AssertionError):
+    """A GPU asked of a backend that computes on the CPU, or of a machine without CUDA
+    (``t.cuda()``, ``t.to("cuda")``, ``rg.zeros(2, device="cuda")``): the :class:`DTypeError`
+    retrograd raised for it before, and both exceptions torch raises there (a CPU build's
+    ``AssertionError: Torch not compiled with CUDA enabled``, a build without a driver's
+    ``RuntimeError``), so that a port's ``except`` catches it."""
 
 
 class IndexOutOfRangeError(RetrogradError, IndexError):

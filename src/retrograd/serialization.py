@@ -9,8 +9,9 @@ torch aligns them; ``archive/version``, ``archive/byteorder``), made without tor
 and ``Size``s. Tensors that share memory share a storage (a tied weight, a view), as torch's
 do. NumPy arrays (an optimizer's state) are saved as tensors (torch reads them), listed in an
 entry of retrograd's own so that :func:`load` gives them back as arrays; NumPy scalars are
-pickled as torch pickles them (torch reads them under ``weights_only=False``; :func:`load` of
-a file :func:`save` wrote, by default).
+pickled as torch pickles them, and read as torch reads them: under ``weights_only=False``, or
+once allowed (``add_safe_globals``); a default load refuses them with torch's
+``pickle.UnpicklingError`` (:class:`WeightsOnlyError`).
 
 Anything else -- a whole module (``torch.save(model, path)``), an ``argparse.Namespace`` --
 is pickled by its class, as torch pickles it, and read back under torch's rule: a default
@@ -61,6 +62,7 @@ from .tensor.dtypes import DTYPE_OBJECTS, dtype
 DTYPE_CLASSES = (dtype,)
 
 __all__ = [
+    "WeightsOnlyError",
     "add_safe_globals",
     "clear_safe_globals",
     "get_safe_globals",
@@ -69,6 +71,14 @@ __all__ = [
     "safe_globals",
     "save",
 ]
+
+
+class WeightsOnlyError(InvalidArgumentError, pickle.UnpicklingError):
+    """A ``weights_only`` load (:func:`load`'s default, as torch's) of a file that names a
+    class or function not allowed (a NumPy array or scalar pickled by NumPy, a whole module):
+    torch's ``pickle.UnpicklingError`` ("Weights only load failed"), and the
+    :class:`~retrograd.errors.InvalidArgumentError` retrograd raised for it before."""
+
 
 _STRUCTURE = "__retrograd_structure__"
 #: ``nn.Parameter`` by name (``nn`` sits above this layer): saved tensors of this class load
@@ -232,11 +242,11 @@ class _Reader:
                 try:
                     kind = _allowed_global(module, name)
                 except pickle.UnpicklingError as error:
-                    raise InvalidArgumentError(
-                        f"load: the file holds a tensor of class {module}.{name}, and "
-                        f"weights_only=True (the default, as in torch) rebuilds only allowed "
-                        f"classes ({error}); if you trust the file's source, load it with "
-                        "weights_only=False, or allow its class with "
+                    raise WeightsOnlyError(
+                        f"load: Weights only load failed: the file holds a tensor of class "
+                        f"{module}.{name}, and weights_only=True (the default, as in torch) "
+                        f"rebuilds only allowed classes ({error}); if you trust the file's "
+                        "source, load it with weights_only=False, or allow its class with "
                         "rg.serialization.add_safe_globals([...])"
                     ) from None
             else:
@@ -252,8 +262,9 @@ class _Reader:
         try:
             return _AllowedOnly(io.BytesIO(data), self).load()
         except pickle.UnpicklingError as error:
-            raise InvalidArgumentError(
-                f"load: the file holds a pickled {node['type']} at {node['at']}, and "
+            raise WeightsOnlyError(
+                f"load: Weights only load failed: the file holds a pickled {node['type']} at "
+                f"{node['at']}, and "
                 f"weights_only=True (the default, as in torch) rebuilds only allowed classes "
                 f"({error}); if you trust the file's source, load it with "
                 "weights_only=False, or allow its classes with "
@@ -509,8 +520,9 @@ def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, le
     except torch_files.Unsupported as error:  # refused by what it is, whatever weights_only
         raise error.error_class(f"load: {name} is a torch file holding {error}") from None
     except _NotAllowed as error:
-        raise InvalidArgumentError(
-            f"load: {name} is a torch file whose pickle names a class not allowed ({error}): "
+        raise WeightsOnlyError(
+            f"load: Weights only load failed: {name} is a torch file whose pickle names a "
+            f"class not allowed ({error}): "
             "weights_only=True (the "
             "default, as in torch) rebuilds only tensors, containers and allowed classes; if "
             "you trust the file's source, load it with weights_only=False, or allow its "
@@ -852,8 +864,6 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
                 f"({_text(error)})"
             ) from None
         allowed |= torch_files.ALLOWED
-        if _written_here(data):  # a file rg.save wrote: its NumPy scalars load (see load)
-            allowed |= torch_files.NUMPY_SCALAR_NAMES
         for name in found:
             name = name.replace("__builtin__.", "builtins.", 1)
             if name not in allowed and name not in names:
@@ -868,16 +878,6 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
                 if name not in allowed and name not in names:
                     names.append(name)
     return names
-
-
-def _written_here(data: bytes) -> bool:
-    """Whether the torch zip ``data`` is one :func:`save` wrote (it lists its NumPy arrays)."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            names = archive.namelist()
-    except ARCHIVE_DAMAGE:
-        return False
-    return any(name.endswith(f"/{torch_files.NUMPY_RECORD}") for name in names)
 
 
 def _pickled_entries(node: Any) -> list[tuple[str | None, str]]:

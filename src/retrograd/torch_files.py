@@ -49,7 +49,6 @@ __all__ = [
     "ALLOWED",
     "LEGACY_MAGIC",
     "NUMPY_RECORD",
-    "NUMPY_SCALAR_NAMES",
     "STORAGE_DTYPES",
     "Unsupported",
     "is_torch_zip",
@@ -82,13 +81,9 @@ _STORAGE_DTYPES = {
 STORAGE_DTYPES = _STORAGE_DTYPES
 #: The entry of a file ``rg.save`` wrote that lists the storages of its NumPy arrays (saved
 #: as tensors, which torch reads): ``{"<storage key>": "array"}``, JSON. ``rg.load`` gives
-#: those back as arrays, and rebuilds the file's NumPy scalars of numbers (pickled as NumPy
-#: pickles them) under ``weights_only``, as retrograd's earlier format loaded them; torch
-#: ignores the entry.
+#: those back as arrays; torch ignores the entry. (The file's NumPy scalars are pickled as
+#: NumPy pickles them, which a ``weights_only`` load refuses, as torch's does.)
 NUMPY_RECORD = ".data/retrograd_numpy"
-#: The names NumPy pickles a scalar by (``numpy._core`` is NumPy 2's, ``numpy.core`` 1's).
-NUMPY_SCALAR_NAMES = {"numpy._core.multiarray.scalar", "numpy.core.multiarray.scalar",
-                      "numpy.dtype"}  # fmt: skip
 #: NumPy's dtype of each storage dtype's bytes (bfloat16's are read as 16-bit words).
 _ELEMENTS = {
     "float32": np.float32,
@@ -564,8 +559,6 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
             return storages[key]
 
         numpy_values = _numpy_values(archive, f"{prefix}{NUMPY_RECORD}", names)
-        if f"{prefix}{NUMPY_RECORD}" in names:
-            find_class = _with_numpy_scalars(find_class)
         rebuilder = _Rebuilder(tensor_of, parameter_of, numpy_values, subclass_of)
         data = _checked(archive.read(pickled))
         loaded = _Unpickler(io.BytesIO(data), rebuilder, find_class, storage_of).load()
@@ -635,55 +628,6 @@ def _numpy_values(archive: zipfile.ZipFile, name: str, names: list[str]) -> dict
     ):
         raise pickle.UnpicklingError(f"its list of NumPy values is {listed!r}")
     return listed
-
-
-def _with_numpy_scalars(find_class: FindClass) -> FindClass:
-    """``find_class``, which also rebuilds NumPy scalars of numbers (their dtype and bytes,
-    nothing else: any other NumPy scalar or dtype is the caller's ``find_class``'s to allow
-    or refuse)."""
-
-    def find(module: str, name: str) -> Any:
-        if f"{module}.{name}" not in NUMPY_SCALAR_NAMES:
-            return find_class(module, name)
-        if name == "dtype":
-
-            def numeric_dtype(spec: Any, *args: Any) -> Any:
-                made = _numeric_dtype(spec)
-                return (
-                    np.dtype(spec, *args)
-                    if made is not None
-                    else find_class(module, name)(spec, *args)
-                )
-
-            return numeric_dtype
-
-        def scalar(kind: Any, *data: Any) -> Any:
-            if (
-                isinstance(kind, np.dtype)
-                and kind.kind in _NUMERIC_KINDS
-                and len(data) == 1
-                and isinstance(data[0], bytes)
-                and len(data[0]) == kind.itemsize
-            ):
-                return np.frombuffer(data[0], dtype=kind)[0]
-            return find_class(module, name)(kind, *data)
-
-        return scalar
-
-    return find
-
-
-_NUMERIC_KINDS = "biufc"
-
-
-def _numeric_dtype(spec: Any) -> np.dtype | None:
-    if not isinstance(spec, str):
-        return None
-    try:
-        made = np.dtype(spec)
-    except (TypeError, ValueError):
-        return None
-    return made if made.kind in _NUMERIC_KINDS else None
 
 
 def object_pickle(source: Any, legacy: bool) -> bytes:

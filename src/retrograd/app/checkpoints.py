@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import RetrogradError
 from ..serialization import ARCHIVE_DAMAGE, foreign_entries, hidden_entries
+from ..tensor import Tensor
 from ._usage import CommandError
 
 __all__ = ["CHECKPOINT", "Checkpoint", "read_checkpoint", "saved_step", "write_checkpoint"]
@@ -47,8 +48,8 @@ def write_checkpoint(file: IO[bytes], model: Any, optimizer: Any, meta: dict[str
     scalars: dict[str, dict[str, Any]] = {}
     for number, state in saved["state"].items():
         for key, value in state.items():
-            if isinstance(value, np.ndarray):
-                arrays[f"optim/{number}/{key}"] = value
+            if isinstance(value, np.ndarray | Tensor):  # (the state's tensors, as torch's)
+                arrays[f"optim/{number}/{key}"] = np.asarray(value)
             else:
                 scalars.setdefault(str(number), {})[key] = value
     optimizer_scalars = {"state": scalars, "param_groups": saved["param_groups"]}

@@ -9,7 +9,13 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-__all__ = ["cuda_call", "cuda_device_count", "cuda_rng_states", "set_cuda_rng_states"]
+__all__ = [
+    "cpu_backend_gpu_refusal",
+    "cuda_call",
+    "cuda_device_count",
+    "cuda_rng_states",
+    "set_cuda_rng_states",
+]
 
 
 def _torch() -> Any:
@@ -26,6 +32,22 @@ def cuda_device_count() -> int:
     if torch is None or not torch.cuda.is_available():
         return 0
     return int(torch.cuda.device_count())
+
+
+def cpu_backend_gpu_refusal() -> str:
+    """Why a tensor of a CPU backend cannot go to a CUDA device: on a machine without one,
+    what torch's CPU build says (``Torch not compiled with CUDA enabled``, and
+    ``rg.cuda.is_available()`` is False); with one, which backend computes there."""
+    if cuda_device_count() == 0:
+        return (
+            "Torch not compiled with CUDA enabled, or no CUDA device is present "
+            "(rg.cuda.is_available() is False): this backend computes on the CPU; pick the "
+            "device with 'cuda' if rg.cuda.is_available() else 'cpu'"
+        )
+    return (
+        "this backend computes on the CPU; make tensors on rg.Autodiff(rg.TorchBackend('cuda')) "
+        "(rg.set_default_backend) to use a GPU"
+    )
 
 
 def cuda_call(name: str, *args: Any, **kwargs: Any) -> Any:

@@ -271,7 +271,14 @@ class ZeroRedundancyOptimizer(StepHooks):
                 f"consolidate_state_dict: to must be a rank in [0, {self.world_size}), got {to!r}"
             )
         own = self._own_state_dict()
-        shares = _gather_states(self.context, self.device, self.devices, own["state"])
+        from ..tensor import tensor
+
+        inner = _value(self._parameters[0])
+
+        def as_tensor(array: np.ndarray) -> Any:  # where the wrapped optimizer keeps its state
+            return tensor(array, backend=inner.backend, device=inner.device)
+
+        shares = _gather_states(self.context, self.device, self.devices, own["state"], as_tensor)
         if self.rank != to:
             self._consolidated = None
             return
@@ -320,13 +327,25 @@ def _encode_state(state: dict[int, dict[str, Any]]) -> bytes:
     """A share of optimizer state as bytes, without pickle (a rank never runs code another
     sent): a JSON header (each entry's index and key, and either its plain value or its
     array's dtype, shape and place), then the arrays' bytes."""
+    from ..tensor import Tensor
+
     header, chunks, offset = [], [], 0
     for index, entry in state.items():
         for key, value in entry.items():
-            if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biuf":
-                array = np.array(value, order="C")
+            # (the state's tensors as tensors again: state_dict() holds tensors, as torch's)
+            held = isinstance(value, Tensor) and value.dtype in (
+                "bool",
+                "int64",
+                "float32",
+                "float64",
+            )
+            numeric = isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biuf"
+            if held or numeric:
+                array = np.array(np.asarray(value), order="C")
                 scalar = isinstance(value, np.generic)
-                header.append([index, key, array.dtype.str, list(array.shape), offset, scalar])
+                header.append(
+                    [index, key, array.dtype.str, list(array.shape), offset, scalar, held]
+                )
                 chunks.append(array.tobytes())
                 offset += array.nbytes
             elif value is None or isinstance(value, (bool, int, float, str)):
@@ -341,8 +360,8 @@ def _encode_state(state: dict[int, dict[str, Any]]) -> bytes:
     return len(meta).to_bytes(8, "little") + meta + b"".join(chunks)
 
 
-def _decode_state(data: bytes) -> dict[int, dict[str, Any]]:
-    """:func:`_encode_state`'s input back."""
+def _decode_state(data: bytes, as_tensor: Any) -> dict[int, dict[str, Any]]:
+    """:func:`_encode_state`'s input back, its tensors made by ``as_tensor(array)``."""
     size = int.from_bytes(data[:8], "little")
     body = memoryview(data)[8 + size :]
     state: dict[int, dict[str, Any]] = {}
@@ -350,16 +369,18 @@ def _decode_state(data: bytes) -> dict[int, dict[str, Any]]:
         if len(item) == 3:
             index, key, value = item
         else:
-            index, key, dtype, shape, offset, scalar = item
+            index, key, dtype, shape, offset, scalar, held = item
             dtype = np.dtype(dtype)
             count = int(np.prod(shape, dtype=np.int64))
             array = np.frombuffer(body, dtype, count, offset).reshape(shape).copy()
-            value = array[()] if scalar else array
+            value = array[()] if scalar else as_tensor(array) if held else array
         state.setdefault(int(index), {})[key] = value
     return state
 
 
-def _gather_states(context: Any, device: Device, devices: tuple, state: dict) -> list[dict]:
+def _gather_states(
+    context: Any, device: Device, devices: tuple, state: dict, as_tensor: Any
+) -> list[dict]:
     """Every rank's share of optimizer state, in rank order: their lengths, then their bytes
     padded to the longest, in two all-gathers of int64 words."""
     data = _encode_state(state)
@@ -374,4 +395,7 @@ def _gather_states(context: Any, device: Device, devices: tuple, state: dict) ->
     padded = np.zeros(width * 8, np.uint8)
     padded[: len(data)] = np.frombuffer(data, np.uint8)
     rows = gather(padded.view(np.int64)).reshape(len(devices), width)
-    return [_decode_state(row.view(np.uint8)[: int(n)].tobytes()) for row, n in zip(rows, lengths)]
+    return [
+        _decode_state(row.view(np.uint8)[: int(n)].tobytes(), as_tensor)
+        for row, n in zip(rows, lengths)
+    ]

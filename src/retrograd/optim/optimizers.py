@@ -659,9 +659,9 @@ class Optimizer(StepHooks):
 
     def state_dict(self) -> dict[str, Any]:
         """torch's layout: ``{"state": {index: {...}}, "param_groups": [{..., "params":
-        [indices]}]}``, parameters numbered by position across the groups; tensors in the
-        state as NumPy copies (so it saves with ``np.savez``/pickle anywhere); the state-dict
-        hooks around it."""
+        [indices]}]}``, parameters numbered by position across the groups; the state's
+        tensors as copies (tensors, as torch's, so that it saves with ``rg.save`` and loads
+        with ``weights_only=True``); the state-dict hooks around it."""
         for hook in self._hooks("_state_dict_pre_hooks"):
             hook(self)
         built = self._built_state_dict()
@@ -1188,12 +1188,18 @@ def state_tensor(
 
 
 def _saved(value: Any) -> Any:
-    """A state entry as ``state_dict`` gives it: tensors as NumPy copies, lists and tuples of
-    them (L-BFGS's history) copied too, so that later steps change nothing in it."""
+    """A state entry as ``state_dict`` gives it: tensors as tensors (torch's state dict holds
+    tensors, which ``torch.save``/``rg.save`` and a ``weights_only`` load take), copies of
+    them, as are lists and tuples of them (L-BFGS's history), so that later steps change
+    nothing in it."""
     if isinstance(value, Tensor):
-        return np.array(value.numpy(), copy=True)
+        return value.clone()
     if isinstance(value, list | tuple):
         return type(value)(_saved(v) for v in value)
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        # a loaded 0-d entry (NAdam's mu_product, :data:`_HELD_SCALARS`) as the number it is:
+        # a NumPy scalar in a saved file is refused by torch's weights_only load (and ours)
+        return value.item()
     return value
 
 

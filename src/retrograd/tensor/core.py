@@ -33,11 +33,13 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..autodiff.grad_mode import in_inference_mode, is_grad_enabled
+from ..backend.accelerators import cpu_backend_gpu_refusal
 from ..backend.protocol import Backend
 from ..context import current_backend
 from ..device import Device
 from ..errors import (
     AutodiffError,
+    DeviceUnavailableError,
     DTypeError,
     InvalidArgumentError,
     RetrogradError,
@@ -705,10 +707,9 @@ class Tensor(
             target = _device(device)
             if target is not self._device:
                 if target.kind == "cuda" and self._backend.default_device.kind != "cuda":
-                    raise DTypeError(
-                        f"to: cannot move a tensor of {self._backend!r} to {target}: this "
-                        "backend computes on the CPU; make tensors on "
-                        "rg.Autodiff(rg.TorchBackend('cuda')) to use a GPU"
+                    raise DeviceUnavailableError(
+                        f"to: cannot move a tensor of {self._backend!r} to {target}: "
+                        + cpu_backend_gpu_refusal()
                     )
                 moved = self._backend.to_device(self._prim, target)
                 out = Tensor(moved, self._backend, target)

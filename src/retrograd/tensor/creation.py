@@ -16,10 +16,18 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.accelerators import cpu_backend_gpu_refusal
 from ..backend.protocol import Backend, default_float_dtype
 from ..context import current_backend, thread_device
 from ..device import CPU0, Device, run_device_blocks_with
-from ..errors import ArgumentTypeError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    ArgumentTypeError,
+    DeviceUnavailableError,
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+    shape_text,
+)
 from . import functions
 from ._dispatch import (
     COMPLEX_DTYPES,
@@ -94,9 +102,8 @@ def _target(backend: Any, device: Any) -> tuple[Any, Device]:
         return backend, default
     device = _device_arg(device)
     if device.kind == "cuda" and default.kind != "cuda":
-        raise DTypeError(
-            f"cannot make a tensor on {device} with {backend!r}: this backend computes on the "
-            "CPU; use rg.Autodiff(rg.TorchBackend('cuda')) (rg.set_default_backend) for a GPU"
+        raise DeviceUnavailableError(
+            f"cannot make a tensor on {device} with {backend!r}: " + cpu_backend_gpu_refusal()
         )
     return backend, device
 

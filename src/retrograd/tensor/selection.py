@@ -841,7 +841,9 @@ class SelectionMixin:
 
     def bincount(self, weights: Any = None, minlength: int = 0) -> Any:
         """How often each non-negative int occurs (summing ``weights`` instead, when given);
-        not differentiable, as in torch."""
+        not differentiable, as in torch: weights that require grad give a result in the graph
+        (requiring grad, as torch's) whose backward raises torch's "the derivative for
+        bincount is not implemented"."""
         if self.ndim != 1 or self.dtype not in INT_DTYPES:
             raise DTypeError(
                 f"bincount: expected a 1-d integer tensor, got {self.dtype} of shape "
@@ -858,8 +860,11 @@ class SelectionMixin:
         dtype = w.dtype if w.dtype in FLOAT_DTYPES else "float64"
         if not array.size:
             dtype = "int64"
-        counts = np.bincount(array, weights=w.numpy().astype(np.float64), minlength=minlength)
-        return self._host(counts, dtype)
+        counts = self._host(
+            np.bincount(array, weights=w.numpy().astype(np.float64), minlength=minlength), dtype
+        )
+        # (torch's early return for an empty input gives int64 zeros outside the graph)
+        return refused_derivative("bincount", w, counts) if array.size else counts
 
     def histc(self, bins: int = 100, min: float = 0, max: float = 0) -> Any:  # noqa: A002
         """A histogram of ``bins`` equal bins over ``[min, max]`` (the data's range when both

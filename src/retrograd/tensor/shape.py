@@ -698,18 +698,24 @@ def refuse_one_tensor(op: str, tensors: Any) -> None:
 def joined_tensors(op: str, tensors: Sequence[Any]) -> list[Any]:
     """The entries of ``cat``/``stack``'s sequence as tensors: a ``(values, indices)`` pair
     gives its values, a value that stands for a tensor (a state dict's entry, which is a tensor
-    in torch) its tensor (``__retrograd_tensor__``); the first entry must then be a tensor, in
-    torch's words, as the others are lifted against it."""
+    in torch) its tensor (``__retrograd_tensor__``); every entry must then be a tensor, in
+    torch's words: torch refuses a NumPy array or a number at any place
+    (``torch.cat([t, np.ones(3)])``)."""
     joined = []
-    for t in tensors:
+    for position, t in enumerate(tensors):
         if isinstance(t, ValuesAndIndices):
             t = t.values
         elif not isinstance(t, TensorBase) and hasattr(t, "__retrograd_tensor__"):
             t = t.__retrograd_tensor__()
+        if not isinstance(t, TensorBase):
+            kind = type(t)
+            got = kind.__name__ if kind.__module__ == "builtins" else kind.__qualname__
+            if kind.__module__.split(".")[0] == "numpy":
+                got = f"numpy.{got}"
+            raise DTypeError(
+                f"{op}(): expected Tensor as element {position} in argument 0, but got {got}"
+            )
         joined.append(t)
-    if joined and not isinstance(joined[0], TensorBase):
-        got = type(joined[0]).__name__
-        raise DTypeError(f"{op}(): expected Tensor as element 0 in argument 0, but got {got}")
     return joined
 
 

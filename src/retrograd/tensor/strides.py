@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from ..backend.sizes import ITEMSIZE
 from .links import base_of
 
 __all__ = [
     "contiguous_strides",
+    "copy_order",
     "elementwise_strides",
     "is_contiguous",
     "non_overlapping_and_dense",
@@ -30,6 +33,44 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
+
+
+def copy_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """For each element of a tensor of ``shape`` and ``strides``, when torch's CPU copy of a
+    contiguous tensor into it (``t.copy_(src)``) writes it: an int64 array of ``shape``, 0 for
+    the first written. TensorIterator orders the dimensions by the operands' strides, the
+    destination's first, the smaller stride innermost; between equal strides of an operand
+    the smaller size goes innermost, and where every operand ties the order stays. Where the
+    positions overlap (unfold windows, ``as_strided``) the last one written is the value the
+    memory keeps: torch's in-place backward (``CopySlices``) copies a view's gradient back
+    that way."""
+    operands = (tuple(strides), contiguous_strides(shape))
+    ndim = len(shape)
+
+    def should_swap(dim0: int, dim1: int) -> int:
+        for own in operands:
+            stride0, stride1 = own[dim0], own[dim1]
+            if stride0 == 0 or stride1 == 0:
+                continue
+            if stride0 != stride1:
+                return -1 if stride0 < stride1 else 1
+            if shape[dim0] > shape[dim1]:
+                return 1
+        return 0
+
+    perm = list(range(ndim - 1, -1, -1))  # perm[0]: the innermost dimension
+    for i in range(1, ndim):  # TensorIterator's insertion sort (reorder_dimensions)
+        dim1 = i
+        for dim0 in range(i - 1, -1, -1):
+            comparison = should_swap(perm[dim0], perm[dim1])
+            if comparison > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif comparison < 0:
+                break
+    outer_first = perm[::-1]
+    steps = np.arange(math.prod(shape), dtype=np.int64).reshape([shape[d] for d in outer_first])
+    return steps.transpose(np.argsort(outer_first)) if ndim else steps
 
 
 def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:

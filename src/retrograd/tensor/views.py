@@ -51,6 +51,7 @@ from .inference import mark_inference
 from .links import WeakBase, base_of
 from .strides import (
     contiguous_strides,
+    copy_order,
     is_contiguous,
     non_overlapping_and_dense,
     storage_offset_of,
@@ -492,7 +493,8 @@ def _write_through_overlap(
     flat = base._apply("reshape", (base,), ((count,),))
     new_flat = flat.index_put((where[changed],), value[changed].to(base.dtype))
     if written is not None:
-        kept = _gradient_kept(where, changed, count)
+        order = copy_order(value.shape, _overlapping_strides(base, kind, params))
+        kept = _gradient_kept(where, changed, count, order)
         if kept is not None:
             mask = host_constant(type(base)._result, kept, base._backend, base._device)
             both = flat._apply("overwrite_sharing_gradient", (flat, new_flat))
@@ -500,16 +502,31 @@ def _write_through_overlap(
     return new_flat._apply("reshape", (new_flat,), (base.shape,))
 
 
-def _gradient_kept(where: Any, written: Any, count: int) -> np.ndarray | None:
+def _overlapping_strides(base: Any, kind: str, params: tuple) -> tuple[int, ...]:
+    """The strides torch gives ``base``'s view of ``kind`` (``"unfold"`` or
+    ``"as_strided"``), as :func:`~.strides.strides_of` derives them."""
+    if kind == "as_strided":
+        return tuple(params[1])
+    strides = strides_of(base)
+    d, _, step = params
+    return (*strides[:d], strides[d] * step, *strides[d + 1 :], strides[d])
+
+
+def _gradient_kept(where: Any, written: Any, count: int, order: np.ndarray) -> np.ndarray | None:
     """The elements (of ``count``, flattened) that a write through the view whose positions
-    lie at ``where`` wrote at some position but not at the last one holding them, in the
-    view's row-major order; ``None`` where there are none. torch's backward copies the
-    fill's gradient back through the view position by position, the last one winning: such
-    an element's old value keeps its gradient, though its forward value was overwritten."""
+    lie at ``where`` wrote at some position but not at the last one holding them, in torch's
+    ``order`` of copying into the view (:func:`~.strides.copy_order`); ``None`` where there
+    are none. torch's backward copies the fill's gradient back through the view position by
+    position in that order, the last one winning: such an element's old value keeps its
+    gradient, though its forward value was overwritten."""
     at = untracked(where).numpy().reshape(-1)
     wrote = untracked(written).numpy().reshape(-1)
+    steps = order.reshape(-1)
+    last_step = np.full(count, -1, np.int64)
+    np.maximum.at(last_step, at, steps)
     last = np.full(count, -1, np.int64)
-    np.maximum.at(last, at, np.arange(at.size))
+    touched_at = last_step[at] == steps  # each element's last position
+    last[at[touched_at]] = np.flatnonzero(touched_at)
     some = np.zeros(count, bool)
     some[at[wrote]] = True
     touched = last >= 0
