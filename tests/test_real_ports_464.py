@@ -1,4 +1,4 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
+# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them: long lines, trailing blanks)
 """Real PyTorch implicit MAML ported to retrograd (the harness: ``tests/real_ports.py``).
 
 - aravindr93/imaml_dev (``implicit_maml/learner_model.py``'s ``Learner`` and
