@@ -23,9 +23,11 @@ Both runs start from torch's weights (the Learner's kaiming draws are torch's).
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 from tests.real_ports import (
     assert_records_agree,
+    global_streams_restored,  # noqa: F401  (a fixture)
     initializer,
     port,
     ported_imports,
@@ -584,6 +586,7 @@ class SyntheticNShot:
         return tuple(np.stack(part) for part in batch)
 
 
+@pytest.mark.usefixtures("global_streams_restored")
 def test_dragen1860_maml_meta_trains_and_finetunes_as_torch(capsys):
     torch.manual_seed(0)
     initialize = initializer()

@@ -18,8 +18,16 @@
 """
 
 import numpy as np
+import pytest
 import torch
-from tests.real_ports import assert_records_agree, initializer, port, ported_imports, run_source
+from tests.real_ports import (
+    assert_records_agree,
+    global_streams_restored,  # noqa: F401  (a fixture)
+    initializer,
+    port,
+    ported_imports,
+    run_source,
+)
 
 import retrograd as rg
 
@@ -394,6 +402,7 @@ STEPS = [
 ]
 
 
+@pytest.mark.usefixtures("global_streams_restored")
 def test_nimarb_influence_functions_by_lissa_hvp_recursions_as_torch(capsys):
     torch.manual_seed(0)
     rng = np.random.default_rng(461)

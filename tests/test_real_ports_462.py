@@ -26,8 +26,16 @@ norm, which cancels them: their gradients are rounding noise under Adam and are 
 """
 
 import numpy as np
+import pytest
 import torch
-from tests.real_ports import assert_records_agree, initializer, port, ported_imports, run_source
+from tests.real_ports import (
+    assert_records_agree,
+    global_streams_restored,  # noqa: F401  (a fixture)
+    initializer,
+    port,
+    ported_imports,
+    run_source,
+)
 
 import retrograd as rg
 
@@ -263,6 +271,7 @@ def vmap_by_loop(func):
     return mapped
 
 
+@pytest.mark.usefixtures("global_streams_restored")
 def test_functorch_maml_omniglot_by_vmap_of_grad_trains_as_torch(capsys):
     torch.manual_seed(0)
     initialize = initializer()

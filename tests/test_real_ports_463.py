@@ -27,10 +27,12 @@ import sys
 import types
 
 import numpy as np
+import pytest
 import torch
 from tests.real_ports import (
     SharedDraws,
     assert_records_agree,
+    global_streams_restored,  # noqa: F401  (a fixture)
     initializer,
     port,
     ported_imports,
@@ -320,6 +322,7 @@ def state_of(model):
     return {k: np.array(v.detach().numpy(), copy=True) for k, v in model.state_dict().items()}
 
 
+@pytest.mark.usefixtures("global_streams_restored")
 def test_caogang_wgan_gp_toy_trains_as_torch(capsys, monkeypatch):
     torch.manual_seed(0)
     initialize = initializer()

@@ -25,8 +25,16 @@ backward (``p.grad_replace(grads, this_grad)``) where torch copies into ``p.grad
 import random
 
 import numpy as np
+import pytest
 import torch
-from tests.real_ports import assert_records_agree, initializer, port, ported_imports, run_source
+from tests.real_ports import (
+    assert_records_agree,
+    global_streams_restored,  # noqa: F401  (a fixture)
+    initializer,
+    port,
+    ported_imports,
+    run_source,
+)
 
 import retrograd as rg
 
@@ -449,6 +457,7 @@ class SyntheticTasks:
         return self.tasks[idx]
 
 
+@pytest.mark.usefixtures("global_streams_restored")
 def test_imaml_dev_implicit_meta_gradients_by_conjugate_gradients_as_torch(capsys):
     torch.manual_seed(0)
     initialize = initializer()

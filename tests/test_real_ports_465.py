@@ -19,10 +19,12 @@ Both runs start from torch's weights (the MLP's ``xavier_uniform_``) and draw
 """
 
 import numpy as np
+import pytest
 import torch
 from tests.real_ports import (
     SharedDraws,
     assert_records_agree,
+    global_streams_restored,  # noqa: F401  (a fixture)
     initializer,
     port,
     ported_imports,
@@ -311,6 +313,7 @@ def make_digits(lib, n):
     return lib.utils.data.TensorDataset(lib.tensor(images, dtype=lib.float32), lib.tensor(labels))
 
 
+@pytest.mark.usefixtures("global_streams_restored")
 def test_jacobian_regularizer_trains_an_mlp_as_torch(capsys):
     torch.manual_seed(0)
     initialize = initializer()
