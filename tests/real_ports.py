@@ -16,6 +16,7 @@ import types
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 import retrograd as rg
@@ -313,3 +314,16 @@ class SharedFills:
         for name, method in self.saved.items():
             setattr(self.lib.Tensor, name, method)
         return False
+
+
+@pytest.fixture
+def global_streams_restored():
+    """Python's, NumPy's, torch's and retrograd's global random streams as they were before the
+    test (a program ported as written seeds them: ``np.random.seed(123)``,
+    ``torch.manual_seed(1)``); use it with ``pytest.mark.usefixtures``."""
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state(), rg.get_rng_state()
+    yield
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch.set_rng_state(states[2])
+    rg.set_rng_state(states[3])
