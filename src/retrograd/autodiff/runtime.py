@@ -287,6 +287,7 @@ def backward(
         # They go now, so that dropping the graph frees them as after a finished backward.
         _clear_library_frames(error.__traceback__)
         if consume:  # the steps not run yet keep their graph, as torch's do
+            _give_back_unrun(tape.run, checkpointer)
             _unclaim(tape.run)
         # the strategy hears of it (a budget's planner plans from no half step); a strategy of
         # one's own may return a checkpointer without ``abandon``
@@ -522,6 +523,19 @@ def _unclaim(nodes: list[Node]) -> None:
     for node in nodes:
         if node.consumed is CLAIMED:
             node.consumed = False
+
+
+def _give_back_unrun(nodes: list[Node], checkpointer: Any) -> None:
+    """A consuming backward stopped early: the steps it did not finish get back the values
+    their rules read, which its checkpointer took from their records when it began (a later
+    backward through them read no value: a bare ``KeyError``, or "never checkpointed"). A
+    step whose values the checkpointer no longer holds is released instead, so that a later
+    backward through it says the graph was consumed."""
+    give_back = getattr(checkpointer, "give_back", None)
+    for node in nodes:
+        if node.consumed is CLAIMED and node.op is not None and node.saved.keys:
+            if give_back is None or not give_back(node):
+                _release(node)
 
 
 def _consumed(node: Node) -> AutodiffError:
