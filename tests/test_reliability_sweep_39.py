@@ -26,7 +26,6 @@ import pytest
 import torch
 
 import retrograd as rg
-
 from backends import inner_backend
 
 STRATEGIES = {
@@ -38,14 +37,14 @@ STRATEGIES = {
 X = [0.5, 1.0, 2.0]
 
 
-class _Stop(Exception):
+class _StopError(Exception):
     """The failure a hook or Function raises in these tests."""
 
 
 def _hook_raises(lib, h):
     """A hook on ``h``'s consumer raises: the steps below it have not run."""
     a = h * 3
-    a.register_hook(lambda grad: (_ for _ in ()).throw(_Stop("hook")))
+    a.register_hook(lambda grad: (_ for _ in ()).throw(_StopError("hook")))
     return a.sum()
 
 
@@ -60,7 +59,7 @@ def _function_raises(lib, h):
 
         @staticmethod
         def backward(ctx, grad):
-            raise _Stop("function")
+            raise _StopError("function")
 
     return Broken.apply(h).sum()
 
@@ -83,7 +82,7 @@ def _run(lib, failing):
     w = x.exp()
     h = (w * x).tanh()
     loss = failing(lib, h)
-    with pytest.raises((_Stop, KeyboardInterrupt)):
+    with pytest.raises((_StopError, KeyboardInterrupt)):
         loss.backward()
     second = (h.cos() + w.sin()).sum()
     if lib is torch:
@@ -94,9 +93,7 @@ def _run(lib, failing):
 
 @pytest.mark.parametrize("failure", sorted(FAILURES))
 @pytest.mark.parametrize("strategy", ["none", "balanced"])
-def test_a_failed_backward_leaves_the_steps_it_did_not_run_to_a_later_backward(
-    strategy, failure
-):
+def test_a_failed_backward_leaves_the_steps_it_did_not_run_to_a_later_backward(strategy, failure):
     # before: the later backward failed with a bare KeyError (the values of exp, mul and tanh
     # had been taken from their records by the backward that failed)
     torch.manual_seed(0)
@@ -130,7 +127,7 @@ def test_the_step_that_raised_is_refused_by_name_when_its_values_are_gone(strate
     with rg.use_backend(rg.Autodiff(inner_backend(), STRATEGIES[strategy]())):
         x = rg.tensor(X, dtype=rg.float64).require_grad()
         z = _function_raises(rg, x.exp())
-        with pytest.raises(_Stop):
+        with pytest.raises(_StopError):
             z.backward()
         with pytest.raises(rg.AutodiffError, match="consumed by an earlier backward"):
             (z * 2).backward()

@@ -533,9 +533,9 @@ def _give_back_unrun(nodes: list[Node], checkpointer: Any) -> None:
     backward through it says the graph was consumed."""
     give_back = getattr(checkpointer, "give_back", None)
     for node in nodes:
-        if node.consumed is CLAIMED and node.op is not None and node.saved.keys:
-            if give_back is None or not give_back(node):
-                _release(node)
+        unrun = node.consumed is CLAIMED and node.op is not None and node.saved.keys
+        if unrun and (give_back is None or not give_back(node)):
+            _release(node)
 
 
 def _consumed(node: Node) -> AutodiffError:
