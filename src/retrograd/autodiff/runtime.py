@@ -243,6 +243,8 @@ def backward(
     grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
 
     nodes = tape.nodes if create_graph else None
+    # what a consuming backward took from the records of the steps it has not run yet
+    taken = getattr(checkpointer, "taken", None) if consume else None
     node = None
     running = getattr(_RUNNING, "tapes", None)
     if running is None:
@@ -259,6 +261,8 @@ def backward(
                     if checking:
                         grads.begin_step(node)
                     _step(node, rules_backend, grads, checkpointer, nodes)
+                    if taken is not None:
+                        taken.pop(node.id, None)
                     if not retain:
                         _release(node)
                 elif node.hooks is not None and node.id not in grads.hooked:
@@ -287,14 +291,14 @@ def backward(
         # They go now, so that dropping the graph frees them as after a finished backward.
         _clear_library_frames(error.__traceback__)
         if consume:  # the steps not run yet keep their graph, as torch's do
-            _give_back_unrun(tape.run, checkpointer)
+            _give_back(tape.run, taken)
             _unclaim(tape.run)
         # the strategy hears of it (a budget's planner plans from no half step); a strategy of
         # one's own may return a checkpointer without ``abandon``
         abandon = getattr(checkpointer, "abandon", None)
         if abandon is not None:
             abandon()
-        del tape, grads, checkpointer, abandon, nodes, node, root, seed
+        del tape, grads, checkpointer, abandon, nodes, node, root, seed, taken
         raise
     running.pop()
     gathering.pop()
@@ -525,16 +529,24 @@ def _unclaim(nodes: list[Node]) -> None:
             node.consumed = False
 
 
-def _give_back_unrun(nodes: list[Node], checkpointer: Any) -> None:
-    """A consuming backward stopped early: the steps it did not finish get back the values
-    their rules read, which its checkpointer took from their records when it began (a later
-    backward through them read no value: a bare ``KeyError``, or "never checkpointed"). A
-    step whose values the checkpointer no longer holds is released instead, so that a later
-    backward through it says the graph was consumed."""
-    give_back = getattr(checkpointer, "give_back", None)
+def _give_back(nodes: list[Node], taken: dict[int, list] | None) -> None:
+    """A consuming backward stopped early (a rule, hook or Function raised, or an interrupt
+    came): the steps it did not finish, the one that raised included, get back the records
+    their checkpointer took when it began (``taken``), so that a later backward through them
+    reads their values, as torch's engine keeps the saved tensors of the nodes it did not
+    run. Before, the records stayed empty and that backward failed with a bare ``KeyError``.
+    Where the records cannot be given back (``taken`` is None: a memory budget's slots let
+    go of their values), a step that reads values is released instead, and a later backward
+    through it says the graph was consumed."""
     for node in nodes:
-        unrun = node.consumed is CLAIMED and node.op is not None and node.saved.keys
-        if unrun and (give_back is None or not give_back(node)):
+        if node.consumed is not CLAIMED or node.op is None:
+            continue
+        saved = node.saved
+        if taken is not None:
+            actions = taken.pop(node.id, None)
+            if actions is not None:
+                saved.actions = actions
+        elif saved.keys or saved.recompute:
             _release(node)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
-from .builder import Saved
 from .retro_forward import rerun, topological_order
 from .state import RECOMPUTE, State, nbytes_of
 
@@ -47,9 +46,12 @@ class HeldCheckpointer:
     every eager step's checkpointer, so it is written for speed.
     """
 
-    __slots__ = ("on_end", "peak_bytes", "reads", "values")
+    __slots__ = ("on_end", "peak_bytes", "reads", "taken", "values")
 
     def __init__(self, values: dict[int, Any], reads: dict[int, int], peak_bytes: int, on_end=None):
+        #: the records a consuming backward took, to give back if it stops early (see
+        #: :attr:`.builder.CheckpointerBuilder.taken`), or None
+        self.taken: dict[int, list] | None = None
         self.values = values
         self.reads = reads
         self.peak_bytes = peak_bytes
@@ -84,11 +86,6 @@ class HeldCheckpointer:
         if self.on_end is not None:
             self.on_end(None)
 
-    def give_back(self, node: Any) -> bool:
-        """See :meth:`Checkpointer.give_back`."""
-        values = self.values
-        return _give_back(node, lambda key: values.get(key, RECOMPUTE))
-
     def is_empty(self) -> bool:
         return not self.reads
 
@@ -113,6 +110,7 @@ class Checkpointer:
         "sizes",
         "start_peak",
         "states",
+        "taken",
         "tree",
     )
 
@@ -131,6 +129,8 @@ class Checkpointer:
         self.sizes = sizes
         self.by_products = by_products
         self.start_peak = start_peak
+        #: see :attr:`HeldCheckpointer.taken`
+        self.taken: dict[int, list] | None = None
         self.held_bytes = sum(
             sizes.get(key, 0) for key, state in states.items() if state.value is not RECOMPUTE
         )
@@ -156,20 +156,6 @@ class Checkpointer:
         """The backward stopped before its end (a rule, hook or Function raised). Nothing to
         report: a strategy that learns from each backward (a memory budget's planner) would
         learn from half a step, so the budget's checkpointers tell their listener ``None``."""
-
-    def give_back(self, node: Any) -> bool:
-        """The backward stopped before ``node``'s step ran (or while it ran): give its record
-        back the values its rules read, which this checkpointer took from it, so that a later
-        backward through ``node`` reads them. False where some value is gone (read for the
-        last time, or to be recomputed): the caller then releases ``node``, and a later
-        backward through it says the graph was consumed."""
-        states = self.states
-
-        def held(key: int) -> Any:
-            state = states.get(key)
-            return RECOMPUTE if state is None else state.value
-
-        return _give_back(node, held, self.tree)
 
     def retrieve(self, key: int) -> Any:
         """The value saved under ``key`` for a backward step; forgotten after its last read."""
@@ -253,31 +239,3 @@ class Checkpointer:
         states = self.states
         for parent in self.tree[node_id].parents:
             states[parent.id].reads_left += 1
-
-
-def _give_back(node: Any, held: Any, tree: dict[int, Any] | None = None) -> bool:
-    """Restore ``node``'s consumed record from ``held`` (key -> value, or ``RECOMPUTE`` when
-    not held); see :meth:`Checkpointer.give_back`. A value not held is marked to recompute
-    where ``tree`` has its node and that node is recomputed (then given back its parents'
-    values, as forward backs them up). A budget's record holds slots the pool accounts for,
-    not values: it is not restored."""
-    saved = node.saved
-    if type(saved) is not Saved:
-        return False
-    if saved.actions is not None:  # never gathered
-        return True
-    actions = []
-    for key in saved.keys:
-        value = held(key)
-        if value is RECOMPUTE:
-            producer = None if tree is None else tree.get(key)
-            if producer is None or not producer.saved.recompute:
-                return False
-        actions.append((key, value, False))
-    if saved.recompute:
-        for parent in node.parents:
-            value = RECOMPUTE if parent is None else held(parent.id)
-            if value is not RECOMPUTE:
-                actions.append((parent.id, value, True))
-    saved.actions = actions
-    return True
