@@ -560,8 +560,9 @@ def _consumed(node: Node) -> AutodiffError:
         )
     return AutodiffError(
         f"backward: the graph through {node.describe()} was consumed by an earlier backward(), "
-        "which frees what it walks; call that earlier backward with retain_graph=True to "
-        "backpropagate through the same graph again"
+        "which frees what it walks (torch's words: Trying to backward through the graph a "
+        "second time); call that earlier backward with retain_graph=True to backpropagate "
+        "through the same graph again"
     )
 
 
