@@ -19,11 +19,17 @@ earlier sweeps). What it found:
 - a second backward through a consumed graph did not say torch's words ("Trying to backward
   through the graph a second time"), which ported scripts match; it says them now, beside its
   own.
+- anomaly mode named the node and forward op whose gradient held NaN, but not where that op
+  was called; as torch's, it now records each op's forward traceback while it is on and warns
+  with it ("Error detected in SqrtBackward0. Traceback of forward call that caused the
+  error"), and the error names the call's file and line.
 
 Expected gradients come from torch, run in each test on the same program.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
@@ -182,3 +188,28 @@ def test_a_second_backward_says_torchs_words_too():
         loss.backward()
     assert "retain_graph=True" in str(raised.value)
     assert "consumed by an earlier backward" in str(raised.value)
+
+
+def _nan_below(x):
+    h = x * 2
+    return h.sqrt() * 0  # the forward call anomaly mode names (sqrt's gradient at 0 is inf)
+
+
+@pytest.mark.parametrize("lib", ["torch", "retrograd"])
+def test_anomaly_mode_shows_the_forward_call_that_made_the_nan_as_torchs(lib):
+    # torch's anomaly mode warns with the traceback of the forward call of the node whose
+    # backward gave NaN; ours named the node and its op only, not where it was called
+    module = torch if lib == "torch" else rg
+    x = module.tensor([0.0, 1.0], requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with module.autograd.detect_anomaly():
+            loss = _nan_below(x).sum()
+            with pytest.raises(RuntimeError, match="'SqrtBackward0' returned nan values") as raised:
+                loss.backward()
+    shown = [str(w.message) for w in caught if "Traceback of forward call" in str(w.message)]
+    assert len(shown) == 1 and shown[0].startswith("Error detected in SqrtBackward0.")
+    assert "return h.sqrt() * 0" in shown[0] and "_nan_below" in shown[0]
+    if lib == "retrograd":
+        assert f"{__file__}:" in str(raised.value)  # the call's place, in the error too
+    assert not (torch if lib == "torch" else rg.autograd).is_anomaly_enabled()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import threading
+import traceback
+import warnings
 from contextlib import suppress
 from operator import attrgetter
 from typing import Any
@@ -429,11 +431,31 @@ def _anomaly(stepping: Node, parent: Node, shape: tuple, registered: dict[int, i
     index = positions[seen] if seen < len(positions) else (positions[0] if positions else 0)
     namer = ANOMALY["name"]
     name = namer(stepping) if namer is not None else stepping.op.name
+    stack = stepping.__dict__.get("forward_stack")
+    where = ""
+    if stack:
+        # torch's warning, with the traceback of the forward call that made the node
+        warnings.warn(
+            f"Error detected in {name}. Traceback of forward call that caused the error:\n"
+            + "".join(traceback.format_list(stack)),
+            UserWarning,
+            stacklevel=2,
+        )
+        where = f", called at {stack[-1].filename}:{stack[-1].lineno}"
     return AutodiffError(
         f"backward: anomaly detected: Function '{name}' returned nan values in its "
         f"{index}th output (the gradient of input {index} of the forward op "
-        f"{stepping.op.name}, shape {list(shape)})"
+        f"{stepping.op.name}{where}, shape {list(shape)})"
     )
+
+
+def forward_stack() -> traceback.StackSummary:
+    """The caller's stack outside retrograd: where anomaly mode says a recorded op was
+    called (torch records each node's forward traceback while the mode is on)."""
+    stack = traceback.extract_stack()
+    while stack and stack[-1].filename.startswith(_PACKAGE):
+        stack.pop()
+    return stack
 
 
 def _variadic_step(node: Node, backend: Any, grads: Gradients, g: Any) -> None:
