@@ -23,6 +23,9 @@ earlier sweeps). What it found:
   was called; as torch's, it now records each op's forward traceback while it is on and warns
   with it ("Error detected in SqrtBackward0. Traceback of forward call that caused the
   error"), and the error names the call's file and line.
+- an expand to more elements than int64 counts said NumPy's "iterator is too large", naming
+  neither the size asked nor why; it names both now (torch: "numel: integer multiplication
+  overflow").
 
 Expected gradients come from torch, run in each test on the same program.
 """
@@ -213,3 +216,19 @@ def test_anomaly_mode_shows_the_forward_call_that_made_the_nan_as_torchs(lib):
     if lib == "retrograd":
         assert f"{__file__}:" in str(raised.value)  # the call's place, in the error too
     assert not (torch if lib == "torch" else rg.autograd).is_anomaly_enabled()
+
+
+@pytest.mark.parametrize(
+    ("own", "size"),
+    [((1, 3), (2**62, 3)), ((2, 3), (2**40, 2**40, 2, 3)), ((1, 0), (2**62, 2**62, 0))],
+)
+def test_an_expand_past_int64_names_the_shape_as_torch_refuses_it(own, size):
+    # ours said NumPy's "iterator is too large", naming neither the size asked nor the reason
+    with pytest.raises(RuntimeError, match="numel: integer multiplication overflow"):
+        torch.ones(own).expand(size)
+    x = rg.ones(own).require_grad()
+    with pytest.raises(rg.ShapeError, match="more elements than an int64") as raised:
+        x.expand(size)
+    assert str(list(size)) in str(raised.value) and str(list(own)) in str(raised.value)
+    expanded = x.expand((4, *own[1:]) if own[0] == 1 else (3, *own))
+    assert x.grad(expanded.sum().backward()).shape == own  # x still usable
