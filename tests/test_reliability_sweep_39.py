@@ -26,6 +26,9 @@ earlier sweeps). What it found:
 - an expand to more elements than int64 counts said NumPy's "iterator is too large", naming
   neither the size asked nor why; it names both now (torch: "numel: integer multiplication
   overflow").
+- ``default_collate`` of a batch of numbers holding another sample (a string, ``None``, a
+  list) failed in ``tensor``'s words ("cannot make a tensor from data of dtype <U21"); it is
+  a ``DTypeError`` (a ``TypeError``, as torch's) naming ``default_collate`` and the sample.
 
 Expected gradients come from torch, run in each test on the same program.
 """
@@ -232,3 +235,18 @@ def test_an_expand_past_int64_names_the_shape_as_torch_refuses_it(own, size):
     assert str(list(size)) in str(raised.value) and str(list(own)) in str(raised.value)
     expanded = x.expand((4, *own[1:]) if own[0] == 1 else (3, *own))
     assert x.grad(expanded.sum().backward()).shape == own  # x still usable
+
+
+@pytest.mark.parametrize("batch", [[1, "a"], [1.0, None], [1, [2]], [2.5, b"x"]])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_batch_of_numbers_with_another_sample_is_a_type_error_naming_it(batch, num_workers):
+    # ours raised "tensor: cannot make a tensor from data of dtype <U21" (or of None), naming
+    # neither default_collate nor the sample at fault; torch's is a TypeError too
+    with pytest.raises(TypeError):
+        torch.utils.data.default_collate(batch)
+    loader = rg.utils.data.DataLoader(batch, batch_size=2, num_workers=num_workers)
+    with pytest.raises(rg.DTypeError, match="default_collate") as raised:
+        next(iter(loader))
+    assert f"sample 1 is a {type(batch[1]).__name__} (expected a number)" in str(raised.value)
+    good = rg.utils.data.DataLoader([1, True, 2.5, np.float32(4)], batch_size=4)
+    np.testing.assert_array_equal(next(iter(good)).numpy(), [1.0, 1.0, 2.5, 4.0])
