@@ -568,7 +568,7 @@ def _give_back(nodes: list[Node], taken: dict[int, list] | None) -> None:
             actions = taken.pop(node.id, None)
             if actions is not None:
                 saved.actions = actions
-        elif saved.keys or saved.recompute:
+        elif saved.keys:  # (a step that reads nothing runs as it did)
             _release(node)
 
 
