@@ -35,6 +35,9 @@ from .ops import OPS, Op, Plan
 from .params import DistributedParam, ParamId
 from .saved_hooks import HOOKED_THREADS, active_pair, pack_saved
 
+#: anomaly mode's flags (``rg.autograd.detect_anomaly``), read once per recorded op
+_ANOMALY = runtime.ANOMALY
+
 __all__ = ["Autodiff", "Recipe"]
 
 _TRACKED = (True,)
@@ -196,6 +199,8 @@ class Autodiff(Backend):
                 node.bshapes = bshapes
         if self._hook is not None:
             self._hook(self, node, out)
+        if _ANOMALY["enabled"]:  # torch's anomaly mode records where each op was called
+            node.forward_stack = runtime.forward_stack()
         return AutodiffPrimitive(out, node)
 
     def apply(self, op: Op, *inputs: AutodiffPrimitive, params: tuple = ()) -> Any:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import threading
+import traceback
+import warnings
 from contextlib import suppress
 from operator import attrgetter
 from typing import Any
@@ -243,6 +245,8 @@ def backward(
     grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
 
     nodes = tape.nodes if create_graph else None
+    # what a consuming backward took from the records of the steps it has not run yet
+    taken = getattr(checkpointer, "taken", None) if consume else None
     node = None
     running = getattr(_RUNNING, "tapes", None)
     if running is None:
@@ -259,6 +263,8 @@ def backward(
                     if checking:
                         grads.begin_step(node)
                     _step(node, rules_backend, grads, checkpointer, nodes)
+                    if taken is not None:
+                        taken.pop(node.id, None)
                     if not retain:
                         _release(node)
                 elif node.hooks is not None and node.id not in grads.hooked:
@@ -287,13 +293,14 @@ def backward(
         # They go now, so that dropping the graph frees them as after a finished backward.
         _clear_library_frames(error.__traceback__)
         if consume:  # the steps not run yet keep their graph, as torch's do
+            _give_back(tape.run, taken)
             _unclaim(tape.run)
         # the strategy hears of it (a budget's planner plans from no half step); a strategy of
         # one's own may return a checkpointer without ``abandon``
         abandon = getattr(checkpointer, "abandon", None)
         if abandon is not None:
             abandon()
-        del tape, grads, checkpointer, abandon, nodes, node, root, seed
+        del tape, grads, checkpointer, abandon, nodes, node, root, seed, taken
         raise
     running.pop()
     gathering.pop()
@@ -424,11 +431,31 @@ def _anomaly(stepping: Node, parent: Node, shape: tuple, registered: dict[int, i
     index = positions[seen] if seen < len(positions) else (positions[0] if positions else 0)
     namer = ANOMALY["name"]
     name = namer(stepping) if namer is not None else stepping.op.name
+    stack = stepping.__dict__.get("forward_stack")
+    where = ""
+    if stack:
+        # torch's warning, with the traceback of the forward call that made the node
+        warnings.warn(
+            f"Error detected in {name}. Traceback of forward call that caused the error:\n"
+            + "".join(traceback.format_list(stack)),
+            UserWarning,
+            stacklevel=2,
+        )
+        where = f", called at {stack[-1].filename}:{stack[-1].lineno}"
     return AutodiffError(
         f"backward: anomaly detected: Function '{name}' returned nan values in its "
         f"{index}th output (the gradient of input {index} of the forward op "
-        f"{stepping.op.name}, shape {list(shape)})"
+        f"{stepping.op.name}{where}, shape {list(shape)})"
     )
+
+
+def forward_stack() -> traceback.StackSummary:
+    """The caller's stack outside retrograd: where anomaly mode says a recorded op was
+    called (torch records each node's forward traceback while the mode is on)."""
+    stack = traceback.extract_stack()
+    while stack and stack[-1].filename.startswith(_PACKAGE):
+        stack.pop()
+    return stack
 
 
 def _variadic_step(node: Node, backend: Any, grads: Gradients, g: Any) -> None:
@@ -524,6 +551,27 @@ def _unclaim(nodes: list[Node]) -> None:
             node.consumed = False
 
 
+def _give_back(nodes: list[Node], taken: dict[int, list] | None) -> None:
+    """A consuming backward stopped early (a rule, hook or Function raised, or an interrupt
+    came): the steps it did not finish, the one that raised included, get back the records
+    their checkpointer took when it began (``taken``), so that a later backward through them
+    reads their values, as torch's engine keeps the saved tensors of the nodes it did not
+    run. Before, the records stayed empty and that backward failed with a bare ``KeyError``.
+    Where the records cannot be given back (``taken`` is None: a memory budget's slots let
+    go of their values), a step that reads values is released instead, and a later backward
+    through it says the graph was consumed."""
+    for node in nodes:
+        if node.consumed is not CLAIMED or node.op is None:
+            continue
+        saved = node.saved
+        if taken is not None:
+            actions = taken.pop(node.id, None)
+            if actions is not None:
+                saved.actions = actions
+        elif saved.keys:  # (a step that reads nothing runs as it did)
+            _release(node)
+
+
 def _consumed(node: Node) -> AutodiffError:
     if node.consumed is CLAIMED:
         return AutodiffError(
@@ -534,8 +582,9 @@ def _consumed(node: Node) -> AutodiffError:
         )
     return AutodiffError(
         f"backward: the graph through {node.describe()} was consumed by an earlier backward(), "
-        "which frees what it walks; call that earlier backward with retain_graph=True to "
-        "backpropagate through the same graph again"
+        "which frees what it walks (torch's words: Trying to backward through the graph a "
+        "second time); call that earlier backward with retain_graph=True to backpropagate "
+        "through the same graph again"
     )
 
 

@@ -6,8 +6,10 @@ output for NaN. retrograd's does the check: while the mode is on, every backward
 (``loss.backward()``, ``rg.autograd.backward``, ``rg.autograd.grad``) checks each gradient a
 step gives before adding it, and the first one holding NaN stops the backward with an
 ``AutodiffError`` (a ``RuntimeError``) in torch's words, naming the node and the forward op:
-"Function 'LogBackward0' returned nan values in its 0th output (...)". It records no forward
-tracebacks (the node's name and the op say where the NaN came from).
+"Function 'LogBackward0' returned nan values in its 0th output (...)". As torch's, it records
+the traceback of each op's forward call while it is on, and warns with the one of the node
+whose gradient holds NaN ("Error detected in LogBackward0. Traceback of forward call that
+caused the error: ..."); the error names that call's file and line too.
 """
 
 from __future__ import annotations

@@ -307,6 +307,11 @@ class ShapeMixin:
                 )
         if any(n < 0 for n in target):
             raise ShapeError(f"expand: invalid target shape {shape_text(shape)}")
+        if math.prod(n for n in target if n) > _INT64_MAX:  # (NumPy's "iterator is too large")
+            raise ShapeError(
+                f"expand: the shape {shape_text(target)} has more elements than an int64 counts "
+                f"(torch: numel: integer multiplication overflow); input {shape_text(own)}"
+            )
         if target == own:
             return self
         return link(self._apply("expand", (self,), (target,)), self, "expand", (target,))
@@ -980,6 +985,9 @@ def _names_dtype(value: Any) -> bool:
         return value.removeprefix("torch.") in DTYPE_OBJECTS
     return type(value).__name__ == "dtype"
 
+
+#: The most elements a shape may count (torch's and NumPy's sizes are int64)
+_INT64_MAX = 2**63 - 1
 
 #: The least memory one piece of a split takes (its Python object and view record): the
 #: bound below which a number of pieces cannot be held.

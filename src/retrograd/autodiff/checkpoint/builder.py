@@ -68,7 +68,11 @@ class CheckpointerBuilder:
     held by the checkpointer alone and freed at its last read.
     """
 
-    __slots__ = ("backups", "kept", "reads", "recomputable", "recomputed", "tree")
+    __slots__ = ("backups", "kept", "reads", "recomputable", "recomputed", "taken", "tree")
+
+    #: whether the records a consuming backward took can be handed back to the steps it did
+    #: not run (a budget's records hold slots its pool accounts for: they cannot)
+    gives_back = True
 
     def __init__(self, tree: dict[int, Any], consume: bool):
         #: node id -> node, for every node the backward walks
@@ -77,6 +81,11 @@ class CheckpointerBuilder:
         self.reads: dict[int, int] = {}
         self.recomputed: list[int] = []
         self.backups: list[tuple[int, Any]] = []
+        #: node id -> the actions a consuming backward took from its record, each dropped
+        #: once the node's step ran: a backward that stops early (an error, an interrupt)
+        #: gives the rest back, so that a later backward through those steps reads them
+        self.taken: dict[int, list] | None = {} if consume and self.gives_back else None
+        taken = self.taken
         recomputable = 0
         for node in tree.values():
             saved = node.saved
@@ -87,6 +96,8 @@ class CheckpointerBuilder:
                 self.add(actions)
                 if consume:
                     saved.actions = None
+                    if taken is not None:
+                        taken[node.id] = actions
         self.recomputable = recomputable
         kept = self.kept
         for key, value in self.backups:

@@ -46,9 +46,12 @@ class HeldCheckpointer:
     every eager step's checkpointer, so it is written for speed.
     """
 
-    __slots__ = ("on_end", "peak_bytes", "reads", "values")
+    __slots__ = ("on_end", "peak_bytes", "reads", "taken", "values")
 
     def __init__(self, values: dict[int, Any], reads: dict[int, int], peak_bytes: int, on_end=None):
+        #: the records a consuming backward took, to give back if it stops early (see
+        #: :attr:`.builder.CheckpointerBuilder.taken`), or None
+        self.taken: dict[int, list] | None = None
         self.values = values
         self.reads = reads
         self.peak_bytes = peak_bytes
@@ -107,6 +110,7 @@ class Checkpointer:
         "sizes",
         "start_peak",
         "states",
+        "taken",
         "tree",
     )
 
@@ -125,6 +129,8 @@ class Checkpointer:
         self.sizes = sizes
         self.by_products = by_products
         self.start_peak = start_peak
+        #: see :attr:`HeldCheckpointer.taken`
+        self.taken: dict[int, list] | None = None
         self.held_bytes = sum(
             sizes.get(key, 0) for key, state in states.items() if state.value is not RECOMPUTE
         )

@@ -137,11 +137,18 @@ class CheckpointStrategy:
         tree = self.tree_of(tape)
         builder = self.builder(tree, consume)
         if not builder.recomputed:  # nothing was dropped: every value read is held
-            return HeldCheckpointer(builder.held(), builder.reads, builder.activation_bytes())
-        sizes = builder.sizes()
-        states = builder.states(builder.count_reads())
-        by_products = SqrtAnchors.for_graph(builder.recomputable)
-        return Checkpointer(states, tree, inner, sizes, by_products, sum(sizes.values()))
+            checkpointer: Any = HeldCheckpointer(
+                builder.held(), builder.reads, builder.activation_bytes()
+            )
+        else:
+            sizes = builder.sizes()
+            states = builder.states(builder.count_reads())
+            by_products = SqrtAnchors.for_graph(builder.recomputable)
+            checkpointer = Checkpointer(
+                states, tree, inner, sizes, by_products, sum(sizes.values())
+            )
+        checkpointer.taken = builder.taken
+        return checkpointer
 
     def planned_states(self, tape: Any) -> dict[int, State]:
         """The state of every value a backward over ``tape`` would read, as it would start:

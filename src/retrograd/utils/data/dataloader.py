@@ -27,6 +27,7 @@ import copy
 import itertools
 import math
 import multiprocessing
+import numbers
 import threading
 import traceback
 from collections.abc import Callable, Iterator
@@ -91,14 +92,20 @@ def collate_numpy_scalar_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | 
     return tensor(np.asarray(batch))
 
 
+#: what a batch of Python numbers may hold besides (torch's ``tensor`` reads NumPy's too)
+_NUMBERS = (numbers.Number, np.bool_)
+
+
 def collate_float_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
     """Python floats as float64, as torch's."""
+    _check_samples_are(batch, _NUMBERS, "number")
     return tensor(batch, dtype="float64")
 
 
 def collate_int_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
     """Python ints and bools as ``tensor(batch)`` reads them: int64, bool, or the default
     float dtype if a later sample is a float (not truncated ints), as torch's."""
+    _check_samples_are(batch, _NUMBERS, "number")
     return tensor(batch)
 
 
@@ -182,7 +189,7 @@ def default_collate(batch: list[Any]) -> Any:
     return collate(batch, collate_fn_map=default_collate_fn_map)
 
 
-def _check_samples_are(batch: list[Any], kind: type, name: str) -> None:
+def _check_samples_are(batch: list[Any], kind: type | tuple[type, ...], name: str) -> None:
     """Refuse a batch whose first sample is a ``kind`` and a later one is not (torch's
     "expected Tensor as element 1 in argument 0, but got int")."""
     for i, sample in enumerate(batch):

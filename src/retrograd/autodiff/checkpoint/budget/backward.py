@@ -58,6 +58,9 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
 
     __slots__ = ("costs", "slots")
 
+    #: its slots let go of their values when a backward consumes them (``slots``)
+    gives_back = False
+
     def __init__(self, tree: dict[int, Any], consume: bool):
         #: key -> seconds its op took in forward
         self.costs: dict[int, float] = {}
