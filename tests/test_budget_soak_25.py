@@ -115,7 +115,6 @@ def _budget_tables(strategy: rg.BudgetCheckpointing) -> tuple:
     return (
         strategy.held_bytes,
         len(planner.kept),
-        len(planner._trials),
         len(planner._seen),
         len(strategy.timer._seconds),
         len(strategy.pool._held),

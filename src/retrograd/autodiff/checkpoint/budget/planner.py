@@ -22,18 +22,17 @@ budget or holds less than that floor, an anchored schedule (:mod:`.segments`: on
 kept from forward, each segment recomputed once from its anchor, what backward does not read
 dropped at once: :data:`ANCHORED`); else that floor (:data:`FLOOR`) when it holds no more than
 the budget plus a tenth of the unbudgeted step (:data:`FLOOR_SLACK`), followed at once; else
-the lower of two, by what was measured: that floor, or a replay of the eager step at its own
-prices, whose backward recomputes from √n anchors and drops for the budget
-(:data:`REPLAY`). Only a plan that fits is re-planned after a miss.
+a replay of the eager step (:data:`REPLAY`: forward evicts for the budget, backward
+recomputes from √n anchors and drops for the budget), unless the eager step held no less than
+the floor at the prices the replay will use. Only a plan that fits is re-planned after a miss.
 
-A replay repeats what one eager step did, and what an eager step holds depends on the prices
-it measured (which value is cheapest to evict is a comparison of timings): a pause of a few
-milliseconds at one small op can make it hold a value more, and every replay would copy that
-(the choice between the floor and a replay, too, compares the floor with what it held). So a
-graph under the floor (past the anchored schedule) whose plan holds more than
-:data:`REPLAY_SLACK` times the budget runs eagerly again, until an eager step holds no less
-than those before it (or :data:`REPLAY_TRIALS` have run), and its steps follow the lowest
-of their plans (:meth:`Planner._after_trials`).
+Every step after the first follows the plan made from it, whatever mode. What an eager step
+holds depends on the prices it measured as it went (which value is cheapest to evict is a
+comparison of timings; a pause at one of its first ops makes it hold a value more), so a
+replay prices every op at the fastest time measured for its op and shapes over the whole
+step, as every other plan does: its steps, the first included, evict and recompute the same
+values. (Until 6 December a graph under the floor ran up to three more eager steps, trials,
+and followed the one that held least: each trial recomputed another count of ops.)
 """
 
 from __future__ import annotations
@@ -97,20 +96,10 @@ ANCHORED = "anchored"
 REPLAY_SLACK = 1.1
 
 #: a floor (:data:`FLOOR`) within this fraction of what the step holds without a budget
-#: (:func:`near_the_budget`) above the budget is followed at once, without trials, and before a
-#: replay of an eager step that held less: a replay recomputes chains several times over
-#: (1.6-2.5 times the step's time), a worse trade than the floor's few bytes more, and what
-#: an eager step holds and recomputes depends on the times it measured. With trials, the
-#: plan's first steps ran eagerly (one to :data:`REPLAY_TRIALS`, by what they measured) and
-#: recomputed other counts of ops than the steps after them: the sdpa transformer of
-#: ``bench_budget_loops.py`` at 0.25x on the torch inner backend, 184 or 159 ops, then 57
+#: (:func:`near_the_budget`) above the budget is followed before a replay of an eager step that
+#: held less: a replay recomputes chains several times over (1.6-2.5 times the step's time), a
+#: worse trade than the floor's few bytes more
 FLOOR_SLACK = 0.1
-
-#: eager steps of a graph under the floor, at most, before its steps follow the lowest plan
-#: of theirs (the floor, or a replay of the step that held least); one that holds no less
-#: than those before it ends the trials sooner. A plan within :data:`REPLAY_SLACK` of the
-#: budget is followed at once, and so is a floor within :data:`FLOOR_SLACK`
-REPLAY_TRIALS = 3
 
 #: plans kept at once (one per graph of the loop)
 MAX_PLANS = 8
@@ -155,13 +144,8 @@ class Planner:
         self.limit = max_bytes
         #: the plan whose backward runs now, checked when it ends
         self._checking: EvictionPlan | None = None
-        #: the peak and recomputed ops of the last step that followed no plan (the one the next
-        #: plan comes from)
+        #: the peak of the last step that followed no plan (the one the next plan comes from)
         self._eager_peak: int | None = None
-        self._eager_ops = 0
-        #: graph (hash of its signatures) -> its trials so far: per eager step, the ops it
-        #: recomputed and the plan made from it (see :meth:`_plan_for`)
-        self._trials: dict[int, list[tuple[int, EvictionPlan]]] = {}
         #: the graphs of recent eager steps that were not planned (hashes of their
         #: signatures, oldest first): planned when seen again
         self._seen: dict[int, None] = {}
@@ -204,10 +188,8 @@ class Planner:
                 signatures = [value.signature for value in values]
                 if self._recurs(signatures, signature):
                     plans = self.plans
-                    plan = self._plan_for(signatures, trace, values)
-                    if plan is not None:
-                        self._adopt(plan)
-                    self.unfollowed += self.plans - plans  # a trial without a plan is free
+                    self._adopt(self._plan_for(signatures, trace, values))
+                    self.unfollowed += self.plans - plans
             self._candidates = [p for p in self.kept if p.signatures[0] == signature]
             self.plan = self._candidates[0] if self._candidates else None
             self._disputed = []
@@ -317,63 +299,16 @@ class Planner:
             del seen[next(iter(seen))]
         return False
 
-    def _plan_for(self, signatures: list, trace: Trace, values: list) -> EvictionPlan | None:
-        """The plan of the graph the last eager step recorded, or ``None`` while that graph's
-        trials go on (see the module docstring): the next step runs eagerly again."""
-        graph = hash(tuple(signatures))
-        trials = self._trials.pop(graph, None)
-        if trials is None:
-            plan = self._make_plan(signatures, trace, values=values)
-            if plan.mode not in (REPLAY, FLOOR) or plan.counted <= REPLAY_SLACK * plan.target:
-                return plan
-            if plan.mode == FLOOR and near_the_budget(trace, plan.target, plan.counted):
-                return plan  # followed at once (see FLOOR_SLACK)
-        else:  # the trials' plan is made: this step gives one more replay to choose from
-            plan = trials[0][1]._replace(
-                mode=REPLAY,
-                limit=self.max_bytes,
-                trace=trace,
-                counted=self._eager_peak,
-                values=values,
-            )
-        return self._after_trials(graph, [*(trials or ()), (self._eager_ops, plan)])
+    def _plan_for(self, signatures: list, trace: Trace, values: list) -> EvictionPlan:
+        """The plan of the graph the last eager step recorded, followed from the next step on.
 
-    def _after_trials(self, graph: int, trials: list) -> EvictionPlan | None:
-        """The plan a graph under the floor follows after ``trials`` (per eager step of it:
-        the ops it recomputed and the plan made from it, the floor or a replay of it, whose
-        ``counted`` is what it holds): ``None`` while they go on, else the plan that holds
-        least: the floor before a replay that holds as much, and of replays holding alike the
-        one with the fewest recomputed ops (the earliest of equals). They go on while the
-        latest holds less than those before it, :data:`REPLAY_TRIALS` at most.
-
-        >>> planner = Planner(1 << 20)
-        >>> def plan(mode, peak):
-        ...     return EvictionPlan([("op",)], [False], 1 << 20, mode, None, 1 << 20, peak, [])
-        >>> trials = [(114, plan(FLOOR, 7))]  # a pause made the first step hold 8, over the floor
-        >>> planner._after_trials(1, trials) is None  # the next step is eager
-        True
-        >>> trials += [(116, plan(REPLAY, 4))]
-        >>> planner._after_trials(1, trials) is None  # it held less: a third
-        True
-        >>> trials += [(112, plan(REPLAY, 4))]
-        >>> chosen = planner._after_trials(1, trials)
-        >>> chosen.mode, chosen.counted, trials[-1][1] is chosen
-        ('replay', 4, True)
-        >>> planner._after_trials(2, [(52, plan(FLOOR, 7)), (50, plan(REPLAY, 8))]).mode
-        'floor'
-        """
-        improved = len(trials) < 2 or trials[-1][1].counted < min(
-            plan.counted for _, plan in trials[:-1]
-        )
-        if improved and len(trials) < REPLAY_TRIALS:
-            self._trials[graph] = trials
-            while len(self._trials) > SEEN_GRAPHS:  # graphs that never came back
-                del self._trials[next(iter(self._trials))]
-            return None
-        _, best = min(
-            trials, key=lambda trial: (trial[1].counted, trial[1].mode == REPLAY, trial[0])
-        )
-        return best
+        No step after it runs eagerly again (before 6 December a graph under the floor ran up
+        to three more eager steps, *trials*, each recomputing another count of ops than the
+        replay that followed them): a replay prices every value at the fastest time measured
+        for its op (``trace.costs``), not at the times the eager step measured as it went, so
+        a pause in the first step misleads none of the steps after it, and each of them, the
+        first included, evicts and recomputes the same values."""
+        return self._make_plan(signatures, trace, values=values)
 
     def _stop_following(self) -> None:
         self.following = False
@@ -457,10 +392,10 @@ class Planner:
         self._checking = None
         self._retained, self.walk = None, 0
 
-    def backward_ended(self, peak_bytes: int, recomputed_ops: int = 0) -> None:
-        """A backward ended, having held ``peak_bytes`` at most (the engine's count) and
-        recomputed ``recomputed_ops`` ops. A followed plan that fits but held more than it
-        predicted (by a tenth), or more than the budget (a miss under the tenth still passes
+    def backward_ended(self, peak_bytes: int) -> None:
+        """A backward ended, having held ``peak_bytes`` at most (the engine's count). A
+        followed plan that fits but held more than it predicted (by a tenth), or more than the
+        budget (a miss under the tenth still passes
         the budget the plan was to keep: a gradient penalty's steps held 1.05 times it), is
         re-planned from its trace with the budget lowered by the miss; after
         :data:`MAX_REPLANS`, the attempt that held least stays."""
@@ -468,9 +403,8 @@ class Planner:
         if plan is None:
             if self.walk and self._eager_peak is not None:  # a later walk of an eager step
                 self._eager_peak = max(self._eager_peak, peak_bytes)
-                self._eager_ops += recomputed_ops
             else:
-                self._eager_peak, self._eager_ops = peak_bytes, recomputed_ops
+                self._eager_peak = peak_bytes
             return
         if plan.mode != FITS or peak_bytes <= min(1.1 * plan.counted, self.max_bytes):
             return
@@ -536,8 +470,11 @@ class Planner:
             and (eager is None or anchored.peak <= REPLAY_SLACK * eager)
         ):
             return ANCHORED, anchored.evicted, anchored.peak
-        if eager is not None and eager < counted and not near:
-            return REPLAY, evict, eager  # a replay holds what the eager step held
+        # A replay runs at the fastest prices (:func:`_prices`): it holds what the eager step
+        # held, or less where that step's prices, measured as it went, misled it.
+        misled = trace.measured != trace.costs
+        if eager is not None and (eager < counted or misled) and not near:
+            return REPLAY, evict, eager
         return FLOOR, evict, counted
 
 
@@ -553,8 +490,7 @@ def near_the_budget(trace: Trace, target: int, counted: int) -> bool:
 
 
 def _prices(plan: EvictionPlan) -> list:
-    """The seconds ``plan`` gives each value by position: a :data:`REPLAY` the eager step's
-    measured times, any other the plan's own prices."""
-    if plan.mode == REPLAY:
-        return plan.trace.measured or plan.trace.costs
+    """The seconds ``plan`` gives each value by position: the fastest time measured for its op
+    and shapes (a :data:`REPLAY` too: at the times the eager step measured as it went, a
+    replay copied whatever a pause had misled that step into)."""
     return plan.trace.costs
