@@ -522,9 +522,9 @@ def test_an_episode_loop_plans_only_the_lengths_that_recur():
     for length in [5, 9, 7, 12, 6, 10, 8, 11, 12, 12, 12, 13, 14]:
         assert np.array_equal(episode(backend, length), episode(plain, length))
     # episodes 5 and 9 planned by the episodes after them, 12 when it came again (by the
-    # 10th; under the floor, its plan waits for one more eager step of it, the 10th's, and
-    # the 11th follows it), and 13 by the 13th, once the 11th had followed a plan
-    assert strategy.plans == 4 and strategy.planned_steps == 1
+    # 10th, which follows it, and so does the 11th: under the floor too, a plan is followed
+    # from the step after the one it was made from), and 13 by the 13th
+    assert strategy.plans == 4 and strategy.planned_steps == 2
 
 
 def test_a_graph_dropped_without_backward_starts_a_new_trace():

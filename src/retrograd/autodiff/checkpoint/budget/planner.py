@@ -26,13 +26,13 @@ a replay of the eager step (:data:`REPLAY`: forward evicts for the budget, backw
 recomputes from √n anchors and drops for the budget), unless the eager step held no less than
 the floor at the prices the replay will use. Only a plan that fits is re-planned after a miss.
 
-Every step after the first follows the plan made from it, whatever mode. What an eager step
-holds depends on the prices it measured as it went (which value is cheapest to evict is a
-comparison of timings; a pause at one of its first ops makes it hold a value more), so a
-replay prices every op at the fastest time measured for its op and shapes over the whole
-step, as every other plan does: its steps, the first included, evict and recompute the same
-values. (Until 6 December a graph under the floor ran up to three more eager steps, trials,
-and followed the one that held least: each trial recomputed another count of ops.)
+Every step after the first follows the plan made from it, whatever its mode, so each does
+the same work. A replay prices every op at the time the eager step measured for it, so that
+it evicts what that step evicted. What an eager step holds depends on those prices (which
+value is cheapest to evict is a comparison of timings: a pause at one of its first ops can
+make it hold a value more), and the steps after it keep that: until 6 December a graph under
+the floor ran up to three more eager steps (trials) and followed the one that held least,
+but each trial recomputed another count of ops than the steps after it.
 """
 
 from __future__ import annotations
@@ -300,14 +300,13 @@ class Planner:
         return False
 
     def _plan_for(self, signatures: list, trace: Trace, values: list) -> EvictionPlan:
-        """The plan of the graph the last eager step recorded, followed from the next step on.
+        """The plan of the graph the last eager step recorded, followed from the next step on,
+        whatever its mode: every step after the eager one does the same work.
 
-        No step after it runs eagerly again (before 6 December a graph under the floor ran up
-        to three more eager steps, *trials*, each recomputing another count of ops than the
-        replay that followed them): a replay prices every value at the fastest time measured
-        for its op (``trace.costs``), not at the times the eager step measured as it went, so
-        a pause in the first step misleads none of the steps after it, and each of them, the
-        first included, evicts and recomputes the same values."""
+        Until 6 December a graph under the floor whose plan held more than
+        :data:`REPLAY_SLACK` times the budget ran up to three more eager steps first
+        (*trials*, in search of an eager step that held less), each recomputing another count
+        of ops: issue 24's reproduction at 0.25x recomputed ``[93, 90, 78, 78, ...]``."""
         return self._make_plan(signatures, trace, values=values)
 
     def _stop_following(self) -> None:
@@ -457,7 +456,7 @@ class Planner:
         (both as the engine counts, :func:`~.segments.engine_profile`) and no more than
         :data:`REPLAY_SLACK` times what the eager step held; else the floor when it is near the
         budget (:func:`near_the_budget`), or the floor or a replay of the eager step, whichever
-        held less."""
+        held less. Whichever it is, every step after the eager one follows it."""
         eager = self._eager_peak
         near = near_the_budget(trace, target, counted)
         if trace.walks:  # (the anchored schedule's engine count knows a single walk)
@@ -470,11 +469,8 @@ class Planner:
             and (eager is None or anchored.peak <= REPLAY_SLACK * eager)
         ):
             return ANCHORED, anchored.evicted, anchored.peak
-        # A replay runs at the fastest prices (:func:`_prices`): it holds what the eager step
-        # held, or less where that step's prices, measured as it went, misled it.
-        misled = trace.measured != trace.costs
-        if eager is not None and (eager < counted or misled) and not near:
-            return REPLAY, evict, eager
+        if eager is not None and eager < counted and not near:
+            return REPLAY, evict, eager  # a replay holds what the eager step held
         return FLOOR, evict, counted
 
 
@@ -490,7 +486,8 @@ def near_the_budget(trace: Trace, target: int, counted: int) -> bool:
 
 
 def _prices(plan: EvictionPlan) -> list:
-    """The seconds ``plan`` gives each value by position: the fastest time measured for its op
-    and shapes (a :data:`REPLAY` too: at the times the eager step measured as it went, a
-    replay copied whatever a pause had misled that step into)."""
+    """The seconds ``plan`` gives each value by position: a :data:`REPLAY` the eager step's
+    measured times, any other the plan's own prices."""
+    if plan.mode == REPLAY:
+        return plan.trace.measured or plan.trace.costs
     return plan.trace.costs
