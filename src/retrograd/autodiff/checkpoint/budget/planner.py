@@ -23,16 +23,16 @@ kept from forward, each segment recomputed once from its anchor, what backward d
 dropped at once: :data:`ANCHORED`); else that floor (:data:`FLOOR`) when it holds no more than
 the budget plus a tenth of the unbudgeted step (:data:`FLOOR_SLACK`), followed at once; else
 a replay of the eager step (:data:`REPLAY`: forward evicts for the budget, backward
-recomputes from √n anchors and drops for the budget), unless the eager step held no less than
-the floor at the prices the replay will use. Only a plan that fits is re-planned after a miss.
+recomputes from √n anchors and drops for the budget) when the eager step held less than that
+floor, else the floor. Only a plan that fits is re-planned after a miss.
 
 Every step after the first follows the plan made from it, whatever its mode, so each does
-the same work. A replay prices every op at the time the eager step measured for it, so that
-it evicts what that step evicted. What an eager step holds depends on those prices (which
+the same work. What an eager step holds depends on the prices it measured as it went (which
 value is cheapest to evict is a comparison of timings: a pause at one of its first ops can
-make it hold a value more), and the steps after it keep that: until 6 December a graph under
-the floor ran up to three more eager steps (trials) and followed the one that held least,
-but each trial recomputed another count of ops than the steps after it.
+make it hold a value more), so a replay prices every op as every other plan does, at the
+fastest time the step measured for its op and shapes, fixed from then on. (Until 6 December
+a graph under the floor ran up to three more eager steps, trials, and followed the one that
+held least, but each trial recomputed another count of ops than the steps after it.)
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ FITS = "fits"
 FLOOR = "floor"
 #: under the budget's reach, the eager step held less than the plan's floor: the steps replay
 #: it (forward evicts for the budget, backward recomputes from √n anchors and drops what it
-#: holds for the budget), at the prices the eager step measured, so every step does the same
+#: holds for the budget), at the plan's fixed prices, so every step does the same
 REPLAY = "replay"
 #: under the greedy's floor: forward keeps only anchors (values that cut the step in two, such
 #: as the residual stream), backward recomputes each segment once from its anchor and keeps
@@ -211,7 +211,7 @@ class Planner:
                 self._stop_following()
                 return None, -1.0
             candidates = self._candidates
-        if plan.mode == REPLAY:  # the eager step again: its values at the prices it measured
+        if plan.mode == REPLAY:  # the eager step again, at the plan's fixed prices
             return None, self._prices[position]
         if len(candidates) == 1 or not recompute:
             return plan.evict[position] and recompute, self._prices[position]
@@ -470,7 +470,7 @@ class Planner:
         ):
             return ANCHORED, anchored.evicted, anchored.peak
         if eager is not None and eager < counted and not near:
-            return REPLAY, evict, eager  # a replay holds what the eager step held
+            return REPLAY, evict, eager  # about what the eager step held (see _prices)
         return FLOOR, evict, counted
 
 
@@ -486,8 +486,9 @@ def near_the_budget(trace: Trace, target: int, counted: int) -> bool:
 
 
 def _prices(plan: EvictionPlan) -> list:
-    """The seconds ``plan`` gives each value by position: a :data:`REPLAY` the eager step's
-    measured times, any other the plan's own prices."""
-    if plan.mode == REPLAY:
-        return plan.trace.measured or plan.trace.costs
+    """The seconds ``plan`` gives each value by position: the fastest time measured for its op
+    and shapes, a :data:`REPLAY`'s too. (At the times the eager step measured as it went,
+    the fastest so far, a replay copied what a pause at one of its first ops had misled it
+    into: the residual MLP of ``tests/test_budget_stable_plan.py`` at 0.25x, its op times
+    jittered, held 6 values a step where 4 fit.)"""
     return plan.trace.costs
