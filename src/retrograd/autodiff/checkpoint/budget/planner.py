@@ -187,9 +187,8 @@ class Planner:
                 self._pending = None
                 signatures = [value.signature for value in values]
                 if self._recurs(signatures, signature):
-                    plans = self.plans
                     self._adopt(self._plan_for(signatures, trace, values))
-                    self.unfollowed += self.plans - plans
+                    self.unfollowed += 1
             self._candidates = [p for p in self.kept if p.signatures[0] == signature]
             self.plan = self._candidates[0] if self._candidates else None
             self._disputed = []
