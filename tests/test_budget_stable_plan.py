@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 import types
 
 import numpy as np
@@ -131,16 +130,15 @@ def residual_mlp(backend: rg.Autodiff, index: int):
 
 
 def _jitter_the_budget_clock(monkeypatch, seed: int, sigma: float) -> None:
-    """Every interval the budget's clock measures (an op's time) is the real one times a
-    seeded log-normal factor, as on a machine whose load comes and goes."""
+    """The budget's clock advances 1 µs times a seeded log-normal factor at each read: every
+    op's measured time (its price) is jittered, as on a machine whose load comes and goes, and
+    the same whatever the machine's real load (a real clock times a factor failed here 1 run
+    in 5 on a loaded machine: the first step's prices decide the steps after it)."""
     draw = random.Random(seed)
-    real = time.perf_counter
-    last, now = [real()], [0.0]
+    now = [0.0]
 
     def clock() -> float:
-        tick = real()
-        now[0] += (tick - last[0]) * draw.lognormvariate(0.0, sigma)
-        last[0] = tick
+        now[0] += 1e-6 * draw.lognormvariate(0.0, sigma)
         return now[0]
 
     monkeypatch.setattr(budget_timer, "time", types.SimpleNamespace(perf_counter=clock))
@@ -154,8 +152,9 @@ def _inner(name: str) -> rg.Backend:
 @pytest.mark.parametrize("inner", ["numpy", "torch"])
 @pytest.mark.parametrize(
     ("workload", "steps", "seed"),
-    [(issue_reproduction, 8, 0), (residual_mlp, 6, 0), (residual_mlp, 6, 1)],
-    ids=["issue", "mlp-0", "mlp-1"],
+    # seed 3: today's code recomputed [64, 102, 64, 64, 64, 64] (a trial in step 2)
+    [(issue_reproduction, 8, 0), (residual_mlp, 6, 0), (residual_mlp, 6, 3)],
+    ids=["issue", "mlp-0", "mlp-3"],
 )
 def test_under_the_floor_every_step_after_the_first_does_the_same_work(
     monkeypatch, inner, workload, steps, seed
