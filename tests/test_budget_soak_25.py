@@ -115,7 +115,6 @@ def _budget_tables(strategy: rg.BudgetCheckpointing) -> tuple:
     return (
         strategy.held_bytes,
         len(planner.kept),
-        len(planner._trials),
         len(planner._seen),
         len(strategy.timer._seconds),
         len(strategy.pool._held),
@@ -244,10 +243,10 @@ def _assert_flat(ctx: Context, name: str) -> None:
     settled = ctx.memory[SETTLED]
     for i in range(SETTLED, STEPS):
         tables = ctx.memory[i]
-        kept, trials, seen, timings = tables[1:5]
-        assert kept <= MAX_PLANS and trials <= SEEN_GRAPHS and seen <= SEEN_GRAPHS, (name, i)
+        kept, seen, timings = tables[1:4]
+        assert kept <= MAX_PLANS and seen <= SEEN_GRAPHS, (name, i)
         assert timings <= MAX_KEYS, (name, i)
-        grown = [a > b for a, b in zip(tables[5:], settled[5:])]  # pool, evictor, constants
+        grown = [a > b for a, b in zip(tables[4:], settled[4:])]  # pool, evictor, constants
         assert not any(grown), (name, i, settled, tables)
         assert ctx.live[i] <= ctx.recorded[i] + ctx.recorded[i - 1], (name, i, ctx.live)
 

@@ -22,18 +22,17 @@ budget or holds less than that floor, an anchored schedule (:mod:`.segments`: on
 kept from forward, each segment recomputed once from its anchor, what backward does not read
 dropped at once: :data:`ANCHORED`); else that floor (:data:`FLOOR`) when it holds no more than
 the budget plus a tenth of the unbudgeted step (:data:`FLOOR_SLACK`), followed at once; else
-the lower of two, by what was measured: that floor, or a replay of the eager step at its own
-prices, whose backward recomputes from √n anchors and drops for the budget
-(:data:`REPLAY`). Only a plan that fits is re-planned after a miss.
+a replay of the eager step (:data:`REPLAY`: forward evicts for the budget, backward
+recomputes from √n anchors and drops for the budget) when the eager step held less than that
+floor, else the floor. Only a plan that fits is re-planned after a miss.
 
-A replay repeats what one eager step did, and what an eager step holds depends on the prices
-it measured (which value is cheapest to evict is a comparison of timings): a pause of a few
-milliseconds at one small op can make it hold a value more, and every replay would copy that
-(the choice between the floor and a replay, too, compares the floor with what it held). So a
-graph under the floor (past the anchored schedule) whose plan holds more than
-:data:`REPLAY_SLACK` times the budget runs eagerly again, until an eager step holds no less
-than those before it (or :data:`REPLAY_TRIALS` have run), and its steps follow the lowest
-of their plans (:meth:`Planner._after_trials`).
+Every step after the first follows the plan made from it, whatever its mode, so each does
+the same work. What an eager step holds depends on the prices it measured as it went (which
+value is cheapest to evict is a comparison of timings: a pause at one of its first ops can
+make it hold a value more), so a replay prices every op as every other plan does, at the
+fastest time the step measured for its op and shapes, fixed from then on. (Until 6 December
+a graph under the floor ran up to three more eager steps, trials, and followed the one that
+held least, but each trial recomputed another count of ops than the steps after it.)
 """
 
 from __future__ import annotations
@@ -82,7 +81,7 @@ FITS = "fits"
 FLOOR = "floor"
 #: under the budget's reach, the eager step held less than the plan's floor: the steps replay
 #: it (forward evicts for the budget, backward recomputes from √n anchors and drops what it
-#: holds for the budget), at the prices the eager step measured, so every step does the same
+#: holds for the budget), at the plan's fixed prices, so every step does the same
 REPLAY = "replay"
 #: under the greedy's floor: forward keeps only anchors (values that cut the step in two, such
 #: as the residual stream), backward recomputes each segment once from its anchor and keeps
@@ -97,20 +96,10 @@ ANCHORED = "anchored"
 REPLAY_SLACK = 1.1
 
 #: a floor (:data:`FLOOR`) within this fraction of what the step holds without a budget
-#: (:func:`near_the_budget`) above the budget is followed at once, without trials, and before a
-#: replay of an eager step that held less: a replay recomputes chains several times over
-#: (1.6-2.5 times the step's time), a worse trade than the floor's few bytes more, and what
-#: an eager step holds and recomputes depends on the times it measured. With trials, the
-#: plan's first steps ran eagerly (one to :data:`REPLAY_TRIALS`, by what they measured) and
-#: recomputed other counts of ops than the steps after them: the sdpa transformer of
-#: ``bench_budget_loops.py`` at 0.25x on the torch inner backend, 184 or 159 ops, then 57
+#: (:func:`near_the_budget`) above the budget is followed before a replay of an eager step that
+#: held less: a replay recomputes chains several times over (1.6-2.5 times the step's time), a
+#: worse trade than the floor's few bytes more
 FLOOR_SLACK = 0.1
-
-#: eager steps of a graph under the floor, at most, before its steps follow the lowest plan
-#: of theirs (the floor, or a replay of the step that held least); one that holds no less
-#: than those before it ends the trials sooner. A plan within :data:`REPLAY_SLACK` of the
-#: budget is followed at once, and so is a floor within :data:`FLOOR_SLACK`
-REPLAY_TRIALS = 3
 
 #: plans kept at once (one per graph of the loop)
 MAX_PLANS = 8
@@ -155,13 +144,8 @@ class Planner:
         self.limit = max_bytes
         #: the plan whose backward runs now, checked when it ends
         self._checking: EvictionPlan | None = None
-        #: the peak and recomputed ops of the last step that followed no plan (the one the next
-        #: plan comes from)
+        #: the peak of the last step that followed no plan (the one the next plan comes from)
         self._eager_peak: int | None = None
-        self._eager_ops = 0
-        #: graph (hash of its signatures) -> its trials so far: per eager step, the ops it
-        #: recomputed and the plan made from it (see :meth:`_plan_for`)
-        self._trials: dict[int, list[tuple[int, EvictionPlan]]] = {}
         #: the graphs of recent eager steps that were not planned (hashes of their
         #: signatures, oldest first): planned when seen again
         self._seen: dict[int, None] = {}
@@ -203,11 +187,8 @@ class Planner:
                 self._pending = None
                 signatures = [value.signature for value in values]
                 if self._recurs(signatures, signature):
-                    plans = self.plans
-                    plan = self._plan_for(signatures, trace, values)
-                    if plan is not None:
-                        self._adopt(plan)
-                    self.unfollowed += self.plans - plans  # a trial without a plan is free
+                    self._adopt(self._plan_for(signatures, trace, values))
+                    self.unfollowed += 1
             self._candidates = [p for p in self.kept if p.signatures[0] == signature]
             self.plan = self._candidates[0] if self._candidates else None
             self._disputed = []
@@ -229,7 +210,7 @@ class Planner:
                 self._stop_following()
                 return None, -1.0
             candidates = self._candidates
-        if plan.mode == REPLAY:  # the eager step again: its values at the prices it measured
+        if plan.mode == REPLAY:  # the eager step again, at the plan's fixed prices
             return None, self._prices[position]
         if len(candidates) == 1 or not recompute:
             return plan.evict[position] and recompute, self._prices[position]
@@ -317,63 +298,15 @@ class Planner:
             del seen[next(iter(seen))]
         return False
 
-    def _plan_for(self, signatures: list, trace: Trace, values: list) -> EvictionPlan | None:
-        """The plan of the graph the last eager step recorded, or ``None`` while that graph's
-        trials go on (see the module docstring): the next step runs eagerly again."""
-        graph = hash(tuple(signatures))
-        trials = self._trials.pop(graph, None)
-        if trials is None:
-            plan = self._make_plan(signatures, trace, values=values)
-            if plan.mode not in (REPLAY, FLOOR) or plan.counted <= REPLAY_SLACK * plan.target:
-                return plan
-            if plan.mode == FLOOR and near_the_budget(trace, plan.target, plan.counted):
-                return plan  # followed at once (see FLOOR_SLACK)
-        else:  # the trials' plan is made: this step gives one more replay to choose from
-            plan = trials[0][1]._replace(
-                mode=REPLAY,
-                limit=self.max_bytes,
-                trace=trace,
-                counted=self._eager_peak,
-                values=values,
-            )
-        return self._after_trials(graph, [*(trials or ()), (self._eager_ops, plan)])
+    def _plan_for(self, signatures: list, trace: Trace, values: list) -> EvictionPlan:
+        """The plan of the graph the last eager step recorded, followed from the next step on,
+        whatever its mode: every step after the eager one does the same work.
 
-    def _after_trials(self, graph: int, trials: list) -> EvictionPlan | None:
-        """The plan a graph under the floor follows after ``trials`` (per eager step of it:
-        the ops it recomputed and the plan made from it, the floor or a replay of it, whose
-        ``counted`` is what it holds): ``None`` while they go on, else the plan that holds
-        least: the floor before a replay that holds as much, and of replays holding alike the
-        one with the fewest recomputed ops (the earliest of equals). They go on while the
-        latest holds less than those before it, :data:`REPLAY_TRIALS` at most.
-
-        >>> planner = Planner(1 << 20)
-        >>> def plan(mode, peak):
-        ...     return EvictionPlan([("op",)], [False], 1 << 20, mode, None, 1 << 20, peak, [])
-        >>> trials = [(114, plan(FLOOR, 7))]  # a pause made the first step hold 8, over the floor
-        >>> planner._after_trials(1, trials) is None  # the next step is eager
-        True
-        >>> trials += [(116, plan(REPLAY, 4))]
-        >>> planner._after_trials(1, trials) is None  # it held less: a third
-        True
-        >>> trials += [(112, plan(REPLAY, 4))]
-        >>> chosen = planner._after_trials(1, trials)
-        >>> chosen.mode, chosen.counted, trials[-1][1] is chosen
-        ('replay', 4, True)
-        >>> planner._after_trials(2, [(52, plan(FLOOR, 7)), (50, plan(REPLAY, 8))]).mode
-        'floor'
-        """
-        improved = len(trials) < 2 or trials[-1][1].counted < min(
-            plan.counted for _, plan in trials[:-1]
-        )
-        if improved and len(trials) < REPLAY_TRIALS:
-            self._trials[graph] = trials
-            while len(self._trials) > SEEN_GRAPHS:  # graphs that never came back
-                del self._trials[next(iter(self._trials))]
-            return None
-        _, best = min(
-            trials, key=lambda trial: (trial[1].counted, trial[1].mode == REPLAY, trial[0])
-        )
-        return best
+        Until 6 December a graph under the floor whose plan held more than
+        :data:`REPLAY_SLACK` times the budget ran up to three more eager steps first
+        (*trials*, in search of an eager step that held less), each recomputing another count
+        of ops: issue 24's reproduction at 0.25x recomputed ``[93, 90, 78, 78, ...]``."""
+        return self._make_plan(signatures, trace, values=values)
 
     def _stop_following(self) -> None:
         self.following = False
@@ -457,10 +390,10 @@ class Planner:
         self._checking = None
         self._retained, self.walk = None, 0
 
-    def backward_ended(self, peak_bytes: int, recomputed_ops: int = 0) -> None:
-        """A backward ended, having held ``peak_bytes`` at most (the engine's count) and
-        recomputed ``recomputed_ops`` ops. A followed plan that fits but held more than it
-        predicted (by a tenth), or more than the budget (a miss under the tenth still passes
+    def backward_ended(self, peak_bytes: int) -> None:
+        """A backward ended, having held ``peak_bytes`` at most (the engine's count). A
+        followed plan that fits but held more than it predicted (by a tenth), or more than the
+        budget (a miss under the tenth still passes
         the budget the plan was to keep: a gradient penalty's steps held 1.05 times it), is
         re-planned from its trace with the budget lowered by the miss; after
         :data:`MAX_REPLANS`, the attempt that held least stays."""
@@ -468,9 +401,8 @@ class Planner:
         if plan is None:
             if self.walk and self._eager_peak is not None:  # a later walk of an eager step
                 self._eager_peak = max(self._eager_peak, peak_bytes)
-                self._eager_ops += recomputed_ops
             else:
-                self._eager_peak, self._eager_ops = peak_bytes, recomputed_ops
+                self._eager_peak = peak_bytes
             return
         if plan.mode != FITS or peak_bytes <= min(1.1 * plan.counted, self.max_bytes):
             return
@@ -523,7 +455,7 @@ class Planner:
         (both as the engine counts, :func:`~.segments.engine_profile`) and no more than
         :data:`REPLAY_SLACK` times what the eager step held; else the floor when it is near the
         budget (:func:`near_the_budget`), or the floor or a replay of the eager step, whichever
-        held less."""
+        held less. Whichever it is, every step after the eager one follows it."""
         eager = self._eager_peak
         near = near_the_budget(trace, target, counted)
         if trace.walks:  # (the anchored schedule's engine count knows a single walk)
@@ -537,7 +469,7 @@ class Planner:
         ):
             return ANCHORED, anchored.evicted, anchored.peak
         if eager is not None and eager < counted and not near:
-            return REPLAY, evict, eager  # a replay holds what the eager step held
+            return REPLAY, evict, eager  # about what the eager step held (see _prices)
         return FLOOR, evict, counted
 
 
@@ -553,8 +485,9 @@ def near_the_budget(trace: Trace, target: int, counted: int) -> bool:
 
 
 def _prices(plan: EvictionPlan) -> list:
-    """The seconds ``plan`` gives each value by position: a :data:`REPLAY` the eager step's
-    measured times, any other the plan's own prices."""
-    if plan.mode == REPLAY:
-        return plan.trace.measured or plan.trace.costs
+    """The seconds ``plan`` gives each value by position: the fastest time measured for its op
+    and shapes, a :data:`REPLAY`'s too. (At the times the eager step measured as it went,
+    the fastest so far, a replay copied what a pause at one of its first ops had misled it
+    into: the residual MLP of ``tests/test_budget_stable_plan.py`` at 0.25x, its op times
+    jittered, held 6 values a step where 4 fit.)"""
     return plan.trace.costs

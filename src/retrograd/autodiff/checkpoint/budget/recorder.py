@@ -157,7 +157,6 @@ class RecordedStep(NamedTuple):
             fixed=fixed,
             gradients=gradients,
             horizon=horizon,
-            measured=[value.seconds for value in values],
             walks=walks,
         )
         return values, trace

@@ -424,7 +424,7 @@ class BudgetCheckpointing(CheckpointStrategy):
             if report is None:
                 self.planner.backward_failed()
             else:
-                self.planner.backward_ended(report.peak_bytes, report.recomputed_ops)
+                self.planner.backward_ended(report.peak_bytes)
             self.pool.take_peak()  # the next step's forward peak starts from what is held now
 
 
