@@ -75,8 +75,8 @@ def test_lbfgs_state_of_complex_parameters_loads_from_torch_and_steps_on_as_torc
     )
     optimizer.load_state_dict(their_state)
     loaded = optimizer.state_dict()["state"][0]
-    assert loaded["d"].dtype == np.float64 and loaded["d"].shape == (15,)
-    assert all(v.dtype == np.float64 for v in loaded["old_dirs"])
+    assert loaded["d"].dtype == rg.float64 and loaded["d"].shape == (15,)
+    assert all(v.dtype == rg.float64 for v in loaded["old_dirs"])
     with pytest.raises(rg.ShapeError, match="d"):
         bad = {**their_state, "state": {0: {**their_state["state"][0], "d": np.zeros(9)}}}
         optimizer.load_state_dict(bad)
