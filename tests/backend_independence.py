@@ -1,4 +1,5 @@
-"""The ``backend_independent`` marker's checks (``tests/conftest.py`` applies them).
+"""The ``backend_independent`` and ``own_checkpointing`` markers' checks (``tests/conftest.py``
+applies them).
 
 A test so marked claims that its outcome cannot depend on the suite's inner backend, so that
 the suite's pass on a second backend skips it. The claim is checked, not trusted:
@@ -14,6 +15,12 @@ the suite's pass on a second backend skips it. The claim is checked, not trusted
 
 What passes both is code that makes no tensor, or only tensors of backends it names itself:
 the same on every pass.
+
+The ``own_checkpointing`` marker makes the narrower claim that a test's outcome cannot depend
+on the suite's checkpointing strategy (``RETROGRAD_CHECKPOINTING``: CI's budget pass), because
+it builds every backend it uses with a strategy of its own. The same withholding checks it, on
+every pass without a strategy (:func:`default_backend_withheld`, with the marker's name), and
+:func:`strategy_problems` at collection: the module does not name the suite's strategy.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ from retrograd import context
 #: What a module holding a ``backend_independent`` test may not name: the inner backend's
 #: switch, and the scripts that follow it in their own processes.
 FOLLOWS_THE_INNER_BACKEND = ("RETROGRAD_INNER", "torch_scripts")
+#: What a module holding an ``own_checkpointing`` test may not name: the suite's strategy
+#: (``backends.checkpointing()``, ``backends.CHECKPOINTING``) and its switch.
+FOLLOWS_THE_STRATEGY = ("RETROGRAD_CHECKPOINTING", "CHECKPOINTING", "checkpointing()")
 
 
 class DefaultBackendWithheldError(AssertionError):
@@ -62,8 +72,15 @@ def module_problems(path: Path, module: ModuleType) -> list[str]:
     return problems
 
 
+def strategy_problems(path: Path) -> list[str]:
+    """Why the test module at ``path`` may not hold ``own_checkpointing`` tests (none: it
+    may): it names the suite's checkpointing strategy, which its backends would then follow."""
+    source = path.read_text()
+    return [f"names {name}" for name in FOLLOWS_THE_STRATEGY if name in source]
+
+
 @contextlib.contextmanager
-def default_backend_withheld(test: str) -> Iterator[list[str]]:
+def default_backend_withheld(test: str, marker: str = "backend_independent") -> Iterator[list[str]]:
     """Within: ``rg.default_backend`` (through which every tensor made without a backend of
     its own finds one) records the call and raises :class:`DefaultBackendWithheldError`.
     On leaving, raises that error if it was called at all, even if the caller caught it."""
@@ -72,7 +89,7 @@ def default_backend_withheld(test: str) -> Iterator[list[str]]:
     def withheld() -> rg.Backend:
         asked.append(test)
         raise DefaultBackendWithheldError(
-            f"{test} is marked backend_independent but asked for the default backend"
+            f"{test} is marked {marker} but asked for the default backend"
         )
 
     saved = context.default_backend, rg.default_backend
@@ -83,6 +100,5 @@ def default_backend_withheld(test: str) -> Iterator[list[str]]:
         context.default_backend, rg.default_backend = saved
     if asked:
         raise DefaultBackendWithheldError(
-            f"{test} is marked backend_independent but asked for the default backend "
-            f"{len(asked)} time(s)"
+            f"{test} is marked {marker} but asked for the default backend {len(asked)} time(s)"
         )

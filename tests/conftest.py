@@ -12,6 +12,13 @@ Two markers say how a test relates to that choice:
   other than NumPy, as ``numpy_only`` tests are (``-rs`` lists both). The claim is checked on
   every pass at collection, and on the NumPy pass while the test runs
   (``tests/backend_independence.py``).
+
+A third says how a test relates to the checkpointing strategy:
+
+- ``@pytest.mark.own_checkpointing(reason)``: a test that builds every backend it uses with a
+  strategy of its own, so that ``RETROGRAD_CHECKPOINTING`` cannot reach it; skipped on a pass
+  with a strategy (CI's budget pass, which would repeat it as the first pass ran it). Checked
+  as ``backend_independent`` is, on every pass without a strategy.
 """
 
 import gc
@@ -29,6 +36,12 @@ SKIPPED_OFF_NUMPY = {
     "numpy_only": "NumPy backend only",
     "backend_independent": "backend independent, ran on the NumPy pass",
 }
+
+#: The marker whose tests a pass with a checkpointing strategy skips, and the skip reason's start.
+SKIPPED_UNDER_A_STRATEGY = (
+    "own_checkpointing",
+    "picks its backends' checkpointing, ran on the pass without a strategy",
+)
 
 
 def pytest_addoption(parser):
@@ -77,6 +90,11 @@ def pytest_configure(config):
         "backend_independent(reason): never reaches the inner backend (checked on NumPy); "
         "skipped on another backend",
     )
+    config.addinivalue_line(
+        "markers",
+        "own_checkpointing(reason): builds every backend it uses with a strategy of its own "
+        "(checked without one); skipped under RETROGRAD_CHECKPOINTING",
+    )
     choice = config.getoption("--inner")
     if choice:
         backends.select(choice)
@@ -89,7 +107,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     import backends
-    from backend_independence import module_problems
+    from backend_independence import module_problems, strategy_problems
 
     independent = [item for item in items if item.get_closest_marker("backend_independent")]
     modules = {Path(item.path): item.module for item in independent}
@@ -99,6 +117,16 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(
                 f"{path.name} holds backend_independent tests but {'; '.join(problems)}"
             )
+    marker, why = SKIPPED_UNDER_A_STRATEGY
+    own = [item for item in items if item.get_closest_marker(marker)]
+    for path in sorted({Path(item.path) for item in own}):
+        problems = strategy_problems(path)
+        if problems:
+            raise pytest.UsageError(f"{path.name} holds {marker} tests but {'; '.join(problems)}")
+    if backends.CHECKPOINTING != "none":
+        for item in own:
+            reason = item.get_closest_marker(marker).args
+            item.add_marker(pytest.mark.skip(reason=f"{why}: {reason[0] if reason else ''}"))
     if not backends.on_torch():
         return
     for item in items:
@@ -122,13 +150,21 @@ def pytest_collection_finish(session):
 
 def _run_withheld(item):
     """A hook wrapper's body: the test phase within, with the default backend withheld where
-    the test is marked ``backend_independent`` (on the NumPy pass: the others skip it)."""
+    the test is marked ``backend_independent`` (on the NumPy pass: the others skip it) or
+    ``own_checkpointing`` (on a pass without a strategy: the others skip it)."""
     import backends
     from backend_independence import default_backend_withheld
 
-    if item.get_closest_marker("backend_independent") is None or backends.on_torch():
+    if item.get_closest_marker("backend_independent") is not None and not backends.on_torch():
+        claim = "backend_independent"
+    elif (
+        item.get_closest_marker(SKIPPED_UNDER_A_STRATEGY[0]) is not None
+        and backends.CHECKPOINTING == "none"
+    ):
+        claim = SKIPPED_UNDER_A_STRATEGY[0]
+    else:
         return (yield)
-    with default_backend_withheld(item.nodeid):
+    with default_backend_withheld(item.nodeid, claim):
         return (yield)
 
 

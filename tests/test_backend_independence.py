@@ -1,6 +1,7 @@
 """The ``backend_independent`` marker's checks (``tests/backend_independence.py``) catch a test
 that reaches the inner backend: by the default backend, even where the error is caught, and
-by the text and the import-time values of its module."""
+by the text and the import-time values of its module. The ``own_checkpointing`` marker's catch
+a test that reaches the suite's checkpointing strategy, the same ways."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from backend_independence import (
     default_backend_withheld,
     imports_backends,
     module_problems,
+    strategy_problems,
 )
 
 
@@ -73,3 +75,23 @@ def test_a_module_that_follows_the_inner_backend_is_refused(tmp_path: Path):
     ]
     path.write_text("import numpy as np\n")
     assert module_problems(path, types.ModuleType("test_x")) == []
+
+
+def test_the_withheld_default_names_the_marker_it_checks():
+    with pytest.raises(DefaultBackendWithheldError, match="is marked own_checkpointing"):  # noqa: SIM117
+        with default_backend_withheld("t", "own_checkpointing"):
+            with contextlib.suppress(Exception):
+                rg.ones((1,))
+
+
+def test_a_module_that_follows_the_suites_strategy_is_refused_own_checkpointing(tmp_path: Path):
+    path = tmp_path / "test_x.py"
+    path.write_text("from backends import checkpointing\nB = rg.Autodiff(None, checkpointing())\n")
+    assert strategy_problems(path) == ["names checkpointing()"]
+    path.write_text("import backends\nS = backends.CHECKPOINTING\n")
+    assert strategy_problems(path) == ["names CHECKPOINTING"]
+    path.write_text("import os\nS = os.environ['RETROGRAD_CHECKPOINTING']\n")
+    assert strategy_problems(path) == ["names RETROGRAD_CHECKPOINTING", "names CHECKPOINTING"]
+    # a strategy of its own, on the suite's inner backend: allowed
+    path.write_text("from backends import inner_backend\nB = (inner_backend(), 'balanced')\n")
+    assert strategy_problems(path) == []

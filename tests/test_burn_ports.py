@@ -12,6 +12,9 @@ import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
 from backends import inner_backend
 
+#: every test runs under the autouse fixture's backend, one per strategy of its own
+pytestmark = pytest.mark.own_checkpointing("the backend fixture picks each strategy")
+
 STRATEGIES = {
     "none": rg.NoCheckpointing,
     "balanced": rg.BalancedCheckpointing,

@@ -17,6 +17,8 @@ import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
 from test_burn_ports import backend  # noqa: F401 (the autouse fixture: every strategy)
 
+pytestmark = pytest.mark.own_checkpointing("test_burn_ports' backend fixture picks each strategy")
+
 
 def close(actual, expected, tol=1e-5):
     assert actual is not None, "expected a gradient, got None"

@@ -28,6 +28,11 @@ aten = torch.ops.aten
 RNG = np.random.default_rng(2024)
 NUMPY = rg.NumpyBackend()
 TORCH = rg.TorchBackend("cpu")
+#: the tests that call these backends' kernels by name and never the default backend: the same
+#: run on every pass, so the torch pass, which would repeat it, skips them
+KERNELS_BY_NAME = pytest.mark.numpy_only(
+    "calls NUMPY's (and TORCH's) kernels by name: the torch pass would repeat this run"
+)
 
 # (x shape [N, C, *spatial], out channels, kernel, stride, padding, dilation, groups)
 CONVS = {
@@ -128,6 +133,7 @@ def assert_grads_close(ours, theirs, needs):
 
 
 # -- convolution kernels ---------------------------------------------------------------------------
+@KERNELS_BY_NAME
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", CONVS)
 def test_conv_and_its_joint_backward_match_torch(name, layout, column_order):
@@ -154,6 +160,7 @@ def test_conv_and_its_joint_backward_match_torch(name, layout, column_order):
         assert_grads_close(ours, theirs, needs)
 
 
+@KERNELS_BY_NAME
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", TRANSPOSED)
 def test_conv_transpose_and_its_joint_backward_match_torch(name, layout, column_order):
@@ -203,6 +210,7 @@ def test_conv_transpose_gradients_match_finite_differences(name, column_order):
     )
 
 
+@KERNELS_BY_NAME
 @pytest.mark.parametrize("backend", [NUMPY, TORCH], ids=["numpy", "torch"])
 @pytest.mark.parametrize("name", ["3x3-stride2", "groups", "7x7-stride2", "1d"])
 def test_the_protocol_defaults_give_the_kernels_results(backend, name):
@@ -239,6 +247,7 @@ def test_a_torch_refused_output_padding_takes_the_default_backward():
     )
 
 
+@KERNELS_BY_NAME
 def test_numpy_convolutions_write_channels_last_outputs():
     x, w, b = conv_arrays(CONVS["3x3"])
     out = NUMPY.conv(x, w, b, (1, 1), (1, 1), (1, 1), 1)
@@ -248,6 +257,7 @@ def test_numpy_convolutions_write_channels_last_outputs():
     assert np.moveaxis(dx, 1, -1).flags.c_contiguous
 
 
+@KERNELS_BY_NAME
 def test_the_column_order_follows_the_larger_copy():
     """Columns take the weight's order exactly when the weight outweighs them."""
     assert numpy_conv._channel_major(9 * 512 * 512, 64 * 9 * 512)  # a 2x2 map, 512 channels
@@ -264,6 +274,7 @@ FOLDED_CHANNEL_MAJOR_ONLY = {
 }
 
 
+@KERNELS_BY_NAME
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", [k for k, c in FOLDED.items() if len(c[2]) == 2])
 def test_the_compiled_fold_gives_numpys_bits(name, dtype, monkeypatch):
@@ -297,6 +308,7 @@ def test_the_compiled_fold_gives_numpys_bits(name, dtype, monkeypatch):
         assert any(fold is not None for fold in folds)  # a fold of this case ran compiled
 
 
+@KERNELS_BY_NAME
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape", [(64, 24, 24, 64), (3, 5, 7, 2), (2, 9, 9, 300)])
 def test_the_compiled_bias_gradient_sums_as_einsum_does(shape, dtype, monkeypatch):
@@ -408,6 +420,7 @@ def test_batch_norm_second_derivative_matches_torch():
         np.testing.assert_allclose(mine, t.grad.numpy(), rtol=1e-9, atol=1e-10)
 
 
+@KERNELS_BY_NAME
 @pytest.mark.parametrize("backend", [NUMPY, TORCH], ids=["numpy", "torch"])
 def test_batch_norm_kernels_give_the_protocol_defaults_results(backend):
     x = channels_last(RNG.standard_normal((3, 4, 5, 2)) * 2 + 1)
@@ -426,6 +439,7 @@ def test_batch_norm_kernels_give_the_protocol_defaults_results(backend):
     assert np.asarray(dweight).shape == np.asarray(dbias).shape == (4,)
 
 
+@KERNELS_BY_NAME
 def test_numpy_batch_norm_keeps_the_layout_and_sums_float32_exactly():
     x = channels_last(RNG.standard_normal((16, 4, 32, 32)).astype(np.float32) + 100)
     out, stats = NUMPY.batch_norm(x, np.zeros(0, np.float32), np.zeros(0, np.float32), 1e-5)
@@ -434,6 +448,7 @@ def test_numpy_batch_norm_keeps_the_layout_and_sums_float32_exactly():
     np.testing.assert_allclose(stats[0], exact, rtol=np.finfo(np.float32).eps)
 
 
+@KERNELS_BY_NAME
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(2, 3, 3, 3), (16, 5, 5, 5), (7, 6, 11, 4)])
 def test_compiled_channels_last_batch_norm_matches_the_numpy_kernels(shape, dtype, monkeypatch):
@@ -466,6 +481,7 @@ def test_compiled_channels_last_batch_norm_matches_the_numpy_kernels(shape, dtyp
             close(a, e)
 
 
+@KERNELS_BY_NAME
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_numpy_batch_norm_update_is_the_protocols_arithmetic(dtype):
     x = channels_last((RNG.standard_normal((4, 3, 2, 5)) * 2 + 1).astype(dtype))
@@ -480,6 +496,7 @@ def test_numpy_batch_norm_update_is_the_protocols_arithmetic(dtype):
     np.testing.assert_allclose(mine[1], 0.7 * running[1] + 0.3 * variance, rtol=1e-5)
 
 
+@KERNELS_BY_NAME
 def test_batch_norm_is_one_compute_bound_op():
     from retrograd.autodiff.ops import OPS
 
@@ -488,6 +505,7 @@ def test_batch_norm_is_one_compute_bound_op():
 
 
 # -- relu ------------------------------------------------------------------------------------------
+@KERNELS_BY_NAME
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("backend", [NUMPY, TORCH], ids=["numpy", "torch"])
 def test_relu_backward_is_torchs_threshold_backward(backend, dtype):
@@ -503,6 +521,7 @@ def test_relu_backward_is_torchs_threshold_backward(backend, dtype):
     np.testing.assert_array_equal(ours.view(bits), default.view(bits))
 
 
+@KERNELS_BY_NAME
 def test_relu_backward_keeps_a_channels_last_layout():
     out = np.maximum(channels_last(RNG.standard_normal((2, 3, 4, 4))), 0)
     g = channels_last(RNG.standard_normal(out.shape))

@@ -20,6 +20,9 @@ aten = torch.ops.aten
 
 RNG = np.random.default_rng(77)
 NUMPY = rg.NumpyBackend()
+
+#: every test calls NUMPY's kernels by name: the same run on every pass
+pytestmark = pytest.mark.backend_independent("NUMPY's tap-by-tap kernels, called by name")
 TOLERANCE = 4 * float(np.finfo(np.float32).eps)
 
 # (x shape, weight shape, padding): maps smaller than the kernel's reach, odd kernels and sides

@@ -323,6 +323,7 @@ def _build(name, mode):
     return model, reference
 
 
+@pytest.mark.own_checkpointing("a backend of its own, without checkpointing")
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_model_matches_torch(name, mode):
@@ -374,6 +375,7 @@ def test_zoo_model_matches_torch(name, mode):
                 assert got_state[key].dtype == value.numpy().dtype, key
 
 
+@pytest.mark.own_checkpointing("a backend of its own, without checkpointing")
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_initialization_matches_torch(name):
     """The copy of the weights hides the initialization; compare it on its own: a constant

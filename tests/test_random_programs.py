@@ -11,6 +11,9 @@ import retrograd as rg
 from backends import inner_backend
 from nn_testing import assert_leaf_gradients_match, assert_strategies_identical
 
+#: every program runs on backends of its own, with and without checkpointing
+pytestmark = pytest.mark.own_checkpointing("each program runs under both strategies it names")
+
 SHAPE = (3, 4)
 
 # name -> (arity, retrograd fn, torch fn); every op maps (3, 4) operands to a (3, 4) result.

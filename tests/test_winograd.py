@@ -30,6 +30,9 @@ aten = torch.ops.aten
 
 RNG = np.random.default_rng(1234)
 NUMPY = rg.NumpyBackend()
+
+#: every test calls NUMPY's kernels by name: the same run on every pass
+pytestmark = pytest.mark.backend_independent("NUMPY's Winograd kernels, called by name")
 EPS32 = float(np.finfo(np.float32).eps)
 TOLERANCE = {2: 8 * EPS32, 4: 64 * EPS32}
 
