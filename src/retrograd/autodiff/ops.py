@@ -799,6 +799,51 @@ unary(
     ("slope",),
 )
 unary("gelu", lambda B, g, x: B.gelu_backward(g, x))
+
+# PReLU and its two backward kernels, torch's ``_prelu_kernel`` and ``_prelu_kernel_backward``:
+# torch's first derivative takes the weight's branch where ``x > 0`` fails (at 0 the gradient
+# is the weight), but the derivatives of its backward take the positive branch where
+# ``x >= 0`` (at 0: the upstream gradient passes to ``grad`` whole, and nothing reaches
+# ``x`` or the weight), so a second derivative at 0 is torch's only through ops of their own
+def _at_or_above_zero(B, x):
+    return B.greater_equal_elem(x, 0.0)
+
+
+Op(
+    "prelu",
+    ("x", "weight"),
+    (),
+    (
+        lambda B, g, x, weight: B.prelu_backward_input(g, x, weight),
+        lambda B, g, x: B.prelu_backward_weight(g, x),
+    ),
+    memory_bound=True,
+    broadcast=True,
+)
+Op(
+    "prelu_backward_input",
+    ("grad", "x", "weight"),
+    (),
+    (
+        lambda B, g, x, weight: B.mask_where(B.mul(g, weight), _at_or_above_zero(B, x), g),
+        _zeros_like_rule,  # (piecewise linear in x: torch's zeros)
+        lambda B, g, grad, x: B.mask_fill(B.mul(grad, g), _at_or_above_zero(B, x), 0.0),
+    ),
+    memory_bound=True,
+    broadcast=True,
+)
+Op(
+    "prelu_backward_weight",
+    ("grad", "x"),
+    (),
+    (
+        lambda B, g, x: B.mask_fill(B.mul(g, x), _at_or_above_zero(B, x), 0.0),
+        lambda B, g, grad, x: B.mask_fill(B.mul(grad, g), _at_or_above_zero(B, x), 0.0),
+    ),
+    memory_bound=True,
+    broadcast=True,
+)
+
 unary("silu", _silu_vjp)
 unary("clamp", _clamp_vjp, ("lo", "hi"))
 unary("cast", lambda B, g, x_dtype: B.cast(g, x_dtype), ("dtype",))

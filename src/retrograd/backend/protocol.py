@@ -249,6 +249,9 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "arithmetic_warnings_ignored",
             "lerp_scalar",
             "hardswish",
+            "prelu",
+            "prelu_backward_input",
+            "prelu_backward_weight",
             "rsqrt",
             "has_dtype",
         }
@@ -464,6 +467,23 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         the output, which the next layer usually keeps anyway. This default composes
         primitives (recorded on the autodiff backend, so it differentiates again)."""
         return self.mask_fill(grad, self.lower_equal_elem(out, 0.0), 0.0)
+
+    def prelu(self, x: Any, weight: Any) -> Any:
+        """torch's ``_prelu_kernel``: ``x`` where ``x > 0``, else ``weight * x`` (``weight``
+        broadcast to ``x``; so ``x`` itself where ``x > 0`` whatever the weight, a NaN too).
+        This default composes primitives."""
+        return self.mask_where(self.mul(x, weight), self.greater_elem(x, 0.0), x)
+
+    def prelu_backward_input(self, grad: Any, x: Any, weight: Any) -> Any:
+        """The PReLU's gradient to ``x``: ``grad`` where ``x > 0``, else ``weight * grad``
+        (torch's ``_prelu_kernel_backward``, whose own derivatives the op table follows).
+        This default composes primitives."""
+        return self.mask_where(self.mul(grad, weight), self.greater_elem(x, 0.0), grad)
+
+    def prelu_backward_weight(self, grad: Any, x: Any) -> Any:
+        """The PReLU's gradient to its weight, before the sum to the weight's shape: ``x *
+        grad`` where ``x > 0`` fails, else 0. This default composes primitives."""
+        return self.mask_fill(self.mul(grad, x), self.greater_elem(x, 0.0), 0.0)
 
     def gelu_backward(self, grad: Any, x: Any) -> Any:
         """``grad * gelu'(x)`` = ``grad * (Phi(x) + x * phi(x))``: the exact GELU's gradient.

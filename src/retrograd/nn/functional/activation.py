@@ -215,17 +215,9 @@ def prelu(x: Tensor, weight: Tensor) -> Tensor:
         if weight.numel() == 1
         else weight.reshape((x.shape[1],) + (1,) * (x.ndim - 2))
     )
-    # torch's kernel takes the weight's branch wherever x > 0 fails: at 0 the gradient is
-    # the weight, not 1. The factor is 1 where x > 0, so that a NaN or infinite weight
-    # leaves the gradient of positive entries 1, as torch's
-    factor = slope.expand(x.shape).mask_fill(x.greater(0.0), 1.0)
-    if weight.requires_grad:
-        # at x == 0 the weight's factor is a constant: torch's double backward differentiates
-        # the weight's branch where x < 0 only (d grad_x / d weight and d grad_weight / d x
-        # are 0 at 0), though its first derivative there is the weight; a weight outside the
-        # graph has no such terms, and its prelu pays nothing for them
-        factor = factor.mask_where(x.equal(0.0), untracked(factor))
-    return x * factor
+    # one op with backward kernels of its own (the op table's ``prelu``): torch's derivatives
+    # of its backward differ from its first derivative at x == 0
+    return x._apply("prelu", (x, slope))
 
 
 def mish(x: Tensor, inplace: bool = False) -> Tensor:
