@@ -6,6 +6,11 @@
   upstream gradient passes to the backward's ``grad`` whole, and nothing reaches ``x`` or the
   weight. retrograd composed ``x * factor``, whose backward's derivative in ``grad`` at 0 is
   the weight; it is now an op of the table with backward ops of their own.
+- ``linalg.det``'s gradient under ``create_graph`` was 0 at an exactly singular matrix (torch's
+  recorded backward gives the adjugate there), and its second derivatives were wrong at any
+  matrix with repeated singular values (``2 I``, a permutation: the SVD it differentiated
+  through has no derivative there); the recorded backward is now torch's (a solve where
+  ``|det| >= 100 eps``, the SVD's adjugate elsewhere).
 """
 
 from __future__ import annotations
@@ -71,3 +76,43 @@ def test_prelu_hvp_at_zero_matches_finite_differences_away_from_the_kink() -> No
     eps = 1e-6
     fd = (gradient(x_data + eps * v)[1].numpy() - gradient(x_data - eps * v)[1].numpy()) / (2 * eps)
     np.testing.assert_allclose(hvp.numpy(), fd, rtol=1e-6, atol=1e-8)
+
+
+def _det_derivatives(lib, a_data, v_data):
+    a = lib.tensor(a_data, requires_grad=True)
+    d = lib.linalg.det(a)
+    (g,) = lib.autograd.grad((d**3).sum() + d.sum(), (a,), create_graph=True)
+    (h,) = lib.autograd.grad((g * lib.tensor(v_data)).sum(), (a,), create_graph=True)
+    (t,) = lib.autograd.grad((h * h).sum(), (a,))
+    return [_numpy(x) for x in (g, h, t)]
+
+
+@pytest.mark.parametrize(
+    "matrix",
+    [
+        2.0 * np.eye(3),
+        np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]),
+        np.stack([np.eye(3) * 0.5, np.array([[1.0, 2.0, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 1.0]])]),
+    ],
+    ids=["2I", "permutation", "batch_with_singular"],
+)
+def test_det_recorded_backward_matches_torch(matrix) -> None:
+    rng = np.random.default_rng(3)
+    v = rng.standard_normal(matrix.shape)
+    want = _det_derivatives(torch, matrix, v)
+    got = _det_derivatives(rg, matrix, v)
+    # (the third derivative at an exactly singular matrix goes through the SVD's derivative,
+    # which torch forms otherwise: the first two are compared there)
+    count = 2 if matrix.ndim == 3 else 3
+    for g, w in zip(got[:count], want[:count]):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9)
+
+
+def test_det_first_order_gradient_at_a_singular_matrix_stays_zero() -> None:
+    # without create_graph torch's backward solves with g det(A): 0 where det(A) is 0
+    a_data = np.array([[1.0, 2.0], [2.0, 4.0]])
+    a = rg.tensor(a_data, requires_grad=True)
+    (g,) = rg.autograd.grad(rg.linalg.det(a), (a,))
+    t = torch.tensor(a_data, requires_grad=True)
+    (tg,) = torch.autograd.grad(torch.linalg.det(t), (t,))
+    np.testing.assert_array_equal(g.numpy(), tg.numpy())

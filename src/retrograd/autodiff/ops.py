@@ -1387,25 +1387,63 @@ def _det(B, x):
     return B.mul(sign, B.exp(logabsdet))
 
 
-def _det_vjp(B, g, x, out):
-    """``g det(A) A^-T``, computed as ``g adj(A)^T`` so that no inverse is taken: with ``A = U
-    S V^T``, ``adj(A)^T = det(U) det(V) U diag(prod_{j != i} s_j) V^T``. Where the determinant
-    is exactly 0 the gradient is 0, as torch's (its backward solves with ``g det(A)``, which is
-    0 there, not the adjugate)."""
+#: each float dtype's machine epsilon: torch's double-differentiable ``det`` backward takes
+#: ``|det A| < 100 eps`` for singular
+_EPSILON = {
+    "float64": 2.220446049250313e-16,
+    "float32": 1.1920928955078125e-07,
+    "bfloat16": 0.0078125,
+    "float16": 0.0009765625,
+}
+
+
+def _adjugate_t(B, x, scale):
+    """``scale * adj(A)^T`` (``scale`` of shape ``batch + (1, 1)``), through the SVD, which
+    is defined at singular matrices: with ``A = U S V^T``, ``adj(A)^T = det(U) det(V) U
+    diag(prod_{j != i} s_j) V^T``."""
     shape = B.shape(x)
     n = shape[-1]
-    if n == 0:
-        return B.zeros(shape, B.dtype(x), B.device(x))
     u, s, vh = unpack(B, B.linalg_svd(x, False), _svd_shapes(n, n, False))
-    sign = B.mul(B.slogdet(u)[1], B.slogdet(vh)[1])
+    sign = B.reshape(B.mul(B.slogdet(u)[1], B.slogdet(vh)[1]), shape[:-2] + (1, 1))
     eye = B.eye(n, n, B.dtype(x), B.device(x))
     # row i holds s with s_i replaced by 1, so its product is prod_{j != i} s_j
     rows = B.add(B.mul(B.reshape(s, shape[:-2] + (1, n)), B.sub_scalar(B.neg(eye), -1.0)), eye)
     others = B.reshape(B.prod_dim(rows, len(shape) - 1), shape[:-2] + (1, n))
-    adjugate_t = B.matmul(B.mul(u, others), vh)
-    grad = B.mul(B.reshape(B.mul(g, sign), B.shape(g) + (1, 1)), adjugate_t)
-    singular = B.reshape(B.equal_elem(out, 0.0), B.shape(out) + (1, 1))
-    return B.mask_fill(grad, singular, 0.0)
+    return B.mul(B.mul(scale, sign), B.matmul(B.mul(u, others), vh))
+
+
+def _det_vjp(B, g, x, out):
+    """``g det(A) A^-T``, torch's two ways. A first-order backward computes ``g adj(A)^T``
+    (no inverse taken), 0 where the determinant is exactly 0, as torch's (which solves with
+    ``g det(A)``, 0 there). A recorded one (``create_graph``) is torch's double-differentiable
+    form: ``solve(A^T, g det(A) I)`` where ``|det A| >= 100 eps``, the adjugate through the SVD
+    elsewhere (not 0 at 0), so that second derivatives are torch's, at matrices with repeated
+    singular values (``2 I``) too, whose SVD has no derivative."""
+    shape = B.shape(x)
+    n = shape[-1]
+    if n == 0:
+        return B.zeros(shape, B.dtype(x), B.device(x))
+    batch = shape[:-2]
+    scale = B.reshape(g, B.shape(g) + (1, 1))
+    if not B.is_autodiff:
+        singular = B.reshape(B.equal_elem(out, 0.0), B.shape(out) + (1, 1))
+        return B.mask_fill(_adjugate_t(B, x, scale), singular, 0.0)
+    singular = B.lower_elem(B.abs(out), 100.0 * _EPSILON[B.dtype(x)])
+    square_mask = B.reshape(singular, batch + (1, 1))
+    eye = B.eye(n, n, B.dtype(x), B.device(x))
+    any_singular = B.any(singular)
+    if not B.any(B.logical_not(singular)):
+        return _adjugate_t(B, x, scale)
+    # (each branch sees a stand-in where the other is taken, so that neither's derivatives
+    # reach a matrix it cannot differentiate at: a singular one's solve, a regular one's SVD)
+    regular = x if not any_singular else B.mask_where(x, square_mask, eye)
+    detscale = B.mul(scale, B.reshape(out, batch + (1, 1)))
+    grad = B.solve(_mh(B, regular), B.mul(detscale, eye))
+    if not any_singular:
+        return grad
+    distinct = B.reshape(B.arange(1, n + 1, 1, B.dtype(x), B.device(x)), (1, n))
+    stand_in = B.mask_where(B.mul(distinct, eye), square_mask, x)
+    return B.mask_where(grad, square_mask, _adjugate_t(B, stand_in, scale))
 
 
 def _complex_logdet(B, x):
