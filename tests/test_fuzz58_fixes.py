@@ -11,6 +11,11 @@
   matrix with repeated singular values (``2 I``, a permutation: the SVD it differentiated
   through has no derivative there); the recorded backward is now torch's (a solve where
   ``|det| >= 100 eps``, the SVD's adjugate elsewhere).
+- A second derivative through an op whose backward torch does not differentiate
+  (``hardsigmoid``, ``ctc_loss``, ``multi_margin_loss``, ``multilabel_margin_loss``,
+  ``embedding_bag``, ``pdist``, ``cdist`` off its matrix-product route) was computed; torch
+  raises "derivative for ... is not implemented", and retrograd now raises ``AutodiffError``
+  naming the op, its first derivative unchanged.
 """
 
 from __future__ import annotations
@@ -46,9 +51,7 @@ def _prelu_derivatives(lib, x_data, w_data, weight_tracked):
 @pytest.mark.parametrize("weight_tracked", [True, False], ids=["weight_tracked", "weight_const"])
 @pytest.mark.parametrize("per_channel", [True, False], ids=["per_channel", "one_weight"])
 def test_prelu_higher_derivatives_at_zero_match_torch(weight_tracked, per_channel) -> None:
-    x_data = np.array(
-        [[[0.0, -0.5, 1.0], [0.0, 0.0, -1.0]], [[0.5, 0.0, -0.25], [1.5, -2.0, 0.0]]]
-    )
+    x_data = np.array([[[0.0, -0.5, 1.0], [0.0, 0.0, -1.0]], [[0.5, 0.0, -0.25], [1.5, -2.0, 0.0]]])
     w_data = np.array([0.25, -0.7]) if per_channel else np.array([0.3])
     want = _prelu_derivatives(torch, x_data, w_data, weight_tracked)
     got = _prelu_derivatives(rg, x_data, w_data, weight_tracked)
@@ -116,3 +119,64 @@ def test_det_first_order_gradient_at_a_singular_matrix_stays_zero() -> None:
     t = torch.tensor(a_data, requires_grad=True)
     (tg,) = torch.autograd.grad(torch.linalg.det(t), (t,))
     np.testing.assert_array_equal(g.numpy(), tg.numpy())
+
+
+_ONCE_DIFFERENTIABLE = {
+    "hardsigmoid": lambda lib, x: lib.nn.functional.hardsigmoid(x * 3.0),
+    "ctc_loss": lambda lib, x: lib.nn.functional.ctc_loss(
+        lib.nn.functional.log_softmax(x.reshape(5, 1, 3), -1),
+        lib.tensor([[1, 2]]),
+        lib.tensor([5]),
+        lib.tensor([2]),
+    ),
+    "multi_margin_loss": lambda lib, x: lib.nn.functional.multi_margin_loss(
+        x, lib.tensor([0, 3, 2])
+    ),
+    "multilabel_margin_loss": lambda lib, x: lib.nn.functional.multilabel_margin_loss(
+        x, lib.tensor([[0, 3, -1, 0, 0], [1, -1, 0, 0, 0], [4, 2, 1, -1, 0]])
+    ),
+    "embedding_bag": lambda lib, x: lib.nn.functional.embedding_bag(
+        lib.tensor([0, 2, 2, 1]), x, lib.tensor([0, 2]), mode="mean"
+    ),
+    "pdist": lambda lib, x: lib.nn.functional.pdist(x),
+    "cdist": lambda lib, x: lib.cdist(x[:2], x[1:], p=1.0),
+}
+_X = np.array(
+    [[0.3, -0.7, 1.1, 0.5, -1.2], [0.9, 0.2, -0.4, 1.3, -0.6], [-0.8, 0.6, 0.1, -1.1, 0.7]]
+)
+
+
+@pytest.mark.parametrize("name", sorted(_ONCE_DIFFERENTIABLE))
+def test_second_derivative_refused_where_torch_refuses_it(name) -> None:
+    f = _ONCE_DIFFERENTIABLE[name]
+    grads = {}
+    for lib in (torch, rg):
+        x = lib.tensor(_X, requires_grad=True)
+        out = f(lib, x)
+        (g,) = lib.autograd.grad((out * out).sum(), (x,), create_graph=True)
+        grads[lib] = _numpy(g)
+        second = (g * g).sum()
+        if lib is torch:
+            with pytest.raises((RuntimeError, NotImplementedError), match="not implemented"):
+                torch.autograd.grad(second, (x,))
+        else:
+            with pytest.raises(rg.AutodiffError, match=name):
+                rg.autograd.grad(second, (x,), retain_graph=True)
+            # the graph stays usable: the first derivative again, without a second
+            (again,) = rg.autograd.grad((f(rg, x) ** 2).sum(), (x,))
+            np.testing.assert_allclose(again.numpy(), grads[torch], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(grads[rg], grads[torch], rtol=1e-10, atol=1e-12)
+
+
+def test_cdist_on_its_matrix_product_route_differentiates_twice() -> None:
+    # torch takes matrix products for p = 2 above 25 rows (or when asked): no refusal there
+    rng = np.random.default_rng(0)
+    x_data, y_data = rng.standard_normal((30, 3)), rng.standard_normal((4, 3))
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor(x_data, requires_grad=True)
+        d = lib.cdist(x, lib.tensor(y_data))
+        (g,) = lib.autograd.grad((d * d).sum(), (x,), create_graph=True)
+        (h,) = lib.autograd.grad((g * g).sum(), (x,))
+        results.append(_numpy(h))
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-8, atol=1e-10)

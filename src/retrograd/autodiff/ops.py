@@ -770,6 +770,25 @@ def _polynomial_refusal(argument):
     return rule
 
 
+def _refused_second_derivative(B, g, op):
+    raise AutodiffError(
+        f"{op}: the derivative of its backward is not implemented (nor in torch): a second "
+        "derivative through it is refused; keep the op out of the twice-differentiated path"
+    )
+
+
+# an op torch differentiates once: its inputs pass through ``second_derivative_gate``, whose
+# rule hands the gradient that reached it on through ``first_order_only``, which, recorded
+# under create_graph, refuses to be differentiated (torch: "derivative for ... is not
+# implemented" when a backward reaches it)
+unary("first_order_only", _refused_second_derivative, ("op",), forward=lambda B, x, op: x)
+unary(
+    "second_derivative_gate",
+    lambda B, g, op: B.first_order_only(g, op),
+    ("op",),
+    forward=lambda B, x, op: x,
+)
+
 # torch has no derivative of the polynomials in either argument (their outputs are untracked)
 binary(
     "orthogonal_polynomial",
@@ -799,6 +818,7 @@ unary(
     ("slope",),
 )
 unary("gelu", lambda B, g, x: B.gelu_backward(g, x))
+
 
 # PReLU and its two backward kernels, torch's ``_prelu_kernel`` and ``_prelu_kernel_backward``:
 # torch's first derivative takes the weight's branch where ``x > 0`` fails (at 0 the gradient

@@ -250,6 +250,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "lerp_scalar",
             "hardswish",
             "prelu",
+            "first_order_only",
             "prelu_backward_input",
             "prelu_backward_weight",
             "rsqrt",
@@ -484,6 +485,13 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """The PReLU's gradient to its weight, before the sum to the weight's shape: ``x *
         grad`` where ``x > 0`` fails, else 0. This default composes primitives."""
         return self.mask_fill(self.mul(grad, x), self.greater_elem(x, 0.0), 0.0)
+
+    def first_order_only(self, gradient: Any, op: str) -> Any:
+        """``gradient``, a gradient that ``op``'s backward computed: on a backend that records
+        (``create_graph``), recorded with a backward that refuses, as torch's for an op whose
+        backward it does not differentiate (``hardsigmoid``, ``ctc_loss``...). This default,
+        for a backend that records nothing, is ``gradient`` itself."""
+        return gradient
 
     def gelu_backward(self, grad: Any, x: Any) -> Any:
         """``grad * gelu'(x)`` = ``grad * (Phi(x) + x * phi(x))``: the exact GELU's gradient.

@@ -1030,6 +1030,15 @@ def cdist(x1: Any, x2: Any, p: float = 2.0, compute_mode: str = _CDIST_MODES[0])
             f"cdist: x1 {shape_text(x1.shape)} and x2 {shape_text(x2.shape)} must have the same "
             "number of columns"
         )
+    rows = builtins.max(x1.shape[-2], x2.shape[-2])
+    if (
+        p != 2.0
+        or compute_mode == _CDIST_MODES[2]
+        or (compute_mode == _CDIST_MODES[0] and rows <= 25)
+    ):
+        # torch's _cdist_forward, whose backward has no derivative (its matrix-product route
+        # for p = 2, taken above 25 rows or when asked, differentiates to any order)
+        x1, x2 = once_differentiable_inputs("cdist", x1, x2)
     diff = x1.unsqueeze_dim(-2) - x2.unsqueeze_dim(-3)
     if p == 0:  # torch's kernel: min(ceil(|d|), 1) summed, so a NaN gives NaN (norm: 1)
         return diff.abs().ceil().clamp(max=1.0).sum(-1)
@@ -1153,6 +1162,19 @@ def refused_derivative(op: str, source: Any, out: Any) -> Any:
     if not source.requires_grad:
         return out
     return source._apply("refused_derivative", (source, out), (op,))
+
+
+def once_differentiable_inputs(op: str, *inputs: Any) -> tuple[Any, ...]:
+    """``inputs`` as ``op`` (a composition) should take them where torch differentiates it
+    only once: each that requires grad passes through a gate, so that the gradient ``op``'s
+    backward gives it refuses a second derivative (an ``AutodiffError`` naming ``op``) where
+    torch's says "the derivative for ... is not implemented". Others pass as they are."""
+    return tuple(
+        x._apply("second_derivative_gate", (x,), (op,))
+        if isinstance(x, TensorBase) and x.requires_grad
+        else x
+        for x in inputs
+    )
 
 
 def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Any, ...]:

@@ -15,6 +15,7 @@ from ...errors import (
 )
 from ...tensor import Tensor, random
 from ...tensor.autocasting import autocast_op
+from ...tensor.functions import once_differentiable_inputs
 from ...tensor.internal import normalize_dim, untracked
 from ._common import (
     _float_input,
@@ -137,6 +138,8 @@ _TORCH_SIXTH: float = struct.unpack("f", struct.pack("f", 1.0 / 6.0))[0]
 def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
     """``relu6(x + 3) / 6`` (torch's gradient: 1/6 strictly inside ``(-3, 3)``)."""
     x = _float_input("hardsigmoid", x)
+    # (torch's hardsigmoid_backward has no derivative: a second one through it raises)
+    (x,) = once_differentiable_inputs("hardsigmoid", x)
     shifted = _hard_clamp(x + 3.0, 0.0, 6.0)
     # torch's hardsigmoid_backward multiplies by ``1.0f / 6.0f``, 1/6 rounded to float32, in
     # every dtype: the slope here is that constant (the value stays the exact ``/ 6``), so that

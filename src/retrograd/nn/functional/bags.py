@@ -17,7 +17,7 @@ import numpy as np
 
 from ...errors import DTypeError, InvalidArgumentError, ShapeError, check_bool
 from ...tensor import Tensor, arange, ones, tensor, zeros_like
-from ...tensor.functions import where
+from ...tensor.functions import once_differentiable_inputs, where
 from ...tensor.internal import result_dtype, shape_text
 from .linear import _renorm_rows, embedding
 
@@ -161,7 +161,9 @@ def embedding_bag(
         _renorm_rows(weight, input.reshape(-1), float(max_norm), norm_type)
     if padding_idx is not None:
         keep = keep & (indices != padding_idx % weight.shape[0])
-    rows = embedding(indices, weight)  # [bags, longest, dim]
+    # (torch's backward of embedding_bag has no derivative: a second one through it raises)
+    (looked_up,) = once_differentiable_inputs(fn, weight)
+    rows = embedding(indices, looked_up)  # [bags, longest, dim]
     if scale_grad_by_freq:  # the value unchanged (``rows - held`` is exactly 0)
         held = rows.detach()
         divisors = _frequency_divisors(input.reshape(-1), weight.shape[0], held.dtype)

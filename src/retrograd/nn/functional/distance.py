@@ -16,7 +16,7 @@ import numpy as np
 from ...errors import InvalidArgumentError, ShapeError
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
-from ...tensor.functions import row_distance
+from ...tensor.functions import once_differentiable_inputs, row_distance
 from ...tensor.internal import normalize_dim, shape_text
 from ._common import _clamped_min, _float_input, _float_pair, _real
 from .loss import _reduce, _reduction
@@ -95,6 +95,7 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002 (torch's name)
         raise InvalidArgumentError(f"{fn}: p must be non-negative, got {p}")
     if x.shape[0] < 2:  # no pairs: an empty result, connected to the graph
         return x.sum_dim(1).reshape((-1,)).narrow(0, 0, 0)
+    (x,) = once_differentiable_inputs(fn, x)  # (torch's _pdist_backward has no derivative)
     rows, cols = np.triu_indices(x.shape[0], 1)
     left = x.index_select(0, x.new_tensor(rows, dtype="int64"))
     right = x.index_select(0, x.new_tensor(cols, dtype="int64"))

@@ -18,6 +18,7 @@ from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor
 from ...tensor._dispatch import host_constant
 from ...tensor.autocasting import autocast_op
+from ...tensor.functions import once_differentiable_inputs
 from ...tensor.internal import check_indices, shape_text
 from ._common import _as_tensor, _float_input, _float_pair
 from .loss import _reduce, _reduction, _same_shape
@@ -178,6 +179,7 @@ def multilabel_margin_loss(
     x = _classes_input(fn, input)
     target = _class_targets(fn, x, target, x.shape)
     classes = x.shape[-1]
+    (x,) = once_differentiable_inputs(fn, x)  # (torch's backward kernel has no derivative)
 
     def out_of_range(bad: int | None) -> str:
         value = "a target" if bad is None else f"target {bad}"
@@ -221,6 +223,7 @@ def multi_margin_loss(
     x = _classes_input(fn, input)
     target = _class_targets(fn, x, target, x.shape[:-1])
     classes = x.shape[-1]
+    (x,) = once_differentiable_inputs(fn, x)  # (torch's backward kernel has no derivative)
 
     def out_of_range(bad: int | None) -> str:
         value = "a target" if bad is None else f"target {bad}"
@@ -281,6 +284,7 @@ def ctc_loss(
             f"{fn}: log_probs of dtype {x.dtype} are not supported, as in torch (float32 or "
             f"float64 only); cast them first (log_probs.float()), got {shape_text(x.shape)}"
         )
+    (x,) = once_differentiable_inputs(fn, x)  # (torch's _ctc_loss_backward has no derivative)
     unbatched = x.ndim == 2
     if unbatched:
         x = x.unsqueeze_dim(1)
