@@ -129,9 +129,17 @@ STEPS = {
     ),
     "multi_margin": lambda lib, a, b: a * _F(lib).multi_margin_loss(a[0], lib.tensor([0, 3, 2])),
     # normalizations (training mode) and softmax
-    "group_norm": lambda lib, a, b: _F(lib).group_norm(a * b + a, 1, b[0, :, 0], b[1, :, 1]) * a,
+    # (the affine parameters constants: torch's second derivatives through a tracked weight
+    # disagree with finite differences at grid points, retrograd's agree)
+    "group_norm": lambda lib, a, b: (
+        _F(lib).group_norm(a * b + a, 1, lib.tensor([0.5, -1.0, 2.0]), lib.tensor([0.1, 0.0, -0.2]))
+        * a
+    ),
     "batch_norm": lambda lib, a, b: (
-        _F(lib).batch_norm(a * b, lib.zeros(3), lib.ones(3), b[0, :, 0], None, training=True) * a
+        _F(lib).batch_norm(
+            a * b, lib.zeros(3), lib.ones(3), lib.tensor([0.5, -1.0, 2.0]), None, training=True
+        )
+        * a
     ),
     "softmax": lambda lib, a, b: _F(lib).softmax(a * b, 0) * a,
     # pooling and interpolation at ties
@@ -286,7 +294,7 @@ def check(names, mode, seed):
             )  # fmt: skip
 
 
-@settings(max_examples=_examples(25), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=_examples(50), deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     st.lists(st.tuples(st.sampled_from(sorted(STEPS)), st.booleans()), min_size=1, max_size=3),
     st.sampled_from(["penalty", "hvp", "backward"]),
