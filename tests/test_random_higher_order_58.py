@@ -325,6 +325,7 @@ def test_chosen_programs_match_torch(names, mode, seed):
     check(names, mode, seed)
 
 
+@pytest.mark.own_checkpointing("builds a backend with each strategy")
 def test_second_derivatives_agree_under_every_checkpointing_strategy():
     rng = np.random.default_rng(58)
     arrays = [rng.choice(GRID, size=SHAPE) for _ in range(2)]
