@@ -596,8 +596,13 @@ def test_attention_cross_attention_with_bias():
         sdpa(q, k, v, attn_mask=rg.tensor(folded)),
         attention_fallback(q, k, v, bias=bias, causal=True),
     )
-    with pytest.raises(rg.RetrogradError):  # torch refuses attn_mask with is_causal
-        sdpa(q, k, v, attn_mask=rg.tensor(bias), is_causal=True)
+    # attn_mask with is_causal: both apply, the causal mask top-left aligned (torch's fused
+    # CPU path; tests/test_attention_mask_and_causal.py compares with torch itself)
+    top_left_future = np.arange(24)[None, :] > np.arange(8)[:, None]
+    close_to(
+        sdpa(q, k, v, attn_mask=rg.tensor(bias), is_causal=True),
+        attention_fallback(q, k, v, hidden=top_left_future, bias=bias),
+    )
 
 
 def test_attention_fully_masked_rows_are_zero():
