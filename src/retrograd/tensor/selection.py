@@ -579,11 +579,12 @@ class SelectionMixin:
             return out
         # a bool mask indexes its true positions (k dims: k index tensors), as in torch,
         # once its shape is checked against the dims it covers
-        from .advanced import check_mask
+        from .advanced import check_mask, warn_byte_mask
 
         parts: list[Any] = []
         for i in indices:
             if isinstance(i, TensorBase) and i.dtype == "uint8":  # (torch's legacy byte mask)
+                warn_byte_mask()
                 i = i.cast("bool")
             if isinstance(i, TensorBase) and i.dtype == "bool":
                 if i.ndim:
