@@ -59,7 +59,9 @@ def int_scalars(index: tuple[Any, ...]) -> tuple[Any, ...]:
     tensor (``x[t0, :, i]`` selects first; an index tensor would put the broadcast dims
     first); and each uint8 tensor or array read as the bool mask torch reads it as (its legacy
     byte masks, with torch's deprecation warning)."""
-    if any(str(getattr(i, "dtype", "")) == "uint8" and not isinstance(i, np.generic) for i in index):
+    if any(
+        str(getattr(i, "dtype", "")) == "uint8" and not isinstance(i, np.generic) for i in index
+    ):
         warn_byte_mask()
     return tuple(_int_scalar(i) for i in index)
 
@@ -67,8 +69,7 @@ def int_scalars(index: tuple[Any, ...]) -> tuple[Any, ...]:
 def warn_byte_mask() -> None:
     """torch's deprecation warning for a legacy uint8 mask, which it still reads as bool."""
     warn_at_caller(
-        "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
-        "instead."
+        "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead."
     )
 
 
