@@ -12,7 +12,8 @@
   ``scatter_reduce``'s ``amin``/``amax`` reaches the elements torch's reaches, no more, no
   fewer.
 - First derivatives at the points where torch's double backward is NaN (a zero vector's norm,
-  ``sinc`` at 0, ``std`` at zero variance) are torch's.
+  ``sinc`` at 0) or 0 (``std`` at zero variance) are torch's; ``sinc``'s second derivative at
+  0 is the true ``-pi^2/3`` (torch's NaN, retrograd's 0 before).
 """
 
 import warnings
@@ -237,3 +238,21 @@ def test_first_derivatives_at_masked_divisions_are_torch_s():
         (expected,) = torch.autograd.grad(f(torch, theirs).sum(), theirs)
         (got,) = rg.autograd.grad(f(rg, ours).sum(), ours)
         np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+def test_sinc_second_derivative_at_zero_is_the_true_one():
+    # torch's is NaN there (0 * inf in its masked division); the true value is -pi^2 / 3,
+    # which the first derivative's central difference around 0 confirms
+    x = rg.tensor([0.0, 0.25], dtype="float64", requires_grad=True)
+    (first,) = rg.autograd.grad(x.sinc().sum(), x, create_graph=True)
+    (second,) = rg.autograd.grad(first.sum(), x)
+    step = 1e-3  # (truncation ~ pi^4 step^2 / 30; a smaller step loses digits)
+    near = rg.tensor([-step, step], dtype="float64", requires_grad=True)
+    (slopes,) = rg.autograd.grad(near.sinc().sum(), near)
+    difference = (slopes[1] - slopes[0]).item() / (2 * step)
+    assert second.tolist()[0] == pytest.approx(-(np.pi**2) / 3, rel=1e-12)
+    assert difference == pytest.approx(-(np.pi**2) / 3, rel=1e-5)
+    theirs = torch.tensor([0.25], dtype=torch.float64, requires_grad=True)
+    (their_first,) = torch.autograd.grad(theirs.sinc().sum(), theirs, create_graph=True)
+    (their_second,) = torch.autograd.grad(their_first.sum(), theirs)
+    assert second.tolist()[1] == pytest.approx(their_second.item(), rel=1e-12)
