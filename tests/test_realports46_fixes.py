@@ -109,7 +109,7 @@ def test_poisson_log_prob_count_derivative_matches_finite_differences():
     minus = rg.distributions.Poisson(rate, validate_args=False).log_prob(count.detach() - step)
     # (at the zero count the one-sided difference: log_prob is not defined below 0)
     at = rg.distributions.Poisson(rate, validate_args=False).log_prob(count.detach())
-    expected = ((plus - minus) / (2 * step)).numpy()
+    expected = ((plus - minus) / (2 * step)).detach().numpy()  # (writable: detached)
     expected[0] = ((plus - at) / step).numpy()[0]
     np.testing.assert_allclose(count.grad(found).numpy(), expected, rtol=1e-4)
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +42,7 @@ __all__ = [
     "guard_namespace",
     "reported",
     "translate",
+    "warn_at_caller",
 ]
 
 
@@ -605,3 +609,18 @@ def guard_namespace(
         ):
             first = (first_names or {}).get(name)
             namespace[name] = guard(name, value, namespace["__name__"], name, first)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn as torch's C++ ``TORCH_WARN`` does, attributed to the first frame outside
+    retrograd: Python's filters (``default``: once per call site) and a test's
+    ``pytest.warns`` see the user's line, however deep in retrograd the warning arose."""
+    frame = sys._getframe(1)
+    level = 2  # (1 is this function; 2 its caller)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)

@@ -56,6 +56,9 @@ __all__ = [
     "householder_product",
     "inv",
     "inv_ex",
+    "ldl_factor",
+    "ldl_factor_ex",
+    "ldl_solve",
     "lstsq",
     "lu",
     "lu_factor",
@@ -108,6 +111,9 @@ _TAKES_OUT = (
     "lu_factor_ex",
     "lu_factor",
     "lu_unpack",
+    "ldl_factor_ex",
+    "ldl_factor",
+    "ldl_solve",
     "lu",
     "lu_solve",
     "solve_triangular",
@@ -139,6 +145,8 @@ LUFactorResult = namedtuple("linalg_lu_factor", ["LU", "pivots"])
 LUFactorExResult = namedtuple("linalg_lu_factor_ex", ["LU", "pivots", "info"])
 LUResult = namedtuple("linalg_lu", ["P", "L", "U"])
 LUUnpackResult = namedtuple("lu_unpack", ["P", "L", "U"])
+LDLFactorResult = namedtuple("linalg_ldl_factor", ["LD", "pivots"])
+LDLFactorExResult = namedtuple("linalg_ldl_factor_ex", ["LD", "pivots", "info"])
 
 
 def _matrices(op: str, A: Any, complex_ok: bool = False) -> Tensor:  # noqa: N803 (torch's name)
@@ -781,6 +789,155 @@ def lu_solve(
         return P @ solve_triangular(L.mT, y, upper=True, unitriangular=True)
     y = solve_triangular(L, P.mT @ rhs, upper=False, unitriangular=True)
     return solve_triangular(U, y, upper=True)
+
+
+def _ldl_routine(name: str, matrix: np.ndarray, hermitian: bool) -> Any:
+    """LAPACK's ``sytrf``/``sytrs`` (``hetrf``/``hetrs`` for a complex ``hermitian``) of
+    ``matrix``'s dtype, the routines torch's CPU kernels call."""
+    import scipy.linalg
+
+    kind = "he" if hermitian and np.iscomplexobj(matrix) else "sy"
+    (routine,) = scipy.linalg.get_lapack_funcs((kind + name,), (matrix,))
+    return routine
+
+
+def _recorded_without_derivative(op: str, inputs: Sequence[Tensor], result: Tensor) -> Tensor:
+    """``result`` recorded on the ``inputs`` that require grad, with a backward that refuses
+    as torch's ("derivative for aten::<op> is not implemented")."""
+    for given in inputs:
+        if given.requires_grad:
+            result = given._apply("refused_derivative", (given, result), (op,))
+    return result
+
+
+def _ldl_factor(op: str, A: Any, hermitian: bool) -> LDLFactorExResult:  # noqa: N803
+    matrices = _matrices(op, A, complex_ok=True)
+    if matrices.shape[-1] != matrices.shape[-2]:
+        raise ShapeError(
+            f"{op}: A must be batches of square matrices, but they are "
+            f"{matrices.shape[-2]} by {matrices.shape[-1]} matrices"
+        )
+    n = matrices.shape[-1]
+    batch = matrices.shape[:-2]
+    values = matrices.detach().numpy()
+    flat = values.reshape((math.prod(batch), n, n))
+    packed = np.zeros_like(flat)
+    pivots = np.empty((flat.shape[0], n), np.int32)
+    info = np.zeros(flat.shape[0], np.int32)
+    for i, matrix in enumerate(flat if flat.size else ()):  # (LAPACK refuses n = 0)
+        factor, ipiv, code = _ldl_routine("trf", matrix, hermitian)(matrix, lower=1)
+        packed[i], pivots[i], info[i] = np.tril(factor), ipiv, code
+    LD = matrices.new_tensor(packed.reshape(values.shape), dtype=matrices.dtype)  # noqa: N806
+    return LDLFactorExResult(
+        _recorded_without_derivative("linalg_ldl_factor_ex", (matrices,), LD),
+        matrices.new_tensor(pivots.reshape(batch + (n,)), dtype="int32"),
+        matrices.new_tensor(info.reshape(batch), dtype="int32"),
+    )
+
+
+def _check_ldl_info(op: str, info: Tensor) -> None:
+    bad = [int(i) for i in info.flatten().tolist() if i]
+    if bad:
+        raise LinAlgError(
+            f"{op}: D[{bad[0] - 1},{bad[0] - 1}] is exactly zero (the matrix is singular), so "
+            "the factorization cannot solve with it (torch fails there with its 'Unknown "
+            "error code: 1'); linalg.ldl_factor_ex without check_errors factors it anyway"
+        )
+
+
+def ldl_factor_ex(
+    A: Tensor,  # noqa: N803 (torch's name)
+    *,
+    hermitian: bool = False,
+    check_errors: bool = False,
+    out: Any = None,
+) -> Any:
+    """torch's ``linalg.ldl_factor_ex``: :func:`ldl_factor`'s ``(LD, pivots)`` and LAPACK's
+    ``info`` per matrix (int32: ``i`` when ``D[i-1, i-1]`` is exactly zero, else 0);
+    ``check_errors`` raises a :class:`LinAlgError` for a nonzero one."""
+    _no_out("linalg.ldl_factor_ex", out)
+    result = _ldl_factor("linalg.ldl_factor_ex", A, hermitian)
+    if check_errors:
+        _check_ldl_info("linalg.ldl_factor_ex", result.info)
+    return result
+
+
+def ldl_factor(A: Tensor, *, hermitian: bool = False, out: Any = None) -> Any:  # noqa: N803
+    """torch's ``linalg.ldl_factor``: ``(LD, pivots)``, the Bunch-Kaufman factorization
+    ``A = P L D L^T P^T`` (``L D L^H`` for a complex ``hermitian``) of each symmetric matrix
+    of ``A`` ``[..., n, n]``, read from its lower triangle, as LAPACK's ``sytrf`` (which
+    torch's CPU kernel calls, here through SciPy): ``LD`` holds ``L``'s multipliers below
+    the diagonal and ``D``'s 1x1 and 2x2 blocks on and beside it, its upper triangle zero;
+    ``pivots`` (int32, 1-based) are LAPACK's (a negative pair marks a 2x2 block). A singular
+    matrix is refused (:func:`ldl_factor_ex` factors it). As torch's, the result is recorded
+    on ``A`` with a backward that refuses (torch has no derivative for it).
+
+    >>> import retrograd as rg
+    >>> LD, pivots = rg.linalg.ldl_factor(rg.tensor([[4.0, 2.0], [2.0, 3.0]], dtype="float64"))
+    >>> LD.tolist(), pivots.tolist()
+    ([[4.0, 0.0], [0.5, 2.0]], [1, 2])
+    """
+    _no_out("linalg.ldl_factor", out)
+    result = _ldl_factor("linalg.ldl_factor", A, hermitian)
+    _check_ldl_info("linalg.ldl_factor", result.info)
+    return LDLFactorResult(result.LD, result.pivots)
+
+
+def ldl_solve(
+    LD: Tensor,  # noqa: N803 (torch's names)
+    pivots: Tensor,
+    B: Any,  # noqa: N803
+    *,
+    hermitian: bool = False,
+    out: Any = None,
+) -> Tensor:
+    """torch's ``linalg.ldl_solve``: ``X`` with ``A X = B`` for ``A`` given as
+    :func:`ldl_factor`'s ``(LD, pivots)``, by LAPACK's ``sytrs`` (``hetrs``); batch dims
+    broadcast. As torch's, its backward refuses (torch has no derivative for it)."""
+    _no_out("linalg.ldl_solve", out)
+    factors = _matrices("linalg.ldl_solve", LD, complex_ok=True)
+    _check_pivots("linalg.ldl_solve: pivots", pivots)
+    if not isinstance(B, Tensor):
+        raise DTypeError(f"linalg.ldl_solve: B must be a tensor, got {type(B).__name__}")
+    n = factors.shape[-1]
+    if (
+        factors.shape[-2] != n
+        or tuple(pivots.shape) != tuple(factors.shape[:-1])
+        or B.ndim < 2
+        or B.shape[-2] != n
+    ):
+        raise ShapeError(
+            f"linalg.ldl_solve: LD of shape {shape_text(factors.shape)}, pivots of shape "
+            f"{shape_text(pivots.shape)} and B of shape {shape_text(B.shape)} do not fit (LD "
+            "[..., n, n], pivots [..., n], B [..., n, k])"
+        )
+    if B.dtype != factors.dtype:
+        raise DTypeError(
+            f"linalg.ldl_solve: B's dtype {B.dtype} is not LD's {factors.dtype} (torch "
+            "requires them to match)"
+        )
+    try:
+        batch = tuple(np.broadcast_shapes(factors.shape[:-2], B.shape[:-2]))
+    except ValueError:
+        raise ShapeError(
+            f"linalg.ldl_solve: the batch dims of LD {shape_text(factors.shape)} and B "
+            f"{shape_text(B.shape)} do not broadcast"
+        ) from None
+    k = B.shape[-1]
+    count = math.prod(batch)
+    packed = np.broadcast_to(factors.detach().numpy(), batch + (n, n)).reshape((count, n, n))
+    swaps = np.broadcast_to(pivots.numpy(), batch + (n,)).reshape((count, n))
+    rhs = np.broadcast_to(B.detach().numpy(), batch + (n, k)).reshape((count, n, k))
+    solved = np.empty_like(rhs)
+    for i in range(count if n and k else 0):
+        routine = _ldl_routine("trs", packed[i], hermitian)
+        solved[i], code = routine(packed[i], swaps[i], rhs[i], lower=1)
+        if code < 0:  # (a pivot out of range: LAPACK's argument check)
+            raise InvalidArgumentError(f"linalg.ldl_solve: LAPACK refused the pivots ({code})")
+    if not n or not k:
+        solved[...] = 0
+    X = factors.new_tensor(solved.reshape(batch + (n, k)), dtype=factors.dtype)  # noqa: N806
+    return _recorded_without_derivative("linalg_ldl_solve", (factors, B), X)
 
 
 @autocast_op("linalg_matrix_exp")

@@ -64,20 +64,32 @@ def _avg_pool_divisor(
     return divisor
 
 
-def _along(array, axis, matrix):
-    """Apply ``matrix`` ``[out, in]`` to ``axis`` of ``array``."""
-    moved = np.moveaxis(array, axis, -1)
-    return np.moveaxis(np.matmul(moved, matrix.T), -1, axis)
-
-
-def _adaptive_matrix(length, out, dtype):
-    """Rows average PyTorch's adaptive windows ``[floor(i*L/out), ceil((i+1)*L/out))``."""
+def _adaptive_windows(length, out):
+    """PyTorch's adaptive windows of an axis of ``length``: ``[floor(i*L/out),
+    ceil((i+1)*L/out))`` for each of the ``out`` cells, as (starts, ends)."""
     i = np.arange(out)
-    starts = (i * length) // out
-    ends = -((-(i + 1) * length) // out)
-    positions = np.arange(length)
-    inside = (positions >= starts[:, None]) & (positions < ends[:, None])
-    return (inside / (ends - starts)[:, None]).astype(dtype)
+    return (i * length) // out, -((-(i + 1) * length) // out)
+
+
+def _window_means(array, axis, out):
+    """The mean of each adaptive window along ``axis``: each window summed on its own (as
+    torch's kernel), so a NaN reaches only the cells whose windows hold it (a matrix
+    product would spread it through its zero weights to every cell)."""
+    moved = np.moveaxis(array, axis, 0)
+    starts, ends = _adaptive_windows(moved.shape[0], out)
+    means = np.stack([moved[s:e].sum(0) / (e - s) for s, e in zip(starts, ends)])
+    return np.moveaxis(means.astype(array.dtype, copy=False), 0, axis)
+
+
+def _window_spread(grad, axis, length):
+    """The adjoint of :func:`_window_means`: each cell's gradient over its window's size,
+    added to the window's positions only (torch's backward kernel's support)."""
+    moved = np.moveaxis(grad, axis, 0)
+    starts, ends = _adaptive_windows(length, moved.shape[0])
+    spread = np.zeros((length,) + moved.shape[1:], dtype=grad.dtype)
+    for cell, (s, e) in enumerate(zip(starts, ends)):
+        spread[s:e] += moved[cell] / (e - s)
+    return np.moveaxis(spread, 0, axis)
 
 
 # -- interpolation taps ----------------------------------------------------------------------------
@@ -571,14 +583,14 @@ class NumpyNNKernels(NumpyConvKernels):
 
     def adaptive_avg_pool(self, x, output_size):
         out = x
-        for axis, (n, o) in enumerate(zip(x.shape[2:], output_size), start=2):
-            out = _along(out, axis, _adaptive_matrix(n, o, x.dtype))
+        for axis, o in enumerate(output_size, start=2):
+            out = _window_means(out, axis, o)
         return np.ascontiguousarray(out)
 
     def adaptive_avg_pool_backward(self, grad, input_size):
         out = grad
-        for axis, (n, o) in enumerate(zip(input_size, grad.shape[2:]), start=2):
-            out = _along(out, axis, _adaptive_matrix(n, o, grad.dtype).T)
+        for axis, n in enumerate(input_size, start=2):
+            out = _window_spread(out, axis, n)
         return np.ascontiguousarray(out)
 
     # -- interpolation ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.grad_mode import is_grad_enabled, no_grad
-from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text
+from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text, warn_at_caller
 from . import views
 from ._dispatch import (
     INT_DTYPES,
@@ -58,8 +58,19 @@ def int_scalars(index: tuple[Any, ...]) -> tuple[Any, ...]:
     takes one as a Python int (a select, giving a view, in get and set alike), not as an index
     tensor (``x[t0, :, i]`` selects first; an index tensor would put the broadcast dims
     first); and each uint8 tensor or array read as the bool mask torch reads it as (its legacy
-    byte masks)."""
+    byte masks, with torch's deprecation warning)."""
+    if any(
+        str(getattr(i, "dtype", "")) == "uint8" and not isinstance(i, np.generic) for i in index
+    ):
+        warn_byte_mask()
     return tuple(_int_scalar(i) for i in index)
+
+
+def warn_byte_mask() -> None:
+    """torch's deprecation warning for a legacy uint8 mask, which it still reads as bool."""
+    warn_at_caller(
+        "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead."
+    )
 
 
 def _int_scalar(item: Any) -> Any:

@@ -33,6 +33,7 @@ from ..errors import (
     InvalidArgumentError,
     ShapeError,
     shape_text,
+    warn_at_caller,
 )
 from ._dispatch import (
     SCALARS,
@@ -1178,11 +1179,17 @@ def once_differentiable_inputs(op: str, *inputs: Any) -> tuple[Any, ...]:
 
 
 def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Any, ...]:
-    """Grids from 1-d tensors: with ``indexing="ij"`` (torch's default) the output's dims
-    follow the inputs; ``"xy"`` swaps the first two (NumPy's). Each grid is a view."""
+    """Grids from 1-d tensors: with ``indexing="ij"`` (torch's default, which without the
+    argument warns as torch's) the output's dims follow the inputs; ``"xy"`` swaps the first
+    two (NumPy's). Each grid is a view."""
     if len(tensors) == 1 and isinstance(tensors[0], list | tuple):
         tensors = tuple(tensors[0])
-    indexing = indexing or "ij"
+    if indexing is None:
+        warn_at_caller(
+            "torch.meshgrid: in an upcoming release, it will be required to pass the indexing "
+            "argument."
+        )
+        indexing = "ij"
     if indexing not in ("ij", "xy"):
         raise InvalidArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     for t in tensors:

@@ -385,8 +385,8 @@ class SelectionMixin:
     ) -> Any:
         """:meth:`scatter_reduce`'s ``amax``/``amin``: the result computed outside the graph
         (by :meth:`scatter_nd` over each index entry's full position), then the gradient routed
-        to the values equal to it, split evenly at a tie (torch's rule; a winning infinity gets
-        none, as in :meth:`scatter_nd`)."""
+        to the values equal to it, split evenly at a tie, NaN where torch's is (torch's rule;
+        a winning infinity gets none, as in :meth:`scatter_nd`)."""
         op = "scatter_reduce"
         d = normalize_dim(op, dim, self.ndim)
         index, src = lift(self, index, op), lift(self, src, op)
@@ -417,17 +417,23 @@ class SelectionMixin:
         # torch counts an equal self value in the split even where include_self=False leaves
         # it out (and then gives it no gradient): its rule, kept so gradients agree
         count = self_won.cast(self.dtype).scatter_add(d, index, src_won.cast(self.dtype))
-        count = count.clamp_min(1)
-        if not include_self:
-            scattered = self._filled(self.shape, 0).scatter(d, index, value=1).cast("bool")
-            self_won = self_won & ~scattered
+        # Each value's gradient is won / count times the cell's, multiplied as torch's (not
+        # masked): a loser's 0 times a NaN or infinite cell gradient is NaN, and a NaN result
+        # (nothing equals it: count 0) gives every value of its cell 0/0, NaN, as torch's.
+        # The carriers below are zero-valued except in such NaN cells.
         out = result
-        if self.requires_grad:  # zero-valued, carrying the gradient where self won
-            share = (self - self.detach()).mask_fill(~(self_won & self.isfinite()), 0.0)
-            out = out + share / count
+        if self.requires_grad:
+            weight = self_won.cast(self.dtype) / count
+            share = (self - self.detach()).mask_fill(self.isinf(), 0.0)
+            if not include_self:  # torch zeroes the gradient of the self values left out
+                scattered = self._filled(self.shape, 0).scatter(d, index, value=1).cast("bool")
+                share = share.mask_fill(scattered, 0.0)
+                weight = weight.mask_fill(scattered, 0.0)
+            out = out + share * weight
         if src.requires_grad:
-            share = (src - src.detach()).mask_fill(~(src_won & src.isfinite()), 0.0)
-            out = out.scatter_add(d, index, share / count.gather(d, index))
+            share = (src - src.detach()).mask_fill(src.isinf(), 0.0)
+            share = share * (src_won.cast(self.dtype) / count.gather(d, index))
+            out = out.scatter_add(d, index, share)
         if _unbroadcastable(full_shape, index.shape):
             # (torch's backward, to self too, compares src with the result's gather)
             refuse_backward(out, larger_src_message(op, full_shape, tuple(index.shape)))
@@ -579,11 +585,12 @@ class SelectionMixin:
             return out
         # a bool mask indexes its true positions (k dims: k index tensors), as in torch,
         # once its shape is checked against the dims it covers
-        from .advanced import check_mask
+        from .advanced import check_mask, warn_byte_mask
 
         parts: list[Any] = []
         for i in indices:
             if isinstance(i, TensorBase) and i.dtype == "uint8":  # (torch's legacy byte mask)
+                warn_byte_mask()
                 i = i.cast("bool")
             if isinstance(i, TensorBase) and i.dtype == "bool":
                 if i.ndim:

@@ -254,7 +254,8 @@ class SpecialMixin:
 
     def sinc(self) -> Any:
         """``sin(pi x) / (pi x)``, 1 at 0 (gradient 0 there, and where ``x * x`` underflows
-        to 0, as torch's: its formula divides by ``pi x^2``)."""
+        to 0, as torch's: its formula divides by ``pi x^2``; the second derivative at 0 is
+        the true ``-pi^2 / 3``, where torch's is NaN)."""
         x = self if self.dtype in GRAD_DTYPES else self.cast(default_float_dtype())
         if x.dtype in ("float16", "bfloat16"):
             # torch's kernel works in float32 and rounds once: pi x in float16 made sinc(1)
@@ -262,7 +263,12 @@ class SpecialMixin:
             return x.cast("float32").sinc().cast(x.dtype)
         zero = untracked(x).square().equal_elem(0.0)
         product = x.mask_fill(zero, 1.0) * math.pi
-        return (product.sin() / product).mask_fill(zero, 1.0)
+        out = (product.sin() / product).mask_fill(zero, 1.0)
+        # at 0 itself, the series 1 - (pi x)^2 / 6: value 1 and first derivative 0 (torch's),
+        # and the true second derivative -pi^2/3 (torch's double backward is NaN there, a 0 *
+        # inf of its masked division; a constant 1 made it 0)
+        series = 1.0 - (x * math.pi).square() / 6.0
+        return out.mask_where(untracked(x).equal_elem(0.0), series)
 
     # -- NaN and infinities -------------------------------------------------------------------
     def nan_to_num(
