@@ -372,19 +372,10 @@ class Tensor(
     def numpy(self, *, force: bool = False) -> np.ndarray:
         """The values as a NumPy array (shares memory with the tensor where it can).
         ``force`` (torch's: detach and copy to the host first) changes nothing here: the
-        array is always the host's. A tensor that requires grad gives its values too (torch
-        refuses; retrograd's own API reads gradients' and parameters' values this way), but
-        as a read-only view: a write into it would change values saved for backward behind
-        autograd's back, so NumPy refuses it ("assignment destination is read-only"); take
-        ``.detach().numpy()`` or ``.data.numpy()`` (torch's spellings) for a writable view
-        (a detached leaf still requires grad by Burn's rule, but was cut on purpose)."""
-        array = np.asarray(self._backend.to_numpy(self._prim))
-        view = getattr(self, "_view", None)
-        cut_on_purpose = view is not None and view[1] in ("detach", "data")
-        if self.requires_grad and not cut_on_purpose and array.flags.writeable:
-            array = array.view()
-            array.flags.writeable = False
-        return array
+        array is always the host's, and a tensor that requires grad gives its values too (a
+        writable view: by Burn's rule a tensor computed from ``p.detach()`` requires grad,
+        and torch scripts write into ``out.detach().squeeze().numpy()``)."""
+        return np.asarray(self._backend.to_numpy(self._prim))
 
     def __array__(self, dtype=None, copy=None):
         array = self.numpy()
