@@ -1,4 +1,4 @@
-# ruff: noqa: E501, E741  (the programs are kept as their authors wrote them)
+# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued from ``tests/test_real_ports_502.py``
 (the harness: ``tests/real_ports.py``): the quasi-hyperbolic optimizers of
 facebookresearch/qhoptim (``qhoptim/pyt/qhm.py``, ``qhoptim/pyt/qhadam.py`` and the
