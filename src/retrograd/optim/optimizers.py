@@ -684,11 +684,14 @@ class Optimizer(StepHooks):
             start += len(group["params"])
             numbers = [index[id(p)] for p in group["params"]]
             groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": numbers})
-        state = {}
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p in self.state:
-                    state[index[id(p)]] = {key: _saved(v) for key, v in self.state[p].items()}
+        state: dict[Any, Any] = {}
+        for key, entry in self.state.items():  # (torch's order: the state's own)
+            if not isinstance(key, Tensor):
+                # an entry of the optimizer's own beside its parameters' (MADGRAD's step
+                # count, ``self.state['k']``): torch's state dict keeps it under its key
+                state[key] = _saved(entry)
+            elif id(key) in index:
+                state[index[id(key)]] = {name: _saved(v) for name, v in entry.items()}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -762,8 +765,13 @@ class Optimizer(StepHooks):
         group_of = {
             id(p): group for own, group in zip(self.param_groups, merged) for p in own["params"]
         }
-        new_state: dict[Tensor, State] = defaultdict(dict)
+        new_state: dict[Any, Any] = defaultdict(dict)
         for number, entry in saved_state.items():
+            if not _numbers_a_parameter(number):
+                # the optimizer's own entry (MADGRAD's step count 'k'), loaded back under its
+                # key as torch's load does
+                new_state[number] = _saved(entry)
+                continue
             p = by_number.get(_parameter_number(where, number))
             if p is None:
                 raise InvalidArgumentError(
@@ -1070,6 +1078,19 @@ def _check_finite(where: str, group: Mapping[str, Any]) -> None:
             numeric = isinstance(number, int | float) and not isinstance(number, bool)
             if numeric and not math.isfinite(number):
                 raise InvalidArgumentError(f"{where}: {key} must be finite, got {value!r}")
+
+
+def _numbers_a_parameter(key: Any) -> bool:
+    """Whether a key of a saved ``state`` numbers a parameter (an integer, or its digits as a
+    string, as a JSON round trip leaves it) rather than naming an entry of the optimizer's
+    own, which torch's state dicts keep beside the parameters' (``self.state['k']``)."""
+    if isinstance(key, str):
+        return key.strip().lstrip("+-").isdigit()
+    try:
+        operator.index(key)
+    except TypeError:
+        return False
+    return True
 
 
 def _parameter_number(where: str, number: Any) -> int:
