@@ -60,7 +60,7 @@ def test_a_numpy_array_first_is_torchs_type_error(op):
         getattr(torch, op)([np.ones(2), torch.ones(2)])
     with pytest.raises(
         rg.DTypeError,
-        match=rf"{op}\(\): expected Tensor as element 0 in argument 0, but got ndarray",
+        match=rf"{op}\(\): expected Tensor as element 0 in argument 0, but got numpy.ndarray",
     ):
         getattr(rg, op)([np.ones(2), rg.ones(2)])
 

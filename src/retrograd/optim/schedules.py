@@ -71,7 +71,9 @@ def _steps_by_get_lr(schedule: Any) -> bool:
     schedules here step by their closed or recursive forms; their :meth:`LRScheduler.get_lr`
     answers torch's question from those)."""
     own = getattr(type(schedule), "get_lr", None)
-    return callable(own) and own is not LRScheduler.get_lr
+    # (ReduceLROnPlateau's get_lr, which refuses as torch's, is this package's, not the user's)
+    defined_here = getattr(own, "__module__", "").startswith("retrograd.optim")
+    return callable(own) and not defined_here
 
 
 class LRScheduler:

@@ -160,6 +160,26 @@ def elementwise_strides(
     return tuple(strides)
 
 
+def overlapping_view_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], kind: str, params: tuple
+) -> tuple[int, ...]:
+    """The strides torch gives the view ``kind`` with ``params`` of a tensor of ``shape`` and
+    ``strides``, for the views whose positions can share memory: ``expand`` (0 where a
+    dimension of one is expanded, or a leading one is added), ``unfold`` (the window's
+    dimension last) and ``as_strided`` (its own)."""
+    if kind == "as_strided":
+        return tuple(params[1])
+    if kind == "expand":
+        target = params[0]
+        lead = len(target) - len(shape)
+        own = [0] * lead + [
+            0 if n == 1 and m != 1 else s for n, m, s in zip(shape, target[lead:], strides)
+        ]
+        return tuple(own)
+    d, _, step = params  # unfold
+    return (*strides[:d], strides[d] * step, *strides[d + 1 :], strides[d])
+
+
 def strides_of(t: Any) -> tuple[int, ...]:
     """``t``'s strides as torch would have them (a root tensor is contiguous)."""
     view = getattr(t, "_view", None)
@@ -183,16 +203,8 @@ def strides_of(t: Any) -> tuple[int, ...]:
         return tuple(strides[d] for d in params[0])
     if kind == "index":
         return _index_strides(shape, strides, params[3] if len(params) > 3 else None, t.shape)
-    if kind == "expand":
-        target = params[0]
-        lead = len(target) - len(shape)
-        own = [0] * lead + [
-            0 if n == 1 and m != 1 else s for n, m, s in zip(shape, target[lead:], strides)
-        ]
-        return tuple(own)
-    if kind == "unfold":
-        d, _, step = params
-        return (*strides[:d], strides[d] * step, *strides[d + 1 :], strides[d])
+    if kind in ("expand", "unfold"):
+        return overlapping_view_strides(shape, strides, kind, params)
     if kind == "diagonal":
         a, b, _ = params
         rest = tuple(s for i, s in enumerate(strides) if i not in (a, b))

@@ -54,6 +54,7 @@ from .strides import (
     copy_order,
     is_contiguous,
     non_overlapping_and_dense,
+    overlapping_view_strides,
     storage_offset_of,
     strides_of,
     view_strides,
@@ -503,13 +504,9 @@ def _write_through_overlap(
 
 
 def _overlapping_strides(base: Any, kind: str, params: tuple) -> tuple[int, ...]:
-    """The strides torch gives ``base``'s view of ``kind`` (``"unfold"`` or
+    """The strides torch gives ``base``'s view of ``kind`` (``"expand"``, ``"unfold"`` or
     ``"as_strided"``), as :func:`~.strides.strides_of` derives them."""
-    if kind == "as_strided":
-        return tuple(params[1])
-    strides = strides_of(base)
-    d, _, step = params
-    return (*strides[:d], strides[d] * step, *strides[d + 1 :], strides[d])
+    return overlapping_view_strides(base.shape, strides_of(base), kind, params)
 
 
 def _gradient_kept(where: Any, written: Any, count: int, order: np.ndarray) -> np.ndarray | None:
