@@ -18,6 +18,9 @@ flipped value included. Defects found (fixed, each test failing before):
 * a CIFAR batch Python 3 wrote at protocol 2 (the original batches' protocol: its arrays'
   bytes pickled through ``_codecs.encode``) or one holding NumPy integers as labels was
   refused as damaged; torchvision's reader loads both, and so does this one now;
+* an image whose damaged header claims billions of pixels raised PIL's bare
+  ``DecompressionBombError`` (``ImageFolder``, ``vision.io.read_image``): now the
+  ``DamagedFileError`` naming the file (and how to read a genuine image that large);
 * an optimizer state whose group's ``params`` is not a list failed with a bare ``TypeError``;
   a group's setting of a form the algorithm cannot step with (ASGD's ``lambd`` None,
   Rprop's ``etas`` or Adafactor's ``eps`` of one value) with a bare ``TypeError`` or
@@ -198,6 +201,28 @@ def test_a_cifar_batch_naming_another_callable_is_still_refused(tmp_path):
     (folder / "test_batch").write_bytes(hostile)
     with pytest.raises(DamagedFileError, match=r"_codecs\.decode is not part of a CIFAR batch"):
         datasets.CIFAR10(tmp_path, train=False)
+
+
+# -- images whose damaged header claims billions of pixels ---------------------------------------
+def test_an_image_whose_damaged_header_claims_billions_of_pixels_names_its_file(tmp_path):
+    from PIL import Image
+
+    from retrograd.vision import io as vision_io
+
+    np.random.seed(0)
+    (tmp_path / "cat").mkdir()
+    path = tmp_path / "cat" / "a.bmp"
+    Image.fromarray(np.random.randint(0, 256, (8, 8, 3)).astype(np.uint8)).save(path)
+    header = bytearray(path.read_bytes())
+    header[18:22] = (2**31 - 1).to_bytes(4, "little")  # BITMAPINFOHEADER's width
+    path.write_bytes(bytes(header))
+    # PIL's DecompressionBombError (an Exception alone, not the OSError of other damage)
+    with pytest.raises(Image.DecompressionBombError), Image.open(path):
+        pass
+    for read in (lambda: datasets.ImageFolder(tmp_path)[0], lambda: vision_io.read_image(path)):
+        with pytest.raises(DamagedFileError, match="MAX_IMAGE_PIXELS") as caught:
+            read()
+        assert "a.bmp" in str(caught.value) and isinstance(caught.value, OSError)
 
 
 # -- optimizer states of damaged files ------------------------------------------------------------

@@ -408,15 +408,15 @@ def pil_loader(path: str) -> Any:
     :class:`DamagedFileError` naming it (an ``OSError``, as PIL's own error was)."""
     from PIL import Image
 
-    from .io import _DECODE_FAILURES
+    from .io import _failure_text, decode_failures
 
     with open(path, "rb") as handle:
         try:
             return Image.open(handle).convert("RGB")
-        except _DECODE_FAILURES as error:
+        except decode_failures() as error:
             raise DamagedFileError(
                 f"pil_loader: {path} is not a decodable image: damaged, truncated or of a "
-                f"format PIL does not read ({type(error).__name__}: {error})"
+                f"format PIL does not read ({_failure_text(error)})"
             ) from None
 
 
