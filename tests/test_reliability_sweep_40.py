@@ -30,12 +30,15 @@ flipped value included. Defects found (fixed, each test failing before):
   Adafactor's ``beta2_decay`` saved positive loaded and overflowed in the second step. Each
   is now refused at the load, naming the entry, the optimizer left as it was; Adam's
   ``amsgrad`` step starts an ``exp_avg_sq`` saved as None afresh as its other moments (and
-  the fused step) do, the step torch takes from zeros.
+  the fused step) do, the step torch takes from zeros;
+* a torch file cut short while ``rg.load`` read it said "damaged or truncated ()" (the zip
+  reader's ``EOFError`` has no message): it names the ``EOFError`` now.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import random
 import zipfile
@@ -111,6 +114,26 @@ def test_damaged_saved_files_are_refused_by_name_or_load_as_torch_loads_them(tmp
                 for key, value in expected.items():
                     np.testing.assert_array_equal(loaded[key].numpy(), value.numpy())
     assert cases > 300
+
+
+def test_a_file_cut_short_while_it_is_read_is_named_with_what_went_wrong(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    path = tmp_path / "run.pt"
+    torch.save({"w": torch.randn(64, 64)}, path)
+    opened = zipfile.ZipFile.open
+    entries = []
+
+    def open_then_cut(archive, *args, **kwargs):
+        entries.append(args[0] if args else None)
+        if len(entries) == 2:  # another process truncates the file once its reading began
+            os.truncate(path, path.stat().st_size // 2)
+        return opened(archive, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", open_then_cut)
+    with pytest.raises(rg.InvalidArgumentError, match=r"run\.pt") as caught:
+        rg.load(path)
+    # the zip reader's EOFError has no message: the error said "damaged or truncated ()"
+    assert "()" not in str(caught.value) and "EOFError" in str(caught.value)
 
 
 # -- MNIST's IDX files ----------------------------------------------------------------------------
