@@ -32,7 +32,10 @@ flipped value included. Defects found (fixed, each test failing before):
   ``amsgrad`` step starts an ``exp_avg_sq`` saved as None afresh as its other moments (and
   the fused step) do, the step torch takes from zeros;
 * a torch file cut short while ``rg.load`` read it said "damaged or truncated ()" (the zip
-  reader's ``EOFError`` has no message): it names the ``EOFError`` now.
+  reader's ``EOFError`` has no message): it names the ``EOFError`` now;
+* a schedule's state of a damaged file (OneCycleLR's ``use_beta1`` not a bool or its phases
+  gone, CyclicLR's ``total_size`` or a ``last_epoch`` NaN) loaded and failed at the next step
+  with a bare ``KeyError``, ``AssertionError`` or ``ValueError``: refused at the load now.
 """
 
 from __future__ import annotations
@@ -339,3 +342,37 @@ def test_adam_amsgrad_starts_an_exp_avg_sq_saved_as_none_from_zeros_as_torch():
     denom = np.sqrt(np.maximum(peak, second)) / np.sqrt(1 - beta2**step) + 1e-8
     expected = weight - 0.1 / (1 - beta1**step) * first / denom
     np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+# -- learning-rate schedules' states of damaged files ---------------------------------------------
+def _schedule(kind: str):
+    rg.seed(0)
+    optimizer = rg.optim.SGD(rg.nn.Linear(2, 1).parameters(), lr=0.1, momentum=0.9)
+    if kind == "OneCycleLR":
+        return rg.optim.lr_scheduler.OneCycleLR(optimizer, 1.0, total_steps=10)
+    if kind == "CyclicLR":
+        return rg.optim.lr_scheduler.CyclicLR(optimizer, 0.01, 0.1, step_size_up=2)
+    return rg.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, 3)
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "value", "error"),
+    [
+        ("OneCycleLR", "use_beta1", "x", rg.DTypeError),  # (KeyError 'betas' at the step)
+        ("OneCycleLR", "_schedule_phases", {}, rg.DTypeError),  # (AssertionError)
+        ("CyclicLR", "total_size", float("nan"), rg.InvalidArgumentError),  # (ValueError)
+        ("CosineAnnealingWarmRestarts", "last_epoch", float("nan"), rg.InvalidArgumentError),
+    ],
+)
+def test_a_damaged_schedule_state_is_refused_at_the_load_naming_the_entry(kind, key, value, error):
+    saved = _schedule(kind)
+    saved.step()
+    damaged = dict(saved.state_dict(), **{key: value})
+    schedule = _schedule(kind)
+    before = dict(schedule.__dict__)
+    with pytest.raises(error, match=key):
+        schedule.load_state_dict(damaged)
+    assert schedule.__dict__ == before
+    schedule.load_state_dict(saved.state_dict())  # the whole state still loads and steps
+    schedule.step()
+    assert schedule.last_epoch == 2
