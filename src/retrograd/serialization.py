@@ -655,7 +655,12 @@ _ZIP64_LOCATOR = 20
 
 
 def _text(error: BaseException) -> str:
-    return str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    """An error's message, or its class where it has none (zlib's and the zip reader's
+    ``EOFError()`` of a file cut short while it was read: "damaged or truncated ()")."""
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    if text:
+        return text
+    return "EOFError: the data ended early" if isinstance(error, EOFError) else type(error).__name__
 
 
 def _check_magic(name: str, data: bytes) -> bool:

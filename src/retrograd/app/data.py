@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import DamagedFileError, InvalidArgumentError
 from ..vision.idx import read_idx, write_idx
 
 __all__ = [
@@ -124,9 +124,11 @@ def load_mnist(data_dir: str | os.PathLike) -> Dataset:
     for split in ("train", "test"):
         images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
         if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-            raise InvalidArgumentError(
-                f"MNIST {split} files disagree: images {list(images.shape)} (expected "
-                f"[N, rows, cols]), labels {list(labels.shape)} (expected [N])"
+            raise DamagedFileError(
+                f"MNIST {split} files disagree: {found[f'{split}_images']} holds images "
+                f"{list(images.shape)} (expected [N, rows, cols]), "
+                f"{found[f'{split}_labels']} labels {list(labels.shape)} (expected [N]): a "
+                "damaged or misnamed file"
             )
         # found here, naming the file, rather than by the model (a linear layer of 0 inputs)
         # or the loss (a target out of range) once training runs

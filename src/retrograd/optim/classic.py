@@ -192,6 +192,17 @@ class Adafactor(Optimizer):
                     "foreach": foreach, "maximize": bool(maximize)}  # fmt: skip
         super().__init__(params, defaults)
 
+    def _check_group(self, group: dict[str, Any]) -> None:
+        """The base's checks, and a loaded group's ``beta2_decay`` non-positive as the
+        constructor's (a positive one saved in a damaged state loaded, then overflowed in
+        the second step with a bare ``OverflowError``)."""
+        super()._check_group(group)
+        decay = group.get("beta2_decay", -0.8)
+        if not (isinstance(decay, int | float) and not isinstance(decay, bool) and decay <= 0.0):
+            raise InvalidArgumentError(
+                f"Adafactor: beta2_decay must be a non-positive number, got {decay!r}"
+            )
+
     def state_shape(self, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         if key == "row_var":
             return tuple(shape[:-1]) + (1,)

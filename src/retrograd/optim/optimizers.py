@@ -726,6 +726,12 @@ class Optimizer(StepHooks):
             )
         if any(not isinstance(g, Mapping) or "params" not in g for g in groups):
             raise InvalidArgumentError(f"{where}: every parameter group needs 'params'")
+        for number, group in enumerate(groups):
+            if not isinstance(group["params"], list | tuple):  # (len() of it failed bare)
+                raise DTypeError(
+                    f"{where}: parameter group {number}'s 'params' must be a list of "
+                    f"parameter numbers, got {type(group['params']).__name__}"
+                )
         if len(groups) != len(self.param_groups) or any(
             len(saved["params"]) != len(own["params"])
             for saved, own in zip(groups, self.param_groups)
@@ -765,6 +771,15 @@ class Optimizer(StepHooks):
         group_of = {
             id(p): group for own, group in zip(self.param_groups, merged) for p in own["params"]
         }
+        for number, (own, group) in enumerate(zip(self.param_groups, merged)):
+            if own["params"]:  # (a group whose state is empty is stepped next too)
+                self._checked_probe(
+                    where,
+                    own["params"][0],
+                    group,
+                    None,
+                    f"the saved settings of group {number} cannot step {type(self).__name__}",
+                )
         new_state: dict[Any, Any] = defaultdict(dict)
         for number, entry in saved_state.items():
             if not _numbers_a_parameter(number):
@@ -783,7 +798,26 @@ class Optimizer(StepHooks):
                     f"{where}: the state of parameter {number} is a {type(entry).__name__}, "
                     "not a dict"
                 )
-            probed = self._probed_state(p, group_of[id(p)]) if entry else {}
+            probed = (
+                self._checked_probe(
+                    where, p, group_of[id(p)], None,
+                    f"the saved settings of parameter {number}'s group cannot step "
+                    f"{type(self).__name__}",
+                )
+                if entry
+                else {}
+            )  # fmt: skip
+            for key in [k for k, v in entry.items() if v is None and probed.get(k) is not None]:
+                # a buffer saved as None: SGD's momentum_buffer starts afresh, as in torch;
+                # where the algorithm's step cannot start it so, it is refused here
+                self._checked_probe(
+                    where,
+                    p,
+                    group_of[id(p)],
+                    {**probed, **{k: None for k, v in entry.items() if v is None}},
+                    f"state {number}/{key} is None, which {type(self).__name__}'s step cannot "
+                    "start afresh (a damaged state)",
+                )
             missing = sorted(_kept_keys(probed) - set(entry))
             if missing:  # the step would start them afresh beside the saved ones: refused
                 raise KeyMismatchError(
@@ -824,10 +858,13 @@ class Optimizer(StepHooks):
         that the algorithm alone says."""
         return _kept_keys(self._probed_state(parameter, group))
 
-    def _probed_state(self, parameter: Tensor, group: dict[str, Any]) -> dict[str, Any]:
+    def _probed_state(
+        self, parameter: Tensor, group: dict[str, Any], state: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The state one :meth:`update` makes for a one-element stand-in of ``parameter``
-        (same rank, dtype and backend): what the algorithm keeps, and in what form (a
-        buffer is a tensor of the stand-in's rank, a scalar a number or a 0-d tensor)."""
+        (same rank, dtype and backend) from ``state`` (a first step's by default): what the
+        algorithm keeps, and in what form (a buffer is a tensor of the stand-in's rank, a
+        scalar a number or a 0-d tensor)."""
         if type(self).update is Optimizer.update:  # no per-parameter update (L-BFGS)
             return {}
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
@@ -835,8 +872,27 @@ class Optimizer(StepHooks):
         if probe.is_complex():  # (stepped on its real pairs: a real parameter's buffers)
             probe = probe.real
         with probe.backend.arithmetic_warnings_ignored():
-            _, state = self.update(probe, probe, {"step": 1}, group)
-        return dict(state)
+            _, made = self.update(probe, probe, {"step": 1} if state is None else state, group)
+        return dict(made)
+
+    def _checked_probe(
+        self, where: str, parameter: Tensor, group: dict[str, Any], state: dict[str, Any] | None,
+        what: str,
+    ) -> dict[str, Any]:  # fmt: skip
+        """:meth:`_probed_state`, a saved group or state this algorithm cannot step with (a
+        setting saved as None or as a pair of another length, a moment saved as None where
+        the step needs it) refused at the load naming ``what``, rather than failing bare
+        inside the next step."""
+        try:
+            return self._probed_state(parameter, group, state)
+        except RetrogradError:  # the step's own check, which names the op and the value
+            raise
+        except (TypeError, AttributeError) as error:
+            raise DTypeError(f"{where}: {what} ({type(error).__name__}: {error})") from None
+        except (ValueError, ArithmeticError, LookupError) as error:
+            raise InvalidArgumentError(
+                f"{where}: {what} ({type(error).__name__}: {error})"
+            ) from None
 
     def load_state_value(
         self, where: str, number: int, key: str, value: Any, parameter: Tensor
@@ -1399,9 +1455,13 @@ class Adam(FusedOptimizer):
                 value = value * (1.0 - lr * weight_decay)
             else:
                 grad = grad.add(value, alpha=weight_decay)
+        # each moment saved as None starts afresh alone, as the fused kernel's do (a state
+        # whose exp_avg_sq alone was None failed here with a bare TypeError)
         first, second = state.get("exp_avg"), state.get("exp_avg_sq")
         if first is None:
-            first, second = zeros_like(grad), zeros_like(grad)
+            first = zeros_like(grad)
+        if second is None:
+            second = zeros_like(grad)
         peak = state.get("max_exp_avg_sq")
         if peak is None:
             peak = zeros_like(grad)

@@ -817,5 +817,25 @@ def _check_state(op: str, schedule: Any, state_dict: Any) -> None:
                 )
             if not all(is_number(v) or (v is None and c is None) for v, c in zip(value, current)):
                 raise DTypeError(f"{name}: {key} must hold numbers, got {list(value)!r}")
+        elif isinstance(current, bool) and not isinstance(value, bool):
+            # (OneCycleLR's use_beta1: a str read as true looked for 'betas' in SGD's groups
+            # and failed at the next step with a bare KeyError)
+            raise DTypeError(f"{name}: {key} must be a bool, got {value!r}")
         elif is_number(current) and not is_number(value):
             raise DTypeError(f"{name}: {key} must be a number, got {value!r}")
+        elif isinstance(value, float) and (
+            math.isnan(value) or (isinstance(current, int) and math.isinf(value))
+        ):  # a count (last_epoch, CyclicLR's total_size) NaN or infinite failed bare in int()
+            # at the next step; no schedule keeps a NaN (an infinite best is a fresh one's)
+            raise InvalidArgumentError(f"{name}: {key} must be a finite number, got {value!r}")
+        elif (
+            isinstance(current, list)
+            and current
+            and all(isinstance(c, Mapping) for c in current)
+            and not (
+                isinstance(value, list | tuple)
+                and value
+                and all(isinstance(v, Mapping) for v in value)
+            )
+        ):  # OneCycleLR's phases: none left failed the next step with an AssertionError
+            raise DTypeError(f"{name}: {key} must be a non-empty list of dicts, got {value!r}")

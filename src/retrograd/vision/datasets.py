@@ -28,15 +28,20 @@ IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tif
 
 
 class _ArraysOnly(pickle.Unpickler):
-    """CIFAR's python batches hold dicts, lists, strings and NumPy arrays: every other global
-    a file names is refused, so that a damaged or hostile file runs nothing (torchvision's
-    ``pickle.load`` would run whatever it names)."""
+    """CIFAR's python batches hold dicts, lists, strings and NumPy arrays (and NumPy scalars,
+    in a batch a script wrote from a dataset's labels): every other global a file names is
+    refused, so that a damaged or hostile file runs nothing (torchvision's ``pickle.load``
+    would run whatever it names). ``_codecs.encode`` is how Python 3 writes bytes (an array's
+    buffer) at protocol 2, the protocol of the original batches: it only encodes a string."""
 
     _ALLOWED = frozenset({
         ("numpy.core.multiarray", "_reconstruct"),
         ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
+        ("_codecs", "encode"),
     })  # fmt: skip
 
     def find_class(self, module: str, name: str) -> Any:
@@ -160,9 +165,12 @@ class MNIST(VisionDataset):
         images = read_idx(paths[0])
         labels = read_idx(paths[1]).astype(np.int64)
         if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-            raise InvalidArgumentError(
-                f"{type(self).__name__}: images {list(images.shape)} and labels "
-                f"{list(labels.shape)} disagree (expected [N, H, W] and [N])"
+            # a file of the other kind under an image or label file's name, or one of another
+            # split: the files, not the arguments, are at fault
+            raise DamagedFileError(
+                f"{type(self).__name__}: {paths[0]} holds images {list(images.shape)} and "
+                f"{paths[1]} labels {list(labels.shape)}, which disagree (expected [N, H, W] "
+                "and [N]): a damaged or misnamed file"
             )
         # tensors, as torchvision's (scripts take ``data.float() / 255``, ``targets == k``)
         self.data = rg.from_numpy(np.ascontiguousarray(images, dtype=np.uint8))
@@ -400,15 +408,15 @@ def pil_loader(path: str) -> Any:
     :class:`DamagedFileError` naming it (an ``OSError``, as PIL's own error was)."""
     from PIL import Image
 
-    from .io import _DECODE_FAILURES
+    from .io import _failure_text, decode_failures
 
     with open(path, "rb") as handle:
         try:
             return Image.open(handle).convert("RGB")
-        except _DECODE_FAILURES as error:
+        except decode_failures() as error:
             raise DamagedFileError(
                 f"pil_loader: {path} is not a decodable image: damaged, truncated or of a "
-                f"format PIL does not read ({type(error).__name__}: {error})"
+                f"format PIL does not read ({_failure_text(error)})"
             ) from None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,8 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
             data = file.read()
     except (FileNotFoundError, PermissionError, IsADirectoryError):
         raise
-    except (OSError, EOFError) as error:  # a damaged .gz: truncated, or not gzip at all
+    except (OSError, EOFError, zlib.error) as error:  # a damaged .gz: truncated, not gzip,
+        # or a flipped bit in its compressed stream (zlib's own error, not an OSError)
         raise DamagedFileError(f"{path}: not a readable IDX file ({error})") from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
         raise DamagedFileError(f"{path}: not an IDX file (bad magic number {data[:4]!r})")

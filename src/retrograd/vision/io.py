@@ -33,6 +33,27 @@ class ImageReadMode(Enum):
 #: ``EOFError`` from its format parsers.
 _DECODE_FAILURES = (OSError, ValueError, SyntaxError, EOFError)
 
+
+def decode_failures() -> tuple[type[BaseException], ...]:
+    """What PIL raises for bytes that are no image it can decode: ``_DECODE_FAILURES`` and its
+    ``DecompressionBombError`` (an ``Exception`` alone), which a damaged header claiming
+    billions of pixels raises as a bomb would."""
+    from PIL import Image
+
+    return (*_DECODE_FAILURES, Image.DecompressionBombError)
+
+
+def _failure_text(error: BaseException) -> str:
+    from PIL import Image
+
+    hint = (
+        " (a genuine image that large reads with PIL.Image.MAX_IMAGE_PIXELS raised)"
+        if isinstance(error, Image.DecompressionBombError)
+        else ""
+    )
+    return f"{type(error).__name__}: {error}{hint}"
+
+
 _PIL_MODES = {
     ImageReadMode.GRAY: "L",
     ImageReadMode.GRAY_ALPHA: "LA",
@@ -66,7 +87,7 @@ def _mode(op: str, mode: Any) -> ImageReadMode:
 def _decode(source: Any, mode: ImageReadMode, where: str) -> Tensor:
     """The pixels of the encoded image ``source`` (a path or bytes), as [C, H, W] uint8. PIL
     reads a file lazily: a truncated or damaged one fails in ``np.array``, with one of
-    ``_DECODE_FAILURES``, raised as the :class:`DamagedFileError` naming ``where``."""
+    ``decode_failures()``, raised as the :class:`DamagedFileError` naming ``where``."""
     from PIL import Image
 
     try:
@@ -78,10 +99,10 @@ def _decode(source: Any, mode: ImageReadMode, where: str) -> Tensor:
             array = np.array(picture)
     except (FileNotFoundError, PermissionError, IsADirectoryError):
         raise  # the file is not there to read, which says nothing of its bytes
-    except _DECODE_FAILURES as error:
+    except decode_failures() as error:
         raise DamagedFileError(
             f"{where}: not a decodable image: damaged, truncated or of a format PIL does not "
-            f"read ({type(error).__name__}: {error})"
+            f"read ({_failure_text(error)})"
         ) from None
     if array.ndim == 2:
         array = array[:, :, None]
