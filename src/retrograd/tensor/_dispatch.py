@@ -893,9 +893,7 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
                     except Exception as error:
                         raise translate(op.name, error, backend, inputs)  # noqa: B904 (errors.translate)
                     result = _new(  # TensorBase.__init__, inlined (a Python call less)
-                        kind._result
-                        if kind is type(b) or not type(b)._sticky
-                        else type(b)._result
+                        kind._result if kind is type(b) or not type(b)._sticky else type(b)._result
                     )
                     result._prim, result._backend, result._device = out, backend, a._device
                     if (

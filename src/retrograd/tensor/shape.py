@@ -36,9 +36,9 @@ from ._dispatch import (
     int_parameter,
     lift,
     normalize_dim,
-    sticky_class,
     result_dtype,
     scalar_dims,
+    sticky_class,
 )
 from .dtypes import canonical_dtype
 from .layouts import (
