@@ -173,3 +173,48 @@ def test_an_out_dim_given_as_a_bool_is_the_int_it_is_as_torch():
     got = rfunc.vmap(lambda a: a * 2, out_dims=True)(x)
     assert tuple(got.shape) == tuple(expected.shape) == (4, 3)
     np.testing.assert_allclose(np.asarray(got.tolist()), expected.numpy())
+
+
+MADE_FROM_THE_ELEMENT = {
+    "clone": lambda lib, a: a.clone(),
+    "detach": lambda lib, a: a.detach(),
+    "zeros_like": lambda lib, a: lib.zeros_like(a),
+    "full_like": lambda lib, a: lib.full_like(a, 2.0),
+    "new_zeros": lambda lib, a: a.new_zeros(4),
+    "new_full": lambda lib, a: a.new_full((4,), 0.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MADE_FROM_THE_ELEMENT))
+def test_tensors_made_from_the_element_are_of_the_batch_and_take_its_writes(name):
+    make = MADE_FROM_THE_ELEMENT[name]
+    expected = tfunc.vmap(lambda a: make(torch, a).add_(a * 3))(torch.tensor(X))
+    got = rfunc.vmap(lambda a: make(rg, a).add_(a * 3))(ours()[0])
+    np.testing.assert_allclose(np.asarray(got.tolist()), expected.numpy())
+
+
+def test_an_item_assignment_of_the_batch_into_a_new_tensor_raises_as_torch():
+    def write(lib, a):
+        out = lib.zeros(2, 4, dtype=lib.float64)
+        out[0] = a
+        return out
+
+    with pytest.raises(RuntimeError, match="vmap"):
+        tfunc.vmap(lambda a: write(torch, a))(torch.tensor(X))
+    with pytest.raises(rg.AutodiffError, match="vmap"):
+        rfunc.vmap(lambda a: write(rg, a))(ours()[0])
+
+
+def test_batch_norm_in_training_refuses_shared_running_statistics_as_torch():
+    data = np.random.default_rng(5).uniform(-1.0, 1.0, (3, 2, 4))
+    with pytest.raises(RuntimeError, match="Batch norm got a batched tensor"):
+        tfunc.vmap(torch.nn.BatchNorm1d(4).double())(torch.tensor(data))
+    norm = rg.nn.BatchNorm1d(4).double()
+    with pytest.raises(rg.AutodiffError, match="Batch norm got a batched tensor"):
+        rfunc.vmap(norm)(rg.tensor(data))
+    np.testing.assert_array_equal(np.asarray(norm.running_mean.tolist()), np.zeros(4))
+    # without running statistics (torch's remedy) each element normalizes by its own batch
+    torch_norm = tfunc.replace_all_batch_norm_modules_(torch.nn.BatchNorm1d(4).double())
+    expected = tfunc.vmap(torch_norm)(torch.tensor(data))
+    got = rfunc.vmap(rfunc.replace_all_batch_norm_modules_(norm))(rg.tensor(data))
+    np.testing.assert_allclose(np.asarray(got.tolist()), expected.detach().numpy(), atol=1e-12)

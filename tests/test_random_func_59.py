@@ -4,8 +4,9 @@
 - ``vmap`` of op chains in which the mapped value meets a captured tensor on either side
   (``c * a``, ``W @ a``, ``where``, ``cat``, ``einsum``, ``gather``, ``conv1d``), ended by a
   tail that torch refuses or runs: ``.item()``, data-dependent ``if``, ``tolist()``,
-  ``nonzero()``, a boolean mask of the batch, an in-place write into a captured tensor
-  (refused) or into the mapped one (allowed), a random op under ``randomness="error"``;
+  ``nonzero()``, a boolean mask of the batch, an in-place write into a captured or new
+  tensor (refused) or into the mapped one or a tensor made like it (allowed), a random op
+  under ``randomness="error"``;
 - the dtypes of ``jacrev``/``jacfwd``/``hessian``/``vjp``/``jvp`` across float32 and float64
   inputs and outputs, int outputs included, and ``has_aux`` with an aux that holds other
   values than tensors.
@@ -83,6 +84,12 @@ def _branch(v):
     return -v
 
 
+def _setitem_new(v):
+    out = lib_of(v).zeros(2, FEATURES, dtype=v.dtype)
+    out[1] = v  # a new tensor is not of the batch: torch refuses
+    return out
+
+
 TAILS = {
     "returned": lambda v: v,
     "item": lambda v: v * v.sum().item(),
@@ -95,6 +102,8 @@ TAILS = {
     "inplace_mapped": _inplace_mapped,
     "random": lambda v: v + lib_of(v).rand_like(v),
     "argwhere": lambda v: (v * 0 + 1).argwhere(),
+    "zeros_like_add": lambda v: lib_of(v).zeros_like(v).add_(v),  # of the batch: allowed
+    "setitem_new": _setitem_new,
 }
 
 

@@ -335,6 +335,26 @@ class _MappedSlice(Tensor):
         _refuse_read(_CONTROL_FLOW_IN_VMAP)
         return super().__bool__()
 
+    # copies and the tensors made like this one are of the batch too, as torch's batching
+    # rules give them (``a.clone().add_(a)``, ``a.new_zeros(n).copy_(...)`` write batch values)
+    def clone(self, *args: Any, **kwargs: Any) -> Any:
+        return _of_the_batch(super().clone(*args, **kwargs))
+
+    def detach(self) -> Any:
+        return _of_the_batch(super().detach())
+
+    def new_zeros(self, *args: Any, **kwargs: Any) -> Any:
+        return _of_the_batch(super().new_zeros(*args, **kwargs))
+
+    def new_ones(self, *args: Any, **kwargs: Any) -> Any:
+        return _of_the_batch(super().new_ones(*args, **kwargs))
+
+    def new_empty(self, *args: Any, **kwargs: Any) -> Any:
+        return _of_the_batch(super().new_empty(*args, **kwargs))
+
+    def new_full(self, *args: Any, **kwargs: Any) -> Any:
+        return _of_the_batch(super().new_full(*args, **kwargs))
+
     def tolist(self) -> Any:
         _refuse_read(_NO_STORAGE_IN_VMAP)
         return super().tolist()
@@ -356,6 +376,13 @@ class _MappedSlice(Tensor):
         if _VMAP.depth:
             raise AutodiffError(_DYNAMIC_SHAPE_IN_VMAP.format(op="aten::_unique2"))
         return super().unique(*args, **kwargs)
+
+
+def _of_the_batch(value: Any) -> Any:
+    """``value``, a plain tensor made from an element of the batch, as one of the batch."""
+    if type(value) is Tensor:
+        value.__class__ = _MappedSlice
+    return value
 
 
 def _refuse_read(message: str) -> None:

@@ -197,7 +197,9 @@ _UNBATCHED_WRITE = (
 )
 
 #: the modules between a user's in-place call and :func:`_fit`
-_WRITE_PATH = frozenset([__name__, "retrograd.errors", "retrograd.tensor._dispatch"])
+_WRITE_PATH = frozenset(
+    [__name__, "retrograd.errors", "retrograd.tensor._dispatch", "retrograd.tensor.advanced"]
+)
 
 
 def _written_by_the_user() -> bool:
