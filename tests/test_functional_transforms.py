@@ -255,8 +255,11 @@ def test_func_grad_and_grad_and_value_against_torch():
     got = rfunc.grad(with_aux, argnums=(0, 1), has_aux=True)(*ours)
     expected = tfunc.grad(with_aux, argnums=(0, 1), has_aux=True)(*theirs)
     assert_same(got, expected)
-    # torch wants tensors only in aux; here anything else passes through
-    assert rfunc.grad(lambda x: (x.sum(), "label"), has_aux=True)(ours[0])[1] == "label"
+    # torch wants tensors only in aux, and refuses anything else
+    with pytest.raises(rg.DTypeError, match="aux"):
+        rfunc.grad(lambda x: (x.sum(), "label"), has_aux=True)(ours[0])
+    with pytest.raises(RuntimeError, match="Expected tensors"):
+        tfunc.grad(lambda x: (x.sum(), "label"), has_aux=True)(theirs[0])
     got = rfunc.grad_and_value(with_aux, has_aux=True)(*ours)
     expected = tfunc.grad_and_value(with_aux, has_aux=True)(*theirs)
     assert_same((got[0], got[1][0], got[1][1][0]), (expected[0], expected[1][0], expected[1][1][0]))

@@ -112,6 +112,17 @@ def _tensors(fn: str, what: str, tree: Any) -> tuple[list[Tensor], Any]:
     return leaves, spec
 
 
+def _differentiable_outputs(fn: str, outputs: list[Tensor]) -> None:
+    """torch's refusal of a reverse-mode transform (``vjp``, ``jacrev``) of an output that is
+    not float or complex: an int or bool output has no cotangent."""
+    for o in outputs:
+        if not (o.is_floating_point() or o.is_complex()):
+            raise DTypeError(
+                f"{fn}: all outputs of the function must be floating-point or complex tensors, "
+                f"got a {shape_text(o.shape)} tensor of dtype {o.dtype}"
+            )
+
+
 def _records(tensors: list[Any]) -> bool:
     """Whether the transform records its results: some argument requires grad (an outer
     transform's leaf, or a tensor of the caller's graph), differentiated or not (the
@@ -127,6 +138,8 @@ def _split_aux(fn: str, out: Any, has_aux: bool) -> tuple[Any, Any]:
             f"{fn}: with has_aux=True the function must return a tuple (output, aux), got "
             f"{type(out).__name__}"
         )
+    # torch's refusal of an aux that holds anything but tensors (a number, None, a str)
+    _tensors(fn, "the auxiliary outputs (aux)", out[1])
     return out
 
 
@@ -290,6 +303,7 @@ def vjp(func: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple
         leaves = [_fresh(x, records, fn) for x in flat]
         out, aux = _split_aux(fn, func(*_unflatten(leaves, spec)), has_aux)
         outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+        _differentiable_outputs(fn, outputs)
         records = records or _closes_over(outputs, leaves)
 
     def vjp_fn(
@@ -339,11 +353,13 @@ def jvp(
     fn = "func.jvp"
     check_callable(fn, func)
     for name, value in (("primals", primals), ("tangents", tangents)):
-        if not isinstance(value, tuple | list):
+        if not isinstance(value, tuple):  # (a list too: torch's pytrees tell them apart)
             raise DTypeError(
                 f"{fn}: expected {name} to be a tuple (func is called as func(*primals)), got "
                 f"{type(value).__name__}"
             )
+    if not primals:
+        raise InvalidArgumentError(f"{fn}: expected primals to contain at least one tensor")
     flat, spec = _tensors(fn, "primals", tuple(primals))
     tans, tan_spec = _tensors(fn, "tangents", tuple(tangents))
     if tan_spec != spec:
@@ -481,6 +497,8 @@ def _jacobian(fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool) ->
                     )
             out, aux = _split_aux(fn, func(*call.args, **kwargs), has_aux)
             outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+            if fn == "func.jacrev":
+                _differentiable_outputs(fn, outputs)
             call.check(outputs)
             per_output = []
             for o in outputs:
@@ -501,6 +519,8 @@ def _jacobian(fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool) ->
                     )
                     for r, x in zip(rows, call.leaves)
                 ]
+                if fn == "func.jacfwd":  # forward mode's tangents are of the output's dtype
+                    jacs = [j if j.dtype == o.dtype else j.to(o.dtype) for j in jacs]
                 per_output.append(_unflatten(_finished(jacs, call.records), call.spec))
         jacobian = _unflatten(per_output, out_spec)
         return (jacobian, _finished(aux, call.records)) if has_aux else jacobian

@@ -290,6 +290,17 @@ _CONTROL_FLOW_IN_VMAP = (
     "https://github.com/pytorch/pytorch/issues ."
 )
 
+#: torch's words for reading a mapped value into host memory (``tolist``, ``numpy``)
+_NO_STORAGE_IN_VMAP = (
+    "vmap: Cannot access data pointer of Tensor that doesn't have storage (a value of the "
+    "batch read on the host inside vmap)"
+)
+#: torch's words for an op whose result's shape depends on the values of the batch
+_DYNAMIC_SHAPE_IN_VMAP = (
+    "vmap: We do not support batching operators that can output dynamic shape. Attempted to "
+    "vmap over {op}. Please file an issue at https://github.com/pytorch/functorch/issues"
+)
+
 
 class _MappedSlice(Tensor):
     """One element of a mapped input, as ``func`` sees it inside :func:`vmap` (and what ops
@@ -302,6 +313,7 @@ class _MappedSlice(Tensor):
     torch's."""
 
     __slots__ = ()
+    _sticky = True  # what derives from it is of the batch, whichever operand it was
 
     def item(self) -> Any:
         _refuse_read(_ITEM_IN_VMAP)
@@ -322,6 +334,55 @@ class _MappedSlice(Tensor):
     def __bool__(self) -> bool:
         _refuse_read(_CONTROL_FLOW_IN_VMAP)
         return super().__bool__()
+
+    # copies and the tensors made like this one are of the batch too, as torch's batching
+    # rules give them (``a.clone().add_(a)``, ``a.new_zeros(n).copy_(...)`` write batch values)
+    def clone(self, *args: Any, **kwargs: Any) -> Any:
+        return _of_the_batch(super().clone(*args, **kwargs))
+
+    def detach(self) -> Any:
+        return _of_the_batch(super().detach())
+
+    def new_zeros(self, *args: Any, **kwargs: Any) -> Any:
+        return _of_the_batch(super().new_zeros(*args, **kwargs))
+
+    def new_ones(self, *args: Any, **kwargs: Any) -> Any:
+        return _of_the_batch(super().new_ones(*args, **kwargs))
+
+    def new_empty(self, *args: Any, **kwargs: Any) -> Any:
+        return _of_the_batch(super().new_empty(*args, **kwargs))
+
+    def new_full(self, *args: Any, **kwargs: Any) -> Any:
+        return _of_the_batch(super().new_full(*args, **kwargs))
+
+    def tolist(self) -> Any:
+        _refuse_read(_NO_STORAGE_IN_VMAP)
+        return super().tolist()
+
+    def numpy(self, *, force: bool = False) -> Any:
+        _refuse_read(_NO_STORAGE_IN_VMAP)
+        return super().numpy(force=force)
+
+    def nonzero(self, *, as_tuple: bool = False) -> Any:
+        if _VMAP.depth:  # each element would have its own count of rows: no batch of them
+            raise AutodiffError(_DYNAMIC_SHAPE_IN_VMAP.format(op="aten::nonzero"))
+        return super().nonzero(as_tuple=as_tuple)
+
+    def argwhere(self) -> Any:
+        # torch's argwhere runs element by element, stacking rows of equal counts
+        return Tensor.argwhere(self.as_subclass(Tensor))
+
+    def unique(self, *args: Any, **kwargs: Any) -> Any:
+        if _VMAP.depth:
+            raise AutodiffError(_DYNAMIC_SHAPE_IN_VMAP.format(op="aten::_unique2"))
+        return super().unique(*args, **kwargs)
+
+
+def _of_the_batch(value: Any) -> Any:
+    """``value``, a plain tensor made from an element of the batch, as one of the batch."""
+    if type(value) is Tensor:
+        value.__class__ = _MappedSlice
+    return value
 
 
 def _refuse_read(message: str) -> None:
@@ -464,7 +525,7 @@ def _stacked(results: list[Any], dim: Any, out_dims: Any, empty: bool = False) -
             )
             for k in range(len(first))
         )
-    if not isinstance(dim, int) or isinstance(dim, bool):
+    if not isinstance(dim, int):  # (a bool is the int it is, as torch's out_dims takes it)
         _mismatch(out_dims, dim, first)
     if not isinstance(first, Tensor):
         raise InvalidArgumentError(
@@ -476,8 +537,8 @@ def _stacked(results: list[Any], dim: Any, out_dims: Any, empty: bool = False) -
             f"vmap: out_dims={out_dims!r}: out_dim {dim} is out of range for an output of "
             f"shape {tuple(first.shape)} (expected {-(first.ndim + 1)} to {first.ndim})"
         )
-    out = _plain(stack(results, dim=dim))
-    return _plain(out.narrow(dim, 0, 0)) if empty else out
+    out = _plain(stack(results, dim=int(dim)))
+    return _plain(out.narrow(int(dim), 0, 0)) if empty else out
 
 
 def _mismatch(out_dims: Any, dim: Any, output: Any) -> None:

@@ -186,6 +186,11 @@ class TensorBase:
     #: is a plain tensor, as in PyTorch, not a second parameter a module would register.
     _result: type
 
+    #: Whether what an operation returns takes this tensor's class even where it is not the
+    #: first operand (``y * x``, ``W @ x``): ``vmap``'s element of a mapped input, whose
+    #: derived values the function must not read on the host whichever side they stood
+    _sticky = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "_result" not in cls.__dict__:
@@ -887,7 +892,9 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
                         out = getattr(backend, op.kernel)(pa, pb)
                     except Exception as error:
                         raise translate(op.name, error, backend, inputs)  # noqa: B904 (errors.translate)
-                    result = _new(kind._result)  # TensorBase.__init__, inlined (a Python call less)
+                    result = _new(  # TensorBase.__init__, inlined (a Python call less)
+                        kind._result if kind is type(b) or not type(b)._sticky else type(b)._result
+                    )
                     result._prim, result._backend, result._device = out, backend, a._device
                     if (
                         a._view is not None
@@ -1165,12 +1172,23 @@ def _run(name: str, kernel: str, inputs: Sequence[Any], params: tuple) -> Any:
         if lifted is not None:  # (checked after a failure alone: the common call pays nothing)
             return _run(name, kernel, lifted, params)
         raise translate(name, error, backend, inputs)  # noqa: B904
+    kind = type(first)._result
+    if len(inputs) > 1 and not type(first)._sticky:
+        kind = sticky_class(inputs, kind)
     if type(out) is tuple:
-        kind, device = type(first)._result, first._device
-        return tuple(kind(value, backend, device) for value in out)
-    result = _new(type(first)._result)
+        return tuple(kind(value, backend, first._device) for value in out)
+    result = _new(kind)
     result._prim, result._backend, result._device = out, backend, first._device
     return result
+
+
+def sticky_class(operands: Sequence[Any], default: type) -> type:
+    """The class of an op's result: that of a sticky operand (``TensorBase._sticky``: an
+    element of a ``vmap``'s mapped input) wherever it stands, else ``default``."""
+    for t in operands:
+        if getattr(type(t), "_sticky", False):
+            return type(t)._result
+    return default
 
 
 def _inner_operands_lifted(backend: Any, inputs: Sequence[Any]) -> list | None:

@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.grad_mode import is_grad_enabled, no_grad
-from ..errors import DTypeError, IndexOutOfRangeError, ShapeError, shape_text, warn_at_caller
+from ..errors import (
+    AutodiffError,
+    DTypeError,
+    IndexOutOfRangeError,
+    ShapeError,
+    shape_text,
+    warn_at_caller,
+)
 from . import views
 from ._dispatch import (
     INT_DTYPES,
@@ -153,6 +160,12 @@ def _split(t: Any, index: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[tuple[
             dim += 1
         elif isinstance(item, arrays):
             tensor = _as_index(t, item)
+            if tensor.dtype == "bool" and type(tensor)._sticky:
+                # (a mask of a vmap's batch: each element would keep its own count)
+                raise AutodiffError(
+                    "vmap: We do not support batching operators that can support dynamic "
+                    "shape. Attempting to batch over indexing with a boolean mask."
+                )
             if tensor.dtype == "bool":
                 check_mask(tensor.shape, shape, dim)
                 per_dim = tensor.nonzero(as_tuple=True) if tensor.ndim else ()

@@ -378,6 +378,10 @@ def _laid_out_like(out: Tensor, t: Tensor, options: dict[str, Any]) -> Tensor:
     ``memory_format=contiguous_format``."""
     memory_format = options.get("memory_format")
     check_memory_format("like", memory_format, t.ndim)
+    if type(t)._sticky and type(out) is not type(t):
+        # made like an element of a vmap's batch: of the batch too, as torch's batching rules
+        # of the ``*_like`` factories give (``zeros_like(a).add_(a)`` writes a batch value)
+        out.__class__ = type(t)._result
     if memory_format is None or memory_format is preserve_format:
         strides = preserved_layout(t)
         if strides is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import warnings
 from contextlib import nullcontext
 from typing import Any
@@ -185,12 +186,40 @@ def write_out(op: str, out: Any, result: Any) -> Any:
     return out.copy_(result)
 
 
+#: torch's words for an in-place write of a value of a vmap's batch into a tensor that is
+#: not of it (one the function closes over, or made inside it from constants)
+_UNBATCHED_WRITE = (
+    "vmap: {op}(self, *extra_args) is not possible because there exists a Tensor `other` in "
+    "extra_args that has more elements than `self`. This happened due to `other` being "
+    "vmapped over but `self` not being vmapped over in a vmap. Please try to use "
+    "out-of-place operators instead of inplace arithmetic. If said operator is being called "
+    "inside the PyTorch framework, please file a bug report instead."
+)
+
+#: the modules between a user's in-place call and :func:`_fit`
+_WRITE_PATH = frozenset(
+    [__name__, "retrograd.errors", "retrograd.tensor._dispatch", "retrograd.tensor.advanced"]
+)
+
+
+def _written_by_the_user() -> bool:
+    """Whether the in-place write being checked was called by code outside retrograd (the
+    function a vmap runs): the library's own writes into buffers it made are no user's."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") in _WRITE_PATH:
+        frame = frame.f_back
+    name = "" if frame is None else frame.f_globals.get("__name__", "")
+    return not (name == "retrograd" or name.startswith("retrograd."))
+
+
 def _fit(op: str, t: Any, value: Any) -> Any:
     """``value`` made to fit ``t`` as torch's in-place ops require: its broadcast shape must be
     ``t``'s, and its dtype one that casts to ``t``'s (never float into int, nor int into
     bool)."""
     if not isinstance(value, TensorBase):
         raise DTypeError(f"{op}: expected a tensor, got {type(value).__name__}")
+    if type(value)._sticky and not type(t)._sticky and _written_by_the_user():
+        raise AutodiffError(_UNBATCHED_WRITE.format(op=op))
     shape = t.shape
     if value.shape != shape:
         try:
@@ -258,7 +287,7 @@ def _in_buffer(op: str, t: Any, other: Any, alpha: Any = 1) -> bool:
         return False
     backend = t._backend
     tensor_operand = type(other) is not float and type(other) is not int
-    if tensor_operand and not _fits_in_buffer(t, other):
+    if tensor_operand and (not _fits_in_buffer(t, other) or type(other)._sticky):
         return False
     outside = outside_graph(t)
     recording = backend.is_autodiff and is_grad_enabled()

@@ -38,6 +38,7 @@ from ._dispatch import (
     normalize_dim,
     result_dtype,
     scalar_dims,
+    sticky_class,
 )
 from .dtypes import canonical_dtype
 from .layouts import (
@@ -763,7 +764,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
     backend = first._backend
     with reported("cat", backend, lifted):
         out = backend.cat([t._prim for t in lifted], d)
-    return type(first)._result(out, backend, first._device)
+    return sticky_class(lifted, type(first)._result)(out, backend, first._device)
 
 
 def stack(tensors: Sequence[Any], dim: int = 0) -> Any:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...errors import (
     ArgumentTypeError,
+    AutodiffError,
     DTypeError,
     InvalidArgumentError,
     ShapeError,
@@ -482,6 +483,20 @@ def batch_norm(
                 ("running_mean", running_mean),
                 ("running_var", running_var),
             ),
+        )
+    if (
+        training
+        and type(x)._sticky
+        and running_mean is not None
+        and not (type(running_mean)._sticky and type(running_var)._sticky)
+    ):
+        # an element of a vmap's batch would update statistics shared by all of them
+        raise AutodiffError(
+            "Batch norm got a batched tensor as input while the running_mean or running_var, "
+            "which will be updated in place, were not batched. If you are using a module and "
+            "do not need eval mode, please set `track_running_stats` to be False (or call "
+            "torch.func.replace_all_batch_norm_modules_); otherwise give batched running "
+            "statistics or compute outside vmap"
         )
     channels = x.shape[1]
     running = [
