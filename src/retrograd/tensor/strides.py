@@ -35,6 +35,37 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _iteration_order(shape: tuple[int, ...], operands: Any) -> list[int]:
+    """TensorIterator's order of the dimensions of ``shape`` (``reorder_dimensions``), the
+    fastest-moving first, by the operands' strides (each a sequence as long as ``shape``),
+    the first operand's first: the smaller stride innermost; between equal strides of an
+    operand the smaller size innermost; where every operand ties (or has a 0 stride) the
+    order stays, as torch's insertion sort leaves it."""
+
+    def should_swap(d0: int, d1: int) -> int:
+        for strides in operands:
+            s0, s1 = strides[d0], strides[d1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 != s1:
+                return -1 if s0 < s1 else 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    perm = list(range(len(shape) - 1, -1, -1))
+    for i in range(1, len(shape)):
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            comparison = should_swap(perm[d0], perm[d1])
+            if comparison > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif comparison < 0:
+                break
+    return perm
+
+
 def copy_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
     """For each element of a tensor of ``shape`` and ``strides``, when torch's CPU copy of a
     contiguous tensor into it (``t.copy_(src)``) writes it: an int64 array of ``shape``, 0 for
@@ -44,33 +75,10 @@ def copy_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
     positions overlap (unfold windows, ``as_strided``) the last one written is the value the
     memory keeps: torch's in-place backward (``CopySlices``) copies a view's gradient back
     that way."""
-    operands = (tuple(strides), contiguous_strides(shape))
-    ndim = len(shape)
-
-    def should_swap(dim0: int, dim1: int) -> int:
-        for own in operands:
-            stride0, stride1 = own[dim0], own[dim1]
-            if stride0 == 0 or stride1 == 0:
-                continue
-            if stride0 != stride1:
-                return -1 if stride0 < stride1 else 1
-            if shape[dim0] > shape[dim1]:
-                return 1
-        return 0
-
-    perm = list(range(ndim - 1, -1, -1))  # perm[0]: the innermost dimension
-    for i in range(1, ndim):  # TensorIterator's insertion sort (reorder_dimensions)
-        dim1 = i
-        for dim0 in range(i - 1, -1, -1):
-            comparison = should_swap(perm[dim0], perm[dim1])
-            if comparison > 0:
-                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
-                dim1 = dim0
-            elif comparison < 0:
-                break
+    perm = _iteration_order(shape, (tuple(strides), contiguous_strides(shape)))
     outer_first = perm[::-1]
     steps = np.arange(math.prod(shape), dtype=np.int64).reshape([shape[d] for d in outer_first])
-    return steps.transpose(np.argsort(outer_first)) if ndim else steps
+    return steps.transpose(np.argsort(outer_first)) if shape else steps
 
 
 def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -131,27 +139,7 @@ def elementwise_strides(
         own = [0 if n == 1 and m != 1 else x for n, m, x in zip(s, shape[lead:], st)]
         broadcast.append([0] * lead + own)
 
-    def should_swap(d0: int, d1: int) -> int:
-        for strides in broadcast:
-            s0, s1 = strides[d0], strides[d1]
-            if s0 == 0 or s1 == 0:
-                continue
-            if s0 != s1:
-                return -1 if s0 < s1 else 1
-            if shape[d0] > shape[d1]:  # equal strides: the smaller dimension goes first
-                return 1
-        return 0
-
-    perm = list(range(ndim - 1, -1, -1))  # perm[0] is the fastest-moving dimension
-    for i in range(1, ndim):  # torch's insertion sort, ambiguous comparisons left in place
-        d1 = i
-        for d0 in range(i - 1, -1, -1):
-            comparison = should_swap(perm[d0], perm[d1])
-            if comparison > 0:
-                perm[d0], perm[d1] = perm[d1], perm[d0]
-                d1 = d0
-            elif comparison < 0:
-                break
+    perm = _iteration_order(shape, broadcast)  # perm[0] is the fastest-moving dimension
     strides = [0] * ndim
     step = 1
     for d in perm:
