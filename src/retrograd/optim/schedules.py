@@ -72,7 +72,7 @@ def _steps_by_get_lr(schedule: Any) -> bool:
     answers torch's question from those)."""
     own = getattr(type(schedule), "get_lr", None)
     # (ReduceLROnPlateau's get_lr, which refuses as torch's, is this package's, not the user's)
-    defined_here = getattr(own, "__module__", "").startswith("retrograd.optim")
+    defined_here = (getattr(own, "__module__", None) or "").startswith("retrograd.optim")
     return callable(own) and not defined_here
 
 
