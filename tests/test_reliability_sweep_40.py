@@ -44,6 +44,8 @@ import io
 import os
 import pickle
 import random
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -82,8 +84,27 @@ def _structural_offsets(data: bytes) -> list[int]:
 
 
 def test_damaged_saved_files_are_refused_by_name_or_load_as_torch_loads_them(tmp_path):
-    # a stream of its own: the global one is drawn from by what the loads import (the flips
-    # of the later files changed with the tests that ran before in the worker)
+    """Run in a fresh interpreter: after some 70 other test files in one process (those that
+    save and load files), a legacy file that ours loads was one torch's weights_only load
+    refused, which it does not in a process of its own; which state leaks is not found yet
+    (the session note of 6 December gives the reproduction)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        "import pathlib, sys; sys.path.insert(0, sys.argv[1]); "
+        "import test_reliability_sweep_40 as m; "
+        "m.check_damaged_saved_files(pathlib.Path(sys.argv[2]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, here, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def check_damaged_saved_files(tmp_path) -> None:
+    # a stream of its own, whatever else drew from the global one
     draw = random.Random(0)
     state, files = _saved_files(tmp_path)
     target = tmp_path / "case.pt"
