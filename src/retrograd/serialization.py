@@ -43,6 +43,7 @@ import json
 import os
 import pickle
 import pickletools
+import re
 import tokenize
 import zipfile
 import zlib
@@ -52,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from . import torch_files, torch_writer
+from .backend.accelerators import cuda_device_count
 from .context import current_backend, thread_device
 from .device import Device
 from .errors import DTypeError, InvalidArgumentError, RetrogradError
@@ -329,7 +331,8 @@ def _relocated(map_location: Any, out: Tensor, location: str = "cpu") -> Tensor:
         moved = map_location(out, location)
     except Exception as error:
         raise _FromMapLocation(error) from None
-    if moved is None:
+    if moved is None:  # torch then restores it where it was saved from
+        _check_saved_location(location)
         return out
     if not isinstance(moved, Tensor):
         raise DTypeError(
@@ -337,6 +340,43 @@ def _relocated(map_location: Any, out: Tensor, location: str = "cpu") -> Tensor:
             "must return the storage (tensor) it was given, moved, or None"
         )
     return moved
+
+
+#: The device kinds torch's load knows besides the CPU and CUDA (its ``_package_registry``):
+#: a storage saved from one of them loads only where that device is, and none is a device
+#: retrograd loads onto.
+_OTHER_DEVICE_KINDS = ("mps", "meta", "xpu", "hpu", "mtia", "privateuseone")
+
+
+def _check_saved_location(location: Any) -> None:
+    """Refuse a storage's saved location where torch's load (``default_restore_location``,
+    run when no ``map_location`` says where the storage goes) refuses it: a location that
+    names no device is damage (a flipped bit of ``"cpu"``); a CUDA device this machine lacks,
+    or a device kind retrograd does not load onto, asks for a ``map_location``."""
+    if type(location) is str and location == "cpu":
+        return
+    if type(location) is not str:
+        raise pickle.UnpicklingError(f"a storage whose saved location is {location!r}, no device")
+    cuda = re.fullmatch(r"cuda(?::(0|[1-9][0-9]*))?", location)
+    if cuda:
+        index, count = int(cuda.group(1) or 0), cuda_device_count()
+        if index < count:
+            return
+        present = f"{count} CUDA device(s)" if count else "no CUDA device"
+        raise InvalidArgumentError(
+            f"load: its tensors were saved from {location}, and this machine has {present} "
+            "(as torch's load, this asks where they go): load it with map_location='cpu' (or "
+            "a device that is here)"
+        )
+    kind = re.match(r"[a-z]+", location)
+    if kind and kind.group() in _OTHER_DEVICE_KINDS:
+        raise InvalidArgumentError(
+            f"load: its tensors were saved from a {kind.group()} device ({location!r}), which "
+            "retrograd does not load onto: load it with map_location='cpu'"
+        )
+    raise pickle.UnpicklingError(
+        f"a storage whose saved location is {location!r}, which names no device"
+    )
 
 
 def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
@@ -350,7 +390,7 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
     device no backend here computes on (``"meta"``, ``"mps"``...) is refused.
     A file ``torch.save`` wrote loads as torch loads it; an ``.npz`` of arrays
     (``Module.save``) as a dict of arrays; a bare pickle is refused with an error that says so."""
-    device = None
+    device, unmapped = None, map_location is None
     # a dict moves only the storages saved from one of its keys (torch's), in a torch file
     by_location = dict(map_location) if isinstance(map_location, dict) else None
     if callable(map_location) and not isinstance(map_location, Device):
@@ -392,12 +432,14 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
             f.seek(start + len(data))
         legacy = _check_magic(name, data[:16])
         return _load_archive(
-            io.BytesIO(data), name, device, weights_only is not False, legacy, by_location
+            io.BytesIO(data), name, device, weights_only is not False, legacy, by_location, unmapped
         )
     with open(f, "rb") as handle:  # a missing file stays FileNotFoundError, as in torch
         legacy = _check_magic(name, handle.read(16))
         handle.seek(0)
-        return _load_archive(handle, name, device, weights_only is not False, legacy, by_location)
+        return _load_archive(
+            handle, name, device, weights_only is not False, legacy, by_location, unmapped
+        )
 
 
 def _check_path(op: str, f: str | bytes | os.PathLike) -> None:
@@ -420,9 +462,9 @@ def _check_path(op: str, f: str | bytes | os.PathLike) -> None:
 
 
 def _load_archive(source: Any, name: str, device: Any, weights_only: bool, legacy: bool,
-                  by_location: dict | None = None) -> Any:  # fmt: skip
+                  by_location: dict | None = None, unmapped: bool = False) -> Any:  # fmt: skip
     if legacy or _is_torch_zip(source):
-        return _load_torch_file(source, name, device, weights_only, legacy, by_location)
+        return _load_torch_file(source, name, device, weights_only, legacy, by_location, unmapped)
     try:
         archive = np.load(source, allow_pickle=False)
         if not isinstance(archive, np.lib.npyio.NpzFile):  # a single .npy array
@@ -482,14 +524,20 @@ def saved_by(path: Any) -> str | None:
 
 
 def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, legacy: bool,
-                     by_location: dict | None = None) -> Any:  # fmt: skip
+                     by_location: dict | None = None, unmapped: bool = False) -> Any:  # fmt: skip
     """What a file ``torch.save`` wrote holds (see :mod:`retrograd.torch_files`); a dict
     ``map_location`` (``by_location``) moves the storages saved from its keys' locations,
-    and leaves the others where tensors load by default, as torch's does."""
+    and leaves the others where tensors load by default, as torch's does. ``unmapped``: no
+    ``map_location`` was given (each storage's saved location must then name a device)."""
     moved, unmoved = _Reader(None, device, weights_only), _Reader(None, None, weights_only)
 
-    def make(values: np.ndarray, dtype: str, requires_grad: bool, location: str) -> Tensor:
-        reader = unmoved if by_location is not None and location not in by_location else moved
+    def make(values: np.ndarray, dtype: str, requires_grad: bool, location: Any) -> Tensor:
+        # torch checks the saved location only where no map_location replaces it: none given,
+        # a dict without it, or a function that returns None (``_relocated``)
+        mapped = by_location is not None and type(location) is str and location in by_location
+        if (by_location is not None and not mapped) or (by_location is None and unmapped):
+            _check_saved_location(location)
+        reader = unmoved if by_location is not None and not mapped else moved
         return reader.make(values, dtype, requires_grad, location)
 
     def parameter_of(made: Any, requires_grad: bool) -> Any:

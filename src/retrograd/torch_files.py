@@ -139,11 +139,13 @@ class _Storage:
 
     __slots__ = ("dtype", "key", "location", "read", "values")
 
-    def __init__(self, key: str, dtype: str, read: Callable[[], np.ndarray], location: Any = "cpu"):
+    def __init__(self, key: Any, dtype: str, read: Callable[[], np.ndarray], location: Any = "cpu"):
         self.key = key
         self.dtype = dtype
         self.read = read
-        self.location = location if isinstance(location, str) else "cpu"
+        # as the file gives it (a damaged one may be no string): whether it names a device
+        # is the caller's to check, and only where torch checks it (no ``map_location``)
+        self.location = location
         self.values: np.ndarray | None = None
 
     def elements(self) -> np.ndarray:
@@ -546,14 +548,19 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
         storages: dict[str, _Storage] = {}
 
         def storage_of(reference: tuple) -> _Storage:
-            storage_type, key, location, numel = reference[:4]
+            if len(reference) != 4:
+                raise pickle.UnpicklingError(
+                    f"a storage reference of {len(reference) + 1} fields, not 5"
+                )
+            storage_type, key, location, numel = reference
             dtype = _dtype_of(storage_type)
-            key = str(key)
+            key = str(key)  # (the entry's name, as torch's f"data/{key}")
             if key not in storages:
+                location = _location(location)
 
                 def read() -> np.ndarray:
                     data = archive.read(f"{prefix}data/{key}")
-                    return _elements(data, dtype, numel, order, storage_type)
+                    return _elements(data, dtype, numel, order)
 
                 storages[key] = _Storage(key, dtype, read, location)
             return storages[key]
@@ -658,36 +665,43 @@ def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
     start = header.tell()
     _checked(data[start:])
 
-    references: dict[str, tuple] = {}
+    # each storage as its first reference gives it (type, element count, location): torch
+    # makes the storage there and reads the others' type and location no more
+    first: dict[Any, tuple[str, int, Any]] = {}
 
     def note(reference: tuple) -> _Storage:
-        storage_type, key, _location, numel = reference[:4]
-        references[str(key)] = (storage_type, numel)
-        return _Storage(str(key), _dtype_of(storage_type), lambda: np.empty(0))
+        storage_type, key, location, numel, _view = _legacy_reference(reference)
+        dtype = _dtype_of(storage_type)
+        if key not in first:
+            if type(numel) not in (int, bool) or numel < 0:
+                raise pickle.UnpicklingError(f"storage {key!r} of {numel!r} elements")
+            first[key] = (dtype, int(numel), location)
+        return _Storage(key, dtype, lambda: np.empty(0))
 
-    first = _Skipping(lambda *a: None, lambda *a: None)
-    _Unpickler(header, first, find_class, note).load()
+    _Unpickler(header, _Skipping(lambda *a: None, lambda *a: None), find_class, note).load()
     keys = plain(header).load()
     if not isinstance(keys, list):
         raise pickle.UnpicklingError("no list of storages after the object")
-    values: dict[str, np.ndarray] = {}
+    values: dict[Any, np.ndarray] = {}
     for key in keys:
-        key = str(key)
-        if key not in references:
-            raise pickle.UnpicklingError(f"storage {key} is listed but never used")
-        storage_type, _numel = references[key]
-        dtype = _dtype_of(storage_type)
+        if not _hashable(key) or key not in first:
+            raise pickle.UnpicklingError(f"storage {key!r} is listed but never used")
+        dtype, numel, _location = first[key]
         count = int.from_bytes(_exactly(header, 8), "little" if order == "<" else "big")
+        if count != numel:  # (torch's "storage has wrong byte size")
+            raise pickle.UnpicklingError(
+                f"storage {key!r} of {numel} elements has {count} in the file"
+            )
         item = np.dtype(_ELEMENTS[dtype]).itemsize
-        values[key] = _elements(_exactly(header, count * item), dtype, count, order, storage_type)
+        values[key] = _elements(_exactly(header, count * item), dtype, count, order)
 
     def storage_of(reference: tuple) -> _Storage:
-        storage_type, key, location, _numel, view = (*reference, None)[:5]
-        key = str(key)
+        storage_type, key, _location, _numel, view = _legacy_reference(reference)
         if key not in values:
-            raise pickle.UnpicklingError(f"storage {key} has no values in the file")
-        dtype = _dtype_of(storage_type)
+            raise pickle.UnpicklingError(f"storage {key!r} has no values in the file")
+        dtype, _numel, location = first[key]
         if view is not None:  # a storage view of old files: (key, offset, numel)
+            dtype = _dtype_of(storage_type)
             view_key, offset, size = view
             whole = values[key]
             if not (type(offset) is int and type(size) is int and 0 <= offset <= offset + size
@@ -698,11 +712,41 @@ def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
             return _Storage(
                 f"{key}/{view_key}", dtype, lambda: whole[offset : offset + size], location
             )
-        return _Storage(key, dtype, lambda: values[key], location)
+        return _Storage(str(key), dtype, lambda: values[key], location)
 
     rebuilder = _Rebuilder(tensor_of, parameter_of)
     loaded = _Unpickler(io.BytesIO(data[start:]), rebuilder, find_class, storage_of).load()
     return _no_bare_storage(loaded, rebuilder.made_ids)
+
+
+def _legacy_reference(reference: tuple) -> tuple:
+    """A legacy file's storage reference ``(type, key, location, numel, view)``, its
+    location a string where the file gave bytes (as torch decodes them)."""
+    if len(reference) != 5:
+        raise pickle.UnpicklingError(f"a storage reference of {len(reference) + 1} fields, not 6")
+    storage_type, key, location, numel, view = reference
+    if not _hashable(key):
+        raise pickle.UnpicklingError(f"a storage key {key!r}")
+    return storage_type, key, _location(location), numel, view
+
+
+def _location(location: Any) -> Any:
+    """A storage's location as torch reads it: bytes (a Python 2 file's) decoded as ASCII,
+    anything else kept for the caller's check (a damaged one may be no string)."""
+    if isinstance(location, bytes):
+        try:
+            return location.decode("ascii")
+        except UnicodeDecodeError:
+            raise pickle.UnpicklingError(f"a storage location {location!r}") from None
+    return location
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _no_bare_storage(loaded: Any, tensors: set[int]) -> Any:
@@ -758,10 +802,10 @@ def _dtype_of(storage_type: Any) -> str:
     return storage_type.dtype
 
 
-def _elements(data: bytes, dtype: str, numel: Any, order: str, storage_type: Any) -> np.ndarray:
+def _elements(data: bytes, dtype: str, numel: Any, order: str) -> np.ndarray:
     """A storage's elements from its bytes, checked against the count the pickle gives."""
     elements = np.frombuffer(data, dtype=np.dtype(_ELEMENTS[dtype]).newbyteorder(order))
-    if isinstance(numel, int) and elements.size != numel:
+    if type(numel) not in (int, bool) or elements.size != numel:
         raise pickle.UnpicklingError(
             f"a storage of {numel} elements holds {len(data)} bytes ({elements.size} elements)"
         )
