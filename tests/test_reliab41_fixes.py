@@ -22,6 +22,7 @@ with what ran before; the sweep now saves its legacy file with the same bytes in
 from __future__ import annotations
 
 import io
+import struct
 import zipfile
 
 import numpy as np
@@ -135,3 +136,48 @@ def test_a_file_saved_from_a_gpu_loads_without_map_location_only_where_torch_loa
             rg.load(io.BytesIO(cuda))
     for map_location in ("cpu", {"cuda:0": "cpu"}, lambda storage, location: storage):
         _check_as_torch(cuda, False, map_location=map_location)
+
+
+def _central_headers(data: bytes) -> dict[str, int]:
+    """Where each entry's header in a zip's central directory starts, by the entry's name."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        at, count = archive.start_dir, len(archive.infolist())
+    headers = {}
+    for _ in range(count):
+        name_length, extra, comment = struct.unpack("<HHH", data[at + 28 : at + 34])
+        headers[data[at + 46 : at + 46 + name_length].decode()] = at
+        at += 46 + name_length + extra + comment
+    return headers
+
+
+def test_zip_damage_torchs_reader_refuses_is_refused_though_pythons_reads_past_it():
+    """Flips in fields of a torch zip that Python's zip reader does not read (or in records
+    the reader did not read): torch's reader (miniz) refuses each, and so does this."""
+    saved = io.BytesIO()
+    torch.save(_state(), saved)
+    data = saved.getvalue()
+    headers = _central_headers(data)
+    last = max(headers.values())
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        alignment = archive.getinfo("archive/.storage_alignment")
+    name_length, extra = struct.unpack("<HH", data[alignment.header_offset + 26 :][:4])
+    end = data.rindex(b"PK\x05\x06")
+    locator = end - 20
+    assert data[locator : locator + 4] == b"PK\x06\x07"  # torch writes zip64's end records
+    cases = {
+        "an entry outside the archive's folder": (headers["archive/.storage_alignment"] + 46, 1),
+        "a stored entry's two sizes differ": (headers["archive/byteorder"] + 20, 0),
+        "data.pkl marked a folder": (headers["archive/data.pkl"] + 38, 4),
+        "the last entry's comment past the directory": (last + 32, 0),
+        "zip64's locator counting no disk": (locator + 16, 0),
+        "zip64's end record's size under 44 bytes": (locator - 56 + 4, 3),
+        "zip64's end record's disk number": (locator - 56 + 16, 0),
+        ".storage_alignment not a number": (alignment.header_offset + 30 + name_length + extra, 4),
+    }
+    for case, (at, bit) in cases.items():
+        damaged = _flipped(data, at, bit)
+        for weights_only in (True, False):
+            try:
+                _check_as_torch(damaged, True, weights_only=weights_only)
+            except AssertionError as error:
+                raise AssertionError(case) from error

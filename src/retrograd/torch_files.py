@@ -543,6 +543,7 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
         names = archive.namelist()
         pickled = _pickle_entry(names)
         prefix = pickled[: -len("data.pkl")]
+        _check_layout(archive, prefix, names)
         _check_zip_version(archive, prefix, names)
         order = _byte_order(archive, prefix, names)
         storages: dict[str, _Storage] = {}
@@ -570,6 +571,95 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
         data = _checked(archive.read(pickled))
         loaded = _Unpickler(io.BytesIO(data), rebuilder, find_class, storage_of).load()
         return _no_bare_storage(loaded, rebuilder.made_ids)
+
+
+#: An entry's general-purpose flag bits that torch's zip reader (miniz) refuses: encrypted,
+#: patched data, strong encryption, a masked local header.
+_REFUSED_FLAGS = 0x1 | 0x20 | 0x40 | 0x2000
+
+
+def _check_layout(archive: zipfile.ZipFile, prefix: str, names: list[str]) -> None:
+    """Refuse a zip whose directory or records torch's reader refuses, though Python's reads
+    what this reader needs of it (a flipped bit in a field nothing here reads, or in a record
+    torch reads and this reader would not): one disk, its count of entries theirs, each
+    entry stored (or deflated) in one folder, its sizes those of its local record, and the
+    small records torch reads (``.format_version``, ``.storage_alignment``,
+    ``.data/serialization_id``) readable as torch reads them."""
+    archive.fp.seek(0, io.SEEK_END)
+    size = archive.fp.tell()
+    end = zipfile._EndRecData(archive.fp)  # (the record Python found the directory by)
+    if end is None:
+        raise zipfile.BadZipFile("no end of central directory record")
+    disk, first_disk = end[zipfile._ECD_DISK_NUMBER], end[zipfile._ECD_DISK_START]
+    here, total = end[zipfile._ECD_ENTRIES_THIS_DISK], end[zipfile._ECD_ENTRIES_TOTAL]
+    if disk or first_disk or here != total or total != len(archive.infolist()):
+        raise zipfile.BadZipFile(
+            f"its end record says disk {disk} of {first_disk}, {here} entries of {total}, for "
+            f"one disk of {len(archive.infolist())} entries"
+        )
+    _check_zip64_end(archive, size, end)
+    # the lengths its entries' headers give (Python reads the names, extras and comments
+    # from the directory's bytes alone: one running past them is cut short, not refused)
+    archive.fp.seek(archive.start_dir)
+    directory = archive.fp.read(end[zipfile._ECD_SIZE])
+    listed = 0
+    for _ in archive.infolist():
+        lengths = struct.unpack("<HHH", directory[listed + 28 : listed + 34].ljust(6, b"\0"))
+        listed += 46 + sum(lengths)
+    if listed != len(directory):
+        raise zipfile.BadZipFile(
+            f"its directory's entries take {listed} bytes, its end record says {len(directory)}"
+        )
+    for info in archive.infolist():
+        if prefix and not info.filename.startswith(prefix):
+            raise zipfile.BadZipFile(f"entry {info.filename!r} is outside the folder {prefix!r}")
+        # (a folder's entry, by its name or its MS-DOS attribute, is no record torch reads)
+        folder = info.filename.endswith("/") or info.external_attr & 0x10
+        if info.volume or info.flag_bits & _REFUSED_FLAGS or (folder and info.file_size):
+            raise zipfile.BadZipFile(
+                f"entry {info.filename!r} is on disk {info.volume}, flags {info.flag_bits:#x}, "
+                f"attributes {info.external_attr:#x} (a folder's) with {info.file_size} bytes"
+            )
+        stored = info.compress_type == zipfile.ZIP_STORED
+        if not (stored or info.compress_type == zipfile.ZIP_DEFLATED) or (
+            (stored and info.compress_size != info.file_size)
+            or (info.file_size and not info.compress_size)
+            or info.header_offset + 30 + info.compress_size > size
+        ):
+            raise zipfile.BadZipFile(
+                f"entry {info.filename!r} has compression {info.compress_type}, "
+                f"{info.compress_size} bytes for {info.file_size} at {info.header_offset} of a "
+                f"file of {size}"
+            )
+    for record, read in ((".format_version", bytes), (".storage_alignment", int),
+                         (".data/serialization_id", lambda data: data.decode())):  # fmt: skip
+        if f"{prefix}{record}" in names:
+            data = archive.read(f"{prefix}{record}")
+            try:
+                read(data)
+            except ValueError:  # (UnicodeDecodeError is one)
+                raise pickle.UnpicklingError(f"its {record} record is {data[:20]!r}") from None
+
+
+def _check_zip64_end(archive: zipfile.ZipFile, size: int, end: list) -> None:
+    """Refuse zip64's end records (torch writes them) where fields Python's reader passes
+    over are damaged as torch's reader finds them: the locator's offset of the zip64 end
+    record and its count of disks, that record's size (44 bytes at least) and disk numbers."""
+    locator_at = size - len(end[zipfile._ECD_COMMENT]) - 22 - 20
+    archive.fp.seek(max(locator_at, 0))
+    locator = archive.fp.read(20)
+    if locator_at < 56 or locator[:4] != b"PK\x06\x07":
+        return  # (no zip64 records)
+    _, _, record_at, disks = struct.unpack("<4sIQI", locator)
+    archive.fp.seek(locator_at - 56)
+    record = struct.unpack("<4sQHHIIQQQQ", archive.fp.read(56))
+    if (record_at != locator_at - 56 or disks != 1 or record[0] != b"PK\x06\x06"
+            or record[1] < 44 or any(record[4:6])):  # fmt: skip
+        raise zipfile.BadZipFile(
+            f"its zip64 end record at {locator_at - 56} (of {record[1]} bytes, disks "
+            f"{record[4]} and {record[5]}) is not the one its locator names ({record_at} of "
+            f"{disks} disks)"
+        )
 
 
 #: The versions of torch's zip format that torch 2.13's reader accepts (its
