@@ -12,11 +12,16 @@ kinds of damage loaded here and were refused by torch:
   has wrong byte size");
 * a file saved from a CUDA device, loaded without ``map_location`` on a machine without one.
 
-Each is refused now where torch refuses it, and loads as torch loads it elsewhere. The same
-order-dependent failure of ``test_reliability_sweep_40`` was this: torch names a legacy file's
-storages by their memory addresses, so the file's bytes (and what a seeded flip hits) changed
-with what ran before; the sweep now saves its legacy file with the same bytes in every process
-(``tests/legacy_files.py``) and runs in the test's process again.
+Each is refused now where torch refuses it, and loads as torch loads it elsewhere. In a zip,
+flips in fields Python's zip reader passes over (or in small records this reader never read)
+loaded here and torch's reader (miniz) refuses them: each class is refused now (the last
+test).
+
+The order-dependent failure of ``test_reliability_sweep_40`` was the first kind: torch names
+a legacy file's storages by their memory addresses, so the file's bytes (names a digit longer,
+storages in another order) changed with what ran before, and a seeded flip hit a location
+where it had hit a name. The sweep now saves its legacy file with the same bytes in every
+process (``tests/legacy_files.py``) and runs in the test's process again.
 """
 
 from __future__ import annotations
