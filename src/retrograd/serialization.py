@@ -387,7 +387,10 @@ def load(f: Any, map_location: Any = None, pickle_module: Any = None, *,
     scripts' ``{"cuda:0": f"cuda:{rank}"}``), or where a function ``map_location(storage,
     location)`` puts them, as torch's: it is given each tensor (on the CPU, location
     ``"cpu"``) and returns it, moved (``storage.cuda(rank)``), or ``None`` to keep it. A
-    device no backend here computes on (``"meta"``, ``"mps"``...) is refused.
+    device no backend here computes on (``"meta"``, ``"mps"``...) is refused. As torch's,
+    a file saved from a CUDA device this machine lacks needs a ``map_location`` (it is
+    refused without one), and a storage whose saved location names no device (damage) is
+    refused where no ``map_location`` replaces it.
     A file ``torch.save`` wrote loads as torch loads it; an ``.npz`` of arrays
     (``Module.save``) as a dict of arrays; a bare pickle is refused with an error that says so."""
     device, unmapped = None, map_location is None
