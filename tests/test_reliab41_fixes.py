@@ -173,6 +173,8 @@ def test_zip_damage_torchs_reader_refuses_is_refused_though_pythons_reads_past_i
         "an entry outside the archive's folder": (headers["archive/.storage_alignment"] + 46, 1),
         "a stored entry's two sizes differ": (headers["archive/byteorder"] + 20, 0),
         "data.pkl marked a folder": (headers["archive/data.pkl"] + 38, 4),
+        # (Python reads the name as cp437, torch's reader as UTF-8; no byteorder record then)
+        "an entry's name not UTF-8": (headers["archive/byteorder"] + 46 + 16, 7),
         "the last entry's comment past the directory": (last + 32, 0),
         "zip64's locator counting no disk": (locator + 16, 0),
         "zip64's end record's size under 44 bytes": (locator - 56 + 4, 3),

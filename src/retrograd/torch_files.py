@@ -611,6 +611,11 @@ def _check_layout(archive: zipfile.ZipFile, prefix: str, names: list[str]) -> No
             f"its directory's entries take {listed} bytes, its end record says {len(directory)}"
         )
     for info in archive.infolist():
+        if not info.flag_bits & 0x800:  # (Python read its name as cp437; torch's, as UTF-8)
+            try:
+                info.filename.encode("cp437").decode("utf-8")
+            except UnicodeError:
+                raise zipfile.BadZipFile(f"entry {info.filename!r}'s name is not UTF-8") from None
         if prefix and not info.filename.startswith(prefix):
             raise zipfile.BadZipFile(f"entry {info.filename!r} is outside the folder {prefix!r}")
         # (a folder's entry, by its name or its MS-DOS attribute, is no record torch reads)
