@@ -1,29 +1,33 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd (see ``tests/real_ports.py`` for the harness):
+"""Real ports (the harness: ``tests/real_ports.py``): programs written here in the style of
+Karpathy's minGPT and makemore, run under torch and, ported, under retrograd from the same
+weights, their records compared.
 
-- minGPT (github.com/karpathy/minGPT ``mingpt/model.py``): ``NewGELU`` written out with
-  ``torch.pow``, the ``tril`` mask buffer viewed to 4-d and ``masked_fill`` with ``-inf``,
-  ``split(n_embd, dim=2)``, an ``nn.ModuleDict`` MLP called through a lambda, ``self.apply``
-  of an ``_init_weights`` on ``isinstance``, ``named_parameters`` re-initialised by suffix,
-  ``configure_optimizers`` (``named_modules`` x ``named_parameters`` into decay / no-decay
-  sets, AdamW parameter groups with ``betas``), ``cross_entropy(ignore_index=-1)``,
-  ``clip_grad_norm_``, and ``generate`` under ``@torch.no_grad()`` with top-k masking by
-  ``logits[logits < v[:, [-1]]] = -float('Inf')``;
-- makemore, lecture 6 (nn-zero-to-hero ``makemore_part5_cnn1``): hand-written ``Linear``,
-  ``BatchNorm1d`` over ``(0, 1)`` of a 3-d input with buffers updated under ``no_grad``,
-  ``FlattenConsecutive`` by ``view`` and ``squeeze(1)``, a ``Sequential`` of plain objects,
+- A small GPT in the style of minGPT's ``model.py``: the tanh GELU written out with
+  ``torch.pow``, a ``tril`` mask buffer viewed to 4-d and ``masked_fill`` with ``-inf``,
+  ``split(n_embd, dim=2)`` of a fused projection, an ``nn.ModuleDict`` MLP called through a
+  lambda, ``self.apply`` of an initializer dispatching on ``isinstance``, parameters
+  re-initialised by name suffix, an optimizer configuration that walks ``named_modules`` x
+  ``named_parameters`` into decay / no-decay sets (AdamW parameter groups with ``betas``),
+  ``cross_entropy(ignore_index=-1)``, ``zero_grad(set_to_none=True)``, ``clip_grad_norm_``,
+  and generation under ``@torch.no_grad()`` with top-k masking by
+  ``logits[logits < v[:, [-1]]] = -float("inf")``;
+- a WaveNet-like character model in the style of makemore's lecture 6, from hand-written
+  layers: ``Linear`` drawing with a ``torch.Generator``, ``BatchNorm1d`` over ``(0, 1)`` of a
+  3-d input with running buffers updated under ``no_grad``, ``FlattenConsecutive`` by ``view``
+  and ``squeeze(1)``, a ``Sequential`` of plain objects, ``p.grad = None`` and
   ``p.data += -lr * p.grad``, ``loss.log10()``, ``torch.tensor(lossi).view(-1, 2).mean(1)``,
-  sampling with ``argmax``;
-- makemore (github.com/karpathy/makemore ``makemore.py``): Bigram, MLP (``torch.roll`` and an
-  in-place write into its result), RNN and GRU cells (``self.start.expand((b, -1))``,
-  ``torch.stack(hiddens, 1)``), BoW (``torch.zeros`` attention masked to ``-inf``), a
-  ``Dataset`` of padded words with ``-1`` targets, ``DataLoader``, AdamW with ``betas`` and
-  ``eps``, ``@torch.inference_mode()`` evaluation and ``generate``.
+  an ``@torch.no_grad()`` evaluation and greedy sampling by ``argmax``;
+- makemore's model zoo in the style of ``makemore.py``: bigram table, MLP over
+  ``torch.roll``-shifted contexts with an in-place write into the rolled result, RNN and GRU
+  cells (``self.start.expand((b, -1))``, ``torch.stack(hiddens, 1)``), a bag of words
+  (``torch.zeros`` attention masked to ``-inf``), a ``Dataset`` of padded words with ``-1``
+  targets, ``DataLoader``, AdamW with ``betas`` and ``eps``, an ``@torch.inference_mode()``
+  evaluation and generation.
 
-The defects they found each have a focused test below: ``torch.roll``, ``flip`` and ``F.pad``
-returned their input (a view) when they moved nothing, so an in-place write into the result
-changed the input (makemore's MLP fed a one-column ``idx`` wrote its blank token into the
-caller's tensor).
+The regression guarded (focused tests below): ``torch.roll``, ``flip`` and ``F.pad`` returned
+their input (a view) when they moved nothing, so an in-place write into the result changed the
+input (the MLP fed a one-column context at the start of generation wrote its blank token into
+the caller's tensor).
 """
 
 from __future__ import annotations
@@ -37,398 +41,345 @@ import torch
 import retrograd as rg
 from real_ports import WithDraws, assert_records_agree, both, port, run_source, state_of
 
-# -- minGPT ----------------------------------------------------------------------------------------
-MINGPT_SOURCE = """
-class NewGELU(nn.Module):
-    def forward(self, x):
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+# -- a small GPT -----------------------------------------------------------------------------------
+GPT_SOURCE = """
+def gelu_tanh(x):
+    # the tanh approximation of GELU, spelled out
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))
+    return 0.5 * x * (1.0 + torch.tanh(inner))
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, config):
+class GeluTanh(nn.Module):
+    def forward(self, x):
+        return gelu_tanh(x)
+
+class MaskedSelfAttention(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
-        assert config.n_embd % config.n_head == 0
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
-        self.attn_dropout = nn.Dropout(config.attn_pdrop)
-        self.resid_dropout = nn.Dropout(config.resid_pdrop)
-        self.register_buffer("bias", torch.tril(torch.ones(config.block_size, config.block_size))
-                                     .view(1, 1, config.block_size, config.block_size))
-        self.n_head = config.n_head
-        self.n_embd = config.n_embd
+        assert cfg.n_embd % cfg.n_head == 0
+        self.heads, self.width = cfg.n_head, cfg.n_embd
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        lower = torch.tril(torch.ones(cfg.block_size, cfg.block_size))
+        self.register_buffer("causal", lower.view(1, 1, cfg.block_size, cfg.block_size))
 
     def forward(self, x):
         B, T, C = x.size()
-        q, k ,v  = self.c_attn(x).split(self.n_embd, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:,:,:T,:T] == 0, float('-inf'))
-        att = F.softmax(att, dim=-1)
-        att = self.attn_dropout(att)
-        y = att @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        y = self.resid_dropout(self.c_proj(y))
-        return y
+        def heads(t):
+            return t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        q, k, v = map(heads, self.qkv(x).split(self.width, dim=2))
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
+        scores = scores.masked_fill(self.causal[:, :, :T, :T] == 0, float("-inf"))
+        mixed = self.drop(F.softmax(scores, dim=-1)) @ v
+        return self.c_proj(mixed.transpose(1, 2).contiguous().view(B, T, C))
 
-class Block(nn.Module):
-    def __init__(self, config):
+class Layer(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd)
-        self.attn = CausalSelfAttention(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd)
-        self.mlp = nn.ModuleDict(dict(
-            c_fc    = nn.Linear(config.n_embd, 4 * config.n_embd),
-            c_proj  = nn.Linear(4 * config.n_embd, config.n_embd),
-            act     = NewGELU(),
-            dropout = nn.Dropout(config.resid_pdrop),
+        self.norm_a, self.norm_b = nn.LayerNorm(cfg.n_embd), nn.LayerNorm(cfg.n_embd)
+        self.attn = MaskedSelfAttention(cfg)
+        self.ff = nn.ModuleDict(dict(
+            up=nn.Linear(cfg.n_embd, 4 * cfg.n_embd),
+            act=GeluTanh(),
+            c_proj=nn.Linear(4 * cfg.n_embd, cfg.n_embd),
         ))
-        m = self.mlp
-        self.mlpf = lambda x: m.dropout(m.c_proj(m.act(m.c_fc(x))))
+        ff = self.ff
+        self.feed_forward = lambda h: ff.c_proj(ff.act(ff.up(h)))
 
     def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        x = x + self.mlpf(self.ln_2(x))
-        return x
+        x = x + self.attn(self.norm_a(x))
+        return x + self.feed_forward(self.norm_b(x))
 
-class GPT(nn.Module):
-    def __init__(self, config):
+class TinyGPT(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
-        assert config.vocab_size is not None
-        assert config.block_size is not None
-        self.block_size = config.block_size
-        self.transformer = nn.ModuleDict(dict(
-            wte = nn.Embedding(config.vocab_size, config.n_embd),
-            wpe = nn.Embedding(config.block_size, config.n_embd),
-            drop = nn.Dropout(config.embd_pdrop),
-            h = nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-            ln_f = nn.LayerNorm(config.n_embd),
+        self.block_size = cfg.block_size
+        self.body = nn.ModuleDict(dict(
+            tokens=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            places=nn.Embedding(cfg.block_size, cfg.n_embd),
+            layers=nn.ModuleList([Layer(cfg) for _ in range(cfg.n_layer)]),
+            norm=nn.LayerNorm(cfg.n_embd),
         ))
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.apply(self._init_weights)
-        for pn, p in self.named_parameters():
-            if pn.endswith('c_proj.weight'):
-                torch.nn.init.normal_(p, mean=0.0, std=0.02/math.sqrt(2 * config.n_layer))
-        n_params = sum(p.numel() for p in self.transformer.parameters())
-        self.n_params = n_params
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.apply(self.init_module)
+        # residual projections start smaller, scaled by depth
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        self.n_params = sum(p.numel() for p in self.body.parameters())
 
-    def _init_weights(self, module):
-        if isinstance(module, nn.Linear):
-            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                torch.nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        elif isinstance(module, nn.LayerNorm):
-            torch.nn.init.zeros_(module.bias)
-            torch.nn.init.ones_(module.weight)
+    def init_module(self, m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            torch.nn.init.normal_(m.weight, mean=0.0, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            torch.nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            torch.nn.init.ones_(m.weight)
+            torch.nn.init.zeros_(m.bias)
 
-    def configure_optimizers(self, train_config):
-        decay = set()
-        no_decay = set()
-        whitelist_weight_modules = (torch.nn.Linear, )
-        blacklist_weight_modules = (torch.nn.LayerNorm, torch.nn.Embedding)
-        for mn, m in self.named_modules():
-            for pn, p in m.named_parameters():
-                fpn = '%s.%s' % (mn, pn) if mn else pn
-                if pn.endswith('bias'):
-                    no_decay.add(fpn)
-                elif pn.endswith('weight') and isinstance(m, whitelist_weight_modules):
-                    decay.add(fpn)
-                elif pn.endswith('weight') and isinstance(m, blacklist_weight_modules):
-                    no_decay.add(fpn)
-        param_dict = {pn: p for pn, p in self.named_parameters()}
-        inter_params = decay & no_decay
-        union_params = decay | no_decay
-        assert len(inter_params) == 0, "parameters %s made it into both decay/no_decay sets!" % (str(inter_params), )
-        assert len(param_dict.keys() - union_params) == 0, "parameters %s were not separated into either decay/no_decay set!" \\
-                                                    % (str(param_dict.keys() - union_params), )
-        optim_groups = [
-            {"params": [param_dict[pn] for pn in sorted(list(decay))], "weight_decay": train_config.weight_decay},
-            {"params": [param_dict[pn] for pn in sorted(list(no_decay))], "weight_decay": 0.0},
+    def optimizer(self, cfg):
+        # weight decay for Linear weights only; biases, norms and embeddings go without
+        decayed, plain = set(), set()
+        for module_name, m in self.named_modules():
+            for name, _ in m.named_parameters():
+                full = f"{module_name}.{name}" if module_name else name
+                undecayed_weight = isinstance(m, (nn.LayerNorm, nn.Embedding))
+                if name.endswith("bias") or (name.endswith("weight") and undecayed_weight):
+                    plain.add(full)
+                elif name.endswith("weight") and isinstance(m, nn.Linear):
+                    decayed.add(full)
+        by_name = dict(self.named_parameters())
+        assert not decayed & plain and set(by_name) == decayed | plain
+        groups = [
+            {"params": [by_name[n] for n in sorted(decayed)], "weight_decay": cfg.weight_decay},
+            {"params": [by_name[n] for n in sorted(plain)], "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(optim_groups, lr=train_config.learning_rate, betas=train_config.betas)
-        return optimizer
+        return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=cfg.betas)
 
-    def forward(self, idx, targets=None):
-        device = idx.device
-        b, t = idx.size()
-        assert t <= self.block_size, f"Cannot forward sequence of length {t}, block size is only {self.block_size}"
-        pos = torch.arange(0, t, dtype=torch.long, device=device).unsqueeze(0)
-        tok_emb = self.transformer.wte(idx)
-        pos_emb = self.transformer.wpe(pos)
-        x = self.transformer.drop(tok_emb + pos_emb)
-        for block in self.transformer.h:
-            x = block(x)
-        x = self.transformer.ln_f(x)
-        logits = self.lm_head(x)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        return logits, loss
+    def forward(self, idx, target=None):
+        t = idx.size(1)
+        assert t <= self.block_size, f"{t} tokens do not fit a block of {self.block_size}"
+        where = torch.arange(0, t, dtype=torch.long, device=idx.device).unsqueeze(0)
+        x = self.body.tokens(idx) + self.body.places(where)
+        for layer in self.body.layers:
+            x = layer(x)
+        logits = self.head(self.body.norm(x))
+        if target is None:
+            return logits, None
+        flat = logits.view(-1, logits.size(-1))
+        return logits, F.cross_entropy(flat, target.view(-1), ignore_index=-1)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, do_sample=False, top_k=None):
-        for _ in range(max_new_tokens):
-            idx_cond = idx if idx.size(1) <= self.block_size else idx[:, -self.block_size:]
-            logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / temperature
+    def extend(self, idx, steps, top_k=None, do_sample=False):
+        for _ in range(steps):
+            logits, _ = self(idx[:, -self.block_size:])
+            logits = logits[:, -1, :]
             if top_k is not None:
-                v, _ = torch.topk(logits, top_k)
-                logits[logits < v[:, [-1]]] = -float('Inf')
-            probs = F.softmax(logits, dim=-1)
+                kth, _ = torch.topk(logits, top_k)
+                logits[logits < kth[:, [-1]]] = -float("inf")
+            p_next = F.softmax(logits, dim=-1)
             if do_sample:
-                idx_next = torch.multinomial(probs, num_samples=1)
+                nxt = torch.multinomial(p_next, num_samples=1)
             else:
-                _, idx_next = torch.topk(probs, k=1, dim=-1)
-            idx = torch.cat((idx, idx_next), dim=1)
+                nxt = torch.topk(p_next, k=1, dim=-1)[1]
+            idx = torch.cat((idx, nxt), dim=1)
         return idx
 
-def train(model, config, batches):
-    model.train()
-    optimizer = model.configure_optimizers(config)
-    records = []
-    for x, y in batches:
-        x = torch.tensor(x, dtype=torch.long)
-        y = torch.tensor(y, dtype=torch.long)
-        logits, loss = model(x, y)
-        model.zero_grad(set_to_none=True)
+def fit(gpt, cfg, batches):
+    gpt.train()
+    opt = gpt.optimizer(cfg)
+    out = []
+    for xs, ys in batches:
+        _, loss = gpt(torch.tensor(xs, dtype=torch.long), torch.tensor(ys, dtype=torch.long))
+        gpt.zero_grad(set_to_none=True)
         loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)
-        optimizer.step()
-        records.append((loss.item(), float(gn)))
-        records.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
-    model.eval()
-    out = model.generate(torch.tensor([[1, 2]], dtype=torch.long), 5, top_k=3)
-    records.append(out.numpy())
-    records.append([len(g["params"]) for g in optimizer.param_groups])
-    records.append(model.n_params)
-    return records
+        norm = torch.nn.utils.clip_grad_norm_(gpt.parameters(), cfg.clip)
+        opt.step()
+        out.append((loss.item(), float(norm)))
+        out.append({n: p.detach().numpy().copy() for n, p in gpt.named_parameters()})
+    gpt.eval()
+    out.append(gpt.extend(torch.tensor([[3, 1]], dtype=torch.long), 4, top_k=3).numpy())
+    out.append([len(group["params"]) for group in opt.param_groups])
+    out.append(gpt.n_params)
+    return out
 """
 
-MINGPT_STEP = [
+GPT_STEP = [
     (
-        "        loss.backward()\n        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_norm_clip)\n        optimizer.step()",
-        "        grads = loss.backward()\n        gn = torch.nn.utils.clip_grad_norm_(grads, model.parameters(), config.grad_norm_clip)\n        optimizer.step(grads)",
+        "        loss.backward()\n"
+        "        norm = torch.nn.utils.clip_grad_norm_(gpt.parameters(), cfg.clip)\n"
+        "        opt.step()",
+        "        grads = loss.backward()\n"
+        "        norm = torch.nn.utils.clip_grad_norm_(grads, gpt.parameters(), cfg.clip)\n"
+        "        opt.step(grads)",
     )
 ]
 
 
-def test_mingpt_configure_optimizers_training_and_generation_match_torch():
-    config = types.SimpleNamespace(
-        vocab_size=11, block_size=6, n_layer=2, n_head=2, n_embd=16, embd_pdrop=0.0,
-        resid_pdrop=0.0, attn_pdrop=0.0, weight_decay=0.1, learning_rate=3e-3,
-        betas=(0.9, 0.95), grad_norm_clip=1.0,
+def test_small_gpt_optimizer_groups_training_and_generation_match_torch():
+    cfg = types.SimpleNamespace(
+        vocab_size=9, block_size=5, n_layer=2, n_head=2, n_embd=8, dropout=0.0,
+        weight_decay=0.1, learning_rate=3e-3, betas=(0.9, 0.95), clip=1.0,
     )  # fmt: skip
     rng = np.random.default_rng(0)
     batches = []
-    for _ in range(3):
-        x = rng.integers(0, 11, (4, 6))
-        y = np.roll(x, -1, 1)
-        y[:, -1] = -1
-        batches.append((x, y))
-    theirs, ours = both(MINGPT_SOURCE, MINGPT_STEP)
+    for _ in range(2):
+        xs = rng.integers(0, 9, (3, 5))
+        ys = np.roll(xs, -1, 1)
+        ys[:, -1] = -1  # nothing to predict after the last token
+        batches.append((xs, ys))
+    theirs, ours = both(GPT_SOURCE, GPT_STEP)
     torch.manual_seed(0)
-    reference = theirs["GPT"](config).double()
-    model = ours["GPT"](config).double()
+    reference = theirs["TinyGPT"](cfg).double()
+    model = ours["TinyGPT"](cfg).double()
     model.load_state_dict(state_of(reference))
-    expected = theirs["train"](reference, config, batches)
-    got = ours["train"](model, config, batches)
-    # the decay group: every Linear weight; the other: biases, LayerNorm and Embedding weights
+    expected = theirs["fit"](reference, cfg, batches)
+    got = ours["fit"](model, cfg, batches)
+    # decayed: every Linear weight (4 a layer, 2 layers, and the head); the rest not
     assert got[-2] == expected[-2] == [9, 20]
     assert_records_agree(got, expected, rtol=1e-9, atol=1e-11)
 
 
-# -- makemore, lecture 6 (WaveNet) -----------------------------------------------------------------
+# -- a WaveNet-like character model from hand-written layers ---------------------------------------
 WAVENET_SOURCE = """
-class Linear:
-  def __init__(self, fan_in, fan_out, bias=True):
-    self.weight = torch.randn((fan_in, fan_out), generator=g) / fan_in**0.5 # note: kaiming init
-    self.bias = torch.zeros(fan_out) if bias else None
-  def __call__(self, x):
-    self.out = x @ self.weight
-    if self.bias is not None:
-      self.out += self.bias
-    return self.out
-  def parameters(self):
-    return [self.weight] + ([] if self.bias is None else [self.bias])
+class Dense:
+    def __init__(self, n_in, n_out, bias=True):
+        self.weight = torch.randn((n_in, n_out), generator=gen) / n_in ** 0.5
+        self.bias = torch.zeros(n_out) if bias else None
 
-class BatchNorm1d:
-  def __init__(self, dim, eps=1e-5, momentum=0.1):
-    self.eps = eps
-    self.momentum = momentum
-    self.training = True
-    # parameters (trained with backprop)
-    self.gamma = torch.ones(dim)
-    self.beta = torch.zeros(dim)
-    # buffers (trained with a running 'momentum update')
-    self.running_mean = torch.zeros(dim)
-    self.running_var = torch.ones(dim)
-  def __call__(self, x):
-    # calculate the forward pass
-    if self.training:
-      if x.ndim == 2:
-        dim = 0
-      elif x.ndim == 3:
-        dim = (0,1)
-      xmean = x.mean(dim, keepdim=True) # batch mean
-      xvar = x.var(dim, keepdim=True) # batch variance
-    else:
-      xmean = self.running_mean
-      xvar = self.running_var
-    xhat = (x - xmean) / torch.sqrt(xvar + self.eps) # normalize to unit variance
-    self.out = self.gamma * xhat + self.beta
-    # update the buffers
-    if self.training:
-      with torch.no_grad():
-        self.running_mean = (1 - self.momentum) * self.running_mean + self.momentum * xmean
-        self.running_var = (1 - self.momentum) * self.running_var + self.momentum * xvar
-    return self.out
-  def parameters(self):
-    return [self.gamma, self.beta]
+    def __call__(self, x):
+        self.out = x @ self.weight
+        if self.bias is not None:
+            self.out += self.bias
+        return self.out
+
+    def parameters(self):
+        return [self.weight] if self.bias is None else [self.weight, self.bias]
+
+class BatchNorm:
+    # statistics over every axis but the last: the batch, and the positions of a 3-d input
+    def __init__(self, width, eps=1e-5, momentum=0.1):
+        self.eps, self.momentum, self.training = eps, momentum, True
+        self.gain, self.shift = torch.ones(width), torch.zeros(width)
+        self.running_mean, self.running_var = torch.zeros(width), torch.ones(width)
+
+    def __call__(self, x):
+        if self.training:
+            axes = 0 if x.ndim == 2 else (0, 1)
+            mean, var = x.mean(axes, keepdim=True), x.var(axes, keepdim=True)
+            with torch.no_grad():
+                m = self.momentum
+                self.running_mean = (1 - m) * self.running_mean + m * mean
+                self.running_var = (1 - m) * self.running_var + m * var
+        else:
+            mean, var = self.running_mean, self.running_var
+        self.out = self.gain * (x - mean) / torch.sqrt(var + self.eps) + self.shift
+        return self.out
+
+    def parameters(self):
+        return [self.gain, self.shift]
 
 class Tanh:
-  def __call__(self, x):
-    self.out = torch.tanh(x)
-    return self.out
-  def parameters(self):
-    return []
+    def __call__(self, x):
+        self.out = torch.tanh(x)
+        return self.out
 
-class Embedding:
-  def __init__(self, num_embeddings, embedding_dim):
-    self.weight = torch.randn((num_embeddings, embedding_dim))
-  def __call__(self, IX):
-    self.out = self.weight[IX]
-    return self.out
-  def parameters(self):
-    return [self.weight]
+    def parameters(self):
+        return []
 
-class FlattenConsecutive:
-  def __init__(self, n):
-    self.n = n
-  def __call__(self, x):
-    B, T, C = x.shape
-    x = x.view(B, T//self.n, C*self.n)
-    if x.shape[1] == 1:
-      x = x.squeeze(1)
-    self.out = x
-    return self.out
-  def parameters(self):
-    return []
+class Lookup:
+    def __init__(self, rows, width):
+        self.weight = torch.randn((rows, width))
 
-class Sequential:
-  def __init__(self, layers):
-    self.layers = layers
-  def __call__(self, x):
-    for layer in self.layers:
-      x = layer(x)
-    self.out = x
-    return self.out
-  def parameters(self):
-    # get parameters of all layers and stretch them out into one list
-    return [p for layer in self.layers for p in layer.parameters()]
+    def __call__(self, idx):
+        self.out = self.weight[idx]
+        return self.out
 
-def build_dataset(words, stoi, block_size):
-  X, Y = [], []
-  for w in words:
-    context = [0] * block_size
-    for ch in w + '.':
-      ix = stoi[ch]
-      X.append(context)
-      Y.append(ix)
-      context = context[1:] + [ix] # crop and append
-  X = torch.tensor(X)
-  Y = torch.tensor(Y)
-  return X, Y
+    def parameters(self):
+        return [self.weight]
 
-def main(words, max_steps=4):
-  global g
-  chars = sorted(list(set(''.join(words))))
-  stoi = {s:i+1 for i,s in enumerate(chars)}
-  stoi['.'] = 0
-  itos = {i:s for s,i in stoi.items()}
-  vocab_size = len(itos)
-  block_size = 8
-  Xtr, Ytr = build_dataset(words, stoi, block_size)
-  g = torch.Generator().manual_seed(2147483647)
-  n_embd = 6 # the dimensionality of the character embedding vectors
-  n_hidden = 16 # the number of neurons in the hidden layer of the MLP
-  model = Sequential([
-    Embedding(vocab_size, n_embd),
-    FlattenConsecutive(2), Linear(n_embd * 2, n_hidden, bias=False), BatchNorm1d(n_hidden), Tanh(),
-    FlattenConsecutive(2), Linear(n_hidden*2, n_hidden, bias=False), BatchNorm1d(n_hidden), Tanh(),
-    FlattenConsecutive(2), Linear(n_hidden*2, n_hidden, bias=False), BatchNorm1d(n_hidden), Tanh(),
-    Linear(n_hidden, vocab_size),
-  ])
-  # parameter init
-  with torch.no_grad():
-    model.layers[-1].weight *= 0.1 # last layer make less confident
-  parameters = model.parameters()
-  n = sum(p.nelement() for p in parameters)
-  for p in parameters:
-    p.requires_grad = True
-  records = [n]
-  lossi = []
-  batch_size = 8
-  for i in range(max_steps):
-    # minibatch construct
-    ix = torch.randint(0, Xtr.shape[0], (batch_size,), generator=g)
-    Xb, Yb = Xtr[ix], Ytr[ix] # batch X,Y
-    # forward pass
-    logits = model(Xb)
-    loss = F.cross_entropy(logits, Yb) # loss function
-    # backward pass
-    for p in parameters:
-      p.grad = None
-    loss.backward()
-    # update: simple SGD
-    lr = 0.1 if i < 3 else 0.01 # step learning rate decay
-    for p in parameters:
-      p.data += -lr * p.grad
-    lossi.append(loss.log10().item())
-    records.append([p.detach().numpy().copy() for p in parameters])
-  records.append(lossi)
-  records.append(torch.tensor(lossi).view(-1, 2).mean(1).numpy())
-  for layer in model.layers:
-    layer.training = False
-  records.append([model.layers[3].running_mean.numpy(), model.layers[3].running_var.numpy()])
-  # evaluate the loss
-  @torch.no_grad() # this decorator disables gradient tracking inside pytorch
-  def split_loss(x, y):
-    logits = model(x)
-    loss = F.cross_entropy(logits, y)
-    return loss.item()
-  records.append(split_loss(Xtr, Ytr))
-  # sample from the model
-  for _ in range(2):
-      out = []
-      context = [0] * block_size # initialize with all ...
-      while True:
-        # forward pass the neural net
-        logits = model(torch.tensor([context]))
-        probs = F.softmax(logits, dim=1)
-        # sample from the distribution
-        ix = torch.argmax(probs, dim=1).item()
-        # shift the context window and track the samples
-        context = context[1:] + [ix]
-        out.append(ix)
-        # if we sample the special '.' token, break
-        if ix == 0 or len(out) > 10:
-          break
-      records.append(''.join(itos[i] for i in out))
-  return records
+class Pairs:
+    # (B, T, C) to (B, T / n, C * n): n neighbours side by side; a single group drops its axis
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, x):
+        B, T, C = x.shape
+        x = x.view(B, T // self.n, C * self.n)
+        self.out = x.squeeze(1) if x.shape[1] == 1 else x
+        return self.out
+
+    def parameters(self):
+        return []
+
+class Stack:
+    def __init__(self, layers):
+        self.layers = layers
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def parameters(self):
+        return [p for part in self.layers for p in part.parameters()]
+
+def examples(words, index, context):
+    xs, ys = [], []
+    for word in words:
+        window = [0] * context
+        for ch in word + ".":
+            xs.append(window)
+            ys.append(index[ch])
+            window = window[1:] + [index[ch]]
+    return torch.tensor(xs), torch.tensor(ys)
+
+def run(words, steps=4):
+    global gen
+    letters = sorted(set("".join(words)))
+    index = {ch: i + 1 for i, ch in enumerate(letters)}
+    index["."] = 0
+    letter_of = {i: ch for ch, i in index.items()}
+    xs, ys = examples(words, index, 4)
+    gen = torch.Generator().manual_seed(1234)
+    emb, hid = 5, 12
+    net = Stack([
+        Lookup(len(index), emb),
+        Pairs(2), Dense(emb * 2, hid, bias=False), BatchNorm(hid), Tanh(),
+        Pairs(2), Dense(hid * 2, hid, bias=False), BatchNorm(hid), Tanh(),
+        Dense(hid, len(index)),
+    ])
+    with torch.no_grad():
+        net.layers[-1].weight *= 0.1  # a less confident start
+    params = net.parameters()
+    for p in params:
+        p.requires_grad = True
+    log = [sum(p.nelement() for p in params)]
+    history = []
+    for step in range(steps):
+        pick = torch.randint(0, xs.shape[0], (6,), generator=gen)
+        loss = F.cross_entropy(net(xs[pick]), ys[pick])
+        for p in params:
+            p.grad = None
+        loss.backward()
+        lr = 0.1 if step < 2 else 0.02
+        for p in params:
+            p.data += -lr * p.grad
+        history.append(loss.log10().item())
+        log.append([p.detach().numpy().copy() for p in params])
+    log.append(history)
+    log.append(torch.tensor(history).view(-1, 2).mean(1).numpy())
+    for layer in net.layers:
+        layer.training = False
+    log.append([net.layers[3].running_mean.numpy(), net.layers[3].running_var.numpy()])
+
+    @torch.no_grad()
+    def full_loss():
+        return F.cross_entropy(net(xs), ys).item()
+
+    log.append(full_loss())
+    for _ in range(2):
+        window, name = [0] * 4, ""
+        while True:
+            nxt = torch.argmax(F.softmax(net(torch.tensor([window])), dim=1), dim=1).item()
+            window = window[1:] + [nxt]
+            if nxt == 0 or len(name) >= 8:
+                break
+            name += letter_of[nxt]
+        log.append(name)
+    return log
 """
 
 WAVENET_STEP = [
     (
-        "    for p in parameters:\n      p.grad = None\n    loss.backward()",
-        "    grads = loss.backward()",
+        "        for p in params:\n            p.grad = None\n        loss.backward()",
+        "        grads = loss.backward()",
     ),
     ("p.data += -lr * p.grad", "p.data += -lr * p.grad(grads)"),
-]
+]  # fmt: skip
 
-WORDS = ["emma", "olivia", "ava", "isabella", "sophia", "mia", "amelia", "harper", "evelyn",
-         "abigail", "ella", "zoe", "lily", "aria"]  # fmt: skip
+WORDS = ["ada", "beth", "cora", "dina", "edith", "fern", "greta", "hazel", "ivy", "june",
+         "kira", "lena", "mara", "nell"]  # fmt: skip
 
 
 def _flat(records):
@@ -441,291 +392,209 @@ def _flat(records):
     return out
 
 
-def test_makemore_wavenet_lecture_matches_torch():
-    source = WAVENET_SOURCE
-    theirs = run_source(source, WithDraws(torch, 3))["main"](WORDS[:10])
-    ours = run_source(port(source, WAVENET_STEP), WithDraws(rg, 3))["main"](WORDS[:10])
+def test_wavenet_like_model_from_hand_written_layers_matches_torch():
+    theirs = run_source(WAVENET_SOURCE, WithDraws(torch, 3))["run"](WORDS[:8])
+    ours = run_source(port(WAVENET_SOURCE, WAVENET_STEP), WithDraws(rg, 3))["run"](WORDS[:8])
     assert_records_agree(_flat(ours), _flat(theirs), rtol=1e-5, atol=1e-6)
 
 
-# -- makemore.py -------------------------------------------------------------------------------
+# -- makemore's model zoo --------------------------------------------------------------------------
 MAKEMORE_SOURCE = """
-from torch.utils.data import Dataset
-from torch.utils.data.dataloader import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
-class CausalBoW(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.block_size = config.block_size
-        self.register_buffer("bias", torch.tril(torch.ones(config.block_size, config.block_size))
-                                    .view(1, config.block_size, config.block_size))
-    def forward(self, x):
-        B, T, C = x.size()
-        att = torch.zeros((B, T, T), device=x.device)
-        att = att.masked_fill(self.bias[:,:T,:T] == 0, float('-inf'))
-        att = F.softmax(att, dim=-1)
-        y = att @ x
-        return y
+def lm_loss(logits, target):
+    if target is None:
+        return None
+    flat = logits.view(-1, logits.size(-1))
+    return F.cross_entropy(flat, target.view(-1), ignore_index=-1)
 
-class BoWBlock(nn.Module):
-    def __init__(self, config):
+class BigramTable(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
-        self.cbow = CausalBoW(config)
-        self.mlp = nn.ModuleDict(dict(
-            c_fc    = nn.Linear(config.n_embd, config.n_embd2),
-            c_proj  = nn.Linear(config.n_embd2, config.n_embd),
-        ))
-        m = self.mlp
-        self.mlpf = lambda x: m.c_proj(F.tanh(m.c_fc(x)))
-    def forward(self, x):
-        x = x + self.cbow(x)
-        x = x + self.mlpf(x)
-        return x
+        self.table = nn.Parameter(torch.zeros((cfg.vocab_size, cfg.vocab_size)))
 
-class BoW(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.block_size = config.block_size
-        self.vocab_size = config.vocab_size
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)
-        self.context_block = BoWBlock(config)
-        self.lm_head = nn.Linear(config.n_embd, self.vocab_size)
-    def get_block_size(self):
-        return self.block_size
-    def forward(self, idx, targets=None):
-        device = idx.device
-        b, t = idx.size()
-        assert t <= self.block_size, f"Cannot forward sequence of length {t}, block size is only {self.block_size}"
-        pos = torch.arange(0, t, dtype=torch.long, device=device).unsqueeze(0) # shape (1, t)
-        tok_emb = self.wte(idx) # token embeddings of shape (b, t, n_embd)
-        pos_emb = self.wpe(pos) # position embeddings of shape (1, t, n_embd)
-        x = tok_emb + pos_emb
-        x = self.context_block(x)
-        logits = self.lm_head(x)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        return logits, loss
-
-class RNNCell(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.xh_to_h = nn.Linear(config.n_embd + config.n_embd2, config.n_embd2)
-    def forward(self, xt, hprev):
-        xh = torch.cat([xt, hprev], dim=1)
-        ht = F.tanh(self.xh_to_h(xh))
-        return ht
-
-class GRUCell(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.xh_to_z = nn.Linear(config.n_embd + config.n_embd2, config.n_embd2)
-        self.xh_to_r = nn.Linear(config.n_embd + config.n_embd2, config.n_embd2)
-        self.xh_to_hbar = nn.Linear(config.n_embd + config.n_embd2, config.n_embd2)
-    def forward(self, xt, hprev):
-        xh = torch.cat([xt, hprev], dim=1)
-        r = F.sigmoid(self.xh_to_r(xh))
-        hprev_reset = r * hprev
-        xhr = torch.cat([xt, hprev_reset], dim=1)
-        hbar = F.tanh(self.xh_to_hbar(xhr))
-        z = F.sigmoid(self.xh_to_z(xh))
-        ht = (1 - z) * hprev + z * hbar
-        return ht
-
-class RNN(nn.Module):
-    def __init__(self, config, cell_type):
-        super().__init__()
-        self.block_size = config.block_size
-        self.vocab_size = config.vocab_size
-        self.start = nn.Parameter(torch.zeros(1, config.n_embd2)) # the starting hidden state
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd) # token embeddings table
-        if cell_type == 'rnn':
-            self.cell = RNNCell(config)
-        elif cell_type == 'gru':
-            self.cell = GRUCell(config)
-        self.lm_head = nn.Linear(config.n_embd2, self.vocab_size)
-    def get_block_size(self):
-        return self.block_size
-    def forward(self, idx, targets=None):
-        device = idx.device
-        b, t = idx.size()
-        emb = self.wte(idx) # (b, t, n_embd)
-        hprev = self.start.expand((b, -1)) # expand out the batch dimension
-        hiddens = []
-        for i in range(t):
-            xt = emb[:, i, :] # (b, n_embd)
-            ht = self.cell(xt, hprev) # (b, n_embd2)
-            hprev = ht
-            hiddens.append(ht)
-        hidden = torch.stack(hiddens, 1) # (b, t, n_embd2)
-        logits = self.lm_head(hidden)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        return logits, loss
-
-class MLP(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.block_size = config.block_size
-        self.vocab_size = config.vocab_size
-        self.wte = nn.Embedding(config.vocab_size + 1, config.n_embd) # token embeddings table
-        self.mlp = nn.Sequential(
-            nn.Linear(self.block_size * config.n_embd, config.n_embd2),
-            nn.Tanh(),
-            nn.Linear(config.n_embd2, self.vocab_size)
-        )
-    def get_block_size(self):
-        return self.block_size
-    def forward(self, idx, targets=None):
-        embs = []
-        for k in range(self.block_size):
-            tok_emb = self.wte(idx) # token embeddings of shape (b, t, n_embd)
-            idx = torch.roll(idx, 1, 1)
-            idx[:, 0] = self.vocab_size # special <BLANK> token
-            embs.append(tok_emb)
-        x = torch.cat(embs, -1) # (b, t, n_embd * block_size)
-        logits = self.mlp(x)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        return logits, loss
-
-class Bigram(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        n = config.vocab_size
-        self.logits = nn.Parameter(torch.zeros((n, n)))
-    def get_block_size(self):
+    def context_size(self):
         return 1
-    def forward(self, idx, targets=None):
-        logits = self.logits[idx]
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-        return logits, loss
+
+    def forward(self, idx, target=None):
+        logits = self.table[idx]
+        return logits, lm_loss(logits, target)
+
+class ShiftMLP(nn.Module):
+    # each position sees the embeddings of its block_size predecessors, shifted in by roll
+    def __init__(self, cfg):
+        super().__init__()
+        self.block_size, self.blank = cfg.block_size, cfg.vocab_size
+        self.embed = nn.Embedding(cfg.vocab_size + 1, cfg.n_embd)  # one more row: the blank
+        self.net = nn.Sequential(
+            nn.Linear(cfg.block_size * cfg.n_embd, cfg.n_embd2), nn.Tanh(),
+            nn.Linear(cfg.n_embd2, cfg.vocab_size),
+        )
+
+    def context_size(self):
+        return self.block_size
+
+    def forward(self, idx, target=None):
+        seen = []
+        for _ in range(self.block_size):
+            seen.append(self.embed(idx))
+            idx = torch.roll(idx, 1, 1)
+            idx[:, 0] = self.blank  # written into roll's result: never into the caller's idx
+        logits = self.net(torch.cat(seen, -1))
+        return logits, lm_loss(logits, target)
+
+class TanhCell(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.step = nn.Linear(cfg.n_embd + cfg.n_embd2, cfg.n_embd2)
+
+    def forward(self, x, h):
+        return F.tanh(self.step(torch.cat([x, h], dim=1)))
+
+class GatedCell(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        joint = cfg.n_embd + cfg.n_embd2
+        self.update = nn.Linear(joint, cfg.n_embd2)
+        self.reset = nn.Linear(joint, cfg.n_embd2)
+        self.candidate = nn.Linear(joint, cfg.n_embd2)
+
+    def forward(self, x, h):
+        xh = torch.cat([x, h], dim=1)
+        r, z = F.sigmoid(self.reset(xh)), F.sigmoid(self.update(xh))
+        proposal = F.tanh(self.candidate(torch.cat([x, r * h], dim=1)))
+        return (1 - z) * h + z * proposal
+
+class Recurrent(nn.Module):
+    def __init__(self, cfg, gated):
+        super().__init__()
+        self.block_size = cfg.block_size
+        self.start = nn.Parameter(torch.zeros(1, cfg.n_embd2))
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.cell = GatedCell(cfg) if gated else TanhCell(cfg)
+        self.out = nn.Linear(cfg.n_embd2, cfg.vocab_size)
+
+    def context_size(self):
+        return self.block_size
+
+    def forward(self, idx, target=None):
+        b, t = idx.size()
+        x = self.embed(idx)
+        h = self.start.expand((b, -1))
+        states = []
+        for i in range(t):
+            h = self.cell(x[:, i, :], h)
+            states.append(h)
+        logits = self.out(torch.stack(states, 1))
+        return logits, lm_loss(logits, target)
+
+class BagOfWords(nn.Module):
+    # each position averages the (embedded) positions up to it, then an MLP on the sum
+    def __init__(self, cfg):
+        super().__init__()
+        self.block_size = cfg.block_size
+        self.tokens = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.places = nn.Embedding(cfg.block_size, cfg.n_embd)
+        past = torch.tril(torch.ones(cfg.block_size, cfg.block_size))
+        self.register_buffer("past", past.view(1, cfg.block_size, cfg.block_size))
+        self.mix = nn.ModuleDict(
+            dict(a=nn.Linear(cfg.n_embd, cfg.n_embd2), b=nn.Linear(cfg.n_embd2, cfg.n_embd))
+        )
+        self.out = nn.Linear(cfg.n_embd, cfg.vocab_size)
+
+    def context_size(self):
+        return self.block_size
+
+    def forward(self, idx, target=None):
+        b, t = idx.size()
+        where = torch.arange(0, t, dtype=torch.long, device=idx.device).unsqueeze(0)
+        x = self.tokens(idx) + self.places(where)
+        weights = torch.zeros((b, t, t), device=x.device)
+        weights = F.softmax(weights.masked_fill(self.past[:, :t, :t] == 0, float("-inf")), dim=-1)
+        x = x + weights @ x
+        x = x + self.mix.b(F.tanh(self.mix.a(x)))
+        logits = self.out(x)
+        return logits, lm_loss(logits, target)
 
 @torch.no_grad()
-def generate(model, idx, max_new_tokens, temperature=1.0, do_sample=False, top_k=None):
-    block_size = model.get_block_size()
-    for _ in range(max_new_tokens):
-        idx_cond = idx if idx.size(1) <= block_size else idx[:, -block_size:]
-        logits, _ = model(idx_cond)
-        logits = logits[:, -1, :] / temperature
+def continue_from(model, idx, steps, top_k=None):
+    span = model.context_size()
+    for _ in range(steps):
+        logits, _ = model(idx if idx.size(1) <= span else idx[:, -span:])
+        logits = logits[:, -1, :]
         if top_k is not None:
-            v, _ = torch.topk(logits, top_k)
-            logits[logits < v[:, [-1]]] = -float('Inf')
-        probs = F.softmax(logits, dim=-1)
-        if do_sample:
-            idx_next = torch.multinomial(probs, num_samples=1)
-        else:
-            _, idx_next = torch.topk(probs, k=1, dim=-1)
-        idx = torch.cat((idx, idx_next), dim=1)
+            kth, _ = torch.topk(logits, top_k)
+            logits[logits < kth[:, [-1]]] = -float("inf")
+        _, best = torch.topk(F.softmax(logits, dim=-1), k=1, dim=-1)
+        idx = torch.cat((idx, best), dim=1)
     return idx
 
 @torch.inference_mode()
-def evaluate(model, dataset, batch_size=50, max_batches=None):
+def mean_loss(model, data):
     model.eval()
-    loader = DataLoader(dataset, shuffle=False, batch_size=batch_size, num_workers=0)
-    losses = []
-    for i, batch in enumerate(loader):
-        X, Y = batch
-        logits, loss = model(X, Y)
-        losses.append(loss.item())
-        if max_batches is not None and i >= max_batches:
-            break
-    mean_loss = torch.tensor(losses).mean().item()
-    model.train() # reset model back to training mode
-    return mean_loss
+    loader = DataLoader(data, shuffle=False, batch_size=2, num_workers=0)
+    losses = [model(x, y)[1].item() for x, y in loader]
+    model.train()
+    return torch.tensor(losses).mean().item()
 
-class CharDataset(Dataset):
-    def __init__(self, words, chars, max_word_length):
-        self.words = words
-        self.chars = chars
-        self.max_word_length = max_word_length
-        self.stoi = {ch:i+1 for i,ch in enumerate(chars)}
-        self.itos = {i:s for s,i in self.stoi.items()} # inverse mapping
+class Words(Dataset):
+    # x: a 0 (start) then the word's codes; y: the codes, a 0 (end), then -1 (ignored)
+    def __init__(self, words, letters, longest):
+        self.words, self.longest = words, longest
+        self.code = {ch: i + 1 for i, ch in enumerate(letters)}
+
     def __len__(self):
         return len(self.words)
-    def contains(self, word):
-        return word in self.words
-    def get_vocab_size(self):
-        return len(self.chars) + 1 # all the possible characters and special 0 token
-    def get_output_length(self):
-        return self.max_word_length + 1 # <START> token followed by words
-    def encode(self, word):
-        ix = torch.tensor([self.stoi[w] for w in word], dtype=torch.long)
-        return ix
-    def decode(self, ix):
-        word = ''.join(self.itos[i] for i in ix)
-        return word
-    def __getitem__(self, idx):
-        word = self.words[idx]
-        ix = self.encode(word)
-        x = torch.zeros(self.max_word_length + 1, dtype=torch.long)
-        y = torch.zeros(self.max_word_length + 1, dtype=torch.long)
-        x[1:1+len(ix)] = ix
-        y[:len(ix)] = ix
-        y[len(ix)+1:] = -1 # index -1 will mask the loss at the inactive locations
+
+    def __getitem__(self, i):
+        codes = torch.tensor([self.code[ch] for ch in self.words[i]], dtype=torch.long)
+        n = len(codes)
+        x = torch.zeros(self.longest + 1, dtype=torch.long)
+        y = torch.zeros(self.longest + 1, dtype=torch.long)
+        x[1:1 + n] = codes
+        y[:n] = codes
+        y[n + 1:] = -1
         return x, y
 
-def create_datasets(words):
-    chars = sorted(list(set(''.join(words)))) # all the possible characters
-    max_word_length = max(len(w) for w in words)
-    test_set_size = min(1000, int(len(words) * 0.1)) # 10% of the training set, or up to 1000 examples
-    rp = list(range(len(words)))
-    train_words = [words[i] for i in rp[:-test_set_size]]
-    test_words = [words[i] for i in rp[-test_set_size:]]
-    train_dataset = CharDataset(train_words, chars, max_word_length)
-    test_dataset = CharDataset(test_words, chars, max_word_length)
-    return train_dataset, test_dataset
-
-def main(words, config, kind, state=None, steps=3):
-    train_dataset, test_dataset = create_datasets(words)
-    vocab_size = train_dataset.get_vocab_size()
-    block_size = train_dataset.get_output_length()
-    config.vocab_size = vocab_size
-    config.block_size = block_size
-    if kind == 'bigram':
-        model = Bigram(config)
-    elif kind == 'mlp':
-        model = MLP(config)
-    elif kind == 'rnn':
-        model = RNN(config, cell_type='rnn')
-    elif kind == 'gru':
-        model = RNN(config, cell_type='gru')
-    elif kind == 'bow':
-        model = BoW(config)
-    if kind != 'bow':  # BoW's torch.zeros attention is float32: the model stays so
-        model = model.double()
+def run(words, cfg, kind, state=None, steps=3):
+    letters = sorted(set("".join(words)))
+    longest = max(len(w) for w in words)
+    train, held_out = Words(words[:-2], letters, longest), Words(words[-2:], letters, longest)
+    cfg.vocab_size, cfg.block_size = len(letters) + 1, longest + 1
+    lm = {
+        "bigram": lambda: BigramTable(cfg), "mlp": lambda: ShiftMLP(cfg),
+        "rnn": lambda: Recurrent(cfg, gated=False), "gru": lambda: Recurrent(cfg, gated=True),
+        "bow": lambda: BagOfWords(cfg),
+    }[kind]()
+    if kind != "bow":  # the bag's torch.zeros weights are float32: that lm stays so
+        lm = lm.double()
     if state is not None:
-        model.load_state_dict(state)
-    init = {k: np.array(v.numpy() if hasattr(v, 'numpy') else v, copy=True) for k, v in model.state_dict().items()}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.01, betas=(0.9, 0.99), eps=1e-8)
-    loader = DataLoader(train_dataset, batch_size=4, shuffle=False, num_workers=0)
-    records = []
-    for step, batch in enumerate(loader):
-        if step >= steps:
+        lm.load_state_dict(state)
+    start = {k: np.array(v.numpy(), copy=True) for k, v in lm.state_dict().items()}
+    opt = torch.optim.AdamW(
+        lm.parameters(), lr=5e-3, weight_decay=0.01, betas=(0.9, 0.99), eps=1e-8
+    )
+    log = []
+    for step, (x, y) in enumerate(DataLoader(train, batch_size=4, shuffle=False, num_workers=0)):
+        if step == steps:
             break
-        X, Y = batch
-        logits, loss = model(X, Y)
-        model.zero_grad(set_to_none=True)
+        _, loss = lm(x, y)
+        lm.zero_grad(set_to_none=True)
         loss.backward()
-        optimizer.step()
-        records.append(loss.item())
-        records.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
-    records.append(evaluate(model, test_dataset, batch_size=2))
-    X_init = torch.zeros(2, 1, dtype=torch.long)
-    X_samp = generate(model, X_init, 5, top_k=None, do_sample=False)[:, 1:].tolist()
-    records.append(X_samp)
-    return init, records
+        opt.step()
+        log.append(loss.item())
+        log.append({n: p.detach().numpy().copy() for n, p in lm.named_parameters()})
+    log.append(mean_loss(lm, held_out))
+    prompt = torch.zeros(2, 1, dtype=torch.long)  # one column: the MLP's roll moves nothing
+    log.append(continue_from(lm, prompt, 5, top_k=4)[:, 1:].tolist())
+    log.append(prompt.tolist())
+    return start, log
 """
 
 MAKEMORE_STEP = [
     (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "        loss.backward()\n        opt.step()",
+        "        grads = loss.backward()\n        opt.step(grads)",
     )
 ]
 
@@ -734,12 +603,13 @@ MAKEMORE_STEP = [
 def test_makemore_models_match_torch(kind):
     theirs, ours = both(MAKEMORE_SOURCE, MAKEMORE_STEP)
 
-    def config():
-        return types.SimpleNamespace(n_layer=2, n_head=2, n_embd=8, n_embd2=12)
+    def cfg():
+        return types.SimpleNamespace(n_embd=6, n_embd2=10)
 
     torch.manual_seed(0)
-    initial, expected = theirs["main"](WORDS, config(), kind)
-    _, got = ours["main"](WORDS, config(), kind, state=initial)
+    start, expected = theirs["run"](WORDS, cfg(), kind)
+    _, got = ours["run"](WORDS, cfg(), kind, state=start)
+    assert expected[-1] == [[0], [0]]  # the prompt as it was
     tolerance = (1e-5, 1e-6) if kind == "bow" else (1e-9, 1e-11)
     assert_records_agree(got, expected, *tolerance)
 

@@ -1,19 +1,20 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in the
+style of locuslab/TCN (the temporal convolutional network and its adding-problem experiment),
+run under torch and, ported, under retrograd from the same weights.
 
-- the TCN of locuslab/TCN (``TCN/tcn.py`` and the adding problem's ``model.py``/``utils.py``/
-  ``add_test.py``): ``weight_norm`` convolutions (the deprecated ``torch.nn.utils`` one and
-  ``torch.nn.utils.parametrizations``') initialized by ``self.conv1.weight.data.normal_(0,
-  0.01)`` -- a write into the computed weight, which the next forward recomputes from ``g`` and
-  ``v``, so it changes nothing, in torch --, a ``Chomp1d`` (``x[:, :, :-n].contiguous()``),
-  dilated causal ``Conv1d`` blocks with a 1x1 downsample residual, ``torch.autograd.Variable``,
-  element writes ``X_mask[i, 0, positions[0]] = 1`` and ``Y[i, 0] = ...`` of 0-d tensors,
-  ``getattr(optim, args.optim)``, ``F.mse_loss``, ``clip_grad_norm_``.
+Its surface: ``weight_norm`` convolutions (the deprecated ``torch.nn.utils`` one and
+``torch.nn.utils.parametrizations``') initialized by ``conv.weight.data.normal_(0, 0.01)`` -- a
+write into the computed weight, which the next forward recomputes from ``g`` and ``v``, so it
+changes nothing, in torch --, a trimming module (``x[:, :, :-n].contiguous()``) that makes
+padded ``Conv1d``s causal, dilated residual blocks with a 1x1 ``Conv1d`` when the widths differ,
+``torch.autograd.Variable``, element writes ``marks[i, 0, where[0]] = 1`` and ``y[i, 0] = ...``
+of 0-d tensors, ``getattr(optim, name)``, ``F.mse_loss``, ``clip_grad_norm_`` and a
+``no_grad`` evaluation.
 
-The defect found: a write through ``.data`` into a tensor computed in the graph (not a leaf)
-was refused; torch allows it (the values change, the tensor stays in its graph). The op table's
-``data_write`` now does it: the new values, the gradient passing whole to the tensor written
-into (``test_inplace.py`` checks it against torch).
+The regression guarded: a write through ``.data`` into a tensor computed in the graph (not a
+leaf) was refused; torch allows it (the values change, the tensor stays in its graph). The op
+table's ``data_write`` now does it: the new values, the gradient passing whole to the tensor
+written into (``test_inplace.py`` checks it against torch).
 """
 
 from __future__ import annotations
@@ -26,161 +27,123 @@ import torch
 from real_ports import assert_records_agree, both
 
 TCN_SOURCE = """
-from torch.autograd import Variable
-from torch.nn.utils import weight_norm
+from torch import autograd
+from torch.nn.utils import weight_norm as wn
 
-class Chomp1d(nn.Module):
-    def __init__(self, chomp_size):
-        super(Chomp1d, self).__init__()
-        self.chomp_size = chomp_size
-
-    def forward(self, x):
-        return x[:, :, :-self.chomp_size].contiguous()
-
-class TemporalBlock(nn.Module):
-    def __init__(self, n_inputs, n_outputs, kernel_size, stride, dilation, padding, dropout=0.2):
-        super(TemporalBlock, self).__init__()
-        self.conv1 = weight_norm(nn.Conv1d(n_inputs, n_outputs, kernel_size,
-                                           stride=stride, padding=padding, dilation=dilation))
-        self.chomp1 = Chomp1d(padding)
-        self.relu1 = nn.ReLU()
-        self.dropout1 = nn.Dropout(dropout)
-
-        self.conv2 = weight_norm(nn.Conv1d(n_outputs, n_outputs, kernel_size,
-                                           stride=stride, padding=padding, dilation=dilation))
-        self.chomp2 = Chomp1d(padding)
-        self.relu2 = nn.ReLU()
-        self.dropout2 = nn.Dropout(dropout)
-
-        self.net = nn.Sequential(self.conv1, self.chomp1, self.relu1, self.dropout1,
-                                 self.conv2, self.chomp2, self.relu2, self.dropout2)
-        self.downsample = nn.Conv1d(n_inputs, n_outputs, 1) if n_inputs != n_outputs else None
-        self.relu = nn.ReLU()
-        self.init_weights()
-
-    def init_weights(self):
-        self.conv1.weight.data.normal_(0, 0.01)
-        self.conv2.weight.data.normal_(0, 0.01)
-        if self.downsample is not None:
-            self.downsample.weight.data.normal_(0, 0.01)
+class Trim(nn.Module):
+    # drops the right padding a causal convolution added, so no step sees its future
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
 
     def forward(self, x):
-        out = self.net(x)
-        res = x if self.downsample is None else self.downsample(x)
-        return self.relu(out + res)
+        return x[:, :, :-self.n].contiguous()
 
-class TemporalConvNet(nn.Module):
-    def __init__(self, num_inputs, num_channels, kernel_size=2, dropout=0.2):
-        super(TemporalConvNet, self).__init__()
-        layers = []
-        num_levels = len(num_channels)
-        for i in range(num_levels):
-            dilation_size = 2 ** i
-            in_channels = num_inputs if i == 0 else num_channels[i-1]
-            out_channels = num_channels[i]
-            layers += [TemporalBlock(in_channels, out_channels, kernel_size, stride=1, dilation=dilation_size,
-                                     padding=(kernel_size-1) * dilation_size, dropout=dropout)]
+def causal_conv(c_in, c_out, k, dilation):
+    pad = (k - 1) * dilation
+    conv = wn(nn.Conv1d(c_in, c_out, k, stride=1, padding=pad, dilation=dilation))
+    return conv, Trim(pad)
 
-        self.network = nn.Sequential(*layers)
-
-    def forward(self, x):
-        return self.network(x)
-
-class TCN(nn.Module):
-    def __init__(self, input_size, output_size, num_channels, kernel_size, dropout):
-        super(TCN, self).__init__()
-        self.tcn = TemporalConvNet(input_size, num_channels, kernel_size=kernel_size, dropout=dropout)
-        self.linear = nn.Linear(num_channels[-1], output_size)
-        self.init_weights()
-
-    def init_weights(self):
-        self.linear.weight.data.normal_(0, 0.01)
+class ResidualBlock(nn.Module):
+    def __init__(self, c_in, c_out, k, dilation, dropout):
+        super().__init__()
+        self.first, trim_a = causal_conv(c_in, c_out, k, dilation)
+        self.second, trim_b = causal_conv(c_out, c_out, k, dilation)
+        self.path = nn.Sequential(
+            self.first, trim_a, nn.ReLU(), nn.Dropout(dropout),
+            self.second, trim_b, nn.ReLU(), nn.Dropout(dropout),
+        )
+        self.skip = nn.Conv1d(c_in, c_out, 1) if c_in != c_out else None
+        # a write into the weight weight_norm computes: the next forward recomputes it
+        for conv in (self.first, self.second, self.skip):
+            if conv is not None:
+                conv.weight.data.normal_(0, 0.01)
 
     def forward(self, x):
-        y1 = self.tcn(x)
-        return self.linear(y1[:, :, -1])
+        shortcut = x if self.skip is None else self.skip(x)
+        return F.relu(self.path(x) + shortcut)
 
-def data_generator(N, seq_length, rng):
-    X_num = torch.tensor(rng.random([N, 1, seq_length]), dtype=torch.float32)
-    X_mask = torch.zeros([N, 1, seq_length])
-    Y = torch.zeros([N, 1])
-    for i in range(N):
-        positions = rng.choice(seq_length, size=2, replace=False)
-        X_mask[i, 0, positions[0]] = 1
-        X_mask[i, 0, positions[1]] = 1
-        Y[i,0] = X_num[i, 0, positions[0]] + X_num[i, 0, positions[1]]
-    X = torch.cat((X_num, X_mask), dim=1)
-    return Variable(X), Variable(Y)
+class SequenceRegressor(nn.Module):
+    def __init__(self, n_in, widths, k=2, dropout=0.2):
+        super().__init__()
+        ins = [n_in] + widths[:-1]
+        self.blocks = nn.Sequential(*[
+            ResidualBlock(c_in, c_out, k, 2 ** level, dropout)
+            for level, (c_in, c_out) in enumerate(zip(ins, widths))
+        ])
+        self.readout = nn.Linear(widths[-1], 1)
+        self.readout.weight.data.normal_(0, 0.01)
 
-def train(model, X_train, Y_train, optimizer, args):
-    model.train()
-    batch_idx = 1
-    total_loss = 0
-    records = []
-    for i in range(0, X_train.size(0), args.batch_size):
-        if i + args.batch_size > X_train.size(0):
-            x, y = X_train[i:], Y_train[i:]
-        else:
-            x, y = X_train[i:(i+args.batch_size)], Y_train[i:(i+args.batch_size)]
-        optimizer.zero_grad()
-        output = model(x)
-        loss = F.mse_loss(output, y)
-        loss.backward()
-        if args.clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-        optimizer.step()
-        batch_idx += 1
-        total_loss += loss.item()
-        records.append(loss.item())
-        records.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
-    return records
+    def forward(self, x):
+        return self.readout(self.blocks(x)[:, :, -1])  # the last step has seen everything
 
-def evaluate(model, X_test, Y_test):
-    model.eval()
-    with torch.no_grad():
-        output = model(X_test)
-        test_loss = F.mse_loss(output, Y_test)
-        return test_loss.item()
+def adding_task(n, length, rng):
+    # channel 0: random values; channel 1: two marks; target: the sum of the marked values
+    values = torch.tensor(rng.random([n, 1, length]), dtype=torch.float32)
+    marks = torch.zeros([n, 1, length])
+    y = torch.zeros([n, 1])
+    for i in range(n):
+        where = rng.choice(length, size=2, replace=False)
+        marks[i, 0, where[0]] = 1
+        marks[i, 0, where[1]] = 1
+        y[i, 0] = values[i, 0, where[0]] + values[i, 0, where[1]]
+    return autograd.Variable(torch.cat((values, marks), dim=1)), autograd.Variable(y)
 
-def main(args, state=None):
-    rng = np.random.default_rng(args.seed)
-    X_train, Y_train = data_generator(20, args.seq_len, rng)
-    X_test, Y_test = data_generator(8, args.seq_len, rng)
-    channel_sizes = [args.nhid] * args.levels
-    model = TCN(2, 1, channel_sizes, kernel_size=args.ksize, dropout=args.dropout)
+def main(cfg, state=None):
+    rng = np.random.default_rng(cfg.seed)
+    x_train, y_train = adding_task(12, cfg.length, rng)
+    x_test, y_test = adding_task(6, cfg.length, rng)
+    model = SequenceRegressor(2, [cfg.width] * cfg.levels, k=cfg.k, dropout=cfg.dropout)
     if state is not None:
         model.load_state_dict(state)
-    init = {k: np.array(v.numpy() if hasattr(v, "numpy") else v, copy=True) for k, v in model.state_dict().items()}
-    optimizer = getattr(optim, args.optim)(model.parameters(), lr=args.lr)
-    records = []
-    for ep in range(1, args.epochs + 1):
-        records += train(model, X_train, Y_train, optimizer, args)
-        records.append(evaluate(model, X_test, Y_test))
-    return init, records
+    start = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    opt = getattr(optim, cfg.optim)(model.parameters(), lr=cfg.lr)
+    log = []
+    for _ in range(cfg.epochs):
+        model.train()
+        for lo in range(0, x_train.size(0), cfg.batch):
+            x, y = x_train[lo:lo + cfg.batch], y_train[lo:lo + cfg.batch]  # the last one short
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            if cfg.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            opt.step()
+            log.append(loss.item())
+            log.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
+        model.eval()
+        with torch.no_grad():
+            log.append(F.mse_loss(model(x_test), y_test).item())
+    return start, log
 """
 
 TCN_STEP = [
     (
-        "        loss.backward()\n        if args.clip > 0:\n            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)\n        optimizer.step()",
-        "        grads = loss.backward()\n        if args.clip > 0:\n            torch.nn.utils.clip_grad_norm_(grads, model.parameters(), args.clip)\n        optimizer.step(grads)",
+        "            loss.backward()\n            if cfg.clip > 0:\n"
+        "                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)\n"
+        "            opt.step()",
+        "            grads = loss.backward()\n            if cfg.clip > 0:\n"
+        "                torch.nn.utils.clip_grad_norm_(grads, model.parameters(), cfg.clip)\n"
+        "            opt.step(grads)",
     )
 ]
 
 
 @pytest.mark.filterwarnings("ignore:`torch.nn.utils.weight_norm` is deprecated")
 @pytest.mark.parametrize("weight_norm", ["torch.nn.utils", "torch.nn.utils.parametrizations"])
-def test_tcn_adding_problem_matches_torch(weight_norm):
+def test_temporal_conv_net_on_the_adding_task_matches_torch(weight_norm):
     source = TCN_SOURCE.replace(
-        "from torch.nn.utils import weight_norm", f"from {weight_norm} import weight_norm"
+        "from torch.nn.utils import weight_norm as wn",
+        f"from {weight_norm} import weight_norm as wn",
     )
-    args = types.SimpleNamespace(
-        seed=0, seq_len=12, nhid=6, levels=3, ksize=3, dropout=0.0, optim="Adam", lr=4e-3,
-        clip=0.5, epochs=2, batch_size=8,
+    cfg = types.SimpleNamespace(
+        seed=0, length=10, width=5, levels=2, k=3, dropout=0.0, optim="Adam", lr=4e-3,
+        clip=0.5, epochs=2, batch=5,
     )  # fmt: skip
     theirs, ours = both(source, TCN_STEP)
     torch.manual_seed(0)
-    initial, expected = theirs["main"](args)
+    initial, expected = theirs["main"](cfg)
     keys = sorted(initial)
-    assert ("tcn.network.0.conv1.weight_g" in keys) == (weight_norm == "torch.nn.utils")
-    _, got = ours["main"](args, initial)
+    assert ("blocks.0.first.weight_g" in keys) == (weight_norm == "torch.nn.utils")
+    _, got = ours["main"](cfg, initial)
     assert_records_agree(got, expected, rtol=1e-4, atol=1e-5)
