@@ -1,53 +1,51 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 
-- E(n)-equivariant graph networks as vgsatorras/egnn writes them
-  (``models/egnn_clean/egnn_clean.py`` as it stands, with its ``__main__``'s dummy graph, then
-  trained four Adam steps): ``unsorted_segment_sum``/``_mean`` by ``data.new_full`` and
-  ``scatter_add_`` of an expanded index, ``coord[row] - coord[col]``, ``add_module("gcl_%d" %
-  i, ...)`` read back through ``self._modules``, ``xavier_uniform_(gain=0.001)``, one
-  ``nn.SiLU()`` instance shared by every layer, ``torch.LongTensor`` edge lists; plain and with
-  attention, normalized coordinates and tanh; the equivariance under a rotation from
-  ``torch.linalg.qr`` and a translation checked in both.
-- Tacotron 2 as NVIDIA/tacotron2 writes it (``layers.py``'s ``LinearNorm``/``ConvNorm`` with
-  ``calculate_gain``, ``utils.py``'s ``get_mask_from_lengths`` by ``torch.arange(0, max_len,
-  out=torch.LongTensor(max_len))``, ``loss_function.py``, ``model.py``'s location-sensitive
-  ``Attention`` (``alignment.data.masked_fill_(mask, -inf)``, ``torch.bmm``), ``Prenet``,
-  ``Postnet``, the ``Encoder`` through ``pack_padded_sequence`` of NumPy lengths and a
-  bidirectional ``LSTM``, the ``Decoder``'s teacher-forced ``LSTMCell`` steps with ``Variable(
-  memory.data.new(B, n).zero_())`` states and ``attention_weights_cum +=``, ``inference`` until
-  the gate fires, ``Tacotron2.parse_batch``/``parse_output``; ``data_utils.py``'s
-  ``TextMelCollate`` (``torch.LongTensor(len(batch), max_input_len)`` of a 0-d tensor,
-  ``batch[ids_sorted_decreasing[i]]``) and train.py's loop with ``clip_grad_norm_``), small
-  hyper-parameters. Its dropout rates (``0.5`` written into ``Encoder``, ``Postnet`` and the
-  always-on ``Prenet``) are set to 0 (the masks are each library's own draws), and training runs
-  with ``mask_padding=False``: with it, ``outputs[0].data.masked_fill_`` writes into the tensor
-  the postnet's first convolution saved for its backward, and torch's weight gradient uses the
-  masked values (a torch bug, see the CHANGELOG); the masked forward is compared after training.
-- wav2vec 2.0's pieces as facebookresearch/fairseq writes them (``Fp32GroupNorm``,
-  ``Fp32LayerNorm``, ``TransposeLast``, ``SamePad``, ``GumbelVectorQuantizer`` and
-  ``wav2vec2.py``'s ``ConvFeatureExtractionModel`` in both modes and ``make_conv_pos`` with
-  ``nn.utils.weight_norm(pos_conv, name="weight", dim=2)``), joined into a small model trained
-  by Adam on the criterion's pieces (cosine logits, the diversity loss from ``prob_perplexity``,
-  the features penalty): the quantizer's codes by ``x.new_zeros(*x.shape).scatter_(-1,
-  k.view(-1, 1), 1.0)`` under ``torch.no_grad()``, ``code_perplexity``, the targets, and
-  ``set_num_updates``' temperature. The quantizer runs in eval mode (its Gumbel noise in
-  training is each library's own draw).
-- the Performer's attention as lucidrains/performer-pytorch writes it (``softmax_kernel``,
-  ``generalized_kernel``, ``gaussian_orthogonal_random_matrix`` by ``torch.linalg.qr`` of
-  ``torch.randn`` blocks, ``linear_attention``, ``causal_linear_attention_noncuda`` (the
-  ``ImportError`` fallback, with its message), ``FastAttention`` with its ``@torch.no_grad()``
-  ``redraw_projection_matrix``, ``ProjectionUpdater`` (a ``calls_since_last_redraw`` buffer
-  compared, ``zero_()``-ed and ``+= 1``-ed), ``Attention`` with ``v.masked_fill_(~global_mask,
-  0.)`` on a view), softmax, causal, generalized and no-projection, in a small block trained by
-  Adam with redraws every 2 steps; einops' ``repeat``/``rearrange`` lines as written.
-- DDPG as sfujim/TD3 writes it (``DDPG.py`` and ``utils.py``'s ``ReplayBuffer``), on a point
-  mass (no gym here) driven by ``main.py``'s loop: ``copy.deepcopy`` targets,
-  ``target_param.data.copy_(tau * param.data + (1 - tau) * target_param.data)``, the actor's
-  loss through the critic, ``select_action``'s ``.cpu().data.numpy().flatten()``, NumPy
-  exploration noise (one seeded stream in both runs), and ``save``/``load`` of the models'
-  and optimizers' state dicts. Retrograd's optimizer ``state_dict`` holds NumPy copies (by
-  design), read by ``np.array`` in the test's record line.
+- an E(n)-equivariant graph network written here in the style of vgsatorras/egnn, on four
+  complete 4-node graphs, trained three Adam steps: segment sums and means by
+  ``values.new_full(...)`` and ``scatter_add_`` of an expanded index, ``x[src] - x[dst]``,
+  ``add_module("layer_%d" % i, ...)`` read back through ``self._modules``,
+  ``xavier_uniform_(gain=0.001)``, one activation module shared by every layer,
+  ``torch.LongTensor`` edge lists; plain and with attention gates, normalized coordinates and
+  tanh; the equivariance under a rotation from ``torch.linalg.qr`` and a translation checked
+  in both runs.
+- a Tacotron 2-like text-to-spectrogram model written here in the style of NVIDIA/tacotron2
+  (small hyper-parameters): ``nn.init.calculate_gain`` gains, the length mask by
+  ``torch.arange(0, n, out=torch.LongTensor(n))``, location-sensitive attention
+  (``energy.data.masked_fill_(mask, -inf)``, ``torch.bmm``), an always-on dropout prenet, a
+  conv + ``BatchNorm1d`` postnet, the encoder through ``pack_padded_sequence`` of NumPy lengths,
+  a bidirectional ``LSTM`` with ``flatten_parameters()`` and ``pad_packed_sequence``, teacher-
+  forced ``LSTMCell`` steps with ``autograd.Variable(memory.data.new(B, n).zero_())`` states and
+  ``weights_cum += weights``, inference until the gate fires, ``parse_batch``/``parse_output``,
+  targets marked ``requires_grad = False``, a collate by ``torch.sort(..., descending=True)``
+  with ``torch.LongTensor(len(batch), n)`` of a 0-d tensor and ``pairs[order[i]]``, and a loop
+  with ``group['lr'] = ...`` and ``clip_grad_norm_``. Dropout rates are 0 (the masks are each
+  library's own draws), and training runs with ``mask_padding=False``: with it,
+  ``outputs[0].data.masked_fill_`` writes into the tensor the postnet's first convolution
+  saved for its backward, and torch's weight gradient uses the masked values (a torch bug, see
+  the CHANGELOG); the masked forward is compared after training.
+- wav2vec 2.0-like pieces written here in the style of facebookresearch/fairseq: float32
+  ``GroupNorm``/``LayerNorm`` subclasses by ``F.group_norm``/``F.layer_norm`` and
+  ``type_as``, a transpose-last module, right trimming after an even kernel, a codebook
+  quantizer (codes by ``x.new_zeros(*x.shape).scatter_(-1, k.view(-1, 1), 1.0)`` under
+  ``torch.no_grad()``, code and probability perplexities, targets, the temperature schedule), a
+  conv feature extractor in both modes (``kaiming_normal_``) and a grouped positional
+  convolution under ``nn.utils.weight_norm(conv, name="weight", dim=2)``, joined into a small
+  model trained by Adam on cosine logits, a diversity loss and a features penalty. The
+  quantizer runs in eval mode (its Gumbel noise in training is each library's own draw).
+- Performer-style linear attention written here in the style of lucidrains/performer-pytorch:
+  positive random features, ReLU features, orthogonal random rows by ``torch.linalg.qr`` of
+  ``torch.randn`` blocks, global and chunked causal linear attention (the ``ImportError``
+  fallback, with its message), a ``@torch.no_grad()`` redraw by ``copy_`` into a buffer, a
+  redraw counter buffer compared, ``zero_()``-ed and ``+= 1``-ed, ``v.masked_fill_(~mask, 0.)``
+  on a view; softmax, causal, generalized and no-projection kernels in a small tagger trained
+  by Adam with redraws every 2 steps; einops' ``repeat``/``rearrange`` on our tensors.
+- DDPG written here in the style of sfujim/TD3, on a point pushed in the plane (no gym here):
+  a NumPy replay buffer sampled into ``torch.FloatTensor``, ``copy.deepcopy`` targets, soft
+  updates by ``tp.data.copy_(tau * p.data + (1 - tau) * tp.data)``, the policy's loss through
+  the critic, ``.cpu().data.numpy().flatten()`` actions, NumPy exploration noise (one seeded
+  stream in both runs), and ``torch.save``/``torch.load`` of the models' and optimizers' state
+  dicts. Retrograd's optimizer ``state_dict`` holds NumPy copies (by design), read by
+  ``np.array`` in the record line.
 
 The lines changed: the gradient lines (``grads = loss.backward()``, ``clip_grad_norm_(grads,
 ...)``, ``optimizer.step(grads)``) and the ``import`` lines naming ``torch``.
@@ -75,239 +73,104 @@ def _seeded():
     rg.seed(0)
 
 
-# -- EGNN ---------------------------------------------------------------------------------------------
+# -- EGNN -----------------------------------------------------------------------------------------
 EGNN_SOURCE = """
 from torch import nn
 import torch
 
 
-class E_GCL(nn.Module):
-    \"\"\"
-    E(n) Equivariant Convolutional Layer
-    re
-    \"\"\"
-
-    def __init__(self, input_nf, output_nf, hidden_nf, edges_in_d=0, act_fn=nn.SiLU(), residual=True, attention=False, normalize=False, coords_agg='mean', tanh=False):
-        super(E_GCL, self).__init__()
-        input_edge = input_nf * 2
-        self.residual = residual
-        self.attention = attention
-        self.normalize = normalize
-        self.coords_agg = coords_agg
-        self.tanh = tanh
-        self.epsilon = 1e-8
-        edge_coords_nf = 1
-
-        self.edge_mlp = nn.Sequential(
-            nn.Linear(input_edge + edge_coords_nf + edges_in_d, hidden_nf),
-            act_fn,
-            nn.Linear(hidden_nf, hidden_nf),
-            act_fn)
-
-        self.node_mlp = nn.Sequential(
-            nn.Linear(hidden_nf + input_nf, hidden_nf),
-            act_fn,
-            nn.Linear(hidden_nf, output_nf))
-
-        layer = nn.Linear(hidden_nf, 1, bias=False)
-        torch.nn.init.xavier_uniform_(layer.weight, gain=0.001)
-
-        coord_mlp = []
-        coord_mlp.append(nn.Linear(hidden_nf, hidden_nf))
-        coord_mlp.append(act_fn)
-        coord_mlp.append(layer)
-        if self.tanh:
-            coord_mlp.append(nn.Tanh())
-        self.coord_mlp = nn.Sequential(*coord_mlp)
-
-        if self.attention:
-            self.att_mlp = nn.Sequential(
-                nn.Linear(hidden_nf, 1),
-                nn.Sigmoid())
-
-    def edge_model(self, source, target, radial, edge_attr):
-        if edge_attr is None:  # Unused.
-            out = torch.cat([source, target, radial], dim=1)
-        else:
-            out = torch.cat([source, target, radial, edge_attr], dim=1)
-        out = self.edge_mlp(out)
-        if self.attention:
-            att_val = self.att_mlp(out)
-            out = out * att_val
-        return out
-
-    def node_model(self, x, edge_index, edge_attr, node_attr):
-        row, col = edge_index
-        agg = unsorted_segment_sum(edge_attr, row, num_segments=x.size(0))
-        if node_attr is not None:
-            agg = torch.cat([x, agg, node_attr], dim=1)
-        else:
-            agg = torch.cat([x, agg], dim=1)
-        out = self.node_mlp(agg)
-        if self.residual:
-            out = x + out
-        return out, agg
-
-    def coord_model(self, coord, edge_index, coord_diff, edge_feat):
-        row, col = edge_index
-        trans = coord_diff * self.coord_mlp(edge_feat)
-        if self.coords_agg == 'sum':
-            agg = unsorted_segment_sum(trans, row, num_segments=coord.size(0))
-        elif self.coords_agg == 'mean':
-            agg = unsorted_segment_mean(trans, row, num_segments=coord.size(0))
-        else:
-            raise Exception('Wrong coords_agg parameter' % self.coords_agg)
-        coord = coord + agg
-        return coord
-
-    def coord2radial(self, edge_index, coord):
-        row, col = edge_index
-        coord_diff = coord[row] - coord[col]
-        radial = torch.sum(coord_diff**2, 1).unsqueeze(1)
-
-        if self.normalize:
-            norm = torch.sqrt(radial).detach() + self.epsilon
-            coord_diff = coord_diff / norm
-
-        return radial, coord_diff
-
-    def forward(self, h, edge_index, coord, edge_attr=None, node_attr=None):
-        row, col = edge_index
-        radial, coord_diff = self.coord2radial(edge_index, coord)
-
-        edge_feat = self.edge_model(h[row], h[col], radial, edge_attr)
-        coord = self.coord_model(coord, edge_index, coord_diff, edge_feat)
-        h, agg = self.node_model(h, edge_index, edge_feat, node_attr)
-
-        return h, coord, edge_attr
+def segment_sum(values, segment, n_segments):
+    out = values.new_full((n_segments, values.size(1)), 0)
+    return out.scatter_add_(0, segment.unsqueeze(-1).expand(-1, values.size(1)), values)
 
 
-class EGNN(nn.Module):
-    def __init__(self, in_node_nf, hidden_nf, out_node_nf, in_edge_nf=0, device='cpu', act_fn=nn.SiLU(), n_layers=4, residual=True, attention=False, normalize=False, tanh=False):
-        '''
+def segment_mean(values, segment, n_segments):
+    index = segment.unsqueeze(-1).expand(-1, values.size(1))
+    total = values.new_full((n_segments, values.size(1)), 0).scatter_add_(0, index, values)
+    ones = torch.ones_like(values)
+    count = values.new_full((n_segments, values.size(1)), 0).scatter_add_(0, index, ones)
+    return total / count.clamp(min=1)
 
-        :param in_node_nf: Number of features for 'h' at the input
-        :param hidden_nf: Number of hidden features
-        :param out_node_nf: Number of features for 'h' at the output
-        :param in_edge_nf: Number of features for the edge features
-        :param device: Device (e.g. 'cpu', 'cuda:0',...)
-        :param act_fn: Non-linearity
-        :param n_layers: Number of layer for the EGNN
-        :param residual: Use residual connections, we recommend not changing this one
-        :param attention: Whether using attention or not
-        :param normalize: Normalizes the coordinates messages such that:
-                    instead of: x^{l+1}_i = x^{l}_i + Σ(x_i - x_j)phi_x(m_ij)
-                    we get:     x^{l+1}_i = x^{l}_i + Σ(x_i - x_j)phi_x(m_ij)/||x_i - x_j||
-                    We noticed it may help in the stability or generalization in some future works.
-                    We didn't use it in our paper.
-        :param tanh: Sets a tanh activation function at the output of phi_x(m_ij). I.e. it bounds the output of
-                        phi_x(m_ij) which definitely improves in stability but it may decrease in accuracy.
-                        We didn't use it in our paper.
-        '''
 
-        super(EGNN, self).__init__()
-        self.hidden_nf = hidden_nf
-        self.device = device
-        self.n_layers = n_layers
-        self.embedding_in = nn.Linear(in_node_nf, self.hidden_nf)
-        self.embedding_out = nn.Linear(self.hidden_nf, out_node_nf)
-        for i in range(0, n_layers):
-            self.add_module("gcl_%d" % i, E_GCL(self.hidden_nf, self.hidden_nf, self.hidden_nf, edges_in_d=in_edge_nf,
-                                                act_fn=act_fn, residual=residual, attention=attention,
-                                                normalize=normalize, tanh=tanh))
-        self.to(self.device)
+class EquivariantLayer(nn.Module):
+    # messages from invariant features (h_i, h_j, |x_i - x_j|^2, edge data); coordinates move
+    # along x_i - x_j scaled by a learned scalar per edge, so rotations commute with the layer
+    def __init__(self, width, edge_width, act, gate=False, unit=False, bounded=False):
+        super().__init__()
+        self.gate, self.unit, self.bounded = gate, unit, bounded
+        n_in = 2 * width + 1 + edge_width
+        self.message = nn.Sequential(nn.Linear(n_in, width), act, nn.Linear(width, width), act)
+        self.update = nn.Sequential(nn.Linear(2 * width, width), act, nn.Linear(width, width))
+        last = nn.Linear(width, 1, bias=False)
+        torch.nn.init.xavier_uniform_(last.weight, gain=0.001)
+        shift = [nn.Linear(width, width), act, last] + ([nn.Tanh()] if bounded else [])
+        self.shift = nn.Sequential(*shift)
+        if gate:
+            self.attend = nn.Sequential(nn.Linear(width, 1), nn.Sigmoid())
 
-    def forward(self, h, x, edges, edge_attr):
-        h = self.embedding_in(h)
-        for i in range(0, self.n_layers):
-            h, x, _ = self._modules["gcl_%d" % i](h, edges, x, edge_attr=edge_attr)
-        h = self.embedding_out(h)
+    def forward(self, h, x, edges, edge_data):
+        src, dst = edges
+        diff = x[src] - x[dst]
+        dist2 = (diff ** 2).sum(1, keepdim=True)
+        if self.unit:
+            diff = diff / (dist2.sqrt().detach() + 1.0)
+        m = self.message(torch.cat([h[src], h[dst], dist2, edge_data], dim=1))
+        if self.gate:
+            m = m * self.attend(m)
+        moved = diff * self.shift(m)
+        x = x + segment_mean(moved, src, x.size(0))
+        h = h + self.update(torch.cat([h, segment_sum(m, src, h.size(0))], dim=1))
         return h, x
 
 
-def unsorted_segment_sum(data, segment_ids, num_segments):
-    result_shape = (num_segments, data.size(1))
-    result = data.new_full(result_shape, 0)  # Init empty result tensor.
-    segment_ids = segment_ids.unsqueeze(-1).expand(-1, data.size(1))
-    result.scatter_add_(0, segment_ids, data)
-    return result
+class EquivariantNet(nn.Module):
+    def __init__(self, n_in, width, n_out, edge_width, depth=3, act_fn=nn.SiLU(), attention=False,
+                 normalize=False, tanh=False):
+        super().__init__()
+        self.depth = depth
+        self.embed_in = nn.Linear(n_in, width)
+        self.embed_out = nn.Linear(width, n_out)
+        for i in range(depth):  # (one activation module shared by every layer)
+            layer = EquivariantLayer(width, edge_width, act_fn, attention, normalize, tanh)
+            self.add_module("layer_%d" % i, layer)
+
+    def forward(self, h, x, edges, edge_data):
+        h = self.embed_in(h)
+        for i in range(self.depth):
+            h, x = self._modules["layer_%d" % i](h, x, edges, edge_data)
+        return self.embed_out(h), x
 
 
-def unsorted_segment_mean(data, segment_ids, num_segments):
-    result_shape = (num_segments, data.size(1))
-    segment_ids = segment_ids.unsqueeze(-1).expand(-1, data.size(1))
-    result = data.new_full(result_shape, 0)  # Init empty result tensor.
-    count = data.new_full(result_shape, 0)
-    result.scatter_add_(0, segment_ids, data)
-    count.scatter_add_(0, segment_ids, torch.ones_like(data))
-    return result / count.clamp(min=1)
+def complete_graphs(n, copies):
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+    src = torch.LongTensor([i + n * c for c in range(copies) for i, _ in pairs])
+    dst = torch.LongTensor([j + n * c for c in range(copies) for _, j in pairs])
+    return [src, dst], torch.ones(len(pairs) * copies, 1)
 
 
-def get_edges(n_nodes):
-    rows, cols = [], []
-    for i in range(n_nodes):
-        for j in range(n_nodes):
-            if i != j:
-                rows.append(i)
-                cols.append(j)
-
-    edges = [rows, cols]
-    return edges
-
-
-def get_edges_batch(n_nodes, batch_size):
-    edges = get_edges(n_nodes)
-    edge_attr = torch.ones(len(edges[0]) * batch_size, 1)
-    edges = [torch.LongTensor(edges[0]), torch.LongTensor(edges[1])]
-    if batch_size == 1:
-        return edges, edge_attr
-    elif batch_size > 1:
-        rows, cols = [], []
-        for i in range(batch_size):
-            rows.append(edges[0] + n_nodes * i)
-            cols.append(edges[1] + n_nodes * i)
-        edges = [torch.cat(rows), torch.cat(cols)]
-    return edges, edge_attr
-
-
-# -- the file's __main__ (dummy parameters), then trained a few steps (written for the test) --
-# Dummy parameters
-batch_size = 8
-n_nodes = 4
-n_feat = 1
-x_dim = 3
-
-# Dummy variables h, x and fully connected edges
-h = torch.ones(batch_size *  n_nodes, n_feat)
-x = torch.randn(batch_size * n_nodes, x_dim)
-edges, edge_attr = get_edges_batch(n_nodes, batch_size)
-
-# Initialize EGNN
-egnn = EGNN(in_node_nf=n_feat, hidden_nf=32, out_node_nf=1, in_edge_nf=1, **options)
-initialize(egnn)
-
-# Run EGNN
-h_out, x_out = egnn(h, x, edges, edge_attr)
-record.append(h_out.detach().numpy().copy())
-record.append(x_out.detach().numpy().copy())
-
-# equivariance: rotate and translate the input, the output coordinates follow
-Q, _ = torch.linalg.qr(torch.randn(3, 3))
-t = torch.randn(1, 3)
-h_rot, x_rot = egnn(h, x @ Q + t, edges, edge_attr)
-record.append(float((h_rot - h_out).abs().max() < 1e-4))
-record.append(float((x_rot - (x_out @ Q + t)).abs().max() < 1e-4))
-
-optimizer = torch.optim.Adam(egnn.parameters(), lr=1e-3, weight_decay=1e-16)
-target = x.view(batch_size, n_nodes, x_dim).mean(1, keepdim=True).expand(-1, n_nodes, -1).reshape(-1, x_dim)
-for step in range(4):
-    optimizer.zero_grad()
-    h_out, x_out = egnn(h, x, edges, edge_attr)
-    loss = F.mse_loss(x_out, target) + 0.1 * h_out.pow(2).mean()
+graphs, nodes = 4, 4
+h = torch.ones(graphs * nodes, 1)
+x = torch.randn(graphs * nodes, 3)
+edges, edge_data = complete_graphs(nodes, graphs)
+net = EquivariantNet(n_in=1, width=16, n_out=1, edge_width=1, **options)
+initialize(net)
+h_out, x_out = net(h, x, edges, edge_data)
+record.extend([h_out.detach().numpy().copy(), x_out.detach().numpy().copy()])
+rotation, _ = torch.linalg.qr(torch.randn(3, 3))
+shift = torch.randn(1, 3)
+h_moved, x_moved = net(h, x @ rotation + shift, edges, edge_data)
+record.append(float((h_moved - h_out).abs().max() < 1e-4))
+record.append(float((x_moved - (x_out @ rotation + shift)).abs().max() < 1e-4))
+opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+centers = x.view(graphs, nodes, 3).mean(1, keepdim=True).expand(-1, nodes, -1).reshape(-1, 3)
+for step in range(3):
+    opt.zero_grad()
+    h_out, x_out = net(h, x, edges, edge_data)
+    loss = ((x_out - centers) ** 2).mean() + 0.1 * h_out.pow(2).mean()
     loss.backward()
-    optimizer.step()
+    opt.step()
     record.append(loss.item())
-record.append(params_of(egnn))
+record.append(params_of(net))
 """
 
 EGNN_STEPS = [
@@ -315,10 +178,7 @@ EGNN_STEPS = [
         "from torch import nn\nimport torch\n",
         "from retrograd import nn\nimport retrograd as torch\n",
     ),
-    (
-        "    loss.backward()\n    optimizer.step()",
-        "    grads = loss.backward()\n    optimizer.step(grads)",
-    ),
+    ("    loss.backward()\n    opt.step()", "    grads = loss.backward()\n    opt.step(grads)"),
 ]
 
 
@@ -341,664 +201,310 @@ def test_egnn_trains_as_torch(capsys, options):
         make_options=make_options,
     )
     ours, theirs = records[1], records[0]
-    assert theirs[2] == theirs[3] == 1.0
+    assert theirs[2] == theirs[3] == 1.0  # equivariant, in torch's run and ours
+    assert ours[2] == ours[3] == 1.0
     assert theirs[-2] < theirs[4]
     assert_records_agree(ours, theirs, rtol=2e-5, atol=2e-6)
 
 
-# -- Tacotron 2 ---------------------------------------------------------------------------------------
+# -- Tacotron 2 -----------------------------------------------------------------------------------
 TACOTRON_SOURCE = """
-from math import sqrt
 import torch
-from torch.autograd import Variable
-from torch import nn
-from torch.nn import functional as F
+from torch import autograd, nn
+
+F = nn.functional
 
 
-# -- layers.py --
-class LinearNorm(torch.nn.Module):
-    def __init__(self, in_dim, out_dim, bias=True, w_init_gain='linear'):
-        super(LinearNorm, self).__init__()
-        self.linear_layer = torch.nn.Linear(in_dim, out_dim, bias=bias)
-
-        torch.nn.init.xavier_uniform_(
-            self.linear_layer.weight,
-            gain=torch.nn.init.calculate_gain(w_init_gain))
+class Dense(nn.Module):
+    def __init__(self, n_in, n_out, bias=True, gain='linear'):
+        super().__init__()
+        self.layer = nn.Linear(n_in, n_out, bias=bias)
+        nn.init.xavier_uniform_(self.layer.weight, gain=nn.init.calculate_gain(gain))
 
     def forward(self, x):
-        return self.linear_layer(x)
+        return self.layer(x)
 
 
-class ConvNorm(torch.nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size=1, stride=1,
-                 padding=None, dilation=1, bias=True, w_init_gain='linear'):
-        super(ConvNorm, self).__init__()
-        if padding is None:
-            assert(kernel_size % 2 == 1)
-            padding = int(dilation * (kernel_size - 1) / 2)
+class Conv(nn.Module):
+    def __init__(self, n_in, n_out, kernel=1, bias=True, gain='linear'):
+        super().__init__()
+        self.conv = nn.Conv1d(n_in, n_out, kernel, padding=(kernel - 1) // 2, bias=bias)
+        nn.init.xavier_uniform_(self.conv.weight, gain=nn.init.calculate_gain(gain))
 
-        self.conv = torch.nn.Conv1d(in_channels, out_channels,
-                                    kernel_size=kernel_size, stride=stride,
-                                    padding=padding, dilation=dilation,
-                                    bias=bias)
-
-        torch.nn.init.xavier_uniform_(
-            self.conv.weight, gain=torch.nn.init.calculate_gain(w_init_gain))
-
-    def forward(self, signal):
-        conv_signal = self.conv(signal)
-        return conv_signal
+    def forward(self, x):
+        return self.conv(x)
 
 
-# -- utils.py --
-def get_mask_from_lengths(lengths):
-    max_len = torch.max(lengths).item()
-    ids = torch.arange(0, max_len, out=torch.LongTensor(max_len))
-    mask = (ids < lengths.unsqueeze(1)).bool()
-    return mask
+def length_mask(lengths):
+    longest = int(torch.max(lengths).item())
+    steps = torch.arange(0, longest, out=torch.LongTensor(longest))
+    return (steps < lengths.unsqueeze(1)).bool()
 
 
-def to_gpu(x):
-    x = x.contiguous()
+class LocationAttention(nn.Module):
+    # additive attention whose query also sees where it attended so far (a 1-D conv of the
+    # previous and the cumulative weights)
+    def __init__(self, query_dim, memory_dim, dim, n_filters, kernel):
+        super().__init__()
+        self.query = Dense(query_dim, dim, bias=False, gain='tanh')
+        self.memory = Dense(memory_dim, dim, bias=False, gain='tanh')
+        self.where = Conv(2, n_filters, kernel, bias=False)
+        self.where_dense = Dense(n_filters, dim, bias=False, gain='tanh')
+        self.v = Dense(dim, 1, bias=False)
 
-    if torch.cuda.is_available():
-        x = x.cuda(non_blocking=True)
-    return torch.autograd.Variable(x)
-
-
-# -- loss_function.py --
-class Tacotron2Loss(nn.Module):
-    def __init__(self):
-        super(Tacotron2Loss, self).__init__()
-
-    def forward(self, model_output, targets):
-        mel_target, gate_target = targets[0], targets[1]
-        mel_target.requires_grad = False
-        gate_target.requires_grad = False
-        gate_target = gate_target.view(-1, 1)
-
-        mel_out, mel_out_postnet, gate_out, _ = model_output
-        gate_out = gate_out.view(-1, 1)
-        mel_loss = nn.MSELoss()(mel_out, mel_target) + \\
-            nn.MSELoss()(mel_out_postnet, mel_target)
-        gate_loss = nn.BCEWithLogitsLoss()(gate_out, gate_target)
-        return mel_loss + gate_loss
-
-
-# -- model.py --
-class LocationLayer(nn.Module):
-    def __init__(self, attention_n_filters, attention_kernel_size,
-                 attention_dim):
-        super(LocationLayer, self).__init__()
-        padding = int((attention_kernel_size - 1) / 2)
-        self.location_conv = ConvNorm(2, attention_n_filters,
-                                      kernel_size=attention_kernel_size,
-                                      padding=padding, bias=False, stride=1,
-                                      dilation=1)
-        self.location_dense = LinearNorm(attention_n_filters, attention_dim,
-                                         bias=False, w_init_gain='tanh')
-
-    def forward(self, attention_weights_cat):
-        processed_attention = self.location_conv(attention_weights_cat)
-        processed_attention = processed_attention.transpose(1, 2)
-        processed_attention = self.location_dense(processed_attention)
-        return processed_attention
-
-
-class Attention(nn.Module):
-    def __init__(self, attention_rnn_dim, embedding_dim, attention_dim,
-                 attention_location_n_filters, attention_location_kernel_size):
-        super(Attention, self).__init__()
-        self.query_layer = LinearNorm(attention_rnn_dim, attention_dim,
-                                      bias=False, w_init_gain='tanh')
-        self.memory_layer = LinearNorm(embedding_dim, attention_dim, bias=False,
-                                       w_init_gain='tanh')
-        self.v = LinearNorm(attention_dim, 1, bias=False)
-        self.location_layer = LocationLayer(attention_location_n_filters,
-                                            attention_location_kernel_size,
-                                            attention_dim)
-        self.score_mask_value = -float("inf")
-
-    def get_alignment_energies(self, query, processed_memory,
-                               attention_weights_cat):
-        \"\"\"
-        PARAMS
-        ------
-        query: decoder output (batch, n_mel_channels * n_frames_per_step)
-        processed_memory: processed encoder outputs (B, T_in, attention_dim)
-        attention_weights_cat: cumulative and prev. att weights (B, 2, max_time)
-
-        RETURNS
-        -------
-        alignment (batch, max_time)
-        \"\"\"
-
-        processed_query = self.query_layer(query.unsqueeze(1))
-        processed_attention_weights = self.location_layer(attention_weights_cat)
-        energies = self.v(torch.tanh(
-            processed_query + processed_attention_weights + processed_memory))
-
-        energies = energies.squeeze(-1)
-        return energies
-
-    def forward(self, attention_hidden_state, memory, processed_memory,
-                attention_weights_cat, mask):
-        \"\"\"
-        PARAMS
-        ------
-        attention_hidden_state: attention rnn last output
-        memory: encoder outputs
-        processed_memory: processed encoder outputs
-        attention_weights_cat: previous and cummulative attention weights
-        mask: binary mask for padded data
-        \"\"\"
-        alignment = self.get_alignment_energies(
-            attention_hidden_state, processed_memory, attention_weights_cat)
-
+    def forward(self, query, memory, keys, both_weights, mask):
+        where = self.where_dense(self.where(both_weights).transpose(1, 2))
+        energy = self.v(torch.tanh(self.query(query.unsqueeze(1)) + where + keys)).squeeze(-1)
         if mask is not None:
-            alignment.data.masked_fill_(mask, self.score_mask_value)
-
-        attention_weights = F.softmax(alignment, dim=1)
-        attention_context = torch.bmm(attention_weights.unsqueeze(1), memory)
-        attention_context = attention_context.squeeze(1)
-
-        return attention_context, attention_weights
+            energy.data.masked_fill_(mask, -float("inf"))
+        weights = F.softmax(energy, dim=1)
+        return torch.bmm(weights.unsqueeze(1), memory).squeeze(1), weights
 
 
 class Prenet(nn.Module):
-    def __init__(self, in_dim, sizes):
-        super(Prenet, self).__init__()
-        in_sizes = [in_dim] + sizes[:-1]
-        self.layers = nn.ModuleList(
-            [LinearNorm(in_size, out_size, bias=False)
-             for (in_size, out_size) in zip(in_sizes, sizes)])
+    def __init__(self, n_in, sizes):
+        super().__init__()
+        dims = [n_in] + sizes[:-1]
+        self.layers = nn.ModuleList([Dense(a, b, bias=False) for a, b in zip(dims, sizes)])
 
     def forward(self, x):
-        for linear in self.layers:
-            x = F.dropout(F.relu(linear(x)), p=dropout_p, training=True)
+        for layer in self.layers:
+            x = F.dropout(F.relu(layer(x)), p=dropout_p, training=True)  # (on at inference too)
         return x
 
 
+def conv_stack(dims, kernel, last_linear=False):
+    blocks = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        gain = 'linear' if last_linear and i == len(dims) - 2 else 'tanh' if last_linear else 'relu'
+        blocks.append(nn.Sequential(Conv(a, b, kernel, gain=gain), nn.BatchNorm1d(b)))
+    return nn.ModuleList(blocks)
+
+
 class Postnet(nn.Module):
-    \"\"\"Postnet
-        - Five 1-d convolution with 512 channels and kernel size 5
-    \"\"\"
-
-    def __init__(self, hparams):
-        super(Postnet, self).__init__()
-        self.convolutions = nn.ModuleList()
-
-        self.convolutions.append(
-            nn.Sequential(
-                ConvNorm(hparams.n_mel_channels, hparams.postnet_embedding_dim,
-                         kernel_size=hparams.postnet_kernel_size, stride=1,
-                         padding=int((hparams.postnet_kernel_size - 1) / 2),
-                         dilation=1, w_init_gain='tanh'),
-                nn.BatchNorm1d(hparams.postnet_embedding_dim))
-        )
-
-        for i in range(1, hparams.postnet_n_convolutions - 1):
-            self.convolutions.append(
-                nn.Sequential(
-                    ConvNorm(hparams.postnet_embedding_dim,
-                             hparams.postnet_embedding_dim,
-                             kernel_size=hparams.postnet_kernel_size, stride=1,
-                             padding=int((hparams.postnet_kernel_size - 1) / 2),
-                             dilation=1, w_init_gain='tanh'),
-                    nn.BatchNorm1d(hparams.postnet_embedding_dim))
-            )
-
-        self.convolutions.append(
-            nn.Sequential(
-                ConvNorm(hparams.postnet_embedding_dim, hparams.n_mel_channels,
-                         kernel_size=hparams.postnet_kernel_size, stride=1,
-                         padding=int((hparams.postnet_kernel_size - 1) / 2),
-                         dilation=1, w_init_gain='linear'),
-                nn.BatchNorm1d(hparams.n_mel_channels))
-            )
+    def __init__(self, hp):
+        super().__init__()
+        dims = [hp.n_mels] + [hp.post_dim] * (hp.post_convs - 1) + [hp.n_mels]
+        self.convs = conv_stack(dims, hp.post_kernel, last_linear=True)
 
     def forward(self, x):
-        for i in range(len(self.convolutions) - 1):
-            x = F.dropout(torch.tanh(self.convolutions[i](x)), dropout_p, self.training)
-        x = F.dropout(self.convolutions[-1](x), dropout_p, self.training)
-
+        for i, conv in enumerate(self.convs):
+            x = conv(x)
+            last = i == len(self.convs) - 1
+            x = F.dropout(x if last else torch.tanh(x), dropout_p, self.training)
         return x
 
 
 class Encoder(nn.Module):
-    \"\"\"Encoder module:
-        - Three 1-d convolution banks
-        - Bidirectional LSTM
-    \"\"\"
-    def __init__(self, hparams):
-        super(Encoder, self).__init__()
+    def __init__(self, hp):
+        super().__init__()
+        self.convs = conv_stack([hp.embed_dim] * (hp.enc_convs + 1), hp.enc_kernel)
+        half = hp.embed_dim // 2
+        self.lstm = nn.LSTM(hp.embed_dim, half, 1, batch_first=True, bidirectional=True)
 
-        convolutions = []
-        for _ in range(hparams.encoder_n_convolutions):
-            conv_layer = nn.Sequential(
-                ConvNorm(hparams.encoder_embedding_dim,
-                         hparams.encoder_embedding_dim,
-                         kernel_size=hparams.encoder_kernel_size, stride=1,
-                         padding=int((hparams.encoder_kernel_size - 1) / 2),
-                         dilation=1, w_init_gain='relu'),
-                nn.BatchNorm1d(hparams.encoder_embedding_dim))
-            convolutions.append(conv_layer)
-        self.convolutions = nn.ModuleList(convolutions)
+    def convolve(self, x):
+        for conv in self.convs:
+            x = F.dropout(F.relu(conv(x)), p=dropout_p, training=self.training)
+        return x.transpose(1, 2)
 
-        self.lstm = nn.LSTM(hparams.encoder_embedding_dim,
-                            int(hparams.encoder_embedding_dim / 2), 1,
-                            batch_first=True, bidirectional=True)
-
-    def forward(self, x, input_lengths):
-        for conv in self.convolutions:
-            x = F.dropout(F.relu(conv(x)), dropout_p, self.training)
-
-        x = x.transpose(1, 2)
-
-        # pytorch tensor are not reversible, hence the conversion
-        input_lengths = input_lengths.cpu().numpy()
-        x = nn.utils.rnn.pack_padded_sequence(
-            x, input_lengths, batch_first=True)
-
-        self.lstm.flatten_parameters()
-        outputs, _ = self.lstm(x)
-
-        outputs, _ = nn.utils.rnn.pad_packed_sequence(
-            outputs, batch_first=True)
-
-        return outputs
+    def forward(self, x, lengths):
+        x = self.convolve(x)
+        lengths = lengths.cpu().numpy()  # (packing takes host lengths)
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        self.lstm.flatten_parameters()  # (a no-op off CUDA)
+        out, _ = self.lstm(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+        return out
 
     def inference(self, x):
-        for conv in self.convolutions:
-            x = F.dropout(F.relu(conv(x)), dropout_p, self.training)
-
-        x = x.transpose(1, 2)
-
-        self.lstm.flatten_parameters()
-        outputs, _ = self.lstm(x)
-
-        return outputs
+        out, _ = self.lstm(self.convolve(x))
+        return out
 
 
 class Decoder(nn.Module):
-    def __init__(self, hparams):
-        super(Decoder, self).__init__()
-        self.n_mel_channels = hparams.n_mel_channels
-        self.n_frames_per_step = hparams.n_frames_per_step
-        self.encoder_embedding_dim = hparams.encoder_embedding_dim
-        self.attention_rnn_dim = hparams.attention_rnn_dim
-        self.decoder_rnn_dim = hparams.decoder_rnn_dim
-        self.prenet_dim = hparams.prenet_dim
-        self.max_decoder_steps = hparams.max_decoder_steps
-        self.gate_threshold = hparams.gate_threshold
-        self.p_attention_dropout = hparams.p_attention_dropout
-        self.p_decoder_dropout = hparams.p_decoder_dropout
+    def __init__(self, hp):
+        super().__init__()
+        self.hp = hp
+        self.prenet = Prenet(hp.n_mels, [hp.prenet_dim, hp.prenet_dim])
+        self.attention_rnn = nn.LSTMCell(hp.prenet_dim + hp.embed_dim, hp.rnn_dim)
+        self.attention = LocationAttention(hp.rnn_dim, hp.embed_dim, hp.attn_dim, 4, 5)
+        self.decoder_rnn = nn.LSTMCell(hp.rnn_dim + hp.embed_dim, hp.rnn_dim, 1)
+        self.to_mel = Dense(hp.rnn_dim + hp.embed_dim, hp.n_mels)
+        self.to_gate = Dense(hp.rnn_dim + hp.embed_dim, 1, bias=True, gain='sigmoid')
 
-        self.prenet = Prenet(
-            hparams.n_mel_channels * hparams.n_frames_per_step,
-            [hparams.prenet_dim, hparams.prenet_dim])
+    def begin(self, memory, mask):
+        b, t = memory.size(0), memory.size(1)
+        zeros = lambda n: autograd.Variable(memory.data.new(b, n).zero_())
+        self.att_h, self.att_c = zeros(self.hp.rnn_dim), zeros(self.hp.rnn_dim)
+        self.dec_h, self.dec_c = zeros(self.hp.rnn_dim), zeros(self.hp.rnn_dim)
+        self.weights, self.weights_cum = zeros(t), zeros(t)
+        self.context = zeros(self.hp.embed_dim)
+        self.memory, self.keys, self.mask = memory, self.attention.memory(memory), mask
 
-        self.attention_rnn = nn.LSTMCell(
-            hparams.prenet_dim + hparams.encoder_embedding_dim,
-            hparams.attention_rnn_dim)
+    def step(self, frame):
+        state = (self.att_h, self.att_c)
+        self.att_h, self.att_c = self.attention_rnn(torch.cat((frame, self.context), -1), state)
+        both = torch.cat((self.weights.unsqueeze(1), self.weights_cum.unsqueeze(1)), dim=1)
+        looked = self.attention(self.att_h, self.memory, self.keys, both, self.mask)
+        self.context, self.weights = looked
+        self.weights_cum += self.weights
+        state = (self.dec_h, self.dec_c)
+        self.dec_h, self.dec_c = self.decoder_rnn(torch.cat((self.att_h, self.context), -1), state)
+        out = torch.cat((self.dec_h, self.context), dim=1)
+        return self.to_mel(out), self.to_gate(out), self.weights
 
-        self.attention_layer = Attention(
-            hparams.attention_rnn_dim, hparams.encoder_embedding_dim,
-            hparams.attention_dim, hparams.attention_location_n_filters,
-            hparams.attention_location_kernel_size)
+    def forward(self, memory, targets, memory_lengths):
+        go = autograd.Variable(memory.data.new(memory.size(0), self.hp.n_mels).zero_()).unsqueeze(0)
+        frames = torch.cat((go, targets.permute(2, 0, 1)), dim=0)  # teacher forcing
+        frames = self.prenet(frames)
+        self.begin(memory, ~length_mask(memory_lengths))
+        mels, gates, alignments = [], [], []
+        while len(mels) < frames.size(0) - 1:
+            mel, gate, weights = self.step(frames[len(mels)])
+            mels += [mel.squeeze(1)]
+            gates += [gate.squeeze(1)]
+            alignments += [weights]
+        return self.gather(mels, gates, alignments)
 
-        self.decoder_rnn = nn.LSTMCell(
-            hparams.attention_rnn_dim + hparams.encoder_embedding_dim,
-            hparams.decoder_rnn_dim, 1)
-
-        self.linear_projection = LinearNorm(
-            hparams.decoder_rnn_dim + hparams.encoder_embedding_dim,
-            hparams.n_mel_channels * hparams.n_frames_per_step)
-
-        self.gate_layer = LinearNorm(
-            hparams.decoder_rnn_dim + hparams.encoder_embedding_dim, 1,
-            bias=True, w_init_gain='sigmoid')
-
-    def get_go_frame(self, memory):
-        B = memory.size(0)
-        decoder_input = Variable(memory.data.new(
-            B, self.n_mel_channels * self.n_frames_per_step).zero_())
-        return decoder_input
-
-    def initialize_decoder_states(self, memory, mask):
-        B = memory.size(0)
-        MAX_TIME = memory.size(1)
-
-        self.attention_hidden = Variable(memory.data.new(
-            B, self.attention_rnn_dim).zero_())
-        self.attention_cell = Variable(memory.data.new(
-            B, self.attention_rnn_dim).zero_())
-
-        self.decoder_hidden = Variable(memory.data.new(
-            B, self.decoder_rnn_dim).zero_())
-        self.decoder_cell = Variable(memory.data.new(
-            B, self.decoder_rnn_dim).zero_())
-
-        self.attention_weights = Variable(memory.data.new(
-            B, MAX_TIME).zero_())
-        self.attention_weights_cum = Variable(memory.data.new(
-            B, MAX_TIME).zero_())
-        self.attention_context = Variable(memory.data.new(
-            B, self.encoder_embedding_dim).zero_())
-
-        self.memory = memory
-        self.processed_memory = self.attention_layer.memory_layer(memory)
-        self.mask = mask
-
-    def parse_decoder_inputs(self, decoder_inputs):
-        # (B, n_mel_channels, T_out) -> (B, T_out, n_mel_channels)
-        decoder_inputs = decoder_inputs.transpose(1, 2)
-        decoder_inputs = decoder_inputs.view(
-            decoder_inputs.size(0),
-            int(decoder_inputs.size(1)/self.n_frames_per_step), -1)
-        # (B, T_out, n_mel_channels) -> (T_out, B, n_mel_channels)
-        decoder_inputs = decoder_inputs.transpose(0, 1)
-        return decoder_inputs
-
-    def parse_decoder_outputs(self, mel_outputs, gate_outputs, alignments):
-        # (T_out, B) -> (B, T_out)
-        alignments = torch.stack(alignments).transpose(0, 1)
-        # (T_out, B) -> (B, T_out)
-        gate_outputs = torch.stack(gate_outputs).transpose(0, 1)
-        gate_outputs = gate_outputs.contiguous()
-        # (T_out, B, n_mel_channels) -> (B, T_out, n_mel_channels)
-        mel_outputs = torch.stack(mel_outputs).transpose(0, 1).contiguous()
-        # decouple frames per step
-        mel_outputs = mel_outputs.view(
-            mel_outputs.size(0), -1, self.n_mel_channels)
-        # (B, T_out, n_mel_channels) -> (B, n_mel_channels, T_out)
-        mel_outputs = mel_outputs.transpose(1, 2)
-
-        return mel_outputs, gate_outputs, alignments
-
-    def decode(self, decoder_input):
-        cell_input = torch.cat((decoder_input, self.attention_context), -1)
-        self.attention_hidden, self.attention_cell = self.attention_rnn(
-            cell_input, (self.attention_hidden, self.attention_cell))
-        self.attention_hidden = F.dropout(
-            self.attention_hidden, self.p_attention_dropout, self.training)
-
-        attention_weights_cat = torch.cat(
-            (self.attention_weights.unsqueeze(1),
-             self.attention_weights_cum.unsqueeze(1)), dim=1)
-        self.attention_context, self.attention_weights = self.attention_layer(
-            self.attention_hidden, self.memory, self.processed_memory,
-            attention_weights_cat, self.mask)
-
-        self.attention_weights_cum += self.attention_weights
-        decoder_input = torch.cat(
-            (self.attention_hidden, self.attention_context), -1)
-        self.decoder_hidden, self.decoder_cell = self.decoder_rnn(
-            decoder_input, (self.decoder_hidden, self.decoder_cell))
-        self.decoder_hidden = F.dropout(
-            self.decoder_hidden, self.p_decoder_dropout, self.training)
-
-        decoder_hidden_attention_context = torch.cat(
-            (self.decoder_hidden, self.attention_context), dim=1)
-        decoder_output = self.linear_projection(
-            decoder_hidden_attention_context)
-
-        gate_prediction = self.gate_layer(decoder_hidden_attention_context)
-        return decoder_output, gate_prediction, self.attention_weights
-
-    def forward(self, memory, decoder_inputs, memory_lengths):
-        decoder_input = self.get_go_frame(memory).unsqueeze(0)
-        decoder_inputs = self.parse_decoder_inputs(decoder_inputs)
-        decoder_inputs = torch.cat((decoder_input, decoder_inputs), dim=0)
-        decoder_inputs = self.prenet(decoder_inputs)
-
-        self.initialize_decoder_states(
-            memory, mask=~get_mask_from_lengths(memory_lengths))
-
-        mel_outputs, gate_outputs, alignments = [], [], []
-        while len(mel_outputs) < decoder_inputs.size(0) - 1:
-            decoder_input = decoder_inputs[len(mel_outputs)]
-            mel_output, gate_output, attention_weights = self.decode(
-                decoder_input)
-            mel_outputs += [mel_output.squeeze(1)]
-            gate_outputs += [gate_output.squeeze(1)]
-            alignments += [attention_weights]
-
-        mel_outputs, gate_outputs, alignments = self.parse_decoder_outputs(
-            mel_outputs, gate_outputs, alignments)
-
-        return mel_outputs, gate_outputs, alignments
+    def gather(self, mels, gates, alignments):
+        mels = torch.stack(mels).transpose(0, 1).contiguous().transpose(1, 2)
+        gates = torch.stack(gates).transpose(0, 1).contiguous()
+        return mels, gates, torch.stack(alignments).transpose(0, 1)
 
     def inference(self, memory):
-        decoder_input = self.get_go_frame(memory)
-
-        self.initialize_decoder_states(memory, mask=None)
-
-        mel_outputs, gate_outputs, alignments = [], [], []
+        frame = autograd.Variable(memory.data.new(memory.size(0), self.hp.n_mels).zero_())
+        self.begin(memory, None)
+        mels, gates, alignments = [], [], []
         while True:
-            decoder_input = self.prenet(decoder_input)
-            mel_output, gate_output, alignment = self.decode(decoder_input)
-
-            mel_outputs += [mel_output.squeeze(1)]
-            gate_outputs += [gate_output]
-            alignments += [alignment]
-
-            if torch.sigmoid(gate_output.data) > self.gate_threshold:
+            mel, gate, weights = self.step(self.prenet(frame))
+            mels += [mel.squeeze(1)]
+            gates += [gate]
+            alignments += [weights]
+            if torch.sigmoid(gate.data) > self.hp.gate_threshold or len(mels) == self.hp.max_steps:
                 break
-            elif len(mel_outputs) == self.max_decoder_steps:
-                print("Warning! Reached max decoder steps")
-                break
-
-            decoder_input = mel_output
-
-        mel_outputs, gate_outputs, alignments = self.parse_decoder_outputs(
-            mel_outputs, gate_outputs, alignments)
-
-        return mel_outputs, gate_outputs, alignments
+            frame = mel
+        return self.gather(mels, gates, alignments)
 
 
-class Tacotron2(nn.Module):
-    def __init__(self, hparams):
-        super(Tacotron2, self).__init__()
-        self.mask_padding = hparams.mask_padding
-        self.fp16_run = hparams.fp16_run
-        self.n_mel_channels = hparams.n_mel_channels
-        self.n_frames_per_step = hparams.n_frames_per_step
-        self.embedding = nn.Embedding(
-            hparams.n_symbols, hparams.symbols_embedding_dim)
-        std = sqrt(2.0 / (hparams.n_symbols + hparams.symbols_embedding_dim))
-        val = sqrt(3.0) * std  # uniform bounds for std
-        self.embedding.weight.data.uniform_(-val, val)
-        self.encoder = Encoder(hparams)
-        self.decoder = Decoder(hparams)
-        self.postnet = Postnet(hparams)
+class Speller(nn.Module):
+    def __init__(self, hp):
+        super().__init__()
+        self.hp = hp
+        self.mask_padding = hp.mask_padding
+        self.embedding = nn.Embedding(hp.n_symbols, hp.embed_dim)
+        self.embedding.weight.data.uniform_(-0.3, 0.3)
+        self.encoder, self.decoder, self.postnet = Encoder(hp), Decoder(hp), Postnet(hp)
 
     def parse_batch(self, batch):
-        text_padded, input_lengths, mel_padded, gate_padded, \\
-            output_lengths = batch
-        text_padded = to_gpu(text_padded).long()
-        input_lengths = to_gpu(input_lengths).long()
-        max_len = torch.max(input_lengths.data).item()
-        mel_padded = to_gpu(mel_padded).float()
-        gate_padded = to_gpu(gate_padded).float()
-        output_lengths = to_gpu(output_lengths).long()
+        text, text_lengths, mels, gates, mel_lengths = batch
+        text, mels, gates = text.long(), mels.float(), gates.float()
+        longest = torch.max(text_lengths.data).item()
+        return (text, text_lengths, mels, longest, mel_lengths), (mels, gates)
 
-        return (
-            (text_padded, input_lengths, mel_padded, max_len, output_lengths),
-            (mel_padded, gate_padded))
-
-    def parse_output(self, outputs, output_lengths=None):
-        if self.mask_padding and output_lengths is not None:
-            mask = ~get_mask_from_lengths(output_lengths)
-            mask = mask.expand(self.n_mel_channels, mask.size(0), mask.size(1))
-            mask = mask.permute(1, 0, 2)
-
-            outputs[0].data.masked_fill_(mask, 0.0)
-            outputs[1].data.masked_fill_(mask, 0.0)
-            outputs[2].data.masked_fill_(mask[:, 0, :], 1e3)  # gate energies
-
+    def parse_output(self, outputs, lengths=None):
+        if self.mask_padding and lengths is not None:
+            mask = ~length_mask(lengths)
+            mask = mask.expand(self.hp.n_mels, mask.size(0), mask.size(1)).permute(1, 0, 2)
+            for mel in outputs[:2]:
+                mel.data.masked_fill_(mask, 0.0)
+            outputs[2].data.masked_fill_(mask[:, 0, :], 1e3)  # a gate that surely fires
         return outputs
 
     def forward(self, inputs):
-        text_inputs, text_lengths, mels, max_len, output_lengths = inputs
-        text_lengths, output_lengths = text_lengths.data, output_lengths.data
+        text, text_lengths, mels, _, mel_lengths = inputs
+        memory = self.encoder(self.embedding(text).transpose(1, 2), text_lengths)
+        mel, gate, alignments = self.decoder(memory, mels, text_lengths)
+        return self.parse_output([mel, mel + self.postnet(mel), gate, alignments], mel_lengths)
 
-        embedded_inputs = self.embedding(text_inputs).transpose(1, 2)
-
-        encoder_outputs = self.encoder(embedded_inputs, text_lengths)
-
-        mel_outputs, gate_outputs, alignments = self.decoder(
-            encoder_outputs, mels, memory_lengths=text_lengths)
-
-        mel_outputs_postnet = self.postnet(mel_outputs)
-        mel_outputs_postnet = mel_outputs + mel_outputs_postnet
-
-        return self.parse_output(
-            [mel_outputs, mel_outputs_postnet, gate_outputs, alignments],
-            output_lengths)
-
-    def inference(self, inputs):
-        embedded_inputs = self.embedding(inputs).transpose(1, 2)
-        encoder_outputs = self.encoder.inference(embedded_inputs)
-        mel_outputs, gate_outputs, alignments = self.decoder.inference(
-            encoder_outputs)
-
-        mel_outputs_postnet = self.postnet(mel_outputs)
-        mel_outputs_postnet = mel_outputs + mel_outputs_postnet
-
-        outputs = self.parse_output(
-            [mel_outputs, mel_outputs_postnet, gate_outputs, alignments])
-
-        return outputs
+    def inference(self, text):
+        memory = self.encoder.inference(self.embedding(text).transpose(1, 2))
+        mel, gate, alignments = self.decoder.inference(memory)
+        return self.parse_output([mel, mel + self.postnet(mel), gate, alignments])
 
 
-# -- data_utils.py's TextMelCollate, hparams.py (small) and train.py's loop --
-class TextMelCollate():
-    \"\"\" Zero-pads model inputs and targets based on number of frames per setep
-    \"\"\"
-    def __init__(self, n_frames_per_step):
-        self.n_frames_per_step = n_frames_per_step
+class SpellerLoss(nn.Module):
+    def forward(self, outputs, targets):
+        mels, gates = targets
+        mels.requires_grad = False  # (targets: no gradient wanted)
+        gates.requires_grad = False
+        mel, post, gate, _ = outputs
+        mse = nn.MSELoss()
+        bce = nn.BCEWithLogitsLoss()
+        return mse(mel, mels) + mse(post, mels) + bce(gate.view(-1, 1), gates.view(-1, 1))
 
-    def __call__(self, batch):
-        \"\"\"Collate's training batch from normalized text and mel-spectrogram
-        PARAMS
-        ------
-        batch: [text_normalized, mel_normalized]
-        \"\"\"
-        # Right zero-pad all one-hot text sequences to max input length
-        input_lengths, ids_sorted_decreasing = torch.sort(
-            torch.LongTensor([len(x[0]) for x in batch]),
-            dim=0, descending=True)
-        max_input_len = input_lengths[0]
 
-        text_padded = torch.LongTensor(len(batch), max_input_len)
-        text_padded.zero_()
-        for i in range(len(ids_sorted_decreasing)):
-            text = batch[ids_sorted_decreasing[i]][0]
-            text_padded[i, :text.size(0)] = text
-
-        # Right zero-pad mel-spec
-        num_mels = batch[0][1].size(0)
-        max_target_len = max([x[1].size(1) for x in batch])
-        if max_target_len % self.n_frames_per_step != 0:
-            max_target_len += self.n_frames_per_step - max_target_len % self.n_frames_per_step
-            assert max_target_len % self.n_frames_per_step == 0
-
-        # include mel padded and gate padded
-        mel_padded = torch.FloatTensor(len(batch), num_mels, max_target_len)
-        mel_padded.zero_()
-        gate_padded = torch.FloatTensor(len(batch), max_target_len)
-        gate_padded.zero_()
-        output_lengths = torch.LongTensor(len(batch))
-        for i in range(len(ids_sorted_decreasing)):
-            mel = batch[ids_sorted_decreasing[i]][1]
-            mel_padded[i, :, :mel.size(1)] = mel
-            gate_padded[i, mel.size(1)-1:] = 1
-            output_lengths[i] = mel.size(1)
-
-        return text_padded, input_lengths, mel_padded, gate_padded, \\
-            output_lengths
+def collate(pairs):
+    # longest text first (packing wants it), everything right-padded with zeros
+    lengths = torch.LongTensor([len(p[0]) for p in pairs])
+    text_lengths, order = torch.sort(lengths, dim=0, descending=True)
+    text = torch.LongTensor(len(pairs), text_lengths[0])
+    text.zero_()
+    n_mels = pairs[0][1].size(0)
+    frames = max(p[1].size(1) for p in pairs)
+    mels = torch.FloatTensor(len(pairs), n_mels, frames)
+    mels.zero_()
+    gates = torch.FloatTensor(len(pairs), frames)
+    gates.zero_()
+    mel_lengths = torch.LongTensor(len(pairs))
+    for i in range(len(order)):
+        chars, mel = pairs[order[i]]
+        text[i, :chars.size(0)] = chars
+        mels[i, :, :mel.size(1)] = mel
+        gates[i, mel.size(1) - 1:] = 1
+        mel_lengths[i] = mel.size(1)
+    return text, text_lengths, mels, gates, mel_lengths
 
 
 class HParams:
-    fp16_run = False
-    n_symbols = 20
-    symbols_embedding_dim = 16
-    encoder_kernel_size = 5
-    encoder_n_convolutions = 2
-    encoder_embedding_dim = 16
-    n_frames_per_step = 1
-    decoder_rnn_dim = 24
-    prenet_dim = 12
-    max_decoder_steps = 6
-    gate_threshold = 0.5
-    p_attention_dropout = 0.0
-    p_decoder_dropout = 0.0
-    attention_rnn_dim = 24
-    attention_dim = 12
-    attention_location_n_filters = 4
-    attention_location_kernel_size = 5
-    postnet_embedding_dim = 12
-    postnet_kernel_size = 5
-    postnet_n_convolutions = 3
-    mask_padding = False  # True below, after training (see the test)
-    n_mel_channels = 8
-    learning_rate = 1e-3
-    weight_decay = 1e-6
-    grad_clip_thresh = 1.0
+    n_symbols, embed_dim, enc_convs, enc_kernel = 16, 12, 2, 3
+    n_mels, prenet_dim, rnn_dim, attn_dim = 6, 8, 16, 8
+    post_dim, post_convs, post_kernel = 8, 3, 3
+    max_steps, gate_threshold = 5, 0.5
+    mask_padding = False  # (masking: after training, see the test)
+    lr, weight_decay, clip = 1e-3, 1e-6, 1.0
 
 
-hparams = HParams()
-model = Tacotron2(hparams)
+hp = HParams()
+model = Speller(hp)
 initialize(model)
-learning_rate = hparams.learning_rate
-optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate,
-                             weight_decay=hparams.weight_decay)
-criterion = Tacotron2Loss()
-collate_fn = TextMelCollate(hparams.n_frames_per_step)
-batch = collate_fn([(torch.LongTensor(t), torch.FloatTensor(m)) for t, m in examples])
-
+optimizer = torch.optim.Adam(model.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+criterion = SpellerLoss()
+batch = collate([(torch.LongTensor(t), torch.FloatTensor(m)) for t, m in examples])
 model.train()
-for iteration in range(3):
-    for param_group in optimizer.param_groups:
-        param_group['lr'] = learning_rate
-
+for it in range(2):
+    for group in optimizer.param_groups:
+        group['lr'] = hp.lr
     model.zero_grad()
-    x, y = model.parse_batch(batch)
-    y_pred = model(x)
-
-    loss = criterion(y_pred, y)
-    reduced_loss = loss.item()
+    inputs, targets = model.parse_batch(batch)
+    outputs = model(inputs)
+    loss = criterion(outputs, targets)
     loss.backward()
-
-    grad_norm = torch.nn.utils.clip_grad_norm_(
-        model.parameters(), hparams.grad_clip_thresh)
-
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), hp.clip)
     optimizer.step()
-    record.append(reduced_loss)
-    record.append(float(grad_norm))
-    record.append(y_pred[3].detach().numpy().copy())
-record.append(params_of(model))
-
+    record.append(loss.item())
+    record.append(float(norm))
+    record.append(outputs[3].detach().numpy().copy())
+record.append(params_of(model))  # (after training)
 model.eval()
 with torch.no_grad():
     model.mask_padding = True
-    y_pred = model(x)
-    record.extend(t.numpy().copy() for t in y_pred)
-
-    mel_outputs, mel_outputs_postnet, gate_outputs, alignments = model.inference(batch[0][:1])
-record.append(mel_outputs_postnet.numpy().copy())
-record.append(alignments.numpy().copy())
+    record.extend(t.numpy().copy() for t in model(inputs))
+    _, mel_post, _, alignments = model.inference(batch[0][:1])
+record.extend([mel_post.numpy().copy(), alignments.numpy().copy()])
 """
 
 TACOTRON_STEPS = [
     (
-        "import torch\nfrom torch.autograd import Variable\nfrom torch import nn\nfrom torch.nn import functional as F\n",
-        "import retrograd as torch\nfrom retrograd.autograd import Variable\nfrom retrograd import nn\nfrom retrograd.nn import functional as F\n",
+        "import torch\nfrom torch import autograd, nn\n",
+        "import retrograd as torch\nfrom torch import autograd, nn\n",
     ),
     (
-        "    loss.backward()\n\n    grad_norm = torch.nn.utils.clip_grad_norm_(\n        model.parameters(), hparams.grad_clip_thresh)\n\n    optimizer.step()",
-        "    grads = loss.backward()\n\n    grad_norm = torch.nn.utils.clip_grad_norm_(\n        grads, model.parameters(), hparams.grad_clip_thresh)\n\n    optimizer.step(grads)",
+        "    loss.backward()\n"
+        "    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), hp.clip)\n"
+        "    optimizer.step()",
+        "    grads = loss.backward()\n"
+        "    norm = torch.nn.utils.clip_grad_norm_(grads, model.parameters(), hp.clip)\n"
+        "    optimizer.step(grads)",
     ),
 ]
 
@@ -1006,8 +512,8 @@ TACOTRON_STEPS = [
 def test_tacotron2_trains_as_torch(capsys):
     rng = np.random.default_rng(71)
     examples = [
-        (rng.integers(1, 20, n).tolist(), rng.standard_normal((8, t)).astype(np.float32).tolist())
-        for n, t in [(5, 4), (7, 6), (4, 5)]
+        (rng.integers(1, 16, n).tolist(), rng.standard_normal((6, t)).astype(np.float32).tolist())
+        for n, t in [(4, 3), (6, 5), (3, 4)]
     ]
     records, logs = runs_with_draws(
         TACOTRON_SOURCE,
@@ -1024,377 +530,169 @@ def test_tacotron2_trains_as_torch(capsys):
     # the biases of the convolutions before a BatchNorm have a true gradient of zero: Adam's
     # steps on them follow the rounding noise
     before_norm = [
-        f"0.{part}.convolutions.{i}.0.conv.bias"
-        for part in ("encoder", "postnet")
-        for i in range(3)
+        f"0.{part}.convs.{i}.0.conv.bias" for part in ("encoder", "postnet") for i in range(3)
     ]
-    assert_records_agree(ours[:10], theirs[:10], rtol=2e-5, atol=2e-6, skip=before_norm)
-    # in evaluation those biases (up to 3 steps of lr 1e-3 apart) are no longer taken out: the
-    # running means have absorbed 1 - 0.9**3 of them, and what is left reaches the outputs,
-    # up to the 3e-3 the biases may differ by (from seed 0's weights, 2.5e-3)
-    assert_records_agree(ours[10:], theirs[10:], rtol=0, atol=3e-3)
+    assert_records_agree(ours[:7], theirs[:7], rtol=2e-5, atol=2e-6, skip=before_norm)
+    # in evaluation those biases (up to 2 steps of lr 1e-3 apart) are no longer taken out: the
+    # running means have absorbed part of them, and what is left reaches the outputs
+    assert_records_agree(ours[7:], theirs[7:], rtol=0, atol=3e-3)
 
 
-# -- wav2vec 2.0 --------------------------------------------------------------------------------------
+# -- wav2vec 2.0 ----------------------------------------------------------------------------------
 WAV2VEC_SOURCE = """
 import math
-from typing import List, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+F = nn.functional
 
 
-# -- fairseq/modules/fp32_group_norm.py, layer_norm.py, transpose_last.py, same_pad.py --
-class Fp32GroupNorm(nn.GroupNorm):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-
-    def forward(self, input):
-        output = F.group_norm(
-            input.float(),
-            self.num_groups,
-            self.weight.float() if self.weight is not None else None,
-            self.bias.float() if self.bias is not None else None,
-            self.eps,
-        )
-        return output.type_as(input)
+class FloatGroupNorm(nn.GroupNorm):
+    # normalizes in float32 whatever the input's dtype, then casts back
+    def forward(self, x):
+        w = self.weight.float() if self.weight is not None else None
+        b = self.bias.float() if self.bias is not None else None
+        return F.group_norm(x.float(), self.num_groups, w, b, self.eps).type_as(x)
 
 
-class Fp32LayerNorm(nn.LayerNorm):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-
-    def forward(self, input):
-        output = F.layer_norm(
-            input.float(),
-            self.normalized_shape,
-            self.weight.float() if self.weight is not None else None,
-            self.bias.float() if self.bias is not None else None,
-            self.eps,
-        )
-        return output.type_as(input)
+class FloatLayerNorm(nn.LayerNorm):
+    def forward(self, x):
+        w = self.weight.float() if self.weight is not None else None
+        b = self.bias.float() if self.bias is not None else None
+        return F.layer_norm(x.float(), self.normalized_shape, w, b, self.eps).type_as(x)
 
 
-class TransposeLast(nn.Module):
-    def __init__(self, deconstruct_idx=None, tranpose_dim=-2):
+class SwapLast(nn.Module):
+    def forward(self, x):
+        return x.transpose(-2, -1)
+
+
+class TrimRight(nn.Module):
+    # an even kernel with padding k // 2 makes one frame too many
+    def __init__(self, kernel):
         super().__init__()
-        self.deconstruct_idx = deconstruct_idx
-        self.tranpose_dim = tranpose_dim
+        self.extra = 1 if kernel % 2 == 0 else 0
 
     def forward(self, x):
-        if self.deconstruct_idx is not None:
-            x = x[self.deconstruct_idx]
-        return x.transpose(self.tranpose_dim, -1)
+        return x[:, :, : -self.extra] if self.extra else x
 
 
-class SamePad(nn.Module):
-    def __init__(self, kernel_size, causal=False):
+class CodebookQuantizer(nn.Module):
+    # each frame picks one code per group; eval mode takes the argmax (training would take a
+    # straight-through Gumbel sample)
+    def __init__(self, dim, n_codes, groups, code_dim, temps):
         super().__init__()
-        if causal:
-            self.remove = kernel_size - 1
-        else:
-            self.remove = 1 if kernel_size % 2 == 0 else 0
+        self.n_codes, self.groups = n_codes, groups
+        self.codes = nn.Parameter(torch.FloatTensor(1, groups * n_codes, code_dim // groups))
+        nn.init.uniform_(self.codes)
+        self.logits = nn.Linear(dim, groups * n_codes)
+        nn.init.normal_(self.logits.weight, mean=0, std=1)
+        nn.init.zeros_(self.logits.bias)
+        self.hot, self.cold, self.decay = temps
+        self.temp = self.hot
+
+    def set_num_updates(self, n):
+        self.temp = max(self.hot * self.decay ** n, self.cold)
 
     def forward(self, x):
-        if self.remove > 0:
-            x = x[:, :, : -self.remove]
-        return x
-
-
-# -- fairseq/modules/gumbel_vector_quantizer.py --
-class GumbelVectorQuantizer(nn.Module):
-    def __init__(
-        self,
-        dim,
-        num_vars,
-        temp,
-        groups,
-        combine_groups,
-        vq_dim,
-        time_first,
-        activation=nn.GELU(),
-        weight_proj_depth=1,
-        weight_proj_factor=1,
-    ):
-        \"\"\"Vector quantization using gumbel softmax\"\"\"
-        super().__init__()
-
-        self.groups = groups
-        self.combine_groups = combine_groups
-        self.input_dim = dim
-        self.num_vars = num_vars
-        self.time_first = time_first
-
-        assert (
-            vq_dim % groups == 0
-        ), f"dim {vq_dim} must be divisible by groups {groups} for concatenation"
-
-        var_dim = vq_dim // groups
-        num_groups = groups if not combine_groups else 1
-
-        self.vars = nn.Parameter(torch.FloatTensor(1, num_groups * num_vars, var_dim))
-        nn.init.uniform_(self.vars)
-
-        if weight_proj_depth > 1:
-
-            def block(input_dim, output_dim):
-                return nn.Sequential(nn.Linear(input_dim, output_dim), activation)
-
-            inner_dim = self.input_dim * weight_proj_factor
-            self.weight_proj = nn.Sequential(
-                *[
-                    block(self.input_dim if i == 0 else inner_dim, inner_dim)
-                    for i in range(weight_proj_depth - 1)
-                ],
-                nn.Linear(inner_dim, groups * num_vars),
-            )
-        else:
-            self.weight_proj = nn.Linear(self.input_dim, groups * num_vars)
-            nn.init.normal_(self.weight_proj.weight, mean=0, std=1)
-            nn.init.zeros_(self.weight_proj.bias)
-
-        if isinstance(temp, str):
-            import ast
-
-            temp = ast.literal_eval(temp)
-        assert len(temp) == 3, f"{temp}, {len(temp)}"
-
-        self.max_temp, self.min_temp, self.temp_decay = temp
-        self.curr_temp = self.max_temp
-        self.codebook_indices = None
-
-    def set_num_updates(self, num_updates):
-        self.curr_temp = max(
-            self.max_temp * self.temp_decay**num_updates, self.min_temp
-        )
-
-    def forward(self, x, produce_targets=False):
-
-        result = {"num_vars": self.num_vars * self.groups}
-
-        if not self.time_first:
-            x = x.transpose(1, 2)
-
-        bsz, tsz, fsz = x.shape
-        x = x.reshape(-1, fsz)
-        x = self.weight_proj(x)
-        x = x.view(bsz * tsz * self.groups, -1)
-
+        b, t, d = x.shape
+        scores = self.logits(x.reshape(-1, d)).view(b * t * self.groups, -1)
+        out = {"n_codes": self.n_codes * self.groups, "temp": self.temp}
         with torch.no_grad():
-            _, k = x.max(-1)
-            hard_x = (
-                x.new_zeros(*x.shape)
-                .scatter_(-1, k.view(-1, 1), 1.0)
-                .view(bsz * tsz, self.groups, -1)
-            )
-            hard_probs = torch.mean(hard_x.float(), dim=0)
-            result["code_perplexity"] = torch.exp(
-                -torch.sum(hard_probs * torch.log(hard_probs + 1e-7), dim=-1)
-            ).sum()
+            _, best = scores.max(-1)
+            onehot = scores.new_zeros(*scores.shape).scatter_(-1, best.view(-1, 1), 1.0)
+            onehot = onehot.view(b * t, self.groups, -1)
+            used = torch.mean(onehot.float(), dim=0)
+            entropy = -torch.sum(used * torch.log(used + 1e-7), dim=-1)
+            out["code_perplexity"] = torch.exp(entropy).sum()
+        soft = torch.softmax(scores.view(b * t, self.groups, -1).float(), dim=-1).mean(dim=0)
+        out["prob_perplexity"] = torch.exp(-torch.sum(soft * torch.log(soft + 1e-7), dim=-1)).sum()
+        picked = onehot if not self.training else F.gumbel_softmax(scores, tau=self.temp, hard=True)
+        picked = picked.reshape(b * t, -1)
+        chosen = picked.view(-1, self.n_codes).argmax(dim=-1)
+        out["targets"] = chosen.view(b, t, self.groups).detach()
+        mixed = picked.unsqueeze(-1) * self.codes
+        mixed = mixed.view(b * t, self.groups, self.n_codes, -1).sum(-2)
+        out["x"] = mixed.view(b, t, -1)
+        return out
 
-        avg_probs = torch.softmax(
-            x.view(bsz * tsz, self.groups, -1).float(), dim=-1
-        ).mean(dim=0)
-        result["prob_perplexity"] = torch.exp(
-            -torch.sum(avg_probs * torch.log(avg_probs + 1e-7), dim=-1)
-        ).sum()
 
-        result["temp"] = self.curr_temp
-
-        if self.training:
-            x = F.gumbel_softmax(x.float(), tau=self.curr_temp, hard=True).type_as(x)
+def feature_convs(spec, mode):
+    layers, c_in = nn.ModuleList(), 1
+    for i, (c_out, k, stride) in enumerate(spec):
+        conv = nn.Conv1d(c_in, c_out, k, stride=stride, bias=False)
+        nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
+        if mode == "layer_norm":
+            norm = [SwapLast(), FloatLayerNorm(c_out, elementwise_affine=True), SwapLast()]
+        elif i == 0:
+            norm = [FloatGroupNorm(c_out, c_out, affine=True)]
         else:
-            x = hard_x
-
-        x = x.view(bsz * tsz, -1)
-
-        vars = self.vars
-        if self.combine_groups:
-            vars = vars.repeat(1, self.groups, 1)
-
-        if produce_targets:
-            result["targets"] = (
-                x.view(bsz * tsz * self.groups, -1)
-                .argmax(dim=-1)
-                .view(bsz, tsz, self.groups)
-                .detach()
-            )
-
-        x = x.unsqueeze(-1) * vars
-        x = x.view(bsz * tsz, self.groups, self.num_vars, -1)
-        x = x.sum(-2)
-        x = x.view(bsz, tsz, -1)
-
-        if not self.time_first:
-            x = x.transpose(1, 2)  # BTC -> BCT
-
-        result["x"] = x
-
-        return result
+            norm = []
+        layers.append(nn.Sequential(conv, nn.Dropout(p=0.0), *norm, nn.GELU()))
+        c_in = c_out
+    return layers
 
 
-# -- fairseq/models/wav2vec/wav2vec2.py --
-class ConvFeatureExtractionModel(nn.Module):
-    def __init__(
-        self,
-        conv_layers: List[Tuple[int, int, int]],
-        dropout: float = 0.0,
-        mode: str = "default",
-        conv_bias: bool = False,
-    ):
+def positional_conv(width, k, groups):
+    conv = nn.Conv1d(width, width, kernel_size=k, padding=k // 2, groups=groups)
+    nn.init.normal_(conv.weight, mean=0, std=math.sqrt(4 / (k * width)))
+    nn.init.constant_(conv.bias, 0)
+    conv = nn.utils.weight_norm(conv, name="weight", dim=2)
+    return nn.Sequential(conv, TrimRight(k), nn.GELU())
+
+
+class TinyWav2Vec(nn.Module):
+    def __init__(self, mode):
         super().__init__()
+        self.convs = feature_convs([(12, 10, 5), (12, 3, 2), (12, 3, 2)], mode)
+        self.norm = nn.LayerNorm(12)
+        self.proj = nn.Linear(12, 16)
+        self.pos = positional_conv(16, 4, 4)
+        self.enc_norm = nn.LayerNorm(16)
+        temps = (2, 0.5, 0.99)
+        self.quantizer = CodebookQuantizer(12, n_codes=6, groups=2, code_dim=8, temps=temps)
+        self.head = nn.Linear(16, 8)
 
-        assert mode in {"default", "layer_norm"}
-
-        def block(
-            n_in,
-            n_out,
-            k,
-            stride,
-            is_layer_norm=False,
-            is_group_norm=False,
-            conv_bias=False,
-        ):
-            def make_conv():
-                conv = nn.Conv1d(n_in, n_out, k, stride=stride, bias=conv_bias)
-                nn.init.kaiming_normal_(conv.weight)
-                return conv
-
-            assert (
-                is_layer_norm and is_group_norm
-            ) == False, "layer norm and group norm are exclusive"
-
-            if is_layer_norm:
-                return nn.Sequential(
-                    make_conv(),
-                    nn.Dropout(p=dropout),
-                    nn.Sequential(
-                        TransposeLast(),
-                        Fp32LayerNorm(dim, elementwise_affine=True),
-                        TransposeLast(),
-                    ),
-                    nn.GELU(),
-                )
-            elif is_group_norm:
-                return nn.Sequential(
-                    make_conv(),
-                    nn.Dropout(p=dropout),
-                    Fp32GroupNorm(dim, dim, affine=True),
-                    nn.GELU(),
-                )
-            else:
-                return nn.Sequential(make_conv(), nn.Dropout(p=dropout), nn.GELU())
-
-        in_d = 1
-        self.conv_layers = nn.ModuleList()
-        for i, cl in enumerate(conv_layers):
-            assert len(cl) == 3, "invalid conv definition: " + str(cl)
-            (dim, k, stride) = cl
-
-            self.conv_layers.append(
-                block(
-                    in_d,
-                    dim,
-                    k,
-                    stride,
-                    is_layer_norm=mode == "layer_norm",
-                    is_group_norm=mode == "default" and i == 0,
-                    conv_bias=conv_bias,
-                )
-            )
-            in_d = dim
-
-    def forward(self, x):
-
-        # BxT -> BxCxT
-        x = x.unsqueeze(1)
-
-        for conv in self.conv_layers:
-            x = conv(x)
-
-        return x
+    def forward(self, wav):
+        feats = wav.unsqueeze(1)
+        for block in self.convs:
+            feats = block(feats)
+        penalty = feats.float().pow(2).mean()
+        feats = self.norm(feats.transpose(1, 2))
+        x = self.proj(feats)
+        x = self.enc_norm(x + self.pos(x.transpose(1, 2)).transpose(1, 2))
+        q = self.quantizer(feats.clone())
+        sim = torch.cosine_similarity(self.head(x).float(), q["x"].float(), dim=-1)
+        return sim.type_as(x) / 0.1, penalty, q
 
 
-def make_conv_pos(e, k, g):
-    pos_conv = nn.Conv1d(
-        e,
-        e,
-        kernel_size=k,
-        padding=k // 2,
-        groups=g,
-    )
-    dropout = 0
-    std = math.sqrt((4 * (1.0 - dropout)) / (k * e))
-    nn.init.normal_(pos_conv.weight, mean=0, std=std)
-    nn.init.constant_(pos_conv.bias, 0)
-
-    pos_conv = nn.utils.weight_norm(pos_conv, name="weight", dim=2)
-    pos_conv = nn.Sequential(pos_conv, SamePad(k), nn.GELU())
-
-    return pos_conv
-
-
-# -- Wav2Vec2Model's pieces (small) and its criterion's losses; the loop written for the test --
-class Wav2Vec2Small(nn.Module):
-    def __init__(self):
-        super().__init__()
-        feature_enc_layers = eval("[(16, 10, 5)] + [(16, 3, 2)] * 2")
-        self.embed = feature_enc_layers[-1][0]
-        self.feature_extractor = ConvFeatureExtractionModel(
-            conv_layers=feature_enc_layers, dropout=0.0, mode=mode, conv_bias=False,
-        )
-        self.layer_norm = nn.LayerNorm(self.embed)
-        self.post_extract_proj = nn.Linear(self.embed, 24)
-        self.pos_conv = make_conv_pos(24, 4, 4)
-        self.encoder_layer_norm = nn.LayerNorm(24)
-        self.quantizer = GumbelVectorQuantizer(
-            dim=self.embed, num_vars=8, temp=(2, 0.5, 0.999995), groups=2,
-            combine_groups=False, vq_dim=12, time_first=True,
-        )
-        self.final_proj = nn.Linear(24, 12)
-
-    def forward(self, source):
-        features = self.feature_extractor(source)
-        features_pen = features.float().pow(2).mean()
-        features = features.transpose(1, 2)
-        features = self.layer_norm(features)
-        unmasked_features = features.clone()
-        x = self.post_extract_proj(features)
-        x_conv = self.pos_conv(x.transpose(1, 2))
-        x_conv = x_conv.transpose(1, 2)
-        x = x + x_conv
-        x = self.encoder_layer_norm(x)
-        q = self.quantizer(unmasked_features, produce_targets=True)
-        y = q["x"]
-        x = self.final_proj(x)
-        logits = torch.cosine_similarity(x.float(), y.float(), dim=-1).type_as(x) / 0.1
-        return logits, features_pen, q
-
-
-model = Wav2Vec2Small()
+model = TinyWav2Vec(mode)
 initialize(model)
 model.train()
-model.quantizer.eval()  # its Gumbel noise is each library's own draw: the hard codes instead
-optimizer = torch.optim.Adam(model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-06, weight_decay=0.01)
-for num_updates in range(4):
-    model.quantizer.set_num_updates(num_updates)
+model.quantizer.eval()  # (the Gumbel noise would be each library's own draw)
+optimizer = torch.optim.Adam(
+    model.parameters(), lr=5e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01
+)
+for n in range(3):
+    model.quantizer.set_num_updates(n)
     optimizer.zero_grad()
-    logits, features_pen, q = model(wav)
-    diversity = (q["num_vars"] - q["prob_perplexity"]) / q["num_vars"]
-    loss = -logits.mean() + 0.1 * diversity + 10 * features_pen
+    sim, penalty, q = model(wav)
+    diversity = (q["n_codes"] - q["prob_perplexity"]) / q["n_codes"]
+    loss = -sim.mean() + 0.1 * diversity + 10 * penalty
     loss.backward()
     optimizer.step()
-    record.append([loss.item(), q["code_perplexity"].item(), q["prob_perplexity"].item(), q["temp"]])
-    record.append(q["targets"].numpy().copy())
-record.append(params_of(model))
-record.append(sorted(k for k in model.state_dict()))
+    perplexities = [q["code_perplexity"].item(), q["prob_perplexity"].item()]
+    record.append([loss.item(), *perplexities, q["temp"]])
+    record.append(q["targets"].numpy())
+record.append(params_of(model))  # (after training)
+record.append(sorted(model.state_dict().keys()))
 """
 
 WAV2VEC_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
     ),
     (
         "    loss.backward()\n    optimizer.step()",
@@ -1405,7 +703,7 @@ WAV2VEC_STEPS = [
 
 @pytest.mark.parametrize("mode", ["default", "layer_norm"])
 def test_wav2vec2_pieces_train_as_torch(capsys, mode):
-    wav = np.random.default_rng(72).standard_normal((2, 400)).astype(np.float32)
+    wav = np.random.default_rng(72).standard_normal((2, 300)).astype(np.float32)
     records, _ = runs_with_draws(
         WAV2VEC_SOURCE,
         WAV2VEC_STEPS,
@@ -1417,339 +715,166 @@ def test_wav2vec2_pieces_train_as_torch(capsys, mode):
         make_wav=lambda lib: lib.tensor(wav),
     )
     ours, theirs = records[1], records[0]
+    assert "pos.0.weight_g" in theirs[-1] and "pos.0.weight_v" in theirs[-1]
     assert_records_agree(ours, theirs, rtol=2e-5, atol=2e-6)
 
 
-# -- Performer ----------------------------------------------------------------------------------------
+# -- Performer ------------------------------------------------------------------------------------
 PERFORMER_SOURCE = """
 import math
 import torch
-import torch.nn.functional as F
 from torch import nn
-from einops import rearrange, repeat
-
+from einops import repeat, rearrange
 from functools import partial
 
-# helpers
+F = nn.functional
 
-def exists(val):
-    return val is not None
 
-def empty(tensor):
-    return tensor.numel() == 0
+def random_features(data, *, proj, is_query, eps=1e-4):
+    # positive random features of exp(q . k): exp(w . x - |x|^2 / 2), stabilised by a max
+    b, h = data.shape[:2]
+    scale = data.shape[-1] ** -0.25
+    w = repeat(proj, 'm d -> b h m d', b=b, h=h).type_as(data)
+    dots = torch.einsum('...nd,...md->...nm', scale * data, w)
+    half_norm = (torch.sum(data ** 2, dim=-1) / 2.0 * scale ** 2).unsqueeze(dim=-1)
+    top = torch.amax(dots, dim=-1 if is_query else (-1, -2), keepdim=True)
+    feats = torch.exp(dots - half_norm - top.detach()) + eps
+    return (proj.shape[0] ** -0.5 * feats).type_as(data)
 
-def default(val, d):
-    return val if exists(val) else d
 
-def get_module_device(module):
-    return next(module.parameters()).device
+def relu_features(data, *, proj, fn=nn.ReLU(), eps=1e-3):
+    scale = data.shape[-1] ** -0.25
+    if proj is None:
+        return fn(scale * data) + eps
+    w = repeat(proj, 'm d -> b h m d', b=data.shape[0], h=data.shape[1]).type_as(data)
+    return (fn(torch.einsum('...nd,...md->...nm', scale * data, w)) + eps).type_as(data)
 
-def find_modules(nn_module, type):
-    return [module for module in nn_module.modules() if isinstance(module, type)]
 
-# kernel functions
+def orthogonal_rows(n_rows, n_cols):
+    # stacked orthogonal blocks (QR of Gaussian squares), rows rescaled to Gaussian norms
+    blocks = []
+    for _ in range(math.ceil(n_rows / n_cols)):
+        q, _ = torch.linalg.qr(torch.randn((n_cols, n_cols)), mode='reduced')
+        blocks.append(q.t())
+    stacked = torch.cat(blocks)[:n_rows]
+    return torch.diag(torch.randn((n_rows, n_cols)).norm(dim=1)) @ stacked
 
-# transcribed from jax to pytorch from
-# https://github.com/google-research/google-research/blob/master/performer/fast_attention/jax/fast_attention.py
 
-def softmax_kernel(data, *, projection_matrix, is_query, normalize_data=True, eps=1e-4, device = None):
-    b, h, *_ = data.shape
+def global_linear_attention(q, k, v):
+    norm = 1.0 / torch.einsum('...nd,...d->...n', q, k.sum(dim=-2).type_as(q))
+    summary = torch.einsum('...nd,...ne->...de', k, v)
+    return torch.einsum('...de,...nd,...n->...ne', summary, q, norm)
 
-    data_normalizer = (data.shape[-1] ** -0.25) if normalize_data else 1.
 
-    ratio = (projection_matrix.shape[0] ** -0.5)
+def causal_linear_attention(q, k, v, chunk=4, eps=1e-6):
+    # prefix sums, a chunk at a time, carrying the last row of each into the next
+    k_run, kv_run, outs = 0, 0, []
+    for qc, kc, vc in zip(*(t.chunk(chunk, dim=-2) for t in (q, k, v))):
+        k_sum = k_run + kc.cumsum(dim=-2)
+        kv_sum = kv_run + torch.einsum('...nd,...ne->...nde', kc, vc).cumsum(dim=-3)
+        norm = 1.0 / torch.einsum('...nd,...nd->...n', qc, k_sum.type_as(qc) + eps)
+        outs.append(torch.einsum('...nde,...nd,...n->...ne', kv_sum, qc, norm))
+        k_run, kv_run = k_sum[:, :, -1:], kv_sum[:, :, -1:]
+    return torch.cat(outs, dim=-2)
 
-    projection = repeat(projection_matrix, 'j d -> b h j d', b = b, h = h)
-    projection = projection.type_as(data)
 
-    data_dash = torch.einsum('...id,...jd->...ij', (data_normalizer * data), projection)
-
-    diag_data = data ** 2
-    diag_data = torch.sum(diag_data, dim=-1)
-    diag_data = (diag_data / 2.0) * (data_normalizer ** 2)
-    diag_data = diag_data.unsqueeze(dim=-1)
-
-    if is_query:
-        data_dash = ratio * (
-            torch.exp(data_dash - diag_data -
-                    torch.amax(data_dash, dim=-1, keepdim=True).detach()) + eps)
-    else:
-        data_dash = ratio * (
-            torch.exp(data_dash - diag_data - torch.amax(data_dash, dim=(-1, -2), keepdim=True).detach()) + eps)
-
-    return data_dash.type_as(data)
-
-def generalized_kernel(data, *, projection_matrix, kernel_fn = nn.ReLU(), kernel_epsilon = 0.001, normalize_data = True, device = None):
-    b, h, *_ = data.shape
-
-    data_normalizer = (data.shape[-1] ** -0.25) if normalize_data else 1.
-
-    if projection_matrix is None:
-        return kernel_fn(data_normalizer * data) + kernel_epsilon
-
-    projection = repeat(projection_matrix, 'j d -> b h j d', b = b, h = h)
-    projection = projection.type_as(data)
-
-    data_dash = torch.einsum('...id,...jd->...ij', (data_normalizer * data), projection)
-
-    data_prime = kernel_fn(data_dash) + kernel_epsilon
-    return data_prime.type_as(data)
-
-def orthogonal_matrix_chunk(cols, device = None):
-    unstructured_block = torch.randn((cols, cols), device = device)
-    q, r = torch.linalg.qr(unstructured_block.cpu(), mode = 'reduced')
-    q, r = map(lambda t: t.to(device), (q, r))
-    return q.t()
-
-def gaussian_orthogonal_random_matrix(nb_rows, nb_columns, scaling = 0, device = None):
-    nb_full_blocks = int(nb_rows / nb_columns)
-
-    block_list = []
-
-    for _ in range(nb_full_blocks):
-        q = orthogonal_matrix_chunk(nb_columns, device = device)
-        block_list.append(q)
-
-    remaining_rows = nb_rows - nb_full_blocks * nb_columns
-    if remaining_rows > 0:
-        q = orthogonal_matrix_chunk(nb_columns, device = device)
-        block_list.append(q[:remaining_rows])
-
-    final_matrix = torch.cat(block_list)
-
-    if scaling == 0:
-        multiplier = torch.randn((nb_rows, nb_columns), device = device).norm(dim = 1)
-    elif scaling == 1:
-        multiplier = math.sqrt((float(nb_columns))) * torch.ones((nb_rows,), device = device)
-    else:
-        raise ValueError(f'Invalid scaling {scaling}')
-
-    return torch.diag(multiplier) @ final_matrix
-
-# linear attention classes with softmax kernel
-
-# non-causal linear attention
-def linear_attention(q, k, v):
-    k_cumsum = k.sum(dim = -2)
-    D_inv = 1. / torch.einsum('...nd,...d->...n', q, k_cumsum.type_as(q))
-    context = torch.einsum('...nd,...ne->...de', k, v)
-    out = torch.einsum('...de,...nd,...n->...ne', context, q, D_inv)
-    return out
-
-# inefficient causal linear attention, without cuda code, for reader's reference
-# not being used
-def causal_linear_attention_noncuda(q, k, v, chunk_size = 128, eps = 1e-6):
-    last_k_cumsum = 0
-    last_context_cumsum = 0
-    outs = []
-
-    for q, k, v in zip(*map(lambda t: t.chunk(chunk_size, dim = -2), (q, k, v))):
-        k_cumsum = last_k_cumsum + k.cumsum(dim=-2)
-
-        D_inv = 1. / torch.einsum('...nd,...nd->...n', q, k_cumsum.type_as(q) + eps)
-        context = torch.einsum('...nd,...ne->...nde', k, v)
-        context_cumsum = last_context_cumsum + context.cumsum(dim=-3)
-        out = torch.einsum('...nde,...nd,...n->...ne', context_cumsum, q, D_inv)
-
-        last_k_cumsum = k_cumsum[:, :, -1:]
-        last_context_cumsum = context_cumsum[:, :, -1:]
-        outs.append(out)
-
-    return torch.cat(outs, dim = -2)
-
-class FastAttention(nn.Module):
-    def __init__(self, dim_heads, nb_features = None, ortho_scaling = 0, causal = False, generalized_attention = False, kernel_fn = nn.ReLU(), no_projection = False):
+class LinearAttentionKernel(nn.Module):
+    def __init__(self, dim_head, n_features, causal=False, generalized_attention=False,
+                 no_projection=False):
         super().__init__()
-        nb_features = default(nb_features, int(dim_heads * math.log(dim_heads)))
-
-        self.dim_heads = dim_heads
-        self.nb_features = nb_features
-        self.ortho_scaling = ortho_scaling
-
-        self.create_projection = partial(gaussian_orthogonal_random_matrix, nb_rows = self.nb_features, nb_columns = dim_heads, scaling = ortho_scaling)
-        projection_matrix = self.create_projection()
-        self.register_buffer('projection_matrix', projection_matrix)
-
-        self.generalized_attention = generalized_attention
-        self.kernel_fn = kernel_fn
-
-        # if this is turned on, no projection will be used
-        # queries and keys will be softmax-ed as in the original efficient attention paper
-        self.no_projection = no_projection
-
-        self.causal = causal
+        self.draw = partial(orthogonal_rows, n_features, dim_head)
+        self.register_buffer('proj', self.draw())
+        self.causal, self.generalized = causal, generalized_attention
+        self.no_proj = no_projection
         if causal:
             try:
-                import fast_transformers.causal_product.causal_product_cuda
-                self.causal_linear_fn = partial(causal_linear_attention)
+                import fast_transformers.causal_product.causal_product_cuda  # noqa: F401
+                raise AssertionError('the CUDA kernel is not expected here')
             except ImportError:
-                print('unable to import cuda code for auto-regressive Performer. will default to the memory inefficient non-cuda version')
-                self.causal_linear_fn = causal_linear_attention_noncuda
+                print('no CUDA causal product: using the chunked prefix sums')
 
     @torch.no_grad()
-    def redraw_projection_matrix(self, device):
-        projections = self.create_projection(device = device)
-        self.projection_matrix.copy_(projections)
-        del projections
+    def redraw(self):
+        self.proj.copy_(self.draw())
 
     def forward(self, q, k, v):
-        device = q.device
-
-        if self.no_projection:
-            q = q.softmax(dim = -1)
-            k = torch.exp(k) if self.causal else k.softmax(dim = -2)
-
-        elif self.generalized_attention:
-            create_kernel = partial(generalized_kernel, kernel_fn = self.kernel_fn, projection_matrix = self.projection_matrix, device = device)
-            q, k = map(create_kernel, (q, k))
-
+        if self.no_proj:
+            q = q.softmax(dim=-1)
+            k = torch.exp(k) if self.causal else k.softmax(dim=-2)
+        elif self.generalized:
+            q, k = (relu_features(t, proj=self.proj) for t in (q, k))
         else:
-            create_kernel = partial(softmax_kernel, projection_matrix = self.projection_matrix, device = device)
-            q = create_kernel(q, is_query = True)
-            k = create_kernel(k, is_query = False)
+            q = random_features(q, proj=self.proj, is_query=True)
+            k = random_features(k, proj=self.proj, is_query=False)
+        return (causal_linear_attention if self.causal else global_linear_attention)(q, k, v)
 
-        attn_fn = linear_attention if not self.causal else self.causal_linear_fn
-        out = attn_fn(q, k, v)
-        return out
 
-# a module for keeping track of when to update the projections
-
-class ProjectionUpdater(nn.Module):
-    def __init__(self, instance, feature_redraw_interval):
+class Redrawer(nn.Module):
+    # counts training calls in a buffer; every `every` calls, new random features everywhere
+    def __init__(self, model, every):
         super().__init__()
-        self.instance = instance
-        self.feature_redraw_interval = feature_redraw_interval
-        self.register_buffer('calls_since_last_redraw', torch.tensor(0))
+        self.model, self.every = model, every
+        self.register_buffer('since', torch.tensor(0))
 
-    def fix_projections_(self):
-        self.feature_redraw_interval = None
-
-    def redraw_projections(self):
-        model = self.instance
-
+    def tick(self):
         if not self.training:
             return
-
-        if exists(self.feature_redraw_interval) and self.calls_since_last_redraw >= self.feature_redraw_interval:
-            device = get_module_device(model)
-
-            fast_attentions = find_modules(model, FastAttention)
-            for fast_attention in fast_attentions:
-                fast_attention.redraw_projection_matrix(device)
-
-            self.calls_since_last_redraw.zero_()
+        if self.since >= self.every:
+            for m in self.model.modules():
+                if isinstance(m, LinearAttentionKernel):
+                    m.redraw()
+            self.since.zero_()
             return
+        self.since += 1
 
-        self.calls_since_last_redraw += 1
 
-    def forward(self, x):
-        raise NotImplemented
-
-class Attention(nn.Module):
-    def __init__(
-        self,
-        dim,
-        causal = False,
-        heads = 8,
-        dim_head = 64,
-        local_heads = 0,
-        local_window_size = 256,
-        nb_features = None,
-        feature_redraw_interval = 1000,
-        generalized_attention = False,
-        kernel_fn = nn.ReLU(),
-        dropout = 0.,
-        no_projection = False,
-        qkv_bias = False,
-        attn_out_bias = True
-    ):
+class MaskedLinearSelfAttention(nn.Module):
+    def __init__(self, dim, heads, dim_head, n_features, **kernel):
         super().__init__()
-        assert dim % heads == 0, 'dimension must be divisible by number of heads'
-        dim_head = default(dim_head, dim // heads)
-        inner_dim = dim_head * heads
-        self.fast_attention = FastAttention(dim_head, nb_features, causal = causal, generalized_attention = generalized_attention, kernel_fn = kernel_fn, no_projection = no_projection)
-
         self.heads = heads
-        self.global_heads = heads - local_heads
-        self.local_attn = None
+        self.kernel = LinearAttentionKernel(dim_head, n_features, **kernel)
+        self.qkv = nn.ModuleList([nn.Linear(dim, heads * dim_head, bias=False) for _ in range(3)])
+        self.out = nn.Linear(heads * dim_head, dim)
 
-        self.to_q = nn.Linear(dim, inner_dim, bias = qkv_bias)
-        self.to_k = nn.Linear(dim, inner_dim, bias = qkv_bias)
-        self.to_v = nn.Linear(dim, inner_dim, bias = qkv_bias)
-        self.to_out = nn.Linear(inner_dim, dim, bias = attn_out_bias)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, pos_emb = None, context = None, mask = None, context_mask = None, **kwargs):
-        b, n, _, h, gh = *x.shape, self.heads, self.global_heads
-
-        cross_attend = exists(context)
-
-        context = default(context, x)
-        context_mask = default(context_mask, mask) if not cross_attend else context_mask
-
-        q, k, v = self.to_q(x), self.to_k(context), self.to_v(context)
-
-        q, k, v = map(lambda t: rearrange(t, 'b n (h d) -> b h n d', h = h), (q, k, v))
-        (q, lq), (k, lk), (v, lv) = map(lambda t: (t[:, :gh], t[:, gh:]), (q, k, v))
-
-        attn_outs = []
-
-        if not empty(q):
-            if exists(context_mask):
-                global_mask = context_mask[:, None, :, None]
-                v.masked_fill_(~global_mask, 0.)
-
-            out = self.fast_attention(q, k, v)
-            attn_outs.append(out)
-
-        out = torch.cat(attn_outs, dim = 1)
-        out = rearrange(out, 'b h n d -> b n (h d)')
-        out =  self.to_out(out)
-        return self.dropout(out)
-
-class SelfAttention(Attention):
-    def forward(self, *args, context = None, **kwargs):
-        assert not exists(context), 'self attention should not receive context'
-        return super().forward(*args, **kwargs)
+    def forward(self, tokens, mask=None):
+        q, k, v = (rearrange(f(tokens), 'b n (h d) -> b h n d', h=self.heads) for f in self.qkv)
+        v = v[:, :]  # (a view: the masking below writes through it)
+        if mask is not None:
+            v.masked_fill_(~mask[:, None, :, None], 0.)
+        return self.out(rearrange(self.kernel(q, k, v), 'b h n d -> b n (h d)'))
 
 
-# -- a small model trained by it (written for the test) --
-class Block(nn.Module):
+class Tagger(nn.Module):
     def __init__(self):
         super().__init__()
-        self.norm = nn.LayerNorm(16)
-        self.attn = SelfAttention(16, heads=2, dim_head=8, nb_features=12, **options)
-        self.head = nn.Linear(16, 4)
+        self.norm = nn.LayerNorm(12)
+        self.attn = MaskedLinearSelfAttention(12, heads=2, dim_head=6, n_features=8, **options)
+        self.head = nn.Linear(12, 3)
 
-    def forward(self, x, mask=None):
-        return self.head(x + self.attn(self.norm(x), mask=mask))
+    def forward(self, tokens, mask=None):
+        return self.head(tokens + self.attn(self.norm(tokens), mask=mask))
 
 
 torch.manual_seed(0)
-model = Block()
-initialize(model)
-updater = ProjectionUpdater(model, feature_redraw_interval=2)
-optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-record.append(model.attn.fast_attention.projection_matrix.numpy().copy())
-for step in range(5):
-    updater.redraw_projections()
+tagger = Tagger()
+initialize(tagger)
+redrawer = Redrawer(tagger, every=2)
+optimizer = torch.optim.Adam(tagger.parameters(), lr=1e-3)
+record.append(tagger.attn.kernel.proj.numpy().copy())
+for step in range(4):
+    redrawer.tick()
     optimizer.zero_grad()
-    out = model(x, mask=mask)
-    loss = F.cross_entropy(out.reshape(-1, 4), y.reshape(-1))
+    loss = F.cross_entropy(tagger(x, mask=mask).reshape(-1, 3), y.reshape(-1))
     loss.backward()
     optimizer.step()
     record.append(loss.item())
-    record.append(int(updater.calls_since_last_redraw))
-record.append(model.attn.fast_attention.projection_matrix.numpy().copy())
-record.append(params_of(model))
+    record.append(int(redrawer.since))
+record.append(tagger.attn.kernel.proj.numpy().copy())
+record.append(params_of(tagger))
 """
 
 PERFORMER_STEPS = [
     ("import math\nimport torch\n", "import math\nimport retrograd as torch\n"),
-    (
-        "import torch.nn.functional as F\nfrom torch import nn\n",
-        "import retrograd.nn.functional as F\nfrom retrograd import nn\n",
-    ),
     (
         "    loss.backward()\n    optimizer.step()",
         "    grads = loss.backward()\n    optimizer.step(grads)",
@@ -1764,10 +889,10 @@ PERFORMER_STEPS = [
 )
 def test_performer_attention_trains_as_torch(capsys, options):
     rng = np.random.default_rng(73)
-    x = rng.standard_normal((2, 10, 16)).astype(np.float32)
-    y = rng.integers(0, 4, (2, 10))
-    mask = np.ones((2, 10), bool)
-    mask[1, 7:] = False
+    x = rng.standard_normal((2, 8, 12)).astype(np.float32)
+    y = rng.integers(0, 3, (2, 8))
+    mask = np.ones((2, 8), bool)
+    mask[1, 6:] = False
     records, logs = runs_with_draws(
         PERFORMER_SOURCE,
         PERFORMER_STEPS,
@@ -1782,259 +907,166 @@ def test_performer_attention_trains_as_torch(capsys, options):
     )
     ours, theirs = records[1], records[0]
     assert logs[0] == logs[1]
+    assert [theirs[i] for i in (2, 4, 6, 8)] == [1, 2, 0, 1]  # the redraw counter
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
-# -- DDPG ---------------------------------------------------------------------------------------------
+# -- DDPG -----------------------------------------------------------------------------------------
 DDPG_SOURCE = """
 import copy
+
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+F = nn.functional
+
+device = torch.device("cpu" if not torch.cuda.is_available() else "cuda")
 
 
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+class Memory:
+    # a ring buffer of transitions in NumPy, sampled into float tensors
+    def __init__(self, s_dim, a_dim, capacity=256):
+        self.capacity, self.next, self.full = capacity, 0, 0
+        self.s, self.a = np.zeros((capacity, s_dim)), np.zeros((capacity, a_dim))
+        self.s2 = np.zeros((capacity, s_dim))
+        self.r, self.live = np.zeros((capacity, 1)), np.zeros((capacity, 1))
+
+    def push(self, s, a, s2, r, done):
+        i = self.next
+        self.s[i], self.a[i], self.s2[i], self.r[i], self.live[i] = s, a, s2, r, 1.0 - done
+        self.next = (i + 1) % self.capacity
+        self.full = min(self.full + 1, self.capacity)
+
+    def batch(self, n):
+        idx = np.random.randint(0, self.full, size=n)
+        arrays = (self.s, self.a, self.s2, self.r, self.live)
+        return tuple(torch.FloatTensor(arr[idx]).to(device) for arr in arrays)
 
 
-# -- utils.py --
-class ReplayBuffer(object):
-    def __init__(self, state_dim, action_dim, max_size=int(1e6)):
-        self.max_size = max_size
-        self.ptr = 0
-        self.size = 0
-
-        self.state = np.zeros((max_size, state_dim))
-        self.action = np.zeros((max_size, action_dim))
-        self.next_state = np.zeros((max_size, state_dim))
-        self.reward = np.zeros((max_size, 1))
-        self.not_done = np.zeros((max_size, 1))
-
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-    def add(self, state, action, next_state, reward, done):
-        self.state[self.ptr] = state
-        self.action[self.ptr] = action
-        self.next_state[self.ptr] = next_state
-        self.reward[self.ptr] = reward
-        self.not_done[self.ptr] = 1. - done
-
-        self.ptr = (self.ptr + 1) % self.max_size
-        self.size = min(self.size + 1, self.max_size)
-
-
-    def sample(self, batch_size):
-        ind = np.random.randint(0, self.size, size=batch_size)
-
-        return (
-            torch.FloatTensor(self.state[ind]).to(self.device),
-            torch.FloatTensor(self.action[ind]).to(self.device),
-            torch.FloatTensor(self.next_state[ind]).to(self.device),
-            torch.FloatTensor(self.reward[ind]).to(self.device),
-            torch.FloatTensor(self.not_done[ind]).to(self.device)
+class Policy(nn.Module):
+    def __init__(self, s_dim, a_dim, limit):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(s_dim, 32), nn.ReLU(), nn.Linear(32, 24), nn.ReLU(), nn.Linear(24, a_dim)
         )
+        self.limit = limit
+
+    def forward(self, s):
+        return self.limit * torch.tanh(self.net(s))
 
 
-# -- DDPG.py --
-# Implementation of Deep Deterministic Policy Gradients (DDPG)
-# Paper: https://arxiv.org/abs/1509.02971
-# [Not the implementation used in the TD3 paper]
+class QNet(nn.Module):
+    def __init__(self, s_dim, a_dim):
+        super().__init__()
+        self.embed = nn.Linear(s_dim, 32)
+        self.mix = nn.Linear(32 + a_dim, 24)
+        self.value = nn.Linear(24, 1)
+
+    def forward(self, s, a):
+        h = F.relu(self.embed(s))
+        return self.value(F.relu(self.mix(torch.cat([h, a], 1))))
 
 
-class Actor(nn.Module):
-    def __init__(self, state_dim, action_dim, max_action):
-        super(Actor, self).__init__()
-
-        self.l1 = nn.Linear(state_dim, 400)
-        self.l2 = nn.Linear(400, 300)
-        self.l3 = nn.Linear(300, action_dim)
-
-        self.max_action = max_action
+def soften(target, source, tau):
+    for tp, p in zip(target.parameters(), source.parameters()):
+        tp.data.copy_(tau * p.data + (1 - tau) * tp.data)
 
 
-    def forward(self, state):
-        a = F.relu(self.l1(state))
-        a = F.relu(self.l2(a))
-        return self.max_action * torch.tanh(self.l3(a))
+class Agent:
+    def __init__(self, s_dim, a_dim, limit, gamma=0.99, tau=0.005):
+        self.pi = Policy(s_dim, a_dim, limit).to(device)
+        initialize(self.pi)
+        self.pi_slow = copy.deepcopy(self.pi)
+        self.pi_opt = torch.optim.Adam(self.pi.parameters(), lr=1e-4)
+        self.q = QNet(s_dim, a_dim).to(device)
+        initialize(self.q)
+        self.q_slow = copy.deepcopy(self.q)
+        self.q_opt = torch.optim.Adam(self.q.parameters(), weight_decay=1e-2)
+        self.gamma, self.tau = gamma, tau
+
+    def act(self, s):
+        return self.pi(torch.FloatTensor(s.reshape(1, -1)).to(device)).cpu().data.numpy().flatten()
+
+    def learn(self, memory, n=16):
+        s, a, s2, r, live = memory.batch(n)
+        target = r + (live * self.gamma * self.q_slow(s2, self.pi_slow(s2))).detach()
+        q_loss = F.mse_loss(self.q(s, a), target)
+        self.q_opt.zero_grad()
+        q_loss.backward()
+        self.q_opt.step()
+        pi_loss = -self.q(s, self.pi(s)).mean()
+        self.pi_opt.zero_grad()
+        pi_loss.backward()
+        self.pi_opt.step()
+        soften(self.q_slow, self.q, self.tau)
+        soften(self.pi_slow, self.pi, self.tau)
+        record.append([q_loss.item(), pi_loss.item()])
+
+    def save(self, prefix):
+        for name in ("pi", "q"):
+            torch.save(getattr(self, name).state_dict(), prefix + "_" + name)
+            torch.save(getattr(self, name + "_opt").state_dict(), prefix + "_" + name + "_opt")
+
+    def load(self, prefix):
+        for name in ("pi", "q"):
+            getattr(self, name).load_state_dict(torch.load(prefix + "_" + name))
+            getattr(self, name + "_opt").load_state_dict(torch.load(prefix + "_" + name + "_opt"))
+            setattr(self, name + "_slow", copy.deepcopy(getattr(self, name)))
 
 
-class Critic(nn.Module):
-    def __init__(self, state_dim, action_dim):
-        super(Critic, self).__init__()
-
-        self.l1 = nn.Linear(state_dim, 400)
-        self.l2 = nn.Linear(400 + action_dim, 300)
-        self.l3 = nn.Linear(300, 1)
-
-
-    def forward(self, state, action):
-        q = F.relu(self.l1(state))
-        q = F.relu(self.l2(torch.cat([q, action], 1)))
-        return self.l3(q)
-
-
-class DDPG(object):
-    def __init__(self, state_dim, action_dim, max_action, discount=0.99, tau=0.001):
-        self.actor = Actor(state_dim, action_dim, max_action).to(device)
-        initialize(self.actor)
-        self.actor_target = copy.deepcopy(self.actor)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=1e-4)
-
-        self.critic = Critic(state_dim, action_dim).to(device)
-        initialize(self.critic)
-        self.critic_target = copy.deepcopy(self.critic)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), weight_decay=1e-2)
-
-        self.discount = discount
-        self.tau = tau
-
-
-    def select_action(self, state):
-        state = torch.FloatTensor(state.reshape(1, -1)).to(device)
-        return self.actor(state).cpu().data.numpy().flatten()
-
-
-    def train(self, replay_buffer, batch_size=64):
-        # Sample replay buffer
-        state, action, next_state, reward, not_done = replay_buffer.sample(batch_size)
-
-        # Compute the target Q value
-        target_Q = self.critic_target(next_state, self.actor_target(next_state))
-        target_Q = reward + (not_done * self.discount * target_Q).detach()
-
-        # Get current Q estimate
-        current_Q = self.critic(state, action)
-
-        # Compute critic loss
-        critic_loss = F.mse_loss(current_Q, target_Q)
-
-        # Optimize the critic
-        self.critic_optimizer.zero_grad()
-        critic_loss.backward()
-        self.critic_optimizer.step()
-
-        # Compute actor loss
-        actor_loss = -self.critic(state, self.actor(state)).mean()
-
-        # Optimize the actor
-        self.actor_optimizer.zero_grad()
-        actor_loss.backward()
-        self.actor_optimizer.step()
-
-        # Update the frozen target models
-        for param, target_param in zip(self.critic.parameters(), self.critic_target.parameters()):
-            target_param.data.copy_(self.tau * param.data + (1 - self.tau) * target_param.data)
-
-        for param, target_param in zip(self.actor.parameters(), self.actor_target.parameters()):
-            target_param.data.copy_(self.tau * param.data + (1 - self.tau) * target_param.data)
-
-        record.append([critic_loss.item(), actor_loss.item()])
-
-
-    def save(self, filename):
-        torch.save(self.critic.state_dict(), filename + "_critic")
-        torch.save(self.critic_optimizer.state_dict(), filename + "_critic_optimizer")
-
-        torch.save(self.actor.state_dict(), filename + "_actor")
-        torch.save(self.actor_optimizer.state_dict(), filename + "_actor_optimizer")
-
-
-    def load(self, filename):
-        self.critic.load_state_dict(torch.load(filename + "_critic"))
-        self.critic_optimizer.load_state_dict(torch.load(filename + "_critic_optimizer"))
-        self.critic_target = copy.deepcopy(self.critic)
-
-        self.actor.load_state_dict(torch.load(filename + "_actor"))
-        self.actor_optimizer.load_state_dict(torch.load(filename + "_actor_optimizer"))
-        self.actor_target = copy.deepcopy(self.actor)
-
-
-# -- a point mass to push to the origin (no gym here), and main.py's loop --
-class PointMass:
-    _max_episode_steps = 8
-
-    class action_space:
-        low, high = -1.0, 1.0
-
-        @staticmethod
-        def sample():
-            return np.random.uniform(-1.0, 1.0, size=2)
+class Puck:
+    # a point pushed in the plane toward the origin; reward: minus the squared distance
+    horizon = 6
 
     def reset(self):
-        self.t = 0
-        self.x = np.random.uniform(-1, 1, size=3)
-        return self.x.copy()
+        self.t, self.pos = 0, np.random.uniform(-1, 1, size=2)
+        return self.pos.copy()
 
-    def step(self, action):
+    def step(self, push):
         self.t += 1
-        self.x = self.x + 0.1 * np.concatenate([action, [action.sum()]])
-        return self.x.copy(), -float((self.x ** 2).sum()), self.t >= self._max_episode_steps, {}
+        self.pos = self.pos + 0.2 * push
+        return self.pos.copy(), -float((self.pos ** 2).sum()), self.t >= self.horizon
 
 
-env = PointMass()
-state_dim, action_dim, max_action = 3, 2, float(env.action_space.high)
-policy = DDPG(state_dim, action_dim, max_action)
-replay_buffer = ReplayBuffer(state_dim, action_dim, max_size=1000)
-state, done = env.reset(), False
-episode_reward = 0
-episode_timesteps = 0
-episode_num = 0
-for t in range(24):
-    episode_timesteps += 1
-
-    # Select action randomly or according to policy
-    if t < 8:
-        action = env.action_space.sample()
+env = Puck()
+agent = Agent(2, 2, 1.0)
+memory = Memory(2, 2)
+s, ret, steps, episodes = env.reset(), 0.0, 0, 0
+for t in range(18):
+    steps += 1
+    if t < 6:
+        a = np.random.uniform(-1.0, 1.0, size=2)  # warm-up: random pushes
     else:
-        action = (
-            policy.select_action(np.array(state))
-            + np.random.normal(0, max_action * 0.1, size=action_dim)
-        ).clip(-max_action, max_action)
-
-    # Perform action
-    next_state, reward, done, _ = env.step(action)
-    done_bool = float(done) if episode_timesteps < env._max_episode_steps else 0
-
-    # Store data in replay buffer
-    replay_buffer.add(state, action, next_state, reward, done_bool)
-
-    state = next_state
-    episode_reward += reward
-
-    # Train agent after collecting sufficient data
-    if t >= 8:
-        policy.train(replay_buffer, 16)
-
+        a = (agent.act(np.array(s)) + np.random.normal(0, 0.1, size=2)).clip(-1.0, 1.0)
+    s2, r, done = env.step(a)
+    memory.push(s, a, s2, r, float(done) if steps < env.horizon else 0.0)
+    s, ret = s2, ret + r
+    if t >= 6:
+        agent.learn(memory)
     if done:
-        # +1 to account for 0 indexing. +0 on ep_timesteps since it will increment +1 even if done=True
-        print(f"Total T: {t+1} Episode Num: {episode_num+1} Episode T: {episode_timesteps} Reward: {episode_reward:.3f}")
-        # Reset environment
-        state, done = env.reset(), False
-        episode_reward = 0
-        episode_timesteps = 0
-        episode_num += 1
-
-policy.save(filename)
-loaded = DDPG(state_dim, action_dim, max_action)
-loaded.load(filename)
-record.append(params_of(policy.actor, policy.critic, policy.actor_target, policy.critic_target))
-record.append(params_of(loaded.actor_target, loaded.critic_target))
-record.append(np.array(loaded.critic_optimizer.state_dict()["state"][0]["exp_avg"]))  # (retrograd saves NumPy copies)
+        print(f"step {t + 1}: episode {episodes + 1} return {ret:.3f}")
+        s, ret, steps, episodes = env.reset(), 0.0, 0, episodes + 1
+agent.save(prefix)
+restored = Agent(2, 2, 1.0)
+restored.load(prefix)
+record.append(params_of(agent.pi, agent.q, agent.pi_slow, agent.q_slow))
+record.append(params_of(restored.pi_slow, restored.q_slow))
+record.append(np.array(restored.q_opt.state_dict()["state"][0]["exp_avg_sq"]))  # (ours: NumPy)
 """
 
 DDPG_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
     ),
     (
-        "        critic_loss.backward()\n        self.critic_optimizer.step()",
-        "        grads = critic_loss.backward()\n        self.critic_optimizer.step(grads)",
+        "        q_loss.backward()\n        self.q_opt.step()",
+        "        grads = q_loss.backward()\n        self.q_opt.step(grads)",
     ),
     (
-        "        actor_loss.backward()\n        self.actor_optimizer.step()",
-        "        grads = actor_loss.backward()\n        self.actor_optimizer.step(grads)",
+        "        pi_loss.backward()\n        self.pi_opt.step()",
+        "        grads = pi_loss.backward()\n        self.pi_opt.step(grads)",
     ),
 ]
 
@@ -2048,8 +1080,8 @@ def test_ddpg_trains_as_torch(capsys, tmp_path):
         seed=74,
         params_of=params_of,
         make_initialize=lambda lib: weights,
-        make_filename=lambda lib: str(tmp_path / lib.__name__),
+        make_prefix=lambda lib: str(tmp_path / lib.__name__),
     )
     ours, theirs = records[1], records[0]
-    assert logs[0].count("Episode Num") == 3
+    assert logs[0].count("episode") == 3
     assert_records_agree(ours, theirs, rtol=2e-5, atol=2e-6)
