@@ -11,7 +11,7 @@ of ``Conv2d``/``BatchNorm2d``/``ReLU(inplace=True)``/``MaxPool2d``; ``x[:, 0:1, 
 log; an episode split by ``contiguous().view(n, *x.size()[2:])``; labels by
 ``torch.from_numpy(np.repeat(range(n), k))``; SGD with ``momentum=0.9, dampening=0.9,
 weight_decay=0.001`` over ``np.random.permutation`` batches indexed by ``torch.from_numpy``;
-``scores.data.cpu() .numpy().argmax(axis=1)``.
+``scores.data.cpu().numpy().argmax(axis=1)``.
 
 The regression it guards: ``from torch.nn.utils.weight_norm import WeightNorm`` raised
 ImportError (the path was an alias of ``nn.utils``, which has only the functions).
