@@ -21,7 +21,9 @@ from ..functional import normalize
 from ..parameter import Parameter
 
 __all__ = [
+    "check_hook_free",
     "check_weight_norm_dim",
+    "install_hook",
     "norm_except_dim",
     "remove_spectral_norm",
     "remove_weight_norm",
@@ -69,7 +71,7 @@ def _hooks(module: Any) -> dict:
     return hooks
 
 
-def _check_free(module: Any, name: str, kind: str) -> None:
+def check_hook_free(module: Any, name: str, kind: str) -> None:
     if (kind, name) in _hooks(module):
         raise InvalidArgumentError(f"Cannot register two {kind} hooks on the same parameter {name}")
 
@@ -85,9 +87,12 @@ class _BeforeForward:
         self.recompute(module)
 
 
-def _install(module: Any, name: str, kind: str, recompute: Any) -> None:
+def install_hook(module: Any, name: str, kind: str, recompute: Any, hook: Any = None) -> None:
+    """Register ``hook`` (default: one calling ``recompute(module)``) before ``module``'s
+    forward, under ``(kind, name)``: ``weight_norm`` and ``WeightNorm.apply`` share one
+    registry, so ``remove_weight_norm`` undoes either and neither stacks on the other."""
     hooks = _hooks(module)
-    handle = module.register_forward_pre_hook(_BeforeForward(recompute))
+    handle = module.register_forward_pre_hook(hook or _BeforeForward(recompute))
     hooks[(kind, name)] = (handle, recompute)
 
 
@@ -115,7 +120,7 @@ def weight_norm(module: Any, name: str = "weight", dim: int | None = 0) -> Any:
     retrograd.Size([2, 1])
     """
     dim = -1 if dim is None else dim
-    _check_free(module, name, "weight_norm")
+    check_hook_free(module, name, "weight_norm")
     weight = _registered(module, name, "weight_norm")
     check_weight_norm_dim("weight_norm", weight, dim)
     del module._parameters[name]
@@ -124,7 +129,7 @@ def weight_norm(module: Any, name: str = "weight", dim: int | None = 0) -> Any:
 
     recompute = _WeightNormRecompute(name, dim)
     recompute(module)
-    _install(module, name, "weight_norm", recompute)
+    install_hook(module, name, "weight_norm", recompute)
     return module
 
 
@@ -218,7 +223,7 @@ def spectral_norm(module: Any, name: str = "weight", n_power_iterations: int = 1
             f"n_power_iterations={n_power_iterations}"
         )
     dim = _spectral_dim(module, dim)
-    _check_free(module, name, "spectral_norm")
+    check_hook_free(module, name, "spectral_norm")
     weight = _registered(module, name, "spectral_norm")
     matrix = spectral_matrix(weight.detach(), dim)
     with no_grad():
@@ -231,7 +236,7 @@ def spectral_norm(module: Any, name: str = "weight", n_power_iterations: int = 1
     module.register_buffer(f"{name}_u", u)
     module.register_buffer(f"{name}_v", v)
 
-    _install(
+    install_hook(
         module, name, "spectral_norm", _SpectralNormRecompute(name, dim, n_power_iterations, eps)
     )
     return module

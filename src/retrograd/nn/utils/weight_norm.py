@@ -15,7 +15,14 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 from ..parameter import Parameter
-from .norm_hooks import norm_except_dim, remove_weight_norm, weight_norm, weight_norm_value
+from .norm_hooks import (
+    check_hook_free,
+    install_hook,
+    norm_except_dim,
+    remove_weight_norm,
+    weight_norm,
+    weight_norm_value,
+)
 
 __all__ = ["WeightNorm", "remove_weight_norm", "weight_norm"]
 
@@ -41,11 +48,7 @@ class WeightNorm:
             FutureWarning,
             stacklevel=2,
         )
-        for hook in module._forward_pre_hooks.values():
-            if isinstance(hook, WeightNorm) and hook.name == name:
-                raise InvalidArgumentError(
-                    f"Cannot register two weight_norm hooks on the same parameter {name}"
-                )
+        check_hook_free(module, name, "weight_norm")
         fn = WeightNorm(name, dim)
         weight = module._parameters.get(name)
         if weight is None:
@@ -56,16 +59,18 @@ class WeightNorm:
         del module._parameters[name]
         module.register_parameter(name + "_g", Parameter(norm_except_dim(weight, 2, fn.dim).data))
         module.register_parameter(name + "_v", Parameter(weight.data))
-        setattr(module, name, fn.compute_weight(module))
-        module.register_forward_pre_hook(fn)
+        fn.recompute(module)
+        # the hook is this object (programs look for ``isinstance(hook, WeightNorm)`` among
+        # ``module._forward_pre_hooks``), registered where ``remove_weight_norm`` finds it
+        install_hook(module, name, "weight_norm", fn.recompute, hook=fn)
         return fn
 
+    def recompute(self, module: Any) -> None:
+        setattr(module, self.name, self.compute_weight(module))
+
     def remove(self, module: Any) -> None:
-        weight = self.compute_weight(module)
-        delattr(module, self.name)
-        del module._parameters[self.name + "_g"]
-        del module._parameters[self.name + "_v"]
-        setattr(module, self.name, Parameter(weight.data))
+        """Fold ``g * v / ||v||`` back into one parameter ``<name>`` and drop the hook."""
+        remove_weight_norm(module, self.name)
 
     def __call__(self, module: Any, inputs: Any) -> None:
-        setattr(module, self.name, self.compute_weight(module))
+        self.recompute(module)
