@@ -1,29 +1,27 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real-style PyTorch programs on retrograd, continued (the harness: ``tests/real_ports.py``):
 speech separation in the time domain.
 
-- Dual-Path RNN as JusperLee/Dual-Path-RNN-Pytorch writes it: ``model/model_rnn.py`` (the
-  docstrings of classes left out; ``GlobalLayerNorm`` by ``torch.mean(x, (1, 2),
-  keepdim=True)``, ``CumulativeLayerNorm`` subclassing ``nn.LayerNorm`` and calling
-  ``super().forward`` between transposes, ``nn.GroupNorm(1, dim)``, the ``Conv1d`` encoder of
-  stride ``kernel_size//2``, the ``Decoder`` subclassing ``nn.ConvTranspose1d`` with its
-  ``torch.squeeze``, ``Dual_RNN_Block``'s intra- and inter-chunk RNNs built by ``getattr(nn,
-  rnn_type)(..., batch_first=True, bidirectional=True)`` over ``permute(...).contiguous()
-  .view(...)``, ``_padding``'s ``torch.Tensor(torch.zeros(B, N, gap)).type(input.type())``,
-  ``_Segmentation``'s half-overlapping chunks and ``_over_add``, ``torch.chunk`` then
-  ``torch.stack`` of the speakers, ``nn.PReLU``, a 1 x 1 ``nn.Conv2d``), ``model/loss.py``
-  (SI-SNR by ``torch.norm(mat, dim=-1, keepdim=...)`` and ``torch.log10``, the
-  permutation-invariant ``Loss`` by ``itertools.permutations`` and ``torch.max(..., dim=0)``),
-  ``utils/util.py``'s ``check_parameters``, ``trainer/trainer_Dual_RNN.py``'s ``Trainer``
-  (``train``: ``clip_grad_norm_`` and ``param_groups[0]['lr']`` in its messages;
-  ``validation`` under ``torch.no_grad()``; ``save_checkpoint`` of the model's and the
-  optimizer's state dicts) and ``train_rnn.py``'s ``make_optimizer`` (``getattr(torch.optim,
-  name)``) and ``ReduceLROnPlateau``; driven by the test through ``Trainer.run``'s loop
-  (its ``torch.cuda.device`` block and loss plot left out) on drawn two-speaker mixtures.
+- A Dual-Path RNN separator written here in the style of JusperLee/Dual-Path-RNN-Pytorch: a
+  strided ``Conv1d`` encoder after ``torch.unsqueeze(x, dim=1)``, a ``Decoder`` subclassing
+  ``nn.ConvTranspose1d`` (``super().forward`` then ``torch.squeeze(..., dim=1)``), three
+  normalisations chosen by name (a global layer norm by ``torch.mean(x, (1, 2),
+  keepdim=True)`` with ``register_parameter(name, None)`` when not affine, a channel norm
+  subclassing ``nn.LayerNorm`` and calling ``super().forward`` between ``torch.transpose``\\ s,
+  ``nn.GroupNorm(1, dim)``), dual-path blocks whose RNNs are built by ``getattr(nn,
+  rnn_type)(..., batch_first=True, dropout=0, bidirectional=True)`` over ``permute(...)
+  .contiguous().view(...)``, half-overlapping chunks padded by ``torch.Tensor(torch.zeros(...))
+  .type(x.type())`` and merged back by overlap-add, ``torch.chunk`` then ``torch.stack`` of the
+  speakers, ``nn.PReLU``, a 1 x 1 ``nn.Conv2d``, ``nn.ModuleList``; the permutation-invariant
+  SI-SNR loss (``torch.norm(dim=-1, keepdim=True)``, ``torch.log10``,
+  ``itertools.permutations``, ``torch.max(..., dim=0)``); a trainer with ``getattr(torch.optim,
+  name)``, ``clip_grad_norm_``, ``param_groups[0]['lr']`` in its log lines, validation under
+  ``torch.no_grad()``, ``torch.save`` of the model's and the optimizer's state dicts,
+  ``ReduceLROnPlateau`` stepped on the validation loss, ``torch.device('cpu')`` and ``.to``.
 
-Changed for the test: the scale, ``ReduceLROnPlateau``'s ``verbose=True`` (torch 2.13 no
-longer takes it), the ``sys.path`` lines and the module imports, and the import and gradient
-lines; the weights of torch's run are loaded into the port's.
+Compared against torch: the parameter count, the losses and learning rates of every epoch, the
+weights after training and the separated signals. The lines a port changes: the ``import``
+lines and the gradient lines; torch's weights are loaded into the port's and the mixtures come
+from one shared stream.
 """
 
 from __future__ import annotations
@@ -32,601 +30,252 @@ import pytest
 
 from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
 
-DPRNN_SOURCE = r'''import torch.nn.functional as F
-from torch import nn
-import torch
-
-import warnings
-
-warnings.filterwarnings('ignore')
-
-class GlobalLayerNorm(nn.Module):
-    def __init__(self, dim, eps=1e-05, elementwise_affine=True):
-        super(GlobalLayerNorm, self).__init__()
-        self.dim = dim
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-
-        if self.elementwise_affine:
-            self.weight = nn.Parameter(torch.ones(self.dim, 1))
-            self.bias = nn.Parameter(torch.zeros(self.dim, 1))
-        else:
-            self.register_parameter('weight', None)
-            self.register_parameter('bias', None)
-
-    def forward(self, x):
-        # x = N x C x L
-        # N x 1 x 1
-        # cln: mean,var N x 1 x L
-        # gln: mean,var N x 1 x 1
-        if x.dim() != 3:
-            raise RuntimeError("{} accept 3D tensor as input".format(
-                self.__name__))
-
-        mean = torch.mean(x, (1, 2), keepdim=True)
-        var = torch.mean((x-mean)**2, (1, 2), keepdim=True)
-        # N x C x L
-        if self.elementwise_affine:
-            x = self.weight*(x-mean)/torch.sqrt(var+self.eps)+self.bias
-        else:
-            x = (x-mean)/torch.sqrt(var+self.eps)
-        return x
-
-
-class CumulativeLayerNorm(nn.LayerNorm):
-    def __init__(self, dim, elementwise_affine=True):
-        super(CumulativeLayerNorm, self).__init__(
-            dim, elementwise_affine=elementwise_affine)
-
-    def forward(self, x):
-        # x: N x C x L
-        # N x L x C
-        x = torch.transpose(x, 1, 2)
-        # N x L x C == only channel norm
-        x = super().forward(x)
-        # N x C x L
-        x = torch.transpose(x, 1, 2)
-        return x
-
-
-def select_norm(norm, dim):
-    if norm == 'gln':
-        return GlobalLayerNorm(dim, elementwise_affine=True)
-    if norm == 'cln':
-        return CumulativeLayerNorm(dim, elementwise_affine=True)
-    if norm == 'ln':
-        return nn.GroupNorm(1, dim)
-    else:
-        return nn.BatchNorm1d(dim)
-
-class Encoder(nn.Module):
-    def __init__(self, kernel_size=2, out_channels=64):
-        super(Encoder, self).__init__()
-        self.conv1d = nn.Conv1d(in_channels=1, out_channels=out_channels,
-                                kernel_size=kernel_size, stride=kernel_size//2, groups=1)
-
-    def forward(self, x):
-        # B x T -> B x 1 x T
-        x = torch.unsqueeze(x, dim=1)
-        # B x 1 x T -> B x C x T_out
-        x = self.conv1d(x)
-        x = F.relu(x)
-        return x
-
-
-class Decoder(nn.ConvTranspose1d):
-    def __init__(self, *args, **kwargs):
-        super(Decoder, self).__init__(*args, **kwargs)
-
-    def forward(self, x):
-        """
-        x: [B, N, L]
-        """
-        if x.dim() not in [2, 3]:
-            raise RuntimeError("{} accept 3/4D tensor as input".format(
-                self.__name__))
-        x = super().forward(x if x.dim() == 3 else torch.unsqueeze(x, 1))
-
-        if torch.squeeze(x).dim() == 1:
-            x = torch.squeeze(x, dim=1)
-        else:
-            x = torch.squeeze(x)
-        return x
-
-
-class Dual_RNN_Block(nn.Module):
-    def __init__(self, out_channels,
-                 hidden_channels, rnn_type='LSTM', norm='ln',
-                 dropout=0, bidirectional=False, num_spks=2):
-        super(Dual_RNN_Block, self).__init__()
-        # RNN model
-        self.intra_rnn = getattr(nn, rnn_type)(
-            out_channels, hidden_channels, batch_first=True, dropout=dropout, bidirectional=bidirectional)
-        self.inter_rnn = getattr(nn, rnn_type)(
-            out_channels, hidden_channels, batch_first=True, dropout=dropout, bidirectional=bidirectional)
-        # Norm
-        self.intra_norm = select_norm(norm, out_channels)
-        self.inter_norm = select_norm(norm, out_channels)
-        # Linear
-        self.intra_linear = nn.Linear(
-            hidden_channels*2 if bidirectional else hidden_channels, out_channels)
-        self.inter_linear = nn.Linear(
-            hidden_channels*2 if bidirectional else hidden_channels, out_channels)
-
-
-    def forward(self, x):
-        """
-           x: [B, N, K, S]
-           out: [Spks, B, N, K, S]
-        """
-        B, N, K, S = x.shape
-        # intra RNN
-        # [BS, K, N]
-        intra_rnn = x.permute(0, 3, 2, 1).contiguous().view(B*S, K, N)
-        # [BS, K, H]
-        intra_rnn, _ = self.intra_rnn(intra_rnn)
-        # [BS, K, N]
-        intra_rnn = self.intra_linear(intra_rnn)
-        # [BS, N, K]
-        intra_rnn = intra_rnn.permute(0, 2, 1).contiguous()
-        intra_rnn = self.intra_norm(intra_rnn)
-        # [B, S, N, K]
-        intra_rnn = intra_rnn.view(B, S, N, K)
-        # [B, N, K, S]
-        intra_rnn = intra_rnn.permute(0, 2, 3, 1).contiguous()
-        intra_rnn = intra_rnn + x
-
-        # inter RNN
-        # [BK, S, N]
-        inter_rnn = intra_rnn.permute(0, 2, 3, 1).contiguous().view(B*K, S, N)
-        # [BK, S, H]
-        inter_rnn, _ = self.inter_rnn(inter_rnn)
-        # [BK, S, N]
-        inter_rnn = self.inter_linear(inter_rnn)
-        # [BK, N, S]
-        inter_rnn = inter_rnn.permute(0, 2, 1).contiguous()
-        inter_rnn = self.inter_norm(inter_rnn)
-        # [B, K, N, S]
-        inter_rnn = inter_rnn.view(B, K, N, S)
-        # [B, N, K, S]
-        inter_rnn = inter_rnn.permute(0, 2, 1, 3).contiguous()
-        out = inter_rnn + intra_rnn
-
-        return out
-
-
-class Dual_Path_RNN(nn.Module):
-    def __init__(self, in_channels, out_channels, hidden_channels,
-                 rnn_type='LSTM', norm='ln', dropout=0,
-                 bidirectional=False, num_layers=4, K=200, num_spks=2):
-        super(Dual_Path_RNN, self).__init__()
-        self.K = K
-        self.num_spks = num_spks
-        self.num_layers = num_layers
-        self.norm = select_norm(norm, in_channels)
-        self.conv1d = nn.Conv1d(in_channels, out_channels, 1)
-
-        self.dual_rnn = nn.ModuleList([])
-        for i in range(num_layers):
-            self.dual_rnn.append(Dual_RNN_Block(out_channels, hidden_channels,
-                                     rnn_type=rnn_type, norm=norm, dropout=dropout,
-                                     bidirectional=bidirectional))
-
-        self.conv2d = nn.Conv2d(
-            out_channels, out_channels*num_spks, kernel_size=1)
-        self.end_conv1x1 = nn.Conv1d(out_channels, in_channels, 1)
-        self.prelu = nn.PReLU()
-        self.activation = nn.Sigmoid()
-
-    def forward(self, x):
-        """
-           x: [B, N, L]
-
-        """
-        # [B, N, L]
-        x = self.norm(x)
-        # [B, N, L]
-        x = self.conv1d(x)
-        # [B, N, K, S]
-        x, gap = self._Segmentation(x, self.K)
-        # [B, N*spks, K, S]
-        for i in range(self.num_layers):
-            x = self.dual_rnn[i](x)
-        x = self.prelu(x)
-        x = self.conv2d(x)
-        # [B, N*spks, L]
-        x = self._over_add(x, gap)
-        # [spks, B, N, L]
-        x = torch.chunk(x, self.num_spks, dim=1)
-        x = torch.stack(x, dim=0)
-        # [spks*B, N, L]
-        spks, B, N, L = x.shape
-        x = x.view(spks*B, N, L)
-        x = self.end_conv1x1(x)
-        # [spks, B, N, L]
-        _, N, L = x.shape
-        x = x.view(spks, B, N, L)
-        x = self.activation(x)
-
-        return x
-
-    def _Sequential(self, out_channels, hidden_channels,
-                    rnn_type='LSTM', norm='ln', dropout=0,
-                    bidirectional=False, num_layers=4):
-        block_list = [Dual_RNN_Block(out_channels, hidden_channels,
-                                     rnn_type='LSTM', norm='ln', dropout=0,
-                                     bidirectional=False) for i in range(num_layers)]
-        return nn.Sequential(*block_list)
-
-    def _padding(self, input, K):
-        """
-           padding the audio times
-           K: chunks of length
-           P: hop size
-           input: [B, N, L]
-        """
-        B, N, L = input.shape
-        P = K // 2
-        gap = K - (P + L % K) % K
-        if gap > 0:
-            pad = torch.Tensor(torch.zeros(B, N, gap)).type(input.type())
-            input = torch.cat((input, pad), dim=2)
-
-        pad = torch.Tensor(torch.zeros(B, N, P)).type(input.type())
-        input = torch.cat((pad, input, pad), dim=2)
-
-        return input, gap
-
-    def _Segmentation(self, input, K):
-        """
-           the segmentation stage splits
-           K: chunks of length
-           P: hop size
-           input: [B, N, L]
-           output: [B, N, K, S]
-        """
-        B, N, L = input.shape
-        P = K // 2
-        input, gap = self._padding(input, K)
-        # [B, N, K, S]
-        input1 = input[:, :, :-P].contiguous().view(B, N, -1, K)
-        input2 = input[:, :, P:].contiguous().view(B, N, -1, K)
-        input = torch.cat((input1, input2), dim=3).view(
-            B, N, -1, K).permute(0, 1, 3, 2).contiguous()
-
-        return input, gap
-
-    def _over_add(self, input, gap):
-        """
-           Merge sequence
-           input: [B, N, K, S]
-           gap: padding length
-           output: [B, N, L]
-        """
-        B, N, K, S = input.shape
-        P = K // 2
-        # [B, N, S, K]
-        input = input.transpose(2, 3).contiguous().view(B, N, -1, K * 2)
-
-        input = input[:, :, :, :K].contiguous().view(B, N, -1)[:, :, P:]*2
-        # [B, N, L]
-        if gap > 0:
-            input = input[:, :, :-gap]
-
-        return input
-
-class Dual_RNN_model(nn.Module):
-    def __init__(self, in_channels, out_channels, hidden_channels,
-                 kernel_size=2, rnn_type='LSTM', norm='ln', dropout=0,
-                 bidirectional=False, num_layers=4, K=200, num_spks=2):
-        super(Dual_RNN_model,self).__init__()
-        self.encoder = Encoder(kernel_size=kernel_size,out_channels=in_channels)
-        self.separation = Dual_Path_RNN(in_channels, out_channels, hidden_channels,
-                 rnn_type=rnn_type, norm=norm, dropout=dropout,
-                 bidirectional=bidirectional, num_layers=num_layers, K=K, num_spks=num_spks)
-        self.decoder = Decoder(in_channels=in_channels, out_channels=1, kernel_size=kernel_size, stride=kernel_size//2)
-        self.num_spks = num_spks
-
-    def forward(self, x):
-        """
-           x: [B, L]
-        """
-        # [B, N, L]
-        e = self.encoder(x)
-        # [spks, B, N, L]
-        s = self.separation(e)
-        # [B, N, L] -> [B, L]
-        out = [s[i]*e for i in range(self.num_spks)]
-        audio = [self.decoder(out[i]) for i in range(self.num_spks)]
-        return audio
-
-# model/loss.py
-import torch
-from itertools import permutations
-
-def sisnr(x, s, eps=1e-8):
-    """
-    calculate training loss
-    input:
-          x: separated signal, N x S tensor
-          s: reference signal, N x S tensor
-    Return:
-          sisnr: N tensor
-    """
-
-    def l2norm(mat, keepdim=False):
-        return torch.norm(mat, dim=-1, keepdim=keepdim)
-
-    if x.shape != s.shape:
-        raise RuntimeError(
-            "Dimention mismatch when calculate si-snr, {} vs {}".format(
-                x.shape, s.shape))
-    x_zm = x - torch.mean(x, dim=-1, keepdim=True)
-    s_zm = s - torch.mean(s, dim=-1, keepdim=True)
-    t = torch.sum(
-        x_zm * s_zm, dim=-1,
-        keepdim=True) * s_zm / (l2norm(s_zm, keepdim=True)**2 + eps)
-    return 20 * torch.log10(eps + l2norm(t) / (l2norm(x_zm - t) + eps))
-
-
-def Loss(ests, egs):
-    # spks x n x S
-    refs = egs
-    num_spks = len(refs)
-
-    def sisnr_loss(permute):
-        # for one permute
-        return sum(
-            [sisnr(ests[s], refs[t])
-             for s, t in enumerate(permute)]) / len(permute)
-             # average the value
-
-    # P x N
-    N = egs[0].size(0)
-    sisnr_mat = torch.stack(
-        [sisnr_loss(p) for p in permutations(range(num_spks))])
-    max_perutt, _ = torch.max(sisnr_mat, dim=0)
-    # si-snr
-    return -torch.sum(max_perutt) / N
-
-
-# utils/util.py
-def check_parameters(net):
-    """
-        Returns module parameters. Mb
-    """
-    parameters = sum(param.numel() for param in net.parameters())
-    return parameters / 10**6
-
-# trainer/trainer_Dual_RNN.py
-import time
+DPRNN_SOURCE = r'''import itertools
 import logging
-import torch
 import os
 
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.optim import lr_scheduler
 
-class Trainer(object):
-    def __init__(self, train_dataloader, val_dataloader, Dual_RNN,  optimizer, scheduler, opt):
-        super(Trainer).__init__()
-        self.train_dataloader = train_dataloader
-        self.val_dataloader = val_dataloader
-        self.scheduler = scheduler
-        self.num_spks = opt['num_spks']
-        self.cur_epoch = 0
-        self.total_epoch = opt['train']['epoch']
-        self.early_stop = opt['train']['early_stop']
+log = logging.getLogger("separation")
 
-        self.print_freq = opt['logger']['print_freq']
-        # setup_logger(opt['logger']['name'], opt['logger']['path'],
-        #             screen=opt['logger']['screen'], tofile=opt['logger']['tofile'])
-        self.logger = logging.getLogger(opt['logger']['name'])
-        self.checkpoint = opt['train']['path']
-        self.name = opt['name']
 
-        if opt['train']['gpuid']:
-            self.logger.info('Load Nvida GPU .....')
-            self.device = torch.device(
-                'cuda:{}'.format(opt['train']['gpuid'][0]))
-            self.gpuid = opt['train']['gpuid']
-            self.dualrnn = Dual_RNN.to(self.device)
-            self.logger.info(
-                'Loading Dual-Path-RNN parameters: {:.3f} Mb'.format(check_parameters(self.dualrnn)))
+class GlobalNorm(nn.Module):
+    """Normalise over channels and time together (one mean per utterance)."""
+
+    def __init__(self, channels, eps=1e-5, affine=True):
+        super().__init__()
+        self.eps = eps
+        if affine:
+            self.gamma = nn.Parameter(torch.ones(channels, 1))
+            self.beta = nn.Parameter(torch.zeros(channels, 1))
         else:
-            self.logger.info('Load CPU ...........')
-            self.device = torch.device('cpu')
-            self.dualrnn = Dual_RNN.to(self.device)
-            self.logger.info(
-                'Loading Dual-Path-RNN parameters: {:.3f} Mb'.format(check_parameters(self.dualrnn)))
+            self.register_parameter("gamma", None)
+            self.register_parameter("beta", None)
 
-        if opt['resume']['state']:
-            ckp = torch.load(opt['resume']['path'], map_location='cpu')
-            self.cur_epoch = ckp['epoch']
-            self.logger.info("Resume from checkpoint {}: epoch {:.3f}".format(
-                opt['resume']['path'], self.cur_epoch))
-            self.dualrnn = Dual_RNN.load_state_dict(
-                ckp['model_state_dict']).to(self.device)
-            self.optimizer = optimizer.load_state_dict(ckp['optim_state_dict'])
-        else:
-            self.dualrnn = Dual_RNN.to(self.device)
-            self.optimizer = optimizer
+    def forward(self, feats):
+        mu = torch.mean(feats, (1, 2), keepdim=True)
+        spread = torch.mean((feats - mu) ** 2, (1, 2), keepdim=True)
+        normed = (feats - mu) / torch.sqrt(spread + self.eps)
+        if self.gamma is None:
+            return normed
+        return self.gamma * normed + self.beta
 
-        if opt['optim']['clip_norm']:
-            self.clip_norm = opt['optim']['clip_norm']
-            self.logger.info(
-                "Gradient clipping by {}, default L2".format(self.clip_norm))
-        else:
-            self.clip_norm = 0
 
-    def train(self, epoch):
-        self.logger.info(
-            'Start training from epoch: {:d}, iter: {:d}'.format(epoch, 0))
-        self.dualrnn.train()
-        num_batchs = len(self.train_dataloader)
-        total_loss = 0.0
-        num_index = 1
-        start_time = time.time()
-        for mix, ref in self.train_dataloader:
-            mix = mix.to(self.device)
-            ref = [ref[i].to(self.device) for i in range(self.num_spks)]
-            self.optimizer.zero_grad()
+class ChannelNorm(nn.LayerNorm):
+    """LayerNorm over the channel axis of a (batch, channels, time) tensor."""
 
-            if self.gpuid:
-                out = torch.nn.parallel.data_parallel(self.dualrnn,mix,device_ids=self.gpuid)
-                #out = self.dualrnn(mix)
-            else:
-                out = self.dualrnn(mix)
+    def forward(self, feats):
+        feats = torch.transpose(feats, 1, 2)
+        feats = super().forward(feats)
+        return torch.transpose(feats, 1, 2)
 
-            l = Loss(out, ref)
-            epoch_loss = l
-            total_loss += epoch_loss.item()
-            epoch_loss.backward()
 
-            if self.clip_norm:
-                torch.nn.utils.clip_grad_norm_(
-                    self.dualrnn.parameters(), self.clip_norm)
+def make_norm(kind, channels):
+    if kind == "gln":
+        return GlobalNorm(channels)
+    if kind == "cln":
+        return ChannelNorm(channels, elementwise_affine=True)
+    return nn.GroupNorm(1, channels)
 
-            self.optimizer.step()
-            if num_index % self.print_freq == 0:
-                message = '<epoch:{:d}, iter:{:d}, lr:{:.3e}, loss:{:.3f}>'.format(
-                    epoch, num_index, self.optimizer.param_groups[0]['lr'], total_loss/num_index)
-                self.logger.info(message)
-            num_index += 1
-        end_time = time.time()
-        total_loss = total_loss/num_index
-        message = 'Finished *** <epoch:{:d}, iter:{:d}, lr:{:.3e}, loss:{:.3f}, Total time:{:.3f} min> '.format(
-            epoch, num_index, self.optimizer.param_groups[0]['lr'], total_loss, (end_time-start_time)/60)
-        self.logger.info(message)
-        return total_loss
 
-    def validation(self, epoch):
-        self.logger.info(
-            'Start Validation from epoch: {:d}, iter: {:d}'.format(epoch, 0))
-        self.dualrnn.eval()
-        num_batchs = len(self.val_dataloader)
-        num_index = 1
-        total_loss = 0.0
-        start_time = time.time()
-        with torch.no_grad():
-            for mix, ref in self.val_dataloader:
-                mix = mix.to(self.device)
-                ref = [ref[i].to(self.device) for i in range(self.num_spks)]
+class WaveDecoder(nn.ConvTranspose1d):
+    def forward(self, feats):
+        wave = super().forward(feats)
+        return torch.squeeze(wave, dim=1)
+
+
+class DualPathBlock(nn.Module):
+    def __init__(self, channels, hidden, rnn_type, norm):
+        super().__init__()
+        rnn = getattr(nn, rnn_type)
+        self.local_rnn = rnn(channels, hidden, batch_first=True, dropout=0, bidirectional=True)
+        self.global_rnn = rnn(channels, hidden, batch_first=True, dropout=0, bidirectional=True)
+        self.local_proj = nn.Linear(2 * hidden, channels)
+        self.global_proj = nn.Linear(2 * hidden, channels)
+        self.local_norm = make_norm(norm, channels)
+        self.global_norm = make_norm(norm, channels)
+
+    def forward(self, chunks):  # (batch, channels, chunk_len, n_chunks)
+        b, c, k, s = chunks.shape
+        # along each chunk
+        seq = chunks.permute(0, 3, 2, 1).contiguous().view(b * s, k, c)
+        seq, _ = self.local_rnn(seq)
+        seq = self.local_norm(self.local_proj(seq).permute(0, 2, 1).contiguous())
+        local = seq.view(b, s, c, k).permute(0, 2, 3, 1).contiguous() + chunks
+        # across chunks
+        seq = local.permute(0, 2, 3, 1).contiguous().view(b * k, s, c)
+        seq, _ = self.global_rnn(seq)
+        seq = self.global_norm(self.global_proj(seq).permute(0, 2, 1).contiguous())
+        return seq.view(b, k, c, s).permute(0, 2, 1, 3).contiguous() + local
+
+
+def split_chunks(feats, size):
+    b, c, length = feats.shape
+    hop = size // 2
+    gap = size - (hop + length % size) % size
+    if gap > 0:
+        tail = torch.Tensor(torch.zeros(b, c, gap)).type(feats.type())
+        feats = torch.cat((feats, tail), dim=2)
+    edge = torch.Tensor(torch.zeros(b, c, hop)).type(feats.type())
+    feats = torch.cat((edge, feats, edge), dim=2)
+    first = feats[:, :, :-hop].contiguous().view(b, c, -1, size)
+    second = feats[:, :, hop:].contiguous().view(b, c, -1, size)
+    chunks = torch.cat((first, second), dim=3).view(b, c, -1, size)
+    return chunks.permute(0, 1, 3, 2).contiguous(), gap
+
+
+def merge_chunks(chunks, gap):
+    b, c, size, s = chunks.shape
+    hop = size // 2
+    flat = chunks.transpose(2, 3).contiguous().view(b, c, -1, 2 * size)
+    merged = flat[:, :, :, :size].contiguous().view(b, c, -1)[:, :, hop:] * 2
+    return merged[:, :, :-gap] if gap > 0 else merged
+
+
+class Separator(nn.Module):
+    def __init__(
+        self, n_filters, channels, hidden, kernel, rnn_type, norm, blocks, chunk, speakers
+    ):
+        super().__init__()
+        self.chunk, self.speakers = chunk, speakers
+        self.encoder = nn.Conv1d(1, n_filters, kernel_size=kernel, stride=kernel // 2)
+        self.decoder = WaveDecoder(n_filters, 1, kernel_size=kernel, stride=kernel // 2)
+        self.bottleneck = nn.Sequential(
+            make_norm(norm, n_filters), nn.Conv1d(n_filters, channels, 1)
+        )
+        self.blocks = nn.ModuleList(
+            [DualPathBlock(channels, hidden, rnn_type, norm) for _ in range(blocks)]
+        )
+        self.prelu = nn.PReLU()
+        self.to_speakers = nn.Conv2d(channels, channels * speakers, kernel_size=1)
+        self.to_filters = nn.Conv1d(channels, n_filters, 1)
+
+    def forward(self, mixture):
+        basis = F.relu(self.encoder(torch.unsqueeze(mixture, dim=1)))
+        chunks, gap = split_chunks(self.bottleneck(basis), self.chunk)
+        for block in self.blocks:
+            chunks = block(chunks)
+        chunks = self.to_speakers(self.prelu(chunks))
+        streams = torch.chunk(merge_chunks(chunks, gap), self.speakers, dim=1)
+        per_speaker = torch.stack(streams, dim=0)
+        n, b, c, length = per_speaker.shape
+        masks = torch.sigmoid(self.to_filters(per_speaker.view(n * b, c, length)))
+        masks = masks.view(n, b, -1, length)
+        return [self.decoder(masks[i] * basis) for i in range(n)]
+
+
+def si_snr(estimate, target, eps=1e-8):
+    estimate = estimate - torch.mean(estimate, dim=-1, keepdim=True)
+    target = target - torch.mean(target, dim=-1, keepdim=True)
+    energy = torch.norm(target, dim=-1, keepdim=True) ** 2 + eps
+    projection = torch.sum(estimate * target, dim=-1, keepdim=True) * target / energy
+    noise = estimate - projection
+    ratio = torch.norm(projection, dim=-1) / (torch.norm(noise, dim=-1) + eps)
+    return 20 * torch.log10(eps + ratio)
+
+
+def pit_loss(estimates, references):
+    scores = []
+    for order in itertools.permutations(range(len(references))):
+        pairs = [si_snr(estimates[i], references[j]) for i, j in enumerate(order)]
+        scores.append(sum(pairs) / len(order))
+    best, _ = torch.max(torch.stack(scores), dim=0)
+    return -best.sum() / references[0].size(0)
+
+
+def megabytes_of(model):
+    return sum(p.numel() for p in model.parameters()) / 1e6
+
+
+class Trainer:
+    def __init__(self, model, optimizer, scheduler, config):
+        self.device = torch.device("cpu")
+        self.model = model.to(self.device)
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.clip = config["clip"]
+        self.folder = config["folder"]
+        log.info("model of %.4f M parameters", megabytes_of(self.model))
+
+    def run_epoch(self, batches, epoch, training):
+        self.model.train(training)
+        total = 0.0
+        for step, (mixture, refs) in enumerate(batches, 1):
+            mixture = mixture.to(self.device)
+            refs = [r.to(self.device) for r in refs]
+            if training:
                 self.optimizer.zero_grad()
+                loss = pit_loss(self.model(mixture), refs)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+                self.optimizer.step()
+            else:
+                with torch.no_grad():
+                    loss = pit_loss(self.model(mixture), refs)
+            total += loss.item()
+            lr = self.optimizer.param_groups[0]["lr"]
+            log.info("epoch %d step %d lr %.2e loss %.4f", epoch, step, lr, total / step)
+        return total / len(batches)
 
-                if self.gpuid:
-                    #model = torch.nn.DataParallel(self.dualrnn)
-                    #out = model(mix)
-                    out = torch.nn.parallel.data_parallel(self.dualrnn,mix,device_ids=self.gpuid)
-                else:
-                    out = self.dualrnn(mix)
-
-                l = Loss(out, ref)
-                epoch_loss = l
-                total_loss += epoch_loss.item()
-                if num_index % self.print_freq == 0:
-                    message = '<epoch:{:d}, iter:{:d}, lr:{:.3e}, loss:{:.3f}>'.format(
-                        epoch, num_index, self.optimizer.param_groups[0]['lr'], total_loss/num_index)
-                    self.logger.info(message)
-                num_index += 1
-        end_time = time.time()
-        total_loss = total_loss/num_index
-        message = 'Finished *** <epoch:{:d}, iter:{:d}, lr:{:.3e}, loss:{:.3f}, Total time:{:.3f} min> '.format(
-            epoch, num_index, self.optimizer.param_groups[0]['lr'], total_loss, (end_time-start_time)/60)
-        self.logger.info(message)
-        return total_loss
-
-    def save_checkpoint(self, epoch, best=True):
-        """
-           save model
-           best: the best model
-        """
-        os.makedirs(os.path.join(self.checkpoint, self.name), exist_ok=True)
-        torch.save({
-            'epoch': epoch,
-            'model_state_dict': self.dualrnn.state_dict(),
-            'optim_state_dict': self.optimizer.state_dict()
-        },
-            os.path.join(self.checkpoint, self.name, '{0}.pt'.format('best' if best else 'last')))
+    def save(self, epoch, tag):
+        os.makedirs(self.folder, exist_ok=True)
+        torch.save(
+            {
+                "epoch": epoch,
+                "model": self.model.state_dict(),
+                "optim": self.optimizer.state_dict(),
+            },
+            os.path.join(self.folder, tag + ".pt"),
+        )
 
 
-# train_rnn.py
-from torch.optim.lr_scheduler import ReduceLROnPlateau
-
-
-def make_optimizer(params, opt):
-    optimizer = getattr(torch.optim, opt['optim']['name'])
-    if opt['optim']['name'] == 'Adam':
-        optimizer = optimizer(
-            params, lr=opt['optim']['lr'], weight_decay=opt['optim']['weight_decay'])
-    else:
-        optimizer = optimizer(params, lr=opt['optim']['lr'], weight_decay=opt['optim']
-                              ['weight_decay'], momentum=opt['optim']['momentum'])
-
-    return optimizer
-
-# the test's driver: train_rnn.py's train() with the options it would parse, two-speaker
-# mixtures drawn in place of the data loaders, then Trainer.run()'s loop without its plot
-opt = {
-    'name': 'DPRNN', 'num_spks': 2,
-    'Dual_Path_RNN': {'in_channels': 12, 'out_channels': 8, 'hidden_channels': 6, 'kernel_size': 4,
-                      'rnn_type': rnn_type, 'norm': norm, 'dropout': 0, 'bidirectional': True,
-                      'num_layers': 2, 'K': 10, 'num_spks': 2},
-    'optim': {'name': optim_name, 'lr': 1e-3, 'momentum': 0.9, 'weight_decay': 1e-5, 'clip_norm': 5},
-    'scheduler': {'factor': 0.5, 'patience': 0, 'min_lr': 1e-8},
-    'train': {'epoch': 2, 'early_stop': 10, 'path': checkpoint_dir, 'gpuid': []},
-    'resume': {'state': False, 'path': ''},
-    'logger': {'name': 'DPRNN', 'print_freq': 1},
-}
-Dual_Path_RNN = Dual_RNN_model(**opt['Dual_Path_RNN'])
-initialize(Dual_Path_RNN)
-record.append(check_parameters(Dual_Path_RNN))
-optimizer = make_optimizer(Dual_Path_RNN.parameters(), opt)
-
-def draw_batches(count):
+def two_speaker_batches(count, length=60):
     batches = []
     for _ in range(count):
-        refs = [torch.randn(2, 90), 0.5 * torch.randn(2, 90)]
-        batches.append((refs[0] + refs[1], refs))
+        loud, quiet = torch.randn(2, length), 0.5 * torch.randn(2, length)
+        batches.append((loud + quiet, [loud, quiet]))
     return batches
 
-train_dataloader, val_dataloader = draw_batches(2), draw_batches(1)
-scheduler = ReduceLROnPlateau(
-    optimizer, mode='min',
-    factor=opt['scheduler']['factor'],
-    patience=opt['scheduler']['patience'],
-    min_lr=opt['scheduler']['min_lr'])
-trainer = Trainer(train_dataloader, val_dataloader, Dual_Path_RNN, optimizer, scheduler, opt)
-trainer.gpuid = opt['train']['gpuid']  # run() reads it; __init__ sets it only on a GPU
-trainer.save_checkpoint(trainer.cur_epoch, best=False)
-best_loss = trainer.validation(trainer.cur_epoch)
-record.append(best_loss)
-while trainer.cur_epoch < trainer.total_epoch:
-    trainer.cur_epoch += 1
-    t_loss = trainer.train(trainer.cur_epoch)
-    v_loss = trainer.validation(trainer.cur_epoch)
-    trainer.scheduler.step(v_loss)
-    if v_loss < best_loss:
-        best_loss = v_loss
-        trainer.save_checkpoint(trainer.cur_epoch, best=True)
-    record.append([t_loss, v_loss, optimizer.param_groups[0]['lr']])
-record.append(params_of(Dual_Path_RNN))
-out = Dual_Path_RNN(val_dataloader[0][0])
-record.append([o.detach().numpy() for o in out])
+
+model = Separator(n_filters=8, channels=6, hidden=4, kernel=4, rnn_type=rnn_type, norm=norm,
+                  blocks=2, chunk=6, speakers=2)
+initialize(model)
+record.append(megabytes_of(model))
+optim_cls = getattr(torch.optim, optim_name)
+extra = {"momentum": 0.9} if optim_name == "SGD" else {}
+optimizer = optim_cls(model.parameters(), lr=1e-3, weight_decay=1e-5, **extra)
+scheduler = lr_scheduler.ReduceLROnPlateau(
+    optimizer, mode="min", factor=0.5, patience=0, min_lr=1e-8
+)
+trainer = Trainer(model, optimizer, scheduler, {"clip": 5.0, "folder": checkpoint_dir})
+
+train_set, val_set = two_speaker_batches(2), two_speaker_batches(1)
+best = trainer.run_epoch(val_set, 0, training=False)
+trainer.save(0, "last")
+record.append(best)
+for epoch in (1, 2):
+    train_loss = trainer.run_epoch(train_set, epoch, training=True)
+    val_loss = trainer.run_epoch(val_set, epoch, training=False)
+    scheduler.step(val_loss)
+    if val_loss < best:
+        best = val_loss
+        trainer.save(epoch, "best")
+    record.append([train_loss, val_loss, optimizer.param_groups[0]["lr"]])
+record.append(params_of(model))
+record.append([wave.detach().numpy() for wave in model(val_set[0][0])])
 '''
 
 DPRNN_STEPS = [
-    ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
-    ("from torch import nn\n", "from retrograd import nn\n"),
     ("import torch\n", "import retrograd as torch\n"),
-    ("from torch.optim.lr_scheduler import", "from retrograd.optim.lr_scheduler import"),
+    ("                self.optimizer.zero_grad()\n", ""),
+    ("                loss.backward()\n", "                grads = loss.backward()\n"),
     (
-        "            self.optimizer.zero_grad()\n\n            if self.gpuid:",
-        "\n            if self.gpuid:",
+        "clip_grad_norm_(self.model.parameters(), self.clip)",
+        "clip_grad_norm_(grads, self.model.parameters(), self.clip)",
     ),
-    ("            epoch_loss.backward()\n", "            grads = epoch_loss.backward()\n"),
-    (
-        "                torch.nn.utils.clip_grad_norm_(\n                    self.dualrnn.parameters(), self.clip_norm)\n\n            self.optimizer.step()",
-        "                torch.nn.utils.clip_grad_norm_(\n                    grads, self.dualrnn.parameters(), self.clip_norm)\n\n            self.optimizer.step(grads)",
-    ),
+    ("                self.optimizer.step()\n", "                self.optimizer.step(grads)\n"),
 ]
 
 
@@ -641,7 +290,7 @@ def test_dual_path_rnn_trains_validates_and_checkpoints_as_torch(
     learning rates, the weights after training and the two separated signals."""
     (theirs, ours), _ = runs_with_draws(
         DPRNN_SOURCE, DPRNN_STEPS, capsys, 33201, initialize=initializer(), params_of=params_of,
-        norm=norm, rnn_type=rnn_type, optim_name=optim_name, checkpoint_dir=str(tmp_path),
+        norm=norm, rnn_type=rnn_type, optim_name=optim_name, checkpoint_dir=str(tmp_path / "ckpt"),
     )  # fmt: skip
-    assert (tmp_path / "DPRNN" / "last.pt").exists()
+    assert (tmp_path / "ckpt" / "last.pt").exists()
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)

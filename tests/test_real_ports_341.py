@@ -1,27 +1,27 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-DeepONet, data-driven and physics-informed, as JohnCSu/DeepONet_Pytorch_Demo's
-``DeepONet.ipynb`` writes it (its code cells in order, the plotting left out), small.
+"""Real-style PyTorch programs on retrograd, continued (the harness: ``tests/real_ports.py``):
+DeepONet, data-driven and physics-informed, small.
 
-- the data: ``random_chebyshev`` (``np.random.rand`` coefficients, ``chebval``),
-  ``generate_data`` (``np.random.seed``, ``cumulative_trapezoid`` and ``np.interp`` targets,
-  ``torch.tensor(..., dtype = torch.float32)`` of stacked arrays, ``unsqueeze``), a
-  ``Dataset`` subclass read by ``DataLoader``;
-- the network: ``MLP`` with ``self.activation = torch.tanh`` over an ``nn.ModuleList`` that
-  holds ``linear_in`` twice over (as an attribute and in the list), ``DeepONet``'s
-  ``self.fc(self.trunk(y)*self.branch(u))`` broadcasting the branch's ``[B,1,M]`` against the
-  trunk's ``[B,N,I]``; trained by ``Adam`` and ``StepLR`` stepped every batch, evaluated
-  under ``torch.no_grad()`` on ``sin(a x)``;
-- the physics-informed operator (PINO): ``batched_PINO_grad`` =
-  ``vmap(vmap(jacrev(aux_net(net), has_aux=True), (0,None)), 0)`` over the module itself
-  (its parameters closed over, not passed), the derivative in the query point against the
-  input function and the initial condition from the auxiliary outputs, and ``loss.backward()``
-  through ``jacrev`` into the network's parameters.
+- A program written here in the style of the DeepONet notebooks (JohnCSu/DeepONet_Pytorch_Demo)
+  learning the antiderivative operator. The data: random Chebyshev series (``np.random.rand``
+  coefficients, ``chebval``) under ``np.random.seed``, targets by
+  ``scipy.integrate.cumulative_trapezoid(..., initial=0)`` and ``np.interp``, ``torch.tensor``
+  of a list of arrays with ``dtype=torch.float32``, ``unsqueeze``, a ``Dataset`` subclass read
+  by a ``DataLoader``. The network: an MLP whose ``activation`` attribute is ``torch.tanh`` and
+  whose ``nn.ModuleList`` holds its input layer twice over (as an attribute and in the list:
+  one parameter under two state-dict keys), a DeepONet ``fc(trunk(y) * branch(u))``
+  broadcasting the branch's ``[B, 1, M]`` against the trunk's ``[B, N, M]`` into a
+  ``Linear(..., bias=False)``; trained by ``Adam`` (``from torch.optim import Adam``) and
+  ``StepLR`` stepped every batch (``get_last_lr``), evaluated under ``torch.no_grad()`` on
+  ``sin(a x)`` through ``net.cpu()``; ``print`` of shapes.
+- The physics-informed operator: ``vmap(vmap(jacrev(with_aux(net), has_aux=True), (0,
+  None)), 0)`` over the module itself (its parameters closed over, not passed), the derivative
+  in the query point matched to the input function and the initial condition read from the
+  auxiliary outputs, and ``loss.backward()`` through ``jacrev`` into the parameters.
 
-``.cuda()`` is left out (no GPU here) and ``shuffle = True`` would draw each library's own
-order, so the loaders keep theirs; ``initialize(...)`` gives the port torch's initial weights.
-The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``,
-``optimiser.step(grads)``).
+Compared against torch: every loss, the evaluation errors, the Jacobians and values of the
+batched ``jacrev`` and the weights after each fit, and the printed log. The loaders keep their
+order (``shuffle=True`` would draw each library's own); ``initialize(...)`` gives the port
+torch's initial weights. The lines a port changes: the ``import`` lines and the gradient lines.
 """
 
 from __future__ import annotations
@@ -33,248 +33,159 @@ import retrograd as rg
 from real_ports import SharedDraws, assert_records_agree, initializer, port, run_source
 
 DEEPONET_SOURCE = """
-import torch.nn as nn
-import torch
 import numpy as np
-
+import torch
+import torch.nn as nn
+from numpy.polynomial import chebyshev
+from scipy import integrate
+from torch.func import jacrev, vmap
 from torch.optim import Adam
-
-class MLP(nn.Module):
-    def __init__(self,in_features : int,out_features: int,hidden_features: int,num_hidden_layers: int) -> None:
-        super().__init__()
+from torch.utils.data import DataLoader, Dataset
 
 
-        self.linear_in = nn.Linear(in_features,hidden_features)
-        self.linear_out = nn.Linear(hidden_features,out_features)
-
-        self.activation = torch.tanh
-        self.layers = nn.ModuleList([self.linear_in] + [nn.Linear(hidden_features, hidden_features) for _ in range(num_hidden_layers)  ])
-
-
-    def forward(self,x):
-        for layer in self.layers:
-            x = self.activation(layer(x))
-
-        return self.linear_out(x)
+def chebyshev_inputs(count, sensors, degree, scale):
+    grid = np.linspace(-1, 1, sensors)
+    return np.stack([
+        chebyshev.chebval(grid, scale * 2 * (np.random.rand(degree + 1) - 0.5))
+        for _ in range(count)
+    ])
 
 
-class DeepONet(nn.Module):
-    def __init__(self,latent_features,out_features,branch,trunk) -> None:
-        super().__init__()
-        self.branch = branch
-        self.trunk = trunk
-        self.fc = nn.Linear(latent_features,out_features,bias = False)
+def antiderivative_data(count, sensors, queries, lo=0.0, hi=2.0, degree=6, scale=4.0, seed=7):
+    np.random.seed(seed)
+    fs = chebyshev_inputs(count, sensors, degree, scale)
+    at = np.linspace(lo, hi, sensors)
+    where = np.tile(np.linspace(lo, hi, queries), (count, 1))
+    # integrate on the sensor grid, then read the integral at the query points
+    integrals = [
+        np.interp(q, at, integrate.cumulative_trapezoid(f, at, initial=0.0))
+        for q, f in zip(where, fs)
+    ]
+    where = torch.tensor(where, dtype=torch.float32).unsqueeze(-1)
+    fs = torch.tensor(fs, dtype=torch.float32).unsqueeze(1)
+    return where, fs, torch.tensor(integrals, dtype=torch.float32).unsqueeze(-1)
 
 
-    def forward(self,y,u):
-        return self.fc(self.trunk(y)*self.branch(u))
-
-from numpy.polynomial.chebyshev import Chebyshev,chebval,chebint,cheb2poly
-def random_chebyshev(n,M,degree,return_coeff = False):
-    '''
-    This generates a random function output between the domain [-1,1] along a uniform grid of size n using chebyshev polynomials.
-    '''
-    coeff = (np.random.rand(degree+1)-0.5)*2*np.abs(M)
-    x= np.linspace(-1,1,n)
-    y = chebval(x,coeff)
-    if return_coeff:
-        return x,y,coeff
-    else:
-        return x,y
-
-
-from scipy.integrate import cumulative_trapezoid
-
-# Generate DataTuples:
-def generate_data(n_samples,a,b,n_sensors,n_points,M,degree,y0 = 0,random_query = False,seed = 1234):
-    '''
-    Generate Data needed for training.
-
-    Returns a tuple of (y,u,Guy) that will be added to the Dataloader
-    '''
-    if seed is not None:
-        np.random.seed(1234)
-
-    x = np.linspace(-1,1,n_points)
-    u,dy_coeff = zip(*[random_chebyshev(n_sensors,M,degree,return_coeff=True)[1:] for _ in range(n_samples)])
-
-    u = np.stack(u,axis = 0)
-
-    #Generate 100 y points for -1 and 1
-
-    xp = np.linspace(a,b,n_sensors)
-    if random_query:
-        y = np.random.rand(n_samples,n_points)*(b-a)+a
-    else:
-        # y = np.array([np.linspace(a,b,n_points) for _ in range(n_samples)]
-        y = np.tile(np.linspace(a,b,n_points),(n_samples,1))
-
-    #Integrate cheb poly, we use interp in case we want random y points
-    Guy = [cumulative_trapezoid(dy,xp,initial=y0) for dy in u]
-    Guy = [np.interp(yy,xp,G) for yy,G in zip(y,Guy)]
-
-    #Guy data needs 2 batch dimensions: One for samples and the other for
-    y,u,Guy = torch.tensor(y,dtype = torch.float32),torch.tensor(u,dtype = torch.float32),torch.tensor(Guy,dtype = torch.float32)
-    #To match network shape input and output, need to add a tensor dimension to y and Guy
-    return y.unsqueeze(-1),u.unsqueeze(1),Guy.unsqueeze(-1)
-
-from torch.utils.data import DataLoader,Dataset
-
-class Onet_dataset(Dataset):
-    def __init__(self,y,u,Guy):
-        self.y = y
-        self.u = u
-        self.Guy = Guy
+class Triples(Dataset):
+    def __init__(self, where, fs, integrals):
+        self.where, self.fs, self.integrals = where, fs, integrals
 
     def __len__(self):
-        return len(self.y)
+        return self.where.shape[0]
 
-    def __getitem__(self,idx):
-        return self.y[idx],self.u[idx],self.Guy[idx]
-
-ys,us,Guys = generate_data(8,0,2,12,9,5,8)
-Onet_data = Onet_dataset(ys,us,Guys)
-# Onet_data.set_device('cuda')
-Onet_DL = DataLoader(Onet_data,batch_size = 4,shuffle = False)
-
-Onet = DeepONet(16,1,branch = MLP(12,16,16,2),trunk = MLP(1,16,16,2))
-initialize(Onet)
+    def __getitem__(self, i):
+        return self.where[i], self.fs[i], self.integrals[i]
 
 
-optimiser = Adam(Onet.parameters(),lr = 5e-3)
-lr_sch = torch.optim.lr_scheduler.StepLR(optimiser,4,0.95)
+class Tower(nn.Module):
+    def __init__(self, n_in, n_out, width, depth):
+        super().__init__()
+        self.first = nn.Linear(n_in, width)
+        self.last = nn.Linear(width, n_out)
+        self.activation = torch.tanh
+        self.stack = nn.ModuleList([self.first, *[nn.Linear(width, width) for _ in range(depth)]])
 
-optimiser.zero_grad()
-x = torch.linspace(0,2,12)
-a = 4
-dy = torch.sin(a*x)
+    def forward(self, x):
+        for layer in self.stack:
+            x = self.activation(layer(x))
+        return self.last(x)
 
-dy_in = dy.unsqueeze(0).unsqueeze(1)
-x_in = x.unsqueeze(0).unsqueeze(-1)
-out_true = -1/a*(torch.cos(a*x)-1)
-print(dy_in.shape,x_in.shape)
 
-loss_list = []
-acc_list = []
-for epoch in range(0,3):
-    for (y,u,Guy) in(Onet_DL):
-        (y,u,Guy) = (y,u,Guy)
-        # print(y.shape,u.shape,Guy.shape)
-        out = Onet(y,u)
-        # print(out.shape,Guy.shape)
-        loss = (out-Guy).pow(2).mean()
+class OperatorNet(nn.Module):
+    def __init__(self, sensors, latent, width=10):
+        super().__init__()
+        self.branch = Tower(sensors, latent, width, 1)
+        self.trunk = Tower(1, latent, width, 1)
+        self.fc = nn.Linear(latent, 1, bias=False)
+
+    def forward(self, where, f):
+        # where: [B, N, 1], f: [B, 1, sensors] -> [B, N, 1]
+        return self.fc(self.trunk(where) * self.branch(f))
+
+
+sensors = 10
+grid = torch.linspace(0, 2, sensors)
+probe_f = torch.sin(3 * grid).unsqueeze(0).unsqueeze(1)
+probe_at = grid.unsqueeze(0).unsqueeze(-1)
+probe_truth = (1 - torch.cos(3 * grid)) / 3
+print(probe_f.shape, probe_at.shape)
+
+
+def probe_error(net):
+    with torch.no_grad():
+        return float((net.cpu()(probe_at, probe_f).squeeze() - probe_truth).pow(2).mean())
+
+
+# --- data-driven fit --------------------------------------------------------------------
+loader = DataLoader(Triples(*antiderivative_data(6, sensors, 7)), batch_size=3, shuffle=False)
+net = OperatorNet(sensors, latent=8)
+initialize(net)
+optimiser = Adam(net.parameters(), lr=5e-3)
+schedule = torch.optim.lr_scheduler.StepLR(optimiser, 2, 0.9)
+for epoch in range(2):
+    for where, f, target in loader:
+        loss = (net(where, f) - target).pow(2).mean()
         loss.backward()
         optimiser.step()
         optimiser.zero_grad()
-        lr_sch.step()
+        schedule.step()
         record.append(float(loss))
-    if (epoch % 100) == 0:
-        print(f'{float(lr_sch.get_last_lr()[0]):.3E}')
-        with torch.no_grad():
-            out = Onet.cpu()(x_in,dy_in).squeeze()
-            accuracy = (out-out_true).pow(2).mean()
-            Onet = Onet
-
-        print(f'Epoch: {epoch} loss {float(loss):.3e} Acc {float(accuracy):.3e}')
-        loss_list.append(float(loss))
-        acc_list.append(float(accuracy))
-record.append(acc_list)
-record.append({k: v.detach().numpy() for k, v in Onet.state_dict().items()})
-
-from torch.func import vmap,jacrev,grad
-
-def batched_PINO_grad(net):
-    def aux_net(net):
-        def inner_func(*args,**kwargs):
-            out = net(*args,**kwargs)
-            return out,out
-        return inner_func
-
-    g = jacrev(aux_net(net),has_aux=True)
-    # If y,u are the arg inputs, we only want to iterate over y's first dim (the query dim) not u
-
-    grad_func = vmap(g,(0,None))
-
-    return vmap(grad_func,0)
-
-PINO = DeepONet(16,1,branch = MLP(12,16,16,2),trunk = MLP(1,16,16,2))
-initialize(PINO)
-
-f = batched_PINO_grad(PINO)
-y = torch.rand((3,9,1))
-u = torch.rand((3,1,12))
-
-grads,evals = f(y,u)
-print(grads.shape,evals.shape,PINO(y,u).shape)
-record.append(grads.detach().numpy())
-record.append(evals.detach().numpy())
-
-ys,us,Guys = generate_data(8,0,2,12,12,5,8)
-Pino_data = Onet_dataset(ys,us,Guys)
-# Onet_data.set_device('cuda')
-Pino_DL = DataLoader(Pino_data,batch_size = 4,shuffle = False)
+    error = probe_error(net)
+    lr = schedule.get_last_lr()[0]
+    print(f"epoch {epoch}: lr {lr:.3e} loss {float(loss):.3e} error {error:.3e}")
+    record.append(error)
+record.append({k: v.detach().numpy() for k, v in net.state_dict().items()})
 
 
-optimiser = Adam(PINO.parameters())
-lr_sch = torch.optim.lr_scheduler.StepLR(optimiser,4,0.95)
+# --- physics-informed fit: d/dy G(u)(y) = u(y), G(u)(0) = 0 -------------------------------
+def with_aux(module):
+    def both(*args):
+        value = module(*args)
+        return value, value
 
-PINO = PINO
-optimiser.zero_grad()
-x = torch.linspace(0,2,12)
-a = 4
-dy = torch.sin(a*x)
+    return both
 
-dy_in = dy.unsqueeze(0).unsqueeze(1)
-x_in = x.unsqueeze(0).unsqueeze(-1)
-out_true = -1/a*(torch.cos(a*x)-1)
-print(dy_in.shape,x_in.shape)
 
-PINO_loss_list= []
-PINO_acc_list = []
-f = batched_PINO_grad(PINO)
-for epoch in range(0,2):
-    for (y,u,Guy) in(Pino_DL):
-        (y,u,Guy) = (y,u,Guy)
-        # print(y.shape,u.shape,Guy.shape)
-        grads,evals = f(y,u)
+def pointwise_jacobian(module):
+    # over batch, then over query points (the function u is shared by a sample's queries)
+    per_query = vmap(jacrev(with_aux(module), has_aux=True), (0, None))
+    return vmap(per_query, 0)
 
-        #PINN loss
 
-        PINN_loss = (grads.squeeze() - u.squeeze()).pow(2).mean()
+pino = OperatorNet(sensors, latent=8)
+initialize(pino)
+jac = pointwise_jacobian(pino)
+d_out, values = jac(torch.rand((2, 5, 1)), torch.rand((2, 1, sensors)))
+print(d_out.shape, values.shape)
+record.append(d_out.detach().numpy())
+record.append(values.detach().numpy())
 
-        #Initial Condition Loss
-        IC_loss = (evals[:,0].squeeze()).pow(2).mean()
-
-        # print(out.shape,Guy.shape)
-        # loss = (out-Guy).pow(2).mean()
-        loss = 10*PINN_loss + IC_loss
+triples = Triples(*antiderivative_data(6, sensors, sensors, seed=8))
+loader = DataLoader(triples, batch_size=3, shuffle=False)
+optimiser = Adam(pino.parameters())
+schedule = torch.optim.lr_scheduler.StepLR(optimiser, 2, 0.9)
+for epoch in range(2):
+    for where, f, _ in loader:
+        d_out, values = jac(where, f)
+        physics = (d_out.squeeze() - f.squeeze()).pow(2).mean()
+        start = values[:, 0].squeeze().pow(2).mean()
+        loss = 10 * physics + start
         loss.backward()
         optimiser.step()
         optimiser.zero_grad()
-        lr_sch.step()
-        record.append([float(PINN_loss), float(IC_loss)])
-    if (epoch % 100) == 0:
-        print(f'{float(lr_sch.get_last_lr()[0]):.3E}')
-        with torch.no_grad():
-            out = PINO.cpu()(x_in,dy_in).squeeze()
-            accuracy = (out-out_true).pow(2).mean()
-            PINO = PINO
-
-        print(f'Epoch: {epoch} loss {float(loss):.3e} PINN Loss {float(PINN_loss):.3e} IC Loss {float(IC_loss):.3e} Acc {float(accuracy):.3e}')
-        PINO_loss_list.append(float(loss))
-        PINO_acc_list.append(float(accuracy))
-record.append(PINO_acc_list)
-record.append({k: v.detach().numpy() for k, v in PINO.state_dict().items()})
+        schedule.step()
+        record.append([float(physics), float(start)])
+    print(f"epoch {epoch}: physics {float(physics):.3e} start {float(start):.3e}")
+    record.append(probe_error(pino))
+record.append({k: v.detach().numpy() for k, v in pino.state_dict().items()})
 """
 
 DEEPONET_STEPS = [
-    (
-        "import torch.nn as nn\nimport torch\n",
-        "import retrograd.nn as nn\nimport retrograd as torch\n",
-    ),
-    ("from torch.optim import Adam\n", "from retrograd.optim import Adam\n"),
-    ("from torch.utils.data import", "from retrograd.utils.data import"),
+    ("import torch\n", "import retrograd as torch\n"),
+    ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
     ("from torch.func import", "from retrograd.func import"),
+    ("from torch.optim import", "from retrograd.optim import"),
+    ("from torch.utils.data import", "from retrograd.utils.data import"),
     (
         "        loss.backward()\n        optimiser.step()\n",
         "        grads = loss.backward()\n        optimiser.step(grads)\n",
