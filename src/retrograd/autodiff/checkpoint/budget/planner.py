@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .plan import Trace, plan_evictions
+from .plan import Trace, evict_the_unneeded, plan_evictions
 from .recorder import walked
 from .segments import anchored_plan, engine_profile
 
@@ -441,6 +441,8 @@ class Planner:
             mode = FITS
         else:
             mode, evict, counted = self._under_the_floor(trace, target, evict, counted)
+        if mode != REPLAY:  # (a replay's forward evicts for the budget, not by the plan)
+            evict = evict_the_unneeded(trace, evict)
         limit = self.max_bytes if mode == REPLAY else max(self.max_bytes, counted)
         attempts = [] if attempts is None else attempts
         return EvictionPlan(
