@@ -71,6 +71,10 @@ class EvictionPlan(NamedTuple):
     #: the recorded values planned from (:class:`~.recorder.RecordedValue`), which a step that
     #: follows the plan notes as its own
     values: list | None = None
+    #: the seconds its steps give each value, by position: ``None``, the trace's (the fastest
+    #: time measured for each op and shapes); a :data:`REPLAY` that copies its eager step,
+    #: the times that step gave them as it went (see :func:`_prices`)
+    prices: list | None = None
 
 
 #: the planned peak fits the budget: forward evicts what the plan says at once and keeps
@@ -441,12 +445,19 @@ class Planner:
             mode = FITS
         else:
             mode, evict, counted = self._under_the_floor(trace, target, evict, counted)
+        prices = None
         if mode != REPLAY:  # (a replay's forward evicts for the budget, not by the plan)
             evict = evict_the_unneeded(trace, evict)
+        elif values is not None and near_the_budget(trace, target, counted):
+            # the eager step kept the budget (and a tenth): copied exactly, at the prices
+            # it gave its values as it went, its steps hold what it held (see _prices)
+            prices = [value.seconds for value in values]
+            if None in prices:
+                prices = None
         limit = self.max_bytes if mode == REPLAY else max(self.max_bytes, counted)
         attempts = [] if attempts is None else attempts
         return EvictionPlan(
-            signatures, evict, limit, mode, trace, target, counted, attempts, values
+            signatures, evict, limit, mode, trace, target, counted, attempts, values, prices
         )
 
     def _under_the_floor(
@@ -488,8 +499,15 @@ def near_the_budget(trace: Trace, target: int, counted: int) -> bool:
 
 def _prices(plan: EvictionPlan) -> list:
     """The seconds ``plan`` gives each value by position: the fastest time measured for its op
-    and shapes, a :data:`REPLAY`'s too. (At the times the eager step measured as it went,
-    the fastest so far, a replay copied what a pause at one of its first ops had misled it
-    into: the residual MLP of ``tests/test_budget_stable_plan.py`` at 0.25x, its op times
-    jittered, held 6 values a step where 4 fit.)"""
-    return plan.trace.costs
+    and shapes; a :data:`REPLAY` of an eager step that kept the budget (and a tenth of the
+    unbudgeted step, :func:`near_the_budget`), the times that step gave its values as it went.
+
+    What an eager step holds follows from the prices it evicts and drops by. At the same
+    prices a replay makes the same choices and holds what the step held, which the plan then
+    predicts exactly; at any others it is another schedule, whose peak no step has measured:
+    at the fastest prices the residual MLP of ``benchmarks/bench_budget_noise.py`` (op times
+    jittered, σ 2) held 6 values a step after an eager step that held 4 in 2 seeds of 30.
+    A step that missed the budget is replayed at the fastest prices: what misled it (a pause
+    at one of its first ops, priced at the fastest so far) is not copied (the MLP's eager
+    step that held 6 is replayed with 4)."""
+    return plan.prices if plan.prices is not None else plan.trace.costs
