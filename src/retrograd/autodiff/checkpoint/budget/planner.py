@@ -75,6 +75,9 @@ class EvictionPlan(NamedTuple):
     #: time measured for each op and shapes); a :data:`REPLAY` that copies its eager step,
     #: the times that step gave them as it went (see :func:`_prices`)
     prices: list | None = None
+    #: a :data:`REPLAY` at the fastest prices, a schedule no step had run when it was made:
+    #: whether ``counted`` is what its first step held (see :meth:`Planner.backward_ended`)
+    measured: bool = False
 
 
 #: the planned peak fits the budget: forward evicts what the plan says at once and keeps
@@ -400,13 +403,21 @@ class Planner:
         budget (a miss under the tenth still passes
         the budget the plan was to keep: a gradient penalty's steps held 1.05 times it), is
         re-planned from its trace with the budget lowered by the miss; after
-        :data:`MAX_REPLANS`, the attempt that held least stays."""
+        :data:`MAX_REPLANS`, the attempt that held least stays. A replay at the fastest
+        prices (of an eager step that missed the budget, :func:`_prices`) predicts from then
+        on what its first step held: every step after it does the same."""
         plan, self._checking = self._checking, None
         if plan is None:
             if self.walk and self._eager_peak is not None:  # a later walk of an eager step
                 self._eager_peak = max(self._eager_peak, peak_bytes)
             else:
                 self._eager_peak = peak_bytes
+            return
+        if plan.mode == REPLAY and plan.prices is None and not plan.measured:
+            if not plan.trace.walks:
+                # a replay at the fastest prices: its steps do what this one did, which the
+                # eager step's peak (its prediction until now) only guessed at
+                self._adopt(plan._replace(counted=peak_bytes, measured=True))
             return
         if plan.mode != FITS or peak_bytes <= min(1.1 * plan.counted, self.max_bytes):
             return
