@@ -29,8 +29,10 @@ floor, else the floor. Only a plan that fits is re-planned after a miss.
 Every step after the first follows the plan made from it, whatever its mode, so each does
 the same work. What an eager step holds depends on the prices it measured as it went (which
 value is cheapest to evict is a comparison of timings: a pause at one of its first ops can
-make it hold a value more), so a replay prices every op as every other plan does, at the
-fastest time the step measured for its op and shapes, fixed from then on. (Until 6 December
+make it hold a value more), so a replay's prices are fixed: the times the eager step gave
+its values as it went when that step kept the budget and a tenth (the replay then holds what
+it held), else the fastest time the step measured for each op and shapes, as every other
+plan's (see :func:`_prices`). (Until 6 December
 a graph under the floor ran up to three more eager steps, trials, and followed the one that
 held least, but each trial recomputed another count of ops than the steps after it.)
 """
