@@ -32,6 +32,7 @@ __all__ = [
     "Effort",
     "Profile",
     "Trace",
+    "evict_the_unneeded",
     "plan_evictions",
     "profile",
     "recompute_floor",
@@ -265,6 +266,33 @@ def plan_evictions(
     evicted = _keep_what_fits(trace, best[0], budget, effort)
     found = profile(trace, evicted, budget, views=False)
     return evicted, found, found.peak
+
+
+def evict_the_unneeded(trace: Trace, evicted: Sequence[bool]) -> list[bool]:
+    """``evicted``, with every recomputable value that no backward step needs under it (no
+    rule reads it, no recomputation reruns from it) evicted too.
+
+    The model holds a kept value only while backward needs it, from forward to its last need;
+    one never needed is never counted. The engine holds a kept value in forward as soon as a
+    recomputable child backs it up, and lets it go only when backward starts: an anchored
+    schedule's anchor that no rule reads (the residual sum ``h`` of ``h - h.mean_dim(1)``,
+    which ``sub``'s output, the next anchor, makes needless) was held through forward, a
+    value per layer the plan did not predict (the residual MLP of
+    ``tests/test_budget_plan.py`` at 0.3x held 36,864 bytes a step where 28,672 were
+    predicted). Evicted, it costs no recomputation, and both count it nowhere.
+
+    >>> chain = Trace([4, 4, 4], [1.0] * 3, [(), (0,), (1,)], [True] * 3,
+    ...               [[], [], [0]], [0, 1, 2], horizon=1)
+    >>> evict_the_unneeded(chain, [False, False, False])  # c kept: a and b never needed
+    [True, True, False]
+    >>> evict_the_unneeded(chain, [False, True, True])  # c recomputed from a, kept
+    [False, True, True]
+    """
+    last = profile(trace, evicted, views=False).last
+    return [
+        bool(evict) or (recomputable and need < 0)
+        for evict, recomputable, need in zip(evicted, trace.recomputable, last)
+    ]
 
 
 def _keep_what_fits(trace: Trace, evicted: list[bool], budget: int, effort: Effort) -> list[bool]:

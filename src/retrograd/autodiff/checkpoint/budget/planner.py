@@ -29,8 +29,10 @@ floor, else the floor. Only a plan that fits is re-planned after a miss.
 Every step after the first follows the plan made from it, whatever its mode, so each does
 the same work. What an eager step holds depends on the prices it measured as it went (which
 value is cheapest to evict is a comparison of timings: a pause at one of its first ops can
-make it hold a value more), so a replay prices every op as every other plan does, at the
-fastest time the step measured for its op and shapes, fixed from then on. (Until 6 December
+make it hold a value more), so a replay's prices are fixed: the times the eager step gave
+its values as it went when that step kept the budget and a tenth (the replay then holds what
+it held), else the fastest time the step measured for each op and shapes, as every other
+plan's (see :func:`_prices`). (Until 6 December
 a graph under the floor ran up to three more eager steps, trials, and followed the one that
 held least, but each trial recomputed another count of ops than the steps after it.)
 """
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .plan import Trace, plan_evictions
+from .plan import Trace, evict_the_unneeded, plan_evictions
 from .recorder import walked
 from .segments import anchored_plan, engine_profile
 
@@ -71,6 +73,13 @@ class EvictionPlan(NamedTuple):
     #: the recorded values planned from (:class:`~.recorder.RecordedValue`), which a step that
     #: follows the plan notes as its own
     values: list | None = None
+    #: the seconds its steps give each value, by position: ``None``, the trace's (the fastest
+    #: time measured for each op and shapes); a :data:`REPLAY` that copies its eager step,
+    #: the times that step gave them as it went (see :func:`_prices`)
+    prices: list | None = None
+    #: a :data:`REPLAY` at the fastest prices, a schedule no step had run when it was made:
+    #: whether ``counted`` is what its first step held (see :meth:`Planner.backward_ended`)
+    measured: bool = False
 
 
 #: the planned peak fits the budget: forward evicts what the plan says at once and keeps
@@ -396,13 +405,21 @@ class Planner:
         budget (a miss under the tenth still passes
         the budget the plan was to keep: a gradient penalty's steps held 1.05 times it), is
         re-planned from its trace with the budget lowered by the miss; after
-        :data:`MAX_REPLANS`, the attempt that held least stays."""
+        :data:`MAX_REPLANS`, the attempt that held least stays. A replay at the fastest
+        prices (of an eager step that missed the budget, :func:`_prices`) predicts from then
+        on what its first step held: every step after it does the same."""
         plan, self._checking = self._checking, None
         if plan is None:
             if self.walk and self._eager_peak is not None:  # a later walk of an eager step
                 self._eager_peak = max(self._eager_peak, peak_bytes)
             else:
                 self._eager_peak = peak_bytes
+            return
+        if plan.mode == REPLAY and plan.prices is None and not plan.measured:
+            if not plan.trace.walks:
+                # a replay at the fastest prices: its steps do what this one did, which the
+                # eager step's peak (its prediction until now) only guessed at
+                self._adopt(plan._replace(counted=peak_bytes, measured=True))
             return
         if plan.mode != FITS or peak_bytes <= min(1.1 * plan.counted, self.max_bytes):
             return
@@ -441,10 +458,19 @@ class Planner:
             mode = FITS
         else:
             mode, evict, counted = self._under_the_floor(trace, target, evict, counted)
+        prices = None
+        if mode != REPLAY:  # (a replay's forward evicts for the budget, not by the plan)
+            evict = evict_the_unneeded(trace, evict)
+        elif values is not None and near_the_budget(trace, target, counted):
+            # the eager step kept the budget (and a tenth): copied exactly, at the prices
+            # it gave its values as it went, its steps hold what it held (see _prices)
+            prices = [value.seconds for value in values]
+            if None in prices:
+                prices = None
         limit = self.max_bytes if mode == REPLAY else max(self.max_bytes, counted)
         attempts = [] if attempts is None else attempts
         return EvictionPlan(
-            signatures, evict, limit, mode, trace, target, counted, attempts, values
+            signatures, evict, limit, mode, trace, target, counted, attempts, values, prices
         )
 
     def _under_the_floor(
@@ -486,8 +512,15 @@ def near_the_budget(trace: Trace, target: int, counted: int) -> bool:
 
 def _prices(plan: EvictionPlan) -> list:
     """The seconds ``plan`` gives each value by position: the fastest time measured for its op
-    and shapes, a :data:`REPLAY`'s too. (At the times the eager step measured as it went,
-    the fastest so far, a replay copied what a pause at one of its first ops had misled it
-    into: the residual MLP of ``tests/test_budget_stable_plan.py`` at 0.25x, its op times
-    jittered, held 6 values a step where 4 fit.)"""
-    return plan.trace.costs
+    and shapes; a :data:`REPLAY` of an eager step that kept the budget (and a tenth of the
+    unbudgeted step, :func:`near_the_budget`), the times that step gave its values as it went.
+
+    What an eager step holds follows from the prices it evicts and drops by. At the same
+    prices a replay makes the same choices and holds what the step held, which the plan then
+    predicts exactly; at any others it is another schedule, whose peak no step has measured:
+    at the fastest prices the residual MLP of ``benchmarks/bench_budget_noise.py`` (op times
+    jittered, σ 2) held 6 values a step after an eager step that held 4 in 2 seeds of 30.
+    A step that missed the budget is replayed at the fastest prices: what misled it (a pause
+    at one of its first ops, priced at the fastest so far) is not copied (the MLP's eager
+    step that held 6 is replayed with 4)."""
+    return plan.prices if plan.prices is not None else plan.trace.costs
