@@ -1,23 +1,26 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in the
+style of microsoft/LoRA's ``loralib`` (a low-rank adapted ``Linear``), run under torch and,
+ported, under retrograd from the same weights.
 
-- loralib's ``Linear`` (github.com/microsoft/LoRA ``loralib/layers.py``, ``utils.py``): a
-  class deriving from ``nn.Linear`` and a plain mixin, ``nn.Linear.__init__`` and
-  ``nn.Linear.reset_parameters(self)`` called explicitly, ``self.weight.new_zeros``, an
-  override of ``train(mode)`` that merges ``B @ A`` into ``weight.data`` on ``eval()`` and
-  takes it out on ``train()``, ``fan_in_fan_out`` transposing ``weight.data``, ``result +=``
-  into ``F.linear``'s output, ``mark_only_lora_as_trainable`` and ``lora_state_dict``; beside
-  it a layer written after ``nn.Linear`` (``kaiming_uniform_(a=math.sqrt(5))`` and
-  ``nn.init._calculate_fan_in_and_fan_out``), and ``torch.set_float32_matmul_precision``.
+Its surface: a class deriving from ``nn.Linear`` and a plain mixin, ``nn.Linear.__init__``
+and ``nn.Linear.reset_parameters(self)`` called explicitly, ``self.weight.new_zeros``, an
+override of ``train(mode)`` that merges ``B @ A`` into ``weight.data`` on ``eval()`` and takes
+it out on ``train()``, ``fan_in_fan_out`` transposing ``weight.data``, ``out +=`` into
+``F.linear``'s result, freezing all but the adapters (and biases) and saving only their
+state; beside it a layer written after ``nn.Linear`` (``kaiming_uniform_(a=math.sqrt(5))``
+and ``nn.init._calculate_fan_in_and_fan_out``), the re-initialization idiom ``if
+hasattr(m, "reset_parameters"): m.reset_parameters()``, and
+``torch.set_float32_matmul_precision``.
 
-The defects found:
+The regressions guarded:
 
 - ``Module.train(mode)`` set ``training`` on every sub-module directly; torch calls each
-  child's ``train``, so a module overriding it (LoRA's merge) saw nothing on ``model.eval()``;
+  child's ``train``, so a module overriding it (the adapter's merge) saw nothing on
+  ``model.eval()``;
 - no ``reset_parameters`` on ``Linear``, the convolutions, ``Embedding``(``Bag``),
   ``Bilinear``, the norms and ``PReLU`` (nor ``reset_running_stats`` on the instance norms):
-  ``nn.Linear.reset_parameters(self)`` failed, and the k-fold idiom ``if hasattr(layer,
-  'reset_parameters'): layer.reset_parameters()`` silently reset nothing;
+  ``nn.Linear.reset_parameters(self)`` failed, and the re-initialization idiom silently reset
+  nothing;
 - no ``nn.init._calculate_fan_in_and_fan_out`` and no ``torch.set_float32_matmul_precision``.
 """
 
@@ -33,142 +36,137 @@ import retrograd as rg
 from real_ports import assert_records_agree, both
 
 LORA_SOURCE = '''
-class LoRALayer():
-    def __init__(self, r, lora_alpha, lora_dropout, merge_weights):
-        self.r = r
-        self.lora_alpha = lora_alpha
-        if lora_dropout > 0.:
-            self.lora_dropout = nn.Dropout(p=lora_dropout)
-        else:
-            self.lora_dropout = lambda x: x
-        self.merged = False
-        self.merge_weights = merge_weights
+class Adapted:
+    """What every low-rank adapted layer keeps, whatever layer it adapts."""
 
-class Linear(nn.Linear, LoRALayer):
-    def __init__(self, in_features, out_features, r=0, lora_alpha=1, lora_dropout=0., fan_in_fan_out=False, merge_weights=True, **kwargs):
-        nn.Linear.__init__(self, in_features, out_features, **kwargs)
-        LoRALayer.__init__(self, r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-                           merge_weights=merge_weights)
-        self.fan_in_fan_out = fan_in_fan_out
-        if r > 0:
-            self.lora_A = nn.Parameter(self.weight.new_zeros((r, in_features)))
-            self.lora_B = nn.Parameter(self.weight.new_zeros((out_features, r)))
-            self.scaling = self.lora_alpha / self.r
-            self.weight.requires_grad = False
+    def setup_adapter(self, rank, alpha, dropout, merge_on_eval):
+        self.rank, self.alpha, self.merge_on_eval, self.merged = rank, alpha, merge_on_eval, False
+        self.adapter_dropout = nn.Dropout(p=dropout) if dropout > 0.0 else (lambda x: x)
+
+class LowRankLinear(nn.Linear, Adapted):
+    # y = x W^T + b + (x A^T B^T) * alpha / rank, with W frozen and B starting at zero
+    def __init__(
+        self, n_in, n_out, rank=0, alpha=1, dropout=0.0, fan_in_fan_out=False,
+        merge_on_eval=True, **kwargs
+    ):
+        nn.Linear.__init__(self, n_in, n_out, **kwargs)
+        self.setup_adapter(rank, alpha, dropout, merge_on_eval)
+        self.fan_in_fan_out = fan_in_fan_out  # W stored as (in, out), as GPT-2's Conv1D does
+        if rank > 0:
+            self.lora_A = nn.Parameter(self.weight.new_zeros((rank, n_in)))
+            self.lora_B = nn.Parameter(self.weight.new_zeros((n_out, rank)))
+            self.scale = alpha / rank
+            self.weight.requires_grad = False  # only the adapters learn
         self.reset_parameters()
         if fan_in_fan_out:
-            self.weight.data = self.weight.data.transpose(0, 1)
+            self.weight.data = self.weight.data.transpose(1, 0)
 
     def reset_parameters(self):
-        nn.Linear.reset_parameters(self)
-        if hasattr(self, 'lora_A'):
-            nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        nn.Linear.reset_parameters(self)  # the base layer's own draw first
+        if hasattr(self, "lora_A"):
+            nn.init.kaiming_uniform_(self.lora_A, a=5 ** 0.5)
             nn.init.zeros_(self.lora_B)
 
-    def train(self, mode: bool = True):
-        def T(w):
-            return w.transpose(0, 1) if self.fan_in_fan_out else w
+    def oriented(self, w):
+        return w.transpose(1, 0) if self.fan_in_fan_out else w
+
+    def delta(self):
+        return self.oriented(self.lora_B @ self.lora_A) * self.scale
+
+    def train(self, mode=True):
         nn.Linear.train(self, mode)
-        if mode:
-            if self.merge_weights and self.merged:
-                if self.r > 0:
-                    self.weight.data -= T(self.lora_B @ self.lora_A) * self.scaling
-                self.merged = False
-        else:
-            if self.merge_weights and not self.merged:
-                if self.r > 0:
-                    self.weight.data += T(self.lora_B @ self.lora_A) * self.scaling
-                self.merged = True
+        if self.rank > 0 and self.merge_on_eval and mode == self.merged:
+            # eval folds the update into W (one matmul at inference); train takes it out again
+            if mode:
+                self.weight.data -= self.delta()
+            else:
+                self.weight.data += self.delta()
+            self.merged = not mode
+        return self
 
     def forward(self, x):
-        def T(w):
-            return w.transpose(0, 1) if self.fan_in_fan_out else w
-        if self.r > 0 and not self.merged:
-            result = F.linear(x, T(self.weight), bias=self.bias)
-            result += (self.lora_dropout(x) @ self.lora_A.transpose(0, 1) @ self.lora_B.transpose(0, 1)) * self.scaling
-            return result
-        else:
-            return F.linear(x, T(self.weight), bias=self.bias)
+        out = F.linear(x, self.oriented(self.weight), bias=self.bias)
+        if self.rank > 0 and not self.merged:
+            low = self.adapter_dropout(x) @ self.lora_A.transpose(0, 1)
+            out += (low @ self.lora_B.transpose(0, 1)) * self.scale
+        return out
 
-def mark_only_lora_as_trainable(model, bias='none'):
-    for n, p in model.named_parameters():
-        if 'lora_' not in n:
-            p.requires_grad = False
-    if bias == 'none':
-        return
-    elif bias == 'all':
-        for n, p in model.named_parameters():
-            if 'bias' in n:
-                p.requires_grad = True
+def freeze_all_but_adapters(model, bias="none"):
+    for name, p in model.named_parameters():
+        p.requires_grad = "lora_" in name or (bias == "all" and "bias" in name)
 
-def lora_state_dict(model, bias='none'):
-    my_state_dict = model.state_dict()
-    if bias == 'none':
-        return {k: my_state_dict[k] for k in my_state_dict if 'lora_' in k}
-    elif bias == 'all':
-        return {k: my_state_dict[k] for k in my_state_dict if 'lora_' in k or 'bias' in k}
+def adapter_state(model, bias="none"):
+    full = model.state_dict()
+    return {k: v for k, v in full.items() if "lora_" in k or (bias == "all" and "bias" in k)}
 
-class CustomLinear(nn.Module):
-    """A layer written after nn.Linear's reset_parameters."""
-    def __init__(self, in_features, out_features):
+class PlainLinear(nn.Module):
+    """Written after nn.Linear: its initialization spelled out."""
+
+    def __init__(self, n_in, n_out):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_features, in_features))
-        self.bias = nn.Parameter(torch.empty(out_features))
+        self.weight = nn.Parameter(torch.empty(n_out, n_in))
+        self.bias = nn.Parameter(torch.empty(n_out))
         self.reset_parameters()
+
     def reset_parameters(self):
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        fan_in, _ = nn.init._calculate_fan_in_and_fan_out(self.weight)
-        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-        nn.init.uniform_(self.bias, -bound, bound)
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5.0))
+        fan_in = nn.init._calculate_fan_in_and_fan_out(self.weight)[0]
+        limit = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        nn.init.uniform_(self.bias, -limit, limit)
 
-class Model(nn.Module):
-    def __init__(self, fan_in_fan_out=False):
+    def forward(self, x):
+        return F.linear(x, self.weight, bias=self.bias)
+
+class TwoAdapters(nn.Module):
+    def __init__(self, transposed=False):
         super().__init__()
-        self.inp = CustomLinear(6, 12)
-        self.q = Linear(12, 12, r=4, lora_alpha=8, fan_in_fan_out=fan_in_fan_out)
-        self.v = Linear(12, 12, r=4, lora_alpha=8, fan_in_fan_out=fan_in_fan_out)
-        self.out = nn.Linear(12, 3)
-    def forward(self, x):
-        h = torch.tanh(self.inp(x))
-        h = torch.tanh(self.q(h)) + self.v(h)
-        return self.out(h)
+        self.embed = PlainLinear(5, 10)
+        self.query = LowRankLinear(10, 10, rank=2, alpha=4, fan_in_fan_out=transposed)
+        self.value = LowRankLinear(10, 10, rank=2, alpha=4, fan_in_fan_out=transposed)
+        self.head = nn.Linear(10, 3)
 
-def main(x, y, fan_in_fan_out, state=None):
-    torch.set_float32_matmul_precision('high')
-    model = Model(fan_in_fan_out)
+    def forward(self, x):
+        h = torch.tanh(self.embed(x))
+        return self.head(torch.tanh(self.query(h)) + self.value(h))
+
+def main(x, y, transposed, state=None):
+    torch.set_float32_matmul_precision("high")
+    model = TwoAdapters(transposed)
+    for m in model.modules():  # draw every layer again, as a k-fold loop does between folds
+        if m is not model and hasattr(m, "reset_parameters"):
+            m.reset_parameters()
     if state is not None:
         model.load_state_dict(state)
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if n.endswith('lora_B'):
-                p.copy_(torch.linspace(-0.1, 0.1, p.numel()).view_as(p))
-    init = {k: np.array(v.numpy() if hasattr(v, 'numpy') else v, copy=True) for k, v in model.state_dict().items()}
-    mark_only_lora_as_trainable(model, bias='all')
-    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.01)
-    records = [trainable]
-    for step in range(3):
+    with torch.no_grad():  # B away from zero, so that the adapters matter from the start
+        for name, p in model.named_parameters():
+            if name.endswith("lora_B"):
+                p.copy_(torch.linspace(-0.05, 0.05, p.numel()).view_as(p))
+    start = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    freeze_all_but_adapters(model, bias="all")
+    log = [[name for name, p in model.named_parameters() if p.requires_grad]]
+    learning = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(learning, lr=1e-2, weight_decay=0.01)
+    for _ in range(3):
         model.train()
-        loss = F.cross_entropy(model(x), y)
-        optimizer.zero_grad()
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        opt.zero_grad()
         loss.backward()
-        optimizer.step()
+        opt.step()
         model.eval()
         with torch.no_grad():
-            eval_loss = F.cross_entropy(model(x), y)
-        records.append([loss.item(), eval_loss.item(), model.q.merged])
-        records.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
-    records.append({k: (v.numpy() if hasattr(v, 'numpy') else np.asarray(v)).copy() for k, v in lora_state_dict(model, bias='all').items()})
-    records.append(torch.get_float32_matmul_precision())
-    return init, records
+            merged_loss = F.cross_entropy(model(x), y)
+        log.append([loss.item(), merged_loss.item(), model.query.merged])
+        log.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
+    log.append({k: v.numpy().copy() for k, v in adapter_state(model, bias="all").items()})
+    log.append(torch.get_float32_matmul_precision())
+    return start, log
 '''
 
 LORA_STEP = [
     (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "        loss.backward()\n        opt.step()",
+        "        grads = loss.backward()\n        opt.step(grads)",
     )
 ]
 
@@ -181,21 +179,21 @@ def matmul_precision():
 
 
 @pytest.mark.parametrize("fan_in_fan_out", [False, True])
-def test_loralib_linear_merging_on_eval_matches_torch(matmul_precision, fan_in_fan_out):
+def test_low_rank_adapters_merging_on_eval_match_torch(matmul_precision, fan_in_fan_out):
     rng = np.random.default_rng(0)
-    x, y = rng.standard_normal((8, 6)), rng.integers(0, 3, 8)
+    x, y = rng.standard_normal((6, 5)), rng.integers(0, 3, 6)
     theirs, ours = both(LORA_SOURCE, LORA_STEP)
     torch.manual_seed(0)
     f32 = torch.float32
     initial, expected = theirs["main"](torch.tensor(x, dtype=f32), torch.tensor(y), fan_in_fan_out)
     _, got = ours["main"](rg.tensor(x, dtype=rg.float32), rg.tensor(y), fan_in_fan_out, initial)
-    assert got[0] == expected[0]  # the trainable names: LoRA's and every bias
+    assert got[0] == expected[0]  # the trainable names: the adapters and every bias
     assert [r[2] for r in got[1:-2:2]] == [True] * 3  # merged by each eval()
     assert got[-1] == expected[-1] == "high"
     assert_records_agree(got[1:-1], expected[1:-1], rtol=1e-5, atol=1e-6)
 
 
-# -- the defects found ------------------------------------------------------------------------------
+# -- the defects found -----------------------------------------------------------------------------
 def test_train_and_eval_call_each_child_s_own_train_as_torch_does():
     calls = {}
     for lib in (torch, rg):

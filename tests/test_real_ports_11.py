@@ -1,15 +1,16 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in the
+style of MAML on sine regression (the from-scratch form over a list of weights, and the form
+with ``torch.func.functional_call``), run under torch and, ported, under retrograd.
 
-- MAML on sine regression (the from-scratch form, and with ``torch.func.functional_call``):
-  an ``nn.Sequential`` of an ``OrderedDict``, an ``argforward`` over a list of weights,
-  two inner steps of ``torch.autograd.grad(loss, weights, create_graph=True)`` with fast
-  weights ``w - inner_lr * g`` (from the second step on, tensors of the graph, not leaves),
-  ``OrderedDict(model.named_parameters())`` rebuilt from ``zip(fast.items(), grads)``, the
-  meta loss summed from ``0`` over tasks, and Adam on the meta-gradients; second order and
-  first order (``create_graph=False``).
+Its surface: an ``nn.Sequential`` of an ``OrderedDict``, a forward over an explicit list of
+weights (``F.linear(x, w[i], w[i + 1])``), two inner steps of
+``torch.autograd.grad(loss, weights, create_graph=True)`` with fast weights
+``w - inner_lr * g`` (from the second step on, tensors of the graph, not leaves),
+``OrderedDict(model.named_parameters())`` rebuilt from ``zip(fast.items(), grads)``, the meta
+loss summed from ``0`` over tasks, and Adam on the meta-gradients; second order and first
+order (``create_graph=False``).
 
-The defects found: ``autograd.grad`` took gradients with respect to leaves (and
+The regressions guarded: ``autograd.grad`` took gradients with respect to leaves (and
 ``retain_grad()`` tensors) only; torch takes any tensor of the graph, so the second inner step
 failed. And it walked (and, without ``retain_graph``, consumed) the whole graph below its
 inputs, down to the leaves, where torch's engine stops at the inputs: first-order MAML
@@ -27,80 +28,78 @@ import retrograd as rg
 from real_ports import assert_records_agree, both
 
 MAML_SOURCE = """
-from collections import OrderedDict
-from torch.func import functional_call
+import collections
+from torch.func import functional_call as call_with
 
-class SineModel(nn.Module):
-    def __init__(self):
+class Regressor(nn.Module):
+    def __init__(self, hidden=8):
         super().__init__()
-        self.net = nn.Sequential(OrderedDict([
-            ('l1', nn.Linear(1, 16)),
-            ('relu1', nn.ReLU()),
-            ('l2', nn.Linear(16, 16)),
-            ('relu2', nn.ReLU()),
-            ('l3', nn.Linear(16, 1)),
+        self.net = nn.Sequential(collections.OrderedDict([
+            ("inp", nn.Linear(1, hidden)), ("act1", nn.Tanh()),
+            ("mid", nn.Linear(hidden, hidden)), ("act2", nn.Tanh()),
+            ("out", nn.Linear(hidden, 1)),
         ]))
+
     def forward(self, x):
         return self.net(x)
-    def argforward(self, x, weights):
-        x = F.linear(x, weights[0], weights[1])
-        x = F.relu(x)
-        x = F.linear(x, weights[2], weights[3])
-        x = F.relu(x)
-        x = F.linear(x, weights[4], weights[5])
-        return x
 
-def sample_task(rng, k):
-    amplitude = rng.uniform(0.1, 5.0)
-    phase = rng.uniform(0, np.pi)
-    xs = rng.uniform(-5, 5, (2 * k, 1))
-    ys = amplitude * np.sin(xs + phase)
-    x = torch.tensor(xs, dtype=torch.float64)
-    y = torch.tensor(ys, dtype=torch.float64)
-    return x[:k], y[:k], x[k:], y[k:]
+    def with_weights(self, x, w):
+        # the same network, its weights given as a list (inp.weight, inp.bias, mid..., out...)
+        for i in (0, 2):
+            x = torch.tanh(F.linear(x, w[i], w[i + 1]))
+        return F.linear(x, w[4], w[5])
 
-def maml_step(model, meta_optimizer, tasks, inner_lr, inner_steps, first_order, use_functional_call):
-    meta_loss = 0
-    for x_s, y_s, x_q, y_q in tasks:
-        if use_functional_call:
-            fast = OrderedDict(model.named_parameters())
-            for _ in range(inner_steps):
-                loss = F.mse_loss(functional_call(model, fast, (x_s,)), y_s)
-                grads = torch.autograd.grad(loss, fast.values(), create_graph=not first_order)
-                fast = OrderedDict((name, p - inner_lr * g) for ((name, p), g) in zip(fast.items(), grads))
-            meta_loss = meta_loss + F.mse_loss(functional_call(model, fast, (x_q,)), y_q)
-        else:
-            weights = list(model.parameters())
-            for _ in range(inner_steps):
-                loss = F.mse_loss(model.argforward(x_s, weights), y_s)
-                grads = torch.autograd.grad(loss, weights, create_graph=not first_order)
-                weights = [w - inner_lr * g for w, g in zip(weights, grads)]
-            meta_loss = meta_loss + F.mse_loss(model.argforward(x_q, weights), y_q)
-    meta_loss = meta_loss / len(tasks)
-    meta_optimizer.zero_grad()
-    meta_loss.backward()
-    meta_optimizer.step()
-    return meta_loss.item()
+def sine_task(rng, shots):
+    amp, phase = rng.uniform(0.5, 3.0), rng.uniform(0, np.pi)
+    xs = rng.uniform(-4, 4, (2 * shots, 1))
+    x = torch.tensor(xs, dtype=torch.double)
+    y = torch.tensor(amp * np.sin(xs + phase), dtype=torch.double)
+    return (x[:shots], y[:shots]), (x[shots:], y[shots:])  # support set, query set
 
-def main(state=None, first_order=False, use_functional_call=True, steps=3):
-    model = SineModel().double()
+def adapted_loss(model, support, query, lr, steps, first_order, functional):
+    (xs, ys), (xq, yq) = support, query
+    if functional:
+        fast = collections.OrderedDict(list(model.named_parameters()))
+        for _ in range(steps):
+            inner = F.mse_loss(call_with(model, fast, (xs,)), ys)
+            grads = torch.autograd.grad(inner, fast.values(), create_graph=not first_order)
+            stepped = ((name, w - lr * g) for (name, w), g in zip(fast.items(), grads))
+            fast = collections.OrderedDict(stepped)
+        return F.mse_loss(call_with(model, fast, (xq,)), yq)
+    weights = [w for w in model.parameters()]
+    for _ in range(steps):
+        inner = F.mse_loss(model.with_weights(xs, weights), ys)
+        grads = torch.autograd.grad(inner, weights, create_graph=not first_order)
+        weights = [w - lr * g for w, g in zip(weights, grads)]
+    return F.mse_loss(model.with_weights(xq, weights), yq)
+
+def main(state=None, first_order=False, functional=True, meta_steps=3):
+    model = Regressor().double()
     if state is not None:
         model.load_state_dict(state)
-    init = {k: np.array(v.numpy() if hasattr(v, 'numpy') else v, copy=True) for k, v in model.state_dict().items()}
-    meta_optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    rng = np.random.default_rng(0)
-    records = []
-    for step in range(steps):
-        tasks = [sample_task(rng, 5) for _ in range(3)]
-        records.append(maml_step(model, meta_optimizer, tasks, 0.01, 2, first_order, use_functional_call))
-        records.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
-    return init, records
+    start = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    meta_opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(7)
+    log = []
+    for _ in range(meta_steps):
+        tasks = [sine_task(rng, 4) for _ in range(2)]
+        meta_loss = 0
+        for support, query in tasks:
+            task_loss = adapted_loss(model, support, query, 0.02, 2, first_order, functional)
+            meta_loss = meta_loss + task_loss
+        meta_loss = meta_loss / float(len(tasks))
+        meta_opt.zero_grad()
+        meta_loss.backward()
+        meta_opt.step()
+        log.append(meta_loss.item())
+        log.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
+    return start, log
 """
 
 MAML_STEP = [
     (
-        "    meta_loss.backward()\n    meta_optimizer.step()",
-        "    meta_grads = meta_loss.backward()\n    meta_optimizer.step(meta_grads)",
+        "        meta_loss.backward()\n        meta_opt.step()",
+        "        meta_grads = meta_loss.backward()\n        meta_opt.step(meta_grads)",
     )
 ]
 
@@ -154,10 +153,10 @@ def test_maml_under_recomputing_checkpointing_strategies(strategy, first_order):
     need; the values below them stay for the meta backward under every strategy."""
     theirs, ours = both(MAML_SOURCE, MAML_STEP)
     torch.manual_seed(0)
-    initial, expected = theirs["main"](None, first_order, True, steps=2)
+    initial, expected = theirs["main"](None, first_order, True, meta_steps=2)
     checkpointing = (
         rg.BalancedCheckpointing() if strategy == "balanced" else rg.BudgetCheckpointing("1KB")
     )
     with rg.use_backend(rg.Autodiff(rg.current_backend().inner, checkpointing=checkpointing)):
-        _, got = ours["main"](initial, first_order, True, steps=2)
+        _, got = ours["main"](initial, first_order, True, meta_steps=2)
     assert_records_agree(got, expected, rtol=1e-9, atol=1e-11)

@@ -1,18 +1,16 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in the
+style of yunjey/pytorch-tutorial's image captioning (a CNN encoder feeding an LSTM decoder),
+with a small CNN for the ResNet, run under torch and, ported, under retrograd.
 
-- image captioning as yunjey/pytorch-tutorial writes it (``tutorials/03-advanced/
-  image_captioning``: ``model.py``, ``data_loader.py``'s ``collate_fn``, ``train.py``,
-  ``sample.py``), a small CNN for the ResNet: ``list(resnet.children())[:-1]`` into a new
-  ``nn.Sequential``, features under ``torch.no_grad()``, ``BatchNorm1d(momentum=0.01)``, the
-  ``collate_fn`` sorting by caption length and filling ``torch.zeros(...).long()`` row by row,
-  ``pack_padded_sequence(captions, lengths, batch_first=True)[0]`` as the targets, an LSTM
-  over a ``PackedSequence`` whose ``hiddens[0]`` feeds the classifier, Adam over the decoder
-  and the encoder's last layers only, ``zero_grad`` on both modules, the log line's
-  ``'{:.4f}'.format`` and ``np.exp(loss.item())``, and greedy ``sample`` with
-  ``outputs.max(1)`` and ``torch.stack(sampled_ids, 1)`` in eval mode.
+Its surface: ``list(cnn.children())[:-1]`` into a new ``nn.Sequential``, features under
+``torch.no_grad()``, ``BatchNorm1d(momentum=0.01)``, a collate function sorting by caption
+length and filling ``torch.zeros(...).long()`` row by row, ``pack_padded_sequence(captions,
+lengths, batch_first=True)[0]`` as the targets, an LSTM over a ``PackedSequence`` whose
+``[0]`` feeds the classifier, Adam over the decoder and the encoder's last layers only,
+``zero_grad`` on both modules, a log line by ``"{:.4f}".format`` with ``np.exp(loss.item())``,
+and greedy sampling with ``outputs.max(1)`` and ``torch.stack(ids, 1)`` in eval mode.
 
-It ran unchanged but for the gradient lines; ``random_split`` by fractions is checked beside
+It runs unchanged but for the gradient lines; ``random_split`` by fractions is checked beside
 it (its sizes and disjointness; the permutation is the library's own generator's).
 """
 
@@ -24,111 +22,101 @@ import torch
 import retrograd as rg
 from real_ports import assert_records_agree, both
 
-CAPTIONS_SOURCE = '''
-from torch.nn.utils.rnn import pack_padded_sequence
+CAPTIONS_SOURCE = """
+from torch.nn.utils import rnn as rnn_utils
 
-class EncoderCNN(nn.Module):
-    def __init__(self, embed_size):
-        """Load the pretrained ResNet-152 and replace top fc layer."""
-        super(EncoderCNN, self).__init__()
-        resnet = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d((1, 1)), nn.Linear(8, 8))
-        modules = list(resnet.children())[:-1]      # delete the last fc layer.
-        self.resnet = nn.Sequential(*modules)
-        self.linear = nn.Linear(8, embed_size)
-        self.bn = nn.BatchNorm1d(embed_size, momentum=0.01)
+class ImageFeatures(nn.Module):
+    def __init__(self, size):
+        super().__init__()
+        backbone = nn.Sequential(
+            nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(),
+            nn.AdaptiveAvgPool2d((1, 1)), nn.Linear(6, 6),
+        )
+        self.frozen = nn.Sequential(*list(backbone.children())[:-1])  # its classifier dropped
+        self.project = nn.Linear(6, size)
+        self.norm = nn.BatchNorm1d(size, momentum=0.01)
+
     def forward(self, images):
-        """Extract feature vectors from input images."""
-        with torch.no_grad():
-            features = self.resnet(images)
-        features = features.reshape(features.size(0), -1)
-        features = self.bn(self.linear(features))
-        return features
+        with torch.no_grad():  # the backbone is not trained
+            pooled = self.frozen(images)
+        return self.norm(self.project(pooled.reshape(pooled.size(0), -1)))
 
-class DecoderRNN(nn.Module):
-    def __init__(self, embed_size, hidden_size, vocab_size, num_layers, max_seq_length=20):
-        """Set the hyper-parameters and build the layers."""
-        super(DecoderRNN, self).__init__()
-        self.embed = nn.Embedding(vocab_size, embed_size)
-        self.lstm = nn.LSTM(embed_size, hidden_size, num_layers, batch_first=True)
-        self.linear = nn.Linear(hidden_size, vocab_size)
-        self.max_seg_length = max_seq_length
-    def forward(self, features, captions, lengths):
-        """Decode image feature vectors and generates captions."""
-        embeddings = self.embed(captions)
-        embeddings = torch.cat((features.unsqueeze(1), embeddings), 1)
-        packed = pack_padded_sequence(embeddings, lengths, batch_first=True)
-        hiddens, _ = self.lstm(packed)
-        outputs = self.linear(hiddens[0])
-        return outputs
-    def sample(self, features, states=None):
-        """Generate captions for given image features using greedy search."""
-        sampled_ids = []
-        inputs = features.unsqueeze(1)
-        for i in range(self.max_seg_length):
-            hiddens, states = self.lstm(inputs, states)          # hiddens: (batch_size, 1, hidden_size)
-            outputs = self.linear(hiddens.squeeze(1))            # outputs:  (batch_size, vocab_size)
-            _, predicted = outputs.max(1)                        # predicted: (batch_size)
-            sampled_ids.append(predicted)
-            inputs = self.embed(predicted)                       # inputs: (batch_size, embed_size)
-            inputs = inputs.unsqueeze(1)                         # inputs: (batch_size, 1, embed_size)
-        sampled_ids = torch.stack(sampled_ids, 1)                # sampled_ids: (batch_size, max_seq_length)
-        return sampled_ids
+class CaptionLSTM(nn.Module):
+    def __init__(self, size, hidden, vocab, layers, longest=20):
+        super().__init__()
+        self.words = nn.Embedding(vocab, size)
+        self.lstm = nn.LSTM(size, hidden, layers, batch_first=True)
+        self.scores = nn.Linear(hidden, vocab)
+        self.longest = longest
 
-def collate_fn(data):
-    data.sort(key=lambda x: len(x[1]), reverse=True)
-    images, captions = zip(*data)
-    images = torch.stack(images, 0)
-    lengths = [len(cap) for cap in captions]
-    targets = torch.zeros(len(captions), max(lengths)).long()
-    for i, cap in enumerate(captions):
-        end = lengths[i]
-        targets[i, :end] = cap[:end]
-    return images, targets, lengths
+    def forward(self, image_vec, captions, lengths):
+        # the image is the first "word" of every caption
+        steps = torch.cat((image_vec.unsqueeze(1), self.words(captions)), 1)
+        packed_out, _ = self.lstm(rnn_utils.pack_padded_sequence(steps, lengths, batch_first=True))
+        return self.scores(packed_out[0])
 
-def main(samples, state=None):
-    encoder = EncoderCNN(6)
-    decoder = DecoderRNN(6, 10, 12, 2, max_seq_length=5)
+    def greedy(self, image_vec, state=None):
+        picked, step_in = [], image_vec.unsqueeze(1)
+        for _ in range(self.longest):
+            out, state = self.lstm(step_in, state)
+            _, best = self.scores(out.squeeze(1)).max(1)
+            picked.append(best)
+            step_in = self.words(best).unsqueeze(1)
+        return torch.stack(picked, 1)
+
+def batch_of(pairs):
+    pairs.sort(key=lambda pair: len(pair[1]), reverse=True)  # packing wants the longest first
+    images, captions = zip(*pairs)
+    lengths = [len(c) for c in captions]
+    padded = torch.zeros(len(captions), max(lengths)).long()
+    for row, c in enumerate(captions):
+        padded[row, :lengths[row]] = c[:lengths[row]]
+    return torch.stack(images, 0), padded, lengths
+
+def main(pairs, state=None):
+    encoder, decoder = ImageFeatures(5), CaptionLSTM(5, 8, 10, 2, longest=4)
     if state is not None:
-        encoder.load_state_dict(state[0]); decoder.load_state_dict(state[1])
-    init = tuple({k: np.array(v.numpy() if hasattr(v, 'numpy') else v, copy=True) for k, v in m.state_dict().items()} for m in (encoder, decoder))
-    criterion = nn.CrossEntropyLoss()
-    params = list(decoder.parameters()) + list(encoder.linear.parameters()) + list(encoder.bn.parameters())
-    optimizer = torch.optim.Adam(params, lr=1e-3)
-    data_loader = [collate_fn(list(samples[i:i + 3])) for i in range(0, len(samples), 3)]
-    total_step = len(data_loader)
-    records = []
+        encoder.load_state_dict(state[0])
+        decoder.load_state_dict(state[1])
+    start = tuple(
+        {k: v.numpy().copy() for k, v in m.state_dict().items()} for m in (encoder, decoder)
+    )
+    loss_fn = nn.CrossEntropyLoss()
+    trained = list(decoder.parameters())
+    trained += list(encoder.project.parameters()) + list(encoder.norm.parameters())
+    opt = torch.optim.Adam(trained, lr=1e-3)
+    batches = [batch_of(list(pairs[i:i + 3])) for i in range(0, len(pairs), 3)]
+    log = []
     for epoch in range(2):
-        for i, (images, captions, lengths) in enumerate(data_loader):
-            targets = pack_padded_sequence(captions, lengths, batch_first=True)[0]
-            features = encoder(images)
-            outputs = decoder(features, captions, lengths)
-            loss = criterion(outputs, targets)
+        for i, (images, captions, lengths) in enumerate(batches):
+            targets = rnn_utils.pack_padded_sequence(captions, lengths, batch_first=True)[0]
+            loss = loss_fn(decoder(encoder(images), captions, lengths), targets)
             decoder.zero_grad()
             encoder.zero_grad()
             loss.backward()
-            optimizer.step()
-            records.append('Epoch [{}/{}], Step [{}/{}], Loss: {:.4f}, Perplexity: {:5.4f}'.format(epoch, 2, i, total_step, loss.item(), np.exp(loss.item())))
-            records.append(loss.item())
+            opt.step()
+            line = "epoch {} batch {}/{}: loss {:.4f}, perplexity {:.4f}"
+            log.append(line.format(epoch, i, len(batches), loss.item(), np.exp(loss.item())))
+            log.append(loss.item())
     encoder.eval()
-    feature = encoder(data_loader[0][0])
-    sampled_ids = decoder.sample(feature)
-    records.append(sampled_ids.tolist())
-    records.append({n: p.detach().numpy().copy() for n, p in list(encoder.named_parameters()) + list(decoder.named_parameters())})
-    return init, records
-'''
+    log.append(decoder.greedy(encoder(batches[0][0])).tolist())
+    named = list(encoder.named_parameters()) + list(decoder.named_parameters())
+    log.append({n: p.detach().numpy().copy() for n, p in named})
+    return start, log
+"""
 
 CAPTIONS_STEP = [
     (
-        "            loss.backward()\n            optimizer.step()",
-        "            grads = loss.backward()\n            optimizer.step(grads)",
+        "            loss.backward()\n            opt.step()",
+        "            grads = loss.backward()\n            opt.step(grads)",
     )
 ]
 
 
-def test_yunjey_image_captioning_matches_torch():
+def test_cnn_lstm_image_captioning_matches_torch():
     rng = np.random.default_rng(0)
     raw = [
-        (rng.standard_normal((3, 6, 6)), rng.integers(1, 12, rng.integers(2, 6))) for _ in range(6)
+        (rng.standard_normal((3, 5, 5)), rng.integers(1, 10, rng.integers(2, 5))) for _ in range(6)
     ]
     theirs, ours = both(CAPTIONS_SOURCE, CAPTIONS_STEP)
     records, initial = [], None
@@ -140,7 +128,9 @@ def test_yunjey_image_captioning_matches_torch():
     logs = [[r for r in out if isinstance(r, str)] for out in records]
     assert logs[1] == logs[0]  # the training log's lines, to four decimals
     numbers = [[r for r in out if not isinstance(r, str)] for out in records]
-    assert_records_agree(numbers[1], numbers[0], rtol=1e-5, atol=1e-6)
+    # the projection's bias shifts each feature before a batch norm in training mode, which
+    # takes the shift out again: its true gradient is zero and Adam's steps follow the rounding
+    assert_records_agree(numbers[1], numbers[0], rtol=1e-5, atol=1e-6, skip={"project.bias"})
 
 
 def test_random_split_by_fractions_as_torch_sizes_them():

@@ -1,20 +1,21 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): programs written here in the
+style of the PyTorch FGSM tutorial and of Grad-CAM as it is commonly written, on a small digit
+net, run under torch and, ported, under retrograd from the same weights.
 
-- the FGSM tutorial (pytorch/tutorials ``beginner_source/fgsm_tutorial.py``), on a smaller
-  MNIST net: ``data.requires_grad = True`` on an input, ``output.max(1, keepdim=True)[1]``
-  compared by ``.item()``, ``data.grad.data``, ``denorm`` through ``view(1, -1, 1, 1)`` of
-  list-made tensors, ``sign()``, ``torch.clamp(x, 0, 1)``, a normalization applied to the
-  perturbed batch, adversarial examples kept as ``squeeze().detach().cpu().numpy()``;
-- Grad-CAM as it is commonly written: ``register_forward_hook`` and
-  ``register_full_backward_hook`` on a conv layer saving ``output.detach()`` and
-  ``grad_output[0].detach()``, ``torch.zeros_like(output).scatter_(1, idx.unsqueeze(1), 1.0)``
-  seeding ``output.backward(gradient=one_hot, retain_graph=True)``, channel weights by
+- A fast-gradient-sign attack: ``x.requires_grad = True`` on an input,
+  ``out.max(1, keepdim=True)[1]`` compared by ``.item()``, ``x.grad.data``, un-normalizing
+  through ``view(1, -1, 1, 1)`` of tensors made from lists, ``sign()``,
+  ``torch.clamp(x, 0, 1)``, the normalization applied again to the perturbed batch, and
+  adversarial examples kept as ``squeeze().detach().cpu().numpy()``;
+- Grad-CAM: ``register_forward_hook`` and ``register_full_backward_hook`` on a conv layer
+  keeping ``output.detach()`` and ``grad_output[0].detach()``,
+  ``torch.zeros_like(out).scatter_(1, idx.unsqueeze(1), 1.0)`` seeding
+  ``out.backward(gradient=seed, retain_graph=True)``, channel weights by
   ``mean(dim=(2, 3), keepdim=True)``, ``F.interpolate(mode="bilinear")`` to the input size,
   min-max normalization by ``amin``/``amax`` over two dims, and the hooks' ``remove()``.
 
-The defect found: ``Tensor.backward`` did not take torch's keyword ``gradient=`` for its seed
-(only retrograd's ``grad``).
+The regression guarded: ``Tensor.backward`` did not take torch's keyword ``gradient=`` for its
+seed (only retrograd's ``grad``).
 """
 
 from __future__ import annotations
@@ -27,155 +28,129 @@ import retrograd as rg
 from real_ports import both
 
 ATTACKS_SOURCE = """
-class Net(nn.Module):
-    def __init__(self):
-        super(Net, self).__init__()
-        self.conv1 = nn.Conv2d(1, 4, 3, 1)
-        self.conv2 = nn.Conv2d(4, 8, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.fc1 = nn.Linear(8 * 5 * 5, 16)
-        self.fc2 = nn.Linear(16, 10)
-    def forward(self, x):
-        x = self.conv1(x)
-        x = F.relu(x)
-        x = self.conv2(x)
-        x = F.relu(x)
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.fc2(x)
-        output = F.log_softmax(x, dim=1)
-        return output
-
-def denorm(batch, mean=[0.1307], std=[0.3081]):
-    if isinstance(mean, list):
-        mean = torch.tensor(mean).to(device)
-    if isinstance(std, list):
-        std = torch.tensor(std).to(device)
-    return batch * std.view(1, -1, 1, 1) + mean.view(1, -1, 1, 1)
-
-def fgsm_attack(image, epsilon, data_grad):
-    sign_data_grad = data_grad.sign()
-    perturbed_image = image + epsilon*sign_data_grad
-    perturbed_image = torch.clamp(perturbed_image, 0, 1)
-    return perturbed_image
-
-class Normalize:
-    def __init__(self, mean, std):
-        self.mean, self.std = mean, std
-    def __call__(self, x):
-        return (x - self.mean[0]) / self.std[0]
-
+MEAN, STD = [0.13], [0.31]
 device = "cpu"
 
-def test( model, device, test_loader, epsilon ):
-    correct = 0
-    adv_examples = []
-    records = []
-    for data, target in test_loader:
-        data, target = data.to(device), target.to(device)
-        data.requires_grad = True
-        output = model(data)
-        init_pred = output.max(1, keepdim=True)[1] # get the index of the max log-probability
-        if init_pred.item() != target.item():
-            records.append(-1)
+class DigitNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Conv2d(1, 3, 3)
+        self.more = nn.Conv2d(3, 6, 3)
+        self.drop = nn.Dropout(0.25)
+        self.hidden = nn.Linear(6 * 4 * 4, 12)
+        self.classes = nn.Linear(12, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.more(F.relu(self.features(x)))), 2)
+        x = F.relu(self.hidden(torch.flatten(self.drop(x), 1)))
+        return F.log_softmax(self.classes(x), dim=1)
+
+def unnormalize(batch, mean=MEAN, std=STD):
+    # back to [0, 1] pixels; mean and std per channel, given as lists
+    mean = torch.tensor(mean).to(device) if isinstance(mean, list) else mean
+    std = torch.tensor(std).to(device) if isinstance(std, list) else std
+    return std.view(1, -1, 1, 1) * batch + mean.view(1, -1, 1, 1)
+
+def normalize(pixels):
+    return (pixels - MEAN[0]) / STD[0]
+
+def sign_step(pixels, eps, grad):
+    return torch.clamp(pixels + eps * grad.sign(), 0, 1)
+
+def attack(model, loader, eps):
+    kept, log, survived = [], [], 0
+    for x, label in loader:
+        x, label = x.to(device), label.to(device)
+        x.requires_grad = True
+        out = model(x)
+        before = out.max(1, keepdim=True)[1]
+        if before.item() != label.item():
+            log.append(-1)  # already wrong: nothing to attack
             continue
-        loss = F.nll_loss(output, target)
+        loss = F.nll_loss(out, label)
         model.zero_grad()
         loss.backward()
-        data_grad = data.grad.data
-        data_denorm = denorm(data)
-        perturbed_data = fgsm_attack(data_denorm, epsilon, data_grad)
-        perturbed_data_normalized = Normalize((0.1307,), (0.3081,))(perturbed_data)
-        output = model(perturbed_data_normalized)
-        final_pred = output.max(1, keepdim=True)[1] # get the index of the max log-probability
-        records.append(perturbed_data.detach().numpy())
-        if final_pred.item() == target.item():
-            correct += 1
-            if epsilon == 0 and len(adv_examples) < 5:
-                adv_ex = perturbed_data.squeeze().detach().cpu().numpy()
-                adv_examples.append( (init_pred.item(), final_pred.item(), adv_ex) )
-        else:
-            if len(adv_examples) < 5:
-                adv_ex = perturbed_data.squeeze().detach().cpu().numpy()
-                adv_examples.append( (init_pred.item(), final_pred.item(), adv_ex) )
-    final_acc = correct/float(len(test_loader))
-    records.append(final_acc)
-    records.append([a[:2] for a in adv_examples])
-    return records
+        moved = sign_step(unnormalize(x), eps, x.grad.data)
+        after = model(normalize(moved)).max(1, keepdim=True)[1]
+        log.append(moved.detach().numpy())
+        if after.item() == label.item():
+            survived += 1
+        elif len(kept) < 4:
+            kept.append((before.item(), after.item(), moved.squeeze().detach().cpu().numpy()))
+    log.append(survived / float(len(loader)))
+    log.append([list(example[:2]) for example in kept])
+    return log
 
-class GradCAM:
-    def __init__(self, model, target_layer):
-        self.model = model
-        self.gradients = None
-        self.activations = None
-        self.handles = [
-            target_layer.register_forward_hook(self.save_activation),
-            target_layer.register_full_backward_hook(self.save_gradient),
+class ClassActivationMap:
+    def __init__(self, model, layer):
+        self.model, self.acts, self.grads = model, None, None
+        self.hooks = [
+            layer.register_forward_hook(self.keep_acts),
+            layer.register_full_backward_hook(self.keep_grads),
         ]
-    def save_activation(self, module, input, output):
-        self.activations = output.detach()
-    def save_gradient(self, module, grad_input, grad_output):
-        self.gradients = grad_output[0].detach()
-    def remove(self):
-        for h in self.handles:
-            h.remove()
-    def __call__(self, x, class_idx=None):
+
+    def keep_acts(self, module, inputs, output):
+        self.acts = output.detach()
+
+    def keep_grads(self, module, grad_in, grad_out):
+        self.grads = grad_out[0].detach()
+
+    def close(self):
+        for hook in self.hooks:
+            hook.remove()
+
+    def __call__(self, x, target=None):
         self.model.eval()
-        output = self.model(x)
-        if class_idx is None:
-            class_idx = output.argmax(dim=1)
+        out = self.model(x)
+        target = out.argmax(dim=1) if target is None else target
         self.model.zero_grad()
-        one_hot = torch.zeros_like(output)
-        one_hot.scatter_(1, class_idx.unsqueeze(1), 1.0)
-        output.backward(gradient=one_hot, retain_graph=True)
-        weights = self.gradients.mean(dim=(2, 3), keepdim=True)
-        cam = F.relu((weights * self.activations).sum(dim=1, keepdim=True))
-        cam = F.interpolate(cam, size=x.shape[2:], mode="bilinear", align_corners=False)
-        cam = cam - cam.amin(dim=(2, 3), keepdim=True)
-        cam = cam / (cam.amax(dim=(2, 3), keepdim=True) + 1e-8)
-        return cam, class_idx
+        seed = torch.zeros_like(out).scatter_(1, target.unsqueeze(1), 1.0)
+        out.backward(gradient=seed, retain_graph=True)
+        channel_weights = self.grads.mean(dim=(2, 3), keepdim=True)
+        heat = F.relu((channel_weights * self.acts).sum(dim=1, keepdim=True))
+        heat = F.interpolate(heat, size=x.shape[2:], mode="bilinear", align_corners=False)
+        heat = heat - heat.amin(dim=(2, 3), keepdim=True)
+        return heat / (heat.amax(dim=(2, 3), keepdim=True) + 1e-8), target
 """
 
 ATTACKS_STEP = [
     (
-        "        model.zero_grad()\n        loss.backward()\n        data_grad = data.grad.data",
-        "        model.zero_grad()\n        grads = loss.backward()\n        data_grad = data.grad(grads).data",
+        "        loss.backward()\n        moved = sign_step(unnormalize(x), eps, x.grad.data)",
+        "        grads = loss.backward()\n"
+        "        moved = sign_step(unnormalize(x), eps, x.grad(grads).data)",
     ),
     (
-        "        output.backward(gradient=one_hot, retain_graph=True)",
-        "        grads = output.backward(gradient=one_hot, retain_graph=True)",
+        "        out.backward(gradient=seed, retain_graph=True)",
+        "        grads = out.backward(gradient=seed, retain_graph=True)",
     ),
 ]
 
 
 def _run(lib, names, initial, images):
     torch.manual_seed(0)
-    model = names["Net"]().double()
+    model = names["DigitNet"]().double()
     if initial is None:
         initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     else:
         model.load_state_dict(initial)
     model.eval()
-    normalized = (images - 0.1307) / 0.3081
+    normalized = (images - 0.13) / 0.31
     with lib.no_grad():
         predicted = model(lib.tensor(normalized)).argmax(1).numpy().copy()
     predicted[::3] = (predicted[::3] + 1) % 10  # a third misclassified from the start
     loader = [
         (lib.tensor(normalized[i : i + 1]), lib.tensor(predicted[i : i + 1])) for i in range(6)
     ]
-    records = names["test"](model, "cpu", loader, 0.1)
-    cam = names["GradCAM"](model, model.conv2)
+    records = names["attack"](model, loader, 0.1)
+    cam = names["ClassActivationMap"](model, model.more)
     heat, index = cam(lib.tensor(normalized[:3]))
-    cam.remove()
+    cam.close()
     return initial, [*records, heat.detach().numpy(), index.numpy()]
 
 
 def test_fgsm_and_grad_cam_match_torch():
     theirs, ours = both(ATTACKS_SOURCE, ATTACKS_STEP)
-    images = np.random.default_rng(0).random((6, 1, 14, 14))
+    images = np.random.default_rng(0).random((6, 1, 12, 12))
     initial, expected = _run(torch, theirs, None, images)
     _, got = _run(rg, ours, initial, images)
     assert len(got) == len(expected)
