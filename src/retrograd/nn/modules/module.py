@@ -126,6 +126,58 @@ def _missing_by_kind(missing: list[str], own: dict[str, Tensor], parameters: set
     return ", ".join(listed) or "missing no keys"
 
 
+
+def _run_load_steps(
+    walk: list[tuple[str, Module]],
+    steps: dict[str, list[Any]],
+    state: collections.OrderedDict,
+    metadata: Mapping[str, Any],
+    assign: bool,
+    lists: tuple[list[str], list[str], list[str]],
+) -> collections.OrderedDict:
+    """torch's ``load`` recursion for the modules that override ``_load_from_state_dict`` or
+    have load pre-hooks: each module's step sees (and may edit) its own view of the state,
+    the keys under its prefix copied from its parent's view after the parent's step, as
+    torch's ``child_state_dict``; ``strict`` is always ``True`` there, as torch passes it.
+    Returns the state the checked pass loads: each key as the deepest module whose prefix
+    it is under left it (a key a step dropped or renamed is gone, as it is from what that
+    module and its children load in torch)."""
+    missing, unexpected, errors = lists
+    views: dict[str, dict[str, Any]] = {}
+    for prefix, module in walk:
+        dotted = f"{prefix}." if prefix else ""
+        if not prefix:
+            view: dict[str, Any] = state
+        else:
+            parent = views[prefix.rpartition(".")[0]]
+            view = {key: value for key, value in parent.items() if key.startswith(dotted)}
+        views[prefix] = view
+        local_metadata = dict(metadata.get(prefix, {}))
+        if assign:
+            local_metadata["assign_to_params_buffers"] = assign
+        for call in steps[prefix]:
+            call(module, view, dotted, local_metadata, True, missing, unexpected, errors)
+
+    def owner(key: str) -> str:
+        """The deepest module prefix ``key`` lies under ("" for the root)."""
+        found, path = "", ""
+        for part in key.split(".")[:-1]:
+            path = f"{path}.{part}" if path else part
+            if path not in views:
+                break
+            found = path
+        return found
+
+    merged = collections.OrderedDict()
+    for prefix, view in views.items():
+        for key, value in view.items():
+            if owner(key) == prefix:
+                merged[key] = value
+    found_metadata = getattr(state, "_metadata", None)
+    if found_metadata is not None:
+        merged._metadata = found_metadata  # type: ignore[attr-defined]
+    return merged
+
 def _size_mismatches(
     state: Mapping[str, Any], own: dict[str, Tensor]
 ) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
@@ -321,7 +373,7 @@ class Module:
         BatchNorm's running mean a trained parameter)."""
         if not isinstance(name, str) or not name or "." in name:
             # torch's KeyError for a str (KeyMismatchError is one), its TypeError otherwise
-            error = KeyMismatchError if isinstance(name, str) else InvalidArgumentError
+            error = KeyMismatchError if isinstance(name, str) else DTypeError
             raise error(f"{op}: invalid name {name!r} (a non-empty str without '.')")
         for other, label in _REGISTRIES.items():
             if other != kind and name in self.__dict__[other]:
@@ -971,22 +1023,17 @@ class Module:
         errors: list[str] = []
         post_hooks = False
         # (a module reachable under several names is loaded under each, as torch's is)
-        for prefix, module in list(self.named_modules(remove_duplicate=False)):
+        walk = list(self.named_modules(remove_duplicate=False))
+        steps = {}
+        for prefix, module in walk:
             post_hooks = post_hooks or bool(state_hooks(module, "load_state_dict_post"))
             step = [hook for hook, _ in state_hooks(module, "load_state_dict_pre")]
             if type(module)._load_from_state_dict is not Module._load_from_state_dict:
                 step.append(type(module)._load_from_state_dict)
-            for call in step:
-                call(
-                    module,
-                    state,
-                    f"{prefix}." if prefix else "",
-                    dict(metadata.get(prefix, {})),
-                    strict,
-                    added_missing,
-                    added_unexpected,
-                    errors,
-                )
+            steps[prefix] = step
+        if any(steps.values()):
+            lists = (added_missing, added_unexpected, errors)
+            state = _run_load_steps(walk, steps, state, metadata, assign, lists)
         if errors:
             raise KeyMismatchError(f"load_state_dict: {'; '.join(map(str, errors))}")
         for prefix, module in list(self.named_modules()):  # lazy layers take the state's sizes
