@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.utils.prune  # (torch's submodule: not imported by torch.nn.utils)
 
 import retrograd as rg
 
@@ -75,7 +76,7 @@ def test_a_key_a_child_step_drops_is_not_loaded_nor_unexpected():
     for lib in (torch, rg):
 
         class Dropping(lib.nn.Module):
-            def __init__(self):
+            def __init__(self, lib=lib):
                 super().__init__()
                 self.l = _linear(lib, 2, 2, 0)
 
@@ -131,3 +132,102 @@ def test_update_with_a_pair_of_the_wrong_length_is_a_value_error(container):
             getattr(lib.nn, container)().update([("a",)])
         with pytest.raises(TypeError):
             getattr(lib.nn, container)().update([3])
+
+
+# -- load_state_dict(assign=True) of integer values into a Parameter that requires grad ------------
+def test_assigning_integer_values_to_a_trained_parameter_is_refused_as_torch():
+    """torch refuses (an integer tensor cannot require grad); ours made an int64 Parameter
+    that requires grad, and left the layer unusable for training."""
+    for lib in (torch, rg):
+        layer = lib.nn.Linear(2, 2)
+        state = dict(layer.state_dict())
+        state["bias"] = lib.tensor([1, 2])
+        with pytest.raises(RuntimeError, match="floating point and complex dtype"):
+            layer.load_state_dict(state, assign=True)
+        assert layer.bias.dtype == lib.float32 and layer.bias.requires_grad
+        layer.requires_grad_(False)  # a frozen Parameter takes the state's dtype in both
+        layer.load_state_dict(state, assign=True)
+        assert layer.bias.dtype == lib.int64
+
+
+# -- the hook form of spectral norm on a 1-d tensor ------------------------------------------------
+def test_hook_spectral_norm_of_a_bias_matches_torch():
+    """torch reads a 1-d tensor as a column (``reshape(height, -1)``); ours failed in
+    ``flatten(1)``."""
+    outputs = {}
+    drawn = {}
+    x = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    for lib in (torch, rg):
+        torch.manual_seed(0)
+        layer = _linear(lib, 3, 3, 1)
+        lib.nn.utils.spectral_norm(layer, "bias", n_power_iterations=2)
+        if lib is torch:
+            drawn = {n: b.numpy().copy() for n, b in layer.named_buffers()}
+        else:
+            with rg.no_grad():
+                for n, b in layer.named_buffers():
+                    b.copy_(rg.tensor(drawn[n]))
+        train = _values(layer(lib.tensor(x)))
+        layer.eval()
+        outputs[lib.__name__] = (
+            sorted(layer.state_dict()),
+            [tuple(b.shape) for _, b in layer.named_buffers()],
+            train,
+            _values(layer(lib.tensor(x))),
+        )
+    want, got = outputs["torch"], outputs["retrograd"]
+    assert got[:2] == want[:2] == (["bias_orig", "bias_u", "bias_v", "weight"], [(3,), (1,)])
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[3], want[3], rtol=1e-5, atol=1e-6)
+
+
+# -- reparametrizing what is not a registered Parameter: torch's error classes ---------------------
+def _prepared(lib, state):
+    layer = lib.nn.Linear(2, 2)
+    layer.register_buffer("buf", lib.ones(2))
+    if state == "none":
+        layer.register_parameter("bias", None)
+    elif state == "weight_norm":
+        lib.nn.utils.weight_norm(layer)
+    elif state == "pruned":
+        lib.nn.utils.prune.l1_unstructured(layer, "weight", 1)
+    elif state == "parametrized":
+        lib.nn.utils.parametrizations.weight_norm(layer)
+    return layer
+
+
+@pytest.mark.parametrize(
+    ("state", "call", "name", "error"),
+    [
+        ("plain", "prune", "buf", TypeError),
+        ("none", "prune", "bias", TypeError),
+        ("weight_norm", "prune", "weight", TypeError),
+        ("parametrized", "prune", "weight", TypeError),
+        ("plain", "weight_norm", "buf", KeyError),
+        ("plain", "weight_norm", "nope", AttributeError),
+        ("none", "weight_norm", "bias", TypeError),
+        ("pruned", "weight_norm", "weight", KeyError),
+        ("plain", "spectral_norm", "nope", KeyError),
+        ("none", "spectral_norm", "bias", ValueError),
+        ("parametrized", "spectral_norm", "weight", KeyError),
+        ("none", "parametrizations.weight_norm", "bias", AttributeError),
+    ],
+)
+def test_reparametrizing_what_is_no_parameter_raises_torchs_class(state, call, name, error):
+    def apply(lib, layer):
+        utils = lib.nn.utils
+        if call == "prune":
+            utils.prune.l1_unstructured(layer, name, amount=1)
+        elif call == "parametrizations.weight_norm":
+            utils.parametrizations.weight_norm(layer, name)
+        else:
+            getattr(utils, call)(layer, name)
+
+    with pytest.raises(error):
+        apply(torch, _prepared(torch, state))
+    layer = _prepared(rg, state)
+    before = sorted(n for n, _ in layer.named_parameters())
+    with pytest.raises(error) as caught:
+        apply(rg, layer)
+    assert isinstance(caught.value, rg.RetrogradError)
+    assert sorted(n for n, _ in layer.named_parameters()) == before

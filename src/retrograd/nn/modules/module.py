@@ -126,7 +126,6 @@ def _missing_by_kind(missing: list[str], own: dict[str, Tensor], parameters: set
     return ", ".join(listed) or "missing no keys"
 
 
-
 def _run_load_steps(
     walk: list[tuple[str, Module]],
     steps: dict[str, list[Any]],
@@ -177,6 +176,7 @@ def _run_load_steps(
     if found_metadata is not None:
         merged._metadata = found_metadata  # type: ignore[attr-defined]
     return merged
+
 
 def _size_mismatches(
     state: Mapping[str, Any], own: dict[str, Tensor]
@@ -1109,6 +1109,21 @@ class Module:
                     f"the state has {list(array.shape)}. {said}"
                 )
             dtype = _state_dtype(state[name], current.dtype) if assign else current.dtype
+            if (
+                assign
+                and isinstance(current, Parameter)
+                and current.requires_grad
+                and dtype not in GRAD_DTYPES
+            ):  # torch's refusal: the assigned tensor would be a Parameter requiring grad
+                raise StateValueTypeError(
+                    f"load_state_dict(assign=True): {name!r} is a Parameter that requires grad, "
+                    f"the state has {dtype} values. Error(s) in loading state_dict for "
+                    f'{type(self).__name__}: While copying the parameter named "{name}", '
+                    f"whose dimensions in the model are {Size(current.size())} and whose "
+                    f"dimensions in the checkpoint are {Size(array.shape)}, an exception "
+                    "occurred : ('Only Tensors of floating point and complex dtype can require "
+                    "gradients',)."
+                )
             device = current.device
             if assign and device.kind == "meta":
                 device = _materialized_device(state[name], current)
