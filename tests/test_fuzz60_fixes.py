@@ -231,3 +231,26 @@ def test_reparametrizing_what_is_no_parameter_raises_torchs_class(state, call, n
         apply(rg, layer)
     assert isinstance(caught.value, rg.RetrogradError)
     assert sorted(n for n, _ in layer.named_parameters()) == before
+
+
+# -- Module.type casts every tensor, integer buffers too ------------------------------------------
+@pytest.mark.parametrize("frozen", [False, True])
+@pytest.mark.parametrize("target", ["float64", "int32"])
+def test_module_type_casts_every_parameter_and_buffer_as_torch(target, frozen):
+    """torch's ``Module.type`` is ``_apply(t.type(dst))`` on every tensor (batch norm's
+    ``num_batches_tracked`` becomes float64 too); ours kept integer buffers as ``to`` does."""
+    results = {}
+    for lib in (torch, rg):
+        model = lib.nn.Sequential(_linear(lib, 3, 2, 0), lib.nn.BatchNorm1d(3))
+        model.requires_grad_(not frozen)
+        try:
+            model.type(getattr(lib, target))
+        except (RuntimeError, TypeError) as error:
+            results[lib.__name__] = (
+                "raise",
+                isinstance(error, TypeError if lib is rg else Exception),
+            )
+            continue
+        dtypes = [(k, str(v.dtype).rpartition(".")[2]) for k, v in model.state_dict().items()]
+        results[lib.__name__] = (dtypes, [p.requires_grad for p in model.parameters()])
+    assert results["retrograd"] == results["torch"]

@@ -705,10 +705,28 @@ class Module:
         return self.to(Device("cuda", index))
 
     def type(self, dst_type: Any) -> Module:
-        """Floating parameters and buffers cast to ``dst_type``; returns self."""
+        """Every parameter and buffer cast to ``dst_type``, as torch's (integer buffers such
+        as batch norm's ``num_batches_tracked`` too, unlike :meth:`to`); returns self. A
+        parameter that requires grad cannot become an integer one (torch's refusal too)."""
         from ...tensor.dtypes import legacy_type_dtype
 
-        return self.to(legacy_type_dtype(dst_type))
+        dtype = legacy_type_dtype(dst_type)
+        if dtype not in GRAD_DTYPES:
+            trained = [name for name, p in self.named_parameters() if p.requires_grad]
+            if trained:
+                raise DTypeError(
+                    f"Module.type: parameters that require grad must be floating point or "
+                    f"complex, so {trained[0]!r} cannot become {dtype} (freeze it with "
+                    "requires_grad_(False) first)"
+                )
+        for parameter in self.parameters():
+            if parameter.dtype != dtype:
+                assign(parameter, parameter.detach().cast(dtype), "Module.type", keep_dtype=False)
+        for module in self.modules():
+            for name, buffer in module._buffers.items():
+                if buffer is not None and buffer.dtype != dtype:
+                    module._buffers[name] = _untracked(buffer).cast(dtype)
+        return self
 
     def share_memory(self) -> NoReturn:
         """Refused: tensors are not shared between processes (:func:`.no_shared_memory`), and
