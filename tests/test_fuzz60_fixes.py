@@ -254,3 +254,27 @@ def test_module_type_casts_every_parameter_and_buffer_as_torch(target, frozen):
         dtypes = [(k, str(v.dtype).rpartition(".")[2]) for k, v in model.state_dict().items()]
         results[lib.__name__] = (dtypes, [p.requires_grad for p in model.parameters()])
     assert results["retrograd"] == results["torch"]
+
+
+# -- functional_call with a parametrized tensor's name ---------------------------------------------
+def test_functional_call_of_a_parametrized_name_leaves_the_module_as_it_was():
+    """torch sets ``weight`` through the parametrization for the call and sets it back after;
+    ours set it and never set it back, so every later call of the module used the given
+    weight."""
+    import torch.func
+
+    x = np.random.default_rng(4).standard_normal((2, 3)).astype(np.float32)
+    given = (np.eye(3) * 2).astype(np.float32)
+    outputs = {}
+    for lib in (torch, rg):
+        layer = _linear(lib, 3, 3, 2)
+        lib.nn.utils.parametrizations.weight_norm(layer)
+        before = [_values(p).copy() for p in layer.parameters()]
+        call = torch.func.functional_call if lib is torch else rg.func.functional_call
+        during = _values(call(layer, {"weight": lib.tensor(given)}, (lib.tensor(x),)))
+        after = _values(layer(lib.tensor(x)))
+        for old, p in zip(before, layer.parameters()):
+            np.testing.assert_allclose(_values(p), old, rtol=1e-6, atol=1e-6)
+        outputs[lib.__name__] = (during, after)
+    for got, want in zip(outputs["retrograd"], outputs["torch"]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
