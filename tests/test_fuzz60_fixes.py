@@ -278,3 +278,18 @@ def test_functional_call_of_a_parametrized_name_leaves_the_module_as_it_was():
         outputs[lib.__name__] = (during, after)
     for got, want in zip(outputs["retrograd"], outputs["torch"]):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# -- load_state_dict of values that are no tensor --------------------------------------------------
+@pytest.mark.parametrize("value", [[[1.0, 2.0], [3.0, 4.0]], (1.0, 2.0), 2.5, True])
+def test_a_state_value_of_python_numbers_is_refused_as_torch(value):
+    """torch wants a tensor (or a tensor-like) for every entry; ours read nested lists and
+    numbers as arrays and loaded them."""
+    for lib in (torch, rg):
+        layer = lib.nn.Linear(2, 2)
+        before = _values(layer.weight).copy()
+        state = dict(layer.state_dict())
+        state["weight"] = value
+        with pytest.raises(RuntimeError, match=r"expected torch\.Tensor or Tensor-like object"):
+            layer.load_state_dict(state)
+        np.testing.assert_array_equal(_values(layer.weight), before)

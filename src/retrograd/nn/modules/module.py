@@ -1088,6 +1088,16 @@ class Module:
             if name not in state:
                 continue
             unread = ""
+            value = state[name]
+            if isinstance(value, list | tuple | int | float | complex):
+                # torch's refusal: nested lists or a number are no tensor
+                raise StateValueTypeError(
+                    f"load_state_dict: {name!r} is {current.dtype}, the state has "
+                    f"{_not_numbers(value)}. Error(s) in loading "
+                    f'state_dict for {type(self).__name__}: While copying the parameter named "'
+                    f'{name}", expected torch.Tensor or Tensor-like object from checkpoint but '
+                    f"received {type(value)}"
+                )
             try:
                 array = _host_array(state[name])
             except (ValueError, TypeError):  # ragged nested lists
