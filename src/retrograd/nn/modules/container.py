@@ -43,11 +43,17 @@ def _pairs(owner: str, given: Any) -> list[tuple[Any, Any]]:
         return list(given.items())
     pairs = []
     for j, pair in enumerate(given):
-        if isinstance(pair, str | bytes) or not isinstance(pair, Iterable) or len(pair) != 2:
+        if isinstance(pair, str | bytes) or not isinstance(pair, Iterable):
             raise DTypeError(
                 f"{owner}.update: sequence element #{j} should be a (key, value) pair, got {pair!r}"
             )
-        pairs.append(tuple(pair))
+        pair = tuple(pair)
+        if len(pair) != 2:  # torch's ValueError: an iterable, of the wrong length
+            raise InvalidArgumentError(
+                f"{owner}.update: sequence element #{j} has length {len(pair)}; 2 is required "
+                f"(a (key, value) pair), got {pair!r}"
+            )
+        pairs.append(pair)
     return pairs
 
 
@@ -387,9 +393,20 @@ class ParameterList(Module):
     def __iter__(self) -> Iterator[Any]:
         return iter(self._parameters.values())
 
-    def __getitem__(self, index: int) -> Any:
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):  # torch's: a new list of the same parameters
+            values = list(self._parameters.values())[index]
+            sliced = type(self)()
+            for value in values:
+                sliced.append(value)
+            return sliced
         size = len(self._parameters)
-        if not isinstance(index, int) or not -size <= index < size:
+        if not isinstance(index, int):  # torch's operator.index: a TypeError
+            raise DTypeError(
+                f"ParameterList: index must be an integer or a slice, got "
+                f"{type(index).__name__} {index!r}"
+            )
+        if not -size <= index < size:
             raise IndexOutOfRangeError(f"ParameterList: index {index!r} is out of range")
         return self._parameters[str(index % size)]
 

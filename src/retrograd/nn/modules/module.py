@@ -126,6 +126,58 @@ def _missing_by_kind(missing: list[str], own: dict[str, Tensor], parameters: set
     return ", ".join(listed) or "missing no keys"
 
 
+def _run_load_steps(
+    walk: list[tuple[str, Module]],
+    steps: dict[str, list[Any]],
+    state: collections.OrderedDict,
+    metadata: Mapping[str, Any],
+    assign: bool,
+    lists: tuple[list[str], list[str], list[str]],
+) -> collections.OrderedDict:
+    """torch's ``load`` recursion for the modules that override ``_load_from_state_dict`` or
+    have load pre-hooks: each module's step sees (and may edit) its own view of the state,
+    the keys under its prefix copied from its parent's view after the parent's step, as
+    torch's ``child_state_dict``; ``strict`` is always ``True`` there, as torch passes it.
+    Returns the state the checked pass loads: each key as the deepest module whose prefix
+    it is under left it (a key a step dropped or renamed is gone, as it is from what that
+    module and its children load in torch)."""
+    missing, unexpected, errors = lists
+    views: dict[str, dict[str, Any]] = {}
+    for prefix, module in walk:
+        dotted = f"{prefix}." if prefix else ""
+        if not prefix:
+            view: dict[str, Any] = state
+        else:
+            parent = views[prefix.rpartition(".")[0]]
+            view = {key: value for key, value in parent.items() if key.startswith(dotted)}
+        views[prefix] = view
+        local_metadata = dict(metadata.get(prefix, {}))
+        if assign:
+            local_metadata["assign_to_params_buffers"] = assign
+        for call in steps[prefix]:
+            call(module, view, dotted, local_metadata, True, missing, unexpected, errors)
+
+    def owner(key: str) -> str:
+        """The deepest module prefix ``key`` lies under ("" for the root)."""
+        found, path = "", ""
+        for part in key.split(".")[:-1]:
+            path = f"{path}.{part}" if path else part
+            if path not in views:
+                break
+            found = path
+        return found
+
+    merged = collections.OrderedDict()
+    for prefix, view in views.items():
+        for key, value in view.items():
+            if owner(key) == prefix:
+                merged[key] = value
+    found_metadata = getattr(state, "_metadata", None)
+    if found_metadata is not None:
+        merged._metadata = found_metadata  # type: ignore[attr-defined]
+    return merged
+
+
 def _size_mismatches(
     state: Mapping[str, Any], own: dict[str, Tensor]
 ) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
@@ -321,7 +373,7 @@ class Module:
         BatchNorm's running mean a trained parameter)."""
         if not isinstance(name, str) or not name or "." in name:
             # torch's KeyError for a str (KeyMismatchError is one), its TypeError otherwise
-            error = KeyMismatchError if isinstance(name, str) else InvalidArgumentError
+            error = KeyMismatchError if isinstance(name, str) else DTypeError
             raise error(f"{op}: invalid name {name!r} (a non-empty str without '.')")
         for other, label in _REGISTRIES.items():
             if other != kind and name in self.__dict__[other]:
@@ -653,10 +705,28 @@ class Module:
         return self.to(Device("cuda", index))
 
     def type(self, dst_type: Any) -> Module:
-        """Floating parameters and buffers cast to ``dst_type``; returns self."""
+        """Every parameter and buffer cast to ``dst_type``, as torch's (integer buffers such
+        as batch norm's ``num_batches_tracked`` too, unlike :meth:`to`); returns self. A
+        parameter that requires grad cannot become an integer one (torch's refusal too)."""
         from ...tensor.dtypes import legacy_type_dtype
 
-        return self.to(legacy_type_dtype(dst_type))
+        dtype = legacy_type_dtype(dst_type)
+        if dtype not in GRAD_DTYPES:
+            trained = [name for name, p in self.named_parameters() if p.requires_grad]
+            if trained:
+                raise DTypeError(
+                    f"Module.type: parameters that require grad must be floating point or "
+                    f"complex, so {trained[0]!r} cannot become {dtype} (freeze it with "
+                    "requires_grad_(False) first)"
+                )
+        for parameter in self.parameters():
+            if parameter.dtype != dtype:
+                assign(parameter, parameter.detach().cast(dtype), "Module.type", keep_dtype=False)
+        for module in self.modules():
+            for name, buffer in module._buffers.items():
+                if buffer is not None and buffer.dtype != dtype:
+                    module._buffers[name] = _untracked(buffer).cast(dtype)
+        return self
 
     def share_memory(self) -> NoReturn:
         """Refused: tensors are not shared between processes (:func:`.no_shared_memory`), and
@@ -971,22 +1041,17 @@ class Module:
         errors: list[str] = []
         post_hooks = False
         # (a module reachable under several names is loaded under each, as torch's is)
-        for prefix, module in list(self.named_modules(remove_duplicate=False)):
+        walk = list(self.named_modules(remove_duplicate=False))
+        steps = {}
+        for prefix, module in walk:
             post_hooks = post_hooks or bool(state_hooks(module, "load_state_dict_post"))
             step = [hook for hook, _ in state_hooks(module, "load_state_dict_pre")]
             if type(module)._load_from_state_dict is not Module._load_from_state_dict:
                 step.append(type(module)._load_from_state_dict)
-            for call in step:
-                call(
-                    module,
-                    state,
-                    f"{prefix}." if prefix else "",
-                    dict(metadata.get(prefix, {})),
-                    strict,
-                    added_missing,
-                    added_unexpected,
-                    errors,
-                )
+            steps[prefix] = step
+        if any(steps.values()):
+            lists = (added_missing, added_unexpected, errors)
+            state = _run_load_steps(walk, steps, state, metadata, assign, lists)
         if errors:
             raise KeyMismatchError(f"load_state_dict: {'; '.join(map(str, errors))}")
         for prefix, module in list(self.named_modules()):  # lazy layers take the state's sizes
@@ -1023,6 +1088,16 @@ class Module:
             if name not in state:
                 continue
             unread = ""
+            value = state[name]
+            if isinstance(value, list | tuple | int | float | complex):
+                # torch's refusal: nested lists or a number are no tensor
+                raise StateValueTypeError(
+                    f"load_state_dict: {name!r} is {current.dtype}, the state has "
+                    f"{_not_numbers(value)}. Error(s) in loading "
+                    f'state_dict for {type(self).__name__}: While copying the parameter named "'
+                    f'{name}", expected torch.Tensor or Tensor-like object from checkpoint but '
+                    f"received {type(value)}"
+                )
             try:
                 array = _host_array(state[name])
             except (ValueError, TypeError):  # ragged nested lists
@@ -1062,6 +1137,21 @@ class Module:
                     f"the state has {list(array.shape)}. {said}"
                 )
             dtype = _state_dtype(state[name], current.dtype) if assign else current.dtype
+            if (
+                assign
+                and isinstance(current, Parameter)
+                and current.requires_grad
+                and dtype not in GRAD_DTYPES
+            ):  # torch's refusal: the assigned tensor would be a Parameter requiring grad
+                raise StateValueTypeError(
+                    f"load_state_dict(assign=True): {name!r} is a Parameter that requires grad, "
+                    f"the state has {dtype} values. Error(s) in loading state_dict for "
+                    f'{type(self).__name__}: While copying the parameter named "{name}", '
+                    f"whose dimensions in the model are {Size(current.size())} and whose "
+                    f"dimensions in the checkpoint are {Size(array.shape)}, an exception "
+                    "occurred : ('Only Tensors of floating point and complex dtype can require "
+                    "gradients',)."
+                )
             device = current.device
             if assign and device.kind == "meta":
                 device = _materialized_device(state[name], current)

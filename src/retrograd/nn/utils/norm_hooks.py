@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...autodiff import no_grad
-from ...errors import InvalidArgumentError
+from ...errors import DTypeError, InvalidArgumentError, MissingMemberError
 from ...tensor import Tensor, randn_like
 from ...tensor.internal import normalize_dim
 from ..functional import normalize
@@ -160,8 +160,14 @@ def remove_weight_norm(module: Any, name: str = "weight") -> Any:
 
 def _registered(module: Any, name: str, op: str) -> Tensor:
     weight = module._parameters.get(name)
+    if weight is None and name in module._parameters:
+        # torch's ValueError for spectral norm, its TypeError (no tensor) for weight norm
+        error = InvalidArgumentError if op == "spectral_norm" else DTypeError
+        raise error(f"{op}: {type(module).__name__}.{name} is None, not a Parameter")
     if weight is None:
-        raise InvalidArgumentError(
+        # torch's KeyError (its AttributeError where the module has no such attribute):
+        # MissingMemberError is both
+        raise MissingMemberError(
             f"{op}: {type(module).__name__} has no parameter {name!r} (parameters: "
             f"{[n for n, p in module._parameters.items() if p is not None]})"
         )
@@ -173,6 +179,8 @@ def spectral_matrix(weight: Tensor, dim: int) -> Tensor:
     if dim != 0:
         order = [dim, *[d for d in range(weight.ndim) if d != dim]]
         weight = weight.permute(*order)
+    if weight.ndim == 1:  # torch's ``reshape(height, -1)``: a column (a bias, say)
+        return weight.unsqueeze(1)
     return weight.flatten(1)  # (reshape's -1 cannot be inferred for an empty weight)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...autodiff import no_grad
-from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, MissingMemberError, ShapeError
 from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor
 from ...tensor.inplace import assign
@@ -259,8 +259,8 @@ def register_parametrization(module: Any, tensor_name: str, parametrization: Mod
             f"parameter, a buffer, or a parametrized element with name '{tensor_name}'"
         )
     original = getattr(module, tensor_name)
-    if original is None:
-        raise InvalidArgumentError(
+    if original is None:  # torch's AttributeError (None has no shape)
+        raise MissingMemberError(
             f"register_parametrization: {type(module).__name__}.{tensor_name} is None"
         )
     parametrizations = ParametrizationList([parametrization], original, unsafe=unsafe)

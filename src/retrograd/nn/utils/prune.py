@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any
 
-from ...errors import IndexOutOfRangeError, InvalidArgumentError, ShapeError
+from ...errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, cat, ones_like, zeros_like
 from ...tensor import rand as _rand
 
@@ -112,9 +112,13 @@ class BasePruningMethod(ABC):
         else:
             importance_scores = orig
         if old_method is None:
-            if name not in module._parameters:
-                raise InvalidArgumentError(
-                    f"prune: {type(module).__name__} has no parameter {name!r}"
+            if name not in module._parameters or orig is None:
+                # torch's TypeError: a buffer, a computed tensor (a weight another
+                # reparametrization makes) or None cannot become ``<name>_orig``
+                found = "None" if orig is None else "not a Parameter"
+                raise DTypeError(
+                    f"prune: {type(module).__name__}.{name} is {found}; only a registered "
+                    "Parameter can be pruned"
                 )
             module.register_parameter(name + "_orig", orig)
             del module._parameters[name]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...autodiff import no_grad
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, MissingMemberError
 from ...tensor import Tensor
 from ...tensor.layouts import contiguous_format
 from ..functional import normalize
@@ -111,8 +111,8 @@ class SpectralNorm:
                 )
         fn = SpectralNorm(name, n_power_iterations, dim, eps)
         weight = module._parameters.get(name)
-        if weight is None:
-            raise InvalidArgumentError(
+        if weight is None:  # torch's KeyError (MissingMemberError is one)
+            raise MissingMemberError(
                 f"SpectralNorm: {type(module).__name__} has no parameter {name!r}; "
                 "spectral_norm cannot be applied to an uninitialized or absent parameter"
             )

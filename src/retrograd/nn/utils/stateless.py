@@ -88,13 +88,21 @@ def _swap(module: Any, name: str, value: Any) -> tuple[Any, str, str, Any]:
             old = registry[leaf]
             registry[leaf] = value
             return owner, kind, leaf, old
+    if isinstance(getattr(type(owner), leaf, None), property):
+        # a parametrized tensor: set through its parametrization (``right_inverse``), as
+        # torch's ``setattr``, and set back to the value it had after the call
+        old = getattr(owner, leaf)
+        setattr(owner, leaf, value)
+        return owner, "property", leaf, old.detach() if isinstance(old, Tensor) else old
     old = owner.__dict__.get(leaf, _MISSING)
     object.__setattr__(owner, leaf, value)
     return owner, "__dict__", leaf, old
 
 
 def _restore(owner: Any, kind: str, leaf: str, old: Any) -> None:
-    if kind != "__dict__":
+    if kind == "property":
+        setattr(owner, leaf, old)
+    elif kind != "__dict__":
         owner.__dict__[kind][leaf] = old
     elif old is _MISSING:
         owner.__dict__.pop(leaf, None)
