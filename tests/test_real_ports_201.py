@@ -38,9 +38,10 @@ code from the same weights and draws.
   ``xs[0].new(...).fill_``, the packed LSTM encoder with ``total_length``, the ``LSTMCell``
   decoder with dot-product attention, ``F.cross_entropy(..., reduction='elementwise_mean')``,
   ``recognize_beam``'s hypotheses sorted by 0-d tensor scores), with ``math.isnan(grad_norm)``.
-- the QRNN of salesforce/pytorch-qrnn (``CPUForgetMult``, ``QRNNLayer`` with ``window=2``,
-  ``save_prev_x``, eval-mode zoneout ``F *= 1 - self.zoneout``, ``Variable``), in its README's
-  use and under AWD-LSTM's tied language model with ``reset()`` and ``repackage_hidden``.
+- a QRNN written here in the style of salesforce/pytorch-qrnn (a CPU forget-mult recurrence, a
+  layer with ``window=2`` and ``save_prev_x``, eval-mode zoneout ``f *= 1 - zoneout``,
+  ``Variable``, ``f.data.new(...).bernoulli_``), run once, then under a tied character
+  language model with ``reset()`` and truncated BPTT by ``detach``.
 - fairseq's pieces as fairseq writes them (``utils.make_positions``, ``fill_with_neg_inf``,
   ``log_softmax(..., dtype=torch.float32)``, ``SinusoidalPositionalEmbedding`` over
   ``torch.onnx.operators.shape_as_tensor``'s 0-d sizes, ``label_smoothed_nll_loss`` with
@@ -2600,259 +2601,6 @@ with torch.no_grad():
         record.append([float(hyp['score']) for hyp in nbest_hyps])
 '''
 
-QRNN_SOURCE = r'''import torch
-from torch import nn
-from torch.autograd import Variable
-
-
-class CPUForgetMult(torch.nn.Module):
-    def __init__(self):
-        super(CPUForgetMult, self).__init__()
-
-    def forward(self, f, x, hidden_init=None):
-        result = []
-        ###
-        forgets = f.split(1, dim=0)
-        prev_h = hidden_init
-        for i, h in enumerate((f * x).split(1, dim=0)):
-            if prev_h is not None: h = h + (1 - forgets[i]) * prev_h
-            # h is (1, batch, hidden) when it needs to be (batch_hidden)
-            # Calling squeeze will result in badness if batch size is 1
-            h = h.view(h.size()[1:])
-            result.append(h)
-            prev_h = h
-        ###
-        return torch.stack(result)
-
-
-class ForgetMult(torch.nn.Module):
-    r"""ForgetMult computes a simple recurrent equation:
-    h_t = f_t * x_t + (1 - f_t) * h_{t-1}
-    """
-
-    def __init__(self):
-        super(ForgetMult, self).__init__()
-
-    def forward(self, f, x, hidden_init=None, use_cuda=True):
-        # Use CUDA by default unless it's available
-        use_cuda = use_cuda and torch.cuda.is_available()
-        # Ensure the user is aware when ForgetMult is not GPU version as it's far faster
-        if use_cuda: assert f.is_cuda and x.is_cuda, 'GPU ForgetMult with fast element-wise CUDA kernel requested but tensors not on GPU'
-        ###
-        # Avoiding 'RuntimeError: expected a Variable argument, but got NoneType' when hidden_init is None
-        if hidden_init is None: return GPUForgetMult()(f, x) if use_cuda else CPUForgetMult()(f, x)
-        return GPUForgetMult()(f, x, hidden_init) if use_cuda else CPUForgetMult()(f, x, hidden_init)
-
-
-class QRNNLayer(nn.Module):
-    r"""Applies a single layer Quasi-Recurrent Neural Network (QRNN) to an input sequence.
-    """
-
-    def __init__(self, input_size, hidden_size=None, save_prev_x=False, zoneout=0, window=1, output_gate=True, use_cuda=True):
-        super(QRNNLayer, self).__init__()
-
-        assert window in [1, 2], "This QRNN implementation currently only handles convolutional window of size 1 or size 2"
-        self.window = window
-        self.input_size = input_size
-        self.hidden_size = hidden_size if hidden_size else input_size
-        self.zoneout = zoneout
-        self.save_prev_x = save_prev_x
-        self.prevX = None
-        self.output_gate = output_gate
-        self.use_cuda = use_cuda
-
-        # One large matmul with concat is faster than N small matmuls and no concat
-        self.linear = nn.Linear(self.window * self.input_size, 3 * self.hidden_size if self.output_gate else 2 * self.hidden_size)
-
-    def reset(self):
-        # If you are saving the previous value of x, you should call this when starting with a new state
-        self.prevX = None
-
-    def forward(self, X, hidden=None):
-        seq_len, batch_size, _ = X.size()
-
-        source = None
-        if self.window == 1:
-            source = X
-        elif self.window == 2:
-            # Construct the x_{t-1} tensor with optional x_{-1}, otherwise a zeroed out value for x_{-1}
-            Xm1 = []
-            Xm1.append(self.prevX if self.prevX is not None else X[:1, :, :] * 0)
-            # Note: in case of len(X) == 1, X[:-1, :, :] results in slicing of empty tensor == bad
-            if len(X) > 1:
-                Xm1.append(X[:-1, :, :])
-            Xm1 = torch.cat(Xm1, 0)
-            # Convert two (seq_len, batch_size, hidden) tensors to (seq_len, batch_size, 2 * hidden)
-            source = torch.cat([X, Xm1], 2)
-
-        # Matrix multiplication for the three outputs: Z, F, O
-        Y = self.linear(source)
-        # Convert the tensor back to (batch, seq_len, len([Z, F, O]) * hidden_size)
-        if self.output_gate:
-            Y = Y.view(seq_len, batch_size, 3 * self.hidden_size)
-            Z, F, O = Y.chunk(3, dim=2)
-        else:
-            Y = Y.view(seq_len, batch_size, 2 * self.hidden_size)
-            Z, F = Y.chunk(2, dim=2)
-        ###
-        Z = torch.nn.functional.tanh(Z)
-        F = torch.nn.functional.sigmoid(F)
-
-        # If zoneout is specified, we perform dropout on the forget gates in F
-        # If an element of F is zero, that means the corresponding neuron keeps the old value
-        if self.zoneout:
-            if self.training:
-                mask = Variable(F.data.new(*F.size()).bernoulli_(1 - self.zoneout), requires_grad=False)
-                F = F * mask
-            else:
-                F *= 1 - self.zoneout
-
-        # Ensure the memory is laid out as expected for the CUDA kernel
-        # This is a null op if the tensors are already contiguous
-        Z = Z.contiguous()
-        F = F.contiguous()
-        # The O gate doesn't need to be contiguous as it isn't passed to the CUDA kernel
-
-        # Forget Mult
-        # For testing QRNN without ForgetMult CUDA kernel, C = Z * F may be useful
-        C = ForgetMult()(F, Z, hidden, use_cuda=self.use_cuda)
-
-        # Apply (potentially optional) output gate
-        if self.output_gate:
-            H = torch.nn.functional.sigmoid(O) * C
-        else:
-            H = C
-
-        # In an optimal world we may want to backprop to x_{t-1} but ...
-        if self.window > 1 and self.save_prev_x:
-            self.prevX = Variable(X[-1:, :, :].data, requires_grad=False)
-
-        return H, C[-1:, :, :]
-
-
-class QRNN(torch.nn.Module):
-    r"""Applies a multiple layer Quasi-Recurrent Neural Network (QRNN) to an input sequence.
-    """
-
-    def __init__(self, input_size, hidden_size,
-                 num_layers=1, bias=True, batch_first=False,
-                 dropout=0, bidirectional=False, layers=None, **kwargs):
-        assert bidirectional == False, 'Bidirectional QRNN is not yet supported'
-        assert batch_first == False, 'Batch first mode is not yet supported'
-        assert bias == True, 'Removing underlying bias is not yet supported'
-
-        super(QRNN, self).__init__()
-
-        self.layers = torch.nn.ModuleList(layers if layers else [QRNNLayer(input_size if l == 0 else hidden_size, hidden_size, **kwargs) for l in range(num_layers)])
-
-        self.input_size = input_size
-        self.hidden_size = hidden_size
-        self.num_layers = len(layers) if layers else num_layers
-        self.bias = bias
-        self.batch_first = batch_first
-        self.dropout = dropout
-        self.bidirectional = bidirectional
-
-    def reset(self):
-        r"""If your convolutional window is greater than 1, you must reset at the beginning of each new sequence"""
-        [layer.reset() for layer in self.layers]
-
-    def forward(self, input, hidden=None):
-        next_hidden = []
-
-        for i, layer in enumerate(self.layers):
-            input, hn = layer(input, None if hidden is None else hidden[i])
-            next_hidden.append(hn)
-
-            if self.dropout != 0 and i < len(self.layers) - 1:
-                input = torch.nn.functional.dropout(input, p=self.dropout, training=self.training, inplace=False)
-
-        next_hidden = torch.cat(next_hidden, 0).view(self.num_layers, *next_hidden[0].size()[-2:])
-
-        return input, next_hidden
-
-
-# the README's use, then a tied-embedding character language model over it (the AWD-LSTM way:
-# model.reset() at each new sequence, hidden states repackaged between windows)
-seq_len, batch_size, hidden_size = 7, 2, 8
-size = 5
-X = torch.autograd.Variable(torch.rand(seq_len, batch_size, size), requires_grad=True)
-qrnn = QRNN(size, hidden_size, num_layers=2, dropout=0.4, use_cuda=False, window=2, save_prev_x=True, zoneout=0.25)
-initialize(qrnn)
-qrnn.eval()
-output, hidden = qrnn(X)
-record.append(output.detach().numpy().copy())
-record.append(hidden.detach().numpy().copy())
-record.append([qrnn.layers[0].prevX.requires_grad])
-record.append(list(qrnn.layers[0].prevX.shape))
-qrnn.reset()
-record.append([qrnn.layers[0].prevX is None])
-
-
-class RNNModel(nn.Module):
-    def __init__(self, ntoken, ninp, nlayers):
-        super(RNNModel, self).__init__()
-        self.encoder = nn.Embedding(ntoken, ninp)
-        self.rnn = QRNN(ninp, ninp, num_layers=nlayers, save_prev_x=True, zoneout=0, window=2, use_cuda=False)
-        self.decoder = nn.Linear(ninp, ntoken)
-        self.decoder.weight = self.encoder.weight
-        self.init_weights()
-        self.ninp = ninp
-        self.nlayers = nlayers
-
-    def reset(self):
-        self.rnn.reset()
-
-    def init_weights(self):
-        initrange = 0.1
-        self.encoder.weight.data.uniform_(-initrange, initrange)
-        self.decoder.bias.data.fill_(0)
-
-    def forward(self, input, hidden):
-        emb = self.encoder(input)
-        output, hidden = self.rnn(emb, hidden)
-        decoded = self.decoder(output.view(output.size(0) * output.size(1), output.size(2)))
-        return decoded.view(output.size(0), output.size(1), decoded.size(1)), hidden
-
-    def init_hidden(self, bsz):
-        weight = next(self.parameters()).data
-        return Variable(weight.new(self.nlayers, bsz, self.ninp).zero_())
-
-
-def repackage_hidden(h):
-    """Wraps hidden states in new Variables, to detach them from their history."""
-    if isinstance(h, torch.Tensor):
-        return h.detach()
-    else:
-        return tuple(repackage_hidden(v) for v in h)
-
-
-text = "sally sells sea shells by the sea shore "
-chars = sorted(set(text))
-ids = torch.LongTensor([chars.index(c) for c in text])
-nbatch = ids.size(0) // 3
-train_data = ids.narrow(0, 0, nbatch * 3).view(3, -1).t().contiguous()
-model = RNNModel(len(chars), 8, 2)
-initialize(model)
-optimizer = torch.optim.SGD(model.parameters(), lr=2.0, weight_decay=1.2e-6)
-criterion = nn.CrossEntropyLoss()
-model.train()
-for epoch in range(2):
-    model.reset()
-    hidden = model.init_hidden(3)
-    for i in range(0, train_data.size(0) - 1, 5):
-        data, targets = train_data[i:i + 5], train_data[i + 1:i + 6].view(-1)
-        data = data[:len(targets) // 3]
-        hidden = repackage_hidden(hidden)
-        optimizer.zero_grad()
-        output, hidden = model(data, hidden)
-        loss = criterion(output.view(-1, len(chars)), targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
-        optimizer.step()
-        record.append([loss.item()])
-record.append(params_of(model))
-'''
 
 CONV_TASNET_STEPS = [
     *IMPORTS,
@@ -2997,19 +2745,163 @@ def test_listen_attend_spell_trains_and_beam_searches_as_torch(capsys):
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
+QRNN_SOURCE = r'''import torch
+from torch import nn
+from torch.autograd import Variable as V
+
+
+def forget_mult(f, x, h0=None):
+    # h_t = f_t * x_t + (1 - f_t) * h_{t-1}, one time step at a time (the CPU path)
+    steps, gates = [], f.split(1, dim=0)
+    h = h0
+    for t, fx in enumerate((f * x).split(1, dim=0)):
+        if h is not None:
+            fx = fx + (1 - gates[t]) * h
+        h = fx.view(fx.size()[1:])
+        steps.append(h)
+    return torch.stack(steps)
+
+
+class QRNNLayer(nn.Module):
+    # gates from a width-1 or width-2 convolution over time, then the forget-mult recurrence
+    def __init__(self, n_in, n_hidden=None, save_prev_x=False, zoneout=0.0, window=1):
+        super().__init__()
+        assert window in (1, 2), "windows of 1 or 2 steps only"
+        self.window, self.zoneout, self.save_prev_x = window, zoneout, save_prev_x
+        self.n_hidden = n_hidden or n_in
+        self.prev_x = None
+        self.gates = nn.Linear(window * n_in, 3 * self.n_hidden)
+
+    def reset(self):
+        self.prev_x = None  # a new sequence: forget the last step of the previous batch
+
+    def forward(self, x, h0=None):
+        steps, batch, _ = x.size()
+        src = x
+        if self.window == 2:
+            before = [self.prev_x if self.prev_x is not None else x[:1, :, :] * 0]
+            if len(x) > 1:
+                before.append(x[:-1, :, :])
+            src = torch.cat([x, torch.cat(before, 0)], 2)
+        z, f, o = self.gates(src).view(steps, batch, 3 * self.n_hidden).chunk(3, dim=2)
+        z, f = torch.nn.functional.tanh(z), torch.nn.functional.sigmoid(f)
+        if self.zoneout:
+            if self.training:
+                keep = V(f.data.new(*f.size()).bernoulli_(1 - self.zoneout), requires_grad=False)
+                f = f * keep
+            else:
+                f *= 1 - self.zoneout  # the expected value of the training-time mask
+        c = forget_mult(f.contiguous(), z.contiguous(), h0)
+        if self.save_prev_x and self.window == 2:
+            self.prev_x = V(x[-1:, :, :].data, requires_grad=False)
+        return torch.nn.functional.sigmoid(o) * c, c[-1:, :, :]
+
+
+class QRNN(nn.Module):
+    def __init__(self, n_in, n_hidden, num_layers=1, dropout=0.0, **layer_args):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            [QRNNLayer(n_in if i == 0 else n_hidden, n_hidden, **layer_args) for i in range(num_layers)]
+        )
+        self.num_layers, self.dropout = num_layers, dropout
+
+    def reset(self):
+        for layer in self.layers:
+            layer.reset()
+
+    def forward(self, x, hidden=None):
+        last = []
+        for depth, layer in enumerate(self.layers):
+            x, h = layer(x, None if hidden is None else hidden[depth])
+            last.append(h)
+            if self.dropout and depth < self.num_layers - 1:
+                x = torch.nn.functional.dropout(x, p=self.dropout, training=self.training, inplace=False)
+        return x, torch.cat(last, 0).view(self.num_layers, *last[0].size()[-2:])
+
+
+# a two-layer QRNN run once in eval mode
+steps, batch, width = 7, 2, 5
+x = torch.autograd.Variable(torch.rand(steps, batch, width), requires_grad=True)
+qrnn = QRNN(width, 8, num_layers=2, dropout=0.4, window=2, save_prev_x=True, zoneout=0.25)
+initialize(qrnn)
+qrnn.eval()
+out, h = qrnn(x)
+record.extend([out.detach().numpy().copy(), h.detach().numpy().copy()])
+saved = qrnn.layers[0].prev_x
+record.extend([[saved.requires_grad], list(saved.shape)])
+qrnn.reset()
+record.append([qrnn.layers[0].prev_x is None])
+
+
+class CharLM(nn.Module):
+    # embedding -> QRNN -> decoder tied to the embedding
+    def __init__(self, vocab, width, depth):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.rnn = QRNN(width, width, num_layers=depth, save_prev_x=True, window=2)
+        self.decoder = nn.Linear(width, vocab)
+        self.decoder.weight = self.embed.weight
+        self.embed.weight.data.uniform_(-0.1, 0.1)
+        self.decoder.bias.data.fill_(0.0)
+        self.width, self.depth = width, depth
+
+    def forward(self, ids, hidden):
+        out, hidden = self.rnn(self.embed(ids), hidden)
+        flat = self.decoder(out.view(out.size(0) * out.size(1), out.size(2)))
+        return flat.view(out.size(0), out.size(1), flat.size(1)), hidden
+
+    def zero_state(self, batch):
+        w = next(self.parameters()).data
+        return V(w.new(self.depth, batch, self.width).zero_())
+
+
+def detach_state(h):
+    # truncated BPTT: keep the values, drop the history
+    return h.detach() if isinstance(h, torch.Tensor) else tuple(detach_state(v) for v in h)
+
+
+corpus = "she sells sea shells on the sea shore "
+vocab = sorted(set(corpus))
+ids = torch.LongTensor([vocab.index(ch) for ch in corpus])
+columns = ids.size(0) // 3
+stream = ids.narrow(0, 0, columns * 3).view(3, -1).t().contiguous()  # (time, 3 streams)
+lm = CharLM(len(vocab), 8, 2)
+initialize(lm)
+sgd = torch.optim.SGD(lm.parameters(), lr=2.0, weight_decay=1.2e-6)
+ce = nn.CrossEntropyLoss()
+lm.train()
+for epoch in range(2):
+    lm.rnn.reset()
+    state = lm.zero_state(3)
+    for t in range(0, stream.size(0) - 1, 5):
+        targets = stream[t + 1:t + 6].view(-1)
+        inputs = stream[t:t + 5][:len(targets) // 3]
+        state = detach_state(state)
+        sgd.zero_grad()
+        logits, state = lm(inputs, state)
+        loss = ce(logits.view(-1, len(vocab)), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(lm.parameters(), 0.25)
+        sgd.step()
+        record.append([loss.item()])
+record.append(params_of(lm))
+'''
+
 QRNN_STEPS = [
-    ("import torch\n", "import retrograd as torch\n"),
-    ("from torch import nn\n", "from retrograd import nn\n"),
+    ("import torch\nfrom torch import nn\n", "import retrograd as torch\nfrom retrograd import nn\n"),
     (
-        "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)\n        optimizer.step()\n",
-        "        grads = loss.backward()\n        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 0.25)\n        optimizer.step(grads)\n",
+        "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(lm.parameters(), 0.25)\n"
+        "        sgd.step()\n",
+        "        grads = loss.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(grads, lm.parameters(), 0.25)\n"
+        "        sgd.step(grads)\n",
     ),
 ]
 
 
 def test_qrnn_and_its_tied_language_model_train_as_torch(capsys):
-    """The README's two-layer QRNN in eval mode (zoneout scaling the forget gates in place,
-    the saved ``prevX``), then two epochs of the tied QRNN language model with SGD."""
+    """A two-layer QRNN in eval mode (zoneout scaling the forget gates in place, the saved
+    ``prev_x``), then two epochs of a tied QRNN character language model with SGD."""
     (theirs, ours), _ = runs_with_draws(
         QRNN_SOURCE, QRNN_STEPS, capsys, 20107, initialize=initializer(), params_of=params_of
     )
