@@ -1,4 +1,4 @@
-# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them: long lines, trailing blanks)
+# ruff: noqa: E501, W291  (the remaining copied programs are kept as written: long lines, trailing blanks)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
 audio, speech and sequence models, each trained a few steps against torch's run of the same
 code from the same weights and draws.
