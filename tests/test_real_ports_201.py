@@ -1946,7 +1946,7 @@ record.append(seqs.grad.numpy().copy())
 record.append({n: p.grad.numpy().copy() for n, p in encoder.named_parameters()})
 '''
 
-LISTEN_ATTEND_SPELL_SOURCE = r'''import torch
+LISTEN_ATTEND_SPELL_SOURCE = r"""import torch
 import torch.nn as nn
 from torch.nn.utils import rnn as rnn_utils
 
@@ -2080,8 +2080,7 @@ with torch.no_grad():
         found = speller.beam_search(memory, chars, beam=3, nbest=2, max_len=4)
         record.append([[int(c) for c in h['seq']] for h in found])
         record.append([float(h['score']) for h in found])
-'''
-
+"""
 
 
 CONV_TASNET_STEPS = [
@@ -2106,7 +2105,7 @@ def test_conv_tasnet_trains_with_si_snr_pit_as_torch(capsys):
     assert all(np.isfinite(losses))
 
 
-TRANSDUCER_SOURCE = r'''import itertools
+TRANSDUCER_SOURCE = r"""import itertools
 import string
 import torch
 
@@ -2271,7 +2270,7 @@ model.eval()
 with torch.no_grad():
     x, y, T, U = padded(pairs[3:])
     record.append([to_text(found) for found in model.greedy(x, T)])
-'''
+"""
 
 TRANSDUCER_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
@@ -2393,7 +2392,7 @@ def test_listen_attend_spell_trains_and_beam_searches_as_torch(capsys):
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
-QRNN_SOURCE = r'''import torch
+QRNN_SOURCE = r"""import torch
 from torch import nn
 from torch.autograd import Variable as V
 
@@ -2533,10 +2532,13 @@ for epoch in range(2):
         sgd.step()
         record.append([loss.item()])
 record.append(params_of(lm))
-'''
+"""
 
 QRNN_STEPS = [
-    ("import torch\nfrom torch import nn\n", "import retrograd as torch\nfrom retrograd import nn\n"),
+    (
+        "import torch\nfrom torch import nn\n",
+        "import retrograd as torch\nfrom retrograd import nn\n",
+    ),
     (
         "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(lm.parameters(), 0.25)\n"
         "        sgd.step()\n",
@@ -2557,7 +2559,7 @@ def test_qrnn_and_its_tied_language_model_train_as_torch(capsys):
     assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
-FAIRSEQ_SOURCE = r'''import math
+FAIRSEQ_SOURCE = r"""import math
 from typing import Optional
 import torch
 import torch.nn as nn
@@ -2747,7 +2749,7 @@ with torch.no_grad():
 record.extend([tokens.numpy().copy(), scores.numpy().copy()])
 for sent in range(bsz):
     record.append(repr(sorted(done[sent], key=lambda h: -h[0])[:2]))
-'''
+"""
 
 FAIRSEQ_STEPS = [
     IMPORTS[0],
