@@ -17,11 +17,12 @@ code from the same weights and draws.
   with ``torch.gather`` and ``torch.logsumexp(torch.stack([...]), dim=0)``, checked against the
   brute-force sum over every alignment by ``nll_loss(input=..., target=..., reduction="sum")``;
   greedy decoding by ``max(-1)[1].item()``).
-- Demucs (v2) as facebookresearch/demucs writes it (``model.py``: ``capture_init``,
-  ``BLSTM``, ``rescale_module`` dividing ``conv.weight.data`` in place, ``Conv1d`` + ``GLU(dim=1)``
-  rewrites, ``ConvTranspose1d`` decoders, ``center_trim`` skips, ``valid_length``;
-  ``augment.py``'s ``FlipSign``/``FlipChannels``/``Shift``/``Remix`` by ``gather``; the train
-  loop's gradient norm summed from ``p.grad.data.norm()**2``).
+- a waveform U-Net written here in the style of facebookresearch/demucs v2 (a decorator keeping
+  the constructor's arguments, a bidirectional LSTM over time, the initial conv weights divided
+  in place by ``weight.data /= ...``, ``Conv1d`` + ``GLU(dim=1)`` rewrites, ``ConvTranspose1d``
+  decoders inserted at the front, centre-trimmed skips, ``valid_length``; augmentations by random
+  sign, channel swap, shift and stem shuffling through ``gather`` and ``argsort`` of
+  ``th.rand``; a gradient norm summed from ``p.grad.data.norm() ** 2``).
 - torchaudio's front end as its functional and transforms modules write it (``spectrogram``
   by ``torch.stft(..., return_complex=True)``, the ``normalized="window"`` division of the
   complex spectrum in place, ``melscale_fbanks`` with the Slaney mel scale's ``freqs[log_t] =
@@ -570,318 +571,183 @@ for norm_type, causal, mask_nonlinear in (("gLN", False, "relu"), ("cLN", True, 
         record.append(model(padded_mixture).numpy().copy())
 '''
 
-DEMUCS_SOURCE = r'''import functools
+DEMUCS_SOURCE = r"""import functools
 import math
-
 import torch as th
 from torch import nn
-from torch.nn import functional as F
 
 
-def capture_init(init):
+def remember_args(init):
+    # keep the constructor's arguments, so that a checkpoint can rebuild the model
     @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        self._init_args_kwargs = (args, kwargs)
+    def wrapped(self, *args, **kwargs):
+        self._init_args_kwargs = args, kwargs
         init(self, *args, **kwargs)
 
-    return __init__
+    return wrapped
 
 
-def center_trim(tensor, reference):
-    """
-    Center trim `tensor` with respect to `reference`, along the last dimension.
-    `reference` can also be a number, representing the length to trim to.
-    If the size difference != 0 mod 2, the extra sample is removed on the right side.
-    """
-    if hasattr(reference, "size"):
-        reference = reference.size(-1)
-    delta = tensor.size(-1) - reference
-    if delta < 0:
-        raise ValueError("tensor must be larger than reference. " f"Delta is {delta}.")
-    if delta:
-        tensor = tensor[..., delta // 2:-(delta - delta // 2)]
-    return tensor
+def trim_to(x, reference):
+    # centre-crop the last axis to `reference`'s length (an odd surplus goes on the right)
+    target = reference.size(-1) if hasattr(reference, "size") else reference
+    extra = x.size(-1) - target
+    if extra < 0:
+        raise ValueError(f"cannot trim {x.size(-1)} samples to {target}")
+    return x[..., extra // 2 : -(extra - extra // 2)] if extra else x
 
 
-class BLSTM(nn.Module):
-    def __init__(self, dim, layers=1):
+class TimeBLSTM(nn.Module):
+    def __init__(self, width, depth=1):
         super().__init__()
-        self.lstm = nn.LSTM(bidirectional=True, num_layers=layers, hidden_size=dim, input_size=dim)
-        self.linear = nn.Linear(2 * dim, dim)
+        self.rnn = nn.LSTM(input_size=width, hidden_size=width, num_layers=depth, bidirectional=True)
+        self.merge = nn.Linear(2 * width, width)
 
-    def forward(self, x):
-        x = x.permute(2, 0, 1)
-        x = self.lstm(x)[0]
-        x = self.linear(x)
-        x = x.permute(1, 2, 0)
-        return x
+    def forward(self, x):  # (batch, channels, time) <-> (time, batch, channels)
+        return self.merge(self.rnn(x.permute(2, 0, 1))[0]).permute(1, 2, 0)
 
 
-def rescale_conv(conv, reference):
-    std = conv.weight.std().detach()
-    scale = (std / reference)**0.5
-    conv.weight.data /= scale
-    if conv.bias is not None:
-        conv.bias.data /= scale
+def shrink_init(model, reference):
+    # divide every conv's initial weights by sqrt(std / reference): calmer early training
+    for m in model.modules():
+        if isinstance(m, (nn.Conv1d, nn.ConvTranspose1d)):
+            factor = (m.weight.std().detach() / reference) ** 0.5
+            m.weight.data /= factor
+            if m.bias is not None:
+                m.bias.data /= factor
 
 
-def rescale_module(module, reference):
-    for sub in module.modules():
-        if isinstance(sub, (nn.Conv1d, nn.ConvTranspose1d)):
-            rescale_conv(sub, reference)
-
-
-class Demucs(nn.Module):
-    @capture_init
-    def __init__(self,
-                 sources,
-                 audio_channels=2,
-                 channels=64,
-                 depth=6,
-                 rewrite=True,
-                 glu=True,
-                 rescale=0.1,
-                 resample=True,
-                 kernel_size=8,
-                 stride=4,
-                 growth=2.,
-                 lstm_layers=2,
-                 context=3,
-                 normalize=False,
-                 samplerate=44100,
-                 segment_length=4 * 10 * 44100):
+class WaveUNet(nn.Module):
+    @remember_args
+    def __init__(self, sources, audio_channels=2, channels=4, depth=2, kernel=8, stride=4,
+                 context=3, growth=2.0, lstm_layers=1, rescale=0.1, normalize=False):
         super().__init__()
-        self.audio_channels = audio_channels
-        self.sources = sources
-        self.kernel_size = kernel_size
-        self.context = context
-        self.stride = stride
-        self.depth = depth
-        self.resample = resample
-        self.channels = channels
+        self.sources, self.audio_channels = sources, audio_channels
+        self.kernel, self.stride, self.context, self.depth = kernel, stride, context, depth
         self.normalize = normalize
-        self.samplerate = samplerate
-        self.segment_length = segment_length
-
-        self.encoder = nn.ModuleList()
-        self.decoder = nn.ModuleList()
-
-        if glu:
-            activation = nn.GLU(dim=1)
-            ch_scale = 2
-        else:
-            activation = nn.ReLU()
-            ch_scale = 1
-        in_channels = audio_channels
-        for index in range(depth):
-            encode = []
-            encode += [nn.Conv1d(in_channels, channels, kernel_size, stride), nn.ReLU()]
-            if rewrite:
-                encode += [nn.Conv1d(channels, ch_scale * channels, 1), activation]
-            self.encoder.append(nn.Sequential(*encode))
-
-            decode = []
-            if index > 0:
-                out_channels = in_channels
-            else:
-                out_channels = len(self.sources) * audio_channels
-            if rewrite:
-                decode += [nn.Conv1d(channels, ch_scale * channels, context), activation]
-            decode += [nn.ConvTranspose1d(channels, out_channels, kernel_size, stride)]
-            if index > 0:
-                decode.append(nn.ReLU())
-            self.decoder.insert(0, nn.Sequential(*decode))
-            in_channels = channels
-            channels = int(growth * channels)
-
-        channels = in_channels
-
-        if lstm_layers:
-            self.lstm = BLSTM(channels, lstm_layers)
-        else:
-            self.lstm = None
-
+        self.encoder, self.decoder = nn.ModuleList(), nn.ModuleList()
+        c_in = audio_channels
+        for level in range(depth):
+            self.encoder.append(nn.Sequential(
+                nn.Conv1d(c_in, channels, kernel, stride), nn.ReLU(),
+                nn.Conv1d(channels, 2 * channels, 1), nn.GLU(dim=1),
+            ))
+            c_out = c_in if level > 0 else len(sources) * audio_channels
+            up = [nn.Conv1d(channels, 2 * channels, context), nn.GLU(dim=1),
+                  nn.ConvTranspose1d(channels, c_out, kernel, stride)]
+            if level > 0:
+                up.append(nn.ReLU())
+            self.decoder.insert(0, nn.Sequential(*up))  # the deepest decoder runs first
+            c_in, channels = channels, int(growth * channels)
+        self.lstm = TimeBLSTM(c_in, lstm_layers) if lstm_layers else None
         if rescale:
-            rescale_module(self, reference=rescale)
+            shrink_init(self, rescale)
 
-    def valid_length(self, length):
-        """
-        Return the nearest valid length to use with the model so that
-        there is no time steps left over in a convolutions, e.g. for all
-        layers, size of the input - kernel_size % stride = 0.
-
-        If the mixture has a valid length, the estimated sources
-        will have exactly the same length when context = 1. If context > 1,
-        the two signals can be center trimmed to match.
-
-        For training, extracts should have a valid length.For evaluation
-        on full tracks we recommend passing `pad = True` to :method:`forward`.
-        """
-        if self.resample:
-            length *= 2
+    def valid_length(self, n):
+        # the input length that leaves no sample over in any strided convolution
         for _ in range(self.depth):
-            length = math.ceil((length - self.kernel_size) / self.stride) + 1
-            length = max(1, length)
-            length += self.context - 1
+            n = max(1, math.ceil((n - self.kernel) / self.stride) + 1) + self.context - 1
         for _ in range(self.depth):
-            length = (length - 1) * self.stride + self.kernel_size
-
-        if self.resample:
-            length = math.ceil(length / 2)
-        return int(length)
+            n = (n - 1) * self.stride + self.kernel
+        return int(n)
 
     def forward(self, mix):
-        x = mix
-
+        mean, std = 0, 1
         if self.normalize:
-            mono = mix.mean(dim=1, keepdim=True)
-            mean = mono.mean(dim=-1, keepdim=True)
-            std = mono.std(dim=-1, keepdim=True)
-        else:
-            mean = 0
-            std = 1
-
-        x = (x - mean) / (1e-5 + std)
-
-        if self.resample:
-            x = julius.resample_frac(x, 1, 2)
-
-        saved = []
-        for encode in self.encoder:
-            x = encode(x)
-            saved.append(x)
+            mono = mix.mean(1, keepdim=True)
+            mean, std = mono.mean(-1, keepdim=True), mono.std(-1, keepdim=True)
+        x = (mix - mean) / (1e-5 + std)
+        skips = []
+        for down in self.encoder:
+            x = down(x)
+            skips.append(x)
         if self.lstm:
             x = self.lstm(x)
-        for decode in self.decoder:
-            skip = center_trim(saved.pop(-1), x)
-            x = x + skip
-            x = decode(x)
-
-        if self.resample:
-            x = julius.resample_frac(x, 2, 1)
+        for up in self.decoder:
+            x = up(x + trim_to(skips.pop(-1), x))
         x = x * std + mean
-        x = x.view(x.size(0), len(self.sources), self.audio_channels, x.size(-1))
-        return x
+        return x.view(x.size(0), len(self.sources), self.audio_channels, x.size(-1))
 
 
-class Shift(nn.Module):
-    """
-    Randomly shift audio in time by up to `shift` samples.
-    """
-    def __init__(self, shift=8192):
+class RandomShift(nn.Module):
+    def __init__(self, shift):
         super().__init__()
         self.shift = shift
 
     def forward(self, wav):
-        batch, sources, channels, time = wav.size()
-        length = time - self.shift
-        if self.shift > 0:
-            if not self.training:
-                wav = wav[..., :length]
-            else:
-                offsets = th.randint(self.shift, [batch, sources, 1, 1], device=wav.device)
-                offsets = offsets.expand(-1, -1, channels, -1)
-                indexes = th.arange(length, device=wav.device)
-                wav = wav.gather(3, indexes + offsets)
-        return wav
+        b, s, c, t = wav.size()
+        keep = t - self.shift
+        if not self.training:
+            return wav[..., :keep]
+        start = th.randint(self.shift, [b, s, 1, 1], device=wav.device).expand(-1, -1, c, -1)
+        return wav.gather(3, th.arange(keep, device=wav.device) + start)
 
 
-class FlipChannels(nn.Module):
-    """
-    Flip left-right channels.
-    """
+class SwapChannels(nn.Module):
     def forward(self, wav):
-        batch, sources, channels, time = wav.size()
-        if self.training and wav.size(2) == 2:
-            left = th.randint(2, (batch, sources, 1, 1), device=wav.device)
-            left = left.expand(-1, -1, -1, time)
-            right = 1 - left
-            wav = th.cat([wav.gather(2, left), wav.gather(2, right)], dim=2)
-        return wav
+        b, s, c, t = wav.size()
+        if not (self.training and c == 2):
+            return wav
+        first = th.randint(2, (b, s, 1, 1), device=wav.device).expand(-1, -1, -1, t)
+        return th.cat([wav.gather(2, first), wav.gather(2, 1 - first)], dim=2)
 
 
-class FlipSign(nn.Module):
-    """
-    Random sign flip.
-    """
+class RandomSign(nn.Module):
     def forward(self, wav):
-        batch, sources, channels, time = wav.size()
+        b, s = wav.size()[:2]
         if self.training:
-            signs = th.randint(2, (batch, sources, 1, 1), device=wav.device, dtype=th.float32)
-            wav = wav * (2 * signs - 1)
+            sign = th.randint(2, (b, s, 1, 1), device=wav.device, dtype=th.float32)
+            wav = wav * (2 * sign - 1)
         return wav
 
 
-class Remix(nn.Module):
-    """
-    Shuffle sources to make new mixes.
-    """
-    def __init__(self, group_size=4):
-        """
-        Shuffle sources within one batch.
-        Each batch is divided into groups of size `group_size` and shuffling is done within
-        each group separatly. This allow to keep the same probability distribution no matter
-        the number of GPUs. Without this grouping, using more GPUs would lead to a higher
-        probability of keeping two sources from the same track together which can impact
-        performance.
-        """
+class ShuffleStems(nn.Module):
+    # new mixtures: each source slot draws its stem from another track of the same group
+    def __init__(self, group=4):
         super().__init__()
-        self.group_size = group_size
+        self.group = group
 
     def forward(self, wav):
-        batch, streams, channels, time = wav.size()
-        device = wav.device
-
-        if self.training:
-            group_size = self.group_size or batch
-            if batch % group_size != 0:
-                raise ValueError(f"Batch size {batch} must be divisible by group size {group_size}")
-            groups = batch // group_size
-            wav = wav.view(groups, group_size, streams, channels, time)
-            permutations = th.argsort(th.rand(groups, group_size, streams, 1, 1, device=device),
-                                      dim=1)
-            wav = wav.gather(1, permutations.expand(-1, -1, -1, channels, time))
-            wav = wav.view(batch, streams, channels, time)
-        return wav
+        b, s, c, t = wav.size()
+        if not self.training:
+            return wav
+        g = self.group or b
+        if b % g != 0:
+            raise ValueError(f"a batch of {b} does not split into groups of {g}")
+        wav = wav.view(b // g, g, s, c, t)
+        order = th.argsort(th.rand(b // g, g, s, 1, 1, device=wav.device), dim=1)
+        return wav.gather(1, order.expand(-1, -1, -1, c, t)).view(b, s, c, t)
 
 
-# train.py's train_model loop (one epoch of a few batches), small
-sources_names = ["drums", "bass", "other", "vocals"]
-model = Demucs(sources_names, audio_channels=2, channels=4, depth=2, resample=False, lstm_layers=1, kernel_size=8, stride=4, context=3)
+names = ["drums", "bass", "other", "vocals"]
+model = WaveUNet(names, audio_channels=2, channels=4, depth=2, lstm_layers=1)
 initialize(model)
-record.append(list(model._init_args_kwargs[0]))
-length = model.valid_length(200)
+args, kwargs = model._init_args_kwargs
+record.append(list(args))
+n = model.valid_length(200)
 shift = 16
-augment = nn.Sequential(FlipSign(), FlipChannels(), Shift(shift), Remix(group_size=2))
-criterion = nn.L1Loss()
-optimizer = th.optim.Adam(model.parameters(), lr=3e-4)
-tracks = np.random.default_rng(7).standard_normal((3, 4, 5, 2, length + shift)).astype(np.float32) * 0.3
+augment = nn.Sequential(RandomSign(), SwapChannels(), RandomShift(shift), ShuffleStems(group=2))
+l1 = nn.L1Loss()
+opt = th.optim.Adam(model.parameters(), lr=3e-4)
+batches = np.random.default_rng(8).standard_normal((3, 4, 5, 2, n + shift)).astype(np.float32) * 0.3
 model.train()
 augment.train()
-for streams in tracks:
-    streams = th.from_numpy(streams)
-    sources = streams[:, 1:]
-    sources = augment(sources)
-    mix = sources.sum(dim=1)
-
-    estimates = model(mix)
-    sources = center_trim(sources, estimates)
-    loss = criterion(estimates, sources)
+for batch in batches:
+    stems = augment(th.from_numpy(batch)[:, 1:])  # (the first slot: the mixture, unused)
+    estimate = model(stems.sum(dim=1))
+    loss = l1(estimate, trim_to(stems, estimate))
     loss.backward()
-    grad_norm = 0
+    total = 0
     for p in model.parameters():
         if p.grad is not None:
-            grad_norm += p.grad.data.norm()**2
-    grad_norm = grad_norm**0.5
-    optimizer.step()
-    optimizer.zero_grad()
-    record.append([loss.item(), grad_norm.item()])
-record.append(params_of(model))
+            total += p.grad.data.norm() ** 2
+    opt.step()
+    opt.zero_grad()
+    record.append([loss.item(), (total ** 0.5).item()])
+record.append(params_of(model))  # after the three steps
 model.eval()
 with th.no_grad():
-    out = model(th.from_numpy(tracks[0, :, 0]))
-record.append(out.numpy().copy())
-'''
+    record.append(model(th.from_numpy(batches[0, :, 0])).numpy().copy())
+"""
 
 TORCHAUDIO_FRONT_END_SOURCE = r"""import math
 import warnings
@@ -2297,7 +2163,7 @@ DEMUCS_STEPS = [
     ("    loss.backward()\n", "    grads = loss.backward()\n"),
     ("p.grad is not None", "p.grad(grads) is not None"),
     ("p.grad.data.norm()", "p.grad(grads).data.norm()"),
-    ("    optimizer.step()\n", "    optimizer.step(grads)\n"),
+    ("    opt.step()\n", "    opt.step(grads)\n"),
 ]
 
 
