@@ -3,14 +3,13 @@
 audio, speech and sequence models, each trained a few steps against torch's run of the same
 code from the same weights and draws.
 
-- Conv-TasNet as kaituoxu/Conv-TasNet writes it (``conv_tasnet.py``: the ``Conv1d`` encoder
-  with 50% overlap, ``TemporalConvNet`` of ``TemporalBlock``s with the depthwise ``Conv1d(...,
-  groups=in_channels)`` of ``DepthwiseSeparableConv``, ``Chomp1d`` for the causal form,
-  ``PReLU``, gLN/cLN/BN, ``utils.py``'s ``overlap_and_add`` by ``torch.arange(...).unfold``,
-  ``signal.new_tensor(frame)`` and ``index_add_``; ``pit_criterion.py``'s SI-SNR with PIT:
-  ``estimate_source *= mask``, ``source.new_tensor(list(permutations(range(C))))``, the
-  one-hot by ``scatter_``, ``torch.einsum('bij,pij->bp', [a, b])`` over a list, ``max_snr /=
-  C``, ``reorder_source``'s element assignment), trained with ``clip_grad_norm_``, in float64.
+- a Conv-TasNet written here in the style of kaituoxu/Conv-TasNet (a ``Conv1d`` encoder with 50%
+  overlap, a temporal conv net of residual blocks with depthwise ``Conv1d(..., groups=...)``, a
+  right trim for the causal form, ``PReLU``, gLN/cLN/BatchNorm; overlap-add by
+  ``torch.arange(...).unfold``, ``frames.new_tensor(...)`` and ``index_add_``; SI-SNR with PIT:
+  ``est *= keep``, ``ref.new_tensor(list(permutations(...)))``, a one-hot by ``scatter_``,
+  ``torch.einsum('bij,pij->bp', [a, b])`` over a list, ``best /= c``, a reorder by element
+  assignment), trained with ``clip_grad_norm_``, in float64.
 - an RNN-T written here in the style of Loren Lugosch's transducer tutorial (a 3-layer
   bidirectional ``GRU`` encoder, a ``GRUCell`` predictor started from ``torch.stack([h0] *
   batch)``, a joint network; the forward algorithm written into ``alpha[:, t, u]`` slot by slot
@@ -93,483 +92,173 @@ IMPORTS = [
     ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
 ]
 
-CONV_TASNET_SOURCE = r'''import math
-from itertools import permutations
-
+CONV_TASNET_SOURCE = r"""import itertools
+import math
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+F = nn.functional
 
 EPS = 1e-8
 
 
-def overlap_and_add(signal, frame_step):
-    """Reconstructs a signal from a framed representation.
-
-    Adds potentially overlapping frames of a signal with shape
-    `[..., frames, frame_length]`, offsetting subsequent frames by `frame_step`.
-    The resulting tensor has shape `[..., output_size]` where
-
-        output_size = (frames - 1) * frame_step + frame_length
-
-    Based on https://github.com/tensorflow/tensorflow/blob/r1.12/tensorflow/contrib/signal/python/ops/reconstruction_ops.py
-    """
-    outer_dimensions = signal.size()[:-2]
-    frames, frame_length = signal.size()[-2:]
-
-    subframe_length = math.gcd(frame_length, frame_step)  # gcd=Greatest Common Divisor
-    subframe_step = frame_step // subframe_length
-    subframes_per_frame = frame_length // subframe_length
-    output_size = frame_step * (frames - 1) + frame_length
-    output_subframes = output_size // subframe_length
-
-    subframe_signal = signal.view(*outer_dimensions, -1, subframe_length)
-
-    frame = torch.arange(0, output_subframes).unfold(0, subframes_per_frame, subframe_step)
-    frame = signal.new_tensor(frame).long()  # signal may in GPU or CPU
-    frame = frame.contiguous().view(-1)
-
-    result = signal.new_zeros(*outer_dimensions, output_subframes, subframe_length)
-    result.index_add_(-2, frame, subframe_signal)
-    result = result.view(*outer_dimensions, -1)
-    return result
+def overlap_add(frames, hop):
+    # [..., n_frames, frame_len] -> [..., (n_frames - 1) * hop + frame_len], summing overlaps
+    lead = frames.size()[:-2]
+    n_frames, frame_len = frames.size()[-2:]
+    piece = math.gcd(frame_len, hop)  # split frames into pieces that tile the output exactly
+    pieces_per_frame, hop_pieces = frame_len // piece, hop // piece
+    out_pieces = (hop * (n_frames - 1) + frame_len) // piece
+    where = torch.arange(0, out_pieces).unfold(0, pieces_per_frame, hop_pieces)
+    where = frames.new_tensor(where).long().contiguous().view(-1)
+    out = frames.new_zeros(*lead, out_pieces, piece)
+    out.index_add_(-2, where, frames.view(*lead, -1, piece))
+    return out.view(*lead, -1)
 
 
-class ConvTasNet(nn.Module):
-    def __init__(self, N, L, B, H, P, X, R, C, norm_type="gLN", causal=False,
-                 mask_nonlinear='relu'):
-        """
-        Args:
-            N: Number of filters in autoencoder
-            L: Length of the filters (in samples)
-            B: Number of channels in bottleneck 1 × 1-conv block
-            H: Number of channels in convolutional blocks
-            P: Kernel size in convolutional blocks
-            X: Number of convolutional blocks in each repeat
-            R: Number of repeats
-            C: Number of speakers
-            norm_type: BN, gLN, cLN
-            causal: causal or non-causal
-            mask_nonlinear: use which non-linear function to generate mask
-        """
-        super(ConvTasNet, self).__init__()
-        # Hyper-parameter
-        self.N, self.L, self.B, self.H, self.P, self.X, self.R, self.C = N, L, B, H, P, X, R, C
-        self.norm_type = norm_type
-        self.causal = causal
-        self.mask_nonlinear = mask_nonlinear
-        # Components
-        self.encoder = Encoder(L, N)
-        self.separator = TemporalConvNet(N, B, H, P, X, R, C, norm_type, causal, mask_nonlinear)
-        self.decoder = Decoder(N, L)
-        # init
+class GlobalNorm(nn.Module):  # gLN: statistics over channels and time
+    def __init__(self, channels):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.Tensor(1, channels, 1))
+        self.beta = nn.Parameter(torch.Tensor(1, channels, 1))
+        self.gamma.data.fill_(1)
+        self.beta.data.zero_()
+
+    def forward(self, y):
+        mean = y.mean(dim=1, keepdim=True).mean(dim=2, keepdim=True)
+        var = torch.pow(y - mean, 2).mean(dim=1, keepdim=True).mean(dim=2, keepdim=True)
+        return self.gamma * (y - mean) / torch.pow(var + EPS, 0.5) + self.beta
+
+
+class ChannelNorm(GlobalNorm):  # cLN: statistics over channels, per time step
+    def forward(self, y):
+        mean = torch.mean(y, dim=1, keepdim=True)
+        var = torch.var(y, dim=1, keepdim=True, unbiased=False)
+        return self.gamma * (y - mean) / torch.pow(var + EPS, 0.5) + self.beta
+
+
+def make_norm(kind, channels):
+    return {"gLN": GlobalNorm, "cLN": ChannelNorm}.get(kind, nn.BatchNorm1d)(channels)
+
+
+class TrimRight(nn.Module):  # drop the right padding of a causal convolution
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def forward(self, x):
+        return x[:, :, : -self.n].contiguous()
+
+
+def conv_block(bottleneck, hidden, kernel, dilation, norm, causal):
+    pad = (kernel - 1) * dilation if causal else (kernel - 1) * dilation // 2
+    depthwise = [nn.Conv1d(hidden, hidden, kernel, stride=1, padding=pad, dilation=dilation,
+                           groups=hidden, bias=False)]
+    if causal:
+        depthwise.append(TrimRight(pad))
+    return nn.Sequential(
+        nn.Conv1d(bottleneck, hidden, 1, bias=False), nn.PReLU(), make_norm(norm, hidden),
+        *depthwise, nn.PReLU(), make_norm(norm, hidden), nn.Conv1d(hidden, bottleneck, 1, bias=False),
+    )
+
+
+class Residual(nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+class TasNet(nn.Module):
+    def __init__(self, filters, win, bottleneck, hidden, kernel, blocks, repeats, speakers,
+                 norm="gLN", causal=False, mask="relu"):
+        super().__init__()
+        self.win, self.speakers, self.mask = win, speakers, mask
+        self.encode = nn.Conv1d(1, filters, kernel_size=win, stride=win // 2, bias=False)
+        tcn = [Residual(conv_block(bottleneck, hidden, kernel, 2**b, norm, causal))
+               for _ in range(repeats) for b in range(blocks)]
+        self.separate = nn.Sequential(ChannelNorm(filters), nn.Conv1d(filters, bottleneck, 1, bias=False),
+                                      *tcn, nn.Conv1d(bottleneck, speakers * filters, 1, bias=False))
+        self.decode = nn.Linear(filters, win, bias=False)
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_normal_(p)
 
-    def forward(self, mixture):
-        """
-        Args:
-            mixture: [M, T], M is batch size, T is #samples
-        Returns:
-            est_source: [M, C, T]
-        """
-        mixture_w = self.encoder(mixture)
-        est_mask = self.separator(mixture_w)
-        est_source = self.decoder(mixture_w, est_mask)
-
-        # T changed after conv1d in encoder, fix it here
-        T_origin = mixture.size(-1)
-        T_conv = est_source.size(-1)
-        est_source = F.pad(est_source, (0, T_origin - T_conv))
-        return est_source
+    def forward(self, mix):
+        w = F.relu(self.encode(torch.unsqueeze(mix, 1)))  # [M, N, K]
+        m, n, k = w.size()
+        score = self.separate(w).view(m, self.speakers, n, k)
+        masks = F.softmax(score, dim=1) if self.mask == "softmax" else F.relu(score)
+        frames = self.decode(torch.transpose(torch.unsqueeze(w, 1) * masks, 2, 3))
+        est = overlap_add(frames, self.win // 2)
+        return F.pad(est, (0, mix.size(-1) - est.size(-1)))
 
 
-class Encoder(nn.Module):
-    """Estimation of the nonnegative mixture weight by a 1-D conv layer.
-    """
-    def __init__(self, L, N):
-        super(Encoder, self).__init__()
-        # Hyper-parameter
-        self.L, self.N = L, N
-        # Components
-        # 50% overlap
-        self.conv1d_U = nn.Conv1d(1, N, kernel_size=L, stride=L // 2, bias=False)
-
-    def forward(self, mixture):
-        """
-        Args:
-            mixture: [M, T], M is batch size, T is #samples
-        Returns:
-            mixture_w: [M, N, K], where K = (T-L)/(L/2)+1 = 2T/L-1
-        """
-        mixture = torch.unsqueeze(mixture, 1)  # [M, 1, T]
-        mixture_w = F.relu(self.conv1d_U(mixture))  # [M, N, K]
-        return mixture_w
-
-
-class Decoder(nn.Module):
-    def __init__(self, N, L):
-        super(Decoder, self).__init__()
-        # Hyper-parameter
-        self.N, self.L = N, L
-        # Components
-        self.basis_signals = nn.Linear(N, L, bias=False)
-
-    def forward(self, mixture_w, est_mask):
-        """
-        Args:
-            mixture_w: [M, N, K]
-            est_mask: [M, C, N, K]
-        Returns:
-            est_source: [M, C, T]
-        """
-        # D = W * M
-        source_w = torch.unsqueeze(mixture_w, 1) * est_mask  # [M, C, N, K]
-        source_w = torch.transpose(source_w, 2, 3) # [M, C, K, N]
-        # S = DV
-        est_source = self.basis_signals(source_w)  # [M, C, K, L]
-        est_source = overlap_and_add(est_source, self.L//2) # M x C x T
-        return est_source
+def si_snr_pit(ref, est, lengths):
+    # scale-invariant SNR of the best speaker permutation, padding masked out
+    b, c, t = ref.size()
+    keep = ref.new_ones((b, 1, t))
+    for i in range(b):
+        keep[i, :, lengths[i]:] = 0
+    est *= keep
+    count = lengths.view(-1, 1, 1).float()
+    ref0 = (ref - torch.sum(ref, dim=2, keepdim=True) / count) * keep
+    est0 = est - torch.sum(est, dim=2, keepdim=True) / count
+    est0 *= keep
+    r, e = torch.unsqueeze(ref0, dim=1), torch.unsqueeze(est0, dim=2)  # [B, 1, C, T], [B, C, 1, T]
+    proj = torch.sum(e * r, dim=3, keepdim=True) * r / (torch.sum(r**2, dim=3, keepdim=True) + EPS)
+    ratio = torch.sum(proj**2, dim=3) / (torch.sum((e - proj) ** 2, dim=3) + EPS)
+    pair = 10 * torch.log10(ratio + EPS)  # [B, C, C]
+    perms = ref.new_tensor(list(itertools.permutations(range(c))), dtype=torch.long)
+    one_hot = ref.new_zeros((*perms.size(), c)).scatter_(2, torch.unsqueeze(perms, 2), 1)
+    per_perm = torch.einsum("bij,pij->bp", [pair, one_hot])
+    best_idx = torch.argmax(per_perm, dim=1)
+    best, _ = torch.max(per_perm, dim=1, keepdim=True)
+    best /= c
+    return best, perms, best_idx
 
 
-class TemporalConvNet(nn.Module):
-    def __init__(self, N, B, H, P, X, R, C, norm_type="gLN", causal=False,
-                 mask_nonlinear='relu'):
-        super(TemporalConvNet, self).__init__()
-        # Hyper-parameter
-        self.C = C
-        self.mask_nonlinear = mask_nonlinear
-        # Components
-        # [M, N, K] -> [M, N, K]
-        layer_norm = ChannelwiseLayerNorm(N)
-        # [M, N, K] -> [M, B, K]
-        bottleneck_conv1x1 = nn.Conv1d(N, B, 1, bias=False)
-        # [M, B, K] -> [M, B, K]
-        repeats = []
-        for r in range(R):
-            blocks = []
-            for x in range(X):
-                dilation = 2**x
-                padding = (P - 1) * dilation if causal else (P - 1) * dilation // 2
-                blocks += [TemporalBlock(B, H, P, stride=1,
-                                         padding=padding,
-                                         dilation=dilation,
-                                         norm_type=norm_type,
-                                         causal=causal)]
-            repeats += [nn.Sequential(*blocks)]
-        temporal_conv_net = nn.Sequential(*repeats)
-        # [M, B, K] -> [M, C*N, K]
-        mask_conv1x1 = nn.Conv1d(B, C*N, 1, bias=False)
-        # Put together
-        self.network = nn.Sequential(layer_norm,
-                                     bottleneck_conv1x1,
-                                     temporal_conv_net,
-                                     mask_conv1x1)
-
-    def forward(self, mixture_w):
-        """
-        Keep this API same with TasNet
-        Args:
-            mixture_w: [M, N, K], M is batch size
-        returns:
-            est_mask: [M, C, N, K]
-        """
-        M, N, K = mixture_w.size()
-        score = self.network(mixture_w)  # [M, N, K] -> [M, C*N, K]
-        score = score.view(M, self.C, N, K) # [M, C*N, K] -> [M, C, N, K]
-        if self.mask_nonlinear == 'softmax':
-            est_mask = F.softmax(score, dim=1)
-        elif self.mask_nonlinear == 'relu':
-            est_mask = F.relu(score)
-        else:
-            raise ValueError("Unsupported mask non-linear function")
-        return est_mask
+def reorder(est, perms, best_idx):
+    chosen = torch.index_select(perms, dim=0, index=best_idx)
+    out = torch.zeros_like(est)
+    for i in range(est.size(0)):
+        for j in range(est.size(1)):
+            out[i, j] = est[i, chosen[i][j]]
+    return out
 
 
-class TemporalBlock(nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size,
-                 stride, padding, dilation, norm_type="gLN", causal=False):
-        super(TemporalBlock, self).__init__()
-        # [M, B, K] -> [M, H, K]
-        conv1x1 = nn.Conv1d(in_channels, out_channels, 1, bias=False)
-        prelu = nn.PReLU()
-        norm = chose_norm(norm_type, out_channels)
-        # [M, H, K] -> [M, B, K]
-        dsconv = DepthwiseSeparableConv(out_channels, in_channels, kernel_size,
-                                        stride, padding, dilation, norm_type,
-                                        causal)
-        # Put together
-        self.net = nn.Sequential(conv1x1, prelu, norm, dsconv)
-
-    def forward(self, x):
-        """
-        Args:
-            x: [M, B, K]
-        Returns:
-            [M, B, K]
-        """
-        residual = x
-        out = self.net(x)
-        # TODO: when P = 3 here works fine, but when P = 2 maybe need to pad?
-        return out + residual  # look like w/o F.relu is better than w/ F.relu
-        # return F.relu(out + residual)
-
-
-class DepthwiseSeparableConv(nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size,
-                 stride, padding, dilation, norm_type="gLN", causal=False):
-        super(DepthwiseSeparableConv, self).__init__()
-        # Use `groups` option to implement depthwise convolution
-        # [M, H, K] -> [M, H, K]
-        depthwise_conv = nn.Conv1d(in_channels, in_channels, kernel_size,
-                                   stride=stride, padding=padding,
-                                   dilation=dilation, groups=in_channels,
-                                   bias=False)
-        if causal:
-            chomp = Chomp1d(padding)
-        prelu = nn.PReLU()
-        norm = chose_norm(norm_type, in_channels)
-        # [M, H, K] -> [M, B, K]
-        pointwise_conv = nn.Conv1d(in_channels, out_channels, 1, bias=False)
-        # Put together
-        if causal:
-            self.net = nn.Sequential(depthwise_conv, chomp, prelu, norm,
-                                     pointwise_conv)
-        else:
-            self.net = nn.Sequential(depthwise_conv, prelu, norm,
-                                     pointwise_conv)
-
-    def forward(self, x):
-        """
-        Args:
-            x: [M, H, K]
-        Returns:
-            result: [M, B, K]
-        """
-        return self.net(x)
-
-
-class Chomp1d(nn.Module):
-    """To ensure the output length is the same as the input.
-    """
-    def __init__(self, chomp_size):
-        super(Chomp1d, self).__init__()
-        self.chomp_size = chomp_size
-
-    def forward(self, x):
-        """
-        Args:
-            x: [M, H, Kpad]
-        Returns:
-            [M, H, K]
-        """
-        return x[:, :, :-self.chomp_size].contiguous()
-
-
-def chose_norm(norm_type, channel_size):
-    """The input of normlization will be (M, C, K), where M is batch size,
-       C is channel size and K is sequence length.
-    """
-    if norm_type == "gLN":
-        return GlobalLayerNorm(channel_size)
-    elif norm_type == "cLN":
-        return ChannelwiseLayerNorm(channel_size)
-    else: # norm_type == "BN":
-        # Given input (M, C, K), nn.BatchNorm1d(C) will accumulate statics
-        # along M and K, so this BN usage is right.
-        return nn.BatchNorm1d(channel_size)
-
-
-# TODO: Use nn.LayerNorm to impl cLN to speed up
-class ChannelwiseLayerNorm(nn.Module):
-    """Channel-wise Layer Normalization (cLN)"""
-    def __init__(self, channel_size):
-        super(ChannelwiseLayerNorm, self).__init__()
-        self.gamma = nn.Parameter(torch.Tensor(1, channel_size, 1))  # [1, N, 1]
-        self.beta = nn.Parameter(torch.Tensor(1, channel_size,1 ))  # [1, N, 1]
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        self.gamma.data.fill_(1)
-        self.beta.data.zero_()
-
-    def forward(self, y):
-        """
-        Args:
-            y: [M, N, K], M is batch size, N is channel size, K is length
-        Returns:
-            cLN_y: [M, N, K]
-        """
-        mean = torch.mean(y, dim=1, keepdim=True)  # [M, 1, K]
-        var = torch.var(y, dim=1, keepdim=True, unbiased=False)  # [M, 1, K]
-        cLN_y = self.gamma * (y - mean) / torch.pow(var + EPS, 0.5) + self.beta
-        return cLN_y
-
-
-class GlobalLayerNorm(nn.Module):
-    """Global Layer Normalization (gLN)"""
-    def __init__(self, channel_size):
-        super(GlobalLayerNorm, self).__init__()
-        self.gamma = nn.Parameter(torch.Tensor(1, channel_size, 1))  # [1, N, 1]
-        self.beta = nn.Parameter(torch.Tensor(1, channel_size,1 ))  # [1, N, 1]
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        self.gamma.data.fill_(1)
-        self.beta.data.zero_()
-
-    def forward(self, y):
-        """
-        Args:
-            y: [M, N, K], M is batch size, N is channel size, K is length
-        Returns:
-            gLN_y: [M, N, K]
-        """
-        # TODO: in torch 1.0, torch.mean() support dim list
-        mean = y.mean(dim=1, keepdim=True).mean(dim=2, keepdim=True) #[M, 1, 1]
-        var = (torch.pow(y-mean, 2)).mean(dim=1, keepdim=True).mean(dim=2, keepdim=True)
-        gLN_y = self.gamma * (y - mean) / torch.pow(var + EPS, 0.5) + self.beta
-        return gLN_y
-
-
-def cal_loss(source, estimate_source, source_lengths):
-    """
-    Args:
-        source: [B, C, T], B is batch size
-        estimate_source: [B, C, T]
-        source_lengths: [B]
-    """
-    max_snr, perms, max_snr_idx = cal_si_snr_with_pit(source,
-                                                      estimate_source,
-                                                      source_lengths)
-    loss = 0 - torch.mean(max_snr)
-    reorder_estimate_source = reorder_source(estimate_source, perms, max_snr_idx)
-    return loss, max_snr, estimate_source, reorder_estimate_source
-
-
-def cal_si_snr_with_pit(source, estimate_source, source_lengths):
-    """Calculate SI-SNR with PIT training.
-    Args:
-        source: [B, C, T], B is batch size
-        estimate_source: [B, C, T]
-        source_lengths: [B], each item is between [0, T]
-    """
-    assert source.size() == estimate_source.size()
-    B, C, T = source.size()
-    # mask padding position along T
-    mask = get_mask(source, source_lengths)
-    estimate_source *= mask
-
-    # Step 1. Zero-mean norm
-    num_samples = source_lengths.view(-1, 1, 1).float()  # [B, 1, 1]
-    mean_target = torch.sum(source, dim=2, keepdim=True) / num_samples
-    mean_estimate = torch.sum(estimate_source, dim=2, keepdim=True) / num_samples
-    zero_mean_target = source - mean_target
-    zero_mean_estimate = estimate_source - mean_estimate
-    # mask padding position along T
-    zero_mean_target *= mask
-    zero_mean_estimate *= mask
-
-    # Step 2. SI-SNR with PIT
-    # reshape to use broadcast
-    s_target = torch.unsqueeze(zero_mean_target, dim=1)  # [B, 1, C, T]
-    s_estimate = torch.unsqueeze(zero_mean_estimate, dim=2)  # [B, C, 1, T]
-    # s_target = <s', s>s / ||s||^2
-    pair_wise_dot = torch.sum(s_estimate * s_target, dim=3, keepdim=True)  # [B, C, C, 1]
-    s_target_energy = torch.sum(s_target ** 2, dim=3, keepdim=True) + EPS  # [B, 1, C, 1]
-    pair_wise_proj = pair_wise_dot * s_target / s_target_energy  # [B, C, C, T]
-    # e_noise = s' - s_target
-    e_noise = s_estimate - pair_wise_proj  # [B, C, C, T]
-    # SI-SNR = 10 * log_10(||s_target||^2 / ||e_noise||^2)
-    pair_wise_si_snr = torch.sum(pair_wise_proj ** 2, dim=3) / (torch.sum(e_noise ** 2, dim=3) + EPS)
-    pair_wise_si_snr = 10 * torch.log10(pair_wise_si_snr + EPS)  # [B, C, C]
-
-    # Get max_snr of each utterance
-    # permutations, [C!, C]
-    perms = source.new_tensor(list(permutations(range(C))), dtype=torch.long)
-    # one-hot, [C!, C, C]
-    index = torch.unsqueeze(perms, 2)
-    perms_one_hot = source.new_zeros((*perms.size(), C)).scatter_(2, index, 1)
-    # [B, C!] <- [B, C, C] einsum [C!, C, C], SI-SNR sum of each permutation
-    snr_set = torch.einsum('bij,pij->bp', [pair_wise_si_snr, perms_one_hot])
-    max_snr_idx = torch.argmax(snr_set, dim=1)  # [B]
-    # max_snr = torch.gather(snr_set, 1, max_snr_idx.view(-1, 1))  # [B, 1]
-    max_snr, _ = torch.max(snr_set, dim=1, keepdim=True)
-    max_snr /= C
-    return max_snr, perms, max_snr_idx
-
-
-def reorder_source(source, perms, max_snr_idx):
-    """
-    Args:
-        source: [B, C, T]
-        perms: [C!, C], permutations
-        max_snr_idx: [B], each item is between [0, C!)
-    Returns:
-        reorder_source: [B, C, T]
-    """
-    B, C, *_ = source.size()
-    # [B, C], permutation whose SI-SNR is max of each utterance
-    # for each utterance, reorder estimate source according this permutation
-    max_snr_perm = torch.index_select(perms, dim=0, index=max_snr_idx)
-    # print('max_snr_perm', max_snr_perm)
-    # maybe use torch.gather()/index_select()/scatter() to impl this?
-    reorder_source = torch.zeros_like(source)
-    for b in range(B):
-        for c in range(C):
-            reorder_source[b, c] = source[b, max_snr_perm[b][c]]
-    return reorder_source
-
-
-def get_mask(source, source_lengths):
-    """
-    Args:
-        source: [B, C, T]
-        source_lengths: [B]
-    Returns:
-        mask: [B, 1, T]
-    """
-    B, _, T = source.size()
-    mask = source.new_ones((B, 1, T))
-    for i in range(B):
-        mask[i, :, source_lengths[i]:] = 0
-    return mask
-
-
-# solver.py's _run_one_epoch, on a few synthetic two-speaker mixtures (padded, with their lengths)
-T = 120
-lengths = [120, 104, 96]
-t = np.arange(T) / 8000.0
-sources = np.zeros((3, 2, T), dtype=np.float32)
-for b, n in enumerate(lengths):
-    sources[b, 0, :n] = np.sin(2 * np.pi * (300 + 100 * b) * t[:n])
-    sources[b, 1, :n] = 0.5 * np.sign(np.sin(2 * np.pi * (700 - 50 * b) * t[:n]))
-for norm_type, causal, mask_nonlinear in (("gLN", False, "relu"), ("cLN", True, "softmax"), ("BN", False, "relu")):
-    model = ConvTasNet(N=12, L=8, B=6, H=10, P=3, X=2, R=2, C=2, norm_type=norm_type, causal=causal, mask_nonlinear=mask_nonlinear)
+n = 120
+lengths = [120, 100, 92]
+t = np.arange(n) / 8000.0
+clean = np.zeros((3, 2, n), dtype=np.float32)
+for i, valid in enumerate(lengths):
+    clean[i, 0, :valid] = np.sin(2 * np.pi * (250 + 120 * i) * t[:valid])
+    clean[i, 1, :valid] = 0.4 * np.sign(np.sin(2 * np.pi * (650 - 40 * i) * t[:valid]))
+for norm, causal, mask in (("gLN", False, "relu"), ("cLN", True, "softmax"), ("BN", False, "relu")):
+    model = TasNet(12, 8, 6, 10, 3, 2, 2, 2, norm=norm, causal=causal, mask=mask)
     model.double()
     initialize(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=0.0)
+    adam = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=0.0)
     model.train()
-    for i in range(3):
-        padded_source = torch.tensor(sources, dtype=torch.float64)
-        mixture_lengths = torch.tensor(lengths)
-        padded_mixture = padded_source.sum(dim=1)
-        estimate_source = model(padded_mixture)
-        loss, max_snr, estimate_source, reorder_estimate_source = \
-            cal_loss(padded_source, estimate_source, mixture_lengths)
-        optimizer.zero_grad()
+    for step in range(3):
+        ref = torch.tensor(clean, dtype=torch.float64)
+        mix = ref.sum(dim=1)
+        est = model(mix)
+        snr, perms, best_idx = si_snr_pit(ref, est, torch.tensor(lengths))
+        loss = 0 - torch.mean(snr)
+        adam.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5)
-        optimizer.step()
-        record.append([loss.item()])
-        record.append(max_snr.detach().numpy().copy())
-        record.append(reorder_estimate_source.detach().numpy().copy())
-    record.append(params_of(model))
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=5)
+        adam.step()
+        record.extend([[loss.item()], snr.detach().numpy().copy(),
+                       reorder(est, perms, best_idx).detach().numpy().copy()])
+    record.append(params_of(model.encode, model.separate, model.decode))
     model.eval()
     with torch.no_grad():
-        record.append(model(padded_mixture).numpy().copy())
-'''
+        record.append(model(mix).numpy().copy())
+"""
 
 DEMUCS_SOURCE = r"""import functools
 import math
@@ -1950,10 +1639,14 @@ with torch.no_grad():
 
 
 CONV_TASNET_STEPS = [
-    *IMPORTS,
+    IMPORTS[0],
+    IMPORTS[1],
     (
-        "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 5)\n        optimizer.step()\n",
-        "        grads = loss.backward()\n        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 5)\n        optimizer.step(grads)\n",
+        "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=5)\n"
+        "        adam.step()\n",
+        "        grads = loss.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), max_norm=5)\n"
+        "        adam.step(grads)\n",
     ),
 ]
 
