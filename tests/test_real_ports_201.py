@@ -30,11 +30,12 @@ code from the same weights and draws.
   ``Spectrogram``/``MelScale``/``MelSpectrogram``/``MFCC``/``ComputeDeltas``/masking modules
   with ``torch._C._log_api_usage_once`` and ``torch.jit.isinstance``), feeding a keyword
   spotter, and the loss's gradient with respect to the waveform through the STFT.
-- SRU as asappresearch/sru 2.x writes it in Python (``SRU_Compute_CPU``'s recurrence written
-  into ``h[t, :, di, :]``, ``SRUCell.reset_parameters``' in-place scaling of ``self.weight.data
-  .view(...)`` slices and the ``scale_x`` buffer, a packed input turned into ``mask_pad`` by
-  ``torch.ByteTensor``, the ``nn_rnn_compatible_return`` layout), under ``language_model/``'s
-  tied-embedding model, trained by truncated BPTT with AdamW over decay/no-decay groups.
+- an SRU written here in the style of asappresearch/sru 2.x's Python path (the recurrence written
+  into ``h[t, :, di, :]`` in both directions, ``reset_parameters`` scaling
+  ``self.weight.data.view(...)`` slices in place, the ``scale_x`` buffer set by ``.data[0] =``,
+  a projection, a packed input turned into ``mask_pad`` by ``torch.ByteTensor``, the
+  ``nn_rnn_compatible_return`` state layout, a ``__repr__`` by ``format(**vars(self))``), under a
+  tied character language model trained by truncated BPTT with AdamW over decay/no-decay groups.
 - a Listen, Attend and Spell model written here in the style of kaituoxu/Listen-Attend-Spell
   (rows padded by ``rows[0].new(...).fill_``, a packed LSTM listener with ``total_length``, an
   ``LSTMCell`` speller with dot-product attention by ``bmm``, ``F.cross_entropy(...,
@@ -1049,457 +1050,258 @@ record.append(waveform.grad.numpy().copy())
 torch.set_default_dtype(torch.float32)
 """
 
-SRU_SOURCE = r'''import copy
-import math
+SRU_SOURCE = r"""import math
 import warnings
-
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-
-SRU_CPU_kernel = False  # the C++ kernel is not built: the Python recurrence runs
 
 
-def _lazy_load_cpu_kernel():
-    return SRU_CPU_kernel
-
-
-class SRU_Compute_CPU():
-    """The SRU recurrence in Python (sru 2.x's sru_functional.py, the custom_m branch left out)."""
-
-    @staticmethod
-    def apply(u, x, weight_c, bias, init, activation_type, d, bidirectional, has_skip_term,
-              scale_x, mask_c=None, mask_pad=None):
-        bidir = 2 if bidirectional else 1
-        length = x.size(0) if x.dim() == 3 else 1
-        batch = x.size(-2)
-        k = u.size(-1) // d // bidir
-
-        sru_cpu_impl = _lazy_load_cpu_kernel()
-        if (sru_cpu_impl is not None) and (sru_cpu_impl != False):
-            raise NotImplementedError
-        else:
-            warnings.warn("C++ kernel for SRU CPU inference was not loaded. "
-                          "Use Python version instead.")
-
-        mask_pad_ = mask_pad.view(length, batch, 1).float() if mask_pad is not None else mask_pad
-        u = u.contiguous().view(length, batch, bidir, d, k)
-
-        forget_wc, reset_wc = weight_c.view(2, bidir, d)
-        forget_bias, reset_bias = bias.view(2, bidir, d)
-
-        if not has_skip_term:
-            x_prime = None
-        elif k == 3:
-            x_prime = x.view(length, batch, bidir, d)
-            x_prime = x_prime * scale_x if scale_x is not None else x_prime
-        else:
-            x_prime = u[..., 3]
-
-        h = x.new_zeros(length, batch, bidir, d)
-
-        if init is None:
-            c_init = x.new_zeros(size=(batch, bidir, d))
-        else:
-            c_init = init.view(batch, bidir, d)
-
-        c_final = []
-        for di in range(bidir):
-            if di == 0:
-                time_seq = range(length)
-            else:
-                time_seq = range(length - 1, -1, -1)
-
-            mask_c_ = 1 if mask_c is None else mask_c.view(batch, bidir, d)[:, di, :]
-            c_prev = c_init[:, di, :]
-            fb, rb = forget_bias[di], reset_bias[di]
-            fw = forget_wc[di].expand(batch, d)
-            rw = reset_wc[di].expand(batch, d)
-            u0 = u[:, :, di, :, 0].chunk(length)
-            u1 = (u[:, :, di, :, 1] + fb).chunk(length)
-            u2 = (u[:, :, di, :, 2] + rb).chunk(length)
-            if x_prime is not None:
-                xp = x_prime[:, :, di, :].chunk(length)
-
-            for t in time_seq:
-                forget_t = (u1[t] + c_prev*fw).sigmoid()
-                reset_t = (u2[t] + c_prev*rw).sigmoid()
-                c_t = u0[t] + (c_prev - u0[t]) * forget_t
-                if mask_pad_ is not None:
-                    c_t = c_t * (1-mask_pad_[t]) + c_prev * mask_pad_[t]
-                c_prev = c_t
-
-                if activation_type == 0:
-                    g_c_t = c_t
-                elif activation_type == 1:
-                    g_c_t = c_t.tanh()
-                else:
-                    raise ValueError('Activation type must be 0 or 1, not {}'.format(activation_type))
-
-                if x_prime is not None:
-                    h_t = xp[t] + (g_c_t - xp[t]) * mask_c_ * reset_t
-                else:
-                    h_t = g_c_t * mask_c_ * reset_t
-                if mask_pad_ is not None:
-                    h_t = h_t * (1-mask_pad_[t])
-                h[t, :, di, :] = h_t
-
-            c_final.append(c_t.view(batch, d))
-        return h.view(length, batch, -1), torch.stack(c_final, dim=1).view(batch, -1)
+def sru_recurrence(u, x, weight_c, bias, c0, use_tanh, d, bidirectional, skip, scale_x,
+                   mask_c=None, mask_pad=None):
+    # the SRU's cell state and output, one time step at a time (no compiled kernel here)
+    warnings.warn("C++ kernel for SRU CPU inference is not available: the Python loop runs")
+    dirs = 2 if bidirectional else 1
+    steps = x.size(0) if x.dim() == 3 else 1
+    batch = x.size(-2)
+    k = u.size(-1) // d // dirs
+    pad = mask_pad.view(steps, batch, 1).float() if mask_pad is not None else None
+    u = u.contiguous().view(steps, batch, dirs, d, k)
+    w_forget, w_reset = weight_c.view(2, dirs, d)
+    b_forget, b_reset = bias.view(2, dirs, d)
+    if not skip:
+        highway = None
+    elif k == 3:  # the input itself, rescaled
+        highway = x.view(steps, batch, dirs, d)
+        highway = highway * scale_x if scale_x is not None else highway
+    else:  # a fourth projection, when the widths differ
+        highway = u[..., 3]
+    h = x.new_zeros(steps, batch, dirs, d)
+    c_start = x.new_zeros(size=(batch, dirs, d)) if c0 is None else c0.view(batch, dirs, d)
+    finals = []
+    for di in range(dirs):
+        order = range(steps) if di == 0 else range(steps - 1, -1, -1)
+        keep = 1 if mask_c is None else mask_c.view(batch, dirs, d)[:, di, :]
+        c = c_start[:, di, :]
+        cand = u[:, :, di, :, 0].chunk(steps)
+        f_in = (u[:, :, di, :, 1] + b_forget[di]).chunk(steps)
+        r_in = (u[:, :, di, :, 2] + b_reset[di]).chunk(steps)
+        wf, wr = w_forget[di].expand(batch, d), w_reset[di].expand(batch, d)
+        hw = highway[:, :, di, :].chunk(steps) if highway is not None else None
+        for t in order:
+            f = (f_in[t] + c * wf).sigmoid()
+            r = (r_in[t] + c * wr).sigmoid()
+            c_next = cand[t] + (c - cand[t]) * f
+            if pad is not None:  # a padded step keeps the previous state
+                c_next = c_next * (1 - pad[t]) + c * pad[t]
+            c = c_next
+            g = c.tanh() if use_tanh else c
+            out = hw[t] + (g - hw[t]) * keep * r if hw is not None else g * keep * r
+            if pad is not None:
+                out = out * (1 - pad[t])
+            h[t, :, di, :] = out
+        finals.append(c.view(batch, d))
+    return h.view(steps, batch, -1), torch.stack(finals, dim=1).view(batch, -1)
 
 
 class SRUCell(nn.Module):
-    def __init__(self, input_size, hidden_size, dropout=0, rnn_dropout=0, bidirectional=False,
-                 n_proj=0, use_tanh=0, highway_bias=0, has_skip_term=True, layer_norm=False,
-                 rescale=True, v1=False):
-        super(SRUCell, self).__init__()
-        self.input_size = input_size
-        self.hidden_size = hidden_size  # hidden size per direction
-        self.output_size = hidden_size * 2 if bidirectional else hidden_size
-        self.rnn_dropout = rnn_dropout
-        self.dropout = dropout
-        self.bidirectional = bidirectional
-        self.has_skip_term = has_skip_term
-        self.highway_bias = highway_bias
-        self.v1 = v1
-        self.rescale = rescale
-        self.activation_type = 0
-        self.activation = 'none'
-        if use_tanh:
-            self.activation_type = 1
-            self.activation = 'tanh'
-
-        # projection dimension
-        self.projection_size = 0
-        if n_proj > 0 and n_proj < self.input_size and n_proj < self.output_size:
-            self.projection_size = n_proj
-
-        # number of sub-matrices used in SRU
-        self.num_matrices = 3
-        if has_skip_term and self.input_size != self.output_size:
-            self.num_matrices = 4
-
-        if self.projection_size == 0:
-            self.weight = nn.Parameter(torch.Tensor(input_size, self.output_size * self.num_matrices))
-        else:
-            self.weight_proj = nn.Parameter(torch.Tensor(input_size, self.projection_size))
-            self.weight = nn.Parameter(torch.Tensor(self.projection_size, self.output_size * self.num_matrices))
-        self.weight_c = nn.Parameter(torch.Tensor(2 * self.output_size))
-        self.bias = nn.Parameter(torch.Tensor(2 * self.output_size))
-
-        # scaling constant used in highway connections when rescale=True
-        self.register_buffer('scale_x', torch.FloatTensor([0]))
-
-        if layer_norm:
-            self.layer_norm = nn.LayerNorm(self.input_size)
-        else:
-            self.layer_norm = None
+    def __init__(self, n_in, hidden, dropout=0.0, rnn_dropout=0.0, bidirectional=False, n_proj=0,
+                 use_tanh=False, highway_bias=0.0, skip=True, layer_norm=False, rescale=True):
+        super().__init__()
+        self.n_in, self.hidden = n_in, hidden
+        self.n_out = 2 * hidden if bidirectional else hidden
+        self.dropout, self.rnn_dropout, self.bidirectional = dropout, rnn_dropout, bidirectional
+        self.skip, self.highway_bias, self.rescale, self.use_tanh = skip, highway_bias, rescale, use_tanh
+        self.n_proj = n_proj if 0 < n_proj < min(n_in, self.n_out) else 0
+        self.n_mat = 4 if skip and n_in != self.n_out else 3
+        if self.n_proj:
+            self.weight_proj = nn.Parameter(torch.Tensor(n_in, self.n_proj))
+        self.weight = nn.Parameter(torch.Tensor(self.n_proj or n_in, self.n_out * self.n_mat))
+        self.weight_c = nn.Parameter(torch.Tensor(2 * self.n_out))
+        self.bias = nn.Parameter(torch.Tensor(2 * self.n_out))
+        self.register_buffer("scale_x", torch.FloatTensor([0]))
+        self.layer_norm = nn.LayerNorm(n_in) if layer_norm else None
         self.reset_parameters()
 
     def reset_parameters(self):
-        # initialize bias and scaling constant
         self.bias.data.zero_()
-        bias_val, output_size = self.highway_bias, self.output_size
-        self.bias.data[output_size:].zero_().add_(bias_val)
-        self.scale_x.data[0] = 1
-        if self.rescale and self.has_skip_term:
-            # scalar used to properly scale the highway output
-            scale_val = (1 + math.exp(bias_val) * 2)**0.5
-            self.scale_x.data[0] = scale_val
-
-        # initialize weights such that E[w_ij]=0 and Var[w_ij]=1/d
-        d = self.weight.size(0)
-        val_range = (3.0 / d)**0.5
-        self.weight.data.uniform_(-val_range, val_range)
-        if self.projection_size > 0:
-            val_range = (3.0 / self.weight_proj.size(0))**0.5
-            self.weight_proj.data.uniform_(-val_range, val_range)
-
-        # projection matrix as a tensor of size:
-        #    (input_size, bidirection, hidden_size, num_matrices)
-        w = self.weight.data.view(d, -1, self.hidden_size, self.num_matrices)
-
-        # re-scale weights for dropout and normalized input for better gradient flow
+        self.bias.data[self.n_out:].zero_().add_(self.highway_bias)  # the reset gates' bias
+        highway_scale = (1 + math.exp(self.highway_bias) * 2) ** 0.5
+        self.scale_x.data[0] = highway_scale if self.rescale and self.skip else 1
+        rows = self.weight.size(0)
+        self.weight.data.uniform_(-((3.0 / rows) ** 0.5), (3.0 / rows) ** 0.5)
+        if self.n_proj:
+            edge = (3.0 / self.weight_proj.size(0)) ** 0.5
+            self.weight_proj.data.uniform_(-edge, edge)
+        w = self.weight.data.view(rows, -1, self.hidden, self.n_mat)  # scaled in place, by views
         if self.dropout > 0:
-            w[:, :, :, 0].mul_((1 - self.dropout)**0.5)
+            w[:, :, :, 0].mul_((1 - self.dropout) ** 0.5)
         if self.rnn_dropout > 0:
-            w.mul_((1 - self.rnn_dropout)**0.5)
-
-        # making weights smaller when layer norm is used. need more tests
+            w.mul_((1 - self.rnn_dropout) ** 0.5)
         if self.layer_norm:
             w.mul_(0.1)
+        if self.rescale and self.skip and self.n_mat == 4:
+            w[:, :, :, 3].mul_(highway_scale)
+        self.weight_c.data.uniform_(-(3.0**0.5), 3.0**0.5)
+        w[:, :, :, 1].mul_(0.5**0.5)
+        w[:, :, :, 2].mul_(0.5**0.5)
+        self.weight_c.data.mul_(math.sqrt(0.5))
 
-        # properly scale the highway output
-        if self.rescale and self.has_skip_term and self.num_matrices == 4:
-            scale_val = (1 + math.exp(bias_val) * 2)**0.5
-            w[:, :, :, 3].mul_(scale_val)
+    def dropout_mask(self, size, p):
+        return self.bias.data.new(*size).bernoulli_(1 - p).div_(1 - p)
 
-        if not self.v1:
-            # intialize weight_c such that E[w]=0 and Var[w]=1
-            self.weight_c.data.uniform_(-3.0**0.5, 3.0**0.5)
-
-            # rescale weight_c and the weight of sigmoid gates with a factor of sqrt(0.5)
-            w[:, :, :, 1].mul_(0.5**0.5)
-            w[:, :, :, 2].mul_(0.5**0.5)
-            self.weight_c.data.mul_(0.5**0.5)
-        else:
-            self.weight_c.data.zero_()
-            self.weight_c.requires_grad = False
-
-    def forward(self, input, c0=None, mask_pad=None, **kwargs):
-        if input.dim() != 2 and input.dim() != 3:
-            raise ValueError("Input must be 2 or 3 dimensional")
-
-        input_size, hidden_size = self.input_size, self.hidden_size
-        batch_size = input.size(-2)
+    def forward(self, x, c0=None, mask_pad=None):
+        if x.dim() not in (2, 3):
+            raise ValueError("the input must be 2- or 3-dimensional")
+        batch = x.size(-2)
         if c0 is None:
-            c0 = input.new_zeros(batch_size, self.output_size)
-
-        # apply layer norm before activation (i.e. before SRU computation)
-        residual = input
+            c0 = x.new_zeros(batch, self.n_out)
+        residual = x
         if self.layer_norm:
-            input = self.layer_norm(input)
-
-        # apply dropout for multiplication
-        if self.training and (self.rnn_dropout > 0):
-            mask = self.get_dropout_mask_((batch_size, input.size(-1)), self.rnn_dropout)
-            input = input * mask.expand_as(input)
-
-        U = self.compute_U(input)
-        V = self.weight_c
-
-        # get the scaling constant; scale_x is a scalar
-        scale_val = self.scale_x if self.rescale else None
-
-        # get dropout mask
-        if self.training and (self.dropout > 0):
-            mask_c = self.get_dropout_mask_((batch_size, self.output_size), self.dropout)
-        else:
-            mask_c = None
-
-        SRU_Compute = SRU_Compute_CPU
-        h, c = SRU_Compute.apply(U, residual, V, self.bias, c0, self.activation_type, hidden_size,
-                                 self.bidirectional, self.has_skip_term, scale_val, mask_c, mask_pad)
-        return h, c
-
-    def compute_U(self, input):
-        # collapse (length, batch_size) into one dimension if necessary
-        x = input if input.dim() == 2 else input.contiguous().view(-1, self.input_size)
-        if self.projection_size > 0:
-            x_projected = x.mm(self.weight_proj)
-            U = x_projected.mm(self.weight)
-        else:
-            U = x.mm(self.weight)
-        return U
-
-    def get_dropout_mask_(self, size, p):
-        b = self.bias.data
-        return b.new(*size).bernoulli_(1 - p).div_(1 - p)
+            x = self.layer_norm(x)
+        if self.training and self.rnn_dropout > 0:
+            x = x * self.dropout_mask((batch, x.size(-1)), self.rnn_dropout).expand_as(x)
+        flat = x if x.dim() == 2 else x.contiguous().view(-1, self.n_in)
+        u = flat.mm(self.weight_proj).mm(self.weight) if self.n_proj else flat.mm(self.weight)
+        mask_c = None
+        if self.training and self.dropout > 0:
+            mask_c = self.dropout_mask((batch, self.n_out), self.dropout)
+        return sru_recurrence(u, residual, self.weight_c, self.bias, c0, self.use_tanh, self.hidden,
+                              self.bidirectional, self.skip, self.scale_x if self.rescale else None,
+                              mask_c, mask_pad)
 
     def extra_repr(self):
-        s = "{input_size}, {hidden_size}"
-        if self.projection_size > 0:
-            s += ", projection_size={projection_size}"
-        if self.dropout > 0:
-            s += ", dropout={dropout}"
-        if self.rnn_dropout > 0:
-            s += ", rnn_dropout={rnn_dropout}"
+        parts = ["{n_in}, {hidden}"]
+        if self.n_proj:
+            parts.append("n_proj={n_proj}")
         if self.bidirectional:
-            s += ", bidirectional={bidirectional}"
-        if self.highway_bias != 0:
-            s += ", highway_bias={highway_bias}"
-        if self.activation_type != 0:
-            s += ", activation={activation}"
-        s += ", rescale={rescale}"
-        if not self.has_skip_term:
-            s += ", has_skip_term={has_skip_term}"
+            parts.append("bidirectional=True")
+        if self.highway_bias:
+            parts.append("highway_bias={highway_bias}")
+        parts.append("rescale={rescale}")
         if self.layer_norm:
-            s += ", layer_norm=True"
-        return s.format(**self.__dict__)
+            parts.append("layer_norm=True")
+        return ", ".join(parts).format(**vars(self))
 
     def __repr__(self):
-        s = self.extra_repr()
-        if len(s.split('\n')) == 1:
-            return "{}({})".format(self.__class__.__name__, s)
-        else:
-            return "{}({}\n)".format(self.__class__.__name__, s)
+        return "{}({})".format(type(self).__name__, self.extra_repr())
 
 
 class SRU(nn.Module):
-    def __init__(self, input_size, hidden_size, num_layers=2, dropout=0, rnn_dropout=0,
-                 bidirectional=False, projection_size=0, use_tanh=False, layer_norm=False,
-                 highway_bias=0, has_skip_term=True, rescale=False, v1=False,
-                 nn_rnn_compatible_return=False, proj_input_to_hidden_first=False):
-        super(SRU, self).__init__()
-        self.input_size = input_size
-        self.hidden_size = hidden_size
-        self.output_size = hidden_size * 2 if bidirectional else hidden_size
-        self.num_layers = num_layers
-        self.dropout = dropout
-        self.rnn_dropout = rnn_dropout
-        self.projection_size = projection_size
-        self.rnn_lst = nn.ModuleList()
-        self.bidirectional = bidirectional
-        self.use_layer_norm = layer_norm
-        self.has_skip_term = has_skip_term
-        self.num_directions = 2 if bidirectional else 1
-        self.nn_rnn_compatible_return = nn_rnn_compatible_return
-        if proj_input_to_hidden_first and input_size != self.output_size:
-            first_layer_input_size = self.output_size
-            self.input_to_hidden = nn.Linear(input_size, self.output_size, bias=False)
-        else:
-            first_layer_input_size = input_size
-            self.input_to_hidden = None
+    def __init__(self, n_in, hidden, num_layers=2, dropout=0.0, rnn_dropout=0.0, bidirectional=False,
+                 projection_size=0, use_tanh=False, layer_norm=False, highway_bias=0.0, rescale=False,
+                 nn_rnn_compatible_return=False):
+        super().__init__()
+        self.hidden, self.num_layers = hidden, num_layers
+        self.dirs = 2 if bidirectional else 1
+        self.n_out = hidden * self.dirs
+        self.compat = nn_rnn_compatible_return
+        self.rnn_lst = nn.ModuleList([
+            SRUCell(n_in if i == 0 else self.n_out, hidden,
+                    dropout=dropout if i + 1 < num_layers else 0.0, rnn_dropout=rnn_dropout,
+                    bidirectional=bidirectional, n_proj=projection_size, use_tanh=use_tanh,
+                    highway_bias=highway_bias, layer_norm=layer_norm, rescale=rescale)
+            for i in range(num_layers)
+        ])
 
-        for i in range(num_layers):
-            l = SRUCell(
-                first_layer_input_size if i == 0 else self.output_size,
-                self.hidden_size,
-                dropout=dropout if i + 1 != num_layers else 0,
-                rnn_dropout=rnn_dropout,
-                bidirectional=bidirectional,
-                n_proj=projection_size,
-                use_tanh=use_tanh,
-                layer_norm=layer_norm,
-                highway_bias=highway_bias,
-                has_skip_term=has_skip_term,
-                rescale=rescale,
-                v1=v1,
-            )
-            self.rnn_lst.append(l)
-
-    def forward(self, input, c0=None, mask_pad=None):
-        # unpack packed, if input is packed. packing and then unpacking will be slower than not packing
-        # at all, but makes SRU usage compatible with nn.RNN usage
-        input_packed = isinstance(input, nn.utils.rnn.PackedSequence)
-        if input_packed:
-            input, lengths = nn.utils.rnn.pad_packed_sequence(input)
-            max_length = lengths.max().item()
-            mask_pad = torch.ByteTensor([[0] * l + [1] * (max_length - l) for l in lengths.tolist()])
-            mask_pad = mask_pad.to(input.device).transpose(0, 1).contiguous()
-
-        # The dimensions of `input` should be: `(sequence_length, batch_size, input_size)`.
-        if input.dim() != 3:
-            raise ValueError("There must be 3 dimensions for (length, batch_size, input_size)")
-
+    def forward(self, x, c0=None, mask_pad=None):
+        packed = isinstance(x, nn.utils.rnn.PackedSequence)
+        if packed:
+            x, lengths = nn.utils.rnn.pad_packed_sequence(x)
+            longest = lengths.max().item()
+            rows = [[0] * n + [1] * (longest - n) for n in lengths.tolist()]
+            mask_pad = torch.ByteTensor(rows).to(x.device).transpose(0, 1).contiguous()
+        if x.dim() != 3:
+            raise ValueError("expected (length, batch, features)")
         if c0 is None:
-            zeros = input.data.new(
-                input.size(1), self.output_size
-            ).zero_()
-            c0 = [ zeros for i in range(self.num_layers) ]
+            starts = [x.data.new(x.size(1), self.n_out).zero_()] * self.num_layers
         else:
-            # The dimensions of `c0` should be: `(num_layers, batch_size, hidden_size * dir_)`.
-            if c0.dim() != 3:
-                raise ValueError("There must be 3 dimensions for (num_layers, batch_size, output_size)")
-            c0 = [ x.squeeze(0) for x in c0.chunk(self.num_layers, 0) ]
-
-        prevx = input if self.input_to_hidden is None else self.input_to_hidden(input)
-        lstc = []
-        for i, rnn in enumerate(self.rnn_lst):
-            h, c = rnn(prevx, c0[i], mask_pad=mask_pad)
-            prevx = h
-            lstc.append(c)
-
-        if input_packed:
-            prevx = nn.utils.rnn.pack_padded_sequence(prevx, lengths, enforce_sorted=False)
-
-        lstc_stack = torch.stack(lstc)
-        if self.nn_rnn_compatible_return:
-            batch_size = input.size(1)
-            lstc_stack = lstc_stack.view(self.num_layers, batch_size, self.num_directions, self.hidden_size)
-            lstc_stack = lstc_stack.transpose(1, 2).contiguous()
-            lstc_stack = lstc_stack.view(self.num_layers * self.num_directions, batch_size, self.hidden_size)
-        return prevx, lstc_stack
+            starts = [s.squeeze(0) for s in c0.chunk(self.num_layers, 0)]
+        finals = []
+        for layer, start in zip(self.rnn_lst, starts):
+            x, c = layer(x, start, mask_pad=mask_pad)
+            finals.append(c)
+        if packed:
+            x = nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+        state = torch.stack(finals)
+        if self.compat:  # (layers * directions, batch, hidden), as nn.LSTM lays its state out
+            b = state.size(1)
+            state = state.view(self.num_layers, b, self.dirs, self.hidden).transpose(1, 2).contiguous()
+            state = state.view(self.num_layers * self.dirs, b, self.hidden)
+        return x, state
 
 
-# language_model/train_lm.py's Model (tied embeddings), trained by truncated BPTT with hidden
-# states carried over (detached), AdamW with decay and no-decay parameter groups
-class Model(nn.Module):
-    def __init__(self, n_V, n_d, depth, dropout, highway_bias):
-        super(Model, self).__init__()
-        self.n_d = n_d
-        self.depth = depth
-        self.drop = nn.Dropout(dropout)
-        self.embedding_layer = nn.Embedding(n_V, n_d)
-        self.rnn = SRU(n_d, n_d, depth, dropout=dropout, rnn_dropout=0.0, use_tanh=False, highway_bias=highway_bias, rescale=True, layer_norm=True)
-        self.output_layer = nn.Linear(n_d, n_V)
-        self.output_layer.weight = self.embedding_layer.weight
-        self.init_weights()
-
-    def init_weights(self, val_range=None):
-        params = list(self.embedding_layer.parameters()) + list(self.output_layer.parameters())
-        for p in params:
-            if p.dim() > 1:  # matrix
-                val = val_range or (3.0 / p.size(0))**0.5
-                p.data.uniform_(-val, val)
+class CharLM(nn.Module):
+    def __init__(self, vocab, width, depth, dropout, highway_bias):
+        super().__init__()
+        self.width, self.depth = width, depth
+        self.dropout = nn.Dropout(dropout)
+        self.embed = nn.Embedding(vocab, width)
+        self.rnn = SRU(width, width, depth, dropout=dropout, highway_bias=highway_bias, rescale=True,
+                       layer_norm=True)
+        self.out = nn.Linear(width, vocab)
+        self.out.weight = self.embed.weight  # tied
+        for p in list(self.embed.parameters()) + list(self.out.parameters()):
+            if p.dim() > 1:
+                edge = (3.0 / p.size(0)) ** 0.5
+                p.data.uniform_(-edge, edge)
             else:
                 p.data.zero_()
 
-    def forward(self, x, hidden):
-        emb = self.drop(self.embedding_layer(x))
-        output, hidden = self.rnn(emb, hidden)
-        output = self.drop(output)
-        output = output.view(-1, output.size(2))
-        output = self.output_layer(output)
-        return output, hidden
+    def forward(self, ids, state):
+        h, state = self.rnn(self.dropout(self.embed(ids)), state)
+        h = self.dropout(h)
+        return self.out(h.view(-1, h.size(2))), state
 
-    def init_hidden(self, batch_size):
-        weight = next(self.parameters()).data
-        zeros = weight.new(self.depth, batch_size, self.n_d).zero_()
-        return zeros
+    def zero_state(self, batch):
+        return next(self.parameters()).data.new(self.depth, batch, self.width).zero_()
 
 
-text = "the quick brown fox jumps over the lazy dog " * 3
-chars = sorted(set(text))
-data = torch.LongTensor([chars.index(c) for c in text])
-seq_len, batch_size = 6, 4
-n_batch = data.size(0) // batch_size
-data = data[: n_batch * batch_size].view(batch_size, -1).t().contiguous()
-
-model = Model(len(chars), 12, 2, dropout=0.0, highway_bias=-2.0)
+corpus = "pack my box with five dozen liquor jugs " * 3
+chars = sorted(set(corpus))
+ids = torch.LongTensor([chars.index(ch) for ch in corpus])
+bptt, streams = 6, 4
+ids = ids[: (ids.size(0) // streams) * streams].view(streams, -1).t().contiguous()
+model = CharLM(len(chars), 12, 2, dropout=0.0, highway_bias=-2.0)
 initialize(model)
-record.append([repr(model.rnn.rnn_lst[0])])
-record.append(model.rnn.rnn_lst[0].scale_x.numpy().copy())
-record.append([len(list(model.parameters())), len(model.state_dict())])
-
-no_decay = ["bias", "weight_c", "layer_norm"]
-grouped = [
-    {"params": [p for n, p in model.named_parameters() if not any(nd in n for nd in no_decay)], "weight_decay": 0.01},
-    {"params": [p for n, p in model.named_parameters() if any(nd in n for nd in no_decay)], "weight_decay": 0.0},
-]
-optimizer = torch.optim.AdamW(grouped, lr=3e-3)
-criterion = nn.CrossEntropyLoss(reduction="sum")
-hidden = model.init_hidden(batch_size)
+first = model.rnn.rnn_lst[0]
+record.extend([[repr(first)], first.scale_x.numpy().copy()])
+record.append([sum(1 for _ in model.parameters()), len(model.state_dict())])
+plain = ["bias", "weight_c", "layer_norm"]
+named = list(model.named_parameters())
+opt = torch.optim.AdamW([
+    {"params": [p for n, p in named if not any(k in n for k in plain)], "weight_decay": 0.01},
+    {"params": [p for n, p in named if any(k in n for k in plain)], "weight_decay": 0.0},
+], lr=3e-3)
+ce = nn.CrossEntropyLoss(reduction="sum")
+state = model.zero_state(streams)
 model.train()
-for i in range(0, 3 * seq_len, seq_len):
-    x, y = data[i:i + seq_len], data[i + 1:i + 1 + seq_len].view(-1)
-    hidden = hidden.detach()
+for start in range(0, 3 * bptt, bptt):
+    x, y = ids[start:start + bptt], ids[start + 1:start + 1 + bptt].view(-1)
+    state = state.detach()  # truncated backpropagation through time
     model.zero_grad()
-    output, hidden = model(x, hidden)
-    loss = criterion(output, y) / x.size(1)
+    logits, state = model(x, state)
+    loss = ce(logits, y) / x.size(1)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-    optimizer.step()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)
+    opt.step()
     record.append([loss.item()])
-record.append(params_of(model))
+record.append(params_of(model.embed, model.rnn, model.out))
 
-# a bidirectional SRU over a packed batch of unequal lengths (mask_pad), with projections and
-# the nn.RNN-compatible state layout; dropout in the reset rescaling, run in eval mode
-encoder = SRU(5, 4, num_layers=2, dropout=0.2, rnn_dropout=0.1, bidirectional=True, projection_size=3, use_tanh=True, nn_rnn_compatible_return=True)
+# a bidirectional projected SRU over a packed batch (padding masked), the nn.LSTM-style state,
+# dropout only in the initial rescaling (eval mode)
+encoder = SRU(5, 4, num_layers=2, dropout=0.2, rnn_dropout=0.1, bidirectional=True, projection_size=3,
+              use_tanh=True, nn_rnn_compatible_return=True)
 initialize(encoder)
 encoder.eval()
-seqs = torch.tensor(np.random.default_rng(3).standard_normal((7, 3, 5)), dtype=torch.float32, requires_grad=True)
-lengths = torch.tensor([7, 4, 5])
-packed = nn.utils.rnn.pack_padded_sequence(seqs, lengths, enforce_sorted=False)
-out_packed, state = encoder(packed)
-out, out_lengths = nn.utils.rnn.pad_packed_sequence(out_packed)
-total = (out ** 2).sum() + state.sum()
+seqs = torch.tensor(np.random.default_rng(4).standard_normal((7, 3, 5)), dtype=torch.float32,
+                    requires_grad=True)
+out, state = encoder(nn.utils.rnn.pack_padded_sequence(seqs, torch.tensor([7, 5, 3]), enforce_sorted=False))
+out, _ = nn.utils.rnn.pad_packed_sequence(out)
+total = out.pow(2).sum() + state.sum()
 total.backward()
-record.append(out.detach().numpy().copy())
-record.append(state.detach().numpy().copy())
-record.append(seqs.grad.numpy().copy())
-record.append({n: p.grad.numpy().copy() for n, p in encoder.named_parameters()})
-'''
+record.extend([out.detach().numpy().copy(), state.detach().numpy().copy(), seqs.grad.numpy().copy()])
+record.append({name: w.grad.numpy().copy() for name, w in encoder.named_parameters()})
+"""
 
 LISTEN_ATTEND_SPELL_SOURCE = r"""import torch
 import torch.nn as nn
@@ -1904,14 +1706,18 @@ def test_torchaudio_mfcc_front_end_and_spec_augment_train_a_keyword_spotter_as_t
 
 
 SRU_STEPS = [
-    *IMPORTS,
+    IMPORTS[0],
+    IMPORTS[1],
     (
-        "    loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)\n    optimizer.step()\n",
-        "    grads = loss.backward()\n    torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 5.0)\n    optimizer.step(grads)\n",
+        "    loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)\n"
+        "    opt.step()\n",
+        "    grads = loss.backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(grads, model.parameters(), max_norm=5.0)\n"
+        "    opt.step(grads)\n",
     ),
     ("total.backward()", "grads = total.backward()"),
     ("seqs.grad.numpy()", "seqs.grad(grads).numpy()"),
-    ("p.grad.numpy()", "p.grad(grads).numpy()"),
+    ("w.grad.numpy()", "w.grad(grads).numpy()"),
 ]
 
 
