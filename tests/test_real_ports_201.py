@@ -1,7 +1,8 @@
 # ruff: noqa: E501  (the programs still copied are kept as written: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-audio, speech and sequence models, each trained a few steps against torch's run of the same
-code from the same weights and draws.
+"""Real-port tests (the harness: ``tests/real_ports.py``): audio, speech and sequence models,
+each trained a few steps against torch's run of the same program from the same weights and
+draws. Seven programs are written here in the style of their originals; the torchaudio front end
+is still the text its port copied (to be rewritten).
 
 - a Conv-TasNet written here in the style of kaituoxu/Conv-TasNet (a ``Conv1d`` encoder with 50%
   overlap, a temporal conv net of residual blocks with depthwise ``Conv1d(..., groups=...)``, a
