@@ -1,25 +1,23 @@
-# ruff: noqa: E501, W293  (the programs are kept as their authors wrote them: long lines, blank lines with spaces)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real-style PyTorch programs on retrograd, continued (the harness: ``tests/real_ports.py``):
 byte-pair encoding driving a tied-softmax GRU language model trained with hand-written label
 smoothing, against torch's run of the same code from the same weights and text.
 
-- karpathy/minbpe's ``BasicTokenizer`` (``minbpe/base.py``'s ``get_stats``, ``merge`` and
-  ``Tokenizer``, ``minbpe/basic.py``), pure Python, trains the merges and encodes the lines;
-- cocaer/simpleNMT's ``LabelSmoothingLoss`` (``src/utils/labelsmoothing.py``: ``x.data.clone()``
-  then ``fill_`` and ``scatter_(1, target.data.unsqueeze(1), self.confidence)`` into the target
-  distribution of ``nn.KLDivLoss(reduction='sum')``) and NougatCA/SPT-Code's
-  ``LabelSmoothingCrossEntropyLoss`` (``sources/utils/label_smoothing.py``: ``torch.zeros_like``
-  under ``torch.no_grad()``, ``-true_dist * pred`` summed and averaged).
+- A program written here in the style of karpathy/minbpe's basic tokenizer (pure Python: pair
+  counts, merges learned greedily and applied earliest-first) and of the label-smoothing losses
+  of NMT and code-summarisation repositories (one by ``x.data.clone()`` then ``fill_`` and
+  ``scatter_(1, gold.data.unsqueeze(1), 1 - eps)`` into the target of
+  ``nn.KLDivLoss(reduction='sum')``, one by ``torch.zeros_like`` under ``torch.no_grad()`` and
+  ``-target * log_probs`` summed and averaged).
+- The language model embeds each line's ids by an ``nn.Embedding`` whose weight the output
+  ``nn.Linear`` shares (a tied softmax), packs the variable-length lines by
+  ``pack_sequence(..., enforce_sorted=False)``, runs an ``nn.GRU`` over the packed batch,
+  unpacks with ``pad_packed_sequence(batch_first=True)``, and selects the real positions with a
+  boolean mask from ``pad_sequence(..., padding_value=-1)``; greedy generation decodes the ids
+  back to text.
 
-What it exercises beyond them: the test's model, which embeds each line's BPE ids by an
-``nn.Embedding`` whose weight the output ``nn.Linear`` shares (the tied softmax of ELMo-style
-language models), packs the variable-length lines by ``pack_sequence(..., enforce_sorted=False)``,
-runs an ``nn.GRU`` over the packed batch, unpacks with ``pad_packed_sequence(batch_first=True)``,
-and selects the real positions with a boolean mask from ``pad_sequence(..., padding_value=-1)``;
-greedy generation decodes the ids back to text through the tokenizer. The tokenizer's save/load
-and ``render_token`` helpers are left out. ``initialize(...)`` gives the port torch's initial
-weights. The lines changed: the ``import`` lines and the gradient lines (``grads =
-loss.backward()``, ``optimizer.step(grads)``).
+Compared against torch: the losses and lengths, the weights, the smoothed target, the generated
+text and the printed merges. ``initialize(...)`` gives the port torch's initial weights. The
+lines a port changes: the ``import`` lines and the gradient lines.
 """
 
 from __future__ import annotations
@@ -29,233 +27,147 @@ import torch
 import retrograd as rg
 from real_ports import assert_records_agree, initializer, port, run_source
 
-BPE_LM_SOURCE = '''
+BPE_LM_SOURCE = """
+import collections
+
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-
-# -- minbpe/base.py --------------------------------------------------------------------------------
-def get_stats(ids, counts=None):
-    """
-    Given a list of integers, return a dictionary of counts of consecutive pairs
-    Example: [1, 2, 3, 1, 2] -> {(1, 2): 2, (2, 3): 1, (3, 1): 1}
-    Optionally allows to update an existing dictionary of counts
-    """
-    counts = {} if counts is None else counts
-    for pair in zip(ids, ids[1:]): # iterate consecutive elements
-        counts[pair] = counts.get(pair, 0) + 1
-    return counts
+from torch.nn import functional as F
+from torch.nn.utils import rnn as rnn_utils
 
 
-def merge(ids, pair, idx):
-    """
-    In the list of integers (ids), replace all consecutive occurrences
-    of pair with the new integer token idx
-    Example: ids=[1, 2, 3, 1, 2], pair=(1, 2), idx=4 -> [4, 3, 4]
-    """
-    newids = []
-    i = 0
+# ---- byte-pair encoding ----------------------------------------------------------------
+def pair_counts(ids):
+    return collections.Counter(zip(ids, ids[1:]))
+
+
+def replace_pair(ids, pair, new_id):
+    out, i = [], 0
     while i < len(ids):
-        # if not at the very last position AND the pair matches, replace it
-        if ids[i] == pair[0] and i < len(ids) - 1 and ids[i+1] == pair[1]:
-            newids.append(idx)
+        if tuple(ids[i : i + 2]) == pair:
+            out.append(new_id)
             i += 2
         else:
-            newids.append(ids[i])
+            out.append(ids[i])
             i += 1
-    return newids
+    return out
 
-class Tokenizer:
-    """Base class for Tokenizers"""
 
+class BytePairCodec:
     def __init__(self):
-        # default: vocab size of 256 (all bytes), no merges, no patterns
-        self.merges = {} # (int, int) -> int
-        self.pattern = "" # str
-        self.special_tokens = {} # str -> int, e.g. {'<|endoftext|>': 100257}
-        self.vocab = self._build_vocab() # int -> bytes
+        self.merges = {}  # (left, right) -> new id, in the order learned
+        self.pieces = {i: bytes([i]) for i in range(256)}
 
-    def train(self, text, vocab_size, verbose=False):
-        # Tokenizer can train a vocabulary of size vocab_size from text
-        raise NotImplementedError
+    def learn(self, text, size):
+        ids = list(text.encode("utf-8"))
+        for new_id in range(256, size):
+            counts = pair_counts(ids)
+            pair = max(counts, key=counts.get)  # (the first of equal counts, as max keeps it)
+            ids = replace_pair(ids, pair, new_id)
+            self.merges[pair] = new_id
+            self.pieces[new_id] = self.pieces[pair[0]] + self.pieces[pair[1]]
+            piece = self.pieces[new_id]
+            print(f"merge {new_id - 255}: {pair} -> {new_id} {piece!r} x{counts[pair]}")
 
     def encode(self, text):
-        # Tokenizer can encode a string into a list of integers
-        raise NotImplementedError
-
-    def decode(self, ids):
-        # Tokenizer can decode a list of integers into a string
-        raise NotImplementedError
-
-    def _build_vocab(self):
-        # vocab is simply and deterministically derived from merges
-        vocab = {idx: bytes([idx]) for idx in range(256)}
-        for (p0, p1), idx in self.merges.items():
-            vocab[idx] = vocab[p0] + vocab[p1]
-        for special, idx in self.special_tokens.items():
-            vocab[idx] = special.encode("utf-8")
-        return vocab
-
-# -- minbpe/basic.py -------------------------------------------------------------------------------
-class BasicTokenizer(Tokenizer):
-
-    def __init__(self):
-        super().__init__()
-
-    def train(self, text, vocab_size, verbose=False):
-        assert vocab_size >= 256
-        num_merges = vocab_size - 256
-
-        # input text preprocessing
-        text_bytes = text.encode("utf-8") # raw bytes
-        ids = list(text_bytes) # list of integers in range 0..255
-
-        # iteratively merge the most common pairs to create new tokens
-        merges = {} # (int, int) -> int
-        vocab = {idx: bytes([idx]) for idx in range(256)} # int -> bytes
-        for i in range(num_merges):
-            # count up the number of times every consecutive pair appears
-            stats = get_stats(ids)
-            # find the pair with the highest count
-            pair = max(stats, key=stats.get)
-            # mint a new token: assign it the next available id
-            idx = 256 + i
-            # replace all occurrences of pair in ids with idx
-            ids = merge(ids, pair, idx)
-            # save the merge
-            merges[pair] = idx
-            vocab[idx] = vocab[pair[0]] + vocab[pair[1]]
-            # prints
-            if verbose:
-                print(f"merge {i+1}/{num_merges}: {pair} -> {idx} ({vocab[idx]}) had {stats[pair]} occurrences")
-
-        # save class variables
-        self.merges = merges # used in encode()
-        self.vocab = vocab   # used in decode()
-
-    def decode(self, ids):
-        # given ids (list of integers), return Python string
-        text_bytes = b"".join(self.vocab[idx] for idx in ids)
-        text = text_bytes.decode("utf-8", errors="replace")
-        return text
-
-    def encode(self, text):
-        # given a string text, return the token ids
-        text_bytes = text.encode("utf-8") # raw bytes
-        ids = list(text_bytes) # list of integers in range 0..255
-        while len(ids) >= 2:
-            # find the pair with the lowest merge index
-            stats = get_stats(ids)
-            pair = min(stats, key=lambda p: self.merges.get(p, float("inf")))
-            # subtle: if there are no more merges available, the key will
-            # result in an inf for every single pair, and the min will be
-            # just the first pair in the list, arbitrarily
-            # we can detect this terminating case by a membership check
+        ids = list(text.encode("utf-8"))
+        while len(ids) > 1:
+            # apply the earliest-learned merge present
+            pair = min(pair_counts(ids), key=lambda p: self.merges.get(p, float("inf")))
             if pair not in self.merges:
-                break # nothing else can be merged anymore
-            # otherwise let's merge the best pair (lowest merge index)
-            idx = self.merges[pair]
-            ids = merge(ids, pair, idx)
+                break
+            ids = replace_pair(ids, pair, self.merges[pair])
         return ids
 
-# -- cocaer/simpleNMT src/utils/labelsmoothing.py --------------------------------------------------
-class LabelSmoothingLoss(nn.Module):
-    "Implement label smoothing."
-    def __init__(self, size, smoothing=0.0):
-        super(LabelSmoothingLoss, self).__init__()
-        self.criterion = nn.KLDivLoss(reduction='sum')
-        self.confidence = 1.0 - smoothing
-        self.smoothing = smoothing
-        self.size = size
-        self.true_dist = None
-        
-    def forward(self, x, target):
-        assert x.size(1) == self.size
-        x = F.log_softmax(x,dim=-1)
-        true_dist = x.data.clone()
-        true_dist.fill_(self.smoothing / (self.size - 2))
-        true_dist.scatter_(1, target.data.unsqueeze(1), self.confidence)
+    def decode(self, ids):
+        return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="replace")
 
-        self.true_dist = true_dist
-        return self.criterion(x, true_dist) / x.size(0)
 
-# -- NougatCA/SPT-Code sources/utils/label_smoothing.py --------------------------------------------
-class LabelSmoothingCrossEntropyLoss(nn.Module):
-
-    def __init__(self, n_class, smoothing=0.0, dim=-1):
-        super(LabelSmoothingCrossEntropyLoss, self).__init__()
-        self.confidence = 1.0 - smoothing
-        self.smoothing = smoothing
-        self.n_class = n_class
-        self.dim = dim
-
-    def forward(self, pred, target):
-        assert 0 <= self.smoothing < 1
-        pred = pred.log_softmax(dim=self.dim)
-        with torch.no_grad():
-            true_dist = torch.zeros_like(pred)
-            true_dist.fill_(self.smoothing / (self.n_class - 1))
-            true_dist.scatter_(1, target.data.unsqueeze(1), self.confidence)
-        return torch.mean(torch.sum(-true_dist * pred, dim=self.dim))
-
-# -- the test's tied-softmax language model --------------------------------------------------------
-from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence, pad_sequence
-
-tokenizer = BasicTokenizer()
-tokenizer.train(text, 256 + 24, verbose=True)
-lines = [tokenizer.encode(line) for line in text.split("\\n")]
-assert all(tokenizer.decode(ids) == line for ids, line in zip(lines, text.split("\\n")))
-vocab_size = len(tokenizer.vocab)
-
-class TiedGRULanguageModel(nn.Module):
-    def __init__(self, vocab_size, dim):
+# ---- two ways of writing label smoothing -------------------------------------------------
+class SmoothedKL(nn.Module):
+    # KL divergence to a target that puts 1 - eps on the gold class
+    def __init__(self, classes, eps):
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, dim)
-        self.rnn = nn.GRU(dim, dim, batch_first=True)
-        self.decoder = nn.Linear(dim, vocab_size)
-        self.decoder.weight = self.embedding.weight  # the tied softmax
+        self.classes, self.eps = classes, eps
+        self.kl = nn.KLDivLoss(reduction="sum")
+        self.last_target = None
 
-    def forward(self, sequences, hidden=None):
-        packed = pack_sequence([self.embedding(s) for s in sequences], enforce_sorted=False)
-        output, hidden = self.rnn(packed, hidden)
-        output, lengths = pad_packed_sequence(output, batch_first=True)
-        return self.decoder(output), lengths, hidden
+    def forward(self, logits, gold):
+        log_probs = F.log_softmax(logits, dim=-1)
+        target = log_probs.data.clone()
+        target.fill_(self.eps / (self.classes - 2))
+        target.scatter_(1, gold.data.unsqueeze(1), 1.0 - self.eps)
+        self.last_target = target
+        return self.kl(log_probs, target) / log_probs.size(0)
 
-model = TiedGRULanguageModel(vocab_size, 16)
+
+class SmoothedCE(nn.Module):
+    def __init__(self, classes, eps):
+        super().__init__()
+        self.classes, self.eps = classes, eps
+
+    def forward(self, logits, gold):
+        log_probs = logits.log_softmax(dim=-1)
+        with torch.no_grad():
+            target = torch.zeros_like(log_probs)
+            target.fill_(self.eps / (self.classes - 1))
+            target.scatter_(1, gold.data.unsqueeze(1), 1.0 - self.eps)
+        return torch.mean(torch.sum(-target * log_probs, dim=-1))
+
+
+# ---- a GRU language model whose softmax shares the embedding ----------------------------
+class TiedGRU(nn.Module):
+    def __init__(self, vocab, width):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.rnn = nn.GRU(width, width, batch_first=True)
+        self.head = nn.Linear(width, vocab)
+        self.head.weight = self.embed.weight
+
+    def forward(self, seqs, state=None):
+        packed = rnn_utils.pack_sequence([self.embed(s) for s in seqs], enforce_sorted=False)
+        out, state = self.rnn(packed, state)
+        out, lengths = rnn_utils.pad_packed_sequence(out, batch_first=True)
+        return self.head(out), lengths, state
+
+
+codec = BytePairCodec()
+codec.learn(text, 256 + 16)
+lines = text.split("\\n")
+encoded = [codec.encode(line) for line in lines]
+assert [codec.decode(ids) for ids in encoded] == lines
+vocab = len(codec.pieces)
+model = TiedGRU(vocab, 12)
 initialize(model)
-optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
-kl_smoothing = LabelSmoothingLoss(vocab_size, smoothing=0.1)
-ce_smoothing = LabelSmoothingCrossEntropyLoss(vocab_size, smoothing=0.1)
-
-for step in range(6):
-    batch = [torch.tensor(lines[(2 * step + i) % len(lines)]) for i in range(3)]
-    inputs = [ids[:-1] for ids in batch]
-    targets = pad_sequence([ids[1:] for ids in batch], batch_first=True, padding_value=-1)
-    logits, lengths, _ = model(inputs)
-    real = targets != -1
-    loss = kl_smoothing(logits[real], targets[real]) + 0.5 * ce_smoothing(logits[real], targets[real])
+optimizer = torch.optim.Adam(model.parameters(), lr=0.03)
+kl_loss, ce_loss = SmoothedKL(vocab, 0.1), SmoothedCE(vocab, 0.1)
+for step in range(4):
+    batch = [torch.tensor(encoded[(3 * step + i) % len(encoded)]) for i in range(3)]
+    logits, lengths, _ = model([ids[:-1] for ids in batch])
+    shifted = [ids[1:] for ids in batch]
+    targets = rnn_utils.pad_sequence(shifted, batch_first=True, padding_value=-1)
+    keep = targets != -1
+    loss = kl_loss(logits[keep], targets[keep]) + 0.5 * ce_loss(logits[keep], targets[keep])
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     record.append(loss.item())
-    record.append(lengths.tolist())
-record.append({k: v.detach().numpy() for k, v in model.state_dict().items()})
-record.append(kl_smoothing.true_dist.numpy())
-
+    record.append(list(lengths.tolist()))
+record.append({name: t.detach().numpy() for name, t in model.state_dict().items()})
+record.append(kl_loss.last_target.numpy())
 with torch.no_grad():
-    ids = tokenizer.encode("the ")
-    hidden = None
-    logits, _, hidden = model([torch.tensor(ids)])
-    for _ in range(8):
-        ids.append(int(logits[0, -1].argmax()))
-        logits, _, hidden = model([torch.tensor(ids[-1:])], hidden)
-    record.append(tokenizer.decode(ids))
-'''
+    ids = codec.encode("a ")
+    logits, _, state = model([torch.tensor(ids)])
+    for _ in range(6):
+        ids.append(int(logits[0, -1].argmax(-1)))
+        logits, _, state = model([torch.tensor(ids[-1:])], state)
+    record.append(codec.decode(ids))
+"""
 
 BPE_LM_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
     ),
     (
         "    loss.backward()\n    optimizer.step()\n",
@@ -263,11 +175,11 @@ BPE_LM_STEPS = [
     ),
 ]
 
-TEXT = """the cat sat on the mat
-the dog sat on the log
-a cat and a dog met on the mat
-then the cat ran and the dog sat
-the mat and the log are on the floor"""
+TEXT = """a red fox ran by the old barn
+the old dog slept by the barn door
+a red hen and the old dog sat by the door
+the fox saw the hen and the hen ran
+by the barn the dog and the fox sat"""
 
 
 def test_minbpe_tokens_drive_a_tied_gru_lm_with_label_smoothing_as_torch(capsys):
@@ -281,6 +193,6 @@ def test_minbpe_tokens_drive_a_tied_gru_lm_with_label_smoothing_as_torch(capsys)
         records.append(record)
         logs.append(capsys.readouterr().out)
     theirs, ours = records
-    assert logs[0].count("merge ") == 24 and logs[1] == logs[0]
-    assert theirs[-1].startswith("the ")
+    assert logs[0].count("merge ") == 16 and logs[1] == logs[0]
+    assert theirs[-1].startswith("a ")
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)

@@ -1,37 +1,31 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-knowledge distillation as HobbitLong/RepDistiller writes it, a CIFAR ResNet student taught by a
-saved teacher, against torch's run of the same code from the same weights and images.
+# ruff: noqa: E501  (the program's loss and accuracy lines read best unwrapped)
+"""Real-style PyTorch programs on retrograd, continued (the harness: ``tests/real_ports.py``):
+knowledge distillation, a small CIFAR ResNet student taught by a saved teacher, against torch's
+run of the same code from the same weights and images.
 
-- ``distiller_zoo/KD.py``'s ``DistillKL``: ``F.kl_div(p_s, p_t, size_average=False) *
-  (self.T**2) / y_s.shape[0]`` of ``F.log_softmax(y_s/self.T, dim=1)`` against
-  ``F.softmax(y_t/self.T, dim=1)`` (torch's deprecated ``size_average`` form, a sum);
-  ``distiller_zoo/FitNet.py``'s ``HintLoss`` (``nn.MSELoss``) through ``models/util.py``'s
-  ``ConvReg`` (a ``kernel_size=(1+s_H-t_H, 1+s_W-t_W)`` tuple); ``distiller_zoo/AT.py``'s
-  ``Attention`` (``F.normalize(f.pow(self.p).mean(1).view(f.size(0), -1))`` and
-  ``F.adaptive_avg_pool2d`` where the sizes differ), summed by ``sum(loss_group)``;
-- ``models/resnet.py``'s CIFAR ``ResNet`` returning ``(out, preact)`` from each stage's last
-  block (``x, f1_pre = self.layer1(x)`` through ``nn.Sequential``), the features list of
-  ``is_feat=True``, ``nn.ReLU(inplace=True)``, ``kaiming_normal_(mode='fan_out')``, its depth
-  and widths narrowed (``resnet8``: 4..8 channels, ``resnet14`` teacher: 4..16);
-- ``helper/util.py``'s ``AverageMeter``, ``accuracy`` (``output.topk(maxk, 1, True, True)``,
-  ``pred.t()``, ``pred.eq(target.view(1, -1).expand_as(pred))``, ``correct[:k].contiguous()
-  .view(-1).float().sum(0, keepdim=True)``, ``mul_(100.0 / batch_size)``) and
-  ``adjust_learning_rate`` (``np.sum(epoch > np.asarray(opt.lr_decay_epochs))``);
-- ``helper/loops.py``'s ``train_distill`` (every module ``train()``, the teacher ``eval()``,
-  its features under ``torch.no_grad()`` and ``[f.detach() for f in feat_t]``, ``loss =
-  opt.gamma * loss_cls + opt.alpha * loss_div + opt.beta * loss_kd`` with ``loss_kd = 0`` for
-  plain KD) and ``validate``;
-- ``train_student.py``'s ``main``: ``get_teacher_name`` and ``load_teacher`` (``torch.load(
-  model_path)['model']``), shapes probed by ``torch.randn(2, 3, 32, 32)`` in ``eval()``,
-  ``nn.ModuleList`` ``module_list``/``trainable_list``/``criterion_list``, ``optim.SGD(
-  trainable_list.parameters(), ...)`` before the teacher is appended, the epoch routine.
+- A program written here in the style of HobbitLong/RepDistiller: a soft-target KL loss
+  ``F.kl_div(log_p, q, size_average=False) * T**2 / batch`` (torch's deprecated
+  ``size_average`` form, a sum); a hint loss (``nn.MSELoss``) through a regressor whose
+  ``kernel_size=(1 + s_H - t_H, 1 + s_W - t_W)`` is a tuple; attention transfer
+  (``F.normalize(f.pow(p).mean(1).view(n, -1))``, ``F.adaptive_avg_pool2d`` where the sizes
+  differ, the teacher's stem being unpadded) summed by ``sum(losses)``; ResNets whose stages'
+  last blocks return ``(out, preact)`` through ``nn.Sequential``, the features list of
+  ``is_feat=True``, ``nn.ReLU(inplace=True)``, ``nn.init.kaiming_normal_(mode='fan_out')``;
+  an average meter, top-k accuracy (``output.topk(k, 1, True, True)``, ``pred.t()``,
+  ``pred.eq(target.view(1, -1).expand_as(pred))``, ``hits[:k].contiguous().view(-1).float()
+  .sum(0, keepdim=True)``, ``mul_(100.0 / batch)``) and a step schedule by ``np.sum(epoch >
+  np.asarray(decay_epochs))``; a distillation epoch (every module ``train()``, the teacher
+  ``eval()``, its features under ``torch.no_grad()`` and ``[f.detach() for f in feats]``,
+  ``loss = gamma * ce + alpha * kl + beta * extra`` with ``extra = 0`` for plain KD) and an
+  evaluation; the teacher saved by ``torch.save({'model': ...})``, found by its path and
+  loaded by ``torch.load(path)['model']``, shapes probed by ``torch.randn(2, 3, 32, 32)`` in
+  ``eval()``, ``nn.ModuleList`` lists of modules, trainables and losses, ``optim.SGD(
+  trainable.parameters(), ...)`` made before the teacher joins the module list.
 
-The teacher checkpoint is written by the program with ``torch.save({'model': ...})`` (a stand-in
-for ``train_teacher.py``); the dataset is a few synthetic CIFAR-shaped batches yielding
-``(input, target, index)`` as ``is_instance=True`` does; tensorboard's logger records what it is
-given; the best/regular checkpoint saving is left out. The lines changed: the ``import`` lines and
-the gradient lines (``grads = loss.backward()``, ``optimizer.step(grads)``).
+The dataset is a few synthetic CIFAR-shaped batches yielding ``(input, target, index)``; the
+logger records what it is given. Compared against torch: the teacher's accuracy, each epoch's
+accuracies, losses, learning rate and trained weights, and the logged values. The lines a port
+changes: the ``import`` lines and the gradient lines.
 """
 
 from __future__ import annotations
@@ -45,534 +39,242 @@ import torch
 import retrograd as rg
 from real_ports import assert_records_agree, initializer, params_of, port, run_source
 
-REPDISTILLER_SOURCE = '''
+REPDISTILLER_SOURCE = """
+import os
 import time
-import sys
+
+import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
+from torch.nn import functional as F
 
 
-# distiller_zoo/KD.py
-class DistillKL(nn.Module):
-    """KL divergence for KD"""
-    def __init__(self, T):
-        super(DistillKL, self).__init__()
-        self.T = T
+class SoftTargetKL(nn.Module):
+    def __init__(self, temperature):
+        super().__init__()
+        self.T = temperature
 
-    def forward(self, y_s, y_t):
-        p_s = F.log_softmax(y_s/self.T, dim=1)
-        p_t = F.softmax(y_t/self.T, dim=1)
-        loss = F.kl_div(p_s, p_t, size_average=False) * (self.T**2) / y_s.shape[0]
-        return loss
+    def forward(self, student_logits, teacher_logits):
+        log_p = F.log_softmax(student_logits / self.T, dim=1)
+        q = F.softmax(teacher_logits / self.T, dim=1)
+        # (size_average=False: the deprecated spelling of a summed loss)
+        return F.kl_div(log_p, q, size_average=False) * self.T**2 / student_logits.shape[0]
 
 
-# distiller_zoo/FitNet.py
-class HintLoss(nn.Module):
-    """regression loss from hints"""
-    def __init__(self):
-        super(HintLoss, self).__init__()
-        self.crit = nn.MSELoss()
+class Regressor(nn.Module):
+    # maps a student feature map onto a (smaller or equal) teacher one
+    def __init__(self, s_shape, t_shape):
+        super().__init__()
+        (_, s_c, s_h, s_w), (_, t_c, t_h, t_w) = s_shape, t_shape
+        self.conv = nn.Conv2d(s_c, t_c, kernel_size=(1 + s_h - t_h, 1 + s_w - t_w))
+        self.bn = nn.BatchNorm2d(t_c)
+        self.act = nn.ReLU(inplace=True)
 
-    def forward(self, f_s, f_t):
-        loss = self.crit(f_s, f_t)
-        return loss
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x)))
 
 
-# distiller_zoo/AT.py
-class Attention(nn.Module):
-    """attention transfer loss"""
+class AttentionTransfer(nn.Module):
     def __init__(self, p=2):
-        super(Attention, self).__init__()
+        super().__init__()
         self.p = p
 
-    def forward(self, g_s, g_t):
-        return [self.at_loss(f_s, f_t) for f_s, f_t in zip(g_s, g_t)]
+    def spatial(self, f):
+        flat = f.pow(self.p).mean(1).view(f.size(0), -1)
+        return F.normalize(flat)
 
-    def at_loss(self, f_s, f_t):
-        s_H, t_H = f_s.shape[2], f_t.shape[2]
-        if s_H > t_H:
-            f_s = F.adaptive_avg_pool2d(f_s, (t_H, t_H))
-        elif s_H < t_H:
-            f_t = F.adaptive_avg_pool2d(f_t, (s_H, s_H))
-        else:
-            pass
-        return (self.at(f_s) - self.at(f_t)).pow(2).mean()
-
-    def at(self, f):
-        return F.normalize(f.pow(self.p).mean(1).view(f.size(0), -1))
+    def forward(self, student_feats, teacher_feats):
+        losses = []
+        for f_s, f_t in zip(student_feats, teacher_feats):
+            if f_s.shape[2] > f_t.shape[2]:
+                f_s = F.adaptive_avg_pool2d(f_s, (f_t.shape[2], f_t.shape[3]))
+            losses.append((self.spatial(f_s) - self.spatial(f_t)).pow(2).mean())
+        return losses
 
 
-# models/util.py
-class ConvReg(nn.Module):
-    """Convolutional regression for FitNet"""
-    def __init__(self, s_shape, t_shape, use_relu=True):
-        super(ConvReg, self).__init__()
-        self.use_relu = use_relu
-        s_N, s_C, s_H, s_W = s_shape
-        t_N, t_C, t_H, t_W = t_shape
-        if s_H == 2 * t_H:
-            self.conv = nn.Conv2d(s_C, t_C, kernel_size=3, stride=2, padding=1)
-        elif s_H * 2 == t_H:
-            self.conv = nn.ConvTranspose2d(s_C, t_C, kernel_size=4, stride=2, padding=1)
-        elif s_H >= t_H:
-            self.conv = nn.Conv2d(s_C, t_C, kernel_size=(1+s_H-t_H, 1+s_W-t_W))
-        else:
-            raise NotImplemented('student size {}, teacher size {}'.format(s_H, t_H))
-        self.bn = nn.BatchNorm2d(t_C)
-        self.relu = nn.ReLU(inplace=True)
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride, last):
+        super().__init__()
+        self.last = last
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.act = nn.ReLU(inplace=True)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
 
     def forward(self, x):
-        x = self.conv(x)
-        if self.use_relu:
-            return self.relu(self.bn(x))
-        else:
-            return self.bn(x)
-
-
-# models/resnet.py
-def conv3x3(in_planes, out_planes, stride=1):
-    """3x3 convolution with padding"""
-    return nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride,
-                     padding=1, bias=False)
-
-
-class BasicBlock(nn.Module):
-    expansion = 1
-
-    def __init__(self, inplanes, planes, stride=1, downsample=None, is_last=False):
-        super(BasicBlock, self).__init__()
-        self.is_last = is_last
-        self.conv1 = conv3x3(inplanes, planes, stride)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = conv3x3(planes, planes)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.downsample = downsample
-        self.stride = stride
-
-    def forward(self, x):
-        residual = x
-
-        out = self.conv1(x)
-        out = self.bn1(out)
-        out = self.relu(out)
-
-        out = self.conv2(out)
-        out = self.bn2(out)
-
-        if self.downsample is not None:
-            residual = self.downsample(x)
-
-        out += residual
-        preact = out
+        out = self.bn2(self.conv2(self.act(self.bn1(self.conv1(x)))))
+        out = out + (x if self.down is None else self.down(x))
+        pre = out
         out = F.relu(out)
-        if self.is_last:
-            return out, preact
-        else:
-            return out
+        return (out, pre) if self.last else out
 
 
-class ResNet(nn.Module):
-
-    def __init__(self, depth, num_filters, block_name='BasicBlock', num_classes=10):
-        super(ResNet, self).__init__()
-        # Model type specifies number of layers for CIFAR-10 model
-        if block_name.lower() == 'basicblock':
-            assert (depth - 2) % 6 == 0, 'When use basicblock, depth should be 6n+2, e.g. 20, 32, 44, 56, 110, 1202'
-            n = (depth - 2) // 6
-            block = BasicBlock
-        else:
-            raise ValueError('block_name shoule be Basicblock or Bottleneck')
-
-        self.inplanes = num_filters[0]
-        self.conv1 = nn.Conv2d(3, num_filters[0], kernel_size=3, padding=1,
-                               bias=False)
-        self.bn1 = nn.BatchNorm2d(num_filters[0])
-        self.relu = nn.ReLU(inplace=True)
-        self.layer1 = self._make_layer(block, num_filters[1], n)
-        self.layer2 = self._make_layer(block, num_filters[2], n, stride=2)
-        self.layer3 = self._make_layer(block, num_filters[3], n, stride=2)
-        self.avgpool = nn.AvgPool2d(8)
-        self.fc = nn.Linear(num_filters[3] * block.expansion, num_classes)
-
+class CifarResNet(nn.Module):
+    # each stage's last block also returns its pre-activation
+    def __init__(self, widths, blocks, num_classes=10, stem_padding=1):
+        super().__init__()
+        self.stem = nn.Conv2d(3, widths[0], 3, padding=stem_padding, bias=False)
+        self.bn = nn.BatchNorm2d(widths[0])
+        self.act = nn.ReLU(inplace=True)
+        stages, cin = [], widths[0]
+        for i, w in enumerate(widths):
+            layers = [Block(cin if j == 0 else w, w, 2 if i and j == 0 else 1, j == blocks - 1)
+                      for j in range(blocks)]
+            stages.append(nn.Sequential(*layers))
+            cin = w
+        self.stages = nn.ModuleList(stages)
+        self.fc = nn.Linear(widths[-1], num_classes)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode='fan_out', nonlinearity='relu')
-            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
-                nn.init.constant_(m.weight, 1)
-                nn.init.constant_(m.bias, 0)
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
-    def _make_layer(self, block, planes, blocks, stride=1):
-        downsample = None
-        if stride != 1 or self.inplanes != planes * block.expansion:
-            downsample = nn.Sequential(
-                nn.Conv2d(self.inplanes, planes * block.expansion,
-                          kernel_size=1, stride=stride, bias=False),
-                nn.BatchNorm2d(planes * block.expansion),
-            )
-
-        layers = list([])
-        layers.append(block(self.inplanes, planes, stride, downsample, is_last=(blocks == 1)))
-        self.inplanes = planes * block.expansion
-        for i in range(1, blocks):
-            layers.append(block(self.inplanes, planes, is_last=(i == blocks-1)))
-
-        return nn.Sequential(*layers)
-
-    def forward(self, x, is_feat=False, preact=False):
-        x = self.conv1(x)
-        x = self.bn1(x)
-        x = self.relu(x)  # 32x32
-        f0 = x
-
-        x, f1_pre = self.layer1(x)  # 32x32
-        f1 = x
-        x, f2_pre = self.layer2(x)  # 16x16
-        f2 = x
-        x, f3_pre = self.layer3(x)  # 8x8
-        f3 = x
-
-        x = self.avgpool(x)
-        x = x.view(x.size(0), -1)
-        f4 = x
-        x = self.fc(x)
-
-        if is_feat:
-            if preact:
-                return [f0, f1_pre, f2_pre, f3_pre, f4], x
-            else:
-                return [f0, f1, f2, f3, f4], x
-        else:
-            return x
+    def forward(self, images, is_feat=False, preact=False):
+        x = self.act(self.bn(self.stem(images)))
+        feats = [x]
+        for stage in self.stages:
+            x, pre = stage(x)
+            feats.append(pre if preact else x)
+        x = F.avg_pool2d(x, x.size(3)).view(x.size(0), -1)
+        feats.append(x)
+        out = self.fc(x)
+        return (feats, out) if is_feat else out
 
 
-def resnet8(**kwargs):
-    return ResNet(8, [4, 4, 8, 8], 'basicblock', **kwargs)
-
-
-def resnet14(**kwargs):
-    return ResNet(14, [4, 8, 8, 16], 'basicblock', **kwargs)
-
-
-model_dict = {
-    'resnet8': resnet8,
-    'resnet14': resnet14,
+models = {
+    "resnet8": lambda num_classes: CifarResNet((4, 4, 8), 1, num_classes),
+    "resnet14": lambda num_classes: CifarResNet((4, 8, 16), 2, num_classes, stem_padding=0),
 }
 
 
-# helper/util.py
-def adjust_learning_rate(epoch, opt, optimizer):
-    """Sets the learning rate to the initial LR decayed by decay rate every steep step"""
-    steps = np.sum(epoch > np.asarray(opt.lr_decay_epochs))
-    if steps > 0:
-        new_lr = opt.learning_rate * (opt.lr_decay_rate ** steps)
-        for param_group in optimizer.param_groups:
-            param_group['lr'] = new_lr
-
-
-class AverageMeter(object):
-    """Computes and stores the average and current value"""
+class Meter:
     def __init__(self):
-        self.reset()
+        self.total, self.count, self.avg = 0.0, 0, 0.0
 
-    def reset(self):
-        self.val = 0
-        self.avg = 0
-        self.sum = 0
-        self.count = 0
-
-    def update(self, val, n=1):
-        self.val = val
-        self.sum += val * n
+    def update(self, value, n=1):
+        self.total += value * n
         self.count += n
-        self.avg = self.sum / self.count
+        self.avg = self.total / self.count
 
 
-def accuracy(output, target, topk=(1,)):
-    """Computes the accuracy over the k top predictions for the specified values of k"""
+def topk_accuracy(output, target, ks=(1,)):
     with torch.no_grad():
-        maxk = max(topk)
-        batch_size = target.size(0)
-
-        _, pred = output.topk(maxk, 1, True, True)
+        best = max(ks)
+        _, pred = output.topk(best, 1, True, True)
         pred = pred.t()
-        correct = pred.eq(target.view(1, -1).expand_as(pred))
-
-        res = []
-        for k in topk:
-            correct_k = correct[:k].contiguous().view(-1).float().sum(0, keepdim=True)
-            res.append(correct_k.mul_(100.0 / batch_size))
-        return res
+        hits = pred.eq(target.view(1, -1).expand_as(pred))
+        return [hits[:k].contiguous().view(-1).float().sum(0, keepdim=True).mul_(100.0 / target.size(0))
+                for k in ks]
 
 
-# helper/loops.py
-def train_distill(epoch, train_loader, module_list, criterion_list, optimizer, opt):
-    """One epoch distillation"""
-    # set modules as train()
-    for module in module_list:
-        module.train()
-    # set teacher as eval()
-    module_list[-1].eval()
+def set_learning_rate(epoch, opt, optimizer):
+    decays = np.sum(epoch > np.asarray(opt.lr_decay_epochs))
+    for group in optimizer.param_groups:
+        group["lr"] = opt.learning_rate * opt.lr_decay_rate**decays
 
-    criterion_cls = criterion_list[0]
-    criterion_div = criterion_list[1]
-    criterion_kd = criterion_list[2]
 
-    model_s = module_list[0]
-    model_t = module_list[-1]
-
-    batch_time = AverageMeter()
-    data_time = AverageMeter()
-    losses = AverageMeter()
-    top1 = AverageMeter()
-    top5 = AverageMeter()
-
-    end = time.time()
-    for idx, data in enumerate(train_loader):
-        if opt.distill in ['contrast']:
-            input, target, index, contrast_idx = data
-        else:
-            input, target, index = data
-        data_time.update(time.time() - end)
-
-        input = input.float()
-        if torch.cuda.is_available():
-            input = input.cuda()
-            target = target.cuda()
-            index = index.cuda()
-
-        # ===================forward=====================
-        preact = False
-        if opt.distill in ['abound']:
-            preact = True
-        feat_s, logit_s = model_s(input, is_feat=True, preact=preact)
+def distill_epoch(loader, modules, losses_fns, optimizer, opt):
+    for m in modules:
+        m.train()
+    modules[-1].eval()  # the teacher
+    student, teacher = modules[0], modules[-1]
+    ce, kl, extra = losses_fns
+    seen, top1 = Meter(), Meter()
+    for images, labels, _ in loader:
+        feats_s, logits_s = student(images.float(), is_feat=True)
         with torch.no_grad():
-            feat_t, logit_t = model_t(input, is_feat=True, preact=preact)
-            feat_t = [f.detach() for f in feat_t]
-
-        # cls + kl div
-        loss_cls = criterion_cls(logit_s, target)
-        loss_div = criterion_div(logit_s, logit_t)
-
-        # other kd beyond KL divergence
-        if opt.distill == 'kd':
-            loss_kd = 0
-        elif opt.distill == 'hint':
-            f_s = module_list[1](feat_s[opt.hint_layer])
-            f_t = feat_t[opt.hint_layer]
-            loss_kd = criterion_kd(f_s, f_t)
-        elif opt.distill == 'attention':
-            g_s = feat_s[1:-1]
-            g_t = feat_t[1:-1]
-            loss_group = criterion_kd(g_s, g_t)
-            loss_kd = sum(loss_group)
+            feats_t, logits_t = teacher(images.float(), is_feat=True)
+            feats_t = [f.detach() for f in feats_t]
+        if opt.distill == "kd":
+            distill_term = 0
+        elif opt.distill == "hint":
+            distill_term = extra(modules[1](feats_s[opt.hint_layer]), feats_t[opt.hint_layer])
         else:
-            raise NotImplementedError(opt.distill)
-
-        loss = opt.gamma * loss_cls + opt.alpha * loss_div + opt.beta * loss_kd
-
-        acc1, acc5 = accuracy(logit_s, target, topk=(1, 5))
-        losses.update(loss.item(), input.size(0))
-        top1.update(acc1[0], input.size(0))
-        top5.update(acc5[0], input.size(0))
-
-        # ===================backward=====================
+            distill_term = sum(extra(feats_s[1:-1], feats_t[1:-1]))
+        loss = opt.gamma * ce(logits_s, labels) + opt.alpha * kl(logits_s, logits_t) + opt.beta * distill_term
+        seen.update(loss.item(), images.size(0))
+        top1.update(topk_accuracy(logits_s, labels)[0], images.size(0))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-
-        # ===================meters=====================
-        batch_time.update(time.time() - end)
-        end = time.time()
-
-        # print info
-        if idx % opt.print_freq == 0:
-            print('Epoch: [{0}][{1}/{2}]\\t'
-                  'Time {batch_time.val:.3f} ({batch_time.avg:.3f})\\t'
-                  'Data {data_time.val:.3f} ({data_time.avg:.3f})\\t'
-                  'Loss {loss.val:.4f} ({loss.avg:.4f})\\t'
-                  'Acc@1 {top1.val:.3f} ({top1.avg:.3f})\\t'
-                  'Acc@5 {top5.val:.3f} ({top5.avg:.3f})'.format(
-                epoch, idx, len(train_loader), batch_time=batch_time,
-                data_time=data_time, loss=losses, top1=top1, top5=top5))
-            sys.stdout.flush()
-
-    print(' * Acc@1 {top1.avg:.3f} Acc@5 {top5.avg:.3f}'
-          .format(top1=top1, top5=top5))
-
-    return top1.avg, losses.avg
+    print(f"train: loss {seen.avg:.4f} top1 {float(top1.avg):.2f}")
+    return top1.avg, seen.avg
 
 
-def validate(val_loader, model, criterion, opt):
-    """validation"""
-    batch_time = AverageMeter()
-    losses = AverageMeter()
-    top1 = AverageMeter()
-    top5 = AverageMeter()
-
-    # switch to evaluate mode
+def evaluate(loader, model, ce):
     model.eval()
-
+    loss_m, top1, top5 = Meter(), Meter(), Meter()
     with torch.no_grad():
-        end = time.time()
-        for idx, (input, target) in enumerate(val_loader):
-
-            input = input.float()
-            if torch.cuda.is_available():
-                input = input.cuda()
-                target = target.cuda()
-
-            # compute output
-            output = model(input)
-            loss = criterion(output, target)
-
-            # measure accuracy and record loss
-            acc1, acc5 = accuracy(output, target, topk=(1, 5))
-            losses.update(loss.item(), input.size(0))
-            top1.update(acc1[0], input.size(0))
-            top5.update(acc5[0], input.size(0))
-
-            # measure elapsed time
-            batch_time.update(time.time() - end)
-            end = time.time()
-
-            if idx % opt.print_freq == 0:
-                print('Test: [{0}/{1}]\\t'
-                      'Time {batch_time.val:.3f} ({batch_time.avg:.3f})\\t'
-                      'Loss {loss.val:.4f} ({loss.avg:.4f})\\t'
-                      'Acc@1 {top1.val:.3f} ({top1.avg:.3f})\\t'
-                      'Acc@5 {top5.val:.3f} ({top5.avg:.3f})'.format(
-                       idx, len(val_loader), batch_time=batch_time, loss=losses,
-                       top1=top1, top5=top5))
-
-        print(' * Acc@1 {top1.avg:.3f} Acc@5 {top5.avg:.3f}'
-              .format(top1=top1, top5=top5))
-
-    return top1.avg, top5.avg, losses.avg
+        for images, labels in loader:
+            output = model(images.float())
+            a1, a5 = topk_accuracy(output, labels, ks=(1, 5))
+            loss_m.update(ce(output, labels).item(), images.size(0))
+            top1.update(a1[0], images.size(0))
+            top5.update(a5[0], images.size(0))
+    return top1.avg, top5.avg, loss_m.avg
 
 
-# train_student.py
-def get_teacher_name(model_path):
-    """parse teacher name"""
-    segments = model_path.split('/')[-2].split('_')
-    if segments[0] != 'wrn':
-        return segments[0]
-    else:
-        return segments[0] + '_' + segments[1] + '_' + segments[2]
+def teacher_from(path, classes):
+    arch = path.split("/")[-2].split("_")[0]  # .../<arch>_<run>/ckpt.pth
+    net = models[arch](num_classes=classes)
+    net.load_state_dict(torch.load(path)["model"])
+    return net
 
 
-def load_teacher(model_path, n_cls):
-    print('==> loading teacher model')
-    model_t = get_teacher_name(model_path)
-    model = model_dict[model_t](num_classes=n_cls)
-    model.load_state_dict(torch.load(model_path)['model'])
-    print('==> done')
-    return model
-
-
-def main():
-    best_acc = 0
-
-    opt = parse_option()
-
-    # dataloader
-    n_cls = 10
-
-    # model
-    model_t = load_teacher(opt.path_t, n_cls)
-    model_s = model_dict[opt.model_s](num_classes=n_cls)
-    initialize(model_s)
-
-    data = torch.randn(2, 3, 32, 32)
-    model_t.eval()
-    model_s.eval()
-    feat_t, _ = model_t(data, is_feat=True)
-    feat_s, _ = model_s(data, is_feat=True)
-
-    module_list = nn.ModuleList([])
-    module_list.append(model_s)
-    trainable_list = nn.ModuleList([])
-    trainable_list.append(model_s)
-
-    criterion_cls = nn.CrossEntropyLoss()
-    criterion_div = DistillKL(opt.kd_T)
-    if opt.distill == 'kd':
-        criterion_kd = DistillKL(opt.kd_T)
-    elif opt.distill == 'hint':
-        criterion_kd = HintLoss()
-        regress_s = ConvReg(feat_s[opt.hint_layer].shape, feat_t[opt.hint_layer].shape)
-        initialize(regress_s)
-        module_list.append(regress_s)
-        trainable_list.append(regress_s)
-    elif opt.distill == 'attention':
-        criterion_kd = Attention()
-    else:
-        raise NotImplementedError(opt.distill)
-
-    criterion_list = nn.ModuleList([])
-    criterion_list.append(criterion_cls)    # classification loss
-    criterion_list.append(criterion_div)    # KL divergence loss, original knowledge distillation
-    criterion_list.append(criterion_kd)     # other knowledge distillation loss
-
-    # optimizer
-    optimizer = optim.SGD(trainable_list.parameters(),
-                          lr=opt.learning_rate,
-                          momentum=opt.momentum,
-                          weight_decay=opt.weight_decay)
-
-    # append teacher after optimizer to avoid weight_decay
-    module_list.append(model_t)
-
-    # validate teacher accuracy
-    teacher_acc, _, _ = validate(val_loader, model_t, criterion_cls, opt)
-    print('teacher accuracy: ', teacher_acc)
-    record.append(float(teacher_acc))
-
-    # routine
-    for epoch in range(1, opt.epochs + 1):
-
-        adjust_learning_rate(epoch, opt, optimizer)
-        print("==> training...")
-
-        time1 = time.time()
-        train_acc, train_loss = train(epoch, train_loader, module_list, criterion_list, optimizer, opt)
-        time2 = time.time()
-        print('epoch {}, total time {:.2f}'.format(epoch, time2 - time1))
-
-        logger.log_value('train_acc', train_acc, epoch)
-        logger.log_value('train_loss', train_loss, epoch)
-
-        test_acc, tect_acc_top5, test_loss = validate(val_loader, model_s, criterion_cls, opt)
-
-        logger.log_value('test_acc', test_acc, epoch)
-        logger.log_value('test_loss', test_loss, epoch)
-        logger.log_value('test_acc_top5', tect_acc_top5, epoch)
-
-        # save the best model
-        if test_acc > best_acc:
-            best_acc = test_acc
-
-        record.append([float(train_acc), train_loss, float(test_acc), float(tect_acc_top5), test_loss, optimizer.param_groups[0]['lr']])
-        record.append(params_of(*trainable_list))
-
-    print('best accuracy:', best_acc)
-
-
-# train_teacher.py, in short: the teacher's checkpoint
-teacher = model_dict['resnet14'](num_classes=10)
+teacher = models["resnet14"](num_classes=10)
 initialize(teacher)
-torch.save({'epoch': 240, 'model': teacher.state_dict()}, teacher_path)
-train = train_distill
-main()
-'''
+torch.save({"epoch": 100, "model": teacher.state_dict()}, teacher_path)
+
+opt = parse_option()
+teacher = teacher_from(opt.path_t, 10)
+student = models[opt.model_s](num_classes=10)
+initialize(student)
+probe = torch.randn(2, 3, 32, 32)  # (shapes only: each library draws its own)
+teacher.eval()
+student.eval()
+shapes_t = [f.shape for f in teacher(probe, is_feat=True)[0]]
+shapes_s = [f.shape for f in student(probe, is_feat=True)[0]]
+modules, trainable = nn.ModuleList([student]), nn.ModuleList([student])
+ce = nn.CrossEntropyLoss()
+if opt.distill == "hint":
+    extra = nn.MSELoss()
+    regressor = Regressor(shapes_s[opt.hint_layer], shapes_t[opt.hint_layer])
+    initialize(regressor)
+    modules.append(regressor)
+    trainable.append(regressor)
+elif opt.distill == "attention":
+    extra = AttentionTransfer()
+else:
+    extra = SoftTargetKL(opt.kd_T)
+losses_fns = nn.ModuleList([ce, SoftTargetKL(opt.kd_T), extra])
+optimizer = optim.SGD(
+    trainable.parameters(), lr=opt.learning_rate, momentum=opt.momentum, weight_decay=opt.weight_decay
+)
+modules.append(teacher)  # after the optimizer: the teacher is not trained
+record.append(float(evaluate(val_loader, teacher, ce)[0]))
+for epoch in range(1, 1 + opt.epochs):
+    set_learning_rate(epoch, opt, optimizer)
+    train_acc, train_loss = distill_epoch(train_loader, modules, losses_fns, optimizer, opt)
+    logger.log_value("train_acc", train_acc, epoch)
+    logger.log_value("train_loss", train_loss, epoch)
+    test_acc, test_top5, test_loss = evaluate(val_loader, student, ce)
+    logger.log_value("test_acc", test_acc, epoch)
+    logger.log_value("test_loss", test_loss, epoch)
+    record.append([float(train_acc), train_loss, float(test_acc), float(test_top5), test_loss,
+                   optimizer.param_groups[0]["lr"]])
+    record.append(params_of(*trainable))
+"""
 
 REPDISTILLER_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
     (
-        "import torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\n",
-        "import retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n",
+        "import torch.nn as nn\nimport torch.optim as optim\nfrom torch.nn import functional as F\n",
+        "import retrograd.nn as nn\nimport retrograd.optim as optim\n"
+        "from retrograd.nn import functional as F\n",
     ),
     (
         "        loss.backward()\n        optimizer.step()\n",
@@ -620,9 +322,9 @@ def test_repdistiller_trains_a_student_as_torch(tmp_path, capsys, distill):
     )
     initialize, records, loggers = initializer(), [], []
     for lib in (torch, rg):
-        folder = tmp_path / lib.__name__ / "resnet14_vanilla"
+        folder = tmp_path / lib.__name__ / "resnet14_run1"
         folder.mkdir(parents=True)
-        opt.path_t = str(folder / "ckpt_epoch_240.pth")
+        opt.path_t = str(folder / "ckpt.pth")
         record, logger = [], Logger()
         text = (
             REPDISTILLER_SOURCE if lib is torch else port(REPDISTILLER_SOURCE, REPDISTILLER_STEPS)
