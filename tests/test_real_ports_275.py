@@ -1,19 +1,21 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-optimization on the orthogonal group and the Stiefel manifold four ways, as geotorch and the
-PyTorch parametrizations tutorial write them: a geotorch-style ``Skew`` + ``MatrixExp``
-parametrization registered on a ``nn.Linear`` with ``parametrize.register_parametrization``
-(``right_inverse`` included, assigning an orthogonal weight), a ``QRRetraction`` one with the
-sign fix ``Q * sign(diag(R))``, ``torch.nn.utils.parametrizations.orthogonal`` with each
-``orthogonal_map`` (``matrix_exp``, ``cayley``, ``householder``), and Riemannian SGD written by
-hand (the tangent projection ``G - X sym(X^T G)`` then a QR retraction, under ``torch.no_grad``)
-on a Procrustes problem, against torch's run of the same code from the same weights.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): programs written here in the
+style of geotorch and of the PyTorch parametrizations tutorial, fitting a rotation four ways
+and running Riemannian SGD on a Stiefel manifold, under torch and, ported, under retrograd
+from the same weights.
 
-What it exercises: ``torch.matrix_exp`` and its gradient; ``A.triu(1)``/``A - A.mT``;
-``torch.linalg.qr`` gradient and ``torch.diagonal(R, dim1=-2, dim2=-1).sign().unsqueeze(-2)``;
-``torch.linalg.solve`` for the Cayley map; ``parametrize.is_parametrized``,
-``parametrize.cached()``, ``model.parametrizations.weight.original``; assigning
-``layer.weight = Q`` through ``right_inverse``; ``torch.linalg.matrix_norm(X.mT @ X - I)``.
+- Hand-written parametrizations registered on a ``nn.Linear`` with
+  ``parametrize.register_parametrization``: a skew-symmetric map (``A.triu(1)``,
+  ``A - A.transpose(-1, -2)``) chained with ``torch.matrix_exp`` (and its gradient), with a
+  ``right_inverse`` through ``torch.linalg.solve`` so that assigning ``layer.weight = Q``
+  stores an unconstrained original; a QR retraction with the sign fix
+  ``Q * torch.diagonal(R, dim1=-2, dim2=-1).sign().unsqueeze(-2)`` (``torch.linalg.qr``'s
+  gradient); a Cayley map solving against a registered identity buffer;
+- ``torch.nn.utils.parametrizations.orthogonal`` with each ``orthogonal_map``
+  (``matrix_exp``, ``cayley``, ``householder``), ``parametrize.is_parametrized``,
+  ``parametrize.cached()``, ``layer.parametrizations.weight.original``, SGD with momentum;
+- Riemannian SGD by hand under ``torch.no_grad``: the tangent projection
+  ``G - X sym(X^T G)``, a QR retraction with ``torch.sign(torch.diag(R))``, ``X.copy_``,
+  ``torch.trace``, and the orthogonality error ``torch.linalg.matrix_norm(X.mT @ X - I)``.
 
 The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``
 given to ``optimizer.step``; ``X.grad`` read from ``grads``).
@@ -39,150 +41,140 @@ def _seeded():
     rg.seed(0)
 
 
-STIEFEL_SOURCE = """
+ROTATIONS_SOURCE = """
 import torch
 import torch.nn as nn
-import torch.nn.utils.parametrize as parametrize
-from torch.nn.utils.parametrizations import orthogonal
+from torch.nn.utils import parametrizations, parametrize
+
+N = 4
 
 
-class Skew(nn.Module):
-    def forward(self, X):
-        A = X.triu(1)
-        return A - A.transpose(-1, -2)
+class SkewPart(nn.Module):
+    # keeps the strict upper triangle; the lower one mirrors it with a minus sign
+    def forward(self, M):
+        upper = M.triu(1)
+        return upper - upper.transpose(-1, -2)
 
-    def right_inverse(self, A):
-        return A.triu(1)
-
-
-class MatrixExponential(nn.Module):
-    def forward(self, X):
-        return torch.matrix_exp(X)
-
-    def right_inverse(self, Q):
-        # the principal logarithm of a rotation near the identity, by the Cayley transform's inverse
-        I = torch.eye(Q.shape[-1], dtype=Q.dtype)
-        return 2 * torch.linalg.solve(I + Q, Q - I)
+    def right_inverse(self, S):
+        return S.triu(1)
 
 
-class QRRetraction(nn.Module):
-    def forward(self, X):
-        Q, R = torch.linalg.qr(X)
-        return Q * torch.diagonal(R, dim1=-2, dim2=-1).sign().unsqueeze(-2)
+class ExpMap(nn.Module):
+    def forward(self, S):
+        return torch.matrix_exp(S)
+
+    def right_inverse(self, R):
+        # a rotation close to I: invert the Cayley transform, close enough to the log there
+        eye = torch.eye(R.shape[-1], dtype=R.dtype)
+        return 2 * torch.linalg.solve(eye + R, R - eye)
 
 
-class CayleyMap(nn.Module):
+class SignedQR(nn.Module):
+    # Q of a QR factorization made unique by giving R a positive diagonal
+    def forward(self, M):
+        Q, R = torch.linalg.qr(M)
+        signs = torch.diagonal(R, dim1=-2, dim2=-1).sign()
+        return Q * signs.unsqueeze(-2)
+
+
+class Cayley(nn.Module):
     def __init__(self, n):
         super().__init__()
-        self.register_buffer("Id", torch.eye(n))
+        self.register_buffer("eye", torch.eye(n))
 
-    def forward(self, X):
-        # (I + X)(I - X)^{-1}
-        return torch.linalg.solve(self.Id - X, self.Id + X)
-
-
-def procrustes_loss(layer, x, y):
-    return ((layer(x) - y) ** 2).mean()
+    def forward(self, S):
+        return torch.linalg.solve(self.eye - S, self.eye + S)
 
 
-def orthogonality_error(W):
-    I = torch.eye(W.shape[-1], dtype=W.dtype)
-    return torch.linalg.matrix_norm(W.mT @ W - I).item()
+def off_orthogonal(W):
+    eye = torch.eye(W.shape[-1], dtype=W.dtype)
+    return torch.linalg.matrix_norm(W.mT @ W - eye).item()
 
 
-inputs = torch.tensor(x_data, dtype=torch.float32)
-targets = torch.tensor(y_data, dtype=torch.float32)
-
-layers = {}
-layer = nn.Linear(5, 5, bias=False)
-initialize(layer)
-parametrize.register_parametrization(layer, "weight", Skew())
-parametrize.register_parametrization(layer, "weight", MatrixExponential())
-layers["exp"] = layer
-
-layer = nn.Linear(5, 5, bias=False)
-initialize(layer)
-parametrize.register_parametrization(layer, "weight", QRRetraction())
-layers["qr"] = layer
-
-layer = nn.Linear(5, 5, bias=False)
-initialize(layer)
-parametrize.register_parametrization(layer, "weight", Skew())
-parametrize.register_parametrization(layer, "weight", CayleyMap(5))
-layers["cayley_tutorial"] = layer
-
-for orthogonal_map in ("matrix_exp", "cayley", "householder"):
-    layer = nn.Linear(5, 5, bias=False)
+def constrained(kind):
+    layer = nn.Linear(N, N, bias=False)
     initialize(layer)
-    layers[orthogonal_map] = orthogonal(layer, orthogonal_map=orthogonal_map)
+    if kind == "skew_exp":
+        parametrize.register_parametrization(layer, "weight", SkewPart())
+        parametrize.register_parametrization(layer, "weight", ExpMap())
+    elif kind == "qr":
+        parametrize.register_parametrization(layer, "weight", SignedQR())
+    elif kind == "skew_cayley":
+        parametrize.register_parametrization(layer, "weight", SkewPart())
+        parametrize.register_parametrization(layer, "weight", Cayley(N))
+    else:
+        layer = parametrizations.orthogonal(layer, orthogonal_map=kind)
+    return layer
 
-for name, layer in layers.items():
-    record.append(parametrize.is_parametrized(layer))
-    record.append(sorted(k for k, _ in layer.named_parameters()))
-    record.append(orthogonality_error(layer.weight.detach()) < 1e-5)
-    optimizer = torch.optim.SGD(layer.parameters(), lr=0.2, momentum=0.5)
-    for step in range(12):
-        optimizer.zero_grad()
-        loss = procrustes_loss(layer, inputs, targets)
-        loss.backward()
-        optimizer.step()
-        record.append(loss.item())
+
+points = torch.tensor(points_np, dtype=torch.float32)
+rotated = torch.tensor(rotated_np, dtype=torch.float32)
+fitted = {}
+for kind in ("skew_exp", "qr", "skew_cayley", "matrix_exp", "cayley", "householder"):
+    layer = constrained(kind)
+    record.append([kind, sorted(name for name, _ in layer.named_parameters())])
+    starts_orthogonal = off_orthogonal(layer.weight.detach()) < 1e-5
+    record.append(parametrize.is_parametrized(layer) and starts_orthogonal)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.3, momentum=0.6)
+    for it in range(5):
+        opt.zero_grad()
+        misfit = (layer(points) - rotated).pow(2).sum(dim=1).mean()
+        misfit.backward()
+        opt.step()
+        record.append(misfit.item())
     with parametrize.cached():
-        record.append(layer.weight.detach().numpy())
-        record.append(layer(inputs).detach().numpy())
-    print(f"{name}: loss {loss.item():.4f}")
+        record.append(torch.cat([layer.weight, layer(points[:3])]).detach().numpy())
+    fitted[kind] = layer
+    print(kind, round(misfit.item(), 3))
 
-# assigning an orthogonal matrix goes through right_inverse
-Q = QRRetraction()(torch.tensor(q_data, dtype=torch.float32))
-layers["exp"].weight = Q @ torch.linalg.matrix_exp(torch.zeros(5, 5))
-record.append(layers["exp"].weight.detach().numpy())
-record.append(layers["exp"].parametrizations.weight.original.detach().numpy())
+# setting the weight runs right_inverse down the chain: the original is skew's preimage
+start = SignedQR()(torch.tensor(near_identity_np, dtype=torch.float32))
+fitted["skew_exp"].weight = start
+record.append(fitted["skew_exp"].weight.detach().numpy())
+record.append(fitted["skew_exp"].parametrizations.weight.original.detach().numpy())
 
-# Riemannian SGD on the Stiefel manifold St(6, 3) by hand
-X = torch.linalg.qr(torch.tensor(stiefel0, dtype=torch.float64))[0].requires_grad_()
-M = torch.tensor(stiefel_target, dtype=torch.float64)
-for step in range(20):
-    loss = -torch.trace(X.T @ M @ X)
-    loss.backward()
+# maximize trace(X^T C X) over 5x2 orthonormal frames: project, step, retract
+frame = torch.linalg.qr(torch.tensor(frame_np, dtype=torch.float64))[0].requires_grad_()
+C = torch.tensor(cov_np, dtype=torch.float64)
+for it in range(8):
+    objective = -torch.trace(frame.T @ C @ frame)
+    objective.backward()
     with torch.no_grad():
-        G = X.grad
-        sym = 0.5 * (X.T @ G + G.T @ X)
-        riemannian_grad = G - X @ sym
-        Y = X - 0.05 * riemannian_grad
-        Q, R = torch.linalg.qr(Y)
-        X.copy_(Q * torch.sign(torch.diag(R)))
-        X.grad.zero_()
-    record.append(loss.item())
-record.append(orthogonality_error(X.detach()))
-record.append((X @ X.T).detach().numpy())
+        G = frame.grad
+        tangent = G - frame @ (frame.T @ G + G.T @ frame) / 2
+        Q, R = torch.linalg.qr(frame - 0.04 * tangent)
+        frame.copy_(Q * torch.sign(torch.diag(R)))
+    frame.grad = None
+    record.append(objective.item())
+record.append(off_orthogonal(frame.detach()))
+record.append((frame @ frame.T).detach().numpy())
 """
 
-STIEFEL_STEPS = [
+ROTATIONS_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.utils.parametrize as parametrize\nfrom torch.nn.",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.utils.parametrize as parametrize\nfrom torch.nn.",
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
     ),
     (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "        misfit.backward()\n        opt.step()",
+        "        grads = misfit.backward()\n        opt.step(grads)",
     ),
-    (
-        "    loss.backward()\n    with torch.no_grad():\n        G = X.grad\n",
-        "    grads = loss.backward()\n    with torch.no_grad():\n        G = X.grad(grads)\n",
-    ),
-    ("        X.grad.zero_()\n", ""),
+    ("    objective.backward()\n", "    grads = objective.backward()\n"),
+    ("        G = frame.grad\n", "        G = frame.grad(grads)\n"),
+    ("    frame.grad = None\n", ""),
 ]
 
 
 def test_orthogonal_parametrizations_and_stiefel_sgd_as_torch(capsys):
     rng = np.random.default_rng(27501)
-    rotation = np.linalg.qr(rng.standard_normal((5, 5)))[0]
-    x_data = rng.standard_normal((16, 5))
-    symmetric = rng.standard_normal((6, 6))
+    rotation = np.linalg.qr(rng.standard_normal((4, 4)))[0]
+    points = rng.standard_normal((10, 4))
+    half = rng.standard_normal((5, 5))
     (theirs, ours), (their_log, our_log) = runs_with_draws(
-        STIEFEL_SOURCE, STIEFEL_STEPS, capsys, 27501, x_data=x_data, y_data=x_data @ rotation.T,
-        q_data=np.eye(5) + 0.1 * rng.standard_normal((5, 5)), stiefel0=rng.standard_normal((6, 3)),
-        stiefel_target=symmetric + symmetric.T, initialize=initializer(),
+        ROTATIONS_SOURCE, ROTATIONS_STEPS, capsys, 27501, points_np=points,
+        rotated_np=points @ rotation.T,
+        near_identity_np=np.eye(4) + 0.1 * rng.standard_normal((4, 4)),
+        frame_np=rng.standard_normal((5, 2)), cov_np=half @ half.T, initialize=initializer(),
     )  # fmt: skip
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
     assert our_log == their_log

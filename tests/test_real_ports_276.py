@@ -1,24 +1,24 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-spectral normalization by power iteration as christiancosgrove/pytorch-spectral-normalization-
-gan writes it (``SpectralNorm`` wrapping a module, ``_make_params`` registering ``w_u``,
-``w_v``, ``w_bar`` as parameters, ``_update_u_v`` with ``l2normalize`` and ``torch.mv`` on
-``w.view(height, -1).data``, ``setattr(self.module, self.name, w / sigma.expand_as(w))``) in a
-small SN discriminator trained a few steps (one discriminator call per step on real and fake
-images together: the author's two calls, ``D(real)`` then ``D(fake)``, make torch's backward of
-the first use the ``u``, ``v`` the second wrote through ``.data``, as its saved tensors alias
-them; retrograd's graph keeps the values it was given, so that form is not compared), checked against ``torch.linalg.matrix_norm(ord=2)``;
-and PiSSA's adapter initialization as huggingface/peft writes it (``pissa_init``: the principal
-singular vectors by ``torch.linalg.svd`` or, for ``pissa_niter_N``, by ``svd_lowrank``, the
-residual written back into ``weight.data``), fine-tuned a few steps, against torch's run of
-the same code from the same weights and draws.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): programs written here in the
+style of the pytorch-spectral-normalization-gan repository and of huggingface/peft's PiSSA
+adapter initialization, run under torch and, ported, under retrograd from the same weights.
 
-What it exercises: ``del self.module._parameters[self.name]`` then ``register_parameter``;
-``w.data.new(height).normal_(0, 1)`` (its draws replaced: the port loads torch's ``u``, ``v``);
-``torch.mv(torch.t(w.view(height, -1).data), u.data)``; ``torch.linalg.svd(weight.data,
-full_matrices=False)``; ``torch.svd_lowrank(weight.data, r, niter=4)``'s randomized sketch;
-``torch.diag(torch.sqrt(Sr))``; ``torch.linalg.matrix_norm(W, ord=2)`` and ``ord='nuc'``
-gradients; ``torch.linalg.svdvals``.
+- Spectral normalization by power iteration as a module wrapper: the wrapped weight removed
+  with ``del module._parameters[name]`` and re-registered as ``<name>_orig``, ``<name>_u``,
+  ``<name>_v`` (``register_parameter``; ``Parameter(w.data.new(n).normal_(0, 1),
+  requires_grad=False)``, whose draws the port replaces by loading torch's ``u``, ``v``),
+  ``u.data``/``v.data`` rewritten from ``torch.mv(torch.t(w.view(h, -1).data), u.data)``,
+  ``sigma = u.dot(w.view(h, -1).mv(v))`` and ``setattr(module, name, w / sigma.expand_as(w))``,
+  in a small hinge-loss critic trained a few steps with Adam over ``filter(lambda p:
+  p.requires_grad, ...)``, checked with ``torch.linalg.matrix_norm(ord=2)`` and
+  ``torch.linalg.svdvals``. The critic scores real and fake images in one call: with two
+  calls, torch's backward of the first would read the ``u``, ``v`` the second wrote through
+  ``.data`` (its saved tensors alias them), while retrograd's graph keeps the values it was
+  given, so that form is not compared;
+- PiSSA: an adapter's factors from the principal singular triplets (``torch.linalg.svd(...,
+  full_matrices=False)``, or ``torch.svd_lowrank(w, r, niter=...)``'s randomized sketch and
+  ``Ur.t()``), ``Sr /= scaling`` in place, ``torch.diag(torch.sqrt(Sr))``, the residual
+  written back into ``weight.data`` after ``weight.to(torch.float32)``, the base frozen with
+  ``requires_grad_(False)``, ``torch.linalg.matrix_norm(ord='nuc')``, then a few SGD steps.
 
 The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``
 given to ``optimizer.step``).
@@ -46,190 +46,168 @@ def _seeded():
 
 SN_PISSA_SOURCE = """
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from torch.nn import Parameter
+from torch import nn
+from torch.nn import Parameter, functional as F
 
 
-def l2normalize(v, eps=1e-12):
-    return v / (v.norm() + eps)
+def unit(vec, eps=1e-12):
+    return vec / (vec.norm() + eps)
 
 
-class SpectralNorm(nn.Module):
-    def __init__(self, module, name='weight', power_iterations=1):
-        super(SpectralNorm, self).__init__()
-        self.module = module
-        self.name = name
-        self.power_iterations = power_iterations
-        if not self._made_params():
-            self._make_params()
+class SpectralNormed(nn.Module):
+    # divides the wrapped module's weight by its top singular value, estimated by one
+    # power-iteration step per forward pass (u, v persist as frozen parameters)
+    def __init__(self, inner, attr="weight", steps=1):
+        super().__init__()
+        self.inner, self.attr, self.steps = inner, attr, steps
+        if not self._ready():
+            self._split_weight()
 
-    def _update_u_v(self):
-        u = getattr(self.module, self.name + "_u")
-        v = getattr(self.module, self.name + "_v")
-        w = getattr(self.module, self.name + "_bar")
-
-        height = w.data.shape[0]
-        for _ in range(self.power_iterations):
-            v.data = l2normalize(torch.mv(torch.t(w.view(height, -1).data), u.data))
-            u.data = l2normalize(torch.mv(w.view(height, -1).data, v.data))
-
-        # sigma = torch.dot(u.data, torch.mv(w.view(height,-1).data, v.data))
-        sigma = u.dot(w.view(height, -1).mv(v))
-        setattr(self.module, self.name, w / sigma.expand_as(w))
-
-    def _made_params(self):
+    def _ready(self):
         try:
-            u = getattr(self.module, self.name + "_u")
-            v = getattr(self.module, self.name + "_v")
-            w = getattr(self.module, self.name + "_bar")
-            return True
+            getattr(self.inner, self.attr + "_orig")
         except AttributeError:
             return False
+        return True
 
-    def _make_params(self):
-        w = getattr(self.module, self.name)
+    def _split_weight(self):
+        w = getattr(self.inner, self.attr)
+        rows = w.data.shape[0]
+        cols = w.view(rows, -1).data.shape[1]
+        u = Parameter(w.data.new(rows).normal_(0, 1), requires_grad=False)
+        v = Parameter(w.data.new(cols).normal_(0, 1), requires_grad=False)
+        u.data, v.data = unit(u.data), unit(v.data)
+        orig = Parameter(w.data)
+        del self.inner._parameters[self.attr]
+        self.inner.register_parameter(self.attr + "_orig", orig)
+        self.inner.register_parameter(self.attr + "_u", u)
+        self.inner.register_parameter(self.attr + "_v", v)
 
-        height = w.data.shape[0]
-        width = w.view(height, -1).data.shape[1]
+    def _normalize(self):
+        w = getattr(self.inner, self.attr + "_orig")
+        u = getattr(self.inner, self.attr + "_u")
+        v = getattr(self.inner, self.attr + "_v")
+        rows = w.data.shape[0]
+        for _ in range(self.steps):
+            v.data = unit(torch.mv(torch.t(w.view(rows, -1).data), u.data))
+            u.data = unit(torch.mv(w.view(rows, -1).data, v.data))
+        sigma = u.dot(w.view(rows, -1).mv(v))
+        setattr(self.inner, self.attr, w / sigma.expand_as(w))
 
-        u = Parameter(w.data.new(height).normal_(0, 1), requires_grad=False)
-        v = Parameter(w.data.new(width).normal_(0, 1), requires_grad=False)
-        u.data = l2normalize(u.data)
-        v.data = l2normalize(v.data)
-        w_bar = Parameter(w.data)
-
-        del self.module._parameters[self.name]
-
-        self.module.register_parameter(self.name + "_u", u)
-        self.module.register_parameter(self.name + "_v", v)
-        self.module.register_parameter(self.name + "_bar", w_bar)
-
-    def forward(self, *args):
-        self._update_u_v()
-        return self.module.forward(*args)
+    def forward(self, *inputs):
+        self._normalize()
+        return self.inner.forward(*inputs)
 
 
-class Discriminator(nn.Module):
+class Critic(nn.Module):
     def __init__(self):
-        super(Discriminator, self).__init__()
-        self.conv1 = SpectralNorm(nn.Conv2d(1, 4, 3, stride=1, padding=(1, 1)))
-        self.conv2 = SpectralNorm(nn.Conv2d(4, 8, 4, stride=2, padding=(1, 1)))
-        self.fc = SpectralNorm(nn.Linear(4 * 4 * 8, 1))
-
-    def forward(self, x):
-        m = x
-        m = nn.LeakyReLU(0.1)(self.conv1(m))
-        m = nn.LeakyReLU(0.1)(self.conv2(m))
-        return self.fc(m.view(-1, 4 * 4 * 8))
-
-
-D = Discriminator()
-initialize(D)
-optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, D.parameters()), lr=2e-4, betas=(0.0, 0.9))
-real = torch.tensor(images, dtype=torch.float32)
-fake = torch.tensor(fakes, dtype=torch.float32)
-for step in range(6):
-    optimizer.zero_grad()
-    scores = D(torch.cat([real, fake]))
-    loss = nn.ReLU()(1.0 - scores[:4]).mean() + nn.ReLU()(1.0 + scores[4:]).mean()
-    loss.backward()
-    optimizer.step()
-    record.append(loss.item())
-record.append({k: v.detach().numpy() for k, v in D.state_dict().items()})
-w = D.fc.module.weight_bar.detach()
-record.append(torch.linalg.matrix_norm(w, ord=2).item())
-record.append(torch.linalg.svdvals(D.conv2.module.weight_bar.detach().view(8, -1)).numpy())
-record.append(D.fc.module.weight.detach().numpy())
-
-
-class LoraLinear(nn.Module):
-    def __init__(self, base_layer, r=2, lora_alpha=4):
         super().__init__()
-        self.base_layer = base_layer
-        self.r = r
-        self.scaling = lora_alpha / r
-        self.lora_A = nn.Linear(base_layer.in_features, r, bias=False)
-        self.lora_B = nn.Linear(r, base_layer.out_features, bias=False)
+        self.c1 = SpectralNormed(nn.Conv2d(1, 3, 3, padding=1))
+        self.c2 = SpectralNormed(nn.Conv2d(3, 6, 4, stride=2, padding=(1, 1)))
+        # no bias: while every score is inside the margin its hinge gradient is exactly zero,
+        # and Adam would step on the rounding noise
+        self.out = SpectralNormed(nn.Linear(6 * 3 * 3, 1, bias=False))
 
-    def pissa_init(self, init_lora_weights):
-        weight = self.base_layer.weight
-        dtype = weight.dtype
-        weight = weight.to(torch.float32)
-        if init_lora_weights == "pissa":
-            V, S, Uh = torch.linalg.svd(weight.data, full_matrices=False)
-            Vr = V[:, : self.r]
-            Sr = S[: self.r]
-            Sr /= self.scaling
-            Uhr = Uh[: self.r]
-        elif len(init_lora_weights.split("_niter_")) == 2:
-            Vr, Sr, Ur = torch.svd_lowrank(
-                weight.data, self.r, niter=int(init_lora_weights.split("_niter_")[-1])
-            )
-            Sr /= self.scaling
-            Uhr = Ur.t()
+    def forward(self, img):
+        h = nn.LeakyReLU(0.2)(self.c1(img))
+        h = nn.LeakyReLU(0.2)(self.c2(h))
+        return self.out(h.view(-1, 6 * 3 * 3))
+
+
+critic = Critic()
+initialize(critic)
+trainable = filter(lambda p: p.requires_grad, critic.parameters())
+opt = torch.optim.Adam(trainable, lr=1e-3, betas=(0.0, 0.9))
+real = torch.tensor(real_np, dtype=torch.float32)
+fake = torch.tensor(fake_np, dtype=torch.float32)
+for it in range(4):
+    opt.zero_grad()
+    score = critic(torch.cat([real, fake]))
+    hinge = nn.ReLU()(1.0 - score[:3]).mean() + nn.ReLU()(1.0 + score[3:]).mean()
+    hinge.backward()
+    opt.step()
+    record.append(hinge.item())
+record.append({name: t.detach().numpy() for name, t in critic.state_dict().items()})
+record.append(torch.linalg.matrix_norm(critic.out.inner.weight_orig.detach(), ord=2).item())
+conv_w = critic.c2.inner.weight_orig.detach()
+record.append(torch.linalg.svdvals(conv_w.view(conv_w.shape[0], -1)).numpy())
+record.append(critic.out.inner.weight.detach().numpy())
+
+
+class Adapted(nn.Module):
+    # frozen base plus a rank-r update B @ A, both factors from the base's top singular triplets
+    def __init__(self, base, rank=2, alpha=3):
+        super().__init__()
+        self.base, self.rank, self.scale = base, rank, alpha / rank
+        self.down = nn.Linear(base.in_features, rank, bias=False)
+        self.up = nn.Linear(rank, base.out_features, bias=False)
+
+    def principal_init(self, how):
+        kept_dtype = self.base.weight.dtype
+        w = self.base.weight.to(torch.float32)
+        if how == "svd":
+            U, S, Vh = torch.linalg.svd(w.data, full_matrices=False)
+            Ur, Sr, Vhr = U[:, : self.rank], S[: self.rank], Vh[: self.rank]
         else:
-            raise ValueError(f"init_lora_weights should be 'pissa' or 'pissa_niter_[number of iters]', got {init_lora_weights} instead.")
-        lora_A = torch.diag(torch.sqrt(Sr)) @ Uhr
-        lora_B = Vr @ torch.diag(torch.sqrt(Sr))
-        self.lora_A.weight.data = lora_A
-        self.lora_B.weight.data = lora_B
-        weight = weight.data - self.scaling * lora_B @ lora_A
-        weight = weight.to(dtype)
-        self.base_layer.weight.data = weight
+            iters = int(how.split("_niter_")[1])
+            Ur, Sr, Vr = torch.svd_lowrank(w.data, self.rank, niter=iters)
+            Vhr = Vr.t()
+        Sr /= self.scale
+        root = torch.diag(torch.sqrt(Sr))
+        self.down.weight.data = root @ Vhr
+        self.up.weight.data = Ur @ root
+        residual = w.data - self.scale * self.up.weight.data @ self.down.weight.data
+        self.base.weight.data = residual.to(kept_dtype)
 
     def forward(self, x):
-        return self.base_layer(x) + self.lora_B(self.lora_A(x)) * self.scaling
+        return self.base(x) + self.scale * self.up(self.down(x))
 
 
-x = torch.tensor(inputs, dtype=torch.float32)
-y = torch.tensor(labels)
-for init in ("pissa", "pissa_niter_4"):
-    base = nn.Linear(10, 6)
+feats = torch.tensor(feats_np, dtype=torch.float32)
+classes = torch.tensor(classes_np)
+for how in ("svd", "lowrank_niter_3"):
+    base = nn.Linear(7, 5)
     initialize(base)
-    before = base(x).detach()
-    layer = LoraLinear(base)
-    layer.pissa_init(init)
-    layer.base_layer.weight.requires_grad_(False)
-    layer.base_layer.bias.requires_grad_(False)
-    record.append((layer(x).detach() - before).abs().max().item() < 1e-5)
-    record.append(torch.linalg.matrix_norm(layer.lora_B.weight @ layer.lora_A.weight, ord='nuc').item())
-    optimizer = torch.optim.SGD([p for p in layer.parameters() if p.requires_grad], lr=0.1)
-    for step in range(5):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(layer(x), y)
-        loss.backward()
-        optimizer.step()
-        record.append(loss.item())
-    # each singular pair's sign is the LAPACK's choice (torch's docs): A's row and B's column
-    # flip together, so their product and the training are the same
-    record.append({k: v.detach().numpy() for k, v in layer.state_dict().items() if "lora" not in k})
-    record.append((layer.lora_B.weight @ layer.lora_A.weight).detach().numpy())
-    record.append((layer.lora_A.weight.T @ layer.lora_A.weight).detach().numpy())
+    reference = base(feats).detach()
+    model = Adapted(base)
+    model.principal_init(how)
+    model.base.weight.requires_grad_(False)
+    model.base.bias.requires_grad_(False)
+    record.append((model(feats).detach() - reference).abs().max().item() < 1e-5)
+    update = model.up.weight @ model.down.weight
+    record.append(torch.linalg.matrix_norm(update, ord="nuc").item())
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.2)
+    for it in range(4):
+        opt.zero_grad()
+        ce = F.cross_entropy(model(feats), classes)
+        ce.backward()
+        opt.step()
+        record.append(ce.item())
+    # the singular vectors' signs are the solver's choice: compare what does not depend on them
+    record.append({k: t.detach().numpy() for k, t in model.state_dict().items() if "base" in k})
+    record.append((model.up.weight @ model.down.weight).detach().numpy())
+    record.append((model.down.weight.T @ model.down.weight).detach().numpy())
 """
 
 SN_PISSA_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.nn import Parameter",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.nn import Parameter",
+        "import torch\nfrom torch import nn\n",
+        "import retrograd as torch\nfrom retrograd import nn\n",
     ),
+    ("    hinge.backward()\n    opt.step()", "    grads = hinge.backward()\n    opt.step(grads)"),
     (
-        "    loss.backward()\n    optimizer.step()",
-        "    grads = loss.backward()\n    optimizer.step(grads)",
-    ),
-    (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "        ce.backward()\n        opt.step()",
+        "        grads = ce.backward()\n        opt.step(grads)",
     ),
 ]
 
 
 def test_sn_gan_power_iteration_and_pissa_init_as_torch(capsys):
     rng = np.random.default_rng(27601)
-    loaded = initializer()
     (theirs, ours), _ = runs_with_draws(
         SN_PISSA_SOURCE, SN_PISSA_STEPS, capsys, 27601,
-        images=rng.standard_normal((4, 1, 8, 8)), fakes=rng.standard_normal((4, 1, 8, 8)) * 0.5,
-        inputs=rng.standard_normal((12, 10)), labels=rng.integers(0, 6, 12), initialize=loaded,
+        real_np=rng.standard_normal((3, 1, 6, 6)), fake_np=0.5 * rng.standard_normal((3, 1, 6, 6)),
+        feats_np=rng.standard_normal((9, 7)), classes_np=rng.integers(0, 5, 9),
+        initialize=initializer(),
     )  # fmt: skip
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)

@@ -1,24 +1,25 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-spectral methods whose losses go through ``torch.linalg.eigh``, as the spectral-clustering and
-graph-embedding code in torch writes them: Laplacian eigenmaps (a Gaussian affinity by
-``torch.cdist``, the symmetric normalized Laplacian ``I - D^-1/2 W D^-1/2``, the embedding from
-the eigenvectors of its smallest eigenvalues, row-normalized), a learned metric trained on the
-eigengap loss (``evals[k] - evals[k - 1]`` maximized through ``eigh``), a trace loss
-``torch.trace(Y.T @ L @ Y)`` with the orthogonality penalty of SpectralNet's last layer (its
-``Y = Y_tilde @ L^-T`` by ``torch.linalg.cholesky`` and ``torch.inverse``), and the
-``torch.lobpcg``-free eigen-decomposition of a covariance with ``eigvalsh``, against torch's run
-of the same code from the same weights, in float64; and W-MSE's ``Whitening2d`` layer (its
-whitening matrix by ``torch.cholesky`` and ``torch.triangular_solve``) trained in float32.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): programs written here in the
+style of spectral-clustering and graph-embedding code in torch (Laplacian eigenmaps, an
+eigengap objective, SpectralNet's orthonormalizing output) and of W-MSE's whitening layer
+(htdt/self-supervised), run under torch and, ported, under retrograd from the same weights.
 
-What it exercises: ``torch.linalg.eigh(L)`` (``UPLO='L'``) values and vectors and their
-gradients (distinct eigenvalues), ``torch.linalg.eigvalsh``; ``torch.diag(d.pow(-0.5))``;
-``evecs[:, :k]`` with the sign fixed by the largest entry (``torch.sign(evecs[idx, range(k)])``);
-``F.normalize(p=2, dim=1)``; ``torch.linalg.cholesky(Y.T @ Y)`` then ``torch.inverse(L).t()``;
-``torch.trace``; ``nn.Linear(..., dtype=torch.float64)``.
+- Spectral methods in float64: a Gaussian affinity by ``torch.cdist`` with its diagonal
+  removed by ``torch.diag(torch.diag(A))``, the symmetric normalized Laplacian through
+  ``torch.diag(d.pow(-0.5))``, ``torch.linalg.eigh`` values and vectors and their gradients
+  (distinct eigenvalues), ``torch.linalg.eigvalsh`` (of ``torch.cov(X.T)`` too), eigenvector
+  signs fixed by indexing with a tensor and a ``range`` (``torch.sign(v[peak, range(k)])``),
+  ``F.normalize(p=2, dim=1)``, ``nn.Linear(..., dtype=torch.float64)``; an eigengap trained
+  by Adam; an output orthonormalized by ``torch.linalg.cholesky`` and ``torch.inverse(L).t()``
+  trained on ``torch.trace(Y.T @ L @ Y)`` by SGD;
+- W-MSE in float32: a whitening layer using the deprecated ``torch.cholesky`` and
+  ``torch.triangular_solve(eye, L, upper=False)[0]``, ``eye.type(cov.type())``, a 1x1
+  ``conv2d`` imported ``from torch.nn.functional``, ``permute(...).contiguous().view``,
+  ``torch.mm``, running statistics by ``torch.add(..., out=self.running_mean)`` used in eval
+  mode; two views whitened in chunks ``torch.randperm(n).view(-1, chunk)`` written into
+  ``torch.empty_like(h)`` by index; ``nn.BatchNorm1d``; a normalized MSE trained by Adam.
 
 The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``
-given to ``optimizer.step``).
+given to ``optimizer.step``; ``M.grad`` read from ``grads``).
 """
 
 from __future__ import annotations
@@ -43,117 +44,111 @@ def _seeded():
 
 SPECTRAL_SOURCE = """
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+from torch import nn
+from torch.nn import functional as F
 
 
-def affinity(X, sigma=1.0):
-    D = torch.cdist(X, X) ** 2
-    W = torch.exp(-D / (2 * sigma ** 2))
-    W = W - torch.diag(torch.diag(W))
-    return W
+def gaussian_affinity(pts, width=1.0):
+    sq = torch.cdist(pts, pts) ** 2
+    aff = torch.exp(-sq / (2 * width**2))
+    return aff - torch.diag(torch.diag(aff))  # no self-loops
 
 
-def normalized_laplacian(W):
-    d = W.sum(dim=1)
-    D_inv_sqrt = torch.diag(d.pow(-0.5))
-    return torch.eye(W.shape[0], dtype=W.dtype) - D_inv_sqrt @ W @ D_inv_sqrt
+def sym_laplacian(aff):
+    inv_root_deg = torch.diag(aff.sum(dim=1).pow(-0.5))
+    n = aff.shape[0]
+    return torch.eye(n, dtype=aff.dtype) - inv_root_deg @ aff @ inv_root_deg
 
 
-def laplacian_eigenmaps(X, k, sigma=1.0):
-    L = normalized_laplacian(affinity(X, sigma))
-    evals, evecs = torch.linalg.eigh(L)
-    embedding = evecs[:, 1:k + 1]
-    idx = embedding.abs().argmax(dim=0)
-    embedding = embedding * torch.sign(embedding[idx, range(k)])
-    return evals, F.normalize(embedding, p=2, dim=1)
+def embed(pts, dims):
+    vals, vecs = torch.linalg.eigh(sym_laplacian(gaussian_affinity(pts)))
+    coords = vecs[:, 1 : dims + 1]  # skip the trivial eigenvector
+    # fix each eigenvector's sign: its largest-magnitude entry positive
+    peak = coords.abs().argmax(dim=0)
+    coords = coords * torch.sign(coords[peak, range(dims)])
+    return vals, F.normalize(coords, p=2, dim=1)
 
 
-X = torch.tensor(points, dtype=torch.float64)
-evals, emb = laplacian_eigenmaps(X, 2)
-record.append(evals.numpy())
-record.append(emb.numpy())
-record.append(torch.linalg.eigvalsh(torch.cov(X.T)).numpy())
+pts = torch.tensor(pts_np, dtype=torch.float64)
+vals, coords = embed(pts, 2)
+record.append(vals.numpy())
+record.append(coords.numpy())
+record.append(torch.linalg.eigvalsh(torch.cov(pts.T)).numpy())
+
+# learn a linear map of the points that widens the gap after the third eigenvalue
+warp = nn.Linear(3, 3, bias=False, dtype=torch.float64)
+initialize(warp)
+opt = torch.optim.Adam(warp.parameters(), lr=0.03)
+for it in range(6):
+    opt.zero_grad()
+    spectrum = torch.linalg.eigvalsh(sym_laplacian(gaussian_affinity(warp(pts), width=1.5)))
+    gap = spectrum[3] - spectrum[2]
+    objective = 0.02 * (warp.weight**2).sum() - gap
+    objective.backward()
+    opt.step()
+    record.append(objective.item())
+    if it % 2 == 0:
+        print(f"{it}: gap={gap.item():.5f}")
+record.append(warp.weight.detach().numpy())
 
 
-class Metric(nn.Module):
-    def __init__(self, d):
+class OrthoHead(nn.Module):
+    # SpectralNet-like output: Y = Y_raw @ W with W = sqrt(m) * chol(Y_raw^T Y_raw)^-T,
+    # W refreshed only when asked
+    def __init__(self, k):
         super().__init__()
-        self.proj = nn.Linear(d, d, bias=False, dtype=torch.float64)
+        self.body = nn.Sequential(
+            nn.Linear(3, 6, dtype=torch.float64), nn.Tanh(), nn.Linear(6, k, dtype=torch.float64)
+        )
 
-    def forward(self, X):
-        return self.proj(X)
-
-
-metric = Metric(X.shape[1])
-initialize(metric)
-optimizer = torch.optim.Adam(metric.parameters(), lr=0.02)
-k = 3
-for step in range(15):
-    optimizer.zero_grad()
-    L = normalized_laplacian(affinity(metric(X), sigma=1.5))
-    evals = torch.linalg.eigvalsh(L)
-    eigengap = evals[k] - evals[k - 1]
-    loss = -eigengap + 0.01 * metric.proj.weight.pow(2).sum()
-    loss.backward()
-    optimizer.step()
-    record.append(loss.item())
-    if step % 5 == 0:
-        print(f"step {step}: eigengap {eigengap.item():.5f}")
-record.append({k_: v.detach().numpy() for k_, v in metric.state_dict().items()})
+    def forward(self, x, refresh=True):
+        raw = self.body(x)
+        if refresh:
+            chol = torch.linalg.cholesky(raw.T @ raw)
+            self.ortho = torch.inverse(chol).t() * math.sqrt(raw.shape[0])
+        return raw @ self.ortho
 
 
-class SpectralNetOutput(nn.Module):
-    def __init__(self, d, k):
-        super().__init__()
-        self.fc = nn.Sequential(nn.Linear(d, 8, dtype=torch.float64), nn.Tanh(), nn.Linear(8, k, dtype=torch.float64))
-
-    def forward(self, x, should_update_orth_weights=True):
-        Y_tilde = self.fc(x)
-        if should_update_orth_weights:
-            m = Y_tilde.shape[0]
-            L = torch.linalg.cholesky(Y_tilde.T @ Y_tilde)
-            self.orthonorm_weights = torch.inverse(L).t() * math.sqrt(m)
-        return Y_tilde @ self.orthonorm_weights
-
-
-net = SpectralNetOutput(X.shape[1], 3)
-initialize(net)
-W = affinity(X, sigma=1.0)
-Lap = torch.diag(W.sum(1)) - W
-optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
-for step in range(12):
-    optimizer.zero_grad()
-    Y = net(X)
-    loss = torch.trace(Y.T @ Lap @ Y) / (X.shape[0] ** 2)
-    loss.backward()
-    optimizer.step()
-    record.append(loss.item())
+head = OrthoHead(3)
+initialize(head)
+aff = gaussian_affinity(pts)
+unnormalized = torch.diag(aff.sum(1)) - aff
+opt = torch.optim.SGD(head.parameters(), lr=0.02)
+for it in range(5):
+    opt.zero_grad()
+    Y = head(pts)
+    smoothness = torch.trace(Y.T @ unnormalized @ Y) / pts.shape[0] ** 2
+    smoothness.backward()
+    opt.step()
+    record.append(smoothness.item())
 with torch.no_grad():
-    Y = net(X, should_update_orth_weights=False)
-record.append((Y.T @ Y / X.shape[0]).numpy())
+    Y = head(pts, refresh=False)
+record.append((Y.T @ Y / pts.shape[0]).numpy())
 
-# the eigenvector gradient: a loss on the leading eigenvectors of a learnable symmetric matrix
-A = torch.tensor(sym, dtype=torch.float64, requires_grad=True)
-evals, evecs = torch.linalg.eigh(A @ A.T)
-top = evecs[:, -2:]
-loss = (top.pow(4)).sum() + evals[-1]
-loss.backward()
-record.append(A.grad.numpy())
+# eigenvector gradients (distinct eigenvalues): a loss on the top two eigenvectors
+M = torch.tensor(m_np, dtype=torch.float64, requires_grad=True)
+vals, vecs = torch.linalg.eigh(M @ M.T)
+crit = vals[-1] + vecs[:, -2:].pow(4).sum()
+crit.backward()
+record.append(M.grad.numpy())
 """
 
 SPECTRAL_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F",
+        "import torch\nfrom torch import nn\n",
+        "import retrograd as torch\nfrom retrograd import nn\n",
     ),
     (
-        "    loss.backward()\n    optimizer.step()",
-        "    grads = loss.backward()\n    optimizer.step(grads)",
+        "    objective.backward()\n    opt.step()",
+        "    grads = objective.backward()\n    opt.step(grads)",
     ),
     (
-        "loss.backward()\nrecord.append(A.grad.numpy())",
-        "grads = loss.backward()\nrecord.append(A.grad(grads).numpy())",
+        "    smoothness.backward()\n    opt.step()",
+        "    grads = smoothness.backward()\n    opt.step(grads)",
+    ),
+    (
+        "crit.backward()\nrecord.append(M.grad.numpy())",
+        "grads = crit.backward()\nrecord.append(M.grad(grads).numpy())",
     ),
 ]
 
@@ -161,10 +156,10 @@ SPECTRAL_STEPS = [
 def test_laplacian_eigenmaps_eigengap_and_spectralnet_trace_loss_as_torch(capsys):
     rng = np.random.default_rng(27701)
     centres = np.array([[0.0, 0.0, 0.0], [2.5, 0.0, 0.5], [0.0, 2.5, -0.5]])
-    points = np.concatenate([c + 0.4 * rng.standard_normal((8, 3)) for c in centres])
+    pts = np.concatenate([c + 0.4 * rng.standard_normal((5, 3)) for c in centres])
     (theirs, ours), (their_log, our_log) = runs_with_draws(
-        SPECTRAL_SOURCE, SPECTRAL_STEPS, capsys, 27701, points=points,
-        sym=rng.standard_normal((5, 5)), initialize=initializer(),
+        SPECTRAL_SOURCE, SPECTRAL_STEPS, capsys, 27701, pts_np=pts,
+        m_np=rng.standard_normal((4, 4)), initialize=initializer(),
     )  # fmt: skip
     assert_records_agree(ours, theirs, rtol=1e-6, atol=1e-8)
     assert our_log == their_log
@@ -172,157 +167,116 @@ def test_laplacian_eigenmaps_eigengap_and_spectralnet_trace_loss_as_torch(capsys
 
 WMSE_SOURCE = """
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from torch.nn.functional import conv2d
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.functional import conv2d as conv1x1
 
 
-class Whitening2d(nn.Module):
-    def __init__(self, num_features, momentum=0.01, track_running_stats=True, eps=0):
-        super(Whitening2d, self).__init__()
-        self.num_features = num_features
-        self.momentum = momentum
-        self.track_running_stats = track_running_stats
-        self.eps = eps
-
-        if self.track_running_stats:
-            self.register_buffer(
-                "running_mean", torch.zeros([1, self.num_features, 1, 1])
-            )
-            self.register_buffer("running_variance", torch.eye(self.num_features))
-
-    def forward(self, x):
-        x = x.unsqueeze(2).unsqueeze(3)
-        m = x.mean(0).view(self.num_features, -1).mean(-1).view(1, -1, 1, 1)
-        if not self.training and self.track_running_stats:  # for inference
-            m = self.running_mean
-        xn = x - m
-
-        T = xn.permute(1, 0, 2, 3).contiguous().view(self.num_features, -1)
-        f_cov = torch.mm(T, T.permute(1, 0)) / (T.shape[-1] - 1)
-
-        eye = torch.eye(self.num_features).type(f_cov.type())
-
-        if not self.training and self.track_running_stats:  # for inference
-            f_cov = self.running_variance
-
-        f_cov_shrinked = (1 - self.eps) * f_cov + self.eps * eye
-
-        inv_sqrt = torch.triangular_solve(
-            eye, torch.cholesky(f_cov_shrinked), upper=False
-        )[0]
-        inv_sqrt = inv_sqrt.contiguous().view(
-            self.num_features, self.num_features, 1, 1
-        )
-
-        decorrelated = conv2d(xn, inv_sqrt)
-
-        if self.training and self.track_running_stats:
-            self.running_mean = torch.add(
-                self.momentum * m.detach(),
-                (1 - self.momentum) * self.running_mean,
-                out=self.running_mean,
-            )
-            self.running_variance = torch.add(
-                self.momentum * f_cov.detach(),
-                (1 - self.momentum) * self.running_variance,
-                out=self.running_variance,
-            )
-
-        return decorrelated.squeeze(2).squeeze(2)
-
-
-def norm_mse_loss(x0, x1):
-    x0 = F.normalize(x0)
-    x1 = F.normalize(x1)
-    return 2 - 2 * (x0 * x1).sum(dim=-1).mean()
-
-
-class WMSE(nn.Module):
-    def __init__(self, emb=4, w_size=16, w_iter=1):
+class BatchWhitener(nn.Module):
+    # maps a batch of vectors to zero mean and identity covariance with the inverse Cholesky
+    # factor of its covariance, applied as a 1x1 convolution
+    def __init__(self, dim, momentum=0.05, shrink=0.0, keep_stats=True):
         super().__init__()
-        self.backbone = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 8))
-        self.head = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, emb))
-        self.whitening = Whitening2d(emb, eps=0, track_running_stats=False)
-        self.loss_f = norm_mse_loss
-        self.w_iter = w_iter
-        self.w_size = w_size
-        self.num_pairs = 1
+        self.dim, self.momentum, self.shrink, self.keep_stats = dim, momentum, shrink, keep_stats
+        if keep_stats:
+            self.register_buffer("running_mean", torch.zeros([1, dim, 1, 1]))
+            self.register_buffer("running_cov", torch.eye(dim))
 
-    def forward(self, samples):
-        bs = len(samples[0])
-        h = [self.backbone(x) for x in samples]
-        h = self.head(torch.cat(h))
-        loss = 0
-        for _ in range(self.w_iter):
-            z = torch.empty_like(h)
-            perm = torch.randperm(bs).view(-1, self.w_size)
-            for idx in perm:
-                for i in range(len(samples)):
-                    z[idx + i * bs] = self.whitening(h[idx + i * bs])
-            for i in range(len(samples) - 1):
-                for j in range(i + 1, len(samples)):
-                    x0 = z[i * bs: (i + 1) * bs]
-                    x1 = z[j * bs: (j + 1) * bs]
-                    loss += self.loss_f(x0, x1)
-        loss /= self.w_iter * self.num_pairs
-        return loss
+    def forward(self, rows):
+        x = rows.unsqueeze(2).unsqueeze(3)  # (n, dim, 1, 1): an image batch for the conv
+        use_running = self.keep_stats and not self.training
+        mean = x.mean(0).view(self.dim, -1).mean(-1).view(1, -1, 1, 1)
+        if use_running:
+            mean = self.running_mean
+        centred = x - mean
+        flat = centred.permute(1, 0, 2, 3).contiguous().view(self.dim, -1)
+        cov = torch.mm(flat, flat.permute(1, 0)) / (flat.shape[-1] - 1)
+        eye = torch.eye(self.dim).type(cov.type())
+        if use_running:
+            cov = self.running_cov
+        cov = (1 - self.shrink) * cov + self.shrink * eye
+        inv_chol = torch.triangular_solve(eye, torch.cholesky(cov), upper=False)[0]
+        out = conv1x1(centred, inv_chol.contiguous().view(self.dim, self.dim, 1, 1))
+        if self.keep_stats and self.training:
+            keep = 1 - self.momentum
+            new_mean, new_cov = self.momentum * mean.detach(), self.momentum * cov.detach()
+            self.running_mean = torch.add(new_mean, keep * self.running_mean, out=self.running_mean)
+            self.running_cov = torch.add(new_cov, keep * self.running_cov, out=self.running_cov)
+        return out.squeeze(2).squeeze(2)
 
 
-model = WMSE()
-initialize(model)
-optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-for step, (view1, view2) in enumerate(batches):
-    optimizer.zero_grad()
-    loss = model([torch.tensor(view1, dtype=torch.float32), torch.tensor(view2, dtype=torch.float32)])
+def cosine_mse(a, b):
+    return 2 - 2 * (F.normalize(a) * F.normalize(b)).sum(dim=-1).mean()
+
+
+class TwoViewWhitened(nn.Module):
+    def __init__(self, out_dim=3, chunk=10):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(5, 10), nn.ReLU(), nn.Linear(10, 6))
+        self.projector = nn.Sequential(
+            nn.Linear(6, 10), nn.BatchNorm1d(10), nn.ReLU(), nn.Linear(10, out_dim)
+        )
+        self.whiten = BatchWhitener(out_dim, keep_stats=False)
+        self.chunk = chunk
+
+    def forward(self, views):
+        n = len(views[0])
+        emb = self.projector(torch.cat([self.encoder(v) for v in views]))
+        white = torch.empty_like(emb)
+        # whiten each view in random chunks of rows
+        for rows in torch.randperm(n).view(-1, self.chunk):
+            for v in range(len(views)):
+                white[rows + v * n] = self.whiten(emb[rows + v * n])
+        return cosine_mse(white[:n], white[n:])
+
+
+net = TwoViewWhitened()
+initialize(net)
+opt = torch.optim.Adam(net.parameters(), lr=5e-3)
+for first, second in view_pairs:
+    opt.zero_grad()
+    pair = [torch.tensor(first, dtype=torch.float32), torch.tensor(second, dtype=torch.float32)]
+    loss = net(pair)
     loss.backward()
-    optimizer.step()
+    opt.step()
     record.append(loss.item())
-record.append({k: v.detach().numpy() for k, v in model.state_dict().items()})
+record.append({name: t.detach().numpy() for name, t in net.state_dict().items()})
 
-white = Whitening2d(4, momentum=0.1)
-feats = torch.tensor(features, dtype=torch.float32)
-out = white(feats)
-record.append((out.T @ out / (out.shape[0] - 1)).detach().numpy())
-record.append(white.running_variance.numpy())
-white.eval()
-record.append(white(feats).detach().numpy())
+whitener = BatchWhitener(3, momentum=0.2)
+batch = torch.tensor(batch_np, dtype=torch.float32)
+white = whitener(batch)
+record.append((white.T @ white / (white.shape[0] - 1)).detach().numpy())
+record.append(whitener.running_cov.numpy())
+whitener.eval()
+record.append(whitener(batch[:5]).detach().numpy())
 """
 
 WMSE_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.nn.functional",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.nn.functional",
+        "import torch\nfrom torch import nn\n",
+        "import retrograd as torch\nfrom retrograd import nn\n",
     ),
-    (
-        "    loss.backward()\n    optimizer.step()",
-        "    grads = loss.backward()\n    optimizer.step(grads)",
-    ),
+    ("    loss.backward()\n    opt.step()", "    grads = loss.backward()\n    opt.step(grads)"),
 ]
 
 
 def test_wmse_whitening_by_cholesky_and_triangular_solve_trains_as_torch(capsys):
-    """W-MSE (htdt/self-supervised, ``methods/whitening.py`` and ``methods/w_mse.py``): the
-    ``Whitening2d`` layer (the deprecated ``torch.cholesky`` and ``torch.triangular_solve`` for
-    ``Sigma^-1/2``, ``eye.type(f_cov.type())``, a 1x1 ``conv2d`` by the whitening matrix, the
-    running statistics by ``torch.add(..., out=self.running_mean)``), the whitened batches by
-    ``torch.randperm(bs).view(-1, w_size)`` written into ``torch.empty_like(h)`` by index, and
-    the normalized MSE loss, trained by Adam. ``torch.randperm`` draws from each library's own
-    generator: with ``w_size == bs`` there is one slice, all the rows, whose whitening (mean and
-    covariance) is the same in any order, so ``z`` is the same in both runs."""
+    """``torch.randperm`` draws from each library's own generator: with ``chunk == n`` there
+    is one chunk, all the rows, whose whitening (mean and covariance) is the same in any
+    order, so the whitened batch is the same in both runs."""
     rng = np.random.default_rng(27702)
-    base = rng.standard_normal((3, 16, 6))
-    batches = [
-        (b + 0.1 * rng.standard_normal(b.shape), b + 0.1 * rng.standard_normal(b.shape))
-        for b in base
+    clean = rng.standard_normal((2, 10, 5))
+    view_pairs = [
+        (c + 0.1 * rng.standard_normal(c.shape), c + 0.1 * rng.standard_normal(c.shape))
+        for c in clean
     ]
-    mixing = rng.standard_normal((4, 4))
     (theirs, ours), _ = runs_with_draws(
-        WMSE_SOURCE, WMSE_STEPS, capsys, 27702, batches=batches,
-        features=rng.standard_normal((32, 4)) @ mixing, initialize=initializer(),
+        WMSE_SOURCE, WMSE_STEPS, capsys, 27702, view_pairs=view_pairs,
+        batch_np=rng.standard_normal((20, 3)) @ rng.standard_normal((3, 3)),
+        initialize=initializer(),
     )  # fmt: skip
-    # the biases before the head's BatchNorm1d and before the whitening (which centres) have no
-    # true gradient: Adam follows the rounding noise there (and the running mean follows them)
-    noise = ("backbone.2.bias", "head.0.bias", "head.1.running_mean", "head.3.bias")
+    # the biases before the projector's BatchNorm1d and before the whitening (which centres)
+    # have no true gradient: Adam follows the rounding noise there (the running mean too)
+    noise = ("encoder.2.bias", "projector.0.bias", "projector.1.running_mean", "projector.3.bias")
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5, skip=noise)
-    np.testing.assert_allclose(theirs[-3], np.eye(4), atol=1e-4)  # whitened: unit covariance
+    np.testing.assert_allclose(theirs[-3], np.eye(3), atol=1e-4)  # whitened: unit covariance

@@ -1,262 +1,208 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-sparse graph attention.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in the
+style of pyGAT's sparse graph attention (Diego999/pyGAT's ``SpGAT``), trained a few epochs
+under torch and, ported, under retrograd from the same weights.
 
-- pyGAT's sparse ``SpGAT`` as Diego999 writes it (github.com/Diego999/pyGAT ``layers.py``'s
-  ``SpecialSpmmFunction``, ``SpecialSpmm`` and ``SpGraphAttentionLayer``, ``models.py``'s
-  ``SpGAT``), trained by the ``train.py`` of ``tests/test_real_ports_46.py`` (the dense
-  ``GAT``'s port) with ``args.sparse`` set: the edges by ``adj.nonzero().t()``, the attention
-  input ``torch.cat((h[edge[0, :], :], h[edge[1, :], :]), dim=1).t()``,
-  ``torch.exp(-self.leakyrelu(self.a.mm(edge_h).squeeze()))``, ``assert not
-  torch.isnan(h).any()``, and the custom ``autograd.Function`` whose ``forward`` builds
-  ``torch.sparse_coo_tensor(indices, values, shape)``, saves it by ``ctx.save_for_backward(a,
-  b)`` and returns ``torch.matmul(a, b)``, and whose ``backward`` reads ``a._indices()``,
-  gathers the values' gradient by ``grad_output.matmul(b.t()).view(-1)[edge_idx]`` and gives
-  ``b``'s by ``a.t().matmul(grad_output)``; the row sums by the same product with
-  ``torch.ones(size=(N,1), device=dv)``.
+What it exercises: a custom ``torch.autograd.Function`` whose ``forward`` asserts
+``edges.requires_grad == False``, builds ``torch.sparse_coo_tensor(indices, values, size)``,
+keeps that sparse tensor by ``ctx.save_for_backward`` and returns ``torch.matmul(sparse,
+dense)``, and whose ``backward`` reads ``ctx.saved_tensors``, ``ctx.needs_input_grad``,
+``sparse._indices()``, gathers the values' gradient by ``upstream.matmul(dense.t()).view(-1)
+[flat]`` and gives the dense operand's by ``sparse.t().matmul(upstream)``; the edge list by
+``adj.nonzero().t()``, ``torch.cat((h[e[0, :], :], h[e[1, :], :]), dim=1).t()``,
+``att.mm(pairs).squeeze()``, ``assert not torch.isnan(proj).any()``, row sums by the same
+product with ``torch.ones(size=(n, 1), device=...)`` and ``x.is_cuda``, ``torch.Size``,
+``nn.init.xavier_normal_(p.data, gain=1.414)``, heads kept in a list and registered by
+``add_module``, a ``__repr__``, ``F.dropout(training=self.training)``; training by Adam with
+``weight_decay``, ``torch.FloatTensor``/``torch.LongTensor``, ``logp.max(1)[1].type_as(y)``,
+and the best epoch's ``state_dict`` kept on disk by ``torch.save``/``torch.load``.
 
-``tests/test_real_ports_46.py`` left SpGAT out: retrograd had no sparse layouts. Only the
-gradient lines differ. Dropout is 0, the runs deterministic.
+Retrograd had no sparse layouts when pyGAT's dense GAT was first ported
+(``tests/test_real_ports_46.py``), so this sparse variant guards them. Only the gradient lines
+differ. Dropout is 0, the runs deterministic.
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import types
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, port
-from test_real_ports_46 import GAT_SOURCE, GAT_STEP, Clock
+from real_ports import assert_records_agree, initializer, port, run_source
 
-SPGAT_SOURCE = """
-# layers.py
-class SpecialSpmmFunction(torch.autograd.Function):
-    \"\"\"Special function for only sparse region backpropataion layer.\"\"\"
+LAYERS_SOURCE = """
+class EdgeSpmm(torch.autograd.Function):
+    # (sparse N x N with the given edge values) @ dense, differentiable in the values and the
+    # dense operand only: the edge pattern is data
     @staticmethod
-    def forward(ctx, indices, values, shape, b):
-        assert indices.requires_grad == False
-        a = torch.sparse_coo_tensor(indices, values, shape)
-        ctx.save_for_backward(a, b)
-        ctx.N = shape[0]
-        return torch.matmul(a, b)
+    def forward(ctx, edges, weights, size, dense):
+        assert edges.requires_grad == False
+        sparse = torch.sparse_coo_tensor(edges, weights, size)
+        ctx.save_for_backward(sparse, dense)
+        ctx.n = size[0]
+        return torch.matmul(sparse, dense)
 
     @staticmethod
-    def backward(ctx, grad_output):
-        a, b = ctx.saved_tensors
-        grad_values = grad_b = None
+    def backward(ctx, upstream):
+        sparse, dense = ctx.saved_tensors
+        d_weights = d_dense = None
         if ctx.needs_input_grad[1]:
-            grad_a_dense = grad_output.matmul(b.t())
-            edge_idx = a._indices()[0, :] * ctx.N + a._indices()[1, :]
-            grad_values = grad_a_dense.view(-1)[edge_idx]
+            # only the entries on the edges: flat positions row * n + col of the dense gradient
+            flat = sparse._indices()[0, :] * ctx.n + sparse._indices()[1, :]
+            d_weights = upstream.matmul(dense.t()).view(-1)[flat]
         if ctx.needs_input_grad[3]:
-            grad_b = a.t().matmul(grad_output)
-        return None, grad_values, None, grad_b
+            d_dense = sparse.t().matmul(upstream)
+        return None, d_weights, None, d_dense
 
 
-class SpecialSpmm(nn.Module):
-    def forward(self, indices, values, shape, b):
-        return SpecialSpmmFunction.apply(indices, values, shape, b)
-
-
-class SpGraphAttentionLayer(nn.Module):
-    \"\"\"
-    Sparse version GAT layer, similar to https://arxiv.org/abs/1710.10903
-    \"\"\"
-
-    def __init__(self, in_features, out_features, dropout, alpha, concat=True):
-        super(SpGraphAttentionLayer, self).__init__()
-        self.in_features = in_features
-        self.out_features = out_features
-        self.alpha = alpha
-        self.concat = concat
-
-        self.W = nn.Parameter(torch.zeros(size=(in_features, out_features)))
-        nn.init.xavier_normal_(self.W.data, gain=1.414)
-
-        self.a = nn.Parameter(torch.zeros(size=(1, 2*out_features)))
-        nn.init.xavier_normal_(self.a.data, gain=1.414)
-
-        self.dropout = nn.Dropout(dropout)
-        self.leakyrelu = nn.LeakyReLU(self.alpha)
-        self.special_spmm = SpecialSpmm()
-
-    def forward(self, input, adj):
-        dv = 'cuda' if input.is_cuda else 'cpu'
-
-        N = input.size()[0]
-        edge = adj.nonzero().t()
-
-        h = torch.mm(input, self.W)
-        # h: N x out
-        assert not torch.isnan(h).any()
-
-        # Self-attention on the nodes - Shared attention mechanism
-        edge_h = torch.cat((h[edge[0, :], :], h[edge[1, :], :]), dim=1).t()
-        # edge: 2*D x E
-
-        edge_e = torch.exp(-self.leakyrelu(self.a.mm(edge_h).squeeze()))
-        assert not torch.isnan(edge_e).any()
-        # edge_e: E
-
-        e_rowsum = self.special_spmm(edge, edge_e, torch.Size([N, N]), torch.ones(size=(N,1), device=dv))
-        # e_rowsum: N x 1
-
-        edge_e = self.dropout(edge_e)
-        # edge_e: E
-
-        h_prime = self.special_spmm(edge, edge_e, torch.Size([N, N]), h)
-        assert not torch.isnan(h_prime).any()
-        # h_prime: N x out
-
-        h_prime = h_prime.div(e_rowsum)
-        # h_prime: N x out
-        assert not torch.isnan(h_prime).any()
-
-        if self.concat:
-            # if this layer is not last layer,
-            return F.elu(h_prime)
-        else:
-            # if this layer is last layer,
-            return h_prime
-
-    def __repr__(self):
-        return self.__class__.__name__ + ' (' + str(self.in_features) + ' -> ' + str(self.out_features) + ')'
-
-
-# models.py
-class SpGAT(nn.Module):
-    def __init__(self, nfeat, nhid, nclass, dropout, alpha, nheads):
-        \"\"\"Sparse version of GAT.\"\"\"
-        super(SpGAT, self).__init__()
-        self.dropout = dropout
-
-        self.attentions = [SpGraphAttentionLayer(nfeat,
-                                                 nhid,
-                                                 dropout=dropout,
-                                                 alpha=alpha,
-                                                 concat=True) for _ in range(nheads)]
-        for i, attention in enumerate(self.attentions):
-            self.add_module('attention_{}'.format(i), attention)
-
-        self.out_att = SpGraphAttentionLayer(nhid * nheads,
-                                             nclass,
-                                             dropout=dropout,
-                                             alpha=alpha,
-                                             concat=False)
+class SparseGATHead(nn.Module):
+    def __init__(self, n_in, n_out, slope, last=False):
+        super().__init__()
+        self.n_in, self.n_out, self.last = n_in, n_out, last
+        self.weight = nn.Parameter(torch.zeros(size=(n_in, n_out)))
+        self.att = nn.Parameter(torch.zeros(size=(1, 2 * n_out)))
+        nn.init.xavier_normal_(self.weight.data, gain=1.414)
+        nn.init.xavier_normal_(self.att.data, gain=1.414)
+        self.act = nn.LeakyReLU(slope)
 
     def forward(self, x, adj):
-        x = F.dropout(x, self.dropout, training=self.training)
-        x = torch.cat([att(x, adj) for att in self.attentions], dim=1)
-        x = F.dropout(x, self.dropout, training=self.training)
-        x = F.elu(self.out_att(x, adj))
-        return F.log_softmax(x, dim=1)
+        device = "cuda" if x.is_cuda else "cpu"
+        n = x.size()[0]
+        edges = adj.nonzero().t()
+        proj = torch.mm(x, self.weight)
+        assert not torch.isnan(proj).any()
+        pairs = torch.cat((proj[edges[0, :], :], proj[edges[1, :], :]), dim=1).t()  # 2*out x E
+        scores = torch.exp(-self.act(self.att.mm(pairs).squeeze()))
+        shape = torch.Size([n, n])
+        norm = EdgeSpmm.apply(edges, scores, shape, torch.ones(size=(n, 1), device=device))
+        mixed = EdgeSpmm.apply(edges, scores, shape, proj).div(norm)
+        assert not torch.isnan(mixed).any()
+        return mixed if self.last else F.elu(mixed)
 
+    def __repr__(self):
+        return "{}({} -> {})".format(type(self).__name__, self.n_in, self.n_out)
+
+
+class SparseGAT(nn.Module):
+    def __init__(self, n_in, hidden, n_cls, heads, slope=0.2, p_drop=0.0):
+        super().__init__()
+        self.p_drop = p_drop
+        self.heads = [SparseGATHead(n_in, hidden, slope) for _ in range(heads)]
+        for k, head in enumerate(self.heads):
+            self.add_module("head_{}".format(k), head)
+        self.readout = SparseGATHead(hidden * heads, n_cls, slope, last=True)
+
+    def forward(self, x, adj):
+        x = F.dropout(x, self.p_drop, training=self.training)
+        x = torch.cat([head(x, adj) for head in self.heads], dim=1)
+        x = F.dropout(x, self.p_drop, training=self.training)
+        return F.log_softmax(F.elu(self.readout(x, adj)), dim=1)
 """
 
-# train.py's model choice, ``if args.sparse: model = SpGAT(...)``, written as its sparse branch
-# (test_real_ports_46's train.py keeps the dense one)
-PROGRAM = SPGAT_SOURCE + GAT_SOURCE.replace("\nmodel = GAT(nfeat=", "\nmodel = SpGAT(nfeat=")
+TRAIN_SOURCE = """
+adj = torch.FloatTensor(adj_np)
+feats = torch.FloatTensor(feats_np)
+labels = torch.LongTensor(labels_np)
+train_idx, val_idx = torch.LongTensor(range(8)), torch.LongTensor(range(8, 14))
+
+model = SparseGAT(feats.shape[1], 3, int(labels.max()) + 1, heads=2)
+initialize(model)
+opt = torch.optim.Adam(model.parameters(), lr=0.05, weight_decay=5e-4)
+
+
+def accuracy(logp, y):
+    return logp.max(1)[1].type_as(y).eq(y).double().sum() / len(y)
+
+
+best_val, best_epoch = float("inf"), -1
+for epoch in range(6):
+    model.train()
+    opt.zero_grad()
+    loss = F.nll_loss(model(feats, adj)[train_idx], labels[train_idx])
+    loss.backward()
+    opt.step()
+    model.eval()
+    logp = model(feats, adj)
+    val_loss = F.nll_loss(logp[val_idx], labels[val_idx]).item()
+    print("epoch {:02d} train {:.4f} val {:.4f} acc {:.3f}".format(
+        epoch, loss.item(), val_loss, accuracy(logp[val_idx], labels[val_idx]).item()))
+    record.append([loss.item(), val_loss])
+    if val_loss < best_val:  # keep only the best epoch's weights on disk
+        best_val, best_epoch = val_loss, epoch
+        for old in glob.glob("*.pt"):
+            os.remove(old)
+        torch.save(model.state_dict(), "best_{}.pt".format(epoch))
+model.load_state_dict(torch.load("best_{}.pt".format(best_epoch)))
+print("restored epoch", best_epoch)
+record.append(model(feats, adj).detach().numpy())
+"""
+
+STEPS = [
+    ("    loss.backward()\n    opt.step()", "    grads = loss.backward()\n    opt.step(grads)")
+]
 
 
 def test_pygat_sparse_spgat_matches_torch(tmp_path, monkeypatch, capsys):
-    assert "model = SpGAT(nfeat=" in PROGRAM
     rng = np.random.default_rng(281)
-    n_nodes = 24
-    edges = rng.integers(0, n_nodes, (60, 2))
-    raw_features = (rng.random((n_nodes, 12)) < 0.3).astype(np.float32)
-    raw_labels = rng.integers(0, 3, n_nodes)
-    args = types.SimpleNamespace(
-        hidden=4, dropout=0.0, nb_heads=3, alpha=0.2, lr=0.05, weight_decay=5e-4,
-        fastmode=False, epochs=10, patience=4, sparse=True,
-    )  # fmt: skip
-    records, logs, state, files = [], [], {}, []
+    n = 14
+    adj = np.zeros((n, n))
+    src, dst = rng.integers(0, n, (2, 30))
+    adj[src, dst] = adj[dst, src] = 1.0
+    adj += np.eye(n)
+    inv_root = 1 / np.sqrt(adj.sum(1))
+    data = {
+        "adj_np": (adj * inv_root[:, None] * inv_root[None, :]).astype(np.float32),
+        "feats_np": (rng.random((n, 6)) < 0.4).astype(np.float32),
+        "labels_np": rng.integers(0, 3, n),
+    }
+    initialize = initializer()
+    records, logs, files = [], [], []
     for lib in (torch, rg):
-        directory = tmp_path / lib.__name__
-        directory.mkdir()
-        monkeypatch.chdir(directory)
-
-        def initialize(model):
-            if not state:
-                state.update({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
-            else:
-                model.load_state_dict({k: rg.tensor(v) for k, v in state.items()})
-
+        (tmp_path / lib.__name__).mkdir()
+        monkeypatch.chdir(tmp_path / lib.__name__)
         torch.manual_seed(0)
         record = []
-        names = {
-            "torch": lib,
-            "nn": lib.nn,
-            "F": lib.nn.functional,
-            "optim": lib.optim,
-            "np": np,
-            "sp": sp,
-            "glob": glob,
-            "os": os,
-            "time": Clock,
-            "Variable": lib.autograd.Variable,
-            "args": args,
-            "record": record,
-            "initialize": initialize,
-            "n_nodes": n_nodes,
-            "edges": edges,
-            "raw_features": raw_features,
-            "raw_labels": raw_labels,
-        }
-        source = PROGRAM if lib is torch else port(PROGRAM, GAT_STEP)
-        exec(compile(source, f"<{lib.__name__} pygat sparse>", "exec"), names)
-        record.append(repr(names["model"]))
-        record.append(
-            {k: v.detach().numpy().copy() for k, v in names["model"].state_dict().items()}
+        program = LAYERS_SOURCE + TRAIN_SOURCE
+        source = program if lib is torch else port(program, STEPS)
+        names = run_source(
+            source, lib, record=record, initialize=initialize, glob=glob, os=os, **data
         )
+        record.append(repr(names["model"].readout))
+        record.append({k: v.detach().numpy() for k, v in names["model"].state_dict().items()})
         records.append(record)
         logs.append(capsys.readouterr().out)
-        files.append(sorted(os.listdir(directory)))
-    assert "Loading" in logs[0] and logs[0].count("Epoch: ") >= 5
+        files.append(sorted(os.listdir(".")))
+    assert "restored epoch" in logs[0] and logs[0].count("epoch ") == 7
     assert logs[1] == logs[0] and files[1] == files[0] and len(files[0]) == 1
-    assert "attention_0.a" in records[0][-1] and records[0][-1]["attention_0.a"].shape == (1, 8)
+    assert records[0][-1]["head_0.att"].shape == (1, 6)
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
 
 
 def test_special_spmm_gradients_match_torch_and_the_sparse_product():
-    """SpGAT's custom Function gives the values and the dense operand the gradients that the
+    """The custom Function gives the values and the dense operand the gradients that the
     sparse product's own backward gives (torch's and retrograd's)."""
-    names = {}
-    for lib in (torch, rg):
-        exec(
-            compile(SPGAT_SOURCE, "<spgat>", "exec"),
-            ns := {"torch": lib, "nn": lib.nn, "F": lib.nn.functional},
-        )
-        names[lib] = ns
+    names = {lib: run_source(LAYERS_SOURCE, lib) for lib in (torch, rg)}
     rng = np.random.default_rng(5)
-    edge = np.array([[0, 0, 1, 2, 2], [0, 2, 1, 0, 1]])
-    values, dense = rng.random(5), rng.standard_normal((3, 2))
+    edge = np.array([[0, 1, 1, 2, 3], [2, 0, 1, 3, 3]])
+    values, dense = rng.random(5), rng.standard_normal((4, 3))
     grads = []
     for lib in (torch, rg):
-        v = lib.tensor(values, dtype=lib.float64).requires_grad_()
-        d = lib.tensor(dense, dtype=lib.float64).requires_grad_()
-        out = names[lib]["SpecialSpmmFunction"].apply(lib.tensor(edge), v, lib.Size([3, 3]), d)
-        loss = (out.sin() * out).sum()
-        if lib is torch:
-            loss.backward()
-            grads.append((v.grad.numpy(), d.grad.numpy()))
-        else:
-            g = loss.backward()
-            grads.append((v.grad(g).numpy(), d.grad(g).numpy()))
-        v2 = lib.tensor(values, dtype=lib.float64).requires_grad_()
-        d2 = lib.tensor(dense, dtype=lib.float64).requires_grad_()
-        out2 = lib.sparse.mm(lib.sparse_coo_tensor(lib.tensor(edge), v2, (3, 3)), d2)
-        loss2 = (out2.sin() * out2).sum()
-        if lib is torch:
-            loss2.backward()
-            grads.append((v2.grad.numpy(), d2.grad.numpy()))
-        else:
-            g2 = loss2.backward()
-            grads.append((v2.grad(g2).numpy(), d2.grad(g2).numpy()))
+        for through_function in (True, False):
+            v = lib.tensor(values, dtype=lib.float64).requires_grad_()
+            d = lib.tensor(dense, dtype=lib.float64).requires_grad_()
+            if through_function:
+                out = names[lib]["EdgeSpmm"].apply(lib.tensor(edge), v, lib.Size([4, 4]), d)
+            else:
+                out = lib.sparse.mm(lib.sparse_coo_tensor(lib.tensor(edge), v, (4, 4)), d)
+            loss = (out.cos() * out).sum()
+            if lib is torch:
+                loss.backward()
+                grads.append((v.grad.numpy(), d.grad.numpy()))
+            else:
+                g = loss.backward()
+                grads.append((v.grad(g).numpy(), d.grad(g).numpy()))
     for mine in grads[1:]:
         np.testing.assert_allclose(mine[0], grads[0][0], rtol=1e-12)
         np.testing.assert_allclose(mine[1], grads[0][1], rtol=1e-12)

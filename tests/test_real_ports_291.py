@@ -1,10 +1,10 @@
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-the MNIST example's network (``pytorch/examples``, ``mnist/main.py``) trained by the training
-loop of torch's AMP docs written device-agnostically (``docs/source/amp.rst``, "Typical Mixed
-Precision Training" with the CPU's bfloat16 of "CPU Training Example"): float16 with a
-``GradScaler`` on CUDA, bfloat16 and a disabled scaler on the CPU. Cut down: 12x12 images,
-8 and 16 channels, a 32-wide hidden layer, a few batches of random data; the dropout layers
-left out (their masks would be drawn from two streams).
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in the
+style of pytorch/examples' MNIST convnet trained by the mixed-precision loop of torch's AMP
+documentation, written device-agnostically: float16 with a ``GradScaler`` on CUDA, bfloat16
+and a disabled scaler on the CPU (``torch.amp.GradScaler(device.type, enabled=...)``,
+``torch.autocast(device_type=, dtype=, enabled=)``, ``scaler.scale(loss).backward()``,
+``scaler.step``, ``scaler.update``), Adadelta, 10x10 random images; no dropout layers (their
+masks would be drawn from two streams).
 
 On an inner backend with bfloat16 (torch's) retrograd autocasts as torch does: the
 convolutions and linear layers compute in bfloat16, ``log_softmax`` in its input's dtype,
@@ -39,53 +39,45 @@ def _seeded():
 
 
 MNIST_AMP_SOURCE = """
-class Net(nn.Module):
+class DigitConvNet(nn.Module):
     def __init__(self):
-        super(Net, self).__init__()
-        self.conv1 = nn.Conv2d(1, 8, 3, 1)
-        self.conv2 = nn.Conv2d(8, 16, 3, 1)
-        self.fc1 = nn.Linear(256, 32)
-        self.fc2 = nn.Linear(32, 10)
+        super().__init__()
+        self.stem = nn.Conv2d(1, 6, 3, 1)
+        self.deeper = nn.Conv2d(6, 12, 3, 1)
+        self.hidden = nn.Linear(48, 24)
+        self.logits = nn.Linear(24, 10)
 
-    def forward(self, x):
-        x = self.conv1(x)
-        x = F.relu(x)
-        x = self.conv2(x)
-        x = F.relu(x)
-        x = F.max_pool2d(x, 2)
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.fc2(x)
-        output = F.log_softmax(x, dim=1)
-        return output
+    def forward(self, img):
+        h = F.max_pool2d(F.relu(self.stem(img)), 2)
+        h = torch.flatten(F.relu(self.deeper(h)), 1)
+        return F.log_softmax(self.logits(F.relu(self.hidden(h))), dim=1)
 
 
-use_cuda = torch.cuda.is_available() and use_amp
-device = torch.device("cuda" if use_cuda else "cpu")
-amp_dtype = torch.float16 if use_cuda else torch.bfloat16
+# float16 with loss scaling on a GPU; bfloat16 (no scaling needed) on the CPU
+on_gpu = use_amp and torch.cuda.is_available()
+device = torch.device("cuda" if on_gpu else "cpu")
+half = torch.float16 if on_gpu else torch.bfloat16
 
-batches = [(torch.randn(8, 1, 12, 12), torch.randint(0, 10, (8,))) for _ in range(4)]
-
-model = Net().to(device)
-initialize(model)
-optimizer = optim.Adadelta(model.parameters(), lr=1.0)
-scaler = torch.amp.GradScaler(device.type, enabled=use_cuda)
+net = DigitConvNet().to(device)
+initialize(net)
+optimizer = optim.Adadelta(net.parameters(), lr=1.0)
+scaler = torch.amp.GradScaler(device.type, enabled=on_gpu)
+loader = [(torch.randn(6, 1, 10, 10), torch.randint(0, 10, (6,))) for _ in range(3)]
 
 for epoch in range(2):
-    model.train()
-    for batch_idx, (data, target) in enumerate(batches):
-        data, target = data.to(device), target.to(device)
+    net.train()
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
         optimizer.zero_grad()
-        with torch.autocast(device_type=device.type, dtype=amp_dtype, enabled=use_amp):
-            output = model(data)
-            loss = F.nll_loss(output, target)
+        with torch.autocast(device_type=device.type, dtype=half, enabled=use_amp):
+            logp = net(images)
+            loss = F.nll_loss(logp, labels)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
         record.append(loss.item())
-        record.append(str(output.dtype).removeprefix("torch."))
-    record.append(params_of(model))
+        record.append(str(logp.dtype).removeprefix("torch."))
+    record.append(params_of(net))
 """
 
 MNIST_AMP_STEPS = [
