@@ -314,7 +314,85 @@ def test_full_backward_hooks_see_and_replace_gradients_as_torchs():
     for name, p in theirs.named_parameters():
         mine = dict(ours.named_parameters())[name]
         np.testing.assert_allclose(mine.grad(grads).numpy(), p.grad.numpy(), rtol=1e-12)
-    with pytest.raises(rg.AutodiffError, match="backward hooks are supported on a module called"):
-        bilinear = rg.nn.Bilinear(2, 2, 1)
-        bilinear.register_full_backward_hook(lambda m, gi, go: None)
-        bilinear(rg.ones(1, 2), rg.ones(1, 2))
+
+
+def _hooked_calls(lib):
+    """Modules called with several arguments and returning tuples, under full backward hooks
+    and pre-hooks: what each hook saw (gradients as lists, ``None`` kept) and the inputs'
+    gradients after a hook replaced some."""
+    seen = []
+
+    def listed(grads):
+        return [None if g is None else g.detach().numpy().tolist() for g in grads]
+
+    def full(tag):
+        return lambda module, gi, go: seen.append((tag, listed(gi), listed(go)))
+
+    class Scaled(lib.nn.Module):  # a tensor, an int, a tensor in; a tensor, a 0-d, an int out
+        def forward(self, x, k, z):
+            return x * k, (z * 2).sum(), 3
+
+    bilinear = lib.nn.Bilinear(2, 3, 1)
+    with lib.no_grad():
+        bilinear.weight.copy_(lib.tensor(np.linspace(-1, 1, 6, dtype=np.float32).reshape(1, 2, 3)))
+        bilinear.bias.fill_(0.5)
+    bilinear.register_full_backward_hook(full("bilinear"))
+    bilinear.register_full_backward_pre_hook(lambda m, go: seen.append(("pre", listed(go))))
+    scaled = Scaled()
+    scaled.register_full_backward_hook(full("scaled"))
+    lstm = lib.nn.LSTM(2, 2)  # returns (output, (h, c)): the inner tuple is no tensor
+    with lib.no_grad():
+        for parameter in lstm.parameters():
+            values = np.linspace(-0.5, 0.5, parameter.numel(), dtype=np.float32)
+            parameter.copy_(lib.tensor(values.reshape(tuple(parameter.shape))))
+    lstm.register_full_backward_hook(full("lstm"))
+    a = lib.tensor([[1.0, 2.0]], requires_grad=True)
+    b = lib.tensor([[0.5, -1.0, 2.0]], requires_grad=True)
+    fixed = lib.tensor([[0.5, -1.0, 2.0]])  # needs no gradient: torch's hook sees zeros
+    x = lib.tensor([1.0, 2.0], requires_grad=True)
+    z = lib.tensor([3.0, 4.0], requires_grad=True)
+    p, q, _ = scaled(x, 5, z)
+    losses = [bilinear(a, b).sum(), bilinear(a, fixed).sum(), p.sum() * 2 + q]
+    losses.append(lstm(lib.ones(3, 1, 2, requires_grad=True))[0].sum())
+
+    class Product(lib.nn.Module):
+        def forward(self, x, z):
+            return x * z
+
+    product = Product()
+    product.register_full_backward_hook(lambda m, gi, go: (gi[0] * 0 + 7, None))
+    replaced = product(x, z).sum()
+    if lib is torch:
+        for loss in losses:
+            loss.backward()
+        x.grad, z.grad = None, None
+        replaced.backward()
+        return seen, (x.grad.tolist(), z.grad)
+    for loss in losses:
+        loss.backward()
+    grads = replaced.backward()
+    return seen, (x.grad(grads).tolist(), z.grad(grads))
+
+
+def test_full_backward_hooks_of_modules_with_several_arguments_and_outputs_as_torchs():
+    """Until 6 December a module called with two tensors (``nn.Bilinear``), or returning a
+    tuple, refused backward hooks. As torch's, the hooks now get one gradient per positional
+    argument (``None`` for an int, zeros for a tensor that needs none) and one per output
+    (``None`` for an int or a nested tuple), and a hook's tuple replaces them."""
+    ours, theirs = _hooked_calls(rg), _hooked_calls(torch)
+
+    def agree(mine: object, their: object) -> None:
+        if isinstance(their, list | tuple):
+            assert isinstance(mine, list | tuple) and len(mine) == len(their), (mine, their)
+            for m, t in zip(mine, their):
+                agree(m, t)
+        elif their is None or isinstance(their, str):
+            assert mine == their
+        else:
+            np.testing.assert_allclose(mine, their, rtol=1e-5, atol=1e-7)
+
+    agree(ours, theirs)
+    product = rg.nn.Linear(2, 2)
+    product.register_full_backward_hook(lambda m, gi, go: (gi[0], gi[0]))
+    with pytest.raises(rg.InvalidArgumentError, match="got 2, but expected 1"):
+        product(rg.ones(1, 2, requires_grad=True)).sum().backward()

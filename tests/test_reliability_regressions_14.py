@@ -234,8 +234,12 @@ def test_bench_out_a_folder_is_refused_before_any_script_runs(tmp_path, capsys):
             rg.ShapeError,
             r"gradient of shape \[1, 8\] for one of shape \[5, 8\]",
         ),
-        (lambda grad: 3, rg.DTypeError, "returned int; expected None, a tensor"),
-        (lambda grad: (grad, grad), rg.DTypeError, "returned tuple"),
+        (lambda grad: 3, rg.DTypeError, "returned int; expected None or a tuple of 1"),
+        (
+            lambda grad: (grad, grad),
+            rg.InvalidArgumentError,
+            "invalid number of gradients, got 2, but expected 1",
+        ),
     ],
 )
 @pytest.mark.parametrize("kind", ["register_full_backward_hook", "register_full_backward_pre_hook"])

@@ -5,9 +5,9 @@
 Backward hooks see the gradients flowing through the module: its input is passed through an
 identity :class:`~retrograd.autograd.Function` whose backward receives the input's gradient,
 and its output through another whose backward receives the output's (torch's
-``BackwardHook`` does the same). They are supported for a module called with one tensor and
-returning one tensor (a layer: the Grad-CAM and gradient-logging uses); another call raises
-an error that says so.
+``BackwardHook`` does the same). As torch's, the input's gradients are one per positional
+argument (``None`` for one that is no tensor or needs no gradient), the output's one per
+output (the output, or each element of a returned tuple).
 
 A module without hooks keeps none: its ``__call__`` looks for ``_call_hooks`` in its
 ``__dict__`` and calls ``forward`` directly when there are none."""
@@ -20,7 +20,6 @@ from typing import Any
 from ...autodiff.handles import RemovableHandle
 from ...autograd import Function
 from ...errors import (
-    AutodiffError,
     DTypeError,
     InvalidArgumentError,
     ShapeError,
@@ -225,109 +224,170 @@ def _args_and_kwargs(module: Any, result: Any) -> tuple[tuple, dict]:
     return (args if isinstance(args, tuple) else (args,)), kwargs
 
 
-def _watch_input(module: Any, hooks: dict[str, Any], args: tuple) -> tuple[tuple, dict]:
-    from ...tensor import Tensor
+def _pack(positions: list[int], values: tuple, size: int) -> tuple:
+    """``values`` at ``positions`` of a tuple of ``size``, ``None`` elsewhere (torch's
+    ``BackwardHook._pack_with_none``: a gradient per argument, or per output, of the call)."""
+    packed: list[Any] = [None] * size
+    for i, value in zip(positions, values):
+        packed[i] = value
+    return tuple(packed)
 
+
+def _watch_input(module: Any, hooks: dict[str, Any], args: tuple) -> tuple[tuple, dict]:
+    """The call's positional arguments, their tensors passed through one identity Function
+    whose backward runs the full hooks with a gradient per argument (``None`` for one that is
+    no tensor or needs none), as torch's ``BackwardHook.setup_input_hook``."""
     positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
-    if not positions:  # the tensor given by keyword (``layer(input=x)``): torch's hooks then
-        # get an empty grad_input (it watches the positional arguments only)
-        return args, {"grad_output": None, "input_tracked": False, "no_input": ()}
-    if len(positions) != 1:
-        raise AutodiffError(
-            f"{type(module).__name__}: backward hooks are supported on a module called with one "
-            f"tensor, this call has {len(positions)}; register the hook on a submodule, or use "
-            "an rg.autograd.Function"
-        )
-    i = positions[0]
-    state = {"grad_output": None, "input_tracked": args[i].requires_grad}
-    if args[i].requires_grad:
-        args = (*args[:i], _InputGradients.apply(args[i], module, hooks, state), *args[i + 1 :])
+    tracked = any(args[i].requires_grad for i in positions) and _grad_enabled()
+    state = {
+        "grad_output": None,
+        "input_tracked": tracked,
+        "inputs": (positions, len(args)),
+        # (what the full hooks get when no input gradient will come: torch's Nones, one per
+        # argument; none for a tensor given by keyword, which torch does not watch)
+        "no_input": (None,) * len(args),
+    }
+    if tracked:
+        watched = _InputGradients.apply(module, hooks, state, *(args[i] for i in positions))
+        args = tuple(args)
+        replaced = list(args)
+        for i, tensor in zip(positions, watched):
+            replaced[i] = tensor
+        args = tuple(replaced)
     return args, state
 
 
 def _watch_output(module: Any, hooks: dict[str, Any], output: Any, state: dict) -> Any:
-    from ...tensor import Tensor
-
-    if not isinstance(output, Tensor):
-        raise AutodiffError(
-            f"{type(module).__name__}: backward hooks are supported on a module returning one "
-            f"tensor, this call returned {type(output).__name__}"
-        )
-    if not output.requires_grad:
+    """The output, its tensors (the output, or those of a returned tuple) passed through one
+    identity Function whose backward runs the pre-hooks and keeps the gradients, one per
+    output, for the full hooks (torch's ``setup_output_hook``); an output with no tensor
+    that requires grad is returned as it is (the full hooks then do not run, as torch's)."""
+    outputs = output if isinstance(output, tuple) else (output,)
+    positions = [i for i, out in enumerate(outputs) if isinstance(out, Tensor)]
+    if not (any(outputs[i].requires_grad for i in positions) and _grad_enabled()):
         return output
-    return _OutputGradients.apply(output, module, hooks, state)
+    state["outputs"] = (positions, len(outputs))
+    watched = _OutputGradients.apply(module, hooks, state, *(outputs[i] for i in positions))
+    replaced = list(outputs)
+    for i, tensor in zip(positions, watched):
+        replaced[i] = tensor
+    return tuple(replaced) if isinstance(output, tuple) else replaced[0]
 
 
-def _replacement(ctx: Any, kind: str, result: Any, grad: Any) -> Any:
-    """The gradient a backward hook's ``result`` gives in place of ``grad``: a tensor of
-    ``grad``'s shape (or None), or an error naming the module and the hook (the identity
-    Function the hook runs in named neither: "function _InputGradientsBackward returned
-    ...")."""
-    new = result[0] if isinstance(result, tuple | list) and len(result) == 1 else result
+def _grad_enabled() -> bool:
+    from ...autodiff.grad_mode import is_grad_enabled
+
+    return is_grad_enabled()
+
+
+def _replaced_gradients(ctx: Any, kind: str, result: Any, grads: tuple) -> tuple:
+    """The gradients a backward hook's ``result`` gives in place of ``grads`` (one per
+    argument or output of the call): as many entries, each a tensor of the shape it replaces
+    or ``None``; a bare tensor stands for a one-entry tuple. Anything else is an error naming
+    the module and the hook (the identity Function the hook runs in named neither)."""
     where = f"{type(ctx.module).__name__}: a {kind} hook"
-    if new is None:  # (None,): no gradient, as torch's
-        return None
-    if not isinstance(new, Tensor):
+    if isinstance(result, Tensor) and len(grads) == 1:
+        result = (result,)
+    if not isinstance(result, tuple | list):
         raise DTypeError(
-            f"{where} returned {type(result).__name__}; expected None, a tensor, or a tuple "
-            "of one tensor (the gradient that replaces the one it was given)"
+            f"{where} returned {type(result).__name__}; expected None or a tuple of "
+            f"{len(grads)} gradient(s) (tensors or None) that replace the ones it was given"
         )
-    if grad is not None and tuple(new.shape) != tuple(grad.shape):
-        raise ShapeError(
-            f"{where} returned a gradient of shape {list(new.shape)} for one of shape "
-            f"{list(grad.shape)}"
+    if len(result) != len(grads):
+        raise InvalidArgumentError(
+            f"{where} returned an invalid number of gradients, got {len(result)}, but "
+            f"expected {len(grads)}"
         )
-    return new
+    replaced = []
+    for new, grad in zip(result, grads):
+        if new is not None and not isinstance(new, Tensor):
+            raise DTypeError(
+                f"{where} returned a {type(new).__name__} among its gradients; expected "
+                "tensors or None"
+            )
+        if new is not None and grad is not None and tuple(new.shape) != tuple(grad.shape):
+            raise ShapeError(
+                f"{where} returned a gradient of shape {list(new.shape)} for one of shape "
+                f"{list(grad.shape)}"
+            )
+        replaced.append(new)
+    return tuple(replaced)
 
 
 class _Watch(Function):
-    """Identity on a module's input or output whose backward sees the gradient flowing
-    through it; the module, its hooks and the call's shared state ride along. As torch's
+    """Identity on a module call's input tensors, or its output tensors, whose backward sees
+    the gradients flowing through them; the module, its hooks and the call's shared state
+    ride along (first, so that the tensors can be any number). As torch's
     ``BackwardHookFunction`` node it runs whenever the backward walks it, a gradient or not
-    (a hook returned ``None``): the output's hooks then see ``None`` and pass it on into
-    the module, the input's see zeros (torch materializes them) and pass those on."""
+    (a hook returned ``None``): the output's hooks then see ``None`` and pass it on into the
+    module, the input's see zeros (torch materializes them) and pass those on."""
 
     _runs_without_gradient = True
 
     @staticmethod
-    def forward(ctx: Any, x: Any, module: Any, hooks: dict, state: dict) -> Any:
+    def forward(ctx: Any, module: Any, hooks: dict, state: dict, *tensors: Any) -> Any:
         ctx.module, ctx.hooks, ctx.state = module, hooks, state
-        return x.clone()
+        copies = tuple(t.clone() for t in tensors)
+        # a tensor that needs no gradient stays one that needs none (torch's marks them)
+        ctx.mark_non_differentiable(*(c for c, t in zip(copies, tensors) if not t.requires_grad))
+        return copies
 
 
 class _OutputGradients(_Watch):
-    """Identity; its backward hands the output's gradient to the pre-hooks (which may replace
-    it) and keeps it for the full hooks."""
+    """Identity; its backward hands the outputs' gradients to the pre-hooks (which may
+    replace them) and keeps them for the full hooks."""
 
     @staticmethod
-    def forward(ctx: Any, x: Any, module: Any, hooks: dict, state: dict) -> Any:
+    def forward(ctx: Any, module: Any, hooks: dict, state: dict, *tensors: Any) -> Any:
         ctx.set_materialize_grads(False)  # torch's output hook sees and returns the None
-        return _Watch.forward(ctx, x, module, hooks, state)
+        return _Watch.forward(ctx, module, hooks, state, *tensors)
 
     @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
+    def backward(ctx: Any, *grads: Any) -> Any:
+        positions, size = ctx.state["outputs"]
+        grad_output = _pack(positions, grads, size)
         for hook, _ in list(ctx.hooks["backward_pre"].values()):
-            result = hook(ctx.module, (grad,))
+            result = hook(ctx.module, grad_output)
             if result is not None:
-                grad = _replacement(ctx, "register_full_backward_pre_hook", result, grad)
-        ctx.state["grad_output"] = (grad,)
-        if not ctx.state["input_tracked"]:  # no input gradient will come: torch's (None,)
+                grad_output = _replaced_gradients(
+                    ctx, "register_full_backward_pre_hook", result, grad_output
+                )
+        ctx.state["grad_output"] = grad_output
+        if not ctx.state["input_tracked"]:  # no input gradient will come: torch's Nones
             for hook, _ in list(ctx.hooks["backward"].values()):
-                hook(ctx.module, ctx.state.get("no_input", (None,)), (grad,))
-        return grad, None, None, None
+                result = hook(ctx.module, ctx.state["no_input"], grad_output)
+                if result is not None and not (
+                    isinstance(result, tuple | list) and all(r is None for r in result)
+                ):
+                    raise InvalidArgumentError(
+                        f"{type(ctx.module).__name__}: a register_full_backward_hook hook "
+                        "of a module where no input requires gradient should always return "
+                        "None or None for all gradients"
+                    )
+            ctx.state["grad_output"] = None
+        return (None, None, None, *(grad_output[i] for i in positions))
 
 
 class _InputGradients(_Watch):
-    """Identity; its backward hands the input's gradient, with the output's, to the full
-    hooks (each may replace the input's)."""
+    """Identity; its backward hands the inputs' gradients, with the outputs', to the full
+    hooks (each may replace the inputs')."""
 
     @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
+    def backward(ctx: Any, *grads: Any) -> Any:
+        positions, size = ctx.state["inputs"]
+        grad_output = ctx.state["grad_output"]
+        if grad_output is None:  # the gradient did not come through the module's output
+            # (a double backward): torch's hooks do not run
+            return (None, None, None, *grads)
+        grad_input = _pack(positions, grads, size)
         for hook, _ in list(ctx.hooks["backward"].values()):
-            result = hook(ctx.module, (grad,), ctx.state["grad_output"])
+            result = hook(ctx.module, grad_input, grad_output)
             if result is not None:
-                grad = _replacement(ctx, "register_full_backward_hook", result, grad)
-        return grad, None, None, None
+                grad_input = _replaced_gradients(
+                    ctx, "register_full_backward_hook", result, grad_input
+                )
+        ctx.state["grad_output"] = None
+        return (None, None, None, *(grad_input[i] for i in positions))
 
 
 # -- the deprecated module backward hooks (register_backward_hook) -------------------------------

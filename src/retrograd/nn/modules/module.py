@@ -1289,8 +1289,8 @@ class Module:
     ) -> RemovableHandle:
         """Call ``hook(module, grad_input, grad_output)`` when backward passes through this
         module (tuples of gradients, ``None`` for an input that needs none); a non-``None``
-        result replaces ``grad_input``. For a module called with one tensor and returning one
-        (see :mod:`.hooks`)."""
+        result replaces ``grad_input``. One gradient per positional argument of the call and
+        per output (each element of a returned tuple), as torch's (see :mod:`.hooks`)."""
         hooks = self.__dict__.get("_call_hooks")
         if hooks is not None and hooks["legacy"]:
             raise AutodiffError(_BOTH_KINDS)
