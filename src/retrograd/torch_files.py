@@ -576,6 +576,13 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
 #: An entry's general-purpose flag bits that torch's zip reader (miniz) refuses: encrypted,
 #: patched data, strong encryption, a masked local header.
 _REFUSED_FLAGS = 0x1 | 0x20 | 0x40 | 0x2000
+#: what the refused flags of a zip entry say (APPNOTE 4.4.4)
+_FLAG_NAMES = {
+    0x1: "encrypted",
+    0x20: "compressed patched data",
+    0x40: "strong encryption",
+    0x2000: "an encrypted central directory",
+}
 
 
 def _check_layout(archive: zipfile.ZipFile, prefix: str, names: list[str]) -> None:
@@ -620,21 +627,37 @@ def _check_layout(archive: zipfile.ZipFile, prefix: str, names: list[str]) -> No
             raise zipfile.BadZipFile(f"entry {info.filename!r} is outside the folder {prefix!r}")
         # (a folder's entry, by its name or its MS-DOS attribute, is no record torch reads)
         folder = info.filename.endswith("/") or info.external_attr & 0x10
-        if info.volume or info.flag_bits & _REFUSED_FLAGS or (folder and info.file_size):
+        if info.volume:
+            raise zipfile.BadZipFile(f"entry {info.filename!r} is on disk {info.volume}")
+        if info.flag_bits & _REFUSED_FLAGS:
             raise zipfile.BadZipFile(
-                f"entry {info.filename!r} is on disk {info.volume}, flags {info.flag_bits:#x}, "
-                f"attributes {info.external_attr:#x} (a folder's) with {info.file_size} bytes"
+                f"entry {info.filename!r} has flags {info.flag_bits:#x}: "
+                + ", ".join(
+                    what
+                    for bit, what in _FLAG_NAMES.items()
+                    if info.flag_bits & bit & _REFUSED_FLAGS
+                )
+            )
+        if folder and info.file_size:
+            raise zipfile.BadZipFile(
+                f"entry {info.filename!r} is a folder's (attributes {info.external_attr:#x}) "
+                f"with {info.file_size} bytes"
             )
         stored = info.compress_type == zipfile.ZIP_STORED
-        if not (stored or info.compress_type == zipfile.ZIP_DEFLATED) or (
+        if not (stored or info.compress_type == zipfile.ZIP_DEFLATED):
+            raise zipfile.BadZipFile(
+                f"entry {info.filename!r} has compression method {info.compress_type}, which "
+                "torch's reader does not read (stored or deflated only)"
+            )
+        if (
             (stored and info.compress_size != info.file_size)
             or (info.file_size and not info.compress_size)
             or info.header_offset + 30 + info.compress_size > size
         ):
             raise zipfile.BadZipFile(
-                f"entry {info.filename!r} has compression {info.compress_type}, "
-                f"{info.compress_size} bytes for {info.file_size} at {info.header_offset} of a "
-                f"file of {size}"
+                f"entry {info.filename!r} claims {info.compress_size} stored bytes for "
+                f"{info.file_size} ({'stored' if stored else 'deflated'}) at offset "
+                f"{info.header_offset} of a file of {size} bytes"
             )
     for record, read in ((".format_version", bytes), (".storage_alignment", int),
                          (".data/serialization_id", lambda data: data.decode())):  # fmt: skip
