@@ -22,17 +22,17 @@ same weights and draws:
   and a recurrent form carried in an ``incremental_state`` dict.
 - a beta-VAE: ``reparametrize`` by ``autograd.Variable(sd.data.new(sd.size()).normal_())``,
   a ``View`` module between ``Conv2d``/``ConvTranspose2d`` stacks, the deprecated
-  ``init.kaiming_normal`` and ``bias.data.fill_(0)``, ``F.binary_cross_entropy_with_logits(..., size_average=False)``
-  or ``F.mse_loss`` of ``F.sigmoid``, a per-dimension KL (``mean(0, True)``), the ``'H'`` and
-  ``'B'`` objectives with ``torch.clamp(..., 0, C_max.data[0])`` of a ``torch.FloatTensor``;
+  ``init.kaiming_normal`` and ``bias.data.fill_(0)``,
+  ``F.binary_cross_entropy_with_logits(..., size_average=False)`` or ``F.mse_loss`` of
+  ``F.sigmoid``, a per-dimension KL (``mean(0, True)``), the ``'H'`` and ``'B'`` objectives with ``torch.clamp(..., 0, C_max.data[0])`` of a ``torch.FloatTensor``;
   and a beta-TCVAE minibatch-weighted ELBO: a ``Normal``/``Bernoulli`` ``log_density`` by
   ``select``/``expand``/``type_as``, a straight-through ``autograd.Function`` writing
-  ``y[x >= 0] = 1``, a ``logsumexp`` by ``torch.max(dim=, keepdim=True)``, and the importance
+  ``out[x >= 0] = 1``, a ``logsumexp`` by ``torch.max(dim=, keepdim=True)``, and the importance
   weights written through ``W.view(-1)[::M + 1]``.
 
 The ported text differs from torch's only in the ``import`` lines, the gradient lines
 (``loss.backward()`` returns the gradients, ``step`` takes them) and the spectra; the beta-VAE's
-``normal_()`` draw is taken from the shared stream in the training runs (run as written too,
+``normal_()`` draw is taken from the shared stream in the training runs (run unported too,
 checked on its own).
 """
 
