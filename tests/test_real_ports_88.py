@@ -24,7 +24,8 @@ same weights and draws:
   a ``View`` module between ``Conv2d``/``ConvTranspose2d`` stacks, the deprecated
   ``init.kaiming_normal`` and ``bias.data.fill_(0)``,
   ``F.binary_cross_entropy_with_logits(..., size_average=False)`` or ``F.mse_loss`` of
-  ``F.sigmoid``, a per-dimension KL (``mean(0, True)``), the ``'H'`` and ``'B'`` objectives with ``torch.clamp(..., 0, C_max.data[0])`` of a ``torch.FloatTensor``;
+  ``F.sigmoid``, a per-dimension KL (``mean(0, True)``), the ``'H'`` and ``'B'`` objectives
+  with ``torch.clamp(..., 0, C_max.data[0])`` of a ``torch.FloatTensor``;
   and a beta-TCVAE minibatch-weighted ELBO: a ``Normal``/``Bernoulli`` ``log_density`` by
   ``select``/``expand``/``type_as``, a straight-through ``autograd.Function`` writing
   ``out[x >= 0] = 1``, a ``logsumexp`` by ``torch.max(dim=, keepdim=True)``, and the importance
