@@ -1,21 +1,24 @@
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-tabular preprocessing, torch used as an array library.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): tabular preprocessing
+written here in the style of yandex-research/rtdl-num-embeddings (quantile bins and a
+piecewise-linear encoding of numeric features), torch used as an array library.
 
-- the quantile bins and piecewise-linear encoding of yandex-research/rtdl-num-embeddings as
-  ``package/rtdl_num_embeddings.py`` writes them (the docstrings and the tree-based branch,
-  which needs scikit-learn, left out): ``compute_bins``'s checks (``X.isfinite().all()``,
-  ``(X == X[0]).all(dim=0).any()``), ``torch.quantile(X, torch.linspace(0.0, 1.0, n_bins +
-  1).to(X), dim=0).T`` and ``q.unique()`` of each column (integer-valued columns lose
-  repeated quantiles, so the features get different bin counts); ``_check_bins`` (sortedness
-  by ``(feature_bins[:-1] >= feature_bins[1:]).any()``, the ``warnings.warn`` of a
-  two-edge feature); ``_PiecewiseLinearEncodingImpl`` (``torch.full((n,), math.inf)``
-  padding, ``torch.row_stack``, ``edges.diff()``, the bool ``mask`` buffer,
-  ``clamp_max``/``clamp``/``clamp_min`` of the first, middle and last bins, the ``torch.stack``
-  of per-feature ``torch.cat`` when the counts differ); ``PiecewiseLinearEncoding``
-  (``x.flatten(-2)`` or ``x[:, self.impl.mask]``) and ``PiecewiseLinearEmbeddings``'s
-  ``torch.where(self.impl.mask, x, torch.tensor(0.0, ...))`` in float32 and float64.
+Surface: the input checks (``features.isfinite().all()``,
+``(features == features[0]).all(dim=0).any()``), ``torch.quantile(features,
+levels.to(features), dim=0).T`` of ``torch.linspace`` levels and ``.unique()`` of each
+column (an integer column loses repeated quantiles, so features get different bin counts), the
+sortedness check ``(e[:-1] >= e[1:]).any()`` and a ``warnings.warn`` for a one-bin feature;
+an ``nn.Module`` holding ``torch.full((n,), math.inf)``-padded edges and widths stacked by
+``torch.row_stack``, ``edges.diff()``, a bool ``mask`` buffer, ``clamp_max``/``clamp``/
+``clamp_min`` of the first, middle and last bins (an empty middle slice among them, NaN from
+``inf / inf`` in the padding), a ``torch.stack`` of per-feature ``torch.cat`` when counts
+differ, ``y.flatten(-2)`` or ``y[:, mask]``, ``torch.where(mask, y, torch.tensor(0.0, ...))``
+and the buffers' ``state_dict`` keys, in float32 and float64.
 
-The lines changed: the ``import`` lines.
+Regressions guarded: each of those forms once failed or disagreed with torch (``quantile``
+with a tensor of levels and ``dim``, ``unique`` of a column view, ``row_stack``, ``diff``,
+a 2-d bool mask indexing a 3-d tensor, bool buffers in ``state_dict``, NaN through the clamps,
+a 0-d ``torch.tensor`` as ``where``'s other); ``ValueError``s raised by the program pass
+through a port unchanged.
 """
 
 from __future__ import annotations
@@ -29,234 +32,84 @@ import torch
 import retrograd as rg
 from real_ports import port, run_source
 
-RTDL_SOURCE = """
+BINS_SOURCE = """
 import math
 import warnings
-from typing import Any, Dict, List, Optional, Union
 
 import torch
 import torch.nn as nn
-from torch import Tensor
 
 
-def _check_input_shape(x: Tensor, expected_n_features: int) -> None:
-    if x.ndim < 1:
-        raise ValueError(
-            f'The input must have at least one dimension, however: {x.ndim=}'
-        )
-    if x.shape[-1] != expected_n_features:
-        raise ValueError(
-            'The last dimension of the input was expected to be'
-            f' {expected_n_features}, however, {x.shape[-1]=}'
-        )
+def quantile_edges(features, n_bins=8):
+    if not features.isfinite().all():
+        raise ValueError("the features contain nan/inf")
+    if (features == features[0]).all(dim=0).any():
+        raise ValueError("every feature needs at least two distinct values")
+    levels = torch.linspace(0.0, 1.0, n_bins + 1).to(features)
+    per_feature = torch.quantile(features, levels, dim=0).T
+    edges = [column.unique() for column in per_feature]  # repeated quantiles merge
+    for i, e in enumerate(edges):
+        if (e[:-1] >= e[1:]).any():
+            raise ValueError(f"the edges of feature {i} are not increasing")
+        if len(e) == 2:
+            warnings.warn(f"feature {i} has one bin only")
+    return edges
 
 
-def _check_bins(bins: List[Tensor]) -> None:
-    if not bins:
-        raise ValueError('The list of bins must not be empty')
-    for i, feature_bins in enumerate(bins):
-        if not isinstance(feature_bins, Tensor):
-            raise ValueError(
-                'bins must be a list of PyTorch tensors. '
-                f'However, for {i=}: {type(bins[i])=}'
-            )
-        if feature_bins.ndim != 1:
-            raise ValueError(
-                'Each item of the bin list must have exactly one dimension.'
-                f' However, for {i=}: {bins[i].ndim=}'
-            )
-        if len(feature_bins) < 2:
-            raise ValueError(
-                'All features must have at least two bin edges.'
-                f' However, for {i=}: {len(bins[i])=}'
-            )
-        if not feature_bins.isfinite().all():
-            raise ValueError(
-                'Bin edges must not contain nan/inf/-inf.'
-                f' However, this is not true for the {i}-th feature'
-            )
-        if (feature_bins[:-1] >= feature_bins[1:]).any():
-            raise ValueError(
-                'Bin edges must be sorted.'
-                f' However, the for the {i}-th feature, the bin edges are not sorted'
-            )
-        if len(feature_bins) == 2:
-            warnings.warn(
-                f'The {i}-th feature has just two bin edges, which means only one bin.'
-                ' Strictly speaking, using a single bin for the'
-                ' piecewise-linear encoding should not break anything,'
-                ' but it is the same as using sklearn.preprocessing.MinMaxScaler'
-            )
+def clamp_bins(t, count):
+    # left of the first edge and right of the last one the encoding keeps growing
+    if count == 1:
+        return t
+    first = t[..., :1].clamp_max(1.0)
+    middle = t[..., 1 : count - 1].clamp(0.0, 1.0)
+    last = t[..., count - 1 :].clamp_min(0.0)
+    return torch.cat([first, middle, last], dim=-1)
 
 
-def compute_bins(
-    X: torch.Tensor,
-    n_bins: int = 48,
-    *,
-    tree_kwargs: Optional[Dict[str, Any]] = None,
-    y: Optional[Tensor] = None,
-    regression: Optional[bool] = None,
-    verbose: bool = False,
-) -> List[Tensor]:
-    if not isinstance(X, Tensor):
-        raise ValueError(f'X must be a PyTorch tensor, however: {type(X)=}')
-    if X.ndim != 2:
-        raise ValueError(f'X must have exactly two dimensions, however: {X.ndim=}')
-    if X.shape[0] < 2:
-        raise ValueError(f'X must have at least two rows, however: {X.shape[0]=}')
-    if X.shape[1] < 1:
-        raise ValueError(f'X must have at least one column, however: {X.shape[1]=}')
-    if not X.isfinite().all():
-        raise ValueError('X must not contain nan/inf/-inf.')
-    if (X == X[0]).all(dim=0).any():
-        raise ValueError(
-            'All columns of X must have at least two distinct values.'
-            ' However, X contains columns with just one distinct value.'
-        )
-    if n_bins <= 1 or n_bins >= len(X):
-        raise ValueError(
-            'n_bins must be more than 1, but less than len(X), however:'
-            f' {n_bins=}, {len(X)=}'
-        )
-
-    if tree_kwargs is None:
-        if y is not None or regression is not None or verbose:
-            raise ValueError(
-                'If tree_kwargs is None, then y must be None, regression must be None'
-                ' and verbose must be False'
-            )
-
-        bins = [
-            q.unique()
-            for q in torch.quantile(
-                X, torch.linspace(0.0, 1.0, n_bins + 1).to(X), dim=0
-            ).T
-        ]
-        _check_bins(bins)
-        return bins
-    raise NotImplementedError('the tree-based bins are left out of this port')
-
-
-class _PiecewiseLinearEncodingImpl(nn.Module):
-    edges: Tensor
-    width: Tensor
-    mask: Tensor
-
-    def __init__(self, bins: List[Tensor]) -> None:
-        _check_bins(bins)
-
+class PiecewiseLinear(nn.Module):
+    def __init__(self, edges):
         super().__init__()
-        # To stack bins to a tensor, all features must have the same number of bins.
-        # To achieve that, for each feature with a less-than-max number of bins,
-        # its bins are padded with additional phantom bins with infinite edges.
-        max_n_edges = max(len(x) for x in bins)
-        padding = torch.full(
-            (max_n_edges,),
-            math.inf,
-            dtype=bins[0].dtype,
-            device=bins[0].device,
-        )
-        edges = torch.row_stack([torch.cat([x, padding])[:max_n_edges] for x in bins])
+        self.counts = [len(e) - 1 for e in edges]
+        self.ragged = len(set(self.counts)) > 1
+        widest = max(self.counts)
 
-        # The rightmost edge is needed only to compute the width of the rightmost bin.
-        self.register_buffer('edges', edges[:, :-1])
-        self.register_buffer('width', edges.diff())
-        # mask is false for the padding values.
-        self.register_buffer(
-            'mask',
-            torch.row_stack(
-                [
-                    torch.cat(
-                        [
-                            torch.ones(len(x) - 1, dtype=torch.bool, device=x.device),
-                            torch.zeros(
-                                max_n_edges - 1, dtype=torch.bool, device=x.device
-                            ),
-                        ]
-                    )[: max_n_edges - 1]
-                    for x in bins
-                ]
-            ),
-        )
-        self._bin_counts = tuple(len(x) - 1 for x in bins)
-        self._same_bin_count = all(x == self._bin_counts[0] for x in self._bin_counts)
+        def padded(values, count):
+            return torch.cat([values, torch.full((widest - count,), math.inf, dtype=values.dtype)])
 
-    def forward(self, x: Tensor) -> Tensor:
-        _check_input_shape(x, self.edges.shape[0])
+        pairs = list(zip(edges, self.counts))
+        self.register_buffer("edges", torch.row_stack([padded(e[:-1], c) for e, c in pairs]))
+        self.register_buffer("width", torch.row_stack([padded(e.diff(), c) for e, c in pairs]))
+        used = [torch.arange(widest) < c for c in self.counts]
+        self.register_buffer("mask", torch.row_stack(used))
 
-        # See Equation 1 in the paper.
-        x = (x[..., None] - self.edges) / self.width
-
-        # If the number of bins is greater than 1, then, the following rules must
-        # be applied to a piecewise-linear encoding of a single feature:
-        # - the leftmost value can be negative, but not greater than 1.0.
-        # - the rightmost value can be greater than 1.0, but not negative.
-        # - the intermediate values must stay within [0.0, 1.0].
-        n_bins = x.shape[-1]
-        if n_bins > 1:
-            if self._same_bin_count:
-                x = torch.cat(
-                    [
-                        x[..., :1].clamp_max(1.0),
-                        *([] if n_bins == 2 else [x[..., 1:-1].clamp(0.0, 1.0)]),
-                        x[..., -1:].clamp_min(0.0),
-                    ],
-                    dim=-1,
-                )
-            else:
-                # In this case, the rightmost values for all features are located
-                # in different columns.
-                x = torch.stack(
-                    [
-                        x[..., i, :]
-                        if count == 1
-                        else torch.cat(
-                            [
-                                x[..., i, :1].clamp_max(1.0),
-                                *(
-                                    []
-                                    if n_bins == 2
-                                    else [x[..., i, 1 : count - 1].clamp(0.0, 1.0)]
-                                ),
-                                x[..., i, count - 1 : count].clamp_min(0.0),
-                                x[..., i, count:],
-                            ],
-                            dim=-1,
-                        )
-                        for i, count in enumerate(self._bin_counts)
-                    ],
-                    dim=-2,
-                )
-        return x
+    def forward(self, x):
+        t = (x[..., None] - self.edges) / self.width
+        if not self.ragged:
+            return clamp_bins(t, self.counts[0])
+        return torch.stack([clamp_bins(t[..., i, :], c) for i, c in enumerate(self.counts)], dim=-2)
 
 
-class PiecewiseLinearEncoding(nn.Module):
-    def __init__(self, bins: List[Tensor]) -> None:
-        _check_bins(bins)
-
+class Encoder(nn.Module):
+    def __init__(self, edges):
         super().__init__()
-        self.impl = _PiecewiseLinearEncodingImpl(bins)
+        self.impl = PiecewiseLinear(edges)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.impl(x)
-        return x.flatten(-2) if self.impl._same_bin_count else x[:, self.impl.mask]
+    def forward(self, x):
+        y = self.impl(x)
+        return y[:, self.impl.mask] if self.impl.ragged else y.flatten(-2)
 
 
-def zeroed_padding(impl: _PiecewiseLinearEncodingImpl, x: Tensor) -> Tensor:
-    # PiecewiseLinearEmbeddings.forward up to its linear layer
-    x = impl(x)
-    if not impl._same_bin_count:
-        # Replace infinite values with zeros.
-        x = torch.where(
-            impl.mask, x, torch.tensor(0.0, dtype=x.dtype, device=x.device)
-        )
-    return x
+def zero_padding(impl, x):
+    y = impl(x)
+    if impl.ragged:
+        y = torch.where(impl.mask, y, torch.tensor(0.0, dtype=y.dtype))
+    return y
 """
 
-RTDL_STEPS = [
+BINS_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nfrom torch import Tensor\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nfrom retrograd import Tensor\n",
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
     ),
 ]
 
@@ -282,10 +135,10 @@ def _run(ns, lib, train, test, n_bins):
     features = lib.tensor(train)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        bins = ns["compute_bins"](features, n_bins=n_bins)
-    encoding = ns["PiecewiseLinearEncoding"](bins)
+        bins = ns["quantile_edges"](features, n_bins=n_bins)
+    encoding = ns["Encoder"](bins)
     encoded = encoding(lib.tensor(test))
-    padded = ns["zeroed_padding"](encoding.impl, lib.tensor(test))
+    padded = ns["zero_padding"](encoding.impl, lib.tensor(test))
     state = {k: v.numpy() for k, v in encoding.state_dict().items()}
     return {
         "bins": [b.numpy() for b in bins],
@@ -293,7 +146,7 @@ def _run(ns, lib, train, test, n_bins):
         "encoded": encoded.numpy(),
         "padded": padded.numpy(),
         "state": state,
-        "counts": encoding.impl._bin_counts,
+        "counts": encoding.impl.counts,
     }
 
 
@@ -301,8 +154,8 @@ def _run(ns, lib, train, test, n_bins):
 @pytest.mark.parametrize("n_bins", [8, 3])
 def test_rtdl_quantile_bins_and_piecewise_linear_encoding_as_torch(dtype, n_bins):
     train, test = _table(np.random.default_rng(3130), dtype)
-    theirs = _run(run_source(RTDL_SOURCE, torch), torch, train, test, n_bins)
-    ours = _run(run_source(port(RTDL_SOURCE, RTDL_STEPS), rg), rg, train, test, n_bins)
+    theirs = _run(run_source(BINS_SOURCE, torch), torch, train, test, n_bins)
+    ours = _run(run_source(port(BINS_SOURCE, BINS_STEPS), rg), rg, train, test, n_bins)
     tolerance = {"float32": 1e-5, "float64": 1e-12}[dtype]
     assert ours["counts"] == theirs["counts"]
     assert ours["warnings"] == theirs["warnings"] and len(theirs["warnings"]) == 1
@@ -319,9 +172,9 @@ def test_rtdl_quantile_bins_and_piecewise_linear_encoding_as_torch(dtype, n_bins
 
 
 def test_compute_bins_refuses_what_rtdl_refuses():
-    ns = run_source(port(RTDL_SOURCE, RTDL_STEPS), rg)
+    ns = run_source(port(BINS_SOURCE, BINS_STEPS), rg)
     constant = rg.ones(10, 2)
     with pytest.raises(ValueError, match="at least two distinct values"):
-        ns["compute_bins"](constant, n_bins=3)
+        ns["quantile_edges"](constant, n_bins=3)
     with pytest.raises(ValueError, match="nan/inf"):
-        ns["compute_bins"](rg.tensor([[0.0, 1.0], [float("nan"), 2.0], [1.0, 3.0]]), n_bins=2)
+        ns["quantile_edges"](rg.tensor([[0.0, 1.0], [float("nan"), 2.0], [1.0, 3.0]]), n_bins=2)

@@ -1,23 +1,22 @@
-# ruff: noqa: W291, W293, E101, E501  (the program is kept as its author wrote it: tabs, trailing blanks)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-bit packing on integer tensors, torch used as an array library.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): bit packing on integer
+tensors written here in the style of mobiusml/hqq's ``bitpack.py`` and the min-max affine
+quantizer its packings serve, torch used as an array library.
 
-- mobiusml/hqq's ``hqq/core/bitpack.py`` as written (tab-indented; its ``from .utils import *``
-  replaced by the one helper it uses, ``is_divisible``): ``BitPack``'s 8-, 4-, 2-bit packing
-  into uint8 by ``W_q.to(torch.uint8)``, ``<<`` and ``|`` of uint8 halves and quarters,
-  unpacking by ``&`` with binary literals and ``>>``, through ``torch.cat(..., axis=0)`` or
-  writes into ``torch.empty(..., dtype=torch.uint8)`` slices; 3-bit packing of ten rows into
-  int32 (``torch.zeros(..., dtype=torch.int32)`` filled by ``W_q[:len(W_q_in)] = W_q_in``,
-  shifts up to 27), its unpacking into uint8 (an int32 written into a uint8 tensor); the
-  experimental mixed 3-2-bit uint8 and 4-bit int32 packings (``<< 28`` overflows into the
-  sign bit; ``W_q & 0b1111 << 28``, a Python int past int32's range, and ``>> 28`` of a
-  negative int32, an arithmetic shift).
-- the harness's min-max affine quantization (the start of hqq's ``Quantizer.quantize``:
-  ``W.min(axis=1, keepdim=True)[0]``, ``(max_v/(_max - _min)).clamp(max=2e4)``,
-  ``torch.round(...).clamp(min_v, max_v)``) giving the codes packed, and the dequantized
-  weights of the unpacked codes.
+Surface: 8-, 4- and 2-bit packing into uint8 (``codes.to(torch.uint8)``, ``<<`` and ``|`` of
+uint8 row blocks), unpacking by ``&`` with binary literals and ``>>``, through
+``torch.cat(..., axis=0)`` or writes into ``torch.empty(..., dtype=torch.uint8)`` slices;
+3-bit packing of ten row blocks into int32 (``torch.zeros(..., dtype=torch.int32)`` filled by
+``padded[: len(codes)] = codes``, shifts up to 27) and its unpacking into uint8 (int32 values
+written into a uint8 tensor); a mixed 3-3-2-bit uint8 packing; 4-bit packing of eight blocks
+into int32 where ``<< 28`` overflows into the sign bit, unpacked by ``packed & 0b1111 << 28``
+(a Python int past int32's range) and ``>> 28`` of a negative int32 (an arithmetic shift);
+the quantizer's ``groups.min(axis=1, keepdim=True)[0]``, ``(top / (hi - lo)).clamp(max=2e4)``,
+``torch.round(...).clamp(0, top)`` and the dequantized weights of the unpacked codes.
 
-The lines changed: the ``import`` line.
+Regressions guarded: each of those integer forms once failed or disagreed with torch (shifts
+and bitwise ops of uint8 with Python ints, int32 overflow on ``<<``, ``&`` with an int past
+the dtype's range, arithmetic ``>>``, cross-dtype slice writes, ``torch.cat`` with ``axis=``,
+``min``/``max`` with ``axis=``); an ``assert`` of the program passes through a port unchanged.
 """
 
 from __future__ import annotations
@@ -31,163 +30,130 @@ from real_ports import port, run_source
 
 BITPACK_SOURCE = """
 import torch
-import numpy as np 
 
 
-def is_divisible(val1, val2):
-	return int(val2*np.ceil(val1/val2))==val1
+def blocks(codes, count):
+    assert codes.shape[0] % count == 0, f"rows must be divisible by {count}"
+    step = codes.shape[0] // count
+    return [codes[i * step : (i + 1) * step] for i in range(count)], step
 
 
-#Bit packing logic. format: pack/unpack_nBits_target-<uint8 or int32>
 class BitPack:
-	
-	#8-bit 
-	################################################
-	@staticmethod
-	def pack_8bit_u8(W_q):
-		return W_q.to(torch.uint8)
+    @staticmethod
+    def pack_8bit_u8(codes):
+        return codes.to(torch.uint8)
 
-	@staticmethod
-	def unpack_8bit_u8(W_q):
-		return W_q
+    @staticmethod
+    def unpack_8bit_u8(packed):
+        return packed
 
-	#4-bit 
-	################################################
-	@staticmethod
-	def pack_4bit_u8(W_q): #uint8 > uint8/2
-		W_q = W_q.to(torch.uint8)
-		_step = int(len(W_q)/2)
-		return (W_q[:_step] << 4) | W_q[_step:]	
+    @staticmethod
+    def pack_4bit_u8(codes):
+        (high, low), _ = blocks(codes.to(torch.uint8), 2)
+        return (high << 4) | low
 
-	@staticmethod
-	def unpack_4bit_u8_cat(W_q): #uint8/2 > uint8
-		return torch.cat([(W_q & 0b11110000) >> 4, W_q & 0b00001111], axis=0)
+    @staticmethod
+    def unpack_4bit_u8(packed):
+        rows = packed.shape[0]
+        out = torch.empty([2 * rows, packed.shape[1]], dtype=torch.uint8)
+        out[:rows] = (packed & 0b11110000) >> 4
+        out[rows:] = packed & 0b00001111
+        return out
 
-	#A bit faster than the _cat version
-	@staticmethod
-	def unpack_4bit_u8(W_q): #uint8/2 > uint8
-		_step       = W_q.shape[0]
-		tmp         = torch.empty([2*_step, W_q.shape[1]], dtype=torch.uint8, device=W_q.device)
-		tmp[:_step] = (W_q & 0b11110000) >> 4
-		tmp[_step:] = (W_q & 0b00001111)
-		return tmp
+    @staticmethod
+    def unpack_4bit_u8_cat(packed):
+        return torch.cat([(packed & 0b11110000) >> 4, packed & 0b00001111], axis=0)
 
-	#2-bit
-	################################################
-	@staticmethod
-	def pack_2bit_u8(W_q): #uint8 > uint8/4
-		W_q = W_q.to(torch.uint8)
-		_step = int(len(W_q)/4)
-		return (W_q[:_step] << 6 | W_q[_step:2*_step] << 4 |  W_q[2*_step:3*_step] << 2 | W_q[3*_step:])
+    @staticmethod
+    def pack_2bit_u8(codes):
+        parts, _ = blocks(codes.to(torch.uint8), 4)
+        packed = parts[0] << 6
+        for shift, part in zip((4, 2, 0), parts[1:]):
+            packed = packed | (part << shift)
+        return packed
 
-	@staticmethod
-	def unpack_2bit_u8_cat(W_q):
-		return torch.cat([(W_q & 0b11000000) >> 6, (W_q & 0b00110000) >> 4, (W_q & 0b00001100) >> 2, W_q & 0b00000011], axis=0)
+    @staticmethod
+    def unpack_2bit_u8(packed):
+        rows = packed.shape[0]
+        out = torch.empty([4 * rows, packed.shape[1]], dtype=torch.uint8)
+        out[:rows] = (packed & 0b11000000) >> 6
+        out[rows : 2 * rows] = (packed & 0b00110000) >> 4
+        out[2 * rows : 3 * rows] = (packed & 0b00001100) >> 2
+        out[3 * rows :] = packed & 0b00000011
+        return out
 
-	#A bit faster than the _cat version
-	@staticmethod
-	def unpack_2bit_u8(W_q):
-		_step                = W_q.shape[0]
-		tmp                  = torch.empty([4*_step, W_q.shape[1]], dtype=torch.uint8, device=W_q.device)
-		tmp[:_step]          = (W_q & 0b11000000) >> 6
-		tmp[_step:2*_step]   = (W_q & 0b00110000) >> 4
-		tmp[2*_step:3*_step] = (W_q & 0b00001100) >> 2
-		tmp[3*_step:]        = (W_q & 0b00000011)
-		return tmp
+    @staticmethod
+    def unpack_2bit_u8_cat(packed):
+        masks = ((0b11000000, 6), (0b00110000, 4), (0b00001100, 2), (0b00000011, 0))
+        return torch.cat([(packed & mask) >> shift for mask, shift in masks], axis=0)
 
-	#3bit
-	################################################
-	@staticmethod
-	def pack_3bit_32(W_q_in):
-		W_q = torch.zeros([int(10*np.ceil(W_q_in.shape[0]/10.)), W_q_in.shape[1]], device=W_q_in.device, dtype=torch.int32)
-		W_q[:len(W_q_in)] = W_q_in
-		_step = int(len(W_q)/10)
-		W_q = (W_q[:_step] << 27) | (W_q[_step:_step*2] << 24) | (W_q[_step*2:_step*3] << 21) | (W_q[_step*3:_step*4] << 18) | (W_q[_step*4:_step*5] << 15) | (W_q[_step*5:_step*6] << 12) | (W_q[_step*6:_step*7] << 9) | (W_q[7*_step:_step*8] << 6) | (W_q[_step*8:_step*9] << 3) | (W_q[_step*9:]) 
-		return W_q
+    @staticmethod
+    def pack_3bit_32(codes):
+        # ten 3-bit codes per int32; rows are padded with zeros to a multiple of ten
+        rows = -(-codes.shape[0] // 10) * 10
+        padded = torch.zeros([rows, codes.shape[1]], dtype=torch.int32)
+        padded[: len(codes)] = codes
+        parts, _ = blocks(padded, 10)
+        packed = parts[0] << 27
+        for i, part in enumerate(parts[1:]):
+            packed |= part << (24 - 3 * i)
+        return packed
 
-	@staticmethod
-	def unpack_3bit_32_cat(W_q):
-		return torch.cat([((W_q & 0b00111000000000000000000000000000) >> 27),
-						  ((W_q & 0b00000111000000000000000000000000) >> 24),
-						  ((W_q & 0b00000000111000000000000000000000) >> 21),
-						  ((W_q & 0b00000000000111000000000000000000) >> 18),
-						  ((W_q & 0b00000000000000111000000000000000) >> 15),
-						  ((W_q & 0b00000000000000000111000000000000) >> 12),
-						  ((W_q & 0b00000000000000000000111000000000) >> 9),
-						  ((W_q & 0b00000000000000000000000111000000) >> 6),
-						  ((W_q & 0b00000000000000000000000000111000) >> 3),
-						  ((W_q & 0b00000000000000000000000000000111))], axis=0)
+    @staticmethod
+    def unpack_3bit_32(packed):
+        rows = packed.shape[0]
+        out = torch.empty([10 * rows, packed.shape[1]], dtype=torch.uint8)
+        for i in range(10):
+            shift = 27 - 3 * i
+            out[i * rows : (i + 1) * rows] = (packed & (0b111 << shift)) >> shift
+        return out
 
+    @staticmethod
+    def unpack_3bit_32_cat(packed):
+        shifts = range(27, -1, -3)
+        return torch.cat([(packed >> s) & 0b111 for s in shifts], axis=0).to(torch.uint8)
 
-	#A bit faster than _cat version
-	@staticmethod
-	def unpack_3bit_32(W_q):
-		_step                = W_q.shape[0]
-		tmp                  = torch.empty([10*_step, W_q.shape[1]], dtype=torch.uint8, device=W_q.device)
-		tmp[:_step]          = ((W_q & 0b00111000000000000000000000000000) >> 27)
-		tmp[1*_step:2*_step] = ((W_q & 0b00000111000000000000000000000000) >> 24)
-		tmp[2*_step:3*_step] = ((W_q & 0b00000000111000000000000000000000) >> 21)
-		tmp[3*_step:4*_step] = ((W_q & 0b00000000000111000000000000000000) >> 18)
-		tmp[4*_step:5*_step] = ((W_q & 0b00000000000000111000000000000000) >> 15)
-		tmp[5*_step:6*_step] = ((W_q & 0b00000000000000000111000000000000) >> 12)
-		tmp[6*_step:7*_step] = ((W_q & 0b00000000000000000000111000000000) >> 9)
-		tmp[7*_step:8*_step] = ((W_q & 0b00000000000000000000000111000000) >> 6)
-		tmp[8*_step:9*_step] = ((W_q & 0b00000000000000000000000000111000) >> 3)
-		tmp[9*_step:]        = ((W_q & 0b00000000000000000000000000000111))
-		return tmp
+    @staticmethod
+    def pack_4bit_32(codes):
+        parts, _ = blocks(codes.to(torch.int32), 8)
+        packed = parts[0] << 28  # codes of 8 and up land in the sign bit
+        for i, part in enumerate(parts[1:]):
+            packed = packed | (part << (24 - 4 * i))
+        return packed
 
+    @staticmethod
+    def unpack_4bit_32(packed):
+        # no parentheses needed: << binds tighter than &, giving a Python int past int32
+        top = (packed & 0b1111 << 28) >> 28
+        rest = [(packed >> (24 - 4 * i)) & 0b1111 for i in range(7)]
+        return torch.cat([top] + rest, axis=0)
 
-	#Experimental 
-	################################################################################################################
-	@staticmethod
-	def pack_3bit2bit_u8(W_q):
-		assert is_divisible(len(W_q),3), "Input should have shape[0] divisble by 3 to use mixed 3-2bit bit packing"
-		_step = int(len(W_q)/3)
-		return (W_q[:_step] << 6 | W_q[1*_step:2*_step] << 3 | W_q[2*_step:] )
+    @staticmethod
+    def pack_3bit2bit_u8(codes):
+        (first, second, third), _ = blocks(codes.to(torch.uint8), 3)
+        return (first << 5) | (second << 2) | third
 
-	@staticmethod
-	def unpack_3bit2bit_u8(W_q):
-		return torch.cat([(W_q & 0b11100000) >> 6, (W_q & 0b00011100) >> 3, W_q & 0b00000011], axis=0)
-
-	@staticmethod
-	def pack_4bit_32(W_q):
-		W_q = W_q.to(torch.int32)
-		_step = int(len(W_q)/8)
-		W_q = (W_q[:_step] << 28) | (W_q[_step:_step*2] << 24) | (W_q[_step*2:_step*3] << 20) | (W_q[_step*3:_step*4] << 16) | (W_q[_step*4:_step*5] << 12) | (W_q[_step*5:_step*6] << 8) | (W_q[_step*6:_step*7] << 4) | (W_q[_step*7:])
-		return W_q
-
-	@staticmethod
-	def unpack_4bit_32(W_q):
-		return torch.cat([((W_q & 0b11110000000000000000000000000000) >> 28),
-						  ((W_q & 0b00001111000000000000000000000000) >> 24),
-						  ((W_q & 0b00000000111100000000000000000000) >> 20),
-						  ((W_q & 0b00000000000011110000000000000000) >> 16),
-						  ((W_q & 0b00000000000000001111000000000000) >> 12),
-						  ((W_q & 0b00000000000000000000111100000000) >> 8),
-						  ((W_q & 0b00000000000000000000000011110000) >> 4),
-						  ((W_q & 0b00000000000000000000000000001111))], axis=0)
-
+    @staticmethod
+    def unpack_3bit2bit_u8(packed):
+        return torch.cat([packed >> 5, (packed >> 2) & 0b111, packed & 0b11], axis=0)
 """
 
 QUANTIZE_SOURCE = """
 import torch
 
 
-def quantize(W, nbits, group_size):
-	# the min-max affine quantization hqq's Quantizer.quantize starts from (its optimizer left out)
-	W     = W.float().reshape([-1, group_size])
-	_min  = W.min(axis=1, keepdim=True)[0]
-	_max  = W.max(axis=1, keepdim=True)[0]
-	max_v = 2**nbits - 1
-	min_v = 0
-	scale = (max_v/(_max - _min)).clamp(max=2e4)
-	zero  = -_min*scale
-	W_q   = torch.round(W*scale + zero).clamp(min_v, max_v)
-	return W_q, 1./scale, zero
+def quantize(weight, bits, group):
+    groups = weight.float().reshape([-1, group])
+    lo = groups.min(axis=1, keepdim=True)[0]
+    hi = groups.max(axis=1, keepdim=True)[0]
+    top = 2**bits - 1
+    scale = (top / (hi - lo)).clamp(max=2e4)  # a constant group would divide by zero
+    zero = -lo * scale
+    return torch.round(groups * scale + zero).clamp(0, top), 1.0 / scale, zero
 
 
-def dequantize(W_q, scale, zero, shape):
-	return ((W_q.float() - zero)*scale).reshape(shape)
+def dequantize(codes, step, zero, shape):
+    return ((codes.float() - zero) * step).reshape(shape)
 """
 
 STEPS = [("import torch\n", "import retrograd as torch\n")]
@@ -249,5 +215,5 @@ def test_hqq_mixed_3_2_bit_packing_as_torch():
         assert mine.dtype == reference.dtype
         np.testing.assert_array_equal(mine, reference)
     ns = run_source(port(BITPACK_SOURCE, STEPS), rg)
-    with pytest.raises(AssertionError, match="divisble by 3"):
+    with pytest.raises(AssertionError, match="divisible by 3"):
         ns["BitPack"].pack_3bit2bit_u8(rg.tensor(codes[:8]))

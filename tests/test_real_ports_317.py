@@ -1,24 +1,25 @@
-# ruff: noqa: E501  (the programs are kept as written: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-Monte-Carlo simulation with generator objects, torch used as an array library.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): Monte-Carlo simulation with
+generator objects, programs written here in the style of quant and Bayesian-statistics
+tutorials that use torch as an array library.
 
-- Monte-Carlo pricing of a European and an Asian call under geometric Brownian motion as the
-  quant tutorials write it in torch: a ``torch.Generator().manual_seed(...)`` passed as
-  ``generator=`` to ``torch.randn``, antithetic paths by ``torch.cat([z, -z])``, log-price
-  paths by ``torch.cumsum`` over the steps, ``torch.clamp(S_T - K, min=0)`` payoffs discounted
-  by ``math.exp``, the standard error by ``.std() / math.sqrt(n)``, a common-random-numbers
-  delta from a ``copy.deepcopy`` of the generator (the bumped run draws the same normals),
-  the 1% value at risk by ``torch.quantile`` and the expected shortfall by a boolean mask,
-  the terminal distribution by ``torch.histc``.
-- random-walk Metropolis sampling of a banana-shaped density: proposals from ``torch.randn``,
-  acceptance by ``torch.rand(...).log() < log_ratio`` with a generator, ``torch.where`` of the
-  accepted rows, the chain kept by ``torch.stack``, its acceptance rate and its
-  quantiles by ``torch.quantile(..., dim=0)``.
+- option pricing under geometric Brownian motion: a ``torch.Generator().manual_seed(...)``
+  passed as ``generator=`` to ``torch.randn``, antithetic draws ``torch.cat([z, -z])``,
+  log-price paths by ``torch.cumsum`` over the steps, ``torch.clamp(..., min=0)`` payoffs of a
+  European and an Asian call discounted by ``math.exp``, the standard error by
+  ``.std() / math.sqrt(n)``, a common-random-numbers delta from a ``copy.deepcopy`` of the
+  generator, the 1% value at risk by ``torch.quantile`` of a float level, the expected
+  shortfall by a boolean mask and the terminal distribution by ``torch.histc``.
+- random-walk Metropolis on a curved 2-d density: proposals by ``torch.randn`` with a
+  generator, acceptance ``torch.rand(...).log() < log_ratio``, ``torch.where`` of the accepted
+  rows, the chain by ``torch.stack``, the acceptance rate and ``torch.quantile(..., dim=0)``
+  with a tensor of levels.
 
+Regressions guarded: ``generator=`` and ``dtype=`` keywords of the draws, deep copies of a
+generator repeating its stream, ``quantile`` with a float and with a tensor of levels and
+``dim``, ``histc`` with float bounds, ``where`` with a broadcast ``[:, None]`` condition.
 The draws: both runs draw one shared seeded stream (``torch.randn``/``torch.rand`` replaced,
-the generators passed along and ignored), so the values compare; without the shared stream,
-each library's own generators must repeat themselves (the common-random-numbers property the
-delta relies on), which is checked in each.
+the generators passed along and ignored), so the values compare; without it, each library's
+own generators must repeat themselves (what the delta relies on), checked in each.
 """
 
 from __future__ import annotations
@@ -31,63 +32,63 @@ import torch
 import retrograd as rg
 from real_ports import SharedDraws, assert_records_agree, run_source
 
-PRICING_SOURCE = """
-def simulate_paths(S0, r, sigma, T, n_steps, n_paths, generator):
-    dt = T / n_steps
-    z = torch.randn(n_paths // 2, n_steps, generator=generator, dtype=torch.float64)
-    z = torch.cat([z, -z])
-    increments = (r - 0.5 * sigma ** 2) * dt + sigma * math.sqrt(dt) * z
-    log_paths = math.log(S0) + torch.cumsum(increments, dim=1)
-    return torch.exp(log_paths)
+GBM_SOURCE = """
+def gbm_paths(spot, rate, vol, years, steps, count, gen):
+    dt = years / steps
+    half = torch.randn(count // 2, steps, generator=gen, dtype=torch.float64)
+    shocks = torch.cat([half, -half])  # antithetic pairs halve the variance for free
+    moves = (rate - vol**2 / 2) * dt + vol * math.sqrt(dt) * shocks
+    return torch.exp(math.log(spot) + torch.cumsum(moves, dim=1))
+"""
+
+SCRIPT_SOURCE = """
+def call_values(spot, strike, gen, rate=0.02, vol=0.3, years=0.5):
+    paths = gbm_paths(spot, rate, vol, years, 26, 2000, gen)
+    growth = math.exp(-rate * years)
+    at_expiry = growth * torch.clamp(paths[:, -1] - strike, min=0)
+    averaged = growth * torch.clamp(paths.mean(dim=1) - strike, min=0)
+    return paths, at_expiry, averaged
 
 
-def price(S0, K, r, sigma, T, n_steps, n_paths, generator):
-    paths = simulate_paths(S0, r, sigma, T, n_steps, n_paths, generator)
-    discount = math.exp(-r * T)
-    european = discount * torch.clamp(paths[:, -1] - K, min=0)
-    asian = discount * torch.clamp(paths.mean(dim=1) - K, min=0)
-    return paths, european, asian
+gen = torch.Generator().manual_seed(99)
+twin = copy.deepcopy(gen)  # same normals for the bumped spot: a low-noise delta
+paths, at_expiry, averaged = call_values(50.0, 52.0, gen)
+_, bumped, _ = call_values(50.5, 52.0, twin)
+error = at_expiry.std().item() / math.sqrt(at_expiry.numel())
+record.append([at_expiry.mean().item(), error, averaged.mean().item()])
+record.append((bumped.mean() - at_expiry.mean()).item() / 0.5)
+loss = 50.0 - paths[:, -1]
+var = torch.quantile(loss, 0.99)
+record.append([var.item(), loss[loss >= var].mean().item()])
+record.append(torch.histc(paths[:, -1], bins=12, min=20.0, max=110.0).numpy())
 
 
-g = torch.Generator().manual_seed(2024)
-S0, K, r, sigma, T = 100.0, 105.0, 0.03, 0.25, 1.0
-bump = 1.0
-g_bumped = copy.deepcopy(g)
-paths, european, asian = price(S0, K, r, sigma, T, 52, 4000, g)
-_, european_up, _ = price(S0 + bump, K, r, sigma, T, 52, 4000, g_bumped)
-record.append([european.mean().item(), european.std().item() / math.sqrt(len(european)), asian.mean().item()])
-record.append((european_up.mean() - european.mean()).item() / bump)
-pnl = paths[:, -1] - S0
-var_99 = -torch.quantile(pnl, 0.01)
-shortfall = -pnl[pnl <= -var_99].mean()
-record.append([var_99.item(), shortfall.item()])
-record.append(torch.histc(paths[:, -1], bins=20, min=40.0, max=240.0).numpy())
+def log_density(points):
+    a, b = points[:, 0], points[:, 1]
+    return -(a**2) / 8.0 - 0.5 * (b - 0.4 * a**2 + 1.0) ** 2
 
 
-def log_banana(x):
-    return -0.5 * (x[:, 0] ** 2 / 4.0 + (x[:, 1] - 0.5 * x[:, 0] ** 2 + 2.0) ** 2)
+def sample_chain(walkers, moves, jump, gen):
+    here = torch.zeros(walkers, 2, dtype=torch.float64)
+    here_log = log_density(here)
+    history, taken = [], 0
+    for _ in range(moves):
+        there = here + jump * torch.randn(walkers, 2, generator=gen, dtype=torch.float64)
+        there_log = log_density(there)
+        take = torch.rand(walkers, generator=gen, dtype=torch.float64).log() < there_log - here_log
+        here = torch.where(take[:, None], there, here)
+        here_log = torch.where(take, there_log, here_log)
+        taken += int(take.sum())
+        history.append(here)
+    return torch.stack(history), taken / (walkers * moves)
 
 
-def metropolis(n_chains, n_steps, step_size, generator):
-    x = torch.zeros(n_chains, 2, dtype=torch.float64)
-    log_p = log_banana(x)
-    chain, accepted = [], 0
-    for _ in range(n_steps):
-        proposal = x + step_size * torch.randn(n_chains, 2, generator=generator, dtype=torch.float64)
-        log_p_new = log_banana(proposal)
-        accept = torch.rand(n_chains, generator=generator, dtype=torch.float64).log() < log_p_new - log_p
-        x = torch.where(accept[:, None], proposal, x)
-        log_p = torch.where(accept, log_p_new, log_p)
-        accepted += accept.sum().item()
-        chain.append(x)
-    return torch.stack(chain), accepted / (n_chains * n_steps)
-
-
-samples, rate = metropolis(16, 300, 0.8, torch.Generator().manual_seed(7))
-burned = samples[100:].reshape(-1, 2)
-record.append(rate)
-record.append(torch.quantile(burned, torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64), dim=0).numpy())
-record.append(burned.mean(dim=0).numpy())
+chain, acceptance = sample_chain(12, 200, 0.9, torch.Generator().manual_seed(5))
+kept = chain[50:].reshape(-1, 2)
+record.append(acceptance)
+levels = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)
+record.append(torch.quantile(kept, levels, dim=0).numpy())
+record.append(kept.mean(dim=0).numpy())
 """
 
 
@@ -96,7 +97,7 @@ def test_monte_carlo_pricing_and_metropolis_on_shared_draws_as_torch():
     for lib in (torch, rg):
         record = []
         with SharedDraws(lib, 3170):
-            run_source(PRICING_SOURCE, lib, record=record, copy=copy)
+            run_source(GBM_SOURCE + SCRIPT_SOURCE, lib, record=record, copy=copy)
         records.append(record)
     theirs, ours = records
     # (the shared stream ignores the generators: the bumped run draws new normals here)
@@ -105,18 +106,16 @@ def test_monte_carlo_pricing_and_metropolis_on_shared_draws_as_torch():
 
 def test_each_librarys_generators_repeat_for_common_random_numbers():
     for lib in (torch, rg):
-        ns = run_source(
-            PRICING_SOURCE.split("\ng = torch.Generator()")[0], lib, record=[], copy=copy
-        )
-        g = lib.Generator().manual_seed(11)
-        twin = copy.deepcopy(g)
-        first = ns["simulate_paths"](100.0, 0.03, 0.25, 1.0, 12, 64, g)
-        again = ns["simulate_paths"](100.0, 0.03, 0.25, 1.0, 12, 64, twin)
+        ns = run_source(GBM_SOURCE, lib)
+        gen = lib.Generator().manual_seed(11)
+        twin = copy.deepcopy(gen)
+        first = ns["gbm_paths"](80.0, 0.01, 0.2, 1.0, 10, 48, gen)
+        again = ns["gbm_paths"](80.0, 0.01, 0.2, 1.0, 10, 48, twin)
         np.testing.assert_array_equal(again.numpy(), first.numpy())
-        later = ns["simulate_paths"](100.0, 0.03, 0.25, 1.0, 12, 64, g)  # g has moved on
+        later = ns["gbm_paths"](80.0, 0.01, 0.2, 1.0, 10, 48, gen)  # gen has moved on
         assert not np.array_equal(later.numpy(), first.numpy())
         # antithetic pairs: the sum of their log-paths is the drift alone, the same in every row
-        pair_sums = (first[:32].log() + first[32:].log()).numpy()
+        pair_sums = (first[:24].log() + first[24:].log()).numpy()
         np.testing.assert_allclose(
             pair_sums, np.broadcast_to(pair_sums[:1], pair_sums.shape), rtol=1e-12
         )
