@@ -1,53 +1,47 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued from ``tests/test_real_ports_64.py`` (the
-harness: ``tests/real_ports.py``):
+# ruff: noqa: E501  (the embedded scripts and the port steps replacing their import lines run past 100 columns)
+"""Programs written here in the style of five research repositories, each run under torch and,
+ported, under retrograd from the same weights and draws (the harness: ``tests/real_ports.py``;
+continued from ``tests/test_real_ports_64.py``):
 
-- the Child-Sum Tree-LSTM of dasguptar/treelstm.pytorch (``treelstm/model.py``'s
-  ``ChildSumTreeLSTM``/``Similarity``/``SimilarityTreeLSTM``, ``tree.py``, ``dataset.py``'s
-  ``read_tree`` and ``__getitem__``, ``utils.map_label_to_target``, ``trainer.py``'s ``train``
-  and ``test``), on a few hand-made sentence pairs: a recursion over the tree, leaves started
-  from ``inputs[0].detach().new(1, mem_dim).fill_(0.).requires_grad_()``, ``torch.split`` of
-  the gates by ``iou.size(1) // 3``, ``.repeat(len(child_h), 1)``, ``zip(*map(...))`` of the
-  children's states, ``torch.cat`` of tuples, a frozen ``nn.Embedding(..., padding_idx=...)``
+- a Child-Sum Tree-LSTM similarity model in the style of dasguptar/treelstm.pytorch, on a few
+  hand-made sentence pairs: a recursion over parent-list trees, leaves started from
+  ``inputs[0].detach().new(1, mem_dim).fill_(0.0).requires_grad_()``, ``torch.split`` of the
+  gates by ``iou.size(1) // 3``, ``.repeat(len(kid_h), 1)``, ``zip(*map(...))`` of the
+  children's states, ``torch.cat`` of tuples, a frozen ``nn.Embedding(..., padding_idx=0)``
   filled by ``weight.data.copy_``, ``deepcopy`` of the dataset's tensors, a dataset indexed by
-  the 0-d tensors of ``torch.randperm``, ``math.ceil``/``math.floor`` of a 0-d label,
+  the 0-d tensors of ``torch.randperm``, ``math.floor``/``math.ceil`` of a 0-d score,
   ``nn.KLDivLoss()``, ``optim.Adagrad(filter(...), weight_decay=...)`` stepped every
-  ``batchsize`` samples with the gradients in between accumulated (ported as a sum of
-  ``Gradients``), ``torch.dot(indices, torch.exp(output))`` written into ``predictions[idx]``.
-- the Siamese network of harveyslash/Facial-Similarity-with-Siamese-Networks-in-Pytorch,
-  narrower on 8x8 images: ``nn.ReflectionPad2d(1)``, ``nn.ReLU(inplace=True)`` before
-  ``nn.BatchNorm2d``, the ``ContrastiveLoss`` of ``F.pairwise_distance(..., keepdim = True)``
-  and ``torch.clamp(self.margin - d, min=0.0)``, labels made by ``torch.from_numpy(np.array
-  ([int(a != b)], dtype=np.float32))`` and batched by a ``DataLoader``; then the same
-  embedding trained by the built-in metric losses (``nn.TripletMarginLoss(margin=1.0, p=2,
-  swap=True)``, ``nn.TripletMarginWithDistanceLoss(distance_function=nn.PairwiseDistance())``,
-  ``nn.CosineEmbeddingLoss(margin=0.2)``) under ``optim.NAdam``.
-- the pointer network of shirgur/PointerNet (``PointerNet.py``'s ``Encoder``, ``Attention``,
-  ``Decoder``, ``PointerNet``; ``Train.py``'s loop), small, on a sorting task: ``Parameter
-  (torch.FloatTensor(hidden_dim), requires_grad=True)`` initialised by the deprecated
-  ``nn.init.uniform``, a ``-inf`` parameter expanded by ``init_inf``, ``att[mask] =
-  self.inf[mask]``, ``nn.Softmax()`` without ``dim``, ``runner.data[i] = i`` on a repeated
-  parameter, ``(runner == indices.unsqueeze(1).expand(...)).float()``, the embedded inputs picked
-  by a ``.byte()`` mask (``embedded_inputs[embedding_mask.data]``), ``nn.Conv1d(..., 1, 1)`` as
-  the context projection, a ``DataLoader`` of dict samples, ``CrossEntropyLoss`` over the
-  softmax outputs. Its bidirectional branch (``torch.cat(encoder_hidden[0][-2:], dim=-1)``,
-  one tensor) fails in torch, and so it must in retrograd.
-- NetVLAD with the hard triplet loss of lyakaap/NetVLAD-pytorch (``netvlad.py``,
-  ``hard_triplet_loss.py``, the README's example) over a small convolutional base: the
-  convolution's ``weight``/``bias`` replaced by ``nn.Parameter`` values computed from the centroids,
-  ``F.normalize`` three times, ``x_flatten.expand(K, -1, -1, -1).permute(1, 0, 2, 3)`` minus
-  the expanded centroids, ``residual *= soft_assign.unsqueeze(2)`` in the graph, the
-  pairwise distances with their masked ``sqrt``, the triplet masks of ``torch.eye(n) ^ 1``
-  (``.byte()``, as written since retrograd has uint8 tensors) and ``labels_equal ^ 1`` of a bool tensor, both the
-  batch-all and the hardest variants.
-- the neural arithmetic logic units of kevinzakka/NALU-pytorch (``models/nac.py``,
-  ``models/nalu.py``, ``main.py``'s ``generate_data``/``train``/``test``), small: a
-  ``Parameter`` computed at construction from two uninitialised ``torch.Tensor(out, in)``
-  parameters (the repository's known quirk: ``W`` is trained, ``W_hat``/``M_hat`` are not),
-  ``register_parameter('bias', None)`` passed to ``F.linear``, ``init.kaiming_uniform_(...,
-  a=math.sqrt(5))``, ``torch.FloatTensor(dim).uniform_(*support).unsqueeze_(1)``,
-  ``torch.FloatTensor`` of a list of pairs of 0-d tensors, list-indexed rows, RMSprop, the
-  models printed with their ``extra_repr``.
+  ``batchsize`` samples with the gradients accumulated (ported as a sum of ``Gradients``), and
+  ``torch.dot(scale, torch.exp(output))`` written into ``predictions[i]``.
+- a Siamese network in the style of harveyslash/Facial-Similarity-with-Siamese-Networks, on
+  8x8 images: ``nn.ReflectionPad2d(1)``, ``nn.ReLU(inplace=True)`` before ``nn.BatchNorm2d``,
+  a contrastive loss of ``F.pairwise_distance(..., keepdim=True)`` and ``torch.clamp(margin -
+  d, min=0.0)``, labels from ``torch.from_numpy(np.array([int(a != b)], dtype=np.float32))``
+  batched by a ``DataLoader``; then ``nn.TripletMarginLoss(margin=1.0, p=2, swap=True)``,
+  ``nn.TripletMarginWithDistanceLoss(distance_function=nn.PairwiseDistance())`` and
+  ``nn.CosineEmbeddingLoss(margin=0.2)`` under ``optim.NAdam``.
+- a pointer network in the style of shirgur/PointerNet, sorting points: ``Parameter(
+  torch.FloatTensor(dim), requires_grad=True)`` initialised by the deprecated
+  ``nn.init.uniform``, a ``-inf`` parameter expanded by ``init_inf``, ``scores[mask] =
+  self.inf[mask]``, ``nn.Softmax()`` without ``dim``, ``runner.data[:, i] = i`` on a repeated
+  parameter, ``(runner == picked.unsqueeze(1).expand(...)).float()``, the next inputs picked by
+  a ``.byte()`` mask, ``nn.Conv1d(dim, dim, 1, 1)`` over the encoder outputs, a
+  ``DataLoader`` of dict samples, and ``CrossEntropyLoss`` over the softmax outputs. Its
+  bidirectional branch (``torch.cat(h[-2:], dim=-1)``, one tensor) fails in torch, and so it
+  must in retrograd.
+- NetVLAD with a hard triplet loss in the style of lyakaap/NetVLAD-pytorch: a convolution's
+  ``weight``/``bias`` replaced by ``nn.Parameter`` values computed from the centroids,
+  ``F.normalize`` three times, ``flat.expand(K, -1, -1, -1).permute(1, 0, 2, 3)`` minus the
+  expanded centroids, ``residual *= weights.unsqueeze(2)`` in the graph, pairwise distances
+  with a masked ``sqrt``, triplet masks of ``torch.eye(n).byte() ^ 1`` and of a bool
+  ``labels_equal ^ 1``, batch-all and hardest variants.
+- neural arithmetic logic units in the style of kevinzakka/NALU-pytorch: a ``Parameter``
+  computed at construction from two uninitialised ``torch.Tensor(out, in)`` parameters (so
+  ``W`` trains and ``W_hat``/``M_hat`` do not), ``register_parameter("bias", None)`` passed
+  to ``F.linear``, ``init.kaiming_uniform_(..., a=...)``,
+  ``torch.FloatTensor(n).uniform_(low, high).unsqueeze_(1)``, ``torch.FloatTensor`` of a list
+  of pairs of 0-d tensors, list-indexed rows, RMSprop, and the models printed with their
+  ``extra_repr``.
 """
 
 from __future__ import annotations
@@ -120,287 +114,152 @@ from copy import deepcopy
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
-
-PAD = 0
-
-
-# tree object from stanfordnlp/treelstm
-class Tree(object):
-    def __init__(self):
-        self.parent = None
-        self.num_children = 0
-        self.children = list()
-
-    def add_child(self, child):
-        child.parent = self
-        self.num_children += 1
-        self.children.append(child)
-
-    def size(self):
-        if getattr(self, '_size'):
-            return self._size
-        count = 1
-        for i in range(self.num_children):
-            count += self.children[i].size()
-        self._size = count
-        return self._size
-
-    def depth(self):
-        if getattr(self, '_depth'):
-            return self._depth
-        count = 0
-        if self.num_children > 0:
-            for i in range(self.num_children):
-                child_depth = self.children[i].depth()
-                if child_depth > count:
-                    count = child_depth
-            count += 1
-        self._depth = count
-        return self._depth
+from torch.nn.functional import log_softmax
 
 
-# module for childsumtreelstm
-class ChildSumTreeLSTM(nn.Module):
-    def __init__(self, in_dim, mem_dim):
-        super(ChildSumTreeLSTM, self).__init__()
-        self.in_dim = in_dim
-        self.mem_dim = mem_dim
-        self.ioux = nn.Linear(self.in_dim, 3 * self.mem_dim)
-        self.iouh = nn.Linear(self.mem_dim, 3 * self.mem_dim)
-        self.fx = nn.Linear(self.in_dim, self.mem_dim)
-        self.fh = nn.Linear(self.mem_dim, self.mem_dim)
+class Node:
+    def __init__(self, idx):
+        self.idx, self.kids, self.state = idx, [], None
 
-    def node_forward(self, inputs, child_c, child_h):
-        child_h_sum = torch.sum(child_h, dim=0, keepdim=True)
 
-        iou = self.ioux(inputs) + self.iouh(child_h_sum)
-        i, o, u = torch.split(iou, iou.size(1) // 3, dim=1)
-        i, o, u = F.sigmoid(i), F.sigmoid(o), F.tanh(u)
-
-        f = F.sigmoid(
-            self.fh(child_h) +
-            self.fx(inputs).repeat(len(child_h), 1)
-        )
-        fc = torch.mul(f, child_c)
-
-        c = torch.mul(i, u) + torch.sum(fc, dim=0, keepdim=True)
-        h = torch.mul(o, F.tanh(c))
-        return c, h
-
-    def forward(self, tree, inputs):
-        for idx in range(tree.num_children):
-            self.forward(tree.children[idx], inputs)
-
-        if tree.num_children == 0:
-            child_c = inputs[0].detach().new(1, self.mem_dim).fill_(0.).requires_grad_()
-            child_h = inputs[0].detach().new(1, self.mem_dim).fill_(0.).requires_grad_()
+def parse_parents(line):
+    # 1-based parent indices, 0 marks the root
+    parents = [int(p) for p in line.split()]
+    nodes = [Node(i) for i in range(len(parents))]
+    root = None
+    for i, p in enumerate(parents):
+        if p == 0:
+            root = nodes[i]
         else:
-            child_c, child_h = zip(* map(lambda x: x.state, tree.children))
-            child_c, child_h = torch.cat(child_c, dim=0), torch.cat(child_h, dim=0)
-
-        tree.state = self.node_forward(inputs[tree.idx], child_c, child_h)
-        return tree.state
+            nodes[p - 1].kids.append(nodes[i])
+    return root
 
 
-# module for distance-angle similarity
-class Similarity(nn.Module):
-    def __init__(self, mem_dim, hidden_dim, num_classes):
-        super(Similarity, self).__init__()
+class ChildSumCell(nn.Module):
+    def __init__(self, n_in, mem_dim):
+        super().__init__()
         self.mem_dim = mem_dim
-        self.hidden_dim = hidden_dim
-        self.num_classes = num_classes
-        self.wh = nn.Linear(2 * self.mem_dim, self.hidden_dim)
-        self.wp = nn.Linear(self.hidden_dim, self.num_classes)
+        self.x_iou, self.h_iou = nn.Linear(n_in, 3 * mem_dim), nn.Linear(mem_dim, 3 * mem_dim)
+        self.x_f, self.h_f = nn.Linear(n_in, mem_dim), nn.Linear(mem_dim, mem_dim)
 
-    def forward(self, lvec, rvec):
-        mult_dist = torch.mul(lvec, rvec)
-        abs_dist = torch.abs(torch.add(lvec, -rvec))
-        vec_dist = torch.cat((mult_dist, abs_dist), 1)
+    def step(self, x, kid_c, kid_h):
+        h_sum = torch.sum(kid_h, dim=0, keepdim=True)
+        iou = self.x_iou(x) + self.h_iou(h_sum)
+        gate_in, gate_out, cand = torch.split(iou, iou.size(1) // 3, dim=1)
+        gate_in, gate_out, cand = torch.sigmoid(gate_in), torch.sigmoid(gate_out), torch.tanh(cand)
+        f = torch.sigmoid(self.h_f(kid_h) + self.x_f(x).repeat(len(kid_h), 1))
+        c = gate_in * cand + torch.sum(f * kid_c, dim=0, keepdim=True)
+        return c, gate_out * torch.tanh(c)
 
-        out = F.sigmoid(self.wh(vec_dist))
-        out = F.log_softmax(self.wp(out), dim=1)
-        return out
+    def forward(self, node, inputs):
+        for kid in node.kids:
+            self.forward(kid, inputs)
+        if node.kids:
+            kid_c, kid_h = zip(*map(lambda k: k.state, node.kids))
+            kid_c, kid_h = torch.cat(kid_c, dim=0), torch.cat(kid_h, dim=0)
+        else:
+            kid_c = inputs[0].detach().new(1, self.mem_dim).fill_(0.0).requires_grad_()
+            kid_h = inputs[0].detach().new(1, self.mem_dim).fill_(0.0).requires_grad_()
+        node.state = self.step(inputs[node.idx], kid_c, kid_h)
+        return node.state
 
 
-# putting the whole model together
-class SimilarityTreeLSTM(nn.Module):
-    def __init__(self, vocab_size, in_dim, mem_dim, hidden_dim, num_classes, sparsity, freeze):
-        super(SimilarityTreeLSTM, self).__init__()
-        self.emb = nn.Embedding(vocab_size, in_dim, padding_idx=PAD, sparse=sparsity)
+class PairScorer(nn.Module):
+    def __init__(self, vocab, in_dim, mem_dim, hidden, classes, freeze):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, in_dim, padding_idx=0)
         if freeze:
-            self.emb.weight.requires_grad = False
-        self.childsumtreelstm = ChildSumTreeLSTM(in_dim, mem_dim)
-        self.similarity = Similarity(mem_dim, hidden_dim, num_classes)
+            self.emb.weight.requires_grad_(False)
+        self.cell = ChildSumCell(in_dim, mem_dim)
+        self.hidden = nn.Linear(2 * mem_dim, hidden)
+        self.out = nn.Linear(hidden, classes)
 
-    def forward(self, ltree, linputs, rtree, rinputs):
-        linputs = self.emb(linputs)
-        rinputs = self.emb(rinputs)
-        lstate, lhidden = self.childsumtreelstm(ltree, linputs)
-        rstate, rhidden = self.childsumtreelstm(rtree, rinputs)
-        output = self.similarity(lstate, rstate)
-        return output
+    def forward(self, ltree, lsent, rtree, rsent):
+        _, lh = self.cell(ltree, self.emb(lsent))
+        _, rh = self.cell(rtree, self.emb(rsent))
+        features = torch.cat((torch.mul(lh, rh), torch.abs(lh - rh)), 1)
+        return log_softmax(self.out(torch.sigmoid(self.hidden(features))), dim=1)
 
 
-def map_label_to_target(label, num_classes):
-    target = torch.zeros(1, num_classes, dtype=torch.float, device='cpu')
-    ceil = int(math.ceil(label))
-    floor = int(math.floor(label))
-    if ceil == floor:
-        target[0, floor-1] = 1
+def soft_target(score, classes):
+    # spread a real score over its two neighbouring integer classes
+    target = torch.zeros(1, classes)
+    lo, hi = math.floor(score), math.ceil(score)
+    if lo == hi:
+        target[0, lo - 1] = 1
     else:
-        target[0, floor-1] = ceil - label
-        target[0, ceil-1] = label - floor
+        target[0, lo - 1] = hi - score
+        target[0, hi - 1] = score - lo
     return target
 
 
-class SICKDataset(object):
-    def __init__(self, lsentences, rsentences, lparents, rparents, labels, num_classes):
-        self.num_classes = num_classes
-        self.lsentences = [torch.tensor(s, dtype=torch.long, device='cpu') for s in lsentences]
-        self.rsentences = [torch.tensor(s, dtype=torch.long, device='cpu') for s in rsentences]
-        self.ltrees = [self.read_tree(line) for line in lparents]
-        self.rtrees = [self.read_tree(line) for line in rparents]
-        self.labels = torch.tensor(labels, dtype=torch.float, device='cpu')
-        self.size = self.labels.size(0)
+class PairDataset:
+    def __init__(self, lsents, rsents, lparents, rparents, scores, classes):
+        self.lsents = [torch.tensor(s, dtype=torch.long) for s in lsents]
+        self.rsents = [torch.tensor(s, dtype=torch.long) for s in rsents]
+        self.lparents, self.rparents = lparents, rparents
+        self.scores = torch.tensor(scores, dtype=torch.float)
+        self.classes = classes
 
     def __len__(self):
-        return self.size
+        return len(self.scores)
 
-    def __getitem__(self, index):
-        ltree = deepcopy(self.ltrees[index])
-        rtree = deepcopy(self.rtrees[index])
-        lsent = deepcopy(self.lsentences[index])
-        rsent = deepcopy(self.rsentences[index])
-        label = deepcopy(self.labels[index])
-        return (ltree, lsent, rtree, rsent, label)
-
-    def read_tree(self, line):
-        parents = list(map(int, line.split()))
-        trees = dict()
-        root = None
-        for i in range(1, len(parents) + 1):
-            if i - 1 not in trees.keys() and parents[i - 1] != -1:
-                idx = i
-                prev = None
-                while True:
-                    parent = parents[idx - 1]
-                    if parent == -1:
-                        break
-                    tree = Tree()
-                    if prev is not None:
-                        tree.add_child(prev)
-                    trees[idx - 1] = tree
-                    tree.idx = idx - 1
-                    if parent - 1 in trees.keys():
-                        trees[parent - 1].add_child(tree)
-                        break
-                    elif parent == 0:
-                        root = tree
-                        break
-                    else:
-                        prev = tree
-                        idx = parent
-        return root
+    def __getitem__(self, i):
+        # fresh trees and copied tensors: the trees hold per-pass state
+        return (parse_parents(self.lparents[i]), deepcopy(self.lsents[i]),
+                parse_parents(self.rparents[i]), deepcopy(self.rsents[i]), deepcopy(self.scores[i]))
 
 
-class Trainer(object):
-    def __init__(self, args, model, criterion, optimizer, device):
-        super(Trainer, self).__init__()
-        self.args = args
-        self.model = model
-        self.criterion = criterion
-        self.optimizer = optimizer
-        self.device = device
-        self.epoch = 0
-
-    # helper function for training
-    def train(self, dataset):
-        self.model.train()
-        self.optimizer.zero_grad()
-        total_loss = 0.0
-        indices = torch.randperm(len(dataset), dtype=torch.long, device='cpu')
-        for idx in range(len(dataset)):
-            ltree, linput, rtree, rinput, label = dataset[indices[idx]]
-            target = map_label_to_target(label, dataset.num_classes)
-            linput, rinput = linput.to(self.device), rinput.to(self.device)
-            target = target.to(self.device)
-            output = self.model(ltree, linput, rtree, rinput)
-            loss = self.criterion(output, target)
-            total_loss += loss.item()
-            loss.backward()
-            if idx % self.args.batchsize == 0 and idx > 0:
-                self.optimizer.step()
-                self.optimizer.zero_grad()
-        self.epoch += 1
-        return total_loss / len(dataset)
-
-    # helper function for testing
-    def test(self, dataset):
-        self.model.eval()
-        with torch.no_grad():
-            total_loss = 0.0
-            predictions = torch.zeros(len(dataset), dtype=torch.float, device='cpu')
-            indices = torch.arange(1, dataset.num_classes + 1, dtype=torch.float, device='cpu')
-            for idx in range(len(dataset)):
-                ltree, linput, rtree, rinput, label = dataset[idx]
-                target = map_label_to_target(label, dataset.num_classes)
-                linput, rinput = linput.to(self.device), rinput.to(self.device)
-                target = target.to(self.device)
-                output = self.model(ltree, linput, rtree, rinput)
-                loss = self.criterion(output, target)
-                total_loss += loss.item()
-                output = output.squeeze().to('cpu')
-                predictions[idx] = torch.dot(indices, torch.exp(output))
-        return total_loss / len(dataset), predictions
-
-
-def main(args, dataset, glove_emb):
-    device = torch.device("cpu")
-    model = SimilarityTreeLSTM(
-        args.vocab_size,
-        args.input_dim,
-        args.mem_dim,
-        args.hidden_dim,
-        args.num_classes,
-        args.sparse,
-        args.freeze_embed)
+def main(args, dataset, vectors):
+    model = PairScorer(args.vocab_size, args.input_dim, args.mem_dim, args.hidden_dim, args.num_classes, args.freeze_embed)
     initialize(model)
-    criterion = nn.KLDivLoss()
-    emb = torch.zeros(args.vocab_size, glove_emb.size(1), dtype=torch.float, device=device)
-    emb.copy_(glove_emb)
-    emb[PAD].zero_()
-    model.emb.weight.data.copy_(emb)
-    model.to(device), criterion.to(device)
-    optimizer = optim.Adagrad(filter(lambda p: p.requires_grad,
-                                     model.parameters()), lr=args.lr, weight_decay=args.wd)
-    trainer = Trainer(args, model, criterion, optimizer, device)
-    for epoch in range(args.epochs):
-        train_loss = trainer.train(dataset)
-        test_loss, test_pred = trainer.test(dataset)
-        print('Epoch {}, train loss {:.4f}'.format(epoch, train_loss))
-        record.append([train_loss, test_loss])
-        record.append(test_pred.numpy().copy())
-    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+    model.emb.weight.data.copy_(vectors)
+    loss_fn = nn.KLDivLoss()
+    optimizer = optim.Adagrad(filter(lambda p: p.requires_grad, model.parameters()), lr=args.lr, weight_decay=args.wd)
+    scale = torch.arange(1, dataset.classes + 1, dtype=torch.float)
+    for ep in range(args.epochs):
+        model.train()
+        optimizer.zero_grad()
+        epoch_loss = 0.0
+        order = torch.randperm(len(dataset))
+        for n, i in enumerate(order):
+            ltree, lsent, rtree, rsent, score = dataset[i]
+            out = model(ltree, lsent, rtree, rsent)
+            loss = loss_fn(out, soft_target(score, dataset.classes))
+            epoch_loss += loss.item()
+            loss.backward()
+            if (n + 1) % args.batchsize == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        record.append(epoch_loss / len(dataset))
+        model.eval()
+        predictions = torch.zeros(len(dataset), dtype=torch.float)
+        with torch.no_grad():
+            for i in range(len(dataset)):
+                ltree, lsent, rtree, rsent, _ = dataset[i]
+                predictions[i] = torch.dot(scale, torch.exp(model(ltree, lsent, rtree, rsent).squeeze(0)))
+        record.append(predictions.numpy().copy())
+        print("epoch", ep, "loss", round(epoch_loss / len(dataset), 3))
+    record.append({k: v.detach().numpy().copy() for k, v in model.named_parameters()})
 """
 
 TREE_LSTM_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n",
+        "import torch\nimport torch.nn as nn\nimport torch.optim as optim\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\n",
     ),
     (
-        "        self.optimizer.zero_grad()\n        total_loss = 0.0\n",
-        "        self.optimizer.zero_grad()\n        grads = None\n        total_loss = 0.0\n",
+        "        optimizer.zero_grad()\n        epoch_loss = 0.0\n",
+        "        optimizer.zero_grad()\n        grads = None\n        epoch_loss = 0.0\n",
     ),
     (
         "            loss.backward()\n",
         "            sample_grads = loss.backward()\n            grads = sample_grads if grads is None else grads + sample_grads\n",
     ),
     (
-        "                self.optimizer.step()\n                self.optimizer.zero_grad()\n",
-        "                self.optimizer.step(grads)\n                self.optimizer.zero_grad()\n                grads = None\n",
+        "                optimizer.step()\n                optimizer.zero_grad()\n",
+        "                optimizer.step(grads)\n                optimizer.zero_grad()\n                grads = None\n",
     ),
 ]
 
@@ -411,7 +270,6 @@ class _TreeArgs:
     mem_dim = 5
     hidden_dim = 4
     num_classes = 5
-    sparse = False
     freeze_embed = True
     lr = 0.05
     wd = 1e-4
@@ -421,10 +279,10 @@ class _TreeArgs:
 
 def test_child_sum_tree_lstm_similarity_trains_as_torch(capsys):
     rng = np.random.default_rng(6501)
-    glove = (rng.standard_normal((_TreeArgs.vocab_size, _TreeArgs.input_dim)) * 0.5).astype(
+    vectors = (rng.standard_normal((_TreeArgs.vocab_size, _TreeArgs.input_dim)) * 0.5).astype(
         np.float32
     )
-    # dependency trees as SICK's parents files write them (1-based parents, 0 the root)
+    # dependency trees as parent lists (1-based parents, 0 the root)
     lparents = ["2 0 2", "0 1 1 3", "3 3 0 3 4", "0 1"]
     rparents = ["0 1", "2 0 2 3", "2 0", "3 1 0 3"]
     lsentences = [[1, 2, 3], [4, 5, 6, 7], [8, 1, 2, 3, 4], [5, 6]]
@@ -434,13 +292,17 @@ def test_child_sum_tree_lstm_similarity_trains_as_torch(capsys):
     initialize = initializer()
     for lib in (torch, rg):
         record = []
-        text = TREE_LSTM_SOURCE if lib is torch else port(TREE_LSTM_SOURCE, TREE_LSTM_STEPS)
+        text = (
+            TREE_LSTM_SOURCE
+            if lib is torch
+            else port(TREE_LSTM_SOURCE, TREE_LSTM_STEPS).replace("from torch.", "from retrograd.")
+        )
         names = run_source(text, lib, record=record, initialize=initialize)
-        dataset = names["SICKDataset"](
+        dataset = names["PairDataset"](
             lsentences, rsentences, lparents, rparents, labels, _TreeArgs.num_classes
         )
         with SharedPermutations(lib, 6501):
-            names["main"](_TreeArgs, dataset, lib.tensor(glove))
+            names["main"](_TreeArgs, dataset, lib.tensor(vectors))
         records.append(record)
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
@@ -450,166 +312,103 @@ def test_child_sum_tree_lstm_similarity_trains_as_torch(capsys):
 SIAMESE_SOURCE = """
 import numpy as np
 import torch
-from torch.utils.data import DataLoader,Dataset
 import torch.nn as nn
 from torch import optim
-import torch.nn.functional as F
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset
 
 
-class Config():
-    train_batch_size = 4
-    train_number_epochs = 2
-
-
-class SiameseNetworkDataset(Dataset):
-
-    def __init__(self,images,classes,pairs):
-        self.images = images
-        self.classes = classes
-        self.pairs = pairs
-
-    def __getitem__(self,index):
-        i0, i1 = self.pairs[index]
-        img0 = torch.from_numpy(self.images[i0])
-        img1 = torch.from_numpy(self.images[i1])
-        return img0, img1 , torch.from_numpy(np.array([int(self.classes[i1]!=self.classes[i0])],dtype=np.float32))
+class PairSet(Dataset):
+    def __init__(self, images, classes, pairs):
+        self.images, self.classes, self.pairs = images, classes, pairs
 
     def __len__(self):
         return len(self.pairs)
 
+    def __getitem__(self, k):
+        a, b = self.pairs[k]
+        different = torch.from_numpy(np.array([int(self.classes[a] != self.classes[b])], dtype=np.float32))
+        return torch.from_numpy(self.images[a]), torch.from_numpy(self.images[b]), different
 
-class SiameseNetwork(nn.Module):
+
+class Twin(nn.Module):
     def __init__(self):
-        super(SiameseNetwork, self).__init__()
-        self.cnn1 = nn.Sequential(
-            nn.ReflectionPad2d(1),
-            nn.Conv2d(1, 4, kernel_size=3),
-            nn.ReLU(inplace=True),
-            nn.BatchNorm2d(4),
-
-            nn.ReflectionPad2d(1),
-            nn.Conv2d(4, 8, kernel_size=3),
-            nn.ReLU(inplace=True),
-            nn.BatchNorm2d(8),
-
-
-            nn.ReflectionPad2d(1),
-            nn.Conv2d(8, 8, kernel_size=3),
-            nn.ReLU(inplace=True),
-            nn.BatchNorm2d(8),
-
-
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.ReflectionPad2d(1), nn.Conv2d(1, 2, 3), nn.ReLU(inplace=True), nn.BatchNorm2d(2),
+            nn.ReflectionPad2d(1), nn.Conv2d(2, 3, 3), nn.ReLU(inplace=True), nn.BatchNorm2d(3),
         )
+        self.embed = nn.Sequential(nn.Linear(3 * 8 * 8, 16), nn.ReLU(inplace=True), nn.Linear(16, 4))
 
-        self.fc1 = nn.Sequential(
-            nn.Linear(8*8*8, 16),
-            nn.ReLU(inplace=True),
+    def branch(self, x):
+        return self.embed(self.features(x).view(x.size(0), -1))
 
-            nn.Linear(16, 16),
-            nn.ReLU(inplace=True),
-
-            nn.Linear(16, 5))
-
-    def forward_once(self, x):
-        output = self.cnn1(x)
-        output = output.view(output.size()[0], -1)
-        output = self.fc1(output)
-        return output
-
-    def forward(self, input1, input2):
-        output1 = self.forward_once(input1)
-        output2 = self.forward_once(input2)
-        return output1, output2
+    def forward(self, left, right):
+        return self.branch(left), self.branch(right)
 
 
-class ContrastiveLoss(torch.nn.Module):
-    \"\"\"
-    Contrastive loss function.
-    Based on: http://yann.lecun.com/exdb/publis/pdf/hadsell-chopra-lecun-06.pdf
-    \"\"\"
-
-    def __init__(self, margin=2.0):
-        super(ContrastiveLoss, self).__init__()
+class MarginContrastive(nn.Module):
+    # pull same-class pairs together, push others at least `margin` apart
+    def __init__(self, margin: float = 2.0):
+        super().__init__()
         self.margin = margin
 
-    def forward(self, output1, output2, label):
-        euclidean_distance = F.pairwise_distance(output1, output2, keepdim = True)
-        loss_contrastive = torch.mean((1-label) * torch.pow(euclidean_distance, 2) +
-                                      (label) * torch.pow(torch.clamp(self.margin - euclidean_distance, min=0.0), 2))
+    def forward(self, u, v, different):
+        d = F.pairwise_distance(u, v, keepdim=True)
+        return torch.mean((1 - different) * d.pow(2) + different * torch.clamp(self.margin - d, min=0.0).pow(2))
 
 
-        return loss_contrastive
-
-
-def main(images, classes, pairs, triplets):
-    siamese_dataset = SiameseNetworkDataset(images, classes, pairs)
-    train_dataloader = DataLoader(siamese_dataset,
-                            shuffle=False,
-                            num_workers=0,
-                            batch_size=Config.train_batch_size)
-    net = SiameseNetwork()
+def main(images, classes, pairs, triples):
+    pair_set = PairSet(images, classes, pairs)
+    net = Twin()
     initialize(net)
-    criterion = ContrastiveLoss()
-    optimizer = optim.Adam(net.parameters(),lr = 0.0005 )
-
-    counter = []
-    loss_history = []
-    iteration_number= 0
-
-    for epoch in range(0,Config.train_number_epochs):
-        for i, data in enumerate(train_dataloader,0):
-            img0, img1 , label = data
+    loss_fn = MarginContrastive()
+    optimizer = optim.Adam(net.parameters(), lr=5e-4)
+    history = []
+    for epoch in range(2):
+        for left, right, different in DataLoader(pair_set, batch_size=4, shuffle=False, num_workers=0):
             optimizer.zero_grad()
-            output1,output2 = net(img0,img1)
-            loss_contrastive = criterion(output1,output2,label)
-            loss_contrastive.backward()
+            u, v = net(left, right)
+            pair_loss = loss_fn(u, v, different)
+            pair_loss.backward()
             optimizer.step()
-            if i %1 == 0 :
-                print("Epoch number {}\\n Current loss {}\\n".format(epoch,round(loss_contrastive.item(), 3)))
-                iteration_number +=1
-                counter.append(iteration_number)
-                loss_history.append(loss_contrastive.item())
-    record.append(loss_history)
-
+            history.append(pair_loss.item())
+            print("epoch {} loss {}".format(epoch, round(pair_loss.item(), 3)))
+    record.append(history)
     net.eval()
-    test_dataloader = DataLoader(siamese_dataset,num_workers=0,batch_size=1,shuffle=False)
-    dataiter = iter(test_dataloader)
-    x0,_,_ = next(dataiter)
-    for i in range(3):
-        _,x1,label2 = next(dataiter)
-        concatenated = torch.cat((x0,x1),0)
-        output1,output2 = net(Variable(x0),Variable(x1))
-        euclidean_distance = F.pairwise_distance(output1, output2)
-        record.append(euclidean_distance.item())
-        record.append(concatenated.shape[0])
-
-    # the same embedding trained on triplets by the built-in metric losses
+    probe = iter(DataLoader(pair_set, batch_size=1, shuffle=False))
+    first, _, _ = next(probe)
+    for _ in range(3):
+        _, other, _ = next(probe)
+        u, v = net(Variable(first), Variable(other))
+        record.append(F.pairwise_distance(u, v).item())
     net.train()
-    triplet = nn.TripletMarginLoss(margin=1.0, p=2, swap=True)
-    by_distance = nn.TripletMarginWithDistanceLoss(distance_function=nn.PairwiseDistance(), margin=0.5)
-    cosine = nn.CosineEmbeddingLoss(margin=0.2)
-    optimizer = optim.NAdam(net.parameters(), lr=1e-3)
-    a, p, n = (torch.from_numpy(images[list(t)]) for t in zip(*triplets))
-    for step in range(2):
+    margin_loss = nn.TripletMarginLoss(margin=1.0, p=2, swap=True)
+    dist_loss = nn.TripletMarginWithDistanceLoss(distance_function=nn.PairwiseDistance(), margin=0.5)
+    cos_loss = nn.CosineEmbeddingLoss(margin=0.2)
+    optimizer = optim.NAdam(net.parameters(), lr=0.001)
+    anchors, positives, negatives = (torch.from_numpy(images[list(col)]) for col in zip(*triples))
+    for _ in range(2):
         optimizer.zero_grad()
-        anchor, positive = net(a, p)
-        negative = net.forward_once(n)
-        y = torch.cat([torch.ones(len(a)), -torch.ones(len(a))])
-        loss = triplet(anchor, positive, negative) + by_distance(anchor, positive, negative) + cosine(torch.cat([anchor, anchor]), torch.cat([positive, negative]), y)
+        ea, ep = net(anchors, positives)
+        en = net.branch(negatives)
+        sign = torch.cat([torch.ones(len(ea)), -torch.ones(len(ea))])
+        loss = margin_loss(ea, ep, en) + dist_loss(ea, ep, en) + cos_loss(torch.cat([ea, ea]), torch.cat([ep, en]), sign)
         loss.backward()
         optimizer.step()
         record.append(loss.item())
-    record.append({k: v.detach().numpy().copy() for k, v in net.state_dict().items()})
+    record.append({name: t.detach().numpy().copy() for name, t in net.state_dict().items()})
 """
 
 SIAMESE_STEPS = [
     (
-        "import torch\nfrom torch.utils.data import DataLoader,Dataset\nimport torch.nn as nn\nfrom torch import optim\nimport torch.nn.functional as F\n",
-        "import retrograd as torch\nfrom retrograd.utils.data import DataLoader,Dataset\nimport retrograd.nn as nn\nfrom retrograd import optim\nimport retrograd.nn.functional as F\n",
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
     ),
+    ("from torch import optim\n", "from retrograd import optim\n"),
     (
-        "            loss_contrastive.backward()\n            optimizer.step()\n",
-        "            grads = loss_contrastive.backward()\n            optimizer.step(grads)\n",
+        "            pair_loss.backward()\n            optimizer.step()\n",
+        "            grads = pair_loss.backward()\n            optimizer.step(grads)\n",
     ),
     (
         "        loss.backward()\n        optimizer.step()\n",
@@ -629,6 +428,7 @@ def test_siamese_contrastive_and_triplet_losses_train_as_torch(capsys):
     for lib in (torch, rg):
         record = []
         text = SIAMESE_SOURCE if lib is torch else port(SIAMESE_SOURCE, SIAMESE_STEPS)
+        text = text if lib is torch else text.replace("from torch.", "from retrograd.")
         names = run_source(text, lib, record=record, initialize=initialize, Variable=lambda t: t)
         names["main"](images, classes, pairs, triplets)
         records.append(record)
@@ -640,319 +440,114 @@ def test_siamese_contrastive_and_triplet_losses_train_as_torch(capsys):
 POINTER_SOURCE = """
 import torch
 import torch.nn as nn
-from torch.nn import Parameter
-import torch.nn.functional as F
 import torch.optim as optim
-from torch.utils.data import Dataset, DataLoader
-from torch.autograd import Variable
+from torch.nn import Parameter as P
+from torch.utils.data import DataLoader, Dataset as TaskSet
 
 
-class Encoder(nn.Module):
-    \"\"\"
-    Encoder class for Pointer-Net
-    \"\"\"
-
-    def __init__(self, embedding_dim,
-                 hidden_dim,
-                 n_layers,
-                 dropout,
-                 bidir):
-        super(Encoder, self).__init__()
-        self.hidden_dim = hidden_dim//2 if bidir else hidden_dim
-        self.n_layers = n_layers*2 if bidir else n_layers
-        self.bidir = bidir
-        self.lstm = nn.LSTM(embedding_dim,
-                            self.hidden_dim,
-                            n_layers,
-                            dropout=dropout,
-                            bidirectional=bidir)
-
-        # Used for propagating .cuda() command
-        self.h0 = Parameter(torch.zeros(1), requires_grad=False)
-        self.c0 = Parameter(torch.zeros(1), requires_grad=False)
-
-    def forward(self, embedded_inputs,
-                hidden):
-        # embedded_inputs: (batch, seq_len, embedding_dim) -> (seq_len, batch, embedding_dim)
-        embedded_inputs = embedded_inputs.permute(1, 0, 2)
-
-        outputs, hidden = self.lstm(embedded_inputs, hidden)
-
-        return outputs.permute(1, 0, 2), hidden
-
-    def init_hidden(self, embedded_inputs):
-        batch_size = embedded_inputs.size(0)
-
-        # Reshaping (Expanding)
-        h0 = self.h0.unsqueeze(0).unsqueeze(0).repeat(self.n_layers,
-                                                      batch_size,
-                                                      self.hidden_dim)
-        c0 = self.h0.unsqueeze(0).unsqueeze(0).repeat(self.n_layers,
-                                                      batch_size,
-                                                      self.hidden_dim)
-
-        return h0, c0
-
-
-class Attention(nn.Module):
-    \"\"\"
-    Attention model for Pointer-Net
-    \"\"\"
-
-    def __init__(self, input_dim,
-                 hidden_dim):
-        super(Attention, self).__init__()
-
-        self.input_dim = input_dim
-        self.hidden_dim = hidden_dim
-
-        self.input_linear = nn.Linear(input_dim, hidden_dim)
-        self.context_linear = nn.Conv1d(input_dim, hidden_dim, 1, 1)
-        self.V = Parameter(torch.FloatTensor(hidden_dim), requires_grad=True)
-        self._inf = Parameter(torch.FloatTensor([float('-inf')]), requires_grad=False)
-        self.tanh = nn.Tanh()
+class PointerAttention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.query = nn.Linear(dim, dim)
+        self.keys = nn.Conv1d(dim, dim, 1, 1)  # a per-position linear map of the encoder outputs
+        self.v = P(torch.FloatTensor(dim), requires_grad=True)
+        self._inf = P(torch.FloatTensor([float("-inf")]), requires_grad=False)
         self.softmax = nn.Softmax()
+        nn.init.uniform(self.v, -1, 1)
 
-        # Initialize vector V
-        nn.init.uniform(self.V, -1, 1)
+    def init_inf(self, shape):
+        self.inf = self._inf.unsqueeze(1).expand(*shape)
 
-    def forward(self, input,
-                context,
-                mask):
-        # (batch, hidden_dim, seq_len)
-        inp = self.input_linear(input).unsqueeze(2).expand(-1, -1, context.size(1))
-
-        # (batch, hidden_dim, seq_len)
-        context = context.permute(0, 2, 1)
-        ctx = self.context_linear(context)
-
-        # (batch, 1, hidden_dim)
-        V = self.V.unsqueeze(0).expand(context.size(0), -1).unsqueeze(1)
-
-        # (batch, seq_len)
-        att = torch.bmm(V, self.tanh(inp + ctx)).squeeze(1)
-        if len(att[mask]) > 0:
-            att[mask] = self.inf[mask]
-        alpha = self.softmax(att)
-
-        hidden_state = torch.bmm(ctx, alpha.unsqueeze(2)).squeeze(2)
-
-        return hidden_state, alpha
-
-    def init_inf(self, mask_size):
-        self.inf = self._inf.unsqueeze(1).expand(*mask_size)
-
-
-class Decoder(nn.Module):
-    \"\"\"
-    Decoder model for Pointer-Net
-    \"\"\"
-
-    def __init__(self, embedding_dim,
-                 hidden_dim):
-        super(Decoder, self).__init__()
-        self.embedding_dim = embedding_dim
-        self.hidden_dim = hidden_dim
-
-        self.input_to_hidden = nn.Linear(embedding_dim, 4 * hidden_dim)
-        self.hidden_to_hidden = nn.Linear(hidden_dim, 4 * hidden_dim)
-        self.hidden_out = nn.Linear(hidden_dim * 2, hidden_dim)
-        self.att = Attention(hidden_dim, hidden_dim)
-
-        # Used for propagating .cuda() command
-        self.mask = Parameter(torch.ones(1), requires_grad=False)
-        self.runner = Parameter(torch.zeros(1), requires_grad=False)
-
-    def forward(self, embedded_inputs,
-                decoder_input,
-                hidden,
-                context):
-        batch_size = embedded_inputs.size(0)
-        input_length = embedded_inputs.size(1)
-
-        # (batch, seq_len)
-        mask = self.mask.repeat(input_length).unsqueeze(0).repeat(batch_size, 1)
-        self.att.init_inf(mask.size())
-
-        # Generating arang(input_length), broadcasted across batch_size
-        runner = self.runner.repeat(input_length)
-        for i in range(input_length):
-            runner.data[i] = i
-        runner = runner.unsqueeze(0).expand(batch_size, -1).long()
-
-        outputs = []
-        pointers = []
-
-        def step(x, hidden):
-            # Regular LSTM
-            h, c = hidden
-
-            gates = self.input_to_hidden(x) + self.hidden_to_hidden(h)
-            input, forget, cell, out = gates.chunk(4, 1)
-
-            input = F.sigmoid(input)
-            forget = F.sigmoid(forget)
-            cell = F.tanh(cell)
-            out = F.sigmoid(out)
-
-            c_t = (forget * c) + (input * cell)
-            h_t = out * F.tanh(c_t)
-
-            # Attention section
-            hidden_t, output = self.att(h_t, context, torch.eq(mask, 0))
-            hidden_t = F.tanh(self.hidden_out(torch.cat((hidden_t, h_t), 1)))
-
-            return hidden_t, c_t, output
-
-        # Recurrence loop
-        for _ in range(input_length):
-            h_t, c_t, outs = step(decoder_input, hidden)
-            hidden = (h_t, c_t)
-
-            # Masking selected inputs
-            masked_outs = outs * mask
-
-            # Get maximum probabilities and indices
-            max_probs, indices = masked_outs.max(1)
-            one_hot_pointers = (runner == indices.unsqueeze(1).expand(-1, outs.size()[1])).float()
-
-            # Update mask to ignore seen indices
-            mask  = mask * (1 - one_hot_pointers)
-
-            # Get embedded inputs by max indices
-            embedding_mask = one_hot_pointers.unsqueeze(2).expand(-1, -1, self.embedding_dim).byte()
-            decoder_input = embedded_inputs[embedding_mask.data].view(batch_size, self.embedding_dim)
-
-            outputs.append(outs.unsqueeze(0))
-            pointers.append(indices.unsqueeze(1))
-
-        outputs = torch.cat(outputs).permute(1, 0, 2)
-        pointers = torch.cat(pointers, 1)
-
-        return (outputs, pointers), hidden
+    def forward(self, h, enc, mask):
+        keys = self.keys(enc.permute(0, 2, 1))
+        q = self.query(h).unsqueeze(2).expand(-1, -1, keys.size(2))
+        v = self.v.unsqueeze(0).expand(keys.size(0), -1).unsqueeze(1)
+        scores = torch.bmm(v, torch.tanh(q + keys)).squeeze(1)
+        if len(scores[mask]) > 0:
+            scores[mask] = self.inf[mask]
+        return self.softmax(scores)
 
 
 class PointerNet(nn.Module):
-    \"\"\"
-    Pointer-Net
-    \"\"\"
-
-    def __init__(self, embedding_dim,
-                 hidden_dim,
-                 lstm_layers,
-                 dropout,
-                 bidir=False):
-        super(PointerNet, self).__init__()
-        self.embedding_dim = embedding_dim
+    def __init__(self, emb, hidden, bidir):
+        super().__init__()
         self.bidir = bidir
-        self.embedding = nn.Linear(2, embedding_dim)
-        self.encoder = Encoder(embedding_dim,
-                               hidden_dim,
-                               lstm_layers,
-                               dropout,
-                               bidir)
-        self.decoder = Decoder(embedding_dim, hidden_dim)
-        self.decoder_input0 = Parameter(torch.FloatTensor(embedding_dim), requires_grad=False)
+        self.embed = nn.Linear(2, emb)
+        self.encoder = nn.LSTM(emb, hidden // 2 if bidir else hidden, batch_first=True, bidirectional=bidir)
+        self.cell = nn.LSTMCell(emb, hidden)
+        self.attend = PointerAttention(hidden)
+        self.start = P(torch.FloatTensor(emb), requires_grad=False)
+        nn.init.uniform(self.start, -1, 1)
 
-        # Initialize decoder_input0
-        nn.init.uniform(self.decoder_input0, -1, 1)
-
-    def forward(self, inputs):
-        batch_size = inputs.size(0)
-        input_length = inputs.size(1)
-
-        decoder_input0 = self.decoder_input0.unsqueeze(0).expand(batch_size, -1)
-
-        inputs = inputs.view(batch_size * input_length, -1)
-        embedded_inputs = self.embedding(inputs).view(batch_size, input_length, -1)
-
-        encoder_hidden0 = self.encoder.init_hidden(embedded_inputs)
-        encoder_outputs, encoder_hidden = self.encoder(embedded_inputs,
-                                                       encoder_hidden0)
+    def forward(self, points):
+        b, n, _ = points.size()
+        x = self.embed(points.view(b * n, -1)).view(b, n, -1)
+        enc, (h, c) = self.encoder(x)
         if self.bidir:
-            decoder_hidden0 = (torch.cat(encoder_hidden[0][-2:], dim=-1),
-                               torch.cat(encoder_hidden[1][-2:], dim=-1))
+            h = torch.cat(h[-2:], dim=-1)  # one tensor, not a tuple: torch refuses it
+            c = torch.cat(c[-2:], dim=-1)
         else:
-            decoder_hidden0 = (encoder_hidden[0][-1],
-                               encoder_hidden[1][-1])
-        (outputs, pointers), decoder_hidden = self.decoder(embedded_inputs,
-                                                           decoder_input0,
-                                                           decoder_hidden0,
-                                                           encoder_outputs)
+            h, c = h[-1], c[-1]
+        mask = P(torch.ones(b, n), requires_grad=False)
+        runner = P(torch.zeros(n), requires_grad=False).repeat(b, 1).long()
+        for i in range(n):
+            runner.data[:, i] = i
+        self.attend.init_inf(mask.size())
+        step_in = self.start.unsqueeze(0).expand(b, -1)
+        outputs, pointers = [], []
+        for _ in range(n):
+            h, c = self.cell(step_in, (h, c))
+            probs = self.attend(h, enc, torch.eq(mask, 0))
+            masked = probs * mask
+            _, picked = masked.max(1)
+            hit = (runner == picked.unsqueeze(1).expand(-1, n)).float()
+            mask = mask * (1 - hit)
+            chosen = hit.unsqueeze(2).expand(-1, -1, x.size(2)).byte()
+            step_in = x[chosen.data.bool()].view(b, -1)
+            outputs.append(probs.unsqueeze(0))
+            pointers.append(picked.unsqueeze(1))
+        return torch.cat(outputs).permute(1, 0, 2), torch.cat(pointers, 1)
 
-        return  outputs, pointers
 
-
-class SortDataset(Dataset):
+class SortTask(TaskSet):
     def __init__(self, points):
         self.points = points
 
     def __len__(self):
         return len(self.points)
 
-    def __getitem__(self, idx):
-        points = self.points[idx]
-        solution = np.argsort(points[:, 0])
-        sample = {'Points':torch.from_numpy(points).float(), 'Solution':torch.from_numpy(solution).long()}
-        return sample
+    def __getitem__(self, i):
+        order = np.argsort(self.points[i][:, 0])
+        return {"Points": torch.from_numpy(self.points[i]).float(), "Solution": torch.from_numpy(order)}
 
 
 def main(params, points):
-    model = PointerNet(params.embedding_size,
-                       params.hiddens,
-                       params.nof_lstms,
-                       params.dropout,
-                       params.bidir)
+    model = PointerNet(params.embedding_size, params.hiddens, params.bidir)
     initialize(model)
-    dataset = SortDataset(points)
-    dataloader = DataLoader(dataset,
-                            batch_size=params.batch_size,
-                            shuffle=False,
-                            num_workers=0)
-
-    CCE = torch.nn.CrossEntropyLoss()
-    model_optim = optim.Adam(filter(lambda p: p.requires_grad,
-                                    model.parameters()),
-                             lr=params.lr)
-
-    losses = []
-
-    for epoch in range(params.nof_epoch):
-        batch_loss = []
-        iterator = dataloader
-
-        for i_batch, sample_batched in enumerate(iterator):
-            train_batch = Variable(sample_batched['Points'])
-            target_batch = Variable(sample_batched['Solution'])
-
-            o, p = model(train_batch)
-            o = o.contiguous().view(-1, o.size()[-1])
-
-            target_batch = target_batch.view(-1)
-
-            loss = CCE(o, target_batch)
-
-            losses.append(loss.data.item())
-            batch_loss.append(loss.data.item())
-
-            model_optim.zero_grad()
+    loader = DataLoader(SortTask(points), batch_size=params.batch_size, shuffle=False)
+    loss_fn = nn.CrossEntropyLoss()
+    opt = optim.Adam(filter(lambda p: p.requires_grad, model.parameters()), lr=params.lr)
+    for ep in range(params.nof_epoch):
+        for batch in loader:
+            probs, pointers = model(batch["Points"])
+            loss = loss_fn(probs.contiguous().view(-1, probs.size()[-1]), batch["Solution"].view(-1))
+            opt.zero_grad()
             loss.backward()
-            model_optim.step()
-
-            record.append(p.numpy().tolist())
-        print('Epoch %i: loss %.4f' % (epoch+1, np.average(batch_loss)))
-    record.append(losses)
-    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+            opt.step()
+            record.append(loss.item())
+            record.append(pointers.numpy().tolist())
+        print("epoch", ep, "loss", round(loss.item(), 4))
+    record.append({k: v.detach().numpy().copy() for k, v in model.named_parameters()})
 """
 
 POINTER_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nfrom torch.nn import Parameter\nimport torch.nn.functional as F\nimport torch.optim as optim\nfrom torch.utils.data import Dataset, DataLoader\nfrom torch.autograd import Variable\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nfrom retrograd.nn import Parameter\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\nfrom retrograd.utils.data import Dataset, DataLoader\nfrom retrograd.autograd import Variable\n",
+        "import torch\nimport torch.nn as nn\nimport torch.optim as optim\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\n",
     ),
     (
-        "            loss.backward()\n            model_optim.step()\n",
-        "            grads = loss.backward()\n            model_optim.step(grads)\n",
+        "            loss.backward()\n            opt.step()\n",
+        "            grads = loss.backward()\n            opt.step(grads)\n",
     ),
 ]
 
@@ -960,8 +555,6 @@ POINTER_STEPS = [
 class _PointerParams:
     embedding_size = 6
     hiddens = 8
-    nof_lstms = 1
-    dropout = 0.0
     bidir = False
     batch_size = 3
     lr = 1e-2
@@ -976,7 +569,11 @@ def test_pointer_network_trains_as_torch(capsys):
     initialize = initializer()
     for lib in (torch, rg):
         record = []
-        text = POINTER_SOURCE if lib is torch else port(POINTER_SOURCE, POINTER_STEPS)
+        text = (
+            POINTER_SOURCE
+            if lib is torch
+            else port(POINTER_SOURCE, POINTER_STEPS).replace("from torch.", "from retrograd.")
+        )
         names = run_source(text, lib, record=record, initialize=initialize)
         names["main"](params, points)
         records.append(record)
@@ -992,7 +589,11 @@ def test_pointer_network_s_bidirectional_branch_fails_as_in_torch():
     params = type("Params", (_PointerParams,), {"bidir": True})
     initialize = initializer()
     for lib in (torch, rg):
-        text = POINTER_SOURCE if lib is torch else port(POINTER_SOURCE, POINTER_STEPS)
+        text = (
+            POINTER_SOURCE
+            if lib is torch
+            else port(POINTER_SOURCE, POINTER_STEPS).replace("from torch.", "from retrograd.")
+        )
         names = run_source(text, lib, record=[], initialize=initialize)
         with pytest.raises(TypeError, match="cat"):
             names["main"](params, points)
@@ -1006,253 +607,92 @@ def test_pointer_network_s_bidirectional_branch_fails_as_in_torch():
 NETVLAD_SOURCE = """
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+from torch.nn import functional as F
 
 
-class NetVLAD(nn.Module):
-    \"\"\"NetVLAD layer implementation\"\"\"
-
-    def __init__(self, num_clusters=64, dim=128, alpha=100.0,
-                 normalize_input=True):
-        \"\"\"
-        Args:
-            num_clusters : int
-                The number of clusters
-            dim : int
-                Dimension of descriptors
-            alpha : float
-                Parameter of initialization. Larger value is harder assignment.
-            normalize_input : bool
-                If true, descriptor-wise L2 normalization is applied to input.
-        \"\"\"
-        super(NetVLAD, self).__init__()
-        self.num_clusters = num_clusters
-        self.dim = dim
-        self.alpha = alpha
-        self.normalize_input = normalize_input
-        self.conv = nn.Conv2d(dim, num_clusters, kernel_size=(1, 1), bias=True)
-        self.centroids = nn.Parameter(torch.rand(num_clusters, dim))
-        self._init_params()
-
-    def _init_params(self):
-        self.conv.weight = nn.Parameter(
-            (2.0 * self.alpha * self.centroids).unsqueeze(-1).unsqueeze(-1)
-        )
-        self.conv.bias = nn.Parameter(
-            - self.alpha * self.centroids.norm(dim=1)
-        )
+class VLADPool(nn.Module):
+    # soft-assign local descriptors to K centroids and sum their residuals
+    def __init__(self, clusters, dim, alpha):
+        super().__init__()
+        self.k, self.alpha = clusters, alpha
+        self.assign = nn.Conv2d(dim, clusters, kernel_size=(1, 1), bias=True)
+        self.centroids = nn.Parameter(torch.rand(clusters, dim))
+        self.assign.weight = nn.Parameter((2.0 * alpha * self.centroids).unsqueeze(-1).unsqueeze(-1))
+        self.assign.bias = nn.Parameter(-alpha * self.centroids.norm(dim=1))
 
     def forward(self, x):
-        N, C = x.shape[:2]
-
-        if self.normalize_input:
-            x = F.normalize(x, p=2, dim=1)  # across descriptor dim
-
-        # soft-assignment
-        soft_assign = self.conv(x).view(N, self.num_clusters, -1)
-        soft_assign = F.softmax(soft_assign, dim=1)
-
-        x_flatten = x.view(N, C, -1)
-
-        # calculate residuals to each clusters
-        residual = x_flatten.expand(self.num_clusters, -1, -1, -1).permute(1, 0, 2, 3) - \\
-            self.centroids.expand(x_flatten.size(-1), -1, -1).permute(1, 2, 0).unsqueeze(0)
-        residual *= soft_assign.unsqueeze(2)
-        vlad = residual.sum(dim=-1)
-
-        vlad = F.normalize(vlad, p=2, dim=2)  # intra-normalization
-        vlad = vlad.view(x.size(0), -1)  # flatten
-        vlad = F.normalize(vlad, p=2, dim=1)  # L2 normalize
-
-        return vlad
+        n, c = x.shape[:2]
+        x = F.normalize(x, p=2, dim=1)
+        weights = F.softmax(self.assign(x).view(n, self.k, -1), dim=1)
+        flat = x.view(n, c, -1)
+        residual = flat.expand(self.k, -1, -1, -1).permute(1, 0, 2, 3) - self.centroids.expand(flat.size(-1), -1, -1).permute(1, 2, 0).unsqueeze(0)
+        residual *= weights.unsqueeze(2)
+        vlad = F.normalize(residual.sum(dim=-1), p=2, dim=2).view(n, -1)
+        return F.normalize(vlad, p=2, dim=1)
 
 
-class EmbedNet(nn.Module):
-    def __init__(self, base_model, net_vlad):
-        super(EmbedNet, self).__init__()
-        self.base_model = base_model
-        self.net_vlad = net_vlad
-
-    def forward(self, x):
-        x = self.base_model(x)
-        embedded_x = self.net_vlad(x)
-        return embedded_x
+def distances(e, eps=1e-16):
+    dots = torch.matmul(e, e.t())
+    sq = dots.diag()
+    d = (sq.unsqueeze(1) - 2.0 * dots + sq.unsqueeze(0)).clamp(min=0)
+    zero = d.eq(0).float()
+    return torch.sqrt(d + zero * eps) * (1.0 - zero)
 
 
-class HardTripletLoss(nn.Module):
-    \"\"\"Hard/Hardest Triplet Loss
-    (pytorch implementation of https://omoindrot.github.io/triplet-loss)
+def positive_mask(labels):
+    not_self = (torch.eye(labels.size(0)).byte() ^ 1).bool()
+    return not_self & torch.eq(labels.unsqueeze(0), labels.unsqueeze(1))
 
-    For each anchor, we get the hardest positive and hardest negative to form a triplet.
-    \"\"\"
-    def __init__(self, margin=0.1, hardest=False, squared=False):
-        \"\"\"
-        Args:
-            margin: margin for triplet loss
-            hardest: If true, loss is considered only hardest triplets.
-            squared: If true, output is the pairwise squared euclidean distance matrix.
-                If false, output is the pairwise euclidean distance matrix.
-        \"\"\"
-        super(HardTripletLoss, self).__init__()
-        self.margin = margin
-        self.hardest = hardest
-        self.squared = squared
 
-    def forward(self, embeddings, labels):
-        \"\"\"
-        Args:
-            labels: labels of the batch, of size (batch_size,)
-            embeddings: tensor of shape (batch_size, embed_dim)
+def negative_mask(labels):
+    return torch.eq(labels.unsqueeze(0), labels.unsqueeze(1)) ^ 1
 
-        Returns:
-            triplet_loss: scalar tensor containing the triplet loss
-        \"\"\"
-        pairwise_dist = _pairwise_distance(embeddings, squared=self.squared)
 
+def triplet_mask(labels):
+    not_self = (torch.eye(labels.size(0)).byte() ^ 1).bool()
+    distinct = not_self.unsqueeze(2) & not_self.unsqueeze(1) & not_self.unsqueeze(0)
+    same = torch.eq(labels.unsqueeze(0), labels.unsqueeze(1))
+    return distinct & same.unsqueeze(2) & (same.unsqueeze(1) ^ 1)
+
+
+class TripletMining(nn.Module):
+    def __init__(self, margin, hardest):
+        super().__init__()
+        self.margin, self.hardest = margin, hardest
+
+    def forward(self, emb, labels):
+        d = distances(emb)
         if self.hardest:
-            # Get the hardest positive pairs
-            mask_anchor_positive = _get_anchor_positive_triplet_mask(labels).float()
-            valid_positive_dist = pairwise_dist * mask_anchor_positive
-            hardest_positive_dist, _ = torch.max(valid_positive_dist, dim=1, keepdim=True)
-
-            # Get the hardest negative pairs
-            mask_anchor_negative = _get_anchor_negative_triplet_mask(labels).float()
-            max_anchor_negative_dist, _ = torch.max(pairwise_dist, dim=1, keepdim=True)
-            anchor_negative_dist = pairwise_dist + max_anchor_negative_dist * (
-                    1.0 - mask_anchor_negative)
-            hardest_negative_dist, _ = torch.min(anchor_negative_dist, dim=1, keepdim=True)
-
-            # Combine biggest d(a, p) and smallest d(a, n) into final triplet loss
-            triplet_loss = F.relu(hardest_positive_dist - hardest_negative_dist + 0.1)
-            triplet_loss = torch.mean(triplet_loss)
-        else:
-            anc_pos_dist = pairwise_dist.unsqueeze(dim=2)
-            anc_neg_dist = pairwise_dist.unsqueeze(dim=1)
-
-            # Compute a 3D tensor of size (batch_size, batch_size, batch_size)
-            # triplet_loss[i, j, k] will contain the triplet loss of anc=i, pos=j, neg=k
-            # Uses broadcasting where the 1st argument has shape (batch_size, batch_size, 1)
-            # and the 2nd (batch_size, 1, batch_size)
-            loss = anc_pos_dist - anc_neg_dist + self.margin
-
-            mask = _get_triplet_mask(labels).float()
-            triplet_loss = loss * mask
-
-            # Remove negative losses (i.e. the easy triplets)
-            triplet_loss = F.relu(triplet_loss)
-
-            # Count number of hard triplets (where triplet_loss > 0)
-            hard_triplets = torch.gt(triplet_loss, 1e-16).float()
-            num_hard_triplets = torch.sum(hard_triplets)
-
-            triplet_loss = torch.sum(triplet_loss) / (num_hard_triplets + 1e-16)
-
-        return triplet_loss
-
-
-def _pairwise_distance(x, squared=False, eps=1e-16):
-    # Compute the 2D matrix of distances between all the embeddings.
-
-    cor_mat = torch.matmul(x, x.t())
-    norm_mat = cor_mat.diag()
-    distances = norm_mat.unsqueeze(1) - 2 * cor_mat + norm_mat.unsqueeze(0)
-    distances = F.relu(distances)
-
-    if not squared:
-        mask = torch.eq(distances, 0.0).float()
-        distances = distances + mask * eps
-        distances = torch.sqrt(distances)
-        distances = distances * (1.0 - mask)
-
-    return distances
-
-
-def _get_anchor_positive_triplet_mask(labels):
-    # Return a 2D mask where mask[a, p] is True iff a and p are distinct and have same label.
-
-    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-
-    indices_not_same = torch.eye(labels.shape[0]).to(device).byte() ^ 1
-
-    # Check if labels[i] == labels[j]
-    labels_equal = torch.unsqueeze(labels, 0) == torch.unsqueeze(labels, 1)
-
-    mask = indices_not_same * labels_equal
-
-    return mask
-
-
-def _get_anchor_negative_triplet_mask(labels):
-    # Return a 2D mask where mask[a, n] is True iff a and n have distinct labels.
-
-    # Check if labels[i] == labels[k]
-    labels_equal = torch.unsqueeze(labels, 0) == torch.unsqueeze(labels, 1)
-    mask = labels_equal ^ 1
-
-    return mask
-
-
-def _get_triplet_mask(labels):
-    \"\"\"Return a 3D mask where mask[a, p, n] is True iff the triplet (a, p, n) is valid.
-
-    A triplet (i, j, k) is valid if:
-        - i, j, k are distinct
-        - labels[i] == labels[j] and labels[i] != labels[k]
-    \"\"\"
-    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-
-    # Check that i, j and k are distinct
-    indices_not_same = torch.eye(labels.shape[0]).to(device).byte() ^ 1
-    i_not_equal_j = torch.unsqueeze(indices_not_same, 2)
-    i_not_equal_k = torch.unsqueeze(indices_not_same, 1)
-    j_not_equal_k = torch.unsqueeze(indices_not_same, 0)
-    distinct_indices = i_not_equal_j * i_not_equal_k * j_not_equal_k
-
-    # Check if labels[i] == labels[j] and labels[i] != labels[k]
-    label_equal = torch.eq(torch.unsqueeze(labels, 0), torch.unsqueeze(labels, 1))
-    i_equal_j = torch.unsqueeze(label_equal, 2)
-    i_equal_k = torch.unsqueeze(label_equal, 1)
-    valid_labels = i_equal_j * (i_equal_k ^ 1)
-
-    mask = distinct_indices * valid_labels   # Combine the two masks
-
-    return mask
+            hardest_pos, _ = (positive_mask(labels).float() * d).max(dim=1, keepdim=True)
+            far, _ = d.max(dim=1, keepdim=True)
+            hardest_neg, _ = (d + far * (1.0 - negative_mask(labels).float())).min(dim=1, keepdim=True)
+            return F.relu(hardest_pos - hardest_neg + self.margin).mean()
+        loss = F.relu(d.unsqueeze(2) - d.unsqueeze(1) + self.margin) * triplet_mask(labels).float()
+        active = torch.gt(loss, 1e-16).float().sum()
+        return loss.sum() / (active + 1e-16)
 
 
 def main(hardest):
-    base_model = nn.Sequential(
-        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-        nn.Conv2d(4, 6, 3, padding=1), nn.ReLU(inplace=True),
-    )
-    dim = list(base_model.parameters())[-1].shape[0]  # last channels (512)
-
-    # Define model for embedding
-    net_vlad = NetVLAD(num_clusters=3, dim=dim, alpha=1.0)
-    model = EmbedNet(base_model, net_vlad)
+    trunk = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2), nn.Conv2d(4, 5, 3, padding=1), nn.ReLU(inplace=True))
+    model = nn.Sequential(trunk, VLADPool(3, 5, alpha=1.0))
     initialize(model)
-
-    # Define loss
-    criterion = HardTripletLoss(margin=0.1, hardest=hardest)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-    # This is just toy example. Typically, the number of samples in each classes are 4.
-    labels = torch.randint(0, 3, (8, )).long()
-    x = torch.rand(8, 3, 8, 8)
-    for step in range(2):
-        output = model(x)
-
-        triplet_loss = criterion(output, labels)
+    loss_fn = TripletMining(margin=0.1, hardest=hardest)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.001)
+    labels = torch.randint(0, 3, (8,)).long()
+    images = torch.rand(8, 3, 8, 8)
+    for _ in range(2):
+        triplet_loss = loss_fn(model(images), labels)
         optimizer.zero_grad()
         triplet_loss.backward()
         optimizer.step()
-        record.append(triplet_loss.item())
-    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+        record.append(float(triplet_loss))
+    record.append({name: t.detach().numpy().copy() for name, t in model.state_dict().items()})
 """
 
 NETVLAD_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
     ),
     (
         "        triplet_loss.backward()\n        optimizer.step()\n",
@@ -1267,7 +707,11 @@ def test_netvlad_with_hard_triplet_loss_trains_as_torch(hardest):
     initialize = initializer()
     for lib in (torch, rg):
         record = []
-        text = NETVLAD_SOURCE if lib is torch else port(NETVLAD_SOURCE, NETVLAD_STEPS)
+        text = (
+            NETVLAD_SOURCE
+            if lib is torch
+            else port(NETVLAD_SOURCE, NETVLAD_STEPS).replace("from torch.", "from retrograd.")
+        )
         names = run_source(text, lib, record=record, initialize=initialize)
         with SharedDraws(lib, 6505):
             names["main"](hardest)
@@ -1276,247 +720,100 @@ def test_netvlad_with_hard_triplet_loss_trains_as_torch(hardest):
 
 
 NALU_SOURCE = """
-import math
 import random
 
-import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from torch.nn import init
-from torch.nn.parameter import Parameter
+from torch.nn import Parameter, functional as F, init
 
 
-class NeuralAccumulatorCell(nn.Module):
-    \"\"\"A Neural Accumulator (NAC) cell [1].
-
-    Attributes:
-        in_dim: size of the input sample.
-        out_dim: size of the output sample.
-
-    Sources:
-        [1]: https://arxiv.org/abs/1808.00508
-    \"\"\"
-    def __init__(self, in_dim, out_dim):
+class AccumulatorCell(nn.Module):
+    # weights pushed towards {-1, 0, 1} by tanh(W_hat) * sigmoid(M_hat)
+    def __init__(self, n_in, n_out):
         super().__init__()
-        self.in_dim = in_dim
-        self.out_dim = out_dim
-
-        self.W_hat = Parameter(torch.Tensor(out_dim, in_dim))
-        self.M_hat = Parameter(torch.Tensor(out_dim, in_dim))
-        self.W = Parameter(torch.tanh(self.W_hat) * torch.sigmoid(self.M_hat))
-        self.register_parameter('bias', None)
-
-        init.kaiming_uniform_(self.W_hat, a=math.sqrt(5))
-        init.kaiming_uniform_(self.M_hat, a=math.sqrt(5))
-
-    def forward(self, input):
-        return F.linear(input, self.W, self.bias)
-
-    def extra_repr(self):
-        return 'in_dim={}, out_dim={}'.format(
-            self.in_dim, self.out_dim
-        )
-
-
-class NAC(nn.Module):
-    \"\"\"A stack of NAC layers.
-
-    Attributes:
-        num_layers: the number of NAC layers.
-        in_dim: the size of the input sample.
-        hidden_dim: the size of the hidden layers.
-        out_dim: the size of the output.
-    \"\"\"
-    def __init__(self, num_layers, in_dim, hidden_dim, out_dim):
-        super().__init__()
-        self.num_layers = num_layers
-        self.in_dim = in_dim
-        self.hidden_dim = hidden_dim
-        self.out_dim = out_dim
-
-        layers = []
-        for i in range(num_layers):
-            layers.append(
-                NeuralAccumulatorCell(
-                    hidden_dim if i > 0 else in_dim,
-                    hidden_dim if i < num_layers - 1 else out_dim,
-                )
-            )
-        self.model = nn.Sequential(*layers)
+        self.n_in, self.n_out = n_in, n_out
+        self.W_hat = Parameter(torch.Tensor(n_out, n_in))
+        self.M_hat = Parameter(torch.Tensor(n_out, n_in))
+        # computed once from the two (then untrained) tensors, kept as its own parameter
+        self.W = Parameter(torch.sigmoid(self.M_hat) * torch.tanh(self.W_hat))
+        self.register_parameter("bias", None)
+        for raw in (self.W_hat, self.M_hat):
+            init.kaiming_uniform_(raw, a=5 ** 0.5)
 
     def forward(self, x):
-        out = self.model(x)
-        return out
-
-
-class NeuralArithmeticLogicUnitCell(nn.Module):
-    \"\"\"A Neural Arithmetic Logic Unit (NALU) cell [1].
-
-    Attributes:
-        in_dim: size of the input sample.
-        out_dim: size of the output sample.
-
-    Sources:
-        [1]: https://arxiv.org/abs/1808.00508
-    \"\"\"
-    def __init__(self, in_dim, out_dim):
-        super().__init__()
-        self.in_dim = in_dim
-        self.out_dim = out_dim
-        self.eps = 1e-10
-
-        self.G = Parameter(torch.Tensor(out_dim, in_dim))
-        self.nac = NeuralAccumulatorCell(in_dim, out_dim)
-        self.register_parameter('bias', None)
-
-        init.kaiming_uniform_(self.G, a=math.sqrt(5))
-
-    def forward(self, input):
-        a = self.nac(input)
-        g = torch.sigmoid(F.linear(input, self.G, self.bias))
-        add_sub = g * a
-        log_input = torch.log(torch.abs(input) + self.eps)
-        m = torch.exp(self.nac(log_input))
-        mul_div = (1 - g) * m
-        y = add_sub + mul_div
-        return y
+        return F.linear(x, self.W, self.bias)
 
     def extra_repr(self):
-        return 'in_dim={}, out_dim={}'.format(
-            self.in_dim, self.out_dim
-        )
+        return "n_in={}, n_out={}".format(self.n_in, self.n_out)
 
 
-class NALU(nn.Module):
-    \"\"\"A stack of NALU layers.
-
-    Attributes:
-        num_layers: the number of NALU layers.
-        in_dim: the size of the input sample.
-        hidden_dim: the size of the hidden layers.
-        out_dim: the size of the output.
-    \"\"\"
-    def __init__(self, num_layers, in_dim, hidden_dim, out_dim):
+class LogicUnitCell(nn.Module):
+    # gate between adding (the accumulator) and multiplying (the same in log space)
+    def __init__(self, n_in, n_out, eps=1e-10):
         super().__init__()
-        self.num_layers = num_layers
-        self.in_dim = in_dim
-        self.hidden_dim = hidden_dim
-        self.out_dim = out_dim
-
-        layers = []
-        for i in range(num_layers):
-            layers.append(
-                NeuralArithmeticLogicUnitCell(
-                    hidden_dim if i > 0 else in_dim,
-                    hidden_dim if i < num_layers - 1 else out_dim,
-                )
-            )
-        self.model = nn.Sequential(*layers)
+        self.n_in, self.n_out, self.eps = n_in, n_out, eps
+        self.G = Parameter(torch.Tensor(n_out, n_in))
+        self.acc = AccumulatorCell(n_in, n_out)
+        self.register_parameter("bias", None)
+        init.kaiming_uniform_(self.G, a=5 ** 0.5)
 
     def forward(self, x):
-        out = self.model(x)
-        return out
+        add = self.acc(x)
+        gate = torch.sigmoid(F.linear(x, self.G, self.bias))
+        mul = torch.exp(self.acc(torch.log(torch.abs(x) + self.eps)))
+        return gate * add + (1 - gate) * mul
+
+    def extra_repr(self):
+        return "n_in={}, n_out={}".format(self.n_in, self.n_out)
 
 
-NORMALIZE = True
-NUM_LAYERS = 2
-HIDDEN_DIM = 2
-LEARNING_RATE = 1e-2
-NUM_ITERS = 3
-RANGE = [5, 10]
-ARITHMETIC_FUNCTIONS = {
-    'add': lambda x, y: x + y,
-    'sub': lambda x, y: x - y,
-    'mul': lambda x, y: x * y,
-    'div': lambda x, y: x / y,
-    'squared': lambda x, y: torch.pow(x, 2),
-    'root': lambda x, y: torch.sqrt(x),
-}
+def make_data(n_train, n_test, pool, terms, op, low, high):
+    values = torch.FloatTensor(pool).uniform_(low, high).unsqueeze_(1)
+    rows, targets = [], []
+    for _ in range(n_train + n_test):
+        first = random.sample(range(pool), terms)
+        second = random.sample([j for j in range(pool) if j not in first], terms)
+        a, b = values[first].sum(), values[second].sum()
+        rows.append([a, b])
+        targets.append(op(a, b))
+    X, y = torch.FloatTensor(rows), torch.FloatTensor(targets).unsqueeze_(1)
+    order = list(range(n_train + n_test))
+    np.random.shuffle(order)
+    return X[order[n_test:]], y[order[n_test:]], X[order[:n_test]], y[order[:n_test]]
 
 
-def generate_data(num_train, num_test, dim, num_sum, fn, support):
-    data = torch.FloatTensor(dim).uniform_(*support).unsqueeze_(1)
-    X, y = [], []
-    for i in range(num_train + num_test):
-        idx_a = random.sample(range(dim), num_sum)
-        idx_b = random.sample([x for x in range(dim) if x not in idx_a], num_sum)
-        a, b = data[idx_a].sum(), data[idx_b].sum()
-        X.append([a, b])
-        y.append(fn(a, b))
-    X = torch.FloatTensor(X)
-    y = torch.FloatTensor(y).unsqueeze_(1)
-    indices = list(range(num_train + num_test))
-    np.random.shuffle(indices)
-    X_train, y_train = X[indices[num_test:]], y[indices[num_test:]]
-    X_test, y_test = X[indices[:num_test]], y[indices[:num_test]]
-    return X_train, y_train, X_test, y_test
-
-
-def train(model, optimizer, data, target, num_iters):
-    for i in range(num_iters):
-        out = model(data)
-        loss = F.mse_loss(out, target)
-        mea = torch.mean(torch.abs(target - out))
+def fit(model, optimizer, X, y, steps):
+    for i in range(steps):
+        pred = model(X)
+        loss = F.mse_loss(pred, y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if i % 1 == 0:
-            print("\\t{}/{}: loss: {:.7f} - mea: {:.7f}".format(
-                i+1, num_iters, loss.item(), mea.item())
-            )
+        print("  step {}: loss {:.7f} mae {:.7f}".format(i + 1, loss.item(), torch.mean(torch.abs(y - pred)).item()))
         record.append(loss.item())
 
 
-def test(model, data, target):
-    with torch.no_grad():
-        out = model(data)
-        return torch.abs(target - out)
-
-
 def main():
-    results = {}
-    for fn_str, fn in ARITHMETIC_FUNCTIONS.items():
-        print('[*] Testing function: {}'.format(fn_str))
-        results[fn_str] = []
-
-        # dataset
-        X_train, y_train, X_test, y_test = generate_data(
-            num_train=12, num_test=4,
-            dim=20, num_sum=3, fn=fn,
-            support=RANGE,
-        )
-        models = [
-            NAC(
-                num_layers=NUM_LAYERS,
-                in_dim=2,
-                hidden_dim=HIDDEN_DIM,
-                out_dim=1,
-            ),
-            NALU(
-                num_layers=NUM_LAYERS,
-                in_dim=2,
-                hidden_dim=HIDDEN_DIM,
-                out_dim=1
-            ),
-        ]
-
-        # others
-        for net in models:
-            initialize(net)
-            print("\\tTraining {}...".format(net.__str__().split("(")[0]))
-            optimizer = torch.optim.RMSprop(net.parameters(), lr=LEARNING_RATE)
-            train(net, optimizer, X_train, y_train, NUM_ITERS)
-            mse = test(net, X_test, y_test).mean().item()
-            results[fn_str].append(mse)
+    ops = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b}
+    errors = {}
+    for name, op in ops.items():
+        print("task", name)
+        X, y, X_eval, y_eval = make_data(12, 4, 20, 3, op, 1, 5)
+        models = [nn.Sequential(AccumulatorCell(2, 3), AccumulatorCell(3, 1)), nn.Sequential(LogicUnitCell(2, 3), LogicUnitCell(3, 1))]
+        errors[name] = []
+        for model in models:
+            initialize(model)
+            fit(model, torch.optim.RMSprop(model.parameters(), lr=1e-2), X, y, 3)
+            with torch.no_grad():
+                errors[name].append(torch.abs(y_eval - model(X_eval)).mean().item())
     print(models[1])
-    return results
+    return errors
 """
 
 NALU_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.nn import init\nfrom torch.nn.parameter import Parameter\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.nn import init\nfrom retrograd.nn.parameter import Parameter\n",
+        "import torch\nimport torch.nn as nn\nfrom torch.nn import Parameter, functional as F, init\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nfrom retrograd.nn import Parameter, functional as F, init\n",
     ),
     (
         "        loss.backward()\n        optimizer.step()\n",
@@ -1574,7 +871,7 @@ def test_neural_arithmetic_logic_units_train_as_torch(capsys):
         [float(x) for x in number.findall(logs[0])],
         rtol=1e-5,
     )
-    assert "(nac): NeuralAccumulatorCell(in_dim=2, out_dim=1)" in logs[0]
+    assert "(acc): AccumulatorCell(n_in=3, n_out=1)" in logs[0]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
     assert list(results[1]) == list(results[0])
     for name, errors in results[0].items():
