@@ -264,7 +264,10 @@ for epoch in (1, 2):
         trainer.save(epoch, "best")
     record.append([train_loss, val_loss, optimizer.param_groups[0]["lr"]])
 record.append(params_of(model))
-record.append([wave.detach().numpy() for wave in model(val_set[0][0])])
+# (the SI-SNR loss subtracts each wave's mean: the waves' offsets, and the decoder's bias
+# that sets them, have no gradient and follow Adam's rounding noise, so they are left out)
+centred = [wave - wave.mean(dim=-1, keepdim=True) for wave in model(val_set[0][0])]
+record.append([wave.detach().numpy() for wave in centred])
 '''
 
 DPRNN_STEPS = [
@@ -293,4 +296,4 @@ def test_dual_path_rnn_trains_validates_and_checkpoints_as_torch(
         norm=norm, rnn_type=rnn_type, optim_name=optim_name, checkpoint_dir=str(tmp_path / "ckpt"),
     )  # fmt: skip
     assert (tmp_path / "ckpt" / "last.pt").exists()
-    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
+    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5, skip=("0.decoder.bias",))
