@@ -17,6 +17,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ...autodiff.grad_mode import is_grad_enabled
 from ...autodiff.handles import RemovableHandle
 from ...autograd import Function
 from ...errors import (
@@ -224,13 +225,14 @@ def _args_and_kwargs(module: Any, result: Any) -> tuple[tuple, dict]:
     return (args if isinstance(args, tuple) else (args,)), kwargs
 
 
-def _pack(positions: list[int], values: tuple, size: int) -> tuple:
-    """``values`` at ``positions`` of a tuple of ``size``, ``None`` elsewhere (torch's
-    ``BackwardHook._pack_with_none``: a gradient per argument, or per output, of the call)."""
-    packed: list[Any] = [None] * size
+def _put(base: tuple, positions: list[int], values: Any) -> tuple:
+    """``base`` with ``values`` at ``positions``: the call's arguments or outputs with their
+    watched tensors, or (``base`` all ``None``) torch's ``BackwardHook._pack_with_none``, a
+    gradient per argument or per output of the call."""
+    items = list(base)
     for i, value in zip(positions, values):
-        packed[i] = value
-    return tuple(packed)
+        items[i] = value
+    return tuple(items)
 
 
 def _watch_input(module: Any, hooks: dict[str, Any], args: tuple) -> tuple[tuple, dict]:
@@ -238,7 +240,7 @@ def _watch_input(module: Any, hooks: dict[str, Any], args: tuple) -> tuple[tuple
     whose backward runs the full hooks with a gradient per argument (``None`` for one that is
     no tensor or needs none), as torch's ``BackwardHook.setup_input_hook``."""
     positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
-    tracked = any(args[i].requires_grad for i in positions) and _grad_enabled()
+    tracked = any(args[i].requires_grad for i in positions) and is_grad_enabled()
     state = {
         "grad_output": None,
         "input_tracked": tracked,
@@ -249,11 +251,7 @@ def _watch_input(module: Any, hooks: dict[str, Any], args: tuple) -> tuple[tuple
     }
     if tracked:
         watched = _InputGradients.apply(module, hooks, state, *(args[i] for i in positions))
-        args = tuple(args)
-        replaced = list(args)
-        for i, tensor in zip(positions, watched):
-            replaced[i] = tensor
-        args = tuple(replaced)
+        args = _put(args, positions, watched)
     return args, state
 
 
@@ -264,20 +262,12 @@ def _watch_output(module: Any, hooks: dict[str, Any], output: Any, state: dict) 
     that requires grad is returned as it is (the full hooks then do not run, as torch's)."""
     outputs = output if isinstance(output, tuple) else (output,)
     positions = [i for i, out in enumerate(outputs) if isinstance(out, Tensor)]
-    if not (any(outputs[i].requires_grad for i in positions) and _grad_enabled()):
+    if not (any(outputs[i].requires_grad for i in positions) and is_grad_enabled()):
         return output
     state["outputs"] = (positions, len(outputs))
     watched = _OutputGradients.apply(module, hooks, state, *(outputs[i] for i in positions))
-    replaced = list(outputs)
-    for i, tensor in zip(positions, watched):
-        replaced[i] = tensor
-    return tuple(replaced) if isinstance(output, tuple) else replaced[0]
-
-
-def _grad_enabled() -> bool:
-    from ...autodiff.grad_mode import is_grad_enabled
-
-    return is_grad_enabled()
+    replaced = _put(outputs, positions, watched)
+    return replaced if isinstance(output, tuple) else replaced[0]
 
 
 def _replaced_gradients(ctx: Any, kind: str, result: Any, grads: tuple) -> tuple:
@@ -345,7 +335,7 @@ class _OutputGradients(_Watch):
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
         positions, size = ctx.state["outputs"]
-        grad_output = _pack(positions, grads, size)
+        grad_output = _put((None,) * size, positions, grads)
         for hook, _ in list(ctx.hooks["backward_pre"].values()):
             result = hook(ctx.module, grad_output)
             if result is not None:
@@ -379,7 +369,7 @@ class _InputGradients(_Watch):
         if grad_output is None:  # the gradient did not come through the module's output
             # (a double backward): torch's hooks do not run
             return (None, None, None, *grads)
-        grad_input = _pack(positions, grads, size)
+        grad_input = _put((None,) * size, positions, grads)
         for hook, _ in list(ctx.hooks["backward"].values()):
             result = hook(ctx.module, grad_input, grad_output)
             if result is not None:
