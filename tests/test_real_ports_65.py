@@ -716,7 +716,10 @@ def test_netvlad_with_hard_triplet_loss_trains_as_torch(hardest):
         with SharedDraws(lib, 6505):
             names["main"](hardest)
         records.append(record)
-    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-6)
+    # atol is 1% of Adam's step (lr 1e-3): Adam moves a weight by about lr * m / sqrt(v), so a
+    # weight whose two gradients nearly cancel turns a rounding difference in them (torch's
+    # threaded convolution sums in another order) into a few 1e-6 of movement
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
 
 
 NALU_SOURCE = """
