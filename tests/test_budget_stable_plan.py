@@ -18,6 +18,7 @@ import pytest
 import retrograd as rg
 from retrograd.autodiff.checkpoint.budget import strategy as budget_strategy
 from retrograd.autodiff.checkpoint.budget import timer as budget_timer
+from retrograd.autodiff.checkpoint.budget.plan import plan_evictions
 from retrograd.nn import functional as F  # noqa: N812
 
 torch = pytest.importorskip("torch")
@@ -233,3 +234,38 @@ def test_a_replay_holds_what_its_plan_predicts(monkeypatch, inner, seed, first, 
     assert budget.planner.kept[0].mode == "replay" and budget.planned_steps == 2
     assert held == [first * value, after * value, after * value], [p / value for p in held]
     assert budget.predicted_peak == after * value, budget.predicted_peak / value
+
+
+# -- the floor is a function of the graph and sizes, not of the prices --------------------------
+
+
+@pytest.mark.own_checkpointing("every backend is built here, under a budget of its own")
+def test_the_floor_holds_the_same_bytes_whatever_the_prices(monkeypatch):
+    # The masked transformer of test_budget_plan.py at 0.15x: no plan fits, every step after
+    # the first follows the greedy's floor. Its search is a local one from where the priced
+    # greedy's path led, so the floor moved with the prices: 659,456 bytes (nine activations
+    # kept at the end of forward) at the times measured, 593,920 (eight) with every op
+    # priced alike. Now the floor is searched at equal prices and the measured ones only
+    # choose among the plans that hold no more: the same bytes for any clock.
+    from test_budget_plan import _masked_step
+
+    random_prices = random.Random(7)
+    full, _, expected = _masked_step(rg.Autodiff(rg.NumpyBackend()))
+    _jitter_the_budget_clock(monkeypatch, seed=0, sigma=2.0)
+    budget = rg.BudgetCheckpointing(int(0.15 * full))
+    backend = rg.Autodiff(rg.NumpyBackend(), budget)
+    runs = [_masked_step(backend) for _ in range(3)]
+    for _, _, grads in runs:
+        assert all(np.array_equal(a, b) for a, b in zip(expected, grads, strict=True))
+    plan = budget.planner.kept[0]
+    assert plan.mode == "floor" and budget.planned_steps == 2, (plan.mode, budget.plans)
+    assert runs[1][0] == runs[2][0] == plan.counted, ([r[0] for r in runs], plan.counted)
+    held = {plan.counted}
+    trace = plan.trace
+    measured = trace.costs
+    for sigma in (0.0, 0.5, 1.0, 2.0, 3.0):  # the same trace, its ops priced otherwise
+        trace.costs = [c * random_prices.lognormvariate(0.0, sigma) for c in measured]
+        held.add(plan_evictions(trace, budget.max_bytes)[2])
+    trace.costs = [1.0] * len(measured)
+    held.add(plan_evictions(trace, budget.max_bytes)[2])
+    assert len(held) == 1, held

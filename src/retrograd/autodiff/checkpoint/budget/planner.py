@@ -484,6 +484,7 @@ class Planner:
         held less. Whichever it is, every step after the eager one follows it."""
         eager = self._eager_peak
         near = near_the_budget(trace, target, counted)
+        slack = 0 if trace.walks else FLOOR_SLACK * engine_profile(trace, [False] * len(evict))[0]
         if trace.walks:  # (the anchored schedule's engine count knows a single walk)
             if eager is not None and eager < counted:
                 return REPLAY, evict, eager
@@ -494,7 +495,7 @@ class Planner:
             and (eager is None or anchored.peak <= REPLAY_SLACK * eager)
         ):
             return ANCHORED, anchored.evicted, anchored.peak
-        if eager is not None and eager < counted and not near:
+        if eager is not None and eager < counted and (not near or eager <= target + slack):
             return REPLAY, evict, eager  # about what the eager step held (see _prices)
         return FLOOR, evict, counted
 
