@@ -49,6 +49,24 @@ class Evictor:
         if tier is not None:
             del self._tiers[tier][ident]
 
+    def reprice(self, key: tuple, seconds: float) -> None:
+        """An op of the timer's ``key`` ran in ``seconds``, faster than any run of it before:
+        the held candidates priced at a slower run of it cost that now, and move to their
+        tier. A pause at one of a step's first ops (its only run so far) otherwise priced its
+        values dear for the whole step, and the step kept them over cheaper ones: the
+        residual MLP of ``benchmarks/bench_budget_noise.py`` (op times jittered, σ 2) held 8
+        values where 4 fit, and its plan could not know that a replay would hold less."""
+        moved = []
+        for ident, tier in self._tier_of.items():
+            ref = self._tiers[tier][ident]
+            slot = ref()
+            if slot is not None and slot.priced_as == key and slot.cost > seconds:
+                moved.append((ident, ref, slot, tier))
+        for ident, ref, slot, tier in moved:
+            slot.cost = seconds
+            del self._tiers[tier][ident]
+            self._place(ident, ref, _tier(seconds, slot.nbytes))
+
     def evict_until(self, pool: Any, limit: int) -> None:
         """Evict from ``pool`` until it holds at most ``limit`` bytes, or nothing is left.
 

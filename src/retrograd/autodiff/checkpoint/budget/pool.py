@@ -31,6 +31,7 @@ class Slot:
         "nbytes",
         "parents",
         "planned",
+        "priced_as",
         "value",
     )
 
@@ -47,6 +48,9 @@ class Slot:
         #: the step's plan for it: evicted at once (``True``: stays evicted even when read
         #: again in forward), kept (``False``: held even when only backed up), or ``None``
         self.planned: bool | None = None
+        #: the timer's key of its op (:attr:`~.timer.OpTimer.key`) when it was timed, else
+        #: ``()``: a faster run of the same op and shapes later lowers its ``cost``
+        self.priced_as: tuple = ()
 
 
 class BudgetSaved(Saved):

@@ -36,7 +36,7 @@ from .evictor import Evictor
 from .planner import ANCHORED, FITS, FLOOR, Planner
 from .pool import BudgetSaved, Constant, MemoryPool, Slot
 from .recorder import TraceRecorder
-from .timer import OpTimer
+from .timer import REPRICE_FACTOR, OpTimer
 
 __all__ = ["BudgetCheckpointing", "backs_up", "parse_bytes"]
 
@@ -147,6 +147,10 @@ class BudgetCheckpointing(CheckpointStrategy):
         #: position -> the slot of each value of the step being recorded that the plans it
         #: matches disagree on (held until they agree, see Planner._narrow), weakly
         self._disputed: dict[int, weakref.ref] = {}
+        #: a replay's step (:data:`~.planner.REPLAY`): the timer's key -> the lowest price the
+        #: replayed values of that key were given so far in the step, so that the replay
+        #: reprices its held values as the eager step it copies did (see _replayed)
+        self._replay_prices: dict[tuple, float] = {}
 
     # -- what reports and tests read: attributes of the parts ------------------------------------
     held_bytes = _of_part("pool", "held_bytes", "Bytes of the values held for backward now.")
@@ -207,8 +211,10 @@ class BudgetCheckpointing(CheckpointStrategy):
                 measured = timer.measure(op.name, out_bytes, inputs)
                 noted = recorder.note(node, inputs, out, out_bytes, measured, recompute, timer.key)
             planned, seconds = planner.on_value(noted, recompute)
-            if self._disputed and noted is not None and noted[0] == 0:
-                self._disputed.clear()  # a step starts (the last one's graph was dropped)
+            if noted is not None and noted[0] == 0:  # a step starts
+                self._replay_prices.clear()
+                if self._disputed:  # (the last one's graph was dropped)
+                    self._disputed.clear()
             # the plans still matched disagree on it (Planner._narrow), and there is no room to
             # hold it until they agree: evicted
             if planner.disputed_now and self.pool.held_bytes + out_bytes > planner.limit:
@@ -245,6 +251,12 @@ class BudgetCheckpointing(CheckpointStrategy):
                 slot = saved.slot = _new(Slot)
                 slot.value, slot.nbytes, slot.cost = RECOMPUTE, out_bytes, seconds
                 slot.parents, slot.evictable, slot.planned = tuple(backups), out_bytes > 0, planned
+                if measured is not None:
+                    slot.priced_as = timer.key
+                elif planned is None and noted is not None and planner.following:
+                    slot.priced_as = self._replayed(noted[0], seconds)
+                else:
+                    slot.priced_as = ()
                 if planner.disputed_now:
                     self._disputed[noted[0]] = weakref.ref(slot)
             if planner.settled:
@@ -269,12 +281,32 @@ class BudgetCheckpointing(CheckpointStrategy):
             saved.keys = keys
             saved.actions = actions or None
             pool, limit = self.pool, planner.limit
+            if timer.improved is not None:  # the values priced at a slower run of this op
+                self.evictor.reprice(timer.improved, measured)
+                timer.improved = None
             if pool.held_bytes > limit:
                 self.evictor.evict_until(pool, limit)
             if pool.held_bytes > pool.peak:  # MemoryPool.note_peak, inlined
                 pool.peak = pool.held_bytes
             timer.tick = perf_counter()  # OpTimer.restart, inlined: the next op's time starts
         return saved
+
+    def _replayed(self, position: int, seconds: float) -> tuple:
+        """The timer's key of the replayed value at ``position``, priced ``seconds`` by its
+        plan; the held values of the same key priced higher are repriced, as
+        :meth:`.Evictor.reprice` repriced them in the eager step the replay copies (whose
+        prices, the fastest run so far of each op as it went, fall within the step)."""
+        values = self.planner.plan.values
+        if values is None or position >= len(values):
+            return ()
+        prices = self._replay_prices
+        key = values[position].priced_as
+        lowest = prices.get(key)
+        if lowest is None or seconds < lowest:
+            prices[key] = seconds
+            if lowest is not None and seconds * REPRICE_FACTOR <= lowest:
+                self.evictor.reprice(key, seconds)
+        return key
 
     def _evict_settled(self) -> None:
         """Evict the disputed values the plans still matched now all evict."""

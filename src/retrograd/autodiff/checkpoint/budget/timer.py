@@ -18,6 +18,11 @@ __all__ = ["OpTimer"]
 #: seconds per byte assumed for an op whose time was not measured (about a memory-bound op's)
 _DEFAULT_SECONDS_PER_BYTE = 1e-10
 
+#: a run of an op this much faster than its fastest before reprices the values priced at that
+#: (:attr:`OpTimer.improved`): an eviction tier's width (:mod:`.evictor`), so that the small
+#: gains of every run do not each cost a pass over the values held
+REPRICE_FACTOR = math.sqrt(2)
+
 #: op keys (op, bytes, shapes) whose fastest time is kept at most, the oldest dropped first: a
 #: loop whose shapes change every step (a sequence length or a batch size drawn per batch)
 #: would otherwise add keys for as long as it runs. A loop of fixed shapes keeps a few hundred.
@@ -40,6 +45,10 @@ class OpTimer:
         self.tick = math.inf
         #: the key of the op measured last (see :meth:`fastest`)
         self.key: tuple = ()
+        #: the key of the op measured last when that run beat an earlier fastest time of the
+        #: same key by :data:`REPRICE_FACTOR` (the values priced at the slower time are
+        #: repriced: see :meth:`.Evictor.reprice`), else ``None``
+        self.improved: tuple | None = None
 
     def measure(self, op_name: str, out_bytes: int, inputs: tuple) -> float:
         """Seconds the op just recorded took, the fastest seen for the same op and shapes."""
@@ -50,6 +59,8 @@ class OpTimer:
             return best
         if seconds <= 0 or seconds == math.inf:  # the first op after a backward: unknown
             return best if best is not None else _DEFAULT_SECONDS_PER_BYTE * (out_bytes + 1)
+        if best is not None and seconds * REPRICE_FACTOR <= best:
+            self.improved = key
         table = self._seconds
         if best is None and len(table) >= MAX_KEYS:
             del table[next(iter(table))]
