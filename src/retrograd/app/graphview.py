@@ -86,6 +86,9 @@ class StepGraph:
     strategy: str
     description: str
     recomputed_bytes: int = 0
+    #: under a budget: the share of the step's FLOPs its plan recomputes (counted from the
+    #: ops' shapes, ``BudgetCheckpointing.recompute_fraction``), else ``None``
+    recompute_fraction: float | None = None
 
     def counts(self) -> Counter:
         return Counter((n.kind, n.status) for n in self.nodes)
@@ -134,6 +137,14 @@ class StepGraph:
                 f"{sum(n.status == FREED for n in ops)} freed after forward "
                 f"({_kib(totals[FREED])})",
                 f"backward recomputed {_kib(self.recomputed_bytes)}",
+                *(
+                    []
+                    if self.recompute_fraction is None
+                    else [
+                        f"the plan recomputes {100 * self.recompute_fraction:.1f}% of the "
+                        "step's FLOPs (counted from the ops' shapes, not timed)"
+                    ]
+                ),
             ]
         )
 
@@ -231,6 +242,7 @@ def trace_step(
         f"{graph.strategy}"
     )
     graph.recomputed_bytes = loss.backward().recomputed_bytes
+    graph.recompute_fraction = getattr(strategy, "recompute_fraction", None)
     return graph
 
 

@@ -548,19 +548,24 @@ def _fit_in(
     return report.metrics
 
 
-def plan_report(replica: Replica) -> dict[str, int]:
+def plan_report(replica: Replica) -> dict[str, float]:
     """Under a memory budget: the budget, the peak its plan predicted (the engine's count,
-    which ``Gradients.peak_bytes`` reports) and the most a step that followed it held, for
-    this process's first replica; empty under another strategy or before any plan."""
+    which ``Gradients.peak_bytes`` reports), the most a step that followed it held and the
+    share of a step's FLOPs the plan recomputes (counted, not timed; absent for a replay),
+    for this process's first replica; empty under another strategy or before any plan."""
     strategy = replica.backend.checkpointing
     predicted = getattr(strategy, "predicted_peak", None)
     if predicted is None or replica.planned_peak_bytes is None:
         return {}
-    return {
+    report = {
         "budget_bytes": strategy.max_bytes,
         "plan_predicted_peak_bytes": predicted,
         "plan_measured_peak_bytes": replica.planned_peak_bytes,
     }
+    fraction = strategy.recompute_fraction
+    if fraction is not None:
+        report["plan_recompute_fraction"] = round(fraction, 4)
+    return report
 
 
 def _probe_memory(task: Task, template: nn.Module, world: int) -> StepMemory:

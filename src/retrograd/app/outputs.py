@@ -125,6 +125,12 @@ def summary_text(report: Report, checkpointing: str, world: int, written: Sequen
             f"{format_bytes(summary['budget_bytes'])}; Gradients.peak_bytes of the steps "
             "that followed it)"
         )
+        if "plan_recompute_fraction" in summary:
+            plan.append(
+                f"  budget plan            recomputes "
+                f"{100 * summary['plan_recompute_fraction']:.1f}% of a step's FLOPs "
+                "(counted from the ops' shapes)"
+            )
     lines = [
         "summary",
         *report.lines,

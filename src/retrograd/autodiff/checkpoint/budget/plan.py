@@ -107,6 +107,8 @@ class Trace:
     #: follow the first walk's: see :meth:`~.recorder.RecordedStep.observe`); empty for a
     #: step of one backward
     walks: tuple[int, ...] = ()
+    #: FLOPs of each value's op, counted from its shapes (:mod:`.flops`); empty when unknown
+    flops: list[float] = field(default_factory=list)
     _arrays: Any = field(default=None, init=False, repr=False, compare=False)
     _walk_traces: Any = field(default=None, init=False, repr=False, compare=False)
 
@@ -144,10 +146,27 @@ class Trace:
                     fixed=within(self.fixed),
                     gradients=within(self.gradients),
                     horizon=end - start,
+                    flops=self.flops,
                 )
                 parts.append((start, part))
             object.__setattr__(self, "_walk_traces", parts)
         return self._walk_traces
+
+    def with_costs(self, costs: list[float]) -> Trace:
+        """This trace with its ops priced at ``costs`` instead (each value's, in order)."""
+        return Trace(
+            sizes=self.sizes,
+            costs=list(costs),
+            parents=self.parents,
+            recomputable=self.recomputable,
+            reads=self.reads,
+            owners=self.owners,
+            fixed=self.fixed,
+            gradients=self.gradients,
+            horizon=self.horizon,
+            walks=self.walks,
+            flops=self.flops,
+        )
 
     def arrays(self) -> TraceArrays:
         """The trace as :func:`profile`'s kernel reads it, made at the first call after a
@@ -319,18 +338,7 @@ def plan_evictions_at(trace: Trace, budget: int, effort: Effort) -> tuple[list[b
 def unit_priced(trace: Trace) -> Trace:
     """``trace`` with every op priced at one second: a plan's seconds are then the count
     of ops it reruns, and the greedy's choices a function of the graph and sizes alone."""
-    return Trace(
-        sizes=trace.sizes,
-        costs=[1.0] * len(trace.costs),
-        parents=trace.parents,
-        recomputable=trace.recomputable,
-        reads=trace.reads,
-        owners=trace.owners,
-        fixed=trace.fixed,
-        gradients=trace.gradients,
-        horizon=trace.horizon,
-        walks=trace.walks,
-    )
+    return trace.with_costs([1.0] * len(trace.costs))
 
 
 def evict_the_unneeded(trace: Trace, evicted: Sequence[bool]) -> list[bool]:

@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .flops import op_flops
 from .plan import PLAN_LIMIT, Trace
 
 __all__ = ["RecordedStep", "RecordedValue", "TraceRecorder", "walked"]
@@ -158,6 +159,10 @@ class RecordedStep(NamedTuple):
             gradients=gradients,
             horizon=horizon,
             walks=walks,
+            flops=[  # a view shares its parent's buffer: no op ran for it
+                0.0 if value.owner != at else op_flops(value.priced_as, value.nbytes)
+                for at, value in enumerate(values)
+            ],
         )
         return values, trace
 

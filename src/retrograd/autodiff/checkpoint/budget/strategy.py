@@ -33,7 +33,8 @@ from .backward import (
     ReservingBudgetCheckpointer,
 )
 from .evictor import Evictor
-from .planner import ANCHORED, FITS, FLOOR, Planner
+from .flops import recompute_fraction
+from .planner import ANCHORED, FITS, FLOOR, REPLAY, Planner
 from .pool import BudgetSaved, Constant, MemoryPool, Slot
 from .recorder import TraceRecorder
 from .timer import REPRICE_FACTOR, OpTimer
@@ -164,6 +165,19 @@ class BudgetCheckpointing(CheckpointStrategy):
         which ``Gradients.peak_bytes`` reports), ``None`` before the first plan."""
         kept = self.planner.kept
         return kept[0].counted if kept else None
+
+    @property
+    def recompute_fraction(self) -> float | None:
+        """The share of a step's FLOPs the latest plan recomputes, counted from its ops'
+        shapes (:mod:`.flops`: products ``2mnk``, one per element otherwise, backward twice
+        forward), each evicted value rerun once as the plan models it: no timing enters it.
+        ``None`` before the first plan, and for a replay of an eager step (which recomputes
+        as its forward's evictions go, chains several times over: its count is the
+        ``Gradients.recomputed_ops`` of its steps)."""
+        kept = self.planner.kept
+        if not kept or kept[0].mode == REPLAY:
+            return None
+        return recompute_fraction(kept[0].trace, kept[0].evict)
 
     def recomputes(self, op: Any) -> bool:
         return False  # everything is kept at first; eviction decides later
