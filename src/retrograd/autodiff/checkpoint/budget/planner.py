@@ -21,7 +21,8 @@ A budget under the greedy plan's floor (the lowest peak it finds) gets, when it 
 budget or holds less than that floor, an anchored schedule (:mod:`.segments`: only anchors
 kept from forward, each segment recomputed once from its anchor, what backward does not read
 dropped at once: :data:`ANCHORED`); else that floor (:data:`FLOOR`) when it holds no more than
-the budget plus a tenth of the unbudgeted step (:data:`FLOOR_SLACK`), followed at once; else
+the budget plus a tenth of the unbudgeted step (:data:`FLOOR_SLACK`) and the eager step did not
+both keep that and hold less, followed at once; else
 a replay of the eager step (:data:`REPLAY`: forward evicts for the budget, backward
 recomputes from √n anchors and drops for the budget) when the eager step held less than that
 floor, else the floor. Only a plan that fits is re-planned after a miss.
@@ -479,9 +480,13 @@ class Planner:
         """The mode, evictions and count of a plan whose greedy floor (``evict``, ``counted``)
         is above ``target``: the anchored schedule when it fits, or holds less than the floor
         (both as the engine counts, :func:`~.segments.engine_profile`) and no more than
-        :data:`REPLAY_SLACK` times what the eager step held; else the floor when it is near the
-        budget (:func:`near_the_budget`), or the floor or a replay of the eager step, whichever
-        held less. Whichever it is, every step after the eager one follows it."""
+        :data:`REPLAY_SLACK` times what the eager step held; else the floor or a replay of the
+        eager step, whichever held less, but the floor when it is near the budget
+        (:func:`near_the_budget`) and the eager step was not (a replay of an eager step that
+        missed it runs at the fastest prices, a schedule no step has run; one that kept it is
+        copied and holds what it held: issue 24's reproduction at 0.25x asks that a planned
+        step hold no more than the eager one). Whichever it is, every step after the eager
+        one follows it."""
         eager = self._eager_peak
         near = near_the_budget(trace, target, counted)
         slack = 0 if trace.walks else FLOOR_SLACK * engine_profile(trace, [False] * len(evict))[0]
