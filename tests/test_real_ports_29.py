@@ -1,35 +1,31 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-four more notebooks of Ben Trevett's tutorials, torchtext's fields and iterators replaced by
-lists of index tensors (the models, the training and evaluation loops and the inference helpers
-as written, dropout at 0 so that both runs draw nothing):
+"""Programs written here in the style of Ben Trevett's seq2seq and sentiment-analysis tutorial
+notebooks (bentrevett/pytorch-seq2seq, bentrevett/pytorch-sentiment-analysis), run under torch
+and, ported, under retrograd from the same weights (the harness: ``tests/real_ports.py``);
+torchtext's fields and iterators are lists of index tensors, dropout is 0 so that neither run
+draws:
 
-- "4 - Packed Padded Sequences, Masking, Inference and BLEU" (github.com/bentrevett/
-  pytorch-seq2seq): a bidirectional ``nn.GRU`` encoder over ``pack_padded_sequence(embedded,
-  src_len.to('cpu'))`` and ``pad_packed_sequence``, ``torch.cat((hidden[-2,:,:],
-  hidden[-1,:,:]), dim = 1)``, Bahdanau attention (``hidden.unsqueeze(1).repeat(1, src_len,
-  1)``, ``self.v(energy).squeeze(2)``, ``attention.masked_fill(mask == 0, -1e10)``), the mask
-  ``(src != self.src_pad_idx).permute(1, 0)``, ``torch.bmm`` of the weights, ``assert (output
-  == hidden).all()``, teacher forcing by ``random.random() < teacher_forcing_ratio`` and
-  ``output.argmax(1)``, ``outputs[t] = output`` into ``torch.zeros(...).to(self.device)``,
-  ``init_weights`` by parameter name on ``param.data``, ``CrossEntropyLoss(ignore_index =
-  TRG_PAD_IDX)`` of ``output[1:].view(-1, output_dim)``, ``clip_grad_norm_``, and
-  ``translate_sentence`` (``torch.LongTensor(src_indexes).unsqueeze(1)``, ``attentions[i] =
-  attention`` into a ``torch.zeros(max_len, 1, len(src_indexes))``, ``.argmax(1).item()``);
-- "3 - Faster Sentiment Analysis" (bentrevett/pytorch-sentiment-analysis): FastText with
-  ``generate_bigrams``, ``nn.Embedding(padding_idx=pad_idx)``, ``F.avg_pool2d(embedded,
-  (embedded.shape[1], 1))`` of a 3-d (unbatched) input, ``BCEWithLogitsLoss``,
-  ``binary_accuracy`` by ``torch.round(torch.sigmoid(preds))``, the pretrained vectors copied
-  in by ``weight.data.copy_`` and rows zeroed by ``weight.data[UNK_IDX] =
-  torch.zeros(EMBEDDING_DIM)``;
-- "4 - Convolutional Sentiment Analysis": ``nn.Conv2d(in_channels = 1, out_channels =
-  n_filters, kernel_size = (fs, embedding_dim))`` in an ``nn.ModuleList``, ``squeeze(3)``,
-  ``F.max_pool1d(conv, conv.shape[2]).squeeze(2)``, and the ``CNN1d`` variant of
-  ``nn.Conv1d`` over ``embedded.permute(0, 2, 1)``; ``predict_sentiment`` padding short
-  sentences to ``min_len``;
-- "5 - Multi-class Sentiment Analysis": the CNN with ``CrossEntropyLoss`` and
-  ``categorical_accuracy`` (``preds.argmax(1, keepdim = True)``, ``top_pred.eq(
-  y.view_as(top_pred)).sum()``, ``correct.float() / y.shape[0]``).
+- a packed, attentive translator: a bidirectional ``nn.GRU`` encoder over
+  ``pack_padded_sequence(embedded, lengths.to("cpu"))`` and ``pad_packed_sequence``,
+  ``torch.cat((hidden[-2, :, :], hidden[-1, :, :]), dim=1)``, additive attention
+  (``hidden.unsqueeze(1).repeat(1, src_len, 1)``, ``self.v(energy).squeeze(2)``,
+  ``scores.masked_fill(mask == 0, -1e10)``), the mask ``(src != pad).permute(1, 0)``,
+  ``torch.bmm`` of the weights, ``assert (output == hidden).all()``, teacher forcing by
+  ``random.random() < ratio`` and ``output.argmax(1)``, ``outputs[t] = output`` into
+  ``torch.zeros(...).to(self.device)``, initialisation by parameter name on ``param.data``,
+  ``CrossEntropyLoss(ignore_index=pad)`` of ``output[1:].view(-1, output_dim)``,
+  ``clip_grad_norm_``, and greedy translation (``torch.LongTensor(ids).unsqueeze(1)``,
+  ``attentions[i] = attention`` into a ``torch.zeros(max_len, 1, len(ids))``,
+  ``.argmax(1).item()``);
+- sentiment classifiers: a FastText-style bag with bigrams appended, ``nn.Embedding(...,
+  padding_idx=pad)``, ``F.avg_pool2d(embedded, (embedded.shape[1], 1))`` of a 3-d (unbatched)
+  input; ``nn.Conv2d(in_channels=1, out_channels=n, kernel_size=(fs, emb))`` in an
+  ``nn.ModuleList``, ``squeeze(3)``, ``F.max_pool1d(c, c.shape[2]).squeeze(2)``, and an
+  ``nn.Conv1d`` variant over ``embedded.permute(0, 2, 1)``; ``BCEWithLogitsLoss`` with
+  ``torch.round(torch.sigmoid(preds))`` accuracy, or ``CrossEntropyLoss`` with
+  ``preds.argmax(1, keepdim=True)``, ``top.eq(y.view_as(top)).sum()`` and ``correct.float() /
+  y.shape[0]``; pretrained vectors copied in by ``weight.data.copy_`` and rows zeroed by
+  ``weight.data[idx] = torch.zeros(dim)``; prediction padding short sentences to a minimum
+  length.
 """
 
 from __future__ import annotations
@@ -46,305 +42,158 @@ from real_ports import assert_records_agree, both
 SEQ2SEQ_SOURCE = """
 import random
 
-class Encoder(nn.Module):
-    def __init__(self, input_dim, emb_dim, enc_hid_dim, dec_hid_dim, dropout):
+
+class BiEncoder(nn.Module):
+    def __init__(self, vocab, emb, enc_hid, dec_hid, dropout):
         super().__init__()
+        self.embedding = nn.Embedding(vocab, emb)
+        self.rnn = nn.GRU(emb, enc_hid, bidirectional=True)
+        self.bridge = nn.Linear(2 * enc_hid, dec_hid)
+        self.drop = nn.Dropout(dropout)
 
-        self.embedding = nn.Embedding(input_dim, emb_dim)
-
-        self.rnn = nn.GRU(emb_dim, enc_hid_dim, bidirectional = True)
-
-        self.fc = nn.Linear(enc_hid_dim * 2, dec_hid_dim)
-
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, src, src_len):
-
-        #src = [src len, batch size]
-        #src_len = [batch size]
-
-        embedded = self.dropout(self.embedding(src))
-
-        #embedded = [src len, batch size, emb dim]
-
-        #need to explicitly put lengths on cpu!
-        packed_embedded = nn.utils.rnn.pack_padded_sequence(embedded, src_len.to('cpu'))
-
-        packed_outputs, hidden = self.rnn(packed_embedded)
-
-        #packed_outputs is a packed sequence containing all hidden states
-        #hidden is now from the final non-padded element in the batch
-
-        outputs, _ = nn.utils.rnn.pad_packed_sequence(packed_outputs)
-
-        #outputs is now a non-packed sequence, all hidden states obtained
-        #  when the input is a pad token are all zeros
-
-        hidden = torch.tanh(self.fc(torch.cat((hidden[-2,:,:], hidden[-1,:,:]), dim = 1)))
-
-        return outputs, hidden
+    def forward(self, src, lengths):
+        # lengths must live on the CPU for packing
+        embedded = self.drop(self.embedding(src))
+        packed = nn.utils.rnn.pack_padded_sequence(embedded, lengths.to("cpu"))
+        packed_out, hidden = self.rnn(packed)
+        states, _ = nn.utils.rnn.pad_packed_sequence(packed_out)  # zeros past each length
+        both_ends = torch.cat((hidden[-2, :, :], hidden[-1, :, :]), dim=1)
+        return states, torch.tanh(self.bridge(both_ends))
 
 
-class Attention(nn.Module):
-    def __init__(self, enc_hid_dim, dec_hid_dim):
+class AdditiveAttention(nn.Module):
+    def __init__(self, enc_hid, dec_hid):
         super().__init__()
+        self.mix = nn.Linear(2 * enc_hid + dec_hid, dec_hid)
+        self.v = nn.Linear(dec_hid, 1, bias=False)
 
-        self.attn = nn.Linear((enc_hid_dim * 2) + dec_hid_dim, dec_hid_dim)
-        self.v = nn.Linear(dec_hid_dim, 1, bias = False)
-
-    def forward(self, hidden, encoder_outputs, mask):
-
-        #hidden = [batch size, dec hid dim]
-        #encoder_outputs = [src len, batch size, enc hid dim * 2]
-
-        batch_size = encoder_outputs.shape[1]
-        src_len = encoder_outputs.shape[0]
-
-        #repeat decoder hidden state src_len times
-        hidden = hidden.unsqueeze(1).repeat(1, src_len, 1)
-
-        encoder_outputs = encoder_outputs.permute(1, 0, 2)
-
-        energy = torch.tanh(self.attn(torch.cat((hidden, encoder_outputs), dim = 2)))
-
-        attention = self.v(energy).squeeze(2)
-
-        attention = attention.masked_fill(mask == 0, -1e10)
-
-        return F.softmax(attention, dim = 1)
+    def forward(self, hidden, states, mask):
+        src_len = states.shape[0]
+        query = hidden.unsqueeze(1).repeat(1, src_len, 1)
+        energy = torch.tanh(self.mix(torch.cat((query, states.permute(1, 0, 2)), dim=2)))
+        scores = self.v(energy).squeeze(2).masked_fill(mask == 0, -1e10)
+        return F.softmax(scores, dim=1)
 
 
-class Decoder(nn.Module):
-    def __init__(self, output_dim, emb_dim, enc_hid_dim, dec_hid_dim, dropout, attention):
+class AttnDecoder(nn.Module):
+    def __init__(self, vocab, emb, enc_hid, dec_hid, dropout, attention):
         super().__init__()
+        self.output_dim, self.attention = vocab, attention
+        self.embedding = nn.Embedding(vocab, emb)
+        self.rnn = nn.GRU(2 * enc_hid + emb, dec_hid)
+        self.out = nn.Linear(2 * enc_hid + dec_hid + emb, vocab)
+        self.drop = nn.Dropout(dropout)
 
-        self.output_dim = output_dim
-        self.attention = attention
-
-        self.embedding = nn.Embedding(output_dim, emb_dim)
-
-        self.rnn = nn.GRU((enc_hid_dim * 2) + emb_dim, dec_hid_dim)
-
-        self.fc_out = nn.Linear((enc_hid_dim * 2) + dec_hid_dim + emb_dim, output_dim)
-
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, input, hidden, encoder_outputs, mask):
-
-        input = input.unsqueeze(0)
-
-        embedded = self.dropout(self.embedding(input))
-
-        a = self.attention(hidden, encoder_outputs, mask)
-
-        a = a.unsqueeze(1)
-
-        encoder_outputs = encoder_outputs.permute(1, 0, 2)
-
-        weighted = torch.bmm(a, encoder_outputs)
-
-        weighted = weighted.permute(1, 0, 2)
-
-        rnn_input = torch.cat((embedded, weighted), dim = 2)
-
-        output, hidden = self.rnn(rnn_input, hidden.unsqueeze(0))
-
-        assert (output == hidden).all()
-
-        embedded = embedded.squeeze(0)
-        output = output.squeeze(0)
-        weighted = weighted.squeeze(0)
-
-        prediction = self.fc_out(torch.cat((output, weighted, embedded), dim = 1))
-
-        return prediction, hidden.squeeze(0), a.squeeze(1)
+    def forward(self, token, hidden, states, mask):
+        embedded = self.drop(self.embedding(token.unsqueeze(0)))
+        weights = self.attention(hidden, states, mask).unsqueeze(1)
+        context = torch.bmm(weights, states.permute(1, 0, 2)).permute(1, 0, 2)
+        output, hidden = self.rnn(torch.cat((embedded, context), dim=2), hidden.unsqueeze(0))
+        assert (output == hidden).all()  # one step, one layer
+        features = torch.cat((output.squeeze(0), context.squeeze(0), embedded.squeeze(0)), dim=1)
+        return self.out(features), hidden.squeeze(0), weights.squeeze(1)
 
 
-class Seq2Seq(nn.Module):
-    def __init__(self, encoder, decoder, src_pad_idx, device):
+class Translator(nn.Module):
+    def __init__(self, encoder, decoder, pad, device):
         super().__init__()
+        self.encoder, self.decoder, self.pad, self.device = encoder, decoder, pad, device
 
-        self.encoder = encoder
-        self.decoder = decoder
-        self.src_pad_idx = src_pad_idx
-        self.device = device
+    def make_mask(self, src):
+        return (src != self.pad).permute(1, 0)
 
-    def create_mask(self, src):
-        mask = (src != self.src_pad_idx).permute(1, 0)
-        return mask
-
-    def forward(self, src, src_len, trg, teacher_forcing_ratio = 0.5):
-
-        batch_size = src.shape[1]
-        trg_len = trg.shape[0]
-        trg_vocab_size = self.decoder.output_dim
-
-        #tensor to store decoder outputs
-        outputs = torch.zeros(trg_len, batch_size, trg_vocab_size).to(self.device)
-
-        #encoder_outputs is all hidden states of the input sequence, back and forwards
-        #hidden is the final forward and backward hidden states, passed through a linear layer
-        encoder_outputs, hidden = self.encoder(src, src_len)
-
-        #first input to the decoder is the <sos> tokens
-        input = trg[0,:]
-
-        mask = self.create_mask(src)
-
-        for t in range(1, trg_len):
-
-            output, hidden, _ = self.decoder(input, hidden, encoder_outputs, mask)
-
+    def forward(self, src, lengths, trg, forcing=0.5):
+        steps, batch = trg.shape[0], src.shape[1]
+        outputs = torch.zeros(steps, batch, self.decoder.output_dim).to(self.device)
+        states, hidden = self.encoder(src, lengths)
+        mask, token = self.make_mask(src), trg[0, :]
+        for t in range(1, steps):
+            output, hidden, _ = self.decoder(token, hidden, states, mask)
             outputs[t] = output
-
-            teacher_force = random.random() < teacher_forcing_ratio
-
-            top1 = output.argmax(1)
-
-            input = trg[t] if teacher_force else top1
-
+            token = trg[t] if random.random() < forcing else output.argmax(1)
         return outputs
 
 
-def init_weights(m):
-    for name, param in m.named_parameters():
-        if 'weight' in name:
-            nn.init.normal_(param.data, mean=0, std=0.01)
+def small_normal_init(module):
+    for name, param in module.named_parameters():
+        if "weight" in name:
+            nn.init.normal_(param.data, std=0.01)
         else:
-            nn.init.constant_(param.data, 0)
+            nn.init.constant_(param.data, 0.0)
 
 
-def count_parameters(model):
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+def flat_loss(criterion, output, trg):
+    return criterion(output[1:].view(-1, output.shape[-1]), trg[1:].view(-1))
 
 
-def train(model, iterator, optimizer, criterion, clip):
-
+def fit_epoch(model, batches, optimizer, criterion, clip):
     model.train()
-
-    epoch_loss = 0
-
-    for i, batch in enumerate(iterator):
-
-        src, src_len = batch.src
-        trg = batch.trg
-
+    total = 0.0
+    for batch in batches:
+        (src, lengths), trg = batch.src, batch.trg
         optimizer.zero_grad()
-
-        output = model(src, src_len, trg)
-
-        output_dim = output.shape[-1]
-
-        output = output[1:].view(-1, output_dim)
-        trg = trg[1:].view(-1)
-
-        loss = criterion(output, trg)
-
+        loss = flat_loss(criterion, model(src, lengths, trg), trg)
         loss.backward()
-
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)
         optimizer.step()
-
-        epoch_loss += loss.item()
-
-    return epoch_loss / len(iterator)
+        total += loss.item()
+    return total / len(batches)
 
 
-def evaluate(model, iterator, criterion):
-
+def score(model, batches, criterion):
     model.eval()
-
-    epoch_loss = 0
-
+    total = 0.0
     with torch.no_grad():
-
-        for i, batch in enumerate(iterator):
-
-            src, src_len = batch.src
-            trg = batch.trg
-
-            output = model(src, src_len, trg, 0) #turn off teacher forcing
-
-            output_dim = output.shape[-1]
-
-            output = output[1:].view(-1, output_dim)
-            trg = trg[1:].view(-1)
-
-            loss = criterion(output, trg)
-
-            epoch_loss += loss.item()
-
-    return epoch_loss / len(iterator)
+        for batch in batches:
+            (src, lengths), trg = batch.src, batch.trg
+            output = model(src, lengths, trg, 0)  # no teacher forcing
+            total += flat_loss(criterion, output, trg).item()
+    return total / len(batches)
 
 
-def translate_sentence(src_indexes, sos_idx, eos_idx, model, device, max_len = 50):
-
+def translate(ids, sos, eos, model, device, max_len=20):
     model.eval()
-
-    src_tensor = torch.LongTensor(src_indexes).unsqueeze(1).to(device)
-
-    src_len = torch.LongTensor([len(src_indexes)])
-
+    src = torch.LongTensor(ids).unsqueeze(1).to(device)
     with torch.no_grad():
-        encoder_outputs, hidden = model.encoder(src_tensor, src_len)
-
-    mask = model.create_mask(src_tensor)
-
-    trg_indexes = [sos_idx]
-
-    attentions = torch.zeros(max_len, 1, len(src_indexes)).to(device)
-
+        states, hidden = model.encoder(src, torch.LongTensor([len(ids)]))
+    mask, out_ids = model.make_mask(src), [sos]
+    attentions = torch.zeros(max_len, 1, len(ids)).to(device)
     for i in range(max_len):
-
-        trg_tensor = torch.LongTensor([trg_indexes[-1]]).to(device)
-
+        last = torch.LongTensor([out_ids[-1]]).to(device)
         with torch.no_grad():
-            output, hidden, attention = model.decoder(trg_tensor, hidden, encoder_outputs, mask)
-
+            output, hidden, attention = model.decoder(last, hidden, states, mask)
         attentions[i] = attention
-
-        pred_token = output.argmax(1).item()
-
-        trg_indexes.append(pred_token)
-
-        if pred_token == eos_idx:
+        out_ids.append(output.argmax(1).item())
+        if out_ids[-1] == eos:
             break
+    return out_ids[1:], attentions[: len(out_ids) - 1]
 
-    return trg_indexes[1:], attentions[:len(trg_indexes)-1]
 
-
-def main(batches, valid, INPUT_DIM, OUTPUT_DIM, SRC_PAD_IDX, TRG_PAD_IDX, device, N_EPOCHS=2):
-    ENC_EMB_DIM = 8
-    DEC_EMB_DIM = 8
-    ENC_HID_DIM = 12
-    DEC_HID_DIM = 12
-    ENC_DROPOUT = 0.0
-    DEC_DROPOUT = 0.0
-
-    attn = Attention(ENC_HID_DIM, DEC_HID_DIM)
-    enc = Encoder(INPUT_DIM, ENC_EMB_DIM, ENC_HID_DIM, DEC_HID_DIM, ENC_DROPOUT)
-    dec = Decoder(OUTPUT_DIM, DEC_EMB_DIM, ENC_HID_DIM, DEC_HID_DIM, DEC_DROPOUT, attn)
-
-    model = Seq2Seq(enc, dec, SRC_PAD_IDX, device).to(device)
-    model.apply(init_weights)
-    records = [count_parameters(model)]
-
-    optimizer = optim.Adam(model.parameters(), lr=0.01)
-    criterion = nn.CrossEntropyLoss(ignore_index = TRG_PAD_IDX)
-    CLIP = 1
-
-    for epoch in range(N_EPOCHS):
-        train_loss = train(model, batches, optimizer, criterion, CLIP)
-        valid_loss = evaluate(model, valid, criterion)
-        records.append([train_loss, valid_loss, math.exp(valid_loss)])
-    return model, records
+def main(batches, valid, src_vocab, trg_vocab, src_pad, trg_pad, device, epochs=2, start=None):
+    attention = AdditiveAttention(10, 10)
+    decoder = AttnDecoder(trg_vocab, 6, 10, 10, 0.0, attention)
+    model = Translator(BiEncoder(src_vocab, 6, 10, 10, 0.0), decoder, src_pad, device).to(device)
+    model.apply(small_normal_init)
+    if start is not None:
+        model.load_state_dict(start)
+    log = [sum(p.numel() for p in model.parameters() if p.requires_grad)]
+    adam = optim.Adam(model.parameters(), lr=0.01)
+    criterion = nn.CrossEntropyLoss(ignore_index=trg_pad)
+    for epoch in range(epochs):
+        train_loss = fit_epoch(model, batches, adam, criterion, 1.0)
+        valid_loss = score(model, valid, criterion)
+        log.append([train_loss, valid_loss, math.exp(valid_loss)])
+    return model, log
 """
 
 SEQ2SEQ_STEP = [
     (
-        "        loss.backward()\n\n        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)\n\n        optimizer.step()",
-        "        grads = loss.backward()\n\n        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), clip)\n\n        optimizer.step(grads)",
+        "        loss.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip)\n"
+        "        optimizer.step()",
+        "        grads = loss.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), max_norm=clip)\n"
+        "        optimizer.step(grads)",
     ),
 ]
 
@@ -373,11 +222,7 @@ def _seq2seq_batches(lib, rng, n, pad=1, sos=2, eos=3):
 
 
 def test_seq2seq_training_from_the_same_weights_matches_torch():
-    source = SEQ2SEQ_SOURCE.replace(
-        "    model.apply(init_weights)\n",
-        "    model.apply(init_weights)\n    if start is not None:\n        model.load_state_dict(start)\n",
-    ).replace("device, N_EPOCHS=2):", "device, N_EPOCHS=2, start=None):")
-    theirs, ours = both(source, SEQ2SEQ_STEP)
+    theirs, ours = both(SEQ2SEQ_SOURCE, SEQ2SEQ_STEP)
     records, start = [], None
     for lib, names in ((torch, theirs), (rg, ours)):
         rng = np.random.default_rng(29)
@@ -385,13 +230,13 @@ def test_seq2seq_training_from_the_same_weights_matches_torch():
         valid = _seq2seq_batches(lib, rng, 2)
         if start is None:
             torch.manual_seed(0)
-            reference = names["Seq2Seq"](
-                names["Encoder"](10, 8, 12, 12, 0.0),
-                names["Decoder"](10, 8, 12, 12, 0.0, names["Attention"](12, 12)),
+            reference = names["Translator"](
+                names["BiEncoder"](10, 6, 10, 10, 0.0),
+                names["AttnDecoder"](10, 6, 10, 10, 0.0, names["AdditiveAttention"](10, 10)),
                 1,
                 "cpu",
             )
-            reference.apply(names["init_weights"])
+            reference.apply(names["small_normal_init"])
             for p in reference.parameters():  # spread the weights: std 0.01 learns slowly
                 p.data.mul_(30.0)
             start = {k: v.detach().numpy().copy() for k, v in reference.state_dict().items()}
@@ -399,9 +244,7 @@ def test_seq2seq_training_from_the_same_weights_matches_torch():
         model, record = names["main"](
             batches, valid, 10, 10, 1, 1, "cpu", start={k: lib.tensor(v) for k, v in start.items()}
         )
-        tokens, attentions = names["translate_sentence"](
-            [2, 5, 7, 6, 3], 2, 3, model, "cpu", max_len=8
-        )
+        tokens, attentions = names["translate"]([2, 5, 7, 6, 3], 2, 3, model, "cpu", max_len=8)
         record.extend([tokens, attentions.numpy()])
         record.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
         records.append(record)
@@ -409,219 +252,100 @@ def test_seq2seq_training_from_the_same_weights_matches_torch():
 
 
 SENTIMENT_SOURCE = """
-def generate_bigrams(x):
-    n_grams = set(zip(*[x[i:] for i in range(2)]))
-    for n_gram in n_grams:
-        x.append(' '.join(n_gram))
-    return x
+def with_bigrams(words):
+    pairs = {a + " " + b for a, b in zip(words, words[1:])}
+    return words + sorted(pairs)
 
 
-class FastText(nn.Module):
-    def __init__(self, vocab_size, embedding_dim, output_dim, pad_idx):
-
+class BagOfNgrams(nn.Module):
+    def __init__(self, vocab, dim, out, pad):
         super().__init__()
+        self.embedding = nn.Embedding(vocab, dim, padding_idx=pad)
+        self.fc = nn.Linear(dim, out)
 
-        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=pad_idx)
+    def forward(self, text):  # text: [len, batch]
+        embedded = self.embedding(text).permute(1, 0, 2)
+        return self.fc(F.avg_pool2d(embedded, (embedded.shape[1], 1)).squeeze(1))
 
-        self.fc = nn.Linear(embedding_dim, output_dim)
+
+class Conv2dText(nn.Module):
+    def __init__(self, vocab, dim, filters, widths, out, dropout, pad):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, dim, padding_idx=pad)
+        self.convs = nn.ModuleList(
+            [nn.Conv2d(in_channels=1, out_channels=filters, kernel_size=(w, dim)) for w in widths])
+        self.fc = nn.Linear(len(widths) * filters, out)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, text):  # text: [batch, len]
+        x = self.embedding(text).unsqueeze(1)
+        maps = [F.relu(conv(x)).squeeze(3) for conv in self.convs]
+        pooled = [F.max_pool1d(m, m.shape[2]).squeeze(2) for m in maps]
+        return self.fc(self.drop(torch.cat(pooled, dim=1)))
+
+
+class Conv1dText(nn.Module):
+    def __init__(self, vocab, dim, filters, widths, out, dropout, pad):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, dim, padding_idx=pad)
+        self.convs = nn.ModuleList(
+            [nn.Conv1d(in_channels=dim, out_channels=filters, kernel_size=w) for w in widths])
+        self.fc = nn.Linear(len(widths) * filters, out)
+        self.drop = nn.Dropout(dropout)
 
     def forward(self, text):
-
-        #text = [sent len, batch size]
-
-        embedded = self.embedding(text)
-
-        #embedded = [sent len, batch size, emb dim]
-
-        embedded = embedded.permute(1, 0, 2)
-
-        #embedded = [batch size, sent len, emb dim]
-
-        pooled = F.avg_pool2d(embedded, (embedded.shape[1], 1)).squeeze(1)
-
-        #pooled = [batch size, embedding_dim]
-
-        return self.fc(pooled)
+        x = self.embedding(text).permute(0, 2, 1)  # channels are the embedding
+        maps = [F.relu(conv(x)) for conv in self.convs]
+        pooled = [F.max_pool1d(m, m.shape[2]).squeeze(2) for m in maps]
+        return self.fc(self.drop(torch.cat(pooled, dim=1)))
 
 
-class CNN(nn.Module):
-    def __init__(self, vocab_size, embedding_dim, n_filters, filter_sizes, output_dim,
-                 dropout, pad_idx):
-
-        super().__init__()
-
-        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx = pad_idx)
-
-        self.convs = nn.ModuleList([
-                                    nn.Conv2d(in_channels = 1,
-                                              out_channels = n_filters,
-                                              kernel_size = (fs, embedding_dim))
-                                    for fs in filter_sizes
-                                    ])
-
-        self.fc = nn.Linear(len(filter_sizes) * n_filters, output_dim)
-
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, text):
-
-        #text = [batch size, sent len]
-
-        embedded = self.embedding(text)
-
-        #embedded = [batch size, sent len, emb dim]
-
-        embedded = embedded.unsqueeze(1)
-
-        #embedded = [batch size, 1, sent len, emb dim]
-
-        conved = [F.relu(conv(embedded)).squeeze(3) for conv in self.convs]
-
-        #conved_n = [batch size, n_filters, sent len - filter_sizes[n] + 1]
-
-        pooled = [F.max_pool1d(conv, conv.shape[2]).squeeze(2) for conv in conved]
-
-        #pooled_n = [batch size, n_filters]
-
-        cat = self.dropout(torch.cat(pooled, dim = 1))
-
-        #cat = [batch size, n_filters * len(filter_sizes)]
-
-        return self.fc(cat)
+def binary_accuracy(logits, y):
+    hits = (torch.round(torch.sigmoid(logits)) == y).float()
+    return hits.sum() / len(hits)
 
 
-class CNN1d(nn.Module):
-    def __init__(self, vocab_size, embedding_dim, n_filters, filter_sizes, output_dim,
-                 dropout, pad_idx):
-
-        super().__init__()
-
-        self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx = pad_idx)
-
-        self.convs = nn.ModuleList([
-                                    nn.Conv1d(in_channels = embedding_dim,
-                                              out_channels = n_filters,
-                                              kernel_size = fs)
-                                    for fs in filter_sizes
-                                    ])
-
-        self.fc = nn.Linear(len(filter_sizes) * n_filters, output_dim)
-
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, text):
-
-        #text = [batch size, sent len]
-
-        embedded = self.embedding(text)
-
-        #embedded = [batch size, sent len, emb dim]
-
-        embedded = embedded.permute(0, 2, 1)
-
-        #embedded = [batch size, emb dim, sent len]
-
-        conved = [F.relu(conv(embedded)) for conv in self.convs]
-
-        #conved_n = [batch size, n_filters, sent len - filter_sizes[n] + 1]
-
-        pooled = [F.max_pool1d(conv, conv.shape[2]).squeeze(2) for conv in conved]
-
-        #pooled_n = [batch size, n_filters]
-
-        cat = self.dropout(torch.cat(pooled, dim = 1))
-
-        #cat = [batch size, n_filters * len(filter_sizes)]
-
-        return self.fc(cat)
+def categorical_accuracy(logits, y):
+    top = logits.argmax(1, keepdim=True)
+    return top.eq(y.view_as(top)).sum().float() / y.shape[0]
 
 
-def binary_accuracy(preds, y):
-    \"\"\"
-    Returns accuracy per batch, i.e. if you get 8/10 right, this returns 0.8, NOT 8
-    \"\"\"
-
-    #round predictions to the closest integer
-    rounded_preds = torch.round(torch.sigmoid(preds))
-    correct = (rounded_preds == y).float() #convert into float for division
-    acc = correct.sum() / len(correct)
-    return acc
-
-
-def categorical_accuracy(preds, y):
-    \"\"\"
-    Returns accuracy per batch, i.e. if you get 8/10 right, this returns 0.8, NOT 8
-    \"\"\"
-    top_pred = preds.argmax(1, keepdim = True)
-    correct = top_pred.eq(y.view_as(top_pred)).sum()
-    acc = correct.float() / y.shape[0]
-    return acc
-
-
-def train(model, iterator, optimizer, criterion, accuracy):
-
-    epoch_loss = 0
-    epoch_acc = 0
-
+def one_epoch(model, batches, optimizer, criterion, accuracy):
     model.train()
-
-    for batch in iterator:
-
+    loss_sum = acc_sum = 0.0
+    for batch in batches:
         optimizer.zero_grad()
-
-        predictions = model(batch.text).squeeze(1)
-
-        loss = criterion(predictions, batch.label)
-
-        acc = accuracy(predictions, batch.label)
-
+        logits = model(batch.text).squeeze(1)
+        loss = criterion(logits, batch.label)
+        acc = accuracy(logits, batch.label)
         loss.backward()
-
         optimizer.step()
-
-        epoch_loss += loss.item()
-        epoch_acc += acc.item()
-
-    return epoch_loss / len(iterator), epoch_acc / len(iterator)
+        loss_sum, acc_sum = loss_sum + loss.item(), acc_sum + acc.item()
+    return loss_sum / len(batches), acc_sum / len(batches)
 
 
-def predict_sentiment(model, indexed, pad_idx, min_len = 5):
+def predict(model, ids, pad, min_len=4, batch_first=True):
     model.eval()
-    if len(indexed) < min_len:
-        indexed += [pad_idx] * (min_len - len(indexed))
-    tensor = torch.LongTensor(indexed)
-    tensor = tensor.unsqueeze(0)
-    prediction = torch.sigmoid(model(tensor))
-    return prediction.item()
+    if len(ids) < min_len:  # the widest filter needs this many tokens
+        ids = ids + [pad] * (min_len - len(ids))
+    x = torch.LongTensor(ids)
+    x = x.unsqueeze(0) if batch_first else x.unsqueeze(1)
+    return torch.sigmoid(model(x)).item()
 
 
-# "3 - Faster Sentiment Analysis"'s own predict_sentiment (FastText reads [sent len, batch size])
-def predict_sentiment_fasttext(model, indexed):
-    model.eval()
-    tensor = torch.LongTensor(indexed)
-    tensor = tensor.unsqueeze(1)
-    prediction = torch.sigmoid(model(tensor))
-    return prediction.item()
-
-
-def main(model, batches, pretrained_embeddings, UNK_IDX, PAD_IDX, EMBEDDING_DIM, criterion, accuracy):
-    model.embedding.weight.data.copy_(pretrained_embeddings)
-
-    model.embedding.weight.data[UNK_IDX] = torch.zeros(EMBEDDING_DIM)
-    model.embedding.weight.data[PAD_IDX] = torch.zeros(EMBEDDING_DIM)
-
-    optimizer = optim.Adam(model.parameters())
-
-    records = []
-    for epoch in range(2):
-        records.append(list(train(model, batches, optimizer, criterion, accuracy)))
-    return records
+def main(model, batches, vectors, unk, pad, dim, criterion, accuracy):
+    table = model.embedding.weight.data
+    table.copy_(vectors)
+    for idx in (unk, pad):
+        table[idx] = torch.zeros(dim)
+    adam = optim.Adam(model.parameters())
+    return [list(one_epoch(model, batches, adam, criterion, accuracy)) for _ in range(2)]
 """
 
 SENTIMENT_STEP = [
     (
-        "        loss.backward()\n\n        optimizer.step()",
-        "        grads = loss.backward()\n\n        optimizer.step(grads)",
+        "        loss.backward()\n        optimizer.step()",
+        "        grads = loss.backward()\n        optimizer.step(grads)",
     ),
 ]
 
@@ -644,9 +368,9 @@ def test_sentiment_models_train_and_predict_as_torch(model_name):
     for lib, names in ((torch, theirs), (rg, ours)):
         torch.manual_seed(0)
         if model_name == "FastText":
-            model = names["FastText"](20, 6, 1, 1)
+            model = names["BagOfNgrams"](20, 6, 1, 1)
         else:
-            cls = names["CNN1d" if model_name == "CNN1d" else "CNN"]
+            cls = names["Conv1dText" if model_name == "CNN1d" else "Conv2dText"]
             model = cls(20, 6, 4, [2, 3], 3 if multiclass else 1, 0.0, 1)
         if initial is None:
             initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
@@ -669,10 +393,10 @@ def test_sentiment_models_train_and_predict_as_torch(model_name):
         if not multiclass:
             sentence = [4, 7]
             if model_name == "FastText":
-                record.append(names["predict_sentiment_fasttext"](model, sentence + [5, 11]))
+                record.append(names["predict"](model, sentence + [5, 11], 1, batch_first=False))
             else:
-                record.append(names["predict_sentiment"](model, sentence, 1))
-        record.append(sorted(names["generate_bigrams"](["this", "film", "is"])))
+                record.append(names["predict"](model, sentence, 1))
+        record.append(names["with_bigrams"](["a", "quiet", "film"]))
         record.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
         records.append(record)
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)

@@ -1,32 +1,33 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""A program written here in the style of pytorch/examples' word-level language model
+(``word_language_model``: its data, model and training scripts), run under torch and, ported,
+under retrograd from the same weights (the harness: ``tests/real_ports.py``), on a small corpus
+written to disk:
 
-- the word-level language model of pytorch/examples (``word_language_model/data.py``,
-  ``model.py`` and ``main.py``), on a small corpus written to disk: ``Dictionary``/``Corpus``
-  reading ``train.txt`` line by line into ``torch.tensor(ids).type(torch.int64)`` and
-  ``torch.cat(idss)``; ``batchify`` by ``data.narrow(0, 0, nbatch * bsz)`` and
-  ``data.view(bsz, -1).t().contiguous()``; ``RNNModel`` building its recurrent layer by
-  ``getattr(nn, rnn_type)(ninp, nhid, nlayers, dropout=dropout)`` (or ``nn.RNN(...,
-  nonlinearity=)``), the tied ``self.decoder.weight = self.encoder.weight``,
-  ``nn.init.uniform_``/``zeros_``, ``init_hidden`` by ``next(self.parameters()).new_zeros``;
-  ``TransformerModel`` deriving from ``nn.Transformer`` (``super().__init__(d_model=...,
-  nhead=..., dim_feedforward=..., num_encoder_layers=...)``, its ``decoder`` replaced by an
+- a vocabulary and corpus reading ``train.txt``/``valid.txt``/``test.txt`` line by line into
+  ``torch.tensor(ids).type(torch.int64)`` joined by ``torch.cat``; batches made by
+  ``data.narrow(0, 0, n * bsz)`` and ``data.view(bsz, -1).t().contiguous()``;
+- a recurrent model building its layer by ``getattr(nn, kind)(emb, hid, layers,
+  dropout=...)`` (or ``nn.RNN(..., nonlinearity=...)``), tied weights by
+  ``self.decoder.weight = self.encoder.weight``, ``nn.init.uniform_``/``zeros_``, the first
+  hidden state by ``next(self.parameters()).new_zeros``;
+- a model deriving from ``nn.Transformer`` (``super().__init__(d_model=..., nhead=...,
+  dim_feedforward=..., num_encoder_layers=...)``, its ``decoder`` replaced by an
   ``nn.Linear``, only ``self.encoder`` called, with ``mask=``), the causal mask by
-  ``(torch.triu(torch.ones(sz, sz)) == 1).transpose(0, 1)`` and two ``masked_fill``s of a
-  ``.float()`` mask, ``src.device`` and ``.to(device)``, ``PositionalEncoding``'s buffer;
-  ``main.py``'s loop: ``repackage_hidden`` on ``isinstance(h, torch.Tensor)`` over LSTM state
-  tuples, ``get_batch``, ``model.zero_grad()``, ``torch.nn.utils.clip_grad_norm_`` and the
-  hand-written SGD ``p.data.add_(p.grad, alpha=-lr)``, ``evaluate`` under ``torch.no_grad()``
+  ``(torch.triu(torch.ones(n, n)) == 1).transpose(0, 1)`` and two ``masked_fill``s of a
+  ``.float()`` mask, ``src.device`` and ``.to(device)``, a sinusoidal positional buffer;
+- the loop: hidden states detached by a recursion on ``isinstance(h, torch.Tensor)`` over
+  LSTM state tuples, ``model.zero_grad()``, ``torch.nn.utils.clip_grad_norm_`` and the
+  hand-written SGD ``p.data.add_(p.grad, alpha=-lr)``, evaluation under ``torch.no_grad()``
   summing ``len(data) * criterion(output, targets).item()``, the learning rate divided by 4
   when the validation loss does not improve, the best model kept by ``torch.save(model, f)``
-  into an open file and read back by ``torch.load(f, weights_only=False)`` (a pickled
-  module of classes defined by the script) followed by ``model.rnn.flatten_parameters()``.
+  into an open file and read back by ``torch.load(f, weights_only=False)`` (a pickled module
+  of classes defined by the script), then ``model.rnn.flatten_parameters()``.
 
-The only lines changed are the gradient lines (``grads = loss.backward()``,
-``clip_grad_norm_(grads, ...)`` and ``p.grad(grads)``). The recurrent runs use ``dropout=0``;
-``nn.Transformer``'s own dropout (0.1, which ``TransformerModel`` does not pass on) is set to
-0 on its ``nn.Dropout`` modules (and ``MultiheadAttention.dropout``) after construction, in both runs, since the two libraries draw
-different masks.
+The port changes only the gradient lines (``grads = loss.backward()``,
+``clip_grad_norm_(grads, ...)`` and ``p.grad(grads)``). The recurrent runs use
+``dropout=0``; ``nn.Transformer``'s own dropout (0.1, not passed on by the model) is set to 0
+on its ``nn.Dropout`` modules (and ``MultiheadAttention.dropout``) after construction, in both
+runs, since the two libraries draw different masks.
 """
 
 from __future__ import annotations
@@ -49,311 +50,207 @@ import os
 import time
 
 
-# data.py
-class Dictionary(object):
+class Vocab:
     def __init__(self):
-        self.word2idx = {}
-        self.idx2word = []
+        self.index, self.words = {}, []
 
-    def add_word(self, word):
-        if word not in self.word2idx:
-            self.idx2word.append(word)
-            self.word2idx[word] = len(self.idx2word) - 1
-        return self.word2idx[word]
+    def add(self, word):
+        if word not in self.index:
+            self.index[word] = len(self.words)
+            self.words.append(word)
+        return self.index[word]
 
     def __len__(self):
-        return len(self.idx2word)
+        return len(self.words)
 
 
-class Corpus(object):
-    def __init__(self, path):
-        self.dictionary = Dictionary()
-        self.train = self.tokenize(os.path.join(path, 'train.txt'))
-        self.valid = self.tokenize(os.path.join(path, 'valid.txt'))
-        self.test = self.tokenize(os.path.join(path, 'test.txt'))
+class TextSplits:
+    def __init__(self, folder):
+        self.vocab = Vocab()
+        paths = [os.path.join(folder, name + ".txt") for name in ("train", "valid", "test")]
+        self.train, self.valid, self.test = (self.encode(path) for path in paths)
 
-    def tokenize(self, path):
-        \"\"\"Tokenizes a text file.\"\"\"
-        assert os.path.exists(path)
-        # Add words to the dictionary
-        with open(path, 'r', encoding="utf8") as f:
-            for line in f:
-                words = line.split() + ['<eos>']
-                for word in words:
-                    self.dictionary.add_word(word)
-
-        # Tokenize file content
-        with open(path, 'r', encoding="utf8") as f:
-            idss = []
-            for line in f:
-                words = line.split() + ['<eos>']
-                ids = []
-                for word in words:
-                    ids.append(self.dictionary.word2idx[word])
-                idss.append(torch.tensor(ids).type(torch.int64))
-            ids = torch.cat(idss)
-
-        return ids
+    def encode(self, path):
+        with open(path, encoding="utf8") as f:
+            lines = [line.split() + ["<eos>"] for line in f]
+        ids = [[self.vocab.add(w) for w in words] for words in lines]
+        rows = [torch.tensor(line_ids).type(torch.int64) for line_ids in ids]
+        return torch.cat(rows)
 
 
-# model.py
-class RNNModel(nn.Module):
-    \"\"\"Container module with an encoder, a recurrent module, and a decoder.\"\"\"
+def init_ends(embedding, readout):
+    nn.init.uniform_(embedding.weight, -0.1, 0.1)
+    nn.init.uniform_(readout.weight, -0.1, 0.1)
+    nn.init.zeros_(readout.bias)
 
-    def __init__(self, rnn_type, ntoken, ninp, nhid, nlayers, dropout=0.5, tie_weights=False):
-        super(RNNModel, self).__init__()
-        self.ntoken = ntoken
-        self.drop = nn.Dropout(dropout)
-        self.encoder = nn.Embedding(ntoken, ninp)
-        if rnn_type in ['LSTM', 'GRU']:
-            self.rnn = getattr(nn, rnn_type)(ninp, nhid, nlayers, dropout=dropout)
+
+class RecurrentLM(nn.Module):
+    def __init__(self, kind, vocab, emb, hid, layers, dropout=0.0, tie=False):
+        super().__init__()
+        self.kind, self.vocab, self.hid, self.layers = kind, vocab, hid, layers
+        self.dropout_layer = nn.Dropout(dropout)
+        self.embed = nn.Embedding(vocab, emb)
+        if kind in ("LSTM", "GRU"):
+            self.rnn = getattr(nn, kind)(emb, hid, layers, dropout=dropout)
+        elif kind.startswith("RNN_"):
+            self.rnn = nn.RNN(emb, hid, layers, nonlinearity=kind[4:].lower(), dropout=dropout)
         else:
-            try:
-                nonlinearity = {'RNN_TANH': 'tanh', 'RNN_RELU': 'relu'}[rnn_type]
-            except KeyError as e:
-                raise ValueError( \"\"\"An invalid option for `--model` was supplied,
-                                 options are ['LSTM', 'GRU', 'RNN_TANH' or 'RNN_RELU']\"\"\") from e
-            self.rnn = nn.RNN(ninp, nhid, nlayers, nonlinearity=nonlinearity, dropout=dropout)
-        self.decoder = nn.Linear(nhid, ntoken)
+            raise ValueError("unknown cell " + kind)
+        self.head = nn.Linear(hid, vocab)
+        if tie:
+            if hid != emb:
+                raise ValueError("tying needs hid == emb")
+            self.head.weight = self.embed.weight
+        init_ends(self.embed, self.head)
 
-        # Optionally tie weights
-        if tie_weights:
-            if nhid != ninp:
-                raise ValueError('When using the tied flag, nhid must be equal to emsize')
-            self.decoder.weight = self.encoder.weight
-
-        self.init_weights()
-
-        self.rnn_type = rnn_type
-        self.nhid = nhid
-        self.nlayers = nlayers
-
-    def init_weights(self):
-        initrange = 0.1
-        nn.init.uniform_(self.encoder.weight, -initrange, initrange)
-        nn.init.zeros_(self.decoder.bias)
-        nn.init.uniform_(self.decoder.weight, -initrange, initrange)
-
-    def forward(self, input, hidden):
-        emb = self.drop(self.encoder(input))
-        output, hidden = self.rnn(emb, hidden)
-        output = self.drop(output)
-        decoded = self.decoder(output)
-        decoded = decoded.view(-1, self.ntoken)
-        return F.log_softmax(decoded, dim=1), hidden
+    def forward(self, tokens, state):
+        out, state = self.rnn(self.dropout_layer(self.embed(tokens)), state)
+        logits = self.head(self.dropout_layer(out)).view(-1, self.vocab)
+        return F.log_softmax(logits, dim=1), state
 
     def init_hidden(self, bsz):
-        weight = next(self.parameters())
-        if self.rnn_type == 'LSTM':
-            return (weight.new_zeros(self.nlayers, bsz, self.nhid),
-                    weight.new_zeros(self.nlayers, bsz, self.nhid))
-        else:
-            return weight.new_zeros(self.nlayers, bsz, self.nhid)
+        w = next(self.parameters())
+        blank = lambda: w.new_zeros(self.layers, bsz, self.hid)  # noqa: E731
+        return (blank(), blank()) if self.kind == "LSTM" else blank()
 
 
-class PositionalEncoding(nn.Module):
-    def __init__(self, d_model, dropout=0.1, max_len=5000):
-        super(PositionalEncoding, self).__init__()
-        self.dropout = nn.Dropout(p=dropout)
-
-        pe = torch.zeros(max_len, d_model)
-        position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
-        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
-        pe[:, 0::2] = torch.sin(position * div_term)
-        pe[:, 1::2] = torch.cos(position * div_term)
-        pe = pe.unsqueeze(0).transpose(0, 1)
-        self.register_buffer('pe', pe)
+class Sinusoids(nn.Module):
+    def __init__(self, width, dropout=0.1, longest=64):
+        super().__init__()
+        self.drop = nn.Dropout(p=dropout)
+        where = torch.arange(0, longest, dtype=torch.float).unsqueeze(1)
+        rate = torch.exp(torch.arange(0, width, 2).float() * (-math.log(10000.0) / width))
+        table = torch.zeros(longest, width)
+        table[:, 0::2] = torch.sin(where * rate)
+        table[:, 1::2] = torch.cos(where * rate)
+        self.register_buffer("table", table.unsqueeze(1))  # [time, 1, width]
 
     def forward(self, x):
-        x = x + self.pe[:x.size(0), :]
-        return self.dropout(x)
+        return self.drop(x + self.table[: x.size(0)])
 
 
-class TransformerModel(nn.Transformer):
-    \"\"\"Container module with an encoder, a recurrent or transformer module, and a decoder.\"\"\"
+class CausalLM(nn.Transformer):
+    def __init__(self, vocab, width, heads, ff, layers, dropout=0.0):
+        super().__init__(d_model=width, nhead=heads, dim_feedforward=ff, num_encoder_layers=layers)
+        self.width, self.causal = width, None
+        self.positions = Sinusoids(width, dropout)
+        self.input_emb = nn.Embedding(vocab, width)
+        self.decoder = nn.Linear(width, vocab)
+        init_ends(self.input_emb, self.decoder)
 
-    def __init__(self, ntoken, ninp, nhead, nhid, nlayers, dropout=0.5):
-        super(TransformerModel, self).__init__(d_model=ninp, nhead=nhead, dim_feedforward=nhid, num_encoder_layers=nlayers)
-        self.model_type = 'Transformer'
-        self.src_mask = None
-        self.pos_encoder = PositionalEncoding(ninp, dropout)
+    @staticmethod
+    def causal_mask(n):
+        allowed = (torch.triu(torch.ones(n, n)) == 1).transpose(0, 1)
+        blocked = allowed.float().masked_fill(allowed == 0, float("-inf"))
+        return blocked.masked_fill(allowed == 1, 0.0)
 
-        self.input_emb = nn.Embedding(ntoken, ninp)
-        self.ninp = ninp
-        self.decoder = nn.Linear(ninp, ntoken)
-
-        self.init_weights()
-
-    def _generate_square_subsequent_mask(self, sz):
-        mask = (torch.triu(torch.ones(sz, sz)) == 1).transpose(0, 1)
-        mask = mask.float().masked_fill(mask == 0, float('-inf')).masked_fill(mask == 1, float(0.0))
-        return mask
-
-    def init_weights(self):
-        initrange = 0.1
-        nn.init.uniform_(self.input_emb.weight, -initrange, initrange)
-        nn.init.zeros_(self.decoder.bias)
-        nn.init.uniform_(self.decoder.weight, -initrange, initrange)
-
-    def forward(self, src, has_mask=True):
-        if has_mask:
-            device = src.device
-            if self.src_mask is None or self.src_mask.size(0) != len(src):
-                mask = self._generate_square_subsequent_mask(len(src)).to(device)
-                self.src_mask = mask
-        else:
-            self.src_mask = None
-
-        src = self.input_emb(src) * math.sqrt(self.ninp)
-        src = self.pos_encoder(src)
-        output = self.encoder(src, mask=self.src_mask)
-        output = self.decoder(output)
-        return F.log_softmax(output, dim=-1)
+    def forward(self, src):
+        if self.causal is None or self.causal.size(0) != len(src):
+            self.causal = self.causal_mask(len(src)).to(src.device)
+        x = self.positions(self.input_emb(src) * math.sqrt(self.width))
+        return F.log_softmax(self.decoder(self.encoder(x, mask=self.causal)), dim=-1)
 
 
-# main.py
 device = torch.device("cpu")
-corpus = Corpus(args.data)
+splits = TextSplits(args.data)
 
-def batchify(data, bsz):
-    # Work out how cleanly we can divide the dataset into bsz parts.
-    nbatch = data.size(0) // bsz
-    # Trim off any extra elements that wouldn't cleanly fit (remainders).
-    data = data.narrow(0, 0, nbatch * bsz)
-    # Evenly divide the data across the bsz batches.
-    data = data.view(bsz, -1).t().contiguous()
-    return data.to(device)
 
-eval_batch_size = 2
-train_data = batchify(corpus.train, args.batch_size)
-val_data = batchify(corpus.valid, eval_batch_size)
-test_data = batchify(corpus.test, eval_batch_size)
+def columns(ids, bsz):
+    usable = ids.size(0) // bsz * bsz
+    return ids.narrow(0, 0, usable).view(bsz, -1).t().contiguous().to(device)
 
-ntokens = len(corpus.dictionary)
-if args.model == 'Transformer':
-    model = TransformerModel(ntokens, args.emsize, args.nhead, args.nhid, args.nlayers, args.dropout).to(device)
+
+train_ids = columns(splits.train, args.batch_size)
+valid_ids, test_ids = columns(splits.valid, 2), columns(splits.test, 2)
+V = len(splits.vocab)
+recurrent = args.model != "Transformer"
+if recurrent:
+    sizes = (args.emsize, args.nhid, args.nlayers)
+    model = RecurrentLM(args.model, V, *sizes, args.dropout, args.tied).to(device)
 else:
-    model = RNNModel(args.model, ntokens, args.emsize, args.nhid, args.nlayers, args.dropout, args.tied).to(device)
-
-initialize(model)  # the test's: the same weights in both runs
-criterion = nn.NLLLoss()
-
-def repackage_hidden(h):
-    \"\"\"Wraps hidden states in new Tensors, to detach them from their history.\"\"\"
-
-    if isinstance(h, torch.Tensor):
-        return h.detach()
-    else:
-        return tuple(repackage_hidden(v) for v in h)
+    model = CausalLM(V, args.emsize, args.nhead, args.nhid, args.nlayers, args.dropout).to(device)
+initialize(model)  # torch's initial weights in both runs
+nll = nn.NLLLoss()
 
 
-def get_batch(source, i):
-    seq_len = min(args.bptt, len(source) - 1 - i)
-    data = source[i:i+seq_len]
-    target = source[i+1:i+1+seq_len].view(-1)
-    return data, target
+def detach_state(h):
+    # cut the graph at the batch boundary; LSTM states are (h, c) tuples
+    return h.detach() if isinstance(h, torch.Tensor) else tuple(detach_state(s) for s in h)
 
 
-def evaluate(data_source):
-    # Turn on evaluation mode which disables dropout.
+def window(ids, i):
+    n = min(args.bptt, len(ids) - 1 - i)
+    return ids[i:i + n], ids[i + 1:i + 1 + n].view(-1)
+
+
+def run_forward(x, state):
+    if recurrent:
+        return model(x, state)
+    return model(x).view(-1, V), state
+
+
+def score(ids):
     model.eval()
-    total_loss = 0.
-    ntokens = len(corpus.dictionary)
-    if args.model != 'Transformer':
-        hidden = model.init_hidden(eval_batch_size)
+    total, state = 0.0, model.init_hidden(2) if recurrent else None
     with torch.no_grad():
-        for i in range(0, data_source.size(0) - 1, args.bptt):
-            data, targets = get_batch(data_source, i)
-            if args.model == 'Transformer':
-                output = model(data)
-                output = output.view(-1, ntokens)
-            else:
-                output, hidden = model(data, hidden)
-                hidden = repackage_hidden(hidden)
-            total_loss += len(data) * criterion(output, targets).item()
-    return total_loss / (len(data_source) - 1)
+        for i in range(0, ids.size(0) - 1, args.bptt):
+            x, y = window(ids, i)
+            out, state = run_forward(x, state)
+            state = detach_state(state) if recurrent else None
+            total += len(x) * nll(out, y).item()
+    return total / (len(ids) - 1)
 
 
-def train():
-    # Turn on training mode which enables dropout.
+def one_epoch(epoch):
     model.train()
-    total_loss = 0.
-    start_time = time.time()
-    ntokens = len(corpus.dictionary)
-    if args.model != 'Transformer':
-        hidden = model.init_hidden(args.batch_size)
-    for batch, i in enumerate(range(0, train_data.size(0) - 1, args.bptt)):
-        data, targets = get_batch(train_data, i)
-        # Starting each batch, we detach the hidden state from how it was previously produced.
-        # If we didn't, the model would try backpropagating all the way to start of the dataset.
+    running, tick = 0.0, time.time()
+    state = model.init_hidden(args.batch_size) if recurrent else None
+    for b, i in enumerate(range(0, train_ids.size(0) - 1, args.bptt)):
+        x, y = window(train_ids, i)
         model.zero_grad()
-        if args.model == 'Transformer':
-            output = model(data)
-            output = output.view(-1, ntokens)
-        else:
-            hidden = repackage_hidden(hidden)
-            output, hidden = model(data, hidden)
-        loss = criterion(output, targets)
+        out, state = run_forward(x, detach_state(state) if recurrent else None)
+        loss = nll(out, y)
         loss.backward()
-
-        # `clip_grad_norm` helps prevent the exploding gradient problem in RNNs / LSTMs.
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-        for p in model.parameters():
-            p.data.add_(p.grad, alpha=-lr)
-
-        total_loss += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=args.clip)
+        for param in model.parameters():
+            param.data.add_(param.grad, alpha=-lr)  # plain SGD by hand
+        running += loss.item()
         losses.append(loss.item())
-
-        if batch % args.log_interval == 0 and batch > 0:
-            cur_loss = total_loss / args.log_interval
-            elapsed = time.time() - start_time
-            print('| epoch {:3d} | {:5d}/{:5d} batches | lr {:02.2f} | ms/batch {:5.2f} | '
-                    'loss {:5.2f} | ppl {:8.2f}'.format(
-                epoch, batch, len(train_data) // args.bptt, lr,
-                elapsed * 1000 / args.log_interval, cur_loss, math.exp(cur_loss)))
-            total_loss = 0
-            start_time = time.time()
+        if b and b % args.log_interval == 0:
+            mean = running / args.log_interval
+            ms = (time.time() - tick) * 1000 / args.log_interval
+            line = "epoch {:2d} batch {:3d}/{:3d} lr {:.2f} ms/batch {:6.2f} loss {:.3f} ppl {:.2f}"
+            print(line.format(epoch, b, len(train_ids) // args.bptt, lr, ms, mean, math.exp(mean)))
+            running, tick = 0.0, time.time()
 
 
-# Loop over epochs.
-lr = args.lr
-best_val_loss = None
-losses, val_losses, lrs = [], [], []
-
-for epoch in range(1, args.epochs+1):
-    epoch_start_time = time.time()
-    train()
-    val_loss = evaluate(val_data)
-    val_losses.append(val_loss)
+lr, best = args.lr, None
+losses = []
+val_losses, lrs = [], []
+for epoch in range(1, args.epochs + 1):
+    one_epoch(epoch)
+    val = score(valid_ids)
+    val_losses.append(val)
     lrs.append(lr)
-    # Save the model if the validation loss is the best we've seen so far.
-    if not best_val_loss or val_loss < best_val_loss:
-        with open(args.save, 'wb') as f:
+    if best is None or val < best:
+        best = val
+        with open(args.save, "wb") as f:
             torch.save(model, f)
-        best_val_loss = val_loss
     else:
-        # Anneal the learning rate if no improvement has been seen in the validation dataset.
-        lr /= 4.0
+        lr /= 4.0  # no progress on validation: anneal
 
-# Load the best saved model.
-with open(args.save, 'rb') as f:
-    model = torch.load(f, weights_only=False)
-    # after load the rnn params are not a continuous chunk of memory
-    # this makes them a continuous chunk, and will speed up forward pass
-    # Currently, only rnn model supports flatten_parameters function.
-    if args.model in ['RNN_TANH', 'RNN_RELU', 'LSTM', 'GRU']:
-        model.rnn.flatten_parameters()
-
-# Run on test data.
-test_loss = evaluate(test_data)
+with open(args.save, "rb") as f:
+    restored = torch.load(f, weights_only=False)
+if recurrent:
+    restored.rnn.flatten_parameters()  # the loaded weights are no longer one block
+model = restored
+test_loss = score(test_ids)
 """
 
 WLM_STEP = [
-    (
-        "        loss.backward()\n\n        # `clip_grad_norm` helps prevent the exploding gradient problem in RNNs / LSTMs.\n        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)",
-        "        grads = loss.backward()\n\n        # `clip_grad_norm` helps prevent the exploding gradient problem in RNNs / LSTMs.\n        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), args.clip)",
-    ),
-    ("p.data.add_(p.grad, alpha=-lr)", "p.data.add_(p.grad(grads), alpha=-lr)"),
+    ("        loss.backward()\n", "        grads = loss.backward()\n"),
+    ("clip_grad_norm_(model.parameters(),", "clip_grad_norm_(grads, model.parameters(),"),
+    ("param.data.add_(param.grad, alpha=-lr)", "param.data.add_(param.grad(grads), alpha=-lr)"),
 ]
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ate", "my", "hat", "while", "bird"]
@@ -440,6 +337,6 @@ def test_word_language_model_matches_torch(tmp_path, monkeypatch, capsys, model,
             ]
         )
         if tied:
-            assert names["model"].decoder.weight is names["model"].encoder.weight
-    assert records[0][4].count("| epoch   3 |") == 2  # the log lines (timings left out) agree too
+            assert names["model"].head.weight is names["model"].embed.weight
+    assert records[0][4].count("epoch  3 batch") == 2  # the log lines (timings left out) agree too
     assert_records_agree(records[1], records[0], rtol=1e-9, atol=1e-10)

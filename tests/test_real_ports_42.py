@@ -1,109 +1,108 @@
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""A program written here in the style of pytorch/examples' time sequence prediction, run under
+torch and, ported, under retrograd from the same weights (the harness: ``tests/real_ports.py``):
 
-- time sequence prediction as pytorch/examples writes it (``time_sequence_prediction/
-  generate_sine_wave.py`` and ``train.py``), on fewer and shorter waves: the data made in NumPy
-  (``np.empty((N, L), 'int64')``, ``x[:] = np.array(range(L)) + np.random.randint(...)``),
-  saved by ``torch.save(data, open('traindata.pt', 'wb'))`` (a NumPy array) and read by
-  ``torch.load`` into ``torch.from_numpy(data[3:, :-1])``; two ``nn.LSTMCell(..., 51)`` over
-  ``input.split(1, dim=1)`` from ``torch.zeros(input.size(0), 51, dtype=torch.double)`` states,
-  ``outputs += [output]``, the free-running ``future`` loop feeding back its output,
-  ``torch.cat(outputs, dim=1)``; ``seq.double()``; ``optim.LBFGS(seq.parameters(), lr=0.8)``
-  stepped with a closure printing ``'loss:', loss.item()``; the test prediction under
-  ``torch.no_grad()`` with ``pred[:, :-future]`` and ``pred.detach().numpy()``.
+- shifted sine waves made in NumPy (``np.empty((N, L), "int64")``, ``x[:] = np.array(range(L))
+  + np.random.randint(...).reshape(N, 1)``), saved by ``torch.save(array, open(path, "wb"))``
+  and read back by ``torch.load(..., weights_only=False)`` (a pickled NumPy array: torch 2.6+
+  refuses it under its default, as retrograd does) into ``torch.from_numpy`` of slices;
+  two stacked ``nn.LSTMCell`` unrolled over ``input.split(1, dim=1)`` from
+  ``torch.zeros(batch, hidden, dtype=torch.double)`` states, ``outputs += [output]``, a
+  free-running ``future`` loop feeding back its own output, ``torch.cat(outputs, dim=1)``;
+  ``model.double()``; ``optim.LBFGS(model.parameters(), lr=0.8)`` stepped with a closure that
+  prints ``loss.item()``; a forecast under ``torch.no_grad()`` scored on ``pred[:, :-future]``
+  and taken out by ``pred.detach().numpy()``.
 
-The lines changed: the closure's gradient lines (``grads = loss.backward()``, ``return loss,
-grads``), and ``torch.load(..., weights_only=False)`` (a pickled NumPy array: torch 2.6+
-refuses it under its default, as retrograd does).
+The port changes only the closure's gradient lines (``grads = loss.backward()``, ``return
+loss, grads``).
 """
 
 from __future__ import annotations
 
 import types
 
+import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, port, run_source
+from real_ports import (
+    assert_records_agree,
+    global_streams_restored,  # noqa: F401 (a fixture: the program seeds NumPy and torch)
+    port,
+    run_source,
+)
 
-SINE_SOURCE = """
-# generate_sine_wave.py
-np.random.seed(2)
-
-T = 20
-L = 30
-N = 8
-x = np.empty((N, L), 'int64')
-x[:] = np.array(range(L)) + np.random.randint(-4 * T, 4 * T, N).reshape(N, 1)
-data = np.sin(x / 1.0 / T).astype('float64')
-torch.save(data, open(opt.dir + 'traindata.pt', 'wb'))
+WAVES_SOURCE = """
+HIDDEN = 8
 
 
-# train.py
-class Sequence(nn.Module):
-    def __init__(self):
-        super(Sequence, self).__init__()
-        self.lstm1 = nn.LSTMCell(1, 51)
-        self.lstm2 = nn.LSTMCell(51, 51)
-        self.linear = nn.Linear(51, 1)
+def make_waves(path, count=5, length=13, period=3.0):
+    # each row is one wave, started at its own random phase
+    np.random.seed(5)
+    steps = np.empty((count, length), "int64")
+    steps[:] = np.array(range(length)) + np.random.randint(-20, 20, count).reshape(count, 1)
+    waves = np.sin(steps / period).astype("float64")
+    torch.save(waves, open(path, "wb"))
 
-    def forward(self, input, future = 0):
+
+class Forecaster(nn.Module):
+    def __init__(self, hidden=HIDDEN):
+        super().__init__()
+        self.hidden = hidden
+        self.lower = nn.LSTMCell(1, hidden)
+        self.upper = nn.LSTMCell(hidden, hidden)
+        self.readout = nn.Linear(hidden, 1)
+
+    def blank(self, batch):
+        return torch.zeros(batch, self.hidden, dtype=torch.double)
+
+    def advance(self, value, states):
+        (h1, c1), (h2, c2) = states
+        h1, c1 = self.lower(value, (h1, c1))
+        h2, c2 = self.upper(h1, (h2, c2))
+        return self.readout(h2), ((h1, c1), (h2, c2))
+
+    def forward(self, series, future=0):
+        batch = series.size(0)
+        states = ((self.blank(batch), self.blank(batch)), (self.blank(batch), self.blank(batch)))
         outputs = []
-        h_t = torch.zeros(input.size(0), 51, dtype=torch.double)
-        c_t = torch.zeros(input.size(0), 51, dtype=torch.double)
-        h_t2 = torch.zeros(input.size(0), 51, dtype=torch.double)
-        c_t2 = torch.zeros(input.size(0), 51, dtype=torch.double)
-
-        for input_t in input.split(1, dim=1):
-            h_t, c_t = self.lstm1(input_t, (h_t, c_t))
-            h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
-            output = self.linear(h_t2)
+        for column in series.split(1, dim=1):
+            output, states = self.advance(column, states)
             outputs += [output]
-        for i in range(future):# if we should predict the future
-            h_t, c_t = self.lstm1(output, (h_t, c_t))
-            h_t2, c_t2 = self.lstm2(h_t, (h_t2, c_t2))
-            output = self.linear(h_t2)
+        for _ in range(future):  # keep going on our own guesses
+            output, states = self.advance(output, states)
             outputs += [output]
-        outputs = torch.cat(outputs, dim=1)
-        return outputs
+        return torch.cat(outputs, dim=1)
 
 
-# set random seed to 0
-np.random.seed(0)
+make_waves(opt.dir + "waves.pt")
 torch.manual_seed(0)
-# load data and make training set
-data = torch.load(opt.dir + 'traindata.pt', weights_only=False)
-input = torch.from_numpy(data[3:, :-1])
-target = torch.from_numpy(data[3:, 1:])
-test_input = torch.from_numpy(data[:3, :-1])
-test_target = torch.from_numpy(data[:3, 1:])
-# build the model
-seq = Sequence()
-seq.double()
-initialize(seq)  # the test's: the same weights in both runs
-criterion = nn.MSELoss()
-# use LBFGS as optimizer since we can load the whole data to train
-optimizer = optim.LBFGS(seq.parameters(), lr=0.8)
-#begin to train
-for i in range(opt.steps):
-    print('STEP: ', i)
+waves = torch.load(opt.dir + "waves.pt", weights_only=False)
+train_in, train_out = torch.from_numpy(waves[2:, :-1]), torch.from_numpy(waves[2:, 1:])
+held_in, held_out = torch.from_numpy(waves[:2, :-1]), torch.from_numpy(waves[:2, 1:])
+
+model = Forecaster()
+model.double()
+initialize(model)  # the test's: the same weights in both runs
+mse = nn.MSELoss()
+lbfgs = optim.LBFGS(model.parameters(), lr=0.8)
+
+for epoch in range(opt.epochs):
     def closure():
-        optimizer.zero_grad()
-        out = seq(input)
-        loss = criterion(out, target)
-        print('loss:', loss.item())
+        lbfgs.zero_grad()
+        loss = mse(model(train_in), train_out)
+        print("train loss:", loss.item())
         loss.backward()
         return loss
-    optimizer.step(closure)
-    # begin to predict, no need to track gradient here
+
+    lbfgs.step(closure)
     with torch.no_grad():
-        future = 10
-        pred = seq(test_input, future=future)
-        loss = criterion(pred[:, :-future], test_target)
-        print('test loss:', loss.item())
-        y = pred.detach().numpy()
+        ahead = 4
+        pred = model(held_in, future=ahead)
+        print("held-out loss:", mse(pred[:, :-ahead], held_out).item())
+        forecast = pred.detach().numpy()
 """
 
-SINE_STEP = [
+WAVES_STEP = [
     (
         "        loss.backward()\n        return loss",
         "        grads = loss.backward()\n        return loss, grads",
@@ -111,30 +110,37 @@ SINE_STEP = [
 ]
 
 
+@pytest.mark.usefixtures("global_streams_restored")
 def test_time_sequence_prediction_matches_torch(tmp_path, capsys):
-    state, runs = {}, []
+    weights, runs = {}, []
     for lib in (torch, rg):
 
-        def initialize(seq):
-            if not state:
-                state.update({k: v.detach().numpy().copy() for k, v in seq.state_dict().items()})
+        def initialize(model):
+            if not weights:
+                weights.update(
+                    {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+                )
             else:
-                seq.load_state_dict({k: rg.tensor(v) for k, v in state.items()})
+                model.load_state_dict({k: rg.tensor(v) for k, v in weights.items()})
 
-        opt = types.SimpleNamespace(dir=str(tmp_path / f"{lib.__name__}_"), steps=2)
-        source = SINE_SOURCE if lib is torch else port(SINE_SOURCE, SINE_STEP)
+        opt = types.SimpleNamespace(dir=str(tmp_path / f"{lib.__name__}_"), epochs=2)
+        source = WAVES_SOURCE if lib is torch else port(WAVES_SOURCE, WAVES_STEP)
         names = run_source(source, lib, opt=opt, initialize=initialize)
-        params = {n: p.detach().numpy().copy() for n, p in names["seq"].named_parameters()}
+        params = {n: p.detach().numpy().copy() for n, p in names["model"].named_parameters()}
         runs.append((names, capsys.readouterr().out, params))
     (theirs, their_log, their_params), (ours, our_log, our_params) = runs
-    their_losses = [float(line.split()[-1]) for line in their_log.splitlines() if "loss:" in line]
-    our_losses = [float(line.split()[-1]) for line in our_log.splitlines() if "loss:" in line]
+
+    def losses(log):
+        return [float(line.split()[-1]) for line in log.splitlines() if "train loss:" in line]
+
+    their_losses, our_losses = losses(their_log), losses(our_log)
     assert len(their_losses) > 10 and len(our_losses) == len(their_losses)
     assert their_losses[-1] < their_losses[0]
+    assert our_log.count("held-out loss:") == 2
     assert_records_agree(
-        [our_losses, ours["y"], our_params],
-        [their_losses, theirs["y"], their_params],
+        [our_losses, ours["forecast"], our_params],
+        [their_losses, theirs["forecast"], their_params],
         rtol=1e-7,
         atol=1e-9,
     )
-    assert ours["y"].shape == (3, 29 + 10)
+    assert ours["forecast"].shape == (2, 12 + 4)
