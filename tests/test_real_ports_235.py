@@ -164,6 +164,9 @@ def train(volumes, labels, which, record, initialize):
         record.append(loss.item())
     record.append({k: v.detach().numpy() for k, v in net.state_dict().items()})
     record.append(one_hot_volume(labels, 3, ignore=-1).numpy())
+    if which == 'gdl':  # one class alone: scored against its complement
+        first = one_hot_volume(labels, 3, ignore=-1).clamp(min=0).double()[:, :1]
+        record.append(criterion(logits[:, :1].detach(), first).item())
 """
 
 LOSSES_STEPS = [
