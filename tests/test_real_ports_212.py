@@ -1,22 +1,22 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd (the harness: ``tests/real_ports.py``): the
-checkpoint-and-resume machinery of Hugging Face's ``Trainer`` (transformers 4.3x
-``trainer.py``), written out as a manual loop over a small model, run against torch's run of
-the same code from the same weights and draws.
+"""Real ports (the harness: ``tests/real_ports.py``): a program written here in the style of
+Hugging Face's ``Trainer`` checkpoint-and-resume machinery, as a manual loop over a small
+model, run against torch's run of the same text from the same weights and draws.
 
-- ``get_parameter_names`` and the ``decay_parameters`` groups of ``create_optimizer`` (no
-  weight decay for biases and LayerNorm weights), ``AdamW``;
-- ``optimization.py``'s ``get_linear_schedule_with_warmup`` (a ``LambdaLR`` over a
-  ``functools.partial``);
-- the loop's AMP pieces with a CPU ``torch.amp.GradScaler``: ``scaler.scale(loss)``,
-  ``unscale_`` then ``clip_grad_norm_``, ``scaler.step``, ``scaler.update``, and a random
-  augmentation drawn from NumPy's and Python's global streams;
-- ``_save_checkpoint``: ``torch.save`` of the model's, optimizer's, scheduler's and scaler's
-  state dicts, and ``_save_rng_state``'s ``{"python": random.getstate(), "numpy":
-  np.random.get_state(), "cpu": torch.random.get_rng_state()}`` (NumPy's state holds a uint32
-  array, which ``rg.save`` refused before);
-- ``_load_from_checkpoint``/``_load_optimizer_and_scheduler``/``_load_rng_state`` on fresh
-  objects, and the resumed loop's skipping of the steps already trained: the resumed run gives
+- no-decay parameter groups found by walking ``named_children()`` and each module's
+  ``_parameters`` (biases and LayerNorm weights excluded), ``AdamW(..., betas=..., eps=...)``;
+- a linear warmup/decay schedule: a ``LambdaLR`` over a ``functools.partial`` with
+  keyword-only arguments, ``get_last_lr()``;
+- AMP pieces with a CPU ``torch.amp.GradScaler("cpu", init_scale=..., growth_interval=...)``:
+  ``scale(loss).backward()``, ``unscale_`` then ``clip_grad_norm_`` (its norm read by
+  ``float``), ``scaler.step``, ``scaler.update``, ``get_scale()``; a model whose ``forward``
+  takes ``labels=`` and returns a dict, called as ``model(**batch)``; an augmentation drawn
+  from NumPy's and Python's global streams;
+- the checkpoint: ``torch.save`` of the model's, optimizer's, scheduler's and scaler's state
+  dicts and of ``{"python": random.getstate(), "numpy": np.random.get_state(), "cpu":
+  torch.random.get_rng_state()}`` (NumPy's state holds a uint32 array, which ``rg.save``
+  refused before); the resume: ``torch.load(..., map_location="cpu", weights_only=...)``,
+  ``load_state_dict(state, False)`` and its ``missing_keys``/``unexpected_keys``,
+  ``torch.random.set_rng_state``, and the steps already trained skipped: the resumed run gives
   the uninterrupted run's trajectory.
 
 The lines changed: the ``import`` lines and the gradient lines.
@@ -44,163 +44,133 @@ def _seeded():
     rg.seed(0)
 
 
-TRAINER_SOURCE = '''
+TRAINER_SOURCE = """
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LambdaLR
+from torch.optim import lr_scheduler
 
-ALL_LAYERNORM_LAYERS = [nn.LayerNorm]
-
-
-def get_parameter_names(model, forbidden_layer_types):
-    """
-    Returns the names of the model parameters that are not inside a forbidden layer.
-    """
-    result = []
-    for name, child in model.named_children():
-        result += [
-            f"{name}.{n}"
-            for n in get_parameter_names(child, forbidden_layer_types)
-            if not isinstance(child, tuple(forbidden_layer_types))
-        ]
-    # Add model specific parameters (defined with nn.Parameter) since they are not in any child.
-    result += list(model._parameters.keys())
-    return result
+NO_DECAY_TYPES = (nn.LayerNorm,)
 
 
-def _get_linear_schedule_with_warmup_lr_lambda(current_step: int, *, num_warmup_steps: int, num_training_steps: int):
-    if current_step < num_warmup_steps:
-        return float(current_step) / float(max(1, num_warmup_steps))
-    return max(0.0, float(num_training_steps - current_step) / float(max(1, num_training_steps - num_warmup_steps)))
+def decayed_names(module, prefix=""):
+    # parameters outside normalisation layers, by their dotted names
+    names = [prefix + key for key in module._parameters]
+    for child_name, child in module.named_children():
+        if not isinstance(child, NO_DECAY_TYPES):
+            names += decayed_names(child, prefix + child_name + ".")
+    return names
 
 
-def get_linear_schedule_with_warmup(optimizer, num_warmup_steps, num_training_steps, last_epoch=-1):
-    lr_lambda = functools.partial(
-        _get_linear_schedule_with_warmup_lr_lambda,
-        num_warmup_steps=num_warmup_steps,
-        num_training_steps=num_training_steps,
-    )
-    return LambdaLR(optimizer, lr_lambda, last_epoch)
+def warmup_then_linear(step: int, *, warmup: int, total: int):
+    if step < warmup:
+        return step / max(1, warmup)
+    return max(0.0, (total - step) / max(1, total - warmup))
 
 
-class Classifier(nn.Module):
+class TinyTagger(nn.Module):
     def __init__(self):
         super().__init__()
-        self.embed = nn.Linear(6, 12)
-        self.LayerNorm = nn.LayerNorm(12)
-        self.dense = nn.Linear(12, 12)
-        self.classifier = nn.Linear(12, 3)
+        self.proj = nn.Linear(6, 10)
+        self.norm = nn.LayerNorm(10)
+        self.mlp = nn.Linear(10, 10)
+        self.out = nn.Linear(10, 3)
 
-    def forward(self, x, labels=None):
-        h = self.LayerNorm(torch.tanh(self.embed(x)))
-        logits = self.classifier(torch.relu(self.dense(h)) + h)
-        loss = nn.functional.cross_entropy(logits, labels)
-        return {"loss": loss, "logits": logits}
-
-
-def create_optimizer(model, args):
-    decay_parameters = get_parameter_names(model, ALL_LAYERNORM_LAYERS)
-    decay_parameters = [name for name in decay_parameters if "bias" not in name]
-    optimizer_grouped_parameters = [
-        {
-            "params": [p for n, p in model.named_parameters() if (n in decay_parameters and p.requires_grad)],
-            "weight_decay": args["weight_decay"],
-        },
-        {
-            "params": [p for n, p in model.named_parameters() if (n not in decay_parameters and p.requires_grad)],
-            "weight_decay": 0.0,
-        },
-    ]
-    return torch.optim.AdamW(optimizer_grouped_parameters, lr=args["learning_rate"], betas=(0.9, 0.999), eps=1e-8)
+    def forward(self, features, labels=None):
+        h = self.norm(torch.tanh(self.proj(features)))
+        logits = self.out(h + torch.relu(self.mlp(h)))
+        return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
 
 
-def augment(batch):
-    # the data collator's noise: NumPy's and Python's global streams, which the checkpoint keeps
-    noise = np.random.normal(0.0, 0.1, size=tuple(batch["x"].shape)).astype(np.float32)
-    scale = random.uniform(0.9, 1.1)
-    return {"x": batch["x"] * scale + torch.tensor(noise), "labels": batch["labels"]}
-
-
-def _save_checkpoint(output_dir, model, optimizer, lr_scheduler, scaler, global_step):
-    os.makedirs(output_dir, exist_ok=True)
-    torch.save(model.state_dict(), os.path.join(output_dir, "pytorch_model.bin"))
-    torch.save(optimizer.state_dict(), os.path.join(output_dir, "optimizer.pt"))
-    torch.save(lr_scheduler.state_dict(), os.path.join(output_dir, "scheduler.pt"))
-    torch.save(scaler.state_dict(), os.path.join(output_dir, "scaler.pt"))
-    rng_states = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "cpu": torch.random.get_rng_state(),
-    }
-    torch.save(rng_states, os.path.join(output_dir, "rng_state.pth"))
-    torch.save({"global_step": global_step}, os.path.join(output_dir, "trainer_state.pt"))
-
-
-def _load_rng_state(checkpoint):
-    rng_file = os.path.join(checkpoint, "rng_state.pth")
-    checkpoint_rng_state = torch.load(rng_file, weights_only=False)
-    random.setstate(checkpoint_rng_state["python"])
-    np.random.set_state(checkpoint_rng_state["numpy"])
-    torch.random.set_rng_state(checkpoint_rng_state["cpu"])
-
-
-def train(args, dataset, resume_from_checkpoint=None, stop_at=None, trace=None):
-    model = Classifier()
+def build(cfg, total_steps):
+    model = TinyTagger()
     initialize(model)
-    optimizer = create_optimizer(model, args)
-    num_training_steps = args["num_train_epochs"] * len(dataset)
-    lr_scheduler = get_linear_schedule_with_warmup(optimizer, args["warmup_steps"], num_training_steps)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8, growth_interval=3)
-    global_step = 0
-    if resume_from_checkpoint is not None:
-        state_dict = torch.load(os.path.join(resume_from_checkpoint, "pytorch_model.bin"), map_location="cpu", weights_only=True)
-        load_result = model.load_state_dict(state_dict, False)
-        assert not load_result.missing_keys and not load_result.unexpected_keys
-        optimizer.load_state_dict(torch.load(os.path.join(resume_from_checkpoint, "optimizer.pt"), map_location="cpu", weights_only=True))
-        lr_scheduler.load_state_dict(torch.load(os.path.join(resume_from_checkpoint, "scheduler.pt"), weights_only=True))
-        scaler.load_state_dict(torch.load(os.path.join(resume_from_checkpoint, "scaler.pt")))
-        global_step = torch.load(os.path.join(resume_from_checkpoint, "trainer_state.pt"))["global_step"]
-        _load_rng_state(resume_from_checkpoint)
-    epochs_trained = global_step // len(dataset)
-    steps_trained_in_current_epoch = global_step % len(dataset)
+    keep = {n for n in decayed_names(model) if not n.endswith("bias")}
+    named = list(model.named_parameters())
+    groups = [
+        {"params": [p for n, p in named if n in keep], "weight_decay": cfg["decay"]},
+        {"params": [p for n, p in named if n not in keep], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=cfg["lr"], betas=(0.9, 0.98), eps=1e-7)
+    ramp = functools.partial(warmup_then_linear, warmup=cfg["warmup"], total=total_steps)
+    sched = lr_scheduler.LambdaLR(opt, ramp, -1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=128.0, growth_interval=2)
+    return model, opt, sched, scaler
+
+
+def jitter(batch):
+    x = batch["features"]
+    noise = np.random.normal(0.0, 0.1, size=tuple(x.shape)).astype(np.float32)
+    gain = random.uniform(0.9, 1.1)
+    return {"features": x * gain + torch.tensor(noise), "labels": batch["labels"]}
+
+
+def save_all(where, step, model, opt, sched, scaler):
+    os.makedirs(where, exist_ok=True)
+    parts = {"weights.bin": model, "optim.pt": opt, "sched.pt": sched, "scaler.pt": scaler}
+    for filename, owner in parts.items():
+        torch.save(owner.state_dict(), os.path.join(where, filename))
+    streams = {"python": random.getstate(), "numpy": np.random.get_state(),
+               "cpu": torch.random.get_rng_state()}
+    torch.save(streams, os.path.join(where, "rng.pth"))
+    torch.save({"step": step}, os.path.join(where, "progress.pt"))
+
+
+def restore_all(where, model, opt, sched, scaler):
+    def read(filename, **options):
+        return torch.load(os.path.join(where, filename), **options)
+
+    weights = read("weights.bin", map_location="cpu", weights_only=True)
+    report = model.load_state_dict(weights, False)
+    assert report.missing_keys == [] and report.unexpected_keys == []
+    opt.load_state_dict(read("optim.pt", map_location="cpu", weights_only=True))
+    sched.load_state_dict(read("sched.pt", weights_only=True))
+    scaler.load_state_dict(read("scaler.pt"))
+    streams = read("rng.pth", weights_only=False)
+    random.setstate(streams["python"])
+    np.random.set_state(streams["numpy"])
+    torch.random.set_rng_state(streams["cpu"])
+    return read("progress.pt")["step"]
+
+
+def run(cfg, batches, resume=None, stop_at=None, log=None):
+    total = cfg["epochs"] * len(batches)
+    model, opt, sched, scaler = build(cfg, total)
+    done = restore_all(resume, model, opt, sched, scaler) if resume else 0
     model.train()
-    for epoch in range(epochs_trained, args["num_train_epochs"]):
-        for step, inputs in enumerate(dataset):
-            if steps_trained_in_current_epoch > 0:
-                steps_trained_in_current_epoch -= 1
-                continue
-            inputs = augment(inputs)
-            outputs = model(**inputs)
-            loss = outputs["loss"]
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args["max_grad_norm"])
-            scaler.step(optimizer)
-            scaler.update()
-            lr_scheduler.step()
-            optimizer.zero_grad()
-            global_step += 1
-            trace.append((loss.item(), float(grad_norm), lr_scheduler.get_last_lr()[0], scaler.get_scale(), params_of(model)))
-            if global_step == stop_at:
-                _save_checkpoint(os.path.join(output_dir, f"checkpoint-{global_step}"), model, optimizer, lr_scheduler, scaler, global_step)
-                return model
-    return model
+    for step in range(done, total):
+        batch = jitter(batches[step % len(batches)])
+        loss = model(**batch)["loss"]
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip"])
+        scaler.step(opt)
+        scaler.update()
+        sched.step()
+        opt.zero_grad()
+        lr, scale = sched.get_last_lr()[0], scaler.get_scale()
+        log.append((loss.item(), float(norm), lr, scale, params_of(model)))
+        if step + 1 == stop_at:
+            where = os.path.join(output_dir, "ckpt-%d" % stop_at)
+            save_all(where, stop_at, model, opt, sched, scaler)
+            return
 
 
-args = {"learning_rate": 5e-3, "weight_decay": 0.01, "num_train_epochs": 3, "warmup_steps": 2, "max_grad_norm": 0.5}
-dataset = [{"x": torch.randn(5, 6), "labels": torch.randint(0, 3, (5,))} for _ in range(3)]
-state = (random.getstate(), np.random.get_state())
-uninterrupted = []
-train(args, dataset, trace=uninterrupted)
-random.setstate(state[0]); np.random.set_state(state[1])
-first_part, resumed = [], []
-train(args, dataset, stop_at=4, trace=first_part)
-random.seed(1234); np.random.seed(1234)  # whatever ran in between: the checkpoint restores
-train(args, dataset, resume_from_checkpoint=os.path.join(output_dir, "checkpoint-4"), trace=resumed)
-for trace in (uninterrupted, first_part + resumed):
-    for loss, grad_norm, lr, scale, params in trace:
-        record.extend([loss, grad_norm, lr, scale, params])
-'''
+cfg = {"lr": 4e-3, "decay": 0.02, "epochs": 2, "warmup": 2, "clip": 0.5}
+batches = [{"features": torch.randn(4, 6), "labels": torch.randint(0, 3, (4,))} for _ in range(3)]
+py_state, np_state = random.getstate(), np.random.get_state()
+straight = []
+run(cfg, batches, log=straight)
+random.setstate(py_state)
+np.random.set_state(np_state)
+before, after = [], []
+run(cfg, batches, stop_at=4, log=before)
+random.seed(99)
+np.random.seed(99)  # the streams move on in between: the checkpoint must restore them
+run(cfg, batches, resume=os.path.join(output_dir, "ckpt-4"), log=after)
+for log in (straight, before + after):
+    for entry in log:
+        record.extend(entry)
+"""
 
 TRAINER_STEPS = [
     (
@@ -208,11 +178,11 @@ TRAINER_STEPS = [
         "import retrograd as torch\nfrom retrograd import nn\n",
     ),
     (
-        "            scaler.scale(loss).backward()\n            scaler.unscale_(optimizer)\n",
-        "            grads = scaler.scale(loss).backward()\n            scaler.unscale_(optimizer, grads)\n",
+        "        scaler.scale(loss).backward()\n        scaler.unscale_(opt)\n",
+        "        grads = scaler.scale(loss).backward()\n        scaler.unscale_(opt, grads)\n",
     ),
     ("clip_grad_norm_(model.parameters(),", "clip_grad_norm_(grads, model.parameters(),"),
-    ("scaler.step(optimizer)", "scaler.step(optimizer, grads)"),
+    ("scaler.step(opt)", "scaler.step(opt, grads)"),
 ]
 
 
@@ -223,7 +193,7 @@ def test_trainer_checkpoint_resume_gives_the_uninterrupted_trajectory_as_torch(c
         made.append(tmp_path / lib.__name__)
         return str(made[-1])
 
-    # each run of the program builds three models (uninterrupted, interrupted, resumed), all
+    # each run of the program builds three models (straight, interrupted, resumed), all
     # from the same weights: torch's first model's
     states = []
 
@@ -245,10 +215,10 @@ def test_trainer_checkpoint_resume_gives_the_uninterrupted_trajectory_as_torch(c
     half = len(ours) // 2
     # the resumed run is the uninterrupted one, step for step (the same ops in the same order)
     assert_records_agree(ours[half:], ours[:half], rtol=0, atol=0)
-    checkpoint = made[1] / "checkpoint-4"
+    checkpoint = made[1] / "ckpt-4"
     assert sorted(os.listdir(checkpoint)) == [
-        "optimizer.pt", "pytorch_model.bin", "rng_state.pth", "scaler.pt", "scheduler.pt", "trainer_state.pt",
+        "optim.pt", "progress.pt", "rng.pth", "scaler.pt", "sched.pt", "weights.bin",
     ]  # fmt: skip
     # torch reads the RNG states retrograd saved (NumPy's uint32 key as NumPy pickles it)
-    states = torch.load(checkpoint / "rng_state.pth", weights_only=False)
+    states = torch.load(checkpoint / "rng.pth", weights_only=False)
     assert states["numpy"][1].dtype == np.uint32 and states["numpy"][0] == "MT19937"
