@@ -67,6 +67,7 @@ from .views import (
     refresh,
     refuse_gradient_through_overlap,
     refuse_internal_overlap,
+    refuse_multi_output_view,
     refuse_no_grad_view,
     refuse_partial_overlap,
     remember_leaf,
@@ -389,6 +390,7 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
     through ``tensor`` (or a view taken before) still reaches the base and each sees the
     other's. A leaf that requires grad is refused, as torch refuses it (under ``no_grad``
     it is reshaped as a leaf when nothing aliases it)."""
+    refuse_multi_output_view(op, tensor)
     leaf = tensor.requires_grad and tensor.is_leaf
     if leaf and is_grad_enabled():
         raise AutodiffError(
@@ -460,6 +462,7 @@ class InplaceMixin:
             with no_grad():
                 value = _fit(op, self, compute(self))
         else:
+            refuse_multi_output_view(op, self)
             if is_grad_enabled() and self._backend.is_autodiff:
                 root = root_of(self)
                 if root._backend.is_require_grad(root._prim):
@@ -967,6 +970,7 @@ class InplaceMixin:
         from .advanced import set_index
 
         refuse_write("__setitem__", self)
+        refuse_multi_output_view("__setitem__", self)
         set_index(self, index, value)
 
     def __iadd__(self, other: Any) -> Any:

@@ -84,6 +84,7 @@ __all__ = [
     "refuse_backward",
     "refuse_gradient_through_overlap",
     "refuse_internal_overlap",
+    "refuse_multi_output_view",
     "refuse_no_grad_view",
     "refuse_partial_overlap",
     "remember_leaf",
@@ -117,6 +118,8 @@ def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
         # a view of an inference tensor is one, wherever it is taken, and a view of an
         # ordinary tensor is ordinary, inside inference_mode() too
         mark_inference(view, base._inference)
+    if kind not in _OUTSIDE and base._multi_output_view is not None:
+        view._multi_output_view = base._multi_output_view
     if kind not in _OUTSIDE and (getattr(base, "_no_grad_view", False) or not is_grad_enabled()):
         view._no_grad_view = True
         backend = view._backend
@@ -263,6 +266,25 @@ def refuse_no_grad_view(op: str, t: Any, value: Any) -> None:
             f"{shape_text(t.shape)}); as in torch, take both the view and the in-place op "
             "inside the no_grad block, or both outside"
         )
+
+
+def refuse_multi_output_view(op: str, t: Any) -> None:
+    """torch's refusal of an in-place op, with grad on, on an output of ``split``/``chunk``/
+    ``unbind`` (or a view of one) taken with grad on from a tensor that requires grad
+    (``_multi_output_view``): such an op's outputs share one backward node, which a write
+    into one of them cannot be recorded on. A write through ``detach()``/``.data``, or under
+    ``no_grad``, is taken."""
+    made = t._multi_output_view
+    if made is None or not is_grad_enabled() or outside_graph(t):
+        return
+    number, name = made
+    raise AutodiffError(
+        f"{op}: output {number} of {name} is a view (shape {shape_text(t.shape)}) and is being "
+        "modified in place. This view is the output of a function that returns multiple "
+        "views (split, chunk, unbind). Such functions do not allow the output views to be "
+        "modified in place with grad on, as in torch: use the out-of-place op, clone() the "
+        "piece, or write under rg.no_grad()"
+    )
 
 
 def root_of(t: Any) -> Any:
@@ -439,6 +461,8 @@ def refuse_gradient_through_overlap(op: str, t: Any) -> None:
     differentiated as any write."""
     if getattr(t, "_view", None) is None or op == "fill_diagonal_":
         return  # (a root's elements are its own: nothing shares memory)
+    if t.numel() == 0:
+        return  # (no element written, no gradient written back: torch's backward runs)
     if not (is_grad_enabled() and t._backend.is_autodiff):
         return
     strides = strides_of(t)
