@@ -36,6 +36,7 @@ __all__ = [
     "RetrogradError",
     "ShapeError",
     "SizeMismatchError",
+    "MemoryLayoutError",
     "StateValueTypeError",
     "UninitializedError",
     "guard",
@@ -58,6 +59,14 @@ class SizeMismatchError(ShapeError, RuntimeError):
     """A state dict value whose shape is not the module's (``load_state_dict``): a
     :class:`ShapeError` of the hierarchy and the ``RuntimeError`` torch raises there, which
     ``try: load_state_dict(...) except RuntimeError:`` fallbacks catch."""
+
+
+class MemoryLayoutError(ShapeError, RuntimeError):
+    """What torch refuses for how a tensor lies in memory: a ``view`` whose sizes its
+    strides cannot give (after a transpose), a write into elements that share memory (an
+    expanded tensor). A :class:`ShapeError` of the hierarchy and the ``RuntimeError`` torch
+    raises there, which ``try: x.view(s) except RuntimeError: x.reshape(s)`` fallbacks
+    catch."""
 
 
 class InvalidArgumentError(RetrogradError, ValueError):

@@ -162,10 +162,14 @@ def write_out(op: str, out: Any, result: Any) -> Any:
     ``out`` returned; refused, as torch refuses it, where the result needs a graph."""
     if not hasattr(out, "copy_"):
         raise DTypeError(f"{op}: out must be a tensor, got {type(out).__name__}")
-    if result.requires_grad:
+    # (``out`` itself requiring grad counts, as torch counts it: one of the arguments)
+    if result.requires_grad or (
+        is_grad_enabled() and out.requires_grad and not outside_graph(out)
+    ):
         raise AutodiffError(
             f"{op}: functions with out= arguments don't support automatic differentiation, "
-            "but the input requires grad (call it under no_grad, or assign the result)"
+            "but one of the arguments requires grad (call it under no_grad, or assign the "
+            "result)"
         )
     if not can_cast(result.dtype, out.dtype):
         raise DTypeError(
@@ -391,7 +395,9 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
     other's. A leaf that requires grad is refused, as torch refuses it (under ``no_grad``
     it is reshaped as a leaf when nothing aliases it)."""
     refuse_multi_output_view(op, tensor)
-    leaf = tensor.requires_grad and tensor.is_leaf
+    # (a tensor detached from a leaf that requires grad requires grad itself, Burn's rule, but
+    # is torch's detached tensor: its shape is its own to change, as torch's)
+    leaf = tensor.requires_grad and tensor.is_leaf and not outside_graph(tensor)
     if leaf and is_grad_enabled():
         raise AutodiffError(
             f"{op}: a leaf tensor that requires grad cannot be changed in place (shape "

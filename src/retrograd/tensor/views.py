@@ -45,7 +45,13 @@ from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..backend.sizes import ITEMSIZE
 from ..context import captured_writes
 from ..effects import WRITES
-from ..errors import AutodiffError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    AutodiffError,
+    InvalidArgumentError,
+    MemoryLayoutError,
+    ShapeError,
+    shape_text,
+)
 from ._dispatch import TensorBase, from_host, host_constant, lift, untracked
 from .inference import mark_inference
 from .links import WeakBase, base_of
@@ -421,7 +427,7 @@ def _scatter_back(
         "expand": "an expanded tensor",
         "as_strided": "an as_strided view whose strides overlap",
     }.get(kind, "overlapping windows of unfold")
-    raise ShapeError(
+    raise MemoryLayoutError(
         f"{op}: unsupported operation: more than one element of the written-to tensor refers "
         f"to a single memory location ({what}); clone() it before writing, as in torch"
     )
@@ -442,7 +448,7 @@ def refuse_internal_overlap(op: str, t: Any) -> None:
     if t.numel() == 0:
         return  # (nothing written; torch's empty tensor is non-overlapping and dense)
     if any(n > 1 and step == 0 for n, step in zip(t.shape, strides_of(t))):
-        raise ShapeError(
+        raise MemoryLayoutError(
             f"{op}: unsupported operation: more than one element of the written-to tensor "
             f"refers to a single memory location (an expanded tensor of shape "
             f"{shape_text(t.shape)}, strides {list(strides_of(t))}); clone() it before "
@@ -475,6 +481,7 @@ def refuse_gradient_through_overlap(op: str, t: Any) -> None:
         f"tensor refers to a single memory location (a write into an expanded tensor of shape "
         f"{shape_text(t.shape)}, strides {list(strides)}, recorded in the graph); clone() it "
         "before writing, as in torch",
+        MemoryLayoutError,
     )
 
 
@@ -721,6 +728,14 @@ def write(
         refresh(t)
         return
     kind = view[KIND]
+    if t.numel() == 0 and not recorded:
+        # no element written: the base keeps its value, whatever the view's elements share
+        # (torch's write is a no-op; written back, an overlapping view would be refused); it
+        # keeps its place in the graph, unless the value brings one (copy_ of a tracked value)
+        backend = t._backend
+        if backend.is_autodiff and backend.is_tracked(value._prim):
+            t._prim = value._prim
+        return
     if recorded:
         # t is the detached tensor, or a view(dtype) (not differentiable either: torch's
         # records the write on the view, its base takes the values only): the graph stops here
@@ -899,7 +914,7 @@ def refresh(t: Any) -> None:
 
 # -- strides -------------------------------------------------------------------------------------
 def view_error(op: str, shape: tuple[int, ...], target: tuple[int, ...]) -> ShapeError:
-    return ShapeError(
+    return MemoryLayoutError(
         f"{op}: view size {shape_text(target)} is not compatible with the input's size "
         f"{shape_text(shape)} and stride (at least one dimension spans across two contiguous "
         "subspaces, as after a transpose); use .reshape(...) instead, as in torch"
