@@ -37,6 +37,7 @@ __all__ = [
     "ShapeError",
     "SizeMismatchError",
     "MemoryLayoutError",
+    "ResultCastError",
     "StateValueTypeError",
     "UninitializedError",
     "guard",
@@ -111,6 +112,13 @@ class LinAlgError(InvalidArgumentError, RuntimeError):
 
 class DTypeError(RetrogradError, TypeError):
     """A dtype the operation does not accept (an int mask, a float index, grad on ints...)."""
+
+
+class ResultCastError(DTypeError, RuntimeError):
+    """A result whose dtype torch's casting rules do not let into the tensor written (an
+    in-place op's own tensor, an ``out=`` tensor: ``int_t.add_(0.5)``): a :class:`DTypeError`
+    of the hierarchy and the ``RuntimeError`` torch raises there ("result type Float can't be
+    cast to the desired output type Long")."""
 
 
 class ArgumentTypeError(DTypeError, ShapeError):

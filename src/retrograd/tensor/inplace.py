@@ -36,7 +36,14 @@ from ..autodiff.grad_mode import is_grad_enabled, no_grad
 from ..backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES
 from ..context import captured_writes, capturing
 from ..effects import WRITES
-from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    AutodiffError,
+    DTypeError,
+    InvalidArgumentError,
+    ResultCastError,
+    ShapeError,
+    shape_text,
+)
 from ._dispatch import (
     NARROW_INTS,
     SCALARS,
@@ -59,6 +66,7 @@ from .shape import shape_arg
 from .strides import contiguous_strides
 from .views import (
     FILLS,
+    KIND,
     base_of,
     detached_values,
     move_views,
@@ -172,7 +180,7 @@ def write_out(op: str, out: Any, result: Any) -> Any:
             "result)"
         )
     if not can_cast(result.dtype, out.dtype):
-        raise DTypeError(
+        raise ResultCastError(
             f"{op}: result type {result.dtype} can't be cast to the desired output type {out.dtype}"
         )
     if tuple(out.shape) != tuple(result.shape):
@@ -242,7 +250,7 @@ def _fit(op: str, t: Any, value: Any) -> Any:
     dtype = t.dtype
     if value.dtype != dtype:
         if not can_cast(value.dtype, dtype):
-            raise DTypeError(
+            raise ResultCastError(
                 f"{op}: result type {value.dtype} can't be cast to the desired output type "
                 f"{dtype} (the tensor's own)"
             )
@@ -471,7 +479,10 @@ class InplaceMixin:
             refuse_multi_output_view(op, self)
             if is_grad_enabled() and self._backend.is_autodiff:
                 root = root_of(self)
-                if root._backend.is_require_grad(root._prim):
+                # (a view made a leaf that requires grad by requires_grad_() counts as one of a leaf)
+                if root._backend.is_require_grad(root._prim) or self._backend.is_require_grad(
+                    self._prim
+                ):
                     which = "a leaf" if root is self else "a view of a leaf"
                     raise AutodiffError(
                         f"{op}: {which} tensor that requires grad is being used in an in-place "
@@ -960,7 +971,10 @@ class InplaceMixin:
     def detach_(self) -> Any:
         """Cut this tensor from the graph in place: it becomes a leaf that does not require
         grad (torch's ``detach_``; a view cannot be detached in place, as in torch)."""
-        if getattr(self, "_view", None) is not None:
+        view = getattr(self, "_view", None)
+        # (a tensor given by detach() or .data shares its base's memory but is no view of
+        # it in torch's autograd: torch detaches it in place, and so does this)
+        if view is not None and view[KIND] not in ("detach", "data"):
             raise AutodiffError(
                 "detach_: can't detach views in-place; use detach() instead, as in torch"
             )
