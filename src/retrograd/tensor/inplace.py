@@ -421,6 +421,9 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
     with no_grad():
         make(untracked(tensor))  # a bad dimension refused before anything is rewired
     former = type(tensor)._result(tensor._prim, tensor._backend, tensor._device)
+    layout = getattr(tensor, "_layout", None)
+    if layout is not None:  # (a root's strides kept from its source: a clone of a transpose)
+        former._layout = layout
     taken = tensor._view
     if taken is not None:
         former._view = taken
