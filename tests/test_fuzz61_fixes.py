@@ -147,7 +147,7 @@ def test_writes_into_multi_output_views_are_taken_where_torch_takes_them():
 def test_pieces_of_a_tensor_outside_the_graph_refuse_a_value_that_requires_grad():
     for lib, error in ((torch, RuntimeError), (rg, errors.AutodiffError)):
         piece = lib.tensor(X).split(1)[0]
-        with pytest.raises(error, match="(?i)created in no_grad mode"):
+        with pytest.raises(error, match=r"(?i)created in no_grad mode"):
             piece.copy_(_leaf(lib)[:1] * 2)
 
 
@@ -209,7 +209,7 @@ def test_detach_in_place_of_a_detached_tensor():
             assert d.detach_() is d and not d.requires_grad
             d.mul_(0.5)  # still y's memory
         np.testing.assert_allclose(y.detach().numpy(), X / 2)
-        with pytest.raises(RuntimeError, match="(?i)can't detach views in-place"):
+        with pytest.raises(RuntimeError, match=r"(?i)can't detach views in-place"):
             y[1:].detach_()
 
 

@@ -102,7 +102,7 @@ def _whole(lib, t):
     return t.view(-1)
 
 
-def _draw_view(rng: np.random.Generator, shape: tuple[int, ...]):  # noqa: C901 (one table)
+def _draw_view(rng: np.random.Generator, shape: tuple[int, ...]):
     """``(description, view(lib, t))``."""
     nd = len(shape)
     kinds = ["view", "reshape", "flatten", "unsqueeze", "detach", "slice", "expand", "movedim"]
@@ -178,7 +178,8 @@ def _draw_view(rng: np.random.Generator, shape: tuple[int, ...]):  # noqa: C901 
             i = int(rng.integers(shape[d]))
             return f"unbind({d})[{i}]", lambda lib, t: t.unbind(d)[i]
         k = int(rng.integers(1, shape[d] + 1))
-        pieces = -(-shape[d] // k) if kind == "split" else len(range(0, shape[d], -(-shape[d] // k)))
+        step = k if kind == "split" else -(-shape[d] // k)  # (chunk: k pieces of ceil(n / k))
+        pieces = len(range(0, shape[d], step))
         i = int(rng.integers(pieces))
         return f"{kind}({k}, {d})[{i}]", lambda lib, t: getattr(t, kind)(k, d)[i]
     if kind == "squeeze":
@@ -260,7 +261,7 @@ def _lib_key(lib, key: tuple) -> tuple:
     return tuple(lib.tensor(k) if isinstance(k, np.ndarray) else k for k in key)
 
 
-def _draw_write(rng: np.random.Generator, shape: tuple[int, ...]):  # noqa: C901 (one table)
+def _draw_write(rng: np.random.Generator, shape: tuple[int, ...]):
     """``(description, write(lib, t))``."""
     nd = len(shape)
     kinds = ["add_", "sub_", "mul_", "div_", "clamp_", "clamp_tensor", "pow_", "copy_",
@@ -543,24 +544,21 @@ def _typed(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.n
         return rng.random(shape) < 0.5
     if dtype.startswith(("int", "uint")):  # (no zero: torch's integer division by zero
         # writes part of the tensor before it raises)
-        return rng.choice([1, 2, 3] if dtype == "uint8" else [-2, -1, 1, 2, 3], shape).astype(
-            dtype
-        )
+        return rng.choice([1, 2, 3] if dtype == "uint8" else [-2, -1, 1, 2, 3], shape).astype(dtype)
     return np.round(rng.uniform(-2, 2, shape), 2).astype(dtype)
+
+
+TYPED_WRITES = ["add_", "sub_", "mul_", "div_", "floor", "trunc", "copy_", "remainder_",
+                "bitwise_and_", "lerp_", "fill_float", "fill_int", "fill_bool", "clamp_", "pow_",
+                "masked_fill_", "setitem", "iadd", "itruediv", "ifloordiv", "imul", "abs_",
+                "sqrt_", "round_", "neg_", "out", "data", "no_grad", "requires_grad_"]  # fmt: skip
 
 
 def _draw_typed_write(rng: np.random.Generator, shape: tuple[int, ...], dtype: str):
     nd = len(shape)
     other_dtype = str(rng.choice(DTYPES))
     operand = _typed(rng, shape[int(rng.integers(0, nd + 1)) :], other_dtype)
-    kind = str(
-        rng.choice(
-            ["add_", "sub_", "mul_", "div_", "floor", "trunc", "copy_", "remainder_",
-             "bitwise_and_", "lerp_", "fill_float", "fill_int", "fill_bool", "clamp_", "pow_",
-             "masked_fill_", "setitem", "iadd", "itruediv", "ifloordiv", "imul", "abs_",
-             "sqrt_", "round_", "neg_", "out", "data", "no_grad", "requires_grad_"]
-        )  # fmt: skip
-    )
+    kind = str(rng.choice(TYPED_WRITES))
     text = f"{kind}({other_dtype}{operand.shape})"
 
     def tensor(lib):

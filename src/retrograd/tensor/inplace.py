@@ -171,9 +171,7 @@ def write_out(op: str, out: Any, result: Any) -> Any:
     if not hasattr(out, "copy_"):
         raise DTypeError(f"{op}: out must be a tensor, got {type(out).__name__}")
     # (``out`` itself requiring grad counts, as torch counts it: one of the arguments)
-    if result.requires_grad or (
-        is_grad_enabled() and out.requires_grad and not outside_graph(out)
-    ):
+    if result.requires_grad or (is_grad_enabled() and out.requires_grad and not outside_graph(out)):
         raise AutodiffError(
             f"{op}: functions with out= arguments don't support automatic differentiation, "
             "but one of the arguments requires grad (call it under no_grad, or assign the "
@@ -482,7 +480,7 @@ class InplaceMixin:
             refuse_multi_output_view(op, self)
             if is_grad_enabled() and self._backend.is_autodiff:
                 root = root_of(self)
-                # (a view made a leaf that requires grad by requires_grad_() counts as one of a leaf)
+                # (a view made a leaf by requires_grad_() counts as a view of a leaf)
                 if root._backend.is_require_grad(root._prim) or self._backend.is_require_grad(
                     self._prim
                 ):
