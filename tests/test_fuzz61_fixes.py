@@ -266,3 +266,20 @@ def test_in_place_shape_ops_keep_the_strides_a_clone_preserved():
         trace.append((tuple(x.stride()), x.is_contiguous()))
         seen[lib.__name__] = trace
     assert seen["retrograd"] == seen["torch"]
+
+
+def test_out_aliasing_an_input_in_part_is_refused():
+    """``torch.mul(x, 2, out=x.t())`` would read elements it had written: torch refuses it;
+    ``out=x`` itself is an in-place op, taken."""
+    for lib in (torch, rg):
+        x = lib.tensor(X[:, :2])
+        with pytest.raises(RuntimeError, match="single memory"):
+            lib.mul(x, 2.0, out=x.t())
+        np.testing.assert_array_equal(x.numpy(), X[:, :2])
+        y = lib.arange(4.0)
+        with pytest.raises(RuntimeError, match="single memory"):
+            lib.add(y[:3], 1.0, out=y[1:])
+        with pytest.raises(RuntimeError, match="single memory"):
+            y[1:] += y[:-1]
+        lib.add(y, 1.0, out=y)
+        np.testing.assert_array_equal(y.numpy(), [1.0, 2.0, 3.0, 4.0])

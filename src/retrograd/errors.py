@@ -34,6 +34,7 @@ __all__ = [
     "MissingMemberError",
     "NonFiniteError",
     "OutOfMemoryError",
+    "PartialOverlapError",
     "ResultCastError",
     "RetrogradError",
     "ShapeError",
@@ -72,6 +73,12 @@ class MemoryLayoutError(ShapeError, RuntimeError):
 
 class InvalidArgumentError(RetrogradError, ValueError):
     """An argument value the operation does not accept (an unknown mode, a negative size)."""
+
+
+class PartialOverlapError(InvalidArgumentError, RuntimeError):
+    """An in-place or ``out=`` write whose input shares part of the memory written
+    (``x[1:] += x[:-1]``, ``torch.mul(x, 2, out=x.t())``): an :class:`InvalidArgumentError` of
+    the hierarchy and the ``RuntimeError`` torch raises there."""
 
 
 class DivisionByZeroError(InvalidArgumentError, ZeroDivisionError):

@@ -47,8 +47,8 @@ from ..context import captured_writes
 from ..effects import WRITES
 from ..errors import (
     AutodiffError,
-    InvalidArgumentError,
     MemoryLayoutError,
+    PartialOverlapError,
     ShapeError,
     shape_text,
 )
@@ -321,7 +321,7 @@ def refuse_partial_overlap(op: str, target: Any, *operands: Any, full: bool = Fa
         if target_view is None and other_view is None:
             continue  # two roots: two storages
         if root_of(target) is root_of(other) and _overlap(target, other, full):
-            raise InvalidArgumentError(
+            raise PartialOverlapError(
                 f"{op}: unsupported operation: some elements of the input tensor and the "
                 "written-to tensor refer to a single memory location (a view of "
                 f"{shape_text(other.shape)} overlapping the {shape_text(target.shape)} "
