@@ -283,3 +283,12 @@ def test_out_aliasing_an_input_in_part_is_refused():
             y[1:] += y[:-1]
         lib.add(y, 1.0, out=y)
         np.testing.assert_array_equal(y.numpy(), [1.0, 2.0, 3.0, 4.0])
+
+
+def test_write_of_no_element_from_a_value_in_the_graph_takes_the_base_into_it():
+    for lib in (torch, rg):
+        base = lib.tensor(X)
+        w = lib.ones(0, 3, dtype=lib.float64, requires_grad=True)
+        base[2:].mul_(w * 2)
+        assert base.requires_grad and not base.is_leaf
+        np.testing.assert_array_equal(base.detach().numpy(), X)

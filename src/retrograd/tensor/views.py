@@ -728,13 +728,16 @@ def write(
         refresh(t)
         return
     kind = view[KIND]
-    if t.numel() == 0 and not recorded:
+    backend = t._backend
+    if (
+        t.numel() == 0
+        and not recorded
+        and not (backend.is_autodiff and backend.is_tracked(value._prim))
+    ):
         # no element written: the base keeps its value, whatever the view's elements share
-        # (torch's write is a no-op; written back, an overlapping view would be refused); it
-        # keeps its place in the graph, unless the value brings one (copy_ of a tracked value)
-        backend = t._backend
-        if backend.is_autodiff and backend.is_tracked(value._prim):
-            t._prim = value._prim
+        # (torch's write is a no-op; written back, an overlapping view would be refused), and
+        # the view its place in the graph; a value in the graph is written back as any write
+        # (torch's base takes the graph: it requires grad from then on)
         return
     if recorded:
         # t is the detached tensor, or a view(dtype) (not differentiable either: torch's
