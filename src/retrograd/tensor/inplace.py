@@ -480,10 +480,10 @@ class InplaceMixin:
             refuse_multi_output_view(op, self)
             if is_grad_enabled() and self._backend.is_autodiff:
                 root = root_of(self)
-                # (a view made a leaf by requires_grad_() counts as a view of a leaf)
-                if root._backend.is_require_grad(root._prim) or self._backend.is_require_grad(
-                    self._prim
-                ):
+                # (a view made a leaf by requires_grad_() counts as a view of a leaf; one taken
+                # under no_grad is refused as such below)
+                made_leaf = not self._no_grad_view and self._backend.is_require_grad(self._prim)
+                if made_leaf or root._backend.is_require_grad(root._prim):
                     which = "a leaf" if root is self else "a view of a leaf"
                     raise AutodiffError(
                         f"{op}: {which} tensor that requires grad is being used in an in-place "
