@@ -292,3 +292,19 @@ def test_write_of_no_element_from_a_value_in_the_graph_takes_the_base_into_it():
         base[2:].mul_(w * 2)
         assert base.requires_grad and not base.is_leaf
         np.testing.assert_array_equal(base.detach().numpy(), X)
+
+
+def test_as_strided_in_place_keeps_aliasing_the_storage():
+    """``as_strided_`` was missing."""
+    seen = {}
+    for lib in (torch, rg):
+        x = lib.arange(6.0, dtype=lib.float64)
+        v = x[2:]
+        assert v.as_strided_((2,), (2,)) is v
+        v.mul_(10.0)
+        leaf = lib.arange(6.0, dtype=lib.float64, requires_grad=True)
+        y = leaf * 2
+        y.as_strided_((3,), (2,), 1)
+        (g,) = lib.autograd.grad((y * lib.arange(3.0, dtype=lib.float64)).sum(), leaf)
+        seen[lib.__name__] = (x.tolist(), v.tolist(), tuple(y.stride()), g.tolist())
+    assert seen["retrograd"] == seen["torch"]

@@ -799,6 +799,13 @@ class InplaceMixin:
         """torch's ``t_``: this (at most 2-d) tensor transposed in place."""
         return _view_in_place(self, "t_", lambda t: t.t())
 
+    def as_strided_(self, size: Any, stride: Any, storage_offset: Any = None) -> Any:
+        """torch's ``as_strided_``: this tensor made, in place, the :meth:`as_strided` view of
+        its storage (its base's, for a view), which it keeps aliasing."""
+        return _view_in_place(
+            self, "as_strided_", lambda t: t.as_strided(size, stride, storage_offset)
+        )
+
     # -- Python callables per element (torch's CPU apply_/map_) -------------------------------
     def apply_(self, callable: Any) -> Any:  # noqa: A002 (torch's name)
         """Each element replaced by ``callable(element)`` (a Python number in, one out, cast
