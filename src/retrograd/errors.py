@@ -30,9 +30,12 @@ __all__ = [
     "InnerOperandError",
     "KeyMismatchError",
     "LinAlgError",
+    "MemoryLayoutError",
     "MissingMemberError",
     "NonFiniteError",
     "OutOfMemoryError",
+    "PartialOverlapError",
+    "ResultCastError",
     "RetrogradError",
     "ShapeError",
     "SizeMismatchError",
@@ -60,8 +63,22 @@ class SizeMismatchError(ShapeError, RuntimeError):
     ``try: load_state_dict(...) except RuntimeError:`` fallbacks catch."""
 
 
+class MemoryLayoutError(ShapeError, RuntimeError):
+    """What torch refuses for how a tensor lies in memory: a ``view`` whose sizes its
+    strides cannot give (after a transpose), a write into elements that share memory (an
+    expanded tensor). A :class:`ShapeError` of the hierarchy and the ``RuntimeError`` torch
+    raises there, which ``try: x.view(s) except RuntimeError: x.reshape(s)`` fallbacks
+    catch."""
+
+
 class InvalidArgumentError(RetrogradError, ValueError):
     """An argument value the operation does not accept (an unknown mode, a negative size)."""
+
+
+class PartialOverlapError(InvalidArgumentError, RuntimeError):
+    """An in-place or ``out=`` write whose input shares part of the memory written
+    (``x[1:] += x[:-1]``, ``torch.mul(x, 2, out=x.t())``): an :class:`InvalidArgumentError` of
+    the hierarchy and the ``RuntimeError`` torch raises there."""
 
 
 class DivisionByZeroError(InvalidArgumentError, ZeroDivisionError):
@@ -102,6 +119,13 @@ class LinAlgError(InvalidArgumentError, RuntimeError):
 
 class DTypeError(RetrogradError, TypeError):
     """A dtype the operation does not accept (an int mask, a float index, grad on ints...)."""
+
+
+class ResultCastError(DTypeError, RuntimeError):
+    """A result whose dtype torch's casting rules do not let into the tensor written (an
+    in-place op's own tensor, an ``out=`` tensor: ``int_t.add_(0.5)``): a :class:`DTypeError`
+    of the hierarchy and the ``RuntimeError`` torch raises there ("result type Float can't be
+    cast to the desired output type Long")."""
 
 
 class ArgumentTypeError(DTypeError, ShapeError):

@@ -287,6 +287,11 @@ class Tensor(
     #: ``_no_grad_view``: taken under ``no_grad`` (or from such a view), as torch's views
     #: whose in-place writes with grad on it refuses (see :func:`.views.link`).
     _no_grad_view: bool = False
+    #: ``_multi_output_view``: ``(output number, torch's op name)`` of an output of
+    #: ``split``/``chunk``/``unbind`` taken with grad on from a tensor that requires grad (or
+    #: of a view of one): torch refuses its in-place writes with grad on (see
+    #: :func:`.views.refuse_multi_output_view`).
+    _multi_output_view: Any = None
     __array_priority__ = 1000  # NumPy defers to our reflected operators
     __hash__ = object.__hash__  # ``==`` is elementwise; a tensor hashes by identity
 
@@ -1370,7 +1375,7 @@ _UNGUARDED = frozenset(
 #: not its source's, in a storage of its own)
 _VIEW_ATTRIBUTES = frozenset(
     {"_view", "_views", "_weak_base", "_former_keys", "_frozen_leaf", "_storage_address",
-     "_output_nr", "_no_grad_view", "_data_of"}
+     "_output_nr", "_no_grad_view", "_multi_output_view", "_data_of"}
 )  # fmt: skip
 
 

@@ -54,6 +54,7 @@ from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
 from .shape import cat, refuse_one_tensor
 from .strides import contiguous_strides
+from .views import refuse_partial_overlap
 
 #: ``rg.<name>(input, *args, **kwargs)`` is ``input.<method>(*args, **kwargs)``.
 _METHODS = {
@@ -649,6 +650,8 @@ def _method(name: str, method: str) -> Callable[..., Any]:
             _refuse_out_without_dim(name, args, kwargs)
         if name in _NUMBER_INPUTS and isinstance(input, SCALARS):
             input = _number_input(name, input, args, kwargs)  # noqa: A001
+        if out is not None:  # (torch's: an out= aliasing an input in part, x.t() for x)
+            refuse_partial_overlap(name, out, input, *args, *kwargs.values())
         result = getattr(lift_input(name, input), method)(*args, **kwargs)
         return result if out is None else written_out(name, out, result)
 

@@ -36,7 +36,14 @@ from ..autodiff.grad_mode import is_grad_enabled, no_grad
 from ..backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES
 from ..context import captured_writes, capturing
 from ..effects import WRITES
-from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    AutodiffError,
+    DTypeError,
+    InvalidArgumentError,
+    ResultCastError,
+    ShapeError,
+    shape_text,
+)
 from ._dispatch import (
     NARROW_INTS,
     SCALARS,
@@ -59,6 +66,7 @@ from .shape import shape_arg
 from .strides import contiguous_strides
 from .views import (
     FILLS,
+    KIND,
     base_of,
     detached_values,
     move_views,
@@ -67,6 +75,7 @@ from .views import (
     refresh,
     refuse_gradient_through_overlap,
     refuse_internal_overlap,
+    refuse_multi_output_view,
     refuse_no_grad_view,
     refuse_partial_overlap,
     remember_leaf,
@@ -161,13 +170,15 @@ def write_out(op: str, out: Any, result: Any) -> Any:
     ``out`` returned; refused, as torch refuses it, where the result needs a graph."""
     if not hasattr(out, "copy_"):
         raise DTypeError(f"{op}: out must be a tensor, got {type(out).__name__}")
-    if result.requires_grad:
+    # (``out`` itself requiring grad counts, as torch counts it: one of the arguments)
+    if result.requires_grad or (is_grad_enabled() and out.requires_grad and not outside_graph(out)):
         raise AutodiffError(
             f"{op}: functions with out= arguments don't support automatic differentiation, "
-            "but the input requires grad (call it under no_grad, or assign the result)"
+            "but one of the arguments requires grad (call it under no_grad, or assign the "
+            "result)"
         )
     if not can_cast(result.dtype, out.dtype):
-        raise DTypeError(
+        raise ResultCastError(
             f"{op}: result type {result.dtype} can't be cast to the desired output type {out.dtype}"
         )
     if tuple(out.shape) != tuple(result.shape):
@@ -237,7 +248,7 @@ def _fit(op: str, t: Any, value: Any) -> Any:
     dtype = t.dtype
     if value.dtype != dtype:
         if not can_cast(value.dtype, dtype):
-            raise DTypeError(
+            raise ResultCastError(
                 f"{op}: result type {value.dtype} can't be cast to the desired output type "
                 f"{dtype} (the tensor's own)"
             )
@@ -389,7 +400,10 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
     through ``tensor`` (or a view taken before) still reaches the base and each sees the
     other's. A leaf that requires grad is refused, as torch refuses it (under ``no_grad``
     it is reshaped as a leaf when nothing aliases it)."""
-    leaf = tensor.requires_grad and tensor.is_leaf
+    refuse_multi_output_view(op, tensor)
+    # (a tensor detached from a leaf that requires grad requires grad itself, Burn's rule, but
+    # is torch's detached tensor: its shape is its own to change, as torch's)
+    leaf = tensor.requires_grad and tensor.is_leaf and not outside_graph(tensor)
     if leaf and is_grad_enabled():
         raise AutodiffError(
             f"{op}: a leaf tensor that requires grad cannot be changed in place (shape "
@@ -405,6 +419,9 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
     with no_grad():
         make(untracked(tensor))  # a bad dimension refused before anything is rewired
     former = type(tensor)._result(tensor._prim, tensor._backend, tensor._device)
+    layout = getattr(tensor, "_layout", None)
+    if layout is not None:  # (a root's strides kept from its source: a clone of a transpose)
+        former._layout = layout
     taken = tensor._view
     if taken is not None:
         former._view = taken
@@ -460,9 +477,13 @@ class InplaceMixin:
             with no_grad():
                 value = _fit(op, self, compute(self))
         else:
+            refuse_multi_output_view(op, self)
             if is_grad_enabled() and self._backend.is_autodiff:
                 root = root_of(self)
-                if root._backend.is_require_grad(root._prim):
+                # (a view made a leaf by requires_grad_() counts as a view of a leaf; one taken
+                # under no_grad is refused as such below)
+                made_leaf = not self._no_grad_view and self._backend.is_require_grad(self._prim)
+                if made_leaf or root._backend.is_require_grad(root._prim):
                     which = "a leaf" if root is self else "a view of a leaf"
                     raise AutodiffError(
                         f"{op}: {which} tensor that requires grad is being used in an in-place "
@@ -778,6 +799,13 @@ class InplaceMixin:
         """torch's ``t_``: this (at most 2-d) tensor transposed in place."""
         return _view_in_place(self, "t_", lambda t: t.t())
 
+    def as_strided_(self, size: Any, stride: Any, storage_offset: Any = None) -> Any:
+        """torch's ``as_strided_``: this tensor made, in place, the :meth:`as_strided` view of
+        its storage (its base's, for a view), which it keeps aliasing."""
+        return _view_in_place(
+            self, "as_strided_", lambda t: t.as_strided(size, stride, storage_offset)
+        )
+
     # -- Python callables per element (torch's CPU apply_/map_) -------------------------------
     def apply_(self, callable: Any) -> Any:  # noqa: A002 (torch's name)
         """Each element replaced by ``callable(element)`` (a Python number in, one out, cast
@@ -951,7 +979,10 @@ class InplaceMixin:
     def detach_(self) -> Any:
         """Cut this tensor from the graph in place: it becomes a leaf that does not require
         grad (torch's ``detach_``; a view cannot be detached in place, as in torch)."""
-        if getattr(self, "_view", None) is not None:
+        view = getattr(self, "_view", None)
+        # (a tensor given by detach() or .data shares its base's memory but is no view of
+        # it in torch's autograd: torch detaches it in place, and so does this)
+        if view is not None and view[KIND] not in ("detach", "data"):
             raise AutodiffError(
                 "detach_: can't detach views in-place; use detach() instead, as in torch"
             )
@@ -967,6 +998,7 @@ class InplaceMixin:
         from .advanced import set_index
 
         refuse_write("__setitem__", self)
+        refuse_multi_output_view("__setitem__", self)
         set_index(self, index, value)
 
     def __iadd__(self, other: Any) -> Any:

@@ -169,7 +169,8 @@ class ShapeMixin:
     def T(self) -> Any:  # noqa: N802
         """The dimensions reversed (torch's ``T``; for a matrix its transpose)."""
         ndim = self.ndim
-        return self if ndim < 2 else self.permute(tuple(range(ndim - 1, -1, -1)))
+        # a new view even where nothing moves, as torch's: ``x.T.unsqueeze_(0)`` leaves x alone
+        return self.permute(tuple(range(ndim - 1, -1, -1)))
 
     @property
     def mT(self) -> Any:  # noqa: N802 (torch's name)
@@ -203,14 +204,14 @@ class ShapeMixin:
                 f"t: expects a tensor with <= 2 dimensions, got {shape_text(self.shape)}; "
                 "use transpose(d0, d1)"
             )
-        return self if self.ndim < 2 else self.swap_dims(0, 1)
+        return self.permute(tuple(range(self.ndim))) if self.ndim < 2 else self.swap_dims(0, 1)
 
     def swap_dims(self, dim1: int, dim2: int) -> Any:
         ndim = self.ndim
         a = normalize_dim("swap_dims", dim1, ndim, scalar=True)
         b = normalize_dim("swap_dims", dim2, ndim, scalar=True)
-        if a == b:
-            return self
+        if a == b:  # a new view, as torch's, not this tensor: its in-place shape ops are its own
+            return self.permute(tuple(range(ndim)))
         out = self._apply("swap_dims", (self,), (a, b))
         order = list(range(ndim))
         order[a], order[b] = b, a
@@ -313,8 +314,8 @@ class ShapeMixin:
                 f"expand: the shape {shape_text(target)} has more elements than an int64 counts "
                 f"(torch: numel: integer multiplication overflow); input {shape_text(own)}"
             )
-        if target == own:
-            return self
+        if target == own:  # a new view, as torch's (an in-place shape op on it is its own)
+            return self.permute(tuple(range(len(own))))
         return link(self._apply("expand", (self,), (target,)), self, "expand", (target,))
 
     def broadcast_to(self, shape: Sequence[int]) -> Any:
@@ -566,14 +567,14 @@ class ShapeMixin:
             return tuple(self.narrow(d, 0, 0) for _ in range(int(chunks)))
         step = max(1, -(-size // chunks))
         return number_outputs(
-            tuple(self.narrow(d, s, min(step, size - s)) for s in range(0, size, step))
+            tuple(self.narrow(d, s, min(step, size - s)) for s in range(0, size, step)), "Split"
         )
 
     def unbind(self, dim: int = 0) -> tuple[Any, ...]:
         """The slices along ``dim``, that dimension removed (views, as torch's)."""
         d = normalize_dim("unbind", dim, self.ndim)
         lead = (slice(None),) * d
-        return number_outputs(tuple(self[lead + (i,)] for i in range(self.shape[d])))
+        return number_outputs(tuple(self[lead + (i,)] for i in range(self.shape[d])), "Unbind")
 
     def tensor_split(
         self,
@@ -667,7 +668,8 @@ class ShapeMixin:
         for n in sizes:
             pieces.append(self.narrow(d, start, n))
             start += n
-        return number_outputs(tuple(pieces))
+        view_op = "Split" if isinstance(split_size, numbers.Integral) else "SplitWithSizes"
+        return number_outputs(tuple(pieces), view_op)
 
     def unfold(self, dimension: int, size: int, step: int) -> Any:
         """Sliding windows of ``size`` every ``step`` along ``dimension``, as a new last

@@ -18,6 +18,7 @@ import itertools
 import math
 from typing import Any
 
+from ..autodiff.grad_mode import is_grad_enabled
 from ..backend.sizes import ITEMSIZE
 from ..errors import DTypeError, InvalidArgumentError
 from .strides import storage_offset_of
@@ -194,11 +195,25 @@ class StorageMixin:
         return self.__dict__.get("_output_nr", 0)
 
 
-def number_outputs(pieces: tuple) -> tuple:
+def number_outputs(pieces: tuple, view_op: str | None = None) -> tuple:
     """Give the pieces of a multi-output view op (``split``...) torch's ``output_nr``s (read
-    only where they require grad)."""
-    if pieces and pieces[0].requires_grad:
-        for i, piece in enumerate(pieces):
-            if i:
-                piece.__dict__["_output_nr"] = i
+    only where they require grad). ``view_op``, torch's name of a view op returning them
+    (``"Split"``, ``"Unbind"``...), marks them as torch's views of such an op: taken with grad
+    on from a tensor that requires grad, their in-place writes with grad on are refused
+    (:func:`.views.refuse_multi_output_view`); taken with grad on from one that does not,
+    they are torch's views "created in no_grad mode" (a write of a value that requires grad
+    refused). Without it (``unsafe_split``, torch's form without view tracking) a mark the
+    pieces were given is taken off."""
+    tracked = bool(pieces) and pieces[0].requires_grad
+    for i, piece in enumerate(pieces):
+        if i and tracked:
+            piece.__dict__["_output_nr"] = i
+        if view_op is None:
+            piece.__dict__.pop("_multi_output_view", None)
+            if is_grad_enabled():  # (the mark given above; one taken under no_grad stays)
+                piece.__dict__.pop("_no_grad_view", None)
+        elif tracked:
+            piece._multi_output_view = (i, view_op)
+        elif is_grad_enabled() and piece._backend.is_autodiff:
+            piece._no_grad_view = True
     return pieces

@@ -45,7 +45,13 @@ from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..backend.sizes import ITEMSIZE
 from ..context import captured_writes
 from ..effects import WRITES
-from ..errors import AutodiffError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    AutodiffError,
+    MemoryLayoutError,
+    PartialOverlapError,
+    ShapeError,
+    shape_text,
+)
 from ._dispatch import TensorBase, from_host, host_constant, lift, untracked
 from .inference import mark_inference
 from .links import WeakBase, base_of
@@ -84,6 +90,7 @@ __all__ = [
     "refuse_backward",
     "refuse_gradient_through_overlap",
     "refuse_internal_overlap",
+    "refuse_multi_output_view",
     "refuse_no_grad_view",
     "refuse_partial_overlap",
     "remember_leaf",
@@ -117,6 +124,8 @@ def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
         # a view of an inference tensor is one, wherever it is taken, and a view of an
         # ordinary tensor is ordinary, inside inference_mode() too
         mark_inference(view, base._inference)
+    if kind not in _OUTSIDE and base._multi_output_view is not None:
+        view._multi_output_view = base._multi_output_view
     if kind not in _OUTSIDE and (getattr(base, "_no_grad_view", False) or not is_grad_enabled()):
         view._no_grad_view = True
         backend = view._backend
@@ -265,6 +274,25 @@ def refuse_no_grad_view(op: str, t: Any, value: Any) -> None:
         )
 
 
+def refuse_multi_output_view(op: str, t: Any) -> None:
+    """torch's refusal of an in-place op, with grad on, on an output of ``split``/``chunk``/
+    ``unbind`` (or a view of one) taken with grad on from a tensor that requires grad
+    (``_multi_output_view``): such an op's outputs share one backward node, which a write
+    into one of them cannot be recorded on. A write through ``detach()``/``.data``, or under
+    ``no_grad``, is taken."""
+    made = t._multi_output_view
+    if made is None or not is_grad_enabled() or outside_graph(t):
+        return
+    number, name = made
+    raise AutodiffError(
+        f"{op}: output {number} of {name} is a view (shape {shape_text(t.shape)}) and is being "
+        "modified in place. This view is the output of a function that returns multiple "
+        "views (split, chunk, unbind). Such functions do not allow the output views to be "
+        "modified in place with grad on, as in torch: use the out-of-place op, clone() the "
+        "piece, or write under rg.no_grad()"
+    )
+
+
 def root_of(t: Any) -> Any:
     view = getattr(t, "_view", None)
     while view is not None:
@@ -293,7 +321,7 @@ def refuse_partial_overlap(op: str, target: Any, *operands: Any, full: bool = Fa
         if target_view is None and other_view is None:
             continue  # two roots: two storages
         if root_of(target) is root_of(other) and _overlap(target, other, full):
-            raise InvalidArgumentError(
+            raise PartialOverlapError(
                 f"{op}: unsupported operation: some elements of the input tensor and the "
                 "written-to tensor refer to a single memory location (a view of "
                 f"{shape_text(other.shape)} overlapping the {shape_text(target.shape)} "
@@ -399,7 +427,7 @@ def _scatter_back(
         "expand": "an expanded tensor",
         "as_strided": "an as_strided view whose strides overlap",
     }.get(kind, "overlapping windows of unfold")
-    raise ShapeError(
+    raise MemoryLayoutError(
         f"{op}: unsupported operation: more than one element of the written-to tensor refers "
         f"to a single memory location ({what}); clone() it before writing, as in torch"
     )
@@ -420,7 +448,7 @@ def refuse_internal_overlap(op: str, t: Any) -> None:
     if t.numel() == 0:
         return  # (nothing written; torch's empty tensor is non-overlapping and dense)
     if any(n > 1 and step == 0 for n, step in zip(t.shape, strides_of(t))):
-        raise ShapeError(
+        raise MemoryLayoutError(
             f"{op}: unsupported operation: more than one element of the written-to tensor "
             f"refers to a single memory location (an expanded tensor of shape "
             f"{shape_text(t.shape)}, strides {list(strides_of(t))}); clone() it before "
@@ -439,6 +467,8 @@ def refuse_gradient_through_overlap(op: str, t: Any) -> None:
     differentiated as any write."""
     if getattr(t, "_view", None) is None or op == "fill_diagonal_":
         return  # (a root's elements are its own: nothing shares memory)
+    if t.numel() == 0:
+        return  # (no element written, no gradient written back: torch's backward runs)
     if not (is_grad_enabled() and t._backend.is_autodiff):
         return
     strides = strides_of(t)
@@ -451,6 +481,7 @@ def refuse_gradient_through_overlap(op: str, t: Any) -> None:
         f"tensor refers to a single memory location (a write into an expanded tensor of shape "
         f"{shape_text(t.shape)}, strides {list(strides)}, recorded in the graph); clone() it "
         "before writing, as in torch",
+        MemoryLayoutError,
     )
 
 
@@ -697,6 +728,17 @@ def write(
         refresh(t)
         return
     kind = view[KIND]
+    backend = t._backend
+    if (
+        t.numel() == 0
+        and not recorded
+        and not (backend.is_autodiff and backend.is_tracked(value._prim))
+    ):
+        # no element written: the base keeps its value, whatever the view's elements share
+        # (torch's write is a no-op; written back, an overlapping view would be refused), and
+        # the view its place in the graph; a value in the graph is written back as any write
+        # (torch's base takes the graph: it requires grad from then on)
+        return
     if recorded:
         # t is the detached tensor, or a view(dtype) (not differentiable either: torch's
         # records the write on the view, its base takes the values only): the graph stops here
@@ -875,7 +917,7 @@ def refresh(t: Any) -> None:
 
 # -- strides -------------------------------------------------------------------------------------
 def view_error(op: str, shape: tuple[int, ...], target: tuple[int, ...]) -> ShapeError:
-    return ShapeError(
+    return MemoryLayoutError(
         f"{op}: view size {shape_text(target)} is not compatible with the input's size "
         f"{shape_text(shape)} and stride (at least one dimension spans across two contiguous "
         "subspaces, as after a transpose); use .reshape(...) instead, as in torch"
