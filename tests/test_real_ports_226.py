@@ -14,8 +14,8 @@ in place by ``+=``) from the normal's ``.erf()``, ``cdf``/``icdf`` by ``.erfinv(
 ``_extended_shape``, ``@lazy_property`` bounds by ``torch.stack``; a subclass calling
 ``super(Class, self).__init__``/``.icdf`` and bounding by ``torch.minimum``/``maximum``.
 It is fitted by maximum likelihood with Adam (``validate_args=True``; a value outside the
-support raises ``ValueError``) and used as a bounded policy trained through ``rsample`` with an entropy bonus (its ``nn.Linear`` made by the
-test, from torch's weights).
+support raises ``ValueError``) and used as a bounded policy trained through ``rsample``
+with an entropy bonus (its ``nn.Linear`` made by the test, from torch's weights).
 
 The uniforms come from ``torch.rand`` of one seeded stream in both runs. The port changes the
 imports and the gradient lines.
