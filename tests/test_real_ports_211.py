@@ -1,26 +1,29 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd (the harness: ``tests/real_ports.py``): the
-fine-tuning loop of facebookresearch/mae as its authors wrote it, over a small ViT, trained a
-few updates against torch's run of the same code from the same weights and draws.
+# ruff: noqa: E501  (the program keeps a few long lines)
+"""Real ports (the harness: ``tests/real_ports.py``): a fine-tuning loop written here in the
+style of MAE's fine-tuning engine and timm's training utilities, over a small ViT, trained a
+few updates against torch's run of the same text from the same weights and draws.
 
-- ``util/lr_decay.py``'s ``param_groups_lrd`` (layer-wise lr decay: one group per layer and
-  decay kind, each with its ``lr_scale``; 1-d parameters and ``no_weight_decay`` names without
-  weight decay) and ``get_layer_id_for_vit``;
-- ``util/lr_sched.py``'s ``adjust_learning_rate`` (linear warmup, then half-cycle cosine, per
-  iteration, ``param_group["lr"] = lr * param_group["lr_scale"]``);
-- ``engine_finetune.py``'s ``train_one_epoch`` with gradient accumulation (``loss /=
-  accum_iter``, ``update_grad=(data_iter_step + 1) % accum_iter == 0``);
-- timm's ``NativeScaler`` (``utils/cuda.py``: ``torch.amp.GradScaler(device=device)``, the
-  ``unscale_`` before ``dispatch_clip_grad``'s ``clip_grad_norm_`` or ``clip_grad_value_``,
-  ``step``, ``update``) and ``ModelEmaV2`` (``utils/model_ema.py``: ``deepcopy``, ``zip`` of
-  both ``state_dict().values()`` under ``no_grad``, ``ema_v.copy_(update_fn(ema_v,
-  model_v))``, which truncates into the int64 ``num_batches_tracked`` as torch does);
-- a convolutional patch embedding (``Conv2d(bias=False)`` then ``BatchNorm2d``), so that the
-  EMA also averages running statistics and ``num_batches_tracked``.
+- layer-wise learning-rate decay: one param group per layer and decay kind (``"layer_%d_%s"``
+  keys), each with its ``lr_scale``; 1-d parameters and ``no_weight_decay()`` names without
+  weight decay;
+- a per-iteration schedule (linear warm-up, then a half cosine) writing
+  ``group["lr"] = lr * group.get("lr_scale", 1.0)``;
+- gradient accumulation (``loss /= accum`` in place, an update every ``accum`` steps) under
+  ``with torch.cuda.amp.autocast(enabled=cfg.amp)`` (off) and a ``math.isfinite`` check;
+- an AMP scaler wrapper (``torch.amp.GradScaler(device=...)``, ``scale(loss).backward(
+  create_graph=False)``, ``unscale_`` before ``clip_grad_norm_(..., norm_type=2.0)`` or
+  ``clip_grad_value_``, ``step``, ``update``, ``state_dict()["scale"]``);
+- an EMA copy (``deepcopy``, ``zip`` of both ``state_dict().values()`` under ``no_grad``,
+  ``copy_`` of a blend, which truncates into the int64 ``num_batches_tracked`` as torch does)
+  with a ``forward(*inputs, **options)`` passthrough;
+- the ViT: a convolutional patch embedding (``Conv2d(bias=False)`` then ``BatchNorm2d``,
+  ``flatten(2).transpose(1, 2)``), ``cls_token.expand(B, -1, -1)``, ``nn.init.normal_(...,
+  std=...)``, ``qkv`` by ``reshape``/``permute``/``unbind``, ``LayerNorm(eps=1e-6)``, ``GELU``;
+  ``AdamW`` over the groups and ``CrossEntropyLoss(label_smoothing=0.1)``.
 
-The lines changed: the ``import`` lines and the gradient lines (``backward()`` returns the
-gradients, which the scaler sums over the accumulation steps and hands to ``unscale_``,
-clipping and ``step``).
+The port changes the imports and the gradient lines (``backward()`` returns the gradients,
+which the scaler sums over the accumulation steps and hands to ``unscale_``, clipping and
+``step``).
 """
 
 from __future__ import annotations
@@ -44,348 +47,220 @@ def _seeded():
     rg.seed(0)
 
 
-MAE_FINETUNE_SOURCE = '''
+MAE_FINETUNE_SOURCE = """
 import math
 from copy import deepcopy
+
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
-# -- util/lr_decay.py --------------------------------------------------------------------
-def param_groups_lrd(model, weight_decay=0.05, no_weight_decay_list=[], layer_decay=.75):
-    """
-    Parameter groups for layer-wise lr decay
-    Following BEiT: https://github.com/microsoft/unilm/blob/master/beit/optim_factory.py#L58
-    """
-    param_group_names = {}
-    param_groups = {}
+def layer_of(name, n_layers):
+    # the embeddings are layer 0, block i is layer i + 1, the rest (norm, head) the top one
+    if name in ("cls_token", "pos_embed") or name.startswith("patch_embed"):
+        return 0
+    if name.startswith("blocks."):
+        return int(name.split(".")[1]) + 1
+    return n_layers
 
-    num_layers = len(model.blocks) + 1
 
-    layer_scales = list(layer_decay ** (num_layers - i) for i in range(num_layers + 1))
-
-    for n, p in model.named_parameters():
+def layer_decay_groups(model, weight_decay, skip=(), decay_rate=0.75):
+    n_layers = len(model.blocks) + 1
+    groups = {}
+    for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-
-        # no decay: all 1D parameters and model specific ones
-        if p.ndim == 1 or n in no_weight_decay_list:
-            g_decay = "no_decay"
-            this_decay = 0.
-        else:
-            g_decay = "decay"
-            this_decay = weight_decay
-
-        layer_id = get_layer_id_for_vit(n, num_layers)
-        group_name = "layer_%d_%s" % (layer_id, g_decay)
-
-        if group_name not in param_group_names:
-            this_scale = layer_scales[layer_id]
-
-            param_group_names[group_name] = {
-                "lr_scale": this_scale,
-                "weight_decay": this_decay,
-                "params": [],
-            }
-            param_groups[group_name] = {
-                "lr_scale": this_scale,
-                "weight_decay": this_decay,
-                "params": [],
-            }
-
-        param_group_names[group_name]["params"].append(n)
-        param_groups[group_name]["params"].append(p)
-
-    return list(param_groups.values())
+        plain = p.ndim == 1 or name in skip
+        layer = layer_of(name, n_layers)
+        key = "layer_%d_%s" % (layer, "plain" if plain else "decayed")
+        if key not in groups:
+            scale = decay_rate ** (n_layers - layer)  # lower layers learn more slowly
+            groups[key] = {"params": [], "weight_decay": 0.0 if plain else weight_decay, "lr_scale": scale}
+        groups[key]["params"].append(p)
+    return list(groups.values())
 
 
-def get_layer_id_for_vit(name, num_layers):
-    """
-    Assign a parameter with its layer id
-    Following BEiT: https://github.com/microsoft/unilm/blob/master/beit/optim_factory.py#L33
-    """
-    if name in ['cls_token', 'pos_embed']:
-        return 0
-    elif name.startswith('patch_embed'):
-        return 0
-    elif name.startswith('blocks'):
-        return int(name.split('.')[1]) + 1
+def set_lr(opt, progress, cfg):
+    # linear warm-up, then half a cosine down to min_lr; progress counts epochs, fractionally
+    if progress < cfg.warmup:
+        lr = cfg.lr * progress / cfg.warmup
     else:
-        return num_layers
-
-
-# -- util/lr_sched.py --------------------------------------------------------------------
-def adjust_learning_rate(optimizer, epoch, args):
-    """Decay the learning rate with half-cycle cosine after warmup"""
-    if epoch < args.warmup_epochs:
-        lr = args.lr * epoch / args.warmup_epochs
-    else:
-        lr = args.min_lr + (args.lr - args.min_lr) * 0.5 * \\
-            (1. + math.cos(math.pi * (epoch - args.warmup_epochs) / (args.epochs - args.warmup_epochs)))
-    for param_group in optimizer.param_groups:
-        if "lr_scale" in param_group:
-            param_group["lr"] = lr * param_group["lr_scale"]
-        else:
-            param_group["lr"] = lr
+        frac = (progress - cfg.warmup) / (cfg.epochs - cfg.warmup)
+        lr = cfg.min_lr + (cfg.lr - cfg.min_lr) * 0.5 * (1.0 + math.cos(math.pi * frac))
+    for group in opt.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
     return lr
 
 
-# -- timm/utils/clip_grad.py, timm/utils/cuda.py -------------------------------------------
-def dispatch_clip_grad(parameters, value: float, mode: str = 'norm', norm_type: float = 2.0):
-    """ Dispatch to gradient clipping method
-
-    Args:
-        parameters (Iterable): model parameters to clip
-        value (float): clipping value/factor/norm, mode dependant
-        mode (str): clipping mode, one of 'norm', 'value', 'agc'
-        norm_type (float): p-norm, default 2.0
-    """
-    if mode == 'norm':
-        torch.nn.utils.clip_grad_norm_(parameters, value, norm_type=norm_type)
-    elif mode == 'value':
-        torch.nn.utils.clip_grad_value_(parameters, value)
+def clip_grads(params, limit, mode="norm"):
+    if mode == "norm":
+        torch.nn.utils.clip_grad_norm_(params, limit, norm_type=2.0)
+    elif mode == "value":
+        torch.nn.utils.clip_grad_value_(params, limit)
     else:
-        assert False, f"Unknown clip mode ({mode})."
+        raise ValueError(f"no clipping mode {mode!r}")
 
 
-class NativeScaler:
-    state_dict_key = "amp_scaler"
-
-    def __init__(self, device='cuda'):
+class AmpScaler:
+    def __init__(self, device="cuda"):
         try:
-            self._scaler = torch.amp.GradScaler(device=device)
-        except (AttributeError, TypeError) as e:
-            self._scaler = torch.cuda.amp.GradScaler()
+            self.scaler = torch.amp.GradScaler(device=device)
+        except (AttributeError, TypeError):  # an older torch
+            self.scaler = torch.cuda.amp.GradScaler()
 
-    def __call__(
-            self,
-            loss,
-            optimizer,
-            clip_grad=None,
-            clip_mode='norm',
-            parameters=None,
-            create_graph=False,
-            need_update=True,
-    ):
-        self._scaler.scale(loss).backward(create_graph=create_graph)
-        if need_update:
-            if clip_grad is not None:
-                assert parameters is not None
-                self._scaler.unscale_(optimizer)  # unscale the gradients of optimizer's assigned params in-place
-                dispatch_clip_grad(parameters, clip_grad, mode=clip_mode)
-            self._scaler.step(optimizer)
-            self._scaler.update()
+    def __call__(self, loss, opt, clip=None, mode="norm", params=None, update=True):
+        self.scaler.scale(loss).backward(create_graph=False)
+        if not update:
+            return
+        if clip is not None:
+            self.scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
+            clip_grads(params, clip, mode=mode)
+        self.scaler.step(opt)
+        self.scaler.update()
 
     def state_dict(self):
-        return self._scaler.state_dict()
-
-    def load_state_dict(self, state_dict):
-        self._scaler.load_state_dict(state_dict)
+        return self.scaler.state_dict()
 
 
-# -- timm/utils/model_ema.py -------------------------------------------------------------
-class ModelEmaV2(nn.Module):
-    """ Model Exponential Moving Average V2 """
-    def __init__(self, model, decay=0.9999, device=None):
+class EmaModel(nn.Module):
+    def __init__(self, model, decay=0.999):
         super().__init__()
-        # make a copy of the model for accumulating moving average of weights
         self.module = deepcopy(model)
         self.module.eval()
         self.decay = decay
-        self.device = device  # perform ema on different device from model if set
-        if self.device is not None:
-            self.module.to(device=device)
 
-    def _update(self, model, update_fn):
+    def _blend(self, model, fn):
         with torch.no_grad():
-            for ema_v, model_v in zip(self.module.state_dict().values(), model.state_dict().values()):
-                if self.device is not None:
-                    model_v = model_v.to(device=self.device)
-                ema_v.copy_(update_fn(ema_v, model_v))
+            for mine, live in zip(self.module.state_dict().values(), model.state_dict().values()):
+                mine.copy_(fn(mine, live))  # an int64 counter truncates, as copy_ does
 
     def update(self, model):
-        self._update(model, update_fn=lambda e, m: self.decay * e + (1. - self.decay) * m)
+        self._blend(model, lambda e, m: self.decay * e + (1.0 - self.decay) * m)
 
-    def set(self, model):
-        self._update(model, update_fn=lambda e, m: m)
-
-    def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
+    def forward(self, *inputs, **options):
+        return self.module(*inputs, **options)
 
 
-# -- a small ViT (timm's vision_transformer.py, its pieces kept) ----------------------------
-class Attention(nn.Module):
-    def __init__(self, dim, num_heads=2, qkv_bias=True):
+class SelfAttention(nn.Module):
+    def __init__(self, dim, heads=2):
         super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
-        self.scale = self.head_dim ** -0.5
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.proj = nn.Linear(dim, dim)
+        self.heads, self.scale = heads, (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
 
     def forward(self, x):
         B, N, C = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)
-        q = q * self.scale
-        attn = q @ k.transpose(-2, -1)
-        attn = attn.softmax(dim=-1)
-        x = attn @ v
-        x = x.transpose(1, 2).reshape(B, N, C)
-        return self.proj(x)
+        parts = self.qkv(x).reshape(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = parts.unbind(0)
+        weights = (q * self.scale @ k.transpose(-2, -1)).softmax(dim=-1)
+        return self.out((weights @ v).transpose(1, 2).reshape(B, N, C))
 
 
 class Block(nn.Module):
-    def __init__(self, dim, num_heads, mlp_ratio=2.):
+    def __init__(self, dim, heads, hidden=32):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
-        self.attn = Attention(dim, num_heads=num_heads)
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
-        self.mlp = nn.Sequential(nn.Linear(dim, int(dim * mlp_ratio)), nn.GELU(), nn.Linear(int(dim * mlp_ratio), dim))
+        self.norm1, self.norm2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
+        self.attn = SelfAttention(dim, heads)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
 
     def forward(self, x):
-        x = x + self.attn(self.norm1(x))
-        x = x + self.mlp(self.norm2(x))
-        return x
+        x = self.attn(self.norm1(x)) + x
+        return self.mlp(self.norm2(x)) + x
 
 
-class PatchEmbed(nn.Module):
-    def __init__(self, img_size=8, patch_size=4, in_chans=2, embed_dim=16):
+class ConvPatches(nn.Module):
+    def __init__(self, channels=2, dim=16, patch=4, size=8):
         super().__init__()
-        self.num_patches = (img_size // patch_size) ** 2
-        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size, bias=False)
-        self.norm = nn.BatchNorm2d(embed_dim)
+        self.count = (size // patch) ** 2
+        self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=patch, bias=False)
+        self.norm = nn.BatchNorm2d(dim)  # so that the EMA also averages running statistics
 
-    def forward(self, x):
-        return self.norm(self.proj(x)).flatten(2).transpose(1, 2)
+    def forward(self, images):
+        return self.norm(self.proj(images)).flatten(2).transpose(1, 2)
 
 
-class VisionTransformer(nn.Module):
-    def __init__(self, num_classes=5, embed_dim=16, depth=3, num_heads=2, global_pool=True):
+class TinyViT(nn.Module):
+    def __init__(self, classes=5, dim=16, depth=3, heads=2):
         super().__init__()
-        self.patch_embed = PatchEmbed(embed_dim=embed_dim)
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        self.pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.num_patches + 1, embed_dim))
-        torch.nn.init.normal_(self.cls_token, std=.02)
-        torch.nn.init.normal_(self.pos_embed, std=.02)
-        self.blocks = nn.ModuleList([Block(embed_dim, num_heads) for i in range(depth)])
-        self.global_pool = global_pool
-        self.fc_norm = nn.LayerNorm(embed_dim, eps=1e-6)
-        self.head = nn.Linear(embed_dim, num_classes)
+        self.patch_embed = ConvPatches(dim=dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.patch_embed.count + 1, dim))
+        nn.init.normal_(self.cls_token, std=0.02)
+        nn.init.normal_(self.pos_embed, std=0.02)
+        self.blocks = nn.ModuleList([Block(dim, heads) for _ in range(depth)])
+        self.fc_norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
 
     def no_weight_decay(self):
-        return {'pos_embed', 'cls_token'}
+        return {"cls_token", "pos_embed"}
 
-    def forward_features(self, x):
-        B = x.shape[0]
-        x = self.patch_embed(x)
-        cls_tokens = self.cls_token.expand(B, -1, -1)  # stole cls_tokens impl from Phil Wang, thanks
-        x = torch.cat((cls_tokens, x), dim=1)
-        x = x + self.pos_embed
-        for blk in self.blocks:
-            x = blk(x)
-        if self.global_pool:
-            x = x[:, 1:, :].mean(dim=1)  # global pool without cls token
-            outcome = self.fc_norm(x)
-        return outcome
-
-    def forward(self, x):
-        return self.head(self.forward_features(x))
+    def forward(self, images):
+        x = self.patch_embed(images)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1) + self.pos_embed
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.fc_norm(x[:, 1:, :].mean(dim=1)))  # the patch tokens' mean
 
 
-# -- engine_finetune.py's train_one_epoch (metric logging and mixup left out) ---------------
-def train_one_epoch(model, criterion, data_loader, optimizer, epoch, loss_scaler, max_norm=0,
-                    model_ema=None, args=None):
+def run_epoch(model, loss_fn, batches, opt, epoch, scaler, clip, ema, cfg):
     model.train(True)
-    accum_iter = args.accum_iter
-
-    optimizer.zero_grad()
-
-    for data_iter_step, (samples, targets) in enumerate(data_loader):
-
-        # we use a per iteration (instead of per epoch) lr scheduler
-        if data_iter_step % accum_iter == 0:
-            lr = adjust_learning_rate(optimizer, data_iter_step / len(data_loader) + epoch, args)
-            record.append([g["lr"] for g in optimizer.param_groups])
-
-        with torch.cuda.amp.autocast(enabled=False):
-            outputs = model(samples)
-            loss = criterion(outputs, targets)
-
-        loss_value = loss.item()
-
-        if not math.isfinite(loss_value):
-            print("Loss is {}, stopping training".format(loss_value))
-            raise SystemExit(1)
-
-        loss /= accum_iter
-        loss_scaler(loss, optimizer, clip_grad=max_norm, clip_mode=args.clip_mode,
-                    parameters=model.parameters(), create_graph=False,
-                    need_update=(data_iter_step + 1) % accum_iter == 0)
-        if (data_iter_step + 1) % accum_iter == 0:
-            optimizer.zero_grad()
-            if model_ema is not None:
-                model_ema.update(model)
-            record.append(params_of(model))
-            record.append({k: v.detach().numpy().copy() for k, v in model_ema.state_dict().items()})
-            record.append(loss_scaler.state_dict()["scale"])
-
-        record.append(loss_value)
+    opt.zero_grad()
+    for step, (images, labels) in enumerate(batches):
+        if step % cfg.accum == 0:  # the schedule moves every update, within epochs too
+            set_lr(opt, epoch + step / len(batches), cfg)
+            record.append([g["lr"] for g in opt.param_groups])
+        with torch.cuda.amp.autocast(enabled=cfg.amp):
+            loss = loss_fn(model(images), labels)
+        value = loss.item()
+        if not math.isfinite(value):
+            raise SystemExit(f"loss {value}: stopping")
+        loss /= cfg.accum
+        closes_group = (step + 1) % cfg.accum == 0
+        scaler(loss, opt, clip=clip, mode=cfg.clip_mode, params=model.parameters(), update=closes_group)
+        if closes_group:
+            opt.zero_grad()
+            ema.update(model)
+            averaged = {k: v.detach().numpy().copy() for k, v in ema.state_dict().items()}
+            record.extend([params_of(model), averaged, scaler.state_dict()["scale"]])
+        record.append(value)
 
 
-args = types.SimpleNamespace(lr=4e-3, min_lr=1e-5, warmup_epochs=1, epochs=3, accum_iter=2,
-                             weight_decay=0.05, layer_decay=0.65, clip_grad=0.5, clip_mode=CLIP_MODE)
-model = VisionTransformer()
+cfg = types.SimpleNamespace(lr=4e-3, min_lr=1e-5, warmup=1, epochs=3, accum=2, amp=False, clip_mode=CLIP_MODE)
+model = TinyViT()
 initialize(model)
-param_groups = param_groups_lrd(model, args.weight_decay, no_weight_decay_list=model.no_weight_decay(), layer_decay=args.layer_decay)
-record.append(repr([(sorted(g.keys()), len(g["params"]), g["lr_scale"], g["weight_decay"]) for g in param_groups]))
-optimizer = torch.optim.AdamW(param_groups, lr=args.lr)
-loss_scaler = NativeScaler(device="cpu")
-model_ema = ModelEmaV2(model, decay=0.8)
-criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
-data_loader = [(torch.randn(4, 2, 8, 8), torch.randint(0, 5, (4,))) for _ in range(4)]
-for epoch in range(args.epochs):
-    train_one_epoch(model, criterion, data_loader, optimizer, epoch, loss_scaler,
-                    args.clip_grad, model_ema=model_ema, args=args)
-model_ema.eval()
+groups = layer_decay_groups(model, 0.05, skip=model.no_weight_decay(), decay_rate=0.65)
+summary = [(sorted(g), len(g["params"]), g["lr_scale"], g["weight_decay"]) for g in groups]
+record.append(repr(summary))
+opt = torch.optim.AdamW(groups, lr=cfg.lr)
+scaler = AmpScaler(device="cpu")
+ema = EmaModel(model, decay=0.8)
+loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
+batches = [(torch.randn(4, 2, 8, 8), torch.randint(0, 5, (4,))) for _ in range(4)]
+for epoch in range(cfg.epochs):
+    run_epoch(model, loss_fn, batches, opt, epoch, scaler, 0.5, ema, cfg)
+ema.eval()
 with torch.no_grad():
-    record.append(model_ema(data_loader[0][0]).numpy())
-'''
+    record.append(ema(batches[0][0]).numpy())
+"""
 
 MAE_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+        "import torch\nimport torch.nn as nn\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n",
     ),
     (
-        "        self._scaler.scale(loss).backward(create_graph=create_graph)\n",
-        "        grads = self._scaler.scale(loss).backward(create_graph=create_graph)\n"
+        "        self.scaler.scale(loss).backward(create_graph=False)\n",
+        "        grads = self.scaler.scale(loss).backward(create_graph=False)\n"
         "        self.grads = grads if getattr(self, 'grads', None) is None else self.grads + grads\n",
     ),
+    ("self.scaler.unscale_(opt)  # clip", "self.scaler.unscale_(opt, self.grads)  # clip"),
+    ("clip_grads(params, clip, mode=mode)", "clip_grads(self.grads, params, clip, mode=mode)"),
+    ("def clip_grads(params, limit", "def clip_grads(grads, params, limit"),
+    ("clip_grad_norm_(params, limit,", "clip_grad_norm_(grads, params, limit,"),
+    ("clip_grad_value_(params, limit)", "clip_grad_value_(grads, params, limit)"),
     (
-        "self._scaler.unscale_(optimizer)  # unscale",
-        "self._scaler.unscale_(optimizer, self.grads)  # unscale",
-    ),
-    (
-        "dispatch_clip_grad(parameters, clip_grad, mode=clip_mode)",
-        "dispatch_clip_grad(self.grads, parameters, clip_grad, mode=clip_mode)",
-    ),
-    (
-        "def dispatch_clip_grad(parameters, value",
-        "def dispatch_clip_grad(grads, parameters, value",
-    ),
-    (
-        "torch.nn.utils.clip_grad_norm_(parameters, value, norm_type=norm_type)",
-        "torch.nn.utils.clip_grad_norm_(grads, parameters, value, norm_type=norm_type)",
-    ),
-    (
-        "torch.nn.utils.clip_grad_value_(parameters, value)",
-        "torch.nn.utils.clip_grad_value_(grads, parameters, value)",
-    ),
-    (
-        "            self._scaler.step(optimizer)\n",
-        "            self._scaler.step(optimizer, self.grads)\n            self.grads = None\n",
+        "        self.scaler.step(opt)\n",
+        "        self.scaler.step(opt, self.grads)\n        self.grads = None\n",
     ),
 ]
 

@@ -1,25 +1,26 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd (the harness: ``tests/real_ports.py``): a PyTorch
-Lightning style program without Lightning -- a ``LightningModule``-shaped class
+# ruff: noqa: E501  (the program keeps a few long data-loader and scheduler lines)
+"""Real ports (the harness: ``tests/real_ports.py``): a program written here in the style of
+PyTorch Lightning code without Lightning -- a ``LightningModule``-shaped class
 (``training_step``, ``validation_step``, ``configure_optimizers`` returning Lightning's
-``{"optimizer": ..., "lr_scheduler": {"scheduler": ..., "monitor": "val_loss", "interval":
-...}}``) driven by the fit loop Lightning runs (``zero_grad``, ``manual_backward``,
-``gradient_clip_algorithm="value"`` through ``clip_grad_value_``, ``optimizer.step``, the
-``interval="step"`` schedulers stepped per batch, ``ReduceLROnPlateau`` stepped with the
-monitored metric, as ``_update_learning_rates`` does), over variable-length sequences fed by
-``torch.utils.data`` as tutorials write it:
+``{"optimizer": ..., "lr_scheduler": [{"scheduler": ..., "interval": ..., "monitor":
+"val_loss"}]}``, ``log``, ``manual_backward``) driven by the loop a Trainer runs
+(``zero_grad``, ``manual_backward``, ``clip_grad_value_(..., clip_value=...)``, ``step``, the
+``interval="step"`` scheduler stepped per batch, ``ReduceLROnPlateau`` stepped with the
+monitored loss), over variable-length sequences fed by ``torch.utils.data`` (imported as
+``tud``):
 
-- a map-style dataset batched by a length-bucketing ``BatchSampler`` subclass over a
-  ``SequentialSampler`` and a ``collate_fn`` that pads with ``pad_sequence``;
-- an ``IterableDataset`` splitting its stream with ``get_worker_info()`` (torch's docs'
-  example), read by two workers with ``persistent_workers=True`` and ``pin_memory=True``;
-- an ``nn.LSTM`` over ``pack_padded_sequence(..., enforce_sorted=False)`` and
-  ``pad_packed_sequence``;
-- ``CosineAnnealingWarmRestarts`` stepped with a fractional epoch (``scheduler.step(epoch + i /
-  iters)``, its docs' form) next to ``ReduceLROnPlateau`` on the validation loss, with their
-  state dicts.
+- a map-style dataset batched by a longest-first ``BatchSampler`` subclass over a
+  ``SequentialSampler`` and a ``collate_fn`` padding with ``pad_sequence(batch_first=True,
+  padding_value=0)``;
+- an ``IterableDataset`` sharding its items by ``get_worker_info()``, read by two workers with
+  ``persistent_workers=True`` and ``pin_memory=True``;
+- an ``nn.Embedding(padding_idx=0)`` and a bidirectional ``nn.LSTM`` over
+  ``pack_padded_sequence(..., enforce_sorted=False)`` and ``pad_packed_sequence``, pooled by an
+  ``arange < lengths`` mask, with both directions' final states;
+- ``CosineAnnealingWarmRestarts`` stepped with a fractional epoch (``step(epoch + i / n)``)
+  next to ``ReduceLROnPlateau`` on the validation loss, with their state dicts.
 
-The lines changed: the ``import`` lines and the gradient lines.
+The port changes the imports and the gradient lines.
 """
 
 from __future__ import annotations
@@ -43,189 +44,183 @@ def _seeded():
     rg.seed(0)
 
 
-LIGHTNING_LIKE_SOURCE = '''
+LIGHTNING_LIKE_SOURCE = """
 import torch
+import torch.utils.data as tud
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence, pad_sequence
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler, get_worker_info
+from torch.nn.utils import rnn as rnn_utils
 
 
-class SequenceDataset(Dataset):
-    def __init__(self, sequences, labels):
-        self.sequences = sequences
-        self.labels = labels
+class PairsDataset(tud.Dataset):
+    def __init__(self, items):
+        self.items = items  # (token tensor, label tensor) pairs
 
     def __len__(self):
-        return len(self.sequences)
+        return len(self.items)
 
-    def __getitem__(self, idx):
-        return self.sequences[idx], self.labels[idx]
+    def __getitem__(self, index):
+        return self.items[index]
 
 
-class SequenceStream(IterableDataset):
-    def __init__(self, sequences, labels):
+class ShardedStream(tud.IterableDataset):
+    # each loader worker reads its own contiguous shard of the items
+    def __init__(self, items):
         super().__init__()
-        self.sequences = sequences
-        self.labels = labels
+        self.items = items
 
     def __iter__(self):
-        worker_info = get_worker_info()
-        if worker_info is None:  # single-process data loading, return the full iterator
-            iter_start = 0
-            iter_end = len(self.sequences)
-        else:  # in a worker process
-            # split workload
-            per_worker = int(math.ceil(len(self.sequences) / float(worker_info.num_workers)))
-            worker_id = worker_info.id
-            iter_start = worker_id * per_worker
-            iter_end = min(iter_start + per_worker, len(self.sequences))
-        return iter(zip(self.sequences[iter_start:iter_end], self.labels[iter_start:iter_end]))
+        info = tud.get_worker_info()
+        if info is None:
+            return iter(self.items)
+        shard = math.ceil(len(self.items) / info.num_workers)
+        return iter(self.items[info.id * shard : (info.id + 1) * shard])
 
 
-class BucketBatchSampler(BatchSampler):
-    """Batches of similar lengths: the sampler's indices sorted by length within each chunk."""
-
-    def __init__(self, sampler, batch_size, drop_last, lengths):
-        super().__init__(sampler, batch_size, drop_last)
-        self.lengths = lengths
+class LongestFirstBatches(tud.BatchSampler):
+    def __init__(self, sampler, batch_size, drop_last, sizes):
+        super().__init__(sampler, batch_size=batch_size, drop_last=drop_last)
+        self.sizes = sizes
 
     def __iter__(self):
-        for batch in super().__iter__():
-            yield sorted(batch, key=lambda i: -self.lengths[i])
+        for indices in super().__iter__():
+            yield sorted(indices, key=lambda k: self.sizes[k], reverse=True)
 
 
-def collate_fn(batch):
-    sequences, labels = zip(*batch)
-    lengths = torch.tensor([len(s) for s in sequences])
-    padded = pad_sequence(list(sequences), batch_first=True, padding_value=0)
-    return padded, lengths, torch.stack(list(labels))
+def pad_batch(pairs):
+    tokens, labels = zip(*pairs)
+    lengths = torch.tensor([len(t) for t in tokens])
+    return rnn_utils.pad_sequence(list(tokens), batch_first=True, padding_value=0), lengths, torch.stack(list(labels))
 
 
-class LitClassifier(nn.Module):
-    def __init__(self, vocab_size=12, embed_dim=6, hidden_dim=8, num_classes=3, lr=0.02):
+class SequenceClassifier(nn.Module):
+    # shaped like a LightningModule: steps, optimizer configuration, log and manual_backward
+    def __init__(self, vocab=12, width=6, hidden=8, classes=3, lr=0.02):
         super().__init__()
-        self.hparams = {"lr": lr}
-        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
-        self.lstm = nn.LSTM(embed_dim, hidden_dim, batch_first=True, bidirectional=True)
-        self.classifier = nn.Linear(2 * hidden_dim, num_classes)
-        self.loss_fn = nn.CrossEntropyLoss()
+        self.lr = lr
+        self.embed = nn.Embedding(vocab, width, padding_idx=0)
+        self.encoder = nn.LSTM(width, hidden, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * hidden, classes)
+        self.criterion = nn.CrossEntropyLoss()
+        self.metrics = {}
 
-    def forward(self, x, lengths):
-        embedded = self.embedding(x)
-        packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
-        output, (h_n, c_n) = self.lstm(packed)
-        output, output_lengths = pad_packed_sequence(output, batch_first=True)
-        mask = (torch.arange(output.size(1))[None, :] < output_lengths[:, None]).unsqueeze(-1)
-        pooled = (output * mask).sum(1) / output_lengths[:, None]
-        return self.classifier(pooled + torch.cat([h_n[0], h_n[1]], dim=-1))
+    def forward(self, tokens, lengths):
+        packed = rnn_utils.pack_padded_sequence(self.embed(tokens), lengths, batch_first=True, enforce_sorted=False)
+        states, (h_last, _) = self.encoder(packed)
+        states, lengths = rnn_utils.pad_packed_sequence(states, batch_first=True)
+        valid = torch.arange(states.size(1))[None, :] < lengths[:, None]
+        mean_state = (states * valid.unsqueeze(-1)).sum(1) / lengths[:, None]
+        both_ends = torch.cat([h_last[0], h_last[1]], dim=-1)  # forward and backward final states
+        return self.head(mean_state + both_ends)
 
-    def training_step(self, batch, batch_idx):
-        x, lengths, y = batch
-        loss = self.loss_fn(self(x, lengths), y)
+    def log(self, key, value):
+        self.metrics[key] = float(value)
+
+    def manual_backward(self, objective):
+        objective.backward()
+
+    def training_step(self, batch, index):
+        tokens, lengths, labels = batch
+        loss = self.criterion(self(tokens, lengths), labels)
         self.log("train_loss", loss)
         return loss
 
-    def validation_step(self, batch, batch_idx):
-        x, lengths, y = batch
-        logits = self(x, lengths)
-        loss = self.loss_fn(logits, y)
-        acc = (logits.argmax(dim=-1) == y).float().mean()
-        return {"val_loss": loss, "val_acc": acc}
+    def validation_step(self, batch, index):
+        tokens, lengths, labels = batch
+        scores = self(tokens, lengths)
+        hits = (scores.argmax(dim=-1) == labels).float().mean()
+        return {"val_loss": self.criterion(scores, labels), "val_acc": hits}
 
-    def configure_optimizers(self):
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams["lr"])
+    def configure_optimizers(self) -> dict:
+        opt = torch.optim.Adam(self.parameters(), lr=self.lr)
+        warm = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, T_mult=2, eta_min=1e-3)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            opt, mode="min", factor=0.5, patience=0, threshold=0.5, threshold_mode="rel"
+        )
         return {
-            "optimizer": optimizer,
+            "optimizer": opt,
             "lr_scheduler": [
-                {"scheduler": torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, T_0=2, T_mult=2, eta_min=1e-3), "interval": "step"},
-                {"scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.5, patience=0, threshold=0.5, threshold_mode="rel"), "monitor": "val_loss", "interval": "epoch"},
+                {"scheduler": warm, "interval": "step"},
+                {"scheduler": plateau, "interval": "epoch", "monitor": "val_loss"},
             ],
         }
 
-    def log(self, name, value):
-        self.logged[name] = float(value)
 
-    def manual_backward(self, loss):
-        loss.backward()
-
-
-def fit(module, train_dataloader, val_dataloader, max_epochs, gradient_clip_val):
-    config = module.configure_optimizers()
-    optimizer = config["optimizer"]
-    schedulers = config["lr_scheduler"]
-    module.logged = {}
-    iters = len(train_dataloader)
-    for epoch in range(max_epochs):
-        module.train()
-        for batch_idx, batch in enumerate(train_dataloader):
-            loss = module.training_step(batch, batch_idx)
-            optimizer.zero_grad()
-            module.manual_backward(loss)
-            torch.nn.utils.clip_grad_value_(module.parameters(), clip_value=gradient_clip_val)
-            optimizer.step()
-            for config in schedulers:
-                if config["interval"] == "step":
-                    config["scheduler"].step(epoch + (batch_idx + 1) / iters)
-            record.append(module.logged["train_loss"])
-            record.append(optimizer.param_groups[0]["lr"])
-        module.eval()
-        outputs = []
+def run_trainer(model, train_loader, val_loader, epochs, clip):
+    # the loop a Lightning Trainer runs, written out
+    setup = model.configure_optimizers()
+    opt, schedules = setup["optimizer"], setup["lr_scheduler"]
+    per_epoch = len(train_loader)
+    for epoch in range(epochs):
+        model.train()
+        for batch_idx, batch in enumerate(train_loader):
+            loss = model.training_step(batch, batch_idx)
+            opt.zero_grad()
+            model.manual_backward(loss)
+            torch.nn.utils.clip_grad_value_(model.parameters(), clip_value=clip)
+            opt.step()
+            for entry in schedules:
+                if entry["interval"] == "step":
+                    entry["scheduler"].step(epoch + (batch_idx + 1) / per_epoch)  # fractional epochs
+            record.append([model.metrics["train_loss"], opt.param_groups[0]["lr"]])
+        model.eval()
         with torch.no_grad():
-            for batch_idx, batch in enumerate(val_dataloader):
-                outputs.append(module.validation_step(batch, batch_idx))
-        val_loss = torch.stack([o["val_loss"] for o in outputs]).mean()
-        record.append(float(val_loss))
-        record.append(float(torch.stack([o["val_acc"] for o in outputs]).mean()))
-        for config in schedulers:
-            if config["interval"] == "epoch":
-                if isinstance(config["scheduler"], torch.optim.lr_scheduler.ReduceLROnPlateau):
-                    config["scheduler"].step(val_loss.item())
-                else:
-                    config["scheduler"].step()
-        record.append(optimizer.param_groups[0]["lr"])
-        record.append(params_of(module))
-    plateau = schedulers[1]["scheduler"].state_dict()
-    record.append(plateau.pop("best"))  # (a loss: compared to float tolerance, the rest exactly)
-    record.append(repr(sorted(plateau.items())))
-    record.append(repr(sorted((k, v) for k, v in schedulers[0]["scheduler"].state_dict().items() if k != "_last_lr")))
+            results = [model.validation_step(b, i) for i, b in enumerate(val_loader)]
+        val_loss = torch.stack([r["val_loss"] for r in results]).mean()
+        val_acc = torch.stack([r["val_acc"] for r in results]).mean()
+        record.append([float(val_loss), float(val_acc)])
+        for entry in schedules:
+            if entry["interval"] == "epoch":
+                entry["scheduler"].step(val_loss.item())
+        record.append(opt.param_groups[0]["lr"])
+        record.append(params_of(model))
+    plateau_state = schedules[1]["scheduler"].state_dict()
+    record.append(plateau_state.pop("best"))  # a loss: to float tolerance, the rest exactly
+    record.append(repr(sorted(plateau_state.items())))
+    restarts_state = schedules[0]["scheduler"].state_dict()
+    record.append(repr(sorted((k, v) for k, v in restarts_state.items() if k != "_last_lr")))
 
 
-generator = np.random.default_rng(0)
-def make_split(n):
-    lengths = generator.integers(2, 7, size=n)
-    sequences = [torch.tensor(generator.integers(1, 12, size=int(l))) for l in lengths]
-    labels = [torch.tensor(int(s.sum()) % 3) for s in sequences]
-    return sequences, labels
+draw = np.random.default_rng(0)
 
-train_sequences, train_labels = make_split(14)
-val_sequences, val_labels = make_split(9)
-train_set = SequenceDataset(train_sequences, train_labels)
-train_dataloader = DataLoader(
-    train_set,
-    batch_sampler=BucketBatchSampler(SequentialSampler(train_set), batch_size=4, drop_last=False, lengths=[len(s) for s in train_sequences]),
-    collate_fn=collate_fn,
+
+def make_pairs(count):
+    pairs = []
+    for size in draw.integers(2, 7, size=count):
+        tokens = torch.tensor(draw.integers(1, 12, size=int(size)))
+        pairs.append((tokens, torch.tensor(int(tokens[0]) % 3)))  # the class is set by the first token
+    return pairs
+
+
+train_pairs, val_pairs = make_pairs(14), make_pairs(9)
+train_loader = tud.DataLoader(
+    PairsDataset(train_pairs),
+    batch_sampler=LongestFirstBatches(
+        tud.SequentialSampler(train_pairs), batch_size=4, drop_last=False,
+        sizes=[len(t) for t, _ in train_pairs],
+    ),
+    collate_fn=pad_batch,
     pin_memory=True,
 )
-val_dataloader = DataLoader(SequenceStream(val_sequences, val_labels), batch_size=3, collate_fn=collate_fn, num_workers=2, persistent_workers=True, pin_memory=True)
-record.append(repr([[len(s) for s in x] for x, lengths, y in val_dataloader]))
-module = LitClassifier()
-initialize(module)
-fit(module, train_dataloader, val_dataloader, max_epochs=4, gradient_clip_val=0.05)
-'''
+val_loader = tud.DataLoader(
+    ShardedStream(val_pairs), batch_size=3, collate_fn=pad_batch,
+    num_workers=2, persistent_workers=True, pin_memory=True,
+)
+record.append(repr([lengths.tolist() for _, lengths, _ in val_loader]))
+model = SequenceClassifier()
+initialize(model)
+run_trainer(model, train_loader, val_loader, epochs=4, clip=0.05)
+"""
 
 LIGHTNING_LIKE_STEPS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    ("import torch.utils.data as tud\n", "import retrograd.utils.data as tud\n"),
+    ("        objective.backward()\n", "        return objective.backward()\n"),
     (
-        "import torch\nfrom torch import nn\n",
-        "import retrograd as torch\nfrom retrograd import nn\n",
+        "            model.manual_backward(loss)\n",
+        "            grads = model.manual_backward(loss)\n",
     ),
-    (
-        "    def manual_backward(self, loss):\n        loss.backward()\n",
-        "    def manual_backward(self, loss):\n        return loss.backward()\n",
-    ),
-    (
-        "            module.manual_backward(loss)\n            torch.nn.utils.clip_grad_value_(module.parameters(), clip_value=gradient_clip_val)\n            optimizer.step()\n",
-        "            grads = module.manual_backward(loss)\n            torch.nn.utils.clip_grad_value_(grads, module.parameters(), clip_value=gradient_clip_val)\n            optimizer.step(grads)\n",
-    ),
+    ("clip_grad_value_(model.parameters(),", "clip_grad_value_(grads, model.parameters(),"),
+    ("            opt.step()\n", "            opt.step(grads)\n"),
 ]
 
 

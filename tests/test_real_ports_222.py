@@ -1,16 +1,21 @@
-# ruff: noqa: E501, N806  (the programs are kept in their authors' manner: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-Hamiltonian Monte Carlo for a Bayesian logistic regression, in the manner of hamiltorch's
-``samplers.py`` (a flat parameter vector, ``log_prob_func``, ``params_grad`` by
-``torch.autograd.grad`` of a detached copy made ``requires_grad_()``, the leapfrog's in-place
-momentum updates ``momentum += 0.5 * step_size * ...``, the Hamiltonian with
-``torch.dot(momentum, momentum)``, the Metropolis test ``rho = min(0., -new_ham + ham)``
-against ``torch.log(torch.rand(1))`` with a Python ``min`` over a 0-d tensor, rejected
-proposals restoring the last accepted parameters), and a Bayesian neural network's
-parameters unflattened by ``torch.nn.utils.vector_to_parameters`` inside the log density.
-The gradient of the log density comes from ``torch.autograd.grad`` or ``torch.func.grad``;
-the momenta (``torch.randn_like``) and uniforms (``torch.rand``) come from one seeded stream
-in both runs. Nothing is changed by the port but the imports.
+# ruff: noqa: N806  (X for a design matrix, as statisticians write it)
+"""Real ports, continued (the harness: ``tests/real_ports.py``): Hamiltonian Monte Carlo, a
+program written here in the style of hamiltorch-like samplers, for a Bayesian logistic
+regression and a small Bayesian neural network.
+
+Surface: a flat parameter vector and a ``log_density`` closure; its gradient by
+``torch.autograd.grad`` of a detached copy made ``requires_grad_()``, or by
+``torch.func.grad``; leapfrog steps updating the momentum in place (``r += 0.5 * eps * g``);
+the energy with ``torch.dot(r, r)``; the Metropolis test ``min(0.0, before - after)`` (a
+Python ``min`` over a 0-d tensor) against ``torch.log(torch.rand(1))``, rejected proposals
+keeping the chain where it was; ``torch.distributions.Bernoulli(logits=...)`` and
+``Normal(torch.zeros_like(theta), scale)`` log-probabilities; the network's parameters cut
+from the flat vector by ``shape.numel()``/``reshape`` inside the density, scored by
+``F.binary_cross_entropy_with_logits(..., reduction="sum")``, and written back by
+``torch.nn.utils.vector_to_parameters`` for the posterior predictive (``no_grad``,
+``sigmoid``, ``torch.stack(...).mean(0)``). The momenta (``torch.randn_like``) and uniforms
+(``torch.rand``) come from one seeded stream in both runs; the chains accept and reject both,
+and their samples and predictions agree with torch's. The port changes only the imports.
 """
 
 from __future__ import annotations
@@ -36,117 +41,103 @@ def _seeded():
 HMC_SOURCE = """
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
-def params_grad(p, log_prob_func, functional):
-    if functional:
-        return torch.func.grad(log_prob_func)(p.detach())
-    p = p.detach().requires_grad_()
-    log_prob = log_prob_func(p)
-    p = torch.autograd.grad(log_prob, p)[0]
-    return p
+def grad_log_density(log_density, theta, use_func):
+    if use_func:
+        return torch.func.grad(log_density)(theta.detach())
+    theta = theta.detach().requires_grad_()
+    (g,) = torch.autograd.grad(log_density(theta), theta)
+    return g
 
 
-def leapfrog(params, momentum, log_prob_func, steps=10, step_size=0.1, functional=False):
-    params = params.clone()
-    momentum = momentum.clone()
-    ret_params = []
-    ret_momenta = []
-    momentum += 0.5 * step_size * params_grad(params, log_prob_func, functional)
-    for n in range(steps):
-        params = params + step_size * momentum
-        p_grad = params_grad(params, log_prob_func, functional)
-        momentum += step_size * p_grad
-        ret_params.append(params.clone())
-        ret_momenta.append(momentum.clone())
-    ret_momenta[-1] = ret_momenta[-1] - 0.5 * step_size * p_grad.clone()
-    return ret_params, ret_momenta
+def energy(log_density, theta, r):
+    # the potential (minus the log density) plus the kinetic energy of unit-mass momenta
+    return -log_density(theta) + 0.5 * torch.dot(r, r)
 
 
-def hamiltonian(params, momentum, log_prob_func):
-    log_prob = log_prob_func(params)
-    potential = -log_prob
-    kinetic = 0.5 * torch.dot(momentum, momentum)
-    return potential + kinetic
+def integrate(log_density, theta, r, eps, n_leap, use_func):
+    theta, r = theta.clone(), r.clone()
+    r += 0.5 * eps * grad_log_density(log_density, theta, use_func)
+    for i in range(n_leap):
+        theta = theta + eps * r
+        g = grad_log_density(log_density, theta, use_func)
+        r += eps * g if i < n_leap - 1 else 0.5 * eps * g
+    return theta, r
 
 
-def sample(log_prob_func, params_init, num_samples=10, num_steps_per_sample=10, step_size=0.1, burn=0, functional=False):
-    params = params_init.clone().requires_grad_()
-    ret_params = [params.clone()]
-    num_rejected = 0
-    for n in range(num_samples):
-        momentum = torch.randn_like(params)
-        ham = hamiltonian(params, momentum, log_prob_func)
-        leapfrog_params, leapfrog_momenta = leapfrog(params, momentum, log_prob_func, steps=num_steps_per_sample, step_size=step_size, functional=functional)
-        params = leapfrog_params[-1].detach().requires_grad_()
-        momentum = leapfrog_momenta[-1]
-        new_ham = hamiltonian(params, momentum, log_prob_func)
-        rho = min(0., -new_ham + ham)
-        if rho >= torch.log(torch.rand(1)):
-            if n > burn:
-                ret_params.append(leapfrog_params[-1])
-            else:
-                ret_params.append(leapfrog_params[-1])
+def hmc(log_density, start, draws=10, n_leap=10, eps=0.1, warmup=0, use_func=False):
+    theta = start.clone().requires_grad_()
+    kept, rejections = [], 0
+    for t in range(draws):
+        r = torch.randn_like(theta)
+        before = energy(log_density, theta, r)
+        proposal, r_end = integrate(log_density, theta, r, eps, n_leap, use_func)
+        proposal = proposal.detach().requires_grad_()
+        after = energy(log_density, proposal, r_end)
+        log_accept = min(0.0, before - after)  # a Python min over a 0-d tensor
+        if log_accept >= torch.log(torch.rand(1)):
+            theta = proposal
         else:
-            num_rejected += 1
-            params = ret_params[-1]
-            if n > burn:
-                ret_params.append(ret_params[-1])
-    print(f"Acceptance Rate {1 - num_rejected / num_samples:.2f}")
-    return list(map(lambda t: t.detach(), ret_params))
+            rejections += 1  # stay where the chain was
+        if t >= warmup:
+            kept.append(theta.detach())
+    print(f"accepted {draws - rejections} of {draws}")
+    return kept
 
 
-def logistic_log_prob(X, y, prior_scale):
-    def log_prob_func(params):
-        w, b = params[:-1], params[-1]
-        logits = X @ w + b
-        log_lik = torch.distributions.Bernoulli(logits=logits).log_prob(y).sum()
-        log_prior = torch.distributions.Normal(torch.zeros_like(params), prior_scale).log_prob(params).sum()
-        return log_lik + log_prior
-    return log_prob_func
+def logistic_posterior(features, labels, prior_sd):
+    def log_density(theta):
+        weights, bias = theta[:-1], theta[-1]
+        likelihood = torch.distributions.Bernoulli(logits=features @ weights + bias)
+        prior = torch.distributions.Normal(torch.zeros_like(theta), prior_sd)
+        return likelihood.log_prob(labels).sum() + prior.log_prob(theta).sum()
+
+    return log_density
 
 
-class Net(nn.Module):
-    def __init__(self):
+class TinyClassifier(nn.Module):
+    def __init__(self, hidden=6):
         super().__init__()
-        self.fc1 = nn.Linear(2, 8)
-        self.fc2 = nn.Linear(8, 1)
+        self.hidden = nn.Linear(2, hidden)
+        self.out = nn.Linear(hidden, 1)
 
     def forward(self, x):
-        return self.fc2(torch.tanh(self.fc1(x))).squeeze(-1)
+        return self.out(torch.tanh(self.hidden(x))).squeeze(-1)
 
 
-def bnn_log_prob(net, X, y, prior_prec):
-    shapes = [p.shape for p in net.parameters()]
+def network_posterior(model, features, labels, precision):
+    shapes = [p.shape for p in model.parameters()]
 
-    def log_prob_func(params):
-        start = 0
-        log_prior = 0.
-        weights = []
+    def log_density(theta):
+        pieces, offset, log_prior = [], 0, 0.0
         for shape in shapes:
-            n = shape.numel()
-            w = params[start:start + n].reshape(shape)
-            weights.append(w)
-            log_prior = log_prior - 0.5 * prior_prec * (w ** 2).sum()
-            start += n
-        h = torch.tanh(X @ weights[0].t() + weights[1])
-        logits = (h @ weights[2].t() + weights[3]).squeeze(-1)
-        return -torch.nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="sum") + log_prior
-    return log_prob_func
+            size = shape.numel()
+            piece = theta[offset : offset + size].reshape(shape)
+            log_prior = log_prior - 0.5 * precision * (piece**2).sum()
+            pieces.append(piece)
+            offset += size
+        w1, b1, w2, b2 = pieces
+        logits = (torch.tanh(features @ w1.t() + b1) @ w2.t() + b2).squeeze(-1)
+        return log_prior - F.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+
+    return log_density
 
 
-def predictive(net, samples, X):
-    probs = []
-    for s in samples:
-        torch.nn.utils.vector_to_parameters(s, net.parameters())
+def posterior_predictive(model, thetas, features):
+    outputs = []
+    for theta in thetas:
+        torch.nn.utils.vector_to_parameters(theta, model.parameters())
         with torch.no_grad():
-            probs.append(torch.sigmoid(net(X)))
-    return torch.stack(probs).mean(0)
+            outputs.append(torch.sigmoid(model(features)))
+    return torch.stack(outputs).mean(0)
 """
 
 HMC_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
     ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
+    ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
 ]
 
 
@@ -163,21 +154,21 @@ def test_hmc_bayesian_logistic_regression_samples_as_torch(capsys, functional):
     records, logs = [], []
     for lib in (torch, rg):
         names = run_source(HMC_SOURCE if lib is torch else port(HMC_SOURCE, HMC_STEPS), lib)
-        log_prob = names["logistic_log_prob"](lib.tensor(X), lib.tensor(y), 2.0)
+        log_prob = names["logistic_posterior"](lib.tensor(X), lib.tensor(y), 2.0)
         with SharedDraws(lib, 2221):
-            samples = names["sample"](
+            samples = names["hmc"](
                 log_prob,
                 lib.zeros(3, dtype=lib.float64),
-                num_samples=12,
-                num_steps_per_sample=8,
-                step_size=0.6,
-                burn=3,
-                functional=functional,
+                draws=12,
+                n_leap=8,
+                eps=0.6,
+                warmup=3,
+                use_func=functional,
             )
         records.append([np.stack([s.numpy() for s in samples])])
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
-    assert "Acceptance Rate 0.75" in logs[0]  # accepted and rejected proposals both
+    assert logs[0] == "accepted 9 of 12\n"  # accepted and rejected proposals both
     assert_records_agree(records[1], records[0], rtol=1e-9, atol=1e-11)
 
 
@@ -187,21 +178,19 @@ def test_hmc_bayesian_neural_network_samples_and_predicts_as_torch(capsys):
     state = None
     for lib in (torch, rg):
         names = run_source(HMC_SOURCE if lib is torch else port(HMC_SOURCE, HMC_STEPS), lib)
-        net = names["Net"]().double()
+        net = names["TinyClassifier"]().double()
         if state is None:
             state = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
         else:
             net.load_state_dict(state)
         data = lib.tensor(X), lib.tensor(y)
         params_init = lib.nn.utils.parameters_to_vector(net.parameters()).detach()
-        log_prob = names["bnn_log_prob"](net, *data, 1.0)
+        log_prob = names["network_posterior"](net, *data, 1.0)
         with SharedDraws(lib, 2223):
-            samples = names["sample"](
-                log_prob, params_init, num_samples=8, num_steps_per_sample=6, step_size=0.3
-            )
-        probs = names["predictive"](net, samples, data[0])
+            samples = names["hmc"](log_prob, params_init, draws=8, n_leap=6, eps=0.3)
+        probs = names["posterior_predictive"](net, samples, data[0])
         records.append([np.stack([s.numpy() for s in samples]), probs.numpy()])
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
-    assert "Acceptance Rate 0.50" in logs[0]  # accepted and rejected proposals both
+    assert logs[0] == "accepted 7 of 8\n"  # accepted and rejected proposals both
     assert_records_agree(records[1], records[0], rtol=1e-8, atol=1e-10)

@@ -1,16 +1,18 @@
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-"How to use TensorBoard with PyTorch" (pytorch/tutorials
-``recipes_source/recipes/tensorboard_with_pytorch.py``) and the examples of torch's
-``torch.utils.tensorboard`` documentation (``add_scalars`` of ``np.sin``/``np.cos``/``np.tan``
-curves, ``add_histogram`` of a shifting ``np.random.random(1000)``, ``add_pr_curve`` of random
-labels and predictions, ``add_hparams`` over a loop, ``add_text``), run under torch and ported,
-from the same weights and draws; both runs' event files read back with TensorBoard's own
-``EventAccumulator`` and compared: the recipe's ``Loss/train`` scalars (a 0-d loss tensor
-passed as it is) equal to float tolerance, the tags, steps and histogram counts equal.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in the
+style of PyTorch's TensorBoard recipe and of the examples in ``torch.utils.tensorboard``'s
+documentation, run under torch and ported, from the same weights and draws.
 
-The recipe's ``SummaryWriter()`` (``./runs/``) writes under a temporary directory here
-(``SummaryWriter(log_dir)``). The lines changed: the ``import`` lines and the gradient lines
-(``grads = loss.backward()``, ``optimizer.step(grads)``).
+It fits a noisy line with ``nn.Linear``/``MSELoss``/``SGD`` on ``torch.arange`` with a float
+step, ``.view(-1, 1)`` and ``torch.randn(x.size())``, logging each 0-d loss tensor as it is
+with ``SummaryWriter(log_dir).add_scalar`` (then ``flush``/``close``), and writes the other
+summaries to a second writer: ``add_scalars`` of NumPy curves (one run per curve, under
+``<log_dir>/extras/waves_<name>``), ``add_histogram`` of a shifting ``np.random.random``,
+``add_pr_curve`` of random labels and scores, ``add_text`` and ``add_scalar`` of
+``torch.tensor(1.25)``. Both runs' event files are read back with TensorBoard's own
+``EventAccumulator`` and compared: the losses to float tolerance, the tags, steps, histogram
+counts and the PR-curve tensor equal. The writers log under a temporary directory; the lines
+the port changes are the imports and the gradient lines (``grads = loss.backward()``,
+``sgd.step(grads)``).
 """
 
 from __future__ import annotations
@@ -37,57 +39,51 @@ def _seeded():
 TENSORBOARD_SOURCE = """
 import numpy as np
 import torch
-from torch.utils.tensorboard import SummaryWriter
-writer = SummaryWriter(log_dir)
+from torch.utils import tensorboard
 
-x = torch.arange(-5, 5, 0.1).view(-1, 1)
-y = -5 * x + 0.1 * torch.randn(x.size())
+# a noisy line, y = 3x - 2, logged while SGD fits it
+inputs = torch.arange(-2, 2, 0.25).view(-1, 1)
+targets = 3 * inputs - 2 + 0.05 * torch.randn(inputs.size())
 
-model = torch.nn.Linear(1, 1)
-initialize(model)
-criterion = torch.nn.MSELoss()
-optimizer = torch.optim.SGD(model.parameters(), lr = 0.1)
+net = torch.nn.Linear(1, 1)
+initialize(net)
+mse = torch.nn.MSELoss()
+sgd = torch.optim.SGD(net.parameters(), lr=0.05)
 
-def train_model(iter):
-    for epoch in range(iter):
-        y1 = model(x)
-        loss = criterion(y1, y)
-        writer.add_scalar("Loss/train", loss, epoch)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+logger = tensorboard.SummaryWriter(log_dir)
+for step in range(8):
+    loss = mse(net(inputs), targets)
+    logger.add_scalar("fit/mse", loss, step)  # the 0-d tensor itself, not loss.item()
+    sgd.zero_grad()
+    loss.backward()
+    sgd.step()
+logger.flush()
+logger.close()
 
-train_model(10)
-writer.flush()
-
-writer.close()
-
-# torch.utils.tensorboard's documented examples
-writer = SummaryWriter(log_dir + "/docs")
-r = 5
-for i in range(100):
-    writer.add_scalars('run_14h', {'xsinx':i*np.sin(i/r),
-                                    'xcosx':i*np.cos(i/r),
-                                    'tanx': np.tan(i/r)}, i)
-for i in range(10):
-    x = np.random.random(1000)
-    writer.add_histogram('distribution centers', x + i, i)
-labels = np.random.randint(2, size=100)  # binary label
-predictions = np.random.rand(100)
-writer.add_pr_curve('pr_curve', labels, predictions, 0)
-writer.add_text('lstm', 'This is an lstm', 0)
-writer.add_scalar('myscalar', torch.tensor(3.5), 0)
-writer.close()
+# every other kind of summary, in a run of its own
+board = tensorboard.SummaryWriter(log_dir + "/extras")
+for k in range(30):
+    angle = k / 4
+    curves = {"sin": np.sin(angle), "kcos": k * np.cos(angle), "tan": np.tan(angle)}
+    board.add_scalars("waves", curves, k)
+for k in range(5):
+    board.add_histogram("drift", 2 * np.random.random(500) + k, k)
+truth = np.random.randint(2, size=64)
+scores = np.random.rand(64)
+board.add_pr_curve("pr", truth, scores, 0)
+board.add_text("notes", "a line fitted by SGD", 0)
+board.add_scalar("constant", torch.tensor(1.25), 0)
+board.close()
 """
 
 STEPS = [
     (
-        "import torch\nfrom torch.utils.tensorboard import SummaryWriter\n",
-        "import retrograd as torch\nfrom retrograd.utils.tensorboard import SummaryWriter\n",
+        "import torch\nfrom torch.utils import tensorboard\n",
+        "import retrograd as torch\nfrom retrograd.utils import tensorboard\n",
     ),
     (
-        "        loss.backward()\n        optimizer.step()\n",
-        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+        "    loss.backward()\n    sgd.step()\n",
+        "    grads = loss.backward()\n    sgd.step(grads)\n",
     ),
 ]
 
@@ -100,7 +96,7 @@ def read_run(path):
     return events
 
 
-def test_tensorboard_recipe_and_documented_writes_read_back_as_torchs(tmp_path, capsys):
+def test_tensorboard_fit_and_summaries_read_back_as_torchs(tmp_path, capsys):
     dirs = {"torch": tmp_path / "torch", "retrograd": tmp_path / "retrograd"}
 
     def make_log_dir(lib):
@@ -115,29 +111,33 @@ def test_tensorboard_recipe_and_documented_writes_read_back_as_torchs(tmp_path, 
         make_log_dir=make_log_dir,
     )
     theirs, ours = read_run(dirs["torch"]), read_run(dirs["retrograd"])
-    their_loss = [(e.step, e.value) for e in theirs.Scalars("Loss/train")]
-    our_loss = [(e.step, e.value) for e in ours.Scalars("Loss/train")]
-    assert [s for s, _ in our_loss] == [s for s, _ in their_loss] == list(range(10))
+    their_loss = [(e.step, e.value) for e in theirs.Scalars("fit/mse")]
+    our_loss = [(e.step, e.value) for e in ours.Scalars("fit/mse")]
+    assert [s for s, _ in our_loss] == [s for s, _ in their_loss] == list(range(8))
     np.testing.assert_allclose([v for _, v in our_loss], [v for _, v in their_loss], rtol=1e-5)
     assert their_loss[-1][1] < their_loss[0][1]  # the regression trains
 
-    # add_scalars writes one run per curve, under <log_dir>/docs/run_14h_<name>
-    for curve in ("xsinx", "xcosx", "tanx"):
-        their_run = read_run(dirs["torch"] / "docs" / f"run_14h_{curve}")
-        our_run = read_run(dirs["retrograd"] / "docs" / f"run_14h_{curve}")
-        theirs_values = [(e.step, e.value) for e in their_run.Scalars("run_14h")]
-        ours_values = [(e.step, e.value) for e in our_run.Scalars("run_14h")]
-        assert [s for s, _ in ours_values] == [s for s, _ in theirs_values]
+    # add_scalars writes one run per curve, under <log_dir>/extras/waves_<name>
+    for curve in ("sin", "kcos", "tan"):
+        their_run = read_run(dirs["torch"] / "extras" / f"waves_{curve}")
+        our_run = read_run(dirs["retrograd"] / "extras" / f"waves_{curve}")
+        theirs_values = [(e.step, e.value) for e in their_run.Scalars("waves")]
+        ours_values = [(e.step, e.value) for e in our_run.Scalars("waves")]
+        assert [s for s, _ in ours_values] == [s for s, _ in theirs_values] == list(range(30))
         np.testing.assert_allclose(
             [v for _, v in ours_values], [v for _, v in theirs_values], rtol=1e-6
         )
-    their_docs, our_docs = read_run(dirs["torch"] / "docs"), read_run(dirs["retrograd"] / "docs")
-    assert sorted(our_docs.Tags()["histograms"]) == sorted(their_docs.Tags()["histograms"])
-    for mine, reference in zip(
-        our_docs.Histograms("distribution centers"), their_docs.Histograms("distribution centers")
-    ):
+    their_extras = read_run(dirs["torch"] / "extras")
+    our_extras = read_run(dirs["retrograd"] / "extras")
+    assert sorted(our_extras.Tags()["histograms"]) == sorted(their_extras.Tags()["histograms"])
+    our_histograms, their_histograms = (
+        our_extras.Histograms("drift"),
+        their_extras.Histograms("drift"),
+    )
+    assert len(our_histograms) == len(their_histograms) == 5
+    for mine, reference in zip(our_histograms, their_histograms):
         assert mine.step == reference.step
-        assert mine.histogram_value.num == reference.histogram_value.num == 1000
+        assert mine.histogram_value.num == reference.histogram_value.num == 500
         np.testing.assert_allclose(
             mine.histogram_value.sum, reference.histogram_value.sum, rtol=1e-6
         )
@@ -145,8 +145,8 @@ def test_tensorboard_recipe_and_documented_writes_read_back_as_torchs(tmp_path, 
             [mine.histogram_value.min, mine.histogram_value.max],
             [reference.histogram_value.min, reference.histogram_value.max],
         )
-    assert sorted(our_docs.Tags()["tensors"]) == sorted(their_docs.Tags()["tensors"])
-    (their_pr,), (our_pr,) = their_docs.Tensors("pr_curve"), our_docs.Tensors("pr_curve")
+    assert sorted(our_extras.Tags()["tensors"]) == sorted(their_extras.Tags()["tensors"])
+    (their_pr,), (our_pr,) = their_extras.Tensors("pr"), our_extras.Tensors("pr")
     from tensorboard.util import tensor_util
 
     np.testing.assert_allclose(
@@ -154,5 +154,5 @@ def test_tensorboard_recipe_and_documented_writes_read_back_as_torchs(tmp_path, 
         tensor_util.make_ndarray(their_pr.tensor_proto),
         rtol=1e-6,
     )
-    (mine,), (reference,) = our_docs.Scalars("myscalar"), their_docs.Scalars("myscalar")
-    assert mine.value == reference.value == 3.5
+    (mine,), (reference,) = our_extras.Scalars("constant"), their_extras.Scalars("constant")
+    assert mine.value == reference.value == 1.25

@@ -1,26 +1,27 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs that import torchvision, ported to retrograd (the harness:
-``tests/real_ports.py``):
+"""Real ports of programs that import torchvision (the harness: ``tests/real_ports.py``),
+written here in the style of PyTorch's MNIST example and its CIFAR-10 tutorial:
 
-- pytorch/examples ``mnist/main.py``: ``transforms.Compose([transforms.ToTensor(),
-  transforms.Normalize((0.1307,), (0.3081,))])``, ``datasets.MNIST('../data', train=True,
-  download=True, transform=transform)`` and ``train=False``, ``torch.utils.data.DataLoader``
-  with ``**train_kwargs``, the two-conv ``Net``, ``Adadelta`` with ``StepLR``, ``train`` and
-  ``test`` as written (``F.nll_loss(..., reduction='sum').item()``, ``pred.eq(target.view_as
-  (pred)).sum().item()``), on 28 x 28 IDX files written under ``tmp_path``;
-- the CIFAR-10 tutorial (pytorch/tutorials ``beginner_source/blitz/cifar10_tutorial.py``):
-  ``torchvision.datasets.CIFAR10(root=..., train=True, download=True, transform=transform)``
-  over the python batches written under ``tmp_path``, ``torchvision.utils.make_grid(images)``
-  and the tutorial's ``imshow`` arithmetic (``img / 2 + 0.5``, ``np.transpose(npimg, (1, 2,
-  0))``), the ``Net`` of ``conv1``/``pool``/``conv2``/``fc1..3``, ``CrossEntropyLoss`` and
-  ``SGD(momentum=0.9)``, and the per-class accuracy loop.
+- an MNIST classifier: ``from torchvision import datasets, transforms as T``,
+  ``T.Compose([T.ToTensor(), T.Normalize((m,), (s,))])``, ``datasets.MNIST(root, train=True,
+  download=True, transform=...)`` and ``train=False`` over gzipped and plain IDX files written under
+  ``tmp_path``, ``torch.utils.data.DataLoader`` with ``**kwargs``, ``torch.device("cpu")`` and
+  ``.to(device)``, a conv ``nn.Sequential`` trunk with ``nn.Dropout``, ``torch.flatten``,
+  ``F.log_softmax``, ``Adadelta`` with ``StepLR`` (``lr_scheduler.StepLR``),
+  a progress line over ``len(loader.dataset)``/``len(loader)``, and an evaluation by
+  ``F.nll_loss(..., reduction="sum").item()`` and ``guess.eq(target.view_as(guess)).sum()
+  .item()``;
+- a CIFAR-10 classifier: ``torchvision.datasets.CIFAR10(root=..., train=..., download=True,
+  transform=...)`` over the python batches written under ``tmp_path``, ``next(iter(loader))``,
+  ``torchvision.utils.make_grid`` and the ``grid / 2 + 0.5``, ``np.transpose(..., (1, 2, 0))``
+  display arithmetic, a tuple of class names indexed by 0-d label tensors, a conv/pool/linear
+  net with ``CrossEntropyLoss`` and ``SGD(momentum=0.9)``, and per-class counts from
+  ``torch.max(outputs, 1)`` over ``zip`` of tensors.
 
 torchvision is not installed beside this torch, so the torch run imports a stand-in written
 here with torch and NumPy (:func:`torchvision_stand_in`: torchvision's documented arithmetic,
-not retrograd's code); the port imports ``retrograd.vision``. Changed for the test: the scale
-(few images, one or two epochs), dropout 0 and ``shuffle`` off (each library draws its own
-masks and orders), and the gradient lines (``backward()`` returns the gradients, ``step``
-takes them).
+not retrograd's code); the port imports ``retrograd.vision``. The runs use few images, dropout
+0 and no shuffling (each library draws its own masks and orders); the port changes the imports
+and the gradient lines (``backward()`` returns the gradients, ``step`` takes them).
 """
 
 from __future__ import annotations
@@ -135,105 +136,78 @@ def write_idx(path: Path, array: np.ndarray, compress: bool = False) -> None:
 
 
 MNIST_SOURCE = """
-from torchvision import datasets, transforms
-from torch.optim.lr_scheduler import StepLR
+from torch.optim import lr_scheduler
+from torchvision import datasets, transforms as T
 
 
-class Net(nn.Module):
-    def __init__(self):
-        super(Net, self).__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.0)
-        self.dropout2 = nn.Dropout(0.0)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
+class DigitNet(nn.Module):
+    def __init__(self, drop=0.0):
+        super(DigitNet, self).__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 8, 3, 1), nn.ReLU(),
+            nn.Conv2d(8, 16, 3, 1), nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.drop = nn.Dropout(drop)
+        self.hidden = nn.Linear(16 * 12 * 12, 32)
+        self.out = nn.Linear(32, 10)
 
     def forward(self, x):
-        x = self.conv1(x)
-        x = F.relu(x)
-        x = self.conv2(x)
-        x = F.relu(x)
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.dropout2(x)
-        x = self.fc2(x)
-        output = F.log_softmax(x, dim=1)
-        return output
+        x = torch.flatten(self.drop(self.features(x)), 1)
+        x = self.drop(F.relu(self.hidden(x)))
+        return F.log_softmax(self.out(x), dim=1)
 
 
-def train(args, model, device, train_loader, optimizer, epoch):
+def run_epoch(model, device, loader, optimizer, epoch, every):
     model.train()
-    for batch_idx, (data, target) in enumerate(train_loader):
-        data, target = data.to(device), target.to(device)
+    for i, (images, digits) in enumerate(loader):
+        images, digits = images.to(device), digits.to(device)
         optimizer.zero_grad()
-        output = model(data)
-        loss = F.nll_loss(output, target)
+        loss = F.nll_loss(model(images), digits)
         loss.backward()
         optimizer.step()
         record.append(loss.item())
-        if batch_idx % args.log_interval == 0:
-            print('Train Epoch: {} [{}/{} ({:.0f}%)]\\tLoss: {:.6f}'.format(
-                epoch, batch_idx * len(data), len(train_loader.dataset),
-                100. * batch_idx / len(train_loader), loss.item()))
+        if i % every == 0:
+            done = f"{i * len(images)}/{len(loader.dataset)} ({100.0 * i / len(loader):.0f}%)"
+            print(f"epoch {epoch} [{done}] loss {loss.item():.6f}")
 
 
-def test(model, device, test_loader):
+def evaluate(model, device, loader):
     model.eval()
-    test_loss = 0
-    correct = 0
+    total_loss, hits = 0.0, 0
     with torch.no_grad():
-        for data, target in test_loader:
-            data, target = data.to(device), target.to(device)
-            output = model(data)
-            test_loss += F.nll_loss(output, target, reduction='sum').item()  # sum up batch loss
-            pred = output.argmax(dim=1, keepdim=True)  # get the index of the max log-probability
-            correct += pred.eq(target.view_as(pred)).sum().item()
-
-    test_loss /= len(test_loader.dataset)
-    record.append([test_loss, correct])
+        for images, digits in loader:
+            images, digits = images.to(device), digits.to(device)
+            log_probs = model(images)
+            total_loss += F.nll_loss(log_probs, digits, reduction="sum").item()
+            guess = log_probs.argmax(dim=1, keepdim=True)
+            hits += guess.eq(digits.view_as(guess)).sum().item()
+    record.append([total_loss / len(loader.dataset), hits])
 
 
-def main():
-    args = SimpleNamespace(batch_size=8, test_batch_size=10, epochs=2, lr=1.0, gamma=0.7, log_interval=2)
-    device = torch.device("cpu")
-    train_kwargs = {'batch_size': args.batch_size}
-    test_kwargs = {'batch_size': args.test_batch_size}
+device = torch.device("cpu")
+prep = T.Compose([T.ToTensor(), T.Normalize((0.1307,), (0.3081,))])
+train_set = datasets.MNIST(data_root, train=True, download=True, transform=prep)
+test_set = datasets.MNIST(data_root, train=False, transform=prep)
+loader_args = {"batch_size": 8}
+train_loader = torch.utils.data.DataLoader(train_set, **loader_args)
+test_loader = torch.utils.data.DataLoader(test_set, batch_size=10)
 
-    transform=transforms.Compose([
-        transforms.ToTensor(),
-        transforms.Normalize((0.1307,), (0.3081,))
-        ])
-    dataset1 = datasets.MNIST(data_root, train=True, download=True,
-                       transform=transform)
-    dataset2 = datasets.MNIST(data_root, train=False,
-                       transform=transform)
-    train_loader = torch.utils.data.DataLoader(dataset1,**train_kwargs)
-    test_loader = torch.utils.data.DataLoader(dataset2, **test_kwargs)
-
-    model = Net().to(device)
-    initialize(model)
-    optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
-
-    scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
-    for epoch in range(1, args.epochs + 1):
-        train(args, model, device, train_loader, optimizer, epoch)
-        test(model, device, test_loader)
-        scheduler.step()
-
-
-main()
+model = DigitNet().to(device)
+initialize(model)
+optimizer = optim.Adadelta(model.parameters(), lr=1.0)
+scheduler = lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+for epoch in range(1, 3):
+    run_epoch(model, device, train_loader, optimizer, epoch, every=2)
+    evaluate(model, device, test_loader)
+    scheduler.step()
 """
 
 MNIST_STEPS = [
     (
-        "from torchvision import datasets, transforms",
-        "from retrograd.vision import datasets, transforms",
+        "from torchvision import datasets, transforms as T",
+        "from retrograd.vision import datasets, transforms as T",
     ),
-    ("        optimizer.zero_grad()\n", ""),
     (
         "        loss.backward()\n        optimizer.step()",
         "        grads = loss.backward()\n        optimizer.step(grads)",
@@ -265,8 +239,8 @@ def test_pytorch_examples_mnist_main_runs_on_retrograd_vision(tmp_path, capsys):
         shared["data_root"] = str(tmp_path)
         if vision is not None:  # the torch run's ``from torchvision import ...``
             source = source.replace(
-                "from torchvision import datasets, transforms",
-                "datasets, transforms = torchvision.datasets, torchvision.transforms",
+                "from torchvision import datasets, transforms as T",
+                "datasets, T = torchvision.datasets, torchvision.transforms",
             )
             shared["torchvision"] = vision
         if lib is rg:
@@ -278,121 +252,80 @@ def test_pytorch_examples_mnist_main_runs_on_retrograd_vision(tmp_path, capsys):
     ours, theirs = records[1], records[0]
     assert len(theirs) == 2 * 4 + 2
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
-    assert "Train Epoch: 2 [16/32 (50%)]" in capsys.readouterr().out
+    assert "epoch 2 [16/32 (50%)]" in capsys.readouterr().out
 
 
 CIFAR_SOURCE = """
 import torchvision
-import torchvision.transforms as transforms
+from torchvision import transforms
 
-transform = transforms.Compose(
-    [transforms.ToTensor(),
-     transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))])
+to_input = transforms.Compose(
+    [transforms.ToTensor(), transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))]
+)
+train_data = torchvision.datasets.CIFAR10(
+    root=data_root, train=True, download=True, transform=to_input
+)
+test_data = torchvision.datasets.CIFAR10(
+    root=data_root, train=False, download=True, transform=to_input
+)
+train_batches = torch.utils.data.DataLoader(train_data, batch_size=4, shuffle=False, num_workers=0)
+test_batches = torch.utils.data.DataLoader(test_data, batch_size=4, shuffle=False, num_workers=0)
+names = ("plane", "car", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
-batch_size = 4
-
-trainset = torchvision.datasets.CIFAR10(root=data_root, train=True,
-                                        download=True, transform=transform)
-trainloader = torch.utils.data.DataLoader(trainset, batch_size=batch_size,
-                                          shuffle=False, num_workers=0)
-
-testset = torchvision.datasets.CIFAR10(root=data_root, train=False,
-                                       download=True, transform=transform)
-testloader = torch.utils.data.DataLoader(testset, batch_size=batch_size,
-                                         shuffle=False, num_workers=0)
-
-classes = ('plane', 'car', 'bird', 'cat',
-           'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
-
-
-def imshow(img):
-    img = img / 2 + 0.5     # unnormalize
-    npimg = img.numpy()
-    record.append(np.transpose(npimg, (1, 2, 0)))
+# a peek at the first batch: one grid image, back in [0, 1], in height-width-channel order
+first_images, first_labels = next(iter(train_batches))
+grid = torchvision.utils.make_grid(first_images) / 2 + 0.5
+record.append(np.transpose(grid.numpy(), (1, 2, 0)))
+record.append(" ".join(f"{names[first_labels[k]]:6s}" for k in range(len(first_labels))))
 
 
-# get some random training images
-dataiter = iter(trainloader)
-images, labels = next(dataiter)
-
-# show images
-imshow(torchvision.utils.make_grid(images))
-record.append(' '.join(f'{classes[labels[j]]:5s}' for j in range(batch_size)))
-
-
-class Net(nn.Module):
+class SmallConvNet(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 6, 5)
-        self.pool = nn.MaxPool2d(2, 2)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
+        self.pool = nn.MaxPool2d(kernel_size=2, stride=2)
+        self.c1 = nn.Conv2d(3, 6, 5)
+        self.c2 = nn.Conv2d(6, 12, 5)
+        self.f1 = nn.Linear(12 * 5 * 5, 64)
+        self.f2 = nn.Linear(64, 10)
 
     def forward(self, x):
-        x = self.pool(F.relu(self.conv1(x)))
-        x = self.pool(F.relu(self.conv2(x)))
-        x = torch.flatten(x, 1) # flatten all dimensions except batch
-        x = F.relu(self.fc1(x))
-        x = F.relu(self.fc2(x))
-        x = self.fc3(x)
-        return x
+        x = self.pool(F.relu(self.c1(x)))
+        x = self.pool(F.relu(self.c2(x)))
+        return self.f2(F.relu(self.f1(torch.flatten(x, 1))))
 
 
-net = Net()
+net = SmallConvNet()
 initialize(net)
-
-criterion = nn.CrossEntropyLoss()
-optimizer = optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
-
-for epoch in range(2):  # loop over the dataset multiple times
-
-    running_loss = 0.0
-    for i, data in enumerate(trainloader, 0):
-        # get the inputs; data is a list of [inputs, labels]
-        inputs, labels = data
-
-        # zero the parameter gradients
-        optimizer.zero_grad()
-
-        # forward + backward + optimize
-        outputs = net(inputs)
-        loss = criterion(outputs, labels)
+loss_fn = nn.CrossEntropyLoss()
+sgd = optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
+for epoch in range(2):
+    for step, (inputs, targets) in enumerate(train_batches, 0):
+        sgd.zero_grad()
+        loss = loss_fn(net(inputs), targets)
         loss.backward()
-        optimizer.step()
-
-        # print statistics
-        running_loss += loss.item()
+        sgd.step()
         record.append(loss.item())
 
-correct_pred = {classname: 0 for classname in classes}
-total_pred = {classname: 0 for classname in classes}
-
-# again no gradients needed
+right = {name: 0 for name in names}
+seen = dict.fromkeys(names, 0)
 with torch.no_grad():
-    for data in testloader:
-        images, labels = data
-        outputs = net(images)
-        _, predictions = torch.max(outputs, 1)
-        # collect the correct predictions for each class
-        for label, prediction in zip(labels, predictions):
-            if label == prediction:
-                correct_pred[classes[label]] += 1
-            total_pred[classes[label]] += 1
-
-record.append([correct_pred[c] for c in classes] + [total_pred[c] for c in classes])
+    for inputs, targets in test_batches:
+        _, guesses = torch.max(net(inputs), 1)
+        for target, guess in zip(targets, guesses):
+            seen[names[target]] += 1  # a 0-d tensor indexing a tuple
+            if target == guess:
+                right[names[target]] += 1
+record.append([right[n] for n in names] + [seen[n] for n in names])
 """
 
 CIFAR_STEPS = [
     (
-        "import torchvision\nimport torchvision.transforms as transforms",
-        "import retrograd.vision as torchvision\nimport retrograd.vision.transforms as transforms",
+        "import torchvision\nfrom torchvision import transforms",
+        "import retrograd.vision as torchvision\nfrom retrograd.vision import transforms",
     ),
-    ("        optimizer.zero_grad()\n", ""),
     (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "        loss.backward()\n        sgd.step()",
+        "        grads = loss.backward()\n        sgd.step(grads)",
     ),
 ]
 
@@ -412,7 +345,7 @@ def test_cifar10_tutorial_runs_on_retrograd_vision(tmp_path):
         shared = {"record": record, "initialize": initialize, "data_root": str(tmp_path)}
         if lib is torch:
             source = source.replace(
-                "import torchvision\nimport torchvision.transforms as transforms",
+                "import torchvision\nfrom torchvision import transforms",
                 "transforms = torchvision.transforms",
             )
             shared["torchvision"] = torchvision_stand_in()
