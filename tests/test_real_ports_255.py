@@ -1,14 +1,16 @@
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-the PyTorch recipe "Automatic Mixed Precision" (``recipes_source/recipes/amp_recipe.py``)
-trained on the CPU under ``torch.autocast(device_type="cpu", dtype=torch.bfloat16)``, as its
-text says for CPUs. Cut down: 32-wide, 3 layers, a few batches; the ``.cuda()`` calls dropped.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in
+the style of the PyTorch recipe on automatic mixed precision, trained on the CPU under
+``torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=...)``: a ``Sequential`` of
+``Linear``/``ReLU`` blocks built from a list, ``MSELoss``, SGD with ``zero_grad``, the forward
+pass and loss inside the region and ``backward()`` outside it, the output's and the loss's
+dtypes recorded by ``str(t.dtype)``.
 
-On an inner backend with bfloat16 (torch's), retrograd autocasts as torch does: the linear
-layers compute in bfloat16, the loss in float32, and the port trains as torch's autocast run
-(bit for bit). On NumPy (no bfloat16), the region warns and the ops compute in their inputs'
-dtypes, as documented: the port then trains as torch's run with autocast off.
+Regressions guarded: on an inner backend with bfloat16 (torch's), retrograd autocasts as torch
+does (the linear layers in bfloat16, the loss in float32) and trains bit for bit as torch's
+autocast run; on NumPy (no bfloat16) the region warns and the ops compute in their inputs'
+dtypes, as documented, so the port trains as torch's run with autocast off.
 
-The lines changed: the gradient lines (``opt.step(loss.backward())``).
+The lines changed: the gradient lines (``sgd.step(loss.backward())``).
 """
 
 from __future__ import annotations
@@ -35,54 +37,34 @@ def _seeded():
 
 
 AMP_SOURCE = """
-def make_model(in_size, out_size, num_layers):
-    layers = []
-    for _ in range(num_layers - 1):
-        layers.append(torch.nn.Linear(in_size, in_size))
-        layers.append(torch.nn.ReLU())
-    layers.append(torch.nn.Linear(in_size, out_size))
-    return torch.nn.Sequential(*tuple(layers))
+width, outputs, depth = 24, 6, 3
+inputs = [torch.randn(12, width, device="cpu") for _ in range(3)]
+labels = [torch.randn(12, outputs, device="cpu") for _ in range(3)]
 
+blocks = []
+for _ in range(depth - 1):
+    blocks += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+model = torch.nn.Sequential(*blocks, torch.nn.Linear(width, outputs))
+initialize(model)
+criterion = torch.nn.MSELoss()
+sgd = torch.optim.SGD(model.parameters(), lr=0.02)
 
-batch_size = 16 # Try, for example, 128, 256, 513.
-in_size = 32
-out_size = 8
-num_layers = 3
-num_batches = 4
-epochs = 2
-device = 'cpu'
-
-# Creates data in default precision.
-# The same data is used for both default and mixed precision trials below.
-# You don't need to manually change inputs' ``dtype`` when enabling mixed precision.
-data = [torch.randn(batch_size, in_size, device=device) for _ in range(num_batches)]
-targets = [torch.randn(batch_size, out_size, device=device) for _ in range(num_batches)]
-
-loss_fn = torch.nn.MSELoss()
-
-net = make_model(in_size, out_size, num_layers)
-initialize(net)
-opt = torch.optim.SGD(net.parameters(), lr=0.01)
-
-for epoch in range(epochs):
-    for input, target in zip(data, targets):
-        # Runs the forward pass under ``autocast``.
-        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=use_amp):
-            output = net(input)
-            loss = loss_fn(output, target)
-
-        # Exits ``autocast`` before backward().
-        # Backward passes under ``autocast`` are not recommended.
-        # Backward ops run in the same ``dtype`` ``autocast`` chose for corresponding forward ops.
+for epoch in range(2):
+    for x, y in zip(inputs, labels):
+        # only the forward pass is autocast: backward reuses the dtypes it chose
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=use_amp):
+            prediction = model(x)
+            loss = criterion(prediction, y)
         loss.backward()
-        opt.step()
-        opt.zero_grad() # set_to_none=True here can modify performance
+        sgd.step()
+        sgd.zero_grad()
         record.append(loss.item())
-        record.append(str(output.dtype).removeprefix("torch."))
-    record.append(params_of(net))
+        record.append(str(prediction.dtype).removeprefix("torch."))
+        record.append(str(loss.dtype).removeprefix("torch."))
+    record.append(params_of(model))
 """
 
-AMP_STEPS = [("        loss.backward()\n        opt.step()", "        opt.step(loss.backward())")]
+AMP_STEPS = [("        loss.backward()\n        sgd.step()", "        sgd.step(loss.backward())")]
 
 
 def _amp_runs(capsys, use_amp_in_torch):
@@ -108,7 +90,7 @@ def test_amp_recipe_under_bfloat16_autocast_on_numpy_runs_in_full_precision(caps
     theirs_full, ours, caught = _amp_runs(capsys, use_amp_in_torch=False)
     assert any("has no bfloat16" in str(w.message) for w in caught)
     assert_records_agree(ours, theirs_full, rtol=1e-5, atol=1e-6)
-    assert ours[1] == "float32"
+    assert ours[1] == ours[2] == "float32"
 
 
 @pytest.mark.skipif(not backends.on_torch(), reason="NumPy has no bfloat16 to autocast to")
@@ -116,4 +98,5 @@ def test_amp_recipe_port_trains_as_torchs_bfloat16_autocast_run(capsys):
     theirs_bf16, ours, caught = _amp_runs(capsys, use_amp_in_torch=True)
     assert not [w for w in caught if "autocast" in str(w.message)]
     assert theirs_bf16[1] == ours[1] == "bfloat16"  # the linear layers autocast
+    assert theirs_bf16[2] == ours[2] == "float32"  # the loss does not
     assert_records_agree(ours, theirs_bf16, rtol=0, atol=0)

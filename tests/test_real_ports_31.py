@@ -1,40 +1,42 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): SAGAN, a program written
+here in the style of heykeetae/Self-Attention-GAN (its hand-written spectral norm, its
+self-attention layer, generator, discriminator and one trainer step), small (16x16 images,
+8 base channels).
 
-- SAGAN as heykeetae/Self-Attention-GAN writes it (``spectral.py``, ``sagan_models.py`` and the
-  step of ``trainer.py``), narrower (``conv_dim=8``; the attention widths the models hard-code,
-  128/64 and 256/512, follow it), ``.cuda()`` left out: the hand-written ``SpectralNorm``
-  wrapper that takes a layer's weight apart (``del self.module._parameters[self.name]``,
-  ``register_parameter(self.name + "_u", ...)`` of ``Parameter(w.data.new(height).normal_(0, 1),
-  requires_grad=False)``, ``u.data = l2normalize(...)``) and before every forward runs the power
-  iteration on ``.data`` (``torch.mv(torch.t(w.view(height,-1).data), u.data)``) and puts the
-  normalized weight back as a plain attribute, ``setattr(self.module, self.name, w /
-  sigma.expand_as(w))`` with ``sigma = u.dot(w.view(height, -1).mv(v))``, read by the wrapped
-  ``Conv2d``/``ConvTranspose2d``'s own ``forward``; ``Self_Attn`` (``torch.bmm`` of 1x1-conv
-  projections, ``nn.Softmax(dim=-1)``, ``self.gamma = nn.Parameter(torch.zeros(1))``); the
-  generator and discriminator built from lists into ``nn.Sequential(*layer1)``,
-  ``int(np.log2(self.imsize)) - 3``; Adam over ``filter(lambda p: p.requires_grad, ...)`` with
-  betas as a list; the hinge loss by ``torch.nn.ReLU()(1.0 - d_out_real).mean()`` and the
-  WGAN-GP variant (``torch.rand(...).expand_as``, ``Variable(..., requires_grad=True)``,
-  ``torch.autograd.grad(outputs=out, inputs=interpolated, grad_outputs=torch.ones(out.size()),
-  retain_graph=True, create_graph=True, only_inputs=True)[0]``), ``reset_grad``.
+What it exercises: a ``SpectralNorm`` wrapper that takes a layer's weight apart (``del
+self.module._parameters[self.name]``, ``register_parameter(self.name + "_u", ...)`` of
+``Parameter(w.data.new(rows).normal_(0, 1), requires_grad=False)``, ``u.data = unit(...)``,
+found again by ``getattr`` under ``try``/``except AttributeError``) and before every forward
+runs the power iteration on ``.data`` (``torch.mv(torch.t(w.view(rows, -1).data), u.data)``)
+and puts the normalised weight back as a plain attribute, ``setattr(self.module, self.name, w
+/ sigma.expand_as(w))`` with ``sigma = u.dot(w.view(rows, -1).mv(v))``, read by the wrapped
+``Conv2d``/``ConvTranspose2d``'s own ``forward``; a self-attention layer (``torch.bmm`` of 1x1
+convolution projections, ``nn.Softmax(dim=-1)``, ``self.gamma = nn.Parameter(torch.zeros(1))``);
+the generator and discriminator built from lists into ``nn.Sequential(*layers)`` with
+``int(np.log2(size)) - 3``; Adam over ``filter(lambda p: p.requires_grad, ...)`` with betas as
+a list; the hinge loss by ``torch.nn.ReLU()(1.0 - d_real).mean()`` and the WGAN-GP variant
+(``torch.rand(...).expand_as``, ``Variable(..., requires_grad=True)``,
+``torch.autograd.grad(outputs=, inputs=, grad_outputs=torch.ones(out.size()), retain_graph=True,
+create_graph=True, only_inputs=True)[0]``), ``zero_grad`` of both optimizers.
 
 ``torch.randn`` and ``torch.rand`` draw from one seeded NumPy stream in both runs; the models run
-in float64 (several parameters have a zero gradient: conv biases before a BatchNorm, the keys'
-biases, whose Adam steps would follow float32 rounding noise).
+in float64 (several parameters have a zero gradient: transposed-convolution biases before a
+BatchNorm, the keys' biases, whose Adam steps would follow float32 rounding noise).
 
 One deliberate difference shows (API.md section 10: a value saved for backward is never changed
-by a later write): the discriminator runs twice (real, then fake images) before ``d_loss.backward()``,
+by a later write): the discriminator runs twice (real, then fake images) before the backward,
 and the second run's power iteration replaces ``u.data`` and ``v.data``. torch's autograd saved
 ``u`` and ``v`` (for ``sigma``) by reference, and a ``.data`` assignment swaps their storage
-without bumping the version counter, so torch's backward of the first run reads the second run's
-``u`` and ``v``: not the derivative of the loss it computed (``sigma`` itself was computed from the
-first run's vectors). retrograd differentiates what was computed. The torch run is given
-``u.clone()`` and ``v.clone()`` in ``sigma`` (the same values forward) so that it does too;
-``test_a_data_swap_after_the_forward_leaves_the_saved_value`` pins the difference on its own.
+without bumping the version counter, so torch's backward of the first run reads the second
+run's ``u`` and ``v``: not the derivative of the loss it computed. retrograd differentiates what
+was computed. The torch run is given ``u.clone()`` and ``v.clone()`` in ``sigma`` (the same
+values forward) so that it does too; ``test_a_data_swap_after_the_forward_leaves_the_saved_value``
+pins the difference on its own.
 """
 
 from __future__ import annotations
+
+import types
 
 import numpy as np
 import pytest
@@ -44,334 +46,187 @@ import retrograd as rg
 from real_ports import assert_records_agree, both, run_source
 
 SAGAN_SOURCE = """
-from torch.autograd import Variable
-from torch.nn import Parameter
+from torch import autograd
 
 
-def l2normalize(v, eps=1e-12):
+def unit(v, eps=1e-12):
     return v / (v.norm() + eps)
 
 
-class SpectralNorm(nn.Module):
-    def __init__(self, module, name='weight', power_iterations=1):
-        super(SpectralNorm, self).__init__()
-        self.module = module
-        self.name = name
-        self.power_iterations = power_iterations
-        if not self._made_params():
-            self._make_params()
+class SpectralNormWrapper(nn.Module):
+    # divides the wrapped layer's weight by its largest singular value, estimated by one power
+    # iteration per forward; u and v are state, not trained
+    def __init__(self, module, name="weight", iterations=1):
+        super().__init__()
+        self.module, self.name, self.iterations = module, name, iterations
+        if not self._has_vectors():
+            self._split_weight()
 
-    def _update_u_v(self):
-        u = getattr(self.module, self.name + "_u")
-        v = getattr(self.module, self.name + "_v")
-        w = getattr(self.module, self.name + "_bar")
-
-        height = w.data.shape[0]
-        for _ in range(self.power_iterations):
-            v.data = l2normalize(torch.mv(torch.t(w.view(height,-1).data), u.data))
-            u.data = l2normalize(torch.mv(w.view(height,-1).data, v.data))
-
-        # sigma = torch.dot(u.data, torch.mv(w.view(height,-1).data, v.data))
-        sigma = u.dot(w.view(height, -1).mv(v))
-        setattr(self.module, self.name, w / sigma.expand_as(w))
-
-    def _made_params(self):
+    def _has_vectors(self):
         try:
-            u = getattr(self.module, self.name + "_u")
-            v = getattr(self.module, self.name + "_v")
-            w = getattr(self.module, self.name + "_bar")
-            return True
+            for suffix in ("_u", "_v", "_bar"):
+                getattr(self.module, self.name + suffix)
         except AttributeError:
             return False
+        return True
+
+    def _split_weight(self):
+        layer = self.module
+        w = getattr(layer, self.name)
+        rows = w.data.shape[0]
+        cols = w.view(rows, -1).data.shape[1]
+        u = nn.Parameter(w.data.new(rows).normal_(0, 1), requires_grad=False)
+        v = nn.Parameter(w.data.new(cols).normal_(0, 1), requires_grad=False)
+        u.data, v.data = unit(u.data), unit(v.data)
+        layer = self.module
+        del layer._parameters[self.name]
+        layer.register_parameter(self.name + "_u", u)
+        layer.register_parameter(self.name + "_v", v)
+        layer.register_parameter(self.name + "_bar", nn.Parameter(w.data))
+
+    def _normalise(self):
+        layer = self.module
+        u, v = getattr(layer, self.name + "_u"), getattr(layer, self.name + "_v")
+        w = getattr(layer, self.name + "_bar")
+        rows = w.data.shape[0]
+        for _ in range(self.iterations):
+            v.data = unit(torch.mv(torch.t(w.view(rows, -1).data), u.data))
+            u.data = unit(torch.mv(w.view(rows, -1).data, v.data))
+        sigma = u.dot(w.view(rows, -1).mv(v))
+        setattr(layer, self.name, w / sigma.expand_as(w))
+
+    def forward(self, *inputs):
+        self._normalise()
+        return self.module.forward(*inputs)
 
 
-    def _make_params(self):
-        w = getattr(self.module, self.name)
-
-        height = w.data.shape[0]
-        width = w.view(height, -1).data.shape[1]
-
-        u = Parameter(w.data.new(height).normal_(0, 1), requires_grad=False)
-        v = Parameter(w.data.new(width).normal_(0, 1), requires_grad=False)
-        u.data = l2normalize(u.data)
-        v.data = l2normalize(v.data)
-        w_bar = Parameter(w.data)
-
-        del self.module._parameters[self.name]
-
-        self.module.register_parameter(self.name + "_u", u)
-        self.module.register_parameter(self.name + "_v", v)
-        self.module.register_parameter(self.name + "_bar", w_bar)
-
-
-    def forward(self, *args):
-        self._update_u_v()
-        return self.module.forward(*args)
-
-
-class Self_Attn(nn.Module):
-    \"\"\" Self attention Layer\"\"\"
-    def __init__(self,in_dim,activation):
-        super(Self_Attn,self).__init__()
-        self.chanel_in = in_dim
-        self.activation = activation
-
-        self.query_conv = nn.Conv2d(in_channels = in_dim , out_channels = in_dim//8 , kernel_size= 1)
-        self.key_conv = nn.Conv2d(in_channels = in_dim , out_channels = in_dim//8 , kernel_size= 1)
-        self.value_conv = nn.Conv2d(in_channels = in_dim , out_channels = in_dim , kernel_size= 1)
-        self.gamma = nn.Parameter(torch.zeros(1))
-
-        self.softmax  = nn.Softmax(dim=-1) #
-    def forward(self,x):
-        \"\"\"
-            inputs :
-                x : input feature maps( B X C X W X H)
-            returns :
-                out : self attention value + input feature
-                attention: B X N X N (N is Width*Height)
-        \"\"\"
-        m_batchsize,C,width ,height = x.size()
-        proj_query  = self.query_conv(x).view(m_batchsize,-1,width*height).permute(0,2,1) # B X CX(N)
-        proj_key =  self.key_conv(x).view(m_batchsize,-1,width*height) # B X C x (*W*H)
-        energy =  torch.bmm(proj_query,proj_key) # transpose check
-        attention = self.softmax(energy) # BX (N) X (N)
-        proj_value = self.value_conv(x).view(m_batchsize,-1,width*height) # B X C X N
-
-        out = torch.bmm(proj_value,attention.permute(0,2,1) )
-        out = out.view(m_batchsize,C,width,height)
-
-        out = self.gamma*out + x
-        return out,attention
-
-
-class Generator(nn.Module):
-    \"\"\"Generator.\"\"\"
-
-    def __init__(self, batch_size, image_size=64, z_dim=100, conv_dim=64):
-        super(Generator, self).__init__()
-        self.imsize = image_size
-        layer1 = []
-        layer2 = []
-        layer3 = []
-        last = []
-
-        repeat_num = int(np.log2(self.imsize)) - 3
-        mult = 2 ** repeat_num # 8
-        layer1.append(SpectralNorm(nn.ConvTranspose2d(z_dim, conv_dim * mult, 4)))
-        layer1.append(nn.BatchNorm2d(conv_dim * mult))
-        layer1.append(nn.ReLU())
-
-        curr_dim = conv_dim * mult
-
-        layer2.append(SpectralNorm(nn.ConvTranspose2d(curr_dim, int(curr_dim / 2), 4, 2, 1)))
-        layer2.append(nn.BatchNorm2d(int(curr_dim / 2)))
-        layer2.append(nn.ReLU())
-
-        curr_dim = int(curr_dim / 2)
-
-        layer3.append(SpectralNorm(nn.ConvTranspose2d(curr_dim, int(curr_dim / 2), 4, 2, 1)))
-        layer3.append(nn.BatchNorm2d(int(curr_dim / 2)))
-        layer3.append(nn.ReLU())
-
-        if self.imsize == 64:
-            layer4 = []
-            curr_dim = int(curr_dim / 2)
-            layer4.append(SpectralNorm(nn.ConvTranspose2d(curr_dim, int(curr_dim / 2), 4, 2, 1)))
-            layer4.append(nn.BatchNorm2d(int(curr_dim / 2)))
-            layer4.append(nn.ReLU())
-            self.l4 = nn.Sequential(*layer4)
-            curr_dim = int(curr_dim / 2)
-
-        self.l1 = nn.Sequential(*layer1)
-        self.l2 = nn.Sequential(*layer2)
-        self.l3 = nn.Sequential(*layer3)
-
-        last.append(nn.ConvTranspose2d(curr_dim, 3, 4, 2, 1))
-        last.append(nn.Tanh())
-        self.last = nn.Sequential(*last)
-
-        self.attn1 = Self_Attn( conv_dim * 2, 'relu')
-        self.attn2 = Self_Attn( conv_dim,  'relu')
-
-    def forward(self, z):
-        z = z.view(z.size(0), z.size(1), 1, 1)
-        out=self.l1(z)
-        out=self.l2(out)
-        out=self.l3(out)
-        out,p1 = self.attn1(out)
-        out=self.l4(out)
-        out,p2 = self.attn2(out)
-        out=self.last(out)
-
-        return out, p1, p2
-
-
-class Discriminator(nn.Module):
-    \"\"\"Discriminator, Auxiliary Classifier.\"\"\"
-
-    def __init__(self, batch_size=64, image_size=64, conv_dim=64):
-        super(Discriminator, self).__init__()
-        self.imsize = image_size
-        layer1 = []
-        layer2 = []
-        layer3 = []
-        last = []
-
-        layer1.append(SpectralNorm(nn.Conv2d(3, conv_dim, 4, 2, 1)))
-        layer1.append(nn.LeakyReLU(0.1))
-
-        curr_dim = conv_dim
-
-        layer2.append(SpectralNorm(nn.Conv2d(curr_dim, curr_dim * 2, 4, 2, 1)))
-        layer2.append(nn.LeakyReLU(0.1))
-        curr_dim = curr_dim * 2
-
-        layer3.append(SpectralNorm(nn.Conv2d(curr_dim, curr_dim * 2, 4, 2, 1)))
-        layer3.append(nn.LeakyReLU(0.1))
-        curr_dim = curr_dim * 2
-
-        if self.imsize == 64:
-            layer4 = []
-            layer4.append(SpectralNorm(nn.Conv2d(curr_dim, curr_dim * 2, 4, 2, 1)))
-            layer4.append(nn.LeakyReLU(0.1))
-            self.l4 = nn.Sequential(*layer4)
-            curr_dim = curr_dim*2
-        self.l1 = nn.Sequential(*layer1)
-        self.l2 = nn.Sequential(*layer2)
-        self.l3 = nn.Sequential(*layer3)
-
-        last.append(nn.Conv2d(curr_dim, 1, 4))
-        self.last = nn.Sequential(*last)
-
-        self.attn1 = Self_Attn(conv_dim * 4, 'relu')
-        self.attn2 = Self_Attn(conv_dim * 8, 'relu')
+class SelfAttention(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.query = nn.Conv2d(in_channels=channels, out_channels=channels // 8, kernel_size=1)
+        self.key = nn.Conv2d(in_channels=channels, out_channels=channels // 8, kernel_size=1)
+        self.value = nn.Conv2d(in_channels=channels, out_channels=channels, kernel_size=1)
+        self.gamma = nn.Parameter(torch.zeros(1))  # starts as the identity
+        self.softmax = nn.Softmax(dim=-1)
 
     def forward(self, x):
-        out = self.l1(x)
-        out = self.l2(out)
-        out = self.l3(out)
-        out,p1 = self.attn1(out)
-        out=self.l4(out)
-        out,p2 = self.attn2(out)
-        out=self.last(out)
-
-        return out.squeeze(), p1, p2
+        b, c, h, w = x.size()
+        q = self.query(x).view(b, -1, h * w).permute(0, 2, 1)  # b, hw, c/8
+        k = self.key(x).view(b, -1, h * w)  # b, c/8, hw
+        weights = self.softmax(torch.bmm(q, k))  # b, hw (queries), hw (keys)
+        attended = torch.bmm(self.value(x).view(b, -1, h * w), weights.permute(0, 2, 1))
+        return self.gamma * attended.view(b, c, h, w) + x, weights
 
 
-def tensor2var(x, grad=False):
-    return Variable(x, requires_grad=grad)
+class ImageGenerator(nn.Module):
+    def __init__(self, size=16, z_dim=8, width=8):
+        super().__init__()
+        mult = 2 ** (int(np.log2(size)) - 3)
+        top = width * mult
+        first = [SpectralNormWrapper(nn.ConvTranspose2d(z_dim, top, 4))]
+        first += [nn.BatchNorm2d(top), nn.ReLU()]
+        second = [SpectralNormWrapper(nn.ConvTranspose2d(top, top // 2, 4, 2, 1))]
+        second += [nn.BatchNorm2d(top // 2), nn.ReLU()]
+        self.block1, self.block2 = nn.Sequential(*first), nn.Sequential(*second)
+        self.attn = SelfAttention(top // 2)
+        self.to_rgb = nn.Sequential(*[nn.ConvTranspose2d(top // 2, 3, 4, 2, 1), nn.Tanh()])
+
+    def forward(self, z):
+        h = self.block2(self.block1(z.view(z.size(0), z.size(1), 1, 1)))
+        h, attention = self.attn(h)
+        return self.to_rgb(h), attention
 
 
-class Trainer(object):
-    def __init__(self, G, D, config):
-        self.G, self.D = G, D
-        self.adv_loss = config.adv_loss
-        self.z_dim = config.z_dim
-        self.lambda_gp = config.lambda_gp
-        self.g_lr, self.d_lr = config.g_lr, config.d_lr
-        self.beta1, self.beta2 = config.beta1, config.beta2
-        self.g_optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, self.G.parameters()), self.g_lr, [self.beta1, self.beta2])
-        self.d_optimizer = torch.optim.Adam(filter(lambda p: p.requires_grad, self.D.parameters()), self.d_lr, [self.beta1, self.beta2])
+class Critic(nn.Module):
+    def __init__(self, size=16, width=8):
+        super().__init__()
+        first = [SpectralNormWrapper(nn.Conv2d(3, width, 4, 2, 1)), nn.LeakyReLU(0.1)]
+        self.block1 = nn.Sequential(*first)
+        down = [SpectralNormWrapper(nn.Conv2d(width, 2 * width, 4, 2, 1)), nn.LeakyReLU(0.1)]
+        self.block2 = nn.Sequential(*down)
+        self.attn = SelfAttention(2 * width)
+        self.score = nn.Conv2d(2 * width, 1, size // 4)
 
-    def reset_grad(self):
-        self.d_optimizer.zero_grad()
-        self.g_optimizer.zero_grad()
+    def forward(self, x):
+        h, attention = self.attn(self.block2(self.block1(x)))
+        return self.score(h).squeeze(), attention
 
-    def step(self, real_images):
-        # ================== Train D ================== #
-        self.D.train()
+
+class GANStep:
+    def __init__(self, G, D, cfg):
+        self.G, self.D, self.cfg = G, D, cfg
+        trainable = lambda p: p.requires_grad
+        betas = [cfg.beta1, cfg.beta2]
+        self.opt_g = torch.optim.Adam(filter(trainable, G.parameters()), cfg.g_lr, betas)
+        self.opt_d = torch.optim.Adam(filter(trainable, D.parameters()), cfg.d_lr, betas)
+
+    def zero_grads(self):
+        self.opt_d.zero_grad()
+        self.opt_g.zero_grad()
+
+    def __call__(self, real):
+        cfg = self.cfg
         self.G.train()
-
-        # Compute loss with real images
-        # dr1, dr2, df1, df2, gf1, gf2 are attention scores
-        real_images = tensor2var(real_images)
-        d_out_real,dr1,dr2 = self.D(real_images)
-        if self.adv_loss == 'wgan-gp':
-            d_loss_real = - torch.mean(d_out_real)
-        elif self.adv_loss == 'hinge':
-            d_loss_real = torch.nn.ReLU()(1.0 - d_out_real).mean()
-
-        # apply Gumbel Softmax
-        z = tensor2var(torch.randn(real_images.size(0), self.z_dim))
-        fake_images,gf1,gf2 = self.G(z)
-        d_out_fake,df1,df2 = self.D(fake_images)
-
-        if self.adv_loss == 'wgan-gp':
-            d_loss_fake = d_out_fake.mean()
-        elif self.adv_loss == 'hinge':
-            d_loss_fake = torch.nn.ReLU()(1.0 + d_out_fake).mean()
-
-
-        # Backward + Optimize
-        d_loss = d_loss_real + d_loss_fake
-        self.reset_grad()
+        self.D.train()
+        real = autograd.Variable(real)
+        d_real, real_attention = self.D(real)
+        fake, fake_attention = self.G(autograd.Variable(torch.randn(real.size(0), cfg.z_dim)))
+        d_fake, _ = self.D(fake)
+        if cfg.loss == "hinge":
+            d_loss_real = torch.nn.ReLU()(1.0 - d_real).mean()
+            d_loss_fake = torch.nn.ReLU()(1.0 + d_fake).mean()
+        else:
+            d_loss_real, d_loss_fake = -d_real.mean(), d_fake.mean()
+        d_loss = d_loss_fake + d_loss_real
+        self.zero_grads()
         d_loss.backward()
-        self.d_optimizer.step()
+        self.opt_d.step()
 
+        if cfg.loss == "wgan-gp":
+            # the critic's gradient norm pulled to 1 on points between real and fake
+            mix = torch.rand(real.size(0), 1, 1, 1).expand_as(real)
+            between = autograd.Variable(mix * real.data + (1 - mix) * fake.data, requires_grad=True)
+            score, _ = self.D(between)
+            slope = torch.autograd.grad(outputs=score, inputs=between,
+                                        grad_outputs=torch.ones(score.size()),
+                                        retain_graph=True, create_graph=True,
+                                        only_inputs=True)[0]
+            slope_norm = torch.sqrt(torch.sum(slope.view(slope.size(0), -1) ** 2, dim=1))
+            penalty = cfg.gp_weight * torch.mean((slope_norm - 1) ** 2)
+            self.zero_grads()
+            penalty.backward()
+            self.opt_d.step()
+            d_loss = penalty
 
-        if self.adv_loss == 'wgan-gp':
-            # Compute gradient penalty
-            alpha = torch.rand(real_images.size(0), 1, 1, 1).expand_as(real_images)
-            interpolated = Variable(alpha * real_images.data + (1 - alpha) * fake_images.data, requires_grad=True)
-            out,_,_ = self.D(interpolated)
-
-            grad = torch.autograd.grad(outputs=out,
-                                       inputs=interpolated,
-                                       grad_outputs=torch.ones(out.size()),
-                                       retain_graph=True,
-                                       create_graph=True,
-                                       only_inputs=True)[0]
-
-            grad = grad.view(grad.size(0), -1)
-            grad_l2norm = torch.sqrt(torch.sum(grad ** 2, dim=1))
-            d_loss_gp = torch.mean((grad_l2norm - 1) ** 2)
-
-            # Backward + Optimize
-            d_loss = self.lambda_gp * d_loss_gp
-
-            self.reset_grad()
-            d_loss.backward()
-            self.d_optimizer.step()
-
-        # ================== Train G and gumbel ================== #
-        # Create random noise
-        z = tensor2var(torch.randn(real_images.size(0), self.z_dim))
-        fake_images,_,_ = self.G(z)
-
-        # Compute loss with fake images
-        g_out_fake,_,_ = self.D(fake_images)  # batch x n
-        if self.adv_loss == 'wgan-gp':
-            g_loss_fake = - g_out_fake.mean()
-        elif self.adv_loss == 'hinge':
-            g_loss_fake = - g_out_fake.mean()
-
-        self.reset_grad()
-        g_loss_fake.backward()
-        self.g_optimizer.step()
-        return [d_loss_real.item(), d_loss_fake.item(), g_loss_fake.item(), d_loss.item(),
-                gf1.detach().numpy(), dr2.detach().numpy()]
+        fake, _ = self.G(autograd.Variable(torch.randn(real.size(0), cfg.z_dim)))
+        g_loss = -self.D(fake)[0].mean()
+        self.zero_grads()
+        g_loss.backward()
+        self.opt_g.step()
+        return [d_loss_real.item(), d_loss_fake.item(), g_loss.item(), d_loss.item(),
+                fake_attention.detach().numpy(), real_attention.detach().numpy()]
 """
 
 SAGAN_STEP = [
     (
-        "        d_loss.backward()\n        self.d_optimizer.step()\n\n\n",
-        "        grads = d_loss.backward()\n        self.d_optimizer.step(grads)\n\n\n",
+        "        d_loss.backward()\n        self.opt_d.step()",
+        "        grads = d_loss.backward()\n        self.opt_d.step(grads)",
     ),
     (
-        "            d_loss.backward()\n            self.d_optimizer.step()",
-        "            grads = d_loss.backward()\n            self.d_optimizer.step(grads)",
+        "            penalty.backward()\n            self.opt_d.step()",
+        "            grads = penalty.backward()\n            self.opt_d.step(grads)",
     ),
     (
-        "        g_loss_fake.backward()\n        self.g_optimizer.step()",
-        "        grads = g_loss_fake.backward()\n        self.g_optimizer.step(grads)",
+        "        g_loss.backward()\n        self.opt_g.step()",
+        "        grads = g_loss.backward()\n        self.opt_g.step(grads)",
     ),
 ]
 
 
 # torch's run differentiates the sigma it computed (see the module docstring)
 TORCH_SAVES_BY_VALUE = (
-    "sigma = u.dot(w.view(height, -1).mv(v))",
-    "sigma = u.clone().dot(w.view(height, -1).mv(v.clone()))",
+    "sigma = u.dot(w.view(rows, -1).mv(v))",
+    "sigma = u.clone().dot(w.view(rows, -1).mv(v.clone()))",
 )
 
 
@@ -410,14 +265,14 @@ def _draws(lib, seed):
 def test_sagan_spectral_norm_and_self_attention_training_match_torch(monkeypatch, adv_loss):
     theirs = run_source(SAGAN_SOURCE.replace(*TORCH_SAVES_BY_VALUE), torch)
     _, ours = both(SAGAN_SOURCE, SAGAN_STEP)
-    images = np.random.default_rng(31).uniform(-1, 1, (2, 2, 3, 64, 64))
+    images = np.random.default_rng(31).uniform(-1, 1, (2, 2, 3, 16, 16))
     records, initial = [], None
     for lib, names in ((torch, theirs), (rg, ours)):
         torch.manual_seed(0)
-        gen = names["Generator"](2, image_size=64, z_dim=8, conv_dim=8).double()
-        disc = names["Discriminator"](2, image_size=64, conv_dim=8).double()
+        gen = names["ImageGenerator"]().double()
+        disc = names["Critic"]().double()
         # the weight became weight_bar, weight_u, weight_v (u and v not trained)
-        conv = disc.l1[0].module
+        conv = disc.block1[0].module
         assert sorted(n for n, _ in conv.named_parameters()) == [
             "bias",
             "weight_bar",
@@ -426,7 +281,7 @@ def test_sagan_spectral_norm_and_self_attention_training_match_torch(monkeypatch
         ]
         assert not conv.weight_u.requires_grad
         if initial is None:
-            for p in gen.parameters():  # the attention gammas start at zero: give them a value
+            for p in gen.parameters():  # the attention gamma starts at zero: give it a value
                 if p.dim() == 1 and p.numel() == 1:
                     p.data.fill_(0.3)
             initial = [
@@ -436,22 +291,18 @@ def test_sagan_spectral_norm_and_self_attention_training_match_torch(monkeypatch
         else:
             for m, state in zip((gen, disc), initial):
                 m.load_state_dict({k: rg.tensor(v) for k, v in state.items()})
-        config = type(
-            "Config",
-            (),
-            dict(
-                adv_loss=adv_loss, z_dim=8, lambda_gp=10, g_lr=1e-3, d_lr=4e-3, beta1=0.0, beta2=0.9
-            ),
+        cfg = types.SimpleNamespace(
+            loss=adv_loss, z_dim=8, gp_weight=10, g_lr=1e-3, d_lr=4e-3, beta1=0.0, beta2=0.9
         )
         randn, rand = _draws(lib, 32)
         with monkeypatch.context() as patch:
             patch.setattr(lib, "randn", randn)
             patch.setattr(lib, "rand", rand)
-            trainer = names["Trainer"](gen, disc, config)
-            record = [trainer.step(lib.tensor(batch, dtype=lib.float64)) for batch in images]
+            step = names["GANStep"](gen, disc, cfg)
+            record = [step(lib.tensor(batch, dtype=lib.float64)) for batch in images]
         flat = []
-        for step in record:
-            flat.extend(step)
+        for values in record:
+            flat.extend(values)
         flat.append({n: p.detach().numpy().copy() for n, p in gen.named_parameters()})
         flat.append({n: p.detach().numpy().copy() for n, p in disc.named_parameters()})
         records.append(flat)

@@ -1,31 +1,26 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): programs written here in the
+style of pytorch/examples' fast neural style and sub-pixel super-resolution examples.
 
-- fast neural style as pytorch/examples writes it (``fast_neural_style/neural_style/
-  transformer_net.py``, ``vgg.py``, ``utils.py`` and ``train``/``stylize`` of
-  ``neural_style.py``), narrower (the widths the nets hard-code divided by 8 and 16), a
-  VGG-16-shaped ``features`` made by torchvision's ``make_layers`` for the pretrained one:
-  ``ConvLayer`` (``torch.nn.ReflectionPad2d(kernel_size // 2)`` before the convolution),
-  ``ResidualBlock``, ``UpsampleConvLayer`` (``torch.nn.functional.interpolate(x_in,
-  mode='nearest', scale_factor=self.upsample)``), ``torch.nn.InstanceNorm2d(..., affine=True)``;
-  ``Vgg16`` sliced into four ``torch.nn.Sequential()``s grown by ``add_module(str(x),
-  vgg_pretrained_features[x])``, frozen by ``param.requires_grad = False``, returning a
-  ``namedtuple("VggOutputs", [...])`` read both by name (``features_y.relu2_2``) and by
-  iteration; ``gram_matrix`` by ``features.bmm(features_t) / (ch * h * w)``;
-  ``normalize_batch`` with ``batch.new_tensor([...]).view(-1, 1, 1)`` and ``batch.div_(255.0)``
-  (in place, on the transformer's output, a tensor of the graph, and on the batch it was fed);
-  the style image ``x.mul(255)`` ``.repeat(args.batch_size, 1, 1, 1)``, ``gm_s[:n_batch, :,
-  :]``, ``style_loss = 0.`` grown by ``+=`` and ``*=``, the log line, and ``stylize`` with
-  ``output = style_model(content_image).cpu()`` and ``save_image``'s
-  ``data.clone().clamp(0, 255).numpy()`` ``.transpose(1, 2, 0).astype("uint8")``;
-- super-resolution by sub-pixel convolution (pytorch/examples ``super_resolution/model.py``,
-  ``main.py``, ``super_resolve.py``), as written: tuple kernel sizes, strides and paddings
-  (``nn.Conv2d(1, 64, (5, 5), (1, 1), (2, 2))``), ``nn.PixelShuffle``, ``init.orthogonal_(
-  self.conv1.weight, init.calculate_gain('relu'))``, the epoch loop with its ``"===> Epoch[{}]({}/{}):
-  Loss: {:.4f}"`` lines, the test's PSNR by ``10 * log10(1 / mse.item())``, ``torch.save(model,
-  model_out_path)`` of the whole model and ``super_resolve.py``'s ``torch.load`` (with
-  ``weights_only=False``), ``.view(1, -1, y.size[1], y.size[0])`` and ``out_img_y *= 255.0``
-  ``.clip(0, 255)`` in NumPy.
+- fast neural style, small: a VGG-shaped feature stack built from a config list
+  (``MaxPool2d(kernel_size=2, stride=2)``, ``Conv2d(kernel_size=3, padding=1)``,
+  ``ReLU(inplace=True)``) cut into ``torch.nn.Sequential()`` slices grown by
+  ``add_module(str(i), features[i])``, frozen by ``p.requires_grad = False``, returning a
+  ``namedtuple`` read both by name (``taps.mid``) and by iteration; an image transformer of
+  reflection-padded convolutions (``torch.nn.ReflectionPad2d(k // 2)``), residual blocks and
+  nearest-neighbour upsampling (``torch.nn.functional.interpolate(x, mode='nearest',
+  scale_factor=...)``) with ``InstanceNorm2d(..., affine=True)``; Gram matrices by
+  ``f.bmm(f.transpose(1, 2)) / (c * h * w)``; ImageNet normalisation with
+  ``batch.new_tensor([...]).view(-1, 1, 1)`` and ``batch.div_(255.0)`` (in place, on the
+  transformer's output, a tensor of the graph, and on the batch it was fed); the style image
+  ``.mul(255)`` ``.repeat(n, 1, 1, 1)``, ``grams[:n, :, :]``, a style loss started at ``0.`` and
+  grown by ``+=`` and ``*=``, a formatted log line, and stylising under ``torch.no_grad()`` with
+  ``.cpu()`` and ``clone().clamp(0, 255).numpy().transpose(1, 2, 0).astype("uint8")``;
+- super-resolution by sub-pixel convolution: tuple kernel sizes, strides and paddings
+  (``nn.Conv2d(1, 16, (5, 5), (1, 1), (2, 2))``), ``nn.PixelShuffle``,
+  ``init.orthogonal_(w, init.calculate_gain('relu'))``, an epoch loop printing its losses, the
+  PSNR by ``10 * log10(1 / mse.item())``, ``torch.save(model, path)`` of the whole model and
+  ``torch.load(path, weights_only=False)``, ``.view(1, -1, size[1], size[0])`` of a PIL-style
+  ``(width, height)`` and ``*= 255.0`` ``.clip(0, 255)`` in NumPy.
 
 Both run in float64. Only the gradient lines differ.
 """
@@ -45,236 +40,140 @@ import retrograd as rg
 from real_ports import assert_records_agree, port
 
 STYLE_SOURCE = """
-# torchvision/models/vgg.py
-def make_layers(cfg, batch_norm=False):
-    layers = []
-    in_channels = 3
-    for v in cfg:
-        if v == "M":
-            layers += [nn.MaxPool2d(kernel_size=2, stride=2)]
-        else:
-            conv2d = nn.Conv2d(in_channels, v, kernel_size=3, padding=1)
-            if batch_norm:
-                layers += [conv2d, nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
-            else:
-                layers += [conv2d, nn.ReLU(inplace=True)]
-            in_channels = v
+def conv_stack(plan):
+    layers, channels = [], 3
+    for item in plan:
+        if item == "pool":
+            layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
+            continue
+        layers += [nn.Conv2d(channels, item, kernel_size=3, padding=1), nn.ReLU(inplace=True)]
+        channels = item
     return nn.Sequential(*layers)
 
 
-# vgg.py
-class Vgg16(torch.nn.Module):
-    def __init__(self, requires_grad=False):
-        super(Vgg16, self).__init__()
-        vgg_pretrained_features = make_layers([4, 4, "M", 8, 8, "M", 16, 16, 16, "M", 32, 32, 32, "M"])
-        self.slice1 = torch.nn.Sequential()
-        self.slice2 = torch.nn.Sequential()
-        self.slice3 = torch.nn.Sequential()
-        self.slice4 = torch.nn.Sequential()
-        for x in range(4):
-            self.slice1.add_module(str(x), vgg_pretrained_features[x])
-        for x in range(4, 9):
-            self.slice2.add_module(str(x), vgg_pretrained_features[x])
-        for x in range(9, 16):
-            self.slice3.add_module(str(x), vgg_pretrained_features[x])
-        for x in range(16, 23):
-            self.slice4.add_module(str(x), vgg_pretrained_features[x])
-        if not requires_grad:
-            for param in self.parameters():
-                param.requires_grad = False
-
-    def forward(self, X):
-        h = self.slice1(X)
-        h_relu1_2 = h
-        h = self.slice2(h)
-        h_relu2_2 = h
-        h = self.slice3(h)
-        h_relu3_3 = h
-        h = self.slice4(h)
-        h_relu4_3 = h
-        vgg_outputs = namedtuple("VggOutputs", ['relu1_2', 'relu2_2', 'relu3_3', 'relu4_3'])
-        out = vgg_outputs(h_relu1_2, h_relu2_2, h_relu3_3, h_relu4_3)
-        return out
+Taps = namedtuple("Taps", ["low", "mid", "high"])
 
 
-# transformer_net.py
-class TransformerNet(torch.nn.Module):
-    def __init__(self):
-        super(TransformerNet, self).__init__()
-        # Initial convolution layers
-        self.conv1 = ConvLayer(3, 4, kernel_size=9, stride=1)
-        self.in1 = torch.nn.InstanceNorm2d(4, affine=True)
-        self.conv2 = ConvLayer(4, 8, kernel_size=3, stride=2)
-        self.in2 = torch.nn.InstanceNorm2d(8, affine=True)
-        self.conv3 = ConvLayer(8, 8, kernel_size=3, stride=2)
-        self.in3 = torch.nn.InstanceNorm2d(8, affine=True)
-        # Residual layers
-        self.res1 = ResidualBlock(8)
-        self.res2 = ResidualBlock(8)
-        # Upsampling Layers
-        self.deconv1 = UpsampleConvLayer(8, 8, kernel_size=3, stride=1, upsample=2)
-        self.in4 = torch.nn.InstanceNorm2d(8, affine=True)
-        self.deconv2 = UpsampleConvLayer(8, 4, kernel_size=3, stride=1, upsample=2)
-        self.in5 = torch.nn.InstanceNorm2d(4, affine=True)
-        self.deconv3 = ConvLayer(4, 3, kernel_size=9, stride=1)
-        # Non-linearities
-        self.relu = torch.nn.ReLU()
-
-    def forward(self, X):
-        y = self.relu(self.in1(self.conv1(X)))
-        y = self.relu(self.in2(self.conv2(y)))
-        y = self.relu(self.in3(self.conv3(y)))
-        y = self.res1(y)
-        y = self.res2(y)
-        y = self.relu(self.in4(self.deconv1(y)))
-        y = self.relu(self.in5(self.deconv2(y)))
-        y = self.deconv3(y)
-        return y
-
-
-class ConvLayer(torch.nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride):
-        super(ConvLayer, self).__init__()
-        reflection_padding = kernel_size // 2
-        self.reflection_pad = torch.nn.ReflectionPad2d(reflection_padding)
-        self.conv2d = torch.nn.Conv2d(in_channels, out_channels, kernel_size, stride)
+class LossNetwork(torch.nn.Module):
+    # a frozen feature extractor tapped after three of its ReLUs
+    def __init__(self, trainable=False):
+        super().__init__()
+        features = conv_stack([4, 4, "pool", 8, 8, "pool", 8, 8])
+        self.cuts = [torch.nn.Sequential() for _ in range(3)]
+        for cut, (start, stop) in zip(self.cuts, [(0, 4), (4, 9), (9, 13)]):
+            for i in range(start, stop):
+                cut.add_module(str(i), features[i])
+        self.low, self.mid, self.high = self.cuts
+        for p in self.parameters():
+            p.requires_grad = trainable
 
     def forward(self, x):
-        out = self.reflection_pad(x)
-        out = self.conv2d(out)
-        return out
+        low = self.low(x)
+        mid = self.mid(low)
+        return Taps(low, mid, self.high(mid))
 
 
-class ResidualBlock(torch.nn.Module):
-    def __init__(self, channels):
-        super(ResidualBlock, self).__init__()
-        self.conv1 = ConvLayer(channels, channels, kernel_size=3, stride=1)
-        self.in1 = torch.nn.InstanceNorm2d(channels, affine=True)
-        self.conv2 = ConvLayer(channels, channels, kernel_size=3, stride=1)
-        self.in2 = torch.nn.InstanceNorm2d(channels, affine=True)
-        self.relu = torch.nn.ReLU()
-
-    def forward(self, x):
-        residual = x
-        out = self.relu(self.in1(self.conv1(x)))
-        out = self.in2(self.conv2(out))
-        out = out + residual
-        return out
-
-
-class UpsampleConvLayer(torch.nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride, upsample=None):
-        super(UpsampleConvLayer, self).__init__()
+class ReflectConv(torch.nn.Module):
+    def __init__(self, c_in, c_out, kernel, stride=1, upsample=None):
+        super().__init__()
         self.upsample = upsample
-        reflection_padding = kernel_size // 2
-        self.reflection_pad = torch.nn.ReflectionPad2d(reflection_padding)
-        self.conv2d = torch.nn.Conv2d(in_channels, out_channels, kernel_size, stride)
+        self.pad = torch.nn.ReflectionPad2d(kernel // 2)
+        self.conv = torch.nn.Conv2d(c_in, c_out, kernel, stride)
 
     def forward(self, x):
-        x_in = x
         if self.upsample:
-            x_in = torch.nn.functional.interpolate(x_in, mode='nearest', scale_factor=self.upsample)
-        out = self.reflection_pad(x_in)
-        out = self.conv2d(out)
-        return out
+            x = torch.nn.functional.interpolate(x, mode='nearest', scale_factor=self.upsample)
+        return self.conv(self.pad(x))
 
 
-# utils.py
-def gram_matrix(y):
-    (b, ch, h, w) = y.size()
-    features = y.view(b, ch, w * h)
-    features_t = features.transpose(1, 2)
-    gram = features.bmm(features_t) / (ch * h * w)
-    return gram
+class Residual(torch.nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            ReflectConv(channels, channels, 3), torch.nn.InstanceNorm2d(channels, affine=True),
+            torch.nn.ReLU(),
+            ReflectConv(channels, channels, 3), torch.nn.InstanceNorm2d(channels, affine=True),
+        )
+
+    def forward(self, x):
+        return x + self.body(x)
 
 
-def normalize_batch(batch):
-    # normalize using imagenet mean and std
-    mean = batch.new_tensor([0.485, 0.456, 0.406]).view(-1, 1, 1)
-    std = batch.new_tensor([0.229, 0.224, 0.225]).view(-1, 1, 1)
-    batch = batch.div_(255.0)
-    return (batch - mean) / std
+def image_transformer():
+    norm = lambda c: torch.nn.InstanceNorm2d(c, affine=True)
+    return torch.nn.Sequential(
+        ReflectConv(3, 4, 7), norm(4), torch.nn.ReLU(),
+        ReflectConv(4, 8, 3, stride=2), norm(8), torch.nn.ReLU(),
+        Residual(8), Residual(8),
+        ReflectConv(8, 4, 3, upsample=2), norm(4), torch.nn.ReLU(),
+        ReflectConv(4, 3, 7),
+    )
 
 
-def save_image(filename, data):
-    img = data.clone().clamp(0, 255).numpy()
-    img = img.transpose(1, 2, 0).astype("uint8")
-    return img
+def gram(features):
+    b, c, h, w = features.size()
+    flat = features.view(b, c, h * w)
+    return flat.bmm(flat.transpose(1, 2)) / (c * h * w)
 
 
-# neural_style.py
-def train(args, train_loader, train_dataset, style):
+def imagenet_normalise(batch):
+    stats = batch.new_tensor([[0.485, 0.456, 0.406], [0.229, 0.224, 0.225]]).view(2, -1, 1, 1)
+    return (batch.div_(255.0) - stats[0]) / stats[1]
+
+
+def to_uint8(image):
+    return image.clone().clamp(0, 255).numpy().transpose(1, 2, 0).astype("uint8")
+
+
+def train(args, loader, dataset, style):
     device = torch.device("cpu")
-    transformer = TransformerNet().to(device)
-    initialize(transformer, "transformer")
-    optimizer = Adam(transformer.parameters(), args.lr)
-    mse_loss = torch.nn.MSELoss()
+    net = image_transformer().to(device)
+    initialize(net, "transformer")
+    adam = Adam(net.parameters(), args.lr)
+    mse = torch.nn.MSELoss()
+    critic = LossNetwork().to(device)
+    initialize(critic, "critic")
+    style = style.mul(255).repeat(args.batch_size, 1, 1, 1).to(device)
+    style_grams = [gram(f) for f in critic(imagenet_normalise(style))]
 
-    vgg = Vgg16(requires_grad=False).to(device)
-    initialize(vgg, "vgg")
-    style = style.mul(255)
-    style = style.repeat(args.batch_size, 1, 1, 1).to(device)
-
-    features_style = vgg(normalize_batch(style))
-    gram_style = [gram_matrix(y) for y in features_style]
-
-    for e in range(args.epochs):
-        transformer.train()
-        agg_content_loss = 0.
-        agg_style_loss = 0.
-        count = 0
-        for batch_id, (x, _) in enumerate(train_loader):
-            n_batch = len(x)
-            count += n_batch
-            optimizer.zero_grad()
-
-            x = x.to(device)
-            y = transformer(x)
-
-            y = normalize_batch(y)
-            x = normalize_batch(x)
-
-            features_y = vgg(y)
-            features_x = vgg(x)
-
-            content_loss = args.content_weight * mse_loss(features_y.relu2_2, features_x.relu2_2)
-
-            style_loss = 0.
-            for ft_y, gm_s in zip(features_y, gram_style):
-                gm_y = gram_matrix(ft_y)
-                style_loss += mse_loss(gm_y, gm_s[:n_batch, :, :])
-            style_loss *= args.style_weight
-
-            total_loss = content_loss + style_loss
-            total_loss.backward()
-            optimizer.step()
-
-            agg_content_loss += content_loss.item()
-            agg_style_loss += style_loss.item()
-            record.append([content_loss.item(), style_loss.item()])
-
-            if (batch_id + 1) % args.log_interval == 0:
-                mesg = "{}\\tEpoch {}:\\t[{}/{}]\\tcontent: {:.6f}\\tstyle: {:.6f}\\ttotal: {:.6f}".format(
-                    "(time)", e + 1, count, len(train_dataset),
-                                  agg_content_loss / (batch_id + 1),
-                                  agg_style_loss / (batch_id + 1),
-                                  (agg_content_loss + agg_style_loss) / (batch_id + 1)
-                )
-                print(mesg)
-    return transformer
+    for epoch in range(args.epochs):
+        net.train()
+        seen, content_sum, style_sum = 0, 0.0, 0.0
+        for step, (x, _) in enumerate(loader):
+            n = len(x)
+            seen += n
+            adam.zero_grad()
+            y = imagenet_normalise(net(x.to(device)))
+            taps_y, taps_x = critic(y), critic(imagenet_normalise(x))
+            content = args.content_weight * mse(taps_y.mid, taps_x.mid)
+            texture = 0.
+            for f, target in zip(taps_y, style_grams):
+                texture += mse(gram(f), target[:n, :, :])
+            texture *= args.style_weight
+            total = content + texture
+            total.backward()
+            adam.step()
+            content_sum += content.item()
+            style_sum += texture.item()
+            record.append([content.item(), texture.item()])
+            if (step + 1) % args.log_interval == 0:
+                means = content_sum / (step + 1), style_sum / (step + 1)
+                print("epoch {} [{}/{}] content {:.6f} style {:.6f}".format(
+                    epoch + 1, seen, len(dataset), *means))
+    return net
 
 
-def stylize(style_model, content_image):
+def stylize(net, content):
     with torch.no_grad():
-        style_model.eval()
-        output = style_model(content_image).cpu()
-    return save_image("out.jpg", output[0])
+        net.eval()
+        out = net(content).cpu()
+    return to_uint8(out[0])
 """
 
 STYLE_STEP = [
     (
-        "            total_loss.backward()\n            optimizer.step()",
-        "            grads = total_loss.backward()\n            optimizer.step(grads)",
+        "            total.backward()\n            adam.step()",
+        "            grads = total.backward()\n            adam.step(grads)",
     )
 ]
 
@@ -282,96 +181,67 @@ SUPER_RESOLUTION_SOURCE = """
 from math import log10
 
 
-# model.py
-class Net(nn.Module):
-    def __init__(self, upscale_factor):
-        super(Net, self).__init__()
-
-        self.relu = nn.ReLU()
-        self.conv1 = nn.Conv2d(1, 64, (5, 5), (1, 1), (2, 2))
-        self.conv2 = nn.Conv2d(64, 64, (3, 3), (1, 1), (1, 1))
-        self.conv3 = nn.Conv2d(64, 32, (3, 3), (1, 1), (1, 1))
-        self.conv4 = nn.Conv2d(32, upscale_factor ** 2, (3, 3), (1, 1), (1, 1))
-        self.pixel_shuffle = nn.PixelShuffle(upscale_factor)
-
-        self._initialize_weights()
+class SubPixelNet(nn.Module):
+    # predicts factor**2 channels at low resolution, then shuffles them into pixels
+    def __init__(self, factor):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(1, 16, (5, 5), (1, 1), (2, 2)), nn.ReLU(),
+            nn.Conv2d(16, 8, (3, 3), (1, 1), (1, 1)), nn.ReLU(),
+        )
+        self.to_pixels = nn.Conv2d(8, factor ** 2, (3, 3), (1, 1), (1, 1))
+        self.shuffle = nn.PixelShuffle(factor)
+        for layer in (self.body[0], self.body[2]):
+            init.orthogonal_(layer.weight, init.calculate_gain('relu'))
+        init.orthogonal_(self.to_pixels.weight)
 
     def forward(self, x):
-        x = self.relu(self.conv1(x))
-        x = self.relu(self.conv2(x))
-        x = self.relu(self.conv3(x))
-        x = self.pixel_shuffle(self.conv4(x))
-        return x
-
-    def _initialize_weights(self):
-        init.orthogonal_(self.conv1.weight, init.calculate_gain('relu'))
-        init.orthogonal_(self.conv2.weight, init.calculate_gain('relu'))
-        init.orthogonal_(self.conv3.weight, init.calculate_gain('relu'))
-        init.orthogonal_(self.conv4.weight)
+        return self.shuffle(self.to_pixels(self.body(x)))
 
 
-# main.py
 device = torch.device("cpu")
-model = Net(upscale_factor=opt.upscale_factor).to(device)
+model = SubPixelNet(factor=opt.upscale_factor).to(device)
 initialize(model)
 criterion = nn.MSELoss()
+optimizer = optim.Adam(params=model.parameters(), lr=opt.lr)
 
-optimizer = optim.Adam(model.parameters(), lr=opt.lr)
 
-
-def train(epoch):
-    epoch_loss = 0
-    for iteration, batch in enumerate(training_data_loader, 1):
-        input, target = batch[0].to(device), batch[1].to(device)
-
+def run_epoch(epoch):
+    total = 0
+    for i, (low, high) in enumerate(training_data_loader, 1):
         optimizer.zero_grad()
-        loss = criterion(model(input), target)
-        epoch_loss += loss.item()
+        loss = criterion(model(low.to(device)), high.to(device))
+        total += loss.item()
         loss.backward()
         optimizer.step()
-
-        print("===> Epoch[{}]({}/{}): Loss: {:.4f}".format(epoch, iteration, len(training_data_loader), loss.item()))
-
-    print("===> Epoch {} Complete: Avg. Loss: {:.4f}".format(epoch, epoch_loss / len(training_data_loader)))
-    return epoch_loss
+        print(f"epoch {epoch} batch {i}/{len(training_data_loader)}: loss {loss.item():.4f}")
+    return total
 
 
-def test():
-    avg_psnr = 0
+def mean_psnr():
+    psnr = 0
     with torch.no_grad():
-        for batch in testing_data_loader:
-            input, target = batch[0].to(device), batch[1].to(device)
-
-            prediction = model(input)
-            mse = criterion(prediction, target)
-            psnr = 10 * log10(1 / mse.item())
-            avg_psnr += psnr
-    print("===> Avg. PSNR: {:.4f} dB".format(avg_psnr / len(testing_data_loader)))
-    return avg_psnr
-
-
-def checkpoint(epoch):
-    model_out_path = opt.out + "model_epoch_{}.pth".format(epoch)
-    torch.save(model, model_out_path)
-    print("Checkpoint saved to {}".format(model_out_path))
-    return model_out_path
+        for low, high in testing_data_loader:
+            mse = criterion(model(low.to(device)), high.to(device))
+            psnr += 10 * log10(1 / mse.item())
+    print(f"psnr {psnr / len(testing_data_loader):.4f} dB")
+    return psnr
 
 
 record = []
-for epoch in range(1, opt.nEpochs + 1):
-    record.append(train(epoch))
-    record.append(test())
-    path = checkpoint(epoch)
+for epoch in range(1, 1 + opt.nEpochs):
+    record.append(run_epoch(epoch))
+    record.append(mean_psnr())
+    path = f"{opt.out}epoch{epoch}.pth"
+    torch.save(model, path)  # the whole module, pickled
+    print(f"saved {path}")
 
-# super_resolve.py
-model = torch.load(path, weights_only=False)
-y = types.SimpleNamespace(size=(6, 5))  # PIL's (width, height) of the Y channel
-input = low_res_y.view(1, -1, y.size[1], y.size[0])
-out = model(input)
-out_img_y = out[0].detach().numpy()
-out_img_y *= 255.0
-out_img_y = out_img_y.clip(0, 255)
-record.append(out_img_y)
+restored = torch.load(path, weights_only=False)
+y_channel = types.SimpleNamespace(size=(6, 5))  # PIL reports (width, height)
+upscaled = restored(low_res_y.view(1, -1, y_channel.size[1], y_channel.size[0]))
+pixels = upscaled[0].detach().numpy()
+pixels *= 255.0
+record.append(pixels.clip(0, 255))
 """
 
 SUPER_RESOLUTION_STEP = [
@@ -434,7 +304,7 @@ def test_fast_neural_style_matches_torch(capsys, float64):
         record.append({k: v.detach().numpy().copy() for k, v in transformer.state_dict().items()})
         records.append(record)
         logs.append(capsys.readouterr().out)
-    assert logs[0].count("Epoch") == 4
+    assert logs[0].count("epoch") == 4
     assert logs[1] == logs[0]
     assert records[0][-2].dtype == np.uint8 and records[0][-2].shape == (16, 16, 3)
     assert_records_agree(records[1], records[0], rtol=1e-7, atol=1e-9)
@@ -481,7 +351,7 @@ def test_super_resolution_matches_torch(tmp_path, monkeypatch, capsys, float64):
         record.append({k: v.detach().numpy().copy() for k, v in module.model.state_dict().items()})
         records.append(record)
         logs.append(capsys.readouterr().out)
-    assert logs[0].count("===> Epoch[") == 4 and logs[0].count("Checkpoint saved") == 2
+    assert logs[0].count("batch") == 4 and logs[0].count("saved") == 2
     assert logs[1].replace("retrograd_", "torch_") == logs[0]
     assert records[0][-2].shape == (1, 15, 18)
     assert_records_agree(records[1], records[0], rtol=1e-8, atol=1e-10)

@@ -1,31 +1,28 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): BYOL, a program written here
+in the style of lucidrains/byol-pytorch and its README's training loop, over a small conv net
+standing in for a ResNet, with the hidden layer chosen by name (``"avgpool"``) and by child
+index (``-2``).
 
-- BYOL as lucidrains/byol-pytorch writes it (``byol_pytorch/byol_pytorch.py`` and its README's
-  training loop), over a small conv net for the ResNet, with the README's
-  ``hidden_layer='avgpool'`` (by name) and ``-2`` (by child index): the ``singleton(cache_key)``
-  decorator caching the lazily built projector and target encoder on the instance
-  (``getattr``/``setattr`` around ``@wraps``); the hidden layer read by
-  ``layer.register_forward_hook(self._hook)`` into a dict keyed by ``input[0].device``;
-  ``projector.to(hidden)`` (``Module.to`` of a tensor); the mock forward of
-  ``torch.randn(2, 3, image_size, image_size, device=device)`` in ``__init__`` that builds
-  them; the target encoder made by ``copy.deepcopy(self.online_encoder)`` (its forward hook,
-  a bound method of the wrapper, bound to the copy) and frozen by ``p.requires_grad = False``;
-  ``MaybeSyncBatchnorm`` asking ``dist.is_initialized()``; ``loss_fn`` by ``F.normalize(x,
-  dim=-1, p=2)`` and ``2 - 2 * (x * y).sum(dim=-1)``; ``online_predictions.chunk(2, dim = 0)``;
-  the EMA ``ma_params.data = ema_updater.update_average(old_weight, up_weight)``; Adam over
-  ``learner.parameters()`` (the frozen target's among them), ``learner.update_moving_average()``
-  and ``torch.save(resnet.state_dict(), ...)``.
+What it exercises: a caching decorator keeping the lazily built projector and target network
+on the instance (``getattr``/``setattr`` around ``@wraps``); the hidden layer read by
+``layer.register_forward_hook(self._keep)`` (a bound method) into a dict keyed by
+``inputs[0].device``, the layer found through ``dict(named_modules())`` or
+``list(children())``; ``head(...).to(hidden)`` (``Module.to`` of a tensor); a dry forward of
+``torch.randn(2, 3, size, size, device=device)`` in ``__init__`` that builds them; the target
+made by ``copy.deepcopy`` of the online encoder (its forward hook, a bound method of the
+wrapper, bound to the copy) and frozen by ``p.requires_grad = False``; a batch-norm class
+chosen by ``dist.is_initialized()``; the loss ``2 - 2 * (p * z).sum(dim=-1)`` of
+``F.normalize(x, dim=-1, p=2)``; ``chunk(2, dim=0)``; the moving average written through
+``target_p.data = ...``; Adam over ``learner.parameters()`` (the frozen target's among them),
+the target updated after each step and ``torch.save(backbone.state_dict(), ...)``.
 
 ``torch.randn`` draws from one seeded stream in both runs, in float64. The lines changed: the
-gradient lines, and the default augmentation (torchvision's ``T.ColorJitter``... in an
-``nn.Sequential``; torchvision is not a dependency here) is left out: the test gives
-``augment_fn`` and ``augment_fn2`` (a flip and a scaled copy), as the README allows.
+gradient lines; the two views are a flip and a scaled copy (no torchvision here).
 
-The defect found: ``torch.load`` of a file written by ``torch.save(resnet.state_dict(), path)``
-gave NumPy arrays here (a state dict's values are NumPy copies with torch's idioms, saved as
-plain arrays); torch gives tensors. ``rg.save`` now stores a state value as the tensor it
-stands for, so it loads back as one (``tests/test_realports6_fixes.py``).
+Regression guarded: ``torch.load`` of a file written by ``torch.save(backbone.state_dict(),
+path)`` gave NumPy arrays here (a state dict's values were saved as plain arrays); torch gives
+tensors. ``rg.save`` stores a state value as the tensor it stands for, so it loads back as one
+(``tests/test_realports6_fixes.py``).
 """
 
 from __future__ import annotations
@@ -41,285 +38,193 @@ import retrograd as rg
 from real_ports import assert_records_agree, port, run_source
 
 BYOL_SOURCE = """
-# helper functions
+def first_not_none(value, fallback):
+    return fallback if value is None else value
 
-def default(val, def_val):
-    return def_val if val is None else val
 
 def flatten(t):
-    return t.reshape(t.shape[0], -1)
+    return t.reshape(len(t), -1)
 
-def singleton(cache_key):
-    def inner_fn(fn):
-        @wraps(fn)
-        def wrapper(self, *args, **kwargs):
-            instance = getattr(self, cache_key)
-            if instance is not None:
-                return instance
 
-            instance = fn(self, *args, **kwargs)
-            setattr(self, cache_key, instance)
-            return instance
-        return wrapper
-    return inner_fn
+def cached(attribute):
+    # build the value on the first call and keep it on the instance
+    def decorate(build):
+        @wraps(build)
+        def get(self, *args, **kwargs):
+            value = getattr(self, attribute)
+            if value is None:
+                value = build(self, *args, **kwargs)
+                setattr(self, attribute, value)
+            return value
 
-def get_module_device(module):
-    return next(module.parameters()).device
+        return get
 
-def set_requires_grad(model, val):
-    for p in model.parameters():
-        p.requires_grad = val
+    return decorate
 
-def MaybeSyncBatchnorm(is_distributed = None):
-    is_distributed = default(is_distributed, dist.is_initialized() and dist.get_world_size() > 1)
-    return nn.SyncBatchNorm if is_distributed else nn.BatchNorm1d
 
-# loss fn
+def device_of(module):
+    first = next(module.parameters())
+    return first.device
 
-def loss_fn(x, y):
-    x = F.normalize(x, dim=-1, p=2)
-    y = F.normalize(y, dim=-1, p=2)
-    return 2 - 2 * (x * y).sum(dim=-1)
 
-# exponential moving average
+def freeze(module):
+    for p in module.parameters():
+        p.requires_grad = False
 
-class EMA():
-    def __init__(self, beta):
-        super().__init__()
-        self.beta = beta
 
-    def update_average(self, old, new):
-        if old is None:
-            return new
-        return old * self.beta + (1 - self.beta) * new
+def batch_norm_class(sync=None):
+    if sync is None:
+        sync = dist.is_initialized() and dist.get_world_size() > 1
+    return nn.SyncBatchNorm if sync else nn.BatchNorm1d
 
-def update_moving_average(ema_updater, ma_model, current_model):
-    for current_params, ma_params in zip(current_model.parameters(), ma_model.parameters()):
-        old_weight, up_weight = ma_params.data, current_params.data
-        ma_params.data = ema_updater.update_average(old_weight, up_weight)
 
-# MLP class for projector and predictor
-
-def MLP(dim, projection_size, hidden_size=4096, sync_batchnorm=None):
+def head(dim_in, dim_out, hidden, sync=None):
+    norm = batch_norm_class(sync)
     return nn.Sequential(
-        nn.Linear(dim, hidden_size),
-        MaybeSyncBatchnorm(sync_batchnorm)(hidden_size),
+        nn.Linear(dim_in, hidden, bias=False),  # (no bias: the batch norm would cancel it)
+        norm(hidden),
         nn.ReLU(inplace=True),
-        nn.Linear(hidden_size, projection_size)
+        nn.Linear(hidden, dim_out),
     )
 
-# a wrapper class for the base neural network
-# will manage the interception of the hidden layer output
-# and pipe it into the projecter and predictor nets
 
-class NetWrapper(nn.Module):
-    def __init__(self, net, projection_size, projection_hidden_size, layer = -2, use_simsiam_mlp = False, sync_batchnorm = None):
+def cosine_regression(p, z):
+    p, z = F.normalize(p, dim=-1, p=2), F.normalize(z, dim=-1, p=2)
+    return 2 - 2 * (p * z).sum(dim=-1)
+
+
+class MovingAverage:
+    def __init__(self, decay):
+        self.decay = decay
+
+    def __call__(self, old, new):
+        return new if old is None else self.decay * old + (1 - self.decay) * new
+
+
+def ema_update(average, target, online):
+    for online_p, target_p in zip(online.parameters(), target.parameters()):
+        target_p.data = average(target_p.data, online_p.data)
+
+
+class HiddenLayerEncoder(nn.Module):
+    # runs the backbone and reads one inner layer's output through a forward hook
+    def __init__(self, backbone, layer, proj_dim, proj_hidden, sync=None):
         super().__init__()
-        self.net = net
+        self.backbone = backbone
         self.layer = layer
-
+        self.proj_dim, self.proj_hidden, self.sync = proj_dim, proj_hidden, sync
         self.projector = None
-        self.projection_size = projection_size
-        self.projection_hidden_size = projection_hidden_size
-
-        self.use_simsiam_mlp = use_simsiam_mlp
-        self.sync_batchnorm = sync_batchnorm
-
-        self.hidden = {}
-        self.hook_registered = False
+        self.captured = {}
+        self.hooked = False
 
     def _find_layer(self):
-        if type(self.layer) == str:
-            modules = dict([*self.net.named_modules()])
-            return modules.get(self.layer, None)
-        elif type(self.layer) == int:
-            children = [*self.net.children()]
-            return children[self.layer]
+        if isinstance(self.layer, str):
+            return dict(self.backbone.named_modules()).get(self.layer)
+        if isinstance(self.layer, int):
+            return list(self.backbone.children())[self.layer]
         return None
 
-    def _hook(self, _, input, output):
-        device = input[0].device
-        self.hidden[device] = flatten(output)
+    def _keep(self, module, inputs, output):
+        self.captured[inputs[0].device] = flatten(output)
 
-    def _register_hook(self):
-        layer = self._find_layer()
-        assert layer is not None, f'hidden layer ({self.layer}) not found'
-        handle = layer.register_forward_hook(self._hook)
-        self.hook_registered = True
-
-    @singleton('projector')
-    def _get_projector(self, hidden):
-        _, dim = hidden.shape
-        create_mlp_fn = MLP
-        projector = create_mlp_fn(dim, self.projection_size, self.projection_hidden_size, sync_batchnorm = self.sync_batchnorm)
-        return projector.to(hidden)
-
-    def get_representation(self, x):
+    def embed(self, x):
         if self.layer == -1:
-            return self.net(x)
+            return self.backbone(x)
+        if not self.hooked:
+            layer = self._find_layer()
+            assert layer is not None, f"no layer {self.layer!r} in the backbone"
+            layer.register_forward_hook(self._keep)
+            self.hooked = True
+        self.captured.clear()
+        self.backbone(x)
+        return self.captured.pop(x.device)
 
-        if not self.hook_registered:
-            self._register_hook()
+    @cached("projector")
+    def _projector(self, hidden):
+        return head(hidden.shape[1], self.proj_dim, self.proj_hidden, self.sync).to(hidden)
 
-        self.hidden.clear()
-        _ = self.net(x)
-        hidden = self.hidden[x.device]
-        self.hidden.clear()
+    def forward(self, x, project=True):
+        hidden = self.embed(x)
+        if not project:
+            return hidden
+        return self._projector(hidden)(hidden), hidden
 
-        assert hidden is not None, f'hidden layer {self.layer} never emitted an output'
-        return hidden
-
-    def forward(self, x, return_projection = True):
-        representation = self.get_representation(x)
-
-        if not return_projection:
-            return representation
-
-        projector = self._get_projector(representation)
-        projection = projector(representation)
-        return projection, representation
-
-# main class
 
 class BYOL(nn.Module):
-    def __init__(
-        self,
-        net,
-        image_size,
-        hidden_layer = -2,
-        projection_size = 256,
-        projection_hidden_size = 4096,
-        augment_fn = None,
-        augment_fn2 = None,
-        moving_average_decay = 0.99,
-        use_momentum = True,
-        sync_batchnorm = None
-    ):
+    def __init__(self, backbone, image_size, layer=-2, proj_dim=4, proj_hidden=16,
+                 view_one=None, view_two=None, decay=0.99, sync=None):
         super().__init__()
-        self.net = net
-
-        self.augment1 = augment_fn
-        self.augment2 = default(augment_fn2, self.augment1)
-
-        self.online_encoder = NetWrapper(
-            net,
-            projection_size,
-            projection_hidden_size,
-            layer = hidden_layer,
-            use_simsiam_mlp = not use_momentum,
-            sync_batchnorm = sync_batchnorm
-        )
-
-        self.use_momentum = use_momentum
-        self.target_encoder = None
-        self.target_ema_updater = EMA(moving_average_decay)
-
-        self.online_predictor = MLP(projection_size, projection_size, projection_hidden_size)
-
-        # get device of network and make wrapper same device
-        device = get_module_device(net)
+        self.backbone = backbone
+        self.view_one = view_one
+        self.view_two = first_not_none(view_two, view_one)
+        self.online = HiddenLayerEncoder(backbone, layer, proj_dim, proj_hidden, sync)
+        self.predictor = head(proj_dim, proj_dim, proj_hidden)
+        self.target = None
+        self.average = MovingAverage(decay)
+        device = device_of(backbone)
         self.to(device)
+        # a dry run on noise builds the projector and the target before training
+        noise = torch.randn(2, 3, image_size, image_size, device=device)
+        self.forward(noise)
 
-        # send a mock image tensor to instantiate singleton parameters
-        self.forward(torch.randn(2, 3, image_size, image_size, device=device))
+    @cached("target")
+    def _target(self):
+        target = copy.deepcopy(self.online)
+        freeze(target)
+        return target
 
-    @singleton('target_encoder')
-    def _get_target_encoder(self):
-        target_encoder = copy.deepcopy(self.online_encoder)
-        set_requires_grad(target_encoder, False)
-        return target_encoder
+    def update_target(self):
+        assert self.target is not None, "no target network yet"
+        ema_update(self.average, self.target, self.online)
 
-    def reset_moving_average(self):
-        del self.target_encoder
-        self.target_encoder = None
-
-    def update_moving_average(self):
-        assert self.use_momentum, 'you do not need to update the moving average, since you have turned off momentum for the target encoder'
-        assert self.target_encoder is not None, 'target encoder has not been created yet'
-        update_moving_average(self.target_ema_updater, self.target_encoder, self.online_encoder)
-
-    def forward(
-        self,
-        x,
-        return_embedding = False,
-        return_projection = True
-    ):
-        assert not (self.training and x.shape[0] == 1), 'you must have greater than 1 sample when training, due to the batchnorm in the projection layer'
-
-        if return_embedding:
-            return self.online_encoder(x, return_projection = return_projection)
-
-        image_one, image_two = self.augment1(x), self.augment2(x)
-
-        images = torch.cat((image_one, image_two), dim = 0)
-
-        online_projections, _ = self.online_encoder(images)
-        online_predictions = self.online_predictor(online_projections)
-
-        online_pred_one, online_pred_two = online_predictions.chunk(2, dim = 0)
-
+    def forward(self, x, embed_only=False):
+        assert not (self.training and len(x) == 1), "batch norm needs two samples or more"
+        if embed_only:
+            return self.online(x, project=False)
+        views = torch.cat((self.view_one(x), self.view_two(x)), dim=0)
+        projected, _ = self.online(views)
+        pred_one, pred_two = self.predictor(projected).chunk(2, dim=0)
         with torch.no_grad():
-            target_encoder = self._get_target_encoder() if self.use_momentum else self.online_encoder
-
-            target_projections, _ = target_encoder(images)
-            target_projections = target_projections.detach()
-
-            target_proj_one, target_proj_two = target_projections.chunk(2, dim = 0)
-
-        loss_one = loss_fn(online_pred_one, target_proj_two.detach())
-        loss_two = loss_fn(online_pred_two, target_proj_one.detach())
-
-        loss = loss_one + loss_two
+            targets, _ = self._target()(views)
+            target_one, target_two = targets.detach().chunk(2, dim=0)
+        loss = cosine_regression(pred_one, target_two.detach())
+        loss = loss + cosine_regression(pred_two, target_one.detach())
         return loss.mean()
 
 
-class SmallNet(nn.Module):  # the test's, for torchvision's resnet50(pretrained=True)
-    def __init__(self):
+class TinyBackbone(nn.Module):  # stands in for a torchvision ResNet
+    def __init__(self, classes=10):
         super().__init__()
-        self.conv = nn.Conv2d(3, 6, 3, padding=1)
-        self.bn = nn.BatchNorm2d(6)
-        self.relu = nn.ReLU()
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(6, 10)
+        conv = nn.Conv2d(3, 6, 3, padding=1, bias=False)  # (the batch norm cancels a bias)
+        self.features = nn.Sequential(conv, nn.BatchNorm2d(6), nn.ReLU())
+        self.avgpool = nn.AdaptiveAvgPool2d(output_size=(1, 1))
+        self.fc = nn.Linear(6, classes)
 
     def forward(self, x):
-        x = self.avgpool(self.relu(self.bn(self.conv(x))))
-        return self.fc(torch.flatten(x, 1))
+        return self.fc(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
-def make_learner(resnet, hidden_layer):  # the README's, smaller
-    learner = BYOL(
-        resnet,
-        image_size = 8,
-        hidden_layer = hidden_layer,
-        projection_size = 4,
-        projection_hidden_size = 16,
-        augment_fn = lambda x: x.flip(-1),
-        augment_fn2 = lambda x: x * 0.5,
-    )
-    return learner
+def build_learner(backbone, layer):
+    return BYOL(backbone, image_size=8, layer=layer, proj_dim=4, proj_hidden=16,
+                view_one=lambda x: x.flip(-1), view_two=lambda x: 0.5 * x)
 
 
-def readme(learner, resnet, sample_unlabelled_images, path):
-    opt = torch.optim.Adam(learner.parameters(), lr=3e-4)
-
-    for _ in range(3):
-        images = sample_unlabelled_images()
-        loss = learner(images)
-        opt.zero_grad()
+def pretrain(learner, backbone, next_batch, path, steps=3):
+    adam = torch.optim.Adam(learner.parameters(), lr=1e-3)
+    for _ in range(steps):
+        loss = learner(next_batch())
+        adam.zero_grad()
         loss.backward()
-        opt.step()
-        learner.update_moving_average() # update moving average of target encoder
+        adam.step()
+        learner.update_target()  # after the step: the target trails the online network
         losses.append(loss.item())
-
-    # save your improved network
-    torch.save(resnet.state_dict(), path)
+    torch.save(backbone.state_dict(), path)
 """
 
 BYOL_STEP = [
     (
-        "        loss.backward()\n        opt.step()",
-        "        grads = loss.backward()\n        opt.step(grads)",
+        "        loss.backward()\n        adam.step()",
+        "        grads = loss.backward()\n        adam.step(grads)",
     )
 ]
 
@@ -347,12 +252,14 @@ def test_byol_matches_torch(tmp_path, monkeypatch, hidden_layer):
             names = run_source(
                 source, lib, copy=copy, wraps=wraps, dist=lib.distributed, losses=losses
             )
-            resnet = names["SmallNet"]()
+            backbone = names["TinyBackbone"]()
             if not state:
-                state.update({k: v.detach().numpy().copy() for k, v in resnet.state_dict().items()})
+                state.update(
+                    {k: v.detach().numpy().copy() for k, v in backbone.state_dict().items()}
+                )
             else:
-                resnet.load_state_dict({k: rg.tensor(v) for k, v in state.items()})
-            learner = names["make_learner"](resnet, hidden_layer)
+                backbone.load_state_dict({k: rg.tensor(v) for k, v in state.items()})
+            learner = names["build_learner"](backbone, hidden_layer)
             # the projector and predictor are built lazily (each library's own draws): the
             # learner starts from torch's, as built (the mock forward included)
             if lib is torch:
@@ -360,14 +267,14 @@ def test_byol_matches_torch(tmp_path, monkeypatch, hidden_layer):
             else:
                 learner.load_state_dict({k: rg.tensor(v) for k, v in built.items()})
             monkeypatch.undo()
-            target = learner.target_encoder
+            target = learner.target
             assert not any(p.requires_grad for p in target.parameters())
-            assert target.net is not learner.online_encoder.net
+            assert target.backbone is not learner.online.backbone
             images = iter([lib.tensor(b) for b in batches])
-            path = str(tmp_path / f"improved-net-{lib.__name__}.pt")
-            names["readme"](learner, resnet, lambda images=images: next(images), path)
+            path = str(tmp_path / f"backbone-{lib.__name__}.pt")
+            names["pretrain"](learner, backbone, lambda images=images: next(images), path)
             # the copy's hook fills the copy's dict: the target's hidden is its own
-            assert target.hidden == {} and target.hook_registered
+            assert target.captured == {} and target.hooked
             saved = lib.load(path)
             records.append(
                 [
@@ -379,4 +286,7 @@ def test_byol_matches_torch(tmp_path, monkeypatch, hidden_layer):
     finally:
         torch.set_default_dtype(previous)
         rg.set_default_dtype(our_previous)
-    assert_records_agree(records[1], records[0], rtol=1e-8, atol=1e-10)
+    # the projection's last bias reaches the loss only through the predictor's batch norm,
+    # which cancels it: its true gradient is zero and Adam's steps follow the rounding noise
+    noise_driven = {"online.projector.3.bias", "target.projector.3.bias"}
+    assert_records_agree(records[1], records[0], rtol=1e-8, atol=1e-10, skip=noise_driven)

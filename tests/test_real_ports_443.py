@@ -1,23 +1,25 @@
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-msight-tech/research-xbm, cross-batch memory for embedding learning, with its losses.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): programs written here in the
+style of msight-tech/research-xbm and research-ms-loss, cross-batch memory for embedding
+learning, with its losses.
 
-``ret_benchmark/modeling/xbm.py``'s ``XBM`` (a feature queue of ``torch.zeros(self.K, 128)``
-and int64 targets, ``is_full`` by ``self.targets[-1].item() != 0``, slice assignments
-``self.feats[-q_size:] = feats`` of detached features, wrap-around), ``losses/contrastive_loss.py``
-(``torch.masked_select`` of a similarity row by ``targets_col[i] == target_row``, ``len`` of a
-selection, ``neg_loss = 0`` mixed with tensors in ``sum(loss) / n``), research-ms-loss's
-``multi_similarity_loss.py`` (boolean indexing ``sim_mat[i][labels == labels[i]]``, Python
-``min``/``max`` over a 1-d tensor compared inside an index, the mined pairs' log-sum-exp
-weighting), ``heads/linear_norm.py``'s ``LinearNorm`` (``fc.apply(weights_init_kaiming)``,
-``F.normalize(x, p=2, dim=1)``), and ``engine/trainer.py``'s ``do_train`` loop: the memory
-enqueued after ``START_ITERATION``, ``loss = loss + cfg.XBM.WEIGHT * xbm_loss``, the loader
-restarted on ``StopIteration``, ``del feats`` / ``del loss``.
+- a feature queue (``torch.zeros(size, dim).cuda()`` and int64 labels, ``full`` by
+  ``self.labels[-1].item() != 0``, slice assignments ``self.feats[-n:] = feats`` of detached
+  features, wrap-around);
+- a contrastive loss: ``torch.matmul(a, b.t())``, ``torch.masked_select`` of a similarity row
+  by ``labels_a[i] == labels_b`` (a 0-d against a 1-d tensor) and again by a threshold,
+  ``len`` of a selection, ``neg = 0`` mixed with tensors in ``sum(terms) / n``, statistics kept
+  in a dict;
+- a multi-similarity loss: boolean indexing ``sim[i][labels == labels[i]]``, Python
+  ``min``/``max`` over a 1-d tensor compared inside an index, the mined pairs' log-sum-exp
+  weighting, ``torch.zeros([], requires_grad=True)`` when nothing is mined, ``torch.t``;
+- a normalising head (``module.apply`` of a Kaiming initialiser chosen by
+  ``m.__class__.__name__.find('Linear')``, ``nn.init.kaiming_normal_(a=0, mode='fan_out')``,
+  ``nn.init.constant_``, ``F.normalize(x, p=2, dim=1)``);
+- the training loop: the memory enqueued after a start iteration, ``loss = loss + weight *
+  memory_loss``, the loader restarted on ``StopIteration``, ``del feats`` / ``del loss``.
 
-Left out of ``do_train``: validation (its retrieval metrics), the logger/meters/writer and the
-checkpointer; ``_train_loader.next()`` (Python 2's iterator method, which torch's loaders no
-longer have) is ``next(_train_loader)`` in both runs. The backbone is a small stand-in; the
-datasets are synthetic ``(images, targets, indices)`` batches. The lines changed for the port:
-the ``import`` lines and the gradient lines.
+The backbone is a small stand-in; the datasets are synthetic ``(inputs, labels, indices)``
+batches. The lines changed for the port: the ``import`` lines and the gradient lines.
 """
 
 from __future__ import annotations
@@ -42,205 +44,136 @@ def _seeded():
 XBM_SOURCE = """
 import torch
 from torch import nn
-import numpy as np
 
-log_info = {}
-
-
-# -- ret_benchmark/utils/init_methods.py --
-def weights_init_kaiming(m):
-    classname = m.__class__.__name__
-    if classname.find('Linear') != -1:
-        nn.init.kaiming_normal_(m.weight, a=0, mode='fan_out')
-        nn.init.constant_(m.bias, 0.0)
+stats = {}
 
 
-# -- ret_benchmark/modeling/heads/linear_norm.py --
-class LinearNorm(nn.Module):
+def kaiming_for_linear(module):
+    if module.__class__.__name__.find("Linear") >= 0:
+        nn.init.kaiming_normal_(module.weight, a=0, mode="fan_out")
+        nn.init.constant_(module.bias, 0.0)
+
+
+class EmbeddingNet(nn.Module):
+    # a small trunk (a CNN in real use) and a projection onto the unit sphere
     def __init__(self, cfg):
-        super(LinearNorm, self).__init__()
-        self.fc = nn.Linear(cfg.MODEL.HEAD.IN_CHANNELS, cfg.MODEL.HEAD.DIM)
-        self.fc.apply(weights_init_kaiming)
+        super(EmbeddingNet, self).__init__()
+        self.trunk = nn.Sequential(nn.Linear(cfg.INPUTS, cfg.HIDDEN), nn.ReLU())
+        self.project = nn.Linear(cfg.HIDDEN, cfg.EMBED_DIM)
+        self.project.apply(kaiming_for_linear)
 
     def forward(self, x):
-        x = self.fc(x)
-        x = nn.functional.normalize(x, p=2, dim=1)
-        return x
+        return nn.functional.normalize(self.project(self.trunk(x)), p=2, dim=1)
 
 
-# -- ret_benchmark/modeling/xbm.py --
-class XBM:
-    def __init__(self, cfg):
-        self.K = cfg.XBM.SIZE
-        self.feats = torch.zeros(self.K, 128).cuda()
-        self.targets = torch.zeros(self.K, dtype=torch.long).cuda()
-        self.ptr = 0
+class FeatureQueue:
+    # the embeddings of recent batches, kept without gradient, oldest overwritten first
+    def __init__(self, size, dim):
+        self.size = size
+        self.feats = torch.zeros(size, dim).cuda()
+        self.labels = torch.zeros(size, dtype=torch.long).cuda()
+        self.head = 0
 
     @property
-    def is_full(self):
-        return self.targets[-1].item() != 0
+    def full(self):
+        return self.labels[-1].item() != 0  # labels start at 1
 
-    def get(self):
-        if self.is_full:
-            return self.feats, self.targets
+    def contents(self):
+        if self.full:
+            return self.feats, self.labels
+        return self.feats[: self.head], self.labels[: self.head]
+
+    def push(self, feats, labels):
+        n = len(labels)
+        if self.head + n <= self.size:
+            self.feats[self.head : self.head + n] = feats
+            self.labels[self.head : self.head + n] = labels
+            self.head += n
         else:
-            return self.feats[:self.ptr], self.targets[:self.ptr]
-
-    def enqueue_dequeue(self, feats, targets):
-        q_size = len(targets)
-        if self.ptr + q_size > self.K:
-            self.feats[-q_size:] = feats
-            self.targets[-q_size:] = targets
-            self.ptr = 0
-        else:
-            self.feats[self.ptr: self.ptr + q_size] = feats
-            self.targets[self.ptr: self.ptr + q_size] = targets
-            self.ptr += q_size
+            self.feats[-n:] = feats
+            self.labels[-n:] = labels
+            self.head = 0
 
 
-# -- ret_benchmark/losses/contrastive_loss.py --
-class ContrastiveLoss(nn.Module):
-    def __init__(self, cfg):
-        super(ContrastiveLoss, self).__init__()
-        self.margin = 0.5
+class PairMarginLoss(nn.Module):
+    def __init__(self, margin=0.4):
+        super(PairMarginLoss, self).__init__()
+        self.margin = margin
 
-    def forward(self, inputs_col, targets_col, inputs_row, target_row):
-
-        n = inputs_col.size(0)
-        # Compute similarity matrix
-        sim_mat = torch.matmul(inputs_col, inputs_row.t())
-        epsilon = 1e-5
-        loss = list()
-
-        neg_count = list()
-        for i in range(n):
-            pos_pair_ = torch.masked_select(sim_mat[i], targets_col[i] == target_row)
-            pos_pair_ = torch.masked_select(pos_pair_, pos_pair_ < 1 - epsilon)
-            neg_pair_ = torch.masked_select(sim_mat[i], targets_col[i] != target_row)
-
-            neg_pair = torch.masked_select(neg_pair_, neg_pair_ > self.margin)
-
-            pos_loss = torch.sum(-pos_pair_ + 1)
-            if len(neg_pair) > 0:
-                neg_loss = torch.sum(neg_pair)
-                neg_count.append(len(neg_pair))
-            else:
-                neg_loss = 0
-
-            loss.append(pos_loss + neg_loss)
-        if inputs_col.shape[0] == inputs_row.shape[0]:
-            prefix = "batch_"
-        else:
-            prefix = "memory_"
-        if len(neg_count) != 0:
-            log_info[f"{prefix}average_neg"] = sum(neg_count) / len(neg_count)
-        else:
-            log_info[f"{prefix}average_neg"] = 0
-        log_info[f"{prefix}non_zero"] = len(neg_count)
-        loss = sum(loss) / n  # / all_targets.shape[1]
-        return loss
+    def forward(self, feats_a, labels_a, feats_b, labels_b):
+        sim = torch.matmul(feats_a, feats_b.t())
+        terms, hard_counts = [], []
+        for i in range(feats_a.size(0)):
+            same = torch.masked_select(sim[i], labels_a[i] == labels_b)
+            same = torch.masked_select(same, same < 1 - 1e-5)  # not the sample itself
+            other = torch.masked_select(sim[i], labels_a[i] != labels_b)
+            hard = torch.masked_select(other, other > self.margin)
+            neg = 0
+            if len(hard) > 0:
+                neg = torch.sum(hard)
+                hard_counts.append(len(hard))
+            terms.append(torch.sum(1 - same) + neg)
+        source = "batch" if feats_b.shape[0] == feats_a.shape[0] else "memory"
+        stats[source + "_hard_rows"] = len(hard_counts)
+        stats[source + "_mean_hard"] = sum(hard_counts) / max(1, len(hard_counts))
+        return sum(terms) / feats_a.size(0)
 
 
-# -- research-ms-loss: ret_benchmark/losses/multi_similarity_loss.py --
-class MultiSimilarityLoss(nn.Module):
-    def __init__(self, cfg):
-        super(MultiSimilarityLoss, self).__init__()
-        self.thresh = 0.5
-        self.margin = 0.1
+class MinedSimilarityLoss(nn.Module):
+    def __init__(self, alpha, beta, base=0.5, margin=0.1):
+        super(MinedSimilarityLoss, self).__init__()
+        self.alpha, self.beta, self.base, self.margin = alpha, beta, base, margin
 
-        self.scale_pos = cfg.LOSSES.MULTI_SIMILARITY_LOSS.SCALE_POS
-        self.scale_neg = cfg.LOSSES.MULTI_SIMILARITY_LOSS.SCALE_NEG
-
-    def forward(self, feats, labels):
-        assert feats.size(0) == labels.size(0), \\
-            f"feats.size(0): {feats.size(0)} is not equal to labels.size(0): {labels.size(0)}"
-        batch_size = feats.size(0)
-        sim_mat = torch.matmul(feats, torch.t(feats))
-
-        epsilon = 1e-5
-        loss = list()
-
-        for i in range(batch_size):
-            pos_pair_ = sim_mat[i][labels == labels[i]]
-            pos_pair_ = pos_pair_[pos_pair_ < 1 - epsilon]
-            neg_pair_ = sim_mat[i][labels != labels[i]]
-
-            neg_pair = neg_pair_[neg_pair_ + self.margin > min(pos_pair_)]
-            pos_pair = pos_pair_[pos_pair_ - self.margin < max(neg_pair_)]
-
-            if len(neg_pair) < 1 or len(pos_pair) < 1:
+    def forward(self, embeddings, labels):
+        n = embeddings.size(0)
+        assert n == labels.size(0), f"{n} embeddings, {labels.size(0)} labels"
+        sim = torch.matmul(embeddings, torch.t(embeddings))
+        terms = []
+        for i in range(embeddings.size(0)):
+            pos = sim[i][labels == labels[i]]
+            pos = pos[pos < 1 - 1e-5]
+            neg = sim[i][labels != labels[i]]
+            # keep the negatives closer than the farthest positive, and vice versa
+            hard_neg = neg[neg + self.margin > min(pos)]
+            hard_pos = pos[pos - self.margin < max(neg)]
+            if len(hard_neg) == 0 or len(hard_pos) == 0:
                 continue
-
-            # weighting step
-            pos_loss = 1.0 / self.scale_pos * torch.log(
-                1 + torch.sum(torch.exp(-self.scale_pos * (pos_pair - self.thresh))))
-            neg_loss = 1.0 / self.scale_neg * torch.log(
-                1 + torch.sum(torch.exp(self.scale_neg * (neg_pair - self.thresh))))
-            loss.append(pos_loss + neg_loss)
-
-        if len(loss) == 0:
-            return torch.zeros([], requires_grad=True)
-
-        loss = sum(loss) / batch_size
-        return loss
+            pull = torch.log(1 + torch.sum(torch.exp(-self.alpha * (hard_pos - self.base))))
+            push = torch.log(1 + torch.sum(torch.exp(self.beta * (hard_neg - self.base))))
+            terms.append(pull / self.alpha + push / self.beta)
+        if not terms:
+            return torch.zeros([], requires_grad=True)  # (a zero that still backpropagates)
+        return sum(terms) / embeddings.size(0)
 
 
-# -- the stand-in backbone (a BN-Inception in the repository) and its LinearNorm head --
-class Model(nn.Module):
-    def __init__(self, cfg):
-        super(Model, self).__init__()
-        self.backbone = nn.Sequential(nn.Linear(10, cfg.MODEL.HEAD.IN_CHANNELS), nn.ReLU())
-        self.head = LinearNorm(cfg)
-
-    def forward(self, x):
-        return self.head(self.backbone(x))
-
-
-# -- ret_benchmark/engine/trainer.py's do_train (training part) --
-def do_train(cfg, model, train_loader, optimizer, criterion, record):
-    max_iter = cfg.SOLVER.MAX_ITERS
-
-    if cfg.XBM.ENABLE:
-        xbm = XBM(cfg)
-
-    iteration = 0
-
-    _train_loader = iter(train_loader)
-    while iteration <= max_iter:
+def train_with_memory(cfg, model, loader, optimizer, criterion, record):
+    queue = FeatureQueue(cfg.MEMORY_SIZE, cfg.EMBED_DIM)
+    batches = iter(loader)
+    for step in range(1, cfg.STEPS + 1):
         try:
-            images, targets, indices = next(_train_loader)
+            inputs, labels, _ = next(batches)
         except StopIteration:
-            _train_loader = iter(train_loader)
-            images, targets, indices = next(_train_loader)
-
+            batches = iter(loader)
+            inputs, labels, _ = next(batches)
         model.train()
-
-        iteration = iteration + 1
-
-        feats = model(images)
-
-        if cfg.XBM.ENABLE and iteration > cfg.XBM.START_ITERATION:
-            xbm.enqueue_dequeue(feats.detach(), targets.detach())
-
-        loss = criterion(feats, targets, feats, targets)
-        log_info["batch_loss"] = loss.item()
-
-        if cfg.XBM.ENABLE and iteration > cfg.XBM.START_ITERATION:
-            xbm_feats, xbm_targets = xbm.get()
-            xbm_loss = criterion(feats, targets, xbm_feats, xbm_targets)
-            log_info["xbm_loss"] = xbm_loss.item()
-            loss = loss + cfg.XBM.WEIGHT * xbm_loss
-
+        feats = model(inputs)
+        use_memory = step > cfg.MEMORY_FROM
+        if use_memory:
+            queue.push(feats.detach(), labels.detach())
+        loss = criterion(feats, labels, feats, labels)
+        stats["batch_loss"] = loss.item()
+        if use_memory:
+            memory_loss = criterion(feats, labels, *queue.contents())
+            stats["memory_loss"] = memory_loss.item()
+            loss = loss + cfg.MEMORY_WEIGHT * memory_loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-
-        record.append(dict(log_info))
+        record.append(dict(stats))
         record.append(loss.item())
-
         del feats
         del loss
-    record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
+    record.append({key: w.detach().numpy().copy() for key, w in model.named_parameters()})
 """
 
 XBM_STEPS = [
@@ -262,15 +195,12 @@ def _namespace(**entries):
 
 
 CFG = _namespace(
-    MODEL={"HEAD": {"IN_CHANNELS": 16, "DIM": 128}},
-    XBM={"ENABLE": True, "SIZE": 20, "START_ITERATION": 2, "WEIGHT": 1.0},
-    SOLVER={"MAX_ITERS": 7},
-    LOSSES={"MULTI_SIMILARITY_LOSS": {"SCALE_POS": 2.0, "SCALE_NEG": 40.0}},
+    INPUTS=10, HIDDEN=12, EMBED_DIM=24, MEMORY_SIZE=20, MEMORY_FROM=2, MEMORY_WEIGHT=1.0, STEPS=8
 )
 
 
 class Batches:
-    """The sampler's ``(images, targets, indices)`` batches: 4 classes of 2 per batch."""
+    """A class-balanced sampler's ``(inputs, labels, indices)`` batches: 4 classes of 2."""
 
     def __init__(self, lib, rng, n_batches):
         self.batches = []
@@ -294,15 +224,15 @@ def test_xbm_trains_the_contrastive_loss_against_its_cross_batch_memory_as_torch
         record = []
         text = XBM_SOURCE.replace(".cuda()", "")  # both, on the CPU
         names = run_source(text if lib is torch else port(text, XBM_STEPS), lib)
-        model = names["Model"](CFG)
+        model = names["EmbeddingNet"](CFG)
         initialize(model)
         optimizer = lib.optim.Adam(model.parameters(), lr=1e-3)
-        criterion = names["ContrastiveLoss"](CFG)
-        names["do_train"](
+        criterion = names["PairMarginLoss"]()
+        names["train_with_memory"](
             CFG, model, Batches(lib, np.random.default_rng(0), 3), optimizer, criterion, record
         )
         records.append(record)
-    assert "memory_non_zero" in records[0][-3]
+    assert "memory_hard_rows" in records[0][-3]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
 
 
@@ -310,11 +240,12 @@ def test_multi_similarity_loss_mines_and_weights_pairs_as_torch():
     records = []
     initialize = initializer()
     for lib in (torch, rg):
-        names = run_source(XBM_SOURCE if lib is torch else port(XBM_SOURCE, XBM_STEPS), lib)
-        model = names["Model"](CFG)
+        text = XBM_SOURCE.replace(".cuda()", "")
+        names = run_source(text if lib is torch else port(text, XBM_STEPS), lib)
+        model = names["EmbeddingNet"](CFG)
         initialize(model)
         optimizer = lib.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        criterion = names["MultiSimilarityLoss"](CFG)
+        criterion = names["MinedSimilarityLoss"](alpha=2.0, beta=40.0)
         record = []
         for images, targets, _ in Batches(lib, np.random.default_rng(1), 4):
             loss = criterion(model(images), targets)
@@ -325,6 +256,6 @@ def test_multi_similarity_loss_mines_and_weights_pairs_as_torch():
             else:
                 optimizer.step(loss.backward())
             record.append(loss.item())
-        record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
+        record.append({key: w.detach().numpy().copy() for key, w in model.named_parameters()})
         records.append(record)
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
