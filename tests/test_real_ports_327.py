@@ -106,7 +106,8 @@ with t.no_grad():
 BASKET2VEC_STEPS = [
     (
         "import torch as t\nimport torch.nn as nn\nfrom torch import FloatTensor as FT, Long",
-        "import retrograd as t\nimport retrograd.nn as nn\nfrom retrograd import FloatTensor as FT, Long",
+        "import retrograd as t\nimport retrograd.nn as nn\n"
+        "from retrograd import FloatTensor as FT, Long",
     ),
     (
         "        loss.backward()\n        opt.step()\n",
