@@ -1,29 +1,26 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-three recipes of pytorch/tutorials about where a module's tensors live, run under torch and
-ported, from the same weights:
+"""Real ports, continued (the harness: ``tests/real_ports.py``): where a module's tensors
+live, programs written here in the style of pytorch/tutorials' recipes on the default device,
+on loading a module from a checkpoint and on swapping tensors, run under torch and ported,
+from the same weights.
 
-- "Changing default device" (``recipes_source/recipes/changing_default_device.py``):
-  ``torch.randn(128, 20, device=device)``, ``with torch.device(...)`` building a module and its
-  input, ``torch.set_default_device(...)``; ``'cuda'`` replaced by ``'meta'`` (no GPU here; the
-  recipe's point, the default device of factories and modules, is the same);
-- "Tips for Loading an ``nn.Module`` from a Checkpoint" (``module_load_state_dict_tips.py``):
-  ``torch.save(m.state_dict(), 'checkpoint.pth')``, ``torch.load(..., mmap=True)``, a
-  ``SomeModule`` skeleton built under ``with torch.device('meta')`` and loaded with
-  ``load_state_dict(state_dict, assign=True)``;
-- "Extension points in ``nn.Module`` for ``load_state_dict`` and tensor subclasses"
-  (``swap_tensors.py``): ``torch.utils.swap_tensors(t1, t2)``, the optimizer that keeps the old
-  parameter after ``mod.weight = torch.nn.Parameter(2 * mod.weight)``,
-  ``torch.__future__.set_swap_module_params_on_conversion(True)`` around a dtype conversion,
-  and a meta skeleton whose weights ``m.apply(fn)`` re-wraps, loaded with ``assign=True``. Left
-  out: the ``__torch_dispatch__``/``__torch_function__`` subclass ``MyQuantizedLinearWeight``
-  (retrograd tensors have no dispatch subclasses); ``m.bfloat16()`` written ``m.double()``
-  (NumPy has no bfloat16).
+- the default device: ``torch.randn(..., device=device)``, a module and its input built under
+  ``with torch.device('meta')`` (``'meta'`` stands for ``'cuda'``: no GPU here; the point, the
+  default device of factories and modules, is the same), ``torch.set_default_device('meta')``
+  and back to ``None``, ``torch.get_default_device()``;
+- a checkpoint: ``torch.save(model.state_dict(), path)``, ``torch.load(path, mmap=True)``, a
+  skeleton with an ``nn.ModuleList`` built on the meta device and filled by
+  ``load_state_dict(state, assign=True)`` (its result's ``missing_keys``/``unexpected_keys``);
+- swapping: ``torch.utils.swap_tensors(a, b)``, an optimizer that keeps the old parameter
+  after ``layer.weight = nn.Parameter(...)``,
+  ``torch.__future__.set_swap_module_params_on_conversion(True)`` around ``.double()``
+  (parameters keep their identity), a meta skeleton whose weights ``apply(fn)`` re-wraps, then
+  loaded with ``assign=True``. Left out: the tutorial's ``__torch_dispatch__`` subclass
+  (retrograd tensors have no dispatch subclasses); bfloat16 conversions written ``double()``.
 
-What is compared: the devices' types, the loaded values, the parameters' identities, the
-printed swaps. The lines changed: the ``import`` lines. The defects found: there was no
-``torch.utils.swap_tensors`` nor ``torch.__future__``; ``load_state_dict(assign=True)`` into a
-meta skeleton left every parameter on the meta device (torch's takes the state's tensors).
+What is compared: device types, loaded values, parameter identities, printed swaps. The lines
+changed: the ``import`` lines. Regressions guarded: there was no ``torch.utils.swap_tensors``
+nor ``torch.__future__``; ``load_state_dict(assign=True)`` into a meta skeleton left every
+parameter on the meta device (torch's takes the state's tensors).
 """
 
 from __future__ import annotations
@@ -37,125 +34,126 @@ from real_ports import run_source
 DEFAULT_DEVICE_SOURCE = """
 import torch
 
-USE_CUDA = False
+on_gpu = False
+where = "cuda" if on_gpu else "cpu"
+head = torch.nn.Linear(6, 4)
+batch = torch.randn(16, 6, device=where)
+out = head(batch)
+print("plain:", out.device)
+record.append([out.device.type, list(out.shape)])
 
-mod = torch.nn.Linear(20, 30)
-if USE_CUDA:
-    mod.cuda()
+# factories and layers made inside the context land on its device
+with torch.device("meta"):
+    ghost = torch.nn.Linear(6, 4)
+    ghost_out = ghost(torch.randn(16, 6))
+    record.append([ghost.weight.device.type, ghost_out.device.type, list(ghost_out.shape)])
+record.append([torch.randn(3).device.type, torch.get_default_device().type])
 
-device = 'cpu'
-if USE_CUDA:
-    device = 'cuda'
-inp = torch.randn(128, 20, device=device)
-print(mod(inp).device)
-record.append([mod(inp).device.type, list(mod(inp).shape)])
-
-with torch.device('meta'):
-    mod = torch.nn.Linear(20, 30)
-    print(mod.weight.device)
-    print(mod(torch.randn(128, 20)).device)
-    record.append([mod.weight.device.type, mod(torch.randn(128, 20)).device.type, list(mod(torch.randn(128, 20)).shape)])
-record.append([torch.randn(2).device.type, torch.get_default_device().type])
-
-torch.set_default_device('meta')
-
-mod = torch.nn.Linear(20, 30)
-print(mod.weight.device)
-print(mod(torch.randn(128, 20)).device)
-record.append([mod.weight.device.type, mod(torch.randn(128, 20)).device.type, torch.zeros(2).device.type, torch.get_default_device().type])
-torch.set_default_device(None)
-record.append([torch.zeros(2).device.type, torch.get_default_device().type])
+# the same, process-wide, until it is reset
+torch.set_default_device("meta")
+ghost = torch.nn.Linear(6, 4)
+print("default meta:", ghost.weight.device)
+fresh = [ghost.weight, ghost(torch.randn(16, 6)), torch.zeros(3), torch.get_default_device()]
+record.append([getattr(v, "device", v).type for v in fresh])
+torch.set_default_device(None)  # back to the CPU
+record.append([torch.ones(3).device.type, torch.get_default_device().type])
 """
 
 LOAD_TIPS_SOURCE = """
 import torch
 from torch import nn
 
-class SomeModule(torch.nn.Module):
-    def __init__(self):
+
+class Stack(nn.Module):
+    def __init__(self, depth=6):
         super().__init__()
-        self.linears = nn.ModuleList([nn.Linear(1, 1) for i in range(10)])
+        self.blocks = nn.ModuleList(nn.Linear(2, 2) for _ in range(depth))
 
     def forward(self, x):
-        return self.linears(x)
+        for block in self.blocks:
+            x = block(x)
+        return x
 
 
-m = SomeModule()
-initialize(m)
-torch.save(m.state_dict(), 'checkpoint.pth')
-state_dict = torch.load('checkpoint.pth', mmap=True)
-with torch.device('meta'):
-  meta_m = SomeModule()
-record.append([p.device.type for p in meta_m.parameters()][:2])
-meta_m.load_state_dict(state_dict, assign=True)
-record.append(state_of(meta_m))
-record.append([[p.device.type, p.requires_grad, isinstance(p, nn.Parameter)] for p in meta_m.parameters()][:2])
+trained = Stack()
+initialize(trained)
+torch.save(trained.state_dict(), "stack.pt")
 
-state_dict = torch.load('checkpoint.pth')
-m = SomeModule()
-m.load_state_dict(state_dict)
-record.append(state_of(m))
+# mmap: the file's bytes are read lazily; the skeleton allocates nothing
+lazy_state = torch.load("stack.pt", mmap=True)
+with torch.device("meta"):
+    skeleton = Stack()
+record.append([p.device.type for p in skeleton.parameters()][-2:])
+skeleton.load_state_dict(lazy_state, assign=True)
+record.append(state_of(skeleton))
+kinds = [
+    [p.device.type, p.requires_grad, isinstance(p, nn.Parameter)] for p in skeleton.parameters()
+]
+record.append(kinds[-2:])
 
-with torch.device('meta'):
-  meta_m = SomeModule()
-keys = meta_m.load_state_dict(state_dict, assign=True)
-record.append([list(keys.missing_keys), list(keys.unexpected_keys), meta_m.linears[3].bias.device.type])
-record.append(state_of(meta_m))
+eager = Stack()
+eager.load_state_dict(torch.load("stack.pt"))
+record.append(state_of(eager))
+
+with torch.device("meta"):
+    skeleton = Stack()
+report = skeleton.load_state_dict(torch.load("stack.pt"), assign=True)
+leftover = [list(report.missing_keys), list(report.unexpected_keys)]
+record.append(leftover + [skeleton.blocks[4].bias.device.type])
+record.append(state_of(skeleton))
 """
 
 SWAP_SOURCE = """
 import torch
 import torch.nn as nn
-t1 = torch.arange(2)
-t2 = torch.arange(3)
-print(f"Before swapping, t1: {t1}, t2: {t2}")
-torch.utils.swap_tensors(t1, t2)
-print(f"After swapping, t1: {t1}, t2: {t2}")
-record.append([t1.tolist(), t2.tolist()])
 
-mod = torch.nn.Linear(1, 2, bias=False)
-initialize(mod)
-optimizer = torch.optim.SGD(mod.parameters())
-print(f"weight in mod: {mod.weight}")
-print(f"weight in optimizer: {optimizer.param_groups[0]['params']}")
-mod.weight = torch.nn.Parameter(2 * mod.weight)
-print(f"weight in mod: {mod.weight}")
-print(f"weight in optimizer: {optimizer.param_groups[0]['params']}")
-record.append([optimizer.param_groups[0]['params'][0] is mod.weight, mod.weight.detach().numpy().copy(), optimizer.param_groups[0]['params'][0].detach().numpy().copy()])
+left, right = torch.arange(4), torch.arange(1)
+torch.utils.swap_tensors(left, right)
+print(f"swapped: left={left} right={right}")
+record.append([left.tolist(), right.tolist()])
 
-torch.__future__.set_swap_module_params_on_conversion(True)
-m = nn.Linear(3, 5, dtype=torch.float32)
-print(f"Before: id(m.weight)={id(m.weight)}, id(m.bias)={id(m.bias)}")
-before = (id(m.weight), id(m.bias))
-m.double()
-print(f"After: id(m.weight)={id(m.weight)}, id(m.bias)={id(m.bias)}")
-print(f"m.weight.dtype: {m.weight.dtype}")
-print(f"m.bias.dtype: {m.bias.dtype}")
-record.append([before == (id(m.weight), id(m.bias)), m.weight.dtype == torch.float64, m.bias.dtype == torch.float64, torch.__future__.get_swap_module_params_on_conversion()])
-torch.__future__.set_swap_module_params_on_conversion(False)
-record.append(torch.__future__.get_swap_module_params_on_conversion())
+# rebinding a module's parameter leaves the optimizer holding the old one
+proj = nn.Linear(2, 3, bias=False)
+initialize(proj)
+sgd = torch.optim.SGD(proj.parameters(), lr=0.1)
+proj.weight = nn.Parameter(proj.weight * 3)
+held = sgd.param_groups[0]["params"][0]
+values = [proj.weight.detach().numpy().copy(), held.detach().numpy().copy()]
+record.append([held is proj.weight] + values)
 
-def fn(m):
-    if isinstance(m, nn.Linear):
-        requires_grad = m.weight.requires_grad
-        m.weight = torch.nn.Parameter(
-                    m.weight * 1, requires_grad=requires_grad
-                   )
+def swapping(on):
+    torch.__future__.set_swap_module_params_on_conversion(on)
+
+
+# with swapping on, a dtype conversion keeps each parameter object
+swapping(True)
+cast = nn.Linear(4, 2)
+ids = [id(p) for p in cast.parameters()]
+cast.double()
+same = ids == [id(p) for p in cast.parameters()]
+record.append([same, cast.weight.dtype == torch.float64, cast.bias.dtype == torch.float64,
+               torch.__future__.get_swap_module_params_on_conversion()])
+swapping(False)
+record.append(torch.__future__.get_swap_module_params_on_conversion() is True)
+
+
+def rewrap(module):
+    if isinstance(module, nn.Linear):
+        keep = module.weight.requires_grad
+        module.weight = nn.Parameter(module.weight + 0, requires_grad=keep)
+
 
 with torch.device("meta"):
-    m = nn.Linear(3, 5)
-    m.apply(fn)
-
-torch.__future__.set_swap_module_params_on_conversion(True)
-print(f"Before: id(weight)={id(m.weight)}, id(bias)={id(m.bias)}")
-source = nn.Linear(3, 5)
-initialize(source)
-state_dict = source.state_dict()
-m.load_state_dict(state_dict, assign=True)
-print(f"After: id(weight)={id(m.weight)}, id(bias)={id(m.bias)}")
-record.append(state_of(m))
-record.append([m.weight.device.type, m.bias.device.type, m.weight.requires_grad, m.bias.requires_grad])
-torch.__future__.set_swap_module_params_on_conversion(False)
+    shell = nn.Linear(4, 2)
+    shell.apply(rewrap)
+swapping(True)
+donor = nn.Linear(4, 2)
+initialize(donor)
+shell.load_state_dict(donor.state_dict(), assign=True)
+record.append(state_of(shell))
+pair = (shell.weight, shell.bias)
+record.append([p.device.type for p in pair] + [p.requires_grad for p in pair])
+swapping(False)
 """
 
 STEPS = [
@@ -203,11 +201,14 @@ def test_changing_default_device_recipe_as_torch(capsys):
     # torch lists its factory functions once a process (an lru_cache), from its namespace as it
     # is then: listed while another test's harness had swapped torch.randn for its shared
     # draws, the list misses the real one and torch.device("meta") leaves it on the CPU
+    # (imported here: run alone, nothing has imported torch.utils._device yet)
+    import torch.utils._device
+
     torch.utils._device._device_constructors.cache_clear()
     theirs, ours = runs(DEFAULT_DEVICE_SOURCE)
     assert theirs == [
-        ["cpu", [128, 30]],
-        ["meta", "meta", [128, 30]],
+        ["cpu", [16, 4]],
+        ["meta", "meta", [16, 4]],
         ["cpu", "cpu"],
         ["meta", "meta", "meta", "meta"],
         ["cpu", "cpu"],
@@ -221,16 +222,17 @@ def test_loading_from_a_checkpoint_tips_meta_skeleton_assign_as_torch(tmp_path, 
     assert theirs[0] == ["meta", "meta"]
     assert theirs[2] == [["cpu", True, True]] * 2  # assign=True: the state's tensors, on the CPU
     assert_same(ours, theirs)
-    np.testing.assert_array_equal(theirs[1]["linears.0.weight"], theirs[3]["linears.0.weight"])
+    np.testing.assert_array_equal(theirs[1]["blocks.0.weight"], theirs[3]["blocks.0.weight"])
+    assert theirs[4] == [[], [], "cpu"]
 
 
 def test_swap_tensors_recipe_without_the_dispatch_subclass_as_torch(capsys):
     theirs, ours = runs(SWAP_SOURCE)
-    assert theirs[0] == [[0, 1, 2], [0, 1]]
+    assert theirs[0] == [[0], [0, 1, 2, 3]]
     assert theirs[1][0] is False  # the optimizer kept the old parameter
-    np.testing.assert_array_equal(theirs[1][1], 2 * theirs[1][2])
+    np.testing.assert_array_equal(theirs[1][1], 3 * theirs[1][2])
     assert theirs[2] == [True, True, True, True] and theirs[3] is False
     assert theirs[-1] == ["cpu", "cpu", True, True]
     assert_same(ours, theirs)
     log = capsys.readouterr().out
-    assert log.count("After swapping, t1: tensor([0, 1, 2]") == 2  # (retrograd's adds the dtype)
+    assert log.count("swapped: left=tensor([0]") == 2  # (retrograd's adds the dtype)

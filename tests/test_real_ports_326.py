@@ -1,19 +1,21 @@
-# ruff: noqa: E501, W291  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-FEDformer's frequency-enhanced blocks, trained through complex parameters.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): FEDformer-style
+frequency-enhanced blocks trained through complex parameters, a program written here in the
+style of thuml/Time-Series-Library's Fourier layers (a spectral mixing block and a spectral
+cross attention inside a small encoder-decoder forecaster).
 
-- thuml/Time-Series-Library's ``layers/FourierCorrelation.py`` as written:
-  ``get_frequency_modes`` (``np.random.shuffle`` of the candidate frequencies);
-  ``FourierBlock`` (a complex ``nn.Parameter`` from ``torch.rand(..., dtype=torch.cfloat)``
-  scaled by a float, ``torch.fft.rfft`` over time, a ``torch.zeros(..., dtype=torch.cfloat)``
-  spectrum filled mode by mode by item assignment from ``torch.einsum("bhi,hio->bho", ...)``
-  of complex operands, ``torch.fft.irfft(out_ft, n=...)``); ``FourierCrossAttention``
-  (complex ``einsum``s ``"bhex,bhey->bhxy"``/``"bhxy,bhey->bhex"``/``"bhex,heox->bhox"``, the
-  complex ``tanh`` activation, or ``torch.softmax(abs(xqk_ft))`` back to complex by
-  ``torch.complex(x, torch.zeros_like(x))``, the spectrum divided by two ints);
-- both driven by a small encoder-decoder (residuals, ``LayerNorm``) trained on a drawn
-  series with ``F.mse_loss`` and ``Adam``, which steps the complex weights.
+The surface it exercises: random frequency modes chosen by ``np.random.shuffle`` of a list;
+a complex ``nn.Parameter`` from ``scale * torch.rand(..., dtype=torch.cfloat)``;
+``torch.fft.rfft(x, dim=-1)``; a ``torch.zeros(..., device=..., dtype=torch.cfloat)`` spectrum
+filled mode by mode by item assignment from ``torch.einsum("bhi,hio->bho", ...)`` of complex
+operands; ``torch.fft.irfft(spectrum, n=...)``; complex ``einsum``s ``"bhex,bhey->bhxy"``,
+``"bhxy,bhey->bhex"`` and ``"bhex,heox->bhox"``; the complex ``tanh``, or
+``torch.softmax(abs(scores), dim=-1)`` made complex again by ``torch.complex(x,
+torch.zeros_like(x))``; a complex spectrum divided by two ints; ``super(Class,
+self).__init__()``; residuals and ``LayerNorm``; ``nn.functional.mse_loss`` and ``Adam``
+stepping the complex weights (both parts compared).
 
+Regressions guarded: gradients through item assignment of complex einsum results, complex
+``tanh``/``abs``/``torch.complex`` and ``rfft``/``irfft(n=)``, Adam on complex parameters.
 The lines changed: the ``import`` lines and the gradient lines. The weights are torch's
 (``initialize``); the random modes come from NumPy's global stream, seeded alike.
 """
@@ -25,178 +27,112 @@ import pytest
 
 from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
 
-FOURIER_SOURCE = '''
+FOURIER_SOURCE = """
 import numpy as np
 import torch
 import torch.nn as nn
 
-
-def get_frequency_modes(seq_len, modes=64, mode_select_method='random'):
-    """
-    get modes on frequency domain:
-    'random' means sampling randomly;
-    'else' means sampling the lowest modes;
-    """
-    modes = min(modes, seq_len // 2)
-    if mode_select_method == 'random':
-        index = list(range(0, seq_len // 2))
-        np.random.shuffle(index)
-        index = index[:modes]
-    else:
-        index = list(range(0, modes))
-    index.sort()
-    return index
+HEADS = 4
 
 
-class FourierBlock(nn.Module):
-    """
-    Fourier layers
-    """
-    def __init__(self, in_channels, out_channels, seq_len, modes=0, mode_select_method='random'):
-        super(FourierBlock, self).__init__()
-        print('fourier enhanced block used!')
-        """
-        1D Fourier block. It performs representation learning on frequency domain, 
-        it does FFT, linear transform, and Inverse FFT.    
-        """
-        # get modes on frequency domain
-        self.index = get_frequency_modes(seq_len, modes=modes, mode_select_method=mode_select_method)
-        print('modes={}, index={}'.format(modes, self.index))
+def pick_modes(length, count, shuffle=True):
+    # which rfft bins a block keeps: a random few, or the lowest
+    bins = list(range(length // 2))
+    if shuffle:
+        np.random.shuffle(bins)
+    return sorted(bins[: min(count, length // 2)])
 
-        self.scale = (1 / (in_channels * out_channels))
-        self.weights1 = nn.Parameter(
-            self.scale * torch.rand(8, in_channels // 8, out_channels // 8, len(self.index), dtype=torch.cfloat))
 
-    # Complex multiplication
-    def compl_mul1d(self, input, weights):
-        # (batch, in_channel, x ), (in_channel, out_channel, x) -> (batch, out_channel, x)
-        return torch.einsum("bhi,hio->bho", input, weights)
+def complex_weight(n_in, n_out, modes):
+    scale = 1 / (n_in * n_out)
+    shape = (HEADS, n_in // HEADS, n_out // HEADS, modes)
+    return nn.Parameter(scale * torch.rand(*shape, dtype=torch.cfloat))
 
-    def forward(self, q, k, v, mask):
-        # size = [B, L, H, E]
+
+class SpectralMixer(nn.Module):
+    # FFT over time, a per-mode complex linear map, inverse FFT
+    def __init__(self, width, length, modes):
+        super(SpectralMixer, self).__init__()
+        self.bins = pick_modes(length, modes)
+        print("mixer bins {}".format(self.bins))
+        self.w = complex_weight(width, width, len(self.bins))
+
+    def forward(self, x):  # x: [B, L, H, E]
+        B, L, H, E = x.shape
+        spec = torch.fft.rfft(x.permute(0, 2, 3, 1), dim=-1)
+        mixed = torch.zeros(B, H, E, L // 2 + 1, device=x.device, dtype=torch.cfloat)
+        for slot, k in enumerate(self.bins):
+            mixed[:, :, :, slot] = torch.einsum("bhi,hio->bho", spec[:, :, :, k], self.w[..., slot])
+        return torch.fft.irfft(mixed, n=L)  # [B, H, E, L]
+
+
+class SpectralCrossAttention(nn.Module):
+    def __init__(self, width, len_q, len_kv, modes, activation="tanh"):
+        super(SpectralCrossAttention, self).__init__()
+        self.width, self.activation = width, activation
+        self.bins_q = pick_modes(len_q, modes)
+        self.bins_kv = pick_modes(len_kv, modes)
+        print("cross bins q={} kv={}".format(self.bins_q, self.bins_kv))
+        self.w = complex_weight(width, width, len(self.bins_q))
+
+    def gather(self, x, bins):
+        spec = torch.fft.rfft(x.permute(0, 2, 3, 1), dim=-1)
+        kept = torch.zeros(*spec.shape[:3], len(bins), device=x.device, dtype=torch.cfloat)
+        for slot, k in enumerate(bins):
+            kept[:, :, :, slot] = spec[:, :, :, k]
+        return kept
+
+    def forward(self, q, kv):
         B, L, H, E = q.shape
-        x = q.permute(0, 2, 3, 1)
-        # Compute Fourier coefficients
-        x_ft = torch.fft.rfft(x, dim=-1)
-        # Perform Fourier neural operations
-        out_ft = torch.zeros(B, H, E, L // 2 + 1, device=x.device, dtype=torch.cfloat)
-        for wi, i in enumerate(self.index):
-            if i >= x_ft.shape[3] or wi >= out_ft.shape[3]:
-                continue
-            out_ft[:, :, :, wi] = self.compl_mul1d(x_ft[:, :, :, i], self.weights1[:, :, :, wi])
-        # Return to time domain
-        x = torch.fft.irfft(out_ft, n=x.size(-1))
-        return (x, None)
+        fq, fk = self.gather(q, self.bins_q), self.gather(kv, self.bins_kv)
+        scores = torch.einsum("bhex,bhey->bhxy", fq, fk)
+        if self.activation == "tanh":
+            scores = scores.tanh()
+        else:  # softmax of the magnitudes, back to a complex tensor
+            scores = torch.softmax(abs(scores), dim=-1)
+            scores = torch.complex(scores, torch.zeros_like(scores))
+        attended = torch.einsum("bhxy,bhey->bhex", scores, fk)
+        projected = torch.einsum("bhex,heox->bhox", attended, self.w)
+        full = torch.zeros(B, H, E, L // 2 + 1, device=q.device, dtype=torch.cfloat)
+        for slot, k in enumerate(self.bins_q):
+            full[:, :, :, k] = projected[:, :, :, slot]
+        return torch.fft.irfft(full / self.width / self.width, n=L)
 
 
-class FourierCrossAttention(nn.Module):
-    """
-    Fourier Cross Former
-    """
-    def __init__(self, in_channels, out_channels, seq_len_q, seq_len_kv, modes=64, mode_select_method='random',
-                 activation='tanh', policy=0):
-        super(FourierCrossAttention, self).__init__()
-        print(' fourier enhanced cross attention used!')
-        """
-        1D Fourier Cross Attention layer. It does FFT, linear transform, attention mechanism and Inverse FFT.    
-        """
-        self.activation = activation
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        # get modes for queries and keys (& values) on frequency domain
-        self.index_q = get_frequency_modes(seq_len_q, modes=modes, mode_select_method=mode_select_method)
-        self.index_kv = get_frequency_modes(seq_len_kv, modes=modes, mode_select_method=mode_select_method)
-
-        print('modes_q={}, index_q={}'.format(len(self.index_q), self.index_q))
-        print('modes_kv={}, index_kv={}'.format(len(self.index_kv), self.index_kv))
-
-        self.scale = (1 / (in_channels * out_channels))
-        self.weights1 = nn.Parameter(
-            self.scale * torch.rand(8, in_channels // 8, out_channels // 8, len(self.index_q), dtype=torch.cfloat))
-
-    # Complex multiplication
-    def compl_mul1d(self, input, weights):
-        # (batch, in_channel, x ), (in_channel, out_channel, x) -> (batch, out_channel, x)
-        return torch.einsum("bhi,hio->bho", input, weights)
-
-    def forward(self, q, k, v, mask):
-        # size = [B, L, H, E]
-        B, L, H, E = q.shape
-        xq = q.permute(0, 2, 3, 1)  # size = [B, H, E, L]
-        xk = k.permute(0, 2, 3, 1)
-        xv = v.permute(0, 2, 3, 1)
-
-        # Compute Fourier coefficients
-        xq_ft_ = torch.zeros(B, H, E, len(self.index_q), device=xq.device, dtype=torch.cfloat)
-        xq_ft = torch.fft.rfft(xq, dim=-1)
-        for i, j in enumerate(self.index_q):
-            if j >= xq_ft.shape[3]:
-                continue
-            xq_ft_[:, :, :, i] = xq_ft[:, :, :, j]
-        xk_ft_ = torch.zeros(B, H, E, len(self.index_kv), device=xq.device, dtype=torch.cfloat)
-        xk_ft = torch.fft.rfft(xk, dim=-1)
-        for i, j in enumerate(self.index_kv):
-            if j >= xk_ft.shape[3]:
-                continue
-            xk_ft_[:, :, :, i] = xk_ft[:, :, :, j]
-
-        # perform attention mechanism on frequency domain
-        xqk_ft = (torch.einsum("bhex,bhey->bhxy", xq_ft_, xk_ft_))
-        if self.activation == 'tanh':
-            xqk_ft = xqk_ft.tanh()
-        elif self.activation == 'softmax':
-            xqk_ft = torch.softmax(abs(xqk_ft), dim=-1)
-            xqk_ft = torch.complex(xqk_ft, torch.zeros_like(xqk_ft))
-        else:
-            raise Exception('{} actiation function is not implemented'.format(self.activation))
-        xqkv_ft = torch.einsum("bhxy,bhey->bhex", xqk_ft, xk_ft_)
-        xqkvw = torch.einsum("bhex,heox->bhox", xqkv_ft, self.weights1)
-        out_ft = torch.zeros(B, H, E, L // 2 + 1, device=xq.device, dtype=torch.cfloat)
-        for i, j in enumerate(self.index_q):
-            if i >= xqkvw.shape[3] or j >= out_ft.shape[3]:
-                continue
-            out_ft[:, :, :, j] = xqkvw[:, :, :, i]
-        # Return to time domain
-        out = torch.fft.irfft(out_ft / self.in_channels / self.out_channels, n=xq.size(-1))
-        return (out, None)
-
-# a small encoder-decoder around the two blocks (eight heads, as their weights' leading 8
-# requires), trained to forecast a drawn series
-class FrequencyForecaster(nn.Module):
-    def __init__(self, d_model, enc_len, dec_len, modes, activation):
+class Forecaster(nn.Module):
+    def __init__(self, width, past, ahead, modes, activation):
         super().__init__()
-        self.d_model, self.enc_len, self.dec_len = d_model, enc_len, dec_len
-        self.embed = nn.Linear(3, d_model)
-        self.self_block = FourierBlock(d_model, d_model, enc_len, modes=modes)
-        self.cross = FourierCrossAttention(d_model, d_model, dec_len, enc_len, modes=modes, activation=activation)
-        self.norm = nn.LayerNorm(d_model)
-        self.out = nn.Linear(d_model, 3)
+        self.width, self.past, self.ahead = width, past, ahead
+        self.embed = nn.Linear(2, width)
+        self.mixer = SpectralMixer(width, past, modes)
+        self.cross = SpectralCrossAttention(width, ahead, past, modes, activation)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, 2)
 
-    def forward(self, enc_x, dec_x):
-        B = enc_x.shape[0]
-        e = self.embed(enc_x).view(B, self.enc_len, 8, self.d_model // 8)
-        s, _ = self.self_block(e, e, e, None)  # [B, H, E, L]
-        e = e + s.permute(0, 3, 1, 2)
-        d = self.embed(dec_x).view(B, self.dec_len, 8, self.d_model // 8)
-        c, _ = self.cross(d, e, e, None)
-        h = self.norm((d + c.permute(0, 3, 1, 2)).reshape(B, self.dec_len, self.d_model))
-        return self.out(h)
+    def split(self, x):
+        return self.embed(x).view(x.shape[0], x.shape[1], HEADS, self.width // HEADS)
+
+    def forward(self, past, prompt):
+        enc = self.split(past)
+        enc = enc + self.mixer(enc).permute(0, 3, 1, 2)
+        dec = self.split(prompt)
+        dec = dec + self.cross(dec, enc).permute(0, 3, 1, 2)
+        return self.head(self.norm(dec.reshape(dec.shape[0], self.ahead, self.width)))
 
 
-model = FrequencyForecaster(16, 24, 12, modes=4, activation=activation)
+model = Forecaster(8, 16, 8, modes=3, activation=activation)
 initialize(model)
-optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-series = torch.tensor(series_values)  # [B, 36, 3]
-enc_x, target = series[:, :24], series[:, 24:]
-dec_x = torch.cat([enc_x[:, -6:], torch.zeros_like(target[:, :6])], dim=1)
+opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+series = torch.tensor(series_values)  # [B, 24, 2]
+past, future = series[:, :16], series[:, 16:]
+prompt = torch.cat([past[:, -4:], torch.zeros_like(future[:, :4])], dim=1)
 for step in range(3):
-    loss = nn.functional.mse_loss(model(enc_x, dec_x), target)
-    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(model(past, prompt), future)
+    opt.zero_grad()
     loss.backward()
-    optimizer.step()
-    record.append(loss.item())
-    record.append(params_of(model))
-'''
+    opt.step()
+    record += [loss.item(), params_of(model)]
+"""
 
 FOURIER_STEPS = [
     (
@@ -204,8 +140,8 @@ FOURIER_STEPS = [
         "import retrograd as torch\nimport retrograd.nn as nn\n",
     ),
     (
-        "    loss.backward()\n    optimizer.step()\n",
-        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+        "    loss.backward()\n    opt.step()\n",
+        "    grads = loss.backward()\n    opt.step(grads)\n",
     ),
 ]
 
@@ -222,14 +158,15 @@ def params_with_parts(*modules):
 @pytest.mark.parametrize("activation", ["tanh", "softmax"])
 def test_fourier_blocks_train_as_torch(capsys, activation):
     rng = np.random.default_rng(326)
-    t = np.arange(36)[None, :, None]
-    series = np.sin(2 * np.pi * t / np.array([6.0, 9.0, 12.0]) + rng.uniform(0, 6, (4, 1, 3)))
-    series = (series + 0.1 * rng.standard_normal((4, 36, 3))).astype(np.float32)
+    t = np.arange(24)[None, :, None]
+    series = np.sin(2 * np.pi * t / np.array([6.0, 8.0]) + rng.uniform(0, 6, (3, 1, 2)))
+    series = (series + 0.1 * rng.standard_normal((3, 24, 2))).astype(np.float32)
     (theirs, ours), logs = runs_with_draws(
         FOURIER_SOURCE, FOURIER_STEPS, capsys, 3260,
-        activation=activation, series_values=series, initialize=initializer(), params_of=params_with_parts,
+        activation=activation, series_values=series, initialize=initializer(),
+        params_of=params_with_parts,
     )  # fmt: skip
     assert logs[0] == logs[1]
-    assert "modes=4, index=[" in logs[0] and "modes_kv=4, index_kv=[" in logs[0]
-    assert theirs[1]["0.cross.weights1"].shape == (2, 8, 2, 2, 4)  # complex: both parts compared
+    assert "mixer bins [" in logs[0] and "cross bins q=[" in logs[0]
+    assert theirs[1]["0.cross.w"].shape == (2, 4, 2, 2, 3)  # complex: both parts compared
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
