@@ -49,7 +49,7 @@ def test_deepcopy_of_a_module_with_the_old_weight_norm_hook_is_refused_as_torch(
 
 
 def test_register_parameter_refuses_a_plain_tensor_as_torch():
-    with pytest.raises(TypeError, match="cannot assign 'torch.FloatTensor' object to parameter"):
+    with pytest.raises(TypeError, match=r"cannot assign 'torch\.FloatTensor' object to parameter"):
         torch.nn.Linear(2, 2).register_parameter("extra", torch.zeros(2))
     layer = rg.nn.Linear(2, 2)
     with pytest.raises(rg.DTypeError, match=r"register_parameter: cannot assign .* 'extra'"):
@@ -105,7 +105,7 @@ def test_share_memory_returns_the_module_and_refuses_only_another_process():
     assert not copy.deepcopy(model).weight.is_shared()  # a copy is not shared (torch's)
     buffer = io.BytesIO()
     rg.save(model.state_dict(), buffer)  # saving is not sending to a process
-    with pytest.raises(rg.InvalidArgumentError, match="to another process.*Hogwild"):
+    with pytest.raises(rg.InvalidArgumentError, match=r"to another process.*Hogwild"):
         ForkingPickler.dumps(model)  # what a spawned process's arguments go through
     assert ForkingPickler.dumps(rg.nn.Linear(2, 2))  # a tensor not shared is sent as a copy
 
@@ -116,10 +116,12 @@ def _flattened(path):
     buffer = io.BytesIO()
     torch.save({"w": torch.arange(3.0)}, buffer)
     flat = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as source:
-        with zipfile.ZipFile(flat, "w") as target:
-            for name in source.namelist():
-                target.writestr(name.partition("/")[2], source.read(name))
+    with (
+        zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as source,
+        zipfile.ZipFile(flat, "w") as target,
+    ):
+        for name in source.namelist():
+            target.writestr(name.partition("/")[2], source.read(name))
     path.write_bytes(flat.getvalue())
     return path
 
@@ -128,7 +130,7 @@ def test_a_checkpoint_whose_data_pkl_is_at_the_top_level_is_refused_as_torch(tmp
     path = _flattened(tmp_path / "flat.pt")
     with pytest.raises(RuntimeError, match="not in a subdirectory"):
         torch.load(path)
-    with pytest.raises(rg.InvalidArgumentError, match="not in a subdirectory: 'data.pkl'"):
+    with pytest.raises(rg.InvalidArgumentError, match=r"not in a subdirectory: 'data\.pkl'"):
         rg.load(path)
     good = tmp_path / "good.pt"
     torch.save({"w": torch.arange(3.0)}, good)
@@ -137,12 +139,12 @@ def test_a_checkpoint_whose_data_pkl_is_at_the_top_level_is_refused_as_torch(tmp
 
 # -- (5) second derivatives of the vector norms at the zero vector ---------------------------------
 NORMS = {
-    "vector_norm": lambda L, x, o: L.linalg.vector_norm(x, dim=-1),
-    "vector_norm_3": lambda L, x, o: L.linalg.vector_norm(x, 3, dim=-1),
-    "vector_norm_1": lambda L, x, o: L.linalg.vector_norm(x, 1, dim=-1),
-    "norm": lambda L, x, o: x.norm(dim=-1),
-    "normalize": lambda L, x, o: L.nn.functional.normalize(x, dim=-1) * o,
-    "cosine_similarity": lambda L, x, o: L.nn.functional.cosine_similarity(x, o, dim=-1),
+    "vector_norm": lambda lib, x, o: lib.linalg.vector_norm(x, dim=-1),
+    "vector_norm_3": lambda lib, x, o: lib.linalg.vector_norm(x, 3, dim=-1),
+    "vector_norm_1": lambda lib, x, o: lib.linalg.vector_norm(x, 1, dim=-1),
+    "norm": lambda lib, x, o: x.norm(dim=-1),
+    "normalize": lambda lib, x, o: lib.nn.functional.normalize(x, dim=-1) * o,
+    "cosine_similarity": lambda lib, x, o: lib.nn.functional.cosine_similarity(x, o, dim=-1),
 }
 
 
@@ -167,7 +169,9 @@ def test_second_derivative_of_a_norm_at_the_zero_vector_is_torchs(name):
     got_g, got_h = _first_and_second(rg, NORMS[name], x, other)
     np.testing.assert_allclose(got_g, want_g, rtol=1e-7, atol=1e-12)
     np.testing.assert_array_equal(np.isnan(got_h), np.isnan(want_h))
-    np.testing.assert_allclose(got_h[1:], want_h[1:], rtol=1e-6, atol=1e-9 * np.abs(want_h[1:]).max())
+    np.testing.assert_allclose(
+        got_h[1:], want_h[1:], rtol=1e-6, atol=1e-9 * np.abs(want_h[1:]).max()
+    )
 
 
 # -- (6) jacfwd and hessian under randomness="error" -----------------------------------------------

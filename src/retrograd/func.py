@@ -29,9 +29,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .autodiff import enable_grad, no_grad
-from .backend.protocol import random_allowed, random_refused
 from .autograd import _RANDOM_IN_VMAP, vmap
 from .autograd.functional import _fresh, _gradients, _plain
+from .backend.protocol import random_allowed, random_refused
 from .errors import (
     AutodiffError,
     DTypeError,

@@ -32,7 +32,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from ...serialization import (
     saved_by,
 )
 from ...serialization import load as load_saved
-from ...tensor import COMPLEX_DTYPES, DTYPES, FLOAT_DTYPES, GRAD_DTYPES, Tensor, random, tensor
+from ...tensor import COMPLEX_DTYPES, DTYPES, GRAD_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import Size, canonical_dtype
 from ...tensor.dtypes import canonical_dtype as _canonical_dtype
 from ...tensor.dtypes import cast_host as _cast_host
@@ -68,7 +68,6 @@ from ...tensor.internal import lay_out
 from ...tensor.kept_gradients import forget_gradient, zero_kept_gradient
 from ...tensor.layouts import check_memory_format, preserve_format
 from ...tensor.layouts import memory_format as _memory_format
-from ...unsupported import no_shared_memory
 from ..parameter import Buffer, Parameter, is_lazy
 from .hooks import (
     RemovableHandle,
