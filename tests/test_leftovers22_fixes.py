@@ -110,6 +110,20 @@ def test_share_memory_returns_the_module_and_refuses_only_another_process():
     assert ForkingPickler.dumps(rg.nn.Linear(2, 2))  # a tensor not shared is sent as a copy
 
 
+# -- (3) how devices print -------------------------------------------------------------------------
+def test_devices_print_as_torchs():
+    assert (str(torch.device("cpu")), repr(torch.device("cpu"))) == ("cpu", "device(type='cpu')")
+    assert (str(rg.device("cpu")), repr(rg.device("cpu"))) == ("cpu", "device(type='cpu')")
+    assert str(rg.zeros(1).device) == str(torch.zeros(1).device) == "cpu"
+    assert f"{rg.zeros(1).device}" == "cpu"
+    assert repr(rg.device("cuda", 1)) == repr(torch.device("cuda", 1))
+    assert str(rg.device("cuda:1")) == "cuda:1"
+    assert str(rg.device("cpu", 1)) == "cpu:1"  # a logical CPU device of data parallelism
+    cpu = rg.device("cpu")
+    assert (cpu.type, cpu.index) == ("cpu", 0)  # (torch's index is None)
+    assert rg.device(str(cpu)) == cpu and hash(rg.device("cpu", 0)) == hash(cpu)
+
+
 # -- (4) a checkpoint without its folder -----------------------------------------------------------
 def _flattened(path):
     """A torch checkpoint rewritten with its records at the top level (no archive folder)."""
