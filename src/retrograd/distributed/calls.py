@@ -156,7 +156,7 @@ def check_headers(call: Call, headers: np.ndarray, names: list[str]) -> str | No
     >>> rows = np.stack([header(c, (0, 1), "float32", (4,), False),
     ...                  header(c, (0, 1), "float32", (3,), False)])
     >>> print(check_headers(c, rows, ["rank 0", "rank 1"]))
-    all_gather (dim=0) over cpu:0, cpu:1: the tensors differ in shape (rank 0: [4], rank 1: [3])
+    all_gather (dim=0) over cpu, cpu:1: the tensors differ in shape (rank 0: [4], rank 1: [3])
     >>> check_headers(c, rows[[0, 0]], ["rank 0", "rank 1"]) is None
     True
     """
