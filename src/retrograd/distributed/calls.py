@@ -56,7 +56,7 @@ class Call:
 
     >>> c = Call("all_gather", None, (Device("cpu", 0), Device("cpu", 1)), dim=0)
     >>> c.describe()
-    'all_gather (dim=0) over cpu:0, cpu:1'
+    'all_gather (dim=0) over cpu, cpu:1'
     """
 
     kind: str
@@ -84,7 +84,7 @@ def dual(call: Call) -> tuple[Call, float | None]:
     ('reduce_scatter', ReduceOperation.SUM)
     >>> back, scale = dual(Call("reduce_scatter", ReduceOperation.MEAN, d, dim=0))
     >>> back.describe(), scale
-    ('all_gather (dim=0) over cpu:0, cpu:1', 0.5)
+    ('all_gather (dim=0) over cpu, cpu:1', 0.5)
     >>> dual(Call("broadcast", None, d, src=1))[0].kind
     'reduce_to'
     """
