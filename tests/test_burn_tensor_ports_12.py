@@ -122,7 +122,7 @@ def test_binary_op_devices_must_match():
     # binary_ops_devices: Burn compares any two devices; here two logical cpu devices
     a = rg.ones((2,), device=rg.Device("cpu", 0)).require_grad()
     b = rg.ones((2,), device=rg.Device("cpu", 1))
-    with pytest.raises(rg.RetrogradError, match=r"mul: .*cpu:0 and cpu:1"):
+    with pytest.raises(rg.RetrogradError, match=r"mul: .*\(cpu and cpu:1\)"):
         a * b
     close(a.grad((a * 3.0).sum().backward()), [3.0, 3.0])
 

@@ -395,8 +395,9 @@ class _Chain(nn.Module):
         super().__init__()
         rng = np.random.default_rng(5)
         self.links = links
-        self.register_parameter("x", rg.tensor(rng.uniform(-1, 1, (8, 8)).astype(np.float32)))
-        self.register_parameter("w", rg.tensor(rng.uniform(-1, 1, (8, 8)).astype(np.float32)))
+        for name in ("x", "w"):
+            values = rg.tensor(rng.uniform(-1, 1, (8, 8)).astype(np.float32))
+            self.register_parameter(name, rg.nn.Parameter(values))
 
     def forward(self):
         y = self.x

@@ -134,7 +134,7 @@ def test_the_verdict_on_headers_names_every_member():
     )
     message = check_headers(call, rows, ["rank 0", "rank 1"])
     assert message == (
-        "reduce_scatter (SUM, dim=0) over cpu:0, cpu:1: the tensors differ in dtype "
+        "reduce_scatter (SUM, dim=0) over cpu, cpu:1: the tensors differ in dtype "
         "(rank 0: float32, rank 1: float64)"
     )
     deep = (1,) * 9 + (5,)

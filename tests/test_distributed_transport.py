@@ -82,7 +82,7 @@ def test_local_collectives_name_what_differs():
     key = ("op", devices, 0)
     transport.all_gather(devices[0], [np.zeros(2)], key, devices)
     late = transport.all_gather(devices[1], [np.zeros(3)], key, devices)
-    assert "differ in shape or dtype (cpu:0: [2] float64, cpu:1: [3] float64)" in late.error
+    assert "differ in shape or dtype (cpu: [2] float64, cpu:1: [3] float64)" in late.error
     transport.all_reduce(devices[0], [np.zeros(2)], SUM, ("op", devices, 1), devices)
     wrong = transport.all_gather(devices[1], [np.zeros(2)], ("op", devices, 1), devices)
     assert "joined with group" in wrong.error and "all_reduce" in wrong.error

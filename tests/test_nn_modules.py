@@ -78,7 +78,7 @@ def test_nested_modules_and_attribute_access():
             super().__init__()
             self.body = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
             self.head = nn.Linear(3, 1)
-            self.register_parameter("scale", rg.ones((1,)))
+            self.register_parameter("scale", rg.nn.Parameter(rg.ones((1,))))
 
         def forward(self, x):
             return self.head(self.body(x)) * self.scale

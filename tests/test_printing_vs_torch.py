@@ -269,11 +269,12 @@ def test_dtypes_print_by_name_and_repr_under_the_module():
     assert repr(rg.tensor([1.0]).dtype) == "retrograd.float32"
 
 
-def test_devices_print_with_their_index():
-    # the data-parallel engine's CPU devices are numbered (cpu:0, cpu:1, ...): a tensor's
-    # device prints as the one it is; a CPU tensor's repr names no device, as torch's
+def test_devices_print_as_torchs():
+    # the first CPU device prints as torch's "cpu" (the data-parallel engine's others with
+    # their index: cpu:1, ...); a CPU tensor's repr names no device, as torch's
     t = rg.ones(2)
-    assert str(t.device) == "cpu:0" and t.device.type == "cpu"
+    assert str(t.device) == "cpu" and t.device.type == "cpu"
+    assert str(rg.device("cpu", 1)) == "cpu:1"
     assert repr(t) == repr(torch.ones(2))
     assert repr(rg.zeros(2, 3, device="meta")) == _torch_text(
         repr(torch.zeros(2, 3, device="meta"))

@@ -139,10 +139,10 @@ def test_solve_ex_of_one_singular_matrix_returns_its_info():
 
 def test_is_shared_is_false_as_for_a_tensor_torch_has_not_shared():
     """``p.is_shared()`` (asked by Hogwild code before ``share_memory_()``) was an
-    ``AttributeError``; no retrograd tensor is shared (``share_memory_`` is refused), and
-    torch's answer for a tensor it has not shared is ``False``."""
+    ``AttributeError``; torch's answer for a tensor it has not shared is ``False``, for one
+    ``share_memory_()`` marked ``True`` (sending it to another process is refused:
+    ``test_leftovers22_fixes.py``)."""
     assert torch.ones(2).is_shared() is False
     assert rg.ones(2).is_shared() is False
     assert rg.nn.Linear(2, 1).weight.is_shared() is False
-    with pytest.raises(rg.errors.InvalidArgumentError, match="cannot be shared between processes"):
-        rg.ones(2).share_memory_()
+    assert rg.ones(2).share_memory_().is_shared() is True

@@ -230,8 +230,8 @@ def test_a_container_update_or_extend_with_a_bad_item_adds_nothing():
         params.update({"z": rg.ones(1), "w": "bad"})
     assert list(params.keys()) == ["a"]
     plist = rg.nn.ParameterList([rg.ones(1)])
-    with pytest.raises(rg.DTypeError):
-        plist.extend([rg.ones(2), "bad"])
+    with pytest.raises(rg.DTypeError):  # (an int tensor cannot be a Parameter: torch's refusal)
+        plist.extend([rg.ones(2), rg.tensor([1, 2])])
     assert len(plist) == 1
     plist.extend([rg.ones(2)])  # still usable
     assert [p.shape for p in plist] == [(1,), (2,)]

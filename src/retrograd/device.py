@@ -63,8 +63,16 @@ class Device:
     ``None``) is the current default device when that is of its kind (a data-parallel rank's
     ``cpu:RANK``), else index 0.
 
+    Printed as torch prints a tensor's device: ``str(rg.device("cpu"))`` is ``"cpu"``, its
+    repr ``device(type='cpu')``; the others with their index (``"cuda:0"``, ``"cpu:1"``). As
+    the first CPU device is the one ``"cpu"`` names outside data parallelism, ``"cpu:0"``
+    prints as ``"cpu"`` too, and ``rg.device("cpu") == rg.device("cpu:0")`` (torch's differ,
+    its ``"cpu"`` having no index; ``index`` is 0 here, where torch's is ``None``).
+
     >>> Device("cpu", 1)
-    Device('cpu', 1)
+    device(type='cpu', index=1)
+    >>> str(Device("cpu")), Device("cpu")
+    ('cpu', device(type='cpu'))
     """
 
     __slots__ = ("__weakref__", "index", "kind")
@@ -102,9 +110,15 @@ class Device:
         raise AttributeError("Device is immutable")
 
     def __repr__(self) -> str:
-        return f"Device({self.kind!r}, {self.index})"
+        if self.kind == "cpu" and self.index == 0:
+            return "device(type='cpu')"
+        return f"device(type={self.kind!r}, index={self.index})"
 
     def __str__(self) -> str:
+        # torch's text for a CPU tensor's device: "cpu" (its CPU devices carry no index);
+        # the others of retrograd's logical CPU devices (a data-parallel rank's) keep theirs
+        if self.kind == "cpu" and self.index == 0:
+            return "cpu"
         return f"{self.kind}:{self.index}"
 
     def __reduce__(self):

@@ -24,12 +24,14 @@ record its results too, as torch's levels keep its graph.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .autodiff import enable_grad, no_grad
-from .autograd import vmap
+from .autograd import _RANDOM_IN_VMAP, vmap
 from .autograd.functional import _fresh, _gradients, _plain
+from .backend.protocol import random_allowed, random_refused
 from .errors import (
     AutodiffError,
     DTypeError,
@@ -469,8 +471,13 @@ def jacfwd(
     *,
     randomness: str = "error",
 ) -> Callable[..., Any]:
-    """torch's forward-mode Jacobian: the same values and structure as :func:`jacrev` (here
-    computed in reverse mode). ``randomness`` is that of :func:`vmap`.
+    """torch's forward-mode Jacobian: the same values, structure and dtypes as
+    :func:`jacrev` (here computed in reverse mode: one backward per output element, where
+    torch pushes one tangent per input element through the function under ``vmap``).
+    ``randomness`` is that of :func:`vmap`, whose rule ``func`` runs under: by default
+    (``"error"``) a random draw in ``func`` (``rand``, dropout) raises torch's RuntimeError,
+    so :func:`hessian` refuses one too; ``"same"`` and ``"different"`` allow it (``func``
+    runs once here, so every row sees the same draw).
 
     >>> import retrograd as rg
     >>> rg.func.jacfwd(lambda x: x.sum(0))(rg.tensor([[1.0], [2.0]])).tolist()
@@ -480,11 +487,22 @@ def jacfwd(
         raise InvalidArgumentError(
             f'func.jacfwd: randomness must be "error", "different" or "same", got {randomness!r}'
         )
-    return _jacobian("func.jacfwd", func, argnums, has_aux)
+    return _jacobian("func.jacfwd", func, argnums, has_aux, randomness)
 
 
-def _jacobian(fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool) -> Callable:
+def _jacobian(
+    fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool, randomness: str | None = None
+) -> Callable:
+    """``randomness``: the :func:`vmap` rule ``func`` runs under (``None``: none, jacrev's
+    call being outside torch's ``vmap``)."""
     check_callable(fn, func)
+    if randomness == "error":  # torch's words, the transform named first
+
+        def rule() -> Any:
+            return random_refused(f"{fn}(randomness='error'): {_RANDOM_IN_VMAP}")
+
+    else:
+        rule = random_allowed if randomness else contextlib.nullcontext
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with enable_grad():
@@ -495,7 +513,9 @@ def _jacobian(fn: str, func: Callable[..., Any], argnums: Any, has_aux: bool) ->
                         f"{fn}: expected all inputs to be real but received a complex tensor "
                         f"at flattened input index {index} (as torch)"
                     )
-            out, aux = _split_aux(fn, func(*call.args, **kwargs), has_aux)
+            with rule():
+                result = func(*call.args, **kwargs)
+            out, aux = _split_aux(fn, result, has_aux)
             outputs, out_spec = _tensors(fn, "the outputs of the function", out)
             if fn == "func.jacrev":
                 _differentiable_outputs(fn, outputs)

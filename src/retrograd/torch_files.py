@@ -529,10 +529,25 @@ def is_torch_zip(names: list[str]) -> bool:
 
 
 def _pickle_entry(names: list[str]) -> str:
-    for name in names:
-        if name == "data.pkl" or name.endswith("/data.pkl"):
-            return name
-    raise pickle.UnpicklingError("no data.pkl entry (the pickle of the saved object)")
+    """The ``<folder>/data.pkl`` entry, the folder being the first entry's (torch's reader
+    takes the archive's name from its first entry, whose name must then be in a folder, and
+    reads every record under it: a ``data.pkl`` at the top level, or in another folder, is
+    refused there as here)."""
+    if not names:
+        raise zipfile.BadZipFile("the archive does not contain any files")
+    folder, slash, _ = names[0].partition("/")
+    if not slash:
+        raise zipfile.BadZipFile(
+            f"file in archive is not in a subdirectory: {names[0]!r} (torch's checkpoints "
+            "keep every record in one folder, as 'archive/data.pkl')"
+        )
+    pickled = f"{folder}/data.pkl"
+    if pickled not in names:
+        raise pickle.UnpicklingError(
+            f"no {pickled!r} entry (the pickle of the saved object) in the archive's folder "
+            f"{folder!r}"
+        )
+    return pickled
 
 
 def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,

@@ -54,7 +54,10 @@ __all__ = [
 
 def _device_of(backend: Any, value: Any) -> Device:
     device = backend.inner.device(value)
-    return Device(str(device)) if device is not None else Device("cpu")
+    if device is None:
+        return Device("cpu")
+    # (a torch device by its text; one of ours as it is: "cpu" is a rank's own CPU device)
+    return device if isinstance(device, Device) else Device(str(device))
 
 
 class saved_tensors_hooks:  # noqa: N801 (torch's name)

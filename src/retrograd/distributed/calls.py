@@ -56,7 +56,7 @@ class Call:
 
     >>> c = Call("all_gather", None, (Device("cpu", 0), Device("cpu", 1)), dim=0)
     >>> c.describe()
-    'all_gather (dim=0) over cpu:0, cpu:1'
+    'all_gather (dim=0) over cpu, cpu:1'
     """
 
     kind: str
@@ -84,7 +84,7 @@ def dual(call: Call) -> tuple[Call, float | None]:
     ('reduce_scatter', ReduceOperation.SUM)
     >>> back, scale = dual(Call("reduce_scatter", ReduceOperation.MEAN, d, dim=0))
     >>> back.describe(), scale
-    ('all_gather (dim=0) over cpu:0, cpu:1', 0.5)
+    ('all_gather (dim=0) over cpu, cpu:1', 0.5)
     >>> dual(Call("broadcast", None, d, src=1))[0].kind
     'reduce_to'
     """
@@ -156,7 +156,7 @@ def check_headers(call: Call, headers: np.ndarray, names: list[str]) -> str | No
     >>> rows = np.stack([header(c, (0, 1), "float32", (4,), False),
     ...                  header(c, (0, 1), "float32", (3,), False)])
     >>> print(check_headers(c, rows, ["rank 0", "rank 1"]))
-    all_gather (dim=0) over cpu:0, cpu:1: the tensors differ in shape (rank 0: [4], rank 1: [3])
+    all_gather (dim=0) over cpu, cpu:1: the tensors differ in shape (rank 0: [4], rank 1: [3])
     >>> check_headers(c, rows[[0, 0]], ["rank 0", "rank 1"]) is None
     True
     """

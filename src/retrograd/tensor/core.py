@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import pickle
 import sys
 import threading
 import warnings
 import weakref
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, NoReturn
 
 import numpy as np
@@ -298,6 +300,10 @@ class Tensor(
     #: torch's legacy constructor forms (:func:`.legacy.legacy_new`), installed by
     #: :mod:`.legacy`, which needs the creation functions that need this class.
     _legacy_new: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        reduce_for_another_process_of(cls)  # (``multiprocessing`` looks the exact class up)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """``Tensor(primitive, backend, device)`` wraps a backend primitive; torch's legacy
@@ -759,16 +765,21 @@ class Tensor(
         (torch's deprecated accelerator to ask about) changes nothing."""
         return False
 
-    def share_memory_(self) -> NoReturn:
-        """Refused: tensors are not shared between processes (a process given this one
-        computes on its own copy; :func:`~retrograd.unsupported.no_shared_memory`)."""
-        no_shared_memory("share_memory_")
+    def share_memory_(self) -> Tensor:
+        """torch's ``share_memory_``: returns this tensor, marked shared. Within a process
+        there is nothing to share: every thread already sees this tensor and its in-place
+        updates (a model shared between threads needs no call). What cannot be shared is the
+        tensor handed to another process, which would receive a copy its updates never
+        leave (a Hogwild loop would train nothing): a marked tensor given to a process
+        (``multiprocessing``'s pickling of its arguments, a queue) is refused there, with
+        :func:`.no_shared_memory`'s advice."""
+        self.__dict__[_SHARED_MARK] = True
+        return self
 
     def is_shared(self) -> bool:
-        """False: no tensor is in shared memory here (:meth:`share_memory_` is refused), as a
-        tensor torch has not shared (Hogwild code asks before sharing:
-        ``if not p.is_shared(): p.share_memory_()``)."""
-        return False
+        """Whether :meth:`share_memory_` marked this tensor (torch's answer after it; Hogwild
+        code asks before sharing: ``if not p.is_shared(): p.share_memory_()``)."""
+        return bool(self.__dict__.get(_SHARED_MARK, False))
 
     # -- new tensors like this one (torch's ``new_*``) ------------------------------------------
     def _new_like(self, op: str, size: Any, dtype: Any, device: Any, fill: Any) -> Tensor:
@@ -859,11 +870,24 @@ class Tensor(
     def __deepcopy__(self, memo: dict) -> Tensor:
         """``copy.deepcopy``: a new leaf of this tensor's class (a ``Parameter`` stays one) on
         the same backend and device, with this one's values, requiring grad iff it does
-        (torch's copy of a leaf; a non-leaf's copy is a leaf too, where torch refuses). The
-        copy has a node of its own: a target network or an EMA model copied from a model
-        gets gradients of its own, not its source's. Attributes set on the tensor are copied;
-        view links are not (the copy is a base of its own); a ``distributed`` mark is not
-        (the copy is not the parameter the other devices reduce)."""
+        (torch's copy of a leaf). The copy has a node of its own: a target network or an EMA
+        model copied from a model gets gradients of its own, not its source's. Attributes
+        set on the tensor are copied; view links are not (the copy is a base of its own); a
+        ``distributed`` mark is not (the copy is not the parameter the other devices reduce).
+
+        A tensor computed in the graph (not a leaf) is refused, as torch refuses it: its copy
+        could be neither a leaf (it would not be the user's) nor in the graph (the copy of a
+        module's computed weight, as ``nn.utils.weight_norm``'s and ``spectral_norm``'s hooks
+        keep, would never pass its gradient back to the trained parameters)."""
+        if not self.is_leaf:
+            raise AutodiffError(
+                f"deepcopy: only tensors created explicitly by the user (graph leaves) can be "
+                f"deep-copied; this {self.dtype} tensor of shape {shape_text(self.shape)} is "
+                f"the output of {self.grad_fn.name()}. A module copied with such a tensor "
+                "as an attribute (the weight nn.utils.weight_norm's hook computes) cannot be "
+                "copied either: detach() the tensor, or use "
+                "nn.utils.parametrizations.weight_norm"
+            )
         copied = _fresh_leaf(
             type(self), self._backend, self._device, self._leaf_value(), self.requires_grad
         )
@@ -1373,10 +1397,30 @@ _UNGUARDED = frozenset(
 #: former leaves (an in-place write's, a freeze's), and its storage's address and output number
 #: (:mod:`.storage`): never copied or pickled (a copy is a leaf of its own, whose gradients are
 #: not its source's, in a storage of its own)
+#: the attribute :meth:`Tensor.share_memory_` sets (a copy or an unpickled tensor is not
+#: shared, as torch's are not)
+_SHARED_MARK = "_shared_memory_requested"
 _VIEW_ATTRIBUTES = frozenset(
     {"_view", "_views", "_weak_base", "_former_keys", "_frozen_leaf", "_storage_address",
-     "_output_nr", "_no_grad_view", "_multi_output_view", "_data_of"}
+     "_output_nr", "_no_grad_view", "_multi_output_view", "_data_of", _SHARED_MARK}
 )  # fmt: skip
+
+
+def _reduce_for_another_process(tensor: Tensor) -> tuple:
+    """How ``multiprocessing`` sends a tensor to another process (its ``ForkingPickler``):
+    as a copy, as pickling gives, unless :meth:`Tensor.share_memory_` marked it, where the
+    copy would silently part from the tensor the sender meant to share."""
+    if tensor.is_shared():
+        no_shared_memory(
+            f"sending a shared tensor of shape {shape_text(tensor.shape)} to another process"
+        )
+    return tensor.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+
+
+def reduce_for_another_process_of(cls: type) -> None:
+    """Make ``multiprocessing`` send tensors of class ``cls`` (exactly: its pickler looks a
+    class up) as :func:`_reduce_for_another_process` says."""
+    ForkingPickler.register(cls, _reduce_for_another_process)
 
 
 def _fresh_leaf(cls: type, backend: Any, device: Device, value: Any, requires_grad: bool) -> Any:
@@ -1426,3 +1470,6 @@ def _guard_methods(cls: type) -> None:
 _guard_methods(Tensor)
 APPLY_CLASSES.append(Tensor)  # (its ``_apply`` rebound while inference blocks are open)
 _TensorType.admits_sparse = Tensor
+
+
+reduce_for_another_process_of(Tensor)

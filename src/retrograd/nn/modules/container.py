@@ -374,53 +374,79 @@ def _parameter_lines(items: Iterable[tuple[Any, Any]], by_type_name: bool = Fals
 
 class ParameterList(Module):
     """Parameters named ``"0"``, ``"1"``, ...: indexing, ``append``, ``extend``, iteration;
-    a tensor given is made a ``Parameter``.
+    a tensor given is made a ``Parameter``. As torch's, an entry that is not a tensor (an
+    int, a string, ``None``, a module) is kept in its place in the list as a plain attribute
+    (a module as a sub-module): it is listed, indexed and printed, never trained.
 
     >>> import retrograd as rg
-    >>> params = ParameterList([rg.zeros(2), rg.ones(3)])
-    >>> [name for name, _ in params.named_parameters()]
-    ['0', '1']
+    >>> params = ParameterList([rg.zeros(2), rg.ones(3), 4])
+    >>> [name for name, _ in params.named_parameters()], params[2]
+    (['0', '1'], 4)
     """
 
     def __init__(self, values: Iterable[Any] | None = None):
         super().__init__()
+        self._size = 0
         for value in values or ():
             self.append(value)
 
     def __len__(self) -> int:
-        return len(self._parameters)
+        return self._size
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._parameters.values())
+        return (self[i] for i in range(self._size))
+
+    def _key(self, index: Any) -> str:
+        """The entry name of ``index``, checked (torch's ``operator.index`` and range)."""
+        index = _position("ParameterList", index)
+        if not -self._size <= index < self._size:
+            raise IndexOutOfRangeError(
+                f"ParameterList: index {index!r} is out of range for a list of {self._size}"
+            )
+        return str(index % self._size)
 
     def __getitem__(self, index: int | slice) -> Any:
-        if isinstance(index, slice):  # torch's: a new list of the same parameters
-            values = list(self._parameters.values())[index]
+        if isinstance(index, slice):  # torch's: a new list of the same entries
             sliced = type(self)()
-            for value in values:
-                sliced.append(value)
+            for i in range(*index.indices(self._size)):
+                sliced.append(self[i])
             return sliced
-        size = len(self._parameters)
-        if not isinstance(index, int):  # torch's operator.index: a TypeError
-            raise DTypeError(
-                f"ParameterList: index must be an integer or a slice, got "
-                f"{type(index).__name__} {index!r}"
-            )
-        if not -size <= index < size:
-            raise IndexOutOfRangeError(f"ParameterList: index {index!r} is out of range")
-        return self._parameters[str(index % size)]
+        return getattr(self, self._key(index))
 
     def __setitem__(self, index: int, value: Any) -> None:
-        self[index]  # range check
-        self.register_parameter(str(index % len(self._parameters)), _as_parameter(value))
+        self._put(self._key(index), value)
+
+    def _put(self, key: str, value: Any) -> None:
+        """torch's ``setattr(self, key, value)``, a tensor made a ``Parameter`` first: a
+        parameter's place takes only a ``Parameter`` or ``None``."""
+        value = _as_parameter(value)
+        if key in self._parameters and value is not None and not isinstance(value, Parameter):
+            raise DTypeError(
+                f"ParameterList: cannot assign {type(value).__name__} as parameter {key!r} "
+                "(nn.Parameter or None expected)"
+            )
+        setattr(self, key, value)
 
     def append(self, value: Any) -> ParameterList:
-        self.register_parameter(str(len(self._parameters)), _as_parameter(value))
+        self._size += 1
+        try:
+            self._put(str(self._size - 1), value)
+        except BaseException:
+            self._size -= 1
+            raise
         return self
 
     def extend(self, values: Iterable[Any]) -> ParameterList:
         check_iterable("ParameterList.extend", values, "values")
-        _all_or_none(self._parameters, self.append, values)
+        size = self._size
+        try:
+            for value in values:
+                self.append(value)
+        except BaseException:  # a bad entry adds nothing
+            for index in range(size, self._size):
+                delattr(self, str(index))
+            self._size = size
+            raise
         return self
 
     def __iadd__(self, values: Iterable[Any]) -> ParameterList:

@@ -32,7 +32,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from ...serialization import (
     saved_by,
 )
 from ...serialization import load as load_saved
-from ...tensor import DTYPES, FLOAT_DTYPES, GRAD_DTYPES, Tensor, random, tensor
+from ...tensor import COMPLEX_DTYPES, DTYPES, GRAD_DTYPES, Tensor, random, tensor
 from ...tensor.dtypes import Size, canonical_dtype
 from ...tensor.dtypes import canonical_dtype as _canonical_dtype
 from ...tensor.dtypes import cast_host as _cast_host
@@ -68,7 +68,6 @@ from ...tensor.internal import lay_out
 from ...tensor.kept_gradients import forget_gradient, zero_kept_gradient
 from ...tensor.layouts import check_memory_format, preserve_format
 from ...tensor.layouts import memory_format as _memory_format
-from ...unsupported import no_shared_memory
 from ..parameter import Buffer, Parameter, is_lazy
 from .hooks import (
     RemovableHandle,
@@ -389,19 +388,18 @@ class Module:
     def register_parameter(self, name: str, param: Any) -> Parameter | None:
         """Own ``param`` (torch's keyword name) as the parameter ``name``; returns it.
 
-        ``param`` is a :class:`Parameter` (registered as it is, so it may be shared), ``None``
-        (an absent parameter, as a ``bias=False`` layer's ``bias``) or a float tensor, which
-        becomes a new ``Parameter`` holding its values.
+        ``param`` is a :class:`Parameter` (registered as it is, so it may be shared) or
+        ``None`` (an absent parameter, as a ``bias=False`` layer's ``bias``). A plain tensor
+        is refused, as torch refuses it (wrap it: ``nn.Parameter(t)``; ``self.w = t`` keeps it
+        as a plain attribute).
         """
         value = param
         self._check_name("register_parameter", name, "_parameters")
         if value is not None and not isinstance(value, Parameter):
-            if not isinstance(value, Tensor) or value.dtype not in GRAD_DTYPES:
-                raise DTypeError(
-                    f"register_parameter: {name!r} must be a float Tensor or a Parameter, got "
-                    f"{_describe(value)}"
-                )
-            value = Parameter(value)
+            raise DTypeError(
+                f"register_parameter: cannot assign {_describe(value)} to parameter {name!r} "
+                "(nn.Parameter or None required)"
+            )
         self._forget(name, keep="_parameters")
         self._parameters[name] = value
         return value
@@ -663,8 +661,18 @@ class Module:
                 device = Device(arg.type, arg.index)
             elif not isinstance(arg, bool):
                 raise InvalidArgumentError(f"Module.to: expected a dtype or a device, got {arg!r}")
-        if dtype is not None and dtype not in FLOAT_DTYPES:
-            raise DTypeError(f"Module.to: only float dtypes are supported, got {dtype!r}")
+        if dtype is not None and dtype not in GRAD_DTYPES:
+            raise DTypeError(
+                f"Module.to: only floating point or complex dtypes are accepted, but got "
+                f"dtype={dtype}"
+            )
+        if dtype in COMPLEX_DTYPES:  # torch's warning: most layers are written for reals
+            warnings.warn(
+                f"Module.to({dtype}): complex modules are new in torch too, and some layers "
+                "may not work as expected with complex parameters or buffers",
+                UserWarning,
+                stacklevel=2,
+            )
         target = Device(device) if device is not None else None
         if memory_format is not None:  # torch converts 4-d and 5-d tensors, checking the rank
             for value in (*self.parameters(), *self.buffers()):
@@ -728,10 +736,14 @@ class Module:
                     module._buffers[name] = _untracked(buffer).cast(dtype)
         return self
 
-    def share_memory(self) -> NoReturn:
-        """Refused: tensors are not shared between processes (:func:`.no_shared_memory`), and
-        a Hogwild loop over a copy in each process would silently train nothing."""
-        no_shared_memory("Module.share_memory")
+    def share_memory(self) -> Module:
+        """torch's ``share_memory``: every parameter and buffer marked shared
+        (``Tensor.share_memory_``); returns self. Threads of this process share the module
+        as it is; handing it to another process is refused there (the process would train a
+        copy the others never see: a Hogwild loop would train nothing)."""
+        for value in (*self.parameters(), *self.buffers()):
+            value.share_memory_()
+        return self
 
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """torch's in-place ``torch.compile`` of the module's ``__call__`` (no wrapper, so the
@@ -1464,8 +1476,9 @@ def _seekable(file: Any) -> bool:
 
 
 def _converted(value: Tensor, dtype: str | None, device: Device | None) -> Tensor:
-    """A buffer cast to ``dtype`` (floats only) and moved to ``device``."""
-    if dtype is not None and value.dtype in FLOAT_DTYPES and value.dtype != dtype:
+    """A buffer cast to ``dtype`` (floating and complex ones only, as torch's: a float
+    becomes complex, a complex one real) and moved to ``device``."""
+    if dtype is not None and value.dtype in GRAD_DTYPES and value.dtype != dtype:
         value = _untracked(value).cast(dtype)
     if device is not None and value.device != device:
         value = value.to(device)
