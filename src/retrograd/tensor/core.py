@@ -100,10 +100,12 @@ from .storage import StorageMixin
 from .torch_forms import TorchFormsMixin
 from .views import (
     KIND,
+    PARAMS,
     base_of,
     detached_view,
     keep_former_key,
     link,
+    outside_graph,
     strides_of,
     unlink,
 )
@@ -919,9 +921,11 @@ class Tensor(
     def data(self) -> Tensor:
         """This tensor's values outside the graph, aliasing it: ``p.data.add_(g, alpha=-lr)``
         updates ``p`` and records nothing (torch's ``.data``). Assigning ``p.data = x`` gives
-        ``p`` the values of ``x`` (its shape and dtype too), the object kept; a plain ``x``
-        (no view, outside any graph) then shares them with ``p``, as torch's shares its
-        storage: a later in-place write to either (an optimizer's step) shows in both."""
+        ``p`` the values of ``x`` (its shape and dtype too), the object kept; an ``x`` outside
+        any graph then shares them with ``p``, as torch's shares its storage: a later in-place
+        write to either (an optimizer's step) shows in both. Where ``x`` is a view
+        (``dec.weight.data = enc.weight.data.t()``: tied weights), ``p`` becomes the same view
+        of ``x``'s base."""
         backend = self._backend
         device = self._device
         rebuilt = detached_view(self, lambda prim: Tensor(prim, backend, device))
@@ -987,6 +991,20 @@ class Tensor(
             # p.data = state[p]["old_p"], and the step after updates both); x a parameter too
             # (p1.data = p2: weight tying by storage), whose graph stays its own
             link(value, self, "data")
+        elif (
+            value is not self
+            and value._backend is backend
+            and alias is not None
+            and base_of(alias) is not None
+            and (
+                outside_graph(value)
+                or not (backend.is_autodiff and backend.is_tracked(value._prim))
+            )
+        ):
+            # a view outside the graph (tied weights: dec.weight.data = enc.weight.data.t()):
+            # torch's p then views the same storage, so an optimizer's step on either shows in
+            # both; p becomes that view of the same base, a leaf of its own
+            link(self, base_of(alias), alias[KIND], alias[PARAMS])
 
     @property
     def is_leaf(self) -> bool:
