@@ -1,24 +1,24 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-Phi-3 as transformers 4.41 writes it (``models/phi3/modeling_phi3.py``'s eager attention, the
-long-context ``Phi3SuScaledRotaryEmbedding`` and ``Phi3YarnScaledRotaryEmbedding``) with the
-4-d mask of ``modeling_attn_mask_utils.py``'s ``AttentionMaskConverter`` (causal, sliding
-window, padding), trained a few steps on short rows and scored on rows past
-``original_max_position_embeddings`` (the long factors), against torch's run of the same code
-from the same weights.
+"""A program written here in the style of Hugging Face transformers' Phi-3 (eager attention with
+fused projections, the long-context "su" and "yarn" rotary embeddings that switch factors past
+``original_max_position_embeddings``, and a 4-d additive mask: causal, sliding window,
+padding), trained a few steps on short rows and scored on rows past the original length, run
+under torch and, ported, under retrograd from the same weights (the harness:
+``tests/real_ports.py``).
 
-What it exercises: ``register_buffer("inv_freq", None, persistent=False)`` filled on the first
-call and replaced by attribute assignment; ``torch.max(position_ids) + 1`` compared with an
-int; ``inv_freq[None, :, None].float().expand(...) @ position_ids[:, None, :].float()``
-under ``torch.autocast(device_type=..., enabled=False)``; the su/yarn ``scaling_factor``
-(``math.sqrt(1 + math.log(scale) / math.log(original))``, ``0.1 * math.log(scale) + 1.0``);
-the fused ``qkv_proj`` sliced by position, ``repeat_kv``'s ``expand``/``reshape``; the fused
-``gate_up_proj`` split by ``chunk(2, dim=-1)``; ``softmax(..., dtype=torch.float32)``;
-``_make_causal_mask``'s ``mask.masked_fill_(mask_cond < (mask_cond + 1).view(...), 0)`` and its
-sliding window ``torch.tril(torch.ones_like(mask, dtype=torch.bool), diagonal=...)``;
-``to_4d``'s ``causal_4d_mask.masked_fill(expanded_attn_mask.bool(), torch.finfo(dtype).min)``.
+What it exercises: ``register_buffer(name="inv_freq", tensor=None, persistent=False)`` (torch's
+keywords) filled on the first call and replaced by attribute assignment;
+``torch.max(position_ids) + 1`` compared with an int; ``inv_freq[None, :,
+None].float().expand(...) @ position_ids[:, None, :].float()`` under
+``torch.autocast(device_type=..., enabled=False)``; the su/yarn scaling factors (``math.sqrt(1 +
+math.log(scale) / math.log(original))``, ``0.1 * math.log(scale) + 1.0``); a fused ``qkv_proj``
+sliced by position, ``repeat_kv``'s ``expand``/``reshape``; a fused ``gate_up_proj`` split by
+``chunk(2, dim=-1)``; ``softmax(..., dtype=torch.float32)``; the causal mask by
+``mask.masked_fill_(idx < (idx + 1).view(...), 0)``, its sliding window by
+``torch.tril(torch.ones_like(mask, dtype=torch.bool), diagonal=...)``, padding by
+``masked_fill(padding.bool(), torch.finfo(dtype).min)``; labels by ``masked_fill(..., -100)``
+and a shifted ``CrossEntropyLoss``; a non-persistent buffer left out of ``state_dict()``.
 
-The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``,
+The port changes the ``import`` lines and the gradient lines (``grads = loss.backward()``,
 given to ``clip_grad_norm_`` and ``optimizer.step``).
 """
 
@@ -43,529 +43,206 @@ def _seeded():
     rg.seed(0)
 
 
-PHI3_SOURCE = '''
+PHI3_STYLE_SOURCE = """
 import math
-from typing import List, Optional, Tuple, Union
 
 import torch
 from torch import nn
-from torch.nn import CrossEntropyLoss
 
 
-ACT2FN = {"silu": nn.SiLU(), "gelu": nn.GELU()}
+def additive_mask(keep, n, dtype, window=None):
+    # [b, 1, n, n]: 0 where a query may look, the dtype's lowest value elsewhere
+    lowest = torch.finfo(dtype).min
+    mask = torch.full((n, n), lowest, dtype=dtype)
+    idx = torch.arange(n)
+    mask.masked_fill_(idx < (idx + 1).view(n, 1), 0)
+    if window is not None:
+        too_old = torch.tril(torch.ones_like(mask, dtype=torch.bool), diagonal=-window)
+        mask = mask.masked_fill(too_old, lowest)
+    b = keep.shape[0]
+    padding = (1.0 - keep[:, None, None, :].to(dtype)).expand(b, 1, n, n)
+    return mask[None, None].expand(b, 1, n, n).masked_fill(padding.bool(), lowest)
 
 
-class AttentionMaskConverter:
-    def __init__(self, is_causal: bool, sliding_window: Optional[int] = None):
-        self.is_causal = is_causal
-        self.sliding_window = sliding_window
-
-        if self.sliding_window is not None and self.sliding_window <= 0:
-            raise ValueError(
-                f"Make sure that when passing `sliding_window` that its value is a strictly positive integer, not `{self.sliding_window}`"
-            )
-
-    def to_4d(
-        self,
-        attention_mask_2d: torch.Tensor,
-        query_length: int,
-        dtype: torch.dtype,
-        key_value_length: Optional[int] = None,
-    ) -> torch.Tensor:
-        input_shape = (attention_mask_2d.shape[0], query_length)
-
-        # create causal mask
-        # [bsz, seq_len] -> [bsz, 1, tgt_seq_len, src_seq_len]
-        causal_4d_mask = None
-        if (input_shape[-1] > 1 or self.sliding_window is not None) and self.is_causal:
-            if key_value_length is None:
-                raise ValueError(
-                    "This attention mask converter is causal. Make sure to pass `key_value_length` to correctly create a causal mask."
-                )
-
-            past_key_values_length = key_value_length - query_length
-            causal_4d_mask = self._make_causal_mask(
-                input_shape,
-                dtype,
-                device=attention_mask_2d.device,
-                past_key_values_length=past_key_values_length,
-                sliding_window=self.sliding_window,
-            )
-        elif self.sliding_window is not None:
-            raise NotImplementedError("Sliding window is currently only implemented for causal masking")
-
-        # [bsz, seq_len] -> [bsz, 1, tgt_seq_len, src_seq_len]
-        expanded_attn_mask = self._expand_mask(attention_mask_2d, dtype, tgt_len=input_shape[-1]).to(
-            attention_mask_2d.device
-        )
-
-        if causal_4d_mask is not None:
-            expanded_attn_mask = causal_4d_mask.masked_fill(expanded_attn_mask.bool(), torch.finfo(dtype).min)
-
-        # expanded_attn_mask + causal_4d_mask can cause some overflow
-        expanded_4d_mask = expanded_attn_mask
-
-        return expanded_4d_mask
-
-    @staticmethod
-    def _make_causal_mask(
-        input_ids_shape: torch.Size,
-        dtype: torch.dtype,
-        device: torch.device,
-        past_key_values_length: int = 0,
-        sliding_window: Optional[int] = None,
-    ):
-        """
-        Make causal mask used for bi-directional self-attention.
-        """
-        bsz, tgt_len = input_ids_shape
-        mask = torch.full((tgt_len, tgt_len), torch.finfo(dtype).min, device=device)
-        mask_cond = torch.arange(mask.size(-1), device=device)
-        mask.masked_fill_(mask_cond < (mask_cond + 1).view(mask.size(-1), 1), 0)
-
-        mask = mask.to(dtype)
-
-        if past_key_values_length > 0:
-            mask = torch.cat([torch.zeros(tgt_len, past_key_values_length, dtype=dtype, device=device), mask], dim=-1)
-
-        # add lower triangular sliding window mask if necessary
-        if sliding_window is not None:
-            diagonal = past_key_values_length - sliding_window - 1
-
-            context_mask = torch.tril(torch.ones_like(mask, dtype=torch.bool), diagonal=diagonal)
-            mask.masked_fill_(context_mask, torch.finfo(dtype).min)
-
-        return mask[None, None, :, :].expand(bsz, 1, tgt_len, tgt_len + past_key_values_length)
-
-    @staticmethod
-    def _expand_mask(mask: torch.Tensor, dtype: torch.dtype, tgt_len: Optional[int] = None):
-        """
-        Expands attention_mask from `[bsz, seq_len]` to `[bsz, 1, tgt_seq_len, src_seq_len]`.
-        """
-        bsz, src_len = mask.size()
-        tgt_len = tgt_len if tgt_len is not None else src_len
-
-        expanded_mask = mask[:, None, None, :].expand(bsz, 1, tgt_len, src_len).to(dtype)
-
-        inverted_mask = 1.0 - expanded_mask
-
-        return inverted_mask.masked_fill(inverted_mask.to(torch.bool), torch.finfo(dtype).min)
-
-
-class Phi3RMSNorm(nn.Module):
-    def __init__(self, hidden_size, eps=1e-6):
-        """
-        Phi3RMSNorm is equivalent to T5LayerNorm
-        """
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
 
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
+    def forward(self, x):
+        x32 = x.to(torch.float32)
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
 
 
-class Phi3RotaryEmbedding(nn.Module):
-    def __init__(self, dim, max_position_embeddings=2048, base=10000, device=None):
+class LongRope(nn.Module):
+    # rotary angles; with `scaling`, per-frequency factors chosen by the sequence's length
+    def __init__(self, dim, max_len, base, original_len, scaling=None):
         super().__init__()
-
-        self.dim = dim
-        self.max_position_embeddings = max_position_embeddings
-        self.base = base
-        self.register_buffer("inv_freq", None, persistent=False)
+        self.dim, self.max_len, self.base = dim, max_len, base
+        self.original_len, self.scaling = original_len, scaling
+        self.register_buffer(name="inv_freq", tensor=None, persistent=False)
 
     @torch.no_grad()
-    def forward(self, x, position_ids, seq_len=None):
-        # x: [bs, num_attention_heads, seq_len, head_size]
-        if self.inv_freq is None:
-            self.inv_freq = 1.0 / (
-                self.base ** (torch.arange(0, self.dim, 2, dtype=torch.int64, device=x.device).float() / self.dim)
-            )
-        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
-        position_ids_expanded = position_ids[:, None, :].float()
-        # Force float32 since bfloat16 loses precision on long contexts
-        # See https://github.com/huggingface/transformers/pull/29285
-        device_type = x.device.type
-        device_type = device_type if isinstance(device_type, str) and device_type != "mps" else "cpu"
-        with torch.autocast(device_type=device_type, enabled=False):
-            freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
-            emb = torch.cat((freqs, freqs), dim=-1)
-            cos = emb.cos()
-            sin = emb.sin()
-        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
-
-
-class Phi3SuScaledRotaryEmbedding(Phi3RotaryEmbedding):
-    def __init__(self, dim, config, device=None):
-        super().__init__(dim, config.max_position_embeddings, config.rope_theta, device)
-
-        self.short_factor = config.rope_scaling["short_factor"]
-        self.long_factor = config.rope_scaling["long_factor"]
-        self.original_max_position_embeddings = config.original_max_position_embeddings
-
-    @torch.no_grad()
-    def forward(self, x, position_ids, seq_len=None):
-        seq_len = torch.max(position_ids) + 1
-        if seq_len > self.original_max_position_embeddings:
-            ext_factors = torch.tensor(self.long_factor, dtype=torch.float32, device=x.device)
+    def forward(self, x, position_ids):
+        exponents = torch.arange(0, self.dim, 2, dtype=torch.int64).float() / self.dim
+        magnitude = 1.0
+        if self.scaling is None:
+            if self.inv_freq is None:
+                self.inv_freq = 1.0 / self.base ** exponents
         else:
-            ext_factors = torch.tensor(self.short_factor, dtype=torch.float32, device=x.device)
-
-        inv_freq_shape = torch.arange(0, self.dim, 2, dtype=torch.int64, device=x.device).float() / self.dim
-        self.inv_freq = 1.0 / (ext_factors * self.base**inv_freq_shape)
-
-        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
-        position_ids_expanded = position_ids[:, None, :].float()
-
-        # Force float32 since bfloat16 loses precision on long contexts
-        # See https://github.com/huggingface/transformers/pull/29285
-        device_type = x.device.type
-        device_type = device_type if isinstance(device_type, str) and device_type != "mps" else "cpu"
-        with torch.autocast(device_type=device_type, enabled=False):
-            freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
-            emb = torch.cat((freqs, freqs), dim=-1)
-
-            scale = self.max_position_embeddings / self.original_max_position_embeddings
-            if scale <= 1.0:
-                scaling_factor = 1.0
+            is_long = torch.max(position_ids) + 1 > self.original_len
+            key = "long_factor" if is_long else "short_factor"
+            stretch = torch.tensor(self.scaling[key], dtype=torch.float32)
+            self.inv_freq = 1.0 / (stretch * self.base ** exponents)
+            ratio = self.max_len / self.original_len
+            if self.scaling["type"] == "su":
+                magnitude = math.sqrt(1 + math.log(ratio) / math.log(self.original_len))
             else:
-                scaling_factor = math.sqrt(1 + math.log(scale) / math.log(self.original_max_position_embeddings))
-
-            cos = emb.cos() * scaling_factor
-            sin = emb.sin() * scaling_factor
-        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
-
-
-class Phi3YarnScaledRotaryEmbedding(Phi3RotaryEmbedding):
-    def __init__(self, dim, config, device=None):
-        super().__init__(dim, config.max_position_embeddings, config.rope_theta, device)
-
-        self.short_factor = config.rope_scaling["short_factor"]
-        self.long_factor = config.rope_scaling["long_factor"]
-        self.original_max_position_embeddings = config.original_max_position_embeddings
-
-    @torch.no_grad()
-    def forward(self, x, position_ids, seq_len=None):
-        seq_len = torch.max(position_ids) + 1
-        if seq_len > self.original_max_position_embeddings:
-            ext_factors = torch.tensor(self.long_factor, dtype=torch.float32, device=x.device)
-        else:
-            ext_factors = torch.tensor(self.short_factor, dtype=torch.float32, device=x.device)
-
-        inv_freq_shape = torch.arange(0, self.dim, 2, dtype=torch.int64, device=x.device).float() / self.dim
-        self.inv_freq = 1.0 / (ext_factors * self.base**inv_freq_shape)
-
-        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
-        position_ids_expanded = position_ids[:, None, :].float()
-
-        # Force float32 since bfloat16 loses precision on long contexts
-        # See https://github.com/huggingface/transformers/pull/29285
-        device_type = x.device.type
-        device_type = device_type if isinstance(device_type, str) and device_type != "mps" else "cpu"
-        with torch.autocast(device_type=device_type, enabled=False):
-            freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
-            emb = torch.cat((freqs, freqs), dim=-1)
-
-            scale = self.max_position_embeddings / self.original_max_position_embeddings
-            if scale <= 1.0:
-                scaling_factor = 1.0
-            else:
-                scaling_factor = 0.1 * math.log(scale) + 1.0
-
-            cos = emb.cos() * scaling_factor
-            sin = emb.sin() * scaling_factor
-        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+                magnitude = 0.1 * math.log(ratio) + 1.0
+        freqs = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        with torch.autocast(device_type="cpu", enabled=False):
+            angles = (freqs @ position_ids[:, None, :].float()).transpose(1, 2)
+            both = torch.cat((angles, angles), dim=-1)
+            cos, sin = both.cos() * magnitude, both.sin() * magnitude
+        return cos.to(x.dtype), sin.to(x.dtype)
 
 
 def rotate_half(x):
-    """Rotates half the hidden dims of the input."""
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2 :]
-    return torch.cat((-x2, x1), dim=-1)
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
 
 
-def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
-    cos = cos.unsqueeze(unsqueeze_dim)
-    sin = sin.unsqueeze(unsqueeze_dim)
-    q_embed = (q * cos) + (rotate_half(q) * sin)
-    k_embed = (k * cos) + (rotate_half(k) * sin)
-    return q_embed, k_embed
+def repeat_kv(x, times):
+    b, heads, n, d = x.shape
+    if times == 1:
+        return x
+    return x[:, :, None, :, :].expand(b, heads, times, n, d).reshape(b, heads * times, n, d)
 
 
-class Phi3MLP(nn.Module):
-    def __init__(self, config):
+class Attention(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = cfg.hidden_size // self.heads
+        width = (self.heads + 2 * self.kv_heads) * self.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, width, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.rope = LongRope(self.head_dim, cfg.max_position_embeddings, cfg.rope_theta,
+                             cfg.original_max_position_embeddings, cfg.rope_scaling)
 
-        self.config = config
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
-
-        self.activation_fn = ACT2FN[config.hidden_act]
-
-    def forward(self, hidden_states: torch.FloatTensor) -> torch.FloatTensor:
-        up_states = self.gate_up_proj(hidden_states)
-
-        gate, up_states = up_states.chunk(2, dim=-1)
-        up_states = up_states * self.activation_fn(gate)
-
-        return self.down_proj(up_states)
-
-
-def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """
-    This is the equivalent of torch.repeat_interleave(x, dim=1, repeats=n_rep). The hidden states go from (batch,
-    num_key_value_heads, seqlen, head_dim) to (batch, num_attention_heads, seqlen, head_dim)
-    """
-    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
-    if n_rep == 1:
-        return hidden_states
-    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
-    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+    def forward(self, h, mask, position_ids):
+        b, n, _ = h.shape
+        qkv = self.qkv_proj(h)
+        q_end = self.heads * self.head_dim
+        k_end = q_end + self.kv_heads * self.head_dim
+        q = qkv[..., :q_end].view(b, n, self.heads, self.head_dim).transpose(1, 2)
+        k = qkv[..., q_end:k_end].view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = qkv[..., k_end:].view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = self.rope(v, position_ids)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        group = self.heads // self.kv_heads
+        k, v = repeat_kv(k, group), repeat_kv(v, group)
+        scores = q @ k.transpose(2, 3) / math.sqrt(self.head_dim) + mask
+        probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)
+        return self.o_proj((probs @ v).transpose(1, 2).reshape(b, n, -1))
 
 
-class Phi3Attention(nn.Module):
-    """Multi-headed attention from 'Attention Is All You Need' paper"""
-
-    def __init__(self, config, layer_idx: Optional[int] = None):
+class GatedMLP(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
-        self.config = config
-        self.layer_idx = layer_idx
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.act = nn.SiLU()
 
-        self.attention_dropout = config.attention_dropout
-        self.hidden_size = config.hidden_size
-        self.num_heads = config.num_attention_heads
-        self.head_dim = self.hidden_size // self.num_heads
-        self.num_key_value_heads = config.num_key_value_heads
-        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
-        self.max_position_embeddings = config.max_position_embeddings
-        self.original_max_position_embeddings = config.original_max_position_embeddings
-        self.rope_theta = config.rope_theta
-        self.rope_scaling = config.rope_scaling
-        self.is_causal = True
-
-        if (self.head_dim * self.num_heads) != self.hidden_size:
-            raise ValueError(
-                f"hidden_size must be divisible by num_heads (got `hidden_size`: {self.hidden_size}"
-                f" and `num_heads`: {self.num_heads})."
-            )
-
-        op_size = self.num_heads * self.head_dim + 2 * (self.num_key_value_heads * self.head_dim)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, self.hidden_size, bias=False)
-        self.qkv_proj = nn.Linear(self.hidden_size, op_size, bias=False)
-        self._init_rope()
-
-    def _init_rope(self):
-        if self.rope_scaling is None:
-            self.rotary_emb = Phi3RotaryEmbedding(
-                self.head_dim,
-                max_position_embeddings=self.max_position_embeddings,
-                base=self.rope_theta,
-            )
-        else:
-            scaling_type = self.config.rope_scaling["type"]
-            if scaling_type == "su":
-                self.rotary_emb = Phi3SuScaledRotaryEmbedding(self.head_dim, self.config)
-            elif scaling_type == "yarn":
-                self.rotary_emb = Phi3YarnScaledRotaryEmbedding(self.head_dim, self.config)
-            else:
-                raise ValueError(f"Unknown RoPE scaling type {scaling_type}")
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: Optional[torch.Tensor] = None,
-        position_ids: Optional[torch.LongTensor] = None,
-        output_attentions: bool = False,
-    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        bsz, q_len, _ = hidden_states.size()
-
-        qkv = self.qkv_proj(hidden_states)
-        query_pos = self.num_heads * self.head_dim
-        query_states = qkv[..., :query_pos]
-        key_states = qkv[..., query_pos : query_pos + self.num_key_value_heads * self.head_dim]
-        value_states = qkv[..., query_pos + self.num_key_value_heads * self.head_dim :]
-
-        query_states = query_states.view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
-        key_states = key_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
-        value_states = value_states.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
-
-        kv_seq_len = key_states.shape[-2]
-        cos, sin = self.rotary_emb(value_states, position_ids, seq_len=kv_seq_len)
-
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin, position_ids)
-
-        # repeat k/v heads if n_kv_heads < n_heads
-        key_states = repeat_kv(key_states, self.num_key_value_groups)
-        value_states = repeat_kv(value_states, self.num_key_value_groups)
-
-        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(self.head_dim)
-
-        if attn_weights.size() != (bsz, self.num_heads, q_len, kv_seq_len):
-            raise ValueError(
-                f"Attention weights should be of size {(bsz, self.num_heads, q_len, kv_seq_len)}, but is"
-                f" {attn_weights.size()}"
-            )
-
-        if attention_mask is not None:
-            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
-            attn_weights = attn_weights + causal_mask
-
-        # upcast attention to fp32
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(value_states.dtype)
-        attn_weights = nn.functional.dropout(attn_weights, p=self.attention_dropout, training=self.training)
-
-        attn_output = torch.matmul(attn_weights, value_states)
-
-        if attn_output.size() != (bsz, self.num_heads, q_len, self.head_dim):
-            raise ValueError(
-                f"`attn_output` should be of size {(bsz, self.num_heads, q_len, self.head_dim)}, but is"
-                f" {attn_output.size()}"
-            )
-
-        attn_output = attn_output.transpose(1, 2).contiguous()
-        attn_output = attn_output.reshape(bsz, q_len, self.hidden_size)
-
-        attn_output = self.o_proj(attn_output)
-
-        if not output_attentions:
-            attn_weights = None
-
-        return attn_output, attn_weights
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(up * self.act(gate))
 
 
-class Phi3DecoderLayer(nn.Module):
-    def __init__(self, config, layer_idx: int):
+class Block(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = GatedMLP(cfg)
 
-        self.config = config
-        self.self_attn = Phi3Attention(config, layer_idx=layer_idx)
-
-        self.mlp = Phi3MLP(config)
-        self.input_layernorm = Phi3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-
-        self.resid_attn_dropout = nn.Dropout(config.resid_pdrop)
-        self.resid_mlp_dropout = nn.Dropout(config.resid_pdrop)
-        self.post_attention_layernorm = Phi3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: Optional[torch.Tensor] = None,
-        position_ids: Optional[torch.LongTensor] = None,
-        output_attentions: Optional[bool] = False,
-    ):
-        residual = hidden_states
-
-        hidden_states = self.input_layernorm(hidden_states)
-
-        # Self Attention
-        attn_outputs, self_attn_weights = self.self_attn(
-            hidden_states=hidden_states,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            output_attentions=output_attentions,
-        )
-
-        hidden_states = residual + self.resid_attn_dropout(attn_outputs)
-
-        residual = hidden_states
-        hidden_states = self.post_attention_layernorm(hidden_states)
-        hidden_states = self.mlp(hidden_states)
-        hidden_states = residual + self.resid_mlp_dropout(hidden_states)
-
-        outputs = (hidden_states,)
-
-        if output_attentions:
-            outputs += (self_attn_weights,)
-
-        return outputs
+    def forward(self, h, mask, position_ids):
+        h = h + self.attn(self.attn_norm(h), mask, position_ids)
+        return h + self.mlp(self.mlp_norm(h))
 
 
-class Phi3ForCausalLM(nn.Module):
-    def __init__(self, config):
+class TinyPhi(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
-        self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
-        self.embed_dropout = nn.Dropout(config.embd_pdrop)
-        self.layers = nn.ModuleList(
-            [Phi3DecoderLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
-        )
-        self.norm = Phi3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
-    def forward(self, input_ids, attention_mask, labels=None):
-        batch_size, seq_length = input_ids.shape
-        position_ids = torch.arange(0, seq_length, dtype=torch.long).unsqueeze(0).view(-1, seq_length)
-        inputs_embeds = self.embed_tokens(input_ids)
-        converter = AttentionMaskConverter(is_causal=True, sliding_window=self.config.sliding_window)
-        attention_mask = converter.to_4d(attention_mask, seq_length, dtype=inputs_embeds.dtype, key_value_length=seq_length)
-        hidden_states = self.embed_dropout(inputs_embeds)
-        for decoder_layer in self.layers:
-            layer_outputs = decoder_layer(hidden_states, attention_mask=attention_mask, position_ids=position_ids)
-            hidden_states = layer_outputs[0]
-        hidden_states = self.norm(hidden_states)
-        logits = self.lm_head(hidden_states)
-        logits = logits.float()
+    def forward(self, ids, keep, labels=None):
+        b, n = ids.shape
+        h = self.embed(ids)
+        position_ids = torch.arange(n, dtype=torch.long).unsqueeze(0).expand(b, -1)
+        mask = additive_mask(keep, n, h.dtype, self.cfg.sliding_window)
+        for block in self.blocks:
+            h = block(h, mask, position_ids)
+        logits = self.lm_head(self.norm(h)).float()
+        if labels is None:
+            return None, logits
+        shifted = logits[..., :-1, :].contiguous().view(-1, self.cfg.vocab_size)
+        targets = labels[..., 1:].contiguous().view(-1)
+        return nn.CrossEntropyLoss()(shifted, targets), logits
 
-        loss = None
-        if labels is not None:
-            # Shift so that tokens < n predict n
-            shift_logits = logits[..., :-1, :].contiguous()
-            shift_labels = labels[..., 1:].contiguous()
-            # Flatten the tokens
-            loss_fct = CrossEntropyLoss()
-            shift_logits = shift_logits.view(-1, self.config.vocab_size)
-            shift_labels = shift_labels.view(-1)
-            # Enable model parallelism
-            shift_labels = shift_labels.to(shift_logits.device)
-            loss = loss_fct(shift_logits, shift_labels)
-        return loss, logits
-'''
 
-TRAIN_SOURCE = """
-model = Phi3ForCausalLM(config)
+model = TinyPhi(config)
 initialize(model)
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-for raw in short_batches:
-    input_ids = torch.tensor(raw)
-    attention_mask = (input_ids != config.pad_token_id).long()
-    labels = input_ids.masked_fill(attention_mask == 0, -100)
-    loss, _ = model(input_ids, attention_mask, labels=labels)
-    optimizer.zero_grad()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+for rows in short_batches:
+    ids = torch.tensor(rows)
+    keep = (ids != config.pad_token_id).long()
+    loss, _ = model(ids, keep, labels=ids.masked_fill(keep == 0, -100))
+    opt.zero_grad()
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+    opt.step()
     record.append(loss.item())
-    record.append(params_of(model))
-    record.append(model.layers[0].self_attn.rotary_emb.inv_freq.numpy())
+    record += [params_of(model)]
+    record.append(model.blocks[0].attn.rope.inv_freq.numpy())
 
 model.eval()
 with torch.no_grad():
-    input_ids = torch.tensor(long_batch)
-    loss, logits = model(input_ids, torch.ones_like(input_ids), labels=input_ids)
+    ids = torch.tensor(long_batch)
+    loss, logits = model(ids, torch.ones_like(ids), labels=ids)
     record.append(loss.item())
     record.append(logits.numpy())
-    record.append(model.layers[1].self_attn.rotary_emb.inv_freq.numpy())
-    record.append(sorted(model.state_dict()))
+    record.append(model.blocks[1].attn.rope.inv_freq.numpy())
+    record.append(sorted(model.state_dict().keys()))
 """
 
-STEPS = [
-    ("\nimport torch\nfrom torch import nn\nfrom torch.nn import CrossEntropyLoss\n",
-     "\nimport retrograd as torch\nfrom retrograd import nn\nfrom retrograd.nn import CrossEntropyLoss\n"),
-    ("    loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n    optimizer.step()\n",
-     "    grads = loss.backward()\n    torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 1.0)\n    optimizer.step(grads)\n"),
-]  # fmt: skip
+PHI3_STYLE_STEPS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    ("from torch import nn\n", "from retrograd import nn\n"),
+    (
+        "    loss.backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)\n"
+        "    opt.step()\n",
+        "    grads = loss.backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(grads, model.parameters(), max_norm=1.0)\n"
+        "    opt.step(grads)\n",
+    ),
+]
 
 
 @pytest.mark.parametrize(
     ("rope_type", "sliding_window", "num_key_value_heads"),
     [(None, None, 4), ("su", 5, 2), ("yarn", 3, 1)],
 )
-def test_phi3_long_rope_sliding_window_training_and_long_scoring_as_torch(
+def test_phi3_style_long_rope_sliding_window_training_and_long_scoring_as_torch(
     capsys, rope_type, sliding_window, num_key_value_heads
 ):
     head_dim = 4
@@ -588,7 +265,7 @@ def test_phi3_long_rope_sliding_window_training_and_long_scoring_as_torch(
     short_batches[:, 1, -2:] = 0  # right padding
     long_batch = rng.integers(1, 13, (2, 12)).tolist()
     (theirs, ours), _ = runs_with_draws(
-        PHI3_SOURCE + TRAIN_SOURCE, STEPS, capsys, 24601, config=config,
+        PHI3_STYLE_SOURCE, PHI3_STYLE_STEPS, capsys, 24601, config=config,
         short_batches=short_batches.tolist(), long_batch=long_batch,
         initialize=initializer(), params_of=params_of,
     )  # fmt: skip

@@ -1,35 +1,30 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""A program written here in the style of facebookresearch/mae (a masked autoencoder ViT with
+its sine-cosine positions, random masking, pixel loss, weight-decay groups, a per-iteration
+warmup-cosine schedule and gradient accumulation), run under torch and, ported, under retrograd
+from the same weights and mask draws (the harness: ``tests/real_ports.py``), small (16x16
+images, 4x4 patches, widths 16/8), in float64.
 
-- the masked autoencoder of facebookresearch/mae (``models_mae.py``, ``util/pos_embed.py``,
-  ``util/lr_sched.py`` and the step of ``engine_pretrain.py``) over timm 0.3.2's
-  ``PatchEmbed``/``Attention``/``Mlp``/``Block`` (``timm/models/vision_transformer.py``, the
-  version MAE pins), small (16x16 images, 4x4 patches, widths 16/8): the 2-d sine-cosine
-  positions built in NumPy (``np.meshgrid``, ``np.einsum('m,d->md', ...)``) and written by
-  ``self.pos_embed.data.copy_(torch.from_numpy(pos_embed).float().unsqueeze(0))`` into an
-  ``nn.Parameter(..., requires_grad=False)``; the patch projection initialised through a view,
-  ``torch.nn.init.xavier_uniform_(w.view([w.shape[0], -1]))`` of ``proj.weight.data``;
-  ``nn.init.normal_(self.cls_token, std=.02)``; ``self.apply(self._init_weights)``;
-  ``random_masking`` (``torch.rand(N, L, device=x.device)``, ``torch.argsort`` twice,
-  ``torch.gather(x, dim=1, index=ids_keep.unsqueeze(-1).repeat(1, 1, D))``, ``mask[:,
-  :len_keep] = 0`` then gathered back); ``patchify``/``unpatchify`` by ``imgs.reshape(shape=(...))``
-  (torch's keyword) and the one-operand ``torch.einsum('nchpwq->nhwpqc', x)``; the decoder's
-  ``self.mask_token.repeat(x.shape[0], ids_restore.shape[1] + 1 - x.shape[1], 1)`` and
-  unshuffle by ``gather``; ``forward_loss`` with ``norm_pix_loss`` (``target.var(dim=-1,
-  keepdim=True)``, ``(var + 1.e-6)**.5``) and the masked mean ``(loss * mask).sum() /
-  mask.sum()``; norm layers as ``partial(nn.LayerNorm, eps=1e-6)``; timm's
-  ``add_weight_decay`` parameter groups, AdamW with ``betas=(0.9, 0.95)``, the per-iteration
-  half-cycle cosine ``adjust_learning_rate(optimizer, data_iter_step / len(data_loader) +
-  epoch, args)`` with warmup, gradient accumulation (``loss /= accum_iter``, a step every
-  ``accum_iter`` iterations), and the reconstruction by ``unpatchify`` and
-  ``torch.einsum('nchw->nhwc', ...)`` as the visualisation notebook does.
+What it exercises: 2-d sine-cosine positions built in NumPy (``np.meshgrid``,
+``np.einsum("m,d->md", ...)``) and written by ``pos.data.copy_(torch.from_numpy(table).float()
+.unsqueeze(0))`` into an ``nn.Parameter(..., requires_grad=False)``; the patch projection
+initialised through a view, ``torch.nn.init.xavier_uniform_(weight.view([weight.shape[0],
+-1]))`` of ``proj.weight.data``; ``nn.init.normal_(self.cls_token, std=.02)``; ``self.apply(...)``;
+random masking (``torch.rand(N, L, device=x.device)``, ``torch.argsort`` twice,
+``torch.gather(x, dim=1, index=keep.unsqueeze(-1).repeat(1, 1, D))``, ``mask[:, :n_keep] = 0``
+then gathered back); patchify/unpatchify by ``imgs.reshape(shape=(...))`` (torch's keyword) and
+the one-operand ``torch.einsum("nchpwq->nhwpqc", x)``; the decoder's ``self.mask_token.repeat(
+N, L + 1 - x.shape[1], 1)`` and unshuffle by ``gather``; the loss with ``norm_pix_loss``
+(``target.var(dim=-1, keepdim=True)``, ``(var + 1.e-6) ** .5``) and the masked mean ``(loss *
+mask).sum() / mask.sum()``; norms as ``partial(nn.LayerNorm, eps=1e-6)``; weight-decay parameter
+groups, AdamW with ``betas=(0.9, 0.95)``, a per-iteration warmup then half-cycle cosine learning
+rate written into ``param_groups`` (``"lr_scale" in group``), gradient accumulation (``loss /=
+accum``, a step every ``accum`` iterations), and the reconstruction pasted by ``unpatchify`` and
+``torch.einsum("nchw->nhwc", ...)`` as MAE's visualisation does.
 
-``torch.rand`` draws from one seeded stream in both runs; the run is in float64. The lines
-changed: the gradient lines (MAE's ``NativeScaler`` call, which runs ``loss.backward()`` and
-``optimizer.step()`` every ``accum_iter`` iterations, is written out as those lines; the port
-sums the accumulated gradients, ``grads = g if grads is None else grads + g``).
+``torch.rand`` draws from one seeded stream in both runs. The port changes the gradient lines
+(it sums the accumulated gradients, ``grads = g if grads is None else grads + g``).
 
-The defect found: ``torch.gather(x, dim=1, index=...)`` was refused (``gather`` named its
+The defect it guards: ``torch.gather(x, dim=1, index=...)`` was refused (``gather`` named its
 argument ``indices``, Burn's name; torch's keyword is ``index``; both are taken now). A sweep of
 torch's keyword names beside it found two more: ``torch.split(x, split_size_or_sections=...)``
 and ``torch.max(x, other=y)`` / ``x.min(other=y)`` (``tests/test_realports6_fixes.py``).
@@ -45,456 +40,192 @@ import retrograd as rg
 from real_ports import assert_records_agree, port, run_source
 
 MAE_SOURCE = """
-import collections.abc
 from functools import partial
-from itertools import repeat
 
 
-# timm/models/layers/helpers.py
-def _ntuple(n):
-    def parse(x):
-        if isinstance(x, collections.abc.Iterable):
-            return x
-        return tuple(repeat(x, n))
-    return parse
+def sincos_1d(dim, positions):
+    freqs = 1.0 / 10000 ** (np.arange(dim // 2, dtype=np.float64) / (dim / 2.0))
+    angles = np.einsum("m,d->md", positions.reshape(-1), freqs)
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
 
 
-to_2tuple = _ntuple(2)
-
-
-# timm/models/vision_transformer.py (0.3.2)
-class Mlp(nn.Module):
-    def __init__(self, in_features, hidden_features=None, out_features=None, act_layer=nn.GELU, drop=0.):
-        super().__init__()
-        out_features = out_features or in_features
-        hidden_features = hidden_features or in_features
-        self.fc1 = nn.Linear(in_features, hidden_features)
-        self.act = act_layer()
-        self.fc2 = nn.Linear(hidden_features, out_features)
-        self.drop = nn.Dropout(drop)
-
-    def forward(self, x):
-        x = self.fc1(x)
-        x = self.act(x)
-        x = self.drop(x)
-        x = self.fc2(x)
-        x = self.drop(x)
-        return x
-
-
-class Attention(nn.Module):
-    def __init__(self, dim, num_heads=8, qkv_bias=False, qk_scale=None, attn_drop=0., proj_drop=0.):
-        super().__init__()
-        self.num_heads = num_heads
-        head_dim = dim // num_heads
-        # NOTE scale factor was wrong in my original version, can set manually to be compat with prev weights
-        self.scale = qk_scale or head_dim ** -0.5
-
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.attn_drop = nn.Dropout(attn_drop)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
-
-    def forward(self, x):
-        B, N, C = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]   # make torchscript happy (cannot use tensor as tuple)
-
-        attn = (q @ k.transpose(-2, -1)) * self.scale
-        attn = attn.softmax(dim=-1)
-        attn = self.attn_drop(attn)
-
-        x = (attn @ v).transpose(1, 2).reshape(B, N, C)
-        x = self.proj(x)
-        x = self.proj_drop(x)
-        return x
+def sincos_2d(dim, side, with_cls=False):
+    axis = np.arange(side, dtype=np.float64)
+    rows, cols = np.meshgrid(axis, axis)
+    table = np.concatenate([sincos_1d(dim // 2, rows), sincos_1d(dim // 2, cols)], axis=1)
+    if with_cls:
+        table = np.concatenate([np.zeros([1, dim]), table], axis=0)
+    return table
 
 
 class Block(nn.Module):
-
-    def __init__(self, dim, num_heads, mlp_ratio=4., qkv_bias=False, qk_scale=None, drop=0., attn_drop=0.,
-                 drop_path=0., act_layer=nn.GELU, norm_layer=nn.LayerNorm):
+    # pre-norm transformer block: fused qkv attention, then a GELU MLP
+    def __init__(self, dim, heads, ratio, norm):
         super().__init__()
-        self.norm1 = norm_layer(dim)
-        self.attn = Attention(
-            dim, num_heads=num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale, attn_drop=attn_drop, proj_drop=drop)
-        # NOTE: drop path for stochastic depth, we shall see if this is better than dropout here
-        self.drop_path = nn.Identity()
-        self.norm2 = norm_layer(dim)
-        mlp_hidden_dim = int(dim * mlp_ratio)
-        self.mlp = Mlp(in_features=dim, hidden_features=mlp_hidden_dim, act_layer=act_layer, drop=drop)
+        self.heads = heads
+        self.norm1, self.norm2 = norm(dim), norm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        hidden = ratio * dim
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
 
     def forward(self, x):
-        x = x + self.drop_path(self.attn(self.norm1(x)))
-        x = x + self.drop_path(self.mlp(self.norm2(x)))
-        return x
+        B, N, C = x.shape
+        d = C // self.heads
+        q, k, v = self.qkv(self.norm1(x)).reshape(B, N, 3, self.heads, d).permute(2, 0, 3, 1, 4)
+        att = (q @ k.transpose(-2, -1) * d ** -0.5).softmax(dim=-1)
+        x = x + self.out((att @ v).transpose(1, 2).reshape(B, N, C))
+        return x + self.mlp(self.norm2(x))
 
 
-class PatchEmbed(nn.Module):
-    \"\"\" Image to Patch Embedding
-    \"\"\"
-    def __init__(self, img_size=224, patch_size=16, in_chans=3, embed_dim=768):
+class TinyMAE(nn.Module):
+    def __init__(self, size=16, patch=4, dim=16, dec_dim=8, heads=2, ratio=2,
+                 norm_pix_loss=False, norm=partial(nn.LayerNorm, eps=1e-6)):
         super().__init__()
-        img_size = to_2tuple(img_size)
-        patch_size = to_2tuple(patch_size)
-        num_patches = (img_size[1] // patch_size[1]) * (img_size[0] // patch_size[0])
-        self.img_size = img_size
-        self.patch_size = patch_size
-        self.num_patches = num_patches
+        self.patch, self.side = patch, size // patch
+        n = self.side ** 2
+        self.proj = nn.Conv2d(3, dim, kernel_size=patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.zeros(1, n + 1, dim), requires_grad=False)
+        self.encoder = nn.Sequential(Block(dim, heads, ratio, norm), norm(dim))
+        self.to_decoder = nn.Linear(dim, dec_dim)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, dec_dim))
+        self.dec_pos = nn.Parameter(torch.zeros(1, n + 1, dec_dim), requires_grad=False)
+        self.decoder = nn.Sequential(Block(dec_dim, heads, ratio, norm), norm(dec_dim))
+        self.to_pixels = nn.Linear(dec_dim, patch * patch * 3)
+        self.normalize_targets = norm_pix_loss
+        self.reset()
 
-        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
+    def reset(self):
+        for param in (self.pos, self.dec_pos):
+            table = sincos_2d(param.shape[-1], self.side, with_cls=True)
+            param.data.copy_(torch.from_numpy(table).float().unsqueeze(0))
+        weight = self.proj.weight.data  # as a Linear's: fan-in over all of a patch
+        torch.nn.init.xavier_uniform_(weight.view([weight.shape[0], -1]))
+        nn.init.normal_(self.cls_token, std=.02)
+        nn.init.normal_(self.mask_token, std=.02)
+        self.apply(self._reset_layer)
 
-    def forward(self, x):
-        B, C, H, W = x.shape
-        # FIXME look at relaxing size constraints
-        assert H == self.img_size[0] and W == self.img_size[1], \\
-            f"Input image size ({H}*{W}) doesn't match model ({self.img_size[0]}*{self.img_size[1]})."
-        x = self.proj(x).flatten(2).transpose(1, 2)
-        return x
-
-
-# util/pos_embed.py
-def get_2d_sincos_pos_embed(embed_dim, grid_size, cls_token=False):
-    grid_h = np.arange(grid_size, dtype=np.float32)
-    grid_w = np.arange(grid_size, dtype=np.float32)
-    grid = np.meshgrid(grid_w, grid_h)  # here w goes first
-    grid = np.stack(grid, axis=0)
-
-    grid = grid.reshape([2, 1, grid_size, grid_size])
-    pos_embed = get_2d_sincos_pos_embed_from_grid(embed_dim, grid)
-    if cls_token:
-        pos_embed = np.concatenate([np.zeros([1, embed_dim]), pos_embed], axis=0)
-    return pos_embed
-
-
-def get_2d_sincos_pos_embed_from_grid(embed_dim, grid):
-    assert embed_dim % 2 == 0
-
-    # use half of dimensions to encode grid_h
-    emb_h = get_1d_sincos_pos_embed_from_grid(embed_dim // 2, grid[0])  # (H*W, D/2)
-    emb_w = get_1d_sincos_pos_embed_from_grid(embed_dim // 2, grid[1])  # (H*W, D/2)
-
-    emb = np.concatenate([emb_h, emb_w], axis=1) # (H*W, D)
-    return emb
-
-
-def get_1d_sincos_pos_embed_from_grid(embed_dim, pos):
-    assert embed_dim % 2 == 0
-    omega = np.arange(embed_dim // 2, dtype=np.float32)
-    omega /= embed_dim / 2.
-    omega = 1. / 10000**omega  # (D/2,)
-
-    pos = pos.reshape(-1)  # (M,)
-    out = np.einsum('m,d->md', pos, omega)  # (M, D/2), outer product
-
-    emb_sin = np.sin(out) # (M, D/2)
-    emb_cos = np.cos(out) # (M, D/2)
-
-    emb = np.concatenate([emb_sin, emb_cos], axis=1)  # (M, D)
-    return emb
-
-
-# models_mae.py
-class MaskedAutoencoderViT(nn.Module):
-    \"\"\" Masked Autoencoder with VisionTransformer backbone
-    \"\"\"
-    def __init__(self, img_size=224, patch_size=16, in_chans=3,
-                 embed_dim=1024, depth=24, num_heads=16,
-                 decoder_embed_dim=512, decoder_depth=8, decoder_num_heads=16,
-                 mlp_ratio=4., norm_layer=nn.LayerNorm, norm_pix_loss=False):
-        super().__init__()
-
-        # --------------------------------------------------------------------------
-        # MAE encoder specifics
-        self.patch_embed = PatchEmbed(img_size, patch_size, in_chans, embed_dim)
-        num_patches = self.patch_embed.num_patches
-
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, embed_dim), requires_grad=False)  # fixed sin-cos embedding
-
-        self.blocks = nn.ModuleList([
-            Block(embed_dim, num_heads, mlp_ratio, qkv_bias=True, qk_scale=None, norm_layer=norm_layer)
-            for i in range(depth)])
-        self.norm = norm_layer(embed_dim)
-        # --------------------------------------------------------------------------
-
-        # --------------------------------------------------------------------------
-        # MAE decoder specifics
-        self.decoder_embed = nn.Linear(embed_dim, decoder_embed_dim, bias=True)
-
-        self.mask_token = nn.Parameter(torch.zeros(1, 1, decoder_embed_dim))
-
-        self.decoder_pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, decoder_embed_dim), requires_grad=False)  # fixed sin-cos embedding
-
-        self.decoder_blocks = nn.ModuleList([
-            Block(decoder_embed_dim, decoder_num_heads, mlp_ratio, qkv_bias=True, qk_scale=None, norm_layer=norm_layer)
-            for i in range(decoder_depth)])
-
-        self.decoder_norm = norm_layer(decoder_embed_dim)
-        self.decoder_pred = nn.Linear(decoder_embed_dim, patch_size**2 * in_chans, bias=True) # decoder to patch
-        # --------------------------------------------------------------------------
-
-        self.norm_pix_loss = norm_pix_loss
-
-        self.initialize_weights()
-
-    def initialize_weights(self):
-        # initialization
-        # initialize (and freeze) pos_embed by sin-cos embedding
-        pos_embed = get_2d_sincos_pos_embed(self.pos_embed.shape[-1], int(self.patch_embed.num_patches**.5), cls_token=True)
-        self.pos_embed.data.copy_(torch.from_numpy(pos_embed).float().unsqueeze(0))
-
-        decoder_pos_embed = get_2d_sincos_pos_embed(self.decoder_pos_embed.shape[-1], int(self.patch_embed.num_patches**.5), cls_token=True)
-        self.decoder_pos_embed.data.copy_(torch.from_numpy(decoder_pos_embed).float().unsqueeze(0))
-
-        # initialize patch_embed like nn.Linear (instead of nn.Conv2d)
-        w = self.patch_embed.proj.weight.data
-        torch.nn.init.xavier_uniform_(w.view([w.shape[0], -1]))
-
-        # timm's trunc_normal_(std=.02) is effectively normal_(std=0.02) as cutoff is too big (2.)
-        torch.nn.init.normal_(self.cls_token, std=.02)
-        torch.nn.init.normal_(self.mask_token, std=.02)
-
-        # initialize nn.Linear and nn.LayerNorm
-        self.apply(self._init_weights)
-
-    def _init_weights(self, m):
+    def _reset_layer(self, m):
         if isinstance(m, nn.Linear):
-            # we use xavier_uniform following official JAX ViT:
-            torch.nn.init.xavier_uniform_(m.weight)
-            if isinstance(m, nn.Linear) and m.bias is not None:
-                nn.init.constant_(m.bias, 0)
-        elif isinstance(m, nn.LayerNorm):
+            nn.init.xavier_uniform_(m.weight)
             nn.init.constant_(m.bias, 0)
-            nn.init.constant_(m.weight, 1.0)
+        if isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
 
     def patchify(self, imgs):
-        \"\"\"
-        imgs: (N, 3, H, W)
-        x: (N, L, patch_size**2 *3)
-        \"\"\"
-        p = self.patch_embed.patch_size[0]
-        assert imgs.shape[2] == imgs.shape[3] and imgs.shape[2] % p == 0
-
-        h = w = imgs.shape[2] // p
-        x = imgs.reshape(shape=(imgs.shape[0], 3, h, p, w, p))
-        x = torch.einsum('nchpwq->nhwpqc', x)
-        x = x.reshape(shape=(imgs.shape[0], h * w, p**2 * 3))
-        return x
+        p, h = self.patch, imgs.shape[2] // self.patch
+        x = imgs.reshape(shape=(imgs.shape[0], 3, h, p, h, p))
+        return torch.einsum("nchpwq->nhwpqc", x).reshape(shape=(imgs.shape[0], h * h, p * p * 3))
 
     def unpatchify(self, x):
-        \"\"\"
-        x: (N, L, patch_size**2 *3)
-        imgs: (N, 3, H, W)
-        \"\"\"
-        p = self.patch_embed.patch_size[0]
-        h = w = int(x.shape[1]**.5)
-        assert h * w == x.shape[1]
+        p, h = self.patch, int(x.shape[1] ** 0.5)
+        x = torch.einsum("nhwpqc->nchpwq", x.reshape(shape=(x.shape[0], h, h, p, p, 3)))
+        return x.reshape(shape=(x.shape[0], 3, h * p, h * p))
 
-        x = x.reshape(shape=(x.shape[0], h, w, p, p, 3))
-        x = torch.einsum('nhwpqc->nchpwq', x)
-        imgs = x.reshape(shape=(x.shape[0], 3, h * p, h * p))
-        return imgs
+    def shuffle_and_drop(self, x, ratio):
+        N, L, D = x.shape
+        n_keep = int(L * (1 - ratio))
+        order = torch.argsort(torch.rand(N, L, device=x.device), dim=1)
+        restore = torch.argsort(order, dim=1)
+        keep = order[:, :n_keep]
+        kept = torch.gather(x, dim=1, index=keep.unsqueeze(-1).repeat(1, 1, D))
+        mask = torch.ones(N, L, device=x.device)
+        mask[:, :n_keep] = 0
+        return kept, torch.gather(mask, dim=1, index=restore), restore
 
-    def random_masking(self, x, mask_ratio):
-        \"\"\"
-        Perform per-sample random masking by per-sample shuffling.
-        Per-sample shuffling is done by argsort random noise.
-        x: [N, L, D], sequence
-        \"\"\"
-        N, L, D = x.shape  # batch, length, dim
-        len_keep = int(L * (1 - mask_ratio))
+    def encode(self, imgs, ratio):
+        x = self.proj(imgs).flatten(2).transpose(1, 2) + self.pos[:, 1:, :]
+        x, mask, restore = self.shuffle_and_drop(x, ratio)
+        cls = (self.cls_token + self.pos[:, :1, :]).expand(x.shape[0], -1, -1)
+        return self.encoder(torch.cat([cls, x], dim=1)), mask, restore
 
-        noise = torch.rand(N, L, device=x.device)  # noise in [0, 1]
+    def decode(self, x, restore):
+        x = self.to_decoder(x)
+        fill = self.mask_token.repeat(x.shape[0], restore.shape[1] + 1 - x.shape[1], 1)
+        body = torch.cat([x[:, 1:, :], fill], dim=1)
+        body = torch.gather(body, dim=1, index=restore.unsqueeze(-1).repeat(1, 1, x.shape[2]))
+        x = torch.cat([x[:, :1, :], body], dim=1) + self.dec_pos
+        return self.to_pixels(self.decoder(x))[:, 1:, :]
 
-        # sort noise for each sample
-        ids_shuffle = torch.argsort(noise, dim=1)  # ascend: small is keep, large is remove
-        ids_restore = torch.argsort(ids_shuffle, dim=1)
-
-        # keep the first subset
-        ids_keep = ids_shuffle[:, :len_keep]
-        x_masked = torch.gather(x, dim=1, index=ids_keep.unsqueeze(-1).repeat(1, 1, D))
-
-        # generate the binary mask: 0 is keep, 1 is remove
-        mask = torch.ones([N, L], device=x.device)
-        mask[:, :len_keep] = 0
-        # unshuffle to get the binary mask
-        mask = torch.gather(mask, dim=1, index=ids_restore)
-
-        return x_masked, mask, ids_restore
-
-    def forward_encoder(self, x, mask_ratio):
-        # embed patches
-        x = self.patch_embed(x)
-
-        # add pos embed w/o cls token
-        x = x + self.pos_embed[:, 1:, :]
-
-        # masking: length -> length * mask_ratio
-        x, mask, ids_restore = self.random_masking(x, mask_ratio)
-
-        # append cls token
-        cls_token = self.cls_token + self.pos_embed[:, :1, :]
-        cls_tokens = cls_token.expand(x.shape[0], -1, -1)
-        x = torch.cat((cls_tokens, x), dim=1)
-
-        # apply Transformer blocks
-        for blk in self.blocks:
-            x = blk(x)
-        x = self.norm(x)
-
-        return x, mask, ids_restore
-
-    def forward_decoder(self, x, ids_restore):
-        # embed tokens
-        x = self.decoder_embed(x)
-
-        # append mask tokens to sequence
-        mask_tokens = self.mask_token.repeat(x.shape[0], ids_restore.shape[1] + 1 - x.shape[1], 1)
-        x_ = torch.cat([x[:, 1:, :], mask_tokens], dim=1)  # no cls token
-        x_ = torch.gather(x_, dim=1, index=ids_restore.unsqueeze(-1).repeat(1, 1, x.shape[2]))  # unshuffle
-        x = torch.cat([x[:, :1, :], x_], dim=1)  # append cls token
-
-        # add pos embed
-        x = x + self.decoder_pos_embed
-
-        # apply Transformer blocks
-        for blk in self.decoder_blocks:
-            x = blk(x)
-        x = self.decoder_norm(x)
-
-        # predictor projection
-        x = self.decoder_pred(x)
-
-        # remove cls token
-        x = x[:, 1:, :]
-
-        return x
-
-    def forward_loss(self, imgs, pred, mask):
-        \"\"\"
-        imgs: [N, 3, H, W]
-        pred: [N, L, p*p*3]
-        mask: [N, L], 0 is keep, 1 is remove,
-        \"\"\"
+    def loss(self, imgs, pred, mask):
         target = self.patchify(imgs)
-        if self.norm_pix_loss:
-            mean = target.mean(dim=-1, keepdim=True)
-            var = target.var(dim=-1, keepdim=True)
-            target = (target - mean) / (var + 1.e-6)**.5
+        if self.normalize_targets:
+            mean, var = target.mean(dim=-1, keepdim=True), target.var(dim=-1, keepdim=True)
+            target = (target - mean) / (var + 1.e-6) ** .5
+        per_patch = ((pred - target) ** 2).mean(dim=-1)
+        return (per_patch * mask).sum() / mask.sum()  # only the hidden patches count
 
-        loss = (pred - target) ** 2
-        loss = loss.mean(dim=-1)  # [N, L], mean loss per patch
-
-        loss = (loss * mask).sum() / mask.sum()  # mean loss on removed patches
-        return loss
-
-    def forward(self, imgs, mask_ratio=0.75):
-        latent, mask, ids_restore = self.forward_encoder(imgs, mask_ratio)
-        pred = self.forward_decoder(latent, ids_restore)  # [N, L, p*p*3]
-        loss = self.forward_loss(imgs, pred, mask)
-        return loss, pred, mask
+    def forward(self, imgs, mask_ratio: float = 0.75):
+        latent, mask, restore = self.encode(imgs, mask_ratio)
+        pred = self.decode(latent, restore)
+        return self.loss(imgs, pred, mask), pred, mask
 
 
-def mae_vit_tiny_patch4(**kwargs):  # the test's size, written as mae_vit_base_patch16_dec512d8b
-    model = MaskedAutoencoderViT(
-        img_size=16, patch_size=4, embed_dim=16, depth=2, num_heads=2,
-        decoder_embed_dim=8, decoder_depth=1, decoder_num_heads=2,
-        mlp_ratio=4, norm_layer=partial(nn.LayerNorm, eps=1e-6), **kwargs)
-    return model
-
-
-# timm/optim/optim_factory.py
-def add_weight_decay(model, weight_decay=1e-5, skip_list=()):
-    decay = []
-    no_decay = []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue  # frozen weights
-        if len(param.shape) == 1 or name.endswith(".bias") or name in skip_list:
-            no_decay.append(param)
-        else:
-            decay.append(param)
+def decay_groups(model, weight_decay):
+    flat, other = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (flat if p.ndim == 1 or name.endswith(".bias") else other).append(p)
     return [
-        {'params': no_decay, 'weight_decay': 0.},
-        {'params': decay, 'weight_decay': weight_decay}]
+        {"params": flat, "weight_decay": 0.0},
+        {"params": other, "weight_decay": weight_decay},
+    ]
 
 
-# util/lr_sched.py
-def adjust_learning_rate(optimizer, epoch, args):
-    \"\"\"Decay the learning rate with half-cycle cosine after warmup\"\"\"
-    if epoch < args.warmup_epochs:
-        lr = args.lr * epoch / args.warmup_epochs
+def set_lr(optimizer, progress, args):
+    if progress < args.warmup_epochs:
+        lr = args.lr * progress / args.warmup_epochs
     else:
-        lr = args.min_lr + (args.lr - args.min_lr) * 0.5 * \\
-            (1. + math.cos(math.pi * (epoch - args.warmup_epochs) / (args.epochs - args.warmup_epochs)))
-    for param_group in optimizer.param_groups:
-        if "lr_scale" in param_group:
-            param_group["lr"] = lr * param_group["lr_scale"]
-        else:
-            param_group["lr"] = lr
+        phase = (progress - args.warmup_epochs) / (args.epochs - args.warmup_epochs)
+        lr = args.min_lr + (args.lr - args.min_lr) * 0.5 * (1.0 + math.cos(math.pi * phase))
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group["lr_scale"] if "lr_scale" in group else lr
     return lr
 
 
-# engine_pretrain.py, the loop of train_one_epoch
-def train_one_epoch(model, data_loader, optimizer, epoch, args):
-    model.train(True)
-    accum_iter = args.accum_iter
-    optimizer.zero_grad()
-    grads = None
-    for data_iter_step, (samples, _) in enumerate(data_loader):
-
-        # we use a per iteration (instead of per epoch) lr scheduler
-        if data_iter_step % accum_iter == 0:
-            lrs.append(adjust_learning_rate(optimizer, data_iter_step / len(data_loader) + epoch, args))
-
-        loss, _, _ = model(samples, mask_ratio=args.mask_ratio)
-
-        loss_value = loss.item()
-
-        if not math.isfinite(loss_value):
-            print("Loss is {}, stopping training".format(loss_value))
-            sys.exit(1)
-
-        loss /= accum_iter
-        loss.backward()
-        if (data_iter_step + 1) % accum_iter == 0:
-            optimizer.step()
-            optimizer.zero_grad()
-
-        losses.append(loss_value)
-
-
 def main(args, dataset):
-    model = mae_vit_tiny_patch4(norm_pix_loss=args.norm_pix_loss)
+    model = TinyMAE(norm_pix_loss=args.norm_pix_loss)
     initialize(model)
-    data_loader_train = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, drop_last=True)
-    param_groups = add_weight_decay(model, args.weight_decay)
-    optimizer = torch.optim.AdamW(param_groups, lr=args.lr, betas=(0.9, 0.95))
-    for epoch in range(args.start_epoch, args.epochs):
-        train_one_epoch(model, data_loader_train, optimizer, epoch, args)
-    # the visualisation notebook's reconstruction
-    model.eval()
-    x = dataset[0][0].unsqueeze(0)
-    loss, y, mask = model(x, mask_ratio=0.75)
-    y = model.unpatchify(y)
-    y = torch.einsum('nchw->nhwc', y).detach()
-    mask = mask.detach()
-    mask = mask.unsqueeze(-1).repeat(1, 1, model.patch_embed.patch_size[0]**2 *3)  # (N, H*W, p*p*3)
-    mask = model.unpatchify(mask)  # 1 is removing, 0 is keeping
-    mask = torch.einsum('nchw->nhwc', mask).detach()
-    im_paste = torch.einsum('nchw->nhwc', x) * (1 - mask) + y * mask
-    return model, [loss.item(), y.numpy(), mask.numpy(), im_paste.numpy()]
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, drop_last=True)
+    groups = decay_groups(model, args.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95))
+    for epoch in range(int(args.start_epoch), int(args.epochs)):
+        model.train(True)
+        optimizer.zero_grad()
+        grads = None
+        for it, (imgs, _) in enumerate(loader):
+            if it % args.accum_iter == 0:
+                lrs.append(set_lr(optimizer, epoch + it / len(loader), args))
+            loss, _, _ = model(imgs, mask_ratio=args.mask_ratio)
+            value = loss.item()
+            if not math.isfinite(value):
+                raise RuntimeError(f"loss is {value}")
+            loss /= args.accum_iter
+            loss.backward()
+            if (it + 1) % args.accum_iter == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            losses.append(value)
+    model.eval()  # reconstruct one image, the visible patches pasted over the prediction
+    img = dataset[0][0].unsqueeze(0)
+    loss, pred, mask = model(img, mask_ratio=0.75)
+    recon = torch.einsum("nchw->nhwc", model.unpatchify(pred)).detach()
+    mask = model.unpatchify(mask.detach().unsqueeze(-1).repeat(1, 1, model.patch ** 2 * 3))
+    mask = torch.einsum("nchw->nhwc", mask).detach()
+    pasted = torch.einsum("nchw->nhwc", img) * (1 - mask) + recon * mask
+    return model, [loss.item(), recon.numpy(), mask.numpy(), pasted.numpy()]
 """
 
 MAE_STEP = [
     (
-        "        loss.backward()\n",
-        "        g = loss.backward()\n        grads = g if grads is None else grads + g\n",
+        "            loss.backward()\n",
+        "            g = loss.backward()\n            grads = g if grads is None else grads + g\n",
     ),
     (
-        "            optimizer.step()\n",
-        "            optimizer.step(grads)\n            grads = None\n",
+        "                optimizer.step()\n",
+        "                optimizer.step(grads)\n                grads = None\n",
     ),
 ]
 

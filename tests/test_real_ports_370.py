@@ -1,32 +1,27 @@
-# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-DDPM on 2-d toy data as tanelp/tiny-diffusion writes it (``ddpm.py`` whole, its
-``positional_embeddings.py`` and ``datasets.py``), trained and sampled as the script's
-``__main__`` does, small, against torch's run of the same code from the same weights and draws.
+"""A program written here in the style of tanelp/tiny-diffusion (a DDPM on 2-d toy point
+clouds: an MLP over positional embeddings of the point and the time step, a noise scheduler, a
+``__main__`` that trains and samples), run under torch and, ported, under retrograd from the
+same weights and draws (the harness: ``tests/real_ports.py``), small.
 
-What it exercises: ``SinusoidalEmbedding`` (``scale: torch.float = 1.0`` evaluated as an
-annotation, ``torch.log(torch.Tensor([10000.0]))``, a frequency table held as
-``nn.Parameter(emb, requires_grad=False)``), ``LearnableEmbedding``'s ``x.unsqueeze(-1).float() /
-self.size`` of integer time steps, ``IdentityEmbedding``/``LinearEmbedding``/``ZeroEmbedding``,
-``len(self.time_mlp.layer)`` through a module's ``__len__``, the residual ``Block`` of GELUs;
-``NoiseScheduler`` (linear and quadratic ``torch.linspace(..., dtype=torch.float32)`` schedules,
-``torch.cumprod(self.alphas, axis=0)``, ``F.pad(..., (1, 0), value=1.)``, ``** 0.5`` and
-``torch.sqrt(1 / ...)``, tables indexed by a batch of int64 steps and ``.reshape(-1, 1)``,
-``get_variance``'s ``if t == 0`` of a 0-d tensor and ``variance.clip(1e-20)``, ``step``'s
-``if t > 0`` and ``torch.randn_like``); the training loop's ``DataLoader(dataset,
-batch_size=..., shuffle=True, drop_last=True)`` over a ``TensorDataset`` of
-``torch.from_numpy(X.astype(np.float32))`` (one seeded permutation stream in both runs),
-``batch = batch[0]``, ``torch.randint(0, n, (batch.shape[0],)).long()``, ``loss.backward(loss)``
-(the loss seeding its own backward: the gradients scaled by the loss), ``clip_grad_norm_``,
-``AdamW``, ``loss.detach().item()``; sampling by ``torch.from_numpy(np.repeat(t, n)).long()`` under
-``torch.no_grad()``, ``.to("cpu")``, ``sample.numpy()``; ``torch.save(model.state_dict(), ...)``
-and ``np.save`` of the losses and frames.
+What it exercises: a sinusoidal embedding (a ``scale: torch.float = 1.0`` annotation evaluated
+at definition, ``torch.log(torch.Tensor([10000.0]))``, the frequency table held as
+``nn.Parameter(freqs, requires_grad=False)``), a learnable embedding's ``t.unsqueeze(-1).float()
+/ self.size`` of integer time steps, identity/linear/zero embeddings, widths read by ``len(...)``
+through a module's ``__len__``, residual GELU blocks; the scheduler (linear and quadratic
+``torch.linspace(..., dtype=torch.float32)`` schedules, ``torch.cumprod(alphas, axis=0)``,
+``F.pad(..., (1, 0), value=1.)``, ``** 0.5`` and ``torch.sqrt(1 / ...)``, tables indexed by a
+batch of int64 steps and ``.reshape(-1, 1)``, ``if t == 0`` of a 0-d tensor, ``.clip(1e-20)``,
+``if t > 0`` and ``torch.randn_like`` in the reverse step); training by ``DataLoader(...,
+shuffle=True, drop_last=True)`` over a ``TensorDataset`` of ``torch.from_numpy(X.astype(
+np.float32))`` (one seeded permutation stream in both runs), ``batch = batch[0]``,
+``torch.randint(...).long()``, ``loss.backward(loss)`` (the loss seeding its own backward, so the
+gradients are scaled by the loss), ``clip_grad_norm_``, ``AdamW``, ``loss.detach().item()``;
+sampling by ``torch.from_numpy(np.repeat(t, n)).long()`` under ``torch.no_grad()``,
+``.to("cpu")``, ``.numpy()``; ``torch.save(model.state_dict(), ...)`` and ``np.save`` of the
+losses and frames; ``argparse`` reading the test's argument list.
 
-The script's ``argparse`` reads the test's argument list (``parser.parse_args(ARGV)``), its
-plots (matplotlib) are left out, ``tqdm`` is a silent stand-in and ``datasets.py``'s default
-size is 8000 points cut to 128 (its ``dino`` set reads a CSV and is left out). The lines changed
-for the port: the ``import`` lines and the gradient lines (``grads = loss.backward(loss)``,
-``clip_grad_norm_(grads, ...)``, ``optimizer.step(grads)``).
+``tqdm`` is a silent stand-in. The port changes the ``import`` lines and the gradient lines
+(``grads = loss.backward(loss)``, ``clip_grad_norm_(grads, ...)``, ``optimizer.step(grads)``).
 """
 
 from __future__ import annotations
@@ -41,390 +36,220 @@ import retrograd as rg
 import retrograd.utils.data.sampler as rg_sampler
 from real_ports import assert_records_agree, initializer, port, run_source
 
-TINY_DIFFUSION_SOURCE = """
+TOY_DDPM_SOURCE = """
 import argparse
 import os
 
-import torch
-from torch import nn
-from torch.nn import functional as F
-from torch.utils.data import DataLoader
-
 import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
-# -- positional_embeddings.py ----------------------------------------------------------------------
-class SinusoidalEmbedding(nn.Module):
-    def __init__(self, size: int, scale: torch.float = 1.0):
+
+class SineEmbed(nn.Module):
+    def __init__(self, size: int, scale: torch.float = 1.0) -> None:
         super().__init__()
-        self.size = size
-        self.scale = scale
-        half_size = self.size // 2
-        emb = torch.log(torch.Tensor([10000.0])) / (half_size - 1)
-        emb = torch.exp(-emb * torch.arange(half_size))
-        self.emb = nn.Parameter(emb, requires_grad=False)
+        self.size, self.scale = size, scale
+        half = size // 2
+        rate = torch.log(torch.Tensor([10000.0])) / (half - 1)
+        self.freqs = nn.Parameter(torch.exp(-rate * torch.arange(half)), requires_grad=False)
 
-    def forward(self, x: torch.Tensor):
-        x = x * self.scale
-        emb = x.unsqueeze(-1) * self.emb.unsqueeze(0)
-        emb = torch.cat((torch.sin(emb), torch.cos(emb)), dim=-1)
-        return emb
+    def forward(self, x):
+        angles = (x * self.scale).unsqueeze(-1) * self.freqs.unsqueeze(0)
+        return torch.cat((torch.sin(angles), torch.cos(angles)), dim=-1)
 
     def __len__(self):
         return self.size
 
 
-class LinearEmbedding(nn.Module):
-    def __init__(self, size: int, scale: float = 1.0):
+class LearnedEmbed(nn.Module):
+    def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
-        self.scale = scale
+        self.proj = nn.Linear(1, size)
 
-    def forward(self, x: torch.Tensor):
-        x = x / self.size * self.scale
+    def forward(self, x):
+        return self.proj(x.unsqueeze(-1).float() / self.size)
+
+    def __len__(self):
+        return self.size
+
+
+class ScalarEmbed(nn.Module):
+    # "identity", "linear" (divided by the size) or "zero": one feature per input
+    def __init__(self, kind: str, size: int = 1):
+        super().__init__()
+        self.kind, self.size = kind, size
+
+    def forward(self, x):
+        if self.kind == "zero":
+            return x.unsqueeze(-1) * 0
+        if self.kind == "linear":
+            return (x / self.size).unsqueeze(-1)
         return x.unsqueeze(-1)
 
     def __len__(self):
         return 1
 
 
-class LearnableEmbedding(nn.Module):
-    def __init__(self, size: int):
+def embedding(kind, size, **kwargs):
+    if kind == "sinusoidal":
+        return SineEmbed(size, **kwargs)
+    if kind == "learnable":
+        return LearnedEmbed(size)
+    return ScalarEmbed(kind, size)
+
+
+class Residual(nn.Module):
+    def __init__(self, width: int):
         super().__init__()
-        self.size = size
-        self.linear = nn.Linear(1, size)
-
-    def forward(self, x: torch.Tensor):
-        return self.linear(x.unsqueeze(-1).float() / self.size)
-
-    def __len__(self):
-        return self.size
-
-
-class IdentityEmbedding(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x: torch.Tensor):
-        return x.unsqueeze(-1)
-
-    def __len__(self):
-        return 1
-
-
-class ZeroEmbedding(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x: torch.Tensor):
-        return x.unsqueeze(-1) * 0
-
-    def __len__(self):
-        return 1
-
-
-class PositionalEmbedding(nn.Module):
-    def __init__(self, size: int, type: str, **kwargs):
-        super().__init__()
-
-        if type == "sinusoidal":
-            self.layer = SinusoidalEmbedding(size, **kwargs)
-        elif type == "linear":
-            self.layer = LinearEmbedding(size, **kwargs)
-        elif type == "learnable":
-            self.layer = LearnableEmbedding(size)
-        elif type == "zero":
-            self.layer = ZeroEmbedding()
-        elif type == "identity":
-            self.layer = IdentityEmbedding()
-        else:
-            raise ValueError(f"Unknown positional embedding type: {type}")
-
-    def forward(self, x: torch.Tensor):
-        return self.layer(x)
-
-# -- datasets.py (less dino_dataset, which reads a CSV; n=8000 cut to 128) -------------------------
-from sklearn.datasets import make_moons
-from torch.utils.data import TensorDataset
-
-
-def moons_dataset(n=128):
-    X, _ = make_moons(n_samples=n, random_state=42, noise=0.03)
-    X[:, 0] = (X[:, 0] + 0.3) * 2 - 1
-    X[:, 1] = (X[:, 1] + 0.3) * 3 - 1
-    return TensorDataset(torch.from_numpy(X.astype(np.float32)))
-
-
-def line_dataset(n=128):
-    rng = np.random.default_rng(42)
-    x = rng.uniform(-0.5, 0.5, n)
-    y = rng.uniform(-1, 1, n)
-    X = np.stack((x, y), axis=1)
-    X *= 4
-    return TensorDataset(torch.from_numpy(X.astype(np.float32)))
-
-
-def circle_dataset(n=128):
-    rng = np.random.default_rng(42)
-    x = np.round(rng.uniform(-0.5, 0.5, n)/2, 1)*2
-    y = np.round(rng.uniform(-0.5, 0.5, n)/2, 1)*2
-    norm = np.sqrt(x**2 + y**2) + 1e-10
-    x /= norm
-    y /= norm
-    theta = 2 * np.pi * rng.uniform(0, 1, n)
-    r = rng.uniform(0, 0.03, n)
-    x += r * np.cos(theta)
-    y += r * np.sin(theta)
-    X = np.stack((x, y), axis=1)
-    X *= 3
-    return TensorDataset(torch.from_numpy(X.astype(np.float32)))
-
-
-def get_dataset(name, n=128):
-    if name == "moons":
-        return moons_dataset(n)
-    elif name == "line":
-        return line_dataset(n)
-    elif name == "circle":
-        return circle_dataset(n)
-    else:
-        raise ValueError(f"Unknown dataset: {name}")
-
-datasets = argparse.Namespace(get_dataset=get_dataset)
-
-# -- ddpm.py ---------------------------------------------------------------------------------------
-class Block(nn.Module):
-    def __init__(self, size: int):
-        super().__init__()
-
-        self.ff = nn.Linear(size, size)
+        self.fc = nn.Linear(width, width)
         self.act = nn.GELU()
 
-    def forward(self, x: torch.Tensor):
-        return x + self.act(self.ff(x))
+    def forward(self, x):
+        return x + self.act(self.fc(x))
 
 
-class MLP(nn.Module):
-    def __init__(self, hidden_size: int = 128, hidden_layers: int = 3, emb_size: int = 128,
-                 time_emb: str = "sinusoidal", input_emb: str = "sinusoidal"):
+class Denoiser(nn.Module):
+    def __init__(self, width, depth, emb, time_kind, point_kind):
         super().__init__()
+        self.t_embed = embedding(time_kind, emb)
+        sharp = {"scale": 25.0} if point_kind == "sinusoidal" else {}
+        self.x_embed = embedding(point_kind, emb, **sharp)
+        self.y_embed = embedding(point_kind, emb, **sharp)
+        fan_in = len(self.t_embed) + len(self.x_embed) + len(self.y_embed)
+        self.net = nn.Sequential(
+            nn.Linear(fan_in, width),
+            nn.GELU(),
+            *[Residual(width) for _ in range(depth)],
+            nn.Linear(width, 2),
+        )
 
-        self.time_mlp = PositionalEmbedding(emb_size, time_emb)
-        self.input_mlp1 = PositionalEmbedding(emb_size, input_emb, scale=25.0)
-        self.input_mlp2 = PositionalEmbedding(emb_size, input_emb, scale=25.0)
-
-        concat_size = len(self.time_mlp.layer) + \\
-            len(self.input_mlp1.layer) + len(self.input_mlp2.layer)
-        layers = [nn.Linear(concat_size, hidden_size), nn.GELU()]
-        for _ in range(hidden_layers):
-            layers.append(Block(hidden_size))
-        layers.append(nn.Linear(hidden_size, 2))
-        self.joint_mlp = nn.Sequential(*layers)
-
-    def forward(self, x, t):
-        x1_emb = self.input_mlp1(x[:, 0])
-        x2_emb = self.input_mlp2(x[:, 1])
-        t_emb = self.time_mlp(t)
-        x = torch.cat((x1_emb, x2_emb, t_emb), dim=-1)
-        x = self.joint_mlp(x)
-        return x
+    def forward(self, points, t):
+        x, y = self.x_embed(points[:, 0]), self.y_embed(points[:, 1])
+        return self.net(torch.cat((x, y, self.t_embed(t)), dim=-1))
 
 
-class NoiseScheduler():
-    def __init__(self,
-                 num_timesteps=1000,
-                 beta_start=0.0001,
-                 beta_end=0.02,
-                 beta_schedule="linear"):
-
-        self.num_timesteps = num_timesteps
-        if beta_schedule == "linear":
-            self.betas = torch.linspace(
-                beta_start, beta_end, num_timesteps, dtype=torch.float32)
-        elif beta_schedule == "quadratic":
-            self.betas = torch.linspace(
-                beta_start ** 0.5, beta_end ** 0.5, num_timesteps, dtype=torch.float32) ** 2
-
-        self.alphas = 1.0 - self.betas
-        self.alphas_cumprod = torch.cumprod(self.alphas, axis=0)
-        self.alphas_cumprod_prev = F.pad(
-            self.alphas_cumprod[:-1], (1, 0), value=1.)
-
-        # required for self.add_noise
-        self.sqrt_alphas_cumprod = self.alphas_cumprod ** 0.5
-        self.sqrt_one_minus_alphas_cumprod = (1 - self.alphas_cumprod) ** 0.5
-
-        # required for reconstruct_x0
-        self.sqrt_inv_alphas_cumprod = torch.sqrt(1 / self.alphas_cumprod)
-        self.sqrt_inv_alphas_cumprod_minus_one = torch.sqrt(
-            1 / self.alphas_cumprod - 1)
-
-        # required for q_posterior
-        self.posterior_mean_coef1 = self.betas * torch.sqrt(self.alphas_cumprod_prev) / (1. - self.alphas_cumprod)
-        self.posterior_mean_coef2 = (1. - self.alphas_cumprod_prev) * torch.sqrt(self.alphas) / (1. - self.alphas_cumprod)
-
-    def reconstruct_x0(self, x_t, t, noise):
-        s1 = self.sqrt_inv_alphas_cumprod[t]
-        s2 = self.sqrt_inv_alphas_cumprod_minus_one[t]
-        s1 = s1.reshape(-1, 1)
-        s2 = s2.reshape(-1, 1)
-        return s1 * x_t - s2 * noise
-
-    def q_posterior(self, x_0, x_t, t):
-        s1 = self.posterior_mean_coef1[t]
-        s2 = self.posterior_mean_coef2[t]
-        s1 = s1.reshape(-1, 1)
-        s2 = s2.reshape(-1, 1)
-        mu = s1 * x_0 + s2 * x_t
-        return mu
-
-    def get_variance(self, t):
-        if t == 0:
-            return 0
-
-        variance = self.betas[t] * (1. - self.alphas_cumprod_prev[t]) / (1. - self.alphas_cumprod[t])
-        variance = variance.clip(1e-20)
-        return variance
-
-    def step(self, model_output, timestep, sample):
-        t = timestep
-        pred_original_sample = self.reconstruct_x0(sample, t, model_output)
-        pred_prev_sample = self.q_posterior(pred_original_sample, sample, t)
-
-        variance = 0
-        if t > 0:
-            noise = torch.randn_like(model_output)
-            variance = (self.get_variance(t) ** 0.5) * noise
-
-        pred_prev_sample = pred_prev_sample + variance
-
-        return pred_prev_sample
-
-    def add_noise(self, x_start, x_noise, timesteps):
-        s1 = self.sqrt_alphas_cumprod[timesteps]
-        s2 = self.sqrt_one_minus_alphas_cumprod[timesteps]
-
-        s1 = s1.reshape(-1, 1)
-        s2 = s2.reshape(-1, 1)
-
-        return s1 * x_start + s2 * x_noise
+class Schedule:
+    def __init__(self, steps=50, low=1e-4, high=0.02, kind="linear"):
+        self.steps = steps
+        if kind == "linear":
+            self.betas = torch.linspace(low, high, steps, dtype=torch.float32)
+        else:  # quadratic: linear in sqrt(beta)
+            roots = torch.linspace(low ** 0.5, high ** 0.5, steps, dtype=torch.float32)
+            self.betas = roots ** 2
+        self.alphas = 1 - self.betas
+        self.abar = torch.cumprod(self.alphas, axis=0)
+        self.abar_prev = F.pad(self.abar[:-1], (1, 0), value=1.)
+        self.keep = self.abar ** 0.5
+        self.mix = (1 - self.abar) ** 0.5
+        self.inv_keep = torch.sqrt(1 / self.abar)
+        self.inv_mix = torch.sqrt(1 / self.abar - 1)
+        self.post_x0 = self.betas * torch.sqrt(self.abar_prev) / (1.0 - self.abar)
+        self.post_xt = (1.0 - self.abar_prev) * torch.sqrt(self.alphas) / (1.0 - self.abar)
 
     def __len__(self):
-        return self.num_timesteps
+        return self.steps
+
+    def noised(self, x0, eps, t):
+        return self.keep[t].reshape(-1, 1) * x0 + self.mix[t].reshape(-1, 1) * eps
+
+    def variance(self, t):
+        if t == 0:
+            return 0
+        var = self.betas[t] * (1.0 - self.abar_prev[t]) / (1.0 - self.abar[t])
+        return var.clip(1e-20)
+
+    def reverse(self, eps_hat, t, xt):
+        x0_hat = self.inv_keep[t].reshape(-1, 1) * xt - self.inv_mix[t].reshape(-1, 1) * eps_hat
+        mean = self.post_x0[t].reshape(-1, 1) * x0_hat + self.post_xt[t].reshape(-1, 1) * xt
+        if t > 0:
+            mean = mean + self.variance(t) ** 0.5 * torch.randn_like(eps_hat)
+        return mean
+
+
+def point_cloud(name, n, seed=7):
+    rng = np.random.default_rng(seed)
+    if name == "ring":
+        angle = rng.uniform(0, 2 * np.pi, n)
+        radius = 2.0 + 0.05 * rng.standard_normal(n)
+        pts = np.stack([radius * np.cos(angle), radius * np.sin(angle)], axis=1)
+    else:  # "bars": two vertical strips
+        column = rng.choice([-1.5, 1.5], n) + 0.1 * rng.standard_normal(n)
+        pts = np.stack([column, rng.uniform(-2, 2, n)], axis=1)
+    return TensorDataset(torch.from_numpy(pts.astype(np.float32)))
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--experiment_name", type=str, default="base")
-    parser.add_argument("--dataset", type=str, default="dino", choices=["circle", "dino", "line", "moons"])
-    parser.add_argument("--train_batch_size", type=int, default=256)
-    parser.add_argument("--eval_batch_size", type=int, default=1000)
-    parser.add_argument("--num_epochs", type=int, default=150)
-    parser.add_argument("--learning_rate", type=float, default=1e-3)
-    parser.add_argument("--num_timesteps", type=int, default=50)
-    parser.add_argument("--beta_schedule", type=str, default="linear", choices=["linear", "quadratic"])
-    parser.add_argument("--embedding_size", type=int, default=128)
-    parser.add_argument("--hidden_size", type=int, default=128)
-    parser.add_argument("--hidden_layers", type=int, default=3)
-    parser.add_argument("--time_embedding", type=str, default="sinusoidal", choices=["sinusoidal", "learnable", "linear", "zero"])
-    parser.add_argument("--input_embedding", type=str, default="sinusoidal", choices=["sinusoidal", "learnable", "linear", "identity"])
-    parser.add_argument("--save_images_step", type=int, default=1)
-    parser.add_argument("--device", type=str, default="cpu")
-    config = parser.parse_args(ARGV)
-    
-    if torch.cuda.is_available() and config.device[:4] =="cuda":
-        print(f"INFO: '{config.device}' is available")
-        device = config.device
-    else:
-        print(f"INFO: using cpu")
-        device = config.device = "cpu"    
+    cli = argparse.ArgumentParser()
+    cli.add_argument("--data", default="ring", choices=["ring", "bars"])
+    cli.add_argument("--points", type=int, default=1024)
+    cli.add_argument("--batch", type=int, default=128)
+    cli.add_argument("--samples", type=int, default=500)
+    cli.add_argument("--epochs", type=int, default=100)
+    cli.add_argument("--lr", type=float, default=1e-3)
+    cli.add_argument("--steps", type=int, default=50)
+    cli.add_argument("--schedule", default="linear", choices=["linear", "quadratic"])
+    cli.add_argument("--emb", type=int, default=64)
+    cli.add_argument("--width", type=int, default=64)
+    cli.add_argument("--depth", type=int, default=2)
+    cli.add_argument("--time_emb", default="sinusoidal")
+    cli.add_argument("--point_emb", default="sinusoidal")
+    cli.add_argument("--snapshot_every", type=int, default=10)
+    opts = cli.parse_args(ARGV)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"device: {device}")
 
-    dataset = datasets.get_dataset(config.dataset)
-    dataloader = DataLoader(
-        dataset, batch_size=config.train_batch_size, shuffle=True, drop_last=True)
-
-    model = MLP(
-        hidden_size=config.hidden_size,
-        hidden_layers=config.hidden_layers,
-        emb_size=config.embedding_size,
-        time_emb=config.time_embedding,
-        input_emb=config.input_embedding).to(device)
+    cloud = point_cloud(opts.data, opts.points)
+    loader = DataLoader(cloud, batch_size=opts.batch, shuffle=True, drop_last=True)
+    model = Denoiser(opts.width, opts.depth, opts.emb, opts.time_emb, opts.point_emb).to(device)
     initialize(model)
+    schedule = Schedule(opts.steps, kind=opts.schedule)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=opts.lr)
 
-    noise_scheduler = NoiseScheduler(
-        num_timesteps=config.num_timesteps,
-        beta_schedule=config.beta_schedule)
-
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=config.learning_rate,
-    )
-
-    global_step = 0
-    frames = []
-    losses = []
-    print("Training model...")
-    
-    for epoch in range(config.num_epochs):
+    losses, frames = [], []
+    for epoch in range(opts.epochs):
         model.train()
-        progress_bar = tqdm(total=len(dataloader))
-        progress_bar.set_description(f"Epoch {epoch}")
-        for step, batch in enumerate(dataloader):
+        for batch in tqdm(loader):
             batch = batch[0]
-            noise = torch.randn(batch.shape)
-            timesteps = torch.randint(
-                0, noise_scheduler.num_timesteps, (batch.shape[0],)
-            ).long()
-
-            noisy = noise_scheduler.add_noise(batch, noise, timesteps)
-            noise_pred = model(noisy.to(device), timesteps.to(device))
-            loss = F.mse_loss(noise_pred, noise.to(device))
+            eps = torch.randn(batch.shape)
+            t = torch.randint(0, schedule.steps, (batch.shape[0],)).long()
+            noisy = schedule.noised(batch, eps, t)
+            loss = F.mse_loss(model(noisy.to(device), t.to(device)), eps.to(device))
             loss.backward(loss)
-
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
             optimizer.step()
             optimizer.zero_grad()
-
-            progress_bar.update(1)
-            logs = {"loss": loss.detach().item(), "step": global_step}
-            losses.append(loss.detach().item())
-            progress_bar.set_postfix(**logs)
-            global_step += 1
-        progress_bar.close()
-        
-
-        if epoch % config.save_images_step == 0 or epoch == config.num_epochs - 1:
-            # generate data with the model to later visualize the learning process
+            losses += [loss.detach().item()]
+        if epoch % opts.snapshot_every == 0 or epoch == opts.epochs - 1:
             model.eval()
-            sample = torch.randn(config.eval_batch_size, 2)
-            timesteps = list(range(len(noise_scheduler)))[::-1]
-            for i, t in enumerate(tqdm(timesteps)):
-                t = torch.from_numpy(np.repeat(t, config.eval_batch_size)).long()
+            x = torch.randn(opts.samples, 2)
+            for step in reversed(range(len(schedule))):
+                t = torch.from_numpy(np.repeat(step, opts.samples)).long()
                 with torch.no_grad():
-                    residual = model(sample.to(device), t.to(device)).to("cpu")
-                sample = noise_scheduler.step(residual, t[0], sample)
-            frames.append(sample.numpy())
-    
+                    eps_hat = model(x.to(device), t.to(device)).to("cpu")
+                x = schedule.reverse(eps_hat, t[0], x)
+            frames.append(x.numpy())
+        print(f"epoch {epoch}: last loss {losses[-1]:.4f}")
 
-    print("Saving model...")
-    outdir = f"exps/{config.experiment_name}"
-    os.makedirs(outdir, exist_ok=True)
-    torch.save(model.state_dict(), f"{outdir}/model.pth")
-
-    print("Saving loss as numpy array...")
-    np.save(f"{outdir}/loss.npy", np.array(losses))
-
-    print("Saving frames...")
-    np.save(f"{outdir}/frames.npy", frames)
+    os.makedirs("out", exist_ok=True)
+    torch.save(model.state_dict(), "out/denoiser.pt")
+    np.save("out/losses.npy", np.array(losses))
+    np.save("out/frames.npy", frames)
 """
 
-TINY_DIFFUSION_STEPS = [
+TOY_DDPM_STEPS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
+    ("from torch import nn\n", "from retrograd import nn\n"),
     (
-        "import torch\nfrom torch import nn\nfrom torch.nn import functional as F\n",
-        "import retrograd as torch\nfrom retrograd import nn\nfrom retrograd.nn import functional as F\n",
-    ),
-    (
-        "            loss.backward(loss)\n\n            nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n            optimizer.step()\n",
-        "            grads = loss.backward(loss)\n\n            nn.utils.clip_grad_norm_(grads, model.parameters(), 1.0)\n            optimizer.step(grads)\n",
+        "            loss.backward(loss)\n"
+        "            nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)\n"
+        "            optimizer.step()\n",
+        "            grads = loss.backward(loss)\n"
+        "            nn.utils.clip_grad_norm_(grads, model.parameters(), max_norm=1.0)\n"
+        "            optimizer.step(grads)\n",
     ),
 ]
 
@@ -473,28 +298,28 @@ def run_tiny_diffusion(argv, seed, tmp_path, monkeypatch, capsys, shared_permuta
     initialize, records, logs = initializer(), [], []
     torch.manual_seed(seed)
     for lib in (torch, rg):
-        text = TINY_DIFFUSION_SOURCE
+        text = TOY_DDPM_SOURCE
         if lib is rg:
-            text = port(text, TINY_DIFFUSION_STEPS).replace("from torch.", "from retrograd.")
+            text = port(text, TOY_DDPM_STEPS).replace("from torch.", "from retrograd.")
         shared_permutations(lib, seed)
         monkeypatch.chdir(tmp_path / lib.__name__)
         with SharedDraws(lib, seed):
             names = run_source(
                 text, lib, __name__="__main__", ARGV=argv, tqdm=SilentTqdm, initialize=initialize
             )
-        saved = lib.load("exps/base/model.pth")
+        saved = lib.load("out/denoiser.pt")
         records.append(
             [
                 *names["losses"],
                 *names["frames"],
                 {k: v.detach().numpy() for k, v in names["model"].state_dict().items()},
                 {k: v.numpy() for k, v in saved.items()},
-                np.load("exps/base/loss.npy"),
-                np.load("exps/base/frames.npy"),
+                np.load("out/losses.npy"),
+                np.load("out/frames.npy"),
             ]
         )
         logs.append(capsys.readouterr().out)
-    assert logs[1] == logs[0] and "INFO: using cpu" in logs[0]
+    assert logs[1] == logs[0] and "device: cpu" in logs[0]
     return records
 
 
@@ -505,23 +330,25 @@ def workdirs(tmp_path):
     return tmp_path
 
 
-def test_tiny_diffusion_on_moons_trains_and_samples_as_torch(
+def test_toy_ddpm_on_a_ring_trains_and_samples_as_torch(
     workdirs, monkeypatch, capsys, shared_permutations
 ):
-    argv = "--dataset moons --train_batch_size 32 --eval_batch_size 16 --num_epochs 2 --num_timesteps 12 --embedding_size 16 --hidden_size 32 --hidden_layers 2"
+    argv = "--data ring --points 64 --batch 24 --samples 12 --epochs 2 --steps 8 --emb 8"
+    argv += " --width 16 --depth 1 --snapshot_every 1"
     theirs, ours = run_tiny_diffusion(
         argv.split(), 370, workdirs, monkeypatch, capsys, shared_permutations
     )
-    assert len(theirs) == 2 * 4 + 2 + 4
+    assert len(theirs) == 2 * 2 + 2 + 4  # losses, frames, then the states and saved arrays
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
 
 
-def test_tiny_diffusion_learnable_time_identity_input_quadratic_schedule_as_torch(
+def test_toy_ddpm_learnable_time_linear_points_quadratic_schedule_as_torch(
     workdirs, monkeypatch, capsys, shared_permutations
 ):
-    argv = "--dataset circle --train_batch_size 32 --eval_batch_size 16 --num_epochs 1 --num_timesteps 12 --beta_schedule quadratic --embedding_size 16 --hidden_size 32 --hidden_layers 1 --time_embedding learnable --input_embedding identity --save_images_step 2"
+    argv = "--data bars --points 48 --batch 24 --samples 12 --epochs 1 --steps 8 --emb 8"
+    argv += " --schedule quadratic --width 16 --depth 1 --time_emb learnable --point_emb linear"
     theirs, ours = run_tiny_diffusion(
         argv.split(), 371, workdirs, monkeypatch, capsys, shared_permutations
     )
-    assert len(theirs) == 4 + 1 + 4
+    assert len(theirs) == 2 + 1 + 4
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)

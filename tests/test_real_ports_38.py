@@ -1,35 +1,33 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""A program written here in the style of torchvision's mobile classifiers (MobileNetV2's
+inverted residuals, EfficientNet's MBConv blocks with squeeze-excitation and stochastic depth)
+and its classification reference's training loop, run under torch and, ported, under retrograd
+from the same weights and draws (the harness: ``tests/real_ports.py``), narrow and shallow, in
+float64.
 
-- torchvision's MobileNetV2 and EfficientNet (``torchvision/models/mobilenetv2.py``,
-  ``efficientnet.py``, ``torchvision/ops/misc.py``, ``ops/stochastic_depth.py``), narrower and
-  shallower through their own ``width_mult``/``depth_mult`` and settings lists, trained by the
-  loop of torchvision's classification reference (``references/classification/train.py`` and
-  ``utils.py``): ``_make_divisible``; ``ConvNormActivation`` as an ``nn.Sequential`` subclass
-  building its layers before ``super().__init__(*layers)`` (``padding = (kernel_size - 1) // 2
-  * dilation``, ``bias = norm_layer is None``, ``activation_layer(**params)`` with
-  ``{"inplace": inplace}``) and ``if self.__class__ == ConvNormActivation``; ``nn.ReLU6``,
-  ``nn.SiLU`` and ``partial(nn.SiLU, inplace=True)``; ``InvertedResidual`` (``int(round(inp *
-  expand_ratio))``, depthwise ``groups=hidden_dim``, ``self._is_cn``); ``SqueezeExcitation``
-  (``nn.AdaptiveAvgPool2d(1)``, 1x1 convolutions, ``scale * input``); ``stochastic_depth``
-  (``torch.empty(size, dtype=input.dtype, device=input.device)``, ``noise.bernoulli_(
-  survival_rate)``, ``noise.div_(survival_rate)``) in ``"row"`` mode with ``result +=
-  input``; ``MBConvConfig`` over a ``@dataclass`` with static ``adjust_channels``/
-  ``adjust_depth`` and ``copy.copy(cnf)`` per block, the stochastic-depth probability growing
-  with ``stage_block_id``; ``isinstance(s, _MBConvConfig)`` checks; the init loops
-  (``kaiming_normal_(m.weight, mode="fan_out")``, ``isinstance(m, (nn.BatchNorm2d,
-  nn.GroupNorm))``, ``init_range = 1.0 / math.sqrt(m.out_features)``);
-  ``nn.functional.adaptive_avg_pool2d(x, (1, 1))`` and ``torch.flatten(x, 1)``. The reference's
-  loop: ``nn.CrossEntropyLoss(label_smoothing=...)``, SGD with ``nesterov``, ``LinearLR``
-  warm-up then ``CosineAnnealingLR`` under ``SequentialLR(..., milestones=[...])``,
-  ``nn.utils.clip_grad_norm_``, the ``ExponentialMovingAverage`` subclass of
-  ``torch.optim.swa_utils.AveragedModel(model, device, ema_avg, use_buffers=True)`` updated
-  every ``model_ema_steps`` with ``model_ema.n_averaged.fill_(0)`` during warm-up, and
-  ``utils.accuracy``.
+What it exercises: ``make_divisible``; a conv-norm-activation ``nn.Sequential`` subclass that
+builds its layers before ``super().__init__(*layers)`` (``padding = (kernel_size - 1) // 2 *
+dilation``, ``bias = norm_layer is None``, ``activation_layer(**params)`` with ``{"inplace":
+inplace}``, a ``self.__class__ ==`` check); ``nn.ReLU6``, ``nn.SiLU`` and ``partial(nn.SiLU,
+inplace=True)``; inverted residual blocks (``int(round(inp * expand))``, depthwise
+``groups=hidden``, ``self._is_cn``); squeeze-excitation (``nn.AdaptiveAvgPool2d(1)``, 1x1
+convolutions, ``scale * input``); ``stochastic_depth`` in ``"row"`` mode (``torch.empty(size,
+dtype=x.dtype, device=x.device)``, ``noise.bernoulli_(survival)``, ``noise.div_(survival)``) with
+``result += input``; a block config over a ``@dataclass`` with static ``adjust_channels``/
+``adjust_depth`` and ``copy.copy(cfg)`` per block, the drop probability growing with the block
+index; ``isinstance`` checks of the config; the init loops (``kaiming_normal_(m.weight,
+mode="fan_out")``, ``isinstance(m, (nn.BatchNorm2d, nn.GroupNorm))``, ``1.0 /
+math.sqrt(m.out_features)`` uniform ranges); ``nn.functional.adaptive_avg_pool2d(x, (1, 1))``
+and ``torch.flatten(x, 1)``. The loop: ``nn.CrossEntropyLoss(label_smoothing=...)``, SGD with
+``nesterov``, ``LinearLR`` warm-up then ``CosineAnnealingLR`` under ``SequentialLR(...,
+milestones=[...])``, ``nn.utils.clip_grad_norm_``, an EMA subclass of
+``torch.optim.swa_utils.AveragedModel(model, device, ema_avg, use_buffers=True)`` updated each
+step with ``n_averaged.fill_(0)`` during warm-up, a top-k accuracy under
+``torch.inference_mode()`` (``topk``, ``.t()``, ``eq``, ``sum(dtype=torch.float32)``), and
+``.to(device, non_blocking=True)``.
 
 Both runs draw ``torch.randn`` and ``Tensor.bernoulli_`` (stochastic depth's noise) from one
-seeded NumPy stream, in float64; the classifier's dropout is 0 (its masks are each library's
-own). Only the gradient lines differ.
+seeded NumPy stream; the classifier's dropout is 0 (its masks are each library's own). Only the
+gradient lines differ.
 """
 
 from __future__ import annotations
@@ -44,655 +42,263 @@ import torch
 import retrograd as rg
 from real_ports import assert_records_agree, port, run_source
 
-TORCHVISION_SOURCE = """
+MOBILE_NETS_SOURCE = """
 import copy
 import warnings
-from dataclasses import dataclass
+import dataclasses
 from functools import partial
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Callable, Optional
 
 
-def _log_api_usage_once(obj):  # torchvision.utils's, a logging hook
-    pass
+def make_divisible(v: float, divisor: int = 8) -> int:
+    rounded = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * v else rounded  # never lose over 10%
 
 
-def _make_ntuple(x, n):
-    if isinstance(x, collections.abc.Iterable):
-        return tuple(x)
-    return tuple(itertools.repeat(x, n))
-
-
-# torchvision/ops/misc.py
-class ConvNormActivation(torch.nn.Sequential):
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size=3,
-        stride=1,
-        padding=None,
-        groups: int = 1,
-        norm_layer: Optional[Callable[..., torch.nn.Module]] = torch.nn.BatchNorm2d,
-        activation_layer: Optional[Callable[..., torch.nn.Module]] = torch.nn.ReLU,
-        dilation=1,
-        inplace: Optional[bool] = True,
-        bias: Optional[bool] = None,
-        conv_layer: Callable[..., torch.nn.Module] = torch.nn.Conv2d,
-    ) -> None:
-
-        if padding is None:
-            if isinstance(kernel_size, int) and isinstance(dilation, int):
-                padding = (kernel_size - 1) // 2 * dilation
-            else:
-                _conv_dim = len(kernel_size) if isinstance(kernel_size, Sequence) else len(dilation)
-                kernel_size = _make_ntuple(kernel_size, _conv_dim)
-                dilation = _make_ntuple(dilation, _conv_dim)
-                padding = tuple((kernel_size[i] - 1) // 2 * dilation[i] for i in range(_conv_dim))
-        if bias is None:
-            bias = norm_layer is None
-
-        layers = [
-            conv_layer(
-                in_channels,
-                out_channels,
-                kernel_size,
-                stride,
-                padding,
-                dilation=dilation,
-                groups=groups,
-                bias=bias,
-            )
-        ]
-
+class ConvBNAct(nn.Sequential):
+    def __init__(self, c_in, c_out, kernel_size=3, stride=1, groups=1, dilation=1,
+                 norm_layer: Optional[Callable] = nn.BatchNorm2d,
+                 activation_layer: Optional[Callable] = nn.ReLU, inplace: Optional[bool] = True):
+        padding = dilation * ((kernel_size - 1) // 2)
+        layers = [nn.Conv2d(c_in, c_out, kernel_size, stride, padding, dilation=dilation,
+                            groups=groups, bias=norm_layer is None)]
         if norm_layer is not None:
-            layers.append(norm_layer(out_channels))
-
-        if activation_layer is not None:
-            params = {} if inplace is None else {"inplace": inplace}
-            layers.append(activation_layer(**params))
+            layers.append(norm_layer(c_out))
+        if activation_layer:
+            kwargs = {} if inplace is None else {"inplace": inplace}
+            layers += [activation_layer(**kwargs)]
         super().__init__(*layers)
-        _log_api_usage_once(self)
-        self.out_channels = out_channels
-
-        if self.__class__ == ConvNormActivation:
-            warnings.warn(
-                "Don't use ConvNormActivation directly, please use Conv2dNormActivation and Conv3dNormActivation instead."
-            )
+        self.out_channels = c_out
+        if self.__class__ == ConvBNAct and kernel_size > 7:
+            warnings.warn("large kernels are slow here")
 
 
-class Conv2dNormActivation(ConvNormActivation):
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel_size=3,
-        stride=1,
-        padding=None,
-        groups: int = 1,
-        norm_layer: Optional[Callable[..., torch.nn.Module]] = torch.nn.BatchNorm2d,
-        activation_layer: Optional[Callable[..., torch.nn.Module]] = torch.nn.ReLU,
-        dilation=1,
-        inplace: Optional[bool] = True,
-        bias: Optional[bool] = None,
-    ) -> None:
-
-        super().__init__(
-            in_channels,
-            out_channels,
-            kernel_size,
-            stride,
-            padding,
-            groups,
-            norm_layer,
-            activation_layer,
-            dilation,
-            inplace,
-            bias,
-            torch.nn.Conv2d,
-        )
-
-
-class SqueezeExcitation(torch.nn.Module):
-    def __init__(
-        self,
-        input_channels: int,
-        squeeze_channels: int,
-        activation: Callable[..., torch.nn.Module] = torch.nn.ReLU,
-        scale_activation: Callable[..., torch.nn.Module] = torch.nn.Sigmoid,
-    ) -> None:
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels, squeezed, act=nn.SiLU):
         super().__init__()
-        _log_api_usage_once(self)
-        self.avgpool = torch.nn.AdaptiveAvgPool2d(1)
-        self.fc1 = torch.nn.Conv2d(input_channels, squeeze_channels, 1)
-        self.fc2 = torch.nn.Conv2d(squeeze_channels, input_channels, 1)
-        self.activation = activation()
-        self.scale_activation = scale_activation()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.reduce = nn.Conv2d(channels, squeezed, 1)
+        self.expand = nn.Conv2d(squeezed, channels, 1)
+        self.act, self.gate = act(), nn.Sigmoid()
 
-    def _scale(self, input):
-        scale = self.avgpool(input)
-        scale = self.fc1(scale)
-        scale = self.activation(scale)
-        scale = self.fc2(scale)
-        return self.scale_activation(scale)
-
-    def forward(self, input):
-        scale = self._scale(input)
-        return scale * input
+    def forward(self, x):
+        scale = self.gate(self.expand(self.act(self.reduce(self.pool(x)))))
+        return scale * x
 
 
-# torchvision/ops/stochastic_depth.py
-def stochastic_depth(input, p: float, mode: str, training: bool = True):
-    if p < 0.0 or p > 1.0:
-        raise ValueError(f"drop probability has to be between 0 and 1, but got {p}")
-    if mode not in ["batch", "row"]:
-        raise ValueError(f"mode has to be either 'batch' or 'row', but got {mode}")
+def stochastic_depth(x, p: float, mode: str, training: bool = True):
     if not training or p == 0.0:
-        return input
-
-    survival_rate = 1.0 - p
-    if mode == "row":
-        size = [input.shape[0]] + [1] * (input.ndim - 1)
-    else:
-        size = [1] * input.ndim
-    noise = torch.empty(size, dtype=input.dtype, device=input.device)
-    noise = noise.bernoulli_(survival_rate)
-    if survival_rate > 0.0:
-        noise.div_(survival_rate)
-    return input * noise
+        return x
+    survival = 1.0 - p
+    size = [x.shape[0]] + [1] * (x.ndim - 1) if mode == "row" else [1] * x.ndim
+    noise = torch.empty(size, dtype=x.dtype, device=x.device)
+    noise = noise.bernoulli_(survival)
+    if survival > 0.0:
+        noise.div_(survival)
+    return x * noise
 
 
-class StochasticDepth(nn.Module):
-    def __init__(self, p: float, mode: str) -> None:
+def reset_weights(net, uniform_head):
+    for layer in net.modules():
+        if isinstance(layer, nn.Conv2d):
+            nn.init.kaiming_normal_(layer.weight, mode="fan_out")  # fan_out: as depthwise nets do
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+        if isinstance(layer, (nn.BatchNorm2d, nn.GroupNorm)):
+            nn.init.ones_(layer.weight)
+            nn.init.zeros_(layer.bias)
+        if isinstance(layer, nn.Linear):
+            if uniform_head:
+                bound = 1.0 / math.sqrt(layer.out_features)
+                nn.init.uniform_(layer.weight, -bound, bound)
+            else:
+                nn.init.normal_(layer.weight, mean=0.0, std=0.01)
+            nn.init.zeros_(layer.bias)
+
+
+class InvertedBlock(nn.Module):
+    def __init__(self, inp, oup, stride, expand, norm_layer=nn.BatchNorm2d):
         super().__init__()
-        _log_api_usage_once(self)
-        self.p = p
-        self.mode = mode
-
-    def forward(self, input):
-        return stochastic_depth(input, self.p, self.mode, self.training)
-
-    def __repr__(self) -> str:
-        s = f"{self.__class__.__name__}(p={self.p}, mode={self.mode})"
-        return s
-
-
-# torchvision/models/_utils.py
-def _make_divisible(v: float, divisor: int, min_value: Optional[int] = None) -> int:
-    if min_value is None:
-        min_value = divisor
-    new_v = max(min_value, int(v + divisor / 2) // divisor * divisor)
-    # Make sure that round down does not go down by more than 10%.
-    if new_v < 0.9 * v:
-        new_v += divisor
-    return new_v
-
-
-# torchvision/models/mobilenetv2.py
-class InvertedResidual(nn.Module):
-    def __init__(
-        self, inp: int, oup: int, stride: int, expand_ratio: int, norm_layer: Optional[Callable[..., nn.Module]] = None
-    ) -> None:
-        super().__init__()
-        self.stride = stride
-        if stride not in [1, 2]:
-            raise ValueError(f"stride should be 1 or 2 instead of {stride}")
-
-        if norm_layer is None:
-            norm_layer = nn.BatchNorm2d
-
-        hidden_dim = int(round(inp * expand_ratio))
-        self.use_res_connect = self.stride == 1 and inp == oup
-
-        layers: List[nn.Module] = []
-        if expand_ratio != 1:
-            # pw
-            layers.append(
-                Conv2dNormActivation(inp, hidden_dim, kernel_size=1, norm_layer=norm_layer, activation_layer=nn.ReLU6)
-            )
-        layers.extend(
-            [
-                # dw
-                Conv2dNormActivation(
-                    hidden_dim,
-                    hidden_dim,
-                    stride=stride,
-                    groups=hidden_dim,
-                    norm_layer=norm_layer,
-                    activation_layer=nn.ReLU6,
-                ),
-                # pw-linear
-                nn.Conv2d(hidden_dim, oup, 1, 1, 0, bias=False),
-                norm_layer(oup),
-            ]
-        )
-        self.conv = nn.Sequential(*layers)
-        self.out_channels = oup
+        hidden = int(round(inp * expand))
+        self.use_skip = stride == 1 and inp == oup
+        relu6 = dict(norm_layer=norm_layer, activation_layer=nn.ReLU6)
+        parts = [] if expand == 1 else [ConvBNAct(inp, hidden, 1, **relu6)]
+        parts += [
+            ConvBNAct(hidden, hidden, stride=stride, groups=hidden, **relu6),
+            nn.Conv2d(hidden, oup, 1, bias=False),
+            norm_layer(oup),
+        ]
+        self.conv = nn.Sequential(*parts)
         self._is_cn = stride > 1
 
     def forward(self, x):
-        if self.use_res_connect:
-            return x + self.conv(x)
-        else:
-            return self.conv(x)
+        return x + self.conv(x) if self.use_skip else self.conv(x)
 
 
-class MobileNetV2(nn.Module):
-    def __init__(
-        self,
-        num_classes: int = 1000,
-        width_mult: float = 1.0,
-        inverted_residual_setting: Optional[List[List[int]]] = None,
-        round_nearest: int = 8,
-        block: Optional[Callable[..., nn.Module]] = None,
-        norm_layer: Optional[Callable[..., nn.Module]] = None,
-        dropout: float = 0.2,
-    ) -> None:
+class MobileV2(nn.Module):
+    def __init__(self, num_classes=10, width_mult=1.0, stages=((1, 16, 1, 1), (6, 24, 2, 2)),
+                 last=1280, dropout=0.2):
         super().__init__()
-        _log_api_usage_once(self)
-
-        if block is None:
-            block = InvertedResidual
-
-        if norm_layer is None:
-            norm_layer = nn.BatchNorm2d
-
-        input_channel = 32
-        last_channel = 1280
-
-        if inverted_residual_setting is None:
-            inverted_residual_setting = [
-                # t, c, n, s
-                [1, 16, 1, 1],
-                [6, 24, 2, 2],
-                [6, 32, 3, 2],
-                [6, 64, 4, 2],
-                [6, 96, 3, 1],
-                [6, 160, 3, 2],
-                [6, 320, 1, 1],
-            ]
-
-        # only check the first element, assuming user knows t,c,n,s are required
-        if len(inverted_residual_setting) == 0 or len(inverted_residual_setting[0]) != 4:
-            raise ValueError(
-                f"inverted_residual_setting should be non-empty or a 4-element list, got {inverted_residual_setting}"
-            )
-
-        # building first layer
-        input_channel = _make_divisible(input_channel * width_mult, round_nearest)
-        self.last_channel = _make_divisible(last_channel * max(1.0, width_mult), round_nearest)
-        features: List[nn.Module] = [
-            Conv2dNormActivation(3, input_channel, stride=2, norm_layer=norm_layer, activation_layer=nn.ReLU6)
-        ]
-        # building inverted residual blocks
-        for t, c, n, s in inverted_residual_setting:
-            output_channel = _make_divisible(c * width_mult, round_nearest)
+        c_in = make_divisible(32 * width_mult)
+        self.last_channel = make_divisible(last * max(1.0, width_mult))
+        blocks = [ConvBNAct(3, c_in, stride=2, activation_layer=nn.ReLU6)]
+        for t, c, n, s in stages:
+            c_out = make_divisible(c * width_mult)
             for i in range(n):
-                stride = s if i == 0 else 1
-                features.append(block(input_channel, output_channel, stride, expand_ratio=t, norm_layer=norm_layer))
-                input_channel = output_channel
-        # building last several layers
-        features.append(
-            Conv2dNormActivation(
-                input_channel, self.last_channel, kernel_size=1, norm_layer=norm_layer, activation_layer=nn.ReLU6
-            )
-        )
-        # make it nn.Sequential
-        self.features = nn.Sequential(*features)
-
-        # building classifier
-        self.classifier = nn.Sequential(
-            nn.Dropout(p=dropout),
-            nn.Linear(self.last_channel, num_classes),
-        )
-
-        # weight initialization
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, 0, 0.01)
-                nn.init.zeros_(m.bias)
-
-    def _forward_impl(self, x):
-        # This exists since TorchScript doesn't support inheritance, so the superclass method
-        # (this one) needs to have a name other than `forward` that can be accessed in a subclass
-        x = self.features(x)
-        # Cannot use "squeeze" as batch-size can be 1
-        x = nn.functional.adaptive_avg_pool2d(x, (1, 1))
-        x = torch.flatten(x, 1)
-        x = self.classifier(x)
-        return x
+                blocks.append(InvertedBlock(c_in, c_out, s if i == 0 else 1, expand=t))
+                c_in = c_out
+        blocks.append(ConvBNAct(c_in, self.last_channel, 1, activation_layer=nn.ReLU6))
+        self.features = nn.Sequential(*blocks)
+        head = nn.Linear(self.last_channel, num_classes)
+        self.classifier = nn.Sequential(nn.Dropout(p=dropout), head)
+        reset_weights(self, uniform_head=False)
 
     def forward(self, x):
-        return self._forward_impl(x)
+        x = nn.functional.adaptive_avg_pool2d(self.features(x), (1, 1))
+        return self.classifier(torch.flatten(x, 1))
 
 
-# torchvision/models/efficientnet.py
-@dataclass
-class _MBConvConfig:
-    expand_ratio: float
+@dataclasses.dataclass
+class StageConfig:
+    expand: float
     kernel: int
     stride: int
-    input_channels: int
-    out_channels: int
-    num_layers: int
-    block: Callable[..., nn.Module]
+    c_in: int
+    c_out: int
+    layers: int
 
     @staticmethod
-    def adjust_channels(channels: int, width_mult: float, min_value: Optional[int] = None) -> int:
-        return _make_divisible(channels * width_mult, 8, min_value)
-
-
-class MBConvConfig(_MBConvConfig):
-    # Stores information listed at Table 1 of the EfficientNet paper & Table 4 of the EfficientNetV2 paper
-    def __init__(
-        self,
-        expand_ratio: float,
-        kernel: int,
-        stride: int,
-        input_channels: int,
-        out_channels: int,
-        num_layers: int,
-        width_mult: float = 1.0,
-        depth_mult: float = 1.0,
-        block: Optional[Callable[..., nn.Module]] = None,
-    ) -> None:
-        input_channels = self.adjust_channels(input_channels, width_mult)
-        out_channels = self.adjust_channels(out_channels, width_mult)
-        num_layers = self.adjust_depth(num_layers, depth_mult)
-        if block is None:
-            block = MBConv
-        super().__init__(expand_ratio, kernel, stride, input_channels, out_channels, num_layers, block)
+    def adjust_channels(channels: int, width_mult: float) -> int:
+        return make_divisible(channels * width_mult)
 
     @staticmethod
-    def adjust_depth(num_layers: int, depth_mult: float):
-        return int(math.ceil(num_layers * depth_mult))
+    def adjust_depth(layers: int, depth_mult: float) -> int:
+        return int(math.ceil(layers * depth_mult))
+
+
+def stage(expand, kernel, stride, c_in, c_out, layers, width_mult=1.0, depth_mult=1.0):
+    return StageConfig(expand, kernel, stride, StageConfig.adjust_channels(c_in, width_mult),
+                       StageConfig.adjust_channels(c_out, width_mult),
+                       StageConfig.adjust_depth(layers, depth_mult))
 
 
 class MBConv(nn.Module):
-    def __init__(
-        self,
-        cnf: MBConvConfig,
-        stochastic_depth_prob: float,
-        norm_layer: Callable[..., nn.Module],
-        se_layer: Callable[..., nn.Module] = SqueezeExcitation,
-    ) -> None:
+    def __init__(self, cfg: StageConfig, drop: float, norm_layer):
         super().__init__()
+        self.use_skip = cfg.stride == 1 and cfg.c_in == cfg.c_out
+        act = partial(nn.SiLU, inplace=True)
+        hidden = StageConfig.adjust_channels(cfg.c_in, cfg.expand)
+        norm_act = dict(norm_layer=norm_layer, activation_layer=act)
+        parts = []
+        if hidden != cfg.c_in:
+            parts.append(ConvBNAct(cfg.c_in, hidden, 1, **norm_act))
+        parts += [
+            ConvBNAct(hidden, hidden, cfg.kernel, cfg.stride, groups=hidden, **norm_act),
+            SqueezeExcite(hidden, max(1, cfg.c_in // 4)),
+            ConvBNAct(hidden, cfg.c_out, 1, norm_layer=norm_layer, activation_layer=None),
+        ]
+        self.block = nn.Sequential(*parts)
+        self.drop = drop
 
-        if not (1 <= cnf.stride <= 2):
-            raise ValueError("illegal stride value")
-
-        self.use_res_connect = cnf.stride == 1 and cnf.input_channels == cnf.out_channels
-
-        layers: List[nn.Module] = []
-        activation_layer = nn.SiLU
-
-        # expand
-        expanded_channels = cnf.adjust_channels(cnf.input_channels, cnf.expand_ratio)
-        if expanded_channels != cnf.input_channels:
-            layers.append(
-                Conv2dNormActivation(
-                    cnf.input_channels,
-                    expanded_channels,
-                    kernel_size=1,
-                    norm_layer=norm_layer,
-                    activation_layer=activation_layer,
-                )
-            )
-
-        # depthwise
-        layers.append(
-            Conv2dNormActivation(
-                expanded_channels,
-                expanded_channels,
-                kernel_size=cnf.kernel,
-                stride=cnf.stride,
-                groups=expanded_channels,
-                norm_layer=norm_layer,
-                activation_layer=activation_layer,
-            )
-        )
-
-        # squeeze and excitation
-        squeeze_channels = max(1, cnf.input_channels // 4)
-        layers.append(se_layer(expanded_channels, squeeze_channels, activation=partial(nn.SiLU, inplace=True)))
-
-        # project
-        layers.append(
-            Conv2dNormActivation(
-                expanded_channels, cnf.out_channels, kernel_size=1, norm_layer=norm_layer, activation_layer=None
-            )
-        )
-
-        self.block = nn.Sequential(*layers)
-        self.stochastic_depth = StochasticDepth(stochastic_depth_prob, "row")
-        self.out_channels = cnf.out_channels
-
-    def forward(self, input):
-        result = self.block(input)
-        if self.use_res_connect:
-            result = self.stochastic_depth(result)
-            result += input
+    def forward(self, x):
+        result = self.block(x)
+        if self.use_skip:
+            result = stochastic_depth(result, self.drop, "row", self.training)
+            result += x
         return result
 
 
-class EfficientNet(nn.Module):
-    def __init__(
-        self,
-        inverted_residual_setting: Sequence[_MBConvConfig],
-        dropout: float,
-        stochastic_depth_prob: float = 0.2,
-        num_classes: int = 1000,
-        norm_layer: Optional[Callable[..., nn.Module]] = None,
-        last_channel: Optional[int] = None,
-    ) -> None:
+class EffNet(nn.Module):
+    def __init__(self, stages, drop_path=0.2, num_classes=10, dropout=0.2,
+                 norm_layer=nn.BatchNorm2d):
         super().__init__()
-        _log_api_usage_once(self)
-
-        if not inverted_residual_setting:
-            raise ValueError("The inverted_residual_setting should not be empty")
-        elif not (
-            isinstance(inverted_residual_setting, Sequence)
-            and all([isinstance(s, _MBConvConfig) for s in inverted_residual_setting])
-        ):
-            raise TypeError("The inverted_residual_setting should be List[MBConvConfig]")
-
-        if norm_layer is None:
-            norm_layer = nn.BatchNorm2d
-
-        layers: List[nn.Module] = []
-
-        # building first layer
-        firstconv_output_channels = inverted_residual_setting[0].input_channels
-        layers.append(
-            Conv2dNormActivation(
-                3, firstconv_output_channels, kernel_size=3, stride=2, norm_layer=norm_layer, activation_layer=nn.SiLU
-            )
-        )
-
-        # building inverted residual blocks
-        total_stage_blocks = sum(cnf.num_layers for cnf in inverted_residual_setting)
-        stage_block_id = 0
-        for cnf in inverted_residual_setting:
-            stage: List[nn.Module] = []
-            for _ in range(cnf.num_layers):
-                # copy to avoid modifications. shallow copy is enough
-                block_cnf = copy.copy(cnf)
-
-                # overwrite info if not the first conv in the stage
-                if stage:
-                    block_cnf.input_channels = block_cnf.out_channels
-                    block_cnf.stride = 1
-
-                # adjust stochastic depth probability based on the depth of the stage block
-                sd_prob = stochastic_depth_prob * float(stage_block_id) / total_stage_blocks
-
-                stage.append(block_cnf.block(block_cnf, sd_prob, norm_layer))
-                stage_block_id += 1
-
-            layers.append(nn.Sequential(*stage))
-
-        # building last several layers
-        lastconv_input_channels = inverted_residual_setting[-1].out_channels
-        lastconv_output_channels = last_channel if last_channel is not None else 4 * lastconv_input_channels
-        layers.append(
-            Conv2dNormActivation(
-                lastconv_input_channels,
-                lastconv_output_channels,
-                kernel_size=1,
-                norm_layer=norm_layer,
-                activation_layer=nn.SiLU,
-            )
-        )
-
-        self.features = nn.Sequential(*layers)
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.classifier = nn.Sequential(
-            nn.Dropout(p=dropout, inplace=True),
-            nn.Linear(lastconv_output_channels, num_classes),
-        )
-
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                init_range = 1.0 / math.sqrt(m.out_features)
-                nn.init.uniform_(m.weight, -init_range, init_range)
-                nn.init.zeros_(m.bias)
-
-    def _forward_impl(self, x):
-        x = self.features(x)
-
-        x = self.avgpool(x)
-        x = torch.flatten(x, 1)
-
-        x = self.classifier(x)
-
-        return x
+        if not all(isinstance(s, StageConfig) for s in stages):
+            raise TypeError("stages must be StageConfig")
+        parts = [ConvBNAct(3, stages[0].c_in, stride=2, norm_layer=norm_layer,
+                           activation_layer=nn.SiLU)]
+        total = sum(s.layers for s in stages)
+        index = 0
+        for cfg in stages:
+            for i in range(cfg.layers):
+                block_cfg = copy.copy(cfg)
+                if i > 0:
+                    block_cfg.c_in, block_cfg.stride = block_cfg.c_out, 1
+                parts.append(MBConv(block_cfg, drop_path * index / total, norm_layer))
+                index += 1
+        self.features = nn.Sequential(*parts)
+        head = nn.Linear(stages[-1].c_out, num_classes)
+        self.classifier = nn.Sequential(nn.Dropout(p=dropout, inplace=True), head)
+        reset_weights(self, uniform_head=True)
 
     def forward(self, x):
-        return self._forward_impl(x)
+        x = nn.functional.adaptive_avg_pool2d(self.features(x), (1, 1))
+        return self.classifier(torch.flatten(x, 1))
 
 
-# references/classification/utils.py
-class ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel):
-    \"\"\"Maintains moving averages of model parameters using an exponential decay.
-    ``ema_avg = decay * avg_model_param + (1 - decay) * model_param``
-    \"\"\"
-
-    def __init__(self, model, decay, device="cpu"):
-        def ema_avg(avg_model_param, model_param, num_averaged):
-            return decay * avg_model_param + (1 - decay) * model_param
-
-        super().__init__(model, device, ema_avg, use_buffers=True)
+class EMA(torch.optim.swa_utils.AveragedModel):
+    def __init__(self, model, decay: float, device="cpu"):
+        def blend(avg, new, n):
+            return decay * avg + (1 - decay) * new
+        super().__init__(model, device, blend, use_buffers=True)
 
 
-def accuracy(output, target, topk=(1,)):
-    \"\"\"Computes the accuracy over the k top predictions for the specified values of k\"\"\"
+def topk_accuracy(logits, target, ks=(1,)):
     with torch.inference_mode():
-        maxk = max(topk)
-        batch_size = target.size(0)
-        if target.ndim == 2:
-            target = target.max(dim=1)[1]
-
-        _, pred = output.topk(maxk, 1, True, True)
-        pred = pred.t()
-        correct = pred.eq(target[None])
-
-        res = []
-        for k in topk:
-            correct_k = correct[:k].flatten().sum(dtype=torch.float32)
-            res.append(correct_k * (100.0 / batch_size))
-        return res
+        _, best = logits.topk(max(ks), 1, True, True)
+        hits = best.t().eq(target[None])
+        return [hits[:k].flatten().sum(dtype=torch.float32) * (100.0 / target.size(0)) for k in ks]
 
 
-# references/classification/train.py
-def train_one_epoch(model, criterion, optimizer, data_loader, device, epoch, args, model_ema=None, scaler=None):
-    model.train()
-    for i, (image, target) in enumerate(data_loader):
-        image, target = image.to(device), target.to(device)
-        output = model(image)
-        loss = criterion(output, target)
-
-        optimizer.zero_grad()
-        loss.backward()
-        if args.clip_grad_norm is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
-        optimizer.step()
-
-        if model_ema and i % args.model_ema_steps == 0:
-            model_ema.update_parameters(model)
-            if epoch < args.lr_warmup_epochs:
-                # Reset ema buffer to keep copying weights during warmup period
-                model_ema.n_averaged.fill_(0)
-
-        acc1, acc5 = accuracy(output, target, topk=(1, 5))
-        record.append([loss.item(), acc1.item(), acc5.item(), optimizer.param_groups[0]["lr"]])
-
-
-def evaluate(model, criterion, data_loader, device):
-    model.eval()
-    with torch.inference_mode():
-        for image, target in data_loader:
-            image = image.to(device, non_blocking=True)
-            target = target.to(device, non_blocking=True)
-            output = model(image)
-            loss = criterion(output, target)
-            record.append([loss.item(), output])
-
-
-def main(args, model, dataset):
-    device = torch.device(args.device)
-    data_loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size)
-    criterion = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
-    parameters = model.parameters()
-    opt_name = args.opt.lower()
-    if opt_name.startswith("sgd"):
-        optimizer = torch.optim.SGD(
-            parameters,
-            lr=args.lr,
-            momentum=args.momentum,
-            weight_decay=args.weight_decay,
-            nesterov="nesterov" in opt_name,
-        )
-    main_lr_scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
-        optimizer, T_max=args.epochs - args.lr_warmup_epochs, eta_min=args.lr_min
-    )
-    warmup_lr_scheduler = torch.optim.lr_scheduler.LinearLR(
-        optimizer, start_factor=args.lr_warmup_decay, total_iters=args.lr_warmup_epochs
-    )
-    lr_scheduler = torch.optim.lr_scheduler.SequentialLR(
-        optimizer, schedulers=[warmup_lr_scheduler, main_lr_scheduler], milestones=[args.lr_warmup_epochs]
-    )
-    model_ema = None
-    if args.model_ema:
-        adjust = args.world_size * args.batch_size * args.model_ema_steps / args.epochs
-        alpha = 1.0 - args.model_ema_decay
-        alpha = min(1.0, alpha * adjust)
-        model_ema = ExponentialMovingAverage(model, device=device, decay=1.0 - alpha)
-    for epoch in range(args.start_epoch, args.epochs):
-        train_one_epoch(model, criterion, optimizer, data_loader, device, epoch, args, model_ema, None)
-        lr_scheduler.step()
-        evaluate(model, criterion, data_loader, device=device)
-        if model_ema:
-            evaluate(model_ema, criterion, data_loader, device=device)
-    return model_ema
+def train(args, model, dataset):
+    device = torch.device(args.device or "cpu")
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size)
+    smoothed_ce = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                                weight_decay=args.weight_decay, nesterov=True)
+    lr_sched = torch.optim.lr_scheduler
+    warmup = lr_sched.LinearLR(optimizer, start_factor=args.warmup_factor,
+                               total_iters=args.warmup_epochs)
+    cosine = lr_sched.CosineAnnealingLR(optimizer, T_max=args.epochs - args.warmup_epochs,
+                                        eta_min=args.lr_min)
+    schedule = lr_sched.SequentialLR(optimizer, schedulers=[warmup, cosine],
+                                     milestones=[args.warmup_epochs])
+    ema = EMA(model, device=device, decay=args.ema_decay)
+    for epoch in range(args.epochs):
+        model.train()
+        for images, labels in loader:
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
+            logits = model(images)
+            loss = smoothed_ce(logits, labels)
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm=args.clip_grad_norm)
+            optimizer.step()
+            ema.update_parameters(model)
+            if epoch < args.warmup_epochs:
+                ema.n_averaged.fill_(0)  # keep copying the weights while warming up
+            top1, top3 = topk_accuracy(logits, labels, ks=(1, 3))
+            record.append([loss.item(), top1.item(), top3.item(), optimizer.param_groups[0]["lr"]])
+        schedule.step()
+        for net in (model, ema):
+            net.eval()
+            with torch.inference_mode():
+                for images, labels in loader:
+                    logits = net(images.to(device))
+                    record.append([smoothed_ce(logits, labels).item(), logits])
+    return ema
 """
 
-TORCHVISION_STEP = [
+MOBILE_NETS_STEP = [
     (
-        "        loss.backward()\n        if args.clip_grad_norm is not None:\n            nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)\n        optimizer.step()",
-        "        grads = loss.backward()\n        if args.clip_grad_norm is not None:\n            nn.utils.clip_grad_norm_(grads, model.parameters(), args.clip_grad_norm)\n        optimizer.step(grads)",
+        "            loss.backward()\n"
+        "            nn.utils.clip_grad_norm_(model.parameters(), max_norm=args.clip_grad_norm)\n"
+        "            optimizer.step()",
+        "            grads = loss.backward()\n"
+        "            nn.utils.clip_grad_norm_(\n"
+        "                grads, model.parameters(), max_norm=args.clip_grad_norm\n"
+        "            )\n"
+        "            optimizer.step(grads)",
     )
 ]
 
@@ -709,7 +315,7 @@ def _patch_draws(monkeypatch, lib, seed):
 
 
 @pytest.mark.parametrize("arch", ["mobilenet_v2", "efficientnet"])
-def test_torchvision_mobilenet_and_efficientnet_training_match_torch(monkeypatch, arch):
+def test_mobile_classifiers_train_with_ema_as_torch(monkeypatch, arch):
     rng = np.random.default_rng(42)
     images = rng.standard_normal((8, 3, 16, 16))
     targets = rng.integers(0, 6, 8)
@@ -720,19 +326,14 @@ def test_torchvision_mobilenet_and_efficientnet_training_match_torch(monkeypatch
             device="cpu",
             batch_size=4,
             label_smoothing=0.1,
-            opt="sgd_nesterov",
             lr=0.2,
             momentum=0.9,
             weight_decay=1e-4,
             epochs=3,
-            lr_warmup_epochs=1,
+            warmup_epochs=1,
             lr_min=0.01,
-            lr_warmup_decay=0.1,
-            model_ema=True,
-            world_size=1,
-            model_ema_steps=1,
-            model_ema_decay=0.9,
-            start_epoch=0,
+            warmup_factor=0.1,
+            ema_decay=0.8,
             clip_grad_norm=2.0,
         ),
     )
@@ -743,47 +344,39 @@ def test_torchvision_mobilenet_and_efficientnet_training_match_torch(monkeypatch
             lib.set_default_dtype(lib.float64)
             torch.manual_seed(0)
             source = (
-                TORCHVISION_SOURCE if lib is torch else port(TORCHVISION_SOURCE, TORCHVISION_STEP)
+                MOBILE_NETS_SOURCE if lib is torch else port(MOBILE_NETS_SOURCE, MOBILE_NETS_STEP)
             )
             record = []
             names = run_source(
                 source, lib, record=record, collections=collections, itertools=itertools
             )
             if arch == "mobilenet_v2":
-                model = names["MobileNetV2"](
+                model = names["MobileV2"](
                     num_classes=6,
                     width_mult=0.25,
                     dropout=0.0,
-                    inverted_residual_setting=[[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 2, 2]],
+                    stages=[[1, 16, 1, 1], [6, 24, 2, 2]],
                 )
                 assert model.last_channel == 1280 and model.features[2]._is_cn
             else:
-                bneck_conf = names["partial"](
-                    names["MBConvConfig"], width_mult=0.25, depth_mult=0.5
-                )
-                setting = [
-                    bneck_conf(1, 3, 1, 32, 16, 1),
-                    bneck_conf(6, 3, 2, 16, 24, 2),
-                    bneck_conf(6, 5, 1, 24, 24, 3),
-                ]
-                model = names["EfficientNet"](
-                    setting,
+                cfg = names["partial"](names["stage"], width_mult=0.25, depth_mult=0.5)
+                stages = [cfg(1, 3, 1, 32, 16, 1), cfg(6, 3, 2, 16, 24, 2), cfg(6, 5, 1, 24, 24, 3)]
+                model = names["EffNet"](
+                    stages,
+                    drop_path=0.5,
                     dropout=0.0,
-                    stochastic_depth_prob=0.5,
                     num_classes=6,
                     norm_layer=names["partial"](lib.nn.BatchNorm2d, eps=1e-03),
                 )
-                depths = [
-                    m.stochastic_depth.p for m in model.modules() if type(m).__name__ == "MBConv"
-                ]
-                assert depths == [0.0, 0.5 / 4, 1.0 / 4, 1.5 / 4]  # depth_mult: 1, 1 and 2 blocks
+                drops = [m.drop for m in model.modules() if type(m).__name__ == "MBConv"]
+                assert drops == [0.0, 0.5 / 4, 1.0 / 4, 1.5 / 4]  # depth_mult: 1, 1 and 2 blocks
             if not state:
                 state.update({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
             else:
                 model.load_state_dict({k: rg.tensor(v) for k, v in state.items()})
             _patch_draws(monkeypatch, lib, 43)
             dataset = lib.utils.data.TensorDataset(lib.tensor(images), lib.tensor(targets))
-            ema = names["main"](args, model, dataset)
+            ema = names["train"](args, model, dataset)
             monkeypatch.undo()
             record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
             record.append(

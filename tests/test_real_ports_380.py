@@ -1,37 +1,37 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-two of cleanrl's single-file agents, whole (github.com/vwxyzjn/cleanrl ``cleanrl/dqn.py`` and
-``cleanrl/pqn.py``, with their ``@dataclass`` ``Args``, ``tyro.cli``, ``SummaryWriter`` and
-``if __name__ == "__main__":`` body), on small sizes given through ``tyro.cli``:
+"""Programs written here in the style of cleanrl's single-file agents (vwxyzjn/cleanrl: a DQN
+with a replay buffer and a PQN with Q(lambda) returns over vectorized environments), each with a
+``@dataclass`` ``Args`` filled by ``tyro.cli``, a ``SummaryWriter`` and an ``if __name__ ==
+"__main__":`` body, run under torch and, ported, under retrograd on small sizes (the harness:
+``tests/real_ports.py`` and ``tests/rl_standins.py``).
 
-- ``dqn.py``: epsilon-greedy by ``linear_schedule`` and Python's ``random``, ``torch.argmax(
-  q_values, dim=1).cpu().numpy()``, gymnasium's vector-env ``final_info``/``final_observation``
-  handling, the stable-baselines3 replay buffer's samples (``data.actions`` int64 of shape
-  ``(batch, 1)`` for ``gather``), ``target_network(...).max(dim=1)`` unpacked, ``F.mse_loss``,
-  ``writer.add_scalar`` of a loss tensor that requires grad, the soft target update through
-  ``target_network_param.data.copy_(args.tau * ... + (1.0 - args.tau) * ...)``;
-- ``pqn.py``: ``layer_init`` by ``orthogonal_``/``constant_``, ``nn.LayerNorm``, ``optim.RAdam``
-  with the learning rate annealed through ``param_groups``, storage tensors built by ``torch.zeros(
-  (steps, envs) + shape)``, ``torch.randint``/``torch.rand`` exploration through
-  ``torch.where(explore, random_actions, max_actions)``, ``q_values[torch.arange(n),
-  max_actions]``, int64 actions written into a float32 buffer row, ``torch.tensor(reward)
-  .view(-1)``, ``torch.Tensor`` of a NumPy bool array, the Q(lambda) returns loop under
-  ``torch.no_grad()``, minibatches indexed by shuffled NumPy index arrays,
-  ``.unsqueeze(-1).long()`` actions for ``gather``, ``nn.utils.clip_grad_norm_``.
+- the DQN: epsilon-greedy by a linear schedule and Python's ``random``, ``torch.argmax(q,
+  dim=1).cpu().numpy()``, the vector env's ``final_info``/``final_observation`` handling, replay
+  samples (``batch.actions`` int64 of shape ``(n, 1)`` for ``gather``), ``target(...).max(dim=1)``
+  unpacked, ``F.mse_loss``, ``writer.add_scalar`` of a loss tensor that requires grad, a Linear
+  sized by ``np.array(space.shape).prod()``, the soft target update through
+  ``t.data.copy_(tau * ... + (1.0 - tau) * ...)``;
+- the PQN: ``orthogonal_``/``constant_`` layer init, ``nn.LayerNorm``, ``optim.RAdam`` with the
+  learning rate annealed through ``param_groups``, storage by ``torch.zeros((steps, envs) +
+  shape)``, exploration by ``torch.randint``/``torch.rand`` and ``torch.where(explore, random,
+  greedy)``, ``q[torch.arange(n), greedy]``, int64 actions written into a float32 storage row,
+  ``torch.tensor(reward).view(-1)``, ``torch.Tensor`` of a NumPy bool array, the Q(lambda)
+  returns loop under ``torch.no_grad()`` (``torch.max(..., dim=-1)`` unpacked), minibatches
+  indexed by shuffled NumPy index arrays, ``.unsqueeze(-1).long()`` actions for ``gather``,
+  ``nn.utils.clip_grad_norm_``.
 
-Both write their TensorBoard event files (``runs/{run_name}``) through the library's own
-``SummaryWriter`` (``from torch.utils.tensorboard import SummaryWriter`` becomes retrograd's);
-the scalars read back by TensorBoard's ``EventAccumulator`` are compared (the wall-clock
-``charts/SPS`` left out), and so are the printed episode returns.
+Both write TensorBoard event files (``runs/{run_name}``) through the library's own
+``SummaryWriter`` (``from torch.utils import tensorboard`` becomes retrograd's);
+the scalars read back by TensorBoard's ``EventAccumulator`` are compared, and so are the printed
+episode returns.
 
 What stands in: ``gymnasium`` (``SyncVectorEnv`` with its autoreset, ``final_info`` and
 ``final_observation``; ``RecordEpisodeStatistics``; a deterministic point mass of 4
 observations and 2 actions whose episodes end after 5 steps, terminated in even-numbered copies
 and truncated in odd ones), ``tyro`` (``cli`` makes ``Args`` with the test's sizes) and
 ``cleanrl_utils.buffers.ReplayBuffer`` (stable-baselines3's ``add``/``sample`` over NumPy,
-tensors made by the library of the run). ``initialize(q_network)`` gives the port torch's
-initial weights; ``torch.rand``/``torch.randint`` draw from one stream shared by both runs.
-The port changes the gradient lines and the import lines naming ``torch``.
+tensors made by the library of the run). ``initialize(qnet)`` gives the port torch's initial
+weights; ``torch.rand``/``torch.randint`` draw from one stream shared by both runs. The port
+changes the gradient lines and the import lines naming ``torch``.
 """
 
 from __future__ import annotations
@@ -48,532 +48,289 @@ from rl_standins import Discrete, PointMassEnv, gymnasium_standin, run_program, 
 pytest.importorskip("tensorboard")
 
 DQN = """
-# docs and experiment results can be found at https://docs.cleanrl.dev/rl-algorithms/dqn/#dqnpy
 import os
 import random
-import time
-from dataclasses import dataclass
+import dataclasses
 
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
-import torch.optim as optim
 import tyro
-from torch.utils.tensorboard import SummaryWriter
+from torch import nn, optim
+from torch.nn import functional as F
+from torch.utils import tensorboard
 
-from cleanrl_utils.buffers import ReplayBuffer
+from cleanrl_utils.buffers import ReplayBuffer  # stable-baselines3's, over NumPy
 
 
-@dataclass
+@dataclasses.dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    \"\"\"the name of this experiment\"\"\"
-    seed: int = 1
-    \"\"\"seed of the experiment\"\"\"
-    torch_deterministic: bool = True
-    \"\"\"if toggled, `torch.backends.cudnn.deterministic=False`\"\"\"
-    cuda: bool = True
-    \"\"\"if toggled, cuda will be enabled by default\"\"\"
-    track: bool = False
-    \"\"\"if toggled, this experiment will be tracked with Weights and Biases\"\"\"
-    wandb_project_name: str = "cleanRL"
-    \"\"\"the wandb's project name\"\"\"
-    wandb_entity: str = None
-    \"\"\"the entity (team) of wandb's project\"\"\"
-    capture_video: bool = False
-    \"\"\"whether to capture videos of the agent performances (check out `videos` folder)\"\"\"
-    save_model: bool = False
-    \"\"\"whether to save model into the `runs/{run_name}` folder\"\"\"
-    upload_model: bool = False
-    \"\"\"whether to upload the saved model to huggingface\"\"\"
-    hf_entity: str = ""
-    \"\"\"the user or org name of the model repository from the Hugging Face Hub\"\"\"
-
-    # Algorithm specific arguments
-    env_id: str = "CartPole-v1"
-    \"\"\"the id of the environment\"\"\"
-    total_timesteps: int = 500000
-    \"\"\"total timesteps of the experiments\"\"\"
-    learning_rate: float = 2.5e-4
-    \"\"\"the learning rate of the optimizer\"\"\"
-    num_envs: int = 1
-    \"\"\"the number of parallel game environments\"\"\"
-    buffer_size: int = 10000
-    \"\"\"the replay memory buffer size\"\"\"
-    gamma: float = 0.99
-    \"\"\"the discount factor gamma\"\"\"
-    tau: float = 1.0
-    \"\"\"the target network update rate\"\"\"
-    target_network_frequency: int = 500
-    \"\"\"the timesteps it takes to update the target network\"\"\"
-    batch_size: int = 128
-    \"\"\"the batch size of sample from the reply memory\"\"\"
-    start_e: float = 1
-    \"\"\"the starting epsilon for exploration\"\"\"
-    end_e: float = 0.05
-    \"\"\"the ending epsilon for exploration\"\"\"
-    exploration_fraction: float = 0.5
-    \"\"\"the fraction of `total-timesteps` it takes from start-e to go end-e\"\"\"
-    learning_starts: int = 10000
-    \"\"\"timestep to start learning\"\"\"
-    train_frequency: int = 10
-    \"\"\"the frequency of training\"\"\"
+    exp_name: str = os.path.basename(__file__).removesuffix(".py")
+    seed: int = 7
+    env_id: str = "PointMass-v0"
+    steps: int = 1000
+    lr: float = 1e-3
+    memory: int = 1000
+    batch: int = 32
+    gamma: float = 0.98
+    tau: float = 0.1
+    sync_every: int = 50
+    warmup: int = 100
+    train_every: int = 4
+    eps_high: float = 1.0
+    eps_low: float = 0.1
+    eps_span: float = 0.4  # of all steps
 
 
-def make_env(env_id, seed, idx, capture_video, run_name):
-    def thunk():
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
+def env_factory(env_id, seed):
+    def build():
+        env = gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
         env.action_space.seed(seed)
-
         return env
+    return build
 
-    return thunk
+
+def decayed_epsilon(high, low, span, t):
+    return max(low, high + (low - high) * t / span)
 
 
-# ALGO LOGIC: initialize agent here:
-class QNetwork(nn.Module):
-    def __init__(self, env):
+class QNet(nn.Module):
+    def __init__(self, envs, width=32):
         super().__init__()
-        self.network = nn.Sequential(
-            nn.Linear(np.array(env.single_observation_space.shape).prod(), 120),
-            nn.ReLU(),
-            nn.Linear(120, 84),
-            nn.ReLU(),
-            nn.Linear(84, env.single_action_space.n),
+        n_obs = np.array(envs.single_observation_space.shape).prod()
+        self.layers = nn.Sequential(
+            nn.Linear(n_obs, width), nn.ReLU(), nn.Linear(width, envs.single_action_space.n)
         )
 
-    def forward(self, x):
-        return self.network(x)
-
-
-def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
-    slope = (end_e - start_e) / duration
-    return max(slope * t + start_e, end_e)
+    def forward(self, obs):
+        return self.layers(obs)
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    assert args.num_envs == 1, "vectorized envs are not supported at the moment"
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            monitor_gym=True,
-            save_code=True,
-        )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\\n|-|-|\\n%s" % ("\\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
-
-    # TRY NOT TO MODIFY: seeding
+    run_name = f"{args.env_id}_{args.exp_name}_{args.seed}"
+    writer = tensorboard.SummaryWriter(log_dir=f"runs/{run_name}")
+    table = "\\n".join(f"|{k}|{v}|" for k, v in vars(args).items())
+    writer.add_text("args", "|name|value|\\n|-|-|\\n" + table)
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cpu")
 
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    envs = gym.vector.SyncVectorEnv([env_factory(args.env_id, args.seed)])
+    assert isinstance(envs.single_action_space, gym.spaces.Discrete)
+    qnet = QNet(envs).to(device)
+    initialize(qnet)
+    target = QNet(envs).to(device)
+    target.load_state_dict(qnet.state_dict())
+    opt = optim.Adam(qnet.parameters(), lr=args.lr)
+    memory = ReplayBuffer(args.memory, envs.single_observation_space, envs.single_action_space,
+                          device, handle_timeout_termination=False)
 
-    # env setup
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, args.seed + i, i, args.capture_video, run_name) for i in range(args.num_envs)]
-    )
-    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
-
-    q_network = QNetwork(envs).to(device)
-    initialize(q_network)
-    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
-    target_network = QNetwork(envs).to(device)
-    target_network.load_state_dict(q_network.state_dict())
-
-    rb = ReplayBuffer(
-        args.buffer_size,
-        envs.single_observation_space,
-        envs.single_action_space,
-        device,
-        handle_timeout_termination=False,
-    )
-    start_time = time.time()
-
-    # TRY NOT TO MODIFY: start the game
-    obs, _ = envs.reset(seed=args.seed)
-    for global_step in range(args.total_timesteps):
-        # ALGO LOGIC: put action logic here
-        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-        if random.random() < epsilon:
-            actions = np.array([envs.single_action_space.sample() for _ in range(envs.num_envs)])
+    obs = envs.reset(seed=args.seed)[0]
+    for step in range(args.steps):
+        eps = decayed_epsilon(args.eps_high, args.eps_low, args.eps_span * args.steps, step)
+        if random.random() < eps:
+            act = np.array([envs.single_action_space.sample()])
         else:
-            q_values = q_network(torch.Tensor(obs).to(device))
-            actions = torch.argmax(q_values, dim=1).cpu().numpy()
-
-        # TRY NOT TO MODIFY: execute the game and log data.
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-
-        # TRY NOT TO MODIFY: record rewards for plotting purposes
-        if "final_info" in infos:
-            for info in infos["final_info"]:
-                if info and "episode" in info:
-                    print(f"global_step={global_step}, episodic_return={info['episode']['r']}")
-                    writer.add_scalar("charts/episodic_return", info["episode"]["r"], global_step)
-                    writer.add_scalar("charts/episodic_length", info["episode"]["l"], global_step)
-
-        # TRY NOT TO MODIFY: save data to reply buffer; handle `final_observation`
-        real_next_obs = next_obs.copy()
-        for idx, trunc in enumerate(truncations):
-            if trunc:
-                real_next_obs[idx] = infos["final_observation"][idx]
-        rb.add(obs, real_next_obs, actions, rewards, terminations, infos)
-
-        # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
+            act = torch.argmax(qnet(torch.Tensor(obs).to(device)), dim=1).cpu().numpy()
+        next_obs, rew, term, trunc, infos = envs.step(act)
+        for info in infos.get("final_info", []):
+            if info is not None and "episode" in info:
+                print(f"global_step={step} return={info['episode']['r']}")
+                writer.add_scalar("episode/return", info["episode"]["r"], step)
+                writer.add_scalar("episode/length", info["episode"]["l"], step)
+        stored_next = next_obs.copy()
+        for i, cut in enumerate(trunc):
+            if cut:  # the env already reset: keep the true last observation
+                stored_next[i] = infos["final_observation"][i]
+        memory.add(obs, stored_next, act, rew, term, infos)
         obs = next_obs
 
-        # ALGO LOGIC: training.
-        if global_step > args.learning_starts:
-            if global_step % args.train_frequency == 0:
-                data = rb.sample(args.batch_size)
-                with torch.no_grad():
-                    target_max, _ = target_network(data.next_observations).max(dim=1)
-                    td_target = data.rewards.flatten() + args.gamma * target_max * (1 - data.dones.flatten())
-                old_val = q_network(data.observations).gather(1, data.actions).squeeze()
-                loss = F.mse_loss(td_target, old_val)
-
-                if global_step % 100 == 0:
-                    writer.add_scalar("losses/td_loss", loss, global_step)
-                    writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
-                    print("SPS:", int(global_step / (time.time() - start_time)))
-                    writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
-
-                # optimize the model
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-
-            # update target network
-            if global_step % args.target_network_frequency == 0:
-                for target_network_param, q_network_param in zip(target_network.parameters(), q_network.parameters()):
-                    target_network_param.data.copy_(
-                        args.tau * q_network_param.data + (1.0 - args.tau) * target_network_param.data
-                    )
-
-    if args.save_model:
-        model_path = f"runs/{run_name}/{args.exp_name}.cleanrl_model"
-        torch.save(q_network.state_dict(), model_path)
-        print(f"model saved to {model_path}")
-        from cleanrl_utils.evals.dqn_eval import evaluate
-
-        episodic_returns = evaluate(
-            model_path,
-            make_env,
-            args.env_id,
-            eval_episodes=10,
-            run_name=f"{run_name}-eval",
-            Model=QNetwork,
-            device=device,
-            epsilon=args.end_e,
-        )
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
-
-        if args.upload_model:
-            from cleanrl_utils.huggingface import push_to_hub
-
-            repo_name = f"{args.env_id}-{args.exp_name}-seed{args.seed}"
-            repo_id = f"{args.hf_entity}/{repo_name}" if args.hf_entity else repo_name
-            push_to_hub(args, episodic_returns, repo_id, "DQN", f"runs/{run_name}", f"videos/{run_name}-eval")
+        if step > args.warmup and step % args.train_every == 0:
+            batch = memory.sample(args.batch)
+            with torch.no_grad():
+                best_next, _ = target(batch.next_observations).max(dim=1)
+                alive = 1 - batch.dones.flatten()
+                goal = batch.rewards.flatten() + args.gamma * best_next * alive
+            taken = qnet(batch.observations).gather(1, batch.actions).squeeze()
+            loss = F.mse_loss(goal, taken)
+            if step % 20 == 0:
+                writer.add_scalar("train/td_loss", loss, step)
+                writer.add_scalar("train/q_taken", taken.mean().item(), step)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        if step % args.sync_every == 0:
+            for t_param, q_param in zip(target.parameters(), qnet.parameters()):
+                t_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * t_param.data)
 
     envs.close()
     writer.close()
 """
 
 PQN = """
-# docs and experiment results can be found at https://docs.cleanrl.dev/rl-algorithms/pqn/#pqnpy
 import os
-import random
-import time
-from dataclasses import dataclass
+import dataclasses
 
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
-import torch.optim as optim
 import tyro
-from torch.utils.tensorboard import SummaryWriter
+from torch import nn, optim
+from torch.nn import functional as F
+from torch.utils import tensorboard
 
 
-@dataclass
+@dataclasses.dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    \"\"\"the name of this experiment\"\"\"
-    seed: int = 1
-    \"\"\"seed of the experiment\"\"\"
-    torch_deterministic: bool = True
-    \"\"\"if toggled, `torch.backends.cudnn.deterministic=False`\"\"\"
-    cuda: bool = True
-    \"\"\"if toggled, cuda will be enabled by default\"\"\"
-    track: bool = False
-    \"\"\"if toggled, this experiment will be tracked with Weights and Biases\"\"\"
-    wandb_project_name: str = "cleanRL"
-    \"\"\"the wandb's project name\"\"\"
-    wandb_entity: str = None
-    \"\"\"the entity (team) of wandb's project\"\"\"
-    capture_video: bool = False
-    \"\"\"whether to capture videos of the agent performances (check out `videos` folder)\"\"\"
-
-    # Algorithm specific arguments
-    env_id: str = "CartPole-v1"
-    \"\"\"the id of the environment\"\"\"
-    total_timesteps: int = 500000
-    \"\"\"total timesteps of the experiments\"\"\"
-    learning_rate: float = 2.5e-4
-    \"\"\"the learning rate of the optimizer\"\"\"
-    num_envs: int = 4
-    \"\"\"the number of parallel game environments\"\"\"
-    num_steps: int = 128
-    \"\"\"the number of steps to run for each environment per update\"\"\"
-    num_minibatches: int = 4
-    \"\"\"the number of mini-batches\"\"\"
-    update_epochs: int = 4
-    \"\"\"the K epochs to update the policy\"\"\"
-    anneal_lr: bool = True
-    \"\"\"Toggle learning rate annealing\"\"\"
-    gamma: float = 0.99
-    \"\"\"the discount factor gamma\"\"\"
-    start_e: float = 1
-    \"\"\"the starting epsilon for exploration\"\"\"
-    end_e: float = 0.05
-    \"\"\"the ending epsilon for exploration\"\"\"
-    exploration_fraction: float = 0.5
-    \"\"\"the fraction of `total_timesteps` it takes from start_e to end_e\"\"\"
-    max_grad_norm: float = 10.0
-    \"\"\"the maximum norm for the gradient clipping\"\"\"
-    q_lambda: float = 0.65
-    \"\"\"the lambda for Q(lambda)\"\"\"
+    exp_name: str = os.path.basename(__file__).removesuffix(".py")
+    seed: int = 3
+    env_id: str = "PointMass-v0"
+    steps: int = 10000
+    n_envs: int = 4
+    rollout: int = 16
+    n_minibatches: int = 2
+    epochs: int = 2
+    lr: float = 1e-3
+    gamma: float = 0.98
+    lam: float = 0.6
+    eps_high: float = 1.0
+    eps_low: float = 0.05
+    eps_span: float = 0.5
+    clip: float = 5.0
 
 
-def make_env(env_id, seed, idx, capture_video, run_name):
-    def thunk():
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
+def env_factory(env_id, seed):
+    def build():
+        env = gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
         env.action_space.seed(seed)
-
         return env
+    return build
 
-    return thunk
 
-
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
+def ortho(layer, gain=np.sqrt(2), bias=0.0):
+    torch.nn.init.orthogonal_(layer.weight, gain)
+    torch.nn.init.constant_(layer.bias, bias)
     return layer
 
 
-# ALGO LOGIC: initialize agent here:
-class QNetwork(nn.Module):
-    def __init__(self, env):
+class QNet(nn.Module):
+    def __init__(self, envs, width=32):
         super().__init__()
-
-        self.network = nn.Sequential(
-            layer_init(nn.Linear(np.array(env.single_observation_space.shape).prod(), 120)),
-            nn.LayerNorm(120),
-            nn.ReLU(),
-            layer_init(nn.Linear(120, 84)),
-            nn.LayerNorm(84),
-            nn.ReLU(),
-            layer_init(nn.Linear(84, env.single_action_space.n)),
+        n_obs = np.array(envs.single_observation_space.shape).prod()
+        self.body = nn.Sequential(
+            ortho(nn.Linear(n_obs, width)), nn.LayerNorm(width), nn.ReLU(),
+            ortho(nn.Linear(width, envs.single_action_space.n)),
         )
 
-    def forward(self, x):
-        return self.network(x)
-
-
-def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
-    slope = (end_e - start_e) / duration
-    return max(slope * t + start_e, end_e)
+    def forward(self, obs):
+        return self.body(obs)
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    args.batch_size = int(args.num_envs * args.num_steps)
-    args.minibatch_size = int(args.batch_size // args.num_minibatches)
-    args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            monitor_gym=True,
-            save_code=True,
-        )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\\n|-|-|\\n%s" % ("\\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
-
-    # TRY NOT TO MODIFY: seeding
-    random.seed(args.seed)
+    per_update = args.n_envs * args.rollout
+    mb_size = per_update // args.n_minibatches
+    updates = args.steps // per_update
+    run_name = f"{args.env_id}_{args.exp_name}_{args.seed}"
+    writer = tensorboard.SummaryWriter(log_dir=f"runs/{run_name}")
+    writer.add_text("args", str(vars(args)))
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cpu")
 
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    thunks = [env_factory(args.env_id, args.seed + k) for k in range(args.n_envs)]
+    envs = gym.vector.SyncVectorEnv(thunks)
+    obs_shape, act_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+    qnet = QNet(envs).to(device)
+    initialize(qnet)
+    opt = optim.RAdam(qnet.parameters(), lr=args.lr)
 
-    # env setup
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, args.seed + i, i, args.capture_video, run_name) for i in range(args.num_envs)]
-    )
-    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
+    seen = torch.zeros((args.rollout, args.n_envs) + obs_shape).to(device)
+    taken = torch.zeros((args.rollout, args.n_envs) + act_shape).to(device)
+    paid = torch.zeros((args.rollout, args.n_envs)).to(device)
+    ended = torch.zeros((args.rollout, args.n_envs)).to(device)
+    greedy_q = torch.zeros((args.rollout, args.n_envs)).to(device)
 
-    # agent setup
-    q_network = QNetwork(envs).to(device)
-    initialize(q_network)
-    optimizer = optim.RAdam(q_network.parameters(), lr=args.learning_rate)
-
-    # storage setup
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape).to(device)
-    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
-    rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    values = torch.zeros((args.num_steps, args.num_envs)).to(device)
-
-    # TRY NOT TO MODIFY: start the game
-    global_step = 0
-    start_time = time.time()
-    next_obs, _ = envs.reset(seed=args.seed)
-    next_obs = torch.Tensor(next_obs).to(device)
-    next_done = torch.zeros(args.num_envs).to(device)
-
-    for iteration in range(1, args.num_iterations + 1):
-        # Annealing the rate if instructed to do so.
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            lrnow = frac * args.learning_rate
-            optimizer.param_groups[0]["lr"] = lrnow
-
-        for step in range(0, args.num_steps):
-            global_step += args.num_envs
-            obs[step] = next_obs
-            dones[step] = next_done
-
-            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-            random_actions = torch.randint(0, envs.single_action_space.n, (args.num_envs,)).to(device)
+    step = 0
+    obs = torch.Tensor(envs.reset(seed=args.seed)[0]).to(device)
+    done = torch.zeros(args.n_envs).to(device)
+    for update in range(updates):
+        opt.param_groups[0]["lr"] = args.lr * (1.0 - update / updates)
+        for t in range(args.rollout):
+            step += args.n_envs
+            seen[t], ended[t] = obs, done
+            progress = step / (args.eps_span * args.steps)
+            eps = max(args.eps_low, args.eps_high - (args.eps_high - args.eps_low) * progress)
+            coin = torch.randint(0, envs.single_action_space.n, (args.n_envs,)).to(device)
             with torch.no_grad():
-                q_values = q_network(next_obs)
-                max_actions = torch.argmax(q_values, dim=1)
-                values[step] = q_values[torch.arange(args.num_envs), max_actions].flatten()
+                q = qnet(obs)
+                best = torch.argmax(q, dim=1)
+                greedy_q[t] = q[torch.arange(args.n_envs), best].flatten()
+            act = torch.where(torch.rand((args.n_envs,)).to(device) < eps, coin, best)
+            taken[t] = act
+            obs, rew, term, trunc, infos = envs.step(act.cpu().numpy())
+            paid[t] = torch.tensor(rew).to(device).view(-1)
+            obs = torch.Tensor(obs).to(device)
+            done = torch.Tensor(np.logical_or(term, trunc)).to(device)
+            for info in infos.get("final_info", []):
+                if info is not None and "episode" in info:
+                    print(f"global_step={step} return={info['episode']['r']}")
+                    writer.add_scalar("episode/return", info["episode"]["r"], step)
 
-            explore = torch.rand((args.num_envs,)).to(device) < epsilon
-            action = torch.where(explore, random_actions, max_actions)
-            actions[step] = action
+        with torch.no_grad():  # Q(lambda): blend the bootstrap and the lambda-return
+            targets = torch.zeros_like(paid).to(device)
+            last_q, _ = torch.max(qnet(obs), dim=-1)
+            targets[-1] = paid[-1] + args.gamma * last_q * (1.0 - done)
+            for t in range(args.rollout - 2, -1, -1):
+                blend = args.lam * targets[t + 1] + (1 - args.lam) * greedy_q[t + 1]
+                targets[t] = paid[t] + args.gamma * blend * (1.0 - ended[t + 1])
 
-            # TRY NOT TO MODIFY: execute the game and log data.
-            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            next_done = np.logical_or(terminations, truncations)
-            rewards[step] = torch.tensor(reward).to(device).view(-1)
-            next_obs, next_done = torch.Tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
-
-            if "final_info" in infos:
-                for info in infos["final_info"]:
-                    if info and "episode" in info:
-                        print(f"global_step={global_step}, episodic_return={info['episode']['r']}")
-                        writer.add_scalar("charts/episodic_return", info["episode"]["r"], global_step)
-                        writer.add_scalar("charts/episodic_length", info["episode"]["l"], global_step)
-
-        # Compute Q(lambda) targets
-        with torch.no_grad():
-            returns = torch.zeros_like(rewards).to(device)
-            for t in reversed(range(args.num_steps)):
-                if t == args.num_steps - 1:
-                    next_value, _ = torch.max(q_network(next_obs), dim=-1)
-                    nextnonterminal = 1.0 - next_done
-                    returns[t] = rewards[t] + args.gamma * next_value * nextnonterminal
-                else:
-                    nextnonterminal = 1.0 - dones[t + 1]
-                    next_value = values[t + 1]
-                    returns[t] = (
-                        rewards[t]
-                        + args.gamma * (args.q_lambda * returns[t + 1] + (1 - args.q_lambda) * next_value) * nextnonterminal
-                    )
-
-        # flatten the batch
-        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
-        b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
-        b_returns = returns.reshape(-1)
-
-        # Optimizing the Q-network
-        b_inds = np.arange(args.batch_size)
-        for epoch in range(args.update_epochs):
-            np.random.shuffle(b_inds)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                end = start + args.minibatch_size
-                mb_inds = b_inds[start:end]
-
-                old_val = q_network(b_obs[mb_inds]).gather(1, b_actions[mb_inds].unsqueeze(-1).long()).squeeze()
-                loss = F.mse_loss(b_returns[mb_inds], old_val)
-
-                # optimize the model
-                optimizer.zero_grad()
+        flat_obs = seen.reshape((-1,) + obs_shape)
+        flat_act = taken.reshape((-1,) + act_shape)
+        flat_targets = targets.reshape(-1)
+        order = np.arange(per_update)
+        for epoch in range(args.epochs):
+            np.random.shuffle(order)
+            for lo in range(0, per_update, mb_size):
+                idx = order[lo:lo + mb_size]
+                pred = qnet(flat_obs[idx]).gather(1, flat_act[idx].unsqueeze(-1).long()).squeeze()
+                loss = F.mse_loss(flat_targets[idx], pred)
+                opt.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
-                optimizer.step()
-
-        writer.add_scalar("losses/td_loss", loss, global_step)
-        writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
-        print("SPS:", int(global_step / (time.time() - start_time)))
-        writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+                nn.utils.clip_grad_norm_(qnet.parameters(), args.clip)
+                opt.step()
+        writer.add_scalar("train/td_loss", loss, step)
+        writer.add_scalar("train/q_pred", pred.mean().item(), step)
 
     envs.close()
     writer.close()
 """
 
-IMPORTS = (
-    "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\n",
-    "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n",
-)
 STEPS = {
     "dqn": [
-        IMPORTS,
-        ("                loss.backward()\n                optimizer.step()",
-         "                grads = loss.backward()\n                optimizer.step(grads)"),
+        ("import torch\n", "import retrograd as torch\n"),
+        ("from torch import nn, optim\n", "from retrograd import nn, optim\n"),
+        ("            loss.backward()\n            opt.step()",
+         "            grads = loss.backward()\n            opt.step(grads)"),
     ],
     "pqn": [
-        IMPORTS,
-        ("                loss.backward()\n                nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)\n                optimizer.step()",
-         "                grads = loss.backward()\n                nn.utils.clip_grad_norm_(grads, q_network.parameters(), args.max_grad_norm)\n                optimizer.step(grads)"),
+        ("import torch\n", "import retrograd as torch\n"),
+        ("from torch import nn, optim\n", "from retrograd import nn, optim\n"),
+        ("                loss.backward()\n"
+         "                nn.utils.clip_grad_norm_(qnet.parameters(), args.clip)\n"
+         "                opt.step()",
+         "                grads = loss.backward()\n"
+         "                nn.utils.clip_grad_norm_(grads, qnet.parameters(), args.clip)\n"
+         "                opt.step(grads)"),
     ],
 }  # fmt: skip
 
 SIZES = {
-    "dqn": dict(total_timesteps=110, buffer_size=200, tau=0.5, target_network_frequency=10, batch_size=8,
-                learning_starts=10, train_frequency=4, learning_rate=2.5e-3, cuda=False),
-    "pqn": dict(total_timesteps=96, num_envs=4, num_steps=8, num_minibatches=2, update_epochs=2,
-                learning_rate=2.5e-3, cuda=False),
-}  # fmt: skip
+    "dqn": dict(steps=90, memory=100, batch=8, tau=0.5, sync_every=10, warmup=10, lr=3e-3),
+    "pqn": dict(steps=96, n_envs=4, rollout=8, n_minibatches=2, epochs=2, lr=3e-3),
+}
 
 
 def replay_buffer_standin(lib):
@@ -642,8 +399,12 @@ def standin_modules(program):
         gym = gymnasium_standin(
             lambda env_id: PointMassEnv(Discrete(2), 5, obs_dim=4, new_api=True)
         )
-        return {"gymnasium": gym, "tyro": tyro,
-                "cleanrl_utils": types.ModuleType("cleanrl_utils"), "cleanrl_utils.buffers": buffers}  # fmt: skip
+        return {
+            "gymnasium": gym,
+            "tyro": tyro,
+            "cleanrl_utils": types.ModuleType("cleanrl_utils"),
+            "cleanrl_utils.buffers": buffers,
+        }
 
     return modules
 
@@ -659,7 +420,7 @@ def test_cleanrl_agent_trains_and_logs_as_torch(monkeypatch, capsys, tmp_path, p
         line for line in capsys.readouterr().out.splitlines() if line.startswith("global_step=")
     ]
     assert printed[: len(printed) // 2] == printed[len(printed) // 2 :]
-    assert len(printed) == {"dqn": 44, "pqn": 32}[program]
+    assert len(printed) == {"dqn": 36, "pqn": 32}[program]
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
     torch_scalars, port_scalars = (
         scalars_written(tmp_path / lib) for lib in ("torch", "retrograd")

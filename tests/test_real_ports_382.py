@@ -1,31 +1,28 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-OpenAI Spinning Up's soft actor-critic as written (``spinup/algos/pytorch/sac/core.py`` and
-``sac.py``), small:
+"""A program written here in the style of OpenAI Spinning Up's PyTorch soft actor-critic (a
+``core`` of actor-critic modules and an ``sac`` function with a replay buffer, target networks
+and an epoch logger), run under torch and, ported, under retrograd, small (the harness:
+``tests/real_ports.py`` and ``tests/rl_standins.py``).
 
-- ``core.py``: ``combined_shape``, ``mlp`` of ``nn.Identity``-ended ``nn.Sequential`` layers,
-  ``count_vars`` by ``np.prod(p.shape)``, the ``SquashedGaussianMLPActor`` (``torch.clamp(
-  log_std, LOG_STD_MIN, LOG_STD_MAX)``, ``Normal(mu, std).rsample()``, the log-probability of
-  the squashed Gaussian by ``logp_pi -= (2*(np.log(2) - pi_action - F.softplus(-2*pi_action)))
-  .sum(axis=1)`` (a NumPy float minus a tensor), ``sum(axis=-1)``), ``MLPQFunction`` over
-  ``torch.cat([obs, act], dim=-1)`` and ``torch.squeeze(q, -1)``, ``MLPActorCritic.act`` under
-  ``torch.no_grad()``;
-- ``sac.py``: the FIFO ``ReplayBuffer`` (``torch.as_tensor(v, dtype=torch.float32)`` of each
-  NumPy batch), ``ac_targ = deepcopy(ac)`` frozen by ``p.requires_grad = False``, the Q
-  parameters as an ``itertools.chain`` (which the Q optimizer consumes, so the freezing loops of
-  ``update`` see nothing, in torch as in the port), the Bellman backup under ``torch.no_grad()``
-  with ``torch.min``, ``Adam`` imported by ``from torch.optim import Adam``, the polyak update
-  ``p_targ.data.mul_(polyak); p_targ.data.add_((1 - polyak) * p.data)`` under
-  ``torch.no_grad()``, uniform exploration by ``env.action_space.sample()`` and the
-  deterministic ``test_agent``.
+What it exercises: ``combined_shape``, an ``mlp`` of ``nn.Sequential`` layers ended by
+``nn.Identity``, parameter counts by ``np.prod(p.shape)``; the squashed Gaussian actor
+(``torch.clamp(log_std, LOW, HIGH)``, ``Normal(mu, std).rsample()``, ``log_prob(u).sum(axis=-1)``
+and the tanh correction ``(2 * (np.log(2) - u - F.softplus(-2 * u))).sum(axis=1)`` of a NumPy
+float minus a tensor, subtracted in place by ``-=``); twin Q functions over ``torch.cat([obs,
+act], dim=-1)`` and ``torch.squeeze(q, -1)``; ``act`` under ``torch.no_grad()`` returning
+``.numpy()``; a FIFO replay buffer whose batches become ``torch.as_tensor(v,
+dtype=torch.float32)``; ``target = deepcopy(agent)`` frozen by ``p.requires_grad = False``; the
+Q parameters as an ``itertools.chain`` that the Q optimizer consumes (so the later freezing
+loops see nothing, in torch as in the port); the Bellman backup under ``torch.no_grad()`` with
+``torch.min``; ``Adam`` from ``from torch.optim import Adam``; the polyak update
+``t.data.mul_(rho); t.data.add_((1 - rho) * p.data)`` under ``torch.no_grad()``; uniform
+exploration by ``env.action_space.sample()`` and a deterministic evaluation episode.
 
 What stands in: ``gym`` (a deterministic point-mass environment with gym's old four-value
-``step``), Spinning Up's ``EpochLogger`` (its ``store``d values and ``log_tabular`` statistics
-are the records), the import of ``core`` (the program's own definitions); the long docstring
-of ``sac`` is left out. The gradient lines change (``grads = loss.backward()``,
-``optimizer.step(grads)``), and the import lines naming ``torch``. ``initialize(ac)`` gives the
-port torch's initial weights; ``Normal.rsample`` draws its noise from one stream shared by both
-runs.
+``step``) and Spinning Up's ``EpochLogger`` (its ``store``d values and ``log_tabular``
+statistics are the records). The port changes the gradient lines (``grads = loss.backward()``,
+``optimizer.step(grads)``) and the import lines naming ``torch``. ``initialize(agent)`` gives
+the port torch's initial weights; ``Normal.rsample`` draws its noise from one stream shared by
+both runs.
 """
 
 from __future__ import annotations
@@ -33,391 +30,222 @@ from __future__ import annotations
 from real_ports import assert_records_agree
 from rl_standins import Box, PointMassEnv, run_program
 
-SAC_CORE = """
-import numpy as np
-import scipy.signal
+SAC_SOURCE = """
+import itertools
+from copy import deepcopy
 
+import gym
+import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from torch.distributions.normal import Normal
+from torch.nn import functional as F
+from torch.distributions.normal import Normal  # reparameterized: rsample
+from torch.optim import Adam
+
+LOW, HIGH = -20, 2
 
 
-def combined_shape(length, shape=None):
+def combined_shape(n, shape=None):
     if shape is None:
-        return (length,)
-    return (length, shape) if np.isscalar(shape) else (length, *shape)
+        return (n,)
+    return (n, shape) if np.isscalar(shape) else (n, *shape)
 
-def mlp(sizes, activation, output_activation=nn.Identity):
+
+def mlp(sizes, act, last=nn.Identity):
     layers = []
-    for j in range(len(sizes)-1):
-        act = activation if j < len(sizes)-2 else output_activation
-        layers += [nn.Linear(sizes[j], sizes[j+1]), act()]
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers += [nn.Linear(n_in, n_out), (act if i < len(sizes) - 2 else last)()]
     return nn.Sequential(*layers)
 
-def count_vars(module):
-    return sum([np.prod(p.shape) for p in module.parameters()])
+
+def n_params(module):
+    return sum(np.prod(p.shape) for p in module.parameters())
 
 
-LOG_STD_MAX = 2
-LOG_STD_MIN = -20
-
-class SquashedGaussianMLPActor(nn.Module):
-
-    def __init__(self, obs_dim, act_dim, hidden_sizes, activation, act_limit):
+class TanhGaussianPolicy(nn.Module):
+    def __init__(self, n_obs, n_act, hidden, act, limit):
         super().__init__()
-        self.net = mlp([obs_dim] + list(hidden_sizes), activation, activation)
-        self.mu_layer = nn.Linear(hidden_sizes[-1], act_dim)
-        self.log_std_layer = nn.Linear(hidden_sizes[-1], act_dim)
-        self.act_limit = act_limit
+        self.trunk = mlp([n_obs, *hidden], act, act)
+        self.mean = nn.Linear(hidden[-1], n_act)
+        self.log_std = nn.Linear(hidden[-1], n_act)
+        self.limit = limit
 
-    def forward(self, obs, deterministic=False, with_logprob=True):
-        net_out = self.net(obs)
-        mu = self.mu_layer(net_out)
-        log_std = self.log_std_layer(net_out)
-        log_std = torch.clamp(log_std, LOG_STD_MIN, LOG_STD_MAX)
-        std = torch.exp(log_std)
-
-        # Pre-squash distribution and sample
-        pi_distribution = Normal(mu, std)
-        if deterministic:
-            # Only used for evaluating policy at test time.
-            pi_action = mu
-        else:
-            pi_action = pi_distribution.rsample()
-
-        if with_logprob:
-            # Compute logprob from Gaussian, and then apply correction for Tanh squashing.
-            # NOTE: The correction formula is a little bit magic. To get an understanding
-            # of where it comes from, check out the original SAC paper (arXiv 1801.01290)
-            # and look in appendix C. This is a more numerically-stable equivalent to Eq 21.
-            # Try deriving it yourself as a (very difficult) exercise. :)
-            logp_pi = pi_distribution.log_prob(pi_action).sum(axis=-1)
-            logp_pi -= (2*(np.log(2) - pi_action - F.softplus(-2*pi_action))).sum(axis=1)
-        else:
-            logp_pi = None
-
-        pi_action = torch.tanh(pi_action)
-        pi_action = self.act_limit * pi_action
-
-        return pi_action, logp_pi
+    def forward(self, obs, deterministic=False, with_logp=True):
+        h = self.trunk(obs)
+        mu = self.mean(h)
+        std = torch.exp(torch.clamp(self.log_std(h), LOW, HIGH))
+        dist = Normal(mu, std)
+        u = mu if deterministic else dist.rsample()
+        logp = None
+        if with_logp:
+            # density of tanh(u): subtract log(1 - tanh(u)^2), written stably
+            logp = dist.log_prob(u).sum(axis=-1)
+            logp -= (2 * (np.log(2) - u - F.softplus(-2 * u))).sum(axis=1)
+        return self.limit * torch.tanh(u), logp
 
 
-class MLPQFunction(nn.Module):
-
-    def __init__(self, obs_dim, act_dim, hidden_sizes, activation):
+class QNet(nn.Module):
+    def __init__(self, n_obs, n_act, hidden, act):
         super().__init__()
-        self.q = mlp([obs_dim + act_dim] + list(hidden_sizes) + [1], activation)
+        self.body = mlp([n_obs + n_act, *hidden, 1], act)
 
-    def forward(self, obs, act):
-        q = self.q(torch.cat([obs, act], dim=-1))
-        return torch.squeeze(q, -1) # Critical to ensure q has right shape.
+    def forward(self, obs, action):
+        return torch.squeeze(self.body(torch.cat([obs, action], dim=-1)), -1)
 
-class MLPActorCritic(nn.Module):
 
-    def __init__(self, observation_space, action_space, hidden_sizes=(256,256),
-                 activation=nn.ReLU):
+class ActorCritic(nn.Module):
+    def __init__(self, obs_space, act_space, hidden=(64, 64), act=nn.ReLU):
         super().__init__()
+        n_obs, n_act = obs_space.shape[0], act_space.shape[0]
+        self.pi = TanhGaussianPolicy(n_obs, n_act, hidden, act, act_space.high[0])
+        self.q1 = QNet(n_obs, n_act, hidden, act)
+        self.q2 = QNet(n_obs, n_act, hidden, act)
 
-        obs_dim = observation_space.shape[0]
-        act_dim = action_space.shape[0]
-        act_limit = action_space.high[0]
-
-        # build policy and value functions
-        self.pi = SquashedGaussianMLPActor(obs_dim, act_dim, hidden_sizes, activation, act_limit)
-        self.q1 = MLPQFunction(obs_dim, act_dim, hidden_sizes, activation)
-        self.q2 = MLPQFunction(obs_dim, act_dim, hidden_sizes, activation)
-
-    def act(self, obs, deterministic=False):
+    def act(self, obs, deterministic: bool = False):
         with torch.no_grad():
-            a, _ = self.pi(obs, deterministic, False)
-            return a.numpy()
-"""
-
-SAC_MAIN = """
-from copy import deepcopy
-import itertools
-import numpy as np
-import torch
-from torch.optim import Adam
-import gym
-import time
-core = types.SimpleNamespace(combined_shape=combined_shape, count_vars=count_vars, MLPActorCritic=MLPActorCritic)
+            return self.pi(obs, deterministic, False)[0].numpy()
 
 
-class ReplayBuffer:
-    \"\"\"
-    A simple FIFO experience replay buffer for SAC agents.
-    \"\"\"
+class Replay:
+    def __init__(self, n_obs, n_act, capacity):
+        self.obs = np.zeros(combined_shape(capacity, n_obs), dtype=np.float32)
+        self.next_obs = np.zeros(combined_shape(capacity, n_obs), dtype=np.float32)
+        self.act = np.zeros(combined_shape(capacity, n_act), dtype=np.float32)
+        self.rew = np.zeros(capacity, dtype=np.float32)
+        self.done = np.zeros(capacity, dtype=np.float32)
+        self.head, self.count, self.capacity = 0, 0, capacity
 
-    def __init__(self, obs_dim, act_dim, size):
-        self.obs_buf = np.zeros(core.combined_shape(size, obs_dim), dtype=np.float32)
-        self.obs2_buf = np.zeros(core.combined_shape(size, obs_dim), dtype=np.float32)
-        self.act_buf = np.zeros(core.combined_shape(size, act_dim), dtype=np.float32)
-        self.rew_buf = np.zeros(size, dtype=np.float32)
-        self.done_buf = np.zeros(size, dtype=np.float32)
-        self.ptr, self.size, self.max_size = 0, 0, size
+    def add(self, o, a, r, o2, d):
+        i = self.head
+        self.obs[i], self.act[i], self.rew[i], self.next_obs[i], self.done[i] = o, a, r, o2, d
+        self.head = (i + 1) % self.capacity
+        self.count = min(self.count + 1, self.capacity)
 
-    def store(self, obs, act, rew, next_obs, done):
-        self.obs_buf[self.ptr] = obs
-        self.obs2_buf[self.ptr] = next_obs
-        self.act_buf[self.ptr] = act
-        self.rew_buf[self.ptr] = rew
-        self.done_buf[self.ptr] = done
-        self.ptr = (self.ptr+1) % self.max_size
-        self.size = min(self.size+1, self.max_size)
-
-    def sample_batch(self, batch_size=32):
-        idxs = np.random.randint(0, self.size, size=batch_size)
-        batch = dict(obs=self.obs_buf[idxs],
-                     obs2=self.obs2_buf[idxs],
-                     act=self.act_buf[idxs],
-                     rew=self.rew_buf[idxs],
-                     done=self.done_buf[idxs])
-        return {k: torch.as_tensor(v, dtype=torch.float32) for k,v in batch.items()}
+    def sample(self, n):
+        idx = np.random.randint(0, self.count, size=n)
+        parts = dict(o=self.obs[idx], a=self.act[idx], r=self.rew[idx])
+        parts.update(o2=self.next_obs[idx], d=self.done[idx])
+        return {k: torch.as_tensor(v, dtype=torch.float32) for k, v in parts.items()}
 
 
-
-def sac(env_fn, actor_critic=core.MLPActorCritic, ac_kwargs=dict(), seed=0,
-        steps_per_epoch=4000, epochs=100, replay_size=int(1e6), gamma=0.99,
-        polyak=0.995, lr=1e-3, alpha=0.2, batch_size=100, start_steps=10000,
-        update_after=1000, update_every=50, num_test_episodes=10, max_ep_len=1000,
-        logger_kwargs=dict(), save_freq=1):
-
-    logger = EpochLogger(**logger_kwargs)
-    logger.save_config(locals())
-
+def soft_actor_critic(make_env, hidden=(64, 64), seed=0, epochs=10, epoch_steps=1000,
+                      capacity=10000, gamma=0.99, rho=0.995, lr=1e-3, alpha=0.2, batch=64,
+                      explore_steps=500, learn_after=200, learn_every=20, horizon=200):
+    logger = EpochLogger()
     torch.manual_seed(seed)
     np.random.seed(seed)
+    env, eval_env = make_env(), make_env()
+    n_act = env.action_space.shape[0]
 
-    env, test_env = env_fn(), env_fn()
-    obs_dim = env.observation_space.shape
-    act_dim = env.action_space.shape[0]
-
-    # Action limit for clamping: critically, assumes all dimensions share the same bound!
-    act_limit = env.action_space.high[0]
-
-    # Create actor-critic module and target networks
-    ac = actor_critic(env.observation_space, env.action_space, **ac_kwargs)
-    initialize(ac)
-    ac_targ = deepcopy(ac)
-
-    # Freeze target networks with respect to optimizers (only update via polyak averaging)
-    for p in ac_targ.parameters():
+    agent = ActorCritic(env.observation_space, env.action_space, hidden)
+    initialize(agent)
+    target = deepcopy(agent)
+    for p in target.parameters():
         p.requires_grad = False
+    critic_params = itertools.chain(agent.q1.parameters(), agent.q2.parameters())
+    replay = Replay(env.observation_space.shape, n_act, capacity)
+    sizes = tuple(n_params(m) for m in (agent.pi, agent.q1, agent.q2))
+    logger.log("parameters: pi %d, q1 %d, q2 %d" % sizes)
 
-    # List of parameters for both Q-networks (save this for convenience)
-    q_params = itertools.chain(ac.q1.parameters(), ac.q2.parameters())
+    pi_opt = Adam(agent.pi.parameters(), lr=lr)
+    q_opt = Adam(critic_params, lr=lr)
 
-    # Experience buffer
-    replay_buffer = ReplayBuffer(obs_dim=obs_dim, act_dim=act_dim, size=replay_size)
-
-    # Count variables (protip: try to get a feel for how different size networks behave!)
-    var_counts = tuple(core.count_vars(module) for module in [ac.pi, ac.q1, ac.q2])
-    logger.log('\\nNumber of parameters: \\t pi: %d, \\t q1: %d, \\t q2: %d\\n'%var_counts)
-
-    # Set up function for computing SAC Q-losses
-    def compute_loss_q(data):
-        o, a, r, o2, d = data['obs'], data['act'], data['rew'], data['obs2'], data['done']
-
-        q1 = ac.q1(o,a)
-        q2 = ac.q2(o,a)
-
-        # Bellman backup for Q functions
+    def critic_loss(b):
+        q1, q2 = agent.q1(b["o"], b["a"]), agent.q2(b["o"], b["a"])
         with torch.no_grad():
-            # Target actions come from *current* policy
-            a2, logp_a2 = ac.pi(o2)
+            a2, logp2 = agent.pi(b["o2"])
+            q_next = torch.min(target.q1(b["o2"], a2), target.q2(b["o2"], a2))
+            y = b["r"] + gamma * (1 - b["d"]) * (q_next - alpha * logp2)
+        loss = ((q1 - y) ** 2).mean() + ((q2 - y) ** 2).mean()
+        return loss, dict(Q1=q1.detach().numpy(), Q2=q2.detach().numpy())
 
-            # Target Q-values
-            q1_pi_targ = ac_targ.q1(o2, a2)
-            q2_pi_targ = ac_targ.q2(o2, a2)
-            q_pi_targ = torch.min(q1_pi_targ, q2_pi_targ)
-            backup = r + gamma * (1 - d) * (q_pi_targ - alpha * logp_a2)
+    def actor_loss(b):
+        a, logp = agent.pi(b["o"])
+        q = torch.min(agent.q1(b["o"], a), agent.q2(b["o"], a))
+        return (alpha * logp - q).mean(), dict(LogPi=logp.detach().numpy())
 
-        # MSE loss against Bellman backup
-        loss_q1 = ((q1 - backup)**2).mean()
-        loss_q2 = ((q2 - backup)**2).mean()
-        loss_q = loss_q1 + loss_q2
-
-        # Useful info for logging
-        q_info = dict(Q1Vals=q1.detach().numpy(),
-                      Q2Vals=q2.detach().numpy())
-
-        return loss_q, q_info
-
-    # Set up function for computing SAC pi loss
-    def compute_loss_pi(data):
-        o = data['obs']
-        pi, logp_pi = ac.pi(o)
-        q1_pi = ac.q1(o, pi)
-        q2_pi = ac.q2(o, pi)
-        q_pi = torch.min(q1_pi, q2_pi)
-
-        # Entropy-regularized policy loss
-        loss_pi = (alpha * logp_pi - q_pi).mean()
-
-        # Useful info for logging
-        pi_info = dict(LogPi=logp_pi.detach().numpy())
-
-        return loss_pi, pi_info
-
-    # Set up optimizers for policy and q-function
-    pi_optimizer = Adam(ac.pi.parameters(), lr=lr)
-    q_optimizer = Adam(q_params, lr=lr)
-
-    # Set up model saving
-    logger.setup_pytorch_saver(ac)
-
-    def update(data):
-        # First run one gradient descent step for Q1 and Q2
-        q_optimizer.zero_grad()
-        loss_q, q_info = compute_loss_q(data)
+    def learn(b):
+        q_opt.zero_grad()
+        loss_q, info = critic_loss(b)
         loss_q.backward()
-        q_optimizer.step()
-
-        # Record things
-        logger.store(LossQ=loss_q.item(), **q_info)
-
-        # Freeze Q-networks so you don't waste computational effort
-        # computing gradients for them during the policy learning step.
-        for p in q_params:
+        q_opt.step()
+        logger.store(LossQ=loss_q.item(), **info)
+        for p in critic_params:  # (the chain is spent: nothing to freeze)
             p.requires_grad = False
-
-        # Next run one gradient descent step for pi.
-        pi_optimizer.zero_grad()
-        loss_pi, pi_info = compute_loss_pi(data)
+        pi_opt.zero_grad()
+        loss_pi, info = actor_loss(b)
         loss_pi.backward()
-        pi_optimizer.step()
-
-        # Unfreeze Q-networks so you can optimize it at next DDPG step.
-        for p in q_params:
+        pi_opt.step()
+        for p in critic_params:
             p.requires_grad = True
-
-        # Record things
-        logger.store(LossPi=loss_pi.item(), **pi_info)
-
-        # Finally, update target networks by polyak averaging.
+        logger.store(LossPi=loss_pi.item(), **info)
         with torch.no_grad():
-            for p, p_targ in zip(ac.parameters(), ac_targ.parameters()):
-                # NB: We use an in-place operations "mul_", "add_" to update target
-                # params, as opposed to "mul" and "add", which would make new tensors.
-                p_targ.data.mul_(polyak)
-                p_targ.data.add_((1 - polyak) * p.data)
+            for p, t in zip(agent.parameters(), target.parameters()):
+                t.data.mul_(rho)
+                t.data.add_((1 - rho) * p.data)
 
-    def get_action(o, deterministic=False):
-        return ac.act(torch.as_tensor(o, dtype=torch.float32),
-                      deterministic)
+    def evaluate():
+        o, done, ret, length = eval_env.reset(), False, 0, 0
+        while not done and length < horizon:
+            a = agent.act(torch.as_tensor(o, dtype=torch.float32), deterministic=True)
+            o, r, done, _ = eval_env.step(a)
+            ret, length = ret + r, length + 1
+        logger.store(EvalRet=ret, EvalLen=length)
 
-    def test_agent():
-        for j in range(num_test_episodes):
-            o, d, ep_ret, ep_len = test_env.reset(), False, 0, 0
-            while not(d or (ep_len == max_ep_len)):
-                # Take deterministic actions at test time
-                o, r, d, _ = test_env.step(get_action(o, True))
-                ep_ret += r
-                ep_len += 1
-            logger.store(TestEpRet=ep_ret, TestEpLen=ep_len)
-
-    # Prepare for interaction with environment
-    total_steps = steps_per_epoch * epochs
-    start_time = time.time()
-    o, ep_ret, ep_len = env.reset(), 0, 0
-
-    # Main loop: collect experience in env and update/log each epoch
-    for t in range(total_steps):
-
-        # Until start_steps have elapsed, randomly sample actions
-        # from a uniform distribution for better exploration. Afterwards,
-        # use the learned policy.
-        if t > start_steps:
-            a = get_action(o)
-        else:
+    o, ret, length = env.reset(), 0, 0
+    for t in range(epochs * epoch_steps):
+        if t < explore_steps:
             a = env.action_space.sample()
-
-        # Step the env
+        else:
+            a = agent.act(torch.as_tensor(o, dtype=torch.float32))
         o2, r, d, _ = env.step(a)
-        ep_ret += r
-        ep_len += 1
-
-        # Ignore the "done" signal if it comes from hitting the time
-        # horizon (that is, when it's an artificial terminal signal
-        # that isn't based on the agent's state)
-        d = False if ep_len==max_ep_len else d
-
-        # Store experience to replay buffer
-        replay_buffer.store(o, a, r, o2, d)
-
-        # Super critical, easy to overlook step: make sure to update
-        # most recent observation!
+        ret, length = ret + r, length + 1
+        d = d and length < horizon  # running out of time is not a terminal state
+        replay.add(o, a, r, o2, d)
         o = o2
-
-        # End of trajectory handling
-        if d or (ep_len == max_ep_len):
-            logger.store(EpRet=ep_ret, EpLen=ep_len)
-            o, ep_ret, ep_len = env.reset(), 0, 0
-
-        # Update handling
-        if t >= update_after and t % update_every == 0:
-            for j in range(update_every):
-                batch = replay_buffer.sample_batch(batch_size)
-                update(data=batch)
-
-        # End of epoch handling
-        if (t+1) % steps_per_epoch == 0:
-            epoch = (t+1) // steps_per_epoch
-
-            # Save model
-            if (epoch % save_freq == 0) or (epoch == epochs):
-                logger.save_state({'env': env}, None)
-
-            # Test the performance of the deterministic version of the agent.
-            test_agent()
-
-            # Log info about epoch
-            logger.log_tabular('Epoch', epoch)
-            logger.log_tabular('EpRet', with_min_and_max=True)
-            logger.log_tabular('TestEpRet', with_min_and_max=True)
-            logger.log_tabular('EpLen', average_only=True)
-            logger.log_tabular('TestEpLen', average_only=True)
-            logger.log_tabular('TotalEnvInteracts', t)
-            logger.log_tabular('Q1Vals', with_min_and_max=True)
-            logger.log_tabular('Q2Vals', with_min_and_max=True)
-            logger.log_tabular('LogPi', with_min_and_max=True)
-            logger.log_tabular('LossPi', average_only=True)
-            logger.log_tabular('LossQ', average_only=True)
-            logger.log_tabular('Time', time.time()-start_time)
+        if d or length == horizon:
+            logger.store(Ret=ret, Len=length)
+            o, ret, length = env.reset(), 0, 0
+        if t >= learn_after and t % learn_every == 0:
+            for _ in range(learn_every):
+                learn(replay.sample(batch))
+        if (t + 1) % epoch_steps == 0:
+            evaluate()
+            logger.log_tabular("Epoch", (t + 1) // epoch_steps)
+            for key in ("Ret", "EvalRet", "Q1", "Q2", "LogPi"):
+                logger.log_tabular(key, with_min_and_max=True)
+            for key in ("Len", "EvalLen", "LossPi", "LossQ"):
+                logger.log_tabular(key, average_only=True)
             logger.dump_tabular()
-    record.append(params_of(ac, ac_targ))
+    record.append(params_of(agent, target))
 
 
-sac(lambda : gym.make('PointMass-v0'), actor_critic=core.MLPActorCritic,
-    ac_kwargs=dict(hidden_sizes=[16]*2), gamma=0.99, seed=3, epochs=2,
-    steps_per_epoch=8, replay_size=50, batch_size=4, start_steps=5, update_after=4,
-    update_every=2, num_test_episodes=1, max_ep_len=6, lr=3e-3, polyak=0.9)
+soft_actor_critic(lambda: gym.make("PointMass-v0"), hidden=[12, 12], seed=3, epochs=2,
+                  epoch_steps=8, capacity=40, batch=4, explore_steps=5, learn_after=4,
+                  learn_every=2, horizon=6, lr=3e-3, rho=0.9)
 """
 
 SAC_STEPS = [
-    ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
-     "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n"),
-    ("import numpy as np\nimport torch\nfrom torch.optim", "import numpy as np\nimport retrograd as torch\nfrom torch.optim"),
-    ("        loss_q.backward()\n        q_optimizer.step()",
-     "        grads = loss_q.backward()\n        q_optimizer.step(grads)"),
-    ("        loss_pi.backward()\n        pi_optimizer.step()",
-     "        grads = loss_pi.backward()\n        pi_optimizer.step(grads)"),
+    ("import torch\nimport torch.nn as nn\n",
+     "import retrograd as torch\nimport retrograd.nn as nn\n"),
+    ("        loss_q.backward()\n        q_opt.step()",
+     "        grads = loss_q.backward()\n        q_opt.step(grads)"),
+    ("        loss_pi.backward()\n        pi_opt.step()",
+     "        grads = loss_pi.backward()\n        pi_opt.step(grads)"),
 ]  # fmt: skip
 
 
-def test_spinning_up_sac_trains_as_torch(monkeypatch, capsys):
+def test_sac_in_the_style_of_spinning_up_trains_as_torch(monkeypatch, capsys):
     theirs, ours = run_program(
         monkeypatch,
-        SAC_CORE + SAC_MAIN,
+        SAC_SOURCE,
         SAC_STEPS,
         lambda name, run: PointMassEnv(Box(-1.0, 1.0, (2,))),
         seed=382,
     )
     out = capsys.readouterr().out
-    header = "\nNumber of parameters: \t pi: 404, \t q1: 385, \t q2: 385\n\n"
+    header = "parameters: pi 256, q1 241, q2 241\n"
     assert out == 2 * (header + "----------\n" * 2)  # the same lines in both runs
     # 2 epochs of 8 steps, updates (2 each) at t = 4, 6, ..., 14: 12 updates of 2 stores
-    assert sum(list(r) == ["LossQ", "Q1Vals", "Q2Vals"] for r in theirs) == 12
+    assert sum(list(r) == ["LossQ", "Q1", "Q2"] for r in theirs) == 12
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
