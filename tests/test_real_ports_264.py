@@ -8,9 +8,9 @@ Surface: two row-wise dot products (``mul`` + ``sum(-1)`` against ``reshape`` + 
 ``sub_label``, ``description``, ``env``; ``blocked_autorange`` with ``mean``/``median``/``title``;
 ``Compare`` over sizes and thread counts; measurements pickled and loaded back
 (``trim_significant_figures``, ``colorize``); ``Fuzzer`` with ``FuzzedParameter(...,
-distribution='loguniform')`` and ``FuzzedTensor(..., probability_contiguous=...)``, ``ParameterAlias``
-importable, and ``op_fuzzers.binary.BinaryOpFuzzer(seed=0)``. Timings differ run to run; what is
-compared is the rest: titles, the tables' rows, the fuzzed sizes and layouts.
+distribution='loguniform')`` and ``FuzzedTensor(..., probability_contiguous=...)``,
+``ParameterAlias`` importable, and ``op_fuzzers.binary.BinaryOpFuzzer(seed=0)``. Timings differ
+run to run; what is compared is the rest: titles, the tables' rows, the fuzzed sizes and layouts.
 
 Regression guarded: there was no ``Fuzzer``, ``FuzzedParameter``, ``FuzzedTensor``,
 ``ParameterAlias`` nor ``op_fuzzers``. torch 2.13's own ``BinaryOpFuzzer`` refuses its normalized
