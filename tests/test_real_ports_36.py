@@ -1,39 +1,34 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+programs written here in the style of pytorch/examples' DCGAN and facebookresearch/moco.
 
-- DCGAN as pytorch/examples writes it (``dcgan/main.py``), narrower (``ngf = ndf = 4``,
-  ``nz = 8``) on 64x64 images, a ``TensorDataset`` of random images for the ``ImageFolder``:
-  ``weights_init`` applied by ``netG.apply`` and choosing by ``classname.find('Conv') != -1``,
-  ``nn.ConvTranspose2d(nz, ngf * 8, 4, 1, 0, bias=False)`` stacks in an ``nn.Sequential`` with
-  ``nn.ReLU(True)`` and ``nn.LeakyReLU(0.2, inplace=True)``, ``forward`` checking
-  ``input.is_cuda and self.ngpu > 1``, ``output.view(-1, 1).squeeze(1)``, ``nn.BCELoss``,
-  ``torch.full((batch_size,), real_label, dtype=real_cpu.dtype, device=device)`` with an int
-  fill, ``label.fill_(fake_label)`` after the real batch's backward, the discriminator's two
-  backward calls before one ``optimizerD.step()``, ``netD(fake.detach())``, the generator's
-  loss through the discriminator, ``output.mean().item()`` and the ``'%.4f'`` log line;
-- MoCo v1/v2 (facebookresearch/moco ``moco/builder.py`` and ``train``/``accuracy`` of
-  ``main_moco.py``) on one process of a gloo process group, a small conv encoder for the
-  ResNet: the ``mlp`` hack replacing ``encoder_q.fc`` by an ``nn.Sequential`` around it,
-  ``param_k.data.copy_(param_q.data)`` and ``param_k.requires_grad = False``, the queue
-  registered as a buffer and then reassigned ``self.queue = nn.functional.normalize(self.queue,
-  dim=0)``, the momentum update ``param_k.data = param_k.data * self.m + param_q.data * (1. -
-  self.m)`` under ``@torch.no_grad()``, ``_dequeue_and_enqueue`` (``int(self.queue_ptr)``,
-  ``self.queue[:, ptr:ptr + batch_size] = keys.T``, ``self.queue_ptr[0] = ptr``), the
-  shuffling BN (``concat_all_gather`` by ``torch.distributed.all_gather(tensors_gather,
-  tensor, async_op=False)``, ``torch.randperm``, ``torch.distributed.broadcast(idx_shuffle,
-  src=0)``, ``torch.argsort``, ``torch.distributed.get_rank()``), ``torch.einsum('nc,nc->n',
-  [q, k])`` (operands as a list), ``logits /= self.T`` in place, the cosine
-  ``adjust_learning_rate`` over ``optimizer.param_groups``, SGD with momentum and weight decay
-  over all of ``model.parameters()`` (the key encoder's never get a gradient) and
-  ``accuracy`` (``output.topk(maxk, 1, True, True)``, ``pred.eq(target.view(1,
-  -1).expand_as(pred))``, ``correct[:k].reshape(-1).float().sum(0, keepdim=True)``,
-  ``correct_k.mul_(100.0 / batch_size)``).
+- A DCGAN on 32x32 images (a ``TensorDataset`` of random images standing in for an image
+  folder): weights initialized by ``netG.apply`` choosing by ``classname.find('Conv') != -1``,
+  ``nn.ConvTranspose2d(nz, ..., 4, 1, 0, bias=False)`` stacks in an ``nn.Sequential`` with
+  ``nn.ReLU(True)`` and ``nn.LeakyReLU(0.2, inplace=True)``, ``forward`` testing ``input.is_cuda
+  and self.ngpu > 1``, ``output.view(-1, 1).squeeze(1)``, ``nn.BCELoss``, ``torch.full((n,),
+  1, dtype=x.dtype, device=device)`` with an int fill, ``label.fill_(0)`` after the real
+  batch's backward, the discriminator's two backward calls before one ``step()``,
+  ``netD(fake.detach())``, the generator's loss through the discriminator, ``print(netG)``,
+  ``output.mean().item()`` and a ``'%.4f'`` log line.
+- MoCo v1/v2 on one process of a gloo process group with a small conv encoder: the ``mlp``
+  head replacing ``encoder.fc`` by an ``nn.Sequential`` around it, ``k.data.copy_(q.data)`` and
+  ``k.requires_grad = False``, the queue registered as a buffer and then reassigned
+  ``self.queue = nn.functional.normalize(self.queue, dim=0)``, the momentum update
+  ``k.data = k.data * m + q.data * (1. - m)`` under ``@torch.no_grad()``, the queue update
+  (``int(self.queue_ptr)``, ``self.queue[:, a:b] = keys.T``, ``self.queue_ptr[0] = ...``), the
+  shuffling BN (``torch.distributed.all_gather(parts, t, async_op=False)``, ``torch.randperm``,
+  ``torch.distributed.broadcast(order, src=0)``, ``torch.argsort``,
+  ``torch.distributed.get_rank()``), ``torch.einsum('nc,nc->n', [q, k])`` (operands as a
+  list), ``logits /= T`` in place, a cosine or stepwise learning rate set over
+  ``optimizer.param_groups``, SGD with momentum and weight decay over all of
+  ``model.parameters()`` (the key encoder's never get a gradient) and top-k accuracy
+  (``output.topk(maxk, 1, True, True)``, ``pred.eq(target.view(1, -1).expand_as(pred))``,
+  ``correct[:k].reshape(-1).float().sum(0, keepdim=True)``, ``mul_(100.0 / n)``).
 
 Both run in float64 (BatchNorm statistics and Adam/momentum steps would otherwise follow float32
 rounding apart). ``torch.randn`` and ``torch.randperm`` draw from one seeded stream in both runs.
-The lines changed besides the gradient lines: MoCo's ``.cuda()`` calls are left out (CPU
-here). The discriminator's two gradients are summed (``gradsD + errD_fake.backward()``) where
-torch accumulates them into ``.grad``.
+The lines changed: the gradient lines; the discriminator's two gradients are summed
+(``gradsD + lossD_fake.backward()``) where torch accumulates them into ``.grad``.
 """
 
 from __future__ import annotations
@@ -71,174 +66,130 @@ def _draws(lib, seed):
 
 DCGAN_SOURCE = """
 device = torch.device("cpu")
-ngpu = int(opt.ngpu)
-nz = int(opt.nz)
-ngf = int(opt.ngf)
-ndf = int(opt.ndf)
-nc = 3
+latent, gen_width, disc_width, channels = int(opt.nz), int(opt.ngf), int(opt.ndf), 3
 
 
-# custom weights initialization called on netG and netD
-def weights_init(m):
-    classname = m.__class__.__name__
-    if classname.find('Conv') != -1:
-        torch.nn.init.normal_(m.weight, 0.0, 0.02)
-    elif classname.find('BatchNorm') != -1:
-        torch.nn.init.normal_(m.weight, 1.0, 0.02)
-        torch.nn.init.zeros_(m.bias)
+def init_weights(module):
+    kind = module.__class__.__name__
+    if kind.find("Conv") != -1:
+        nn.init.normal_(module.weight, 0.0, 0.02)
+    elif kind.find("BatchNorm") != -1:
+        nn.init.normal_(module.weight, 1.0, 0.02)
+        nn.init.zeros_(module.bias)
 
 
-class Generator(nn.Module):
+def upsample(cin, cout, stride=2, pad=1):
+    return [nn.ConvTranspose2d(cin, cout, 4, stride, pad, bias=False), nn.BatchNorm2d(cout),
+            nn.ReLU(True)]
+
+
+def downsample(cin, cout, norm=True):
+    layers = [nn.Conv2d(cin, cout, 4, 2, 1, bias=False)]
+    if norm:
+        layers.append(nn.BatchNorm2d(cout))
+    return layers + [nn.LeakyReLU(0.2, inplace=True)]
+
+
+class Generator32(nn.Module):
+    # a latent vector (as a 1x1 image) to a 32x32 image in [-1, 1]
     def __init__(self, ngpu):
-        super(Generator, self).__init__()
+        super().__init__()
         self.ngpu = ngpu
-        self.main = nn.Sequential(
-            # input is Z, going into a convolution
-            nn.ConvTranspose2d(     nz, ngf * 8, 4, 1, 0, bias=False),
-            nn.BatchNorm2d(ngf * 8),
-            nn.ReLU(True),
-            # state size. (ngf*8) x 4 x 4
-            nn.ConvTranspose2d(ngf * 8, ngf * 4, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(ngf * 4),
-            nn.ReLU(True),
-            # state size. (ngf*4) x 8 x 8
-            nn.ConvTranspose2d(ngf * 4, ngf * 2, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(ngf * 2),
-            nn.ReLU(True),
-            # state size. (ngf*2) x 16 x 16
-            nn.ConvTranspose2d(ngf * 2,     ngf, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(ngf),
-            nn.ReLU(True),
-            # state size. (ngf) x 32 x 32
-            nn.ConvTranspose2d(    ngf,      nc, 4, 2, 1, bias=False),
-            nn.Tanh()
-            # state size. (nc) x 64 x 64
+        self.net = nn.Sequential(
+            *upsample(latent, gen_width * 4, stride=1, pad=0),  # 4x4
+            *upsample(gen_width * 4, gen_width * 2),  # 8x8
+            *upsample(gen_width * 2, gen_width),  # 16x16
+            nn.ConvTranspose2d(gen_width, channels, 4, 2, 1, bias=False),
+            nn.Tanh(),
         )
 
-    def forward(self, input):
-        if input.is_cuda and self.ngpu > 1:
-            output = nn.parallel.data_parallel(self.main, input, range(self.ngpu))
+    def forward(self, z):
+        if z.is_cuda and self.ngpu > 1:
+            return nn.parallel.data_parallel(self.net, z, range(self.ngpu))
+        return self.net(z)
+
+
+class Discriminator32(nn.Module):
+    def __init__(self, ngpu):
+        super().__init__()
+        self.ngpu = ngpu
+        self.net = nn.Sequential(
+            *downsample(channels, disc_width, norm=False),  # 16x16
+            *downsample(disc_width, disc_width * 2),  # 8x8
+            *downsample(disc_width * 2, disc_width * 4),  # 4x4
+            nn.Conv2d(disc_width * 4, 1, 4, 1, 0, bias=False),
+            nn.Sigmoid(),
+        )
+
+    def forward(self, images):
+        if images.is_cuda and self.ngpu > 1:
+            scores = nn.parallel.data_parallel(self.net, images, range(self.ngpu))
         else:
-            output = self.main(input)
-        return output
+            scores = self.net(images)
+        return scores.view(-1, 1).squeeze(1)
 
 
-netG = Generator(ngpu).to(device)
-netG.apply(weights_init)
-initialize(netG)  # the test's: the same weights in both runs
+netG = Generator32(int(opt.ngpu)).to(device)
+netG.apply(init_weights)
+initialize(netG)  # the test gives both runs the same weights
 print(netG)
-
-
-class Discriminator(nn.Module):
-    def __init__(self, ngpu):
-        super(Discriminator, self).__init__()
-        self.ngpu = ngpu
-        self.main = nn.Sequential(
-            # input is (nc) x 64 x 64
-            nn.Conv2d(nc, ndf, 4, 2, 1, bias=False),
-            nn.LeakyReLU(0.2, inplace=True),
-            # state size. (ndf) x 32 x 32
-            nn.Conv2d(ndf, ndf * 2, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(ndf * 2),
-            nn.LeakyReLU(0.2, inplace=True),
-            # state size. (ndf*2) x 16 x 16
-            nn.Conv2d(ndf * 2, ndf * 4, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(ndf * 4),
-            nn.LeakyReLU(0.2, inplace=True),
-            # state size. (ndf*4) x 8 x 8
-            nn.Conv2d(ndf * 4, ndf * 8, 4, 2, 1, bias=False),
-            nn.BatchNorm2d(ndf * 8),
-            nn.LeakyReLU(0.2, inplace=True),
-            # state size. (ndf*8) x 4 x 4
-            nn.Conv2d(ndf * 8, 1, 4, 1, 0, bias=False),
-            nn.Sigmoid()
-        )
-
-    def forward(self, input):
-        if input.is_cuda and self.ngpu > 1:
-            output = nn.parallel.data_parallel(self.main, input, range(self.ngpu))
-        else:
-            output = self.main(input)
-
-        return output.view(-1, 1).squeeze(1)
-
-
-netD = Discriminator(ngpu).to(device)
-netD.apply(weights_init)
+netD = Discriminator32(int(opt.ngpu)).to(device)
+netD.apply(init_weights)
 initialize(netD)
 
-criterion = nn.BCELoss()
-
-fixed_noise = torch.randn(opt.batchSize, nz, 1, 1, device=device)
-real_label = 1
-fake_label = 0
-
-# setup optimizer
-optimizerD = optim.Adam(netD.parameters(), lr=opt.lr, betas=(opt.beta1, 0.999))
-optimizerG = optim.Adam(netG.parameters(), lr=opt.lr, betas=(opt.beta1, 0.999))
-
-dataloader = torch.utils.data.DataLoader(dataset, batch_size=opt.batchSize, shuffle=False)
+bce = nn.BCELoss()
+probe = torch.randn(opt.batchSize, latent, 1, 1, device=device)
+REAL, FAKE = 1, 0
+optD = optim.Adam(netD.parameters(), lr=opt.lr, betas=(opt.beta1, 0.999))
+optG = optim.Adam(netG.parameters(), lr=opt.lr, betas=(opt.beta1, 0.999))
+loader = torch.utils.data.DataLoader(dataset, batch_size=opt.batchSize, shuffle=False)
 record = []
-
-for epoch in range(opt.niter):
-    for i, data in enumerate(dataloader, 0):
-        ############################
-        # (1) Update D network: maximize log(D(x)) + log(1 - D(G(z)))
-        ###########################
-        # train with real
+for epoch in range(int(opt.niter)):
+    for step, batch in enumerate(loader, 0):
+        # the discriminator: real images towards 1, generated ones towards 0
         netD.zero_grad()
-        real_cpu = data[0].to(device)
-        batch_size = real_cpu.size(0)
-        label = torch.full((batch_size,), real_label,
-                           dtype=real_cpu.dtype, device=device)
-
-        output = netD(real_cpu)
-        errD_real = criterion(output, label)
-        errD_real.backward()
-        D_x = output.mean().item()
-
-        # train with fake
-        noise = torch.randn(batch_size, nz, 1, 1, device=device)
-        fake = netG(noise)
-        label.fill_(fake_label)
-        output = netD(fake.detach())
-        errD_fake = criterion(output, label)
-        errD_fake.backward()
-        D_G_z1 = output.mean().item()
-        errD = errD_real + errD_fake
-        optimizerD.step()
-
-        ############################
-        # (2) Update G network: maximize log(D(G(z)))
-        ###########################
+        real = batch[0].to(device)
+        n = real.size(0)
+        target = torch.full((n,), REAL, dtype=real.dtype, device=device)
+        judged = netD(real)
+        lossD_real = bce(judged, target)
+        lossD_real.backward()
+        d_real = judged.mean().item()
+        fake = netG(torch.randn(n, latent, 1, 1, device=device))
+        target.fill_(FAKE)
+        judged = netD(fake.detach())
+        lossD_fake = bce(judged, target)
+        lossD_fake.backward()
+        d_fake = judged.mean().item()
+        lossD = lossD_real + lossD_fake
+        optD.step()
+        # the generator: have the discriminator call its images real
         netG.zero_grad()
-        label.fill_(real_label)  # fake labels are real for generator cost
-        output = netD(fake)
-        errG = criterion(output, label)
-        errG.backward()
-        D_G_z2 = output.mean().item()
-        optimizerG.step()
-
-        print('[%d/%d][%d/%d] Loss_D: %.4f Loss_G: %.4f D(x): %.4f D(G(z)): %.4f / %.4f'
-              % (epoch, opt.niter, i, len(dataloader),
-                 errD.item(), errG.item(), D_x, D_G_z1, D_G_z2))
-        record.append([errD.item(), errG.item(), D_x, D_G_z1, D_G_z2])
-        if i % 100 == 0:
-            fake = netG(fixed_noise)
-            record.append(fake.detach().numpy())
+        target.fill_(REAL)
+        judged = netD(fake)
+        lossG = bce(judged, target)
+        lossG.backward()
+        optG.step()
+        d_fooled = judged.mean().item()
+        print("epoch %d/%d batch %d/%d loss_D %.4f loss_G %.4f D(x) %.4f D(G(z)) %.4f -> %.4f"
+              % (epoch, opt.niter, step, len(loader), lossD.item(), lossG.item(), d_real,
+                 d_fake, d_fooled))
+        record.append([lossD.item(), lossG.item(), d_real, d_fake, d_fooled])
+        if step % 100 == 0:
+            record.append(netG(probe).detach().numpy())
 """
 
 DCGAN_STEP = [
-    ("        errD_real.backward()", "        gradsD = errD_real.backward()"),
-    ("        errD_fake.backward()", "        gradsD = gradsD + errD_fake.backward()"),
-    ("        optimizerD.step()", "        optimizerD.step(gradsD)"),
-    ("        errG.backward()", "        gradsG = errG.backward()"),
-    ("        optimizerG.step()", "        optimizerG.step(gradsG)"),
+    ("        lossD_real.backward()", "        gradsD = lossD_real.backward()"),
+    ("        lossD_fake.backward()", "        gradsD = gradsD + lossD_fake.backward()"),
+    ("        optD.step()", "        optD.step(gradsD)"),
+    ("        lossG.backward()", "        gradsG = lossG.backward()"),
+    ("        optG.step()", "        optG.step(gradsG)"),
 ]
 
 
 def test_dcgan_matches_torch(monkeypatch, capsys, float64):
-    images = np.random.default_rng(36).uniform(-1, 1, (4, 3, 64, 64))
+    images = np.random.default_rng(36).uniform(-1, 1, (4, 3, 32, 32))
     opt = type(
         "Opt", (), dict(ngpu=1, nz=8, ngf=4, ndf=4, batchSize=2, lr=2e-4, beta1=0.5, niter=2)
     )
@@ -262,9 +213,9 @@ def test_dcgan_matches_torch(monkeypatch, capsys, float64):
         models.append([names["netG"], names["netD"]])
         logs.append(capsys.readouterr().out)
         monkeypatch.undo()
-    assert logs[0].count("Loss_D") == 4 and "Sequential" in logs[0]
-    assert [line for line in logs[1].splitlines() if "Loss_D" in line] == [
-        line for line in logs[0].splitlines() if "Loss_D" in line
+    assert logs[0].count("loss_D") == 4 and "Sequential" in logs[0]
+    assert [line for line in logs[1].splitlines() if "loss_D" in line] == [
+        line for line in logs[0].splitlines() if "loss_D" in line
     ]
     for i in (0, 1):
         records[i].append({n: p.detach().numpy() for n, p in models[i][0].named_parameters()})
@@ -273,269 +224,142 @@ def test_dcgan_matches_torch(monkeypatch, capsys, float64):
 
 
 MOCO_SOURCE = """
-# moco/builder.py
-class MoCo(nn.Module):
-    \"\"\"
-    Build a MoCo model with: a query encoder, a key encoder, and a queue
-    https://arxiv.org/abs/1911.05722
-    \"\"\"
-    def __init__(self, base_encoder, dim=128, K=65536, m=0.999, T=0.07, mlp=False):
-        \"\"\"
-        dim: feature dimension (default: 128)
-        K: queue size; number of negative keys (default: 65536)
-        m: moco momentum of updating key encoder (default: 0.999)
-        T: softmax temperature (default: 0.07)
-        \"\"\"
-        super(MoCo, self).__init__()
-
-        self.K = K
-        self.m = m
-        self.T = T
-
-        # create the encoders
-        # num_classes is the output fc dimension
-        self.encoder_q = base_encoder(num_classes=dim)
-        self.encoder_k = base_encoder(num_classes=dim)
-
-        if mlp:  # hack: brute-force replacement
-            dim_mlp = self.encoder_q.fc.weight.shape[1]
-            self.encoder_q.fc = nn.Sequential(nn.Linear(dim_mlp, dim_mlp), nn.ReLU(), self.encoder_q.fc)
-            self.encoder_k.fc = nn.Sequential(nn.Linear(dim_mlp, dim_mlp), nn.ReLU(), self.encoder_k.fc)
-
-        for param_q, param_k in zip(self.encoder_q.parameters(), self.encoder_k.parameters()):
-            param_k.data.copy_(param_q.data)  # initialize
-            param_k.requires_grad = False  # not update by gradient
-
-        # create the queue
-        self.register_buffer("queue", torch.randn(dim, K))
-        self.queue = nn.functional.normalize(self.queue, dim=0)
-
-        self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))
+class MomentumContrast(nn.Module):
+    # queries from one encoder, keys from a slowly following copy, negatives from a queue
+    def __init__(self, make_encoder, dim=128, queue_len=4096, momentum=0.999, temperature=0.07,
+                 mlp=False):
+        super().__init__()
+        self.queue_len, self.momentum, self.temperature = queue_len, momentum, temperature
+        self.query_net = make_encoder(num_classes=dim)
+        self.key_net = make_encoder(num_classes=dim)
+        if mlp:  # a hidden layer in front of each encoder's last one
+            hidden = self.query_net.fc.weight.shape[1]
+            for net in (self.query_net, self.key_net):
+                net.fc = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), net.fc)
+        for q_param, k_param in zip(self.query_net.parameters(), self.key_net.parameters()):
+            k_param.data.copy_(q_param.data)
+            k_param.requires_grad = False  # moved by the momentum update only
+        self.register_buffer("queue", torch.randn(dim, queue_len))
+        self.queue = nn.functional.normalize(self.queue, dim=0)  # unit-length keys
+        self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))  # next slot
 
     @torch.no_grad()
-    def _momentum_update_key_encoder(self):
-        \"\"\"
-        Momentum update of the key encoder
-        \"\"\"
-        for param_q, param_k in zip(self.encoder_q.parameters(), self.encoder_k.parameters()):
-            param_k.data = param_k.data * self.m + param_q.data * (1. - self.m)
+    def _follow_query_net(self):
+        for q_param, k_param in zip(self.query_net.parameters(), self.key_net.parameters()):
+            k_param.data = k_param.data * self.momentum + q_param.data * (1.0 - self.momentum)
 
     @torch.no_grad()
-    def _dequeue_and_enqueue(self, keys):
-        # gather keys before updating queue
-        keys = concat_all_gather(keys)
-
-        batch_size = keys.shape[0]
-
-        ptr = int(self.queue_ptr)
-        assert self.K % batch_size == 0  # for simplicity
-
-        # replace the keys at ptr (dequeue and enqueue)
-        self.queue[:, ptr:ptr + batch_size] = keys.T
-        ptr = (ptr + batch_size) % self.K  # move pointer
-
-        self.queue_ptr[0] = ptr
+    def _push_keys(self, keys):
+        keys = gather_from_all(keys)
+        n = keys.shape[0]
+        start = int(self.queue_ptr)
+        assert self.queue_len % n == 0
+        self.queue[:, start:start + n] = keys.T
+        self.queue_ptr[0] = (start + n) % self.queue_len
 
     @torch.no_grad()
-    def _batch_shuffle_ddp(self, x):
-        \"\"\"
-        Batch shuffle, for making use of BatchNorm.
-        *** Only support DistributedDataParallel (DDP) model. ***
-        \"\"\"
-        # gather from all gpus
-        batch_size_this = x.shape[0]
-        x_gather = concat_all_gather(x)
-        batch_size_all = x_gather.shape[0]
-
-        num_gpus = batch_size_all // batch_size_this
-
-        # random shuffle index
-        idx_shuffle = torch.randperm(batch_size_all)
-
-        # broadcast to all gpus
-        torch.distributed.broadcast(idx_shuffle, src=0)
-
-        # index for restoring
-        idx_unshuffle = torch.argsort(idx_shuffle)
-
-        # shuffled index for this gpu
-        gpu_idx = torch.distributed.get_rank()
-        idx_this = idx_shuffle.view(num_gpus, -1)[gpu_idx]
-
-        return x_gather[idx_this], idx_unshuffle
+    def _shuffled(self, images):
+        # BatchNorm sees a batch mixed across processes, so it cannot leak which key is whose
+        everything = gather_from_all(images)
+        n_ranks = everything.shape[0] // images.shape[0]
+        order = torch.randperm(everything.shape[0])
+        torch.distributed.broadcast(order, src=0)
+        mine = order.view(n_ranks, -1)[torch.distributed.get_rank()]
+        return everything[mine], torch.argsort(order)
 
     @torch.no_grad()
-    def _batch_unshuffle_ddp(self, x, idx_unshuffle):
-        \"\"\"
-        Undo batch shuffle.
-        *** Only support DistributedDataParallel (DDP) model. ***
-        \"\"\"
-        # gather from all gpus
-        batch_size_this = x.shape[0]
-        x_gather = concat_all_gather(x)
-        batch_size_all = x_gather.shape[0]
+    def _unshuffled(self, keys, restore):
+        everything = gather_from_all(keys)
+        n_ranks = everything.shape[0] // keys.shape[0]
+        return everything[restore.view(n_ranks, -1)[torch.distributed.get_rank()]]
 
-        num_gpus = batch_size_all // batch_size_this
-
-        # restored index for this gpu
-        gpu_idx = torch.distributed.get_rank()
-        idx_this = idx_unshuffle.view(num_gpus, -1)[gpu_idx]
-
-        return x_gather[idx_this]
-
-    def forward(self, im_q, im_k):
-        \"\"\"
-        Input:
-            im_q: a batch of query images
-            im_k: a batch of key images
-        Output:
-            logits, targets
-        \"\"\"
-
-        # compute query features
-        q = self.encoder_q(im_q)  # queries: NxC
-        q = nn.functional.normalize(q, dim=1)
-
-        # compute key features
-        with torch.no_grad():  # no gradient to keys
-            self._momentum_update_key_encoder()  # update the key encoder
-
-            # shuffle for making use of BN
-            im_k, idx_unshuffle = self._batch_shuffle_ddp(im_k)
-
-            k = self.encoder_k(im_k)  # keys: NxC
-            k = nn.functional.normalize(k, dim=1)
-
-            # undo shuffle
-            k = self._batch_unshuffle_ddp(k, idx_unshuffle)
-
-        # compute logits
-        # Einstein sum is more intuitive
-        # positive logits: Nx1
-        l_pos = torch.einsum('nc,nc->n', [q, k]).unsqueeze(-1)
-        # negative logits: NxK
-        l_neg = torch.einsum('nc,ck->nk', [q, self.queue.clone().detach()])
-
-        # logits: Nx(1+K)
-        logits = torch.cat([l_pos, l_neg], dim=1)
-
-        # apply temperature
-        logits /= self.T
-
-        # labels: positive key indicators
-        labels = torch.zeros(logits.shape[0], dtype=torch.long)
-
-        # dequeue and enqueue
-        self._dequeue_and_enqueue(k)
-
+    def forward(self, query_images, key_images):
+        q = nn.functional.normalize(self.query_net(query_images), dim=1)
+        with torch.no_grad():
+            self._follow_query_net()
+            shuffled, restore = self._shuffled(key_images)
+            k = nn.functional.normalize(self.key_net(shuffled), dim=1)
+            k = self._unshuffled(k, restore)
+        positive = torch.einsum("nc,nc->n", [q, k]).unsqueeze(-1)
+        negative = torch.einsum("nc,ck->nk", [q, self.queue.clone().detach()])
+        logits = torch.cat([positive, negative], dim=1)
+        logits /= self.temperature
+        labels = torch.zeros(logits.shape[0], dtype=torch.long)  # the positive is column 0
+        self._push_keys(k)
         return logits, labels
 
 
-# utils
 @torch.no_grad()
-def concat_all_gather(tensor):
-    \"\"\"
-    Performs all_gather operation on the provided tensors.
-    *** Warning ***: torch.distributed.all_gather has no gradient.
-    \"\"\"
-    tensors_gather = [torch.ones_like(tensor)
-        for _ in range(torch.distributed.get_world_size())]
-    torch.distributed.all_gather(tensors_gather, tensor, async_op=False)
-
-    output = torch.cat(tensors_gather, dim=0)
-    return output
+def gather_from_all(t):
+    parts = [torch.ones_like(t) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(parts, t, async_op=False)
+    return torch.cat(parts, dim=0)
 
 
-# main_moco.py
-def train(train_loader, model, criterion, optimizer, epoch, args):
-    # switch to train mode
-    model.train()
-
-    for i, (images, _) in enumerate(train_loader):
-        # compute output
-        output, target = model(im_q=images[0], im_k=images[1])
-        loss = criterion(output, target)
-
-        # acc1/acc5 are (K+1)-way contrast classifier accuracy
-        # measure accuracy and record loss
-        acc1, acc5 = accuracy(output, target, topk=(1, 5))
-        record.append([loss.item(), acc1[0], acc5[0]])
-
-        # compute gradient and do SGD step
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-
-def adjust_learning_rate(optimizer, epoch, args):
-    \"\"\"Decay the learning rate based on schedule\"\"\"
-    lr = args.lr
-    if args.cos:  # cosine lr schedule
-        lr *= 0.5 * (1. + math.cos(math.pi * epoch / args.epochs))
-    else:  # stepwise lr schedule
-        for milestone in args.schedule:
-            lr *= 0.1 if epoch >= milestone else 1.
-    for param_group in optimizer.param_groups:
-        param_group['lr'] = lr
-
-
-def accuracy(output, target, topk=(1,)):
-    \"\"\"Computes the accuracy over the k top predictions for the specified values of k\"\"\"
+def topk_accuracy(output, target, ks=(1,)):
     with torch.no_grad():
-        maxk = max(topk)
-        batch_size = target.size(0)
-
-        _, pred = output.topk(maxk, 1, True, True)
+        _, pred = output.topk(max(ks), 1, True, True)
         pred = pred.t()
-        correct = pred.eq(target.view(1, -1).expand_as(pred))
-
-        res = []
-        for k in topk:
-            correct_k = correct[:k].reshape(-1).float().sum(0, keepdim=True)
-            res.append(correct_k.mul_(100.0 / batch_size))
-        return res
+        hit = pred.eq(target.view(1, -1).expand_as(pred))
+        n = target.size(0)
+        return [hit[:k].reshape(-1).float().sum(0, keepdim=True).mul_(100.0 / n) for k in ks]
 
 
-class SmallEncoder(nn.Module):  # the test's, for torchvision's resnet50(num_classes=dim)
-    def __init__(self, num_classes=1000):
+def set_learning_rate(optimizer, epoch, args):
+    if args.cos:
+        lr = args.lr * 0.5 * (1.0 + math.cos(math.pi * epoch / args.epochs))
+    else:
+        lr = args.lr * 0.1 ** sum(epoch >= m for m in args.schedule)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+class TinyEncoder(nn.Module):  # stands in for a ResNet built with num_classes=dim
+    def __init__(self, num_classes=10):
         super().__init__()
-        self.conv = nn.Conv2d(3, 6, 3, padding=1)
-        self.bn = nn.BatchNorm2d(6)
-        self.fc = nn.Linear(6 * 4, num_classes)
+        self.conv = nn.Conv2d(3, 5, kernel_size=3, padding=1)
+        self.bn = nn.BatchNorm2d(5)
+        self.fc = nn.Linear(5 * 4, num_classes)
 
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 4)
-        return self.fc(torch.flatten(x, 1))
+    def forward(self, images):
+        h = F.max_pool2d(F.relu(self.bn(self.conv(images))), 4)
+        return self.fc(torch.flatten(h, 1))
 
 
-def main_worker(args, train_dataset):
-    model = MoCo(SmallEncoder, args.moco_dim, args.moco_k, args.moco_m, args.moco_t, args.mlp)
+def pretrain(args, dataset):
+    model = MomentumContrast(TinyEncoder, args.moco_dim, args.moco_k, args.moco_m, args.moco_t,
+                             args.mlp)
     initialize(model)
-    criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), args.lr,
-                                momentum=args.momentum,
-                                weight_decay=args.weight_decay)
-    train_loader = torch.utils.data.DataLoader(
-        train_dataset, batch_size=args.batch_size, shuffle=False, drop_last=True)
-    for epoch in range(args.start_epoch, args.epochs):
-        adjust_learning_rate(optimizer, epoch, args)
-
-        # train for one epoch
-        train(train_loader, model, criterion, optimizer, epoch, args)
+    loss_fn = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), args.lr, weight_decay=args.weight_decay,
+                                momentum=args.momentum)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size,
+                                         shuffle=False, drop_last=True)
+    for ep in range(args.start_epoch, args.epochs):
+        set_learning_rate(optimizer, ep, args)
+        model.train()
+        for views, _ in loader:
+            logits, labels = model(query_images=views[0], key_images=views[1])
+            loss = loss_fn(logits, labels)
+            top1, top5 = topk_accuracy(logits, labels, ks=(1, 5))
+            record.append([loss.item(), top1[0], top5[0]])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
     return model
 """
 
 MOCO_STEP = [
     (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "            loss.backward()\n            optimizer.step()",
+        "            grads = loss.backward()\n            optimizer.step(grads)",
     )
 ]
 
 
 class TwoCrops:
-    """moco/loader.py's ``TwoCropsTransform`` over a fixed pair of views (a list of the query
-    and key image), with a label, as ``ImageFolder`` gives."""
+    """A fixed pair of views per image (a list of the query and key image) and a label, as an
+    image folder with a two-crop transform gives."""
 
     def __init__(self, lib, views):
         self.lib, self.views = lib, views
@@ -592,11 +416,11 @@ def test_moco_matches_torch(monkeypatch, tmp_path, float64, mlp, cos):
             source = MOCO_SOURCE if lib is torch else port(MOCO_SOURCE, MOCO_STEP)
             record = []
             names = run_source(source, lib, initialize=initialize, record=record)
-            model = names["main_worker"](args, TwoCrops(lib, views))
+            model = names["pretrain"](args, TwoCrops(lib, views))
         finally:
             lib.distributed.destroy_process_group()
             monkeypatch.undo()
-        assert not any(p.requires_grad for p in model.encoder_k.parameters())
+        assert not any(p.requires_grad for p in model.key_net.parameters())
         record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
         records.append(record)
     assert records[0][-1]["queue_ptr"] == 0  # the queue went round (3 batches of 4 per epoch, K=8)

@@ -1,19 +1,19 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued from ``tests/test_real_ports_73.py`` (the
 harness: ``tests/real_ports.py``):
 
-- Image GPT as minGPT's ``play_image.ipynb`` writes it (after openai/image-gpt): pixels plucked
-  from uint8 HWC images by ``torch.from_numpy(np.array(x)).view(32*32, 3)[torch.randperm(...)[:5],
-  :]``, k-means colour quantization (``((x[:, None, :] - c[None, :, :])**2).sum(-1).argmin(1)``,
-  ``torch.stack([x[a==k].mean(0) ...])``, dead clusters re-seeded through ``torch.any(torch.isnan(c),
-  dim=1)`` and ``c[nanix] = ...``), the ``ImageDataset`` turning uint8 images into int64 cluster
-  ids under a fixed pixel permutation (``x[self.perm].float()``), openai's
-  ``color_quantize_np`` as torch users write it (``torch.cdist(x, clusters).argmin(1)``), the
-  first token's histogram ``counts[t] += 1`` handed to ``np.random.choice(..., p=prob)``, a tiny
-  minGPT (``model.py``'s ``CausalSelfAttention`` with its ``tril`` mask buffer, ``Block``,
-  ``GPT``; ``trainer.py``'s decay/no-decay ``AdamW`` groups and ``clip_grad_norm_``),
-  ``mingpt.utils.sample`` with ``top_k_logits``, and the samples mapped back to uint8 pixels by
-  ``C[pxi].view(...)`` under ``torch.argsort(perm)``.
+- a program written here in the style of minGPT's image-GPT notebook (after openai/image-gpt):
+  pixels plucked from uint8 HWC images by ``torch.from_numpy(np.array(img)).view(S*S, 3)[
+  torch.randperm(...)[:5], :]``, k-means colour quantization (``((x[:, None, :] - c[None, :,
+  :])**2).sum(-1).argmin(1)``, ``torch.stack([x[a == k].mean(0) ...])``, dead clusters re-seeded
+  through ``torch.any(torch.isnan(c), dim=1)`` and ``c[dead] = ...``), a ``Dataset`` turning
+  uint8 images into int64 cluster ids under a fixed pixel permutation (``x[self.perm].float()``),
+  quantization by ``torch.cdist(x, clusters).argmin(1)``, the first token's histogram ``counts[t]
+  += 1`` handed to ``np.random.choice(..., p=prob)``, a tiny GPT (masked self-attention with a
+  ``tril`` mask buffer, ``masked_fill(... == 0, float('-inf'))``, blocks, ``apply`` of an init
+  through ``.data.normal_``/``zero_``/``fill_``; decay/no-decay ``AdamW`` groups from
+  ``named_modules``/``named_parameters``; ``clip_grad_norm_``; ``torch.set_grad_enabled``),
+  top-k sampling (``out[out < v[:, [-1]]] = -float('Inf')``, ``torch.multinomial``), and the
+  samples mapped back to uint8 pixels by ``C[pxi].view(...)`` under ``torch.argsort(perm)``.
 """
 
 from __future__ import annotations
@@ -41,373 +41,232 @@ import math
 import numpy as np
 import torch
 import torch.nn as nn
-from torch.nn import functional as F
-from torch.utils.data import Dataset, DataLoader
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
 
 
-# -- mingpt/model.py -----------------------------------------------------------------------------
-class GPTConfig:
-    \"\"\" base GPT config, params common to all GPT versions \"\"\"
-    embd_pdrop = 0.1
-    resid_pdrop = 0.1
-    attn_pdrop = 0.1
-
-    def __init__(self, vocab_size, block_size, **kwargs):
-        self.vocab_size = vocab_size
-        self.block_size = block_size
-        for k,v in kwargs.items():
-            setattr(self, k, v)
+class Settings:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
 
 
-class CausalSelfAttention(nn.Module):
-    \"\"\"
-    A vanilla multi-head masked self-attention layer with a projection at the end.
-    It is possible to use torch.nn.MultiheadAttention here but I am including an
-    explicit implementation here to show that there is nothing too scary here.
-    \"\"\"
-
-    def __init__(self, config):
+class MaskedSelfAttention(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
-        assert config.n_embd % config.n_head == 0
-        # key, query, value projections for all heads
-        self.key = nn.Linear(config.n_embd, config.n_embd)
-        self.query = nn.Linear(config.n_embd, config.n_embd)
-        self.value = nn.Linear(config.n_embd, config.n_embd)
-        # regularization
-        self.attn_drop = nn.Dropout(config.attn_pdrop)
-        self.resid_drop = nn.Dropout(config.resid_pdrop)
-        # output projection
-        self.proj = nn.Linear(config.n_embd, config.n_embd)
-        # causal mask to ensure that attention is only applied to the left in the input sequence
-        self.register_buffer("mask", torch.tril(torch.ones(config.block_size, config.block_size))
-                                     .view(1, 1, config.block_size, config.block_size))
-        self.n_head = config.n_head
+        assert cfg.width % cfg.heads == 0
+        self.heads = cfg.heads
+        self.q, self.k, self.v = (nn.Linear(cfg.width, cfg.width) for _ in range(3))
+        self.out = nn.Linear(cfg.width, cfg.width)
+        self.attn_dropout, self.out_dropout = nn.Dropout(cfg.dropout), nn.Dropout(cfg.dropout)
+        n = cfg.context
+        # position i may look at positions up to i only
+        self.register_buffer("mask", torch.tril(torch.ones(n, n)).view(1, 1, n, n))
 
-    def forward(self, x, layer_past=None):
-        B, T, C = x.size()
+    def forward(self, h):
+        B, T, C = h.size()
 
-        # calculate query, key, values for all heads in batch and move head forward to be the batch dim
-        k = self.key(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2) # (B, nh, T, hs)
-        q = self.query(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2) # (B, nh, T, hs)
-        v = self.value(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2) # (B, nh, T, hs)
+        def heads(t):
+            return t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
 
-        # causal self-attention; Self-attend: (B, nh, T, hs) x (B, nh, hs, T) -> (B, nh, T, T)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.mask[:,:,:T,:T] == 0, float('-inf'))
-        att = F.softmax(att, dim=-1)
-        att = self.attn_drop(att)
-        y = att @ v # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C) # re-assemble all head outputs side by side
-
-        # output projection
-        y = self.resid_drop(self.proj(y))
-        return y
+        q, k, v = heads(self.q(h)), heads(self.k(h)), heads(self.v(h))
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        scores = scores.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
+        attention = self.attn_dropout(F.softmax(scores, dim=-1))
+        mixed = (attention @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.out_dropout(self.out(mixed))
 
 
-class Block(nn.Module):
-    \"\"\" an unassuming Transformer block \"\"\"
-
-    def __init__(self, config):
+class Layer(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
-        self.ln1 = nn.LayerNorm(config.n_embd)
-        self.ln2 = nn.LayerNorm(config.n_embd)
-        self.attn = CausalSelfAttention(config)
-        self.mlp = nn.Sequential(
-            nn.Linear(config.n_embd, 4 * config.n_embd),
-            nn.GELU(),
-            nn.Linear(4 * config.n_embd, config.n_embd),
-            nn.Dropout(config.resid_pdrop),
-        )
+        self.norm_a, self.norm_b = nn.LayerNorm(cfg.width), nn.LayerNorm(cfg.width)
+        self.attend = MaskedSelfAttention(cfg)
+        self.ff = nn.Sequential(nn.Linear(cfg.width, 4 * cfg.width), nn.GELU(),
+                                nn.Linear(4 * cfg.width, cfg.width), nn.Dropout(cfg.dropout))
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        x = x + self.mlp(self.ln2(x))
-        return x
+    def forward(self, h):
+        h = h + self.attend(self.norm_a(h))
+        return h + self.ff(self.norm_b(h))
 
 
-class GPT(nn.Module):
-    \"\"\"  the full GPT language model, with a context size of block_size \"\"\"
-
-    def __init__(self, config):
+class PixelGPT(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
+        self.context = cfg.context
+        self.embed = nn.Embedding(cfg.vocab, cfg.width)
+        self.positions = nn.Parameter(torch.zeros(1, cfg.context, cfg.width))
+        self.drop = nn.Dropout(cfg.dropout)
+        self.layers = nn.Sequential(*[Layer(cfg) for _ in range(cfg.depth)])
+        self.norm = nn.LayerNorm(cfg.width)
+        self.unembed = nn.Linear(cfg.width, cfg.vocab, bias=False)
+        self.apply(self._init)
 
-        # input embedding stem
-        self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
-        self.pos_emb = nn.Parameter(torch.zeros(1, config.block_size, config.n_embd))
-        self.drop = nn.Dropout(config.embd_pdrop)
-        # transformer
-        self.blocks = nn.Sequential(*[Block(config) for _ in range(config.n_layer)])
-        # decoder head
-        self.ln_f = nn.LayerNorm(config.n_embd)
-        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            m.weight.data.normal_(mean=0.0, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                m.bias.data.zero_()
+        elif isinstance(m, nn.LayerNorm):
+            m.weight.data.fill_(1.0)
+            m.bias.data.zero_()
 
-        self.block_size = config.block_size
-        self.apply(self._init_weights)
+    def optimizer(self, lr, weight_decay, betas):
+        # decay the weights of Linear layers only; biases, norms, embeddings and positions not
+        decayed, kept = set(), {"positions"}
+        for module_name, module in self.named_modules():
+            for name, _ in module.named_parameters():
+                full = "%s.%s" % (module_name, name) if module_name else name
+                if name.endswith("weight") and isinstance(module, nn.Linear):
+                    decayed.add(full)
+                elif name.endswith("bias") or isinstance(module, (nn.LayerNorm, nn.Embedding)):
+                    kept.add(full)
+        params = dict(self.named_parameters())
+        assert not decayed & kept and params.keys() == decayed | kept
+        groups = [{"params": [params[n] for n in sorted(decayed)], "weight_decay": weight_decay},
+                  {"params": [params[n] for n in sorted(kept)], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=lr, betas=betas)
 
-    def get_block_size(self):
-        return self.block_size
-
-    def _init_weights(self, module):
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            module.weight.data.normal_(mean=0.0, std=0.02)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                module.bias.data.zero_()
-        elif isinstance(module, nn.LayerNorm):
-            module.bias.data.zero_()
-            module.weight.data.fill_(1.0)
-
-    def configure_optimizers(self, train_config):
-        \"\"\"
-        This long function is unfortunately doing something very simple and is being very defensive:
-        We are separating out all parameters of the model into two buckets: those that will experience
-        weight decay for regularization and those that won't (biases, and layernorm/embedding weights).
-        We are then returning the PyTorch optimizer object.
-        \"\"\"
-
-        # separate out all parameters to those that will and won't experience regularizing weight decay
-        decay = set()
-        no_decay = set()
-        whitelist_weight_modules = (torch.nn.Linear, )
-        blacklist_weight_modules = (torch.nn.LayerNorm, torch.nn.Embedding)
-        for mn, m in self.named_modules():
-            for pn, p in m.named_parameters():
-                fpn = '%s.%s' % (mn, pn) if mn else pn # full param name
-
-                if pn.endswith('bias'):
-                    # all biases will not be decayed
-                    no_decay.add(fpn)
-                elif pn.endswith('weight') and isinstance(m, whitelist_weight_modules):
-                    # weights of whitelist modules will be weight decayed
-                    decay.add(fpn)
-                elif pn.endswith('weight') and isinstance(m, blacklist_weight_modules):
-                    # weights of blacklist modules will NOT be weight decayed
-                    no_decay.add(fpn)
-
-        # special case the position embedding parameter in the root GPT module as not decayed
-        no_decay.add('pos_emb')
-
-        # validate that we considered every parameter
-        param_dict = {pn: p for pn, p in self.named_parameters()}
-        inter_params = decay & no_decay
-        union_params = decay | no_decay
-        assert len(inter_params) == 0, "parameters %s made it into both decay/no_decay sets!" % (str(inter_params), )
-        assert len(param_dict.keys() - union_params) == 0, "parameters %s were not separated into either decay/no_decay set!" \\
-                                                    % (str(param_dict.keys() - union_params), )
-
-        # create the pytorch optimizer object
-        optim_groups = [
-            {"params": [param_dict[pn] for pn in sorted(list(decay))], "weight_decay": train_config.weight_decay},
-            {"params": [param_dict[pn] for pn in sorted(list(no_decay))], "weight_decay": 0.0},
-        ]
-        optimizer = torch.optim.AdamW(optim_groups, lr=train_config.learning_rate, betas=train_config.betas)
-        return optimizer
-
-    def forward(self, idx, targets=None):
-        b, t = idx.size()
-        assert t <= self.block_size, "Cannot forward, model block size is exhausted."
-
-        # forward the GPT model
-        token_embeddings = self.tok_emb(idx) # each index maps to a (learnable) vector
-        position_embeddings = self.pos_emb[:, :t, :] # each position maps to a (learnable) vector
-        x = self.drop(token_embeddings + position_embeddings)
-        x = self.blocks(x)
-        x = self.ln_f(x)
-        logits = self.head(x)
-
-        # if we are given some desired targets also calculate the loss
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-
-        return logits, loss
+    def forward(self, ids, targets=None):
+        t = ids.size(1)
+        assert t <= self.context
+        h = self.drop(self.embed(ids) + self.positions[:, :t, :])
+        logits = self.unembed(self.norm(self.layers(h)))
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-# -- mingpt/utils.py -----------------------------------------------------------------------------
-def top_k_logits(logits, k):
-    v, ix = torch.topk(logits, k)
+def keep_top_k(logits, k):
+    v, _ = torch.topk(logits, k)
     out = logits.clone()
-    out[out < v[:, [-1]]] = -float('Inf')
+    out[out < v[:, [-1]]] = -float("Inf")
     return out
 
 
 @torch.no_grad()
-def sample(model, x, steps, temperature=1.0, sample=False, top_k=None):
-    \"\"\"
-    take a conditioning sequence of indices in x (of shape (b,t)) and predict the next token in
-    the sequence, feeding the predictions back into the model each time. Clearly the sampling
-    has quadratic complexity unlike an RNN that is only linear, and has a finite context window
-    of block_size, unlike an RNN that has an infinite context window.
-    \"\"\"
-    block_size = model.get_block_size()
+def generate(model, ids, n_new, temperature=1.0, draw=False, top_k=None):
     model.eval()
-    for k in range(steps):
-        x_cond = x if x.size(1) <= block_size else x[:, -block_size:] # crop context if needed
-        logits, _ = model(x_cond)
-        # pluck the logits at the final step and scale by temperature
-        logits = logits[:, -1, :] / temperature
-        # optionally crop probabilities to only the top k options
+    for _ in range(n_new):
+        window = ids if ids.size(1) <= model.context else ids[:, -model.context:]
+        logits = model(window)[0][:, -1, :] / temperature
         if top_k is not None:
-            logits = top_k_logits(logits, top_k)
-        # apply softmax to convert to probabilities
-        probs = F.softmax(logits, dim=-1)
-        # sample from the distribution or take the most likely
-        if sample:
-            ix = torch.multinomial(probs, num_samples=1)
+            logits = keep_top_k(logits, top_k)
+        probs = F.softmax(logits, dim=-1)  # over the kept tokens only
+        if draw:
+            nxt = torch.multinomial(probs, num_samples=1)
         else:
-            _, ix = torch.topk(probs, k=1, dim=-1)
-        # append to the sequence and continue
-        x = torch.cat((x, ix), dim=1)
-
-    return x
+            _, nxt = torch.topk(probs, k=1, dim=-1)
+        ids = torch.cat((ids, nxt), dim=1)
+    return ids
 
 
-# -- play_image.ipynb ------------------------------------------------------------------------------
-def kmeans(x, ncluster, niter=10):
-    N, D = x.size()
-    c = x[torch.randperm(N)[:ncluster]] # init clusters at random
-    for i in range(niter):
-        # assign all pixels to the closest codebook element
-        a = ((x[:, None, :] - c[None, :, :])**2).sum(-1).argmin(1)
-        # move each codebook element to be the mean of the pixels that assigned to it
-        c = torch.stack([x[a==k].mean(0) for k in range(ncluster)])
-        # re-assign any poorly positioned codebook elements
-        nanix = torch.any(torch.isnan(c), dim=1)
-        ndead = nanix.sum().item()
-        print('done step %d/%d, re-initialized %d dead clusters' % (i+1, niter, ndead))
-        c[nanix] = x[torch.randperm(N)[:ndead]] # re-init dead clusters
-    return c
+def nearest(pixels, centres):
+    return ((pixels[:, None, :] - centres[None, :, :]) ** 2).sum(-1).argmin(1)
 
 
-class ImageDataset(Dataset):
-    \"\"\"
-    wrap up the pytorch CIFAR-10 dataset into our own, which will convert images into sequences of integers
-    \"\"\"
+def kmeans(pixels, k, rounds):
+    n = pixels.size(0)
+    centres = pixels[torch.randperm(n)[:k]]
+    for r in range(rounds):
+        owner = nearest(pixels, centres)
+        centres = torch.stack([pixels[owner == j].mean(0) for j in range(k)])
+        dead = torch.any(torch.isnan(centres), dim=1)  # clusters nobody chose: mean of nothing
+        n_dead = dead.sum().item()
+        print("round %d/%d: %d dead clusters reseeded" % (r + 1, rounds, n_dead))
+        centres[dead] = pixels[torch.randperm(n)[:n_dead]]
+    return centres
 
-    def __init__(self, pt_dataset, clusters, perm=None):
-        self.pt_dataset = pt_dataset
-        self.clusters = clusters
-        self.perm = torch.arange(S*S) if perm is None else perm
 
-        self.vocab_size = clusters.size(0)
-        self.block_size = S*S - 1
+class QuantizedImages(Dataset):
+    def __init__(self, images, centres, perm=None):
+        self.images, self.centres = images, centres
+        self.perm = torch.arange(S * S) if perm is None else perm
+        self.vocab, self.context = centres.size(0), S * S - 1
 
     def __len__(self):
-        return len(self.pt_dataset)
+        return len(self.images)
 
-    def __getitem__(self, idx):
-        x, y = self.pt_dataset[idx]
-        x = torch.from_numpy(np.array(x)).view(-1, 3) # flatten out all pixels
-        x = x[self.perm].float() # reshuffle pixels with any fixed permutation and -> float
-        a = ((x[:, None, :] - self.clusters[None, :, :])**2).sum(-1).argmin(1) # cluster assignments
-        return a[:-1], a[1:] # always just predict the next one in the sequence
-
-
-def color_quantize(x, clusters):
-    # openai/image-gpt's color_quantize_np, in torch
-    x = x.reshape(-1, 3)
-    d = torch.cdist(x, clusters)
-    return torch.argmin(d, dim=1)
+    def __getitem__(self, i):
+        img, _ = self.images[i]
+        flat = torch.from_numpy(np.array(img)).view(-1, 3)[self.perm].float()
+        ids = nearest(flat, self.centres)
+        return ids[:-1], ids[1:]
 
 
-def main(train_data, test_data, ncluster=6, max_epochs=2, batch_size=2, learning_rate=3e-3, n_samples=2):
-    # get random 5 pixels per image and stack them all up as rgb values to get half a million random pixels
-    pluck_rgb = lambda x: torch.from_numpy(np.array(x)).view(S*S, 3)[torch.randperm(S*S)[:5], :]
-    px = torch.cat([pluck_rgb(x) for x, y in train_data], dim=0).float()
-    print(px.size())
+def main(train_data, test_data, k=6, epochs=2, batch_size=2, lr=3e-3, n_samples=2):
+    def some_pixels(img):
+        return torch.from_numpy(np.array(img)).view(S * S, 3)[torch.randperm(S * S)[:5], :]
 
+    pixels = torch.cat([some_pixels(img) for img, _ in train_data], dim=0).float()
+    print(pixels.size())
     with torch.no_grad():
-        C = kmeans(px, ncluster, niter=4)
-    record.append(C.numpy().copy())
+        C = kmeans(pixels, k, rounds=4)
+    record.append(C.numpy().copy())  # the palette
 
-    # encode the training examples with our codebook to visualize how much we've lost in the discretization
-    n_samples = n_samples
-    ncol = 2
-    for i in range(n_samples):
-        # encode and decode random data
-        x, y = train_data[np.random.randint(0, len(train_data))]
-        xpt = torch.from_numpy(np.array(x)).float().view(S*S, 3)
-        ix = ((xpt[:, None, :] - C[None, :, :])**2).sum(-1).argmin(1) # cluster assignments for each pixel
-        record.append(ix.numpy().copy())
-        # openai/image-gpt quantizes by the same distances
-        assert torch.equal(color_quantize(xpt, C), ix)
-        decoded = C[ix].view(S, S, 3).numpy().astype(np.uint8)
-        record.append(decoded.astype(np.int64))
+    for _ in range(n_samples):  # how much the palette loses: encode and decode an image
+        img, _ = train_data[np.random.randint(0, len(train_data))]
+        flat = torch.from_numpy(np.array(img)).float().view(S * S, 3)
+        ids = nearest(flat, C)
+        assert torch.equal(torch.cdist(flat.reshape(-1, 3), C).argmin(1), ids)
+        record.append(ids.numpy().copy())
+        record.append(C[ids].view(S, S, 3).numpy().astype(np.uint8).astype(np.int64))
 
-    train_dataset = ImageDataset(train_data, C)
-    test_dataset = ImageDataset(test_data, C)
-    record.append(train_dataset[0][0].numpy().copy())
-
-    mconf = GPTConfig(train_dataset.vocab_size, train_dataset.block_size,
-                      embd_pdrop=0.0, resid_pdrop=0.0, attn_pdrop=0.0,
-                      n_layer=2, n_head=2, n_embd=8)
-    model = GPT(mconf)
+    train_set, test_set = QuantizedImages(train_data, C), QuantizedImages(test_data, C)
+    record.append(train_set[0][0].numpy().copy())
+    cfg = Settings(vocab=train_set.vocab, context=train_set.context, width=8, heads=2, depth=2,
+                   dropout=0.0)
+    model = PixelGPT(cfg)
     initialize(model)
-
-    class TrainerConfig:
-        weight_decay = 0.0
-        betas = (0.9, 0.95)
-        grad_norm_clip = 1.0
-    tconf = TrainerConfig()
-    tconf.learning_rate = learning_rate
-    tconf.weight_decay = 0.01
-    optimizer = model.configure_optimizers(tconf)
-
-    # mingpt/trainer.py's run_epoch
-    for epoch in range(max_epochs):
+    optimizer = model.optimizer(lr, weight_decay=0.01, betas=(0.9, 0.95))
+    for epoch in range(epochs):
         model.train(True)
-        loader = DataLoader(train_dataset, shuffle=False, pin_memory=True, batch_size=batch_size, num_workers=0)
-        for it, (x, y) in enumerate(loader):
-            with torch.set_grad_enabled(True):
-                logits, loss = model(x, y)
-                loss = loss.mean() # collapse all losses if they are scattered on multiple gpus
+        loader = DataLoader(train_set, shuffle=False, pin_memory=True, batch_size=batch_size,
+                            num_workers=0)
+        for it, (inputs, targets) in enumerate(loader):
+            with torch.set_grad_enabled(True):  # as a trainer shared with evaluation writes it
+                loss = model(inputs, targets)[1].mean()
             model.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tconf.grad_norm_clip)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             record.append(loss.item())
-            print(f"epoch {epoch+1} iter {it}: train loss {loss.item():.5f}.")
+            print(f"epoch {epoch + 1} step {it}: loss {loss.item():.5f}")
         model.train(False)
-        losses = []
-        for it, (x, y) in enumerate(DataLoader(test_dataset, shuffle=False, batch_size=batch_size)):
-            with torch.set_grad_enabled(False):
-                logits, loss = model(x, y)
-            losses.append(loss.item())
-        record.append(float(np.mean(losses)))
-    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+        with torch.set_grad_enabled(False):  # evaluation
+            held = [model(x, y)[1].item() for x, y in DataLoader(test_set, batch_size=batch_size)]
+        record.append(float(np.mean(held)))
+    record.append({name: t.detach().numpy().copy() for name, t in model.state_dict().items()})
 
-    # to sample we also have to technically "train" a separate model for the first token in the sequence
-    # we are going to do so below simply by calculating and normalizing the histogram of the first token
-    counts = torch.ones(ncluster) # start counts as 1 not zero, this is called "smoothing"
-    rp = torch.randperm(len(train_dataset))
-    nest = len(train_dataset) # how many images to use for the estimation
-    for i in range(nest):
-        a, _ = train_dataset[int(rp[i])]
-        t = a[0].item() # index of first token in the sequence
-        counts[t] += 1
-    prob = counts/counts.sum()
-    record.append(prob.numpy().copy())
-
-    start_pixel = np.random.choice(np.arange(C.size(0)), size=(n_samples, 1), replace=True, p=prob)
-    start_pixel = torch.from_numpy(start_pixel)
-    pixels = sample(model, start_pixel, S*S-1, temperature=1.0, sample=True, top_k=4)
-    record.append(pixels.numpy().copy())
-
-    # for visualization we have to invert the permutation used to produce the pixels
-    iperm = torch.argsort(train_dataset.perm)
-    for i in range(n_samples):
-        pxi = pixels[i][iperm] # note: undo the encoding permutation
-        record.append(C[pxi].view(S, S, 3).numpy().astype(np.uint8).astype(np.int64))
+    # the first token has no context: draw it from its smoothed histogram over the training set
+    counts = torch.ones(k)
+    order = torch.randperm(len(train_set))
+    for i in range(len(train_set)):
+        first = train_set[int(order[i])][0][0].item()
+        counts[first] += 1
+    prob = counts / counts.sum()
+    record.append(prob.numpy().copy())  # sixteenths: sums to 1 exactly
+    starts = np.random.choice(np.arange(C.size(0)), size=(n_samples, 1), replace=True, p=prob)
+    drawn = generate(model, torch.from_numpy(starts), S * S - 1, draw=True, top_k=4)
+    record.append(drawn.numpy().copy())
+    unshuffle = torch.argsort(train_set.perm)
+    for row in drawn:
+        record.append(C[row[unshuffle]].view(S, S, 3).numpy().astype(np.uint8).astype(np.int64))
 """
 
 IGPT_STEPS = [
     ("import numpy as np\nimport torch\n", "import numpy as np\nimport retrograd as torch\n"),
     (
-        "import torch.nn as nn\nfrom torch.nn import functional as F\n",
-        "import retrograd.nn as nn\nfrom retrograd.nn import functional as F\n",
+        "import torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
     ),
     (
-        "            model.zero_grad()\n            loss.backward()\n            torch.nn.utils.clip_grad_norm_(model.parameters(), tconf.grad_norm_clip)\n            optimizer.step()\n",
-        "            model.zero_grad()\n            grads = loss.backward()\n            torch.nn.utils.clip_grad_norm_(grads, model.parameters(), tconf.grad_norm_clip)\n            optimizer.step(grads)\n",
+        "            loss.backward()\n"
+        "            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+        "            optimizer.step()\n",
+        "            grads = loss.backward()\n"
+        "            torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 1.0)\n"
+        "            optimizer.step(grads)\n",
     ),
 ]
 
@@ -470,7 +329,7 @@ def test_image_gpt_quantizes_uint8_pixels_trains_and_samples_as_torch(capsys):
         logs.append(capsys.readouterr().out)
     assert logs[0].startswith("torch.Size([50, 3])\n")
     assert logs[1] == logs[0].replace("torch.", "retrograd.")
-    assert "re-initialized 2 dead clusters" in logs[0]
+    assert "2 dead clusters reseeded" in logs[0]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
 
 
