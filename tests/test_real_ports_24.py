@@ -1,45 +1,37 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-losses, layers and training utilities as their repositories write them, each in a small
-training loop checked against torch:
+"""Real ports, continued (the harness: ``tests/real_ports.py``): programs written here in the
+style of clcarwin/focal_loss_pytorch, NegatioN/OnlineMiningTripletLoss, milesial/Pytorch-UNet,
+timm's ``ModelEmaV2`` and mistralai/mistral-src's mixture of experts, each in a small training
+loop checked against torch:
 
-- the focal loss of clcarwin/focal_loss_pytorch (``focalloss.py``): ``F.log_softmax(input)``
-  without a dim (torch's implicit dim 1), ``input.view(N, C, -1).transpose(1, 2).contiguous()
-  .view(-1, C)`` of segmentation logits, ``logpt.gather(1, target)``, ``Variable(logpt.data.exp())``,
-  ``self.alpha.type() != input.data.type()`` then ``type_as``, ``self.alpha.gather(0,
-  target.data.view(-1))``, ``(1-pt)**self.gamma``; ``alpha`` as a float and as a list;
-- online triplet mining of NegatioN/OnlineMiningTripletLoss (``online_triplet_loss.py``):
-  ``_pairwise_distances`` (``torch.diag`` of the Gram matrix, ``distances[distances < 0] = 0``,
-  ``distances.eq(0).float()``, the ``1e-16`` guard around ``torch.sqrt``), the boolean masks
-  (``torch.eye(..., device=).bool()``, ``~``, ``&`` of ``unsqueeze``d masks), batch-hard
-  (``max(1, keepdim=True)``, ``min``, ``tl[tl < 0] = 0``) and batch-all (``triplet_loss[
-  triplet_loss > 1e-16]``, ``valid_triplets.size(0)``, ``mask.sum()`` ``.float()``) losses;
-- the Dice loss and training step of milesial/Pytorch-UNet (``utils/dice_score.py``,
-  ``train.py``, ``evaluate.py``): ``sum(dim=(-1, -2))`` or ``(-1, -2, -3)``, ``torch.where(
-  sets_sum == 0, inter, sets_sum)``, ``input.flatten(0, 1)``, ``F.one_hot(true_masks,
-  model.n_classes).permute(0, 3, 1, 2).float()``, ``loss += dice_loss(...)`` after
-  ``CrossEntropyLoss`` (or ``BCEWithLogitsLoss`` on ``squeeze(1)`` for one class), RMSprop with
-  ``momentum`` and ``foreach=True``, ``ReduceLROnPlateau(optimizer, 'max', patience=...)``, a
-  disabled ``GradScaler``/``torch.autocast(..., enabled=False)``, ``grad_scaler.unscale_`` and
-  ``clip_grad_norm_``, ``zero_grad(set_to_none=True)``, and ``@torch.inference_mode()``
-  evaluation of ``(F.sigmoid(mask_pred) > 0.5).float()`` or ``F.one_hot(mask_pred.argmax(
-  dim=1), ...)`` scored on ``[:, 1:]``;
-- timm's ``ModelEmaV2`` (``timm/utils/model_ema.py``): ``deepcopy(model)`` in ``eval()``, the
-  update ``ema_v.copy_(update_fn(ema_v, model_v))`` over ``zip(self.module.state_dict().values(),
-  model.state_dict().values())`` under ``no_grad`` (BatchNorm's running statistics and its int64
-  ``num_batches_tracked`` included), ``set``, evaluated through ``forward(*args, **kwargs)``;
-- the sparse mixture-of-experts layer of mistralai/mistral-src (``moe.py``, with the
-  ``FeedForward`` and ``RMSNorm`` of ``model.py``): ``torch.topk(gate_logits,
-  num_experts_per_tok)``, ``F.softmax(weights, dim=1, dtype=torch.float).to(inputs.dtype)``,
-  ``batch_idx, nth_expert = torch.where(selected_experts == i)``, ``results[batch_idx] +=
-  weights[batch_idx, nth_expert, None] * expert(inputs[batch_idx])``, the SwiGLU
-  ``self.w2(F.silu(self.w1(x)) * self.w3(x))``, ``x * torch.rsqrt(x.pow(2).mean(-1,
-  keepdim=True) + self.eps)`` on ``x.float()`` then ``type_as``, a ``dataclasses`` config.
+- a focal loss: ``F.log_softmax(x)`` without a dim (torch's implicit dim 1), segmentation
+  logits by ``view(N, C, -1).transpose(1, 2).contiguous().view(-1, C)``, ``gather(1, t)``,
+  ``autograd.Variable(log_p.data.exp())``, ``alpha.type() != x.data.type()`` then ``type_as``,
+  ``alpha.gather(0, t.data.view(-1))``, ``(1 - p) ** gamma``; ``alpha`` a float, a list or None;
+- online triplet mining: distances from ``torch.diag`` of the Gram matrix, ``d[d < 0] = 0``,
+  ``d.eq(0).float()`` and the ``1e-16`` guard around ``torch.sqrt``; boolean masks from
+  ``torch.eye(..., device=).bool()``, ``~`` and ``&`` of ``unsqueeze``d masks; the batch-hard
+  loss (``max(1, keepdim=True)``, ``min``, ``t[t < 0] = 0``) and the batch-all loss
+  (``t[t > 1e-16].size(0)``, ``mask.sum().float()``);
+- a Dice loss and segmentation step: ``sum(dim=(-1, -2))`` or ``(-1, -2, -3)``,
+  ``torch.where(total == 0, overlap, total)``, ``flatten(0, 1)``, ``F.one_hot(m,
+  k).permute(0, 3, 1, 2).float()``, ``loss += dice_loss(...)`` after ``CrossEntropyLoss`` (or
+  ``BCEWithLogitsLoss`` on ``squeeze(1)`` for one class), ``.to(device=, dtype=,
+  memory_format=torch.channels_last)``, RMSprop with ``momentum`` and ``foreach=True``,
+  ``ReduceLROnPlateau(opt, "max", patience=0)``, a disabled ``torch.cuda.amp.GradScaler`` and
+  ``torch.autocast(..., enabled=False)``, ``scaler.unscale_`` and ``clip_grad_norm_``,
+  ``zero_grad(set_to_none=True)``, an ``@torch.inference_mode()`` validation of
+  ``(F.sigmoid(x) > 0.5).float()`` or ``F.one_hot(x.argmax(dim=1), k)`` scored on ``[:, 1:]``;
+- a model weight average: ``deepcopy(net)`` in ``eval()``, ``mine.copy_(rule(mine, live))``
+  over ``zip`` of both ``state_dict().values()`` under ``no_grad`` (BatchNorm's running
+  statistics and its int64 ``num_batches_tracked`` included), ``forward(*inputs, **options)``;
+- a sparse mixture of experts: ``torch.topk`` of router logits, ``F.softmax(w, dim=1,
+  dtype=torch.float).to(x.dtype)``, ``rows, slot = torch.where(chosen == e)``, ``out[rows] +=
+  mix[rows, slot, None] * expert(x[rows])``, a SwiGLU feed-forward, an RMS norm by
+  ``torch.rsqrt`` on ``x.float()`` then ``type_as``, a ``dataclasses`` config.
 
-All ran unchanged but for the gradient lines (Pytorch-UNet's ``grad_scaler`` lines take the
-gradients, as nanoGPT's in ``test_real_ports_8.py``); no defect found. Pytorch-UNet's
-``evaluate`` fails for one class in torch too (a ``[N, 1, H, W]`` prediction against ``[N, H,
-W]`` masks): that run validates on no batches.
+Only the gradient lines differ in the ports (the scaler's lines take the gradients, as in
+``test_real_ports_8.py``); no defect was found. The one-class validation fails in torch too (a
+``[N, 1, H, W]`` prediction against ``[N, H, W]`` masks): that run validates on no batches.
 """
 
 from __future__ import annotations
@@ -69,81 +61,75 @@ def run_model(source, step, build, go, dtype=None):
 
 
 TRAIN_SOURCE = """
-def train(model, criterion, batches, lr=0.05):
-    records = []
-    optimizer = optim.Adam(model.parameters(), lr=lr)
-    for x, y in batches:
-        out = model(x)
-        loss = criterion(out, y)
-        optimizer.zero_grad()
+def fit(net, loss_fn, batches, lr=0.05):
+    log = []
+    opt = optim.Adam(net.parameters(), lr=lr)
+    for inputs, targets in batches:
+        loss = loss_fn(net(inputs), targets)
+        opt.zero_grad()
         loss.backward()
-        optimizer.step()
-        records.append(loss.item())
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
-    return records
+        opt.step()
+        log.append(loss.item())
+    log.append({k: v.detach().numpy().copy() for k, v in net.state_dict().items()})
+    return log
 """
 
 TRAIN_STEP = [
     (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "        loss.backward()\n        opt.step()",
+        "        grads = loss.backward()\n        opt.step(grads)",
     ),
 ]
 
 # -- focal loss ------------------------------------------------------------------------------------
 FOCAL_SOURCE = (
     """
-from torch.autograd import Variable
+from torch import autograd
 
-class FocalLoss(nn.Module):
-    def __init__(self, gamma=0, alpha=None, size_average=True):
-        super(FocalLoss, self).__init__()
-        self.gamma = gamma
+
+class Focal(nn.Module):
+    # cross-entropy scaled down where the model is already confident
+    def __init__(self, gamma=0, alpha=None, mean=True):
+        super().__init__()
+        self.gamma, self.mean = gamma, mean
+        if isinstance(alpha, (float, int)):
+            alpha = torch.Tensor([alpha, 1 - alpha])
+        elif isinstance(alpha, list):
+            alpha = torch.Tensor(alpha)
         self.alpha = alpha
-        if isinstance(alpha,(float,int)): self.alpha = torch.Tensor([alpha,1-alpha])
-        if isinstance(alpha,list): self.alpha = torch.Tensor(alpha)
-        self.size_average = size_average
 
-    def forward(self, input, target):
-        if input.dim()>2:
-            input = input.view(input.size(0),input.size(1),-1)  # N,C,H,W => N,C,H*W
-            input = input.transpose(1,2)    # N,C,H*W => N,H*W,C
-            input = input.contiguous().view(-1,input.size(2))   # N,H*W,C => N*H*W,C
-        target = target.view(-1,1)
-
-        logpt = F.log_softmax(input)
-        logpt = logpt.gather(1,target)
-        logpt = logpt.view(-1)
-        pt = Variable(logpt.data.exp())
-
+    def forward(self, logits, labels):
+        if logits.dim() > 2:  # N, C, H, W -> N * H * W, C
+            n, c = logits.size(0), logits.size(1)
+            logits = logits.view(n, c, -1).transpose(1, 2).contiguous().view(-1, c)
+        labels = labels.view(-1, 1)
+        log_p = F.log_softmax(logits).gather(1, labels).view(-1)  # the implicit dim: 1
+        p = autograd.Variable(log_p.data.exp())
         if self.alpha is not None:
-            if self.alpha.type()!=input.data.type():
-                self.alpha = self.alpha.type_as(input.data)
-            at = self.alpha.gather(0,target.data.view(-1))
-            logpt = logpt * Variable(at)
-
-        loss = -1 * (1-pt)**self.gamma * logpt
-        if self.size_average: return loss.mean()
-        else: return loss.sum()
+            if self.alpha.type() != logits.data.type():
+                self.alpha = self.alpha.type_as(logits.data)
+            log_p = log_p * autograd.Variable(self.alpha.gather(0, labels.data.view(-1)))
+        per_item = -((1 - p) ** self.gamma) * log_p
+        return per_item.mean() if self.mean else per_item.sum()
 """
     + TRAIN_SOURCE
 )
 
 
 @pytest.mark.parametrize(
-    ("alpha", "classes", "size_average"),
+    ("alpha", "classes", "mean"),
     [(0.25, 2, True), ([0.2, 0.3, 0.5], 3, False), (None, 3, True)],
 )
-def test_focal_loss_training_matches_torch(alpha, classes, size_average):
+def test_focal_loss_training_matches_torch(alpha, classes, mean):
     rng = np.random.default_rng(classes)
     batches = [
-        (rng.standard_normal((2, 3, 4, 4)), rng.integers(0, classes, (2, 4, 4))) for _ in range(3)
+        (rng.standard_normal((2, 3, 3, 3)), rng.integers(0, classes, (2, 3, 3))) for _ in range(3)
     ]
 
     def go(names, lib, model):
-        criterion = names["FocalLoss"](gamma=2, alpha=alpha, size_average=size_average)
+        criterion = names["Focal"](gamma=2, alpha=alpha, mean=mean)
         data = [(lib.tensor(x, dtype=lib.float32), lib.tensor(y)) for x, y in batches]
-        return names["train"](model, criterion, data)
+        return names["fit"](model, criterion, data)
 
     records = run_model(
         FOCAL_SOURCE, TRAIN_STEP, lambda n: n["nn"].Conv2d(3, classes, 3, padding=1), go
@@ -152,111 +138,68 @@ def test_focal_loss_training_matches_torch(alpha, classes, size_average):
 
 
 # -- online triplet mining -------------------------------------------------------------------------
-TRIPLET_SOURCE = '''
-def _pairwise_distances(embeddings, squared=False):
-    """Compute the 2D matrix of distances between all the embeddings."""
-    dot_product = torch.matmul(embeddings, embeddings.t())
-    square_norm = torch.diag(dot_product)
-    distances = square_norm.unsqueeze(0) - 2.0 * dot_product + square_norm.unsqueeze(1)
-    distances[distances < 0] = 0
-
-    if not squared:
-        mask = distances.eq(0).float()
-        distances = distances + mask * 1e-16
-        distances = (1.0 -mask) * torch.sqrt(distances)
-
-    return distances
-
-def _get_triplet_mask(labels):
-    indices_equal = torch.eye(labels.size(0), device=labels.device).bool()
-    indices_not_equal = ~indices_equal
-    i_not_equal_j = indices_not_equal.unsqueeze(2)
-    i_not_equal_k = indices_not_equal.unsqueeze(1)
-    j_not_equal_k = indices_not_equal.unsqueeze(0)
-
-    distinct_indices = (i_not_equal_j & i_not_equal_k) & j_not_equal_k
-
-    label_equal = labels.unsqueeze(0) == labels.unsqueeze(1)
-    i_equal_j = label_equal.unsqueeze(2)
-    i_equal_k = label_equal.unsqueeze(1)
-
-    valid_labels = ~i_equal_k & i_equal_j
-
-    return valid_labels & distinct_indices
+TRIPLET_SOURCE = """
+def distance_matrix(emb, squared=False):
+    gram = torch.matmul(emb, emb.t())
+    norms = torch.diag(gram)
+    d = norms.unsqueeze(0) - 2.0 * gram + norms.unsqueeze(1)
+    d[d < 0] = 0  # rounding can dip below zero
+    if squared:
+        return d
+    zero = d.eq(0).float()
+    return (1.0 - zero) * torch.sqrt(d + zero * 1e-16)  # sqrt's gradient is infinite at 0
 
 
-def _get_anchor_positive_triplet_mask(labels):
-    indices_equal = torch.eye(labels.size(0), device=labels.device).bool()
-    indices_not_equal = ~indices_equal
-
-    labels_equal = labels.unsqueeze(0) == labels.unsqueeze(1)
-
-    return labels_equal & indices_not_equal
+def not_self(labels):
+    return ~torch.eye(labels.size(0), device=labels.device).bool()
 
 
-def _get_anchor_negative_triplet_mask(labels):
-    return ~(labels.unsqueeze(0) == labels.unsqueeze(1))
+def same_label(labels):
+    return labels.unsqueeze(0) == labels.unsqueeze(1)
 
 
-def batch_hard_triplet_loss(labels, embeddings, margin, squared=False):
-    pairwise_dist = _pairwise_distances(embeddings, squared=squared)
-
-    mask_anchor_positive = _get_anchor_positive_triplet_mask(labels).float()
-    anchor_positive_dist = mask_anchor_positive * pairwise_dist
-    hardest_positive_dist, _ = anchor_positive_dist.max(1, keepdim=True)
-
-    mask_anchor_negative = _get_anchor_negative_triplet_mask(labels).float()
-    max_anchor_negative_dist, _ = pairwise_dist.max(1, keepdim=True)
-    anchor_negative_dist = pairwise_dist + max_anchor_negative_dist * (1.0 - mask_anchor_negative)
-    hardest_negative_dist, _ = anchor_negative_dist.min(1, keepdim=True)
-
-    tl = hardest_positive_dist - hardest_negative_dist + margin
-    tl[tl < 0] = 0
-    triplet_loss = tl.mean()
-
-    return triplet_loss
+def hardest_loss(labels, emb, margin, squared=False):
+    d = distance_matrix(emb, squared)
+    pos_mask = (same_label(labels) & not_self(labels)).float()
+    hardest_pos, _ = (pos_mask * d).max(1, keepdim=True)
+    row_max, _ = d.max(1, keepdim=True)
+    neg_mask = (~same_label(labels)).float()
+    hardest_neg, _ = (d + row_max * (1.0 - neg_mask)).min(1, keepdim=True)
+    per_anchor = hardest_pos - hardest_neg + margin
+    per_anchor[per_anchor < 0] = 0
+    return per_anchor.mean()
 
 
-def batch_all_triplet_loss(labels, embeddings, margin, squared=False):
-    pairwise_dist = _pairwise_distances(embeddings, squared=squared)
-
-    anchor_positive_dist = pairwise_dist.unsqueeze(2)
-    anchor_negative_dist = pairwise_dist.unsqueeze(1)
-    triplet_loss = anchor_positive_dist - anchor_negative_dist + margin
-
-    mask = _get_triplet_mask(labels)
-    triplet_loss = mask.float() * triplet_loss
-
-    triplet_loss[triplet_loss < 0] = 0
-
-    valid_triplets = triplet_loss[triplet_loss > 1e-16]
-    num_positive_triplets = valid_triplets.size(0)
-    num_valid_triplets = mask.sum()
-
-    fraction_positive_triplets = num_positive_triplets / (num_valid_triplets.float() + 1e-16)
-
-    triplet_loss = triplet_loss.sum() / (num_positive_triplets + 1e-16)
-
-    return triplet_loss, fraction_positive_triplets
+def all_triplets_loss(labels, emb, margin, squared=False):
+    d = distance_matrix(emb, squared)
+    distinct = not_self(labels)
+    valid = distinct.unsqueeze(2) & distinct.unsqueeze(1) & distinct.unsqueeze(0)
+    same = same_label(labels)
+    valid = valid & same.unsqueeze(2) & ~same.unsqueeze(1)  # a~p same label, a~n not
+    cube = valid.float() * (d.unsqueeze(2) - d.unsqueeze(1) + margin)
+    cube[cube < 0] = 0
+    n_active = cube[cube > 1e-16].size(0)
+    share = n_active / (valid.sum().float() + 1e-16)
+    return cube.sum() / (n_active + 1e-16), share
 
 
-def train_embedding(model, batches, hard, squared, margin=1.0):
-    records = []
-    optimizer = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+def train_embedding(net, batches, hard, squared, margin=1.0):
+    log = []
+    opt = optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     for x, labels in batches:
-        embeddings = model(x)
+        emb = net(x)
         if hard:
-            loss = batch_hard_triplet_loss(labels, embeddings, margin, squared=squared)
+            loss = hardest_loss(labels, emb, margin, squared=squared)
         else:
-            loss, fraction = batch_all_triplet_loss(labels, embeddings, margin, squared=squared)
-            records.append(fraction.item())
-        optimizer.zero_grad()
+            loss, share = all_triplets_loss(labels, emb, margin, squared=squared)
+            log.append(share.item())
+        opt.zero_grad()
         loss.backward()
-        optimizer.step()
-        records.append(loss.item())
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
-    return records
-'''
+        opt.step()
+        log.append(loss.item())
+    log.append({k: v.detach().numpy().copy() for k, v in net.state_dict().items()})
+    return log
+"""
 
 
 @pytest.mark.parametrize(
@@ -264,7 +207,7 @@ def train_embedding(model, batches, hard, squared, margin=1.0):
 )
 def test_online_triplet_mining_matches_torch(hard, squared):
     rng = np.random.default_rng(int(hard) * 2 + int(squared))
-    batches = [(rng.standard_normal((8, 5)), rng.integers(0, 3, 8)) for _ in range(4)]
+    batches = [(rng.standard_normal((8, 5)), rng.integers(0, 3, 8)) for _ in range(3)]
 
     def go(names, lib, model):
         data = [(lib.tensor(x), lib.tensor(y)) for x, y in batches]
@@ -278,162 +221,133 @@ def test_online_triplet_mining_matches_torch(hard, squared):
     assert_records_agree(records[1], records[0], rtol=1e-9, atol=1e-12)
 
 
-# -- Pytorch-UNet's Dice loss and training step ----------------------------------------------------
+# -- Dice loss and a segmentation training step in the style of Pytorch-UNet -----------------------
 UNET_SOURCE = """
 from torch import Tensor
 
 
-def dice_coeff(input: Tensor, target: Tensor, reduce_batch_first: bool = False, epsilon: float = 1e-6):
-    # Average of Dice coefficient for all batches, or for a single mask
-    assert input.size() == target.size()
-    assert input.dim() == 3 or not reduce_batch_first
-
-    sum_dim = (-1, -2) if input.dim() == 2 or not reduce_batch_first else (-1, -2, -3)
-
-    inter = 2 * (input * target).sum(dim=sum_dim)
-    sets_sum = input.sum(dim=sum_dim) + target.sum(dim=sum_dim)
-    sets_sum = torch.where(sets_sum == 0, inter, sets_sum)
-
-    dice = (inter + epsilon) / (sets_sum + epsilon)
-    return dice.mean()
+def soft_dice(pred: Tensor, truth: Tensor, whole_batch: bool = False, eps: float = 1e-6):
+    assert pred.size() == truth.size()
+    assert pred.dim() == 3 or not whole_batch
+    dims = (-1, -2, -3) if whole_batch and pred.dim() != 2 else (-1, -2)
+    overlap = 2 * (pred * truth).sum(dim=dims)
+    total = pred.sum(dim=dims) + truth.sum(dim=dims)
+    total = torch.where(total == 0, overlap, total)  # two empty masks agree perfectly
+    return ((overlap + eps) / (total + eps)).mean()
 
 
-def multiclass_dice_coeff(input: Tensor, target: Tensor, reduce_batch_first: bool = False, epsilon: float = 1e-6):
-    # Average of Dice coefficient for all classes
-    return dice_coeff(input.flatten(0, 1), target.flatten(0, 1), reduce_batch_first, epsilon)
+def soft_dice_per_class(pred: Tensor, truth: Tensor, whole_batch: bool = False, eps: float = 1e-6):
+    return soft_dice(pred.flatten(0, 1), truth.flatten(0, 1), whole_batch, eps)
 
 
-def dice_loss(input: Tensor, target: Tensor, multiclass: bool = False):
-    # Dice loss (objective to minimize) between 0 and 1
-    fn = multiclass_dice_coeff if multiclass else dice_coeff
-    return 1 - fn(input, target, reduce_batch_first=True)
+def dice_loss(pred: Tensor, truth: Tensor, per_class: bool = False):
+    score = soft_dice_per_class if per_class else soft_dice
+    return 1 - score(pred, truth, whole_batch=True)
 
 
-class TinySegmenter(nn.Module):
-    def __init__(self, n_channels, n_classes):
+class PixelNet(nn.Module):
+    def __init__(self, n_channels, n_classes, width=4):
         super().__init__()
-        self.n_channels = n_channels
-        self.n_classes = n_classes
-        self.inc = nn.Sequential(nn.Conv2d(n_channels, 6, kernel_size=3, padding=1, bias=False), nn.BatchNorm2d(6), nn.ReLU(inplace=True))
-        self.outc = nn.Conv2d(6, n_classes, kernel_size=1)
+        self.n_channels, self.n_classes = n_channels, n_classes
+        self.body = nn.Sequential(
+            nn.Conv2d(n_channels, width, kernel_size=3, padding=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+        )
+        self.head = nn.Conv2d(width, n_classes, kernel_size=1)
 
     def forward(self, x):
-        return self.outc(self.inc(x))
+        return self.head(self.body(x))
+
+
+def as_inputs(batch, device):
+    img = batch["image"].to(device=device, dtype=torch.float32, memory_format=torch.channels_last)
+    return img, batch["mask"].to(device=device, dtype=torch.long)
 
 
 @torch.inference_mode()
-def evaluate(net, dataloader, device, amp):
+def validate(net, loader, device, amp):
     net.eval()
-    num_val_batches = len(dataloader)
-    dice_score = 0
-
-    # iterate over the validation set
-    with torch.autocast(device.type if device.type != 'mps' else 'cpu', enabled=amp):
-        for batch in dataloader:
-            image, mask_true = batch['image'], batch['mask']
-
-            # move images and labels to correct device and type
-            image = image.to(device=device, dtype=torch.float32, memory_format=torch.channels_last)
-            mask_true = mask_true.to(device=device, dtype=torch.long)
-
-            # predict the mask
-            mask_pred = net(image)
-
+    score = 0
+    with torch.autocast(device.type, enabled=amp):
+        for batch in loader:
+            img, truth = as_inputs(batch, device)
+            logits = net(img)
             if net.n_classes == 1:
-                assert mask_true.min() >= 0 and mask_true.max() <= 1, 'True mask indices should be in [0, 1]'
-                mask_pred = (F.sigmoid(mask_pred) > 0.5).float()
-                # compute the Dice score
-                dice_score += dice_coeff(mask_pred, mask_true, reduce_batch_first=False)
+                score += soft_dice((F.sigmoid(logits) > 0.5).float(), truth, whole_batch=False)
             else:
-                assert mask_true.min() >= 0 and mask_true.max() < net.n_classes, 'True mask indices should be in [0, n_classes['
-                # convert to one-hot format
-                mask_true = F.one_hot(mask_true, net.n_classes).permute(0, 3, 1, 2).float()
-                mask_pred = F.one_hot(mask_pred.argmax(dim=1), net.n_classes).permute(0, 3, 1, 2).float()
-                # calculate the Dice score, ignoring background
-                dice_score += multiclass_dice_coeff(mask_pred[:, 1:], mask_true[:, 1:], reduce_batch_first=False)
-
+                k = net.n_classes
+                truth = F.one_hot(truth, k).permute(0, 3, 1, 2).float()
+                guess = F.one_hot(logits.argmax(dim=1), k).permute(0, 3, 1, 2).float()
+                score += soft_dice_per_class(guess[:, 1:], truth[:, 1:])  # background left out
     net.train()
-    return dice_score / max(num_val_batches, 1)
+    return score / max(len(loader), 1)
 
 
-def train_model(model, device, train_loader, val_loader, epochs: int = 2, learning_rate: float = 1e-3,
-                amp: bool = False, weight_decay: float = 1e-8, momentum: float = 0.999, gradient_clipping: float = 1.0):
-    records = []
-    optimizer = optim.RMSprop(model.parameters(),
-                              lr=learning_rate, weight_decay=weight_decay, momentum=momentum, foreach=True)
-    scheduler = optim.lr_scheduler.ReduceLROnPlateau(optimizer, 'max', patience=0)  # goal: maximize Dice score
-    grad_scaler = torch.cuda.amp.GradScaler(enabled=amp)
-    criterion = nn.CrossEntropyLoss() if model.n_classes > 1 else nn.BCEWithLogitsLoss()
-    global_step = 0
-
-    # 5. Begin training
-    for epoch in range(1, epochs + 1):
-        model.train()
-        epoch_loss = 0
+def train_segmenter(net, device, train_loader, val_loader, epochs=2, lr=1e-3, amp=False, clip=1.0):
+    log = []
+    opt = optim.RMSprop(net.parameters(), lr=lr, weight_decay=1e-8, momentum=0.9, foreach=True)
+    plateau = optim.lr_scheduler.ReduceLROnPlateau(opt, "max", patience=0)
+    scaler = torch.cuda.amp.GradScaler(enabled=amp)
+    pixel_loss = nn.CrossEntropyLoss() if net.n_classes > 1 else nn.BCEWithLogitsLoss()
+    for epoch in range(epochs):
+        net.train()
+        running = 0
         for batch in train_loader:
-            images, true_masks = batch['image'], batch['mask']
-
-            assert images.shape[1] == model.n_channels, \\
-                f'Network has been defined with {model.n_channels} input channels, ' \\
-                f'but loaded images have {images.shape[1]} channels. Please check that ' \\
-                'the images are loaded correctly.'
-
-            images = images.to(device=device, dtype=torch.float32, memory_format=torch.channels_last)
-            true_masks = true_masks.to(device=device, dtype=torch.long)
-
-            with torch.autocast(device.type if device.type != 'mps' else 'cpu', enabled=amp):
-                masks_pred = model(images)
-                if model.n_classes == 1:
-                    loss = criterion(masks_pred.squeeze(1), true_masks.float())
-                    loss += dice_loss(F.sigmoid(masks_pred.squeeze(1)), true_masks.float(), multiclass=False)
+            img, truth = as_inputs(batch, device)
+            assert img.shape[1] == net.n_channels, f"expected {net.n_channels} channels"
+            with torch.autocast(device.type, enabled=amp):
+                logits = net(img)
+                if net.n_classes == 1:
+                    loss = pixel_loss(logits.squeeze(1), truth.float())
+                    loss += dice_loss(F.sigmoid(logits.squeeze(1)), truth.float())
                 else:
-                    loss = criterion(masks_pred, true_masks)
-                    loss += dice_loss(
-                        F.softmax(masks_pred, dim=1).float(),
-                        F.one_hot(true_masks, model.n_classes).permute(0, 3, 1, 2).float(),
-                        multiclass=True
-                    )
-
-            optimizer.zero_grad(set_to_none=True)
-            grad_scaler.scale(loss).backward()
-            grad_scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), gradient_clipping)
-            grad_scaler.step(optimizer)
-            grad_scaler.update()
-
-            global_step += 1
-            epoch_loss += loss.item()
-            records.append(loss.item())
-
-        val_score = evaluate(model, val_loader, device, amp)
-        scheduler.step(val_score)
-        records.append([float(val_score), optimizer.param_groups[0]['lr'], epoch_loss])
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
-    return records
+                    loss = pixel_loss(logits, truth)
+                    onehot = F.one_hot(truth, net.n_classes).permute(0, 3, 1, 2).float()
+                    loss += dice_loss(F.softmax(logits, dim=1).float(), onehot, per_class=True)
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
+            scaler.step(opt)
+            scaler.update()
+            running += loss.item()
+            log.append(loss.item())
+        val = validate(net, val_loader, device, amp)
+        plateau.step(val)
+        log.append([float(val), opt.param_groups[0]["lr"], running])
+    log.append({k: v.detach().numpy().copy() for k, v in net.state_dict().items()})
+    return log
 """
 
 UNET_STEP = [
     (
-        "            grad_scaler.scale(loss).backward()\n            grad_scaler.unscale_(optimizer)\n            torch.nn.utils.clip_grad_norm_(model.parameters(), gradient_clipping)\n            grad_scaler.step(optimizer)",
-        "            grads = grad_scaler.scale(loss).backward()\n            grad_scaler.unscale_(optimizer, grads)\n            torch.nn.utils.clip_grad_norm_(grads, model.parameters(), gradient_clipping)\n            grad_scaler.step(optimizer, grads)",
+        "            scaler.scale(loss).backward()\n"
+        "            scaler.unscale_(opt)\n"
+        "            torch.nn.utils.clip_grad_norm_(net.parameters(), clip)\n"
+        "            scaler.step(opt)",
+        "            grads = scaler.scale(loss).backward()\n"
+        "            scaler.unscale_(opt, grads)\n"
+        "            torch.nn.utils.clip_grad_norm_(grads, net.parameters(), clip)\n"
+        "            scaler.step(opt, grads)",
     )
 ]
 
 
 @pytest.mark.parametrize("n_classes", [1, 2, 3])
-def test_pytorch_unet_dice_training_step_matches_torch(capsys, n_classes):
+def test_dice_segmentation_training_step_matches_torch(capsys, n_classes):
     rng = np.random.default_rng(30 + n_classes)
     train = [
-        (rng.standard_normal((2, 3, 6, 6)), rng.integers(0, max(n_classes, 2), (2, 6, 6)))
-        for _ in range(3)
+        (rng.standard_normal((2, 3, 5, 5)), rng.integers(0, max(n_classes, 2), (2, 5, 5)))
+        for _ in range(2)
     ]
     val = [
-        (rng.standard_normal((2, 3, 6, 6)), rng.integers(0, max(n_classes, 2), (2, 6, 6)))
+        (rng.standard_normal((2, 3, 5, 5)), rng.integers(0, max(n_classes, 2), (2, 5, 5)))
         for _ in range(2)
     ]
     if n_classes == 1:
-        # evaluate's one-class branch compares a [N, 1, H, W] prediction with a [N, H, W] mask,
-        # which dice_coeff's size assertion refuses in torch as well: no validation batches
+        # the one-class validation compares a [N, 1, H, W] prediction with a [N, H, W] mask,
+        # which the Dice size assertion refuses in torch as well: no validation batches
         val = []
 
     def go(names, lib, model):
@@ -443,81 +357,70 @@ def test_pytorch_unet_dice_training_step_matches_torch(capsys, n_classes):
                 for x, y in batches
             ]
 
-        return names["train_model"](
-            model, lib.device("cpu"), loader(train), loader(val), learning_rate=1e-3
-        )
+        return names["train_segmenter"](model, lib.device("cpu"), loader(train), loader(val))
 
-    records = run_model(UNET_SOURCE, UNET_STEP, lambda n: n["TinySegmenter"](3, n_classes), go)
+    records = run_model(UNET_SOURCE, UNET_STEP, lambda n: n["PixelNet"](3, n_classes), go)
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
 
 
-# -- timm's ModelEmaV2 -----------------------------------------------------------------------------
-EMA_SOURCE = '''
+# -- a model EMA in the style of timm's ModelEmaV2 -------------------------------------------------
+EMA_SOURCE = """
 from copy import deepcopy
 
 
-class ModelEmaV2(nn.Module):
-    """ Model Exponential Moving Average V2
-
-    Keep a moving average of everything in the model state_dict (parameters and buffers).
-    V2 of this module is simpler, it does not match params/buffers based on name but simply
-    iterates in order. It works with torchscript (JIT of full model).
-    """
-    def __init__(self, model, decay=0.9999, device=None):
-        super(ModelEmaV2, self).__init__()
-        # make a copy of the model for accumulating moving average of weights
-        self.module = deepcopy(model)
+class WeightAverage(nn.Module):
+    # a frozen copy whose whole state (buffers too) trails the live model's
+    def __init__(self, net, decay=0.999, device=None):
+        super().__init__()
+        self.module = deepcopy(net)
         self.module.eval()
-        self.decay = decay
-        self.device = device  # perform ema on different device from model if set
-        if self.device is not None:
+        self.decay, self.device = decay, device
+        if device is not None:
             self.module.to(device=device)
 
-    def _update(self, model, update_fn):
+    def _blend(self, net, rule):
         with torch.no_grad():
-            for ema_v, model_v in zip(self.module.state_dict().values(), model.state_dict().values()):
+            pairs = zip(self.module.state_dict().values(), net.state_dict().values())
+            for mine, live in pairs:
                 if self.device is not None:
-                    model_v = model_v.to(device=self.device)
-                ema_v.copy_(update_fn(ema_v, model_v))
+                    live = live.to(device=self.device)
+                mine.copy_(rule(mine, live))
 
-    def update(self, model):
-        self._update(model, update_fn=lambda e, m: self.decay * e + (1. - self.decay) * m)
+    def update(self, net):
+        self._blend(net, lambda old, new: self.decay * old + (1.0 - self.decay) * new)
 
-    def set(self, model):
-        self._update(model, update_fn=lambda e, m: m)
+    def set(self, net):
+        self._blend(net, lambda old, new: new)
 
-    def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
+    def forward(self, *inputs, **options):
+        return self.module(*inputs, **options)
 
 
-def train_with_ema(model, batches, test_x):
-    records = []
-    model_ema = ModelEmaV2(model, decay=0.8, device='cpu')
-    optimizer = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    criterion = nn.CrossEntropyLoss()
-    for step, (x, y) in enumerate(batches):
-        model.train()
-        loss = criterion(model(x), y)
-        optimizer.zero_grad()
+def train_with_average(net, batches, probe):
+    log = []
+    avg = WeightAverage(net, decay=0.8, device="cpu")
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    xent = nn.CrossEntropyLoss()
+    for i, (x, y) in enumerate(batches):
+        net.train()
+        loss = xent(net(x), y)
+        opt.zero_grad()
         loss.backward()
-        optimizer.step()
-        if step == 0:
-            model_ema.set(model)
-        else:
-            model_ema.update(model)
-        records.append(loss.item())
+        opt.step()
+        (avg.set if i == 0 else avg.update)(net)
+        log.append(loss.item())
         with torch.no_grad():
-            records.append(model_ema(test_x).numpy().copy())
-    records.append({n: v.detach().numpy().copy() for n, v in model_ema.state_dict().items()})
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
-    return records
-'''
+            log.append(avg(probe).numpy().copy())
+    log.append({k: v.detach().numpy().copy() for k, v in avg.state_dict().items()})
+    log.append({k: v.detach().numpy().copy() for k, v in net.state_dict().items()})
+    return log
+"""
 
 
-def test_timm_model_ema_v2_matches_torch():
+def test_model_weight_average_matches_torch():
     rng = np.random.default_rng(40)
-    batches = [(rng.standard_normal((4, 5)), rng.integers(0, 3, 4)) for _ in range(4)]
-    test_x = rng.standard_normal((3, 5))
+    batches = [(rng.standard_normal((4, 5)), rng.integers(0, 3, 4)) for _ in range(3)]
+    probe = rng.standard_normal((3, 5))
 
     def build(names):
         nn = names["nn"]
@@ -525,99 +428,87 @@ def test_timm_model_ema_v2_matches_torch():
 
     def go(names, lib, model):
         data = [(lib.tensor(x), lib.tensor(y)) for x, y in batches]
-        return names["train_with_ema"](model, data, lib.tensor(test_x))
+        return names["train_with_average"](model, data, lib.tensor(probe))
 
     records = run_model(EMA_SOURCE, TRAIN_STEP, build, go, dtype="float64")
     assert_records_agree(records[1], records[0], rtol=1e-9, atol=1e-11)
 
 
-# -- Mistral's mixture of experts ------------------------------------------------------------------
+# -- a sparse mixture of experts in the style of mistral-src ---------------------------------------
 MOE_SOURCE = """
 import dataclasses
-from typing import List
 
 
 @dataclasses.dataclass
-class MoeArgs:
-    num_experts: int
-    num_experts_per_tok: int
+class RoutingConfig:
+    experts: int
+    per_token: int
 
 
-class MoeLayer(nn.Module):
-    def __init__(self, experts: List[nn.Module], gate: nn.Module, moe_args: MoeArgs):
+class SwiGLU(nn.Module):
+    def __init__(self, dim, hidden):
         super().__init__()
-        assert len(experts) > 0
-        self.experts = nn.ModuleList(experts)
-        self.gate = gate
-        self.args = moe_args
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
 
-    def forward(self, inputs: torch.Tensor):
-        gate_logits = self.gate(inputs)
-        weights, selected_experts = torch.topk(gate_logits, self.args.num_experts_per_tok)
-        weights = F.softmax(weights, dim=1, dtype=torch.float).to(inputs.dtype)
-        results = torch.zeros_like(inputs)
-        for i, expert in enumerate(self.experts):
-            batch_idx, nth_expert = torch.where(selected_experts == i)
-            results[batch_idx] += weights[batch_idx, nth_expert, None] * expert(inputs[batch_idx])
-        return results
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class FeedForward(nn.Module):
-    def __init__(self, dim, hidden_dim):
-        super().__init__()
-
-        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
-        self.w2 = nn.Linear(hidden_dim, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
-
-    def forward(self, x) -> torch.Tensor:
-        return self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
-
-
-class RMSNorm(torch.nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
+class RootMeanSquareNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def _norm(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        self.scale = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        output = self._norm(x.float()).type_as(x)
-        return output * self.weight
+        x32 = x.float()  # normalise in float32 whatever the input dtype
+        scaled = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return scaled.type_as(x) * self.scale
 
 
-class MoeBlock(nn.Module):
-    def __init__(self, dim, hidden_dim, args):
+class SparseExperts(nn.Module):
+    def __init__(self, dim, hidden, cfg):
         super().__init__()
-        self.ffn_norm = RMSNorm(dim, eps=1e-5)
-        self.feed_forward = MoeLayer(
-            experts=[FeedForward(dim, hidden_dim) for _ in range(args.num_experts)],
-            gate=nn.Linear(dim, args.num_experts, bias=False),
-            moe_args=args,
-        )
-        self.head = nn.Linear(dim, 4)
+        self.cfg = cfg
+        self.router = nn.Linear(dim, cfg.experts, bias=False)
+        self.experts = nn.ModuleList([SwiGLU(dim, hidden) for _ in range(cfg.experts)])
+
+    def forward(self, tokens):
+        top, chosen = torch.topk(self.router(tokens), self.cfg.per_token)
+        mix = F.softmax(top, dim=1, dtype=torch.float).to(tokens.dtype)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            rows, slot = torch.where(chosen == e)
+            out[rows] += mix[rows, slot, None] * expert(tokens[rows])
+        return out
+
+
+class RoutedClassifier(nn.Module):
+    def __init__(self, dim, hidden, cfg):
+        super().__init__()
+        self.norm = RootMeanSquareNorm(dim, eps=1e-5)
+        self.moe = SparseExperts(dim, hidden, cfg)
+        self.out = nn.Linear(dim, 4)
 
     def forward(self, x):
-        h = x + self.feed_forward(self.ffn_norm(x))
-        return self.head(h)
+        return self.out(x + self.moe(self.norm(x)))
 """
 
 
 @pytest.mark.parametrize("per_token", [1, 2])
-def test_mistral_moe_layer_matches_torch(per_token):
+def test_sparse_mixture_of_experts_matches_torch(per_token):
     rng = np.random.default_rng(50 + per_token)
-    batches = [(rng.standard_normal((6, 8)), rng.integers(0, 4, 6)) for _ in range(4)]
+    batches = [(rng.standard_normal((6, 8)), rng.integers(0, 4, 6)) for _ in range(3)]
 
     def go(names, lib, model):
         data = [(lib.tensor(x, dtype=lib.float32), lib.tensor(y)) for x, y in batches]
-        return names["train"](model, names["nn"].CrossEntropyLoss(), data, lr=0.01)
+        return names["fit"](model, names["nn"].CrossEntropyLoss(), data, lr=0.01)
 
     def build(names):
-        return names["MoeBlock"](
-            8, 12, names["MoeArgs"](num_experts=4, num_experts_per_tok=per_token)
-        )
+        cfg = names["RoutingConfig"](experts=4, per_token=per_token)
+        return names["RoutedClassifier"](8, 12, cfg)
 
     records = run_model(MOE_SOURCE + TRAIN_SOURCE, TRAIN_STEP, build, go)
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
