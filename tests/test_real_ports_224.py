@@ -157,9 +157,9 @@ class InducingPointGP(nn.Module):
 
     def low_rank(self, x):
         m = self.z.shape[0]
-        Kzz = self.kernel(self.z, self.z) + 1e-6 * torch.eye(m, dtype=x.dtype)
-        Lzz = torch.linalg.cholesky(Kzz)
-        factor = torch.linalg.solve_triangular(Lzz, self.kernel(self.z, x), upper=False).mT
+        jittered = self.kernel(self.z, self.z) + 1e-6 * torch.eye(m, dtype=x.dtype)
+        chol = torch.linalg.cholesky(jittered)
+        factor = torch.linalg.solve_triangular(chol, self.kernel(self.z, x), upper=False).mT
         gap = (self.kernel.diag(x) - factor.pow(2).sum(-1)).clamp_min(0)
         return LowRankMultivariateNormal(
             x.new_zeros(x.shape[0]), cov_factor=factor, cov_diag=gap + self.log_s2.exp()
