@@ -1,30 +1,28 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd (the harness: ``tests/real_ports.py``): the image
-classification reference script of torchvision (``references/classification/train.py`` and
-``utils.py``) over a small network, run against torch's run of the same code from the same
-weights and draws, and resumed from its checkpoint.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in the
+style of torchvision's image-classification reference recipe (``references/classification``)
+over a small network, run against torch's run from the same weights and draws, and resumed
+from its checkpoint.
 
-- ``utils.set_weight_decay``: parameter groups by module class (``nn.modules.batchnorm.
-  _BatchNorm``, ``nn.LayerNorm``, ``nn.GroupNorm``, ``nn.modules.instancenorm._InstanceNorm``,
-  ``nn.LocalResponseNorm`` get ``norm_weight_decay``) and by custom key (``("bias", ...)``),
-  walked with ``named_parameters(recurse=False)`` and ``named_children()``;
-- ``utils.ExponentialMovingAverage``, a ``torch.optim.swa_utils.AveragedModel`` subclass with
-  an ``ema_avg`` function and ``use_buffers=True``, updated every ``model_ema_steps`` with
-  ``model_ema.n_averaged.fill_(0)`` during warmup;
-- the ``SequentialLR`` of a ``LinearLR`` (or ``ConstantLR``) warmup and a ``CosineAnnealingLR``
-  (or ``StepLR``/``ExponentialLR``), stepped per epoch;
-- ``train_one_epoch``'s ``GradScaler`` path (``scale``, ``unscale_`` then
-  ``nn.utils.clip_grad_norm_``, ``step``, ``update``), the ``CrossEntropyLoss`` with
-  ``label_smoothing``, a ``DistributedSampler`` with ``set_epoch`` feeding a ``DataLoader``
-  given ``sampler=``, ``pin_memory=True`` and ``collate_fn=default_collate``;
-- the checkpoint dict (``model``, ``optimizer``, ``lr_scheduler``, ``epoch``, ``args``,
-  ``model_ema``, ``scaler``) saved each epoch and the ``--resume`` path, which continues the
-  uninterrupted run's trajectory.
+- optimizer groups by module class (``nn.modules.batchnorm._BatchNorm``, ``nn.LayerNorm``,
+  ``nn.GroupNorm``, ``nn.modules.instancenorm._InstanceNorm``, ``nn.LocalResponseNorm`` get
+  the norm decay) and by parameter name (``bias``), walked with
+  ``named_parameters(recurse=False)`` and ``named_children()``;
+- a weight EMA subclassing ``torch.optim.swa_utils.AveragedModel`` with its own averaging
+  function and ``use_buffers=True``, updated every few steps, ``n_averaged.fill_(0)`` during
+  warmup, evaluated as a model and checkpointed by ``state_dict``;
+- ``SequentialLR`` of a ``LinearLR`` or ``ConstantLR`` warmup and a ``CosineAnnealingLR`` or
+  ``StepLR``, stepped per epoch; SGD (Nesterov) and AdamW over the groups;
+- the ``torch.amp.GradScaler("cpu")`` path (``scale``, ``unscale_``, then
+  ``nn.utils.clip_grad_norm_``, ``step``, ``update``) under ``torch.cuda.amp.autocast(enabled=
+  False)``; ``CrossEntropyLoss(label_smoothing=...)``; a ``DistributedSampler`` with
+  ``set_epoch`` feeding a ``DataLoader`` given ``sampler=``, ``pin_memory=True`` and
+  ``collate_fn=default_collate``; a ``SequentialSampler(range(n))``; ``torch.inference_mode()``;
+- a checkpoint dict (model, optimizer, scheduler, EMA, scaler, epoch and the
+  ``argparse.Namespace`` of the run) saved each epoch and loaded with ``map_location="cpu",
+  weights_only=False`` (torch's default load refuses the namespace); the resumed run
+  continues the uninterrupted run's trajectory exactly.
 
-Changed besides the ``import`` and gradient lines: the scaler is ``torch.amp.GradScaler("cpu")``
-(the script's ``torch.cuda.amp.GradScaler()`` is disabled off a GPU), and the resume loads with
-``weights_only=False`` (the checkpoint holds the ``argparse.Namespace``, which torch's default
-load refuses).
+Only the imports and the gradient lines differ.
 """
 
 from __future__ import annotations
@@ -50,306 +48,212 @@ def _seeded():
     rg.seed(0)
 
 
-TORCHVISION_SOURCE = '''
+TRAINING_RECIPE_SOURCE = '''
+import os
+
 import torch
 import torch.utils.data
 from torch import nn
-from torch.utils.data.dataloader import default_collate
+from torch.optim.swa_utils import AveragedModel
+from torch.utils.data.dataloader import DataLoader, default_collate
+
+NORM_LAYERS = (
+    nn.modules.batchnorm._BatchNorm,
+    nn.modules.instancenorm._InstanceNorm,
+    nn.GroupNorm,
+    nn.LayerNorm,
+    nn.LocalResponseNorm,
+)
 
 
-# -- references/classification/utils.py ---------------------------------------------------
-class ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel):
-    """Maintains moving averages of model parameters using an exponential decay.
-    ``ema_avg = decay * avg_model_param + (1 - decay) * model_param``
-    `torch.optim.swa_utils.AveragedModel <https://pytorch.org/docs/stable/optim.html#custom-averaging-strategies>`_
-    is used to compute the EMA.
-    """
+class WeightEMA(AveragedModel):
+    """An exponential moving average of the weights and the batch-norm buffers."""
 
-    def __init__(self, model, decay, device="cpu"):
-        def ema_avg(avg_model_param, model_param, num_averaged):
-            return decay * avg_model_param + (1 - decay) * model_param
+    def __init__(self, model, decay=0.9, device="cpu"):
+        def blend(averaged, current, count):
+            return decay * averaged + (1 - decay) * current
 
-        super().__init__(model, device, ema_avg, use_buffers=True)
+        super().__init__(model, device, blend, use_buffers=True)
 
 
-def set_weight_decay(
-    model,
-    weight_decay,
-    norm_weight_decay=None,
-    norm_classes=None,
-    custom_keys_weight_decay=None,
-):
-    if not norm_classes:
-        norm_classes = [
-            torch.nn.modules.batchnorm._BatchNorm,
-            torch.nn.LayerNorm,
-            torch.nn.GroupNorm,
-            torch.nn.modules.instancenorm._InstanceNorm,
-            torch.nn.LocalResponseNorm,
-        ]
-    norm_classes = tuple(norm_classes)
+def decay_groups(model, weight_decay, norm_decay=None, by_name=()):
+    """Optimizer groups: parameters named in ``by_name`` first, then those of norm layers,
+    then the rest, each group with its own weight decay."""
+    buckets = {name: [] for name, _ in by_name}
+    buckets.update(norm=[], rest=[])
+    decays = dict(by_name, norm=norm_decay, rest=weight_decay)
 
-    params = {
-        "other": [],
-        "norm": [],
-    }
-    params_weight_decay = {
-        "other": weight_decay,
-        "norm": norm_weight_decay,
-    }
-    custom_keys = []
-    if custom_keys_weight_decay is not None:
-        for key, weight_decay in custom_keys_weight_decay:
-            params[key] = []
-            params_weight_decay[key] = weight_decay
-            custom_keys.append(key)
-
-    def _add_params(module, prefix=""):
-        for name, p in module.named_parameters(recurse=False):
-            if not p.requires_grad:
+    def visit(module, path):
+        for name, param in module.named_parameters(recurse=False):
+            if not param.requires_grad:
                 continue
-            is_custom_key = False
-            for key in custom_keys:
-                target_name = f"{prefix}.{name}" if prefix != "" and "." in key else name
-                if key == target_name:
-                    params[key].append(p)
-                    is_custom_key = True
-                    break
-            if not is_custom_key:
-                if norm_weight_decay is not None and isinstance(module, norm_classes):
-                    params["norm"].append(p)
-                else:
-                    params["other"].append(p)
+            full = f"{path}.{name}" if path else name
+            key = next((k for k in dict(by_name) if k in (name, full)), None)
+            if key is None:
+                use_norm = norm_decay is not None and isinstance(module, NORM_LAYERS)
+                key = "norm" if use_norm else "rest"
+            buckets[key].append(param)
+        for child_name, child in module.named_children():
+            visit(child, f"{path}.{child_name}" if path else child_name)
 
-        for child_name, child_module in module.named_children():
-            child_prefix = f"{prefix}.{child_name}" if prefix != "" else child_name
-            _add_params(child_module, prefix=child_prefix)
-
-    _add_params(model)
-
-    param_groups = []
-    for key in params:
-        if len(params[key]) > 0:
-            param_groups.append({"params": params[key], "weight_decay": params_weight_decay[key]})
-    return param_groups
+    visit(model, "")
+    return [{"params": ps, "weight_decay": decays[k]} for k, ps in buckets.items() if ps]
 
 
-# -- references/classification/train.py --------------------------------------------------
-def train_one_epoch(model, criterion, optimizer, data_loader, device, epoch, args, model_ema=None, scaler=None):
+class SmallConvNet(nn.Module):
+    def __init__(self, classes=4):
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 6, 3, padding=1, bias=False),
+            nn.BatchNorm2d(6),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(6, 8, 3, stride=2, padding=1),
+            nn.GroupNorm(2, 8),
+            nn.ReLU(inplace=True),
+        )
+        self.pool = nn.AdaptiveAvgPool2d((1, 1))
+        self.ln = nn.LayerNorm(8)
+        self.classifier = nn.Linear(8, classes)
+
+    def forward(self, x):
+        return self.classifier(self.ln(torch.flatten(self.pool(self.stem(x)), 1)))
+
+
+def make_optimizer(groups, cfg):
+    if cfg.opt in ("sgd", "sgd_nesterov"):
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=0.9, weight_decay=cfg.wd,
+                               nesterov=cfg.opt.endswith("nesterov"))
+    if cfg.opt == "adamw":
+        return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.wd)
+    raise ValueError(cfg.opt)
+
+
+def make_schedule(opt, cfg):
+    sched = torch.optim.lr_scheduler
+    if cfg.schedule == "cosine":
+        after = sched.CosineAnnealingLR(opt, T_max=cfg.epochs - cfg.warmup, eta_min=1e-4)
+    elif cfg.schedule == "step":
+        after = sched.StepLR(opt, step_size=1, gamma=0.5)
+    else:
+        after = sched.ExponentialLR(opt, gamma=0.7)
+    if cfg.warmup_kind == "linear":
+        before = sched.LinearLR(opt, start_factor=0.1, total_iters=cfg.warmup)
+    else:
+        before = sched.ConstantLR(opt, factor=0.25, total_iters=cfg.warmup)
+    return sched.SequentialLR(opt, schedulers=[before, after], milestones=[cfg.warmup])
+
+
+def one_epoch(model, loss_fn, opt, scaler, loader, ema, epoch, cfg):
     model.train()
-    for i, (image, target) in enumerate(data_loader):
-        image, target = image.to(device), target.to(device)
-        with torch.cuda.amp.autocast(enabled=False):
-            output = model(image)
-            loss = criterion(output, target)
-
-        optimizer.zero_grad()
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            if args.clip_grad_norm is not None:
-                # we should unscale the gradients of optimizer's assigned params if do gradient clipping
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            if args.clip_grad_norm is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
-            optimizer.step()
-
-        if model_ema and i % args.model_ema_steps == 0:
-            model_ema.update_parameters(model)
-            if epoch < args.lr_warmup_epochs:
-                # Reset ema buffer to keep copying weights during warmup period
-                model_ema.n_averaged.fill_(0)
+    for step, (x, y) in enumerate(loader):
+        x, y = x.to(cfg.device), y.to(cfg.device)
+        with torch.cuda.amp.autocast(enabled=cfg.amp):
+            loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        scaler.step(opt)
+        scaler.update()
+        if step % cfg.ema_every == 0:
+            ema.update_parameters(model)
+            if epoch < cfg.warmup:
+                ema.n_averaged.fill_(0)  # while warming up the average just copies the model
         record.append(loss.item())
 
 
-def evaluate(model, criterion, data_loader, device):
+def mean_loss(model, loss_fn, loader, device):
     model.eval()
     total = 0.0
     with torch.inference_mode():
-        for image, target in data_loader:
-            output = model(image.to(device))
-            total += criterion(output, target.to(device)).item()
-    return total / len(data_loader)
+        for x, y in loader:
+            total += loss_fn(model(x.to(device)), y.to(device)).item()
+    return total / len(loader)
 
 
-class Net(nn.Module):
-    def __init__(self, num_classes=4):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
-            nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.GroupNorm(2, 8), nn.ReLU(inplace=True),
-        )
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.norm = nn.LayerNorm(8)
-        self.fc = nn.Linear(8, num_classes)
+def run(cfg, images, labels):
+    device = torch.device(cfg.device)
+    train_set = torch.utils.data.TensorDataset(images, labels)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        train_set, num_replicas=2, rank=cfg.rank, shuffle=True)
+    train_loader = DataLoader(
+        train_set, batch_size=cfg.batch, sampler=sampler, num_workers=0,
+        pin_memory=True, collate_fn=default_collate)
+    held_out = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(images[-6:], labels[-6:]), batch_size=3,
+        sampler=torch.utils.data.SequentialSampler(range(6)))
 
-    def forward(self, x):
-        return self.fc(self.norm(torch.flatten(self.avgpool(self.features(x)), 1)))
-
-
-def main(args):
-    device = torch.device(args.device)
-    dataset = torch.utils.data.TensorDataset(images, labels)
-    train_sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=2, rank=args.rank, shuffle=True)
-    data_loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=args.batch_size,
-        sampler=train_sampler,
-        num_workers=args.workers,
-        pin_memory=True,
-        collate_fn=default_collate,
-    )
-    data_loader_test = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(images[:6], labels[:6]), batch_size=3, sampler=torch.utils.data.SequentialSampler(range(6)), num_workers=args.workers, pin_memory=True
-    )
-    model = Net()
+    model = SmallConvNet()
     initialize(model)
     model.to(device)
-    criterion = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
+    groups = decay_groups(model, cfg.wd, norm_decay=0.0, by_name=[("bias", 0.0)])
+    record.append(repr([(len(g["params"]), g["weight_decay"]) for g in groups]))
+    opt = make_optimizer(groups, cfg)
+    scaler = torch.amp.GradScaler("cpu")
+    schedule = make_schedule(opt, cfg)
+    ema = WeightEMA(model, decay=0.8, device=device)
 
-    custom_keys_weight_decay = []
-    if args.bias_weight_decay is not None:
-        custom_keys_weight_decay.append(("bias", args.bias_weight_decay))
-    parameters = set_weight_decay(
-        model,
-        args.weight_decay,
-        norm_weight_decay=args.norm_weight_decay,
-        custom_keys_weight_decay=custom_keys_weight_decay if len(custom_keys_weight_decay) > 0 else None,
-    )
-    record.append(repr([(len(g["params"]), g["weight_decay"]) for g in parameters]))
+    first = 0
+    if cfg.resume:
+        ckpt = torch.load(cfg.resume, map_location="cpu", weights_only=False)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        schedule.load_state_dict(ckpt["lr_scheduler"])
+        ema.load_state_dict(ckpt["model_ema"])
+        scaler.load_state_dict(ckpt["scaler"])
+        first = ckpt["epoch"] + 1
 
-    opt_name = args.opt.lower()
-    if opt_name.startswith("sgd"):
-        optimizer = torch.optim.SGD(
-            parameters,
-            lr=args.lr,
-            momentum=args.momentum,
-            weight_decay=args.weight_decay,
-            nesterov="nesterov" in opt_name,
-        )
-    elif opt_name == "rmsprop":
-        optimizer = torch.optim.RMSprop(
-            parameters, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, eps=0.0316, alpha=0.9
-        )
-    elif opt_name == "adamw":
-        optimizer = torch.optim.AdamW(parameters, lr=args.lr, weight_decay=args.weight_decay)
-
-    scaler = torch.amp.GradScaler("cpu") if args.amp else None
-
-    args.lr_scheduler = args.lr_scheduler.lower()
-    if args.lr_scheduler == "steplr":
-        main_lr_scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=args.lr_step_size, gamma=args.lr_gamma)
-    elif args.lr_scheduler == "cosineannealinglr":
-        main_lr_scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
-            optimizer, T_max=args.epochs - args.lr_warmup_epochs, eta_min=args.lr_min
-        )
-    elif args.lr_scheduler == "exponentiallr":
-        main_lr_scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=args.lr_gamma)
-
-    if args.lr_warmup_epochs > 0:
-        if args.lr_warmup_method == "linear":
-            warmup_lr_scheduler = torch.optim.lr_scheduler.LinearLR(
-                optimizer, start_factor=args.lr_warmup_decay, total_iters=args.lr_warmup_epochs
-            )
-        elif args.lr_warmup_method == "constant":
-            warmup_lr_scheduler = torch.optim.lr_scheduler.ConstantLR(
-                optimizer, factor=args.lr_warmup_decay, total_iters=args.lr_warmup_epochs
-            )
-        lr_scheduler = torch.optim.lr_scheduler.SequentialLR(
-            optimizer, schedulers=[warmup_lr_scheduler, main_lr_scheduler], milestones=[args.lr_warmup_epochs]
-        )
-    else:
-        lr_scheduler = main_lr_scheduler
-
-    model_without_ddp = model
-
-    model_ema = None
-    if args.model_ema:
-        adjust = args.world_size * args.batch_size * args.model_ema_steps / args.epochs
-        alpha = 1.0 - args.model_ema_decay
-        alpha = min(1.0, alpha * adjust)
-        model_ema = ExponentialMovingAverage(model_without_ddp, device=device, decay=1.0 - alpha)
-
-    if args.resume:
-        checkpoint = torch.load(args.resume, map_location="cpu", weights_only=False)
-        model_without_ddp.load_state_dict(checkpoint["model"])
-        if not args.test_only:
-            optimizer.load_state_dict(checkpoint["optimizer"])
-            lr_scheduler.load_state_dict(checkpoint["lr_scheduler"])
-        args.start_epoch = checkpoint["epoch"] + 1
-        if model_ema:
-            model_ema.load_state_dict(checkpoint["model_ema"])
-        if scaler:
-            scaler.load_state_dict(checkpoint["scaler"])
-
-    for epoch in range(args.start_epoch, args.epochs):
-        train_sampler.set_epoch(epoch)
-        train_one_epoch(model, criterion, optimizer, data_loader, device, epoch, args, model_ema, scaler)
-        lr_scheduler.step()
-        record.append(evaluate(model, criterion, data_loader_test, device=device))
-        if model_ema:
-            record.append(evaluate(model_ema, criterion, data_loader_test, device=device))
-        record.append(optimizer.param_groups[0]["lr"])
-        record.append(params_of(model))
-        record.append({k: v.detach().numpy().copy() for k, v in model_ema.state_dict().items()})
-        if args.output_dir:
-            checkpoint = {
-                "model": model_without_ddp.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "lr_scheduler": lr_scheduler.state_dict(),
-                "epoch": epoch,
-                "args": args,
-            }
-            if model_ema:
-                checkpoint["model_ema"] = model_ema.state_dict()
-            if scaler:
-                checkpoint["scaler"] = scaler.state_dict()
-            torch.save(checkpoint, os.path.join(args.output_dir, f"model_{epoch}.pth"))
-            torch.save(checkpoint, os.path.join(args.output_dir, "checkpoint.pth"))
+    for epoch in range(first, cfg.epochs):
+        sampler.set_epoch(epoch)
+        one_epoch(model, loss_fn, opt, scaler, train_loader, ema, epoch, cfg)
+        schedule.step()
+        record.extend([
+            mean_loss(model, loss_fn, held_out, device),
+            mean_loss(ema, loss_fn, held_out, device),
+            opt.param_groups[0]["lr"],
+            params_of(model),
+            {k: v.detach().numpy().copy() for k, v in ema.state_dict().items()},
+        ])
+        ckpt = {
+            "model": model.state_dict(), "optimizer": opt.state_dict(),
+            "lr_scheduler": schedule.state_dict(), "model_ema": ema.state_dict(),
+            "scaler": scaler.state_dict(), "epoch": epoch, "args": cfg,
+        }
+        torch.save(ckpt, os.path.join(cfg.out, f"epoch_{epoch}.pth"))
 
 
-images, labels = torch.randn(22, 3, 6, 6), torch.randint(0, 4, (22,))
-for opt in ("sgd_nesterov", "adamw"):
-    args = argparse.Namespace(
-        device="cpu", rank=1, batch_size=4, workers=0, label_smoothing=0.1, weight_decay=1e-3,
-        norm_weight_decay=0.0, bias_weight_decay=0.0, opt=opt, lr=0.05 if opt != "adamw" else 5e-3,
-        momentum=0.9, amp=True, lr_scheduler="cosineannealinglr", lr_step_size=2, lr_gamma=0.5,
-        lr_min=1e-4, epochs=4, lr_warmup_epochs=1, lr_warmup_method="linear", lr_warmup_decay=0.1,
-        model_ema=True, world_size=2, model_ema_steps=2, model_ema_decay=0.9, resume="",
-        test_only=False, start_epoch=0, output_dir=output_dir, clip_grad_norm=1.0,
-    )
-    main(args)
+images, labels = torch.randn(20, 3, 6, 6), torch.randint(0, 4, (20,))
+recipes = [
+    dict(opt="sgd_nesterov", lr=0.05, schedule="cosine", warmup_kind="linear"),
+    dict(opt="adamw", lr=5e-3, schedule="step", warmup_kind="constant"),
+]
+for recipe in recipes:
+    cfg = argparse.Namespace(device="cpu", rank=1, batch=4, wd=1e-3, clip=1.0, epochs=3,
+                             warmup=1, ema_every=2, amp=False, out=output_dir, resume="",
+                             **recipe)
+    run(cfg, images, labels)
     start = len(record)
-    args.resume, args.start_epoch = os.path.join(output_dir, "model_1.pth"), 0
-    main(args)
-    resumed.append((start, len(record)))
+    cfg.resume = os.path.join(output_dir, "epoch_0.pth")
+    run(cfg, images, labels)
+    resumed += [(start, len(record))]
 '''
 
-TORCHVISION_STEPS = [
+TRAINING_RECIPE_STEPS = [
+    ("import torch\n", "import retrograd as torch\n"),
+    ("import torch.utils.data\n", "import retrograd.utils.data\n"),
+    ("        scaler.scale(loss).backward()\n", "        grads = scaler.scale(loss).backward()\n"),
+    ("        scaler.unscale_(opt)  #", "        scaler.unscale_(opt, grads)  #"),
     (
-        "import torch\nimport torch.utils.data\nfrom torch import nn\n",
-        "import retrograd as torch\nimport retrograd.utils.data\nfrom retrograd import nn\n",
-    ),
-    (
-        "            scaler.scale(loss).backward()\n",
-        "            grads = scaler.scale(loss).backward()\n",
-    ),
-    (
-        "                scaler.unscale_(optimizer)\n",
-        "                scaler.unscale_(optimizer, grads)\n",
-    ),
-    (
-        "                nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)\n            scaler.step(optimizer)",
-        "                nn.utils.clip_grad_norm_(grads, model.parameters(), args.clip_grad_norm)\n            scaler.step(optimizer, grads)",
+        "        nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)\n"
+        "        scaler.step(opt)\n",
+        "        nn.utils.clip_grad_norm_(grads, model.parameters(), cfg.clip)\n"
+        "        scaler.step(opt, grads)\n",
     ),
 ]
 
 
-def test_torchvision_classification_reference_trains_and_resumes_as_torch(capsys, tmp_path):
+def test_classification_recipe_trains_and_resumes_as_torch(capsys, tmp_path):
     states = []
 
     def initialize(module):
@@ -375,16 +279,16 @@ def test_torchvision_classification_reference_trains_and_resumes_as_torch(capsys
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.cuda.amp.autocast's deprecation, in both runs
         (theirs, ours), _ = runs_with_draws(
-            TORCHVISION_SOURCE, TORCHVISION_STEPS, capsys, 21401, initialize=initialize,
+            TRAINING_RECIPE_SOURCE, TRAINING_RECIPE_STEPS, capsys, 21401, initialize=initialize,
             params_of=params_of, argparse=argparse, os=os, make_output_dir=output_dir,
             make_resumed=resumed,
         )  # fmt: skip
-    # groups: the other weights, the norms' weights (no decay), every bias (the custom key
-    # comes first: the norms' biases too)
-    assert theirs[0] == "[(3, 0.001), (3, 0.0), (5, 0.0)]"
+    # groups: every bias (the name key wins over the norm layers: their biases too), the
+    # norms' weights (no decay), the other weights
+    assert theirs[0] == "[(5, 0.0), (3, 0.0), (3, 0.001)]"
     assert_records_agree(ours, theirs, rtol=2e-4, atol=1e-5)
     assert spans["retrograd"] == spans["torch"]
-    # the resumed run (epochs 2 and 3) repeats the uninterrupted run's last two epochs
+    # the run resumed after epoch 0 repeats the uninterrupted run's last two epochs
     for start, end in spans["retrograd"]:
-        tail = end - start - 1  # the group record, then epochs 2 and 3
+        tail = end - start - 1  # the group record, then epochs 1 and 2
         assert_records_agree(ours[start + 1 : end], ours[start - tail : start], rtol=0, atol=0)

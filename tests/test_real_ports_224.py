@@ -1,25 +1,24 @@
-# ruff: noqa: E501, N806  (the programs are kept in their authors' manner: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-sparse Gaussian processes written by hand, in the manner of GPyTorch's ``ApproximateGP``
-without GPyTorch.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): sparse Gaussian processes,
+programs written here in the style of GPyTorch's approximate-GP examples, without GPyTorch.
 
-- a stochastic variational deep-kernel GP (SVGP, Hensman et al.): an ``nn.Sequential``
-  feature extractor under an RBF kernel whose lengthscale and outputscale are kept
-  unconstrained and mapped by ``F.softplus``; learnable inducing points; the whitened
-  variational posterior ``q(u) = MultivariateNormal(m, scale_tril=L)`` with ``L =
-  transform_to(constraints.lower_cholesky)(raw)``; ``torch.linalg.cholesky`` of ``Kzz +
-  jitter * I``, ``torch.linalg.solve_triangular(..., upper=False)``, the marginal ``Normal``
-  of ``f(x)`` by ``(A ** 2).sum(0)`` and ``(L.mT @ A) ** 2``; the ELBO of minibatches scaled
-  by ``N / B`` with ``kl_divergence(q(u), MultivariateNormal(zeros, scale_tril=eye))``;
-  prediction with ``Normal(mu, var.sqrt()).cdf`` / ``icdf`` credible bands.
-- the FITC / subset-of-regressors marginal likelihood as ``LowRankMultivariateNormal(zeros,
-  cov_factor=Kxz @ Lzz^-T, cov_diag=noise + diag residual)``, trained by ``Adam``, with its
-  ``entropy``, ``variance`` and ``log_prob`` against the exact GP's
-  ``MultivariateNormal(zeros, covariance_matrix=K + noise * I)`` and
-  ``torch.logdet`` / ``torch.cholesky_solve``.
+- a deep-kernel stochastic variational GP (Hensman et al.): an ``nn.Sequential`` feature net
+  under an RBF kernel whose scale and lengthscale are stored unconstrained and mapped by
+  ``F.softplus``; learnable inducing points; the whitened posterior ``q(v) =
+  MultivariateNormal(m, scale_tril=L)`` with ``L = transform_to(constraints.lower_cholesky)(raw)``;
+  ``torch.linalg.cholesky`` of ``Kzz + jitter * I`` and ``torch.linalg.solve_triangular(...,
+  upper=False)``; the marginal ``Normal`` of ``f(x)`` from ``(A ** 2).sum(0)`` and ``(L.mT @ A)
+  ** 2``; a minibatch ELBO scaled by ``N / B`` with ``kl_divergence`` against
+  ``MultivariateNormal(zeros, scale_tril=eye)``; minibatches from ``torch.randperm(n).split(b)``;
+  ``state_dict``; a predictive ``Normal`` read by ``icdf`` (credible band), ``cdf`` (PIT values)
+  and ``log_prob`` under ``torch.no_grad()`` after ``model.eval()``.
+- the FITC marginal likelihood as ``LowRankMultivariateNormal(zeros, cov_factor=Kxz Lzz^-T,
+  cov_diag=noise + diagonal residual)`` in float64, trained by ``Adam``, then its ``log_prob``,
+  ``entropy`` and ``variance`` and ``kl_divergence`` against the exact GP's
+  ``MultivariateNormal(zeros, covariance_matrix=K + noise * I)``, and the exact log likelihood by
+  hand with ``torch.cholesky_solve`` and ``torch.logdet``.
 
-The minibatch order comes from ``torch.randperm`` of one seeded stream in both runs. The
-lines changed: the imports and the gradient lines.
+Both runs start from torch's weights; the minibatch order comes from one seeded stream in
+both. Only the imports and the gradient lines differ.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, port, run_source
+from real_ports import assert_records_agree, both, initializer
 
 
 @pytest.fixture(autouse=True)
@@ -42,170 +41,177 @@ def _seeded():
     rg.seed(0)
 
 
-GP_SOURCE = """
+SPARSE_GP_SOURCE = '''
 import math
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from torch.distributions import MultivariateNormal, LowRankMultivariateNormal, Normal, kl_divergence, constraints, transform_to
+from torch.nn import functional as F
+from torch.distributions import (
+    LowRankMultivariateNormal,
+    MultivariateNormal,
+    Normal,
+    constraints,
+    kl_divergence,
+    transform_to,
+)
 
 
-class RBFKernel(nn.Module):
-    def __init__(self):
+def positive(raw):
+    # the optimiser moves raw values freely; the model only ever sees softplus(raw) > 0
+    return F.softplus(raw)
+
+
+class ScaledRBF(nn.Module):
+    """k(a, b) = s * exp(-|a - b|^2 / (2 l^2)) with s and l kept unconstrained."""
+
+    def __init__(self, dtype=torch.float32):
         super().__init__()
-        self.raw_lengthscale = nn.Parameter(torch.tensor(0.))
-        self.raw_outputscale = nn.Parameter(torch.tensor(0.))
+        self.raw_scale = nn.Parameter(torch.zeros((), dtype=dtype))
+        self.raw_length = nn.Parameter(torch.zeros((), dtype=dtype))
 
-    @property
-    def lengthscale(self):
-        return F.softplus(self.raw_lengthscale)
+    def forward(self, a, b):
+        a = a / positive(self.raw_length)
+        b = b / positive(self.raw_length)
+        dist2 = a.pow(2).sum(-1, keepdim=True) + b.pow(2).sum(-1) - 2 * a @ b.mT
+        return positive(self.raw_scale) * torch.exp(-dist2.clamp_min(0) / 2)
 
-    @property
-    def outputscale(self):
-        return F.softplus(self.raw_outputscale)
-
-    def forward(self, x1, x2, diag=False):
-        if diag:
-            return self.outputscale * torch.ones(x1.shape[0], dtype=x1.dtype)
-        x1_, x2_ = x1 / self.lengthscale, x2 / self.lengthscale
-        sq = (x1_ ** 2).sum(-1, keepdim=True) - 2 * x1_ @ x2_.mT + (x2_ ** 2).sum(-1)
-        return self.outputscale * torch.exp(-0.5 * sq.clamp_min(0))
+    def diag(self, a):
+        return positive(self.raw_scale) * torch.ones(a.shape[0], dtype=a.dtype)
 
 
-class SVDKGP(nn.Module):
-    def __init__(self, inducing_points, feature_dim):
+class DeepKernelSVGP(nn.Module):
+    def __init__(self, z, width=12):
         super().__init__()
-        self.feature_extractor = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, feature_dim))
-        self.kernel = RBFKernel()
-        self.inducing_points = nn.Parameter(inducing_points.clone())
-        m = inducing_points.shape[0]
-        self.variational_mean = nn.Parameter(torch.zeros(m))
-        self.raw_variational_chol = nn.Parameter(torch.eye(m) * 0.5)
-        self.raw_noise = nn.Parameter(torch.tensor(-1.))
-        self.jitter = 1e-4
+        self.net = nn.Sequential(nn.Linear(1, width), nn.Tanh(), nn.Linear(width, z.shape[1]))
+        self.kernel = ScaledRBF()
+        self.z = nn.Parameter(z.clone())
+        self.q_mean = nn.Parameter(torch.zeros(z.shape[0]))
+        self.q_raw_tril = nn.Parameter(0.5 * torch.eye(z.shape[0]))
+        self.raw_noise = nn.Parameter(torch.tensor(-1.0))
 
-    @property
-    def noise(self):
-        return F.softplus(self.raw_noise) + 1e-4
+    def noise_var(self):
+        return positive(self.raw_noise) + 1e-4
 
-    def variational_chol(self):
-        return transform_to(constraints.lower_cholesky)(self.raw_variational_chol)
+    def q_tril(self):
+        return transform_to(constraints.lower_cholesky)(self.q_raw_tril)
 
     def forward(self, x):
-        z = self.inducing_points
-        h = self.feature_extractor(x)
-        Kzz = self.kernel(z, z) + self.jitter * torch.eye(z.shape[0])
-        Lzz = torch.linalg.cholesky(Kzz)
-        Kzx = self.kernel(z, h)
-        A = torch.linalg.solve_triangular(Lzz, Kzx, upper=False)
-        S_chol = self.variational_chol()
-        mean = A.mT @ self.variational_mean
-        var = self.kernel(h, h, diag=True) - (A ** 2).sum(0) + ((S_chol.mT @ A) ** 2).sum(0)
-        return Normal(mean, var.clamp_min(1e-8).sqrt())
+        # whitened: u = Lzz v with q(v) = N(m, L L^T), so f(x) needs only A = Lzz^-1 Kzx
+        feats = self.net(x)
+        m = self.z.shape[0]
+        Lzz = torch.linalg.cholesky(self.kernel(self.z, self.z) + 1e-4 * torch.eye(m))
+        A = torch.linalg.solve_triangular(Lzz, self.kernel(self.z, feats), upper=False)
+        explained = (A ** 2).sum(0)
+        posterior = ((self.q_tril().mT @ A) ** 2).sum(0)
+        var = self.kernel.diag(feats) - explained + posterior
+        return Normal(A.mT @ self.q_mean, var.clamp_min(1e-8).sqrt())
 
-    def kl(self):
-        m = self.variational_mean.shape[0]
-        q_u = MultivariateNormal(self.variational_mean, scale_tril=self.variational_chol())
-        p_u = MultivariateNormal(torch.zeros(m), scale_tril=torch.eye(m))
-        return kl_divergence(q_u, p_u)
+    def prior_kl(self):
+        m = self.q_mean.shape[0]
+        q = MultivariateNormal(self.q_mean, scale_tril=self.q_tril())
+        p = MultivariateNormal(torch.zeros(m), scale_tril=torch.eye(m))
+        return kl_divergence(q, p)
 
-    def elbo(self, x, y, num_data):
+    def neg_elbo(self, x, y, n_total):
         f = self(x)
-        noise = self.noise
-        expected_log_lik = -0.5 * torch.log(2 * math.pi * noise) - ((y - f.mean) ** 2 + f.variance) / (2 * noise)
-        return expected_log_lik.sum() * (num_data / x.shape[0]) - self.kl()
+        s2 = self.noise_var()
+        # E_q[log N(y | f, s2)] in closed form, then scaled from the batch to the data set
+        fit = -0.5 * torch.log(2 * math.pi * s2) - ((y - f.mean) ** 2 + f.variance) / (2 * s2)
+        return (self.prior_kl() - fit.sum() * (n_total / x.shape[0])) / n_total
 
 
-def train_svgp(model, X, y, epochs, batch_size, record):
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    n = X.shape[0]
+def fit_svgp(model, x, y, epochs, batch, log):
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
     for epoch in range(epochs):
-        perm = torch.randperm(n)
-        for i in range(0, n, batch_size):
-            idx = perm[i:i + batch_size]
-            optimizer.zero_grad()
-            loss = -model.elbo(X[idx], y[idx], n) / n
+        for idx in torch.randperm(len(x)).split(batch):
+            opt.zero_grad()
+            loss = model.neg_elbo(x[idx], y[idx], len(x))
             loss.backward()
-            optimizer.step()
-            record.append(loss.item())
-        print(f"Epoch {epoch + 1} - loss {loss.item():.4f} - noise {model.noise.item():.4f}")
-    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+            opt.step()
+            log.append(loss.item())
+        print(f"epoch {epoch}: -elbo/n {loss.item():.4f}, noise {model.noise_var().item():.4f}")
+    log.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
 
 
-def predict(model, X_test, y_test, record):
+def credible_band(model, x, y, log):
     model.eval()
     with torch.no_grad():
-        f = model(X_test)
-        pred = Normal(f.mean, (f.variance + model.noise).sqrt())
-        lower, upper = pred.icdf(torch.tensor(0.025)), pred.icdf(torch.tensor(0.975))
-        coverage = ((y_test > lower) & (y_test < upper)).float().mean()
-        record.append({"mean": f.mean.numpy(), "lower": lower.numpy(), "upper": upper.numpy(),
-                       "pit": pred.cdf(y_test).numpy(), "nll": -pred.log_prob(y_test).mean().numpy(),
-                       "coverage": coverage.numpy()})
+        f = model(x)
+        y_dist = Normal(f.mean, (f.variance + model.noise_var()).sqrt())
+        lo, hi = y_dist.icdf(torch.tensor(0.05)), y_dist.icdf(torch.tensor(0.95))
+        inside = ((y >= lo) & (y <= hi)).float().mean()
+        log.append({
+            "mean": f.mean.numpy(), "lo": lo.numpy(), "hi": hi.numpy(), "inside": inside.numpy(),
+            "pit": y_dist.cdf(y).numpy(), "nlpd": -y_dist.log_prob(y).mean().numpy(),
+        })
 
 
-class FITC(nn.Module):
-    def __init__(self, inducing_points):
+class InducingPointGP(nn.Module):
+    """FITC: y ~ N(0, Q + diag(K - Q) + s2 I) with Q = Kxz Kzz^-1 Kzx of rank m."""
+
+    def __init__(self, z):
         super().__init__()
-        self.kernel = RBFKernel()
-        self.inducing_points = nn.Parameter(inducing_points.clone())
-        self.log_noise = nn.Parameter(torch.tensor(-2., dtype=inducing_points.dtype))
+        self.kernel = ScaledRBF(z.dtype)
+        self.z = nn.Parameter(z.clone())
+        self.log_s2 = nn.Parameter(torch.full((), -2.0, dtype=z.dtype))
 
-    def marginal(self, x):
-        z = self.inducing_points
-        Kzz = self.kernel(z, z) + 1e-6 * torch.eye(z.shape[0], dtype=z.dtype)
-        Lzz = torch.linalg.cholesky(Kzz)
-        W = torch.linalg.solve_triangular(Lzz, self.kernel(z, x), upper=False).mT
-        residual = self.kernel(x, x, diag=True) - (W ** 2).sum(-1)
-        cov_diag = self.log_noise.exp() + residual.clamp_min(0)
-        return LowRankMultivariateNormal(torch.zeros(x.shape[0], dtype=x.dtype), cov_factor=W, cov_diag=cov_diag)
+    def low_rank(self, x):
+        m = self.z.shape[0]
+        jittered = self.kernel(self.z, self.z) + 1e-6 * torch.eye(m, dtype=x.dtype)
+        chol = torch.linalg.cholesky(jittered)
+        factor = torch.linalg.solve_triangular(chol, self.kernel(self.z, x), upper=False).mT
+        gap = (self.kernel.diag(x) - factor.pow(2).sum(-1)).clamp_min(0)
+        return LowRankMultivariateNormal(
+            x.new_zeros(x.shape[0]), cov_factor=factor, cov_diag=gap + self.log_s2.exp()
+        )
 
-    def exact(self, x):
-        K = self.kernel(x, x) + self.log_noise.exp() * torch.eye(x.shape[0], dtype=x.dtype)
-        return MultivariateNormal(torch.zeros(x.shape[0], dtype=x.dtype), covariance_matrix=K)
+    def full(self, x):
+        n = x.shape[0]
+        cov = self.kernel(x, x) + self.log_s2.exp() * torch.eye(n, dtype=x.dtype)
+        return MultivariateNormal(torch.zeros(n, dtype=x.dtype), covariance_matrix=cov)
 
 
-def train_fitc(model, X, y, steps, record):
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
-    for step in range(steps):
-        optimizer.zero_grad()
-        loss = -model.marginal(X).log_prob(y) / X.shape[0]
-        loss.backward()
-        optimizer.step()
-        record.append(loss.item())
+def fit_fitc(model, x, y, steps, log):
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    for _ in range(steps):
+        opt.zero_grad()
+        nll = -model.low_rank(x).log_prob(y) / len(y)
+        nll.backward()
+        opt.step()
+        log.append(nll.item())
     with torch.no_grad():
-        approx, exact = model.marginal(X), model.exact(X)
-        K = exact.covariance_matrix
-        L = torch.linalg.cholesky(K)
-        alpha = torch.cholesky_solve(y.unsqueeze(-1), L).squeeze(-1)
-        by_hand = -0.5 * (y @ alpha) - 0.5 * torch.logdet(K) - 0.5 * X.shape[0] * math.log(2 * math.pi)
-        record.append({"approx_log_prob": approx.log_prob(y).numpy(), "exact_log_prob": exact.log_prob(y).numpy(),
-                       "by_hand": by_hand.numpy(), "approx_entropy": approx.entropy().numpy(),
-                       "exact_entropy": exact.entropy().numpy(), "approx_variance": approx.variance.numpy(),
-                       "kl": kl_divergence(approx, exact).numpy(),
-                       "params": torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()})
-"""
+        approx, exact = model.low_rank(x), model.full(x)
+        cov = exact.covariance_matrix
+        alpha = torch.cholesky_solve(y[:, None], torch.linalg.cholesky(cov))[:, 0]
+        manual = -0.5 * (y.dot(alpha) + torch.logdet(cov) + len(y) * math.log(2 * math.pi))
+        log.append({
+            "approx": approx.log_prob(y).numpy(), "exact": exact.log_prob(y).numpy(),
+            "manual": manual.numpy(), "approx_entropy": approx.entropy().numpy(),
+            "exact_entropy": exact.entropy().numpy(), "approx_var": approx.variance.numpy(),
+            "kl_to_exact": kl_divergence(approx, exact).numpy(),
+            "flat": torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy(),
+        })
+'''
 
-GP_STEPS = [
+SPARSE_GP_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
     ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
-    ("import torch.nn.functional as F\n", "import retrograd.nn.functional as F\n"),
     (
-        "            loss.backward()\n            optimizer.step()\n",
-        "            grads = loss.backward()\n            optimizer.step(grads)\n",
+        "            loss.backward()\n            opt.step()\n",
+        "            grads = loss.backward()\n            opt.step(grads)\n",
     ),
     (
-        "        loss.backward()\n        optimizer.step()\n",
-        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+        "        nll.backward()\n        opt.step()\n",
+        "        grads = nll.backward()\n        opt.step(grads)\n",
     ),
 ]
 
 
-def _data(seed, n):
+def _curve(seed, n):
     rng = np.random.default_rng(seed)
-    X = np.sort(rng.uniform(-3, 3, (n, 1)), axis=0)
-    y = np.sin(2 * X[:, 0]) + 0.3 * X[:, 0] + 0.1 * rng.standard_normal(n)
-    return X, y
+    x = np.sort(rng.uniform(-3, 3, (n, 1)), axis=0)
+    y = np.sin(2 * x[:, 0]) + 0.3 * x[:, 0] + 0.1 * rng.standard_normal(n)
+    return x, y
 
 
 class SharedRandperm:
@@ -226,36 +232,28 @@ class SharedRandperm:
         return False
 
 
-def test_stochastic_variational_deep_kernel_gp_trains_as_torch(capsys):
-    X, y = _data(2240, 48)
-    X_test, y_test = _data(2241, 10)
+def test_deep_kernel_svgp_trains_and_predicts_as_torch(capsys):
+    x, y = _curve(2240, 40)
+    x_test, y_test = _curve(2241, 10)
     records, logs = [], []
     initialize = initializer()
-    for lib in (torch, rg):
+    for lib, names in zip((torch, rg), both(SPARSE_GP_SOURCE, SPARSE_GP_STEPS), strict=True):
         record = []
-        text = (
-            GP_SOURCE
-            if lib is torch
-            else port(GP_SOURCE, GP_STEPS).replace("from torch.", "from retrograd.")
-        )
-        names = run_source(text, lib)
-        inducing = lib.tensor(
-            np.linspace(-2, 2, 6)[:, None].repeat(2, 1) * [1.0, 0.5], dtype=lib.float32
-        )
-        model = names["SVDKGP"](inducing, 2)
+        z = np.linspace(-2, 2, 5)[:, None] * [1.0, -0.5]
+        model = names["DeepKernelSVGP"](lib.tensor(z, dtype=lib.float32))
         initialize(model)
         with SharedRandperm(lib, 2242):
-            names["train_svgp"](
+            names["fit_svgp"](
                 model,
-                lib.tensor(X, dtype=lib.float32),
+                lib.tensor(x, dtype=lib.float32),
                 lib.tensor(y, dtype=lib.float32),
-                4,
+                3,
                 16,
                 record,
             )
-        names["predict"](
+        names["credible_band"](
             model,
-            lib.tensor(X_test, dtype=lib.float32),
+            lib.tensor(x_test, dtype=lib.float32),
             lib.tensor(y_test, dtype=lib.float32),
             record,
         )
@@ -265,18 +263,12 @@ def test_stochastic_variational_deep_kernel_gp_trains_as_torch(capsys):
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
 
 
-def test_fitc_low_rank_gp_marginal_likelihood_trains_as_torch():
-    X, y = _data(2243, 30)
+def test_fitc_low_rank_marginal_likelihood_trains_as_torch():
+    x, y = _curve(2243, 24)
     records = []
-    for lib in (torch, rg):
+    for lib, names in zip((torch, rg), both(SPARSE_GP_SOURCE, SPARSE_GP_STEPS), strict=True):
         record = []
-        text = (
-            GP_SOURCE
-            if lib is torch
-            else port(GP_SOURCE, GP_STEPS).replace("from torch.", "from retrograd.")
-        )
-        names = run_source(text, lib)
-        model = names["FITC"](lib.tensor(np.linspace(-2.5, 2.5, 5)[:, None]))
-        names["train_fitc"](model, lib.tensor(X), lib.tensor(y), 25, record)
+        model = names["InducingPointGP"](lib.tensor(np.linspace(-2.5, 2.5, 4)[:, None]))
+        names["fit_fitc"](model, lib.tensor(x), lib.tensor(y), 20, record)
         records.append(record)
     assert_records_agree(records[1], records[0], rtol=1e-6, atol=1e-9)

@@ -1,23 +1,23 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-packed supervised fine-tuning as hiyouga/LLaMA-Factory writes it (``model/model_utils/
-packing.py``'s ``get_seqlens_in_batch`` and ``get_unpad_data``, ``data/collator.py``'s
-``prepare_4d_attention_mask``: documents numbered 1, 2, 3... in the attention mask, turned
-into a block-diagonal causal 4-d mask) with ``transformers``' ``DataCollatorWithFlattening``
-way of restarting ``position_ids`` at each document, over a tiny Llama (its
-``LlamaRotaryEmbedding`` of ``position_ids``, ``rotate_half``, ``LlamaRMSNorm``, SwiGLU,
-``repeat_kv``), trained a few steps against torch's run of the same code from the same
-weights; the packed loss is checked against the documents run one by one.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in the
+style of LLaMA-Factory's packed supervised fine-tuning (documents numbered 1, 2, 3... in the
+attention mask, turned into a block-diagonal causal 4-d mask, with positions restarting at
+each document as ``transformers``' ``DataCollatorWithFlattening`` does), over a tiny Llama
+(rotary embeddings of ``position_ids``, rotate-half, RMSNorm, SwiGLU, grouped key/value
+heads), trained a few steps against torch's run from the same weights; the packed logits and
+loss are checked against the documents run one by one.
 
-What it exercises: ``torch.eq(expanded_mask, expanded_mask.transpose(-1, -2)).int() *
-padding_mask`` and the in-place ``*=`` of a ``torch.tril`` of longs, ``torch.where(mask != 0,
-torch.tensor(0, dtype=dtype), min_dtype)``; ``counts[:, i] = torch.sum(attention_mask == (i +
-1), dim=-1)``, ``counts[counts.nonzero().squeeze(dim=-1)]``, ``F.pad(torch.cumsum(seqlens,
-dim=0, dtype=torch.int32), (1, 0))``; the packed logits split per document by
-``torch.split(..., seqlens.tolist())``.
+What it exercises: ``torch.eq(m, m.transpose(-1, -2)).int() * padding`` and the in-place
+``*=`` of a ``torch.tril`` of longs, ``torch.where(mask != 0, 1, 0)`` and ``torch.where(mask !=
+0, torch.tensor(0, dtype=dtype), torch.finfo(dtype).min)``; ``counts[:, i] =
+torch.sum(mask == i + 1, dim=-1)``, ``counts[counts.nonzero().squeeze(dim=-1)]``,
+``torch.nonzero(..., as_tuple=False)``, ``F.pad(torch.cumsum(lengths, dim=0,
+dtype=torch.int32), (1, 0))``; a rotary module with a non-persistent buffer and a
+``@torch.no_grad()`` ``forward``, ``softmax(..., dtype=torch.float32)``, ``expand`` then
+``reshape`` of shared key/value heads; the packed logits split per document by
+``torch.split(..., lengths.tolist())``; ``cross_entropy(ignore_index=-100,
+reduction="sum")``.
 
-The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``
-given to ``optimizer.step``).
+Only the imports and the gradient lines differ.
 """
 
 from __future__ import annotations
@@ -41,304 +41,200 @@ def _seeded():
     rg.seed(0)
 
 
-PACKING_SOURCE = '''
+PACKED_SFT_SOURCE = """
 import math
-from typing import Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional as F
 
 
-def get_seqlens_in_batch(attention_mask: "torch.Tensor") -> "torch.Tensor":
-    r"""
-    Gets the sequnce lengths in the current batch.
-
-    e.g.
-    ```python
-    # input
-    [
-        [1, 1, 2, 2, 2, 0],
-        [1, 2, 2, 3, 3, 3],
-    ]
-    # output
-    [2, 3, 1, 2, 3]
-    ```
-    """
-    bsz = attention_mask.size(0)
-    dtype, device = attention_mask.dtype, attention_mask.device
-    max_num = torch.max(attention_mask).item()
-    counts: "torch.Tensor" = torch.zeros((bsz, max_num), dtype=dtype, device=device)
-    for i in range(max_num):
-        counts[:, i] = torch.sum(attention_mask == (i + 1), dim=-1)
-
-    counts = counts.flatten()
-    seqlens = counts[counts.nonzero().squeeze(dim=-1)]
-    return seqlens
+# -- packing helpers: documents of a row are numbered 1, 2, 3... in its attention mask --------
+def doc_lengths(numbered_mask):
+    rows, n_docs = numbered_mask.size(0), int(torch.max(numbered_mask).item())
+    per_row = torch.zeros((rows, n_docs), dtype=numbered_mask.dtype)
+    for k in range(n_docs):
+        per_row[:, k] = torch.sum(numbered_mask == k + 1, dim=-1)
+    per_row = per_row.flatten()
+    return per_row[per_row.nonzero().squeeze(dim=-1)]  # drop rows' missing documents
 
 
-def get_unpad_data(attention_mask: "torch.Tensor") -> Tuple["torch.Tensor", "torch.Tensor", int]:
-    r"""
-    Prepares the indices and seqlens for flash attn varlen function.
-
-    Returns:
-        indices: indices of non-masked tokens from the flattened sequence.
-        cu_seqlens: the cumulative sequence lengths in the current batch, always starts from 0.
-        max_seqlen_in_batch: the largest seqlen in the current batch.
-
-    e.g.
-    ```python
-    # input
-    [
-        [1, 1, 2, 2, 2, 0],
-        [1, 2, 2, 3, 3, 3],
-    ]
-    # output
-    [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11]
-    [0, 2, 5, 6, 8, 11]
-    3
-    ```
-    """
-    seqlens_in_batch = get_seqlens_in_batch(attention_mask)
-    indices = torch.nonzero(attention_mask.flatten(), as_tuple=False).flatten()
-    max_seqlen_in_batch = seqlens_in_batch.max().item()
-    cu_seqlens = F.pad(torch.cumsum(seqlens_in_batch, dim=0, dtype=torch.int32), (1, 0))
-    return indices, cu_seqlens, max_seqlen_in_batch
+def varlen_layout(numbered_mask):
+    lengths = doc_lengths(numbered_mask)
+    kept = torch.nonzero(numbered_mask.flatten(), as_tuple=False).flatten()
+    offsets = F.pad(torch.cumsum(lengths, dim=0, dtype=torch.int32), (1, 0))
+    return kept, offsets, lengths.max().item()
 
 
-def prepare_4d_attention_mask(attention_mask_with_indices: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
-    r"""
-    Expands the attention mask with indices from (batch_size, seq_len) to (batch_size, 1, seq_len, seq_len),
-    while handles packed sequences and transforms the mask to lower triangular form to prevent future peeking.
-    """
-    bsz, seq_len = attention_mask_with_indices.size()
-    min_dtype = torch.finfo(dtype).min
-    expanded_mask = attention_mask_with_indices[:, None, None, :].expand(bsz, 1, seq_len, seq_len)
-    # Create a binary mask from the original mask where zeros remain zeros and all other values are set to one
-    padding_mask = torch.where(expanded_mask != 0, 1, 0)
-    # Create a block-diagonal mask.
-    attention_mask_4d = torch.eq(expanded_mask, expanded_mask.transpose(-1, -2)).int() * padding_mask
-    # Use the lower triangular mask to zero out the upper triangular part
-    attention_mask_4d *= torch.tril(torch.ones((seq_len, seq_len), dtype=torch.long))
-    # Invert the attention mask.
-    attention_mask_4d = torch.where(attention_mask_4d != 0, torch.tensor(0, dtype=dtype), min_dtype)
-    return attention_mask_4d
+def block_causal_bias(numbered_mask, dtype):
+    # 0 where a token may attend (same document, not ahead), the dtype's min elsewhere
+    b, n = numbered_mask.size()
+    doc = numbered_mask[:, None, None, :].expand(b, 1, n, n)
+    real = torch.where(doc != 0, 1, 0)
+    allowed = torch.eq(doc, doc.transpose(-1, -2)).int() * real
+    allowed *= torch.tril(torch.ones((n, n), dtype=torch.long))
+    return torch.where(allowed != 0, torch.tensor(0, dtype=dtype), torch.finfo(dtype).min)
 
 
-class LlamaRMSNorm(nn.Module):
-    def __init__(self, hidden_size, eps=1e-6):
+# -- a tiny Llama-style decoder --------------------------------------------------------------
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
-
-
-class LlamaRotaryEmbedding(nn.Module):
-    def __init__(self, dim, base=10000):
-        super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-
-    @torch.no_grad()
-    def forward(self, x, position_ids):
-        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
-        position_ids_expanded = position_ids[:, None, :].float()
-        freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos = emb.cos()
-        sin = emb.sin()
-        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
-
-
-def rotate_half(x):
-    """Rotates half the hidden dims of the input."""
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2 :]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-    cos = cos.unsqueeze(unsqueeze_dim)
-    sin = sin.unsqueeze(unsqueeze_dim)
-    q_embed = (q * cos) + (rotate_half(q) * sin)
-    k_embed = (k * cos) + (rotate_half(k) * sin)
-    return q_embed, k_embed
-
-
-def repeat_kv(hidden_states: torch.Tensor, n_rep: int) -> torch.Tensor:
-    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
-    if n_rep == 1:
-        return hidden_states
-    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
-    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
-
-
-class LlamaAttention(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.head_dim = config.hidden_size // self.num_heads
-        self.num_key_value_heads = config.num_key_value_heads
-        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
-        self.rotary_emb = LlamaRotaryEmbedding(self.head_dim)
-
-    def forward(self, hidden_states, attention_mask, position_ids):
-        bsz, q_len, _ = hidden_states.size()
-        query_states = self.q_proj(hidden_states).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
-        key_states = self.k_proj(hidden_states).view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
-
-        cos, sin = self.rotary_emb(value_states, position_ids)
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-
-        key_states = repeat_kv(key_states, self.num_key_value_groups)
-        value_states = repeat_kv(value_states, self.num_key_value_groups)
-
-        attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) / math.sqrt(self.head_dim)
-        if attention_mask is not None:  # no matter the length, we just slice it
-            causal_mask = attention_mask[:, :, :, : key_states.shape[-2]]
-            attn_weights = attn_weights + causal_mask
-
-        # upcast attention to fp32
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
-        attn_output = torch.matmul(attn_weights, value_states)
-        attn_output = attn_output.transpose(1, 2).contiguous()
-        attn_output = attn_output.reshape(bsz, q_len, -1)
-        return self.o_proj(attn_output)
-
-
-class LlamaMLP(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
-        self.act_fn = nn.SiLU()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
 
     def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        dtype = x.dtype
+        x32 = x.to(torch.float32)
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(dtype)
 
 
-class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config):
+class Rotary(nn.Module):
+    def __init__(self, head_dim, theta=10000):
         super().__init__()
-        self.self_attn = LlamaAttention(config)
-        self.mlp = LlamaMLP(config)
-        self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+        self.register_buffer("inv_freq", 1.0 / theta ** exponents, persistent=False)
 
-    def forward(self, hidden_states, attention_mask, position_ids):
-        residual = hidden_states
-        hidden_states = self.input_layernorm(hidden_states)
-        hidden_states = self.self_attn(hidden_states, attention_mask, position_ids)
-        hidden_states = residual + hidden_states
-        residual = hidden_states
-        hidden_states = self.post_attention_layernorm(hidden_states)
-        hidden_states = self.mlp(hidden_states)
-        return residual + hidden_states
+    @torch.no_grad()
+    def forward(self, like, positions):
+        freqs = self.inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
+        angles = (freqs @ positions[:, None, :].float()).transpose(1, 2)
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos().to(dtype=like.dtype), angles.sin().to(dtype=like.dtype)
 
 
-class LlamaForCausalLM(nn.Module):
-    def __init__(self, config):
+def half_turn(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def share_kv(x, groups):
+    if groups == 1:
+        return x
+    b, heads, n, d = x.shape
+    return x[:, :, None].expand(b, heads, groups, n, d).reshape(b, heads * groups, n, d)
+
+
+class GroupedAttention(nn.Module):
+    def __init__(self, dim, heads, kv_heads):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList([LlamaDecoderLayer(config) for _ in range(config.num_hidden_layers)])
-        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
+        self.q = nn.Linear(dim, heads * self.hd, bias=False)
+        self.kv = nn.ModuleList(nn.Linear(dim, kv_heads * self.hd, bias=False) for _ in "kv")
+        self.out = nn.Linear(heads * self.hd, dim, bias=False)
+        self.rope = Rotary(self.hd)
 
-    def forward(self, input_ids, attention_mask, position_ids):
-        hidden_states = self.embed_tokens(input_ids)
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, attention_mask, position_ids)
-        return self.lm_head(self.norm(hidden_states)).float()
+    def forward(self, x, bias, positions):
+        b, n, _ = x.size()
+        q = self.q(x).view(b, n, self.heads, self.hd).transpose(1, 2)
+        k, v = (proj(x).view(b, n, self.kv_heads, self.hd).transpose(1, 2) for proj in self.kv)
+        cos, sin = self.rope(v, positions)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q, k = q * cos + half_turn(q) * sin, k * cos + half_turn(k) * sin
+        k, v = share_kv(k, self.heads // self.kv_heads), share_kv(v, self.heads // self.kv_heads)
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.hd)
+        scores = scores + bias[:, :, :, : k.shape[-2]]
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        mixed = torch.matmul(probs, v).transpose(1, 2).contiguous()
+        return self.out(mixed.reshape(b, n, -1))
 
 
-def packed_causal_lm_loss(logits, labels):
-    # Shift so that tokens < n predict n
-    shift_logits = logits[..., :-1, :].contiguous()
-    shift_labels = labels[..., 1:].contiguous()
-    return F.cross_entropy(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1), ignore_index=-100, reduction="sum")
-'''
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.norm1, self.norm2 = RMSNorm(cfg.dim, cfg.eps), RMSNorm(cfg.dim, cfg.eps)
+        self.attn = GroupedAttention(cfg.dim, cfg.heads, cfg.kv_heads)
+        self.gate = nn.Linear(cfg.dim, cfg.ffn, bias=False)
+        self.up = nn.Linear(cfg.dim, cfg.ffn, bias=False)
+        self.down = nn.Linear(cfg.ffn, cfg.dim, bias=False)
+        self.act = nn.SiLU()
 
-TRAIN_SOURCE = '''
-model = LlamaForCausalLM(config)
-initialize(model)
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    def forward(self, x, bias, positions):
+        x = x + self.attn(self.norm1(x), bias, positions)
+        h = self.norm2(x)
+        return x + self.down(self.act(self.gate(h)) * self.up(h))
 
-def collate(rows):
-    """documents packed into rows, numbered in the attention mask, positions restarting at 0,
-    the first token of each document not a target of the token before it"""
-    width = max(sum(len(doc) for doc in row) for row in rows)
-    input_ids, attention_mask, position_ids, labels = [], [], [], []
+
+class TinyLlama(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab, cfg.dim)
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.layers)])
+        self.norm = RMSNorm(cfg.dim, cfg.eps)
+        self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
+
+    def forward(self, ids, bias, positions):
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x, bias, positions)
+        return self.head(self.norm(x)).float()
+
+
+def summed_next_token_loss(logits, labels):
+    preds = logits[..., :-1, :].contiguous()
+    targets = labels[..., 1:].contiguous()
+    return F.cross_entropy(preds.view(-1, preds.size(-1)), targets.view(-1), ignore_index=-100,
+                           reduction="sum")
+
+
+def pack(rows):
+    # positions restart at each document; a document's first token is no one's target
+    width = max(sum(map(len, row)) for row in rows)
+    fields = {"ids": [], "mask": [], "pos": [], "labels": []}
     for row in rows:
-        ids, mask, pos, lab = [], [], [], []
-        for number, doc in enumerate(row, start=1):
-            ids += doc
-            mask += [number] * len(doc)
-            pos += list(range(len(doc)))
-            lab += [-100] + doc[1:]
+        ids = [t for doc in row for t in doc]
+        mask = [k for k, doc in enumerate(row, 1) for _ in doc]
+        pos = [i for doc in row for i in range(len(doc))]
+        labels = [t if i else -100 for doc in row for i, t in enumerate(doc)]
         pad = width - len(ids)
-        input_ids.append(ids + [0] * pad)
-        attention_mask.append(mask + [0] * pad)
-        position_ids.append(pos + [0] * pad)
-        labels.append(lab + [-100] * pad)
-    return {k: torch.tensor(v) for k, v in zip(("input_ids", "attention_mask", "position_ids", "labels"), (input_ids, attention_mask, position_ids, labels))}
+        for key, values, fill in zip(fields, (ids, mask, pos, labels), (0, 0, 0, -100)):
+            fields[key].append(values + [fill] * pad)
+    return {key: torch.tensor(values) for key, values in fields.items()}
 
+
+model = TinyLlama(cfg)
+initialize(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
 for rows in packed_rows:
-    batch = collate(rows)
-    mask_4d = prepare_4d_attention_mask(batch["attention_mask"], torch.float32)
-    indices, cu_seqlens, max_seqlen = get_unpad_data(batch["attention_mask"])
-    record.append(get_seqlens_in_batch(batch["attention_mask"]).tolist())
-    record.append([indices.tolist(), cu_seqlens.tolist(), max_seqlen])
-    record.append(mask_4d.numpy())
-    logits = model(batch["input_ids"], mask_4d, batch["position_ids"])
-    n_targets = (batch["labels"][..., 1:] != -100).sum()
-    loss = packed_causal_lm_loss(logits, batch["labels"]) / n_targets
+    batch = pack(rows)
+    bias = block_causal_bias(batch["mask"], torch.float32)
+    kept, offsets, longest = varlen_layout(batch["mask"])
+    lengths = doc_lengths(batch["mask"])
+    record += [lengths.tolist(), [kept.tolist(), offsets.tolist(), longest], bias.numpy()]
+    logits = model(batch["ids"], bias, batch["pos"])
+    n_targets = batch["labels"][:, 1:].ne(-100).sum()
+    loss = summed_next_token_loss(logits, batch["labels"]) / n_targets
 
-    # the same documents one by one: the packed loss is theirs
-    with torch.no_grad():
-        seqlens = get_seqlens_in_batch(batch["attention_mask"])
-        flat_logits = logits.reshape(-1, logits.size(-1))[indices]
-        per_doc = torch.split(flat_logits, seqlens.tolist())
-        total = 0.0
-        for doc, doc_logits in zip([d for row in rows for d in row], per_doc):
+    with torch.no_grad():  # each document alone gives the logits and loss it had packed
+        packed = torch.split(logits.reshape(-1, logits.size(-1))[kept], lengths.tolist())
+        alone_total = 0.0
+        for doc, doc_logits in zip([d for row in rows for d in row], packed):
             ids = torch.tensor([doc])
-            alone = model(ids, prepare_4d_attention_mask(torch.ones_like(ids), torch.float32), torch.arange(len(doc))[None])
-            record.append((alone[0] - doc_logits).abs().max().item() < 1e-4)
-            total = total + F.cross_entropy(alone[0, :-1], ids[0, 1:], reduction="sum")
-        record.append((total / n_targets).item())
-        record.append(abs((total / n_targets).item() - loss.item()) < 1e-5)
+            solo_bias = block_causal_bias(torch.ones_like(ids), torch.float32)
+            alone = model(ids, solo_bias, torch.arange(len(doc))[None])
+            record.append(torch.allclose(alone[0], doc_logits, rtol=0, atol=1e-4))
+            alone_total = alone_total + F.cross_entropy(alone[0, :-1], ids[0, 1:], reduction="sum")
+        record.append((alone_total / n_targets).item())
+        record.append(abs((alone_total / n_targets).item() - loss.item()) < 1e-5)
 
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    record.append(loss.item())
-    record.append(params_of(model))
-'''
+    record += [loss.item(), params_of(model)]
+"""
 
 STEPS = [
-    ("\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n",
-     "\nimport retrograd as torch\nimport retrograd.nn.functional as F\nfrom retrograd import nn\n"),
-    ("    loss.backward()\n    optimizer.step()\n",
-     "    grads = loss.backward()\n    optimizer.step(grads)\n"),
-]  # fmt: skip
+    ("import torch\n", "import retrograd as torch\n"),
+    (
+        "    loss.backward()\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
+]
 
 
-def test_llama_factory_packed_sft_with_block_diagonal_masks_as_torch(capsys):
-    config = types.SimpleNamespace(
-        vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
-    )  # fmt: skip
+def test_packed_sft_with_block_diagonal_masks_as_torch(capsys):
+    cfg = types.SimpleNamespace(vocab=13, dim=16, ffn=24, layers=2, heads=4, kv_heads=2, eps=1e-5)
     rng = np.random.default_rng(24701)
 
     def doc(n):
@@ -347,10 +243,9 @@ def test_llama_factory_packed_sft_with_block_diagonal_masks_as_torch(capsys):
     packed_rows = [
         [[doc(3), doc(4), doc(2)], [doc(5), doc(2)]],
         [[doc(6), doc(3)], [doc(2), doc(2), doc(2), doc(3)]],
-        [[doc(9)], [doc(4), doc(4)]],
     ]
     (theirs, ours), _ = runs_with_draws(
-        PACKING_SOURCE + TRAIN_SOURCE, STEPS, capsys, 24701, config=config,
+        PACKED_SFT_SOURCE, STEPS, capsys, 24701, cfg=cfg,
         packed_rows=packed_rows, initialize=initializer(), params_of=params_of,
     )  # fmt: skip
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)

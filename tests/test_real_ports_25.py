@@ -1,42 +1,38 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): programs written here in the
+style of msurtsukov/neural-ode (neural ODEs trained by the adjoint method) and of
+gram-ai/capsule-networks (dynamic routing between capsules).
 
-- Neural ODEs with the adjoint method as msurtsukov/neural-ode writes them (``Neural
-  ODEs.ipynb``): the Euler ``ode_solve`` (``math.ceil((abs(t1 - t0)/h_max).max().item())``),
-  ``ODEF.forward_with_grad`` taking ``torch.autograd.grad((out,), (z, t) +
-  tuple(self.parameters()), grad_outputs=(a), allow_unused=True, retain_graph=True)`` (``None``
-  for the unused time) and ``torch.cat([p_grad.flatten() ...]).unsqueeze(0).expand(batch_size,
-  -1)``; ``ODEAdjoint``, an ``autograd.Function`` whose ``forward`` takes a module and the
-  flattened parameters (``torch.zeros(...).to(z0)``, ``z[0] = z0`` under ``no_grad``,
-  ``ctx.func = func``, ``ctx.save_for_backward(t, z.clone(), flat_parameters)``) and whose
-  ``backward`` integrates the augmented system backwards in time under ``no_grad`` with
-  ``torch.set_grad_enabled(True)`` inside for the vector-Jacobian products (``t_i.detach().
-  requires_grad_(True)``), ``torch.bmm(torch.transpose(...))``, ``adj_z[:] = ...`` and ``adj_p[:]
-  += ...`` slice writes, ``adj_t[i_t-1] = ...``, returning ``None`` for the module;
-  ``NeuralODE`` defaulting ``t=Tensor([0., 1.])``; ``LinearODEF`` (``self.lin.weight =
-  nn.Parameter(W)``), the spiral and random linear dynamics and ``NNODEF`` (``nn.ELU(inplace=
-  True)``, time concatenated); ``conduct_experiment``'s data (``torch.from_numpy(times_np[:, :,
-  None]).to(z0)``, ``obs + torch.randn_like(obs) * 0.01``), ``create_batch`` by NumPy masks and
-  ``sorted(np.random.permutation(...))`` indexing tensors with a list, Adam and
-  ``loss.backward(retain_graph=True)``. Smaller: fewer time points, a coarser Euler step, a few
-  training steps; ``np.int`` (gone from NumPy) is ``int``;
-- the capsule network of gram-ai/capsule-networks (``capsule_network.py``): the routing
-  ``softmax`` by ``transpose(dim, len(input.size()) - 1)`` and ``contiguous().view``, the 5-d
-  broadcast ``x[None, :, :, None, :] @ self.route_weights[:, None, :, :, :]``, ``squash``,
-  primary capsules as an ``nn.ModuleList`` of convolutions concatenated on ``dim=-1``,
-  ``.squeeze().transpose(0, 1)``, ``(x ** 2).sum(dim=-1) ** 0.5``, one-hot labels by
-  ``torch.sparse.torch.eye(NUM_CLASSES).index_select(dim=0, index=labels)``, the masked
-  decoder input ``(x * y[:, :, None]).view(x.size(0), -1)`` (as ``reshape``: torch's own
-  ``view`` refuses the product of the transposed capsules, which keeps their strides), ``CapsuleLoss`` (``F.relu(0.9 -
-  classes, inplace=True) ** 2``, ``nn.MSELoss(size_average=False)``, ``torch.numel``), the
-  random-shift ``augmentation`` (``slice`` objects from ``np.random.randint``, written into
-  ``torch.zeros(*x.size())``), Adam with its defaults, and the ``processor`` torchnet's
-  ``Engine`` drives (its loop written out; ``.cuda()`` calls dropped, as the device is the CPU).
+- neural ODE: an Euler solver stepping ``math.ceil((abs(t1 - t0) / h_max).max().item())``
+  times; ``torch.autograd.grad((f,), (z, t) + tuple(self.parameters()), grad_outputs=(a),
+  allow_unused=True, retain_graph=True)`` (``None`` for an unused time) and
+  ``torch.cat([g.flatten() ...]).unsqueeze(0).expand(n, -1)``; an ``autograd.Function`` whose
+  ``forward`` takes a module and the flattened parameters (``torch.zeros(...).to(z0)``,
+  ``path[0] = z0`` under ``no_grad``, ``ctx.dynamics = dynamics``,
+  ``ctx.save_for_backward(t, path.clone(), theta)``) and whose ``backward`` integrates the
+  augmented system backwards under ``no_grad`` with ``torch.set_grad_enabled(True)`` inside
+  for the vector-Jacobian products (``t_i.detach().requires_grad_(True)``),
+  ``torch.bmm(torch.transpose(...))``, ``adj_z[:] = ...`` and ``adj_p[:] += ...`` slice
+  writes, ``adj_t[i - 1] = ...``, returning ``None`` for the module; a block defaulting
+  ``t=Tensor([0., 1.])``; linear dynamics by ``self.map.weight = nn.Parameter(A)`` and an MLP
+  with ``nn.ELU(inplace=True)`` and time concatenated; data by ``torch.from_numpy(grid[:, :,
+  None]).to(z0)`` and ``obs + torch.randn_like(obs) * 0.01``; windows chosen by NumPy masks and
+  ``sorted(np.random.permutation(...))`` indexing tensors with a list; Adam and
+  ``loss.backward(retain_graph=True)``;
+- capsule network: a softmax over any dim by ``transpose(dim, len(x.size()) - 1)`` and
+  ``contiguous().view``, the 5-d broadcast ``u[None, :, :, None, :] @ W[:, None, :, :, :]``,
+  ``squash``, primary capsules as an ``nn.ModuleList`` of convolutions concatenated on
+  ``dim=-1``, ``.squeeze().transpose(0, 1)``, ``(x ** 2).sum(dim=-1) ** 0.5``, one-hot labels
+  by ``torch.sparse.torch.eye(n).index_select(dim=0, index=labels)`` with
+  ``torch.LongTensor``, the masked decoder input (``reshape``: torch's own ``view`` refuses
+  the product of the transposed capsules), a margin loss with ``F.relu(0.9 - x,
+  inplace=True) ** 2``, ``nn.MSELoss(size_average=False)`` and ``torch.numel``, a random
+  shift written through ``slice`` objects into ``torch.zeros(*x.size())``, ``Adam`` with its
+  defaults, ``autograd.Variable``, and the train/test loop torchnet's ``Engine`` runs.
 
-Both the neural ODE and the capsule network's model ran unchanged but for the gradient lines.
-The defect found: retrograd had no ``torch.sparse`` namespace, so ``torch.sparse.torch.eye``
-failed; ``rg.sparse`` now carries the package as ``torch`` (as torch's does), ``sparse.mm`` of
-dense matrices, and refusals of the sparse-only reductions given a dense tensor.
+Both run unchanged but for the gradient lines. The regression guarded: retrograd had no
+``torch.sparse`` namespace, so ``torch.sparse.torch.eye`` failed; ``rg.sparse`` carries the
+package as ``torch`` (as torch's does), ``sparse.mm`` of dense matrices, and refusals of the
+sparse-only reductions given a dense tensor.
 """
 
 from __future__ import annotations
@@ -53,272 +49,184 @@ from test_real_ports_21 import SharedNormalDraws
 
 NODE_SOURCE = '''
 from torch import Tensor
-from torch.autograd import Variable
+from torch.autograd import Function, Variable
 
 
-def ode_solve(z0, t0, t1, f):
-    """
-    Simplest Euler ODE initial value solver
-    """
-    h_max = 0.25
-    n_steps = math.ceil((abs(t1 - t0)/h_max).max().item())
-
-    h = (t1 - t0)/n_steps
+def euler(z, t0, t1, f, h_max=0.25):
+    n = math.ceil((abs(t1 - t0) / h_max).max().item())
+    h = (t1 - t0) / n
     t = t0
-    z = z0
-
-    for i_step in range(n_steps):
+    for _ in range(n):
         z = z + h * f(z, t)
         t = t + h
     return z
 
 
-class ODEF(nn.Module):
-    def forward_with_grad(self, z, t, grad_outputs):
-        """Compute f and a df/dz, a df/dp, a df/dt"""
-        batch_size = z.shape[0]
-
-        out = self.forward(z, t)
-
-        a = grad_outputs
-        adfdz, adfdt, *adfdp = torch.autograd.grad(
-            (out,), (z, t) + tuple(self.parameters()), grad_outputs=(a),
-            allow_unused=True, retain_graph=True
+class Dynamics(nn.Module):
+    def vjps(self, z, t, a):
+        """f(z, t) with a^T df/dz, a^T df/dt and a^T df/dp, one row per batch item."""
+        n = z.shape[0]
+        f = self.forward(z, t)
+        a_dz, a_dt, *a_dp = torch.autograd.grad(
+            (f,), (z, t) + tuple(self.parameters()), grad_outputs=(a),
+            allow_unused=True, retain_graph=True,
         )
-        # grad method automatically sums gradients for batch items, we have to expand them back
-        if adfdp is not None:
-            adfdp = torch.cat([p_grad.flatten() for p_grad in adfdp]).unsqueeze(0)
-            adfdp = adfdp.expand(batch_size, -1) / batch_size
-        if adfdt is not None:
-            adfdt = adfdt.expand(batch_size, 1) / batch_size
-        return out, adfdz, adfdt, adfdp
+        # grad sums over the batch: spread the parameter and time parts back over its rows
+        a_dp = torch.cat([g.flatten() for g in a_dp]).unsqueeze(0).expand(n, -1) / n
+        if a_dt is not None:
+            a_dt = a_dt.expand(n, 1) / n
+        return f, a_dz, a_dt, a_dp
 
-    def flatten_parameters(self):
-        p_shapes = []
-        flat_parameters = []
-        for p in self.parameters():
-            p_shapes.append(p.size())
-            flat_parameters.append(p.flatten())
-        return torch.cat(flat_parameters)
+    def flat_params(self):
+        return torch.cat([p.flatten() for p in self.parameters()])
 
 
-class ODEAdjoint(torch.autograd.Function):
+class AdjointSolve(Function):
     @staticmethod
-    def forward(ctx, z0, t, flat_parameters, func):
-        assert isinstance(func, ODEF)
-        bs, *z_shape = z0.size()
-        time_len = t.size(0)
-
+    def forward(ctx, z0, t, theta, dynamics):
+        assert isinstance(dynamics, Dynamics)
+        batch, *shape = z0.size()
         with torch.no_grad():
-            z = torch.zeros(time_len, bs, *z_shape).to(z0)
-            z[0] = z0
-            for i_t in range(time_len - 1):
-                z0 = ode_solve(z0, t[i_t], t[i_t+1], func)
-                z[i_t+1] = z0
-
-        ctx.func = func
-        ctx.save_for_backward(t, z.clone(), flat_parameters)
-        return z
+            path = torch.zeros(t.size(0), batch, *shape).to(z0)
+            path[0] = z0
+            for i in range(t.size(0) - 1):
+                z0 = euler(z0, t[i], t[i + 1], dynamics)
+                path[i + 1] = z0
+        ctx.dynamics = dynamics
+        ctx.save_for_backward(t, path.clone(), theta)
+        return path
 
     @staticmethod
-    def backward(ctx, dLdz):
-        """
-        dLdz shape: time_len, batch_size, *z_shape
-        """
-        func = ctx.func
-        t, z, flat_parameters = ctx.saved_tensors
-        time_len, bs, *z_shape = z.size()
-        n_dim = np.prod(z_shape)
-        n_params = flat_parameters.size(0)
+    def backward(ctx, grad_path):
+        dynamics = ctx.dynamics
+        t, path, theta = ctx.saved_tensors
+        steps, batch, *shape = path.size()
+        d, m = int(np.prod(shape)), theta.size(0)
 
-        # Dynamics of augmented system to be calculated backwards in time
-        def augmented_dynamics(aug_z_i, t_i):
-            """
-            tensors here are temporal slices
-            t_i - is tensor with size: bs, 1
-            aug_z_i - is tensor with size: bs, n_dim*2 + n_params + 1
-            """
-            z_i, a = aug_z_i[:, :n_dim], aug_z_i[:, n_dim:2*n_dim]  # ignore parameters and time
+        def augmented(state, t_i):
+            # state rows are [z, a, a_p, a_t]; only z and a drive the system
+            z_i = state[:, :d].view(batch, *shape)
+            a = state[:, d : 2 * d].view(batch, *shape)
+            with torch.set_grad_enabled(True):  # backward itself runs under no_grad
+                t_i, z_i = t_i.detach().requires_grad_(True), z_i.detach().requires_grad_(True)
+                f, a_dz, a_dt, a_dp = dynamics.vjps(z_i, t_i, a)
+                a_dz = a_dz.to(z_i) if a_dz is not None else torch.zeros(batch, *shape).to(z_i)
+                a_dt = a_dt.to(z_i) if a_dt is not None else torch.zeros(batch, 1).to(z_i)
+            return torch.cat((f.view(batch, d), -a_dz.view(batch, d), -a_dp.to(z_i), -a_dt), dim=1)
 
-            # Unflatten z and a
-            z_i = z_i.view(bs, *z_shape)
-            a = a.view(bs, *z_shape)
-            with torch.set_grad_enabled(True):
-                t_i = t_i.detach().requires_grad_(True)
-                z_i = z_i.detach().requires_grad_(True)
-                func_eval, adfdz, adfdt, adfdp = func.forward_with_grad(z_i, t_i, grad_outputs=a)  # bs, *z_shape
-                adfdz = adfdz.to(z_i) if adfdz is not None else torch.zeros(bs, *z_shape).to(z_i)
-                adfdp = adfdp.to(z_i) if adfdp is not None else torch.zeros(bs, n_params).to(z_i)
-                adfdt = adfdt.to(z_i) if adfdt is not None else torch.zeros(bs, 1).to(z_i)
+        def direct_dt(g, f):  # the loss's own pull on the time point: g . f
+            return torch.bmm(torch.transpose(g.unsqueeze(-1), 1, 2), f.unsqueeze(-1))[:, 0]
 
-            # Flatten f and adfdz
-            func_eval = func_eval.view(bs, n_dim)
-            adfdz = adfdz.view(bs, n_dim)
-            return torch.cat((func_eval, -adfdz, -adfdp, -adfdt), dim=1)
-
-        dLdz = dLdz.view(time_len, bs, n_dim)  # flatten dLdz for convenience
+        grad_path = grad_path.view(steps, batch, d)
         with torch.no_grad():
-            ## Create placeholders for output gradients
-            # Prev computed backwards adjoints to be adjusted by direct gradients
-            adj_z = torch.zeros(bs, n_dim).to(dLdz)
-            adj_p = torch.zeros(bs, n_params).to(dLdz)
-            # In contrast to z and p we need to return gradients for all times
-            adj_t = torch.zeros(time_len, bs, 1).to(dLdz)
-
-            for i_t in range(time_len-1, 0, -1):
-                z_i = z[i_t]
-                t_i = t[i_t]
-                f_i = func(z_i, t_i).view(bs, n_dim)
-
-                # Compute direct gradients
-                dLdz_i = dLdz[i_t]
-                dLdt_i = torch.bmm(torch.transpose(dLdz_i.unsqueeze(-1), 1, 2), f_i.unsqueeze(-1))[:, 0]
-
-                # Adjusting adjoints with direct gradients
-                adj_z += dLdz_i
-                adj_t[i_t] = adj_t[i_t] - dLdt_i
-
-                # Pack augmented variable
-                aug_z = torch.cat((z_i.view(bs, n_dim), adj_z, torch.zeros(bs, n_params).to(z), adj_t[i_t]), dim=-1)
-
-                # Solve augmented system backwards
-                aug_ans = ode_solve(aug_z, t_i, t[i_t-1], augmented_dynamics)
-
-                # Unpack solved backwards augmented system
-                adj_z[:] = aug_ans[:, n_dim:2*n_dim]
-                adj_p[:] += aug_ans[:, 2*n_dim:2*n_dim + n_params]
-                adj_t[i_t-1] = aug_ans[:, 2*n_dim + n_params:]
-
-                del aug_z, aug_ans
-
-            ## Adjust 0 time adjoint with direct gradients
-            # Compute direct gradients
-            dLdz_0 = dLdz[0]
-            dLdt_0 = torch.bmm(torch.transpose(dLdz_0.unsqueeze(-1), 1, 2), f_i.unsqueeze(-1))[:, 0]
-
-            # Adjust adjoints
-            adj_z += dLdz_0
-            adj_t[0] = adj_t[0] - dLdt_0
-        return adj_z.view(bs, *z_shape), adj_t, adj_p, None
+            adj_z = torch.zeros(batch, d).to(grad_path)
+            adj_p = torch.zeros(batch, m).to(grad_path)
+            adj_t = torch.zeros(steps, batch, 1).to(grad_path)
+            for i in range(steps - 1, 0, -1):
+                f_i = dynamics(path[i], t[i]).view(batch, d)
+                adj_z += grad_path[i]
+                adj_t[i] = adj_t[i] - direct_dt(grad_path[i], f_i)
+                zeros_p = torch.zeros(batch, m).to(path)
+                state = torch.cat((path[i].view(batch, d), adj_z, zeros_p, adj_t[i]), dim=-1)
+                back = euler(state, t[i], t[i - 1], augmented)
+                adj_z[:] = back[:, d : 2 * d]
+                adj_p[:] += back[:, 2 * d : 2 * d + m]
+                adj_t[i - 1] = back[:, 2 * d + m :]
+            f_0 = dynamics(path[0], t[0]).view(batch, d)
+            adj_z += grad_path[0]
+            adj_t[0] = adj_t[0] - direct_dt(grad_path[0], f_0)
+        return adj_z.view(batch, *shape), adj_t, adj_p, None
 
 
-class NeuralODE(nn.Module):
-    def __init__(self, func):
-        super(NeuralODE, self).__init__()
-        assert isinstance(func, ODEF)
-        self.func = func
+class ODEBlock(nn.Module):
+    def __init__(self, dynamics):
+        super(ODEBlock, self).__init__()
+        assert isinstance(dynamics, Dynamics)
+        self.dynamics = dynamics
 
-    def forward(self, z0, t=Tensor([0., 1.]), return_whole_sequence=False):
-        t = t.to(z0)
-        z = ODEAdjoint.apply(z0, t, self.func.flatten_parameters(), self.func)
-        if return_whole_sequence:
-            return z
-        else:
-            return z[-1]
+    def forward(self, z0, t=Tensor([0.0, 1.0]), whole_path=False):
+        path = AdjointSolve.apply(z0, t.to(z0), self.dynamics.flat_params(), self.dynamics)
+        return path if whole_path else path[-1]
 
 
-class LinearODEF(ODEF):
-    def __init__(self, W):
-        super(LinearODEF, self).__init__()
-        self.lin = nn.Linear(2, 2, bias=False)
-        self.lin.weight = nn.Parameter(W)
+class LinearDynamics(Dynamics):
+    def __init__(self, A):
+        super(LinearDynamics, self).__init__()
+        self.map = nn.Linear(2, 2, bias=False)
+        self.map.weight = nn.Parameter(A)
 
-    def forward(self, x, t):
-        return self.lin(x)
+    def forward(self, z, t):
+        return self.map(z)
 
 
-class SpiralFunctionExample(LinearODEF):
+class Spiral(LinearDynamics):
     def __init__(self):
-        super(SpiralFunctionExample, self).__init__(Tensor([[-0.1, -1.], [1., -0.1]]))
+        super(Spiral, self).__init__(Tensor([[-0.1, -1.0], [1.0, -0.1]]))
 
 
-class RandomLinearODEF(LinearODEF):
+class RandomLinear(LinearDynamics):
     def __init__(self):
-        super(RandomLinearODEF, self).__init__(torch.randn(2, 2)/2.)
+        super(RandomLinear, self).__init__(torch.randn(2, 2) / 2.0)
 
 
-class NNODEF(ODEF):
-    def __init__(self, in_dim, hid_dim, time_invariant=False):
-        super(NNODEF, self).__init__()
-        self.time_invariant = time_invariant
+class MLPDynamics(Dynamics):
+    def __init__(self, dim, hidden, autonomous=False):
+        super(MLPDynamics, self).__init__()
+        self.autonomous = autonomous
+        self.net = nn.Sequential(
+            nn.Linear(dim if autonomous else dim + 1, hidden), nn.ELU(inplace=True),
+            nn.Linear(hidden, hidden), nn.ELU(inplace=True), nn.Linear(hidden, dim),
+        )
 
-        if time_invariant:
-            self.lin1 = nn.Linear(in_dim, hid_dim)
-        else:
-            self.lin1 = nn.Linear(in_dim+1, hid_dim)
-        self.lin2 = nn.Linear(hid_dim, hid_dim)
-        self.lin3 = nn.Linear(hid_dim, in_dim)
-        self.elu = nn.ELU(inplace=True)
-
-    def forward(self, x, t):
-        if not self.time_invariant:
-            x = torch.cat((x, t), dim=-1)
-
-        h = self.elu(self.lin1(x))
-        h = self.elu(self.lin2(h))
-        out = self.lin3(h)
-        return out
+    def forward(self, z, t):
+        if not self.autonomous:
+            z = torch.cat((z, t), dim=-1)  # time as one more input
+        return self.net(z)
 
 
-def conduct_experiment(ode_true, ode_trained, n_steps, name, plot_freq=10):
+def fit_trajectory(true_block, block, n_steps):
     records = []
-    # Create data
-    z0 = Variable(torch.Tensor([[0.6, 0.3]]))
+    start = Variable(torch.Tensor([[0.6, 0.3]]))
+    t_end, n_points = 3.1, 12
+    grid = np.linspace(0, t_end, num=n_points)[:, None]
+    index = np.arange(n_points)[:, None]
+    times = torch.from_numpy(grid[:, :, None]).to(start)
+    observed = true_block(start, times, whole_path=True).detach()
+    observed = observed + torch.randn_like(observed) * 0.01
 
-    t_max = 6.29*0.5
-    n_points = 12
+    def random_window(shortest=0.5, longest=1.5, most=4):
+        t0 = np.random.uniform(0, t_end - longest)
+        t1 = t0 + np.random.uniform(shortest, longest)
+        picked = sorted(np.random.permutation(index[(grid > t0) & (grid < t1)])[:most])
+        return observed[picked], times[picked]
 
-    index_np = np.arange(0, n_points, 1, dtype=int)
-    index_np = np.hstack([index_np[:, None]])
-    times_np = np.linspace(0, t_max, num=n_points)
-    times_np = np.hstack([times_np[:, None]])
-
-    times = torch.from_numpy(times_np[:, :, None]).to(z0)
-    obs = ode_true(z0, times, return_whole_sequence=True).detach()
-    obs = obs + torch.randn_like(obs) * 0.01
-
-    # Get trajectory of random timespan
-    min_delta_time = 0.5
-    max_delta_time = 1.5
-    max_points_num = 4
-    def create_batch():
-        t0 = np.random.uniform(0, t_max - max_delta_time)
-        t1 = t0 + np.random.uniform(min_delta_time, max_delta_time)
-
-        idx = sorted(np.random.permutation(index_np[(times_np > t0) & (times_np < t1)])[:max_points_num])
-
-        obs_ = obs[idx]
-        ts_ = times[idx]
-        return obs_, ts_
-
-    # Train Neural ODE
-    optimizer = torch.optim.Adam(ode_trained.parameters(), lr=0.01)
-    for i in range(n_steps):
-        obs_, ts_ = create_batch()
-
-        z_ = ode_trained(obs_[0], ts_, return_whole_sequence=True)
-        loss = F.mse_loss(z_, obs_.detach())
-
+    optimizer = torch.optim.Adam(block.parameters(), lr=0.01)
+    for _ in range(n_steps):
+        obs_w, t_w = random_window()
+        pred = block(obs_w[0], t_w, whole_path=True)
+        loss = F.mse_loss(pred, obs_w.detach())
         optimizer.zero_grad()
-        loss.backward(retain_graph=True)
+        loss.backward(retain_graph=True)  # the observed path's graph is reused
         optimizer.step()
-
-        records.append(loss.item())
-        records.append(z_.detach().numpy().copy())
-    records.append(obs.numpy().copy())
-    records.append({n: v.detach().numpy().copy() for n, v in ode_trained.state_dict().items()})
+        records += [loss.item(), pred.detach().numpy().copy()]
+    records.append(observed.numpy().copy())
+    records.append({k: v.detach().numpy().copy() for k, v in block.state_dict().items()})
     return records
 '''
 
 NODE_STEP = [
     (
-        "        loss.backward(retain_graph=True)\n        optimizer.step()",
-        "        grads = loss.backward(retain_graph=True)\n        optimizer.step(grads)",
-    )
+        "        loss.backward(retain_graph=True)  #",
+        "        grads = loss.backward(retain_graph=True)  #",
+    ),
+    (
+        "        optimizer.step()",
+        "        optimizer.step(grads)",
+    ),
 ]
 
 
-@pytest.mark.parametrize("trained", ["RandomLinearODEF", "NNODEF"])
+@pytest.mark.parametrize("trained", ["RandomLinear", "MLPDynamics"])
 def test_neural_ode_adjoint_training_matches_torch(monkeypatch, trained):
     records, initial = [], None
     for lib in (torch, rg):
@@ -328,199 +236,149 @@ def test_neural_ode_adjoint_training_matches_torch(monkeypatch, trained):
             torch.manual_seed(0)
             np.random.seed(61)
             random.seed(61)
-            ode_true = names["NeuralODE"](names["SpiralFunctionExample"]())
-            func = (
-                names["RandomLinearODEF"]()
-                if trained == "RandomLinearODEF"
-                else names["NNODEF"](2, 6, time_invariant=False)
+            true_block = names["ODEBlock"](names["Spiral"]())
+            dynamics = (
+                names["RandomLinear"]() if trained == "RandomLinear" else names["MLPDynamics"](2, 6)
             )
-            ode_trained = names["NeuralODE"](func)
+            block = names["ODEBlock"](dynamics)
             if initial is None:
-                initial = {
-                    k: v.detach().numpy().copy() for k, v in ode_trained.state_dict().items()
-                }
+                initial = {k: v.detach().numpy().copy() for k, v in block.state_dict().items()}
             else:
-                ode_trained.load_state_dict({k: rg.tensor(v) for k, v in initial.items()})
-            records.append(names["conduct_experiment"](ode_true, ode_trained, 3, "spiral"))
+                block.load_state_dict({k: rg.tensor(v) for k, v in initial.items()})
+            records.append(names["fit_trajectory"](true_block, block, 3))
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-6)
 
 
 # -- capsule network -------------------------------------------------------------------------------
 CAPSULE_SOURCE = """
-from torch.autograd import Variable
+from torch import autograd
 from torch.optim import Adam
 
-BATCH_SIZE = 3
-NUM_CLASSES = 4
-NUM_EPOCHS = 2
-NUM_ROUTING_ITERATIONS = 3
+N_CLASSES = 4
+ROUTING_ROUNDS = 3
 
 
-def softmax(input, dim=1):
-    transposed_input = input.transpose(dim, len(input.size()) - 1)
-    softmaxed_output = F.softmax(transposed_input.contiguous().view(-1, transposed_input.size(-1)), dim=-1)
-    return softmaxed_output.view(*transposed_input.size()).transpose(dim, len(input.size()) - 1)
+def softmax_along(x, dim=1):
+    # a softmax over any dim: move it last, flatten, and move it back
+    last = len(x.size()) - 1
+    moved = x.transpose(dim, last)
+    flat = F.softmax(moved.contiguous().view(-1, moved.size(-1)), dim=-1)
+    return flat.view(*moved.size()).transpose(dim, last)
 
 
-def augmentation(x, max_shift=2):
-    _, _, height, width = x.size()
-
-    h_shift, w_shift = np.random.randint(-max_shift, max_shift + 1, size=2)
-    source_height_slice = slice(max(0, h_shift), h_shift + height)
-    source_width_slice = slice(max(0, w_shift), w_shift + width)
-    target_height_slice = slice(max(0, -h_shift), -h_shift + height)
-    target_width_slice = slice(max(0, -w_shift), -w_shift + width)
-
-    shifted_image = torch.zeros(*x.size())
-    shifted_image[:, :, source_height_slice, source_width_slice] = x[:, :, target_height_slice, target_width_slice]
-    return shifted_image.float()
+def random_shift(images, max_shift=2):
+    _, _, H, W = images.size()
+    dy, dx = np.random.randint(-max_shift, max_shift + 1, size=2)
+    into = (slice(max(0, dy), dy + H), slice(max(0, dx), dx + W))
+    out_of = (slice(max(0, -dy), -dy + H), slice(max(0, -dx), -dx + W))
+    shifted = torch.zeros(*images.size())
+    shifted[:, :, into[0], into[1]] = images[:, :, out_of[0], out_of[1]]
+    return shifted.float()
 
 
-class CapsuleLayer(nn.Module):
-    def __init__(self, num_capsules, num_route_nodes, in_channels, out_channels, kernel_size=None, stride=None,
-                 num_iterations=NUM_ROUTING_ITERATIONS):
-        super(CapsuleLayer, self).__init__()
-
-        self.num_route_nodes = num_route_nodes
-        self.num_iterations = num_iterations
-
-        self.num_capsules = num_capsules
-
-        if num_route_nodes != -1:
-            self.route_weights = nn.Parameter(torch.randn(num_capsules, num_route_nodes, in_channels, out_channels))
-        else:
-            self.capsules = nn.ModuleList(
-                [nn.Conv2d(in_channels, out_channels, kernel_size=kernel_size, stride=stride, padding=0) for _ in
-                 range(num_capsules)])
-
-    def squash(self, tensor, dim=-1):
-        squared_norm = (tensor ** 2).sum(dim=dim, keepdim=True)
-        scale = squared_norm / (1 + squared_norm)
-        return scale * tensor / torch.sqrt(squared_norm)
-
-    def forward(self, x):
-        if self.num_route_nodes != -1:
-            priors = x[None, :, :, None, :] @ self.route_weights[:, None, :, :, :]
-
-            logits = Variable(torch.zeros(*priors.size()))
-            for i in range(self.num_iterations):
-                probs = softmax(logits, dim=2)
-                outputs = self.squash((probs * priors).sum(dim=2, keepdim=True))
-
-                if i != self.num_iterations - 1:
-                    delta_logits = (priors * outputs).sum(dim=-1, keepdim=True)
-                    logits = logits + delta_logits
-        else:
-            outputs = [capsule(x).view(x.size(0), -1, 1) for capsule in self.capsules]
-            outputs = torch.cat(outputs, dim=-1)
-            outputs = self.squash(outputs)
-
-        return outputs
+def squash(s, dim=-1):
+    norm2 = (s ** 2).sum(dim=dim, keepdim=True)
+    return norm2 / (1 + norm2) * s / torch.sqrt(norm2)
 
 
-class CapsuleNet(nn.Module):
-    def __init__(self):
-        super(CapsuleNet, self).__init__()
-
-        self.conv1 = nn.Conv2d(in_channels=1, out_channels=8, kernel_size=3, stride=1)
-        self.primary_capsules = CapsuleLayer(num_capsules=4, num_route_nodes=-1, in_channels=8, out_channels=4,
-                                             kernel_size=3, stride=2)
-        self.digit_capsules = CapsuleLayer(num_capsules=NUM_CLASSES, num_route_nodes=4 * 4 * 4, in_channels=4,
-                                           out_channels=6)
-
-        self.decoder = nn.Sequential(
-            nn.Linear(6 * NUM_CLASSES, 16),
-            nn.ReLU(inplace=True),
-            nn.Linear(16, 32),
-            nn.ReLU(inplace=True),
-            nn.Linear(32, 144),
-            nn.Sigmoid()
+class PrimaryCaps(nn.Module):
+    def __init__(self, n_caps, c_in, c_out, kernel, stride):
+        super(PrimaryCaps, self).__init__()
+        self.convs = nn.ModuleList(
+            nn.Conv2d(c_in, c_out, kernel_size=kernel, stride=stride, padding=0)
+            for _ in range(n_caps)
         )
 
-    def forward(self, x, y=None):
-        x = F.relu(self.conv1(x), inplace=True)
-        x = self.primary_capsules(x)
-        x = self.digit_capsules(x).squeeze().transpose(0, 1)
-
-        classes = (x ** 2).sum(dim=-1) ** 0.5
-        classes = F.softmax(classes, dim=-1)
-
-        if y is None:
-            # In all batches, get the most active capsule.
-            _, max_length_indices = classes.max(dim=1)
-            y = Variable(torch.sparse.torch.eye(NUM_CLASSES)).index_select(dim=0, index=max_length_indices.data)
-
-        reconstructions = self.decoder((x * y[:, :, None]).reshape(x.size(0), -1))
-
-        return classes, reconstructions
+    def forward(self, x):
+        return squash(torch.cat([conv(x).view(x.size(0), -1, 1) for conv in self.convs], dim=-1))
 
 
-class CapsuleLoss(nn.Module):
+class RoutedCaps(nn.Module):
+    def __init__(self, n_caps, n_inputs, d_in, d_out, rounds=ROUTING_ROUNDS):
+        super(RoutedCaps, self).__init__()
+        self.rounds = rounds
+        self.W = nn.Parameter(torch.randn(n_caps, n_inputs, d_in, d_out))
+
+    def forward(self, u):
+        votes = u[None, :, :, None, :] @ self.W[:, None, :, :, :]
+        agreement = autograd.Variable(torch.zeros(*votes.size()))
+        for r in range(self.rounds):
+            v = squash((softmax_along(agreement, dim=2) * votes).sum(dim=2, keepdim=True))
+            if r < self.rounds - 1:
+                agreement = agreement + (votes * v).sum(dim=-1, keepdim=True)
+        return v
+
+
+class CapsNet(nn.Module):
     def __init__(self):
-        super(CapsuleLoss, self).__init__()
-        self.reconstruction_loss = nn.MSELoss(size_average=False)
+        super(CapsNet, self).__init__()
+        self.stem = nn.Conv2d(in_channels=1, out_channels=8, kernel_size=3, stride=1)
+        self.primary = PrimaryCaps(4, 8, 4, kernel=3, stride=2)
+        self.digits = RoutedCaps(N_CLASSES, 4 * 4 * 4, 4, 6)
+        self.decoder = nn.Sequential(
+            nn.Linear(6 * N_CLASSES, 32), nn.ReLU(inplace=True), nn.Linear(32, 144), nn.Sigmoid()
+        )
 
-    def forward(self, images, labels, classes, reconstructions):
-        left = F.relu(0.9 - classes, inplace=True) ** 2
-        right = F.relu(classes - 0.1, inplace=True) ** 2
-
-        margin_loss = labels * left + 0.5 * (1. - labels) * right
-        margin_loss = margin_loss.sum()
-
-        assert torch.numel(images) == torch.numel(reconstructions)
-        images = images.view(reconstructions.size()[0], -1)
-        reconstruction_loss = self.reconstruction_loss(reconstructions, images)
-
-        return (margin_loss + 0.0005 * reconstruction_loss) / images.size(0)
+    def forward(self, images, onehot=None):
+        caps = self.digits(self.primary(F.relu(self.stem(images), inplace=True)))
+        caps = caps.squeeze().transpose(0, 1)  # (batch, classes, pose)
+        lengths = F.softmax((caps ** 2).sum(dim=-1) ** 0.5, dim=-1)
+        if onehot is None:  # reconstruct from the most active capsule
+            _, best = lengths.max(dim=1)
+            eye = autograd.Variable(torch.sparse.torch.eye(N_CLASSES))
+            onehot = eye.index_select(dim=0, index=best.data)
+        masked = (caps * onehot[:, :, None]).reshape(caps.size(0), -1)
+        return lengths, self.decoder(masked)
 
 
-def main(model, train_samples, test_samples):
+class MarginReconLoss(nn.Module):
+    def __init__(self):
+        super(MarginReconLoss, self).__init__()
+        self.recon = nn.MSELoss(size_average=False)
+
+    def forward(self, images, onehot, lengths, recon):
+        present = F.relu(0.9 - lengths, inplace=True) ** 2
+        absent = F.relu(lengths - 0.1, inplace=True) ** 2
+        margin = (onehot * present + 0.5 * (1.0 - onehot) * absent).sum()
+        assert torch.numel(images) == torch.numel(recon)
+        flat = images.view(recon.size()[0], -1)
+        return (margin + 0.0005 * self.recon(recon, flat)) / images.size(0)
+
+
+def main(model, train_batches, test_batches, epochs=2):
     records = []
-    optimizer = Adam(model.parameters())
-    capsule_loss = CapsuleLoss()
+    opt = Adam(model.parameters())  # its defaults
+    criterion = MarginReconLoss()
 
-    def processor(sample):
-        data, labels, training = sample
+    def run_batch(batch, training):
+        pixels, labels = batch
+        images = autograd.Variable(random_shift(pixels.unsqueeze(1).float() / 255.0))
+        eye = torch.sparse.torch.eye(N_CLASSES)
+        onehot = autograd.Variable(eye.index_select(dim=0, index=torch.LongTensor(labels)))
+        lengths, recon = model(images, onehot) if training else model(images)
+        return criterion(images, onehot, lengths, recon), lengths
 
-        data = augmentation(data.unsqueeze(1).float() / 255.0)
-        labels = torch.LongTensor(labels)
-
-        labels = torch.sparse.torch.eye(NUM_CLASSES).index_select(dim=0, index=labels)
-
-        data = Variable(data)
-        labels = Variable(labels)
-
-        if training:
-            classes, reconstructions = model(data, labels)
-        else:
-            classes, reconstructions = model(data)
-
-        loss = capsule_loss(data, labels, classes, reconstructions)
-
-        return loss, classes
-
-    # torchnet's Engine.train and Engine.test, as they drive the processor
-    for epoch in range(NUM_EPOCHS):
+    for _ in range(epochs):  # the loop torchnet's Engine runs
         model.train()
-        for data, labels in train_samples:
-            optimizer.zero_grad()
-            loss, output = processor((data, labels, True))
+        for batch in train_batches:
+            opt.zero_grad()
+            loss, _ = run_batch(batch, True)
             loss.backward()
-            optimizer.step()
+            opt.step()
             records.append(loss.item())
         model.eval()
         with torch.no_grad():
-            for data, labels in test_samples:
-                loss, output = processor((data, labels, False))
-                records.append([loss.item(), output.numpy().copy()])
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
+            for batch in test_batches:
+                loss, lengths = run_batch(batch, False)
+                records.append([loss.item(), lengths.numpy().copy()])
+    records.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
     return records
 """
 
 CAPSULE_STEP = [
     (
-        "            loss.backward()\n            optimizer.step()",
-        "            grads = loss.backward()\n            optimizer.step(grads)",
+        "            loss.backward()\n            opt.step()",
+        "            grads = loss.backward()\n            opt.step(grads)",
     )
 ]
 
@@ -534,7 +392,7 @@ def test_capsule_network_with_dynamic_routing_matches_torch(capsys):
     for lib, names in ((torch, theirs), (rg, ours)):
         torch.manual_seed(0)
         np.random.seed(71)
-        model = names["CapsuleNet"]()
+        model = names["CapsNet"]()
         if initial is None:
             initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
         else:

@@ -1,32 +1,30 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-cleanrl's recurrent PPO for Atari, whole (github.com/vwxyzjn/cleanrl
-``cleanrl/ppo_atari_lstm.py``: the ``@dataclass`` ``Args`` through ``tyro.cli``, the
-``SummaryWriter``, the ``if __name__ == "__main__":`` body), on small sizes:
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a program written here in the
+style of cleanrl's single-file recurrent PPO for Atari (a ``@dataclass`` ``Args`` read by
+``tyro.cli``, a ``SummaryWriter``, the ``if __name__ == "__main__":`` body), on small sizes:
 
-- the ``Agent``: a Nature-CNN trunk (``nn.Conv2d(1, 32, 8, stride=4)``, ``nn.Flatten``,
-  ``nn.Linear(64 * 7 * 7, 512)``) over ``x / 255.0``, an ``nn.LSTM(512, 128)`` initialized by
-  name from ``named_parameters()`` (``constant_`` biases, ``orthogonal_`` weights), stepped
-  one time step at a time by iterating ``zip(hidden, done)`` over tensors, its state reset
-  where an episode ended by ``(1.0 - d).view(1, -1, 1) * lstm_state[0]``, the steps joined by
-  ``torch.flatten(torch.cat(new_hidden), 0, 1)``; ``Categorical(logits=...)`` heads;
-- the rollout: the LSTM state carried across steps and cloned per iteration
-  (``next_lstm_state[0].clone()``), storage tensors, GAE under ``torch.no_grad()``;
-- the update over minibatches of whole environments: ``flatinds[:, mbenvinds].ravel()`` (NumPy
-  fancy indexing) into the flattened batch and ``initial_lstm_state[0][:, mbenvinds]`` (a
-  NumPy index array on the second axis of a tensor), ``b_actions.long()[mb_inds]``, the
-  clipped policy and value losses, the entropy bonus, ``clip_grad_norm_``, Adam with
-  ``eps=1e-5`` and the annealed learning rate; the explained variance and the logged scalars.
+- the agent: a conv trunk (``nn.Conv2d(..., stride=...)``, ``nn.Flatten``, ``nn.Linear``)
+  over ``x / 255.0``, an ``nn.LSTM`` initialised by name from ``named_parameters()``
+  (``constant_`` biases, ``orthogonal_`` weights), stepped one time step at a time by
+  iterating ``zip(hidden, done)`` over tensors, its state zeroed where an episode ended by
+  ``(1.0 - d).view(1, -1, 1) * state``, the steps joined by ``torch.flatten(torch.cat(outs),
+  0, 1)``; ``Categorical(logits=...)`` heads;
+- the rollout: the LSTM state carried across steps and ``clone()``d per iteration, storage
+  tensors filled by ``obs[step] = ...``, ``torch.Tensor(ndarray)``, GAE under
+  ``torch.no_grad()`` with a ``(1, N)`` bootstrap value;
+- the update over minibatches of whole environments: ``index[:, mb_envs].ravel()`` (NumPy
+  fancy indexing) into the flattened batch and ``rollout_state[0][:, mb_envs]`` (a NumPy
+  index array on the second axis of a tensor), ``b_actions.long()[mb]``, the clipped policy
+  and value losses, the entropy bonus, ``clip_grad_norm_(..., max_norm=...)``, Adam with
+  ``eps=1e-5`` and an annealed learning rate; the explained variance and the logged scalars.
 
-What stands in: ``gymnasium`` (``SyncVectorEnv``, ``RecordEpisodeStatistics``, and identity
-``ResizeObservation``/``GrayScaleObservation``/``FrameStack``: the environment already gives
-``(1, 84, 84)`` frames), cleanrl's ``atari_wrappers`` (identity wrappers), the Atari game (a
-deterministic paddle-and-ball drawing of 84 by 84 pixels, 4 actions with ``FIRE`` among their
-meanings, episodes of 3 steps), ``tyro``. The event files each library's ``SummaryWriter``
-wrote are read back and compared, and so are the printed returns and the final weights.
-``initialize(agent)`` gives the port torch's initial weights; ``Categorical.sample`` draws
-from one stream shared by both runs. The port changes the gradient lines and the import lines
-naming ``torch``.
+What stands in: ``gymnasium`` (``SyncVectorEnv``, ``RecordEpisodeStatistics``, identity
+``ResizeObservation``/``GrayScaleObservation``/``FrameStack``: the game already gives
+``(1, 36, 36)`` frames), cleanrl's ``atari_wrappers`` (identity wrappers), the Atari game (a
+deterministic paddle-and-ball drawing, 4 actions with ``FIRE`` among their meanings, episodes
+of 3 steps), ``tyro``. The event files each library's ``SummaryWriter`` wrote are read back and
+compared, and so are the printed returns and the final weights. ``initialize(agent)`` gives
+the port torch's initial weights; ``Categorical.sample`` draws from one stream shared by both
+runs. The port changes the gradient lines and the import lines naming ``torch``.
 """
 
 from __future__ import annotations
@@ -41,12 +39,12 @@ from rl_standins import Box, Discrete, gymnasium_standin, run_program, scalars_w
 
 pytest.importorskip("tensorboard")
 
-PPO_ATARI_LSTM = """
-# docs and experiment results can be found at https://docs.cleanrl.dev/rl-algorithms/ppo/#ppo_atari_lstmpy
+RECURRENT_PPO = """
+# recurrent PPO on pixels, one file
 import os
 import random
 import time
-from dataclasses import dataclass
+import dataclasses
 
 import gymnasium as gym
 import numpy as np
@@ -54,390 +52,262 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from torch.distributions.categorical import Categorical
-from torch.utils.tensorboard import SummaryWriter
+from torch.distributions import Categorical
+from torch.utils import tensorboard
 
-from cleanrl_utils.atari_wrappers import (  # isort:skip
-    ClipRewardEnv,
-    EpisodicLifeEnv,
-    FireResetEnv,
-    MaxAndSkipEnv,
-    NoopResetEnv,
-)
+from cleanrl_utils.atari_wrappers import ClipRewardEnv, FireResetEnv  # isort:skip
 
 
-@dataclass
+@dataclasses.dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    \"\"\"the name of this experiment\"\"\"
-    seed: int = 1
-    \"\"\"seed of the experiment\"\"\"
-    torch_deterministic: bool = True
-    \"\"\"if toggled, `torch.backends.cudnn.deterministic=False`\"\"\"
-    cuda: bool = True
-    \"\"\"if toggled, cuda will be enabled by default\"\"\"
-    track: bool = False
-    \"\"\"if toggled, this experiment will be tracked with Weights and Biases\"\"\"
-    wandb_project_name: str = "cleanRL"
-    \"\"\"the wandb's project name\"\"\"
-    wandb_entity: str = None
-    \"\"\"the entity (team) of wandb's project\"\"\"
-    capture_video: bool = False
-    \"\"\"whether to capture videos of the agent performances (check out `videos` folder)\"\"\"
-
-    # Algorithm specific arguments
-    env_id: str = "BreakoutNoFrameskip-v4"
-    \"\"\"the id of the environment\"\"\"
-    total_timesteps: int = 10000000
-    \"\"\"total timesteps of the experiments\"\"\"
-    learning_rate: float = 2.5e-4
-    \"\"\"the learning rate of the optimizer\"\"\"
-    num_envs: int = 8
-    \"\"\"the number of parallel game environments\"\"\"
-    num_steps: int = 128
-    \"\"\"the number of steps to run in each environment per policy rollout\"\"\"
+    exp_name: str = os.path.basename(__file__).removesuffix(".py")
+    seed: int = 7
+    env_id: str = "PaddleNoFrameskip-v4"
+    cuda: bool = False
+    total_timesteps: int = 100_000
+    learning_rate: float = 3e-4
+    num_envs: int = 4
+    num_steps: int = 64
     anneal_lr: bool = True
-    \"\"\"Toggle learning rate annealing for policy and value networks\"\"\"
     gamma: float = 0.99
-    \"\"\"the discount factor gamma\"\"\"
     gae_lambda: float = 0.95
-    \"\"\"the lambda for the general advantage estimation\"\"\"
-    num_minibatches: int = 4
-    \"\"\"the number of mini-batches\"\"\"
+    num_minibatches: int = 2
     update_epochs: int = 4
-    \"\"\"the K epochs to update the policy\"\"\"
     norm_adv: bool = True
-    \"\"\"Toggles advantages normalization\"\"\"
-    clip_coef: float = 0.1
-    \"\"\"the surrogate clipping coefficient\"\"\"
+    clip_coef: float = 0.2
     clip_vloss: bool = True
-    \"\"\"Toggles whether or not to use a clipped loss for the value function, as per the paper.\"\"\"
     ent_coef: float = 0.01
-    \"\"\"coefficient of the entropy\"\"\"
     vf_coef: float = 0.5
-    \"\"\"coefficient of the value function\"\"\"
     max_grad_norm: float = 0.5
-    \"\"\"the maximum norm for the gradient clipping\"\"\"
     target_kl: float = None
-    \"\"\"the target KL divergence threshold\"\"\"
-
-    # to be filled in runtime
+    # set at run time
     batch_size: int = 0
-    \"\"\"the batch size (computed in runtime)\"\"\"
-    minibatch_size: int = 0
-    \"\"\"the mini-batch size (computed in runtime)\"\"\"
     num_iterations: int = 0
-    \"\"\"the number of iterations (computed in runtime)\"\"\"
 
 
-def make_env(env_id, idx, capture_video, run_name):
+def make_env(env_id):
     def thunk():
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
-        else:
-            env = gym.make(env_id)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        env = NoopResetEnv(env, noop_max=30)
-        env = MaxAndSkipEnv(env, skip=4)
-        env = EpisodicLifeEnv(env)
-        if "FIRE" in env.unwrapped.get_action_meanings():
+        env = gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
+        if "FIRE" in env.unwrapped.get_action_meanings():  # some games wait for FIRE
             env = FireResetEnv(env)
         env = ClipRewardEnv(env)
-        env = gym.wrappers.ResizeObservation(env, (84, 84))
-        env = gym.wrappers.GrayScaleObservation(env)
-        env = gym.wrappers.FrameStack(env, 1)
-        return env
+        env = gym.wrappers.ResizeObservation(env, (36, 36))
+        return gym.wrappers.FrameStack(gym.wrappers.GrayScaleObservation(env), 1)
 
     return thunk
 
 
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
+def ortho(layer, gain=np.sqrt(2), bias=0.0):
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, bias)
     return layer
 
 
-class Agent(nn.Module):
-    def __init__(self, envs):
+class RecurrentAgent(nn.Module):
+    def __init__(self, envs, memory=32):
         super().__init__()
-        self.network = nn.Sequential(
-            layer_init(nn.Conv2d(1, 32, 8, stride=4)),
+        self.trunk = nn.Sequential(
+            ortho(nn.Conv2d(1, 8, 8, stride=4)),
             nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            ortho(nn.Conv2d(8, 16, 4, stride=2)),
             nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            ortho(nn.Linear(16 * 3 * 3, 64)),
             nn.ReLU(),
         )
-        self.lstm = nn.LSTM(512, 128)
-        for name, param in self.lstm.named_parameters():
-            if "bias" in name:
-                nn.init.constant_(param, 0)
-            elif "weight" in name:
-                nn.init.orthogonal_(param, 1.0)
-        self.actor = layer_init(nn.Linear(128, envs.single_action_space.n), std=0.01)
-        self.critic = layer_init(nn.Linear(128, 1), std=1)
+        self.lstm = nn.LSTM(64, memory)
+        for name, p in self.lstm.named_parameters():
+            if name.startswith("bias"):
+                nn.init.constant_(p, 0)
+            else:
+                nn.init.orthogonal_(p, 1.0)
+        self.pi = ortho(nn.Linear(memory, envs.single_action_space.n), gain=0.01)
+        self.v = ortho(nn.Linear(memory, 1), gain=1)
 
-    def get_states(self, x, lstm_state, done):
-        hidden = self.network(x / 255.0)
+    def remember(self, frames, state, done):
+        feats = self.trunk(frames / 255.0)
+        n_envs = state[0].shape[1]
+        feats = feats.reshape((-1, n_envs, self.lstm.input_size))
+        done = done.reshape((-1, n_envs))
+        outs = []
+        for x_t, d_t in zip(feats, done):
+            keep = (1.0 - d_t).view(1, -1, 1)  # an episode that just ended starts from zeros
+            out, state = self.lstm(x_t.unsqueeze(0), (keep * state[0], keep * state[1]))
+            outs.append(out)
+        return torch.flatten(torch.cat(outs), 0, 1), state
 
-        # LSTM logic
-        batch_size = lstm_state[0].shape[1]
-        hidden = hidden.reshape((-1, batch_size, self.lstm.input_size))
-        done = done.reshape((-1, batch_size))
-        new_hidden = []
-        for h, d in zip(hidden, done):
-            h, lstm_state = self.lstm(
-                h.unsqueeze(0),
-                (
-                    (1.0 - d).view(1, -1, 1) * lstm_state[0],
-                    (1.0 - d).view(1, -1, 1) * lstm_state[1],
-                ),
-            )
-            new_hidden += [h]
-        new_hidden = torch.flatten(torch.cat(new_hidden), 0, 1)
-        return new_hidden, lstm_state
+    def value(self, frames, state, done):
+        return self.v(self.remember(frames, state, done)[0])
 
-    def get_value(self, x, lstm_state, done):
-        hidden, _ = self.get_states(x, lstm_state, done)
-        return self.critic(hidden)
-
-    def get_action_and_value(self, x, lstm_state, done, action=None):
-        hidden, lstm_state = self.get_states(x, lstm_state, done)
-        logits = self.actor(hidden)
-        probs = Categorical(logits=logits)
+    def act(self, frames, state, done, action=None):
+        h, state = self.remember(frames, state, done)
+        dist = Categorical(logits=self.pi(h))
         if action is None:
-            action = probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden), lstm_state
+            action = dist.sample()
+        return action, dist.log_prob(action), dist.entropy(), self.v(h), state
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    args.batch_size = int(args.num_envs * args.num_steps)
-    args.minibatch_size = int(args.batch_size // args.num_minibatches)
-    args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if args.track:
-        import wandb
+    args.batch_size = args.num_envs * args.num_steps
+    args.num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)
+    run_name = "__".join([args.env_id, args.exp_name, str(args.seed), str(int(time.time()))])
+    writer = tensorboard.SummaryWriter(os.path.join("runs", run_name))
+    table = "\\n".join(f"|{key}|{value}|" for key, value in vars(args).items())
+    writer.add_text("hyperparameters", "|param|value|\\n|-|-|\\n" + table)
 
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            monitor_gym=True,
-            save_code=True,
-        )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\\n|-|-|\\n%s" % ("\\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
-
-    # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cudnn.deterministic = True
+    use_gpu = args.cuda and torch.cuda.is_available()
+    device = torch.device("cuda" if use_gpu else "cpu")
 
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    # env setup
-    envs = gym.vector.SyncVectorEnv(
-        [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)],
-    )
-    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
-
-    agent = Agent(envs).to(device)
+    envs = gym.vector.SyncVectorEnv([make_env(args.env_id) for _ in range(args.num_envs)])
+    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "discrete actions only"
+    agent = RecurrentAgent(envs).to(device)
     initialize(agent)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    optimizer = optim.Adam(agent.parameters(), eps=1e-5, lr=args.learning_rate)
 
-    # ALGO Logic: Storage setup
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape).to(device)
-    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    T, N = args.num_steps, args.num_envs
+    obs = torch.zeros((T, N) + envs.single_observation_space.shape).to(device)
+    actions = torch.zeros((T, N) + envs.single_action_space.shape).to(device)
+    logprobs, rewards, dones, values = (torch.zeros((T, N)).to(device) for _ in range(4))
 
-    # TRY NOT TO MODIFY: start the game
-    global_step = 0
-    start_time = time.time()
-    next_obs, _ = envs.reset(seed=args.seed)
-    next_obs = torch.Tensor(next_obs).to(device)
-    next_done = torch.zeros(args.num_envs).to(device)
-    next_lstm_state = (
-        torch.zeros(agent.lstm.num_layers, args.num_envs, agent.lstm.hidden_size).to(device),
-        torch.zeros(agent.lstm.num_layers, args.num_envs, agent.lstm.hidden_size).to(device),
-    )  # hidden and cell states (see https://youtu.be/8HyCNIVRbSU)
+    global_step, started = 0, time.time()
+    frames, _ = envs.reset(seed=args.seed)
+    next_obs = torch.Tensor(frames).to(device)
+    next_done = torch.zeros(N).to(device)
+    shape = (agent.lstm.num_layers, N, agent.lstm.hidden_size)
+    next_state = (torch.zeros(shape).to(device), torch.zeros(shape).to(device))
 
-    for iteration in range(1, args.num_iterations + 1):
-        initial_lstm_state = (next_lstm_state[0].clone(), next_lstm_state[1].clone())
-        # Annealing the rate if instructed to do so.
+    for iteration in range(args.num_iterations):
+        rollout_state = (next_state[0].clone(), next_state[1].clone())
         if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            lrnow = frac * args.learning_rate
-            optimizer.param_groups[0]["lr"] = lrnow
+            left = 1.0 - iteration / args.num_iterations
+            optimizer.param_groups[0]["lr"] = left * args.learning_rate
 
-        for step in range(0, args.num_steps):
-            global_step += args.num_envs
-            obs[step] = next_obs
-            dones[step] = next_done
-
-            # ALGO LOGIC: action logic
+        for step in range(T):
+            global_step += N
+            obs[step], dones[step] = next_obs, next_done
             with torch.no_grad():
-                action, logprob, _, value, next_lstm_state = agent.get_action_and_value(next_obs, next_lstm_state, next_done)
-                values[step] = value.flatten()
-            actions[step] = action
-            logprobs[step] = logprob
+                action, logprob, _, value, next_state = agent.act(next_obs, next_state, next_done)
+            values[step] = value.flatten()  # (N, 1) -> (N,)
+            actions[step], logprobs[step] = action, logprob
+            frames, reward, term, trunc, infos = envs.step(action.cpu().numpy())
+            rewards[step] = torch.tensor(reward).to(device).view(-1)  # (N,) floats
+            next_obs = torch.Tensor(frames).to(device)
+            next_done = torch.Tensor(np.logical_or(term, trunc)).to(device)
+            for info in infos.get("final_info", []):
+                if info is not None and "episode" in info:
+                    ret, length = info["episode"]["r"], info["episode"]["l"]
+                    print(f"global_step={global_step}, episodic_return={ret}")
+                    writer.add_scalar("charts/episodic_return", ret, global_step)
+                    writer.add_scalar("charts/episodic_length", length, global_step)
 
-            # TRY NOT TO MODIFY: execute the game and log data.
-            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            next_done = np.logical_or(terminations, truncations)
-            rewards[step] = torch.tensor(reward).to(device).view(-1)
-            next_obs, next_done = torch.Tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
-
-            if "final_info" in infos:
-                for info in infos["final_info"]:
-                    if info and "episode" in info:
-                        print(f"global_step={global_step}, episodic_return={info['episode']['r']}")
-                        writer.add_scalar("charts/episodic_return", info["episode"]["r"], global_step)
-                        writer.add_scalar("charts/episodic_length", info["episode"]["l"], global_step)
-
-        # bootstrap value if not done
-        with torch.no_grad():
-            next_value = agent.get_value(
-                next_obs,
-                next_lstm_state,
-                next_done,
-            ).reshape(1, -1)
-            advantages = torch.zeros_like(rewards).to(device)
-            lastgaelam = 0
-            for t in reversed(range(args.num_steps)):
-                if t == args.num_steps - 1:
-                    nextnonterminal = 1.0 - next_done
-                    nextvalues = next_value
-                else:
-                    nextnonterminal = 1.0 - dones[t + 1]
-                    nextvalues = values[t + 1]
-                delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
-                advantages[t] = lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
+        with torch.no_grad():  # generalised advantage estimation, bootstrapped from the last state
+            last_value = agent.value(next_obs, next_state, next_done).reshape(1, -1)
+            running, advantages = 0, torch.zeros_like(rewards).to(device)
+            for t in reversed(range(T)):
+                alive = 1.0 - (next_done if t == T - 1 else dones[t + 1])
+                ahead = last_value if t == T - 1 else values[t + 1]
+                delta = rewards[t] + args.gamma * ahead * alive - values[t]
+                advantages[t] = running = delta + args.gamma * args.gae_lambda * alive * running
             returns = advantages + values
 
-        # flatten the batch
-        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
-        b_logprobs = logprobs.reshape(-1)
-        b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
-        b_dones = dones.reshape(-1)
-        b_advantages = advantages.reshape(-1)
-        b_returns = returns.reshape(-1)
-        b_values = values.reshape(-1)
+        obs_shape, act_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+        b_obs, b_actions = obs.reshape((-1, *obs_shape)), actions.reshape((-1, *act_shape))
+        b_logprobs, b_dones = logprobs.reshape(-1), dones.reshape(-1)
+        b_adv, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
 
-        # Optimizing the policy and value network
-        assert args.num_envs % args.num_minibatches == 0
-        envsperbatch = args.num_envs // args.num_minibatches
-        envinds = np.arange(args.num_envs)
-        flatinds = np.arange(args.batch_size).reshape(args.num_steps, args.num_envs)
+        # minibatches of whole environments, so each sequence replays from its start state
+        envs_per_mb = N // args.num_minibatches
+        env_order = np.arange(N)
+        by_time_env = np.arange(args.batch_size).reshape(T, N)
         clipfracs = []
-        for epoch in range(args.update_epochs):
-            np.random.shuffle(envinds)
-            for start in range(0, args.num_envs, envsperbatch):
-                end = start + envsperbatch
-                mbenvinds = envinds[start:end]
-                mb_inds = flatinds[:, mbenvinds].ravel()  # be really careful about the index
-
-                _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                    b_obs[mb_inds],
-                    (initial_lstm_state[0][:, mbenvinds], initial_lstm_state[1][:, mbenvinds]),
-                    b_dones[mb_inds],
-                    b_actions.long()[mb_inds],
+        for _ in range(args.update_epochs):
+            np.random.shuffle(env_order)
+            for first in range(0, N, envs_per_mb):
+                mb_envs = env_order[first : first + envs_per_mb]
+                mb = by_time_env[:, mb_envs].ravel()
+                start = (rollout_state[0][:, mb_envs], rollout_state[1][:, mb_envs])
+                _, newlogprob, entropy, newvalue, _ = agent.act(
+                    b_obs[mb], start, b_dones[mb], b_actions.long()[mb]
                 )
-                logratio = newlogprob - b_logprobs[mb_inds]
+                logratio = newlogprob - b_logprobs[mb]
                 ratio = logratio.exp()
-
                 with torch.no_grad():
-                    # calculate approx_kl http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
+                    old_approx_kl = -logratio.mean()
+                    approx_kl = (ratio - 1 - logratio).mean()  # the low-variance estimator
+                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean().item())
 
-                mb_advantages = b_advantages[mb_inds]
+                adv = b_adv[mb]
                 if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                clipped_ratio = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(-adv * ratio, -adv * clipped_ratio).mean()
 
-                # Policy loss
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                # Value loss
                 newvalue = newvalue.view(-1)
                 if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(
-                        newvalue - b_values[mb_inds],
-                        -args.clip_coef,
-                        args.clip_coef,
-                    )
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
-                    v_loss = 0.5 * v_loss_max.mean()
+                    moved = torch.clamp(newvalue - b_values[mb], -args.clip_coef, args.clip_coef)
+                    far = (newvalue - b_returns[mb]) ** 2
+                    near = (b_values[mb] + moved - b_returns[mb]) ** 2
+                    v_loss = 0.5 * torch.max(far, near).mean()
                 else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
-
+                    v_loss = 0.5 * ((newvalue - b_returns[mb]) ** 2).mean()
                 entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
 
                 optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                nn.utils.clip_grad_norm_(agent.parameters(), max_norm=args.max_grad_norm)
                 optimizer.step()
-
-            if args.target_kl is not None and approx_kl > args.target_kl:
+            if args.target_kl is not None and approx_kl > args.target_kl:  # stop early
                 break
 
-        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-
-        # TRY NOT TO MODIFY: record rewards for plotting purposes
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        print("SPS:", int(global_step / (time.time() - start_time)))
-        writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+        predicted, target = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        spread = np.var(target)
+        explained = np.nan if spread == 0 else 1 - np.var(target - predicted) / spread
+        logged = {
+            "charts/learning_rate": optimizer.param_groups[0]["lr"],
+            "losses/value_loss": v_loss.item(),
+            "losses/policy_loss": pg_loss.item(),
+            "losses/entropy": entropy_loss.item(),
+            "losses/old_approx_kl": old_approx_kl.item(),
+            "losses/approx_kl": approx_kl.item(),
+            "losses/clipfrac": np.mean(clipfracs),
+            "losses/explained_variance": explained,
+        }
+        for tag, scalar in logged.items():
+            writer.add_scalar(tag, scalar, global_step)
+        sps = int(global_step / (time.time() - started))
+        print("SPS:", sps)
+        writer.add_scalar("charts/SPS", sps, global_step)
 
     envs.close()
     writer.close()
 """
 
 STEPS = [
-    ("import torch\nimport torch.nn as nn\nimport torch.optim as optim\n",
-     "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\n"),
-    ("                loss.backward()\n                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)\n                optimizer.step()",
-     "                grads = loss.backward()\n                nn.utils.clip_grad_norm_(grads, agent.parameters(), args.max_grad_norm)\n                optimizer.step(grads)"),
-]  # fmt: skip
+    ("import torch\n", "import retrograd as torch\n"),
+    ("import torch.nn as nn\n", "import retrograd.nn as nn\n"),
+    ("import torch.optim as optim\n", "import retrograd.optim as optim\n"),
+    ("                loss.backward()\n", "                grads = loss.backward()\n"),
+    ("clip_grad_norm_(agent.parameters(),", "clip_grad_norm_(grads, agent.parameters(),"),
+    ("                optimizer.step()", "                optimizer.step(grads)"),
+]
 
 SIZES = dict(total_timesteps=16, num_envs=2, num_steps=4, num_minibatches=2, update_epochs=2,
-             learning_rate=2.5e-3, cuda=False)  # fmt: skip
+             learning_rate=2.5e-3, clip_coef=0.1)  # fmt: skip
 
 
 class PaddleGame:
     """An Atari stand-in with gymnasium's API: a paddle moved by actions 2 and 3 (``RIGHT``,
-    ``LEFT``) and a falling ball, drawn in a ``(1, 84, 84)`` uint8 frame; rewarded for keeping
-    the paddle under the ball; 3 steps an episode."""
+    ``LEFT``) under a falling ball, drawn in a ``(1, 36, 36)`` uint8 frame; rewarded for
+    keeping the paddle under the ball; 3 steps an episode."""
 
     def __init__(self):
-        self.observation_space = Box(0, 255, (1, 84, 84), dtype=np.uint8)
+        self.observation_space = Box(0, 255, (1, 36, 36), dtype=np.uint8)
         self.action_space = Discrete(4)
         self.unwrapped = self
 
@@ -445,19 +315,19 @@ class PaddleGame:
         return ["NOOP", "FIRE", "RIGHT", "LEFT"]
 
     def frame(self):
-        image = np.zeros((1, 84, 84), np.uint8)
-        image[0, 74:78, self.paddle : self.paddle + 12] = 200
-        image[0, 20 * self.t + 4 : 20 * self.t + 8, 40:44] = 255
+        image = np.zeros((1, 36, 36), np.uint8)
+        image[0, 31:33, self.paddle : self.paddle + 6] = 200
+        image[0, 9 * self.t + 2 : 9 * self.t + 4, 17:19] = 255
         return image
 
     def reset(self, seed=None):
-        self.t, self.paddle = 0, 10
+        self.t, self.paddle = 0, 4
         return self.frame(), {}
 
     def step(self, action):
-        self.paddle = int(np.clip(self.paddle + {2: 9, 3: -9}.get(int(action), 0), 0, 72))
+        self.paddle = int(np.clip(self.paddle + {2: 4, 3: -4}.get(int(action), 0), 0, 30))
         self.t += 1
-        reward = 1.0 - abs(self.paddle + 6 - 42) / 42.0
+        reward = 1.0 - abs(self.paddle + 3 - 18) / 18.0
         return self.frame(), reward, self.t >= 3, False, {}
 
 
@@ -479,13 +349,7 @@ class Identity:
 
 def modules(run):
     wrappers = types.ModuleType("cleanrl_utils.atari_wrappers")
-    for name in (
-        "ClipRewardEnv",
-        "EpisodicLifeEnv",
-        "FireResetEnv",
-        "MaxAndSkipEnv",
-        "NoopResetEnv",
-    ):
+    for name in ("ClipRewardEnv", "FireResetEnv"):
         setattr(wrappers, name, Identity)
     gym = gymnasium_standin(lambda env_id: PaddleGame(), ResizeObservation=Identity,
                             GrayScaleObservation=Identity, FrameStack=Identity)  # fmt: skip
@@ -495,10 +359,10 @@ def modules(run):
             "cleanrl_utils.atari_wrappers": wrappers}  # fmt: skip
 
 
-def test_cleanrl_ppo_atari_lstm_trains_and_logs_as_torch(monkeypatch, capsys, tmp_path):
+def test_recurrent_pixel_ppo_trains_and_logs_as_torch(monkeypatch, capsys, tmp_path):
     theirs, ours = run_program(
-        monkeypatch, PPO_ATARI_LSTM, STEPS, None, seed=385, modules_of=modules,
-        workdir=tmp_path, __name__="__main__", __file__="ppo_atari_lstm.py",
+        monkeypatch, RECURRENT_PPO, STEPS, None, seed=385, modules_of=modules,
+        workdir=tmp_path, __name__="__main__", __file__="recurrent_ppo.py",
     )  # fmt: skip
     printed = [
         line for line in capsys.readouterr().out.splitlines() if line.startswith("global_step=")
