@@ -526,251 +526,143 @@ def test_karpathy_normalizing_flows_match_torch(capsys, kind):
 
 # -- entmax ----------------------------------------------------------------------------------------
 ENTMAX_SOURCE = """
+# Sparse attention: sparsemax and 1.5-entmax as custom autograd Functions, with top-k
+# variants that sort only k entries and retry the rows whose support fills them.
 from torch.autograd import Function
 
 
-def _make_ix_like(input, dim=0):
-    d = input.size(dim)
-    rho = torch.arange(1, d + 1, device=input.device, dtype=input.dtype)
-    view = [1] * input.dim()
-    view[0] = -1
-    return rho.view(view).transpose(0, dim)
+def ranks_like(x, dim):
+    # 1..d along dim, shaped to broadcast against x
+    r = torch.arange(1, x.size(dim) + 1, device=x.device, dtype=x.dtype)
+    shape = [1] * x.dim()
+    shape[0] = -1
+    return r.view(shape).transpose(0, dim)
 
 
-def _roll_last(X, dim):
+def dim_last(x, dim):
+    # a view with dim moved last (writes through it land in x)
     if dim == -1:
-        return X
-    elif dim < 0:
-        dim = X.dim() - dim
-
-    perm = [i for i in range(X.dim()) if i != dim] + [dim]
-    return X.permute(perm)
+        return x
+    order = [i for i in range(x.dim()) if i != dim % x.dim()] + [dim % x.dim()]
+    return x.permute(order)
 
 
-def _threshold_and_support(input, dim=0):
-    input_srt, _ = torch.sort(input, descending=True, dim=dim)
-    input_cumsum = input_srt.cumsum(dim) - 1
-    rhos = _make_ix_like(input, dim)
-    support = rhos * input_srt > input_cumsum
-
-    support_size = support.sum(dim=dim).unsqueeze(dim)
-    tau = input_cumsum.gather(dim, support_size - 1)
-    tau /= support_size.to(input.dtype)
-    return tau, support_size
+def leading(x, dim, k):
+    if k is None or k >= x.shape[dim]:
+        return torch.sort(x, dim=dim, descending=True)[0]
+    return torch.topk(x, k=k, dim=dim)[0]
 
 
-def _threshold_and_support_topk(input, dim=0, k=100):
-    if k >= input.shape[dim]:  # do full sort
-        topk, _ = torch.sort(input, dim=dim, descending=True)
-    else:
-        topk, _ = torch.topk(input, k=k, dim=dim)
-
-    topk_cumsum = topk.cumsum(dim) - 1
-    rhos = _make_ix_like(topk, dim)
-    support = rhos * topk > topk_cumsum
-
-    support_size = support.sum(dim=dim).unsqueeze(dim)
-    tau = topk_cumsum.gather(dim, support_size - 1)
-    tau /= support_size.to(input.dtype)
-
-    unsolved = (support_size == k).squeeze(dim)
-
-    if torch.any(unsolved):
-        in_ = _roll_last(input, dim)[unsolved]
-        tau_, ss_ = _threshold_and_support_topk(in_, dim=-1, k=2 * k)
-        _roll_last(tau, dim)[unsolved] = tau_
-        _roll_last(support_size, dim)[unsolved] = ss_
-
-    return tau, support_size
+def sparsemax_threshold(x, dim, k=None):
+    top = leading(x, dim, k)
+    excess = top.cumsum(dim) - 1
+    size = (ranks_like(top, dim) * top > excess).sum(dim=dim).unsqueeze(dim)
+    tau = excess.gather(dim, size - 1)
+    tau /= size.to(x.dtype)
+    if k is not None:
+        full = (size == k).squeeze(dim)  # the true support may be larger than k
+        if torch.any(full):
+            tau_more, size_more = sparsemax_threshold(dim_last(x, dim)[full], -1, 2 * k)
+            dim_last(tau, dim)[full] = tau_more
+            dim_last(size, dim)[full] = size_more
+    return tau, size
 
 
-class SparsemaxFunction(Function):
+def entmax_threshold(x, dim, k=None):
+    top = leading(x, dim, k)
+    r = ranks_like(top, dim)
+    mean, mean_sq = top.cumsum(dim) / r, (top**2).cumsum(dim) / r
+    gap = torch.clamp((1 - r * (mean_sq - mean**2)) / r, 0)
+    tau_all = mean - torch.sqrt(gap)
+    size = (tau_all <= top).sum(dim).unsqueeze(dim)
+    tau = tau_all.gather(dim, size - 1)
+    if k is not None:
+        full = (size == k).squeeze(dim)
+        if torch.any(full):
+            tau_more, size_more = entmax_threshold(dim_last(x, dim)[full], -1, 2 * k)
+            dim_last(tau, dim)[full] = tau_more
+            dim_last(size, dim)[full] = size_more
+    return tau, size
 
+
+class Sparsemax(Function):
     @staticmethod
-    def forward(ctx, input, dim=0):
+    def forward(ctx, x, dim=-1, k=None):
         ctx.dim = dim
-        max_val, _ = input.max(dim=dim, keepdim=True)
-        input = input - max_val  # same numerical stability trick as for softmax
-        tau, supp_size = _threshold_and_support(input, dim=dim)
-        output = torch.clamp(input - tau, min=0)
-        ctx.save_for_backward(supp_size, output)
-        return output
+        x = x - x.max(dim=dim, keepdim=True)[0]
+        tau, size = sparsemax_threshold(x, dim, k)
+        out = torch.clamp(x - tau, min=0)
+        ctx.save_for_backward(size, out)
+        return out
 
     @staticmethod
-    def backward(ctx, grad_output):
-        supp_size, output = ctx.saved_tensors
-        dim = ctx.dim
-        grad_input = grad_output.clone()
-        grad_input[output == 0] = 0
-
-        v_hat = grad_input.sum(dim=dim) / supp_size.to(output.dtype).squeeze()
-        v_hat = v_hat.unsqueeze(dim)
-        grad_input = torch.where(output != 0, grad_input - v_hat, grad_input)
-        return grad_input, None
+    def backward(ctx, grad_out):
+        size, out = ctx.saved_tensors
+        g = grad_out.clone()
+        g[out == 0] = 0
+        mean = (g.sum(dim=ctx.dim) / size.to(out.dtype).squeeze()).unsqueeze(ctx.dim)
+        return torch.where(out != 0, g - mean, g), None, None
 
 
-class SparsemaxFunctionTopK(Function):
-
+class Entmax15(Function):
     @staticmethod
-    def forward(ctx, input, dim=0, k=100):
+    def forward(ctx, x, dim=-1, k=None):
         ctx.dim = dim
-        max_val, _ = input.max(dim=dim, keepdim=True)
-        input = input - max_val  # same numerical stability trick as for softmax
-        tau, supp_size = _threshold_and_support_topk(input, dim=dim, k=k)
-        output = torch.clamp(input - tau, min=0)
-        ctx.save_for_backward(supp_size, output)
-        return output
+        x = (x - x.max(dim=dim, keepdim=True)[0]) / 2
+        tau, _ = entmax_threshold(x, dim, k)
+        y = torch.clamp(x - tau, min=0) ** 2
+        ctx.save_for_backward(y)
+        return y
 
     @staticmethod
-    def backward(ctx, grad_output):
-        return SparsemaxFunction.backward(ctx, grad_output) + (None,)
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        root = y.sqrt()
+        dx = dy * root
+        shift = (dx.sum(ctx.dim) / root.sum(ctx.dim)).unsqueeze(ctx.dim)
+        dx -= shift * root
+        return dx, None, None
 
 
-sparsemax = SparsemaxFunction.apply
-sparsemax_topk = SparsemaxFunctionTopK.apply
-
-
-def _tsallis_threshold_and_support(input, dim=0):
-    Xsrt, _ = torch.sort(input, descending=True, dim=dim)
-
-    rho = _make_ix_like(input, dim)
-    mean = Xsrt.cumsum(dim) / rho
-    mean_sq = (Xsrt ** 2).cumsum(dim) / rho
-    ss = rho * (mean_sq - mean ** 2)
-    delta = (1 - ss) / rho
-
-    # NOTE this is not exactly the same as in reference algo
-    # Fortunately it seems the clamped values never wrongly
-    # get selected by tau <= sorted_z. Prove this!
-    delta_nz = torch.clamp(delta, 0)
-    tau = mean - torch.sqrt(delta_nz)
-
-    support_size = (tau <= Xsrt).sum(dim).unsqueeze(dim)
-    tau_star = tau.gather(dim, support_size - 1)
-    return tau_star, support_size
-
-
-def _tsallis_threshold_and_support_topk(input, dim=0, k=100):
-
-    if k >= input.shape[dim]:  # do full sort
-        Xsrt, _ = torch.sort(input, dim=dim, descending=True)
-    else:
-        Xsrt, _ = torch.topk(input, k=k, dim=dim)
-
-    rho = _make_ix_like(Xsrt, dim)
-    mean = Xsrt.cumsum(dim) / rho
-    mean_sq = (Xsrt ** 2).cumsum(dim) / rho
-    ss = rho * (mean_sq - mean ** 2)
-    delta = (1 - ss) / rho
-
-    delta_nz = torch.clamp(delta, 0)
-    tau = mean - torch.sqrt(delta_nz)
-
-    support_size = (tau <= Xsrt).sum(dim).unsqueeze(dim)
-    tau_star = tau.gather(dim, support_size - 1)
-
-    unsolved = (support_size == k).squeeze(dim)
-
-    if torch.any(unsolved):
-        X_ = _roll_last(input, dim)[unsolved]
-        tau_, ss_ = _tsallis_threshold_and_support_topk(X_, dim=-1, k=2 * k)
-        _roll_last(tau_star, dim)[unsolved] = tau_
-        _roll_last(support_size, dim)[unsolved] = ss_
-
-    return tau_star, support_size
-
-
-class Tsallis15Function(Function):
-    @staticmethod
-    def forward(ctx, X, dim=0):
-        ctx.dim = dim
-
-        max_val, _ = X.max(dim=dim, keepdim=True)
-        X = X - max_val  # same numerical stability trick as for softmax
-        X = X / 2  # divide by 2 to solve actual Tsallis
-
-        tau_star, _ = _tsallis_threshold_and_support(X, dim)
-
-        Y = torch.clamp(X - tau_star, min=0) ** 2
-        ctx.save_for_backward(Y)
-        return Y
-
-    @staticmethod
-    def backward(ctx, dY):
-        Y, = ctx.saved_tensors
-        gppr = Y.sqrt()  # = 1 / g'' (Y)
-        dX = dY * gppr
-        q = dX.sum(ctx.dim) / gppr.sum(ctx.dim)
-        q = q.unsqueeze(ctx.dim)
-        dX -= q * gppr
-        return dX, None
-
-
-class Tsallis15TopKFunction(Tsallis15Function):
-    @staticmethod
-    def forward(ctx, X, dim=0, k=100):
-        ctx.dim = dim
-
-        max_val, _ = X.max(dim=dim, keepdim=True)
-        X = X - max_val  # same numerical stability trick as for softmax
-        X = X / 2  # divide by 2 to solve actual Tsallis
-
-        tau_star, _ = _tsallis_threshold_and_support_topk(X, dim=dim, k=k)
-
-        Y = torch.clamp(X - tau_star, min=0) ** 2
-        ctx.save_for_backward(Y)
-        return Y
-
-    @staticmethod
-    def backward(ctx, dY):
-        return Tsallis15Function.backward(ctx, dY) + (None,)
-
-
-entmax15 = Tsallis15Function.apply
-entmax15_topk = Tsallis15TopKFunction.apply
+MAPPINGS = {
+    "sparsemax": lambda s: Sparsemax.apply(s, -1),
+    "sparsemax_topk": lambda s: Sparsemax.apply(s, -1, 2),
+    "entmax15": lambda s: Entmax15.apply(s, 1),
+    "entmax15_topk": lambda s: Entmax15.apply(s, -1, 2),
+}
 
 
 class SparseAttention(nn.Module):
-    def __init__(self, d, mapping):
+    def __init__(self, width, mapping, n_classes=3):
         super().__init__()
-        self.q = nn.Linear(d, d)
-        self.k = nn.Linear(d, d)
-        self.v = nn.Linear(d, d)
-        self.out = nn.Linear(d, 3)
-        self.mapping = mapping
+        self.query, self.key, self.value = (nn.Linear(width, width) for _ in range(3))
+        self.classify = nn.Linear(width, n_classes)
+        self.normalise = MAPPINGS[mapping]
 
     def forward(self, x):
-        scores = self.q(x) @ self.k(x).transpose(1, 2) / math.sqrt(x.size(-1))
-        if self.mapping == "sparsemax":
-            p = sparsemax(scores, -1)
-        elif self.mapping == "sparsemax_topk":
-            p = sparsemax_topk(scores, -1, 2)
-        elif self.mapping == "entmax15":
-            p = entmax15(scores, 1)
-        else:
-            p = entmax15_topk(scores, -1, 2)
-        return self.out((p @ self.v(x)).mean(1)), p
+        scores = self.query(x) @ self.key(x).transpose(1, 2) / math.sqrt(x.size(-1))
+        weights = self.normalise(scores)
+        return self.classify((weights @ self.value(x)).mean(1)), weights
 
 
 def train(model, xs, ys):
-    records = []
-    optimizer = optim.Adam(model.parameters(), lr=0.05)
+    seen = []
+    opt = optim.Adam(model.parameters(), lr=0.05)
     for x, y in zip(xs, ys):
-        logits, p = model(x)
+        logits, weights = model(x)
         loss = F.cross_entropy(logits, y)
-        optimizer.zero_grad()
+        opt.zero_grad()
         loss.backward()
-        optimizer.step()
-        records.append(loss.item())
-        records.append(p.detach().numpy().copy())
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
-    return records
+        opt.step()
+        seen += [loss.item(), weights.detach().numpy().copy()]
+    seen.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
+    return seen
 """
 
 ENTMAX_STEP = [
     (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "        loss.backward()\n        opt.step()",
+        "        grads = loss.backward()\n        opt.step(grads)",
     ),
 ]
 
@@ -794,7 +686,7 @@ def test_entmax_functions_in_training_match_torch(mapping):
         )
     # the key's bias adds one constant to each row of scores, which sparsemax and entmax take
     # out (as softmax does): its true gradient is 0, Adam's steps on it follow rounding noise
-    assert_records_agree(records[1], records[0], rtol=1e-6, atol=1e-9, skip=["k.bias"])
+    assert_records_agree(records[1], records[0], rtol=1e-6, atol=1e-9, skip=["key.bias"])
 
 
 # -- the LU factorization Glow needed --------------------------------------------------------------
