@@ -15,7 +15,7 @@ scientific machine learning.
   ``torch.logdet`` and ``torch.linalg.solve``, differentiated by ``torch.autograd.grad`` over
   the three parameters; the older posterior by ``torch.cholesky``, ``torch.triangular_solve(Ks,
   L, upper=False)[0]`` and ``torch.cholesky_inverse(L)``.
-- Hamiltonian neural networks as greydanus/hamiltonian-nn writes them (``nn_models.py``'s
+- Hamiltonian neural networks, a program written here in the style of greydanus/hamiltonian-nn (``nn_models.py``'s
   ``MLP`` with ``torch.nn.init.orthogonal_`` and ``bias=None``, ``utils.py``'s
   ``choose_nonlinearity`` and ``L2_loss``, ``hnn.py``'s ``HNN`` and ``rk4``, ``train.py``'s loop
   and the analysis notebooks' ``integrate_model`` through ``scipy.integrate.solve_ivp``): the
@@ -214,207 +214,127 @@ def test_gaussian_process_regression_matches_torch(capsys, default_dtype):
 
 # -- Hamiltonian neural networks ------------------------------------------------------------------
 HNN_SOURCE = """
-# nn_models.py
-class MLP(torch.nn.Module):
-  '''Just a salt-of-the-earth MLP'''
-  def __init__(self, input_dim, hidden_dim, output_dim, nonlinearity='tanh'):
-    super(MLP, self).__init__()
-    self.linear1 = torch.nn.Linear(input_dim, hidden_dim)
-    self.linear2 = torch.nn.Linear(hidden_dim, hidden_dim)
-    self.linear3 = torch.nn.Linear(hidden_dim, output_dim, bias=None)
-
-    for l in [self.linear1, self.linear2, self.linear3]:
-      torch.nn.init.orthogonal_(l.weight) # use a principled initialization
-
-    self.nonlinearity = choose_nonlinearity(nonlinearity)
-
-  def forward(self, x, separate_fields=False):
-    h = self.nonlinearity( self.linear1(x) )
-    h = self.nonlinearity( self.linear2(h) )
-    return self.linear3(h)
+# Hamiltonian neural network: a net outputs two scalar potentials whose input gradients,
+# rotated by a fixed antisymmetric matrix, give the learnt vector field.
+def activation(name):
+    table = {"tanh": torch.tanh, "relu": torch.relu, "softplus": torch.nn.functional.softplus,
+             "swish": lambda v: v * torch.sigmoid(v)}
+    if name not in table:
+        raise ValueError(f"unknown activation {name!r}")
+    return table[name]
 
 
-# utils.py
-def L2_loss(u, v):
-  return (u-v).pow(2).mean()
-
-def choose_nonlinearity(name):
-  nl = None
-  if name == 'tanh':
-    nl = torch.tanh
-  elif name == 'relu':
-    nl = torch.relu
-  elif name == 'sigmoid':
-    nl = torch.sigmoid
-  elif name == 'softplus':
-    nl = torch.nn.functional.softplus
-  elif name == 'selu':
-    nl = torch.nn.functional.selu
-  elif name == 'elu':
-    nl = torch.nn.functional.elu
-  elif name == 'swish':
-    nl = lambda x: x * torch.sigmoid(x)
-  else:
-    raise ValueError("nonlinearity not recognized")
-  return nl
-
-
-# hnn.py
-class HNN(torch.nn.Module):
-    '''Learn arbitrary vector fields that are sums of conservative and solenoidal fields'''
-    def __init__(self, input_dim, differentiable_model, field_type='solenoidal',
-                    baseline=False, assume_canonical_coords=True):
-        super(HNN, self).__init__()
-        self.baseline = baseline
-        self.differentiable_model = differentiable_model
-        self.assume_canonical_coords = assume_canonical_coords
-        self.M = self.permutation_tensor(input_dim) # Levi-Civita permutation tensor
-        self.field_type = field_type
+class Potentials(torch.nn.Module):
+    def __init__(self, n_in, width, n_out, act="tanh"):
+        super().__init__()
+        self.hidden = torch.nn.ModuleList([torch.nn.Linear(n_in, width), torch.nn.Linear(width, width)])
+        self.head = torch.nn.Linear(width, n_out, bias=None)
+        for layer in [*self.hidden, self.head]:
+            torch.nn.init.orthogonal_(layer.weight)
+        self.act = activation(act)
 
     def forward(self, x):
-        # traditional forward pass
-        if self.baseline:
-            return self.differentiable_model(x)
-
-        y = self.differentiable_model(x)
-        assert y.dim() == 2 and y.shape[1] == 2, "Output tensor should have shape [batch_size, 2]"
-        return y.split(1,1)
-
-    def rk4_time_derivative(self, x, dt):
-        return rk4(fun=self.time_derivative, y0=x, t=0, dt=dt)
-
-    def time_derivative(self, x, t=None, separate_fields=False):
-        '''NEURAL ODE-STLE VECTOR FIELD'''
-        if self.baseline:
-            return self.differentiable_model(x)
-
-        '''NEURAL HAMILTONIAN-STLE VECTOR FIELD'''
-        F1, F2 = self.forward(x) # traditional forward pass
-
-        conservative_field = torch.zeros_like(x) # start out with both components set to 0
-        solenoidal_field = torch.zeros_like(x)
-
-        if self.field_type != 'solenoidal':
-            dF1 = torch.autograd.grad(F1.sum(), x, create_graph=True)[0] # gradients for conservative field
-            conservative_field = dF1 @ torch.eye(*self.M.shape)
-
-        if self.field_type != 'conservative':
-            dF2 = torch.autograd.grad(F2.sum(), x, create_graph=True)[0] # gradients for solenoidal field
-            solenoidal_field = dF2 @ self.M.t()
-
-        if separate_fields:
-            return [conservative_field, solenoidal_field]
-
-        return conservative_field + solenoidal_field
-
-    def permutation_tensor(self,n):
-        M = None
-        if self.assume_canonical_coords:
-            M = torch.eye(n)
-            M = torch.cat([M[n//2:], -M[:n//2]])
-        else:
-            '''Constructs the Levi-Civita permutation tensor'''
-            M = torch.ones(n,n) # matrix of ones
-            M *= 1 - torch.eye(n) # clear diagonals
-            M[::2] *= -1 # pattern of signs
-            M[:,::2] *= -1
-
-            for i in range(n): # make asymmetric
-                for j in range(i+1, n):
-                    M[i,j] *= -1
-        return M
+        for layer in self.hidden:
+            x = self.act(layer(x))
+        return self.head(x)
 
 
-def rk4(fun, y0, t, dt, *args, **kwargs):
-  dt2 = dt / 2.0
-  k1 = fun(y0, t, *args, **kwargs)
-  k2 = fun(y0 + dt2 * k1, t + dt2, *args, **kwargs)
-  k3 = fun(y0 + dt2 * k2, t + dt2, *args, **kwargs)
-  k4 = fun(y0 + dt * k3, t + dt, *args, **kwargs)
-  dy = dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-  return dy
+def rotation_matrix(n, canonical):
+    if canonical:
+        eye = torch.eye(n)
+        return torch.cat([eye[n // 2 :], -eye[: n // 2]])
+    m = torch.ones(n, n)
+    m *= 1 - torch.eye(n)  # zero diagonal
+    m[::2] *= -1
+    m[:, ::2] *= -1
+    for i in range(n):
+        for j in range(i + 1, n):
+            m[i, j] *= -1  # antisymmetric
+    return m
 
 
-# train.py
-def train(args):
-  # set random seed
-  torch.manual_seed(args.seed)
-  np.random.seed(args.seed)
+class HamiltonianField(torch.nn.Module):
+    def __init__(self, n_in, net, field="solenoidal", canonical=True):
+        super().__init__()
+        self.net, self.field = net, field
+        self.M = rotation_matrix(n_in, canonical)
 
-  # init model and optimizer
-  if args.verbose:
-    print("Training baseline model:" if args.baseline else "Training HNN model:")
+    def forward(self, x):
+        out = self.net(x)
+        assert out.dim() == 2 and out.shape[1] == 2
+        return out.split(1, 1)
 
-  output_dim = args.input_dim if args.baseline else 2
-  nn_model = MLP(args.input_dim, args.hidden_dim, output_dim, args.nonlinearity)
-  initialize(nn_model)  # the test's: torch's weights in both runs
-  model = HNN(args.input_dim, differentiable_model=nn_model,
-            field_type=args.field_type, baseline=args.baseline,
-            assume_canonical_coords=args.canonical)
-  optim = torch.optim.Adam(model.parameters(), args.learn_rate, weight_decay=1e-4)
+    def time_derivative(self, x, t=None, *, separate_fields=False):
+        potential, stream = self.forward(x)
+        curl_free, div_free = torch.zeros_like(x), torch.zeros_like(x)
+        if self.field != "solenoidal":
+            d_potential = torch.autograd.grad(potential.sum(), x, create_graph=True)[0]
+            curl_free = d_potential @ torch.eye(*self.M.shape)
+        if self.field != "conservative":
+            d_stream = torch.autograd.grad(stream.sum(), x, create_graph=True)[0]
+            div_free = d_stream @ self.M.t()
+        return [curl_free, div_free] if separate_fields else curl_free + div_free
 
-  # arrange data
-  data = get_dataset(args.name, args.save_dir, seed=args.seed)
-  x = torch.tensor( data['x'], requires_grad=True, dtype=torch.float32)
-  test_x = torch.tensor( data['test_x'], requires_grad=True, dtype=torch.float32)
-  dxdt = torch.Tensor(data['dx'])
-  test_dxdt = torch.Tensor(data['test_dx'])
-
-  # vanilla train loop
-  stats = {'train_loss': [], 'test_loss': []}
-  for step in range(args.total_steps+1):
-
-    # train step
-    dxdt_hat = model.rk4_time_derivative(x, 0.1) if args.use_rk4 else model.time_derivative(x)
-    loss = L2_loss(dxdt, dxdt_hat)
-    loss.backward() ; optim.step() ; optim.zero_grad()
-
-    # run test data
-    test_dxdt_hat = model.rk4_time_derivative(test_x, 0.1) if args.use_rk4 else model.time_derivative(test_x)
-    test_loss = L2_loss(test_dxdt, test_dxdt_hat)
-
-    # logging
-    stats['train_loss'].append(loss.item())
-    stats['test_loss'].append(test_loss.item())
-    if args.verbose and step % args.print_every == 0:
-      print("step {}, train_loss {:.4e}, test_loss {:.4e}".format(step, loss.item(), test_loss.item()))
-
-  train_dxdt_hat = model.time_derivative(x)
-  train_dist = (dxdt - train_dxdt_hat)**2
-  test_dxdt_hat = model.time_derivative(test_x)
-  test_dist = (test_dxdt - test_dxdt_hat)**2
-  print('Final train loss {:.4e} +/- {:.4e}\\nFinal test loss {:.4e} +/- {:.4e}'
-    .format(train_dist.mean().item(), train_dist.std().item()/np.sqrt(train_dist.shape[0]),
-            test_dist.mean().item(), test_dist.std().item()/np.sqrt(test_dist.shape[0])))
-
-  return model, stats
+    def rk4_step(self, x, dt):
+        f = self.time_derivative
+        k1 = f(x, 0)
+        k2 = f(x + dt / 2 * k1, dt / 2)
+        k3 = f(x + dt / 2 * k2, dt / 2)
+        k4 = f(x + dt * k3, dt)
+        return dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
 
 
-# spring analysis: integrate the learned field
-def integrate_model(model, t_span, y0, **kwargs):
-  def fun(t, np_x):
-    x = torch.tensor( np_x, requires_grad=True, dtype=torch.float32).view(1,2)
-    dx = model.time_derivative(x).data.numpy().reshape(-1)
-    return dx
-  return solve_ivp(fun=fun, t_span=t_span, y0=y0, **kwargs)
+def mse(a, b):
+    return (a - b).pow(2).mean()
 
 
-model, stats = train(args)
-record.append(stats['train_loss'])
-record.append(stats['test_loss'])
-record.append({k: v.detach().numpy() for k, v in model.state_dict().items()})
-field = model.time_derivative(torch.tensor(data0['test_x'][:4], requires_grad=True), separate_fields=True)
-record += [f.detach().numpy() for f in field]
-record.append(model.M.numpy())
-record.append(model.rk4_time_derivative(torch.tensor(data0['x'][:3], requires_grad=True), 0.1).detach().numpy())
-path = integrate_model(model, [0, 2], np.array([1.0, 0.0]), t_eval=np.linspace(0, 2, 5), rtol=1e-8)
-record.append(path['y'])
+def fit(args):
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)
+    print("fitting a Hamiltonian field")
+    net = Potentials(args.input_dim, args.hidden_dim, 2, args.nonlinearity)
+    initialize(net)
+    model = HamiltonianField(args.input_dim, net, field=args.field_type, canonical=args.canonical)
+    opt = torch.optim.Adam(model.parameters(), args.learn_rate, weight_decay=1e-4)
+    samples = get_dataset(args.name, args.save_dir, seed=args.seed)
+    x = torch.tensor(samples["x"], requires_grad=True, dtype=torch.float32)
+    x_test = torch.tensor(samples["test_x"], requires_grad=True, dtype=torch.float32)
+    dx, dx_test = torch.Tensor(samples["dx"]), torch.Tensor(samples["test_dx"])
+    history = {"train": [], "test": []}
+    for step in range(args.total_steps + 1):
+        loss = mse(dx, model.time_derivative(x))
+        loss.backward(); opt.step(); opt.zero_grad()
+        test_loss = mse(dx_test, model.time_derivative(x_test))
+        history["train"].append(loss.item())
+        history["test"].append(test_loss.item())
+        if step % args.print_every == 0:
+            print("step {}: train {:.4e} test {:.4e}".format(step, loss.item(), test_loss.item()))
+    spread = (dx_test - model.time_derivative(x_test)) ** 2
+    print("final test {:.4e} +/- {:.4e}".format(spread.mean().item(), spread.std().item() / np.sqrt(len(spread))))
+    return model, history
+
+
+def trajectory(model, t_span, y0, **kwargs):
+    def rhs(t, state):
+        point = torch.tensor(state, requires_grad=True, dtype=torch.float32).view(1, 2)
+        return model.time_derivative(point).data.numpy().reshape(-1)
+    return solve_ivp(fun=rhs, t_span=t_span, y0=y0, **kwargs)
+
+
+field_model, history = fit(args)
+record += [history["train"], history["test"]]
+record.append({k: v.detach().numpy() for k, v in field_model.state_dict().items()})
+parts = field_model.time_derivative(torch.tensor(data0["test_x"][:4], requires_grad=True), separate_fields=True)
+record += [p.detach().numpy() for p in parts]
+record.append(field_model.M.numpy())
+record.append(field_model.rk4_step(torch.tensor(data0["x"][:3], requires_grad=True), 0.1).detach().numpy())
+record.append(trajectory(field_model, [0, 2], np.array([1.0, 0.0]), t_eval=np.linspace(0, 2, 5), rtol=1e-8)["y"])
 """
 
 HNN_STEPS = [
     (
-        "loss.backward() ; optim.step() ; optim.zero_grad()",
-        "grads = loss.backward() ; optim.step(grads) ; optim.zero_grad()",
+        "loss.backward(); opt.step(); opt.zero_grad()",
+        "grads = loss.backward(); opt.step(grads); opt.zero_grad()",
     )
 ]
 
@@ -447,7 +367,7 @@ def test_hamiltonian_neural_network_matches_torch(capsys, canonical, field):
         data0=data,
         solve_ivp=solve_ivp,
     )
-    assert "step 12, train_loss" in logs[0] and logs[1] == logs[0]
+    assert "step 12: train" in logs[0] and logs[1] == logs[0]
     theirs = records[0]
     assert theirs[0][-1] < theirs[0][0]
     if not canonical:  # the Levi-Civita tensor, built in place
