@@ -26,8 +26,8 @@ scientific machine learning.
   ``.data.numpy()``; both the canonical ``solenoidal`` field and ``field_type='both'`` on the
   permutation tensor. The spring's data are made by the test (the repository's ``data.py``
   differentiates its Hamiltonian with HIPS ``autograd``; the spring's derivative is written out).
-- a physics-informed network written the ``torch.func`` way, after the torch.func PINN
-  tutorials (``make_forward_fn`` stacking ``grad`` and ``vmap(dfunc, in_dims=(0, 0, None))``
+- a physics-informed network written here the ``torch.func`` way, in the style of the
+  torch.func PINN tutorials (``make_forward_fn`` stacking ``grad`` and ``vmap(dfunc, in_dims=(0, 0, None))``
   over ``functional_call(model, params_dict, (x, t))``, ``tuple_to_dict_parameters`` into an
   ``OrderedDict``), for the heat equation ``u_t = a u_xx``: the interior residual from
   ``vmap(grad(f, argnums=1), ...)`` and the second derivative, boundary and initial terms by
@@ -377,107 +377,74 @@ def test_hamiltonian_neural_network_matches_torch(capsys, canonical, field):
 
 # -- a physics-informed network by torch.func -------------------------------------------------------
 PINN_SOURCE = """
-from torch.func import functional_call, grad, vmap
+# A physics-informed net for the heat equation u_t = k u_xx on [0, 1] x [0, 1], with
+# u(x, 0) = sin(pi x) and u(0, t) = u(1, t) = 0, its derivatives taken by torch.func.
+from torch.func import grad, vmap, functional_call
+
+K = 0.1
 
 
-class PINN(nn.Module):
-    def __init__(self, num_hidden=2, dim_hidden=16, act=nn.Tanh()):
+class HeatNet(nn.Module):
+    def __init__(self, width=16, depth=2):
         super().__init__()
-        self.layer_in = nn.Linear(2, dim_hidden)
-        self.layer_out = nn.Linear(dim_hidden, 1)
-        num_middle = num_hidden - 1
-        self.middle_layers = nn.ModuleList(
-            [nn.Linear(dim_hidden, dim_hidden) for _ in range(num_middle)]
-        )
-        self.act = act
+        self.inp = nn.Linear(2, width)
+        self.hidden = nn.ModuleList(nn.Linear(width, width) for _ in range(depth - 1))
+        self.outp = nn.Linear(width, 1)
+        self.act = nn.Tanh()
 
     def forward(self, x, t):
-        x_stack = torch.stack([x, t], dim=-1)
-        out = self.act(self.layer_in(x_stack))
-        for layer in self.middle_layers:
-            out = self.act(layer(out))
-        logits = self.layer_out(out)
-        return logits.squeeze(-1)
+        h = self.act(self.inp(torch.stack([x, t], dim=-1)))
+        for layer in self.hidden:
+            h = self.act(layer(h))
+        return self.outp(h).squeeze(-1)
 
 
-def make_forward_fn(model, derivative_order=1):
-    # notice that `functional_call` supports batched inputs by default
-    # thus there is not need to call vmap on it, as it's instead done
-    # in the `grad` and `jacrev` transforms below
-    def f(x, t, params):
-        # the functional optimizer works with parameters represented as a tensor
-        # we convert the parameters back into a dictionary here
-        if isinstance(params, tuple):
-            params_dict = tuple_to_dict_parameters(model, params)
-        else:
-            params_dict = params
-        return functional_call(model, params_dict, (x, t))
+def as_named(model, params):
+    # a tuple of tensors back into the name -> tensor mapping functional_call wants
+    return OrderedDict(zip(dict(model.named_parameters()).keys(), params))
 
-    fns = []
-    fns.append(f)
 
-    dfunc = f
-    for _ in range(derivative_order):
-        # first compute the derivative function
-        dfunc = grad(dfunc)
+def derivatives_in_x(model, order):
+    def u(x, t, params):
+        named = as_named(model, params) if isinstance(params, tuple) else params
+        return functional_call(model, named, (x, t))
 
-        # then use vmap to support batching
-        dfunc_vmap = vmap(dfunc, in_dims=(0, 0, None))
-
-        fns.append(dfunc_vmap)
-
+    fns, current = [u], u
+    for _ in range(order):
+        current = grad(current)  # d/dx of a scalar-valued point function
+        fns.append(vmap(current, in_dims=(0, 0, None)))
     return fns
 
 
-def tuple_to_dict_parameters(model, params):
-    keys = list(dict(model.named_parameters()).keys())
-    values = list(params)
-    return OrderedDict(({k: v for k, v in zip(keys, values)}))
+net = HeatNet()
+initialize(net)
+u, u_x, u_xx = derivatives_in_x(net, 2)
+u_t = vmap(grad(u, argnums=1), in_dims=(0, 0, None))
+mse = nn.MSELoss()
 
 
-# the heat equation u_t = a u_xx on x in [0, 1], u(x, 0) = sin(pi x), u(0, t) = u(1, t) = 0
-a = 0.1
-model = PINN(num_hidden=2, dim_hidden=16)
-initialize(model)
-funcs = make_forward_fn(model, derivative_order=2)
-f = lambda x, t, p: funcs[0](x, t, p)
-dfdx = lambda x, t, p: funcs[1](x, t, p)
-d2fdx2 = lambda x, t, p: funcs[2](x, t, p)
+def residuals(params, x, t, x_edge, t_edge, x_start):
+    pde = u_t(x, t, params) - K * u_xx(x, t, params)
+    edge = u(x_edge, t_edge, params)
+    start = u(x_start, torch.zeros_like(x_start), params) - torch.sin(math.pi * x_start)
+    return sum(mse(r, torch.zeros_like(r)) for r in (pde, edge, start))
 
 
-dfdt = vmap(grad(f, argnums=1), in_dims=(0, 0, None))
-
-
-def loss_fn(params, x, t, x_b, t_b, x_0):
-    interior = dfdt(x, t, params) - a * d2fdx2(x, t, params)
-    boundary = f(x_b, t_b, params)
-    initial = f(x_0, torch.zeros_like(x_0), params) - torch.sin(math.pi * x_0)
-    loss = nn.MSELoss()
-    return (loss(interior, torch.zeros_like(interior))
-            + loss(boundary, torch.zeros_like(boundary))
-            + loss(initial, torch.zeros_like(initial)))
-
-
-x = torch.rand(32)
-t = torch.rand(32)
-x_b = torch.cat([torch.zeros(8), torch.ones(8)])
-t_b = torch.rand(16)
-x_0 = torch.linspace(0, 1, 16)
-
-optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=2)
-for i in range(15):
-    params = dict(model.named_parameters())
-    loss = loss_fn(params, x, t, x_b, t_b, x_0)
+x, t = torch.rand(32), torch.rand(32)
+x_edge, t_edge = torch.cat([torch.zeros(8), torch.ones(8)]), torch.rand(16)
+x_start = torch.linspace(0, 1, 16)
+optimizer = torch.optim.Adam(net.parameters(), lr=1e-2)
+plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=2)
+for it in range(15):
+    loss = residuals(dict(net.named_parameters()), x, t, x_edge, t_edge, x_start)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    scheduler.step(loss.item())
-    record.append([loss.item(), optimizer.param_groups[0]["lr"]])
+    plateau.step(loss.item())
+    record.append([loss.item(), plateau.optimizer.param_groups[0]["lr"]])
 
-params = tuple(model.parameters())
-record.append(f(x_0, 0.5 * torch.ones_like(x_0), params).detach().numpy())
-record.append(d2fdx2(x_0, 0.5 * torch.ones_like(x_0), params).detach().numpy())
+as_tuple, mid = tuple(net.parameters()), 0.5 * torch.ones_like(x_start)
+record += [u(x_start, mid, as_tuple).detach().numpy(), u_xx(x_start, mid, as_tuple).detach().numpy()]
 """
 
 PINN_STEPS = [
