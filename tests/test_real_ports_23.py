@@ -1,34 +1,29 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``), two programs written here:
 
-- karpathy/pytorch-normalizing-flows (``nflib/flows.py``, ``nflib/nets.py``, ``nflib/made.py``
-  and the training cell of ``nflow.ipynb``), every flow the notebook offers: RealNVP and NICE
-  (``AffineHalfFlow``: ``x[:,::2]``/``x[:,1::2]`` halves written back by ``z[:,::2] = z0`` into
-  ``torch.zeros``, conditioners defaulting to ``lambda x: x.new_zeros(...)``),
-  ``AffineConstantFlow`` (``nn.Parameter(torch.randn(1, dim, requires_grad=True))``), ``ActNorm``
-  (its data-dependent init assigning ``self.s.data = (-torch.log(x.std(dim=0,
-  keepdim=True))).detach()`` in the first forward), ``SlowMAF`` (an ``nn.ModuleDict`` keyed by
-  ``str(i)``, ``LeafParam`` of ``torch.Tensor(1, n)`` expanded, ``z[:, self.order[i]] = ...`` and
-  ``log_det += s``), ``MAF`` over ``MADE`` (``MaskedLinear(nn.Linear)`` with a mask buffer
-  written by ``self.mask.data.copy_(torch.from_numpy(mask.astype(np.uint8).T))``, masks from
-  ``np.random.RandomState``, ``st.split(self.dim, dim=1)``, ``z.flip(dims=(1,))``), ``IAF``
-  (``self.forward, self.backward = self.backward, self.forward`` on the instance, so the
-  sequential inversion runs in training, through ``x.clone()`` and ``x[:, i] = ...``), and
-  Glow (``Invertible1x1Conv``: ``torch.nn.init.orthogonal_``, ``torch.lu_unpack(*Q.lu())``,
-  ``U.diag()``, ``torch.tril(self.L, diagonal=-1) + torch.diag(torch.ones(self.dim))``, a plain
-  tensor attribute ``self.P``, ``torch.inverse``), interleaved with ``ActNorm`` through
-  ``itertools.chain(*zip(norms, flows, couplings))``; ``NormalizingFlowModel`` under the
-  logistic prior ``TransformedDistribution(Uniform(torch.zeros(2), torch.ones(2)),
-  SigmoidTransform().inv)``, Adam with ``weight_decay``, ``model.zero_grad()``, the NLL
-  ``-torch.sum(logprob)``; and each trained flow inverted (``model.backward``) on given latents;
-- the sparsemax and 1.5-entmax ``autograd.Function``s of deep-spin/entmax
-  (``entmax/activations.py``): ``ctx.save_for_backward``/``ctx.saved_tensors``, ``ctx.dim``,
-  ``_make_ix_like`` (``torch.arange(1, d + 1, device=, dtype=)`` viewed and transposed),
-  ``torch.sort(descending=True)``, ``cumsum``, ``gather(dim, support_size - 1)``, ``tau /=
-  support_size.to(input.dtype)``; in ``backward`` ``grad_input[output == 0] = 0``, ``dX -= q *
-  gppr`` and ``None`` for ``dim``; the top-k variants whose unsolved rows recurse with ``2 * k``
-  and are written back through a permuted view (``_roll_last(tau, dim)[unsolved] = tau_``), in
-  an attention layer trained with Adam.
+- normalizing flows on two moons in the style of karpathy/pytorch-normalizing-flows, every kind
+  that notebook offers: RealNVP and NICE couplings (``x[:, ::2]``/``x[:, 1::2]`` halves written
+  back into ``torch.zeros``, a conditioner defaulting to ``lambda x: x.new_zeros(...)``), a
+  learnt affine (``nn.Parameter(torch.randn(1, dim, requires_grad=True))``), ``ActNorm`` (its
+  data-dependent init assigning ``self.s.data = ...detach()`` in the first forward), a slow MAF
+  (an ``nn.ModuleDict`` keyed by ``str(i)``, a ``LeafParam`` of ``torch.Tensor(1, n)``
+  expanded, ``z[:, order[i]] = ...``, ``log_det += s``), MAF over a MADE (an ``nn.Linear``
+  subclass with a mask buffer written by ``mask.data.copy_(torch.from_numpy(m.astype(np.uint8)
+  .T))``, masks from ``np.random.RandomState``, ``split(dim, dim=1)``, ``flip(dims=(1,))``),
+  IAF (``forward`` and ``backward`` swapped on the instance, so the sequential inversion through
+  ``x.clone()`` and ``x[:, i] = ...`` runs in training), and Glow (``orthogonal_``,
+  ``torch.lu_unpack(*Q.lu())``, ``diag()``, ``torch.tril(L, diagonal=-1) +
+  torch.diag(torch.ones(dim))``, a plain tensor attribute ``P``, ``torch.inverse``) interleaved
+  with ``ActNorm`` through ``itertools.chain(*zip(...))``; a logistic prior
+  ``TransformedDistribution(Uniform(...), SigmoidTransform().inv)`` or a ``MultivariateNormal``,
+  Adam with ``weight_decay``, ``model.zero_grad()``, the NLL ``-torch.sum(...)``, and each
+  trained flow inverted on given latents;
+- sparsemax and 1.5-entmax as ``autograd.Function``s in the style of deep-spin/entmax:
+  ``ctx.save_for_backward``/``ctx.saved_tensors``, ``ctx.dim``, rank tensors by
+  ``torch.arange(1, d + 1, device=, dtype=)`` viewed and transposed, ``torch.sort(descending=
+  True)``/``torch.topk``, ``cumsum``, ``gather(dim, size - 1)``, ``tau /= size.to(dtype)``; in
+  ``backward`` ``g[out == 0] = 0``, ``dx -= shift * root`` and ``None`` for the extra inputs;
+  top-k variants whose unsolved rows recurse with ``2 * k`` and are written back through a
+  permuted view, in an attention classifier trained with Adam.
 
 The defect found: retrograd had no LU factorization (``Tensor.lu``, ``torch.lu``,
 ``torch.lu_unpack``, ``linalg.lu_factor``/``lu_factor_ex``/``lu``), so Glow's
@@ -50,446 +45,289 @@ import retrograd as rg
 from real_ports import assert_records_agree, both
 
 # -- normalizing flows -----------------------------------------------------------------------------
-FLOWS_SOURCE = '''
+FLOWS_SOURCE = """
+# Density estimation on two moons with a menu of normalizing flows (coupling, autoregressive,
+# inverse autoregressive and Glow-style), each invertible with a log-determinant both ways.
 import itertools
-from torch.distributions import MultivariateNormal, Uniform, TransformedDistribution, SigmoidTransform
+from torch.distributions import MultivariateNormal, TransformedDistribution, Uniform
+from torch.distributions.transforms import SigmoidTransform
 
 
-class MaskedLinear(nn.Linear):
-    """ same as Linear except has a configurable mask on the weights """
+class MaskedDense(nn.Linear):
+    def __init__(self, n_in, n_out, bias=True):
+        super().__init__(n_in, n_out, bias)
+        self.register_buffer("mask", torch.ones(n_out, n_in))
 
-    def __init__(self, in_features, out_features, bias=True):
-        super().__init__(in_features, out_features, bias)
-        self.register_buffer('mask', torch.ones(out_features, in_features))
+    def set_mask(self, allowed):
+        # allowed is (in, out) in NumPy; the buffer is (out, in) like the weight
+        self.mask.data.copy_(torch.from_numpy(allowed.astype(np.uint8).T))
 
-    def set_mask(self, mask):
-        self.mask.data.copy_(torch.from_numpy(mask.astype(np.uint8).T))
+    def forward(self, x):
+        return F.linear(x, self.mask * self.weight, self.bias)
 
-    def forward(self, input):
-        return F.linear(input, self.mask * self.weight, self.bias)
 
 class MADE(nn.Module):
-    def __init__(self, nin, hidden_sizes, nout, num_masks=1, natural_ordering=False):
+    # an MLP whose masks make output j depend only on inputs before j in a fixed order
+    def __init__(self, n_in, hidden, n_out, seed=0):
         super().__init__()
-        self.nin = nin
-        self.nout = nout
-        self.hidden_sizes = hidden_sizes
-        assert self.nout % self.nin == 0, "nout must be integer multiple of nin"
-
-        # define a simple MLP neural net
-        self.net = []
-        hs = [nin] + hidden_sizes + [nout]
-        for h0,h1 in zip(hs, hs[1:]):
-            self.net.extend([
-                    MaskedLinear(h0, h1),
-                    nn.ReLU(),
-                ])
-        self.net.pop() # pop the last ReLU for the output layer
-        self.net = nn.Sequential(*self.net)
-
-        # seeds for orders/connectivities of the model ensemble
-        self.natural_ordering = natural_ordering
-        self.num_masks = num_masks
-        self.seed = 0 # for cycling through num_masks orderings
-
-        self.m = {}
-        self.update_masks() # builds the initial self.m connectivity
-        # note, we could also precompute the masks and cache them, but this
-        # could get memory expensive for large number of masks.
-
-    def update_masks(self):
-        if self.m and self.num_masks == 1: return # only a single seed, skip for efficiency
-        L = len(self.hidden_sizes)
-
-        # fetch the next seed and construct a random stream
-        rng = np.random.RandomState(self.seed)
-        self.seed = (self.seed + 1) % self.num_masks
-
-        # sample the order of the inputs and the connectivity of all neurons
-        self.m[-1] = np.arange(self.nin) if self.natural_ordering else rng.permutation(self.nin)
-        for l in range(L):
-            self.m[l] = rng.randint(self.m[l-1].min(), self.nin-1, size=self.hidden_sizes[l])
-
-        # construct the mask matrices
-        masks = [self.m[l-1][:,None] <= self.m[l][None,:] for l in range(L)]
-        masks.append(self.m[L-1][:,None] < self.m[-1][None,:])
-
-        # handle the case where nout = nin * k, for integer k > 1
-        if self.nout > self.nin:
-            k = int(self.nout / self.nin)
-            # replicate the mask across the other outputs
-            masks[-1] = np.concatenate([masks[-1]]*k, axis=1)
-
-        # set the masks in all MaskedLinear layers
-        layers = [l for l in self.net.modules() if isinstance(l, MaskedLinear)]
-        for l,m in zip(layers, masks):
-            l.set_mask(m)
+        sizes = [n_in] + hidden + [n_out]
+        layers = []
+        for a, b in zip(sizes, sizes[1:]):
+            layers += [MaskedDense(a, b), nn.ReLU()]
+        self.net = nn.Sequential(*layers[:-1])
+        rng = np.random.RandomState(seed)
+        degrees = [np.arange(n_in)]
+        for h in hidden:
+            degrees.append(rng.randint(degrees[-1].min(), n_in - 1, size=h))
+        masks = [d0[:, None] <= d1[None, :] for d0, d1 in zip(degrees, degrees[1:])]
+        masks.append(degrees[-1][:, None] < degrees[0][None, :])
+        reps = n_out // n_in
+        masks[-1] = np.concatenate([masks[-1]] * reps, axis=1)
+        for layer, m in zip([l for l in self.net if isinstance(l, MaskedDense)], masks):
+            layer.set_mask(m)
 
     def forward(self, x):
         return self.net(x)
 
 
 class LeafParam(nn.Module):
-    """
-    just ignores the input and outputs a parameter tensor, lol
-    todo maybe this exists in PyTorch somewhere?
-    """
+    # a learnt constant standing in for a conditioner with no inputs
     def __init__(self, n):
         super().__init__()
-        self.p = nn.Parameter(torch.Tensor(1,n))
+        self.p = nn.Parameter(torch.Tensor(1, n))
 
     def forward(self, x):
-        return self.p.expand(x.size(0), self.p.size(1))
+        return self.p.expand(x.size(0), -1)
 
 
-class MLP(nn.Module):
-    """ a simple 4-layer MLP """
+def mlp(n_in, n_out, width):
+    return nn.Sequential(nn.Linear(n_in, width), nn.LeakyReLU(0.2), nn.Linear(width, width),
+                         nn.LeakyReLU(0.2), nn.Linear(width, n_out))
 
-    def __init__(self, nin, nout, nh):
+
+class Affine(nn.Module):
+    def __init__(self, dim, *, scale=True, shift=True):
         super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(nin, nh),
-            nn.LeakyReLU(0.2),
-            nn.Linear(nh, nh),
-            nn.LeakyReLU(0.2),
-            nn.Linear(nh, nh),
-            nn.LeakyReLU(0.2),
-            nn.Linear(nh, nout),
-        )
-    def forward(self, x):
-        return self.net(x)
+        fresh = lambda: nn.Parameter(torch.randn(1, dim, requires_grad=True))
+        self.s = fresh() if scale else None
+        self.t = fresh() if shift else None
 
-class ARMLP(nn.Module):
-    """ a 4-layer auto-regressive MLP, wrapper around MADE net """
-
-    def __init__(self, nin, nout, nh):
-        super().__init__()
-        self.net = MADE(nin, [nh, nh, nh], nout, num_masks=1, natural_ordering=True)
+    def _st(self, x):
+        zero = x.new_zeros(x.size())
+        return (zero if self.s is None else self.s), (zero if self.t is None else self.t)
 
     def forward(self, x):
-        return self.net(x)
-
-
-class AffineConstantFlow(nn.Module):
-    """
-    Scales + Shifts the flow by (learned) constants per dimension.
-    In NICE paper there is a Scaling layer which is a special case of this where t is None
-    """
-    def __init__(self, dim, scale=True, shift=True):
-        super().__init__()
-        self.s = nn.Parameter(torch.randn(1, dim, requires_grad=True)) if scale else None
-        self.t = nn.Parameter(torch.randn(1, dim, requires_grad=True)) if shift else None
-
-    def forward(self, x):
-        s = self.s if self.s is not None else x.new_zeros(x.size())
-        t = self.t if self.t is not None else x.new_zeros(x.size())
-        z = x * torch.exp(s) + t
-        log_det = torch.sum(s, dim=1)
-        return z, log_det
+        s, t = self._st(x)
+        return x * torch.exp(s) + t, torch.sum(s, dim=1)
 
     def backward(self, z):
-        s = self.s if self.s is not None else z.new_zeros(z.size())
-        t = self.t if self.t is not None else z.new_zeros(z.size())
-        x = (z - t) * torch.exp(-s)
-        log_det = torch.sum(-s, dim=1)
-        return x, log_det
+        s, t = self._st(z)
+        return (z - t) * torch.exp(-s), torch.sum(-s, dim=1)
 
 
-class ActNorm(AffineConstantFlow):
-    """
-    Really an AffineConstantFlow but with a data-dependent initialization,
-    where on the very first batch we clever initialize the s,t so that the output
-    is unit gaussian. As described in Glow paper.
-    """
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.data_dep_init_done = False
+class ActNorm(Affine):
+    # the first batch sets s and t so that it comes out standardised
+    def __init__(self, dim):
+        super().__init__(dim)
+        self.initialised = False
 
     def forward(self, x):
-        # first batch is used for init
-        if not self.data_dep_init_done:
-            assert self.s is not None and self.t is not None # for now
-            self.s.data = (-torch.log(x.std(dim=0, keepdim=True))).detach()
-            self.t.data = (-(x * torch.exp(self.s)).mean(dim=0, keepdim=True)).detach()
-            self.data_dep_init_done = True
+        if not self.initialised:
+            spread = x.std(dim=0, keepdim=True)
+            self.s.data = (-torch.log(spread)).detach()
+            centre = (x * torch.exp(self.s)).mean(dim=0, keepdim=True)
+            self.t.data = (-centre).detach()
+            self.initialised = True
         return super().forward(x)
 
 
-class AffineHalfFlow(nn.Module):
-    """
-    As seen in RealNVP, affine autoregressive flow (z = x * exp(s) + t), where half of the
-    dimensions in x are linearly scaled/transfromed as a function of the other half.
-    Which half is which is determined by the parity bit.
-    - RealNVP both scales and shifts (default)
-    - NICE only shifts
-    """
-    def __init__(self, dim, parity, net_class=MLP, nh=24, scale=True, shift=True):
+class Coupling(nn.Module):
+    # RealNVP (scale and shift) or NICE (shift only) on one half given the other
+    def __init__(self, dim, parity, width, scale=True):
         super().__init__()
-        self.dim = dim
-        self.parity = parity
-        self.s_cond = lambda x: x.new_zeros(x.size(0), self.dim // 2)
-        self.t_cond = lambda x: x.new_zeros(x.size(0), self.dim // 2)
-        if scale:
-            self.s_cond = net_class(self.dim // 2, self.dim // 2, nh)
-        if shift:
-            self.t_cond = net_class(self.dim // 2, self.dim // 2, nh)
+        self.dim, self.parity = dim, parity
+        half = dim // 2
+        no_scale = lambda x: x.new_zeros(x.size(0), half)
+        self.scale_net = mlp(half, half, width) if scale else no_scale
+        self.shift_net = mlp(half, half, width)
+
+    def _halves(self, x):
+        a, b = x[:, ::2], x[:, 1::2]
+        return (b, a) if self.parity else (a, b)
+
+    def _join(self, a, b, n):
+        if self.parity:
+            a, b = b, a
+        out = torch.zeros((n, self.dim))
+        out[:, ::2] = a
+        out[:, 1::2] = b
+        return out
 
     def forward(self, x):
-        x0, x1 = x[:,::2], x[:,1::2]
-        if self.parity:
-            x0, x1 = x1, x0
-        s = self.s_cond(x0)
-        t = self.t_cond(x0)
-        z0 = x0 # untouched half
-        z1 = torch.exp(s) * x1 + t # transform this half as a function of the other
-        if self.parity:
-            z0, z1 = z1, z0
-        z = torch.zeros((x.shape[0], self.dim))
-        z[:,::2] = z0
-        z[:,1::2] = z1
-        log_det = torch.sum(s, dim=1)
-        return z, log_det
+        keep, move = self._halves(x)
+        s = self.scale_net(keep)
+        moved = torch.exp(s) * move + self.shift_net(keep)
+        return self._join(keep, moved, x.shape[0]), torch.sum(s, dim=1)
 
     def backward(self, z):
-        z0, z1 = z[:,::2], z[:,1::2]
-        if self.parity:
-            z0, z1 = z1, z0
-        s = self.s_cond(z0)
-        t = self.t_cond(z0)
-        x0 = z0 # this was the same
-        x1 = (z1 - t) * torch.exp(-s) # reverse the transform on this half
-        if self.parity:
-            x0, x1 = x1, x0
-        x = torch.zeros((z.shape[0], self.dim))
-        x[:,::2] = x0
-        x[:,1::2] = x1
-        log_det = torch.sum(-s, dim=1)
-        return x, log_det
+        keep, move = self._halves(z)
+        s = self.scale_net(keep)
+        moved = (move - self.shift_net(keep)) * torch.exp(-s)
+        return self._join(keep, moved, z.shape[0]), torch.sum(-s, dim=1)
 
 
 class SlowMAF(nn.Module):
-    """
-    Masked Autoregressive Flow, slow version with explicit networks per dim
-    """
-    def __init__(self, dim, parity, net_class=MLP, nh=24):
+    # one conditioner per dimension, looked up by name
+    def __init__(self, dim, parity, width):
         super().__init__()
         self.dim = dim
-        self.layers = nn.ModuleDict()
-        self.layers[str(0)] = LeafParam(2)
+        self.conditioners = nn.ModuleDict({str(0): LeafParam(2)})
         for i in range(1, dim):
-            self.layers[str(i)] = net_class(i, 2, nh)
-        self.order = list(range(dim)) if parity else list(range(dim))[::-1]
+            self.conditioners[str(i)] = mlp(i, 2, width)
+        self.order = list(range(dim))
+        if not parity:
+            self.order.reverse()
 
     def forward(self, x):
-        z = torch.zeros_like(x)
-        log_det = torch.zeros(x.size(0))
+        z, log_det = torch.zeros_like(x), torch.zeros(x.size(0))
         for i in range(self.dim):
-            st = self.layers[str(i)](x[:, :i])
-            s, t = st[:, 0], st[:, 1]
-            z[:, self.order[i]] = x[:, i] * torch.exp(s) + t
-            log_det += s
+            st = self.conditioners[str(i)](x[:, :i])
+            z[:, self.order[i]] = x[:, i] * torch.exp(st[:, 0]) + st[:, 1]
+            log_det += st[:, 0]
         return z, log_det
 
     def backward(self, z):
-        x = torch.zeros_like(z)
-        log_det = torch.zeros(z.size(0))
+        x, log_det = torch.zeros_like(z), torch.zeros(z.size(0))
         for i in range(self.dim):
-            st = self.layers[str(i)](x[:, :i])
-            s, t = st[:, 0], st[:, 1]
-            x[:, i] = (z[:, self.order[i]] - t) * torch.exp(-s)
-            log_det += -s
+            st = self.conditioners[str(i)](x[:, :i])
+            x[:, i] = (z[:, self.order[i]] - st[:, 1]) * torch.exp(-st[:, 0])
+            log_det += -st[:, 0]
         return x, log_det
 
-class MAF(nn.Module):
-    """ Masked Autoregressive Flow that uses a MADE-style network for fast forward """
 
-    def __init__(self, dim, parity, net_class=ARMLP, nh=24):
+class MAF(nn.Module):
+    def __init__(self, dim, parity, width):
         super().__init__()
-        self.dim = dim
-        self.net = net_class(dim, dim*2, nh)
-        self.parity = parity
+        self.dim, self.parity = dim, parity
+        self.made = MADE(dim, [width, width], 2 * dim)
 
     def forward(self, x):
-        # here we see that we are evaluating all of z in parallel, so density estimation will be fast
-        st = self.net(x)
-        s, t = st.split(self.dim, dim=1)
+        s, t = self.made(x).split(self.dim, dim=1)
         z = x * torch.exp(s) + t
-        # reverse order, so if we stack MAFs correct things happen
-        z = z.flip(dims=(1,)) if self.parity else z
-        log_det = torch.sum(s, dim=1)
-        return z, log_det
+        return (z.flip(dims=(1,)) if self.parity else z), torch.sum(s, dim=1)
 
     def backward(self, z):
-        # we have to decode the x one at a time, sequentially
-        x = torch.zeros_like(z)
-        log_det = torch.zeros(z.size(0))
-        z = z.flip(dims=(1,)) if self.parity else z
-        for i in range(self.dim):
-            st = self.net(x.clone()) # clone to avoid in-place op errors if using IAF
-            s, t = st.split(self.dim, dim=1)
-            x[:, i] = (z[:, i] - t[:, i]) * torch.exp(-s[:, i])
+        if self.parity:
+            z = z.flip(dims=(1,))
+        x, log_det = torch.zeros_like(z), torch.zeros(z.size(0))
+        for i in range(self.dim):  # one dimension at a time: each needs the ones before
+            s, t = self.made(x.clone()).split(self.dim, dim=1)
+            x[:, i] = torch.exp(-s[:, i]) * (z[:, i] - t[:, i])
             log_det += -s[:, i]
         return x, log_det
 
+
 class IAF(MAF):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        """
-        reverse the flow, giving an Inverse Autoregressive Flow (IAF) instead,
-        where sampling will be fast but density estimation slow
-        """
-        self.forward, self.backward = self.backward, self.forward
+    # the same network run the other way: sampling is fast, density is sequential
+    def __init__(self, dim, parity, width):
+        super().__init__(dim, parity, width)
+        density, sampling = self.forward, self.backward
+        self.forward, self.backward = sampling, density  # bound methods set on the instance
 
 
-class Invertible1x1Conv(nn.Module):
-    """
-    As introduced in Glow paper.
-    """
-
+class Invertible1x1(nn.Module):
+    # a learnt rotation in LU form: P fixed, L unit lower, U upper with its diagonal apart
     def __init__(self, dim):
         super().__init__()
         self.dim = dim
-        Q = torch.nn.init.orthogonal_(torch.randn(dim, dim))
-        P, L, U = torch.lu_unpack(*Q.lu())
-        self.P = P # remains fixed during optimization
-        self.L = nn.Parameter(L) # lower triangular portion
-        self.S = nn.Parameter(U.diag()) # "crop out" the diagonal to its own parameter
-        self.U = nn.Parameter(torch.triu(U, diagonal=1)) # "crop out" diagonal, stored in S
+        rotation = torch.nn.init.orthogonal_(torch.randn(dim, dim))
+        perm, lower, upper = torch.lu_unpack(*rotation.lu())
+        self.P = perm  # a plain attribute: not learnt, not in the state dict
+        self.L = nn.Parameter(lower)
+        self.S = nn.Parameter(upper.diag())
+        self.U = nn.Parameter(torch.triu(upper, diagonal=1))
 
-    def _assemble_W(self):
-        """ assemble W from its pieces (P, L, U, S) """
-        L = torch.tril(self.L, diagonal=-1) + torch.diag(torch.ones(self.dim))
-        U = torch.triu(self.U, diagonal=1)
-        W = self.P @ L @ (U + torch.diag(self.S))
-        return W
+    def _matrix(self):
+        lower = torch.tril(self.L, diagonal=-1) + torch.diag(torch.ones(self.dim))
+        return self.P @ lower @ (torch.triu(self.U, diagonal=1) + torch.diag(self.S))
 
     def forward(self, x):
-        W = self._assemble_W()
-        z = x @ W
-        log_det = torch.sum(torch.log(torch.abs(self.S)))
-        return z, log_det
+        return x @ self._matrix(), torch.sum(torch.log(torch.abs(self.S)))
 
     def backward(self, z):
-        W = self._assemble_W()
-        W_inv = torch.inverse(W)
-        x = z @ W_inv
-        log_det = -torch.sum(torch.log(torch.abs(self.S)))
-        return x, log_det
+        return z @ torch.inverse(self._matrix()), -torch.sum(torch.log(torch.abs(self.S)))
 
-# ------------------------------------------------------------------------
 
-class NormalizingFlow(nn.Module):
-    """ A sequence of Normalizing Flows is a Normalizing Flow """
-
-    def __init__(self, flows):
-        super().__init__()
-        self.flows = nn.ModuleList(flows)
-
-    def forward(self, x):
-        m, _ = x.shape
-        log_det = torch.zeros(m)
-        zs = [x]
-        for flow in self.flows:
-            x, ld = flow.forward(x)
-            log_det += ld
-            zs.append(x)
-        return zs, log_det
-
-    def backward(self, z):
-        m, _ = z.shape
-        log_det = torch.zeros(m)
-        xs = [z]
-        for flow in self.flows[::-1]:
-            z, ld = flow.backward(z)
-            log_det += ld
-            xs.append(z)
-        return xs, log_det
-
-class NormalizingFlowModel(nn.Module):
-    """ A Normalizing Flow Model is a (prior, flow) pair """
-
-    def __init__(self, prior, flows):
+class FlowModel(nn.Module):
+    def __init__(self, prior, steps):
         super().__init__()
         self.prior = prior
-        self.flow = NormalizingFlow(flows)
+        self.flow = nn.Module()
+        self.flow.flows = nn.ModuleList(steps)
 
     def forward(self, x):
-        zs, log_det = self.flow.forward(x)
-        prior_logprob = self.prior.log_prob(zs[-1]).view(x.size(0), -1).sum(1)
-        return zs, prior_logprob, log_det
+        log_det = torch.zeros(x.shape[0])
+        for f in self.flow.flows:
+            x, ld = f.forward(x)
+            log_det += ld
+        return x, self.prior.log_prob(x).view(x.size(0), -1).sum(1), log_det
 
     def backward(self, z):
-        xs, log_det = self.flow.backward(z)
-        return xs, log_det
-
-    def sample(self, num_samples):
-        z = self.prior.sample((num_samples,))
-        xs, _ = self.flow.backward(z)
-        return xs
+        log_det, path = torch.zeros(z.shape[0]), [z]
+        for f in self.flow.flows[::-1]:
+            z, ld = f.backward(z)
+            log_det += ld
+            path.append(z)
+        return path, log_det
 
 
 def make_flows(kind):
     if kind == "RealNVP":
-        flows = [AffineHalfFlow(dim=2, parity=i%2, nh=8) for i in range(3)]
-    elif kind == "NICE":
-        flows = [AffineHalfFlow(dim=2, parity=i%2, nh=8, scale=False) for i in range(4)]
-        flows.append(AffineConstantFlow(dim=2, shift=False))
-    elif kind == "SlowMAF":
-        flows = [SlowMAF(dim=2, parity=i%2, nh=8) for i in range(3)]
-    elif kind == "MAF":
-        flows = [MAF(dim=2, parity=i%2, nh=8) for i in range(3)]
-    elif kind == "IAF":
-        flows = [IAF(dim=2, parity=i%2, nh=8) for i in range(3)]
-    elif kind == "ActNorm+RealNVP":
-        flows = [AffineHalfFlow(dim=2, parity=i%2, nh=8) for i in range(3)]
-        norms = [ActNorm(dim=2) for _ in flows]
-        flows = list(itertools.chain(*zip(norms, flows)))
-    elif kind == "Glow":
-        flows = [Invertible1x1Conv(dim=2) for i in range(2)]
-        norms = [ActNorm(dim=2) for _ in flows]
-        couplings = [AffineHalfFlow(dim=2, parity=i%2, nh=8) for i in range(len(flows))]
-        flows = list(itertools.chain(*zip(norms, flows, couplings))) # append a coupling layer after act norm
-    return flows
+        return [Coupling(2, i % 2, 8) for i in range(3)]
+    if kind == "NICE":
+        return [Coupling(2, i % 2, 8, scale=False) for i in range(4)] + [Affine(2, shift=False)]
+    if kind in ("SlowMAF", "MAF", "IAF"):
+        return [{"SlowMAF": SlowMAF, "MAF": MAF, "IAF": IAF}[kind](2, i % 2, 8) for i in range(3)]
+    if kind == "ActNorm+RealNVP":
+        couplings = [Coupling(2, i % 2, 8) for i in range(3)]
+        return list(itertools.chain(*zip([ActNorm(2) for _ in couplings], couplings)))
+    rotations = [Invertible1x1(2) for _ in range(2)]
+    norms, couplings = [ActNorm(2) for _ in rotations], [Coupling(2, i % 2, 8) for i in range(2)]
+    return list(itertools.chain(*zip(norms, rotations, couplings)))
 
 
 def build(kind, logistic):
-    if logistic:
-        prior = TransformedDistribution(Uniform(torch.zeros(2), torch.ones(2)), SigmoidTransform().inv) # Logistic distribution
+    if logistic:  # the logistic distribution: a uniform pushed through the logit
+        unit = Uniform(torch.zeros(2), torch.ones(2))
+        prior = TransformedDistribution(unit, SigmoidTransform().inv)
     else:
-        prior = MultivariateNormal(torch.zeros(2), torch.eye(2))
-    return NormalizingFlowModel(prior, make_flows(kind))
+        prior = MultivariateNormal(torch.zeros(2), covariance_matrix=torch.eye(2))
+    return FlowModel(prior, make_flows(kind))
 
 
-def train(model, batches, latents):
-    records = []
-    optimizer = optim.Adam(model.parameters(), lr=1e-2, weight_decay=1e-5) # todo tune WD
-    print("number of params: ", sum(p.numel() for p in model.parameters()))
-
+def train(model, batches, codes):
+    seen = []
+    optimizer = optim.Adam(model.parameters(), lr=1e-2, weight_decay=1e-5)
+    print("parameters:", sum(p.numel() for p in model.parameters()))
     model.train()
-    for k in range(len(batches)):
-        x = batches[k]
-
-        zs, prior_logprob, log_det = model(x)
-        logprob = prior_logprob + log_det
-        loss = -torch.sum(logprob) # NLL
-
+    for x in batches:
+        _, prior_lp, log_det = model(x)
+        nll = -torch.sum(prior_lp + log_det)
         model.zero_grad()
-        loss.backward()
+        nll.backward()
         optimizer.step()
-
-        records.append(loss.item())
+        seen.append(nll.item())
     model.eval()
-    xs, log_det = model.backward(latents)
-    records.append(xs[-1].detach().numpy().copy())
-    records.append(log_det.detach().numpy().copy())
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
-    return records
-'''
+    path, log_det = model.backward(codes)
+    seen += [path[-1].detach().numpy().copy(), log_det.detach().numpy().copy()]
+    seen.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
+    return seen
+"""
 
 FLOWS_STEP = [
     (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "        nll.backward()\n        optimizer.step()",
+        "        grads = nll.backward()\n        optimizer.step(grads)",
     ),
 ]
 
@@ -497,10 +335,14 @@ KINDS = ["RealNVP", "NICE", "SlowMAF", "MAF", "IAF", "ActNorm+RealNVP", "Glow"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_karpathy_normalizing_flows_match_torch(capsys, kind):
+def test_normalizing_flows_in_the_karpathy_style_match_torch(capsys, kind):
     theirs, ours = both(FLOWS_SOURCE, FLOWS_STEP)
     rng = np.random.default_rng(KINDS.index(kind))
-    moons = [np.stack([np.cos(a), np.sin(a) - 0.5 * (a > np.pi)], 1) + 0.05 * rng.standard_normal((16, 2)) for a in rng.uniform(0, 2 * np.pi, (4, 16))]  # fmt: skip
+    angles = rng.uniform(0, 2 * np.pi, (4, 16))
+    noise = [0.05 * rng.standard_normal((16, 2)) for _ in angles]
+    moons = [
+        np.stack([np.cos(a), np.sin(a) - 0.5 * (a > np.pi)], 1) + e for a, e in zip(angles, noise)
+    ]
     latents = rng.standard_normal((5, 2))
     records, initial = [], None
     for lib, names in ((torch, theirs), (rg, ours)):
@@ -526,251 +368,143 @@ def test_karpathy_normalizing_flows_match_torch(capsys, kind):
 
 # -- entmax ----------------------------------------------------------------------------------------
 ENTMAX_SOURCE = """
-from torch.autograd import Function
+# Sparse attention: sparsemax and 1.5-entmax as custom autograd Functions, with top-k
+# variants that sort only k entries and retry the rows whose support fills them.
+from torch import autograd
 
 
-def _make_ix_like(input, dim=0):
-    d = input.size(dim)
-    rho = torch.arange(1, d + 1, device=input.device, dtype=input.dtype)
-    view = [1] * input.dim()
-    view[0] = -1
-    return rho.view(view).transpose(0, dim)
+def ranks_like(x, dim):
+    # 1..d along dim, shaped to broadcast against x
+    r = torch.arange(1, x.size(dim) + 1, device=x.device, dtype=x.dtype)
+    shape = [1] * x.dim()
+    shape[0] = -1
+    return r.view(shape).transpose(0, dim)
 
 
-def _roll_last(X, dim):
+def dim_last(x, dim):
+    # a view with dim moved last (writes through it land in x)
     if dim == -1:
-        return X
-    elif dim < 0:
-        dim = X.dim() - dim
-
-    perm = [i for i in range(X.dim()) if i != dim] + [dim]
-    return X.permute(perm)
+        return x
+    order = [i for i in range(x.dim()) if i != dim % x.dim()] + [dim % x.dim()]
+    return x.permute(order)
 
 
-def _threshold_and_support(input, dim=0):
-    input_srt, _ = torch.sort(input, descending=True, dim=dim)
-    input_cumsum = input_srt.cumsum(dim) - 1
-    rhos = _make_ix_like(input, dim)
-    support = rhos * input_srt > input_cumsum
-
-    support_size = support.sum(dim=dim).unsqueeze(dim)
-    tau = input_cumsum.gather(dim, support_size - 1)
-    tau /= support_size.to(input.dtype)
-    return tau, support_size
+def leading(x, dim, k):
+    if k is None or k >= x.shape[dim]:
+        return torch.sort(x, dim=dim, descending=True)[0]
+    return torch.topk(x, k=k, dim=dim)[0]
 
 
-def _threshold_and_support_topk(input, dim=0, k=100):
-    if k >= input.shape[dim]:  # do full sort
-        topk, _ = torch.sort(input, dim=dim, descending=True)
-    else:
-        topk, _ = torch.topk(input, k=k, dim=dim)
-
-    topk_cumsum = topk.cumsum(dim) - 1
-    rhos = _make_ix_like(topk, dim)
-    support = rhos * topk > topk_cumsum
-
-    support_size = support.sum(dim=dim).unsqueeze(dim)
-    tau = topk_cumsum.gather(dim, support_size - 1)
-    tau /= support_size.to(input.dtype)
-
-    unsolved = (support_size == k).squeeze(dim)
-
-    if torch.any(unsolved):
-        in_ = _roll_last(input, dim)[unsolved]
-        tau_, ss_ = _threshold_and_support_topk(in_, dim=-1, k=2 * k)
-        _roll_last(tau, dim)[unsolved] = tau_
-        _roll_last(support_size, dim)[unsolved] = ss_
-
-    return tau, support_size
+def sparsemax_threshold(x, dim, k=None):
+    top = leading(x, dim, k)
+    excess = top.cumsum(dim) - 1
+    size = (ranks_like(top, dim) * top > excess).sum(dim=dim).unsqueeze(dim)
+    tau = excess.gather(dim, size - 1)
+    tau /= size.to(x.dtype)
+    if k is not None:
+        full = (size == k).squeeze(dim)  # the true support may be larger than k
+        if torch.any(full):
+            tau_more, size_more = sparsemax_threshold(dim_last(x, dim)[full], -1, 2 * k)
+            dim_last(tau, dim)[full] = tau_more
+            dim_last(size, dim)[full] = size_more
+    return tau, size
 
 
-class SparsemaxFunction(Function):
+def entmax_threshold(x, dim, k=None):
+    top = leading(x, dim, k)
+    r = ranks_like(top, dim)
+    mean, mean_sq = top.cumsum(dim) / r, (top**2).cumsum(dim) / r
+    gap = torch.clamp((1 - r * (mean_sq - mean**2)) / r, 0)
+    tau_all = mean - torch.sqrt(gap)
+    size = (tau_all <= top).sum(dim).unsqueeze(dim)
+    tau = tau_all.gather(dim, size - 1)
+    if k is not None:
+        full = (size == k).squeeze(dim)
+        if torch.any(full):
+            tau_more, size_more = entmax_threshold(dim_last(x, dim)[full], -1, 2 * k)
+            dim_last(tau, dim)[full] = tau_more
+            dim_last(size, dim)[full] = size_more
+    return tau, size
 
+
+class Sparsemax(autograd.Function):
     @staticmethod
-    def forward(ctx, input, dim=0):
+    def forward(ctx, x, dim=-1, k=None):
         ctx.dim = dim
-        max_val, _ = input.max(dim=dim, keepdim=True)
-        input = input - max_val  # same numerical stability trick as for softmax
-        tau, supp_size = _threshold_and_support(input, dim=dim)
-        output = torch.clamp(input - tau, min=0)
-        ctx.save_for_backward(supp_size, output)
-        return output
+        x = x - x.max(dim=dim, keepdim=True)[0]
+        tau, size = sparsemax_threshold(x, dim, k)
+        out = torch.clamp(x - tau, min=0)
+        ctx.save_for_backward(size, out)
+        return out
 
     @staticmethod
-    def backward(ctx, grad_output):
-        supp_size, output = ctx.saved_tensors
-        dim = ctx.dim
-        grad_input = grad_output.clone()
-        grad_input[output == 0] = 0
-
-        v_hat = grad_input.sum(dim=dim) / supp_size.to(output.dtype).squeeze()
-        v_hat = v_hat.unsqueeze(dim)
-        grad_input = torch.where(output != 0, grad_input - v_hat, grad_input)
-        return grad_input, None
+    def backward(ctx, grad_out):
+        size, out = ctx.saved_tensors
+        g = grad_out.clone()
+        g[out == 0] = 0
+        mean = (g.sum(dim=ctx.dim) / size.to(out.dtype).squeeze()).unsqueeze(ctx.dim)
+        return torch.where(out != 0, g - mean, g), None, None
 
 
-class SparsemaxFunctionTopK(Function):
-
+class Entmax15(autograd.Function):
     @staticmethod
-    def forward(ctx, input, dim=0, k=100):
+    def forward(ctx, x, dim=-1, k=None):
         ctx.dim = dim
-        max_val, _ = input.max(dim=dim, keepdim=True)
-        input = input - max_val  # same numerical stability trick as for softmax
-        tau, supp_size = _threshold_and_support_topk(input, dim=dim, k=k)
-        output = torch.clamp(input - tau, min=0)
-        ctx.save_for_backward(supp_size, output)
-        return output
+        x = (x - x.max(dim=dim, keepdim=True)[0]) / 2
+        tau, _ = entmax_threshold(x, dim, k)
+        y = torch.clamp(x - tau, min=0) ** 2
+        ctx.save_for_backward(y)
+        return y
 
     @staticmethod
-    def backward(ctx, grad_output):
-        return SparsemaxFunction.backward(ctx, grad_output) + (None,)
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        root = y.sqrt()
+        dx = dy * root
+        shift = (dx.sum(ctx.dim) / root.sum(ctx.dim)).unsqueeze(ctx.dim)
+        dx -= shift * root
+        return dx, None, None
 
 
-sparsemax = SparsemaxFunction.apply
-sparsemax_topk = SparsemaxFunctionTopK.apply
+MAPPINGS = {
+    "sparsemax": lambda s: Sparsemax.apply(s, -1),
+    "sparsemax_topk": lambda s: Sparsemax.apply(s, -1, 2),
+    "entmax15": lambda s: Entmax15.apply(s, 1),
+    "entmax15_topk": lambda s: Entmax15.apply(s, -1, 2),
+}
 
 
-def _tsallis_threshold_and_support(input, dim=0):
-    Xsrt, _ = torch.sort(input, descending=True, dim=dim)
-
-    rho = _make_ix_like(input, dim)
-    mean = Xsrt.cumsum(dim) / rho
-    mean_sq = (Xsrt ** 2).cumsum(dim) / rho
-    ss = rho * (mean_sq - mean ** 2)
-    delta = (1 - ss) / rho
-
-    # NOTE this is not exactly the same as in reference algo
-    # Fortunately it seems the clamped values never wrongly
-    # get selected by tau <= sorted_z. Prove this!
-    delta_nz = torch.clamp(delta, 0)
-    tau = mean - torch.sqrt(delta_nz)
-
-    support_size = (tau <= Xsrt).sum(dim).unsqueeze(dim)
-    tau_star = tau.gather(dim, support_size - 1)
-    return tau_star, support_size
-
-
-def _tsallis_threshold_and_support_topk(input, dim=0, k=100):
-
-    if k >= input.shape[dim]:  # do full sort
-        Xsrt, _ = torch.sort(input, dim=dim, descending=True)
-    else:
-        Xsrt, _ = torch.topk(input, k=k, dim=dim)
-
-    rho = _make_ix_like(Xsrt, dim)
-    mean = Xsrt.cumsum(dim) / rho
-    mean_sq = (Xsrt ** 2).cumsum(dim) / rho
-    ss = rho * (mean_sq - mean ** 2)
-    delta = (1 - ss) / rho
-
-    delta_nz = torch.clamp(delta, 0)
-    tau = mean - torch.sqrt(delta_nz)
-
-    support_size = (tau <= Xsrt).sum(dim).unsqueeze(dim)
-    tau_star = tau.gather(dim, support_size - 1)
-
-    unsolved = (support_size == k).squeeze(dim)
-
-    if torch.any(unsolved):
-        X_ = _roll_last(input, dim)[unsolved]
-        tau_, ss_ = _tsallis_threshold_and_support_topk(X_, dim=-1, k=2 * k)
-        _roll_last(tau_star, dim)[unsolved] = tau_
-        _roll_last(support_size, dim)[unsolved] = ss_
-
-    return tau_star, support_size
-
-
-class Tsallis15Function(Function):
-    @staticmethod
-    def forward(ctx, X, dim=0):
-        ctx.dim = dim
-
-        max_val, _ = X.max(dim=dim, keepdim=True)
-        X = X - max_val  # same numerical stability trick as for softmax
-        X = X / 2  # divide by 2 to solve actual Tsallis
-
-        tau_star, _ = _tsallis_threshold_and_support(X, dim)
-
-        Y = torch.clamp(X - tau_star, min=0) ** 2
-        ctx.save_for_backward(Y)
-        return Y
-
-    @staticmethod
-    def backward(ctx, dY):
-        Y, = ctx.saved_tensors
-        gppr = Y.sqrt()  # = 1 / g'' (Y)
-        dX = dY * gppr
-        q = dX.sum(ctx.dim) / gppr.sum(ctx.dim)
-        q = q.unsqueeze(ctx.dim)
-        dX -= q * gppr
-        return dX, None
-
-
-class Tsallis15TopKFunction(Tsallis15Function):
-    @staticmethod
-    def forward(ctx, X, dim=0, k=100):
-        ctx.dim = dim
-
-        max_val, _ = X.max(dim=dim, keepdim=True)
-        X = X - max_val  # same numerical stability trick as for softmax
-        X = X / 2  # divide by 2 to solve actual Tsallis
-
-        tau_star, _ = _tsallis_threshold_and_support_topk(X, dim=dim, k=k)
-
-        Y = torch.clamp(X - tau_star, min=0) ** 2
-        ctx.save_for_backward(Y)
-        return Y
-
-    @staticmethod
-    def backward(ctx, dY):
-        return Tsallis15Function.backward(ctx, dY) + (None,)
-
-
-entmax15 = Tsallis15Function.apply
-entmax15_topk = Tsallis15TopKFunction.apply
-
-
-class SparseAttention(nn.Module):
-    def __init__(self, d, mapping):
+class SparseAttentionClassifier(nn.Module):
+    def __init__(self, width, mapping, n_classes=3):
         super().__init__()
-        self.q = nn.Linear(d, d)
-        self.k = nn.Linear(d, d)
-        self.v = nn.Linear(d, d)
-        self.out = nn.Linear(d, 3)
-        self.mapping = mapping
+        self.query, self.key, self.value = (nn.Linear(width, width) for _ in range(3))
+        self.classify = nn.Linear(width, n_classes)
+        self.normalise = MAPPINGS[mapping]
 
     def forward(self, x):
-        scores = self.q(x) @ self.k(x).transpose(1, 2) / math.sqrt(x.size(-1))
-        if self.mapping == "sparsemax":
-            p = sparsemax(scores, -1)
-        elif self.mapping == "sparsemax_topk":
-            p = sparsemax_topk(scores, -1, 2)
-        elif self.mapping == "entmax15":
-            p = entmax15(scores, 1)
-        else:
-            p = entmax15_topk(scores, -1, 2)
-        return self.out((p @ self.v(x)).mean(1)), p
+        scores = self.query(x) @ self.key(x).transpose(1, 2) / math.sqrt(x.size(-1))
+        weights = self.normalise(scores)
+        return self.classify((weights @ self.value(x)).mean(1)), weights
 
 
 def train(model, xs, ys):
-    records = []
-    optimizer = optim.Adam(model.parameters(), lr=0.05)
-    for x, y in zip(xs, ys):
-        logits, p = model(x)
-        loss = F.cross_entropy(logits, y)
-        optimizer.zero_grad()
+    seen = []
+    opt = optim.Adam(model.parameters(), lr=0.05)
+    for x, target in zip(xs, ys):
+        logits, weights = model(x)
+        loss = F.cross_entropy(logits, target)
+        opt.zero_grad()
         loss.backward()
-        optimizer.step()
-        records.append(loss.item())
-        records.append(p.detach().numpy().copy())
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
-    return records
+        opt.step()
+        seen += [loss.item(), weights.detach().numpy().copy()]
+    seen.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
+    return seen
 """
 
 ENTMAX_STEP = [
     (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "        loss.backward()\n        opt.step()",
+        "        grads = loss.backward()\n        opt.step(grads)",
     ),
 ]
 
@@ -784,7 +518,7 @@ def test_entmax_functions_in_training_match_torch(mapping):
     records, initial = [], None
     for lib, names in ((torch, theirs), (rg, ours)):
         torch.manual_seed(0)
-        model = names["SparseAttention"](6, mapping).double()
+        model = names["SparseAttentionClassifier"](6, mapping).double()
         if initial is None:
             initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
         else:
@@ -794,7 +528,7 @@ def test_entmax_functions_in_training_match_torch(mapping):
         )
     # the key's bias adds one constant to each row of scores, which sparsemax and entmax take
     # out (as softmax does): its true gradient is 0, Adam's steps on it follow rounding noise
-    assert_records_agree(records[1], records[0], rtol=1e-6, atol=1e-9, skip=["k.bias"])
+    assert_records_agree(records[1], records[0], rtol=1e-6, atol=1e-9, skip=["key.bias"])
 
 
 # -- the LU factorization Glow needed --------------------------------------------------------------
