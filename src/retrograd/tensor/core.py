@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import pickle
 import sys
 import threading
 import warnings
@@ -1432,7 +1431,7 @@ def _reduce_for_another_process(tensor: Tensor) -> tuple:
         no_shared_memory(
             f"sending a shared tensor of shape {shape_text(tensor.shape)} to another process"
         )
-    return tensor.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    return tensor.__reduce_ex__(2)  # (our reduction reads no protocol)
 
 
 def reduce_for_another_process_of(cls: type) -> None:

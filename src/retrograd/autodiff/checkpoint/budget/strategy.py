@@ -296,7 +296,7 @@ class BudgetCheckpointing(CheckpointStrategy):
             saved.actions = actions or None
             pool, limit = self.pool, planner.limit
             if timer.improved is not None:  # the values priced at a slower run of this op
-                self.evictor.reprice(timer.improved, measured)
+                self.evictor.reprice(*timer.improved)
                 timer.improved = None
             if pool.held_bytes > limit:
                 self.evictor.evict_until(pool, limit)

@@ -45,10 +45,12 @@ class OpTimer:
         self.tick = math.inf
         #: the key of the op measured last (see :meth:`fastest`)
         self.key: tuple = ()
-        #: the key of the op measured last when that run beat an earlier fastest time of the
-        #: same key by :data:`REPRICE_FACTOR` (the values priced at the slower time are
-        #: repriced: see :meth:`.Evictor.reprice`), else ``None``
-        self.improved: tuple | None = None
+        #: ``(key, seconds)`` of the op measured last when that run beat an earlier fastest
+        #: time of the same key by :data:`REPRICE_FACTOR` (the values priced at the slower time
+        #: are repriced: see :meth:`.Evictor.reprice`), else ``None``. The time travels with
+        #: the key: the op may be measured where the caller's own measurement is ``None`` (a
+        #: followed plan left at this op), and a stale key must not meet another op's time
+        self.improved: tuple[tuple, float] | None = None
 
     def measure(self, op_name: str, out_bytes: int, inputs: tuple) -> float:
         """Seconds the op just recorded took, the fastest seen for the same op and shapes."""
@@ -60,7 +62,7 @@ class OpTimer:
         if seconds <= 0 or seconds == math.inf:  # the first op after a backward: unknown
             return best if best is not None else _DEFAULT_SECONDS_PER_BYTE * (out_bytes + 1)
         if best is not None and seconds * REPRICE_FACTOR <= best:
-            self.improved = key
+            self.improved = (key, seconds)
         table = self._seconds
         if best is None and len(table) >= MAX_KEYS:
             del table[next(iter(table))]
