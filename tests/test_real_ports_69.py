@@ -411,7 +411,14 @@ def test_hifi_gan_trains_and_infers_as_torch(capsys, tmp_path):
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
     assert "stripping weight norm" in logs[0] and "validation mel error" in logs[0]
-    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+    ours, theirs = records[1], records[0]
+    # the two int16 waves (the records before the last): the cast truncates, so a sample whose
+    # float value sits at a step's boundary lands one step apart when torch's threaded
+    # convolutions sum in another order (ci65's torch pass: -49 against -48)
+    for k in (-3, -2):
+        np.testing.assert_allclose(ours[k], theirs[k], rtol=0, atol=1, err_msg=f"pcm {k}")
+    keep = slice(None, -3)
+    assert_records_agree(ours[keep] + ours[-1:], theirs[keep] + theirs[-1:], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(
