@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
 import retrograd as rg
 from retrograd.app.cli import main
 from retrograd.autodiff.checkpoint.budget.flops import op_flops, recompute_fraction
 from retrograd.autodiff.checkpoint.budget.plan import Trace
+from test_budget_repeat import WIDTH, _mlp_step
 
 pytestmark = pytest.mark.own_checkpointing("every backend is built here, under a budget")
 
@@ -52,33 +52,15 @@ def test_the_fraction_is_what_the_plan_reruns_over_three_forwards():
     assert recompute_fraction(uncounted, [True]) is None
 
 
-WIDTH, BATCH, LAYERS = 64, 16, 6
-
-
-def _mlp_step(backend: rg.Autodiff, index: int) -> rg.Gradients:
-    rng = np.random.default_rng(0)
-    arrays = [
-        (rng.standard_normal((WIDTH, WIDTH)) / WIDTH**0.5).astype(np.float32)
-        for _ in range(2 * LAYERS)
-    ]
-    data = np.random.default_rng(index).standard_normal((BATCH, WIDTH)).astype(np.float32)
-    with rg.use_backend(backend):
-        ws = [rg.tensor(a).require_grad() for a in arrays]
-        h = rg.tensor(data)
-        for k in range(LAYERS):
-            h = h + (h @ ws[2 * k]).tanh() @ ws[2 * k + 1]
-        return (h * h).mean().backward()
-
-
 def test_the_residual_mlp_at_half_its_peak_recomputes_half_its_products():
     # At half the peak the plan recomputes 6 matmuls, 4 tanh and 2 adds a step
     # (test_budget_repeat.py). By hand, in units of B*W: a product 2W, any other op 1; the
     # forward has 12 products, 6 tanh, 6 adds, h * h and the mean; backward twice that.
-    peak = _mlp_step(rg.Autodiff(rg.NumpyBackend()), 0).peak_bytes
+    peak = _mlp_step(rg.Autodiff(rg.NumpyBackend()), 0)[0].peak_bytes
     budget = rg.BudgetCheckpointing(peak // 2)
     backend = rg.Autodiff(rg.NumpyBackend(), budget)
     assert budget.recompute_fraction is None  # no plan yet
-    ops = [_mlp_step(backend, i).recomputed_ops for i in range(3)]
+    ops = [_mlp_step(backend, i)[0].recomputed_ops for i in range(3)]
     assert ops[1:] == [12, 12], ops
     forward = 12 * 2 * WIDTH + 6 + 6 + 1 + 1
     assert budget.recompute_fraction == pytest.approx((6 * 2 * WIDTH + 4 + 2) / (3 * forward))

@@ -976,24 +976,20 @@ class Tensor(
             self.data.copy_(value)
             return
         assign(self, value, "data", check_shape=False, keep_dtype=False, device=value.device)
-        if (
-            value is not self
-            and value._backend is backend
-            and getattr(value, "_view", None) is None
-            and not (
-                value._backend.is_autodiff
-                and value._backend.is_tracked(value._prim)
-                and not value._backend.is_require_grad(value._prim)
-            )
-        ):
+        if value is self or value._backend is not backend:
+            return
+        computed = (
+            backend.is_autodiff
+            and backend.is_tracked(value._prim)
+            and not backend.is_require_grad(value._prim)
+        )
+        if alias is None and not computed:
             # torch's p.data = x makes p and x one storage (davda54/sam restores its weights by
             # p.data = state[p]["old_p"], and the step after updates both); x a parameter too
             # (p1.data = p2: weight tying by storage), whose graph stays its own
             link(value, self, "data")
         elif (
-            value is not self
-            and value._backend is backend
-            and alias is not None
+            alias is not None
             and base_of(alias) is not None
             and (
                 outside_graph(value)
