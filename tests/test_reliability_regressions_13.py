@@ -226,8 +226,8 @@ def test_a_container_update_or_extend_with_a_bad_item_adds_nothing():
         modules.update([("b", rg.nn.Tanh()), ("c", 5)])
     assert list(modules.keys()) == ["a"]
     params = rg.nn.ParameterDict({"a": rg.ones(1)})
-    with pytest.raises(rg.DTypeError, match="'w'"):
-        params.update({"z": rg.ones(1), "w": "bad"})
+    with pytest.raises(rg.DTypeError, match="'a'"):  # (a parameter's key: a tensor or None)
+        params.update([("z", rg.ones(1)), ("a", "bad")])
     assert list(params.keys()) == ["a"]
     plist = rg.nn.ParameterList([rg.ones(1)])
     with pytest.raises(rg.DTypeError):  # (an int tensor cannot be a Parameter: torch's refusal)

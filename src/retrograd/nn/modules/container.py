@@ -458,52 +458,114 @@ class ParameterList(Module):
 
 class ParameterDict(Module):
     """Parameters by key: ``pd[key]``, ``keys()``, ``items()``, ``update``...; a tensor given
-    is made a ``Parameter``."""
+    is made a ``Parameter``. As torch's, a value that is not a tensor (an int, a string,
+    ``None``, a module) is kept under its key in its place (a module as a sub-module): it is
+    listed, looked up and printed, never trained. A parameter's key takes only a tensor or
+    ``None`` (torch's ``TypeError`` otherwise).
+
+    >>> import retrograd as rg
+    >>> table = ParameterDict({"w": rg.zeros(2), "scale": 0.5})
+    >>> [name for name, _ in table.named_parameters()], table["scale"], list(table)
+    (['w'], 0.5, ['scale', 'w'])
+    """
 
     def __init__(self, parameters: Mapping[str, Any] | None = None):
         super().__init__()
+        # Every key in its order, and the values that are neither parameters nor modules:
+        # kept apart from the attributes, so that a key such as "keys" or "update" shadows
+        # no method (torch's setattr would).
+        self._order: dict[str, None] = {}
+        self._plain: dict[str, Any] = {}
         if parameters is not None:
             self.update(parameters)
 
+    def _tables(self) -> tuple[dict[str, Any], ...]:
+        # (a ParameterDict pickled before it kept plain values has neither table)
+        state = self.__dict__
+        return (
+            self._parameters,
+            self._modules,
+            state.setdefault("_plain", {}),
+            state.setdefault("_order", dict.fromkeys(self._parameters)),
+        )
+
+    def _keys_now(self) -> list[str]:
+        """The keys in their order: an entry removed behind the dictionary's back (``del
+        pd._parameters[key]``, as pruning does) is gone, one registered behind it
+        (``register_parameter``) comes last."""
+        *held, order = self._tables()
+        keys = [key for key in order if any(key in table for table in held)]
+        known = set(keys)
+        return keys + [key for table in held for key in table if key not in known]
+
+    def _value(self, key: str) -> Any:
+        for table in self._tables()[:3]:
+            if key in table:
+                return table[key]
+        raise KeyError(key)
+
     def __getitem__(self, key: str) -> Any:
         try:
-            return self._parameters[key]
+            return self._value(key)
         except (KeyError, TypeError):  # a missing name, or an unhashable key
             # torch's lookup is getattr's: its AttributeError, and the KeyError of before
-            keys = list(self._parameters)
             raise MissingMemberError(
-                f"ParameterDict: no entry named {key!r}; it has {keys}"
+                f"ParameterDict: no entry named {key!r}; it has {self._keys_now()}"
             ) from None
 
     def __setitem__(self, key: str, value: Any) -> None:
-        self.register_parameter(key, _as_parameter(value))
+        _, modules, plain, order = self._tables()
+        value = _as_parameter(value)
+        if key in self._parameters and not isinstance(value, Parameter):
+            if value is not None:  # the check of torch's Module.__setattr__
+                raise DTypeError(
+                    f"ParameterDict: cannot assign {type(value).__name__} as parameter {key!r} "
+                    "(nn.Parameter or None expected)"
+                )
+            self._parameters[key] = None
+        elif isinstance(value, Parameter):
+            self.register_parameter(key, value)
+            modules.pop(key, None)
+            plain.pop(key, None)
+        elif isinstance(adopted(value), Module):
+            self.add_module(key, adopted(value))
+            plain.pop(key, None)
+        else:
+            if not isinstance(key, str):  # the check register_parameter makes for the others
+                raise DTypeError(
+                    f"ParameterDict: keys must be strings, got {type(key).__name__} {key!r}"
+                )
+            modules.pop(key, None)
+            plain[key] = value
+        order[key] = None
 
     def __delitem__(self, key: str) -> None:
         self[key]  # a missing key: the hierarchy's KeyError naming the keys there are
-        del self._parameters[key]
+        for table in self._tables():
+            table.pop(key, None)
 
     def __len__(self) -> int:
-        return len(self._parameters)
+        return len(self._keys_now())
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._parameters)
+        return iter(self._keys_now())
 
     def __contains__(self, key: str) -> bool:
-        return key in self._parameters
+        return key in self._keys_now()
 
     def keys(self) -> Iterable[str]:
-        return self._parameters.keys()
+        return self._keys_now()
 
     def values(self) -> Iterable[Any]:
-        return self._parameters.values()
+        return [self._value(key) for key in self._keys_now()]
 
     def items(self) -> Iterable[tuple[str, Any]]:
-        return self._parameters.items()
+        return [(key, self._value(key)) for key in self._keys_now()]
 
     def pop(self, key: str) -> Any:
-        """Remove the parameter ``key`` and return it (torch's ``ParameterDict.pop``)."""
+        """Remove the entry ``key`` and return its value (torch's ``ParameterDict.pop``)."""
         value = self[key]
-        del self._parameters[key]
+        del self[key]
         return value
 
     def update(self, parameters: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
@@ -513,33 +575,43 @@ class ParameterDict(Module):
             # a ParameterDict's and a sequence's in their order), which orders
             # named_parameters(), the state dict and an optimizer's parameters
             pairs.sort(key=lambda pair: pair[0])
-        _all_or_none(self._parameters, lambda pair: self.__setitem__(*pair), pairs)
+        tables = self._tables()
+        before = [dict(table) for table in tables]
+        try:
+            for key, value in pairs:
+                self[key] = value
+        except BaseException:  # a bad entry adds nothing
+            for table, kept in zip(tables, before, strict=True):
+                table.clear()
+                table.update(kept)
+            raise
 
     def get(self, key: str, default: Any = None) -> Any:
-        """The parameter ``key``, or ``default`` when there is none (torch's
+        """The value under ``key``, or ``default`` when there is none (torch's
         ``ParameterDict.get``)."""
-        return self._parameters.get(key, default)
+        return self._value(key) if key in self else default
 
     def setdefault(self, key: str, default: Any = None) -> Any:
-        """The parameter ``key``; when there is none, ``default`` put there first."""
-        if key not in self._parameters:
+        """The value under ``key``; when there is none, ``default`` put there first."""
+        if key not in self:
             self[key] = default
         return self[key]
 
     def popitem(self) -> tuple[str, Any]:
-        """Remove the entry put in last and return its ``(key, parameter)``."""
-        if not self._parameters:
+        """Remove the entry put in last and return its ``(key, value)``."""
+        keys = self._keys_now()
+        if not keys:
             raise MissingMemberError("ParameterDict.popitem: the dictionary is empty")
-        key = next(reversed(self._parameters))
+        key = keys[-1]
         return key, self.pop(key)
 
     def clear(self) -> None:
-        for key in list(self._parameters):
+        for key in self._keys_now():
             del self[key]
 
     def copy(self) -> ParameterDict:
-        """A new dictionary holding the same parameters, in the same order."""
-        return ParameterDict(OrderedDict(self._parameters))
+        """A new dictionary holding the same entries, in the same order."""
+        return ParameterDict(OrderedDict(self.items()))
 
     def fromkeys(self, keys: Iterable[str], default: Any = None) -> ParameterDict:
         """A new dictionary with ``default`` under each of ``keys`` (torch's is a method)."""
@@ -561,7 +633,7 @@ class ParameterDict(Module):
         return self
 
     def __reversed__(self) -> Iterator[str]:
-        return reversed(list(self._parameters))
+        return reversed(self._keys_now())
 
     def extra_repr(self) -> str:
         return _parameter_lines(self.items(), by_type_name=True)
