@@ -1049,13 +1049,15 @@ class SharedRandomPruning:
         rng = np.random.default_rng(self.seed)
         prune = lib.nn.utils.prune
 
-        def compute_mask(self, t, default_mask):
+        def compute_mask(self, scores, default_mask):
             count = (
-                round(self.amount * t.numel()) if isinstance(self.amount, float) else self.amount
+                round(self.amount * scores.numel())
+                if isinstance(self.amount, float)
+                else self.amount
             )
             mask = default_mask.clone()
             if count:
-                order = np.argsort(-rng.random(t.numel()), kind="stable")[:count]
+                order = np.argsort(-rng.random(scores.numel()), kind="stable")[:count]
                 mask.view(-1)[lib.tensor(order)] = 0
             return mask
 
