@@ -1,60 +1,62 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): programs written here in the
+style of PyTorch tutorials and public repositories, each run on torch and, ported, on retrograd
+from the same weights and draws, every record compared.
 
-- the spatial transformer tutorial (pytorch/tutorials ``intermediate_source/
-  spatial_transformer_tutorial.py``): a localization net of ``nn.ReLU(True)`` layers,
-  ``self.fc_loc[2].weight.data.zero_()`` and ``bias.data.copy_(torch.tensor([1, 0, 0, 0, 1,
-  0], dtype=torch.float))``, ``F.affine_grid(theta, x.size())`` and ``F.grid_sample`` (their
-  defaults), ``nn.Dropout2d`` and ``F.dropout(x, training=self.training)``,
-  ``F.nll_loss(..., size_average=False)`` in the test loop, ``output.max(1, keepdim=True)[1]``;
-- RealNVP on two moons (github.com/senya-ashukha/real-nvp-pytorch): masks held as
-  ``nn.Parameter(mask, requires_grad=False)``, ``ModuleList``s of ``lambda``-built
-  ``Sequential``s, ``x.new_zeros``, ``log_det_J -= s.sum(dim=1)``,
+- A spatial-transformer digit classifier in the style of the PyTorch spatial transformer
+  tutorial: a localization net of ``nn.ReLU(True)`` layers, ``self.theta_head[2].weight.data
+  .zero_()`` and ``bias.data.copy_(torch.tensor([1, 0, 0, 0, 1, 0], dtype=torch.float))``,
+  ``F.affine_grid(theta, img.size())`` and ``F.grid_sample`` (their defaults),
+  ``nn.Dropout2d`` and ``F.dropout(h, training=self.training)``, ``F.nll_loss(...,
+  size_average=False)`` in the evaluation loop, ``log_probs.max(1, keepdim=True)[1]``.
+- A RealNVP flow on two moons in the style of senya-ashukha/real-nvp-pytorch: masks held as
+  ``nn.Parameter(masks, requires_grad=False)``, ``ModuleList``s of ``lambda``-built
+  ``Sequential``s, ``x.new_zeros``, ``log_det -= s.sum(dim=1)``,
   ``distributions.MultivariateNormal(torch.zeros(2), torch.eye(2)).log_prob``, Adam over
-  ``[p for p in flow.parameters() if p.requires_grad==True]``,
-  ``loss.backward(retain_graph=True)``, and the inverse ``g``;
-- a mixture density network (hardmaru's ``pytorch_notebooks/mixture_density_networks``):
-  ``torch.reciprocal``, ``y.expand_as(mu)``, ``oneDivSqrtTwoPI`` a NumPy float, the loss as
+  ``[p for p in flow.parameters() if p.requires_grad == True]``,
+  ``nll.backward(retain_graph=True)``, and the inverse ``g``.
+- A mixture density network in the style of hardmaru's ``pytorch_notebooks``:
+  ``torch.reciprocal``, ``y.expand_as(mu)``, a NumPy-float normalizer, the loss as
   ``-torch.log(torch.sum(...))``, and the same fit through ``torch.distributions``'
-  ``MixtureSameFamily(Categorical(logits=), Normal(mu, sigma))``;
-- a physics-informed network for Burgers' equation, as the PINN tutorials write it:
+  ``MixtureSameFamily(Categorical(logits=), Normal(mu, sigma))``; Gumbel-max draws from the
+  fitted weights.
+- A physics-informed network for Burgers' equation in the style of the PINN tutorials:
   ``torch.autograd.grad(u, x, grad_outputs=torch.ones_like(u), retain_graph=True,
   create_graph=True)[0]`` for ``u_x``, ``u_t`` and ``u_xx`` of inputs made with
-  ``requires_grad=True``, ``xavier_normal_(...weight.data, gain=1.0)``, Adam, then
+  ``requires_grad=True``, ``xavier_normal_(layer.weight.data, gain=1.0)``, Adam, then
   ``LBFGS(..., history_size=50, tolerance_change=1.0 * np.finfo(float).eps,
-  line_search_fn="strong_wolfe")`` with a closure;
-- the char-RNN name classifier (pytorch/tutorials ``intermediate_source/
-  char_rnn_classification_tutorial.py``): one-hot ``lineToTensor`` written by
-  ``tensor[li][0][letterToIndex(letter)] = 1``, ``torch.cat((input, hidden), 1)``, the update
-  ``p.data.add_(p.grad.data, alpha=-learning_rate)`` by hand, ``output.topk(1)``,
-  ``top_i[0].item()``, the confusion matrix ``confusion[i] = confusion[i] /
-  confusion[i].sum()`` and ``predict`` by ``topk(n, 1, True)``;
-- ConvLSTM (github.com/ndrplz/ConvLSTM_pytorch ``convlstm.py``): ``torch.split(combined_conv,
-  self.hidden_dim, dim=1)``, ``torch.zeros(..., device=self.conv.weight.device)``,
-  ``input_tensor.permute(1, 0, 2, 3, 4)``, ``cur_layer_input[:, t, :, :, :]``, ``torch.stack(
-  output_inner, dim=1)``, kernel sizes checked by ``isinstance`` over lists of tuples;
-- NeRF (github.com/yenchenlin/nerf-pytorch ``run_nerf_helpers.py``, ``run_nerf.py``): the
-  ``Embedder`` of ``lambda x, p_fn=p_fn, freq=freq: p_fn(x * freq)`` over ``2.**torch.linspace``
-  (0-d tensor frequencies) with ``periodic_fns = [torch.sin, torch.cos]``, the skip-connected
-  MLP with view directions (``torch.split(x, [a, b], dim=-1)``), ``batchify``,
-  ``raw2outputs`` (``torch.Tensor([1e10]).expand(dists[...,:1].shape)``, ``torch.norm(rays_d[...,
-  None, :], dim=-1)``, the exclusive ``torch.cumprod`` of ``torch.cat([torch.ones(...),
-  1.-alpha + 1e-10], -1)``, ``torch.max`` of two tensors), hierarchical ``sample_pdf``
+  line_search_fn="strong_wolfe")`` with a closure.
+- A char-RNN surname classifier in the style of the PyTorch char-RNN classification tutorial:
+  one-hot names written by ``out[pos][0][LETTERS.find(ch)] = 1``, ``torch.cat((letter,
+  hidden), 1)``, the update ``p.data.add_(p.grad.data, alpha=-lr)`` by hand,
+  ``log_probs.topk(1)``, ``index[0].item()``, a confusion matrix by ``confusion[a][b] += 1``
+  and ``confusion[row] = confusion[row] / confusion[row].sum()``, and the top guesses by
+  ``topk(n, 1, True)``.
+- A ConvLSTM next-frame predictor in the style of ndrplz/ConvLSTM_pytorch: the gates by
+  ``torch.split(conv_out, self.n_hidden, dim=1)``, ``torch.zeros(..., device=self.gates.weight
+  .device)``, ``seq.permute(1, 0, 2, 3, 4)``, ``seq[:, t, :, :, :]``, ``torch.stack(hs,
+  dim=1)``, kernel sizes checked by ``isinstance`` over a list of tuples, RMSprop.
+- Hierarchical NeRF rendering in the style of yenchenlin/nerf-pytorch: Fourier features of
+  ``lambda x, fn=fn, freq=freq: fn(x * freq)`` over ``2.0 ** torch.linspace`` (0-d tensor
+  frequencies) with ``[torch.sin, torch.cos]``, the skip-connected MLP with view directions
+  (``torch.split(x, [a, b], dim=-1)``), chunked queries, compositing
+  (``torch.Tensor([1e10]).expand(gaps[..., :1].shape)``, ``torch.norm(rays_d[..., None, :],
+  dim=-1)``, the exclusive ``torch.cumprod`` of ``torch.cat([torch.ones(...), 1.0 - alpha +
+  1e-10], -1)``, ``torch.max``/``torch.min`` of two tensors), inverse-CDF sampling
   (``torch.searchsorted(cdf, u, right=True)``, ``torch.gather`` of ``unsqueeze(1).expand``ed
-  rows, ``torch.where``), ``torch.sort`` of the merged samples, ``mse2psnr`` with
-  ``torch.log(torch.Tensor([10.]))`` and the exponential learning-rate decay through
-  ``param_groups``;
-- the pruning tutorial (pytorch/tutorials ``intermediate_source/pruning_tutorial.py``) on its
-  LeNet: ``prune.random_unstructured``, ``l1_unstructured`` of a bias by a count, iterative
-  ``ln_structured`` over a random mask (the ``PruningContainer`` read back from
-  ``module._forward_pre_hooks``), the ``weight_orig``/``weight_mask`` state dict keys,
-  ``prune.remove``, pruning every conv and linear layer, ``global_unstructured`` with
-  ``prune.L1Unstructured``, a custom ``BasePruningMethod`` subclass, and (beyond the tutorial)
-  training the globally pruned model.
+  rows, ``torch.where``), ``torch.sort`` of the merged samples, ``torch.std(...,
+  unbiased=False)``, a PSNR with ``torch.log(torch.Tensor([10.0]))`` and an exponential
+  learning-rate decay through ``param_groups``.
+- Pruning in the style of the PyTorch pruning tutorial, on a small LeNet:
+  ``prune.random_unstructured``, ``l1_unstructured`` of a bias by a count, ``ln_structured`` on
+  top of a random mask (the ``PruningContainer`` read back from ``module._forward_pre_hooks``),
+  the ``weight_orig``/``weight_mask`` state dict keys, ``prune.remove``, ``prune.is_pruned``,
+  pruning every conv and linear layer, ``global_unstructured`` with ``prune.L1Unstructured``,
+  a ``BasePruningMethod`` subclass of our own, and training the globally pruned model.
 
-The programs before the pruning tutorial ran unchanged but for the gradient lines. The defect
-the tutorial found: there was no ``torch.nn.utils.prune`` (nor ``Module._forward_pre_hooks``);
-it is now there (``nn/utils/prune.py``), torch's methods and names.
+The programs change only their gradient lines (and the pruning module's import) in the port.
+The defect the pruning program found when first ported: there was no
+``torch.nn.utils.prune`` (nor ``Module._forward_pre_hooks``); it is now there
+(``nn/utils/prune.py``), torch's methods and names.
 """
 
 from __future__ import annotations
@@ -124,97 +126,71 @@ def _run(monkeypatch, source, step, seed, build, go):
 
 # -- spatial transformer ---------------------------------------------------------------------------
 STN_SOURCE = """
-class Net(nn.Module):
+# A digit classifier that first resamples its input through a learned affine warp (a spatial
+# transformer), in the style of the PyTorch spatial transformer tutorial.
+class WarpThenClassify(nn.Module):
     def __init__(self):
-        super(Net, self).__init__()
-        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
-        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
-        self.conv2_drop = nn.Dropout2d()
-        self.fc1 = nn.Linear(320, 50)
-        self.fc2 = nn.Linear(50, 10)
-
-        # Spatial transformer localization-network
-        self.localization = nn.Sequential(
-            nn.Conv2d(1, 8, kernel_size=7),
-            nn.MaxPool2d(2, stride=2),
-            nn.ReLU(True),
-            nn.Conv2d(8, 10, kernel_size=5),
-            nn.MaxPool2d(2, stride=2),
-            nn.ReLU(True)
+        super().__init__()
+        # the localization network regresses the 2 x 3 warp from the raw image
+        self.locate = nn.Sequential(
+            nn.Conv2d(1, 6, kernel_size=5), nn.MaxPool2d(2, stride=2), nn.ReLU(True),
+            nn.Conv2d(6, 8, kernel_size=3), nn.MaxPool2d(2, stride=2), nn.ReLU(True),
         )
+        self.theta_head = nn.Sequential(nn.Linear(8 * 5 * 5, 24), nn.ReLU(True), nn.Linear(24, 6))
+        # start from the identity warp
+        self.theta_head[2].weight.data.zero_()
+        self.theta_head[2].bias.data.copy_(torch.tensor([1, 0, 0, 0, 1, 0], dtype=torch.float))
 
-        # Regressor for the 3 * 2 affine matrix
-        self.fc_loc = nn.Sequential(
-            nn.Linear(10 * 3 * 3, 32),
-            nn.ReLU(True),
-            nn.Linear(32, 3 * 2)
-        )
+        self.conv_a = nn.Conv2d(1, 8, kernel_size=5)
+        self.conv_b = nn.Conv2d(8, 12, kernel_size=5)
+        self.drop_b = nn.Dropout2d()
+        self.hidden = nn.Linear(12 * 4 * 4, 32)
+        self.out = nn.Linear(32, 10)
 
-        # Initialize the weights/bias with identity transformation
-        self.fc_loc[2].weight.data.zero_()
-        self.fc_loc[2].bias.data.copy_(torch.tensor([1, 0, 0, 0, 1, 0], dtype=torch.float))
+    def warp(self, img):
+        theta = self.theta_head(self.locate(img).view(-1, 8 * 5 * 5)).view(-1, 2, 3)
+        grid = F.affine_grid(theta, img.size())
+        return F.grid_sample(img, grid)
 
-    # Spatial transformer network forward function
-    def stn(self, x):
-        xs = self.localization(x)
-        xs = xs.view(-1, 10 * 3 * 3)
-        theta = self.fc_loc(xs)
-        theta = theta.view(-1, 2, 3)
+    def forward(self, img):
+        h = F.relu(F.max_pool2d(self.conv_a(self.warp(img)), 2))
+        h = F.relu(F.max_pool2d(self.drop_b(self.conv_b(h)), 2))
+        h = F.relu(self.hidden(h.view(-1, 12 * 4 * 4)))
+        h = F.dropout(h, training=self.training)
+        return F.log_softmax(self.out(h), dim=1)
 
-        grid = F.affine_grid(theta, x.size())
-        x = F.grid_sample(x, grid)
 
-        return x
-
-    def forward(self, x):
-        # transform the input
-        x = self.stn(x)
-
-        # Perform the usual forward pass
-        x = F.relu(F.max_pool2d(self.conv1(x), 2))
-        x = F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
-        x = x.view(-1, 320)
-        x = F.relu(self.fc1(x))
-        x = F.dropout(x, training=self.training)
-        x = self.fc2(x)
-        return F.log_softmax(x, dim=1)
-
-def train(model, optimizer, train_loader, epoch, records):
+def fit_epoch(model, optimizer, loader, log):
     model.train()
-    for batch_idx, (data, target) in enumerate(train_loader):
+    for images, labels in loader:
         optimizer.zero_grad()
-        output = model(data)
-        loss = F.nll_loss(output, target)
+        loss = F.nll_loss(model(images), labels)
         loss.backward()
         optimizer.step()
-        records.append(loss.item())
+        log.append(loss.item())
 
-def test(model, test_loader, records):
+
+def evaluate(model, loader, log):
+    total, hits = 0.0, 0
     with torch.no_grad():
         model.eval()
-        test_loss = 0
-        correct = 0
-        for data, target in test_loader:
-            output = model(data)
+        for images, labels in loader:
+            log_probs = model(images)
+            total += F.nll_loss(log_probs, labels, size_average=False).item()
+            guess = log_probs.max(1, keepdim=True)[1]
+            hits += guess.eq(labels.view_as(guess)).sum().item()
+        log.append([total / len(loader.dataset), hits])
+        log.append(model.warp(images).numpy().copy())
 
-            # sum up batch loss
-            test_loss += F.nll_loss(output, target, size_average=False).item()
-            # get the index of the max log-probability
-            pred = output.max(1, keepdim=True)[1]
-            correct += pred.eq(target.view_as(pred)).sum().item()
 
-        test_loss /= len(test_loader.dataset)
-        records.append([test_loss, correct])
-        records.append(model.stn(data).numpy().copy())
-
-def main(model, train_loader, test_loader):
-    optimizer = optim.SGD(model.parameters(), lr=0.05)
-    records = []
-    for epoch in range(1, 3):
-        train(model, optimizer, train_loader, epoch, records)
-        test(model, test_loader, records)
-    records.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
-    return records
+def main(model, train_batches, test_batches):
+    optimizer = optim.SGD(model.parameters(), lr=5e-2)
+    log = []
+    for _ in range(2):
+        fit_epoch(model, optimizer, train_batches, log)
+        evaluate(model, test_batches, log)
+    log.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
+    return log
 """
 
 STN_STEP = [
@@ -234,82 +210,88 @@ def test_spatial_transformer_tutorial_matches_torch(monkeypatch):
         loader = lib.utils.data.DataLoader(data, batch_size=4)
         return names["main"](models[0], loader, loader)
 
-    records = _run(monkeypatch, STN_SOURCE, STN_STEP, 21, lambda names: (names["Net"](),), go)
+    records = _run(
+        monkeypatch, STN_SOURCE, STN_STEP, 21, lambda names: (names["WarpThenClassify"](),), go
+    )
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
 
 
 # -- RealNVP ---------------------------------------------------------------------------------------
 REALNVP_SOURCE = """
-from torch import distributions
+# A RealNVP flow of alternating affine coupling layers fitted to two moons by maximum
+# likelihood, in the style of senya-ashukha/real-nvp-pytorch.
+from torch import distributions as dists
 
-class RealNVP(nn.Module):
-    def __init__(self, nets, nett, mask, prior):
-        super(RealNVP, self).__init__()
 
-        self.prior = prior
-        self.mask = nn.Parameter(mask, requires_grad=False)
-        self.t = torch.nn.ModuleList([nett() for _ in range(len(masks))])
-        self.s = torch.nn.ModuleList([nets() for _ in range(len(masks))])
+class CouplingFlow(nn.Module):
+    def __init__(self, make_scale, make_shift, masks, base):
+        super().__init__()
+        self.base = base
+        # the masks ride along as frozen parameters
+        self.mask = nn.Parameter(masks, requires_grad=False)
+        self.scale = torch.nn.ModuleList([make_scale() for _ in range(len(masks))])
+        self.shift = torch.nn.ModuleList([make_shift() for _ in range(len(masks))])
 
-    def g(self, z):
+    def g(self, z):  # latent -> data
         x = z
-        for i in range(len(self.t)):
-            x_ = x*self.mask[i]
-            s = self.s[i](x_)*(1 - self.mask[i])
-            t = self.t[i](x_)*(1 - self.mask[i])
-            x = x_ + (1 - self.mask[i]) * (x * torch.exp(s) + t)
+        for k in range(len(self.shift)):
+            keep = self.mask[k]
+            fixed = x * keep
+            s = self.scale[k](fixed) * (1 - keep)
+            t = self.shift[k](fixed) * (1 - keep)
+            x = fixed + (1 - keep) * (x * torch.exp(s) + t)
         return x
 
-    def f(self, x):
-        log_det_J, z = x.new_zeros(x.shape[0]), x
-        for i in reversed(range(len(self.t))):
-            z_ = self.mask[i] * z
-            s = self.s[i](z_) * (1-self.mask[i])
-            t = self.t[i](z_) * (1-self.mask[i])
-            z = (1 - self.mask[i]) * (z - t) * torch.exp(-s) + z_
-            log_det_J -= s.sum(dim=1)
-        return z, log_det_J
+    def f(self, x):  # data -> latent, with log |det J|
+        log_det, z = x.new_zeros(x.shape[0]), x
+        for k in reversed(range(len(self.shift))):
+            keep = self.mask[k]
+            fixed = keep * z
+            s = self.scale[k](fixed) * (1 - keep)
+            t = self.shift[k](fixed) * (1 - keep)
+            z = fixed + (1 - keep) * (z - t) * torch.exp(-s)
+            log_det -= s.sum(dim=1)
+        return z, log_det
 
-    def log_prob(self,x):
-        z, logp = self.f(x)
-        return self.prior.log_prob(z) + logp
+    def log_prob(self, x):
+        z, log_det = self.f(x)
+        return self.base.log_prob(z) + log_det
 
-    def sample(self, batchSize):
-        z = self.prior.sample((batchSize, 1))
-        logp = self.prior.log_prob(z)
-        x = self.g(z)
-        return x
 
-nets = lambda: nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(), nn.Linear(16, 16), nn.LeakyReLU(), nn.Linear(16, 2), nn.Tanh())
-nett = lambda: nn.Sequential(nn.Linear(2, 16), nn.LeakyReLU(), nn.Linear(16, 16), nn.LeakyReLU(), nn.Linear(16, 2))
-masks = torch.from_numpy(np.array([[0, 1], [1, 0]] * 3).astype(np.float32))
-prior = distributions.MultivariateNormal(torch.zeros(2), torch.eye(2))
+def mlp(final=None):
+    layers = [nn.Linear(2, 16), nn.LeakyReLU(), nn.Linear(16, 16), nn.LeakyReLU(), nn.Linear(16, 2)]
+    return nn.Sequential(*layers, *([final] if final is not None else []))
+
+
+make_scale = lambda: mlp(nn.Tanh())
+make_shift = lambda: mlp()
+checker = torch.from_numpy(np.array([[0, 1], [1, 0]] * 3).astype(np.float32))
+base = dists.MultivariateNormal(torch.zeros(2), torch.eye(2))
+
 
 def build():
-    return RealNVP(nets, nett, masks, prior)
+    return CouplingFlow(make_scale, make_shift, checker, base)
 
-def main(flow, moons, z):
-    records = []
-    optimizer = torch.optim.Adam([p for p in flow.parameters() if p.requires_grad==True], lr=1e-3)
-    for t in range(len(moons)):
-        noisy_moons = moons[t]
-        loss = -flow.log_prob(torch.from_numpy(noisy_moons)).mean()
 
+def main(flow, batches, z):
+    log = []
+    trainable = [p for p in flow.parameters() if p.requires_grad == True]  # noqa: E712
+    optimizer = torch.optim.Adam(trainable, lr=1e-3)
+    for batch in batches:
+        nll = -flow.log_prob(torch.from_numpy(batch)).mean()
         optimizer.zero_grad()
-        loss.backward(retain_graph=True)
+        nll.backward(retain_graph=True)
         optimizer.step()
-
-        records.append(loss.item())
-    x = flow.g(torch.from_numpy(z))
-    records.append(x.detach().numpy().copy())
-    records.append({n: p.detach().numpy().copy() for n, p in flow.named_parameters()})
-    return records
+        log.append(nll.item())
+    log.append(flow.g(torch.from_numpy(z)).detach().numpy().copy())
+    log.append({n: p.detach().numpy().copy() for n, p in flow.named_parameters()})
+    return log
 """
 
 REALNVP_STEP = [
     (
-        "        loss.backward(retain_graph=True)\n        optimizer.step()",
-        "        grads = loss.backward(retain_graph=True)\n        optimizer.step(grads)",
+        "        nll.backward(retain_graph=True)\n        optimizer.step()",
+        "        grads = nll.backward(retain_graph=True)\n        optimizer.step(grads)",
     ),
     ("from torch import distributions", "from retrograd import distributions"),
 ]
@@ -341,73 +323,66 @@ def test_realnvp_on_two_moons_matches_torch(monkeypatch):
 
 # -- mixture density network -----------------------------------------------------------------------
 MDN_SOURCE = """
-class MDN(nn.Module):
-    def __init__(self, n_hidden, n_gaussians):
-        super(MDN, self).__init__()
-        self.z_h = nn.Sequential(
-            nn.Linear(1, n_hidden),
-            nn.Tanh()
-        )
-        self.z_pi = nn.Linear(n_hidden, n_gaussians)
-        self.z_sigma = nn.Linear(n_hidden, n_gaussians)
-        self.z_mu = nn.Linear(n_hidden, n_gaussians)
+# A mixture density network for the inverse sine problem (one x, several plausible y), in the
+# style of hardmaru's pytorch_notebooks: the Gaussian mixture likelihood by hand, or through
+# torch.distributions.
+class MixtureNet(nn.Module):
+    def __init__(self, n_hidden, n_components):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(1, n_hidden), nn.Tanh())
+        self.logits = nn.Linear(n_hidden, n_components)
+        self.log_sigma = nn.Linear(n_hidden, n_components)
+        self.mu = nn.Linear(n_hidden, n_components)
 
     def forward(self, x):
-        z_h = self.z_h(x)
-        pi = nn.functional.softmax(self.z_pi(z_h), -1)
-        sigma = torch.exp(self.z_sigma(z_h))
-        mu = self.z_mu(z_h)
-        return pi, sigma, mu
+        h = self.body(x)
+        weights = nn.functional.softmax(self.logits(h), -1)
+        return weights, torch.exp(self.log_sigma(h)), self.mu(h)
 
-oneDivSqrtTwoPI = 1.0 / np.sqrt(2.0*np.pi) # normalisation factor for gaussian.
-def gaussian_distribution(y, mu, sigma):
-    # braodcast subtraction with mean and normalization to sigma
-    result = (y.expand_as(mu) - mu) * torch.reciprocal(sigma)
-    result = - 0.5 * (result * result)
-    return (torch.exp(result) * torch.reciprocal(sigma)) * oneDivSqrtTwoPI
 
-def mdn_loss_fn(pi, sigma, mu, y):
-    result = gaussian_distribution(y, mu, sigma) * pi
-    result = torch.sum(result, dim=1)
-    result = -torch.log(result)
-    return torch.mean(result)
+INV_SQRT_2PI = 1.0 / np.sqrt(2.0 * np.pi)  # a NumPy float
 
-def mdn_loss_distributions(pi, sigma, mu, y):
-    mix = torch.distributions.Categorical(logits=torch.log(pi))
-    comp = torch.distributions.Normal(mu, sigma)
-    gmm = torch.distributions.MixtureSameFamily(mix, comp)
-    return -gmm.log_prob(y.squeeze(-1)).mean()
 
-def gumbel_sample(x, axis=1):
-    z = np.random.gumbel(loc=0, scale=1, size=x.shape)
-    return (np.log(x) + z).argmax(axis=axis)
+def normal_density(y, mu, sigma):
+    z = (y.expand_as(mu) - mu) * torch.reciprocal(sigma)
+    return torch.exp(-0.5 * (z * z)) * torch.reciprocal(sigma) * INV_SQRT_2PI
 
-def main(network, x_data, y_data, x_test, use_distributions):
-    x_variable = torch.from_numpy(x_data)
-    y_variable = torch.from_numpy(y_data)
-    optimizer = torch.optim.Adam(network.parameters())
-    records = []
+
+def nll_by_hand(weights, sigma, mu, y):
+    likelihood = torch.sum(normal_density(y, mu, sigma) * weights, dim=1)
+    return torch.mean(-torch.log(likelihood))
+
+
+def nll_by_distributions(weights, sigma, mu, y):
+    which = torch.distributions.Categorical(logits=torch.log(weights))
+    parts = torch.distributions.Normal(mu, sigma)
+    mixture = torch.distributions.MixtureSameFamily(which, parts)
+    return -mixture.log_prob(y.squeeze(-1)).mean()
+
+
+def pick_components(weights):
+    # the Gumbel-max trick over the mixture weights
+    return (np.log(weights) + np.random.gumbel(loc=0, scale=1, size=weights.shape)).argmax(axis=1)
+
+
+def main(net, x_data, y_data, x_test, use_distributions):
+    x, y = torch.from_numpy(x_data), torch.from_numpy(y_data)
+    criterion = nll_by_distributions if use_distributions else nll_by_hand
+    optimizer = torch.optim.Adam(net.parameters())
+    log = []
     for epoch in range(30):
-        pi_variable, sigma_variable, mu_variable = network(x_variable)
-        if use_distributions:
-            loss = mdn_loss_distributions(pi_variable, sigma_variable, mu_variable, y_variable)
-        else:
-            loss = mdn_loss_fn(pi_variable, sigma_variable, mu_variable, y_variable)
+        loss = criterion(*net(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         if epoch % 5 == 0:
-            records.append(loss.item())
-    pi_variable, sigma_variable, mu_variable = network(torch.from_numpy(x_test))
-    pi_data = pi_variable.data.numpy()
-    sigma_data = sigma_variable.data.numpy()
-    mu_data = mu_variable.data.numpy()
-    k = gumbel_sample(pi_data)
-    indices = (np.arange(len(x_test)), k)
-    rn = np.random.randn(len(x_test))
-    sampled = rn * sigma_data[indices] + mu_data[indices]
-    records.extend([pi_data.copy(), sigma_data.copy(), mu_data.copy(), sampled])
-    return records
+            log.append(loss.item())
+    weights, sigma, mu = (t.data.numpy() for t in net(torch.from_numpy(x_test)))
+    rows = np.arange(len(x_test))
+    k = pick_components(weights)
+    draws = np.random.randn(len(x_test)) * sigma[rows, k] + mu[rows, k]
+    log.extend([weights.copy(), sigma.copy(), mu.copy(), draws])
+    return log
 """
 
 MDN_STEP = [
@@ -429,7 +404,7 @@ def test_mixture_density_network_matches_torch(monkeypatch, use_distributions):
         MDN_SOURCE,
         MDN_STEP,
         25,
-        lambda names: (names["MDN"](n_hidden=12, n_gaussians=3),),
+        lambda names: (names["MixtureNet"](n_hidden=12, n_components=3),),
         lambda names, lib, models: names["main"](models[0], x, y, x_test, use_distributions),
     )
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
@@ -437,79 +412,83 @@ def test_mixture_density_network_matches_torch(monkeypatch, use_distributions):
 
 # -- physics-informed network ----------------------------------------------------------------------
 PINN_SOURCE = """
-class PINN(nn.Module):
-    def __init__(self, layers):
+# A physics-informed network for the viscous Burgers equation u_t + u u_x = nu u_xx: boundary
+# and initial values fitted together with the PDE residual at collocation points (derivatives
+# by autograd), Adam first, then L-BFGS with a strong-Wolfe line search.
+class BurgersNet(nn.Module):
+    def __init__(self, widths):
         super().__init__()
-        self.activation = nn.Tanh()
-        self.linears = nn.ModuleList([nn.Linear(layers[i], layers[i+1]) for i in range(len(layers)-1)])
-        for i in range(len(layers)-1):
-            nn.init.xavier_normal_(self.linears[i].weight.data, gain=1.0)
-            nn.init.zeros_(self.linears[i].bias.data)
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        for layer in self.layers:
+            nn.init.xavier_normal_(layer.weight.data, gain=1.0)
+            nn.init.zeros_(layer.bias.data)
 
     def forward(self, x, t):
-        a = torch.cat([x, t], dim=1)
-        for i in range(len(self.linears)-1):
-            z = self.linears[i](a)
-            a = self.activation(z)
-        a = self.linears[-1](a)
-        return a
+        h = torch.cat([x, t], dim=1)
+        for layer in self.layers[:-1]:
+            h = torch.tanh(layer(h))
+        return self.layers[-1](h)
 
-def residual(model, x, t, nu):
-    u = model(x, t)
-    u_x = torch.autograd.grad(u, x, grad_outputs=torch.ones_like(u), retain_graph=True, create_graph=True)[0]
-    u_t = torch.autograd.grad(u, t, grad_outputs=torch.ones_like(u), retain_graph=True, create_graph=True)[0]
-    u_xx = torch.autograd.grad(u_x, x, grad_outputs=torch.ones_like(u_x), retain_graph=True, create_graph=True)[0]
-    return u_t + u * u_x - nu * u_xx
 
-def main(model, x_f, t_f, x_b, t_b, u_b):
+def d(out, wrt):
+    ones = torch.ones_like(out)
+    return torch.autograd.grad(out, wrt, grad_outputs=ones, retain_graph=True, create_graph=True)[0]
+
+
+def pde_residual(net, x, t, nu):
+    u = net(x, t)
+    u_x, u_t = d(u, x), d(u, t)
+    u_xx = d(u_x, x)
+    return u_t + u_x * u - nu * u_xx
+
+
+def main(net, x_f, t_f, x_b, t_b, u_b):
     nu = 0.01 / np.pi
-    x_f = torch.tensor(x_f, dtype=torch.float32, requires_grad=True)
-    t_f = torch.tensor(t_f, dtype=torch.float32, requires_grad=True)
-    x_b = torch.tensor(x_b, dtype=torch.float32)
-    t_b = torch.tensor(t_b, dtype=torch.float32)
-    u_b = torch.tensor(u_b, dtype=torch.float32)
+    as_input = lambda a, grad=False: torch.tensor(a, dtype=torch.float32, requires_grad=grad)
+    x_f, t_f = as_input(x_f, True), as_input(t_f, True)
+    x_b, t_b, u_b = as_input(x_b), as_input(t_b), as_input(u_b)
     mse = nn.MSELoss()
-    records = []
+    log = []
 
-    def loss_fn():
-        loss_u = mse(model(x_b, t_b), u_b)
-        f = residual(model, x_f, t_f, nu)
-        loss_f = mse(f, torch.zeros_like(f))
-        return loss_u + loss_f
+    def objective():
+        res = pde_residual(net, x_f, t_f, nu)
+        return mse(net(x_b, t_b), u_b) + mse(res, torch.zeros_like(res))
 
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for it in range(5):
-        optimizer.zero_grad()
-        loss = loss_fn()
+    adam = torch.optim.Adam(net.parameters(), lr=1e-3)
+    for _ in range(5):
+        adam.zero_grad()
+        loss = objective()
         loss.backward()
-        optimizer.step()
-        records.append(loss.item())
+        adam.step()
+        log.append(loss.item())
 
-    optimizer = torch.optim.LBFGS(model.parameters(), lr=1, max_iter=6, max_eval=10,
-                                  history_size=50, tolerance_grad=1e-5,
-                                  tolerance_change=1.0 * np.finfo(float).eps,
-                                  line_search_fn="strong_wolfe")
+    lbfgs = torch.optim.LBFGS(
+        net.parameters(), lr=1, max_iter=6, max_eval=10, history_size=50, tolerance_grad=1e-5,
+        tolerance_change=1.0 * np.finfo(float).eps, line_search_fn="strong_wolfe",
+    )
 
     def closure():
-        optimizer.zero_grad()
-        loss = loss_fn()
+        lbfgs.zero_grad()
+        loss = objective()
         loss.backward()
-        records.append(loss.item())
+        log.append(loss.item())
         return loss
 
-    optimizer.step(closure)
-    records.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
-    return records
+    lbfgs.step(closure)
+    log.append({n: p.detach().numpy().copy() for n, p in net.named_parameters()})
+    return log
 """
 
 PINN_STEP = [
     (
-        "        loss.backward()\n        optimizer.step()",
-        "        grads = loss.backward()\n        optimizer.step(grads)",
+        "        loss.backward()\n        adam.step()",
+        "        grads = loss.backward()\n        adam.step(grads)",
     ),
     (
-        "        loss.backward()\n        records.append(loss.item())\n        return loss",
-        "        grads = loss.backward()\n        records.append(loss.item())\n        return loss, grads",
+        "        loss.backward()\n        log.append(loss.item())\n        return loss",
+        "        grads = loss.backward()\n"
+        "        log.append(loss.item())\n"
+        "        return loss, grads",
     ),
 ]
 
@@ -525,7 +504,7 @@ def test_burgers_pinn_with_adam_then_strong_wolfe_lbfgs_matches_torch(monkeypatc
         PINN_SOURCE,
         PINN_STEP,
         27,
-        lambda names: (names["PINN"]([2, 10, 10, 1]),),
+        lambda names: (names["BurgersNet"]([2, 10, 10, 1]),),
         lambda names, lib, models: names["main"](models[0], x_f, t_f, x_b, t_b, u_b),
     )
     assert_records_agree(records[1][:-1], records[0][:-1], rtol=5e-4, atol=5e-5)  # the losses
@@ -537,147 +516,107 @@ def test_burgers_pinn_with_adam_then_strong_wolfe_lbfgs_matches_torch(monkeypatc
 
 # -- char-RNN name classification ------------------------------------------------------------------
 NAMES_SOURCE = """
+# Which language is a surname from? A character-level Elman RNN over one-hot letters, trained
+# one random name at a time with a hand-written SGD step, in the style of the PyTorch
+# char-RNN classification tutorial.
 import random
 import string
 
-all_letters = string.ascii_letters + " .,;'"
-n_letters = len(all_letters)
-
-category_lines = {
-    "English": ["Abbott", "Smith", "Baker", "Young"],
-    "French": ["Dubois", "Lefevre", "Moreau"],
-    "Japanese": ["Abe", "Sato", "Tanaka", "Yamada"],
+LETTERS = string.ascii_letters + " .,;'"
+N_LETTERS = len(LETTERS)
+SURNAMES = {
+    "Italian": ["Rossi", "Bianchi", "Esposito"],
+    "Polish": ["Nowak", "Kowalski", "Wojcik", "Lewandowski"],
+    "Korean": ["Kim", "Park", "Choi", "Jung"],
 }
-all_categories = list(category_lines)
-n_categories = len(all_categories)
+LANGUAGES = list(SURNAMES)
+N_LANGUAGES = len(LANGUAGES)
 
-# Find letter index from all_letters, e.g. "a" = 0
-def letterToIndex(letter):
-    return all_letters.find(letter)
 
-# Just for demonstration, turn a letter into a <1 x n_letters> Tensor
-def letterToTensor(letter):
-    tensor = torch.zeros(1, n_letters)
-    tensor[0][letterToIndex(letter)] = 1
-    return tensor
+def one_hot_name(name):
+    # <length x 1 x N_LETTERS>: one row per character
+    out = torch.zeros(len(name), 1, N_LETTERS)
+    for pos, ch in enumerate(name):
+        out[pos][0][LETTERS.find(ch)] = 1
+    return out
 
-# Turn a line into a <line_length x 1 x n_letters>,
-# or an array of one-hot letter vectors
-def lineToTensor(line):
-    tensor = torch.zeros(len(line), 1, n_letters)
-    for li, letter in enumerate(line):
-        tensor[li][0][letterToIndex(letter)] = 1
-    return tensor
 
-class RNN(nn.Module):
-    def __init__(self, input_size, hidden_size, output_size):
-        super(RNN, self).__init__()
+class ElmanRNN(nn.Module):
+    def __init__(self, n_in, n_hidden, n_out):
+        super().__init__()
+        self.n_hidden = n_hidden
+        self.to_hidden = nn.Linear(n_in + n_hidden, n_hidden)
+        self.to_output = nn.Linear(n_in + n_hidden, n_out)
+        self.log_softmax = nn.LogSoftmax(dim=1)
 
-        self.hidden_size = hidden_size
+    def forward(self, letter, hidden):
+        both = torch.cat((letter, hidden), 1)
+        return self.log_softmax(self.to_output(both)), self.to_hidden(both)
 
-        self.i2h = nn.Linear(input_size + hidden_size, hidden_size)
-        self.i2o = nn.Linear(input_size + hidden_size, output_size)
-        self.softmax = nn.LogSoftmax(dim=1)
+    def read(self, name_tensor):
+        hidden = torch.zeros(1, self.n_hidden)
+        for pos in range(name_tensor.size()[0]):
+            out, hidden = self(name_tensor[pos], hidden)
+        return out
 
-    def forward(self, input, hidden):
-        combined = torch.cat((input, hidden), 1)
-        hidden = self.i2h(combined)
-        output = self.i2o(combined)
-        output = self.softmax(output)
-        return output, hidden
 
-    def initHidden(self):
-        return torch.zeros(1, self.hidden_size)
+def best_guess(log_probs):
+    _, index = log_probs.topk(1)
+    k = index[0].item()
+    return LANGUAGES[k], k
 
-def categoryFromOutput(output):
-    top_n, top_i = output.topk(1)
-    category_i = top_i[0].item()
-    return all_categories[category_i], category_i
 
-def randomChoice(l):
-    return l[random.randint(0, len(l) - 1)]
+def random_example():
+    language = LANGUAGES[random.randint(0, N_LANGUAGES - 1)]
+    names = SURNAMES[language]
+    name = names[random.randint(0, len(names) - 1)]
+    target = torch.tensor([LANGUAGES.index(language)], dtype=torch.long)
+    return language, name, target, one_hot_name(name)
 
-def randomTrainingExample():
-    category = randomChoice(all_categories)
-    line = randomChoice(category_lines[category])
-    category_tensor = torch.tensor([all_categories.index(category)], dtype=torch.long)
-    line_tensor = lineToTensor(line)
-    return category, line, category_tensor, line_tensor
 
-criterion = nn.NLLLoss()
-learning_rate = 0.005 # If you set this too high, it might explode. If too low, it might not learn
+nll = nn.NLLLoss()
+lr = 0.005
 
-def train(rnn, category_tensor, line_tensor):
-    hidden = rnn.initHidden()
 
+def sgd_on_one_name(rnn, target, name_tensor):
     rnn.zero_grad()
-
-    for i in range(line_tensor.size()[0]):
-        output, hidden = rnn(line_tensor[i], hidden)
-
-    loss = criterion(output, category_tensor)
+    log_probs = rnn.read(name_tensor)
+    loss = nll(log_probs, target)
     loss.backward()
-
-    # Add parameters' gradients to their values, multiplied by learning rate
     for p in rnn.parameters():
-        p.data.add_(p.grad.data, alpha=-learning_rate)
+        p.data.add_(p.grad.data, alpha=-lr)
+    return log_probs, loss.item()
 
-    return output, loss.item()
 
-def evaluate(rnn, line_tensor):
-    hidden = rnn.initHidden()
-
-    for i in range(line_tensor.size()[0]):
-        output, hidden = rnn(line_tensor[i], hidden)
-
-    return output
-
-def predict(rnn, input_line, n_predictions=3):
+def top_languages(rnn, name, n=3):
     with torch.no_grad():
-        output = evaluate(rnn, lineToTensor(input_line))
+        values, indices = rnn.read(one_hot_name(name)).topk(n, 1, True)
+    return [[values[0][j].item(), LANGUAGES[indices[0][j].item()]] for j in range(n)]
 
-        # Get top N categories
-        topv, topi = output.topk(n_predictions, 1, True)
-        predictions = []
-
-        for i in range(n_predictions):
-            value = topv[0][i].item()
-            category_index = topi[0][i].item()
-            predictions.append([value, all_categories[category_index]])
-    return predictions
 
 def main(rnn):
-    records = []
-    n_iters = 40
-    current_loss = 0
-    for iter in range(1, n_iters + 1):
-        category, line, category_tensor, line_tensor = randomTrainingExample()
-        output, loss = train(rnn, category_tensor, line_tensor)
-        current_loss += loss
-        guess, guess_i = categoryFromOutput(output)
-        records.append(loss)
-        records.append(guess)
-    confusion = torch.zeros(n_categories, n_categories)
-    for i in range(30):
-        category, line, category_tensor, line_tensor = randomTrainingExample()
-        output = evaluate(rnn, line_tensor)
-        guess, guess_i = categoryFromOutput(output)
-        category_i = all_categories.index(category)
-        confusion[category_i][guess_i] += 1
-    # Normalize by dividing every row by its sum
-    for i in range(n_categories):
-        confusion[i] = confusion[i] / confusion[i].sum()
-    records.append(confusion.numpy().copy())
-    for p in predict(rnn, 'Dovesky') + predict(rnn, 'Satoshi'):
-        records.extend(p)
-    return records
+    log = []
+    for _ in range(40):
+        _, _, target, name_tensor = random_example()
+        log_probs, loss = sgd_on_one_name(rnn, target, name_tensor)
+        log += [loss, best_guess(log_probs)[0]]
+    confusion = torch.zeros(N_LANGUAGES, N_LANGUAGES)
+    for _ in range(30):
+        language, _, _, name_tensor = random_example()
+        confusion[LANGUAGES.index(language)][best_guess(rnn.read(name_tensor))[1]] += 1
+    for row in range(N_LANGUAGES):  # each row a distribution over the guesses
+        confusion[row] = confusion[row] / confusion[row].sum()
+    log.append(confusion.numpy().copy())
+    for guess in top_languages(rnn, "Kovalenko") + top_languages(rnn, "Parisi"):
+        log.extend(guess)
+    return log
 """
 
 NAMES_STEP = [
     ("    loss.backward()\n", "    grads = loss.backward()\n"),
     (
-        "        p.data.add_(p.grad.data, alpha=-learning_rate)",
-        "        p.data.add_(p.grad(grads).data, alpha=-learning_rate)",
+        "        p.data.add_(p.grad.data, alpha=-lr)",
+        "        p.data.add_(p.grad(grads).data, alpha=-lr)",
     ),
 ]
 
@@ -688,7 +627,7 @@ def test_char_rnn_name_classification_tutorial_matches_torch(monkeypatch):
         NAMES_SOURCE,
         NAMES_STEP,
         28,
-        lambda names: (names["RNN"](names["n_letters"], 16, names["n_categories"]),),
+        lambda names: (names["ElmanRNN"](names["N_LETTERS"], 16, names["N_LANGUAGES"]),),
         lambda names, lib, models: names["main"](models[0]),
     )
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)
@@ -696,163 +635,83 @@ def test_char_rnn_name_classification_tutorial_matches_torch(monkeypatch):
 
 # -- ConvLSTM --------------------------------------------------------------------------------------
 CONVLSTM_SOURCE = """
-class ConvLSTMCell(nn.Module):
+# Next-frame prediction with a two-layer convolutional LSTM (gates by one convolution over the
+# input and hidden maps), in the style of ndrplz/ConvLSTM_pytorch.
+class GatedConvCell(nn.Module):
+    def __init__(self, n_in, n_hidden, kernel, bias=True):
+        super().__init__()
+        self.n_hidden = n_hidden
+        pad = kernel[0] // 2, kernel[1] // 2
+        self.gates = nn.Conv2d(n_in + n_hidden, 4 * n_hidden, kernel, padding=pad, bias=bias)
 
-    def __init__(self, input_dim, hidden_dim, kernel_size, bias):
-        super(ConvLSTMCell, self).__init__()
+    def forward(self, x, state):
+        h, c = state
+        i, f, o, g = torch.split(self.gates(torch.cat([x, h], dim=1)), self.n_hidden, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
 
-        self.input_dim = input_dim
-        self.hidden_dim = hidden_dim
+    def zero_state(self, batch, height, width):
+        where = self.gates.weight.device
+        shape = (batch, self.n_hidden, height, width)
+        return torch.zeros(*shape, device=where), torch.zeros(*shape, device=where)
 
-        self.kernel_size = kernel_size
-        self.padding = kernel_size[0] // 2, kernel_size[1] // 2
-        self.bias = bias
 
-        self.conv = nn.Conv2d(in_channels=self.input_dim + self.hidden_dim,
-                              out_channels=4 * self.hidden_dim,
-                              kernel_size=self.kernel_size,
-                              padding=self.padding,
-                              bias=self.bias)
-
-    def forward(self, input_tensor, cur_state):
-        h_cur, c_cur = cur_state
-
-        combined = torch.cat([input_tensor, h_cur], dim=1)  # concatenate along channel axis
-
-        combined_conv = self.conv(combined)
-        cc_i, cc_f, cc_o, cc_g = torch.split(combined_conv, self.hidden_dim, dim=1)
-        i = torch.sigmoid(cc_i)
-        f = torch.sigmoid(cc_f)
-        o = torch.sigmoid(cc_o)
-        g = torch.tanh(cc_g)
-
-        c_next = f * c_cur + i * g
-        h_next = o * torch.tanh(c_next)
-
-        return h_next, c_next
-
-    def init_hidden(self, batch_size, image_size):
-        height, width = image_size
-        return (torch.zeros(batch_size, self.hidden_dim, height, width, device=self.conv.weight.device),
-                torch.zeros(batch_size, self.hidden_dim, height, width, device=self.conv.weight.device))
+def per_layer(value, n):
+    return value if isinstance(value, list) else [value] * n
 
 
 class ConvLSTM(nn.Module):
+    def __init__(self, n_in, hidden, kernels, n_layers, batch_first=False):
+        super().__init__()
+        tuples = isinstance(kernels, list) and all([isinstance(k, tuple) for k in kernels])
+        if not (isinstance(kernels, tuple) or tuples):
+            raise ValueError("kernels: a tuple or a list of tuples")
+        hidden, kernels = per_layer(hidden, n_layers), per_layer(kernels, n_layers)
+        self.batch_major = batch_first
+        n_ins = [n_in] + hidden[:-1]
+        self.cells = nn.ModuleList([GatedConvCell(*args) for args in zip(n_ins, hidden, kernels)])
 
-    def __init__(self, input_dim, hidden_dim, kernel_size, num_layers,
-                 batch_first=False, bias=True, return_all_layers=False):
-        super(ConvLSTM, self).__init__()
+    def forward(self, seq):
+        if not self.batch_major:  # (time, batch, ...) -> (batch, time, ...)
+            seq = seq.permute(1, 0, 2, 3, 4)
+        batch, steps, _, height, width = seq.size()
+        outputs, finals = [], []
+        for cell in self.cells:
+            h, c = cell.zero_state(batch, height, width)
+            hs = []
+            for t in range(steps):
+                h, c = cell(seq[:, t, :, :, :], (h, c))
+                hs.append(h)
+            seq = torch.stack(hs, dim=1)
+            outputs.append(seq)
+            finals.append((h, c))
+        return outputs, finals
 
-        self._check_kernel_size_consistency(kernel_size)
 
-        # Make sure that both `kernel_size` and `hidden_dim` are lists having len == num_layers
-        kernel_size = self._extend_for_multilayer(kernel_size, num_layers)
-        hidden_dim = self._extend_for_multilayer(hidden_dim, num_layers)
-        if not len(kernel_size) == len(hidden_dim) == num_layers:
-            raise ValueError('Inconsistent list length.')
-
-        self.input_dim = input_dim
-        self.hidden_dim = hidden_dim
-        self.kernel_size = kernel_size
-        self.num_layers = num_layers
-        self.batch_first = batch_first
-        self.bias = bias
-        self.return_all_layers = return_all_layers
-
-        cell_list = []
-        for i in range(0, self.num_layers):
-            cur_input_dim = self.input_dim if i == 0 else self.hidden_dim[i - 1]
-
-            cell_list.append(ConvLSTMCell(input_dim=cur_input_dim,
-                                          hidden_dim=self.hidden_dim[i],
-                                          kernel_size=self.kernel_size[i],
-                                          bias=self.bias))
-
-        self.cell_list = nn.ModuleList(cell_list)
-
-    def forward(self, input_tensor, hidden_state=None):
-        if not self.batch_first:
-            # (t, b, c, h, w) -> (b, t, c, h, w)
-            input_tensor = input_tensor.permute(1, 0, 2, 3, 4)
-
-        b, _, _, h, w = input_tensor.size()
-
-        # Implement stateful ConvLSTM
-        if hidden_state is not None:
-            raise NotImplementedError()
-        else:
-            # Since the init is done in forward. Can send image size here
-            hidden_state = self._init_hidden(batch_size=b,
-                                             image_size=(h, w))
-
-        layer_output_list = []
-        last_state_list = []
-
-        seq_len = input_tensor.size(1)
-        cur_layer_input = input_tensor
-
-        for layer_idx in range(self.num_layers):
-
-            h, c = hidden_state[layer_idx]
-            output_inner = []
-            for t in range(seq_len):
-                h, c = self.cell_list[layer_idx](input_tensor=cur_layer_input[:, t, :, :, :],
-                                                 cur_state=[h, c])
-                output_inner.append(h)
-
-            layer_output = torch.stack(output_inner, dim=1)
-            cur_layer_input = layer_output
-
-            layer_output_list.append(layer_output)
-            last_state_list.append([h, c])
-
-        if not self.return_all_layers:
-            layer_output_list = layer_output_list[-1:]
-            last_state_list = last_state_list[-1:]
-
-        return layer_output_list, last_state_list
-
-    def _init_hidden(self, batch_size, image_size):
-        init_states = []
-        for i in range(self.num_layers):
-            init_states.append(self.cell_list[i].init_hidden(batch_size, image_size))
-        return init_states
-
-    @staticmethod
-    def _check_kernel_size_consistency(kernel_size):
-        if not (isinstance(kernel_size, tuple) or
-                (isinstance(kernel_size, list) and all([isinstance(elem, tuple) for elem in kernel_size]))):
-            raise ValueError('`kernel_size` must be tuple or list of tuples')
-
-    @staticmethod
-    def _extend_for_multilayer(param, num_layers):
-        if not isinstance(param, list):
-            param = [param] * num_layers
-        return param
-
-class Predictor(nn.Module):
+class NextFrame(nn.Module):
     def __init__(self):
         super().__init__()
-        self.convlstm = ConvLSTM(1, [4, 6], [(3, 3), (3, 3)], 2, batch_first=False, bias=True, return_all_layers=True)
-        self.head = nn.Conv2d(6, 1, 1)
+        self.rnn = ConvLSTM(1, [4, 6], [(3, 3), (3, 3)], 2)
+        self.readout = nn.Conv2d(6, 1, 1)
 
     def forward(self, frames):
-        layer_outputs, last_states = self.convlstm(frames)
-        return self.head(last_states[-1][0]), layer_outputs
+        outputs, finals = self.rnn(frames)
+        return self.readout(finals[-1][0]), outputs
 
-def main(model, frames, target):
-    optimizer = optim.RMSprop(model.parameters(), lr=1e-3, alpha=0.9)
-    records = []
-    for step in range(4):
+
+def main(net, frames, target):
+    optimizer = optim.RMSprop(net.parameters(), alpha=0.9, lr=1e-3)
+    log = []
+    for _ in range(4):
         optimizer.zero_grad()
-        prediction, layer_outputs = model(frames)
-        loss = F.mse_loss(prediction, target)
+        guess, outputs = net(frames)
+        loss = F.mse_loss(guess, target)
         loss.backward()
         optimizer.step()
-        records.append(loss.item())
-    records.append([tuple(o.shape) for o in layer_outputs])
-    records.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
-    return records
+        log.append(loss.item())
+    log.append([tuple(o.shape) for o in outputs])
+    log.append({n: p.detach().numpy().copy() for n, p in net.named_parameters()})
+    return log
 """
 
 CONVLSTM_STEP = [
@@ -871,7 +730,7 @@ def test_convlstm_next_frame_prediction_matches_torch(monkeypatch):
         CONVLSTM_SOURCE,
         CONVLSTM_STEP,
         30,
-        lambda names: (names["Predictor"](),),
+        lambda names: (names["NextFrame"](),),
         lambda names, lib, models: names["main"](
             models[0], lib.tensor(frames, dtype=lib.float32), lib.tensor(target, dtype=lib.float32)
         ),
@@ -881,290 +740,137 @@ def test_convlstm_next_frame_prediction_matches_torch(monkeypatch):
 
 # -- NeRF ------------------------------------------------------------------------------------------
 NERF_SOURCE = """
-# Misc
-img2mse = lambda x, y : torch.mean((x - y) ** 2)
-mse2psnr = lambda x : -10. * torch.log(x) / torch.log(torch.Tensor([10.]))
-
-# Positional encoding (section 5.1)
-class Embedder:
-    def __init__(self, **kwargs):
-        self.kwargs = kwargs
-        self.create_embedding_fn()
-
-    def create_embedding_fn(self):
-        embed_fns = []
-        d = self.kwargs['input_dims']
-        out_dim = 0
-        if self.kwargs['include_input']:
-            embed_fns.append(lambda x : x)
-            out_dim += d
-
-        max_freq = self.kwargs['max_freq_log2']
-        N_freqs = self.kwargs['num_freqs']
-
-        if self.kwargs['log_sampling']:
-            freq_bands = 2.**torch.linspace(0., max_freq, steps=N_freqs)
-        else:
-            freq_bands = torch.linspace(2.**0., 2.**max_freq, steps=N_freqs)
-
-        for freq in freq_bands:
-            for p_fn in self.kwargs['periodic_fns']:
-                embed_fns.append(lambda x, p_fn=p_fn, freq=freq : p_fn(x * freq))
-                out_dim += d
-
-        self.embed_fns = embed_fns
-        self.out_dim = out_dim
-
-    def embed(self, inputs):
-        return torch.cat([fn(inputs) for fn in self.embed_fns], -1)
+# Hierarchical volume rendering in the NeRF style: Fourier features of points and view
+# directions, a coarse and a fine MLP (a skip connection, a view-dependent colour head), alpha
+# compositing along each ray, and fine samples placed by inverting the coarse weights' CDF.
+to_mse = lambda a, b: torch.mean((a - b) ** 2)
+to_psnr = lambda mse: -10.0 * torch.log(mse) / torch.log(torch.Tensor([10.0]))
 
 
-def get_embedder(multires, i=0):
-    if i == -1:
-        return nn.Identity(), 3
+class FourierFeatures:
+    def __init__(self, n_freqs, dims=3, periodic=None):
+        periodic = periodic or [torch.sin, torch.cos]
+        bands = 2.0 ** torch.linspace(0.0, n_freqs - 1, steps=n_freqs)
+        self.fns = [lambda x: x]
+        for freq in bands:  # 0-d tensors
+            for fn in periodic:
+                self.fns.append(lambda x, fn=fn, freq=freq: fn(x * freq))
+        self.out_dim = dims * len(self.fns)
 
-    embed_kwargs = {
-                'include_input' : True,
-                'input_dims' : 3,
-                'max_freq_log2' : multires-1,
-                'num_freqs' : multires,
-                'log_sampling' : True,
-                'periodic_fns' : [torch.sin, torch.cos],
-    }
-
-    embedder_obj = Embedder(**embed_kwargs)
-    embed = lambda x, eo=embedder_obj : eo.embed(x)
-    return embed, embedder_obj.out_dim
+    def __call__(self, x):
+        return torch.cat([fn(x) for fn in self.fns], -1)
 
 
-# Model
-class NeRF(nn.Module):
-    def __init__(self, D=8, W=256, input_ch=3, input_ch_views=3, output_ch=4, skips=[4], use_viewdirs=False):
-        \"\"\"
-        \"\"\"
-        super(NeRF, self).__init__()
-        self.D = D
-        self.W = W
-        self.input_ch = input_ch
-        self.input_ch_views = input_ch_views
-        self.skips = skips
-        self.use_viewdirs = use_viewdirs
-
-        self.pts_linears = nn.ModuleList(
-            [nn.Linear(input_ch, W)] + [nn.Linear(W, W) if i not in self.skips else nn.Linear(W + input_ch, W) for i in range(D-1)])
-
-        ### Implementation according to the official code release (https://github.com/bmild/nerf/blob/master/run_nerf_helpers.py#L104-L105)
-        self.views_linears = nn.ModuleList([nn.Linear(input_ch_views + W, W//2)])
-
-        if use_viewdirs:
-            self.feature_linear = nn.Linear(W, W)
-            self.alpha_linear = nn.Linear(W, 1)
-            self.rgb_linear = nn.Linear(W//2, 3)
-        else:
-            self.output_linear = nn.Linear(W, output_ch)
+class RadianceMLP(nn.Module):
+    def __init__(self, depth, width, n_pts, n_dirs, skips=(2,)):
+        super().__init__()
+        self.n_pts, self.n_dirs, self.skips = n_pts, n_dirs, skips
+        self.trunk = nn.ModuleList([nn.Linear(n_pts, width)])
+        for k in range(depth - 1):  # the layer after a skip also sees the encoded point
+            self.trunk.append(nn.Linear(width + (n_pts if k in skips else 0), width))
+        self.density = nn.Linear(width, 1)
+        self.feature = nn.Linear(width, width)
+        self.view = nn.Linear(width + n_dirs, width // 2)
+        self.colour = nn.Linear(width // 2, 3)
 
     def forward(self, x):
-        input_pts, input_views = torch.split(x, [self.input_ch, self.input_ch_views], dim=-1)
-        h = input_pts
-        for i, l in enumerate(self.pts_linears):
-            h = self.pts_linears[i](h)
-            h = F.relu(h)
-            if i in self.skips:
-                h = torch.cat([input_pts, h], -1)
+        pts, dirs = torch.split(x, [self.n_pts, self.n_dirs], dim=-1)
+        h = pts
+        for k, layer in enumerate(self.trunk):
+            h = F.relu(layer(h))
+            if k in self.skips:
+                h = torch.cat([pts, h], -1)
+        density = self.density(h)
+        h = F.relu(self.view(torch.cat([self.feature(h), dirs], -1)))
+        return torch.cat([self.colour(h), density], -1)
 
-        if self.use_viewdirs:
-            alpha = self.alpha_linear(h)
-            feature = self.feature_linear(h)
-            h = torch.cat([feature, input_views], -1)
 
-            for i, l in enumerate(self.views_linears):
-                h = self.views_linears[i](h)
-                h = F.relu(h)
-
-            rgb = self.rgb_linear(h)
-            outputs = torch.cat([rgb, alpha], -1)
-        else:
-            outputs = self.output_linear(h)
-
-        return outputs
-
-def batchify(fn, chunk):
-    \"\"\"Constructs a version of 'fn' that applies to smaller batches.
-    \"\"\"
-    if chunk is None:
+def in_chunks(fn, size):
+    if size is None:
         return fn
-    def ret(inputs):
-        return torch.cat([fn(inputs[i:i+chunk]) for i in range(0, inputs.shape[0], chunk)], 0)
-    return ret
+    return lambda x: torch.cat([fn(x[i : i + size]) for i in range(0, x.shape[0], size)], 0)
 
 
-def run_network(inputs, viewdirs, fn, embed_fn, embeddirs_fn, netchunk=1024*64):
-    \"\"\"Prepares inputs and applies network 'fn'.
-    \"\"\"
-    inputs_flat = torch.reshape(inputs, [-1, inputs.shape[-1]])
-    embedded = embed_fn(inputs_flat)
+def query(points, viewdirs, net, encode_pts, encode_dirs, chunk=16):
+    flat = torch.reshape(points, [-1, points.shape[-1]])
+    dirs = viewdirs[:, None].expand(points.shape)
+    dirs = torch.reshape(dirs, [-1, dirs.shape[-1]])
+    raw = in_chunks(net, chunk)(torch.cat([encode_pts(flat), encode_dirs(dirs)], -1))
+    return torch.reshape(raw, list(points.shape[:-1]) + [raw.shape[-1]])
 
-    if viewdirs is not None:
-        input_dirs = viewdirs[:,None].expand(inputs.shape)
-        input_dirs_flat = torch.reshape(input_dirs, [-1, input_dirs.shape[-1]])
-        embedded_dirs = embeddirs_fn(input_dirs_flat)
-        embedded = torch.cat([embedded, embedded_dirs], -1)
 
-    outputs_flat = batchify(fn, netchunk)(embedded)
-    outputs = torch.reshape(outputs_flat, list(inputs.shape[:-1]) + [outputs_flat.shape[-1]])
-    return outputs
+def composite(raw, z, rays_d):
+    gaps = z[..., 1:] - z[..., :-1]
+    gaps = torch.cat([gaps, torch.Tensor([1e10]).expand(gaps[..., :1].shape)], -1)
+    gaps = gaps * torch.norm(rays_d[..., None, :], dim=-1)
+    alpha = 1.0 - torch.exp(-F.relu(raw[..., 3]) * gaps)
+    # transmittance: the exclusive cumulative product of (1 - alpha)
+    ones = torch.ones((alpha.shape[0], 1))
+    passed = torch.cumprod(torch.cat([ones, 1.0 - alpha + 1e-10], -1), -1)
+    weights = alpha * passed[:, :-1]
+    rgb = torch.sum(weights[..., None] * torch.sigmoid(raw[..., :3]), -2)
+    depth, acc = torch.sum(weights * z, -1), torch.sum(weights, -1)
+    disp = 1.0 / torch.max(1e-10 * torch.ones_like(depth), depth / acc)
+    return rgb, disp, acc, weights
 
-def raw2outputs(raw, z_vals, rays_d, raw_noise_std=0, white_bkgd=False, pytest=False):
-    raw2alpha = lambda raw, dists, act_fn=F.relu: 1.-torch.exp(-act_fn(raw)*dists)
 
-    dists = z_vals[...,1:] - z_vals[...,:-1]
-    dists = torch.cat([dists, torch.Tensor([1e10]).expand(dists[...,:1].shape)], -1)  # [N_rays, N_samples]
+def invert_cdf(bins, weights, n):
+    weights = weights + 1e-5
+    cdf = torch.cumsum(weights / torch.sum(weights, -1, keepdim=True), -1)
+    cdf = torch.cat([torch.zeros_like(cdf[..., :1]), cdf], -1)
+    u = torch.linspace(0.0, 1.0, steps=n).expand(list(cdf.shape[:-1]) + [n]).contiguous()
+    idx = torch.searchsorted(cdf, u, right=True)
+    lo = torch.max(torch.zeros_like(idx - 1), idx - 1)
+    hi = torch.min((cdf.shape[-1] - 1) * torch.ones_like(idx), idx)
+    pair = torch.stack([lo, hi], -1)
+    shape = [pair.shape[0], pair.shape[1], cdf.shape[-1]]
+    cdf_at = torch.gather(cdf.unsqueeze(1).expand(shape), 2, pair)
+    bins_at = torch.gather(bins.unsqueeze(1).expand(shape), 2, pair)
+    span = cdf_at[..., 1] - cdf_at[..., 0]
+    span = torch.where(span < 1e-5, torch.ones_like(span), span)
+    return bins_at[..., 0] + (u - cdf_at[..., 0]) / span * (bins_at[..., 1] - bins_at[..., 0])
 
-    dists = dists * torch.norm(rays_d[...,None,:], dim=-1)
 
-    rgb = torch.sigmoid(raw[...,:3])  # [N_rays, N_samples, 3]
-    noise = 0.
-    if raw_noise_std > 0.:
-        noise = torch.randn(raw[...,3].shape) * raw_noise_std
+def render(rays, coarse, fine, ask, n_coarse, n_fine):
+    origins, dirs, viewdirs = rays[:, 0:3], rays[:, 3:6], rays[:, -3:]
+    near, far = rays[:, 6:7], rays[:, 7:8]
+    steps = torch.linspace(0.0, 1.0, steps=n_coarse)
+    z = (near * (1.0 - steps) + far * steps).expand([rays.shape[0], n_coarse])
+    along = lambda z: origins[..., None, :] + dirs[..., None, :] * z[..., :, None]
+    rgb0, disp0, _, weights = composite(ask(along(z), viewdirs, coarse), z, dirs)
+    extra = invert_cdf(0.5 * (z[..., 1:] + z[..., :-1]), weights[..., 1:-1], n_fine).detach()
+    z, _ = torch.sort(torch.cat([z, extra], -1), -1)
+    rgb, disp, _, _ = composite(ask(along(z), viewdirs, fine), z, dirs)
+    spread = torch.std(extra, dim=-1, unbiased=False)
+    return {"rgb": rgb, "disp": disp, "rgb0": rgb0, "disp0": disp0, "spread": spread}
 
-    alpha = raw2alpha(raw[...,3] + noise, dists)  # [N_rays, N_samples]
-    # weights = alpha * tf.math.cumprod(1.-alpha + 1e-10, -1, exclusive=True)
-    weights = alpha * torch.cumprod(torch.cat([torch.ones((alpha.shape[0], 1)), 1.-alpha + 1e-10], -1), -1)[:, :-1]
-    rgb_map = torch.sum(weights[...,None] * rgb, -2)  # [N_rays, 3]
 
-    depth_map = torch.sum(weights * z_vals, -1)
-    disp_map = 1./torch.max(1e-10 * torch.ones_like(depth_map), depth_map / torch.sum(weights, -1))
-    acc_map = torch.sum(weights, -1)
+def build_models(n_freqs=4, n_dir_freqs=2):
+    encode_pts, encode_dirs = FourierFeatures(n_freqs), FourierFeatures(n_dir_freqs)
+    make = lambda: RadianceMLP(4, 16, encode_pts.out_dim, encode_dirs.out_dim)
+    ask = lambda pts, viewdirs, net: query(pts, viewdirs, net, encode_pts, encode_dirs)
+    return make(), make(), ask
 
-    if white_bkgd:
-        rgb_map = rgb_map + (1.-acc_map[...,None])
 
-    return rgb_map, disp_map, acc_map, weights, depth_map
-
-# Hierarchical sampling (section 5.2)
-def sample_pdf(bins, weights, N_samples, det=False, pytest=False):
-    # Get pdf
-    weights = weights + 1e-5 # prevent nans
-    pdf = weights / torch.sum(weights, -1, keepdim=True)
-    cdf = torch.cumsum(pdf, -1)
-    cdf = torch.cat([torch.zeros_like(cdf[...,:1]), cdf], -1)  # (batch, len(bins))
-
-    # Take uniform samples
-    if det:
-        u = torch.linspace(0., 1., steps=N_samples)
-        u = u.expand(list(cdf.shape[:-1]) + [N_samples])
-    else:
-        u = torch.rand(list(cdf.shape[:-1]) + [N_samples])
-
-    # Invert CDF
-    u = u.contiguous()
-    inds = torch.searchsorted(cdf, u, right=True)
-    below = torch.max(torch.zeros_like(inds-1), inds-1)
-    above = torch.min((cdf.shape[-1]-1) * torch.ones_like(inds), inds)
-    inds_g = torch.stack([below, above], -1)  # (batch, N_samples, 2)
-
-    # cdf_g = tf.gather(cdf, inds_g, axis=-1, batch_dims=len(inds_g.shape)-2)
-    # bins_g = tf.gather(bins, inds_g, axis=-1, batch_dims=len(inds_g.shape)-2)
-    matched_shape = [inds_g.shape[0], inds_g.shape[1], cdf.shape[-1]]
-    cdf_g = torch.gather(cdf.unsqueeze(1).expand(matched_shape), 2, inds_g)
-    bins_g = torch.gather(bins.unsqueeze(1).expand(matched_shape), 2, inds_g)
-
-    denom = (cdf_g[...,1]-cdf_g[...,0])
-    denom = torch.where(denom<1e-5, torch.ones_like(denom), denom)
-    t = (u-cdf_g[...,0])/denom
-    samples = bins_g[...,0] + t * (bins_g[...,1]-bins_g[...,0])
-
-    return samples
-
-def render_rays(ray_batch, network_fn, network_query_fn, N_samples, perturb=0., N_importance=0, network_fine=None,
-                white_bkgd=False, raw_noise_std=0., pytest=False):
-    N_rays = ray_batch.shape[0]
-    rays_o, rays_d = ray_batch[:,0:3], ray_batch[:,3:6] # [N_rays, 3] each
-    viewdirs = ray_batch[:,-3:] if ray_batch.shape[-1] > 8 else None
-    bounds = torch.reshape(ray_batch[...,6:8], [-1,1,2])
-    near, far = bounds[...,0], bounds[...,1] # [-1,1]
-
-    t_vals = torch.linspace(0., 1., steps=N_samples)
-    z_vals = near * (1.-t_vals) + far * (t_vals)
-
-    z_vals = z_vals.expand([N_rays, N_samples])
-
-    pts = rays_o[...,None,:] + rays_d[...,None,:] * z_vals[...,:,None] # [N_rays, N_samples, 3]
-
-    raw = network_query_fn(pts, viewdirs, network_fn)
-    rgb_map, disp_map, acc_map, weights, depth_map = raw2outputs(raw, z_vals, rays_d, raw_noise_std, white_bkgd, pytest=pytest)
-
-    if N_importance > 0:
-
-        rgb_map_0, disp_map_0, acc_map_0 = rgb_map, disp_map, acc_map
-
-        z_vals_mid = .5 * (z_vals[...,1:] + z_vals[...,:-1])
-        z_samples = sample_pdf(z_vals_mid, weights[...,1:-1], N_importance, det=(perturb==0.), pytest=pytest)
-        z_samples = z_samples.detach()
-
-        z_vals, _ = torch.sort(torch.cat([z_vals, z_samples], -1), -1)
-        pts = rays_o[...,None,:] + rays_d[...,None,:] * z_vals[...,:,None] # [N_rays, N_samples + N_importance, 3]
-
-        run_fn = network_fn if network_fine is None else network_fine
-        raw = network_query_fn(pts, viewdirs, run_fn)
-
-        rgb_map, disp_map, acc_map, weights, depth_map = raw2outputs(raw, z_vals, rays_d, raw_noise_std, white_bkgd, pytest=pytest)
-
-    ret = {'rgb_map' : rgb_map, 'disp_map' : disp_map, 'acc_map' : acc_map}
-    ret['raw'] = raw
-    if N_importance > 0:
-        ret['rgb0'] = rgb_map_0
-        ret['disp0'] = disp_map_0
-        ret['acc0'] = acc_map_0
-        ret['z_std'] = torch.std(z_samples, dim=-1, unbiased=False)  # [N_rays]
-    return ret
-
-def create_nerf(multires=4, multires_views=2):
-    embed_fn, input_ch = get_embedder(multires, 0)
-    embeddirs_fn, input_ch_views = get_embedder(multires_views, 0)
-    output_ch = 5
-    skips = [2]
-    model = NeRF(D=4, W=16, input_ch=input_ch, output_ch=output_ch, skips=skips,
-                 input_ch_views=input_ch_views, use_viewdirs=True)
-    model_fine = NeRF(D=4, W=16, input_ch=input_ch, output_ch=output_ch, skips=skips,
-                      input_ch_views=input_ch_views, use_viewdirs=True)
-    network_query_fn = lambda inputs, viewdirs, network_fn : run_network(inputs, viewdirs, network_fn,
-                                                                embed_fn=embed_fn,
-                                                                embeddirs_fn=embeddirs_fn,
-                                                                netchunk=16)
-    return model, model_fine, network_query_fn
-
-def main(model, model_fine, network_query_fn, rays, target_s, lrate=5e-3, lrate_decay=1):
-    grad_vars = list(model.parameters()) + list(model_fine.parameters())
-    optimizer = torch.optim.Adam(params=grad_vars, lr=lrate, betas=(0.9, 0.999))
-    records = []
-    for global_step in range(4):
-        extras = render_rays(rays, model, network_query_fn, 8, perturb=0., N_importance=8, network_fine=model_fine)
-        rgb = extras['rgb_map']
+def main(coarse, fine, ask, rays, target, lr=5e-3, decay_every=1000):
+    params = list(coarse.parameters()) + list(fine.parameters())
+    optimizer = torch.optim.Adam(params=params, lr=lr, betas=(0.9, 0.999))
+    log = []
+    for step in range(4):
+        out = render(rays, coarse, fine, ask, 8, 8)
         optimizer.zero_grad()
-        img_loss = img2mse(rgb, target_s)
-        trans = extras['raw'][...,-1]
-        loss = img_loss
-        psnr = mse2psnr(img_loss)
-
-        if 'rgb0' in extras:
-            img_loss0 = img2mse(extras['rgb0'], target_s)
-            loss = loss + img_loss0
-            psnr0 = mse2psnr(img_loss0)
-
+        fine_mse, coarse_mse = to_mse(out["rgb"], target), to_mse(out["rgb0"], target)
+        loss = fine_mse + coarse_mse
         loss.backward()
         optimizer.step()
-
-        decay_rate = 0.1
-        decay_steps = lrate_decay * 1000
-        new_lrate = lrate * (decay_rate ** (global_step / decay_steps))
-        for param_group in optimizer.param_groups:
-            param_group['lr'] = new_lrate
-        records.append([loss.item(), psnr.item(), psnr0.item()])
-        records.append(extras['z_std'].detach().numpy().copy())
-        records.append(extras['disp_map'].detach().numpy().copy())
-    records.append({n: p.detach().numpy().copy() for m in (model, model_fine) for n, p in m.named_parameters()})
-    return records
+        for group in optimizer.param_groups:  # exponential decay
+            group["lr"] = lr * 0.1 ** (step / decay_every)
+        log.append([loss.item(), to_psnr(fine_mse).item(), to_psnr(coarse_mse).item()])
+        log.append(out["spread"].detach().numpy().copy())
+        log.append(out["disp"].detach().numpy().copy())
+    log.append({f"{i}.{n}": p.detach().numpy().copy() for i, m in enumerate((coarse, fine))
+                for n, p in m.named_parameters()})
+    return log
 """
 
 NERF_STEP = [
@@ -1214,139 +920,114 @@ class _Query:
 
 
 def _nerf(names):
-    model, fine, query = names["create_nerf"]()
+    model, fine, query = names["build_models"]()
     return model, fine, _Query(query)
 
 
 # -- pruning ---------------------------------------------------------------------------------------
 PRUNING_SOURCE = '''
-import torch.nn.utils.prune as prune
+# The ways torch.nn.utils.prune prunes a small LeNet (random, L1 by a count, structured pruning
+# on top of an earlier mask, a method of our own, global L1), in the style of the PyTorch
+# pruning tutorial; then the globally pruned network is trained.
+from torch.nn.utils import prune
 
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+device = torch.device("cpu" if not torch.cuda.is_available() else "cuda")
 
-class LeNet(nn.Module):
+
+class SmallLeNet(nn.Module):
     def __init__(self):
-        super(LeNet, self).__init__()
-        # 1 input image channel, 6 output channels, 5x5 square conv kernel
-        self.conv1 = nn.Conv2d(1, 6, 5)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)  # 5x5 image dimension
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, 10)
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 5)
+        self.conv2 = nn.Conv2d(4, 8, 5)
+        self.fc1 = nn.Linear(8 * 5 * 5, 32)
+        self.fc2 = nn.Linear(32, 16)
+        self.fc3 = nn.Linear(16, 10)
 
     def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), (2, 2))
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = x.view(-1, int(x.nelement() / x.shape[0]))
-        x = F.relu(self.fc1(x))
-        x = F.relu(self.fc2(x))
-        x = self.fc3(x)
-        return x
+        h = F.max_pool2d(F.relu(self.conv1(x)), (2, 2))
+        h = F.max_pool2d(F.relu(self.conv2(h)), 2)
+        h = h.view(-1, int(h.nelement() / h.shape[0]))  # flatten whatever the image size
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(h)))))
 
-class FooBarPruningMethod(prune.BasePruningMethod):
-    """Prune every other entry in a tensor
-    """
-    PRUNING_TYPE = 'unstructured'
 
-    def compute_mask(self, t, default_mask):
+class EveryThirdPruning(prune.BasePruningMethod):
+    """Zero every third entry of the flattened tensor."""
+
+    PRUNING_TYPE = "unstructured"
+
+    def compute_mask(self, values, default_mask):
         mask = default_mask.clone()
-        mask.view(-1)[::2] = 0
+        mask.view(-1)[::3] = 0
         return mask
 
-def foobar_unstructured(module, name):
-    """Prunes tensor corresponding to parameter called `name` in `module`
-    by removing every other entry in the tensors.
-    """
-    FooBarPruningMethod.apply(module, name)
-    return module
 
-def names(pairs):
-    return [name for name, _ in pairs]
+def names_of(pairs):
+    return [n for n, _ in pairs]
 
-def tutorial(model, records):
-    module = model.conv1
-    records.append(names(module.named_parameters()))
-    records.append(names(module.named_buffers()))
 
-    prune.random_unstructured(module, name="weight", amount=0.3)
-    records.append(names(module.named_parameters()))
-    records.append(names(module.named_buffers()))
-    records.append(module.weight.detach().numpy().copy())
-    records.append(len(module._forward_pre_hooks))
+def snapshot(module, log, attr=None):
+    log.append(names_of(module.named_parameters()))
+    log.append(names_of(module.named_buffers()))
+    if attr is not None:
+        log.append(getattr(module, attr).detach().numpy().copy())
 
-    prune.l1_unstructured(module, name="bias", amount=3)
-    records.append(names(module.named_parameters()))
-    records.append(names(module.named_buffers()))
-    records.append(module.bias.detach().numpy().copy())
-    records.append(len(module._forward_pre_hooks))
 
-    # Iterative Pruning
-    prune.ln_structured(module, name="weight", amount=0.5, n=2, dim=0)
-    records.append(module.weight.detach().numpy().copy())
-    for hook in module._forward_pre_hooks.values():
-        if hook._tensor_name == "weight":  # select out the correct hook
-            break
-    records.append([type(h).__name__ for h in hook])  # pruning history in the container
+def tutorial(model, log):
+    conv = model.conv1
+    snapshot(conv, log)
+    prune.random_unstructured(conv, name="weight", amount=0.3)
+    snapshot(conv, log, "weight")
+    log.append(len(conv._forward_pre_hooks))
+    prune.l1_unstructured(conv, name="bias", amount=3)  # a count, not a fraction
+    snapshot(conv, log, "bias")
+    log.append(len(conv._forward_pre_hooks))
 
-    # Serializing a pruned model
-    records.append(list(model.state_dict().keys()))
+    # whole output channels by their L2 norm, combined with the random mask already there
+    prune.ln_structured(conv, name="weight", amount=0.5, n=2, dim=0)
+    log.append(conv.weight.detach().numpy().copy())
+    hooks = [h for h in conv._forward_pre_hooks.values() if h._tensor_name == "weight"]
+    log.append([type(method).__name__ for method in hooks[0]])
+    log.append(list(model.state_dict().keys()))  # weight_orig and weight_mask
 
-    # Remove pruning re-parametrization
-    prune.remove(module, 'weight')
-    records.append(names(module.named_parameters()))
-    records.append(names(module.named_buffers()))
-    records.append(module.weight.detach().numpy().copy())
-    records.append(prune.is_pruned(model))
+    prune.remove(conv, "weight")
+    snapshot(conv, log, "weight")
+    log.append(prune.is_pruned(model))
 
-    # Pruning multiple parameters in a model
-    new_model = LeNet()
-    for name, module in new_model.named_modules():
-        # prune 20% of connections in all 2D-conv layers
-        if isinstance(module, torch.nn.Conv2d):
-            prune.l1_unstructured(module, name='weight', amount=0.2)
-        # prune 40% of connections in all linear layers
-        elif isinstance(module, torch.nn.Linear):
-            prune.l1_unstructured(module, name='weight', amount=0.4)
-    records.append(list(dict(new_model.named_buffers()).keys()))  # to verify that all masks exist
+    other = SmallLeNet()
+    for _, module in other.named_modules():
+        if isinstance(module, nn.Conv2d):
+            prune.l1_unstructured(module, name="weight", amount=0.2)
+        elif isinstance(module, nn.Linear):
+            prune.l1_unstructured(module, name="weight", amount=0.4)
+    log.append(list(dict(other.named_buffers()).keys()))
 
-    foobar_unstructured(model.fc3, name='bias')
-    records.append(model.fc3.bias_mask.numpy().copy())
-    return records
+    EveryThirdPruning.apply(model.fc3, "bias")
+    log.append(model.fc3.bias_mask.numpy().copy())
+    return log
 
-def global_pruning_and_training(model, data, target, records):
-    parameters_to_prune = (
-        (model.conv1, 'weight'),
-        (model.conv2, 'weight'),
-        (model.fc1, 'weight'),
-        (model.fc2, 'weight'),
-        (model.fc3, 'weight'),
-    )
 
-    prune.global_unstructured(
-        parameters_to_prune,
-        pruning_method=prune.L1Unstructured,
-        amount=0.2,
-    )
-    for module, name in parameters_to_prune:
-        records.append(
-            "Sparsity in {}: {:.2f}%".format(
-                name, 100. * float(torch.sum(getattr(module, name) == 0))
-                / float(getattr(module, name).nelement())
-            )
-        )
-    optimizer = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for step in range(3):
+def prune_globally_then_train(model, data, target, log):
+    layers = ("conv1", "conv2", "fc1", "fc2", "fc3")
+    weights = tuple((getattr(model, name), "weight") for name in layers)
+    prune.global_unstructured(weights, pruning_method=prune.L1Unstructured, amount=0.2)
+    for module, name in weights:
+        w = getattr(module, name)
+        zeros = 100.0 * float(torch.sum(w == 0)) / float(w.nelement())
+        log.append("{}: {:.2f}% zero".format(name, zeros))
+    optimizer = optim.SGD(model.parameters(), momentum=0.9, lr=0.05)
+    for _ in range(3):
         optimizer.zero_grad()
-        loss = F.cross_entropy(model(data), target)
+        logits = model(data)
+        loss = F.cross_entropy(logits, target)
         loss.backward()
         optimizer.step()
-        records.append(loss.item())
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
-    for module, name in parameters_to_prune:
+        log.append(loss.item())
+    log.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
+    for module, name in weights:
         prune.remove(module, name)
-    records.append(names(model.named_parameters()))
-    records.append(float(torch.sum(model.fc1.weight == 0)))
-    return records
+    log.append(names_of(model.named_parameters()))
+    log.append(float(torch.sum(model.fc1.weight == 0)))
+    return log
 '''
 
 PRUNING_STEP = [
@@ -1354,7 +1035,6 @@ PRUNING_STEP = [
         "        loss.backward()\n        optimizer.step()",
         "        grads = loss.backward()\n        optimizer.step(grads)",
     ),
-    ("import torch.nn.utils.prune as prune", "import retrograd.nn.utils.prune as prune"),
 ]
 
 
@@ -1369,13 +1049,15 @@ class SharedRandomPruning:
         rng = np.random.default_rng(self.seed)
         prune = lib.nn.utils.prune
 
-        def compute_mask(self, t, default_mask):
+        def compute_mask(self, scores, default_mask):
             count = (
-                round(self.amount * t.numel()) if isinstance(self.amount, float) else self.amount
+                round(self.amount * scores.numel())
+                if isinstance(self.amount, float)
+                else self.amount
             )
             mask = default_mask.clone()
             if count:
-                order = np.argsort(-rng.random(t.numel()), kind="stable")[:count]
+                order = np.argsort(-rng.random(scores.numel()), kind="stable")[:count]
                 mask.view(-1)[lib.tensor(order)] = 0
             return mask
 
@@ -1390,7 +1072,7 @@ def test_pruning_tutorial_and_training_of_a_pruned_model_match_torch(monkeypatch
         with monkeypatch.context() as patch:
             SharedRandomPruning(34).patch(patch, lib)
             records = names["tutorial"](models[0], [])
-        return names["global_pruning_and_training"](
+        return names["prune_globally_then_train"](
             models[1], lib.tensor(data, dtype=lib.float32), lib.tensor(target), records
         )
 
@@ -1399,7 +1081,7 @@ def test_pruning_tutorial_and_training_of_a_pruned_model_match_torch(monkeypatch
         PRUNING_SOURCE,
         PRUNING_STEP,
         35,
-        lambda names: (names["LeNet"](), names["LeNet"]()),
+        lambda names: (names["SmallLeNet"](), names["SmallLeNet"]()),
         go,
     )
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5)

@@ -1,30 +1,29 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): two adversarial trainings
+written here in the style of public repositories, each run on torch and, ported, on retrograd
+from the same weights and draws (in float64), every record compared.
 
-- CycleGAN (github.com/junyanz/pytorch-CycleGAN-and-pix2pix ``models/networks.py``,
-  ``models/cycle_gan_model.py``, ``util/image_pool.py``, the ``BaseModel`` methods it uses),
-  small: norm layers as ``functools.partial(nn.InstanceNorm2d, affine=False,
-  track_running_stats=False)`` (or ``BatchNorm2d``) with ``type(norm_layer) ==
-  functools.partial`` and ``norm_layer.func == nn.InstanceNorm2d`` deciding the conv biases,
-  ``ReflectionPad2d``, ``ConvTranspose2d(output_padding=1)``, ``nn.ReLU(True)`` and
-  ``nn.LeakyReLU(0.2, True)``, ``init_weights`` applied over the nets by class name
-  (``init.normal_(m.weight.data, 0.0, gain)``), ``GANLoss`` with ``register_buffer`` of
-  ``torch.tensor(1.0)`` labels ``expand_as`` the prediction (LSGAN's ``MSELoss`` or vanilla's
-  ``BCEWithLogitsLoss``), the ``ImagePool`` of ``torch.unsqueeze(image.data, 0)`` with Python's
-  ``random``, two Adams over ``itertools.chain`` of two nets' parameters, the discriminators
-  frozen by ``param.requires_grad = False`` during the generators' step, both discriminators'
-  gradients summed before one step, and the linear-decay ``LambdaLR``.
-
-- DANN (github.com/fungtion/DANN ``models/functions.py``, ``models/model.py``, ``main.py``,
-  ``test.py``): the gradient reversal layer as a ``torch.autograd.Function`` (``ctx.alpha``,
-  ``x.view_as(x)``, ``grad_output.neg() * ctx.alpha`` and ``None`` for ``alpha``, applied with
-  a NumPy float), ``nn.Sequential()`` grown by ``add_module``, ``input_data.expand(n, 3, 28,
-  28)`` of one-channel images, ``Dropout2d``, ``my_net.zero_grad()``, the ``alpha`` schedule
-  ``2. / (1. + np.exp(-10 * p)) - 1``, ``torch.zeros(batch_size).long()`` domain labels, and the
-  test loop's ``n_correct.data.numpy() * 1.0 / n_total``.
+- CycleGAN in the style of junyanz/pytorch-CycleGAN-and-pix2pix, small: norm layers as
+  ``functools.partial(nn.InstanceNorm2d, affine=False, track_running_stats=False)`` (or
+  ``BatchNorm2d``) with ``type(norm) == functools.partial`` and ``norm.func ==
+  nn.InstanceNorm2d`` deciding the conv biases, ``ReflectionPad2d``,
+  ``ConvTranspose2d(output_padding=1)``, ``nn.ReLU(True)`` and ``nn.LeakyReLU(0.2, True)``,
+  weights initialized over the nets by class name (``init.normal_(m.weight.data, 0.0,
+  gain)``), an adversarial loss with ``register_buffer`` of ``torch.tensor(1.0)`` labels
+  ``expand_as`` the prediction (LSGAN's ``MSELoss`` or vanilla's ``BCEWithLogitsLoss``), a pool
+  of past fakes by ``torch.unsqueeze(images.data, 1)`` with Python's ``random``, two Adams over
+  ``itertools.chain`` of two nets' parameters, the discriminators frozen by
+  ``param.requires_grad = False`` during the generators' step, both discriminators' gradients
+  summed before one step, and a linear-decay ``LambdaLR``.
+- DANN in the style of fungtion/DANN: the gradient reversal layer as a
+  ``torch.autograd.Function`` (``ctx.alpha``, ``x.view_as(x)``, ``grad.neg() * ctx.alpha`` and
+  ``None`` for ``alpha``, applied with a NumPy float), ``nn.Sequential()`` grown by
+  ``add_module``, ``images.expand(n, 3, 28, 28)`` of one-channel images, ``Dropout2d``,
+  ``net.zero_grad()``, the ``alpha`` schedule ``2.0 / (1.0 + np.exp(-10 * p)) - 1``,
+  ``torch.zeros(n).long()`` domain labels, and the evaluation's ``hits.data.numpy() * 1.0 /
+  seen``.
 
 The ports change the gradient lines; CycleGAN's two discriminators' gradients are summed
-(``self.grads_D + grads``), where torch sums them into ``.grad``. Both ran unchanged otherwise.
+(``grads_D + grads``), where torch sums them into ``.grad``.
 """
 
 from __future__ import annotations
@@ -41,450 +40,241 @@ from real_ports import assert_records_agree
 from test_real_ports_15 import _run
 
 CYCLEGAN_SOURCE = '''
+# Unpaired image-to-image translation in the CycleGAN style: two ResNet generators (A->B,
+# B->A), two PatchGAN discriminators, cycle and identity losses, pools of past fakes, a
+# linearly decaying learning rate.
 import functools
 import itertools
 import random
 from torch.nn import init
-from torch.optim import lr_scheduler
+from torch.optim.lr_scheduler import LambdaLR
 
 
-class Identity(nn.Module):
-    def forward(self, x):
-        return x
+def norm_factory(kind):
+    if kind == "batch":
+        return functools.partial(nn.BatchNorm2d, affine=True, track_running_stats=True)
+    if kind == "instance":
+        return functools.partial(nn.InstanceNorm2d, affine=False, track_running_stats=False)
+    raise ValueError(kind)
 
 
-def get_norm_layer(norm_type='instance'):
-    """Return a normalization layer
-
-    Parameters:
-        norm_type (str) -- the name of the normalization layer: batch | instance | none
-
-    For BatchNorm, we use learnable affine parameters and track running statistics (mean/stddev).
-    For InstanceNorm, we do not use learnable affine parameters. We do not track running statistics.
-    """
-    if norm_type == 'batch':
-        norm_layer = functools.partial(nn.BatchNorm2d, affine=True, track_running_stats=True)
-    elif norm_type == 'instance':
-        norm_layer = functools.partial(nn.InstanceNorm2d, affine=False, track_running_stats=False)
-    elif norm_type == 'none':
-        def norm_layer(x):
-            return Identity()
-    else:
-        raise NotImplementedError('normalization layer [%s] is not found' % norm_type)
-    return norm_layer
+def convs_need_bias(norm):
+    # an affine batch norm supplies the shift; a non-affine instance norm does not
+    if type(norm) == functools.partial:
+        return norm.func == nn.InstanceNorm2d
+    return norm == nn.InstanceNorm2d
 
 
-def get_scheduler(optimizer, opt):
-    """Return a learning rate scheduler
-    """
-    if opt.lr_policy == 'linear':
-        def lambda_rule(epoch):
-            lr_l = 1.0 - max(0, epoch + opt.epoch_count - opt.n_epochs) / float(opt.n_epochs_decay + 1)
-            return lr_l
-        scheduler = lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda_rule)
-    elif opt.lr_policy == 'step':
-        scheduler = lr_scheduler.StepLR(optimizer, step_size=opt.lr_decay_iters, gamma=0.1)
-    elif opt.lr_policy == 'plateau':
-        scheduler = lr_scheduler.ReduceLROnPlateau(optimizer, mode='min', factor=0.2, threshold=0.01, patience=5)
-    elif opt.lr_policy == 'cosine':
-        scheduler = lr_scheduler.CosineAnnealingLR(optimizer, T_max=opt.n_epochs, eta_min=0)
-    else:
-        return NotImplementedError('learning rate policy [%s] is not implemented', opt.lr_policy)
-    return scheduler
+def linear_decay(optimizer, opt):
+    def factor(epoch):
+        past = max(0, epoch + opt.epoch_count - opt.n_epochs)
+        return 1.0 - past / float(opt.n_epochs_decay + 1)
+
+    return LambdaLR(optimizer, lr_lambda=factor)
 
 
-def init_weights(net, init_type='normal', init_gain=0.02):
-    """Initialize network weights.
-    """
-    def init_func(m):  # define the initialization function
-        classname = m.__class__.__name__
-        if hasattr(m, 'weight') and (classname.find('Conv') != -1 or classname.find('Linear') != -1):
-            if init_type == 'normal':
-                init.normal_(m.weight.data, 0.0, init_gain)
-            elif init_type == 'xavier':
-                init.xavier_normal_(m.weight.data, gain=init_gain)
-            elif init_type == 'kaiming':
-                init.kaiming_normal_(m.weight.data, a=0, mode='fan_in')
-            elif init_type == 'orthogonal':
-                init.orthogonal_(m.weight.data, gain=init_gain)
-            else:
-                raise NotImplementedError('initialization method [%s] is not implemented' % init_type)
-            if hasattr(m, 'bias') and m.bias is not None:
-                init.constant_(m.bias.data, 0.0)
-        elif classname.find('BatchNorm2d') != -1:  # BatchNorm Layer's weight is not a matrix; only normal distribution applies.
-            init.normal_(m.weight.data, 1.0, init_gain)
-            init.constant_(m.bias.data, 0.0)
+def initialize(net, gain=0.02):
+    def visit(m):
+        kind = m.__class__.__name__
+        if hasattr(m, "weight") and (kind.find("Conv") != -1 or kind.find("Linear") != -1):
+            init.normal_(m.weight.data, 0.0, gain)
+            if getattr(m, "bias", None) is not None:
+                init.zeros_(m.bias.data)
+        elif kind.find("BatchNorm2d") != -1:
+            init.normal_(m.weight.data, 1.0, gain)
+            init.zeros_(m.bias.data)
 
-    print('initialize network with %s' % init_type)
-    net.apply(init_func)  # apply the initialization function <init_func>
+    net.apply(visit)
 
 
-class GANLoss(nn.Module):
-    """Define different GAN objectives.
-    """
+class AdversarialLoss(nn.Module):
+    def __init__(self, mode):
+        super().__init__()
+        self.register_buffer("real_label", torch.tensor(1.0))
+        self.register_buffer("fake_label", torch.tensor(0.0))
+        self.criterion = {"lsgan": nn.MSELoss, "vanilla": nn.BCEWithLogitsLoss}[mode]()
 
-    def __init__(self, gan_mode, target_real_label=1.0, target_fake_label=0.0):
-        super(GANLoss, self).__init__()
-        self.register_buffer('real_label', torch.tensor(target_real_label))
-        self.register_buffer('fake_label', torch.tensor(target_fake_label))
-        self.gan_mode = gan_mode
-        if gan_mode == 'lsgan':
-            self.loss = nn.MSELoss()
-        elif gan_mode == 'vanilla':
-            self.loss = nn.BCEWithLogitsLoss()
-        elif gan_mode in ['wgangp']:
-            self.loss = None
-        else:
-            raise NotImplementedError('gan mode %s not implemented' % gan_mode)
-
-    def get_target_tensor(self, prediction, target_is_real):
-        if target_is_real:
-            target_tensor = self.real_label
-        else:
-            target_tensor = self.fake_label
-        return target_tensor.expand_as(prediction)
-
-    def __call__(self, prediction, target_is_real):
-        if self.gan_mode in ['lsgan', 'vanilla']:
-            target_tensor = self.get_target_tensor(prediction, target_is_real)
-            loss = self.loss(prediction, target_tensor)
-        elif self.gan_mode == 'wgangp':
-            if target_is_real:
-                loss = -prediction.mean()
-            else:
-                loss = prediction.mean()
-        return loss
+    def __call__(self, prediction, is_real):
+        label = self.real_label if is_real else self.fake_label
+        return self.criterion(prediction, label.expand_as(prediction))
 
 
-class ResnetGenerator(nn.Module):
-    """Resnet-based generator that consists of Resnet blocks between a few downsampling/upsampling operations.
-    """
+class Residual(nn.Module):
+    def __init__(self, dim, norm, bias):
+        super().__init__()
+        def padded_conv():
+            return [nn.ReflectionPad2d(1), nn.Conv2d(dim, dim, kernel_size=3, bias=bias), norm(dim)]
 
-    def __init__(self, input_nc, output_nc, ngf=64, norm_layer=nn.BatchNorm2d, use_dropout=False, n_blocks=6, padding_type='reflect'):
-        assert(n_blocks >= 0)
-        super(ResnetGenerator, self).__init__()
-        if type(norm_layer) == functools.partial:
-            use_bias = norm_layer.func == nn.InstanceNorm2d
-        else:
-            use_bias = norm_layer == nn.InstanceNorm2d
-
-        model = [nn.ReflectionPad2d(3),
-                 nn.Conv2d(input_nc, ngf, kernel_size=7, padding=0, bias=use_bias),
-                 norm_layer(ngf),
-                 nn.ReLU(True)]
-
-        n_downsampling = 2
-        for i in range(n_downsampling):  # add downsampling layers
-            mult = 2 ** i
-            model += [nn.Conv2d(ngf * mult, ngf * mult * 2, kernel_size=3, stride=2, padding=1, bias=use_bias),
-                      norm_layer(ngf * mult * 2),
-                      nn.ReLU(True)]
-
-        mult = 2 ** n_downsampling
-        for i in range(n_blocks):       # add ResNet blocks
-
-            model += [ResnetBlock(ngf * mult, padding_type=padding_type, norm_layer=norm_layer, use_dropout=use_dropout, use_bias=use_bias)]
-
-        for i in range(n_downsampling):  # add upsampling layers
-            mult = 2 ** (n_downsampling - i)
-            model += [nn.ConvTranspose2d(ngf * mult, int(ngf * mult / 2),
-                                         kernel_size=3, stride=2,
-                                         padding=1, output_padding=1,
-                                         bias=use_bias),
-                      norm_layer(int(ngf * mult / 2)),
-                      nn.ReLU(True)]
-        model += [nn.ReflectionPad2d(3)]
-        model += [nn.Conv2d(ngf, output_nc, kernel_size=7, padding=0)]
-        model += [nn.Tanh()]
-
-        self.model = nn.Sequential(*model)
-
-    def forward(self, input):
-        """Standard forward"""
-        return self.model(input)
-
-
-class ResnetBlock(nn.Module):
-    """Define a Resnet block"""
-
-    def __init__(self, dim, padding_type, norm_layer, use_dropout, use_bias):
-        super(ResnetBlock, self).__init__()
-        self.conv_block = self.build_conv_block(dim, padding_type, norm_layer, use_dropout, use_bias)
-
-    def build_conv_block(self, dim, padding_type, norm_layer, use_dropout, use_bias):
-        conv_block = []
-        p = 0
-        if padding_type == 'reflect':
-            conv_block += [nn.ReflectionPad2d(1)]
-        elif padding_type == 'replicate':
-            conv_block += [nn.ReplicationPad2d(1)]
-        elif padding_type == 'zero':
-            p = 1
-        else:
-            raise NotImplementedError('padding [%s] is not implemented' % padding_type)
-
-        conv_block += [nn.Conv2d(dim, dim, kernel_size=3, padding=p, bias=use_bias), norm_layer(dim), nn.ReLU(True)]
-        if use_dropout:
-            conv_block += [nn.Dropout(0.5)]
-
-        p = 0
-        if padding_type == 'reflect':
-            conv_block += [nn.ReflectionPad2d(1)]
-        elif padding_type == 'replicate':
-            conv_block += [nn.ReplicationPad2d(1)]
-        elif padding_type == 'zero':
-            p = 1
-        else:
-            raise NotImplementedError('padding [%s] is not implemented' % padding_type)
-        conv_block += [nn.Conv2d(dim, dim, kernel_size=3, padding=p, bias=use_bias), norm_layer(dim)]
-
-        return nn.Sequential(*conv_block)
+        self.conv_block = nn.Sequential(*padded_conv(), nn.ReLU(True), *padded_conv())
 
     def forward(self, x):
-        """Forward function (with skip connections)"""
-        out = x + self.conv_block(x)  # add skip connections
-        return out
+        return x + self.conv_block(x)
 
 
-class NLayerDiscriminator(nn.Module):
-    """Defines a PatchGAN discriminator"""
+class ResidualGenerator(nn.Module):
+    def __init__(self, n_in, n_out, width, norm, n_blocks=2):
+        super().__init__()
+        bias = convs_need_bias(norm)
+        layers = [nn.ReflectionPad2d(3), nn.Conv2d(n_in, width, kernel_size=7, bias=bias)]
+        layers += [norm(width), nn.ReLU(True)]
+        for k in (1, 2):  # two stride-2 downsamplings, doubling the channels
+            c = width * 2 ** (k - 1)
+            down = nn.Conv2d(c, 2 * c, 3, stride=2, padding=1, bias=bias)
+            layers += [down, norm(2 * c), nn.ReLU(True)]
+        layers += [Residual(4 * width, norm, bias) for _ in range(n_blocks)]
+        for k in (2, 1):  # and back up
+            c = width * 2**k
+            up = nn.ConvTranspose2d(c, c // 2, 3, stride=2, padding=1, output_padding=1, bias=bias)
+            layers += [up, norm(c // 2), nn.ReLU(True)]
+        layers += [nn.ReflectionPad2d(3), nn.Conv2d(width, n_out, kernel_size=7), nn.Tanh()]
+        self.model = nn.Sequential(*layers)
 
-    def __init__(self, input_nc, ndf=64, n_layers=3, norm_layer=nn.BatchNorm2d):
-        super(NLayerDiscriminator, self).__init__()
-        if type(norm_layer) == functools.partial:  # no need to use bias as BatchNorm2d has affine parameters
-            use_bias = norm_layer.func == nn.InstanceNorm2d
-        else:
-            use_bias = norm_layer == nn.InstanceNorm2d
-
-        kw = 4
-        padw = 1
-        sequence = [nn.Conv2d(input_nc, ndf, kernel_size=kw, stride=2, padding=padw), nn.LeakyReLU(0.2, True)]
-        nf_mult = 1
-        nf_mult_prev = 1
-        for n in range(1, n_layers):  # gradually increase the number of filters
-            nf_mult_prev = nf_mult
-            nf_mult = min(2 ** n, 8)
-            sequence += [
-                nn.Conv2d(ndf * nf_mult_prev, ndf * nf_mult, kernel_size=kw, stride=2, padding=padw, bias=use_bias),
-                norm_layer(ndf * nf_mult),
-                nn.LeakyReLU(0.2, True)
-            ]
-
-        nf_mult_prev = nf_mult
-        nf_mult = min(2 ** n_layers, 8)
-        sequence += [
-            nn.Conv2d(ndf * nf_mult_prev, ndf * nf_mult, kernel_size=kw, stride=1, padding=padw, bias=use_bias),
-            norm_layer(ndf * nf_mult),
-            nn.LeakyReLU(0.2, True)
-        ]
-
-        sequence += [nn.Conv2d(ndf * nf_mult, 1, kernel_size=kw, stride=1, padding=padw)]  # output 1 channel prediction map
-        self.model = nn.Sequential(*sequence)
-
-    def forward(self, input):
-        """Standard forward."""
-        return self.model(input)
+    def forward(self, x):
+        return self.model(x)
 
 
-class ImagePool():
-    """This class implements an image buffer that stores previously generated images.
-    """
+class PatchDiscriminator(nn.Module):
+    def __init__(self, n_in, width, norm):
+        super().__init__()
+        bias = convs_need_bias(norm)
+        layers = [nn.Conv2d(n_in, width, 4, stride=2, padding=1), nn.LeakyReLU(0.2, True)]
+        for stride, (a, b) in zip((2, 1), [(1, 2), (2, 4)]):
+            conv = nn.Conv2d(width * a, width * b, 4, stride=stride, padding=1, bias=bias)
+            layers += [conv, norm(width * b), nn.LeakyReLU(0.2, True)]
+        layers.append(nn.Conv2d(width * 4, 1, 4, stride=1, padding=1))  # a map of patch scores
+        self.model = nn.Sequential(*layers)
 
-    def __init__(self, pool_size):
-        self.pool_size = pool_size
-        if self.pool_size > 0:  # create an empty pool
-            self.num_imgs = 0
-            self.images = []
+    def forward(self, x):
+        return self.model(x)
+
+
+class FakePool:
+    """Past generated images: half the time a batch entry is swapped for an older one."""
+
+    def __init__(self, size):
+        self.size, self.stored = size, []
 
     def query(self, images):
-        if self.pool_size == 0:  # if the buffer size is 0, do nothing
+        if self.size == 0:
             return images
-        return_images = []
-        for image in images:
-            image = torch.unsqueeze(image.data, 0)
-            if self.num_imgs < self.pool_size:   # if the buffer is not full; keep inserting current images to the buffer
-                self.num_imgs = self.num_imgs + 1
-                self.images.append(image)
-                return_images.append(image)
+        out = []
+        for image in torch.unsqueeze(images.data, 1):  # batches of one, off the graph
+            if len(self.stored) < self.size:
+                self.stored.append(image)
+                out.append(image)
+            elif random.uniform(0, 1) > 0.5:
+                k = random.randint(0, self.size - 1)
+                out.append(self.stored[k].clone())
+                self.stored[k] = image
             else:
-                p = random.uniform(0, 1)
-                if p > 0.5:  # by 50% chance, the buffer will return a previously stored image, and insert the current image into the buffer
-                    random_id = random.randint(0, self.pool_size - 1)  # randint is inclusive
-                    tmp = self.images[random_id].clone()
-                    self.images[random_id] = image
-                    return_images.append(tmp)
-                else:       # by another 50% chance, the buffer will return the current image
-                    return_images.append(image)
-        return_images = torch.cat(return_images, 0)   # collect all the images and return
-        return return_images
+                out.append(image)
+        return torch.cat(out, 0)
 
 
-class CycleGANModel():
-    def __init__(self, opt, netG_A, netG_B, netD_A, netD_B):
-        self.opt = opt
-        self.isTrain = True
-        self.netG_A, self.netG_B, self.netD_A, self.netD_B = netG_A, netG_B, netD_A, netD_B
-        if self.isTrain:
-            self.fake_A_pool = ImagePool(opt.pool_size)  # create image buffer to store previously generated images
-            self.fake_B_pool = ImagePool(opt.pool_size)  # create image buffer to store previously generated images
-            # define loss functions
-            self.criterionGAN = GANLoss(opt.gan_mode)  # define GAN loss.
-            self.criterionCycle = torch.nn.L1Loss()
-            self.criterionIdt = torch.nn.L1Loss()
-            # initialize optimizers; schedulers will be automatically created by function <BaseModel.setup>.
-            self.optimizer_G = torch.optim.Adam(itertools.chain(self.netG_A.parameters(), self.netG_B.parameters()), lr=opt.lr, betas=(opt.beta1, 0.999))
-            self.optimizer_D = torch.optim.Adam(itertools.chain(self.netD_A.parameters(), self.netD_B.parameters()), lr=opt.lr, betas=(opt.beta1, 0.999))
-            self.optimizers = [self.optimizer_G, self.optimizer_D]
-            self.schedulers = [get_scheduler(optimizer, opt) for optimizer in self.optimizers]
+class CycleGAN:
+    def __init__(self, opt, G_AB, G_BA, D_B, D_A):
+        self.opt, self.G_AB, self.G_BA, self.D_B, self.D_A = opt, G_AB, G_BA, D_B, D_A
+        self.pool_A, self.pool_B = FakePool(opt.pool_size), FakePool(opt.pool_size)
+        self.adversarial, self.l1 = AdversarialLoss(opt.gan_mode), torch.nn.L1Loss()
+        def adam(a, b):
+            both = itertools.chain(a.parameters(), b.parameters())
+            return torch.optim.Adam(both, lr=opt.lr, betas=(opt.beta1, 0.999))
 
-    def set_input(self, input):
-        AtoB = self.opt.direction == 'AtoB'
-        self.real_A = input['A' if AtoB else 'B']
-        self.real_B = input['B' if AtoB else 'A']
+        self.opt_G, self.opt_D = adam(G_AB, G_BA), adam(D_B, D_A)
+        self.schedulers = [linear_decay(o, opt) for o in (self.opt_G, self.opt_D)]
+        self.losses = {}
 
-    def forward(self):
-        """Run forward pass; called by both functions <optimize_parameters> and <test>."""
-        self.fake_B = self.netG_A(self.real_A)  # G_A(A)
-        self.rec_A = self.netG_B(self.fake_B)   # G_B(G_A(A))
-        self.fake_A = self.netG_B(self.real_B)  # G_B(B)
-        self.rec_B = self.netG_A(self.fake_A)   # G_A(G_B(B))
+    def freeze_discriminators(self, frozen):
+        for net in (self.D_B, self.D_A):
+            for p in net.parameters():
+                p.requires_grad = not frozen
 
-    def backward_D_basic(self, netD, real, fake):
-        # Real
-        pred_real = netD(real)
-        loss_D_real = self.criterionGAN(pred_real, True)
-        # Fake
-        pred_fake = netD(fake.detach())
-        loss_D_fake = self.criterionGAN(pred_fake, False)
-        # Combined loss and calculate gradients
-        loss_D = (loss_D_real + loss_D_fake) * 0.5
-        loss_D.backward()
-        return loss_D
+    def generator_loss(self, real_A, real_B):
+        o = self.opt
+        fake_B, fake_A = self.G_AB(real_A), self.G_BA(real_B)
+        terms = {
+            "G_A": self.adversarial(self.D_B(fake_B), True),
+            "G_B": self.adversarial(self.D_A(fake_A), True),
+            "cycle_A": self.l1(self.G_BA(fake_B), real_A) * o.lambda_A,
+            "cycle_B": self.l1(self.G_AB(fake_A), real_B) * o.lambda_B,
+            "idt_A": self.l1(self.G_AB(real_B), real_B) * o.lambda_B * o.lambda_identity,
+            "idt_B": self.l1(self.G_BA(real_A), real_A) * o.lambda_A * o.lambda_identity,
+        }
+        self.losses.update(terms)
+        return sum(terms.values()), fake_A, fake_B
 
-    def backward_D_A(self):
-        """Calculate GAN loss for discriminator D_A"""
-        fake_B = self.fake_B_pool.query(self.fake_B)
-        self.loss_D_A = self.backward_D_basic(self.netD_A, self.real_B, fake_B)
+    def discriminator_loss(self, D, real, fake):
+        # least squares (or logistic) on real images against pooled fakes, halved
+        loss = (self.adversarial(D(real), True) + self.adversarial(D(fake.detach()), False)) * 0.5
+        return loss
 
-    def backward_D_B(self):
-        """Calculate GAN loss for discriminator D_B"""
-        fake_A = self.fake_A_pool.query(self.fake_A)
-        self.loss_D_B = self.backward_D_basic(self.netD_B, self.real_A, fake_A)
+    def train_step(self, real_A, real_B):
+        self.freeze_discriminators(True)
+        self.opt_G.zero_grad()
+        loss_G, fake_A, fake_B = self.generator_loss(real_A, real_B)
+        loss_G.backward()
+        self.opt_G.step()
 
-    def backward_G(self):
-        """Calculate the loss for generators G_A and G_B"""
-        lambda_idt = self.opt.lambda_identity
-        lambda_A = self.opt.lambda_A
-        lambda_B = self.opt.lambda_B
-        # Identity loss
-        if lambda_idt > 0:
-            # G_A should be identity if real_B is fed: ||G_A(B) - B||
-            self.idt_A = self.netG_A(self.real_B)
-            self.loss_idt_A = self.criterionIdt(self.idt_A, self.real_B) * lambda_B * lambda_idt
-            # G_B should be identity if real_A is fed: ||G_B(A) - A||
-            self.idt_B = self.netG_B(self.real_A)
-            self.loss_idt_B = self.criterionIdt(self.idt_B, self.real_A) * lambda_A * lambda_idt
-        else:
-            self.loss_idt_A = 0
-            self.loss_idt_B = 0
+        self.freeze_discriminators(False)
+        self.opt_D.zero_grad()
+        for name, D, real, pool, fake in (("D_A", self.D_B, real_B, self.pool_B, fake_B),
+                                          ("D_B", self.D_A, real_A, self.pool_A, fake_A)):
+            loss_D = self.discriminator_loss(D, real, pool.query(fake))
+            loss_D.backward()  # the two discriminators' gradients add up in .grad
+            self.losses[name] = loss_D
+        self.opt_D.step()
 
-        # GAN loss D_A(G_A(A))
-        self.loss_G_A = self.criterionGAN(self.netD_A(self.fake_B), True)
-        # GAN loss D_B(G_B(B))
-        self.loss_G_B = self.criterionGAN(self.netD_B(self.fake_A), True)
-        # Forward cycle loss || G_B(G_A(A)) - A||
-        self.loss_cycle_A = self.criterionCycle(self.rec_A, self.real_A) * lambda_A
-        # Backward cycle loss || G_A(G_B(B)) - B||
-        self.loss_cycle_B = self.criterionCycle(self.rec_B, self.real_B) * lambda_B
-        # combined loss and calculate gradients
-        self.loss_G = self.loss_G_A + self.loss_G_B + self.loss_cycle_A + self.loss_cycle_B + self.loss_idt_A + self.loss_idt_B
-        self.loss_G.backward()
-
-    def optimize_parameters(self):
-        """Calculate losses, gradients, and update network weights; called in every training iteration"""
-        # forward
-        self.forward()      # compute fake images and reconstruction images.
-        # G_A and G_B
-        self.set_requires_grad([self.netD_A, self.netD_B], False)  # Ds require no gradients when optimizing Gs
-        self.optimizer_G.zero_grad()  # set G_A and G_B's gradients to zero
-        self.backward_G()             # calculate gradients for G_A and G_B
-        self.optimizer_G.step()       # update G_A and G_B's weights
-        # D_A and D_B
-        self.set_requires_grad([self.netD_A, self.netD_B], True)
-        self.optimizer_D.zero_grad()   # set D_A and D_B's gradients to zero
-        self.backward_D_A()      # calculate gradients for D_A
-        self.backward_D_B()      # calculate graidents for D_B
-        self.optimizer_D.step()  # update D_A and D_B's weights
-
-    def set_requires_grad(self, nets, requires_grad=False):
-        """Set requies_grad=Fasle for all the networks to avoid unnecessary computations
-        """
-        if not isinstance(nets, list):
-            nets = [nets]
-        for net in nets:
-            if net is not None:
-                for param in net.parameters():
-                    param.requires_grad = requires_grad
-
-    def update_learning_rate(self):
-        """Update learning rates for all the networks; called at the end of every epoch"""
-        old_lr = self.optimizers[0].param_groups[0]['lr']
-        for scheduler in self.schedulers:
-            if self.opt.lr_policy == 'plateau':
-                scheduler.step(self.metric)
-            else:
-                scheduler.step()
-
-        lr = self.optimizers[0].param_groups[0]['lr']
-        print('learning rate %.7f -> %.7f' % (old_lr, lr))
-
-    def get_current_losses(self):
-        return [float(getattr(self, 'loss_' + name)) for name in ['D_A', 'G_A', 'cycle_A', 'idt_A', 'D_B', 'G_B', 'cycle_B', 'idt_B']]
+    def end_epoch(self):
+        before = self.opt_G.param_groups[0]["lr"]
+        for schedule in self.schedulers:
+            schedule.step()
+        print("learning rate %.7f -> %.7f" % (before, self.opt_G.param_groups[0]["lr"]))
 
 
 def build(opt):
-    norm = get_norm_layer(opt.norm)
+    norm = norm_factory(opt.norm)
     nets = [
-        ResnetGenerator(opt.input_nc, opt.output_nc, opt.ngf, norm_layer=norm, use_dropout=not opt.no_dropout, n_blocks=2),
-        ResnetGenerator(opt.output_nc, opt.input_nc, opt.ngf, norm_layer=norm, use_dropout=not opt.no_dropout, n_blocks=2),
-        NLayerDiscriminator(opt.output_nc, opt.ndf, n_layers=2, norm_layer=norm),
-        NLayerDiscriminator(opt.input_nc, opt.ndf, n_layers=2, norm_layer=norm),
+        ResidualGenerator(opt.input_nc, opt.output_nc, opt.ngf, norm),
+        ResidualGenerator(opt.output_nc, opt.input_nc, opt.ngf, norm),
+        PatchDiscriminator(opt.output_nc, opt.ndf, norm),
+        PatchDiscriminator(opt.input_nc, opt.ndf, norm),
     ]
     for net in nets:
-        init_weights(net, opt.init_type, init_gain=opt.init_gain)
+        initialize(net, gain=opt.init_gain)
     return nets
 
 
 def main(opt, nets, dataset):
-    model = CycleGANModel(opt, *nets)
-    records = []
-    for epoch in range(opt.epoch_count, opt.n_epochs + opt.n_epochs_decay + 1):
-        for i, data in enumerate(dataset):
-            model.set_input(data)
-            model.optimize_parameters()
-            records.append(model.get_current_losses())
-        model.update_learning_rate()
-        records.append(model.optimizers[1].param_groups[0]['lr'])
+    gan = CycleGAN(opt, *nets)
+    order = ["D_A", "G_A", "cycle_A", "idt_A", "D_B", "G_B", "cycle_B", "idt_B"]
+    log = []
+    last = opt.n_epochs + opt.n_epochs_decay
+    for epoch in range(opt.epoch_count, last + 1):
+        for pair in dataset:
+            gan.train_step(pair["A"], pair["B"])
+            log.append([float(gan.losses[name]) for name in order])
+        gan.end_epoch()
+        log.append(gan.opt_D.param_groups[0]["lr"])
     for net in nets:
-        records.append({n: v.detach().numpy().copy() for n, v in net.state_dict().items()})
-    return records
+        log.append({n: v.detach().numpy().copy() for n, v in net.state_dict().items()})
+    return log
 '''
 
 CYCLEGAN_STEP = [
-    ("        self.loss_G.backward()\n", "        self.grads_G = self.loss_G.backward()\n"),
     (
-        "        self.optimizer_G.step()       #",
-        "        self.optimizer_G.step(self.grads_G)       #",
+        "        loss_G.backward()\n        self.opt_G.step()",
+        "        grads = loss_G.backward()\n        self.opt_G.step(grads)",
     ),
     (
-        "        loss_D.backward()\n",
-        "        grads = loss_D.backward()\n        self.grads_D = grads if self.grads_D is None else self.grads_D + grads\n",
+        "        self.opt_D.zero_grad()\n",
+        "        self.opt_D.zero_grad()\n        grads_D = None\n",
     ),
     (
-        "        self.optimizer_D.zero_grad()   #",
-        "        self.grads_D = None\n        self.optimizer_D.zero_grad()   #",
+        "            loss_D.backward()  # the two discriminators' gradients add up in .grad\n",
+        "            grads = loss_D.backward()\n"
+        "            grads_D = grads if grads_D is None else grads_D + grads\n",
     ),
-    ("        self.optimizer_D.step()  #", "        self.optimizer_D.step(self.grads_D)  #"),
+    ("        self.opt_D.step()", "        self.opt_D.step(grads_D)"),
 ]
 
 
@@ -542,137 +332,98 @@ def default_float64():
 
 # -- DANN ------------------------------------------------------------------------------------------
 DANN_SOURCE = """
-from torch.autograd import Function
+# Domain-adversarial training (DANN) of a digit classifier: a shared feature extractor, a
+# label head, and a domain head behind a gradient reversal layer whose strength ramps up.
+from torch import autograd
 
-class ReverseLayerF(Function):
 
+class GradReverse(autograd.Function):
     @staticmethod
     def forward(ctx, x, alpha):
         ctx.alpha = alpha
-
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad_output):
-        output = grad_output.neg() * ctx.alpha
+    def backward(ctx, grad):
+        return grad.neg() * ctx.alpha, None
 
-        return output, None
 
-class CNNModel(nn.Module):
+def sequential(**layers):
+    seq = nn.Sequential()
+    for name, layer in layers.items():
+        seq.add_module(name, layer)
+    return seq
 
-    def __init__(self):
-        super(CNNModel, self).__init__()
-        self.feature = nn.Sequential()
-        self.feature.add_module('f_conv1', nn.Conv2d(3, 64, kernel_size=5))
-        self.feature.add_module('f_bn1', nn.BatchNorm2d(64))
-        self.feature.add_module('f_pool1', nn.MaxPool2d(2))
-        self.feature.add_module('f_relu1', nn.ReLU(True))
-        self.feature.add_module('f_conv2', nn.Conv2d(64, 50, kernel_size=5))
-        self.feature.add_module('f_bn2', nn.BatchNorm2d(50))
-        self.feature.add_module('f_drop1', nn.Dropout2d())
-        self.feature.add_module('f_pool2', nn.MaxPool2d(2))
-        self.feature.add_module('f_relu2', nn.ReLU(True))
 
-        self.class_classifier = nn.Sequential()
-        self.class_classifier.add_module('c_fc1', nn.Linear(50 * 4 * 4, 100))
-        self.class_classifier.add_module('c_bn1', nn.BatchNorm1d(100))
-        self.class_classifier.add_module('c_relu1', nn.ReLU(True))
-        self.class_classifier.add_module('c_drop1', nn.Dropout())
-        self.class_classifier.add_module('c_fc2', nn.Linear(100, 100))
-        self.class_classifier.add_module('c_bn2', nn.BatchNorm1d(100))
-        self.class_classifier.add_module('c_relu2', nn.ReLU(True))
-        self.class_classifier.add_module('c_fc3', nn.Linear(100, 10))
-        self.class_classifier.add_module('c_softmax', nn.LogSoftmax(dim=1))
+class DomainAdversarialNet(nn.Module):
+    def __init__(self, width=16, hidden=32):
+        super().__init__()
+        self.width = width
+        self.features = sequential(
+            conv1=nn.Conv2d(3, width, kernel_size=5), bn1=nn.BatchNorm2d(width),
+            pool1=nn.MaxPool2d(2), relu1=nn.ReLU(True),
+            conv2=nn.Conv2d(width, width, kernel_size=5), bn2=nn.BatchNorm2d(width),
+            drop=nn.Dropout2d(), pool2=nn.MaxPool2d(2), relu2=nn.ReLU(True),
+        )
+        n_flat = width * 4 * 4
+        self.label_head = sequential(
+            fc1=nn.Linear(n_flat, hidden), bn1=nn.BatchNorm1d(hidden), relu1=nn.ReLU(True),
+            drop=nn.Dropout(), fc2=nn.Linear(hidden, hidden), bn2=nn.BatchNorm1d(hidden),
+            relu2=nn.ReLU(True), out=nn.Linear(hidden, 10), log_softmax=nn.LogSoftmax(dim=1),
+        )
+        self.domain_head = sequential(
+            fc1=nn.Linear(n_flat, hidden), bn1=nn.BatchNorm1d(hidden), relu1=nn.ReLU(True),
+            out=nn.Linear(hidden, 2), log_softmax=nn.LogSoftmax(dim=1),
+        )
 
-        self.domain_classifier = nn.Sequential()
-        self.domain_classifier.add_module('d_fc1', nn.Linear(50 * 4 * 4, 100))
-        self.domain_classifier.add_module('d_bn1', nn.BatchNorm1d(100))
-        self.domain_classifier.add_module('d_relu1', nn.ReLU(True))
-        self.domain_classifier.add_module('d_fc2', nn.Linear(100, 2))
-        self.domain_classifier.add_module('d_softmax', nn.LogSoftmax(dim=1))
+    def forward(self, images, alpha):
+        # grey source digits are broadcast to the target's three channels
+        images = images.expand(images.data.shape[0], 3, 28, 28)
+        f = self.features(images).view(-1, self.width * 4 * 4)
+        return self.label_head(f), self.domain_head(GradReverse.apply(f, alpha))
 
-    def forward(self, input_data, alpha):
-        input_data = input_data.expand(input_data.data.shape[0], 3, 28, 28)
-        feature = self.feature(input_data)
-        feature = feature.view(-1, 50 * 4 * 4)
-        reverse_feature = ReverseLayerF.apply(feature, alpha)
-        class_output = self.class_classifier(feature)
-        domain_output = self.domain_classifier(reverse_feature)
 
-        return class_output, domain_output
-
-def test(net, dataloader):
+def accuracy(net, batches):
     net = net.eval()
-    n_total = 0
-    n_correct = 0
+    hits, seen = 0, 0
     with torch.no_grad():
-        for t_img, t_label in dataloader:
-            class_output, _ = net(input_data=t_img, alpha=0)
-            pred = class_output.data.max(1, keepdim=True)[1]
-            n_correct += pred.eq(t_label.data.view_as(pred)).cpu().sum()
-            n_total += len(t_label)
-    return n_correct.data.numpy() * 1.0 / n_total
+        for images, labels in batches:
+            guess = net(images, alpha=0)[0].data.max(1, keepdim=True)[1]
+            hits += guess.eq(labels.data.view_as(guess)).cpu().sum()
+            seen += len(labels)
+    return hits.data.numpy() * 1.0 / seen
 
-def main(my_net, dataloader_source, dataloader_target, n_epoch=2, lr=1e-3):
-    records = []
-    optimizer = optim.Adam(my_net.parameters(), lr=lr)
 
-    loss_class = torch.nn.NLLLoss()
-    loss_domain = torch.nn.NLLLoss()
-
-    for p in my_net.parameters():
-        p.requires_grad = True
-
-    # training
-    for epoch in range(n_epoch):
-
-        len_dataloader = min(len(dataloader_source), len(dataloader_target))
-        data_source_iter = iter(dataloader_source)
-        data_target_iter = iter(dataloader_target)
-
-        for i in range(len_dataloader):
-
-            p = float(i + epoch * len_dataloader) / n_epoch / len_dataloader
-            alpha = 2. / (1. + np.exp(-10 * p)) - 1
-
-            # training model using source data
-            data_source = next(data_source_iter)
-            s_img, s_label = data_source
-
-            my_net.zero_grad()
-            batch_size = len(s_label)
-
-            domain_label = torch.zeros(batch_size).long()
-
-            class_output, domain_output = my_net(input_data=s_img, alpha=alpha)
-            err_s_label = loss_class(class_output, s_label)
-            err_s_domain = loss_domain(domain_output, domain_label)
-
-            # training model using target data
-            data_target = next(data_target_iter)
-            t_img, _ = data_target
-
-            batch_size = len(t_img)
-
-            domain_label = torch.ones(batch_size).long()
-
-            _, domain_output = my_net(input_data=t_img, alpha=alpha)
-            err_t_domain = loss_domain(domain_output, domain_label)
-            err = err_t_domain + err_s_domain + err_s_label
-            err.backward()
+def main(net, source, target, n_epochs=2, lr=1e-3):
+    log = []
+    optimizer = optim.Adam(net.parameters(), lr=lr)
+    nll = torch.nn.NLLLoss()
+    steps = min(len(source), len(target))
+    for epoch in range(n_epochs):
+        for i, ((s_img, s_label), (t_img, _)) in enumerate(zip(source, target)):
+            progress = (i + epoch * steps) / n_epochs / steps
+            alpha = 2.0 / (1.0 + np.exp(-10 * progress)) - 1  # a NumPy float, 0 -> 1
+            net.zero_grad()
+            s_class, s_domain = net(s_img, alpha=alpha)
+            label_loss = nll(s_class, s_label)
+            source_domain_loss = nll(s_domain, torch.zeros(len(s_label)).long())
+            _, t_domain = net(t_img, alpha=alpha)
+            target_domain_loss = nll(t_domain, torch.ones(len(t_img)).long())
+            total = label_loss + source_domain_loss + target_domain_loss
+            total.backward()
             optimizer.step()
-
-            records.append([err_s_label.data.cpu().numpy(), err_s_domain.data.cpu().numpy(), err_t_domain.data.cpu().item()])
-        my_net.train()
-    records.append(float(test(my_net, dataloader_target)))
-    records.append({n: v.detach().numpy().copy() for n, v in my_net.state_dict().items()})
-    return records
+            log.append([label_loss.data.cpu().numpy(), source_domain_loss.data.cpu().numpy(),
+                        target_domain_loss.data.cpu().item()])
+        net.train()
+    log.append(float(accuracy(net, target)))
+    log.append({n: v.detach().numpy().copy() for n, v in net.state_dict().items()})
+    return log
 """
 
 DANN_STEP = [
     (
-        "            err.backward()\n            optimizer.step()",
-        "            grads = err.backward()\n            optimizer.step(grads)",
+        "            total.backward()\n            optimizer.step()",
+        "            grads = total.backward()\n            optimizer.step(grads)",
     )
 ]
 
@@ -688,16 +439,21 @@ def test_dann_with_a_gradient_reversal_function_matches_torch(monkeypatch):
 
         return names["main"](models[0], loader(source), loader(target))
 
-    # float64, as CycleGAN's: in float32 the 64-channel convolutions' weights whose gradients
-    # are rounding noise take Adam steps of either sign
+    # float64, as CycleGAN's: in float32 the convolutions' weights whose gradients are
+    # rounding noise take Adam steps of either sign
     with default_float64():
         records = _run(
-            monkeypatch, DANN_SOURCE, DANN_STEP, 71, lambda names: (names["CNNModel"](),), go
+            monkeypatch,
+            DANN_SOURCE,
+            DANN_STEP,
+            71,
+            lambda names: (names["DomainAdversarialNet"](),),
+            go,
         )
     # the biases before each BatchNorm are taken out by it: their true gradient is 0
     cancelled = [
-        "feature.f_conv1.bias", "feature.f_conv2.bias", "class_classifier.c_fc1.bias",
-        "class_classifier.c_fc2.bias", "domain_classifier.d_fc1.bias",
+        "features.conv1.bias", "features.conv2.bias", "label_head.fc1.bias",
+        "label_head.fc2.bias", "domain_head.fc1.bias",
     ]  # fmt: skip
     cancelled += [
         name.replace("conv", "bn").replace("fc", "bn").replace(".bias", ".running_mean")

@@ -1,32 +1,37 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-five more GANs of eriklindernoren/PyTorch-GAN (``implementations/<name>/<name>.py``), their
-models and training loops as written, the argument parser replaced by a namespace of small
-sizes (16x16 images, narrower layers) and MNIST by a few random batches:
+"""Real ports, continued (the harness: ``tests/real_ports.py``): five GAN scripts written here
+in the style of eriklindernoren/PyTorch-GAN (one script per model, Variable-era tensors, an
+optimizer per network, a log line per batch) on small sizes (16x16 images or smaller, narrow
+layers) and a few random batches, sharing a prelude of helpers (normal initialization by class
+name, Gaussian latents, constant targets by ``FloatTensor(n, 1).fill_``, an upsampling
+convolutional generator, strided convolutional and dense blocks with ``nn.BatchNorm1d(out,
+0.8)``/``nn.BatchNorm2d(out, 0.8)``):
 
-- ``infogan``: ``to_categorical`` by NumPy fancy assignment into ``Variable(FloatTensor(y_cat))``,
+- InfoGAN: one-hot classes by NumPy fancy assignment into ``Variable(FloatTensor(...))``,
   ``torch.cat((noise, labels, code), -1)``, ``nn.Softmax()`` without a dim (torch's implicit
   dim 1 for 2-d input) feeding ``CrossEntropyLoss``, three Adams of which the information one
   runs over ``itertools.chain(generator.parameters(), discriminator.parameters())``,
-  ``Variable(LongTensor(sampled_labels), requires_grad=False)``, ``nn.Dropout2d(0.25)``,
-  ``weights_init_normal`` by class name;
-- ``cgan``: ``nn.Embedding(n_classes, n_classes)`` label embeddings concatenated with the noise,
-  ``img.view(img.size(0), *img_shape)``, ``int(np.prod(img_shape))``, ``nn.BatchNorm1d(out_feat,
-  0.8)``, ``nn.Dropout(0.4)``, ``labels.type(LongTensor)``;
-- ``began``: the auto-encoding discriminator (``nn.ReLU()``, ``BatchNorm1d`` of the flat
-  code), ``torch.mean(torch.abs(...))``, the ``k`` balance term updated from ``diff.item()``
-  and clipped by ``min(max(k, 0), 1)``;
-- ``relativistic_gan``: ``BCEWithLogitsLoss().to(device)`` on ``real_pred - fake_pred.mean(0,
-  keepdim=True)`` (``--rel_avg_gan``) and on plain differences, ``discriminator(real_imgs).detach()``;
-- ``wgan``: RMSprop, ``p.data.clamp_(-opt.clip_value, opt.clip_value)`` on every
-  discriminator parameter after each critic step, a generator step every ``n_critic`` batches.
+  ``Variable(LongTensor(drawn), requires_grad=False)``, ``nn.Dropout2d(0.25)``, weights
+  initialized by class name through ``Module.apply``;
+- a conditional GAN: ``nn.Embedding(n_classes, n_classes)`` label embeddings concatenated with
+  the noise, ``flat.view(flat.size(0), *img_shape)``, ``int(np.prod(img_shape))``,
+  ``nn.BatchNorm1d(out, 0.8)``, ``nn.Dropout(0.4)``, ``labels.type(LongTensor)``, samples of an
+  ``eval()`` generator;
+- BEGAN: the auto-encoding discriminator (``nn.ReLU()``, ``BatchNorm1d`` of the flat code),
+  ``torch.mean(torch.abs(...))``, the ``k`` balance term updated from ``balance.item()`` and
+  clipped by ``min(max(k, 0), 1)``;
+- a relativistic GAN: ``BCEWithLogitsLoss().to(device)`` on ``real - fake.mean(0,
+  keepdim=True)`` (the averaged variant) and on plain differences,
+  ``discriminator(real).detach()``, models moved by ``.to(device)``;
+- a WGAN: RMSprop, ``p.data.clamp_(-c, c)`` (``c = opt.clip_value``) on every critic
+  parameter after each critic step, a generator step every ``n_critic`` batches.
 
 Random draws are the programs' own ``np.random`` calls (seeded the same for both runs);
-dropout masks come from the harness's shared stream. Everything in float32 as written.
+dropout masks come from the harness's shared stream. Everything in float32.
 
-The ports change the gradient lines only. BEGAN's ``M = (d_loss_real + torch.abs(diff)).data[0]``
-indexes a 0-d tensor, which torch refuses since 0.4 (``IndexError: invalid index of a 0-dim
-tensor``); both runs read it by ``.item()``, and the refusal is checked on its own below.
+The ports change the gradient lines only. The scripts these follow read BEGAN's convergence
+measure by ``.data[0]`` of a 0-d tensor, which torch refuses since 0.4 (``IndexError: invalid
+index of a 0-dim tensor``); the programs here read it by ``.item()``, and the refusal is
+checked on its own below.
 """
 
 from __future__ import annotations
@@ -114,558 +119,359 @@ def _final_states(*models):
 
 STEP_G_D = [
     (
-        "            g_loss.backward()\n            optimizer_G.step()",
-        "            grads = g_loss.backward()\n            optimizer_G.step(grads)",
+        "        g_loss.backward()\n        optimizer_G.step()",
+        "        grads = g_loss.backward()\n        optimizer_G.step(grads)",
     ),
     (
-        "            d_loss.backward()\n            optimizer_D.step()",
-        "            grads = d_loss.backward()\n            optimizer_D.step(grads)",
+        "        d_loss.backward()\n        optimizer_D.step()",
+        "        grads = d_loss.backward()\n        optimizer_D.step(grads)",
     ),
 ]
 
+GAN_COMMON = '''
+# Helpers shared by the GAN scripts below, each written here in the style of
+# eriklindernoren/PyTorch-GAN: Variable-era tensors, one optimizer per network, a log line per
+# batch.
+from torch import autograd
+
+Variable = autograd.Variable
+cuda = bool(torch.cuda.is_available())
+if cuda:
+    FloatTensor, LongTensor = torch.cuda.FloatTensor, torch.cuda.LongTensor
+else:
+    FloatTensor, LongTensor = torch.FloatTensor, torch.LongTensor
+
+
+def init_by_class_name(m, norm="BatchNorm"):
+    kind = m.__class__.__name__
+    if kind.find("Conv") != -1:
+        nn.init.normal_(m.weight.data, mean=0.0, std=0.02)
+    elif kind.find(norm) != -1:
+        nn.init.normal_(m.weight.data, mean=1.0, std=0.02)
+        nn.init.constant_(m.bias.data, val=0.0)
+
+
+def by_epoch(loader):
+    """(epoch, batch index, batch) over every epoch, the same batches each time."""
+    return ((epoch, i, batch) for epoch in range(opt.n_epochs) for i, batch in enumerate(loader))
+
+
+def adam_for(net):
+    return torch.optim.Adam(net.parameters(), lr=opt.lr, betas=(opt.b1, opt.b2))
+
+
+def gaussian_z(n, dim):
+    return Variable(FloatTensor(np.random.normal(0, 1, (n, dim))))
+
+
+def constant_targets(n, value):
+    return Variable(FloatTensor(n, 1).fill_(value), requires_grad=False)
+
+
+class UpsamplingGenerator(nn.Module):
+    """z -> 16 maps a quarter of the image side -> two nearest x2 upsamplings with convs."""
+
+    def __init__(self, n_in, size, channels):
+        super().__init__()
+        self.side = size // 4
+        self.l1 = nn.Sequential(nn.Linear(n_in, 16 * self.side**2))
+        layers = [nn.BatchNorm2d(16)]
+        for c_in, c_out in [(16, 16), (16, 8)]:
+            layers.append(nn.Upsample(scale_factor=2))
+            layers.append(nn.Conv2d(c_in, c_out, 3, padding=1))
+            layers += [nn.BatchNorm2d(c_out, 0.8), nn.LeakyReLU(0.2, inplace=True)]
+        layers += [nn.Conv2d(8, channels, 3, padding=1), nn.Tanh()]
+        self.conv_blocks = nn.Sequential(*layers)
+
+    def forward(self, *parts):
+        h = self.l1(torch.cat(parts, -1) if len(parts) > 1 else parts[0])
+        return self.conv_blocks(h.view(h.shape[0], 16, self.side, self.side))
+
+
+def strided_blocks(channels, widths=(4, 8, 8, 16)):
+    """3x3 stride-2 convolutions with a leaky ReLU and 2-d dropout, batch norm after all but
+    the first."""
+    layers, c_in = [], channels
+    for k, c_out in enumerate(widths):
+        layers.append(nn.Conv2d(c_in, c_out, 3, 2, 1))
+        layers += [nn.LeakyReLU(0.2, inplace=True), nn.Dropout2d(0.25)]
+        if k:
+            layers.append(nn.BatchNorm2d(c_out, 0.8))
+        c_in = c_out
+    return nn.Sequential(*layers)
+
+
+def dense_blocks(widths, plain_first=True):
+    """Linear layers, each with BatchNorm1d (eps 0.8, as the scripts pass it) and a leaky ReLU."""
+    layers = []
+    for k in range(len(widths) - 1):
+        layers.append(nn.Linear(widths[k], widths[k + 1]))
+        if k or not plain_first:
+            layers.append(nn.BatchNorm1d(widths[k + 1], 0.8))
+        layers.append(nn.LeakyReLU(negative_slope=0.2, inplace=True))
+    return layers
+'''
+
 # -- InfoGAN ---------------------------------------------------------------------------------------
-INFOGAN_SOURCE = '''
+INFOGAN_SOURCE = (
+    GAN_COMMON
+    + """
+# InfoGAN: the generator also takes a one-hot class and a continuous code, which auxiliary
+# heads of the discriminator must recover (the information loss, minimised by both networks).
 import itertools
-from torch.autograd import Variable
 
-cuda = True if torch.cuda.is_available() else False
 
-def weights_init_normal(m):
-    classname = m.__class__.__name__
-    if classname.find('Conv') != -1:
-        torch.nn.init.normal_(m.weight.data, 0.0, 0.02)
-    elif classname.find('BatchNorm') != -1:
-        torch.nn.init.normal_(m.weight.data, 1.0, 0.02)
-        torch.nn.init.constant_(m.bias.data, 0.0)
+def one_hot(labels, n):
+    out = np.zeros((labels.shape[0], n))
+    out[range(labels.shape[0]), labels] = 1.0
+    return Variable(FloatTensor(out))
 
-def to_categorical(y, num_columns):
-    """Returns one-hot encoded Variable"""
-    y_cat = np.zeros((y.shape[0], num_columns))
-    y_cat[range(y.shape[0]), y] = 1.
 
-    return Variable(FloatTensor(y_cat))
-
-class Generator(nn.Module):
+class InfoDiscriminator(nn.Module):
     def __init__(self):
-        super(Generator, self).__init__()
-        input_dim = opt.latent_dim + opt.n_classes + opt.code_dim
-
-        self.init_size = opt.img_size // 4 # Initial size before upsampling
-        self.l1 = nn.Sequential(nn.Linear(input_dim, 16*self.init_size**2))
-
-        self.conv_blocks = nn.Sequential(
-            nn.BatchNorm2d(16),
-            nn.Upsample(scale_factor=2),
-            nn.Conv2d(16, 16, 3, stride=1, padding=1),
-            nn.BatchNorm2d(16, 0.8),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Upsample(scale_factor=2),
-            nn.Conv2d(16, 8, 3, stride=1, padding=1),
-            nn.BatchNorm2d(8, 0.8),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Conv2d(8, opt.channels, 3, stride=1, padding=1),
-            nn.Tanh()
-        )
-
-    def forward(self, noise, labels, code):
-        gen_input = torch.cat((noise, labels, code), -1)
-        out = self.l1(gen_input)
-        out = out.view(out.shape[0], 16, self.init_size, self.init_size)
-        img = self.conv_blocks(out)
-        return img
-
-class Discriminator(nn.Module):
-    def __init__(self):
-        super(Discriminator, self).__init__()
-
-        def discriminator_block(in_filters, out_filters, bn=True):
-            """Returns layers of each discriminator block"""
-            block = [   nn.Conv2d(in_filters, out_filters, 3, 2, 1),
-                        nn.LeakyReLU(0.2, inplace=True),
-                        nn.Dropout2d(0.25)]
-            if bn:
-                block.append(nn.BatchNorm2d(out_filters, 0.8))
-            return block
-
-        self.conv_blocks = nn.Sequential(
-            *discriminator_block(opt.channels, 4, bn=False),
-            *discriminator_block(4, 8),
-            *discriminator_block(8, 8),
-            *discriminator_block(8, 16),
-        )
-
-        # The height and width of downsampled image
-        ds_size = opt.img_size // 2**4
-
-        # Output layers
-        self.adv_layer = nn.Sequential(nn.Linear(16*ds_size**2, 1))
-        self.aux_layer = nn.Sequential(
-            nn.Linear(16*ds_size**2, opt.n_classes),
-            nn.Softmax()
-        )
-        self.latent_layer = nn.Sequential(nn.Linear(16*ds_size**2, opt.code_dim))
+        super().__init__()
+        self.features = strided_blocks(opt.channels)
+        flat = 16 * (opt.img_size // 16) ** 2
+        self.adv = nn.Sequential(nn.Linear(flat, 1))
+        self.cls = nn.Sequential(nn.Linear(flat, opt.n_classes), nn.Softmax())  # dim implied
+        self.code = nn.Sequential(nn.Linear(flat, opt.code_dim))
 
     def forward(self, img):
-        out = self.conv_blocks(img)
-        out = out.view(out.shape[0], -1)
-        validity = self.adv_layer(out)
-        label = self.aux_layer(out)
-        latent_code = self.latent_layer(out)
+        h = self.features(img).view(img.shape[0], -1)
+        return self.adv(h), self.cls(h), self.code(h)
 
-        return validity, label, latent_code
-
-FloatTensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
-LongTensor = torch.cuda.LongTensor if cuda else torch.LongTensor
 
 def build():
-    # Initialize generator and discriminator
-    generator = Generator()
-    discriminator = Discriminator()
-
-    # Initialize weights
-    generator.apply(weights_init_normal)
-    discriminator.apply(weights_init_normal)
-    return generator, discriminator
-
-def main(generator, discriminator, dataloader):
-    records = []
-    # Loss functions
-    adversarial_loss = torch.nn.MSELoss()
-    categorical_loss = torch.nn.CrossEntropyLoss()
-    continuous_loss = torch.nn.MSELoss()
-
-    # Loss weights
-    lambda_cat = 1
-    lambda_con = 0.1
-
-    # Optimizers
-    optimizer_G = torch.optim.Adam(generator.parameters(), lr=opt.lr, betas=(opt.b1, opt.b2))
-    optimizer_D = torch.optim.Adam(discriminator.parameters(), lr=opt.lr, betas=(opt.b1, opt.b2))
-    optimizer_info = torch.optim.Adam(itertools.chain(generator.parameters(), discriminator.parameters()),
-                                        lr=opt.lr, betas=(opt.b1, opt.b2))
-
-    for epoch in range(opt.n_epochs):
-        for i, (imgs, labels) in enumerate(dataloader):
-
-            batch_size = imgs.shape[0]
-
-            # Adversarial ground truths
-            valid = Variable(FloatTensor(batch_size, 1).fill_(1.0), requires_grad=False)
-            fake = Variable(FloatTensor(batch_size, 1).fill_(0.0), requires_grad=False)
-
-            # Configure input
-            real_imgs = Variable(imgs.type(FloatTensor))
-            labels = to_categorical(labels.numpy(), num_columns=opt.n_classes)
-
-            # -----------------
-            #  Train Generator
-            # -----------------
-
-            optimizer_G.zero_grad()
-
-            # Sample noise and labels as generator input
-            z = Variable(FloatTensor(np.random.normal(0, 1, (batch_size, opt.latent_dim))))
-            label_input = to_categorical(np.random.randint(0, opt.n_classes, batch_size), num_columns=opt.n_classes)
-            code_input = Variable(FloatTensor(np.random.uniform(-1, 1, (batch_size, opt.code_dim))))
-
-            # Generate a batch of images
-            gen_imgs = generator(z, label_input, code_input)
-
-            # Loss measures generator's ability to fool the discriminator
-            validity, _, _ = discriminator(gen_imgs)
-            g_loss = adversarial_loss(validity, valid)
-
-            g_loss.backward()
-            optimizer_G.step()
-
-            # ---------------------
-            #  Train Discriminator
-            # ---------------------
-
-            optimizer_D.zero_grad()
-
-            # Loss for real images
-            real_pred, _, _ = discriminator(real_imgs)
-            d_real_loss = adversarial_loss(real_pred, valid)
-
-            # Loss for fake images
-            fake_pred, _, _ = discriminator(gen_imgs.detach())
-            d_fake_loss = adversarial_loss(fake_pred, fake)
-
-            # Total discriminator loss
-            d_loss = (d_real_loss + d_fake_loss) / 2
-
-            d_loss.backward()
-            optimizer_D.step()
-
-            #------------------
-            # Information Loss
-            #------------------
-
-            optimizer_info.zero_grad()
-
-            # Sample labels
-            sampled_labels = np.random.randint(0, opt.n_classes, batch_size)
-
-            # Ground truth labels
-            gt_labels = Variable(LongTensor(sampled_labels), requires_grad=False)
+    n_in = opt.latent_dim + opt.n_classes + opt.code_dim
+    nets = UpsamplingGenerator(n_in, opt.img_size, opt.channels), InfoDiscriminator()
+    for net in nets:
+        net.apply(init_by_class_name)
+    return nets
 
 
-            # Sample noise, labels and code as generator input
-            z = Variable(FloatTensor(np.random.normal(0, 1, (batch_size, opt.latent_dim))))
-            label_input = to_categorical(sampled_labels, num_columns=opt.n_classes)
-            code_input = Variable(FloatTensor(np.random.normal(-1, 1, (batch_size, opt.code_dim))))
+def main(generator, discriminator, loader):
+    log = []
+    mse, xent = torch.nn.MSELoss(), torch.nn.CrossEntropyLoss()
+    optimizer_G, optimizer_D = adam_for(generator), adam_for(discriminator)
+    both = itertools.chain(generator.parameters(), discriminator.parameters())
+    optimizer_info = torch.optim.Adam(both, lr=opt.lr, betas=(opt.b1, opt.b2))
+    for epoch, i, (imgs, _) in by_epoch(loader):
+        n = imgs.shape[0]
+        valid, fake = constant_targets(n, 1.0), constant_targets(n, 0.0)
+        real = Variable(imgs.type(FloatTensor))
 
-            gen_imgs = generator(z, label_input, code_input)
-            _, pred_label, pred_code = discriminator(gen_imgs)
+        # generator: fool the adversarial head
+        optimizer_G.zero_grad()
+        z = gaussian_z(n, opt.latent_dim)
+        classes = one_hot(np.random.randint(0, opt.n_classes, n), opt.n_classes)
+        code = Variable(FloatTensor(np.random.uniform(-1, 1, (n, opt.code_dim))))
+        gen_imgs = generator(z, classes, code)
+        g_loss = mse(discriminator(gen_imgs)[0], valid)
+        g_loss.backward()
+        optimizer_G.step()
 
-            info_loss = lambda_cat * categorical_loss(pred_label, gt_labels) + \\
-                        lambda_con * continuous_loss(pred_code, code_input)
+        # discriminator: real against generated
+        optimizer_D.zero_grad()
+        real_term = mse(discriminator(real)[0], valid)
+        fake_term = mse(discriminator(gen_imgs.detach())[0], fake)
+        d_loss = 0.5 * (real_term + fake_term)
+        d_loss.backward()
+        optimizer_D.step()
 
-            info_loss.backward()
-            optimizer_info.step()
+        # information: recover the class and the code that made an image
+        optimizer_info.zero_grad()
+        drawn = np.random.randint(0, opt.n_classes, n)
+        truth = Variable(LongTensor(drawn), requires_grad=False)
+        code = Variable(FloatTensor(np.random.normal(-1, 1, (n, opt.code_dim))))
+        gen_imgs = generator(gaussian_z(n, opt.latent_dim), one_hot(drawn, opt.n_classes), code)
+        _, class_probs, code_guess = discriminator(gen_imgs)
+        info_loss = xent(class_probs, truth) + 0.1 * mse(code_guess, code)
+        info_loss.backward()
+        optimizer_info.step()
 
-            print ("[Epoch %d/%d] [Batch %d/%d] [D loss: %f] [G loss: %f] [info loss: %f]" % (epoch, opt.n_epochs, i, len(dataloader),
-                                                                d_loss.item(), g_loss.item(), info_loss.item()))
-            records.append([d_loss.item(), g_loss.item(), info_loss.item()])
-    return records + _final_states(generator, discriminator)
-'''
+        losses = [d_loss.item(), g_loss.item(), info_loss.item()]
+        print("epoch %d batch %d/%d: D %f G %f info %f" % (epoch, i, len(loader), *losses))
+        log.append(losses)
+    return log + _final_states(generator, discriminator)
+"""
+)
 
 INFOGAN_STEP = STEP_G_D + [
     (
-        "            info_loss.backward()\n            optimizer_info.step()",
-        "            grads = info_loss.backward()\n            optimizer_info.step(grads)",
+        "        info_loss.backward()\n        optimizer_info.step()",
+        "        grads = info_loss.backward()\n        optimizer_info.step(grads)",
     ),
 ]
 
 
 def test_infogan_matches_torch(monkeypatch, capsys):
-    opt = types.SimpleNamespace(n_epochs=2, lr=0.0002, b1=0.5, b2=0.999, latent_dim=6, code_dim=2, n_classes=10, img_size=16, channels=1)  # fmt: skip
+    opt = types.SimpleNamespace(
+        n_epochs=2, lr=0.0002, b1=0.5, b2=0.999, latent_dim=6, code_dim=2, n_classes=10,
+        img_size=16, channels=1,
+    )  # fmt: skip
     records, skip = run_gan(monkeypatch, INFOGAN_SOURCE, INFOGAN_STEP, 80, opt, _batches(81, 2, 16))
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5, skip=skip)
 
 
 # -- CGAN ------------------------------------------------------------------------------------------
-CGAN_SOURCE = '''
-from torch.autograd import Variable
+CGAN_SOURCE = (
+    GAN_COMMON
+    + '''
+# A conditional GAN of MLPs: both networks see the class through a learned label embedding.
+img_shape = (opt.channels,) + (opt.img_size,) * 2
+n_pixels = int(np.prod(img_shape))
 
-img_shape = (opt.channels, opt.img_size, opt.img_size)
 
-cuda = True if torch.cuda.is_available() else False
-
-
-class Generator(nn.Module):
+class ConditionalGenerator(nn.Module):
     def __init__(self):
-        super(Generator, self).__init__()
+        super().__init__()
+        self.embed = nn.Embedding(opt.n_classes, opt.n_classes)
+        widths = [opt.latent_dim + opt.n_classes, 16, 32, 64]
+        self.model = nn.Sequential(*dense_blocks(widths), nn.Linear(64, n_pixels), nn.Tanh())
 
-        self.label_emb = nn.Embedding(opt.n_classes, opt.n_classes)
-
-        def block(in_feat, out_feat, normalize=True):
-            layers = [nn.Linear(in_feat, out_feat)]
-            if normalize:
-                layers.append(nn.BatchNorm1d(out_feat, 0.8))
-            layers.append(nn.LeakyReLU(0.2, inplace=True))
-            return layers
-
-        self.model = nn.Sequential(
-            *block(opt.latent_dim + opt.n_classes, 16, normalize=False),
-            *block(16, 32),
-            *block(32, 64),
-            nn.Linear(64, int(np.prod(img_shape))),
-            nn.Tanh()
-        )
-
-    def forward(self, noise, labels):
-        # Concatenate label embedding and image to produce input
-        gen_input = torch.cat((self.label_emb(labels), noise), -1)
-        img = self.model(gen_input)
-        img = img.view(img.size(0), *img_shape)
-        return img
+    def forward(self, z, labels):
+        flat = self.model(torch.cat((self.embed(labels), z), -1))
+        return flat.view(flat.size(0), *img_shape)
 
 
-class Discriminator(nn.Module):
+class ConditionalCritic(nn.Module):
     def __init__(self):
-        super(Discriminator, self).__init__()
+        super().__init__()
+        self.embed = nn.Embedding(opt.n_classes, opt.n_classes)
+        layers = [nn.Linear(n_pixels + opt.n_classes, 32), nn.LeakyReLU(0.2, inplace=True)]
+        for _ in range(2):
+            layers += [nn.Linear(32, 32), nn.Dropout(0.4), nn.LeakyReLU(0.2, inplace=True)]
+        self.model = nn.Sequential(*layers, nn.Linear(32, 1))
 
-        self.label_embedding = nn.Embedding(opt.n_classes, opt.n_classes)
-
-        self.model = nn.Sequential(
-            nn.Linear(opt.n_classes + int(np.prod(img_shape)), 32),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Linear(32, 32),
-            nn.Dropout(0.4),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Linear(32, 32),
-            nn.Dropout(0.4),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Linear(32, 1),
-        )
-
-    def forward(self, img, labels):
-        # Concatenate label embedding and image to produce input
-        d_in = torch.cat((img.view(img.size(0), -1), self.label_embedding(labels)), -1)
-        validity = self.model(d_in)
-        return validity
+    def forward(self, img, classes):
+        joint = torch.cat((img.view(img.size(0), -1), self.embed(classes)), -1)
+        return self.model(joint)
 
 
-FloatTensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
-LongTensor = torch.cuda.LongTensor if cuda else torch.LongTensor
-
-
-def sample_image(generator, n_row):
-    """Saves a grid of generated digits ranging from 0 to n_classes"""
-    # Sample noise
-    z = Variable(FloatTensor(np.random.normal(0, 1, (n_row ** 2, opt.latent_dim))))
-    # Get labels ranging from 0 to n_classes for n rows
-    labels = np.array([num for _ in range(n_row) for num in range(n_row)])
-    labels = Variable(LongTensor(labels))
-    gen_imgs = generator(z, labels)
-    return gen_imgs.data.numpy().copy()
+def grid_of_samples(generator, n_row):
+    """n_row x n_row samples, row r holding classes 0 .. n_row - 1."""
+    z = gaussian_z(n_row**2, opt.latent_dim)
+    labels = Variable(LongTensor(np.array([c for _ in range(n_row) for c in range(n_row)])))
+    return generator(z, labels).data.numpy().copy()
 
 
 def build():
-    return Generator(), Discriminator()
+    return ConditionalGenerator(), ConditionalCritic()
 
 
-def main(generator, discriminator, dataloader):
-    records = []
-    # Loss functions
-    adversarial_loss = torch.nn.MSELoss()
+def main(generator, discriminator, loader):
+    log = []
+    mse = torch.nn.MSELoss()
+    optimizer_G, optimizer_D = adam_for(generator), adam_for(discriminator)
+    for epoch, i, (imgs, labels) in by_epoch(loader):
+        n = imgs.shape[0]
+        valid, fake = constant_targets(n, 1.0), constant_targets(n, 0.0)
+        real, labels = Variable(imgs.type(FloatTensor)), Variable(labels.type(LongTensor))
 
-    # Optimizers
-    optimizer_G = torch.optim.Adam(generator.parameters(), lr=opt.lr, betas=(opt.b1, opt.b2))
-    optimizer_D = torch.optim.Adam(discriminator.parameters(), lr=opt.lr, betas=(opt.b1, opt.b2))
+        optimizer_G.zero_grad()
+        z = gaussian_z(n, opt.latent_dim)
+        wanted = Variable(LongTensor(np.random.randint(0, opt.n_classes, n)))
+        gen_imgs = generator(z, wanted)
+        g_loss = mse(discriminator(gen_imgs, wanted), valid)
+        g_loss.backward()
+        optimizer_G.step()
 
-    for epoch in range(opt.n_epochs):
-        for i, (imgs, labels) in enumerate(dataloader):
+        optimizer_D.zero_grad()
+        real_term = mse(discriminator(real, labels), valid)
+        fake_term = mse(discriminator(gen_imgs.detach(), wanted), fake)
+        d_loss = 0.5 * (real_term + fake_term)
+        d_loss.backward()
+        optimizer_D.step()
 
-            batch_size = imgs.shape[0]
-
-            # Adversarial ground truths
-            valid = Variable(FloatTensor(batch_size, 1).fill_(1.0), requires_grad=False)
-            fake = Variable(FloatTensor(batch_size, 1).fill_(0.0), requires_grad=False)
-
-            # Configure input
-            real_imgs = Variable(imgs.type(FloatTensor))
-            labels = Variable(labels.type(LongTensor))
-
-            # -----------------
-            #  Train Generator
-            # -----------------
-
-            optimizer_G.zero_grad()
-
-            # Sample noise and labels as generator input
-            z = Variable(FloatTensor(np.random.normal(0, 1, (batch_size, opt.latent_dim))))
-            gen_labels = Variable(LongTensor(np.random.randint(0, opt.n_classes, batch_size)))
-
-            # Generate a batch of images
-            gen_imgs = generator(z, gen_labels)
-
-            # Loss measures generator's ability to fool the discriminator
-            validity = discriminator(gen_imgs, gen_labels)
-            g_loss = adversarial_loss(validity, valid)
-
-            g_loss.backward()
-            optimizer_G.step()
-
-            # ---------------------
-            #  Train Discriminator
-            # ---------------------
-
-            optimizer_D.zero_grad()
-
-            # Loss for real images
-            validity_real = discriminator(real_imgs, labels)
-            d_real_loss = adversarial_loss(validity_real, valid)
-
-            # Loss for fake images
-            validity_fake = discriminator(gen_imgs.detach(), gen_labels)
-            d_fake_loss = adversarial_loss(validity_fake, fake)
-
-            # Total discriminator loss
-            d_loss = (d_real_loss + d_fake_loss) / 2
-
-            d_loss.backward()
-            optimizer_D.step()
-
-            print(
-                "[Epoch %d/%d] [Batch %d/%d] [D loss: %f] [G loss: %f]"
-                % (epoch, opt.n_epochs, i, len(dataloader), d_loss.item(), g_loss.item())
-            )
-            records.append([d_loss.item(), g_loss.item()])
+        losses = [d_loss.item(), g_loss.item()]
+        print("epoch %d batch %d/%d: D %f G %f" % (epoch, i, len(loader), *losses))
+        log.append(losses)
     generator.eval()
-    records.append(sample_image(generator, n_row=3))
-    return records + _final_states(generator, discriminator)
+    log.append(grid_of_samples(generator, n_row=3))
+    return log + _final_states(generator, discriminator)
 '''
+)
 
 
 def test_cgan_matches_torch(monkeypatch, capsys):
-    opt = types.SimpleNamespace(n_epochs=2, lr=0.0002, b1=0.5, b2=0.999, latent_dim=8, n_classes=10, img_size=6, channels=1)  # fmt: skip
+    opt = types.SimpleNamespace(
+        n_epochs=2, lr=0.0002, b1=0.5, b2=0.999, latent_dim=8, n_classes=10, img_size=6,
+        channels=1,
+    )  # fmt: skip
     records, skip = run_gan(monkeypatch, CGAN_SOURCE, STEP_G_D, 82, opt, _batches(83, 2, 6))
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5, skip=skip)
 
 
 # -- BEGAN -----------------------------------------------------------------------------------------
-BEGAN_SOURCE = """
-from torch.autograd import Variable
-
-cuda = True if torch.cuda.is_available() else False
-
-def weights_init_normal(m):
-    classname = m.__class__.__name__
-    if classname.find('Conv') != -1:
-        torch.nn.init.normal_(m.weight.data, 0.0, 0.02)
-    elif classname.find('BatchNorm2d') != -1:
-        torch.nn.init.normal_(m.weight.data, 1.0, 0.02)
-        torch.nn.init.constant_(m.bias.data, 0.0)
-
-class Generator(nn.Module):
+BEGAN_SOURCE = (
+    GAN_COMMON
+    + """
+# BEGAN: the discriminator is an auto-encoder; the generator lowers the reconstruction error of
+# its images, the discriminator raises it against real ones, balanced by a proportional term k.
+class AutoEncoder(nn.Module):
     def __init__(self):
-        super(Generator, self).__init__()
-
-        self.init_size = opt.img_size // 4
-        self.l1 = nn.Sequential(nn.Linear(opt.latent_dim, 16*self.init_size**2))
-
-        self.conv_blocks = nn.Sequential(
-            nn.BatchNorm2d(16),
-            nn.Upsample(scale_factor=2),
-            nn.Conv2d(16, 16, 3, stride=1, padding=1),
-            nn.BatchNorm2d(16, 0.8),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Upsample(scale_factor=2),
-            nn.Conv2d(16, 8, 3, stride=1, padding=1),
-            nn.BatchNorm2d(8, 0.8),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Conv2d(8, opt.channels, 3, stride=1, padding=1),
-            nn.Tanh()
-        )
-
-    def forward(self, noise):
-        out = self.l1(noise)
-        out = out.view(out.shape[0], 16, self.init_size, self.init_size)
-        img = self.conv_blocks(out)
-        return img
-
-class Discriminator(nn.Module):
-    def __init__(self):
-        super(Discriminator, self).__init__()
-
-        # Upsampling
-        self.down = nn.Sequential(
-            nn.Conv2d(opt.channels, 8, 3, 2, 1),
-            nn.ReLU(),
-        )
-        # Fully-connected layers
-        self.down_size = (opt.img_size // 2)
-        down_dim = 8 * (opt.img_size // 2)**2
+        super().__init__()
+        self.half = opt.img_size // 2
+        n_code = 8 * self.half**2
+        self.down = nn.Sequential(nn.Conv2d(opt.channels, 8, 3, 2, 1), nn.ReLU())
         self.fc = nn.Sequential(
-            nn.Linear(down_dim, 32),
-            nn.BatchNorm1d(32, 0.8),
-            nn.ReLU(inplace=True),
-            nn.Linear(32, down_dim),
-            nn.BatchNorm1d(down_dim),
-            nn.ReLU(inplace=True)
+            nn.Linear(n_code, 32), nn.BatchNorm1d(32, 0.8), nn.ReLU(inplace=True),
+            nn.Linear(32, n_code), nn.BatchNorm1d(n_code), nn.ReLU(inplace=True),
         )
-        # Upsampling
-        self.up = nn.Sequential(
-            nn.Upsample(scale_factor=2),
-            nn.Conv2d(8, opt.channels, 3, 1, 1)
-        )
+        self.up = nn.Sequential(nn.Upsample(scale_factor=2), nn.Conv2d(8, opt.channels, 3, 1, 1))
 
     def forward(self, img):
-        out = self.down(img)
-        out = self.fc(out.view(out.size(0), -1))
-        out = self.up(out.view(out.size(0), 8, self.down_size, self.down_size))
-        return out
+        code = self.fc(self.down(img).view(img.size(0), -1))
+        return self.up(code.view(img.size(0), 8, self.half, self.half))
 
-Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
 
 def build():
-    # Initialize generator and discriminator
-    generator = Generator()
-    discriminator = Discriminator()
+    nets = UpsamplingGenerator(opt.latent_dim, opt.img_size, opt.channels), AutoEncoder()
+    for net in nets:  # (the 2-d norms only, as BEGAN's script does)
+        net.apply(lambda m: init_by_class_name(m, norm="BatchNorm2d"))
+    return nets
 
-    # Initialize weights
-    generator.apply(weights_init_normal)
-    discriminator.apply(weights_init_normal)
-    return generator, discriminator
 
-def main(generator, discriminator, dataloader):
-    records = []
-    # Optimizers
-    optimizer_G = torch.optim.Adam(generator.parameters(), lr=opt.lr, betas=(opt.b1, opt.b2))
-    optimizer_D = torch.optim.Adam(discriminator.parameters(), lr=opt.lr, betas=(opt.b1, opt.b2))
+def reconstruction_error(discriminator, img):
+    return torch.mean(torch.abs(discriminator(img) - img))
 
-    # BEGAN hyper parameters
-    gamma = 0.75
-    lambda_k = 0.001
-    k = 0.
 
-    for epoch in range(opt.n_epochs):
-        for i, (imgs, _) in enumerate(dataloader):
+def main(generator, discriminator, loader):
+    log = []
+    optimizer_G, optimizer_D = adam_for(generator), adam_for(discriminator)
+    gamma, lambda_k, k = 0.75, 0.001, 0.0
+    for epoch, i, (imgs, _) in by_epoch(loader):
+        real = Variable(imgs.type(FloatTensor))
 
-            # Configure input
-            real_imgs = Variable(imgs.type(Tensor))
+        optimizer_G.zero_grad()
+        gen_imgs = generator(gaussian_z(imgs.shape[0], opt.latent_dim))
+        g_loss = reconstruction_error(discriminator, gen_imgs)
+        g_loss.backward()
+        optimizer_G.step()
 
-            # -----------------
-            #  Train Generator
-            # -----------------
+        optimizer_D.zero_grad()
+        err_real = reconstruction_error(discriminator, real)
+        err_fake = reconstruction_error(discriminator, gen_imgs.detach())
+        d_loss = err_real - k * err_fake
+        d_loss.backward()
+        optimizer_D.step()
 
-            optimizer_G.zero_grad()
-
-            # Sample noise as generator input
-            z = Variable(Tensor(np.random.normal(0, 1, (imgs.shape[0], opt.latent_dim))))
-
-            # Generate a batch of images
-            gen_imgs = generator(z)
-
-            # Loss measures generator's ability to fool the discriminator
-            g_loss = torch.mean(torch.abs(discriminator(gen_imgs) - gen_imgs))
-
-            g_loss.backward()
-            optimizer_G.step()
-
-            # ---------------------
-            #  Train Discriminator
-            # ---------------------
-
-            optimizer_D.zero_grad()
-
-            # Measure discriminator's ability to classify real from generated samples
-            d_real = discriminator(real_imgs)
-            d_fake = discriminator(gen_imgs.detach())
-
-            d_loss_real = torch.mean(torch.abs(d_real - real_imgs))
-            d_loss_fake = torch.mean(torch.abs(d_fake - gen_imgs.detach()))
-            d_loss = d_loss_real - k * d_loss_fake
-
-            d_loss.backward()
-            optimizer_D.step()
-
-            #----------------
-            # Update weights
-            #----------------
-
-            diff = torch.mean(gamma * d_loss_real - d_loss_fake)
-
-            # Update weight term for fake samples
-            k = k + lambda_k * diff.item()
-            k = min(max(k, 0), 1) # Constraint to interval [0, 1]
-
-            # Update convergence metric
-            M = (d_loss_real + torch.abs(diff)).item()
-
-            print ("[Epoch %d/%d] [Batch %d/%d] [D loss: %f] [G loss: %f] -- M: %f, k: %f" % (epoch, opt.n_epochs, i, len(dataloader),
-                                                                d_loss.item(), g_loss.item(),
-                                                                M, k))
-            records.append([d_loss.item(), g_loss.item(), M, k])
-    return records + _final_states(generator, discriminator)
+        # proportional control of k, kept in [0, 1]; M measures convergence
+        balance = torch.mean(gamma * err_real - err_fake)
+        k = min(max(k + lambda_k * balance.item(), 0), 1)
+        M = (err_real + torch.abs(balance)).item()
+        losses = [d_loss.item(), g_loss.item(), M, k]
+        print("epoch %d batch %d/%d: D %f G %f M %f k %f" % (epoch, i, len(loader), *losses))
+        log.append(losses)
+    return log + _final_states(generator, discriminator)
 """
+)
 
 
 def test_began_matches_torch(monkeypatch, capsys):
-    opt = types.SimpleNamespace(n_epochs=2, lr=0.0002, b1=0.5, b2=0.999, latent_dim=8, img_size=8, channels=1)  # fmt: skip
+    opt = types.SimpleNamespace(
+        n_epochs=2, lr=0.0002, b1=0.5, b2=0.999, latent_dim=8, img_size=8, channels=1,
+    )  # fmt: skip
     records, skip = run_gan(monkeypatch, BEGAN_SOURCE, STEP_G_D, 84, opt, _batches(85, 2, 8))
     # the discriminator's first bias reaches a BatchNorm1d through a ReLU and a Linear: where
     # the ReLU passes the batch, the norm takes it out, so its gradient is rounding noise
@@ -682,297 +488,157 @@ def test_indexing_a_0d_tensor_is_refused_as_torch_refuses_it():
 
 
 # -- relativistic GAN ------------------------------------------------------------------------------
-RELATIVISTIC_SOURCE = """
-from torch.autograd import Variable
+RELATIVISTIC_SOURCE = (
+    GAN_COMMON
+    + """
+# A relativistic GAN: the discriminator judges whether real data look more real than generated
+# data (against the other batch's mean, or pair by pair).
+device = torch.device("cuda" if cuda else "cpu")
 
-device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-
-class Generator(nn.Module):
+class Critic(nn.Module):
     def __init__(self):
-        super(Generator, self).__init__()
-
-        self.init_size = opt.img_size // 4
-        self.l1 = nn.Sequential(nn.Linear(opt.latent_dim, 16 * self.init_size ** 2))
-
-        self.conv_blocks = nn.Sequential(
-            nn.BatchNorm2d(16),
-            nn.Upsample(scale_factor=2),
-            nn.Conv2d(16, 16, 3, stride=1, padding=1),
-            nn.BatchNorm2d(16, 0.8),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Upsample(scale_factor=2),
-            nn.Conv2d(16, 8, 3, stride=1, padding=1),
-            nn.BatchNorm2d(8, 0.8),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Conv2d(8, opt.channels, 3, stride=1, padding=1),
-            nn.Tanh(),
-        )
-
-    def forward(self, z):
-        out = self.l1(z)
-        out = out.view(out.shape[0], 16, self.init_size, self.init_size)
-        img = self.conv_blocks(out)
-        return img
-
-
-class Discriminator(nn.Module):
-    def __init__(self):
-        super(Discriminator, self).__init__()
-
-        def discriminator_block(in_filters, out_filters, bn=True):
-            block = [nn.Conv2d(in_filters, out_filters, 3, 2, 1), nn.LeakyReLU(0.2, inplace=True), nn.Dropout2d(0.25)]
-            if bn:
-                block.append(nn.BatchNorm2d(out_filters, 0.8))
-            return block
-
-        self.model = nn.Sequential(
-            *discriminator_block(opt.channels, 4, bn=False),
-            *discriminator_block(4, 8),
-            *discriminator_block(8, 8),
-            *discriminator_block(8, 16),
-        )
-
-        # The height and width of downsampled image
-        ds_size = opt.img_size // 2 ** 4
-        self.adv_layer = nn.Sequential(nn.Linear(16 * ds_size ** 2, 1))
+        super().__init__()
+        self.features = strided_blocks(opt.channels)
+        self.score = nn.Sequential(nn.Linear(16 * (opt.img_size // 16) ** 2, 1))
 
     def forward(self, img):
-        out = self.model(img)
-        out = out.view(out.shape[0], -1)
-        validity = self.adv_layer(out)
-
-        return validity
-
-
-Tensor = torch.cuda.FloatTensor if torch.cuda.is_available() else torch.FloatTensor
+        return self.score(self.features(img).view(img.shape[0], -1))
 
 
 def build():
-    # Initialize generator and discriminator
-    generator = Generator().to(device)
-    discriminator = Discriminator().to(device)
-    return generator, discriminator
+    generator = UpsamplingGenerator(opt.latent_dim, opt.img_size, opt.channels)
+    return generator.to(device), Critic().to(device)
 
 
-def main(generator, discriminator, dataloader):
-    records = []
-    # Loss function
-    adversarial_loss = torch.nn.BCEWithLogitsLoss().to(device)
+def relative(a, b):
+    return a - b.mean(0, keepdim=True) if opt.rel_avg_gan else a - b
 
-    # Optimizers
-    optimizer_G = torch.optim.Adam(generator.parameters(), lr=opt.lr, betas=(opt.b1, opt.b2))
-    optimizer_D = torch.optim.Adam(discriminator.parameters(), lr=opt.lr, betas=(opt.b1, opt.b2))
 
-    for epoch in range(opt.n_epochs):
-        for i, (imgs, _) in enumerate(dataloader):
+def main(generator, discriminator, loader):
+    log = []
+    bce = torch.nn.BCEWithLogitsLoss().to(device)
+    optimizer_G, optimizer_D = adam_for(generator), adam_for(discriminator)
+    for epoch, i, (imgs, _) in by_epoch(loader):
+        n = imgs.shape[0]
+        valid, fake = constant_targets(n, 1.0), constant_targets(n, 0.0)
+        real = Variable(imgs.type(FloatTensor))
 
-            # Adversarial ground truths
-            valid = Variable(Tensor(imgs.shape[0], 1).fill_(1.0), requires_grad=False)
-            fake = Variable(Tensor(imgs.shape[0], 1).fill_(0.0), requires_grad=False)
+        optimizer_G.zero_grad()
+        gen_imgs = generator(gaussian_z(n, opt.latent_dim))
+        real_score = discriminator(real).detach()
+        fake_score = discriminator(gen_imgs)
+        g_loss = bce(relative(real_score, fake_score), fake)
+        g_loss = (g_loss + bce(relative(fake_score, real_score), valid)) / 2
+        g_loss.backward()
+        optimizer_G.step()
 
-            # Configure input
-            real_imgs = Variable(imgs.type(Tensor))
+        optimizer_D.zero_grad()
+        real_score = discriminator(real)
+        fake_score = discriminator(gen_imgs.detach())
+        d_loss = bce(relative(real_score, fake_score), valid)
+        d_loss = (d_loss + bce(relative(fake_score, real_score), fake)) / 2
+        d_loss.backward()
+        optimizer_D.step()
 
-            # -----------------
-            #  Train Generator
-            # -----------------
-
-            optimizer_G.zero_grad()
-
-            # Sample noise as generator input
-            z = Variable(Tensor(np.random.normal(0, 1, (imgs.shape[0], opt.latent_dim))))
-
-            # Generate a batch of images
-            gen_imgs = generator(z)
-
-            real_pred = discriminator(real_imgs).detach()
-            fake_pred = discriminator(gen_imgs)
-
-            # Loss measures generator's ability to fool the discriminator
-            if opt.rel_avg_gan:
-                g_real_loss = adversarial_loss(real_pred - fake_pred.mean(0, keepdim=True), fake)
-                g_fake_loss = adversarial_loss(fake_pred - real_pred.mean(0, keepdim=True), valid)
-            else:
-                g_real_loss = adversarial_loss(real_pred - fake_pred, fake)
-                g_fake_loss = adversarial_loss(fake_pred - real_pred, valid)
-
-            g_loss = (g_real_loss + g_fake_loss) / 2
-
-            g_loss.backward()
-            optimizer_G.step()
-
-            # ---------------------
-            #  Train Discriminator
-            # ---------------------
-
-            optimizer_D.zero_grad()
-
-            # Predict validity
-            real_pred = discriminator(real_imgs)
-            fake_pred = discriminator(gen_imgs.detach())
-
-            if opt.rel_avg_gan:
-                real_loss = adversarial_loss(real_pred - fake_pred.mean(0, keepdim=True), valid)
-                fake_loss = adversarial_loss(fake_pred - real_pred.mean(0, keepdim=True), fake)
-            else:
-                real_loss = adversarial_loss(real_pred - fake_pred, valid)
-                fake_loss = adversarial_loss(fake_pred - real_pred, fake)
-
-            d_loss = (real_loss + fake_loss) / 2
-
-            d_loss.backward()
-            optimizer_D.step()
-
-            print(
-                "[Epoch %d/%d] [Batch %d/%d] [D loss: %f] [G loss: %f]"
-                % (epoch, opt.n_epochs, i, len(dataloader), d_loss.item(), g_loss.item())
-            )
-            records.append([d_loss.item(), g_loss.item()])
-    return records + _final_states(generator, discriminator)
+        losses = [d_loss.item(), g_loss.item()]
+        print("epoch %d batch %d/%d: D %f G %f" % (epoch, i, len(loader), *losses))
+        log.append(losses)
+    return log + _final_states(generator, discriminator)
 """
+)
 
 
 @pytest.mark.parametrize("rel_avg_gan", [True, False])
 def test_relativistic_gan_matches_torch(monkeypatch, capsys, rel_avg_gan):
-    opt = types.SimpleNamespace(n_epochs=2, lr=0.0002, b1=0.5, b2=0.999, latent_dim=8, img_size=16, channels=1, rel_avg_gan=rel_avg_gan)  # fmt: skip
+    opt = types.SimpleNamespace(
+        n_epochs=2, lr=0.0002, b1=0.5, b2=0.999, latent_dim=8, img_size=16, channels=1,
+        rel_avg_gan=rel_avg_gan,
+    )  # fmt: skip
     records, skip = run_gan(
         monkeypatch, RELATIVISTIC_SOURCE, STEP_G_D, 86, opt, _batches(87, 2, 16)
     )
     # the losses read differences of the discriminator's outputs: a constant added after its
     # last nonlinearity (the last norm's shift, the output bias) cancels, its gradient is 0
-    skip += ["model.14.bias", "adv_layer.0.bias"]
+    skip += ["features.14.bias", "score.0.bias"]
     assert_records_agree(records[1], records[0], rtol=2e-4, atol=2e-5, skip=skip)
 
 
 # -- WGAN (weight clipping) ------------------------------------------------------------------------
-WGAN_SOURCE = """
-from torch.autograd import Variable
+WGAN_SOURCE = (
+    GAN_COMMON
+    + """
+# A Wasserstein GAN with weight clipping: RMSprop, the critic's weights clamped after each of
+# its steps, the generator trained every n_critic batches.
+img_shape = (opt.channels,) + (opt.img_size,) * 2
 
-img_shape = (opt.channels, opt.img_size, opt.img_size)
 
-cuda = True if torch.cuda.is_available() else False
-
-
-class Generator(nn.Module):
+class MLPGenerator(nn.Module):
     def __init__(self):
-        super(Generator, self).__init__()
-
-        def block(in_feat, out_feat, normalize=True):
-            layers = [nn.Linear(in_feat, out_feat)]
-            if normalize:
-                layers.append(nn.BatchNorm1d(out_feat, 0.8))
-            layers.append(nn.LeakyReLU(0.2, inplace=True))
-            return layers
-
-        self.model = nn.Sequential(
-            *block(opt.latent_dim, 16, normalize=False),
-            *block(16, 32),
-            *block(32, 64),
-            nn.Linear(64, int(np.prod(img_shape))),
-            nn.Tanh()
-        )
+        super().__init__()
+        n_out = int(np.prod(img_shape))
+        blocks = dense_blocks([opt.latent_dim, 16, 32, 64])
+        self.model = nn.Sequential(*blocks, nn.Linear(64, n_out), nn.Tanh())
 
     def forward(self, z):
-        img = self.model(z)
-        img = img.view(img.shape[0], *img_shape)
-        return img
+        return self.model(z).view(z.shape[0], *img_shape)
 
 
-class Discriminator(nn.Module):
+class MLPCritic(nn.Module):
     def __init__(self):
-        super(Discriminator, self).__init__()
-
+        super().__init__()
+        leaky = lambda: nn.LeakyReLU(0.2, inplace=True)
+        n_in = int(np.prod(img_shape))
         self.model = nn.Sequential(
-            nn.Linear(int(np.prod(img_shape)), 32),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Linear(32, 16),
-            nn.LeakyReLU(0.2, inplace=True),
-            nn.Linear(16, 1),
+            nn.Linear(n_in, 32), leaky(), nn.Linear(32, 16), leaky(), nn.Linear(16, 1)
         )
 
     def forward(self, img):
-        img_flat = img.view(img.shape[0], -1)
-        validity = self.model(img_flat)
-        return validity
-
-
-Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+        return self.model(img.view(img.shape[0], -1))
 
 
 def build():
-    return Generator(), Discriminator()
+    return MLPGenerator(), MLPCritic()
 
 
-def main(generator, discriminator, dataloader):
-    records = []
-    # Optimizers
-    optimizer_G = torch.optim.RMSprop(generator.parameters(), lr=opt.lr)
-    optimizer_D = torch.optim.RMSprop(discriminator.parameters(), lr=opt.lr)
+def main(generator, discriminator, loader):
+    log = []
+    rmsprop = lambda net: torch.optim.RMSprop(net.parameters(), lr=opt.lr)
+    optimizer_G, optimizer_D = rmsprop(generator), rmsprop(discriminator)
+    c = opt.clip_value
+    for epoch, i, (imgs, _) in by_epoch(loader):
+        real = Variable(imgs.type(FloatTensor))
 
-    batches_done = 0
-    for epoch in range(opt.n_epochs):
+        optimizer_D.zero_grad()
+        z = gaussian_z(imgs.shape[0], opt.latent_dim)
+        forged = generator(z).detach()
+        loss_D = torch.mean(discriminator(forged)) - torch.mean(discriminator(real))
+        loss_D.backward()
+        optimizer_D.step()
+        for p in discriminator.parameters():  # keep the critic (roughly) Lipschitz
+            p.data.clamp_(-c, c)
 
-        for i, (imgs, _) in enumerate(dataloader):
-
-            # Configure input
-            real_imgs = Variable(imgs.type(Tensor))
-
-            # ---------------------
-            #  Train Discriminator
-            # ---------------------
-
-            optimizer_D.zero_grad()
-
-            # Sample noise as generator input
-            z = Variable(Tensor(np.random.normal(0, 1, (imgs.shape[0], opt.latent_dim))))
-
-            # Generate a batch of images
-            fake_imgs = generator(z).detach()
-            # Adversarial loss
-            loss_D = -torch.mean(discriminator(real_imgs)) + torch.mean(discriminator(fake_imgs))
-
-            loss_D.backward()
-            optimizer_D.step()
-
-            # Clip weights of discriminator
-            for p in discriminator.parameters():
-                p.data.clamp_(-opt.clip_value, opt.clip_value)
-
-            # Train the generator every n_critic iterations
-            if i % opt.n_critic == 0:
-
-                # -----------------
-                #  Train Generator
-                # -----------------
-
-                optimizer_G.zero_grad()
-
-                # Generate a batch of images
-                gen_imgs = generator(z)
-                # Adversarial loss
-                loss_G = -torch.mean(discriminator(gen_imgs))
-
-                loss_G.backward()
-                optimizer_G.step()
-
-                print(
-                    "[Epoch %d/%d] [Batch %d/%d] [D loss: %f] [G loss: %f]"
-                    % (epoch, opt.n_epochs, batches_done % len(dataloader), len(dataloader), loss_D.item(), loss_G.item())
-                )
-                records.append([loss_D.item(), loss_G.item()])
-            batches_done += 1
-    return records + _final_states(generator, discriminator)
+        if i % opt.n_critic:
+            continue
+        optimizer_G.zero_grad()
+        loss_G = -torch.mean(discriminator(generator(z)))
+        loss_G.backward()
+        optimizer_G.step()
+        losses = [loss_D.item(), loss_G.item()]
+        print("epoch %d batch %d/%d: D %f G %f" % (epoch, i, len(loader), *losses))
+        log.append(losses)
+    return log + _final_states(generator, discriminator)
 """
+)
 
 WGAN_STEP = [
     (
-        "            loss_D.backward()\n            optimizer_D.step()",
-        "            grads = loss_D.backward()\n            optimizer_D.step(grads)",
+        "        loss_D.backward()\n        optimizer_D.step()",
+        "        grads = loss_D.backward()\n        optimizer_D.step(grads)",
     ),
     (
-        "                loss_G.backward()\n                optimizer_G.step()",
-        "                grads = loss_G.backward()\n                optimizer_G.step(grads)",
+        "        loss_G.backward()\n        optimizer_G.step()",
+        "        grads = loss_G.backward()\n        optimizer_G.step(grads)",
     ),
 ]
 
@@ -981,7 +647,10 @@ def test_wgan_with_weight_clipping_matches_torch(monkeypatch, capsys):
     # lr 5e-5, the script's own default: at 100 times it (0.005), RMSprop's first steps of
     # 10 lr sign(g) made the run chaotic, so OpenBLAS's SkylakeX kernels (an AVX-512 machine
     # without OPENBLAS_CORETYPE=Haswell) ended 0.05 away from torch in the generator's weights
-    opt = types.SimpleNamespace(n_epochs=2, lr=0.00005, latent_dim=8, img_size=6, channels=1, n_critic=2, clip_value=0.05)  # fmt: skip
+    opt = types.SimpleNamespace(
+        n_epochs=2, lr=0.00005, latent_dim=8, img_size=6, channels=1, n_critic=2,
+        clip_value=0.05,
+    )  # fmt: skip
     records, skip = run_gan(monkeypatch, WGAN_SOURCE, WGAN_STEP, 88, opt, _batches(89, 4, 6))
     # atol 5e-5, not 2e-5: RMSprop's normalised steps and the clipping amplify float32 rounding
     # in the generator's first layer. Torch against itself, run with one intra-op thread and

@@ -1,765 +1,286 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-speech features computed by hand in torch, without torchaudio.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): speech features computed by
+hand in torch, without torchaudio, by a front end written here in the style of speechbrain's
+``speechbrain/processing/features.py``:
 
-- speechbrain's feature pipeline as ``speechbrain/processing/features.py`` writes it (the
-  docstrings, the ``speechbrain.utils.checkpoints`` hooks and ``_save``/``_load`` left out):
-  ``STFT`` (``torch.hamming_window``, the positional ``torch.stft(x, n_fft, hop, win, window,
-  center, pad_mode, normalized, onesided, return_complex=False)`` real form, the
-  multi-channel ``permute(0, 3, 2, 4, 1)``), ``ISTFT`` (``torch.complex(x[..., 0], x[...,
-  1])`` into ``torch.istft(..., length=)``), ``spectral_magnitude``, ``Filterbank`` learnable
-  (``freeze=False``: ``f_central``/``band`` as ``nn.Parameter``\\ s, the triangular filters by
-  ``torch.max(zero, torch.min(left_side, right_side))``) and frozen (triangular, rectangular
-  by ``ge``/``le`` masks multiplied, gaussian), ``_amplitude_to_DB`` (``torch.log10(torch
-  .clamp(x, min=amin))``, ``x_db -= ...`` in place, ``amax(dim=(-2, -1))``, ``torch.max``
-  against a ``view``), ``DCT`` (``dct[0] *= 1 / sqrt(2)`` in place, ``dct.t()``), ``Deltas``
-  (a ``replicate`` pad and a grouped ``conv1d`` by a ``register_buffer``'d ``arange(...)
-  .repeat(input_size, 1, 1)`` kernel), ``ContextWindow`` (``torch.eye(n, m)``, ``torch.roll``
-  of its columns, a grouped ``conv1d`` with padding) and ``InputNormalization`` (per-sentence
-  ``x[snt_id] = ...`` writes into a graph tensor, the ``torch.round(lengths[i] * T).int()``
-  slice, the ``global`` running statistics); driven by the test: features of a stereo and a
-  mono batch, the STFT/ISTFT round trip, then four Adam steps of a keyword classifier whose
-  filterbank learns its centres and bands.
+- ``STFT`` (``torch.hamming_window``, the positional ``torch.stft(x, n_fft, hop, win, window,
+  center, pad_mode, normalized, onesided, return_complex=False)`` real form, the multi-channel
+  ``permute(0, 3, 2, 4, 1)``), ``ISTFT`` (``torch.complex(x[..., 0], x[..., 1])`` into
+  ``torch.istft(..., length=)``), ``magnitude`` (a power and a log), ``MelFilterbank``
+  learnable (``freeze=False``: ``f_central``/``band`` as ``nn.Parameter``\\ s, the triangular
+  filters by ``torch.max(zero, torch.min(rising, falling))``) and frozen (triangular,
+  rectangular by ``ge``/``le`` masks multiplied, gaussian), with multi-channel input, the dB
+  scale (``torch.log10(torch.clamp(x, min=amin))``, ``db -= ...`` in place, ``amax(dim=(-2,
+  -1))``, ``torch.max`` against a ``view``), ``DCT`` (``basis[0] *= 1 / sqrt(2)`` in place,
+  ``basis.t()``), ``DeltaFeatures`` (a ``replicate`` pad and a grouped ``conv1d`` by a
+  ``register_buffer``'d ``arange(...).repeat(n_features, 1, 1)`` kernel), ``FrameContext``
+  (``torch.eye(n, m)``, ``torch.roll`` of its columns, a grouped ``conv1d`` with padding) and
+  ``FeatureNormalization`` (per-sentence ``x[i] = ...`` writes into a graph tensor, the
+  ``torch.round(lengths[i] * T).int()`` slice, the ``global`` running statistics);
+- a driver: features of a stereo and a mono batch, the STFT/ISTFT round trip, then four Adam
+  steps of a keyword classifier whose filterbank learns its centres and bands.
 
-The lines changed: the ``import`` lines and the gradient lines; ``torch.randn`` draws one
-shared stream in both runs.
+The lines changed: the ``import`` line and the gradient lines; ``torch.randn`` draws one shared
+stream in both runs.
 """
 
 from __future__ import annotations
 
 from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
 
-SPEECHBRAIN_FEATURES_SOURCE = """
+SPEECH_FEATURES_SOURCE = """
+# A hand-written speech front end: STFT and its inverse, magnitudes, mel filterbanks (frozen or
+# learnable), a dB scale, DCT, deltas, context windows and input normalization. Tensors are
+# (batch, time, features[, channels]).
 import math
-import torch
-import logging
 
-logger = logging.getLogger(__name__)
+import torch
+
+
+def ms_to_samples(ms, sample_rate):
+    return int(round(sample_rate / 1000.0 * ms))
 
 
 class STFT(torch.nn.Module):
-    def __init__(
-        self,
-        sample_rate,
-        win_length=25,
-        hop_length=10,
-        n_fft=400,
-        window_fn=torch.hamming_window,
-        normalized_stft=False,
-        center=True,
-        pad_mode="constant",
-        onesided=True,
-    ):
+    \"\"\"(batch, time[, channels]) -> (batch, frames, bins, 2[, channels])\"\"\"
+
+    def __init__(self, rate, win_ms=25, hop_ms=10, n_fft=400, window_fn=torch.hamming_window):
         super().__init__()
-        self.sample_rate = sample_rate
-        self.win_length = win_length
-        self.hop_length = hop_length
         self.n_fft = n_fft
-        self.normalized_stft = normalized_stft
-        self.center = center
-        self.pad_mode = pad_mode
-        self.onesided = onesided
-
-        # Convert win_length and hop_length from ms to samples
-        self.win_length = int(
-            round((self.sample_rate / 1000.0) * self.win_length)
-        )
-        self.hop_length = int(
-            round((self.sample_rate / 1000.0) * self.hop_length)
-        )
-
-        self.window = window_fn(self.win_length)
+        self.win, self.hop = ms_to_samples(win_ms, rate), ms_to_samples(hop_ms, rate)
+        self.window = window_fn(self.win)
 
     def forward(self, x):
-        # Managing multi-channel stft
-        or_shape = x.shape
-        if len(or_shape) == 3:
-            x = x.transpose(1, 2)
-            x = x.reshape(or_shape[0] * or_shape[2], or_shape[1])
-
-        stft = torch.stft(
-            x,
-            self.n_fft,
-            self.hop_length,
-            self.win_length,
-            self.window.to(x.device),
-            self.center,
-            self.pad_mode,
-            self.normalized_stft,
-            self.onesided,
-            return_complex=False,
+        shape = x.shape
+        if x.dim() == 3:  # channels folded into the batch
+            x = x.transpose(1, 2).reshape(shape[0] * shape[2], shape[1])
+        # positional: n_fft, hop, win, window, center, pad_mode, normalized, onesided
+        spec = torch.stft(
+            x, self.n_fft, self.hop, self.win, self.window.to(x.device), True, "constant",
+            False, True, return_complex=False,
         )
-
-        # Retrieving the original dimensionality (batch,time, channels)
-        if len(or_shape) == 3:
-            stft = stft.reshape(
-                or_shape[0],
-                or_shape[2],
-                stft.shape[1],
-                stft.shape[2],
-                stft.shape[3],
-            )
-            stft = stft.permute(0, 3, 2, 4, 1)
-        else:
-            # (batch, time, channels)
-            stft = stft.transpose(2, 1)
-
-        return stft
+        if len(shape) == 3:
+            return spec.reshape(shape[0], shape[2], *spec.shape[1:]).permute(0, 3, 2, 4, 1)
+        return spec.transpose(2, 1)
 
 
 class ISTFT(torch.nn.Module):
-    def __init__(
-        self,
-        sample_rate,
-        n_fft=None,
-        win_length=25,
-        hop_length=10,
-        window_fn=torch.hamming_window,
-        normalized_stft=False,
-        center=True,
-        onesided=True,
-        epsilon=1e-12,
-    ):
+    def __init__(self, sample_rate, win_ms=25, hop_ms=10, window_fn=torch.hamming_window):
         super().__init__()
-        self.sample_rate = sample_rate
-        self.n_fft = n_fft
-        self.win_length = win_length
-        self.hop_length = hop_length
-        self.normalized_stft = normalized_stft
-        self.center = center
-        self.onesided = onesided
-        self.epsilon = epsilon
+        self.win, self.hop = ms_to_samples(win_ms, sample_rate), ms_to_samples(hop_ms, sample_rate)
+        self.window = window_fn(self.win)
 
-        # Convert win_length and hop_length from ms to samples
-        self.win_length = int(
-            round((self.sample_rate / 1000.0) * self.win_length)
-        )
-        self.hop_length = int(
-            round((self.sample_rate / 1000.0) * self.hop_length)
-        )
-
-        # Create window using provided function
-        self.window = window_fn(self.win_length)
-
-    def forward(self, x, sig_length=None):
-        or_shape = x.shape
-
-        # Infer n_fft if not provided
-        if self.n_fft is None and self.onesided:
-            n_fft = (x.shape[2] - 1) * 2
-        elif self.n_fft is None and not self.onesided:
-            n_fft = x.shape[2]
+    def forward(self, spec, length=None):
+        shape = spec.shape
+        n_fft = (shape[2] - 1) * 2  # one-sided
+        if spec.dim() == 5:  # -> (batch * channels, bins, frames, 2)
+            spec = spec.permute(0, 4, 2, 1, 3)
+            spec = spec.reshape(-1, *spec.shape[2:])
         else:
-            n_fft = self.n_fft
-
-        # Changing the format for (batch, time_step, n_fft, 2, n_channels)
-        if len(or_shape) == 5:
-            x = x.permute(0, 4, 2, 1, 3)
-
-            # Lumping batch and channel dimension, because torch.istft
-            # doesn't support batching.
-            x = x.reshape(-1, x.shape[2], x.shape[3], x.shape[4])
-        elif len(or_shape) == 4:
-            x = x.permute(0, 2, 1, 3)
-
-        # isft ask complex input
-        x = torch.complex(x[..., 0], x[..., 1])
-
-        istft = torch.istft(
-            input=x,
-            n_fft=n_fft,
-            hop_length=self.hop_length,
-            win_length=self.win_length,
-            window=self.window.to(x.device),
-            center=self.center,
-            onesided=self.onesided,
-            length=sig_length,
+            spec = spec.permute(0, 2, 1, 3)
+        wave = torch.istft(
+            input=torch.complex(spec[..., 0], spec[..., 1]), n_fft=n_fft,
+            hop_length=self.hop, win_length=self.win, window=self.window.to(spec.device),
+            center=True, onesided=True, length=length,
         )
-
-        # Convert back to (time, time_step, n_channels)
-        if len(or_shape) == 5:
-            istft = istft.reshape(or_shape[0], or_shape[4], -1)
-            istft = istft.transpose(1, 2)
-
-        return istft
+        if len(shape) == 5:
+            return wave.reshape(shape[0], shape[4], -1).transpose(1, 2)
+        return wave
 
 
-def spectral_magnitude(stft, power=1, log=False, eps=1e-14):
-    spectr = stft.pow(2).sum(-1)
-
-    # Add eps avoids NaN when spectr is zero
+def magnitude(spec, power=1, log=False, eps=1e-14):
+    # the real and imaginary parts sit on the axis before the channels, when there are any
+    energy = spec.pow(2).sum(-2 if spec.dim() == 5 else -1)
     if power < 1:
-        spectr = spectr + eps
-    spectr = spectr.pow(power)
-
-    if log:
-        return torch.log(spectr + eps)
-    return spectr
+        energy = energy + eps
+    energy = energy.pow(power)
+    return torch.log(energy + eps) if log else energy
 
 
-class Filterbank(torch.nn.Module):
-    def __init__(
-        self,
-        n_mels=40,
-        log_mel=True,
-        filter_shape="triangular",
-        f_min=0,
-        f_max=8000,
-        n_fft=400,
-        sample_rate=16000,
-        power_spectrogram=2,
-        amin=1e-10,
-        ref_value=1.0,
-        top_db=80.0,
-        param_change_factor=1.0,
-        param_rand_factor=0.0,
-        freeze=True,
-    ):
+class MelFilterbank(torch.nn.Module):
+    def __init__(self, n_mels=40, n_fft=400, sample_rate=16000, f_min=0, f_max=8000,
+                 shape="triangular", log_mel=True, power=2, amin=1e-10, ref=1.0, top_db=80.0,
+                 freeze=True):
         super().__init__()
-        self.n_mels = n_mels
-        self.log_mel = log_mel
-        self.filter_shape = filter_shape
-        self.f_min = f_min
-        self.f_max = f_max
-        self.n_fft = n_fft
-        self.sample_rate = sample_rate
-        self.power_spectrogram = power_spectrogram
-        self.amin = amin
-        self.ref_value = ref_value
-        self.top_db = top_db
-        self.freeze = freeze
-        self.n_stft = self.n_fft // 2 + 1
-        self.db_multiplier = math.log10(max(self.amin, self.ref_value))
-        self.device_inp = torch.device("cpu")
-        self.param_change_factor = param_change_factor
-        self.param_rand_factor = param_rand_factor
+        self.shape, self.log_mel, self.freeze, self.rate = shape, log_mel, freeze, sample_rate
+        self.amin, self.top_db = amin, top_db
+        self.db_gain = 10 if power == 2 else 20
+        self.db_ref = math.log10(max(amin, ref))
+        to_mel = lambda hz: 2595 * math.log10(1 + hz / 700)
+        mel = torch.linspace(to_mel(f_min), to_mel(f_max), n_mels + 2)
+        hz = 700 * (10 ** (mel / 2595) - 1)
+        centre, band = hz[1:-1], (hz[1:] - hz[:-1])[:-1]
+        if freeze:
+            self.f_central, self.band = centre, band
+        else:  # learned as fractions of the sample rate
+            self.f_central = torch.nn.Parameter(centre / sample_rate)
+            self.band = torch.nn.Parameter(band / sample_rate)
+        self.freqs = torch.linspace(0, sample_rate // 2, n_fft // 2 + 1).repeat(n_mels, 1)
 
-        if self.power_spectrogram == 2:
-            self.multiplier = 10
-        else:
-            self.multiplier = 20
-
-        # Make sure f_min < f_max
-        if self.f_min >= self.f_max:
-            err_msg = "Require f_min: %f < f_max: %f" % (
-                self.f_min,
-                self.f_max,
-            )
-            logger.error(err_msg, exc_info=True)
-
-        # Filter definition
-        mel = torch.linspace(
-            self._to_mel(self.f_min), self._to_mel(self.f_max), self.n_mels + 2
-        )
-        hz = self._to_hz(mel)
-
-        # Computation of the filter bands
-        band = hz[1:] - hz[:-1]
-        self.band = band[:-1]
-        self.f_central = hz[1:-1]
-
-        # Adding the central frequency and the band to the list of nn param
+    def filters(self):  # (bins, mels)
+        n_bins = self.freqs.shape[1]
+        centre = self.f_central.repeat(n_bins, 1).transpose(0, 1)
+        band = self.band.repeat(n_bins, 1).transpose(0, 1)
         if not self.freeze:
-            self.f_central = torch.nn.Parameter(
-                self.f_central / (self.sample_rate * self.param_change_factor)
-            )
-            self.band = torch.nn.Parameter(
-                self.band / (self.sample_rate * self.param_change_factor)
-            )
+            centre, band = centre * self.rate, band * self.rate
+        if self.shape == "triangular":
+            slope = (self.freqs - centre) / band
+            rising, falling = slope + 1.0, 1.0 - slope
+            return torch.max(torch.zeros(1), torch.min(rising, falling)).transpose(0, 1)
+        if self.shape == "rectangular":
+            inside = self.freqs.ge(centre - band) * self.freqs.le(centre + band)
+            return inside.float().transpose(0, 1)
+        spread = band / torch.tensor(2)
+        return torch.exp(-0.5 * ((self.freqs - centre) / spread) ** 2).transpose(0, 1)
 
-        # Frequency axis
-        all_freqs = torch.linspace(0, self.sample_rate // 2, self.n_stft)
+    def to_db(self, x):
+        db = self.db_gain * torch.log10(torch.clamp(x, min=self.amin))
+        db -= self.db_gain * self.db_ref
+        floor = db.amax(dim=(-2, -1)) - self.top_db  # per sequence
+        return torch.max(db, floor.view(db.shape[0], 1, 1))
 
-        # Replicating for all the filters
-        self.all_freqs_mat = all_freqs.repeat(self.f_central.shape[0], 1)
-
-    def forward(self, spectrogram):
-        # Computing central frequency and bandwidth of each filter
-        f_central_mat = self.f_central.repeat(
-            self.all_freqs_mat.shape[1], 1
-        ).transpose(0, 1)
-        band_mat = self.band.repeat(self.all_freqs_mat.shape[1], 1).transpose(
-            0, 1
-        )
-
-        # Uncomment to print filter parameters
-        # print(self.f_central*self.sample_rate * self.param_change_factor)
-        # print(self.band*self.sample_rate* self.param_change_factor)
-
-        # Creation of the multiplication matrix. It is used to create
-        # the filters that average the computed spectrogram.
-        if not self.freeze:
-            f_central_mat = f_central_mat * (
-                self.sample_rate
-                * self.param_change_factor
-                * self.param_change_factor
-            )
-            band_mat = band_mat * (
-                self.sample_rate
-                * self.param_change_factor
-                * self.param_change_factor
-            )
-
-        # Regularization with random changes of filter central frequency and band
-        elif self.param_rand_factor != 0 and self.training:
-            rand_change = (
-                1.0
-                + torch.rand(2) * 2 * self.param_rand_factor
-                - self.param_rand_factor
-            )
-            f_central_mat = f_central_mat * rand_change[0]
-            band_mat = band_mat * rand_change[1]
-
-        fbank_matrix = self._create_fbank_matrix(f_central_mat, band_mat).to(
-            spectrogram.device
-        )
-
-        sp_shape = spectrogram.shape
-
-        # Managing multi-channels case (batch, time, channels)
-        if len(sp_shape) == 4:
-            spectrogram = spectrogram.permute(0, 3, 1, 2)
-            spectrogram = spectrogram.reshape(
-                sp_shape[0] * sp_shape[3], sp_shape[1], sp_shape[2]
-            )
-
-        # FBANK computation
-        fbanks = torch.matmul(spectrogram, fbank_matrix)
+    def forward(self, power):
+        shape = power.shape
+        if power.dim() == 4:  # (batch, time, bins, channels)
+            power = power.permute(0, 3, 1, 2).reshape(-1, shape[1], shape[2])
+        mel = torch.matmul(power, self.filters())
         if self.log_mel:
-            fbanks = self._amplitude_to_DB(fbanks)
-
-        # Reshaping in the case of multi-channel inputs
-        if len(sp_shape) == 4:
-            fb_shape = fbanks.shape
-            fbanks = fbanks.reshape(
-                sp_shape[0], sp_shape[3], fb_shape[1], fb_shape[2]
-            )
-            fbanks = fbanks.permute(0, 2, 3, 1)
-
-        return fbanks
-
-    @staticmethod
-    def _to_mel(hz):
-        return 2595 * math.log10(1 + hz / 700)
-
-    @staticmethod
-    def _to_hz(mel):
-        return 700 * (10 ** (mel / 2595) - 1)
-
-    def _triangular_filters(self, all_freqs, f_central, band):
-        # Computing the slops of the filters
-        slope = (all_freqs - f_central) / band
-        left_side = slope + 1.0
-        right_side = -slope + 1.0
-
-        # Adding zeros for negative values
-        zero = torch.zeros(1, device=self.device_inp)
-        fbank_matrix = torch.max(
-            zero, torch.min(left_side, right_side)
-        ).transpose(0, 1)
-
-        return fbank_matrix
-
-    def _rectangular_filters(self, all_freqs, f_central, band):
-        # cut-off frequencies of the filters
-        low_hz = f_central - band
-        high_hz = f_central + band
-
-        # Left/right parts of the filter
-        left_side = right_size = all_freqs.ge(low_hz)
-        right_size = all_freqs.le(high_hz)
-
-        fbank_matrix = (left_side * right_size).float().transpose(0, 1)
-
-        return fbank_matrix
-
-    def _gaussian_filters(
-        self, all_freqs, f_central, band, smooth_factor=torch.tensor(2)
-    ):
-        fbank_matrix = torch.exp(
-            -0.5 * ((all_freqs - f_central) / (band / smooth_factor)) ** 2
-        ).transpose(0, 1)
-
-        return fbank_matrix
-
-    def _create_fbank_matrix(self, f_central_mat, band_mat):
-        if self.filter_shape == "triangular":
-            fbank_matrix = self._triangular_filters(
-                self.all_freqs_mat, f_central_mat, band_mat
-            )
-
-        elif self.filter_shape == "rectangular":
-            fbank_matrix = self._rectangular_filters(
-                self.all_freqs_mat, f_central_mat, band_mat
-            )
-
-        else:
-            fbank_matrix = self._gaussian_filters(
-                self.all_freqs_mat, f_central_mat, band_mat
-            )
-
-        return fbank_matrix
-
-    def _amplitude_to_DB(self, x):
-        x_db = self.multiplier * torch.log10(torch.clamp(x, min=self.amin))
-        x_db -= self.multiplier * self.db_multiplier
-
-        # Setting up dB max. It is the max over time and frequency,
-        # Hence, of a whole sequence (sequence-dependent)
-        new_x_db_max = x_db.amax(dim=(-2, -1)) - self.top_db
-
-        # Clipping to dB max. The view is necessary as only a scalar is obtained
-        # per sequence.
-        x_db = torch.max(x_db, new_x_db_max.view(x_db.shape[0], 1, 1))
-
-        return x_db
+            mel = self.to_db(mel)
+        if len(shape) == 4:
+            mel = mel.reshape(shape[0], shape[3], *mel.shape[1:]).permute(0, 2, 3, 1)
+        return mel
 
 
 class DCT(torch.nn.Module):
-    def __init__(
-        self, input_size, n_out=20, ortho_norm=True,
-    ):
+    def __init__(self, n_in, n_out=20, ortho=True):
         super().__init__()
-
-        if n_out > input_size:
-            raise ValueError(
-                "Cannot select more DCT coefficients than inputs "
-                "(n_out=%i, n_in=%i)" % (n_out, input_size)
-            )
-
-        # Generate matix for DCT transformation
-        n = torch.arange(float(input_size))
-        k = torch.arange(float(n_out)).unsqueeze(1)
-        dct = torch.cos(math.pi / float(input_size) * (n + 0.5) * k)
-
-        if ortho_norm:
-            dct[0] *= 1.0 / math.sqrt(2.0)
-            dct *= math.sqrt(2.0 / float(input_size))
+        if n_out > n_in:
+            raise ValueError(f"{n_out} DCT coefficients of {n_in} inputs")
+        k = torch.arange(float(n_out))[:, None]
+        basis = torch.cos(math.pi / n_in * (torch.arange(float(n_in)) + 0.5) * k)
+        if ortho:
+            basis[0] *= 1.0 / math.sqrt(2.0)
+            basis *= math.sqrt(2.0 / n_in)
         else:
-            dct *= 2.0
-
-        self.dct_mat = dct.t()
-
-    def forward(self, x):
-        # Managing multi-channels case
-        input_shape = x.shape
-        if len(input_shape) == 4:
-            x = x.reshape(x.shape[0] * x.shape[3], x.shape[1], x.shape[2])
-
-        # apply the DCT transform
-        dct = torch.matmul(x, self.dct_mat.to(x.device))
-
-        # Reshape in the case of multi-channels
-        if len(input_shape) == 4:
-            dct = dct.reshape(
-                input_shape[0], dct.shape[1], dct.shape[2], input_shape[3]
-            )
-
-        return dct
-
-
-class Deltas(torch.nn.Module):
-    def __init__(
-        self, input_size, window_length=5,
-    ):
-        super().__init__()
-        self.n = (window_length - 1) // 2
-        self.denom = self.n * (self.n + 1) * (2 * self.n + 1) / 3
-
-        self.register_buffer(
-            "kernel",
-            torch.arange(-self.n, self.n + 1, dtype=torch.float32,).repeat(
-                input_size, 1, 1
-            ),
-        )
+            basis *= 2.0
+        self.matrix = basis.t()
 
     def forward(self, x):
-        # Managing multi-channel deltas reshape tensor (batch*channel,time)
-        x = x.transpose(1, 2).transpose(2, -1)
-        or_shape = x.shape
-        if len(or_shape) == 4:
-            x = x.reshape(or_shape[0] * or_shape[2], or_shape[1], or_shape[3])
-
-        # Padding for time borders
-        x = torch.nn.functional.pad(x, (self.n, self.n), mode="replicate")
-
-        # Derivative estimation (with a fixed convolutional kernel)
-        delta_coeff = (
-            torch.nn.functional.conv1d(
-                x, self.kernel.to(x.device), groups=x.shape[1]
-            )
-            / self.denom
-        )
-
-        # Retrieving the original dimensionality (for multi-channel case)
-        if len(or_shape) == 4:
-            delta_coeff = delta_coeff.reshape(
-                or_shape[0], or_shape[1], or_shape[2], or_shape[3],
-            )
-        delta_coeff = delta_coeff.transpose(1, -1).transpose(2, -1)
-
-        return delta_coeff
+        return torch.matmul(x, self.matrix.to(x.device))
 
 
-class ContextWindow(torch.nn.Module):
-    def __init__(
-        self, left_frames=0, right_frames=0,
-    ):
+class DeltaFeatures(torch.nn.Module):
+    \"\"\"Time derivatives by a least-squares slope over a window, edges repeated.\"\"\"
+
+    def __init__(self, n_features, window=5):
         super().__init__()
-        self.left_frames = left_frames
-        self.right_frames = right_frames
-        self.context_len = self.left_frames + self.right_frames + 1
-        self.kernel_len = 2 * max(self.left_frames, self.right_frames) + 1
+        self.half = (window - 1) // 2
+        self.norm = self.half * (self.half + 1) * (2 * self.half + 1) / 3
+        taps = torch.arange(-self.half, self.half + 1, dtype=torch.float32)
+        self.register_buffer("kernel", taps.repeat(n_features, 1, 1))
 
-        # Kernel definition
-        self.kernel = torch.eye(self.context_len, self.kernel_len)
+    def forward(self, x):
+        x = torch.nn.functional.pad(x.transpose(1, 2), (self.half, self.half), mode="replicate")
+        slope = torch.nn.functional.conv1d(x, self.kernel.to(x.device), groups=x.shape[1])
+        return (slope / self.norm).transpose(1, 2)
 
-        if self.right_frames > self.left_frames:
-            lag = self.right_frames - self.left_frames
-            self.kernel = torch.roll(self.kernel, lag, 1)
 
-        self.first_call = True
+class FrameContext(torch.nn.Module):
+    \"\"\"Each frame with `left` frames before and `right` after, stacked on the features.\"\"\"
+
+    def __init__(self, left=0, right=0):
+        super().__init__()
+        self.left, self.right = left, right
+        self.width, self.span = left + right + 1, 2 * max(left, right) + 1
+        self.kernel = torch.eye(self.width, self.span)
+        if right > left:
+            self.kernel = torch.roll(self.kernel, right - left, 1)
+        self.grouped = None
 
     def forward(self, x):
         x = x.transpose(1, 2)
-
-        if self.first_call is True:
-            self.first_call = False
-            self.kernel = (
-                self.kernel.repeat(x.shape[1], 1, 1)
-                .view(x.shape[1] * self.context_len, self.kernel_len,)
-                .unsqueeze(1)
-            )
-
-        # Managing multi-channel case
-        or_shape = x.shape
-        if len(or_shape) == 4:
-            x = x.reshape(or_shape[0] * or_shape[2], or_shape[1], or_shape[3])
-
-        # Compute context (using the estimated convolutional kernel)
-        cw_x = torch.nn.functional.conv1d(
-            x,
-            self.kernel.to(x.device),
-            groups=x.shape[1],
-            padding=max(self.left_frames, self.right_frames),
+        if self.grouped is None:  # one copy of the kernel per feature, built on first use
+            copies = self.kernel.repeat(x.shape[1], 1, 1)
+            self.grouped = copies.view(x.shape[1] * self.width, self.span).unsqueeze(1)
+        out = torch.nn.functional.conv1d(
+            x, self.grouped.to(x.device), groups=x.shape[1], padding=max(self.left, self.right)
         )
-
-        # Retrieving the original dimensionality (for multi-channel case)
-        if len(or_shape) == 4:
-            cw_x = cw_x.reshape(
-                or_shape[0], cw_x.shape[1], or_shape[2], cw_x.shape[-1]
-            )
-
-        cw_x = cw_x.transpose(1, 2)
-
-        return cw_x
+        return out.transpose(1, 2)
 
 
-class InputNormalization(torch.nn.Module):
-    from typing import Dict
-
-    spk_dict_mean: Dict[int, torch.Tensor]
-    spk_dict_std: Dict[int, torch.Tensor]
-    spk_dict_count: Dict[int, int]
-
-    def __init__(
-        self,
-        mean_norm=True,
-        std_norm=True,
-        norm_type="global",
-        avg_factor=None,
-        requires_grad=False,
-        update_until_epoch=3,
-    ):
+class FeatureNormalization(torch.nn.Module):
+    def __init__(self, kind="global", avg_factor=None, update_until_epoch=3, eps=1e-10):
         super().__init__()
-        self.mean_norm = mean_norm
-        self.std_norm = std_norm
-        self.norm_type = norm_type
-        self.avg_factor = avg_factor
-        self.requires_grad = requires_grad
-        self.glob_mean = torch.tensor([0])
-        self.glob_std = torch.tensor([0])
-        self.spk_dict_mean = {}
-        self.spk_dict_std = {}
-        self.spk_dict_count = {}
-        self.weight = 1.0
+        self.kind, self.avg_factor, self.until, self.eps = kind, avg_factor, update_until_epoch, eps
+        self.glob_mean, self.glob_std = torch.tensor([0]), torch.tensor([0])
         self.count = 0
-        self.eps = 1e-10
-        self.update_until_epoch = update_until_epoch
 
-    def forward(self, x, lengths, spk_ids=torch.tensor([]), epoch=0):
-        N_batches = x.shape[0]
+    def stats(self, x):
+        mean = torch.mean(x, dim=0).detach().data
+        std = torch.std(x, dim=0).detach().data
+        return mean, torch.max(std, self.eps * torch.ones_like(std))
 
-        current_means = []
-        current_stds = []
-
-        for snt_id in range(N_batches):
-
-            # Avoiding padded time steps
-            actual_size = torch.round(lengths[snt_id] * x.shape[1]).int()
-
-            # computing statistics
-            current_mean, current_std = self._compute_current_stats(
-                x[snt_id, 0:actual_size, ...]
-            )
-
-            current_means.append(current_mean)
-            current_stds.append(current_std)
-
-            if self.norm_type == "sentence":
-
-                x[snt_id] = (x[snt_id] - current_mean.data) / current_std.data
-
-            if self.norm_type == "speaker":
-
-                spk_id = int(spk_ids[snt_id][0])
-
-                if self.training:
-                    if spk_id not in self.spk_dict_mean:
-
-                        # Initialization of the dictionary
-                        self.spk_dict_mean[spk_id] = current_mean
-                        self.spk_dict_std[spk_id] = current_std
-                        self.spk_dict_count[spk_id] = 1
-
-                    else:
-                        self.spk_dict_count[spk_id] = (
-                            self.spk_dict_count[spk_id] + 1
-                        )
-
-                        if self.avg_factor is None:
-                            self.weight = 1 / self.spk_dict_count[spk_id]
-                        else:
-                            self.weight = self.avg_factor
-
-                        self.spk_dict_mean[spk_id] = (
-                            (1 - self.weight) * self.spk_dict_mean[spk_id]
-                            + self.weight * current_mean
-                        )
-                        self.spk_dict_std[spk_id] = (
-                            (1 - self.weight) * self.spk_dict_std[spk_id]
-                            + self.weight * current_std
-                        )
-
-                        self.spk_dict_mean[spk_id].detach()
-                        self.spk_dict_std[spk_id].detach()
-
-                    speaker_mean = self.spk_dict_mean[spk_id].data
-                    speaker_std = self.spk_dict_std[spk_id].data
-                else:
-                    if spk_id in self.spk_dict_mean:
-                        speaker_mean = self.spk_dict_mean[spk_id].data
-                        speaker_std = self.spk_dict_std[spk_id].data
-                    else:
-                        speaker_mean = current_mean.data
-                        speaker_std = current_std.data
-
-                x[snt_id] = (x[snt_id] - speaker_mean) / speaker_std
-
-        if self.norm_type == "batch" or self.norm_type == "global":
-            current_mean = torch.mean(torch.stack(current_means), dim=0)
-            current_std = torch.mean(torch.stack(current_stds), dim=0)
-
-            if self.norm_type == "batch":
-                x = (x - current_mean.data) / (current_std.data)
-
-            if self.norm_type == "global":
-
-                if self.training:
-                    if self.count == 0:
-                        self.glob_mean = current_mean
-                        self.glob_std = current_std
-
-                    elif epoch < self.update_until_epoch:
-                        if self.avg_factor is None:
-                            self.weight = 1 / (self.count + 1)
-                        else:
-                            self.weight = self.avg_factor
-
-                        self.glob_mean = (
-                            1 - self.weight
-                        ) * self.glob_mean + self.weight * current_mean
-
-                        self.glob_std = (
-                            1 - self.weight
-                        ) * self.glob_std + self.weight * current_std
-
-                    self.glob_mean.detach()
-                    self.glob_std.detach()
-
-                    self.count = self.count + 1
-
-                x = (x - self.glob_mean.data) / (self.glob_std.data)
-
-        return x
-
-    def _compute_current_stats(self, x):
-        # Compute current mean
-        if self.mean_norm:
-            current_mean = torch.mean(x, dim=0).detach().data
-        else:
-            current_mean = torch.tensor([0.0], device=x.device)
-
-        # Compute current std
-        if self.std_norm:
-            current_std = torch.std(x, dim=0).detach().data
-        else:
-            current_std = torch.tensor([1.0], device=x.device)
-
-        # Improving numerical stability of std
-        current_std = torch.max(
-            current_std, self.eps * torch.ones_like(current_std)
-        )
-
-        return current_mean, current_std
+    def forward(self, x, lengths, epoch=0):
+        means, stds = [], []
+        for i in range(x.shape[0]):
+            valid = torch.round(lengths[i] * x.shape[1]).int()  # padded frames left out
+            mean, std = self.stats(x[i, 0:valid, ...])
+            means.append(mean)
+            stds.append(std)
+            if self.kind == "sentence":
+                x[i] = (x[i] - mean.data) / std.data
+        if self.kind != "global":
+            return x
+        mean, std = torch.mean(torch.stack(means), dim=0), torch.mean(torch.stack(stds), dim=0)
+        if self.training:
+            if self.count == 0:
+                self.glob_mean, self.glob_std = mean, std
+            elif epoch < self.until:
+                w = 1 / (self.count + 1) if self.avg_factor is None else self.avg_factor
+                self.glob_mean = (1 - w) * self.glob_mean + w * mean
+                self.glob_std = (1 - w) * self.glob_std + w * std
+            self.count += 1
+        return (x - self.glob_mean.data) / self.glob_std.data
 """
 
-SPEECHBRAIN_DRIVER = """
-# the test's driver: 8 kHz, 8 ms windows (64 samples) every 4 ms (32 samples)
-compute_STFT = STFT(sample_rate=8000, win_length=8, hop_length=4, n_fft=64)
-compute_ISTFT = ISTFT(sample_rate=8000, win_length=8, hop_length=4)
-stereo = torch.randn(2, 320, 2)
-stereo_stft = compute_STFT(stereo)
-record.append(stereo_stft.numpy())
-record.append(compute_ISTFT(stereo_stft, sig_length=320).numpy())
-stereo_power = spectral_magnitude(stereo_stft, power=1)
-for shape in ("triangular", "rectangular", "gaussian"):
-    frozen = Filterbank(n_mels=10, filter_shape=shape, f_max=4000, n_fft=64, sample_rate=8000, top_db=30.0)
-    record.append(frozen(stereo_power).numpy())
-record.append(spectral_magnitude(stereo_stft, power=0.5, log=True).numpy())
+SPEECH_DRIVER = """
+# the test's driver: 8 kHz audio, 8 ms windows (64 samples) every 4 ms (32 samples)
+stft = STFT(rate=8000, win_ms=8, hop_ms=4, n_fft=64)
+istft = ISTFT(sample_rate=8000, win_ms=8, hop_ms=4)
+two_channels = torch.randn(2, 320, 2)
+spec = stft(two_channels)
+record.append(spec.numpy())
+record.append(istft(spec, length=320).numpy())
+for kind in ("triangular", "rectangular", "gaussian"):
+    bank = MelFilterbank(10, n_fft=64, sample_rate=8000, f_max=4000, shape=kind, top_db=30.0)
+    record.append(bank(magnitude(spec, power=1)).numpy())
+record.append(magnitude(spec, power=0.5, log=True).numpy())
 
-mono = torch.randn(4, 480)
-lengths = torch.tensor([1.0, 0.8, 0.9, 0.6])
-labels = torch.tensor([0, 1, 2, 1])
-fbank = Filterbank(n_mels=12, f_max=4000, n_fft=64, sample_rate=8000, top_db=40.0, freeze=False)
-dct = DCT(input_size=12, n_out=8)
-deltas = Deltas(input_size=8)
-context = ContextWindow(left_frames=1, right_frames=2)
-sentence_norm = InputNormalization(norm_type="sentence")
-global_norm = InputNormalization(norm_type="global")
-classifier = torch.nn.Linear(3 * 8 * 4, 3)
-initialize(classifier)
-optimizer = torch.optim.Adam(list(fbank.parameters()) + list(classifier.parameters()), lr=1e-3)
-record.append(sorted(name for name, _ in fbank.named_parameters()))
+clips = torch.randn(4, 480)
+lengths = torch.tensor([1.0, 0.7, 0.9, 0.55])
+keywords = torch.tensor([2, 0, 1, 2])
+mel = MelFilterbank(n_mels=10, n_fft=64, sample_rate=8000, f_max=4000, top_db=40.0, freeze=False)
+front = [DCT(10, n_out=6), DeltaFeatures(6), FrameContext(left=0, right=2)]
+per_sentence, running = FeatureNormalization("sentence"), FeatureNormalization("global")
+head = torch.nn.Linear(3 * 6 * 3, 3)
+initialize(head)
+optimizer = torch.optim.Adam([*mel.parameters(), *head.parameters()], lr=1e-3)
+record.append(sorted(name for name, _ in mel.named_parameters()))
 for step in range(4):
-    features = spectral_magnitude(compute_STFT(mono), power=1)
-    features = dct(fbank(features))
-    features = torch.cat([features, deltas(features), deltas(deltas(features))], dim=2)
-    features = sentence_norm(features, lengths)
-    features = global_norm(features, lengths)
-    features = context(features)
-    logits = classifier(features).mean(dim=1)
-    loss = torch.nn.functional.cross_entropy(logits, labels)
+    cepstra = front[0](mel(magnitude(stft(clips), power=1)))
+    d1 = front[1](cepstra)
+    feats = torch.cat([cepstra, d1, front[1](d1)], dim=2)
+    feats = running(per_sentence(feats, lengths), lengths)
+    loss = torch.nn.functional.cross_entropy(head(front[2](feats)).mean(dim=1), keywords)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     record.append(loss.item())
-    record.append(params_of(fbank, classifier))
-record.append(global_norm.glob_mean.numpy())
-record.append(global_norm.count)
+    record.append(params_of(mel, head))
+record.append(running.glob_mean.numpy())
+record.append(running.count)
 """
 
-SPEECHBRAIN_STEPS = [
+SPEECH_STEPS = [
     ("import torch\n", "import retrograd as torch\n"),
     ("    optimizer.zero_grad()\n", ""),
     (
@@ -769,14 +290,16 @@ SPEECHBRAIN_STEPS = [
 ]
 
 
-def test_speechbrain_features_and_a_learnable_filterbank_train_as_torch(capsys):
-    """The stereo STFT in its real form and its ISTFT, the three frozen filter shapes in dB,
-    the log magnitude; four Adam steps through the learnable filterbank, DCT, deltas, both
-    normalizations and the context window: losses, filter centres, bands and weights."""
+def test_speech_features_and_a_learnable_filterbank_train_as_torch(capsys):
+    """The stereo STFT in its real form and its ISTFT, the three frozen filter shapes in dB on
+    two channels, the log magnitude; four Adam steps through the learnable filterbank, DCT,
+    deltas, both normalizations and the context window: losses, filter centres, bands and
+    weights."""
     (theirs, ours), _ = runs_with_draws(
-        SPEECHBRAIN_FEATURES_SOURCE + SPEECHBRAIN_DRIVER, SPEECHBRAIN_STEPS, capsys, 33001,
+        SPEECH_FEATURES_SOURCE + SPEECH_DRIVER, SPEECH_STEPS, capsys, 33001,
         initialize=initializer(), params_of=params_of,
     )  # fmt: skip
     assert theirs[0].shape == (2, 11, 33, 2, 2)
+    assert theirs[2].shape == (2, 11, 10, 2)  # the filterbank's two channels
     assert theirs[6] == ["band", "f_central"]
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
