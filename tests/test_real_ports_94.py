@@ -452,10 +452,11 @@ initialize(head)
 optimizer = grouped_sgd(head, 0.01)
 ema = WeightEMA(head, 0.9998)
 feats = [torch.randn(2, 8, 8, 8), torch.randn(2, 12, 4, 4)]
-# per image up to three rows of (class, cx, cy, w, h); all-zero rows are padding
+# per image up to three rows of (class, cx, cy, w, h); all-zero rows are padding. The first
+# image's two boxes overlap: both want the same anchor, which dynamic k gives to the cheaper
 labels = torch.tensor(
     [
-        [[1.0, 20.0, 26.0, 18.0, 14.0], [2.0, 36.0, 30.0, 16.0, 22.0], [0.0, 0.0, 0.0, 0.0, 0.0]],
+        [[1.0, 20.0, 26.0, 18.0, 14.0], [2.0, 24.0, 24.0, 20.0, 18.0], [0.0, 0.0, 0.0, 0.0, 0.0]],
         [[0.0, 44.0, 38.0, 20.0, 16.0], [0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]],
     ]
 )
@@ -1215,7 +1216,8 @@ targets = [
     {"masks": gt_masks[2:], "labels": torch.tensor([1])},
 ]
 for it in range(2):
-    mask_features = pixel_decoder(images)  # stride 2
+    # stride 2, non-negative: a query can then put its whole mask in the background
+    mask_features = F.relu(pixel_decoder(images))
     outputs = decoder(
         [F.avg_pool2d(mask_features, 2), F.avg_pool2d(mask_features, 4)], mask_features
     )
