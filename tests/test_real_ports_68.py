@@ -1,41 +1,38 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued from ``tests/test_real_ports_67.py`` (the
-harness: ``tests/real_ports.py``):
+harness: ``tests/real_ports.py``). The programs are written here in the style of
+lyakaap/VAT-pytorch, YU1ut/MixMatch-pytorch and atulkum/pointer_summarizer:
 
-- virtual adversarial training as lyakaap/VAT-pytorch writes it (``vat.py``'s
-  ``_disable_tracking_bn_stats``, ``_l2_normalize`` and ``VATLoss``; ``train.py``'s loop), over
-  a small convolutional classifier: batch normalisation's ``track_running_stats`` flipped by
-  ``m.track_running_stats ^= True`` through ``model.apply`` inside a ``contextlib``
-  context manager (the perturbed passes use the batch's statistics and leave the running ones
-  alone), ``torch.rand(x.shape).sub(0.5).to(x.device)``, ``d.view(d.shape[0], -1, *(1 for _
-  in range(d.dim() - 2)))``, ``d /= torch.norm(d_reshaped, dim=1, keepdim=True) + 1e-8`` in
-  place, ``d.requires_grad_()`` and the adversarial direction read from ``d.grad`` (ported as
-  ``d.grad(grads)``), ``F.kl_div(..., reduction='batchmean')``, ``model.zero_grad()``.
-- MixMatch as YU1ut/MixMatch-pytorch writes it (``train.py``'s ``train``, ``validate``,
-  ``linear_rampup``, ``SemiLoss``, ``WeightEMA``, ``interleave_offsets``, ``interleave`` and
-  ``create_model``), over a small network with batch normalisation: the EMA model's parameters
-  detached in place by ``param.detach_()``, ``WeightEMA`` writing both models through the
-  tensors of their ``state_dict().values()`` (``param.data.copy_``, ``ema_param.mul_``,
-  ``ema_param.add_(param * one_minus_alpha)``, the weight decay ``param.mul_(1 - self.wd)`` on
-  the trained model's parameters) and skipping ``num_batches_tracked`` by ``dtype ==
-  torch.float32``, one-hot targets by ``torch.zeros(batch_size, 10).scatter_(1,
-  targets_x.view(-1,1).long(), 1)``, two augmented views collated as ``(inputs_u, inputs_u2),
-  _``, sharpening by ``p**(1/args.T)``, mixup with ``np.random.beta`` and ``torch.randperm``,
-  ``list(torch.split(mixed_input, batch_size))`` interleaved so that each batch-normalised
-  batch mixes labelled and unlabelled samples, and the swaps ``xy[0][i], xy[i][i] = xy[i][i],
-  xy[0][i]``.
-- the pointer-generator network with coverage as atulkum/pointer_summarizer writes it
-  (``training_ptr_gen/model.py``'s ``init_lstm_wt``/``init_linear_wt``, ``Encoder``,
-  ``ReduceState``, ``Attention``, ``Decoder`` and ``Model``; ``train_util.py``'s
-  ``get_input_from_batch``/``get_output_from_batch``; ``train.py``'s ``train_one_batch``), small:
-  forget-gate biases through ``lstm._all_weights`` and ``bias.data[start:end].fill_(1.)``, a
-  bidirectional ``nn.LSTM`` over ``pack_padded_sequence`` of int32 NumPy lengths, the embedding
-  shared by ``decoder.embedding.weight = encoder.embedding.weight``, ``Variable(torch.from_numpy
-  (...)).float()``, the coverage fed through ``nn.Linear(1, ...)``, ``F.tanh``/``F.sigmoid``, the
-  copy distribution ``vocab_dist_.scatter_add(1, enc_batch_extend_vocab, attn_dist_)`` over the
-  vocabulary extended by ``extra_zeros``, ``torch.gather(final_dist, 1, target.unsqueeze(1))
-  .squeeze()``, the coverage loss ``torch.sum(torch.min(attn_dist, coverage), 1)``, three
-  ``clip_grad_norm_`` calls and ``Adagrad(..., initial_accumulator_value=...)``.
+- virtual adversarial training over a small convolutional classifier: batch normalisation's
+  ``track_running_stats`` flipped by ``module.track_running_stats ^= True`` through
+  ``model.apply`` inside a ``contextlib`` context manager (the perturbed passes use the batch's
+  statistics and leave the running ones alone), ``torch.rand(x.shape).sub(0.5).to(x.device)``,
+  ``d.view(d.shape[0], -1, *(1 for _ in range(d.dim() - 2)))``, ``d /= norms + 1e-8`` in place
+  after ``torch.norm(..., dim=1, keepdim=True)``, ``d.requires_grad_()`` and the adversarial
+  direction read from ``d.grad`` (ported as ``d.grad(grads)``), ``F.kl_div(...,
+  reduction='batchmean')``, ``model.zero_grad()``; ``DataLoader``/``TensorDataset`` of
+  ``torch.from_numpy`` arrays, top-k accuracy by ``topk(k, 1, True, True)``, ``.t()``,
+  ``eq(...expand_as(...))`` and ``mul_(100.0 / n)``, a printed log compared line for line.
+- MixMatch over a small network with batch normalisation: the EMA model's parameters detached
+  in place by ``p.detach_()``, an EMA writing both models through the tensors of their
+  ``state_dict().values()`` (``live.data.copy_``, ``avg.mul_``, ``avg.add_(live * (1.0 -
+  alpha))``, the weight decay ``live.mul_(1 - decay)`` on the trained model's parameters) and
+  skipping ``num_batches_tracked`` by ``dtype == torch.float32``, one-hot targets by
+  ``torch.zeros(n, 10).scatter_(1, y.view(-1, 1).long(), 1)``, two augmented views collated as
+  ``((u1, u2), _)``, loaders restarted on ``StopIteration``, sharpening by ``guess ** (1 /
+  T)``, mixup with ``np.random.beta`` and ``torch.randperm``, ``list(torch.split(mixed_x,
+  n))`` interleaved so that each batch-normalised batch mixes labelled and unlabelled samples,
+  and the swaps ``pieces[0][i], pieces[i][i] = pieces[i][i], pieces[0][i]``.
+- a pointer-generator summariser with coverage: forget-gate biases through
+  ``lstm._all_weights`` and ``tensor.data[quarter:2 * quarter].fill_(1.)``, weights by
+  ``.data.uniform_``/``.data.normal_(std=...)``, a bidirectional ``nn.LSTM`` over
+  ``rnn.pack_padded_sequence`` of int32 NumPy lengths and ``rnn.pad_packed_sequence``, the
+  embedding shared by ``decoder.embedding.weight = encoder.embedding.weight``,
+  ``Variable(torch.from_numpy(...)).float()``, the coverage fed through ``nn.Linear(1, ...)``,
+  ``F.tanh``/``F.sigmoid``, ``torch.bmm``, the copy distribution ``generated.scatter_add(1,
+  extended_ids, ...)`` over the vocabulary extended by ``extra_zeros``, ``torch.gather(final,
+  1, target.unsqueeze(1)).squeeze()``, the coverage loss ``torch.sum(torch.min(weights,
+  coverage), 1)``, three ``nn.utils.clip_grad_norm_`` calls and ``torch.optim.Adagrad(...,
+  initial_accumulator_value=...)``.
 """
 
 from __future__ import annotations
@@ -47,7 +44,14 @@ import pytest
 import torch
 
 import retrograd as rg
-from real_ports import SharedDraws, assert_records_agree, initializer, port, run_source
+from real_ports import (
+    SharedDraws,
+    assert_records_agree,
+    initializer,
+    port,
+    ported_imports,
+    run_source,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -83,156 +87,127 @@ class SharedRandperm:
 
 VAT_SOURCE = """
 import contextlib
+
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
-from torch.utils.data import DataLoader, TensorDataset
+from torch.nn import functional as F
+from torch.utils.data import TensorDataset, DataLoader
 
 
 @contextlib.contextmanager
-def _disable_tracking_bn_stats(model):
+def frozen_bn_stats(model):
+    # the perturbed passes normalise by their own batch but leave the running statistics alone
+    def flip(module):
+        if hasattr(module, "track_running_stats"):
+            module.track_running_stats ^= True
 
-    def switch_attr(m):
-        if hasattr(m, 'track_running_stats'):
-            m.track_running_stats ^= True
-
-    model.apply(switch_attr)
-    yield
-    model.apply(switch_attr)
+    model.apply(flip)
+    try:
+        yield
+    finally:
+        model.apply(flip)
 
 
-def _l2_normalize(d):
-    d_reshaped = d.view(d.shape[0], -1, *(1 for _ in range(d.dim() - 2)))
-    d /= torch.norm(d_reshaped, dim=1, keepdim=True) + 1e-8
+def unit_rows(d):
+    norms = torch.norm(
+        d.view(d.shape[0], -1, *(1 for _ in range(d.dim() - 2))), dim=1, keepdim=True
+    )
+    d /= norms + 1e-8
     return d
 
 
-class VATLoss(nn.Module):
-
-    def __init__(self, xi=10.0, eps=1.0, ip=1):
-        \"\"\"VAT loss
-        :param xi: hyperparameter of VAT (default: 10.0)
-        :param eps: hyperparameter of VAT (default: 1.0)
-        :param ip: iteration times of computing adv noise (default: 1)
-        \"\"\"
-        super(VATLoss, self).__init__()
-        self.xi = xi
-        self.eps = eps
-        self.ip = ip
+class VirtualAdversarialLoss(nn.Module):
+    # KL between the prediction at x and at x moved along the most sensitive direction
+    def __init__(self, xi=10.0, radius=1.0, power_iterations=1):
+        super().__init__()
+        self.xi, self.radius, self.power_iterations = xi, radius, power_iterations
 
     def forward(self, model, x):
         with torch.no_grad():
-            pred = F.softmax(model(x), dim=1)
-
-        # prepare random unit tensor
-        d = torch.rand(x.shape).sub(0.5).to(x.device)
-        d = _l2_normalize(d)
-
-        with _disable_tracking_bn_stats(model):
-            # calc adversarial direction
-            for _ in range(self.ip):
+            target = F.softmax(model(x), dim=1)
+        d = unit_rows(torch.rand(x.shape).sub(0.5).to(x.device))
+        with frozen_bn_stats(model):
+            for _ in range(self.power_iterations):
                 d.requires_grad_()
-                pred_hat = model(x + self.xi * d)
-                logp_hat = F.log_softmax(pred_hat, dim=1)
-                adv_distance = F.kl_div(logp_hat, pred, reduction='batchmean')
-                adv_distance.backward()
-                d = _l2_normalize(d.grad)
+                divergence = F.kl_div(
+                    F.log_softmax(model(x + self.xi * d), dim=1), target, reduction="batchmean"
+                )
+                divergence.backward()
+                d = unit_rows(d.grad)
                 model.zero_grad()
-
-            # calc LDS
-            r_adv = d * self.eps
-            pred_hat = model(x + r_adv)
-            logp_hat = F.log_softmax(pred_hat, dim=1)
-            lds = F.kl_div(logp_hat, pred, reduction='batchmean')
-
-        return lds
+            moved = F.log_softmax(model(x + self.radius * d), dim=1)
+            return F.kl_div(moved, target, reduction="batchmean")
 
 
-class Net(nn.Module):
-    def __init__(self):
-        super(Net, self).__init__()
-        # no biases ahead of the batch norms (Adam would follow their rounding noise)
-        self.conv1 = nn.Conv2d(1, 4, 3, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(4)
-        self.fc1 = nn.Linear(4 * 2 * 2, 16, bias=False)
-        self.bn2 = nn.BatchNorm1d(16)
-        self.fc2 = nn.Linear(16, 3)
+class SmallConvNet(nn.Module):
+    def __init__(self, classes=3):
+        super().__init__()
+        # bias-free layers before each batch norm: Adam would follow a bias's rounding noise
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2)
+        )
+        self.hidden = nn.Linear(16, 16, bias=False)
+        self.norm = nn.BatchNorm1d(16)
+        self.head = nn.Linear(16, classes)
 
     def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = F.max_pool2d(x, 2, 2)
-        x = x.view(-1, 4 * 2 * 2)
-        x = F.relu(self.bn2(self.fc1(x)))
-        x = self.fc2(x)
-        return x
+        x = self.features(x).flatten(1)
+        return self.head(F.relu(self.norm(self.hidden(x))))
 
 
-def accuracy(output, target, topk=(1,)):
-    \"\"\"Computes the precision@k for the specified values of k\"\"\"
-    maxk = max(topk)
-    batch_size = target.size(0)
-
-    _, pred = output.topk(maxk, 1, True, True)
-    pred = pred.t()
-    correct = pred.eq(target.view(1, -1).expand_as(pred))
-
-    res = []
-    for k in topk:
-        correct_k = correct[:k].view(-1).float().sum(0, keepdim=True)
-        res.append(correct_k.mul_(100.0 / batch_size))
-    return res[0] if len(res) == 1 else res
+def top_k_accuracy(logits, labels, ks=(1,)):
+    _, best = logits.topk(max(ks), 1, True, True)
+    hits = best.t().eq(labels.view(1, -1).expand_as(best.t()))
+    scores = [
+        hits[:k].reshape(-1).float().sum(0, keepdim=True).mul_(100.0 / labels.size(0)) for k in ks
+    ]
+    return scores[0] if len(scores) == 1 else scores
 
 
-def train(args, model, device, data_iterators, optimizer):
-    model.train()
-    for i in range(args.iters):
-        x_l, y_l = next(data_iterators['labeled'])
-        x_ul, _ = next(data_iterators['unlabeled'])
-        x_l, y_l = x_l.to(device), y_l.to(device)
-        x_ul = x_ul.to(device)
-
+def run(cfg, x_labeled, y_labeled, x_unlabeled):
+    device = torch.device("cpu")
+    labeled = iter(
+        DataLoader(
+            TensorDataset(torch.from_numpy(x_labeled), torch.from_numpy(y_labeled)), batch_size=4
+        )
+    )
+    unlabeled = iter(DataLoader(TensorDataset(torch.from_numpy(x_unlabeled)), batch_size=6))
+    net = SmallConvNet().to(device)
+    initialize(net)
+    optimizer = optim.Adam(net.parameters(), lr=cfg.lr)
+    vat = VirtualAdversarialLoss(xi=cfg.xi, radius=cfg.eps, power_iterations=cfg.ip)
+    ce = nn.CrossEntropyLoss()
+    net.train()
+    for it in range(cfg.iters):
+        xb, yb = (t.to(device) for t in next(labeled))
+        (ub,) = next(unlabeled)
         optimizer.zero_grad()
-
-        vat_loss = VATLoss(xi=args.xi, eps=args.eps, ip=args.ip)
-        cross_entropy = nn.CrossEntropyLoss()
-
-        lds = vat_loss(model, x_ul)
-        output = model(x_l)
-        classification_loss = cross_entropy(output, y_l)
-        loss = classification_loss + args.alpha * lds
+        smoothness = vat(net, ub.to(device))
+        logits = net(xb)
+        supervised = ce(logits, yb)
+        loss = supervised + cfg.alpha * smoothness
         loss.backward()
         optimizer.step()
-
-        acc = accuracy(output, y_l)
-        record.append([classification_loss.item(), lds.item(), acc.item()])
-        print('iter %d ce %.4f vat %.4f acc %.1f' % (i, classification_loss.item(), lds.item(), acc.item()))
-
-
-def main(args, x_labeled, y_labeled, x_unlabeled):
-    device = torch.device('cpu')
-    labeled = DataLoader(TensorDataset(torch.from_numpy(x_labeled), torch.from_numpy(y_labeled)), batch_size=4)
-    unlabeled = DataLoader(TensorDataset(torch.from_numpy(x_unlabeled), torch.zeros(len(x_unlabeled))), batch_size=6)
-    data_iterators = {'labeled': iter(labeled), 'unlabeled': iter(unlabeled)}
-    model = Net().to(device)
-    initialize(model)
-    optimizer = optim.Adam(model.parameters(), lr=args.lr)
-    train(args, model, device, data_iterators, optimizer)
-    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+        numbers = [supervised.item(), smoothness.item(), top_k_accuracy(logits, yb).item()]
+        record.append(numbers)
+        print("it {}: ce {:.4f}, vat {:.4f}, acc {:.1f}".format(it, *numbers))
+    record.append({k: v.detach().numpy().copy() for k, v in net.state_dict().items()})
 """
 
 VAT_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\nfrom torch.utils.data import DataLoader, TensorDataset\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\nfrom retrograd.utils.data import DataLoader, TensorDataset\n",
+        "\nimport torch\nimport torch.nn as nn\nimport torch.optim as optim\n",
+        "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\n",
     ),
     (
-        "                adv_distance.backward()\n                d = _l2_normalize(d.grad)\n",
-        "                grads = adv_distance.backward()\n                d = _l2_normalize(d.grad(grads))\n",
+        "                divergence.backward()\n                d = unit_rows(d.grad)\n",
+        "                grads = divergence.backward()\n"
+        "                d = unit_rows(d.grad(grads))\n",
     ),
     (
         "        loss.backward()\n        optimizer.step()\n",
-        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+        "        optimizer.step(loss.backward())\n",
     ),
 ]
 
@@ -255,14 +230,14 @@ def test_virtual_adversarial_training_as_torch(capsys):
     initialize = initializer()
     for lib in (torch, rg):
         record = []
-        text = VAT_SOURCE if lib is torch else port(VAT_SOURCE, VAT_STEPS)
+        text = VAT_SOURCE if lib is torch else ported_imports(port(VAT_SOURCE, VAT_STEPS))
         names = run_source(text, lib, record=record, initialize=initialize)
         with SharedDraws(lib, 6801):
-            names["main"](_VatArgs(), x_labeled, y_labeled, x_unlabeled)
+            names["run"](_VatArgs(), x_labeled, y_labeled, x_unlabeled)
         records.append(record)
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
-    assert "iter 1 ce" in logs[0]
+    assert "it 1: ce" in logs[0]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
 
 
@@ -270,235 +245,183 @@ MIXMATCH_SOURCE = """
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
-import torch.utils.data as data
+from torch.utils import data
+from torch.nn import functional as F
 
 
-def create_model(ema=False):
-    model = Net(num_classes=10)
-    initialize(model)
-    model = model.cuda() if use_cuda else model
-
-    if ema:
-        for param in model.parameters():
-            param.detach_()
-
-    return model
-
-
-class Net(nn.Module):
-    def __init__(self, num_classes=10):
-        super(Net, self).__init__()
-        self.fc1 = nn.Linear(6, 12, bias=False)  # as the WideResNet's convolutions
-        self.bn1 = nn.BatchNorm1d(12, momentum=0.001)
-        self.fc2 = nn.Linear(12, num_classes)
+class Classifier(nn.Module):
+    def __init__(self, n_in=6, classes=10):
+        super().__init__()
+        self.fc = nn.Linear(n_in, 12, bias=False)  # as the convolutions ahead of a batch norm
+        self.bn = nn.BatchNorm1d(12, momentum=0.001)
+        self.out = nn.Linear(12, classes)
 
     def forward(self, x):
-        return self.fc2(F.leaky_relu(self.bn1(self.fc1(x)), negative_slope=0.1))
+        return self.out(F.leaky_relu(self.bn(self.fc(x)), negative_slope=0.1))
 
 
-def train(labeled_trainloader, unlabeled_trainloader, model, optimizer, ema_optimizer, criterion, epoch, use_cuda):
-
-    labeled_train_iter = iter(labeled_trainloader)
-    unlabeled_train_iter = iter(unlabeled_trainloader)
-
-    model.train()
-    for batch_idx in range(args.train_iteration):
-        try:
-            inputs_x, targets_x = next(labeled_train_iter)
-        except StopIteration:
-            labeled_train_iter = iter(labeled_trainloader)
-            inputs_x, targets_x = next(labeled_train_iter)
-
-        try:
-            (inputs_u, inputs_u2), _ = next(unlabeled_train_iter)
-        except StopIteration:
-            unlabeled_train_iter = iter(unlabeled_trainloader)
-            (inputs_u, inputs_u2), _ = next(unlabeled_train_iter)
-
-        batch_size = inputs_x.size(0)
-
-        # Transform label to one-hot
-        targets_x = torch.zeros(batch_size, 10).scatter_(1, targets_x.view(-1,1).long(), 1)
-
-        if use_cuda:
-            inputs_x, targets_x = inputs_x.cuda(), targets_x.cuda(non_blocking=True)
-            inputs_u = inputs_u.cuda()
-            inputs_u2 = inputs_u2.cuda()
+def build(ema=False):
+    net = Classifier()
+    initialize(net)
+    if use_cuda:
+        net = net.cuda()
+    if ema:  # the averaged copy is never trained: its parameters leave the graph for good
+        for p in net.parameters():
+            p.detach_()
+    return net
 
 
-        with torch.no_grad():
-            # compute guessed labels of unlabel samples
-            outputs_u = model(inputs_u)
-            outputs_u2 = model(inputs_u2)
-            p = (torch.softmax(outputs_u, dim=1) + torch.softmax(outputs_u2, dim=1)) / 2
-            pt = p**(1/args.T)
-            targets_u = pt / pt.sum(dim=1, keepdim=True)
-            targets_u = targets_u.detach()
-
-        # mixup
-        all_inputs = torch.cat([inputs_x, inputs_u, inputs_u2], dim=0)
-        all_targets = torch.cat([targets_x, targets_u, targets_u], dim=0)
-
-        l = np.random.beta(args.alpha, args.alpha)
-
-        l = max(l, 1-l)
-
-        idx = torch.randperm(all_inputs.size(0))
-
-        input_a, input_b = all_inputs, all_inputs[idx]
-        target_a, target_b = all_targets, all_targets[idx]
-
-        mixed_input = l * input_a + (1 - l) * input_b
-        mixed_target = l * target_a + (1 - l) * target_b
-
-        # interleave labeled and unlabed samples between batches to get correct batchnorm calculation
-        mixed_input = list(torch.split(mixed_input, batch_size))
-        mixed_input = interleave(mixed_input, batch_size)
-
-        logits = [model(mixed_input[0])]
-        for input in mixed_input[1:]:
-            logits.append(model(input))
-
-        # put interleaved samples back
-        logits = interleave(logits, batch_size)
-        logits_x = logits[0]
-        logits_u = torch.cat(logits[1:], dim=0)
-
-        Lx, Lu, w = criterion(logits_x, mixed_target[:batch_size], logits_u, mixed_target[batch_size:], epoch+batch_idx/args.train_iteration)
-
-        loss = Lx + w * Lu
-
-        record.append([loss.item(), Lx.item(), Lu.item(), w])
-
-        # compute gradient and do SGD step
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        ema_optimizer.step()
-
-
-def validate(valloader, model, criterion, epoch, use_cuda, mode):
-    # switch to evaluate mode
-    model.eval()
-    losses, correct, total = 0.0, 0, 0
-
-    with torch.no_grad():
-        for batch_idx, (inputs, targets) in enumerate(valloader):
-            if use_cuda:
-                inputs, targets = inputs.cuda(), targets.cuda(non_blocking=True)
-            # compute output
-            outputs = model(inputs)
-            loss = criterion(outputs, targets)
-
-            losses += loss.item() * inputs.size(0)
-            correct += (outputs.max(1)[1] == targets).sum().item()
-            total += inputs.size(0)
-    print('%s loss %.4f acc %d/%d' % (mode, losses / total, correct, total))
-    return (losses / total, correct / total)
-
-
-def linear_rampup(current, rampup_length=16):
-    if rampup_length == 0:
-        return 1.0
-    else:
-        current = np.clip(current / rampup_length, 0.0, 1.0)
-        return float(current)
-
-
-class SemiLoss(object):
-    def __call__(self, outputs_x, targets_x, outputs_u, targets_u, epoch):
-        probs_u = torch.softmax(outputs_u, dim=1)
-
-        Lx = -torch.mean(torch.sum(F.log_softmax(outputs_x, dim=1) * targets_x, dim=1))
-        Lu = torch.mean((probs_u - targets_u)**2)
-
-        return Lx, Lu, args.lambda_u * linear_rampup(epoch)
-
-
-class WeightEMA(object):
-    def __init__(self, model, ema_model, alpha=0.999):
-        self.model = model
-        self.ema_model = ema_model
-        self.alpha = alpha
-        self.params = list(model.state_dict().values())
-        self.ema_params = list(ema_model.state_dict().values())
-        self.wd = 0.02 * args.lr
-
-        for param, ema_param in zip(self.params, self.ema_params):
-            param.data.copy_(ema_param.data)
-
-    def step(self):
-        one_minus_alpha = 1.0 - self.alpha
-        for param, ema_param in zip(self.params, self.ema_params):
-            if ema_param.dtype==torch.float32:
-                ema_param.mul_(self.alpha)
-                ema_param.add_(param * one_minus_alpha)
-                # customized weight decay
-                param.mul_(1 - self.wd)
-
-
-def interleave_offsets(batch, nu):
-    groups = [batch // (nu + 1)] * (nu + 1)
-    for x in range(batch - sum(groups)):
-        groups[-x - 1] += 1
-    offsets = [0]
-    for g in groups:
-        offsets.append(offsets[-1] + g)
-    assert offsets[-1] == batch
-    return offsets
-
-
-def interleave(xy, batch):
-    nu = len(xy) - 1
-    offsets = interleave_offsets(batch, nu)
-    xy = [[v[offsets[p]:offsets[p + 1]] for p in range(nu + 1)] for v in xy]
-    for i in range(1, nu + 1):
-        xy[0][i], xy[i][i] = xy[i][i], xy[0][i]
-    return [torch.cat(v, dim=0) for v in xy]
-
-
-class TwoViews(data.Dataset):
-    def __init__(self, points, noise):
-        self.points, self.noise = points, noise
+class TwoAugmentations(data.Dataset):
+    # an unlabelled point, seen under two noises (the label slot is unused)
+    def __init__(self, points, noises):
+        self.points, self.noise = points, noises
 
     def __len__(self):
         return len(self.points)
 
-    def __getitem__(self, index):
-        x = self.points[index]
-        return (x + self.noise[0][index], x + self.noise[1][index]), -1
+    def __getitem__(self, i):
+        return (self.points[i] + self.noise[0][i], self.points[i] + self.noise[1][i]), -1
 
 
-def main(labeled, unlabeled, noise, validation):
-    labeled_trainloader = data.DataLoader(data.TensorDataset(*labeled), batch_size=args.batch_size, shuffle=False, drop_last=True)
-    unlabeled_trainloader = data.DataLoader(TwoViews(torch.from_numpy(unlabeled), noise), batch_size=args.batch_size, shuffle=False, drop_last=True)
-    val_loader = data.DataLoader(data.TensorDataset(*validation), batch_size=5, shuffle=False)
+def ramp(progress, length=16):
+    return 1.0 if length == 0 else float(np.clip(progress / length, 0.0, 1.0))
 
-    model = create_model()
-    ema_model = create_model(ema=True)
 
-    train_criterion = SemiLoss()
-    criterion = nn.CrossEntropyLoss()
-    optimizer = optim.Adam(model.parameters(), lr=args.lr)
+def semi_supervised_loss(logits_x, targets_x, logits_u, targets_u, progress):
+    supervised = -torch.mean(torch.sum(F.log_softmax(logits_x, dim=1) * targets_x, dim=1))
+    consistency = torch.mean((torch.softmax(logits_u, dim=1) - targets_u) ** 2)
+    return supervised, consistency, cfg.lambda_u * ramp(progress)
 
-    ema_optimizer= WeightEMA(model, ema_model, alpha=args.ema_decay)
-    for epoch in range(args.epochs):
-        train(labeled_trainloader, unlabeled_trainloader, model, optimizer, ema_optimizer, train_criterion, epoch, use_cuda)
-        validate(val_loader, ema_model, criterion, epoch, use_cuda, mode='Valid Stats')
-    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
-    record.append({k: v.detach().numpy().copy() for k, v in ema_model.state_dict().items()})
+
+class EMAWithDecay(object):
+    # averages every float entry of the state dict, and decays the trained weights a little
+    def __init__(self, net, ema_net, alpha=0.999):
+        self.alpha, self.decay = alpha, 0.02 * cfg.lr
+        self.live = list(net.state_dict().values())
+        self.averaged = list(ema_net.state_dict().values())
+        for live, avg in zip(self.live, self.averaged):
+            live.data.copy_(avg.data)
+
+    def step(self):
+        for live, avg in zip(self.live, self.averaged):
+            if avg.dtype == torch.float32:  # not num_batches_tracked
+                avg.mul_(self.alpha)
+                avg.add_(live * (1.0 - self.alpha))
+                live.mul_(1 - self.decay)
+
+
+def split_points(batch, parts):
+    sizes = [batch // parts] * parts
+    for i in range(batch - sum(sizes)):
+        sizes[-i - 1] += 1
+    bounds = [0]
+    for size in sizes:
+        bounds.append(bounds[-1] + size)
+    return bounds
+
+
+def interleave(chunks, batch):
+    # swap slices so that each batch-normalised pass sees labelled and unlabelled samples
+    n = len(chunks)
+    bounds = split_points(batch, n)
+    pieces = [[c[bounds[j] : bounds[j + 1]] for j in range(n)] for c in chunks]
+    for i in range(1, n):
+        pieces[0][i], pieces[i][i] = pieces[i][i], pieces[0][i]
+    return [torch.cat(p, dim=0) for p in pieces]
+
+
+def next_batch(loader, it):
+    try:
+        return next(it), it
+    except StopIteration:
+        it = iter(loader)
+        return next(it), it
+
+
+def train_epoch(labeled_loader, unlabeled_loader, net, optimizer, ema, epoch):
+    net.train()
+    lab_it, unl_it = iter(labeled_loader), iter(unlabeled_loader)
+    for b in range(cfg.train_iteration):
+        (x, y), lab_it = next_batch(labeled_loader, lab_it)
+        ((u1, u2), _), unl_it = next_batch(unlabeled_loader, unl_it)
+        n = x.size(0)
+        y = torch.zeros(n, 10).scatter_(1, y.view(-1, 1).long(), 1)
+        if use_cuda:
+            x, y, u1, u2 = x.cuda(), y.cuda(non_blocking=True), u1.cuda(), u2.cuda()
+        with torch.no_grad():  # guess the unlabelled labels, then sharpen
+            guess = (torch.softmax(net(u1), dim=1) + torch.softmax(net(u2), dim=1)) / 2
+            sharp = guess ** (1 / cfg.T)
+            guess = (sharp / sharp.sum(dim=1, keepdim=True)).detach()
+        inputs = torch.cat([x, u1, u2], dim=0)
+        targets = torch.cat([y, guess, guess], dim=0)
+        lam = np.random.beta(cfg.alpha, cfg.alpha)
+        lam = max(lam, 1 - lam)
+        order = torch.randperm(inputs.size(0))
+        mixed_x = lam * inputs + (1 - lam) * inputs[order]
+        mixed_y = lam * targets + (1 - lam) * targets[order]
+        chunks = interleave(list(torch.split(mixed_x, n)), n)
+        logits = interleave([net(c) for c in chunks], n)
+        lx, lu, w = semi_supervised_loss(
+            logits[0],
+            mixed_y[:n],
+            torch.cat(logits[1:], dim=0),
+            mixed_y[n:],
+            epoch + b / cfg.train_iteration,
+        )
+        loss = lx + w * lu
+        record.append([loss.item(), lx.item(), lu.item(), w])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        ema.step()
+
+
+def evaluate(loader, net, criterion, name):
+    net.eval()
+    total_loss, hits, seen = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in loader:
+            if use_cuda:
+                x, y = x.cuda(), y.cuda(non_blocking=True)
+            logits = net(x)
+            total_loss += criterion(logits, y).item() * x.size(0)
+            hits += (logits.max(1)[1] == y).sum().item()
+            seen += x.size(0)
+    print(f"{name}: loss {total_loss / seen:.4f}, {hits} of {seen} right")
+
+
+def run(labeled, unlabeled, noise, validation):
+    labeled_loader = data.DataLoader(
+        data.TensorDataset(*labeled), batch_size=cfg.batch_size, shuffle=False, drop_last=True
+    )
+    unlabeled_loader = data.DataLoader(
+        TwoAugmentations(torch.from_numpy(unlabeled), noise),
+        batch_size=cfg.batch_size,
+        shuffle=False,
+        drop_last=True,
+    )
+    validation_loader = data.DataLoader(
+        data.TensorDataset(*validation), batch_size=5, shuffle=False
+    )
+    net, ema_net = build(), build(ema=True)
+    optimizer = optim.Adam(net.parameters(), lr=cfg.lr)
+    ema = EMAWithDecay(net, ema_net, alpha=cfg.ema_decay)
+    for epoch in range(cfg.epochs):
+        train_epoch(labeled_loader, unlabeled_loader, net, optimizer, ema, epoch)
+        evaluate(validation_loader, ema_net, nn.CrossEntropyLoss(), "validation (EMA)")
+    for m in (net, ema_net):
+        record.append({k: v.detach().numpy().copy() for k, v in m.state_dict().items()})
 """
 
 MIXMATCH_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\nimport torch.utils.data as data\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\nimport retrograd.utils.data as data\n",
+        "\nimport torch\nimport torch.nn as nn\nimport torch.optim as optim\n",
+        "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\n",
     ),
     (
         "        loss.backward()\n        optimizer.step()\n",
-        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+        "        optimizer.step(loss.backward())\n",
     ),
 ]
 
@@ -527,20 +450,24 @@ def test_mixmatch_trains_as_torch(capsys):
     for lib in (torch, rg):
         record = []
         np.random.seed(6802)  # the mixup coefficients
-        text = MIXMATCH_SOURCE if lib is torch else port(MIXMATCH_SOURCE, MIXMATCH_STEPS)
+        text = (
+            MIXMATCH_SOURCE
+            if lib is torch
+            else ported_imports(port(MIXMATCH_SOURCE, MIXMATCH_STEPS))
+        )
         names = run_source(
-            text, lib, record=record, initialize=initialize, args=_MixMatchArgs(), use_cuda=False
+            text, lib, record=record, initialize=initialize, cfg=_MixMatchArgs(), use_cuda=False
         )
         tensors = [
             (lib.from_numpy(x), lib.from_numpy(y))
             for x, y in ((labeled_x, labeled_y), (validation_x, validation_y))
         ]
         with SharedRandperm(lib, 6802):
-            names["main"](tensors[0], unlabeled, lib.from_numpy(noise), tensors[1])
+            names["run"](tensors[0], unlabeled, lib.from_numpy(noise), tensors[1])
         records.append(record)
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
-    assert logs[0].count("Valid Stats loss") == 2
+    assert logs[0].count("validation (EMA): loss") == 2
     assert_records_agree(
         records[1],
         records[0],
@@ -550,7 +477,7 @@ def test_mixmatch_trains_as_torch(capsys):
 
 
 def test_state_dict_values_kept_across_steps_read_and_write_the_current_parameters():
-    """MixMatch's ``WeightEMA`` keeps ``list(model.state_dict().values())`` from before training
+    """A MixMatch-style EMA keeps ``list(model.state_dict().values())`` from before training
     and updates through them after every optimizer step. torch's values share the parameters'
     storage; retrograd's read the values of when ``state_dict()`` was called, so ``param.mul_``
     wrote a stale copy over the step the optimizer had just made."""
@@ -581,331 +508,225 @@ def test_state_dict_values_kept_across_steps_read_and_write_the_current_paramete
 
 
 POINTER_GENERATOR_SOURCE = """
-from __future__ import unicode_literals, print_function, division
-
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from torch.autograd import Variable
-from torch.nn.utils import clip_grad_norm_
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-from torch.optim import Adagrad
-
-use_cuda = False
+from torch.autograd import Variable as V
+from torch.nn import functional as F
+from torch.nn.utils import rnn
 
 
-def init_lstm_wt(lstm):
-    for names in lstm._all_weights:
-        for name in names:
-            if name.startswith('weight_'):
-                wt = getattr(lstm, name)
-                wt.data.uniform_(-config.rand_unif_init_mag, config.rand_unif_init_mag)
-            elif name.startswith('bias_'):
-                # set forget bias to 1
-                bias = getattr(lstm, name)
-                n = bias.size(0)
-                start, end = n // 4, n // 2
-                bias.data.fill_(0.)
-                bias.data[start:end].fill_(1.)
+def lstm_init(lstm):
+    # uniform weights; biases zero except the forget gate's quarter, set to one
+    for layer_names in lstm._all_weights:
+        for name in layer_names:
+            tensor = getattr(lstm, name)
+            if name.startswith("weight_"):
+                tensor.data.uniform_(-cfg.rand_unif_init_mag, cfg.rand_unif_init_mag)
+            elif name.startswith("bias_"):
+                quarter = tensor.size(0) // 4
+                tensor.data.fill_(0.0)
+                tensor.data[quarter : 2 * quarter].fill_(1.0)
 
-def init_linear_wt(linear):
-    linear.weight.data.normal_(std=config.trunc_norm_init_std)
-    if linear.bias is not None:
-        linear.bias.data.normal_(std=config.trunc_norm_init_std)
 
-def init_wt_normal(wt):
-    wt.data.normal_(std=config.trunc_norm_init_std)
+def normal_init(*tensors):
+    for t in tensors:
+        if t is not None:
+            t.data.normal_(std=cfg.trunc_norm_init_std)
 
-class Encoder(nn.Module):
+
+class ArticleEncoder(nn.Module):
     def __init__(self):
-        super(Encoder, self).__init__()
-        self.embedding = nn.Embedding(config.vocab_size, config.emb_dim)
-        init_wt_normal(self.embedding.weight)
+        super().__init__()
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.emb_dim)
+        normal_init(self.embedding.weight)
+        self.lstm = nn.LSTM(
+            cfg.emb_dim, cfg.hidden_dim, num_layers=1, batch_first=True, bidirectional=True
+        )
+        lstm_init(self.lstm)
+        self.key_proj = nn.Linear(2 * cfg.hidden_dim, 2 * cfg.hidden_dim, bias=False)
 
-        self.lstm = nn.LSTM(config.emb_dim, config.hidden_dim, num_layers=1, batch_first=True, bidirectional=True)
-        init_lstm_wt(self.lstm)
+    def forward(self, tokens, lengths):  # lengths: descending, an int32 NumPy array
+        packed = rnn.pack_padded_sequence(self.embedding(tokens), lengths, batch_first=True)
+        packed_out, state = self.lstm(packed)
+        states, _ = rnn.pad_packed_sequence(packed_out, batch_first=True)
+        states = states.contiguous()
+        keys = self.key_proj(states.view(-1, 2 * cfg.hidden_dim))
+        return states, keys, state
 
-        self.W_h = nn.Linear(config.hidden_dim * 2, config.hidden_dim * 2, bias=False)
 
-    #seq_lens should be in descending order
-    def forward(self, input, seq_lens):
-        embedded = self.embedding(input)
-
-        packed = pack_padded_sequence(embedded, seq_lens, batch_first=True)
-        output, hidden = self.lstm(packed)
-
-        encoder_outputs, _ = pad_packed_sequence(output, batch_first=True)  # h dim = B x t_k x n
-        encoder_outputs = encoder_outputs.contiguous()
-
-        encoder_feature = encoder_outputs.view(-1, 2*config.hidden_dim)  # B * t_k x 2*hidden_dim
-        encoder_feature = self.W_h(encoder_feature)
-
-        return encoder_outputs, encoder_feature, hidden
-
-class ReduceState(nn.Module):
+class Bridge(nn.Module):
+    # the two directions' final states, folded into the decoder's first state
     def __init__(self):
-        super(ReduceState, self).__init__()
+        super().__init__()
+        self.h = nn.Linear(2 * cfg.hidden_dim, cfg.hidden_dim)
+        self.c = nn.Linear(2 * cfg.hidden_dim, cfg.hidden_dim)
+        normal_init(self.h.weight, self.h.bias, self.c.weight, self.c.bias)
 
-        self.reduce_h = nn.Linear(config.hidden_dim * 2, config.hidden_dim)
-        init_linear_wt(self.reduce_h)
-        self.reduce_c = nn.Linear(config.hidden_dim * 2, config.hidden_dim)
-        init_linear_wt(self.reduce_c)
+    def forward(self, state):
+        h, c = (s.transpose(0, 1).contiguous().view(-1, 2 * cfg.hidden_dim) for s in state)
+        return F.relu(self.h(h)).unsqueeze(0), F.relu(self.c(c)).unsqueeze(0)
 
-    def forward(self, hidden):
-        h, c = hidden # h, c dim = 2 x b x hidden_dim
-        h_in = h.transpose(0, 1).contiguous().view(-1, config.hidden_dim * 2)
-        hidden_reduced_h = F.relu(self.reduce_h(h_in))
-        c_in = c.transpose(0, 1).contiguous().view(-1, config.hidden_dim * 2)
-        hidden_reduced_c = F.relu(self.reduce_c(c_in))
 
-        return (hidden_reduced_h.unsqueeze(0), hidden_reduced_c.unsqueeze(0)) # h, c dim = 1 x b x hidden_dim
-
-class Attention(nn.Module):
+class CoverageAttention(nn.Module):
     def __init__(self):
-        super(Attention, self).__init__()
-        # attention
-        if config.is_coverage:
-            self.W_c = nn.Linear(1, config.hidden_dim * 2, bias=False)
-        self.decode_proj = nn.Linear(config.hidden_dim * 2, config.hidden_dim * 2)
-        self.v = nn.Linear(config.hidden_dim * 2, 1, bias=False)
+        super().__init__()
+        n = 2 * cfg.hidden_dim
+        self.query_proj = nn.Linear(n, n)
+        self.coverage_proj = nn.Linear(1, n, bias=False) if cfg.is_coverage else None
+        self.score = nn.Linear(n, 1, bias=False)
 
-    def forward(self, s_t_hat, encoder_outputs, encoder_feature, enc_padding_mask, coverage):
-        b, t_k, n = list(encoder_outputs.size())
+    def forward(self, query, states, keys, mask, coverage):
+        b, t_k, n = list(states.size())
+        q = self.query_proj(query).unsqueeze(1).expand(b, t_k, n).contiguous().view(-1, n)
+        features = keys + q
+        if cfg.is_coverage:
+            features = features + self.coverage_proj(coverage.view(-1, 1))
+        weights = F.softmax(self.score(F.tanh(features)).view(-1, t_k), dim=1) * mask
+        weights = weights / weights.sum(1, keepdim=True)  # renormalised over the real tokens
+        context = torch.bmm(weights.unsqueeze(1), states).view(-1, n)
+        if cfg.is_coverage:
+            coverage = coverage.view(-1, t_k) + weights
+        return context, weights, coverage
 
-        dec_fea = self.decode_proj(s_t_hat) # B x 2*hidden_dim
-        dec_fea_expanded = dec_fea.unsqueeze(1).expand(b, t_k, n).contiguous() # B x t_k x 2*hidden_dim
-        dec_fea_expanded = dec_fea_expanded.view(-1, n)  # B * t_k x 2*hidden_dim
 
-        att_features = encoder_feature + dec_fea_expanded # B * t_k x 2*hidden_dim
-        if config.is_coverage:
-            coverage_input = coverage.view(-1, 1)  # B * t_k x 1
-            coverage_feature = self.W_c(coverage_input)  # B * t_k x 2*hidden_dim
-            att_features = att_features + coverage_feature
-
-        e = F.tanh(att_features) # B * t_k x 2*hidden_dim
-        scores = self.v(e)  # B * t_k x 1
-        scores = scores.view(-1, t_k)  # B x t_k
-
-        attn_dist_ = F.softmax(scores, dim=1)*enc_padding_mask # B x t_k
-        normalization_factor = attn_dist_.sum(1, keepdim=True)
-        attn_dist = attn_dist_ / normalization_factor
-
-        attn_dist = attn_dist.unsqueeze(1)  # B x 1 x t_k
-        c_t = torch.bmm(attn_dist, encoder_outputs)  # B x 1 x n
-        c_t = c_t.view(-1, config.hidden_dim * 2)  # B x 2*hidden_dim
-
-        attn_dist = attn_dist.view(-1, t_k)  # B x t_k
-
-        if config.is_coverage:
-            coverage = coverage.view(-1, t_k)
-            coverage = coverage + attn_dist
-
-        return c_t, attn_dist, coverage
-
-class Decoder(nn.Module):
+class CopyDecoder(nn.Module):
     def __init__(self):
-        super(Decoder, self).__init__()
-        self.attention_network = Attention()
-        # decoder
-        self.embedding = nn.Embedding(config.vocab_size, config.emb_dim)
-        init_wt_normal(self.embedding.weight)
+        super().__init__()
+        h, e = cfg.hidden_dim, cfg.emb_dim
+        self.attention = CoverageAttention()
+        self.embedding = nn.Embedding(cfg.vocab_size, e)
+        normal_init(self.embedding.weight)
+        self.mix_in = nn.Linear(2 * h + e, e)
+        self.lstm = nn.LSTM(e, h, num_layers=1, batch_first=True, bidirectional=False)
+        lstm_init(self.lstm)
+        self.gen_gate = nn.Linear(4 * h + e, 1) if cfg.pointer_gen else None
+        self.hidden_out = nn.Linear(3 * h, h)
+        self.vocab_out = nn.Linear(h, cfg.vocab_size)
+        normal_init(self.vocab_out.weight, self.vocab_out.bias)
 
-        self.x_context = nn.Linear(config.hidden_dim * 2 + config.emb_dim, config.emb_dim)
-
-        self.lstm = nn.LSTM(config.emb_dim, config.hidden_dim, num_layers=1, batch_first=True, bidirectional=False)
-        init_lstm_wt(self.lstm)
-
-        if config.pointer_gen:
-            self.p_gen_linear = nn.Linear(config.hidden_dim * 4 + config.emb_dim, 1)
-
-        #p_vocab
-        self.out1 = nn.Linear(config.hidden_dim * 3, config.hidden_dim)
-        self.out2 = nn.Linear(config.hidden_dim, config.vocab_size)
-        init_linear_wt(self.out2)
-
-    def forward(self, y_t_1, s_t_1, encoder_outputs, encoder_feature, enc_padding_mask,
-                c_t_1, extra_zeros, enc_batch_extend_vocab, coverage, step):
-
-        if not self.training and step == 0:
-            h_decoder, c_decoder = s_t_1
-            s_t_hat = torch.cat((h_decoder.view(-1, config.hidden_dim),
-                                 c_decoder.view(-1, config.hidden_dim)), 1)  # B x 2*hidden_dim
-            c_t, _, coverage_next = self.attention_network(s_t_hat, encoder_outputs, encoder_feature,
-                                                              enc_padding_mask, coverage)
-            coverage = coverage_next
-
-        y_t_1_embd = self.embedding(y_t_1)
-        x = self.x_context(torch.cat((c_t_1, y_t_1_embd), 1))
-        lstm_out, s_t = self.lstm(x.unsqueeze(1), s_t_1)
-
-        h_decoder, c_decoder = s_t
-        s_t_hat = torch.cat((h_decoder.view(-1, config.hidden_dim),
-                             c_decoder.view(-1, config.hidden_dim)), 1)  # B x 2*hidden_dim
-        c_t, attn_dist, coverage_next = self.attention_network(s_t_hat, encoder_outputs, encoder_feature,
-                                                          enc_padding_mask, coverage)
-
-        if self.training or step > 0:
-            coverage = coverage_next
-
-        p_gen = None
-        if config.pointer_gen:
-            p_gen_input = torch.cat((c_t, s_t_hat, x), 1)  # B x (2*2*hidden_dim + emb_dim)
-            p_gen = self.p_gen_linear(p_gen_input)
-            p_gen = F.sigmoid(p_gen)
-
-        output = torch.cat((lstm_out.view(-1, config.hidden_dim), c_t), 1) # B x hidden_dim * 3
-        output = self.out1(output) # B x hidden_dim
-
-        #output = F.relu(output)
-
-        output = self.out2(output) # B x vocab_size
-        vocab_dist = F.softmax(output, dim=1)
-
-        if config.pointer_gen:
-            vocab_dist_ = p_gen * vocab_dist
-            attn_dist_ = (1 - p_gen) * attn_dist
-
-            if extra_zeros is not None:
-                vocab_dist_ = torch.cat([vocab_dist_, extra_zeros], 1)
-
-            final_dist = vocab_dist_.scatter_add(1, enc_batch_extend_vocab, attn_dist_)
-        else:
-            final_dist = vocab_dist
-
-        return final_dist, s_t, c_t, attn_dist, p_gen, coverage
-
-class Model(object):
-    def __init__(self, model_file_path=None, is_eval=False):
-        encoder = Encoder()
-        decoder = Decoder()
-        reduce_state = ReduceState()
-
-        # shared the embedding between encoder and decoder
-        decoder.embedding.weight = encoder.embedding.weight
-        if is_eval:
-            encoder = encoder.eval()
-            decoder = decoder.eval()
-            reduce_state = reduce_state.eval()
-
-        self.encoder = encoder
-        self.decoder = decoder
-        self.reduce_state = reduce_state
+    def forward(
+        self, prev_token, state, states, keys, mask, context, extra_zeros, extended_ids, coverage
+    ):
+        x = self.mix_in(torch.cat((context, self.embedding(prev_token)), 1))
+        out, state = self.lstm(x.unsqueeze(1), state)
+        query = torch.cat((state[0].view(-1, cfg.hidden_dim), state[1].view(-1, cfg.hidden_dim)), 1)
+        context, weights, new_coverage = self.attention(query, states, keys, mask, coverage)
+        vocab = F.softmax(
+            self.vocab_out(self.hidden_out(torch.cat((out.view(-1, cfg.hidden_dim), context), 1))),
+            dim=1,
+        )
+        if not cfg.pointer_gen:
+            return vocab, state, context, weights, new_coverage
+        p_gen = F.sigmoid(self.gen_gate(torch.cat((context, query, x), 1)))
+        generated = p_gen * vocab
+        if extra_zeros is not None:  # room for the article's own out-of-vocabulary words
+            generated = torch.cat([generated, extra_zeros], 1)
+        final = generated.scatter_add(1, extended_ids, (1 - p_gen) * weights)
+        return final, state, context, weights, new_coverage
 
 
-def get_input_from_batch(batch, use_cuda):
-  batch_size = len(batch.enc_lens)
-
-  enc_batch = Variable(torch.from_numpy(batch.enc_batch).long())
-  enc_padding_mask = Variable(torch.from_numpy(batch.enc_padding_mask)).float()
-  enc_lens = batch.enc_lens
-  extra_zeros = None
-  enc_batch_extend_vocab = None
-
-  if config.pointer_gen:
-    enc_batch_extend_vocab = Variable(torch.from_numpy(batch.enc_batch_extend_vocab).long())
-    # max_art_oovs is the max over all the article oov list in the batch
-    if batch.max_art_oovs > 0:
-      extra_zeros = Variable(torch.zeros((batch_size, batch.max_art_oovs)))
-
-  c_t_1 = Variable(torch.zeros((batch_size, 2 * config.hidden_dim)))
-
-  coverage = None
-  if config.is_coverage:
-    coverage = Variable(torch.zeros(enc_batch.size()))
-
-  return enc_batch, enc_padding_mask, enc_lens, enc_batch_extend_vocab, extra_zeros, c_t_1, coverage
-
-def get_output_from_batch(batch, use_cuda):
-  dec_batch = Variable(torch.from_numpy(batch.dec_batch).long())
-  dec_padding_mask = Variable(torch.from_numpy(batch.dec_padding_mask)).float()
-  dec_lens = batch.dec_lens
-  max_dec_len = np.max(dec_lens)
-  dec_lens_var = Variable(torch.from_numpy(dec_lens)).float()
-
-  target_batch = Variable(torch.from_numpy(batch.target_batch)).long()
-
-  return dec_batch, dec_padding_mask, max_dec_len, dec_lens_var, target_batch
+def as_tensors(batch):
+    size = len(batch.enc_lens)
+    tokens = V(torch.from_numpy(batch.enc_batch).long())
+    mask = V(torch.from_numpy(batch.enc_padding_mask)).float()
+    extended_ids, extra_zeros = None, None
+    if cfg.pointer_gen:
+        extended_ids = V(torch.from_numpy(batch.enc_batch_extend_vocab).long())
+        if batch.max_art_oovs > 0:
+            extra_zeros = V(torch.zeros((size, batch.max_art_oovs)))
+    context = V(torch.zeros((size, 2 * cfg.hidden_dim)))
+    coverage = V(torch.zeros(tokens.size())) if cfg.is_coverage else None
+    decoder_in = V(torch.from_numpy(batch.dec_batch).long())
+    decoder_mask = V(torch.from_numpy(batch.dec_padding_mask)).float()
+    lengths = V(torch.from_numpy(batch.dec_lens)).float()
+    targets = V(torch.from_numpy(batch.target_batch)).long()
+    return (
+        tokens,
+        mask,
+        extended_ids,
+        extra_zeros,
+        context,
+        coverage,
+        decoder_in,
+        decoder_mask,
+        lengths,
+        targets,
+    )
 
 
-class Train(object):
-    def setup_train(self, model_file_path=None):
-        self.model = Model(model_file_path)
-        initialize(self.model.encoder)
-        initialize(self.model.decoder)
-        initialize(self.model.reduce_state)
+class Summarizer(object):
+    def __init__(self):
+        self.encoder, self.decoder, self.bridge = ArticleEncoder(), CopyDecoder(), Bridge()
+        self.decoder.embedding.weight = self.encoder.embedding.weight  # one table for both sides
+        for m in (self.encoder, self.decoder, self.bridge):
+            initialize(m)
+        params = [p for m in (self.encoder, self.decoder, self.bridge) for p in m.parameters()]
+        self.optimizer = torch.optim.Adagrad(
+            params,
+            lr=cfg.lr_coverage if cfg.is_coverage else cfg.lr,
+            initial_accumulator_value=cfg.adagrad_init_acc,
+        )
 
-        params = list(self.model.encoder.parameters()) + list(self.model.decoder.parameters()) + \\
-                 list(self.model.reduce_state.parameters())
-        initial_lr = config.lr_coverage if config.is_coverage else config.lr
-        self.optimizer = Adagrad(params, lr=initial_lr, initial_accumulator_value=config.adagrad_init_acc)
-
-    def train_one_batch(self, batch):
-        enc_batch, enc_padding_mask, enc_lens, enc_batch_extend_vocab, extra_zeros, c_t_1, coverage = \\
-            get_input_from_batch(batch, use_cuda)
-        dec_batch, dec_padding_mask, max_dec_len, dec_lens_var, target_batch = \\
-            get_output_from_batch(batch, use_cuda)
-
+    def step(self, batch):
+        (
+            tokens,
+            mask,
+            extended_ids,
+            extra_zeros,
+            context,
+            coverage,
+            decoder_in,
+            decoder_mask,
+            lengths,
+            targets,
+        ) = as_tensors(batch)
         self.optimizer.zero_grad()
-
-        encoder_outputs, encoder_feature, encoder_hidden = self.model.encoder(enc_batch, enc_lens)
-        s_t_1 = self.model.reduce_state(encoder_hidden)
-
-        step_losses = []
-        for di in range(min(max_dec_len, config.max_dec_steps)):
-            y_t_1 = dec_batch[:, di]  # Teacher forcing
-            final_dist, s_t_1,  c_t_1, attn_dist, p_gen, next_coverage = self.model.decoder(y_t_1, s_t_1,
-                                                        encoder_outputs, encoder_feature, enc_padding_mask, c_t_1,
-                                                        extra_zeros, enc_batch_extend_vocab,
-                                                                           coverage, di)
-            target = target_batch[:, di]
-            gold_probs = torch.gather(final_dist, 1, target.unsqueeze(1)).squeeze()
-            step_loss = -torch.log(gold_probs + config.eps)
-            if config.is_coverage:
-                step_coverage_loss = torch.sum(torch.min(attn_dist, coverage), 1)
-                step_loss = step_loss + config.cov_loss_wt * step_coverage_loss
+        states, keys, encoder_state = self.encoder(tokens, batch.enc_lens)
+        state = self.bridge(encoder_state)
+        per_step = []
+        for t in range(min(np.max(batch.dec_lens), cfg.max_dec_steps)):  # teacher forcing
+            final, state, context, weights, next_coverage = self.decoder(
+                decoder_in[:, t],
+                state,
+                states,
+                keys,
+                mask,
+                context,
+                extra_zeros,
+                extended_ids,
+                coverage,
+            )
+            nll = -torch.log(torch.gather(final, 1, targets[:, t].unsqueeze(1)).squeeze() + cfg.eps)
+            if cfg.is_coverage:  # penalise attending again where attention has already been
+                nll = nll + cfg.cov_loss_wt * torch.sum(torch.min(weights, coverage), 1)
                 coverage = next_coverage
-
-            step_mask = dec_padding_mask[:, di]
-            step_loss = step_loss * step_mask
-            step_losses.append(step_loss)
-
-        sum_losses = torch.sum(torch.stack(step_losses, 1), 1)
-        batch_avg_loss = sum_losses/dec_lens_var
-        loss = torch.mean(batch_avg_loss)
-
+            per_step.append(nll * decoder_mask[:, t])
+        loss = torch.mean(torch.sum(torch.stack(per_step, 1), 1) / lengths)
         loss.backward()
-
-        self.norm = clip_grad_norm_(self.model.encoder.parameters(), config.max_grad_norm)
-        clip_grad_norm_(self.model.decoder.parameters(), config.max_grad_norm)
-        clip_grad_norm_(self.model.reduce_state.parameters(), config.max_grad_norm)
-
+        self.grad_norm = nn.utils.clip_grad_norm_(self.encoder.parameters(), cfg.max_grad_norm)
+        nn.utils.clip_grad_norm_(self.decoder.parameters(), cfg.max_grad_norm)
+        nn.utils.clip_grad_norm_(self.bridge.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
-
         return loss.item()
 
-    def trainIters(self, n_iters, batches):
-        iter = 0
-        self.setup_train()
-        while iter < n_iters:
-            batch = batches[iter % len(batches)]
-            loss = self.train_one_batch(batch)
-            record.append([loss, float(self.norm)])
-            iter += 1
-            print('steps %d, loss: %f' % (iter, loss))
-        for module in (self.model.encoder, self.model.decoder, self.model.reduce_state):
-            record.append({k: v.detach().numpy().copy() for k, v in module.state_dict().items()})
+    def train(self, n_steps, batches):
+        for i in range(n_steps):
+            loss = self.step(batches[i % len(batches)])
+            record.append([loss, float(self.grad_norm)])
+            print(f"step {i + 1}: loss {loss:.6f}")
+        for m in (self.encoder, self.decoder, self.bridge):
+            record.append({k: v.detach().numpy().copy() for k, v in m.state_dict().items()})
 """
 
 POINTER_GENERATOR_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.autograd import Variable\nfrom torch.nn.utils import clip_grad_norm_\nfrom torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence\nfrom torch.optim import Adagrad\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.autograd import Variable\nfrom retrograd.nn.utils import clip_grad_norm_\nfrom retrograd.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence\nfrom retrograd.optim import Adagrad\n",
+        "\nimport torch\nimport torch.nn as nn\n",
+        "\nimport retrograd as torch\nimport retrograd.nn as nn\n",
     ),
-    (
-        "        loss.backward()\n\n        self.norm = clip_grad_norm_(self.model.encoder.parameters(), config.max_grad_norm)\n        clip_grad_norm_(self.model.decoder.parameters(), config.max_grad_norm)\n        clip_grad_norm_(self.model.reduce_state.parameters(), config.max_grad_norm)\n\n        self.optimizer.step()\n",
-        "        grads = loss.backward()\n\n        self.norm = clip_grad_norm_(grads, self.model.encoder.parameters(), config.max_grad_norm)\n        clip_grad_norm_(grads, self.model.decoder.parameters(), config.max_grad_norm)\n        clip_grad_norm_(grads, self.model.reduce_state.parameters(), config.max_grad_norm)\n\n        self.optimizer.step(grads)\n",
-    ),
+    ("loss.backward()\n        self.grad_norm", "grads = loss.backward()\n        self.grad_norm"),
+    ("clip_grad_norm_(self.", "clip_grad_norm_(grads, self."),
+    ("        self.optimizer.step()\n", "        self.optimizer.step(grads)\n"),
 ]
 
 
@@ -961,16 +782,16 @@ def test_pointer_generator_with_coverage_trains_as_torch(capsys):
         text = (
             POINTER_GENERATOR_SOURCE
             if lib is torch
-            else port(POINTER_GENERATOR_SOURCE, POINTER_GENERATOR_STEPS)
+            else ported_imports(port(POINTER_GENERATOR_SOURCE, POINTER_GENERATOR_STEPS))
         )
         names = run_source(
-            text, lib, record=record, initialize=initialize, config=_PointerGeneratorConfig()
+            text, lib, record=record, initialize=initialize, cfg=_PointerGeneratorConfig()
         )
-        names["Train"]().trainIters(1, batches)
+        names["Summarizer"]().train(1, batches)
         records.append(record)
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
-    assert "steps 1, loss" in logs[0]
+    assert "step 1: loss" in logs[0]
     # One step: the shared embedding is in the optimizer's list twice (the encoder's and the
     # decoder's parameters); torch warns and steps it twice, retrograd once (a tied parameter
     # is one parameter), so the tables part after the first step. The gradients (the norm),
