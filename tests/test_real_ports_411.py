@@ -201,10 +201,14 @@ class Attention(nn.Module):
         return self.o_proj(mixed.view(n, -1, self.width)), weights
 
 
-class FeedForward(nn.Sequential):
+class FeedForward(nn.Module):
     def __init__(self, width, inner, dropout):
-        layers = [nn.Linear(width, inner), nn.ReLU(), nn.Dropout(dropout), nn.Linear(inner, width)]
-        super().__init__(*layers)
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(width, inner), nn.Linear(inner, width)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.fc2(self.drop(torch.relu(self.fc1(x))))
 
 
 class EncoderBlock(nn.Module):
