@@ -8,8 +8,9 @@ notebooks of bentrevett/pytorch-seq2seq (shared data and training cells, one mod
   decoder's causal padding ``torch.zeros(n, hid, kernel - 1).fill_(pad)`` joined by
   ``torch.cat((front, x), dim=2)``, attention by ``torch.matmul`` against
   ``keys.permute(0, 2, 1)``, ``logits.contiguous().view(-1, vocab)``, a clip of 0.1;
-- a post-norm Transformer written out by hand: multi-head attention by ``x.view(n, -1, heads,
-  head_width).permute(0, 2, 1, 3)`` and ``scores.masked_fill(mask == 0, -1e10)``, masks
+- a post-norm Transformer written out by hand (a ``torch.relu`` feed-forward): multi-head
+  attention by ``x.view(n, -1, heads, head_width).permute(0, 2, 1, 3)`` and
+  ``scores.masked_fill(mask == 0, -1e10)``, masks
   ``(src != pad).unsqueeze(1).unsqueeze(2)`` and ``pad_mask & torch.tril(torch.ones((length,
   length), device=device)).bool()``, embeddings scaled by ``torch.sqrt(torch.FloatTensor(
   [width]))``, ``nn.LayerNorm`` after each residual, ``model.apply`` of ``xavier_uniform_``
