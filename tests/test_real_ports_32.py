@@ -1,29 +1,32 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a whole DETR-style detector,
+written here in the style of facebookresearch/detr (with torchvision's ``FrozenBatchNorm2d`` and
+``IntermediateLayerGetter``), on a small ResNet-shaped backbone (``conv1``, ``bn1``, ``relu``,
+``maxpool``, ``layer1``..``layer4``, ``avgpool``, ``fc``) built with frozen BatchNorm, trained by
+its own Hungarian-matched set loss (``torch.cdist``, SciPy's ``linear_sum_assignment``,
+generalized IoU, a no-object class weight buffer, ``torch.full_like`` index pairs, auxiliary
+losses per decoder layer; AdamW with a backbone parameter group, ``StepLR``,
+``clip_grad_norm_``).
 
-- the whole DETR model (facebookresearch/detr ``models/detr.py``'s ``DETR`` and
-  ``PostProcess``, ``models/transformer.py``, ``models/backbone.py``,
-  ``models/position_encoding.py``, ``util/misc.py``'s ``NestedTensor`` and
-  ``nested_tensor_from_tensor_list``, torchvision's ``FrozenBatchNorm2d`` and
-  ``IntermediateLayerGetter``), on a small ResNet-shaped backbone (``conv1``, ``bn1``, ``relu``,
-  ``maxpool``, ``layer1``..``layer4``, ``avgpool``, ``fc``) made with ``norm_layer=
-  FrozenBatchNorm2d``, trained with the matcher and criterion of ``tests/test_real_ports_28.py``:
-  images of different sizes padded by ``for img, pad_img, m in zip(tensor_list, tensor, mask):
-  pad_img[: img.shape[0], : img.shape[1], : img.shape[2]].copy_(img)`` and ``m[: img.shape[1],
-  :img.shape[2]] = False`` (writes through the rows that iterating a tensor yields);
-  ``FrozenBatchNorm2d``'s buffers and its ``_load_from_state_dict`` override deleting
-  ``num_batches_tracked`` before ``super()._load_from_state_dict``; the backbone frozen by name
-  (``parameter.requires_grad_(False)``); ``IntermediateLayerGetter(nn.ModuleDict)`` built from
-  ``named_children()`` into an ``OrderedDict`` with ``return_layers``; the mask resized by
-  ``F.interpolate(m[None].float(), size=x.shape[-2:]).to(torch.bool)[0]``; ``Joiner(nn.Sequential)``
-  indexing ``self[0]``/``self[1]``; ``PositionEmbeddingSine`` (``not_mask.cumsum(1,
-  dtype=torch.float32)``, ``dim_t // 2``, ``torch.stack((pos_x[:, :, :, 0::2].sin(), pos_x[:,
-  :, :, 1::2].cos()), dim=4).flatten(3)``); DETR's own transformer (``_get_clones`` by
-  ``copy.deepcopy``, ``q = k = self.with_pos_embed(src, pos)``, ``nn.MultiheadAttention`` with
-  ``key_padding_mask``, post- and pre-norm layers, ``return_intermediate`` by ``torch.stack``,
-  ``xavier_uniform_`` of every ``p.dim() > 1``, ``memory.permute(1, 2, 0).view(bs, c, h, w)``);
-  the auxiliary outputs; ``PostProcess`` (``prob[..., :-1].max(-1)``, ``target_sizes.unbind(1)``,
-  ``scale_fct[:, None, :]``).
+It reaches: images of different sizes padded by ``for img, slot, pad in zip(images, batch,
+mask): slot[: img.shape[0], : img.shape[1], : img.shape[2]].copy_(img)`` and ``pad[:
+img.shape[1], : img.shape[2]] = False`` (writes through the rows that iterating a tensor
+yields); ``FrozenBatchNorm2d``'s buffers and its ``_load_from_state_dict`` override deleting
+``num_batches_tracked`` before ``super()._load_from_state_dict``; the backbone frozen by name
+(``p.requires_grad_(False)``); an ``nn.ModuleDict`` subclass built from ``named_children()``
+into an ``OrderedDict`` up to the last tapped layer; the mask resized by
+``F.interpolate(mask[None].float(), size=x.shape[-2:]).to(torch.bool)[0]``; an
+``nn.Sequential`` subclass indexing ``self[0]``/``self[1]``; sine position encodings
+(``inside.cumsum(1, dtype=torch.float32)``, ``k // 2``, ``torch.stack((a[:, :, :,
+0::2].sin(), a[:, :, :, 1::2].cos()), dim=4).flatten(3)``); the transformer (clones by
+``copy.deepcopy``, ``q = k = plus(x, pos)``, ``nn.MultiheadAttention`` with
+``key_padding_mask``, post- and pre-norm layers, every decoder layer's output by
+``torch.stack``, ``xavier_uniform_`` of every ``p.dim() > 1``, ``memory.permute(1, 2,
+0).view(n, c, h, w)``); the auxiliary outputs; the post-processing (``probs[..., :-1].max(-1)``,
+``sizes.unbind(1)``, ``scale[:, None, :]`` under ``@torch.no_grad()``). A second test checks an
+override of ``_load_from_state_dict`` renaming an old key and failing on a reported error.
+
+The program is self-contained (it no longer borrows ``tests/test_real_ports_28.py``'s matcher
+and criterion). The port changes the gradient lines.
 """
 
 from __future__ import annotations
@@ -35,590 +38,425 @@ from scipy.optimize import linear_sum_assignment
 
 import retrograd as rg
 from real_ports import assert_records_agree, both
-from test_real_ports_28 import DETR_SOURCE, DETR_STEP
 
 DETR_MODEL_SOURCE = """
+# A DETR-style detector, written in the style of facebookresearch/detr: a frozen-BatchNorm
+# ResNet-like backbone read at named layers, sine position encodings of the padding mask, an
+# encoder-decoder transformer over object queries, class and box heads (with auxiliary outputs
+# per decoder layer), trained by a Hungarian-matched set loss; and the post-processing into
+# absolute corner boxes.
 import copy
-from collections import OrderedDict
-from typing import Dict, List, Optional
+import collections
+from typing import Dict, List, Optional  # (annotations as DETR writes them)
 
 from torch import Tensor
 
 
-# util/misc.py
-class NestedTensor(object):
-    def __init__(self, tensors, mask: Optional[Tensor]):
-        self.tensors = tensors
-        self.mask = mask
+def cxcywh_to_corners(b):
+    cx, cy, w, h = b.unbind(-1)
+    return torch.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], dim=-1)
 
-    def to(self, device):
-        # type: (Device) -> NestedTensor # noqa
-        cast_tensor = self.tensors.to(device)
-        mask = self.mask
-        if mask is not None:
-            assert mask is not None
-            cast_mask = mask.to(device)
-        else:
-            cast_mask = None
-        return NestedTensor(cast_tensor, cast_mask)
+
+def pairwise_giou(a, b):
+    # generalized IoU of every corner box in a with every one in b
+    assert (a[:, 2:] >= a[:, :2]).all() and (b[:, 2:] >= b[:, :2]).all()
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    lo, hi = torch.max(a[:, None, :2], b[:, :2]), torch.min(a[:, None, 2:], b[:, 2:])
+    overlap = (hi - lo).clamp(min=0)
+    inter = overlap[:, :, 0] * overlap[:, :, 1]
+    union = area_a[:, None] + area_b - inter
+    hull = (torch.max(a[:, None, 2:], b[:, 2:]) - torch.min(a[:, None, :2], b[:, :2])).clamp(min=0)
+    hull_area = hull[:, :, 0] * hull[:, :, 1]
+    return inter / union - (hull_area - union) / hull_area
+
+
+class Matcher(nn.Module):
+    def __init__(self, w_class=1.0, w_l1=1.0, w_giou=1.0):
+        super().__init__()
+        self.w_class, self.w_l1, self.w_giou = w_class, w_l1, w_giou
+
+    @torch.no_grad()
+    def forward(self, outputs, targets):
+        n, queries = outputs["pred_logits"].shape[:2]
+        prob = outputs["pred_logits"].flatten(0, 1).softmax(-1)
+        boxes = outputs["pred_boxes"].flatten(0, 1)
+        labels = torch.cat([t["labels"] for t in targets])
+        truth = torch.cat([t["boxes"] for t in targets])
+        cost = (
+            self.w_l1 * torch.cdist(boxes, truth, p=1)
+            - self.w_class * prob[:, labels]
+            - self.w_giou * pairwise_giou(cxcywh_to_corners(boxes), cxcywh_to_corners(truth))
+        )
+        per_image = cost.view(n, queries, -1).cpu().split([len(t["boxes"]) for t in targets], -1)
+        pairs = [linear_sum_assignment(c[k]) for k, c in enumerate(per_image)]
+        as_index = lambda ids: torch.as_tensor(ids, dtype=torch.int64)
+        return [(as_index(q), as_index(t)) for q, t in pairs]
+
+
+class SetLoss(nn.Module):
+    def __init__(self, n_classes, matcher, weights, no_object_weight):
+        super().__init__()
+        self.n_classes, self.matcher, self.weights = n_classes, matcher, weights
+        class_weight = torch.ones(n_classes + 1)
+        class_weight[-1] = no_object_weight  # the "no object" class
+        self.register_buffer("class_weight", class_weight)
+
+    @staticmethod
+    def matched(pairs):
+        image = torch.cat([torch.full_like(q, k) for k, (q, _) in enumerate(pairs)])
+        return image, torch.cat([q for q, _ in pairs])
+
+    def terms(self, out, targets, pairs, n_boxes, log):
+        logits, where = out["pred_logits"], self.matched(pairs)
+        labels = torch.cat([t["labels"][j] for t, (_, j) in zip(targets, pairs)])
+        wanted = torch.full(
+            logits.shape[:2], self.n_classes, dtype=torch.int64, device=logits.device
+        )
+        wanted[where] = labels
+        found = {"loss_ce": F.cross_entropy(logits.transpose(1, 2), wanted, self.class_weight)}
+        if log:
+            with torch.no_grad():
+                hits = logits[where].argmax(-1).eq(labels).float().sum(0)
+                found["class_error"] = 100 - hits.mul_(100.0 / labels.size(0))
+                counts = torch.as_tensor([len(t["labels"]) for t in targets], device=logits.device)
+                predicted = (logits.argmax(-1) != logits.shape[-1] - 1).sum(1)
+                found["cardinality_error"] = F.l1_loss(predicted.float(), counts.float())
+        boxes = out["pred_boxes"][where]
+        truth = torch.cat([t["boxes"][j] for t, (_, j) in zip(targets, pairs)], dim=0)
+        found["loss_bbox"] = F.l1_loss(boxes, truth, reduction="none").sum() / n_boxes
+        giou = torch.diag(pairwise_giou(cxcywh_to_corners(boxes), cxcywh_to_corners(truth)))
+        found["loss_giou"] = (1 - giou).sum() / n_boxes
+        return found
+
+    def forward(self, outputs, targets):
+        n_boxes = torch.as_tensor([float(sum(len(t["labels"]) for t in targets))])
+        n_boxes = torch.clamp(n_boxes, min=1).item()
+        final = {k: v for k, v in outputs.items() if k != "aux_outputs"}
+        losses = self.terms(final, targets, self.matcher(final, targets), n_boxes, log=True)
+        for depth, out in enumerate(outputs.get("aux_outputs", [])):
+            found = self.terms(out, targets, self.matcher(out, targets), n_boxes, log=False)
+            losses.update({f"{k}_{depth}": v for k, v in found.items()})
+        return losses
+
+
+def fit(model, criterion, batches, lr=1e-3):
+    out = []
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for n, p in trainable if "backbone" not in n]},
+        {"params": [p for n, p in trainable if "backbone" in n], "lr": lr / 10},  # slower
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=1e-4)
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, 2)
+    model.train()
+    criterion.train()
+    for images, targets in batches:
+        terms = criterion(model(images), targets)
+        total = sum(v * criterion.weights[k] for k, v in terms.items() if k in criterion.weights)
+        out.append({k: v.item() for k, v in terms.items()})
+        optimizer.zero_grad()
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        optimizer.step()
+        schedule.step()
+        out.append(total.item())
+    out.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
+    return out
+
+
+class Masked:
+    # a batch of images padded to a common size, with True over the padding
+    def __init__(self, images, mask: Optional[Tensor]):
+        self.tensors, self.mask = images, mask
 
     def decompose(self):
-        return self.tensors, self.mask
-
-    def __repr__(self):
-        return str(self.tensors)
+        return self.tensors, self.mask  # (features, padding)
 
 
-def _max_by_axis(the_list):
-    # type: (List[List[int]]) -> List[int]
-    maxes = the_list[0]
-    for sublist in the_list[1:]:
-        for index, item in enumerate(sublist):
-            maxes[index] = max(maxes[index], item)
-    return maxes
+def pad_images(images: List[Tensor]):
+    if images[0].ndim != 3:
+        raise ValueError("expected (channels, height, width) images")
+    shape = [len(images)] + [max(sizes) for sizes in zip(*[img.shape for img in images])]
+    n, _, h, w = shape
+    batch = torch.zeros(shape, dtype=images[0].dtype, device=images[0].device)
+    mask = torch.ones((n, h, w), dtype=torch.bool, device=images[0].device)
+    # iterating a tensor yields views of its rows: these writes land in batch and mask
+    for img, slot, pad in zip(images, batch, mask):
+        slot[: img.shape[0], : img.shape[1], : img.shape[2]].copy_(img)
+        pad[: img.shape[1], : img.shape[2]] = False
+    return Masked(batch, mask)
 
 
-def nested_tensor_from_tensor_list(tensor_list: List[Tensor]):
-    # TODO make this more general
-    if tensor_list[0].ndim == 3:
-        # TODO make it support different-sized images
-        max_size = _max_by_axis([list(img.shape) for img in tensor_list])
-        # min_size = tuple(min(s) for s in zip(*[img.shape for img in tensor_list]))
-        batch_shape = [len(tensor_list)] + max_size
-        b, c, h, w = batch_shape
-        dtype = tensor_list[0].dtype
-        device = tensor_list[0].device
-        tensor = torch.zeros(batch_shape, dtype=dtype, device=device)
-        mask = torch.ones((b, h, w), dtype=torch.bool, device=device)
-        for img, pad_img, m in zip(tensor_list, tensor, mask):
-            pad_img[: img.shape[0], : img.shape[1], : img.shape[2]].copy_(img)
-            m[: img.shape[1], :img.shape[2]] = False
-    else:
-        raise ValueError('not supported')
-    return NestedTensor(tensor, mask)
+class FrozenBatchNorm2d(nn.Module):
+    # a BatchNorm2d whose statistics and affine map are buffers
+    def __init__(self, n, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        for name, fill in (("weight", torch.ones), ("bias", torch.zeros),
+                           ("running_mean", torch.zeros), ("running_var", torch.ones)):
+            self.register_buffer(name, fill(n))
 
-
-# torchvision/ops/misc.py
-class FrozenBatchNorm2d(torch.nn.Module):
-    \"\"\"
-    BatchNorm2d where the batch statistics and the affine parameters are fixed.
-    \"\"\"
-
-    def __init__(self, n):
-        super(FrozenBatchNorm2d, self).__init__()
-        self.register_buffer("weight", torch.ones(n))
-        self.register_buffer("bias", torch.zeros(n))
-        self.register_buffer("running_mean", torch.zeros(n))
-        self.register_buffer("running_var", torch.ones(n))
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict,
-                              missing_keys, unexpected_keys, error_msgs):
-        num_batches_tracked_key = prefix + 'num_batches_tracked'
-        if num_batches_tracked_key in state_dict:
-            del state_dict[num_batches_tracked_key]
-
-        super(FrozenBatchNorm2d, self)._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict,
-            missing_keys, unexpected_keys, error_msgs)
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        # a BatchNorm2d checkpoint also holds a batch counter, which has no place here
+        key = prefix + "num_batches_tracked"
+        if key in state_dict:
+            del state_dict[key]
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def forward(self, x):
-        # move reshapes to the beginning
-        # to make it fuser-friendly
-        w = self.weight.reshape(1, -1, 1, 1)
-        b = self.bias.reshape(1, -1, 1, 1)
-        rv = self.running_var.reshape(1, -1, 1, 1)
-        rm = self.running_mean.reshape(1, -1, 1, 1)
-        eps = 1e-5
-        scale = w * (rv + eps).rsqrt()
-        bias = b - rm * scale
-        return x * scale + bias
+        var = self.running_var.reshape(1, -1, 1, 1)
+        scale = self.weight.reshape(1, -1, 1, 1) * (var + self.eps).rsqrt()
+        shift = self.bias.reshape(1, -1, 1, 1) - self.running_mean.reshape(1, -1, 1, 1) * scale
+        return x * scale + shift
 
 
-# torchvision/models/_utils.py
-class IntermediateLayerGetter(nn.ModuleDict):
-    _version = 2
-    __annotations__ = {
-        "return_layers": Dict[str, str],
-    }
-
-    def __init__(self, model: nn.Module, return_layers: Dict[str, str]) -> None:
-        if not set(return_layers).issubset([name for name, _ in model.named_children()]):
-            raise ValueError("return_layers are not present in model")
-        orig_return_layers = return_layers
-        return_layers = {str(k): str(v) for k, v in return_layers.items()}
-        layers = OrderedDict()
-        for name, module in model.named_children():
-            layers[name] = module
-            if name in return_layers:
-                del return_layers[name]
-            if not return_layers:
+class LayerTaps(nn.ModuleDict):
+    # runs a model's children in order, up to the last one asked for, keeping the named outputs
+    def __init__(self, model: nn.Module, taps: Dict[str, str]) -> None:
+        children = collections.OrderedDict(model.named_children())
+        if not set(taps) <= set(children):
+            raise ValueError("a tapped layer is not a child of the model")
+        kept, remaining = collections.OrderedDict(), dict(taps)
+        for name, child in children.items():
+            kept[name] = child
+            remaining.pop(name, None)
+            if not remaining:
                 break
-
-        super().__init__(layers)
-        self.return_layers = orig_return_layers
+        super().__init__(kept)
+        self.taps = taps
 
     def forward(self, x):
-        out = OrderedDict()
-        for name, module in self.items():
-            x = module(x)
-            if name in self.return_layers:
-                out_name = self.return_layers[name]
-                out[out_name] = x
+        found = collections.OrderedDict()
+        for name, layer in self.items():
+            x = layer(x)
+            if name in self.taps:
+                found[self.taps[name]] = x
+        return found
+
+
+def conv_block(c_in, c_out, norm, stride=1):
+    conv = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+    return nn.Sequential(conv, norm(c_out), nn.ReLU(inplace=True))
+
+
+class SmallResNet(nn.Module):
+    # the child names and order of torchvision's ResNets, a few channels wide
+    def __init__(self, norm, c=4):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, c, 3, stride=2, padding=1, bias=False)
+        self.bn1, self.relu = norm(c), nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.layer1, self.layer2 = conv_block(c, c, norm), conv_block(c, 2 * c, norm, stride=2)
+        self.layer3, self.layer4 = conv_block(2 * c, 2 * c, norm), conv_block(2 * c, 4 * c, norm)
+        self.avgpool, self.fc = nn.AdaptiveAvgPool2d((1, 1)), nn.Linear(4 * c, 10)
+
+
+class Backbone(nn.Module):
+    def __init__(self, train_backbone: bool, all_levels: bool):
+        super().__init__()
+        net = SmallResNet(norm=FrozenBatchNorm2d)
+        for name, p in net.named_parameters():
+            if not train_backbone or not any(f"layer{k}" in name for k in (2, 3, 4)):
+                p.requires_grad_(False)
+        levels = ["layer1", "layer2", "layer3", "layer4"] if all_levels else ["layer4"]
+        self.body = LayerTaps(net, {name: str(k) for k, name in enumerate(levels)})
+        self.num_channels = 16
+
+    def forward(self, batch: Masked):
+        out: Dict[str, Masked] = {}
+        for name, x in self.body(batch.tensors).items():
+            assert batch.mask is not None
+            mask = F.interpolate(batch.mask[None].float(), size=x.shape[-2:]).to(torch.bool)[0]
+            out[name] = Masked(x, mask)
         return out
 
 
-# a small stand-in for torchvision's resnet50(norm_layer=FrozenBatchNorm2d)
-class TinyResNet(nn.Module):
-    def __init__(self, norm_layer, width=4):
+class WithPositions(nn.Sequential):
+    def __init__(self, backbone, encoding):
+        super().__init__(backbone, encoding)
+
+    def forward(self, batch: Masked):
+        features = list(self[0](batch).values())
+        return features, [self[1](f).to(f.tensors.dtype) for f in features]
+
+
+class SinePositions(nn.Module):
+    # 2-d sine/cosine features of each pixel's (cumulative, unpadded) row and column
+    def __init__(self, n_feats=64, temperature=10000, normalize=False, scale=None):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False)
-        self.bn1 = norm_layer(width)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
-        self.layer1 = nn.Sequential(nn.Conv2d(width, width, 3, padding=1, bias=False), norm_layer(width), nn.ReLU(inplace=True))
-        self.layer2 = nn.Sequential(nn.Conv2d(width, 2 * width, 3, stride=2, padding=1, bias=False), norm_layer(2 * width), nn.ReLU(inplace=True))
-        self.layer3 = nn.Sequential(nn.Conv2d(2 * width, 2 * width, 3, padding=1, bias=False), norm_layer(2 * width), nn.ReLU(inplace=True))
-        self.layer4 = nn.Sequential(nn.Conv2d(2 * width, 4 * width, 3, padding=1, bias=False), norm_layer(4 * width), nn.ReLU(inplace=True))
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(4 * width, 10)
+        if scale is not None and not normalize:
+            raise ValueError("a scale needs normalize=True")
+        self.n_feats, self.temperature, self.normalize = n_feats, temperature, normalize
+        self.scale = 2 * math.pi if scale is None else scale
 
-
-# models/backbone.py
-class BackboneBase(nn.Module):
-
-    def __init__(self, backbone: nn.Module, train_backbone: bool, num_channels: int, return_interm_layers: bool):
-        super().__init__()
-        for name, parameter in backbone.named_parameters():
-            if not train_backbone or 'layer2' not in name and 'layer3' not in name and 'layer4' not in name:
-                parameter.requires_grad_(False)
-        if return_interm_layers:
-            return_layers = {"layer1": "0", "layer2": "1", "layer3": "2", "layer4": "3"}
-        else:
-            return_layers = {'layer4': "0"}
-        self.body = IntermediateLayerGetter(backbone, return_layers=return_layers)
-        self.num_channels = num_channels
-
-    def forward(self, tensor_list: NestedTensor):
-        xs = self.body(tensor_list.tensors)
-        out: Dict[str, NestedTensor] = {}
-        for name, x in xs.items():
-            m = tensor_list.mask
-            assert m is not None
-            mask = F.interpolate(m[None].float(), size=x.shape[-2:]).to(torch.bool)[0]
-            out[name] = NestedTensor(x, mask)
-        return out
-
-
-class Backbone(BackboneBase):
-    \"\"\"ResNet backbone with frozen BatchNorm.\"\"\"
-    def __init__(self, name: str,
-                 train_backbone: bool,
-                 return_interm_layers: bool,
-                 dilation: bool):
-        backbone = TinyResNet(norm_layer=FrozenBatchNorm2d)
-        num_channels = 16
-        super().__init__(backbone, train_backbone, num_channels, return_interm_layers)
-
-
-class Joiner(nn.Sequential):
-    def __init__(self, backbone, position_embedding):
-        super().__init__(backbone, position_embedding)
-
-    def forward(self, tensor_list: NestedTensor):
-        xs = self[0](tensor_list)
-        out: List[NestedTensor] = []
-        pos = []
-        for name, x in xs.items():
-            out.append(x)
-            # position encoding
-            pos.append(self[1](x).to(x.tensors.dtype))
-
-        return out, pos
-
-
-# models/position_encoding.py
-class PositionEmbeddingSine(nn.Module):
-    \"\"\"
-    This is a more standard version of the position embedding, very similar to the one
-    used by the Attention is all you need paper, generalized to work on images.
-    \"\"\"
-    def __init__(self, num_pos_feats=64, temperature=10000, normalize=False, scale=None):
-        super().__init__()
-        self.num_pos_feats = num_pos_feats
-        self.temperature = temperature
-        self.normalize = normalize
-        if scale is not None and normalize is False:
-            raise ValueError("normalize should be True if scale is passed")
-        if scale is None:
-            scale = 2 * math.pi
-        self.scale = scale
-
-    def forward(self, tensor_list: NestedTensor):
-        x = tensor_list.tensors
-        mask = tensor_list.mask
-        assert mask is not None
-        not_mask = ~mask
-        y_embed = not_mask.cumsum(1, dtype=torch.float32)
-        x_embed = not_mask.cumsum(2, dtype=torch.float32)
+    def forward(self, batch: Masked):
+        assert batch.mask is not None
+        inside = ~batch.mask
+        rows, cols = inside.cumsum(1, dtype=torch.float32), inside.cumsum(2, dtype=torch.float32)
         if self.normalize:
-            eps = 1e-6
-            y_embed = y_embed / (y_embed[:, -1:, :] + eps) * self.scale
-            x_embed = x_embed / (x_embed[:, :, -1:] + eps) * self.scale
+            rows = rows / (rows[:, -1:, :] + 1e-6) * self.scale
+            cols = cols / (cols[:, :, -1:] + 1e-6) * self.scale
+        k = torch.arange(self.n_feats, dtype=torch.float32, device=batch.tensors.device)
+        freq = self.temperature ** (2 * (k // 2) / self.n_feats)
 
-        dim_t = torch.arange(self.num_pos_feats, dtype=torch.float32, device=x.device)
-        dim_t = self.temperature ** (2 * (dim_t // 2) / self.num_pos_feats)
+        def encode(coord):
+            angles = coord[:, :, :, None] / freq
+            waves = (angles[:, :, :, 0::2].sin(), angles[:, :, :, 1::2].cos())
+            return torch.stack(waves, dim=4).flatten(3)  # sin, cos interleaved
 
-        pos_x = x_embed[:, :, :, None] / dim_t
-        pos_y = y_embed[:, :, :, None] / dim_t
-        pos_x = torch.stack((pos_x[:, :, :, 0::2].sin(), pos_x[:, :, :, 1::2].cos()), dim=4).flatten(3)
-        pos_y = torch.stack((pos_y[:, :, :, 0::2].sin(), pos_y[:, :, :, 1::2].cos()), dim=4).flatten(3)
-        pos = torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)
-        return pos
+        return torch.cat((encode(rows), encode(cols)), dim=3).permute(0, 3, 1, 2)
 
 
-# models/transformer.py
-class Transformer(nn.Module):
+def clones(layer, n):
+    return nn.ModuleList(copy.deepcopy(layer) for _ in range(n))
 
-    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6,
-                 num_decoder_layers=6, dim_feedforward=2048, dropout=0.1,
-                 activation="relu", normalize_before=False,
-                 return_intermediate_dec=False):
+
+def plus(x, pos: Optional[Tensor]):
+    return x if pos is None else x + pos
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d, heads, ff, dropout, pre_norm):
         super().__init__()
+        self.attn = nn.MultiheadAttention(d, heads, dropout=dropout)
+        self.ff = nn.Sequential(nn.Linear(d, ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff, d))
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.pre_norm = pre_norm
 
-        encoder_layer = TransformerEncoderLayer(d_model, nhead, dim_feedforward,
-                                                dropout, activation, normalize_before)
-        encoder_norm = nn.LayerNorm(d_model) if normalize_before else None
-        self.encoder = TransformerEncoder(encoder_layer, num_encoder_layers, encoder_norm)
+    def forward(self, x, padding: Optional[Tensor] = None, pos: Optional[Tensor] = None):
+        if self.pre_norm:
+            h = self.norm1(x)
+            q = k = plus(h, pos)
+            x = x + self.drop1(self.attn(q, k, value=h, key_padding_mask=padding)[0])
+            return x + self.drop2(self.ff(self.norm2(x)))
+        q = k = plus(x, pos)
+        x = self.norm1(x + self.drop1(self.attn(q, k, value=x, key_padding_mask=padding)[0]))
+        return self.norm2(x + self.drop2(self.ff(x)))
 
-        decoder_layer = TransformerDecoderLayer(d_model, nhead, dim_feedforward,
-                                                dropout, activation, normalize_before)
-        decoder_norm = nn.LayerNorm(d_model)
-        self.decoder = TransformerDecoder(decoder_layer, num_decoder_layers, decoder_norm,
-                                          return_intermediate=return_intermediate_dec)
 
-        self._reset_parameters()
+class DecoderLayer(nn.Module):
+    def __init__(self, d, heads, ff, dropout, pre_norm):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d, heads, dropout=dropout)
+        self.cross_attn = nn.MultiheadAttention(d, heads, dropout=dropout)
+        self.ff = nn.Sequential(nn.Linear(d, ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff, d))
+        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(3))
+        self.drops = nn.ModuleList(nn.Dropout(dropout) for _ in range(3))
+        self.pre_norm = pre_norm
 
-        self.d_model = d_model
-        self.nhead = nhead
+    def forward(self, y, memory, padding=None, pos=None, query_pos: Optional[Tensor] = None):
+        def self_block(h):
+            q = k = plus(h, query_pos)
+            return self.self_attn(q, k, value=h)[0]
 
-    def _reset_parameters(self):
+        def cross_block(h):
+            return self.cross_attn(query=plus(h, query_pos), key=plus(memory, pos), value=memory,
+                                   key_padding_mask=padding)[0]
+
+        blocks = (self_block, cross_block, self.ff)
+        for block, norm, drop in zip(blocks, self.norms, self.drops):
+            if self.pre_norm:
+                y = y + drop(block(norm(y)))
+            else:
+                y = norm(y + drop(block(y)))
+        return y
+
+
+class DetectionTransformer(nn.Module):
+    def __init__(self, d, heads, ff, n_enc, n_dec, pre_norm, dropout=0.0):
+        super().__init__()
+        self.encoder = clones(EncoderLayer(d, heads, ff, dropout, pre_norm), n_enc)
+        self.encoder_norm = nn.LayerNorm(d) if pre_norm else None
+        self.decoder = clones(DecoderLayer(d, heads, ff, dropout, pre_norm), n_dec)
+        self.decoder_norm = nn.LayerNorm(d)
+        self.d_model = d
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
-    def forward(self, src, mask, query_embed, pos_embed):
-        # flatten NxCxHxW to HWxNxC
-        bs, c, h, w = src.shape
-        src = src.flatten(2).permute(2, 0, 1)
-        pos_embed = pos_embed.flatten(2).permute(2, 0, 1)
-        query_embed = query_embed.unsqueeze(1).repeat(1, bs, 1)
-        mask = mask.flatten(1)
+    def forward(self, src, mask, queries, pos):
+        n, c, h, w = src.shape
+        src, pos = src.flatten(2).permute(2, 0, 1), pos.flatten(2).permute(2, 0, 1)  # (hw, n, c)
+        queries, mask = queries.unsqueeze(1).repeat(1, n, 1), mask.flatten(1)
+        memory = src
+        for layer in self.encoder:
+            memory = layer(memory, padding=mask, pos=pos)
+        if self.encoder_norm is not None:
+            memory = self.encoder_norm(memory)
+        y, every_layer = torch.zeros_like(queries), []
+        for layer in self.decoder:
+            y = layer(y, memory, padding=mask, pos=pos, query_pos=queries)
+            every_layer.append(self.decoder_norm(y))
+        return torch.stack(every_layer).transpose(1, 2), memory.permute(1, 2, 0).view(n, c, h, w)
 
-        tgt = torch.zeros_like(query_embed)
-        memory = self.encoder(src, src_key_padding_mask=mask, pos=pos_embed)
-        hs = self.decoder(tgt, memory, memory_key_padding_mask=mask,
-                          pos=pos_embed, query_pos=query_embed)
-        return hs.transpose(1, 2), memory.permute(1, 2, 0).view(bs, c, h, w)
 
-
-class TransformerEncoder(nn.Module):
-
-    def __init__(self, encoder_layer, num_layers, norm=None):
+class BoxHead(nn.Module):
+    def __init__(self, d, depth):
         super().__init__()
-        self.layers = _get_clones(encoder_layer, num_layers)
-        self.num_layers = num_layers
-        self.norm = norm
+        self.layers = nn.ModuleList(nn.Linear(d, d if k < depth - 1 else 4) for k in range(depth))
 
-    def forward(self, src,
-                mask: Optional[Tensor] = None,
-                src_key_padding_mask: Optional[Tensor] = None,
-                pos: Optional[Tensor] = None):
-        output = src
-
-        for layer in self.layers:
-            output = layer(output, src_mask=mask,
-                           src_key_padding_mask=src_key_padding_mask, pos=pos)
-
-        if self.norm is not None:
-            output = self.norm(output)
-
-        return output
+    def forward(self, x):
+        for layer in self.layers[:-1]:
+            x = F.relu(layer(x))
+        return self.layers[-1](x)
 
 
-class TransformerDecoder(nn.Module):
-
-    def __init__(self, decoder_layer, num_layers, norm=None, return_intermediate=False):
+class Detector(nn.Module):
+    def __init__(self, backbone, transformer, n_classes, n_queries, aux_loss=False):
         super().__init__()
-        self.layers = _get_clones(decoder_layer, num_layers)
-        self.num_layers = num_layers
-        self.norm = norm
-        self.return_intermediate = return_intermediate
+        d = transformer.d_model
+        self.backbone, self.transformer, self.aux_loss = backbone, transformer, aux_loss
+        self.class_embed, self.bbox_embed = nn.Linear(d, n_classes + 1), BoxHead(d, 3)
+        self.query_embed = nn.Embedding(n_queries, d)
+        self.input_proj = nn.Conv2d(backbone.num_channels, d, kernel_size=1)
 
-    def forward(self, tgt, memory,
-                tgt_mask: Optional[Tensor] = None,
-                memory_mask: Optional[Tensor] = None,
-                tgt_key_padding_mask: Optional[Tensor] = None,
-                memory_key_padding_mask: Optional[Tensor] = None,
-                pos: Optional[Tensor] = None,
-                query_pos: Optional[Tensor] = None):
-        output = tgt
-
-        intermediate = []
-
-        for layer in self.layers:
-            output = layer(output, memory, tgt_mask=tgt_mask,
-                           memory_mask=memory_mask,
-                           tgt_key_padding_mask=tgt_key_padding_mask,
-                           memory_key_padding_mask=memory_key_padding_mask,
-                           pos=pos, query_pos=query_pos)
-            if self.return_intermediate:
-                intermediate.append(self.norm(output))
-
-        if self.norm is not None:
-            output = self.norm(output)
-            if self.return_intermediate:
-                intermediate.pop()
-                intermediate.append(output)
-
-        if self.return_intermediate:
-            return torch.stack(intermediate)
-
-        return output.unsqueeze(0)
-
-
-class TransformerEncoderLayer(nn.Module):
-
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1,
-                 activation="relu", normalize_before=False):
-        super().__init__()
-        self.self_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout)
-        # Implementation of Feedforward model
-        self.linear1 = nn.Linear(d_model, dim_feedforward)
-        self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(dim_feedforward, d_model)
-
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-
-        self.activation = _get_activation_fn(activation)
-        self.normalize_before = normalize_before
-
-    def with_pos_embed(self, tensor, pos: Optional[Tensor]):
-        return tensor if pos is None else tensor + pos
-
-    def forward_post(self,
-                     src,
-                     src_mask: Optional[Tensor] = None,
-                     src_key_padding_mask: Optional[Tensor] = None,
-                     pos: Optional[Tensor] = None):
-        q = k = self.with_pos_embed(src, pos)
-        src2 = self.self_attn(q, k, value=src, attn_mask=src_mask,
-                              key_padding_mask=src_key_padding_mask)[0]
-        src = src + self.dropout1(src2)
-        src = self.norm1(src)
-        src2 = self.linear2(self.dropout(self.activation(self.linear1(src))))
-        src = src + self.dropout2(src2)
-        src = self.norm2(src)
-        return src
-
-    def forward_pre(self, src,
-                    src_mask: Optional[Tensor] = None,
-                    src_key_padding_mask: Optional[Tensor] = None,
-                    pos: Optional[Tensor] = None):
-        src2 = self.norm1(src)
-        q = k = self.with_pos_embed(src2, pos)
-        src2 = self.self_attn(q, k, value=src2, attn_mask=src_mask,
-                              key_padding_mask=src_key_padding_mask)[0]
-        src = src + self.dropout1(src2)
-        src2 = self.norm2(src)
-        src2 = self.linear2(self.dropout(self.activation(self.linear1(src2))))
-        src = src + self.dropout2(src2)
-        return src
-
-    def forward(self, src,
-                src_mask: Optional[Tensor] = None,
-                src_key_padding_mask: Optional[Tensor] = None,
-                pos: Optional[Tensor] = None):
-        if self.normalize_before:
-            return self.forward_pre(src, src_mask, src_key_padding_mask, pos)
-        return self.forward_post(src, src_mask, src_key_padding_mask, pos)
-
-
-class TransformerDecoderLayer(nn.Module):
-
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1,
-                 activation="relu", normalize_before=False):
-        super().__init__()
-        self.self_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout)
-        self.multihead_attn = nn.MultiheadAttention(d_model, nhead, dropout=dropout)
-        # Implementation of Feedforward model
-        self.linear1 = nn.Linear(d_model, dim_feedforward)
-        self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(dim_feedforward, d_model)
-
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.norm3 = nn.LayerNorm(d_model)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
-
-        self.activation = _get_activation_fn(activation)
-        self.normalize_before = normalize_before
-
-    def with_pos_embed(self, tensor, pos: Optional[Tensor]):
-        return tensor if pos is None else tensor + pos
-
-    def forward_post(self, tgt, memory,
-                     tgt_mask: Optional[Tensor] = None,
-                     memory_mask: Optional[Tensor] = None,
-                     tgt_key_padding_mask: Optional[Tensor] = None,
-                     memory_key_padding_mask: Optional[Tensor] = None,
-                     pos: Optional[Tensor] = None,
-                     query_pos: Optional[Tensor] = None):
-        q = k = self.with_pos_embed(tgt, query_pos)
-        tgt2 = self.self_attn(q, k, value=tgt, attn_mask=tgt_mask,
-                              key_padding_mask=tgt_key_padding_mask)[0]
-        tgt = tgt + self.dropout1(tgt2)
-        tgt = self.norm1(tgt)
-        tgt2 = self.multihead_attn(query=self.with_pos_embed(tgt, query_pos),
-                                   key=self.with_pos_embed(memory, pos),
-                                   value=memory, attn_mask=memory_mask,
-                                   key_padding_mask=memory_key_padding_mask)[0]
-        tgt = tgt + self.dropout2(tgt2)
-        tgt = self.norm2(tgt)
-        tgt2 = self.linear2(self.dropout(self.activation(self.linear1(tgt))))
-        tgt = tgt + self.dropout3(tgt2)
-        tgt = self.norm3(tgt)
-        return tgt
-
-    def forward_pre(self, tgt, memory,
-                    tgt_mask: Optional[Tensor] = None,
-                    memory_mask: Optional[Tensor] = None,
-                    tgt_key_padding_mask: Optional[Tensor] = None,
-                    memory_key_padding_mask: Optional[Tensor] = None,
-                    pos: Optional[Tensor] = None,
-                    query_pos: Optional[Tensor] = None):
-        tgt2 = self.norm1(tgt)
-        q = k = self.with_pos_embed(tgt2, query_pos)
-        tgt2 = self.self_attn(q, k, value=tgt2, attn_mask=tgt_mask,
-                              key_padding_mask=tgt_key_padding_mask)[0]
-        tgt = tgt + self.dropout1(tgt2)
-        tgt2 = self.norm2(tgt)
-        tgt2 = self.multihead_attn(query=self.with_pos_embed(tgt2, query_pos),
-                                   key=self.with_pos_embed(memory, pos),
-                                   value=memory, attn_mask=memory_mask,
-                                   key_padding_mask=memory_key_padding_mask)[0]
-        tgt = tgt + self.dropout2(tgt2)
-        tgt2 = self.norm3(tgt)
-        tgt2 = self.linear2(self.dropout(self.activation(self.linear1(tgt2))))
-        tgt = tgt + self.dropout3(tgt2)
-        return tgt
-
-    def forward(self, tgt, memory,
-                tgt_mask: Optional[Tensor] = None,
-                memory_mask: Optional[Tensor] = None,
-                tgt_key_padding_mask: Optional[Tensor] = None,
-                memory_key_padding_mask: Optional[Tensor] = None,
-                pos: Optional[Tensor] = None,
-                query_pos: Optional[Tensor] = None):
-        if self.normalize_before:
-            return self.forward_pre(tgt, memory, tgt_mask, memory_mask,
-                                    tgt_key_padding_mask, memory_key_padding_mask, pos, query_pos)
-        return self.forward_post(tgt, memory, tgt_mask, memory_mask,
-                                 tgt_key_padding_mask, memory_key_padding_mask, pos, query_pos)
-
-
-def _get_clones(module, N):
-    return nn.ModuleList([copy.deepcopy(module) for i in range(N)])
-
-
-def _get_activation_fn(activation):
-    \"\"\"Return an activation function given a string\"\"\"
-    if activation == "relu":
-        return F.relu
-    if activation == "gelu":
-        return F.gelu
-    if activation == "glu":
-        return F.glu
-    raise RuntimeError(F"activation should be relu/gelu, not {activation}.")
-
-
-# models/detr.py
-class DETR(nn.Module):
-    \"\"\" This is the DETR module that performs object detection \"\"\"
-    def __init__(self, backbone, transformer, num_classes, num_queries, aux_loss=False):
-        super().__init__()
-        self.num_queries = num_queries
-        self.transformer = transformer
-        hidden_dim = transformer.d_model
-        self.class_embed = nn.Linear(hidden_dim, num_classes + 1)
-        self.bbox_embed = MLP(hidden_dim, hidden_dim, 4, 3)
-        self.query_embed = nn.Embedding(num_queries, hidden_dim)
-        self.input_proj = nn.Conv2d(backbone.num_channels, hidden_dim, kernel_size=1)
-        self.backbone = backbone
-        self.aux_loss = aux_loss
-
-    def forward(self, samples: NestedTensor):
-        if isinstance(samples, (list, torch.Tensor)):
-            samples = nested_tensor_from_tensor_list(samples)
-        features, pos = self.backbone(samples)
-
-        src, mask = features[-1].decompose()
-        assert mask is not None
-        hs = self.transformer(self.input_proj(src), mask, self.query_embed.weight, pos[-1])[0]
-
-        outputs_class = self.class_embed(hs)
-        outputs_coord = self.bbox_embed(hs).sigmoid()
-        out = {'pred_logits': outputs_class[-1], 'pred_boxes': outputs_coord[-1]}
-        if self.aux_loss:
-            out['aux_outputs'] = self._set_aux_loss(outputs_class, outputs_coord)
+    def forward(self, images):
+        if isinstance(images, (list, torch.Tensor)):
+            images = pad_images(images)
+        features, positions = self.backbone(images)
+        x, mask = features[-1].decompose()
+        hs = self.transformer(self.input_proj(x), mask, self.query_embed.weight, positions[-1])[0]
+        logits, boxes = self.class_embed(hs), self.bbox_embed(hs).sigmoid()
+        out = {"pred_logits": logits[-1], "pred_boxes": boxes[-1]}
+        if self.aux_loss:  # every decoder layer but the last is supervised too
+            pairs = zip(logits[:-1], boxes[:-1])
+            out["aux_outputs"] = [{"pred_logits": a, "pred_boxes": b} for a, b in pairs]
         return out
-
-    @torch.jit.unused
-    def _set_aux_loss(self, outputs_class, outputs_coord):
-        # this is a workaround to make torchscript happy, as torchscript
-        # doesn't support dictionary with non-homogeneous values, such
-        # as a dict having both a Tensor and a list.
-        return [{'pred_logits': a, 'pred_boxes': b}
-                for a, b in zip(outputs_class[:-1], outputs_coord[:-1])]
 
 
 class PostProcess(nn.Module):
-    \"\"\" This module converts the model's output into the format expected by the coco api\"\"\"
+    # scores, labels and absolute (x0, y0, x1, y1) boxes per image
     @torch.no_grad()
-    def forward(self, outputs, target_sizes):
-        out_logits, out_bbox = outputs['pred_logits'], outputs['pred_boxes']
-
-        assert len(out_logits) == len(target_sizes)
-        assert target_sizes.shape[1] == 2
-
-        prob = F.softmax(out_logits, -1)
-        scores, labels = prob[..., :-1].max(-1)
-
-        # convert to [x0, y0, x1, y1] format
-        boxes = box_cxcywh_to_xyxy(out_bbox)
-        # and from relative [0, 1] to absolute [0, height] coordinates
-        img_h, img_w = target_sizes.unbind(1)
-        scale_fct = torch.stack([img_w, img_h, img_w, img_h], dim=1)
-        boxes = boxes * scale_fct[:, None, :]
-
-        results = [{'scores': s, 'labels': l, 'boxes': b} for s, l, b in zip(scores, labels, boxes)]
-
-        return results
+    def forward(self, outputs, sizes):
+        logits, boxes = outputs["pred_logits"], outputs["pred_boxes"]
+        assert len(logits) == len(sizes) and sizes.shape[1] == 2
+        scores, labels = F.softmax(logits, -1)[..., :-1].max(-1)  # the no-object class left out
+        height, width = sizes.unbind(1)
+        scale = torch.stack([width, height, width, height], dim=1)
+        boxes = cxcywh_to_corners(boxes) * scale[:, None, :]
+        return [{"scores": s, "labels": l, "boxes": b} for s, l, b in zip(scores, labels, boxes)]
 
 
-def build(train_backbone, return_interm_layers, normalize_before, aux_loss, hidden_dim=16, num_queries=4):
-    backbone = Backbone("resnet50", train_backbone, return_interm_layers, False)
-    model = Joiner(backbone, PositionEmbeddingSine(hidden_dim // 2, normalize=True))
-    model.num_channels = backbone.num_channels
-    transformer = Transformer(d_model=hidden_dim, dropout=0.0, nhead=2, dim_feedforward=32,
-                              num_encoder_layers=1, num_decoder_layers=2,
-                              normalize_before=normalize_before, return_intermediate_dec=True)
-    return DETR(model, transformer, num_classes=3, num_queries=num_queries, aux_loss=aux_loss)
+def build(train_backbone, all_levels, pre_norm, aux_loss, d=16, n_queries=4):
+    backbone = Backbone(train_backbone, all_levels)
+    joined = WithPositions(backbone, SinePositions(d // 2, normalize=True))
+    joined.num_channels = backbone.num_channels
+    transformer = DetectionTransformer(d, heads=2, ff=32, n_enc=1, n_dec=2, pre_norm=pre_norm)
+    return Detector(joined, transformer, n_classes=3, n_queries=n_queries, aux_loss=aux_loss)
 """
+
+DETR_STEPS = [
+    (
+        "        total.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)\n"
+        "        optimizer.step()",
+        "        grads = total.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 0.1)\n"
+        "        optimizer.step(grads)",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -628,8 +466,7 @@ def build(train_backbone, return_interm_layers, normalize_before, aux_loss, hidd
 def test_detr_model_backbone_transformer_and_postprocess_match_torch(
     train_backbone, interm, pre_norm, aux
 ):
-    source = DETR_SOURCE + DETR_MODEL_SOURCE
-    theirs, ours = both(source, DETR_STEP, linear_sum_assignment=linear_sum_assignment)
+    theirs, ours = both(DETR_MODEL_SOURCE, DETR_STEPS, linear_sum_assignment=linear_sum_assignment)
     rng = np.random.default_rng(32)
     sizes = [(28, 20), (20, 24), (24, 24), (16, 28)]
     images = [rng.standard_normal((3, h, w)) for h, w in sizes]
@@ -663,16 +500,14 @@ def test_detr_model_backbone_transformer_and_postprocess_match_torch(
         loaded["backbone.0.body.bn1.num_batches_tracked"] = lib.tensor(5)
         model.load_state_dict(loaded)
         assert "backbone.0.body.bn1.num_batches_tracked" not in model.state_dict()
-        matcher = names["HungarianMatcher"](cost_class=1, cost_bbox=5, cost_giou=2)
+        matcher = names["Matcher"](w_class=1, w_l1=5, w_giou=2)
         weight_dict = {"loss_ce": 1, "loss_bbox": 5, "loss_giou": 2}
         if aux:
             aux_weight_dict = {}
             for i in range(2 - 1):
                 aux_weight_dict.update({k + f"_{i}": v for k, v in weight_dict.items()})
             weight_dict.update(aux_weight_dict)
-        criterion = names["SetCriterion"](
-            3, matcher, weight_dict, eos_coef=0.1, losses=["labels", "boxes", "cardinality"]
-        )
+        criterion = names["SetLoss"](3, matcher, weight_dict, no_object_weight=0.1)
         batches = [
             (
                 [lib.tensor(images[i], dtype=lib.float32) for i in pair],
@@ -686,9 +521,9 @@ def test_detr_model_backbone_transformer_and_postprocess_match_torch(
             )
             for pair in ((0, 1), (2, 3), (1, 2))
         ]
-        nested = names["nested_tensor_from_tensor_list"](batches[0][0])
+        nested = names["pad_images"](batches[0][0])
         record = [trainable, nested.tensors.numpy(), nested.mask.numpy()]
-        record += names["train"](model, criterion, batches)
+        record += names["fit"](model, criterion, batches)
         model.eval()
         outputs = model(batches[1][0])
         results = names["PostProcess"]()(outputs, lib.tensor([[480, 640], [300, 400]]))
@@ -715,28 +550,25 @@ def test_detr_model_backbone_transformer_and_postprocess_match_torch(
 
 
 RENAMING_SOURCE = """
-class Renamed(nn.Module):
-    # a layer whose checkpoints from an older version call its weight 'w'
+class Versioned(nn.Module):
+    # older checkpoints of this layer stored its weight under the key 'w'
     def __init__(self):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(2, 3))
+        self.weight = nn.Parameter(torch.zeros((2, 3)))
         self.inner = nn.Linear(3, 2)
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict,
-                              missing_keys, unexpected_keys, error_msgs):
-        old = prefix + 'w'
-        if old in state_dict:
-            state_dict[prefix + 'weight'] = state_dict.pop(old)
-        if prefix + 'bad' in state_dict:
-            error_msgs.append('bad entry for ' + prefix)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict,
-                                      missing_keys, unexpected_keys, error_msgs)
+    def _load_from_state_dict(self, state, prefix, metadata, strict, missing, unexpected, errors):
+        if prefix + 'w' in state:  # the old name: move it to the new one
+            state[prefix + 'weight'] = state.pop(prefix + 'w')
+        if prefix + 'bad' in state:
+            errors.append('bad entry for ' + prefix)
+        super()._load_from_state_dict(state, prefix, metadata, strict, missing, unexpected, errors)
 
 
 class Holder(nn.Module):
     def __init__(self):
         super().__init__()
-        self.block = Renamed()
+        self.block = Versioned()
 """
 
 
