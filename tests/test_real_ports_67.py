@@ -1,28 +1,27 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued from ``tests/test_real_ports_66.py`` (the
-harness: ``tests/real_ports.py``):
+# ruff: noqa: E501  (the embedded programs and the port steps run past 100 columns)
+"""Programs written here in the style of two research repositories, each run under torch and,
+ported, under retrograd from the same weights and draws (the harness: ``tests/real_ports.py``;
+continued from ``tests/test_real_ports_66.py``):
 
-- TransE as mklimasz/TransE-PyTorch writes it (``model.py``'s ``TransE``, ``data.py``'s
-  ``FB15KDataset`` and ``create_mappings``, ``metric.py``'s ``hit_at_k`` and ``mrr``,
-  ``main.py``'s training loop and ``test``), small: ``nn.Embedding(..., padding_idx=...)``
-  tables filled by ``weight.data.uniform_`` and renormalised in place by
-  ``weight.data[:-1, :].div_(weight.data[:-1, :].norm(p=1, dim=1, keepdim=True))``,
-  ``nn.MarginRankingLoss(margin=..., reduction='none')`` against ``torch.tensor([-1],
-  dtype=torch.long)``, corrupted triples from ``torch.randint(high=2, size=...)`` and
-  ``torch.where``, ``loss.nonzero().size()[0]``, ``torch.arange(end=n).unsqueeze(0).repeat``,
-  ``topk(k=k, largest=False)``, ``argsort()`` and ``(indices == ground_truth).nonzero()[:, 1]
-  .float().add(1.0)``.
-- QMIX as oxwhirl/pymarl writes it (``modules/mixers/qmix.py``'s ``QMixer``,
-  ``modules/agents/rnn_agent.py``'s ``RNNAgent``, ``controllers/basic_controller.py``'s
-  ``_build_inputs``/``init_hidden``, ``learners/q_learner.py``'s ``train``), small, under
-  ``import torch as th``: ``self.fc1.weight.new(1, n).zero_()`` as the hidden state,
-  ``nn.GRUCell``, ``th.eye(n).unsqueeze(0).expand(bs, -1, -1)``, hypernetworks' weights
-  through ``th.abs`` and ``th.bmm``, ``F.elu``, ``th.gather(..., dim=3, index=actions)``,
-  ``target_mac_out[avail_actions[:, 1:] == 0] = -9999999`` (a boolean mask over four
-  dimensions), the double-Q ``max(dim=3, keepdim=True)[1]``, ``mask[:, 1:] = mask[:, 1:] * (1 -
-  terminated[:, :-1])``, ``mask.expand_as``, ``RMSprop(params=..., alpha=..., eps=...)`` over a
-  list of both modules' parameters, ``clip_grad_norm_`` and targets refreshed by
-  ``load_state_dict``.
+- TransE in the style of mklimasz/TransE-PyTorch, small, on triples read from text files:
+  ``nn.Embedding(..., padding_idx=...)`` tables filled by ``weight.data.uniform_`` and
+  renormalised in place by ``weight.data[:-1, :].div_(weight.data[:-1, :].norm(p=1, dim=1,
+  keepdim=True))``, ``nn.MarginRankingLoss(margin=..., reduction='none')`` against
+  ``torch.tensor([-1], dtype=torch.long)``, corrupted triples from ``torch.randint(high=2,
+  size=...)`` and ``torch.where``, ``loss.data.cpu().nonzero().size()[0]``,
+  ``torch.arange(end=n).unsqueeze(0).repeat``, ``topk(k=k, largest=False)``, ``argsort()`` and
+  ``(order == truth).nonzero()[:, 1].float().add(1.0)``.
+- QMIX in the style of oxwhirl/pymarl (the mixer, the recurrent agent, the shared controller
+  and the Q-learner), small, under ``import torch as th``: ``self.inp.weight.new(1,
+  n).zero_()`` as the initial state, ``nn.GRUCell``, ``th.eye(n).unsqueeze(0).expand(b, -1,
+  -1)``, hypernetworks' weights through ``th.abs`` and ``th.bmm``, ``F.elu``,
+  ``th.gather(..., dim=3, index=actions)``, ``target_qs[avail[:, 1:] == 0] = -9999999`` (a
+  boolean mask over four dimensions), the double-Q ``max(dim=3, keepdim=True)[1]``,
+  ``mask[:, 1:] = mask[:, 1:] * (1 - terminated[:, :-1])``, ``mask.expand_as``,
+  ``RMSprop(params=..., alpha=..., eps=...)`` over a list of both modules' parameters,
+  ``clip_grad_norm_``, ``copy.deepcopy`` targets refreshed by ``load_state_dict``.
+
+One regression is guarded on its own: ``torch.arange(end=n)`` (the start keyword left out).
 """
 
 from __future__ import annotations
@@ -72,258 +71,142 @@ class SharedRandint:
 
 
 TRANSE_SOURCE = """
-from collections import Counter
-from typing import Mapping, Tuple
+import collections
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-from torch.utils import data
-from torch.utils import data as torch_data
+from torch.utils import data as tud
 
 
-def create_mappings(dataset_path: str) -> Tuple[Mapping[str, int], Mapping[str, int]]:
-    \"\"\"Creates separate mappings to indices for entities and relations.\"\"\"
-    # counters to have entities/relations sorted from most frequent
-    entity_counter = Counter()
-    relation_counter = Counter()
-    with open(dataset_path, "r") as f:
-        for line in f:
-            # -1 to remove newline sign
-            head, relation, tail = line[:-1].split("\\t")
-            entity_counter.update([head, tail])
-            relation_counter.update([relation])
-    entity2id = {}
-    relation2id = {}
-    for idx, (mid, _) in enumerate(entity_counter.most_common()):
-        entity2id[mid] = idx
-    for idx, (relation, _) in enumerate(relation_counter.most_common()):
-        relation2id[relation] = idx
-    return entity2id, relation2id
+def read_triples(path):
+    with open(path) as f:
+        return [line.rstrip("\\n").split("\\t") for line in f]
 
 
-class FB15KDataset(data.Dataset):
-    \"\"\"Dataset implementation for handling FB15K and FB15K-237.\"\"\"
+def index_vocab(path):
+    # ids by frequency, the most frequent first (ties in first-seen order)
+    entities, relations = collections.Counter(), collections.Counter()
+    for h, r, t in read_triples(path):
+        entities.update([h, t])
+        relations.update([r])
+    entity_ids = {name: i for i, (name, _) in enumerate(entities.most_common())}
+    relation_ids = {name: i for i, (name, _) in enumerate(relations.most_common())}
+    return entity_ids, relation_ids
 
-    def __init__(self, data_path: str, entity2id: Mapping[str, int], relation2id: Mapping[str, int]):
-        self.entity2id = entity2id
-        self.relation2id = relation2id
-        with open(data_path, "r") as f:
-            # data in tuples (head, relation, tail)
-            self.data = [line[:-1].split("\\t") for line in f]
+
+class Triples(tud.Dataset):
+    def __init__(self, path, entity_ids, relation_ids):
+        self.rows = read_triples(path)
+        self.entity_ids, self.relation_ids = entity_ids, relation_ids
 
     def __len__(self):
-        \"\"\"Denotes the total number of samples.\"\"\"
-        return len(self.data)
+        return len(self.rows)
 
-    def __getitem__(self, index):
-        \"\"\"Returns (head id, relation id, tail id).\"\"\"
-        head, relation, tail = self.data[index]
-        head_id = self._to_idx(head, self.entity2id)
-        relation_id = self._to_idx(relation, self.relation2id)
-        tail_id = self._to_idx(tail, self.entity2id)
-        return head_id, relation_id, tail_id
-
-    @staticmethod
-    def _to_idx(key: str, mapping: Mapping[str, int]) -> int:
-        try:
-            return mapping[key]
-        except KeyError:
-            return len(mapping)
+    def __getitem__(self, i):
+        h, r, t = self.rows[i]
+        ents, rels = self.entity_ids, self.relation_ids
+        # a name never seen in training maps to the extra (padding) row
+        return ents.get(h, len(ents)), rels.get(r, len(rels)), ents.get(t, len(ents))
 
 
 class TransE(nn.Module):
+    # a true triple should have h + r close to t: its score is the p-norm of h + r - t
+    def __init__(self, n_entities, n_relations, dim=100, p=1, margin=1.0, device=None):
+        super().__init__()
+        self.p, self.device = p, device
+        bound = 6 / np.sqrt(dim)
+        self.ent = nn.Embedding(n_entities + 1, dim, padding_idx=n_entities)
+        self.ent.weight.data.uniform_(-bound, bound)
+        self.rel = nn.Embedding(n_relations + 1, dim, padding_idx=n_relations)
+        self.rel.weight.data.uniform_(-bound, bound)
+        # every relation but the padding row (whose norm may be 0) to unit L1 norm
+        self.rel.weight.data[:-1, :].div_(self.rel.weight.data[:-1, :].norm(p=1, dim=1, keepdim=True))
+        self.ranking = nn.MarginRankingLoss(margin=margin, reduction='none')
 
-    def __init__(self, entity_count, relation_count, device, norm=1, dim=100, margin=1.0):
-        super(TransE, self).__init__()
-        self.entity_count = entity_count
-        self.relation_count = relation_count
-        self.device = device
-        self.norm = norm
-        self.dim = dim
-        self.entities_emb = self._init_enitity_emb()
-        self.relations_emb = self._init_relation_emb()
-        self.criterion = nn.MarginRankingLoss(margin=margin, reduction='none')
+    def score(self, triples):
+        h, r, t = triples[:, 0], triples[:, 1], triples[:, 2]
+        return (self.ent(h) + self.rel(r) - self.ent(t)).norm(p=self.p, dim=1)
 
-    def _init_enitity_emb(self):
-        entities_emb = nn.Embedding(num_embeddings=self.entity_count + 1,
-                                    embedding_dim=self.dim,
-                                    padding_idx=self.entity_count)
-        uniform_range = 6 / np.sqrt(self.dim)
-        entities_emb.weight.data.uniform_(-uniform_range, uniform_range)
-        return entities_emb
-
-    def _init_relation_emb(self):
-        relations_emb = nn.Embedding(num_embeddings=self.relation_count + 1,
-                                     embedding_dim=self.dim,
-                                     padding_idx=self.relation_count)
-        uniform_range = 6 / np.sqrt(self.dim)
-        relations_emb.weight.data.uniform_(-uniform_range, uniform_range)
-        # -1 to avoid nan for OOV vector
-        relations_emb.weight.data[:-1, :].div_(relations_emb.weight.data[:-1, :].norm(p=1, dim=1, keepdim=True))
-        return relations_emb
-
-    def forward(self, positive_triplets: torch.LongTensor, negative_triplets: torch.LongTensor):
-        \"\"\"Return model losses based on the input.\"\"\"
-        # -1 to avoid nan for OOV vector
-        self.entities_emb.weight.data[:-1, :].div_(self.entities_emb.weight.data[:-1, :].norm(p=2, dim=1, keepdim=True))
-
-        assert positive_triplets.size()[1] == 3
-        positive_distances = self._distance(positive_triplets)
-
-        assert negative_triplets.size()[1] == 3
-        negative_distances = self._distance(negative_triplets)
-
-        return self.loss(positive_distances, negative_distances), positive_distances, negative_distances
-
-    def predict(self, triplets: torch.LongTensor):
-        \"\"\"Calculated dissimilarity score for given triplets.\"\"\"
-        return self._distance(triplets)
-
-    def loss(self, positive_distances, negative_distances):
-        target = torch.tensor([-1], dtype=torch.long, device=self.device)
-        return self.criterion(positive_distances, negative_distances, target)
-
-    def _distance(self, triplets):
-        \"\"\"Triplets should have shape Bx3 where dim 3 = head id, relation id, tail id.\"\"\"
-        assert triplets.size()[1] == 3
-        heads = triplets[:, 0]
-        relations = triplets[:, 1]
-        tails = triplets[:, 2]
-        return (self.entities_emb(heads) + self.relations_emb(relations) - self.entities_emb(tails)).norm(p=self.norm,
-                                                                                                          dim=1)
+    def forward(self, positive, negative):
+        # the entities back onto the unit sphere before each step
+        self.ent.weight.data[:-1, :].div_(self.ent.weight.data[:-1, :].norm(p=2, dim=1, keepdim=True))
+        pos, neg = self.score(positive), self.score(negative)
+        # target -1: the positive distance should be the smaller one, by the margin
+        wanted = torch.tensor([-1], dtype=torch.long, device=self.device)
+        return self.ranking(pos, neg, wanted), pos, neg
 
 
-def hit_at_k(predictions: torch.Tensor, ground_truth_idx: torch.Tensor, device: torch.device, k: int = 10) -> int:
-    \"\"\"Calculates number of hits@k.\"\"\"
-    assert predictions.size(0) == ground_truth_idx.size(0)
-
-    zero_tensor = torch.tensor([0], device=device)
-    one_tensor = torch.tensor([1], device=device)
-    _, indices = predictions.topk(k=k, largest=False)
-    return torch.where(indices == ground_truth_idx, one_tensor, zero_tensor).sum().item()
+def hits(scores, truth, k):
+    _, best = scores.topk(k=k, largest=False)
+    return torch.where(best == truth, torch.tensor([1]), torch.tensor([0])).sum().item()
 
 
-def mrr(predictions: torch.Tensor, ground_truth_idx: torch.Tensor) -> float:
-    \"\"\"Calculates mean reciprocal rank (MRR) for given predictions and ground truth values.\"\"\"
-    indices = predictions.argsort()
-    return (1.0 / (indices == ground_truth_idx).nonzero()[:, 1].float().add(1.0)).sum().item()
+def reciprocal_ranks(scores, truth):
+    order = scores.argsort()
+    return (1.0 / (order == truth).nonzero()[:, 1].float().add(1.0)).sum().item()
 
 
-def test(model: torch.nn.Module, data_generator: torch_data.DataLoader, entities_count: int,
-         device: torch.device, epoch_id: int, metric_suffix: str,
-         ) -> Tuple[float, float, float, float]:
-    examples_count = 0.0
-    hits_at_1 = 0.0
-    hits_at_3 = 0.0
-    hits_at_10 = 0.0
-    mrr_sum = 0.0
-
-    entity_ids = torch.arange(end=entities_count, device=device).unsqueeze(0)
-    for head, relation, tail in data_generator:
-        current_batch_size = head.size()[0]
-
-        head, relation, tail = head.to(device), relation.to(device), tail.to(device)
-        all_entities = entity_ids.repeat(current_batch_size, 1)
-        heads = head.reshape(-1, 1).repeat(1, all_entities.size()[1])
-        relations = relation.reshape(-1, 1).repeat(1, all_entities.size()[1])
-        tails = tail.reshape(-1, 1).repeat(1, all_entities.size()[1])
-
-        # Check all possible tails
-        triplets = torch.stack((heads, relations, all_entities), dim=2).reshape(-1, 3)
-        tails_predictions = model.predict(triplets).reshape(current_batch_size, -1)
-        # Check all possible heads
-        triplets = torch.stack((all_entities, relations, tails), dim=2).reshape(-1, 3)
-        heads_predictions = model.predict(triplets).reshape(current_batch_size, -1)
-
-        # Concat predictions
-        predictions = torch.cat((tails_predictions, heads_predictions), dim=0)
-        ground_truth_entity_id = torch.cat((tail.reshape(-1, 1), head.reshape(-1, 1)))
-
-        hits_at_1 += hit_at_k(predictions, ground_truth_entity_id, device=device, k=1)
-        hits_at_3 += hit_at_k(predictions, ground_truth_entity_id, device=device, k=3)
-        hits_at_10 += hit_at_k(predictions, ground_truth_entity_id, device=device, k=10)
-        mrr_sum += mrr(predictions, ground_truth_entity_id)
-
-        examples_count += predictions.size()[0]
-
-    hits_at_1_score = hits_at_1 / examples_count * 100
-    hits_at_3_score = hits_at_3 / examples_count * 100
-    hits_at_10_score = hits_at_10 / examples_count * 100
-    mrr_score = mrr_sum / examples_count * 100
-    record.append([hits_at_1_score, hits_at_3_score, hits_at_10_score, mrr_score])
-    return hits_at_1_score, hits_at_3_score, hits_at_10_score, mrr_score
+def evaluate(model, loader, n_entities, device):
+    # rank the true tail among all tails, and the true head among all heads
+    sums, count = [0.0, 0.0, 0.0, 0.0], 0.0
+    candidates = torch.arange(end=n_entities, device=device).unsqueeze(0)
+    for h, r, t in loader:
+        b = h.size()[0]
+        every = candidates.repeat(b, 1)
+        hs, rs, ts = (x.reshape(-1, 1).repeat(1, every.size()[1]) for x in (h, r, t))
+        tail_scores = model.score(torch.stack((hs, rs, every), dim=2).reshape(-1, 3)).reshape(b, -1)
+        head_scores = model.score(torch.stack((every, rs, ts), dim=2).reshape(-1, 3)).reshape(b, -1)
+        scores = torch.cat((tail_scores, head_scores), dim=0)
+        truth = torch.cat((t.reshape(-1, 1), h.reshape(-1, 1)))
+        for i, k in enumerate((1, 3, 10)):
+            sums[i] += hits(scores, truth, k)
+        sums[3] += reciprocal_ranks(scores, truth)
+        count += scores.size()[0]
+    summary = [s / count * 100 for s in sums]
+    record.append(summary)
+    return summary
 
 
-def main(train_path, validation_path, batch_size=4, vector_length=8, margin=1.0, norm=1,
-         learning_rate=0.01, epochs=2):
+def main(train_path, valid_path, batch_size=4, dim=8, margin=1.0, p=1, lr=0.01, epochs=2):
     device = torch.device('cpu')
-    entity2id, relation2id = create_mappings(train_path)
-    train_set = FB15KDataset(train_path, entity2id, relation2id)
-    train_generator = torch_data.DataLoader(train_set, batch_size=batch_size)
-    validation_set = FB15KDataset(validation_path, entity2id, relation2id)
-    validation_generator = torch_data.DataLoader(validation_set, batch_size=batch_size)
-
-    model = TransE(entity_count=len(entity2id), relation_count=len(relation2id), dim=vector_length,
-                   margin=margin, device=device, norm=norm)  # type: torch.nn.Module
+    entity_ids, relation_ids = index_vocab(train_path)
+    train_loader = tud.DataLoader(Triples(train_path, entity_ids, relation_ids), batch_size=batch_size)
+    valid_loader = tud.DataLoader(Triples(valid_path, entity_ids, relation_ids), batch_size=batch_size)
+    model = TransE(len(entity_ids), len(relation_ids), dim=dim, p=p, margin=margin, device=device)
     initialize(model)
-    model = model.to(device)
-    optimizer = optim.SGD(model.parameters(), lr=learning_rate)
-    step = 0
-
-    for epoch_id in range(1, epochs + 1):
-        print("Starting epoch: ", epoch_id)
-        loss_impacting_samples_count = 0
-        samples_count = 0
+    optimizer = optim.SGD(model.parameters(), lr=lr)
+    for epoch in range(1, epochs + 1):
         model.train()
-
-        for local_heads, local_relations, local_tails in train_generator:
-            local_heads, local_relations, local_tails = (local_heads.to(device), local_relations.to(device),
-                                                         local_tails.to(device))
-
-            positive_triples = torch.stack((local_heads, local_relations, local_tails), dim=1)
-
-            # Preparing negatives.
-            # Generate binary tensor to replace either head or tail. 1 means replace head, 0 means replace tail.
-            head_or_tail = torch.randint(high=2, size=local_heads.size(), device=device)
-            random_entities = torch.randint(high=len(entity2id), size=local_heads.size(), device=device)
-            broken_heads = torch.where(head_or_tail == 1, random_entities, local_heads)
-            broken_tails = torch.where(head_or_tail == 0, random_entities, local_tails)
-            negative_triples = torch.stack((broken_heads, local_relations, broken_tails), dim=1)
-
+        active, seen = 0, 0
+        for h, r, t in train_loader:
+            h, r, t = h.to(device), r.to(device), t.to(device)
+            positive = torch.stack((h, r, t), dim=1)
+            # corrupt each triple's head (coin 1) or tail (coin 0) with a random entity
+            coin = torch.randint(high=2, size=h.size(), device=device)
+            other = torch.randint(high=len(entity_ids), size=h.size(), device=device)
+            corrupt_h, corrupt_t = torch.where(coin == 1, other, h), torch.where(coin == 0, other, t)
+            negative = torch.stack((corrupt_h, r, corrupt_t), dim=1)
             optimizer.zero_grad()
-
-            loss, pd, nd = model(positive_triples, negative_triples)
+            loss, pos, neg = model(positive, negative)
             loss.mean().backward()
-
-            record.append([loss.mean().data.cpu().numpy(), pd.sum().data.cpu().numpy(), nd.sum().data.cpu().numpy()])
-
-            loss = loss.data.cpu()
-            loss_impacting_samples_count += loss.nonzero().size()[0]
-            samples_count += loss.size()[0]
-
             optimizer.step()
-            step += 1
-
-        print("Loss impacting samples: %d of %d" % (loss_impacting_samples_count, samples_count))
+            record.append([x.data.cpu().numpy() for x in (loss.mean(), pos.sum(), neg.sum())])
+            active += loss.data.cpu().nonzero().size()[0]
+            seen += loss.size()[0]
+        print("epoch %d: %d of %d triples inside the margin" % (epoch, active, seen))
         model.eval()
-        _, _, hits_at_10, _ = test(model=model, data_generator=validation_generator,
-                                   entities_count=len(entity2id), device=device,
-                                   epoch_id=epoch_id, metric_suffix="val")
-        print("hits@10 %.2f" % hits_at_10)
-    record.append({k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
+        print("hits@10 %.2f" % evaluate(model, valid_loader, len(entity_ids), device)[2])
+    record.append({name: t.detach().numpy().copy() for name, t in model.state_dict().items()})
 """
 
 TRANSE_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.optim as optim\nfrom torch.utils import data\nfrom torch.utils import data as torch_data\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\nfrom retrograd.utils import data\nfrom retrograd.utils import data as torch_data\n",
+        "import torch\nimport torch.nn as nn\nimport torch.optim as optim\nfrom torch.utils import data as tud\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\nfrom retrograd.utils import data as tud\n",
     ),
-    (
-        "            loss.mean().backward()\n",
-        "            grads = loss.mean().backward()\n",
-    ),
+    ("            loss.mean().backward()\n", "            grads = loss.mean().backward()\n"),
     ("            optimizer.step()\n", "            optimizer.step(grads)\n"),
 ]
 
@@ -344,7 +227,7 @@ def test_transe_trains_as_torch(capsys, tmp_path):
         for h, r, t in zip(heads, rng.integers(0, 3, 16), rng.integers(0, 12, 16))
     ]
     train_path = _write_triples(tmp_path / "train.txt", triples)
-    # one unseen entity: ``_to_idx`` maps it to the padding row
+    # one unseen entity: the dataset maps it to the padding row
     validation_path = _write_triples(
         tmp_path / "valid.txt", triples[:5] + [(entities[0], relations[1], "/m/unseen")]
     )
@@ -359,7 +242,7 @@ def test_transe_trains_as_torch(capsys, tmp_path):
         records.append(record)
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
-    assert "Loss impacting samples" in logs[0]
+    assert "triples inside the margin" in logs[0]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
 
 
@@ -369,287 +252,151 @@ import copy
 import numpy as np
 import torch as th
 import torch.nn as nn
-import torch.nn.functional as F
-from torch.optim import RMSprop
+from torch.nn import functional as F
+from torch import optim
 
 
-class QMixer(nn.Module):
-    def __init__(self, args):
-        super(QMixer, self).__init__()
+class Mixer(nn.Module):
+    # Q_tot, monotonic in each agent's Q: the mixing weights come from hypernetworks of the
+    # state, made non-negative by abs
+    def __init__(self, cfg):
+        super().__init__()
+        self.n = cfg.n_agents
+        self.state_dim = int(np.prod(cfg.state_shape))
+        self.e = cfg.mixing_embed_dim
+        hyper = cfg.hypernet_embed
+        self.w1 = nn.Sequential(nn.Linear(self.state_dim, hyper), nn.ReLU(), nn.Linear(hyper, self.e * self.n))
+        self.b1 = nn.Linear(self.state_dim, self.e)
+        self.w2 = nn.Sequential(nn.Linear(self.state_dim, hyper), nn.ReLU(), nn.Linear(hyper, self.e))
+        self.value = nn.Sequential(nn.Linear(self.state_dim, self.e), nn.ReLU(), nn.Linear(self.e, 1))
 
-        self.args = args
-        self.n_agents = args.n_agents
-        self.state_dim = int(np.prod(args.state_shape))
-
-        self.embed_dim = args.mixing_embed_dim
-
-        if getattr(args, "hypernet_layers", 1) == 1:
-            self.hyper_w_1 = nn.Linear(self.state_dim, self.embed_dim * self.n_agents)
-            self.hyper_w_final = nn.Linear(self.state_dim, self.embed_dim)
-        elif getattr(args, "hypernet_layers", 1) == 2:
-            hypernet_embed = self.args.hypernet_embed
-            self.hyper_w_1 = nn.Sequential(nn.Linear(self.state_dim, hypernet_embed),
-                                           nn.ReLU(),
-                                           nn.Linear(hypernet_embed, self.embed_dim * self.n_agents))
-            self.hyper_w_final = nn.Sequential(nn.Linear(self.state_dim, hypernet_embed),
-                                           nn.ReLU(),
-                                           nn.Linear(hypernet_embed, self.embed_dim))
-        elif getattr(args, "hypernet_layers", 1) > 2:
-            raise Exception("Sorry >2 hypernet layers is not implemented!")
-        else:
-            raise Exception("Error setting number of hypernet layers.")
-
-        # State dependent bias for hidden layer
-        self.hyper_b_1 = nn.Linear(self.state_dim, self.embed_dim)
-
-        # V(s) instead of a bias for the last layers
-        self.V = nn.Sequential(nn.Linear(self.state_dim, self.embed_dim),
-                               nn.ReLU(),
-                               nn.Linear(self.embed_dim, 1))
-
-    def forward(self, agent_qs, states):
-        bs = agent_qs.size(0)
-        states = states.reshape(-1, self.state_dim)
-        agent_qs = agent_qs.view(-1, 1, self.n_agents)
-        # First layer
-        w1 = th.abs(self.hyper_w_1(states))
-        b1 = self.hyper_b_1(states)
-        w1 = w1.view(-1, self.n_agents, self.embed_dim)
-        b1 = b1.view(-1, 1, self.embed_dim)
-        hidden = F.elu(th.bmm(agent_qs, w1) + b1)
-        # Second layer
-        w_final = th.abs(self.hyper_w_final(states))
-        w_final = w_final.view(-1, self.embed_dim, 1)
-        # State-dependent bias
-        v = self.V(states).view(-1, 1, 1)
-        # Compute final output
-        y = th.bmm(hidden, w_final) + v
-        # Reshape and return
-        q_tot = y.view(bs, -1, 1)
-        return q_tot
+    def forward(self, qs, states):
+        b = qs.size(0)
+        s = states.reshape(-1, self.state_dim)
+        qs = qs.view(-1, 1, self.n)
+        w1 = th.abs(self.w1(s)).view(-1, self.n, self.e)
+        hidden = F.elu(th.bmm(qs, w1) + self.b1(s).view(-1, 1, self.e))
+        w2 = th.abs(self.w2(s)).view(-1, self.e, 1)
+        return (th.bmm(hidden, w2) + self.value(s).view(-1, 1, 1)).view(b, -1, 1)
 
 
-class RNNAgent(nn.Module):
-    def __init__(self, input_shape, args):
-        super(RNNAgent, self).__init__()
-        self.args = args
+class RecurrentAgent(nn.Module):
+    def __init__(self, n_in, cfg):
+        super().__init__()
+        self.width = cfg.rnn_hidden_dim
+        self.inp = nn.Linear(n_in, self.width)
+        self.cell = nn.GRUCell(self.width, self.width)
+        self.q = nn.Linear(self.width, cfg.n_actions)
 
-        self.fc1 = nn.Linear(input_shape, args.rnn_hidden_dim)
-        self.rnn = nn.GRUCell(args.rnn_hidden_dim, args.rnn_hidden_dim)
-        self.fc2 = nn.Linear(args.rnn_hidden_dim, args.n_actions)
+    def initial_state(self):
+        return self.inp.weight.new(1, self.width).zero_()  # the model's device and dtype
 
-    def init_hidden(self):
-        # make hidden states on same device as model
-        return self.fc1.weight.new(1, self.args.rnn_hidden_dim).zero_()
-
-    def forward(self, inputs, hidden_state):
-        x = F.relu(self.fc1(inputs))
-        h_in = hidden_state.reshape(-1, self.args.rnn_hidden_dim)
-        h = self.rnn(x, h_in)
-        q = self.fc2(h)
-        return q, h
+    def forward(self, x, h):
+        h = self.cell(F.relu(self.inp(x)), h.reshape(-1, self.width))
+        return self.q(h), h
 
 
-# This multi-agent controller shares parameters between agents
-class BasicMAC:
-    def __init__(self, scheme, groups, args):
-        self.n_agents = args.n_agents
-        self.args = args
-        input_shape = self._get_input_shape(scheme)
-        self._build_agents(input_shape)
-        self.agent_output_type = args.agent_output_type
+class SharedController:
+    # one network for every agent, told apart by a one-hot id among its inputs
+    def __init__(self, cfg):
+        self.n = cfg.n_agents
+        self.agent = RecurrentAgent(cfg.obs_dim + cfg.n_actions + cfg.n_agents, cfg)
+        self.h = None
 
-        self.hidden_states = None
+    def reset(self, b):
+        self.h = self.agent.initial_state().unsqueeze(0).expand(b, self.n, -1)
 
-    def forward(self, ep_batch, t, test_mode=False):
-        agent_inputs = self._build_inputs(ep_batch, t)
-        avail_actions = ep_batch["avail_actions"][:, t]
-        agent_outs, self.hidden_states = self.agent(agent_inputs, self.hidden_states)
-        return agent_outs.view(ep_batch.batch_size, self.n_agents, -1)
+    def inputs(self, batch, t):
+        b = batch.batch_size
+        onehot = batch["actions_onehot"]
+        last = th.zeros_like(onehot[:, t]) if t == 0 else onehot[:, t - 1]
+        ids = th.eye(self.n, device=batch.device).unsqueeze(0).expand(b, -1, -1)
+        return th.cat([x.reshape(b * self.n, -1) for x in (batch["obs"][:, t], last, ids)], dim=1)
 
-    def init_hidden(self, batch_size):
-        self.hidden_states = self.agent.init_hidden().unsqueeze(0).expand(batch_size, self.n_agents, -1)  # bav
-
-    def parameters(self):
-        return self.agent.parameters()
-
-    def load_state(self, other_mac):
-        self.agent.load_state_dict(other_mac.agent.state_dict())
-
-    def _build_agents(self, input_shape):
-        self.agent = RNNAgent(input_shape, self.args)
-
-    def _build_inputs(self, batch, t):
-        # Assumes homogenous agents with flat observations.
-        # Other MACs might want to e.g. delegate building inputs to each agent
-        bs = batch.batch_size
-        inputs = []
-        inputs.append(batch["obs"][:, t])  # b1av
-        if self.args.obs_last_action:
-            if t == 0:
-                inputs.append(th.zeros_like(batch["actions_onehot"][:, t]))
-            else:
-                inputs.append(batch["actions_onehot"][:, t-1])
-        if self.args.obs_agent_id:
-            inputs.append(th.eye(self.n_agents, device=batch.device).unsqueeze(0).expand(bs, -1, -1))
-
-        inputs = th.cat([x.reshape(bs*self.n_agents, -1) for x in inputs], dim=1)
-        return inputs
-
-    def _get_input_shape(self, scheme):
-        input_shape = scheme["obs"]["vshape"]
-        if self.args.obs_last_action:
-            input_shape += scheme["actions_onehot"]["vshape"][0]
-        if self.args.obs_agent_id:
-            input_shape += self.n_agents
-
-        return input_shape
+    def forward(self, batch, t):
+        qs, self.h = self.agent(self.inputs(batch, t), self.h)
+        return qs.view(batch.batch_size, self.n, -1)
 
 
-class QLearner:
-    def __init__(self, mac, scheme, logger, args):
-        self.args = args
-        self.mac = mac
-        self.logger = logger
+class Learner:
+    def __init__(self, mac, cfg):
+        self.cfg, self.mac = cfg, mac
+        self.mixer = Mixer(cfg)
+        initialize(self.mixer)
+        self.params = list(mac.agent.parameters()) + list(self.mixer.parameters())
+        self.optimiser = optim.RMSprop(params=self.params, lr=cfg.lr, alpha=cfg.optim_alpha, eps=cfg.optim_eps)
+        self.target_mac, self.target_mixer = copy.deepcopy(mac), copy.deepcopy(self.mixer)
+        self.last_sync = 0
 
-        self.params = list(mac.parameters())
+    def unroll(self, mac, batch):
+        mac.reset(batch.batch_size)
+        return [mac.forward(batch, t) for t in range(batch.max_seq_length)]
 
-        self.last_target_update_episode = 0
-
-        self.mixer = None
-        if args.mixer is not None:
-            if args.mixer == "qmix":
-                self.mixer = QMixer(args)
-            else:
-                raise ValueError("Mixer {} not recognised.".format(args.mixer))
-            initialize(self.mixer)
-            self.params += list(self.mixer.parameters())
-            self.target_mixer = copy.deepcopy(self.mixer)
-
-        self.optimiser = RMSprop(params=self.params, lr=args.lr, alpha=args.optim_alpha, eps=args.optim_eps)
-
-        # a little wasteful to deepcopy (e.g. duplicates action selector), but should work for any MAC
-        self.target_mac = copy.deepcopy(mac)
-
-        self.log_stats_t = -self.args.learner_log_interval - 1
-
-    def train(self, batch, t_env: int, episode_num: int):
-        # Get the relevant quantities
-        rewards = batch["reward"][:, :-1]
-        actions = batch["actions"][:, :-1]
-        terminated = batch["terminated"][:, :-1].float()
-        mask = batch["filled"][:, :-1].float()
-        mask[:, 1:] = mask[:, 1:] * (1 - terminated[:, :-1])
-        avail_actions = batch["avail_actions"]
-
-        # Calculate estimated Q-Values
-        mac_out = []
-        self.mac.init_hidden(batch.batch_size)
-        for t in range(batch.max_seq_length):
-            agent_outs = self.mac.forward(batch, t=t)
-            mac_out.append(agent_outs)
-        mac_out = th.stack(mac_out, dim=1)  # Concat over time
-
-        # Pick the Q-Values for the actions taken by each agent
-        chosen_action_qvals = th.gather(mac_out[:, :-1], dim=3, index=actions).squeeze(3)  # Remove the last dim
-
-        # Calculate the Q-Values necessary for the target
-        target_mac_out = []
-        self.target_mac.init_hidden(batch.batch_size)
-        for t in range(batch.max_seq_length):
-            target_agent_outs = self.target_mac.forward(batch, t=t)
-            target_mac_out.append(target_agent_outs)
-
-        # We don't need the first timesteps Q-Value estimate for calculating targets
-        target_mac_out = th.stack(target_mac_out[1:], dim=1)  # Concat across time
-
-        # Mask out unavailable actions
-        target_mac_out[avail_actions[:, 1:] == 0] = -9999999
-
-        # Max over target Q-Values
-        if self.args.double_q:
-            # Get actions that maximise live Q (for double q-learning)
-            mac_out_detach = mac_out.clone().detach()
-            mac_out_detach[avail_actions == 0] = -9999999
-            cur_max_actions = mac_out_detach[:, 1:].max(dim=3, keepdim=True)[1]
-            target_max_qvals = th.gather(target_mac_out, 3, cur_max_actions).squeeze(3)
-        else:
-            target_max_qvals = target_mac_out.max(dim=3)[0]
-
-        # Mix
-        if self.mixer is not None:
-            chosen_action_qvals = self.mixer(chosen_action_qvals, batch["state"][:, :-1])
-            target_max_qvals = self.target_mixer(target_max_qvals, batch["state"][:, 1:])
-
-        # Calculate 1-step Q-Learning targets
-        targets = rewards + self.args.gamma * (1 - terminated) * target_max_qvals
-
-        # Td-error
-        td_error = (chosen_action_qvals - targets.detach())
-
-        mask = mask.expand_as(td_error)
-
-        # 0-out the targets that came from padded data
-        masked_td_error = td_error * mask
-
-        # Normal L2 loss, take mean over actual data
-        loss = (masked_td_error ** 2).sum() / mask.sum()
-
-        # Optimise
+    def train(self, batch, episode):
+        cfg = self.cfg
+        # every step but the last (whose successor is not in the batch)
+        rewards, actions = batch["reward"][:, :-1], batch["actions"][:, :-1]
+        terminated, mask = batch["terminated"][:, :-1].float(), batch["filled"][:, :-1].float()
+        mask[:, 1:] = mask[:, 1:] * (1 - terminated[:, :-1])  # nothing after an episode's end
+        avail = batch["avail_actions"]
+        qs = th.stack(self.unroll(self.mac, batch), dim=1)
+        taken = th.gather(qs[:, :-1], dim=3, index=actions).squeeze(3)
+        target_qs = th.stack(self.unroll(self.target_mac, batch)[1:], dim=1)
+        target_qs[avail[:, 1:] == 0] = -9999999
+        # double Q: the live network picks the next action, the target network values it
+        live = qs.clone().detach()
+        live[avail == 0] = -9999999
+        picked = live[:, 1:].max(dim=3, keepdim=True)[1]
+        next_q = th.gather(target_qs, 3, picked).squeeze(3)
+        q_tot = self.mixer(taken, batch["state"][:, :-1])
+        targets = rewards + cfg.gamma * (1 - terminated) * self.target_mixer(next_q, batch["state"][:, 1:])
+        mask = mask.expand_as(q_tot)
+        td = (q_tot - targets.detach()) * mask
+        loss = (td ** 2).sum() / mask.sum()
         self.optimiser.zero_grad()
         loss.backward()
-        grad_norm = th.nn.utils.clip_grad_norm_(self.params, self.args.grad_norm_clip)
+        norm = th.nn.utils.clip_grad_norm_(self.params, cfg.grad_norm_clip)
         self.optimiser.step()
-
-        if (episode_num - self.last_target_update_episode) / self.args.target_update_interval >= 1.0:
-            self._update_targets()
-            self.last_target_update_episode = episode_num
-
-        mask_elems = mask.sum().item()
-        record.append([loss.item(), float(grad_norm), (masked_td_error.abs().sum().item()/mask_elems),
-                       (chosen_action_qvals * mask).sum().item()/(mask_elems * self.args.n_agents),
-                       (targets * mask).sum().item()/(mask_elems * self.args.n_agents)])
-
-    def _update_targets(self):
-        self.target_mac.load_state(self.mac)
-        if self.mixer is not None:
-            self.target_mixer.load_state_dict(self.mixer.state_dict())
-        print("Updated target network")
+        if (episode - self.last_sync) / cfg.target_update_interval >= 1.0:
+            for target, live in ((self.target_mac.agent, self.mac.agent), (self.target_mixer, self.mixer)):
+                target.load_state_dict(live.state_dict())
+            self.last_sync = episode
+            print("targets synced")
+        n = mask.sum().item()
+        per_agent = n * cfg.n_agents
+        record.append([loss.item(), float(norm), td.abs().sum().item() / n,
+                       (q_tot * mask).sum().item() / per_agent, (targets * mask).sum().item() / per_agent])
 
 
-class EpisodeBatch:
-    \"\"\"The fields pymarl's ``EpisodeBatch`` hands the learner, as tensors.\"\"\"
+class Episodes:
+    # the fields a pymarl-style episode batch hands the learner, as tensors
+    def __init__(self, fields):
+        self.data = {key: th.tensor(value) for key, value in fields.items()}
+        self.batch_size, self.max_seq_length = fields["obs"].shape[:2]
+        self.device = "cpu"
 
-    def __init__(self, fields, batch_size, max_seq_length, device="cpu"):
-        self.data = {k: th.tensor(v) for k, v in fields.items()}
-        self.batch_size = batch_size
-        self.max_seq_length = max_seq_length
-        self.device = device
-
-    def __getitem__(self, item):
-        return self.data[item]
+    def __getitem__(self, key):
+        return self.data[key]
 
 
-def main(args, episodes):
-    scheme = {"obs": {"vshape": args.obs_dim}, "actions_onehot": {"vshape": (args.n_actions,)}}
-    mac = BasicMAC(scheme, None, args)
+def main(cfg, episodes):
+    mac = SharedController(cfg)
     initialize(mac.agent)
-    learner = QLearner(mac, scheme, None, args)
-    for episode_num, fields in enumerate(episodes):
-        batch = EpisodeBatch(fields, batch_size=fields["obs"].shape[0], max_seq_length=fields["obs"].shape[1])
-        learner.train(batch, t_env=episode_num, episode_num=episode_num + 1)
-    record.append({k: v.detach().numpy().copy() for k, v in learner.mixer.state_dict().items()})
-    record.append({k: v.detach().numpy().copy() for k, v in mac.agent.state_dict().items()})
+    learner = Learner(mac, cfg)
+    for number, fields in enumerate(episodes, start=1):
+        learner.train(Episodes(fields), number)
+    for module in (learner.mixer, mac.agent):
+        record.append({name: t.detach().numpy().copy() for name, t in module.state_dict().items()})
 """
 
 QMIX_STEPS = [
     (
-        "import torch as th\nimport torch.nn as nn\nimport torch.nn.functional as F\nfrom torch.optim import RMSprop\n",
-        "import retrograd as th\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nfrom retrograd.optim import RMSprop\n",
+        "import torch as th\nimport torch.nn as nn\nfrom torch.nn import functional as F\nfrom torch import optim\n",
+        "import retrograd as th\nimport retrograd.nn as nn\nfrom retrograd.nn import functional as F\nfrom retrograd import optim\n",
     ),
     (
-        "        loss.backward()\n        grad_norm = th.nn.utils.clip_grad_norm_(self.params, self.args.grad_norm_clip)\n        self.optimiser.step()\n",
-        "        grads = loss.backward()\n        grad_norm = th.nn.utils.clip_grad_norm_(grads, self.params, self.args.grad_norm_clip)\n        self.optimiser.step(grads)\n",
+        "        loss.backward()\n        norm = th.nn.utils.clip_grad_norm_(self.params, cfg.grad_norm_clip)\n        self.optimiser.step()\n",
+        "        grads = loss.backward()\n        norm = th.nn.utils.clip_grad_norm_(grads, self.params, cfg.grad_norm_clip)\n        self.optimiser.step(grads)\n",
     ),
 ]
 
@@ -660,21 +407,14 @@ class _QMixArgs:
     obs_dim = 5
     state_shape = (6,)
     mixing_embed_dim = 8
-    hypernet_layers = 2
     hypernet_embed = 8
     rnn_hidden_dim = 8
-    agent_output_type = "q"
-    obs_last_action = True
-    obs_agent_id = True
-    mixer = "qmix"
     lr = 0.005
     optim_alpha = 0.99
     optim_eps = 0.00001
     gamma = 0.99
     grad_norm_clip = 10
     target_update_interval = 2
-    learner_log_interval = 100
-    double_q = True
 
 
 def _qmix_episodes(rng, count, batch, steps, args):
@@ -724,7 +464,7 @@ def test_qmix_trains_as_torch(capsys):
         records.append(record)
         logs.append(capsys.readouterr().out)
     assert logs[1] == logs[0]
-    assert logs[0].count("Updated target network") == 1
+    assert logs[0].count("targets synced") == 1
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
 
 

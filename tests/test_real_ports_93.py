@@ -1,33 +1,31 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-semantic segmentation networks trained a few steps against torch's run of the same code from
-the same weights and draws.
+# ruff: noqa: E501  (the embedded programs and the port steps run past 100 columns)
+"""Programs written here in the style of two semantic segmentation repositories, each trained
+a few steps under torch and, ported, under retrograd from the same weights and draws (the
+harness: ``tests/real_ports.py``):
 
-- SegFormer as NVlabs/SegFormer writes it (``mmseg/models/backbones/mix_transformer.py``:
-  ``DWConv``, ``Mlp`` (Mix-FFN: ``fc1``, the depthwise 3x3 conv over the tokens seen as a
-  map, GELU, ``fc2``), ``Attention`` with the sequence-reduction conv and LayerNorm before
-  ``kv``, ``Block`` with timm's ``DropPath`` (``keep_prob + torch.rand(shape)`` then
-  ``floor_()``), ``OverlapPatchEmbed``, ``MixVisionTransformer``'s ``forward_features`` with
-  ``dpr = [x.item() for x in torch.linspace(0, drop_path_rate, sum(depths))]`` and the
-  ``_init_weights`` of ``trunc_normal_``/``normal_``/``zero_``; ``decode_heads/segformer_head.py``:
-  the all-MLP decoder, ``resize`` by ``F.interpolate(..., mode='bilinear',
-  align_corners=False)``, ``linear_fuse`` as mmcv's ``ConvModule`` (conv, BN, ReLU);
-  ``decode_head.py``'s ``losses``: the logits resized to the labels and
-  ``F.cross_entropy(..., ignore_index=255)`` and ``accuracy`` by ``topk``/``eq``/``mul_``),
-  trained with AdamW as its configs do, then ``encoder_decoder.py``'s ``slide_inference``
-  (crops padded back by ``F.pad``, ``count_mat[:, :, y1:y2, x1:x2] += 1``,
-  ``torch.onnx.is_in_onnx_export()``) and the flip of its logits.
-- HRNet's multi-resolution fusion as HRNet/HRNet-Semantic-Segmentation writes it
-  (``lib/models/seg_hrnet.py``: ``BasicBlock``, ``HighResolutionModule`` with
-  ``_check_branches``, ``_make_one_branch`` (its ``downsample``), ``_make_fuse_layers``:
-  strided 3x3 convs down, 1x1 conv then upsampling up, the fused sums and ReLU; the head's
-  ``F.interpolate(input=..., size=(x0_h, x0_w), mode='bilinear', align_corners=...)`` and
-  ``torch.cat``; ``lib/core/criterion.py``'s ``CrossEntropy`` and ``OhemCrossEntropy``:
-  ``pred.gather(1, tmp_target.unsqueeze(1))``, ``.sort()``, ``max(min_value, self.thresh)``
-  of a 0-d tensor and a float), the fuse layers upsampling as the pose repository's
-  ``HighResolutionModule`` does, by nearest ``F.interpolate`` with ``scale_factor=2**(j-i)``
-  (``nn.Upsample(scale_factor=2**(j-i), mode='nearest')``), trained by SGD with momentum and
-  the poly learning rate of ``utils.adjust_learning_rate``.
+- a SegFormer in the style of NVlabs/SegFormer (its Mix Transformer backbone and all-MLP
+  head), small: a Mix-FFN (``fc1``, a depthwise 3x3 conv over the tokens seen as a map, GELU,
+  ``fc2``), attention whose keys and values come from a map shrunk by a strided conv and a
+  LayerNorm, blocks with timm-style stochastic depth (``keep + torch.rand(shape)`` then
+  ``floor_()``), overlapping patch embeddings, the per-block rates ``[x.item() for x in
+  torch.linspace(0, rate, sum(depths))]``, weights set by ``self.apply`` of ``trunc_normal_``,
+  ``normal_`` and ``zero_``; the head's per-stage linear embeddings resized by
+  ``F.interpolate(..., mode='bilinear', align_corners=False)`` (through a ``resize`` that
+  turns a ``torch.Size`` into a tuple), a conv-BN-ReLU fuse; the logits resized to the labels
+  for ``F.cross_entropy(..., ignore_index=255)`` and a pixel accuracy by
+  ``topk``/``eq``/``mul_``, trained with AdamW; then a sliding-window inference (crops padded
+  back by ``F.pad``, ``hits[:, :, y1:y2, x1:x2] += 1``, ``torch.onnx.is_in_onnx_export()``,
+  ``img.new_zeros``) and the flip of its logits.
+- HRNet's multi-resolution fusion in the style of HRNet/HRNet-Semantic-Segmentation: residual
+  blocks, a multi-resolution module that checks its branch lists (logging the error it
+  raises), builds each branch with a shortcut where the width changes, and fuses every
+  branch into every other (strided 3x3 convs down; a 1x1 conv then ``nn.Upsample(
+  scale_factor=2 ** (j - i), mode='nearest')`` up; ``None`` held in an ``nn.ModuleList`` as
+  the diagonal's placeholder), the head's ``F.interpolate(input=..., size=(h, w),
+  mode='bilinear', align_corners=...)`` and ``torch.cat``; a pixel cross-entropy and an
+  online-hard-example-mining one (``p.gather(1, safe.unsqueeze(1))``, ``.sort()``,
+  ``max(floor, self.thresh)`` of a 0-d tensor and a float), trained by SGD with momentum
+  over a ``filter``-ed parameter group and a poly learning rate.
 
 The lines changed: the ``import`` lines and the gradient lines (``loss.backward()`` returns
 the gradients, ``step`` takes them).
@@ -54,570 +52,250 @@ def _seeded():
 
 
 # -- SegFormer --------------------------------------------------------------------------------------
-SEGFORMER_SOURCE = '''
-import math
-import warnings
-from itertools import repeat
+SEGFORMER_SOURCE = """
 import collections.abc
+import warnings
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+from torch.nn import functional as F
 
 
-# -- timm/models/layers/helpers.py, drop.py, weight_init.py --
-def _ntuple(n):
-    def parse(x):
-        if isinstance(x, collections.abc.Iterable):
-            return x
-        return tuple(repeat(x, n))
-    return parse
+def pair(v):
+    return v if isinstance(v, collections.abc.Iterable) else (v, v)
 
 
-to_2tuple = _ntuple(2)
-
-
-def drop_path(x, drop_prob: float = 0., training: bool = False):
-    if drop_prob == 0. or not training:
+def stochastic_depth(x, p, training):
+    # drop a residual branch for whole samples with probability p, rescaling the kept ones
+    if p == 0. or not training:
         return x
-    keep_prob = 1 - drop_prob
-    shape = (x.shape[0],) + (1,) * (x.ndim - 1)  # work with diff dim tensors, not just 2D ConvNets
-    random_tensor = keep_prob + torch.rand(shape, dtype=x.dtype, device=x.device)
-    random_tensor.floor_()  # binarize
-    output = x.div(keep_prob) * random_tensor
-    return output
+    keep = 1 - p
+    mask = keep + torch.rand((x.shape[0],) + (1,) * (x.ndim - 1), dtype=x.dtype, device=x.device)
+    mask.floor_()
+    return x.div(keep) * mask
 
 
 class DropPath(nn.Module):
-    """Drop paths (Stochastic Depth) per sample  (when applied in main path of residual blocks).
-    """
-    def __init__(self, drop_prob=None):
-        super(DropPath, self).__init__()
-        self.drop_prob = drop_prob
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
 
     def forward(self, x):
-        return drop_path(x, self.drop_prob, self.training)
+        return stochastic_depth(x, self.p, self.training)
 
 
-def trunc_normal_(tensor, mean=0., std=1., a=-2., b=2.):
-    return nn.init.trunc_normal_(tensor, mean, std, a, b)
-
-
-# -- mmseg/models/backbones/mix_transformer.py --
-class Mlp(nn.Module):
-    def __init__(self, in_features, hidden_features=None, out_features=None, act_layer=nn.GELU, drop=0.):
-        super().__init__()
-        out_features = out_features or in_features
-        hidden_features = hidden_features or in_features
-        self.fc1 = nn.Linear(in_features, hidden_features)
-        self.dwconv = DWConv(hidden_features)
-        self.act = act_layer()
-        self.fc2 = nn.Linear(hidden_features, out_features)
-        self.drop = nn.Dropout(drop)
-
-        self.apply(self._init_weights)
-
-    def _init_weights(self, m):
-        if isinstance(m, nn.Linear):
-            trunc_normal_(m.weight, std=.02)
-            if isinstance(m, nn.Linear) and m.bias is not None:
-                nn.init.constant_(m.bias, 0)
-        elif isinstance(m, nn.LayerNorm):
+def init_weights(m):
+    if isinstance(m, nn.Linear):
+        nn.init.trunc_normal_(m.weight, std=.02)
+        if m.bias is not None:
             nn.init.constant_(m.bias, 0)
-            nn.init.constant_(m.weight, 1.0)
-        elif isinstance(m, nn.Conv2d):
-            fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
-            fan_out //= m.groups
-            m.weight.data.normal_(0, math.sqrt(2.0 / fan_out))
-            if m.bias is not None:
-                m.bias.data.zero_()
+    if isinstance(m, nn.LayerNorm):
+        nn.init.ones_(m.weight)
+        nn.init.zeros_(m.bias)
+    if isinstance(m, nn.Conv2d):
+        fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels // m.groups
+        m.weight.data.normal_(0, (2.0 / fan_out) ** 0.5)  # He, by fan-out
+        if m.bias is not None:
+            m.bias.data.zero_()
+
+
+class MixFFN(nn.Module):
+    # linear, a depthwise 3x3 conv over the tokens laid out as a map, GELU, linear
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.dw = nn.Conv2d(hidden, hidden, 3, 1, 1, groups=hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.apply(init_weights)
 
     def forward(self, x, H, W):
         x = self.fc1(x)
-        x = self.dwconv(x, H, W)
-        x = self.act(x)
-        x = self.drop(x)
-        x = self.fc2(x)
-        x = self.drop(x)
-        return x
+        B, N, C = x.shape
+        x = self.dw(x.transpose(1, 2).view(B, C, H, W)).flatten(2).transpose(1, 2)
+        return self.fc2(F.gelu(x))
 
 
-class Attention(nn.Module):
-    def __init__(self, dim, num_heads=8, qkv_bias=False, qk_scale=None, attn_drop=0., proj_drop=0., sr_ratio=1):
+class ReducedAttention(nn.Module):
+    # keys and values from the map shrunk r times by a strided conv, then normalised
+    def __init__(self, dim, heads, r):
         super().__init__()
-        assert dim % num_heads == 0, f"dim {dim} should be divided by num_heads {num_heads}."
-
-        self.dim = dim
-        self.num_heads = num_heads
-        head_dim = dim // num_heads
-        self.scale = qk_scale or head_dim ** -0.5
-
-        self.q = nn.Linear(dim, dim, bias=qkv_bias)
-        self.kv = nn.Linear(dim, dim * 2, bias=qkv_bias)
-        self.attn_drop = nn.Dropout(attn_drop)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
-
-        self.sr_ratio = sr_ratio
-        if sr_ratio > 1:
-            self.sr = nn.Conv2d(dim, dim, kernel_size=sr_ratio, stride=sr_ratio)
+        self.heads, self.r = heads, r
+        self.scale = (dim // heads) ** -0.5
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.out = nn.Linear(dim, dim)
+        if r > 1:
+            self.reduce = nn.Conv2d(dim, dim, kernel_size=r, stride=r)
             self.norm = nn.LayerNorm(dim)
-
-        self.apply(self._init_weights)
-
-    def _init_weights(self, m):
-        if isinstance(m, nn.Linear):
-            trunc_normal_(m.weight, std=.02)
-            if isinstance(m, nn.Linear) and m.bias is not None:
-                nn.init.constant_(m.bias, 0)
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.constant_(m.bias, 0)
-            nn.init.constant_(m.weight, 1.0)
-        elif isinstance(m, nn.Conv2d):
-            fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
-            fan_out //= m.groups
-            m.weight.data.normal_(0, math.sqrt(2.0 / fan_out))
-            if m.bias is not None:
-                m.bias.data.zero_()
+        self.apply(init_weights)
 
     def forward(self, x, H, W):
         B, N, C = x.shape
-        q = self.q(x).reshape(B, N, self.num_heads, C // self.num_heads).permute(0, 2, 1, 3)
-
-        if self.sr_ratio > 1:
-            x_ = x.permute(0, 2, 1).reshape(B, C, H, W)
-            x_ = self.sr(x_).reshape(B, C, -1).permute(0, 2, 1)
-            x_ = self.norm(x_)
-            kv = self.kv(x_).reshape(B, -1, 2, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
-        else:
-            kv = self.kv(x).reshape(B, -1, 2, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
-        k, v = kv[0], kv[1]
-
-        attn = (q @ k.transpose(-2, -1)) * self.scale
-        attn = attn.softmax(dim=-1)
-        attn = self.attn_drop(attn)
-
-        x = (attn @ v).transpose(1, 2).reshape(B, N, C)
-        x = self.proj(x)
-        x = self.proj_drop(x)
-
-        return x
+        d = C // self.heads
+        q = self.q(x).reshape(B, N, self.heads, d).permute(0, 2, 1, 3)
+        source = x
+        if self.r > 1:
+            grid = x.permute(0, 2, 1).reshape(B, C, H, W)
+            source = self.norm(self.reduce(grid).reshape(B, C, -1).permute(0, 2, 1))
+        kv = self.kv(source).reshape(B, -1, 2, self.heads, d).permute(2, 0, 3, 1, 4)
+        attn = ((q @ kv[0].transpose(-2, -1)) * self.scale).softmax(dim=-1)
+        return self.out((attn @ kv[1]).transpose(1, 2).reshape(B, N, C))
 
 
 class Block(nn.Module):
-
-    def __init__(self, dim, num_heads, mlp_ratio=4., qkv_bias=False, qk_scale=None, drop=0., attn_drop=0.,
-                 drop_path=0., act_layer=nn.GELU, norm_layer=nn.LayerNorm, sr_ratio=1):
+    def __init__(self, dim, heads, mlp_ratio, r, drop_path):
         super().__init__()
-        self.norm1 = norm_layer(dim)
-        self.attn = Attention(
-            dim,
-            num_heads=num_heads, qkv_bias=qkv_bias, qk_scale=qk_scale,
-            attn_drop=attn_drop, proj_drop=drop, sr_ratio=sr_ratio)
-        # NOTE: drop path for stochastic depth, we shall see if this is better than dropout here
-        self.drop_path = DropPath(drop_path) if drop_path > 0. else nn.Identity()
-        self.norm2 = norm_layer(dim)
-        mlp_hidden_dim = int(dim * mlp_ratio)
-        self.mlp = Mlp(in_features=dim, hidden_features=mlp_hidden_dim, act_layer=act_layer, drop=drop)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = ReducedAttention(dim, heads, r)
+        self.ffn = MixFFN(dim, int(dim * mlp_ratio))
+        self.drop = DropPath(drop_path) if drop_path > 0. else nn.Identity()
 
     def forward(self, x, H, W):
-        x = x + self.drop_path(self.attn(self.norm1(x), H, W))
-        x = x + self.drop_path(self.mlp(self.norm2(x), H, W))
-
-        return x
+        x = x + self.drop(self.attn(self.norm1(x), H, W))
+        return x + self.drop(self.ffn(self.norm2(x), H, W))
 
 
-class OverlapPatchEmbed(nn.Module):
-    """ Image to Patch Embedding
-    """
-
-    def __init__(self, img_size=224, patch_size=7, stride=4, in_chans=3, embed_dim=768):
+class PatchEmbed(nn.Module):
+    # overlapping patches: a strided conv wider than its stride
+    def __init__(self, c_in, dim, patch, stride):
         super().__init__()
-        img_size = to_2tuple(img_size)
-        patch_size = to_2tuple(patch_size)
-
-        self.img_size = img_size
-        self.patch_size = patch_size
-        self.H, self.W = img_size[0] // patch_size[0], img_size[1] // patch_size[1]
-        self.num_patches = self.H * self.W
-        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=stride,
-                              padding=(patch_size[0] // 2, patch_size[1] // 2))
-        self.norm = nn.LayerNorm(embed_dim)
+        patch = pair(patch)
+        self.proj = nn.Conv2d(c_in, dim, kernel_size=patch, stride=stride, padding=(patch[0] // 2, patch[1] // 2))
+        self.norm = nn.LayerNorm(dim)
 
     def forward(self, x):
         x = self.proj(x)
-        _, _, H, W = x.shape
-        x = x.flatten(2).transpose(1, 2)
-        x = self.norm(x)
-
-        return x, H, W
+        H, W = x.shape[2:]
+        return self.norm(x.flatten(2).transpose(1, 2)), H, W
 
 
-class MixVisionTransformer(nn.Module):
-    def __init__(self, img_size=224, patch_size=16, in_chans=3, num_classes=1000, embed_dims=[64, 128, 256, 512],
-                 num_heads=[1, 2, 4, 8], mlp_ratios=[4, 4, 4, 4], qkv_bias=False, qk_scale=None, drop_rate=0.,
-                 attn_drop_rate=0., drop_path_rate=0., norm_layer=nn.LayerNorm,
-                 depths=[3, 4, 6, 3], sr_ratios=[8, 4, 2, 1]):
+class MixTransformer(nn.Module):
+    def __init__(self, c_in=3, dims=(8, 16, 16, 16), heads=(1, 2, 2, 2), mlp_ratios=(2, 2, 2, 2),
+                 depths=(2, 1, 1, 1), ratios=(4, 2, 1, 1), drop_path_rate=0.):
         super().__init__()
-        self.num_classes = num_classes
-        self.depths = depths
+        rates = [x.item() for x in torch.linspace(0, drop_path_rate, sum(depths))]
+        self.embeds, self.stages, self.norms = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
+        first = 0
+        for i, depth in enumerate(depths):
+            patch, stride = (7, 4) if i == 0 else (3, 2)
+            self.embeds.append(PatchEmbed(c_in if i == 0 else dims[i - 1], dims[i], patch, stride))
+            self.stages.append(nn.ModuleList(
+                [Block(dims[i], heads[i], mlp_ratios[i], ratios[i], rates[first + j]) for j in range(depth)]))
+            self.norms.append(nn.LayerNorm(dims[i]))
+            first += depth
 
-        # patch_embed
-        self.patch_embed1 = OverlapPatchEmbed(img_size=img_size, patch_size=7, stride=4, in_chans=in_chans,
-                                              embed_dim=embed_dims[0])
-        self.patch_embed2 = OverlapPatchEmbed(img_size=img_size // 4, patch_size=3, stride=2, in_chans=embed_dims[0],
-                                              embed_dim=embed_dims[1])
-        self.patch_embed3 = OverlapPatchEmbed(img_size=img_size // 8, patch_size=3, stride=2, in_chans=embed_dims[1],
-                                              embed_dim=embed_dims[2])
-        self.patch_embed4 = OverlapPatchEmbed(img_size=img_size // 16, patch_size=3, stride=2, in_chans=embed_dims[2],
-                                              embed_dim=embed_dims[3])
-
-        # transformer encoder
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, sum(depths))]  # stochastic depth decay rule
-        cur = 0
-        self.block1 = nn.ModuleList([Block(
-            dim=embed_dims[0], num_heads=num_heads[0], mlp_ratio=mlp_ratios[0], qkv_bias=qkv_bias, qk_scale=qk_scale,
-            drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[cur + i], norm_layer=norm_layer,
-            sr_ratio=sr_ratios[0])
-            for i in range(depths[0])])
-        self.norm1 = norm_layer(embed_dims[0])
-
-        cur += depths[0]
-        self.block2 = nn.ModuleList([Block(
-            dim=embed_dims[1], num_heads=num_heads[1], mlp_ratio=mlp_ratios[1], qkv_bias=qkv_bias, qk_scale=qk_scale,
-            drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[cur + i], norm_layer=norm_layer,
-            sr_ratio=sr_ratios[1])
-            for i in range(depths[1])])
-        self.norm2 = norm_layer(embed_dims[1])
-
-        cur += depths[1]
-        self.block3 = nn.ModuleList([Block(
-            dim=embed_dims[2], num_heads=num_heads[2], mlp_ratio=mlp_ratios[2], qkv_bias=qkv_bias, qk_scale=qk_scale,
-            drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[cur + i], norm_layer=norm_layer,
-            sr_ratio=sr_ratios[2])
-            for i in range(depths[2])])
-        self.norm3 = norm_layer(embed_dims[2])
-
-        cur += depths[2]
-        self.block4 = nn.ModuleList([Block(
-            dim=embed_dims[3], num_heads=num_heads[3], mlp_ratio=mlp_ratios[3], qkv_bias=qkv_bias, qk_scale=qk_scale,
-            drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[cur + i], norm_layer=norm_layer,
-            sr_ratio=sr_ratios[3])
-            for i in range(depths[3])])
-        self.norm4 = norm_layer(embed_dims[3])
-
-    def reset_drop_path(self, drop_path_rate):
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, sum(self.depths))]
-        cur = 0
-        for i in range(self.depths[0]):
-            self.block1[i].drop_path.drop_prob = dpr[cur + i]
-
-    def forward_features(self, x):
+    def forward(self, x):
         B = x.shape[0]
-        outs = []
-
-        # stage 1
-        x, H, W = self.patch_embed1(x)
-        for i, blk in enumerate(self.block1):
-            x = blk(x, H, W)
-        x = self.norm1(x)
-        x = x.reshape(B, H, W, -1).permute(0, 3, 1, 2).contiguous()
-        outs.append(x)
-
-        # stage 2
-        x, H, W = self.patch_embed2(x)
-        for i, blk in enumerate(self.block2):
-            x = blk(x, H, W)
-        x = self.norm2(x)
-        x = x.reshape(B, H, W, -1).permute(0, 3, 1, 2).contiguous()
-        outs.append(x)
-
-        # stage 3
-        x, H, W = self.patch_embed3(x)
-        for i, blk in enumerate(self.block3):
-            x = blk(x, H, W)
-        x = self.norm3(x)
-        x = x.reshape(B, H, W, -1).permute(0, 3, 1, 2).contiguous()
-        outs.append(x)
-
-        # stage 4
-        x, H, W = self.patch_embed4(x)
-        for i, blk in enumerate(self.block4):
-            x = blk(x, H, W)
-        x = self.norm4(x)
-        x = x.reshape(B, H, W, -1).permute(0, 3, 1, 2).contiguous()
-        outs.append(x)
-
-        return outs
-
-    def forward(self, x):
-        x = self.forward_features(x)
-        return x
+        features = []
+        for embed, blocks, norm in zip(self.embeds, self.stages, self.norms):
+            x, H, W = embed(x)
+            for block in blocks:
+                x = block(x, H, W)
+            x = norm(x).reshape(B, H, W, -1).permute(0, 3, 1, 2).contiguous()
+            features.append(x)
+        return features
 
 
-class DWConv(nn.Module):
-    def __init__(self, dim=768):
-        super(DWConv, self).__init__()
-        self.dwconv = nn.Conv2d(dim, dim, 3, 1, 1, bias=True, groups=dim)
-
-    def forward(self, x, H, W):
-        B, N, C = x.shape
-        x = x.transpose(1, 2).view(B, C, H, W)
-        x = self.dwconv(x)
-        x = x.flatten(2).transpose(1, 2)
-
-        return x
+def resize(x, size=None, scale_factor=None, mode='nearest', align_corners=None, warning=True):
+    if warning and align_corners and size is not None:
+        h, w = (int(s) for s in x.shape[2:])
+        if (int(size[0]) - 1) % max(h - 1, 1) or (int(size[1]) - 1) % max(w - 1, 1):
+            warnings.warn('with align_corners=True an output of n * (input - 1) + 1 aligns best')
+    if isinstance(size, torch.Size):  # a tuple of ints for interpolate
+        size = tuple(int(s) for s in size)
+    return F.interpolate(x, size, scale_factor, mode, align_corners)
 
 
-# -- mmseg/ops/wrappers.py --
-def resize(input,
-           size=None,
-           scale_factor=None,
-           mode='nearest',
-           align_corners=None,
-           warning=True):
-    if warning:
-        if size is not None and align_corners:
-            input_h, input_w = tuple(int(x) for x in input.shape[2:])
-            output_h, output_w = tuple(int(x) for x in size)
-            if output_h > input_h or output_w > output_h:
-                if ((output_h > 1 and output_w > 1 and input_h > 1
-                     and input_w > 1) and (output_h - 1) % (input_h - 1)
-                        and (output_w - 1) % (input_w - 1)):
-                    warnings.warn(
-                        f'When align_corners={align_corners}, '
-                        'the output would more aligned if '
-                        f'input size {(input_h, input_w)} is `x+1` and '
-                        f'out size {(output_h, output_w)} is `nx+1`')
-    if isinstance(size, torch.Size):
-        size = tuple(int(x) for x in size)
-    return F.interpolate(input, size, scale_factor, mode, align_corners)
+def pixel_accuracy(logits, labels, k=1):
+    _, top = logits.topk(k, dim=1)
+    top = top.transpose(0, 1)  # (k, N, H, W)
+    hits = top.eq(labels.unsqueeze(0).expand_as(top))
+    return hits[:k].view(-1).float().sum(0, keepdim=True).mul_(100.0 / labels.numel())
 
 
-# -- mmseg/models/decode_heads/segformer_head.py (ConvModule as conv, BN, ReLU) --
-class MLP(nn.Module):
-    """
-    Linear Embedding
-    """
-    def __init__(self, input_dim=2048, embed_dim=768):
+class MLPHead(nn.Module):
+    # each stage's features embedded by a linear layer, brought to the finest map, fused
+    def __init__(self, in_dims, dim, n_classes, ignore_index=255):
         super().__init__()
-        self.proj = nn.Linear(input_dim, embed_dim)
+        self.ignore_index = ignore_index
+        # (no biases: the fuse's BatchNorm would take them away again)
+        self.embeds = nn.ModuleList([nn.Linear(c, dim, bias=False) for c in in_dims])
+        self.fuse = nn.Sequential(
+            nn.Conv2d(dim * len(in_dims), dim, 1, bias=False), nn.BatchNorm2d(dim), nn.ReLU(inplace=True))
+        self.classify = nn.Conv2d(dim, n_classes, kernel_size=1)
 
-    def forward(self, x):
-        x = x.flatten(2).transpose(1, 2)
-        x = self.proj(x)
-        return x
+    def forward(self, features):
+        n = features[0].shape[0]
+        finest = features[0].size()[2:]
+        maps = []
+        for i, (f, embed) in enumerate(zip(features, self.embeds)):
+            m = embed(f.flatten(2).transpose(1, 2)).permute(0, 2, 1).reshape(n, -1, f.shape[2], f.shape[3])
+            if i > 0:
+                m = resize(m, size=finest, mode='bilinear', align_corners=False)
+            maps.append(m)
+        return self.classify(self.fuse(torch.cat(maps[::-1], dim=1)))
 
-
-class ConvModule(nn.Module):
-    def __init__(self, in_channels, out_channels, kernel_size, norm_cfg=None):
-        super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, bias=norm_cfg is None)
-        self.bn = nn.BatchNorm2d(out_channels)
-        self.activate = nn.ReLU(inplace=True)
-
-    def forward(self, x):
-        return self.activate(self.bn(self.conv(x)))
-
-
-class SegFormerHead(nn.Module):
-    """
-    SegFormer: Simple and Efficient Design for Semantic Segmentation with Transformers
-    """
-    def __init__(self, feature_strides, in_channels, channels, num_classes, dropout_ratio=0.1,
-                 align_corners=False, decoder_params=None):
-        super(SegFormerHead, self).__init__()
-        assert len(feature_strides) == len(in_channels)
-        assert min(feature_strides) == feature_strides[0]
-        self.feature_strides = feature_strides
-        self.in_channels = in_channels
-        self.num_classes = num_classes
-        self.align_corners = align_corners
-        self.ignore_index = 255
-
-        c1_in_channels, c2_in_channels, c3_in_channels, c4_in_channels = self.in_channels
-
-        embedding_dim = decoder_params['embed_dim']
-
-        self.linear_c4 = MLP(input_dim=c4_in_channels, embed_dim=embedding_dim)
-        self.linear_c3 = MLP(input_dim=c3_in_channels, embed_dim=embedding_dim)
-        self.linear_c2 = MLP(input_dim=c2_in_channels, embed_dim=embedding_dim)
-        self.linear_c1 = MLP(input_dim=c1_in_channels, embed_dim=embedding_dim)
-
-        self.linear_fuse = ConvModule(
-            in_channels=embedding_dim*4,
-            out_channels=embedding_dim,
-            kernel_size=1,
-            norm_cfg=dict(type='SyncBN', requires_grad=True)
-        )
-
-        self.dropout = nn.Dropout2d(dropout_ratio) if dropout_ratio > 0 else None
-        self.linear_pred = nn.Conv2d(embedding_dim, self.num_classes, kernel_size=1)
-
-    def forward(self, inputs):
-        x = inputs  # len=4, 1/4,1/8,1/16,1/32
-        c1, c2, c3, c4 = x
-
-        ############## MLP decoder on C1-C4 ###########
-        n, _, h, w = c4.shape
-
-        _c4 = self.linear_c4(c4).permute(0,2,1).reshape(n, -1, c4.shape[2], c4.shape[3])
-        _c4 = resize(_c4, size=c1.size()[2:],mode='bilinear',align_corners=False)
-
-        _c3 = self.linear_c3(c3).permute(0,2,1).reshape(n, -1, c3.shape[2], c3.shape[3])
-        _c3 = resize(_c3, size=c1.size()[2:],mode='bilinear',align_corners=False)
-
-        _c2 = self.linear_c2(c2).permute(0,2,1).reshape(n, -1, c2.shape[2], c2.shape[3])
-        _c2 = resize(_c2, size=c1.size()[2:],mode='bilinear',align_corners=False)
-
-        _c1 = self.linear_c1(c1).permute(0,2,1).reshape(n, -1, c1.shape[2], c1.shape[3])
-
-        _c = self.linear_fuse(torch.cat([_c4, _c3, _c2, _c1], dim=1))
-
-        if self.dropout is not None:
-            x = self.dropout(_c)
-        else:
-            x = _c
-        x = self.linear_pred(x)
-
-        return x
-
-    # -- mmseg/models/decode_heads/decode_head.py --
-    def losses(self, seg_logit, seg_label):
-        """Compute segmentation loss."""
-        loss = dict()
-        seg_logit = resize(
-            input=seg_logit,
-            size=seg_label.shape[2:],
-            mode='bilinear',
-            align_corners=self.align_corners)
-        seg_label = seg_label.squeeze(1)
-        loss['loss_seg'] = F.cross_entropy(
-            seg_logit, seg_label, weight=None, reduction='none', ignore_index=self.ignore_index).mean()
-        loss['acc_seg'] = accuracy(seg_logit, seg_label)
-        return loss
+    def losses(self, logits, labels):
+        logits = resize(logits, size=labels.shape[2:], mode='bilinear', align_corners=False)
+        labels = labels.squeeze(1)
+        per_pixel = F.cross_entropy(logits, labels, reduction='none', ignore_index=self.ignore_index)
+        return per_pixel.mean(), pixel_accuracy(logits, labels)
 
 
-# -- mmseg/models/losses/accuracy.py --
-def accuracy(pred, target, topk=1, thresh=None):
-    assert isinstance(topk, (int, tuple))
-    if isinstance(topk, int):
-        topk = (topk, )
-        return_single = True
-    else:
-        return_single = False
-
-    maxk = max(topk)
-    if pred.size(0) == 0:
-        accu = [pred.new_tensor(0.) for i in range(len(topk))]
-        return accu[0] if return_single else accu
-    assert pred.ndim == target.ndim + 1
-    assert pred.size(0) == target.size(0)
-    assert maxk <= pred.size(1), \
-        f'maxk {maxk} exceeds pred dimension {pred.size(1)}'
-    pred_value, pred_label = pred.topk(maxk, dim=1)
-    # transpose to shape (maxk, N, ...)
-    pred_label = pred_label.transpose(0, 1)
-    correct = pred_label.eq(target.unsqueeze(0).expand_as(pred_label))
-    if thresh is not None:
-        # Only prediction values larger than thresh are counted as correct
-        correct = correct & (pred_value > thresh).t()
-    res = []
-    for k in topk:
-        correct_k = correct[:k].view(-1).float().sum(0, keepdim=True)
-        res.append(correct_k.mul_(100.0 / target.numel()))
-    return res[0] if return_single else res
+def sliding_logits(img, out_shape, stride=16, crop=32, n_classes=3):
+    n, _, H, W = img.size()
+    rows = max(H - crop + stride - 1, 0) // stride + 1
+    cols = max(W - crop + stride - 1, 0) // stride + 1
+    total = img.new_zeros((n, n_classes, H, W))
+    hits = img.new_zeros((n, 1, H, W))
+    for r in range(rows):
+        for c in range(cols):
+            y2, x2 = min(r * stride + crop, H), min(c * stride + crop, W)
+            y1, x1 = max(y2 - crop, 0), max(x2 - crop, 0)
+            window = img[:, :, y1:y2, x1:x2]
+            out = resize(head(backbone(window)), size=window.shape[2:], mode='bilinear', align_corners=False)
+            total += F.pad(out, (int(x1), int(W - x2), int(y1), int(H - y2)))
+            hits[:, :, y1:y2, x1:x2] += 1
+    assert (hits == 0).sum() == 0
+    if torch.onnx.is_in_onnx_export():  # a constant in an exported graph
+        hits = torch.from_numpy(hits.cpu().detach().numpy()).to(device=img.device)
+    return resize(total / hits, size=out_shape, mode='bilinear', align_corners=False, warning=False)
 
 
-# -- mmseg/models/segmentors/encoder_decoder.py's slide_inference --
-def encode_decode(img, img_meta):
-    out = decode_head(backbone(img))
-    out = resize(input=out, size=img.shape[2:], mode='bilinear', align_corners=False)
-    return out
-
-
-def slide_inference(img, img_meta, rescale, stride=(16, 16), crop_size=(32, 32), num_classes=3):
-    h_stride, w_stride = stride
-    h_crop, w_crop = crop_size
-    batch_size, _, h_img, w_img = img.size()
-    h_grids = max(h_img - h_crop + h_stride - 1, 0) // h_stride + 1
-    w_grids = max(w_img - w_crop + w_stride - 1, 0) // w_stride + 1
-    preds = img.new_zeros((batch_size, num_classes, h_img, w_img))
-    count_mat = img.new_zeros((batch_size, 1, h_img, w_img))
-    for h_idx in range(h_grids):
-        for w_idx in range(w_grids):
-            y1 = h_idx * h_stride
-            x1 = w_idx * w_stride
-            y2 = min(y1 + h_crop, h_img)
-            x2 = min(x1 + w_crop, w_img)
-            y1 = max(y2 - h_crop, 0)
-            x1 = max(x2 - w_crop, 0)
-            crop_img = img[:, :, y1:y2, x1:x2]
-            crop_seg_logit = encode_decode(crop_img, img_meta)
-            preds += F.pad(crop_seg_logit,
-                           (int(x1), int(preds.shape[3] - x2), int(y1),
-                            int(preds.shape[2] - y2)))
-
-            count_mat[:, :, y1:y2, x1:x2] += 1
-    assert (count_mat == 0).sum() == 0
-    if torch.onnx.is_in_onnx_export():
-        # cast count_mat to constant while exporting to ONNX
-        count_mat = torch.from_numpy(
-            count_mat.cpu().detach().numpy()).to(device=img.device)
-    preds = preds / count_mat
-    if rescale:
-        preds = resize(
-            preds,
-            size=img_meta[0]['ori_shape'][:2],
-            mode='bilinear',
-            align_corners=False,
-            warning=False)
-    return preds
-
-
-# -- mmseg's EncoderDecoder and train loop, cut to their arithmetic --
-backbone = MixVisionTransformer(img_size=32, in_chans=3, embed_dims=[8, 16, 16, 16], num_heads=[1, 2, 2, 2],
-                                mlp_ratios=[2, 2, 2, 2], qkv_bias=True, depths=[2, 1, 1, 1], sr_ratios=[4, 2, 1, 1],
-                                drop_path_rate=0.3)
-decode_head = SegFormerHead(feature_strides=[4, 8, 16, 32], in_channels=[8, 16, 16, 16], channels=8,
-                            num_classes=3, dropout_ratio=0.0, decoder_params=dict(embed_dim=8))
+backbone = MixTransformer(drop_path_rate=0.3)
+head = MLPHead([8, 16, 16, 16], 8, 3)
 initialize(backbone)
-initialize(decode_head)
-optimizer = torch.optim.AdamW(list(backbone.parameters()) + list(decode_head.parameters()), lr=6e-4,
-                              betas=(0.9, 0.999), weight_decay=0.01)
+initialize(head)
+weights = list(backbone.parameters()) + list(head.parameters())
+optimizer = torch.optim.AdamW(weights, lr=6e-4, betas=(0.9, 0.999), weight_decay=0.01)
 
-img = torch.randn(2, 3, 32, 32)
-gt_semantic_seg = torch.randint(0, 3, (2, 1, 32, 32))
-gt_semantic_seg[:, :, :4, :] = 255
-for it in range(2):
+images, labels = torch.randn(2, 3, 32, 32), torch.randint(0, 3, (2, 1, 32, 32))
+labels[:, :, :4, :] = 255  # an unlabelled band
+for step in range(2):
     backbone.train()
-    decode_head.train()
-    feats = backbone(img)
-    seg_logits = decode_head(feats)
-    losses = decode_head.losses(seg_logits, gt_semantic_seg)
-    loss = losses['loss_seg']
-    record.append([loss.item(), losses['acc_seg'].item()])
+    head.train()
+    loss, acc = head.losses(head(backbone(images)), labels)
+    record.append([loss.item(), acc.item()])
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    record.append(params_of(backbone, decode_head))
+    record.append(params_of(backbone, head))
 
 backbone.eval()
-decode_head.eval()
+head.eval()
 with torch.no_grad():
-    seg_logit = resize(decode_head(backbone(img)), size=img.shape[2:], mode='bilinear', align_corners=False)
-    output = F.softmax(seg_logit, dim=1)
-    seg_pred = output.argmax(dim=1)
-    slide_logit = slide_inference(torch.randn(1, 3, 40, 48), [dict(ori_shape=(36, 44, 3))], rescale=True)
-    slide_logit = slide_logit.flip(dims=(3, ))
-record.append(output.numpy().copy())
-record.append(seg_pred.numpy().copy())
-record.append(slide_logit.numpy().copy())
-'''
+    logits = resize(head(backbone(images)), size=images.shape[2:], mode='bilinear', align_corners=False)
+    probs = F.softmax(logits, dim=1)
+    classes = probs.argmax(dim=1)
+    slid = sliding_logits(torch.randn(1, 3, 40, 48), (36, 44)).flip(dims=(3,))
+record.append(probs.numpy().copy())
+record.append(classes.numpy().copy())
+record.append(slid.numpy().copy())
+"""
 
 SEGFORMER_STEPS = [
     (
-        "\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "\nimport torch\nimport torch.nn as nn\nfrom torch.nn import functional as F\n",
         "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
     ),
     ("    loss.backward()\n    optimizer.step()\n", "    optimizer.step(loss.backward())\n"),
@@ -634,367 +312,203 @@ def test_nvlabs_segformer_trains_as_torch(capsys):
         params_of=params_of,
     )
     assert len(theirs) == 2 * 2 + 3
-    # no true gradient (AdamW follows the rounding noise): what adds the same to every pixel
-    # of a sample before linear_fuse's BatchNorm, which takes it away (the last stage's norm
-    # feeds only the decoder's linear_c4)
-    no_gradient = ["0.norm4.bias"] + [f"1.linear_c{i}.proj.bias" for i in range(1, 5)]
+    # no true gradient (AdamW follows the rounding noise): the last stage's norm bias, which
+    # feeds only the head's last embedding and so adds the same to every pixel of a sample
+    # before the fuse's BatchNorm, which takes it away
+    no_gradient = ["0.norms.3.bias"]
     assert_records_agree(ours[:-1], theirs[:-1], rtol=2e-4, atol=2e-5, skip=no_gradient)
-    # in eval mode the BatchNorm's running statistics no longer take those biases away: the
+    # in eval mode the BatchNorm's running statistics no longer take that bias away: the
     # slide-inference logits carry their noise (AdamW's steps of 6e-4 on rounding-sized
     # gradients), so they are compared to a tolerance of that size
     assert_records_agree(ours[-1:], theirs[-1:], rtol=1e-3, atol=1e-3)
 
 
 # -- HRNet --------------------------------------------------------------------------------------------
-HRNET_SOURCE = '''
+HRNET_SOURCE = """
 import logging
 
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+from torch.nn import functional as F
 
-BatchNorm2d = nn.BatchNorm2d
-BN_MOMENTUM = 0.01
-relu_inplace = True
-ALIGN_CORNERS = False
-logger = logging.getLogger(__name__)
+MOMENTUM = 0.01
+ALIGN = False
+log = logging.getLogger("hrnet-port")
 
 
-def conv3x3(in_planes, out_planes, stride=1):
-    """3x3 convolution with padding"""
-    return nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride,
-                     padding=1, bias=False)
+def conv_bn(c_in, c_out, stride=1, relu=True):
+    layers = [nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out, momentum=MOMENTUM)]
+    if relu:
+        layers.append(nn.ReLU(inplace=True))
+    return nn.Sequential(*layers)
 
 
-class BasicBlock(nn.Module):
+class Residual(nn.Module):
     expansion = 1
 
-    def __init__(self, inplanes, planes, stride=1, downsample=None):
-        super(BasicBlock, self).__init__()
-        self.conv1 = conv3x3(inplanes, planes, stride)
-        self.bn1 = BatchNorm2d(planes, momentum=BN_MOMENTUM)
-        self.relu = nn.ReLU(inplace=relu_inplace)
-        self.conv2 = conv3x3(planes, planes)
-        self.bn2 = BatchNorm2d(planes, momentum=BN_MOMENTUM)
-        self.downsample = downsample
-        self.stride = stride
+    def __init__(self, c_in, c_out, stride=1, shortcut=None):
+        super().__init__()
+        self.body = nn.Sequential(conv_bn(c_in, c_out, stride), conv_bn(c_out, c_out, relu=False))
+        self.shortcut = shortcut
+        self.relu = nn.ReLU(inplace=True)
 
     def forward(self, x):
-        residual = x
-
-        out = self.conv1(x)
-        out = self.bn1(out)
-        out = self.relu(out)
-
-        out = self.conv2(out)
-        out = self.bn2(out)
-
-        if self.downsample is not None:
-            residual = self.downsample(x)
-
-        out = out + residual
-        out = self.relu(out)
-
-        return out
+        skip = x if self.shortcut is None else self.shortcut(x)
+        return self.relu(self.body(x) + skip)
 
 
-class HighResolutionModule(nn.Module):
-    def __init__(self, num_branches, blocks, num_blocks, num_inchannels,
-                 num_channels, fuse_method, multi_scale_output=True):
-        super(HighResolutionModule, self).__init__()
-        self._check_branches(
-            num_branches, blocks, num_blocks, num_inchannels, num_channels)
+class MultiResolution(nn.Module):
+    # parallel branches at halving resolutions; then each branch receives the sum of all
+    def __init__(self, widths_in, widths, depths, block=Residual):
+        super().__init__()
+        self.check(widths_in, widths, depths)
+        self.widths = list(widths_in)
+        self.branches = nn.ModuleList([self.branch(i, block, depths[i], widths[i]) for i in range(len(widths))])
+        self.fuse = self.fuse_layers()
+        self.relu = nn.ReLU(inplace=True)
 
-        self.num_inchannels = num_inchannels
-        self.fuse_method = fuse_method
-        self.num_branches = num_branches
+    def check(self, widths_in, widths, depths):
+        for name, given in (('widths_in', widths_in), ('depths', depths)):
+            if len(given) != len(widths):
+                message = '{} has {} entries for {} branches'.format(name, len(given), len(widths))
+                log.error(message)
+                raise ValueError(message)
 
-        self.multi_scale_output = multi_scale_output
+    def branch(self, i, block, depth, width, stride=1):
+        shortcut = None
+        if stride != 1 or self.widths[i] != width * block.expansion:
+            shortcut = nn.Sequential(
+                nn.Conv2d(self.widths[i], width * block.expansion, 1, stride, bias=False),
+                nn.BatchNorm2d(width * block.expansion, momentum=MOMENTUM))
+        blocks = [block(self.widths[i], width, stride, shortcut)]
+        self.widths[i] = width * block.expansion
+        blocks += [block(self.widths[i], width) for _ in range(1, depth)]
+        return nn.Sequential(*blocks)
 
-        self.branches = self._make_branches(
-            num_branches, blocks, num_blocks, num_channels)
-        self.fuse_layers = self._make_fuse_layers()
-        self.relu = nn.ReLU(inplace=relu_inplace)
-
-    def _check_branches(self, num_branches, blocks, num_blocks,
-                        num_inchannels, num_channels):
-        if num_branches != len(num_blocks):
-            error_msg = 'NUM_BRANCHES({}) <> NUM_BLOCKS({})'.format(
-                num_branches, len(num_blocks))
-            logger.error(error_msg)
-            raise ValueError(error_msg)
-
-        if num_branches != len(num_channels):
-            error_msg = 'NUM_BRANCHES({}) <> NUM_CHANNELS({})'.format(
-                num_branches, len(num_channels))
-            logger.error(error_msg)
-            raise ValueError(error_msg)
-
-        if num_branches != len(num_inchannels):
-            error_msg = 'NUM_BRANCHES({}) <> NUM_INCHANNELS({})'.format(
-                num_branches, len(num_inchannels))
-            logger.error(error_msg)
-            raise ValueError(error_msg)
-
-    def _make_one_branch(self, branch_index, block, num_blocks, num_channels,
-                         stride=1):
-        downsample = None
-        if stride != 1 or \\
-           self.num_inchannels[branch_index] != num_channels[branch_index] * block.expansion:
-            downsample = nn.Sequential(
-                nn.Conv2d(self.num_inchannels[branch_index],
-                          num_channels[branch_index] * block.expansion,
-                          kernel_size=1, stride=stride, bias=False),
-                BatchNorm2d(num_channels[branch_index] * block.expansion,
-                            momentum=BN_MOMENTUM),
-            )
-
-        layers = []
-        layers.append(block(self.num_inchannels[branch_index],
-                            num_channels[branch_index], stride, downsample))
-        self.num_inchannels[branch_index] = \\
-            num_channels[branch_index] * block.expansion
-        for i in range(1, num_blocks[branch_index]):
-            layers.append(block(self.num_inchannels[branch_index],
-                                num_channels[branch_index]))
-
-        return nn.Sequential(*layers)
-
-    def _make_branches(self, num_branches, block, num_blocks, num_channels):
-        branches = []
-
-        for i in range(num_branches):
-            branches.append(
-                self._make_one_branch(i, block, num_blocks, num_channels))
-
-        return nn.ModuleList(branches)
-
-    def _make_fuse_layers(self):
-        if self.num_branches == 1:
-            return None
-
-        num_branches = self.num_branches
-        num_inchannels = self.num_inchannels
-        fuse_layers = []
-        for i in range(num_branches if self.multi_scale_output else 1):
-            fuse_layer = []
-            for j in range(num_branches):
-                if j > i:
-                    fuse_layer.append(nn.Sequential(
-                        nn.Conv2d(num_inchannels[j],
-                                  num_inchannels[i],
-                                  1,
-                                  1,
-                                  0,
-                                  bias=False),
-                        BatchNorm2d(num_inchannels[i], momentum=BN_MOMENTUM),
-                        nn.Upsample(scale_factor=2**(j-i), mode='nearest')))
+    def fuse_layers(self):
+        n = len(self.widths)
+        rows = []
+        for i in range(n):
+            row = []
+            for j in range(n):
+                if j > i:  # coarser: a 1x1 conv to branch i's width, then nearest upsampling
+                    row.append(nn.Sequential(
+                        nn.Conv2d(self.widths[j], self.widths[i], 1, 1, 0, bias=False),
+                        nn.BatchNorm2d(self.widths[i], momentum=MOMENTUM),
+                        nn.Upsample(scale_factor=2 ** (j - i), mode='nearest')))
                 elif j == i:
-                    fuse_layer.append(None)
-                else:
-                    conv3x3s = []
-                    for k in range(i-j):
-                        if k == i - j - 1:
-                            num_outchannels_conv3x3 = num_inchannels[i]
-                            conv3x3s.append(nn.Sequential(
-                                nn.Conv2d(num_inchannels[j],
-                                          num_outchannels_conv3x3,
-                                          3, 2, 1, bias=False),
-                                BatchNorm2d(num_outchannels_conv3x3, momentum=BN_MOMENTUM)))
-                        else:
-                            num_outchannels_conv3x3 = num_inchannels[j]
-                            conv3x3s.append(nn.Sequential(
-                                nn.Conv2d(num_inchannels[j],
-                                          num_outchannels_conv3x3,
-                                          3, 2, 1, bias=False),
-                                BatchNorm2d(num_outchannels_conv3x3,
-                                            momentum=BN_MOMENTUM),
-                                nn.ReLU(inplace=relu_inplace)))
-                    fuse_layer.append(nn.Sequential(*conv3x3s))
-            fuse_layers.append(nn.ModuleList(fuse_layer))
+                    row.append(None)  # the branch itself: a placeholder
+                else:  # finer: one strided 3x3 conv per halving
+                    steps = [conv_bn(self.widths[j], self.widths[j], 2) for _ in range(i - j - 1)]
+                    steps.append(conv_bn(self.widths[j], self.widths[i], 2, relu=False))
+                    row.append(nn.Sequential(*steps))
+            rows.append(nn.ModuleList(row))
+        return nn.ModuleList(rows)
 
-        return nn.ModuleList(fuse_layers)
-
-    def get_num_inchannels(self):
-        return self.num_inchannels
-
-    def forward(self, x):
-        if self.num_branches == 1:
-            return [self.branches[0](x[0])]
-
-        for i in range(self.num_branches):
-            x[i] = self.branches[i](x[i])
-
-        x_fuse = []
-        for i in range(len(self.fuse_layers)):
-            y = x[0] if i == 0 else self.fuse_layers[i][0](x[0])
-            for j in range(1, self.num_branches):
-                if i == j:
-                    y = y + x[j]
-                else:
-                    y = y + self.fuse_layers[i][j](x[j])
-            x_fuse.append(self.relu(y))
-
-        return x_fuse
+    def forward(self, xs):
+        xs = [branch(x) for branch, x in zip(self.branches, xs)]
+        fused = []
+        for i, row in enumerate(self.fuse):
+            total = xs[i]
+            for j, layer in enumerate(row):
+                if layer is not None:
+                    total = total + layer(xs[j])
+            fused.append(self.relu(total))
+        return fused
 
 
-class TinyHRNet(nn.Module):
-    """The stem, a transition to three branches, one HighResolutionModule and the
-    segmentation head of seg_hrnet.py's HighResolutionNet."""
-    def __init__(self, num_classes=3):
-        super(TinyHRNet, self).__init__()
-        self.conv1 = nn.Conv2d(3, 8, kernel_size=3, stride=2, padding=1, bias=False)
-        self.bn1 = BatchNorm2d(8, momentum=BN_MOMENTUM)
-        self.relu = nn.ReLU(inplace=relu_inplace)
-        self.transition1 = nn.ModuleList([
-            nn.Sequential(conv3x3(8, 4), BatchNorm2d(4, momentum=BN_MOMENTUM), nn.ReLU(inplace=relu_inplace)),
-            nn.Sequential(conv3x3(8, 8, 2), BatchNorm2d(8, momentum=BN_MOMENTUM), nn.ReLU(inplace=relu_inplace)),
-            nn.Sequential(nn.Sequential(conv3x3(8, 8, 2), BatchNorm2d(8, momentum=BN_MOMENTUM), nn.ReLU(inplace=relu_inplace)),
-                          nn.Sequential(conv3x3(8, 12, 2), BatchNorm2d(12, momentum=BN_MOMENTUM), nn.ReLU(inplace=relu_inplace))),
-        ])
-        self.stage2 = HighResolutionModule(3, BasicBlock, [1, 1, 1], [4, 8, 12], [4, 6, 8], 'SUM')
-        last_inp_channels = int(np.sum(self.stage2.get_num_inchannels()))
-        self.last_layer = nn.Sequential(
-            nn.Conv2d(
-                in_channels=last_inp_channels,
-                out_channels=last_inp_channels,
-                kernel_size=1,
-                stride=1,
-                padding=0),
-            BatchNorm2d(last_inp_channels, momentum=BN_MOMENTUM),
-            nn.ReLU(inplace=relu_inplace),
-            nn.Conv2d(
-                in_channels=last_inp_channels,
-                out_channels=num_classes,
-                kernel_size=1,
-                stride=1,
-                padding=0)
-        )
+class HRSegNet(nn.Module):
+    def __init__(self, n_classes=3):
+        super().__init__()
+        self.stem = conv_bn(3, 8, 2)
+        # from the stem to three branches at 1, 1/2 and 1/4 of its resolution
+        self.split = nn.ModuleList(
+            [conv_bn(8, 4), conv_bn(8, 8, 2), nn.Sequential(conv_bn(8, 8, 2), conv_bn(8, 12, 2))])
+        self.stage = MultiResolution([4, 8, 12], [4, 6, 8], [1, 1, 1])
+        width = int(np.sum(self.stage.widths))
+        self.head = nn.Sequential(
+            nn.Conv2d(width, width, 1), nn.BatchNorm2d(width, momentum=MOMENTUM), nn.ReLU(inplace=True),
+            nn.Conv2d(width, n_classes, 1))
 
     def forward(self, x):
-        x = self.relu(self.bn1(self.conv1(x)))
-        x_list = []
-        for i in range(3):
-            x_list.append(self.transition1[i](x))
-        x = self.stage2(x_list)
-
-        # Upsampling
-        x0_h, x0_w = x[0].size(2), x[0].size(3)
-        x1 = F.interpolate(x[1], size=(x0_h, x0_w), mode='bilinear', align_corners=ALIGN_CORNERS)
-        x2 = F.interpolate(x[2], size=(x0_h, x0_w), mode='bilinear', align_corners=ALIGN_CORNERS)
-
-        x = torch.cat([x[0], x1, x2], 1)
-
-        x = self.last_layer(x)
-
-        return x
+        x = self.stem(x)
+        xs = self.stage([to_branch(x) for to_branch in self.split])
+        h, w = xs[0].size(2), xs[0].size(3)
+        coarse = [F.interpolate(input=t, size=(h, w), mode='bilinear', align_corners=ALIGN) for t in xs[1:]]
+        return self.head(torch.cat([xs[0]] + coarse, 1))
 
 
-# -- lib/core/criterion.py --
-class CrossEntropy(nn.Module):
-    def __init__(self, ignore_label=-1, weight=None):
-        super(CrossEntropy, self).__init__()
-        self.ignore_label = ignore_label
-        self.criterion = nn.CrossEntropyLoss(
-            weight=weight,
-            ignore_index=ignore_label
-        )
-
-    def _forward(self, score, target):
-        ph, pw = score.size(2), score.size(3)
-        h, w = target.size(1), target.size(2)
-        if ph != h or pw != w:
-            score = F.interpolate(input=score, size=(
-                h, w), mode='bilinear', align_corners=ALIGN_CORNERS)
-
-        loss = self.criterion(score, target)
-
-        return loss
-
-    def forward(self, score, target):
-        if not isinstance(score, (list, tuple)):
-            score = [score]
-        return sum([self._forward(x, target) for x in score])
+def at_label_size(logits, target):
+    h, w = target.shape[1:]
+    if logits.size(2) != h or logits.size(3) != w:
+        logits = F.interpolate(input=logits, size=(h, w), mode='bilinear', align_corners=ALIGN)
+    return logits
 
 
-class OhemCrossEntropy(nn.Module):
-    def __init__(self, ignore_label=-1, thres=0.7,
-                 min_kept=100000, weight=None):
-        super(OhemCrossEntropy, self).__init__()
-        self.thresh = thres
-        self.min_kept = max(1, min_kept)
-        self.ignore_label = ignore_label
-        self.criterion = nn.CrossEntropyLoss(
-            weight=weight,
-            ignore_index=ignore_label,
-            reduction='none'
-        )
+class PixelCE(nn.Module):
+    def __init__(self, ignore=-1):
+        super().__init__()
+        self.ce = nn.CrossEntropyLoss(ignore_index=ignore)
 
-    def _ohem_forward(self, score, target, **kwargs):
-        ph, pw = score.size(2), score.size(3)
-        h, w = target.size(1), target.size(2)
-        if ph != h or pw != w:
-            score = F.interpolate(input=score, size=(
-                h, w), mode='bilinear', align_corners=ALIGN_CORNERS)
-        pred = F.softmax(score, dim=1)
-        pixel_losses = self.criterion(score, target).contiguous().view(-1)
-        mask = target.contiguous().view(-1) != self.ignore_label
-
-        tmp_target = target.clone()
-        tmp_target[tmp_target == self.ignore_label] = 0
-        pred = pred.gather(1, tmp_target.unsqueeze(1))
-        pred, ind = pred.contiguous().view(-1,)[mask].contiguous().sort()
-        min_value = pred[min(self.min_kept, pred.numel() - 1)]
-        threshold = max(min_value, self.thresh)
-
-        pixel_losses = pixel_losses[mask][ind]
-        pixel_losses = pixel_losses[pred < threshold]
-        return pixel_losses.mean()
-
-    def forward(self, score, target):
-        return self._ohem_forward(score, target)
+    def forward(self, logits, target):
+        return self.ce(at_label_size(logits, target), target)
 
 
-# -- lib/utils/utils.py --
-def adjust_learning_rate(optimizer, base_lr, max_iters,
-        cur_iters, power=0.9, nbb_mult=10):
-    lr = base_lr*((1-float(cur_iters)/max_iters)**(power))
-    optimizer.param_groups[0]['lr'] = lr
-    if len(optimizer.param_groups) == 2:
-        optimizer.param_groups[1]['lr'] = lr * nbb_mult
+class HardPixelCE(nn.Module):
+    # online hard example mining: the mean over the pixels whose true-class probability is
+    # below a threshold, raised so that at least `keep` pixels count
+    def __init__(self, ignore=-1, thresh=0.7, keep=100000):
+        super().__init__()
+        self.ignore, self.thresh, self.keep = ignore, thresh, max(1, keep)
+        self.ce = nn.CrossEntropyLoss(ignore_index=ignore, reduction='none')
+
+    def forward(self, logits, target):
+        logits = at_label_size(logits, target)
+        per_pixel = self.ce(logits, target).contiguous().view(-1)
+        valid = target.contiguous().view(-1) != self.ignore
+        safe = target.clone()
+        safe[safe == self.ignore] = 0
+        p = F.softmax(logits, dim=1).gather(1, safe.unsqueeze(1))
+        p, order = p.contiguous().view(-1)[valid].contiguous().sort()
+        floor = p[min(self.keep, p.numel() - 1)]
+        threshold = max(floor, self.thresh)
+        hard = per_pixel[valid][order]
+        return hard[p < threshold].mean()
+
+
+def poly_lr(optimizer, base, total, step, power=0.9):
+    lr = base * ((1 - float(step) / total) ** power)
+    for group in optimizer.param_groups:
+        group['lr'] = lr
     return lr
 
 
-model = TinyHRNet(num_classes=3)
+model = HRSegNet(3)
 initialize(model)
-criterion = CrossEntropy(ignore_label=255) if use_ohem is False else OhemCrossEntropy(ignore_label=255, thres=0.5, min_kept=40)
-optimizer = torch.optim.SGD([{'params': filter(lambda p: p.requires_grad, model.parameters()), 'lr': 0.05}],
-                            lr=0.05, momentum=0.9, weight_decay=5e-4, nesterov=False)
-images = torch.randn(2, 3, 32, 32)
-labels = torch.randint(0, 3, (2, 32, 32))
-labels[:, :, -5:] = 255
+loss_fn = HardPixelCE(ignore=255, thresh=0.5, keep=40) if use_ohem else PixelCE(ignore=255)
+trainable = filter(lambda p: p.requires_grad, model.parameters())
+optimizer = torch.optim.SGD([{'params': trainable, 'lr': 0.05}], lr=0.05, momentum=0.9, weight_decay=5e-4, nesterov=False)
+images, labels = torch.randn(2, 3, 32, 32), torch.randint(0, 3, (2, 32, 32))
+labels[:, :, -5:] = 255  # unlabelled columns
 model.train()
-for i_iter in range(3):
-    pred = model(images)
-    losses = criterion(pred, labels)
-    loss = losses.mean()
+for it in range(3):
+    loss = loss_fn(model(images), labels).mean()
     record.append(loss.item())
     model.zero_grad()
     loss.backward()
     optimizer.step()
-    lr = adjust_learning_rate(optimizer, 0.05, 3, i_iter)
-    record.append(lr)
-    record.append(params_of(model))
-record.append({k: v.numpy().copy() for k, v in model.state_dict().items() if 'running' in k})
+    record.append(poly_lr(optimizer, 0.05, 3, it))
+    record.append(params_of(model))  # after each step
+record.append({name: t.numpy().copy() for name, t in model.state_dict().items() if 'running' in name})
 model.eval()
 with torch.no_grad():
-    record.append(model(images).numpy().copy())
-'''
+    record.append(model(images).numpy().copy())  # the running statistics' outputs
+"""
 
 HRNET_STEPS = [
     (
-        "\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "\nimport torch\nimport torch.nn as nn\nfrom torch.nn import functional as F\n",
         "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
     ),
     ("    loss.backward()\n    optimizer.step()\n", "    optimizer.step(loss.backward())\n"),
