@@ -7,7 +7,7 @@ namespace):
 
 - Barlow Twins in the style of facebookresearch/barlowtwins: the projector of ``Linear(bias=
   False)``/``BatchNorm1d``/``ReLU(inplace=True)`` built from ``args.projector.split('-')``,
-  ``nn.BatchNorm1d(sizes[-1], affine=False)``, the cross-correlation ``self.bn(z1).T @
+  ``nn.BatchNorm1d(widths[-1], affine=False)``, the cross-correlation ``self.bn(z1).T @
   self.bn(z2)`` divided in place (``c.div_``), ``torch.diagonal(c).add_(-1).pow_(2).sum()`` (in
   place on a diagonal view), the off-diagonal view by ``flat[:-1].view(n - 1, n + 1)[:,
   1:].flatten()``, a ``LARS`` optimizer subclassing ``optim.Optimizer`` (a function kept in the

@@ -25,7 +25,7 @@ ported, on retrograd from the same weights and draws.
   ``torch.nn.Parameter(allowed, requires_grad=False)`` among the parameters Adam is given,
   ``torch.nn.Parameter(torch.Tensor(num_tags))`` filled by ``init.normal_``, the forward
   algorithm's ``logsumexp(inner, 1) * mask[t].view(batch, 1) + alpha * (~mask[t]).view(batch, 1)``
-  (floats times bools), the gold score by ``self.transitions[here.view(-1), there.view(-1)]``,
+  (floats times bools), the gold score by ``self.pairwise[here.view(-1), there.view(-1)]``,
   ``index_select``, ``gather`` and ``total = 0.0`` grown into a tensor, ``mask.to(torch.bool)``,
   the decoding building the augmented transitions by slice writes of ``.detach()``/``.data``
   products into ``torch.full``, ``present.nonzero(as_tuple=False).squeeze()`` and
