@@ -1,44 +1,44 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-three self-supervised methods of facebookresearch, their models, losses, optimizers and
-training steps as written, a small convolutional backbone standing in for torchvision's
-ResNet-50 / ViT (with the ``fc`` the programs replace), one process (``torch.distributed``'s
-``all_reduce`` of one rank is the identity: a stand-in ``dist`` namespace):
+three self-supervised methods, written here in the style of facebookresearch's repositories
+(their models, losses, optimizers and training steps), a small residual CNN standing in for
+torchvision's ResNet-50 / ViT (with the ``fc`` the programs replace), one process
+(``torch.distributed``'s ``all_reduce`` of one rank is the identity: a stand-in ``dist``
+namespace):
 
-- Barlow Twins (facebookresearch/barlowtwins ``main.py``): the projector of ``Linear(bias=
+- Barlow Twins in the style of facebookresearch/barlowtwins: the projector of ``Linear(bias=
   False)``/``BatchNorm1d``/``ReLU(inplace=True)`` built from ``args.projector.split('-')``,
-  ``nn.BatchNorm1d(sizes[-1], affine=False)``, the cross-correlation ``self.bn(z1).T @
+  ``nn.BatchNorm1d(widths[-1], affine=False)``, the cross-correlation ``self.bn(z1).T @
   self.bn(z2)`` divided in place (``c.div_``), ``torch.diagonal(c).add_(-1).pow_(2).sum()`` (in
-  place on a diagonal view), ``off_diagonal`` by ``x.flatten()[:-1].view(n - 1, n + 1)[:,
-  1:].flatten()``, the ``LARS`` optimizer subclassing ``optim.Optimizer`` (a function kept in
-  the param groups as a filter, ``self.state[p]`` filled on first use, ``torch.where`` of
-  ``torch.norm``s, ``mu.mul_(...).add_(dp)``, ``p.add_(mu, alpha=-g['lr'])`` under
-  ``@torch.no_grad()``), built with ``lr=0`` and driven by ``adjust_learning_rate``'s warm-up
-  and cosine into two groups (weights and ``param.ndim == 1``);
-- SimSiam (facebookresearch/simsiam ``simsiam/builder.py``, ``main_simsiam.py``): the encoder's
-  ``fc`` wrapped into a 3-layer projector around the old ``self.encoder.fc``,
-  ``self.encoder.fc[6].bias.requires_grad = False``, ``nn.CosineSimilarity(dim=1)``, the
-  symmetric loss on ``z.detach()``, SGD over groups carrying an extra ``'fix_lr'`` key that
-  ``adjust_learning_rate`` reads, and ``AverageMeter``/``ProgressMeter`` of the log;
-- DINO (facebookresearch/dino ``main_dino.py``, ``utils.py``, ``vision_transformer.py``):
-  ``MultiCropWrapper`` (``torch.cumsum(torch.unique_consecutive(torch.tensor([inp.shape[-1]
-  ...]), return_counts=True)[1], 0)``, the list of crops sliced by 0-d tensors, outputs
-  concatenated onto ``torch.empty(0)``), ``DINOHead`` (``trunc_normal_``, ``nn.GELU``,
-  ``F.normalize(x, dim=-1, p=2)``, ``nn.utils.weight_norm`` of a bias-free ``Linear`` with
-  ``weight_g.data.fill_(1)`` and ``weight_g.requires_grad = False``), ``DINOLoss`` (a
-  ``center`` buffer reassigned in ``@torch.no_grad()`` ``update_center``, the teacher
-  temperature read from a NumPy schedule, student and teacher chunks crossed), the
-  ``get_params_groups``/``cosine_scheduler`` (NumPy ``float64`` learning rates and weight
-  decays written into ``param_groups``), ``clip_gradients`` (``p.grad.data.norm(2)``,
-  ``p.grad.data.mul_(clip_coef)``), ``cancel_gradients_last_layer`` (``p.grad = None``), AdamW
-  and the teacher's EMA ``param_k.data.mul_(m).add_((1 - m) * param_q.detach().data)``.
+  place on a diagonal view), the off-diagonal view by ``flat[:-1].view(n - 1, n + 1)[:,
+  1:].flatten()``, a ``LARS`` optimizer subclassing ``optim.Optimizer`` (a function kept in the
+  param groups as a filter, ``self.state[p]`` filled on first use, ``torch.where`` of
+  ``torch.norm``s, ``mu.mul_(...).add_(update)``, ``p.add_(mu, alpha=-lr)`` under
+  ``@torch.no_grad()``), built with ``lr=0`` and driven by a warm-up and cosine schedule into two
+  groups (weights and ``param.ndim == 1``);
+- SimSiam in the style of facebookresearch/simsiam: the encoder's ``fc`` wrapped into a 3-layer
+  projector around the old ``self.encoder.fc``, ``self.encoder.fc[6].bias.requires_grad =
+  False``, ``nn.CosineSimilarity(dim=1)``, the symmetric loss on ``z.detach()``, SGD over groups
+  carrying an extra ``'fix_lr'`` key that the schedule reads, and a meter's ``str`` in the log;
+- DINO in the style of facebookresearch/dino: a multi-crop wrapper
+  (``torch.cumsum(torch.unique_consecutive(torch.tensor([crop.shape[-1] ...]),
+  return_counts=True)[1], 0)``, the list of crops sliced by 0-d tensors, outputs concatenated
+  onto ``torch.empty(0)``), the head (``trunc_normal_``, ``nn.GELU``, ``F.normalize(x, dim=-1,
+  p=2)``, ``nn.utils.weight_norm`` of a bias-free ``Linear`` with ``weight_g.data.fill_(1)`` and
+  ``weight_g.requires_grad = False``), the loss (a ``center`` buffer reassigned in
+  ``@torch.no_grad()`` ``update_center``, the teacher temperature read from a NumPy schedule,
+  student and teacher chunks crossed), parameter groups without decay for biases and norms and
+  cosine schedules (NumPy ``float64`` learning rates and weight decays written into
+  ``param_groups``), per-parameter gradient clipping (``p.grad.data.norm(2)``,
+  ``p.grad.data.mul_(coef)``), the last layer's gradients dropped in the first epoch
+  (``p.grad = None``), AdamW and the teacher's EMA ``p_t.data.mul_(m).add_((1 - m) *
+  p_s.detach().data)``.
 
 The ports change the gradient lines only (``LARS.step`` and the DINO utilities read
 ``p.grad(grads)``; ``p.grad = None`` is ``p.grad_remove(grads)``).
 
-The defect found: ``Optimizer.state`` was a plain dict, so LARS's ``param_state =
-self.state[p]`` raised ``KeyError`` on its first step; it is now a ``defaultdict(dict)`` as
-torch's (also after ``load_state_dict``). SimSiam and DINO ran unchanged.
+The defect found: ``Optimizer.state`` was a plain dict, so LARS's ``state = self.state[p]``
+raised ``KeyError`` on its first step; it is now a ``defaultdict(dict)`` as torch's (also after
+``load_state_dict``). SimSiam and DINO ran unchanged.
 """
 
 from __future__ import annotations
@@ -54,25 +54,25 @@ import retrograd as rg
 from real_ports import assert_records_agree, both
 from test_real_ports_17 import default_float64
 
-# The backbone standing in for torchvision's: a small CNN ending in ``avgpool`` + ``fc``
+# The backbone standing in for torchvision's: a small residual CNN ending in ``avgpool`` + ``fc``
 BACKBONE_SOURCE = """
-class SmallNet(nn.Module):
-    def __init__(self, num_classes=10, zero_init_residual=False, width=8):
+class TinyResNet(nn.Module):
+    # a stem convolution and one residual block, pooled, then ResNet's classifier `fc`
+    def __init__(self, num_classes=10, width=8, zero_init_residual=False):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, width, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        if zero_init_residual:
-            nn.init.constant_(self.bn2.weight, 0)
-        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-        self.fc = nn.Linear(width, num_classes)
+        self.stem = nn.Conv2d(3, width, kernel_size=3, padding=1, bias=False)
+        self.stem_bn = nn.BatchNorm2d(width)
+        self.block = nn.Conv2d(width, width, kernel_size=3, padding=1, bias=False)
+        self.block_bn = nn.BatchNorm2d(width)
+        if zero_init_residual:  # the residual branch starts as nothing: the block is the identity
+            nn.init.constant_(self.block_bn.weight, 0)
+        self.avgpool = nn.AdaptiveAvgPool2d(output_size=(1, 1))
+        self.fc = nn.Linear(in_features=width, out_features=num_classes)
 
     def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        x = F.relu(x + self.bn2(self.conv2(x)))
-        x = torch.flatten(self.avgpool(x), 1)
-        return self.fc(x)
+        h = F.relu(self.stem_bn(self.stem(x)))
+        h = F.relu(h + self.block_bn(self.block(h)))
+        return self.fc(torch.flatten(self.avgpool(h), 1))
 """
 
 DIST_STANDIN = types.SimpleNamespace(all_reduce=lambda t: t, get_world_size=lambda: 1)
@@ -98,143 +98,117 @@ def run_program(monkeypatch, source, step, seed, build, go, **shared):
 BARLOW_SOURCE = (
     BACKBONE_SOURCE
     + """
-def adjust_learning_rate(args, optimizer, loader, step):
-    max_steps = args.epochs * len(loader)
-    warmup_steps = 10 * len(loader)
-    base_lr = args.batch_size / 256
-    if step < warmup_steps:
-        lr = base_lr * step / warmup_steps
+def set_learning_rates(args, optimizer, loader, step):
+    # a linear warm-up over 10 epochs, then a cosine down to a thousandth of the base rate
+    total, warmup = args.epochs * len(loader), 10 * len(loader)
+    base = args.batch_size / 256
+    if step < warmup:
+        lr = base * step / warmup
     else:
-        step -= warmup_steps
-        max_steps -= warmup_steps
-        q = 0.5 * (1 + math.cos(math.pi * step / max_steps))
-        end_lr = base_lr * 0.001
-        lr = base_lr * q + end_lr * (1 - q)
-    optimizer.param_groups[0]['lr'] = lr * args.learning_rate_weights
-    optimizer.param_groups[1]['lr'] = lr * args.learning_rate_biases
+        q = 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+        lr = base * q + base * 0.001 * (1 - q)
+    weights, biases = optimizer.param_groups
+    weights['lr'] = lr * args.learning_rate_weights
+    biases['lr'] = lr * args.learning_rate_biases
 
 
 def off_diagonal(x):
-    # return a flattened view of the off-diagonal elements of a square matrix
+    # a view of the entries off the diagonal of a square matrix, flattened
     n, m = x.shape
     assert n == m
-    return x.flatten()[:-1].view(n - 1, n + 1)[:, 1:].flatten()
+    flat = x.flatten()
+    return flat[:-1].view(n - 1, n + 1)[:, 1:].flatten()
 
 
 class BarlowTwins(nn.Module):
     def __init__(self, args):
         super().__init__()
         self.args = args
-        self.backbone = SmallNet(zero_init_residual=True)
-        self.backbone.fc = nn.Identity()
-
-        # projector
-        sizes = [8] + list(map(int, args.projector.split('-')))
-        layers = []
-        for i in range(len(sizes) - 2):
-            layers.append(nn.Linear(sizes[i], sizes[i + 1], bias=False))
-            layers.append(nn.BatchNorm1d(sizes[i + 1]))
-            layers.append(nn.ReLU(inplace=True))
-        layers.append(nn.Linear(sizes[-2], sizes[-1], bias=False))
-        self.projector = nn.Sequential(*layers)
-
-        # normalization layer for the representations z1 and z2
-        self.bn = nn.BatchNorm1d(sizes[-1], affine=False)
+        backbone = TinyResNet(zero_init_residual=True)
+        backbone.fc = nn.Identity()  # features, not classes
+        self.backbone = backbone
+        widths = [8] + [int(w) for w in args.projector.split('-')]
+        blocks = []  # Linear-BN-ReLU blocks, then a Linear
+        for a, b in zip(widths[:-2], widths[1:-1]):
+            blocks += [nn.Linear(a, b, bias=False), nn.BatchNorm1d(b), nn.ReLU(inplace=True)]
+        blocks.append(nn.Linear(widths[-2], widths[-1], bias=False))
+        self.projector = nn.Sequential(*blocks)
+        self.bn = nn.BatchNorm1d(widths[-1], affine=False)  # standardises each embedding feature
 
     def forward(self, y1, y2):
-        z1 = self.projector(self.backbone(y1))
-        z2 = self.projector(self.backbone(y2))
-
-        # empirical cross-correlation matrix
-        c = self.bn(z1).T @ self.bn(z2)
-
-        # sum the cross-correlation matrix between all gpus
+        z1, z2 = (self.projector(self.backbone(y)) for y in (y1, y2))
+        c = self.bn(z1).T @ self.bn(z2)  # the cross-correlation of the two views' features
         c.div_(self.args.batch_size)
-        torch.distributed.all_reduce(c)
-
-        on_diag = torch.diagonal(c).add_(-1).pow_(2).sum()
-        off_diag = off_diagonal(c).pow_(2).sum()
-        loss = on_diag + self.args.lambd * off_diag
-        return loss
+        torch.distributed.all_reduce(c)  # summed over the ranks
+        # in place on views of c: first its diagonal, then the rest
+        invariance = torch.diagonal(c).add_(-1).pow_(2).sum()
+        redundancy = off_diagonal(c).pow_(2).sum()
+        return invariance + self.args.lambd * redundancy
 
 
 class LARS(optim.Optimizer):
-    def __init__(self, params, lr, weight_decay=0, momentum=0.9, eta=0.001,
-                 weight_decay_filter=None, lars_adaptation_filter=None):
-        defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum,
-                        eta=eta, weight_decay_filter=weight_decay_filter,
-                        lars_adaptation_filter=lars_adaptation_filter)
-        super().__init__(params, defaults)
+    # SGD with momentum, each weight matrix's update scaled to eta * |w| / |update|
+    def __init__(self, params, lr, momentum=0.9, eta=0.001, weight_decay=0,
+                 lars_adaptation_filter=None, weight_decay_filter=None):
+        super().__init__(params, dict(
+            lr=lr, weight_decay=weight_decay, momentum=momentum, eta=eta,
+            weight_decay_filter=weight_decay_filter, lars_adaptation_filter=lars_adaptation_filter,
+        ))
+
+    @staticmethod
+    def applies(exclude, p):
+        return exclude is None or not exclude(p)
 
     @torch.no_grad()
     def step(self):
-        for g in self.param_groups:
-            for p in g['params']:
-                dp = p.grad
-
-                if dp is None:
+        for group in self.param_groups:
+            for p in group['params']:
+                update = p.grad
+                if update is None:
                     continue
-
-                if g['weight_decay_filter'] is None or not g['weight_decay_filter'](p):
-                    dp = dp.add(p, alpha=g['weight_decay'])
-
-                if g['lars_adaptation_filter'] is None or not g['lars_adaptation_filter'](p):
-                    param_norm = torch.norm(p)
-                    update_norm = torch.norm(dp)
-                    one = torch.ones_like(param_norm)
-                    q = torch.where(param_norm > 0.,
-                                    torch.where(update_norm > 0,
-                                                (g['eta'] * param_norm / update_norm), one), one)
-                    dp = dp.mul(q)
-
-                param_state = self.state[p]
-                if 'mu' not in param_state:
-                    param_state['mu'] = torch.zeros_like(p)
-                mu = param_state['mu']
-                mu.mul_(g['momentum']).add_(dp)
-
-                p.add_(mu, alpha=-g['lr'])
+                if self.applies(group['weight_decay_filter'], p):
+                    update = update.add(p, alpha=group['weight_decay'])
+                if self.applies(group['lars_adaptation_filter'], p):
+                    w_norm, u_norm = torch.norm(p), torch.norm(update)
+                    one = torch.ones_like(w_norm)
+                    trust = torch.where(u_norm > 0, group['eta'] * w_norm / u_norm, one)
+                    update = update.mul(torch.where(w_norm > 0., trust, one))
+                state = self.state[p]  # an empty dict the first time
+                if 'mu' not in state:
+                    state['mu'] = torch.zeros_like(p)
+                state['mu'].mul_(group['momentum']).add_(update)
+                p.add_(state['mu'], alpha=-group['lr'])
 
 
-def exclude_bias_and_norm(p):
+def bias_or_norm(p):
     return p.ndim == 1
 
 
-def main_worker(model, loader, args):
-    records = []
-    param_weights = []
-    param_biases = []
-    for param in model.parameters():
-        if param.ndim == 1:
-            param_biases.append(param)
-        else:
-            param_weights.append(param)
-    parameters = [{'params': param_weights}, {'params': param_biases}]
-    optimizer = LARS(parameters, lr=0, weight_decay=args.weight_decay,
-                     weight_decay_filter=exclude_bias_and_norm,
-                     lars_adaptation_filter=exclude_bias_and_norm)
-    start_epoch = 0
-    for epoch in range(start_epoch, args.epochs):
-        for step, ((y1, y2), _) in enumerate(loader, start=epoch * len(loader)):
-            adjust_learning_rate(args, optimizer, loader, step)
+def pretrain(model, loader, args):
+    log = []
+    weights = [p for p in model.parameters() if p.ndim != 1]
+    biases = [p for p in model.parameters() if p.ndim == 1]
+    # lr=0: the schedule sets each group's rate before every step
+    optimizer = LARS([{'params': weights}, {'params': biases}], lr=0,
+                     weight_decay=args.weight_decay, weight_decay_filter=bias_or_norm,
+                     lars_adaptation_filter=bias_or_norm)
+    for epoch in range(args.epochs):
+        for step, ((view1, view2), _) in enumerate(loader, start=epoch * len(loader)):
+            set_learning_rates(args, optimizer, loader, step)
             optimizer.zero_grad()
-            loss = model.forward(y1, y2)
+            loss = model.forward(view1, view2)
             loss.backward()
             optimizer.step()
-            stats = dict(epoch=epoch, step=step,
-                         lr_weights=optimizer.param_groups[0]['lr'],
-                         lr_biases=optimizer.param_groups[1]['lr'],
-                         loss=loss.item())
-            records.append([stats['lr_weights'], stats['lr_biases'], stats['loss']])
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
-    records.append({str(k): v['mu'] for k, v in optimizer.state_dict()['state'].items()})
-    return records
+            log.append([group['lr'] for group in optimizer.param_groups] + [loss.item()])
+    log.append({name: t.detach().numpy().copy() for name, t in model.state_dict().items()})
+    log.append({str(index): s['mu'] for index, s in optimizer.state_dict()['state'].items()})
+    return log
 """
 )
 
 BARLOW_STEP = [
     ("    def step(self):\n", "    def step(self, grads):\n"),
-    ("                dp = p.grad\n", "                dp = p.grad(grads)\n"),
+    ("                update = p.grad\n", "                update = p.grad(grads)\n"),
     (
         "            loss.backward()\n            optimizer.step()",
         "            grads = loss.backward()\n            optimizer.step(grads)",
@@ -243,7 +217,10 @@ BARLOW_STEP = [
 
 
 def test_barlow_twins_with_lars_matches_torch(monkeypatch):
-    args = types.SimpleNamespace(epochs=2, batch_size=4, projector="12-12-16", lambd=0.0051, weight_decay=1e-6, learning_rate_weights=0.2, learning_rate_biases=0.0048)  # fmt: skip
+    args = types.SimpleNamespace(
+        epochs=2, batch_size=4, projector="12-12-16", lambd=0.0051, weight_decay=1e-6,
+        learning_rate_weights=0.2, learning_rate_biases=0.0048,
+    )  # fmt: skip
     rng = np.random.default_rng(100)
     batches = [
         ((rng.standard_normal((4, 3, 6, 6)), rng.standard_normal((4, 3, 6, 6))), None)
@@ -253,7 +230,7 @@ def test_barlow_twins_with_lars_matches_torch(monkeypatch):
     def go(names, lib, model):
         loader = [((lib.tensor(a), lib.tensor(b)), y) for (a, b), y in batches]
         # warm-up over 10 epochs as written: 2 epochs stay in it; a shorter one reaches the cosine
-        return names["main_worker"](model, loader, args)
+        return names["pretrain"](model, loader, args)
 
     with default_float64(), monkeypatch.context() as patch:
         # one rank: torch.distributed's all_reduce is the identity (retrograd's is collective)
@@ -283,164 +260,91 @@ def test_optimizer_state_is_a_defaultdict_of_dicts_as_torch_s():
 # -- SimSiam ---------------------------------------------------------------------------------------
 SIMSIAM_SOURCE = (
     BACKBONE_SOURCE
-    + '''
+    + """
 class SimSiam(nn.Module):
-    """
-    Build a SimSiam model.
-    """
-    def __init__(self, base_encoder, dim=2048, pred_dim=512):
-        """
-        dim: feature dimension (default: 2048)
-        pred_dim: hidden dimension of the predictor (default: 512)
-        """
-        super(SimSiam, self).__init__()
-
-        # create the encoder
-        # num_classes is the output fc dimension, zero-initialize last BNs
-        self.encoder = base_encoder(num_classes=dim, zero_init_residual=True)
-
-        # build a 3-layer projector
-        prev_dim = self.encoder.fc.weight.shape[1]
-        self.encoder.fc = nn.Sequential(nn.Linear(prev_dim, prev_dim, bias=False),
-                                        nn.BatchNorm1d(prev_dim),
-                                        nn.ReLU(inplace=True), # first layer
-                                        nn.Linear(prev_dim, prev_dim, bias=False),
-                                        nn.BatchNorm1d(prev_dim),
-                                        nn.ReLU(inplace=True), # second layer
-                                        self.encoder.fc,
-                                        nn.BatchNorm1d(dim, affine=False)) # output layer
-        self.encoder.fc[6].bias.requires_grad = False # hack: not use bias as it is followed by BN
-
-        # build a 2-layer predictor
-        self.predictor = nn.Sequential(nn.Linear(dim, pred_dim, bias=False),
-                                        nn.BatchNorm1d(pred_dim),
-                                        nn.ReLU(inplace=True), # hidden layer
-                                        nn.Linear(pred_dim, dim)) # output layer
+    # one encoder with a 3-layer projector, a 2-layer predictor; the targets are stop-gradient
+    def __init__(self, make_encoder, dim=2048, pred_dim=512):
+        super().__init__()
+        self.encoder = make_encoder(zero_init_residual=True, num_classes=dim)
+        width = self.encoder.fc.weight.shape[1]
+        classifier = self.encoder.fc
+        self.encoder.fc = nn.Sequential(
+            nn.Linear(width, width, bias=False), nn.BatchNorm1d(width), nn.ReLU(inplace=True),
+            nn.Linear(width, width, bias=False), nn.BatchNorm1d(width), nn.ReLU(inplace=True),
+            classifier, nn.BatchNorm1d(dim, affine=False),
+        )
+        # the old classifier's bias feeds a BatchNorm: it would learn nothing, so it is frozen
+        self.encoder.fc[6].bias.requires_grad = False
+        self.predictor = nn.Sequential(
+            nn.Linear(dim, pred_dim, bias=False), nn.BatchNorm1d(pred_dim), nn.ReLU(inplace=True),
+            nn.Linear(pred_dim, dim),
+        )
 
     def forward(self, x1, x2):
-        """
-        Input:
-            x1: first views of images
-            x2: second views of images
-        Output:
-            p1, p2, z1, z2: predictors and targets of the network
-            See Sec. 3 of https://arxiv.org/abs/2011.10566 for detailed notations
-        """
-
-        # compute features for one view
-        z1 = self.encoder(x1) # NxC
-        z2 = self.encoder(x2) # NxC
-
-        p1 = self.predictor(z1) # NxC
-        p2 = self.predictor(z2) # NxC
-
-        return p1, p2, z1.detach(), z2.detach()
+        z1, z2 = self.encoder(x1), self.encoder(x2)
+        return self.predictor(z1), self.predictor(z2), z1.detach(), z2.detach()
 
 
-class AverageMeter(object):
-    """Computes and stores the average and current value"""
-    def __init__(self, name, fmt=':f'):
-        self.name = name
-        self.fmt = fmt
-        self.reset()
-
-    def reset(self):
-        self.val = 0
-        self.avg = 0
-        self.sum = 0
-        self.count = 0
+class Meter:
+    def __init__(self, label, fmt=':f'):
+        self.name, self.fmt = label, fmt
+        self.val = self.avg = self.total = self.count = 0
 
     def update(self, val, n=1):
         self.val = val
-        self.sum += val * n
+        self.total += val * n
         self.count += n
-        self.avg = self.sum / self.count
+        self.avg = self.total / self.count
 
     def __str__(self):
-        fmtstr = '{name} {val' + self.fmt + '} ({avg' + self.fmt + '})'
-        return fmtstr.format(**self.__dict__)
+        return ('{name} {val' + self.fmt + '} ({avg' + self.fmt + '})').format(**vars(self))
 
 
-class ProgressMeter(object):
-    def __init__(self, num_batches, meters, prefix=""):
-        self.batch_fmtstr = self._get_batch_fmtstr(num_batches)
-        self.meters = meters
-        self.prefix = prefix
-
-    def display(self, batch):
-        entries = [self.prefix + self.batch_fmtstr.format(batch)]
-        entries += [str(meter) for meter in self.meters]
-        print('\\t'.join(entries))
-
-    def _get_batch_fmtstr(self, num_batches):
-        num_digits = len(str(num_batches // 1))
-        fmt = '{:' + str(num_digits) + 'd}'
-        return '[' + fmt + '/' + fmt.format(num_batches) + ']'
-
-
-def train(train_loader, model, criterion, optimizer, epoch, args, records):
-    losses = AverageMeter('Loss', ':.4f')
-    progress = ProgressMeter(
-        len(train_loader),
-        [losses],
-        prefix="Epoch: [{}]".format(epoch))
-
-    # switch to train mode
+def train_epoch(loader, model, criterion, optimizer, epoch, args, log):
+    losses = Meter('Loss', ':.4f')
+    width = len(str(len(loader)))
     model.train()
-
-    for i, (images, _) in enumerate(train_loader):
-        # compute output and loss
-        p1, p2, z1, z2 = model(x1=images[0], x2=images[1])
-        loss = -(criterion(p1, z2).mean() + criterion(p2, z1).mean()) * 0.5
-
-        losses.update(loss.item(), images[0].size(0))
-
-        # compute gradient and do SGD step
+    for i, (views, _) in enumerate(loader):
+        p1, p2, z1, z2 = model(x1=views[0], x2=views[1])
+        # the negative cosine similarity, symmetrised
+        loss = -0.5 * (criterion(p1, z2).mean() + criterion(p2, z1).mean())
+        losses.update(loss.item(), views[0].size(0))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-
         if i % args.print_freq == 0:
-            progress.display(i)
-        records.append([loss.item(), losses.avg])
-        records.append(str(losses))
+            print('\\t'.join([f'Epoch: [{epoch}][{i:{width}d}/{len(loader)}]', str(losses)]))
+        log.append([loss.item(), losses.avg])
+        log.append(str(losses))
 
 
-def adjust_learning_rate(optimizer, init_lr, epoch, args):
-    """Decay the learning rate based on schedule"""
-    cur_lr = init_lr * 0.5 * (1. + math.cos(math.pi * epoch / args.epochs))
-    for param_group in optimizer.param_groups:
-        if 'fix_lr' in param_group and param_group['fix_lr']:
-            param_group['lr'] = init_lr
-        else:
-            param_group['lr'] = cur_lr
+def cosine_lr(optimizer, init_lr, epoch, args):
+    lr = init_lr * 0.5 * (1. + math.cos(math.pi * epoch / args.epochs))
+    for group in optimizer.param_groups:
+        # a group may ask to keep its initial rate (the predictor's, with fix_pred_lr)
+        group['lr'] = init_lr if group.get('fix_lr', False) else lr
 
 
-def main_worker(model, train_loader, args):
-    records = []
-    # infer learning rate before changing batch size
-    init_lr = args.lr * args.batch_size / 256
-    criterion = nn.CosineSimilarity(dim=1)
-
+def run_simsiam(model, loader, args):
+    log = []
+    init_lr = args.lr * args.batch_size / 256  # the linear scaling rule
+    similarity = nn.CosineSimilarity(dim=1)
     if args.fix_pred_lr:
-        optim_params = [{'params': model.encoder.parameters(), 'fix_lr': False},
-                        {'params': model.predictor.parameters(), 'fix_lr': True}]
+        params = [dict(params=model.encoder.parameters(), fix_lr=False),
+                  dict(params=model.predictor.parameters(), fix_lr=True)]
     else:
-        optim_params = model.parameters()
-
-    optimizer = torch.optim.SGD(optim_params, init_lr,
-                                momentum=args.momentum,
-                                weight_decay=args.weight_decay)
-
-    for epoch in range(args.start_epoch, args.epochs):
-        adjust_learning_rate(optimizer, init_lr, epoch, args)
-
-        # train for one epoch
-        train(train_loader, model, criterion, optimizer, epoch, args, records)
-        records.append([g['lr'] for g in optimizer.param_groups])
-    records.append({n: v.detach().numpy().copy() for n, v in model.state_dict().items()})
-    return records
-'''
+        params = model.parameters()
+    optimizer = torch.optim.SGD(
+        params, init_lr, momentum=args.momentum, weight_decay=args.weight_decay
+    )
+    epochs = range(args.start_epoch, args.epochs)  # start_epoch > 0: a resumed run
+    for epoch in epochs:
+        cosine_lr(optimizer, init_lr, epoch, args)
+        train_epoch(loader, model, similarity, optimizer, epoch, args, log)
+        log.append([group['lr'] for group in optimizer.param_groups])
+    log.append({name: t.detach().numpy().copy() for name, t in model.state_dict().items()})
+    return log
+"""
 )
 
 SIMSIAM_STEP = [
@@ -453,7 +357,10 @@ SIMSIAM_STEP = [
 
 @pytest.mark.parametrize("fix_pred_lr", [True, False])
 def test_simsiam_matches_torch(monkeypatch, capsys, fix_pred_lr):
-    args = types.SimpleNamespace(lr=0.05 * 256 / 4, batch_size=4, momentum=0.9, weight_decay=1e-4, fix_pred_lr=fix_pred_lr, start_epoch=0, epochs=2, print_freq=1)  # fmt: skip
+    args = types.SimpleNamespace(
+        lr=0.05 * 256 / 4, batch_size=4, momentum=0.9, weight_decay=1e-4, fix_pred_lr=fix_pred_lr,
+        start_epoch=0, epochs=2, print_freq=1,
+    )  # fmt: skip
     rng = np.random.default_rng(102)
     batches = [
         ([rng.standard_normal((4, 3, 6, 6)), rng.standard_normal((4, 3, 6, 6))], None)
@@ -462,12 +369,12 @@ def test_simsiam_matches_torch(monkeypatch, capsys, fix_pred_lr):
 
     def go(names, lib, model):
         loader = [([lib.tensor(a), lib.tensor(b)], y) for (a, b), y in batches]
-        return names["main_worker"](model, loader, args)
+        return names["run_simsiam"](model, loader, args)
 
     with default_float64():
         records = run_program(
             monkeypatch, SIMSIAM_SOURCE, SIMSIAM_STEP, 103,
-            lambda n: n["SimSiam"](n["SmallNet"], dim=12, pred_dim=6), go,
+            lambda n: n["SimSiam"](n["TinyResNet"], dim=12, pred_dim=6), go,
         )  # fmt: skip
     # the projector's two hidden Linear layers feed BatchNorms: no biases there; the output
     # Linear's bias is frozen by the program itself
@@ -477,313 +384,218 @@ def test_simsiam_matches_torch(monkeypatch, capsys, fix_pred_lr):
 # -- DINO ------------------------------------------------------------------------------------------
 DINO_SOURCE = (
     BACKBONE_SOURCE
-    + '''
+    + """
 import sys
-from torch.nn.init import trunc_normal_
+from torch.nn.init import trunc_normal_ as truncated_normal_
 
 
-def cosine_scheduler(base_value, final_value, epochs, niter_per_ep, warmup_epochs=0, start_warmup_value=0):
-    warmup_schedule = np.array([])
-    warmup_iters = warmup_epochs * niter_per_ep
-    if warmup_epochs > 0:
-        warmup_schedule = np.linspace(start_warmup_value, base_value, warmup_iters)
-
-    iters = np.arange(epochs * niter_per_ep - warmup_iters)
-    schedule = final_value + 0.5 * (base_value - final_value) * (1 + np.cos(np.pi * iters / len(iters)))
-
-    schedule = np.concatenate((warmup_schedule, schedule))
-    assert len(schedule) == epochs * niter_per_ep
+def cosine_schedule(base, final, epochs, iters_per_epoch, warmup_epochs=0, warmup_start=0):
+    # one value per iteration: a linear warm-up, then a cosine from base to final
+    warmup_iters = warmup_epochs * iters_per_epoch
+    warmup = np.linspace(warmup_start, base, warmup_iters) if warmup_epochs > 0 else np.array([])
+    steps = np.arange(epochs * iters_per_epoch - warmup_iters)
+    cosine = final + 0.5 * (base - final) * (1 + np.cos(np.pi * steps / len(steps)))
+    schedule = np.concatenate((warmup, cosine))
+    assert len(schedule) == epochs * iters_per_epoch
     return schedule
 
 
-def clip_gradients(model, clip):
+def clip_gradients(model, max_norm):
+    # each parameter's gradient clipped on its own; the norms before clipping returned
     norms = []
-    for name, p in model.named_parameters():
+    for _, p in model.named_parameters():
         if p.grad is not None:
-            param_norm = p.grad.data.norm(2)
-            norms.append(param_norm.item())
-            clip_coef = clip / (param_norm + 1e-6)
-            if clip_coef < 1:
-                p.grad.data.mul_(clip_coef)
+            norm = p.grad.data.norm(2)
+            norms.append(norm.item())
+            coef = max_norm / (norm + 1e-6)
+            if coef < 1:
+                p.grad.data.mul_(coef)
     return norms
 
 
-def cancel_gradients_last_layer(epoch, model, freeze_last_layer):
-    if epoch >= freeze_last_layer:
-        return
-    for n, p in model.named_parameters():
-        if "last_layer" in n:
-            p.grad = None
+def drop_last_layer_grads(epoch, net, freeze_epochs):
+    # the head's last layer stays as it is during the first epochs
+    if epoch < freeze_epochs:
+        for name, param in net.named_parameters():
+            if 'last_layer' in name:
+                param.grad = None
 
 
-def get_params_groups(model):
-    regularized = []
-    not_regularized = []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        # we do not regularize biases nor Norm parameters
-        if name.endswith(".bias") or len(param.shape) == 1:
-            not_regularized.append(param)
-        else:
-            regularized.append(param)
-    return [{'params': regularized}, {'params': not_regularized, 'weight_decay': 0.}]
+def decay_groups(net):
+    decayed, plain = [], []
+    for name, param in net.named_parameters():
+        if param.requires_grad:
+            # biases and norm parameters are not decayed
+            (plain if name.endswith('.bias') or len(param.shape) == 1 else decayed).append(param)
+    return [{'params': decayed}, {'params': plain, 'weight_decay': 0.}]
 
 
-class MultiCropWrapper(nn.Module):
-    """
-    Perform forward pass separately on each resolution input.
-    The inputs corresponding to a single resolution are clubbed and single
-    forward is run on the same resolution inputs. Hence we do several
-    forward passes = number of different resolutions used. We then
-    concatenate all the output features and run the head forward on these
-    concatenated features.
-    """
-    def __init__(self, backbone, head):
-        super(MultiCropWrapper, self).__init__()
-        # disable layers dedicated to ImageNet labels classification
-        backbone.fc, backbone.head = nn.Identity(), nn.Identity()
-        self.backbone = backbone
-        self.head = head
+class MultiCrop(nn.Module):
+    # the crops of one resolution go through the backbone together; the head sees them all
+    def __init__(self, backbone, head, /):
+        super().__init__()
+        # the classifiers go: the backbone yields its pooled features
+        backbone.fc = backbone.head = nn.Identity()
+        self.backbone, self.head = backbone, head
 
-    def forward(self, x):
-        # convert to list
-        if not isinstance(x, list):
-            x = [x]
-        idx_crops = torch.cumsum(torch.unique_consecutive(
-            torch.tensor([inp.shape[-1] for inp in x]),
-            return_counts=True,
-        )[1], 0)
-        start_idx, output = 0, torch.empty(0).to(x[0].device)
-        for end_idx in idx_crops:
-            _out = self.backbone(torch.cat(x[start_idx: end_idx]))
-            # The output is a tuple with XCiT model. See:
-            # https://github.com/facebookresearch/xcit/blob/master/xcit.py#L404-L405
-            if isinstance(_out, tuple):
-                _out = _out[0]
-            # accumulate outputs
-            output = torch.cat((output, _out))
-            start_idx = end_idx
-        # Run the head forward on the concatenated features.
-        return self.head(output)
+    def forward(self, crops):
+        if not isinstance(crops, list):
+            crops = [crops]
+        sizes = torch.tensor([crop.shape[-1] for crop in crops])
+        ends = torch.cumsum(torch.unique_consecutive(sizes, return_counts=True)[1], 0)
+        start, features = 0, torch.empty(0).to(crops[0].device)
+        for end in ends:
+            # a list sliced by 0-d tensors
+            features = torch.cat((features, self.backbone(torch.cat(crops[start:end]))))
+            start = end
+        return self.head(features)
 
 
 class DINOHead(nn.Module):
-    def __init__(self, in_dim, out_dim, use_bn=False, norm_last_layer=True, nlayers=3, hidden_dim=2048, bottleneck_dim=256):
+    def __init__(self, in_dim, out_dim, use_bn=False, norm_last_layer=True, nlayers=3,
+                 hidden_dim=2048, bottleneck_dim=256):
         super().__init__()
-        nlayers = max(nlayers, 1)
-        if nlayers == 1:
-            self.mlp = nn.Linear(in_dim, bottleneck_dim)
-        else:
-            layers = [nn.Linear(in_dim, hidden_dim)]
-            if use_bn:
-                layers.append(nn.BatchNorm1d(hidden_dim))
-            layers.append(nn.GELU())
-            for _ in range(nlayers - 2):
-                layers.append(nn.Linear(hidden_dim, hidden_dim))
+        dims = [in_dim] + [hidden_dim] * (max(nlayers, 1) - 1) + [bottleneck_dim]
+        layers = []
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+            layers.append(nn.Linear(a, b))
+            if i < len(dims) - 2:  # all but the last linear layer: (a BatchNorm and) a GELU
                 if use_bn:
-                    layers.append(nn.BatchNorm1d(hidden_dim))
+                    layers.append(nn.BatchNorm1d(b))
                 layers.append(nn.GELU())
-            layers.append(nn.Linear(hidden_dim, bottleneck_dim))
-            self.mlp = nn.Sequential(*layers)
-        self.apply(self._init_weights)
-        self.last_layer = nn.utils.weight_norm(nn.Linear(bottleneck_dim, out_dim, bias=False))
-        self.last_layer.weight_g.data.fill_(1)
+        self.mlp = layers[0] if len(layers) == 1 else nn.Sequential(*layers)
+        self.apply(self.init_linear)
+        # a weight-normalised projection onto the prototypes, its scale fixed at 1
+        last = nn.utils.weight_norm(nn.Linear(bottleneck_dim, out_dim, bias=False))
+        last.weight_g.data.fill_(1)
         if norm_last_layer:
-            self.last_layer.weight_g.requires_grad = False
+            last.weight_g.requires_grad = False
+        self.last_layer = last
 
-    def _init_weights(self, m):
+    @staticmethod
+    def init_linear(m):
         if isinstance(m, nn.Linear):
-            trunc_normal_(m.weight, std=.02)
-            if isinstance(m, nn.Linear) and m.bias is not None:
+            truncated_normal_(m.weight, std=.02)
+            if m.bias is not None:
                 nn.init.constant_(m.bias, 0)
 
     def forward(self, x):
-        x = self.mlp(x)
-        x = nn.functional.normalize(x, dim=-1, p=2)
-        x = self.last_layer(x)
-        return x
+        return self.last_layer(nn.functional.normalize(self.mlp(x), dim=-1, p=2))
 
 
 class DINOLoss(nn.Module):
-    def __init__(self, out_dim, ncrops, warmup_teacher_temp, teacher_temp,
-                 warmup_teacher_temp_epochs, nepochs, student_temp=0.1,
-                 center_momentum=0.9):
+    def __init__(self, out_dim, ncrops, temp_start, temp_final, warmup_epochs, nepochs,
+                 student_temp=0.1, center_momentum=0.9):
         super().__init__()
-        self.student_temp = student_temp
-        self.center_momentum = center_momentum
-        self.ncrops = ncrops
-        self.register_buffer("center", torch.zeros(1, out_dim))
-        # we apply a warm up for the teacher temperature because
-        # a too high temperature makes the training instable at the beginning
-        self.teacher_temp_schedule = np.concatenate((
-            np.linspace(warmup_teacher_temp,
-                        teacher_temp, warmup_teacher_temp_epochs),
-            np.ones(nepochs - warmup_teacher_temp_epochs) * teacher_temp
+        self.student_temp, self.center_momentum, self.ncrops = student_temp, center_momentum, ncrops
+        self.register_buffer('center', torch.zeros(1, out_dim))
+        # the teacher's temperature rises at first: a sharp teacher destabilises early training
+        self.teacher_temps = np.concatenate((
+            np.linspace(temp_start, temp_final, warmup_epochs),
+            np.ones(nepochs - warmup_epochs) * temp_final,
         ))
 
-    def forward(self, student_output, teacher_output, epoch):
-        """
-        Cross-entropy between softmax outputs of the teacher and student networks.
-        """
-        student_out = student_output / self.student_temp
-        student_out = student_out.chunk(self.ncrops)
-
-        # teacher centering and sharpening
-        temp = self.teacher_temp_schedule[epoch]
-        teacher_out = F.softmax((teacher_output - self.center) / temp, dim=-1)
-        teacher_out = teacher_out.detach().chunk(2)
-
-        total_loss = 0
-        n_loss_terms = 0
-        for iq, q in enumerate(teacher_out):
-            for v in range(len(student_out)):
-                if v == iq:
-                    # we skip cases where student and teacher operate on the same view
-                    continue
-                loss = torch.sum(-q * F.log_softmax(student_out[v], dim=-1), dim=-1)
-                total_loss += loss.mean()
-                n_loss_terms += 1
-        total_loss /= n_loss_terms
-        self.update_center(teacher_output)
-        return total_loss
+    def forward(self, student_logits, teacher_logits, epoch):
+        student = (student_logits / self.student_temp).chunk(self.ncrops)
+        temp = self.teacher_temps[epoch]  # a NumPy float64
+        teacher = F.softmax((teacher_logits - self.center) / temp, dim=-1).detach().chunk(2)
+        total, terms = 0, 0
+        for t_view, target in enumerate(teacher):
+            for s_view, logits in enumerate(student):
+                if s_view == t_view:
+                    continue  # the same view on both sides
+                total += torch.sum(-target * F.log_softmax(logits, dim=-1), dim=-1).mean()
+                terms += 1
+        total /= terms
+        self.update_center(teacher_logits)
+        return total
 
     @torch.no_grad()
-    def update_center(self, teacher_output):
-        """
-        Update center used for teacher output.
-        """
-        batch_center = torch.sum(teacher_output, dim=0, keepdim=True)
-        dist.all_reduce(batch_center)
-        batch_center = batch_center / (len(teacher_output) * dist.get_world_size())
-
-        # ema update
-        self.center = self.center * self.center_momentum + batch_center * (1 - self.center_momentum)
+    def update_center(self, outputs):
+        summed = torch.sum(outputs, dim=0, keepdim=True)
+        dist.all_reduce(summed)
+        mean = summed / (len(outputs) * dist.get_world_size())
+        # a running mean of the teacher's outputs, the buffer reassigned
+        self.center = self.center_momentum * self.center + (1 - self.center_momentum) * mean
 
 
 def build(args):
-    student = SmallNet(width=8)
-    teacher = SmallNet(width=8)
-    embed_dim = 8
-    student = MultiCropWrapper(student, DINOHead(
-        embed_dim,
-        args.out_dim,
-        use_bn=args.use_bn_in_head,
-        norm_last_layer=args.norm_last_layer,
-        nlayers=3, hidden_dim=10, bottleneck_dim=6,
-    ))
-    teacher = MultiCropWrapper(
-        teacher,
-        DINOHead(embed_dim, args.out_dim, args.use_bn_in_head, nlayers=3, hidden_dim=10, bottleneck_dim=6),
-    )
-    return nn.ModuleList([student, teacher])
+    def head(**extra):
+        return DINOHead(8, args.out_dim, use_bn=args.use_bn_in_head, nlayers=3, hidden_dim=10,
+                        bottleneck_dim=6, **extra)
+    student = MultiCrop(TinyResNet(width=8), head(norm_last_layer=args.norm_last_layer))
+    teacher = MultiCrop(TinyResNet(width=8), head())
+    return nn.ModuleList((student, teacher))
 
 
-def train_dino(pair, data_loader, args):
-    records = []
+def train_dino(pair, loader, args):
+    log = []
     student, teacher = pair
-    teacher_without_ddp = teacher
-    # teacher and student start with the same weights
-    teacher_without_ddp.load_state_dict(student.state_dict())
-    # there is no backpropagation through the teacher, so no need for gradients
-    for p in teacher.parameters():
-        p.requires_grad = False
+    teacher.load_state_dict(student.state_dict())  # the same start
+    for param in teacher.parameters():
+        param.requires_grad = False  # the teacher only follows the student's moving average
+    criterion = DINOLoss(args.out_dim, args.local_crops_number + 2, args.warmup_teacher_temp,
+                         args.teacher_temp, args.warmup_teacher_temp_epochs, args.epochs)
+    optimizer = torch.optim.AdamW(decay_groups(student))
+    n = len(loader)
+    lrs = cosine_schedule(args.lr * args.batch_size_per_gpu / 256., args.min_lr, args.epochs, n,
+                          warmup_epochs=args.warmup_epochs)
+    wds = cosine_schedule(args.weight_decay, args.weight_decay_end, args.epochs, n)
+    momenta = cosine_schedule(args.momentum_teacher, 1, args.epochs, n)
 
-    dino_loss = DINOLoss(
-        args.out_dim,
-        args.local_crops_number + 2,  # total number of crops = 2 global crops + local_crops_number
-        args.warmup_teacher_temp,
-        args.teacher_temp,
-        args.warmup_teacher_temp_epochs,
-        args.epochs,
-    )
-
-    params_groups = get_params_groups(student)
-    optimizer = torch.optim.AdamW(params_groups)  # to use with ViTs
-    fp16_scaler = None
-
-    lr_schedule = cosine_scheduler(
-        args.lr * (args.batch_size_per_gpu * 1) / 256.,  # linear scaling rule
-        args.min_lr,
-        args.epochs, len(data_loader),
-        warmup_epochs=args.warmup_epochs,
-    )
-    wd_schedule = cosine_scheduler(
-        args.weight_decay,
-        args.weight_decay_end,
-        args.epochs, len(data_loader),
-    )
-    # momentum parameter is increased to 1. during training with a cosine schedule
-    momentum_schedule = cosine_scheduler(args.momentum_teacher, 1,
-                                         args.epochs, len(data_loader))
-
-    for epoch in range(0, args.epochs):
-        for it, (images, _) in enumerate(data_loader):
-            # update weight decay and learning rate according to their schedule
-            it = len(data_loader) * epoch + it  # global training iteration
-            for i, param_group in enumerate(optimizer.param_groups):
-                param_group["lr"] = lr_schedule[it]
-                if i == 0:  # only the first group is regularized
-                    param_group["weight_decay"] = wd_schedule[it]
-
-            # teacher and student forward passes + compute dino loss
-            with torch.cuda.amp.autocast(fp16_scaler is not None):
-                teacher_output = teacher(images[:2])  # only the 2 global views pass through the teacher
-                student_output = student(images)
-                loss = dino_loss(student_output, teacher_output, epoch)
-
-            if not math.isfinite(loss.item()):
-                print("Loss is {}, stopping training".format(loss.item()), force=True)
+    for epoch in range(args.epochs):
+        for i, (crops, _) in enumerate(loader):
+            it = n * epoch + i
+            for g, group in enumerate(optimizer.param_groups):
+                group['lr'] = lrs[it]  # NumPy float64 rates and decays
+                if g == 0:
+                    group['weight_decay'] = wds[it]
+            with torch.cuda.amp.autocast(False):
+                teacher_out = teacher(crops[:2])  # the global views only
+                student_out = student(crops)
+                loss = criterion(student_out, teacher_out, epoch)
+            value = loss.item()
+            if not math.isfinite(value):
+                print(f'loss {loss.item()}: stopping')
                 sys.exit(1)
-
-            # student update
             optimizer.zero_grad()
-            param_norms = None
-            if fp16_scaler is None:
-                loss.backward()
-                if args.clip_grad:
-                    param_norms = clip_gradients(student, args.clip_grad)
-                cancel_gradients_last_layer(epoch, student,
-                                            args.freeze_last_layer)
-                optimizer.step()
-
-            # EMA update for the teacher
+            loss.backward()
+            norms = clip_gradients(student, args.clip_grad) if args.clip_grad else None
+            drop_last_layer_grads(epoch, student, args.freeze_last_layer)
+            optimizer.step()
             with torch.no_grad():
-                m = momentum_schedule[it]  # momentum parameter
-                for param_q, param_k in zip(student.parameters(), teacher_without_ddp.parameters()):
-                    param_k.data.mul_(m).add_((1 - m) * param_q.detach().data)
-
-            records.append([loss.item(), optimizer.param_groups[0]["lr"], optimizer.param_groups[0]["weight_decay"]])
-            records.append(param_norms)
-            records.append(dino_loss.center.numpy().copy())
-    for net in (student, teacher):
-        records.append({n: v.detach().numpy().copy() for n, v in net.state_dict().items()})
-    return records
-'''
+                m = momenta[it]
+                for p_s, p_t in zip(student.parameters(), teacher.parameters()):
+                    p_t.data.mul_(m).add_((1 - m) * p_s.detach().data)
+            first = optimizer.param_groups[0]
+            log.append([loss.item(), first['lr'], first['weight_decay']])
+            log.append(norms)
+            log.append(criterion.center.numpy().copy())
+    for half in (student, teacher):
+        log.append({name: t.detach().numpy().copy() for name, t in half.state_dict().items()})
+    return log
+"""
 )
 
 DINO_STEP = [
     (
-        "        if p.grad is not None:\n            param_norm = p.grad.data.norm(2)",
-        "        if p.grad(grads) is not None:\n            param_norm = p.grad(grads).data.norm(2)",
+        "        if p.grad is not None:\n            norm = p.grad.data.norm(2)",
+        "        if p.grad(grads) is not None:\n            norm = p.grad(grads).data.norm(2)",
     ),
+    ("                p.grad.data.mul_(coef)", "                p.grad(grads).data.mul_(coef)"),
+    ("def clip_gradients(model, max_norm):", "def clip_gradients(grads, model, max_norm):"),
     (
-        "                p.grad.data.mul_(clip_coef)",
-        "                p.grad(grads).data.mul_(clip_coef)",
+        "def drop_last_layer_grads(epoch, net, freeze_epochs):",
+        "def drop_last_layer_grads(grads, epoch, net, freeze_epochs):",
     ),
-    ("def clip_gradients(model, clip):", "def clip_gradients(grads, model, clip):"),
-    (
-        "def cancel_gradients_last_layer(epoch, model, freeze_last_layer):",
-        "def cancel_gradients_last_layer(grads, epoch, model, freeze_last_layer):",
-    ),
-    ("            p.grad = None", "            p.grad_remove(grads)"),
-    ("                loss.backward()\n", "                grads = loss.backward()\n"),
+    ("                param.grad = None", "                param.grad_remove(grads)"),
+    ("            loss.backward()\n", "            grads = loss.backward()\n"),
     ("clip_gradients(student, args.clip_grad)", "clip_gradients(grads, student, args.clip_grad)"),
     (
-        "cancel_gradients_last_layer(epoch, student,",
-        "cancel_gradients_last_layer(grads, epoch, student,",
+        "drop_last_layer_grads(epoch, student,",
+        "drop_last_layer_grads(grads, epoch, student,",
     ),
-    ("                optimizer.step()", "                optimizer.step(grads)"),
+    ("            optimizer.step()", "            optimizer.step(grads)"),
 ]
 
 
@@ -796,7 +608,11 @@ def test_dino_matches_torch(monkeypatch, capsys, norm_last_layer):
         weight_decay_end=0.4, momentum_teacher=0.9, clip_grad=0.5, freeze_last_layer=1,
     )  # fmt: skip
     rng = np.random.default_rng(104)
-    crops = [[rng.standard_normal((2, 3, 8, 8)) for _ in range(2)] + [rng.standard_normal((2, 3, 4, 4)) for _ in range(2)] for _ in range(2)]  # fmt: skip
+    crops = [
+        [rng.standard_normal((2, 3, 8, 8)) for _ in range(2)]  # two global views
+        + [rng.standard_normal((2, 3, 4, 4)) for _ in range(2)]  # two local ones
+        for _ in range(2)
+    ]
 
     def go(names, lib, pair):
         loader = [([lib.tensor(c) for c in batch], None) for batch in crops]

@@ -1,39 +1,37 @@
-# ruff: noqa: E501, W291, W293  (the programs are kept as their authors wrote them: long lines, trailing blanks)
 """Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-meta-learning, implicit layers and sparse mixtures of experts, each trained a few steps against
-torch's run of the same code from the same weights and draws.
+meta-learning, implicit layers and sparse mixtures of experts, written here in the style of the
+public projects named, each trained a few steps against torch's run of the same code from the
+same weights and draws.
 
-- Reptile on sine regression as openai's ``reptile-sinewaves-demo.py`` (the blog post's
-  script) writes it: ``ag.Variable(torch.Tensor(x))``, ``model.zero_grad()``, the inner SGD
-  as ``param.data -= innerstepsize * param.grad.data``, the outer step as
-  ``model.load_state_dict({name: weights_before[name] + (weights_after[name] -
-  weights_before[name]) * outerstepsize ...})`` of a ``deepcopy(model.state_dict())``, the
-  evaluation's snapshot restored the same way; matplotlib's calls are no-ops. And a PyTorch port
-  of openai/supervised-reptile's ``Reptile``: the inner loop on ``copy.deepcopy(self.model)``
-  (SGD) or on a new model given ``load_state_dict(self.model.state_dict())`` (Adam with
-  ``betas=(0.0, 0.999)``), the outer update by torch's deprecated ``p.data.add_(eps,
-  p_inner.data - p.data)`` and by the average of the clones' weights.
-- a deep equilibrium layer as the locuslab/deq tutorial (chapter 4) writes it:
-  ``ResNetLayer`` of ``GroupNorm``s, ``forward_iteration`` and ``anderson`` (Anderson
-  acceleration: slice assignments ``X[:,0], F[:,0] = ...``, ``H[:,0,1:] = H[:,1:,0] = 1``,
-  ``torch.linalg.solve`` of the bordered system), ``DEQFixedPoint`` solving the fixed point
-  under ``torch.no_grad()``, re-engaging the tape by ``z = self.f(z, x)``, and the implicit
-  backward in ``z.register_hook(backward_hook)``: a fixed-point solve of the adjoint by
-  ``autograd.grad(f0, z0, y, retain_graph=True)`` from inside the running backward. That
-  inner ``autograd.grad`` reaches the input ``x``'s graph, which the outer backward (not
-  retaining it) had claimed: it failed on a ``KeyError`` of the checkpointer, reported as an
-  ``UnboundLocalError`` of the backward's cleanup.
-- Mixtral's sparse mixture of experts as Hugging Face transformers writes it
-  (``modeling_mixtral.py``: ``MixtralSparseMoeBlock`` with ``F.softmax(router_logits, dim=1,
-  dtype=torch.float)``, ``torch.topk``, ``routing_weights /= ...sum(dim=-1, keepdim=True)``,
-  ``torch.nn.functional.one_hot(selected_experts, num_classes=...).permute(2, 1, 0)``,
-  ``torch.where(expert_mask[expert_idx])``, ``hidden_states[None, top_x]`` and
-  ``final_hidden_states.index_add_(0, top_x, ...)``; ``MixtralBlockSparseTop2MLP``,
-  ``MixtralRMSNorm`` and ``load_balancing_loss_func`` with and without the attention mask),
-  in a small causal LM whose loss adds ``router_aux_loss_coef * aux_loss``, trained by AdamW.
+- Reptile on sine regression written in the style of openai's blog-post script
+  (``reptile-sinewaves-demo.py``): ``ag.Variable(torch.Tensor(x))``, ``net.zero_grad()``, the
+  inner SGD as ``p.data -= inner_lr * p.grad.data``, the outer step as
+  ``net.load_state_dict({k: before[k] + (after[k] - before[k]) * step ...})`` of a
+  ``deepcopy(net.state_dict())``, the probe task's snapshot restored the same way; matplotlib's
+  calls are no-ops. And Reptile written in the style of PyTorch ports of openai/supervised-reptile:
+  the inner loop on ``copy.deepcopy(self.model)`` (SGD) or on a new model given
+  ``load_state_dict(self.model.state_dict())`` (Adam with ``betas=(0.0, 0.999)``), the outer
+  update by torch's deprecated ``p.data.add_(eps, q.data - p.data)`` and by the average of the
+  copies' weights.
+- a deep equilibrium layer written in the style of the locuslab/deq tutorial (chapter 4): a cell
+  of ``GroupNorm``s, plain fixed-point iteration and Anderson acceleration (slice assignments
+  ``Z[:, 0], FZ[:, 0] = ...``, ``A[:, 0, 1:] = A[:, 1:, 0] = 1``, ``torch.linalg.solve`` of the
+  bordered system), the layer solving the fixed point under ``torch.no_grad()``, re-engaging the
+  tape by ``z = self.f(z, x)``, and the implicit backward in ``z.register_hook(...)``: a
+  fixed-point solve of the adjoint by ``autograd.grad(f_star, z_star, y, retain_graph=True)``
+  from inside the running backward. That inner ``autograd.grad`` reaches the input ``x``'s
+  graph, which the outer backward (not retaining it) had claimed: it failed on a ``KeyError`` of
+  the checkpointer, reported as an ``UnboundLocalError`` of the backward's cleanup.
+- a sparse mixture of experts written in the style of Hugging Face transformers' Mixtral
+  (``F.softmax(router_logits, dim=1, dtype=torch.float)``, ``torch.topk``, ``weights /=
+  ...sum(dim=-1, keepdim=True)``, ``F.one_hot(chosen, num_classes=...)
+  .permute(2, 1, 0)``, ``torch.where(assignment[e])``, ``tokens[None, token]`` and
+  ``out.index_add_(0, token, ...)``; SwiGLU experts, an RMS norm computed in float32, and the
+  load-balancing loss with and without the attention mask), in a small causal LM whose loss adds
+  ``router_aux_loss_coef * aux``, trained by AdamW.
 
 The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``,
-``optimizer.step(grads)``; in the blog script, ``param.grad(grads).data``).
+``optimizer.step(grads)``; in the blog-style script, ``p.grad(grads).data``).
 """
 
 from __future__ import annotations
@@ -59,118 +57,101 @@ def _seeded():
     rg.seed(0)
 
 
-# -- Reptile ----------------------------------------------------------------------------------------
+# -- Reptile ---------------------------------------------------------------------------------------
 REPTILE_SOURCE = """
-import numpy as np
-import torch
-from torch import nn, autograd as ag
-import matplotlib.pyplot as plt
 from copy import deepcopy
 
-seed = 0
-plot = True
-innerstepsize = 0.02 # stepsize in inner SGD
-innerepochs = 1 # number of epochs of each inner SGD
-outerstepsize0 = 0.1 # stepsize of outer optimization, i.e., meta-optimization
-niterations = 2 # number of outer updates; each iteration we sample one task and update on it
+from matplotlib import pyplot as plt
+import numpy as np
+import torch
+from torch import autograd as ag, nn
 
-rng = np.random.RandomState(seed)
-torch.manual_seed(seed)
+# Reptile on random sine waves: plain SGD on one task, then the meta-weights moved part of the
+# way towards the weights that task gave
+inner_lr = 0.02
+inner_epochs = 1
+outer_lr0 = 0.1
+iterations = 2
+batch = 10
 
-# Define task distribution
-x_all = np.linspace(-5, 5, 50)[:,None] # All of the x points
-ntrain = 10 # Size of training minibatches
-def gen_task():
-    "Generate classification problem"
-    phase = rng.uniform(low=0, high=2*np.pi)
-    ampl = rng.uniform(0.1, 5)
-    f_randomsine = lambda x : np.sin(x + phase) * ampl
-    return f_randomsine
+rng = np.random.RandomState(0)
+torch.manual_seed(0)
+xs = np.linspace(-5, 5, 50)[:, None]
 
-# Define model. Reptile paper uses ReLU, but Tanh gives slightly better results
-model = nn.Sequential(
-    nn.Linear(1, 64),
-    nn.Tanh(),
-    nn.Linear(64, 64),
-    nn.Tanh(),
-    nn.Linear(64, 1),
-)
-initialize(model)
 
-def totorch(x):
-    return ag.Variable(torch.Tensor(x))
+def random_sine():
+    phase = rng.uniform(low=0, high=2 * np.pi)
+    amplitude = rng.uniform(0.1, 5)
+    return lambda x: amplitude * np.sin(x + phase)
 
-def train_on_batch(x, y):
-    x = totorch(x)
-    y = totorch(y)
-    model.zero_grad()
-    ypred = model(x)
-    loss = (ypred - y).pow(2).mean()
+
+net = nn.Sequential(nn.Linear(1, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
+initialize(net)
+
+
+def as_tensor(a):
+    return ag.Variable(torch.Tensor(a))
+
+
+def sgd_step(x, y):
+    net.zero_grad()
+    loss = (net(as_tensor(x)) - as_tensor(y)).pow(2).mean()
     loss.backward()
-    for param in model.parameters():
-        param.data -= innerstepsize * param.grad.data
+    for p in net.parameters():
+        p.data -= inner_lr * p.grad.data
 
-def predict(x):
-    x = totorch(x)
-    return model(x).data.numpy()
 
-# Choose a fixed task and minibatch for visualization
-f_plot = gen_task()
-xtrain_plot = x_all[rng.choice(len(x_all), size=ntrain)]
+def curve(x):
+    return net(as_tensor(x)).data.numpy()
 
-# Reptile training loop
-for iteration in range(niterations):
-    weights_before = deepcopy(model.state_dict())
-    # Generate task
-    f = gen_task()
-    y_all = f(x_all)
-    # Do SGD on this task
-    inds = rng.permutation(len(x_all))
-    for _ in range(innerepochs):
-        for start in range(0, len(x_all), ntrain):
-            mbinds = inds[start:start+ntrain]
-            train_on_batch(x_all[mbinds], y_all[mbinds])
-    # Interpolate between current weights and trained weights from this task
-    # I.e. (weights_before - weights_after) is the meta-gradient
-    weights_after = model.state_dict()
-    outerstepsize = outerstepsize0 * (1 - iteration / niterations) # linear schedule
-    model.load_state_dict({name : 
-        weights_before[name] + (weights_after[name] - weights_before[name]) * outerstepsize 
-        for name in weights_before})
 
-    # Periodically plot the results on a particular task and minibatch
-    if plot and iteration==0 or (iteration+1) % 1 == 0:
-        plt.cla()
-        f = f_plot
-        weights_before = deepcopy(model.state_dict()) # save snapshot before evaluation
-        plt.plot(x_all, predict(x_all), label="pred after 0", color=(0,0,1))
-        for inneriter in range(2):
-            train_on_batch(xtrain_plot, f(xtrain_plot))
-            if (inneriter+1) % 1 == 0:
-                frac = (inneriter+1) / 2
-                plt.plot(x_all, predict(x_all), label="pred after %i"%(inneriter+1), color=(frac, 0, 1-frac))
-        plt.plot(x_all, f(x_all), label="true", color=(0,1,0))
-        lossval = np.square(predict(x_all) - f(x_all)).mean()
-        plt.plot(xtrain_plot, f(xtrain_plot), "x", label="train", color="k")
-        plt.ylim(-4,4)
-        plt.legend(loc="lower right")
-        plt.pause(0.01)
-        model.load_state_dict(weights_before) # restore from snapshot
-        print(f"-----------------------------")
-        print(f"iteration               {iteration+1}")
-        print(f"loss on plotted curve   {lossval:.3f}") # would be better to average loss over a set of examples, but this is optimized for brevity
-        record.append(lossval)
-        record.append(params_of(model))
+probe = random_sine()  # a fixed task to watch
+probe_x = xs[rng.choice(len(xs), size=batch)]
+
+for it in range(iterations):
+    before = deepcopy(net.state_dict())
+    task = random_sine()
+    ys = task(xs)
+    order = rng.permutation(len(xs))
+    for _ in range(inner_epochs):
+        for start in range(0, len(xs), batch):
+            chosen = order[start:start + batch]
+            sgd_step(xs[chosen], ys[chosen])
+    after = net.state_dict()
+    step = outer_lr0 * (1 - it / iterations)  # decays linearly
+    net.load_state_dict({k: before[k] + (after[k] - before[k]) * step for k in before})
+
+    # two steps on the probe task, plotted, then the weights put back
+    plt.cla()
+    snapshot = deepcopy(net.state_dict())
+    plt.plot(xs, curve(xs), label='before', color=(0, 0, 1))
+    for k in range(1, 3):
+        sgd_step(probe_x, probe(probe_x))
+        plt.plot(xs, curve(xs), label=f'after {k}', color=(k / 2, 0, 1 - k / 2))
+    plt.plot(xs, probe(xs), label='true', color=(0, 1, 0))
+    error = np.square(curve(xs) - probe(xs)).mean()
+    plt.plot(probe_x, probe(probe_x), 'x', label='train', color='k')
+    plt.ylim(-4, 4)
+    plt.legend(loc='lower right')
+    plt.pause(0.01)
+    net.load_state_dict(snapshot)
+    print('-' * 29)
+    print(f'iteration {it + 1:>19}')
+    print(f'loss on the probe task {error:.3f}')
+    record.append(error)
+    record.append(params_of(net))
 """
 
 REPTILE_STEPS = [
     (
-        "\nimport torch\nfrom torch import nn, autograd as ag\n",
-        "\nimport retrograd as torch\nfrom retrograd import nn, autograd as ag\n",
+        "\nimport torch\nfrom torch import autograd as ag, nn\n",
+        "\nimport retrograd as torch\nfrom retrograd import autograd as ag, nn\n",
     ),
     (
-        "    loss.backward()\n    for param in model.parameters():\n        param.data -= innerstepsize * param.grad.data\n",
-        "    grads = loss.backward()\n    for param in model.parameters():\n        param.data -= innerstepsize * param.grad(grads).data\n",
+        "    loss.backward()\n    for p in net.parameters():\n"
+        "        p.data -= inner_lr * p.grad.data\n",
+        "    grads = loss.backward()\n    for p in net.parameters():\n"
+        "        p.data -= inner_lr * p.grad(grads).data\n",
     ),
 ]
 
@@ -181,80 +162,79 @@ import torch.nn as nn
 import torch.optim as optim
 
 
-# -- a PyTorch port of supervised-reptile's Reptile class on sine regression: the inner loop on a
-#    clone of the meta-model, the outer step interpolating the parameters in place --
-class SineModel(nn.Module):
-    def __init__(self):
-        super(SineModel, self).__init__()
-        self.hidden1 = nn.Linear(1, 40)
-        self.hidden2 = nn.Linear(40, 40)
-        self.out = nn.Linear(40, 1)
+class SineNet(nn.Module):
+    def __init__(self, hidden=40):
+        super().__init__()
+        self.fc1 = nn.Linear(1, hidden)
+        self.fc2 = nn.Linear(hidden, hidden)
+        self.head = nn.Linear(hidden, 1)
 
     def forward(self, x):
-        x = torch.relu(self.hidden1(x))
-        x = torch.relu(self.hidden2(x))
-        return self.out(x)
+        return self.head(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
 
 
-class Reptile:
-    def __init__(self, model, inner_lr=0.02, inner_steps=3, meta_step_size=0.1, meta_batch_size=2):
-        self.model = model
-        self.inner_lr = inner_lr
-        self.inner_steps = inner_steps
-        self.meta_step_size = meta_step_size
-        self.meta_batch_size = meta_batch_size
+class MetaLearner:
+    # Reptile: adapt a copy of the model to each task, then pull the model towards the copies
+    def __init__(self, model, inner_lr=0.02, inner_steps=3, meta_lr=0.1):
+        self.model, self.meta_lr = model, meta_lr
+        self.inner_lr, self.inner_steps = inner_lr, inner_steps
 
-    def inner_train(self, task):
-        x, y = task
-        clone = copy.deepcopy(self.model)
-        inner_optimizer = optim.SGD(clone.parameters(), lr=self.inner_lr)
-        for _ in range(self.inner_steps):
-            loss = nn.functional.mse_loss(clone(x), y)
-            inner_optimizer.zero_grad()
+    def meta_lr_at(self, frac_done):
+        # from a tenth of the meta step size at the start to all of it at the end
+        return frac_done * self.meta_lr + (1 - frac_done) * self.meta_lr * 0.1
+
+    def adapt_copy(self, x, y):
+        learner = copy.deepcopy(self.model)
+        sgd, steps = optim.SGD(learner.parameters(), lr=self.inner_lr), self.inner_steps
+        for _ in range(steps):
+            loss = nn.functional.mse_loss(learner(x), y)
+            sgd.zero_grad()
             loss.backward()
-            inner_optimizer.step()
-        return clone, loss.item()
+            sgd.step()
+        return learner, loss.item()
 
-    def meta_step(self, tasks, frac_done):
-        cur_meta_step_size = frac_done * self.meta_step_size + (1 - frac_done) * self.meta_step_size * 0.1
-        new_weights = [torch.zeros_like(p) for p in self.model.parameters()]
+    def batched_step(self, tasks, frac_done):
+        # one interpolation towards the average of the adapted weights
+        eps = self.meta_lr_at(frac_done)
+        sums = [torch.zeros_like(p) for p in self.model.parameters()]
         losses = []
-        for task in tasks:
-            clone, loss = self.inner_train(task)
+        for x, y in tasks:
+            learner, loss = self.adapt_copy(x, y)
             losses.append(loss)
-            for w, p_inner in zip(new_weights, clone.parameters()):
-                w.add_(p_inner.data)
-        for p, w in zip(self.model.parameters(), new_weights):
-            p.data.add_(cur_meta_step_size, w / len(tasks) - p.data)
-        return sum(losses) / len(losses)
+            for total, q in zip(sums, learner.parameters()):
+                total.add_(q.data)
+        for p, total in zip(self.model.parameters(), sums):
+            p.data.add_(eps, total / len(tasks) - p.data)  # torch's deprecated add_(scalar, tensor)
+        return sum(losses) / len(tasks)
 
-    def serial_meta_step(self, tasks, frac_done):
-        cur_meta_step_size = frac_done * self.meta_step_size + (1 - frac_done) * self.meta_step_size * 0.1
+    def serial_step(self, tasks, frac_done):
+        # one interpolation per task, each after Adam (beta1 = 0) on a new model given the weights
+        eps, steps = self.meta_lr_at(frac_done), self.inner_steps
         losses = []
-        for task in tasks:
-            clone = SineModel()
-            clone.load_state_dict(self.model.state_dict())
-            inner_optimizer = optim.Adam(clone.parameters(), lr=self.inner_lr, betas=(0.0, 0.999))
-            for _ in range(self.inner_steps):
-                loss = nn.functional.mse_loss(clone(task[0]), task[1])
-                inner_optimizer.zero_grad()
+        for x, y in tasks:
+            learner = SineNet()
+            learner.load_state_dict(self.model.state_dict())
+            adam = optim.Adam(learner.parameters(), lr=self.inner_lr, betas=(0.0, 0.999))
+            for _ in range(steps):
+                loss = nn.functional.mse_loss(learner(x), y)
+                adam.zero_grad()
                 loss.backward()
-                inner_optimizer.step()
+                adam.step()
             losses.append(loss.item())
-            for p, p_inner in zip(self.model.parameters(), clone.parameters()):
-                p.data.add_(cur_meta_step_size, p_inner.data - p.data)
-        return sum(losses) / len(losses)
+            for p, q in zip(self.model.parameters(), learner.parameters()):
+                p.data.add_(eps, q.data - p.data)
+        return sum(losses) / len(tasks)
 
 
-model = SineModel()
-initialize(model)
-reptile = Reptile(model)
-for step, batch in enumerate(meta_batches):
-    tasks = [(torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32)) for x, y in batch]
-    frac_done = step / len(meta_batches)
-    meta_step = reptile.serial_meta_step if step % 2 else reptile.meta_step
-    record.append(meta_step(tasks, frac_done))
-    record.append(params_of(model))
+net = SineNet()
+initialize(net)
+reptile = MetaLearner(net)
+for i, batch in enumerate(meta_batches):
+    tasks = [(torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32))
+             for x, y in batch]
+    step = reptile.serial_step if i % 2 else reptile.batched_step
+    record.append(step(tasks, i / len(meta_batches)))
+    record.append(params_of(net))
 """
 
 CLONE_STEPS = [
@@ -263,12 +243,12 @@ CLONE_STEPS = [
         "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\n",
     ),
     (
-        "            loss.backward()\n            inner_optimizer.step()\n",
-        "            grads = loss.backward()\n            inner_optimizer.step(grads)\n",
+        "            loss.backward()\n            sgd.step()\n",
+        "            grads = loss.backward()\n            sgd.step(grads)\n",
     ),
     (
-        "                loss.backward()\n                inner_optimizer.step()\n",
-        "                grads = loss.backward()\n                inner_optimizer.step(grads)\n",
+        "                loss.backward()\n                adam.step()\n",
+        "                grads = loss.backward()\n                adam.step(grads)\n",
     ),
 ]
 
@@ -315,127 +295,135 @@ def test_reptile_on_cloned_models_trains_as_torch(capsys):
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
-# -- deq tutorial -----------------------------------------------------------------------------------
-DEQ_SOURCE = '''
+# -- a deep equilibrium layer ----------------------------------------------------------------------
+DEQ_SOURCE = """
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
-import torch.autograd as autograd
 import torch.optim as optim
+from torch import autograd
+from torch.nn import functional as F
 
 
-class ResNetLayer(nn.Module):
-    def __init__(self, n_channels, n_inner_channels, kernel_size=3, num_groups=8):
+class ConvCell(nn.Module):
+    # f(z, x) = norm(relu(z + norm(x + conv(norm(relu(conv(z)))))))
+    def __init__(self, channels, inner, kernel_size=3, groups=8):
         super().__init__()
-        self.conv1 = nn.Conv2d(n_channels, n_inner_channels, kernel_size, padding=kernel_size//2, bias=False)
-        self.conv2 = nn.Conv2d(n_inner_channels, n_channels, kernel_size, padding=kernel_size//2, bias=False)
-        self.norm1 = nn.GroupNorm(num_groups, n_inner_channels)
-        self.norm2 = nn.GroupNorm(num_groups, n_channels)
-        self.norm3 = nn.GroupNorm(num_groups, n_channels)
-        self.conv1.weight.data.normal_(0, 0.01)
-        self.conv2.weight.data.normal_(0, 0.01)
-        
+        pad = kernel_size // 2
+        self.conv_in = nn.Conv2d(channels, inner, kernel_size, padding=pad, bias=False)
+        self.conv_out = nn.Conv2d(inner, channels, kernel_size, padding=pad, bias=False)
+        self.norm_in = nn.GroupNorm(groups, inner)
+        self.norm_mix = nn.GroupNorm(groups, channels)
+        self.norm_out = nn.GroupNorm(groups, channels)
+        for conv in (self.conv_in, self.conv_out):
+            conv.weight.data.normal_(0, 0.01)  # small: f contracts, the iterations converge
+
     def forward(self, z, x):
-        y = self.norm1(F.relu(self.conv1(z)))
-        return self.norm3(F.relu(z + self.norm2(x + self.conv2(y))))
+        h = self.norm_in(F.relu(self.conv_in(z)))
+        return self.norm_out(F.relu(z + self.norm_mix(x + self.conv_out(h))))
 
 
-def forward_iteration(f, x0, max_iter=50, tol=1e-2):
-    f0 = f(x0)
-    res = []
-    for k in range(max_iter):
-        x = f0
-        f0 = f(x)
-        res.append((f0 - x).norm().item() / (1e-5 + f0.norm().item()))
-        if (res[-1] < tol):
+def picard(f, z0, max_iter=50, tol=1e-2):
+    fz = f(z0)
+    residuals = []
+    for _ in range(max_iter):
+        z = fz
+        fz = f(z)
+        residuals.append((fz - z).norm().item() / (1e-5 + fz.norm().item()))
+        if residuals[-1] < tol:
             break
-    return f0, res
+    return fz, residuals
 
 
-def anderson(f, x0, m=5, lam=1e-4, max_iter=50, tol=1e-2, beta = 1.0):
-    """ Anderson acceleration for fixed point iteration. """
-    bsz, d, H, W = x0.shape
-    X = torch.zeros(bsz, m, d*H*W, dtype=x0.dtype, device=x0.device)
-    F = torch.zeros(bsz, m, d*H*W, dtype=x0.dtype, device=x0.device)
-    X[:,0], F[:,0] = x0.view(bsz, -1), f(x0).view(bsz, -1)
-    X[:,1], F[:,1] = F[:,0], f(F[:,0].view_as(x0)).view(bsz, -1)
-    
-    H = torch.zeros(bsz, m+1, m+1, dtype=x0.dtype, device=x0.device)
-    H[:,0,1:] = H[:,1:,0] = 1
-    y = torch.zeros(bsz, m+1, 1, dtype=x0.dtype, device=x0.device)
-    y[:,0] = 1
-    
-    res = []
+def anderson(f, z0, m=5, lam=1e-4, max_iter=50, tol=1e-2, beta=1.0):
+    # each iterate mixes the last m images f(z_i), the weights from a small least-squares problem
+    b = z0.shape[0]
+    size = z0[0].numel()
+    kw = dict(dtype=z0.dtype, device=z0.device)
+    Z = torch.zeros(b, m, size, **kw)
+    FZ = torch.zeros(b, m, size, **kw)
+    Z[:, 0], FZ[:, 0] = z0.view(b, -1), f(z0).view(b, -1)
+    Z[:, 1], FZ[:, 1] = FZ[:, 0], f(FZ[:, 0].view_as(z0)).view(b, -1)
+    # the bordered system [[0, 1^T], [1, G G^T + lam I]] [nu, alpha] = [1, 0]
+    A = torch.zeros(b, m + 1, m + 1, **kw)
+    A[:, 0, 1:] = A[:, 1:, 0] = 1
+    rhs = torch.zeros(b, m + 1, 1, **kw)
+    rhs[:, 0] = 1
+    residuals = []
     for k in range(2, max_iter):
         n = min(k, m)
-        G = F[:,:n]-X[:,:n]
-        H[:,1:n+1,1:n+1] = torch.bmm(G,G.transpose(1,2)) + lam*torch.eye(n, dtype=x0.dtype,device=x0.device)[None]
-        alpha = torch.linalg.solve(H[:,:n+1,:n+1], y[:,:n+1])[:, 1:n+1, 0]   # (bsz x n)
-        
-        X[:,k%m] = beta * (alpha[:,None] @ F[:,:n])[:,0] + (1-beta)*(alpha[:,None] @ X[:,:n])[:,0]
-        F[:,k%m] = f(X[:,k%m].view_as(x0)).view(bsz, -1)
-        res.append((F[:,k%m] - X[:,k%m]).norm().item()/(1e-5 + F[:,k%m].norm().item()))
-        if (res[-1] < tol):
+        G = FZ[:, :n] - Z[:, :n]
+        A[:, 1:n + 1, 1:n + 1] = torch.bmm(G, G.transpose(1, 2)) + lam * torch.eye(n, **kw)[None]
+        alpha = torch.linalg.solve(A[:, :n + 1, :n + 1], rhs[:, :n + 1])[:, 1:n + 1, 0]
+        slot = k % m
+        mixed_f = (alpha[:, None] @ FZ[:, :n])[:, 0]
+        mixed_z = (alpha[:, None] @ Z[:, :n])[:, 0]
+        Z[:, slot] = beta * mixed_f + (1 - beta) * mixed_z
+        FZ[:, slot] = f(Z[:, slot].view_as(z0)).view(b, -1)
+        gap = (FZ[:, slot] - Z[:, slot]).norm().item()
+        residuals.append(gap / (1e-5 + FZ[:, slot].norm().item()))
+        if residuals[-1] < tol:
             break
-    return X[:,k%m].view_as(x0), res
+    return Z[:, slot].view_as(z0), residuals
 
 
-class DEQFixedPoint(nn.Module):
-    def __init__(self, f, solver, **kwargs):
+class ImplicitLayer(nn.Module):
+    # z* = f(z*, x) found without a tape; the gradient by the implicit function theorem
+    def __init__(self, f, solver, **solver_args):
         super().__init__()
-        self.f = f
-        self.solver = solver
-        self.kwargs = kwargs
-        
+        self.f, self.solver, self.solver_args = f, solver, solver_args
+
     def forward(self, x):
-        # compute forward pass and re-engage autograd tape
         with torch.no_grad():
-            z, self.forward_res = self.solver(lambda z : self.f(z, x), torch.zeros_like(x), **self.kwargs)
-        z = self.f(z,x)
-        
-        # set up Jacobian vector product (without additional forward calls)
-        z0 = z.clone().detach().requires_grad_()
-        f0 = self.f(z0,x)
-        def backward_hook(grad):
-            g, self.backward_res = self.solver(lambda y : autograd.grad(f0, z0, y, retain_graph=True)[0] + grad,
-                                               grad, **self.kwargs)
+            z, self.forward_res = self.solver(
+                lambda z: self.f(z, x), torch.zeros_like(x), **self.solver_args
+            )
+        z = self.f(z, x)  # one step on the tape: gradients reach f's parameters and x
+        z_star = z.clone().detach().requires_grad_()
+        f_star = self.f(z_star, x)
+
+        def implicit_backward(grad):
+            # the adjoint solves g = J^T g + grad, each J^T g a vector-Jacobian product
+            def adjoint_map(y):
+                return autograd.grad(f_star, z_star, y, retain_graph=True)[0] + grad
+            g, self.backward_res = self.solver(adjoint_map, grad, **self.solver_args)
             return g
-                
-        z.register_hook(backward_hook)
+
+        z.register_hook(implicit_backward)
         return z
 
 
 torch.manual_seed(0)
-chan = 8
-solver = anderson if solver_name == "anderson" else forward_iteration
-f = ResNetLayer(chan, 16, kernel_size=3, num_groups=4)
-model = nn.Sequential(nn.Conv2d(1,chan, kernel_size=3, bias=True, padding=1),
-                      nn.BatchNorm2d(chan),
-                      DEQFixedPoint(f, solver, tol=1e-2, max_iter=25, m=5) if solver is anderson else DEQFixedPoint(f, solver, tol=1e-2, max_iter=25),
-                      nn.BatchNorm2d(chan),
-                      nn.AvgPool2d(4,4),
-                      nn.Flatten(),
-                      nn.Linear(chan*2*2,10))
-initialize(model)
-opt = optim.Adam(model.parameters(), lr=1e-3)
-model.train()
-for X, y in batches:
-    X, y = torch.tensor(X, dtype=torch.float32), torch.tensor(y)
-    yp = model(X)
-    loss = nn.CrossEntropyLoss()(yp, y)
+channels = 8
+solver = anderson if solver_name == 'anderson' else picard
+extra = dict(m=5) if solver is anderson else {}
+cell = ConvCell(channels, 16, kernel_size=3, groups=4)
+net = nn.Sequential(
+    nn.Conv2d(1, channels, kernel_size=3, bias=True, padding=1),
+    nn.BatchNorm2d(channels),
+    ImplicitLayer(cell, solver, tol=1e-2, max_iter=25, **extra),
+    nn.BatchNorm2d(channels),
+    nn.AvgPool2d(4, 4),
+    nn.Flatten(),
+    nn.Linear(channels * 2 * 2, 10),
+)
+initialize(net)
+opt = optim.Adam(net.parameters(), lr=1e-3)
+net.train()
+for images, labels in batches:
+    images, labels = torch.tensor(images, dtype=torch.float32), torch.tensor(labels)
+    loss = nn.CrossEntropyLoss()(net(images), labels)
     opt.zero_grad()
     loss.backward()
     opt.step()
-    record.append(loss.item())
-    record.append(len(model[2].forward_res))
-    record.append(len(model[2].backward_res))
-    record.append(params_of(model))
-'''
+    implicit = net[2]
+    record.extend([loss.item(), len(implicit.forward_res), len(implicit.backward_res)])
+    record.append(params_of(net))
+"""
 
 DEQ_STEPS = [
     (
-        "\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.autograd as autograd\nimport torch.optim as optim\n",
-        "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.autograd as autograd\nimport retrograd.optim as optim\n",
+        "\nimport torch\nimport torch.nn as nn\nimport torch.optim as optim\n",
+        "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\n",
     ),
     ("    loss.backward()\n    opt.step()\n", "    grads = loss.backward()\n    opt.step(grads)\n"),
 ]
@@ -465,240 +453,142 @@ def test_deq_with_implicit_backward_hook_trains_as_torch(capsys, solver_name):
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5, skip=("0.0.bias",))
 
 
-# -- Mixtral ----------------------------------------------------------------------------------------
-MOE_SOURCE = '''
-from typing import Optional, Tuple, Union
+# -- a sparse mixture of experts -------------------------------------------------------------------
+MOE_SOURCE = """
+from typing import Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional as F
 
-ACT2FN = {"silu": nn.SiLU()}
 
-
-# -- transformers/models/mixtral/modeling_mixtral.py --
-def load_balancing_loss_func(
-    gate_logits: Union[torch.Tensor, Tuple[torch.Tensor], None],
-    num_experts: Optional[int] = None,
-    top_k=2,
-    attention_mask: Optional[torch.Tensor] = None,
-) -> Union[torch.Tensor, int]:
-    r"""
-    Computes auxiliary load balancing loss as in Switch Transformer - implemented in Pytorch.
-
-    See Switch Transformer (https://arxiv.org/abs/2101.03961) for more details. This function implements the loss
-    function presented in equations (4) - (6) of the paper. It aims at penalizing cases where the routing between
-    experts is too unbalanced.
-    """
-    if gate_logits is None or not isinstance(gate_logits, tuple):
-        return 0
-
-    if isinstance(gate_logits, tuple):
-        compute_device = gate_logits[0].device
-        concatenated_gate_logits = torch.cat([layer_gate.to(compute_device) for layer_gate in gate_logits], dim=0)
-
-    routing_weights = torch.nn.functional.softmax(concatenated_gate_logits, dim=-1)
-
-    _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
-
-    expert_mask = torch.nn.functional.one_hot(selected_experts, num_experts)
-
+def router_balance_loss(router_logits: Tuple[torch.Tensor, ...], num_experts: int, top_k: int = 2,
+                        attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    # num_experts * sum over experts of (share of routed slots) * (mean router probability),
+    # over every layer's tokens; padding left out when a mask is given
+    logits = torch.cat(list(router_logits), dim=0)
+    probs = torch.nn.functional.softmax(logits, dim=-1)
+    _, chosen = torch.topk(probs, top_k, dim=-1)
+    routed = torch.nn.functional.one_hot(chosen, num_experts)  # [tokens, top_k, experts]
     if attention_mask is None:
-        # Compute the percentage of tokens routed to each experts
-        tokens_per_expert = torch.mean(expert_mask.float(), dim=0)
-
-        # Compute the average probability of routing to these experts
-        router_prob_per_expert = torch.mean(routing_weights, dim=0)
+        slot_share = torch.mean(routed.float(), dim=0)
+        prob_share = torch.mean(probs, dim=0)
     else:
-        batch_size, sequence_length = attention_mask.shape
-        num_hidden_layers = concatenated_gate_logits.shape[0] // (batch_size * sequence_length)
-
-        # Compute the mask that masks all padding tokens as 0 with the same shape of expert_mask
-        expert_attention_mask = (
-            attention_mask[None, :, :, None, None]
-            .expand((num_hidden_layers, batch_size, sequence_length, top_k, num_experts))
-            .reshape(-1, top_k, num_experts)
-            .to(compute_device)
-        )
-
-        # Compute the percentage of tokens routed to each experts
-        tokens_per_expert = torch.sum(expert_mask.float() * expert_attention_mask, dim=0) / torch.sum(
-            expert_attention_mask, dim=0
-        )
-
-        # Compute the mask that masks all padding tokens as 0 with the same shape of tokens_per_expert
-        router_per_expert_attention_mask = (
-            attention_mask[None, :, :, None]
-            .expand((num_hidden_layers, batch_size, sequence_length, num_experts))
-            .reshape(-1, num_experts)
-            .to(compute_device)
-        )
-
-        # Compute the average probability of routing to these experts
-        router_prob_per_expert = torch.sum(routing_weights * router_per_expert_attention_mask, dim=0) / torch.sum(
-            router_per_expert_attention_mask, dim=0
-        )
-
-    overall_loss = torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0))
-    return overall_loss * num_experts
+        batch, seq = attention_mask.shape
+        layers = logits.shape[0] // (batch * seq)
+        per_slot = attention_mask[None, :, :, None, None].expand(
+            (layers, batch, seq, top_k, num_experts)).reshape(-1, top_k, num_experts)
+        slot_share = torch.sum(routed.float() * per_slot, dim=0) / torch.sum(per_slot, dim=0)
+        per_token = attention_mask[None, :, :, None].expand(
+            (layers, batch, seq, num_experts)).reshape(-1, num_experts)
+        prob_share = torch.sum(probs * per_token, dim=0) / torch.sum(per_token, dim=0)
+    return num_experts * torch.sum(slot_share * prob_share.unsqueeze(0))
 
 
-class MixtralRMSNorm(nn.Module):
-    def __init__(self, hidden_size, eps=1e-6):
-        """
-        MixtralRMSNorm is equivalent to T5LayerNorm
-        """
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
 
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
+    def forward(self, x):
+        dtype = x.dtype
+        wide = x.to(torch.float32)  # normalised in float32, returned in the input's dtype
+        wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * wide.to(dtype)
 
 
-class MixtralBlockSparseTop2MLP(nn.Module):
-    def __init__(self, config):
+class SwiGLUExpert(nn.Module):
+    def __init__(self, cfg):
         super().__init__()
-        self.ffn_dim = config.intermediate_size
-        self.hidden_dim = config.hidden_size
+        self.w1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.w2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.w3 = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.act = nn.SiLU()
 
-        self.w1 = nn.Linear(self.hidden_dim, self.ffn_dim, bias=False)
-        self.w2 = nn.Linear(self.ffn_dim, self.hidden_dim, bias=False)
-        self.w3 = nn.Linear(self.hidden_dim, self.ffn_dim, bias=False)
-
-        self.act_fn = ACT2FN[config.hidden_act]
-
-    def forward(self, hidden_states):
-        current_hidden_states = self.act_fn(self.w1(hidden_states)) * self.w3(hidden_states)
-        current_hidden_states = self.w2(current_hidden_states)
-        return current_hidden_states
+    def forward(self, x):
+        return self.w2(self.act(self.w1(x)) * self.w3(x))
 
 
-class MixtralSparseMoeBlock(nn.Module):
-    """
-    This implementation is
-    strictly equivalent to standard MoE with full capacity (no
-    dropped tokens). It's faster since it formulates MoE operations
-    in terms of block-sparse operations to accommodate imbalanced
-    assignments of tokens to experts, whereas standard MoE either
-    (1) drop tokens at the cost of reduced performance or (2) set
-    capacity factor to number of experts and thus waste computation
-    and memory on padding.
-    """
-
-    def __init__(self, config):
+class SparseMoE(nn.Module):
+    # each token goes to its top-k experts, weighted by the renormalised router probabilities
+    def __init__(self, cfg):
         super().__init__()
-        self.hidden_dim = config.hidden_size
-        self.ffn_dim = config.intermediate_size
-        self.num_experts = config.num_local_experts
-        self.top_k = config.num_experts_per_tok
+        self.n_experts, self.top_k = cfg.num_local_experts, cfg.num_experts_per_tok
+        self.jitter = cfg.router_jitter_noise
+        self.gate = nn.Linear(cfg.hidden_size, self.n_experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLUExpert(cfg) for _ in range(self.n_experts))
 
-        # gating
-        self.gate = nn.Linear(self.hidden_dim, self.num_experts, bias=False)
+    def forward(self, x):
+        b, t, d = x.shape
+        if self.training and self.jitter > 0:
+            x *= torch.empty_like(x).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
+        tokens = x.view(-1, d)
+        router_logits = self.gate(tokens)
+        weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+        weights, chosen = torch.topk(weights, self.top_k, dim=-1)
+        weights /= weights.sum(dim=-1, keepdim=True)
+        weights = weights.to(tokens.dtype)
+        out = torch.zeros((b * t, d), dtype=tokens.dtype, device=tokens.device)
+        # [experts, top_k, tokens]: the (slot, token) pairs each expert serves
+        assignment = F.one_hot(chosen, num_classes=self.n_experts).permute(2, 1, 0)
+        for e, expert in enumerate(self.experts):
+            slot, token = torch.where(assignment[e])
+            served = tokens[None, token].reshape(-1, d)
+            contribution = expert(served) * weights[token, slot, None]
+            out.index_add_(0, token, contribution.to(tokens.dtype))
+        return out.reshape(b, t, d), router_logits
 
-        self.experts = nn.ModuleList([MixtralBlockSparseTop2MLP(config) for _ in range(self.num_experts)])
 
-        # Jitter parameters
-        self.jitter_noise = config.router_jitter_noise
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """ """
-        batch_size, sequence_length, hidden_dim = hidden_states.shape
-        if self.training and self.jitter_noise > 0:
-            hidden_states *= torch.empty_like(hidden_states).uniform_(1.0 - self.jitter_noise, 1.0 + self.jitter_noise)
-        hidden_states = hidden_states.view(-1, hidden_dim)
-        # router_logits: (batch * sequence_length, n_experts)
-        router_logits = self.gate(hidden_states)
-
-        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
-        routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
-        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
-        # we cast back to the input dtype
-        routing_weights = routing_weights.to(hidden_states.dtype)
-
-        final_hidden_states = torch.zeros(
-            (batch_size * sequence_length, hidden_dim), dtype=hidden_states.dtype, device=hidden_states.device
+class MoELM(nn.Module):
+    # pre-norm residual MoE blocks (no attention), a next-token loss plus the balance loss
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.blocks = nn.ModuleList(SparseMoE(cfg) for _ in range(cfg.num_hidden_layers))
+        self.block_norms = nn.ModuleList(
+            RMSNorm(cfg.hidden_size) for _ in range(cfg.num_hidden_layers)
         )
+        self.norm = RMSNorm(cfg.hidden_size)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
-        # One hot encode the selected experts to create an expert mask
-        # this will be used to easily index which expert is going to be sollicitated
-        expert_mask = torch.nn.functional.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
-
-        # Loop over all available experts in the model and perform the computation on each expert
-        for expert_idx in range(self.num_experts):
-            expert_layer = self.experts[expert_idx]
-            idx, top_x = torch.where(expert_mask[expert_idx])
-
-            # Index the correct hidden states and compute the expert hidden state for
-            # the current expert. We need to make sure to multiply the output hidden
-            # states by `routing_weights` on the corresponding tokens (top-1 and top-2)
-            current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
-            current_hidden_states = expert_layer(current_state) * routing_weights[top_x, idx, None]
-
-            # However `index_add_` only support torch tensors for indexing so we'll use
-            # the `top_x` tensor here.
-            final_hidden_states.index_add_(0, top_x, current_hidden_states.to(hidden_states.dtype))
-        final_hidden_states = final_hidden_states.reshape(batch_size, sequence_length, hidden_dim)
-        return final_hidden_states, router_logits
+    def forward(self, ids, attention_mask=None, labels=None):
+        h = self.embed(ids)
+        all_logits = ()
+        for norm, block in zip(self.block_norms, self.blocks):
+            update, router_logits = block(norm(h))
+            h = h + update
+            all_logits += (router_logits,)
+        logits = self.lm_head(self.norm(h)).float()
+        # position i predicts token i + 1
+        predicted = logits[..., :-1, :].contiguous().view(-1, self.cfg.vocab_size)
+        target = labels[..., 1:].contiguous().view(-1)
+        loss = nn.CrossEntropyLoss()(predicted, target)
+        aux = router_balance_loss(all_logits, self.cfg.num_local_experts,
+                                  self.cfg.num_experts_per_tok, attention_mask)
+        loss += self.cfg.router_aux_loss_coef * aux.to(loss.device)
+        return loss, aux
 
 
-# -- a small causal LM of these blocks (attention left out), trained as MixtralForCausalLM's forward does --
-class TinyMixtral(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList([MixtralSparseMoeBlock(config) for _ in range(config.num_hidden_layers)])
-        self.norms = nn.ModuleList([MixtralRMSNorm(config.hidden_size) for _ in range(config.num_hidden_layers)])
-        self.norm = MixtralRMSNorm(config.hidden_size)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-
-    def forward(self, input_ids, attention_mask=None, labels=None):
-        hidden_states = self.embed_tokens(input_ids)
-        all_router_logits = ()
-        for norm, layer in zip(self.norms, self.layers):
-            residual = hidden_states
-            hidden_states, router_logits = layer(norm(hidden_states))
-            hidden_states = residual + hidden_states
-            all_router_logits += (router_logits,)
-        logits = self.lm_head(self.norm(hidden_states)).float()
-        # Shift so that tokens < n predict n
-        shift_logits = logits[..., :-1, :].contiguous()
-        shift_labels = labels[..., 1:].contiguous()
-        # Flatten the tokens
-        loss_fct = nn.CrossEntropyLoss()
-        shift_logits = shift_logits.view(-1, self.config.vocab_size)
-        shift_labels = shift_labels.view(-1)
-        loss = loss_fct(shift_logits, shift_labels)
-        aux_loss = load_balancing_loss_func(
-            all_router_logits, self.config.num_local_experts, self.config.num_experts_per_tok, attention_mask
-        )
-        loss += self.config.router_aux_loss_coef * aux_loss.to(loss.device)
-        return loss, aux_loss
-
-
-model = TinyMixtral(config)
-initialize(model)
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-for input_ids, attention_mask in batches:
-    input_ids = torch.tensor(input_ids)
-    attention_mask = None if attention_mask is None else torch.tensor(attention_mask)
-    loss, aux_loss = model(input_ids, attention_mask=attention_mask, labels=input_ids)
+lm = MoELM(config)
+initialize(lm)
+optimizer = torch.optim.AdamW(lm.parameters(), lr=1e-3)
+for ids, mask in batches:
+    ids = torch.tensor(ids)
+    mask = None if mask is None else torch.tensor(mask)
+    loss, aux = lm(ids, attention_mask=mask, labels=ids)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    record.append([loss.item(), aux_loss.item()])
-    record.append(params_of(model))
-'''
+    record.append([loss.item(), aux.item()])
+    record.append(params_of(lm))
+"""
 
 MOE_STEPS = [
     (
-        "\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n",
-        "\nimport retrograd as torch\nimport retrograd.nn.functional as F\nfrom retrograd import nn\n",
+        "\nimport torch\nfrom torch import nn\n",
+        "\nimport retrograd as torch\nfrom retrograd import nn\n",
     ),
     (
         "    loss.backward()\n    optimizer.step()\n",
