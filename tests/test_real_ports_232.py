@@ -1,27 +1,26 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them: long lines)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-a single-shot detector's data code written in tensor ops.
+"""Real ports, continued (the harness: ``tests/real_ports.py``): a single-shot detector's data
+code written in tensor ops, here in the style of amdegroot/ssd.pytorch (its box utilities,
+prior boxes, L2 normalisation, multibox loss, test-time detection and head layout):
 
-- amdegroot/ssd.pytorch as it writes it: ``layers/box_utils.py`` (``point_form``,
-  ``intersect`` by ``expand``ed ``torch.min``/``torch.max``, ``jaccard``, ``match`` with its
-  bipartite ``index_fill_`` and ``squeeze_``s, ``best_truth_idx[best_prior_idx[j]] = j``,
-  ``conf[best_truth_overlap < threshold] = 0`` and ``loc_t[idx] = loc`` into uninitialized
-  ``torch.Tensor``/``torch.LongTensor`` buffers, ``encode``/``decode``, ``log_sum_exp`` over
-  ``x.data.max()``, the hand-written ``nms`` with ``boxes.new()`` buffers filled by
-  ``torch.index_select(..., out=)``, ``resize_as_`` and ``IoU.le(overlap)``);
-  ``layers/functions/prior_box.py``'s ``PriorBox`` (``itertools.product``, ``torch.Tensor(mean)
-  .view(-1, 4)``, ``clamp_(max=1, min=0)``); ``layers/modules/l2norm.py``; ``layers/modules/
-  multibox_loss.py``'s ``MultiBoxLoss`` with hard negative mining by a double ``sort``, the
-  masks joined by adding bool tensors ``(pos_idx+neg_idx).gt(0)``, ``Variable`` and the legacy
-  ``size_average=False`` (with the repository's well-known fix of viewing ``loss_c`` per image
-  before ``loss_c[pos] = 0``, which torch >= 0.4 needs); ``layers/functions/detection.py``'s
-  ``Detect`` (per-class ``nms`` written into ``output[i, cl, :count]``, the rank-masked
-  ``fill_``); ``ssd.py``'s head layout (``permute(0, 2, 3, 1).contiguous()``, ``torch.cat([o
-  .view(o.size(0), -1) for o in loc], 1)``) on a small strided-convolution base (VGG's 512-1024
-  channels left out), trained by ``train.py``'s loop with SGD and momentum.
+- box utilities: corner form, intersections by ``expand``ed ``torch.min``/``torch.max``, the
+  IoU matrix, the bipartite assignment with ``index_fill_`` and ``squeeze_``s,
+  ``gt_of_prior[prior_of_gt[g]] = g``, ``classes[gt_iou < threshold] = 0`` and ``loc_out[row]
+  = ...`` into uninitialized ``torch.Tensor``/``torch.LongTensor`` buffers, offsets to and from
+  priors (``boxes[:, :2] -= ...`` in place), a log-sum-exp over ``x.data.max()``, and the
+  hand-written NMS with ``boxes.new()`` buffers filled by ``torch.index_select(..., out=)``,
+  ``resize_as_`` and ``iou.le(overlap)``;
+- prior boxes by ``itertools.product``, ``torch.Tensor(values).view(-1, 4)`` and
+  ``clamp_(max=1, min=0)``; an L2 normalisation with an ``nn.Parameter(torch.Tensor(n))``
+  set by ``nn.init.constant_``; the multibox loss with hard negative mining by a double
+  ``sort``, the masks joined by adding bool tensors ``(pos_c + neg_c).gt(0)``, ``Variable``
+  and the legacy ``size_average=False`` (the mining loss viewed per image before
+  ``mining[pos] = 0``); the detector (per-class NMS written into ``out[i, c, :count]``, the
+  rank-masked ``fill_``); the head layout (``permute(0, 2, 3, 1).contiguous()``,
+  ``torch.cat([o.view(o.size(0), -1) for o in locs], 1)``) on a small strided-convolution base,
+  trained with SGD and momentum.
 
-The lines changed: the ``import`` lines and the gradient lines (``grads = loss.backward()``,
-``optimizer.step(grads)``).
+The lines changed: the gradient lines (``grads = loss.backward()``, ``optimizer.step(grads)``);
+the program imports nothing of torch's (``Variable`` is ``torch.autograd.Variable``).
 """
 
 from __future__ import annotations
@@ -45,524 +44,318 @@ def _seeded():
 
 
 SSD_SOURCE = """
-from itertools import product as product
-from math import sqrt as sqrt
+import itertools
+import math
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-import torch.nn.init as init
-from torch.autograd import Variable
+Variable = torch.autograd.Variable
 
-cfg = {
-    'num_classes': 3,
-    'feature_maps': [4, 2],
-    'min_dim': 32,
-    'steps': [8, 16],
-    'min_sizes': [8, 16],
-    'max_sizes': [16, 28],
-    'aspect_ratios': [[2], [2, 3]],
-    'variance': [0.1, 0.2],
-    'clip': True,
-    'name': 'TINY',
-}
+cfg = dict(
+    num_classes=3,  # background and two object classes
+    feature_maps=[4, 2],
+    min_dim=32,
+    steps=[8, 16],
+    min_sizes=[8, 16],
+    max_sizes=[16, 28],
+    aspect_ratios=[[2], [2, 3]],
+    variance=[0.1, 0.2],
+    clip=True,
+)
 
 
-# -- layers/box_utils.py ----------------------------------------------------------------
-def point_form(boxes):
-    \"\"\" Convert prior_boxes to (xmin, ymin, xmax, ymax)
-    representation for comparison to point form ground truth data.
-    Args:
-        boxes: (tensor) center-size default boxes from priorbox layers.
-    Return:
-        boxes: (tensor) Converted xmin, ymin, xmax, ymax form of boxes.
-    \"\"\"
-    return torch.cat((boxes[:, :2] - boxes[:, 2:]/2,     # xmin, ymin
-                     boxes[:, :2] + boxes[:, 2:]/2), 1)  # xmax, ymax
+# -- box arithmetic, matching and suppression --
+def corners(boxes):
+    "(cx, cy, w, h) -> (x0, y0, x1, y1)"
+    return torch.cat((boxes[:, :2] - boxes[:, 2:] / 2, boxes[:, :2] + boxes[:, 2:] / 2), 1)
 
 
-def intersect(box_a, box_b):
-    \"\"\" We resize both tensors to [A,B,2] without new malloc:
-    [A,2] -> [A,1,2] -> [A,B,2]
-    [B,2] -> [1,B,2] -> [A,B,2]
-    Then we compute the area of intersect between box_a and box_b.
-    \"\"\"
-    A = box_a.size(0)
-    B = box_b.size(0)
-    max_xy = torch.min(box_a[:, 2:].unsqueeze(1).expand(A, B, 2),
-                       box_b[:, 2:].unsqueeze(0).expand(A, B, 2))
-    min_xy = torch.max(box_a[:, :2].unsqueeze(1).expand(A, B, 2),
-                       box_b[:, :2].unsqueeze(0).expand(A, B, 2))
-    inter = torch.clamp((max_xy - min_xy), min=0)
-    return inter[:, :, 0] * inter[:, :, 1]
+def overlap_area(a, b):
+    "(A, 4) and (B, 4) corner boxes -> (A, B) intersection areas (both expanded to (A, B, 2))."
+    shape = (a.size(0), b.size(0), 2)
+    hi = torch.min(a[:, 2:].unsqueeze(1).expand(*shape), b[:, 2:].unsqueeze(0).expand(*shape))
+    lo = torch.max(a[:, :2].unsqueeze(1).expand(*shape), b[:, :2].unsqueeze(0).expand(*shape))
+    side = torch.clamp(hi - lo, min=0)
+    return side[:, :, 0] * side[:, :, 1]
 
 
-def jaccard(box_a, box_b):
-    \"\"\"Compute the jaccard overlap of two sets of boxes.\"\"\"
-    inter = intersect(box_a, box_b)
-    area_a = ((box_a[:, 2]-box_a[:, 0]) *
-              (box_a[:, 3]-box_a[:, 1])).unsqueeze(1).expand_as(inter)  # [A,B]
-    area_b = ((box_b[:, 2]-box_b[:, 0]) *
-              (box_b[:, 3]-box_b[:, 1])).unsqueeze(0).expand_as(inter)  # [A,B]
-    union = area_a + area_b - inter
-    return inter / union  # [A,B]
+def iou_matrix(a, b):
+    inter = overlap_area(a, b)
+    area_a = ((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])).unsqueeze(1).expand_as(inter)
+    area_b = ((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])).unsqueeze(0).expand_as(inter)
+    return inter / (area_a + area_b - inter)
 
 
-def match(threshold, truths, priors, variances, labels, loc_t, conf_t, idx):
-    \"\"\"Match each prior box with the ground truth box of the highest jaccard
-    overlap, encode the bounding boxes, then return the matched indices
-    corresponding to both confidence and location preds.\"\"\"
-    # jaccard index
-    overlaps = jaccard(
-        truths,
-        point_form(priors)
+def to_offsets(gt, priors, variances):
+    "Matched corner boxes as the regression targets relative to their priors."
+    centre = ((gt[:, :2] + gt[:, 2:]) / 2 - priors[:, :2]) / (variances[0] * priors[:, 2:])
+    size = torch.log((gt[:, 2:] - gt[:, :2]) / priors[:, 2:]) / variances[1]
+    return torch.cat([centre, size], 1)
+
+
+def from_offsets(offsets, priors, variances):
+    "Predicted offsets back to corner boxes (written in place, half the size off the centre)."
+    boxes = torch.cat(
+        (
+            priors[:, :2] + offsets[:, :2] * variances[0] * priors[:, 2:],
+            priors[:, 2:] * torch.exp(offsets[:, 2:] * variances[1]),
+        ),
+        1,
     )
-    # (Bipartite Matching)
-    # [1,num_objects] best prior for each ground truth
-    best_prior_overlap, best_prior_idx = overlaps.max(1, keepdim=True)
-    # [1,num_priors] best ground truth for each prior
-    best_truth_overlap, best_truth_idx = overlaps.max(0, keepdim=True)
-    best_truth_idx.squeeze_(0)
-    best_truth_overlap.squeeze_(0)
-    best_prior_idx.squeeze_(1)
-    best_prior_overlap.squeeze_(1)
-    best_truth_overlap.index_fill_(0, best_prior_idx, 2)  # ensure best prior
-    # TODO refactor: index  best_prior_idx with long tensor
-    # ensure every gt matches with its prior of max overlap
-    for j in range(best_prior_idx.size(0)):
-        best_truth_idx[best_prior_idx[j]] = j
-    matches = truths[best_truth_idx]          # Shape: [num_priors,4]
-    conf = labels[best_truth_idx] + 1         # Shape: [num_priors]
-    conf[best_truth_overlap < threshold] = 0  # label as background
-    loc = encode(matches, priors, variances)
-    loc_t[idx] = loc    # [num_priors,4] encoded offsets to learn
-    conf_t[idx] = conf  # [num_priors] top class label for each prior
-
-
-def encode(matched, priors, variances):
-    \"\"\"Encode the variances from the priorbox layers into the ground truth boxes
-    we have matched (based on jaccard overlap) with the prior boxes.\"\"\"
-
-    # dist b/t match center and prior's center
-    g_cxcy = (matched[:, :2] + matched[:, 2:])/2 - priors[:, :2]
-    # encode variance
-    g_cxcy /= (variances[0] * priors[:, 2:])
-    # match wh / prior wh
-    g_wh = (matched[:, 2:] - matched[:, :2]) / priors[:, 2:]
-    g_wh = torch.log(g_wh) / variances[1]
-    # return target for smooth_l1_loss
-    return torch.cat([g_cxcy, g_wh], 1)  # [num_priors,4]
-
-
-# Adapted from https://github.com/Hakuyume/chainer-ssd
-def decode(loc, priors, variances):
-    \"\"\"Decode locations from predictions using priors to undo
-    the encoding we did for offset regression at train time.\"\"\"
-
-    boxes = torch.cat((
-        priors[:, :2] + loc[:, :2] * variances[0] * priors[:, 2:],
-        priors[:, 2:] * torch.exp(loc[:, 2:] * variances[1])), 1)
-    boxes[:, :2] -= boxes[:, 2:] / 2
+    boxes[:, :2] -= boxes[:, 2:] / 2  # the corner, from the centre
     boxes[:, 2:] += boxes[:, :2]
     return boxes
 
 
-def log_sum_exp(x):
-    \"\"\"Utility function for computing log_sum_exp while determining
-    This will be used to determine unaveraged confidence loss across
-    all examples in a batch.
-    Args:
-        x (Variable(tensor)): conf_preds from conf layers
-    \"\"\"
-    x_max = x.data.max()
-    return torch.log(torch.sum(torch.exp(x-x_max), 1, keepdim=True)) + x_max
+def assign(threshold, gt, priors, variances, labels, loc_out, conf_out, row):
+    "Each prior gets its best ground truth; each ground truth keeps its best prior."
+    ious = iou_matrix(gt, corners(priors))  # (objects, priors)
+    _, prior_of_gt = ious.max(1, keepdim=True)
+    gt_iou, gt_of_prior = ious.max(0, keepdim=True)
+    gt_of_prior.squeeze_(0)
+    gt_iou.squeeze_(0)
+    prior_of_gt.squeeze_(1)
+    gt_iou.index_fill_(0, prior_of_gt, 2)  # above any threshold
+    for g in range(prior_of_gt.size(0)):
+        gt_of_prior[prior_of_gt[g]] = g
+    classes = labels[gt_of_prior] + 1  # 0 is the background
+    classes[gt_iou < threshold] = 0
+    loc_out[row] = to_offsets(gt[gt_of_prior], priors, variances)
+    conf_out[row] = classes
 
 
-# Original author: Francisco Massa:
-# https://github.com/fmassa/object-detection.torch
-# Ported to PyTorch by Max deGroot (02/01/2017)
-def nms(boxes, scores, overlap=0.5, top_k=200):
-    \"\"\"Apply non-maximum suppression at test time to avoid detecting too many
-    overlapping bounding boxes for a given object.\"\"\"
+def stable_lse(x):
+    top = x.data.max()  # one constant for the whole batch
+    return torch.log(torch.sum(torch.exp(x - top), 1, keepdim=True)) + top
 
-    keep = scores.new(scores.size(0)).zero_().long()
+
+def suppress(boxes, scores, overlap=0.5, top_k=200):
+    "Greedy NMS over the top_k scores: indices kept (best first) and their count."
+    keep = scores.new(scores.size(0)).zero_().long()  # indices into boxes
     if boxes.numel() == 0:
         return keep
-    x1 = boxes[:, 0]
-    y1 = boxes[:, 1]
-    x2 = boxes[:, 2]
-    y2 = boxes[:, 3]
-    area = torch.mul(x2 - x1, y2 - y1)
-    v, idx = scores.sort(0)  # sort in ascending order
-    # I = I[v >= 0.01]
-    idx = idx[-top_k:]  # indices of the top-k largest vals
-    xx1 = boxes.new()
-    yy1 = boxes.new()
-    xx2 = boxes.new()
-    yy2 = boxes.new()
-    w = boxes.new()
-    h = boxes.new()
-
-    # keep = torch.Tensor()
+    x0, y0, x1, y1 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    area = torch.mul(x1 - x0, y1 - y0)
+    _, order = scores.sort(0)  # ascending: the best is last
+    order = order[-top_k:]
+    ox0, oy0, ox1, oy1 = boxes.new(), boxes.new(), boxes.new(), boxes.new()
+    w, h = boxes.new(), boxes.new()
     count = 0
-    while idx.numel() > 0:
-        i = idx[-1]  # index of current largest val
-        # keep.append(i)
-        keep[count] = i
+    while order.numel() > 0:
+        best = order[-1]
+        keep[count] = best
         count += 1
-        if idx.size(0) == 1:
+        if order.size(0) == 1:
             break
-        idx = idx[:-1]  # remove kept element from view
-        # load bboxes of next highest vals
-        torch.index_select(x1, 0, idx, out=xx1)
-        torch.index_select(y1, 0, idx, out=yy1)
-        torch.index_select(x2, 0, idx, out=xx2)
-        torch.index_select(y2, 0, idx, out=yy2)
-        # store element-wise max with next highest score
-        xx1 = torch.clamp(xx1, min=x1[i])
-        yy1 = torch.clamp(yy1, min=y1[i])
-        xx2 = torch.clamp(xx2, max=x2[i])
-        yy2 = torch.clamp(yy2, max=y2[i])
-        w.resize_as_(xx2)
-        h.resize_as_(yy2)
-        w = xx2 - xx1
-        h = yy2 - yy1
-        # check sizes of xx1 and xx2.. after each iteration
-        w = torch.clamp(w, min=0.0)
-        h = torch.clamp(h, min=0.0)
-        inter = w*h
-        # IoU = i / (area(a) + area(b) - i)
-        rem_areas = torch.index_select(area, 0, idx)  # load remaining areas)
-        union = (rem_areas - inter) + area[i]
-        IoU = inter/union  # store result in iou
-        # keep only elements with an IoU <= overlap
-        idx = idx[IoU.le(overlap)]
+        order = order[:-1]
+        torch.index_select(x0, 0, order, out=ox0)
+        torch.index_select(y0, 0, order, out=oy0)
+        torch.index_select(x1, 0, order, out=ox1)
+        torch.index_select(y1, 0, order, out=oy1)
+        ox0, oy0 = torch.clamp(ox0, min=x0[best]), torch.clamp(oy0, min=y0[best])
+        ox1, oy1 = torch.clamp(ox1, max=x1[best]), torch.clamp(oy1, max=y1[best])
+        w.resize_as_(ox1)
+        h.resize_as_(oy1)
+        w, h = torch.clamp(ox1 - ox0, min=0.0), torch.clamp(oy1 - oy0, min=0.0)
+        inter = w * h
+        iou = inter / (torch.index_select(area, 0, order) - inter + area[best])
+        order = order[iou.le(overlap)]
     return keep, count
 
 
-# -- layers/functions/prior_box.py ------------------------------------------------------
-class PriorBox(object):
-    \"\"\"Compute priorbox coordinates in center-offset form for each source
-    feature map.
-    \"\"\"
+# -- priors --
+class Priors:
+    "Default boxes in (cx, cy, w, h), two square ones and two per extra aspect ratio a cell."
+
     def __init__(self, cfg):
-        super(PriorBox, self).__init__()
-        self.image_size = cfg['min_dim']
-        # number of priors for feature map location (either 4 or 6)
-        self.num_priors = len(cfg['aspect_ratios'])
-        self.variance = cfg['variance'] or [0.1]
-        self.feature_maps = cfg['feature_maps']
-        self.min_sizes = cfg['min_sizes']
-        self.max_sizes = cfg['max_sizes']
-        self.steps = cfg['steps']
-        self.aspect_ratios = cfg['aspect_ratios']
-        self.clip = cfg['clip']
-        self.version = cfg['name']
-        for v in self.variance:
-            if v <= 0:
-                raise ValueError('Variances must be greater than 0')
+        self.size, self.maps, self.steps = cfg["min_dim"], cfg["feature_maps"], cfg["steps"]
+        self.min_sizes, self.max_sizes = cfg["min_sizes"], cfg["max_sizes"]
+        self.ratios, self.clip = cfg["aspect_ratios"], cfg["clip"]
+        self.variance = cfg["variance"] or [0.1]
+        if any(v <= 0 for v in self.variance):
+            raise ValueError("variances must be positive")
 
     def forward(self):
-        mean = []
-        for k, f in enumerate(self.feature_maps):
-            for i, j in product(range(f), repeat=2):
-                f_k = self.image_size / self.steps[k]
-                # unit center x,y
-                cx = (j + 0.5) / f_k
-                cy = (i + 0.5) / f_k
-
-                # aspect_ratio: 1
-                # rel size: min_size
-                s_k = self.min_sizes[k]/self.image_size
-                mean += [cx, cy, s_k, s_k]
-
-                # aspect_ratio: 1
-                # rel size: sqrt(s_k * s_(k+1))
-                s_k_prime = sqrt(s_k * (self.max_sizes[k]/self.image_size))
-                mean += [cx, cy, s_k_prime, s_k_prime]
-
-                # rest of aspect ratios
-                for ar in self.aspect_ratios[k]:
-                    mean += [cx, cy, s_k*sqrt(ar), s_k/sqrt(ar)]
-                    mean += [cx, cy, s_k/sqrt(ar), s_k*sqrt(ar)]
-        # back to torch land
-        output = torch.Tensor(mean).view(-1, 4)
+        values = []
+        for k, cells in enumerate(self.maps):
+            per_side = self.size / self.steps[k]
+            small = self.min_sizes[k] / self.size
+            large = math.sqrt(small * self.max_sizes[k] / self.size)
+            for row, col in itertools.product(range(cells), repeat=2):
+                cx, cy = (col + 0.5) / per_side, (row + 0.5) / per_side
+                values += [cx, cy, small, small, cx, cy, large, large]
+                for r in self.ratios[k]:
+                    values += [cx, cy, small * math.sqrt(r), small / math.sqrt(r)]
+                    values += [cx, cy, small / math.sqrt(r), small * math.sqrt(r)]
+        out = torch.Tensor(values).view(-1, 4)
         if self.clip:
-            output.clamp_(max=1, min=0)
-        return output
-
-
-# -- layers/modules/l2norm.py -----------------------------------------------------------
-class L2Norm(nn.Module):
-    def __init__(self,n_channels, scale):
-        super(L2Norm,self).__init__()
-        self.n_channels = n_channels
-        self.gamma = scale or None
-        self.eps = 1e-10
-        self.weight = nn.Parameter(torch.Tensor(self.n_channels))
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        init.constant_(self.weight,self.gamma)
-
-    def forward(self, x):
-        norm = x.pow(2).sum(dim=1, keepdim=True).sqrt()+self.eps
-        #x /= norm
-        x = torch.div(x,norm)
-        out = self.weight.unsqueeze(0).unsqueeze(2).unsqueeze(3).expand_as(x) * x
+            out.clamp_(max=1, min=0)
         return out
 
 
-# -- layers/modules/multibox_loss.py ----------------------------------------------------
-class MultiBoxLoss(nn.Module):
-    \"\"\"SSD Weighted Loss Function\"\"\"
+# -- the scaled L2 normalisation of the first source map --
+class ChannelL2Norm(nn.Module):
+    def __init__(self, channels, scale):
+        super().__init__()
+        self.eps = 1e-10
+        self.weight = nn.Parameter(torch.Tensor(channels))
+        nn.init.constant_(self.weight, scale)
 
-    def __init__(self, num_classes, overlap_thresh, prior_for_matching,
-                 bkg_label, neg_mining, neg_pos, neg_overlap, encode_target,
-                 use_gpu=True):
-        super(MultiBoxLoss, self).__init__()
-        self.use_gpu = use_gpu
-        self.num_classes = num_classes
-        self.threshold = overlap_thresh
-        self.background_label = bkg_label
-        self.encode_target = encode_target
-        self.use_prior_for_matching = prior_for_matching
-        self.do_neg_mining = neg_mining
-        self.negpos_ratio = neg_pos
-        self.neg_overlap = neg_overlap
-        self.variance = cfg['variance']
+    def forward(self, x):
+        x = torch.div(x, x.pow(2).sum(dim=1, keepdim=True).sqrt() + self.eps)
+        return self.weight.unsqueeze(0).unsqueeze(2).unsqueeze(3).expand_as(x) * x
 
-    def forward(self, predictions, targets):
-        \"\"\"Multibox Loss\"\"\"
-        loc_data, conf_data, priors = predictions
-        num = loc_data.size(0)
-        priors = priors[:loc_data.size(1), :]
-        num_priors = (priors.size(0))
-        num_classes = self.num_classes
 
-        # match priors (default boxes) and ground truth boxes
-        loc_t = torch.Tensor(num, num_priors, 4)
-        conf_t = torch.LongTensor(num, num_priors)
-        for idx in range(num):
-            truths = targets[idx][:, :-1].data
-            labels = targets[idx][:, -1].data
-            defaults = priors.data
-            match(self.threshold, truths, defaults, self.variance, labels,
-                  loc_t, conf_t, idx)
-        if self.use_gpu:
-            loc_t = loc_t.cuda()
-            conf_t = conf_t.cuda()
-        # wrap targets
-        loc_t = Variable(loc_t, requires_grad=False)
-        conf_t = Variable(conf_t, requires_grad=False)
+# -- the loss: smooth L1 on matched priors, cross entropy with 3:1 hard negatives --
+class MultiBoxLoss(nn.Module):  # (named as SSD names it)
+    def __init__(self, num_classes, threshold, neg_pos):
+        super().__init__()
+        self.num_classes, self.threshold, self.neg_pos = num_classes, threshold, neg_pos
+        self.variance = cfg["variance"]
+
+    def forward(self, predictions, targets):  # (loc, conf, priors), one (k, 5) per image
+        loc, conf, priors = predictions
+        n = loc.size(0)
+        priors = priors[: loc.size(1), :]
+        n_priors = priors.size(0)
+        loc_t = torch.Tensor(n, n_priors, 4)  # uninitialised: every row is written
+        conf_t = torch.LongTensor(n, n_priors)
+        for row in range(n):
+            gt, labels = targets[row][:, :-1].data, targets[row][:, -1].data
+            assign(self.threshold, gt, priors.data, self.variance, labels, loc_t, conf_t, row)
+        loc_t, conf_t = Variable(loc_t, requires_grad=False), Variable(conf_t, requires_grad=False)
 
         pos = conf_t > 0
-        num_pos = pos.sum(dim=1, keepdim=True)
+        pos_loc = pos.unsqueeze(pos.dim()).expand_as(loc)
+        loss_l = F.smooth_l1_loss(
+            loc[pos_loc].view(-1, 4), loc_t[pos_loc].view(-1, 4), size_average=False
+        )
 
-        # Localization Loss (Smooth L1)
-        # Shape: [batch,num_priors,4]
-        pos_idx = pos.unsqueeze(pos.dim()).expand_as(loc_data)
-        loc_p = loc_data[pos_idx].view(-1, 4)
-        loc_t = loc_t[pos_idx].view(-1, 4)
-        loss_l = F.smooth_l1_loss(loc_p, loc_t, size_average=False)
+        flat = conf.view(-1, self.num_classes)
+        mining = (stable_lse(flat) - flat.gather(1, conf_t.view(-1, 1))).view(n, -1)
+        mining[pos] = 0  # positives are not candidates for the negatives
+        _, by_loss = mining.sort(1, descending=True)
+        _, rank = by_loss.sort(1)
+        n_pos = pos.long().sum(1, keepdim=True)
+        neg = rank < torch.clamp(self.neg_pos * n_pos, max=pos.size(1) - 1).expand_as(rank)
 
-        # Compute max conf across batch for hard negative mining
-        batch_conf = conf_data.view(-1, self.num_classes)
-        loss_c = log_sum_exp(batch_conf) - batch_conf.gather(1, conf_t.view(-1, 1))
+        pos_c = pos.unsqueeze(2).expand_as(conf)
+        neg_c = neg.unsqueeze(2).expand_as(conf)
+        picked = conf[(pos_c + neg_c).gt(0)].view(-1, self.num_classes)
+        loss_c = F.cross_entropy(picked, conf_t[(pos + neg).gt(0)], size_average=False)
 
-        # Hard Negative Mining
-        loss_c = loss_c.view(num, -1)
-        loss_c[pos] = 0  # filter out pos boxes for now
-        _, loss_idx = loss_c.sort(1, descending=True)
-        _, idx_rank = loss_idx.sort(1)
-        num_pos = pos.long().sum(1, keepdim=True)
-        num_neg = torch.clamp(self.negpos_ratio*num_pos, max=pos.size(1)-1)
-        neg = idx_rank < num_neg.expand_as(idx_rank)
-
-        # Confidence Loss Including Positive and Negative Examples
-        pos_idx = pos.unsqueeze(2).expand_as(conf_data)
-        neg_idx = neg.unsqueeze(2).expand_as(conf_data)
-        conf_p = conf_data[(pos_idx+neg_idx).gt(0)].view(-1, self.num_classes)
-        targets_weighted = conf_t[(pos+neg).gt(0)]
-        loss_c = F.cross_entropy(conf_p, targets_weighted, size_average=False)
-
-        # Sum of losses: L(x,c,l,g) = (Lconf(x,c) + Lloc(x,c,l,g)) / N
-
-        N = num_pos.data.sum()
-        loss_l /= N
-        loss_c /= N
+        total = n_pos.data.sum()
+        loss_l /= total
+        loss_c /= total
         return loss_l, loss_c
 
 
-# -- layers/functions/detection.py ------------------------------------------------------
-class Detect(object):
-    \"\"\"At test time, Detect is the final layer of SSD.\"\"\"
-    def __init__(self, num_classes, bkg_label, top_k, conf_thresh, nms_thresh):
-        self.num_classes = num_classes
-        self.background_label = bkg_label
-        self.top_k = top_k
-        # Parameters used in nms.
-        self.nms_thresh = nms_thresh
+# -- test-time decoding --
+class Detector:
+    def __init__(self, num_classes, top_k, conf_thresh, nms_thresh):
         if nms_thresh <= 0:
-            raise ValueError('nms_threshold must be non negative.')
-        self.conf_thresh = conf_thresh
-        self.variance = cfg['variance']
+            raise ValueError("the NMS threshold must be positive")
+        self.num_classes, self.top_k = num_classes, top_k
+        self.conf_thresh, self.nms_thresh = conf_thresh, nms_thresh
+        self.variance = cfg["variance"]
 
-    def forward(self, loc_data, conf_data, prior_data):
-        num = loc_data.size(0)  # batch size
-        num_priors = prior_data.size(0)
-        output = torch.zeros(num, self.num_classes, self.top_k, 5)
-        conf_preds = conf_data.view(num, num_priors,
-                                    self.num_classes).transpose(2, 1)
-
-        # Decode predictions into bboxes.
-        for i in range(num):
-            decoded_boxes = decode(loc_data[i], prior_data, self.variance)
-            # For each class, perform nms
-            conf_scores = conf_preds[i].clone()
-
-            for cl in range(1, self.num_classes):
-                c_mask = conf_scores[cl].gt(self.conf_thresh)
-                scores = conf_scores[cl][c_mask]
+    def forward(self, loc, conf, priors):
+        n = loc.size(0)
+        out = torch.zeros(n, self.num_classes, self.top_k, 5)
+        per_class = conf.view(n, priors.size(0), self.num_classes).transpose(2, 1)
+        for i in range(n):
+            boxes_i = from_offsets(loc[i], priors, self.variance)
+            scores_i = per_class[i].clone()
+            for c in range(1, self.num_classes):  # class 0 is the background
+                above = scores_i[c].gt(self.conf_thresh)
+                scores = scores_i[c][above]
                 if scores.size(0) == 0:
                     continue
-                l_mask = c_mask.unsqueeze(1).expand_as(decoded_boxes)
-                boxes = decoded_boxes[l_mask].view(-1, 4)
-                # idx of highest scoring and non-overlapping boxes per class
-                ids, count = nms(boxes, scores, self.nms_thresh, self.top_k)
-                output[i, cl, :count] = \\
-                    torch.cat((scores[ids[:count]].unsqueeze(1),
-                               boxes[ids[:count]]), 1)
-        flt = output.contiguous().view(num, -1, 5)
-        _, idx = flt[:, :, 0].sort(1, descending=True)
-        _, rank = idx.sort(1)
-        flt[(rank < self.top_k).unsqueeze(-1).expand_as(flt)].fill_(0)
-        return output
+                boxes = boxes_i[above.unsqueeze(1).expand_as(boxes_i)].view(-1, 4)
+                ids, count = suppress(boxes, scores, self.nms_thresh, self.top_k)
+                kept = ids[:count]
+                out[i, c, :count] = torch.cat((scores[kept].unsqueeze(1), boxes[kept]), 1)
+        flat = out.contiguous().view(n, -1, 5)
+        _, order = flat[:, :, 0].sort(1, descending=True)
+        _, rank = order.sort(1)
+        flat[(rank < self.top_k).unsqueeze(-1).expand_as(flat)].fill_(0)  # (a copy: no effect)
+        return out
 
 
-# -- ssd.py's head over a small base ----------------------------------------------------
-class SSD(nn.Module):
-    def __init__(self, phase, size, base, extras, head, num_classes):
-        super(SSD, self).__init__()
-        self.phase = phase
-        self.num_classes = num_classes
-        self.cfg = cfg
-        self.priorbox = PriorBox(self.cfg)
+# -- the network: a small strided base, one extra stage, a loc and a conf head per source --
+class TinySSD(nn.Module):
+    def __init__(self, phase, num_classes, boxes_per_cell=(4, 6)):
+        super().__init__()
+        self.phase, self.num_classes = phase, num_classes
         with torch.no_grad():
-            self.priors = Variable(self.priorbox.forward())
-        self.size = size
-
-        # SSD network
-        self.vgg = nn.ModuleList(base)
-        # Layer learns to scale the l2 normalized features from conv4_3
-        self.L2Norm = L2Norm(16, 20)
-        self.extras = nn.ModuleList(extras)
-
-        self.loc = nn.ModuleList(head[0])
-        self.conf = nn.ModuleList(head[1])
-
-        if phase == 'test':
-            self.softmax = nn.Softmax(dim=-1)
-            self.detect = Detect(num_classes, 0, 10, 0.01, 0.45)
+            self.priors = Variable(Priors(cfg).forward())
+        relu = lambda: nn.ReLU(inplace=True)
+        self.base = nn.ModuleList([
+            nn.Conv2d(3, 8, 3, stride=4, padding=1),
+            relu(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1),
+            relu(),
+            nn.Conv2d(16, 16, 3, padding=1),
+            relu(),
+        ])
+        self.norm = ChannelL2Norm(16, 20)
+        self.extras = nn.ModuleList([nn.Conv2d(16, 8, 1), nn.Conv2d(8, 16, 3, stride=2, padding=1)])
+        head = lambda per_box: nn.ModuleList(
+            [nn.Conv2d(16, k * per_box, 3, padding=1) for k in boxes_per_cell]
+        )
+        self.loc, self.conf = head(4), head(num_classes)
+        if phase == "test":
+            self.softmax = nn.Softmax(dim=-1)  # class scores at test time
+            self.detector = Detector(num_classes, 10, 0.01, 0.45)
 
     def forward(self, x):
-        sources = list()
-        loc = list()
-        conf = list()
-
-        # apply vgg up to conv4_3 relu
-        for k in range(4):
-            x = self.vgg[k](x)
-
-        s = self.L2Norm(x)
-        sources.append(s)
-
-        # apply vgg up to fc7
-        for k in range(4, len(self.vgg)):
-            x = self.vgg[k](x)
-
-        # apply extra layers and cache source layer outputs
-        for k, v in enumerate(self.extras):
-            x = F.relu(v(x), inplace=True)
+        for layer in self.base[:4]:
+            x = layer(x)
+        sources = [self.norm(x)]
+        for layer in self.base[4:]:
+            x = layer(x)
+        for k, layer in enumerate(self.extras):
+            x = F.relu(layer(x), inplace=True)
             if k % 2 == 1:
                 sources.append(x)
-
-        # apply multibox head to source layers
-        for (x, l, c) in zip(sources, self.loc, self.conf):
-            loc.append(l(x).permute(0, 2, 3, 1).contiguous())
-            conf.append(c(x).permute(0, 2, 3, 1).contiguous())
-
-        loc = torch.cat([o.view(o.size(0), -1) for o in loc], 1)
-        conf = torch.cat([o.view(o.size(0), -1) for o in conf], 1)
+        locs = [head(s).permute(0, 2, 3, 1).contiguous() for s, head in zip(sources, self.loc)]
+        confs = [c(s).permute(0, 2, 3, 1).contiguous() for s, c in zip(sources, self.conf)]
+        loc = torch.cat([o.view(o.size(0), -1) for o in locs], 1).view(x.size(0), -1, 4)
+        conf = torch.cat([o.view(o.size(0), -1) for o in confs], 1)
+        conf = conf.view(x.size(0), -1, self.num_classes)
         if self.phase == "test":
-            output = self.detect.forward(
-                loc.view(loc.size(0), -1, 4),                   # loc preds
-                self.softmax(conf.view(conf.size(0), -1,
-                             self.num_classes)),                # conf preds
-                self.priors.type(type(x.data))                  # default boxes
-            )
-        else:
-            output = (
-                loc.view(loc.size(0), -1, 4),
-                conf.view(conf.size(0), -1, self.num_classes),
-                self.priors
-            )
-        return output
+            priors = self.priors.type(type(x.data))
+            return self.detector.forward(loc, self.softmax(conf), priors)
+        return loc, conf, self.priors
 
 
-def build_ssd(phase, size=32, num_classes=3):
-    base = [nn.Conv2d(3, 8, 3, stride=4, padding=1), nn.ReLU(inplace=True),
-            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(inplace=True),
-            nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(inplace=True)]
-    extras = [nn.Conv2d(16, 8, 1), nn.Conv2d(8, 16, 3, stride=2, padding=1)]
-    mbox = [4, 6]
-    head = ([nn.Conv2d(16, mbox[0] * 4, 3, padding=1), nn.Conv2d(16, mbox[1] * 4, 3, padding=1)],
-            [nn.Conv2d(16, mbox[0] * num_classes, 3, padding=1),
-             nn.Conv2d(16, mbox[1] * num_classes, 3, padding=1)])
-    return SSD(phase, size, base, extras, head, num_classes)
-
-
-# -- train.py ---------------------------------------------------------------------------
-def train(images, annotations, record, initialize):
-    ssd_net = build_ssd('train', cfg['min_dim'], cfg['num_classes'])
-    net = ssd_net
+def train(images, annotations, record, initialize):  # four SGD steps
+    net = TinySSD("train", cfg["num_classes"])
     initialize(net)
-    optimizer = torch.optim.SGD(net.parameters(), lr=1e-2, momentum=0.9,
-                                weight_decay=5e-4)
-    criterion = MultiBoxLoss(cfg['num_classes'], 0.5, True, 0, True, 3, 0.5,
-                             False, False)
+    optimizer = torch.optim.SGD(net.parameters(), lr=1e-2, momentum=0.9, weight_decay=5e-4)
+    criterion = MultiBoxLoss(cfg["num_classes"], 0.5, 3)
     net.train()
-    for iteration in range(4):
-        batch = iteration % 2
-        images_b = torch.tensor(images[batch * 2:batch * 2 + 2])
-        targets = [torch.tensor(ann) for ann in annotations[batch * 2:batch * 2 + 2]]
-        out = net(images_b)
-        # backprop
+    for step in range(4):
+        first = 2 * (step % 2)
+        batch = torch.tensor(images[first : first + 2])
+        targets = [torch.tensor(a) for a in annotations[first : first + 2]]
         optimizer.zero_grad()
-        loss_l, loss_c = criterion(out, targets)
+        loss_l, loss_c = criterion(net(batch), targets)
         loss = loss_l + loss_c
         loss.backward()
         optimizer.step()
-        record.append([loss_l.item(), loss_c.item()])
-    record.append({k: v.detach().numpy() for k, v in net.state_dict().items()})
+        record.append([t.item() for t in (loss_l, loss_c)])
+    record.append({name: t.detach().numpy() for name, t in net.state_dict().items()})
 
 
-def test(images, state_dict, record):
-    test_net = build_ssd('test', cfg['min_dim'], cfg['num_classes'])
-    test_net.load_state_dict({k: torch.tensor(v) for k, v in state_dict.items()})
-    test_net.eval()
+def detect(images, state_dict, record):
+    net = TinySSD("test", cfg["num_classes"])
+    net.load_state_dict({k: torch.tensor(v) for k, v in state_dict.items()})
+    net.eval()
     with torch.no_grad():
-        detections = test_net(torch.tensor(images[:2]))
-    record.append(detections.numpy())
-    record.append(test_net.priors.numpy())
+        record.append(net(torch.tensor(images[:2])).numpy())
+    record.append(net.priors.numpy())
 """
 
 SSD_STEPS = [
-    (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.nn.init as init\n",
-        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.nn.init as init\n",
-    ),
-    ("from torch.autograd import Variable", "from retrograd.autograd import Variable"),
     (
         "        loss.backward()\n        optimizer.step()\n",
         "        grads = loss.backward()\n        optimizer.step(grads)\n",
@@ -605,7 +398,7 @@ def test_ssd_pytorch_multibox_loss_trains_and_detects_as_torch(capsys):
         program["train"](images, annotations, record, initialize)
         # the detector of torch's trained weights in both runs: the scores of the barely
         # trained classes lie close, and the rounding of each run's own training reorders them
-        program["test"](images, records[0][4] if records else record[4], record)
+        program["detect"](images, records[0][4] if records else record[4], record)
         # boxes of equal scores (a source map whose features the ReLU zeroed gives each of its
         # locations the bias alone) come out of ``scores.sort(0)`` in an order torch leaves
         # open (it is not a stable sort): each class's kept boxes are compared as a set
@@ -616,7 +409,7 @@ def test_ssd_pytorch_multibox_loss_trains_and_detects_as_torch(capsys):
     assert (detections[:, 1:, :, 0] > 0).any()  # some boxes survive the suppression
 
 
-NMS_SOURCE = SSD_SOURCE.split("# -- layers/functions/prior_box.py")[0]
+NMS_SOURCE = SSD_SOURCE.split("# -- priors --")[0]
 
 
 def test_ssd_pytorch_nms_keeps_what_torch_keeps():
@@ -628,8 +421,8 @@ def test_ssd_pytorch_nms_keeps_what_torch_keeps():
     scores = rng.permutation(40).astype(np.float32) / 40
     kept = []
     for lib in (torch, rg):
-        text = NMS_SOURCE if lib is torch else port(NMS_SOURCE, SSD_STEPS[:2])
-        keep, count = run_source(text, lib)["nms"](lib.tensor(boxes), lib.tensor(scores), 0.3, 25)
+        suppress = run_source(NMS_SOURCE, lib)["suppress"]
+        keep, count = suppress(lib.tensor(boxes), lib.tensor(scores), 0.3, 25)
         kept.append((keep.numpy().tolist(), count))
     assert kept[1] == kept[0]
     assert 1 < kept[0][1] < 25

@@ -1,37 +1,32 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-two object detectors' losses and post-processing, as their repositories write them:
+"""Real ports, continued (the harness: ``tests/real_ports.py``): two object detectors' losses
+and post-processing, written here in the style of facebookresearch/detr (its box utilities,
+Hungarian matcher, set criterion and the minimal detector of its demo notebook) and of
+eriklindernoren/PyTorch-YOLOv3 (its detection layer, target assignment and merging NMS):
 
-- DETR (facebookresearch/detr ``util/box_ops.py``, ``models/matcher.py``, ``SetCriterion`` and
-  ``MLP`` of ``models/detr.py``, ``accuracy`` of ``util/misc.py``) over the minimal DETR of its
-  ``detr_demo`` notebook (``DETRdemo``: ``nn.Transformer`` on a ``conv`` of a small backbone
-  standing in for ResNet-50, learned ``row_embed``/``col_embed`` positions by ``unsqueeze(0)
-  .repeat(H, 1, 1)``, ``torch.rand`` queries), small: ``unbind(-1)`` box conversions, the
-  generalized IoU with ``[:, None, :2]`` broadcasting, the Hungarian matcher under
-  ``@torch.no_grad()`` (``flatten(0, 1).softmax(-1)``, ``-out_prob[:, tgt_ids]``,
-  ``torch.cdist(p=1)``, ``C.view(bs, num_queries, -1).cpu()``, SciPy's
-  ``linear_sum_assignment`` of ``C.split(sizes, -1)`` pieces, ``torch.as_tensor(i,
-  dtype=torch.int64)``), the criterion's ``register_buffer('empty_weight')``,
-  ``target_classes[idx] = target_classes_o`` with ``idx`` a pair of index tensors from
-  ``torch.full_like(src, i)``, ``F.cross_entropy(src_logits.transpose(1, 2), target_classes,
-  self.empty_weight)``, ``torch.diag`` of the GIoU matrix, the cardinality error, auxiliary
-  losses keyed ``k + f'_{i}'``, ``output.topk(maxk, 1, True, True)`` in ``accuracy``, the
-  weighted sum ``sum(loss_dict[k] * weight_dict[k] for k in loss_dict.keys() if k in
-  weight_dict)`` and the demo's ``detect`` (``probas.max(-1).values > 0.7`` indexing
-  ``outputs['pred_boxes'][0, keep]``);
-- YOLOv3 as eriklindernoren/PyTorch-YOLOv3 wrote it (``models.py``'s ``YOLOLayer``,
-  ``utils/utils.py``'s ``build_targets``, ``bbox_iou``, ``bbox_wh_iou``, ``xywh2xyxy``,
-  ``non_max_suppression``), on a small convolutional head: ``torch.arange(g).repeat(g,
-  1).t().view([1, 1, g, g]).type(FloatTensor)``, ``FloatTensor`` of a list of tuples and of a
-  ``torch.Size`` (uninitialized, then every channel written from ``x.data``), ``BoolTensor(nB,
-  nA, nG, nG).fill_(0)``, writes through four index tensors (``obj_mask[b, best_n, gj, gi] =
-  1``), a 0-d tensor, a boolean mask and two 0-d tensors mixed in ``noobj_mask[b[i],
-  anchor_ious > ignore_thres, gj[i], gi[i]] = 0``, a fifth index in ``tcls[b, best_n, gj, gi,
-  target_labels] = 1``, ``b, target_labels = target[:, :2].long().t()`` (unpacking rows),
-  ``ious.max(0)``, ``nn.BCELoss`` and ``nn.MSELoss`` on masked selections, the metrics, and the
-  merging NMS (``image_pred[(-score).argsort()]``, ``max(1, keepdim=True)``, ``while
-  detections.size(0)``, ``detections[invalid, 4:5]``, ``detections[0, :4] = ...``,
-  ``detections[~invalid]``, ``keep_boxes += [detections[0]]``).
+- DETR: a small CNN standing in for ResNet-50 under ``nn.Transformer``, learned row and column
+  positions by ``unsqueeze(0).repeat(H, 1, 1)``, ``torch.rand`` queries; ``unbind(-1)`` box
+  conversions, the generalized IoU with ``[:, None, :2]`` broadcasting, the Hungarian matcher
+  under ``@torch.no_grad()`` (``flatten(0, 1).softmax(-1)``, ``-prob[:, labels]``,
+  ``torch.cdist(p=1)``, ``cost.view(n, q, -1).cpu()``, SciPy's ``linear_sum_assignment`` of
+  ``cost.split(sizes, -1)`` pieces, ``torch.as_tensor(i, dtype=torch.int64)``), the
+  criterion's ``register_buffer("empty_weight")``, ``classes[where] = matched`` with ``where``
+  a pair of index tensors from ``torch.full_like(q, k)``, ``F.cross_entropy(logits.transpose(1,
+  2), classes, self.empty_weight)``, ``torch.diag`` of the GIoU matrix, the cardinality error,
+  auxiliary losses keyed ``k + f"_{layer}"``, ``scores.topk(k, 1, True, True)`` in the
+  accuracy, the weighted sum ``sum(parts[k] * weights[k] for k in parts.keys() if k in
+  weights)``, AdamW over two parameter groups with ``StepLR`` and ``clip_grad_norm_``, and the
+  demo's confident-box selection (``prob.max(-1).values > threshold`` indexing
+  ``out["pred_boxes"][0, keep]``);
+- YOLOv3 on a small convolutional head: ``torch.arange(g).repeat(g, 1).t().view([1, 1, g,
+  g]).type(torch.FloatTensor)``, ``FloatTensor`` of a list of tuples and of a ``torch.Size``
+  (uninitialized, then every channel written from ``x.data``), ``x.new(x.shape)``,
+  ``BoolTensor(nB, nA, nG, nG).fill_(0)``, writes through four index tensors (``obj[b, best,
+  gj, gi] = 1``), a 0-d tensor, a boolean mask and two 0-d tensors mixed in ``noobj[b[t],
+  per_anchor > ignore_thres, gj[t], gi[t]] = 0``, a fifth index in ``tcls[b, best, gj, gi,
+  labels] = 1``, ``b, labels = target[:, :2].long().t()`` (unpacking rows), ``ious.max(0)``,
+  ``nn.BCELoss`` and ``nn.MSELoss`` on masked selections, the metrics, and the merging NMS
+  (``rows[(-score).argsort()]``, ``max(1, keepdim=True)``, ``while dets.size(0)``,
+  ``dets[same, 4:5]``, ``dets[0, :4] = ...``, ``dets[~same]``, ``boxes += [dets[0]]``).
 """
 
 from __future__ import annotations
@@ -44,387 +39,256 @@ from scipy.optimize import linear_sum_assignment
 import retrograd as rg
 from real_ports import assert_records_agree, both
 
-# -- DETR -------------------------------------------------------------------------------------------
+# -- DETR ------------------------------------------------------------------------------------------
+# (``HungarianMatcher``, ``SetCriterion``, ``MLP``, ``box_cxcywh_to_xyxy``, ``train`` and the
+# loss names are also used by tests/test_real_ports_32.py, which trains the full DETR with them)
 DETR_SOURCE = """
-# util/box_ops.py
-def box_area(boxes):  # torchvision.ops.boxes.box_area
-    return (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+# -- box arithmetic --
+def box_area(b):
+    return (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
 
 
-def box_cxcywh_to_xyxy(x):
-    x_c, y_c, w, h = x.unbind(-1)
-    b = [(x_c - 0.5 * w), (y_c - 0.5 * h),
-         (x_c + 0.5 * w), (y_c + 0.5 * h)]
-    return torch.stack(b, dim=-1)
+def box_cxcywh_to_xyxy(boxes):
+    cx, cy, w, h = boxes.unbind(-1)
+    return torch.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], dim=-1)
 
 
-def box_xyxy_to_cxcywh(x):
-    x0, y0, x1, y1 = x.unbind(-1)
-    b = [(x0 + x1) / 2, (y0 + y1) / 2,
-         (x1 - x0), (y1 - y0)]
-    return torch.stack(b, dim=-1)
+def box_xyxy_to_cxcywh(boxes):
+    x0, y0, x1, y1 = boxes.unbind(-1)
+    return torch.stack([(x0 + x1) / 2, (y0 + y1) / 2, x1 - x0, y1 - y0], dim=-1)
 
 
-# modified from torchvision to also return the union
-def box_iou(boxes1, boxes2):
-    area1 = box_area(boxes1)
-    area2 = box_area(boxes2)
-
-    lt = torch.max(boxes1[:, None, :2], boxes2[:, :2])  # [N,M,2]
-    rb = torch.min(boxes1[:, None, 2:], boxes2[:, 2:])  # [N,M,2]
-
-    wh = (rb - lt).clamp(min=0)  # [N,M,2]
-    inter = wh[:, :, 0] * wh[:, :, 1]  # [N,M]
-
-    union = area1[:, None] + area2 - inter
-
-    iou = inter / union
-    return iou, union
+def pairwise_iou(a, b):
+    "IoU and union of every box of a (N, 4) with every box of b (M, 4): two (N, M)."
+    top_left = torch.max(a[:, None, :2], b[:, :2])
+    bottom_right = torch.min(a[:, None, 2:], b[:, 2:])
+    side = (bottom_right - top_left).clamp(min=0)
+    inter = side[:, :, 0] * side[:, :, 1]
+    union = box_area(a)[:, None] + box_area(b) - inter
+    return inter / union, union
 
 
-def generalized_box_iou(boxes1, boxes2):
-    \"\"\"
-    Generalized IoU from https://giou.stanford.edu/
-
-    The boxes should be in [x0, y0, x1, y1] format
-
-    Returns a [N, M] pairwise matrix, where N = len(boxes1)
-    and M = len(boxes2)
-    \"\"\"
-    # degenerate boxes gives inf / nan results
-    # so do an early check
-    assert (boxes1[:, 2:] >= boxes1[:, :2]).all()
-    assert (boxes2[:, 2:] >= boxes2[:, :2]).all()
-    iou, union = box_iou(boxes1, boxes2)
-
-    lt = torch.min(boxes1[:, None, :2], boxes2[:, :2])
-    rb = torch.max(boxes1[:, None, 2:], boxes2[:, 2:])
-
-    wh = (rb - lt).clamp(min=0)  # [N,M,2]
-    area = wh[:, :, 0] * wh[:, :, 1]
-
-    return iou - (area - union) / area
+def generalized_iou(a, b):
+    "IoU minus the share of the enclosing box that the union leaves empty, (N, M)."
+    assert (a[:, 2:] >= a[:, :2]).all() and (b[:, 2:] >= b[:, :2]).all()
+    iou, union = pairwise_iou(a, b)
+    side = (torch.max(a[:, None, 2:], b[:, 2:]) - torch.min(a[:, None, :2], b[:, :2])).clamp(min=0)
+    hull = side[:, :, 0] * side[:, :, 1]
+    return iou - (hull - union) / hull
 
 
-# util/misc.py
 @torch.no_grad()
-def accuracy(output, target, topk=(1,)):
-    \"\"\"Computes the precision@k for the specified values of k\"\"\"
-    if target.numel() == 0:
-        return [torch.zeros([], device=output.device)]
-    maxk = max(topk)
-    batch_size = target.size(0)
-
-    _, pred = output.topk(maxk, 1, True, True)
-    pred = pred.t()
-    correct = pred.eq(target.view(1, -1).expand_as(pred))
-
-    res = []
-    for k in topk:
-        correct_k = correct[:k].view(-1).float().sum(0)
-        res.append(correct_k.mul_(100.0 / batch_size))
-    return res
+def top_k_accuracy(scores, labels, topk=(1,)):
+    "Percent of rows whose label is among the k best scores, for each k."
+    if labels.numel() == 0:
+        return [torch.zeros([], device=scores.device)]
+    _, best = scores.topk(max(topk), 1, True, True)
+    hit = best.t().eq(labels.view(1, -1).expand_as(best.t()))
+    return [hit[:k].view(-1).float().sum(0).mul_(100.0 / labels.size(0)) for k in topk]
 
 
-# models/matcher.py
-class HungarianMatcher(nn.Module):
-    def __init__(self, cost_class: float = 1, cost_bbox: float = 1, cost_giou: float = 1):
+# -- matching predictions to targets --
+class HungarianMatcher(nn.Module):  # (named as test_real_ports_32 calls it)
+    "A one-to-one assignment of queries to target boxes minimising a weighted cost."
+
+    def __init__(self, cost_class=1.0, cost_bbox=1.0, cost_giou=1.0):
         super().__init__()
-        self.cost_class = cost_class
-        self.cost_bbox = cost_bbox
-        self.cost_giou = cost_giou
-        assert cost_class != 0 or cost_bbox != 0 or cost_giou != 0, "all costs cant be 0"
+        assert cost_class or cost_bbox or cost_giou, "at least one cost must count"
+        self.w_class, self.w_box, self.w_giou = cost_class, cost_bbox, cost_giou
 
     @torch.no_grad()
-    def forward(self, outputs, targets):
-        bs, num_queries = outputs["pred_logits"].shape[:2]
-
-        # We flatten to compute the cost matrices in a batch
-        out_prob = outputs["pred_logits"].flatten(0, 1).softmax(-1)  # [batch_size * num_queries, num_classes]
-        out_bbox = outputs["pred_boxes"].flatten(0, 1)  # [batch_size * num_queries, 4]
-
-        # Also concat the target labels and boxes
-        tgt_ids = torch.cat([v["labels"] for v in targets])
-        tgt_bbox = torch.cat([v["boxes"] for v in targets])
-
-        # Compute the classification cost. Contrary to the loss, we don't use the NLL,
-        # but approximate it in 1 - proba[target class].
-        # The 1 is a constant that doesn't change the matching, it can be ommitted.
-        cost_class = -out_prob[:, tgt_ids]
-
-        # Compute the L1 cost between boxes
-        cost_bbox = torch.cdist(out_bbox, tgt_bbox, p=1)
-
-        # Compute the giou cost betwen boxes
-        cost_giou = -generalized_box_iou(box_cxcywh_to_xyxy(out_bbox), box_cxcywh_to_xyxy(tgt_bbox))
-
-        # Final cost matrix
-        C = self.cost_bbox * cost_bbox + self.cost_class * cost_class + self.cost_giou * cost_giou
-        C = C.view(bs, num_queries, -1).cpu()
-
-        sizes = [len(v["boxes"]) for v in targets]
-        indices = [linear_sum_assignment(c[i]) for i, c in enumerate(C.split(sizes, -1))]
-        return [(torch.as_tensor(i, dtype=torch.int64), torch.as_tensor(j, dtype=torch.int64)) for i, j in indices]
+    def forward(self, outputs, wanted):
+        n_images, n_queries = outputs["pred_logits"].shape[:2]
+        prob = outputs["pred_logits"].flatten(0, 1).softmax(-1)  # (images * queries, classes)
+        pred = outputs["pred_boxes"].flatten(0, 1)
+        labels = torch.cat([t["labels"] for t in wanted])
+        boxes = torch.cat([t["boxes"] for t in wanted])
+        cost = (
+            self.w_class * -prob[:, labels]
+            + self.w_box * torch.cdist(pred, boxes, p=1)
+            + self.w_giou * -generalized_iou(box_cxcywh_to_xyxy(pred), box_cxcywh_to_xyxy(boxes))
+        )
+        cost = cost.view(n_images, n_queries, -1).cpu()
+        per_image = cost.split([len(t["boxes"]) for t in wanted], -1)
+        pairs = [linear_sum_assignment(block[k]) for k, block in enumerate(per_image)]
+        return [
+            (torch.as_tensor(q, dtype=torch.int64), torch.as_tensor(t, dtype=torch.int64))
+            for q, t in pairs
+        ]
 
 
-# models/detr.py
-class SetCriterion(nn.Module):
-    def __init__(self, num_classes, matcher, weight_dict, eos_coef, losses):
+# -- the set loss --
+class SetCriterion(nn.Module):  # (named as test_real_ports_32 calls it)
+    def __init__(self, num_classes, matcher, weight_dict, eos_coef, losses):  # (its arguments)
         super().__init__()
-        self.num_classes = num_classes
-        self.matcher = matcher
-        self.weight_dict = weight_dict
-        self.eos_coef = eos_coef
-        self.losses = losses
-        empty_weight = torch.ones(self.num_classes + 1)
-        empty_weight[-1] = self.eos_coef
-        self.register_buffer('empty_weight', empty_weight)
+        self.num_classes, self.matcher = num_classes, matcher
+        self.weight_dict, self.losses = weight_dict, losses
+        class_weight = torch.ones(num_classes + 1)
+        class_weight[-1] = eos_coef  # the "no object" class counts less
+        self.register_buffer("empty_weight", class_weight)
 
-    def loss_labels(self, outputs, targets, indices, num_boxes, log=True):
-        assert 'pred_logits' in outputs
-        src_logits = outputs['pred_logits']
+    @staticmethod
+    def matched_queries(indices):
+        "(image index, query index) of every matched query: a pair of index tensors."
+        image = torch.cat([torch.full_like(q, k) for k, (q, _) in enumerate(indices)])
+        return image, torch.cat([q for q, _ in indices])
 
-        idx = self._get_src_permutation_idx(indices)
-        target_classes_o = torch.cat([t["labels"][J] for t, (_, J) in zip(targets, indices)])
-        target_classes = torch.full(src_logits.shape[:2], self.num_classes,
-                                    dtype=torch.int64, device=src_logits.device)
-        target_classes[idx] = target_classes_o
-
-        loss_ce = F.cross_entropy(src_logits.transpose(1, 2), target_classes, self.empty_weight)
-        losses = {'loss_ce': loss_ce}
-
+    def labels_loss(self, outputs, targets, indices, n_boxes, log=True):
+        logits = outputs["pred_logits"]
+        where = self.matched_queries(indices)
+        matched = torch.cat([t["labels"][j] for t, (_, j) in zip(targets, indices)])
+        classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64)
+        classes[where] = matched
+        out = {"loss_ce": F.cross_entropy(logits.transpose(1, 2), classes, self.empty_weight)}
         if log:
-            # TODO this should probably be a separate loss, not hacked in this one here
-            losses['class_error'] = 100 - accuracy(src_logits[idx], target_classes_o)[0]
-        return losses
+            out["class_error"] = 100 - top_k_accuracy(logits[where], matched)[0]
+        return out
 
     @torch.no_grad()
-    def loss_cardinality(self, outputs, targets, indices, num_boxes):
-        pred_logits = outputs['pred_logits']
-        device = pred_logits.device
-        tgt_lengths = torch.as_tensor([len(v["labels"]) for v in targets], device=device)
-        # Count the number of predictions that are NOT "no-object" (which is the last class)
-        card_pred = (pred_logits.argmax(-1) != pred_logits.shape[-1] - 1).sum(1)
-        card_err = F.l1_loss(card_pred.float(), tgt_lengths.float())
-        losses = {'cardinality_error': card_err}
-        return losses
+    def cardinality_loss(self, outputs, targets, indices, n_boxes):
+        logits = outputs["pred_logits"]
+        predicted = (logits.argmax(-1) != logits.shape[-1] - 1).sum(1)  # not "no object"
+        wanted = torch.as_tensor([len(t["labels"]) for t in targets], device=logits.device)
+        return {"cardinality_error": F.l1_loss(predicted.float(), wanted.float())}
 
-    def loss_boxes(self, outputs, targets, indices, num_boxes):
-        assert 'pred_boxes' in outputs
-        idx = self._get_src_permutation_idx(indices)
-        src_boxes = outputs['pred_boxes'][idx]
-        target_boxes = torch.cat([t['boxes'][i] for t, (_, i) in zip(targets, indices)], dim=0)
+    def boxes_loss(self, outputs, targets, indices, n_boxes):
+        pred = outputs["pred_boxes"][self.matched_queries(indices)]
+        gold = torch.cat([t["boxes"][j] for t, (_, j) in zip(targets, indices)], dim=0)
+        l1 = F.l1_loss(pred, gold, reduction="none").sum() / n_boxes
+        giou = torch.diag(generalized_iou(box_cxcywh_to_xyxy(pred), box_cxcywh_to_xyxy(gold)))
+        return {"loss_bbox": l1, "loss_giou": (1 - giou).sum() / n_boxes}
 
-        loss_bbox = F.l1_loss(src_boxes, target_boxes, reduction='none')
+    def compute(self, name, outputs, targets, indices, n_boxes, **kwargs):
+        fns = {"labels": self.labels_loss, "cardinality": self.cardinality_loss,
+               "boxes": self.boxes_loss}
+        return fns[name](outputs, targets, indices, n_boxes, **kwargs)
 
+    def forward(self, outputs, targets):  # -> a dict of named losses
+        final = {k: v for k, v in outputs.items() if k != "aux_outputs"}
+        indices = self.matcher(final, targets)
+        n_boxes = torch.as_tensor([sum(len(t["labels"]) for t in targets)], dtype=torch.float)
+        n_boxes = torch.clamp(n_boxes, min=1).item()
         losses = {}
-        losses['loss_bbox'] = loss_bbox.sum() / num_boxes
-
-        loss_giou = 1 - torch.diag(generalized_box_iou(
-            box_cxcywh_to_xyxy(src_boxes),
-            box_cxcywh_to_xyxy(target_boxes)))
-        losses['loss_giou'] = loss_giou.sum() / num_boxes
-        return losses
-
-    def _get_src_permutation_idx(self, indices):
-        # permute predictions following indices
-        batch_idx = torch.cat([torch.full_like(src, i) for i, (src, _) in enumerate(indices)])
-        src_idx = torch.cat([src for (src, _) in indices])
-        return batch_idx, src_idx
-
-    def _get_tgt_permutation_idx(self, indices):
-        # permute targets following indices
-        batch_idx = torch.cat([torch.full_like(tgt, i) for i, (_, tgt) in enumerate(indices)])
-        tgt_idx = torch.cat([tgt for (_, tgt) in indices])
-        return batch_idx, tgt_idx
-
-    def get_loss(self, loss, outputs, targets, indices, num_boxes, **kwargs):
-        loss_map = {
-            'labels': self.loss_labels,
-            'cardinality': self.loss_cardinality,
-            'boxes': self.loss_boxes,
-        }
-        assert loss in loss_map, f'do you really want to compute {loss} loss?'
-        return loss_map[loss](outputs, targets, indices, num_boxes, **kwargs)
-
-    def forward(self, outputs, targets):
-        outputs_without_aux = {k: v for k, v in outputs.items() if k != 'aux_outputs'}
-
-        # Retrieve the matching between the outputs of the last layer and the targets
-        indices = self.matcher(outputs_without_aux, targets)
-
-        # Compute the average number of target boxes accross all nodes, for normalization purposes
-        num_boxes = sum(len(t["labels"]) for t in targets)
-        num_boxes = torch.as_tensor([num_boxes], dtype=torch.float, device=next(iter(outputs.values())).device)
-        num_boxes = torch.clamp(num_boxes / 1, min=1).item()
-
-        # Compute all the requested losses
-        losses = {}
-        for loss in self.losses:
-            losses.update(self.get_loss(loss, outputs, targets, indices, num_boxes))
-
-        # In case of auxiliary losses, we repeat this process with the output of each intermediate layer.
-        if 'aux_outputs' in outputs:
-            for i, aux_outputs in enumerate(outputs['aux_outputs']):
-                indices = self.matcher(aux_outputs, targets)
-                for loss in self.losses:
-                    if loss == 'masks':
-                        # Intermediate masks losses are too costly to compute, we ignore them.
-                        continue
-                    kwargs = {}
-                    if loss == 'labels':
-                        # Logging is enabled only for the last layer
-                        kwargs = {'log': False}
-                    l_dict = self.get_loss(loss, aux_outputs, targets, indices, num_boxes, **kwargs)
-                    l_dict = {k + f'_{i}': v for k, v in l_dict.items()}
-                    losses.update(l_dict)
-
+        for name in self.losses:
+            losses.update(self.compute(name, outputs, targets, indices, n_boxes))
+        for layer, aux in enumerate(outputs.get("aux_outputs", [])):
+            indices = self.matcher(aux, targets)  # each decoder layer is matched anew
+            for name in self.losses:
+                extra = {"log": False} if name == "labels" else {}
+                found = self.compute(name, aux, targets, indices, n_boxes, **extra)
+                losses.update({k + f"_{layer}": v for k, v in found.items()})
         return losses
 
 
 class MLP(nn.Module):
-    \"\"\" Very simple multi-layer perceptron (also called FFN)\"\"\"
+    "Linear layers with ReLUs between them."
 
-    def __init__(self, input_dim, hidden_dim, output_dim, num_layers):
+    def __init__(self, input_dim, hidden_dim, output_dim, num_layers):  # as DETR calls it
         super().__init__()
-        self.num_layers = num_layers
-        h = [hidden_dim] * (num_layers - 1)
-        self.layers = nn.ModuleList(nn.Linear(n, k) for n, k in zip([input_dim] + h, h + [output_dim]))
+        widths = [input_dim] + [hidden_dim] * (num_layers - 1) + [output_dim]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
 
     def forward(self, x):
-        for i, layer in enumerate(self.layers):
-            x = F.relu(layer(x)) if i < self.num_layers - 1 else layer(x)
-        return x
+        for layer in self.layers[:-1]:
+            x = F.relu(layer(x))
+        return self.layers[-1](x)
 
 
-# the detr_demo notebook's DETRdemo, a small backbone for resnet50()
-class Backbone(nn.Module):
+# -- a minimal detector: a small CNN, nn.Transformer, learned positions and queries --
+class TinyBackbone(nn.Module):
     def __init__(self, width):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.relu = nn.ReLU(inplace=True)
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
-        self.layer1 = nn.Conv2d(width, width, 3, padding=1)
-        self.layer2 = nn.Conv2d(width, width, 3, padding=1)
-        self.layer3 = nn.Conv2d(width, width, 3, padding=1)
-        self.layer4 = nn.Conv2d(width, 2 * width, 3, stride=2, padding=1)
-        self.fc = nn.Linear(2 * width, 10)
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
+        )
+        self.stages = nn.Sequential(
+            nn.Conv2d(width, width, 3, padding=1),
+            nn.Conv2d(width, width, 3, padding=1),
+            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1),
+        )
+
+    def forward(self, x):
+        return self.stages(self.stem(x))
 
 
-class DETRdemo(nn.Module):
-    def __init__(self, num_classes, hidden_dim=256, nheads=8,
-                 num_encoder_layers=6, num_decoder_layers=6, width=8, num_queries=100):
+class MiniDETR(nn.Module):
+    def __init__(self, num_classes, hidden=256, heads=8, enc_layers=6, dec_layers=6, width=8,
+                 queries=100):
         super().__init__()
+        self.backbone = TinyBackbone(width)
+        self.proj = nn.Conv2d(2 * width, hidden, 1)
+        self.transformer = nn.Transformer(hidden, heads, enc_layers, dec_layers,
+                                          dim_feedforward=2 * hidden, dropout=0.0)
+        self.classify = nn.Linear(hidden, num_classes + 1)  # + "no object"
+        self.box = MLP(hidden, hidden, 4, 3)
+        self.queries = nn.Parameter(torch.rand(queries, hidden))
+        self.rows = nn.Parameter(torch.rand(50, hidden // 2))
+        self.cols = nn.Parameter(torch.rand(50, hidden // 2))
 
-        # create ResNet-50 backbone
-        self.backbone = Backbone(width)
-        del self.backbone.fc
-
-        # create conversion layer
-        self.conv = nn.Conv2d(2 * width, hidden_dim, 1)
-
-        # create a default PyTorch transformer
-        self.transformer = nn.Transformer(
-            hidden_dim, nheads, num_encoder_layers, num_decoder_layers,
-            dim_feedforward=2 * hidden_dim, dropout=0.0)
-
-        # prediction heads, one extra class for predicting non-empty slots
-        # note that in baseline DETR linear_bbox layer is 3-layer MLP
-        self.linear_class = nn.Linear(hidden_dim, num_classes + 1)
-        self.linear_bbox = MLP(hidden_dim, hidden_dim, 4, 3)
-
-        # output positional encodings (object queries)
-        self.query_pos = nn.Parameter(torch.rand(num_queries, hidden_dim))
-
-        # spatial positional encodings
-        # note that in baseline DETR we use sine positional encodings
-        self.row_embed = nn.Parameter(torch.rand(50, hidden_dim // 2))
-        self.col_embed = nn.Parameter(torch.rand(50, hidden_dim // 2))
-
-    def forward(self, inputs):
-        # propagate inputs through ResNet-50 up to avg-pool layer
-        x = self.backbone.conv1(inputs)
-        x = self.backbone.bn1(x)
-        x = self.backbone.relu(x)
-        x = self.backbone.maxpool(x)
-
-        x = self.backbone.layer1(x)
-        x = self.backbone.layer2(x)
-        x = self.backbone.layer3(x)
-        x = self.backbone.layer4(x)
-
-        # convert from 2048 to 256 feature planes for the transformer
-        h = self.conv(x)
-
-        # construct positional encodings
-        H, W = h.shape[-2:]
-        pos = torch.cat([
-            self.col_embed[:W].unsqueeze(0).repeat(H, 1, 1),
-            self.row_embed[:H].unsqueeze(1).repeat(1, W, 1),
-        ], dim=-1).flatten(0, 1).unsqueeze(1)
-
-        # propagate through the transformer
-        h = self.transformer(pos + 0.1 * h.flatten(2).permute(2, 0, 1),
-                             self.query_pos.unsqueeze(1)).transpose(0, 1)
-
-        # finally project transformer outputs to class labels and bounding boxes
-        return {'pred_logits': self.linear_class(h),
-                'pred_boxes': self.linear_bbox(h).sigmoid()}
+    def forward(self, images):
+        feats = self.proj(self.backbone(images))
+        H, W = feats.shape[-2:]
+        pos = torch.cat(
+            [
+                self.cols[:W].unsqueeze(0).repeat(H, 1, 1),
+                self.rows[:H].unsqueeze(1).repeat(1, W, 1),
+            ],
+            dim=-1,
+        ).flatten(0, 1).unsqueeze(1)  # (H * W, 1, hidden)
+        src = pos + 0.1 * feats.flatten(2).permute(2, 0, 1)
+        h = self.transformer(src, self.queries.unsqueeze(1)).transpose(0, 1)
+        return {"pred_logits": self.classify(h), "pred_boxes": self.box(h).sigmoid()}
 
 
-def rescale_bboxes(out_bbox, size):
-    img_w, img_h = size
-    b = box_cxcywh_to_xyxy(out_bbox)
-    b = b * torch.tensor([img_w, img_h, img_w, img_h], dtype=torch.float32)
-    return b
+def to_pixels(boxes, size):
+    w, h = size
+    return box_cxcywh_to_xyxy(boxes) * torch.tensor([w, h, w, h], dtype=torch.float32)
 
 
-def detect(img, size, model, threshold=0.7):
-    outputs = model(img)
-
-    # keep only predictions with 0.7+ confidence
-    probas = outputs['pred_logits'].softmax(-1)[0, :, :-1]
-    keep = probas.max(-1).values > threshold
-
-    # convert boxes from [0; 1] to image scales
-    bboxes_scaled = rescale_bboxes(outputs['pred_boxes'][0, keep], size)
-    return probas[keep], bboxes_scaled
+def confident_boxes(image, size, model, threshold=0.7):
+    out = model(image)
+    prob = out["pred_logits"].softmax(-1)[0, :, :-1]
+    keep = prob.max(-1).values > threshold
+    return prob[keep], to_pixels(out["pred_boxes"][0, keep], size)
 
 
-def train(model, criterion, batches, lr=1e-3):
+def train(model, criterion, batches, lr=1e-3):  # (the name test_real_ports_32 calls)
     records = []
-    param_dicts = [
-        {"params": [p for n, p in model.named_parameters() if "backbone" not in n and p.requires_grad]},
-        {
-            "params": [p for n, p in model.named_parameters() if "backbone" in n and p.requires_grad],
-            "lr": lr / 10,
-        },
-    ]
-    optimizer = torch.optim.AdamW(param_dicts, lr=lr, weight_decay=1e-4)
-    lr_scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2)
+    head = [p for n, p in model.named_parameters() if "backbone" not in n and p.requires_grad]
+    body = [p for n, p in model.named_parameters() if "backbone" in n and p.requires_grad]
+    optimizer = torch.optim.AdamW(
+        [{"params": head}, {"params": body, "lr": lr / 10}], lr=lr, weight_decay=1e-4
+    )
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, 2)
     model.train()
     criterion.train()
-    for samples, targets in batches:
-        outputs = model(samples)
-        loss_dict = criterion(outputs, targets)
-        weight_dict = criterion.weight_dict
-        losses = sum(loss_dict[k] * weight_dict[k] for k in loss_dict.keys() if k in weight_dict)
-        records.append({k: v.item() for k, v in loss_dict.items()})
+    weights = criterion.weight_dict
+    for images, targets in batches:
+        parts = criterion(model(images), targets)
+        loss = sum(parts[k] * weights[k] for k in parts.keys() if k in weights)
+        records.append({k: v.item() for k, v in parts.items()})
         optimizer.zero_grad()
-        losses.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.1)
         optimizer.step()
-        lr_scheduler.step()
-        records.append(losses.item())
-    records.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
+        schedule.step()
+        records.append(loss.item())
+    records.append({k: w.detach().numpy().copy() for k, w in model.named_parameters()})
     return records
 """
 
 DETR_STEP = [
+    ("        loss.backward()\n", "        grads = loss.backward()\n"),
     (
-        "        losses.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)\n        optimizer.step()",
-        "        grads = losses.backward()\n        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), 0.1)\n        optimizer.step(grads)",
+        "clip_grad_norm_(model.parameters(), max_norm",
+        "clip_grad_norm_(grads, model.parameters(), max_norm",
+    ),
+    (
+        "        optimizer.step()\n        schedule",
+        "        optimizer.step(grads)\n        schedule",
     ),
 ]
 
@@ -442,9 +306,7 @@ def test_detr_matcher_criterion_and_training_match_torch():
     records, initial = [], None
     for lib, names in ((torch, theirs), (rg, ours)):
         torch.manual_seed(0)
-        model = names["DETRdemo"](
-            3, hidden_dim=16, nheads=2, num_encoder_layers=1, num_decoder_layers=2, num_queries=5
-        )
+        model = names["MiniDETR"](3, hidden=16, heads=2, enc_layers=1, dec_layers=2, queries=5)
         if initial is None:
             initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
         else:
@@ -476,7 +338,9 @@ def test_detr_matcher_criterion_and_training_match_torch():
         record.append({k: v.item() for k, v in criterion(aux, two).items()})
         model.eval()
         with lib.no_grad():
-            probas, boxes = names["detect"](batches[1][0], (640, 480), model, threshold=0.2)
+            probas, boxes = names["confident_boxes"](
+                batches[1][0], (640, 480), model, threshold=0.2
+            )
         record.extend([probas.numpy(), boxes.numpy()])
         # the key projection's bias has a zero gradient (the softmax over keys ignores a
         # constant added to every key): AdamW's steps there follow rounding noise; compare the
@@ -497,7 +361,7 @@ def test_detr_generalized_box_iou_matches_torch_in_float64():
     for lib, names in ((torch, theirs), (rg, ours)):
         x = lib.tensor(a, dtype=lib.float64, requires_grad=True)
         y = lib.tensor(b, dtype=lib.float64)
-        giou = names["generalized_box_iou"](
+        giou = names["generalized_iou"](
             names["box_cxcywh_to_xyxy"](x), names["box_cxcywh_to_xyxy"](y)
         )
         back = names["box_xyxy_to_cxcywh"](names["box_cxcywh_to_xyxy"](x))
@@ -511,320 +375,203 @@ def test_detr_generalized_box_iou_matches_torch_in_float64():
     assert_records_agree(results[1], results[0], rtol=1e-10, atol=1e-12)
 
 
-# -- YOLOv3 -----------------------------------------------------------------------------------------
+# -- YOLOv3 ----------------------------------------------------------------------------------------
 YOLO_SOURCE = """
-def to_cpu(tensor):
-    return tensor.detach().cpu()
+def centre_to_corners(boxes):
+    "(..., 4) centre/size boxes to corners, written into a tensor made by boxes.new."
+    out = boxes.new(boxes.shape)
+    half_w, half_h = boxes[..., 2] / 2, boxes[..., 3] / 2
+    out[..., 0] = boxes[..., 0] - half_w
+    out[..., 1] = boxes[..., 1] - half_h
+    out[..., 2] = boxes[..., 0] + half_w
+    out[..., 3] = boxes[..., 1] + half_h
+    return out
 
 
-def xywh2xyxy(x):
-    y = x.new(x.shape)
-    y[..., 0] = x[..., 0] - x[..., 2] / 2
-    y[..., 1] = x[..., 1] - x[..., 3] / 2
-    y[..., 2] = x[..., 0] + x[..., 2] / 2
-    y[..., 3] = x[..., 1] + x[..., 3] / 2
-    return y
+def anchor_iou(anchor, wh):
+    "IoU of one anchor's (w, h) with each (w, h) row of wh, both boxes centred together."
+    w, h = wh.t()
+    inter = torch.min(anchor[0], w) * torch.min(anchor[1], h)
+    return inter / (anchor[0] * anchor[1] + 1e-16 + w * h - inter)
 
 
-def bbox_wh_iou(wh1, wh2):
-    wh2 = wh2.t()
-    w1, h1 = wh1[0], wh1[1]
-    w2, h2 = wh2[0], wh2[1]
-    inter_area = torch.min(w1, w2) * torch.min(h1, h2)
-    union_area = (w1 * h1 + 1e-16) + w2 * h2 - inter_area
-    return inter_area / union_area
-
-
-def bbox_iou(box1, box2, x1y1x2y2=True):
-    \"\"\"
-    Returns the IoU of two bounding boxes
-    \"\"\"
-    if not x1y1x2y2:
-        # Transform from center and width to exact coordinates
-        b1_x1, b1_x2 = box1[:, 0] - box1[:, 2] / 2, box1[:, 0] + box1[:, 2] / 2
-        b1_y1, b1_y2 = box1[:, 1] - box1[:, 3] / 2, box1[:, 1] + box1[:, 3] / 2
-        b2_x1, b2_x2 = box2[:, 0] - box2[:, 2] / 2, box2[:, 0] + box2[:, 2] / 2
-        b2_y1, b2_y2 = box2[:, 1] - box2[:, 3] / 2, box2[:, 1] + box2[:, 3] / 2
+def box_iou(a, b, corners=True):
+    "Row-by-row IoU of two (N, 4) sets, in pixel units (the +1 of inclusive pixel boxes)."
+    if corners:
+        ax0, ay0, ax1, ay1 = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
+        bx0, by0, bx1, by1 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
     else:
-        # Get the coordinates of bounding boxes
-        b1_x1, b1_y1, b1_x2, b1_y2 = box1[:, 0], box1[:, 1], box1[:, 2], box1[:, 3]
-        b2_x1, b2_y1, b2_x2, b2_y2 = box2[:, 0], box2[:, 1], box2[:, 2], box2[:, 3]
-
-    # get the corrdinates of the intersection rectangle
-    inter_rect_x1 = torch.max(b1_x1, b2_x1)
-    inter_rect_y1 = torch.max(b1_y1, b2_y1)
-    inter_rect_x2 = torch.min(b1_x2, b2_x2)
-    inter_rect_y2 = torch.min(b1_y2, b2_y2)
-    # Intersection area
-    inter_area = torch.clamp(inter_rect_x2 - inter_rect_x1 + 1, min=0) * torch.clamp(
-        inter_rect_y2 - inter_rect_y1 + 1, min=0
-    )
-    # Union Area
-    b1_area = (b1_x2 - b1_x1 + 1) * (b1_y2 - b1_y1 + 1)
-    b2_area = (b2_x2 - b2_x1 + 1) * (b2_y2 - b2_y1 + 1)
-
-    iou = inter_area / (b1_area + b2_area - inter_area + 1e-16)
-
-    return iou
+        ax0, ax1 = a[:, 0] - a[:, 2] / 2, a[:, 0] + a[:, 2] / 2
+        ay0, ay1 = a[:, 1] - a[:, 3] / 2, a[:, 1] + a[:, 3] / 2
+        bx0, bx1 = b[:, 0] - b[:, 2] / 2, b[:, 0] + b[:, 2] / 2
+        by0, by1 = b[:, 1] - b[:, 3] / 2, b[:, 1] + b[:, 3] / 2
+    iw = torch.clamp(torch.min(ax1, bx1) - torch.max(ax0, bx0) + 1, min=0)
+    ih = torch.clamp(torch.min(ay1, by1) - torch.max(ay0, by0) + 1, min=0)
+    inter = iw * ih
+    area_a = (ax1 - ax0 + 1) * (ay1 - ay0 + 1)
+    area_b = (bx1 - bx0 + 1) * (by1 - by0 + 1)
+    return inter / (area_a + area_b - inter + 1e-16)
 
 
-def non_max_suppression(prediction, conf_thres=0.5, nms_thres=0.4):
-    \"\"\"
-    Removes detections with lower object confidence score than 'conf_thres' and performs
-    Non-Maximum Suppression to further filter detections.
-    Returns detections with shape:
-        (x1, y1, x2, y2, object_conf, class_score, class_pred)
-    \"\"\"
-
-    # From (center x, center y, width, height) to (x1, y1, x2, y2)
-    prediction[..., :4] = xywh2xyxy(prediction[..., :4])
-    output = [None for _ in range(len(prediction))]
-    for image_i, image_pred in enumerate(prediction):
-        # Filter out confidence scores below threshold
-        image_pred = image_pred[image_pred[:, 4] >= conf_thres]
-        # If none are remaining => process next image
-        if not image_pred.size(0):
+def merge_nms(pred, conf_thres=0.5, nms_thres=0.4):
+    "Per image: (x0, y0, x1, y1, objectness, class score, class) rows, overlapping ones merged."
+    pred[..., :4] = centre_to_corners(pred[..., :4])
+    kept = [None] * len(pred)
+    for k, rows in enumerate(pred):
+        rows = rows[rows[:, 4] >= conf_thres]
+        if not rows.size(0):
             continue
-        # Object confidence times class confidence
-        score = image_pred[:, 4] * image_pred[:, 5:].max(1)[0]
-        # Sort by it
-        image_pred = image_pred[(-score).argsort()]
-        class_confs, class_preds = image_pred[:, 5:].max(1, keepdim=True)
-        detections = torch.cat((image_pred[:, :5], class_confs.float(), class_preds.float()), 1)
-        # Perform non-maximum suppression
-        keep_boxes = []
-        while detections.size(0):
-            large_overlap = bbox_iou(detections[0, :4].unsqueeze(0), detections[:, :4]) > nms_thres
-            label_match = detections[0, -1] == detections[:, -1]
-            # Indices of boxes with lower confidence scores, large IOUs and matching labels
-            invalid = large_overlap & label_match
-            weights = detections[invalid, 4:5]
-            # Merge overlapping bboxes by order of confidence
-            detections[0, :4] = (weights * detections[invalid, :4]).sum(0) / weights.sum()
-            keep_boxes += [detections[0]]
-            detections = detections[~invalid]
-        if keep_boxes:
-            output[image_i] = torch.stack(keep_boxes)
-
-    return output
+        score = rows[:, 4] * rows[:, 5:].max(1)[0]
+        rows = rows[(-score).argsort()]
+        best_score, best_class = rows[:, 5:].max(1, keepdim=True)
+        dets = torch.cat((rows[:, :5], best_score.float(), best_class.float()), 1)
+        boxes = []
+        while dets.size(0):
+            same = box_iou(dets[0, :4].unsqueeze(0), dets[:, :4]) > nms_thres
+            same = same & (dets[0, -1] == dets[:, -1])
+            w = dets[same, 4:5]
+            # the first box becomes the objectness-weighted mean of the boxes it absorbs
+            dets[0, :4] = (w * dets[same, :4]).sum(0) / w.sum()
+            boxes += [dets[0]]
+            dets = dets[~same]
+        if boxes:
+            kept[k] = torch.stack(boxes)
+    return kept
 
 
-def build_targets(pred_boxes, pred_cls, target, anchors, ignore_thres):
-
-    BoolTensor = torch.cuda.BoolTensor if pred_boxes.is_cuda else torch.BoolTensor
-    FloatTensor = torch.cuda.FloatTensor if pred_boxes.is_cuda else torch.FloatTensor
-
-    nB = pred_boxes.size(0)
-    nA = pred_boxes.size(1)
+def assign_targets(pred_boxes, pred_cls, target, anchors, ignore_thres):
+    "Which cell and anchor answers for each target, and what it should predict there."
+    nB, nA, nG = pred_boxes.size(0), pred_boxes.size(1), pred_boxes.size(2)
     nC = pred_cls.size(-1)
-    nG = pred_boxes.size(2)
+    shape = (nB, nA, nG, nG)
+    obj = torch.BoolTensor(*shape).fill_(0)
+    noobj = torch.BoolTensor(*shape).fill_(1)
+    cls_hit = torch.FloatTensor(*shape).fill_(0)
+    ious_at = torch.FloatTensor(*shape).fill_(0)
+    tx, ty, tw, th = [torch.FloatTensor(*shape).fill_(0) for _ in range(4)]
+    tcls = torch.FloatTensor(nB, nA, nG, nG, nC).fill_(0)
 
-    # Output tensors
-    obj_mask = BoolTensor(nB, nA, nG, nG).fill_(0)
-    noobj_mask = BoolTensor(nB, nA, nG, nG).fill_(1)
-    class_mask = FloatTensor(nB, nA, nG, nG).fill_(0)
-    iou_scores = FloatTensor(nB, nA, nG, nG).fill_(0)
-    tx = FloatTensor(nB, nA, nG, nG).fill_(0)
-    ty = FloatTensor(nB, nA, nG, nG).fill_(0)
-    tw = FloatTensor(nB, nA, nG, nG).fill_(0)
-    th = FloatTensor(nB, nA, nG, nG).fill_(0)
-    tcls = FloatTensor(nB, nA, nG, nG, nC).fill_(0)
-
-    # Convert to position relative to box
-    target_boxes = target[:, 2:6] * nG
-    gxy = target_boxes[:, :2]
-    gwh = target_boxes[:, 2:]
-    # Get anchors with best iou
-    ious = torch.stack([bbox_wh_iou(anchor, gwh) for anchor in anchors])
-    best_ious, best_n = ious.max(0)
-    # Separate target values
-    b, target_labels = target[:, :2].long().t()
-    gx, gy = gxy.t()
-    gw, gh = gwh.t()
-    gi, gj = gxy.long().t()
-    # Set masks
-    obj_mask[b, best_n, gj, gi] = 1
-    noobj_mask[b, best_n, gj, gi] = 0
-
-    # Set noobj mask to zero where iou exceeds ignore threshold
-    for i, anchor_ious in enumerate(ious.t()):
-        noobj_mask[b[i], anchor_ious > ignore_thres, gj[i], gi[i]] = 0
-
-    # Coordinates
-    tx[b, best_n, gj, gi] = gx - gx.floor()
-    ty[b, best_n, gj, gi] = gy - gy.floor()
-    # Width and height
-    tw[b, best_n, gj, gi] = torch.log(gw / anchors[best_n][:, 0] + 1e-16)
-    th[b, best_n, gj, gi] = torch.log(gh / anchors[best_n][:, 1] + 1e-16)
-    # One-hot encoding of label
-    tcls[b, best_n, gj, gi, target_labels] = 1
-    # Compute label correctness and iou at best anchor
-    class_mask[b, best_n, gj, gi] = (pred_cls[b, best_n, gj, gi].argmax(-1) == target_labels).float()
-    iou_scores[b, best_n, gj, gi] = bbox_iou(pred_boxes[b, best_n, gj, gi], target_boxes, x1y1x2y2=False)
-
-    tconf = obj_mask.float()
-    return iou_scores, class_mask, obj_mask, noobj_mask, tx, ty, tw, th, tcls, tconf
+    boxes = target[:, 2:6] * nG  # in grid cells
+    xy, wh = boxes[:, :2], boxes[:, 2:]
+    ious = torch.stack([anchor_iou(a, wh) for a in anchors])  # (anchors, targets)
+    _, best = ious.max(0)
+    b, labels = target[:, :2].long().t()
+    gx, gy = xy.t()
+    gi, gj = xy.long().t()
+    obj[b, best, gj, gi] = 1
+    noobj[b, best, gj, gi] = 0
+    for t, per_anchor in enumerate(ious.t()):  # other anchors that fit well are not negatives
+        noobj[b[t], per_anchor > ignore_thres, gj[t], gi[t]] = 0
+    tx[b, best, gj, gi] = gx - gx.floor()
+    ty[b, best, gj, gi] = gy - gy.floor()
+    tw[b, best, gj, gi] = torch.log(wh[:, 0] / anchors[best][:, 0] + 1e-16)
+    th[b, best, gj, gi] = torch.log(wh[:, 1] / anchors[best][:, 1] + 1e-16)
+    tcls[b, best, gj, gi, labels] = 1
+    cls_hit[b, best, gj, gi] = (pred_cls[b, best, gj, gi].argmax(-1) == labels).float()
+    ious_at[b, best, gj, gi] = box_iou(pred_boxes[b, best, gj, gi], boxes, corners=False)
+    return ious_at, cls_hit, obj, noobj, tx, ty, tw, th, tcls, obj.float()
 
 
-class YOLOLayer(nn.Module):
-    \"\"\"Detection layer\"\"\"
+class DetectionHead(nn.Module):
+    "Decodes (B, anchors * (5 + classes), G, G) into boxes; with targets, also the YOLO loss."
 
-    def __init__(self, anchors, num_classes, img_dim=416):
-        super(YOLOLayer, self).__init__()
-        self.anchors = anchors
-        self.num_anchors = len(anchors)
-        self.num_classes = num_classes
-        self.ignore_thres = 0.5
-        self.mse_loss = nn.MSELoss()
-        self.bce_loss = nn.BCELoss()
-        self.obj_scale = 1
-        self.noobj_scale = 100
-        self.metrics = {}
-        self.img_dim = img_dim
-        self.grid_size = 0  # grid size
-
-    def compute_grid_offsets(self, grid_size, cuda=True):
-        self.grid_size = grid_size
-        g = self.grid_size
-        FloatTensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
-        self.stride = self.img_dim / self.grid_size
-        # Calculate offsets for each grid
-        self.grid_x = torch.arange(g).repeat(g, 1).view([1, 1, g, g]).type(FloatTensor)
-        self.grid_y = torch.arange(g).repeat(g, 1).t().view([1, 1, g, g]).type(FloatTensor)
-        self.scaled_anchors = FloatTensor([(a_w / self.stride, a_h / self.stride) for a_w, a_h in self.anchors])
-        self.anchor_w = self.scaled_anchors[:, 0:1].view((1, self.num_anchors, 1, 1))
-        self.anchor_h = self.scaled_anchors[:, 1:2].view((1, self.num_anchors, 1, 1))
-
-    def forward(self, x, targets=None, img_dim=None):
-
-        # Tensors for cuda support
-        FloatTensor = torch.cuda.FloatTensor if x.is_cuda else torch.FloatTensor
-        LongTensor = torch.cuda.LongTensor if x.is_cuda else torch.LongTensor
-        ByteTensor = torch.cuda.ByteTensor if x.is_cuda else torch.ByteTensor
-
-        self.img_dim = img_dim
-        num_samples = x.size(0)
-        grid_size = x.size(2)
-
-        prediction = (
-            x.view(num_samples, self.num_anchors, self.num_classes + 5, grid_size, grid_size)
-            .permute(0, 1, 3, 4, 2)
-            .contiguous()
-        )
-
-        # Get outputs
-        x = torch.sigmoid(prediction[..., 0])  # Center x
-        y = torch.sigmoid(prediction[..., 1])  # Center y
-        w = prediction[..., 2]  # Width
-        h = prediction[..., 3]  # Height
-        pred_conf = torch.sigmoid(prediction[..., 4])  # Conf
-        pred_cls = torch.sigmoid(prediction[..., 5:])  # Cls pred.
-
-        # If grid size does not match current we compute new offsets
-        if grid_size != self.grid_size:
-            self.compute_grid_offsets(grid_size, cuda=x.is_cuda)
-
-        # Add offset and scale with anchors
-        pred_boxes = FloatTensor(prediction[..., :4].shape)
-        pred_boxes[..., 0] = x.data + self.grid_x
-        pred_boxes[..., 1] = y.data + self.grid_y
-        pred_boxes[..., 2] = torch.exp(w.data) * self.anchor_w
-        pred_boxes[..., 3] = torch.exp(h.data) * self.anchor_h
-
-        output = torch.cat(
-            (
-                pred_boxes.view(num_samples, -1, 4) * self.stride,
-                pred_conf.view(num_samples, -1, 1),
-                pred_cls.view(num_samples, -1, self.num_classes),
-            ),
-            -1,
-        )
-
-        if targets is None:
-            return output, 0
-        else:
-            iou_scores, class_mask, obj_mask, noobj_mask, tx, ty, tw, th, tcls, tconf = build_targets(
-                pred_boxes=pred_boxes,
-                pred_cls=pred_cls,
-                target=targets,
-                anchors=self.scaled_anchors,
-                ignore_thres=self.ignore_thres,
-            )
-
-            # Loss : Mask outputs to ignore non-existing objects (except with conf. loss)
-            loss_x = self.mse_loss(x[obj_mask], tx[obj_mask])
-            loss_y = self.mse_loss(y[obj_mask], ty[obj_mask])
-            loss_w = self.mse_loss(w[obj_mask], tw[obj_mask])
-            loss_h = self.mse_loss(h[obj_mask], th[obj_mask])
-            loss_conf_obj = self.bce_loss(pred_conf[obj_mask], tconf[obj_mask])
-            loss_conf_noobj = self.bce_loss(pred_conf[noobj_mask], tconf[noobj_mask])
-            loss_conf = self.obj_scale * loss_conf_obj + self.noobj_scale * loss_conf_noobj
-            loss_cls = self.bce_loss(pred_cls[obj_mask], tcls[obj_mask])
-            total_loss = loss_x + loss_y + loss_w + loss_h + loss_conf + loss_cls
-
-            # Metrics
-            cls_acc = 100 * class_mask[obj_mask].mean()
-            conf_obj = pred_conf[obj_mask].mean()
-            conf_noobj = pred_conf[noobj_mask].mean()
-            conf50 = (pred_conf > 0.5).float()
-            iou50 = (iou_scores > 0.5).float()
-            iou75 = (iou_scores > 0.75).float()
-            detected_mask = conf50 * class_mask * tconf
-            precision = torch.sum(iou50 * detected_mask) / (conf50.sum() + 1e-16)
-            recall50 = torch.sum(iou50 * detected_mask) / (obj_mask.sum() + 1e-16)
-            recall75 = torch.sum(iou75 * detected_mask) / (obj_mask.sum() + 1e-16)
-
-            self.metrics = {
-                "loss": to_cpu(total_loss).item(),
-                "x": to_cpu(loss_x).item(),
-                "y": to_cpu(loss_y).item(),
-                "w": to_cpu(loss_w).item(),
-                "h": to_cpu(loss_h).item(),
-                "conf": to_cpu(loss_conf).item(),
-                "cls": to_cpu(loss_cls).item(),
-                "cls_acc": to_cpu(cls_acc).item(),
-                "recall50": to_cpu(recall50).item(),
-                "recall75": to_cpu(recall75).item(),
-                "precision": to_cpu(precision).item(),
-                "conf_obj": to_cpu(conf_obj).item(),
-                "conf_noobj": to_cpu(conf_noobj).item(),
-                "grid_size": grid_size,
-            }
-
-            return output, total_loss
-
-
-class TinyYolo(nn.Module):
-    def __init__(self, anchors, num_classes, img_dim):
+    def __init__(self, anchors, num_classes, image_size=416):
         super().__init__()
-        n_out = len(anchors) * (num_classes + 5)
+        self.anchors, self.num_anchors, self.num_classes = anchors, len(anchors), num_classes
+        self.ignore_thres, self.obj_scale, self.noobj_scale = 0.5, 1, 100
+        self.mse, self.bce = nn.MSELoss(), nn.BCELoss()
+        self.img_dim, self.grid = image_size, 0
+        self.metrics = {}
+
+    def set_grid(self, g):
+        self.grid, self.stride = g, self.img_dim / g
+        cells = torch.arange(g).repeat(g, 1)
+        self.cx = cells.view([1, 1, g, g]).type(torch.FloatTensor)
+        self.cy = cells.t().view([1, 1, g, g]).type(torch.FloatTensor)
+        scaled = [(w / self.stride, h / self.stride) for w, h in self.anchors]
+        self.anchors_in_cells = torch.FloatTensor(scaled)
+        self.aw = self.anchors_in_cells[:, 0:1].view((1, self.num_anchors, 1, 1))
+        self.ah = self.anchors_in_cells[:, 1:2].view((1, self.num_anchors, 1, 1))
+
+    def forward(self, x, targets=None, img_dim=None):  # img_dim: the input's size
+        self.img_dim = img_dim
+        n, g = x.size(0), x.size(2)
+        p = x.view(n, self.num_anchors, self.num_classes + 5, g, g)
+        p = p.permute(0, 1, 3, 4, 2).contiguous()  # (n, anchors, g, g, 5 + classes)
+        sx, sy = torch.sigmoid(p[..., 0]), torch.sigmoid(p[..., 1])
+        w, h = p[..., 2], p[..., 3]
+        conf, cls = torch.sigmoid(p[..., 4]), torch.sigmoid(p[..., 5:])
+        if g != self.grid:
+            self.set_grid(g)
+        boxes = torch.FloatTensor(p[..., :4].shape)  # uninitialised, every channel written below
+        boxes[..., 0] = sx.data + self.cx
+        boxes[..., 1] = sy.data + self.cy
+        boxes[..., 2] = torch.exp(w.data) * self.aw
+        boxes[..., 3] = torch.exp(h.data) * self.ah
+        flat_cls = cls.view(n, -1, self.num_classes)
+        out = torch.cat((boxes.view(n, -1, 4) * self.stride, conf.view(n, -1, 1), flat_cls), -1)
+        if targets is None:
+            return out, 0
+        ious, cls_hit, obj, noobj, tx, ty, tw, th, tcls, tconf = assign_targets(
+            boxes, cls, targets, self.anchors_in_cells, self.ignore_thres
+        )
+        parts = {
+            "x": self.mse(sx[obj], tx[obj]),
+            "y": self.mse(sy[obj], ty[obj]),
+            "w": self.mse(w[obj], tw[obj]),
+            "h": self.mse(h[obj], th[obj]),
+            "conf": self.obj_scale * self.bce(conf[obj], tconf[obj])
+            + self.noobj_scale * self.bce(conf[noobj], tconf[noobj]),
+            "cls": self.bce(cls[obj], tcls[obj]),
+        }
+        loss = sum(parts.values())
+        confident = (conf > 0.5).float()
+        found = confident * cls_hit * tconf
+        hits50, hits75 = (ious > 0.5).float() * found, (ious > 0.75).float() * found
+        self.metrics = {"loss": loss.detach().cpu().item()}
+        self.metrics.update({k: v.detach().cpu().item() for k, v in parts.items()})
+        self.metrics.update(
+            cls_acc=(100 * cls_hit[obj].mean()).item(),
+            recall50=(hits50.sum() / (obj.sum() + 1e-16)).item(),
+            recall75=(hits75.sum() / (obj.sum() + 1e-16)).item(),
+            precision=(hits50.sum() / (confident.sum() + 1e-16)).item(),
+            conf_obj=conf[obj].mean().item(),
+            conf_noobj=conf[noobj].mean().item(),
+            grid_size=g,
+        )
+        return out, loss
+
+
+class SmallYolo(nn.Module):
+    def __init__(self, anchors, num_classes, image_size):
+        super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8, momentum=0.9, eps=1e-5),
-            nn.LeakyReLU(0.1), nn.Conv2d(8, n_out, 3, stride=2, padding=1))
-        self.yolo = YOLOLayer(anchors, num_classes, img_dim)
-        self.img_size = img_dim
+            nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False),
+            nn.BatchNorm2d(8, momentum=0.9, eps=1e-5),
+            nn.LeakyReLU(0.1),
+            nn.Conv2d(8, len(anchors) * (num_classes + 5), 3, stride=2, padding=1),
+        )
+        self.head = DetectionHead(anchors, num_classes, image_size)
 
-    def forward(self, x, targets=None):
-        img_dim = x.shape[2]
-        return self.yolo(self.body(x), targets, img_dim)
+    def forward(self, images, targets=None):
+        return self.head(self.body(images), targets, images.shape[2])
 
 
-def train(model, batches, conf_thres, nms_thres):
+def fit(model, batches, conf_thres, nms_thres):
     records = []
-    optimizer = torch.optim.Adam(model.parameters())
-    for imgs, targets in batches:
+    optimizer = torch.optim.Adam(model.parameters())  # the defaults
+    for images, targets in batches:
         model.train()
-        outputs, loss = model(imgs, targets)
+        _, loss = model(images, targets)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        records.append(dict(model.yolo.metrics))
+        records.append(dict(model.head.metrics))
         model.eval()
         with torch.no_grad():
-            outputs, _ = model(imgs)
-            outputs = non_max_suppression(outputs, conf_thres=conf_thres, nms_thres=nms_thres)
-        records.append([o.numpy() if o is not None else np.zeros((0, 7)) for o in outputs])
-    records.append({n: p.detach().numpy().copy() for n, p in model.named_parameters()})
+            found = merge_nms(model(images)[0], conf_thres=conf_thres, nms_thres=nms_thres)
+        records.append([d.numpy() if d is not None else np.zeros((0, 7)) for d in found])
+    records.append({k: w.detach().numpy().copy() for k, w in model.named_parameters()})
     return records
 """
 
@@ -852,7 +599,7 @@ def test_yolov3_targets_losses_and_nms_match_torch():
     records, initial = [], None
     for lib, names in ((torch, theirs), (rg, ours)):
         torch.manual_seed(0)
-        model = names["TinyYolo"]([(3, 4), (6, 5), (9, 10)], 3, 16)
+        model = names["SmallYolo"]([(3, 4), (6, 5), (9, 10)], 3, 16)
         if initial is None:
             initial = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
         else:
@@ -860,7 +607,7 @@ def test_yolov3_targets_losses_and_nms_match_torch():
         data = [
             (lib.tensor(x, dtype=lib.float32), lib.tensor(t, dtype=lib.float32)) for x, t in batches
         ]
-        records.append(names["train"](model, data, conf_thres=0.45, nms_thres=0.3))
+        records.append(names["fit"](model, data, conf_thres=0.45, nms_thres=0.3))
     # the detections kept are the same boxes (in the same order) in both runs
     for mine, reference in zip(records[1][1::2], records[0][1::2]):
         if isinstance(reference, list):
@@ -873,8 +620,8 @@ def test_yolov3_targets_losses_and_nms_match_torch():
     assert_records_agree(flat(records[1]), flat(records[0]), rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.parametrize("x1y1x2y2", [True, False])
-def test_yolov3_bbox_iou_gradients_match_torch(x1y1x2y2):
+@pytest.mark.parametrize("corners", [True, False])
+def test_yolov3_bbox_iou_gradients_match_torch(corners):
     theirs, ours = both(YOLO_SOURCE, [])
     rng = np.random.default_rng(11)
     a = rng.uniform(1, 5, (4, 4)) + np.array([0, 0, 5, 5])
@@ -882,7 +629,7 @@ def test_yolov3_bbox_iou_gradients_match_torch(x1y1x2y2):
     results = []
     for lib, names in ((torch, theirs), (rg, ours)):
         x = lib.tensor(a, dtype=lib.float64, requires_grad=True)
-        iou = names["bbox_iou"](x, lib.tensor(b, dtype=lib.float64), x1y1x2y2=x1y1x2y2)
+        iou = names["box_iou"](x, lib.tensor(b, dtype=lib.float64), corners=corners)
         loss = (iou * lib.tensor([1.0, -2.0, 3.0, 0.5], dtype=lib.float64)).sum()
         grad = loss.backward() if lib is rg else (loss.backward(), x.grad)[1]
         results.append([iou.detach().numpy(), (x.grad(grad) if lib is rg else grad).numpy()])

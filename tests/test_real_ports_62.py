@@ -1,58 +1,54 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued from ``tests/test_real_ports_61.py`` (the
-harness: ``tests/real_ports.py``):
+"""Real ports, continued from ``tests/test_real_ports_61.py`` (the harness:
+``tests/real_ports.py``): programs written here in the style of golbin/WaveNet (with
+torchaudio's mu-law functions), lucidrains' perceiver-pytorch, mlp-mixer-pytorch and
+g-mlp-pytorch, and rosinality/glow-pytorch:
 
-- WaveNet as golbin/WaveNet writes it (``wavenet/networks.py``, ``wavenet/model.py``; its
-  residual blocks held in an ``nn.ModuleList`` where it keeps a plain list, which leaves them
-  out of ``parameters()``), on two short mu-law encoded waves with 16 quantization channels:
-  torchaudio's ``mu_law_encoding``/``mu_law_decoding`` (``torch.sign``, ``torch.log1p`` of a
-  0-d ``torch.tensor(mu)``, ``.to(torch.int64)``), ``one_hot_encode`` by NumPy fancy
-  assignment, the kernel-2 ``CausalConv1d`` with ``output[:, :, :-1]``, dilated convolutions
-  (dilations 1, 2, 4, twice), the gated ``Tanh``/``Sigmoid`` residual blocks with ``output +=
-  input_cut`` and skips cut by ``skip[:, :, -skip_size:]``, ``torch.stack`` of the skips summed
-  by ``torch.sum(..., dim=0)``, ``DensNet``'s softmax fed to ``CrossEntropyLoss`` (as written),
-  ``outputs.view(-1, self.in_channels)`` of a ``.transpose(1, 2).contiguous()``, Adam, the
-  sample-by-sample generation loop by ``argmax`` and ``F.one_hot``, and its
-  ``InputSizeError`` message.
-- the Perceiver of lucidrains/perceiver-pytorch (``perceiver_pytorch/perceiver_pytorch.py``),
-  small, under a classification loop on 4x4 random images with masks, with and without
-  ``weight_tie_layers`` (the ``cache_fn`` closure handing the same modules to every layer
-  past the first: tied parameters listed once): ``fourier_encode`` with ``scales[(*((None,) *
-  (len(x.shape) - 1)), Ellipsis)]``, ``torch.meshgrid(..., indexing='ij')``, ``PreNorm`` with a
-  context norm through ``kwargs.update``, ``GEGLU``, ``einsum('b i d, b j d -> b i j')``,
+- a WaveNet on two short mu-law encoded waves with 16 quantization channels: mu-law
+  companding as torchaudio writes it (``torch.sign``, ``torch.log1p`` of a 0-d
+  ``torch.tensor(mu)``, ``.to(torch.int64)``), one-hot codes by NumPy fancy assignment, the
+  kernel-2 causal convolution with ``output[:, :, :-1]``, dilated convolutions (dilations 1,
+  2, 4, twice), gated ``Tanh``/``Sigmoid`` residual blocks with ``res += x[:, :, -n:]`` and
+  skips cut by ``skip[:, :, -keep:]``, ``torch.stack`` of the skips summed by ``torch.sum(...,
+  dim=0)``, a ``Softmax`` output fed to ``CrossEntropyLoss`` (as that project does),
+  ``probs.view(-1, channels)`` of a ``.transpose(1, 2).contiguous()``, Adam, sample-by-sample
+  generation by ``argmax`` and ``F.one_hot``, and the too-short-input error's message.
+- a Perceiver under a classification loop on 4x4 random images with masks, with and without
+  tied weights (a caching closure handing the same modules to every layer past the first:
+  tied parameters listed once): Fourier features with ``freqs[(*((None,) * (len(x.shape) -
+  1)), Ellipsis)]``, ``torch.meshgrid(..., indexing="ij")``, a ``PreNorm`` normalising the
+  context through ``kwargs.update``, ``GEGLU``, ``einsum("b i d, b j d -> b i j")``,
   ``sim.masked_fill_(~mask, -torch.finfo(sim.dtype).max)``, ``b, *axis, _, device, dtype =
   *data.shape, data.device, data.dtype`` and ``return_embeddings``, with einops'
-  ``rearrange``/``repeat`` and its ``Reduce`` layer as written.
-- MLP-Mixer and gMLP as lucidrains writes them (``mlp_mixer_pytorch.py``,
-  ``g_mlp_pytorch.py``): the Mixer's token mixing by ``partial(nn.Conv1d, kernel_size = 1)``
-  over the patches, AdamW and ``CrossEntropyLoss(label_smoothing=0.1)``; gMLP as a causal
-  language model with the tiny attention (``attn_dim``), two heads, ``shift_tokens`` (``F.pad(t,
-  (0, 0, amount, -amount))`` cropping by a negative pad), the spatial gating unit's
-  ``nn.init.uniform_`` weights, ``triu_(1).bool()`` masks, ``einsum('b h n d, h m n -> b h m
-  d')``, and the circulant-matrix variant (``F.pad``, einops' ``repeat``,
-  ``weight[:, :-dim_seq].reshape(h, dim_seq, 2 * dim_seq - 1)``), with ``act = nn.Tanh()``.
-- Glow as rosinality/glow-pytorch writes it (``model.py``, ``train.py`` less its data and
-  image saving), small (4x4 images, two blocks of two flows, coupling networks of 8 filters
-  where it has 512), with the LU-decomposed 1x1 convolution and affine coupling and with the
-  plain ``InvConv2d`` and additive coupling: ``ActNorm``'s data-dependent initialization
-  under ``torch.no_grad()`` (``flatten.std(1)``, ``self.loc.data.copy_(-mean)``,
-  ``self.initialized.fill_(1)``), ``InvConv2dLU`` built from ``scipy.linalg.qr``/``lu`` and
-  ``torch.from_numpy`` buffers, ``torch.qr``, ``torch.slogdet(...double())[1].float()``,
-  ``.inverse()`` in ``reverse``, ``ZeroConv2d``'s ``F.pad(input, [1, 1, 1, 1], value=1)``,
-  the squeeze by ``view``/``permute``/``contiguous().view``, ``self.flows[::-1]`` and
-  ``self.blocks[::-1]`` of ``ModuleList``s, ``calc_loss``, the ``n_bits`` dequantization with
-  ``torch.rand_like``, sampling from ``torch.randn`` latents at temperature 0.7 and a
-  reconstruction from the model's own latents. The draws (``randn``, ``rand_like``) come from
-  one seeded stream in both runs.
+  ``rearrange``/``repeat`` and its ``Reduce`` layer.
+- an MLP-Mixer and a gMLP: the Mixer's token mixing by ``partial(nn.Conv1d, kernel_size=1)``
+  over the patches, einops' ``Rearrange`` layer, AdamW and
+  ``CrossEntropyLoss(label_smoothing=0.1)``; gMLP as a causal language model with the tiny
+  attention (``attn_dim``), two heads, token shifts (``F.pad(t, (0, 0, amount, -amount))``
+  cropping by a negative pad), the spatial gate's ``nn.init.uniform_`` weights,
+  ``triu(1).bool()``/``triu_(1).bool()`` masks, ``einsum("b h n d, h m n -> b h m d")``, and
+  the circulant-matrix variant (``F.pad``, einops' ``repeat``, ``w[:, :-n].reshape(h, n, 2 * n
+  - 1)``), with ``act=nn.Tanh()``.
+- a Glow on 4x4 images (two levels of two flow steps, coupling networks of 8 filters), with
+  the LU-decomposed 1x1 convolution and affine coupling and with the plain one and additive
+  coupling: ``ActNorm``'s data-dependent initialization under ``torch.no_grad()``
+  (``per_channel.std(1)``, ``self.loc.data.copy_(-mean)``, ``self.initialized.fill_(1)`` of a
+  ``torch.tensor(0, dtype=torch.uint8)`` flag), the LU convolution built from
+  ``scipy.linalg.qr``/``lu`` and ``torch.from_numpy`` buffers, ``torch.qr``,
+  ``torch.slogdet(...double())[1].float()``, ``.inverse()`` in ``reverse``, a zero-initialised
+  convolution over ``F.pad(x, [1, 1, 1, 1], value=1)``, the squeeze by ``view``/``permute``/
+  ``contiguous().view``, ``self.flows[::-1]`` and ``self.blocks[::-1]`` of ``ModuleList``s,
+  the loss in bits per dimension, the ``n_bits`` dequantization with ``torch.rand_like``,
+  sampling from ``torch.randn`` latents at temperature 0.7 and a reconstruction from the
+  model's own latents. The draws (``randn``, ``rand_like``) come from one seeded stream in
+  both runs.
 
 Defects found and fixed: ``torch.qr(A, some)``, ``torch.svd(A, some, compute_uv)`` and
 ``torch.lu_solve(b, LU_data, LU_pivots)`` (deprecated in torch, still there and in real code:
-Glow's ``InvConv2d`` calls ``torch.qr``) were missing, and their ``Tensor`` methods too
-(``AttributeError``): they are ``rg.linalg``'s factorizations in torch's old forms now.
+Glow's plain 1x1 convolution calls ``torch.qr``) were missing, and their ``Tensor`` methods
+too (``AttributeError``): they are ``rg.linalg``'s factorizations in torch's old forms now.
 
-ActNorm's ``torch.tensor(0, dtype=torch.uint8)`` flag runs as written since retrograd has uint8
-tensors (4 December; it was ported as int64 before): only the gradient lines and imports
-change.
+ActNorm's uint8 flag runs as written since retrograd has uint8 tensors (4 December; it was
+ported as int64 before): only the gradient lines and imports change.
 """
 
 from __future__ import annotations
@@ -101,390 +97,159 @@ def run_both(source, steps, call, **names):
     return records
 
 
-# -- WaveNet ----------------------------------------------------------------------------------------
-WAVENET_SOURCE = '''
-import torch
-import torch.nn.functional as F
+# -- WaveNet ---------------------------------------------------------------------------------------
+WAVENET_SOURCE = """
+# -- mu-law companding, as torchaudio's functional module has it --
+def mu_law_encode(wave, channels):
+    mu = channels - 1.0
+    if not wave.is_floating_point():
+        wave = wave.to(torch.float)
+    mu = torch.tensor(mu, dtype=wave.dtype)
+    squashed = torch.sign(wave) * torch.log1p(mu * torch.abs(wave)) / torch.log1p(mu)
+    return ((squashed + 1) / 2 * mu + 0.5).to(torch.int64)
 
 
-# -- torchaudio/functional/functional.py --
-def mu_law_encoding(x, quantization_channels):
-    mu = quantization_channels - 1.0
-    if not x.is_floating_point():
-        x = x.to(torch.float)
-    mu = torch.tensor(mu, dtype=x.dtype)
-    x_mu = torch.sign(x) * torch.log1p(mu * torch.abs(x)) / torch.log1p(mu)
-    x_mu = ((x_mu + 1) / 2 * mu + 0.5).to(torch.int64)
-    return x_mu
+def mu_law_decode(codes, channels):
+    mu = channels - 1.0
+    if not codes.is_floating_point():
+        codes = codes.to(torch.float)
+    mu = torch.tensor(mu, dtype=codes.dtype)
+    y = codes / mu * 2 - 1.0
+    return torch.sign(y) * (torch.exp(torch.abs(y) * torch.log1p(mu)) - 1.0) / mu
 
 
-def mu_law_decoding(x_mu, quantization_channels):
-    mu = quantization_channels - 1.0
-    if not x_mu.is_floating_point():
-        x_mu = x_mu.to(torch.float)
-    mu = torch.tensor(mu, dtype=x_mu.dtype)
-    x = ((x_mu) / mu) * 2 - 1.0
-    x = torch.sign(x) * (torch.exp(torch.abs(x) * torch.log1p(mu)) - 1.0) / mu
-    return x
+def to_one_hot(codes, channels):
+    flat = np.zeros((codes.size, channels), dtype=float)
+    flat[np.arange(codes.size), codes.ravel()] = 1
+    return flat
 
 
-# -- wavenet/networks.py --
-class DilatedCausalConv1d(torch.nn.Module):
-    """Dilated Causal Convolution for WaveNet"""
-    def __init__(self, channels, dilation=1):
-        super(DilatedCausalConv1d, self).__init__()
-
-        self.conv = torch.nn.Conv1d(channels, channels,
-                                    kernel_size=2, stride=1,  # Fixed for WaveNet
-                                    dilation=dilation,
-                                    padding=0,  # Fixed for WaveNet dilation
-                                    bias=False)  # Fixed for WaveNet but not sure
-
-    def init_weights_for_test(self):
-        for m in self.modules():
-            if isinstance(m, torch.nn.Conv1d):
-                m.weight.data.fill_(1)
-
-    def forward(self, x):
-        output = self.conv(x)
-
-        return output
+class TooShortError(Exception):
+    def __init__(self, length, receptive_field):
+        super().__init__(
+            f"a wave of {length} samples is too short: the receptive field is "
+            f"{receptive_field} samples, so no output would be left"
+        )
 
 
-class CausalConv1d(torch.nn.Module):
-    """Causal Convolution for WaveNet"""
-    def __init__(self, in_channels, out_channels):
-        super(CausalConv1d, self).__init__()
+# -- the network --
+class CausalConv(torch.nn.Module):
+    "Kernel 2, padded on both sides and the last output dropped: y[t] sees x[t - 1] and x[t]."
 
-        # padding=1 for same size(length) between input and output for causal convolution
-        self.conv = torch.nn.Conv1d(in_channels, out_channels,
-                                    kernel_size=2, stride=1, padding=1,
-                                    bias=False)  # Fixed for WaveNet but not sure
-
-    def init_weights_for_test(self):
-        for m in self.modules():
-            if isinstance(m, torch.nn.Conv1d):
-                m.weight.data.fill_(1)
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(n_in, n_out, kernel_size=2, stride=1, padding=1, bias=False)
 
     def forward(self, x):
-        output = self.conv(x)
-
-        # remove last value for causal convolution
-        return output[:, :, :-1]
+        return self.conv(x)[:, :, :-1]
 
 
-class ResidualBlock(torch.nn.Module):
-    def __init__(self, res_channels, skip_channels, dilation):
-        """
-        Residual block
-        :param res_channels: number of residual channel for input, output
-        :param skip_channels: number of skip channel for output
-        :param dilation:
-        """
-        super(ResidualBlock, self).__init__()
+class GatedBlock(torch.nn.Module):
+    "Dilated kernel-2 convolution, tanh * sigmoid gate, 1x1 residual and skip outputs."
 
-        self.dilated = DilatedCausalConv1d(res_channels, dilation=dilation)
-        self.conv_res = torch.nn.Conv1d(res_channels, res_channels, 1)
-        self.conv_skip = torch.nn.Conv1d(res_channels, skip_channels, 1)
+    def __init__(self, res_channels, skip_channels, dilation):  # dilation: 1, 2, 4, ...
+        super().__init__()
+        self.dilated = torch.nn.Conv1d(
+            res_channels, res_channels, kernel_size=2, dilation=dilation, bias=False
+        )
+        self.to_res = torch.nn.Conv1d(res_channels, res_channels, 1)
+        self.to_skip = torch.nn.Conv1d(res_channels, skip_channels, 1)
+        self.tanh, self.sigmoid = torch.nn.Tanh(), torch.nn.Sigmoid()
 
-        self.gate_tanh = torch.nn.Tanh()
-        self.gate_sigmoid = torch.nn.Sigmoid()
-
-    def forward(self, x, skip_size):
-        """
-        :param x:
-        :param skip_size: The last output size for loss and prediction
-        :return:
-        """
-        output = self.dilated(x)
-
-        # PixelCNN gate
-        gated_tanh = self.gate_tanh(output)
-        gated_sigmoid = self.gate_sigmoid(output)
-        gated = gated_tanh * gated_sigmoid
-
-        # Residual network
-        output = self.conv_res(gated)
-        input_cut = x[:, :, -output.size(2):]
-        output += input_cut
-
-        # Skip connection
-        skip = self.conv_skip(gated)
-        skip = skip[:, :, -skip_size:]
-
-        return output, skip
+    def forward(self, x, keep):
+        h = self.dilated(x)
+        gated = self.tanh(h) * self.sigmoid(h)
+        res = self.to_res(gated)
+        res += x[:, :, -res.size(2) :]  # the dilation shortened the sequence
+        return res, self.to_skip(gated)[:, :, -keep:]
 
 
-class ResidualStack(torch.nn.Module):
-    def __init__(self, layer_size, stack_size, res_channels, skip_channels):
-        """
-        Stack residual blocks by layer and stack size
-        :param layer_size: integer, 10 = layer[dilation=1, dilation=2, 4, 8, 16, 32, 64, 128, 256, 512]
-        :param stack_size: integer, 5 = stack[layer1, layer2, layer3, layer4, layer5]
-        :param res_channels: number of residual channel for input, output
-        :param skip_channels: number of skip channel for output
-        :return:
-        """
-        super(ResidualStack, self).__init__()
-
-        self.layer_size = layer_size
-        self.stack_size = stack_size
-
-        self.res_blocks = torch.nn.ModuleList(self.stack_res_block(res_channels, skip_channels))
-
-    @staticmethod
-    def _residual_block(res_channels, skip_channels, dilation):
-        block = ResidualBlock(res_channels, skip_channels, dilation)
-
-        if torch.cuda.device_count() > 1:
-            block = torch.nn.DataParallel(block)
-
-        if torch.cuda.is_available():
-            block.cuda()
-
-        return block
-
-    def build_dilations(self):
-        dilations = []
-
-        # 5 = stack[layer1, layer2, layer3, layer4, layer5]
-        for s in range(0, self.stack_size):
-            # 10 = layer[dilation=1, dilation=2, 4, 8, 16, 32, 64, 128, 256, 512]
-            for l in range(0, self.layer_size):
-                dilations.append(2 ** l)
-
-        return dilations
-
-    def stack_res_block(self, res_channels, skip_channels):
-        """
-        Prepare dilated convolution blocks by layer and stack size
-        :return:
-        """
-        res_blocks = []
-        dilations = self.build_dilations()
-
-        for dilation in dilations:
-            block = self._residual_block(res_channels, skip_channels, dilation)
-            res_blocks.append(block)
-
-        return res_blocks
-
-    def forward(self, x, skip_size):
-        """
-        :param x:
-        :param skip_size: The last output size for loss and prediction
-        :return:
-        """
-        output = x
-        skip_connections = []
-
-        for res_block in self.res_blocks:
-            # output is the next input
-            output, skip = res_block(output, skip_size)
-            skip_connections.append(skip)
-
-        return torch.stack(skip_connections)
-
-
-class DensNet(torch.nn.Module):
-    def __init__(self, channels):
-        """
-        The last network of WaveNet
-        :param channels: number of channels for input and output
-        :return:
-        """
-        super(DensNet, self).__init__()
-
-        self.conv1 = torch.nn.Conv1d(channels, channels, 1)
-        self.conv2 = torch.nn.Conv1d(channels, channels, 1)
-
-        self.relu = torch.nn.ReLU()
-        self.softmax = torch.nn.Softmax(dim=1)
+class WaveNet(torch.nn.Module):  # dilated stacks, repeated
+    def __init__(self, depth, repeats, channels, res_channels):
+        super().__init__()
+        dilations = [2**i for i in range(depth)] * repeats
+        self.receptive_field = int(np.sum(dilations))
+        self.causal = CausalConv(channels, res_channels)
+        self.blocks = torch.nn.ModuleList(
+            [GatedBlock(res_channels, channels, d) for d in dilations]
+        )
+        self.post = torch.nn.Sequential(
+            torch.nn.ReLU(),
+            torch.nn.Conv1d(channels, channels, 1),
+            torch.nn.ReLU(),
+            torch.nn.Conv1d(channels, channels, 1),
+            torch.nn.Softmax(dim=1),
+        )
 
     def forward(self, x):
-        output = self.relu(x)
-        output = self.conv1(output)
-        output = self.relu(output)
-        output = self.conv2(output)
-
-        output = self.softmax(output)
-
-        return output
-
-
-class WaveNet(torch.nn.Module):
-    def __init__(self, layer_size, stack_size, in_channels, res_channels):
-        """
-        Stack residual blocks by layer and stack size
-        :param layer_size: integer, 10 = layer[dilation=1, dilation=2, 4, 8, 16, 32, 64, 128, 256, 512]
-        :param stack_size: integer, 5 = stack[layer1, layer2, layer3, layer4, layer5]
-        :param in_channels: number of channels for input data. skip channel is same as input channel
-        :param res_channels: number of residual channel for input, output
-        :return:
-        """
-        super(WaveNet, self).__init__()
-
-        self.receptive_fields = self.calc_receptive_fields(layer_size, stack_size)
-
-        self.causal = CausalConv1d(in_channels, res_channels)
-
-        self.res_stack = ResidualStack(layer_size, stack_size, res_channels, in_channels)
-
-        self.densnet = DensNet(in_channels)
-
-    @staticmethod
-    def calc_receptive_fields(layer_size, stack_size):
-        layers = [2 ** i for i in range(0, layer_size)] * stack_size
-        num_receptive_fields = np.sum(layers)
-
-        return int(num_receptive_fields)
-
-    def calc_output_size(self, x):
-        output_size = int(x.size(2)) - self.receptive_fields
-
-        self.check_input_size(x, output_size)
-
-        return output_size
-
-    def check_input_size(self, x, output_size):
-        if output_size < 1:
-            raise InputSizeError(int(x.size(2)), self.receptive_fields, output_size)
-
-    def forward(self, x):
-        """
-        The size of timestep(3rd dimention) has to be bigger than receptive fields
-        :param x: Tensor[batch, timestep, channels]
-        :return: Tensor[batch, timestep, channels]
-        """
-        output = x.transpose(1, 2)
-
-        output_size = self.calc_output_size(output)
-
-        output = self.causal(output)
-
-        skip_connections = self.res_stack(output, output_size)
-
-        output = torch.sum(skip_connections, dim=0)
-
-        output = self.densnet(output)
-
-        return output.transpose(1, 2).contiguous()
+        "x: (batch, time, channels) one-hot; the result: (batch, time - field, channels)."
+        x = x.transpose(1, 2)
+        keep = int(x.size(2)) - self.receptive_field
+        if keep < 1:
+            raise TooShortError(int(x.size(2)), self.receptive_field)
+        h = self.causal(x)
+        skips = []
+        for block in self.blocks:
+            h, skip = block(h, keep)
+            skips.append(skip)
+        out = self.post(torch.sum(torch.stack(skips), dim=0))
+        return out.transpose(1, 2).contiguous()
 
 
-class InputSizeError(Exception):
-    def __init__(self, input_size, receptive_fields, output_size):
+class Trainer:
+    "Adam on the cross entropy of the network's softmax output (a softmax fed to the loss)."
 
-        message = 'Input size has to be larger than receptive_fields\\n'
-        message += 'Input size: {0}, Receptive fields size: {1}, Output size: {2}'.format(
-            input_size, receptive_fields, output_size)
-
-        super(InputSizeError, self).__init__(message)
-
-
-# -- wavenet/model.py (the optimizer and loss as it writes them; its softmax output fed to
-#    CrossEntropyLoss, as written) --
-class Model:
-    def __init__(self, layer_size=10, stack_size=5, in_channels=256, res_channels=512, lr=0.002):
-        self.layer_size = layer_size
-        self.stack_size = stack_size
-        self.in_channels = in_channels
-        self.res_channels = res_channels
-        self.lr = lr
-
-        self.net = WaveNet(self.layer_size, self.stack_size, self.in_channels, self.res_channels)
+    def __init__(self, depth, repeats, channels, res_channels, lr):
+        self.channels = channels
+        self.net = WaveNet(depth, repeats, channels, res_channels)
         initialize(self.net)
+        self.criterion = torch.nn.CrossEntropyLoss()
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=lr)
 
-        self.receptive_fields = self.net.receptive_fields
-
-        self.loss = self._loss()
-        self.optimizer = self._optimizer()
-
-    @staticmethod
-    def _loss():
-        loss = torch.nn.CrossEntropyLoss()
-
-        if torch.cuda.is_available():
-            loss = loss.cuda()
-
-        return loss
-
-    def _optimizer(self):
-        return torch.optim.Adam(self.net.parameters(), lr=self.lr)
-
-    def train(self, inputs, targets):
-        """
-        Train 1 time
-        :param inputs: Tensor[batch, timestep, channels]
-        :param targets: Torch tensor [batch, timestep, channels]
-        :return: float loss
-        """
-        outputs = self.net(inputs)
-
-        loss = self.loss(outputs.view(-1, self.in_channels),
-                         targets.long().view(-1))
-
+    def step(self, inputs, targets):
+        probs = self.net(inputs)
+        loss = self.criterion(probs.view(-1, self.channels), targets.long().view(-1))
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-
         return loss.item()
 
-    def generate(self, inputs):
-        """
-        Generate 1 time
-        :param inputs: Tensor[batch, timestep, channels]
-        :return: Tensor[batch, timestep, channels]
-        """
-        outputs = self.net(inputs)
 
-        return outputs
+def main(audio, steps, channels=16):
+    trainer = Trainer(depth=3, repeats=2, channels=channels, res_channels=8, lr=0.01)
+    field = trainer.net.receptive_field
+    codes = mu_law_encode(torch.from_numpy(audio), channels)
+    record.append(codes.numpy().copy())
+    record.append(mu_law_decode(codes, channels).numpy().copy())
+    one_hot = to_one_hot(codes.numpy(), channels).reshape(*audio.shape, channels)
+    inputs = torch.from_numpy(one_hot).float()
+    targets = codes[:, field + 1 :].contiguous()
+    for _ in range(steps):
+        record.append(trainer.step(inputs[:, :-1], targets))
+    record.append({k: w.detach().numpy().copy() for k, w in trainer.net.named_parameters()})
 
-
-def one_hot_encode(data, channels=256):
-    one_hot = np.zeros((data.size, channels), dtype=float)
-    one_hot[np.arange(data.size), data.ravel()] = 1
-
-    return one_hot
-
-
-def main(audio, steps):
-    channels = 16
-    wavenet = Model(layer_size=3, stack_size=2, in_channels=channels, res_channels=8, lr=0.01)
-    quantized = mu_law_encoding(torch.from_numpy(audio), channels)
-    record.append(quantized.numpy().copy())
-    record.append(mu_law_decoding(quantized, channels).numpy().copy())
-    inputs = torch.from_numpy(one_hot_encode(quantized.numpy(), channels).reshape(audio.shape[0], audio.shape[1], channels)).float()
-    targets = quantized[:, wavenet.receptive_fields + 1:].contiguous()
-    for step in range(steps):
-        record.append(wavenet.train(inputs[:, :-1], targets))
-    record.append({name: p.detach().numpy().copy() for name, p in wavenet.net.named_parameters()})
-
-    # generation, one sample at a time, each fed back as a one-hot (argmax of the softmax)
+    # sampling: the most likely next code, fed back one-hot, four times
     with torch.no_grad():
-        window = inputs[:1, -(wavenet.receptive_fields + 1):]
-        generated = []
+        context = inputs[:1, -(field + 1) :]
+        drawn = []
         for _ in range(4):
-            probabilities = wavenet.generate(window)[:, -1]
-            sample = probabilities.argmax(dim=-1)
-            generated.append(sample.item())
-            window = torch.cat([window[:, 1:], F.one_hot(sample, channels).float().unsqueeze(1)], dim=1)
-        record.append(generated)
-        record.append(mu_law_decoding(torch.tensor(generated), channels).numpy().copy())
+            code = trainer.net(context)[:, -1].argmax(dim=-1)
+            drawn.append(code.item())
+            step_in = F.one_hot(code, channels).float().unsqueeze(1)
+            context = torch.cat([context[:, 1:], step_in], dim=1)
+        record.append(drawn)
+        record.append(mu_law_decode(torch.tensor(drawn), channels).numpy().copy())
     try:
-        wavenet.net(inputs[:, :wavenet.receptive_fields])
-    except InputSizeError as error:
+        trainer.net(inputs[:, :field])
+    except TooShortError as error:
         record.append(str(error))
-'''
+"""
 
 
 WAVENET_STEPS = [
     (
         "        loss.backward()\n        self.optimizer.step()\n",
         "        grads = loss.backward()\n        self.optimizer.step(grads)\n",
-    ),
-    (
-        "import torch\nimport torch.nn.functional as F\n",
-        "import retrograd as torch\nimport retrograd.nn.functional as F\n",
     ),
 ]
 
@@ -500,304 +265,186 @@ def test_wavenet_trains_as_torch():
         WAVENET_STEPS,
         lambda names, lib: names["main"](audio, 4),
     )
-    assert "Receptive fields size: 14" in records[0][-1]
+    assert "the receptive field is 14 samples" in records[0][-1]
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
 
 
-# -- Perceiver ----------------------------------------------------------------------------------------
+# -- Perceiver -------------------------------------------------------------------------------------
 PERCEIVER_SOURCE = """
-from math import pi, log
+import math
 from functools import wraps
 
-import torch
-from torch import nn, einsum
-import torch.nn.functional as F
+from einops import rearrange as arrange, repeat as tile
+from einops.layers.torch import Reduce  # the mean over the latents
 
 
-from einops import rearrange, repeat
-from einops.layers.torch import Reduce
+def given(x):
+    return x is not None
 
 
-# -- perceiver_pytorch/perceiver_pytorch.py --
-def exists(val):
-    return val is not None
+def or_else(x, fallback):
+    return x if given(x) else fallback
 
-def default(val, d):
-    return val if exists(val) else d
 
-def cache_fn(f):
-    cache = dict()
-    @wraps(f)
-    def cached_fn(*args, _cache = True, key = None, **kwargs):
+def once_per_key(build):
+    "build(...) called once per key when asked to cache: later calls get the same module."
+    made = {}
+
+    @wraps(build)
+    def get(*args, _cache=True, key=None, **kwargs):
         if not _cache:
-            return f(*args, **kwargs)
-        nonlocal cache
-        if key in cache:
-            return cache[key]
-        result = f(*args, **kwargs)
-        cache[key] = result
-        return result
-    return cached_fn
+            return build(*args, **kwargs)
+        if key not in made:
+            made[key] = build(*args, **kwargs)
+        return made[key]
 
-def fourier_encode(x, max_freq, num_bands = 4):
-    x = x.unsqueeze(-1)
-    device, dtype, orig_x = x.device, x.dtype, x
+    return get
 
-    scales = torch.linspace(1., max_freq / 2, num_bands, device = device, dtype = dtype)
-    scales = scales[(*((None,) * (len(x.shape) - 1)), Ellipsis)]
 
-    x = x * scales * pi
-    x = torch.cat([x.sin(), x.cos()], dim = -1)
-    x = torch.cat((x, orig_x), dim = -1)
-    return x
+def fourier_features(pos, max_freq, bands):
+    "pos (..., axes) -> (..., axes, 2 * bands + 1): sines, cosines and the position itself."
+    pos = pos.unsqueeze(-1)
+    freqs = torch.linspace(1.0, max_freq / 2, bands, device=pos.device, dtype=pos.dtype)
+    freqs = freqs[(*((None,) * (len(pos.shape) - 1)), Ellipsis)]  # broadcast over pos
+    angles = pos * freqs * math.pi
+    return torch.cat([angles.sin(), angles.cos(), pos], dim=-1)
 
-# helper classes
 
 class PreNorm(nn.Module):
-    def __init__(self, dim, fn, context_dim = None):
+    "LayerNorm of the input, and of the context when there is one, before fn."
+
+    def __init__(self, dim, fn, context_dim=None):
         super().__init__()
         self.fn = fn
         self.norm = nn.LayerNorm(dim)
-        self.norm_context = nn.LayerNorm(context_dim) if exists(context_dim) else None
+        self.context_norm = nn.LayerNorm(context_dim) if given(context_dim) else None
 
-    def forward(self, x, **kwargs):
-        x = self.norm(x)
+    def forward(self, x, **kwargs):  # kwargs: context=, mask=
+        if given(self.context_norm):
+            kwargs.update(context=self.context_norm(kwargs["context"]))
+        return self.fn(self.norm(x), **kwargs)
 
-        if exists(self.norm_context):
-            context = kwargs['context']
-            normed_context = self.norm_context(context)
-            kwargs.update(context = normed_context)
-
-        return self.fn(x, **kwargs)
 
 class GEGLU(nn.Module):
     def forward(self, x):
-        x, gates = x.chunk(2, dim = -1)
-        return x * F.gelu(gates)
+        h, gate = x.chunk(2, dim=-1)
+        return h * F.gelu(gate)
 
-class FeedForward(nn.Module):
-    def __init__(self, dim, mult = 4, dropout = 0.):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(dim, dim * mult * 2),
-            GEGLU(),
-            nn.Linear(dim * mult, dim),
-            nn.Dropout(dropout)
-        )
 
-    def forward(self, x):
-        return self.net(x)
+def feed_forward(dim, mult=4, dropout=0.0):
+    return nn.Sequential(
+        nn.Linear(dim, 2 * dim * mult), GEGLU(), nn.Linear(dim * mult, dim), nn.Dropout(dropout)
+    )
+
 
 class Attention(nn.Module):
-    def __init__(self, query_dim, context_dim = None, heads = 8, dim_head = 64, dropout = 0.):
+    def __init__(self, dim, context_dim=None, heads=8, dim_head=64, dropout=0.0):
         super().__init__()
-        inner_dim = dim_head * heads
-        context_dim = default(context_dim, query_dim)
+        inner = heads * dim_head
+        self.heads, self.scale = heads, dim_head**-0.5
+        self.to_q = nn.Linear(dim, inner, bias=False)
+        self.to_kv = nn.Linear(or_else(context_dim, dim), 2 * inner, bias=False)
+        self.drop = nn.Dropout(dropout)
+        self.to_out = nn.Linear(inner, dim)
 
-        self.scale = dim_head ** -0.5
-        self.heads = heads
+    def forward(self, x, context=None, mask=None):
+        context = or_else(context, x)
+        split = lambda t: arrange(t, "b n (h d) -> (b h) n d", h=self.heads)
+        q = split(self.to_q(x))
+        k, v = map(split, self.to_kv(context).chunk(2, dim=-1))
+        sim = torch.einsum("b i d, b j d -> b i j", q, k) * self.scale
+        if given(mask):
+            mask = tile(arrange(mask, "b ... -> b (...)"), "b j -> (b h) () j", h=self.heads)
+            sim.masked_fill_(~mask, -torch.finfo(sim.dtype).max)
+        weights = self.drop(sim.softmax(dim=-1))
+        out = torch.einsum("b i j, b j d -> b i d", weights, v)
+        return self.to_out(arrange(out, "(b h) n d -> b n (h d)", h=self.heads))
 
-        self.to_q = nn.Linear(query_dim, inner_dim, bias = False)
-        self.to_kv = nn.Linear(context_dim, inner_dim * 2, bias = False)
-
-        self.dropout = nn.Dropout(dropout)
-        self.to_out = nn.Linear(inner_dim, query_dim)
-
-    def forward(self, x, context = None, mask = None):
-        h = self.heads
-
-        q = self.to_q(x)
-        context = default(context, x)
-        k, v = self.to_kv(context).chunk(2, dim = -1)
-
-        q, k, v = map(lambda t: rearrange(t, 'b n (h d) -> (b h) n d', h = h), (q, k, v))
-
-        sim = einsum('b i d, b j d -> b i j', q, k) * self.scale
-
-        if exists(mask):
-            mask = rearrange(mask, 'b ... -> b (...)')
-            max_neg_value = -torch.finfo(sim.dtype).max
-            mask = repeat(mask, 'b j -> (b h) () j', h = h)
-            sim.masked_fill_(~mask, max_neg_value)
-
-        # attention, what we cannot get enough of
-        attn = sim.softmax(dim = -1)
-        attn = self.dropout(attn)
-
-        out = einsum('b i j, b j d -> b i d', attn, v)
-        out = rearrange(out, '(b h) n d -> b n (h d)', h = h)
-        return self.to_out(out)
-
-# main class
 
 class Perceiver(nn.Module):
     def __init__(
-        self,
-        *,
-        num_freq_bands,
-        depth,
-        max_freq,
-        input_channels = 3,
-        input_axis = 2,
-        num_latents = 512,
-        latent_dim = 512,
-        cross_heads = 1,
-        latent_heads = 8,
-        cross_dim_head = 64,
-        latent_dim_head = 64,
-        num_classes = 1000,
-        attn_dropout = 0.,
-        ff_dropout = 0.,
-        weight_tie_layers = False,
-        fourier_encode_data = True,
-        self_per_cross_attn = 1,
-        final_classifier_head = True
+        self, *, bands, depth, max_freq, channels=3, axes=2, latents=16, latent_dim=32,
+        cross_heads=1, latent_heads=4, cross_dim_head=8, latent_dim_head=8, classes=10,
+        self_per_cross=1, tie_weights=False,
     ):
         super().__init__()
-        self.input_axis = input_axis
-        self.max_freq = max_freq
-        self.num_freq_bands = num_freq_bands
+        self.axes, self.max_freq, self.bands = axes, max_freq, bands
+        input_dim = channels + axes * (2 * bands + 1)
+        self.latents = nn.Parameter(torch.randn(latents, latent_dim))
 
-        self.fourier_encode_data = fourier_encode_data
-        fourier_channels = (input_axis * ((num_freq_bands * 2) + 1)) if fourier_encode_data else 0
-        input_dim = fourier_channels + input_channels
+        cross_attn = once_per_key(lambda: PreNorm(
+            latent_dim, Attention(latent_dim, input_dim, cross_heads, cross_dim_head), input_dim
+        ))
+        cross_ff = once_per_key(lambda: PreNorm(latent_dim, feed_forward(latent_dim)))
+        self_attn = once_per_key(
+            lambda: PreNorm(latent_dim, Attention(latent_dim, None, latent_heads, latent_dim_head))
+        )
+        self_ff = once_per_key(lambda: PreNorm(latent_dim, feed_forward(latent_dim)))
 
-        self.latents = nn.Parameter(torch.randn(num_latents, latent_dim))
-
-        get_cross_attn = lambda: PreNorm(latent_dim, Attention(latent_dim, input_dim, heads = cross_heads, dim_head = cross_dim_head, dropout = attn_dropout), context_dim = input_dim)
-        get_cross_ff = lambda: PreNorm(latent_dim, FeedForward(latent_dim, dropout = ff_dropout))
-        get_latent_attn = lambda: PreNorm(latent_dim, Attention(latent_dim, heads = latent_heads, dim_head = latent_dim_head, dropout = attn_dropout))
-        get_latent_ff = lambda: PreNorm(latent_dim, FeedForward(latent_dim, dropout = ff_dropout))
-
-        get_cross_attn, get_cross_ff, get_latent_attn, get_latent_ff = map(cache_fn, (get_cross_attn, get_cross_ff, get_latent_attn, get_latent_ff))
-
-        self.layers = nn.ModuleList([])
+        self.layers = nn.ModuleList()
         for i in range(depth):
-            should_cache = i > 0 and weight_tie_layers
-            cache_args = {'_cache': should_cache}
+            share = {"_cache": tie_weights and i > 0}  # layers past the first reuse the second's
+            inner = nn.ModuleList([
+                nn.ModuleList([self_attn(**share, key=j), self_ff(**share, key=j)])
+                for j in range(self_per_cross)
+            ])
+            self.layers.append(nn.ModuleList([cross_attn(**share), cross_ff(**share), inner]))
 
-            self_attns = nn.ModuleList([])
+        self.head = nn.Sequential(
+            Reduce("b n d -> b d", "mean"), nn.LayerNorm(latent_dim), nn.Linear(latent_dim, classes)
+        )
 
-            for block_ind in range(self_per_cross_attn):
-                self_attns.append(nn.ModuleList([
-                    get_latent_attn(**cache_args, key = block_ind),
-                    get_latent_ff(**cache_args, key = block_ind)
-                ]))
+    def forward(self, data, mask=None, return_embeddings=False):
+        b, *axis, _, device, dtype = *data.shape, data.device, data.dtype  # all at once
+        assert len(axis) == self.axes, "one axis per spatial dimension, then the channels"
+        grids = [torch.linspace(-1.0, 1.0, steps=n, device=device, dtype=dtype) for n in axis]
+        pos = torch.stack(torch.meshgrid(*grids, indexing="ij"), dim=-1)
+        enc = arrange(fourier_features(pos, self.max_freq, self.bands), "... n d -> ... (n d)")
+        data = torch.cat((data, tile(enc, "... -> b ...", b=b)), dim=-1)
+        data = arrange(data, "b ... d -> b (...) d")
 
-            self.layers.append(nn.ModuleList([
-                get_cross_attn(**cache_args),
-                get_cross_ff(**cache_args),
-                self_attns
-            ]))
-
-        self.to_logits = nn.Sequential(
-            Reduce('b n d -> b d', 'mean'),
-            nn.LayerNorm(latent_dim),
-            nn.Linear(latent_dim, num_classes)
-        ) if final_classifier_head else nn.Identity()
-
-    def forward(
-        self,
-        data,
-        mask = None,
-        return_embeddings = False
-    ):
-        b, *axis, _, device, dtype = *data.shape, data.device, data.dtype
-        assert len(axis) == self.input_axis, 'input data must have the right number of axis'
-
-        if self.fourier_encode_data:
-            # calculate fourier encoded positions in the range of [-1, 1], for all axis
-
-            axis_pos = list(map(lambda size: torch.linspace(-1., 1., steps=size, device=device, dtype=dtype), axis))
-            pos = torch.stack(torch.meshgrid(*axis_pos, indexing = 'ij'), dim = -1)
-            enc_pos = fourier_encode(pos, self.max_freq, self.num_freq_bands)
-            enc_pos = rearrange(enc_pos, '... n d -> ... (n d)')
-            enc_pos = repeat(enc_pos, '... -> b ...', b = b)
-
-            data = torch.cat((data, enc_pos), dim = -1)
-
-        # concat to channels of data and flatten axis
-
-        data = rearrange(data, 'b ... d -> b (...) d')
-
-        x = repeat(self.latents, 'n d -> b n d', b = b)
-
-        # layers
-
-        for cross_attn, cross_ff, self_attns in self.layers:
-            x = cross_attn(x, context = data, mask = mask) + x
-            x = cross_ff(x) + x
-
-            for self_attn, self_ff in self_attns:
-                x = self_attn(x) + x
-                x = self_ff(x) + x
-
-        # allow for fetching embeddings
-
-        if return_embeddings:
-            return x
-
-        # to logits
-
-        return self.to_logits(x)
+        x = tile(self.latents, "n d -> b n d", b=b)
+        for cross_attn, cross_ff, inner in self.layers:
+            x = x + cross_attn(x, context=data, mask=mask)
+            x = x + cross_ff(x)
+            for self_attn, self_ff in inner:
+                x = x + self_attn(x)
+                x = x + self_ff(x)
+        return x if return_embeddings else self.head(x)
 
 
-# -- the README's model, smaller, under a plain classification loop --
-def main(images, labels, masks, steps, weight_tie_layers):
+def main(images, labels, masks, steps, tie_weights):
     model = Perceiver(
-        input_channels = 3,          # number of channels for each token of the input
-        input_axis = 2,              # number of axis for input data (2 for images, 3 for video)
-        num_freq_bands = 3,          # number of freq bands, with original value (2 * K + 1)
-        max_freq = 4.,               # maximum frequency, hyperparameter depending on how fine the data is
-        depth = 3,                   # depth of net. The shape of the final attention mechanism will be:
-                                     #   depth * (cross attention -> self_per_cross_attn * self attention)
-        num_latents = 4,             # number of latents, or induced set points, or centroids. different papers giving it different names
-        latent_dim = 8,              # latent dimension
-        cross_heads = 1,             # number of heads for cross attention. paper said 1
-        latent_heads = 2,            # number of heads for latent self attention, 8
-        cross_dim_head = 4,          # number of dimensions per cross attention head
-        latent_dim_head = 4,         # number of dimensions per latent self attention head
-        num_classes = 3,             # output number of classes
-        attn_dropout = 0.,
-        ff_dropout = 0.,
-        weight_tie_layers = weight_tie_layers,   # whether to weight tie layers (optional, as indicated in the diagram)
-        fourier_encode_data = True,  # whether to auto-fourier encode the data, using the input_axis given. defaults to True, but can be turned off if you are fourier encoding the data yourself
-        self_per_cross_attn = 2      # number of self attention blocks per cross attention
+        channels=3, axes=2, bands=3, max_freq=4.0, depth=3, latents=4, latent_dim=8,
+        cross_heads=1, latent_heads=2, cross_dim_head=4, latent_dim_head=4, classes=3,
+        self_per_cross=2, tie_weights=tie_weights,
     )
     initialize(model)
-    record.append(len(list(model.parameters())))
-    record.append(list(model.state_dict()))
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    record.append(len(list(model.parameters())))  # tied modules are listed once
+    record.append(list(model.state_dict()))  # the names, in order
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
     for step in range(steps):
         model.train()
         optimizer.zero_grad()
-        logits = model(images, mask=masks)
-        loss = F.cross_entropy(logits, labels)
+        loss = F.cross_entropy(model(images, mask=masks), labels)
         loss.backward()
         optimizer.step()
         record.append(loss.item())
     model.eval()
     with torch.no_grad():
-        record.append(model(images).numpy().copy())
-        record.append(model(images, return_embeddings=True).numpy().copy())
-    record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
+        record.append(model(images).numpy().copy())  # logits
+        record.append(model(images, return_embeddings=True).numpy().copy())  # latents
+    record.append({k: w.detach().numpy().copy() for k, w in model.named_parameters()})
 """
 
 PERCEIVER_STEPS = [
-    (
-        "from math import pi, log\nfrom functools import wraps\n\nimport torch\nfrom torch import nn, einsum\nimport torch.nn.functional as F\n",
-        "from math import pi, log\nfrom functools import wraps\n\nimport retrograd as torch\nfrom retrograd import nn, einsum\nimport retrograd.nn.functional as F\n",
-    ),
     ("from einops.layers.torch import Reduce", "from einops.layers.retrograd import Reduce"),
-    (
-        "        loss.backward()\n        optimizer.step()\n",
-        "        grads = loss.backward()\n        optimizer.step(grads)\n",
-    ),
+    *GRADIENT_STEPS,
 ]
 
 
-@pytest.mark.parametrize("weight_tie_layers", [False, True])
-def test_perceiver_trains_as_torch(weight_tie_layers):
+@pytest.mark.parametrize("tie_weights", [False, True])
+def test_perceiver_trains_as_torch(tie_weights):
     rng = np.random.default_rng(6202)
     images = rng.standard_normal((3, 4, 4, 3)).astype(np.float32)
     labels = rng.integers(0, 3, 3)
@@ -805,96 +452,81 @@ def test_perceiver_trains_as_torch(weight_tie_layers):
     masks[:, 0, 0] = True
 
     def call(names, lib):
-        names["main"](
-            lib.tensor(images), lib.tensor(labels), lib.tensor(masks), 4, weight_tie_layers
-        )
+        names["main"](lib.tensor(images), lib.tensor(labels), lib.tensor(masks), 4, tie_weights)
 
     records = run_both(PERCEIVER_SOURCE, PERCEIVER_STEPS, call)
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
 
 
-# -- MLP-Mixer and gMLP -----------------------------------------------------------------------------
+# -- MLP-Mixer and gMLP ----------------------------------------------------------------------------
 MIXER_SOURCE = """
 from functools import partial
 
-import torch
-from torch import nn, einsum
-import torch.nn.functional as F
+from einops import rearrange as arrange, repeat as tile
+from einops.layers.torch import Reduce, Rearrange
 
 
-from einops import rearrange, repeat
-from einops.layers.torch import Rearrange, Reduce
+# -- an MLP-Mixer image classifier --
+def as_pair(x):
+    return x if isinstance(x, tuple) else (x, x)
 
 
-# -- mlp_mixer_pytorch/mlp_mixer_pytorch.py (lucidrains/mlp-mixer-pytorch) --
-pair = lambda x: x if isinstance(x, tuple) else (x, x)
+class NormThenAdd(nn.Module):
+    "x + fn(LayerNorm(x))"
 
-class PreNormResidual(nn.Module):
     def __init__(self, dim, fn):
         super().__init__()
-        self.fn = fn
-        self.norm = nn.LayerNorm(dim)
+        self.norm, self.fn = nn.LayerNorm(dim), fn
 
     def forward(self, x):
-        return self.fn(self.norm(x)) + x
+        return x + self.fn(self.norm(x))
 
-def FeedForward(dim, expansion_factor = 4, dropout = 0., dense = nn.Linear):
-    inner_dim = int(dim * expansion_factor)
+
+def mlp(width, factor, dropout, layer):
+    hidden = int(width * factor)
     return nn.Sequential(
-        dense(dim, inner_dim),
+        layer(width, hidden),
         nn.GELU(),
         nn.Dropout(dropout),
-        dense(inner_dim, dim),
-        nn.Dropout(dropout)
+        layer(hidden, width),
+        nn.Dropout(dropout),
     )
 
-def MLPMixer(*, image_size, channels, patch_size, dim, depth, num_classes, expansion_factor = 4, expansion_factor_token = 0.5, dropout = 0.):
-    image_h, image_w = pair(image_size)
-    assert (image_h % patch_size) == 0 and (image_w % patch_size) == 0, 'image must be divisible by patch size'
-    num_patches = (image_h // patch_size) * (image_w // patch_size)
-    chan_first, chan_last = partial(nn.Conv1d, kernel_size = 1), nn.Linear
 
+def mixer(*, image_size, channels, patch, dim, depth, classes, token_factor=4, channel_factor=0.5,
+          dropout=0.0):
+    h, w = as_pair(image_size)
+    assert h % patch == 0 and w % patch == 0, "the patches must tile the image"
+    patches = (h // patch) * (w // patch)
+    across_patches = partial(nn.Conv1d, kernel_size=1)  # mixes along the patch axis
+    blocks = [
+        nn.Sequential(
+            NormThenAdd(dim, mlp(patches, token_factor, dropout, across_patches)),
+            NormThenAdd(dim, mlp(dim, channel_factor, dropout, nn.Linear)),
+        )
+        for _ in range(depth)
+    ]
     return nn.Sequential(
-        Rearrange('b c (h p1) (w p2) -> b (h w) (p1 p2 c)', p1 = patch_size, p2 = patch_size),
-        nn.Linear((patch_size ** 2) * channels, dim),
-        *[nn.Sequential(
-            PreNormResidual(dim, FeedForward(num_patches, expansion_factor, dropout, chan_first)),
-            PreNormResidual(dim, FeedForward(dim, expansion_factor_token, dropout, chan_last))
-        ) for _ in range(depth)],
+        Rearrange("b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=patch, p2=patch),
+        nn.Linear(patch * patch * channels, dim),
+        *blocks,
         nn.LayerNorm(dim),
-        Reduce('b n c -> b c', 'mean'),
-        nn.Linear(dim, num_classes)
+        Reduce("b n c -> b c", "mean"),
+        nn.Linear(dim, classes),
     )
 
 
-# -- g_mlp_pytorch/g_mlp_pytorch.py (lucidrains/g-mlp-pytorch) --
-def exists(val):
-    return val is not None
+# -- a gMLP causal language model --
+def given(x):
+    return x is not None
 
-def pair(val):
-    return (val, val) if not isinstance(val, tuple) else val
 
-def dropout_layers(layers, prob_survival):
-    if prob_survival == 1:
-        return layers
-
-    num_layers = len(layers)
-    to_drop = torch.zeros(num_layers).uniform_(0., 1.) > prob_survival
-
-    # make sure at least one layer makes it
-    if all(to_drop):
-        rand_index = randrange(num_layers)
-        to_drop[rand_index] = False
-
-    layers = [layer for (layer, drop) in zip(layers, to_drop) if not drop]
-    return layers
-
-def shift(t, amount, mask = None):
+def shift_tokens(t, amount):
+    "Move the sequence amount steps later (earlier if negative), zeros filling in."
     if amount == 0:
         return t
-    return F.pad(t, (0, 0, amount, -amount), value = 0.)
+    return F.pad(t, (0, 0, amount, -amount), value=0.0)
 
-# helper classes
 
 class Residual(nn.Module):
     def __init__(self, fn):
@@ -902,263 +534,165 @@ class Residual(nn.Module):
         self.fn = fn
 
     def forward(self, x):
-        return self.fn(x) + x
+        return x + self.fn(x)
 
-class PreShiftTokens(nn.Module):
-    def __init__(self, shifts, fn):
-        super().__init__()
-        self.fn = fn
-        self.shifts = tuple(shifts)
 
-    def forward(self, x, **kwargs):
-        if self.shifts == (0,):
-            return self.fn(x, **kwargs)
-
-        shifts = self.shifts
-        segments = len(shifts)
-        feats_per_shift = x.shape[-1] // segments
-        splitted = x.split(feats_per_shift, dim = -1)
-        segments_to_shift, rest = splitted[:segments], splitted[segments:]
-        segments_to_shift = list(map(lambda args: shift(*args), zip(segments_to_shift, shifts)))
-        x = torch.cat((*segments_to_shift, *rest), dim = -1)
-        return self.fn(x, **kwargs)
-
-class PreNorm(nn.Module):
+class Normed(nn.Module):
     def __init__(self, dim, fn):
         super().__init__()
-        self.fn = fn
-        self.norm = nn.LayerNorm(dim)
-
-    def forward(self, x, **kwargs):
-        x = self.norm(x)
-        return self.fn(x, **kwargs)
-
-class Attention(nn.Module):
-    def __init__(self, dim_in, dim_out, dim_inner, causal = False):
-        super().__init__()
-        self.scale = dim_inner ** -0.5
-        self.causal = causal
-
-        self.to_qkv = nn.Linear(dim_in, dim_inner * 3, bias = False)
-        self.to_out = nn.Linear(dim_inner, dim_out)
+        self.norm, self.fn = nn.LayerNorm(dim), fn
 
     def forward(self, x):
-        device = x.device
-        q, k, v = self.to_qkv(x).chunk(3, dim = -1)
-        sim = einsum('b i d, b j d -> b i j', q, k) * self.scale
+        return self.fn(self.norm(x))
 
-        if self.causal:
-            mask = torch.ones(sim.shape[-2:], device = device).triu(1).bool()
-            sim.masked_fill_(mask[None, ...], -torch.finfo(q.dtype).max)
 
-        attn = sim.softmax(dim = -1)
-        out = einsum('b i j, b j d -> b i d', attn, v)
-        return self.to_out(out)
+class ShiftedSlices(nn.Module):
+    "The features cut into one slice per shift, each slice shifted along the sequence."
 
-class SpatialGatingUnit(nn.Module):
-    def __init__(
-        self,
-        dim,
-        dim_seq,
-        causal = False,
-        act = nn.Identity(),
-        heads = 1,
-        init_eps = 1e-3,
-        circulant_matrix = False
-    ):
+    def __init__(self, shifts, fn):  # shifts: e.g. (0, 1)
         super().__init__()
-        dim_out = dim // 2
-        self.heads = heads
-        self.causal = causal
-        self.norm = nn.LayerNorm(dim_out)
+        self.shifts, self.fn = tuple(shifts), fn
 
-        self.act = act
+    def forward(self, x):
+        if self.shifts == (0,):
+            return self.fn(x)
+        n = len(self.shifts)
+        pieces = x.split(x.shape[-1] // n, dim=-1)
+        moved = [shift_tokens(piece, s) for piece, s in zip(pieces[:n], self.shifts)]
+        return self.fn(torch.cat((*moved, *pieces[n:]), dim=-1))
 
-        # parameters
 
-        if circulant_matrix:
-            self.circulant_pos_x = nn.Parameter(torch.ones(heads, dim_seq))
-            self.circulant_pos_y = nn.Parameter(torch.ones(heads, dim_seq))
+class TinyAttention(nn.Module):
+    def __init__(self, dim, dim_out, inner, causal=False):
+        super().__init__()
+        self.scale, self.causal = inner**-0.5, causal
+        self.qkv = nn.Linear(dim, 3 * inner, bias=False)
+        self.out = nn.Linear(inner, dim_out)
 
-        self.circulant_matrix = circulant_matrix
-        shape = (heads, dim_seq,) if circulant_matrix else (heads, dim_seq, dim_seq)
-        weight = torch.zeros(shape)
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        sim = torch.einsum("b i d, b j d -> b i j", q, k) * self.scale
+        if self.causal:
+            future = torch.ones(sim.shape[-2:], device=x.device).triu(1).bool()
+            sim.masked_fill_(future[None, ...], -torch.finfo(q.dtype).max)
+        return self.out(torch.einsum("b i j, b j d -> b i d", sim.softmax(dim=-1), v))
 
-        self.weight = nn.Parameter(weight)
-        init_eps /= dim_seq
-        nn.init.uniform_(self.weight, -init_eps, init_eps)
 
-        self.bias = nn.Parameter(torch.ones(heads, dim_seq))
+class SpatialGate(nn.Module):
+    "Half the features gate the other half after a learned mixing along the sequence."
 
-    def forward(self, x, gate_res = None):
-        device, n, h = x.device, x.shape[1], self.heads
+    def __init__(self, dim, seq_len, causal=False, act=nn.Identity(), heads=1, eps=1e-3,
+                 circulant=False):
+        super().__init__()
+        self.heads, self.causal, self.circulant, self.act = heads, causal, circulant, act
+        self.norm = nn.LayerNorm(dim // 2)
+        if circulant:
+            self.row_scale = nn.Parameter(torch.ones(heads, seq_len))
+            self.col_scale = nn.Parameter(torch.ones(heads, seq_len))
+        shape = (heads, seq_len) if circulant else (heads, seq_len, seq_len)
+        self.weight = nn.Parameter(torch.zeros(shape))
+        nn.init.uniform_(self.weight, -eps / seq_len, eps / seq_len)  # near identity gating
+        self.bias = nn.Parameter(torch.ones(heads, seq_len))
 
-        res, gate = x.chunk(2, dim = -1)
+    def mixing_matrix(self):
+        w, h = self.weight, self.heads
+        if not self.circulant:
+            return w
+        n = w.shape[-1]
+        # each row the previous one shifted right: tile [w, 0...] and cut rows of 2n - 1
+        w = tile(F.pad(w, (0, n), value=0), "... n -> ... (r n)", r=n)
+        w = w[:, :-n].reshape(h, n, 2 * n - 1)[:, :, n - 1 :]
+        rows = arrange(self.row_scale, "h i -> h i ()")
+        return w * rows * arrange(self.col_scale, "h j -> h () j")
+
+    def forward(self, x, extra=None):
+        n = x.shape[1]
+        keep, gate = x.chunk(2, dim=-1)
         gate = self.norm(gate)
-
-        weight, bias = self.weight, self.bias
-
-        if self.circulant_matrix:
-            # build the circulant matrix
-
-            dim_seq = weight.shape[-1]
-            weight = F.pad(weight, (0, dim_seq), value = 0)
-            weight = repeat(weight, '... n -> ... (r n)', r = dim_seq)
-            weight = weight[:, :-dim_seq].reshape(h, dim_seq, 2 * dim_seq - 1)
-            weight = weight[:, :, (dim_seq - 1):]
-
-            # give circulant matrix absolute position awareness
-
-            pos_x, pos_y = self.circulant_pos_x, self.circulant_pos_y
-            weight = weight * rearrange(pos_x, 'h i -> h i ()') * rearrange(pos_y, 'h j -> h () j')
-
+        w, b = self.mixing_matrix(), self.bias
         if self.causal:
-            weight, bias = weight[:, :n, :n], bias[:, :n]
-            mask = torch.ones(weight.shape[-2:], device = device).triu_(1).bool()
-            mask = rearrange(mask, 'i j -> () i j')
-            weight = weight.masked_fill(mask, 0.)
+            w, b = w[:, :n, :n], b[:, :n]
+            future = torch.ones(w.shape[-2:], device=x.device).triu_(1).bool()
+            w = w.masked_fill(arrange(future, "i j -> () i j"), 0.0)
+        gate = arrange(gate, "b n (h d) -> b h n d", h=self.heads)
+        gate = torch.einsum("b h n d, h m n -> b h m d", gate, w)
+        gate = arrange(gate + arrange(b, "h n -> () h n ()"), "b h n d -> b n (h d)")
+        if given(extra):
+            gate = gate + extra
+        return self.act(gate) * keep
 
-        gate = rearrange(gate, 'b n (h d) -> b h n d', h = h)
 
-        gate = einsum('b h n d, h m n -> b h m d', gate, weight)
-        gate = gate + rearrange(bias, 'h n -> () h n ()')
-
-        gate = rearrange(gate, 'b h n d -> b n (h d)')
-
-        if exists(gate_res):
-            gate = gate + gate_res
-
-        return self.act(gate) * res
-
-class gMLPBlock(nn.Module):
-    def __init__(
-        self,
-        *,
-        dim,
-        dim_ff,
-        seq_len,
-        heads = 1,
-        attn_dim = None,
-        causal = False,
-        act = nn.Identity(),
-        circulant_matrix = False
-    ):
+class GatedBlock(nn.Module):
+    def __init__(self, *, dim, hidden, seq_len, heads=1, attn_dim=None, causal=False,
+                 act=nn.Identity(), circulant=False):
         super().__init__()
-        self.proj_in = nn.Sequential(
-            nn.Linear(dim, dim_ff),
-            nn.GELU()
-        )
-
-        self.attn = Attention(dim, dim_ff // 2, attn_dim, causal) if exists(attn_dim) else None
-
-        self.sgu = SpatialGatingUnit(dim_ff, seq_len, causal, act, heads, circulant_matrix = circulant_matrix)
-        self.proj_out = nn.Linear(dim_ff // 2, dim)
+        self.up = nn.Sequential(nn.Linear(dim, hidden), nn.GELU())
+        self.attn = TinyAttention(dim, hidden // 2, attn_dim, causal) if given(attn_dim) else None
+        self.gate = SpatialGate(hidden, seq_len, causal, act, heads, circulant=circulant)
+        self.down = nn.Linear(hidden // 2, dim)
 
     def forward(self, x):
-        gate_res = self.attn(x) if exists(self.attn) else None
-        x = self.proj_in(x)
-        x = self.sgu(x, gate_res = gate_res)
-        x = self.proj_out(x)
-        return x
+        extra = self.attn(x) if given(self.attn) else None
+        return self.down(self.gate(self.up(x), extra=extra))
 
-# main classes
 
-class gMLP(nn.Module):
-    def __init__(
-        self,
-        *,
-        num_tokens = None,
-        dim,
-        depth,
-        seq_len,
-        heads = 1,
-        ff_mult = 4,
-        attn_dim = None,
-        prob_survival = 1.,
-        causal = False,
-        circulant_matrix = False,
-        shift_tokens = 0,
-        act = nn.Identity()
-    ):
+class GatedMLP(nn.Module):
+    def __init__(self, *, vocab, dim, depth, seq_len, heads=1, mult=4, attn_dim=None,
+                 causal=True, circulant=False, shift=0, act=nn.Identity()):
         super().__init__()
-        assert (dim % heads) == 0, 'dimension must be divisible by number of heads'
+        assert dim % heads == 0
+        shifts = tuple(range(0 if causal else -shift, shift + 1))
+        self.embed = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList([
+            Residual(Normed(dim, ShiftedSlices(shifts, GatedBlock(
+                dim=dim, hidden=dim * mult, seq_len=seq_len, heads=heads, attn_dim=attn_dim,
+                causal=causal, act=act, circulant=circulant,
+            ))))
+            for _ in range(depth)
+        ])
+        self.logits = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, vocab))
 
-        dim_ff = dim * ff_mult
-        self.seq_len = seq_len
-        self.prob_survival = prob_survival
-
-        self.to_embed = nn.Embedding(num_tokens, dim) if exists(num_tokens) else nn.Identity()
-
-        token_shifts = tuple(range(0 if causal else -shift_tokens, shift_tokens + 1))
-        self.layers = nn.ModuleList([Residual(PreNorm(dim, PreShiftTokens(token_shifts, gMLPBlock(dim = dim, heads = heads, dim_ff = dim_ff, seq_len = seq_len, attn_dim = attn_dim, causal = causal, act = act, circulant_matrix = circulant_matrix)))) for i in range(depth)])
-
-        self.to_logits = nn.Sequential(
-            nn.LayerNorm(dim),
-            nn.Linear(dim, num_tokens)
-        ) if exists(num_tokens) else nn.Identity()
-
-    def forward(self, x):
-        x = self.to_embed(x)
-        layers = self.layers if not self.training else dropout_layers(self.layers, self.prob_survival)
-        out = nn.Sequential(*layers)(x)
-        return self.to_logits(out)
+    def forward(self, ids):
+        return self.logits(nn.Sequential(*self.layers)(self.embed(ids)))
 
 
-# -- the training loops: the Mixer as an image classifier, gMLP as a causal language model --
-def train_mixer(images, labels, steps):
-    model = MLPMixer(
-        image_size = (4, 6),
-        channels = 3,
-        patch_size = 2,
-        dim = 8,
-        depth = 2,
-        num_classes = 3
-    )
+# -- the training loops --
+def fit_mixer(images, labels, steps):
+    model = mixer(image_size=(4, 6), channels=3, patch=2, dim=8, depth=2, classes=3)
     initialize(model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.05)
-    criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.05)
+    smoothed_ce = nn.CrossEntropyLoss(label_smoothing=0.1)
     for step in range(steps):
         optimizer.zero_grad()
-        loss = criterion(model(images), labels)
+        loss = smoothed_ce(model(images), labels)
         loss.backward()
         optimizer.step()
         record.append(loss.item())
-    record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
+    record.append({k: w.detach().numpy().copy() for k, w in model.named_parameters()})
 
 
-def train_gmlp(tokens, steps, **options):
-    model = gMLP(
-        num_tokens = 7,
-        dim = 8,
-        depth = 2,
-        seq_len = tokens.shape[1] - 1,
-        causal = True,
-        **options
-    )
+def fit_gmlp(tokens, steps, **options):
+    model = GatedMLP(vocab=7, dim=8, depth=2, seq_len=tokens.shape[1] - 1, **options)
     initialize(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     for step in range(steps):
         model.train()
         optimizer.zero_grad()
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:])
+        logits = model(tokens[:, :-1])  # predict each next token
+        loss = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:])  # (B, V, T)
         loss.backward()
         optimizer.step()
         record.append(loss.item())
     model.eval()
     with torch.no_grad():
-        record.append(model(tokens[:, :-1]).argmax(dim=-1).tolist())
-    record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
+        record.append(model(tokens[:, :-1]).argmax(dim=-1).tolist())  # greedy guesses
+    record.append({k: w.detach().numpy().copy() for k, w in model.named_parameters()})
 """
 
 MIXER_STEPS = [
     (
-        "from functools import partial\n\nimport torch\nfrom torch import nn, einsum\nimport torch.nn.functional as F\n",
-        "from functools import partial\n\nimport retrograd as torch\nfrom retrograd import nn, einsum\nimport retrograd.nn.functional as F\n",
-    ),
-    (
-        "from einops.layers.torch import Rearrange, Reduce",
-        "from einops.layers.retrograd import Rearrange, Reduce",
+        "from einops.layers.torch import Reduce, Rearrange",
+        "from einops.layers.retrograd import Reduce, Rearrange",
     ),
     *GRADIENT_STEPS,
 ]
@@ -1171,9 +705,9 @@ def test_mlp_mixer_and_gmlp_train_as_torch():
     tokens = rng.integers(0, 7, (2, 7))
 
     def call(names, lib):
-        names["train_mixer"](lib.tensor(images), lib.tensor(labels), 3)
-        names["train_gmlp"](lib.tensor(tokens), 3, heads=2, attn_dim=4, shift_tokens=1)
-        names["train_gmlp"](lib.tensor(tokens), 3, circulant_matrix=True, act=names["nn"].Tanh())
+        names["fit_mixer"](lib.tensor(images), lib.tensor(labels), 3)
+        names["fit_gmlp"](lib.tensor(tokens), 3, heads=2, attn_dim=4, shift=1)
+        names["fit_gmlp"](lib.tensor(tokens), 3, circulant=True, act=names["nn"].Tanh())
 
     records = run_both(MIXER_SOURCE, MIXER_STEPS, call)
     # the token-mixing convolutions' output biases add one value per patch along the features,
@@ -1183,512 +717,325 @@ def test_mlp_mixer_and_gmlp_train_as_torch():
     assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5, skip=skip)
 
 
-# -- Glow -------------------------------------------------------------------------------------------
+# -- Glow ------------------------------------------------------------------------------------------
 GLOW_SOURCE = """
-import torch
-from torch import nn
-from torch.nn import functional as F
-from math import log, pi, exp
-import numpy as np
-from scipy import linalg as la
+import math
 
-logabs = lambda x: torch.log(torch.abs(x))
+from scipy import linalg as sla
 
 
-# -- model.py (rosinality/glow-pytorch) --
+def log_abs(x):
+    return torch.log(torch.abs(x))
+
+
 class ActNorm(nn.Module):
-    def __init__(self, in_channel, logdet=True):
+    "Per-channel affine map, initialised from the first batch to zero mean and unit spread."
+
+    def __init__(self, channels):
         super().__init__()
+        self.loc = nn.Parameter(torch.zeros(1, channels, 1, 1))
+        self.scale = nn.Parameter(torch.ones(1, channels, 1, 1))
+        self.register_buffer("initialized", torch.tensor(0, dtype=torch.uint8))  # a flag
 
-        self.loc = nn.Parameter(torch.zeros(1, in_channel, 1, 1))
-        self.scale = nn.Parameter(torch.ones(1, in_channel, 1, 1))
-
-        self.register_buffer("initialized", torch.tensor(0, dtype=torch.uint8))
-        self.logdet = logdet
-
-    def initialize(self, input):
+    def data_init(self, x):
         with torch.no_grad():
-            flatten = input.permute(1, 0, 2, 3).contiguous().view(input.shape[1], -1)
-            mean = (
-                flatten.mean(1)
-                .unsqueeze(1)
-                .unsqueeze(2)
-                .unsqueeze(3)
-                .permute(1, 0, 2, 3)
-            )
-            std = (
-                flatten.std(1)
-                .unsqueeze(1)
-                .unsqueeze(2)
-                .unsqueeze(3)
-                .permute(1, 0, 2, 3)
-            )
-
+            per_channel = x.permute(1, 0, 2, 3).contiguous().view(x.shape[1], -1)
+            mean = per_channel.mean(1).view(1, -1, 1, 1)
+            std = per_channel.std(1).view(1, -1, 1, 1)
             self.loc.data.copy_(-mean)
-            self.scale.data.copy_(1 / (std + 1e-6))
+            self.scale.data.copy_(1 / (std + 1e-6))  # unit spread afterwards
 
-    def forward(self, input):
-        _, _, height, width = input.shape
-
-        if self.initialized.item() == 0:
-            self.initialize(input)
+    def forward(self, x):
+        if self.initialized.item() == 0:  # the first batch seen
+            self.data_init(x)
             self.initialized.fill_(1)
+        pixels = x.shape[2] * x.shape[3]
+        return self.scale * (x + self.loc), pixels * torch.sum(log_abs(self.scale))
 
-        log_abs = logabs(self.scale)
-
-        logdet = height * width * torch.sum(log_abs)
-
-        if self.logdet:
-            return self.scale * (input + self.loc), logdet
-
-        else:
-            return self.scale * (input + self.loc)
-
-    def reverse(self, output):
-        return output / self.scale - self.loc
+    def reverse(self, y):
+        return y / self.scale - self.loc
 
 
-class InvConv2d(nn.Module):
-    def __init__(self, in_channel):
+class Conv1x1(nn.Module):
+    "An invertible 1x1 convolution from a random rotation; log|det| by slogdet in double."
+
+    def __init__(self, channels):
         super().__init__()
+        q, _ = torch.qr(torch.randn(channels, channels))
+        self.weight = nn.Parameter(q.unsqueeze(2).unsqueeze(3))
 
-        weight = torch.randn(in_channel, in_channel)
-        q, _ = torch.qr(weight)
-        weight = q.unsqueeze(2).unsqueeze(3)
-        self.weight = nn.Parameter(weight)
+    def forward(self, x):
+        w = self.weight.squeeze()
+        logdet = x.shape[2] * x.shape[3] * torch.slogdet(w.double())[1].float()
+        return F.conv2d(x, self.weight), logdet
 
-    def forward(self, input):
-        _, _, height, width = input.shape
-
-        out = F.conv2d(input, self.weight)
-        logdet = (
-            height * width * torch.slogdet(self.weight.squeeze().double())[1].float()
-        )
-
-        return out, logdet
-
-    def reverse(self, output):
-        return F.conv2d(
-            output, self.weight.squeeze().inverse().unsqueeze(2).unsqueeze(3)
-        )
+    def reverse(self, y):
+        return F.conv2d(y, self.weight.squeeze().inverse().unsqueeze(2).unsqueeze(3))
 
 
-class InvConv2dLU(nn.Module):
-    def __init__(self, in_channel):
+class Conv1x1LU(nn.Module):
+    "The same map kept as P L (U + diag(sign * exp(log_s))): log|det| is sum(log_s)."
+
+    def __init__(self, channels):
         super().__init__()
+        rotation, _ = sla.qr(np.random.randn(channels, channels))
+        p, lower, upper = sla.lu(rotation.astype(np.float32))
+        s = np.diag(upper)
+        above = np.triu(np.ones_like(upper), 1)
+        self.register_buffer("perm", torch.from_numpy(p))
+        self.register_buffer("upper_mask", torch.from_numpy(above))
+        self.register_buffer("lower_mask", torch.from_numpy(above.T))
+        self.register_buffer("sign_s", torch.sign(torch.from_numpy(s)))
+        self.register_buffer("eye", torch.eye(channels))
+        self.lower = nn.Parameter(torch.from_numpy(lower))
+        self.log_s = nn.Parameter(log_abs(torch.from_numpy(s)))
+        self.upper = nn.Parameter(torch.from_numpy(np.triu(upper, 1)))
 
-        weight = np.random.randn(in_channel, in_channel)
-        q, _ = la.qr(weight)
-        w_p, w_l, w_u = la.lu(q.astype(np.float32))
-        w_s = np.diag(w_u)
-        w_u = np.triu(w_u, 1)
-        u_mask = np.triu(np.ones_like(w_u), 1)
-        l_mask = u_mask.T
+    def matrix(self):
+        lower = self.lower * self.lower_mask + self.eye
+        upper = self.upper * self.upper_mask + torch.diag(self.sign_s * torch.exp(self.log_s))
+        return self.perm @ lower @ upper
 
-        w_p = torch.from_numpy(w_p)
-        w_l = torch.from_numpy(w_l)
-        w_s = torch.from_numpy(w_s)
-        w_u = torch.from_numpy(w_u)
+    def forward(self, x):
+        logdet = x.shape[2] * x.shape[3] * torch.sum(self.log_s)
+        return F.conv2d(x, self.matrix().unsqueeze(2).unsqueeze(3)), logdet
 
-        self.register_buffer("w_p", w_p)
-        self.register_buffer("u_mask", torch.from_numpy(u_mask))
-        self.register_buffer("l_mask", torch.from_numpy(l_mask))
-        self.register_buffer("s_sign", torch.sign(w_s))
-        self.register_buffer("l_eye", torch.eye(l_mask.shape[0]))
-        self.w_l = nn.Parameter(w_l)
-        self.w_s = nn.Parameter(logabs(w_s))
-        self.w_u = nn.Parameter(w_u)
-
-    def forward(self, input):
-        _, _, height, width = input.shape
-
-        weight = self.calc_weight()
-
-        out = F.conv2d(input, weight)
-        logdet = height * width * torch.sum(self.w_s)
-
-        return out, logdet
-
-    def calc_weight(self):
-        weight = (
-            self.w_p
-            @ (self.w_l * self.l_mask + self.l_eye)
-            @ ((self.w_u * self.u_mask) + torch.diag(self.s_sign * torch.exp(self.w_s)))
-        )
-
-        return weight.unsqueeze(2).unsqueeze(3)
-
-    def reverse(self, output):
-        weight = self.calc_weight()
-
-        return F.conv2d(output, weight.squeeze().inverse().unsqueeze(2).unsqueeze(3))
+    def reverse(self, y):
+        return F.conv2d(y, self.matrix().inverse().unsqueeze(2).unsqueeze(3))
 
 
-class ZeroConv2d(nn.Module):
-    def __init__(self, in_channel, out_channel, padding=1):
+class ZeroInitConv(nn.Module):
+    "3x3 convolution over a border of ones, starting at zero, scaled by exp(3 * scale)."
+
+    def __init__(self, n_in, n_out):
         super().__init__()
-
-        self.conv = nn.Conv2d(in_channel, out_channel, 3, padding=0)
+        self.conv = nn.Conv2d(n_in, n_out, 3, padding=0)
         self.conv.weight.data.zero_()
         self.conv.bias.data.zero_()
-        self.scale = nn.Parameter(torch.zeros(1, out_channel, 1, 1))
+        self.scale = nn.Parameter(torch.zeros(1, n_out, 1, 1))
 
-    def forward(self, input):
-        out = F.pad(input, [1, 1, 1, 1], value=1)
-        out = self.conv(out)
-        out = out * torch.exp(self.scale * 3)
-
-        return out
+    def forward(self, x):
+        return self.conv(F.pad(x, [1, 1, 1, 1], value=1)) * torch.exp(3 * self.scale)
 
 
-class AffineCoupling(nn.Module):
-    def __init__(self, in_channel, filter_size=512, affine=True):
+class Coupling(nn.Module):
+    "The second half of the channels moved by a network of the first (affine or additive)."
+
+    def __init__(self, channels, width, affine=True):
         super().__init__()
-
         self.affine = affine
-
         self.net = nn.Sequential(
-            nn.Conv2d(in_channel // 2, filter_size, 3, padding=1),
+            nn.Conv2d(channels // 2, width, 3, padding=1),
             nn.ReLU(inplace=True),
-            nn.Conv2d(filter_size, filter_size, 1),
+            nn.Conv2d(width, width, 1),
             nn.ReLU(inplace=True),
-            ZeroConv2d(filter_size, in_channel if self.affine else in_channel // 2),
+            ZeroInitConv(width, channels if affine else channels // 2),
         )
+        for i in (0, 2):
+            self.net[i].weight.data.normal_(0, 0.05)
+            self.net[i].bias.data.zero_()
 
-        self.net[0].weight.data.normal_(0, 0.05)
-        self.net[0].bias.data.zero_()
+    def forward(self, x):
+        a, b = x.chunk(2, 1)
+        if not self.affine:
+            return torch.cat([a, b + self.net(a)], 1), None
+        raw_scale, shift = self.net(a).chunk(2, 1)
+        scale = F.sigmoid(raw_scale + 2)
+        logdet = torch.sum(torch.log(scale).view(x.shape[0], -1), 1)
+        return torch.cat([a, (b + shift) * scale], 1), logdet
 
-        self.net[2].weight.data.normal_(0, 0.05)
-        self.net[2].bias.data.zero_()
-
-    def forward(self, input):
-        in_a, in_b = input.chunk(2, 1)
-
-        if self.affine:
-            log_s, t = self.net(in_a).chunk(2, 1)
-            # s = torch.exp(log_s)
-            s = F.sigmoid(log_s + 2)
-            # out_a = s * in_a + t
-            out_b = (in_b + t) * s
-
-            logdet = torch.sum(torch.log(s).view(input.shape[0], -1), 1)
-
-        else:
-            net_out = self.net(in_a)
-            out_b = in_b + net_out
-            logdet = None
-
-        return torch.cat([in_a, out_b], 1), logdet
-
-    def reverse(self, output):
-        out_a, out_b = output.chunk(2, 1)
-
-        if self.affine:
-            log_s, t = self.net(out_a).chunk(2, 1)
-            # s = torch.exp(log_s)
-            s = F.sigmoid(log_s + 2)
-            # in_a = (out_a - t) / s
-            in_b = out_b / s - t
-
-        else:
-            net_out = self.net(out_a)
-            in_b = out_b - net_out
-
-        return torch.cat([out_a, in_b], 1)
+    def reverse(self, y):
+        a, b = y.chunk(2, 1)
+        if not self.affine:
+            return torch.cat([a, b - self.net(a)], 1)
+        raw_scale, shift = self.net(a).chunk(2, 1)
+        return torch.cat([a, b / F.sigmoid(raw_scale + 2) - shift], 1)
 
 
-class Flow(nn.Module):
-    def __init__(self, in_channel, affine=True, conv_lu=True):
+class FlowStep(nn.Module):
+    def __init__(self, channels, width, affine=True, lu=True):
         super().__init__()
+        self.norm = ActNorm(channels)
+        self.mix = Conv1x1LU(channels) if lu else Conv1x1(channels)
+        self.coupling = Coupling(channels, width, affine=affine)
 
-        self.actnorm = ActNorm(in_channel)
+    def forward(self, x):
+        x, logdet = self.norm(x)
+        x, det = self.mix(x)
+        x, det_c = self.coupling(x)
+        logdet = logdet + det
+        return x, logdet if det_c is None else logdet + det_c
 
-        if conv_lu:
-            self.invconv = InvConv2dLU(in_channel)
-
-        else:
-            self.invconv = InvConv2d(in_channel)
-
-        self.coupling = AffineCoupling(in_channel, affine=affine)
-
-    def forward(self, input):
-        out, logdet = self.actnorm(input)
-        out, det1 = self.invconv(out)
-        out, det2 = self.coupling(out)
-
-        logdet = logdet + det1
-        if det2 is not None:
-            logdet = logdet + det2
-
-        return out, logdet
-
-    def reverse(self, output):
-        input = self.coupling.reverse(output)
-        input = self.invconv.reverse(input)
-        input = self.actnorm.reverse(input)
-
-        return input
+    def reverse(self, y):
+        return self.norm.reverse(self.mix.reverse(self.coupling.reverse(y)))
 
 
-def gaussian_log_p(x, mean, log_sd):
-    return -0.5 * log(2 * pi) - log_sd - 0.5 * (x - mean) ** 2 / torch.exp(2 * log_sd)
+def normal_log_density(x, mean, log_sd):
+    return -0.5 * math.log(2 * math.pi) - log_sd - 0.5 * (x - mean) ** 2 / torch.exp(2 * log_sd)
 
 
-def gaussian_sample(eps, mean, log_sd):
-    return mean + torch.exp(log_sd) * eps
+def squeeze2(x):
+    "(b, c, h, w) -> (b, 4c, h/2, w/2)"
+    b, c, h, w = x.shape
+    x = x.view(b, c, h // 2, 2, w // 2, 2).permute(0, 1, 3, 5, 2, 4)
+    return x.contiguous().view(b, c * 4, h // 2, w // 2)
 
 
-class Block(nn.Module):
-    def __init__(self, in_channel, n_flow, split=True, affine=True, conv_lu=True):
+def unsqueeze2(x):
+    b, c, h, w = x.shape
+    x = x.view(b, c // 4, 2, 2, h, w).permute(0, 1, 4, 2, 5, 3)
+    return x.contiguous().view(b, c // 4, h * 2, w * 2)
+
+
+class Level(nn.Module):
+    "Squeeze, K flow steps, then half the channels factored out under a learned prior."
+
+    def __init__(self, channels, steps, width, split=True, affine=True, lu=True):
         super().__init__()
-
-        squeeze_dim = in_channel * 4
-
-        self.flows = nn.ModuleList()
-        for i in range(n_flow):
-            self.flows.append(Flow(squeeze_dim, affine=affine, conv_lu=conv_lu))
-
         self.split = split
-
-        if split:
-            self.prior = ZeroConv2d(in_channel * 2, in_channel * 4)
-
-        else:
-            self.prior = ZeroConv2d(in_channel * 4, in_channel * 8)
-
-    def forward(self, input):
-        b_size, n_channel, height, width = input.shape
-        squeezed = input.view(b_size, n_channel, height // 2, 2, width // 2, 2)
-        squeezed = squeezed.permute(0, 1, 3, 5, 2, 4)
-        out = squeezed.contiguous().view(b_size, n_channel * 4, height // 2, width // 2)
-
-        logdet = 0
-
-        for flow in self.flows:
-            out, det = flow(out)
-            logdet = logdet + det
-
-        if self.split:
-            out, z_new = out.chunk(2, 1)
-            mean, log_sd = self.prior(out).chunk(2, 1)
-            log_p = gaussian_log_p(z_new, mean, log_sd)
-            log_p = log_p.view(b_size, -1).sum(1)
-
-        else:
-            zero = torch.zeros_like(out)
-            mean, log_sd = self.prior(zero).chunk(2, 1)
-            log_p = gaussian_log_p(out, mean, log_sd)
-            log_p = log_p.view(b_size, -1).sum(1)
-            z_new = out
-
-        return out, logdet, log_p, z_new
-
-    def reverse(self, output, eps=None, reconstruct=False):
-        input = output
-
-        if reconstruct:
-            if self.split:
-                input = torch.cat([output, eps], 1)
-
-            else:
-                input = eps
-
-        else:
-            if self.split:
-                mean, log_sd = self.prior(input).chunk(2, 1)
-                z = gaussian_sample(eps, mean, log_sd)
-                input = torch.cat([output, z], 1)
-
-            else:
-                zero = torch.zeros_like(input)
-                # zero = F.pad(zero, [1, 1, 1, 1], value=1)
-                mean, log_sd = self.prior(zero).chunk(2, 1)
-                z = gaussian_sample(eps, mean, log_sd)
-                input = z
-
-        for flow in self.flows[::-1]:
-            input = flow.reverse(input)
-
-        b_size, n_channel, height, width = input.shape
-
-        unsqueezed = input.view(b_size, n_channel // 4, 2, 2, height, width)
-        unsqueezed = unsqueezed.permute(0, 1, 4, 2, 5, 3)
-        unsqueezed = unsqueezed.contiguous().view(
-            b_size, n_channel // 4, height * 2, width * 2
+        self.flows = nn.ModuleList(
+            [FlowStep(4 * channels, width, affine=affine, lu=lu) for _ in range(steps)]
         )
+        if split:  # the kept half predicts the mean and log-sd of the factored-out half
+            self.prior = ZeroInitConv(2 * channels, 4 * channels)
+        else:  # a learned constant prior, computed from zeros
+            self.prior = ZeroInitConv(4 * channels, 8 * channels)
 
-        return unsqueezed
+    def forward(self, x):
+        h = squeeze2(x)
+        logdet = 0
+        for flow in self.flows:
+            h, det = flow(h)
+            logdet = logdet + det
+        if self.split:
+            h, z = h.chunk(2, 1)
+            mean, log_sd = self.prior(h).chunk(2, 1)
+        else:
+            z = h
+            mean, log_sd = self.prior(torch.zeros_like(h)).chunk(2, 1)
+        log_p = normal_log_density(z, mean, log_sd).view(x.shape[0], -1).sum(1)
+        return h, logdet, log_p, z
+
+    def reverse(self, h, z, reconstruct=False):
+        if reconstruct:  # z is the latent itself
+            h = torch.cat([h, z], 1) if self.split else z
+        else:  # z is unit noise, scaled by the prior
+            mean, log_sd = self.prior(h if self.split else torch.zeros_like(h)).chunk(2, 1)
+            z = mean + torch.exp(log_sd) * z
+            h = torch.cat([h, z], 1) if self.split else z
+        for flow in self.flows[::-1]:
+            h = flow.reverse(h)
+        return unsqueeze2(h)
 
 
 class Glow(nn.Module):
-    def __init__(
-        self, in_channel, n_flow, n_block, affine=True, conv_lu=True
-    ):
+    def __init__(self, channels, steps, levels, width, affine=True, lu=True):
         super().__init__()
-
         self.blocks = nn.ModuleList()
-        n_channel = in_channel
-        for i in range(n_block - 1):
-            self.blocks.append(Block(n_channel, n_flow, affine=affine, conv_lu=conv_lu))
-            n_channel *= 2
-        self.blocks.append(Block(n_channel, n_flow, split=False, affine=affine))
+        for _ in range(levels - 1):
+            self.blocks.append(Level(channels, steps, width, affine=affine, lu=lu))
+            channels *= 2
+        self.blocks.append(Level(channels, steps, width, split=False, affine=affine))
 
-    def forward(self, input):
-        log_p_sum = 0
-        logdet = 0
-        out = input
-        z_outs = []
-
+    def forward(self, x):
+        log_p, logdet, zs = 0, 0, []
         for block in self.blocks:
-            out, det, log_p, z_new = block(out)
-            z_outs.append(z_new)
+            x, det, lp, z = block(x)
+            zs.append(z)
             logdet = logdet + det
+            log_p = log_p + lp
+        return log_p, logdet, zs
 
-            if log_p is not None:
-                log_p_sum = log_p_sum + log_p
-
-        return log_p_sum, logdet, z_outs
-
-    def reverse(self, z_list, reconstruct=False):
-        for i, block in enumerate(self.blocks[::-1]):
-            if i == 0:
-                input = block.reverse(z_list[-1], z_list[-1], reconstruct=reconstruct)
-
-            else:
-                input = block.reverse(input, z_list[-(i + 1)], reconstruct=reconstruct)
-
-        return input
+    def reverse(self, zs, reconstruct=False):
+        h = zs[-1]
+        for i, block in enumerate(self.blocks[::-1]):  # the top level first
+            h = block.reverse(h, zs[-(i + 1)], reconstruct=reconstruct)
+        return h
 
 
-# -- train.py, less its data loading and image saving --
-def calc_z_shapes(n_channel, input_size, n_flow, n_block):
-    z_shapes = []
-
-    for i in range(n_block - 1):
-        input_size //= 2
-        n_channel *= 2
-
-        z_shapes.append((n_channel, input_size, input_size))
-
-    input_size //= 2
-    z_shapes.append((n_channel * 4, input_size, input_size))
-
-    return z_shapes
+def latent_shapes(channels, size, levels):
+    shapes = []
+    for _ in range(levels - 1):
+        size //= 2
+        channels *= 2
+        shapes.append((channels, size, size))
+    return shapes + [(channels * 4, size // 2, size // 2)]
 
 
-def calc_loss(log_p, logdet, image_size, n_bins):
-    # log_p = calc_log_p([z_list])
-    n_pixel = image_size * image_size * 3
-
-    loss = -log(n_bins) * n_pixel
-    loss = loss + logdet + log_p
-
-    return (
-        (-loss / (log(2) * n_pixel)).mean(),
-        (log_p / (log(2) * n_pixel)).mean(),
-        (logdet / (log(2) * n_pixel)).mean(),
-    )
+def bits_per_dim(log_p, logdet, size, bins):
+    "The negative log-likelihood of the discretised image in bits per dimension, and its parts."
+    dims = size * size * 3
+    nll = -(-math.log(bins) * dims + logdet + log_p)
+    scale = math.log(2) * dims
+    return (nll / scale).mean(), (log_p / scale).mean(), (logdet / scale).mean()
 
 
-def train(args, model, optimizer, dataset):
-    n_bins = 2.0 ** args.n_bits
-
-    z_sample = []
-    z_shapes = calc_z_shapes(3, args.img_size, args.n_flow, args.n_block)
-    for z in z_shapes:
-        z_new = torch.randn(args.n_sample, *z) * args.temp
-        z_sample.append(z_new)
-
-    for i in range(args.iter):
-        image, _ = next(dataset)
-        image = image * 255
-
-        if args.n_bits < 8:
-            image = torch.floor(image / 2 ** (8 - args.n_bits))
-
-        image = image / n_bins - 0.5
-
-        if i == 0:
+def fit(opts, model, optimizer, batches):
+    bins = 2.0**opts.n_bits
+    shapes = latent_shapes(3, opts.size, opts.levels)
+    noise = [torch.randn(opts.n_sample, *shape) * opts.temp for shape in shapes]
+    for i in range(opts.iters):
+        image, _ = next(batches)
+        image = torch.floor(image * 255 / 2 ** (8 - opts.n_bits)) / bins - 0.5
+        if i == 0:  # a pass that only initialises the ActNorm layers
             with torch.no_grad():
-                log_p, logdet, _ = model(
-                    image + torch.rand_like(image) / n_bins
-                )
-
-                continue
-
-        else:
-            log_p, logdet, _ = model(image + torch.rand_like(image) / n_bins)
-
-        logdet = logdet.mean()
-
-        loss, log_p, log_det = calc_loss(log_p, logdet, args.img_size, n_bins)
+                model(image + torch.rand_like(image) / bins)
+            continue
+        log_p, logdet, _ = model(image + torch.rand_like(image) / bins)
+        loss, log_p, log_det = bits_per_dim(log_p, logdet.mean(), opts.size, bins)
         model.zero_grad()
         loss.backward()
-        # warmup_lr = args.lr * min(1, i * batch_size / (50000 * 10))
-        warmup_lr = args.lr
-        optimizer.param_groups[0]["lr"] = warmup_lr
+        optimizer.param_groups[0]["lr"] = opts.lr
         optimizer.step()
-
-        print(
-            f"Loss: {loss.item():.5f}; logP: {log_p.item():.5f}; logdet: {log_det.item():.5f}; lr: {warmup_lr:.7f}"
-        )
-        record.append([loss.item(), log_p.item(), log_det.item()])
-
+        print(f"Loss: {loss.item():.5f}; logP: {log_p.item():.5f}; logdet: {log_det.item():.5f}")
+        record.append([t.item() for t in (loss, log_p, log_det)])
     with torch.no_grad():
-        record.append(model.reverse(z_sample).numpy().copy())
-        # a reconstruction from the latents of the last batch
-        log_p, logdet, z_outs = model(image)
-        record.append(model.reverse(z_outs, reconstruct=True).numpy().copy())
-        record.append(image.numpy().copy())
-    record.append({name: p.detach().numpy().copy() for name, p in model.named_parameters()})
-    record.append({name: b.numpy().copy() for name, b in model.named_buffers()})
+        record.append(model.reverse(noise).numpy().copy())
+        _, _, zs = model(image)  # and back again from the last batch's own latents
+        record.append(model.reverse(zs, reconstruct=True).numpy().copy())
+        record.append(image.numpy().copy())  # the last batch, dequantised
+    record.append({k: w.detach().numpy().copy() for k, w in model.named_parameters()})
+    record.append({k: b.numpy().copy() for k, b in model.named_buffers()})
 
 
-def main(images, affine, conv_lu):
-    args = Args(iter=4, n_flow=2, n_block=2, lr=1e-3, img_size=4, temp=0.7, n_sample=2, n_bits=5)
-    model = Glow(3, args.n_flow, args.n_block, affine=affine, conv_lu=conv_lu)
+def main(images, affine, lu):
+    opts = Options(iters=4, steps=2, levels=2, lr=1e-3, size=4, temp=0.7, n_sample=2, n_bits=5)
+    model = Glow(3, opts.steps, opts.levels, width=8, affine=affine, lu=lu)
     initialize(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    dataset = iter([(image, 0) for image in images])
-    train(args, model, optimizer, dataset)
+    optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
+    fit(opts, model, optimizer, iter([(image, 0) for image in images]))
 """
 
 GLOW_STEPS = [
     (
-        "import torch\nfrom torch import nn\nfrom torch.nn import functional as F\n",
-        "import retrograd as torch\nfrom retrograd import nn\nfrom retrograd.nn import functional as F\n",
-    ),
-    (
-        "        loss.backward()\n        # warmup_lr",
-        "        grads = loss.backward()\n        # warmup_lr",
+        "        loss.backward()\n        optimizer.param_groups",
+        "        grads = loss.backward()\n        optimizer.param_groups",
     ),
     ("        optimizer.step()\n", "        optimizer.step(grads)\n"),
 ]
 
 
-class _Args:
+class _Options:
     def __init__(self, **options):
         self.__dict__.update(options)
 
 
-@pytest.mark.parametrize("affine, conv_lu", [(True, True), (False, False)])
-def test_glow_trains_as_torch(affine, conv_lu, capsys):
+@pytest.mark.parametrize("affine, lu", [(True, True), (False, False)])
+def test_glow_trains_as_torch(affine, lu, capsys):
     from real_ports import SharedDraws
 
     images = np.random.default_rng(6204).uniform(size=(4, 2, 3, 4, 4)).astype(np.float32)
     records, logs = [], []
     initialize = initializer()
-    # (the filter size of the coupling networks, 512 as written, made 8 in both runs)
-    source = GLOW_SOURCE.replace("filter_size=512", "filter_size=8")
     for lib in (torch, rg):
         record = []
-        text = source if lib is torch else port(source, GLOW_STEPS)
-        names = run_source(text, lib, record=record, initialize=initialize, Args=_Args)
+        text = GLOW_SOURCE if lib is torch else port(GLOW_SOURCE, GLOW_STEPS)
+        names = run_source(text, lib, record=record, initialize=initialize, Options=_Options)
         saved_rand_like = lib.rand_like
         with SharedDraws(lib, 6204):  # (and rand_like from its rand)
             lib.rand_like = lambda t, lib=lib: lib.rand(*t.shape, dtype=t.dtype)
             try:
-                names["main"]([lib.tensor(x) for x in images], affine, conv_lu)
+                names["main"]([lib.tensor(x) for x in images], affine, lu)
             finally:
                 lib.rand_like = saved_rand_like
         records.append(record)
