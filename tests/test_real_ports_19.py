@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (the program strings keep lines of up to about 120 columns)
 """Real-port tests (the harness: ``tests/real_ports.py``): CIFAR classifiers written here in the
 style of kuangliu/pytorch-cifar's ``models/*.py`` (small: 16x16 inputs, narrow and shallow; none
 is copied from it), each trained by a script in the manner of its ``main.py``:
@@ -43,6 +42,10 @@ PREACT_SOURCE = """
 # activated input when it needs a projection and from the raw input otherwise
 
 
+def projection(c_in, c_out, stride):
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False))
+
+
 class PreActBasic(nn.Module):
     expansion = 1
 
@@ -53,7 +56,7 @@ class PreActBasic(nn.Module):
         self.bn_b = nn.BatchNorm2d(c)
         self.conv_b = nn.Conv2d(c, c, kernel_size=3, padding=1, bias=False)
         if stride != 1 or c_in != c * self.expansion:
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c * self.expansion, 1, stride=stride, bias=False))
+            self.shortcut = projection(c_in, c * self.expansion, stride)
 
     def forward(self, x):
         h = F.relu(self.bn_a(x))
@@ -69,13 +72,15 @@ class PreActBottle(nn.Module):
     def __init__(self, c_in, c, stride=1):
         super().__init__()
         self.norms = nn.ModuleList([nn.BatchNorm2d(c_in), nn.BatchNorm2d(c), nn.BatchNorm2d(c)])
-        self.convs = nn.ModuleList([
-            nn.Conv2d(c_in, c, kernel_size=1, bias=False),
-            nn.Conv2d(c, c, kernel_size=3, stride=stride, padding=1, bias=False),
-            nn.Conv2d(c, c * self.expansion, kernel_size=1, bias=False),
-        ])
+        self.convs = nn.ModuleList(
+            [
+                nn.Conv2d(c_in, c, kernel_size=1, bias=False),
+                nn.Conv2d(c, c, kernel_size=3, stride=stride, padding=1, bias=False),
+                nn.Conv2d(c, c * self.expansion, kernel_size=1, bias=False),
+            ]
+        )
         if stride != 1 or c_in != c * self.expansion:
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c * self.expansion, 1, stride=stride, bias=False))
+            self.shortcut = projection(c_in, c * self.expansion, stride)
 
     def forward(self, x):
         h = F.relu(self.norms[0](x))
@@ -92,9 +97,12 @@ class PreActNet(nn.Module):
         super().__init__()
         self.stem = nn.Conv2d(3, widths[0], kernel_size=3, padding=1, bias=False)
         self.c = widths[0]
-        self.stages = nn.Sequential(*[
-            self.stage(block, w, n, 1 if i == 0 else 2) for i, (w, n) in enumerate(zip(widths, depths))
-        ])
+        self.stages = nn.Sequential(
+            *[
+                self.stage(block, w, n, 1 if i == 0 else 2)
+                for i, (w, n) in enumerate(zip(widths, depths))
+            ]
+        )
         self.fc = nn.Linear(widths[-1] * block.expansion, classes)
 
     def stage(self, block, width, n, stride):
@@ -127,32 +135,46 @@ class DualPathBlock(nn.Module):
         super().__init__()
         self.c_res = c_res
         self.body = nn.Sequential(
-            nn.Conv2d(c_prev, c_mid, 1, bias=False), nn.BatchNorm2d(c_mid), nn.ReLU(),
-            nn.Conv2d(c_mid, c_mid, 3, stride=stride, padding=1, groups=2, bias=False), nn.BatchNorm2d(c_mid), nn.ReLU(),
-            nn.Conv2d(c_mid, c_res + growth, 1, bias=False), nn.BatchNorm2d(c_res + growth),
+            nn.Conv2d(c_prev, c_mid, 1, bias=False),
+            nn.BatchNorm2d(c_mid),
+            nn.ReLU(),
+            nn.Conv2d(c_mid, c_mid, 3, stride=stride, padding=1, groups=2, bias=False),
+            nn.BatchNorm2d(c_mid),
+            nn.ReLU(),
+            nn.Conv2d(c_mid, c_res + growth, 1, bias=False),
+            nn.BatchNorm2d(c_res + growth),
         )
         self.skip = nn.Sequential()  # the identity, unless the first block of a stage
         if project:
             self.skip = nn.Sequential(
-                nn.Conv2d(c_prev, c_res + growth, 1, stride=stride, bias=False), nn.BatchNorm2d(c_res + growth)
+                nn.Conv2d(c_prev, c_res + growth, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(c_res + growth),
             )
 
     def forward(self, x):
         y, x = self.body(x), self.skip(x)
         r = self.c_res
-        return F.relu(torch.cat([x[:, :r, :, :] + y[:, :r, :, :], x[:, r:, :, :], y[:, r:, :, :]], 1))
+        return F.relu(
+            torch.cat([x[:, :r, :, :] + y[:, :r, :, :], x[:, r:, :, :], y[:, r:, :, :]], 1)
+        )
 
 
 class DualPathNet(nn.Module):
     def __init__(self, spec):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6), nn.ReLU()
+        )
         self.c = 6
         stages = []
-        for i, (mid, res, n, growth) in enumerate(zip(spec["mid"], spec["res"], spec["blocks"], spec["growth"])):
+        for i, (mid, res, n, growth) in enumerate(
+            zip(spec["mid"], spec["res"], spec["blocks"], spec["growth"])
+        ):
             blocks = []
             for j in range(n):
-                blocks.append(DualPathBlock(self.c, mid, res, growth, 2 if i and not j else 1, j == 0))
+                blocks.append(
+                    DualPathBlock(self.c, mid, res, growth, 2 if i and not j else 1, j == 0)
+                )
                 self.c = res + (j + 2) * growth  # every block appends `growth` dense channels
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.Sequential(*stages)
@@ -164,7 +186,14 @@ class DualPathNet(nn.Module):
 
 
 def dual_path():
-    return DualPathNet({"mid": (4, 6, 8, 8), "res": (8, 10, 12, 14), "blocks": (2, 1, 1, 2), "growth": (2, 3, 2, 3)})
+    return DualPathNet(
+        {
+            "mid": (4, 6, 8, 8),
+            "res": (8, 10, 12, 14),
+            "blocks": (2, 1, 1, 2),
+            "growth": (2, 3, 2, 3),
+        }
+    )
 """
 
 DLA_SOURCE = """
@@ -181,7 +210,9 @@ class Residual(nn.Module):
         self.bn2 = nn.BatchNorm2d(c)
         self.skip = nn.Sequential()
         if stride != 1 or c_in != c:
-            self.skip = nn.Sequential(nn.Conv2d(c_in, c, 1, stride=stride, bias=False), nn.BatchNorm2d(c))
+            self.skip = nn.Sequential(
+                nn.Conv2d(c_in, c, 1, stride=stride, bias=False), nn.BatchNorm2d(c)
+            )
 
     def forward(self, x):
         h = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
@@ -228,8 +259,12 @@ class DLA(nn.Module):
         for c_in, c in ((3, 4), (4, 4), (4, 6)):
             stem += [nn.Conv2d(c_in, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU(True)]
         self.stem = nn.Sequential(*stem)
-        self.trees = nn.Sequential(Tree(6, 6), Tree(6, 8, depth=2, stride=2), Tree(8, 10, depth=2, stride=2),
-                                   Tree(10, 12, stride=2))
+        self.trees = nn.Sequential(
+            Tree(6, 6),
+            Tree(6, 8, depth=2, stride=2),
+            Tree(8, 10, depth=2, stride=2),
+            Tree(10, 12, stride=2),
+        )
         self.fc = nn.Linear(12, classes)
 
     def forward(self, x):
@@ -281,7 +316,9 @@ class OneBranchCell(nn.Module):
 class TwoBranchCell(nn.Module):
     def __init__(self, c_in, c, stride=1):
         super().__init__()
-        self.left = nn.ModuleList([DepthwiseConv(c_in, c, 7, stride), DepthwiseConv(c_in, c, 3, stride)])
+        self.left = nn.ModuleList(
+            [DepthwiseConv(c_in, c, 7, stride), DepthwiseConv(c_in, c, 3, stride)]
+        )
         self.right_sep = DepthwiseConv(c_in, c, 5, stride)
         self.right_pool = PoolBranch(c_in, c, stride)
         self.merge = nn.Sequential(nn.Conv2d(2 * c, c, 1, bias=False), nn.BatchNorm2d(c))
@@ -295,7 +332,9 @@ class TwoBranchCell(nn.Module):
 class PNASNet(nn.Module):
     def __init__(self, cell, width):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()
+        )
         plan = [(width, 1), (2 * width, 2), (2 * width, 1), (4 * width, 2), (4 * width, 1)]
         cells, c = [], width
         for c_out, stride in plan:
@@ -338,9 +377,12 @@ class RegBlock(nn.Module):
         super().__init__()
         c_b = int(round(c_out * bottleneck_ratio))
         layers = [
-            nn.Conv2d(c_in, c_b, 1, bias=False), nn.BatchNorm2d(c_b), nn.ReLU(),
+            nn.Conv2d(c_in, c_b, 1, bias=False),
+            nn.BatchNorm2d(c_b),
+            nn.ReLU(),
             nn.Conv2d(c_b, c_b, 3, stride=stride, padding=1, groups=c_b // group_width, bias=False),
-            nn.BatchNorm2d(c_b), nn.ReLU(),
+            nn.BatchNorm2d(c_b),
+            nn.ReLU(),
         ]
         if se_ratio > 0:
             layers.append(SqueezeExcite(c_b, int(round(c_in * se_ratio))))
@@ -348,7 +390,9 @@ class RegBlock(nn.Module):
         self.body = nn.Sequential(*layers)
         self.skip = nn.Sequential()
         if stride != 1 or c_in != c_out:
-            self.skip = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
+            self.skip = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out)
+            )
 
     def forward(self, x):
         h = self.body(x)
@@ -359,12 +403,22 @@ class RegBlock(nn.Module):
 class RegNet(nn.Module):
     def __init__(self, cfg, classes=10):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU()
+        )
         blocks, c = [], 8
         for depth, width, stride in zip(cfg["depths"], cfg["widths"], cfg["strides"]):
             for i in range(depth):
-                blocks.append(RegBlock(c, width, stride if i == 0 else 1, cfg["group_width"],
-                                       cfg["bottleneck_ratio"], cfg["se_ratio"]))
+                blocks.append(
+                    RegBlock(
+                        c,
+                        width,
+                        stride if i == 0 else 1,
+                        cfg["group_width"],
+                        cfg["bottleneck_ratio"],
+                        cfg["se_ratio"],
+                    )
+                )
                 c = width
         self.blocks = nn.Sequential(*blocks)
         self.fc = nn.Linear(cfg["widths"][-1], classes)
@@ -375,13 +429,29 @@ class RegNet(nn.Module):
 
 
 def regnet_x():
-    return RegNet({"depths": [1, 1, 2, 1], "widths": [8, 16, 24, 32], "strides": [1, 2, 2, 2],
-                   "group_width": 8, "bottleneck_ratio": 1, "se_ratio": 0})
+    return RegNet(
+        {
+            "depths": [1, 1, 2, 1],
+            "widths": [8, 16, 24, 32],
+            "strides": [1, 2, 2, 2],
+            "group_width": 8,
+            "bottleneck_ratio": 1,
+            "se_ratio": 0,
+        }
+    )
 
 
 def regnet_y():
-    return RegNet({"depths": [1, 2, 1, 1], "widths": [8, 16, 24, 32], "strides": [1, 2, 2, 2],
-                   "group_width": 4, "bottleneck_ratio": 0.5, "se_ratio": 0.25})
+    return RegNet(
+        {
+            "depths": [1, 2, 1, 1],
+            "widths": [8, 16, 24, 32],
+            "strides": [1, 2, 2, 2],
+            "group_width": 4,
+            "bottleneck_ratio": 0.5,
+            "se_ratio": 0.25,
+        }
+    )
 """
 
 SENET_SOURCE = """
@@ -413,7 +483,9 @@ class SEPreActBlock(nn.Module):
 class SENet(nn.Module):
     def __init__(self, depths, widths=(16, 16, 24, 32), classes=10):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, padding=1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, widths[0], 3, padding=1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU()
+        )
         blocks, c = [], widths[0]
         for i, (w, n) in enumerate(zip(widths, depths)):
             for j in range(n):
@@ -444,14 +516,20 @@ class GroupedBlock(nn.Module):
         inner = cardinality * group_width
         out = self.expansion * inner
         self.body = nn.Sequential(
-            nn.Conv2d(c_in, inner, 1, bias=False), nn.BatchNorm2d(inner), nn.ReLU(),
+            nn.Conv2d(c_in, inner, 1, bias=False),
+            nn.BatchNorm2d(inner),
+            nn.ReLU(),
             nn.Conv2d(inner, inner, 3, stride=stride, padding=1, groups=cardinality, bias=False),
-            nn.BatchNorm2d(inner), nn.ReLU(),
-            nn.Conv2d(inner, out, 1, bias=False), nn.BatchNorm2d(out),
+            nn.BatchNorm2d(inner),
+            nn.ReLU(),
+            nn.Conv2d(inner, out, 1, bias=False),
+            nn.BatchNorm2d(out),
         )
         self.skip = nn.Sequential()
         if stride != 1 or c_in != out:
-            self.skip = nn.Sequential(nn.Conv2d(c_in, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
+            self.skip = nn.Sequential(
+                nn.Conv2d(c_in, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out)
+            )
 
     def forward(self, x):
         h = self.body(x)
@@ -464,7 +542,9 @@ class ResNeXt(nn.Module):
         super().__init__()
         self.cardinality, self.group_width, self.c = cardinality, group_width, 8
         self.stem = nn.Sequential(nn.Conv2d(3, 8, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
-        self.stages = nn.Sequential(*[self.stage(n, 1 if i == 0 else 2) for i, n in enumerate(depths)])
+        self.stages = nn.Sequential(
+            *[self.stage(n, 1 if i == 0 else 2) for i, n in enumerate(depths)]
+        )
         self.fc = nn.Linear(self.c, classes)
 
     def stage(self, n, stride):
