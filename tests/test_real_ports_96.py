@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (the program strings keep lines of up to about 120 columns)
 """Real-port tests (the harness: ``tests/real_ports.py``): uncertainty estimation, each program
 written here in the style of a public project (none is copied from it) and trained a few steps
 against torch's run of the same program from the same weights and draws.
@@ -50,10 +49,10 @@ against torch's run of the same program from the same weights and draws.
   self.coeff)`` and ``.copy_(sigma.detach())``; its ``apply`` reading ``module._forward_pre_hooks``,
   ``delattr``, ``register_parameter``, ``setattr(module, name, w.data)``,
   ``module._register_state_dict_hook(SpectralNormStateDictHook(fn))`` and
-  ``module._register_load_state_dict_pre_hook(SpectralNormLoadStateDictPreHook(fn))``; a residual
-  MLP of such layers (ELU) trained on a noisy sine, its buffers compared after each step. The hook
-  class could not be imported, and the ``out=`` of ``normalize`` was ignored (the buffers never
-  moved): both are checked on their own below.
+  ``module._register_load_state_dict_pre_hook(SpectralNormLoadStateDictPreHook(fn))`` (imported
+  under another name); a residual MLP of such layers (ELU) trained on a noisy sine, its buffers
+  compared after each step. The hook class could not be imported, and the ``out=`` of
+  ``normalize`` was ignored (the buffers never moved): both are checked on their own below.
 - DUE's SNGP head written here in the style of its ``sngp.py``: random Fourier features from
   ``torch.linalg.qr`` blocks with ``feature_scale``/``W``/``b`` buffers, a ``torch.normal(0, 0.05,
   size)`` projection through ``nn.functional.linear`` and ``LayerNorm``, the precision buffer grown
@@ -91,7 +90,8 @@ def _seeded():
 
 IMPORTS = (
     "\nimport torch\nimport torch.nn as nn\nimport torch.optim as optim\n\nF = nn.functional\n",
-    "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\n\nF = nn.functional\n",
+    "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\n"
+    "\nF = nn.functional\n",
 )
 
 
@@ -142,7 +142,11 @@ def swa_schedule(epoch, base=0.1, final=0.05, start=3):
 def refresh_bn(batches, net, subset=None):
     # sampled weights need their own BatchNorm statistics: one pass, averaged cumulatively
     saved = {}
-    net.apply(lambda m: saved.__setitem__(m, m.momentum) if issubclass(m.__class__, BatchNormBase) else None)
+    net.apply(
+        lambda m: (
+            saved.__setitem__(m, m.momentum) if issubclass(m.__class__, BatchNormBase) else None
+        )
+    )
     if not saved:
         return
 
@@ -230,7 +234,9 @@ class SWAG(nn.Module):
         var = torch.clamp(sq_mean - mean**2, self.var_floor)
         noise = var.sqrt() * torch.randn_like(var, requires_grad=False)
         if low_rank:
-            devs = torch.cat([module.__getattr__(f"{name}_dev").cpu() for module, name in self.slots], dim=1)
+            devs = torch.cat(
+                [module.__getattr__(f"{name}_dev").cpu() for module, name in self.slots], dim=1
+            )
             z = torch.randn(devs.size(0))
             noise = noise + devs.t().matmul(z) / (self.rank - 1) ** 0.5
         row = (mean + scale**0.5 * noise).unsqueeze(0)
@@ -242,7 +248,10 @@ class SmallNet(nn.Module):
     def __init__(self, classes=3, width=8):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Linear(4, width, bias=False), nn.BatchNorm1d(width), nn.ReLU(inplace=True), nn.Linear(width, classes)
+            nn.Linear(4, width, bias=False),
+            nn.BatchNorm1d(width),
+            nn.ReLU(inplace=True),
+            nn.Linear(width, classes),
         )
 
     def forward(self, x):
@@ -269,7 +278,11 @@ for epoch in range(5):
 record.append(params_of(net))
 
 probe = loader[1][0]
-for scale, low_rank, per_layer, subset in [(0.0, False, False, None), (1.0, True, False, 1.0), (0.5, False, True, None)]:
+for scale, low_rank, per_layer, subset in [
+    (0.0, False, False, None),
+    (1.0, True, False, 1.0),
+    (0.5, False, True, None),
+]:
     swag.sample(scale, low_rank=low_rank, per_layer=per_layer)
     refresh_bn(loader, swag, subset=subset)
     swag.eval()
@@ -330,7 +343,12 @@ class LearntDropout(nn.Module):
 
     def relaxed_mask(self, x, p, eps=1e-7):
         u = torch.rand_like(x)
-        z = torch.log(p + eps) - torch.log(1 - p + eps) + torch.log(u + eps) - torch.log(1 - u + eps)
+        z = (
+            torch.log(p + eps)
+            - torch.log(1 - p + eps)
+            + torch.log(u + eps)
+            - torch.log(1 - u + eps)
+        )
         kept = 1 - torch.sigmoid(z / self.temperature)
         x = torch.mul(x, kept)
         x /= 1 - p  # rescale by the keep probability
@@ -392,7 +410,9 @@ record.append(params_of(net))
 passes = [net(xs) for _ in range(draws)]
 record.append(torch.stack([m for m, _, _ in passes]).view(draws, n_points).cpu().data.numpy())
 record.append(torch.stack([v for _, v, _ in passes]).view(draws, n_points).cpu().data.numpy())
-rates = [torch.sigmoid(m.p_logit).cpu().data.numpy()[0] for m in net.modules() if hasattr(m, "p_logit")]
+rates = [
+    torch.sigmoid(m.p_logit).cpu().data.numpy()[0] for m in net.modules() if hasattr(m, "p_logit")
+]
 record.append(np.array(rates))
 """
 
@@ -461,7 +481,9 @@ class CentroidNet(nn.Module):
     def __init__(self, hidden, classes, emb=8, length_scale=0.3, decay=0.99):
         super().__init__()
         self.length_scale, self.decay = length_scale, decay
-        self.trunk = nn.Sequential(nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+        self.trunk = nn.Sequential(
+            nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+        )
         self.W = nn.Parameter(torch.normal(torch.zeros(emb, classes, hidden), 1))
         self.register_buffer("N", torch.ones(classes) * 12)
         self.register_buffer("m", torch.normal(torch.zeros(emb, classes), 1))
@@ -477,7 +499,9 @@ class CentroidNet(nn.Module):
 
     def update_centroids(self, x, onehot):
         z = self.embed(x)
-        self.N = torch.max(self.decay * self.N + (1 - self.decay) * onehot.sum(0), torch.ones_like(self.N))
+        self.N = torch.max(
+            self.decay * self.N + (1 - self.decay) * onehot.sum(0), torch.ones_like(self.N)
+        )
         self.m = self.decay * self.m + (1 - self.decay) * torch.einsum("ijk,ik->jk", z, onehot)
 
 
@@ -617,7 +641,9 @@ def evidential_loss(y, out, weight, kl):
 
 xs, ys = torch.tensor(data_x), torch.tensor(data_y)
 for kl in (False, True):
-    net = nn.Sequential(nn.Linear(1, 12), nn.ReLU(), nn.Linear(12, 12), nn.ReLU(), EvidentialHead(12))
+    net = nn.Sequential(
+        nn.Linear(1, 12), nn.ReLU(), nn.Linear(12, 12), nn.ReLU(), EvidentialHead(12)
+    )
     initialize(net)
     adam = optim.Adam(net.parameters(), 5e-3)
     for step in range(3):
@@ -789,7 +815,8 @@ import torch.optim as optim
 F = nn.functional
 normalize = F.normalize
 
-from torch.nn.utils.spectral_norm import SpectralNorm, SpectralNormLoadStateDictPreHook, SpectralNormStateDictHook
+from torch.nn.utils.spectral_norm import SpectralNorm, SpectralNormStateDictHook
+from torch.nn.utils.spectral_norm import SpectralNormLoadStateDictPreHook as LoadHook
 
 # DUE's feature extractor in the style of y0ast/DUE: a residual MLP whose linear layers carry a
 # *soft* spectral norm (weights are divided by sigma / coeff only when sigma exceeds coeff), built
@@ -808,14 +835,20 @@ class SoftSpectralNorm(SpectralNorm):
                     v = normalize(torch.mv(mat.t(), u), dim=0, eps=self.eps, out=v)
                     u = normalize(torch.mv(mat, v), dim=0, eps=self.eps, out=u)
                 if self.n_power_iterations > 0:  # the buffers may change under autograd: copies
-                    u, v = u.clone(memory_format=torch.contiguous_format), v.clone(memory_format=torch.contiguous_format)
+                    u, v = (
+                        u.clone(memory_format=torch.contiguous_format),
+                        v.clone(memory_format=torch.contiguous_format),
+                    )
         sigma = torch.dot(u, torch.mv(mat, v))
         getattr(module, self.name + "_sigma").copy_(sigma.detach())  # logged
         return w / torch.max(torch.ones(1).to(w.device), sigma / self.coeff)
 
     @staticmethod
     def apply(module, coeff, name, n_power_iterations, dim, eps):
-        if any(isinstance(h, SpectralNorm) and h.name == name for h in module._forward_pre_hooks.values()):
+        if any(
+            isinstance(h, SpectralNorm) and h.name == name
+            for h in module._forward_pre_hooks.values()
+        ):
             raise RuntimeError(f"{name} already has a spectral norm")
         fn = SoftSpectralNorm(name, n_power_iterations, dim, eps)
         fn.coeff = coeff
@@ -830,7 +863,7 @@ class SoftSpectralNorm(SpectralNorm):
         for suffix, buf in (("_u", u), ("_v", v), ("_sigma", torch.ones(1).to(w.device))):
             module.register_buffer(fn.name + suffix, buf)
         _ = module.register_forward_pre_hook(fn)
-        saving, loading = SpectralNormStateDictHook(fn), SpectralNormLoadStateDictPreHook(fn)
+        saving, loading = SpectralNormStateDictHook(fn), LoadHook(fn)
         module._register_state_dict_hook(saving)  # saves version metadata
         module._register_load_state_dict_pre_hook(loading)  # solves v from old state dicts
         return fn
@@ -845,10 +878,21 @@ def soft_spectral_norm(module, coeff, n_power_iterations=1, name="weight", eps=1
 
 
 class ResidualMLP(nn.Module):
-    def __init__(self, d_in, width, depth, coeff=0.95, n_power_iterations=1, dropout=0.0, d_out=None,
-                 activation="relu"):
+    def __init__(
+        self,
+        d_in,
+        width,
+        depth,
+        coeff=0.95,
+        n_power_iterations=1,
+        dropout=0.0,
+        d_out=None,
+        activation="relu",
+    ):
         super().__init__()
-        sn = lambda layer: soft_spectral_norm(layer, coeff=coeff, n_power_iterations=n_power_iterations)
+        sn = lambda layer: soft_spectral_norm(
+            layer, coeff=coeff, n_power_iterations=n_power_iterations
+        )
         self.first = sn(nn.Linear(d_in, width))
         self.blocks = nn.ModuleList([nn.Linear(width, width) for _ in range(depth)])
         for i in range(depth):
@@ -1036,7 +1080,8 @@ class LaplaceHead(nn.Module):
         self.stale = True
 
     def reset_precision_matrix(self):  # at each epoch's start
-        self.precision = torch.eye(self.precision.shape[0], device=self.precision.device) * self.ridge
+        eye = torch.eye(self.precision.shape[0], device=self.precision.device)
+        self.precision = eye * self.ridge
         self.n_seen = torch.tensor(0)
         self.stale = True
 
@@ -1069,7 +1114,8 @@ for d_out, mean_field in ((1, None), (3, math.pi / 8)):
     initialize(net)
     adam = torch.optim.Adam(net.parameters(), lr=1e-2, weight_decay=5e-4)
     if mean_field is None:
-        targets, objective = [torch.tensor(v) for v in values], lambda out, y: F.mse_loss(out[:, 0], y)
+        targets = [torch.tensor(v) for v in values]
+        objective = lambda out, y: F.mse_loss(out[:, 0], y)
     else:
         targets, objective = [torch.tensor(c) for c in labels], F.cross_entropy
     for epoch in range(2):
