@@ -1,4 +1,3 @@
-# ruff: noqa: E501  (the programs keep lines of up to about 120 columns, as the styles they follow do)
 """Real-port tests (the harness: ``tests/real_ports.py``): audio, speech and sequence models,
 each trained a few steps against torch's run of the same program from the same weights and
 draws. Every program is written here in the style of the project it names (none is copied
@@ -157,13 +156,28 @@ class TrimRight(nn.Module):  # drop the right padding of a causal convolution
 
 def conv_block(bottleneck, hidden, kernel, dilation, norm, causal):
     pad = (kernel - 1) * dilation if causal else (kernel - 1) * dilation // 2
-    depthwise = [nn.Conv1d(hidden, hidden, kernel, stride=1, padding=pad, dilation=dilation,
-                           groups=hidden, bias=False)]
+    depthwise = [
+        nn.Conv1d(
+            hidden,
+            hidden,
+            kernel,
+            stride=1,
+            padding=pad,
+            dilation=dilation,
+            groups=hidden,
+            bias=False,
+        )
+    ]
     if causal:
         depthwise.append(TrimRight(pad))
     return nn.Sequential(
-        nn.Conv1d(bottleneck, hidden, 1, bias=False), nn.PReLU(), make_norm(norm, hidden),
-        *depthwise, nn.PReLU(), make_norm(norm, hidden), nn.Conv1d(hidden, bottleneck, 1, bias=False),
+        nn.Conv1d(bottleneck, hidden, 1, bias=False),
+        nn.PReLU(),
+        make_norm(norm, hidden),
+        *depthwise,
+        nn.PReLU(),
+        make_norm(norm, hidden),
+        nn.Conv1d(hidden, bottleneck, 1, bias=False),
     )
 
 
@@ -177,15 +191,34 @@ class Residual(nn.Module):
 
 
 class TasNet(nn.Module):
-    def __init__(self, filters, win, bottleneck, hidden, kernel, blocks, repeats, speakers,
-                 norm="gLN", causal=False, mask="relu"):
+    def __init__(
+        self,
+        filters,
+        win,
+        bottleneck,
+        hidden,
+        kernel,
+        blocks,
+        repeats,
+        speakers,
+        norm="gLN",
+        causal=False,
+        mask="relu",
+    ):
         super().__init__()
         self.win, self.speakers, self.mask = win, speakers, mask
         self.encode = nn.Conv1d(1, filters, kernel_size=win, stride=win // 2, bias=False)
-        tcn = [Residual(conv_block(bottleneck, hidden, kernel, 2**b, norm, causal))
-               for _ in range(repeats) for b in range(blocks)]
-        self.separate = nn.Sequential(ChannelNorm(filters), nn.Conv1d(filters, bottleneck, 1, bias=False),
-                                      *tcn, nn.Conv1d(bottleneck, speakers * filters, 1, bias=False))
+        tcn = [
+            Residual(conv_block(bottleneck, hidden, kernel, 2**b, norm, causal))
+            for _ in range(repeats)
+            for b in range(blocks)
+        ]
+        self.separate = nn.Sequential(
+            ChannelNorm(filters),
+            nn.Conv1d(filters, bottleneck, 1, bias=False),
+            *tcn,
+            nn.Conv1d(bottleneck, speakers * filters, 1, bias=False),
+        )
         self.decode = nn.Linear(filters, win, bias=False)
         for p in self.parameters():
             if p.dim() > 1:
@@ -206,7 +239,7 @@ def si_snr_pit(ref, est, lengths):
     b, c, t = ref.size()
     keep = ref.new_ones((b, 1, t))
     for i in range(b):
-        keep[i, :, lengths[i]:] = 0
+        keep[i, :, lengths[i] :] = 0
     est *= keep
     count = lengths.view(-1, 1, 1).float()
     ref0 = (ref - torch.sum(ref, dim=2, keepdim=True) / count) * keep
@@ -257,8 +290,13 @@ for norm, causal, mask in (("gLN", False, "relu"), ("cLN", True, "softmax"), ("B
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=5)
         adam.step()
-        record.extend([[loss.item()], snr.detach().numpy().copy(),
-                       reorder(est, perms, best_idx).detach().numpy().copy()])
+        record.extend(
+            [
+                [loss.item()],
+                snr.detach().numpy().copy(),
+                reorder(est, perms, best_idx).detach().numpy().copy(),
+            ]
+        )
     record.append(params_of(model.encode, model.separate, model.decode))
     model.eval()
     with torch.no_grad():
@@ -293,7 +331,9 @@ def trim_to(x, reference):
 class TimeBLSTM(nn.Module):
     def __init__(self, width, depth=1):
         super().__init__()
-        self.rnn = nn.LSTM(input_size=width, hidden_size=width, num_layers=depth, bidirectional=True)
+        self.rnn = nn.LSTM(
+            input_size=width, hidden_size=width, num_layers=depth, bidirectional=True
+        )
         self.merge = nn.Linear(2 * width, width)
 
     def forward(self, x):  # (batch, channels, time) <-> (time, batch, channels)
@@ -312,8 +352,20 @@ def shrink_init(model, reference):
 
 class WaveUNet(nn.Module):
     @remember_args
-    def __init__(self, sources, audio_channels=2, channels=4, depth=2, kernel=8, stride=4,
-                 context=3, growth=2.0, lstm_layers=1, rescale=0.1, normalize=False):
+    def __init__(
+        self,
+        sources,
+        audio_channels=2,
+        channels=4,
+        depth=2,
+        kernel=8,
+        stride=4,
+        context=3,
+        growth=2.0,
+        lstm_layers=1,
+        rescale=0.1,
+        normalize=False,
+    ):
         super().__init__()
         self.sources, self.audio_channels = sources, audio_channels
         self.kernel, self.stride, self.context, self.depth = kernel, stride, context, depth
@@ -321,13 +373,20 @@ class WaveUNet(nn.Module):
         self.encoder, self.decoder = nn.ModuleList(), nn.ModuleList()
         c_in = audio_channels
         for level in range(depth):
-            self.encoder.append(nn.Sequential(
-                nn.Conv1d(c_in, channels, kernel, stride), nn.ReLU(),
-                nn.Conv1d(channels, 2 * channels, 1), nn.GLU(dim=1),
-            ))
+            self.encoder.append(
+                nn.Sequential(
+                    nn.Conv1d(c_in, channels, kernel, stride),
+                    nn.ReLU(),
+                    nn.Conv1d(channels, 2 * channels, 1),
+                    nn.GLU(dim=1),
+                )
+            )
             c_out = c_in if level > 0 else len(sources) * audio_channels
-            up = [nn.Conv1d(channels, 2 * channels, context), nn.GLU(dim=1),
-                  nn.ConvTranspose1d(channels, c_out, kernel, stride)]
+            up = [
+                nn.Conv1d(channels, 2 * channels, context),
+                nn.GLU(dim=1),
+                nn.ConvTranspose1d(channels, c_out, kernel, stride),
+            ]
             if level > 0:
                 up.append(nn.ReLU())
             self.decoder.insert(0, nn.Sequential(*up))  # the deepest decoder runs first
@@ -436,7 +495,7 @@ for batch in batches:
             total += p.grad.data.norm() ** 2
     opt.step()
     opt.zero_grad()
-    record.append([loss.item(), (total ** 0.5).item()])
+    record.append([loss.item(), (total**0.5).item()])
 record.append(params_of(model))  # after the three steps
 model.eval()
 with th.no_grad():
@@ -526,7 +585,13 @@ def mel_to_hz(mel: Tensor, scale: str = "htk") -> Tensor:
 
 
 def mel_filterbank(
-    n_bins: int, lo: float, hi: float, n_mels: int, rate: int, norm: Optional[str] = None, scale: str = "htk"
+    n_bins: int,
+    lo: float,
+    hi: float,
+    n_mels: int,
+    rate: int,
+    norm: Optional[str] = None,
+    scale: str = "htk",
 ) -> Tensor:
     bin_hz = torch.linspace(0, rate // 2, n_bins)
     edges = mel_to_hz(torch.linspace(hz_to_mel(lo, scale), hz_to_mel(hi, scale), n_mels + 2), scale)
@@ -554,7 +619,9 @@ def dct_matrix(n_out: int, n_in: int, norm: Optional[str] = "ortho") -> Tensor:
     return basis.t()
 
 
-def to_decibels(x: Tensor, scale: float, floor: float, ref_db: float, top_db: Optional[float] = None) -> Tensor:
+def to_decibels(
+    x: Tensor, scale: float, floor: float, ref_db: float, top_db: Optional[float] = None
+) -> Tensor:
     db = scale * torch.log10(torch.clamp(x, min=floor))
     db -= scale * ref_db
     if top_db is None:
@@ -575,7 +642,9 @@ def deltas(feats: Tensor, width: int = 5, mode: str = "replicate") -> Tensor:
     return (torch.nn.functional.conv1d(rows, taps, groups=rows.shape[1]) / norm).reshape(shape)
 
 
-def random_band_mask(spec: Tensor, widest: int, axis: int, fill: float = 0.0, p: float = 1.0) -> Tensor:
+def random_band_mask(
+    spec: Tensor, widest: int, axis: int, fill: float = 0.0, p: float = 1.0
+) -> Tensor:
     # SpecAugment: every (item, channel) gets its own band [start, start + width) on `axis`
     nd = spec.dim()
     length = spec.size(axis)
@@ -584,7 +653,9 @@ def random_band_mask(spec: Tensor, widest: int, axis: int, fill: float = 0.0, p:
     if widest < 1:
         return spec
     width = torch.rand(spec.shape[: nd - 2], device=spec.device, dtype=spec.dtype) * widest
-    start = torch.rand(spec.shape[: nd - 2], device=spec.device, dtype=spec.dtype) * (length - width)
+    start = torch.rand(spec.shape[: nd - 2], device=spec.device, dtype=spec.dtype) * (
+        length - width
+    )
     lo = start.long()[..., None, None]
     hi = (start.long() + width.long())[..., None, None]
     pos = torch.arange(0, length, device=spec.device, dtype=spec.dtype)
@@ -594,8 +665,17 @@ def random_band_mask(spec: Tensor, widest: int, axis: int, fill: float = 0.0, p:
 
 
 class Spectrogram(nn.Module):
-    def __init__(self, n_fft=400, win_length=None, hop_length=None, pad=0, window_fn=torch.hann_window,
-                 power=2.0, normalized=False, wkwargs=None):
+    def __init__(
+        self,
+        n_fft=400,
+        win_length=None,
+        hop_length=None,
+        pad=0,
+        window_fn=torch.hann_window,
+        power=2.0,
+        normalized=False,
+        wkwargs=None,
+    ):
         super().__init__()
         torch._C._log_api_usage_once("frontend.Spectrogram")
         self.n_fft, self.pad, self.power, self.normalized = n_fft, pad, power, normalized
@@ -604,19 +684,43 @@ class Spectrogram(nn.Module):
         self.register_buffer("window", window_fn(self.win_length, **(wkwargs or {})))
 
     def forward(self, audio):
-        return stft_power(audio, self.window, self.n_fft, self.hop_length, self.win_length,
-                          self.power, self.normalized, self.pad)
+        return stft_power(
+            audio,
+            self.window,
+            self.n_fft,
+            self.hop_length,
+            self.win_length,
+            self.power,
+            self.normalized,
+            self.pad,
+        )
 
 
 class MelSpectrogram(nn.Module):
-    def __init__(self, sample_rate=16000, n_fft=400, n_mels=128, f_min=0.0, f_max=None, norm=None,
-                 mel_scale="htk", **stft_kwargs):
+    def __init__(
+        self,
+        sample_rate=16000,
+        n_fft=400,
+        n_mels=128,
+        f_min=0.0,
+        f_max=None,
+        norm=None,
+        mel_scale="htk",
+        **stft_kwargs,
+    ):
         super().__init__()
         torch._C._log_api_usage_once("frontend.MelSpectrogram")
         self.n_mels = n_mels
         self.stft = Spectrogram(n_fft=n_fft, **stft_kwargs)
-        bank = mel_filterbank(n_fft // 2 + 1, f_min, f_max or float(sample_rate // 2), n_mels, sample_rate,
-                              norm, mel_scale)
+        bank = mel_filterbank(
+            n_fft // 2 + 1,
+            f_min,
+            f_max or float(sample_rate // 2),
+            n_mels,
+            sample_rate,
+            norm,
+            mel_scale,
+        )
         self.register_buffer("fb", bank)
 
     def forward(self, audio):
@@ -641,7 +745,9 @@ class MFCC(nn.Module):
 
 
 class BandMask(nn.Module):
-    def __init__(self, widest, axis, p=1.0):  # axis 1: frequency, 2: time (of [channel, freq, time])
+    def __init__(
+        self, widest, axis, p=1.0
+    ):  # axis 1: frequency, 2: time (of [channel, freq, time])
         super().__init__()
         self.widest, self.axis, self.p = widest, axis, p
 
@@ -652,7 +758,14 @@ class BandMask(nn.Module):
 class Spotter(nn.Module):
     def __init__(self, n_mfcc=10, n_words=3):
         super().__init__()
-        mel = {"n_fft": 64, "hop_length": 32, "n_mels": 16, "f_min": 20.0, "mel_scale": "slaney", "norm": "slaney"}
+        mel = {
+            "n_fft": 64,
+            "hop_length": 32,
+            "n_mels": 16,
+            "f_min": 20.0,
+            "mel_scale": "slaney",
+            "norm": "slaney",
+        }
         self.mfcc = MFCC(sample_rate=8000, n_mfcc=n_mfcc, melkwargs=mel)
         self.specaug = torch.nn.Sequential(BandMask(3, 1), BandMask(5, 2, p=0.5))
         self.conv = torch.nn.Conv1d(2 * n_mfcc, 12, 3, padding=1)
@@ -670,17 +783,33 @@ class Spotter(nn.Module):
 torch.set_default_dtype(torch.double)  # dB and per-utterance norms: float64
 rate, n = 8000, 2048
 ts = np.arange(n) / rate
-tones = np.stack([(0.4 + 0.15 * k) * np.sin(2 * np.pi * (250 + 450 * (k % 3)) * ts + k) for k in range(6)])
+tones = np.stack(
+    [(0.4 + 0.15 * k) * np.sin(2 * np.pi * (250 + 450 * (k % 3)) * ts + k) for k in range(6)]
+)
 audio = torch.tensor(tones[:, None])
 words = torch.tensor([k % 3 for k in range(6)])
 
 z = Spectrogram(n_fft=64, hop_length=16, normalized="window", power=None)(audio[:2])
 record.append(z.abs().numpy().copy())
-hamming = MelSpectrogram(sample_rate=rate, n_fft=64, n_mels=8, pad=8, window_fn=torch.hamming_window,
-                         wkwargs={"periodic": False})
+hamming = MelSpectrogram(
+    sample_rate=rate,
+    n_fft=64,
+    n_mels=8,
+    pad=8,
+    window_fn=torch.hamming_window,
+    wkwargs={"periodic": False},
+)
 record.append(hamming(audio[:2]).numpy().copy())
-record.append(mel_filterbank(33, 0.0, 4000.0, 10, rate, norm="slaney", scale="slaney").numpy().copy())
-record.append(MFCC(sample_rate=rate, n_mfcc=6, log_mels=True, melkwargs={"n_fft": 64, "n_mels": 12})(audio[:2]).numpy().copy())
+record.append(
+    mel_filterbank(33, 0.0, 4000.0, 10, rate, norm="slaney", scale="slaney").numpy().copy()
+)
+record.append(
+    MFCC(sample_rate=rate, n_mfcc=6, log_mels=True, melkwargs={"n_fft": 64, "n_mels": 12})(
+        audio[:2]
+    )
+    .numpy()
+    .copy()
+)
 
 net = Spotter()
 initialize(net)
@@ -710,8 +839,9 @@ import torch
 import torch.nn as nn
 
 
-def sru_recurrence(u, x, weight_c, bias, c0, use_tanh, d, bidirectional, skip, scale_x,
-                   mask_c=None, mask_pad=None):
+def sru_recurrence(
+    u, x, weight_c, bias, c0, use_tanh, d, bidirectional, skip, scale_x, mask_c=None, mask_pad=None
+):
     # the SRU's cell state and output, one time step at a time (no compiled kernel here)
     warnings.warn("C++ kernel for SRU CPU inference is not available: the Python loop runs")
     dirs = 2 if bidirectional else 1
@@ -758,13 +888,30 @@ def sru_recurrence(u, x, weight_c, bias, c0, use_tanh, d, bidirectional, skip, s
 
 
 class SRUCell(nn.Module):
-    def __init__(self, n_in, hidden, dropout=0.0, rnn_dropout=0.0, bidirectional=False, n_proj=0,
-                 use_tanh=False, highway_bias=0.0, skip=True, layer_norm=False, rescale=True):
+    def __init__(
+        self,
+        n_in,
+        hidden,
+        dropout=0.0,
+        rnn_dropout=0.0,
+        bidirectional=False,
+        n_proj=0,
+        use_tanh=False,
+        highway_bias=0.0,
+        skip=True,
+        layer_norm=False,
+        rescale=True,
+    ):
         super().__init__()
         self.n_in, self.hidden = n_in, hidden
         self.n_out = 2 * hidden if bidirectional else hidden
         self.dropout, self.rnn_dropout, self.bidirectional = dropout, rnn_dropout, bidirectional
-        self.skip, self.highway_bias, self.rescale, self.use_tanh = skip, highway_bias, rescale, use_tanh
+        self.skip, self.highway_bias, self.rescale, self.use_tanh = (
+            skip,
+            highway_bias,
+            rescale,
+            use_tanh,
+        )
         self.n_proj = n_proj if 0 < n_proj < min(n_in, self.n_out) else 0
         self.n_mat = 4 if skip and n_in != self.n_out else 3
         if self.n_proj:
@@ -778,7 +925,7 @@ class SRUCell(nn.Module):
 
     def reset_parameters(self):
         self.bias.data.zero_()
-        self.bias.data[self.n_out:].zero_().add_(self.highway_bias)  # the reset gates' bias
+        self.bias.data[self.n_out :].zero_().add_(self.highway_bias)  # the reset gates' bias
         highway_scale = (1 + math.exp(self.highway_bias) * 2) ** 0.5
         self.scale_x.data[0] = highway_scale if self.rescale and self.skip else 1
         rows = self.weight.size(0)
@@ -819,9 +966,20 @@ class SRUCell(nn.Module):
         mask_c = None
         if self.training and self.dropout > 0:
             mask_c = self.dropout_mask((batch, self.n_out), self.dropout)
-        return sru_recurrence(u, residual, self.weight_c, self.bias, c0, self.use_tanh, self.hidden,
-                              self.bidirectional, self.skip, self.scale_x if self.rescale else None,
-                              mask_c, mask_pad)
+        return sru_recurrence(
+            u,
+            residual,
+            self.weight_c,
+            self.bias,
+            c0,
+            self.use_tanh,
+            self.hidden,
+            self.bidirectional,
+            self.skip,
+            self.scale_x if self.rescale else None,
+            mask_c,
+            mask_pad,
+        )
 
     def extra_repr(self):
         parts = ["{n_in}, {hidden}"]
@@ -841,21 +999,43 @@ class SRUCell(nn.Module):
 
 
 class SRU(nn.Module):
-    def __init__(self, n_in, hidden, num_layers=2, dropout=0.0, rnn_dropout=0.0, bidirectional=False,
-                 projection_size=0, use_tanh=False, layer_norm=False, highway_bias=0.0, rescale=False,
-                 nn_rnn_compatible_return=False):
+    def __init__(
+        self,
+        n_in,
+        hidden,
+        num_layers=2,
+        dropout=0.0,
+        rnn_dropout=0.0,
+        bidirectional=False,
+        projection_size=0,
+        use_tanh=False,
+        layer_norm=False,
+        highway_bias=0.0,
+        rescale=False,
+        nn_rnn_compatible_return=False,
+    ):
         super().__init__()
         self.hidden, self.num_layers = hidden, num_layers
         self.dirs = 2 if bidirectional else 1
         self.n_out = hidden * self.dirs
         self.compat = nn_rnn_compatible_return
-        self.rnn_lst = nn.ModuleList([
-            SRUCell(n_in if i == 0 else self.n_out, hidden,
-                    dropout=dropout if i + 1 < num_layers else 0.0, rnn_dropout=rnn_dropout,
-                    bidirectional=bidirectional, n_proj=projection_size, use_tanh=use_tanh,
-                    highway_bias=highway_bias, layer_norm=layer_norm, rescale=rescale)
-            for i in range(num_layers)
-        ])
+        self.rnn_lst = nn.ModuleList(
+            [
+                SRUCell(
+                    n_in if i == 0 else self.n_out,
+                    hidden,
+                    dropout=dropout if i + 1 < num_layers else 0.0,
+                    rnn_dropout=rnn_dropout,
+                    bidirectional=bidirectional,
+                    n_proj=projection_size,
+                    use_tanh=use_tanh,
+                    highway_bias=highway_bias,
+                    layer_norm=layer_norm,
+                    rescale=rescale,
+                )
+                for i in range(num_layers)
+            ]
+        )
 
     def forward(self, x, c0=None, mask_pad=None):
         packed = isinstance(x, nn.utils.rnn.PackedSequence)
@@ -879,7 +1059,9 @@ class SRU(nn.Module):
         state = torch.stack(finals)
         if self.compat:  # (layers * directions, batch, hidden), as nn.LSTM lays its state out
             b = state.size(1)
-            state = state.view(self.num_layers, b, self.dirs, self.hidden).transpose(1, 2).contiguous()
+            state = (
+                state.view(self.num_layers, b, self.dirs, self.hidden).transpose(1, 2).contiguous()
+            )
             state = state.view(self.num_layers * self.dirs, b, self.hidden)
         return x, state
 
@@ -890,8 +1072,15 @@ class CharLM(nn.Module):
         self.width, self.depth = width, depth
         self.dropout = nn.Dropout(dropout)
         self.embed = nn.Embedding(vocab, width)
-        self.rnn = SRU(width, width, depth, dropout=dropout, highway_bias=highway_bias, rescale=True,
-                       layer_norm=True)
+        self.rnn = SRU(
+            width,
+            width,
+            depth,
+            dropout=dropout,
+            highway_bias=highway_bias,
+            rescale=True,
+            layer_norm=True,
+        )
         self.out = nn.Linear(width, vocab)
         self.out.weight = self.embed.weight  # tied
         for p in list(self.embed.parameters()) + list(self.out.parameters()):
@@ -922,15 +1111,18 @@ record.extend([[repr(first)], first.scale_x.numpy().copy()])
 record.append([sum(1 for _ in model.parameters()), len(model.state_dict())])
 plain = ["bias", "weight_c", "layer_norm"]
 named = list(model.named_parameters())
-opt = torch.optim.AdamW([
-    {"params": [p for n, p in named if not any(k in n for k in plain)], "weight_decay": 0.01},
-    {"params": [p for n, p in named if any(k in n for k in plain)], "weight_decay": 0.0},
-], lr=3e-3)
+opt = torch.optim.AdamW(
+    [
+        {"params": [p for n, p in named if not any(k in n for k in plain)], "weight_decay": 0.01},
+        {"params": [p for n, p in named if any(k in n for k in plain)], "weight_decay": 0.0},
+    ],
+    lr=3e-3,
+)
 ce = nn.CrossEntropyLoss(reduction="sum")
 state = model.zero_state(streams)
 model.train()
 for start in range(0, 3 * bptt, bptt):
-    x, y = ids[start:start + bptt], ids[start + 1:start + 1 + bptt].view(-1)
+    x, y = ids[start : start + bptt], ids[start + 1 : start + 1 + bptt].view(-1)
     state = state.detach()  # truncated backpropagation through time
     model.zero_grad()
     logits, state = model(x, state)
@@ -943,17 +1135,31 @@ record.append(params_of(model.embed, model.rnn, model.out))
 
 # a bidirectional projected SRU over a packed batch (padding masked), the nn.LSTM-style state,
 # dropout only in the initial rescaling (eval mode)
-encoder = SRU(5, 4, num_layers=2, dropout=0.2, rnn_dropout=0.1, bidirectional=True, projection_size=3,
-              use_tanh=True, nn_rnn_compatible_return=True)
+encoder = SRU(
+    5,
+    4,
+    num_layers=2,
+    dropout=0.2,
+    rnn_dropout=0.1,
+    bidirectional=True,
+    projection_size=3,
+    use_tanh=True,
+    nn_rnn_compatible_return=True,
+)
 initialize(encoder)
 encoder.eval()
-seqs = torch.tensor(np.random.default_rng(4).standard_normal((7, 3, 5)), dtype=torch.float32,
-                    requires_grad=True)
-out, state = encoder(nn.utils.rnn.pack_padded_sequence(seqs, torch.tensor([7, 5, 3]), enforce_sorted=False))
+seqs = torch.tensor(
+    np.random.default_rng(4).standard_normal((7, 3, 5)), dtype=torch.float32, requires_grad=True
+)
+out, state = encoder(
+    nn.utils.rnn.pack_padded_sequence(seqs, torch.tensor([7, 5, 3]), enforce_sorted=False)
+)
 out, _ = nn.utils.rnn.pad_packed_sequence(out)
 total = out.pow(2).sum() + state.sum()
 total.backward()
-record.extend([out.detach().numpy().copy(), state.detach().numpy().copy(), seqs.grad.numpy().copy()])
+record.extend(
+    [out.detach().numpy().copy(), state.detach().numpy().copy(), seqs.grad.numpy().copy()]
+)
 record.append({name: w.grad.numpy().copy() for name, w in encoder.named_parameters()})
 """
 
@@ -970,7 +1176,7 @@ def pad_rows(rows, value):
     longest = max(r.size(0) for r in rows)
     out = rows[0].new(len(rows), longest, *rows[0].size()[1:]).fill_(value)
     for i, r in enumerate(rows):
-        out[i, :r.size(0)] = r
+        out[i, : r.size(0)] = r
     return out
 
 
@@ -1030,25 +1236,40 @@ class Speller(nn.Module):
             logits.append(out)
         logits = torch.stack(logits, dim=1).view(-1, self.vocab)
         # the pre-1.0 spelling of reduction='mean', still read (with a warning)
-        return F.cross_entropy(logits, wanted.view(-1), ignore_index=IGNORE, reduction='elementwise_mean')
+        return F.cross_entropy(
+            logits, wanted.view(-1), ignore_index=IGNORE, reduction='elementwise_mean'
+        )
 
     def beam_search(self, memory, chars, beam, nbest, max_len):
         memory = memory.unsqueeze(0)
         token = memory.new_zeros(1).long()
-        start = {'score': 0.0, 'seq': [self.sos], 'h': [self.blank_state(memory) for _ in self.cells],
-                 'c': [self.blank_state(memory) for _ in self.cells],
-                 'ctx': self.blank_state(memory, memory.size(2))}
+        start = {
+            'score': 0.0,
+            'seq': [self.sos],
+            'h': [self.blank_state(memory) for _ in self.cells],
+            'c': [self.blank_state(memory) for _ in self.cells],
+            'ctx': self.blank_state(memory, memory.size(2)),
+        }
         alive, ended = [start], []
         for i in range(max_len):
             grown = []
             for hyp in alive:
                 token[0] = hyp['seq'][i]
-                out, ctx, hs, cs = self.step(self.embed(token), hyp['ctx'], hyp['h'], hyp['c'], memory)
+                out, ctx, hs, cs = self.step(
+                    self.embed(token), hyp['ctx'], hyp['h'], hyp['c'], memory
+                )
                 best, ids = torch.topk(F.log_softmax(out, dim=1), beam, dim=1)
                 for j in range(beam):
                     # scores stay 0-d tensors: sorted by their values
-                    grown.append({'score': hyp['score'] + best[0, j], 'seq': hyp['seq'] + [int(ids[0, j])],
-                                  'h': hs[:], 'c': cs[:], 'ctx': ctx[:]})
+                    grown.append(
+                        {
+                            'score': hyp['score'] + best[0, j],
+                            'seq': hyp['seq'] + [int(ids[0, j])],
+                            'h': hs[:],
+                            'c': cs[:],
+                            'ctx': ctx[:],
+                        }
+                    )
                 grown = sorted(grown, key=lambda h: h['score'], reverse=True)[:beam]
             if i == max_len - 1:
                 for hyp in grown:
@@ -1058,8 +1279,10 @@ class Speller(nn.Module):
             if not alive:
                 print('all hypotheses ended')
                 break
-            print('alive: ' + ', '.join(''.join(chars[int(c)] for c in h['seq'][1:]) for h in alive))
-        return sorted(ended, key=lambda h: h['score'], reverse=True)[:min(len(ended), nbest)]
+            print(
+                'alive: ' + ', '.join(''.join(chars[int(c)] for c in h['seq'][1:]) for h in alive)
+            )
+        return sorted(ended, key=lambda h: h['score'], reverse=True)[: min(len(ended), nbest)]
 
 
 chars = ["<sos>", "<eos>", "a", "b", "c", "d"]
@@ -1087,7 +1310,7 @@ record.append(params_of(listener, speller))
 model.eval()
 with torch.no_grad():
     for k in range(2):
-        memory = listener(feats[k, :lengths[k]].unsqueeze(0), lengths[k:k + 1])[0][0]
+        memory = listener(feats[k, : lengths[k]].unsqueeze(0), lengths[k : k + 1])[0][0]
         found = speller.beam_search(memory, chars, beam=3, nbest=2, max_len=4)
         record.append([[int(c) for c in h['seq']] for h in found])
         record.append([float(h['score']) for h in found])
@@ -1098,7 +1321,8 @@ CONV_TASNET_STEPS = [
     IMPORTS[0],
     IMPORTS[1],
     (
-        "        loss.backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=5)\n"
+        "        loss.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=5)\n"
         "        adam.step()\n",
         "        grads = loss.backward()\n"
         "        torch.nn.utils.clip_grad_norm_(grads, model.parameters(), max_norm=5)\n"
@@ -1132,8 +1356,14 @@ class FrameEncoder(torch.nn.Module):
     def __init__(self, n_symbols):
         super().__init__()
         self.embed = torch.nn.Embedding(n_symbols, WIDTH)
-        self.rnn = torch.nn.GRU(input_size=WIDTH, hidden_size=WIDTH, num_layers=3, batch_first=True,
-                                bidirectional=True, dropout=0.1)
+        self.rnn = torch.nn.GRU(
+            input_size=WIDTH,
+            hidden_size=WIDTH,
+            num_layers=3,
+            batch_first=True,
+            bidirectional=True,
+            dropout=0.1,
+        )
         self.proj = torch.nn.Linear(2 * WIDTH, WIDTH)
 
     def forward(self, x):
@@ -1188,7 +1418,9 @@ class RNNT(torch.nn.Module):
         for t in range(t_max):
             for u in range(u_max + 1):
                 if u > 0:
-                    emit = torch.gather(logp[:, t, u - 1], dim=1, index=y[:, u - 1].view(-1, 1)).reshape(-1)
+                    emit = torch.gather(
+                        logp[:, t, u - 1], dim=1, index=y[:, u - 1].view(-1, 1)
+                    ).reshape(-1)
                     from_left = alpha[:, t, u - 1] + emit
                 if t == 0:
                     alpha[:, t, u] = 0.0 if u == 0 else from_left
@@ -1217,7 +1449,9 @@ class RNNT(torch.nn.Module):
             t, u = (t + 1, u) if move == 0 else (t, u + 1)
         slots.append((T - 1, U))
         emitted.append(BLANK)
-        logp = self.joint.forward(frames[[s[0] for s in slots]], labels[[s[1] for s in slots]]).log_softmax(1)
+        logp = self.joint.forward(
+            frames[[s[0] for s in slots]], labels[[s[1] for s in slots]]
+        ).log_softmax(1)
         target = torch.tensor(emitted).long().to(self.device)
         return -torch.nn.functional.nll_loss(input=logp, target=target, reduction="sum")
 
@@ -1275,7 +1509,7 @@ record.append([model.log_likelihood(model.lattice_logp(x, y), T, U, y)[0].item()
 model.train()
 model.encoder.rnn.dropout = 0.0  # the two runs' dropout masks would differ
 for start in range(3):
-    x, y, T, U = padded(pairs[start:start + 3])
+    x, y, T, U = padded(pairs[start : start + 3])
     loss = model.loss(x, y, T, U)
     opt.zero_grad()
     loss.backward()
@@ -1363,7 +1597,8 @@ SRU_STEPS = [
     IMPORTS[0],
     IMPORTS[1],
     (
-        "    loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)\n"
+        "    loss.backward()\n"
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=5.0)\n"
         "    opt.step()\n",
         "    grads = loss.backward()\n"
         "    torch.nn.utils.clip_grad_norm_(grads, model.parameters(), max_norm=5.0)\n"
@@ -1467,7 +1702,10 @@ class QRNN(nn.Module):
     def __init__(self, n_in, n_hidden, num_layers=1, dropout=0.0, **layer_args):
         super().__init__()
         self.layers = nn.ModuleList(
-            [QRNNLayer(n_in if i == 0 else n_hidden, n_hidden, **layer_args) for i in range(num_layers)]
+            [
+                QRNNLayer(n_in if i == 0 else n_hidden, n_hidden, **layer_args)
+                for i in range(num_layers)
+            ]
         )
         self.num_layers, self.dropout = num_layers, dropout
 
@@ -1481,7 +1719,9 @@ class QRNN(nn.Module):
             x, h = layer(x, None if hidden is None else hidden[depth])
             last.append(h)
             if self.dropout and depth < self.num_layers - 1:
-                x = torch.nn.functional.dropout(x, p=self.dropout, training=self.training, inplace=False)
+                x = torch.nn.functional.dropout(
+                    x, p=self.dropout, training=self.training, inplace=False
+                )
         return x, torch.cat(last, 0).view(self.num_layers, *last[0].size()[-2:])
 
 
@@ -1540,8 +1780,8 @@ for epoch in range(2):
     lm.rnn.reset()
     state = lm.zero_state(3)
     for t in range(0, stream.size(0) - 1, 5):
-        targets = stream[t + 1:t + 6].view(-1)
-        inputs = stream[t:t + 5][:len(targets) // 3]
+        targets = stream[t + 1 : t + 6].view(-1)
+        inputs = stream[t : t + 5][: len(targets) // 3]
         state = detach_state(state)
         sgd.zero_grad()
         logits, state = lm(inputs, state)
@@ -1655,7 +1895,7 @@ class OneLayerLM(nn.Module):
         super().__init__()
         self.pad = pad
         self.embed = nn.Embedding(vocab, dim, padding_idx=pad)
-        nn.init.normal_(self.embed.weight, mean=0, std=dim ** -0.5)
+        nn.init.normal_(self.embed.weight, mean=0, std=dim**-0.5)
         nn.init.constant_(self.embed.weight[pad], 0)
         self.scale = math.sqrt(dim)
         self.positions = SinusoidalPositions(dim, pad, rows=8)
@@ -1676,8 +1916,14 @@ class OneLayerLM(nn.Module):
         x += self.positions(tokens)
         x = x.transpose(0, 1)
         h = self.attn_norm(x)
-        h, _ = self.self_attn(query=h, key=h, value=h, key_padding_mask=tokens.eq(self.pad),
-                              need_weights=False, attn_mask=self.future_mask(h))
+        h, _ = self.self_attn(
+            query=h,
+            key=h,
+            value=h,
+            key_padding_mask=tokens.eq(self.pad),
+            need_weights=False,
+            attn_mask=self.future_mask(h),
+        )
         x = x + h
         x = x + self.down(F.relu(self.up(self.ffn_norm(x))))
         return F.linear(x.transpose(0, 1), self.embed.weight)
@@ -1702,9 +1948,16 @@ initialize(model)
 no_decay = ["bias", "norm.weight"]
 named = list(model.named_parameters())
 opt = torch.optim.Adam(
-    [{"params": [p for n, p in named if not any(k in n for k in no_decay)], "weight_decay": 0.01},
-     {"params": [p for n, p in named if any(k in n for k in no_decay)], "weight_decay": 0.0}],
-    lr=5e-3, betas=(0.9, 0.98), eps=1e-8,
+    [
+        {
+            "params": [p for n, p in named if not any(k in n for k in no_decay)],
+            "weight_decay": 0.01,
+        },
+        {"params": [p for n, p in named if any(k in n for k in no_decay)], "weight_decay": 0.0},
+    ],
+    lr=5e-3,
+    betas=(0.9, 0.98),
+    eps=1e-8,
 )
 warmup, start_lr, peak = 3, 1e-7, 5e-3
 
@@ -1712,7 +1965,7 @@ warmup, start_lr, peak = 3, 1e-7, 5e-3
 def inverse_sqrt(n):  # linear warmup, then decay as 1 / sqrt(updates)
     if n < warmup:
         return (start_lr + n * (peak - start_lr) / warmup) / peak
-    return warmup ** 0.5 * n ** -0.5
+    return warmup**0.5 * n**-0.5
 
 
 schedule = torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt)
@@ -1755,7 +2008,9 @@ with torch.no_grad():
         if ended_rows.numel() > 0:
             ended_scores = torch.masked_select(cand_scores[:, :beam], mask=ended[:, :beam])
             for row, score in zip(ended_rows.tolist(), ended_scores.tolist()):
-                done[row // beam].append((round(score / (step + 1), 5), tokens[row, 1 : step + 1].tolist() + [eos]))
+                done[row // beam].append(
+                    (round(score / (step + 1), 5), tokens[row, 1 : step + 1].tolist() + [eos])
+                )
         # keep the best `beam` candidates that did not end: ended ones sort after every other
         order = torch.add(ended.type_as(cand_rank) * 2 * beam, cand_rank[: ended.size(1)])
         _, keep = torch.topk(order, k=beam, dim=1, largest=False)
