@@ -298,7 +298,7 @@ radam = torch.optim.RAdam(
     lr=1e-2,
     betas=(0.9, 0.99),
 )
-H, W, focal, n_rays = 6, 6, 5.0, 10
+H, W, focal, n_rays = 6, 6, 5.0, 8
 K = np.array([[focal, 0, 0.5 * W], [0, focal, 0.5 * H], [0, 0, 1]])
 photos = torch.tensor(scene_images).float()
 pixels = torch.stack(torch.meshgrid(torch.linspace(0, H - 1, H), torch.linspace(0, W - 1, W)), -1)
@@ -308,7 +308,7 @@ for step in range(3):
     ray_o, ray_d = camera_rays(H, W, K, torch.Tensor(scene_poses[view_k, :3, :4]))
     pick = pixels[np.random.choice(pixels.shape[0], size=[n_rays], replace=False)].long()
     rows, cols = pick[:, 0], pick[:, 1]
-    out = render_batch(ray_o[rows, cols], ray_d[rows, cols], near=1.0, far=3.0, chunk=6,
+    out = render_batch(ray_o[rows, cols], ray_d[rows, cols], near=1.0, far=3.0, chunk=5,
                        coarse=network["coarse"], fine=network["fine"], n_coarse=5, n_fine=4,
                        noise_std=1.0, white=True)
     target = photos[view_k][rows, cols]
