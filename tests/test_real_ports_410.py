@@ -179,7 +179,7 @@ def evaluate(model, loader, criterion):
     return total / len(loader)
 
 
-def translate(sentence, model, max_length=20):
+def translate(sentence, model, max_length=12):
     model.eval()
     with torch.no_grad():
         if isinstance(sentence, str):
