@@ -1,76 +1,66 @@
-# ruff: noqa: E501  (the programs are kept as their authors wrote them)
-"""Real PyTorch programs ported to retrograd, continued (the harness: ``tests/real_ports.py``):
-uncertainty estimation as its repositories write it, each trained a few steps against torch's
-run of the same code from the same weights and draws.
+"""Real-port tests (the harness: ``tests/real_ports.py``): uncertainty estimation, each program
+written here in the style of a public project (none is copied from it) and trained a few steps
+against torch's run of the same program from the same weights and draws.
 
-- SWAG as wjmaddox/swa_gaussian writes it (``swag/posteriors/swag.py``: ``swag_parameters``
-  popping each parameter out of ``module._parameters`` and registering ``%s_mean``,
-  ``%s_sq_mean`` and ``%s_cov_mat_sqrt`` buffers from ``data.new(data.size()).zero_()`` and
-  ``data.new_empty((0, data.numel())).zero_()``, ``SWAG`` applying it through
-  ``self.base.apply``, ``collect_model`` reading and replacing the buffers by
-  ``module.__getattr__``/``module.__setattr__``, ``torch.cat`` onto the empty deviation
-  matrix and ``self.n_models.add_(1)`` of a long buffer, ``sample_fullrank`` by
-  ``torch.randn_like(var, requires_grad=False)`` and ``sample_blockwise``, the sampled
-  weights set as plain attributes of the modules; ``swag/utils.py``'s ``flatten``,
-  ``unflatten_like``, ``adjust_learning_rate``, ``bn_update`` with ``check_bn``/``reset_bn``
-  /``_get_momenta``/``_set_momenta`` through ``issubclass(module.__class__,
-  torch.nn.modules.batchnorm._BatchNorm)`` and ``momentum = b / (n + b)``; ``run_swag.py``'s
-  ``schedule`` and loop), small. Only the diagonal samples are drawn: the low-rank ones draw
-  by ``new_empty(...).normal_()`` from torch's own generator, which the port cannot share;
-  the deviation matrices are still collected and compared. ``.cuda()`` is left out.
-- Concrete dropout as yaringal/ConcreteDropout writes it (``concrete-dropout-pytorch.ipynb``:
-  ``ConcreteDropout`` with ``nn.Parameter(torch.empty(1).uniform_(init_min, init_max))``,
-  the relaxed Bernoulli mask from ``torch.rand_like``, ``x /= retain_prob``, the regularizer
-  summed over ``layer.parameters()`` onto ``0``; ``Model`` writing each regularizer into
-  ``torch.empty(5)`` by ``x1, regularization[0] = ...``; ``heteroscedastic_loss``; the MC
-  samples of the trained model and ``torch.sigmoid(module.p_logit).cpu().data.numpy()[0]``
-  over ``model.modules()``). ``torch.rand_like`` draws from one seeded stream in both runs.
-- DUQ as y0ast/deterministic-uncertainty-quantification writes it (``two_moons.ipynb``'s
-  ``Model_bilinear``: ``nn.Parameter(torch.normal(torch.zeros(...), 1))``, the ``N`` and
-  ``m`` buffers replaced by assignment (``self.m = self.m * self.N.unsqueeze(0)`` in
-  ``__init__``, ``self.N = torch.max(...)`` in ``update_embeddings``),
-  ``torch.einsum('ij,mnj->imn', ...)`` and ``torch.einsum('ijk,ik->jk', ...)``; ``
-  calc_gradient_penalty`` by ``torch.autograd.grad(..., grad_outputs=torch.ones_like(y_pred),
-  create_graph=True)`` of an input made ``requires_grad_(True)``; the ``step`` with
-  ``F.binary_cross_entropy`` of ``F.one_hot(y, num_classes).float()``, ``loss +=`` the
-  penalty, SGD with momentum and weight decay, the centroids updated under
-  ``torch.no_grad()``).
-- deep evidential regression as aamini/evidential-deep-learning writes it (``layers/dense.py``'s
-  ``DenseNormalGamma`` and ``losses/continuous.py``'s ``NIG_NLL``, ``KL_NIG``, ``NIG_Reg``
-  and ``EvidentialRegression``, in the form its PyTorch ports write them: ``torch.split``,
-  ``F.softplus`` evidence, ``torch.lgamma``, ``torch.digamma``, ``torch.square``), both
-  regularizers, then the aleatoric and epistemic variances of the predictions. ``NIG_Reg``
-  makes ``omega`` a tensor before ``KL_NIG``: its ``torch.abs``/``torch.lgamma`` of a float
-  (TensorFlow's ``tf.abs``/``tf.math.lgamma`` take one) is a ``TypeError`` in torch.
-- temperature scaling as gpleiss/temperature_scaling writes it (``temperature_scaling.py``:
-  ``ModelWithTemperature`` with ``self.temperature.unsqueeze(1).expand(...)``,
-  ``set_temperature``'s logits gathered under ``torch.no_grad()`` and
-  ``optim.LBFGS([self.temperature], lr=0.01, max_iter=50)`` with its ``eval`` closure;
-  ``_ECELoss`` by ``torch.linspace`` bins, ``torch.max(softmaxes, 1)``, ``gt``/``le`` of
-  ``.item()`` bounds multiplied as masks, ``accuracies[in_bin].float().mean()`` and ``ece +=``
-  onto ``torch.zeros(1)``), on a small classifier trained first. ``.cuda()`` is left out.
-- DUE's deterministic feature extractor as y0ast/DUE writes it (``due/layers/spectral_norm_fc.py``:
-  ``SpectralNormFC`` subclassing ``torch.nn.utils.spectral_norm.SpectralNorm``, its
-  ``compute_weight`` with the power iteration ``normalize(torch.mv(weight_mat.t(), u), dim=0,
-  eps=self.eps, out=v)`` into the module's buffers, ``u.clone(memory_format=
-  torch.contiguous_format)``, the soft normalization ``torch.max(torch.ones(1), sigma /
-  self.coeff)`` and ``sigma_log.copy_(sigma.detach())``; its ``apply`` reading
-  ``module._forward_pre_hooks``, ``delattr(module, fn.name)``, ``setattr(module, fn.name,
-  weight.data)``, ``module._register_state_dict_hook(SpectralNormStateDictHook(fn))`` and
-  ``module._register_load_state_dict_pre_hook(SpectralNormLoadStateDictPreHook(fn))``;
-  ``due/fc_resnet.py``'s ``FCResNet``), trained on a toy regression as
-  ``toy_regression.ipynb`` does without its GP. The hook class could not be imported, and the
-  ``out=`` of ``normalize`` was ignored (the buffers never moved): both are checked on their
-  own below.
-- DUE's SNGP head (``due/sngp.py``: ``random_ortho`` by ``torch.linalg.qr``,
-  ``RandomFourierFeatures`` with its ``feature_scale``/``W``/``b`` buffers, ``Laplace`` with
-  ``torch.normal(0, 0.05, size)`` projections through ``nn.functional.linear``, the precision
-  buffer grown by ``self.precision += k.t() @ k`` in training, ``self.seen_data +=
-  x.shape[0]`` of a 0-d int64 buffer asserted against ``num_data``,
-  ``reset_precision_matrix`` replacing the buffers, the covariance by
-  ``torch.linalg.cholesky_ex`` and ``torch.cholesky_inverse(u, out=self.covariance)`` under
-  ``torch.no_grad()``, the mean-field logits by ``torch.diag(pred_cov)``) over the
-  spectral-normalized ``FCResNet``, for regression and for classification. The ``out=`` of
+- SWAG written here in the style of wjmaddox/swa_gaussian: every parameter popped out of
+  ``module._parameters`` (a ``None`` bias skipped) and replaced by ``{name}_mean``,
+  ``{name}_sq_mean`` and ``{name}_dev`` buffers from ``w.new(w.size()).zero_()`` and
+  ``w.new_empty((0, w.numel())).zero_()``, through ``self.base.apply``; ``collect_model``
+  reading and replacing them by ``module.__getattr__``/``module.__setattr__``, ``torch.cat`` onto
+  the empty deviation matrix, ``dev[1:, :]`` past the rank, ``self.n_collected.add_(1)`` of a long
+  buffer; a joint diagonal sample by ``torch.randn_like(var, requires_grad=False)`` over
+  ``flat``/``like`` (``contiguous().view``, ``row[:, a:b].view(shape)``), a low-rank term by
+  ``devs.t().matmul(torch.randn(k))``, a per-layer sample by ``torch.randn_like``, the sampled
+  weights set as plain attributes; BatchNorm statistics recomputed through ``issubclass(m.__class__,
+  torch.nn.modules.batchnorm._BatchNorm)``, buffers replaced by ``torch.zeros_like``/``ones_like``,
+  ``momentum = b / (n + b)``, ``itertools.islice`` and ``torch.autograd.Variable``; an SWA
+  learning-rate schedule written into ``param_groups``; SGD with momentum and weight decay.
+- concrete dropout written here in the style of yaringal/ConcreteDropout's PyTorch notebook:
+  ``nn.Parameter(torch.empty(1).uniform_(lo, hi))`` of a logit, the relaxed Bernoulli mask from
+  ``torch.rand_like``, ``x /= 1 - p``, the weight term summed over ``layer.parameters()`` onto
+  ``0``, ``rate_term += ...``/``*=``; each layer's penalty written into ``torch.empty(4)`` by
+  ``h, penalties[i] = ...``; a heteroscedastic Gaussian NLL, ``torch.autograd.Variable``
+  minibatches, the MC passes ``.view(...).cpu().data.numpy()`` and
+  ``torch.sigmoid(m.p_logit).cpu().data.numpy()[0]`` over ``net.modules()``. ``torch.rand_like``
+  draws from one seeded stream in both runs.
+- DUQ written here in the style of y0ast/deterministic-uncertainty-quantification's two-moons
+  notebook: ``nn.Parameter(torch.normal(torch.zeros(...), 1))``, the ``N`` and ``m`` buffers
+  replaced by assignment (in ``__init__`` and in the centroid update), ``torch.einsum("ij,mnj->imn",
+  ...)`` and ``torch.einsum("ijk,ik->jk", ...)``; a gradient penalty by ``torch.autograd.grad(...,
+  grad_outputs=torch.ones_like(scores), create_graph=True)`` of an input made
+  ``requires_grad_(True)``, ``flatten(start_dim=1).norm(2, dim=1)``; ``F.binary_cross_entropy`` of
+  ``F.one_hot(y, classes).float()``, ``loss +=`` the penalty, SGD with momentum and weight decay,
+  the centroids updated under ``torch.no_grad()``.
+- deep evidential regression written here in the style of aamini/evidential-deep-learning's
+  PyTorch ports: a Normal-Inverse-Gamma head by ``torch.split`` and ``F.softplus`` evidence, its
+  NLL (``torch.log(np.pi / nu)``, ``torch.lgamma``), the plain evidence regulariser and the KL one
+  (``torch.square``, ``torch.abs``, ``torch.digamma``; the prior made a tensor first, since
+  ``torch.lgamma`` of a float is a ``TypeError``), then ``torch.minimum(..., torch.tensor(1e3))``
+  of the epistemic and the aleatoric variances under ``torch.no_grad()``.
+- temperature scaling written here in the style of gpleiss/temperature_scaling: one temperature
+  ``unsqueeze(1).expand(...)`` over the logits, the logits gathered under ``torch.no_grad()``,
+  ``optim.LBFGS([T], lr=0.01, max_iter=50)`` with a closure; an ECE by ``torch.linspace`` bins,
+  ``torch.max(softmax, 1)``, ``gt``/``le`` of ``.item()`` bounds multiplied as masks,
+  ``right[inside].float().mean()`` and ``total +=`` onto ``torch.zeros(1)``; printed logs compared.
+- DUE's feature extractor written here in the style of y0ast/DUE: a soft spectral norm subclassing
+  ``torch.nn.utils.spectral_norm.SpectralNorm``, its ``compute_weight`` with the power iteration
+  ``normalize(torch.mv(mat.t(), u), dim=0, eps=self.eps, out=v)`` into the module's buffers,
+  ``u.clone(memory_format=torch.contiguous_format)``, ``torch.max(torch.ones(1).to(...), sigma /
+  self.coeff)`` and ``.copy_(sigma.detach())``; its ``apply`` reading ``module._forward_pre_hooks``,
+  ``delattr``, ``register_parameter``, ``setattr(module, name, w.data)``,
+  ``module._register_state_dict_hook(SpectralNormStateDictHook(fn))`` and
+  ``module._register_load_state_dict_pre_hook(SpectralNormLoadStateDictPreHook(fn))`` (imported
+  under another name); a residual MLP of such layers (ELU) trained on a noisy sine, its buffers
+  compared after each step. The hook class could not be imported, and the ``out=`` of
+  ``normalize`` was ignored (the buffers never moved): both are checked on their own below.
+- DUE's SNGP head written here in the style of its ``sngp.py``: random Fourier features from
+  ``torch.linalg.qr`` blocks with ``feature_scale``/``W``/``b`` buffers, a ``torch.normal(0, 0.05,
+  size)`` projection through ``nn.functional.linear`` and ``LayerNorm``, the precision buffer grown
+  by ``self.precision += phi.t() @ phi`` in training, ``self.n_seen += x.shape[0]`` of a 0-d
+  int64 buffer asserted against the data size, the buffers replaced at each epoch's start, the
+  covariance by ``torch.linalg.cholesky_ex`` and ``torch.cholesky_inverse(chol, out=
+  self.covariance)`` under ``torch.no_grad()``, mean-field logits by ``torch.diag(cov)``; over the
+  spectral-normalized MLP, for regression and for classification. The ``out=`` of
   ``cholesky_inverse`` was refused: checked on its own below.
 
 The lines changed: the ``import`` lines and the gradient lines (``loss.backward()`` returns
@@ -99,341 +89,213 @@ def _seeded():
 
 
 IMPORTS = (
-    "\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nimport torch.optim as optim\n",
-    "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\nimport retrograd.optim as optim\n",
+    "\nimport torch\nimport torch.nn as nn\nimport torch.optim as optim\n\nF = nn.functional\n",
+    "\nimport retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.optim as optim\n"
+    "\nF = nn.functional\n",
 )
 
 
-# -- swa_gaussian -----------------------------------------------------------------------------------
-SWAG_SOURCE = '''
+# -- SWAG ------------------------------------------------------------------------------------------
+SWAG_SOURCE = """
+import itertools
+
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
 
+F = nn.functional
 
-# -- swag/utils.py --
-def flatten(lst):
-    tmp = [i.contiguous().view(-1, 1) for i in lst]
-    return torch.cat(tmp).view(-1)
-
-
-def unflatten_like(vector, likeTensorList):
-    # Takes a flat torch.tensor and unflattens it to a list of torch.tensors
-    #    shaped like likeTensorList
-    outList = []
-    i = 0
-    for tensor in likeTensorList:
-        # n = module._parameters[name].numel()
-        n = tensor.numel()
-        outList.append(vector[:, i : i + n].view(tensor.shape))
-        i += n
-    return outList
+# SWA-Gaussian in the style of swa_gaussian: the moments of the weights along an SGD trajectory
+# live as buffers of a copy of the model whose parameters were removed; sampling writes plain
+# tensors where the parameters were.
+BatchNormBase = torch.nn.modules.batchnorm._BatchNorm
 
 
-def adjust_learning_rate(optimizer, lr):
-    for param_group in optimizer.param_groups:
-        param_group["lr"] = lr
+def flat(tensors):
+    return torch.cat([t.contiguous().view(-1, 1) for t in tensors]).view(-1)
+
+
+def like(row, templates):
+    # row: [1, total] -> one view per template, in order
+    out, start = [], 0
+    for t in templates:
+        out.append(row[:, start : start + t.numel()].view(t.shape))
+        start += t.numel()
+    return out
+
+
+def set_lr(opt, lr):
+    for group in opt.param_groups:
+        group["lr"] = lr
     return lr
 
 
-def _check_bn(module, flag):
-    if issubclass(module.__class__, torch.nn.modules.batchnorm._BatchNorm):
-        flag[0] = True
+def swa_schedule(epoch, base=0.1, final=0.05, start=3):
+    frac = epoch / start
+    if frac <= 0.5:
+        return base
+    if frac <= 0.9:
+        return base * (1.0 - (1.0 - final / base) * (frac - 0.5) / 0.4)
+    return final
 
 
-def check_bn(model):
-    flag = [False]
-    model.apply(lambda module: _check_bn(module, flag))
-    return flag[0]
-
-
-def reset_bn(module):
-    if issubclass(module.__class__, torch.nn.modules.batchnorm._BatchNorm):
-        module.running_mean = torch.zeros_like(module.running_mean)
-        module.running_var = torch.ones_like(module.running_var)
-
-
-def _get_momenta(module, momenta):
-    if issubclass(module.__class__, torch.nn.modules.batchnorm._BatchNorm):
-        momenta[module] = module.momentum
-
-
-def _set_momenta(module, momenta):
-    if issubclass(module.__class__, torch.nn.modules.batchnorm._BatchNorm):
-        module.momentum = momenta[module]
-
-
-def bn_update(loader, model, verbose=False, subset=None, **kwargs):
-    """
-        BatchNorm buffers update (if any).
-        Performs 1 epochs to estimate buffers average using train dataset.
-
-        :param loader: train dataset loader for buffers average estimation.
-        :param model: model being update
-        :return: None
-    """
-    if not check_bn(model):
-        return
-    model.train()
-    momenta = {}
-    model.apply(reset_bn)
-    model.apply(lambda module: _get_momenta(module, momenta))
-    n = 0
-    num_batches = len(loader)
-
-    with torch.no_grad():
-        if subset is not None:
-            num_batches = int(num_batches * subset)
-            loader = itertools.islice(loader, num_batches)
-
-        for input, _ in loader:
-            input_var = torch.autograd.Variable(input)
-            b = input_var.data.size(0)
-
-            momentum = b / (n + b)
-            for module in momenta.keys():
-                module.momentum = momentum
-
-            model(input_var, **kwargs)
-            n += b
-
-    model.apply(lambda module: _set_momenta(module, momenta))
-
-
-# -- swag/posteriors/swag.py --
-def swag_parameters(module, params, no_cov_mat=True):
-    for name in list(module._parameters.keys()):
-        if module._parameters[name] is None:
-            continue
-        data = module._parameters[name].data
-        module._parameters.pop(name)
-        module.register_buffer("%s_mean" % name, data.new(data.size()).zero_())
-        module.register_buffer("%s_sq_mean" % name, data.new(data.size()).zero_())
-
-        if no_cov_mat is False:
-            module.register_buffer(
-                "%s_cov_mat_sqrt" % name, data.new_empty((0, data.numel())).zero_()
-            )
-
-        params.append((module, name))
-
-
-class SWAG(torch.nn.Module):
-    def __init__(
-        self, base, no_cov_mat=True, max_num_models=0, var_clamp=1e-30, *args, **kwargs
-    ):
-        super(SWAG, self).__init__()
-
-        self.register_buffer("n_models", torch.zeros([1], dtype=torch.long))
-        self.params = list()
-
-        self.no_cov_mat = no_cov_mat
-        self.max_num_models = max_num_models
-
-        self.var_clamp = var_clamp
-
-        self.base = base(*args, **kwargs)
-        self.base.apply(
-            lambda module: swag_parameters(
-                module=module, params=self.params, no_cov_mat=self.no_cov_mat
-            )
+def refresh_bn(batches, net, subset=None):
+    # sampled weights need their own BatchNorm statistics: one pass, averaged cumulatively
+    saved = {}
+    net.apply(
+        lambda m: (
+            saved.__setitem__(m, m.momentum) if issubclass(m.__class__, BatchNormBase) else None
         )
+    )
+    if not saved:
+        return
 
-    def forward(self, *args, **kwargs):
-        return self.base(*args, **kwargs)
+    def restart(m):
+        if issubclass(m.__class__, BatchNormBase):
+            m.running_mean = torch.zeros_like(m.running_mean)
+            m.running_var = torch.ones_like(m.running_var)
 
-    def sample(self, scale=1.0, cov=False, seed=None, block=False, fullrank=True):
-        if seed is not None:
-            torch.manual_seed(seed)
+    net.train()
+    net.apply(restart)
+    if subset is not None:
+        batches = itertools.islice(batches, int(len(batches) * subset))
+    seen = 0
+    with torch.no_grad():
+        for xb, _ in batches:
+            xb = torch.autograd.Variable(xb)
+            size = xb.data.size(0)
+            for m in saved:
+                m.momentum = size / (seen + size)
+            net(xb)
+            seen += size
+    for m, momentum in saved.items():
+        m.momentum = momentum
 
-        if not block:
-            self.sample_fullrank(scale, cov, fullrank)
+
+def to_moment_buffers(module, slots, keep_deviations):
+    for name in list(module._parameters):
+        if module._parameters[name] is None:  # e.g. a Linear without bias
+            continue
+        w = module._parameters[name].data
+        module._parameters.pop(name)
+        module.register_buffer(f"{name}_mean", w.new(w.size()).zero_())
+        module.register_buffer(f"{name}_sq_mean", w.new(w.size()).zero_())
+        if keep_deviations:
+            module.register_buffer(f"{name}_dev", w.new_empty((0, w.numel())).zero_())
+        slots.append((module, name))
+
+
+class SWAG(nn.Module):
+    def __init__(self, make_base, rank=0, var_floor=1e-30, **base_kwargs):
+        super().__init__()
+        self.register_buffer("n_collected", torch.zeros([1], dtype=torch.long))
+        self.rank, self.var_floor, self.slots = rank, var_floor, []
+        self.base = make_base(**base_kwargs)
+        self.base.apply(lambda m: to_moment_buffers(m, self.slots, rank > 0))
+
+    def forward(self, x):
+        return self.base(x)
+
+    def moments(self, module, name):
+        return module.__getattr__(f"{name}_mean"), module.__getattr__(f"{name}_sq_mean")
+
+    def collect_model(self, net):
+        n = self.n_collected.item()
+        for (module, name), p in zip(self.slots, net.parameters()):
+            mean, sq_mean = self.moments(module, name)
+            mean = mean * n / (n + 1.0) + p.data / (n + 1.0)
+            sq_mean = sq_mean * n / (n + 1.0) + p.data**2 / (n + 1.0)
+            if self.rank:
+                dev = module.__getattr__(f"{name}_dev")
+                dev = torch.cat((dev, (p.data - mean).view(-1, 1).t()), dim=0)
+                if n + 1 > self.rank:  # keep only the latest `rank` deviations
+                    dev = dev[1:, :]
+                module.__setattr__(f"{name}_dev", dev)
+            module.__setattr__(f"{name}_mean", mean)
+            module.__setattr__(f"{name}_sq_mean", sq_mean)
+        self.n_collected.add_(1)
+
+    def sample(self, scale=1.0, low_rank=False, per_layer=False):
+        if per_layer:
+            self.sample_per_layer(scale)
         else:
-            self.sample_blockwise(scale, cov, fullrank)
+            self.sample_joint(scale, low_rank)
 
-    def sample_blockwise(self, scale, cov, fullrank):
-        for module, name in self.params:
-            mean = module.__getattr__("%s_mean" % name)
+    def sample_per_layer(self, scale):
+        for module, name in self.slots:
+            mean, sq_mean = self.moments(module, name)
+            std = torch.sqrt(torch.clamp(sq_mean - mean**2, self.var_floor))
+            module.__setattr__(name, mean + scale * std * torch.randn_like(mean))
 
-            sq_mean = module.__getattr__("%s_sq_mean" % name)
-            eps = torch.randn_like(mean)
-
-            var = torch.clamp(sq_mean - mean ** 2, self.var_clamp)
-
-            scaled_diag_sample = scale * torch.sqrt(var) * eps
-
-            if cov is True:
-                cov_mat_sqrt = module.__getattr__("%s_cov_mat_sqrt" % name)
-                eps = cov_mat_sqrt.new_empty((cov_mat_sqrt.size(0), 1)).normal_()
-                cov_sample = (
-                    scale / ((self.max_num_models - 1) ** 0.5)
-                ) * cov_mat_sqrt.t().matmul(eps).view_as(mean)
-
-                if fullrank:
-                    w = mean + scaled_diag_sample + cov_sample
-                else:
-                    w = mean + scaled_diag_sample
-
-            else:
-                w = mean + scaled_diag_sample
-
+    def sample_joint(self, scale, low_rank):
+        pairs = [self.moments(module, name) for module, name in self.slots]
+        means = [m.cpu() for m, _ in pairs]
+        mean, sq_mean = flat(means), flat([s.cpu() for _, s in pairs])
+        var = torch.clamp(sq_mean - mean**2, self.var_floor)
+        noise = var.sqrt() * torch.randn_like(var, requires_grad=False)
+        if low_rank:
+            devs = torch.cat(
+                [module.__getattr__(f"{name}_dev").cpu() for module, name in self.slots], dim=1
+            )
+            z = torch.randn(devs.size(0))
+            noise = noise + devs.t().matmul(z) / (self.rank - 1) ** 0.5
+        row = (mean + scale**0.5 * noise).unsqueeze(0)
+        for (module, name), w in zip(self.slots, like(row, means)):
             module.__setattr__(name, w)
 
-    def sample_fullrank(self, scale, cov, fullrank):
-        scale_sqrt = scale ** 0.5
 
-        mean_list = []
-        sq_mean_list = []
-
-        if cov:
-            cov_mat_sqrt_list = []
-
-        for (module, name) in self.params:
-            mean = module.__getattr__("%s_mean" % name).cpu()
-            sq_mean = module.__getattr__("%s_sq_mean" % name).cpu()
-
-            if cov:
-                cov_mat_sqrt = module.__getattr__("%s_cov_mat_sqrt" % name).cpu()
-                cov_mat_sqrt_list.append(cov_mat_sqrt)
-
-            mean_list.append(mean)
-            sq_mean_list.append(sq_mean)
-
-        mean = flatten(mean_list)
-        sq_mean = flatten(sq_mean_list)
-
-        # draw diagonal variance sample
-        var = torch.clamp(sq_mean - mean ** 2, self.var_clamp)
-        var_sample = var.sqrt() * torch.randn_like(var, requires_grad=False)
-
-        # if covariance draw low rank sample
-        if cov:
-            cov_mat_sqrt = torch.cat(cov_mat_sqrt_list, dim=1)
-
-            cov_sample = cov_mat_sqrt.t().matmul(
-                cov_mat_sqrt.new_empty(
-                    (cov_mat_sqrt.size(0),), requires_grad=False
-                ).normal_()
-            )
-            cov_sample /= (self.max_num_models - 1) ** 0.5
-
-            rand_sample = var_sample + cov_sample
-        else:
-            rand_sample = var_sample
-
-        # update sample with mean and scale
-        sample = mean + scale_sqrt * rand_sample
-        sample = sample.unsqueeze(0)
-
-        # unflatten new sample like the mean sample
-        samples_list = unflatten_like(sample, mean_list)
-
-        for (module, name), sample in zip(self.params, samples_list):
-            module.__setattr__(name, sample)
-
-    def collect_model(self, base_model):
-        for (module, name), base_param in zip(self.params, base_model.parameters()):
-            mean = module.__getattr__("%s_mean" % name)
-            sq_mean = module.__getattr__("%s_sq_mean" % name)
-
-            # first moment
-            mean = mean * self.n_models.item() / (
-                self.n_models.item() + 1.0
-            ) + base_param.data / (self.n_models.item() + 1.0)
-
-            # second moment
-            sq_mean = sq_mean * self.n_models.item() / (
-                self.n_models.item() + 1.0
-            ) + base_param.data ** 2 / (self.n_models.item() + 1.0)
-
-            # square root of covariance matrix
-            if self.no_cov_mat is False:
-                cov_mat_sqrt = module.__getattr__("%s_cov_mat_sqrt" % name)
-
-                # block covariance matrices, store deviation from current mean
-                dev = (base_param.data - mean).view(-1, 1)
-                cov_mat_sqrt = torch.cat((cov_mat_sqrt, dev.view(-1, 1).t()), dim=0)
-
-                # remove first column if we have stored too many models
-                if (self.n_models.item() + 1) > self.max_num_models:
-                    cov_mat_sqrt = cov_mat_sqrt[1:, :]
-                module.__setattr__("%s_cov_mat_sqrt" % name, cov_mat_sqrt)
-
-            module.__setattr__("%s_mean" % name, mean)
-            module.__setattr__("%s_sq_mean" % name, sq_mean)
-        self.n_models.add_(1)
-
-
-# -- a small base in the manner of swag/models --
-class MLPBN(nn.Module):
-    def __init__(self, num_classes=3, in_dim=4, hidden=8):
-        super(MLPBN, self).__init__()
-        self.layers = nn.Sequential(
-            nn.Linear(in_dim, hidden),
-            nn.BatchNorm1d(hidden),
+class SmallNet(nn.Module):
+    def __init__(self, classes=3, width=8):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Linear(4, width, bias=False),
+            nn.BatchNorm1d(width),
             nn.ReLU(inplace=True),
-            nn.Linear(hidden, num_classes),
+            nn.Linear(width, classes),
         )
 
     def forward(self, x):
-        return self.layers(x)
+        return self.body(x)
 
 
-# -- run_swag.py, made small --
-lr_init, swa_lr, swa_start, epochs = 0.1, 0.05, 2, 4
-
-
-def schedule(epoch):
-    t = (epoch) / (swa_start)
-    lr_ratio = swa_lr / lr_init
-    if t <= 0.5:
-        factor = 1.0
-    elif t <= 0.9:
-        factor = 1.0 - (1.0 - lr_ratio) * (t - 0.5) / 0.4
-    else:
-        factor = lr_ratio
-    return lr_init * factor
-
-
-loader = [(torch.tensor(x), torch.tensor(y)) for x, y in batches]
-model = MLPBN(num_classes=3)
-initialize(model)
-swag_model = SWAG(MLPBN, no_cov_mat=False, max_num_models=2, num_classes=3)
-criterion = F.cross_entropy
-optimizer = torch.optim.SGD(model.parameters(), lr=lr_init, momentum=0.9, weight_decay=1e-4)
-
-for epoch in range(epochs):
-    lr = schedule(epoch)
-    adjust_learning_rate(optimizer, lr)
-    model.train()
-    for input, target in loader:
-        output = model(input)
-        loss = criterion(output, target)
-        optimizer.zero_grad()
+loader = [(torch.tensor(xb), torch.tensor(yb)) for xb, yb in batches]
+net = SmallNet()
+initialize(net)
+swag = SWAG(SmallNet, rank=2, classes=3)
+sgd = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+for epoch in range(5):
+    set_lr(sgd, swa_schedule(epoch))
+    net.train()
+    for xb, yb in loader:
+        loss = F.cross_entropy(net(xb), yb)
+        sgd.zero_grad()
         loss.backward()
-        optimizer.step()
+        sgd.step()
         record.append(loss.item())
-    if (epoch + 1) > swa_start:
-        swag_model.collect_model(model)
-        record.append(state_of(swag_model))
-record.append(params_of(model))
+    if epoch >= 3:
+        swag.collect_model(net)
+        record.append(state_of(swag))
+record.append(params_of(net))
 
-x_eval = loader[0][0]
-for scale, block in [(0.0, False), (1.0, False), (0.5, True)]:
-    swag_model.sample(scale, cov=False, block=block)
-    bn_update(loader, swag_model)
-    swag_model.eval()
-    record.append(F.softmax(swag_model(x_eval), dim=1).detach().numpy())
-    record.append(state_of(swag_model))
-    record.append(swag_model.base.layers[0].weight.numpy())
-'''
+probe = loader[1][0]
+for scale, low_rank, per_layer, subset in [
+    (0.0, False, False, None),
+    (1.0, True, False, 1.0),
+    (0.5, False, True, None),
+]:
+    swag.sample(scale, low_rank=low_rank, per_layer=per_layer)
+    refresh_bn(loader, swag, subset=subset)
+    swag.eval()
+    record.append(F.softmax(swag(probe), dim=1).detach().numpy())
+    record.append(state_of(swag))
+    record.append(swag.base.body[0].weight.numpy())
+"""
 
 SWAG_STEPS = [
     IMPORTS,
     (
-        "        loss.backward()\n        optimizer.step()\n",
-        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+        "        loss.backward()\n        sgd.step()\n",
+        "        grads = loss.backward()\n        sgd.step(grads)\n",
     ),
 ]
 
@@ -453,164 +315,112 @@ def test_swa_gaussian_swag_collects_and_samples_as_torch(capsys):
         params_of=params_of,
         state_of=state_of,
     )
-    assert len(theirs) == 8 + 2 + 1 + 9
+    assert len(theirs) == 10 + 2 + 1 + 9
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
-# -- ConcreteDropout -------------------------------------------------------------------------------
+# -- concrete dropout ------------------------------------------------------------------------------
 CONCRETE_SOURCE = """
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
 
+F = nn.functional
 
-class ConcreteDropout(nn.Module):
-    def __init__(self, weight_regularizer=1e-6,
-                 dropout_regularizer=1e-5, init_min=0.1, init_max=0.1):
-        super(ConcreteDropout, self).__init__()
+# Concrete dropout in the style of yaringal/ConcreteDropout's PyTorch notebook: each layer learns
+# its own dropout rate through a relaxed Bernoulli mask, with a weight and an entropy regulariser.
 
 
-        self.weight_regularizer = weight_regularizer
-        self.dropout_regularizer = dropout_regularizer
+def logit(p):
+    return np.log(p) - np.log(1.0 - p)
 
-        init_min = np.log(init_min) - np.log(1. - init_min)
-        init_max = np.log(init_max) - np.log(1. - init_max)
 
-        self.p_logit = nn.Parameter(torch.empty(1).uniform_(init_min, init_max))
+class LearntDropout(nn.Module):
+    def __init__(self, weight_reg=1e-6, rate_reg=1e-5, p_low=0.1, p_high=0.1, temperature=0.1):
+        super().__init__()
+        self.weight_reg, self.rate_reg, self.temperature = weight_reg, rate_reg, temperature
+        self.p_logit = nn.Parameter(torch.empty(1).uniform_(logit(p_low), logit(p_high)))
 
-    def forward(self, x, layer):
-        p = torch.sigmoid(self.p_logit)
-
-        out = layer(self._concrete_dropout(x, p))
-
-        sum_of_square = 0
-        for param in layer.parameters():
-            sum_of_square += torch.sum(torch.pow(param, 2))
-
-        weights_regularizer = self.weight_regularizer * sum_of_square / (1 - p)
-
-        dropout_regularizer = p * torch.log(p)
-        dropout_regularizer += (1. - p) * torch.log(1. - p)
-
-        input_dimensionality = x[0].numel() # Number of elements of first item in batch
-        dropout_regularizer *= self.dropout_regularizer * input_dimensionality
-
-        regularization = weights_regularizer + dropout_regularizer
-        return out, regularization
-
-    def _concrete_dropout(self, x, p):
-        eps = 1e-7
-        temp = 0.1
-
-        unif_noise = torch.rand_like(x)
-
-        drop_prob = (torch.log(p + eps)
-                    - torch.log(1 - p + eps)
-                    + torch.log(unif_noise + eps)
-                    - torch.log(1 - unif_noise + eps))
-
-        drop_prob = torch.sigmoid(drop_prob / temp)
-        random_tensor = 1 - drop_prob
-        retain_prob = 1 - p
-
-        x  = torch.mul(x, random_tensor)
-        x /= retain_prob
-
+    def relaxed_mask(self, x, p, eps=1e-7):
+        u = torch.rand_like(x)
+        z = (
+            torch.log(p + eps)
+            - torch.log(1 - p + eps)
+            + torch.log(u + eps)
+            - torch.log(1 - u + eps)
+        )
+        kept = 1 - torch.sigmoid(z / self.temperature)
+        x = torch.mul(x, kept)
+        x /= 1 - p  # rescale by the keep probability
         return x
 
+    def forward(self, x, layer):
+        p = self.p_logit.sigmoid()
+        y = layer(self.relaxed_mask(x, p))
+        squares = 0
+        for w in layer.parameters():
+            squares += torch.sum(torch.pow(w, 2))
+        rate_term = p * torch.log(p)
+        rate_term += (1.0 - p) * torch.log(1.0 - p)
+        rate_term *= self.rate_reg * x[0].numel()  # scaled by one example's input size
+        return y, self.weight_reg * squares / (1 - p) + rate_term
 
-class Model(nn.Module):
-    def __init__(self, weight_regularizer, dropout_regularizer):
-        super(Model, self).__init__()
-        self.linear1 = nn.Linear(Q, nb_features)
-        self.linear2 = nn.Linear(nb_features, nb_features)
-        self.linear3 = nn.Linear(nb_features, nb_features)
 
-        self.linear4_mu = nn.Linear(nb_features, D)
-        self.linear4_logvar = nn.Linear(nb_features, D)
-
-        self.conc_drop1 = ConcreteDropout(weight_regularizer=weight_regularizer,
-                                          dropout_regularizer=dropout_regularizer)
-        self.conc_drop2 = ConcreteDropout(weight_regularizer=weight_regularizer,
-                                          dropout_regularizer=dropout_regularizer)
-        self.conc_drop3 = ConcreteDropout(weight_regularizer=weight_regularizer,
-                                          dropout_regularizer=dropout_regularizer)
-        self.conc_drop_mu = ConcreteDropout(weight_regularizer=weight_regularizer,
-                                             dropout_regularizer=dropout_regularizer)
-        self.conc_drop_logvar = ConcreteDropout(weight_regularizer=weight_regularizer,
-                                                 dropout_regularizer=dropout_regularizer)
-
-        self.relu = nn.ReLU()
+class MeanAndVariance(nn.Module):
+    def __init__(self, width, weight_reg, rate_reg):
+        super().__init__()
+        self.hidden = nn.ModuleList([nn.Linear(1, width), nn.Linear(width, width)])
+        self.head_mean = nn.Linear(width, 1)
+        self.head_log_var = nn.Linear(width, 1)
+        self.drops = nn.ModuleList([LearntDropout(weight_reg, rate_reg) for _ in range(4)])
+        self.act = nn.ReLU()
 
     def forward(self, x):
-        regularization = torch.empty(5, device=x.device)
-
-        x1, regularization[0] = self.conc_drop1(x, nn.Sequential(self.linear1, self.relu))
-        x2, regularization[1] = self.conc_drop2(x1, nn.Sequential(self.linear2, self.relu))
-        x3, regularization[2] = self.conc_drop3(x2, nn.Sequential(self.linear3, self.relu))
-        mean, regularization[3] = self.conc_drop_mu(x3, self.linear4_mu)
-        log_var, regularization[4] = self.conc_drop_logvar(x3, self.linear4_logvar)
-        return mean, log_var, regularization.sum()
-
-
-def heteroscedastic_loss(true, mean, log_var):
-    precision = torch.exp(-log_var)
-    return torch.mean(torch.sum(precision * (true - mean)**2 + log_var, 1), 0)
+        penalties = torch.empty(4, device=x.device)
+        h = x
+        for i, layer in enumerate(self.hidden):
+            h, penalties[i] = self.drops[i](h, nn.Sequential(layer, self.act))
+        mean, penalties[2] = self.drops[2](h, self.head_mean)
+        log_var, penalties[3] = self.drops[3](h, self.head_log_var)
+        return mean, log_var, penalties.sum()
 
 
-Ns = [10, 25, 50, 100, 1000, 10000]
-Ns = np.array(Ns)
-nb_epochs = [2000, 1000, 500, 200, 20, 2]
-nb_val_size = 1000
-nb_features = 16
-Q = 1
-D = 1
-K_test = 4
-batch_size = 4
-l = 1e-4
+def gaussian_nll(target, mean, log_var):
+    return torch.mean(torch.sum(torch.exp(-log_var) * (target - mean) ** 2 + log_var, 1), 0)
 
-X, Y = torch.tensor(data_x), torch.tensor(data_y)
-N = X.shape[0]
-wr = l**2. / N
-dr = 2. / N
-model = Model(wr, dr)
-initialize(model)
-optimizer = optim.Adam(model.parameters())
 
-for i in range(3):
-    old_batch = 0
-    for batch in range(int(np.ceil(X.shape[0]/batch_size))):
-        batch = (batch + 1)
-        _x = X[old_batch: batch_size*batch]
-        _y = Y[old_batch: batch_size*batch]
-
-        x = torch.autograd.Variable(_x)
-        y = torch.autograd.Variable(_y)
-
-        mean, log_var, regularization = model(x)
-
-        loss = heteroscedastic_loss(y, mean, log_var) + regularization
-        optimizer.zero_grad()
+xs, ys = torch.tensor(data_x), torch.tensor(data_y)
+n_points, batch, length_scale, draws = xs.shape[0], 4, 1e-4, 4
+net = MeanAndVariance(12, length_scale**2.0 / n_points, 2.0 / n_points)
+initialize(net)
+adam = optim.Adam(net.parameters())
+for epoch in range(3):
+    for start in range(0, n_points, batch):
+        xb = torch.autograd.Variable(xs[start : start + batch])
+        yb = torch.autograd.Variable(ys[start : start + batch])
+        mean, log_var, penalty = net(xb)
+        loss = gaussian_nll(yb, mean, log_var) + penalty
+        adam.zero_grad()
         loss.backward()
-        optimizer.step()
+        adam.step()
         record.append(loss.item())
-record.append(params_of(model))
+record.append(params_of(net))
 
-MC_samples = [model(X) for _ in range(K_test)]
-means = torch.stack([tup[0] for tup in MC_samples]).view(K_test, X.shape[0]).cpu().data.numpy()
-logvar = torch.stack([tup[1] for tup in MC_samples]).view(K_test, X.shape[0]).cpu().data.numpy()
-record.append(means)
-record.append(logvar)
-ps = np.array([torch.sigmoid(module.p_logit).cpu().data.numpy()[0] for module in model.modules() if hasattr(module, 'p_logit')])
-record.append(ps)
+# Monte Carlo predictions: every pass draws new masks
+passes = [net(xs) for _ in range(draws)]
+record.append(torch.stack([m for m, _, _ in passes]).view(draws, n_points).cpu().data.numpy())
+record.append(torch.stack([v for _, v, _ in passes]).view(draws, n_points).cpu().data.numpy())
+rates = [
+    torch.sigmoid(m.p_logit).cpu().data.numpy()[0] for m in net.modules() if hasattr(m, "p_logit")
+]
+record.append(np.array(rates))
 """
 
 CONCRETE_STEPS = [
     IMPORTS,
     (
-        "        loss.backward()\n        optimizer.step()\n",
-        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+        "        loss.backward()\n        adam.step()\n",
+        "        grads = loss.backward()\n        adam.step(grads)\n",
     ),
 ]
 
@@ -654,164 +464,97 @@ def test_concrete_dropout_trains_and_samples_as_torch(capsys):
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
-# -- deterministic-uncertainty-quantification ------------------------------------------------------
+# -- deterministic uncertainty quantification ------------------------------------------------------
 DUQ_SOURCE = """
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
 
+F = nn.functional
 
-class Model_bilinear(nn.Module):
-    def __init__(self, features, num_embeddings):
+# DUQ in the style of y0ast/deterministic-uncertainty-quantification's two-moons notebook: an RBF
+# kernel between a per-class embedding and class centroids kept as exponential moving sums, a
+# BCE loss on the kernel values and a two-sided gradient penalty on the inputs.
+
+
+class CentroidNet(nn.Module):
+    def __init__(self, hidden, classes, emb=8, length_scale=0.3, decay=0.99):
         super().__init__()
-
-        self.gamma = 0.99
-        self.sigma = 0.3
-
-        embedding_size = 10
-
-        self.fc1 = nn.Linear(2, features)
-        self.fc2 = nn.Linear(features, features)
-        self.fc3 = nn.Linear(features, features)
-
-        self.W = nn.Parameter(torch.normal(torch.zeros(embedding_size, num_embeddings, features), 1))
-
-        self.register_buffer('N', torch.ones(num_embeddings) * 20)
-        self.register_buffer('m', torch.normal(torch.zeros(embedding_size, num_embeddings), 1))
-
-        self.m = self.m * self.N.unsqueeze(0)
+        self.length_scale, self.decay = length_scale, decay
+        self.trunk = nn.Sequential(
+            nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+        )
+        self.W = nn.Parameter(torch.normal(torch.zeros(emb, classes, hidden), 1))
+        self.register_buffer("N", torch.ones(classes) * 12)
+        self.register_buffer("m", torch.normal(torch.zeros(emb, classes), 1))
+        self.m = self.m * self.N.unsqueeze(0)  # sums, not means: divided by N when used
 
     def embed(self, x):
-        x = F.relu(self.fc1(x))
-        x = F.relu(self.fc2(x))
-        x = F.relu(self.fc3(x))
-
-        # i is batch, m is embedding_size, n is num_embeddings (classes)
-        x = torch.einsum('ij,mnj->imn', x, self.W)
-
-        return x
-
-    def bilinear(self, z):
-        embeddings = self.m / self.N.unsqueeze(0)
-
-        diff = z - embeddings.unsqueeze(0)
-        y_pred = (- diff**2).mean(1).div(2 * self.sigma**2).exp()
-
-        return y_pred
+        return torch.einsum("ij,mnj->imn", self.trunk(x), self.W)  # [batch, emb, class]
 
     def forward(self, x):
         z = self.embed(x)
-        y_pred = self.bilinear(z)
+        centroids = (self.m / self.N.unsqueeze(0)).unsqueeze(0)
+        return z, (-((z - centroids) ** 2)).mean(1).div(2 * self.length_scale**2).exp()
 
-        return z, y_pred
-
-    def update_embeddings(self, x, y):
+    def update_centroids(self, x, onehot):
         z = self.embed(x)
-
-        # normalizing value per class, assumes y is one_hot encoded
-        self.N = torch.max(self.gamma * self.N + (1 - self.gamma) * y.sum(0), torch.ones_like(self.N))
-
-        # compute sum of embeddings on class by class basis
-        features_sum = torch.einsum('ijk,ik->jk', z, y)
-
-        self.m = self.gamma * self.m + (1 - self.gamma) * features_sum
+        self.N = torch.max(
+            self.decay * self.N + (1 - self.decay) * onehot.sum(0), torch.ones_like(self.N)
+        )
+        self.m = self.decay * self.m + (1 - self.decay) * torch.einsum("ijk,ik->jk", z, onehot)
 
 
-np.random.seed(0)
-torch.manual_seed(0)
-
-l_gradient_penalty = 1.0
-
-num_classes = 2
-model = Model_bilinear(20, num_classes)
-initialize(model)
-
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+def input_gradient_penalty(x, scores):
+    grad = torch.autograd.grad(
+        outputs=scores, inputs=x, grad_outputs=torch.ones_like(scores), create_graph=True
+    )[0]
+    norms = grad.flatten(start_dim=1).norm(2, dim=1)
+    return ((norms - 1) ** 2).mean()
 
 
-def calc_gradient_penalty(x, y_pred):
-    gradients = torch.autograd.grad(
-            outputs=y_pred,
-            inputs=x,
-            grad_outputs=torch.ones_like(y_pred),
-            create_graph=True,
-        )[0]
-
-    gradients = gradients.flatten(start_dim=1)
-
-    # L2 norm
-    grad_norm = gradients.norm(2, dim=1)
-
-    # Two sided penalty
-    gradient_penalty = ((grad_norm - 1) ** 2).mean()
-
-    # One sided penalty - down
-#     gradient_penalty = F.relu(grad_norm - 1).mean()
-
-    return gradient_penalty
+np.random.seed(1)
+torch.manual_seed(1)
+classes, penalty_weight = 2, 0.5
+net = CentroidNet(16, classes)
+initialize(net)
+sgd = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
 
 
-def output_transform_bce(output):
-    y_pred, y, x = output
-
-    y = F.one_hot(y, num_classes).float()
-
-    return y_pred, y
-
-
-def step(engine, batch):
-    model.train()
-    optimizer.zero_grad()
-
-    x, y = batch
+def train_on(x, y):
+    net.train()
+    sgd.zero_grad()
     x.requires_grad_(True)
-
-    z, y_pred = model(x)
-
-    y = F.one_hot(y, num_classes).float()
-
-    loss = F.binary_cross_entropy(y_pred, y)
-    loss += l_gradient_penalty * calc_gradient_penalty(x, y_pred)
-
+    _, scores = net(x)
+    onehot = F.one_hot(y, classes).float()
+    loss = F.binary_cross_entropy(scores, onehot)
+    loss += penalty_weight * input_gradient_penalty(x, scores)
     x.requires_grad_(False)
-
     loss.backward()
-    optimizer.step()
-
+    sgd.step()
     with torch.no_grad():
-        model.update_embeddings(x, y)
-
+        net.update_centroids(x, onehot)
     return loss.item()
 
 
-def eval_step(engine, batch):
-    model.eval()
-
-    x, y = batch
-
-    x.requires_grad_(True)
-
-    z, y_pred = model(x)
-
-    return y_pred, y, x
-
-
 for xb, yb in batches:
-    record.append(step(None, (torch.tensor(xb), torch.tensor(yb))))
-    record.append(state_of(model))
-y_pred, y, x = eval_step(None, (torch.tensor(batches[0][0]), torch.tensor(batches[0][1])))
-y_pred, y = output_transform_bce((y_pred, y, x))
-record.append(y_pred.detach().numpy())
-record.append(F.binary_cross_entropy(y_pred, y).item())
-record.append(calc_gradient_penalty(x, y_pred).item())
+    record.append(train_on(torch.tensor(xb), torch.tensor(yb)))
+    record.append(state_of(net))
+
+net.eval()
+x = torch.tensor(batches[-1][0]).requires_grad_(True)
+_, scores = net(x)
+onehot = F.one_hot(torch.tensor(batches[-1][1]), classes).float()
+record.append(scores.detach().numpy())
+record.append(F.binary_cross_entropy(scores, onehot).item())
+record.append(input_gradient_penalty(x, scores).item())
 """
 
 DUQ_STEPS = [
     IMPORTS,
     (
-        "    loss.backward()\n    optimizer.step()\n",
-        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+        "    loss.backward()\n    sgd.step()\n",
+        "    grads = loss.backward()\n    sgd.step(grads)\n",
     ),
 ]
 
@@ -834,115 +577,95 @@ def test_duq_trains_with_its_gradient_penalty_as_torch(capsys):
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
-# -- evidential-deep-learning ----------------------------------------------------------------------
+# -- deep evidential regression --------------------------------------------------------------------
 EVIDENTIAL_SOURCE = """
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
 
+F = nn.functional
 
-# -- layers/dense.py --
-class DenseNormalGamma(nn.Module):
-    def __init__(self, in_features, units):
-        super(DenseNormalGamma, self).__init__()
-        self.units = int(units)
-        self.dense = nn.Linear(in_features, 4 * self.units)
+# Deep evidential regression in the style of aamini/evidential-deep-learning's PyTorch ports: a
+# Normal-Inverse-Gamma head, its negative log likelihood and an evidence regulariser (plain, or
+# the KL to a weak prior).
 
-    def evidence(self, x):
-        # return tf.exp(x)
-        return F.softplus(x)
+
+class EvidentialHead(nn.Module):
+    def __init__(self, d_in, d_out=1):
+        super().__init__()
+        self.d_out = d_out
+        self.proj = nn.Linear(d_in, 4 * d_out)
 
     def forward(self, x):
-        output = self.dense(x)
-        mu, logv, logalpha, logbeta = torch.split(output, self.units, dim=-1)
-        v = self.evidence(logv)
-        alpha = self.evidence(logalpha) + 1
-        beta = self.evidence(logbeta)
-        return torch.cat([mu, v, alpha, beta], dim=-1)
+        gamma, nu, alpha, beta = torch.split(self.proj(x), self.d_out, dim=-1)
+        return torch.cat([gamma, F.softplus(nu), F.softplus(alpha) + 1, F.softplus(beta)], dim=-1)
 
 
-# -- losses/continuous.py --
-def NIG_NLL(y, gamma, v, alpha, beta, reduce=True):
-    twoBlambda = 2*beta*(1+v)
-
-    nll = 0.5*torch.log(np.pi/v)  \\
-        - alpha*torch.log(twoBlambda)  \\
-        + (alpha+0.5) * torch.log(v*(y-gamma)**2 + twoBlambda)  \\
-        + torch.lgamma(alpha)  \\
-        - torch.lgamma(alpha+0.5)
-
-    return torch.mean(nll) if reduce else nll
-
-
-def KL_NIG(mu1, v1, a1, b1, mu2, v2, a2, b2):
-    KL = 0.5*(a1-1)/b1 * (v2*torch.square(mu2-mu1))  \\
-        + 0.5*v2/v1  \\
-        - 0.5*torch.log(torch.abs(v2)/torch.abs(v1))  \\
-        - 0.5 + a2*torch.log(b1/b2)  \\
-        - (torch.lgamma(a1) - torch.lgamma(a2))  \\
-        + (a1 - a2)*torch.digamma(a1)  \\
-        - (b1 - b2)*a1/b1
-    return KL
-
-
-def NIG_Reg(y, gamma, v, alpha, beta, omega=0.01, reduce=True, kl=False):
-    # error = tf.stop_gradient(tf.abs(y-gamma))
-    error = torch.abs(y-gamma)
-
-    if kl:
-        omega = torch.tensor(omega)
-        kl = KL_NIG(gamma, v, alpha, beta, gamma, omega, 1+omega, beta)
-        reg = error*kl
-    else:
-        evi = 2*v+(alpha)
-        reg = error*evi
-
-    return torch.mean(reg) if reduce else reg
-
-
-def EvidentialRegression(y_true, evidential_output, coeff=1.0, kl=False):
-    gamma, v, alpha, beta = torch.split(evidential_output, 1, dim=-1)
-    loss_nll = NIG_NLL(y_true, gamma, v, alpha, beta)
-    loss_reg = NIG_Reg(y_true, gamma, v, alpha, beta, kl=kl)
-    return loss_nll + coeff * loss_reg
-
-
-for kl in (False, True):
-    model = nn.Sequential(
-        nn.Linear(1, 16),
-        nn.ReLU(),
-        nn.Linear(16, 16),
-        nn.ReLU(),
-        DenseNormalGamma(16, 1),
+def nig_nll(y, gamma, nu, alpha, beta):
+    omega = 2 * beta * (1 + nu)
+    per_point = (
+        0.5 * torch.log(np.pi / nu)
+        - alpha * torch.log(omega)
+        + (alpha + 0.5) * torch.log(nu * (y - gamma) ** 2 + omega)
+        + torch.lgamma(alpha)
+        - torch.lgamma(alpha + 0.5)
     )
-    initialize(model)
-    optimizer = optim.Adam(model.parameters(), 5e-3)
-    x_train, y_train = torch.tensor(data_x), torch.tensor(data_y)
+    return torch.mean(per_point)
+
+
+def nig_kl(mu_p, nu_p, a_p, b_p, mu_q, nu_q, a_q, b_q):
+    return (
+        0.5 * (a_p - 1) / b_p * (nu_q * torch.square(mu_q - mu_p))
+        + 0.5 * nu_q / nu_p
+        - 0.5 * torch.log(torch.abs(nu_q) / torch.abs(nu_p))
+        - 0.5
+        + a_q * torch.log(b_p / b_q)
+        - (torch.lgamma(a_p) - torch.lgamma(a_q))
+        + (a_p - a_q) * torch.digamma(a_p)
+        - (b_p - b_q) * a_p / b_p
+    )
+
+
+def evidence_penalty(y, gamma, nu, alpha, beta, prior=0.01, kl=False):
+    miss = torch.abs(y - gamma)
+    if kl:
+        prior = torch.tensor(prior)  # torch.abs and torch.lgamma take tensors, not floats
+        return torch.mean(miss * nig_kl(gamma, nu, alpha, beta, gamma, prior, 1 + prior, beta))
+    return torch.mean(miss * (2 * nu + alpha))
+
+
+def evidential_loss(y, out, weight, kl):
+    parts = torch.split(out, 1, dim=-1)
+    return nig_nll(y, *parts) + weight * evidence_penalty(y, *parts, kl=kl)
+
+
+xs, ys = torch.tensor(data_x), torch.tensor(data_y)
+for kl in (False, True):
+    net = nn.Sequential(
+        nn.Linear(1, 12), nn.ReLU(), nn.Linear(12, 12), nn.ReLU(), EvidentialHead(12)
+    )
+    initialize(net)
+    adam = optim.Adam(net.parameters(), 5e-3)
     for step in range(3):
-        y_pred = model(x_train)
-        loss = EvidentialRegression(y_train, y_pred, coeff=1e-2, kl=kl)
-        optimizer.zero_grad()
+        loss = evidential_loss(ys, net(xs), 1e-2, kl)
+        adam.zero_grad()
         loss.backward()
-        optimizer.step()
+        adam.step()
         record.append(loss.item())
-    record.append(params_of(model))
+    record.append(params_of(net))
     with torch.no_grad():
-        y_pred = model(x_train)
-        mu, v, alpha, beta = torch.split(y_pred, 1, dim=-1)
-        mu = mu[:, 0]
-        var = torch.sqrt((beta / (v * (alpha - 1))))
-        var = torch.minimum(var, torch.tensor(1e3))[:, 0]  # for visualization
-        record.append(mu.numpy())
-        record.append(var.numpy())
-        record.append((beta / (alpha - 1))[:, 0].numpy())
+        gamma, nu, alpha, beta = torch.split(net(xs), 1, dim=-1)
+        epistemic = torch.sqrt(beta / (nu * (alpha - 1)))
+        record.append(gamma[:, 0].numpy())
+        record.append(torch.minimum(epistemic, torch.tensor(1e3))[:, 0].numpy())
+        record.append((beta / (alpha - 1))[:, 0].numpy())  # aleatoric
 """
 
 EVIDENTIAL_STEPS = [
     IMPORTS,
     (
-        "        loss.backward()\n        optimizer.step()\n",
-        "        grads = loss.backward()\n        optimizer.step(grads)\n",
+        "        loss.backward()\n        adam.step()\n",
+        "        grads = loss.backward()\n        adam.step(grads)\n",
     ),
 ]
 
@@ -965,142 +688,96 @@ def test_deep_evidential_regression_trains_as_torch(capsys):
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
-# -- temperature_scaling ---------------------------------------------------------------------------
+# -- temperature scaling ---------------------------------------------------------------------------
 TEMPERATURE_SOURCE = """
 import torch
 from torch import nn, optim
-from torch.nn import functional as F
+
+F = nn.functional
+
+# Temperature scaling in the style of gpleiss/temperature_scaling: one scalar divides the logits of
+# a trained classifier, tuned by LBFGS on held-out NLL; the expected calibration error over
+# equal-width confidence bins before and after.
 
 
-class ModelWithTemperature(nn.Module):
-    \"\"\"
-    A thin decorator, which wraps a model with temperature scaling
-    model (nn.Module):
-        A classification neural network
-        NB: Output of the neural network should be the classification logits,
-            NOT the softmax (or log softmax)!
-    \"\"\"
-    def __init__(self, model):
-        super(ModelWithTemperature, self).__init__()
-        self.model = model
-        self.temperature = nn.Parameter(torch.ones(1) * 1.5)
+class ECE(nn.Module):
+    def __init__(self, bins=10):
+        super().__init__()
+        edges = torch.linspace(0, 1, bins + 1)
+        self.lows, self.highs = edges[:-1], edges[1:]
 
-    def forward(self, input):
-        logits = self.model(input)
-        return self.temperature_scale(logits)
+    def forward(self, logits, targets):
+        confidence, guess = torch.max(F.softmax(logits, dim=1), 1)
+        right = guess.eq(targets)
+        total = torch.zeros(1, device=logits.device)
+        for lo, hi in zip(self.lows, self.highs):
+            inside = confidence.gt(lo.item()) * confidence.le(hi.item())
+            share = inside.float().mean()
+            if share.item() > 0:
+                gap = confidence[inside].mean() - right[inside].float().mean()
+                total += torch.abs(gap) * share
+        return total
 
-    def temperature_scale(self, logits):
-        \"\"\"
-        Perform temperature scaling on logits
-        \"\"\"
-        # Expand temperature to match the size of logits
-        temperature = self.temperature.unsqueeze(1).expand(logits.size(0), logits.size(1))
-        return logits / temperature
 
-    # This function probably should live outside of this class, but whatever
-    def set_temperature(self, valid_loader):
-        \"\"\"
-        Tune the tempearature of the model (using the validation set).
-        We're going to set it to optimize NLL.
-        valid_loader (DataLoader): validation set loader
-        \"\"\"
-        nll_criterion = nn.CrossEntropyLoss()
-        ece_criterion = _ECELoss()
+class Calibrated(nn.Module):
+    def __init__(self, classifier, start=1.5):
+        super().__init__()
+        self.classifier = classifier
+        self.temperature = nn.Parameter(torch.ones(1) * start)
 
-        # First: collect all the logits and labels for the validation set
-        logits_list = []
-        labels_list = []
-        with torch.no_grad():
-            for input, label in valid_loader:
-                logits = self.model(input)
-                logits_list.append(logits)
-                labels_list.append(label)
-            logits = torch.cat(logits_list)
-            labels = torch.cat(labels_list)
+    def scale(self, logits):
+        return logits / self.temperature.unsqueeze(1).expand(logits.size(0), logits.size(1))
 
-        # Calculate NLL and ECE before temperature scaling
-        before_temperature_nll = nll_criterion(logits, labels).item()
-        before_temperature_ece = ece_criterion(logits, labels).item()
-        print('Before temperature - NLL: %.3f, ECE: %.3f' % (before_temperature_nll, before_temperature_ece))
-        record.append((before_temperature_nll, before_temperature_ece))
+    def forward(self, x):
+        return self.scale(self.classifier(x))
 
-        # Next: optimize the temperature w.r.t. NLL
-        optimizer = optim.LBFGS([self.temperature], lr=0.01, max_iter=50)
+    def fit(self, batches):
+        with torch.no_grad():  # the classifier is fixed: its logits once
+            logits = torch.cat([self.classifier(x) for x, _ in batches])
+            labels = torch.cat([y for _, y in batches])
+        nll, ece = nn.CrossEntropyLoss(), ECE()
+        before = nll(logits, labels).item(), ece(logits, labels).item()
+        print("before: nll %.4f ece %.4f" % before)
+        lbfgs = optim.LBFGS([self.temperature], lr=0.01, max_iter=50)
 
-        def eval():
-            optimizer.zero_grad()
-            loss = nll_criterion(self.temperature_scale(logits), labels)
+        def closure():
+            lbfgs.zero_grad()
+            loss = nll(self.scale(logits), labels)
             loss.backward()
             return loss
-        optimizer.step(eval)
 
-        # Calculate NLL and ECE after temperature scaling
-        after_temperature_nll = nll_criterion(self.temperature_scale(logits), labels).item()
-        after_temperature_ece = ece_criterion(self.temperature_scale(logits), labels).item()
-        print('Optimal temperature: %.3f' % self.temperature.item())
-        print('After temperature - NLL: %.3f, ECE: %.3f' % (after_temperature_nll, after_temperature_ece))
-        record.append((self.temperature.item(), after_temperature_nll, after_temperature_ece))
-
-        return self
+        lbfgs.step(closure)
+        after = nll(self.scale(logits), labels).item(), ece(self.scale(logits), labels).item()
+        print("T = %.4f, after: nll %.4f ece %.4f" % (self.temperature.item(), *after))
+        return before, (self.temperature.item(), *after)
 
 
-class _ECELoss(nn.Module):
-    \"\"\"
-    Calculates the Expected Calibration Error of a model.
-    \"\"\"
-    def __init__(self, n_bins=15):
-        \"\"\"
-        n_bins (int): number of confidence interval bins
-        \"\"\"
-        super(_ECELoss, self).__init__()
-        bin_boundaries = torch.linspace(0, 1, n_bins + 1)
-        self.bin_lowers = bin_boundaries[:-1]
-        self.bin_uppers = bin_boundaries[1:]
-
-    def forward(self, logits, labels):
-        softmaxes = F.softmax(logits, dim=1)
-        confidences, predictions = torch.max(softmaxes, 1)
-        accuracies = predictions.eq(labels)
-
-        ece = torch.zeros(1, device=logits.device)
-        for bin_lower, bin_upper in zip(self.bin_lowers, self.bin_uppers):
-            # Calculated |confidence - accuracy| in each bin
-            in_bin = confidences.gt(bin_lower.item()) * confidences.le(bin_upper.item())
-            prop_in_bin = in_bin.float().mean()
-            if prop_in_bin.item() > 0:
-                accuracy_in_bin = accuracies[in_bin].float().mean()
-                avg_confidence_in_bin = confidences[in_bin].mean()
-                ece += torch.abs(avg_confidence_in_bin - accuracy_in_bin) * prop_in_bin
-
-        return ece
-
-
-# -- a small classifier, overfit first so that it is overconfident --
-net = nn.Sequential(nn.Linear(5, 32), nn.ReLU(), nn.Linear(32, 4))
+# an overconfident classifier first: a few large SGD steps
+net = nn.Sequential(nn.Linear(5, 24), nn.ReLU(), nn.Linear(24, 4))
 initialize(net)
-optimizer = optim.SGD(net.parameters(), lr=0.5, momentum=0.9)
-train_x, train_y = torch.tensor(train_data[0]), torch.tensor(train_data[1])
+sgd = optim.SGD(net.parameters(), lr=0.5, momentum=0.9)
+xs, ys = torch.tensor(train_data[0]), torch.tensor(train_data[1])
 for step in range(4):
-    loss = F.cross_entropy(net(train_x), train_y)
-    optimizer.zero_grad()
+    loss = F.cross_entropy(net(xs), ys)
+    sgd.zero_grad()
     loss.backward()
-    optimizer.step()
+    sgd.step()
     record.append(loss.item())
 
-valid_loader = [(torch.tensor(x), torch.tensor(y)) for x, y in valid_batches]
-scaled_model = ModelWithTemperature(net)
-scaled_model.set_temperature(valid_loader)
-record.append(scaled_model(valid_loader[0][0]).detach().numpy())
+held_out = [(torch.tensor(x), torch.tensor(y)) for x, y in valid_batches]
+calibrated = Calibrated(net)
+record.extend(calibrated.fit(held_out))
+record.append(calibrated(held_out[0][0]).detach().numpy())
 """
 
 TEMPERATURE_STEPS = [
     (
-        "\nimport torch\nfrom torch import nn, optim\nfrom torch.nn import functional as F\n",
-        "\nimport retrograd as torch\nfrom retrograd import nn, optim\nfrom retrograd.nn import functional as F\n",
+        "\nimport torch\nfrom torch import nn, optim\n",
+        "\nimport retrograd as torch\nfrom retrograd import nn, optim\n",
     ),
     (
-        "    loss.backward()\n    optimizer.step()\n",
-        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+        "    loss.backward()\n    sgd.step()\n",
+        "    grads = loss.backward()\n    sgd.step(grads)\n",
     ),
     (
         "            loss.backward()\n            return loss\n",
@@ -1129,238 +806,139 @@ def test_temperature_scaling_calibrates_as_torch(capsys):
     assert logs[0] == logs[1]
 
 
-# -- DUE --------------------------------------------------------------------------------------------
-DUE_SOURCE = '''
+# -- DUE -------------------------------------------------------------------------------------------
+DUE_LAYERS = """
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
-from torch.nn.functional import normalize
-from torch.nn.utils.spectral_norm import (
-    SpectralNorm,
-    SpectralNormLoadStateDictPreHook,
-    SpectralNormStateDictHook,
-)
+
+F = nn.functional
+normalize = F.normalize
+
+from torch.nn.utils.spectral_norm import SpectralNorm, SpectralNormStateDictHook
+from torch.nn.utils.spectral_norm import SpectralNormLoadStateDictPreHook as LoadHook
+
+# DUE's feature extractor in the style of y0ast/DUE: a residual MLP whose linear layers carry a
+# *soft* spectral norm (weights are divided by sigma / coeff only when sigma exceeds coeff), built
+# on torch's own SpectralNorm hook class.
 
 
-# -- due/layers/spectral_norm_fc.py --
-class SpectralNormFC(SpectralNorm):
-    def compute_weight(self, module, do_power_iteration: bool) -> torch.Tensor:
-        weight = getattr(module, self.name + "_orig")
-        u = getattr(module, self.name + "_u")
-        v = getattr(module, self.name + "_v")
-        weight_mat = self.reshape_weight_to_matrix(weight)
-
+class SoftSpectralNorm(SpectralNorm):
+    def compute_weight(self, module, do_power_iteration):
+        w = getattr(module, self.name + "_orig")
+        u, v = getattr(module, self.name + "_u"), getattr(module, self.name + "_v")
+        mat = self.reshape_weight_to_matrix(w)
         if do_power_iteration:
             with torch.no_grad():
-                for _ in range(self.n_power_iterations):
-                    # Spectral norm of weight equals to `u^T W v`, where `u` and `v`
-                    # are the first left and right singular vectors.
-                    # This power iteration produces approximations of `u` and `v`.
-                    v = normalize(
-                        torch.mv(weight_mat.t(), u), dim=0, eps=self.eps, out=v
+                for _sweep in range(self.n_power_iterations):
+                    # written into the module's buffers in place, as torch's own hook does
+                    v = normalize(torch.mv(mat.t(), u), dim=0, eps=self.eps, out=v)
+                    u = normalize(torch.mv(mat, v), dim=0, eps=self.eps, out=u)
+                if self.n_power_iterations > 0:  # the buffers may change under autograd: copies
+                    u, v = (
+                        u.clone(memory_format=torch.contiguous_format),
+                        v.clone(memory_format=torch.contiguous_format),
                     )
-                    u = normalize(torch.mv(weight_mat, v), dim=0, eps=self.eps, out=u)
-                if self.n_power_iterations > 0:
-                    # See above on why we need to clone
-                    u = u.clone(memory_format=torch.contiguous_format)
-                    v = v.clone(memory_format=torch.contiguous_format)
-
-        sigma = torch.dot(u, torch.mv(weight_mat, v))
-        # soft normalization: only when sigma larger than coeff
-        factor = torch.max(torch.ones(1).to(weight.device), sigma / self.coeff)
-        weight = weight / factor
-
-        # for logging
-        sigma_log = getattr(module, self.name + "_sigma")
-        sigma_log.copy_(sigma.detach())
-
-        return weight
+        sigma = torch.dot(u, torch.mv(mat, v))
+        getattr(module, self.name + "_sigma").copy_(sigma.detach())  # logged
+        return w / torch.max(torch.ones(1).to(w.device), sigma / self.coeff)
 
     @staticmethod
-    def apply(
-        module: torch.nn.Module,
-        coeff: float,
-        name: str,
-        n_power_iterations: int,
-        dim: int,
-        eps: float,
-    ) -> "SpectralNormFC":
-        for k, hook in module._forward_pre_hooks.items():
-            if isinstance(hook, SpectralNorm) and hook.name == name:
-                raise RuntimeError(
-                    "Cannot register two spectral_norm hooks on "
-                    "the same parameter {}".format(name)
-                )
-
-        fn = SpectralNormFC(name, n_power_iterations, dim, eps)
+    def apply(module, coeff, name, n_power_iterations, dim, eps):
+        if any(
+            isinstance(h, SpectralNorm) and h.name == name
+            for h in module._forward_pre_hooks.values()
+        ):
+            raise RuntimeError(f"{name} already has a spectral norm")
+        fn = SoftSpectralNorm(name, n_power_iterations, dim, eps)
         fn.coeff = coeff
-
-        weight = module._parameters[name]
-
+        w = module._parameters[name]
         with torch.no_grad():
-            weight_mat = fn.reshape_weight_to_matrix(weight)
-            h, w = weight_mat.size()
-            # randomly initialize `u` and `v`
-            u = normalize(weight.new_empty(h).normal_(0, 1), dim=0, eps=fn.eps)
-            v = normalize(weight.new_empty(w).normal_(0, 1), dim=0, eps=fn.eps)
-
+            rows, cols = fn.reshape_weight_to_matrix(w).size()
+            u = normalize(w.new_empty(rows).normal_(0, 1), dim=0, eps=fn.eps)
+            v = normalize(w.new_empty(cols).normal_(0, 1), dim=0, eps=fn.eps)
         delattr(module, fn.name)
-        module.register_parameter(fn.name + "_orig", weight)
-        # We still need to assign weight back as fn.name because all sorts of
-        # things may assume that it exists, e.g., when initializing weights.
-        # However, we can't directly assign as it could be an nn.Parameter and
-        # gets added as a parameter. Instead, we register weight.data as a plain
-        # attribute.
-        setattr(module, fn.name, weight.data)
-        module.register_buffer(fn.name + "_u", u)
-        module.register_buffer(fn.name + "_v", v)
-        sigma = torch.ones(1).to(weight.device)
-        module.register_buffer(fn.name + "_sigma", sigma)
-
-        module.register_forward_pre_hook(fn)
-
-        module._register_state_dict_hook(SpectralNormStateDictHook(fn))
-        module._register_load_state_dict_pre_hook(SpectralNormLoadStateDictPreHook(fn))
+        module.register_parameter(fn.name + "_orig", w)
+        setattr(module, fn.name, w.data)  # a plain attribute until the first forward
+        for suffix, buf in (("_u", u), ("_v", v), ("_sigma", torch.ones(1).to(w.device))):
+            module.register_buffer(fn.name + suffix, buf)
+        _ = module.register_forward_pre_hook(fn)
+        saving, loading = SpectralNormStateDictHook(fn), LoadHook(fn)
+        module._register_state_dict_hook(saving)  # saves version metadata
+        module._register_load_state_dict_pre_hook(loading)  # solves v from old state dicts
         return fn
 
 
-def spectral_norm_fc(
-    module,
-    coeff: float,
-    n_power_iterations: int = 1,
-    name: str = "weight",
-    eps: float = 1e-12,
-    dim: int = None,
-):
-    """
-    Args:
-        module (nn.Module): containing module
-        coeff (float, optional): coefficient to normalize to
-        n_power_iterations (int, optional): number of power iterations to
-            calculate spectral norm
-        name (str, optional): name of weight parameter
-        eps (float, optional): epsilon for numerical stability in
-            calculating norms
-        dim (int, optional): dimension corresponding to number of outputs,
-            the default is ``0``, except for modules that are instances of
-            ConvTranspose{1,2,3}d, when it is ``1``
-    Returns:
-        The original module with the spectral norm hook
-    Example::
-        >>> m = spectral_norm(nn.Linear(20, 40), 2.0)
-        >>> m
-        Linear(in_features=20, out_features=40, bias=True)
-        >>> m.weight_u.size()
-        torch.Size([40])
-    """
+def soft_spectral_norm(module, coeff, n_power_iterations=1, name="weight", eps=1e-12, dim=None):
     if dim is None:
-        if isinstance(
-            module,
-            (
-                torch.nn.ConvTranspose1d,
-                torch.nn.ConvTranspose2d,
-                torch.nn.ConvTranspose3d,
-            ),
-        ):
-            dim = 1
-        else:
-            dim = 0
-    SpectralNormFC.apply(module, coeff, name, n_power_iterations, dim, eps)
+        transposed = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
+        dim = 1 if isinstance(module, transposed) else 0
+    SoftSpectralNorm.apply(module, coeff, name, n_power_iterations, dim, eps)
     return module
 
 
-# -- due/fc_resnet.py --
-class FCResNet(nn.Module):
+class ResidualMLP(nn.Module):
     def __init__(
         self,
-        input_dim,
-        features,
+        d_in,
+        width,
         depth,
-        spectral_normalization,
         coeff=0.95,
         n_power_iterations=1,
-        dropout_rate=0.01,
-        num_outputs=None,
+        dropout=0.0,
+        d_out=None,
         activation="relu",
     ):
         super().__init__()
-        """
-        ResFNN architecture
-
-        Introduced in SNGP: https://arxiv.org/abs/2006.10108
-        """
-        self.first = nn.Linear(input_dim, features)
-        self.residuals = nn.ModuleList(
-            [nn.Linear(features, features) for i in range(depth)]
+        sn = lambda layer: soft_spectral_norm(
+            layer, coeff=coeff, n_power_iterations=n_power_iterations
         )
-        self.dropout = nn.Dropout(dropout_rate)
-
-        if spectral_normalization:
-            self.first = spectral_norm_fc(
-                self.first, coeff=coeff, n_power_iterations=n_power_iterations
-            )
-
-            for i in range(len(self.residuals)):
-                self.residuals[i] = spectral_norm_fc(
-                    self.residuals[i],
-                    coeff=coeff,
-                    n_power_iterations=n_power_iterations,
-                )
-
-        self.num_outputs = num_outputs
-        if num_outputs is not None:
-            self.last = nn.Linear(features, num_outputs)
-
-        if activation == "relu":
-            self.activation = F.relu
-        elif activation == "elu":
-            self.activation = F.elu
-        else:
-            raise ValueError("That acivation is unknown")
+        self.first = sn(nn.Linear(d_in, width))
+        self.blocks = nn.ModuleList([nn.Linear(width, width) for _ in range(depth)])
+        for i in range(depth):
+            self.blocks[i] = sn(self.blocks[i])
+        self.dropout = nn.Dropout(dropout)
+        self.act = {"relu": F.relu, "elu": F.elu}[activation]
+        self.last = nn.Linear(width, d_out) if d_out is not None else None
 
     def forward(self, x):
-        x = self.first(x)
+        h = self.first(x)
+        for block in self.blocks:
+            h = h + self.dropout(self.act(block(h)))
+        return h if self.last is None else self.last(h)
+"""
 
-        for residual in self.residuals:
-            x = x + self.dropout(self.activation(residual(x)))
+DUE_SOURCE = (
+    DUE_LAYERS
+    + """
 
-        if self.num_outputs is not None:
-            x = self.last(x)
-
-        return x
-
-
-# -- toy_regression.ipynb's deterministic model (DUE = False), made small --
-model = FCResNet(
-    input_dim=1, features=16, depth=2, spectral_normalization=True, coeff=0.95,
-    n_power_iterations=1, dropout_rate=0.0, num_outputs=1,
-)
-initialize(model)
-record.append(list(model.state_dict()))
-optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-X_train, y_train = torch.tensor(data_x), torch.tensor(data_y)
+# a deterministic regression on a noisy sine (no GP on top)
+net = ResidualMLP(1, 12, 2, d_out=1, activation="elu")
+initialize(net)
+record.append(list(net.state_dict()))
+adam = torch.optim.Adam(net.parameters(), lr=1e-2)
+xs, ys = torch.tensor(data_x), torch.tensor(data_y)
 for step in range(4):
-    model.train()
-    optimizer.zero_grad()
-    y_pred = model(X_train)
-    loss = F.mse_loss(y_pred, y_train)
+    net.train()
+    adam.zero_grad()
+    loss = F.mse_loss(net(xs), ys)
     loss.backward()
-    optimizer.step()
+    adam.step()
     record.append(loss.item())
-    record.append({name: buf.numpy().copy() for name, buf in model.named_buffers()})
-record.append(params_of(model))
-model.eval()
+    record.append({k: b.numpy().copy() for k, b in net.named_buffers()})
+record.append(params_of(net))
+net.eval()
 with torch.no_grad():
-    record.append(model(X_train).numpy())
-record.append({name: buf.numpy().copy() for name, buf in model.named_buffers()})
-'''
+    record.append(net(xs).numpy())
+record.append({k: b.numpy().copy() for k, b in net.named_buffers()})
+"""
+)
 
 DUE_STEPS = [
     IMPORTS,
     (
-        "    loss.backward()\n    optimizer.step()\n",
-        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+        "    loss.backward()\n    adam.step()\n",
+        "    grads = loss.backward()\n    adam.step(grads)\n",
     ),
 ]
 
@@ -1383,7 +961,7 @@ def test_due_spectral_norm_fc_resnet_trains_as_torch(capsys):
     assert_records_agree(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
-# -- the defects the DUE port met -------------------------------------------------------------------
+# -- the defects the DUE port met ------------------------------------------------------------------
 def test_normalize_writes_its_out_argument_as_torch():
     # DUE's power iteration keeps its vectors by ``normalize(..., out=v)`` into the module's
     # buffers; the out= argument was accepted and ignored, so the buffers never moved
@@ -1454,205 +1032,110 @@ def test_spectral_norm_hook_class_loads_a_version_0_state_dict_as_torch():
 
 # -- DUE's SNGP ------------------------------------------------------------------------------------
 SNGP_SOURCE = (
-    DUE_SOURCE.split("# -- toy_regression.ipynb")[0]
+    DUE_LAYERS
     + """
 import math
 
-
-# -- due/sngp.py --
-def random_ortho(n, m):
-    q, _ = torch.linalg.qr(torch.randn(n, m))
-    return q
+# DUE's SNGP head in the style of its sngp.py: random Fourier features of a (projected, normalized)
+# feature vector, a linear output, and a Laplace precision accumulated over each epoch whose
+# inverse gives the predictive covariance (mean-field logits for classification).
 
 
-class RandomFourierFeatures(nn.Module):
-    def __init__(self, in_dim, num_random_features, feature_scale=None):
+def orthonormal_columns(n, m):
+    return torch.linalg.qr(torch.randn(n, m))[0]
+
+
+class FourierFeatures(nn.Module):
+    def __init__(self, d_in, n_features, scale=None):
         super().__init__()
-        if feature_scale is None:
-            feature_scale = math.sqrt(num_random_features / 2)
-
-        self.register_buffer("feature_scale", torch.tensor(feature_scale))
-
-        if num_random_features <= in_dim:
-            W = random_ortho(in_dim, num_random_features)
-        else:
-            # generate blocks of orthonormal rows which are not neccesarily orthonormal
-            # to each other.
-            dim_left = num_random_features
-            ws = []
-            while dim_left > in_dim:
-                ws.append(random_ortho(in_dim, in_dim))
-                dim_left -= in_dim
-            ws.append(random_ortho(in_dim, dim_left))
-            W = torch.cat(ws, 1)
-
-        # From: https://github.com/google/edward2/blob/d672c93b179bfcc99dd52228492c53d38cf074ba/edward2/tensorflow/initializers.py#L807-L817
-        feature_norm = torch.randn(W.shape) ** 2
-        W = W * feature_norm.sum(0).sqrt()
+        self.register_buffer("feature_scale", torch.tensor(scale or math.sqrt(n_features / 2)))
+        blocks, left = [], n_features
+        while left > d_in:  # orthonormal blocks of d_in columns, then the rest
+            blocks.append(orthonormal_columns(d_in, d_in))
+            left -= d_in
+        blocks.append(orthonormal_columns(d_in, left))
+        W = torch.cat(blocks, 1)
+        W = W * (torch.randn(W.shape) ** 2).sum(0).sqrt()  # chi-distributed column norms
         self.register_buffer("W", W)
-
-        b = torch.empty(num_random_features).uniform_(0, 2 * math.pi)
-        self.register_buffer("b", b)
+        self.register_buffer("b", torch.empty(n_features).uniform_(0, 2 * math.pi))
 
     def forward(self, x):
-        k = torch.cos(x @ self.W + self.b)
-        k = k / self.feature_scale
-
-        return k
+        return torch.cos(x @ self.W + self.b) / self.feature_scale
 
 
-class Laplace(nn.Module):
-    def __init__(
-        self,
-        feature_extractor,
-        num_deep_features,
-        num_gp_features,
-        normalize_gp_features,
-        num_random_features,
-        num_outputs,
-        num_data,
-        train_batch_size,
-        ridge_penalty=1.0,
-        feature_scale=None,
-        mean_field_factor=None,  # required for classification problems
-    ):
+class LaplaceHead(nn.Module):
+    def __init__(self, features, d_deep, d_gp, n_random, d_out, n_data, batch_size, ridge=1.0,
+                 mean_field=None):
         super().__init__()
-        self.feature_extractor = feature_extractor
-        self.mean_field_factor = mean_field_factor
-        self.ridge_penalty = ridge_penalty
-        self.train_batch_size = train_batch_size
+        self.features, self.ridge, self.mean_field = features, ridge, mean_field
+        self.n_data, self.batch_size = n_data, batch_size
+        self.register_buffer("random_matrix", torch.normal(0, 0.05, (d_gp, d_deep)))
+        self.project = lambda f: nn.functional.linear(f, self.random_matrix)
+        self.norm = nn.LayerNorm(d_gp)
+        self.rff = FourierFeatures(d_gp, n_random)
+        self.beta = nn.Linear(n_random, d_out)
+        self.register_buffer("n_seen", torch.tensor(0))
+        self.register_buffer("precision", torch.eye(n_random) * ridge)
+        self.register_buffer("covariance", torch.eye(n_random))
+        self.stale = True
 
-        if num_gp_features > 0:
-            self.num_gp_features = num_gp_features
-            self.register_buffer(
-                "random_matrix",
-                torch.normal(0, 0.05, (num_gp_features, num_deep_features)),
-            )
-            self.jl = lambda x: nn.functional.linear(x, self.random_matrix)
-        else:
-            self.num_gp_features = num_deep_features
-            self.jl = nn.Identity()
-
-        self.normalize_gp_features = normalize_gp_features
-        if normalize_gp_features:
-            self.normalize = nn.LayerNorm(num_gp_features)
-
-        self.rff = RandomFourierFeatures(
-            num_gp_features, num_random_features, feature_scale
-        )
-        self.beta = nn.Linear(num_random_features, num_outputs)
-
-        self.num_data = num_data
-        self.register_buffer("seen_data", torch.tensor(0))
-
-        precision = torch.eye(num_random_features) * self.ridge_penalty
-        self.register_buffer("precision", precision)
-
-        self.recompute_covariance = True
-        self.register_buffer("covariance", torch.eye(num_random_features))
-
-    def reset_precision_matrix(self):
-        identity = torch.eye(self.precision.shape[0], device=self.precision.device)
-        self.precision = identity * self.ridge_penalty
-        self.seen_data = torch.tensor(0)
-        self.recompute_covariance = True
-
-    def mean_field_logits(self, logits, pred_cov):
-        # Mean-Field approximation as alternative to MC integration of Gaussian-Softmax
-        # Based on: https://arxiv.org/abs/2006.07584
-
-        logits_scale = torch.sqrt(1.0 + torch.diag(pred_cov) * self.mean_field_factor)
-        if self.mean_field_factor > 0:
-            logits = logits / logits_scale.unsqueeze(-1)
-
-        return logits
+    def reset_precision_matrix(self):  # at each epoch's start
+        eye = torch.eye(self.precision.shape[0], device=self.precision.device)
+        self.precision = eye * self.ridge
+        self.n_seen = torch.tensor(0)
+        self.stale = True
 
     def forward(self, x):
-        f = self.feature_extractor(x)
-        f_reduc = self.jl(f)
-        if self.normalize_gp_features:
-            f_reduc = self.normalize(f_reduc)
-
-        k = self.rff(f_reduc)
-
-        pred = self.beta(k)
-
+        phi = self.rff(self.norm(self.project(self.features(x))))
+        out = self.beta(phi)
         if self.training:
-            precision_minibatch = k.t() @ k
-            self.precision += precision_minibatch
-            self.seen_data += x.shape[0]
-
-            assert (
-                self.seen_data <= self.num_data
-            ), "Did not reset precision matrix at start of epoch"
-        else:
-            assert self.seen_data > (
-                self.num_data - self.train_batch_size
-            ), "Not seen sufficient data for precision matrix"
-
-            if self.recompute_covariance:
-                with torch.no_grad():
-                    eps = 1e-7
-                    jitter = eps * torch.eye(
-                        self.precision.shape[1],
-                        device=self.precision.device,
-                    )
-                    u, info = torch.linalg.cholesky_ex(self.precision + jitter)
-                    assert (info == 0).all(), "Precision matrix inversion failed!"
-                    torch.cholesky_inverse(u, out=self.covariance)
-
-                self.recompute_covariance = False
-
+            self.precision += phi.t() @ phi
+            self.n_seen += x.shape[0]
+            assert self.n_seen <= self.n_data, "reset the precision each epoch"
+            return out
+        assert self.n_seen > self.n_data - self.batch_size, "a whole epoch is needed first"
+        if self.stale:
             with torch.no_grad():
-                pred_cov = k @ ((self.covariance @ k.t()) * self.ridge_penalty)
+                jitter = 1e-7 * torch.eye(self.precision.shape[1], device=self.precision.device)
+                chol, info = torch.linalg.cholesky_ex(self.precision + jitter)
+                assert (info == 0).all()
+                torch.cholesky_inverse(chol, out=self.covariance)
+            self.stale = False
+        with torch.no_grad():
+            cov = phi @ ((self.covariance @ phi.t()) * self.ridge)
+        if self.mean_field is None:
+            return out, cov
+        return out / torch.sqrt(1.0 + torch.diag(cov) * self.mean_field).unsqueeze(-1)
 
-            if self.mean_field_factor is None:
-                return pred, pred_cov
-            else:
-                return self.mean_field_logits(pred, pred_cov)
 
-        return pred
-
-
-# -- train_sngp's step, its precision reset at each epoch's start, then the evaluation --
-for num_outputs, mean_field_factor in ((1, None), (3, math.pi / 8)):
-    feature_extractor = FCResNet(
-        input_dim=2, features=8, depth=1, spectral_normalization=True, coeff=0.95,
-        n_power_iterations=1, dropout_rate=0.0,
-    )
-    model = Laplace(
-        feature_extractor, num_deep_features=8, num_gp_features=4, normalize_gp_features=True,
-        num_random_features=12, num_outputs=num_outputs, num_data=12, train_batch_size=6,
-        mean_field_factor=mean_field_factor,
-    )
-    initialize(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, weight_decay=5e-4)
-    if mean_field_factor is None:
-        loss_fn = lambda y_pred, y: F.mse_loss(y_pred[:, 0], y)
-        targets = [torch.tensor(y) for y in values]
+for d_out, mean_field in ((1, None), (3, math.pi / 8)):
+    body = ResidualMLP(2, 8, 1)
+    net = LaplaceHead(body, 8, 4, 10, d_out, n_data=12, batch_size=6, mean_field=mean_field)
+    initialize(net)
+    adam = torch.optim.Adam(net.parameters(), lr=1e-2, weight_decay=5e-4)
+    if mean_field is None:
+        targets = [torch.tensor(v) for v in values]
+        objective = lambda out, y: F.mse_loss(out[:, 0], y)
     else:
-        loss_fn = F.cross_entropy
-        targets = [torch.tensor(y) for y in labels]
+        targets, objective = [torch.tensor(c) for c in labels], F.cross_entropy
     for epoch in range(2):
-        model.reset_precision_matrix()
-        for x, y in zip(inputs, targets):
-            model.train()
-            optimizer.zero_grad()
-            y_pred = model(torch.tensor(x))
-            loss = loss_fn(y_pred, y)
+        net.reset_precision_matrix()
+        for xb, yb in zip(inputs, targets):
+            net.train()
+            adam.zero_grad()
+            loss = objective(net(torch.tensor(xb)), yb)
             loss.backward()
-            optimizer.step()
+            adam.step()
             record.append(loss.item())
-        record.append(state_of(model))
-    model.eval()
+        record.append(state_of(net))
+    net.eval()
     with torch.no_grad():
-        out = model(torch.tensor(inputs[0]))
-    if mean_field_factor is None:
-        record.append(out[0].numpy())
-        record.append(out[1].numpy())
+        out = net(torch.tensor(inputs[1]))
+    if mean_field is None:
+        record.extend([out[0].numpy(), out[1].numpy()])
     else:
-        record.append(F.softmax(out, dim=1).numpy())
-    record.append(state_of(model))
+        record.append(F.softmax(out, dim=-1).numpy())
+    record.append(state_of(net))
 """
 )
 
@@ -1660,8 +1143,8 @@ for num_outputs, mean_field_factor in ((1, None), (3, math.pi / 8)):
 SNGP_STEPS = [
     IMPORTS,
     (
-        "            loss.backward()\n            optimizer.step()\n",
-        "            grads = loss.backward()\n            optimizer.step(grads)\n",
+        "            loss.backward()\n            adam.step()\n",
+        "            grads = loss.backward()\n            adam.step(grads)\n",
     ),
 ]
 
