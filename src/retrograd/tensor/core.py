@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..autodiff.grad_mode import in_inference_mode, is_grad_enabled
+from ..autodiff.grad_mode import enable_grad, in_inference_mode, is_grad_enabled
 from ..backend.accelerators import cpu_backend_gpu_refusal
 from ..backend.protocol import Backend
 from ..context import current_backend
@@ -975,7 +975,20 @@ class Tensor(
             # its gradient through to what it was computed from): a write through .data
             self.data.copy_(value)
             return
+        old, old_device = self._prim, self._device
         assign(self, value, "data", check_shape=False, keep_dtype=False, device=value.device)
+        if (
+            backend.is_autodiff
+            and backend.is_tracked(old)
+            and not backend.is_require_grad(old)
+            and value.device == old_device
+        ):
+            # values of another shape or dtype: torch's y keeps its grad_fn too, a later use
+            # sending its gradient back cast to the old dtype (an old shape that does not
+            # expand to the new one: torch's "invalid gradient" error, at that backward)
+            with enable_grad():
+                self._prim = backend.data_replace(old, self._prim)
+            return
         if value is self or value._backend is not backend:
             return
         computed = (
