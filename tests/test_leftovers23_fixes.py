@@ -61,3 +61,49 @@ def test_data_set_to_an_incompatible_shape_fails_at_backward_as_torch(lib, shape
         RuntimeError, match=rf"invalid gradient at index 0 - got {got} but expected"
     ):
         out.backward()
+
+
+# -- (2) jacfwd's randomness: a draw per column ("different") or one for all ("same") ------------
+def _random_jacobians(lib, randomness):
+    """Jacobians whose column c (input element c) is the draw the c-th tangent saw."""
+    lib.manual_seed(0)
+    x, y = lib.ones(5), lib.ones(2)
+    uniform = lib.func.jacfwd(lambda x: x.sum() * lib.rand_like(lib.ones(4)), randomness=randomness)
+    dropped = lib.func.jacfwd(
+        lambda x: lib.nn.functional.dropout(x.sum() * lib.ones(40), 0.5, training=True),
+        randomness=randomness,
+    )
+    two = lib.func.jacfwd(  # two arguments: the columns run across both
+        lambda x, y: (x.sum() + y.sum()) * lib.rand_like(lib.ones(3)),
+        argnums=(0, 1),
+        randomness=randomness,
+    )
+    jx, jy = two(x, y)
+    return [uniform(x).numpy(), dropped(x).numpy(), np.concatenate([jx.numpy(), jy.numpy()], 1)]
+
+
+@pytest.mark.parametrize("lib", [torch, rg])
+def test_jacfwd_randomness_different_draws_per_column_as_torch(lib):
+    for jac in _random_jacobians(lib, "different"):
+        columns = jac.T
+        assert all(not np.array_equal(columns[0], c) for c in columns[1:]), jac
+    # (the draws themselves: uniform in [0, 1), dropout's kept elements scaled by 2)
+    uniform, dropped, _ = _random_jacobians(lib, "different")
+    assert ((uniform >= 0) & (uniform < 1)).all() and set(np.unique(dropped)) <= {0.0, 2.0}
+
+
+@pytest.mark.parametrize("lib", [torch, rg])
+def test_jacfwd_randomness_same_draws_once_for_every_column_as_torch(lib):
+    for jac in _random_jacobians(lib, "same"):
+        columns = jac.T
+        assert all(np.array_equal(columns[0], c) for c in columns[1:]), jac
+
+
+@pytest.mark.parametrize("lib", [torch, rg])
+def test_jacfwd_randomness_different_keeps_aux_and_plain_values_as_torch(lib):
+    def f(x):
+        return x * x, {"value": x.sum()}
+
+    jac, aux = lib.func.jacfwd(f, has_aux=True, randomness="different")(lib.tensor([1.0, 2.0]))
+    np.testing.assert_array_equal(jac.numpy(), [[2.0, 0.0], [0.0, 4.0]])
+    assert aux["value"].item() == 3.0 and not aux["value"].requires_grad
