@@ -107,3 +107,26 @@ def test_jacfwd_randomness_different_keeps_aux_and_plain_values_as_torch(lib):
     jac, aux = lib.func.jacfwd(f, has_aux=True, randomness="different")(lib.tensor([1.0, 2.0]))
     np.testing.assert_array_equal(jac.numpy(), [[2.0, 0.0], [0.0, 4.0]])
     assert aux["value"].item() == 3.0 and not aux["value"].requires_grad
+
+
+# -- (4) expand() with no sizes --------------------------------------------------------------------
+@pytest.mark.parametrize("lib", [torch, rg])
+def test_expand_without_sizes_is_a_type_error_as_torch(lib):
+    for t in (lib.tensor(2.0), lib.ones(2)):
+        with pytest.raises(TypeError, match=r"expand\(\) missing 1 required positional arguments"):
+            t.expand()
+        with pytest.raises(TypeError, match="missing"):
+            t.expand(*[])
+    # the empty shape given as one sequence is a 0-d tensor's own shape, as in torch
+    for spelled in ((), [], lib.Size([])):
+        assert lib.tensor(2.0).expand(spelled).item() == 2.0
+    assert lib.tensor(2.0).expand(size=()).item() == 2.0
+
+
+def test_einops_repeat_of_a_0d_tensor_as_torch():
+    einops = pytest.importorskip("einops")
+    for pattern, sizes in ((" -> n k", {"n": 3, "k": 2}), (" -> ()", {}), (" -> ", {})):
+        expected = einops.repeat(torch.tensor(2.0), pattern, **sizes)
+        got = einops.repeat(rg.tensor(2.0), pattern, **sizes)
+        assert tuple(got.shape) == tuple(expected.shape)
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
