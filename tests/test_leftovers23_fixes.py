@@ -130,3 +130,59 @@ def test_einops_repeat_of_a_0d_tensor_as_torch():
         got = einops.repeat(rg.tensor(2.0), pattern, **sizes)
         assert tuple(got.shape) == tuple(expected.shape)
         np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+# -- (5) complex parameters under Module.to(float32) and Module.float() ---------------------------
+_COMPLEX_MODULE = """
+import sys, warnings
+lib = __import__(sys.argv[1])
+warnings.simplefilter("always")
+
+def module():
+    m = lib.nn.Linear(2, 2)
+    m.weight = lib.nn.Parameter(lib.ones(2, 2, dtype=lib.complex64) * (1 + 2j))
+    m.register_buffer("state", lib.ones(2, dtype=lib.complex64))
+    return m
+
+with warnings.catch_warnings(record=True) as first:
+    warnings.simplefilter("always")
+    kept = module().float()  # complex ones stay: only floating point tensors are cast
+    kept.double()
+    cast = module().to(lib.float32)
+with warnings.catch_warnings(record=True) as again:
+    warnings.simplefilter("always")
+    module().to(lib.float32)
+    lib.ones(2, dtype=lib.complex64).to(lib.float32)
+print(str(kept.weight.dtype).split(".")[-1], str(kept.state.dtype).split(".")[-1],
+      str(kept.bias.dtype).split(".")[-1])
+print(str(cast.weight.dtype).split(".")[-1], str(cast.state.dtype).split(".")[-1],
+      cast.weight.detach()[0, 0].item())
+print([(w.category.__name__, str(w.message).split(" (Triggered")[0]) for w in first])
+print(len(again))
+"""
+
+
+def _complex_module_run(lib):
+    """The program's printed lines, in a process of its own: torch warns once per process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPLEX_MODULE, lib],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout.splitlines()
+
+
+def test_module_casts_of_complex_parameters_as_torch():
+    expected = [
+        "complex64 complex64 float64",
+        "float32 float32 1.0",
+        "[('UserWarning', 'Casting complex values to real discards the imaginary part')]",
+        "0",  # (torch's TORCH_WARN_ONCE: not again in the process)
+    ]
+    assert _complex_module_run("torch") == expected
+    assert _complex_module_run("retrograd") == expected

@@ -248,6 +248,22 @@ SPARSE_ADMISSION[0] = admit_sparse_instances
 _LIBRARY = __name__.split(".")[0] + "."
 
 
+#: whether :func:`_warn_complex_to_real` has warned in this process
+_COMPLEX_TO_REAL_WARNED = [False]
+
+
+def _warn_complex_to_real() -> None:
+    """torch's warning on a cast of complex values to a real dtype (``x.float()``,
+    ``Module.to(float32)`` of complex parameters, a ``copy_`` into a real tensor): a
+    ``UserWarning``, once per process as torch's ``TORCH_WARN_ONCE``."""
+    if _COMPLEX_TO_REAL_WARNED[0]:
+        return
+    _COMPLEX_TO_REAL_WARNED[0] = True
+    warnings.warn(
+        "Casting complex values to real discards the imaginary part", UserWarning, stacklevel=3
+    )
+
+
 class Tensor(
     ElementwiseMixin,
     SpecialMixin,
@@ -546,8 +562,11 @@ class Tensor(
         the gradient flowing. The same dtype gives the tensor itself, as torch's ``to``."""
         if dtype.__class__ is not str or dtype not in DTYPES:
             dtype = canonical_dtype("cast", dtype)
-        if dtype == self._backend.dtype(self._prim):
+        own = self._backend.dtype(self._prim)
+        if dtype == own:
             return self
+        if own in COMPLEX_DTYPES and dtype not in COMPLEX_DTYPES:
+            _warn_complex_to_real()
         return apply("cast", (self,), (dtype,))
 
     def _cast_in_format(self, op: str, dtype: str, memory_format: Any) -> Tensor:
