@@ -92,7 +92,7 @@ from .layouts import (
 from .printing import tensor_text
 from .products import ProductsMixin
 from .reduce import ReduceMixin
-from .selection import SelectionMixin
+from .selection import SelectionMixin, stands_for
 from .shape import ShapeMixin, by_keyword, laid_out_in, lay_out
 from .special import SpecialMixin
 from .storage import StorageMixin
@@ -1007,6 +1007,7 @@ class Tensor(
             # expand to the new one: torch's "invalid gradient" error, at that backward)
             with enable_grad():
                 self._prim = backend.data_replace(old, self._prim)
+            stands_for(getattr(self._prim, "node", None), getattr(old, "node", None))
             return
         if value is self or value._backend is not backend:
             return
