@@ -106,12 +106,15 @@ def test_data_assignment_keeps_a_computed_tensor_in_the_graph():
     check(Trial("t.data = v", fn))
 
 
-def test_data_assignment_of_another_shape_makes_a_constant():
+def test_data_assignment_of_another_shape_keeps_a_grad_fn_whose_backward_fails():
     x = rg.tensor([1.0, 2.0], requires_grad=True)
     t = x * 2.0
     t.data = rg.ones(3)
     assert t.shape == (3,) and t.dtype == rg.float32 and t.tolist() == [1.0, 1.0, 1.0]
-    assert not t.requires_grad  # (torch keeps a grad_fn whose backward then fails on shapes)
+    # as torch's (leftovers round 23): still in the graph, its backward refusing the shape
+    assert t.requires_grad and t.grad_fn is not None
+    with pytest.raises(rg.AutodiffError, match=r"invalid gradient .* got \[3\] but expected"):
+        t.sum().backward()
 
 
 # ---- cat of a 1-d empty tensor that requires grad -------------------------------------------

@@ -476,8 +476,10 @@ def jacfwd(
     torch pushes one tangent per input element through the function under ``vmap``).
     ``randomness`` is that of :func:`vmap`, whose rule ``func`` runs under: by default
     (``"error"``) a random draw in ``func`` (``rand``, dropout) raises torch's RuntimeError,
-    so :func:`hessian` refuses one too; ``"same"`` and ``"different"`` allow it (``func``
-    runs once here, so every row sees the same draw).
+    so :func:`hessian` refuses one too; ``"same"`` and ``"different"`` allow it: with
+    ``"same"`` every column of the Jacobian (one per input element) sees one draw, with
+    ``"different"`` each column its own (``func`` called once per column here; ``aux``
+    from the first call, as torch takes the first of its batch).
 
     >>> import retrograd as rg
     >>> rg.func.jacfwd(lambda x: x.sum(0))(rg.tensor([[1.0], [2.0]])).tolist()
@@ -513,39 +515,73 @@ def _jacobian(
                         f"{fn}: expected all inputs to be real but received a complex tensor "
                         f"at flattened input index {index} (as torch)"
                     )
-            with rule():
-                result = func(*call.args, **kwargs)
-            out, aux = _split_aux(fn, result, has_aux)
-            outputs, out_spec = _tensors(fn, "the outputs of the function", out)
-            if fn == "func.jacrev":
-                _differentiable_outputs(fn, outputs)
-            call.check(outputs)
-            per_output = []
-            for o in outputs:
-                rows: list[list[Tensor]] = [[] for _ in call.leaves]
-                flat = o.reshape(-1)
-                for k in range(o.numel()):
-                    grads = _gradients([flat[k]], call.leaves, None, call.records)
-                    for j, g in enumerate(_filled(grads, call.leaves)):
-                        rows[j].append(g)
-                jacs = [
-                    stack(r, dim=0).reshape(tuple(o.shape) + tuple(x.shape))
-                    if r
-                    else zeros(
-                        tuple(o.shape) + tuple(x.shape),
-                        dtype=x.dtype,
-                        backend=x.backend,
-                        device=x.device,
-                    )
-                    for r, x in zip(rows, call.leaves)
-                ]
-                if fn == "func.jacfwd":  # forward mode's tangents are of the output's dtype
-                    jacs = [j if j.dtype == o.dtype else j.to(o.dtype) for j in jacs]
-                per_output.append(_unflatten(_finished(jacs, call.records), call.spec))
+            # torch's jacfwd runs ``func`` under vmap, one tangent per input element: with
+            # randomness="different" each column of the Jacobian sees its own draw, so each is
+            # taken from a call of its own here ("same": one call, every column alike)
+            columns = sum(x.numel() for x in call.leaves)
+            calls = columns if fn == "func.jacfwd" and randomness == "different" else 1
+            runs = []
+            for _ in range(max(calls, 1)):
+                with rule():
+                    result = func(*call.args, **kwargs)
+                out, aux = _split_aux(fn, result, has_aux)
+                outputs, out_spec = _tensors(fn, "the outputs of the function", out)
+                if fn == "func.jacrev":
+                    _differentiable_outputs(fn, outputs)
+                call.check(outputs)
+                runs.append((_jacobians(fn, outputs, call), aux))
+            jacobians, aux = runs[0]
+            if calls > 1:  # column c of each Jacobian from the c-th call
+                jacobians = [
+                    [_columns_of(runs, i, j, sum(x.numel() for x in call.leaves[:j]), x.numel())
+                     for j, x in enumerate(call.leaves)]
+                    for i in range(len(jacobians))
+                ]  # fmt: skip
+            per_output = [
+                _unflatten(_finished(jacs, call.records), call.spec) for jacs in jacobians
+            ]
         jacobian = _unflatten(per_output, out_spec)
         return (jacobian, _finished(aux, call.records)) if has_aux else jacobian
 
     return wrapper
+
+
+def _jacobians(fn: str, outputs: list[Tensor], call: _Prepared) -> list[list[Tensor]]:
+    """The Jacobian of each output with respect to each of ``call``'s leaves (one backward
+    per output element), of shape ``output.shape + leaf.shape``."""
+    per_output = []
+    for o in outputs:
+        rows: list[list[Tensor]] = [[] for _ in call.leaves]
+        flat = o.reshape(-1)
+        for k in range(o.numel()):
+            grads = _gradients([flat[k]], call.leaves, None, call.records)
+            for j, g in enumerate(_filled(grads, call.leaves)):
+                rows[j].append(g)
+        jacs = [
+            stack(r, dim=0).reshape(tuple(o.shape) + tuple(x.shape))
+            if r
+            else zeros(
+                tuple(o.shape) + tuple(x.shape),
+                dtype=x.dtype,
+                backend=x.backend,
+                device=x.device,
+            )
+            for r, x in zip(rows, call.leaves)
+        ]
+        if fn == "func.jacfwd":  # forward mode's tangents are of the output's dtype
+            jacs = [j if j.dtype == o.dtype else j.to(o.dtype) for j in jacs]
+        per_output.append(jacs)
+    return per_output
+
+
+def _columns_of(runs: list, i: int, j: int, first: int, n: int) -> Tensor:
+    """Output ``i``'s Jacobian in leaf ``j`` (of ``n`` elements), its column ``e`` taken from
+    the Jacobian of call ``first + e`` (``first``: the leaf's first column overall)."""
+    whole = runs[0][0][i][j]
+    if n == 0:
+        return whole
+    cols = [runs[first + e][0][i][j].reshape(-1, n)[:, e] for e in range(n)]
+    return stack(cols, dim=1).reshape(tuple(whole.shape))
 
 
 def hessian(func: Callable[..., Any], argnums: int | tuple[int, ...] = 0) -> Callable[..., Any]:

@@ -560,6 +560,29 @@ binary("add", lambda B, g: g, lambda B, g: g)
 # torch's write through ``.data`` into a tensor computed in the graph: the written values ``y``
 # (untracked), the gradient passing whole to the tensor written into (tensor/views.py)
 binary("data_write", lambda B, g: g, None, forward=lambda B, x, y: y, broadcast=False)
+
+
+def _data_replace_vjp(B, g, x_shape, x_dtype):
+    """The gradient reaching a tensor computed in the graph whose ``.data`` was set to values of
+    another shape or dtype, passed on to what it was computed from as torch's engine passes it
+    (``validate_outputs``): summed to the old shape where that expands to the gradient's, cast
+    to the old dtype; a shape it does not expand to is torch's "invalid gradient" error."""
+    shape = tuple(B.shape(g))
+    if shape != tuple(x_shape):
+        lead = len(shape) - len(x_shape)
+        if lead < 0 or any(n not in (1, m) for n, m in zip(x_shape, shape[lead:])):
+            raise AutodiffError(
+                f"backward: invalid gradient at index 0 - got {list(shape)} but expected shape "
+                f"compatible with {list(x_shape)} (a tensor whose .data was set to another "
+                "shape, as torch refuses it)"
+            )
+        g = sum_to_shape(B, g, tuple(x_shape))
+    return B.cast(g, x_dtype) if B.dtype(g) != x_dtype else g
+
+
+# torch's ``y.data = t`` with ``t`` of another shape or dtype, on a ``y`` computed in the graph:
+# ``y`` takes ``t``'s values and stays in its graph (tensor/core.py)
+binary("data_replace", _data_replace_vjp, None, forward=lambda B, x, y: y, broadcast=False)
 # the values ``y`` written over ``x``, the gradient passing whole to both: torch's backward of a
 # fill through positions that share memory, where a location's last position was not written
 # (its copy of the gradient back wins for ``x``, each written position's goes to ``y``)

@@ -79,7 +79,7 @@ class RetrogradBackend(AbstractBackend):
         for position, length in pos2len.items():
             x = x.unsqueeze(position)
             sizes[position] = length
-        return x.expand(*sizes)
+        return x.expand(sizes)  # (one sequence, as einops' torch backend: never expand())
 
     def tile(self, x: Tensor, repeats: Sequence[int]) -> Tensor:
         return x.repeat(tuple(repeats))

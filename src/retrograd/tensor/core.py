@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..autodiff.grad_mode import in_inference_mode, is_grad_enabled
+from ..autodiff.grad_mode import enable_grad, in_inference_mode, is_grad_enabled
 from ..backend.accelerators import cpu_backend_gpu_refusal
 from ..backend.protocol import Backend
 from ..context import current_backend
@@ -92,7 +92,7 @@ from .layouts import (
 from .printing import tensor_text
 from .products import ProductsMixin
 from .reduce import ReduceMixin
-from .selection import SelectionMixin
+from .selection import SelectionMixin, stands_for
 from .shape import ShapeMixin, by_keyword, laid_out_in, lay_out
 from .special import SpecialMixin
 from .storage import StorageMixin
@@ -246,6 +246,22 @@ SPARSE_ADMISSION[0] = admit_sparse_instances
 
 
 _LIBRARY = __name__.split(".")[0] + "."
+
+
+#: whether :func:`_warn_complex_to_real` has warned in this process
+_COMPLEX_TO_REAL_WARNED = [False]
+
+
+def _warn_complex_to_real() -> None:
+    """torch's warning on a cast of complex values to a real dtype (``x.float()``,
+    ``Module.to(float32)`` of complex parameters, a ``copy_`` into a real tensor): a
+    ``UserWarning``, once per process as torch's ``TORCH_WARN_ONCE``."""
+    if _COMPLEX_TO_REAL_WARNED[0]:
+        return
+    _COMPLEX_TO_REAL_WARNED[0] = True
+    warnings.warn(
+        "Casting complex values to real discards the imaginary part", UserWarning, stacklevel=3
+    )
 
 
 class Tensor(
@@ -546,8 +562,11 @@ class Tensor(
         the gradient flowing. The same dtype gives the tensor itself, as torch's ``to``."""
         if dtype.__class__ is not str or dtype not in DTYPES:
             dtype = canonical_dtype("cast", dtype)
-        if dtype == self._backend.dtype(self._prim):
+        own = self._backend.dtype(self._prim)
+        if dtype == own:
             return self
+        if own in COMPLEX_DTYPES and dtype not in COMPLEX_DTYPES:
+            _warn_complex_to_real()
         return apply("cast", (self,), (dtype,))
 
     def _cast_in_format(self, op: str, dtype: str, memory_format: Any) -> Tensor:
@@ -975,7 +994,21 @@ class Tensor(
             # its gradient through to what it was computed from): a write through .data
             self.data.copy_(value)
             return
+        old, old_device = self._prim, self._device
         assign(self, value, "data", check_shape=False, keep_dtype=False, device=value.device)
+        if (
+            backend.is_autodiff
+            and backend.is_tracked(old)
+            and not backend.is_require_grad(old)
+            and value.device == old_device
+        ):
+            # values of another shape or dtype: torch's y keeps its grad_fn too, a later use
+            # sending its gradient back cast to the old dtype (an old shape that does not
+            # expand to the new one: torch's "invalid gradient" error, at that backward)
+            with enable_grad():
+                self._prim = backend.data_replace(old, self._prim)
+            stands_for(getattr(self._prim, "node", None), getattr(old, "node", None))
+            return
         if value is self or value._backend is not backend:
             return
         computed = (

@@ -1687,6 +1687,19 @@ _EDGES_BY_OP: dict[str, Callable[[Any], tuple]] = {
 }
 
 
+def stands_for(node: Any, old: Any) -> None:
+    """Make ``node`` (a write through ``.data`` into a tensor computed in the graph: the op
+    ``data_write`` or ``data_replace``) show as ``old``, the node that made the tensor: torch's
+    ``.data`` write leaves the tensor's ``grad_fn`` as it was (``MulBackward0``, with its
+    ``next_functions``)."""
+    if node is None or old is None or old.op is None:
+        return
+    node.torch_name = torch_node_name(old)
+    node.torch_inputs = _torch_edges(old)
+    if old.torch_output:
+        node.torch_output = old.torch_output
+
+
 def _torch_edges(node: Any) -> tuple:
     """The inputs of torch's node for what ``node`` records (see
     :attr:`BackwardNode.next_functions`): the public op's arguments where it was a composite

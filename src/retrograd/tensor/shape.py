@@ -290,7 +290,10 @@ class ShapeMixin:
 
     def expand(self, *sizes: Any, size: Any = None) -> Any:
         """Broadcast to ``sizes`` (-1 keeps a dimension; torch's keyword is ``size``), without
-        copying: a view (writing into it is refused, as torch refuses it)."""
+        copying: a view (writing into it is refused, as torch refuses it). No sizes at all
+        is torch's TypeError, a 0-d tensor's too (``expand(())`` is the empty shape)."""
+        if not sizes and size is None:
+            raise ArgumentTypeError('expand() missing 1 required positional arguments: "size"')
         sizes = by_keyword("expand", sizes, "size", size)
         shape = varargs_shape("expand", sizes)
         own = self.shape

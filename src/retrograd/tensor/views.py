@@ -855,9 +855,13 @@ def _through_data(t: Any, old: Any, value: Any) -> Any:
     uses still send their gradient back through it (TCN initializes its weight-normed
     convolutions so: ``conv.weight.data.normal_()``, recomputed at the next forward anyway).
     The op table's ``data_write``: the new values, the gradient passing whole to the old."""
+    from .selection import stands_for  # (selection imports this module)
+
     backend = t._backend
     with enable_grad():
-        return backend.data_write(old, backend.detach(value._prim))
+        written = backend.data_write(old, backend.detach(value._prim))
+    stands_for(getattr(written, "node", None), getattr(old, "node", None))
+    return written
 
 
 def _overwritten(t: Any, old: Any, prim: Any) -> Any:

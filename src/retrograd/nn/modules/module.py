@@ -689,14 +689,17 @@ class Module:
         return self
 
     def float(self) -> Module:
-        """Floating parameters and buffers to float32; returns self."""
-        return self.to("float32")
+        """Floating point parameters and buffers to float32; returns self. Complex ones stay
+        complex, as torch's (``Module.to`` casts them)."""
+        return self._to_real("float32")
 
     def half(self) -> Module:
-        return self.to("float16")
+        """Floating point parameters and buffers to float16 (complex ones stay); returns self."""
+        return self._to_real("float16")
 
     def bfloat16(self) -> Module:
-        return self.to("bfloat16")
+        """Floating point parameters and buffers to bfloat16 (complex ones stay); returns self."""
+        return self._to_real("bfloat16")
 
     def cpu(self) -> Module:
         """Everything on ``cpu:0``; returns self."""
@@ -711,6 +714,18 @@ class Module:
         if parameters:
             parameters[0].cuda(index)  # the backend's check, with its message
         return self.to(Device("cuda", index))
+
+    def _to_real(self, dtype: str) -> Module:
+        """``float()``, ``double()``, ``half()``, ``bfloat16()``: torch's casts of the floating
+        point parameters and buffers only (``t.float() if t.is_floating_point() else t``)."""
+        for parameter in self.parameters():
+            if parameter.dtype not in COMPLEX_DTYPES:
+                _convert(parameter, dtype, None, f"Module.{_REAL_CASTS[dtype]}")
+        for module in self.modules():
+            for name, buffer in module._buffers.items():
+                if buffer is not None and buffer.dtype not in COMPLEX_DTYPES:
+                    module._buffers[name] = _converted(buffer, dtype, None)
+        return self
 
     def type(self, dst_type: Any) -> Module:
         """Every parameter and buffer cast to ``dst_type``, as torch's (integer buffers such
@@ -756,8 +771,9 @@ class Module:
         return self.to(device=device) if device is not None else self
 
     def double(self) -> Module:
-        """Floating parameters and buffers to float64; returns self."""
-        return self.to("float64")
+        """Floating point parameters and buffers to float64; returns self. Complex ones stay
+        complex, as torch's (``Module.to`` casts them)."""
+        return self._to_real("float64")
 
     def requires_grad_(self, requires_grad: bool = True) -> Module:
         """Make every parameter a leaf that requires grad, or an untracked value (frozen:
@@ -1473,6 +1489,10 @@ def _seekable(file: Any) -> bool:
     if callable(seekable):
         return bool(seekable())
     return callable(getattr(file, "seek", None)) and callable(getattr(file, "tell", None))
+
+
+#: the method of :meth:`Module._to_real` for each dtype (its error messages name it)
+_REAL_CASTS = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}
 
 
 def _converted(value: Tensor, dtype: str | None, device: Device | None) -> Tensor:
