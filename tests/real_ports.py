@@ -1,11 +1,12 @@
-"""The harness of the ``tests/test_real_ports_*.py`` files: PyTorch programs written here in
-the style of public projects (minGPT, makemore, cleanrl, the PyTorch tutorials...), reaching
-the torch surface those projects reach, each kept once as text and run twice: as written, in a namespace where ``torch``, ``nn``, ``F`` and ``optim`` are
-PyTorch's, and ported, where they are retrograd's and :func:`port` has changed only the lines
-that must change (the gradient lines: ``backward()`` returns the gradients, ``step`` and
-``clip_grad_norm_`` take them; ``import`` lines naming ``torch.``). Both start from torch's
-weights and the same random draws; :func:`assert_records_agree` compares what each run
-recorded (losses, parameters after every step, samples).
+"""The harness of the ``tests/test_real_ports_*.py`` files: PyTorch programs written here in the
+style of public projects (minGPT, makemore, cleanrl, the PyTorch tutorials...), reaching the
+torch surface those projects reach, each kept once as text and run twice: as written, in a
+namespace where ``torch``, ``nn``, ``F`` and ``optim`` are PyTorch's, and ported, where they are
+retrograd's and :func:`port` has changed only the lines that must change (the gradient lines:
+``backward()`` returns the gradients, ``step`` and ``clip_grad_norm_`` take them; ``import``
+lines naming ``torch.``). Both start from torch's weights and the same random draws;
+:func:`assert_records_agree` compares what each run recorded (losses, parameters after every
+step, samples).
 """
 
 from __future__ import annotations
