@@ -70,7 +70,7 @@ from .indexing import check_values, larger_src_message, refuse_backward
 from .layouts import preserve_format
 from .spacing import torch_linspace
 from .torch_nodes import TorchOnlyNode
-from .views import complex_view_of, link
+from .views import SHOW_AS_REPLACED, complex_view_of, link
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 
@@ -1698,6 +1698,9 @@ def stands_for(node: Any, old: Any) -> None:
     node.torch_inputs = _torch_edges(old)
     if old.torch_output:
         node.torch_output = old.torch_output
+
+
+SHOW_AS_REPLACED[0] = stands_for
 
 
 def _torch_edges(node: Any) -> tuple:

@@ -36,6 +36,7 @@ Strides are modelled, lazily, only to decide what torch decides with them: wheth
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 from weakref import ref
 
@@ -849,18 +850,22 @@ def keep_former_key(t: Any, retired: Any) -> None:
     t._former_keys = (retired, *(former for former in t._former_keys if former()))
 
 
+#: ``show_as(node, old)``: make the node of a write through ``.data`` show as ``old``, the node
+#: it replaced, as torch's tensor keeps its ``grad_fn``. ``selection.stands_for``, put here by
+#: selection (which imports this module, so this one cannot import it).
+SHOW_AS_REPLACED: list[Callable[[Any, Any], None]] = [lambda node, old: None]
+
+
 def _through_data(t: Any, old: Any, value: Any) -> Any:
     """The primitive a tensor computed in the graph holds after a write through ``.data``:
     torch's ``.data`` write changes the values and leaves the tensor in its graph, so later
     uses still send their gradient back through it (TCN initializes its weight-normed
     convolutions so: ``conv.weight.data.normal_()``, recomputed at the next forward anyway).
     The op table's ``data_write``: the new values, the gradient passing whole to the old."""
-    from .selection import stands_for  # (selection imports this module)
-
     backend = t._backend
     with enable_grad():
         written = backend.data_write(old, backend.detach(value._prim))
-    stands_for(getattr(written, "node", None), getattr(old, "node", None))
+    SHOW_AS_REPLACED[0](getattr(written, "node", None), getattr(old, "node", None))
     return written
 
 
