@@ -248,13 +248,30 @@ def _permute_states(hx: Any, order: Tensor | None) -> Any:
     return hx.index_select(1, order)
 
 
+def _check_state_batch(name: str, hx: Any, batch: int) -> None:
+    """Each initial state ``[layers * directions, batch, H]`` for the packed batch: the
+    groups that run below take each a slice of it, so a state of another batch (or an
+    unbatched one) is refused here, as torch's "Expected hidden size"."""
+    if hx is None:
+        return
+    for k, h in enumerate(hx if isinstance(hx, tuple | list) else (hx,)):
+        if isinstance(h, Tensor) and (h.ndim != 3 or h.shape[1] != batch):
+            what = ("h_0", "c_0")[k] if isinstance(hx, tuple | list) else "hx"
+            raise ShapeError(
+                f"{name}: expected {what} of shape [num_layers * num_directions, {batch}, "
+                f"hidden] for a packed batch of {batch} sequences, got {list(h.shape)}"
+            )
+
+
 def recurrent_packed(
-    run: Any, sequence: PackedSequence, hx: Any, lstm: bool
+    run: Any, sequence: PackedSequence, hx: Any, lstm: bool, name: str = "RNN"
 ) -> tuple[PackedSequence, Any]:
     """``run(x [L, n, I], hx) -> (output [L, n, D*H], states)`` over a packed batch: each
     group of sequences of one length runs over that length only; the outputs come back
-    packed, the final states (``h_n``, or ``(h_n, c_n)``) in the batch's order."""
+    packed, the final states (``h_n``, or ``(h_n, c_n)``) in the batch's order. ``name``
+    (the module's) names it in errors."""
     sizes = _host_ints(sequence.batch_sizes, "batch_sizes")
+    _check_state_batch(name, hx, int(sizes[0]))
     lengths = _lengths(sizes)
     padded = _padded_sorted(sequence, 0.0, len(sizes))
     hx = _permute_states(hx, sequence.sorted_indices)
