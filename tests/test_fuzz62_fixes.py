@@ -3,6 +3,8 @@
 - an input of another dtype than a recurrent layer's weights (an int input too) raised a
   ``TypeError`` only, where torch raises a ``ValueError``;
 - a packed batch given an ``hx`` of another batch size ran on a slice of it;
+- ``pad_packed_sequence(..., batch_first=True)`` of a batch packed unsorted was a
+  transposed view where torch's is a new contiguous tensor (``view(-1, H)`` of it failed);
 - ``unpad_sequence`` returned views into the padded batch (a write into one wrote the batch)
   where torch's are copies, and left the batch as it was without ``batch_first`` where torch
   transposes it in place to ``[B, T, *]``.
@@ -128,3 +130,28 @@ def test_unpad_sequence_refuses_a_leaf_that_requires_grad_time_major():
         assert tuple(leaf.shape) == (3, 2, 1)
         pieces = lib.nn.utils.rnn.unpad_sequence(leaf, lib.tensor([1, 2, 1]), batch_first=True)
         assert [tuple(p.shape) for p in pieces] == [(1, 1), (2, 1), (1, 1)]
+
+
+# -- pad_packed_sequence of a batch packed unsorted ------------------------------------------
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+def test_pad_packed_sequence_lays_out_its_result_as_torch(batch_first, enforce_sorted):
+    lengths = [3, 2] if enforce_sorted else [2, 3]
+    layouts = []
+    for lib in (torch, rg):
+        padded = lib.arange(12.0).reshape(3, 2, 2)
+        packed = lib.nn.utils.rnn.pack_padded_sequence(
+            padded, lengths, enforce_sorted=enforce_sorted
+        )
+        out, _ = lib.nn.utils.rnn.pad_packed_sequence(packed, batch_first=batch_first)
+        layouts.append((tuple(out.shape), out.stride(), out.is_contiguous(), out.tolist()))
+    assert layouts[1] == layouts[0]
+
+
+def test_view_of_an_unsorted_batch_unpacked_batch_first():
+    """The seq2seq encoder's ``output.view(-1, H)`` after unpacking batch first."""
+    for lib in (torch, rg):
+        packed = lib.nn.utils.rnn.pack_sequence([lib.ones(2, 3), lib.ones(4, 3)], False)
+        out, _ = lib.nn.LSTM(3, 5, batch_first=True)(packed)
+        padded, _ = lib.nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+        assert tuple(padded.view(-1, 5).shape) == (8, 5)

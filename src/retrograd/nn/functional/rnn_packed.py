@@ -225,12 +225,16 @@ def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
     total = steps if total_length is None else total_length
     padded = _padded_sorted(sequence, padding_value, total)
     lengths = _lengths(sizes)
-    if sequence.unsorted_indices is not None:
-        unsorted = _host_ints(sequence.unsorted_indices, "unsorted_indices")
-        padded = padded.index_select(1, tensor(unsorted, device=padded.device))
-        lengths = lengths[unsorted]
     if batch_first:
         padded = padded.swap_dims(0, 1)
+    if sequence.unsorted_indices is not None:
+        # after the transpose, as torch's: the batch unsorted is a new contiguous tensor
+        # (``padded.view(-1, H)`` works on it), the one packed sorted a transposed view
+        unsorted = _host_ints(sequence.unsorted_indices, "unsorted_indices")
+        padded = padded.index_select(
+            0 if batch_first else 1, tensor(unsorted, device=padded.device)
+        )
+        lengths = lengths[unsorted]
     return padded, tensor(lengths)
 
 
