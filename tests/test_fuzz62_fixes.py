@@ -5,6 +5,10 @@
 - a packed batch given an ``hx`` of another batch size ran on a slice of it;
 - ``pad_packed_sequence(..., batch_first=True)`` of a batch packed unsorted was a
   transposed view where torch's is a new contiguous tensor (``view(-1, H)`` of it failed);
+- ``PackedSequence(data, batch_sizes, sorted_indices)`` left ``unsorted_indices`` ``None``
+  (unpacking kept the sorted order) where torch's inverts ``sorted_indices``, and refused
+  torch's ``PackedSequence((data, batch_sizes))``; ``.to()``/``.float()``/... of a batch
+  already so returned a new one where torch's returns it;
 - ``unpad_sequence`` returned views into the padded batch (a write into one wrote the batch)
   where torch's are copies, and left the batch as it was without ``batch_first`` where torch
   transposes it in place to ``[B, T, *]``.
@@ -155,3 +159,35 @@ def test_view_of_an_unsorted_batch_unpacked_batch_first():
         out, _ = lib.nn.LSTM(3, 5, batch_first=True)(packed)
         padded, _ = lib.nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
         assert tuple(padded.view(-1, 5).shape) == (8, 5)
+
+
+# -- PackedSequence made by hand ----------------------------------------------------------
+def test_packed_sequence_made_with_sorted_indices_only_inverts_them():
+    results = []
+    for lib in (torch, rg):
+        packed = lib.nn.utils.rnn.pack_sequence([lib.ones(1, 2), lib.full((3, 2), 2.0)], False)
+        made = lib.nn.utils.rnn.PackedSequence(
+            packed.data * 1, packed.batch_sizes, packed.sorted_indices
+        )
+        assert made.unsorted_indices.tolist() == packed.unsorted_indices.tolist() == [1, 0]
+        padded, lengths = lib.nn.utils.rnn.pad_packed_sequence(made, batch_first=True)
+        results.append((padded.tolist(), lengths.tolist()))
+    assert results[1] == results[0]
+    assert results[0][1] == [1, 3]
+
+
+def test_packed_sequence_made_of_a_pair():
+    for lib in (torch, rg):
+        packed = lib.nn.utils.rnn.pack_sequence([lib.ones(3, 2), lib.ones(1, 2)])
+        made = lib.nn.utils.rnn.PackedSequence((packed.data, packed.batch_sizes))
+        assert made.batch_sizes.tolist() == [2, 1, 1]
+        assert made.sorted_indices is None and made.unsorted_indices is None
+
+
+@pytest.mark.parametrize("how", ["to", "float", "cpu", "double"])
+def test_a_packed_conversion_that_changes_nothing_returns_the_batch(how):
+    for lib in (torch, rg):
+        packed = lib.nn.utils.rnn.pack_sequence([lib.ones(3, 2), lib.ones(1, 2)], False)
+        converted = packed.to(lib.float32) if how == "to" else getattr(packed, how)()
+        assert (converted is packed) == (how != "double"), lib.__name__
+        assert converted.unsorted_indices.tolist() == [0, 1]

@@ -35,50 +35,78 @@ __all__ = [
 ]
 
 
-class PackedSequence(NamedTuple):
-    """``(data, batch_sizes, sorted_indices, unsorted_indices)``, torch's fields (the index
-    tensors ``None`` for a batch packed already sorted)."""
-
+class _PackedFields(NamedTuple):
     data: Tensor
     batch_sizes: Tensor
-    sorted_indices: Tensor | None = None
-    unsorted_indices: Tensor | None = None
+    sorted_indices: Tensor | None
+    unsorted_indices: Tensor | None
+
+
+class PackedSequence(_PackedFields):
+    """``(data, batch_sizes, sorted_indices, unsorted_indices)``, torch's fields (the index
+    tensors ``None`` for a batch packed already sorted). Made as torch's: with
+    ``sorted_indices`` and no ``unsorted_indices``, these are its inverse; ``(data,
+    batch_sizes)`` may come as one pair (``PackedSequence((data, sizes))``)."""
+
+    def __new__(
+        cls,
+        data: Any,
+        batch_sizes: Tensor | None = None,
+        sorted_indices: Tensor | None = None,
+        unsorted_indices: Tensor | None = None,
+    ) -> PackedSequence:
+        if unsorted_indices is None:
+            unsorted_indices = invert_permutation(sorted_indices)
+        if batch_sizes is None:
+            if not (isinstance(data, tuple | list) and len(data) == 2):
+                raise InvalidArgumentError(
+                    "PackedSequence: expected data and batch_sizes, or a pair (data, "
+                    f"batch_sizes) as data, got {type(data).__name__} and no batch_sizes"
+                )
+            data, batch_sizes = data
+        return super().__new__(cls, data, batch_sizes, sorted_indices, unsorted_indices)
+
+    def _with_data(self, data: Tensor) -> PackedSequence:
+        """This batch with ``data`` (itself where the conversion returned the same data, as
+        torch's)."""
+        return self if data is self.data else self._replace(data=data)
 
     def to(self, *args: Any, **kwargs: Any) -> PackedSequence:
-        """``data`` converted by ``Tensor.to``; the rest as it is."""
-        return self._replace(data=self.data.to(*args, **kwargs))
+        """``data`` converted by ``Tensor.to``; the rest as it is (``self`` where nothing
+        changes)."""
+        return self._with_data(self.data.to(*args, **kwargs))
 
     # torch's conversions of a packed batch: each its data's (``packed.cpu()`` after a
     # GPU encoder, ``packed.long()`` of token ids)
     def float(self) -> PackedSequence:
-        return self._replace(data=self.data.float())
+        return self._with_data(self.data.float())
 
     def double(self) -> PackedSequence:
-        return self._replace(data=self.data.double())
+        return self._with_data(self.data.double())
 
     def half(self) -> PackedSequence:
-        return self._replace(data=self.data.half())
+        return self._with_data(self.data.half())
 
     def long(self) -> PackedSequence:
-        return self._replace(data=self.data.long())
+        return self._with_data(self.data.long())
 
     def int(self) -> PackedSequence:
-        return self._replace(data=self.data.int())
+        return self._with_data(self.data.int())
 
     def short(self) -> PackedSequence:
-        return self._replace(data=self.data.short())
+        return self._with_data(self.data.short())
 
     def char(self) -> PackedSequence:
-        return self._replace(data=self.data.char())
+        return self._with_data(self.data.char())
 
     def byte(self) -> PackedSequence:
-        return self._replace(data=self.data.byte())
+        return self._with_data(self.data.byte())
 
     def cpu(self) -> PackedSequence:
-        return self._replace(data=self.data.cpu())
+        return self._with_data(self.data.cpu())
 
     def cuda(self, *args: Any, **kwargs: Any) -> PackedSequence:
-        return self._replace(data=self.data.cuda(*args, **kwargs))
+        return self._with_data(self.data.cuda(*args, **kwargs))
 
     def pin_memory(self) -> PackedSequence:
         return self._replace(data=self.data.pin_memory())
