@@ -238,6 +238,14 @@ def _draw_hx(rng, log, mode, kwargs, batch, dtype, grad: bool, wrong: bool = Tru
         same_ndim = batch is None and "num_layers" not in kwargs
         shapes[k] = _wrong(rng, shapes[k], same_ndim)
     log.append(f"  hx {shapes}")
+    if len(shapes[0]) == 3 and rng.random() < 0.25:
+        # non-contiguous states: transposes of contiguous leaves
+        log.append("  hx non-contiguous")
+        pairs = [_pair(rng, (s[1], s[0], s[2]), dtype, grad) for s in shapes]
+        views = [(a.transpose(0, 1), b.transpose(0, 1)) for a, b in pairs]
+        if mode == "LSTM":
+            return tuple(v[0] for v in views), tuple(v[1] for v in views), pairs
+        return views[0][0], views[0][1], pairs
     pairs = [_pair(rng, s, dtype, grad) for s in shapes]
     if mode == "LSTM":
         return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs), pairs
@@ -271,7 +279,8 @@ def _compare_grads(rng, log, outputs, leaves, ours_mod, theirs_mod, dtype) -> No
 
 
 def _train(rng, log, ours_mod, theirs_mod, x_r, x_t, dtype) -> None:
-    """A few SGD steps on ``(output ** 2).mean()``, parameters compared after each."""
+    """A few SGD steps on ``(output ** 2).mean()`` (of the padded output, for a packed
+    input), parameters compared after each."""
     lr = float(rng.choice([0.05, 0.1, 0.5]))
     momentum = float(rng.choice([0.0, 0.9]))
     opt_r = rg.optim.SGD(ours_mod.parameters(), lr=lr, momentum=momentum)
@@ -280,6 +289,9 @@ def _train(rng, log, ours_mod, theirs_mod, x_r, x_t, dtype) -> None:
     for step in range(3):
         # retrograd's gradients are the value backward() returns (API.md section 8)
         out_r, out_t = ours_mod(x_r)[0], theirs_mod(x_t)[0]
+        if isinstance(out_t, torch.nn.utils.rnn.PackedSequence):
+            out_r = rg.nn.utils.rnn.pad_packed_sequence(out_r)[0]
+            out_t = torch.nn.utils.rnn.pad_packed_sequence(out_t)[0]
         opt_r.step((out_r**2).mean().backward())
         opt_t.zero_grad()
         (out_t**2).mean().backward()
@@ -363,7 +375,7 @@ def _cell_program(seed: int) -> None:
     mode = str(rng.choice(MODES))
     kwargs = {
         "input_size": int(rng.integers(1, 5)),
-        "hidden_size": int(rng.integers(1, 5)),
+        "hidden_size": int(rng.integers(0 if rng.random() < 0.05 else 1, 5)),
         "bias": bool(rng.random() < 0.75),
     }
     if mode.startswith("RNN"):
@@ -511,11 +523,17 @@ def _packed_program(seed: int) -> None:
             packed_r if lib is rg else packed_t, hx_r if lib is rg else hx_t))  # fmt: skip
         if result is None:
             return
+        packed_in = (packed_r, packed_t)
         (packed_r, state_r), (packed_t, state_t) = result
         _packed_fields(log, "output", packed_r, packed_t, dtype)
         for k, (a, b) in enumerate(zip(_flat(state_r), _flat(state_t), strict=True)):
             _same(log, f"final state {k}", a, b, _tol(dtype))
             outs.append((a, b))
+        if rng.random() < 0.3:  # a second module trained on the packed input
+            train_r, train_t = _twin_modules(rng, log, mode, dict(kwargs), dtype)
+            data = (packed_in[0].data.detach(), packed_in[1].data.detach())
+            _train(rng, log, train_r, train_t, packed_in[0]._replace(data=data[0]),
+                   packed_in[1]._replace(data=data[1]), dtype)  # fmt: skip
     unpack_first = bool(rng.random() < 0.5)
     value = float(rng.choice([0.0, 2.5]))
     total = None if rng.random() < 0.5 else max(lengths) + int(rng.integers(-1, 3))
