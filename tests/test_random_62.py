@@ -20,7 +20,15 @@ and inputs, and compares everything observable:
   padded input.
 
 Where torch raises, retrograd must raise a ``RetrogradError`` that is also the Python class
-of torch's error when that is no ``RuntimeError`` (``ValueError``, ``TypeError``...).
+of torch's error when that is no ``RuntimeError`` (``ValueError``, ``TypeError``...), a
+``ShapeError`` for torch's "Dimension out of range" ``IndexError`` (API.md section 7).
+
+Not drawn, where torch checks nothing and retrograd refuses: a wrong ``c_0`` of an LSTM given
+a packed batch, a wrong ``hx`` of a batch packed unsorted (torch permutes it before its
+check), a state of two dimensions for an unbatched cell input (torch broadcasts it); lengths
+longer than the padded input are drawn, and retrograd alone is checked to refuse them
+(torch makes an inconsistent ``PackedSequence`` of them). Gradients' strides, which torch
+leaves open, are not compared.
 """
 
 from __future__ import annotations
