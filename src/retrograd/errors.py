@@ -21,6 +21,7 @@ __all__ = [
     "ArgumentTypeError",
     "AutodiffError",
     "DTypeError",
+    "DTypeMismatchError",
     "DamagedFileError",
     "DeviceUnavailableError",
     "DistributedError",
@@ -126,6 +127,12 @@ class ResultCastError(DTypeError, RuntimeError):
     in-place op's own tensor, an ``out=`` tensor: ``int_t.add_(0.5)``): a :class:`DTypeError`
     of the hierarchy and the ``RuntimeError`` torch raises there ("result type Float can't be
     cast to the desired output type Long")."""
+
+
+class DTypeMismatchError(DTypeError, InvalidArgumentError):
+    """Operands of different dtypes where torch raises a ``ValueError`` for it (a recurrent
+    layer's input against its weights, "RNN input dtype ... does not match weight dtype"): a
+    :class:`DTypeError`, as every dtype refusal, and the ``ValueError`` torch's is."""
 
 
 class ArgumentTypeError(DTypeError, ShapeError):

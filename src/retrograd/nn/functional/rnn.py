@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import DTypeError, DTypeMismatchError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, cat, stack
 from ...tensor.autocasting import autocast_op
 from ...tensor.internal import TensorOp, apply, lift, shape_text, wrap
@@ -131,9 +131,16 @@ def recurrent(
     the last, in ``training``.
     """
     name = "RNN" if mode.startswith("RNN") else mode
+    w_ih0, w_hh0 = weights[0][0], weights[0][1]
+    if isinstance(input, Tensor) and input.dtype != w_ih0.dtype:
+        # torch's ValueError (RNNBase.check_input), an int input's too, before any other check
+        raise DTypeMismatchError(
+            f"{name}: input dtype ({input.dtype}) does not match weight dtype ({w_ih0.dtype}) "
+            f"(input {shape_text(input.shape)}); convert the input (input.to({w_ih0.dtype})) "
+            f"or the model (model.to({input.dtype}))"
+        )
     x = _float_input(name, input)
     directions = 2 if bidirectional else 1
-    w_ih0, w_hh0 = weights[0][0], weights[0][1]
     # h's size is W_hh's columns (the projection's, with one); c's is W_hh's rows / 4
     input_size, hidden_size = w_ih0.shape[1], w_hh0.shape[1]
     cell_size = w_hh0.shape[0] // GATES[mode]
@@ -158,7 +165,7 @@ def recurrent(
         )
     expected = (num_layers * directions, x.shape[1], hidden_size)
     states = _initial_states(name, mode, x, hx, unbatched, expected, 1, cell_size)
-    _check_same_dtype(name, x, [("weight_ih_l0", w_ih0), *(("hx", s) for s in states)])
+    _check_same_dtype(name, x, [("hx", s) for s in states])
     finals: list[tuple[Tensor, ...]] = []
     layer_input = x
     for layer in range(num_layers):

@@ -35,50 +35,78 @@ __all__ = [
 ]
 
 
-class PackedSequence(NamedTuple):
-    """``(data, batch_sizes, sorted_indices, unsorted_indices)``, torch's fields (the index
-    tensors ``None`` for a batch packed already sorted)."""
-
+class _PackedFields(NamedTuple):
     data: Tensor
     batch_sizes: Tensor
-    sorted_indices: Tensor | None = None
-    unsorted_indices: Tensor | None = None
+    sorted_indices: Tensor | None
+    unsorted_indices: Tensor | None
+
+
+class PackedSequence(_PackedFields):
+    """``(data, batch_sizes, sorted_indices, unsorted_indices)``, torch's fields (the index
+    tensors ``None`` for a batch packed already sorted). Made as torch's: with
+    ``sorted_indices`` and no ``unsorted_indices``, these are its inverse; ``(data,
+    batch_sizes)`` may come as one pair (``PackedSequence((data, sizes))``)."""
+
+    def __new__(
+        cls,
+        data: Any,
+        batch_sizes: Tensor | None = None,
+        sorted_indices: Tensor | None = None,
+        unsorted_indices: Tensor | None = None,
+    ) -> PackedSequence:
+        if unsorted_indices is None:
+            unsorted_indices = invert_permutation(sorted_indices)
+        if batch_sizes is None:
+            if not (isinstance(data, tuple | list) and len(data) == 2):
+                raise InvalidArgumentError(
+                    "PackedSequence: expected data and batch_sizes, or a pair (data, "
+                    f"batch_sizes) as data, got {type(data).__name__} and no batch_sizes"
+                )
+            data, batch_sizes = data
+        return super().__new__(cls, data, batch_sizes, sorted_indices, unsorted_indices)
+
+    def _with_data(self, data: Tensor) -> PackedSequence:
+        """This batch with ``data`` (itself where the conversion returned the same data, as
+        torch's)."""
+        return self if data is self.data else self._replace(data=data)
 
     def to(self, *args: Any, **kwargs: Any) -> PackedSequence:
-        """``data`` converted by ``Tensor.to``; the rest as it is."""
-        return self._replace(data=self.data.to(*args, **kwargs))
+        """``data`` converted by ``Tensor.to``; the rest as it is (``self`` where nothing
+        changes)."""
+        return self._with_data(self.data.to(*args, **kwargs))
 
     # torch's conversions of a packed batch: each its data's (``packed.cpu()`` after a
     # GPU encoder, ``packed.long()`` of token ids)
     def float(self) -> PackedSequence:
-        return self._replace(data=self.data.float())
+        return self._with_data(self.data.float())
 
     def double(self) -> PackedSequence:
-        return self._replace(data=self.data.double())
+        return self._with_data(self.data.double())
 
     def half(self) -> PackedSequence:
-        return self._replace(data=self.data.half())
+        return self._with_data(self.data.half())
 
     def long(self) -> PackedSequence:
-        return self._replace(data=self.data.long())
+        return self._with_data(self.data.long())
 
     def int(self) -> PackedSequence:
-        return self._replace(data=self.data.int())
+        return self._with_data(self.data.int())
 
     def short(self) -> PackedSequence:
-        return self._replace(data=self.data.short())
+        return self._with_data(self.data.short())
 
     def char(self) -> PackedSequence:
-        return self._replace(data=self.data.char())
+        return self._with_data(self.data.char())
 
     def byte(self) -> PackedSequence:
-        return self._replace(data=self.data.byte())
+        return self._with_data(self.data.byte())
 
     def cpu(self) -> PackedSequence:
-        return self._replace(data=self.data.cpu())
+        return self._with_data(self.data.cpu())
 
     def cuda(self, *args: Any, **kwargs: Any) -> PackedSequence:
-        return self._replace(data=self.data.cuda(*args, **kwargs))
+        return self._with_data(self.data.cuda(*args, **kwargs))
 
     def pin_memory(self) -> PackedSequence:
         return self._replace(data=self.data.pin_memory())
@@ -225,12 +253,16 @@ def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
     total = steps if total_length is None else total_length
     padded = _padded_sorted(sequence, padding_value, total)
     lengths = _lengths(sizes)
-    if sequence.unsorted_indices is not None:
-        unsorted = _host_ints(sequence.unsorted_indices, "unsorted_indices")
-        padded = padded.index_select(1, tensor(unsorted, device=padded.device))
-        lengths = lengths[unsorted]
     if batch_first:
         padded = padded.swap_dims(0, 1)
+    if sequence.unsorted_indices is not None:
+        # after the transpose, as torch's: the batch unsorted is a new contiguous tensor
+        # (``padded.view(-1, H)`` works on it), the one packed sorted a transposed view
+        unsorted = _host_ints(sequence.unsorted_indices, "unsorted_indices")
+        padded = padded.index_select(
+            0 if batch_first else 1, tensor(unsorted, device=padded.device)
+        )
+        lengths = lengths[unsorted]
     return padded, tensor(lengths)
 
 
@@ -248,13 +280,30 @@ def _permute_states(hx: Any, order: Tensor | None) -> Any:
     return hx.index_select(1, order)
 
 
+def _check_state_batch(name: str, hx: Any, batch: int) -> None:
+    """Each initial state ``[layers * directions, batch, H]`` for the packed batch: the
+    groups that run below take each a slice of it, so a state of another batch (or an
+    unbatched one) is refused here, as torch's "Expected hidden size"."""
+    if hx is None:
+        return
+    for k, h in enumerate(hx if isinstance(hx, tuple | list) else (hx,)):
+        if isinstance(h, Tensor) and (h.ndim != 3 or h.shape[1] != batch):
+            what = ("h_0", "c_0")[k] if isinstance(hx, tuple | list) else "hx"
+            raise ShapeError(
+                f"{name}: expected {what} of shape [num_layers * num_directions, {batch}, "
+                f"hidden] for a packed batch of {batch} sequences, got {list(h.shape)}"
+            )
+
+
 def recurrent_packed(
-    run: Any, sequence: PackedSequence, hx: Any, lstm: bool
+    run: Any, sequence: PackedSequence, hx: Any, lstm: bool, name: str = "RNN"
 ) -> tuple[PackedSequence, Any]:
     """``run(x [L, n, I], hx) -> (output [L, n, D*H], states)`` over a packed batch: each
     group of sequences of one length runs over that length only; the outputs come back
-    packed, the final states (``h_n``, or ``(h_n, c_n)``) in the batch's order."""
+    packed, the final states (``h_n``, or ``(h_n, c_n)``) in the batch's order. ``name``
+    (the module's) names it in errors."""
     sizes = _host_ints(sequence.batch_sizes, "batch_sizes")
+    _check_state_batch(name, hx, int(sizes[0]))
     lengths = _lengths(sizes)
     padded = _padded_sorted(sequence, 0.0, len(sizes))
     hx = _permute_states(hx, sequence.sorted_indices)

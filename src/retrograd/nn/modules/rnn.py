@@ -204,7 +204,8 @@ class RNNBase(Module):
                 return recurrent(self.mode, x, state, weights, self.num_layers, self.dropout,
                                  self.training, self.bidirectional, False)  # fmt: skip
 
-            return recurrent_packed(run, input, hx, self.mode == "LSTM")
+            name = "LSTM" if self.mode == "LSTM" else "GRU" if self.mode == "GRU" else "RNN"
+            return recurrent_packed(run, input, hx, self.mode == "LSTM", name)
         return recurrent(
             self.mode,
             input,

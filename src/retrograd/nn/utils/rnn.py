@@ -11,6 +11,7 @@ from typing import Any
 from ...errors import DTypeError, InvalidArgumentError, ShapeError
 from ...errors import guard_namespace as _guard_namespace
 from ...tensor import Tensor, stack
+from ...tensor.layouts import contiguous_format
 from ..functional import pad
 from ..functional.rnn_packed import (
     PackedSequence,
@@ -100,20 +101,24 @@ def unpack_sequence(packed_sequences: PackedSequence) -> list[Tensor]:
 def unpad_sequence(
     padded_sequences: Tensor, lengths: Any, batch_first: bool = False
 ) -> list[Tensor]:
-    """Each sequence of a padded batch cut to its length.
+    """Each sequence of a padded batch cut to its length, a copy (as torch's, which takes it
+    by a mask: writing one leaves the batch alone). Without ``batch_first`` the batch is
+    transposed *in place* to ``[B, T, *]`` first, torch's side effect.
 
     >>> import retrograd as rg
     >>> [s.tolist() for s in unpad_sequence(rg.tensor([[1, 4], [2, 5], [3, 0]]), [3, 2])]
     [[1, 2, 3], [4, 5]]
     """
-    if not batch_first:
-        padded_sequences = padded_sequences.swap_dims(0, 1)
     lengths = lengths.tolist() if isinstance(lengths, Tensor) else list(lengths)
-    if len(lengths) != padded_sequences.shape[0]:
-        raise ShapeError(
-            f"unpad_sequence: {len(lengths)} lengths for a batch of {padded_sequences.shape[0]}"
-        )
-    return [padded_sequences[i].narrow(0, 0, int(n)) for i, n in enumerate(lengths)]
+    batch = padded_sequences.shape[0 if batch_first else 1]
+    if len(lengths) != batch:
+        raise ShapeError(f"unpad_sequence: {len(lengths)} lengths for a batch of {batch}")
+    if not batch_first:
+        padded_sequences.transpose_(0, 1)
+    return [
+        padded_sequences[i].narrow(0, 0, int(n)).clone(memory_format=contiguous_format)
+        for i, n in enumerate(lengths)
+    ]
 
 
 # Arguments no check foresaw (a str or None for a tensor, a str for a size) get an error of
