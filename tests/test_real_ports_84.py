@@ -307,7 +307,13 @@ def test_awd_lstm_trains_as_torch(capsys, rnn_type, optimizer, tied, emsize, lr)
         logs.append(capsys.readouterr().out)
     _assert_logs_agree(logs[1], logs[0])
     assert "Switching to ASGD" in logs[0] or optimizer == "adam"
-    assert_records_agree(records[1], records[0], rtol=1e-4, atol=1e-5)
+    # SGD at lr 30 moves each weight by 30 times its gradient: float32 rounding differences in
+    # the gradients (a softmax's sums in another order) reach the parameters 30-fold. Measured
+    # on the NumPy inner backend: the decoder bias (values up to 6.5) ends 8.4e-5 from torch's
+    # at worst, 1.3e-5 of its scale, over rtol 1e-4 on its element of -0.35 (1.6e-5 on the
+    # torch inner backend). A wrong gradient moves it by O(lr * gradient), far beyond 3e-4.
+    atol = 3e-4 if lr > 1 else 1e-5
+    assert_records_agree(records[1], records[0], rtol=1e-4, atol=atol)
 
 
 CTR_SOURCE = """
