@@ -40,7 +40,7 @@ from ...errors import (
     InvalidArgumentError,
     KeyMismatchError,
     RetrogradError,
-    ShapeError,
+    SizeMismatchError,
     check_callable,
     check_iterable,
     shape_text,
@@ -68,8 +68,8 @@ def collate_tensor_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None =
     """Tensors stacked along a new first dimension (each sample a tensor of one shape)."""
     _check_samples_are(batch, Tensor, "Tensor")
     shapes = {tuple(b.shape) for b in batch if isinstance(b, Tensor)}
-    if len(shapes) > 1:
-        raise ShapeError(
+    if len(shapes) > 1:  # a RuntimeError too, as torch.stack's
+        raise SizeMismatchError(
             f"default_collate: stack expects each tensor to be equal size, got "
             f"{', '.join(shape_text(s) for s in sorted(shapes))}"
         )
@@ -84,7 +84,7 @@ def collate_numpy_array_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | N
             f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or "
             f"lists; found array of dtype {elem.dtype}"
         )
-    return stack([as_tensor(b) for b in batch], 0)
+    return collate_tensor_fn([as_tensor(b) for b in batch])
 
 
 def collate_numpy_scalar_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
@@ -161,8 +161,8 @@ def collate(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> 
     if isinstance(elem, collections.abc.Sequence):
         _check_samples_are(batch, collections.abc.Sequence, "sequence")
         size = len(elem)
-        if any(len(e) != size for e in batch):
-            raise ShapeError(
+        if any(len(e) != size for e in batch):  # a RuntimeError too, as torch's
+            raise SizeMismatchError(
                 "default_collate: each element in list of batch should be of equal size"
             )
         # each field's samples as the tuple zip makes (torch's): strings stay a tuple

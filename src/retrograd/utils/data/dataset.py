@@ -77,7 +77,12 @@ class ChainDataset(IterableDataset):
         total = 0
         for d in self.datasets:
             self._check(d)
-            total += len(d)  # type: ignore[arg-type]
+            if not hasattr(d, "__len__"):  # a TypeError, as len()'s in torch's
+                raise DTypeError(
+                    f"ChainDataset: len() needs the length of each dataset, and "
+                    f"{type(d).__name__} has no __len__"
+                )
+            total += len(d)
         return total
 
 
