@@ -449,6 +449,7 @@ def _worker_init(lib):
 def run(lib, p):
     """The program on library ``lib``: what it shows, step by step (an error ends it)."""
     log: list = []
+    loader = None
     try:
         try:
             ds = build_dataset(lib, p)
@@ -470,10 +471,11 @@ def run(lib, p):
         for epoch in range(EPOCHS):
             for s in epoch_samplers:
                 s.set_epoch(epoch + FIRST_EPOCH)
-            it = iter(loader)
-            k = 0
+            it, k = None, 0
             while True:
                 try:
+                    if it is None:  # (torch's workers draw the first batches in iter())
+                        it = iter(loader)
                     batch = next(it)
                 except StopIteration:
                     break
@@ -488,6 +490,10 @@ def run(lib, p):
             log.append((f"epoch {epoch} end", k))
     except _Stop:
         pass
+    finally:  # torch's persistent workers, not left to the processes of a later program
+        persistent = getattr(loader, "_iterator", None)
+        if persistent is not None and hasattr(persistent, "_shutdown_workers"):
+            persistent._shutdown_workers()
     return log
 
 
