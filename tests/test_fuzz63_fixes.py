@@ -4,7 +4,9 @@ tensors, arrays or lists differ in size; ``multinomial``'s weights and counts, s
 ``WeightedRandomSampler`` drawing more than it has without replacement; a ``RandomSampler``
 with replacement of an empty dataset) were only ``ValueError``s; a ``RandomSampler`` without
 replacement of an empty dataset raised a bare ``ZeroDivisionError`` of no error class of ours;
-``len()`` of a ``ChainDataset`` of a stream without ``__len__`` a bare ``TypeError``.
+``len()`` of a ``ChainDataset`` of a stream without ``__len__`` a bare ``TypeError``; a
+batch of a NumPy scalar and then an array a ``ValueError`` where torch's is a ``TypeError``;
+the string fields of named tuples collated to lists where torch keeps the tuple ``zip`` makes.
 """
 
 from __future__ import annotations
@@ -113,3 +115,23 @@ def test_chain_dataset_len_of_a_stream_without_len():
 
     ours = _check_like_torch(length, rg.DTypeError)
     assert "ChainDataset" in str(ours) and "Stream" in str(ours)
+
+
+# -- NumPy scalars, named tuples ------------------------------------------------------------------
+def test_collate_of_a_numpy_scalar_then_an_array_is_a_type_error():
+    batch = [np.float32(1.0), np.zeros(2, np.float32)]
+    ours = _check_like_torch(lambda lib: lib.utils.data.default_collate(batch), rg.DTypeError)
+    assert "NumPy scalar" in str(ours) and "[2]" in str(ours)
+
+
+def test_collate_of_named_tuples_keeps_string_fields_a_tuple():
+    import collections
+
+    pair = collections.namedtuple("pair", "name x")
+    for lib in (torch, rg):
+        batch = [pair("a", lib.tensor([1.0])), pair("b", lib.tensor([2.0]))]
+        out = lib.utils.data.default_collate(batch)
+        assert type(out) is pair
+        assert out.name == ("a", "b")
+        assert type(out.name) is tuple, lib.__name__
+        assert out.x.tolist() == [[1.0], [2.0]]

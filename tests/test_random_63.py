@@ -18,6 +18,14 @@ Where torch raises (a batch of mismatched shapes, a bad ``batch_size``, a sample
 ``shuffle``, ...) retrograd must raise an error of its hierarchy that is an instance of the
 class torch raised, at the same step.
 
+A second family collates random nested samples directly (``default_convert`` of one, then
+``default_collate`` of a few: dicts, tuples, lists and named tuples of tensors of every dtype,
+some requiring grad, NumPy arrays and scalars, Python numbers, strings and bytes; sometimes
+one sample whose tensors and arrays are a size larger) and compares the float64 gradients of
+a weighted sum of the collated tensors. Samples of another structure are not drawn: torch's
+errors for them are incidental to its code paths (a ``TypeError`` of indexing a list by a
+key, a ``RuntimeError`` of ``len``).
+
 Random orders: retrograd's generators are not torch's (API.md section 10: "random draws from
 ``rg.seed``"; ``rg.Generator``'s docstring: the numbers differ), so a shuffled or randomly
 sampled order cannot be torch's. For these, retrograd's order is read from a twin sampler
@@ -568,3 +576,128 @@ def test_random_data_program(seed):
     if program["workers"]:
         pytest.importorskip("multiprocessing")
     compare(program)
+
+
+# -- a second family: default_collate and default_convert of random nested samples -------------
+LEAVES = ["tensor", "tensor_grad", "int", "float", "bool", "str", "bytes", "ndarray",
+          "np_int", "np_float", "np_bool", "int_tensor", "bool_tensor"]  # fmt: skip
+
+
+def make_structure(r, depth=0):
+    """A random sample layout: nested dicts, tuples, lists and named tuples of leaves."""
+    if depth >= 3 or r.random() < 0.4:
+        return (
+            "leaf",
+            str(r.choice(LEAVES)),
+            tuple(int(d) for d in r.integers(0, 4, r.integers(0, 3))),
+        )
+    kind = str(r.choice(["dict", "tuple", "list", "namedtuple"]))
+    width = 2 if kind == "namedtuple" else int(r.integers(1, 4))
+    return (kind, [make_structure(r, depth + 1) for _ in range(width)])
+
+
+def _resized(layout):
+    if layout[0] == "leaf":
+        _, leaf, shape = layout
+        if leaf in ("tensor", "tensor_grad", "int_tensor", "bool_tensor", "ndarray"):
+            return ("leaf", leaf, (*shape[:-1], shape[-1] + 1) if shape else (1,))
+        return layout
+    return (layout[0], [_resized(c) for c in layout[1]])
+
+
+def make_value(lib, layout, r, grads):
+    if layout[0] == "leaf":
+        _, leaf, shape = layout
+        v = np.round(r.standard_normal(shape), 2)
+        if leaf in ("tensor", "tensor_grad"):
+            t = lib.tensor(v, dtype=lib.float64, requires_grad=leaf == "tensor_grad")
+            if leaf == "tensor_grad":
+                grads.append(t)
+            return t
+        if leaf == "int_tensor":
+            return lib.tensor((v * 10).astype(np.int64))
+        if leaf == "bool_tensor":
+            return lib.tensor(v > 0)
+        if leaf == "ndarray":
+            return v.astype(np.float32)
+        scalar = float(r.standard_normal())
+        return {
+            "int": int(scalar * 10), "float": round(scalar, 3), "bool": scalar > 0,
+            "str": f"s{scalar:.2f}", "bytes": b"b", "np_int": np.int32(scalar * 10),
+            "np_float": np.float64(round(scalar, 3)), "np_bool": np.bool_(scalar > 0),
+        }[leaf]  # fmt: skip
+    kind, children = layout
+    values = [make_value(lib, c, r, grads) for c in children]
+    if kind == "dict":
+        return {f"k{i}": v for i, v in enumerate(values)}
+    if kind == "namedtuple":
+        return Point(*values)
+    return tuple(values) if kind == "tuple" else values
+
+
+def run_collate(lib, seed):
+    r = np.random.default_rng(seed)
+    layout = make_structure(r)
+    k = int(r.integers(1, 5))
+    # one sample whose tensors and arrays have another size (a different structure gives
+    # torch's incidental errors of its code paths: left alone, see the module docstring)
+    mutate = r.random() < 0.2
+    other = _resized(layout)
+    grads: list = []
+    samples = []
+    for i in range(k):
+        sub = np.random.default_rng([seed, i])
+        samples.append(make_value(lib, other if mutate and i == k - 1 else layout, sub, grads))
+    log: list = []
+    data = lib.utils.data
+    for name, fn in (("convert", data.default_convert), ("collate", data.default_collate)):
+        try:
+            out = fn(samples if name == "collate" else samples[0])
+        except Exception as e:
+            log.append(("error", name, e))
+            break
+        log.append((name, observe(out)))
+    if log[-1][0] == "collate" and grads:
+        leaves = _tensors(out)
+        total = sum((t * (j + 1)).sum() for j, t in enumerate(leaves) if t.requires_grad)
+        # (API.md section 3: retrograd's backward returns the gradients, read by x.grad(grads))
+        if lib is torch:
+            found = lib.autograd.grad(total, grads)
+        else:
+            every = total.backward()
+            found = [g.grad(every) for g in grads]
+        log.append(("grads", [observe(g) for g in found]))
+    return log
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor | rg.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    if isinstance(obj, list | tuple):
+        return [t for v in obj for t in _tensors(v)]
+    return []
+
+
+def compare_collate(seed):
+    ours, theirs = run_collate(rg, seed), run_collate(torch, seed)
+    p = {"seed": f"collate {seed}"}
+    for step, (mine, other) in enumerate(zip(ours, theirs, strict=False)):
+        where = f"program {p['seed']} step {step}"
+        if other[0] == "error" or mine[0] == "error":
+            if other[0] != "error" or mine[0] != "error":
+                raise Mismatch(f"{where}: retrograd {mine}, torch {other}")
+            e, te = mine[2], other[2]
+            if not isinstance(e, rg.RetrogradError) or not isinstance(e, type(te)):
+                raise Mismatch(f"{where}: {e!r}, torch {te!r}")
+            return
+        if not _same(mine, other):
+            raise Mismatch(f"{where}:\nretrograd {mine}\ntorch     {other}")
+    if len(ours) != len(theirs):
+        raise Mismatch(f"collate {seed}: {len(ours)} steps, torch {len(theirs)}")
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_random_collate_program(seed):
+    compare_collate(seed)

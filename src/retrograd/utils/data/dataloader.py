@@ -89,6 +89,13 @@ def collate_numpy_array_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | N
 
 def collate_numpy_scalar_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
     """NumPy scalars as a tensor of their dtype."""
+    for i, sample in enumerate(batch):
+        if np.ndim(sample):  # a TypeError, as torch's ("only 0-dimensional arrays ...")
+            raise DTypeError(
+                f"default_collate: the samples of a batch differ: the first is a NumPy scalar "
+                f"({type(batch[0]).__name__}), sample {i} is a {type(sample).__name__} of shape "
+                f"{shape_text(np.shape(sample))}"
+            )
     return tensor(np.asarray(batch))
 
 
@@ -157,7 +164,10 @@ def collate(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> 
         collated = {key: fields(d[key] for d in batch) for key in elem}
         return type(elem)(collated) if isinstance(elem, dict) else collated
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # a namedtuple
-        return type(elem)(*(fields(samples) for samples in zip(*batch)))
+        # each field's samples as the tuple zip makes (torch's): strings stay a tuple
+        return type(elem)(
+            *(collate(samples, collate_fn_map=collate_fn_map) for samples in zip(*batch))
+        )
     if isinstance(elem, collections.abc.Sequence):
         _check_samples_are(batch, collections.abc.Sequence, "sequence")
         size = len(elem)
