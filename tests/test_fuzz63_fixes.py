@@ -6,7 +6,8 @@ with replacement of an empty dataset) were only ``ValueError``s; a ``RandomSampl
 replacement of an empty dataset raised a bare ``ZeroDivisionError`` of no error class of ours;
 ``len()`` of a ``ChainDataset`` of a stream without ``__len__`` a bare ``TypeError``; a
 batch of a NumPy scalar and then an array a ``ValueError`` where torch's is a ``TypeError``;
-the string fields of named tuples collated to lists where torch keeps the tuple ``zip`` makes.
+the string fields of named tuples collated to lists where torch keeps the tuple ``zip`` makes;
+a ``ConcatDataset`` index below ``-len`` was an ``IndexError`` where torch's is a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -135,3 +136,13 @@ def test_collate_of_named_tuples_keeps_string_fields_a_tuple():
         assert out.name == ("a", "b")
         assert type(out.name) is tuple, lib.__name__
         assert out.x.tolist() == [[1.0], [2.0]]
+
+
+def test_concat_dataset_index_below_minus_len_is_a_value_error():
+    def read(lib, index):
+        return lib.utils.data.ConcatDataset([[1, 2], [3]])[index]
+
+    ours = _check_like_torch(lambda lib: read(lib, -4), rg.InvalidArgumentError)
+    assert "-4" in str(ours) and "ConcatDataset" in str(ours)
+    _check_like_torch(lambda lib: read(lib, 3), rg.IndexOutOfRangeError)  # past the end
+    assert read(rg, -3) == read(torch, -3) == 1

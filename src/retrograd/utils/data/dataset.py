@@ -208,7 +208,12 @@ class ConcatDataset(Dataset):
         if isinstance(index, bool) or not hasattr(type(index), "__index__"):
             raise DTypeError(f"ConcatDataset: an index must be an int, got {index!r}")
         index = index.__index__()
-        if not -len(self) <= index < len(self):
+        if index < -len(self):  # torch's ValueError (past the end is its IndexError)
+            raise InvalidArgumentError(
+                f"ConcatDataset: absolute value of index should not exceed dataset length: "
+                f"index {index} for {len(self)} samples"
+            )
+        if index >= len(self):
             raise IndexOutOfRangeError(
                 f"ConcatDataset: index {index} is out of range for {len(self)} samples"
             )
