@@ -38,6 +38,7 @@ __all__ = [
     "PartialOverlapError",
     "ResultCastError",
     "RetrogradError",
+    "SamplingError",
     "ShapeError",
     "SizeMismatchError",
     "StateValueTypeError",
@@ -59,9 +60,10 @@ class ShapeError(RetrogradError, ValueError):
 
 
 class SizeMismatchError(ShapeError, RuntimeError):
-    """A state dict value whose shape is not the module's (``load_state_dict``): a
-    :class:`ShapeError` of the hierarchy and the ``RuntimeError`` torch raises there, which
-    ``try: load_state_dict(...) except RuntimeError:`` fallbacks catch."""
+    """A state dict value whose shape is not the module's (``load_state_dict``), or samples of
+    one batch whose sizes differ (``default_collate``): a :class:`ShapeError` of the hierarchy
+    and the ``RuntimeError`` torch raises there, which ``try: load_state_dict(...) except
+    RuntimeError:`` fallbacks catch."""
 
 
 class MemoryLayoutError(ShapeError, RuntimeError):
@@ -197,6 +199,14 @@ class InnerOperandError(AutodiffError):
 class UninitializedError(InvalidArgumentError, RuntimeError):
     """Use of a lazy module's parameter before its first call set its shape: the
     ``ValueError`` torch's ops raise there, and the ``RuntimeError`` of its ``shape``."""
+
+
+class SamplingError(InvalidArgumentError, RuntimeError):
+    """Weights or a count that ``multinomial`` cannot draw from (a negative, infinite or NaN
+    weight, an all-zero row, no draw, more draws without replacement than categories), and so
+    the ``WeightedRandomSampler`` built on it, or a ``RandomSampler`` with replacement of an
+    empty dataset (torch's ``randint(0, 0)``): an :class:`InvalidArgumentError` of the
+    hierarchy and the ``RuntimeError`` torch raises there."""
 
 
 class NonFiniteError(InvalidArgumentError, RuntimeError):

@@ -40,6 +40,7 @@ from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    SamplingError,
     ShapeError,
     check_callable,
     shape_text,
@@ -1928,11 +1929,11 @@ def _quantile(
 def _check_weights(rows: Any) -> None:
     """torch's checks of multinomial weights ``[rows, categories]`` (NumPy)."""
     if not np.isfinite(rows).all() or (rows < 0).any():
-        raise InvalidArgumentError(
+        raise SamplingError(
             "multinomial: probability tensor contains either `inf`, `nan` or element < 0"
         )
     if (rows.sum(axis=1) <= 0).any():
-        raise InvalidArgumentError(
+        raise SamplingError(
             "multinomial: invalid multinomial distribution (sum of probabilities <= 0)"
         )
 
@@ -1953,8 +1954,8 @@ def multinomial(
     without, by the Gumbel top-k trick (the ``num_samples`` largest of ``log p - log(-log u)``),
     which draws exactly as sampling one at a time without replacement does. On the CPU the
     weights are checked as torch checks them (negative, infinite or NaN weights, an all-zero
-    row: each an ``InvalidArgumentError``); ``generator`` (an ``rg.Generator``) draws from its
-    own stream instead;
+    row: each a ``SamplingError``, a ``RuntimeError`` as torch's); ``generator`` (an
+    ``rg.Generator``) draws from its own stream instead;
     on an accelerator they are not read back (torch checks there with a device-side assert).
 
     >>> import retrograd as rg
@@ -1973,13 +1974,15 @@ def multinomial(
             f"{shape_text(probs.shape)}"
         )
     num_samples = int_argument("multinomial", num_samples, "num_samples")
-    if not isinstance(num_samples, numbers.Integral) or num_samples < 1:
+    if not isinstance(num_samples, numbers.Integral):
         raise InvalidArgumentError(
             f"multinomial: num_samples must be a positive int, got {num_samples!r}"
         )
+    if num_samples < 1:  # torch's RuntimeError "cannot sample n_sample <= 0 samples"
+        raise SamplingError(f"multinomial: num_samples must be a positive int, got {num_samples}")
     categories = probs.shape[-1]
     if not replacement and num_samples > categories:
-        raise InvalidArgumentError(
+        raise SamplingError(
             f"multinomial: cannot draw {num_samples} samples without replacement from "
             f"{categories} categories (shape {shape_text(probs.shape)})"
         )

@@ -40,7 +40,7 @@ from ...errors import (
     InvalidArgumentError,
     KeyMismatchError,
     RetrogradError,
-    ShapeError,
+    SizeMismatchError,
     check_callable,
     check_iterable,
     shape_text,
@@ -68,8 +68,8 @@ def collate_tensor_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None =
     """Tensors stacked along a new first dimension (each sample a tensor of one shape)."""
     _check_samples_are(batch, Tensor, "Tensor")
     shapes = {tuple(b.shape) for b in batch if isinstance(b, Tensor)}
-    if len(shapes) > 1:
-        raise ShapeError(
+    if len(shapes) > 1:  # a RuntimeError too, as torch.stack's
+        raise SizeMismatchError(
             f"default_collate: stack expects each tensor to be equal size, got "
             f"{', '.join(shape_text(s) for s in sorted(shapes))}"
         )
@@ -84,11 +84,18 @@ def collate_numpy_array_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | N
             f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or "
             f"lists; found array of dtype {elem.dtype}"
         )
-    return stack([as_tensor(b) for b in batch], 0)
+    return collate_tensor_fn([as_tensor(b) for b in batch])
 
 
 def collate_numpy_scalar_fn(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> Any:
     """NumPy scalars as a tensor of their dtype."""
+    for i, sample in enumerate(batch):
+        if np.ndim(sample):  # a TypeError, as torch's ("only 0-dimensional arrays ...")
+            raise DTypeError(
+                f"default_collate: the samples of a batch differ: the first is a NumPy scalar "
+                f"({type(batch[0]).__name__}), sample {i} is a {type(sample).__name__} of shape "
+                f"{shape_text(np.shape(sample))}"
+            )
     return tensor(np.asarray(batch))
 
 
@@ -157,12 +164,15 @@ def collate(batch: list[Any], *, collate_fn_map: CollateFnMap | None = None) -> 
         collated = {key: fields(d[key] for d in batch) for key in elem}
         return type(elem)(collated) if isinstance(elem, dict) else collated
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # a namedtuple
-        return type(elem)(*(fields(samples) for samples in zip(*batch)))
+        # each field's samples as the tuple zip makes (torch's): strings stay a tuple
+        return type(elem)(
+            *(collate(samples, collate_fn_map=collate_fn_map) for samples in zip(*batch))
+        )
     if isinstance(elem, collections.abc.Sequence):
         _check_samples_are(batch, collections.abc.Sequence, "sequence")
         size = len(elem)
-        if any(len(e) != size for e in batch):
-            raise ShapeError(
+        if any(len(e) != size for e in batch):  # a RuntimeError too, as torch's
+            raise SizeMismatchError(
                 "default_collate: each element in list of batch should be of equal size"
             )
         # each field's samples as the tuple zip makes (torch's): strings stay a tuple

@@ -77,7 +77,12 @@ class ChainDataset(IterableDataset):
         total = 0
         for d in self.datasets:
             self._check(d)
-            total += len(d)  # type: ignore[arg-type]
+            if not hasattr(d, "__len__"):  # a TypeError, as len()'s in torch's
+                raise DTypeError(
+                    f"ChainDataset: len() needs the length of each dataset, and "
+                    f"{type(d).__name__} has no __len__"
+                )
+            total += len(d)
         return total
 
 
@@ -203,7 +208,12 @@ class ConcatDataset(Dataset):
         if isinstance(index, bool) or not hasattr(type(index), "__index__"):
             raise DTypeError(f"ConcatDataset: an index must be an int, got {index!r}")
         index = index.__index__()
-        if not -len(self) <= index < len(self):
+        if index < -len(self):  # torch's ValueError (past the end is its IndexError)
+            raise InvalidArgumentError(
+                f"ConcatDataset: absolute value of index should not exceed dataset length: "
+                f"index {index} for {len(self)} samples"
+            )
+        if index >= len(self):
             raise IndexOutOfRangeError(
                 f"ConcatDataset: index {index} is out of range for {len(self)} samples"
             )

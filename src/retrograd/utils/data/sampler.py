@@ -9,8 +9,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ...errors import (
+    DivisionByZeroError,
     DTypeError,
     InvalidArgumentError,
+    SamplingError,
     ShapeError,
     check_count,
     check_flag,
@@ -73,6 +75,14 @@ class RandomSampler(Sampler):
 
     def __iter__(self) -> Iterator[int]:
         n = len(self.data_source)
+        if not n:  # (num_samples given: torch's draws from nothing fail as these)
+            where = (
+                f"RandomSampler: no index to draw {self.num_samples} samples from (an empty "
+                f"data_source)"
+            )
+            if self.replacement:  # torch's randint(0, 0)'s RuntimeError
+                raise SamplingError(where)
+            raise DivisionByZeroError(where)  # torch's num_samples // 0
         if self.replacement:
             yield from randint(0, n, (self.num_samples,), generator=self.generator).tolist()
             return
