@@ -56,7 +56,14 @@ from typing import Any
 import numpy as np
 
 from .context import current_backend
-from .errors import AutodiffError, DTypeError, InvalidArgumentError, check_callable, guard
+from .errors import (
+    AutodiffError,
+    DTypeError,
+    InvalidArgumentError,
+    ScalerOrderError,
+    check_callable,
+    guard,
+)
 from .tensor.autocasting import DEFAULT_DTYPES, cast_floats, state
 
 # the cache flag's functions are torch's top-level names (``torch.is_autocast_cache_enabled``)
@@ -421,7 +428,7 @@ class GradScaler:
         if new_scale is not None:
             self._scale = _float32(new_scale.item() if hasattr(new_scale, "item") else new_scale)
         elif not self._unscaled:
-            raise AutodiffError(
+            raise ScalerOrderError(
                 "GradScaler.update: no inf checks were recorded prior to update(); call "
                 "scaler.step(optimizer, grads) first"
             )

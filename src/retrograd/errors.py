@@ -32,11 +32,13 @@ __all__ = [
     "LinAlgError",
     "MemoryLayoutError",
     "MissingMemberError",
+    "MixedDTypeError",
     "NonFiniteError",
     "OutOfMemoryError",
     "PartialOverlapError",
     "ResultCastError",
     "RetrogradError",
+    "ScalerOrderError",
     "ShapeError",
     "SizeMismatchError",
     "StateValueTypeError",
@@ -128,6 +130,14 @@ class ResultCastError(DTypeError, RuntimeError):
     cast to the desired output type Long")."""
 
 
+class MixedDTypeError(DTypeError, RuntimeError):
+    """Operands of different dtypes given to an op that takes one (a matrix product, a
+    convolution, ``linear``'s bias, a normalization's parameters), which torch refuses rather
+    than promotes -- the refusal mixed-precision code meets outside an autocast region: a
+    :class:`DTypeError` of the hierarchy and the ``RuntimeError`` torch raises there
+    ("expected m1 and m2 to have the same dtype")."""
+
+
 class ArgumentTypeError(DTypeError, ShapeError):
     """A size, a shape, a dimension or another int argument of the wrong type (a float, a
     str, a tensor of several elements given for a shape): torch's ``TypeError``, and the
@@ -161,6 +171,13 @@ class IndexDTypeError(DTypeError, IndexOutOfRangeError):
 
 class AutodiffError(RetrogradError, RuntimeError):
     """Misuse of the autodiff graph: a consumed graph, grad on a non-leaf, no graph at all."""
+
+
+class ScalerOrderError(AutodiffError, AssertionError):
+    """A ``GradScaler`` call out of the order its state needs where torch asserts it
+    (``update()`` before any ``step()``/``unscale_()``: "No inf checks were recorded prior to
+    update"): the :class:`AutodiffError` retrograd raised for it before, and the
+    ``AssertionError`` torch raises there, so that a port's ``except`` catches it."""
 
 
 class InnerOperandError(AutodiffError):
