@@ -8,7 +8,9 @@
   code meets inside ``autocast(enabled=False)`` -- was a ``TypeError`` only, where torch
   raises a ``RuntimeError``;
 - ``GradScaler.update()`` before any ``step()`` raised a ``RuntimeError``, where torch asserts
-  (an ``AssertionError``).
+  (an ``AssertionError``); a ``step()`` for an optimizer none of whose parameters has a
+  gradient stepped and grew the scale, where torch asserts; unscaling float16 gradients was
+  a ``TypeError`` only, where torch raises a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -93,3 +95,44 @@ def test_grad_scaler_update_before_any_step_asserts_as_torchs():
     scaler.update()
     with pytest.raises(AssertionError):
         scaler.update()
+
+
+def _no_gradient_step(lib):
+    """A scaler's step for an optimizer none of whose parameters the loss reached."""
+    used, unused = lib.tensor([1.0, 2.0]), lib.tensor([3.0])
+    used = used.requires_grad_() if lib is torch else used.require_grad()
+    unused = unused.requires_grad_() if lib is torch else unused.require_grad()
+    opt = lib.optim.SGD([unused], lr=0.1)
+    scaler = lib.amp.GradScaler("cpu")
+    scaled = scaler.scale((used * used).sum())
+    if lib is torch:
+        scaled.backward()
+        step = lambda: scaler.step(opt)  # noqa: E731
+    else:
+        grads = scaled.backward()
+        step = lambda: scaler.step(opt, grads)  # noqa: E731
+    return scaler, step, unused
+
+
+def test_grad_scaler_step_with_no_gradient_asserts_as_torchs():
+    # torch: "No inf checks were recorded for this optimizer", then the same for update();
+    # the step was taken (on no gradient) and the scale grown before
+    for lib in (torch, rg):
+        scaler, step, unused = _no_gradient_step(lib)
+        with pytest.raises(AssertionError):
+            step()
+        with pytest.raises(AssertionError):
+            scaler.update()
+        assert scaler.get_scale() == 2.0**16
+        assert unused.detach().numpy().tolist() == [3.0]
+
+
+@pytest.mark.skipif(not backends.on_torch(), reason="NumPy inner backend has no float16")
+def test_unscaling_float16_gradients_is_torchs_value_error():
+    v = rg.tensor([1.0], dtype=rg.float16).require_grad()
+    opt = rg.optim.SGD([v], lr=0.1)
+    scaler = rg.amp.GradScaler("cpu")
+    grads = scaler.scale((v * v).sum()).backward()
+    # (torch's: ValueError "Attempting to unscale FP16 gradients.", tests/test_fuzz19_regressions)
+    with pytest.raises(ValueError, match="float16"):
+        scaler.unscale_(opt, grads)

@@ -59,6 +59,7 @@ from .context import current_backend
 from .errors import (
     AutodiffError,
     DTypeError,
+    GradientDTypeError,
     InvalidArgumentError,
     ScalerOrderError,
     check_callable,
@@ -374,7 +375,7 @@ class GradScaler:
                 if grad is None:
                     continue
                 if grad.dtype == "float16":
-                    raise DTypeError(
+                    raise GradientDTypeError(
                         "GradScaler.unscale_: attempting to unscale float16 gradients (keep "
                         "the parameters in float32; float16 is for the computation)"
                     )
@@ -404,6 +405,11 @@ class GradScaler:
             )
         if id(optimizer) not in self._unscaled:
             self.unscale_(optimizer, grads)
+        if self._unscaled[id(optimizer)] is None:  # (torch asserts, before the step is noted)
+            raise ScalerOrderError(
+                "GradScaler.step: no inf checks were recorded for this optimizer (none of its "
+                "parameters has a gradient in grads)"
+            )
         self._stepped.add(id(optimizer))
         if self._found_inf(optimizer):
             return None
@@ -427,7 +433,7 @@ class GradScaler:
             return
         if new_scale is not None:
             self._scale = _float32(new_scale.item() if hasattr(new_scale, "item") else new_scale)
-        elif not self._unscaled:
+        elif all(flag is None for flag in self._unscaled.values()):  # (no gradient checked)
             raise ScalerOrderError(
                 "GradScaler.update: no inf checks were recorded prior to update(); call "
                 "scaler.step(optimizer, grads) first"

@@ -25,6 +25,7 @@ __all__ = [
     "DeviceUnavailableError",
     "DistributedError",
     "DivisionByZeroError",
+    "GradientDTypeError",
     "IndexDTypeError",
     "IndexOutOfRangeError",
     "InnerOperandError",
@@ -128,6 +129,12 @@ class ResultCastError(DTypeError, RuntimeError):
     in-place op's own tensor, an ``out=`` tensor: ``int_t.add_(0.5)``): a :class:`DTypeError`
     of the hierarchy and the ``RuntimeError`` torch raises there ("result type Float can't be
     cast to the desired output type Long")."""
+
+
+class GradientDTypeError(DTypeError, ValueError):
+    """Gradients of a dtype the call cannot take (``GradScaler.unscale_`` of float16
+    gradients): a :class:`DTypeError` of the hierarchy and the ``ValueError`` torch raises
+    there ("Attempting to unscale FP16 gradients")."""
 
 
 class MixedDTypeError(DTypeError, RuntimeError):
