@@ -56,7 +56,15 @@ from typing import Any
 import numpy as np
 
 from .context import current_backend
-from .errors import AutodiffError, DTypeError, InvalidArgumentError, check_callable, guard
+from .errors import (
+    AutodiffError,
+    DTypeError,
+    GradientDTypeError,
+    InvalidArgumentError,
+    ScalerOrderError,
+    check_callable,
+    guard,
+)
 from .tensor.autocasting import DEFAULT_DTYPES, cast_floats, state
 
 # the cache flag's functions are torch's top-level names (``torch.is_autocast_cache_enabled``)
@@ -367,7 +375,7 @@ class GradScaler:
                 if grad is None:
                     continue
                 if grad.dtype == "float16":
-                    raise DTypeError(
+                    raise GradientDTypeError(
                         "GradScaler.unscale_: attempting to unscale float16 gradients (keep "
                         "the parameters in float32; float16 is for the computation)"
                     )
@@ -397,6 +405,11 @@ class GradScaler:
             )
         if id(optimizer) not in self._unscaled:
             self.unscale_(optimizer, grads)
+        if self._unscaled[id(optimizer)] is None:  # (torch asserts, before the step is noted)
+            raise ScalerOrderError(
+                "GradScaler.step: no inf checks were recorded for this optimizer (none of its "
+                "parameters has a gradient in grads)"
+            )
         self._stepped.add(id(optimizer))
         if self._found_inf(optimizer):
             return None
@@ -420,8 +433,8 @@ class GradScaler:
             return
         if new_scale is not None:
             self._scale = _float32(new_scale.item() if hasattr(new_scale, "item") else new_scale)
-        elif not self._unscaled:
-            raise AutodiffError(
+        elif all(flag is None for flag in self._unscaled.values()):  # (no gradient checked)
+            raise ScalerOrderError(
                 "GradScaler.update: no inf checks were recorded prior to update(); call "
                 "scaler.step(optimizer, grads) first"
             )

@@ -26,6 +26,7 @@ __all__ = [
     "DeviceUnavailableError",
     "DistributedError",
     "DivisionByZeroError",
+    "GradientDTypeError",
     "IndexDTypeError",
     "IndexOutOfRangeError",
     "InnerOperandError",
@@ -33,12 +34,17 @@ __all__ = [
     "LinAlgError",
     "MemoryLayoutError",
     "MissingMemberError",
+    "MixedDTypeError",
     "NonFiniteError",
     "OutOfMemoryError",
     "PartialOverlapError",
     "ResultCastError",
     "RetrogradError",
+<<<<<<< HEAD
     "SamplingError",
+=======
+    "ScalerOrderError",
+>>>>>>> fuzz65
     "ShapeError",
     "SizeMismatchError",
     "StateValueTypeError",
@@ -131,10 +137,25 @@ class ResultCastError(DTypeError, RuntimeError):
     cast to the desired output type Long")."""
 
 
+<<<<<<< HEAD
 class DTypeMismatchError(DTypeError, InvalidArgumentError):
     """Operands of different dtypes where torch raises a ``ValueError`` for it (a recurrent
     layer's input against its weights, "RNN input dtype ... does not match weight dtype"): a
     :class:`DTypeError`, as every dtype refusal, and the ``ValueError`` torch's is."""
+=======
+class GradientDTypeError(DTypeError, ValueError):
+    """Gradients of a dtype the call cannot take (``GradScaler.unscale_`` of float16
+    gradients): a :class:`DTypeError` of the hierarchy and the ``ValueError`` torch raises
+    there ("Attempting to unscale FP16 gradients")."""
+
+
+class MixedDTypeError(DTypeError, RuntimeError):
+    """Operands of different dtypes given to an op that takes one (a matrix product, a
+    convolution, ``linear``'s bias, a normalization's parameters), which torch refuses rather
+    than promotes -- the refusal mixed-precision code meets outside an autocast region: a
+    :class:`DTypeError` of the hierarchy and the ``RuntimeError`` torch raises there
+    ("expected m1 and m2 to have the same dtype")."""
+>>>>>>> fuzz65
 
 
 class ArgumentTypeError(DTypeError, ShapeError):
@@ -170,6 +191,13 @@ class IndexDTypeError(DTypeError, IndexOutOfRangeError):
 
 class AutodiffError(RetrogradError, RuntimeError):
     """Misuse of the autodiff graph: a consumed graph, grad on a non-leaf, no graph at all."""
+
+
+class ScalerOrderError(AutodiffError, AssertionError):
+    """A ``GradScaler`` call out of the order its state needs where torch asserts it
+    (``update()`` before any ``step()``/``unscale_()``: "No inf checks were recorded prior to
+    update"): the :class:`AutodiffError` retrograd raised for it before, and the
+    ``AssertionError`` torch raises there, so that a port's ``except`` catches it."""
 
 
 class InnerOperandError(AutodiffError):

@@ -1,7 +1,9 @@
 """Torch kernels of the optimizers' updates: SGD and Adam (:class:`TorchOptimizerKernels`).
 
 SGD is torch's own fused kernel (``torch._fused_sgd_``: one pass over the parameter, the
-gradient and the momentum buffer, with the bits of torch eager's ``torch.optim.SGD``), and so
+gradient and the momentum buffer, with the bits of torch eager's ``torch.optim.SGD``) for
+float32 and float64, and torch eager's single-tensor loop for float16 and bfloat16 (which the
+CPU's fused kernel steps only in part), and so
 Adam/AdamW is torch eager's default ``torch.optim.Adam`` on the CPU, its single-tensor loop
 operation for operation (``lerp_``, ``addcmul_``, ``addcdiv_``: torch's bits, as the
 protocol's formula rounds them), and so is RMSprop. With ``inplace`` they write into the
@@ -67,9 +69,21 @@ class TorchOptimizerKernels:
         # torch's own fused SGD: torch eager's bits (its add with alpha rounds once), one pass;
         # it reads every tensor as contiguous memory (an expanded gradient would be misread)
         first = bool(momentum) and buffer.numel() == 0
-        fits = value.dtype == grad.dtype and value.dtype.is_floating_point
+        # (float32 and float64 only: torch's CPU kernel leaves a float16 or bfloat16 value's
+        # vectorized part -- its first 16-element chunks -- unwritten, and steps only the tail)
+        fits = value.dtype == grad.dtype and value.dtype in (torch.float32, torch.float64)
         fits = fits and value.shape == grad.shape and value.device == grad.device
         fits = fits and value.is_contiguous() and (first or not momentum or buffer.is_contiguous())
+        if (
+            value.dtype in (torch.float16, torch.bfloat16)
+            and value.dtype == grad.dtype
+            and value.shape == grad.shape
+            and (first or not momentum or buffer.shape == value.shape)
+        ):
+            return _eager_sgd(
+                value, grad, buffer, first, lr, momentum, dampening, weight_decay, nesterov,
+                inplace,
+            )  # fmt: skip
         if (
             not fits
             or value.numel() == 0
@@ -190,3 +204,23 @@ def _composed_adam(
     update = torch.mul(moment, lr / (1.0 - beta1**step)).div_(denominator)
     value = value.sub_(update) if inplace else torch.sub(value, update, out=update)
     return value, moment, variance
+
+
+def _eager_sgd(
+    value, grad, buffer, first, lr, momentum, dampening, weight_decay, nesterov, inplace
+):
+    """torch.optim.SGD's single-tensor loop (its default on the CPU), operation for operation:
+    torch eager's bits for the float16 and bfloat16 parameters the fused kernel misses."""
+    if not inplace:
+        value = value.clone()
+        buffer = buffer if first or not momentum else buffer.clone()
+    if weight_decay:
+        grad = grad.add(value, alpha=weight_decay)
+    if momentum:
+        if first:
+            buffer = grad.clone()
+        else:
+            buffer.mul_(momentum).add_(grad, alpha=1.0 - dampening)
+        grad = grad.add(buffer, alpha=momentum) if nesterov else buffer
+    value.add_(grad, alpha=-lr)
+    return value, buffer

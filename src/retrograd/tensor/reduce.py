@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..backend.protocol import GRAD_DTYPES, default_float_dtype
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import DTypeError, InvalidArgumentError, MixedDTypeError, ShapeError, shape_text
 from . import norms
 from ._dispatch import (
     TensorOp,
@@ -694,7 +694,7 @@ def same_dtype(op: str, *operands: Any) -> None:
     dtypes = [t.dtype for t in operands]
     if len(set(dtypes)) > 1:
         shapes = ", ".join(f"{t.dtype} {shape_text(t.shape)}" for t in operands)
-        raise DTypeError(f"{op}: expected operands of one dtype, got {shapes}")
+        raise MixedDTypeError(f"{op}: expected operands of one dtype, got {shapes}")
     if dtypes and dtypes[0] == "bool":
         raise DTypeError(f"{op}: not implemented for bool tensors (cast to int64 or a float)")
 

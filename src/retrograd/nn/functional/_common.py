@@ -12,6 +12,7 @@ import numpy as np
 from ...errors import (
     ArgumentTypeError,
     DTypeError,
+    MixedDTypeError,
     ShapeError,
 )
 from ...tensor import Tensor
@@ -105,7 +106,7 @@ def _float_pair(
     given = isinstance(other, Tensor)
     other = _as_tensor(fn, x, other, name)
     if one_dtype and given and x.dtype != other.dtype:
-        raise DTypeError(
+        raise MixedDTypeError(
             f"{fn}: input and {name} must have the same dtype, got input {x.dtype} "
             f"{shape_text(x.shape)} and {name} {other.dtype} {shape_text(other.shape)}"
         )

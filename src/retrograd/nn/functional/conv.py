@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...backend.sizes import conv_transpose_output_size
 from ...errors import (
     DTypeError,
+    MixedDTypeError,
     ShapeError,
 )
 from ...tensor import Tensor
@@ -38,7 +39,7 @@ def _complex_parts(fn, convolve, x, weight, bias):
     convolutions of the parts: ``(a + ib) * (c + id) = (a c - b d) + i (a d + b c)``, the
     bias's parts added to each; the gradients follow from those of the parts."""
     if not (isinstance(x, Tensor) and isinstance(weight, Tensor)) or x.dtype != weight.dtype:
-        raise DTypeError(
+        raise MixedDTypeError(
             f"{fn}: input and weight must have the same dtype, got "
             f"{getattr(x, 'dtype', type(x).__name__)} input and "
             f"{getattr(weight, 'dtype', type(weight).__name__)} weight"

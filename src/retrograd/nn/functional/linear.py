@@ -8,6 +8,7 @@ import math
 from ...errors import (
     DTypeError,
     IndexOutOfRangeError,
+    MixedDTypeError,
     ShapeError,
     check_bool,
 )
@@ -80,7 +81,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     lead = x.shape[:-1]
     if bias is not None:
         if isinstance(bias, Tensor) and bias.dtype != x.dtype:  # torch's addmm refuses it
-            raise DTypeError(
+            raise MixedDTypeError(
                 f"{fn}: input and bias must have the same dtype, got input {x.dtype} "
                 f"{shape_text(x.shape)} and bias {bias.dtype} {shape_text(bias.shape)}"
             )

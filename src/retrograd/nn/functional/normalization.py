@@ -12,8 +12,8 @@ from typing import Any
 from ...errors import (
     ArgumentTypeError,
     AutodiffError,
-    DTypeError,
     InvalidArgumentError,
+    MixedDTypeError,
     ShapeError,
 )
 from ...tensor import Tensor
@@ -401,7 +401,7 @@ def _check_parameter_dtypes(fn: str, x: Tensor, parameters: Sequence[tuple[str, 
         return
     for name, value in given:
         if value.dtype != x.dtype:
-            raise DTypeError(
+            raise MixedDTypeError(
                 f"{fn}: mixed dtypes: the input is {x.dtype} but {name} is {value.dtype}; "
                 "the parameters must have the input's dtype (or all be float32 for a "
                 "float16/bfloat16 input)"
