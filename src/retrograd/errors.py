@@ -40,11 +40,8 @@ __all__ = [
     "PartialOverlapError",
     "ResultCastError",
     "RetrogradError",
-<<<<<<< HEAD
     "SamplingError",
-=======
     "ScalerOrderError",
->>>>>>> fuzz65
     "ShapeError",
     "SizeMismatchError",
     "StateValueTypeError",
@@ -137,12 +134,12 @@ class ResultCastError(DTypeError, RuntimeError):
     cast to the desired output type Long")."""
 
 
-<<<<<<< HEAD
 class DTypeMismatchError(DTypeError, InvalidArgumentError):
     """Operands of different dtypes where torch raises a ``ValueError`` for it (a recurrent
     layer's input against its weights, "RNN input dtype ... does not match weight dtype"): a
     :class:`DTypeError`, as every dtype refusal, and the ``ValueError`` torch's is."""
-=======
+
+
 class GradientDTypeError(DTypeError, ValueError):
     """Gradients of a dtype the call cannot take (``GradScaler.unscale_`` of float16
     gradients): a :class:`DTypeError` of the hierarchy and the ``ValueError`` torch raises
@@ -155,7 +152,6 @@ class MixedDTypeError(DTypeError, RuntimeError):
     than promotes -- the refusal mixed-precision code meets outside an autocast region: a
     :class:`DTypeError` of the hierarchy and the ``RuntimeError`` torch raises there
     ("expected m1 and m2 to have the same dtype")."""
->>>>>>> fuzz65
 
 
 class ArgumentTypeError(DTypeError, ShapeError):
