@@ -35,6 +35,7 @@ __all__ = [
     "NonFiniteError",
     "OutOfMemoryError",
     "PartialOverlapError",
+    "RecurrentDTypeError",
     "ResultCastError",
     "RetrogradError",
     "ShapeError",
@@ -139,6 +140,13 @@ class StateValueTypeError(DTypeError, RuntimeError):
     """A state dict value that holds no numbers (``None``, a str) where a module's tensor is
     loaded (``load_state_dict``): a :class:`DTypeError` of the hierarchy and the
     ``RuntimeError`` torch raises there, as :class:`SizeMismatchError` is for shapes."""
+
+
+class RecurrentDTypeError(DTypeError, ValueError, RuntimeError):
+    """A recurrent layer's input of another dtype than its weights or its initial state: a
+    :class:`DTypeError` of the hierarchy, the ``ValueError`` torch's ``nn.LSTM``/``GRU``/``RNN``
+    raise there ("RNN input dtype ... does not match weight dtype"), and the ``RuntimeError``
+    of its cells and of a state of another dtype, so that a port's ``except`` catches it."""
 
 
 class DeviceUnavailableError(DTypeError, RuntimeError, AssertionError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import InvalidArgumentError, RecurrentDTypeError, ShapeError
 from ...tensor import Tensor, cat, stack
 from ...tensor.autocasting import autocast_op
 from ...tensor.internal import TensorOp, apply, lift, shape_text, wrap
@@ -97,7 +97,7 @@ def _layer(mode: str, x: Tensor, state: tuple[Tensor, ...], weights: LayerWeight
 def _check_same_dtype(name: str, x: Tensor, others: Sequence[tuple[str, Any]]) -> None:
     for what, t in others:
         if t is not None and t.dtype != x.dtype:
-            raise DTypeError(
+            raise RecurrentDTypeError(
                 f"{name}: input is {x.dtype} but {what} is {t.dtype}; convert one (the module's "
                 f"dtype is its parameters')"
             )
