@@ -103,6 +103,16 @@ def _check_same_dtype(name: str, x: Tensor, others: Sequence[tuple[str, Any]]) -
             )
 
 
+def _named_weights(weights: Sequence[Any], directions: int) -> list[tuple[str, Any]]:
+    """``(torch's parameter name, tensor)`` of every layer's and direction's weights."""
+    named = []
+    for i, layer in enumerate(weights):
+        suffix = f"_l{i // directions}" + ("_reverse" if i % directions else "")
+        for kind, t in zip(("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"), layer):
+            named.append((kind + suffix, t))
+    return named
+
+
 def _recurrent_kernel(mode: Any, *args: Any, **kwargs: Any) -> str:
     """torch's kernel of a recurrence or a cell by ``mode`` (``"lstm"``, ``"gru_cell"``...),
     by which autocast casts its arguments."""
@@ -159,6 +169,9 @@ def recurrent(
     expected = (num_layers * directions, x.shape[1], hidden_size)
     states = _initial_states(name, mode, x, hx, unbatched, expected, 1, cell_size)
     _check_same_dtype(name, x, [("weight_ih_l0", w_ih0), *(("hx", s) for s in states)])
+    # every other weight too (torch's kernels refuse a mix: "mat1 and mat2 must have the
+    # same dtype"; ours would promote)
+    _check_same_dtype(name, x, _named_weights(weights, directions))
     finals: list[tuple[Tensor, ...]] = []
     layer_input = x
     for layer in range(num_layers):
