@@ -104,6 +104,8 @@ def _same_refusal(error: Exception, torch_error: Exception) -> bool:
     ``RuntimeError`` refusals of bad input are ``ValueError``/``TypeError`` ones here)."""
     if type(error) is type(torch_error) and str(error) == str(torch_error):
         return True  # (the user's own parametrization's exception, passed on)
+    if type(torch_error) is NotImplementedError:  # (torch's limit, ours too: passed unchanged)
+        return isinstance(error, NotImplementedError)
     builtin = _builtin_class(torch_error)
     if builtin not in (RuntimeError, AssertionError) and not isinstance(error, builtin):
         return False
