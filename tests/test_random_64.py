@@ -21,6 +21,12 @@ or ``LSTM``, in float32 or float64, on any of its tensors, with what round 60 dr
 
 A program stops at the first call that raises; the call must raise in retrograd too, an error
 of the API.md section 7 hierarchy that the ``except`` of torch's catches.
+
+Left out, where torch's behaviour is an accident of its implementation (each at its step):
+a spectral norm parametrization on an LSTM (torch's LSTM reads each weight twice a forward,
+two rounds of power iteration), an LSTM weight of the wrong shape (torch's kernel runs on it),
+``remove_parametrizations(leave_parametrized=True)`` of an unsafe parametrization that changes
+the dtype (torch's ``set_`` refuses it), deepcopy and reload of hook forms (round 60's notes).
 """
 
 from __future__ import annotations
