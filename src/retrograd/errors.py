@@ -21,7 +21,6 @@ __all__ = [
     "ArgumentTypeError",
     "AutodiffError",
     "DTypeError",
-    "DTypeMismatchError",
     "DamagedFileError",
     "DeviceUnavailableError",
     "DistributedError",
@@ -38,6 +37,7 @@ __all__ = [
     "NonFiniteError",
     "OutOfMemoryError",
     "PartialOverlapError",
+    "RecurrentDTypeError",
     "ResultCastError",
     "RetrogradError",
     "SamplingError",
@@ -134,12 +134,6 @@ class ResultCastError(DTypeError, RuntimeError):
     cast to the desired output type Long")."""
 
 
-class DTypeMismatchError(DTypeError, InvalidArgumentError):
-    """Operands of different dtypes where torch raises a ``ValueError`` for it (a recurrent
-    layer's input against its weights, "RNN input dtype ... does not match weight dtype"): a
-    :class:`DTypeError`, as every dtype refusal, and the ``ValueError`` torch's is."""
-
-
 class GradientDTypeError(DTypeError, ValueError):
     """Gradients of a dtype the call cannot take (``GradScaler.unscale_`` of float16
     gradients): a :class:`DTypeError` of the hierarchy and the ``ValueError`` torch raises
@@ -165,6 +159,13 @@ class StateValueTypeError(DTypeError, RuntimeError):
     """A state dict value that holds no numbers (``None``, a str) where a module's tensor is
     loaded (``load_state_dict``): a :class:`DTypeError` of the hierarchy and the
     ``RuntimeError`` torch raises there, as :class:`SizeMismatchError` is for shapes."""
+
+
+class RecurrentDTypeError(DTypeError, ValueError, RuntimeError):
+    """A recurrent layer's input of another dtype than its weights or its initial state: a
+    :class:`DTypeError` of the hierarchy, the ``ValueError`` torch's ``nn.LSTM``/``GRU``/``RNN``
+    raise there ("RNN input dtype ... does not match weight dtype"), and the ``RuntimeError``
+    of its cells and of a state of another dtype, so that a port's ``except`` catches it."""
 
 
 class DeviceUnavailableError(DTypeError, RuntimeError, AssertionError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import DTypeError, DTypeMismatchError, InvalidArgumentError, ShapeError
+from ...errors import DTypeError, InvalidArgumentError, RecurrentDTypeError, ShapeError
 from ...tensor import Tensor, cat, stack
 from ...tensor.autocasting import autocast_op
 from ...tensor.internal import TensorOp, apply, lift, shape_text, wrap
@@ -97,10 +97,20 @@ def _layer(mode: str, x: Tensor, state: tuple[Tensor, ...], weights: LayerWeight
 def _check_same_dtype(name: str, x: Tensor, others: Sequence[tuple[str, Any]]) -> None:
     for what, t in others:
         if t is not None and t.dtype != x.dtype:
-            raise DTypeError(
+            raise RecurrentDTypeError(
                 f"{name}: input is {x.dtype} but {what} is {t.dtype}; convert one (the module's "
                 f"dtype is its parameters')"
             )
+
+
+def _named_weights(weights: Sequence[Any], directions: int) -> list[tuple[str, Any]]:
+    """``(torch's parameter name, tensor)`` of every layer's and direction's weights."""
+    named = []
+    for i, layer in enumerate(weights):
+        suffix = f"_l{i // directions}" + ("_reverse" if i % directions else "")
+        for kind, t in zip(("weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"), layer):
+            named.append((kind + suffix, t))
+    return named
 
 
 def _recurrent_kernel(mode: Any, *args: Any, **kwargs: Any) -> str:
@@ -134,7 +144,7 @@ def recurrent(
     w_ih0, w_hh0 = weights[0][0], weights[0][1]
     if isinstance(input, Tensor) and input.dtype != w_ih0.dtype:
         # torch's ValueError (RNNBase.check_input), an int input's too, before any other check
-        raise DTypeMismatchError(
+        raise RecurrentDTypeError(
             f"{name}: input dtype ({input.dtype}) does not match weight dtype ({w_ih0.dtype}) "
             f"(input {shape_text(input.shape)}); convert the input (input.to({w_ih0.dtype})) "
             f"or the model (model.to({input.dtype}))"
@@ -166,6 +176,9 @@ def recurrent(
     expected = (num_layers * directions, x.shape[1], hidden_size)
     states = _initial_states(name, mode, x, hx, unbatched, expected, 1, cell_size)
     _check_same_dtype(name, x, [("hx", s) for s in states])
+    # every weight too (torch's kernels refuse a mix: "mat1 and mat2 must have the same
+    # dtype"; ours would promote)
+    _check_same_dtype(name, x, _named_weights(weights, directions))
     finals: list[tuple[Tensor, ...]] = []
     layer_input = x
     for layer in range(num_layers):

@@ -199,6 +199,14 @@ def power_iteration(matrix: Tensor, u: Tensor, v: Tensor, steps: int, eps: float
     return u, v
 
 
+def refresh_in_place(module: Any, values: dict[str, Tensor]) -> None:
+    """Write the refined power-iteration vectors into ``module``'s buffers in place, as
+    torch's ``out=`` does: a reference to a buffer (``u = layer.weight_u``) sees them."""
+    with no_grad():
+        for name, value in values.items():
+            module._buffers[name].copy_(value)
+
+
 def spectrally_normalized(matrix: Tensor, weight: Tensor, u: Tensor, v: Tensor) -> Tensor:
     """``weight / sigma`` with ``sigma = u . (W v)``; ``u`` and ``v`` are constants."""
     sigma = (u * matrix.matmul(v)).sum()
@@ -264,7 +272,8 @@ class _SpectralNormRecompute:
         matrix = spectral_matrix(original, self.dim)
         if module.training if power is None else power:
             u, v = power_iteration(matrix, u, v, self.n_power_iterations, self.eps)
-            module._buffers[f"{name}_u"], module._buffers[f"{name}_v"] = u, v
+            refresh_in_place(module, {f"{name}_u": u, f"{name}_v": v})
+            u, v = getattr(module, f"{name}_u"), getattr(module, f"{name}_v")
         object.__setattr__(module, name, spectrally_normalized(matrix, original, u, v))
 
 

@@ -18,6 +18,7 @@ from .norm_hooks import (
     check_weight_norm_dim,
     norm_except_dim,
     power_iteration,
+    refresh_in_place,
     spectral_matrix,
     spectrally_normalized,
     weight_norm_value,
@@ -105,7 +106,7 @@ class _SpectralNorm(Module):
 
     def _power(self, matrix: Tensor, steps: int) -> None:
         u, v = power_iteration(matrix, self._u, self._v, steps, self.eps, u_first=True)
-        self._buffers["_u"], self._buffers["_v"] = u, v
+        refresh_in_place(self, {"_u": u, "_v": v})
 
     def forward(self, weight: Tensor) -> Tensor:
         if weight.ndim == 1:
