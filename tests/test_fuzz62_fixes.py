@@ -48,13 +48,13 @@ def test_a_packed_batch_of_another_dtype_than_the_weights_is_a_value_error():
             lib.nn.GRU(2, 3, dtype=lib.float64)(packed)
 
 
-def test_an_hx_of_another_dtype_stays_a_type_error():
-    """torch's ``RuntimeError`` there; retrograd's ``DTypeError`` (no ``ValueError``)."""
+def test_an_hx_of_another_dtype_is_a_runtime_error():
+    """torch's ``RuntimeError`` there; retrograd's ``DTypeError`` that is one too."""
     with pytest.raises(RuntimeError):
         torch.nn.GRU(2, 3)(torch.ones(4, 1, 2), torch.zeros(1, 1, 3, dtype=torch.float64))
     with pytest.raises(rg.DTypeError) as caught:
         rg.nn.GRU(2, 3)(rg.ones(4, 1, 2), rg.zeros(1, 1, 3, dtype=rg.float64))
-    assert not isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, RuntimeError)
 
 
 # -- hx of a packed batch --------------------------------------------------------------------

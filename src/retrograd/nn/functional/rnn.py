@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import DTypeError, InvalidArgumentError, RecurrentDTypeError, ShapeError
+from ...errors import InvalidArgumentError, RecurrentDTypeError, ShapeError
 from ...tensor import Tensor, cat, stack
 from ...tensor.autocasting import autocast_op
 from ...tensor.internal import TensorOp, apply, lift, shape_text, wrap
