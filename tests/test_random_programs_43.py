@@ -524,7 +524,14 @@ def outcome(lib, *args):
 TORCH_IMPRECISE = {"digamma", "lgamma"}
 
 
-def _close(got, want, what, rtol=1e-7):
+# ops whose derivatives divide by gaps between singular values or eigenvalues: nested, their
+# third derivatives reach 1e16 and carry float64 rounding of the order of rtol relative to the
+# array's largest entry (svdvals twice then amax, seed 0, on the torch inner backend: entries of
+# 1.5e15 off by 3.4e-7 of themselves, 5e-8 of the array's 1e16)
+SPECTRAL = {"svdvals", "eigh", "pinv"}
+
+
+def _close(got, want, what, rtol=1e-7, spread=1e-2):
     if got is None or want is None:
         # a derivative constant zero in one graph and absent from the other's (torch's
         # backward formulas record some inputs they only use for their shapes)
@@ -537,7 +544,7 @@ def _close(got, want, what, rtol=1e-7):
         # (an absolute part scaled to the largest entry: a small entry summed from large terms
         # carries their rounding, as torch's trigamma's 5e-10 relative error)
         scale = np.nanmax(np.abs(want), initial=0.0)
-        atol = 1e-9 + rtol * 1e-2 * scale
+        atol = 1e-9 + rtol * spread * scale
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
     except AssertionError as e:
         raise Mismatch(f"{what}: {e}") from None
@@ -571,17 +578,19 @@ def check(names, squash, mode, seed):
     if set(got) != set(want):
         raise Mismatch(f"{label}: results {sorted(got)} != torch's {sorted(want)}")
     rtol = 1e-5 if any(name in TORCH_IMPRECISE for name, _ in names) else 1e-7
+    spectral = any(name in SPECTRAL for name, _ in names)
     for key, w in want.items():
         g = got[key]
         if key == "grad3" and any(name in TORCH_THIRD_ORDER_WRONG for name, _ in names):
             continue
+        spread = 1.0 if key == "grad3" and spectral else 1e-2
         if isinstance(w, list):
             if len(g) != len(w):
                 raise Mismatch(f"{label}: {key} has {len(g)} items, torch's {len(w)}")
             for k, (gi, wi) in enumerate(zip(g, w)):
-                _close(gi, wi, f"{label}: {key} {k}", rtol)
+                _close(gi, wi, f"{label}: {key} {k}", rtol, spread)
         else:
-            _close(g, w, f"{label}: {key}", rtol)
+            _close(g, w, f"{label}: {key}", rtol, spread)
     return "ok"
 
 
