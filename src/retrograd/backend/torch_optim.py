@@ -69,26 +69,19 @@ class TorchOptimizerKernels:
         # torch's own fused SGD: torch eager's bits (its add with alpha rounds once), one pass;
         # it reads every tensor as contiguous memory (an expanded gradient would be misread)
         first = bool(momentum) and buffer.numel() == 0
-        # (float32 and float64 only: torch's CPU kernel leaves a float16 or bfloat16 value's
-        # vectorized part -- its first 16-element chunks -- unwritten, and steps only the tail)
-        fits = value.dtype == grad.dtype and value.dtype in (torch.float32, torch.float64)
-        fits = fits and value.shape == grad.shape and value.device == grad.device
-        fits = fits and value.is_contiguous() and (first or not momentum or buffer.is_contiguous())
-        if (
-            value.dtype in (torch.float16, torch.bfloat16)
-            and value.dtype == grad.dtype
-            and value.shape == grad.shape
-            and (first or not momentum or buffer.shape == value.shape)
-        ):
+        alike = value.dtype == grad.dtype and value.shape == grad.shape
+        alike = alike and (first or not momentum or buffer.shape == value.shape)
+        if alike and value.dtype in (torch.float16, torch.bfloat16):
+            # torch's CPU kernel leaves a float16 or bfloat16 value's vectorized part (its
+            # first 16-element chunks) unwritten and steps only the tail: torch eager's loop
             return _eager_sgd(
                 value, grad, buffer, first, lr, momentum, dampening, weight_decay, nesterov,
                 inplace,
             )  # fmt: skip
-        if (
-            not fits
-            or value.numel() == 0
-            or (momentum and not first and buffer.shape != value.shape)
-        ):
+        fits = alike and value.dtype in (torch.float32, torch.float64)
+        fits = fits and value.device == grad.device and value.numel() > 0
+        fits = fits and value.is_contiguous() and (first or not momentum or buffer.is_contiguous())
+        if not fits:
             return super().sgd_update(
                 value, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, inplace
             )

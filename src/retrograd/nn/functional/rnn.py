@@ -177,8 +177,9 @@ def recurrent(
     states = _initial_states(name, mode, x, hx, unbatched, expected, 1, cell_size)
     _check_same_dtype(name, x, [("hx", s) for s in states])
     # every weight too (torch's kernels refuse a mix: "mat1 and mat2 must have the same
-    # dtype"; ours would promote)
-    _check_same_dtype(name, x, _named_weights(weights, directions))
+    # dtype"; ours would promote); their names are spelled only for the message
+    if any(t is not None and t.dtype != x.dtype for layer in weights for t in layer):
+        _check_same_dtype(name, x, _named_weights(weights, directions))
     finals: list[tuple[Tensor, ...]] = []
     layer_input = x
     for layer in range(num_layers):
