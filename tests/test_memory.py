@@ -45,10 +45,10 @@ def test_training_loop_memory_stays_flat(strategy):
         tracemalloc.start()
         try:
             losses = [0.0, 0.0]  # first and last: a growing list would itself be a leak
-            for step in range(1000):
+            for step in range(2200):
                 params, loss = _mlp_step(params, x, target)
                 losses[min(step, 1)] = loss
-                if step == 199:
+                if step == 1199:
                     gc.collect()
                     early = tracemalloc.take_snapshot()
             gc.collect()
@@ -56,8 +56,12 @@ def test_training_loop_memory_stays_flat(strategy):
         finally:
             tracemalloc.stop()
     assert losses[-1] < losses[0]
-    # 800 more steps may not leave more than a few KiB behind (no per-step leak: a tuple a
-    # step is 40 bytes, 32 KiB here). Counted
+    # 1000 more steps may not leave more than a few KiB behind (no per-step leak: a tuple a
+    # step is 40 bytes, 40 KiB here). The first 1200 steps are warm-up: on the torch backend,
+    # torch's C code inside ``Tensor.expand`` (the mean rule) leaves 67-byte blocks that no
+    # Python object refers to, about one every 15 steps at first and fewer later (108 after
+    # 200 steps, 178 after 1000, 229 after 4000: 15 KiB, saturating); measured from step 200
+    # they reached 16 KiB once (ci71). Counted
     # where Python allocated it: retrograd's code, or this loop (what NumPy and torch allocate
     # for a call is counted at the line that called them); a thread another test of this
     # worker left running is not this loop's leak (seen once: 18 KB on the torch pass).
@@ -66,7 +70,7 @@ def test_training_loop_memory_stays_flat(strategy):
         stat.size_diff
         for stat in late.filter_traces(ours).compare_to(early.filter_traces(ours), "filename")
     )
-    assert growth < 16 * 1024, f"memory grew by {growth} bytes over 800 steps"
+    assert growth < 16 * 1024, f"memory grew by {growth} bytes over 1000 steps"
 
 
 def test_unreferenced_graph_is_freed_without_backward():

@@ -3,9 +3,12 @@ inner backend the suite runs on, and where each rank writes its report."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for distributed_cases
@@ -24,6 +27,22 @@ def rank() -> int:
     return int(os.environ["RANK"])
 
 
+@contextlib.contextmanager
+def sigterm_held() -> Iterator[None]:
+    """Hold torchrun's SIGTERM until the block ends: when one rank fails, torchrun stops the
+    others, and a survivor stopped between catching its error and writing its report would
+    leave the test nothing (or, mid-write, an empty file) to read. It ends right after."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def write_report(out: Path, report: dict) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"rank{rank()}.json").write_text(json.dumps(report))
+    """``OUT/rank{r}.json``, whole or not at all (written aside, then renamed)."""
+    with sigterm_held():
+        out.mkdir(parents=True, exist_ok=True)
+        partial = out / f".rank{rank()}.json.partial"
+        partial.write_text(json.dumps(report))
+        os.replace(partial, out / f"rank{rank()}.json")

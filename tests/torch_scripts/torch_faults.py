@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from torch_common import rank, use_suite_backend, write_report
+from torch_common import rank, sigterm_held, use_suite_backend, write_report
 
 import retrograd as rg
 from distributed_cases import fault_step
@@ -64,13 +64,16 @@ def main() -> None:
             extra=(mode == "mismatch" and rank() == 1),
             die=(mode == "die_in_backward" and rank() == 1),
         )
-        report["error"] = None
-    except rg.DistributedError as error:
-        report["error"] = str(error)
-    report["elapsed"] = time.monotonic() - started
+        error = None
+    except rg.DistributedError as raised:
+        error = str(raised)
+    with sigterm_held():  # torchrun stops this survivor once it sees rank 1 gone
+        report["error"], report["elapsed"] = error, time.monotonic() - started
+        if mode != "mismatch":
+            write_report(out, report)
     if mode == "mismatch":
         report["next_step"] = fault_step(device).tolist()
-    write_report(out, report)
+        write_report(out, report)
     ctx.close()
 
 
