@@ -20,6 +20,7 @@ __all__ = [
     "copy_order",
     "elementwise_strides",
     "is_contiguous",
+    "non_overlapping",
     "non_overlapping_and_dense",
     "storage_offset_of",
     "strides_of",
@@ -106,6 +107,23 @@ def non_overlapping_and_dense(shape: tuple[int, ...], strides: tuple[int, ...]) 
         if strides[d] != expected:
             return False
         expected *= shape[d]
+    return True
+
+
+def non_overlapping(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether no two elements of a view of ``shape`` and ``strides`` share a location, by
+    the sufficient test: taken by increasing stride, each dimension's stride passes the
+    farthest offset the dimensions before it reach (dense or not: ``(3, 2)`` strides
+    ``(4, 1)`` is; unfold's overlapping windows, ``(5, 2)`` strides ``(1, 1)``, are not).
+
+    >>> non_overlapping((3, 2), (2, 1)), non_overlapping((5, 2), (1, 1))
+    (True, False)
+    """
+    reach = 0
+    for d in sorted((d for d in range(len(shape)) if shape[d] >= 2), key=lambda d: strides[d]):
+        if strides[d] <= reach:
+            return False
+        reach += strides[d] * (shape[d] - 1)
     return True
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 from weakref import ref
 
@@ -60,6 +61,7 @@ from .strides import (
     contiguous_strides,
     copy_order,
     is_contiguous,
+    non_overlapping,
     non_overlapping_and_dense,
     overlapping_view_strides,
     storage_offset_of,
@@ -755,6 +757,15 @@ def write(
         whole = kind in ("reshape", "permute") or (kind == "index" and view[PARAMS][0] is None)
         write(op, base, new_base, outside, fresh and whole, recorded=True)
         return
+    at_root = _distinct_in_root(t)
+    if at_root is not None:
+        root, positions = at_root
+        with no_grad() if outside else nullcontext():
+            flat = root.reshape(math.prod(root.shape))
+            new_root = flat.index_put((positions.reshape(-1),), value.reshape(-1))
+            new_root = new_root.reshape(root.shape)
+        write(op, root, new_root, outside, False)
+        return
     outside = outside or kind in _OUTSIDE
     through = _through_expand(base, kind, view[PARAMS], value)
     if through is not None:  # a slice of an expanded tensor taking each element once
@@ -771,6 +782,24 @@ def write(
     # (a view of the whole base: its new value does not depend on the old one either)
     whole = kind in ("reshape", "permute") or (kind == "index" and view[PARAMS][0] is None)
     write(op, base, new_base, outside, fresh and whole, written=written)
+
+
+def _distinct_in_root(t: Any) -> tuple[Any, Any] | None:
+    """``t``'s root and the position in it (flattened) of each of ``t``'s elements, where a
+    view whose elements overlap (unfold windows, as_strided positions) lies between them but
+    ``t`` itself takes each location once (``x.unfold(0, 2, 1)[::2]``): torch writes through
+    such a view as through any other, by its own strides into the root, so its write goes
+    there in one step, and the root's old values at every position written get no gradient.
+    Written link by link instead, the overlapping link would keep the gradient of positions
+    its windows share (:func:`_write_through_overlap`). ``None`` elsewhere."""
+    view = getattr(t, "_view", None)
+    overlapping = False
+    while view is not None and view[KIND] in _LOCATED:
+        overlapping = overlapping or view[KIND] in ("unfold", "as_strided")
+        view = getattr(base_of(view), "_view", None)
+    if not overlapping or view is not None or not non_overlapping(t.shape, strides_of(t)):
+        return None
+    return positions_in_root(t)
 
 
 def _through_expand(base: Any, kind: str, params: tuple, value: Any) -> tuple[Any, Any] | None:
