@@ -46,8 +46,9 @@ def engines():
     return found
 
 
-def run_ranks(engine: str, mode: str, tmp_path: Path) -> tuple[int, dict]:
-    """``collective_faults.py`` as 2 ranks of ``engine``: (exit status, {rank: report})."""
+def run_ranks(engine: str, modes: str, tmp_path: Path) -> tuple[int, dict]:
+    """``collective_faults.py`` as 2 ranks of ``engine``, ``modes`` (one, or several joined by
+    ``+``) in turn: (exit status, {mode: {rank: report}})."""
     if engine == "torch":
         pytest.importorskip("torch")
     env = dict(os.environ)
@@ -57,17 +58,33 @@ def run_ranks(engine: str, mode: str, tmp_path: Path) -> tuple[int, dict]:
     env.pop("RETROGRAD_INNER", None)
     completed = launch.run(
         2,
-        [str(SCRIPT), engine, mode, str(TIMEOUT), str(tmp_path)],
+        [str(SCRIPT), engine, modes, str(TIMEOUT), str(tmp_path)],
         timeout=60.0,
         env=env,
         engine=engine,
     )
-    reports = {}
-    for path in tmp_path.glob("rank*.json"):
+    reports: dict = {mode: {} for mode in modes.split("+")}
+    for path in tmp_path.glob("*/rank*.json"):
         report = json.loads(path.read_text())
-        reports[report["rank"]] = report
-    assert completed.returncode == 0 or reports, completed.stderr[-3000:]
+        reports[path.parent.name][report["rank"]] = report
+    assert completed.returncode == 0 or any(reports.values()), completed.stderr[-3000:]
     return completed.returncode, reports
+
+
+@pytest.fixture(scope="module")
+def mismatch_then_raised_before(tmp_path_factory):
+    """``launch(engine)``: one launch per engine of ``mismatch`` (which leaves the group
+    usable) then ``raised_before`` (which breaks it), made at the first test asking: a torchrun
+    launch costs 4-5 s of CPU (three processes importing torch)."""
+    launches: dict[str, tuple[int, dict]] = {}
+
+    def launch_of(engine: str) -> tuple[int, dict]:
+        if engine not in launches:
+            out = tmp_path_factory.mktemp(f"mismatch_then_raised_before_{engine}")
+            launches[engine] = run_ranks(engine, "mismatch+raised_before", out)
+        return launches[engine]
+
+    return launch_of
 
 
 def in_threads(work, n=2, timeout=TIMEOUT):
@@ -144,9 +161,16 @@ def test_threads_a_device_that_never_calls_fails_the_other_within_the_timeout():
 # -- across processes ------------------------------------------------------------------------
 @across_processes
 @pytest.mark.parametrize("engine", engines())
-def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(engine, tmp_path):
-    status, reports = run_ranks(engine, "mismatch", tmp_path)
-    assert status == 0 and sorted(reports) == [0, 1], reports
+def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(
+    engine, mismatch_then_raised_before
+):
+    _, launched = mismatch_then_raised_before(engine)
+    reports = launched["mismatch"]
+    assert sorted(reports) == [0, 1], launched
+    # the group stayed usable: neither rank's broke (its process would exit with status 1),
+    # and both went on to the next mode's context (raised_before: its test checks it)
+    assert [report["broken"] for report in reports.values()] == [None, None], reports
+    assert sorted(launched["raised_before"]) == [0, 1], launched
     for rank, report in reports.items():
         for mode in ("shape", "dtype"):
             for name in COLLECTIVES:
@@ -161,6 +185,7 @@ def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(engine, tmp_p
 @pytest.mark.parametrize("engine", engines())
 def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, tmp_path):
     status, reports = run_ranks(engine, "exit", tmp_path)
+    reports = reports["exit"]
     assert status != 0 and sorted(reports) == [0], reports
     assert reports[0]["good"]["value"] == [2.0], reports[0]
     first = reports[0]["first"]
@@ -171,11 +196,15 @@ def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, tmp_path):
 
 @across_processes
 @pytest.mark.parametrize("engine", engines())
-def test_after_a_rank_raised_before_a_collective_every_rank_says_the_group_broke(engine, tmp_path):
+def test_after_a_rank_raised_before_a_collective_every_rank_says_the_group_broke(
+    engine, mismatch_then_raised_before
+):
     """Before: rank 1's next call was matched with the call rank 0 had abandoned, failing
     with a shape mismatch between two different calls (or, with equal shapes, waiting out
-    the timeout) while rank 0 said the group was broken."""
-    status, reports = run_ranks(engine, "raised_before", tmp_path)
+    the timeout) while rank 0 said the group was broken. (Its launch ran ``mismatch`` first,
+    on a context of its own, closed before this one started.)"""
+    status, launched = mismatch_then_raised_before(engine)
+    reports = launched["raised_before"]
     assert status != 0  # a broken rank cannot finalize: it exits with status 1
     assert sorted(reports) == [0, 1], reports
     first = reports[0]["first"]
