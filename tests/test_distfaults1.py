@@ -71,17 +71,23 @@ def run_ranks(engine: str, modes: str, tmp_path: Path) -> tuple[int, dict]:
     return completed.returncode, reports
 
 
+#: the faults each engine's one launch runs in turn, each on a context of its own: ``mismatch``
+#: leaves the group usable, ``raised_before`` breaks it (a new context still starts: the ranks
+#: report what its exit status would say), ``exit`` ends the launch
+MODES = "mismatch+raised_before+exit"
+
+
 @pytest.fixture(scope="module")
-def mismatch_then_raised_before(tmp_path_factory):
-    """``launch(engine)``: one launch per engine of ``mismatch`` (which leaves the group
-    usable) then ``raised_before`` (which breaks it), made at the first test asking: a torchrun
-    launch costs 4-5 s of CPU (three processes importing torch)."""
+def faults_in_turn(tmp_path_factory):
+    """``launch(engine)``: (exit status, {mode: {rank: report}}) of the launch of ``MODES`` on
+    ``engine``, made at the first test asking: a torchrun launch costs 4-5 s of CPU (three
+    processes importing torch), one a fault would cost as much."""
     launches: dict[str, tuple[int, dict]] = {}
 
     def launch_of(engine: str) -> tuple[int, dict]:
         if engine not in launches:
-            out = tmp_path_factory.mktemp(f"mismatch_then_raised_before_{engine}")
-            launches[engine] = run_ranks(engine, "mismatch+raised_before", out)
+            out = tmp_path_factory.mktemp(f"faults_in_turn_{engine}")
+            launches[engine] = run_ranks(engine, MODES, out)
         return launches[engine]
 
     return launch_of
@@ -161,10 +167,8 @@ def test_threads_a_device_that_never_calls_fails_the_other_within_the_timeout():
 # -- across processes ------------------------------------------------------------------------
 @across_processes
 @pytest.mark.parametrize("engine", engines())
-def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(
-    engine, mismatch_then_raised_before
-):
-    _, launched = mismatch_then_raised_before(engine)
+def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(engine, faults_in_turn):
+    _, launched = faults_in_turn(engine)
     reports = launched["mismatch"]
     assert sorted(reports) == [0, 1], launched
     # the group stayed usable: neither rank's broke (its process would exit with status 1),
@@ -183,9 +187,9 @@ def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(
 
 @across_processes
 @pytest.mark.parametrize("engine", engines())
-def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, tmp_path):
-    status, reports = run_ranks(engine, "exit", tmp_path)
-    reports = reports["exit"]
+def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, faults_in_turn):
+    status, launched = faults_in_turn(engine)
+    reports = launched["exit"]  # (after the launch's other faults, on a context of its own)
     assert status != 0 and sorted(reports) == [0], reports
     assert reports[0]["good"]["value"] == [2.0], reports[0]
     first = reports[0]["first"]
@@ -197,16 +201,20 @@ def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, tmp_path):
 @across_processes
 @pytest.mark.parametrize("engine", engines())
 def test_after_a_rank_raised_before_a_collective_every_rank_says_the_group_broke(
-    engine, mismatch_then_raised_before
+    engine, faults_in_turn
 ):
     """Before: rank 1's next call was matched with the call rank 0 had abandoned, failing
     with a shape mismatch between two different calls (or, with equal shapes, waiting out
-    the timeout) while rank 0 said the group was broken. (Its launch ran ``mismatch`` first,
-    on a context of its own, closed before this one started.)"""
-    status, launched = mismatch_then_raised_before(engine)
+    the timeout) while rank 0 said the group was broken. (Its launch ran ``mismatch`` before,
+    and ``exit`` after, each on a context of its own.)"""
+    status, launched = faults_in_turn(engine)
     reports = launched["raised_before"]
-    assert status != 0  # a broken rank cannot finalize: it exits with status 1
+    assert status != 0
     assert sorted(reports) == [0, 1], reports
+    # a broken rank cannot finalize: at exit it ends with status 1 (alone, the launch's status;
+    # here the exit fault after it ends the launch)
+    for rank, report in reports.items():
+        assert report["broken"] is not None, (rank, report)
     first = reports[0]["first"]
     assert first.get("error") == "DistributedError" and "rank 1" in first["message"], first
     assert TIMEOUT - 0.1 < first["elapsed"] < TIMEOUT + SLACK, first
