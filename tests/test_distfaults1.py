@@ -46,8 +46,9 @@ def engines():
     return found
 
 
-def run_ranks(engine: str, mode: str, tmp_path: Path) -> tuple[int, dict]:
-    """``collective_faults.py`` as 2 ranks of ``engine``: (exit status, {rank: report})."""
+def run_ranks(engine: str, modes: str, tmp_path: Path) -> tuple[int, dict]:
+    """``collective_faults.py`` as 2 ranks of ``engine``, ``modes`` (one, or several joined by
+    ``+``) in turn: (exit status, {mode: {rank: report}})."""
     if engine == "torch":
         pytest.importorskip("torch")
     env = dict(os.environ)
@@ -57,17 +58,39 @@ def run_ranks(engine: str, mode: str, tmp_path: Path) -> tuple[int, dict]:
     env.pop("RETROGRAD_INNER", None)
     completed = launch.run(
         2,
-        [str(SCRIPT), engine, mode, str(TIMEOUT), str(tmp_path)],
+        [str(SCRIPT), engine, modes, str(TIMEOUT), str(tmp_path)],
         timeout=60.0,
         env=env,
         engine=engine,
     )
-    reports = {}
-    for path in tmp_path.glob("rank*.json"):
+    reports: dict = {mode: {} for mode in modes.split("+")}
+    for path in tmp_path.glob("*/rank*.json"):
         report = json.loads(path.read_text())
-        reports[report["rank"]] = report
-    assert completed.returncode == 0 or reports, completed.stderr[-3000:]
+        reports[path.parent.name][report["rank"]] = report
+    assert completed.returncode == 0 or any(reports.values()), completed.stderr[-3000:]
     return completed.returncode, reports
+
+
+#: the faults each engine's one launch runs in turn, each on a context of its own: ``mismatch``
+#: leaves the group usable, ``raised_before`` breaks it (a new context still starts: the ranks
+#: report what its exit status would say), ``exit`` ends the launch
+MODES = "mismatch+raised_before+exit"
+
+
+@pytest.fixture(scope="module")
+def faults_in_turn(tmp_path_factory):
+    """``launch(engine)``: (exit status, {mode: {rank: report}}) of the launch of ``MODES`` on
+    ``engine``, made at the first test asking: a torchrun launch costs 4-5 s of CPU (three
+    processes importing torch), one a fault would cost as much."""
+    launches: dict[str, tuple[int, dict]] = {}
+
+    def launch_of(engine: str) -> tuple[int, dict]:
+        if engine not in launches:
+            out = tmp_path_factory.mktemp(f"faults_in_turn_{engine}")
+            launches[engine] = run_ranks(engine, MODES, out)
+        return launches[engine]
+
+    return launch_of
 
 
 def in_threads(work, n=2, timeout=TIMEOUT):
@@ -144,9 +167,14 @@ def test_threads_a_device_that_never_calls_fails_the_other_within_the_timeout():
 # -- across processes ------------------------------------------------------------------------
 @across_processes
 @pytest.mark.parametrize("engine", engines())
-def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(engine, tmp_path):
-    status, reports = run_ranks(engine, "mismatch", tmp_path)
-    assert status == 0 and sorted(reports) == [0, 1], reports
+def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(engine, faults_in_turn):
+    _, launched = faults_in_turn(engine)
+    reports = launched["mismatch"]
+    assert sorted(reports) == [0, 1], launched
+    # the group stayed usable: neither rank's broke (its process would exit with status 1),
+    # and both went on to the next mode's context (raised_before: its test checks it)
+    assert [report["broken"] for report in reports.values()] == [None, None], reports
+    assert sorted(launched["raised_before"]) == [0, 1], launched
     for rank, report in reports.items():
         for mode in ("shape", "dtype"):
             for name in COLLECTIVES:
@@ -159,8 +187,9 @@ def test_mismatch_fails_every_rank_at_once_and_the_next_call_works(engine, tmp_p
 
 @across_processes
 @pytest.mark.parametrize("engine", engines())
-def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, tmp_path):
-    status, reports = run_ranks(engine, "exit", tmp_path)
+def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, faults_in_turn):
+    status, launched = faults_in_turn(engine)
+    reports = launched["exit"]  # (after the launch's other faults, on a context of its own)
     assert status != 0 and sorted(reports) == [0], reports
     assert reports[0]["good"]["value"] == [2.0], reports[0]
     first = reports[0]["first"]
@@ -171,13 +200,21 @@ def test_a_rank_that_exits_fails_the_other_within_the_timeout(engine, tmp_path):
 
 @across_processes
 @pytest.mark.parametrize("engine", engines())
-def test_after_a_rank_raised_before_a_collective_every_rank_says_the_group_broke(engine, tmp_path):
+def test_after_a_rank_raised_before_a_collective_every_rank_says_the_group_broke(
+    engine, faults_in_turn
+):
     """Before: rank 1's next call was matched with the call rank 0 had abandoned, failing
     with a shape mismatch between two different calls (or, with equal shapes, waiting out
-    the timeout) while rank 0 said the group was broken."""
-    status, reports = run_ranks(engine, "raised_before", tmp_path)
-    assert status != 0  # a broken rank cannot finalize: it exits with status 1
+    the timeout) while rank 0 said the group was broken. (Its launch ran ``mismatch`` before,
+    and ``exit`` after, each on a context of its own.)"""
+    status, launched = faults_in_turn(engine)
+    reports = launched["raised_before"]
+    assert status != 0
     assert sorted(reports) == [0, 1], reports
+    # a broken rank cannot finalize: at exit it ends with status 1 (alone, the launch's status;
+    # here the exit fault after it ends the launch)
+    for rank, report in reports.items():
+        assert report["broken"] is not None, (rank, report)
     first = reports[0]["first"]
     assert first.get("error") == "DistributedError" and "rank 1" in first["message"], first
     assert TIMEOUT - 0.1 < first["elapsed"] < TIMEOUT + SLACK, first

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -98,14 +99,49 @@ def run_in_turn(entries, out: Path, ranks: int) -> InTurn:
     return InTurn(completed, out)
 
 
+def run_in_turn_by_the_launch_cli(entries, out: Path) -> InTurn:
+    """``run_in_turn(entries, out, 2)`` started by the launch CLI, ``python -m
+    retrograd.distributed.launch -n 2 --engine torch``, as a user starts a program (the CLI
+    starts torchrun), rather than by ``launch.run``; past the timeout the whole job is killed."""
+    env = dict(os.environ)
+    source = str(Path(rg.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    command = [sys.executable, "-m", "retrograd.distributed.launch", "-n", "2"]
+    command += ["--engine", "torch", str(Path(__file__).parent / "scripts_in_turn.py")]
+    command += [*entries, str(out)]
+    started = time.monotonic()
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: a timeout takes torchrun and ranks
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=LAUNCH_SECONDS + 30.0 * len(entries))
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    completed = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    completed.wall = time.monotonic() - started
+    return InTurn(completed, out)
+
+
 FAULT_TIMEOUT = 2.0
 MISMATCH = f"torch_scripts/torch_faults.py:mismatch:{FAULT_TIMEOUT}"
+#: the launch CLI's program: it starts torch's default group itself, and uses it after
+OWN_GROUP = "torch_scripts/torch_own_group.py"
 
 #: The scripts that need two ranks and nothing of their own, in one launch: each launch of its
 #: own cost 7-8 s of CPU (three processes importing torch), on both of the suite's passes. The
 #: mismatched registrations (a fault that leaves every rank running and the group usable) join
 #: on the NumPy pass, the only one that runs their test; the tutorial-style script, which
-#: starts torch's default group itself, runs last.
+#: starts torch's default group itself, runs after the others, and the launch CLI's program
+#: (NumPy pass only too), which does as well, last: on that pass the launch CLI starts the
+#: launch (a launch of its own for its test cost as much again).
 TWO_RANKS = {
     "grad_checks": "torch_scripts/torch_grad_checks.py",
     "transport": "torch_scripts/torch_transport_checks.py",
@@ -114,12 +150,16 @@ TWO_RANKS = {
     "train_mlp": "torch_scripts/torch_train_mlp.py",
     **({} if on_torch() else {"mismatch": MISMATCH}),
     "process_group": "torch_scripts/torch_process_group.py",
+    **({} if on_torch() else {"own_group": OWN_GROUP}),
 }
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> InTurn:
-    return run_in_turn(list(TWO_RANKS.values()), tmp_path_factory.mktemp("two_ranks"), ranks=2)
+    out = tmp_path_factory.mktemp("two_ranks")
+    if on_torch():
+        return run_in_turn(list(TWO_RANKS.values()), out, ranks=2)
+    return run_in_turn_by_the_launch_cli(list(TWO_RANKS.values()), out)
 
 
 def test_gradient_checks_over_gloo(two_ranks):
@@ -369,36 +409,16 @@ def test_a_reduced_buffer_comes_back_as_the_backends_kind_of_primitive():
 
 
 @same_on_every_backend
-def test_the_launch_cli_starts_torchrun_beside_the_programs_own_process_group(tmp_path):
-    script = tmp_path / "hello.py"
-    script.write_text(
-        "import os, torch, torch.distributed as td\n"
-        "from retrograd import distributed as dist\n"
-        "# one file per rank: two ranks' prints share torchrun's pipe and may interleave\n"
-        f"out = open(os.path.join({str(tmp_path)!r}, 'rank' + os.environ['RANK']), 'w')\n"
-        "td.init_process_group('gloo')  # the program's own, before the context\n"
-        "config = dist.DistributedConfig(timeout=30)\n"
-        "with dist.DistributedContext.from_launcher(config, engine='torch') as c:\n"
-        "    print(f'rank {c.rank} of {c.world_size} {c.device}', file=out, flush=True)\n"
-        "t = torch.ones(1)\n"
-        "td.all_reduce(t)  # still usable: the context left it alone\n"
-        "print(f'sum {t.item():g}', file=out, flush=True)\n"
-        "td.destroy_process_group()\n"
-    )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(rg.__file__).resolve().parents[1])
-    completed = subprocess.run(
-        [sys.executable, "-m", "retrograd.distributed.launch", "-n", "2", "--engine", "torch"]
-        + [str(script)],
-        capture_output=True,
-        text=True,
-        timeout=LAUNCH_SECONDS,
-        env=env,
-    )
-    assert completed.returncode == 0, completed.stderr
-    lines = sorted(
-        line for rank in (0, 1) for line in (tmp_path / f"rank{rank}").read_text().splitlines()
-    )
+def test_the_launch_cli_starts_torchrun_beside_the_programs_own_process_group(two_ranks):
+    """On this pass the launch CLI starts the launch of TWO_RANKS; its last script, the
+    program's (``tests/torch_scripts/torch_own_group.py``), starts torch's default group
+    before the context, and all-reduces over it once the context closed."""
+    entry = TWO_RANKS["own_group"]
+    assert two_ranks.completed.returncode == 0, two_ranks.output(entry)
+    folder = two_ranks.out / folder_name(entry)
+    written = [folder / f"rank{rank}" for rank in (0, 1)]
+    assert all(path.is_file() for path in written), two_ranks.output(entry)
+    lines = sorted(line for path in written for line in path.read_text().splitlines())
     assert lines == ["rank 0 of 2 cpu", "rank 1 of 2 cpu:1", "sum 2", "sum 2"]
 
 
@@ -407,14 +427,24 @@ def test_train_with_workers_and_the_torch_engine_runs_torchrun_and_matches_threa
     tmp_path, monkeypatch
 ):
     from retrograd.app.cli import main
+    from retrograd.app.data import MNIST_FILES, write_idx
 
     source = str(Path(rg.__file__).resolve().parents[1])
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
     )
     monkeypatch.delenv("RANK", raising=False)
+    # a small MNIST-format data set of its own: the digits set would import scikit-learn in
+    # this process and both ranks (about 1 s of CPU each) for data the test does not look at
+    rng = np.random.default_rng(5)
+    mnist = tmp_path / "mnist"
+    mnist.mkdir()
+    for key, count in (("train", 48), ("test", 16)):
+        images = rng.integers(0, 256, (count, 28, 28), dtype=np.uint8)
+        write_idx(mnist / MNIST_FILES[f"{key}_images"], images)
+        write_idx(mnist / MNIST_FILES[f"{key}_labels"], rng.integers(0, 10, count, np.uint8))
     common = ["--epochs", "1", "--max-train-samples", "48", "--max-test-samples", "16"]
-    common += ["--model", "mlp", "--seed", "3"]
+    common += ["--model", "mlp", "--seed", "3", "--dataset", "mnist", "--data-dir", str(mnist)]
     assert (
         main(
             ["train", "--workers", "2", "--engine", "torch", *common, "--out", str(tmp_path / "t")]

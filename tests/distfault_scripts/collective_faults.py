@@ -1,5 +1,7 @@
-"""One fault of a user collective, run as 2 ranks (``collective_faults.py ENGINE MODE TIMEOUT
-OUT``; ENGINE ``mpi`` under mpiexec or ``torch`` under torchrun). MODE:
+"""Faults of user collectives, run as 2 ranks (``collective_faults.py ENGINE MODES TIMEOUT
+OUT``; ENGINE ``mpi`` under mpiexec or ``torch`` under torchrun). MODES: one MODE, or several
+joined by ``+``, run in turn in one launch, each with a context of its own and its reports in
+``OUT/MODE`` (``exit`` ends the launch: it comes last):
 
 - ``raised_before``: rank 1 raises (its own error) instead of calling the first all_reduce;
   once rank 0's has failed, both ranks call two more;
@@ -7,8 +9,9 @@ OUT``; ENGINE ``mpi`` under mpiexec or ``torch`` under torchrun). MODE:
   on shape, then a matching all_reduce; the same for dtype;
 - ``exit``: after one good all_reduce, rank 1 exits before the next.
 
-Every live rank writes ``OUT/rank{r}.json``: per call, the error (class and message) or the
-value, and how long it took.
+Every live rank writes ``OUT/MODE/rank{r}.json``: per call, the error (class and message) or
+the value, and how long it took; but for ``exit``, once its context closed, whether its group
+broke (``broken``: the reason, which ends the process with status 1 at exit, or null).
 """
 
 from __future__ import annotations
@@ -51,7 +54,13 @@ def mismatched_calls(kind, rank, tensor, devices, report) -> None:
 
 
 def main() -> None:
-    engine, mode, timeout, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), Path(sys.argv[4])
+    engine, modes, timeout, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), Path(sys.argv[4])
+    for mode in modes.split("+"):
+        (out / mode).mkdir(exist_ok=True)
+        run(engine, mode, timeout, out / mode)
+
+
+def run(engine: str, mode: str, timeout: float, out: Path) -> None:
     config = dist.DistributedConfig(dist.ReduceOperation.SUM, timeout=timeout)
     ctx = dist.DistributedContext.from_launcher(config, engine=engine).start()
     rank, devices = ctx.rank, ctx.devices
@@ -83,11 +92,19 @@ def main() -> None:
             attempt(f"{kind} after", sum_of([1.0 + rank]), report)
     elif mode == "exit":
         attempt("first", sum_of([1.0]), report)
-    (out / f"rank{rank}.json").write_text(json.dumps(report))
+    if mode == "exit":  # written first: torchrun may stop the survivor at any time now
+        (out / f"rank{rank}.json").write_text(json.dumps(report))
+        ctx.close()
+        return
     if mode == "raised_before" and rank == 0:
-        # a broken rank exits with status 1, and torchrun then stops the others at once
+        # a broken rank exits with status 1 (below), and torchrun then stops the others at once
         time.sleep(1.5)
     ctx.close()
+    # what a launch of this mode alone shows by its exit status, which a mode run after it
+    # in the same launch would hide: a process whose group broke ends with status 1 at exit,
+    # the membership saying why (null: it did not break)
+    report["broken"] = ctx.transport.membership.broken
+    (out / f"rank{rank}.json").write_text(json.dumps(report))
 
 
 if __name__ == "__main__":

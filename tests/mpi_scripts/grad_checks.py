@@ -1,7 +1,8 @@
 """Run as N ranks (``mpiexec -n N python grad_checks.py OUT``): the gradient checks of the
 thread tests across processes. Each rank compares its synced gradients with the sum (or mean)
-of every rank's unsynced gradients, which it computes itself from the same seeded data, and
-writes ``OUT/rank{r}.json`` with how many checks ran and what failed."""
+of every rank's unsynced gradients (each computed by its own rank from the seeded data and
+gathered outside retrograd: ``mpi_oracle.every_ranks``), and writes ``OUT/rank{r}.json`` with
+how many checks ran and what failed."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for distributed_cases
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for mpi_oracle
 
 import numpy as np
+from mpi_oracle import every_ranks
 
 import retrograd as rg
 from distributed_cases import (
@@ -36,11 +39,11 @@ def graph_checks(ctx, op: dist.ReduceOperation, checks: Checks) -> None:
     for strategy_name, strategy in STRATEGIES.items():
         backend = rg.Autodiff(rg.NumpyBackend(), checkpointing=strategy)
         for graph_name, graph in GRAPHS.items():
-            unsynced = [gradients(graph, backend, device, x, w, v, False) for x in xs]
+            own_w, own_v = gradients(graph, backend, device, xs[rank], w, v, False)
             synced_w, synced_v = gradients(graph, backend, device, xs[rank], w, v, True)
             name = f"{graph_name}/{strategy_name}/{op.name}"
-            checks.close(name, synced_w, reduce([g for g, _ in unsynced], op))
-            checks.close(f"{name} (v stays local)", synced_v, unsynced[rank][1])
+            checks.close(name, synced_w, reduce(every_ranks(own_w), op))
+            checks.close(f"{name} (v stays local)", synced_v, own_v)
 
 
 def uneven_use_check(ctx, checks: Checks) -> None:
@@ -55,7 +58,7 @@ def uneven_use_check(ctx, checks: Checks) -> None:
             h = (h @ w).tanh()
         return w.grad(h.sum().backward()).numpy()
 
-    expected = np.sum([run(k, False) for k in range(ctx.world_size)], axis=0)
+    expected = np.sum(every_ranks(run(ctx.rank, False)), axis=0)
     checks.close("uneven use", run(ctx.rank, True), expected)
 
 
@@ -86,10 +89,10 @@ def mlp_bucket_check(ctx, checks: Checks, op) -> None:
         tuple(rng.standard_normal(shape).astype(np.float32) for shape in shapes)
         for _ in range(ctx.world_size)
     ]
-    unsynced = [mlp_grads(ctx.device, x, y, params, False) for x, y in batches]
+    own = mlp_grads(ctx.device, *batches[ctx.rank], params, False)
     synced = mlp_grads(ctx.device, *batches[ctx.rank], params, True)
     for name in params:
-        expected = reduce([g[name] for g in unsynced], op)
+        expected = reduce(every_ranks(own[name]), op)
         checks.close(f"mlp {name} {op.name}", synced[name], expected)
 
 
