@@ -27,14 +27,18 @@ __all__ = ["collected_cycles", "heap_set_aside", "library_objects", "ours"]
 
 
 def ours(obj: object) -> bool:
-    """Whether ``obj`` belongs to retrograd: an instance of its classes, or code of its own."""
-    if isinstance(obj, types.FunctionType):
+    """Whether ``obj`` belongs to retrograd: an instance of its classes, or code of its own.
+    Read through ``type(obj)``, never the object: ``isinstance`` asks a ``weakref.proxy`` for
+    its ``__class__``, which raises ``ReferenceError`` once its referent is gone (Numba's
+    code generator leaves such proxies among the objects a collection finds)."""
+    kind = type(obj)
+    if issubclass(kind, types.FunctionType):
         return obj.__code__.co_filename.startswith(_PACKAGE)
-    if isinstance(obj, types.FrameType):
+    if issubclass(kind, types.FrameType):
         return obj.f_code.co_filename.startswith(_PACKAGE)
-    if isinstance(obj, types.GeneratorType):
+    if issubclass(kind, types.GeneratorType):
         return obj.gi_code.co_filename.startswith(_PACKAGE)
-    module = getattr(type(obj), "__module__", None) or ""
+    module = getattr(kind, "__module__", None) or ""
     return module == "retrograd" or module.startswith("retrograd.")
 
 
