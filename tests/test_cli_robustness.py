@@ -1,10 +1,12 @@
 """The ``retrograd`` command as a careless user meets it: nothing saved is ever lost (full disks,
 kills, two runs into one folder, a fresh run into a folder holding another), and every bad file
 or flag gets one line ``retrograd COMMAND: what — what to do`` (exit 2 for a wrong command line,
-1 for a failure), never a traceback. Runs that train or write run in a fresh process, as a
-user's would (:func:`retrograd`); refusals that stop before any work run the same ``main()`` in
-this one (:func:`cli_here.run_main`), which spares each the seconds of a fresh interpreter's
-imports."""
+1 for a failure), never a traceback. Runs that train or write run outside this process, as a
+user's would: the ones killed or run at once each in a fresh process (:func:`retrograd`), the
+others one after another in one fresh process (:func:`in_turn`: ``main()`` as ``python -m
+retrograd`` calls it, on that process's own stdout and stderr file descriptors, each import
+paid once instead of a fresh interpreter's seconds per run); refusals that stop before any work
+run the same ``main()`` in this one (:func:`cli_here.run_main`)."""
 
 from __future__ import annotations
 
@@ -89,11 +91,145 @@ def text_file(tmp_path_factory) -> str:
     return str(path)
 
 
+#: ``python -c IN_TURN STEPS.json``: each step in turn, a command line run by ``main()`` with the
+#: process's file descriptors 1 and 2 on pipes (all it prints, as a fresh process's would be
+#: captured), under a file size limit if it has one, or a folder copied (a snapshot between
+#: two commands); a JSON list of ``[exit status, stdout, stderr]`` (``None`` for a copy).
+IN_TURN = r"""
+import io, json, os, resource, shutil, sys, threading, traceback
+
+def captured(function):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved, texts, threads = [], [b"", b""], []
+    for index, fd in enumerate((1, 2)):
+        read, write = os.pipe()
+        saved.append(os.dup(fd))
+        os.dup2(write, fd)
+        os.close(write)
+
+        def drain(read=read, index=index):
+            with os.fdopen(read, "rb") as pipe:
+                texts[index] = pipe.read()
+
+        threads.append(threading.Thread(target=drain))
+        threads[-1].start()
+    try:
+        code = function()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+        for thread in threads:
+            thread.join()
+    return [code, *(text.decode() for text in texts)]
+
+def command(argv, limit):
+    from retrograd.app.cli import main
+
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if limit:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard[1]))
+    try:
+        return main(argv)
+    except SystemExit as stop:  # as a process exits: None is 0, a message 1
+        if not isinstance(stop.code, (int, type(None))):
+            print(stop.code, file=sys.stderr)
+        return 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # as an uncaught exception ends a process
+        traceback.print_exc()
+        return 1
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, hard)
+
+results = []
+with open(sys.argv[1]) as steps:
+    for step in json.load(steps):
+        if "copy" in step:
+            shutil.copytree(*step["copy"])
+            results.append(None)
+        else:
+            results.append(captured(lambda: command(step["argv"], step.get("limit"))))
+with open(sys.argv[2], "w") as report:
+    json.dump(results, report)
+"""
+
+
+def in_turn(steps: list[dict], folder: Path) -> list:
+    """``steps`` (``{"argv": [...], "limit": bytes}`` or ``{"copy": [from, to]}``) in turn in one
+    fresh process (``IN_TURN``): a ``CompletedProcess`` per command."""
+    plan, report = folder / "steps.json", folder / "results.json"
+    plan.write_text(json.dumps(steps))
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")])
+    )
+    environment.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    completed = subprocess.run(
+        [sys.executable, "-c", IN_TURN, str(plan), str(report)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return [
+        None if result is None else subprocess.CompletedProcess(step["argv"], *result)
+        for step, result in zip(steps, json.loads(report.read_text()))
+    ]
+
+
 @pytest.fixture(scope="module")
-def gpt_run(tmp_path_factory, text_file) -> Path:
+def runs(tmp_path_factory, text_file) -> dict:
+    """The runs the tests below read, in one fresh process: ``{name: (folder, CompletedProcess)}``
+    (each name its own folder; ``NAME@STEP``: a copy of the folder after that step)."""
+    root = tmp_path_factory.mktemp("runs")
+    latin = root / "latin.txt"
+    latin.write_bytes(("café naïve " * 60).encode("latin-1"))
+    words = root / "words.txt"
+    words.write_text(("abc def ghi " * 60).strip())
+    gpt = [*GPT, "--text", text_file]
+    plan = [
+        # the finished GPT run the tests copy, damage and compare with
+        ("gpt", ["train", *gpt]),
+        ("overwrite", {"copy": "gpt"}),
+        ("overwrite", ["train", *MLP, "--overwrite"]),
+        ("overwrite@mlp", {"copy": "overwrite"}),
+        ("overwrite", ["train", *gpt, "--overwrite"]),
+        ("full disk", ["train", *MLP]),
+        ("full disk@before", {"copy": "full disk"}),
+        ("full disk", ["train", *MLP, "--seed", "3", "--overwrite"], 20_000),
+        ("full checkpoint", ["train", *gpt], 4_000),
+        ("no newline", ["train", *GPT, "--text", str(words), "--stop-at", "2"]),
+        ("no newline", ["train", "--model", "gpt", "--resume"]),
+        ("latin-1", ["train", *GPT, "--text", str(latin), "--encoding", "latin-1"]),
+        ("resumed", {"copy": "gpt"}),
+        ("resumed", ["train", *gpt, "--steps", "6", "--resume"]),
+        ("nan", ["train", *MLP, "--optimizer", "sgd", "--lr", "1e30"]),
+    ]
+    if importlib.util.find_spec("torch") is not None:  # last: the NumPy runs never meet torch
+        plan.append(("torch", ["train", *gpt, "--backend", "torch"]))
+    steps = []
+    for name, what, *limit in plan:
+        if isinstance(what, dict):
+            steps.append({"copy": [str(root / what["copy"]), str(root / name)]})
+        else:
+            steps.append({"argv": [*what, "--out", str(root / name)], "limit": (limit or [0])[0]})
+    results = in_turn(steps, root)
+    found = {}
+    for (name, *_), completed in zip(plan, results):
+        found.setdefault(name, [root / name, []])[1].append(completed)
+    return {
+        name: (folder, [c for c in done if c is not None]) for name, (folder, done) in found.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def gpt_run(runs) -> Path:
     """A finished GPT run's folder (copied by the tests that change it)."""
-    out = tmp_path_factory.mktemp("runs") / "gpt"
-    completed = retrograd("train", *GPT, "--text", text_file, "--out", str(out))
+    out, (completed,) = runs["gpt"]
     assert completed.returncode == 0, completed.stderr
     return out
 
@@ -121,34 +257,35 @@ def test_a_fresh_run_into_a_folder_holding_a_run_stops_before_any_work(
     assert files_of(out) == before
 
 
-def test_overwrite_replaces_a_run_without_mixing_model_kinds(gpt_run, text_file, tmp_path):
-    out = copy_of(gpt_run, tmp_path)
-    completed = retrograd("train", *MLP, "--out", str(out), "--overwrite")
-    assert completed.returncode == 0, completed.stderr
-    assert sorted(files_of(out)) == ["curves.png", "metrics.json", "model.npz"]
-    assert "no GPT checkpoint" in one_line(run_main("sample", "--out", str(out)), "sample", 1)
-    completed = retrograd("train", *GPT, "--text", text_file, "--out", str(out), "--overwrite")
-    assert completed.returncode == 0, completed.stderr
+def test_overwrite_replaces_a_run_without_mixing_model_kinds(runs):
+    """A copy of ``gpt_run``, overwritten by an MLP run (``overwrite@mlp``: the folder then),
+    then by a GPT run again."""
+    out, (mlp, gpt) = runs["overwrite"]
+    assert mlp.returncode == 0, mlp.stderr
+    between, _ = runs["overwrite@mlp"]
+    assert sorted(files_of(between)) == ["curves.png", "metrics.json", "model.npz"]
+    assert "no GPT checkpoint" in one_line(run_main("sample", "--out", str(between)), "sample", 1)
+    assert gpt.returncode == 0, gpt.stderr
     assert "corpus" in json.loads((out / "metrics.json").read_text())  # the GPT's, not the MLP's
     with np.load(out / "model.npz") as model:
         assert "wte.weight" in model.files
 
 
-def test_a_full_disk_while_rewriting_a_run_keeps_the_previous_files(tmp_path):
-    out = tmp_path / "run"
-    assert retrograd("train", *MLP, "--out", str(out)).returncode == 0
-    before = files_of(out)
-    completed = retrograd(
-        "train", *MLP, "--seed", "3", "--out", str(out), "--overwrite", limit=20_000
-    )
+def test_a_full_disk_while_rewriting_a_run_keeps_the_previous_files(runs):
+    """A run, then another overwriting it when no file may grow beyond 20 kB (``full
+    disk@before``: the folder between the two)."""
+    out, (first, completed) = runs["full disk"]
+    assert first.returncode == 0, first.stderr
+    before = files_of(runs["full disk@before"][0])
+    assert sorted(before) == ["curves.png", "metrics.json", "model.npz"]
     line = one_line(completed, "train", 1)
     assert "File too large" in line and "intact" in line
     assert files_of(out) == before  # not one file of the new run: they are replaced together
 
 
-def test_a_full_disk_while_checkpointing_leaves_no_partial_file(text_file, tmp_path):
-    out = tmp_path / "run"
-    completed = retrograd("train", *GPT, "--text", text_file, "--out", str(out), limit=4_000)
+def test_a_full_disk_while_checkpointing_leaves_no_partial_file(runs):
+    """A GPT run when no file may grow beyond 4 kB."""
+    out, (completed,) = runs["full checkpoint"]
     line = one_line(completed, "train", 1)
     assert "checkpoint.npz: File too large" in line
     assert not out.exists() or files_of(out) == {}
@@ -225,42 +362,40 @@ def test_a_gpt_run_killed_at_random_moments_keeps_a_complete_checkpoint(text_fil
 
 
 # -- texts ----------------------------------------------------------------------------------------
-def test_a_text_without_a_newline_trains_resumes_and_finishes(tmp_path):
-    text = tmp_path / "words.txt"
-    text.write_text(("abc def ghi " * 60).strip())
-    out = tmp_path / "run"
-    first = retrograd("train", *GPT, "--text", str(text), "--out", str(out), "--stop-at", "2")
+def test_a_text_without_a_newline_trains_resumes_and_finishes(runs):
+    """``"abc def ghi " * 60``, stripped: a run stopped at step 2, then resumed."""
+    out, (first, completed) = runs["no newline"]
     assert first.returncode == 0, first.stderr
-    completed = retrograd("train", "--model", "gpt", "--out", str(out), "--resume")
     assert completed.returncode == 0, completed.stderr
+    assert "resumed at step 2" in completed.stdout
     for name in ("model.npz", "metrics.json", "sample.txt", "checkpoint.npz"):
         assert (out / name).is_file(), name
     assert set((out / "sample.txt").read_text()) <= set("abcdefghi ")
 
 
-def test_a_text_in_another_encoding_is_refused_or_read_as_told(tmp_path):
+def test_a_text_in_another_encoding_is_refused_or_read_as_told(runs, tmp_path):
+    """Refused without ``--encoding``; ``latin-1``: the run of that text with it."""
     from retrograd.app.checkpoints import read_checkpoint
 
     text = tmp_path / "latin.txt"
     text.write_bytes(("café naïve " * 60).encode("latin-1"))
-    out = str(tmp_path / "run")
-    line = one_line(run_main("train", *GPT, "--text", str(text), "--out", out), "train", 1)
+    out = tmp_path / "run"
+    line = one_line(run_main("train", *GPT, "--text", str(text), "--out", str(out)), "train", 1)
     assert "latin.txt is not utf-8 text (byte 0xe9 at offset 3" in line and "--encoding" in line
-    completed = retrograd("train", *GPT, "--text", str(text), "--encoding", "latin-1", "--out", out)
+    assert not out.exists() or files_of(out) == {}
+    out, (completed,) = runs["latin-1"]
     assert completed.returncode == 0, completed.stderr
-    assert "é" in read_checkpoint(Path(out) / "checkpoint.npz").meta["vocab"]
+    assert "é" in read_checkpoint(out / "checkpoint.npz").meta["vocab"]
     line = one_line(run_main("train", *GPT, "--encoding", "klingon"), "train", 2)
     assert "no such encoding: klingon" in line
 
 
 # -- flags ----------------------------------------------------------------------------------------
-def test_the_gpt_trains_on_the_torch_backend_as_on_numpy(gpt_run, text_file, tmp_path):
+def test_the_gpt_trains_on_the_torch_backend_as_on_numpy(runs, gpt_run):
     """``gpt_run`` is this command with the default ``--backend``, numpy."""
-    pytest.importorskip("torch")
-    out = tmp_path / "torch"
-    completed = retrograd(
-        "train", *GPT, "--text", text_file, "--backend", "torch", "--out", str(out)
-    )
+    if "torch" not in runs:  # (not imported here: only the run uses it)
+        pytest.skip("torch is not installed")
+    out, (completed,) = runs["torch"]
     assert completed.returncode == 0, completed.stderr
     runs = {
         backend: json.loads((folder / "metrics.json").read_text())
@@ -315,14 +450,20 @@ def test_non_finite_values_are_refused(arguments):
     assert "argument --" in line
 
 
-def test_resume_refuses_settings_that_differ_from_the_saved_runs(gpt_run, text_file, tmp_path):
+def test_resume_refuses_settings_that_differ_from_the_saved_runs(
+    runs, gpt_run, text_file, tmp_path
+):
+    """``resumed``: a copy of ``gpt_run`` resumed with its settings and ``--steps 6``."""
     out = copy_of(gpt_run, tmp_path)
+    before = files_of(out)
     resume = ["--text", text_file, "--out", str(out), "--resume"]
     completed = run_main("train", *GPT, "--n-embd", "32", *resume)
     line = one_line(completed, "train", 2)
     assert "--n-embd 32 differs from the saved run's 16" in line
-    same = retrograd("train", *GPT, "--steps", "6", *resume)
+    assert files_of(out) == before  # refused before any work: the run resumes as it was
+    out, (same,) = runs["resumed"]
     assert same.returncode == 0, same.stderr  # the same settings again: resumed
+    assert json.loads((out / "metrics.json").read_text())["summary"]["step"] == 6
     completed = run_main("train", *GPT, "--out", str(out), "--resume", "--overwrite")
     line = one_line(completed, "train", 2)
     assert "contradict" in line
@@ -410,9 +551,9 @@ def test_an_out_that_is_a_file_or_cannot_be_made_is_refused_before_any_work(tmp_
     assert "is a file, not a folder" in one_line(completed, "graph", 1)
 
 
-def test_a_loss_that_stops_being_a_number_stops_the_run_before_it_writes(tmp_path):
-    out = tmp_path / "run"
-    completed = retrograd("train", *MLP, "--optimizer", "sgd", "--lr", "1e30", "--out", str(out))
+def test_a_loss_that_stops_being_a_number_stops_the_run_before_it_writes(runs):
+    """The MLP with SGD at ``--lr 1e30``."""
+    out, (completed,) = runs["nan"]
     assert "the loss became nan at step" in one_line(completed, "train", 1)
     assert not out.exists()  # made for the run, and nothing written in it
 

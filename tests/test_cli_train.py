@@ -116,7 +116,7 @@ def test_a_budget_reports_its_plans_predicted_and_measured_peak(default_run, tmp
     assert main(["train", *SMALL, "--checkpointing", f"budget:{budget}", "--out", out]) == 0
     printed = capsys.readouterr().out
     assert "budget plan            predicted peak" in printed and "measured" in printed
-    summary = quiet(checkpointing=f"budget:{budget}")["summary"]
+    summary = json.loads((Path(out) / "metrics.json").read_text())["summary"]  # the same run's
     assert summary["budget_bytes"] == budget
     assert 0 < summary["plan_measured_peak_bytes"] <= 1.1 * summary["plan_predicted_peak_bytes"]
     assert "plan_predicted_peak_bytes" not in plain["summary"]
@@ -229,28 +229,28 @@ def test_conflicting_settings_are_one_line_errors(capsys):
     assert "--workers is for the local engine" in capsys.readouterr().err
 
 
-def test_python_m_retrograd_train(tmp_path):
+@pytest.fixture(scope="module")
+def fresh_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """``python -m retrograd train`` (the CNN, at the small sizes), in a fresh process whose
+    stderr is not a terminal, and its folder: one launch for the two tests below."""
+    out = tmp_path_factory.mktemp("fresh")
     completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "retrograd",
-            "train",
-            "--model",
-            "mlp",
-            *SMALL[:-1],
-            "--out",
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", "retrograd", "train", *SMALL[:-1], "--out", str(out)],
         capture_output=True,
         text=True,
         env=child_env(),
         timeout=120,
     )
+    return completed, out
+
+
+def test_python_m_retrograd_train(fresh_run):
+    completed, out = fresh_run
     assert completed.returncode == 0, completed.stderr
     # stderr is not a terminal here: no progress bars, but every epoch and the summary print
     assert "epoch 1/1" in completed.stdout and "summary" in completed.stdout
-    assert (tmp_path / "metrics.json").is_file() and (tmp_path / "curves.png").is_file()
+    assert "batch" not in completed.stderr
+    assert (out / "metrics.json").is_file() and (out / "curves.png").is_file()
 
 
 def test_mpi_engine_under_mpiexec(default_run, tmp_path):
@@ -332,18 +332,17 @@ def test_zero_shards_the_optimizer_state_and_trains_as_data_parallel(tmp_path, c
 
 
 def test_the_reported_activation_memory_is_a_step_s_not_the_process_s_first_allocations(
-    tmp_path,
+    fresh_run,
 ):
     """In a fresh process the first step also allocates what stays for the whole run
     (compiled kernels, modules imported on first use): 30-40 MiB counted as the CNN's
     activations, whose step on 16 images of 8x8 holds about 1.6 MiB."""
-    completed = subprocess.run(
-        [sys.executable, "-m", "retrograd", "train", *SMALL, "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=120,
-    )
+    completed, out = fresh_run
     assert completed.returncode == 0, completed.stderr
-    summary = json.loads((tmp_path / "metrics.json").read_text())["summary"]
-    assert 0 < summary["peak_activation_bytes"] < 4 * 2**20, summary["peak_activation_bytes"]
+    summary = json.loads((out / "metrics.json").read_text())["summary"]
+    assert summary["peak_activation_bytes"] > 0 and metrics_model(out) == "cnn"
+    assert summary["peak_activation_bytes"] < 4 * 2**20, summary["peak_activation_bytes"]
+
+
+def metrics_model(out: Path) -> str:
+    return json.loads((out / "metrics.json").read_text())["config"]["model"]

@@ -217,8 +217,37 @@ def test_cold_cache_runs_the_twin_then_the_kernel_the_background_compiled(tmp_pa
     assert warm["compiled_here"] == 0 and warm["loaded"] == 1 and warm["same"]
 
 
-def test_wait_mode_compiles_in_the_process(tmp_path):
-    result = fresh_process(tmp_path, tmp_path / "cache", **{kernel_compile.MODE_VARIABLE: "wait"})
+#: ``PROGRAM`` twice in one fresh process (its imports paid once), each time on a kernel module of
+#: its own (a cold cache for each): with ``RETROGRAD_KERNEL_COMPILE=wait``, then without it on
+#: ``toydirect`` (a copy of ``toykernel``) calling the dispatcher itself
+_DIRECT = PROGRAM.replace("toykernel", "toydirect").replace(
+    "toydirect.scaled(x, first)", "toydirect._scaled(x, first)"
+)
+IN_PROCESS_COMPILES = f"""
+import contextlib, io, json, os
+results = dict()
+for name, program, mode in (("wait", {PROGRAM!r}, "wait"), ("direct", {_DIRECT!r}, None)):
+    if mode:
+        os.environ[{kernel_compile.MODE_VARIABLE!r}] = mode
+    else:
+        os.environ.pop({kernel_compile.MODE_VARIABLE!r}, None)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(program, dict())
+    results[name] = json.loads(printed.getvalue().strip().splitlines()[-1])
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def in_process_compiles(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("in-process")
+    (folder / "toydirect.py").write_text(textwrap.dedent(KERNEL_MODULE))
+    return fresh_process(folder, folder / "cache", program=IN_PROCESS_COMPILES)
+
+
+def test_wait_mode_compiles_in_the_process(in_process_compiles):
+    result = in_process_compiles["wait"]
     assert result["twin_calls"] == 0 and result["sent"] == 0
     assert result["compiled_here"] == 1 and result["same"]
 
@@ -264,9 +293,8 @@ def test_a_read_only_install_compiles_into_the_user_cache(tmp_path):
     assert warm["twin_calls"] == 0 and warm["compiled_here"] == 0 and warm["loaded"] == 1
 
 
-def test_a_direct_dispatcher_call_compiles_as_numba_does(tmp_path):
-    program = PROGRAM.replace("toykernel.scaled(x, first)", "toykernel._scaled(x, first)")
-    result = fresh_process(tmp_path, tmp_path / "cache", program=program)
+def test_a_direct_dispatcher_call_compiles_as_numba_does(in_process_compiles):
+    result = in_process_compiles["direct"]
     assert result["twin_first"] == 0 and result["sent"] == 0 and result["compiled_here"] == 1
 
 
