@@ -18,7 +18,6 @@ Hypothesis, derandomized, with fixed example counts.
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 
@@ -27,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import cycle_probe
 import retrograd as rg
 from backends import inner_backend
 from retrograd import distributed as dist
@@ -160,18 +160,9 @@ def heap_set_aside():
     ran many tests before, those walks were most of this test's time (about 30 captures per
     strategy: 13 s of 16 s with 6 million objects alive), and its tensors are all made during
     the test, where the walks still see them (a mask the capture missed would replay its old
-    value after ``mask``: the eager twin would differ). On exit the test's garbage is
-    collected and the heap frozen again as a whole, so that the objects ``conftest.py`` froze
-    at collection stay out of later collections (``unfreeze`` alone would give every one of
-    them back to the collector for the rest of the worker)."""
-    gc.collect()
-    gc.freeze()
-    try:
+    value after ``mask``: the eager twin would differ). (:func:`cycle_probe.heap_set_aside`)"""
+    with cycle_probe.heap_set_aside():
         yield
-    finally:
-        gc.collect()
-        gc.unfreeze()
-        gc.freeze()
 
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))

@@ -43,7 +43,6 @@ leaves more objects per module than retrograd).
 from __future__ import annotations
 
 import collections
-import contextlib
 import gc
 import io
 import itertools
@@ -60,7 +59,7 @@ import torch
 
 import retrograd as rg
 from backends import inner_backend
-from cycle_probe import collected_cycles
+from cycle_probe import collected_cycles, heap_set_aside
 from retrograd import func, nn, optim
 from retrograd.utils.checkpoint import checkpoint
 from retrograd.utils.data import DataLoader, TensorDataset
@@ -72,34 +71,6 @@ D = rg.distributions
 #: (20 before): a leak of an object a step still reaches the bound, and without one no type
 #: grew by more than 3 over them on either inner backend (measured for each test here)
 WARM, STEPS = 5, 15
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _heap_frozen():
-    """The heap set aside once for the file's tests (``gc.collect`` and ``gc.freeze``): each
-    full collection below then walks only what the file's tests made, not the whole worker.
-    (``cycle_probe.heap_set_aside`` ends with ``gc.unfreeze``, which hands the collector every
-    object of the worker, the conftest's freeze of what collection made included: a full
-    collection a loop then walked them all, some 0.7 s a test in a CI worker, most of this
-    file's CPU time there.) Left as found: frozen again if it was frozen."""
-    was_frozen = gc.get_freeze_count() > 0
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-    if was_frozen:
-        gc.collect()
-        gc.freeze()
-
-
-@contextlib.contextmanager
-def _heap_set_aside():
-    """``cycle_probe.heap_set_aside`` without its ``gc.unfreeze`` (:func:`_heap_frozen` unfreezes
-    once, after the file): everything alive on entry out of the collector's view, so that
-    collections and ``gc.get_objects()`` see only what the block made."""
-    gc.collect()
-    gc.freeze()
-    yield
 
 
 def _data(seed: int, *shape: int) -> np.ndarray:
@@ -145,7 +116,7 @@ def _check_flat(step, warm: int = WARM, steps: int = STEPS) -> None:
     retrograd's left; once the cycles are collected, fewer new tracked objects of each type
     than steps since the fifth, and the same open files and live threads; every weak
     reference ``step`` returns dead once its step is over."""
-    with _heap_set_aside():
+    with heap_set_aside():
         for i in range(warm):
             step(i)
         _tracked(), _resources(), collected_cycles(generation=0)  # (their own first-call objects)

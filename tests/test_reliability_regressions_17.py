@@ -6,7 +6,6 @@ not by bytes or time, so that they hold under load and on either inner backend.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import weakref
 
@@ -16,7 +15,7 @@ import torch
 
 import retrograd as rg
 from backends import inner_backend
-from cycle_probe import collected_cycles
+from cycle_probe import collected_cycles, heap_set_aside
 from retrograd import func, nn
 
 _RNG = np.random.default_rng(17)
@@ -43,23 +42,6 @@ def _collected_only_by_gc(run) -> list[str]:
         return collected_cycles(generation=0)
     finally:
         gc.enable()
-
-
-@contextlib.contextmanager
-def _heap_set_aside():
-    """The objects alive on entry set aside (``gc.freeze``, after a collection) for the
-    block: its collections and ``gc.get_objects()`` see only the objects made since. On exit
-    the block's garbage is collected and the heap frozen again as a whole, so that the
-    objects ``conftest.py`` froze at collection stay out of later collections (``unfreeze``
-    alone would give every one of them back to the collector, for the rest of the worker)."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.collect()
-        gc.unfreeze()
-        gc.freeze()
 
 
 def _strategy(name: str) -> rg.CheckpointStrategy:
@@ -163,7 +145,7 @@ def test_a_budget_loop_whose_plan_misses_keeps_a_constant_number_of_objects():
 
     # (set aside from before the warm-up, which replaces what the steps replace; counts and
     # collections then walk the steps' objects only, not the worker's heap)
-    with _heap_set_aside():
+    with heap_set_aside():
         for _ in range(10):
             step()
         gc.collect()

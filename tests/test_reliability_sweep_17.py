@@ -29,7 +29,6 @@ keeping the graph.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import io
 import threading
@@ -42,7 +41,7 @@ import pytest
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812  (PyTorch's idiom)
 from backends import inner_backend
-from cycle_probe import collected_cycles
+from cycle_probe import collected_cycles, heap_set_aside
 from retrograd import distributed as dist
 from retrograd import func, nn, optim
 from retrograd.utils.data import DataLoader, TensorDataset
@@ -64,34 +63,6 @@ def _strategy(name: str) -> rg.CheckpointStrategy:
     }[name]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _heap_frozen():
-    """The heap set aside once for the file's tests (``gc.collect`` and ``gc.freeze``): each
-    full collection below then walks only what the file's tests made, not the whole worker.
-    (``cycle_probe.heap_set_aside`` ends with ``gc.unfreeze``, which hands the collector every
-    object of the worker, the conftest's freeze of what collection made included: a full
-    collection a loop then walked them all, some 0.7 s a test in a CI worker, most of this
-    file's CPU time there.) Left as found: frozen again if it was frozen."""
-    was_frozen = gc.get_freeze_count() > 0
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-    if was_frozen:
-        gc.collect()
-        gc.freeze()
-
-
-@contextlib.contextmanager
-def _heap_set_aside():
-    """``cycle_probe.heap_set_aside`` without its ``gc.unfreeze`` (:func:`_heap_frozen` unfreezes
-    once, after the file): everything alive on entry out of the collector's view, so that
-    collections and ``gc.get_objects()`` see only what the block made."""
-    gc.collect()
-    gc.freeze()
-    yield
-
-
 def _check_loop(step, warm: int = 5, steps: int = 6) -> None:
     """Run ``step`` ``warm`` times, then ``steps`` times with the collector off: no cycle left,
     no growth in tracked objects, and whatever weak references a step returns are dead.
@@ -100,7 +71,7 @@ def _check_loop(step, warm: int = 5, steps: int = 6) -> None:
     youngest generation (the collector is off: nothing is promoted), so the cycles are looked
     for there, each older object a reference from outside: one full collection a loop rather
     than three, the same cycles found (a cycle a step leaves is made of that step's objects)."""
-    with _heap_set_aside():
+    with heap_set_aside():
         for _ in range(warm):
             step()
         gc.collect()
