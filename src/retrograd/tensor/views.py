@@ -587,11 +587,8 @@ def written_positions(t: Any, compute: Any) -> Any:
     floating = t.is_floating_point() or t.is_complex()
     if not (floating and is_grad_enabled() and t._backend.is_autodiff):
         return None
-    view = getattr(t, "_view", None)
-    while view is not None and view[KIND] not in ("unfold", "as_strided"):
-        view = getattr(base_of(view), "_view", None)
-    if view is None:
-        return None
+    if not _through_overlap(t) or _written_at_root(t):
+        return None  # (written in one scatter, which needs no positions)
     make, backend, device = type(t)._result, t._backend, t._device
     with no_grad():
         nans = host_constant(make, np.full(t.shape, np.nan), backend, device).to(t.dtype)
@@ -792,14 +789,28 @@ def _distinct_in_root(t: Any) -> tuple[Any, Any] | None:
     there in one step, and the root's old values at every position written get no gradient.
     Written link by link instead, the overlapping link would keep the gradient of positions
     its windows share (:func:`_write_through_overlap`). ``None`` elsewhere."""
+    return positions_in_root(t) if _written_at_root(t) else None
+
+
+def _through_overlap(t: Any) -> bool:
+    """Whether a view whose elements overlap (unfold windows, as_strided positions) lies
+    between ``t`` and its root."""
     view = getattr(t, "_view", None)
-    overlapping = False
-    while view is not None and view[KIND] in _LOCATED:
-        overlapping = overlapping or view[KIND] in ("unfold", "as_strided")
+    while view is not None and view[KIND] not in ("unfold", "as_strided"):
         view = getattr(base_of(view), "_view", None)
-    if not overlapping or view is not None or not non_overlapping(t.shape, strides_of(t)):
-        return None
-    return positions_in_root(t)
+    return view is not None
+
+
+def _written_at_root(t: Any) -> bool:
+    """Whether a write into ``t`` goes to its root in one scatter (:func:`_distinct_in_root`):
+    an overlapping view lies on the chain, every link maps elements to elements, and ``t``
+    takes each location once."""
+    if not _through_overlap(t):
+        return False  # (most writes: checked first)
+    view = getattr(t, "_view", None)
+    while view is not None and view[KIND] in _LOCATED:
+        view = getattr(base_of(view), "_view", None)
+    return view is None and non_overlapping(t.shape, strides_of(t))
 
 
 def _through_expand(base: Any, kind: str, params: tuple, value: Any) -> tuple[Any, Any] | None:
