@@ -299,23 +299,10 @@ def _check_split(native, twin, n):
 
 
 # -- samplers ------------------------------------------------------------------------------------
-def _random_twin(p, ds_len):
-    """retrograd's sampler of the program, seeded afresh (its orders are the loader's)."""
-    data, g = rg.utils.data, rg.Generator().manual_seed(p["gen_seed"])
-    kind = p["sampler"]
-    if kind == "shuffle":
-        return data.RandomSampler(range(ds_len), generator=g)
-    if kind == "random":
-        return data.RandomSampler(range(ds_len), p["replacement"], p["num_samples"], generator=g)
-    if kind == "subset_random":
-        return data.SubsetRandomSampler(list(range(0, ds_len, 2)), generator=g)
-    return data.WeightedRandomSampler(
-        p["weights"][:ds_len], p["num_samples"] or ds_len, p["replacement"], generator=g
-    )
-
-
-def _native(p, ds_len):
-    data, g = torch.utils.data, torch.Generator().manual_seed(p["gen_seed"])
+def _sampler(lib, p, ds_len):
+    """``lib``'s (retrograd's or torch's) sampler of the program, seeded afresh (its orders
+    are the loader's)."""
+    data, g = lib.utils.data, lib.Generator().manual_seed(p["gen_seed"])
     kind = p["sampler"]
     if kind == "shuffle":
         return data.RandomSampler(range(ds_len), generator=g)
@@ -371,17 +358,17 @@ def build_loader(lib, p, ds, log):
             if kind == "shuffle":
                 kw["shuffle"], kw["generator"] = True, g
             else:
-                kw["sampler"] = _random_twin(p, ds_len)
+                kw["sampler"] = _sampler(rg, p, ds_len)
         else:
-            native = _native(p, ds_len)
+            native = _sampler(torch, p, ds_len)
             try:
                 native_orders = [list(native) for _ in range(EPOCHS)]
             except Exception:  # torch's refusal to draw, met when the loader iterates
-                kw["sampler"] = _native(p, ds_len)
+                kw["sampler"] = _sampler(torch, p, ds_len)
             else:
                 for order in native_orders:
                     _check_order(p, ds_len, order, "torch's order (the check itself)")
-                twin = _random_twin(p, ds_len)
+                twin = _sampler(rg, p, ds_len)
                 orders = [list(twin) for _ in range(EPOCHS)]
                 for order in orders:
                     _check_order(p, ds_len, order, "retrograd's order")
