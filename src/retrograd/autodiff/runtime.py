@@ -69,26 +69,31 @@ class Tape:
     def _walk(self, root: Node, claim: bool) -> None:
         nodes = {root.id: root}
         children: dict[int, int] = {}
-        walked = []
+        walked: list[Node] = []
         stack = [root]
-        while stack:
-            node = stack.pop()
-            if node.consumed:
-                if claim:
-                    _unclaim(walked)
-                raise _consumed(node)
-            walked.append(node)
-            if claim and node.op is not None:
-                node.consumed = CLAIMED
-            for parent in node.parents:
-                if parent is not None:
-                    parent_id = parent.id
-                    if parent_id in nodes:
-                        children[parent_id] += 1
-                    else:
-                        children[parent_id] = 1
-                        nodes[parent_id] = parent
-                        stack.append(parent)
+        try:
+            while stack:
+                node = stack.pop()
+                if node.consumed:
+                    raise _consumed(node)
+                walked.append(node)
+                if claim and node.op is not None:
+                    node.consumed = CLAIMED
+                for parent in node.parents:
+                    if parent is not None:
+                        parent_id = parent.id
+                        if parent_id in nodes:
+                            children[parent_id] += 1
+                        else:
+                            children[parent_id] = 1
+                            nodes[parent_id] = parent
+                            stack.append(parent)
+        except BaseException:
+            # a consumed node met, or an interrupt mid-walk: what was claimed is given back,
+            # or the graph would refuse every later backward as consumed
+            if claim:
+                _unclaim(walked)
+            raise
         walked.sort(key=_depth, reverse=True)
         self.steps = self.run = walked
         self.nodes = nodes
@@ -210,7 +215,7 @@ def backward(
     # walk the part below the inputs); the nodes run are released below as usual
     consume = not reading and stop is None
     if consume:
-        tape = Tape(root_node, claim=True)
+        tape = _tape(backend, root_node, claim=True)
         try:
             checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=True)
         except BaseException:
@@ -218,45 +223,49 @@ def backward(
             raise
     elif reading:  # the walk and the values it gathers are taken before another thread claims
         with _CLAIMS:
-            tape = Tape(root_node, stop)
+            tape = _tape(backend, root_node, stop)
             checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
             _READING.append(tape)
     else:  # toward some inputs, releasing the nodes it runs
-        tape = Tape(root_node, stop)
+        tape = _tape(backend, root_node, stop)
         checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
 
-    rules_backend = backend if create_graph else inner
-    checking = ANOMALY["enabled"] and ANOMALY["check_nan"]
-    if checking:
-        grads = _CheckedGradients(rules_backend, device, dict(tape.children))
-        grads.inner = inner
-    else:
-        grads = Gradients(rules_backend, device, dict(tape.children))
-        # sums of plain arrays, which no rule reads yet (an anomaly check sees each
-        # contribution alone, which an in-place sum would not show it)
-        grads.in_place = not create_graph
-    if stop is not None:
-        grads.kept = stop
-    hooks = list(BACKWARD_HOOKS)
-    for hook in hooks:
-        hook.begin(tape, grads)
-    if seed is None:
-        seed = inner.ones_like(root.value)
-    grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
-
-    nodes = tape.nodes if create_graph else None
-    # what a consuming backward took from the records of the steps it has not run yet
-    taken = getattr(checkpointer, "taken", None) if consume else None
-    node = None
-    running = getattr(_RUNNING, "tapes", None)
-    if running is None:
-        running = _RUNNING.tapes = []
-    running.append(tape)
-    gathering = getattr(_RUNNING, "gradients", None)
-    if gathering is None:
-        gathering = _RUNNING.gradients = []
-    gathering.append(grads)
+    node = grads = nodes = taken = running = gathering = None
+    # From here on the strategy's checkpointer exists: whatever stops the backward (an
+    # interrupt while its gradients are set up included) gives the graph back and tells the
+    # strategy, below, or a budget's planner would wait for the end of a backward that never
+    # runs, and record the next step's forward as the rest of this one.
     try:
+        rules_backend = backend if create_graph else inner
+        checking = ANOMALY["enabled"] and ANOMALY["check_nan"]
+        if checking:
+            grads = _CheckedGradients(rules_backend, device, dict(tape.children))
+            grads.inner = inner
+        else:
+            grads = Gradients(rules_backend, device, dict(tape.children))
+            # sums of plain arrays, which no rule reads yet (an anomaly check sees each
+            # contribution alone, which an in-place sum would not show it)
+            grads.in_place = not create_graph
+        if stop is not None:
+            grads.kept = stop
+        hooks = list(BACKWARD_HOOKS)
+        for hook in hooks:
+            hook.begin(tape, grads)
+        if seed is None:
+            seed = inner.ones_like(root.value)
+        grads.register(root_node, AutodiffPrimitive(seed, None) if create_graph else seed)
+
+        nodes = tape.nodes if create_graph else None
+        # what a consuming backward took from the records of the steps it has not run yet
+        taken = getattr(checkpointer, "taken", None) if consume else None
+        running = getattr(_RUNNING, "tapes", None)
+        if running is None:
+            running = _RUNNING.tapes = []
+        gathering = getattr(_RUNNING, "gradients", None)
+        if gathering is None:
+            gathering = _RUNNING.gradients = []
+        running.append(tape)
+        gathering.append(grads)
         with inner.arithmetic_warnings_ignored():
             for node in tape.run:
                 if node.op is not None:
@@ -283,8 +292,10 @@ def backward(
                 for key in node.saved.keys:
                     checkpointer.retrieve(key)
     except BaseException as error:
-        running.pop()
-        gathering.pop()
+        if running and running[-1] is tape:
+            running.pop()
+        if gathering and gathering[-1] is grads:
+            gathering.pop()
         if reading:  # (before the tape goes below)
             _stop_reading(tape)
         # A rule, hook or Function raised (or an interrupt came): the caller may keep the
@@ -541,6 +552,22 @@ def _stop_reading(tape: Tape) -> None:
         if _DEFERRED:
             for node_id in [k for k in _DEFERRED if not any(k in t.nodes for t in _READING)]:
                 _release(_DEFERRED.pop(node_id))  # (no reading tape holds it now)
+
+
+def _tape(
+    backend: Any, root: Node, stop: frozenset[int] | None = None, claim: bool = False
+) -> Tape:
+    """The walk of a backward from ``root`` (:class:`Tape`). An interrupt during it (anything
+    but the walk's own refusal of a consumed graph) is told to the strategy, which drops the
+    step it was recording (:meth:`~.checkpoint.strategy.CheckpointStrategy.backward_interrupted`):
+    the backward of that step will not run, and the next step's forward is a step of its own."""
+    try:
+        return Tape(root, stop, claim)
+    except AutodiffError:
+        raise
+    except BaseException:
+        backend.checkpointing.backward_interrupted()
+        raise
 
 
 def _unclaim(nodes: list[Node]) -> None:

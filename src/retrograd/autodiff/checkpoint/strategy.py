@@ -150,6 +150,11 @@ class CheckpointStrategy:
         checkpointer.taken = builder.taken
         return checkpointer
 
+    def backward_interrupted(self) -> None:
+        """A backward was stopped (an interrupt) while its graph was walked, before
+        :meth:`begin_backward`. A strategy that records each step between backwards (a
+        memory budget's) drops the step it was recording; the others have nothing to do."""
+
     def planned_states(self, tape: Any) -> dict[int, State]:
         """The state of every value a backward over ``tape`` would read, as it would start:
         held, or missing (to recompute). Changes nothing, consumes nothing."""

@@ -396,6 +396,28 @@ class BudgetCheckpointing(CheckpointStrategy):
         """The step just recorded ends: the planner plans the next ones from it, unless it
         followed the current plan; then the checkpointer of its backward, as the plan assumed
         or as after an eager step."""
+        try:
+            return self._checkpointer_for(tape, inner, consume)
+        except BaseException:
+            self.backward_interrupted()
+            raise
+
+    def backward_interrupted(self) -> None:
+        """A backward stopped before its checkpointer existed (an interrupt while its graph
+        was walked, or anything raised in :meth:`begin_backward`): its step is dropped as a
+        failed backward's (:meth:`.Planner.backward_failed`), with what it recorded.
+        Otherwise the next step's forward was recorded as the rest of this one, or the
+        planner waited on the end of a backward that never ran: a loop interrupted there
+        planned a graph of two forwards, and its next step held 1.3x the budget."""
+        with self._lock:
+            self.recorder.take()
+            self.planner.backward_failed()
+            self.planner.settled.clear()
+            self._disputed.clear()
+
+    def _checkpointer_for(
+        self, tape: Any, inner: Any, consume: bool
+    ) -> Checkpointer | HeldCheckpointer:
         with self._lock:
             forward_peak = self.pool.take_peak()
             walk = self.planner.walk
@@ -412,9 +434,22 @@ class BudgetCheckpointing(CheckpointStrategy):
             self._disputed.clear()
         nodes = self.tree_of(tape)
         builder = BudgetCheckpointerBuilder(nodes, consume)
+        try:
+            checkpointer = self._checkpointer(builder, planned, tape, inner, nodes, forward_peak)
+        except BaseException:
+            builder.give_back()
+            raise
+        builder.took = []
         if builder.slots is not None:  # the checkpointer alone holds the values from now on
             with self._lock:
                 self.pool.release(builder.slots)
+        return checkpointer
+
+    def _checkpointer(
+        self, builder: Any, planned: Any, tape: Any, inner: Any, nodes: dict, forward_peak: int
+    ) -> Checkpointer | HeldCheckpointer:
+        """The checkpointer of the backward of ``builder``'s values: as the plan ``planned``
+        (its byte limit and mode, or ``None``) assumed, or as after an eager step."""
         if planned is not None and planned[1] == FITS and not builder.recomputed:
             # a plan that evicts nothing this backward reads: every value is held, as under
             # NoCheckpointing, and its peak is what forward held
