@@ -2,7 +2,7 @@
 
 An interrupt (Ctrl-C) can land while a backward walks its graph (``runtime.Tape``) or while
 the budget hands its checkpointer out (``BudgetCheckpointing.begin_backward``: the planner's
-``backward_begins``, the walked tree, the checkpointer's build). Until 7 December the step
+``backward_begins``, the walked tree, the checkpointer's build). Until 6 December the step
 being recorded stayed open there: the next step's forward was recorded as the rest of it (a
 graph of two forwards, planned and kept as a graph of its own), or the planner waited on the
 end of a backward that never ran, and an interrupted walk left the graph's nodes claimed, so

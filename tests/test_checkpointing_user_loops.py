@@ -549,9 +549,14 @@ def test_a_planned_backward_counts_the_earlier_graph_it_reads():
     assert strategy.planned_steps >= 2
     for peak, predicted in peaks[1:]:
         assert peak <= 1.1 * predicted, peaks
-    # the planned steps hold what the eager first step held (the budget's reach here), to
-    # the tenth a replay's drops may differ by (they follow measured times)
-    assert max(peak for peak, _ in peaks[1:]) <= 1.1 * peaks[0][0], peaks
+    # the planned steps replay the eager first step (the budget's reach here) and hold what
+    # their first held, within the bound (the budget and a tenth of NoCheckpointing's
+    # peak): the replay copies the eager step's choices, but from the second step the
+    # penalty's autograd.grad graph follows its own plan and holds other values than the
+    # eager step met (7-11% more than it, under load, on 6 December)
+    planned = [peak for peak, _ in peaks[1:]]
+    assert len(set(planned)) == 1, peaks
+    assert max(planned) <= strategy.max_bytes + 0.1 * plain, (peaks, strategy.max_bytes)
 
 
 @pytest.mark.numpy_only("tracemalloc sees NumPy's allocations, not torch's CPU allocator")

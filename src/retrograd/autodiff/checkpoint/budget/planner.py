@@ -78,8 +78,8 @@ class EvictionPlan(NamedTuple):
     #: time measured for each op and shapes); a :data:`REPLAY` that copies its eager step,
     #: the times that step gave them as it went (see :func:`_prices`)
     prices: list | None = None
-    #: a :data:`REPLAY` at the fastest prices, a schedule no step had run when it was made:
-    #: whether ``counted`` is what its first step held (see :meth:`Planner.backward_ended`)
+    #: a :data:`REPLAY`: whether ``counted`` is what its first step held (see
+    #: :meth:`Planner.backward_ended`)
     measured: bool = False
 
 
@@ -406,9 +406,15 @@ class Planner:
         budget (a miss under the tenth still passes
         the budget the plan was to keep: a gradient penalty's steps held 1.05 times it), is
         re-planned from its trace with the budget lowered by the miss; after
-        :data:`MAX_REPLANS`, the attempt that held least stays. A replay at the fastest
-        prices (of an eager step that missed the budget, :func:`_prices`) predicts from then
-        on what its first step held: every step after it does the same."""
+        :data:`MAX_REPLANS`, the attempt that held least stays. A replay predicts from then
+        on what its first step held: every step after it does the same. At the fastest
+        prices (of an eager step that missed the budget, :func:`_prices`) it is a schedule
+        no step had run; at the eager step's own prices it makes that step's choices, but
+        what it holds also counts the values of other graphs its step meets, which their
+        own plans now hold where the eager step met their eager steps (a critic step's
+        gradient penalty, whose ``autograd.grad`` graph follows a plan of its own from the
+        second step: 7-11% more than the eager step, 6 December; until then the plan
+        predicted the eager step's peak, and a test bound of a tenth failed under load)."""
         plan, self._checking = self._checking, None
         if plan is None:
             if self.walk and self._eager_peak is not None:  # a later walk of an eager step
@@ -416,10 +422,10 @@ class Planner:
             else:
                 self._eager_peak = peak_bytes
             return
-        if plan.mode == REPLAY and plan.prices is None and not plan.measured:
+        if plan.mode == REPLAY and not plan.measured:
             if not plan.trace.walks:
-                # a replay at the fastest prices: its steps do what this one did, which the
-                # eager step's peak (its prediction until now) only guessed at
+                # its steps do what this one did, which the eager step's peak (its prediction
+                # until now) only guessed at
                 self._adopt(plan._replace(counted=peak_bytes, measured=True))
             return
         if plan.mode != FITS or peak_bytes <= min(1.1 * plan.counted, self.max_bytes):
