@@ -32,11 +32,16 @@ synthetic images, against torch's run of the same program from the same weights 
 - evaluation under ``torch.no_grad()``: natural and verified error, a PGD attack outside it
   (``torch.autograd.grad`` of the loss with respect to the input, ``x_adv.detach() + alpha *
   grad.sign()``, a random start by ``torch.rand(*data.shape)``, the
-  projection by ``torch.min(torch.max(...))``), the bounds recomputed in float64 by
+  projection by ``torch.min(torch.max(...))``), the penultimate features' box from the prefix
+  ``model[:-1]`` (a ``BoundSequential`` again, with its ``interval_range``), the bounds
+  recomputed in float64 by
   ``copy.deepcopy(model).double()``, and the ``state_dict`` round trip into a freshly converted
   model by ``load_state_dict``.
 
 The lines changed for the port: the ``import`` lines and the gradient lines.
+
+The regression guarded (``tests/test_ports67_fixes.py``): a slice of a ``Sequential`` (or
+``ModuleList``) subclass was a plain ``Sequential``, so ``model[:-1].interval_range`` failed.
 """
 
 from __future__ import annotations
@@ -314,6 +319,13 @@ with torch.no_grad():
         robust_ce, verified_err, lb = robust_loss(restored, test_data, test_labels, eps)
         record.append([robust_ce.item(), verified_err])
         record.append(lb.numpy().copy())
+    # the box of the penultimate features: a prefix of the bounded model, sliced
+    features = restored[:-1]
+    box = eps / std.view(1, -1, 1, 1)
+    fu, fl = features.interval_range(torch.min(test_data + box, data_max),
+                                     torch.max(test_data - box, data_min))
+    record.append([type(features).__name__, len(features)])
+    record.append((fu - fl).mean(dim=1).numpy().copy())
     exact = copy.deepcopy(restored).double()
     ub64, lb64 = bounds(exact, test_data.double(), test_labels, 0.1)
     record.append([lb64.dtype == torch.float64, (lb64.float() - lb).abs().max().item() < 1e-4])
@@ -351,7 +363,8 @@ def test_ibp_certified_training_bounds_and_attacks_as_torch(capsys):
     (theirs, ours), (their_log, our_log) = runs_with_draws(
         IBP_SOURCE, IBP_STEPS, capsys, 6702, initialize=initializer(), params_of=params_of
     )
-    assert len(theirs) == 12 + 1 + 1 + 4 + 2 + 2
+    assert len(theirs) == 12 + 1 + 1 + 4 + 2 + 2 + 2
+    assert theirs[-6] == ["BoundSequential", 7]
     assert their_log == our_log and their_log.count("\n") == 4
     assert theirs[-4] == [True, True]  # float64 bounds, agreeing with the float32 ones
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)

@@ -197,7 +197,8 @@ class Sequential(_Indexed):
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
-            return Sequential(OrderedDict(list(self._modules.items())[index]))
+            # torch's: a slice of a subclass is of the subclass (its methods come along)
+            return type(self)(OrderedDict(list(self._modules.items())[index]))
         return self._modules[self._index(index)]
 
     def forward(self, input: Any) -> Any:
@@ -257,7 +258,7 @@ class ModuleList(_Indexed):
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
-            return ModuleList(list(self._modules.values())[index])
+            return type(self)(list(self._modules.values())[index])  # (torch's: the subclass)
         return self._modules[self._index(index)]
 
     def __iadd__(self, modules: Iterable[Module]) -> ModuleList:
