@@ -27,7 +27,9 @@ the same program from the same weights and draws.
   1/3/5-pixel rates by ``(epe < 1).float().mean().item()``;
 - the training script: photometric noise by ``np.random.uniform`` and ``torch.randn(*shape)``
   with ``.clamp(0.0, 255.0)``, ``AdamW`` with ``OneCycleLR(..., pct_start=0.05,
-  cycle_momentum=False, anneal_strategy="linear")``, ``clip_grad_norm_``, a running-metrics
+  cycle_momentum=False, anneal_strategy="linear")``, a disabled ``GradScaler`` from
+  ``torch.cuda.amp`` (``scale(loss).backward()``, ``unscale_`` before ``clip_grad_norm_``,
+  ``scaler.step(optimizer)``, ``update()``), a running-metrics
   logger, ``state_dict`` saved to a buffer by ``torch.save`` and loaded into a fresh model,
   then evaluation under ``torch.no_grad()`` in ``test_mode`` with a warm start (``flow_init``).
 
@@ -60,6 +62,7 @@ import io
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.cuda.amp import GradScaler
 
 
 def coords_grid(batch, ht, wd):
@@ -414,6 +417,7 @@ class Args:
     clip = 1.0
     gamma = 0.8
     add_noise = True
+    mixed_precision = False
 
 
 args = Args()
@@ -428,6 +432,7 @@ scheduler = torch.optim.lr_scheduler.OneCycleLR(
     optimizer, args.lr, args.num_steps + 100, pct_start=0.05, cycle_momentum=False,
     anneal_strategy="linear")
 logger = Logger(model, scheduler, sum_freq=3)
+scaler = GradScaler(enabled=args.mixed_precision)
 
 shifts = [(1, 0), (2, 1), (-1, 2), (0, -1), (3, 0), (1, 1)]
 for total_steps in range(args.num_steps):
@@ -440,10 +445,12 @@ for total_steps in range(args.num_steps):
 
     flow_predictions = model(image1, image2, iters=args.iters)
     loss, metrics = sequence_loss(flow_predictions, flow, valid, args.gamma)
-    loss.backward()
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-    optimizer.step()
+    scaler.step(optimizer)
     scheduler.step()
+    scaler.update()
     logger.push(metrics)
     record.append(loss.item())
     record.append(metrics)
@@ -475,12 +482,14 @@ RAFT_STEPS = [
         "import retrograd.nn.functional as F\n",
     ),
     (
-        "    loss.backward()\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.unscale_(optimizer)\n"
         "    torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)\n"
-        "    optimizer.step()\n",
-        "    grads = loss.backward()\n"
+        "    scaler.step(optimizer)\n",
+        "    grads = scaler.scale(loss).backward()\n"
+        "    scaler.unscale_(optimizer, grads)\n"
         "    torch.nn.utils.clip_grad_norm_(grads, model.parameters(), args.clip)\n"
-        "    optimizer.step(grads)\n",
+        "    scaler.step(optimizer, grads)\n",
     ),
 ]
 
