@@ -448,8 +448,14 @@ class GradScaler:
                 if np.isfinite(grown):  # (not past float32's range, as torch's)
                     self._scale = grown
                 self._growth_tracker = 0
-        self._unscaled.clear()
-        self._stepped.clear()
+        self._begin_iteration()
+
+    def _begin_iteration(self) -> None:
+        """The optimizers' marks of the iteration dropped together, as torch replaces its
+        per-optimizer states at once: clearing one and then the other let an interrupt
+        (Ctrl-C) between them leave the optimizers marked stepped with no inf check
+        recorded, and then every ``unscale_``, ``step`` and ``update`` refused (round 67)."""
+        self._unscaled, self._stepped = {}, set()
 
     def state_dict(self) -> dict[str, Any]:
         if not self._enabled:

@@ -89,8 +89,16 @@ class FileSet:
         self.remove = list(remove)
         self._staged: list[tuple[Path, Path, bool]] = []  # temporary, final, synced
         self._open: set[Path] = set()
+        # made by mkstemp and not staged yet: each temporary's descriptor (see _temporary)
+        self._unfinished: dict[str, int] = {}
+        # the links keeping the replaced files of a commit whose renames are all done
+        self._kept: list[Path] = []
 
-    def _temporary(self, name: str) -> tuple[int, Path]:
+    def _temporary(self, name: str) -> Path:
+        """A new temporary file for ``name``, its descriptor kept in :attr:`_unfinished` the
+        moment ``mkstemp`` returns it, until it is staged or dropped: an interrupt (Ctrl-C)
+        at any line after that leaves :meth:`discard` (or the set's end, ``__del__``) the
+        file to remove and the descriptor to close (round 67: interrupted saves left both)."""
         final = self.folder / name
         if final.is_dir():  # refused before a byte is written, not by the rename at the end
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(final))
@@ -103,44 +111,62 @@ class FileSet:
                 f"{os.strerror(errno.EACCES)} (a read-only file; nothing written)",
                 str(final),
             )
-        try:
-            descriptor, temporary = tempfile.mkstemp(
-                prefix=f".{final.name}.", suffix=".tmp", dir=final.parent
-            )
+        prefix, folder = f".{final.name}.", final.parent
+        try:  # (one line: no line of Python runs between the file's making and its note)
+            self._unfinished.update([tempfile.mkstemp(".tmp", prefix, folder)[::-1]])
         except OSError as error:  # named by the file to write, not the temporary's name
             raise OSError(error.errno, error.strerror or str(error), str(final)) from error
+        temporary = Path(next(reversed(self._unfinished)))
         if hasattr(os, "fchmod"):  # mkstemp's 0600 would hide the file from the user's group
-            os.fchmod(descriptor, _mode_for(final))
-        return descriptor, Path(temporary)
+            os.fchmod(self._unfinished[str(temporary)], _mode_for(final))
+        return temporary
+
+    def _drop(self, temporary: Path) -> None:
+        """A temporary file given up: its descriptor closed (if not yet), staged no more,
+        removed."""
+        if str(temporary) in self._unfinished:
+            with contextlib.suppress(OSError):
+                os.close(self._unfinished[str(temporary)])
+            del self._unfinished[str(temporary)]
+        self._staged = [entry for entry in self._staged if entry[0] != temporary]
+        _unlink(temporary)
 
     @contextlib.contextmanager
     def open(self, name: str, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
         """A new file that becomes ``folder/name`` at the commit; written, flushed and synced
         when the block ends, removed when it raises."""
-        descriptor, temporary = self._temporary(name)
         if "b" not in mode and encoding is None:
             encoding = "utf-8"
+        temporary = self._temporary(name)
         try:
-            with os.fdopen(descriptor, mode, encoding=encoding) as file:
+            # the descriptor stays the set's to close (closefd=False): closed once, by
+            # _stage or _drop, whatever line an interrupt lands at
+            descriptor = self._unfinished[str(temporary)]
+            with os.fdopen(descriptor, mode, encoding=encoding, closefd=False) as file:
                 yield file
                 file.flush()
-                os.fsync(file.fileno())
+                os.fsync(descriptor)
+            self._stage(temporary, name, True)
         except OSError as error:  # named by the file it was to become, not the temporary
-            _unlink(temporary)
+            self._drop(temporary)
             raise OSError(
                 error.errno, error.strerror or str(error), str(self.folder / name)
             ) from error
         except BaseException:
-            _unlink(temporary)
+            self._drop(temporary)
             raise
-        self._staged.append((temporary, self.folder / name, True))
+
+    def _stage(self, temporary: Path, name: str, synced: bool) -> None:
+        """A temporary file written: staged for the commit, its descriptor closed."""
+        self._staged.append((temporary, self.folder / name, synced))
+        os.close(self._unfinished[str(temporary)])
+        del self._unfinished[str(temporary)]
 
     def path(self, name: str) -> Path:
         """A temporary path for another program to write (``dot -o PATH``); it becomes
         ``folder/name`` at the commit."""
-        descriptor, temporary = self._temporary(name)
-        os.close(descriptor)
-        self._staged.append((temporary, self.folder / name, False))
+        temporary = self._temporary(name)
+        self._stage(temporary, name, False)
         return temporary
 
     def forget(self, path: Path) -> None:
@@ -172,13 +198,16 @@ class FileSet:
                         ) from error
                     raise
                 replaced.append((final, kept))
+            # every file in place: the old ones' links are the set's to remove from here on,
+            # at its end (__del__) if an interrupt stops the lines below
+            self._kept = [kept for _, kept in replaced if kept is not None]
         except BaseException:
             _put_back(replaced)
             self.discard()
             raise
-        for _, kept in replaced:
-            if kept is not None:
-                _unlink(kept)
+        while self._kept:
+            _unlink(self._kept[-1])
+            self._kept.pop()
         written = [final for _, final, _ in self._staged]
         self._staged = []
         for name in self.remove:
@@ -189,9 +218,20 @@ class FileSet:
         return written
 
     def discard(self) -> None:
-        for temporary, _, _ in self._staged:
-            _unlink(temporary)
-        self._staged = []
+        for temporary in [*map(Path, self._unfinished), *(entry[0] for entry in self._staged)]:
+            self._drop(temporary)
+
+    def __del__(self) -> None:
+        """What an interrupt left (an interrupt as the commit begins, before its renames
+        are guarded, or after them, among the removals of the old files' links) removed when
+        the set goes: its temporary files and those links."""
+        if not any(vars(self).get(name) for name in ("_unfinished", "_staged", "_kept")):
+            return  # nothing left, or an interrupt stopped __init__ before anything was made
+        with contextlib.suppress(Exception):
+            self.discard()
+            while self._kept:
+                _unlink(self._kept[-1])
+                self._kept.pop()
 
     def __enter__(self) -> FileSet:
         return self
@@ -301,11 +341,14 @@ def _keep_old(final: Path) -> Path | None:
         kept = final.with_name(f".{final.name}.{secrets.token_hex(4)}.old")
         try:
             os.link(final, kept, follow_symlinks=False)
+            return kept
         except FileExistsError:
             continue
         except (OSError, NotImplementedError):
             return None
-        return kept
+        except BaseException:  # an interrupt once the link is made: not left behind
+            _unlink(kept)
+            raise
     return None
 
 

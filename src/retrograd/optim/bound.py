@@ -172,6 +172,7 @@ class BoundStep:
         state = states.get(parameter) or {}
         held_step = state.get("step")
         state = {**state, "step": step_count(held_step, known_count(optimizer, parameter)) + 1}
+        held_step = optimizer._count_first(parameter, place.inner, held_step, state["step"])
         new, buffers = self.kernel.run_inner(
             place.inner, value, grad, state, settings, in_place, place.empty
         )

@@ -580,6 +580,7 @@ class Optimizer(StepHooks):
         held_step = state.get("step")
         # the update's arithmetic takes the number
         state["step"] = step_count(held_step, known_count(self, parameter)) + 1
+        held_step = self._count_first(parameter, value.backend, held_step, state["step"])
         # an update's inf * 0 is its answer, as torch gives it, not a line the user wrote
         with value.backend.arithmetic_warnings_ignored():
             if value.is_complex():
@@ -590,6 +591,23 @@ class Optimizer(StepHooks):
                 new, state = self.update(value, grad, state, group)
         keep_state(self, parameter, _dtypes_kept(before, state), held_step)
         assign(parameter, new, f"{type(self).__name__}.step")
+
+    def _count_first(self, parameter: Tensor, backend: Any, held_step: Any, count: int) -> Any:
+        """The kept state's step count advanced to ``count`` before the update writes the
+        moments and the value, as torch's loop advances ``state_steps[i]`` first: an interrupt
+        (Ctrl-C) inside one parameter's update then leaves a prefix of torch's sequence (the
+        count, then the moments, then the value), never a value and moments stepped beside the
+        previous step's count, which the next step's bias correction would read as one step
+        fewer (round 67). The count tensor made here is the one :func:`keep_state` keeps (its
+        ``step_tensor`` finds it made); the held step unchanged where there is no kept count
+        (a first step, or an algorithm that counts none)."""
+        held = self.state.get(parameter)
+        if not self.counts_steps or not isinstance(held, dict) or "step" not in held:
+            return held_step
+        made = step_tensor(count, backend, held_step, known_count(self, parameter))
+        self.__dict__.setdefault("_step_counts", {})[parameter] = (made, count)
+        held["step"] = made
+        return made
 
     def _complex_update(
         self, value: Tensor, grad: Tensor, state: State, group: dict[str, Any]
@@ -1004,6 +1022,8 @@ def step_tensor(
     (``.item()``, ``int()`` and arithmetic read it), float32 -- float64 under a float64
     default dtype, as torch's ``_get_scalar_dtype`` -- or the floating dtype of ``held``, the
     count it replaces (torch adds one to its step in place; a loaded step keeps its dtype)."""
+    if known is not None and known[0] is held and known[1] == count:
+        return held  # made already (Optimizer._count_first)
     dtype = _floating_dtype_of(held)
     if isinstance(held, Tensor) and dtype is not None and held.backend is backend:
         # the next count made from the last on its device, as torch's ``step += 1``: a step
