@@ -16,17 +16,19 @@ budgets drawn from 256 bytes and 0.1x-2x of NoCheckpointing's peak; per step:
   re-planned, not abandoned"; the plan is then checked against its next step);
 - from the third step (the first step is eager, the second may re-plan it), every step
   runs each backward as the steps before it: the same mode, peak and recomputed ops, except
-  a step that raised and the one after it.
+  a step that raised (the step after it is checked: the loop goes on as if it had not been).
 
 Found and fixed in round 67 (``tests/test_budget67_fixes.py``): a planned step's forward peak
 counted what the step before it left held when its backward ended; the plan of a backward
 that walks an earlier graph again missed the untracked values that graph's rules read.
-Left (the report of round 67): a graph recorded after a retained backward, whose backward walks
-the retained graph again (a second head's loss built after the first head's backward, a
-gradient penalty's second backward), is planned as a step of its own, whose plan counts
-neither the retained graph's values it does not walk (held through its forward: 3,485 bytes
-where its plan counted 1,280) nor what that graph's own plan evicted (its steps recompute an
-op the plan did not predict); such a graph's backward is checked for bits and held bytes only.
+Left (docs/checkpointing.md, "Known limit: a graph recorded after a retained backward"): a
+graph recorded after a retained backward, whose backward walks the retained graph again (a
+second head's loss built after the first head's backward, a gradient penalty's second
+backward), is planned as a step of its own whose plan counts neither the retained graph's
+values it does not walk (3,485 bytes held where its plan counted 1,280, seed 1 at 1.0x) nor
+what that graph's own plan evicted; such a backward is checked for bits and held bytes only.
+No budget is asserted of an eager step ("The first (eager) step may end a value over the
+budget") nor of a floor or replay (held to their own counts, "Under the floor").
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def _check_budget(program: Program, plain, choice) -> None:
     settled = [
         tuple((e["mode"], e.get("peak"), e.get("ops")) for at, e in enumerate(s) if at != late)
         for i, s in enumerate(per_step)
-        if i >= 2 and raised not in (i, i - 1)
+        if i >= 2 and raised != i
     ]
     assert len(set(settled)) <= 1, (name, settled)
     assert all(mode is not None for step in settled for mode, _, _ in step), (name, settled)
