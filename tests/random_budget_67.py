@@ -116,11 +116,13 @@ class Program:
         if kind == "inplace":
             return (str(rng.choice(["add_", "mul_view", "relu_", "t_view"])),)
         if kind == "multi":
-            return (str(rng.choice(["max", "sort", "chunk"])),)
+            return (str(rng.choice(["max", "sort", "chunk", "split"])),)
         if kind == "constant":
             return (str(rng.choice(["mask_fill", "mask_mul", "table"])),)
         if kind == "island":
             return (str(rng.choice(["detach", "no_grad"])),)
+        if kind == "dropout":
+            return (str(rng.choice(["functional", "generator"])),)
         return ()
 
     # -- one step --------------------------------------------------------------------------
@@ -273,6 +275,9 @@ def _multi(p, a, b, leaves, extra, data):
     if name == "sort":
         values, indices = a.sort(-1)
         return values * b + indices.to(a.dtype) * 0.1
+    if name == "split":  # uneven parts
+        first, second = a.split([1, a.shape[1] - 1], -1)
+        return rg.cat([second * first, first.exp()], -1)
     first, second = a.chunk(2, -1)
     return rg.cat([second * first, first], -1)
 
@@ -299,7 +304,12 @@ def _island(p, a, b, leaves, extra, data):
 
 
 def _dropout(p, a, b, leaves, extra, data):
-    rg.manual_seed(p.seed * 100 + data["step"])
+    seed = p.seed * 100 + data["step"]
+    if extra[0] == "generator":  # its mask drawn from a generator seeded per step
+        generator = rg.Generator().manual_seed(seed)
+        keep = rg.rand(*a.shape, generator=generator) > 0.3
+        return a * keep.to(a.dtype) / 0.7 + b
+    rg.manual_seed(seed)
     return F.dropout(a, 0.3, training=True) + b
 
 
