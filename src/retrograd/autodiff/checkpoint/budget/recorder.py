@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from .flops import op_flops
 from .plan import PLAN_LIMIT, Trace
+from .pool import Constant
 
 __all__ = ["RecordedStep", "RecordedValue", "TraceRecorder", "walked"]
 
@@ -208,14 +209,32 @@ def walked(steps: list) -> list[_Walked]:
 
 
 def _earlier_values(steps: list, positions: dict[int, int]) -> dict[int, int]:
-    """Node id -> bytes of the outputs held for ``steps`` that the recorded step did not
-    make (nodes of a graph recorded before it, which its backward walks again)."""
+    """Key -> bytes of the values held for ``steps`` that the recorded step did not make
+    (nodes of a graph recorded before it, which its backward walks again): their outputs,
+    and the untracked values their rules read (:func:`_earlier_constants`)."""
     earlier = {}
     for node in steps:
+        if node.id in positions:
+            continue
         slot = getattr(node.saved, "slot", None)
-        if slot is not None and node.id not in positions:
+        if slot is not None:
             earlier[node.id] = slot.nbytes
+        earlier.update(_earlier_constants(node.saved))
     return earlier
+
+
+def _earlier_constants(saved: Any) -> dict[int, int]:
+    """Key -> bytes of the untracked values (:class:`~.pool.Constant`: an input batch, a
+    mask) that an earlier graph's node holds for its rules. A backward that walks that graph
+    again reads them, and the engine counts them: a second head's loss built after the first
+    head's ``backward(retain_graph=True)`` walks the trunk again, whose matmul reads the
+    input batch; the plan, counting the trunk's outputs alone, predicted 256 bytes of the
+    512 its steps held, and re-planned every step for nothing."""
+    return {
+        key: slot.nbytes
+        for key, slot, is_backup in getattr(saved, "actions", None) or ()
+        if not is_backup and type(slot) is Constant
+    }
 
 
 def _gone() -> None:

@@ -226,7 +226,7 @@ class BudgetCheckpointing(CheckpointStrategy):
                 noted = recorder.note(node, inputs, out, out_bytes, measured, recompute, timer.key)
             planned, seconds = planner.on_value(noted, recompute)
             if noted is not None and noted[0] == 0:  # a step starts
-                self._replay_prices.clear()
+                self._step_starts()
                 if self._disputed:  # (the last one's graph was dropped)
                     self._disputed.clear()
             # the plans still matched disagree on it (Planner._narrow), and there is no room to
@@ -321,6 +321,16 @@ class BudgetCheckpointing(CheckpointStrategy):
             if lowest is not None and seconds * REPRICE_FACTOR <= lowest:
                 self.evictor.reprice(key, seconds)
         return key
+
+    def _step_starts(self) -> None:
+        """A step's first value is recorded: its forward's peak counts from what is held now.
+        The peak was reset when the last backward ended, to what was held then; what the
+        last step's graph still held there (a gradient penalty's values its second backward
+        did not walk, the rest of a retained graph) was freed with the graph, but counted in
+        this step's forward peak: a planned step's peak followed the plan of the step before
+        it (a penalty's ``autograd.grad`` walk held 1,229 or 1,453 bytes by turns)."""
+        self._replay_prices.clear()
+        self.pool.take_peak()
 
     def _evict_settled(self) -> None:
         """Evict the disputed values the plans still matched now all evict."""
