@@ -315,27 +315,33 @@ def test_a_long_loop_is_flat_under_each_strategy(loop, strategy):
 
 
 def test_a_budget_plan_that_missed_is_freed_with_its_budget_without_the_collector():
-    """A gradient penalty's ``create_graph`` backward misses its plan's prediction at every
-    step, so the plan is re-planned: each plan was kept in its graph's list of attempts, which
-    every re-plan holds (a cycle), so the plans, their trace and recorded values outlived
-    their budget until the collector ran."""
+    """A plan whose steps miss its prediction is re-planned: each plan was kept in its graph's
+    list of attempts, which every re-plan holds (a cycle), so the plans, their trace and
+    recorded values outlived their budget until the collector ran.
+
+    The loop that misses: round 67's random program 0, a gradient penalty whose
+    ``total.backward()`` walks the graph ``autograd.grad`` retained, at twice its unbudgeted
+    peak (docs/checkpointing.md, "Known limit: a graph recorded after a retained backward":
+    its plan counts neither the retained graph's values it does not walk nor what that
+    graph's own plan evicted). Until 6 December a penalty's plain ``create_graph`` backward
+    missed too, from a forward peak that counted the step before's leftovers (fixed in round
+    67, ``BudgetCheckpointing._step_starts``)."""
+    from random_budget_67 import Program, budget_of, run
+
+    program = Program(0)
+    assert program.head == "penalty"
+    budget = budget_of(run(program, rg.NoCheckpointing()), 2.0)
     gc.collect()
     gc.disable()
     try:
-        backend = rg.Autodiff(inner_backend(), rg.BudgetCheckpointing(4096))
-        rg.manual_seed(0)
-        model = nn.Sequential(
-            nn.Linear(4, 16, backend=backend), nn.GELU(), nn.Linear(16, 2, backend=backend)
-        )
-        x = rg.tensor(_data(3, 8, 4), backend=backend).require_grad()
-        for _ in range(6):
-            model(x).pow(2).sum().backward(create_graph=True)
-        replanned = backend.checkpointing.plans
-        del backend, model, x
+        strategy = rg.BudgetCheckpointing(budget)
+        run(program, strategy)
+        replanned = strategy.plans, max(len(plan.attempts) for plan in strategy.planner.kept)
+        del strategy
         cycles = collected_cycles(generation=0)
     finally:
         gc.enable()
-    assert replanned > 1  # (the case: the first plan missed and was re-planned)
+    assert replanned[0] > 2 and replanned[1] > 0, replanned  # (the case: re-planned)
     assert [name for name in cycles if name in ("EvictionPlan", "Trace", "RecordedValue")] == []
 
 

@@ -17,6 +17,7 @@ import retrograd as rg
 from backends import inner_backend
 from cycle_probe import collected_cycles, heap_set_aside
 from retrograd import func, nn
+from retrograd.autodiff.checkpoint.budget.planner import MAX_REPLANS
 
 _RNG = np.random.default_rng(17)
 
@@ -132,16 +133,21 @@ def test_a_dropped_captured_step_leaves_no_cycle():
 def test_a_budget_loop_whose_plan_misses_keeps_a_constant_number_of_objects():
     """A followed plan whose backward held more than it predicted appended an attempt at every
     step after its re-plans were spent (and searched them all): a tuple a step, for ever.
-    A gradient penalty's ``create_graph`` backward misses its plan at every step."""
-    backend = rg.Autodiff(inner_backend(), rg.BudgetCheckpointing(4096))
-    rg.manual_seed(0)
-    model = nn.Sequential(
-        nn.Linear(4, 16, backend=backend), nn.GELU(), nn.Linear(16, 2, backend=backend)
-    )
-    x = rg.tensor(_data(8, 4), backend=backend).require_grad()
+    The loop that misses at every step: round 67's random program 0 at twice its unbudgeted
+    peak (see ``test_reliability_31.py``'s plan-that-missed test; until 6 December a
+    penalty's plain ``create_graph`` backward missed too, from a forward peak that counted
+    the step before's leftovers)."""
+    from random_budget_67 import Program, budget_of, run
 
-    def step():
-        (model(x).pow(2).sum()).backward(create_graph=True)
+    program = Program(0)
+    strategy = rg.BudgetCheckpointing(budget_of(run(program, rg.NoCheckpointing()), 2.0))
+    backend = rg.Autodiff(inner_backend(), strategy)
+
+    turns = iter(range(10_000))
+
+    def step():  # its steps in turn, but the one that raises on purpose
+        with rg.use_backend(backend):
+            program.step(next(i for i in turns if i % 6 != program.error[0]) % 6)
 
     # (set aside from before the warm-up, which replaces what the steps replace; counts and
     # collections then walk the steps' objects only, not the worker's heap)
@@ -154,6 +160,8 @@ def test_a_budget_loop_whose_plan_misses_keeps_a_constant_number_of_objects():
             step()
         gc.collect()
         grown = len(gc.get_objects()) - before
+    attempts = max(len(plan.attempts) for plan in strategy.planner.kept)
+    assert attempts > MAX_REPLANS, attempts  # (the case: its re-plans spent, it still misses)
     assert grown < 20  # two a step before the fix: 61 in these 30 steps
 
 
