@@ -17,9 +17,10 @@ time), against torch's run of the same program from the same weights and draws.
 - meta-training: the unroll's losses by ``torch.stack`` and their weighted mean, the truncation
   by ``theta.detach().requires_grad_()`` and detached states, ``Adam``, ``StepLR``,
   ``clip_grad_norm_``;
-- evaluation under ``torch.no_grad()`` (the optimizee's gradient taken inside ``torch.enable_grad()``)
-  against hand-written SGD and momentum on fresh problems; the ``state_dict`` round trip by
-  ``torch.save`` to a buffer and ``torch.load`` into a fresh network by ``load_state_dict``.
+- evaluation under ``torch.no_grad()`` (the optimizee's gradient taken inside
+  ``torch.enable_grad()``) against hand-written SGD and momentum (``mul_(mu).add_(grad)``) on
+  fresh problems; the ``state_dict`` round trip by ``torch.save`` to a buffer and
+  ``torch.load`` into a fresh network by ``load_state_dict``.
 
 The lines changed for the port: the ``import`` lines and the gradient lines.
 """

@@ -76,7 +76,8 @@ for sweep in range(3):
             s[i] = torch.sign(h)
     energies.append(binary_energy(s))
 record.append(energies)
-record.append([int(flip.sum()), int((s == X[1]).sum()), all(a >= b for a, b in zip(energies, energies[1:]))])
+descending = all(a >= b for a, b in zip(energies, energies[1:]))
+record.append([int(flip.sum()), int((s == X[1]).sum()), descending])
 
 # -- the modern continuous network ------------------------------------------------------------
 beta = 4.0
