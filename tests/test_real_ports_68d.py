@@ -1,5 +1,5 @@
 """Real ports, round 68 (the harness: ``tests/real_ports.py``): symbolic regression with torch
-parameters, a program written here in the style of the public EQL / EQL-division
+parameters in two programs, the first written here in the style of the public EQL / EQL-division
 implementations (an equation-learner network of unary and product units with a thresholded
 division output, trained in three phases: unregularised, L1, then pruned by fixed masks and
 polished by L-BFGS), in float64 as such fits run, against torch's run of the same program from
@@ -21,6 +21,16 @@ the same weights and draws.
   units by ``nonzero()``, the surviving weights counted by ``count_nonzero``, a formula
   printed from the output layer's rounded coefficients, the ``state_dict`` (masks included)
   round trip by ``torch.save`` to a buffer and ``torch.load``.
+
+The second, sparse identification of nonlinear dynamics in the style of pysindy
+written in torch (the Lorenz system integrated by a fixed-step RK4 in float64, derivatives by
+central differences and by ``torch.gradient(..., spacing=dt, dim=0)``, a polynomial library
+from ``itertools.combinations_with_replacement`` by ``x[:, list(c)].prod(dim=1)``, STLSQ by
+``torch.linalg.lstsq(...).solution`` then ridge solves by ``torch.linalg.solve`` written back by
+``xi[small] = 0.0`` and ``xi[big, k] = ...``, the equations printed), then the same library
+fitted by ``Adam`` and ``ExponentialLR`` with a sequentially thresholded mask buffer
+(``amax(dim=0)`` column scales, ``mask.mul_`` under ``no_grad``) and the discovered system
+replayed by RK4 under ``no_grad``.
 
 The lines changed for the port: the ``import`` lines and the gradient lines (the closure
 returns the gradients with the loss).
@@ -235,4 +245,164 @@ def test_eql_symbolic_regression_trains_prunes_and_polishes_as_torch(capsys):
     assert len(theirs) == 1 + 22 + 2 + 4
     assert 0 < sum(theirs[16]) < 24 + 48 + 12  # the pruning kept some weights, not all
     assert their_log == our_log and their_log.count("\n") == 5
+    assert_records_agree(ours, theirs, rtol=1e-7, atol=1e-9)
+
+
+SINDY_SOURCE = """
+import itertools
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def lorenz(x, sigma=10.0, rho=28.0, beta=8.0 / 3.0):
+    dx = sigma * (x[..., 1] - x[..., 0])
+    dy = x[..., 0] * (rho - x[..., 2]) - x[..., 1]
+    dz = x[..., 0] * x[..., 1] - beta * x[..., 2]
+    return torch.stack([dx, dy, dz], dim=-1)
+
+
+def rk4(f, x0, dt, n_steps):
+    xs = [x0]
+    x = x0
+    for _ in range(n_steps):
+        k1 = f(x)
+        k2 = f(x + 0.5 * dt * k1)
+        k3 = f(x + 0.5 * dt * k2)
+        k4 = f(x + dt * k3)
+        x = x + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
+        xs.append(x)
+    return torch.stack(xs)
+
+
+class PolynomialLibrary:
+    def __init__(self, degree=2):
+        self.degree = degree
+
+    def fit(self, n_features):
+        self.combos = [c for d in range(self.degree + 1)
+                       for c in itertools.combinations_with_replacement(range(n_features), d)]
+        return self
+
+    def transform(self, x):
+        cols = [torch.ones(x.shape[0], dtype=x.dtype) if not c else x[:, list(c)].prod(dim=1)
+                for c in self.combos]
+        return torch.stack(cols, dim=1)
+
+    def names(self, inputs=("x", "y", "z")):
+        return ["1" if not c else " ".join(inputs[i] for i in c) for c in self.combos]
+
+
+def stlsq(theta, dxdt, threshold, alpha=1e-5, max_iter=10):
+    # sequentially thresholded ridge regression, as pysindy's STLSQ
+    xi = torch.linalg.lstsq(theta, dxdt).solution
+    for _ in range(max_iter):
+        small = xi.abs() < threshold
+        xi[small] = 0.0
+        for k in range(dxdt.shape[1]):
+            big = ~small[:, k]
+            if big.sum() == 0:
+                continue
+            a = theta[:, big]
+            gram = a.T @ a + alpha * torch.eye(a.shape[1], dtype=a.dtype)
+            xi[big, k] = torch.linalg.solve(gram, a.T @ dxdt[:, k])
+    return xi
+
+
+def equations(xi, names, digits=3):
+    lines = []
+    for k, lhs in enumerate(["x'", "y'", "z'"]):
+        terms = ["{:.{}f} {}".format(c, digits, n) for c, n in zip(xi[:, k].tolist(), names)
+                 if c != 0]
+        lines.append(lhs + " = " + " + ".join(terms))
+    return lines
+
+
+dt = 0.005
+x0 = torch.tensor([-8.0, 8.0, 27.0], dtype=torch.float64)
+traj = rk4(lorenz, x0, dt, 300)
+traj = traj + 1e-4 * torch.randn(*traj.shape, dtype=torch.float64)
+central = (traj[2:] - traj[:-2]) / (2 * dt)
+spaced = torch.gradient(traj, spacing=dt, dim=0)[0]
+record.append([traj.dtype == torch.float64, (spaced[1:-1] - central).abs().max().item() < 1e-9])
+record.append(spaced[[0, -1]].numpy().copy())
+
+library = PolynomialLibrary(degree=2).fit(3)
+names = library.names()
+theta = library.transform(traj[1:-1])
+xi = stlsq(theta, central, threshold=0.5)
+record.append(xi.numpy().copy())
+record.append((xi != 0).sum(dim=0).tolist())
+for line in equations(xi, names):
+    print(line)
+
+# the same library fitted by gradient descent with a sequentially thresholded mask, as the
+# SINDy autoencoder's coefficients are
+scale = theta.abs().amax(dim=0)
+scale[0] = 1.0
+theta_n = theta / scale
+
+
+class SindyCoefficients(nn.Module):
+    def __init__(self, n_terms, n_states):
+        super().__init__()
+        self.xi = nn.Parameter(torch.zeros(n_terms, n_states, dtype=torch.float64))
+        self.register_buffer("mask", torch.ones(n_terms, n_states, dtype=torch.float64))
+
+    def forward(self, features):
+        return features @ (self.xi * self.mask)
+
+
+model = SindyCoefficients(theta.shape[1], 3)
+optimizer = torch.optim.Adam(model.parameters(), lr=2.0)
+scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.97)
+target_scale = central.std(dim=0)
+for step in range(30):
+    pred = model(theta_n)
+    loss = F.mse_loss(pred / target_scale, central / target_scale)
+    loss = loss + 1e-4 * (model.xi * model.mask).abs().sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    if (step + 1) % 10 == 0:
+        with torch.no_grad():
+            model.mask.mul_((model.xi.abs() / scale[:, None] > 0.1).double())
+            model.xi.mul_(model.mask)
+    record.append(loss.item())
+
+state = {k: v.clone() for k, v in model.state_dict().items()}
+restored = SindyCoefficients(theta.shape[1], 3)
+restored.load_state_dict(state)
+with torch.no_grad():
+    learned = restored.xi * restored.mask / scale[:, None]
+    record.append(learned.numpy().copy())
+    record.append(restored.mask.sum(dim=0).tolist())
+
+    def discovered(x):
+        return library.transform(x.unsqueeze(0)).squeeze(0) @ xi
+
+    replay = rk4(discovered, traj[0], dt, 40)
+    record.append((replay - traj[:41]).abs().max(dim=0).values.numpy().copy())
+"""
+
+SINDY_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n"
+        "import retrograd.nn.functional as F\n",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_sindy_discovers_the_lorenz_system_as_torch(capsys):
+    (theirs, ours), (their_log, our_log) = runs_with_draws(SINDY_SOURCE, SINDY_STEPS, capsys, 6804)
+    assert len(theirs) == 4 + 30 + 3
+    assert theirs[0] == [True, True] and theirs[3] == [2, 3, 2]  # Lorenz's seven terms
+    assert their_log == our_log and their_log.count("\n") == 3
     assert_records_agree(ours, theirs, rtol=1e-7, atol=1e-9)
