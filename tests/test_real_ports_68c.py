@@ -25,6 +25,15 @@ weights and draws.
   trip through ``copy.deepcopy`` and ``load_state_dict`` (its ``missing_keys``), the bag
   scores invariant under a permutation of the instances (``index_select``).
 
+And a second program, sparse modern Hopfield retrieval: ``sparsemax`` written as such code
+writes it (``torch.sort(..., descending=True)``, ``cumsum``, a support mask against
+``torch.arange(...).view(shape)``, the threshold by ``gather(dim, k_z - 1)`` and
+``clamp(min=0)``) against ``softmax`` retrieval at two inverse temperatures, and a lookup
+layer of learned stored patterns and values (``F.normalize``) trained through the sparse
+association with label smoothing by ``torch.zeros(...).scatter_(1, y[:, None], 1.0)``,
+``SGD`` with momentum and ``OneCycleLR``; evaluated under ``no_grad`` by ``topk``, memory usage
+by ``index_add_`` and ``index_put_(..., accumulate=True)``, after a ``torch.save`` round trip.
+
 The lines changed for the port: the ``import`` lines and the gradient lines.
 """
 
@@ -259,4 +268,130 @@ def test_hopfield_networks_and_pooling_train_as_torch(capsys):
     assert theirs[1][2] is True and theirs[3] is True  # both energies never increase
     assert theirs[-2] == [True, True] and theirs[-1] is True and theirs[-6] == []
     assert their_log == our_log and their_log.count("\n") == 5
+    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
+
+
+SPARSE_SOURCE = """
+import io
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def sparsemax(z, dim=-1):
+    # Martins and Astudillo's projection onto the simplex: sort, cumulative sums, threshold
+    z_sorted, _ = torch.sort(z, dim=dim, descending=True)
+    cumsum = z_sorted.cumsum(dim) - 1
+    shape = [1] * z.dim()
+    shape[dim] = -1
+    k = torch.arange(1, z.size(dim) + 1, dtype=z.dtype).view(shape)
+    support = k * z_sorted > cumsum
+    k_z = support.sum(dim=dim, keepdim=True)
+    tau = cumsum.gather(dim, k_z - 1) / k_z.to(z.dtype)
+    return torch.clamp(z - tau, min=0)
+
+
+# sparse and dense retrieval of stored patterns from noisy queries
+memories = F.normalize(torch.randn(8, 16), dim=-1)
+queries = memories[torch.tensor([0, 2, 2, 5, 7])] + 0.25 * torch.randn(5, 16)
+for beta in (2.0, 8.0):
+    scores = beta * queries @ memories.t()
+    dense = torch.softmax(scores, dim=-1)
+    sparse = sparsemax(scores)
+    record.append([(sparse > 0).sum(dim=-1).tolist(), (dense > 1e-3).sum(dim=-1).tolist()])
+    record.append(sparse.numpy().copy())
+    record.append([torch.allclose(sparse.sum(-1), torch.ones(5)),
+                   (sparse @ memories - memories[[0, 2, 2, 5, 7]]).norm(dim=-1).max().item()
+                   <= (dense @ memories - memories[[0, 2, 2, 5, 7]]).norm(dim=-1).max().item()])
+
+
+class SparseHopfieldLayer(nn.Module):
+    # a lookup layer: learned stored patterns, learned values per pattern, a sparse association
+    def __init__(self, in_features, n_memories, n_classes, beta=4.0, sparse=True):
+        super().__init__()
+        self.query = nn.Linear(in_features, in_features, bias=False)
+        self.stored = nn.Parameter(torch.randn(n_memories, in_features) * 0.5)
+        self.values = nn.Parameter(torch.zeros(n_memories, n_classes))
+        self.beta = beta
+        self.sparse = sparse
+
+    def association(self, x):
+        q = F.normalize(self.query(x), dim=-1)
+        keys = F.normalize(self.stored, dim=-1)
+        scores = self.beta * q @ keys.t()
+        return sparsemax(scores) if self.sparse else scores.softmax(dim=-1)
+
+    def forward(self, x):
+        return self.association(x) @ self.values
+
+
+n_classes, dim = 4, 12
+prototypes = torch.randn(n_classes, dim)
+
+
+def make_batch(n):
+    labels = torch.randint(0, n_classes, (n,))
+    return prototypes[labels] + 0.6 * torch.randn(n, dim), labels
+
+
+model = SparseHopfieldLayer(dim, 10, n_classes)
+initialize(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.5, total_steps=8)
+smoothing = 0.1
+for step in range(8):
+    x, y = make_batch(16)
+    target = torch.zeros(16, n_classes).scatter_(1, y[:, None], 1.0)
+    target = target * (1 - smoothing) + smoothing / n_classes
+    logits = model(x)
+    loss = -(target * F.log_softmax(logits, dim=-1)).sum(dim=-1).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    record.append([loss.item(), scheduler.get_last_lr()[0]])
+
+buffer = io.BytesIO()
+torch.save(model.state_dict(), buffer)
+buffer.seek(0)
+restored = SparseHopfieldLayer(dim, 10, n_classes)
+restored.load_state_dict(torch.load(buffer))
+x, y = make_batch(24)
+with torch.no_grad():
+    assoc = restored.association(x)
+    accuracy = (restored(x).argmax(dim=-1) == y).float().mean().item()
+    top, idx = assoc.topk(2, dim=-1)
+    nearest = restored.stored[idx[:, 0]]
+    record.append([accuracy, (assoc > 0).sum(dim=-1).float().mean().item()])
+    record.append(top.numpy().copy())
+    record.append(nearest.numpy().copy())
+    # how often each memory is the nearest, overall and per class
+    usage = torch.zeros(10).index_add_(0, idx[:, 0], torch.ones(24))
+    per_class = torch.zeros(10, n_classes).index_put_((idx[:, 0], y), torch.ones(24),
+                                                      accumulate=True)
+    record.append([usage.tolist(), per_class.sum(dim=1).tolist()])
+    record.append(per_class.numpy().copy())
+"""
+
+SPARSE_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n"
+        "import retrograd.nn.functional as F\n",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_sparse_hopfield_retrieval_and_lookup_layer_as_torch(capsys):
+    (theirs, ours), _ = runs_with_draws(
+        SPARSE_SOURCE, SPARSE_STEPS, capsys, 6805, initialize=initializer()
+    )
+    assert len(theirs) == 6 + 8 + 5
+    assert theirs[-2][0] == theirs[-2][1] and sum(theirs[-2][0]) == 24
+    assert theirs[2][0] is True and theirs[5][0] is True  # sparsemax sums to one
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
