@@ -22,6 +22,15 @@ time), against torch's run of the same program from the same weights and draws.
   fresh problems; the ``state_dict`` round trip by ``torch.save`` to a buffer and
   ``torch.load`` into a fresh network by ``load_state_dict``.
 
+And a second program, a per-coordinate MLP learned optimizer in the shape of the small fully
+connected ones (features: parameter, gradient and momenta at three decays kept in a
+``register_buffer``, normalised by ``torch.rsqrt`` of their second moment over a tuple of
+axes; the output ``unbind(-1)`` into a direction and a log-magnitude), meta-trained by
+``Adam`` and ``CosineAnnealingLR`` on tiny classifiers called by
+``torch.func.functional_call`` with dicts of parameters, truncated every three steps; then
+applied under ``no_grad`` against ``torch.optim.Adam`` on a fresh task, its result loaded by
+``parameters_to_vector``/``vector_to_parameters`` and checked against ``functional_call``.
+
 The lines changed for the port: the ``import`` lines and the gradient lines.
 """
 
@@ -227,4 +236,160 @@ def test_lstm_learned_optimizer_meta_trains_as_torch(capsys):
     assert len(theirs) == 2 + 6 + 1 + 4
     assert all(theirs[1])  # the second-order terms change every meta-gradient
     assert their_log == our_log and their_log.count("\n") == 6
+    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
+
+
+MLP_LOPT_SOURCE = """
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.func import functional_call
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+
+class MLPLOpt(nn.Module):
+    # a per-coordinate MLP on (parameter, gradient, momenta at three decays), the features
+    # normalised by their second moment over each tensor, the output a direction and a
+    # log-magnitude: the shape of the small fully connected learned optimizers
+    def __init__(self, hidden=8, decays=(0.5, 0.9, 0.99), step_mult=0.01, exp_mult=0.01):
+        super().__init__()
+        self.register_buffer("decays", torch.tensor(decays))
+        self.net = nn.Sequential(nn.Linear(2 + len(decays), hidden), nn.ReLU(),
+                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2))
+        self.step_mult = step_mult
+        self.exp_mult = exp_mult
+
+    def init_state(self, params):
+        return {name: torch.zeros(*p.shape, self.decays.numel()) for name, p in params.items()}
+
+    def forward(self, params, grads, state):
+        new_params, new_state = {}, {}
+        for (name, p), g in zip(params.items(), grads):
+            m = state[name] * self.decays + (1 - self.decays) * g.unsqueeze(-1)
+            feats = torch.cat([p.unsqueeze(-1), g.unsqueeze(-1), m], dim=-1)
+            axes = tuple(range(p.dim()))
+            feats = feats * torch.rsqrt(feats.pow(2).mean(dim=axes, keepdim=True) + 1e-6)
+            direction, magnitude = self.net(feats).unbind(-1)
+            step = direction * torch.exp(magnitude * self.exp_mult) * self.step_mult
+            new_params[name] = p - step
+            new_state[name] = m
+        return new_params, new_state
+
+
+def optimizee():
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+centres = torch.randn(3, 4) * 1.5
+
+
+def task_batch(n=24):
+    y = torch.randint(0, 3, (n,))
+    return centres[y] + torch.randn(n, 4), y
+
+
+def task_loss(net, params, batch):
+    x, y = batch
+    return F.cross_entropy(functional_call(net, params, (x,)), y)
+
+
+lopt = MLPLOpt()
+initialize(lopt)
+meta_opt = torch.optim.Adam(lopt.parameters(), lr=1e-2)
+scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(meta_opt, T_max=4)
+for task in range(4):
+    net = optimizee()
+    initialize(net)
+    params = {k: v.detach().requires_grad_() for k, v in net.named_parameters()}
+    state = lopt.init_state(params)
+    batch = task_batch()
+    metrics = []
+    for truncation in range(2):
+        losses = []
+        for inner in range(3):
+            loss = task_loss(net, params, batch)
+            grads = torch.autograd.grad(loss, list(params.values()), retain_graph=True)
+            params, state = lopt(params, [g.detach() for g in grads], state)
+            losses.append(loss)
+        meta_loss = torch.stack(losses).mean() + task_loss(net, params, batch)
+        meta_opt.zero_grad()
+        meta_loss.backward()
+        torch.nn.utils.clip_grad_norm_(lopt.parameters(), 3.0)
+        meta_opt.step()
+        params = {k: v.detach().requires_grad_() for k, v in params.items()}
+        state = {k: v.detach() for k, v in state.items()}
+        metrics.append(meta_loss.item())
+    scheduler.step()
+    record.append(metrics)
+
+record.append({k: v.detach().numpy().copy() for k, v in lopt.state_dict().items()})
+
+# the learned optimizer against Adam on a fresh task, the learned one applied under no_grad
+trained = copy.deepcopy(lopt)
+net = optimizee()
+initialize(net)
+baseline = copy.deepcopy(net)
+params = {k: v.detach().clone() for k, v in net.named_parameters()}
+state = trained.init_state(params)
+batch = task_batch()
+learned_curve = []
+for step in range(6):
+    with torch.enable_grad():
+        params = {k: v.requires_grad_() for k, v in params.items()}
+        loss = task_loss(net, params, batch)
+        grads = torch.autograd.grad(loss, list(params.values()))
+    with torch.no_grad():
+        params, state = trained(params, grads, state)
+        params = {k: v.detach() for k, v in params.items()}
+    learned_curve.append(loss.item())
+
+adam = torch.optim.Adam(baseline.parameters(), lr=1e-2)
+adam_curve = []
+for step in range(6):
+    loss = F.cross_entropy(baseline(batch[0]), batch[1])
+    adam.zero_grad()
+    loss.backward()
+    adam.step()
+    adam_curve.append(loss.item())
+record.append(learned_curve)
+record.append(adam_curve)
+
+flat = parameters_to_vector(params.values())
+vector_to_parameters(flat, net.parameters())
+with torch.no_grad():
+    direct = net(batch[0])
+    functional = functional_call(net, params, (batch[0],))
+    record.append([flat.numel(), torch.equal(direct, functional)])
+    record.append(direct.numpy().copy())
+"""
+
+MLP_LOPT_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n"
+        "import retrograd.nn.functional as F\n",
+    ),
+    (
+        "        meta_loss.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(lopt.parameters(), 3.0)\n"
+        "        meta_opt.step()\n",
+        "        meta_grads = meta_loss.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(meta_grads, lopt.parameters(), 3.0)\n"
+        "        meta_opt.step(meta_grads)\n",
+    ),
+    (
+        "    loss.backward()\n    adam.step()\n",
+        "    adam_grads = loss.backward()\n    adam.step(adam_grads)\n",
+    ),
+]
+
+
+def test_mlp_learned_optimizer_on_a_functional_optimizee_as_torch(capsys):
+    (theirs, ours), _ = runs_with_draws(
+        MLP_LOPT_SOURCE, MLP_LOPT_STEPS, capsys, 6806, initialize=initializer()
+    )
+    assert len(theirs) == 4 + 1 + 2 + 2
+    assert theirs[-2] == [4 * 8 + 8 + 8 * 3 + 3, True]  # the flat vector loads back exactly
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
