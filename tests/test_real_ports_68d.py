@@ -24,7 +24,8 @@ the same weights and draws.
 
 The second, sparse identification of nonlinear dynamics in the style of pysindy
 written in torch (the Lorenz system integrated by a fixed-step RK4 in float64, derivatives by
-central differences and by ``torch.gradient(..., spacing=dt, dim=0)``, a polynomial library
+central differences, by ``torch.gradient(..., spacing=dt, dim=0)`` and at time stamps,
+even and uneven (``spacing=(times,)``, ``edge_order=2``), a polynomial library
 from ``itertools.combinations_with_replacement`` by ``x[:, list(c)].prod(dim=1)``, STLSQ by
 ``torch.linalg.lstsq(...).solution`` then ridge solves by ``torch.linalg.solve`` written back by
 ``xi[small] = 0.0`` and ``xi[big, k] = ...``, the equations printed), then the same library
@@ -34,6 +35,9 @@ replayed by RK4 under ``no_grad``.
 
 The lines changed for the port: the ``import`` lines and the gradient lines (the closure
 returns the gradients with the loss).
+
+The regression guarded (``tests/test_ports68_fixes.py``): ``gradient`` refused coordinate
+tensors as ``spacing`` ("coordinate tensors are not supported").
 """
 
 from __future__ import annotations
@@ -327,6 +331,14 @@ central = (traj[2:] - traj[:-2]) / (2 * dt)
 spaced = torch.gradient(traj, spacing=dt, dim=0)[0]
 record.append([traj.dtype == torch.float64, (spaced[1:-1] - central).abs().max().item() < 1e-9])
 record.append(spaced[[0, -1]].numpy().copy())
+# the same samples at their time stamps, and a subsample at uneven times, as logged data is
+times = torch.arange(traj.shape[0], dtype=torch.float64) * dt
+stamped = torch.gradient(traj, spacing=(times,), dim=0, edge_order=2)[0]
+keep = torch.tensor(sorted(set(range(0, 301, 3)) | set(range(1, 301, 7))))
+uneven = torch.gradient(traj[keep], spacing=[times[keep]], dim=0)[0]
+record.append([(stamped[1:-1] - central).abs().max().item() < 1e-9,
+               (uneven - lorenz(traj[keep])).abs().max().item()])
+record.append(uneven[:5].numpy().copy())
 
 library = PolynomialLibrary(degree=2).fit(3)
 names = library.names()
@@ -402,7 +414,8 @@ SINDY_STEPS = [
 
 def test_sindy_discovers_the_lorenz_system_as_torch(capsys):
     (theirs, ours), (their_log, our_log) = runs_with_draws(SINDY_SOURCE, SINDY_STEPS, capsys, 6804)
-    assert len(theirs) == 4 + 30 + 3
-    assert theirs[0] == [True, True] and theirs[3] == [2, 3, 2]  # Lorenz's seven terms
+    assert len(theirs) == 6 + 30 + 3
+    assert theirs[0] == [True, True] and theirs[5] == [2, 3, 2]  # Lorenz's seven terms
+    assert theirs[2][0] is True
     assert their_log == our_log and their_log.count("\n") == 3
     assert_records_agree(ours, theirs, rtol=1e-7, atol=1e-9)

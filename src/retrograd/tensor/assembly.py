@@ -396,7 +396,8 @@ def cumulative_trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -
 def gradient(input: Any, *, spacing: Any = 1, dim: Any = None, edge_order: int = 1) -> tuple:  # noqa: A002
     """torch's ``gradient``: central differences inside, one-sided ones (first or second
     order, ``edge_order``) at the ends, along each of ``dim`` (every dimension by default),
-    with uniform ``spacing`` (a number, or one per dimension)."""
+    with uniform ``spacing`` (a number, or one per dimension) or, given a list or tuple of
+    1-d tensors, at those coordinates (one tensor per dimension, as long as it)."""
     dims = (
         list(range(input.ndim)) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
     )
@@ -405,10 +406,14 @@ def gradient(input: Any, *, spacing: Any = 1, dim: Any = None, edge_order: int =
     if len(set(dims)) != len(dims):
         raise ShapeError(f"gradient: dim {dim!r} names a dimension more than once")
     steps = list(spacing) if isinstance(spacing, list | tuple) else [spacing] * len(dims)
-    if len(steps) != len(dims) or not all(isinstance(h, int | float) for h in steps):
+    numbers_given = all(isinstance(h, int | float) for h in steps)
+    coordinates_given = isinstance(spacing, list | tuple) and all(
+        isinstance(h, TensorBase) for h in steps
+    )
+    if len(steps) != len(dims) or not (numbers_given or coordinates_given):
         raise InvalidArgumentError(
-            "gradient: spacing must be a number or one number per dimension (coordinate tensors "
-            "are not supported)"
+            "gradient: spacing must be a number, one number per dimension or one 1-d tensor of "
+            f"coordinates per dimension, got {spacing!r} for {len(dims)} dimension(s)"
         )
     if edge_order not in (1, 2):
         raise InvalidArgumentError(f"gradient: edge_order must be 1 or 2, got {edge_order}")
@@ -422,6 +427,9 @@ def gradient(input: Any, *, spacing: Any = 1, dim: Any = None, edge_order: int =
                 f"{edge_order + 1} samples"
             )
         at = functools.partial(input.narrow, d)  # (start, length) along d
+        if coordinates_given:
+            out.append(_gradient_at_coordinates(input, at, h, d, n, edge_order))
+            continue
         inner = (at(2, n - 2) - at(0, n - 2)) * (0.5 / h)
         if edge_order == 1:
             first = (at(1, 1) - at(0, 1)) * (1.0 / h)
@@ -431,6 +439,42 @@ def gradient(input: Any, *, spacing: Any = 1, dim: Any = None, edge_order: int =
             last = (at(n - 3, 1) - at(n - 2, 1) * 4.0 + at(n - 1, 1) * 3.0) * (0.5 / h)
         out.append(cat([first, inner, last], d))
     return tuple(out)
+
+
+def _gradient_at_coordinates(values: Any, at: Any, x: Any, d: int, n: int, edge_order: int) -> Any:
+    """``gradient`` along ``d`` sampled at the 1-d coordinates ``x``: torch's second-order
+    differences of unevenly spaced samples inside (``a * f[i - 1] + b * f[i] + c * f[i + 1]``),
+    one-sided ones at the ends, each weight computed as torch computes it."""
+    if x.ndim != 1 or x.shape[0] != n:
+        raise ShapeError(
+            f"gradient: the coordinates of dimension {d} of {shape_text(values.shape)} must be "
+            f"a 1-d tensor of {n} values, got one of shape {shape_text(x.shape)}"
+        )
+    shape = [1] * values.ndim
+    shape[d] = -1
+    dx = x.diff()
+    dx1, dx2 = dx.narrow(0, 0, n - 2), dx.narrow(0, 1, n - 2)
+    a = (-dx2 / (dx1 * (dx1 + dx2))).reshape(shape)
+    b = ((dx2 - dx1) / (dx1 * dx2)).reshape(shape)
+    c = (dx1 / (dx2 * (dx1 + dx2))).reshape(shape)
+    inner = a * at(0, n - 2) + b * at(1, n - 2) + c * at(2, n - 2)
+    if edge_order == 1:
+        first = (at(1, 1) - at(0, 1)) / dx[0]
+        last = (at(n - 1, 1) - at(n - 2, 1)) / dx[-1]
+    else:
+        h0, h1 = dx[0], dx[1]
+        first = (
+            -(2.0 * h0 + h1) / (h0 * (h0 + h1)) * at(0, 1)
+            + (h0 + h1) / (h0 * h1) * at(1, 1)
+            + (-h0) / (h1 * (h0 + h1)) * at(2, 1)
+        )
+        hl, hp = dx[-1], dx[-2]
+        last = (
+            hl / (hp * (hl + hp)) * at(n - 3, 1)
+            + -(hl + hp) / (hl * hp) * at(n - 2, 1)
+            + (2 * hl + hp) / (hl * (hl + hp)) * at(n - 1, 1)
+        )
+    return cat([first, inner, last], d)
 
 
 # -- signal windows (constants) -----------------------------------------------------------------
