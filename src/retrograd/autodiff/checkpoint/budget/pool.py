@@ -159,6 +159,16 @@ class MemoryPool:
                     evictor.discard(ident)
                 slot.value = RECOMPUTE
 
+    def held_slots(self) -> tuple:
+        """``(weak reference, constant key or None, bytes)`` of every slot held now (a plain
+        reference, without the pool's callback: it may outlive the slot's place here)."""
+        found = []
+        for ref in self._held.values():
+            slot = ref()
+            if slot is not None:
+                found.append((weakref.ref(slot), getattr(slot, "id", None), ref.nbytes))
+        return tuple(found)
+
     def note_peak(self) -> None:
         if self.held_bytes > self.peak:
             self.peak = self.held_bytes

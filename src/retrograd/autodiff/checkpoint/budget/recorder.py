@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ..state import RECOMPUTE
 from .flops import op_flops
 from .plan import PLAN_LIMIT, Trace
 from .pool import Constant
@@ -43,12 +44,14 @@ class RecordedStep(NamedTuple):
     """A whole recorded step: its values in order (a ``None`` last when it grew past
     :data:`~.plan.PLAN_LIMIT`), node id -> position, and key -> (bytes, backed up) of the
     untracked values held; key -> the node ids of the consumers each backed-up one is held
-    for (``None`` for a step recorded before they were noted)."""
+    for (``None`` for a step recorded before they were noted); what was held for backward
+    when its first value was recorded (:meth:`TraceRecorder.note_held_before`)."""
 
     values: list
     positions: dict[int, int]
     constants: dict[int, tuple[int, bool]]
     consumers: dict[int, list[int]] | None = None
+    held_before: tuple = ()
 
     def plannable(self) -> bool:
         return 0 < len(self.values) <= PLAN_LIMIT
@@ -80,7 +83,7 @@ class RecordedStep(NamedTuple):
         A backed-up untracked value is counted until the backward step of its last consumer
         (``consumers``), or its last read by a rule if later: no step needs to recompute a
         consumer after the consumer's own step."""
-        values, positions, constants, consumers = self
+        values, positions, constants, consumers, held_before = self
         if planned is not None:
             values = [
                 value if value.seconds is not None else value._replace(seconds=planned[at])
@@ -146,6 +149,9 @@ class RecordedStep(NamedTuple):
             if backup or key in constant_reads
         )
         fixed.extend((earlier[key], 0, step) for key, step in earlier_reads.items())
+        before = _held_before_unread(held_before, steps, positions, constants, earlier_reads)
+        if before:  # held through forward, which the engine counts, and let go after it
+            fixed.append((before, 0, 0))
         trace = Trace(
             sizes=[value.nbytes for value in values],
             costs=[
@@ -188,9 +194,11 @@ class _WalkedSaved(NamedTuple):
 
 
 class _Size(NamedTuple):
-    """A slot as :func:`_earlier_values` reads it: its bytes."""
+    """A slot as :func:`_earlier_values` reads it: its bytes, and the slot's identity (see
+    :func:`_held_before_unread`)."""
 
     nbytes: int
+    ident: int
 
 
 def walked(steps: list) -> list[_Walked]:
@@ -203,7 +211,9 @@ def walked(steps: list) -> list[_Walked]:
             continue
         slot = getattr(node.saved, "slot", None)
         parents = tuple(None if p is None else _Walked(p.id, None, (), None) for p in node.parents)
-        saved = _WalkedSaved(node.saved.keys, None if slot is None else _Size(slot.nbytes))
+        saved = _WalkedSaved(
+            node.saved.keys, None if slot is None else _Size(slot.nbytes, id(slot))
+        )
         light.append(_Walked(node.id, node.op, parents, saved))
     return light
 
@@ -237,6 +247,43 @@ def _earlier_constants(saved: Any) -> dict[int, int]:
     }
 
 
+def _held_before_unread(
+    held_before: tuple, steps: list, positions: dict, constants: dict, earlier_reads: dict
+) -> int:
+    """Bytes of what was held for backward when the step's first value was recorded
+    (``held_before``: ``(weak reference to the slot, constant key or None, bytes)``) and is
+    still held as its backward starts, that its trace counts nowhere else: neither a value
+    of an earlier graph its backward reads (``earlier_reads``, by key) nor an untracked value
+    of its own (``constants``).
+
+    A graph recorded after a retained backward (a second head's loss built after the first
+    head's ``backward(retain_graph=True)``, a gradient penalty's ``total`` after its
+    ``autograd.grad(..., create_graph=True)``) starts with the retained graph's values held,
+    and the engine counts them in the step's forward peak, read by its backward or not
+    (:meth:`~.strategy.BudgetCheckpointing._step_starts`). Its plan counted only those its
+    backward reads: round 67's random program 1 at 2x of its peak, a late head, held 4,317
+    bytes where its plan counted 1,024, and was re-planned for nothing. One let go during
+    forward (a critic's output graph, dropped once ``autograd.grad`` took its slope) is not
+    counted: held only at the forward's start, it added 256 bytes to a critic step's
+    prediction of the 1,776 it held."""
+    if not held_before:
+        return 0
+    counted = set()
+    for node in steps:
+        if node.id in earlier_reads and node.id not in positions:
+            slot = getattr(node.saved, "slot", None)
+            if slot is not None:
+                counted.add(slot.ident if type(slot) is _Size else id(slot))
+    found = 0
+    for ref, key, nbytes in held_before:
+        slot = ref()
+        if slot is None or slot.value is RECOMPUTE or key in constants or key in earlier_reads:
+            continue
+        if id(slot) not in counted:
+            found += nbytes
+    return found
+
+
 def _gone() -> None:
     """A dead reference (before the first node of a step)."""
     return None
@@ -255,6 +302,7 @@ class TraceRecorder:
         #: backward, as an evaluation without gradients would be), and the next node starts
         #: a new step
         self._first: weakref.ref = _gone
+        self._held_before: tuple = ()
 
     def note(
         self,
@@ -348,8 +396,17 @@ class TraceRecorder:
             if backup and consumer is not None:
                 self._consumers.setdefault(key, []).append(consumer)
 
+    def note_held_before(self, held: tuple) -> None:
+        """What was held for backward as the step's first value was recorded: ``(weak
+        reference to the slot, constant key or None, bytes)`` per slot (see
+        :func:`_held_before_unread`)."""
+        self._held_before = held
+
     def take(self) -> RecordedStep:
         """The step recorded so far; the next starts empty."""
-        step = RecordedStep(self._values, self._positions, self._constants, self._consumers)
+        step = RecordedStep(
+            self._values, self._positions, self._constants, self._consumers, self._held_before
+        )
         self._values, self._positions, self._constants, self._consumers = [], {}, {}, {}
+        self._held_before = ()
         return step

@@ -328,9 +328,14 @@ class BudgetCheckpointing(CheckpointStrategy):
         last step's graph still held there (a gradient penalty's values its second backward
         did not walk, the rest of a retained graph) was freed with the graph, but counted in
         this step's forward peak: a planned step's peak followed the plan of the step before
-        it (a penalty's ``autograd.grad`` walk held 1,229 or 1,453 bytes by turns)."""
+        it (a penalty's ``autograd.grad`` walk held 1,229 or 1,453 bytes by turns).
+        What is held now (a retained graph's values, after its backward) is noted with the
+        step: its plan counts what of it its backward does not read
+        (:func:`~.recorder._held_before_unread`)."""
         self._replay_prices.clear()
         self.pool.take_peak()
+        if self.pool.held_bytes:
+            self.recorder.note_held_before(self.pool.held_slots())
 
     def _evict_settled(self) -> None:
         """Evict the disputed values the plans still matched now all evict."""
