@@ -305,6 +305,28 @@ class StateValue(np.ndarray):
         self._refresh()
         return self.astype(dtype)
 
+    def __getattr__(self, name: str) -> Any:
+        """A tensor method NumPy's array lacks (``(a - b).abs().max()``, ``v.norm()``,
+        ``v.clamp_(-1, 1)``, as code that compares or edits two models' state dicts writes):
+        the tensor's, on this value's current numbers; an in-place one (``abs_``) writes its
+        result here, and so into the module, as torch's state-dict tensor (the module's
+        storage) does. Until 6 December only the methods defined here answered, and the rest
+        raised ``AttributeError`` (a round-69 port found ``rg.equal`` and the norms; a copy
+        made per call is the price of a value that stays a NumPy array)."""
+        method = None if name.startswith("_") else getattr(Tensor, name, None)
+        if method is None:
+            raise AttributeError(f"'StateValue' object has no attribute {name!r}")
+        if name.endswith("_") and callable(method):
+
+            def in_place(*args: Any, **kwargs: Any) -> StateValue:
+                written = self._saved_as_tensor()
+                getattr(written, name)(*args, **kwargs)
+                return self._write(name, written.numpy())
+
+            in_place.__name__ = in_place.__qualname__ = name
+            return in_place
+        return getattr(self._saved_as_tensor(), name)
+
     # -- in-place writes, which reach the module's tensor ----------------------------------------
     def copy_(self, src: Any, non_blocking: bool = False) -> StateValue:
         source = np.asarray(_host(src))
