@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -37,3 +38,24 @@ def test_isclose_takes_state_dict_entries_as_torch():
     t = torch.isclose(theirs.state_dict()["bias"], theirs.bias + 1e-9).numpy()
     o = rg.isclose(ours.state_dict()["bias"], ours.bias + 1e-9).numpy()
     assert o.tolist() == t.tolist() == [True, True]
+
+
+def test_norms_and_functional_ops_take_state_dict_entries_as_torch():
+    # comparing two checkpoints layer by layer, as federated and model-merging scripts do:
+    # ``torch.linalg.norm(a[k] - b[k])``, ``F.cosine_similarity(a[k].flatten(), ...)``; each
+    # raised "expected a tensor, got StateValue" (a tensor in torch)
+    theirs, ours = _pair()
+    tw, ow = theirs.state_dict()["weight"], ours.state_dict()["weight"]
+    pairs = [
+        (torch.linalg.norm(tw), rg.linalg.norm(ow)),
+        (torch.linalg.vector_norm(tw, ord=1), rg.linalg.vector_norm(ow, ord=1)),
+        (torch.linalg.matrix_norm(tw), rg.linalg.matrix_norm(ow)),
+        (
+            torch.nn.functional.cosine_similarity(tw.flatten(), tw.flatten() * 2 + 1, dim=0),
+            rg.nn.functional.cosine_similarity(ow.flatten(), ow.flatten() * 2 + 1, dim=0),
+        ),
+        (torch.nn.functional.normalize(tw, dim=0), rg.nn.functional.normalize(ow, dim=0)),
+    ]
+    for t, o in pairs:
+        assert o.shape == tuple(t.shape)
+        np.testing.assert_allclose(o.numpy(), t.numpy(), rtol=1e-6, atol=1e-7)
