@@ -786,6 +786,11 @@ def polygamma(n: int, input: Any, *, out: Any = None) -> Any:  # noqa: A002 (tor
     return result if out is None else written_out("polygamma", out, result)
 
 
+def _state_entry(value: Any) -> Any:
+    """``value``, or the tensor a state dict's entry stands for (``__retrograd_tensor__``)."""
+    return value.__retrograd_tensor__() if hasattr(value, "__retrograd_tensor__") else value
+
+
 def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
     if not isinstance(input, TensorBase):
         if getattr(type(input), "_sparse_coo", False):  # its method, or its refusal by name
@@ -874,7 +879,9 @@ def numel(input: Any) -> int:  # noqa: A002 (torch's name)
 
 
 def equal(input: Any, other: Any) -> bool:  # noqa: A002 (torch's name)
-    """Whether the two tensors have the same shape and elements (a Python bool)."""
+    """Whether the two tensors have the same shape and elements (a Python bool); a state
+    dict's entries count as the tensors they are in torch."""
+    input, other = lift_input("equal", input), _state_entry(other)  # noqa: A001
     if input.shape != other.shape:
         return False
     return bool(input.eq(other).all().item())
@@ -889,7 +896,8 @@ def isclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # n
             equal_nan: bool = False) -> Any:  # fmt: skip
     """``|input - other| <= atol + rtol * |other|`` elementwise (infinities equal only to
     themselves; NaNs equal when ``equal_nan``). As torch's, both have one dtype."""
-    other = lift(input, other, "isclose")
+    input = lift_input("isclose", input)  # noqa: A001 (a state dict's entry: a tensor in torch)
+    other = lift(input, _state_entry(other), "isclose")
     if input.dtype != other.dtype:
         raise DTypeError(
             f"isclose: expected both tensors of one dtype, got {input.dtype} and {other.dtype}"
