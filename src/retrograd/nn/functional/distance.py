@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import InvalidArgumentError, ShapeError, SizeMismatchError
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
 from ...tensor.functions import once_differentiable_inputs, row_distance
@@ -207,10 +207,17 @@ def cosine_embedding_loss(
         f"input1 {shape_text(x1.shape)}, input2 {shape_text(x2.shape)}, target "
         f"{shape_text(y.shape)}"
     )
+    # (torch's RuntimeErrors, each)
     if y.ndim not in (0, 1):
-        raise ShapeError(f"{fn}: 0-d or 1-d target expected, multi-target not supported; {shapes}")
+        raise SizeMismatchError(
+            f"{fn}: 0-d or 1-d target expected, multi-target not supported; {shapes}"
+        )
     if x1.ndim != y.ndim + 1 or x2.ndim != y.ndim + 1:
-        raise ShapeError(f"{fn}: a {y.ndim}-d target expects {y.ndim + 1}-d inputs; {shapes}")
+        raise SizeMismatchError(
+            f"{fn}: a {y.ndim}-d target expects {y.ndim + 1}-d inputs; {shapes}"
+        )
+    if len({n for n in (x1.shape[:1] + x2.shape[:1] + y.shape) if n != 1}) > 1:
+        raise SizeMismatchError(f"{fn}: the batch sizes do not broadcast; {shapes}")
     dim = y.ndim
     dot = (x1 * x2).sum_dim(dim).squeeze_dim(dim)
     square1 = x1.square().sum_dim(dim).squeeze_dim(dim) + _COSINE_EMBEDDING_EPS

@@ -16,7 +16,9 @@ from ...errors import (
     ArgumentTypeError,
     DTypeError,
     InvalidArgumentError,
+    MixedDTypeError,
     ShapeError,
+    SizeMismatchError,
     check_bool,
 )
 from ...tensor import Tensor
@@ -81,7 +83,9 @@ def _class_weights(
     given = weight
     weight = _as_tensor(fn, logits, weight, "weight")
     if weight.shape != (classes,) or weight.dtype not in FLOAT_DTYPES:
-        raise ShapeError(
+        # torch's RuntimeError ("weight tensor should be defined either for all 4 classes")
+        error = SizeMismatchError if weight.shape != (classes,) else ShapeError
+        raise error(
             f"{fn}: weight must be a float tensor of one value per class, shape [{classes}]; "
             f"got {weight.dtype} {shape_text(weight.shape)}, input {shape_text(logits.shape)}"
         )
@@ -154,25 +158,28 @@ def cross_entropy(
 
     if target.dtype in FLOAT_DTYPES:
         if target.shape != logits.shape:
-            raise ShapeError(f"{fn}: probability targets must have the input's shape; {shapes}")
+            raise SizeMismatchError(  # (torch's RuntimeError)
+                f"{fn}: probability targets must have the input's shape; {shapes}"
+            )
         if ignore_index != -100:
             raise InvalidArgumentError(
                 f"{fn}: ignore_index ({ignore_index}) applies to class-index targets, not to "
                 f"probabilities; {shapes}"
             )
         # torch's composite promotes the loss with the target's and the weight's dtypes
+        # (the target smoothed in its own dtype, before it is promoted: torch's order)
         wide = result_dtype(logits.dtype, target.dtype)
         if weights is not None:
             wide = result_dtype(wide, weights.dtype)
             weights = weights.cast(wide)
-        target, log_probs = target.cast(wide), log_probs.cast(wide)
         if label_smoothing:
             target = target * (1.0 - label_smoothing) + label_smoothing / classes
+        target, log_probs = target.cast(wide), log_probs.cast(wide)
         return _reduce(per_target(log_probs * target), reduction)
     if target.dtype == "uint8":  # (torch's class-index losses take Long or Byte targets)
         target = target.long()
     if target.dtype != "int64":
-        raise DTypeError(
+        raise MixedDTypeError(  # (torch's RuntimeError)
             f"{fn}: target must be int64 (or uint8) class indices or float probabilities, as "
             f"torch's, got {target.dtype}"
         )
@@ -204,7 +211,9 @@ def _class_index_loss(
     shapes = f"input {shape_text(log_probs.shape)}, target {shape_text(target.shape)}"
     expected = log_probs.shape[:class_dim] + log_probs.shape[class_dim + 1 :]
     if target.shape != expected:
-        raise ShapeError(
+        # torch: a ValueError where the batch sizes differ, a RuntimeError otherwise
+        batch_differs = class_dim == 1 and (target.ndim == 0 or target.shape[0] != expected[0])
+        raise (ShapeError if batch_differs else SizeMismatchError)(
             f"{fn}: class-index targets must have shape {shape_text(expected)} (the input's "
             f"without the class dimension); {shapes}"
         )
@@ -278,7 +287,7 @@ def nll_loss(
     if target.dtype == "uint8":  # (torch's class-index losses take Long or Byte targets)
         target = target.long()
     if target.dtype != "int64":
-        raise DTypeError(
+        raise MixedDTypeError(  # (torch's RuntimeError)
             f"{fn}: target must be int64 (or uint8) class indices, as torch's, got {target.dtype}"
         )
     class_dim = 0 if log_probs.ndim == 1 else 1
@@ -354,7 +363,7 @@ def _broadcast_pair(fn: str, x: Tensor, target: Tensor) -> tuple[Tensor, Tensor]
     try:
         shape = tuple(np.broadcast_shapes(x.shape, target.shape))
     except ValueError:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError)
             f"{fn}: input and target shapes differ and do not broadcast; input "
             f"{shape_text(x.shape)}, target {shape_text(target.shape)}"
         ) from None
@@ -366,6 +375,19 @@ def _broadcast_pair(fn: str, x: Tensor, target: Tensor) -> tuple[Tensor, Tensor]
         stacklevel=4,  # the caller of the loss (past its error guard)
     )
     return x.expand(shape), target.expand(shape)
+
+
+def _broadcastable(fn: str, x: Tensor, target: Tensor) -> None:
+    """torch's ``RuntimeError`` for an input and a target whose shapes do not broadcast (the
+    losses computed elementwise without a shape check of their own: ``kl_div``,
+    ``poisson_nll_loss``)."""
+    try:
+        np.broadcast_shapes(x.shape, target.shape)
+    except ValueError:
+        raise SizeMismatchError(
+            f"{fn}: input and target shapes do not broadcast; input {shape_text(x.shape)}, "
+            f"target {shape_text(target.shape)}"
+        ) from None
 
 
 def _same_shape(fn: str, x: Tensor, target: Tensor) -> None:
@@ -571,7 +593,14 @@ def kl_div(
     ``reduction="batchmean"`` divides the sum by the batch size."""
     fn = "kl_div"
     log_target = check_bool(fn, log_target, "log_target")
+    for name, value in (("input", input), ("target", target)):
+        if isinstance(value, Tensor) and value.dtype not in FLOAT_DTYPES and not value.is_complex():
+            raise MixedDTypeError(  # (torch's RuntimeError, "Integral inputs not supported")
+                f"{fn}: integral inputs are not supported, got {name} {value.dtype} "
+                f"{shape_text(value.shape)}"
+            )
     x, y = _float_pair(fn, input, target, "target")
+    _broadcastable(fn, x, y)
     batchmean = reduction == "batchmean"
     reduction = _reduction(fn, "sum" if batchmean else reduction, size_average, reduce)
     if log_target:
@@ -601,6 +630,7 @@ def poisson_nll_loss(
     fn = "poisson_nll_loss"
     reduction = _reduction(fn, reduction, size_average, reduce)
     x, y = _float_pair(fn, input, target, "target")
+    _broadcastable(fn, x, y)
     if log_input:
         losses = x.exp() - y * x
     else:

@@ -14,14 +14,20 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    MixedDTypeError,
+    ShapeError,
+    SizeMismatchError,
+)
 from ...tensor import Tensor
 from ...tensor._dispatch import host_constant
 from ...tensor.autocasting import autocast_op
 from ...tensor.functions import once_differentiable_inputs
-from ...tensor.internal import check_indices, shape_text
+from ...tensor.internal import FLOAT_DTYPES, check_indices, shape_text
 from ._common import _as_tensor, _float_input, _float_pair
-from .loss import _reduce, _reduction, _same_shape
+from .loss import _broadcastable, _reduce, _reduction
 
 __all__ = [
     "ctc_loss",
@@ -63,10 +69,12 @@ def margin_ranking_loss(
     x1, x2 = _float_pair(fn, input1, input2, "input2")
     y = _float_pair(fn, x1, target, "target")[1]
     if not x1.ndim == x2.ndim == y.ndim:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError)
             f"{fn}: all input tensors should have the same number of dimensions; input1 "
             f"{shape_text(x1.shape)}, input2 {shape_text(x2.shape)}, target {shape_text(y.shape)}"
         )
+    _broadcastable(fn, x1, x2)
+    _broadcastable(fn, x1 - x2, y)
     return _reduce((-y * (x1 - x2) + margin).clamp_min(0.0), reduction)
 
 
@@ -83,7 +91,10 @@ def hinge_embedding_loss(
     two terms: a target of 1 or -1 picks one of them)."""
     fn = "hinge_embedding_loss"
     reduction = _reduction(fn, reduction, size_average, reduce)
-    x, y = _float_pair(fn, input, target, "target")
+    x = _float_input(fn, input)
+    # the target is only compared (with 1 and -1): the loss keeps the input's dtype, as torch's
+    y = _as_tensor(fn, x, target, "target")
+    _broadcastable(fn, x, y)
     zeros = x.new_zeros(x.shape)
     margin_term = zeros.mask_where(y.not_equal_elem(1.0), (margin - x).clamp_min(0.0))
     return _reduce(margin_term + zeros.mask_where(y.not_equal_elem(-1.0), x), reduction)
@@ -97,8 +108,11 @@ def _target_to_input_shape(fn: str, x: Tensor, target: Tensor) -> Tensor:
     fits = target.ndim <= x.ndim and all(
         t in (1, n) for t, n in zip(reversed(target.shape), reversed(x.shape), strict=False)
     )
-    if not fits:
-        _same_shape(fn, x, target)
+    if not fits:  # (torch's RuntimeError: its output has the input's shape)
+        raise SizeMismatchError(
+            f"{fn}: target {shape_text(target.shape)} does not broadcast to the input's shape "
+            f"{shape_text(x.shape)}"
+        )
     return target.expand(x.shape)
 
 
@@ -115,7 +129,12 @@ def soft_margin_loss(
     reduction = _reduction(fn, reduction, size_average, reduce)
     x, y = _float_pair(fn, input, target, "target")
     y = _target_to_input_shape(fn, x, y)
-    return _reduce((-y * x).exp().log1p(), reduction)
+    losses = (-y * x).exp().log1p()
+    if isinstance(input, Tensor) and input.dtype in FLOAT_DTYPES:
+        # torch's kernel writes into a tensor like the input: a float64 target of a float32
+        # input gives a float32 loss
+        losses = losses.cast(input.dtype)
+    return _reduce(losses, reduction)
 
 
 def multilabel_soft_margin_loss(
@@ -131,7 +150,7 @@ def multilabel_soft_margin_loss(
     fn = "multilabel_soft_margin_loss"
     reduction = _reduction(fn, reduction, size_average, reduce)
     x, y = _float_pair(fn, input, target, "target")
-    y = _target_to_input_shape(fn, x, y)
+    _broadcastable(fn, x, y)  # (both ways, as torch's composite: no output of x's shape)
     if x.ndim == 0:
         raise ShapeError(f"{fn}: input needs a class dimension, got a 0-d input")
     losses = -(y * x.log_sigmoid() + (1.0 - y) * (-x).log_sigmoid())
@@ -144,10 +163,10 @@ def multilabel_soft_margin_loss(
 def _class_targets(fn: str, x: Tensor, target: Any, expected: tuple[int, ...]) -> Tensor:
     """``target`` as int64 class indices of shape ``expected``."""
     target = _as_tensor(fn, x, target, "target")
-    if target.dtype != "int64":
-        raise DTypeError(f"{fn}: target must hold int64 class indices, got {target.dtype}")
+    if target.dtype != "int64":  # (torch's RuntimeError, both)
+        raise MixedDTypeError(f"{fn}: target must hold int64 class indices, got {target.dtype}")
     if target.shape != expected:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: target must have shape {shape_text(expected)}; input {shape_text(x.shape)}, "
             f"target {shape_text(target.shape)}"
         )
