@@ -605,7 +605,7 @@ class Optimizer(StepHooks):
         if not self.counts_steps or not isinstance(held, dict) or "step" not in held:
             return held_step
         made = step_tensor(count, backend, held_step, known_count(self, parameter))
-        self.__dict__.setdefault("_step_counts", {})[parameter] = (made, count)
+        note_count(self, parameter, made, count)
         held["step"] = made
         return made
 
@@ -953,8 +953,7 @@ def keep_state(
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
         known = known_count(optimizer, parameter)
         state["step"] = step_tensor(count, value.backend, held_step, known)
-        # the count beside the tensor that holds it: the next step reads no value back
-        optimizer.__dict__.setdefault("_step_counts", {})[parameter] = (state["step"], count)
+        note_count(optimizer, parameter, state["step"], count)
     _keep_buffer_objects(optimizer.state.get(parameter), state)
     if state:
         optimizer.state[parameter] = state
@@ -994,6 +993,12 @@ def _keep_buffer_objects(held: State | None, state: State) -> None:
         ):
             # (a buffer written in place holds the same primitive: nothing to write)
             state[key] = old if old._prim is new._prim else assign(old, new, "Optimizer.step")
+
+
+def note_count(optimizer: Optimizer, parameter: Tensor, step: Tensor, count: int) -> None:
+    """``count`` noted beside the step tensor ``step`` that holds it (:func:`known_count`):
+    the next step reads no value back."""
+    optimizer.__dict__.setdefault("_step_counts", {})[parameter] = (step, count)
 
 
 def known_count(optimizer: Optimizer, parameter: Tensor) -> tuple[Tensor, int] | None:

@@ -719,6 +719,12 @@ def _rejoined(decorator: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict, A
     return new_args, new_kwargs, write_back
 
 
+def stood_for(value: Any) -> Any:
+    """``value``, or the tensor it stands for where a tensor is due (``__retrograd_tensor__``:
+    a state dict's entry, which is a tensor in torch)."""
+    return value.__retrograd_tensor__() if hasattr(value, "__retrograd_tensor__") else value
+
+
 def lift(reference: TensorBase, value: Any, op: str) -> Any:
     """``value`` (a tensor, NumPy array or nested list) as a tensor ``reference`` can be
     combined with: on its backend and device. Scalars are not lifted (a ``DTypeError``)."""

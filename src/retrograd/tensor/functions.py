@@ -45,6 +45,7 @@ from ._dispatch import (
     result_dtype,
     scalar_dtype,
     scalar_value,
+    stood_for,
     wrapped_int,
     written_scalar,
 )
@@ -786,11 +787,6 @@ def polygamma(n: int, input: Any, *, out: Any = None) -> Any:  # noqa: A002 (tor
     return result if out is None else written_out("polygamma", out, result)
 
 
-def _state_entry(value: Any) -> Any:
-    """``value``, or the tensor a state dict's entry stands for (``__retrograd_tensor__``)."""
-    return value.__retrograd_tensor__() if hasattr(value, "__retrograd_tensor__") else value
-
-
 def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
     if not isinstance(input, TensorBase):
         if getattr(type(input), "_sparse_coo", False):  # its method, or its refusal by name
@@ -798,7 +794,7 @@ def lift_input(name: str, input: Any) -> Any:  # noqa: A002 (torch's name)
         if isinstance(input, ValuesAndIndices):  # sort/topk/cummax/cummin: the values
             return input.values
         if hasattr(input, "__retrograd_tensor__"):  # a state dict's entry: a tensor in torch
-            return input.__retrograd_tensor__()
+            return stood_for(input)
         raise DTypeError(f"{name}(): argument 'input' must be a Tensor, not {type(input).__name__}")
     return input
 
@@ -810,10 +806,7 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Any:  # noqa:
     indices of its true elements (``condition.nonzero(as_tuple=True)``)."""
     if input is None and other is None:
         return condition.nonzero(as_tuple=True)
-    condition, input, other = (  # noqa: A001 (torch's names)
-        v.__retrograd_tensor__() if hasattr(v, "__retrograd_tensor__") else v
-        for v in (condition, input, other)
-    )
+    condition, input, other = map(stood_for, (condition, input, other))  # noqa: A001
     reference = next((v for v in (input, other, condition) if isinstance(v, TensorBase)), None)
     if reference is None:
         got = ", ".join(type(v).__name__ for v in (condition, input, other))
@@ -881,7 +874,7 @@ def numel(input: Any) -> int:  # noqa: A002 (torch's name)
 def equal(input: Any, other: Any) -> bool:  # noqa: A002 (torch's name)
     """Whether the two tensors have the same shape and elements (a Python bool); a state
     dict's entries count as the tensors they are in torch."""
-    input, other = lift_input("equal", input), _state_entry(other)  # noqa: A001
+    input, other = lift_input("equal", input), stood_for(other)  # noqa: A001
     if input.shape != other.shape:
         return False
     return bool(input.eq(other).all().item())
@@ -897,7 +890,7 @@ def isclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # n
     """``|input - other| <= atol + rtol * |other|`` elementwise (infinities equal only to
     themselves; NaNs equal when ``equal_nan``). As torch's, both have one dtype."""
     input = lift_input("isclose", input)  # noqa: A001 (a state dict's entry: a tensor in torch)
-    other = lift(input, _state_entry(other), "isclose")
+    other = lift(input, stood_for(other), "isclose")
     if input.dtype != other.dtype:
         raise DTypeError(
             f"isclose: expected both tensors of one dtype, got {input.dtype} and {other.dtype}"

@@ -20,6 +20,8 @@ Operands
         ``value`` (tensor, array, nested list) on ``reference``'s backend and device.
     ``promote(a, b, op, floats=False) -> (Tensor, Tensor)``
         ``b`` lifted, both on one backend in one dtype (a float dtype when ``floats``).
+    ``stood_for(value) -> Any``
+        ``value``, or the tensor it stands for (a state dict's entry: a tensor in torch).
     ``untracked(t) -> Tensor``
         ``t``'s values outside the graph (no node; not requiring grad).
     ``wrap(reference, prim) -> Tensor``
@@ -82,6 +84,7 @@ from ._dispatch import (
     promote,
     result_dtype,
     scalar_dtype,
+    stood_for,
     untracked,
     wrap,
 )
@@ -113,6 +116,7 @@ __all__ = [
     "result_dtype",
     "scalar_dtype",
     "shape_text",
+    "stood_for",
     "translate",
     "untracked",
     "wrap",

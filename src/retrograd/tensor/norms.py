@@ -12,7 +12,7 @@ from typing import Any
 from ..backend.protocol import FLOAT_DTYPES
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase as Tensor
-from ._dispatch import int_dims, normalize_dim, result_dtype
+from ._dispatch import int_dims, normalize_dim, result_dtype, stood_for
 from .dtypes import canonical_dtype
 
 __all__ = ["matrix_norm", "norm", "tensor_norm", "vector_norm"]
@@ -36,13 +36,8 @@ def _singular_values(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)
     return values.real if values.is_complex() else values  # real, packed with complex U, Vh
 
 
-def _state_entry(value: Any) -> Any:
-    """``value``, or the tensor a state dict's entry stands for (a tensor in torch)."""
-    return value.__retrograd_tensor__() if hasattr(value, "__retrograd_tensor__") else value
-
-
 def _norm_input(op: str, x: Any, dtype: Any) -> Tensor:
-    x = _state_entry(x)
+    x = stood_for(x)
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op}: expected a tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:  # (before dtype=, which does not make an int input valid)
@@ -258,7 +253,7 @@ def norm(
     ``ord`` 2 when ``None``: the Frobenius norm of a matrix); a string ``ord`` is a matrix
     norm's."""
     _no_out("linalg.norm", out)
-    A = _state_entry(A)  # noqa: N806 (torch's name)
+    A = stood_for(A)  # noqa: N806 (torch's name)
     if not isinstance(A, Tensor):
         raise DTypeError(f"linalg.norm: expected a tensor, got {type(A).__name__}")
     dims = None if dim is None else int_dims("linalg.norm", dim)

@@ -39,6 +39,7 @@ from ._dispatch import (
     result_dtype,
     scalar_dims,
     sticky_class,
+    stood_for,
 )
 from .dtypes import canonical_dtype
 from .layouts import (
@@ -716,8 +717,8 @@ def joined_tensors(op: str, tensors: Sequence[Any]) -> list[Any]:
     for position, t in enumerate(tensors):
         if isinstance(t, ValuesAndIndices):
             t = t.values
-        elif not isinstance(t, TensorBase) and hasattr(t, "__retrograd_tensor__"):
-            t = t.__retrograd_tensor__()
+        elif not isinstance(t, TensorBase):
+            t = stood_for(t)
         if not isinstance(t, TensorBase):
             kind = type(t)
             got = kind.__name__ if kind.__module__ == "builtins" else kind.__qualname__

@@ -70,10 +70,6 @@ class CheckpointerBuilder:
 
     __slots__ = ("backups", "kept", "reads", "recomputable", "recomputed", "taken", "tree")
 
-    #: whether the records a consuming backward took can be handed back to the steps it did
-    #: not run (a budget's records hold slots its pool accounts for: they cannot)
-    gives_back = True
-
     def __init__(self, tree: dict[int, Any], consume: bool):
         #: node id -> node, for every node the backward walks
         self.tree = tree
@@ -81,28 +77,43 @@ class CheckpointerBuilder:
         self.reads: dict[int, int] = {}
         self.recomputed: list[int] = []
         self.backups: list[tuple[int, Any]] = []
-        #: node id -> the actions a consuming backward took from its record, each dropped
-        #: once the node's step ran: a backward that stops early (an error, an interrupt)
-        #: gives the rest back, so that a later backward through those steps reads them
-        self.taken: dict[int, list] | None = {} if consume and self.gives_back else None
+        #: node id -> the actions a consuming backward took from its record: all of them go
+        #: back should its checkpointer not be made (:meth:`give_back`); once it runs, the
+        #: checkpointer may keep them (its ``taken``), each dropped once the node's step ran,
+        #: so that a backward that stops early (an error, an interrupt) gives the rest back
+        #: and a later backward through those steps reads them
+        self.taken: dict[int, list] | None = {} if consume else None
         taken = self.taken
         recomputable = 0
-        for node in tree.values():
-            saved = node.saved
-            if saved.recompute:
-                recomputable += 1
-            actions = saved.actions
-            if actions:
-                self.add(actions)
-                if consume:
-                    saved.actions = None
+        try:
+            for node in tree.values():
+                saved = node.saved
+                if saved.recompute:
+                    recomputable += 1
+                actions = saved.actions
+                if actions:
+                    self.add(actions)
                     if taken is not None:
                         taken[node.id] = actions
+                        saved.actions = None
+        except BaseException:
+            self.give_back()
+            raise
         self.recomputable = recomputable
         kept = self.kept
         for key, value in self.backups:
             if key not in kept:
                 kept[key] = value
+
+    def give_back(self) -> None:
+        """The backward that took the records will not run (an interrupt, an error while its
+        checkpointer is made): every node gets its own back, and a later backward through the
+        graph reads them."""
+        taken, tree = self.taken, self.tree
+        if taken:
+            for node_id, actions in taken.items():
+                tree[node_id].saved.actions = actions
+            taken.clear()
 
     def add(self, actions: list) -> None:
         """Gather one node's actions."""

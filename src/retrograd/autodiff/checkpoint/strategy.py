@@ -136,17 +136,21 @@ class CheckpointStrategy:
         checkpointer. ``consume``: the walked nodes' records let go of their values."""
         tree = self.tree_of(tape)
         builder = self.builder(tree, consume)
-        if not builder.recomputed:  # nothing was dropped: every value read is held
-            checkpointer: Any = HeldCheckpointer(
-                builder.held(), builder.reads, builder.activation_bytes()
-            )
-        else:
-            sizes = builder.sizes()
-            states = builder.states(builder.count_reads())
-            by_products = SqrtAnchors.for_graph(builder.recomputable)
-            checkpointer = Checkpointer(
-                states, tree, inner, sizes, by_products, sum(sizes.values())
-            )
+        try:
+            if not builder.recomputed:  # nothing was dropped: every value read is held
+                checkpointer: Any = HeldCheckpointer(
+                    builder.held(), builder.reads, builder.activation_bytes()
+                )
+            else:
+                sizes = builder.sizes()
+                states = builder.states(builder.count_reads())
+                by_products = SqrtAnchors.for_graph(builder.recomputable)
+                checkpointer = Checkpointer(
+                    states, tree, inner, sizes, by_products, sum(sizes.values())
+                )
+        except BaseException:  # (an interrupt: the graph keeps its records)
+            builder.give_back()
+            raise
         checkpointer.taken = builder.taken
         return checkpointer
 

@@ -23,6 +23,7 @@ from ...tensor.internal import (
     lift,
     promote,
     shape_text,
+    stood_for,
     untracked,
     wrap,
 )
@@ -102,7 +103,7 @@ def _float_pair(
     another dtype is refused, as torch refuses it, rather than promoted (a float64 input to a
     float32 layer computed in float64 before). A state dict's entries count as the tensors
     they are in torch."""
-    x, other = _state_entry(x), _state_entry(other)
+    x, other = stood_for(x), stood_for(other)
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
     given = isinstance(other, Tensor)
@@ -123,13 +124,8 @@ def _float_pair(
     return x, other
 
 
-def _state_entry(value: Any) -> Any:
-    """``value``, or the tensor a state dict's entry stands for (a tensor in torch)."""
-    return value.__retrograd_tensor__() if hasattr(value, "__retrograd_tensor__") else value
-
-
 def _float_input(fn: str, x: Any) -> Tensor:
-    x = _state_entry(x)
+    x = stood_for(x)
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:

@@ -360,13 +360,7 @@ def _broadcast_pair(fn: str, x: Tensor, target: Tensor) -> tuple[Tensor, Tensor]
     image against a batch, is common); shapes that do not broadcast are a ``ShapeError``."""
     if x.shape == target.shape:
         return x, target
-    try:
-        shape = tuple(np.broadcast_shapes(x.shape, target.shape))
-    except ValueError:
-        raise SizeMismatchError(  # (torch's RuntimeError)
-            f"{fn}: input and target shapes differ and do not broadcast; input "
-            f"{shape_text(x.shape)}, target {shape_text(target.shape)}"
-        ) from None
+    shape = _broadcastable(fn, x, target)
     warnings.warn(
         f"{fn}: using a target size ({shape_text(target.shape)}) that is different to the input "
         f"size ({shape_text(x.shape)}). This will likely lead to incorrect results due to "
@@ -377,12 +371,12 @@ def _broadcast_pair(fn: str, x: Tensor, target: Tensor) -> tuple[Tensor, Tensor]
     return x.expand(shape), target.expand(shape)
 
 
-def _broadcastable(fn: str, x: Tensor, target: Tensor) -> None:
-    """torch's ``RuntimeError`` for an input and a target whose shapes do not broadcast (the
-    losses computed elementwise without a shape check of their own: ``kl_div``,
-    ``poisson_nll_loss``)."""
+def _broadcastable(fn: str, x: Tensor, target: Tensor) -> tuple[int, ...]:
+    """The shape an input and a target broadcast to; torch's ``RuntimeError`` where they do
+    not (the regression losses, and those computed elementwise without a shape check of
+    their own: ``kl_div``, ``poisson_nll_loss``)."""
     try:
-        np.broadcast_shapes(x.shape, target.shape)
+        return tuple(np.broadcast_shapes(x.shape, target.shape))
     except ValueError:
         raise SizeMismatchError(
             f"{fn}: input and target shapes do not broadcast; input {shape_text(x.shape)}, "

@@ -56,34 +56,14 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
     """Gathers a budget's records, whose actions hold slots: their values, and the seconds
     each value's op took in forward (``costs``)."""
 
-    __slots__ = ("costs", "slots", "took")
-
-    #: its slots let go of their values when a backward consumes them (``slots``)
-    gives_back = False
+    __slots__ = ("costs", "slots")
 
     def __init__(self, tree: dict[int, Any], consume: bool):
         #: key -> seconds its op took in forward
         self.costs: dict[int, float] = {}
         #: the slots gathered, when the records let go of their values (``consume``)
         self.slots: list | None = [] if consume else None
-        #: the records a consuming backward takes, until its checkpointer exists: given back
-        #: (:meth:`give_back`) should it not (an interrupt as the backward starts)
-        self.took: list = []
-        if consume:
-            self.took = [(node.saved, node.saved.actions) for node in tree.values()]
-        try:
-            super().__init__(tree, consume)
-        except BaseException:
-            self.give_back()
-            raise
-
-    def give_back(self) -> None:
-        """The backward that took the records will not run: each node gets its own back, and
-        a later backward through the graph reads them (until the slots let go of their
-        values, when the checkpointer exists, nothing else changed)."""
-        for saved, actions in self.took:
-            saved.actions = actions
-        self.took = []
+        super().__init__(tree, consume)
 
     def add(self, actions: list) -> None:
         """Gather one node's actions, each holding a slot: its op's seconds, the slot itself

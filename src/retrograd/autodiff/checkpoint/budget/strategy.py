@@ -454,7 +454,8 @@ class BudgetCheckpointing(CheckpointStrategy):
         except BaseException:
             builder.give_back()
             raise
-        builder.took = []
+        # (its checkpointer keeps no ``taken``: the records hold slots, which let go of their
+        # values below, so a backward that stops mid-way cannot hand them back to its steps)
         if builder.slots is not None:  # the checkpointer alone holds the values from now on
             with self._lock:
                 self.pool.release(builder.slots)
