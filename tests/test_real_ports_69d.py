@@ -33,23 +33,12 @@ returns the gradients, ``clip_grad_norm_`` and ``step`` take them).
 
 from __future__ import annotations
 
-import random
-
-import numpy as np
-import pytest
-import torch
-
-import retrograd as rg
-from real_ports import assert_records_agree, initializer, runs_with_draws
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    runs_with_draws,
+    seeded_draws,  # noqa: F401 (an autouse fixture: every draw seeded)
+)
 
 NCPS_SOURCE = """
 import io
