@@ -161,9 +161,13 @@ class MemoryPool:
 
     def held_slots(self) -> tuple:
         """``(weak reference, constant key or None, bytes)`` of every slot held now (a plain
-        reference, without the pool's callback: it may outlive the slot's place here)."""
+        reference, without the pool's callback: it may outlive the slot's place here). Read
+        from a copy of the table: a slot that dies meanwhile (its callback, run by a
+        collection any allocation here may start, or another thread's step) leaves the table,
+        and iterating it then raised "dictionary changed size during iteration" (threads
+        training on one shared budget, ci87)."""
         found = []
-        for ref in self._held.values():
+        for ref in self._held.copy().values():
             slot = ref()
             if slot is not None:
                 found.append((weakref.ref(slot), getattr(slot, "id", None), ref.nbytes))
