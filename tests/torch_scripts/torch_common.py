@@ -39,6 +39,25 @@ def sigterm_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
+def all_ranks_started(out: Path, limit: float = 60.0) -> None:
+    """Wait (at most ``limit`` seconds) until every rank has got here, each marked by a file in
+    ``out``. A script that tests a fault timeout of a few seconds starts its ranks together with
+    it: on a loaded machine one rank's start-up (importing torch) lagged the other's by more
+    than the 2 s a context's creation may take, and the test saw that instead of its fault."""
+    import time
+
+    import torch.distributed  # noqa: F401 - its import is most of a rank's start-up
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f".started{rank()}").touch()
+    world = int(os.environ["WORLD_SIZE"])
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if all((out / f".started{r}").exists() for r in range(world)):
+            return
+        time.sleep(0.01)
+
+
 def write_report(out: Path, report: dict) -> None:
     """``OUT/rank{r}.json``, whole or not at all (written aside, then renamed)."""
     with sigterm_held():

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from torch_common import rank, sigterm_held, use_suite_backend, write_report
+from torch_common import all_ranks_started, rank, sigterm_held, use_suite_backend, write_report
 
 import retrograd as rg
 from distributed_cases import fault_step
@@ -48,6 +48,7 @@ def main() -> None:
         report["elapsed"] = time.monotonic() - started
         write_report(out, report)
         return
+    all_ranks_started(out)
     ctx = dist.DistributedContext.from_launcher(config, engine="torch").start()
     device = ctx.device
     report["first_step"] = fault_step(device).tolist()
