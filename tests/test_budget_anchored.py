@@ -141,12 +141,14 @@ def test_under_the_floor_each_segment_is_recomputed_once_within_the_budget(fused
     assert plan.mode == "anchored"
     assert strategy.plans == 1 and strategy.planned_steps == 4
     peaks, ops = [p for p, _, _ in runs[1:]], [o for _, o, _ in runs[1:]]
-    # the bound, budget + a tenth of NoCheckpointing's peak; the attention written
-    # out stays under the budget itself (F.sdpa's schedule holds 0.30x here)
+    # the bound, budget + a tenth of NoCheckpointing's peak (F.sdpa's schedule holds
+    # 0.31x here, the attention written out 0.252x)
     assert max(peaks) <= strategy.max_bytes + 0.1 * full, (peaks, strategy.max_bytes)
-    if not fused:
-        assert max(peaks) <= strategy.max_bytes, (peaks, strategy.max_bytes)
-    assert max(peaks) <= strategy.predicted_peak  # the schedule's count is an upper bound
+    # the schedule's count is the engine's, each recomputed op's parents counted while it
+    # runs (until 7 December the engine let a parent read for the last time go first, and
+    # rerun each read's chain apart: 143,360 and 155,648 bytes held against 151,552 and
+    # 155,648 counted)
+    assert peaks == [strategy.predicted_peak] * 4, (peaks, strategy.predicted_peak)
     needed = profile(plan.trace, plan.evict).last
     once = sum(1 for v, e in enumerate(plan.evict) if e and needed[v] >= 0)
     assert ops == [once] * 4, (ops, once)  # each evicted value that is needed: once

@@ -17,6 +17,7 @@ import os
 import threading
 import traceback
 import warnings
+from collections.abc import Callable
 from contextlib import suppress
 from operator import attrgetter
 from typing import Any
@@ -230,7 +231,7 @@ def backward(
         tape = _tape(backend, root_node, stop)
         checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
 
-    node = grads = nodes = taken = running = gathering = None
+    node = grads = nodes = taken = read_step = running = gathering = None
     # From here on the strategy's checkpointer exists: whatever stops the backward (an
     # interrupt while its gradients are set up included) gives the graph back and tells the
     # strategy, below, or a budget's planner would wait for the end of a backward that never
@@ -258,6 +259,9 @@ def backward(
         nodes = tape.nodes if create_graph else None
         # what a consuming backward took from the records of the steps it has not run yet
         taken = getattr(checkpointer, "taken", None) if consume else None
+        # a checkpointer that recomputes reads each step's values together (the held one of
+        # an eager step, and a strategy's own, read them one by one)
+        read_step = getattr(checkpointer, "retrieve_step", None)
         running = getattr(_RUNNING, "tapes", None)
         if running is None:
             running = _RUNNING.tapes = []
@@ -271,7 +275,7 @@ def backward(
                 if node.op is not None:
                     if checking:
                         grads.begin_step(node)
-                    _step(node, rules_backend, grads, checkpointer, nodes)
+                    _step(node, rules_backend, grads, checkpointer, nodes, read_step)
                     if taken is not None:
                         taken.pop(node.id, None)
                     if not retain:
@@ -311,7 +315,7 @@ def backward(
         abandon = getattr(checkpointer, "abandon", None)
         if abandon is not None:
             abandon()
-        del tape, grads, checkpointer, abandon, nodes, node, root, seed, taken
+        del tape, grads, checkpointer, abandon, nodes, node, root, seed, taken, read_step
         raise
     running.pop()
     gathering.pop()
@@ -330,13 +334,25 @@ def backward(
     return grads
 
 
-def _step(node: Node, backend: Any, grads: Gradients, checkpointer: Checkpointer, nodes) -> None:
-    """Run ``node``'s backward rules and register the gradients of its tracked inputs."""
+def _step(
+    node: Node,
+    backend: Any,
+    grads: Gradients,
+    checkpointer: Checkpointer,
+    nodes: dict | None,
+    read_step: Callable[[tuple], list] | None = None,
+) -> None:
+    """Run ``node``'s backward rules and register the gradients of its tracked inputs; its
+    saved values read through ``read_step`` when given (the checkpointer's
+    ``retrieve_step``), else one by one."""
     op = node.op
     plan = node.plan
     keys = node.saved.keys
     if keys:  # read even when no gradient arrived, so the checkpointer drains
-        saved = list(map(checkpointer.retrieve, keys))  # no comprehension frame per step
+        if read_step is None:
+            saved = list(map(checkpointer.retrieve, keys))  # no comprehension frame per step
+        else:
+            saved = read_step(keys)
         if EVER_PACKED[0]:  # some values are held as saved_tensors_hooks packed them
             keys, saved = unpack_step(keys, saved)
         if nodes is not None:  # create_graph: rules run on tracked values

@@ -14,7 +14,7 @@ section 4).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["SqrtAnchors", "Transient"]
@@ -33,8 +33,8 @@ class SqrtAnchors:
         """Anchors √n apart, n being the number of recomputable nodes of the walked graph."""
         return cls(max(4, math.isqrt(recomputable) + 1))
 
-    def transient(self, order: list[int], key: int, tree: dict) -> Transient | None:
-        """What the recomputation of ``key`` along ``order`` drops once read (``None``: a
+    def transient(self, order: list[int], keys: Sequence[int], tree: dict) -> Transient | None:
+        """What the recomputation of ``keys`` along ``order`` drops once read (``None``: a
         short one, which keeps everything)."""
         every = self.every
         if len(order) <= every:
@@ -44,7 +44,7 @@ class SqrtAnchors:
             for parent in tree[node_id].parents:
                 reads[parent.id] = reads.get(parent.id, 0) + 1
         dropped = {node_id for i, node_id in enumerate(order, 1) if i % every}
-        dropped.discard(key)
+        dropped.difference_update(keys)
         return Transient(reads, dropped)
 
 

@@ -13,6 +13,7 @@ recomputation keeps of its by-products is the policy it was given
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .retro_forward import rerun, topological_order
@@ -161,7 +162,7 @@ class Checkpointer:
         """The value saved under ``key`` for a backward step; forgotten after its last read."""
         state = self.states[key]
         if state.value is RECOMPUTE:
-            self._recompute(key)
+            self._recompute((key,))
         state.reads_left -= 1
         if state.reads_left == 0:
             self._forget(key)
@@ -170,6 +171,20 @@ class Checkpointer:
     #: a read by a recomputation (a subclass that counts backward's steps tells the two apart)
     _read = retrieve
 
+    def retrieve_step(self, keys: tuple) -> list:
+        """The values one backward step reads (``keys``, in its rule's order), each as
+        :meth:`retrieve` gives it. What several of them miss is recomputed first, in one
+        pass in recording order, as the plan's model reruns a step's recomputations
+        (:func:`~.budget.segments.engine_profile`): one key's chain at a time kept what the
+        next key's chain was about to free (an attention block's qkv projection, read by the
+        value slice its second key needs, stayed while its first key's scores were remade)."""
+        if len(keys) > 1:
+            states = self.states
+            missing = [key for key in keys if states[key].value is RECOMPUTE]
+            if len(missing) > 1:
+                self._recompute(missing)
+        return list(map(self.retrieve, keys))
+
     def _forget(self, key: int) -> None:
         """Delete a state after its last read."""
         state = self.states.pop(key)
@@ -177,31 +192,42 @@ class Checkpointer:
             self.held_bytes -= self.sizes.get(key, 0)
 
     # -- recomputation ----------------------------------------------------------------------------
-    def _recompute(self, key: int) -> None:
-        """Recompute ``key`` and its missing ancestors, parents first."""
-        self._recompute_order(key, topological_order(self.states, self.tree, key))
+    def _recompute(self, keys: Sequence[int]) -> None:
+        """Recompute ``keys`` and their missing ancestors, parents first."""
+        self._recompute_order(keys, topological_order(self.states, self.tree, keys))
 
-    def _recompute_order(self, key: int, order: list[int]) -> None:
+    def _recompute_order(self, keys: Sequence[int], order: list[int]) -> None:
         states, tree, sizes = self.states, self.tree, self.sizes
-        transient = self.by_products.transient(order, key, tree)
+        transient = self.by_products.transient(order, keys, tree)
         for node_id in order:
             state = states[node_id]
             if state.value is not RECOMPUTE:  # recomputed meanwhile, by a parent's retrieve
                 continue
             node = tree[node_id]
             self._before_rerun(node_id, node)
+            held_before = self.held_bytes
             values = [self._read(parent.id) for parent in node.parents]
             output = self._rerun(node_id, node, values)
             size = sizes[node_id] = nbytes_of(output)
             self.recomputed_bytes += size
             self.recomputed_ops += 1
             state.value = output
+            self._note_rerun_peak(held_before, size)
             self.held_bytes += size
-            if self.held_bytes > self.peak_bytes:
-                self.peak_bytes = self.held_bytes
             if transient is not None:
                 transient.read_parents(node, self._drop)
             self._after_rerun(node_id)
+
+    def _note_rerun_peak(self, held_before: int, size: int) -> None:
+        """A recomputed output of ``size`` bytes exists while the parents it was made from
+        still do: a parent read for the last time (forgotten by its read, ``held_bytes``
+        already without it) was alive while the op ran. The peak counts what was held before
+        the reads, or after them if they recomputed, with the output: the memory the process
+        had at that moment, and what the plan's model counts
+        (:func:`~.budget.segments.engine_profile`)."""
+        during = max(held_before, self.held_bytes) + size
+        if during > self.peak_bytes:
+            self.peak_bytes = during
 
     def _before_rerun(self, node_id: int, node: Any) -> None:
         """Called before ``node``'s output is recomputed (before its parents are read)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ....errors import AutodiffError
@@ -237,6 +237,11 @@ class BudgetCheckpointer(Checkpointer):
         self.now = self.needs[key][0]
         return self._read(key)
 
+    def retrieve_step(self, keys: tuple) -> list:
+        if keys:
+            self.now = self.needs[keys[0]][0]  # (the step's, for what its recomputation drops)
+        return super().retrieve_step(keys)
+
     def end(self) -> BackwardReport:
         report = super().end()
         self.on_end(report)
@@ -287,23 +292,24 @@ class BudgetCheckpointer(Checkpointer):
                         stack.append(parent.id)
 
     # -- recomputation ----------------------------------------------------------------------------
-    def _recompute(self, key: int) -> None:
-        order = topological_order(self.states, self.tree, key)
+    def _recompute(self, keys: Sequence[int]) -> None:
+        order = topological_order(self.states, self.tree, keys)
         active = self.active
         outermost = not active
-        active[key] = active.get(key, 0) + 1  # the read this recomputation is for
+        for key in keys:  # the read this recomputation is for
+            active[key] = active.get(key, 0) + 1
         for node_id in order:
             active.setdefault(node_id, 0)
             for parent in self.tree[node_id].parents:
                 active[parent.id] = active.get(parent.id, 0) + 1
         try:
-            self._recompute_order(key, order)
+            self._recompute_order(keys, order)
         finally:
             if outermost:
                 active.clear()
                 self._unpark()
         if self.held_bytes > self.budget and not active:
-            self._enforce_budget(protect=key)
+            self._enforce_budget(protect=keys)
 
     def _unpark(self) -> None:
         states, needs = self.states, self.needs
@@ -325,7 +331,7 @@ class BudgetCheckpointer(Checkpointer):
                     active[parent.id] = owed - 1
         self._offer(node_id)
         if self.held_bytes > self.budget:
-            self._enforce_budget(protect=node_id)
+            self._enforce_budget(protect=(node_id,))
 
     # -- dropping ---------------------------------------------------------------------------------
     def _reread_parents(self, node_id: int) -> None:
@@ -359,11 +365,12 @@ class BudgetCheckpointer(Checkpointer):
                 stack.extend(parent.id for parent in tree[current].parents)
         return cost, len(seen)
 
-    def _enforce_budget(self, protect: int) -> None:
+    def _enforce_budget(self, protect: Sequence[int]) -> None:
         """Drop held values until under the budget: among the :data:`_DROP_CANDIDATES` read
         furthest ahead, the cheapest per byte and per step of distance. A value already
         recomputed once goes only while :data:`_SPARE_RERUNS` covers the ops its
-        recomputation would rerun. A value that can no longer be dropped (a parent was
+        recomputation would rerun. The values ``protect`` (what the read being served
+        needs) stay. A value that can no longer be dropped (a parent was
         released, or the spare is spent) leaves the queue; an active one waits in ``parked``
         until the recomputation using it ends."""
         far, states, needs, sizes = self.far, self.states, self.needs, self.sizes
@@ -378,7 +385,7 @@ class BudgetCheckpointer(Checkpointer):
                 state = states.get(key)
                 if state is None or state.value is RECOMPUTE or needs[key][0] != -entry[0]:
                     continue  # stale
-                if key == protect:
+                if key in protect:
                     skipped.append(entry)
                     continue
                 if key in active:
@@ -409,6 +416,12 @@ class ReservingBudgetCheckpointer(BudgetCheckpointer):
     docstring)."""
 
     __slots__ = ()
+
+    def retrieve_step(self, keys: tuple) -> list:
+        """Each value one by one, its chain recomputed when it is read: this backward keeps
+        the budget by dropping as it goes, and a step's values recomputed together would
+        all be held before the first is read."""
+        return list(map(self.retrieve, keys))
 
     def _before_rerun(self, node_id: int, node: Any) -> None:
         """The value may have to be dropped again later: each parent keeps one read for that
