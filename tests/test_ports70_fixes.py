@@ -96,8 +96,6 @@ def test_fake_quantize_refusals_as_torch():
         rg.fake_quantize_per_tensor_affine(x.long(), 0.5, 0, 0, 7)
     with pytest.raises(rg.DTypeError, match="zero_point"):
         rg.fake_quantize_per_tensor_affine(x, 0.5, 2.0, 0, 7)
-    with pytest.raises(rg.AutodiffError, match="scale"):
-        rg.fake_quantize_per_tensor_affine(x, rg.tensor(0.5, requires_grad=True), 0, 0, 7)
     with pytest.raises(rg.DTypeError, match="float64"):
         rg.fake_quantize_per_channel_affine(x, scale.double(), zero, 0, -8, 7)
     with pytest.raises(rg.DTypeError, match="int64"):
@@ -112,3 +110,21 @@ def test_fake_quantize_refusals_as_torch():
         rg.fake_quantize_per_channel_affine(x, scale, zero, 2, -8, 7)
     with pytest.raises(rg.InvalidArgumentError, match="zero_point"):
         rg.fake_quantize_per_channel_affine(x, scale, zero + 9, 0, -8, 7)
+
+
+def test_fake_quantize_takes_an_observers_scale_from_a_detached_weight_as_a_constant():
+    # an observer's per-channel scale from weight.detach(): torch's requires no grad; here
+    # (Burn's rule) it is a leaf that does, and the weight's gradient is the masked one alone
+    values = np.random.default_rng(7004).normal(0.0, 1.0, (4, 6)).astype(np.float32)
+    grads_of = {}
+    for lib in (torch, rg):
+        weight = lib.nn.Parameter(lib.tensor(values))
+        observed = weight.detach()
+        scale = observed.abs().amax(dim=1) / 7.0
+        zero = lib.zeros(4, dtype=lib.int32)
+        out = lib.fake_quantize_per_channel_affine(weight, scale, zero, 0, -4, 3)
+        grads = (out * out).sum().backward()
+        grad = weight.grad if lib is torch else weight.grad(grads)
+        grads_of[lib] = (out.detach().numpy(), grad)
+    np.testing.assert_array_equal(grads_of[rg][0], grads_of[torch][0])
+    np.testing.assert_array_equal(grads_of[rg][1].numpy(), grads_of[torch][1].numpy())

@@ -7,8 +7,9 @@ as torch's CPU kernels compute it: ``q = zero_point + nearbyint(x * inv_scale)``
 rounding, ``nearbyint(x * inv_scale + zero_point)``, as torch's other kernel), the output
 ``(clamp(q, quant_min, quant_max) - zero_point) * scale``; the gradient is the
 straight-through one, ``grad`` where ``quant_min <= q <= quant_max`` and 0 elsewhere (the op
-``fake_quantize`` of the op table). Scale and zero point take no gradient: one that requires
-grad is refused, as torch refuses it.
+``fake_quantize`` of the op table). Scale and zero point take no gradient: torch refuses
+ones that require grad, but here a value computed from ``weight.detach()`` (a leaf that
+requires grad, Burn's rule) does, as an observer's scale does, so they are taken as constants.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import (
-    AutodiffError,
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
@@ -53,14 +53,6 @@ def _range(op: str, quant_min: Any, quant_max: Any) -> tuple[int, int]:
             f"and {quant_max})"
         )
     return int(quant_min), int(quant_max)
-
-
-def _not_tracked(op: str, name: str, value: Any) -> None:
-    if isinstance(value, TensorBase) and value.requires_grad:
-        raise AutodiffError(
-            f"{op}: not differentiable with respect to argument '{name}'; this input cannot "
-            "have requires_grad True (detach it)"
-        )
 
 
 def _fake_quantize(
@@ -97,7 +89,6 @@ def fake_quantize_per_tensor_affine(
     x = _input(op, input)
     values = []
     for name, value in (("scale", scale), ("zero_point", zero_point)):
-        _not_tracked(op, name, value)
         if isinstance(value, TensorBase):
             if value.numel() != 1:
                 raise ShapeError(
@@ -142,7 +133,6 @@ def fake_quantize_per_channel_affine(
     for name, value in (("scale", scale), ("zero_point", zero_point)):
         if not isinstance(value, TensorBase):
             raise DTypeError(f"{op}: {name} must be a tensor, got {type(value).__name__}")
-        _not_tracked(op, name, value)
         if value.dim() != 1:
             raise ShapeError(
                 f"{op}: {name} should be a 1-D tensor, got shape {shape_text(value.shape)}"
