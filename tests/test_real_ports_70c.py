@@ -1,9 +1,18 @@
-"""Real ports, round 70 (the harness: ``tests/real_ports.py``): evolution strategies, a
-program written here in the style of OpenAI's evolution-strategies starter and hardmaru/estool
-(OpenES: antithetic Gaussian perturbations of the flattened policy, centered-rank fitness
-shaping, the search gradient handed to a torch optimizer through ``p.grad``), on a batch of
-point masses steered to their goals, against torch's run of the same program from the same
-weights and draws.
+"""Real ports, round 70 (the harness: ``tests/real_ports.py``): evolution strategies, two
+programs written here, each against torch's run of the same program from the same weights and
+draws:
+
+- in the style of OpenAI's evolution-strategies starter and hardmaru/estool (OpenES:
+  antithetic Gaussian perturbations of the flattened policy, centered-rank fitness shaping,
+  the search gradient handed to a torch optimizer through ``p.grad``), on a batch of point
+  masses steered to their goals;
+- in the style of the separable natural evolution strategies of evotorch and the NES papers
+  (SNES: a diagonal Gaussian search distribution whose mean and log-scale are trained by
+  autograd through ``Normal.log_prob`` of the ranked samples, the score-function estimator),
+  fitting a small network to a curve with the population evaluated by ``torch.vmap`` of
+  ``torch.func.functional_call``.
+
+The OpenES program reaches:
 
 - the policy: an ``nn.Module`` MLP with ``torch.tanh``; the whole population evaluated at
   once from one flat ``(popsize, n_params)`` matrix, unflattened by slices ``flat[:, a:b]``
@@ -22,7 +31,21 @@ weights and draws.
   ``torch.stack(...).sum(0)``, ``torch.stack(trajectory, dim=1)``, and
   ``vector_to_parameters`` into a fresh policy.
 
-The lines changed for the port: the ``import`` lines and the gradient lines (no backward runs
+The SNES program reaches: ``from torch.func import functional_call``, ``from
+torch.distributions import Normal, kl_divergence``; the population's parameters from one flat
+matrix by ``torch.split(flat, sizes, dim=1)`` into a dict of ``reshape(pop, *shape)``,
+evaluated by ``torch.vmap(lambda p: functional_call(model, p, (x,)))``; NES utilities by
+``torch.clamp(math.log(n / 2 + 1) - torch.log(ranks), min=0)``, assigned through
+``shaped[order] = utilities`` after ``torch.argsort(..., descending=True)``; the mean and
+log-scale as ``nn.Parameter``s made from ``parameters_to_vector(...).detach().clone()`` and
+``torch.full_like``, ``Normal(mu, log_sigma.exp())`` rebuilt each generation, the loss
+``-(shaped * search.log_prob(samples).sum(-1)).sum()``, ``entropy()``; ``Adam`` with two
+parameter groups under ``MultiStepLR``; ``log_sigma.clamp_(min=...)`` under
+``torch.no_grad()``; ``kl_divergence`` of two ``Normal``s both ways; ``vector_to_parameters``
+into the model, its ``state_dict`` deep-copied into a fresh ``nn.Sequential``.
+
+The lines changed for the port: the ``import`` lines and the gradient lines (SNES's are the
+usual ``grads = loss.backward()`` and ``optimizer.step(grads)``; in OpenES no backward runs
 here: the port takes the ``Gradients`` of a zero loss over the parameters and installs the
 search gradient by ``p.grad_replace(grads, ...)``, then ``optimizer.step(grads)``).
 """
@@ -223,4 +246,122 @@ def test_openai_es_on_point_masses_as_torch(capsys):
     )
     assert len(theirs) == 3 * 8 + 5
     assert their_log == our_log and their_log.count("\n") == 8
+    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
+
+
+SNES_SOURCE = """import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.func import functional_call
+from torch.distributions import Normal, kl_divergence
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+
+model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
+initialize(model)
+names = [name for name, _ in model.named_parameters()]
+shapes = [p.shape for p in model.parameters()]
+sizes = [p.numel() for p in model.parameters()]
+
+x = torch.linspace(-2.0, 2.0, 16).unsqueeze(-1)
+y = torch.sin(1.5 * x) + 0.3 * x
+
+
+def population_params(flat):
+    chunks = torch.split(flat, sizes, dim=1)
+    return {n: c.reshape(flat.shape[0], *s) for n, c, s in zip(names, chunks, shapes)}
+
+
+def fitness_of(flat):
+    params = population_params(flat)
+    preds = torch.vmap(lambda p: functional_call(model, p, (x,)))(params)
+    return -((preds - y.unsqueeze(0)) ** 2).mean(dim=(1, 2))
+
+
+def nes_utilities(n):
+    ranks = torch.arange(1, n + 1, dtype=torch.float32)
+    u = torch.clamp(math.log(n / 2 + 1) - torch.log(ranks), min=0)
+    return u / u.sum() - 1.0 / n
+
+
+popsize = 10
+mu = nn.Parameter(parameters_to_vector(model.parameters()).detach().clone())
+log_sigma = nn.Parameter(torch.full_like(mu, math.log(0.1)))
+initial = Normal(mu.detach().clone(), log_sigma.detach().exp())
+optimizer = torch.optim.Adam([{"params": [mu], "lr": 0.05},
+                              {"params": [log_sigma], "lr": 0.02}])
+scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[4], gamma=0.5)
+utilities = nes_utilities(popsize)
+
+for generation in range(8):
+    search = Normal(mu, log_sigma.exp())
+    with torch.no_grad():
+        half = torch.randn(popsize // 2, mu.numel())
+        eps = torch.cat([half, -half])
+        samples = mu + log_sigma.exp() * eps
+        fitness = fitness_of(samples)
+        order = torch.argsort(fitness, descending=True)
+        shaped = torch.zeros_like(fitness)
+        shaped[order] = utilities
+    # the score-function estimator: autograd of the log-density gives the search gradient
+    log_prob = search.log_prob(samples).sum(-1)
+    loss = -(shaped * log_prob).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    with torch.no_grad():
+        log_sigma.clamp_(min=math.log(1e-3))
+        center = fitness_of(mu.detach().unsqueeze(0))
+    record.append([fitness.max().item(), fitness.mean().item(), center.item(),
+                   loss.item(), search.entropy().sum().item()])
+    record.append(order.tolist())
+    record.append({"mu": mu.detach().numpy().copy(),
+                   "log_sigma": log_sigma.detach().numpy().copy()})
+    print("gen {} best {:.4f} center {:.4f} sigma {:.4f}".format(
+        generation, fitness.max().item(), center.item(), log_sigma.exp().mean().item()))
+
+with torch.no_grad():
+    vector_to_parameters(mu.detach(), model.parameters())
+    final = Normal(mu.detach(), log_sigma.detach().exp())
+    record.append([kl_divergence(final, initial).sum().item(),
+                   kl_divergence(initial, final).sum().item()])
+snapshot = copy.deepcopy(model.state_dict())
+fresh = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
+fresh.load_state_dict(snapshot)
+fresh.eval()
+with torch.no_grad():
+    test_x = torch.linspace(-2.5, 2.5, 7).unsqueeze(-1)
+    record.append(fresh(test_x).squeeze(-1).numpy().copy())
+    record.append(F.mse_loss(fresh(x), y).item())
+    record.append(state_of(fresh))
+"""
+
+SNES_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n"
+        "import retrograd.nn.functional as F\n",
+    ),
+    (
+        "    loss.backward()\n    optimizer.step()\n",
+        "    grads = loss.backward()\n    optimizer.step(grads)\n",
+    ),
+]
+
+
+def test_separable_nes_by_the_score_function_as_torch(capsys):
+    (theirs, ours), (their_log, our_log) = runs_with_draws(
+        SNES_SOURCE,
+        SNES_STEPS,
+        capsys,
+        7007,
+        initialize=initializer(),
+        state_of=state_of,
+    )
+    assert len(theirs) == 3 * 8 + 4
+    assert their_log == our_log and their_log.count("\n") == 8
+    assert theirs[-6][2] > theirs[0][2]  # the search distribution's centre improved
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
