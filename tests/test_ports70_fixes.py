@@ -5,7 +5,8 @@
   the float ops quantization-aware training is written with, were missing: their values (the
   rounding of ``x * (1.0f / scale)`` half to even, an int zero point added after it, a float
   one before it, the clamp), their straight-through gradient (zero where the integer left the
-  range), their dtypes and torch's refusals.
+  range), their dtypes and torch's refusals; a scale computed from ``weight.detach()`` (a
+  leaf that requires grad here, Burn's rule) taken as a constant, as torch's plain one.
 """
 
 from __future__ import annotations
