@@ -889,6 +889,38 @@ Op(
 
 unary("silu", _silu_vjp)
 unary("clamp", _clamp_vjp, ("lo", "hi"))
+
+
+# torch's fake quantization (tensor/fake_quantize.py): the grid's integer q, before its clamp,
+# is zero_point + nearbyint(x * inv_scale) (a float zero point: nearbyint(x * inv_scale +
+# zero_point), torch's other kernel); the gradient passes where q lies in [quant_min,
+# quant_max] (torch's cached mask), and scale and zero point take none
+def _fake_quantized_integer(B, x, inv_scale, zero_point, float_zero_point):
+    scaled = B.mul(x, inv_scale)
+    if float_zero_point:
+        return B.round(B.add(scaled, zero_point))
+    return B.add(B.round(scaled), zero_point)
+
+
+def _fake_quantize_forward(B, x, inv_scale, zero_point, scale, quant_min, quant_max, float_zp):
+    q = _fake_quantized_integer(B, x, inv_scale, zero_point, float_zp)
+    return B.mul(B.sub(B.clamp(q, quant_min, quant_max), zero_point), scale)
+
+
+def _fake_quantize_vjp(B, g, x, inv_scale, zero_point, quant_min, quant_max, float_zero_point):
+    q = _fake_quantized_integer(B, x, inv_scale, zero_point, float_zero_point)
+    inside = B.logical_and(B.greater_equal_elem(q, quant_min), B.lower_equal_elem(q, quant_max))
+    return B.mask_fill(g, B.logical_not(inside), 0.0)
+
+
+Op(
+    "fake_quantize",
+    ("x", "inv_scale", "zero_point", "scale"),
+    ("quant_min", "quant_max", "float_zero_point"),
+    (_fake_quantize_vjp, None, None, None),
+    memory_bound=True,
+    forward=_fake_quantize_forward,
+)
 unary("cast", lambda B, g, x_dtype: B.cast(g, x_dtype), ("dtype",))
 
 # -- selection -----------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 forms of Tensor methods (``torch.get_device``, ``torch.fill``, ``torch.unsafe_split``...),
 layouts and interchange (``torch.empty_strided``, ``torch.frombuffer``, ``torch.from_dlpack``,
 ``torch.to_dlpack``), ``torch.binomial``, ``torch.histogramdd``, the deprecated norms
-(``torch.frobenius_norm``, ``torch.nuclear_norm``); ``torch.svd_lowrank`` and
+(``torch.frobenius_norm``, ``torch.nuclear_norm``), fake quantization
+(``torch.fake_quantize_per_tensor_affine``, :mod:`.fake_quantize`); ``torch.svd_lowrank`` and
 ``torch.pca_lowrank`` are :mod:`retrograd.linalg`'s."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import TensorBase
 from .dtypes import DTYPE_OBJECTS, canonical_dtype
+from .fake_quantize import fake_quantize_per_channel_affine, fake_quantize_per_tensor_affine
 from .norms import matrix_norm, vector_norm
 from .torch_forms import nonzero_static, strided_extent
 
@@ -24,6 +26,8 @@ __all__ = [
     "adjoint",
     "binomial",
     "empty_strided",
+    "fake_quantize_per_channel_affine",
+    "fake_quantize_per_tensor_affine",
     "fill",
     "frobenius_norm",
     "from_dlpack",
