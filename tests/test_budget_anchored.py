@@ -145,7 +145,7 @@ def test_under_the_floor_each_segment_is_recomputed_once_within_the_budget(fused
     # 0.31x here, the attention written out 0.252x)
     assert max(peaks) <= strategy.max_bytes + 0.1 * full, (peaks, strategy.max_bytes)
     # the schedule's count is the engine's, each recomputed op's parents counted while it
-    # runs (until 7 December the engine let a parent read for the last time go first, and
+    # runs (until 6 December the engine let a parent read for the last time go first, and
     # rerun each read's chain apart: 143,360 and 155,648 bytes held against 151,552 and
     # 155,648 counted)
     assert peaks == [strategy.predicted_peak] * 4, (peaks, strategy.predicted_peak)
