@@ -172,6 +172,9 @@ class Planner:
         #: new step records: ``(recorded step, its walks so far as walked() keeps them, where
         #: each later walk starts, the plan it followed or None, its prices)``
         self._retained: tuple | None = None
+        #: the step being recorded began while one abandoned before its backward still held
+        #: its values (:meth:`starts_again`): what it holds is no check of its plan
+        self.after_abandoned = False
         #: which walk of the retained graph the backward running now is (0: the first)
         self.walk = 0
 
@@ -318,6 +321,37 @@ class Planner:
         of ops: issue 24's reproduction at 0.25x recomputed ``[93, 90, 78, 78, ...]``."""
         return self._make_plan(signatures, trace, values=values)
 
+    def starts_again(self, position: int, signature: tuple) -> bool:
+        """Whether the value recorded at ``position`` (of ``signature``) starts a new step
+        rather than continuing this one: the step followed plans up to it, it matches none of
+        them there, it reads nothing the step recorded, and it is the first value of a kept
+        plan. The step before was then abandoned before its backward (a Ctrl-C while forward
+        ran or before ``backward()``, a forward kept without one) and the next began.
+
+        Recorded as one step, the two forwards made a graph of their own: the steps after an
+        interrupted forward left their plan for two steps and kept a plan for a graph no
+        step would run again.
+
+        >>> planner = Planner(1 << 20)
+        >>> step = [("matmul", 64, (-1, -1)), ("tanh", 64, (0,)), ("sum", 4, (1,))]
+        >>> trace = Trace([64, 64, 4], [0.0] * 3, [(), (0,), (1,)], [True] * 3, [[]] * 3,
+        ...               [0, 1, 2])
+        >>> planner.kept = [EvictionPlan(step, [False] * 3, 1 << 20, FITS, trace, 0, 0, [])]
+        >>> planner.on_value((0, step[0]), True)[0]  # a step starts, and follows the plan
+        False
+        >>> planner.starts_again(1, step[0])  # at 1 the plan has tanh: a new step's matmul
+        True
+        >>> planner.starts_again(1, step[1]), planner.starts_again(1, ("matmul", 64, (0, -1)))
+        (False, False)
+        """
+        if not self.following or position == 0 or any(p != -1 for p in signature[2]):
+            return False
+        for plan in self._candidates:
+            signatures = plan.signatures
+            if position < len(signatures) and signatures[position] == signature:
+                return False
+        return any(plan.signatures[0] == signature for plan in self.kept)
+
     def _stop_following(self) -> None:
         self.following = False
         self.limit = self.max_bytes
@@ -353,6 +387,7 @@ class Planner:
             if plan is not None:
                 self._settle([plan])
         followed = plan is not None
+        checks, self.after_abandoned = not self.after_abandoned, False
         self._stop_following()
         self._checking = None
         if retained and recorded.plannable():
@@ -368,7 +403,7 @@ class Planner:
         position = next((i for i, kept in enumerate(self.kept) if kept is plan), None)
         if position is not None:
             self.kept.insert(0, self.kept.pop(position))
-        self._checking = plan
+        self._checking = plan if checks else None
         return plan.limit, plan.mode
 
     def _walk_again(self, steps: list, fastest: Any, retained: bool) -> tuple[int, str] | None:
@@ -398,6 +433,7 @@ class Planner:
         skips a failed batch then plans as it would have."""
         self._pending = None
         self._checking = None
+        self.after_abandoned = False
         self._retained, self.walk = None, 0
 
     def backward_ended(self, peak_bytes: int) -> None:

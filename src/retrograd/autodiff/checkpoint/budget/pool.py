@@ -173,6 +173,18 @@ class MemoryPool:
                 found.append((weakref.ref(slot), getattr(slot, "id", None), ref.nbytes))
         return tuple(found)
 
+    def unpin(self, kept: set[int]) -> None:
+        """Every held slot a followed plan keeps (``planned`` False), but those of ``kept``
+        (ids of slots), becomes a candidate for eviction again: what a step abandoned before
+        its backward holds (see :meth:`.Planner.starts_again`), which the next step's forward
+        may evict for the budget as any value no plan decides on."""
+        for ident, ref in self._held.copy().items():
+            slot = ref()
+            if slot is not None and ident not in kept and slot.planned is False:
+                slot.planned = None
+                if slot.evictable:
+                    self._evictor.enter(ident, ref, slot)
+
     def note_peak(self) -> None:
         if self.held_bytes > self.peak:
             self.peak = self.held_bytes

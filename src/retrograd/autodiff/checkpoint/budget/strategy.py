@@ -219,6 +219,9 @@ class BudgetCheckpointing(CheckpointStrategy):
                 measured, plan = None, planner.plan.values
                 if plan is not None:
                     noted = recorder.note_followed(node, inputs, out, out_bytes, recompute, plan)
+                    if noted is not None and planner.starts_again(*noted):
+                        self._abandon(recorder.take())
+                        noted = recorder.note(node, inputs, out, out_bytes, None, recompute)
                 else:
                     noted = recorder.note(node, inputs, out, out_bytes, None, recompute)
             else:
@@ -321,6 +324,15 @@ class BudgetCheckpointing(CheckpointStrategy):
             if lowest is not None and seconds * REPRICE_FACTOR <= lowest:
                 self.evictor.reprice(key, seconds)
         return key
+
+    def _abandon(self, step: Any) -> None:
+        """``step`` (a :class:`~.recorder.RecordedStep`) ran no backward and the next step has
+        begun (:meth:`.Planner.starts_again`): it is not traced further, and the values it
+        holds, which its plan kept for a backward that may never come, may be evicted for the
+        new step's budget (its graph lives on, and a backward through it recomputes them)."""
+        before = {id(slot) for ref, _, _ in step.held_before if (slot := ref()) is not None}
+        self.pool.unpin(before)
+        self.planner.after_abandoned = True
 
     def _step_starts(self) -> None:
         """A step's first value is recorded: its forward's peak counts from what is held now.
