@@ -8,6 +8,7 @@ small objects did, more as calls went on).
 from __future__ import annotations
 
 import gc
+import io
 import tracemalloc
 
 import numpy as np
@@ -15,7 +16,8 @@ import pytest
 
 import retrograd as rg
 from retrograd.backend import numpy_backend
-from retrograd.tensor import creation
+from retrograd.nn.modules import state_value
+from retrograd.tensor import creation, dtypes
 
 
 def _left_on(path: str, call, warm: int = 200, calls: int = 3000) -> int:
@@ -59,6 +61,27 @@ def test_tensor_of_a_python_int_leaves_no_dtype_names_traced():
 )
 def test_the_inferred_integer_dtypes_are_as_before(data, expected):
     assert rg.tensor(data).dtype == expected
+
+
+def test_saving_a_state_dict_leaves_no_dtype_names_traced():
+    """A loop saving its model's state dict each epoch (``torch.save(model.state_dict(),
+    ...)``): each value's dtype was named by ``str()`` of NumPy's dtype, a string NumPy
+    builds at each read and keeps some of."""
+    model = rg.nn.Linear(3, 2)
+
+    def save(i):
+        rg.save(model.state_dict(), io.BytesIO())
+
+    assert _left_on(state_value.__file__, save, warm=20, calls=600) == 0
+
+
+def test_a_numpy_dtype_named_where_a_dtype_is_due_leaves_no_names_traced():
+    """``torch.zeros(n, dtype=np.float32)``, ``x.to(array.dtype)``: NumPy's dtype named by
+    ``canonical_dtype``, once per dtype."""
+    kinds = [np.dtype(np.float32), np.float64, np.dtype(np.int64)]
+    assert _left_on(dtypes.__file__, lambda i: rg.zeros(2, dtype=kinds[i % 3])) == 0
+    assert dtypes.numpy_dtype_name(np.dtype(">f4")) == "float32"  # either byte order
+    assert [rg.zeros(1, dtype=kind).dtype for kind in kinds] == ["float32", "float64", "int64"]
 
 
 @pytest.mark.numpy_only("the NumPy backend's matmul")
