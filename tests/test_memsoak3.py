@@ -46,6 +46,7 @@ import copy
 import gc
 import io
 import tracemalloc
+import warnings
 import weakref
 from collections.abc import Callable
 
@@ -78,11 +79,15 @@ def soak(step: Step, steps: int = STEPS, warm: int = 10) -> None:
     every step and its top is always in the last third."""
     _counters_past_the_small_ints()
     with heap_set_aside():
-        # The first step before tracing: what it loads once (a module imported lazily, a
-        # Numba kernel from the on-disk cache) is hundreds of thousands of traces, which each
-        # measure filtered in Python (the validation loop: 2.5 s a measure). Then the rest of
-        # the warm-up traced: what a step replaces was traced when made.
+        # The first step before tracing, and what it made set aside as the heap was: what it
+        # loads once (a module imported lazily, a Numba kernel from the on-disk cache) is
+        # hundreds of thousands of traces, which each measure filtered in Python (the
+        # validation loop: 2.5 s a measure), and of objects, which each full collection
+        # walked (the transformer loop: 0.09 s a collection). Then the rest of the warm-up
+        # traced: what a step replaces was traced when made.
         step(0)
+        gc.collect()
+        gc.freeze()
         tracemalloc.start(1)
         for i in range(1, warm):
             step(i)
@@ -630,5 +635,92 @@ def test_a_forward_that_caches_a_detached_tensor_on_self():
         opt.step(out.square().mean().backward())
         model.last_attn.max().item()
         return {"out": weakref.ref(out)}
+
+    soak(step, steps=STEPS)
+
+
+# -- packed sequences, a masked transformer, distillation --------------------------------------
+
+
+def test_packed_sequences_through_a_bidirectional_lstm():
+    embed = nn.Embedding(10, 4, padding_idx=0)
+    lstm = nn.LSTM(4, 5, batch_first=True, bidirectional=True)
+    head = nn.Linear(10, 2)
+    opt = rg.optim.Adam([*embed.parameters(), *lstm.parameters(), *head.parameters()], lr=1e-3)
+    tokens = rg.tensor([[3, 4, 5, 6], [2, 7, 0, 0], [1, 0, 0, 0]])
+    lengths, labels = rg.tensor([4, 2, 1]), rg.tensor([0, 1, 1])
+
+    def step(i):
+        packed = nn.utils.rnn.pack_padded_sequence(embed(tokens), lengths, batch_first=True)
+        out, (h, _) = lstm(packed)
+        padded, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+        logits = head(rg.cat([h[-2], h[-1]], dim=1))
+        loss = F.cross_entropy(logits, labels) + padded.square().mean()
+        opt.step(loss.backward())
+        return {"padded": weakref.ref(padded)}
+
+    soak(step, steps=STEPS)
+
+
+def test_a_masked_transformer_with_a_warmup_written_into_param_groups():
+    encoder = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True),
+        2,
+        enable_nested_tensor=False,
+    )
+    head = nn.Linear(8, 3)
+    params = [*encoder.parameters(), *head.parameters()]
+    opt = rg.optim.AdamW(
+        [
+            {"params": [p for p in params if p.dim() > 1], "weight_decay": 0.01},
+            {"params": [p for p in params if p.dim() <= 1], "weight_decay": 0.0},
+        ],
+        lr=1e-3,
+    )
+    x, y = rg.randn(2, 5, 8), rg.randint(0, 3, (2, 5))
+    padding = rg.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    causal = nn.Transformer.generate_square_subsequent_mask(5)
+
+    def step(i):
+        for group in opt.param_groups:
+            group["lr"] = 1e-3 * min(1.0, (i + 1) / 20)
+        out = encoder(x, mask=causal, src_key_padding_mask=padding)
+        loss = F.cross_entropy(head(out).reshape(-1, 3), y.reshape(-1))
+        opt.step(loss.backward())
+        return {"out": weakref.ref(out)}
+
+    with warnings.catch_warnings():
+        # (torch's deprecation warning, which retrograd gives as torch does: a float causal
+        # mask beside a boolean padding mask, as real scripts pass them)
+        warnings.simplefilter("ignore")
+        soak(step, steps=STEPS)
+
+
+def test_distillation_from_a_frozen_teacher_with_a_running_meter():
+    """A teacher under ``no_grad``, the student's KL divergence at a temperature, an
+    ``AverageMeter`` that sums ``loss.detach()`` (a tensor, no graph), and predictions gathered
+    as NumPy arrays for an epoch's metric."""
+    teacher = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    student = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 4))
+    opt = rg.optim.SGD(student.parameters(), lr=0.01)
+    x, y = rg.randn(8, 6), rg.randint(0, 4, (8,))
+    meter, predictions = {"sum": 0, "count": 0}, []
+
+    def step(i):
+        with rg.no_grad():
+            taught = teacher(x)
+        logits = student(x)
+        soft = F.softmax(taught / 2.0, dim=1)
+        kd = F.kl_div(F.log_softmax(logits / 2.0, dim=1), soft, reduction="batchmean")
+        loss = 0.5 * kd * 4.0 + 0.5 * F.cross_entropy(logits, y)
+        opt.step(loss.backward())
+        meter["sum"] += loss.detach() * 8
+        meter["count"] += 8
+        predictions.append(logits.argmax(1).cpu().numpy())
+        if len(predictions) == 5:  # an epoch: its metrics, then everything dropped
+            float(meter["sum"] / meter["count"]), np.concatenate(predictions)
+            predictions.clear()
+            meter.update(sum=0, count=0)
+        return {"logits": weakref.ref(logits)}
 
     soak(step, steps=STEPS)
