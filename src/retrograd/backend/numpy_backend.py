@@ -236,6 +236,16 @@ _SAME_SIZE_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 COMPILED_RELU_MIN_SIZE = 1 << 16
 
 
+def _address(array: np.ndarray) -> int:
+    """Where ``array``'s first element lies in memory, read from ``__array_interface__``. Not
+    from ``array.ctypes.data``: NumPy makes a ctypes object at each read of ``.ctypes``, and
+    objects of 56 B made there stayed traced on the reading line, more as reads went on (an
+    attention's ``q @ k.transpose(-2, -1)`` of one ``qkv`` buffer, which ``matmul`` checks
+    for a shared start: 2 KB more over 30 steps of a small model,
+    ``tests/test_rel70_fixes.py``); the interface's dict goes with the read."""
+    return array.__array_interface__["data"][0]
+
+
 def _remainder(x: Any, y: Any) -> Any:
     """torch's ``remainder``: ``fmod``, moved by ``y`` where its sign is not ``y``'s. A zero
     keeps ``fmod``'s sign, the dividend's (NumPy's ``remainder`` gives it the divisor's:
@@ -1040,9 +1050,8 @@ class NumpyBackend(
         # old one), so gradients would differ from NoCheckpointing's in the last bits. Such a
         # pair runs as any other product.
         x_base, y_base = getattr(x, "base", None), getattr(y, "base", None)
-        if (
-            y_base is x or x_base is y or (x_base is not None and x_base is y_base)
-        ) and x.ctypes.data == y.ctypes.data:
+        one_buffer = y_base is x or x_base is y or (x_base is not None and x_base is y_base)
+        if one_buffer and _address(x) == _address(y):
             y = y.copy()
         return np.matmul(x, y)
 

@@ -224,8 +224,22 @@ def _python_dtype(data: Any) -> str | None:
     if kind == "c" and _holds_float64(data):
         return "complex128"  # (torch's: a float64 or complex128 element widens the complex)
     if kind in "iu":
-        return inferred.name if inferred.name in NARROW_INTS else "int64"
+        return _narrow_int_name(kind, inferred.itemsize)
     return default_float_dtype() if kind == "f" else None
+
+
+#: The narrow integer dtypes' names by NumPy's kind and item size (either byte order)
+_NARROW_INT_NAMES = {(np.dtype(name).kind, np.dtype(name).itemsize): name for name in NARROW_INTS}
+
+
+def _narrow_int_name(kind: str, itemsize: int) -> str:
+    """The name of the NumPy integer dtype of ``kind`` (``"i"`` or ``"u"``) and ``itemsize``
+    if it is a narrow one, else ``"int64"``: looked up by kind and size, not by the dtype's
+    ``name``, which NumPy builds afresh at each read; strings so made stayed traced on the
+    reading line, dozens at a time and more as reads went on (a ``Dataset`` making
+    ``torch.tensor(label)`` of an int per item: 10 KB more over 90 epochs of 12 items,
+    ``tests/test_rel70_fixes.py``)."""
+    return _NARROW_INT_NAMES.get((kind, itemsize), "int64")
 
 
 def _holds_float64(data: Any) -> bool:

@@ -237,7 +237,10 @@ class StateValue(np.ndarray):
         # a bfloat16 parameter's values are held widened (NumPy has no bfloat16): saved in its
         # own dtype, as torch saves it, not as float32
         kept = source is not None and str(source.dtype) == "bfloat16" and self.dtype == np.float32
-        return tensor(np.array(self, copy=True), dtype="bfloat16" if kept else str(self.dtype))
+        # (NumPy's dtype, named by tensor() from a table: str(self.dtype) built a string that
+        # NumPy kept some of, numpy_dtype_name)
+        own = np.ndarray.dtype.__get__(self)
+        return tensor(np.array(self, copy=True), dtype="bfloat16" if kept else own)
 
     def __retrograd_tensor__(self) -> Tensor:
         """The tensor this value stands for where a tensor is due (``torch.cat`` of state-dict
