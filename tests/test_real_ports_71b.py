@@ -1,6 +1,6 @@
 """Real ports, round 71 (the harness: ``tests/real_ports.py``): learning to rank, a program
 written here in the style of allegro/allRank (a slate-scoring transformer over padded
-slates, trained by listwise and pairwise losses and measured by NDCG@k and MRR), run under
+slates, trained by five listwise and pairwise losses and measured by NDCG@k and MRR), run under
 torch and, ported, under retrograd from the same weights and draws, every record compared.
 
 It reaches:
@@ -24,7 +24,12 @@ It reaches:
   gains over ``torch.log2(1 + positions)`` discounts, ``D[0, rho - 1]`` indexing by an integer
   matrix, ``torch.triu``/``tril`` with ``diagonal=``, ``torch.abs`` of differences of
   ``[:, :, None]`` broadcasts, ``torch.isnan`` fill, ``torch.log2`` of ``sigmoid(...).clamp(
-  min=eps) ** weights``), once in float64 by ``.double()``;
+  min=eps) ** weights``), once in float64 by ``.double()``; ListMLE (a permutation by
+  ``torch.argsort(torch.rand(n))`` indexing columns, ``sort(stable=True)``, ``-inf`` and ``0.0``
+  boolean-mask assignments, ``max(dim=1, keepdim=True)``, the reversed ``torch.cumsum`` of
+  ``exp()`` between two ``flip(dims=[1])``); ApproxNDCG (a bool mask's diagonal zeroed in
+  place through ``diagonal(dim1=-2, dim2=-1).zero_()``, ``scores_diffs[~mask] = 0.0``,
+  approximate ranks by ``1 + sum(sigmoid(-alpha * diffs))``);
 - the metrics under ``torch.no_grad()``: ``ndcg`` by ``sort``, ``gather``, the
   ``sum`` of ``[:, :k]`` slices, ``torch.where`` for an ideal DCG of zero (NaN-free), ``mrr``
   by ``argmax`` of ``(sorted_true > 0).float()`` and ``torch.any`` rows;
@@ -184,6 +189,52 @@ def lambdaLoss(y_pred, y_true, eps=DEFAULT_EPS, padded_value_indicator=PADDED_Y_
     return -torch.sum(masked_losses) / y_pred.shape[0]
 
 
+def listMLE(y_pred, y_true, eps=DEFAULT_EPS, padded_value_indicator=PADDED_Y_VALUE):
+    # shuffle for randomised tie resolution (a permutation by argsort of uniform draws)
+    random_indices = torch.argsort(torch.rand(y_pred.shape[-1]))
+    y_pred_shuffled = y_pred[:, random_indices]
+    y_true_shuffled = y_true[:, random_indices]
+    y_true_sorted, indices = y_true_shuffled.sort(descending=True, dim=-1, stable=True)
+    mask = y_true_sorted == padded_value_indicator
+    preds_sorted_by_true = torch.gather(y_pred_shuffled, dim=1, index=indices)
+    preds_sorted_by_true[mask] = float("-inf")
+    max_pred_values, _ = preds_sorted_by_true.max(dim=1, keepdim=True)
+    preds_sorted_by_true_minus_max = preds_sorted_by_true - max_pred_values
+    exps = preds_sorted_by_true_minus_max.exp()
+    cumsums = torch.cumsum(exps.flip(dims=[1]), dim=1).flip(dims=[1])
+    observation_loss = torch.log(cumsums + eps) - preds_sorted_by_true_minus_max
+    observation_loss[mask] = 0.0
+    return torch.mean(torch.sum(observation_loss, dim=1))
+
+
+def approxNDCGLoss(y_pred, y_true, eps=DEFAULT_EPS, padded_value_indicator=PADDED_Y_VALUE,
+                   alpha=1.0):
+    y_pred = y_pred.clone()
+    y_true = y_true.clone()
+    padded_mask = y_true == padded_value_indicator
+    y_pred[padded_mask] = float("-inf")
+    y_true[padded_mask] = float("-inf")
+    y_pred_sorted, indices_pred = y_pred.sort(descending=True, dim=-1)
+    y_true_sorted, _ = y_true.sort(descending=True, dim=-1)
+    true_sorted_by_preds = torch.gather(y_true, dim=1, index=indices_pred)
+    true_diffs = true_sorted_by_preds[:, :, None] - true_sorted_by_preds[:, None, :]
+    padded_pairs_mask = torch.isfinite(true_diffs)
+    padded_pairs_mask.diagonal(dim1=-2, dim2=-1).zero_()
+    true_sorted_by_preds.clamp_(min=0.0)
+    y_true_sorted.clamp_(min=0.0)
+    pos_idxs = torch.arange(1, y_pred.shape[1] + 1).to(y_pred.device)
+    D = torch.log2(1.0 + pos_idxs.float())[None, :]
+    maxDCGs = torch.sum((torch.pow(2, y_true_sorted) - 1) / D, dim=-1).clamp(min=eps)
+    G = (torch.pow(2, true_sorted_by_preds) - 1) / maxDCGs[:, None]
+    scores_diffs = y_pred_sorted[:, :, None] - y_pred_sorted[:, None, :]
+    scores_diffs[~padded_pairs_mask] = 0.0
+    approx_pos = 1.0 + torch.sum(padded_pairs_mask.float() * torch.sigmoid(-alpha * scores_diffs)
+                                 .clamp(min=eps), dim=-1)
+    approx_D = torch.log2(1.0 + approx_pos)
+    approx_NDCG = torch.sum(G / approx_D, dim=-1)
+    return -torch.mean(approx_NDCG)
+
+
 def ndcg(y_pred, y_true, ats=(1, 3, 5), padding_indicator=PADDED_Y_VALUE):
     y_true = y_true.clone()
     y_pred = y_pred.clone()
@@ -222,7 +273,8 @@ def parameter_groups(model, weight_decay):
             {"params": no_decay, "weight_decay": 0.0}]
 
 
-losses = {"listNet": listNet, "rankNet": rankNet, "lambdaLoss": lambdaLoss}
+losses = {"listNet": listNet, "rankNet": rankNet, "lambdaLoss": lambdaLoss, "listMLE": listMLE,
+          "approxNDCGLoss": approxNDCGLoss}
 loss_func = losses[LOSS_NAME]
 n_features, slate_length = 5, 6
 model = LTRModel(n_features)
@@ -295,7 +347,9 @@ LTR_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("loss_name", ["listNet", "rankNet", "lambdaLoss"])
+@pytest.mark.parametrize(
+    "loss_name", ["listNet", "rankNet", "lambdaLoss", "listMLE", "approxNDCGLoss"]
+)
 def test_learning_to_rank_as_torch(capsys, loss_name):
     (theirs, ours), (their_log, our_log) = runs_with_draws(
         LTR_SOURCE,
