@@ -1,5 +1,6 @@
-"""Real ports, round 71 (the harness: ``tests/real_ports.py``): neural topic models, a program
-written here in the style of the ProdLDA/AVITM reimplementations (hyqneuron/pytorch-avitm:
+"""Real ports, round 71 (the harness: ``tests/real_ports.py``): neural topic models, two
+programs written here. The first in the style of the ProdLDA/AVITM reimplementations
+(hyqneuron/pytorch-avitm:
 autoencoding variational inference for topic models, a Laplace approximation of a Dirichlet
 prior in the softmax basis, a product-of-experts decoder), trained on bag-of-words counts
 drawn from known topics, run under torch and, ported, under retrograd from the same weights
@@ -29,8 +30,21 @@ It reaches:
   running statistics); ``state_dict`` through ``torch.save``/``torch.load`` and a restored
   model's reconstruction, ``num_batches_tracked`` compared.
 
-The lines changed for the port: the ``import`` lines and the gradient lines (``grads =
-loss.backward()``, ``optimizer.step(grads)``).
+The second in the style of adjidieng/ETM (the embedded topic model: topics as softmaxes over
+the inner products of word embeddings and topic embeddings), with trained embeddings and with
+frozen pretrained ones, reaching: ``nn.Embedding.from_pretrained(freeze=True)`` beside a
+bias-free ``nn.Linear`` as the word embeddings, an activation picked from a dict of modules,
+the reparameterization ``eps.mul_(std).add_(mu)`` of ``torch.randn_like``, the KL ``-0.5 *
+torch.sum(1 + logsigma - mu.pow(2) - logsigma.exp(), dim=-1).mean()``, ``F.softmax(logit,
+dim=0).transpose(1, 0)``, ``torch.mm``, batches by ``torch.split(torch.arange(n), 8)`` and
+index tensors, ``sum(1).unsqueeze(1)`` normalization, ``clip_grad_norm_``, ``Adam`` with
+``weight_decay``; document-completion perplexity under ``torch.no_grad()`` from
+``torch.floor`` halves, the best ``copy.deepcopy(model.state_dict())`` restored, top words by
+NumPy ``argsort()[-4:][::-1]`` of ``beta[k].cpu().numpy()``, the loss at a fixed ``theta`` of
+``torch.full``, ``aggregate=False`` per-document losses, and the trainable names.
+
+The lines changed for the ports: the ``import`` lines and the gradient lines (``grads =
+loss.backward()``, ``clip_grad_norm_(grads, ...)``, ``optimizer.step(grads)``).
 """
 
 from __future__ import annotations
@@ -254,5 +268,203 @@ def test_prodlda_topic_model_as_torch(capsys, dtype):
             DTYPE=dtype,
         )
     assert len(theirs) == 3 * (4 + 2) + 9
+    assert their_log == our_log and their_log.count("\n") == 3
+    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
+
+
+ETM_SOURCE = """import copy
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ETM(nn.Module):
+    def __init__(self, num_topics, vocab_size, t_hidden_size, rho_size, emsize, theta_act,
+                 embeddings=None, train_embeddings=True, enc_drop=0.0):
+        super(ETM, self).__init__()
+        self.num_topics = num_topics
+        self.vocab_size = vocab_size
+        self.enc_drop = enc_drop
+        self.t_drop = nn.Dropout(enc_drop)
+        self.theta_act = self.get_activation(theta_act)
+        if train_embeddings:
+            self.rho = nn.Linear(rho_size, vocab_size, bias=False)
+        else:
+            num_embeddings, emsize = embeddings.size()
+            self.rho = nn.Embedding.from_pretrained(embeddings, freeze=True)
+        self.alphas = nn.Linear(rho_size, num_topics, bias=False)
+        self.q_theta = nn.Sequential(
+            nn.Linear(vocab_size, t_hidden_size), self.theta_act,
+            nn.Linear(t_hidden_size, t_hidden_size), self.theta_act,
+        )
+        self.mu_q_theta = nn.Linear(t_hidden_size, num_topics, bias=True)
+        self.logsigma_q_theta = nn.Linear(t_hidden_size, num_topics, bias=True)
+        self.train_embeddings = train_embeddings
+
+    def get_activation(self, act):
+        activations = {"tanh": nn.Tanh(), "relu": nn.ReLU(), "softplus": nn.Softplus(),
+                       "rrelu": nn.RReLU(), "leakyrelu": nn.LeakyReLU(), "elu": nn.ELU(),
+                       "selu": nn.SELU(), "glu": nn.GLU()}
+        return activations.get(act, nn.Tanh())
+
+    def reparameterize(self, mu, logvar):
+        if self.training:
+            std = torch.exp(0.5 * logvar)
+            eps = torch.randn_like(std)
+            return eps.mul_(std).add_(mu)
+        return mu
+
+    def encode(self, bows):
+        q_theta = self.q_theta(bows)
+        if self.enc_drop > 0:
+            q_theta = self.t_drop(q_theta)
+        mu_theta = self.mu_q_theta(q_theta)
+        logsigma_theta = self.logsigma_q_theta(q_theta)
+        kl_theta = -0.5 * torch.sum(1 + logsigma_theta - mu_theta.pow(2) - logsigma_theta.exp(),
+                                    dim=-1).mean()
+        return mu_theta, logsigma_theta, kl_theta
+
+    def get_beta(self):
+        logit = self.alphas(self.rho.weight)  # (vocab_size, num_topics) either way
+        beta = F.softmax(logit, dim=0).transpose(1, 0)
+        return beta
+
+    def get_theta(self, normalized_bows):
+        mu_theta, logsigma_theta, kld_theta = self.encode(normalized_bows)
+        z = self.reparameterize(mu_theta, logsigma_theta)
+        theta = F.softmax(z, dim=-1)
+        return theta, kld_theta
+
+    def decode(self, theta, beta):
+        res = torch.mm(theta, beta)
+        preds = torch.log(res + 1e-6)
+        return preds
+
+    def forward(self, bows, normalized_bows, theta=None, aggregate=True):
+        if theta is None:
+            theta, kld_theta = self.get_theta(normalized_bows)
+        else:
+            kld_theta = None
+        beta = self.get_beta()
+        preds = self.decode(theta, beta)
+        recon_loss = -(preds * bows).sum(1)
+        if aggregate:
+            recon_loss = recon_loss.mean()
+        return recon_loss, kld_theta
+
+
+def make_corpus(n_docs, vocab_size, num_topics, rng):
+    topics = rng.dirichlet(0.2 * np.ones(vocab_size), size=num_topics)
+    theta = rng.dirichlet(0.5 * np.ones(num_topics), size=n_docs)
+    return np.stack([rng.multinomial(rng.integers(10, 25), t @ topics) for t in theta])
+
+
+rng = np.random.default_rng(17)
+vocab_size, num_topics, rho_size = 16, 3, 6
+counts = make_corpus(24, vocab_size, num_topics, rng)
+train_tokens = torch.from_numpy(counts).float()
+embeddings = torch.from_numpy(rng.standard_normal((vocab_size, rho_size)).astype(np.float32))
+model = ETM(num_topics, vocab_size, 10, rho_size, rho_size, THETA_ACT, embeddings=embeddings,
+            train_embeddings=TRAIN_EMBEDDINGS)
+initialize(model)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.02, weight_decay=1.2e-6)
+clip = 0.5
+
+best_val = math.inf
+for epoch in range(3):
+    model.train()
+    indices = torch.split(torch.arange(train_tokens.shape[0]), 8)
+    acc_loss, acc_kl_theta_loss, cnt = 0, 0, 0
+    for ind in indices:
+        optimizer.zero_grad()
+        data_batch = train_tokens[ind]
+        sums = data_batch.sum(1).unsqueeze(1)
+        normalized_data_batch = data_batch / sums
+        recon_loss, kld_theta = model(data_batch, normalized_data_batch)
+        total_loss = recon_loss + kld_theta
+        total_loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        acc_loss += torch.sum(recon_loss).item()
+        acc_kl_theta_loss += torch.sum(kld_theta).item()
+        cnt += 1
+        record.append([recon_loss.item(), kld_theta.item()])
+    cur_loss = round(acc_loss / cnt, 2)
+    cur_kl_theta = round(acc_kl_theta_loss / cnt, 2)
+    record.append(params_of(model))
+    print("Epoch: {} .. KL_theta: {} .. Rec_loss: {} .. NELBO: {}".format(
+        epoch, cur_kl_theta, cur_loss, cur_kl_theta + cur_loss))
+
+    # document completion: theta from the first half of each document's words, the loss on
+    # the second half
+    model.eval()
+    with torch.no_grad():
+        tokens = train_tokens[:10]
+        first = torch.floor(tokens / 2)
+        second = tokens - first
+        theta, _ = model.get_theta(first / first.sum(1, keepdim=True).clamp(min=1))
+        beta = model.get_beta()
+        preds = torch.log(torch.mm(theta, beta))
+        recon = -(preds * second).sum(1)
+        loss = recon / second.sum(1)
+        ppl_dc = round(math.exp(loss.mean().item()), 1)
+        record.append(math.exp(loss.mean().item()))
+        if ppl_dc < best_val:
+            best_val, best_state = ppl_dc, copy.deepcopy(model.state_dict())
+
+model.load_state_dict(best_state)
+model.eval()
+with torch.no_grad():
+    beta = model.get_beta()
+    record.append(beta.numpy().copy())
+    top_words = [list(beta[k].cpu().numpy().argsort()[-4:][::-1]) for k in range(num_topics)]
+    record.append([[int(w) for w in words] for words in top_words])
+    recon_loss, kld = model(train_tokens[:6], train_tokens[:6] / train_tokens[:6].sum(1, True),
+                            aggregate=False)
+    record.append(recon_loss.numpy().copy())
+    record.append(kld.item())
+    theta = torch.softmax(model.mu_q_theta(model.q_theta(train_tokens[:6] /
+                                                          train_tokens[:6].sum(1, True))), -1)
+    record.append(theta.numpy().copy())
+    fixed, _ = model(train_tokens[:6], None, theta=torch.full((6, num_topics), 1.0 / num_topics))
+    record.append(fixed.item())
+    record.append(sorted(name for name, p in model.named_parameters() if p.requires_grad))
+"""
+
+ETM_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\n"
+        "import retrograd.nn.functional as F\n",
+    ),
+    (
+        "        total_loss.backward()\n"
+        "        if clip > 0:\n"
+        "            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)\n"
+        "        optimizer.step()\n",
+        "        grads = total_loss.backward()\n"
+        "        if clip > 0:\n"
+        "            torch.nn.utils.clip_grad_norm_(grads, model.parameters(), clip)\n"
+        "        optimizer.step(grads)\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("theta_act", "train_embeddings"), [("relu", True), ("softplus", False)])
+def test_embedded_topic_model_as_torch(capsys, theta_act, train_embeddings):
+    (theirs, ours), (their_log, our_log) = runs_with_draws(
+        ETM_SOURCE,
+        ETM_STEPS,
+        capsys,
+        7105,
+        initialize=initializer(),
+        params_of=params_of,
+        THETA_ACT=theta_act,
+        TRAIN_EMBEDDINGS=train_embeddings,
+    )
+    assert len(theirs) == 3 * (3 + 2) + 7
     assert their_log == our_log and their_log.count("\n") == 3
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
