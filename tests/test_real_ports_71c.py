@@ -2,9 +2,9 @@
 programs written here. The first in the style of the ProdLDA/AVITM reimplementations
 (hyqneuron/pytorch-avitm: autoencoding variational inference for topic models, a Laplace
 approximation of a Dirichlet prior in the softmax basis, a product-of-experts decoder),
-trained on bag-of-words counts
-drawn from known topics, run under torch and, ported, under retrograd from the same weights
-and draws, in float32 and in float64 (``model.double()``), every record compared.
+trained on bag-of-words counts drawn from known topics, run under torch and, ported, under
+retrograd from the same weights and draws, in float32 and in float64 (``model.double()``),
+every record compared.
 
 It reaches:
 
