@@ -94,17 +94,35 @@ Step = Callable[[int], "dict[str, weakref.ref] | None"]
 STEPS = 100
 
 
-def soak(step: Step, steps: int = STEPS, warm: int = 10, count_bytes: bool = True) -> None:
+def soak(
+    step: Step,
+    steps: int = STEPS,
+    warm: int = 10,
+    count_bytes: bool = True,
+    every_step: bool = False,
+) -> None:
     """``step(i)`` ``warm`` times, then ``steps`` times with the collector off: no new object
     of any type, no cycle of retrograd's, each step's weak references dead after it, and (on
     NumPy) retrograd's traced bytes at the end no more than after the first and second thirds.
     Each measure of bytes follows a full collection, which empties CPython's free lists: a
     freed tuple or frame waits there, still traced where it was made, and they fill for
-    thousands of steps."""
+    thousands of steps.
+
+    ``every_step`` (``test_memsoak3``'s loops of whole programs): the first step runs before
+    tracing, what it made set aside, and the bytes are measured after every counted step, the
+    most of the last third held to the most of the first two (see ``test_memsoak3.soak``)."""
     _counters_past_the_small_ints()
     with heap_set_aside():
+        if every_step:
+            # What the first step loads once (a module imported lazily, a Numba kernel from
+            # the on-disk cache) is hundreds of thousands of traces, which each measure
+            # filtered in Python (2.5 s a measure), and of objects, which each full
+            # collection walked: set aside as the heap was, and the rest of the warm-up traced.
+            step(0)
+            gc.collect()
+            gc.freeze()
         tracemalloc.start(1)  # (before the warm-up: what a step replaces was traced when made)
-        for i in range(warm):
+        for i in range(1 if every_step else 0, warm):
             step(i)
         # (test_memsoak1's assert_flat: a Numba kernel a step met on a cold cache is compiled
         # in the background and loaded at its next call, tens of thousands of objects: waited
@@ -123,6 +141,8 @@ def soak(step: Step, steps: int = STEPS, warm: int = 10, count_bytes: bool = Tru
             # after each third (a full collection costs tenths of a second in a busy worker: none
             # where no bytes are compared; one of the loop's objects then finds its cycles)
             marks = {steps // 3 - 1, 2 * steps // 3 - 1, steps - 1} if measure else set()
+            if measure and every_step:
+                marks = set(range(steps))
             before = library_objects()
             for i in range(steps):
                 refs = step(warm + i) or {}
@@ -142,8 +162,12 @@ def soak(step: Step, steps: int = STEPS, warm: int = 10, count_bytes: bool = Tru
         grown = {k: n - before[k] for k, n in after.items() if n != before[k]}
         assert grown == {}, f"objects grew over {steps} steps: {grown}"
         if measure:
-            *earlier, last = samples
-            growth = last - max(earlier)
+            if every_step:
+                third = steps // 3
+                growth = max(samples[2 * third :]) - max(samples[: 2 * third])
+            else:
+                *earlier, last = samples
+                growth = last - max(earlier)
             assert growth <= 0, f"retrograd's traced bytes grew by {growth} over {steps} steps"
 
 

@@ -41,11 +41,8 @@ Left as they are: loss tensors a loop keeps hold their graphs until dropped, as 
 
 from __future__ import annotations
 
-import collections
 import copy
-import gc
 import io
-import tracemalloc
 import warnings
 import weakref
 from collections.abc import Callable
@@ -54,9 +51,8 @@ import numpy as np
 import pytest
 
 import retrograd as rg
-from cycle_probe import collected_cycles, heap_set_aside, library_objects
-from retrograd.backend.kernel_compile import compiler
-from test_memsoak2 import _bytes_traced, _counters_past_the_small_ints, _own_bytes
+from test_memsoak2 import _bytes_traced
+from test_memsoak2 import soak as memsoak2_soak
 
 nn = rg.nn
 F = rg.nn.functional
@@ -77,55 +73,7 @@ def soak(step: Step, steps: int = STEPS, warm: int = 10) -> None:
     met its top in the last third and its foot in the others (the seq2seq loop below: 192 B
     more than at either earlier mark, over the same steps), where a leak's bytes rise in
     every step and its top is always in the last third."""
-    _counters_past_the_small_ints()
-    with heap_set_aside():
-        # The first step before tracing, and what it made set aside as the heap was: what it
-        # loads once (a module imported lazily, a Numba kernel from the on-disk cache) is
-        # hundreds of thousands of traces, which each measure filtered in Python (the
-        # validation loop: 2.5 s a measure), and of objects, which each full collection
-        # walked (the transformer loop: 0.09 s a collection). Then the rest of the warm-up
-        # traced: what a step replaces was traced when made.
-        step(0)
-        gc.collect()
-        gc.freeze()
-        tracemalloc.start(1)
-        for i in range(1, warm):
-            step(i)
-        if compiler().wait(timeout=120):  # (test_memsoak2.soak: a kernel loaded in the warm-up)
-            step(warm)
-            warm += 1
-        collected_cycles(generation=0)
-        gc.collect()
-        gc.disable()
-        try:
-            alive: set[str] = set()
-            cycles: collections.Counter = collections.Counter()
-            samples = []
-            measure = _bytes_traced()
-            before = library_objects()
-            for i in range(steps):
-                refs = step(warm + i) or {}
-                alive |= {name for name, ref in refs.items() if ref() is not None}
-                del refs
-                if measure:
-                    # (a full collection empties CPython's free lists, which keep what they
-                    # hold traced where it was made)
-                    cycles.update(collected_cycles(generation=2))
-                    samples.append(_own_bytes())
-            if not measure:
-                cycles.update(collected_cycles(generation=0))
-            after = library_objects()
-        finally:
-            gc.enable()
-            tracemalloc.stop()
-        assert alive == set(), f"alive after their step: {sorted(alive)}"
-        assert not cycles, f"left to the collector: {cycles.most_common(8)}"
-        grown = {k: n - before[k] for k, n in after.items() if n != before[k]}
-        assert grown == {}, f"objects grew over {steps} steps: {grown}"
-        if measure:
-            third = steps // 3
-            growth = max(samples[2 * third :]) - max(samples[: 2 * third])
-            assert growth <= 0, f"retrograd's traced bytes grew by {growth} over {steps} steps"
+    memsoak2_soak(step, steps, warm, every_step=True)
 
 
 def _mlp(n_in=6, hidden=8, n_out=2) -> nn.Module:
