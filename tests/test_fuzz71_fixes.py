@@ -238,3 +238,26 @@ def test_nearest_exact_picks_torchs_pixels_on_a_half(dtype, dims):
         if not np.array_equal(got.numpy(), expected.numpy()):
             bad.append((n_in, how))
     assert not bad, bad[:5]
+
+
+@pytest.mark.parametrize("dims", [1, 3])
+def test_nearest_scales_a_float64_inputs_sizes_as_torchs_1d_and_3d_kernels(dims):
+    """torch's 1-d and 3-d ``nearest`` kernels scale a float64 input's sizes in float64, the
+    product rounded to float32 before the floor (14 pixels to 46: output 23 reads pixel 7);
+    retrograd's NumPy kernel took float32 throughout (pixel 6). The gradient is torch's too
+    (its backward takes the float32 rule: both are compared)."""
+    bad = []
+    for n_in in range(1, 20):
+        for n_out in range(1, 50):
+            x = np.arange(n_in, dtype=np.float64).reshape((1, 1) + (1,) * (dims - 1) + (n_in,))
+            size = (1,) * (dims - 1) + (n_out,)
+            tx, rx = torch.tensor(x, requires_grad=True), rg.tensor(x).requires_grad_(True)
+            expected = torch.nn.functional.interpolate(tx, size=size, mode="nearest")
+            got = rg.nn.functional.interpolate(rx, size=size, mode="nearest")
+            (expected_grad,) = torch.autograd.grad(expected.sum(), tx)
+            (grad,) = rg.autograd.grad(got.sum(), [rx])
+            if not np.array_equal(got.detach().numpy(), expected.detach().numpy()):
+                bad.append(("value", n_in, n_out))
+            if not np.array_equal(grad.numpy(), expected_grad.numpy()):
+                bad.append(("grad", n_in, n_out))
+    assert not bad, bad[:5]
