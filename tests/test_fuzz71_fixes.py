@@ -22,7 +22,12 @@
 - ``interpolate(antialias=True)`` filtered a dimension whose size does not change (with a
   ``scale_factor`` of 1.3 over 3 rows): torch's kernel leaves it as it is;
 - ``nn.Upsample(scale_factor=0.0)`` kept the factor, which torch's module reads as ``None``
-  (then ``interpolate``'s "either size or scale_factor" ``ValueError``).
+  (then ``interpolate``'s "either size or scale_factor" ``ValueError``);
+- ``interpolate(mode="nearest-exact")`` computed the source pixel in float64, torch in
+  float32 (float64 for the sizes of a float64 1-d/3-d input) rounded to float32 before the
+  floor: a pixel on a half was the one before;
+- the NumPy backend's legacy ``nearest`` of a float64 1-d/3-d input resized by size took
+  float32 throughout, where torch's forward kernels scale in float64.
 """
 
 from __future__ import annotations
