@@ -29,6 +29,7 @@ __all__ = [
     "IndexDTypeError",
     "IndexOutOfRangeError",
     "InnerOperandError",
+    "InvalidMaxIndexError",
     "KeyMismatchError",
     "LinAlgError",
     "MemoryLayoutError",
@@ -46,6 +47,7 @@ __all__ = [
     "SizeMismatchError",
     "StateValueTypeError",
     "UninitializedError",
+    "UnsupportedModeError",
     "guard",
     "guard_namespace",
     "reported",
@@ -66,7 +68,9 @@ class SizeMismatchError(ShapeError, RuntimeError):
     """A state dict value whose shape is not the module's (``load_state_dict``), or samples of
     one batch whose sizes differ (``default_collate``): a :class:`ShapeError` of the hierarchy
     and the ``RuntimeError`` torch raises there, which ``try: load_state_dict(...) except
-    RuntimeError:`` fallbacks catch."""
+    RuntimeError:`` fallbacks catch. Also the sizes an op's kernel refuses where torch's
+    raises its ``RuntimeError`` (a loss's targets, a pooling window or convolution kernel
+    larger than the padded input, a pad wider than the dimension it reflects)."""
 
 
 class MemoryLayoutError(ShapeError, RuntimeError):
@@ -79,6 +83,13 @@ class MemoryLayoutError(ShapeError, RuntimeError):
 
 class InvalidArgumentError(RetrogradError, ValueError):
     """An argument value the operation does not accept (an unknown mode, a negative size)."""
+
+
+class UnsupportedModeError(ShapeError, InvalidArgumentError, NotImplementedError):
+    """A mode torch has no kernel for, where it raises ``NotImplementedError``: an unknown
+    mode (``interpolate(mode="cubic")``, ``pad(mode="wrap")``) or an input of a rank the mode
+    does not take (``interpolate(mode="bilinear")`` of a 3-d input, ``pad`` in reflect mode
+    of a 6-d one, ``affine_grid`` of a 3-d size)."""
 
 
 class PartialOverlapError(InvalidArgumentError, RuntimeError):
@@ -178,6 +189,11 @@ class DeviceUnavailableError(DTypeError, RuntimeError, AssertionError):
 
 class IndexOutOfRangeError(RetrogradError, IndexError):
     """An index value outside the dimension it indexes."""
+
+
+class InvalidMaxIndexError(IndexOutOfRangeError, RuntimeError):
+    """An index of ``max_unpool`` outside the plane it writes: an out-of-range index of the
+    hierarchy and the ``RuntimeError`` torch raises there ("Found an invalid max index")."""
 
 
 class IndexDTypeError(DTypeError, IndexOutOfRangeError):

@@ -122,6 +122,14 @@ def _interpolation_taps(length, out, mode, align_corners, scale, dtype, spatial=
             index = positions
         elif out == 2 * length and (spatial == 2 or scale is None):
             index = positions // 2
+        elif spatial != 2 and scale is None and np.dtype(dtype) == np.float64:
+            # torch's 1-d and 3-d forward kernels scale a float64 input's sizes in float64
+            # (their opmath), the product rounded to float32 before the floor (14 pixels to
+            # 46: output 23 reads pixel 7, where float32 throughout reads 6); its backward
+            # takes the float32 rule below, so the gradient stays torch's
+            product = positions * (length / out)
+            index = np.floor(product.astype(np.float32)).astype(np.int64)
+            index = np.minimum(index, length - 1)
         else:  # PyTorch's legacy "nearest": floor(dst * scale), in float32 whatever the dtype
             ratio = _source_scale(length, out, False, scale, np.float32)
             index = np.floor(positions.astype(np.float32) * ratio).astype(np.int64)

@@ -14,6 +14,7 @@ from ...errors import (
     DTypeError,
     MixedDTypeError,
     ShapeError,
+    SizeMismatchError,
 )
 from ...tensor import Tensor
 from ...tensor.internal import (
@@ -39,8 +40,8 @@ def _ints(fn: str, name: str, value: Any, count: int, minimum: int) -> tuple[int
         values = (int(value),) * count
     else:
         # a float, a bool, None, a str or a tuple holding one: the wrong type, torch's
-        # TypeError ("must be tuple of ints"); a tuple of ints of the wrong length its
-        # RuntimeError, a ShapeError here
+        # TypeError ("must be tuple of ints"); a tuple of ints of the wrong length, or a
+        # value below the bound, its RuntimeError: a SizeMismatchError here
         wrong_type = ArgumentTypeError(
             f"{fn}: {name} must be an int or a tuple of ints, got {value!r}"
         )
@@ -55,13 +56,13 @@ def _ints(fn: str, name: str, value: Any, count: int, minimum: int) -> tuple[int
         if len(values) == 1:
             values *= count
         if len(values) != count:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{fn}: {name} must be an int or a tuple of {count} ints, got {value!r}"
             )
         values = tuple(int(v) for v in values)
     if any(v < minimum for v in values):
         bound = "positive" if minimum == 1 else "non-negative"
-        raise ShapeError(f"{fn}: {name} must be {bound}, got {value!r}")
+        raise SizeMismatchError(f"{fn}: {name} must be {bound}, got {value!r}")
     return values
 
 

@@ -6,7 +6,7 @@ from ...backend.sizes import conv_transpose_output_size
 from ...errors import (
     DTypeError,
     MixedDTypeError,
-    ShapeError,
+    SizeMismatchError,
 )
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
@@ -31,7 +31,9 @@ from ._common import (
 def _check_kernel(fn: str, kernel: tuple[int, ...], shapes: str) -> None:
     # An empty kernel would give an output of bias alone; torch refuses it.
     if 0 in kernel:
-        raise ShapeError(f"{fn}: kernel size must be positive, got {shape_text(kernel)}; {shapes}")
+        raise SizeMismatchError(
+            f"{fn}: kernel size must be positive, got {shape_text(kernel)}; {shapes}"
+        )
 
 
 def _complex_parts(fn, convolve, x, weight, bias):
@@ -70,7 +72,7 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
     x, weight = _float_pair(fn, x, weight, "weight", integers=True, one_dtype=True)
     x, squeeze = _batched(fn, x, spatial)
     if weight.ndim != spatial + 2:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: weight must be {spatial + 2}-d [out_channels, in_channels/groups, "
             f"*kernel], got {shape_text(weight.shape)}"
         )
@@ -86,34 +88,34 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
             padding = (0,) * spatial
         elif padding == "same":
             if any(s != 1 for s in stride):
-                raise ShapeError(f"{fn}: padding='same' needs stride 1, got stride {stride}")
+                raise SizeMismatchError(f"{fn}: padding='same' needs stride 1, got stride {stride}")
             totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
             # PyTorch puts an odd total's extra cell on the right: pad ceil(total/2) on both
             # sides and drop the first output, which read the surplus left cell.
             padding = tuple((t + 1) // 2 for t in totals)
             same_crop = tuple(t % 2 for t in totals)
         else:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{fn}: padding must be 'valid', 'same', an int or a tuple, got {padding!r}"
             )
     else:
         padding = _ints(fn, "padding", padding, spatial, 0)
     channels, out_channels = x.shape[1], weight.shape[0]
     if out_channels == 0:  # as torch: "expected weight to be at least 1 at dimension 0"
-        raise ShapeError(f"{fn}: weight has no output channels (dimension 0 is 0); {shapes}")
+        raise SizeMismatchError(f"{fn}: weight has no output channels (dimension 0 is 0); {shapes}")
     if channels % groups or out_channels % groups:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: groups={groups} must divide the input channels ({channels}) and the output "
             f"channels ({out_channels}); {shapes}"
         )
     if weight.shape[1] * groups != channels:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: input has {channels} channels but weight expects "
             f"{weight.shape[1] * groups} (groups={groups}); {shapes}"
         )
     for n, k, p, d in zip(x.shape[2:], kernel, padding, dilation):
         if d * (k - 1) + 1 > n + 2 * p:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{fn}: kernel {shape_text(kernel)} (dilation {shape_text(dilation)}) is larger "
                 f"than the padded input {shape_text(tuple(m + 2 * q for m, q in zip(x.shape[2:], padding)))}; "  # noqa: E501
                 f"{shapes}"
@@ -202,7 +204,7 @@ def _conv_transpose(
     x, weight = _float_pair(fn, x, weight, "weight", one_dtype=True)
     x, squeeze = _batched(fn, x, spatial)
     if weight.ndim != spatial + 2:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: weight must be {spatial + 2}-d [in_channels, out_channels/groups, *kernel], "
             f"got {shape_text(weight.shape)}"
         )
@@ -216,11 +218,11 @@ def _conv_transpose(
     shapes = f"input {shape_text(x.shape)}, weight {shape_text(weight.shape)}"
     channels = x.shape[1]
     if channels % groups:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: groups={groups} must divide the input channels ({channels}); {shapes}"
         )
     if weight.shape[0] != channels:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: input has {channels} channels but weight expects {weight.shape[0]} "
             f"(weight is [in_channels, out_channels/groups, *kernel], groups={groups}); {shapes}"
         )
@@ -231,7 +233,7 @@ def _conv_transpose(
         for args in zip(x.shape[2:], kernel, stride, padding, output_padding, dilation)
     )
     if any(n < 1 for n in out_size):
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: the output size {shape_text(out_size)} is not positive (padding "
             f"{shape_text(padding)} too large); {shapes}"
         )

@@ -32,7 +32,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+    SizeMismatchError,
+    UnsupportedModeError,
+)
 from ...tensor import Tensor, full, stack
 from ...tensor._dispatch import host_constant
 from ...tensor.autocasting import autocast_op
@@ -85,14 +91,18 @@ def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None =
     if not isinstance(theta, Tensor) or theta.dtype not in FLOAT_DTYPES:
         raise DTypeError(f"{fn}: expected theta to be a floating point tensor")
     if len(size) not in (4, 5):
-        raise ShapeError(f"{fn}: only 2D and 3D affine grids are supported, got size {list(size)}")
+        raise UnsupportedModeError(
+            f"{fn}: only 2D and 3D affine grids are supported, got size {list(size)}"
+        )
     spatial = len(size) - 2
     if theta.shape != (size[0], spatial, spatial + 1):
-        raise ShapeError(
+        raise ShapeError(  # (torch's ValueError)
             f"{fn}: expected a batch of {spatial}D affine matrices of shape Nx{spatial}x"
             f"{spatial + 1} for size {list(size)}, got {shape_text(theta.shape)}"
         )
-    if min(size[2:]) <= 0:
+    # (an empty batch too, as torch's, unless align_corners with a size of 1, where it warns
+    # instead: its check is the other branch of that warning)
+    if min(size[2:]) <= 0 or (size[0] <= 0 and not (align and min(size[2:]) == 1)):
         raise ShapeError(f"{fn}: expected non-zero, positive output size, got {list(size)}")
     # the base grid, last axis (x, y[, z], 1), x varying fastest (torch's order)
     axes = [_base_coordinates(theta, n, align) for n in reversed(size[2:])]
@@ -241,21 +251,22 @@ def grid_sample(
         )
     spatial = input.ndim - 2
     if spatial not in (2, 3) or grid.ndim != input.ndim or grid.shape[-1] != spatial:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: expected 4-d input [N, C, H, W] and grid [N, H_out, W_out, 2], or 5-d "
             f"input [N, C, D, H, W] and grid [N, D_out, H_out, W_out, 3], got "
             f"{shape_text(input.shape)} and {shape_text(grid.shape)}"
         )
     if mode == "bicubic" and spatial == 3:
-        raise InvalidArgumentError(f"{fn}: bicubic interpolation only supports 4-d input")
+        # (torch's RuntimeError; an InvalidArgumentError of the hierarchy too)
+        raise UnsupportedModeError(f"{fn}: bicubic interpolation only supports 4-d input")
     if input.shape[0] != grid.shape[0]:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: expected grid and input to have same batch size, but got input with sizes "
             f"{shape_text(input.shape)} and grid with sizes {shape_text(grid.shape)}"
         )
     n, c, *sizes = input.shape
     if 0 in sizes:
-        raise ShapeError(f"{fn}: expected a non-empty image, got {shape_text(input.shape)}")
+        raise SizeMismatchError(f"{fn}: expected a non-empty image, got {shape_text(input.shape)}")
     align = _corners(align_corners)
     flat = input.reshape(n, c, math.prod(sizes))
     if mode == "bicubic":

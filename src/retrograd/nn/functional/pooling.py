@@ -16,7 +16,9 @@ from ...errors import (
     ArgumentTypeError,
     DTypeError,
     InvalidArgumentError,
+    InvalidMaxIndexError,
     ShapeError,
+    SizeMismatchError,
     check_bool,
 )
 from ...tensor import Tensor, cat, rand, zeros
@@ -59,7 +61,7 @@ def _pool_input(fn: str, x: Any, integers: bool, every_integer: bool = False) ->
 def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode):
     if 0 in x.shape[1:]:  # (``x`` batched: torch refuses an empty channel or window dim,
         # even where padding would give the windows something to cover)
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: expected an input with non-zero sizes in its non-batch dimensions, got "
             f"input {shape_text(x.shape)}"
         )
@@ -69,7 +71,7 @@ def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
     padding = _ints(fn, "padding", padding, spatial, 0)
     dilation = _ints(fn, "dilation", dilation, spatial, 1)
     if any(p > k // 2 for p, k in zip(padding, kernel)):
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: padding {shape_text(padding)} must be at most half the kernel size "
             f"{shape_text(kernel)}; input {shape_text(x.shape)}"
         )
@@ -78,7 +80,7 @@ def _pool_args(fn, spatial, x, kernel_size, stride, padding, dilation, ceil_mode
         for n, k, s, p, d in zip(x.shape[2:], kernel, stride, padding, dilation)
     )
     if any(n < 1 for n in out_size):
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: kernel {shape_text(kernel)} (dilation {shape_text(dilation)}) is larger "
             f"than the padded input; input {shape_text(x.shape)}, padding "
             f"{shape_text(padding)}"
@@ -104,7 +106,7 @@ def _avg_pool(
     sizes = x.shape[-spatial:]
     if spatial == 3 and any(n < k for n, k in zip(sizes, kernel)):
         # torch's 3-d average pooling compares the unpadded input with the kernel
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: input image {sizes} smaller than kernel size {kernel} (the padding does "
             "not count, as in torch)"
         )
@@ -416,7 +418,7 @@ def _refuse_empty_window(fn: str, x: Tensor, squeeze: bool, channels: bool = Fal
     input without channels (the first dimension of an unbatched one is its batch, to torch)."""
     given = x.shape[1:] if squeeze else x.shape
     if any(n == 0 for n in x.shape[2:]) or (channels and not squeeze and x.shape[1] == 0):
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: expected an input with non-zero sizes in its non-batch dimensions, got "
             f"{shape_text(given)}"
         )
@@ -594,7 +596,7 @@ def _max_unpool(fn, spatial, x, indices, kernel_size, stride, padding, output_si
     if squeeze:
         indices = indices.unsqueeze_dim(0)
     if indices.dtype != "int64" or indices.shape != x.shape:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: indices must be int64 with the input's shape; input {shape_text(x.shape)}, "
             f"indices {indices.dtype} {shape_text(indices.shape)}"
         )
@@ -606,9 +608,11 @@ def _max_unpool(fn, spatial, x, indices, kernel_size, stride, padding, output_si
     for v in size:
         plane *= v
 
-    def out_of_range(bad: int | None) -> str:
+    def out_of_range(bad: int | None) -> InvalidMaxIndexError:
         value = "an index" if bad is None else f"index {bad}"
-        return f"{fn}: {value} is out of range for an output of size {size} ({plane} elements)"
+        return InvalidMaxIndexError(  # (torch's RuntimeError: "Found an invalid max index")
+            f"{fn}: {value} is out of range for an output of size {size} ({plane} elements)"
+        )
 
     n, c = x.shape[:2]
     cells = math.prod(x.shape[2:])  # (not -1: N may be 0)
@@ -748,7 +752,7 @@ def _fractional_max_pool(
     for axis, (n, o, k) in enumerate(zip(sizes, out, kernel)):
         if o + k - 1 + spare > n:
             bound = "<" if spare else "<="
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{fn}: kernel size {k} too large for output size {o} along spatial dimension "
                 f"{axis} of size {n} (needs output_size + kernel_size - 1 {bound} input size); "
                 f"input {shape_text(x.shape)}"

@@ -16,6 +16,8 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     ShapeError,
+    SizeMismatchError,
+    UnsupportedModeError,
 )
 from ...tensor import Tensor, cat, full, stack
 from ...tensor._dispatch import host_constant
@@ -89,7 +91,7 @@ def interpolate(
     spatial = x.ndim - 2
     if mode in ("nearest", "nearest-exact", "area"):
         if not 1 <= spatial <= 3:
-            raise ShapeError(
+            raise UnsupportedModeError(
                 f"{fn}: mode {mode!r} needs a 3-d to 5-d input, got {shape_text(x.shape)}"
             )
         if align_corners is not None:
@@ -99,12 +101,12 @@ def interpolate(
             )
     elif mode in _INTERPOLATION_DIMS:
         if spatial != _INTERPOLATION_DIMS[mode]:
-            raise ShapeError(
+            raise UnsupportedModeError(
                 f"{fn}: mode {mode!r} needs a {_INTERPOLATION_DIMS[mode] + 2}-d input, got "
                 f"{shape_text(x.shape)}"
             )
     else:
-        raise InvalidArgumentError(
+        raise UnsupportedModeError(  # (torch's NotImplementedError)
             f"{fn}: mode must be 'nearest', 'nearest-exact', 'area', 'linear', 'bilinear', "
             f"'bicubic' or 'trilinear', got {mode!r}"
         )
@@ -130,17 +132,23 @@ def interpolate(
             factors = (float(scale_factor),) * spatial
         else:
             factors = tuple(float(f) for f in scale_factor)
-        if len(factors) != spatial or any(not f > 0 for f in factors):
+        if len(factors) != spatial:
             raise ShapeError(
-                f"{fn}: scale_factor must be positive, one per spatial dimension, got "
-                f"{scale_factor!r}"
+                f"{fn}: scale_factor must be one number per spatial dimension, got "
+                f"{scale_factor!r} for input {shape_text(x.shape)}"
+            )
+        # (area mode is adaptive average pooling: a factor of 0 gives an empty output there)
+        if any(not (f > 0 or (f == 0 and mode == "area")) for f in factors):
+            raise SizeMismatchError(  # (torch's RuntimeError: its output sizes not positive)
+                f"{fn}: scale_factor must be positive, got {scale_factor!r} for input "
+                f"{shape_text(x.shape)}"
             )
         out_size = tuple(math.floor(n * f) for n, f in zip(in_size, factors))
         scales = (None,) * spatial if recompute_scale_factor else factors
     # (area mode is adaptive average pooling, which decides on empty inputs and outputs itself)
     empty_input = x.shape[1] == 0 or any(n < 1 for n in in_size)
     if mode != "area" and (any(n < 1 for n in out_size) or empty_input):
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: input {shape_text(x.shape)} and output size {shape_text(out_size)} must "
             "be non-empty"
         )
@@ -285,24 +293,39 @@ def _uint8_resampled(x: Tensor, mode: str, out_size, align_corners: bool, scales
 
 def _antialiased(x: Tensor, mode: str, out_size, align_corners: bool, scales) -> Tensor:
     """``interpolate(antialias=True)`` of ``[N, C, H, W]`` ``x``: the separable filter as two
-    matrix products (``rows @ x @ columns^T``), so the gradient is theirs."""
-    rows, columns = (
-        x.new_tensor(_antialias_matrix(mode, n_in, n_out, align_corners, factor)).cast(x.dtype)
-        for n_in, n_out, factor in zip(x.shape[2:], out_size, scales)
-    )
-    return rows.matmul(x.matmul(columns.transpose(0, 1)))
+    matrix products (``rows @ x @ columns^T``), so the gradient is theirs. A dimension whose
+    size does not change is not filtered (torch's separable kernel skips it, whatever the
+    ``scale_factor``: ``scale_factor=(1.3, 2)`` of 3 rows keeps the rows as they are)."""
+    out = x
+    for axis, (n_in, n_out, factor) in enumerate(zip(x.shape[2:], out_size, scales)):
+        if n_in == n_out:
+            continue
+        matrix = _antialias_matrix(mode, n_in, n_out, align_corners, factor)
+        weights = x.new_tensor(matrix).cast(x.dtype)
+        out = weights.matmul(out) if axis == 0 else out.matmul(weights.transpose(0, 1))
+    return out if out is not x else x.clone()
 
 
 def _nearest_exact(x: Tensor, in_size: Sequence[int], out_size: Sequence[int], scales) -> Tensor:
     """torch's ``nearest-exact``: output pixel ``i`` reads input ``floor((i + 0.5) * s)``
     (clamped to the last), ``s = 1 / scale_factor`` when the factor maps coordinates, else
     ``in / out``: pixel centres line up, where the legacy ``nearest`` rule drifts by half a
-    pixel. A ``select`` of host indices per dimension (copied to the device once per shape),
-    so the gradient flows back to the pixels read."""
+    pixel. In torch's arithmetic: ``s`` a float32 (a float64 ``in / out`` for a float64
+    input of 1 or 3 spatial dims, its kernels' opmath there), the product rounded to float32
+    before the floor (``floorf``), which decides the pixels on a half (2 of 49 outputs from 2
+    inputs: the 25th reads input 1). A ``select`` of host indices per dimension (copied to
+    the device once per shape), so the gradient flows back to the pixels read."""
     out = x
+    double_sizes = x.dtype == "float64" and len(in_size) != 2
     for axis, (n_in, n_out, factor) in enumerate(zip(in_size, out_size, scales)):
-        scale = 1.0 / factor if factor is not None else n_in / n_out
-        source = np.floor((np.arange(n_out, dtype=np.float64) + 0.5) * scale).astype(np.int64)
+        if factor is not None:
+            scale = float(np.float32(1.0 / factor))
+        elif double_sizes:
+            scale = n_in / n_out
+        else:
+            scale = float(np.float32(n_in) / np.float32(n_out))
+        product = ((np.arange(n_out, dtype=np.float64) + 0.5) * scale).astype(np.float32)
+        source = np.floor(product).astype(np.int64)
         out = out.select(2 + axis, _positions(out, np.minimum(source, n_in - 1)))
     return out
 
@@ -354,7 +377,7 @@ def pad(
     fn = "pad"
     x = input
     if mode not in _PAD_MODES:
-        raise InvalidArgumentError(
+        raise UnsupportedModeError(  # (torch's NotImplementedError)
             f"{fn}: mode must be one of {', '.join(_PAD_MODES)}, got {mode!r}"
         )
     if not isinstance(x, Tensor):
@@ -375,13 +398,13 @@ def pad(
     if any(not isinstance(n, numbers.Integral) or isinstance(n, bool) for n in amounts):
         raise ArgumentTypeError(f"{fn}: pad must hold ints, got {pad!r}")
     if len(amounts) % 2 or len(amounts) > 2 * x.ndim:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: pad {amounts} must hold a (left, right) pair for each of at most the "
             f"{x.ndim} dimensions of the input of shape {shape_text(x.shape)}"
         )
     padded = len(amounts) // 2
     if mode != "constant" and not (1 <= padded <= 3 and padded + 1 <= x.ndim <= padded + 2):
-        raise ShapeError(
+        raise UnsupportedModeError(
             f"{fn}: {mode} padding takes 1 to 3 (left, right) pairs and an input of [C, *] or "
             f"[N, C, *] with one dimension per pair (as torch); got pad {amounts} for an input "
             f"of shape {shape_text(x.shape)}"
@@ -394,7 +417,7 @@ def pad(
             for pair in range(padded)
         ]
         if all(size < 1 for size in sizes):
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{fn}: {mode} padding {amounts} of an input of shape {shape_text(x.shape)} "
                 f"leaves no output (sizes {sizes[::-1]} of the padded dimensions)"
             )
@@ -407,7 +430,7 @@ def pad(
             # crops first (torch applies negative amounts as crops, then pads what is left)
             start, stop = max(0, -left), size - max(0, -right)
             if stop < start:
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"{fn}: pad ({left}, {right}) crops more than dimension {dim} of size "
                     f"{size} (input shape {shape_text(x.shape)})"
                 )
@@ -426,7 +449,7 @@ def pad(
                 continue
             kept = out.shape[dim]
             if kept == 0 or max(left, right) > kept:
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"{fn}: circular padding ({left}, {right}) needs dimension {dim} at least "
                     f"as large as the padding, got size {kept} after the crops (input shape "
                     f"{shape_text(x.shape)})"
@@ -447,7 +470,7 @@ def pad(
         # (torch's one-dimensional kernels refuse an empty result, its 2-d and 3-d ones not)
         smallest = 1 if len(amounts) == 2 else 0
         if size == 0 or too_wide or size + left + right < smallest or no_channels:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{fn}: {mode} padding ({left}, {right}) needs dimension {dim} larger than the "
                 f"padding, some channels and a non-empty result, got size {size} (input shape "
                 f"{shape_text(x.shape)})"
@@ -475,7 +498,7 @@ def pixel_shuffle(x: Tensor, upscale_factor: int) -> Tensor:
     """``[*, C r^2, H, W]`` rearranged to ``[*, C, H r, W r]`` (torch's ``pixel_shuffle``)."""
     r = _scale_factor("pixel_shuffle", "upscale_factor", upscale_factor)
     if x.ndim < 3 or x.shape[-3] % (r * r):
-        raise ShapeError(
+        raise SizeMismatchError(
             f"pixel_shuffle: expected [*, C*{r}^2, H, W] with channels divisible by {r * r}, "
             f"got {shape_text(x.shape)}"
         )
@@ -491,7 +514,7 @@ def pixel_unshuffle(x: Tensor, downscale_factor: int) -> Tensor:
     """The inverse of :func:`pixel_shuffle`: ``[*, C, H r, W r]`` to ``[*, C r^2, H, W]``."""
     r = _scale_factor("pixel_unshuffle", "downscale_factor", downscale_factor)
     if x.ndim < 3 or x.shape[-1] % r or x.shape[-2] % r:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"pixel_unshuffle: height and width of {shape_text(x.shape)} must divide by {r}"
         )
     *lead, c, h, w = x.shape
@@ -549,9 +572,9 @@ def unfold(
     if squeeze:
         x = x.unsqueeze_dim(0)
     if x.ndim != 4:
-        raise ShapeError(f"{fn}: expected a 3-d or 4-d input, got {shape_text(input.shape)}")
+        raise SizeMismatchError(f"{fn}: expected a 3-d or 4-d input, got {shape_text(input.shape)}")
     if x.shape[1] == 0:  # (torch's: any batch, but some channels)
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: expected an input with non-zero sizes in its non-batch dimensions, got "
             f"{shape_text(input.shape)}"
         )
@@ -560,7 +583,7 @@ def unfold(
     oh = (h - dh * (kh - 1) - 1) // sh + 1
     ow = (w - dw * (kw - 1) - 1) // sw + 1
     if oh < 1 or ow < 1:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: the kernel ({kh}, {kw}) with dilation ({dh}, {dw}) does not fit the padded "
             f"input {shape_text(x.shape)}"
         )
@@ -601,18 +624,26 @@ def fold(
         cols = cols.unsqueeze_dim(0)
     n, ckk, length = cols.shape
     if not (ckk and length):  # torch's: only the batch may be empty
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: expected a 2-D or 3-D (batch mode) input with non-zero dimensions other "
             f"than the batch, got {shape_text(input.shape)}"
         )
     if ckk % (kh * kw):
-        raise ShapeError(f"{fn}: dimension 1 of {shape_text(input.shape)} must divide by {kh * kw}")
+        raise SizeMismatchError(
+            f"{fn}: dimension 1 of {shape_text(input.shape)} must divide by {kh * kw}"
+        )
     c = ckk // (kh * kw)
     hp, wp = height + 2 * ph, width + 2 * pw
     oh = (hp - dh * (kh - 1) - 1) // sh + 1
     ow = (wp - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        raise SizeMismatchError(
+            f"{fn}: the kernel ({kh}, {kw}) with dilation ({dh}, {dw}) does not fit the padded "
+            f"output_size ({hp}, {wp}): sliding blocks ({oh}, {ow}); input "
+            f"{shape_text(input.shape)}"
+        )
     if oh * ow != length:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: expected {oh * ow} blocks for output_size ({height}, {width}), got {length}"
             f" (dimension -1 of input {shape_text(input.shape)})"
         )
@@ -680,7 +711,7 @@ def channel_shuffle(input: Tensor, groups: int) -> Tensor:  # noqa: A002 (torch'
     if groups < 1:
         raise ShapeError(f"{fn}: groups must be a positive int, got {groups!r}")
     if input.ndim < 3 or input.shape[1] % groups:  # torch refuses [N, C] too
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: expected [N, C, *] (3 dims at least) with C divisible by groups={groups}, got "
             f"{shape_text(input.shape)}"
         )

@@ -171,11 +171,12 @@ class Upsample(Module):
     ):
         super().__init__()
         self.name = type(self).__name__
-        # torch stores the factor as float(s), which is what code reading it sees
+        # torch stores the factor as float(s), which is what code reading it sees; a factor
+        # of 0 (falsy) as None, as torch's (then interpolate's "either size or scale_factor")
         if isinstance(scale_factor, tuple | list):
             scale_factor = tuple(float(factor) for factor in scale_factor)
-        elif scale_factor is not None:
-            scale_factor = float(scale_factor)
+        else:
+            scale_factor = float(scale_factor) if scale_factor else None
         self.size, self.scale_factor, self.mode = size, scale_factor, mode
         self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
 
