@@ -35,6 +35,7 @@ __all__ = [
     "MissingMemberError",
     "MixedDTypeError",
     "NonFiniteError",
+    "OptimizerGroupsError",
     "OutOfMemoryError",
     "PartialOverlapError",
     "RecurrentDTypeError",
@@ -195,6 +196,13 @@ class ScalerOrderError(AutodiffError, AssertionError):
     (``update()`` before any ``step()``/``unscale_()``: "No inf checks were recorded prior to
     update"): the :class:`AutodiffError` retrograd raised for it before, and the
     ``AssertionError`` torch raises there, so that a port's ``except`` catches it."""
+
+
+class OptimizerGroupsError(InvalidArgumentError, AssertionError):
+    """An optimizer stepped with more parameter groups than its algorithm takes (``LBFGS``
+    after ``add_param_group``: "Expected exactly one param_group"): an
+    :class:`InvalidArgumentError`, and the ``AssertionError`` torch asserts it with, so that a
+    port's ``except`` catches it."""
 
 
 class InnerOperandError(AutodiffError):

@@ -9,7 +9,7 @@ import math
 import types
 import warnings
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from numbers import Real
 from typing import Any
 
@@ -666,6 +666,11 @@ class ReduceLROnPlateau(LRScheduler):
                  cooldown: int = 0, min_lr: Any = 0, eps: float = 1e-8):  # fmt: skip
         if factor >= 1.0:
             raise InvalidArgumentError("ReduceLROnPlateau: factor should be < 1.0")
+        for name, value in (("mode", mode), ("threshold_mode", threshold_mode)):
+            if not isinstance(value, Hashable):  # torch's set lookup: "unhashable type"
+                raise DTypeError(
+                    f"ReduceLROnPlateau: {name} must be a str, got {type(value).__name__}"
+                )
         if mode not in ("min", "max"):
             raise InvalidArgumentError(
                 f"ReduceLROnPlateau: mode {mode!r} is unknown (expected 'min' or 'max')"
