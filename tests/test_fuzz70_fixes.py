@@ -10,7 +10,10 @@
 - ``LBFGS.add_param_group`` refused a second group with a ``ValueError``: torch takes it and
   its next step asserts (an ``AssertionError``), as retrograd's now does;
 - ``OneCycleLR(total_steps="10")`` and ``ReduceLROnPlateau`` with a list for ``mode`` or
-  ``threshold_mode`` raised ``ValueError`` where torch raises ``TypeError``.
+  ``threshold_mode`` raised ``ValueError`` where torch raises ``TypeError``;
+- a Python ``ZeroDivisionError`` inside a guarded call (``OneCycleLR`` whose phase has no
+  steps) became a plain ``InvalidArgumentError``: torch's same arithmetic raises
+  ``ZeroDivisionError``, which ``DivisionByZeroError`` also is.
 """
 
 from __future__ import annotations
@@ -171,3 +174,14 @@ def test_schedule_counts_and_modes_of_the_right_type_stay_value_errors(kind, kwa
     for lib in (torch, rg):
         with pytest.raises(ValueError):
             getattr(lib.optim.lr_scheduler, kind)(_sgd(lib), **kwargs)
+
+
+def test_a_one_cycle_whose_phase_has_no_steps_divides_by_zero_as_torch():
+    """OneCycleLR with three phases over 4 steps at pct_start 0.25: the first phase ends at
+    step 0 and torch's annealing divides by its length, 0 (``ZeroDivisionError``); retrograd's
+    guard made that a plain ValueError (``InvalidArgumentError``)."""
+    for lib in (torch, rg):
+        with pytest.raises(ZeroDivisionError):
+            lib.optim.lr_scheduler.OneCycleLR(
+                _sgd(lib), max_lr=0.1, total_steps=4, pct_start=0.25, three_phase=True
+            )

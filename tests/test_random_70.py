@@ -47,7 +47,12 @@ torch = pytest.importorskip("torch")
 
 #: (rtol, atol) per dtype: the libraries round some updates in other orders (float32: a few
 #: steps of division by small second moments amplify a rounding)
-TOL = {"float64": (1e-10, 1e-12), "float32": (2e-4, 2e-5), "lbfgs": (1e-8, 1e-10)}
+TOL = {
+    "float64": (1e-10, 1e-12),
+    "float32": (2e-4, 2e-5),
+    "lbfgs": (1e-8, 1e-10),
+    "lbfgs state": (1e-6, 1e-10),
+}
 
 
 class Mismatch(AssertionError):  # noqa: N818 (read as "a mismatch with torch")
@@ -158,6 +163,8 @@ def draw_optimizer_program(rng):
     kw = draw_options(rng, name)
     if name in ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "SGD") and _flag(rng, 0.3):
         kw["foreach"] = _flag(rng)
+    elif name in ("Adam", "AdamW", "SGD", "Adagrad") and _flag(rng, 0.2):
+        kw["fused"] = True  # (torch 2.13 runs its fused kernels on the CPU)
     if _flag(rng, 0.08):
         kw = bad_option(rng, name, kw)
     shapes = [EMBEDDING] * 3 if name == "SparseAdam" else list(SHAPES)
@@ -199,6 +206,7 @@ def draw_optimizer_program(rng):
         "starts": [rng.standard_normal(s) for s in shapes],
         "coefs": [rng.standard_normal(s) for s in shapes],
         "events": events,
+        "named": name != "SparseAdam" and _flag(rng, 0.2),  # (name, parameter) pairs
     }
 
 
@@ -238,11 +246,16 @@ class OptimizerRun:
         self.coefs = [lib.tensor(np.asarray(c, dtype=dtype)) for c in program["coefs"]]
         self.optimizer = self.build()
 
-    def groups(self, params_of=None):
+    def listed(self, ids):
+        if self.program["named"]:
+            return [(f"p{i}", self.params[i]) for i in ids]
+        return [self.params[i] for i in ids]
+
+    def groups(self):
         program = self.program
         if program["groups"] is None:
-            return [self.params[i] for i in program["members"]]
-        return [{"params": [self.params[i] for i in ids], **o} for ids, o in program["groups"]]
+            return self.listed(program["members"])
+        return [{"params": self.listed(ids), **o} for ids, o in program["groups"]]
 
     def build(self):
         cls = getattr(self.lib.optim, self.program["name"])
@@ -253,7 +266,7 @@ class OptimizerRun:
         sparse = event["indices"] if program["name"] == "SparseAdam" else None
         if event["add"]:
             self.optimizer.add_param_group(
-                {"params": [self.params[program["held_back"]]], **program["add_options"]}
+                {"params": self.listed([program["held_back"]]), **program["add_options"]}
             )
         self.optimizer.zero_grad(set_to_none=event["set_to_none"])
         held = program["held_back"]
@@ -303,7 +316,12 @@ class OptimizerRun:
         if how != "same":
             # the fresh optimizer: the groups as they are now (add_param_group's too)
             cls = getattr(self.lib.optim, self.program["name"])
-            groups = [{"params": list(g["params"])} for g in self.optimizer.param_groups]
+            groups = [
+                {"params": list(zip(g["param_names"], g["params"]))}
+                if "param_names" in g
+                else {"params": list(g["params"])}
+                for g in self.optimizer.param_groups
+            ]
             self.optimizer = cls(groups, **self.program["kwargs"])
         self.optimizer.load_state_dict(saved)
 
@@ -375,7 +393,11 @@ def compare_optimizers(log, mine, theirs, dtype):
         if sorted(g) != sorted(e):
             raise Mismatch(f"{log}\ngroup {k} keys {sorted(g)} vs torch's {sorted(e)}")
         for key in e:
-            if key in ("params", "line_search_fn") or isinstance(e[key], bool) or e[key] is None:
+            if (
+                key in ("params", "line_search_fn", "param_names")
+                or isinstance(e[key], bool)
+                or e[key] is None
+            ):
                 if g[key] != e[key]:
                     raise Mismatch(f"{log}\ngroup {k} {key}: {g[key]!r} vs torch's {e[key]!r}")
             else:
@@ -400,7 +422,11 @@ def compare_optimizers(log, mine, theirs, dtype):
             if key in ("old_dirs", "old_stps", "ro", "al"):  # LBFGS's lists of tensors
                 continue
             if isinstance(value, torch.Tensor | int | float):
-                _close(log, f"state {index}/{key}", s[key], value, dtype)
+                # (L-BFGS's scalars near a minimum, H_diag = y.s / y.y and the line search's t,
+                # are ratios of gradient differences that nearly cancel: 1.7e-7 apart at most
+                # over 1200 seeds while the parameters agree to 4e-10)
+                tol = "lbfgs state" if dtype == "lbfgs" else dtype
+                _close(log, f"state {index}/{key}", s[key], value, tol)
 
 
 def _attempt(action):
@@ -412,11 +438,19 @@ def _attempt(action):
         return None, error
 
 
+#: torch's own failure, not its contract: fused SGD once a parameter gets its first gradient
+#: after the first step (its momentum buffer still None), as round 30 found
+TORCH_BUGS = ("expected Tensor as element",)
+
+
 def _same_outcome(log, what, mine, theirs):
-    """Both raised (retrograd's error an instance of torch's class), or neither: True if both."""
+    """Both raised (retrograd's error an instance of torch's class), or neither: True if both
+    (or torch failed by a bug of its own: the program ends there)."""
     (_, error), (_, expected) = mine, theirs
     if expected is None and error is None:
         return False
+    if expected is not None and any(bug in str(expected) for bug in TORCH_BUGS):
+        return True
     if expected is None:
         raise Mismatch(f"{log}\n{what}: retrograd raised {type(error).__name__}: {error}")
     if error is None:
@@ -572,13 +606,19 @@ def draw_schedule(rng, steps, n_groups, depth=0):
     return kind, kw
 
 
+CLOSED_FORMS = (
+    "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR", "ConstantLR",
+    "PolynomialLR",
+)  # fmt: skip
+
+
 def draw_schedule_program(rng):
     n_groups = int(rng.integers(1, 4))
     steps = int(rng.integers(5, 21))
     kind, kw = draw_schedule(rng, steps, n_groups)
-    opt = _pick(rng, ["SGD", "Adam", "RMSprop"])
+    opt = _pick(rng, ["SGD", "Adam", "RMSprop", "SGD"])
     opt_kw: dict = {"lr": 0.1}
-    if opt == "SGD":
+    if opt == "SGD" and _flag(rng, 0.8):  # (without: cycle_momentum is refused)
         opt_kw["momentum"] = 0.9
     return {
         "optimizer": opt,
@@ -593,6 +633,8 @@ def draw_schedule_program(rng):
         ],
         "metrics": [float(_pick(rng, [1.0, 0.9, 0.95, 1.2, 0.5])) for _ in range(steps)],
         "roundtrip": int(rng.integers(1, steps)) if _flag(rng, 0.5) else None,
+        # the deprecated step(epoch) of the closed-form schedules (torch warns), sometimes
+        "by_epoch": kind in CLOSED_FORMS and _flag(rng, 0.25),
     }
 
 
@@ -628,13 +670,15 @@ class ScheduleRun:
             self.schedule.step(program["metrics"][index])
         elif kind == "CosineAnnealingWarmRestarts" and program["epochs"][index] is not None:
             self.schedule.step(program["epochs"][index])
+        elif program["by_epoch"]:
+            self.schedule.step(int(program["epochs"][index] or index))
         else:
             self.schedule.step()
 
     def snapshot(self):
+        # every setting, the schedules' own too (initial_lr, max_lr, base_momentum, ...)
         groups = [
-            {k: g[k] for k in ("lr", "momentum", "betas") if k in g}
-            for g in self.optimizer.param_groups
+            {k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups
         ]
         return groups, [float(v) for v in self.schedule.get_last_lr()]
 
@@ -651,7 +695,11 @@ def compare_schedules(log, mine, theirs):
         if sorted(g) != sorted(e):
             raise Mismatch(f"{log}\ngroup {k}: {g} vs torch's {e}")
         for key in e:
-            _close(log, f"group {k} {key}", g[key], e[key], "float64")
+            if isinstance(e[key], bool) or e[key] is None or isinstance(e[key], str):
+                if g[key] != e[key]:
+                    raise Mismatch(f"{log}\ngroup {k} {key}: {g[key]!r} vs torch's {e[key]!r}")
+            else:
+                _close(log, f"group {k} {key}", g[key], e[key], "float64")
 
 
 def check_schedule_program(rng, log_prefix=""):

@@ -389,7 +389,7 @@ _ARGUMENT_ERRORS: tuple[tuple[type, type], ...] = (
     (AttributeError, DTypeError),
     (ValueError, InvalidArgumentError),
     (KeyError, InvalidArgumentError),
-    (ZeroDivisionError, InvalidArgumentError),
+    (ZeroDivisionError, DivisionByZeroError),  # (torch's Python arithmetic raises it too)
     (OverflowError, InvalidArgumentError),
     (StopIteration, InvalidArgumentError),
     (MemoryError, OutOfMemoryError),
