@@ -13,7 +13,12 @@
   ``threshold_mode`` raised ``ValueError`` where torch raises ``TypeError``;
 - a Python ``ZeroDivisionError`` inside a guarded call (``OneCycleLR`` whose phase has no
   steps) became a plain ``InvalidArgumentError``: torch's same arithmetic raises
-  ``ZeroDivisionError``, which ``DivisionByZeroError`` also is.
+  ``ZeroDivisionError``, which ``DivisionByZeroError`` also is; a ``KeyError`` there
+  (``OneCycleLR`` stepping a group added after it, which has no ``max_lr``) likewise, now a
+  ``KeyMismatchError``;
+- ``ReduceLROnPlateau`` given one ``min_lr`` per group, reducing after a group was added,
+  raised a ``ValueError`` where torch raises ``RuntimeError`` (``OptimizerGroupsError`` is
+  both now).
 """
 
 from __future__ import annotations
@@ -185,3 +190,33 @@ def test_a_one_cycle_whose_phase_has_no_steps_divides_by_zero_as_torch():
             lib.optim.lr_scheduler.OneCycleLR(
                 _sgd(lib), max_lr=0.1, total_steps=4, pct_start=0.25, three_phase=True
             )
+
+
+def _with_added_group(lib, make, steps):
+    optimizer = _sgd(lib)
+    schedule = make(lib, optimizer)
+    schedule.step(*steps[0])
+    optimizer.add_param_group({"params": [lib.nn.Parameter(lib.tensor(np.ones(2)))]})
+    for args in steps[1:]:
+        schedule.step(*args)
+
+
+def test_one_cycle_with_a_group_added_later_is_torch_s_key_error():
+    """torch's OneCycleLR reads the ``initial_lr`` it wrote into each group: a group added later
+    has none (``KeyError``); retrograd's guard made it a plain ValueError."""
+
+    def make(lib, optimizer):
+        return lib.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=10)
+
+    for lib in (torch, rg):
+        with pytest.raises(KeyError, match=r"initial_lr|max_lr"):
+            _with_added_group(lib, make, [(), ()])
+
+
+def test_plateau_with_per_group_min_lrs_and_a_group_added_is_torch_s_runtime_error():
+    def make(lib, optimizer):
+        return lib.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0, min_lr=[0.0])
+
+    for lib in (torch, rg):
+        with pytest.raises(RuntimeError, match=r"param groups|param_groups"):
+            _with_added_group(lib, make, [(1.0,), (2.0,), (3.0,)])

@@ -51,7 +51,7 @@ TOL = {
     "float64": (1e-10, 1e-12),
     "float32": (2e-4, 2e-5),
     "lbfgs": (1e-8, 1e-10),
-    "lbfgs state": (1e-6, 1e-10),
+    "lbfgs state": (1e-5, 1e-10),
 }
 
 
@@ -423,8 +423,8 @@ def compare_optimizers(log, mine, theirs, dtype):
                 continue
             if isinstance(value, torch.Tensor | int | float):
                 # (L-BFGS's scalars near a minimum, H_diag = y.s / y.y and the line search's t,
-                # are ratios of gradient differences that nearly cancel: 1.7e-7 apart at most
-                # over 1200 seeds while the parameters agree to 4e-10)
+                # are ratios of gradient differences that nearly cancel: 1.3e-6 apart at most
+                # over 1500 seeds while the parameters agree to 1.2e-9)
                 tol = "lbfgs state" if dtype == "lbfgs" else dtype
                 _close(log, f"state {index}/{key}", s[key], value, tol)
 
@@ -635,6 +635,7 @@ def draw_schedule_program(rng):
         "roundtrip": int(rng.integers(1, steps)) if _flag(rng, 0.5) else None,
         # the deprecated step(epoch) of the closed-form schedules (torch warns), sometimes
         "by_epoch": kind in CLOSED_FORMS and _flag(rng, 0.25),
+        "add_at": int(rng.integers(0, steps)) if _flag(rng, 0.15) else None,
     }
 
 
@@ -666,6 +667,9 @@ class ScheduleRun:
     def step(self, index):
         program = self.program
         kind = program["schedule"][0]
+        if program["add_at"] == index:  # a group joins mid-run (no initial_lr of its own)
+            extra = self.lib.nn.Parameter(self.lib.tensor(np.ones(2)))
+            self.optimizer.add_param_group({"params": [extra], "lr": 0.02})
         if kind == "ReduceLROnPlateau":
             self.schedule.step(program["metrics"][index])
         elif kind == "CosineAnnealingWarmRestarts" and program["epochs"][index] is not None:

@@ -198,11 +198,12 @@ class ScalerOrderError(AutodiffError, AssertionError):
     ``AssertionError`` torch raises there, so that a port's ``except`` catches it."""
 
 
-class OptimizerGroupsError(InvalidArgumentError, AssertionError):
-    """An optimizer stepped with more parameter groups than its algorithm takes (``LBFGS``
-    after ``add_param_group``: "Expected exactly one param_group"): an
-    :class:`InvalidArgumentError`, and the ``AssertionError`` torch asserts it with, so that a
-    port's ``except`` catches it."""
+class OptimizerGroupsError(InvalidArgumentError, AssertionError, RuntimeError):
+    """An optimizer's parameter groups not as many as a step needs: ``LBFGS`` stepped after
+    ``add_param_group`` ("Expected exactly one param_group", torch's ``AssertionError``), a
+    ``ReduceLROnPlateau`` given one ``min_lr`` per group reducing after a group was added
+    (torch's ``RuntimeError``). An :class:`InvalidArgumentError`, and both of torch's classes,
+    so that a port's ``except`` catches it."""
 
 
 class InnerOperandError(AutodiffError):
@@ -388,7 +389,7 @@ _ARGUMENT_ERRORS: tuple[tuple[type, type], ...] = (
     (TypeError, DTypeError),
     (AttributeError, DTypeError),
     (ValueError, InvalidArgumentError),
-    (KeyError, InvalidArgumentError),
+    (KeyError, KeyMismatchError),  # (torch's Python lookups raise it too)
     (ZeroDivisionError, DivisionByZeroError),  # (torch's Python arithmetic raises it too)
     (OverflowError, InvalidArgumentError),
     (StopIteration, InvalidArgumentError),

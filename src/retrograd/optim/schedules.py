@@ -17,6 +17,7 @@ from ..errors import (
     DivisionByZeroError,
     DTypeError,
     InvalidArgumentError,
+    OptimizerGroupsError,
     ShapeError,
     check_callable,
 )
@@ -761,7 +762,7 @@ class ReduceLROnPlateau(LRScheduler):
             groups = self.optimizer.param_groups
             if len(groups) != len(self.min_lrs):  # a group added after the schedule was made
                 if getattr(self, "default_min_lr", None) is None:
-                    raise InvalidArgumentError(
+                    raise OptimizerGroupsError(  # (torch's RuntimeError)
                         f"ReduceLROnPlateau.step: the optimizer has {len(groups)} param_groups, "
                         f"min_lrs {len(self.min_lrs)} (a group was added after the schedule "
                         "was made; set min_lrs to one per group)"
