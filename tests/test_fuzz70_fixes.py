@@ -18,7 +18,11 @@
   ``KeyMismatchError``;
 - ``ReduceLROnPlateau`` given one ``min_lr`` per group, reducing after a group was added,
   raised a ``ValueError`` where torch raises ``RuntimeError`` (``OptimizerGroupsError`` is
-  both now).
+  both now);
+- ``Adam``/``AdamW`` took a tensor ``lr`` with ``foreach=True`` and one of several elements,
+  which torch refuses (``ValueError``);
+- a schedule resuming (``last_epoch >= 0``) over groups without ``initial_lr`` raised a
+  ``ValueError``; torch's ``KeyError``.
 """
 
 from __future__ import annotations
@@ -220,3 +224,21 @@ def test_plateau_with_per_group_min_lrs_and_a_group_added_is_torch_s_runtime_err
     for lib in (torch, rg):
         with pytest.raises(RuntimeError, match=r"param groups|param_groups"):
             _with_added_group(lib, make, [(1.0,), (2.0,), (3.0,)])
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+def test_adam_refuses_a_tensor_lr_with_foreach_as_torch(name):
+    """torch's Adam refuses a tensor lr with ``foreach=True`` (unless capturable) and a tensor
+    lr of more than one element; retrograd took both."""
+    for lib in (torch, rg):
+        params = [lib.nn.Parameter(lib.tensor(np.ones(2)))]
+        with pytest.raises(ValueError, match="lr as a Tensor is not supported"):
+            getattr(lib.optim, name)(params, lr=lib.tensor(0.01), foreach=True)
+        with pytest.raises(ValueError, match="1-element"):
+            getattr(lib.optim, name)(params, lr=lib.tensor([0.01, 0.02]))
+
+
+def test_resuming_a_schedule_without_initial_lr_is_torch_s_key_error():
+    for lib in (torch, rg):
+        with pytest.raises(KeyError, match="initial_lr"):
+            lib.optim.lr_scheduler.StepLR(_sgd(lib), step_size=2, last_epoch=3)

@@ -167,6 +167,8 @@ def draw_optimizer_program(rng):
         kw["fused"] = True  # (torch 2.13 runs its fused kernels on the CPU)
     if _flag(rng, 0.08):
         kw = bad_option(rng, name, kw)
+    # a tensor lr (torch takes one, but with foreach=True unless capturable or fused)
+    kw["lr_tensor"] = name in ("SGD", "Adam", "AdamW", "RMSprop", "Adagrad") and _flag(rng, 0.1)
     shapes = [EMBEDDING] * 3 if name == "SparseAdam" else list(SHAPES)
     n_params = len(shapes)
     held_back = n_params - 1 if _flag(rng, 0.5) else None
@@ -259,7 +261,16 @@ class OptimizerRun:
 
     def build(self):
         cls = getattr(self.lib.optim, self.program["name"])
-        return cls(self.groups(), **self.program["kwargs"])
+        return cls(self.groups(), **self.options())
+
+    def options(self):
+        """The constructor's options; a tensor lr of the parameters' dtype (torch's update
+        computes with a float32 lr tensor in float32, ``1 - lr * weight_decay`` too, where
+        retrograd reads its number: not compared on float64 parameters)."""
+        kw = dict(self.program["kwargs"])
+        if kw.pop("lr_tensor", False):
+            kw["lr"] = self.lib.tensor(np.asarray(kw["lr"], dtype=self.program["dtype"]))
+        return kw
 
     def step(self, event):
         lib, program = self.lib, self.program
@@ -322,7 +333,7 @@ class OptimizerRun:
                 else {"params": list(g["params"])}
                 for g in self.optimizer.param_groups
             ]
-            self.optimizer = cls(groups, **self.program["kwargs"])
+            self.optimizer = cls(groups, **self.options())
         self.optimizer.load_state_dict(saved)
 
 
@@ -603,6 +614,9 @@ def draw_schedule(rng, steps, n_groups, depth=0):
             kw["milestones"] = [int(rng.integers(1, 5))]
             if bad:
                 kw["milestones"] = [1, 2]
+    if depth == 0 and kind in SCHEDULES[:12] and _flag(rng, 0.04):
+        # resuming (torch wants each group's initial_lr, which these groups lack)
+        kw["last_epoch"] = int(rng.integers(0, 4))
     return kind, kw
 
 

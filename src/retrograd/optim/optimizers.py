@@ -1466,6 +1466,17 @@ class Adam(FusedOptimizer):
         switches = implementation_switches(
             type(self).__name__, flags, ("foreach", "capturable", "differentiable", "fused")
         )
+        if isinstance(lr, Tensor):  # torch's checks of a tensor lr
+            if switches["foreach"] and not switches["capturable"]:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: lr as a Tensor is not supported for "
+                    "capturable=False and foreach=True"
+                )
+            if lr.numel() != 1:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: Tensor lr must be 1-element, got shape "
+                    f"{list(lr.shape)}"
+                )
         defaults = {
             "lr": lr,
             "betas": (float(betas[0]), float(betas[1])),

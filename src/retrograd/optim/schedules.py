@@ -17,6 +17,7 @@ from ..errors import (
     DivisionByZeroError,
     DTypeError,
     InvalidArgumentError,
+    KeyMismatchError,
     OptimizerGroupsError,
     ShapeError,
     check_callable,
@@ -92,7 +93,7 @@ class LRScheduler:
             if last_epoch == -1:
                 group.setdefault("initial_lr", group["lr"])
             elif "initial_lr" not in group:
-                raise InvalidArgumentError(
+                raise KeyMismatchError(  # (torch's KeyError)
                     f"{type(self).__name__}: param_groups[{index}] has no 'initial_lr', which "
                     f"resuming with last_epoch={last_epoch} needs (load the optimizer's state "
                     "first, or leave last_epoch at -1)"
