@@ -9,8 +9,8 @@
   gives the defaults of ``SparseAdam`` (its ``__setstate__``);
 - ``LBFGS.add_param_group`` refused a second group with a ``ValueError``: torch takes it and
   its next step asserts (an ``AssertionError``), as retrograd's now does;
-- ``OneCycleLR(total_steps="10")`` and ``ReduceLROnPlateau`` with a list for ``mode`` or
-  ``threshold_mode`` raised ``ValueError`` where torch raises ``TypeError``;
+- ``OneCycleLR(total_steps="10")`` and ``ReduceLROnPlateau`` with a ``mode`` or
+  ``threshold_mode`` that is not a str raised ``ValueError`` where torch raises ``TypeError``;
 - a Python ``ZeroDivisionError`` inside a guarded call (``OneCycleLR`` whose phase has no
   steps) became a plain ``InvalidArgumentError``: torch's same arithmetic raises
   ``ZeroDivisionError``, which ``DivisionByZeroError`` also is; a ``KeyError`` there
@@ -160,6 +160,8 @@ def _sgd(lib):
         ("OneCycleLR", {"max_lr": 0.1, "total_steps": "10"}),
         ("ReduceLROnPlateau", {"threshold_mode": ["rel"]}),
         ("ReduceLROnPlateau", {"mode": ["min"]}),
+        ("ReduceLROnPlateau", {"mode": 1.0}),
+        ("ReduceLROnPlateau", {"threshold_mode": None}),
     ],
 )
 def test_schedule_counts_and_modes_of_the_wrong_type_are_torch_s_type_errors(kind, kwargs):

@@ -50,7 +50,7 @@ torch = pytest.importorskip("torch")
 TOL = {
     "float64": (1e-10, 1e-12),
     "float32": (2e-4, 2e-5),
-    "lbfgs": (1e-8, 1e-10),
+    "lbfgs": (1e-7, 1e-10),
     "lbfgs state": (1e-5, 1e-10),
 }
 
@@ -491,7 +491,7 @@ def check_optimizer_program(rng, log_prefix=""):
         # of nearby losses: a last-bit difference of a sum's order grows to <= 4.4e-10 of the
         # largest entry over 300 seeds (diverging runs with entries of 1e4), and to 1.2e-11 in
         # a direction of entries <= 3e-5 near a minimum (made of gradients that nearly cancel);
-        # round 30 saw the same
+        # a 0-d parameter once 1.7e-8 apart over 1800 seeds; round 30 saw the same
         dtype = "lbfgs"
     for i, event in enumerate(program["events"]):
         where = f"{log}\nstep {i}: {event}"
@@ -737,8 +737,10 @@ def check_schedule_program(rng, log_prefix=""):
             return
         compare_schedules(where, mine, theirs)
         if program["roundtrip"] == i:
-            mine.roundtrip()
-            theirs.roundtrip()
+            # (a fresh schedule of min_lr per group refuses the group added since)
+            got, expected = _attempt(mine.roundtrip), _attempt(theirs.roundtrip)
+            if _same_outcome(f"{where} round trip", "a fresh schedule", got, expected):
+                return
             compare_schedules(f"{where} after the round trip", mine, theirs)
 
 

@@ -9,7 +9,7 @@ import math
 import types
 import warnings
 from collections import Counter
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from numbers import Real
 from typing import Any
 
@@ -669,7 +669,9 @@ class ReduceLROnPlateau(LRScheduler):
         if factor >= 1.0:
             raise InvalidArgumentError("ReduceLROnPlateau: factor should be < 1.0")
         for name, value in (("mode", mode), ("threshold_mode", threshold_mode)):
-            if not isinstance(value, Hashable):  # torch's set lookup: "unhashable type"
+            # torch's set lookup ("unhashable type"), or its message "mode " + mode + ...
+            # ("can only concatenate str"): a TypeError for any value but a str
+            if not isinstance(value, str):
                 raise DTypeError(
                     f"ReduceLROnPlateau: {name} must be a str, got {type(value).__name__}"
                 )
