@@ -36,6 +36,7 @@ __all__ = [
     "MissingMemberError",
     "MixedDTypeError",
     "NonFiniteError",
+    "OptimizerGroupsError",
     "OutOfMemoryError",
     "PartialOverlapError",
     "RecurrentDTypeError",
@@ -211,6 +212,14 @@ class ScalerOrderError(AutodiffError, AssertionError):
     (``update()`` before any ``step()``/``unscale_()``: "No inf checks were recorded prior to
     update"): the :class:`AutodiffError` retrograd raised for it before, and the
     ``AssertionError`` torch raises there, so that a port's ``except`` catches it."""
+
+
+class OptimizerGroupsError(InvalidArgumentError, AssertionError, RuntimeError):
+    """An optimizer's parameter groups not as many as a step needs: ``LBFGS`` stepped after
+    ``add_param_group`` ("Expected exactly one param_group", torch's ``AssertionError``), a
+    ``ReduceLROnPlateau`` given one ``min_lr`` per group reducing after a group was added
+    (torch's ``RuntimeError``). An :class:`InvalidArgumentError`, and both of torch's classes,
+    so that a port's ``except`` catches it."""
 
 
 class InnerOperandError(AutodiffError):
@@ -396,8 +405,8 @@ _ARGUMENT_ERRORS: tuple[tuple[type, type], ...] = (
     (TypeError, DTypeError),
     (AttributeError, DTypeError),
     (ValueError, InvalidArgumentError),
-    (KeyError, InvalidArgumentError),
-    (ZeroDivisionError, InvalidArgumentError),
+    (KeyError, KeyMismatchError),  # (torch's Python lookups raise it too)
+    (ZeroDivisionError, DivisionByZeroError),  # (torch's Python arithmetic raises it too)
     (OverflowError, InvalidArgumentError),
     (StopIteration, InvalidArgumentError),
     (MemoryError, OutOfMemoryError),

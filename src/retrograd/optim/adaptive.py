@@ -218,6 +218,10 @@ class NAdam(Optimizer):
         # one: a float64 run resumed from a state dict leaves the uninterrupted one by 1e-9,
         # in torch as here, and goes on as torch's resumed run does
         held = state.get("mu_product", 1.0)
+        if isinstance(held, Tensor):
+            # a 0-d tensor loaded for a 0-d parameter (kept as a tensor there: it may be a
+            # buffer), of the parameter's dtype: the number it holds, in that dtype
+            held = np.asarray(held.numpy())[()]
         loaded = isinstance(held, np.floating)
         scalar = (
             type(held)
@@ -309,7 +313,10 @@ class SparseAdam(Optimizer):
     gradient holding a nonzero value stand for them (for a 1-d parameter, its elements), so a
     looked-up row whose gradient is exactly 0 keeps its moments here where torch's would
     decay them. Those rows take Adam's moments and ``p -= lr sqrt(1 - beta2^t) / (1 - beta1^t)
-    m / (sqrt(v) + eps)``, torch's form; the others are left as they are."""
+    m / (sqrt(v) + eps)``, torch's form; the others are left as they are. Its step count is
+    a Python int, as torch's."""
+
+    counts_steps_as_int = True
 
     def __init__(self, params: Any, lr: float = 1e-3, betas: tuple = (0.9, 0.999),
                  eps: float = 1e-8, maximize: bool = False):  # fmt: skip

@@ -71,6 +71,18 @@ def annealing_linear(start: float, end: float, pct: float) -> float:
     return (end - start) * pct + start
 
 
+def _check_count_type(name: str, value: Any) -> None:
+    """OneCycleLR's ``total_steps`` is compared with 0 before its type is asked (torch's
+    ``total_steps <= 0 or not isinstance(total_steps, int)``; ``epochs`` and
+    ``steps_per_epoch`` the other way round): a value that does not compare with a number (a
+    str) is torch's ``TypeError``, a float its ``ValueError``."""
+    if not isinstance(value, numbers.Real):
+        raise DTypeError(
+            f"OneCycleLR: expected positive integer {name}, but got {type(value).__name__} "
+            f"{value!r}"
+        )
+
+
 class OneCycleLR(LRScheduler):
     """The 1cycle policy (Smith & Topin), as ``torch.optim.lr_scheduler.OneCycleLR``: the
     learning rate rises from ``max_lr / div_factor`` to ``max_lr`` over ``pct_start`` of the
@@ -139,6 +151,7 @@ class OneCycleLR(LRScheduler):
     @staticmethod
     def _total_steps(total_steps: Any, epochs: Any, steps_per_epoch: Any) -> int:
         if total_steps is not None:
+            _check_count_type("total_steps", total_steps)
             if not isinstance(total_steps, int) or total_steps <= 0:
                 raise InvalidArgumentError(
                     f"OneCycleLR: expected positive integer total_steps, but got {total_steps}"

@@ -19,7 +19,14 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    AutodiffError,
+    DTypeError,
+    InvalidArgumentError,
+    OptimizerGroupsError,
+    ShapeError,
+    shape_text,
+)
 from ..tensor import Tensor, cat, zeros
 from ..tensor.complexes import view_as_complex, view_as_real
 from ..tensor.inplace import assign
@@ -96,13 +103,6 @@ class LBFGS(Optimizer):
                 "LBFGS doesn't support per-parameter options (parameter groups)"
             )
         self._params = self.param_groups[0]["params"]
-
-    def add_param_group(self, param_group: Any) -> None:
-        if self.param_groups:
-            raise InvalidArgumentError(
-                "LBFGS doesn't support per-parameter options (parameter groups)"
-            )
-        super().add_param_group(param_group)
 
     def load_state_value(
         self, where: str, number: int, key: str, value: Any, parameter: Tensor
@@ -191,6 +191,11 @@ class LBFGS(Optimizer):
             raise AutodiffError(
                 "LBFGS.step: pass a closure that re-evaluates the model and returns "
                 "(loss, grads) with grads = loss.backward(); LBFGS evaluates it several times"
+            )
+        if len(self.param_groups) != 1:  # a group added (torch's add_param_group takes it)
+            raise OptimizerGroupsError(
+                "LBFGS.step: Expected exactly one param_group, but got "
+                f"{len(self.param_groups)} (LBFGS doesn't support per-parameter options)"
             )
         self.check_hyper_parameters("step")
         # A closure raising mid-step (a failing batch, a KeyboardInterrupt) left the

@@ -604,6 +604,9 @@ class Optimizer(StepHooks):
         held = self.state.get(parameter)
         if not self.counts_steps or not isinstance(held, dict) or "step" not in held:
             return held_step
+        if self.counts_steps_as_int:
+            held["step"] = count
+            return count
         made = step_tensor(count, backend, held_step, known_count(self, parameter))
         note_count(self, parameter, made, count)
         held["step"] = made
@@ -635,6 +638,10 @@ class Optimizer(StepHooks):
     #: Whether the state keeps the step count (``state["step"]``), as torch's algorithms do
     #: but SGD: its state is the momentum buffer alone, and none without momentum.
     counts_steps = True
+
+    #: Whether the step count is kept as a Python int, as torch's ``SparseAdam`` keeps it
+    #: (``state["step"] += 1`` on an int), not torch's 0-d float tensor of the others.
+    counts_steps_as_int = False
 
     #: Whether :meth:`update` takes a fifth argument, ``in_place`` (the update may write into
     #: the value and state buffers it is given; :meth:`step` passes True only where
@@ -730,6 +737,10 @@ class Optimizer(StepHooks):
                 if result is not None:
                     state_dict = result
         self._load_checked(state_dict)
+        # torch's load ends in __setstate__, which gives every optimizer's defaults a
+        # "differentiable" (False) where it has none (SparseAdam's, LBFGS's): a group added
+        # later takes it
+        self.defaults.setdefault("differentiable", False)
         for hook in self._hooks("_load_state_dict_post_hooks"):
             hook(self)
 
@@ -920,6 +931,8 @@ class Optimizer(StepHooks):
         not one buffer per parameter, L-BFGS's, says how its entries are read)."""
         if self.steps_itself:
             return _kept_as_saved(value, parameter, key)
+        if key == "step" and self.counts_steps_as_int:
+            return state_count(where, number, key, value)
         return _state_value(
             where, number, key, value, parameter, self.state_shape(key, parameter.shape)
         )
@@ -948,6 +961,8 @@ def keep_state(
     where nothing is left (torch's ``optimizer.state`` of SGD without momentum is empty)."""
     if not optimizer.counts_steps:
         state.pop("step", None)
+    elif optimizer.counts_steps_as_int and "step" in state:
+        state["step"] = step_count(state["step"])
     elif isinstance(state.get("step"), int | float):
         count = int(state["step"])
         value = parameter.inner() if parameter.backend.is_autodiff else parameter
@@ -1451,6 +1466,17 @@ class Adam(FusedOptimizer):
         switches = implementation_switches(
             type(self).__name__, flags, ("foreach", "capturable", "differentiable", "fused")
         )
+        if isinstance(lr, Tensor):  # torch's checks of a tensor lr
+            if switches["foreach"] and not switches["capturable"]:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: lr as a Tensor is not supported for "
+                    "capturable=False and foreach=True"
+                )
+            if lr.numel() != 1:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: Tensor lr must be 1-element, got shape "
+                    f"{list(lr.shape)}"
+                )
         defaults = {
             "lr": lr,
             "betas": (float(betas[0]), float(betas[1])),

@@ -17,6 +17,8 @@ from ..errors import (
     DivisionByZeroError,
     DTypeError,
     InvalidArgumentError,
+    KeyMismatchError,
+    OptimizerGroupsError,
     ShapeError,
     check_callable,
 )
@@ -91,7 +93,7 @@ class LRScheduler:
             if last_epoch == -1:
                 group.setdefault("initial_lr", group["lr"])
             elif "initial_lr" not in group:
-                raise InvalidArgumentError(
+                raise KeyMismatchError(  # (torch's KeyError)
                     f"{type(self).__name__}: param_groups[{index}] has no 'initial_lr', which "
                     f"resuming with last_epoch={last_epoch} needs (load the optimizer's state "
                     "first, or leave last_epoch at -1)"
@@ -666,6 +668,13 @@ class ReduceLROnPlateau(LRScheduler):
                  cooldown: int = 0, min_lr: Any = 0, eps: float = 1e-8):  # fmt: skip
         if factor >= 1.0:
             raise InvalidArgumentError("ReduceLROnPlateau: factor should be < 1.0")
+        for name, value in (("mode", mode), ("threshold_mode", threshold_mode)):
+            # torch's set lookup ("unhashable type"), or its message "mode " + mode + ...
+            # ("can only concatenate str"): a TypeError for any value but a str
+            if not isinstance(value, str):
+                raise DTypeError(
+                    f"ReduceLROnPlateau: {name} must be a str, got {type(value).__name__}"
+                )
         if mode not in ("min", "max"):
             raise InvalidArgumentError(
                 f"ReduceLROnPlateau: mode {mode!r} is unknown (expected 'min' or 'max')"
@@ -756,7 +765,7 @@ class ReduceLROnPlateau(LRScheduler):
             groups = self.optimizer.param_groups
             if len(groups) != len(self.min_lrs):  # a group added after the schedule was made
                 if getattr(self, "default_min_lr", None) is None:
-                    raise InvalidArgumentError(
+                    raise OptimizerGroupsError(  # (torch's RuntimeError)
                         f"ReduceLROnPlateau.step: the optimizer has {len(groups)} param_groups, "
                         f"min_lrs {len(self.min_lrs)} (a group was added after the schedule "
                         "was made; set min_lrs to one per group)"
