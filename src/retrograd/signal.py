@@ -213,6 +213,11 @@ def istft(input: Tensor, n_fft: int, hop_length: int | None = None,  # noqa: A00
         )
     spectrum = input if input.ndim == 3 else input.unsqueeze(0)
     n_fft, hop_length, win_length = _frame_sizes(fn, n_fft, hop_length, win_length)
+    if hop_length > win_length:  # (torch's check, whatever the window's overlap)
+        raise InvalidArgumentError(
+            f"{fn}: expected 0 < hop_length <= win_length, got hop_length={hop_length}, "
+            f"win_length={win_length}"
+        )
     n_freq, n_frames = spectrum.shape[-2:]
     onesided = n_freq != n_fft if onesided is None else onesided
     if return_complex and onesided:

@@ -1,0 +1,39 @@
+"""Round 72's defects in the FFT, STFT and window functions, each against torch.
+
+- ``istft`` took a ``hop_length`` longer than ``win_length`` whenever the overlap-added squared
+  window stayed nonzero over the kept samples (one frame, ``length=`` short of the gap); torch
+  refuses every such hop ("expected 0 < hop_length <= win_length", a ``RuntimeError``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import retrograd as rg
+
+torch = pytest.importorskip("torch")
+
+
+def test_istft_refuses_a_hop_longer_than_the_window_as_torch_does():
+    spectrum = (np.arange(6.0) + 1j * np.arange(6.0)[::-1]).reshape(2, 3, 1).astype(np.complex64)
+    kw = dict(n_fft=3, hop_length=3, win_length=1, center=True, normalized=True, length=1)
+    with pytest.raises(RuntimeError, match="hop_length <= win_length"):
+        torch.istft(torch.tensor(spectrum), window=torch.hann_window(1), **kw)
+    with pytest.raises(rg.InvalidArgumentError, match=r"istft.*hop_length=3, win_length=1"):
+        rg.istft(rg.tensor(spectrum), window=rg.hann_window(1), **kw)
+
+
+def test_istft_still_takes_a_hop_of_the_window_s_length():
+    signal = np.random.default_rng(72).standard_normal(20)
+    kw = dict(n_fft=8, hop_length=4, win_length=4)
+    expected = torch.istft(
+        torch.stft(torch.tensor(signal), window=torch.ones(4, dtype=torch.float64),
+                   return_complex=True, **kw),
+        window=torch.ones(4, dtype=torch.float64), length=20, **kw,
+    )  # fmt: skip
+    got = rg.istft(
+        rg.stft(rg.tensor(signal), window=rg.ones(4, dtype=rg.float64), return_complex=True, **kw),
+        window=rg.ones(4, dtype=rg.float64), length=20, **kw,
+    )  # fmt: skip
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)
