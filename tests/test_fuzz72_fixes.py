@@ -3,6 +3,8 @@
 - ``istft`` took a ``hop_length`` longer than ``win_length`` whenever the overlap-added squared
   window stayed nonzero over the kept samples (one frame, ``length=`` short of the gap); torch
   refuses every such hop ("expected 0 < hop_length <= win_length", a ``RuntimeError``).
+- ``istft`` with ``center=True`` and no ``length=`` returned an empty signal where the center
+  padding cut from each end left no samples; torch refuses it (a ``RuntimeError``).
 """
 
 from __future__ import annotations
@@ -37,3 +39,21 @@ def test_istft_still_takes_a_hop_of_the_window_s_length():
         window=rg.ones(4, dtype=rg.float64), length=20, **kw,
     )  # fmt: skip
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_istft_refuses_a_centered_inversion_that_leaves_no_samples():
+    # one frame of n_fft=2 (a signal of one sample, padded by 1 at each end): the center
+    # padding cut from both ends leaves nothing, where torch's check of the window's overlap
+    # finds no minimum (a RuntimeError)
+    spectrum = np.array([[1.0 + 0.0j], [0.5 + 0.0j]])
+    kw = dict(n_fft=2, hop_length=2, center=True)
+    with pytest.raises(RuntimeError):
+        torch.istft(torch.tensor(spectrum), window=torch.ones(2, dtype=torch.float64), **kw)
+    with pytest.raises(rg.InvalidArgumentError, match=r"istft: the 1 frame\(s\) of n_fft=2"):
+        rg.istft(rg.tensor(spectrum), window=rg.ones(2, dtype=rg.float64), **kw)
+    # a length= keeps the samples torch keeps
+    expected = torch.istft(
+        torch.tensor(spectrum), window=torch.ones(2, dtype=torch.float64), length=3, **kw
+    )
+    got = rg.istft(rg.tensor(spectrum), window=rg.ones(2, dtype=rg.float64), length=3, **kw)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12, atol=1e-15)

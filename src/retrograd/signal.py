@@ -259,6 +259,12 @@ def istft(input: Tensor, n_fft: int, hop_length: int | None = None,  # noqa: A00
     else:
         end = total - n_fft // 2 if center else total
     kept = min(end, total)
+    if kept <= start:  # (torch's check of the window's overlap fails on no samples)
+        raise InvalidArgumentError(
+            f"{fn}: the {n_frames} frame(s) of n_fft={n_fft}, hop_length={hop_length} leave no "
+            f"samples once the center padding of {n_fft // 2} is cut from each end; torch "
+            "refuses this too (give length=)"
+        )
     signal, envelope = overlap[:, start:kept], envelope[:, start:kept]
     if bool((envelope.abs() < 1e-11).any().item()):
         raise InvalidArgumentError(
