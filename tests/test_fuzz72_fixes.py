@@ -5,6 +5,8 @@
   refuses every such hop ("expected 0 < hop_length <= win_length", a ``RuntimeError``).
 - ``istft`` with ``center=True`` and no ``length=`` returned an empty signal where the center
   padding cut from each end left no samples; torch refuses it (a ``RuntimeError``).
+- ``fft.fftfreq``/``fft.rfftfreq`` took an integer or bool ``dtype`` (frequencies truncated to
+  integers); torch refuses it ("requires a floating point or complex dtype").
 """
 
 from __future__ import annotations
@@ -57,3 +59,17 @@ def test_istft_refuses_a_centered_inversion_that_leaves_no_samples():
     )
     got = rg.istft(rg.tensor(spectrum), window=rg.ones(2, dtype=rg.float64), length=3, **kw)
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("op", ["fftfreq", "rfftfreq"])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "bool"])
+def test_fftfreq_refuses_an_integer_or_bool_dtype_as_torch_does(op, dtype):
+    with pytest.raises(RuntimeError, match="requires a floating point or complex dtype"):
+        getattr(torch.fft, op)(6, d=0.5, dtype=getattr(torch, dtype))
+    with pytest.raises(rg.DTypeError, match=rf"fft\.{op} requires a floating point.*{dtype}"):
+        getattr(rg.fft, op)(6, d=0.5, dtype=getattr(rg, dtype))
+    # a floating dtype still gives torch's frequencies
+    expected = getattr(torch.fft, op)(6, d=0.5, dtype=torch.float64)
+    got = getattr(rg.fft, op)(6, d=0.5, dtype=rg.float64)
+    assert got.dtype == rg.float64
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())

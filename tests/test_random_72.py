@@ -217,7 +217,7 @@ def draw_program(rng):
                 order = rng.permutation(rank)
                 kw["dim"] = tuple(int(d) for d in order[: int(rng.integers(1, rank + 1))])
             if bad:
-                kw["dim"] = rank + 1
+                kw["dim"] = _pick(rng, [rank + 1, (0, 0), (0, rank)])
         program["kwargs"] = kw
     elif kind in ("stft", "istft"):
         complex_ = _flag(rng, 0.2)
@@ -243,6 +243,8 @@ def draw_program(rng):
         kw["center"] = _flag(rng, 0.7)
         if kw["center"] and _flag(rng, 0.5):
             kw["pad_mode"] = _pick(rng, ["reflect", "constant", "replicate", "circular"])
+            if bad and _flag(rng, 0.3):
+                kw["pad_mode"] = "bogus"
         kw["normalized"] = _flag(rng, 0.3)
         if _flag(rng, 0.5):
             kw["onesided"] = (_flag(rng) and not complex_) if not bad else True
@@ -256,6 +258,8 @@ def draw_program(rng):
             ikw = {}
             if _flag(rng, 0.4):
                 ikw["length"] = int(rng.integers(max(1, length - 5), length + 5))
+                if bad and _flag(rng, 0.3):
+                    ikw["length"] = _pick(rng, [0, -3])
             program["istft_kwargs"] = ikw
     elif kind == "window":
         op = _pick(rng, WINDOWS)
@@ -265,8 +269,10 @@ def draw_program(rng):
         if _flag(rng, 0.7):
             kw["dtype"] = dtype
         length = int(rng.integers(0, 10))
-        if bad:
+        if bad and _flag(rng, 0.5):
             length = -1
+        elif bad:  # an integer dtype
+            kw["dtype"] = "int64"
         program.update(op=op, length=length, kwargs=kw)
     else:
         op = _pick(rng, ["fftfreq", "rfftfreq"])
@@ -276,7 +282,9 @@ def draw_program(rng):
         if _flag(rng, 0.6):
             kw["dtype"] = dtype
         n = int(rng.integers(1, 11))
-        if bad:
+        if bad and _flag(rng, 0.3):
+            kw["dtype"] = "int64"
+        elif bad:
             # (rfftfreq of a negative n: torch gives [-0.] or an empty tensor, its arange of
             # n // 2 + 1 entries; retrograd refuses it, by design: left out)
             n = _pick(rng, [0, -1]) if op == "fftfreq" else 0

@@ -19,11 +19,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .backend.protocol import default_float_dtype
+from .backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES, default_float_dtype
 from .errors import DTypeError, InvalidArgumentError, guard, shape_text
 from .tensor import Tensor, arange, cat, zeros
 from .tensor._dispatch import normalize_dim
 from .tensor.creation import _no_out
+from .tensor.dtypes import canonical_dtype
 from .tensor.functions import accepts_out
 
 __all__ = [
@@ -299,8 +300,11 @@ def _frequencies(op: str, n: Any, d: float, out: Any, kwargs: dict) -> Tensor:
     dtype, device = kwargs.pop("dtype", None), kwargs.pop("device", None)
     if kwargs:
         raise InvalidArgumentError(f"fft.{op}: unexpected arguments {sorted(kwargs)}")
+    dtype = canonical_dtype(f"fft.{op}", dtype, allow_none=True) or default_float_dtype()
+    if dtype not in FLOAT_DTYPES + COMPLEX_DTYPES:  # (torch's check)
+        raise DTypeError(f"fft.{op} requires a floating point or complex dtype, got {dtype}")
     count = n // 2 + 1 if op == "rfftfreq" else n
-    steps = arange(count, dtype=dtype or default_float_dtype(), device=device)
+    steps = arange(count, dtype=dtype, device=device)
     if op == "fftfreq" and n:
         steps = steps - (steps >= (n + 1) // 2) * n
     result = steps * (1.0 / (n * d) if n * d else math.inf)  # torch's: NaN at n = 0
