@@ -9,7 +9,8 @@ Each seed draws a few programs, run on torch and on retrograd from the same inpu
   signals; ``fftshift``/``ifftshift`` with ``dim=`` an int, a tuple or none;
 * *spectrograms*: ``torch.stft`` (``n_fft``, ``hop_length``, ``win_length``, a window or none,
   ``center``, every ``pad_mode``, ``normalized``, ``onesided``, ``return_complex`` both ways, a
-  complex signal's two-sided one) and ``torch.istft`` of its spectrum (``length=``);
+  complex signal's or a complex window's two-sided one, ``align_to_window``) and
+  ``torch.istft`` of its spectrum (``length=``);
 * *windows*: ``hann``/``hamming``/``blackman``/``bartlett``/``kaiser`` windows (``periodic=``,
   ``beta=``, dtype) and ``fft.fftfreq``/``rfftfreq`` (``d=``, dtype);
 * a complex result passed through ``real``/``imag``/``abs``/``angle``/``conj``/
@@ -24,7 +25,9 @@ signal's and the window's.
 
 Left out by design: ``rfftfreq`` of a negative ``n`` (torch's arange gives ``[-0.]`` or nothing;
 retrograd refuses it); torch's refusal of ``view_as_real`` on the lazy conjugate its ``ifft`` of
-a real signal returns (retrograd has no conjugate bit: torch's side is resolved first).
+a real signal returns (retrograd has no conjugate bit: torch's side is resolved first); a
+negative ``length=`` of ``istft`` (torch slices its signal by it; retrograd refuses it); torch's
+out-of-storage read of ``stft(center=False, align_to_window=True)`` (``TORCH_BUGS``).
 float64 to 1e-10 of the result's largest entry, float32 to 1e-4 (sums of up to ~60 terms).
 """
 
@@ -100,6 +103,11 @@ def _attempt(action):
 DIMENSION_OUT_OF_RANGE = "Dimension out of range"
 
 
+#: torch's own failure, not its contract: stft(center=False, align_to_window=True) whose last
+#: frame, shifted to the window, runs past the signal reads out of its storage
+TORCH_BUGS = ("setStorage: sizes",)
+
+
 def _same_outcome(log, what, mine, theirs):
     """Both raised, or neither: True if both. retrograd's error must be a ``RetrogradError``,
     and of torch's Python class where that is no ``RuntimeError`` (a ``ShapeError`` for torch's
@@ -107,6 +115,8 @@ def _same_outcome(log, what, mine, theirs):
     (_, error), (_, expected) = mine, theirs
     if expected is None and error is None:
         return False
+    if expected is not None and any(bug in str(expected) for bug in TORCH_BUGS):
+        return True
     if expected is None:
         raise Mismatch(f"{log}\n{what}: retrograd raised {type(error).__name__}: {error}")
     if error is None:
@@ -239,8 +249,12 @@ def draw_program(rng):
             window, win = "ones", win + 1
         elif bad and window is not None and _flag(rng, 0.3):
             window_dtype = "float32" if dtype == "float64" else "float64"
+        if kind == "stft" and window is not None and _flag(rng, 0.15):
+            window_dtype = "complex64" if window_dtype == "float32" else "complex128"
         program["window"] = (window, win, window_dtype)
         kw["center"] = _flag(rng, 0.7)
+        if not kw["center"] and kind == "stft" and _flag(rng, 0.3):
+            kw["align_to_window"] = _flag(rng)
         if kw["center"] and _flag(rng, 0.5):
             kw["pad_mode"] = _pick(rng, ["reflect", "constant", "replicate", "circular"])
             if bad and _flag(rng, 0.3):
@@ -259,7 +273,9 @@ def draw_program(rng):
             if _flag(rng, 0.4):
                 ikw["length"] = int(rng.integers(max(1, length - 5), length + 5))
                 if bad and _flag(rng, 0.3):
-                    ikw["length"] = _pick(rng, [0, -3])
+                    # (not a negative length: torch slices its signal by it, to a shorter one
+                    # or none; retrograd refuses it, by design)
+                    ikw["length"] = 0
             program["istft_kwargs"] = ikw
     elif kind == "window":
         op = _pick(rng, WINDOWS)
@@ -303,11 +319,14 @@ def _window(lib, spec):
     name, length, dtype = spec
     if name is None:
         return None
+    real = {"complex64": "float32", "complex128": "float64"}.get(dtype, dtype)
     if name == "ones":
-        values = np.ones(length, dtype=dtype)
+        values = np.ones(length, dtype=real)
     else:
-        values = getattr(torch, name)(length, dtype=getattr(torch, dtype)).numpy()
-    return lib.tensor(values, requires_grad=dtype == "float64")
+        values = getattr(torch, name)(length, dtype=getattr(torch, real)).numpy()
+    if real != dtype:  # a complex window: a phase ramp on it
+        values = (values * np.exp(0.3j * np.arange(length))).astype(dtype)
+    return lib.tensor(values, requires_grad=dtype in ("float64", "complex128"))
 
 
 def _post(lib, out, post):
@@ -375,11 +394,13 @@ def _loss(lib, out, weights):
 
 def check_program(rng, log_prefix=""):
     program = draw_program(rng)
-    if program["post"] == "angle":
+    if program["post"] in ("angle", "abs"):
         # the angle of an entry that is zero up to rounding is the angle of that rounding
         # (0.0 in one library, 1e-17 + 1e-17j in the other), and its gradient (1 / |z|)
         # amplifies a rounding by max|z| / |z| (seed 2034 of the sweep: 2e-10 at |z| ~ 1e-6 of
-        # the largest): such programs compare the complex result itself
+        # the largest); the gradient of abs there is the rounding's direction (torch's 0.0
+        # gives 0; seed 5485: a window's gradient off by 0.1): such programs compare the
+        # complex result itself
         plain = _attempt(lambda: run(torch, {**program, "post": "none"}))[0]
         if plain is not None and plain[0].is_complex():
             modulus = plain[0].detach().abs()
@@ -397,7 +418,10 @@ def check_program(rng, log_prefix=""):
         raise Mismatch(f"{log}\ndtype {_dtype_name(out)} vs torch's {_dtype_name(expected)}")
     real_dtype = "float32" if _dtype_name(expected) in ("float32", "complex64") else "float64"
     grad_dtype = "float64"
-    if program.get("window", (None,))[0] is not None and program["window"][2] == "float32":
+    if program.get("window", (None,))[0] is not None and program["window"][2] in (
+        "float32",
+        "complex64",
+    ):
         # a float32 window of a float64 signal: torch's istft squares and overlap-adds the
         # window in float32 (its envelope), retrograd in the signal's dtype (the sweep: 9e-8,
         # 1.5e-7 in the gradients)
