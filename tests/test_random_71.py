@@ -39,16 +39,13 @@ import numpy as np
 import pytest
 
 import retrograd as rg
+from test_random_69 import Mismatch, _close, _np
 
 torch = pytest.importorskip("torch")
 
 #: relative tolerance per dtype (of the largest value + 1): the two libraries sum the same
 #: terms in other orders
 TOL = {"float32": 2e-5, "float64": 1e-10}
-
-
-class Mismatch(AssertionError):  # noqa: N818 (read as "a mismatch with torch")
-    """retrograd and torch disagree."""
 
 
 class Leaf:
@@ -668,25 +665,6 @@ def _unpool_default(un, pooled):
     p = tup(un.get("padding", 0), 0)
     spatial = tuple(pooled.shape[-dims:])
     return [(n - 1) * ss - 2 * pp + kk + g for n, ss, pp, kk, g in zip(spatial, s, p, k, grow)]
-
-
-def _np(t):
-    return t.detach().numpy().astype(np.float64)
-
-
-def _close(log, what, mine, theirs, tol):
-    a, b = _np(mine), _np(theirs)
-    if a.shape != b.shape:
-        raise Mismatch(f"{log}\n{what}: shape {a.shape} vs torch's {b.shape}")
-    finite = np.isfinite(b)
-    if not np.array_equal(finite, np.isfinite(a)) or not np.array_equal(
-        a[~finite], b[~finite], equal_nan=True
-    ):
-        raise Mismatch(f"{log}\n{what}: non-finite entries differ\n{a}\n{b}")
-    scale = float(np.max(np.abs(b[finite]), initial=0.0)) + 1.0
-    err = float(np.max(np.abs(a[finite] - b[finite]), initial=0.0))
-    if err > tol * scale:
-        raise Mismatch(f"{log}\n{what}: off by {err:.3g} > {tol * scale:.3g}\n{a}\n{b}")
 
 
 def _dtype_name(t):
