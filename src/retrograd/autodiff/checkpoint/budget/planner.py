@@ -344,7 +344,8 @@ class Planner:
         >>> planner.starts_again(1, step[1]), planner.starts_again(1, ("matmul", 64, (0, -1)))
         (False, False)
         """
-        if not self.following or position == 0 or any(p != -1 for p in signature[2]):
+        parents = signature[2]  # (asked of every value a followed step records: C-level tests)
+        if not self.following or position == 0 or parents.count(-1) != len(parents):
             return False
         for plan in self._candidates:
             signatures = plan.signatures
