@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import retrograd as rg
@@ -523,6 +523,13 @@ def outcome(lib, *args):
 # nested derivatives, which subtract large terms, carry that further
 TORCH_IMPRECISE = {"digamma", "lgamma"}
 
+# sinc's derivatives subtract nearly equal terms near 0 (sin(pi x) - pi x cos(pi x), over x^2
+# and higher powers): in float64 against mpmath at 607 points of [-3, 3], its third derivative
+# is off by up to 8.1e-7 in retrograd and is NaN at 0 in torch, each worse than the other at
+# some points (20 and 36); nested (bilinear, sinc, sinc; third, seed 6552) the two parted by
+# 1.5e-6 of an entry (CI, 6 December)
+CANCELLING = {"sinc"}
+
 
 # ops whose derivatives divide by gaps between singular values or eigenvalues: nested, their
 # third derivatives reach 1e16 and carry float64 rounding of the order of rtol relative to the
@@ -577,7 +584,8 @@ def check(names, squash, mode, seed):
         raise Mismatch(f"{label}: retrograd raises {type(error).__name__}: {error}") from error
     if set(got) != set(want):
         raise Mismatch(f"{label}: results {sorted(got)} != torch's {sorted(want)}")
-    rtol = 1e-5 if any(name in TORCH_IMPRECISE for name, _ in names) else 1e-7
+    imprecise = TORCH_IMPRECISE | CANCELLING
+    rtol = 1e-5 if any(name in imprecise for name, _ in names) else 1e-7
     spectral = any(name in SPECTRAL for name, _ in names)
     for key, w in want.items():
         g = got[key]
@@ -598,6 +606,7 @@ MODES = ["penalty", "hvp", "third", "intermediate", "backward", "functional"]
 
 
 @settings(max_examples=_examples(60), deadline=None, suppress_health_check=list(HealthCheck))
+@example([("bilinear", False), ("sinc", True), ("sinc", False)], False, "third", 6552)
 @given(
     st.lists(st.tuples(st.sampled_from(sorted(STEPS)), st.booleans()), min_size=1, max_size=3),
     st.booleans(),
