@@ -891,6 +891,18 @@ unary("silu", _silu_vjp)
 unary("clamp", _clamp_vjp, ("lo", "hi"))
 
 
+def _hardtanh_vjp(B, g, out, lo, hi):
+    # torch's hardtanh_backward stops the gradient where x <= lo or x >= hi (on the bounds
+    # too, where clamp's passes) and lets NaN through. Read from the output, which is exactly
+    # lo or hi wherever x is at or beyond them (and NaN where x is): the next layer holds it
+    # anyway, where a rule reading x (or a mask beside the output) holds a copy of its own
+    stopped = B.logical_or(B.lower_equal_elem(out, lo), B.greater_equal_elem(out, hi))
+    return B.mask_fill(g, stopped, 0.0)
+
+
+unary("hardtanh", _hardtanh_vjp, ("lo", "hi"), forward=lambda B, x, lo, hi: B.clamp(x, lo, hi))
+
+
 # torch's fake quantization (tensor/fake_quantize.py): the grid's integer q, before its clamp,
 # is zero_point + nearbyint(x * inv_scale) (a float zero point: nearbyint(x * inv_scale +
 # zero_point), torch's other kernel); the gradient passes where q lies in [quant_min,
