@@ -1,9 +1,10 @@
 """Real ports, round 72 (the harness: ``tests/real_ports.py``): survival analysis, a program
 written here in the style of the PyTorch survival projects (DeepSurv reimplementations and
 havakv/pycox: a Cox proportional-hazards network trained by the negative partial likelihood,
-and a discrete-time logistic-hazard network on a grid of durations), on a synthetic
-right-censored cohort; two configurations (``coxph``, ``logistic_hazard``), each run under
-torch and, ported, under retrograd from the same weights and draws, every record compared.
+a discrete-time logistic-hazard network on a grid of durations, and a parametric Weibull
+network in the manner of the deep Weibull models), on a synthetic right-censored cohort; three
+configurations (``coxph``, ``logistic_hazard``, ``weibull``), each run under torch and,
+ported, under retrograd from the same weights and draws, every record compared.
 
 It reaches:
 
@@ -23,6 +24,10 @@ It reaches:
   ``torch.zeros_like(phi).scatter(1, idx, events.view(-1, 1))``,
   ``F.binary_cross_entropy_with_logits(reduction="none")``, its ``cumsum(1).gather(1, idx)``;
   survival curves by ``(1 - sigmoid).add(eps).log().cumsum(1).exp()`` and a ``F.pad`` in front;
+- the Weibull likelihood: scale and concentration by ``F.softplus`` of two output columns, the
+  events' ``torch.distributions.Weibull(scale, concentration).log_prob`` and the censored
+  log-survival ``-torch.pow(t / scale, k)``; the expected time ``Weibull(...).mean`` as the
+  risk, survival curves checked against ``1 - Weibull(...).cdf`` of a broadcast batch;
 - evaluation under ``torch.no_grad()``: Harrell's concordance index from comparable pairs
   (``&`` of comparisons, ``torch.eq`` ties counted half), the Breslow
   baseline hazard from ``torch.unique(..., return_counts=True)`` event times, an at-risk
@@ -112,6 +117,20 @@ def nll_logistic_hazard(phi, idx_durations, events, reduction="mean"):
     return loss.mean() if reduction == "mean" else loss
 
 
+def weibull_parameters(out, eps=1e-6):
+    scale = F.softplus(out[:, 0]) + eps
+    concentration = F.softplus(out[:, 1]) + 0.5
+    return scale, concentration
+
+
+def weibull_nll(out, durations, events):
+    scale, concentration = weibull_parameters(out)
+    dist = torch.distributions.Weibull(scale, concentration)
+    log_survival = -torch.pow(durations / scale, concentration)
+    log_lik = events * dist.log_prob(durations) + (1 - events) * log_survival
+    return -log_lik.mean()
+
+
 def hazard_to_survival(phi, eps=1e-7):
     hazard = torch.sigmoid(phi)
     surv = (1 - hazard).add(eps).log().cumsum(1).exp()
@@ -141,10 +160,8 @@ x_all = (x_all - x_all.mean(0, keepdim=True)) / x_all.std(0, unbiased=False, kee
 cuts = torch.linspace(0.0, t.max().item(), 8)
 idx_train, idx_val = label_transform(t, cuts), label_transform(t_val, cuts)
 
-if MODEL == "coxph":
-    model = MLPVanilla(x.shape[1], [16, 16], 1, output_bias=False)
-else:
-    model = MLPVanilla(x.shape[1], [16, 16], len(cuts))
+out_features = {"coxph": 1, "logistic_hazard": len(cuts), "weibull": 2}[MODEL]
+model = MLPVanilla(x.shape[1], [16, 16], out_features, output_bias=MODEL != "coxph")
 initialize(model)
 optimizer = torch.optim.Adam(model.parameters(), lr=0.02, weight_decay=1e-4)
 scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.9)
@@ -153,6 +170,8 @@ scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.9)
 def objective(out, durations, idx, events):
     if MODEL == "coxph":
         return cox_ph_loss(out, durations, events)
+    if MODEL == "weibull":
+        return weibull_nll(out, durations, events)
     return nll_logistic_hazard(out, idx, events)
 
 
@@ -177,6 +196,8 @@ for epoch in range(4):
             matrix_loss = cox_ph_loss_matrix(out_val, t_val, e_val).item()
             assert abs(matrix_loss - val_loss) < 1e-4 * max(1.0, abs(val_loss))
             risk = out_val.view(-1)
+        elif MODEL == "weibull":
+            risk = -torch.distributions.Weibull(*weibull_parameters(out_val)).mean
         else:
             risk = -hazard_to_survival(out_val)[:, 1:].sum(1)
         c_index = concordance_index(risk, t_val, e_val)
@@ -194,6 +215,12 @@ with torch.no_grad():
         event_times, h0 = breslow(model(x), t, e)
         surv = torch.exp(-h0[None, :] * torch.exp(out_all.view(-1))[:, None])
         grid = event_times
+    elif MODEL == "weibull":
+        grid = torch.linspace(0.0, 3.0, 13)
+        scale, concentration = weibull_parameters(out_all)
+        surv = torch.exp(-(grid[None, :] / scale[:, None]) ** concentration[:, None])
+        cdf = torch.distributions.Weibull(scale[:, None], concentration[:, None]).cdf(grid[1:])
+        assert torch.allclose(1 - cdf, surv[:, 1:], atol=1e-5)
     else:
         surv = hazard_to_survival(out_all)
         grid = torch.cat([torch.zeros(1), cuts])
@@ -208,8 +235,7 @@ torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "cuts": cuts}, buffer)
 buffer.seek(0)
 checkpoint = torch.load(buffer)
-restored = MLPVanilla(x.shape[1], [16, 16], 1 if MODEL == "coxph" else len(cuts),
-                      output_bias=MODEL != "coxph")
+restored = MLPVanilla(x.shape[1], [16, 16], out_features, output_bias=MODEL != "coxph")
 restored.load_state_dict(checkpoint["model"])
 restored.eval()
 with torch.no_grad():
@@ -235,7 +261,7 @@ SURVIVAL_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("model", ["coxph", "logistic_hazard"])
+@pytest.mark.parametrize("model", ["coxph", "logistic_hazard", "weibull"])
 def test_survival_analysis_as_torch(capsys, model):
     (theirs, ours), (their_log, our_log) = runs_with_draws(
         SURVIVAL_SOURCE,
