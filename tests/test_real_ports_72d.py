@@ -2,10 +2,12 @@
 ranking, a program written here in the style of ermongroup/neuralsort (the NeuralSort
 relaxation of the sorting permutation, deterministic and with Gumbel perturbations, trained to
 sort items by a hidden key), of the SoftSort reimplementations (a softmax over distances to the
-sorted scores) and of the soft-rank Spearman losses written with torchsort-like helpers
-(pairwise sigmoid ranks); four configurations (``neuralsort``, ``neuralsort_gumbel``,
-``softsort``, ``spearman``), each run under torch and, ported, under retrograd from the same
-weights and draws, every record compared.
+sorted scores), of the soft-rank Spearman losses written with torchsort-like helpers
+(pairwise sigmoid ranks) and of google-research/fast-soft-sort's PyTorch wrapper (a soft rank
+by projection onto the permutahedron, an isotonic regression in NumPy inside a custom
+``torch.autograd.Function``); five configurations (``neuralsort``, ``neuralsort_gumbel``,
+``softsort``, ``spearman``, ``fast_soft_rank``), each run under torch and, ported, under
+retrograd from the same weights and draws, every record compared.
 
 It reaches:
 
@@ -27,6 +29,11 @@ It reaches:
   scaled by ``F.normalize(dim=-1)``) is maximized; auxiliary losses on the soft-sorted items
   ``torch.einsum("bij,bjd->bid", P_hat, x)`` and on a soft top-k mask ``P_hat[:, :k].sum(1)``
   against ``gather`` of the keys in the true order;
+- the custom ``SoftRank(torch.autograd.Function)``: ``values.detach().cpu().numpy()`` in
+  ``forward``, a pool-adjacent-violators isotonic fit per row, the permutations and block
+  sizes kept on ``ctx`` as plain attributes, ``torch.from_numpy(...).to(values.dtype)``; a
+  ``backward`` under ``@once_differentiable`` (imported ``from torch.autograd.function``)
+  averaging the incoming gradient within each block, returning ``None`` for the strength;
 - evaluation by an ``@torch.no_grad()`` function: the hard permutation
   ``P_hat.argmax(dim=-1)``, the fraction of items placed right and of sequences sorted whole
   (``.all(dim=-1)``), Kendall's tau from ``torch.sign`` of pairwise differences over
@@ -53,9 +60,11 @@ from real_ports import (
 
 SORTING_SOURCE = """import io
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 
 def make_sequences(batch, n, dim=4):
@@ -105,9 +114,64 @@ def soft_rank(s, tau):
     return 0.5 + torch.sigmoid(-diffs / tau).sum(-1)
 
 
+def isotonic_l2(y):
+    # pool adjacent violators: the non-increasing fit closest to y, and its blocks' sizes
+    sums, counts = [], []
+    for value in y:
+        sums.append(float(value))
+        counts.append(1)
+        while len(sums) > 1 and sums[-2] / counts[-2] < sums[-1] / counts[-1]:
+            total, count = sums.pop(), counts.pop()
+            sums[-1] += total
+            counts[-1] += count
+    solution = np.concatenate([np.full(c, t / c) for t, c in zip(sums, counts)])
+    return solution, counts
+
+
+class SoftRank(torch.autograd.Function):
+    # ranks in ascending order (1 for the smallest), the projection of values / strength onto
+    # the permutahedron of (n, ..., 1) through an isotonic regression in NumPy
+    @staticmethod
+    def forward(ctx, values, regularization_strength):
+        z = values.detach().cpu().numpy().astype(np.float64) / regularization_strength
+        n = z.shape[1]
+        w = np.arange(n, 0, -1, dtype=np.float64)
+        out = np.empty_like(z)
+        perms, blocks = [], []
+        for row in range(z.shape[0]):
+            perm = np.argsort(-z[row], kind="stable")
+            s = z[row][perm]
+            dual, sizes = isotonic_l2(s - w)
+            out[row, perm] = s - dual
+            perms.append(perm)
+            blocks.append(sizes)
+        ctx.perms, ctx.blocks = perms, blocks
+        ctx.regularization_strength = regularization_strength
+        return torch.from_numpy(out).to(values.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output):
+        g = grad_output.detach().cpu().numpy().astype(np.float64)
+        grad = np.empty_like(g)
+        for row, (perm, sizes) in enumerate(zip(ctx.perms, ctx.blocks)):
+            g_sorted = g[row][perm]
+            start, pooled = 0, np.empty_like(g_sorted)
+            for size in sizes:
+                pooled[start:start + size] = g_sorted[start:start + size].mean()
+                start += size
+            grad[row, perm] = g_sorted - pooled
+        grad = torch.from_numpy(grad / ctx.regularization_strength)
+        return grad.to(grad_output.dtype), None
+
+
 def spearman_loss(scores, ranks, tau):
-    pred = soft_rank(scores, tau)
-    target = ranks.float() + 1.0
+    if METHOD == "fast_soft_rank":
+        pred = SoftRank.apply(scores, tau / 10)
+        target = (scores.shape[1] - ranks).float()
+    else:
+        pred = soft_rank(scores, tau)
+        target = ranks.float() + 1.0
     pred = F.normalize(pred - pred.mean(-1, keepdim=True), dim=-1)
     target = F.normalize(target - target.mean(-1, keepdim=True), dim=-1)
     return 1.0 - (pred * target).sum(-1).mean()
@@ -123,7 +187,7 @@ def permutation_matrix(scores, tau):
 
 def objective(scores, x, key, perm, ranks, tau, eps=1e-20):
     n = scores.shape[1]
-    if METHOD == "spearman":
+    if METHOD in ("spearman", "fast_soft_rank"):
         return spearman_loss(scores, ranks, tau)
     P_hat = permutation_matrix(scores, tau)
     if METHOD == "softsort":
@@ -142,7 +206,7 @@ def objective(scores, x, key, perm, ranks, tau, eps=1e-20):
 def evaluate(model, x, key, perm, tau):
     scores = model(x)
     n = scores.shape[1]
-    if METHOD == "spearman":
+    if METHOD in ("spearman", "fast_soft_rank"):
         P_hat = neural_sort(scores.unsqueeze(-1), tau)
     else:
         P_hat = permutation_matrix(scores, tau)
@@ -198,6 +262,7 @@ with torch.no_grad():
     record.append(neural_sort(scores[:3].unsqueeze(-1), checkpoint["tau"]).numpy().copy())
     record.append(soft_sort(scores[:3], checkpoint["tau"]).numpy().copy())
     record.append(soft_rank(scores[:3], checkpoint["tau"]).numpy().copy())
+    record.append(SoftRank.apply(scores[:3], 0.1).numpy().copy())
     record.append(torch.argsort(scores, dim=-1, descending=True)[:4].tolist())
 """
 
@@ -218,7 +283,9 @@ SORTING_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("method", ["neuralsort", "neuralsort_gumbel", "softsort", "spearman"])
+@pytest.mark.parametrize(
+    "method", ["neuralsort", "neuralsort_gumbel", "softsort", "spearman", "fast_soft_rank"]
+)
 def test_differentiable_sorting_as_torch(capsys, method):
     (theirs, ours), (their_log, our_log) = runs_with_draws(
         SORTING_SOURCE,
@@ -229,6 +296,6 @@ def test_differentiable_sorting_as_torch(capsys, method):
         params_of=params_of,
         METHOD=method,
     )
-    assert len(theirs) == 4 * (3 + 3) + 5
+    assert len(theirs) == 4 * (3 + 3) + 6
     assert their_log == our_log and their_log.count("\n") == 4
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
