@@ -5,8 +5,9 @@ sort items by a hidden key), of the SoftSort reimplementations (a softmax over d
 sorted scores), of the soft-rank Spearman losses written with torchsort-like helpers
 (pairwise sigmoid ranks) and of google-research/fast-soft-sort's PyTorch wrapper (a soft rank
 by projection onto the permutahedron, an isotonic regression in NumPy inside a custom
-``torch.autograd.Function``); five configurations (``neuralsort``, ``neuralsort_gumbel``,
-``softsort``, ``spearman``, ``fast_soft_rank``), each run under torch and, ported, under
+``torch.autograd.Function``) and of Felix-Petersen/diffsort (an odd-even sorting network of
+relaxed swaps); six configurations (``neuralsort``, ``neuralsort_gumbel``, ``softsort``,
+``spearman``, ``fast_soft_rank``, ``diffsort``), each run under torch and, ported, under
 retrograd from the same weights and draws, every record compared.
 
 It reaches:
@@ -29,6 +30,12 @@ It reaches:
   scaled by ``F.normalize(dim=-1)``) is maximized; auxiliary losses on the soft-sorted items
   ``torch.einsum("bij,bjd->bid", P_hat, x)`` and on a soft top-k mask ``P_hat[:, :k].sum(1)``
   against ``gather`` of the keys in the true order;
+- the sorting network: ``torch.eye(n).expand(batch, n, n)``, per layer the pairs' values by an
+  integer-tensor column index, ``clone()`` and index assignment ``x[:, idx_a] = ...`` and
+  ``X[:, :, idx_a] = ...`` of blended columns (autograd through both), ``alpha.unsqueeze(1)``
+  broadcasts; the loss ``F.binary_cross_entropy`` of the ``clamp``-ed relaxed permutation
+  against ``F.one_hot(perm.flip(-1), n).transpose(1, 2)``, and the hard order from
+  ``X.transpose(1, 2).flip(1)``;
 - the custom ``SoftRank(torch.autograd.Function)``: ``values.detach().cpu().numpy()`` in
   ``forward``, a pool-adjacent-violators isotonic fit per row, the permutations and block
   sizes kept on ``ctx`` as plain attributes, ``torch.from_numpy(...).to(values.dtype)``; a
@@ -109,6 +116,31 @@ def soft_sort(s, tau, p=1):
     return pairwise_distances.softmax(-1)
 
 
+def odd_even_network(n):
+    return [[(i, i + 1) for i in range(layer % 2, n - 1, 2)] for layer in range(n)]
+
+
+def diff_sort(x, steepness, network):
+    # an odd-even sorting network of relaxed swaps (ascending); X[b, i, j]: the weight of
+    # input i at sorted position j
+    n = x.shape[1]
+    X = torch.eye(n, dtype=x.dtype).expand(x.shape[0], n, n)
+    for pairs in network:
+        idx_a = torch.tensor([pair[0] for pair in pairs])
+        idx_b = torch.tensor([pair[1] for pair in pairs])
+        a, b = x[:, idx_a], x[:, idx_b]
+        alpha = torch.sigmoid((b - a) * steepness)
+        x = x.clone()
+        x[:, idx_a] = alpha * a + (1 - alpha) * b
+        x[:, idx_b] = (1 - alpha) * a + alpha * b
+        X_a, X_b = X[:, :, idx_a], X[:, :, idx_b]
+        alpha = alpha.unsqueeze(1)
+        X = X.clone()
+        X[:, :, idx_a] = alpha * X_a + (1 - alpha) * X_b
+        X[:, :, idx_b] = (1 - alpha) * X_a + alpha * X_b
+    return x, X
+
+
 def soft_rank(s, tau):
     diffs = s.unsqueeze(-1) - s.unsqueeze(-2)
     return 0.5 + torch.sigmoid(-diffs / tau).sum(-1)
@@ -178,6 +210,9 @@ def spearman_loss(scores, ranks, tau):
 
 
 def permutation_matrix(scores, tau):
+    if METHOD == "diffsort":
+        _, X = diff_sort(scores, 5.0 / tau, odd_even_network(scores.shape[1]))
+        return X.transpose(1, 2).flip(1)
     if METHOD == "softsort":
         return soft_sort(scores, tau)
     if METHOD == "neuralsort_gumbel" and torch.is_grad_enabled():
@@ -189,6 +224,10 @@ def objective(scores, x, key, perm, ranks, tau, eps=1e-20):
     n = scores.shape[1]
     if METHOD in ("spearman", "fast_soft_rank"):
         return spearman_loss(scores, ranks, tau)
+    if METHOD == "diffsort":
+        _, X = diff_sort(scores, 5.0 / tau, odd_even_network(n))
+        P_true = F.one_hot(perm.flip(-1), n).transpose(1, 2).float()
+        return F.binary_cross_entropy(X.clamp(1e-6, 1 - 1e-6), P_true)
     P_hat = permutation_matrix(scores, tau)
     if METHOD == "softsort":
         loss = F.nll_loss(torch.log(P_hat + eps).flatten(0, 1), perm.flatten())
@@ -263,6 +302,7 @@ with torch.no_grad():
     record.append(soft_sort(scores[:3], checkpoint["tau"]).numpy().copy())
     record.append(soft_rank(scores[:3], checkpoint["tau"]).numpy().copy())
     record.append(SoftRank.apply(scores[:3], 0.1).numpy().copy())
+    record.append(diff_sort(scores[:3], 20.0, odd_even_network(n_items))[0].numpy().copy())
     record.append(torch.argsort(scores, dim=-1, descending=True)[:4].tolist())
 """
 
@@ -284,7 +324,8 @@ SORTING_STEPS = [
 
 
 @pytest.mark.parametrize(
-    "method", ["neuralsort", "neuralsort_gumbel", "softsort", "spearman", "fast_soft_rank"]
+    "method",
+    ["neuralsort", "neuralsort_gumbel", "softsort", "spearman", "fast_soft_rank", "diffsort"],
 )
 def test_differentiable_sorting_as_torch(capsys, method):
     (theirs, ours), (their_log, our_log) = runs_with_draws(
@@ -296,6 +337,6 @@ def test_differentiable_sorting_as_torch(capsys, method):
         params_of=params_of,
         METHOD=method,
     )
-    assert len(theirs) == 4 * (3 + 3) + 6
+    assert len(theirs) == 4 * (3 + 3) + 7
     assert their_log == our_log and their_log.count("\n") == 4
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
