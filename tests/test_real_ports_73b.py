@@ -2,10 +2,14 @@
 program written here in the style of the PyTorch reimplementations of RMTPP (Du et al.: a
 recurrent marked temporal point process whose conditional intensity is
 ``exp(v . h_j + w (t - t_j) + b)``, its likelihood in closed form, the next event's time by
-numerical integration of ``t f(t)``) and of the maximum-likelihood fits of a multivariate
+numerical integration of ``t f(t)``), of the intensity-free point processes (Shchur et al.: the
+inter-event time a log-normal mixture, ``TransformedDistribution`` of a ``MixtureSameFamily``
+through ``AffineTransform`` and ``ExpTransform``, its survival written out with
+``torch.special.log_ndtr``) and of the maximum-likelihood fits of a multivariate
 Hawkes process with an exponential kernel (baseline rates ``mu``, excitations ``alpha``, a decay
 ``beta``, all through ``softplus``; the log-likelihood by the pairwise kernel matrix and, checked
-against it, by the recursive state update); two configurations (``rmtpp``, ``hawkes``), each run
+against it, by the recursive state update); three configurations (``rmtpp``,
+``intensity_free``, ``hawkes``), each run
 under torch and, ported, under retrograd from the same weights and draws, every record compared.
 
 It reaches:
@@ -21,6 +25,14 @@ It reaches:
 - the next-time prediction under ``torch.no_grad()``: a ``torch.linspace`` grid broadcast with
   ``[..., None]``, a density from the intensity and its integral, ``torch.trapezoid(y, x=...,
   dim=-1)``, the mark by ``argmax``, accuracy through ``eq`` and ``masked_select``;
+- intensity-free: a ``D.TransformedDistribution`` subclass built of ``D.MixtureSameFamily(
+  D.Categorical(logits=...), D.Normal(...))``, ``D.AffineTransform`` and ``D.ExpTransform``,
+  its ``log_prob`` of clamped gaps, ``cdf``, ``base_dist.mean``, the survival function by
+  ``base_dist.component_distribution.loc``/``.scale``, ``mixture_distribution.logits``,
+  ``torch.special.log_ndtr`` and ``torch.logsumexp``; the context ``nn.GRU`` output after an
+  ``nn.Parameter`` initial context ``expand``-ed, read at each sequence's end by ``gather``
+  with an ``expand``-ed index; ``AdamW`` and ``ExponentialLR``; the log-time statistics from
+  ``x[mask]`` by ``.mean()`` and ``.std()``;
 - Hawkes: ``F.softplus`` of raw parameters, the gap matrix ``t[:, :, None] - t[:, None, :]``,
   ``torch.tril(torch.ones(...), diagonal=-1).bool()`` combined with the padding masks by
   ``&``, ``alpha[marks[:, :, None], marks[:, None, :]]`` (two index tensors), ``torch.where``
@@ -37,6 +49,7 @@ loss.backward()``, ``clip_grad_norm_(grads, ...)``, ``optimizer.step(grads)``).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from real_ports import (
@@ -52,6 +65,7 @@ TPP_SOURCE = """import io
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.distributions as D
 
 NUM_MARKS = 3
 
@@ -109,6 +123,72 @@ class RMTPP(nn.Module):
         return expected, self.mark_head(h).argmax(dim=-1)
 
 
+class LogNormalMixture(D.TransformedDistribution):
+    def __init__(self, logits, locs, log_scales, mean_log_inter_time, std_log_inter_time):
+        mixture = D.MixtureSameFamily(D.Categorical(logits=logits),
+                                      D.Normal(loc=locs, scale=log_scales.exp()))
+        transforms = [D.AffineTransform(loc=mean_log_inter_time, scale=std_log_inter_time),
+                      D.ExpTransform()]
+        self.mean_log_inter_time = mean_log_inter_time
+        self.std_log_inter_time = std_log_inter_time
+        super().__init__(mixture, transforms)
+
+    def log_survival_function(self, x):
+        y = (torch.log(x) - self.mean_log_inter_time) / self.std_log_inter_time
+        mixture = self.base_dist
+        locs = mixture.component_distribution.loc
+        scales = mixture.component_distribution.scale
+        log_weights = torch.log_softmax(mixture.mixture_distribution.logits, dim=-1)
+        log_sf = torch.special.log_ndtr(-(y.unsqueeze(-1) - locs) / scales)
+        return torch.logsumexp(log_weights + log_sf, dim=-1)
+
+
+class IntensityFree(nn.Module):
+    def __init__(self, num_marks, context_size=8, num_mix=3, emb_dim=4):
+        super().__init__()
+        self.num_mix = num_mix
+        self.mark_embedding = nn.Embedding(num_marks, emb_dim)
+        self.rnn = nn.GRU(emb_dim + 1, context_size, batch_first=True)
+        self.init_context = nn.Parameter(torch.zeros(context_size))
+        self.linear = nn.Linear(context_size, 3 * num_mix)
+        self.mark_linear = nn.Linear(context_size, num_marks)
+        self.mean_log_inter_time, self.std_log_inter_time = 0.0, 1.0
+
+    def get_context(self, gaps, marks):
+        features = torch.cat([torch.log(gaps + 1e-8).unsqueeze(-1),
+                              self.mark_embedding(marks)], dim=-1)
+        context = self.rnn(features)[0]
+        batch_size, _, context_size = context.shape
+        init = self.init_context[None, None, :].expand(batch_size, 1, -1)
+        return torch.cat([init, context], dim=1)
+
+    def get_inter_time_dist(self, context):
+        raw = self.linear(context)
+        locs = raw[..., :self.num_mix]
+        log_scales = raw[..., self.num_mix:(2 * self.num_mix)].clamp(-5.0, 3.0)
+        logits = torch.log_softmax(raw[..., (2 * self.num_mix):], dim=-1)
+        return LogNormalMixture(logits, locs, log_scales, self.mean_log_inter_time,
+                                self.std_log_inter_time)
+
+    def log_likelihood(self, times, marks, mask, horizon):
+        gaps = torch.diff(times, dim=1, prepend=torch.zeros_like(times[:, :1]))
+        gaps = torch.where(mask, gaps, torch.ones_like(gaps))
+        full_context = self.get_context(gaps, marks)
+        context = full_context[:, :-1, :]
+        dist = self.get_inter_time_dist(context)
+        log_p = dist.log_prob(gaps.clamp(min=1e-10))
+        log_p = (log_p * mask).sum(-1)
+        lengths = mask.sum(-1)
+        last_time = times.gather(1, (lengths - 1)[:, None]).squeeze(1)
+        index = lengths[:, None, None].expand(-1, 1, full_context.shape[-1])
+        survival_context = full_context.gather(1, index)
+        log_surv = self.get_inter_time_dist(survival_context).log_survival_function(
+            (horizon - last_time).clamp(min=1e-10)[:, None]).squeeze(1)
+        mark_logits = torch.log_softmax(self.mark_linear(context), dim=-1)
+        mark_ll = (mark_logits.gather(-1, marks.unsqueeze(-1)).squeeze(-1) * mask).sum(-1)
+        return (log_p + log_surv + mark_ll).mean() / mask.float().sum(-1).mean()
+
+
 class Hawkes(nn.Module):
     def __init__(self, num_marks):
         super().__init__()
@@ -159,6 +239,14 @@ if MODEL == "rmtpp":
     initialize(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=6)
+elif MODEL == "intensity_free":
+    model = IntensityFree(NUM_MARKS)
+    initialize(model)
+    log_gaps = torch.log(torch.diff(times, dim=1, prepend=torch.zeros_like(times[:, :1]))[mask])
+    model.mean_log_inter_time = log_gaps.mean().item()
+    model.std_log_inter_time = log_gaps.std().item()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.02, weight_decay=1e-4)
+    scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.8)
 else:
     model = Hawkes(NUM_MARKS)
     initialize(model)
@@ -196,6 +284,14 @@ with torch.no_grad():
         hits = mark_pred[:, :-1].eq(target).masked_select(val[2][:, 1:])
         record.append(expected.numpy().copy())
         record.append([hits.float().mean().item(), int(hits.sum())])
+    elif MODEL == "intensity_free":
+        val_gaps = torch.diff(val[0], dim=1, prepend=torch.zeros_like(val[0][:, :1]))
+        val_gaps = torch.where(val[2], val_gaps, torch.ones_like(val_gaps))
+        expected = model.get_inter_time_dist(model.get_context(val_gaps, val[1])[:, :-1])
+        grid = torch.tensor([0.25, 1.0, 2.5])[:, None, None]
+        record.append(expected.cdf(grid.expand(3, *val[0].shape)).numpy().copy())
+        record.append(expected.base_dist.mean.numpy().copy())
+        record.append(expected.log_survival_function(grid.expand(3, *val[0].shape)).numpy().copy())
     else:
         t, m, msk, hor = val
         mu, alpha, beta = model.params()
@@ -215,8 +311,11 @@ buffer = io.BytesIO()
 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
 buffer.seek(0)
 checkpoint = torch.load(buffer)
-restored = RMTPP(NUM_MARKS) if MODEL == "rmtpp" else Hawkes(NUM_MARKS)
+restored = {"rmtpp": RMTPP, "intensity_free": IntensityFree, "hawkes": Hawkes}[MODEL](NUM_MARKS)
 restored.load_state_dict(checkpoint["model"])
+if MODEL == "intensity_free":
+    restored.mean_log_inter_time = model.mean_log_inter_time
+    restored.std_log_inter_time = model.std_log_inter_time
 restored.eval()
 with torch.no_grad():
     again, _ = objective(restored, *val)
@@ -225,9 +324,10 @@ with torch.no_grad():
 
 TPP_STEPS = [
     (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+        "import torch.distributions as D\n",
         "import retrograd as torch\nimport retrograd.nn as nn\n"
-        "import retrograd.nn.functional as F\n",
+        "import retrograd.nn.functional as F\nimport retrograd.distributions as D\n",
     ),
     (
         "    loss.backward()\n"
@@ -240,7 +340,7 @@ TPP_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("model", ["rmtpp", "hawkes"])
+@pytest.mark.parametrize("model", ["rmtpp", "intensity_free", "hawkes"])
 def test_temporal_point_process_as_torch(capsys, model):
     (theirs, ours), (their_log, our_log) = runs_with_draws(
         TPP_SOURCE,
@@ -255,5 +355,7 @@ def test_temporal_point_process_as_torch(capsys, model):
     assert theirs[-1][0] == pytest.approx(theirs[13][0], rel=1e-6)  # restored as trained
     if model == "hawkes":
         assert theirs[-3] == [True]  # the recursion agrees with the pairwise form
+    if model == "intensity_free":  # the survival function written out is one less the cdf
+        np.testing.assert_allclose(theirs[14] + np.exp(theirs[16]), 1.0, atol=1e-5)
     assert their_log == our_log and their_log.count("\n") == 6
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
