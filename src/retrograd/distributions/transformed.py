@@ -93,7 +93,7 @@ class TransformedDistribution(Distribution):
         return x
 
     def log_prob(self, value: Any) -> Any:
-        value = as_value(value, _float_parameter(self))
+        value = _as_value(self, value)
         self._validate_sample(value)
         event_dim = len(self.event_shape)
         log_prob: Any = 0.0
@@ -120,13 +120,13 @@ class TransformedDistribution(Distribution):
         return sign * (value - 0.5) + 0.5
 
     def cdf(self, value: Any) -> Any:
-        value = as_value(value, _float_parameter(self))
+        value = _as_value(self, value)
         for transform in reversed(self.transforms):
             value = transform.inv(value)
         return self._monotonize_cdf(self.base_dist.cdf(value))
 
     def icdf(self, value: Any) -> Any:
-        value = self._monotonize_cdf(as_value(value, _float_parameter(self)))
+        value = self._monotonize_cdf(_as_value(self, value))
         value = self.base_dist.icdf(value)
         for transform in self.transforms:
             value = transform(value)
@@ -136,14 +136,35 @@ class TransformedDistribution(Distribution):
         return f"TransformedDistribution({self.base_dist!r}, {self.transforms!r})"
 
 
+def _as_value(d: Distribution, value: Any) -> Any:
+    """``value`` as it is when a tensor, else lifted to the dtype of a parameter of ``d``."""
+    return value if hasattr(value, "shape") else as_value(value, _float_parameter(d))
+
+
 def _float_parameter(d: Distribution) -> Any:
-    """A tensor parameter of ``d``'s innermost base (for the dtype and device of values)."""
+    """A tensor parameter of ``d``'s innermost base (for the dtype and device of values): one
+    of its own, else one of a distribution it is built of (``MixtureSameFamily``'s components,
+    as the log-normal mixtures of intensity-free point processes are written)."""
+    found = _float_parameter_of(d)
+    if found is None:
+        raise InvalidArgumentError(f"{type(d).__name__}: no tensor parameter to take a dtype from")
+    return found
+
+
+def _float_parameter_of(d: Distribution) -> Any:
     while hasattr(d, "base_dist"):
         d = d.base_dist
+    inner = []
     for value in vars(d).values():
         if hasattr(value, "shape") and value.is_float():
             return value
-    raise InvalidArgumentError(f"{type(d).__name__}: no tensor parameter to take a dtype from")
+        if isinstance(value, Distribution):
+            inner.append(value)
+    for value in inner:
+        found = _float_parameter_of(value)
+        if found is not None:
+            return found
+    return None
 
 
 class _Relaxed(BinaryProbsOrLogits, Distribution):
