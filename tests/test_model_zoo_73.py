@@ -64,13 +64,20 @@ MODELS = {
         {"feed_forward_proj": "relu", "tie_word_embeddings": True},
         _t5_inputs,
     ),
+    "mixtral": (zoo.make_mixtral, {}, {"tie_word_embeddings": True}, _gpt2_inputs),
+    "mamba": (
+        zoo.make_mamba,
+        {},
+        {"residual_in_fp32": True, "rescale_prenorm_residual": True},
+        _gpt2_inputs,
+    ),
 }
 
 
 # T5 computes its layer norms' variance and its attention's softmax in float32 whatever the
 # model's dtype, as the original does: both libraries' float32 sums round in their own order
 # (one ulp apart, measured), which the float64 outputs carry at up to 1.2e-5 relative.
-FLOAT32_INSIDE = {"t5": "float32"}
+FLOAT32_INSIDE = {"t5": "float32", "mixtral": "float32", "mamba": "float32"}
 
 
 def _build(name, mode):

@@ -898,3 +898,448 @@ def make_t5(
             return loss, lm_logits, hidden_states
 
     return T5ForConditionalGeneration(config)
+
+
+# -- Mixtral --------------------------------------------------------------------------------------
+def make_mixtral(
+    torch,
+    nn,
+    F,
+    vocab_size=50,
+    hidden_size=16,
+    intermediate_size=24,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    router_aux_loss_coef=0.02,
+    max_position_embeddings=16,
+    rms_norm_eps=1e-5,
+    rope_theta=1e6,
+    initializer_range=0.02,
+    tie_word_embeddings=False,
+):
+    """``MixtralForCausalLM``, the eager path: RMS norms, rotary embeddings, grouped-query
+    attention, and in place of the MLP the sparse mixture of experts (a float32 router softmax,
+    ``topk``, the top-k weights renormalized, ``one_hot`` expert masks, ``torch.where`` of a
+    mask, each expert on its tokens, ``index_add_`` back), with the router's load-balancing loss.
+    ``forward(input_ids, labels)`` returns ``(loss, logits, aux_loss)``."""
+    config = SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("torch", "nn", "F")})
+
+    class MixtralRMSNorm(nn.Module):
+        def __init__(self, hidden_size, eps=1e-6):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(hidden_size))
+            self.variance_epsilon = eps
+
+        def forward(self, hidden_states):
+            input_dtype = hidden_states.dtype
+            hidden_states = hidden_states.to(torch.float32)
+            variance = hidden_states.pow(2).mean(-1, keepdim=True)
+            hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+            return self.weight * hidden_states.to(input_dtype)
+
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+        return torch.cat((-x2, x1), dim=-1)
+
+    class MixtralRotaryEmbedding(nn.Module):
+        def __init__(self, dim, base):
+            super().__init__()
+            inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+            self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+        @torch.no_grad()
+        def forward(self, x, position_ids):
+            inv_freq_expanded = self.inv_freq[None, :, None].float()
+            inv_freq_expanded = inv_freq_expanded.expand(position_ids.shape[0], -1, 1)
+            position_ids_expanded = position_ids[:, None, :].float()
+            freqs = (inv_freq_expanded @ position_ids_expanded).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            return emb.cos().to(dtype=x.dtype), emb.sin().to(dtype=x.dtype)
+
+    class MixtralAttention(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.num_heads = config.num_attention_heads
+            self.head_dim = config.hidden_size // self.num_heads
+            self.num_key_value_heads = config.num_key_value_heads
+            self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+            self.scaling = self.head_dim**-0.5
+            kv_size = self.num_key_value_heads * self.head_dim
+            self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=False)
+            self.k_proj = nn.Linear(config.hidden_size, kv_size, bias=False)
+            self.v_proj = nn.Linear(config.hidden_size, kv_size, bias=False)
+            self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+
+        def forward(self, hidden_states, position_embeddings, attention_mask):
+            input_shape = hidden_states.shape[:-1]
+            hidden_shape = (*input_shape, -1, self.head_dim)
+            query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+            key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+            value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+            cos, sin = position_embeddings
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+            query_states = (query_states * cos) + (rotate_half(query_states) * sin)
+            key_states = (key_states * cos) + (rotate_half(key_states) * sin)
+            # repeat_kv via repeat_interleave on the head dimension
+            key_states = torch.repeat_interleave(key_states, self.num_key_value_groups, dim=1)
+            value_states = torch.repeat_interleave(value_states, self.num_key_value_groups, dim=1)
+            attn_weights = torch.matmul(query_states, key_states.transpose(2, 3)) * self.scaling
+            attn_weights = attn_weights + attention_mask
+            attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(
+                query_states.dtype
+            )
+            attn_output = torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous()
+            return self.o_proj(attn_output.reshape(*input_shape, -1).contiguous())
+
+    class MixtralBlockSparseTop2MLP(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.w1 = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+            self.w2 = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+            self.w3 = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+            self.act_fn = nn.SiLU()
+
+        def forward(self, hidden_states):
+            current_hidden_states = self.act_fn(self.w1(hidden_states)) * self.w3(hidden_states)
+            return self.w2(current_hidden_states)
+
+    class MixtralSparseMoeBlock(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.hidden_dim = config.hidden_size
+            self.num_experts = config.num_local_experts
+            self.top_k = config.num_experts_per_tok
+            self.gate = nn.Linear(self.hidden_dim, self.num_experts, bias=False)
+            self.experts = nn.ModuleList(
+                [MixtralBlockSparseTop2MLP(config) for _ in range(self.num_experts)]
+            )
+
+        def forward(self, hidden_states):
+            batch_size, sequence_length, hidden_dim = hidden_states.shape
+            hidden_states = hidden_states.view(-1, hidden_dim)
+            router_logits = self.gate(hidden_states)  # (tokens, experts)
+            routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+            routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
+            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+            routing_weights = routing_weights.to(hidden_states.dtype)
+            final_hidden_states = torch.zeros(
+                (batch_size * sequence_length, hidden_dim),
+                dtype=hidden_states.dtype,
+                device=hidden_states.device,
+            )
+            # (experts, top_k, tokens): which tokens each expert serves, and in which slot
+            expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+            for expert_idx in expert_hit:
+                expert_layer = self.experts[expert_idx]
+                idx, top_x = torch.where(expert_mask[expert_idx].squeeze(0))
+                current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
+                current_hidden_states = (
+                    expert_layer(current_state) * routing_weights[top_x, idx, None]
+                )
+                final_hidden_states.index_add_(
+                    0, top_x, current_hidden_states.to(hidden_states.dtype)
+                )
+            final_hidden_states = final_hidden_states.reshape(
+                batch_size, sequence_length, hidden_dim
+            )
+            return final_hidden_states, router_logits
+
+    class MixtralDecoderLayer(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.self_attn = MixtralAttention(config)
+            self.block_sparse_moe = MixtralSparseMoeBlock(config)
+            self.input_layernorm = MixtralRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            self.post_attention_layernorm = MixtralRMSNorm(
+                config.hidden_size, eps=config.rms_norm_eps
+            )
+
+        def forward(self, hidden_states, position_embeddings, attention_mask):
+            residual = hidden_states
+            hidden_states = self.self_attn(
+                self.input_layernorm(hidden_states), position_embeddings, attention_mask
+            )
+            hidden_states = residual + hidden_states
+            residual = hidden_states
+            hidden_states, router_logits = self.block_sparse_moe(
+                self.post_attention_layernorm(hidden_states)
+            )
+            return residual + hidden_states, router_logits
+
+    def load_balancing_loss_func(gate_logits, num_experts, top_k):
+        """Switch Transformer's auxiliary loss: the fraction of tokens sent to each expert times
+        the router's mean probability for it, summed, times the number of experts."""
+        concatenated_gate_logits = torch.cat(list(gate_logits), dim=0)
+        routing_weights = torch.nn.functional.softmax(concatenated_gate_logits, dim=-1)
+        _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
+        expert_mask = torch.nn.functional.one_hot(selected_experts, num_experts)
+        tokens_per_expert = torch.mean(expert_mask.float(), dim=0)
+        router_prob_per_expert = torch.mean(routing_weights, dim=0)
+        overall_loss = torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0))
+        return overall_loss * num_experts
+
+    class MixtralModel(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+            self.layers = nn.ModuleList(
+                [MixtralDecoderLayer(config) for _ in range(config.num_hidden_layers)]
+            )
+            self.norm = MixtralRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+            head_dim = config.hidden_size // config.num_attention_heads
+            self.rotary_emb = MixtralRotaryEmbedding(head_dim, config.rope_theta)
+
+        def forward(self, input_ids):
+            inputs_embeds = self.embed_tokens(input_ids)
+            batch, seq = input_ids.shape
+            position_ids = torch.arange(seq).unsqueeze(0).expand(batch, -1)
+            min_dtype = torch.finfo(inputs_embeds.dtype).min
+            causal_mask = torch.full((seq, seq), fill_value=min_dtype, dtype=inputs_embeds.dtype)
+            causal_mask = torch.triu(causal_mask, diagonal=1)[None, None, :, :]
+            position_embeddings = self.rotary_emb(inputs_embeds, position_ids)
+            hidden_states = inputs_embeds
+            all_router_logits = ()
+            for decoder_layer in self.layers:
+                hidden_states, router_logits = decoder_layer(
+                    hidden_states, position_embeddings, causal_mask
+                )
+                all_router_logits += (router_logits,)
+            return self.norm(hidden_states), all_router_logits
+
+    class MixtralForCausalLM(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+            self.model = MixtralModel(config)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.apply(self._init_weights)
+            if config.tie_word_embeddings:
+                self.lm_head.weight = self.model.embed_tokens.weight
+
+        def _init_weights(self, module):
+            std = self.config.initializer_range
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                module.weight.data.normal_(mean=0.0, std=std)
+            elif isinstance(module, MixtralRMSNorm):
+                module.weight.data.fill_(1.0)
+
+        def forward(self, input_ids, labels):
+            hidden_states, router_logits = self.model(input_ids)
+            logits = self.lm_head(hidden_states)
+            shift_logits = logits[..., :-1, :].contiguous().view(-1, self.config.vocab_size)
+            shift_labels = labels[..., 1:].contiguous().view(-1)
+            loss = nn.functional.cross_entropy(shift_logits, shift_labels)
+            aux_loss = load_balancing_loss_func(
+                router_logits, self.config.num_local_experts, self.config.num_experts_per_tok
+            )
+            loss = loss + self.config.router_aux_loss_coef * aux_loss.to(loss.device)
+            return loss, logits, aux_loss
+
+    return MixtralForCausalLM(config)
+
+
+# -- Mamba ----------------------------------------------------------------------------------------
+def make_mamba(
+    torch,
+    nn,
+    F,
+    vocab_size=50,
+    hidden_size=16,
+    state_size=4,
+    num_hidden_layers=2,
+    expand=2,
+    conv_kernel=4,
+    use_bias=False,
+    use_conv_bias=True,
+    layer_norm_epsilon=1e-5,
+    initializer_range=0.1,
+    residual_in_fp32=False,
+    time_step_rank="auto",
+    time_step_scale=1.0,
+    time_step_min=0.001,
+    time_step_max=0.1,
+    time_step_init_scheme="random",
+    time_step_floor=1e-4,
+    rescale_prenorm_residual=False,
+):
+    """``MambaForCausalLM`` on the sequential path (``MambaMixer.slow_forward``): the input
+    projection chunked into states and gate, the depthwise causal ``Conv1d`` cut to the
+    sequence, ``split`` into the step, B and C, a softplus step size, ``A = -exp(A_log)``, the
+    discretized scan one position at a time, the skip ``D``, the SiLU gate; RMS norms, the head
+    tied to the embeddings, the step-size bias from ``expm1`` and the rescaled ``kaiming_uniform_``
+    output projections. The original's ``.float()`` of the logits is left out, so that float64
+    logits stay float64. ``forward(input_ids, labels)`` returns ``(loss, logits)``."""
+    config = SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("torch", "nn", "F")})
+    config.intermediate_size = int(expand * hidden_size)
+    if time_step_rank == "auto":
+        config.time_step_rank = math.ceil(hidden_size / 16)
+
+    class MambaRMSNorm(nn.Module):
+        def __init__(self, hidden_size, eps=1e-6):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(hidden_size))
+            self.variance_epsilon = eps
+
+        def forward(self, hidden_states):
+            input_dtype = hidden_states.dtype
+            hidden_states = hidden_states.to(torch.float32)
+            variance = hidden_states.pow(2).mean(-1, keepdim=True)
+            hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+            return self.weight * hidden_states.to(input_dtype)
+
+    class MambaMixer(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.hidden_size = config.hidden_size
+            self.ssm_state_size = config.state_size
+            self.conv_kernel_size = config.conv_kernel
+            self.intermediate_size = config.intermediate_size
+            self.time_step_rank = int(config.time_step_rank)
+            self.conv1d = nn.Conv1d(
+                in_channels=self.intermediate_size,
+                out_channels=self.intermediate_size,
+                bias=config.use_conv_bias,
+                kernel_size=config.conv_kernel,
+                groups=self.intermediate_size,
+                padding=config.conv_kernel - 1,
+            )
+            self.act = nn.SiLU()
+            self.in_proj = nn.Linear(
+                self.hidden_size, self.intermediate_size * 2, bias=config.use_bias
+            )
+            self.x_proj = nn.Linear(
+                self.intermediate_size, self.time_step_rank + self.ssm_state_size * 2, bias=False
+            )
+            self.dt_proj = nn.Linear(self.time_step_rank, self.intermediate_size, bias=True)
+            # S4D real initialization: A = -(1, 2, ..., N) for every channel
+            A = torch.arange(1, self.ssm_state_size + 1, dtype=torch.float32)[None, :]
+            A = A.expand(self.intermediate_size, -1).contiguous()
+            self.A_log = nn.Parameter(torch.log(A))
+            self.D = nn.Parameter(torch.ones(self.intermediate_size))
+            self.out_proj = nn.Linear(
+                self.intermediate_size, self.hidden_size, bias=config.use_bias
+            )
+
+        def forward(self, input_states):
+            batch_size, seq_len, _ = input_states.shape
+            dtype = input_states.dtype
+            # 1. the gated projection: (batch, 2 * intermediate, seq)
+            projected_states = self.in_proj(input_states).transpose(1, 2)
+            hidden_states, gate = projected_states.chunk(2, dim=1)
+            # 2. the causal depthwise convolution
+            hidden_states = self.act(self.conv1d(hidden_states)[..., :seq_len])
+            ssm_state = torch.zeros(
+                (batch_size, self.intermediate_size, self.ssm_state_size), dtype=dtype
+            )
+            # 3. the input-dependent step, B and C
+            ssm_parameters = self.x_proj(hidden_states.transpose(1, 2))
+            time_step, B, C = torch.split(
+                ssm_parameters,
+                [self.time_step_rank, self.ssm_state_size, self.ssm_state_size],
+                dim=-1,
+            )
+            discrete_time_step = self.dt_proj(time_step)  # (batch, seq, intermediate)
+            discrete_time_step = nn.functional.softplus(discrete_time_step).transpose(1, 2)
+            # 3.b discretization: (batch, intermediate, seq, state)
+            A = -torch.exp(self.A_log.float())
+            discrete_A = torch.exp(A[None, :, None, :] * discrete_time_step[:, :, :, None])
+            discrete_B = discrete_time_step[:, :, :, None] * B[:, None, :, :].float()
+            deltaB_u = discrete_B * hidden_states[:, :, :, None].float()
+            # 3.c the recurrence, one position at a time
+            scan_outputs = []
+            for i in range(seq_len):
+                ssm_state = discrete_A[:, :, i, :] * ssm_state + deltaB_u[:, :, i, :]
+                scan_output = torch.matmul(ssm_state.to(dtype), C[:, i, :].unsqueeze(-1))
+                scan_outputs.append(scan_output[:, :, 0])
+            scan_output = torch.stack(scan_outputs, dim=-1)  # (batch, intermediate, seq)
+            scan_output = scan_output + (hidden_states * self.D[None, :, None])
+            scan_output = scan_output * self.act(gate)
+            # 4. back to the model's width
+            return self.out_proj(scan_output.transpose(1, 2))
+
+    class MambaBlock(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.residual_in_fp32 = config.residual_in_fp32
+            self.norm = MambaRMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+            self.mixer = MambaMixer(config)
+
+        def forward(self, hidden_states):
+            residual = hidden_states
+            hidden_states = self.norm(hidden_states.to(dtype=self.norm.weight.dtype))
+            if self.residual_in_fp32:
+                residual = residual.to(torch.float32)
+            return residual + self.mixer(hidden_states)
+
+    class MambaModel(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+            self.layers = nn.ModuleList(
+                [MambaBlock(config) for _ in range(config.num_hidden_layers)]
+            )
+            self.norm_f = MambaRMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+
+        def forward(self, input_ids):
+            hidden_states = self.embeddings(input_ids)
+            for mixer_block in self.layers:
+                hidden_states = mixer_block(hidden_states)
+            return self.norm_f(hidden_states)
+
+    class MambaForCausalLM(nn.Module):
+        _tied_weights_keys = ["lm_head.weight"]
+
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+            self.backbone = MambaModel(config)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.apply(self._init_weights)
+            self.lm_head.weight = self.backbone.embeddings.weight
+
+        def _init_weights(self, module):
+            config = self.config
+            if isinstance(module, MambaMixer):
+                module.A_log._no_weight_decay = True
+                module.D._no_weight_decay = True
+                dt_init_std = config.time_step_rank**-0.5 * config.time_step_scale
+                if config.time_step_init_scheme == "constant":
+                    nn.init.constant_(module.dt_proj.weight, dt_init_std)
+                elif config.time_step_init_scheme == "random":
+                    nn.init.uniform_(module.dt_proj.weight, -dt_init_std, dt_init_std)
+                # step sizes log-uniform in [min, max]; the bias is softplus's inverse of them
+                dt = torch.exp(
+                    torch.rand(config.intermediate_size)
+                    * (math.log(config.time_step_max) - math.log(config.time_step_min))
+                    + math.log(config.time_step_min)
+                ).clamp(min=config.time_step_floor)
+                inv_dt = dt + torch.log(-torch.expm1(-dt))
+                with torch.no_grad():
+                    module.dt_proj.bias.copy_(inv_dt)
+                module.dt_proj.bias._no_reinit = True
+            if isinstance(module, nn.Linear):
+                if module.bias is not None and not getattr(module.bias, "_no_reinit", False):
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=config.initializer_range)
+            if config.rescale_prenorm_residual:
+                for name, p in module.named_parameters():
+                    if name in ["out_proj.weight"]:
+                        nn.init.kaiming_uniform_(p, a=math.sqrt(5))
+                        with torch.no_grad():
+                            p /= math.sqrt(config.num_hidden_layers)
+
+        def forward(self, input_ids, labels):
+            hidden_states = self.backbone(input_ids)
+            logits = self.lm_head(hidden_states.to(self.lm_head.weight.dtype))
+            shift_logits = logits[..., :-1, :].contiguous()
+            shift_labels = labels[..., 1:].contiguous()
+            loss_fct = nn.CrossEntropyLoss()
+            loss = loss_fct(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1))
+            return loss, logits
+
+    return MambaForCausalLM(config)
