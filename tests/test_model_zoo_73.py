@@ -14,7 +14,7 @@ import pytest
 
 import retrograd as rg
 import zoo_models_73 as zoo
-from backends import inner_backend
+from backends import inner_backend, on_torch
 from retrograd import nn as rnn
 from retrograd import optim as roptim
 from retrograd.nn import functional as RF  # noqa: N812
@@ -74,10 +74,14 @@ MODELS = {
 }
 
 
-# T5 computes its layer norms' variance and its attention's softmax in float32 whatever the
-# model's dtype, as the original does: both libraries' float32 sums round in their own order
-# (one ulp apart, measured), which the float64 outputs carry at up to 1.2e-5 relative.
-FLOAT32_INSIDE = {"t5": "float32", "mixtral": "float32", "mamba": "float32"}
+# T5, Mixtral and Mamba compute their RMS norms (T5: the variance) and softmaxes (Mixtral: its
+# router's) in float32 whatever the model's dtype, as the originals do. On NumPy the float32
+# sums and exponentials round in NumPy's order, one ulp from torch's (measured), which the
+# float64 outputs carry at up to 2.4e-4 relative for an entry near zero, 5.6e-7 absolute (T5);
+# on torch they round as torch's do and only Mixtral's float32 backward of its router (the
+# in-place division of the top-k weights, softmax) rounds in its own order: its gradients at
+# up to 1e-8 relative (measured), float32's tolerance all the same.
+FLOAT32_INSIDE = {"mixtral"} if on_torch() else {"t5", "mixtral", "mamba"}
 
 
 def _build(name, mode):
@@ -102,7 +106,7 @@ def _tensors(out):
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("name", MODELS)
 def test_zoo73_model_matches_torch(name, mode):
-    rtol, atol = TOL[FLOAT32_INSIDE.get(name, "float64")]
+    rtol, atol = TOL["float32" if name in FLOAT32_INSIDE else "float64"]
     rng = np.random.default_rng(7)
     with rg.use_backend(rg.Autodiff(inner_backend())):
         model, reference = _build(name, mode)
