@@ -28,6 +28,7 @@ from ._dispatch import (
     FLOAT,
     TensorBase,
     TensorOp,
+    check_float_range,
     check_scalar,
     check_scalar_int,
     host_number,
@@ -912,7 +913,10 @@ class ElementwiseMixin:
         ):
             x, low, high = self, min, max
             dtype = self._backend.dtype(self._prim)
-            if dtype not in FLOAT_DTYPES:  # (a float tensor, the common case, goes straight)
+            if dtype in FLOAT_DTYPES:  # (a float tensor, the common case, goes straight)
+                for b in (min, max):  # (within the dtype's range, as torch writes them)
+                    check_float_range("clamp", b, dtype)
+            else:
                 bounds = [b for b in (min, max) if b is not None]
                 if dtype == "bool" and all(isinstance(b, bool) for b in bounds):
                     _no_bool("clamp")
