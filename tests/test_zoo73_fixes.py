@@ -3,7 +3,9 @@
 Hugging Face's masks are written with ``torch.finfo(dtype).min``; written into a float32 tensor a
 float64 ``finfo.min`` (or any finite number past float32's range) is refused by torch ("value
 cannot be converted to type float without overflow"), where retrograd wrote ``-inf``, whose
-fully masked rows then soften to NaN.
+fully masked rows then soften to NaN. The same check covers every scalar torch converts to the
+tensor's dtype: fills, ``where``'s and ``clamp``'s bounds, ``alpha``, ``addcmul``'s ``value``,
+``lerp``'s weight, ``nn.init.constant_``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ WRITES = {
     "setitem slice": lambda t, v: t.ones(3).__setitem__(slice(0, 2), v),
     "scatter": lambda t, v: t.ones(3).scatter(0, t.tensor([1]), v),
     "pad": lambda t, v: t.nn.functional.pad(t.ones(3), (1, 1), value=v),
+    "addcmul": lambda t, v: t.ones(3).addcmul(t.ones(3), t.ones(3), value=v),
+    "addcdiv": lambda t, v: t.ones(3).addcdiv(t.ones(3), t.ones(3), value=v),
+    "lerp": lambda t, v: t.ones(3).lerp(t.ones(3), v),
+    "constant_": lambda t, v: t.nn.init.constant_(t.ones(3), v),
 }
 
 

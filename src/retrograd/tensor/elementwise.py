@@ -171,6 +171,7 @@ def _real_scale(op: str, x: Any, value: Any) -> None:
             f"{op}: value {value!r} cannot be converted to the result's dtype {x.dtype} (as "
             "in torch); make the operands complex"
         )
+    check_float_range(op, value, x.dtype)  # (float32's 1e300 no, as torch's)
 
 
 def _is_bool(value: Any) -> bool:
@@ -513,6 +514,7 @@ class ElementwiseMixin:
             return near_start.mask_where(weight.abs().greater_equal(0.5), near_end)
         if not self.is_complex():
             # torch takes a scalar weight in the tensor's dtype (a 0-d float32 one, e.g.)
+            check_float_range("lerp", weight, self.dtype)
             return self._apply("lerp_scalar", (self, end), (float(weight),))
         diff = end - self
         if abs(weight) < 0.5:
