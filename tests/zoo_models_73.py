@@ -1,13 +1,14 @@
-"""Round 73 of the zoo: language models as Hugging Face transformers writes them, for either
-library.
+"""Round 73 of the zoo: language (and one audio) models as Hugging Face transformers writes
+them, for either library.
 
 Each ``make_*(torch, nn, F, ...)`` builds its model from the given library (``torch`` or
 ``retrograd``, with its ``nn`` and ``nn.functional``), in the style of transformers'
-``modeling_bert.py``, ``modeling_gpt2.py``, ``modeling_t5.py`` and ``modeling_mixtral.py``: the
-same layers, the same ops (``Conv1D`` through ``addmm``, the ``finfo.min`` masks, T5's
-relative position buckets, Mixtral's top-k router with ``one_hot`` and ``index_add_``), the same
-initialization. Sizes are tiny so that ``tests/test_model_zoo_73.py`` runs each in float64 in
-well under a second. Every ``forward`` returns a tuple whose first entry is the model's own loss.
+``modeling_{bert,gpt2,t5,mixtral,mamba,whisper}.py``: the same layers, the same ops
+(``Conv1D`` through ``addmm``, the ``finfo.min`` masks, T5's relative position buckets,
+Mixtral's top-k router with ``one_hot`` and ``index_add_``, Mamba's sequential scan), the same
+initialization; the text is this file's own. Sizes are tiny so that
+``tests/test_model_zoo_73.py`` runs each in float64 in well under a second. Every ``forward``
+returns a tuple whose first entry is the model's own loss.
 """
 
 # The originals' names (``F``, ``ACT2FN``, ``_tied_weights_keys``), as in zoo_models.py:
@@ -1343,3 +1344,170 @@ def make_mamba(
             return loss, logits
 
     return MambaForCausalLM(config)
+
+
+# -- Whisper's encoder ----------------------------------------------------------------------------
+def make_whisper_encoder(
+    torch,
+    nn,
+    F,
+    num_mel_bins=6,
+    d_model=16,
+    encoder_layers=2,
+    encoder_attention_heads=4,
+    encoder_ffn_dim=32,
+    max_source_positions=4,
+    dropout=0.1,
+    attention_dropout=0.1,
+    activation_dropout=0.1,
+    activation_function="gelu",
+    scale_embedding=False,
+    init_std=0.02,
+    classifier_proj_size=8,
+    num_labels=3,
+):
+    """``WhisperForAudioClassification`` (Whisper's encoder and a mean-pooled head): two
+    ``Conv1d`` stems with GELU (the second of stride 2), frozen sinusoidal positions written
+    by ``copy_`` under ``no_grad``, pre-LN blocks with the query scaled before the product and
+    no bias on the keys. ``forward(input_features, labels)`` returns ``(loss, logits)``."""
+    config = SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("torch", "nn", "F")})
+    ACT2FN = _activations(torch, nn, F)
+
+    def sinusoids(length, channels, max_timescale=10000):
+        """The transformer's sine and cosine positions, as OpenAI's Whisper writes them."""
+        log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
+        inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
+        scaled_time = torch.arange(length).view(-1, 1) * inv_timescales.view(1, -1)
+        return torch.cat([scaled_time.sin(), scaled_time.cos()], dim=1)
+
+    class WhisperAttention(nn.Module):
+        def __init__(self, embed_dim, num_heads, dropout=0.0):
+            super().__init__()
+            self.embed_dim = embed_dim
+            self.num_heads = num_heads
+            self.dropout = dropout
+            self.head_dim = embed_dim // num_heads
+            self.scaling = self.head_dim**-0.5
+            self.k_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+            self.v_proj = nn.Linear(embed_dim, embed_dim, bias=True)
+            self.q_proj = nn.Linear(embed_dim, embed_dim, bias=True)
+            self.out_proj = nn.Linear(embed_dim, embed_dim, bias=True)
+
+        def _shape(self, tensor, seq_len, bsz):
+            return tensor.view(bsz, seq_len, self.num_heads, self.head_dim).transpose(1, 2)
+
+        def forward(self, hidden_states):
+            bsz, tgt_len, _ = hidden_states.size()
+            query_states = self._shape(self.q_proj(hidden_states) * self.scaling, tgt_len, bsz)
+            key_states = self._shape(self.k_proj(hidden_states), -1, bsz)
+            value_states = self._shape(self.v_proj(hidden_states), -1, bsz)
+            attn_weights = torch.matmul(query_states, key_states.transpose(2, 3))
+            attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+            attn_probs = nn.functional.dropout(attn_weights, p=self.dropout, training=self.training)
+            attn_output = torch.matmul(attn_probs, value_states)
+            attn_output = attn_output.transpose(1, 2).reshape(bsz, tgt_len, self.embed_dim)
+            return self.out_proj(attn_output)
+
+    class WhisperEncoderLayer(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.embed_dim = config.d_model
+            self.self_attn = WhisperAttention(
+                self.embed_dim, config.encoder_attention_heads, config.attention_dropout
+            )
+            self.self_attn_layer_norm = nn.LayerNorm(self.embed_dim)
+            self.dropout = config.dropout
+            self.activation_fn = ACT2FN[config.activation_function]
+            self.activation_dropout = config.activation_dropout
+            self.fc1 = nn.Linear(self.embed_dim, config.encoder_ffn_dim)
+            self.fc2 = nn.Linear(config.encoder_ffn_dim, self.embed_dim)
+            self.final_layer_norm = nn.LayerNorm(self.embed_dim)
+
+        def forward(self, hidden_states):
+            residual = hidden_states
+            hidden_states = self.self_attn(self.self_attn_layer_norm(hidden_states))
+            hidden_states = nn.functional.dropout(
+                hidden_states, p=self.dropout, training=self.training
+            )
+            hidden_states = residual + hidden_states
+            residual = hidden_states
+            hidden_states = self.activation_fn(self.fc1(self.final_layer_norm(hidden_states)))
+            hidden_states = nn.functional.dropout(
+                hidden_states, p=self.activation_dropout, training=self.training
+            )
+            hidden_states = self.fc2(hidden_states)
+            hidden_states = nn.functional.dropout(
+                hidden_states, p=self.dropout, training=self.training
+            )
+            return residual + hidden_states
+
+    class WhisperEncoder(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.dropout = config.dropout
+            embed_dim = config.d_model
+            self.max_source_positions = config.max_source_positions
+            self.embed_scale = math.sqrt(embed_dim) if config.scale_embedding else 1.0
+            self.conv1 = nn.Conv1d(config.num_mel_bins, embed_dim, kernel_size=3, padding=1)
+            self.conv2 = nn.Conv1d(embed_dim, embed_dim, kernel_size=3, stride=2, padding=1)
+            self.embed_positions = nn.Embedding(self.max_source_positions, embed_dim)
+            self.embed_positions.requires_grad_(False)
+            self.layers = nn.ModuleList(
+                [WhisperEncoderLayer(config) for _ in range(config.encoder_layers)]
+            )
+            self.layer_norm = nn.LayerNorm(config.d_model)
+
+        def forward(self, input_features):
+            expected_seq_length = (
+                self.max_source_positions * self.conv1.stride[0] * self.conv2.stride[0]
+            )
+            if input_features.shape[-1] != expected_seq_length:
+                raise ValueError(
+                    f"Whisper expects the mel input features to be of length "
+                    f"{expected_seq_length}, got {input_features.shape[-1]}"
+                )
+            inputs_embeds = nn.functional.gelu(self.conv1(input_features))
+            inputs_embeds = nn.functional.gelu(self.conv2(inputs_embeds))
+            inputs_embeds = inputs_embeds.permute(0, 2, 1)
+            hidden_states = inputs_embeds + self.embed_positions.weight
+            hidden_states = nn.functional.dropout(
+                hidden_states, p=self.dropout, training=self.training
+            )
+            for encoder_layer in self.layers:
+                hidden_states = encoder_layer(hidden_states)
+            return self.layer_norm(hidden_states)
+
+    class WhisperForAudioClassification(nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+            self.encoder = WhisperEncoder(config)
+            self.projector = nn.Linear(config.d_model, config.classifier_proj_size)
+            self.classifier = nn.Linear(config.classifier_proj_size, config.num_labels)
+            self.apply(self._init_weights)
+
+        def _init_weights(self, module):
+            std = self.config.init_std
+            if isinstance(module, (nn.Linear, nn.Conv1d)):
+                module.weight.data.normal_(mean=0.0, std=std)
+                if module.bias is not None:
+                    module.bias.data.zero_()
+            elif isinstance(module, nn.Embedding):
+                module.weight.data.normal_(mean=0.0, std=std)
+            elif isinstance(module, nn.LayerNorm):
+                module.weight.data.fill_(1.0)
+                module.bias.data.zero_()
+            elif isinstance(module, WhisperEncoder):
+                with torch.no_grad():
+                    embed_positions = module.embed_positions.weight
+                    embed_positions.copy_(sinusoids(*embed_positions.shape))
+
+        def forward(self, input_features, labels):
+            hidden_states = self.projector(self.encoder(input_features))
+            pooled_output = hidden_states.mean(dim=1)
+            logits = self.classifier(pooled_output)
+            loss_fct = nn.CrossEntropyLoss()
+            loss = loss_fct(logits.view(-1, self.config.num_labels), labels.view(-1))
+            return loss, logits
+
+    return WhisperForAudioClassification(config)
