@@ -44,6 +44,8 @@ WRITES = {
     "addcdiv": lambda t, v: t.ones(3).addcdiv(t.ones(3), t.ones(3), value=v),
     "lerp": lambda t, v: t.ones(3).lerp(t.ones(3), v),
     "constant_": lambda t, v: t.nn.init.constant_(t.ones(3), v),
+    "linspace": lambda t, v: t.linspace(0, v, 3, dtype=t.float32),
+    "logspace": lambda t, v: t.logspace(v, 0, 2, dtype=t.float32),
 }
 
 
@@ -82,3 +84,19 @@ def test_float64_tensors_take_any_float_and_the_llm_mask_works():
         probs = lib.softmax(mask, dim=-1)
         np.testing.assert_allclose(np.asarray(probs.tolist())[0], [1 / 3] * 3, rtol=1e-15)
     assert rg.ones(2, dtype=rg.float64).fill_(TOO_BIG).tolist() == [TOO_BIG, TOO_BIG]
+
+
+def test_complex64_parts_and_one_step_ranges_as_torch():
+    """complex64 takes each part within float32's range; ``linspace`` of one step writes only
+    its start, ``logspace`` of one step computes ``base ** start`` (inf, no refusal)."""
+    for value in (complex(1e300, 0), complex(1, -1e300)):
+        with pytest.raises(RuntimeError, match="without overflow"):
+            torch.full((2,), value, dtype=torch.complex64)
+        with pytest.raises(InvalidArgumentError, match=r"full.*complex64 without overflow"):
+            rg.full((2,), value, dtype=rg.complex64)
+        assert rg.full((1,), value, dtype=rg.complex128).tolist() == [value]
+    assert rg.linspace(0, 1e300, 1, dtype=rg.float32).tolist() == [0.0]
+    with pytest.raises(InvalidArgumentError, match="linspace"):
+        rg.linspace(1e300, 0, 1, dtype=rg.float32)
+    assert rg.logspace(1e300, 0, 1, dtype=rg.float32).tolist() == [float("inf")]
+    assert torch.logspace(1e300, 0, 1, dtype=torch.float32).tolist() == [float("inf")]

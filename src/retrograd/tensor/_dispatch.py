@@ -367,11 +367,13 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
     return wrapped_int(value, dtype) if integral else int(value)
 
 
-#: the largest finite value of the floating dtypes narrower than a Python float
+#: the largest finite value of the floating dtypes narrower than a Python float (complex64:
+#: of each of its parts)
 _FLOAT_MAX = {
     "float32": float(np.finfo(np.float32).max),
     "float16": float(np.finfo(np.float16).max),
     "bfloat16": 3.3895313892515355e38,  # (2 - 2**-7) * 2**127
+    "complex64": float(np.finfo(np.float32).max),
 }
 
 
@@ -381,13 +383,13 @@ def check_float_range(op: str, value: Any, dtype: str) -> None:
     finfo(float64).min)`` in float32, ``masked_fill(mask, 1e300)``), where a cast here would
     write an infinity; infinities and NaN pass, as torch's."""
     high = _FLOAT_MAX.get(dtype)
-    if high is None or not isinstance(value, numbers.Real) or isinstance(value, bool | np.bool_):
+    if high is None or not isinstance(value, numbers.Complex) or isinstance(value, bool | np.bool_):
         return
-    number = float(value)
-    if math.isfinite(number) and not -high <= number <= high:
-        raise InvalidArgumentError(
-            f"{op}: {value!r} cannot be converted to {dtype} without overflow (as torch's)"
-        )
+    for part in (float(value.real), float(value.imag)):
+        if math.isfinite(part) and not -high <= part <= high:
+            raise InvalidArgumentError(
+                f"{op}: {value!r} cannot be converted to {dtype} without overflow (as torch's)"
+            )
 
 
 def _real_part(op: str, value: Any, dtype: str) -> Any:

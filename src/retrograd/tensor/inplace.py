@@ -1054,6 +1054,7 @@ def _filled(t: Any, value: Any, op: str = "fill_") -> Any:
     elif t.dtype in NARROW_INTS:
         value = written_scalar(op, value, t.dtype)
     elif t.dtype in ("complex64", "complex128"):
+        check_float_range(op, value, t.dtype)
         value = complex(value)
     else:
         check_float_range(op, value, t.dtype)
