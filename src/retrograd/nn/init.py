@@ -30,7 +30,7 @@ from ..backend.protocol import on_uniform_grid
 from ..errors import DTypeError, InvalidArgumentError, ShapeError
 from ..errors import guard_namespace as _guard_namespace
 from ..tensor import Tensor, random, tensor
-from ..tensor._dispatch import checked_generator
+from ..tensor._dispatch import check_float_range, checked_generator
 from ..tensor.inplace import assign
 from .modules.state_value import StateValue
 
@@ -144,7 +144,8 @@ def trunc_normal_(
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
-    """Every value ``val``."""
+    """Every value ``val`` (a finite one within the tensor's dtype, as torch's)."""
+    check_float_range("constant_", val, tensor.dtype)
     return _fill(tensor, np.full(tensor.shape, float(val)), "constant_")
 
 

@@ -86,6 +86,7 @@ __all__ = [
     "TensorBase",
     "TensorOp",
     "apply",
+    "check_float_range",
     "check_narrow_data",
     "check_same_dtype",
     "check_scalar",
@@ -346,6 +347,7 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
         check_scalar_int(value, op)
     if isinstance(value, complex | np.complexfloating) and dtype not in COMPLEX_DTYPES:
         value = _real_part(op, value, dtype)
+    check_float_range(op, value, dtype)
     bounds = NARROW_INTS.get(dtype)
     past_int64 = isinstance(value, float | np.floating) and not -(2.0**63) <= value < 2.0**63
     if dtype == "int64" and past_int64:  # (NaN too: NumPy's cast writes -2**63)
@@ -363,6 +365,31 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
             f"{op}: {value!r} cannot be converted to {dtype} without overflow (as torch's)"
         )
     return wrapped_int(value, dtype) if integral else int(value)
+
+
+#: the largest finite value of the floating dtypes narrower than a Python float (complex64:
+#: of each of its parts)
+_FLOAT_MAX = {
+    "float32": float(np.finfo(np.float32).max),
+    "float16": float(np.finfo(np.float16).max),
+    "bfloat16": 3.3895313892515355e38,  # (2 - 2**-7) * 2**127
+    "complex64": float(np.finfo(np.float32).max),
+}
+
+
+def check_float_range(op: str, value: Any, dtype: str) -> None:
+    """torch's refusal of a finite number past the range of the floating ``dtype`` it is
+    written into ("value cannot be converted to type float without overflow": ``full(size,
+    finfo(float64).min)`` in float32, ``masked_fill(mask, 1e300)``), where a cast here would
+    write an infinity; infinities and NaN pass, as torch's."""
+    high = _FLOAT_MAX.get(dtype)
+    if high is None or not isinstance(value, numbers.Complex) or isinstance(value, bool | np.bool_):
+        return
+    for part in (float(value.real), float(value.imag)):
+        if math.isfinite(part) and not -high <= part <= high:
+            raise InvalidArgumentError(
+                f"{op}: {value!r} cannot be converted to {dtype} without overflow (as torch's)"
+            )
 
 
 def _real_part(op: str, value: Any, dtype: str) -> Any:

@@ -18,6 +18,7 @@ from ..backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES, INT_DTYPES, default
 from ..context import capturing
 from ..errors import DTypeError, InvalidArgumentError, shape_text
 from ._dispatch import (
+    check_float_range,
     lift,
     promote,
     promoted_dtype,
@@ -93,6 +94,7 @@ def check_alpha(op: str, alpha: Any, result: str) -> None:
         )
     if isinstance(alpha, int | np.integer):  # (torch converts it to a narrow integer result's
         written_scalar(f"{op} (alpha)", alpha, result)  # dtype within its bounds: int8's 200 no)
+    check_float_range(f"{op} (alpha)", alpha, result)  # (float32's 1e300 no, as torch's)
 
 
 def number_scale(op: str, scale: Any) -> None:

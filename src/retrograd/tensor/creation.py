@@ -36,6 +36,7 @@ from ._dispatch import (
     GRAD_DTYPES,
     INT_DTYPES,
     NARROW_INTS,
+    check_float_range,
     check_narrow_data,
     checked_generator,
     from_host,
@@ -661,6 +662,8 @@ def linspace(
     end = end.item() if isinstance(end, Tensor) else end
     if dtype in NARROW_INTS:  # torch converts both ends first: -2 is 254 in uint8, 300 refused
         start, end = (written_scalar("linspace", v, dtype) for v in (start, end))
+    for written in (start, end)[: min(steps, 2)]:  # (one step writes only the start)
+        check_float_range("linspace", written, dtype)  # (float32's 1e300 no, as torch's)
     start, end = float(start), float(end)
     if dtype in INT_DTYPES:
         host = _integer_linspace(int(start), int(end), steps)
@@ -701,6 +704,10 @@ def logspace(
             written_scalar("logspace", v.item() if isinstance(v, Tensor) else v, dtype)
             for v in (start, end)
         )
+    if isinstance(steps, numbers.Integral) and steps >= 2:  # (one step: base ** start only)
+        for written in (start, end):
+            value = written.item() if isinstance(written, Tensor) else written
+            check_float_range("logspace", value, dtype)
     if dtype in INT_DTYPES:
         given = float(start.item() if isinstance(start, Tensor) else start)
         start, end = (int(v.item() if isinstance(v, Tensor) else v) for v in (start, end))

@@ -28,6 +28,7 @@ from ._dispatch import (
     FLOAT,
     TensorBase,
     TensorOp,
+    check_float_range,
     check_scalar,
     check_scalar_int,
     host_number,
@@ -170,6 +171,7 @@ def _real_scale(op: str, x: Any, value: Any) -> None:
             f"{op}: value {value!r} cannot be converted to the result's dtype {x.dtype} (as "
             "in torch); make the operands complex"
         )
+    check_float_range(op, value, x.dtype)  # (float32's 1e300 no, as torch's)
 
 
 def _is_bool(value: Any) -> bool:
@@ -512,6 +514,7 @@ class ElementwiseMixin:
             return near_start.mask_where(weight.abs().greater_equal(0.5), near_end)
         if not self.is_complex():
             # torch takes a scalar weight in the tensor's dtype (a 0-d float32 one, e.g.)
+            check_float_range("lerp", weight, self.dtype)
             return self._apply("lerp_scalar", (self, end), (float(weight),))
         diff = end - self
         if abs(weight) < 0.5:
@@ -912,7 +915,10 @@ class ElementwiseMixin:
         ):
             x, low, high = self, min, max
             dtype = self._backend.dtype(self._prim)
-            if dtype not in FLOAT_DTYPES:  # (a float tensor, the common case, goes straight)
+            if dtype in FLOAT_DTYPES:  # (a float tensor, the common case, goes straight)
+                for b in (min, max):  # (within the dtype's range, as torch writes them)
+                    check_float_range("clamp", b, dtype)
+            else:
                 bounds = [b for b in (min, max) if b is not None]
                 if dtype == "bool" and all(isinstance(b, bool) for b in bounds):
                     _no_bool("clamp")

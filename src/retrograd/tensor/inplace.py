@@ -48,6 +48,7 @@ from ._dispatch import (
     NARROW_INTS,
     SCALARS,
     TensorBase,
+    check_float_range,
     check_scalar_int,
     checked_generator,
     from_host,
@@ -1053,8 +1054,10 @@ def _filled(t: Any, value: Any, op: str = "fill_") -> Any:
     elif t.dtype in NARROW_INTS:
         value = written_scalar(op, value, t.dtype)
     elif t.dtype in ("complex64", "complex128"):
+        check_float_range(op, value, t.dtype)
         value = complex(value)
     else:
+        check_float_range(op, value, t.dtype)
         value = float(value)
     return wrap(t, t._backend.full(t.shape, value, t.dtype, t._device))
 
