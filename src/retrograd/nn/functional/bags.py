@@ -15,10 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError, check_bool
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    KernelArgumentError,
+    KernelIndexError,
+    ShapeError,
+    UnsupportedModeError,
+    check_bool,
+)
 from ...tensor import Tensor, arange, ones, tensor, zeros_like
 from ...tensor.functions import once_differentiable_inputs, where
-from ...tensor.internal import result_dtype, shape_text
+from ...tensor.internal import check_indices, result_dtype, shape_text
 from .linear import _renorm_rows, embedding
 
 __all__ = ["embedding_bag"]
@@ -85,7 +93,7 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
     # torch checks the offsets as given, the last included: an input with no entries and
     # offsets past zero, or offsets [2] with include_last_offset (no bag), are refused too
     if starts.size and (starts[0] != 0 or np.any(np.diff(starts) < 0) or starts[-1] > n):
-        raise InvalidArgumentError(
+        raise KernelArgumentError(  # (torch's RuntimeError)
             f"{fn}: offsets must start at 0, not decrease and stay within the input's "
             f"{n} entries, got {starts.tolist()}"
         )
@@ -142,7 +150,7 @@ def embedding_bag(
             f"{fn}: input (promoted with offsets, as torch's) must be an int64 or int32 tensor"
         )
     if per_sample_weights is not None and mode != "sum":
-        raise InvalidArgumentError(
+        raise UnsupportedModeError(  # (torch's NotImplementedError)
             f"{fn}: per_sample_weights was not None. per_sample_weights is only supported for "
             f"mode='sum' (got mode='{mode}'). Please open a feature request on GitHub."
         )
@@ -156,6 +164,17 @@ def embedding_bag(
             f"{fn}: per_sample_weights ({per_sample_weights.dtype}) must have weight's dtype "
             f"({weight.dtype})"
         )
+    count = weight.shape[0] if isinstance(weight, Tensor) and weight.ndim == 2 else None
+    if count is not None:  # (before max_norm's renormalization reads the rows)
+
+        def out_of_range(bad: int | None) -> KernelIndexError:
+            index = "an index" if bad is None else f"index {bad}"
+            return KernelIndexError(  # (torch's RuntimeError: "Expected idx >= 0 && ...")
+                f"{fn}: {index} is out of range for {count} embeddings; input "
+                f"{shape_text(input.shape)}, weight {shape_text(weight.shape)}"
+            )
+
+        check_indices(input, count, out_of_range)
     indices, keep, positions = _bags(fn, input, offsets, include_last_offset)
     if max_norm is not None:  # the rows ``input`` looks up, renormalized in place as torch's
         _renorm_rows(weight, input.reshape(-1), float(max_norm), norm_type)

@@ -13,8 +13,10 @@ from ...errors import (
     ArgumentTypeError,
     AutodiffError,
     InvalidArgumentError,
+    KernelArgumentError,
     MixedDTypeError,
     ShapeError,
+    SizeMismatchError,
 )
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
@@ -62,7 +64,7 @@ def layer_norm(
         raise ShapeError(f"{fn}: normalized_shape must have at least one dimension, got ()")
     k = len(shape)
     if x.shape[x.ndim - k :] != shape or x.ndim < k:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError: "Given normalized_shape=...")
             f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
             f"dimensions; input {shape_text(x.shape)}"
         )
@@ -419,7 +421,7 @@ def _channel_vector(fn: str, x: Tensor, value: Any, name: str, channels: int) ->
         return None
     value = _as_tensor(fn, x, value, name)
     if value.shape != (channels,):
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError: "... should contain 4 elements")
             f"{fn}: {name} must have shape [{channels}] (one value per channel), got "
             f"{shape_text(value.shape)}; input {shape_text(x.shape)}"
         )
@@ -601,7 +603,7 @@ def group_norm(
         raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
     channels = x.shape[1]
     if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or channels % num_groups:
-        raise InvalidArgumentError(
+        raise KernelArgumentError(  # (torch's RuntimeError)
             f"{fn}: {channels} channels cannot be split into num_groups={num_groups!r} groups; "
             f"input {shape_text(x.shape)}"
         )
@@ -673,7 +675,7 @@ def rms_norm(
         raise ShapeError(f"{fn}: normalized_shape must have at least one dimension, got ()")
     k = len(shape)
     if x.ndim < k or x.shape[x.ndim - k :] != shape:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError: "Given normalized_shape=...")
             f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
             f"dimensions; input {shape_text(x.shape)}"
         )
