@@ -13,7 +13,7 @@ refusals raised another exception class than torch's.
 - ``embedding_bag``: offsets that do not start at 0 (``InvalidArgumentError`` alone) and
   indices out of range (``IndexOutOfRangeError`` alone) where torch raises ``RuntimeError``;
   ``per_sample_weights`` with mode mean or max, an ``InvalidArgumentError`` where torch
-  raises ``NotImplementedError``;
+  raises ``NotImplementedError`` (but where ``max_norm`` reads an index out of range first);
 - ``nn.Embedding``/``F.embedding``'s ``padding_idx`` outside the table: an
   ``IndexOutOfRangeError`` alone where torch asserts (``AssertionError``), and
   ``F.embedding`` checked it after the indices (their dtype, their range) where torch checks
@@ -154,3 +154,14 @@ def test_embedding_padding_idx_outside_the_table_raises_torchs_assertion_error(p
 def test_embedding_of_float_indices_raises_torchs_runtime_error():
     make = lambda lib, f: f.embedding(lib.tensor([0.0, 1.0]), lib.tensor(W))  # noqa: E731
     _same_refusal(make, rg.DTypeError, "indices must be int64 or int32")
+
+
+def test_embedding_bag_renormalizes_before_it_checks_the_mode_of_per_sample_weights():
+    # torch's max_norm reads the rows looked up (an index out of range: IndexError) before
+    # it refuses per_sample_weights in mode max
+    def make(lib, f):
+        w, idx = lib.tensor(W), lib.tensor([[0, 8]])
+        psw = lib.ones((1, 2)).double()
+        return f.embedding_bag(idx, w, mode="max", max_norm=1.0, per_sample_weights=psw)
+
+    _same_refusal(make, rg.IndexOutOfRangeError, "index 8 is out of range for 4")

@@ -118,6 +118,23 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
     return where(mask, padded, zeros_like(padded)), mask, positions
 
 
+def _check_rows(fn: str, input: Tensor, weight: Tensor) -> None:  # noqa: A002
+    """Refuse an index of ``input`` that names no row of ``weight`` (before ``max_norm``'s
+    renormalization reads the rows), as torch's kernel does: a ``RuntimeError``."""
+    if not isinstance(weight, Tensor) or weight.ndim != 2:
+        return
+    count = weight.shape[0]
+
+    def out_of_range(bad: int | None) -> KernelIndexError:
+        index = "an index" if bad is None else f"index {bad}"
+        return KernelIndexError(  # (torch's RuntimeError: "Expected idx >= 0 && ...")
+            f"{fn}: {index} is out of range for {count} embeddings; input "
+            f"{shape_text(input.shape)}, weight {shape_text(weight.shape)}"
+        )
+
+    check_indices(input, count, out_of_range)
+
+
 def embedding_bag(
     input: Tensor,  # noqa: A002 (torch's name)
     weight: Tensor,
@@ -149,6 +166,10 @@ def embedding_bag(
         raise DTypeError(
             f"{fn}: input (promoted with offsets, as torch's) must be an int64 or int32 tensor"
         )
+    if max_norm is not None and per_sample_weights is not None:
+        # (torch renormalizes the rows looked up before it checks the mode: an index out of
+        # range is refused first there)
+        _check_rows(fn, input, weight)
     if per_sample_weights is not None and mode != "sum":
         raise UnsupportedModeError(  # (torch's NotImplementedError)
             f"{fn}: per_sample_weights was not None. per_sample_weights is only supported for "
@@ -164,18 +185,9 @@ def embedding_bag(
             f"{fn}: per_sample_weights ({per_sample_weights.dtype}) must have weight's dtype "
             f"({weight.dtype})"
         )
-    count = weight.shape[0] if isinstance(weight, Tensor) and weight.ndim == 2 else None
-    if count is not None:  # (before max_norm's renormalization reads the rows)
-
-        def out_of_range(bad: int | None) -> KernelIndexError:
-            index = "an index" if bad is None else f"index {bad}"
-            return KernelIndexError(  # (torch's RuntimeError: "Expected idx >= 0 && ...")
-                f"{fn}: {index} is out of range for {count} embeddings; input "
-                f"{shape_text(input.shape)}, weight {shape_text(weight.shape)}"
-            )
-
-        check_indices(input, count, out_of_range)
     indices, keep, positions = _bags(fn, input, offsets, include_last_offset)
+    if max_norm is None or per_sample_weights is None:
+        _check_rows(fn, input, weight)
     if max_norm is not None:  # the rows ``input`` looks up, renormalized in place as torch's
         _renorm_rows(weight, input.reshape(-1), float(max_norm), norm_type)
     if padding_idx is not None:
