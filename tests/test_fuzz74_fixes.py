@@ -17,7 +17,16 @@ refusals raised another exception class than torch's.
 - ``nn.Embedding``/``F.embedding``'s ``padding_idx`` outside the table: an
   ``IndexOutOfRangeError`` alone where torch asserts (``AssertionError``), and
   ``F.embedding`` checked it after the indices (their dtype, their range) where torch checks
-  it first; float indices: a ``DTypeError`` alone (torch's ``RuntimeError``).
+  it first; float indices: a ``DTypeError`` alone (torch's ``RuntimeError``);
+- found by probes of options the random programs do not draw: ``F.embedding_bag`` took a
+  ``padding_idx`` outside the table (torch: ``RuntimeError``); ``batch_norm`` in eval mode
+  without running statistics, ``local_response_norm`` of size 0, ``layer_norm`` of an empty
+  ``normalized_shape``, an int input of ``normalize`` (every function of a float input),
+  ``embedding``'s 1-d weight, ``embedding_bag``'s int16 indices, no offsets with
+  ``include_last_offset`` and a 2-d input of empty bags raised classes other than torch's
+  ``RuntimeError``; ``num_groups=0`` not torch's ``ZeroDivisionError``; a second derivative
+  through ``embedding_bag`` (and any derivative torch does not implement) an
+  ``AutodiffError`` where torch raises ``NotImplementedError``.
 """
 
 from __future__ import annotations
@@ -165,3 +174,84 @@ def test_embedding_bag_renormalizes_before_it_checks_the_mode_of_per_sample_weig
         return f.embedding_bag(idx, w, mode="max", max_norm=1.0, per_sample_weights=psw)
 
     _same_refusal(make, rg.IndexOutOfRangeError, "index 8 is out of range for 4")
+
+
+# -- the second sweep's: probes of the options the random programs do not draw ------------------
+X = np.linspace(-2.0, 2.0, 60).reshape(3, 4, 5)
+
+
+@pytest.mark.parametrize(
+    ("make", "ours", "match"),
+    [
+        # RuntimeError in torch
+        (
+            lambda lib, f: f.batch_norm(lib.tensor(X), None, None, training=False),
+            rg.InvalidArgumentError,
+            "needed when not training",
+        ),
+        (
+            lambda lib, f: f.local_response_norm(lib.tensor(X), 0),
+            rg.InvalidArgumentError,
+            "size must be a positive int",
+        ),
+        (
+            lambda lib, f: f.layer_norm(lib.tensor(X), ()),
+            rg.ShapeError,
+            "normalized_shape must have at least one dimension",
+        ),
+        (
+            lambda lib, f: f.normalize(lib.tensor([[1, 2]]), dim=1),
+            rg.DTypeError,
+            "normalize: expected a float input",
+        ),
+        (
+            lambda lib, f: f.embedding(lib.tensor([0, 1]), lib.tensor(W[0])),
+            rg.ShapeError,
+            "weight must be 2-d",
+        ),
+        (
+            lambda lib, f: f.embedding_bag(lib.tensor([[0, 1]]).to(lib.int16), lib.tensor(W)),
+            rg.DTypeError,
+            "must be an int64 or int32 tensor",
+        ),
+        (
+            lambda lib, f: f.embedding_bag(
+                lib.tensor([0, 1]),
+                lib.tensor(W),
+                lib.tensor([], dtype=lib.int64),
+                include_last_offset=True,
+            ),
+            rg.InvalidArgumentError,
+            "number of offsets should be at least 1",
+        ),
+        (
+            lambda lib, f: f.embedding_bag(lib.zeros((2, 0), dtype=lib.int64), lib.tensor(W)),
+            rg.InvalidArgumentError,
+            "a 2-d input of empty bags",
+        ),
+        # ZeroDivisionError in torch
+        (lambda lib, f: f.group_norm(lib.tensor(X), 0), rg.InvalidArgumentError, "not be 0"),
+        (lambda lib, f: lib.nn.GroupNorm(0, 4), rg.InvalidArgumentError, "not be 0"),
+    ],
+)
+def test_refusals_of_options_the_random_programs_do_not_draw(make, ours, match):
+    _same_refusal(make, ours, match)
+
+
+@pytest.mark.parametrize("padding_idx", [4, -5])
+def test_functional_embedding_bag_refuses_a_padding_idx_outside_the_table(padding_idx):
+    # it was taken (5 % 4: another row than any given); torch refuses it (RuntimeError)
+    def make(lib, f):
+        return f.embedding_bag(lib.tensor([[0, 1]]), lib.tensor(W), padding_idx=padding_idx)
+
+    _same_refusal(make, rg.IndexOutOfRangeError, "padding_idx must be within the number")
+
+
+def test_a_second_derivative_through_embedding_bag_raises_torchs_not_implemented_error():
+    def make(lib, f):
+        w = lib.tensor(W, requires_grad=True)
+        out = f.embedding_bag(lib.tensor([[0, 1], [1, 2]]), w, mode="mean")
+        (g,) = lib.autograd.grad((out * out).sum(), w, create_graph=True)
+        return lib.autograd.grad(g.sum(), w)
+
+    _same_refusal(make, rg.AutodiffError, "the derivative of its backward is not implemented")

@@ -22,6 +22,7 @@ __all__ = [
     "AutodiffError",
     "DTypeError",
     "DamagedFileError",
+    "DerivativeNotImplementedError",
     "DeviceUnavailableError",
     "DistributedError",
     "DivisionByZeroError",
@@ -223,6 +224,13 @@ class AutodiffError(RetrogradError, RuntimeError):
     """Misuse of the autodiff graph: a consumed graph, grad on a non-leaf, no graph at all."""
 
 
+class DerivativeNotImplementedError(AutodiffError, NotImplementedError):
+    """A derivative torch does not implement either (an ``igamma`` gradient in its first
+    argument, a second derivative through ``embedding_bag``): the :class:`AutodiffError` of
+    the hierarchy and the ``NotImplementedError`` torch raises there ("the derivative for ...
+    is not implemented")."""
+
+
 class ScalerOrderError(AutodiffError, AssertionError):
     """A ``GradScaler`` call out of the order its state needs where torch asserts it
     (``update()`` before any ``step()``/``unscale_()``: "No inf checks were recorded prior to
@@ -263,10 +271,11 @@ class InnerOperandError(AutodiffError):
 
 
 class KernelDTypeError(DTypeError, RuntimeError):
-    """An index tensor of a dtype torch's kernel refuses with a ``RuntimeError``
-    (``embedding``'s float indices: "Expected tensor for argument #1 'indices' to have one of
-    the following scalar types: Long, Int"; ``F.one_hot`` of int32): a :class:`DTypeError` of
-    the hierarchy and torch's class."""
+    """A tensor of a dtype torch's kernel refuses with a ``RuntimeError`` (``embedding``'s
+    float indices: "Expected tensor for argument #1 'indices' to have one of the following
+    scalar types: Long, Int"; ``F.one_hot`` of int32; an int input of a float-only function,
+    "not implemented for 'Long'"): a :class:`DTypeError` of the hierarchy and torch's
+    class."""
 
 
 class KernelArgumentError(InvalidArgumentError, RuntimeError):

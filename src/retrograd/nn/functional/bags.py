@@ -19,6 +19,7 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     KernelArgumentError,
+    KernelDTypeError,
     KernelIndexError,
     ShapeError,
     UnsupportedModeError,
@@ -80,6 +81,11 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
         if offsets is not None:
             raise InvalidArgumentError(f"{fn}: if input is 2-d, then offsets has to be None")
         bags, length = input.shape
+        if not length:  # (torch's RuntimeError: its offsets, a range of step 0)
+            raise KernelArgumentError(
+                f"{fn}: a 2-d input of empty bags is refused, as torch's; got "
+                f"{shape_text(input.shape)}"
+            )
         positions = arange(bags * length, dtype="int64", **made).reshape((bags, length))
         return input, ones(input.shape, dtype="bool", **made), positions
     if input.ndim != 1:
@@ -99,7 +105,7 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
         )
     if include_last_offset:
         if not starts.size:
-            raise InvalidArgumentError(
+            raise KernelArgumentError(  # (torch's RuntimeError)
                 f"{fn}: include_last_offset: number of offsets should be at least 1, got none"
             )
         starts, ends = starts[:-1], starts[1:]
@@ -163,9 +169,16 @@ def embedding_bag(
     if isinstance(input, Tensor) and _index_dtype(input, offsets) in ("int64", "int32"):
         input = input.long()  # noqa: A001 (torch's name)
     if not isinstance(input, Tensor) or input.dtype != "int64":
-        raise DTypeError(
+        raise KernelDTypeError(  # (torch's RuntimeError)
             f"{fn}: input (promoted with offsets, as torch's) must be an int64 or int32 tensor"
         )
+    if padding_idx is not None and isinstance(weight, Tensor) and weight.ndim == 2:
+        count = weight.shape[0]
+        if not -count <= padding_idx < count:
+            raise KernelIndexError(  # (torch's RuntimeError)
+                f"{fn}: padding_idx must be within the number of embeddings, {-count} "
+                f"through {count - 1}, but got {padding_idx}"
+            )
     if max_norm is not None and per_sample_weights is not None:
         # (torch renormalizes the rows looked up before it checks the mode: an index out of
         # range is refused first there)

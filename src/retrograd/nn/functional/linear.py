@@ -11,6 +11,7 @@ from ...errors import (
     MixedDTypeError,
     PaddingIndexError,
     ShapeError,
+    SizeMismatchError,
     check_bool,
 )
 from ...tensor import Tensor
@@ -203,7 +204,7 @@ def embedding(
             f"{fn}: indices must be int64 or int32 (as torch's), got {indices.dtype}"
         )
     if weight.ndim != 2:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError: "'weight' must be 2-D")
             f"{fn}: weight must be 2-d [num_embeddings, dim], got {shape_text(weight.shape)}"
         )
     count = weight.shape[0]

@@ -12,6 +12,7 @@ from typing import Any
 from ...errors import (
     ArgumentTypeError,
     AutodiffError,
+    DivisionByZeroError,
     InvalidArgumentError,
     KernelArgumentError,
     MixedDTypeError,
@@ -61,7 +62,9 @@ def layer_norm(
         0,  # torch normalizes over a zero-size shape too: an empty result
     )
     if not shape:
-        raise ShapeError(f"{fn}: normalized_shape must have at least one dimension, got ()")
+        raise SizeMismatchError(  # (torch's RuntimeError)
+            f"{fn}: normalized_shape must have at least one dimension, got ()"
+        )
     k = len(shape)
     if x.shape[x.ndim - k :] != shape or x.ndim < k:
         raise SizeMismatchError(  # (torch's RuntimeError: "Given normalized_shape=...")
@@ -265,7 +268,9 @@ def local_response_norm(
     if not isinstance(size, numbers.Integral) or isinstance(size, bool):
         raise ArgumentTypeError(f"{fn}: size must be an int, got {size!r}")
     if size < 1:
-        raise InvalidArgumentError(f"{fn}: size must be a positive int, got {size!r}")
+        raise KernelArgumentError(  # (torch's RuntimeError: "kernel size should be ...")
+            f"{fn}: size must be a positive int, got {size!r}"
+        )
     if x.numel() == 0:
         return x
     channels = x.shape[1]
@@ -507,7 +512,7 @@ def batch_norm(
     ]
     if not training:
         if running_mean is None:
-            raise InvalidArgumentError(
+            raise KernelArgumentError(  # (torch's RuntimeError)
                 f"{fn}: running_mean and running_var are needed when not training"
             )
         column = (1, channels) + (1,) * (x.ndim - 2)
@@ -602,6 +607,8 @@ def group_norm(
     if x.ndim < 2:
         raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
     channels = x.shape[1]
+    if num_groups == 0:  # (torch's ZeroDivisionError of its modulo)
+        raise DivisionByZeroError(f"{fn}: num_groups must not be 0; input {shape_text(x.shape)}")
     if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or channels % num_groups:
         raise KernelArgumentError(  # (torch's RuntimeError)
             f"{fn}: {channels} channels cannot be split into num_groups={num_groups!r} groups; "
@@ -672,7 +679,9 @@ def rms_norm(
         0,  # torch normalizes over a zero-size shape too: an empty result
     )
     if not shape:
-        raise ShapeError(f"{fn}: normalized_shape must have at least one dimension, got ()")
+        raise SizeMismatchError(  # (torch's RuntimeError)
+            f"{fn}: normalized_shape must have at least one dimension, got ()"
+        )
     k = len(shape)
     if x.ndim < k or x.shape[x.ndim - k :] != shape:
         raise SizeMismatchError(  # (torch's RuntimeError: "Given normalized_shape=...")
