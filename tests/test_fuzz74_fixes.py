@@ -23,7 +23,8 @@ refusals raised another exception class than torch's.
   without running statistics, ``local_response_norm`` of size 0, ``layer_norm`` of an empty
   ``normalized_shape``, an int input of ``normalize`` (every function of a float input),
   ``embedding``'s 1-d weight, ``embedding_bag``'s int16 indices, no offsets with
-  ``include_last_offset`` and a 2-d input of empty bags raised classes other than torch's
+  ``include_last_offset``, a 2-d input of empty bags and ``per_sample_weights`` of another
+  dtype than the weight raised classes other than torch's
   ``RuntimeError``; ``num_groups=0`` not torch's ``ZeroDivisionError``; a second derivative
   through ``embedding_bag`` (and any derivative torch does not implement) an
   ``AutodiffError`` where torch raises ``NotImplementedError``.
@@ -255,3 +256,11 @@ def test_a_second_derivative_through_embedding_bag_raises_torchs_not_implemented
         return lib.autograd.grad(g.sum(), w)
 
     _same_refusal(make, rg.AutodiffError, "the derivative of its backward is not implemented")
+
+
+def test_embedding_bag_per_sample_weights_of_another_dtype_raise_torchs_runtime_error():
+    def make(lib, f):
+        w, idx = lib.tensor(W.astype(np.float32)), lib.tensor([[0, 1]])
+        return f.embedding_bag(idx, w, mode="sum", per_sample_weights=lib.ones((1, 2)).double())
+
+    _same_refusal(make, rg.DTypeError, "per_sample_weights (float64) must have weight's dtype")

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from ...errors import (
-    DTypeError,
     InvalidArgumentError,
     KernelArgumentError,
     KernelDTypeError,
     KernelIndexError,
+    MixedDTypeError,
     ShapeError,
     UnsupportedModeError,
     check_bool,
@@ -194,7 +194,7 @@ def embedding_bag(
             f"shape of input {shape_text(input.shape)}"
         )
     if per_sample_weights is not None and per_sample_weights.dtype != weight.dtype:
-        raise DTypeError(  # (torch's check: the weights are not promoted)
+        raise MixedDTypeError(  # (torch's RuntimeError: the weights are not promoted)
             f"{fn}: per_sample_weights ({per_sample_weights.dtype}) must have weight's dtype "
             f"({weight.dtype})"
         )
