@@ -134,6 +134,11 @@ def _n(rng):
     return int(rng.choice([0, 1, 2, 3], p=[0.06, 0.3, 0.34, 0.3]))
 
 
+def _mdtype(rng, dtype):
+    """A module's dtype: sometimes not its input's (torch refuses the mix)."""
+    return {"float32": "float64", "float64": "float32"}[dtype] if rng.random() < 0.03 else dtype
+
+
 def _fdtype(rng):
     return str(rng.choice(["float32", "float64"]))
 
@@ -182,13 +187,14 @@ def draw_batch_norm_module(rng, dtype):
         x = _x(rng, tuple(int(s) for s in shape), dtype, 2.0, 0.5)
         steps.append((train, _laid(rng, x)))
     name = f"BatchNorm{dims}d"
+    mdtype = _mdtype(rng, dtype)
 
     def body(lib, env):
-        m = env.module(name, dtype, c, state=state, **kw)
+        m = env.module(name, mdtype, c, state=state, **kw)
         return _steps(m, env, steps, kw.get("track_running_stats", True))
 
     text = f"nn.{name}({c}, **{kw})[{sorted(state)}] on {[(t, _desc(x)) for t, x in steps]}"
-    return Prog(f"{text} {dtype}", body)
+    return Prog(f"{text} {dtype} (module {mdtype})", body)
 
 
 def _steps(m, env, steps, tracked):
@@ -288,12 +294,14 @@ def draw_layer_norm(rng, dtype):
         state = {}  # (copying would fail first)
     name = "RMSNorm" if rms else "LayerNorm"
     if rng.random() < 0.5:
+        mdtype = _mdtype(rng, dtype)
 
         def body(lib, env):
-            m = env.module(name, dtype, ns_arg, state=state, **kw)
+            m = env.module(name, mdtype, ns_arg, state=state, **kw)
             return (m(env.t(x, True)),), {}
 
-        return Prog(f"nn.{name}({ns_arg}, **{kw})[{sorted(state)}]({dtype}{_desc(x)})", body)
+        text = f"nn.{name}({ns_arg}, **{kw})[{sorted(state)}, {mdtype}]({dtype}{_desc(x)})"
+        return Prog(text, body)
     fkw = {k: v for k, v in kw.items() if k == "eps"}
     if isinstance(ns_arg, int):
         # (torch's functional forms refuse an int, a TypeError; retrograd's take it, as the
