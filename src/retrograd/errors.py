@@ -22,6 +22,7 @@ __all__ = [
     "AutodiffError",
     "DTypeError",
     "DamagedFileError",
+    "DerivativeNotImplementedError",
     "DeviceUnavailableError",
     "DistributedError",
     "DivisionByZeroError",
@@ -30,6 +31,9 @@ __all__ = [
     "IndexOutOfRangeError",
     "InnerOperandError",
     "InvalidMaxIndexError",
+    "KernelArgumentError",
+    "KernelDTypeError",
+    "KernelIndexError",
     "KeyMismatchError",
     "LinAlgError",
     "MemoryLayoutError",
@@ -38,6 +42,7 @@ __all__ = [
     "NonFiniteError",
     "OptimizerGroupsError",
     "OutOfMemoryError",
+    "PaddingIndexError",
     "PartialOverlapError",
     "RecurrentDTypeError",
     "ResultCastError",
@@ -197,6 +202,18 @@ class InvalidMaxIndexError(IndexOutOfRangeError, RuntimeError):
     hierarchy and the ``RuntimeError`` torch raises there ("Found an invalid max index")."""
 
 
+class KernelIndexError(IndexOutOfRangeError, RuntimeError):
+    """An index value outside its range where torch's kernel raises a ``RuntimeError``, not
+    an ``IndexError`` (``embedding_bag``'s "Expected idx >= 0 && idx < num_embeddings",
+    ``one_hot``'s class values): an out-of-range index of the hierarchy and torch's class."""
+
+
+class PaddingIndexError(IndexOutOfRangeError, AssertionError):
+    """A ``padding_idx`` that names no row of the table (``nn.Embedding``, ``F.embedding``):
+    an out-of-range index of the hierarchy and the ``AssertionError`` torch asserts it with
+    ("Padding_idx must be within num_embeddings")."""
+
+
 class IndexDTypeError(DTypeError, IndexOutOfRangeError):
     """An index tensor of a dtype the op does not take, where torch raises an ``IndexError``
     for it (``index_fill``'s "Expected dtype int64 for index"): a :class:`DTypeError`, as
@@ -205,6 +222,13 @@ class IndexDTypeError(DTypeError, IndexOutOfRangeError):
 
 class AutodiffError(RetrogradError, RuntimeError):
     """Misuse of the autodiff graph: a consumed graph, grad on a non-leaf, no graph at all."""
+
+
+class DerivativeNotImplementedError(AutodiffError, NotImplementedError):
+    """A derivative torch does not implement either (an ``igamma`` gradient in its first
+    argument, a second derivative through ``embedding_bag``): the :class:`AutodiffError` of
+    the hierarchy and the ``NotImplementedError`` torch raises there ("the derivative for ...
+    is not implemented")."""
 
 
 class ScalerOrderError(AutodiffError, AssertionError):
@@ -244,6 +268,21 @@ class InnerOperandError(AutodiffError):
         #: what the op wrote into their copies); ``None`` where there is none to lift.
         #: Without it (the error raised again under another message) nothing is retried
         self.rejoin = rejoin
+
+
+class KernelDTypeError(DTypeError, RuntimeError):
+    """A tensor of a dtype torch's kernel refuses with a ``RuntimeError`` (``embedding``'s
+    float indices: "Expected tensor for argument #1 'indices' to have one of the following
+    scalar types: Long, Int"; ``F.one_hot`` of int32; an int input of a float-only function,
+    "not implemented for 'Long'"): a :class:`DTypeError` of the hierarchy and torch's
+    class."""
+
+
+class KernelArgumentError(InvalidArgumentError, RuntimeError):
+    """An argument value torch's kernel refuses with a ``RuntimeError`` (``embedding_bag``'s
+    offsets, ``group_norm``'s groups that do not divide the channels, ``one_hot`` of an empty
+    tensor with ``num_classes=-1``): an :class:`InvalidArgumentError` of the hierarchy and
+    torch's class."""
 
 
 class UninitializedError(InvalidArgumentError, RuntimeError):

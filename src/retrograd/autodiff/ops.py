@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backend.protocol_products import along, reverse_cumsum
-from ..errors import AutodiffError, InvalidArgumentError
+from ..errors import AutodiffError, DerivativeNotImplementedError, InvalidArgumentError
 
 __all__ = ["OPS", "Op", "sum_to_shape", "unpack"]
 
@@ -438,7 +438,7 @@ def _i1_slope(B, x, out):
 def _no_derivative(op, argument):
     """The error of a gradient torch does not implement either (torch: "the derivative for
     ... is not implemented"), raised when backward reaches the op, as torch's is."""
-    return AutodiffError(
+    return DerivativeNotImplementedError(  # (torch's NotImplementedError)
         f"{op}: the derivative with respect to {argument} is not implemented (nor in torch); "
         f"detach() that input, or keep the op out of the differentiated path"
     )
@@ -794,7 +794,7 @@ def _polynomial_refusal(argument):
 
 
 def _refused_second_derivative(B, g, op):
-    raise AutodiffError(
+    raise DerivativeNotImplementedError(  # (torch's NotImplementedError)
         f"{op}: the derivative of its backward is not implemented (nor in torch): a second "
         "derivative through it is refused; keep the op out of the twice-differentiated path"
     )

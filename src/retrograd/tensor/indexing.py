@@ -30,6 +30,8 @@ from ..errors import (
     IndexDTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    KernelArgumentError,
+    KernelIndexError,
     ShapeError,
     check_bool,
     shape_text,
@@ -291,18 +293,21 @@ class IndexingMixin:
         if self.dtype != "int64":
             raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {self.dtype}")
         if not self.numel() and num_classes <= 0:  # nothing to count classes of: torch refuses
-            raise InvalidArgumentError(
+            raise KernelArgumentError(  # (torch's RuntimeError)
                 f"one_hot: cannot infer num_classes from an empty tensor (shape "
                 f"{shape_text(self.shape)}); pass a positive num_classes, got {num_classes}"
             )
         if num_classes == -1:  # the classes' count is data: a host read, as in torch
             num_classes = max(int(self.max().item()) + 1, 0)
 
-        def out_of_range(bad: int | None, num_classes: int = num_classes) -> str:
+        def out_of_range(bad: int | None, num_classes: int = num_classes) -> KernelIndexError:
+            # (torch's RuntimeError: "Class values must be non-negative"/"smaller than ...")
             if bad is not None and bad < 0:
-                return f"one_hot: class values must be non-negative, got {bad}"
+                return KernelIndexError(f"one_hot: class values must be non-negative, got {bad}")
             value = "" if bad is None else f", got {bad}"
-            return f"one_hot: class values must be smaller than num_classes={num_classes}{value}"
+            return KernelIndexError(
+                f"one_hot: class values must be smaller than num_classes={num_classes}{value}"
+            )
 
         # on the backend's device: a deferred check there, no host read per call
         check_indices(self, num_classes, out_of_range)

@@ -12,6 +12,7 @@ import numpy as np
 from ...errors import (
     ArgumentTypeError,
     DTypeError,
+    KernelDTypeError,
     MixedDTypeError,
     ShapeError,
     SizeMismatchError,
@@ -130,7 +131,9 @@ def _float_input(fn: str, x: Any) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:
-        raise DTypeError(f"{fn}: expected a float input, got {x.dtype} {shape_text(x.shape)}")
+        raise KernelDTypeError(  # (torch's RuntimeError: "... not implemented for 'Long'")
+            f"{fn}: expected a float input, got {x.dtype} {shape_text(x.shape)}"
+        )
     return x
 
 

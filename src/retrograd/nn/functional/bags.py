@@ -15,10 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError, check_bool
+from ...errors import (
+    InvalidArgumentError,
+    KernelArgumentError,
+    KernelDTypeError,
+    KernelIndexError,
+    MixedDTypeError,
+    ShapeError,
+    UnsupportedModeError,
+    check_bool,
+)
 from ...tensor import Tensor, arange, ones, tensor, zeros_like
 from ...tensor.functions import once_differentiable_inputs, where
-from ...tensor.internal import result_dtype, shape_text
+from ...tensor.internal import check_indices, result_dtype, shape_text
 from .linear import _renorm_rows, embedding
 
 __all__ = ["embedding_bag"]
@@ -72,6 +81,11 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
         if offsets is not None:
             raise InvalidArgumentError(f"{fn}: if input is 2-d, then offsets has to be None")
         bags, length = input.shape
+        if not length:  # (torch's RuntimeError: its offsets, a range of step 0)
+            raise KernelArgumentError(
+                f"{fn}: a 2-d input of empty bags is refused, as torch's; got "
+                f"{shape_text(input.shape)}"
+            )
         positions = arange(bags * length, dtype="int64", **made).reshape((bags, length))
         return input, ones(input.shape, dtype="bool", **made), positions
     if input.ndim != 1:
@@ -85,13 +99,13 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
     # torch checks the offsets as given, the last included: an input with no entries and
     # offsets past zero, or offsets [2] with include_last_offset (no bag), are refused too
     if starts.size and (starts[0] != 0 or np.any(np.diff(starts) < 0) or starts[-1] > n):
-        raise InvalidArgumentError(
+        raise KernelArgumentError(  # (torch's RuntimeError)
             f"{fn}: offsets must start at 0, not decrease and stay within the input's "
             f"{n} entries, got {starts.tolist()}"
         )
     if include_last_offset:
         if not starts.size:
-            raise InvalidArgumentError(
+            raise KernelArgumentError(  # (torch's RuntimeError)
                 f"{fn}: include_last_offset: number of offsets should be at least 1, got none"
             )
         starts, ends = starts[:-1], starts[1:]
@@ -108,6 +122,23 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
         return zeros_like(positions), mask, positions
     padded = input[positions.reshape(-1)].reshape(positions.shape)
     return where(mask, padded, zeros_like(padded)), mask, positions
+
+
+def _check_rows(fn: str, input: Tensor, weight: Tensor) -> None:  # noqa: A002
+    """Refuse an index of ``input`` that names no row of ``weight`` (before ``max_norm``'s
+    renormalization reads the rows), as torch's kernel does: a ``RuntimeError``."""
+    if not isinstance(weight, Tensor) or weight.ndim != 2:
+        return
+    count = weight.shape[0]
+
+    def out_of_range(bad: int | None) -> KernelIndexError:
+        index = "an index" if bad is None else f"index {bad}"
+        return KernelIndexError(  # (torch's RuntimeError: "Expected idx >= 0 && ...")
+            f"{fn}: {index} is out of range for {count} embeddings; input "
+            f"{shape_text(input.shape)}, weight {shape_text(weight.shape)}"
+        )
+
+    check_indices(input, count, out_of_range)
 
 
 def embedding_bag(
@@ -138,11 +169,22 @@ def embedding_bag(
     if isinstance(input, Tensor) and _index_dtype(input, offsets) in ("int64", "int32"):
         input = input.long()  # noqa: A001 (torch's name)
     if not isinstance(input, Tensor) or input.dtype != "int64":
-        raise DTypeError(
+        raise KernelDTypeError(  # (torch's RuntimeError)
             f"{fn}: input (promoted with offsets, as torch's) must be an int64 or int32 tensor"
         )
+    if padding_idx is not None and isinstance(weight, Tensor) and weight.ndim == 2:
+        count = weight.shape[0]
+        if not -count <= padding_idx < count:
+            raise KernelIndexError(  # (torch's RuntimeError)
+                f"{fn}: padding_idx must be within the number of embeddings, {-count} "
+                f"through {count - 1}, but got {padding_idx}"
+            )
+    if max_norm is not None and per_sample_weights is not None:
+        # (torch renormalizes the rows looked up before it checks the mode: an index out of
+        # range is refused first there)
+        _check_rows(fn, input, weight)
     if per_sample_weights is not None and mode != "sum":
-        raise InvalidArgumentError(
+        raise UnsupportedModeError(  # (torch's NotImplementedError)
             f"{fn}: per_sample_weights was not None. per_sample_weights is only supported for "
             f"mode='sum' (got mode='{mode}'). Please open a feature request on GitHub."
         )
@@ -152,11 +194,13 @@ def embedding_bag(
             f"shape of input {shape_text(input.shape)}"
         )
     if per_sample_weights is not None and per_sample_weights.dtype != weight.dtype:
-        raise DTypeError(  # (torch's check: the weights are not promoted)
+        raise MixedDTypeError(  # (torch's RuntimeError: the weights are not promoted)
             f"{fn}: per_sample_weights ({per_sample_weights.dtype}) must have weight's dtype "
             f"({weight.dtype})"
         )
     indices, keep, positions = _bags(fn, input, offsets, include_last_offset)
+    if max_norm is None or per_sample_weights is None:
+        _check_rows(fn, input, weight)
     if max_norm is not None:  # the rows ``input`` looks up, renormalized in place as torch's
         _renorm_rows(weight, input.reshape(-1), float(max_norm), norm_type)
     if padding_idx is not None:

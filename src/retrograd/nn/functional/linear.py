@@ -7,9 +7,11 @@ import math
 
 from ...errors import (
     DTypeError,
-    IndexOutOfRangeError,
+    KernelDTypeError,
     MixedDTypeError,
+    PaddingIndexError,
     ShapeError,
+    SizeMismatchError,
     check_bool,
 )
 from ...tensor import Tensor
@@ -189,13 +191,20 @@ def embedding(
     sparse = check_bool(fn, sparse, "sparse")
     if not isinstance(weight, Tensor):
         raise DTypeError(f"{fn}: weight must be a tensor, got {type(weight).__name__}")
+    num_rows = weight.shape[0] if weight.ndim else 0
+    if padding_idx is not None and not -num_rows <= padding_idx < num_rows:
+        raise PaddingIndexError(  # (torch's AssertionError, before anything else is read)
+            f"{fn}: padding_idx {padding_idx} is out of range for {num_rows} embeddings"
+        )
     indices = _as_tensor(fn, weight, indices, "indices")
     if indices.dtype == "int32":  # (torch's embedding takes Long or Int indices)
         indices = indices.long()
     if indices.dtype != "int64":
-        raise DTypeError(f"{fn}: indices must be int64 or int32 (as torch's), got {indices.dtype}")
+        raise KernelDTypeError(  # (torch's RuntimeError)
+            f"{fn}: indices must be int64 or int32 (as torch's), got {indices.dtype}"
+        )
     if weight.ndim != 2:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError: "'weight' must be 2-D")
             f"{fn}: weight must be 2-d [num_embeddings, dim], got {shape_text(weight.shape)}"
         )
     count = weight.shape[0]
@@ -220,10 +229,6 @@ def embedding(
         counts = held.new_zeros((count,)).index_add(0, flat, ones).select(0, flat)
         rows = held + (rows - held) / counts.reshape((-1, 1))
     if padding_idx is not None:
-        if not -count <= padding_idx < count:
-            raise IndexOutOfRangeError(
-                f"{fn}: padding_idx {padding_idx} is out of range for {count} embeddings"
-            )
         padding = (flat == (padding_idx % count)).reshape((-1, 1))
         rows = rows.mask_where(padding, weight.detach().select(0, flat))
     return rows.reshape((*indices.shape, weight.shape[1]))
@@ -250,5 +255,7 @@ def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:  # noqa: A002 (torc
     function takes int64 indices only. (torch's documentation names the first argument
     ``tensor``; its function takes ``input=``.)"""
     if input.dtype != "int64":
-        raise DTypeError(f"one_hot: expected an int64 tensor of indices, got {input.dtype}")
+        raise KernelDTypeError(  # (torch's RuntimeError)
+            f"one_hot: expected an int64 tensor of indices, got {input.dtype}"
+        )
     return input.one_hot(num_classes)

@@ -12,9 +12,12 @@ from typing import Any
 from ...errors import (
     ArgumentTypeError,
     AutodiffError,
+    DivisionByZeroError,
     InvalidArgumentError,
+    KernelArgumentError,
     MixedDTypeError,
     ShapeError,
+    SizeMismatchError,
 )
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
@@ -59,10 +62,12 @@ def layer_norm(
         0,  # torch normalizes over a zero-size shape too: an empty result
     )
     if not shape:
-        raise ShapeError(f"{fn}: normalized_shape must have at least one dimension, got ()")
+        raise SizeMismatchError(  # (torch's RuntimeError)
+            f"{fn}: normalized_shape must have at least one dimension, got ()"
+        )
     k = len(shape)
     if x.shape[x.ndim - k :] != shape or x.ndim < k:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError: "Given normalized_shape=...")
             f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
             f"dimensions; input {shape_text(x.shape)}"
         )
@@ -263,7 +268,9 @@ def local_response_norm(
     if not isinstance(size, numbers.Integral) or isinstance(size, bool):
         raise ArgumentTypeError(f"{fn}: size must be an int, got {size!r}")
     if size < 1:
-        raise InvalidArgumentError(f"{fn}: size must be a positive int, got {size!r}")
+        raise KernelArgumentError(  # (torch's RuntimeError: "kernel size should be ...")
+            f"{fn}: size must be a positive int, got {size!r}"
+        )
     if x.numel() == 0:
         return x
     channels = x.shape[1]
@@ -419,7 +426,7 @@ def _channel_vector(fn: str, x: Tensor, value: Any, name: str, channels: int) ->
         return None
     value = _as_tensor(fn, x, value, name)
     if value.shape != (channels,):
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError: "... should contain 4 elements")
             f"{fn}: {name} must have shape [{channels}] (one value per channel), got "
             f"{shape_text(value.shape)}; input {shape_text(x.shape)}"
         )
@@ -505,7 +512,7 @@ def batch_norm(
     ]
     if not training:
         if running_mean is None:
-            raise InvalidArgumentError(
+            raise KernelArgumentError(  # (torch's RuntimeError)
                 f"{fn}: running_mean and running_var are needed when not training"
             )
         column = (1, channels) + (1,) * (x.ndim - 2)
@@ -600,8 +607,10 @@ def group_norm(
     if x.ndim < 2:
         raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
     channels = x.shape[1]
+    if num_groups == 0:  # (torch's ZeroDivisionError of its modulo)
+        raise DivisionByZeroError(f"{fn}: num_groups must not be 0; input {shape_text(x.shape)}")
     if not isinstance(num_groups, numbers.Integral) or num_groups < 1 or channels % num_groups:
-        raise InvalidArgumentError(
+        raise KernelArgumentError(  # (torch's RuntimeError)
             f"{fn}: {channels} channels cannot be split into num_groups={num_groups!r} groups; "
             f"input {shape_text(x.shape)}"
         )
@@ -670,10 +679,12 @@ def rms_norm(
         0,  # torch normalizes over a zero-size shape too: an empty result
     )
     if not shape:
-        raise ShapeError(f"{fn}: normalized_shape must have at least one dimension, got ()")
+        raise SizeMismatchError(  # (torch's RuntimeError)
+            f"{fn}: normalized_shape must have at least one dimension, got ()"
+        )
     k = len(shape)
     if x.ndim < k or x.shape[x.ndim - k :] != shape:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError: "Given normalized_shape=...")
             f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
             f"dimensions; input {shape_text(x.shape)}"
         )

@@ -12,7 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, ShapeError, guard, guard_namespace, shape_text
+from ...errors import (
+    InvalidArgumentError,
+    KernelArgumentError,
+    KernelIndexError,
+    ShapeError,
+    guard,
+    guard_namespace,
+    shape_text,
+)
 from ...tensor import Tensor, tensor
 from ...tensor.internal import result_dtype, wrap
 from . import alpha_dropout as _alpha_dropout
@@ -160,13 +168,15 @@ def embedding_bag(
                 f"{op}: padding_idx must be an int or None, got {padding_idx!r}"
             )
         if not -count <= padding_idx < count:
-            raise InvalidArgumentError(
+            raise KernelIndexError(  # (torch's RuntimeError)
                 f"{op}: padding_idx must be within the number of embeddings, {-count} through "
                 f"{count - 1}, but got {padding_idx}"
             )
         padding_idx = int(padding_idx) % count
     if include_last_offset and offsets.shape[0] == 0:
-        raise InvalidArgumentError(f"{op}: include_last_offset needs at least one offset, got none")
+        raise KernelArgumentError(  # (torch's RuntimeError)
+            f"{op}: include_last_offset needs at least one offset, got none"
+        )
     output = _functional().embedding_bag(
         indices, weight, offsets, None, 2.0, scale_grad_by_freq, _BAG_MODES[mode], sparse,
         per_sample_weights, include_last_offset, padding_idx,

@@ -11,8 +11,8 @@ from typing import Any
 
 from ...errors import (
     ArgumentTypeError,
-    IndexOutOfRangeError,
     InvalidArgumentError,
+    PaddingIndexError,
     ShapeError,
     shape_text,
 )
@@ -159,7 +159,7 @@ def padding_index(op: str, padding_idx: Any, num_embeddings: int) -> int | None:
     if padding_idx is None:
         return None
     if not -num_embeddings <= padding_idx < num_embeddings:
-        raise IndexOutOfRangeError(
+        raise PaddingIndexError(  # (torch's AssertionError)
             f"{op}: padding_idx must be within num_embeddings ({num_embeddings}), got {padding_idx}"
         )
     return padding_idx + num_embeddings if padding_idx < 0 else padding_idx

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import DivisionByZeroError, InvalidArgumentError, ShapeError
 from ...tensor import Tensor, tensor
 from ...tensor.dtypes import default_float_dtype
 from ...tensor.inplace import assign
@@ -258,6 +258,8 @@ class GroupNorm(Module):
         backend: Any = None,
     ):
         super().__init__()
+        if num_groups == 0:  # (torch's ZeroDivisionError of its modulo)
+            raise DivisionByZeroError(f"GroupNorm: num_groups must not be 0 ({num_channels})")
         if num_groups < 1 or num_channels % num_groups:
             raise InvalidArgumentError(
                 f"GroupNorm: num_channels {num_channels} must be divisible by num_groups "
