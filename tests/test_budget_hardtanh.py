@@ -74,3 +74,38 @@ def test_relu6_layers_keep_a_budget_as_relu_layers_do(fraction):
     assert held <= relu + BATCH * WIDTH * 4, (held, relu, peak)
     if fraction == 0.5:
         assert held <= budget + 0.1 * peak, (held, budget, peak)
+
+
+@pytest.mark.parametrize("bounds", [(0.0, 6.0), (-1.0, 1.0), (0.1, 0.7)])
+def test_hardtanh_values_and_gradients_against_torch_and_finite_differences(bounds):
+    torch = pytest.importorskip("torch")
+    lo, hi = bounds
+    rng = np.random.default_rng(3)
+    # values on both bounds, beyond them, signed zeros and infinities, and inside
+    a = np.concatenate(
+        [[lo, hi, lo - 1.0, hi + 1.0, -0.0, 0.0, np.inf, -np.inf], rng.uniform(-8.0, 8.0, 40)]
+    )
+    weights = rng.standard_normal(a.shape)
+    with rg.use_backend(rg.Autodiff(inner_backend())):
+        x = rg.tensor(a).requires_grad_()
+        y = F.hardtanh(x, lo, hi)
+        (gx,) = rg.autograd.grad((y * rg.tensor(weights)).sum(), [x], create_graph=True)
+        # piecewise linear: torch's second derivative is zeros (ours: zeros, or a gradient
+        # that does not depend on x at all, as ReLU's)
+        if gx.requires_grad:
+            (ggx,) = rg.autograd.grad(gx.sum(), [x], allow_unused=True, materialize_grads=True)
+            assert not ggx.numpy().any()
+    tx = torch.tensor(a, requires_grad=True)
+    ty = torch.nn.functional.hardtanh(tx, lo, hi)
+    (tgx,) = torch.autograd.grad((ty * torch.tensor(weights)).sum(), [tx])
+    assert np.array_equal(y.numpy(), ty.detach().numpy())
+    assert np.array_equal(gx.numpy(), tgx.numpy())
+    # central differences where the function is smooth (a step of 1e-6 away from the bounds)
+    inside = np.abs(a - lo) > 1e-3
+    inside &= np.abs(a - hi) > 1e-3
+    inside &= np.isfinite(a)
+    step = 1e-6
+    up = np.clip(a + step, lo, hi)
+    down = np.clip(a - step, lo, hi)
+    numeric = (up - down) / (2 * step) * weights
+    np.testing.assert_allclose(gx.numpy()[inside], numeric[inside], rtol=1e-6, atol=1e-9)
