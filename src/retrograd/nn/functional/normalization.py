@@ -15,6 +15,7 @@ from ...errors import (
     InvalidArgumentError,
     MixedDTypeError,
     ShapeError,
+    SizeMismatchError,
 )
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
@@ -62,7 +63,7 @@ def layer_norm(
         raise ShapeError(f"{fn}: normalized_shape must have at least one dimension, got ()")
     k = len(shape)
     if x.shape[x.ndim - k :] != shape or x.ndim < k:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError)
             f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
             f"dimensions; input {shape_text(x.shape)}"
         )
@@ -673,7 +674,7 @@ def rms_norm(
         raise ShapeError(f"{fn}: normalized_shape must have at least one dimension, got ()")
     k = len(shape)
     if x.ndim < k or x.shape[x.ndim - k :] != shape:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError)
             f"{fn}: normalized_shape {shape_text(shape)} must match the input's trailing "
             f"dimensions; input {shape_text(x.shape)}"
         )
