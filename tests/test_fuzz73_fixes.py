@@ -19,6 +19,12 @@
 - it took a float mask of any float dtype (cast to the query's), and refused an integer one
   with a ``TypeError``: torch takes bool, float32 or the query's dtype and refuses the others
   with ``RuntimeError`` (a float64 mask of a float32 query): now ``MixedDTypeError``;
+- ``nn.Transformer``'s batch and width checks of ``src``/``tgt`` (torch's ``RuntimeError``)
+  were ``ShapeError``s alone, now ``SizeMismatchError``s; an unknown ``activation`` of the
+  encoder/decoder layers (torch's ``RuntimeError``) an ``InvalidArgumentError`` alone, now an
+  ``UnsupportedModeError``; ``generate_square_subsequent_mask`` of a negative size (torch's
+  ``RuntimeError``) or a float (``TypeError``) an ``InvalidArgumentError``, now a
+  ``SizeMismatchError`` and an ``ArgumentTypeError``;
 - ``F.layer_norm``/``F.rms_norm`` (so ``nn.LayerNorm`` and the transformer layers) of an input
   whose trailing dimensions are not ``normalized_shape`` raised a ``ShapeError`` alone (torch:
   ``RuntimeError``), now ``SizeMismatchError``.
@@ -158,6 +164,15 @@ RUNTIME_REFUSALS = {
     "layer_norm trailing dims": lambda lib: lib.nn.functional.layer_norm(_t(lib, _x(2, 3)), (4,)),
     "rms_norm trailing dims": lambda lib: lib.nn.functional.rms_norm(_t(lib, _x(2, 3)), (4,)),
     "LayerNorm of another width": lambda lib: lib.nn.LayerNorm(4)(_t(lib, _x(2, 3))),
+    "Transformer batch of src and tgt": lambda lib: lib.nn.Transformer(4, 2, 1, 1, 8, 0.0).double()(
+        _t(lib, _x(3, 2, 4)), _t(lib, _x(3, 3, 4))
+    ),
+    "Transformer width of tgt": lambda lib: lib.nn.Transformer(4, 2, 1, 1, 8, 0.0).double()(
+        _t(lib, _x(3, 2, 4)), _t(lib, _x(3, 2, 5))
+    ),
+    "generate_square_subsequent_mask(-1)": lambda lib: (
+        lib.nn.Transformer.generate_square_subsequent_mask(-1)
+    ),
 }
 
 
@@ -185,6 +200,20 @@ DTYPE_REFUSALS = {
 @pytest.mark.parametrize("name", list(DTYPE_REFUSALS))
 def test_sdpa_dtype_refusals(name):
     _same_refusal(DTYPE_REFUSALS[name], RuntimeError, "MixedDTypeError")
+
+
+def test_unknown_activation_is_a_runtime_error():
+    def make(lib):
+        return lib.nn.TransformerDecoderLayer(4, 2, activation="tanh")
+
+    _same_refusal(make, RuntimeError, "UnsupportedModeError")
+
+
+def test_float_mask_size_is_a_type_error():
+    def make(lib):
+        return lib.nn.Transformer.generate_square_subsequent_mask(2.0)
+
+    _same_refusal(make, TypeError, "ArgumentTypeError")
 
 
 def test_mha_is_causal_without_mask_refused_first():

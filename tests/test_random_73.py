@@ -287,6 +287,8 @@ def _layer_ctor(rng, d, h):
         ctor["activation"] = Fn(str(rng.choice(["gelu", "silu", "tanh", "relu"])))
     elif u < 0.55:
         ctor["activation"] = "relu"
+    elif u < 0.57:
+        ctor["activation"] = "tanh"  # not a name torch takes: refused
     if rng.random() < 0.2:
         ctor["bias"] = False
     if rng.random() < 0.3:
@@ -435,6 +437,11 @@ def draw_decoder(rng, dtype):
             tk["src_mask"] = Leaf(_bool_mask(rng, (s, s)))
         if "memory_key_padding_mask" in kwargs:
             tk["memory_key_padding_mask"] = kwargs["memory_key_padding_mask"]
+        if rng.random() < 0.05 and not unbatched:  # src and tgt of other batches: refused
+            bdim = 0 if bf else 1
+            src = Leaf(np.concatenate([src.array] * 2, axis=bdim), True)
+        elif rng.random() < 0.05:  # a width other than d_model: refused
+            tgt = Leaf(_x(rng, tgt.array.shape[:-1] + (d + 1,), dtype), True)
         call = Call("Transformer", [src, tgt], tk, tctor, dtype)
     call.eval = bool(rng.random() < 0.3)
     call.no_grad = call.eval and bool(rng.random() < 0.5)
@@ -442,7 +449,7 @@ def draw_decoder(rng, dtype):
 
 
 def draw_square_mask(rng, dtype):
-    sz = int(rng.integers(0, 6))
+    sz = int(rng.integers(0, 6)) if rng.random() < 0.9 else -1  # (refused)
     kwargs = {}
     if rng.random() < 0.5:
         kwargs["dtype"] = dtype
