@@ -25,6 +25,9 @@
   ``UnsupportedModeError``; ``generate_square_subsequent_mask`` of a negative size (torch's
   ``RuntimeError``) or a float (``TypeError``) an ``InvalidArgumentError``, now a
   ``SizeMismatchError`` and an ``ArgumentTypeError``;
+- ``F.scaled_dot_product_attention`` of a float mask that requires a gradient (its composed
+  path) gave NaN in a row whose keys the mask hides all (-inf), and NaN gradients everywhere;
+  torch's math kernel's safe softmax gives zeros there, as its fused kernel and retrograd's;
 - ``F.layer_norm``/``F.rms_norm`` (so ``nn.LayerNorm`` and the transformer layers) of an input
   whose trailing dimensions are not ``normalized_shape`` raised a ``ShapeError`` alone (torch:
   ``RuntimeError``), now ``SizeMismatchError``.
@@ -277,5 +280,20 @@ def test_sdpa_float32_mask_of_float64_query():
         q, k, v = (_leaf(lib, a, leaves) for a in arrays)
         m = _leaf(lib, mask, leaves)
         return lib.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    _both(make)
+
+
+def test_sdpa_float_mask_with_gradient_hiding_a_row():
+    arrays = _x(1, 2, 3, 4), _x(1, 2, 4, 4), _x(1, 2, 4, 3)
+    mask = _x(3, 4)
+    mask[1] = -np.inf
+    mask[2, 1:] = -np.inf
+
+    def make(lib, leaves):
+        q, k, v = (_leaf(lib, a, leaves) for a in arrays)
+        m = _leaf(lib, mask, leaves)
+        out = lib.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        return out * out
 
     _both(make)

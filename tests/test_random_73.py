@@ -100,21 +100,45 @@ def _fdtype(rng):
     return str(rng.choice(["float32", "float64"]))
 
 
-def _bool_mask(rng, shape, p_masked=0.3, full_row_ok=False):
+def _bool_mask(rng, shape, p_masked=0.3):
     """A bool mask (True: masked out for MultiheadAttention, attend for sdpa: the caller
-    chooses); without ``full_row_ok`` no row of the last dimension is all True."""
+    chooses): its first column False but, sometimes, one row all True."""
     m = rng.random(shape) < p_masked
-    if not full_row_ok and m.size and shape[-1]:
+    if m.size and shape[-1]:
         m[..., 0] = False
+        if rng.random() < 0.1:
+            m.reshape(-1, shape[-1])[int(rng.integers(m.size // shape[-1]))] = True
     return m
 
 
 def _float_mask(rng, shape, dtype, neg_inf=True):
+    """A float mask, sometimes -inf in places (not the first column), sometimes in one row."""
     m = _x(rng, shape, dtype)
     if neg_inf and m.size and rng.random() < 0.5:
         m[(rng.random(shape) < 0.2)] = -np.inf
         m[..., 0] = 0.0
+        if rng.random() < 0.2:
+            m.reshape(-1, shape[-1])[int(rng.integers(m.size // shape[-1]))] = -np.inf
     return m
+
+
+def _hides_a_row(kwargs):
+    """Whether a mask of ``kwargs`` (MultiheadAttention's: True or -inf hidden) hides every key
+    of a row."""
+    for k, v in kwargs.items():
+        if "mask" in k and isinstance(v, Leaf) and v.array.size:
+            a = v.array if v.array.dtype == bool else v.array == -np.inf
+            if a.reshape(-1, a.shape[-1]).all(-1).any():
+                return True
+    return False
+
+
+def _slow_path_if_hidden_rows(call):
+    """torch's fast path (eval, no grad) gives NaN rows where a mask hides every key (its
+    nested tensors refuse a fully padded sequence) though its slow path gives zeros, as its
+    sdpa: the slow path compared there."""
+    if call.no_grad and _hides_a_row(call.kwargs):
+        call.no_grad = False
 
 
 # -- the draws ------------------------------------------------------------------------------------
@@ -272,6 +296,7 @@ def draw_mha(rng, dtype):
     call = Call("MultiheadAttention", [q, k, v], kwargs, ctor, dtype)
     call.eval = bool(rng.random() < 0.3)
     call.no_grad = call.eval and bool(rng.random() < 0.5)
+    _slow_path_if_hidden_rows(call)
     return call
 
 
@@ -366,6 +391,7 @@ def draw_encoder(rng, dtype):
         # torch's fast path refuses the width with its kernel's RuntimeError, its slow path
         # asserts it (AssertionError, retrograd's class): the slow path's refusal compared
         call.no_grad = False
+    _slow_path_if_hidden_rows(call)
     if bf and call.no_grad and "src_key_padding_mask" in kwargs:
         # torch's fast path of a padding mask computes on nested tensors: the padded
         # positions of its output are zeros (the encoder's) or unspecified, not compared
@@ -445,6 +471,7 @@ def draw_decoder(rng, dtype):
         call = Call("Transformer", [src, tgt], tk, tctor, dtype)
     call.eval = bool(rng.random() < 0.3)
     call.no_grad = call.eval and bool(rng.random() < 0.5)
+    _slow_path_if_hidden_rows(call)
     return call
 
 

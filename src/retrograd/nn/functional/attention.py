@@ -166,7 +166,10 @@ def _composed_attention(q, k, v, mask, drop, scale, causal):
         cols = wrap(q, q.backend.arange(0, source, 1, "int64", q.device)).reshape((1, source))
         hidden = rows < cols
         scores = scores.mask_fill(hidden, -math.inf)
-    probs = scores.softmax(-1)
+    # torch's safe softmax: a row of keys all masked (-inf) attends to nothing (zeros, as the
+    # fused kernel gives, with zero gradients), not NaN
+    hidden_rows = scores.eq(-math.inf).all(-1, keepdim=True)
+    probs = scores.mask_fill(hidden_rows, 0.0).softmax(-1).mask_fill(hidden_rows, 0.0)
     if drop.numel():
         probs = probs * drop
     return probs.matmul(v)
