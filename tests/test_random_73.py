@@ -149,27 +149,33 @@ def draw_sdpa(rng, dtype):
     lq, lk = int(rng.integers(1, 6)), int(rng.integers(1, 6))
     if rng.random() < 0.4:
         lk = lq
+    # no queries, no keys or an empty batch: torch returns early on empty inputs, its shape
+    # checks skipped, so no refusal is drawn with them
+    empty = rng.random() < 0.08
+    if empty:
+        u = rng.random()
+        lq, lk, b = (0, lk, b) if u < 0.4 else ((lq, 0, b) if u < 0.8 else (lq, lk, 0))
     e, ev = int(rng.choice([2, 3, 4])), int(rng.choice([2, 3, 4]))
     kwargs: dict = {}
     hk = h
     if four and h > 1 and rng.random() < 0.3:
         hk = int(rng.choice([d for d in (1, 2) if h % d == 0]))
         kwargs["enable_gqa"] = True
-        if rng.random() < 0.1:
+        if rng.random() < 0.1 and min(b, lq, lk):
             hk = 3  # does not divide: torch refuses
     if four:
         qs, ks, vs = (b, h, lq, e), (b, hk, lk, e), (b, hk, lk, ev)
     else:
         qs, ks, vs = (b * h, lq, e), (b * h, lk, e), (b * h, lk, ev)
-    if rng.random() < 0.05:
+    if not empty and rng.random() < 0.05:
         ks = ks[:-1] + (e + 1,)  # the head dims differ: torch refuses
-    if not four and rng.random() < 0.03:
+    if not four and not empty and rng.random() < 0.03:
         # key/value lengths differ: torch's math kernel refuses (3-d); its fused CPU kernel
         # (4-d) reads the first key-length rows of the value (a torch bug, not drawn)
         vs = vs[:-2] + (lk + 1,) + vs[-1:]
     if four and rng.random() < 0.1:
         ks, vs = ks[1:], vs[1:]  # key and value of fewer dims: torch broadcasts them
-    elif four and rng.random() < 0.05:
+    elif four and not empty and rng.random() < 0.05:
         qs, ks, vs = (1, *qs[1:]), (b, *ks[1:]), (b, *vs[1:])  # a batch of 1 broadcast
     q, k, v = (Leaf(_x(rng, s, dtype), True) for s in (qs, ks, vs))
     u = rng.random()
@@ -181,7 +187,7 @@ def draw_sdpa(rng, dtype):
             shape = shape[int(rng.integers(1, len(shape) - 1)) :]
         if rng.random() < 0.2:
             shape = shape[:-1] + (1,)
-        if rng.random() < 0.04:
+        if not empty and rng.random() < 0.04:
             shape = shape[:-1] + (lk + 2,)  # does not broadcast
         kwargs["attn_mask"] = Leaf(~_bool_mask(rng, shape, 0.3))
     elif u < 0.55:
@@ -295,6 +301,8 @@ def draw_mha(rng, dtype):
         kwargs["is_causal"] = True  # without a mask: torch refuses
     call = Call("MultiheadAttention", [q, k, v], kwargs, ctor, dtype)
     call.eval = bool(rng.random() < 0.3)
+    if call.eval and rng.random() < 0.3:
+        ctor["dropout"] = 0.5  # not applied in eval mode
     call.no_grad = call.eval and bool(rng.random() < 0.5)
     _slow_path_if_hidden_rows(call)
     return call
@@ -463,6 +471,8 @@ def draw_decoder(rng, dtype):
             tk["src_mask"] = Leaf(_bool_mask(rng, (s, s)))
         if "memory_key_padding_mask" in kwargs:
             tk["memory_key_padding_mask"] = kwargs["memory_key_padding_mask"]
+            if rng.random() < 0.5:
+                tk["src_key_padding_mask"] = kwargs["memory_key_padding_mask"]
         if rng.random() < 0.05 and not unbatched:  # src and tgt of other batches: refused
             bdim = 0 if bf else 1
             src = Leaf(np.concatenate([src.array] * 2, axis=bdim), True)
