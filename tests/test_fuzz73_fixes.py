@@ -28,6 +28,14 @@
 - ``F.scaled_dot_product_attention`` of a float mask that requires a gradient (its composed
   path) gave NaN in a row whose keys the mask hides all (-inf), and NaN gradients everywhere;
   torch's math kernel's safe softmax gives zeros there, as its fused kernel and retrograd's;
+- ``nn.MultiheadAttention`` took float masks of any float dtype (cast to the query's); torch
+  adds them in their own dtypes and refuses (``RuntimeError``) a combined mask of another
+  dtype than the query's (with ``need_weights``) or than float32 or the query's (without):
+  now ``MixedDTypeError``, the 64 combinations of query, mask and padding mask dtypes and
+  ``need_weights`` as torch's;
+- on the torch inner backend, ``F.scaled_dot_product_attention`` of an empty 3-d batch
+  (``[0, L, E]``) killed the process (SIGFPE): torch's fused CPU kernel, given it as zero
+  heads, divides by them; the composed path computes it now;
 - ``F.layer_norm``/``F.rms_norm`` (so ``nn.LayerNorm`` and the transformer layers) of an input
   whose trailing dimensions are not ``normalized_shape`` raised a ``ShapeError`` alone (torch:
   ``RuntimeError``), now ``SizeMismatchError``.
@@ -295,5 +303,48 @@ def test_sdpa_float_mask_with_gradient_hiding_a_row():
         m = _leaf(lib, mask, leaves)
         out = lib.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
         return out * out
+
+    _both(make)
+
+
+def _mha_masks(qd, md, need_weights, kpm):
+    x = _x(3, 2, 4)
+
+    def make(lib):
+        m = _mha(lib)
+        m = m.double() if qd == "float64" else m.float()
+        t = lib.tensor(x.astype(qd))
+        kw = {} if kpm is None else {"key_padding_mask": lib.tensor(np.zeros((2, 3), kpm))}
+        am = None if md is None else lib.tensor(np.zeros((3, 3), md))
+        return m(t, t, t, attn_mask=am, need_weights=need_weights, **kw)
+
+    return make
+
+
+@pytest.mark.parametrize("qd", ["float32", "float64"])
+@pytest.mark.parametrize("md", [None, "float32", "float64", "bool"])
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("kpm", [None, "float32", "float64", "bool"])
+def test_mha_mask_dtypes_as_torch(qd, md, need_weights, kpm):
+    make = _mha_masks(qd, md, need_weights, kpm)
+    theirs = _refusal(torch, make)
+    mine = _refusal(rg, make)
+    if theirs is None:
+        assert mine is None, f"{type(mine).__name__}: {mine}"
+    else:
+        assert type(theirs) is RuntimeError, theirs
+        assert isinstance(mine, RuntimeError), f"{type(mine).__name__}: {mine}"
+        assert isinstance(mine, errors.MixedDTypeError)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_sdpa_of_an_empty_3d_batch(mask):
+    """(A crash of the process on the torch inner backend before: run it there.)"""
+    arrays = _x(0, 2, 3), _x(0, 4, 3), _x(0, 4, 3)
+
+    def make(lib, leaves):
+        q, k, v = (_leaf(lib, a, leaves) for a in arrays)
+        m = lib.tensor(np.ones((0, 2, 4), bool)) if mask else None
+        return lib.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
 
     _both(make)

@@ -270,6 +270,8 @@ def draw_mha(rng, dtype):
     if rng.random() < 0.3:
         kwargs["average_attn_weights"] = bool(rng.random() < 0.5)
     kinds = ["bool", dtype]
+    if rng.random() < 0.05:  # torch refuses some float masks of another dtype, not all
+        kinds = ["bool", "float32", "float64"]
     u = rng.random()
     mask_kind = None
     if u < 0.45:
@@ -284,7 +286,7 @@ def draw_mha(rng, dtype):
         if mask_kind == "bool":
             kwargs["attn_mask"] = Leaf(_bool_mask(rng, shape))
         else:
-            kwargs["attn_mask"] = Leaf(_float_mask(rng, shape, dtype))
+            kwargs["attn_mask"] = Leaf(_float_mask(rng, shape, mask_kind))
         if rng.random() < 0.2 and lq == lk and shape == (lq, lk):
             kwargs["is_causal"] = True  # a hint: the mask is the causal one
             kwargs["attn_mask"] = Leaf(np.triu(np.ones((lq, lk), bool), 1))
@@ -296,7 +298,7 @@ def draw_mha(rng, dtype):
         if kpm_kind == "bool":
             kwargs["key_padding_mask"] = Leaf(_bool_mask(rng, shape))
         else:
-            kwargs["key_padding_mask"] = Leaf(_float_mask(rng, shape, dtype))
+            kwargs["key_padding_mask"] = Leaf(_float_mask(rng, shape, kpm_kind))
     if rng.random() < 0.03 and "attn_mask" not in kwargs:
         kwargs["is_causal"] = True  # without a mask: torch refuses
     call = Call("MultiheadAttention", [q, k, v], kwargs, ctor, dtype)

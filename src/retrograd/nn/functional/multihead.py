@@ -26,10 +26,11 @@ from ...errors import (
     AssertedShapeError,
     DTypeError,
     InvalidArgumentError,
+    MixedDTypeError,
     SizeMismatchError,
 )
 from ...tensor import Tensor, cat
-from ...tensor.internal import FLOAT_DTYPES, shape_text, wrap
+from ...tensor.internal import FLOAT_DTYPES, result_dtype, shape_text, wrap
 from ._common import _as_tensor, _float_input
 from .attention import scaled_dot_product_attention
 from .linear import linear
@@ -104,6 +105,31 @@ def _shape_check(fn, query, key, value, key_padding_mask, attn_mask, num_heads) 
         )
 
 
+def _mask_dtype(mask: Any, query: Tensor) -> str | None:
+    """The dtype torch adds ``mask`` in: a float mask's own, the query's for a bool one."""
+    if mask is None:
+        return None
+    dtype = getattr(mask, "dtype", None)
+    return dtype if dtype is not None and dtype in FLOAT_DTYPES else query.dtype
+
+
+def _check_mask_dtypes(fn: str, query: Tensor, dtypes: tuple, need_weights: bool) -> None:
+    """torch adds the masks in their own dtypes (promoted) before the attention: its product
+    of the weights' path takes the query's dtype alone, its sdpa float32 or the query's; it
+    refuses others with ``RuntimeError``. (retrograd adds them in the query's dtype.)"""
+    present = [d for d in dtypes if d is not None]
+    if not present:
+        return
+    merged = present[0] if len(present) == 1 else result_dtype(*present)
+    accepted = (query.dtype,) if need_weights else ("float32", query.dtype)
+    if merged not in accepted:
+        raise MixedDTypeError(
+            f"{fn}: masks of dtype {merged} (attn_mask and key_padding_mask combined) beside a "
+            f"query of {query.dtype}"
+            + ("" if need_weights else " (need_weights=False: float32 or the query's dtype)")
+        )
+
+
 def _pad_key(mask: Tensor | None) -> Tensor | None:
     """A zero column appended to a float mask's key dimension (an always-visible key)."""
     if mask is None:
@@ -169,15 +195,18 @@ def multi_head_attention_forward(
             UserWarning,
             stacklevel=3,
         )
+    kpm_dtype = _mask_dtype(key_padding_mask, query)
     key_padding_mask = canonical_mask(fn, key_padding_mask, "key_padding_mask", query)
     if is_causal and attn_mask is None:
         raise ArgumentConflictError(
             f"{fn}: need attn_mask if specifying the is_causal hint; pass the causal mask "
             f"(nn.Transformer.generate_square_subsequent_mask) as attn_mask"
         )
+    mask_dtype = None
     if is_causal and key_padding_mask is None and not need_weights:
         attn_mask = None  # the causal kernel instead of the mask
     else:
+        mask_dtype = _mask_dtype(attn_mask, query)
         attn_mask = canonical_mask(fn, attn_mask, "attn_mask", query)
         if key_padding_mask is not None:
             is_causal = False
@@ -224,6 +253,7 @@ def multi_head_attention_forward(
             f"{fn}: key_padding_mask should be {shape_text((batch, source))}, got "
             f"{shape_text(key_padding_mask.shape)}"
         )
+    _check_mask_dtypes(fn, query, (mask_dtype, kpm_dtype), need_weights)
     if bias_k is not None and bias_v is not None:
         k = cat([k, bias_k.expand((1, batch, embed_dim))], 0)
         v = cat([v, bias_v.expand((1, batch, embed_dim))], 0)
