@@ -33,6 +33,9 @@
   dtype than the query's (with ``need_weights``) or than float32 or the query's (without):
   now ``MixedDTypeError``, the 64 combinations of query, mask and padding mask dtypes and
   ``need_weights`` as torch's;
+- its two float32 masks beside a float64 query (without ``need_weights``) were each cast to
+  float64 then added; torch adds them in float32 (the sum rounded there), then the attention
+  casts it: 6e-9 apart;
 - on the torch inner backend, ``F.scaled_dot_product_attention`` of an empty 3-d batch
   (``[0, L, E]``) killed the process (SIGFPE): torch's fused CPU kernel, given it as zero
   heads, divides by them; the composed path computes it now;
@@ -346,5 +349,28 @@ def test_sdpa_of_an_empty_3d_batch(mask):
         q, k, v = (_leaf(lib, a, leaves) for a in arrays)
         m = lib.tensor(np.ones((0, 2, 4), bool)) if mask else None
         return lib.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    _both(make)
+
+
+def test_mha_float32_masks_added_in_float32():
+    x = _x(3, 5, 2)
+    am, kpm = _x(5, 5, dtype="float32"), _x(3, 5, dtype="float32")
+    weights = {
+        k: _x(*v)
+        for k, v in {
+            "in_proj_weight": (6, 2),
+            "in_proj_bias": (6,),
+            "out_proj.weight": (2, 2),
+            "out_proj.bias": (2,),
+        }.items()
+    }
+
+    def make(lib, leaves):
+        m = lib.nn.MultiheadAttention(2, 1, batch_first=True).double()
+        m.load_state_dict({k: lib.tensor(v.copy()) for k, v in weights.items()})
+        t = _leaf(lib, x, leaves)
+        mask, padding = lib.tensor(am.copy()), lib.tensor(kpm.copy())
+        return m(t, t, t, attn_mask=mask, key_padding_mask=padding, need_weights=False)[0]
 
     _both(make)

@@ -39,18 +39,22 @@ from .normalization import dropout as _dropout
 __all__ = ["canonical_mask", "multi_head_attention_forward"]
 
 
-def canonical_mask(fn: str, mask: Any, name: str, like: Tensor) -> Tensor | None:
-    """``mask`` as an additive float mask in ``like``'s dtype: a bool mask becomes ``-inf``
-    where it is true (a hidden key), 0 elsewhere; a float mask is kept; ``None`` stays."""
+def canonical_mask(
+    fn: str, mask: Any, name: str, like: Tensor, dtype: str | None = None
+) -> Tensor | None:
+    """``mask`` as an additive float mask in ``dtype`` (default ``like``'s): a bool mask
+    becomes ``-inf`` where it is true (a hidden key), 0 elsewhere; a float mask is kept;
+    ``None`` stays."""
     if mask is None:
         return None
+    dtype = dtype or like.dtype
     mask = _as_tensor(fn, like, mask, name)
     if mask.dtype == "bool":
-        zeros = wrap(like, like.backend.zeros(mask.shape, like.dtype, like.device))
+        zeros = wrap(like, like.backend.zeros(mask.shape, dtype, like.device))
         return zeros.mask_fill(mask, -math.inf)
     if mask.dtype not in FLOAT_DTYPES:
         raise DTypeError(f"{fn}: only bool and floating types of {name} are supported")
-    return mask.cast(like.dtype)
+    return mask.cast(dtype)
 
 
 def _in_projection(query, key, value, embed_dim, in_proj_weight, in_proj_bias, separate):
@@ -196,7 +200,12 @@ def multi_head_attention_forward(
             stacklevel=3,
         )
     kpm_dtype = _mask_dtype(key_padding_mask, query)
-    key_padding_mask = canonical_mask(fn, key_padding_mask, "key_padding_mask", query)
+    # torch adds the two masks in their promoted dtype (float32 ones rounded in float32
+    # beside a float64 query), then the attention casts the sum
+    merge = None
+    if kpm_dtype is not None and attn_mask is not None:
+        merge = result_dtype(kpm_dtype, _mask_dtype(attn_mask, query))
+    key_padding_mask = canonical_mask(fn, key_padding_mask, "key_padding_mask", query, merge)
     if is_causal and attn_mask is None:
         raise ArgumentConflictError(
             f"{fn}: need attn_mask if specifying the is_causal hint; pass the causal mask "
@@ -207,7 +216,7 @@ def multi_head_attention_forward(
         attn_mask = None  # the causal kernel instead of the mask
     else:
         mask_dtype = _mask_dtype(attn_mask, query)
-        attn_mask = canonical_mask(fn, attn_mask, "attn_mask", query)
+        attn_mask = canonical_mask(fn, attn_mask, "attn_mask", query, merge)
         if key_padding_mask is not None:
             is_causal = False
     # torch's order of checks and its classes: asserts (AssertionError) for the widths and
@@ -272,6 +281,8 @@ def multi_head_attention_forward(
     if key_padding_mask is not None:
         padding = key_padding_mask.reshape((batch, 1, 1, key_padding_mask.shape[-1]))
         attn_mask = padding if attn_mask is None else attn_mask + padding
+    if attn_mask is not None and attn_mask.dtype != query.dtype:
+        attn_mask = attn_mask.cast(query.dtype)
     if not training:
         dropout_p = 0.0
     if need_weights:
