@@ -18,7 +18,9 @@ from typing import Any
 from .effects import DRAWS, WRITES
 
 __all__ = [
+    "ArgumentConflictError",
     "ArgumentTypeError",
+    "AssertedShapeError",
     "AutodiffError",
     "DTypeError",
     "DamagedFileError",
@@ -96,6 +98,11 @@ class UnsupportedModeError(ShapeError, InvalidArgumentError, NotImplementedError
     mode (``interpolate(mode="cubic")``, ``pad(mode="wrap")``) or an input of a rank the mode
     does not take (``interpolate(mode="bilinear")`` of a 3-d input, ``pad`` in reflect mode
     of a 6-d one, ``affine_grid`` of a 3-d size)."""
+
+
+class ArgumentConflictError(InvalidArgumentError, RuntimeError):
+    """Options an op refuses together, or one without the other, where torch raises its
+    ``RuntimeError``: multi-head attention's ``is_causal`` hint without an ``attn_mask``."""
 
 
 class PartialOverlapError(InvalidArgumentError, RuntimeError):
@@ -236,6 +243,15 @@ class ScalerOrderError(AutodiffError, AssertionError):
     (``update()`` before any ``step()``/``unscale_()``: "No inf checks were recorded prior to
     update"): the :class:`AutodiffError` retrograd raised for it before, and the
     ``AssertionError`` torch raises there, so that a port's ``except`` catches it."""
+
+
+class AssertedShapeError(ShapeError, InvalidArgumentError, AssertionError):
+    """A shape or size torch checks with an ``AssertionError`` in Python: multi-head
+    attention's (a model width other than ``embed_dim``, one not divisible by ``num_heads``,
+    keys and values of other shapes, a key padding mask of another shape). A
+    :class:`ShapeError` (and :class:`InvalidArgumentError`, which the divisibility check
+    raised before) of the hierarchy, and torch's class, so that a port's ``except`` catches
+    it."""
 
 
 class OptimizerGroupsError(InvalidArgumentError, AssertionError, RuntimeError):

@@ -196,6 +196,9 @@ class TorchNNKernels:
             and q.ndim >= 3
             and q.dtype in _FLASH_DTYPES
             and min(q.shape[-2], k.shape[-2], q.shape[-1]) > 0
+            # (its kernel divides by the heads: of none, as an empty 3-d batch gives, the
+            # process dies of SIGFPE)
+            and q.numel() > 0
             and q.shape[-1] == v.shape[-1]
             and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
         )

@@ -10,14 +10,13 @@ import numpy as np
 
 from ...backends import check_viable_backend
 from ...errors import (
-    DTypeError,
     InvalidArgumentError,
-    ShapeError,
+    MixedDTypeError,
+    SizeMismatchError,
 )
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
 from ...tensor.internal import (
-    FLOAT_DTYPES,
     TensorOp,
     apply,
     shape_text,
@@ -64,12 +63,13 @@ def scaled_dot_product_attention(
     q = _float_input(fn, query)
     k, v = (_as_tensor(fn, q, t, name) for t, name in ((key, "key"), (value, "value")))
     shapes = f"query {shape_text(q.shape)}, key {shape_text(k.shape)}, value {shape_text(v.shape)}"
-    if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
-        raise ShapeError(
-            f"{fn}: query, key and value need the same number (>= 2) of dims; {shapes}"
-        )
+    if min(q.ndim, k.ndim, v.ndim) < 2:
+        raise SizeMismatchError(f"{fn}: query, key and value need at least 2 dims; {shapes}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise DTypeError(f"{fn}: query, key and value must have one float dtype; {shapes}")
+        raise MixedDTypeError(f"{fn}: query, key and value must have one float dtype; {shapes}")
+    ndim = max(q.ndim, k.ndim, v.ndim)
+    if q.ndim != ndim or k.ndim != ndim or v.ndim != ndim:  # torch broadcasts them, as matmul
+        q, k, v = (t.reshape((1,) * (ndim - t.ndim) + t.shape) for t in (q, k, v))
     if q.ndim == 2:  # unbatched [L, E] (torch's): the kernels take a leading dimension
         options = (attn_mask, dropout_p, is_causal, scale, enable_gqa)
         batched = (t.unsqueeze(0) for t in (q, k, v))
@@ -77,7 +77,7 @@ def scaled_dot_product_attention(
     if enable_gqa and q.ndim >= 3:
         heads = q.shape[-3]
         if any(t.shape[-3] == 0 or heads % t.shape[-3] for t in (k, v)):
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{fn}: with enable_gqa the key and value heads (dim -3) must divide the "
                 f"query's; {shapes}"
             )
@@ -95,7 +95,7 @@ def scaled_dot_product_attention(
         or k.shape[-1] != q.shape[-1]
         or v.shape[-2] != source
     ):
-        raise ShapeError(
+        raise SizeMismatchError(
             f"{fn}: expected query [..., L, E], key [..., S, E] and value [..., S, Ev] with "
             f"equal leading dimensions; {shapes}"
         )
@@ -117,7 +117,7 @@ def scaled_dot_product_attention(
         except ValueError:
             broadcast = None
         if broadcast != target:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{fn}: attn_mask {shape_text(mask.shape)} does not broadcast to the scores "
                 f"{shape_text(target)}; {shapes}"
             )
@@ -125,10 +125,13 @@ def scaled_dot_product_attention(
             mask = wrap(q, q.backend.zeros(mask.shape, q.dtype, q.device)).mask_fill(
                 ~mask, -math.inf
             )
-        elif mask.dtype in FLOAT_DTYPES:
+        elif mask.dtype in ("float32", q.dtype):  # torch's: bool, float32 or the query's
             mask = mask.cast(q.dtype)
         else:
-            raise DTypeError(f"{fn}: attn_mask must be bool or float, got {mask.dtype}")
+            raise MixedDTypeError(
+                f"{fn}: attn_mask must be bool, float32 or of the query's dtype {q.dtype}, got "
+                f"{mask.dtype}; {shapes}"
+            )
         mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape)
     drop = empty
     if dropout_p == 1.0:
@@ -163,7 +166,10 @@ def _composed_attention(q, k, v, mask, drop, scale, causal):
         cols = wrap(q, q.backend.arange(0, source, 1, "int64", q.device)).reshape((1, source))
         hidden = rows < cols
         scores = scores.mask_fill(hidden, -math.inf)
-    probs = scores.softmax(-1)
+    # torch's safe softmax: a row of keys all masked (-inf) attends to nothing (zeros, as the
+    # fused kernel gives, with zero gradients), not NaN
+    hidden_rows = scores.eq(-math.inf).all(-1, keepdim=True)
+    probs = scores.mask_fill(hidden_rows, 0.0).softmax(-1).mask_fill(hidden_rows, 0.0)
     if drop.numel():
         probs = probs * drop
     return probs.matmul(v)

@@ -21,9 +21,16 @@ import math
 import warnings
 from typing import Any
 
-from ...errors import DTypeError, InvalidArgumentError, ShapeError
+from ...errors import (
+    ArgumentConflictError,
+    AssertedShapeError,
+    DTypeError,
+    InvalidArgumentError,
+    MixedDTypeError,
+    SizeMismatchError,
+)
 from ...tensor import Tensor, cat
-from ...tensor.internal import FLOAT_DTYPES, shape_text, wrap
+from ...tensor.internal import FLOAT_DTYPES, result_dtype, shape_text, wrap
 from ._common import _as_tensor, _float_input
 from .attention import scaled_dot_product_attention
 from .linear import linear
@@ -32,18 +39,22 @@ from .normalization import dropout as _dropout
 __all__ = ["canonical_mask", "multi_head_attention_forward"]
 
 
-def canonical_mask(fn: str, mask: Any, name: str, like: Tensor) -> Tensor | None:
-    """``mask`` as an additive float mask in ``like``'s dtype: a bool mask becomes ``-inf``
-    where it is true (a hidden key), 0 elsewhere; a float mask is kept; ``None`` stays."""
+def canonical_mask(
+    fn: str, mask: Any, name: str, like: Tensor, dtype: str | None = None
+) -> Tensor | None:
+    """``mask`` as an additive float mask in ``dtype`` (default ``like``'s): a bool mask
+    becomes ``-inf`` where it is true (a hidden key), 0 elsewhere; a float mask is kept;
+    ``None`` stays."""
     if mask is None:
         return None
+    dtype = dtype or like.dtype
     mask = _as_tensor(fn, like, mask, name)
     if mask.dtype == "bool":
-        zeros = wrap(like, like.backend.zeros(mask.shape, like.dtype, like.device))
+        zeros = wrap(like, like.backend.zeros(mask.shape, dtype, like.device))
         return zeros.mask_fill(mask, -math.inf)
     if mask.dtype not in FLOAT_DTYPES:
         raise DTypeError(f"{fn}: only bool and floating types of {name} are supported")
-    return mask.cast(like.dtype)
+    return mask.cast(dtype)
 
 
 def _in_projection(query, key, value, embed_dim, in_proj_weight, in_proj_bias, separate):
@@ -64,6 +75,63 @@ def _in_projection(query, key, value, embed_dim, in_proj_weight, in_proj_bias, s
         k, v = linear(key, cat(list(weights[1:]), 0), kv_bias).split(embed_dim, -1)
         return q, k, v
     return tuple(linear(x, w, b) for x, w, b in zip((query, key, value), weights, biases))
+
+
+def _shape_check(fn, query, key, value, key_padding_mask, attn_mask, num_heads) -> None:
+    """torch's ``_mha_shape_check``: the ranks of the inputs and masks (a 3-d mask of an
+    unbatched query its shape too), each refused with its ``AssertionError``."""
+    shapes = (
+        f"query {shape_text(query.shape)}, key {shape_text(key.shape)}, value "
+        f"{shape_text(value.shape)}"
+    )
+    if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+        raise AssertedShapeError(
+            f"{fn}: query, key and value must all be 3-d [L, N, E] (or 2-d, unbatched); {shapes}"
+        )
+    kpm_ndim = query.ndim - 1
+    if key_padding_mask is not None and getattr(key_padding_mask, "ndim", kpm_ndim) != kpm_ndim:
+        raise AssertedShapeError(
+            f"{fn}: key_padding_mask must be {kpm_ndim}-d for a {query.ndim}-d query, got "
+            f"{shape_text(tuple(key_padding_mask.shape))}; {shapes}"
+        )
+    if attn_mask is None:
+        return
+    mask_shape = tuple(getattr(attn_mask, "shape", ()))
+    if len(mask_shape) not in (2, 3):
+        raise AssertedShapeError(
+            f"{fn}: attn_mask must be 2-d or 3-d, got {shape_text(mask_shape)}; {shapes}"
+        )
+    expected = (num_heads, query.shape[0], key.shape[0])
+    if query.ndim == 2 and len(mask_shape) == 3 and mask_shape != expected:
+        raise AssertedShapeError(
+            f"{fn}: the 3-d attn_mask of an unbatched query must be {shape_text(expected)}, "
+            f"got {shape_text(mask_shape)}; {shapes}"
+        )
+
+
+def _mask_dtype(mask: Any, query: Tensor) -> str | None:
+    """The dtype torch adds ``mask`` in: a float mask's own, the query's for a bool one."""
+    if mask is None:
+        return None
+    dtype = getattr(mask, "dtype", None)
+    return dtype if dtype is not None and dtype in FLOAT_DTYPES else query.dtype
+
+
+def _check_mask_dtypes(fn: str, query: Tensor, dtypes: tuple, need_weights: bool) -> None:
+    """torch adds the masks in their own dtypes (promoted) before the attention: its product
+    of the weights' path takes the query's dtype alone, its sdpa float32 or the query's; it
+    refuses others with ``RuntimeError``. (retrograd adds them in the query's dtype.)"""
+    present = [d for d in dtypes if d is not None]
+    if not present:
+        return
+    merged = present[0] if len(present) == 1 else result_dtype(*present)
+    accepted = (query.dtype,) if need_weights else ("float32", query.dtype)
+    if merged not in accepted:
+        raise MixedDTypeError(
+            f"{fn}: masks of dtype {merged} (attn_mask and key_padding_mask combined) beside a "
+            f"query of {query.dtype}"
+            + ("" if need_weights else " (need_weights=False: float32 or the query's dtype)")
+        )
 
 
 def _pad_key(mask: Tensor | None) -> Tensor | None:
@@ -112,12 +180,7 @@ def multi_head_attention_forward(
     if static_k is not None or static_v is not None:
         raise InvalidArgumentError(f"{fn}: static_k and static_v are not supported")
     batched = query.ndim == 3
-    if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
-        raise ShapeError(
-            f"{fn}: query, key and value must all be 3-d [L, N, E] (or 2-d, unbatched); got "
-            f"query {shape_text(query.shape)}, key {shape_text(key.shape)}, value "
-            f"{shape_text(value.shape)}"
-        )
+    _shape_check(fn, query, key, value, key_padding_mask, attn_mask, num_heads)
     if not batched:
         same_kv, same_qk = key is value, query is key
         query = query.unsqueeze_dim(1)
@@ -127,21 +190,6 @@ def multi_head_attention_forward(
             key_padding_mask = _as_tensor(fn, query, key_padding_mask, "key_padding_mask")
             key_padding_mask = key_padding_mask.unsqueeze_dim(0)
     length, batch, embed_dim = query.shape
-    if embed_dim != embed_dim_to_check:
-        raise ShapeError(
-            f"{fn}: was expecting embedding dimension of {embed_dim_to_check}, but got "
-            f"{embed_dim} (query {shape_text(query.shape)})"
-        )
-    if key.shape[:2] != value.shape[:2] or key.shape[1] != batch:
-        raise ShapeError(
-            f"{fn}: key {shape_text(key.shape)} and value {shape_text(value.shape)} must have "
-            f"the same sequence length and query's batch size {batch}"
-        )
-    head_dim = embed_dim // num_heads
-    if head_dim * num_heads != embed_dim:
-        raise InvalidArgumentError(
-            f"{fn}: embed_dim {embed_dim} not divisible by num_heads {num_heads}"
-        )
     mask_dtypes = {getattr(m, "dtype", None) for m in (key_padding_mask, attn_mask)}
     if key_padding_mask is not None and attn_mask is not None and len(mask_dtypes) == 2:
         # torch's deprecation of a bool mask beside a float one (its _canonical_mask)
@@ -151,25 +199,56 @@ def multi_head_attention_forward(
             UserWarning,
             stacklevel=3,
         )
-    key_padding_mask = canonical_mask(fn, key_padding_mask, "key_padding_mask", query)
+    kpm_dtype = _mask_dtype(key_padding_mask, query)
+    # torch adds the two masks in their promoted dtype (float32 ones rounded in float32
+    # beside a float64 query), then the attention casts the sum
+    merge = None
+    if kpm_dtype is not None and attn_mask is not None:
+        merge = result_dtype(kpm_dtype, _mask_dtype(attn_mask, query))
+    key_padding_mask = canonical_mask(fn, key_padding_mask, "key_padding_mask", query, merge)
     if is_causal and attn_mask is None:
-        raise InvalidArgumentError(
+        raise ArgumentConflictError(
             f"{fn}: need attn_mask if specifying the is_causal hint; pass the causal mask "
             f"(nn.Transformer.generate_square_subsequent_mask) as attn_mask"
         )
+    mask_dtype = None
     if is_causal and key_padding_mask is None and not need_weights:
         attn_mask = None  # the causal kernel instead of the mask
     else:
-        attn_mask = canonical_mask(fn, attn_mask, "attn_mask", query)
+        mask_dtype = _mask_dtype(attn_mask, query)
+        attn_mask = canonical_mask(fn, attn_mask, "attn_mask", query, merge)
         if key_padding_mask is not None:
             is_causal = False
+    # torch's order of checks and its classes: asserts (AssertionError) for the widths and
+    # the keys and values, RuntimeError for the attention mask's shape
+    if embed_dim != embed_dim_to_check:
+        raise AssertedShapeError(
+            f"{fn}: was expecting embedding dimension of {embed_dim_to_check}, but got "
+            f"{embed_dim} (query {shape_text(query.shape)})"
+        )
+    head_dim = embed_dim // num_heads
+    if head_dim * num_heads != embed_dim:
+        raise AssertedShapeError(
+            f"{fn}: embed_dim {embed_dim} not divisible by num_heads {num_heads}"
+        )
+    compared = 2 if use_separate_proj_weight else 3  # (the widths may differ with kdim/vdim)
+    if key.shape[:compared] != value.shape[:compared]:
+        raise AssertedShapeError(
+            f"{fn}: key {shape_text(key.shape)} and value {shape_text(value.shape)} must have "
+            f"the same {'sequence length and batch size' if use_separate_proj_weight else 'shape'}"
+        )
+    if key.shape[1] != batch:
+        raise SizeMismatchError(
+            f"{fn}: key {shape_text(key.shape)} and value {shape_text(value.shape)} must have "
+            f"query's batch size {batch} (query {shape_text(query.shape)})"
+        )
     separate = (q_proj_weight, k_proj_weight, v_proj_weight) if use_separate_proj_weight else None
     q, k, v = _in_projection(query, key, value, embed_dim, in_proj_weight, in_proj_bias, separate)
     source = key.shape[0]
     if attn_mask is not None:
         expected = [(length, source), (batch * num_heads, length, source)]
         if attn_mask.shape not in expected:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{fn}: attn_mask should be {shape_text(expected[0])} or "
                 f"{shape_text(expected[1])}, got {shape_text(attn_mask.shape)}"
             )
@@ -179,16 +258,17 @@ def multi_head_attention_forward(
             else attn_mask.reshape((batch, num_heads, length, source))
         )
     if key_padding_mask is not None and key_padding_mask.shape != (batch, source):
-        raise ShapeError(
+        raise AssertedShapeError(
             f"{fn}: key_padding_mask should be {shape_text((batch, source))}, got "
             f"{shape_text(key_padding_mask.shape)}"
         )
+    _check_mask_dtypes(fn, query, (mask_dtype, kpm_dtype), need_weights)
     if bias_k is not None and bias_v is not None:
         k = cat([k, bias_k.expand((1, batch, embed_dim))], 0)
         v = cat([v, bias_v.expand((1, batch, embed_dim))], 0)
         attn_mask, key_padding_mask = _pad_key(attn_mask), _pad_key(key_padding_mask)
     elif bias_k is not None or bias_v is not None:
-        raise InvalidArgumentError(f"{fn}: give both bias_k and bias_v, or neither")
+        raise AssertedShapeError(f"{fn}: give both bias_k and bias_v, or neither")
 
     def heads(x: Tensor) -> Tensor:  # [S, N, E] -> [N, H, S, D], a view
         return x.reshape((x.shape[0], batch, num_heads, head_dim)).permute((1, 2, 0, 3))
@@ -201,6 +281,8 @@ def multi_head_attention_forward(
     if key_padding_mask is not None:
         padding = key_padding_mask.reshape((batch, 1, 1, key_padding_mask.shape[-1]))
         attn_mask = padding if attn_mask is None else attn_mask + padding
+    if attn_mask is not None and attn_mask.dtype != query.dtype:
+        attn_mask = attn_mask.cast(query.dtype)
     if not training:
         dropout_p = 0.0
     if need_weights:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from ...errors import AssertedShapeError, InvalidArgumentError
 from ...tensor import Tensor, zeros
 from ...tensor.dtypes import default_float_dtype
 from .. import init
@@ -59,8 +59,8 @@ class MultiheadAttention(Module):
                 f"MultiheadAttention: embed_dim and num_heads must be greater than 0, got "
                 f"embed_dim={embed_dim} and num_heads={num_heads}"
             )
-        if embed_dim % num_heads:
-            raise InvalidArgumentError(
+        if embed_dim % num_heads:  # (torch asserts it)
+            raise AssertedShapeError(
                 f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads "
                 f"{num_heads}"
             )

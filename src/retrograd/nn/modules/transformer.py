@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, ShapeError
+from ...errors import ArgumentTypeError, SizeMismatchError, UnsupportedModeError
 from ...tensor import Tensor, tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
@@ -55,7 +55,8 @@ def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
         return F.relu
     if activation == "gelu":
         return F.gelu
-    raise InvalidArgumentError(f"activation should be relu/gelu, not {activation!r}")
+    # (torch's RuntimeError: an unknown mode, as interpolate's)
+    raise UnsupportedModeError(f"activation should be relu/gelu, not {activation!r}")
 
 
 def _clones(module: Module, count: int) -> ModuleList:
@@ -430,12 +431,12 @@ class Transformer(Module):
     ) -> Tensor:
         batch_dim = 0 if self.batch_first else 1
         if src.ndim == 3 and src.shape[batch_dim] != tgt.shape[batch_dim]:
-            raise ShapeError(
+            raise SizeMismatchError(  # (torch's RuntimeError, as below)
                 f"Transformer: the batch number of src and tgt must be equal; src "
                 f"{list(src.shape)}, tgt {list(tgt.shape)}"
             )
         if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"Transformer: the feature number of src and tgt must be equal to d_model "
                 f"({self.d_model}); src {list(src.shape)}, tgt {list(tgt.shape)}"
             )
@@ -459,8 +460,12 @@ class Transformer(Module):
     ) -> Tensor:
         """The causal mask of ``sz`` positions: ``-inf`` above the diagonal (a position may
         not attend to later ones), 0 elsewhere; the default float dtype unless ``dtype``."""
-        if isinstance(sz, bool) or not hasattr(type(sz), "__index__") or sz < 0:
-            raise InvalidArgumentError(
+        if isinstance(sz, bool) or not hasattr(type(sz), "__index__"):
+            raise ArgumentTypeError(  # (torch's TypeError)
+                f"generate_square_subsequent_mask: sz must be a non-negative int, got {sz!r}"
+            )
+        if sz < 0:
+            raise SizeMismatchError(  # (torch's RuntimeError: a negative dimension)
                 f"generate_square_subsequent_mask: sz must be a non-negative int, got {sz!r}"
             )
         values = np.triu(np.full((sz, sz), -math.inf), 1)
