@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import FLOAT_DTYPES, INT_DTYPES, default_float_dtype
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, SizeMismatchError, shape_text
 from ._dispatch import (
     COMMON,
     COMPARE,
@@ -609,13 +609,13 @@ class ElementwiseMixin:
                 shape = ()
             dim = next((d for d, n in enumerate(shape) if n == 3), None)
             if dim is None:
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"cross: no dimension of size 3 in {shape_text(a.shape)} and "
                     f"{shape_text(b.shape)}; give dim"
                 )
         d = normalize_dim("cross", dim, max(a.ndim, b.ndim))
         if a.shape[d - a.ndim] != 3 or b.shape[d - b.ndim] != 3:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"cross: dimension {dim} must have size 3 in both inputs, got shapes "
                 f"{shape_text(a.shape)} and {shape_text(b.shape)}"
             )
