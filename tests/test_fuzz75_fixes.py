@@ -7,11 +7,12 @@
   ``block_diag``, ``tril_indices``/``triu_indices``, ``vander``, ``meshgrid``, ``cdist``,
   ``pdist``, ``histc``, ``bincount``, ``cov``/``corrcoef``, ``gradient``, ``diff``,
   ``einsum``, ``tensordot``, ``broadcast_shapes``/``broadcast_tensors``, ``cat``,
-  ``logcumsumexp``, ``nanmean``, ``aminmax``/``nanmedian`` (an empty dimension); now
-  ``SizeMismatchError``, the new ``InvalidValueError`` (an ``InvalidArgumentError`` and a
-  ``RuntimeError``), ``UnsupportedDTypeError`` (a ``DTypeError`` and a
-  ``NotImplementedError``) and ``EmptyReductionError`` (a ``ShapeError``, an ``IndexError``
-  and a ``RuntimeError``);
+  ``logcumsumexp``, ``nanmean``, ``aminmax``/``nanmedian`` (an empty dimension), and
+  ``cross``'s batch sizes that do not broadcast or operands of two dtypes; now
+  ``SizeMismatchError``, ``MixedDTypeError``, the new ``InvalidValueError`` (an
+  ``InvalidArgumentError`` and a ``RuntimeError``), ``UnsupportedDTypeError`` (a
+  ``DTypeError`` and a ``NotImplementedError``) and ``EmptyReductionError`` (a
+  ``ShapeError``, an ``IndexError`` and a ``RuntimeError``);
 - ``combinations`` with a negative ``r`` and ``bincount`` with a negative ``minlength`` or
   weights of another length failed inside NumPy (an ``InvalidArgumentError`` of its words);
 - ``diff`` took a ``prepend``/``append`` of another rank with ``n=0``, and
@@ -77,6 +78,12 @@ REFUSALS = {
     "linalg.cross size 2": (
         lambda lib: lib.linalg.cross(T(lib, X2[:2]), T(lib, X2[:2]), dim=0), RuntimeError,
         "SizeMismatchError"),
+    "linalg.cross batch sizes": (
+        lambda lib: lib.linalg.cross(T(lib, X3[:, :2]), T(lib, X3)), RuntimeError,
+        "SizeMismatchError"),
+    "cross dtypes": (
+        lambda lib: lib.linalg.cross(T(lib, X1), T(lib, X1.astype(np.float32))), RuntimeError,
+        "MixedDTypeError"),
     "cartesian_prod 2-d": (lambda lib: lib.cartesian_prod(T(lib, X2)), RuntimeError,
                            "SizeMismatchError"),
     "combinations 2-d": (lambda lib: lib.combinations(T(lib, X2)), RuntimeError,

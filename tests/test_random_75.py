@@ -20,6 +20,16 @@ The values, their shapes and dtypes are compared (within a tolerance of the dtyp
 exactly), and in float64 the gradients of the sum of the float outputs in every float input
 of a differentiable op; where torch raises, retrograd must raise an instance of torch's
 exception class.
+
+Left out, each where it is drawn, because torch 2.13 is wrong there: the gradient of
+``vander`` (its backward fails, "modified by an inplace operation", or crashes the process)
+and of ``pdist`` of an empty input (a crash), decreasing ``histogram`` edges and ``gradient``
+coordinates of another length than their dimension (taken, with garbage results), ``cov``
+weights of a single observation (torch writes in place into an input that requires grad, or
+multiplies float32 by float64, and refuses). torch's matrix-product ``cdist`` (p = 2, above 25
+rows or when asked) loses digits to cancellation near a distance of 0: its squared distances
+are compared, and its gradients at 1e-6. An empty leaf's gradient may be ``None`` (torch's is
+an empty tensor).
 """
 
 from __future__ import annotations
@@ -73,8 +83,9 @@ class Call:
     """``lib.<path>(*args, **kwargs)`` (``path`` dotted: ``linalg.cross``), or, where
     ``method``, ``args[0].<path>(*args[1:], **kwargs)``."""
 
-    def __init__(self, path, args, kwargs=None, method=False):
+    def __init__(self, path, args, kwargs=None, method=False, squares=False):
         self.path, self.args, self.kwargs, self.method = path, args, kwargs or {}, method
+        self.squares = squares
 
     def __repr__(self) -> str:
         if self.method:
@@ -198,7 +209,15 @@ def draw_cdist(rng):
         kwargs["compute_mode"] = str(rng.choice(MODES))
         if _rare(rng, 0.03):
             kwargs["compute_mode"] = "fast"
-    return Call("cdist", [x1, x2], kwargs)
+    # torch's matrix-product route (p = 2, above 25 rows or when asked) computes
+    # sqrt(|x|^2 + |y|^2 - 2 x.y): a distance near 0 loses sqrt(eps |x|^2) to cancellation
+    # (torch 0 for retrograd's 1.5e-4 in float32, seed 5380), retrograd takes the
+    # differences: the squared distances are compared there
+    mode = kwargs.get("compute_mode", MODES[0])
+    squares = kwargs.get("p", 2.0) == 2.0 and (
+        mode == MODES[1] or (mode == MODES[0] and max(p, r) > 25)
+    )
+    return Call("cdist", [x1, x2], kwargs, squares=squares)
 
 
 def draw_pdist(rng):
@@ -806,7 +825,9 @@ def check_one(rng, log_prefix=""):
     for i, (o, e) in enumerate(zip(outs, expected, strict=True)):
         if _dtype_name(o) != _dtype_name(e):
             raise Mismatch(f"{log}\noutput {i}: dtype {o.dtype} vs torch's {e.dtype}")
-        if e.dtype.is_floating_point:
+        if e.dtype.is_floating_point and call.squares:
+            _close(log, f"output {i} squared", o * o, e * e, TOL[_dtype_name(e)])
+        elif e.dtype.is_floating_point:
             _close(log, f"output {i}", o, e, TOL[_dtype_name(e)])
         elif tuple(o.shape) != tuple(e.shape) or not np.array_equal(o.numpy(), e.numpy()):
             raise Mismatch(f"{log}\noutput {i} differs\n{o.numpy()}\n{e.numpy()}")
@@ -822,7 +843,9 @@ def check_one(rng, log_prefix=""):
                 raise Mismatch(f"{log}\ngrad {i}: None vs torch's {e}")
             if g is None:
                 continue  # (an empty leaf: torch's empty gradient, retrograd's None)
-            _close(log, f"grad {i}", g, e, TOL["float64"])
+            # (torch's matrix-product cdist differentiates its cancelled distances: 2.5e-8 off
+            # retrograd's exact gradient at seed 6205; 1e-6 there)
+            _close(log, f"grad {i}", g, e, 1e-6 if call.squares else TOL["float64"])
 
 
 CALLS_PER_SEED = 12

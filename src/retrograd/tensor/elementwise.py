@@ -21,7 +21,14 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import FLOAT_DTYPES, INT_DTYPES, default_float_dtype
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, SizeMismatchError, shape_text
+from ..errors import (
+    DTypeError,
+    InvalidArgumentError,
+    MixedDTypeError,
+    ShapeError,
+    SizeMismatchError,
+    shape_text,
+)
 from ._dispatch import (
     COMMON,
     COMPARE,
@@ -598,7 +605,7 @@ class ElementwiseMixin:
         if not hasattr(other, "dtype") or not hasattr(other, "shape"):
             raise DTypeError(f"cross: other must be a tensor, got {type(other).__name__}")
         if other.dtype != self.dtype:
-            raise DTypeError(
+            raise MixedDTypeError(
                 f"cross: expected both inputs of one dtype, got {self.dtype} and {other.dtype}"
             )
         a, b = promote(self, other, "cross")
@@ -613,6 +620,12 @@ class ElementwiseMixin:
                     f"cross: no dimension of size 3 in {shape_text(a.shape)} and "
                     f"{shape_text(b.shape)}; give dim"
                 )
+        try:
+            np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:  # (torch's RuntimeError)
+            raise SizeMismatchError(
+                f"cross: shapes {shape_text(a.shape)} and {shape_text(b.shape)} do not broadcast"
+            ) from None
         d = normalize_dim("cross", dim, max(a.ndim, b.ndim))
         if a.shape[d - a.ndim] != 3 or b.shape[d - b.ndim] != 3:
             raise SizeMismatchError(
