@@ -8,7 +8,8 @@
   ``pdist``, ``histc``, ``bincount``, ``cov``/``corrcoef``, ``gradient``, ``diff``,
   ``einsum``, ``tensordot``, ``broadcast_shapes``/``broadcast_tensors``, ``cat``,
   ``logcumsumexp``, ``nanmean``, ``aminmax``/``nanmedian`` (an empty dimension), and
-  ``cross``'s batch sizes that do not broadcast or operands of two dtypes; now
+  ``cross``'s batch sizes that do not broadcast or operands of two dtypes, a matrix product of
+  bools; now
   ``SizeMismatchError``, ``MixedDTypeError``, the new ``InvalidValueError`` (an
   ``InvalidArgumentError`` and a ``RuntimeError``), ``UnsupportedDTypeError`` (a
   ``DTypeError`` and a ``NotImplementedError``) and ``EmptyReductionError`` (a
@@ -18,6 +19,9 @@
 - ``diff`` took a ``prepend``/``append`` of another rank with ``n=0``, and
   ``trapezoid``/``cumulative_trapezoid`` 1-d points ``x`` of another length than the samples
   where they broadcast (one point for two intervals); torch refuses both;
+- bool samples of ``trapezoid``/``cumulative_trapezoid``, ``cov`` and ``cross`` were taken
+  or failed inside NumPy, ``meshgrid``/``cartesian_prod`` took tensors of several dtypes
+  (promoted); torch refuses them;
 - ``broadcast_shapes`` returned a tuple, torch a ``Size`` (``.numel()``);
 - ``trapezoid`` of integer samples along an empty dimension was float32 zeros, torch's int64;
 - ``block_diag`` of a 0-d float64 tensor beside a float32 matrix was float64: torch's dtype
@@ -39,6 +43,7 @@ torch = pytest.importorskip("torch")
 RNG = np.random.default_rng(75)
 X1, X2, X3 = RNG.standard_normal(3), RNG.standard_normal((3, 3)), RNG.standard_normal((2, 3, 3))
 I1 = np.array([0, 2, 1])
+B2 = X2 > 0
 
 
 def _refusal(lib, make):
@@ -84,6 +89,22 @@ REFUSALS = {
     "cross dtypes": (
         lambda lib: lib.linalg.cross(T(lib, X1), T(lib, X1.astype(np.float32))), RuntimeError,
         "MixedDTypeError"),
+    "cross of bools": (lambda lib: lib.linalg.cross(T(lib, B2), T(lib, B2)), NotImplementedError,
+                       "UnsupportedDTypeError"),
+    "meshgrid of two dtypes": (
+        lambda lib: lib.meshgrid(T(lib, X1), T(lib, I1), indexing="ij"), RuntimeError,
+        "MixedDTypeError"),
+    "meshgrid 2-d": (lambda lib: lib.meshgrid(T(lib, X2), indexing="ij"), RuntimeError,
+                     "SizeMismatchError"),
+    "cartesian_prod of two dtypes": (
+        lambda lib: lib.cartesian_prod(T(lib, X1), T(lib, I1)), RuntimeError, "MixedDTypeError"),
+    "matmul of bools": (lambda lib: T(lib, B2) @ T(lib, B2), NotImplementedError,
+                        "UnsupportedDTypeError"),
+    "trapezoid of bools": (lambda lib: lib.trapezoid(T(lib, B2)), RuntimeError,
+                           "UnsupportedDTypeError"),
+    "cumulative_trapezoid of bools": (lambda lib: lib.cumulative_trapezoid(T(lib, B2)),
+                                      RuntimeError, "UnsupportedDTypeError"),
+    "cov of bools": (lambda lib: lib.cov(T(lib, B2)), RuntimeError, "UnsupportedDTypeError"),
     "cartesian_prod 2-d": (lambda lib: lib.cartesian_prod(T(lib, X2)), RuntimeError,
                            "SizeMismatchError"),
     "combinations 2-d": (lambda lib: lib.combinations(T(lib, X2)), RuntimeError,

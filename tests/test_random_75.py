@@ -95,6 +95,8 @@ class Call:
 
 # -- the draws ---------------------------------------------------------------------------------
 def _dtype(rng, ints=True):
+    if ints and _rare(rng):
+        return "bool"
     choices = ["float32", "float64", "float64"] + ["int64"] * ints
     return str(rng.choice(choices))
 
@@ -103,6 +105,8 @@ def _x(rng, shape, dtype, grad=True):
     """A leaf: standard normal floats (a gradient wanted in float64), or small integers."""
     if dtype == "int64":
         return Leaf(rng.integers(-4, 5, size=shape).astype(np.int64))
+    if dtype == "bool":
+        return Leaf(rng.random(shape) < 0.5)
     return Leaf(rng.standard_normal(shape).astype(dtype), grad and dtype == "float64")
 
 
@@ -141,6 +145,8 @@ def draw_cartesian_prod(rng):
     tensors = [_vector(rng, dtype) for _ in range(int(rng.integers(1, 4)))]
     if _rare(rng):
         tensors[0] = _x(rng, (2, 2), dtype)  # not 1-d: torch refuses
+    if _rare(rng, 0.1):
+        tensors[-1] = _vector(rng, _dtype(rng))  # perhaps two dtypes
     return Call("cartesian_prod", tensors)
 
 
@@ -171,7 +177,7 @@ def draw_block_diag(rng):
 def draw_kron(rng):
     dtype = _dtype(rng)
     a = _x(rng, _shape(rng, 0, 3), dtype)
-    b = _x(rng, _shape(rng, 0, 3), dtype)
+    b = _x(rng, _shape(rng, 0, 3), dtype if rng.random() < 0.85 else _dtype(rng))
     return Call("kron", [a, b], method=rng.random() < 0.2)
 
 
@@ -528,7 +534,10 @@ def draw_diff(rng):
 
 
 def draw_gradient(rng):
-    dtype = _dtype(rng)
+    # (not bool: torch refuses bool subtraction with a RuntimeError, retrograd's sub with a
+    # DTypeError, a TypeError: a difference of the elementwise ops, left to their round)
+    dtype = _dtype(rng, ints=True)
+    dtype = "int64" if dtype == "bool" else dtype
     shape = _shape(rng, 1, 3, (1, 6))
     x = _x(rng, shape, dtype)
     ndim = len(shape)
@@ -623,6 +632,8 @@ def draw_atleast(rng):
 def draw_meshgrid(rng):
     dtype = _dtype(rng)
     xs = [_vector(rng, dtype) for _ in range(int(rng.integers(1, 4)))]
+    if _rare(rng, 0.1):
+        xs[-1] = _vector(rng, _dtype(rng))  # perhaps two dtypes
     if rng.random() < 0.2:
         xs[0] = _x(rng, (), dtype)  # 0-d: allowed
     kwargs = {"indexing": str(rng.choice(["ij", "xy"]))} if rng.random() < 0.8 else {}
@@ -651,7 +662,10 @@ def draw_broadcast(rng):
     if rng.random() < 0.4:
         args = [int(s[0]) if len(s) == 1 and rng.random() < 0.5 else s for s in shapes]
         return Call("broadcast_shapes", args)
-    return Call("broadcast_tensors", [_x(rng, s, dtype) for s in shapes])
+    return Call(
+        "broadcast_tensors",
+        [_x(rng, s, dtype if rng.random() < 0.85 else _dtype(rng)) for s in shapes],
+    )
 
 
 def draw_cov(rng):

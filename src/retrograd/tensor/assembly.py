@@ -408,8 +408,9 @@ def _like(reference: Any, value: Any) -> Any:
 
 def cumulative_trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
     """The running trapezoidal integral along ``dim`` (one element shorter)."""
-    from .functions import _check_sample_points
+    from .functions import _check_sample_points, _refuse_bool
 
+    _refuse_bool("cumulative_trapezoid", y, x)
     n = y.shape[dim]
     _check_sample_points("cumulative_trapezoid", y, x, n)
     # no samples: no intervals (an empty running integral), not a narrow of -1

@@ -27,6 +27,7 @@ from ..errors import (
     MixedDTypeError,
     ShapeError,
     SizeMismatchError,
+    UnsupportedDTypeError,
     shape_text,
 )
 from ._dispatch import (
@@ -608,6 +609,8 @@ class ElementwiseMixin:
             raise MixedDTypeError(
                 f"cross: expected both inputs of one dtype, got {self.dtype} and {other.dtype}"
             )
+        if self.dtype == "bool":  # (torch's NotImplementedError)
+            raise UnsupportedDTypeError("cross: not implemented for bool tensors")
         a, b = promote(self, other, "cross")
         if dim is None:
             try:

@@ -32,6 +32,7 @@ from ..errors import (
     IndexOutOfRangeError,
     InvalidArgumentError,
     InvalidValueError,
+    MixedDTypeError,
     ShapeError,
     SizeMismatchError,
     UnsupportedDTypeError,
@@ -1075,6 +1076,7 @@ def trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
     n = y.shape[dim]
     if not n:  # no samples: torch's zeros of y's dtype (an int64 0 for int64 samples too)
         return y.detach().sum(dim).mul(0).to(y.dtype)
+    _refuse_bool("trapezoid", y, x)  # (after that: torch's order)
     _check_sample_points("trapezoid", y, x, n)
     left, right = y.narrow(dim, 0, n - 1), y.narrow(dim, 1, n - 1)
     if x is None:
@@ -1084,6 +1086,13 @@ def trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
         d = dim % y.ndim
         spacing = spacing.reshape((-1,) + (1,) * (y.ndim - d - 1))
     return ((left + right) * spacing * 0.5).sum(dim)
+
+
+def _refuse_bool(op: str, y: Any, x: Any) -> None:
+    """torch's refusal of bool samples or points (a ``RuntimeError``)."""
+    for t in (y, x):
+        if getattr(t, "dtype", None) == "bool":
+            raise UnsupportedDTypeError(f"{op}: bool samples or points are not supported")
 
 
 def _check_sample_points(op: str, y: Any, x: Any, n: int) -> None:
@@ -1216,7 +1225,12 @@ def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Any, ...]:
         raise InvalidValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     for t in tensors:
         if t.ndim > 1:
-            raise ShapeError(f"meshgrid: expects 0-d or 1-d tensors, got {shape_text(t.shape)}")
+            raise SizeMismatchError(
+                f"meshgrid: expects 0-d or 1-d tensors, got {shape_text(t.shape)}"
+            )
+    if len({t.dtype for t in tensors}) > 1:  # (torch's RuntimeError; cartesian_prod's too)
+        listed = ", ".join(str(t.dtype) for t in tensors)
+        raise MixedDTypeError(f"meshgrid: expects tensors of one dtype, got {listed}")
     flat = [t.reshape((-1,)) for t in tensors]
     swap = indexing == "xy" and len(flat) >= 2
     if swap:

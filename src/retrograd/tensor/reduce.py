@@ -716,7 +716,9 @@ def same_dtype(op: str, *operands: Any) -> None:
         shapes = ", ".join(f"{t.dtype} {shape_text(t.shape)}" for t in operands)
         raise MixedDTypeError(f"{op}: expected operands of one dtype, got {shapes}")
     if dtypes and dtypes[0] == "bool":
-        raise DTypeError(f"{op}: not implemented for bool tensors (cast to int64 or a float)")
+        raise UnsupportedDTypeError(  # (torch's NotImplementedError: "addmm_impl_cpu_" ...)
+            f"{op}: not implemented for bool tensors (cast to int64 or a float)"
+        )
 
 
 def topk(

@@ -228,6 +228,8 @@ class SelectionMixin:
         a 1-d tensor or a single row is one variable (a 0-d result, as torch's). ``fweights``
         (int counts) and ``aweights`` (float importances) weight the observations, with
         torch's normalization: ``sum(w) - correction * sum(w * aweights) / sum(w)``."""
+        if self.dtype == "bool":  # (torch's RuntimeError)
+            raise UnsupportedDTypeError("cov: bool tensors are not supported")
         if self.ndim > 2:
             raise SizeMismatchError(
                 f"cov: expected at most 2 dimensions, got {shape_text(self.shape)}"
