@@ -9,7 +9,7 @@
   ``einsum``, ``tensordot``, ``broadcast_shapes``/``broadcast_tensors``, ``cat``,
   ``logcumsumexp``, ``nanmean``, ``aminmax``/``nanmedian`` (an empty dimension), and
   ``cross``'s batch sizes that do not broadcast or operands of two dtypes, a matrix product of
-  bools; now
+  bools, ``histc``'s and ``histogram``'s refusals; now
   ``SizeMismatchError``, ``MixedDTypeError``, the new ``InvalidValueError`` (an
   ``InvalidArgumentError`` and a ``RuntimeError``), ``UnsupportedDTypeError`` (a
   ``DTypeError`` and a ``NotImplementedError``) and ``EmptyReductionError`` (a
@@ -22,6 +22,7 @@
 - bool samples of ``trapezoid``/``cumulative_trapezoid``, ``cov`` and ``cross`` were taken
   or failed inside NumPy, ``meshgrid``/``cartesian_prod`` took tensors of several dtypes
   (promoted); torch refuses them;
+- ``histogram`` took bin edges with a ``range=`` (torch's ``TypeError``: no such overload);
 - ``broadcast_shapes`` returned a tuple, torch a ``Size`` (``.numel()``);
 - ``trapezoid`` of integer samples along an empty dimension was float32 zeros, torch's int64;
 - ``block_diag`` of a 0-d float64 tensor beside a float32 matrix was float64: torch's dtype
@@ -105,6 +106,32 @@ REFUSALS = {
     "cumulative_trapezoid of bools": (lambda lib: lib.cumulative_trapezoid(T(lib, B2)),
                                       RuntimeError, "UnsupportedDTypeError"),
     "cov of bools": (lambda lib: lib.cov(T(lib, B2)), RuntimeError, "UnsupportedDTypeError"),
+    "histc of a NaN": (lambda lib: lib.histc(T(lib, np.array([np.nan, 1.0]))), RuntimeError,
+                       "InvalidValueError"),
+    "histogram min > max": (lambda lib: lib.histogram(T(lib, X1), 3, range=(1.0, -1.0)),
+                            RuntimeError, "InvalidValueError"),
+    "histogram of a NaN": (lambda lib: lib.histogram(T(lib, np.array([np.nan, 1.0])), 3),
+                           RuntimeError, "InvalidValueError"),
+    "histogram of ints": (lambda lib: lib.histogram(T(lib, I1), 3), NotImplementedError,
+                          "UnsupportedDTypeError"),
+    "histogram edges of another dtype": (
+        lambda lib: lib.histogram(T(lib, X1), T(lib, np.array([0.0, 1.0], np.float32))),
+        RuntimeError, "MixedDTypeError"),
+    "histogram 2-d edges": (lambda lib: lib.histogram(T(lib, X1), T(lib, X2)), RuntimeError,
+                            "SizeMismatchError"),
+    "histogram no edges": (lambda lib: lib.histogram(T(lib, X1), T(lib, X1[:0])), RuntimeError,
+                           "SizeMismatchError"),
+    "histogram bins 0": (lambda lib: lib.histogram(T(lib, X1), 0), RuntimeError,
+                         "InvalidValueError"),
+    "histogram weight shape": (
+        lambda lib: lib.histogram(T(lib, X1), 3, weight=T(lib, X1[:2])), RuntimeError,
+        "SizeMismatchError"),
+    "histogram weight dtype": (
+        lambda lib: lib.histogram(T(lib, X1), 3, weight=T(lib, X1.astype(np.float32))),
+        RuntimeError, "MixedDTypeError"),
+    "histogram edges with range": (
+        lambda lib: lib.histogram(T(lib, X1), T(lib, X1[:2]), range=(0.0, 1.0)), TypeError,
+        "DTypeError"),
     "cartesian_prod 2-d": (lambda lib: lib.cartesian_prod(T(lib, X2)), RuntimeError,
                            "SizeMismatchError"),
     "combinations 2-d": (lambda lib: lib.combinations(T(lib, X2)), RuntimeError,

@@ -42,6 +42,7 @@ from ..errors import (
     IndexOutOfRangeError,
     InvalidArgumentError,
     InvalidValueError,
+    MixedDTypeError,
     SamplingError,
     ShapeError,
     SizeMismatchError,
@@ -909,7 +910,7 @@ class SelectionMixin:
         if low == high and array.size:
             low, high = array.min(), array.max()
         if not (np.isfinite(low) and np.isfinite(high)):  # (a NaN or inf in the data, or given)
-            raise InvalidArgumentError(f"histc: range of [{low}, {high}] is not finite")
+            raise InvalidValueError(f"histc: range of [{low}, {high}] is not finite")
         if low == high:
             low, high = low - kind(1.0), high + kind(1.0)
         if low > high:
@@ -940,19 +941,25 @@ class SelectionMixin:
         if out is not None:
             raise InvalidArgumentError(f"{fn}: out= is not supported; use the returned tuple")
         if self.dtype not in ("float32", "float64"):
-            raise DTypeError(f"{fn}: expected a float32 or float64 input, got {self.dtype}")
+            raise UnsupportedDTypeError(
+                f"{fn}: expected a float32 or float64 input, got {self.dtype}"
+            )
         kind = np.float64 if self.dtype == "float64" else np.float32
         values = self.detach().numpy().reshape(-1).astype(kind)
         if isinstance(bins, TensorBase):
+            if range is not None:  # (torch's argument parser: no such overload, a TypeError)
+                raise DTypeError(f"{fn}: range= goes with an int bins, not with bin edges")
             if bins.ndim != 1:
-                raise ShapeError(f"{fn}: bins must be a 1-d tensor of edges, got {bins.ndim}-d")
+                raise SizeMismatchError(
+                    f"{fn}: bins must be a 1-d tensor of edges, got {bins.ndim}-d"
+                )
             if bins.dtype != self.dtype:
-                raise DTypeError(
+                raise MixedDTypeError(
                     f"{fn}: bins of dtype {bins.dtype} for an input of dtype {self.dtype} "
                     "(they must match, as torch's)"
                 )
             if bins.shape[0] < 1:
-                raise ShapeError(f"{fn}: bins must hold at least one edge")
+                raise SizeMismatchError(f"{fn}: bins must hold at least one edge")
             edges = bins.detach().numpy().astype(kind)
             if np.any(edges[1:] < edges[:-1]):
                 # torch counts these by a binary search that assumes order (values land in
@@ -965,17 +972,17 @@ class SelectionMixin:
             if not isinstance(count, numbers.Integral) or isinstance(count, bool):
                 raise DTypeError(f"{fn}: bins must be an int or a 1-d tensor, got {bins!r}")
             if count <= 0:
-                raise InvalidArgumentError(f"{fn}: bins must be > 0, got {count}")
+                raise InvalidValueError(f"{fn}: bins must be > 0, got {count}")
             edges = self._histogram_edges(fn, values, count, range)
         if weight is not None:
             weight = lift(self, weight, fn)
             if weight.shape != self.shape:
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"{fn}: weight of shape {shape_text(weight.shape)} must have the input's "
                     f"shape {shape_text(self.shape)}"
                 )
             if weight.dtype != self.dtype:
-                raise DTypeError(
+                raise MixedDTypeError(
                     f"{fn}: weight of dtype {weight.dtype} for an input of dtype {self.dtype}"
                 )
         count = len(edges) - 1
@@ -1014,11 +1021,11 @@ class SelectionMixin:
         else:
             low, high = 0.0, 1.0
         if low > high:
-            raise InvalidArgumentError(
+            raise InvalidValueError(
                 f"{fn}: the range's min should not exceed its max, got min {low} max {high}"
             )
         if not (math.isfinite(low) and math.isfinite(high)):
-            raise InvalidArgumentError(f"{fn}: the range [{low}, {high}] is not finite")
+            raise InvalidValueError(f"{fn}: the range [{low}, {high}] is not finite")
         if low == high:
             low, high = low - 0.5, high + 0.5
         return torch_linspace(low, high, count + 1, values.dtype.type)
