@@ -23,6 +23,8 @@
   or failed inside NumPy, ``meshgrid``/``cartesian_prod`` took tensors of several dtypes
   (promoted); torch refuses them;
 - ``histogram`` took bin edges with a ``range=`` (torch's ``TypeError``: no such overload);
+- ``cov`` refused ``fweights`` of an integer dtype other than int64 (int32...); torch takes
+  any integral dtype;
 - ``broadcast_shapes`` returned a tuple, torch a ``Size`` (``.numel()``);
 - ``trapezoid`` of integer samples along an empty dimension was float32 zeros, torch's int64;
 - ``block_diag`` of a 0-d float64 tensor beside a float32 matrix was float64: torch's dtype
@@ -276,3 +278,12 @@ def test_bincount_of_nothing_still_takes_weights_of_any_length():
     got = rg.bincount(rg.zeros(0, dtype=rg.int64), rg.ones(1), minlength=3)
     assert got.dtype == rg.int64 and expected.dtype == torch.int64
     np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+def test_cov_takes_fweights_of_any_integer_dtype():
+    x = RNG.standard_normal((2, 4))
+    for dtype in (np.int32, np.int16, np.uint8):
+        fw = np.array([1, 2, 0, 3], dtype)
+        expected = torch.cov(torch.tensor(x), fweights=torch.tensor(fw))
+        got = rg.cov(rg.tensor(x), fweights=rg.tensor(fw))
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12)

@@ -76,6 +76,8 @@ def _make(lib, value, leaves):
         return lib.int64
     if value == "dtype:float32":
         return lib.float32
+    if value == "dtype:bool":
+        return lib.bool
     return value
 
 
@@ -132,7 +134,9 @@ def draw_tri_indices(rng):
         else:
             kwargs["offset"] = offset
     if rng.random() < 0.3:
-        kwargs["dtype"] = str(rng.choice(["dtype:int32", "dtype:int64", "dtype:float32"]))
+        kwargs["dtype"] = str(
+            rng.choice(["dtype:int32", "dtype:int64", "dtype:float32", "dtype:bool"])
+        )
     return Call(name, args, kwargs)
 
 
@@ -286,6 +290,10 @@ def draw_bincount(rng):
     xl = Leaf(x)
     if _rare(rng):
         xl = Leaf(x.astype(np.float32))  # torch refuses
+    if _rare(rng):
+        xl = Leaf(x.astype(bool))  # torch refuses
+    if _rare(rng):
+        xl = Leaf(x.astype(np.int32))
     kwargs: dict = {}
     if rng.random() < 0.4:
         w = rng.standard_normal(x.shape)
@@ -697,6 +705,8 @@ def draw_cov(rng):
             kwargs["correction"] = int(rng.integers(0, 3))
         if rng.random() < 0.35:
             fw = rng.integers(0, 4, size=n).astype(np.int64)
+            if rng.random() < 0.2:
+                fw = fw.astype(np.int32)
             if _rare(rng):
                 fw = fw.astype(np.float64)  # torch refuses
             if _rare(rng) and n:

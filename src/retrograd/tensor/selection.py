@@ -250,7 +250,7 @@ class SelectionMixin:
                     f"cov: {name} must be 0-d or 1-d with one weight per observation ({n}), "
                     f"got {shape_text(w.shape)}"
                 )
-            if (w.dtype == "int64") != integral or w.dtype == "bool":
+            if (w.dtype in INT_DTYPES) != integral or w.dtype == "bool":  # (any int: torch's)
                 kind = "an integral" if integral else "a floating point"
                 raise UnsupportedDTypeError(f"cov: {name} must have {kind} dtype, got {w.dtype}")
             if n and bool(w.detach().min().less(0).item()):
