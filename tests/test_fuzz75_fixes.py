@@ -25,6 +25,7 @@
 - ``histogram`` took bin edges with a ``range=`` (torch's ``TypeError``: no such overload);
 - ``cov`` refused ``fweights`` of an integer dtype other than int64 (int32...); torch takes
   any integral dtype;
+- ``nanmean(dtype=torch.int64)`` of a float tensor gave an int mean; torch refuses it;
 - ``broadcast_shapes`` returned a tuple, torch a ``Size`` (``.numel()``);
 - ``trapezoid`` of integer samples along an empty dimension was float32 zeros, torch's int64;
 - ``block_diag`` of a 0-d float64 tensor beside a float32 matrix was float64: torch's dtype
@@ -219,6 +220,8 @@ REFUSALS = {
         "SizeMismatchError"),
     "logcumsumexp of ints": (lambda lib: T(lib, I1).logcumsumexp(0), NotImplementedError,
                              "UnsupportedDTypeError"),
+    "nanmean to ints": (lambda lib: T(lib, X1).nanmean(dtype=lib.int64), RuntimeError,
+                        "UnsupportedDTypeError"),
     "nanmean of ints": (lambda lib: T(lib, I1).nanmean(), RuntimeError, "UnsupportedDTypeError"),
     "aminmax of an empty dim": (
         lambda lib: lib.aminmax(T(lib, X2[:0]), dim=0), IndexError, "EmptyReductionError"),

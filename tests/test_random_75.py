@@ -765,8 +765,10 @@ def draw_nan_reduction(rng):
             kwargs["dim"] = int(rng.integers(-ndim, ndim))
         if rng.random() < 0.5:
             kwargs["keepdim"] = bool(rng.random() < 0.5)
-    if name == "nanmedian" and x.array.size == 0 and "dim" not in kwargs:
-        pass  # torch: nan for an empty input
+    if name != "nanmedian" and rng.random() < 0.2:
+        kwargs["dtype"] = str(rng.choice(["dtype:float32", "dtype:int64"]))
+        if kwargs["dtype"] == "dtype:int64":
+            x.grad = False  # (torch's autograd refuses an int result of a float input)
     return Call(name, [x], kwargs, method=rng.random() < 0.2)
 
 

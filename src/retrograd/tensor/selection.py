@@ -209,6 +209,10 @@ class SelectionMixin:
                 f"nanmean: expected a floating point tensor, got {self.dtype}"
             )
         x = self if dtype is None else self.cast(dtype)
+        if x.dtype not in FLOAT_DTYPES:  # (torch's RuntimeError: "could not infer output dtype")
+            raise UnsupportedDTypeError(
+                f"nanmean: dtype= must be a floating point dtype, got {x.dtype}"
+            )
         if dim is None:  # every dim (kept, of size 1, with keepdim: torch's)
             dim = ()
         count = x.isnan().logical_not().cast(x.dtype).sum(dim, keepdim)
