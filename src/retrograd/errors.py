@@ -28,11 +28,13 @@ __all__ = [
     "DeviceUnavailableError",
     "DistributedError",
     "DivisionByZeroError",
+    "EmptyReductionError",
     "GradientDTypeError",
     "IndexDTypeError",
     "IndexOutOfRangeError",
     "InnerOperandError",
     "InvalidMaxIndexError",
+    "InvalidValueError",
     "KernelArgumentError",
     "KernelDTypeError",
     "KernelIndexError",
@@ -55,6 +57,7 @@ __all__ = [
     "SizeMismatchError",
     "StateValueTypeError",
     "UninitializedError",
+    "UnsupportedDTypeError",
     "UnsupportedModeError",
     "guard",
     "guard_namespace",
@@ -81,6 +84,13 @@ class SizeMismatchError(ShapeError, RuntimeError):
     larger than the padded input, a pad wider than the dimension it reflects)."""
 
 
+class EmptyReductionError(ShapeError, IndexError, RuntimeError):
+    """A reduction with no identity over an empty dimension or tensor (``amin``,
+    ``aminmax``, ``nanmedian``): a :class:`ShapeError` of the hierarchy, the ``IndexError``
+    torch raises for a dimension ("Expected reduction dim 0 to have non-zero size") and the
+    ``RuntimeError`` it raises for a whole empty tensor."""
+
+
 class MemoryLayoutError(ShapeError, RuntimeError):
     """What torch refuses for how a tensor lies in memory: a ``view`` whose sizes its
     strides cannot give (after a transpose), a write into elements that share memory (an
@@ -103,6 +113,13 @@ class UnsupportedModeError(ShapeError, InvalidArgumentError, NotImplementedError
 class ArgumentConflictError(InvalidArgumentError, RuntimeError):
     """Options an op refuses together, or one without the other, where torch raises its
     ``RuntimeError``: multi-head attention's ``is_causal`` hint without an ``attn_mask``."""
+
+
+class InvalidValueError(InvalidArgumentError, RuntimeError):
+    """An argument value outside what an op's kernel takes where torch's raises its
+    ``RuntimeError`` (``cdist``'s negative ``p``, ``vander``'s negative ``N``, ``diff``'s
+    negative ``n``, ``histc``'s ``max`` below ``min``, ``bincount``'s negative input): an
+    :class:`InvalidArgumentError` of the hierarchy and torch's class."""
 
 
 class PartialOverlapError(InvalidArgumentError, RuntimeError):
@@ -149,6 +166,13 @@ class LinAlgError(InvalidArgumentError, RuntimeError):
 
 class DTypeError(RetrogradError, TypeError):
     """A dtype the operation does not accept (an int mask, a float index, grad on ints...)."""
+
+
+class UnsupportedDTypeError(DTypeError, NotImplementedError):
+    """A dtype an op has no kernel for, where torch raises ``NotImplementedError``
+    (``"logcumsumexp_out_cpu" not implemented for 'Long'``) or its ``RuntimeError``
+    (``cdist`` of integers): a :class:`DTypeError` of the hierarchy, and a
+    ``NotImplementedError``, so also a ``RuntimeError``."""
 
 
 class ResultCastError(DTypeError, RuntimeError):

@@ -27,8 +27,24 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import FLOAT_DTYPES, default_float_dtype
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
-from ._dispatch import TensorBase, int_argument, int_arguments, lift, normalize_dim, promote
+from ..errors import (
+    DTypeError,
+    InvalidArgumentError,
+    InvalidValueError,
+    ShapeError,
+    SizeMismatchError,
+    UnsupportedDTypeError,
+    shape_text,
+)
+from ._dispatch import (
+    TensorBase,
+    int_argument,
+    int_arguments,
+    lift,
+    normalize_dim,
+    promote,
+    promoted_dtype_of,
+)
 from .autocasting import autocast_op
 from .creation import tensor, zeros
 from .dtypes import canonical_dtype
@@ -122,14 +138,19 @@ def dstack(tensors: Sequence[Any]) -> Any:
 
 def block_diag(*tensors: Any) -> Any:
     """A block-diagonal matrix of the given 0-, 1- or 2-d tensors (a 1-d one is a row)."""
-    blocks = [t.reshape((1, -1)) if t.ndim <= 1 else t for t in _tensors("block_diag", tensors)]
+    given = _tensors("block_diag", tensors)
+    blocks = [t.reshape((1, -1)) if t.ndim <= 1 else t for t in given]
     for t in blocks:
         if t.ndim != 2:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"block_diag: inputs must have at most 2 dimensions, got {shape_text(t.shape)}"
             )
     if not blocks:
         return zeros((1, 0))  # torch's block_diag() of nothing
+    # torch's dtype of the inputs taken together, a 0-d one by its category alone (float64 []
+    # beside float32 [2, 3] gives float32), before the 0-d ones become rows
+    dtype = promoted_dtype_of(*given)
+    blocks = [t if t.dtype == dtype else t.to(dtype) for t in blocks]
     width = sum(t.shape[1] for t in blocks)
     first = blocks[0]
     rows, before = [], 0
@@ -150,7 +171,7 @@ def cartesian_prod(*tensors: Any) -> Any:
     tensors = _tensors("cartesian_prod", tensors)
     for t in tensors:  # a matrix would come back as itself, or flattened into the product
         if t.ndim != 1:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"cartesian_prod: expects 1-d tensors, got shape {shape_text(t.shape)}"
             )
     if len(tensors) == 1:
@@ -165,10 +186,10 @@ def vander(x: Any, N: int | None = None, increasing: bool = False) -> Any:  # no
     products, as torch computes them (so their rounding and gradient are torch's)."""
     x = lift_input("vander", x)
     if x.ndim != 1:
-        raise ShapeError(f"vander: x must be a 1-d tensor, got shape {shape_text(x.shape)}")
+        raise SizeMismatchError(f"vander: x must be a 1-d tensor, got shape {shape_text(x.shape)}")
     n = x.shape[0] if N is None else int_argument("vander", N, "N")
     if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
-        raise InvalidArgumentError(f"vander: N must be a non-negative int, got {N!r}")
+        raise InvalidValueError(f"vander: N must be a non-negative int, got {N!r}")
     if x.dtype == "bool":
         x = x.cast("int64")
     if n == 0:
@@ -181,7 +202,11 @@ def vander(x: Any, N: int | None = None, increasing: bool = False) -> Any:  # no
 def combinations(input: Any, r: int = 2, with_replacement: bool = False) -> Any:  # noqa: A002
     """The length-``r`` combinations of a 1-d tensor's elements, as rows (itertools' order)."""
     if input.ndim != 1:
-        raise ShapeError(f"combinations: expects a 1-d tensor, got {shape_text(input.shape)}")
+        raise SizeMismatchError(
+            f"combinations: expects a 1-d tensor, got {shape_text(input.shape)}"
+        )
+    if not isinstance(r, numbers.Integral) or r < 0:  # (torch's RuntimeError)
+        raise InvalidValueError(f"combinations: r must be a non-negative int, got {r!r}")
     choose = itertools.combinations_with_replacement if with_replacement else itertools.combinations
     if not r:  # torch: no combinations of length 0 at all, an empty 1-d tensor
         return input[:0]
@@ -200,9 +225,11 @@ def _triangle_indices(
     row, col, offset = int_arguments(op, (row, col, offset), "size")
     dtype = "int64" if dtype is None else canonical_dtype(op, dtype)
     if dtype not in ("int64", "int32"):  # (torch's kernel: not implemented for the others)
-        raise DTypeError(f"{op}: not implemented for {dtype} (as torch's); use int64 or int32")
+        raise UnsupportedDTypeError(
+            f"{op}: not implemented for {dtype} (as torch's); use int64 or int32"
+        )
     if row < 0 or col < 0:
-        raise InvalidArgumentError(f"{op}: row and col must be non-negative, got {row}, {col}")
+        raise InvalidValueError(f"{op}: row and col must be non-negative, got {row}, {col}")
     mask = (
         np.tri(row, col, offset, dtype=bool) if lower else ~np.tri(row, col, offset - 1, dtype=bool)
     )
@@ -235,7 +262,7 @@ def tensordot(a: Any, b: Any, dims: Any = 2) -> Any:
         dims = int(dims)
     if isinstance(dims, int):
         if dims < 0 or dims > min(a.ndim, b.ndim):
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"tensordot: dims={dims} is out of range for {shape_text(a.shape)} and "
                 f"{shape_text(b.shape)}"
             )
@@ -253,7 +280,7 @@ def tensordot(a: Any, b: Any, dims: Any = 2) -> Any:
             elif a.shape[i] == 1 and b.shape[j] != 1:
                 b = b.sum(j, keepdim=True)
     if len(dims_a) != len(dims_b) or any(a.shape[i] != b.shape[j] for i, j in zip(dims_a, dims_b)):
-        raise ShapeError(
+        raise SizeMismatchError(
             f"tensordot: contracted dimensions {dims_a} of {shape_text(a.shape)} and {dims_b} of "
             f"{shape_text(b.shape)} differ"
         )
@@ -381,8 +408,12 @@ def _like(reference: Any, value: Any) -> Any:
 
 def cumulative_trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
     """The running trapezoidal integral along ``dim`` (one element shorter)."""
+    from .functions import _check_sample_points, _refuse_bool
+
+    _refuse_bool("cumulative_trapezoid", y, x)
     n = y.shape[dim]
-    # no samples: no intervals (torch's 0, or an empty running integral), not a narrow of -1
+    _check_sample_points("cumulative_trapezoid", y, x, n)
+    # no samples: no intervals (an empty running integral), not a narrow of -1
     length = n - 1 if n else 0
     left, right = y.narrow(dim, 0, length), y.narrow(dim, 1 if n else 0, length)
     if x is None:
@@ -416,13 +447,13 @@ def gradient(input: Any, *, spacing: Any = 1, dim: Any = None, edge_order: int =
             f"coordinates per dimension, got {spacing!r} for {len(dims)} dimension(s)"
         )
     if edge_order not in (1, 2):
-        raise InvalidArgumentError(f"gradient: edge_order must be 1 or 2, got {edge_order}")
+        raise InvalidValueError(f"gradient: edge_order must be 1 or 2, got {edge_order}")
     out = []
     for d, h in zip(dims, steps):
         d %= input.ndim
         n = input.shape[d]
         if n < edge_order + 1:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"gradient: dimension {d} of {shape_text(input.shape)} needs at least "
                 f"{edge_order + 1} samples"
             )

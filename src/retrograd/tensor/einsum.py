@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import DTypeError, ShapeError, shape_text
+from ..errors import DTypeError, ShapeError, SizeMismatchError, shape_text
 from ._dispatch import promote
 
 __all__ = ["contract"]
@@ -75,7 +75,7 @@ def _diagonal(t: Any, spec: str) -> tuple[Any, str]:
         second = spec.index(repeated, first + 1)
         n = t.shape[first]
         if t.shape[second] != n:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"einsum: subscript {repeated!r} has sizes {n} and {t.shape[second]} in one operand"
             )
         # the diagonal itself (a last dim), as torch's: no product with an identity, whose
@@ -103,7 +103,7 @@ def _pair(a: Any, sa: str, b: Any, sb: str, keep: set[str]) -> tuple[Any, str]:
     for spec, t in ((sa, a), (sb, b)):
         for c, n in zip(spec, t.shape):
             if c in size and size[c] != n and 1 not in (size[c], n):
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"einsum: subscript {c!r} has sizes {size[c]} and {n} in different operands"
                 )
             size[c] = n if c not in size or size[c] == 1 else size[c]

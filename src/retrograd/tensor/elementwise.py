@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 
 from ..backend.protocol import FLOAT_DTYPES, INT_DTYPES, default_float_dtype
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..errors import (
+    DTypeError,
+    InvalidArgumentError,
+    MixedDTypeError,
+    ShapeError,
+    SizeMismatchError,
+    UnsupportedDTypeError,
+    shape_text,
+)
 from ._dispatch import (
     COMMON,
     COMPARE,
@@ -601,9 +609,11 @@ class ElementwiseMixin:
         if not hasattr(other, "dtype") or not hasattr(other, "shape"):
             raise DTypeError(f"cross: other must be a tensor, got {type(other).__name__}")
         if other.dtype != self.dtype:
-            raise DTypeError(
+            raise MixedDTypeError(
                 f"cross: expected both inputs of one dtype, got {self.dtype} and {other.dtype}"
             )
+        if self.dtype == "bool":  # (torch's NotImplementedError)
+            raise UnsupportedDTypeError("cross: not implemented for bool tensors")
         a, b = promote(self, other, "cross")
         if dim is None:
             try:
@@ -612,13 +622,19 @@ class ElementwiseMixin:
                 shape = ()
             dim = next((d for d, n in enumerate(shape) if n == 3), None)
             if dim is None:
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"cross: no dimension of size 3 in {shape_text(a.shape)} and "
                     f"{shape_text(b.shape)}; give dim"
                 )
+        try:
+            np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:  # (torch's RuntimeError)
+            raise SizeMismatchError(
+                f"cross: shapes {shape_text(a.shape)} and {shape_text(b.shape)} do not broadcast"
+            ) from None
         d = normalize_dim("cross", dim, max(a.ndim, b.ndim))
         if a.shape[d - a.ndim] != 3 or b.shape[d - b.ndim] != 3:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"cross: dimension {dim} must have size 3 in both inputs, got shapes "
                 f"{shape_text(a.shape)} and {shape_text(b.shape)}"
             )

@@ -31,7 +31,11 @@ from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    InvalidValueError,
+    MixedDTypeError,
     ShapeError,
+    SizeMismatchError,
+    UnsupportedDTypeError,
     shape_text,
     warn_at_caller,
 )
@@ -50,6 +54,7 @@ from ._dispatch import (
     written_scalar,
 )
 from .autocasting import autocast_op
+from .dtypes import Size
 from .inplace import write_out
 from .pairs import ValuesAndIndices
 from .reduce import CummaxResult, CumminResult
@@ -907,14 +912,15 @@ def isclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # n
     return close
 
 
-def broadcast_shapes(*shapes: Any) -> tuple[int, ...]:
-    # (torch's: an int is the shape of one dimension, broadcast_shapes(3, (2, 1)) is (2, 3))
+def broadcast_shapes(*shapes: Any) -> Size:
+    # (torch's: an int is the shape of one dimension, broadcast_shapes(3, (2, 1)) is (2, 3);
+    # a Size, as torch's)
     shapes = tuple((s,) if isinstance(s, numbers.Integral) else s for s in shapes)
     try:
-        return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
+        return Size(np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:
         listed = ", ".join(shape_text(s) for s in shapes)
-        raise ShapeError(f"broadcast_shapes: shapes {listed} do not broadcast") from None
+        raise SizeMismatchError(f"broadcast_shapes: shapes {listed} do not broadcast") from None
 
 
 def broadcast_tensors(*tensors: Any) -> tuple[Any, ...]:
@@ -1021,17 +1027,19 @@ def cdist(x1: Any, x2: Any, p: float = 2.0, compute_mode: str = _CDIST_MODES[0])
     if not isinstance(p, numbers.Real) or isinstance(p, bool):
         raise DTypeError(f"cdist: p must be a number, got {p!r}")
     if not p >= 0:
-        raise InvalidArgumentError(f"cdist: only supports non-negative p values, got p={p!r}")
+        raise InvalidValueError(f"cdist: only supports non-negative p values, got p={p!r}")
     for name, x in (("x1", x1), ("x2", x2)):
         if not isinstance(x, TensorBase) or not x.is_floating_point():
             what = x.dtype if isinstance(x, TensorBase) else type(x).__name__
-            raise DTypeError(f"cdist: only floating point tensors are supported, {name} is {what}")
+            raise UnsupportedDTypeError(
+                f"cdist: only floating point tensors are supported, {name} is {what}"
+            )
         if x.ndim < 2:
             raise ShapeError(f"cdist: {name} must have at least 2 dimensions, got {x.ndim}")
     if x1.dtype != x2.dtype:  # torch's kernel takes one scalar type
         raise DTypeError(f"cdist: x1 ({x1.dtype}) and x2 ({x2.dtype}) must have the same dtype")
     if x1.shape[-1] != x2.shape[-1]:
-        raise ShapeError(
+        raise SizeMismatchError(
             f"cdist: x1 {shape_text(x1.shape)} and x2 {shape_text(x2.shape)} must have the same "
             "number of columns"
         )
@@ -1066,9 +1074,11 @@ def row_distance(diff: Any, p: float) -> Any:
 def trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
     """The trapezoidal rule along ``dim`` (sample spacing ``dx``, or the points ``x``)."""
     n = y.shape[dim]
-    # no samples: no intervals (torch's 0, or an empty running integral), not a narrow of -1
-    length = n - 1 if n else 0
-    left, right = y.narrow(dim, 0, length), y.narrow(dim, 1 if n else 0, length)
+    if not n:  # no samples: torch's zeros of y's dtype (an int64 0 for int64 samples too)
+        return y.detach().sum(dim).mul(0).to(y.dtype)
+    _refuse_bool("trapezoid", y, x)  # (after that: torch's order)
+    _check_sample_points("trapezoid", y, x, n)
+    left, right = y.narrow(dim, 0, n - 1), y.narrow(dim, 1, n - 1)
     if x is None:
         return ((left + right) * (dx / 2.0)).sum(dim)
     spacing = x.diff(dim=-1 if x.ndim == 1 else dim)
@@ -1076,6 +1086,23 @@ def trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
         d = dim % y.ndim
         spacing = spacing.reshape((-1,) + (1,) * (y.ndim - d - 1))
     return ((left + right) * spacing * 0.5).sum(dim)
+
+
+def _refuse_bool(op: str, y: Any, x: Any) -> None:
+    """torch's refusal of bool samples or points (a ``RuntimeError``)."""
+    for t in (y, x):
+        if getattr(t, "dtype", None) == "bool":
+            raise UnsupportedDTypeError(f"{op}: bool samples or points are not supported")
+
+
+def _check_sample_points(op: str, y: Any, x: Any, n: int) -> None:
+    """torch's refusal of 1-d points ``x`` of another length than the samples (a
+    ``RuntimeError``)."""
+    if x is not None and getattr(x, "ndim", None) == 1 and x.shape[0] != n:
+        raise SizeMismatchError(
+            f"{op}: There must be one `x` value for each sample point, got {x.shape[0]} "
+            f"values of x for {n} samples of y {shape_text(y.shape)}"
+        )
 
 
 #: torch's older name of :func:`trapezoid` (``trapz(y, x)``, ``trapz(y, dx=...)``)
@@ -1195,10 +1222,15 @@ def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Any, ...]:
         )
         indexing = "ij"
     if indexing not in ("ij", "xy"):
-        raise InvalidArgumentError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+        raise InvalidValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     for t in tensors:
         if t.ndim > 1:
-            raise ShapeError(f"meshgrid: expects 0-d or 1-d tensors, got {shape_text(t.shape)}")
+            raise SizeMismatchError(
+                f"meshgrid: expects 0-d or 1-d tensors, got {shape_text(t.shape)}"
+            )
+    if len({t.dtype for t in tensors}) > 1:  # (torch's RuntimeError; cartesian_prod's too)
+        listed = ", ".join(str(t.dtype) for t in tensors)
+        raise MixedDTypeError(f"meshgrid: expects tensors of one dtype, got {listed}")
     flat = [t.reshape((-1,)) for t in tensors]
     swap = indexing == "xy" and len(flat) >= 2
     if swap:

@@ -33,6 +33,7 @@ from ..errors import (
     KernelArgumentError,
     KernelIndexError,
     ShapeError,
+    SizeMismatchError,
     check_bool,
     shape_text,
 )
@@ -1021,7 +1022,7 @@ def _diagonal_params(op: str, ndim: int, offset: int, dim1: int, dim2: int) -> t
     a = normalize_dim(op, dim1, ndim)
     b = normalize_dim(op, dim2, ndim)
     if a == b:
-        raise ShapeError(f"{op}: dimensions {dim1} and {dim2} are the same")
+        raise SizeMismatchError(f"{op}: dimensions {dim1} and {dim2} are the same")
     return (a, b, int_parameter(op, offset, "offset"))
 
 

@@ -16,7 +16,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..backend.protocol import GRAD_DTYPES, default_float_dtype
-from ..errors import DTypeError, InvalidArgumentError, MixedDTypeError, ShapeError, shape_text
+from ..errors import (
+    DTypeError,
+    EmptyReductionError,
+    InvalidArgumentError,
+    InvalidValueError,
+    MixedDTypeError,
+    ShapeError,
+    SizeMismatchError,
+    UnsupportedDTypeError,
+    shape_text,
+)
 from . import norms
 from ._dispatch import (
     TensorOp,
@@ -84,12 +94,14 @@ class ReduceMixin:
         """``dim`` normalized; an empty dimension is refused for extrema and arg-extrema."""
         d = normalize_dim(op, dim, self.ndim)
         if op in _EMPTY_REFUSED and self.shape[d] == 0:
-            raise ShapeError(f"{op}: dimension {dim} of shape {shape_text(self.shape)} is empty")
+            raise EmptyReductionError(
+                f"{op}: dimension {dim} of shape {shape_text(self.shape)} is empty"
+            )
         return d
 
     def _nonempty(self, op: str) -> Any:
         if self.numel() == 0:
-            raise ShapeError(
+            raise EmptyReductionError(
                 f"{op}: cannot reduce an empty tensor of shape {shape_text(self.shape)}"
             )
         return self
@@ -417,7 +429,9 @@ class ReduceMixin:
         if x.is_complex() and p != "nuc":  # a complex tensor's vector norms: of |x|
             x = x.abs()
         if not x.is_float():
-            raise DTypeError(f"norm: expected a floating point tensor, got {x.dtype} (as torch)")
+            raise UnsupportedDTypeError(
+                f"norm: expected a floating point tensor, got {x.dtype} (as torch)"
+            )
         return norms.tensor_norm(x, p, dim, keepdim)
 
     # -- cumulative ---------------------------------------------------------------------------
@@ -651,13 +665,19 @@ class ReduceMixin:
 
         x = self
         if not isinstance(n, numbers.Integral) or n < 0:
-            raise InvalidArgumentError(f"diff: order n must be a non-negative int, got {n!r}")
+            raise InvalidValueError(f"diff: order n must be a non-negative int, got {n!r}")
         d = normalize_dim("diff", dim, self.ndim)
+        before, after = (None if p is None else lift(x, p, "diff") for p in (prepend, append))
+        for part in (before, after):
+            if part is not None and part.ndim != x.ndim:  # (torch's RuntimeError, n=0 too)
+                raise SizeMismatchError(
+                    f"diff: prepend and append must have the input's {x.ndim} dimensions, got "
+                    f"{shape_text(part.shape)} for {shape_text(x.shape)}"
+                )
         if n == 0:  # torch's: the input itself, prepend and append not joined
             return x
-        if prepend is not None or append is not None:
-            parts = [p for p in (prepend, x, append) if p is not None]
-            x = cat([lift(x, p, "diff") for p in parts], d)
+        if before is not None or after is not None:
+            x = cat([p for p in (before, x, after) if p is not None], d)
         for _ in range(n):
             size = x.shape[d]
             if size == 0:  # torch: an empty difference stays empty
@@ -696,7 +716,9 @@ def same_dtype(op: str, *operands: Any) -> None:
         shapes = ", ".join(f"{t.dtype} {shape_text(t.shape)}" for t in operands)
         raise MixedDTypeError(f"{op}: expected operands of one dtype, got {shapes}")
     if dtypes and dtypes[0] == "bool":
-        raise DTypeError(f"{op}: not implemented for bool tensors (cast to int64 or a float)")
+        raise UnsupportedDTypeError(  # (torch's NotImplementedError: "addmm_impl_cpu_" ...)
+            f"{op}: not implemented for bool tensors (cast to int64 or a float)"
+        )
 
 
 def topk(

@@ -38,10 +38,15 @@ from ..errors import (
     NODE_NAMERS,
     AutodiffError,
     DTypeError,
+    EmptyReductionError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    InvalidValueError,
+    MixedDTypeError,
     SamplingError,
     ShapeError,
+    SizeMismatchError,
+    UnsupportedDTypeError,
     check_callable,
     shape_text,
 )
@@ -140,7 +145,7 @@ class SelectionMixin:
             return _shared_evenly(flat, untracked(flat), value, (0,)).reshape(())
         d = normalize_dim("nanmedian", dim, self.ndim)
         if self.ndim and self.shape[d] == 0:
-            raise ShapeError(
+            raise EmptyReductionError(
                 f"nanmedian: dimension {dim} of shape {shape_text(self.shape)} is empty"
             )
         values, indices = _nan_lower_middle(self, d)
@@ -189,7 +194,9 @@ class SelectionMixin:
         backend's scan), with torch's gradient (NaN at infinite inputs, as torch's)."""
         d = normalize_dim("logcumsumexp", dim, self.ndim, scalar=True)
         if self.dtype not in FLOAT_DTYPES:
-            raise DTypeError(f"logcumsumexp: expected a floating point tensor, got {self.dtype}")
+            raise UnsupportedDTypeError(
+                f"logcumsumexp: expected a floating point tensor, got {self.dtype}"
+            )
         if self.ndim == 0:  # (0 or -1: the value itself, its gradient passed on, as torch's)
             return self
         return self._apply("logcumsumexp", (self,), (d,))
@@ -198,8 +205,14 @@ class SelectionMixin:
     def nanmean(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
         """The mean of the values that are not NaN (float tensors)."""
         if self.dtype not in FLOAT_DTYPES:  # (torch: whatever dtype= says)
-            raise DTypeError(f"nanmean: expected a floating point tensor, got {self.dtype}")
+            raise UnsupportedDTypeError(
+                f"nanmean: expected a floating point tensor, got {self.dtype}"
+            )
         x = self if dtype is None else self.cast(dtype)
+        if x.dtype not in FLOAT_DTYPES:  # (torch's RuntimeError: "could not infer output dtype")
+            raise UnsupportedDTypeError(
+                f"nanmean: dtype= must be a floating point dtype, got {x.dtype}"
+            )
         if dim is None:  # every dim (kept, of size 1, with keepdim: torch's)
             dim = ()
         count = x.isnan().logical_not().cast(x.dtype).sum(dim, keepdim)
@@ -220,8 +233,12 @@ class SelectionMixin:
         a 1-d tensor or a single row is one variable (a 0-d result, as torch's). ``fweights``
         (int counts) and ``aweights`` (float importances) weight the observations, with
         torch's normalization: ``sum(w) - correction * sum(w * aweights) / sum(w)``."""
+        if self.dtype == "bool":  # (torch's RuntimeError)
+            raise UnsupportedDTypeError("cov: bool tensors are not supported")
         if self.ndim > 2:
-            raise ShapeError(f"cov: expected at most 2 dimensions, got {shape_text(self.shape)}")
+            raise SizeMismatchError(
+                f"cov: expected at most 2 dimensions, got {shape_text(self.shape)}"
+            )
         x = self.reshape((1, -1)) if self.ndim < 2 else self
         x = x if x.dtype in FLOAT_DTYPES or x.is_complex() else x.cast(default_float_dtype())
         n = x.shape[1]
@@ -233,15 +250,15 @@ class SelectionMixin:
             if not integral:
                 importances = w
             if w.ndim > 1 or w.numel() != n:
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"cov: {name} must be 0-d or 1-d with one weight per observation ({n}), "
                     f"got {shape_text(w.shape)}"
                 )
-            if (w.dtype == "int64") != integral or w.dtype == "bool":
+            if (w.dtype in INT_DTYPES) != integral or w.dtype == "bool":  # (any int: torch's)
                 kind = "an integral" if integral else "a floating point"
-                raise DTypeError(f"cov: {name} must have {kind} dtype, got {w.dtype}")
+                raise UnsupportedDTypeError(f"cov: {name} must have {kind} dtype, got {w.dtype}")
             if n and bool(w.detach().min().less(0).item()):
-                raise InvalidArgumentError(f"cov: {name} cannot be negative")
+                raise InvalidValueError(f"cov: {name} cannot be negative")
             weights = w if weights is None else weights * w
         if weights is None:
             centred = x - x.mean(1, True)
@@ -249,7 +266,7 @@ class SelectionMixin:
             return out.reshape(()) if x.shape[0] == 1 else out
         total = weights.sum()
         if not bool(total.detach().ne(0).item()):
-            raise InvalidArgumentError("cov: weights sum to zero, can't be normalized")
+            raise InvalidValueError("cov: weights sum to zero, can't be normalized")
         centred = x - ((x * weights).sum(1) / total).unsqueeze_dim(1)
         if importances is not None and correction != 0:
             norm = total - (weights * importances).sum() * correction / total
@@ -275,14 +292,14 @@ class SelectionMixin:
         """Each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to it
         (by ``maxnorm / (norm + 1e-7)``, torch's factor)."""
         if self.ndim < 2:  # (torch's rule: one slice per entry of dim, of at least one dim)
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"renorm: input needs at least 2 dimensions, got {shape_text(self.shape)}"
             )
         d = normalize_dim("renorm", dim, self.ndim)
         if not p > 0:  # NaN too
-            raise InvalidArgumentError(f"renorm: non-positive-norm not supported, got p={p!r}")
+            raise InvalidValueError(f"renorm: non-positive-norm not supported, got p={p!r}")
         if not maxnorm >= 0:
-            raise InvalidArgumentError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm!r}")
+            raise InvalidValueError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm!r}")
         others = tuple(i for i in range(self.ndim) if i != d)
 
         def norm_of(x: Any) -> Any:
@@ -723,7 +740,7 @@ class SelectionMixin:
         ndim = out.ndim
         d1, d2 = normalize_dim("diag_embed", dim1, ndim), normalize_dim("diag_embed", dim2, ndim)
         if d1 == d2:
-            raise ShapeError("diag_embed: dim1 and dim2 cannot be the same dimension")
+            raise SizeMismatchError("diag_embed: dim1 and dim2 cannot be the same dimension")
         return out.movedim((ndim - 2, ndim - 1), (d1, d2))
 
     def diagflat(self, offset: int = 0) -> Any:
@@ -738,10 +755,10 @@ class SelectionMixin:
             # k % 4 of a float is no number of quarter turns: 1.5 rotated nothing
             raise DTypeError(f"rot90: k must be an int, got {k!r}")
         if len(dims) != 2:
-            raise ShapeError(f"rot90: dims must name 2 dimensions, got {tuple(dims)}")
+            raise SizeMismatchError(f"rot90: dims must name 2 dimensions, got {tuple(dims)}")
         a, b = (normalize_dim("rot90", d, self.ndim) for d in dims)
         if a == b:
-            raise ShapeError(f"rot90: dims must differ, got {tuple(dims)}")
+            raise SizeMismatchError(f"rot90: dims must differ, got {tuple(dims)}")
         k %= 4
         if k == 1:
             return self.flip(b).transpose(a, b)
@@ -853,16 +870,23 @@ class SelectionMixin:
         (requiring grad, as torch's) whose backward raises torch's "the derivative for
         bincount is not implemented"."""
         if self.ndim != 1 or self.dtype not in INT_DTYPES:
-            raise DTypeError(
+            raise UnsupportedDTypeError(
                 f"bincount: expected a 1-d integer tensor, got {self.dtype} of shape "
                 f"{shape_text(self.shape)}"
             )
+        if not isinstance(minlength, numbers.Integral) or minlength < 0:
+            raise InvalidValueError(f"bincount: minlength must be >= 0, got {minlength!r}")
         array = self.numpy().astype(np.int64)
         if array.size and array.min() < 0:
-            raise InvalidArgumentError("bincount: the input must hold non-negative ints")
+            raise InvalidValueError("bincount: the input must hold non-negative ints")
         if weights is None:
             return self._host(np.bincount(array, minlength=minlength), "int64")
         w = lift(self, weights, "bincount")
+        if w.shape != self.shape and array.size:  # (torch's RuntimeError; none for no input)
+            raise SizeMismatchError(
+                f"bincount: weights {shape_text(w.shape)} must be 1-d and as long as the input "
+                f"{shape_text(self.shape)}"
+            )
         # torch 2.13: the float weights' own dtype (float32 too), float64 for int or bool ones;
         # int64 zeros for an empty input, whatever the weights (torch's early return)
         dtype = w.dtype if w.dtype in FLOAT_DTYPES else "float64"
@@ -878,21 +902,23 @@ class SelectionMixin:
         """A histogram of ``bins`` equal bins over ``[min, max]`` (the data's range when both
         are 0); values outside are not counted (float tensors; not differentiable)."""
         if self.dtype not in FLOAT_DTYPES:
-            raise DTypeError(f"histc: expected a floating point tensor, got {self.dtype}")
+            raise UnsupportedDTypeError(
+                f"histc: expected a floating point tensor, got {self.dtype}"
+            )
         # in the tensor's precision, as torch bins: a value on a bin's edge falls as there
         if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or bins < 1:
-            raise InvalidArgumentError(f"histc: bins must be a positive int, got {bins!r}")
+            raise InvalidValueError(f"histc: bins must be a positive int, got {bins!r}")
         kind = np.float64 if self.dtype == "float64" else np.float32
         array = self.numpy().reshape(-1).astype(kind)
         low, high = kind(min), kind(max)
         if low == high and array.size:
             low, high = array.min(), array.max()
         if not (np.isfinite(low) and np.isfinite(high)):  # (a NaN or inf in the data, or given)
-            raise InvalidArgumentError(f"histc: range of [{low}, {high}] is not finite")
+            raise InvalidValueError(f"histc: range of [{low}, {high}] is not finite")
         if low == high:
             low, high = low - kind(1.0), high + kind(1.0)
         if low > high:
-            raise InvalidArgumentError(f"histc: max ({high}) must not be below min ({low})")
+            raise InvalidValueError(f"histc: max ({high}) must not be below min ({low})")
         inside = array[(array >= low) & (array <= high)]
         position = ((inside - low) * kind(bins) / (high - low)).astype(np.int64)
         counts = np.bincount(np.minimum(position, bins - 1), minlength=bins)
@@ -919,19 +945,25 @@ class SelectionMixin:
         if out is not None:
             raise InvalidArgumentError(f"{fn}: out= is not supported; use the returned tuple")
         if self.dtype not in ("float32", "float64"):
-            raise DTypeError(f"{fn}: expected a float32 or float64 input, got {self.dtype}")
+            raise UnsupportedDTypeError(
+                f"{fn}: expected a float32 or float64 input, got {self.dtype}"
+            )
         kind = np.float64 if self.dtype == "float64" else np.float32
         values = self.detach().numpy().reshape(-1).astype(kind)
         if isinstance(bins, TensorBase):
+            if range is not None:  # (torch's argument parser: no such overload, a TypeError)
+                raise DTypeError(f"{fn}: range= goes with an int bins, not with bin edges")
             if bins.ndim != 1:
-                raise ShapeError(f"{fn}: bins must be a 1-d tensor of edges, got {bins.ndim}-d")
+                raise SizeMismatchError(
+                    f"{fn}: bins must be a 1-d tensor of edges, got {bins.ndim}-d"
+                )
             if bins.dtype != self.dtype:
-                raise DTypeError(
+                raise MixedDTypeError(
                     f"{fn}: bins of dtype {bins.dtype} for an input of dtype {self.dtype} "
                     "(they must match, as torch's)"
                 )
             if bins.shape[0] < 1:
-                raise ShapeError(f"{fn}: bins must hold at least one edge")
+                raise SizeMismatchError(f"{fn}: bins must hold at least one edge")
             edges = bins.detach().numpy().astype(kind)
             if np.any(edges[1:] < edges[:-1]):
                 # torch counts these by a binary search that assumes order (values land in
@@ -944,17 +976,17 @@ class SelectionMixin:
             if not isinstance(count, numbers.Integral) or isinstance(count, bool):
                 raise DTypeError(f"{fn}: bins must be an int or a 1-d tensor, got {bins!r}")
             if count <= 0:
-                raise InvalidArgumentError(f"{fn}: bins must be > 0, got {count}")
+                raise InvalidValueError(f"{fn}: bins must be > 0, got {count}")
             edges = self._histogram_edges(fn, values, count, range)
         if weight is not None:
             weight = lift(self, weight, fn)
             if weight.shape != self.shape:
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"{fn}: weight of shape {shape_text(weight.shape)} must have the input's "
                     f"shape {shape_text(self.shape)}"
                 )
             if weight.dtype != self.dtype:
-                raise DTypeError(
+                raise MixedDTypeError(
                     f"{fn}: weight of dtype {weight.dtype} for an input of dtype {self.dtype}"
                 )
         count = len(edges) - 1
@@ -993,11 +1025,11 @@ class SelectionMixin:
         else:
             low, high = 0.0, 1.0
         if low > high:
-            raise InvalidArgumentError(
+            raise InvalidValueError(
                 f"{fn}: the range's min should not exceed its max, got min {low} max {high}"
             )
         if not (math.isfinite(low) and math.isfinite(high)):
-            raise InvalidArgumentError(f"{fn}: the range [{low}, {high}] is not finite")
+            raise InvalidValueError(f"{fn}: the range [{low}, {high}] is not finite")
         if low == high:
             low, high = low - 0.5, high + 0.5
         return torch_linspace(low, high, count + 1, values.dtype.type)

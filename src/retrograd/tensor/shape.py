@@ -24,6 +24,7 @@ from ..errors import (
     InvalidArgumentError,
     OutOfMemoryError,
     ShapeError,
+    SizeMismatchError,
     reported,
     shape_text,
 )
@@ -410,7 +411,7 @@ class ShapeMixin:
             return flat.roll(shifts, 0).reshape(self.shape)
         shift_list, dim_list = _dims_arg(shifts), _dims_arg(dims)
         if len(shift_list) != len(dim_list):
-            raise ShapeError(f"roll: {len(shift_list)} shifts for {len(dim_list)} dims")
+            raise SizeMismatchError(f"roll: {len(shift_list)} shifts for {len(dim_list)} dims")
         out = self
         for shift, dim in zip(shift_list, dim_list):
             d = normalize_dim("roll", dim, self.ndim)
@@ -763,7 +764,7 @@ def cat(tensors: Sequence[Any], dim: int = 0) -> Any:
         if len(shape) != ndim or any(
             a != b for axis, (a, b) in enumerate(zip(shape, reference)) if axis != d
         ):
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"cat: shapes {', '.join(shape_text(x.shape) for x in lifted)} differ outside "
                 f"dimension {dim}"
             )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...errors import InvalidArgumentError, ShapeError, SizeMismatchError
+from ...errors import InvalidArgumentError, InvalidValueError, ShapeError, SizeMismatchError
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
 from ...tensor.functions import once_differentiable_inputs, row_distance
@@ -90,9 +90,11 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002 (torch's name)
     fn = "pdist"
     x = _float_input(fn, input)
     if x.ndim != 2:
-        raise ShapeError(f"{fn}: input must be a 2-d tensor [N, M], got {shape_text(x.shape)}")
+        raise SizeMismatchError(
+            f"{fn}: input must be a 2-d tensor [N, M], got {shape_text(x.shape)}"
+        )
     if not p >= 0:  # NaN too
-        raise InvalidArgumentError(f"{fn}: p must be non-negative, got {p}")
+        raise InvalidValueError(f"{fn}: p must be non-negative, got {p}")
     if x.shape[0] < 2:  # no pairs: an empty result, connected to the graph
         return x.sum_dim(1).reshape((-1,)).narrow(0, 0, 0)
     (x,) = once_differentiable_inputs(fn, x)  # (torch's _pdist_backward has no derivative)
