@@ -58,6 +58,8 @@ __all__ = [
 
 #: the dtypes torch's sum, prod, cumsum and cumprod compute in int64 (unless dtype= says)
 _WIDENED = ("bool", "uint8", "int8", "int16", "int32")
+#: the 16-bit floats whose variance torch accumulates in float32 and rounds once
+_HALF_DTYPES = ("float16", "bfloat16")
 
 
 def _as_uint8_when(x: Any, answer: Any) -> Any:
@@ -402,8 +404,16 @@ class ReduceMixin:
     ) -> Any:  # fmt: skip
         """torch's ``var``: over ``dim`` (all elements when ``None``), dividing by
         ``n - correction`` (``unbiased=True``: correction 1), the dims dropped unless
-        ``keepdim``."""
-        return _variance(self, "var", dim, unbiased, keepdim, correction)
+        ``keepdim``. A float16 or bfloat16 input's value is accumulated in float32 and
+        rounded once, as torch's forward (in 16 bits the mean, the deviations and their sum
+        were each rounded); its gradient stays the 16-bit one, as torch's backward."""
+        out = _variance(self, "var", dim, unbiased, keepdim, correction)
+        if self.dtype not in _HALF_DTYPES:
+            return out
+        exact = _variance(
+            untracked(self).cast("float32"), "var", dim, unbiased, keepdim, correction
+        )
+        return _rounded_once(out, exact)
 
     @scalar_dims
     def std(
@@ -411,10 +421,17 @@ class ReduceMixin:
         correction: Any = None,
     ) -> Any:  # fmt: skip
         """torch's ``std``: the square root of :meth:`var`; where it is 0 the gradient is 0
-        (torch's ``std_backward`` masks the 1 / (2 std) there)."""
+        (torch's ``std_backward`` masks the 1 / (2 std) there). A float16 or bfloat16 input's
+        variance and root are taken in float32 and rounded once, as torch's (:meth:`var`)."""
         variance = _variance(self, "std", dim, unbiased, keepdim, correction)
         zero = variance.equal_elem(0.0)
-        return variance.mask_fill(zero, 1.0).sqrt().mask_fill(zero, 0.0)
+        out = variance.mask_fill(zero, 1.0).sqrt().mask_fill(zero, 0.0)
+        if self.dtype not in _HALF_DTYPES:
+            return out
+        exact = _variance(
+            untracked(self).cast("float32"), "std", dim, unbiased, keepdim, correction
+        )
+        return _rounded_once(out, exact.sqrt())
 
     @scalar_dims(position=1)
     def norm(
@@ -885,6 +902,15 @@ def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correctio
     if x.requires_grad:
         out = out + _mean_curvature(x, dims, count * scale)
     return _dropped(out, dims, keepdim)
+
+
+def _rounded_once(low: Any, exact: Any) -> Any:
+    """``exact`` (float32, untracked) rounded to ``low``'s 16-bit dtype as the value, with the
+    gradient of ``low`` (the same quantity computed in 16 bits): ``low - low`` is exactly 0
+    where ``low`` is finite (its gradient ``low``'s), and 0 untracked where it is not."""
+    constant = untracked(low)
+    shift = (low - constant).mask_fill(constant.isfinite().logical_not(), 0.0)
+    return shift + exact.cast(low.dtype)
 
 
 def _mean_curvature(x: Any, dims: tuple[int, ...], divisor: float) -> Any:

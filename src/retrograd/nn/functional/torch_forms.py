@@ -13,15 +13,19 @@ from typing import Any
 import numpy as np
 
 from ...errors import (
+    DTypeError,
     InvalidArgumentError,
     KernelArgumentError,
     KernelIndexError,
+    MixedDTypeError,
     ShapeError,
+    SizeMismatchError,
     guard,
     guard_namespace,
     shape_text,
 )
 from ...tensor import Tensor, tensor
+from ...tensor.autocasting import autocast_op
 from ...tensor.internal import result_dtype, wrap
 from . import alpha_dropout as _alpha_dropout
 from . import dropout as _dropout
@@ -482,6 +486,59 @@ def convolution(
     )
 
 
+@autocast_op("conv_tbc")
+def conv_tbc(input: Any, weight: Any, bias: Any, pad: int = 0) -> Any:  # noqa: A002
+    """``torch.conv_tbc`` (fairseq's ``ConvTBC``): a 1-d convolution of a ``[time, batch,
+    in_channels]`` input by a ``[kernel_width, in_channels, out_channels]`` weight and a
+    ``[out_channels]`` bias (required), ``pad`` zero steps at each end of time: ``conv1d`` of
+    the input as ``[batch, in_channels, time]`` by the weight as ``[out_channels, in_channels,
+    kernel_width]``, the result as ``[time + 2 pad - kernel_width + 1, batch,
+    out_channels]`` (empty where that is 0, as torch's)."""
+    op = "conv_tbc"
+    for name, value in (("input", input), ("weight", weight), ("bias", bias)):
+        if not isinstance(value, Tensor):
+            raise DTypeError(f"{op}: {name} must be a tensor, got {type(value).__name__}")
+    shapes = (
+        f"input {shape_text(input.shape)}, weight {shape_text(weight.shape)}, "
+        f"bias {shape_text(bias.shape)}"
+    )
+    if input.ndim != 3:
+        raise ShapeError(f"{op}: input must be 3-d [time, batch, in_channels]; {shapes}")
+    if weight.ndim != 3:
+        raise ShapeError(
+            f"{op}: weight must be 3-d [kernel_width, in_channels, out_channels]; {shapes}"
+        )
+    if bias.ndim != 1:
+        raise ShapeError(f"{op}: bias must be 1-d [out_channels]; {shapes}")
+    if input.shape[2] != weight.shape[1]:
+        raise SizeMismatchError(
+            f"{op}: input's in_channels (dim 2) must equal weight's dim 1; {shapes}"
+        )
+    if bias.shape[0] != weight.shape[2]:
+        raise SizeMismatchError(
+            f"{op}: bias's size must equal weight's out_channels (dim 2); {shapes}"
+        )
+    if not (input.dtype == weight.dtype == bias.dtype):
+        raise MixedDTypeError(
+            f"{op}: input, weight and bias must have one dtype, got {input.dtype}, "
+            f"{weight.dtype} and {bias.dtype}"
+        )
+    if isinstance(pad, bool) or not isinstance(pad, numbers.Integral):
+        raise InvalidArgumentError(f"{op}: pad must be an int, got {pad!r}")
+    length = input.shape[0] + 2 * int(pad) - weight.shape[0] + 1
+    if length < 0 or pad < 0:
+        raise SizeMismatchError(
+            f"{op}: pad {pad} leaves an output of {length} time steps (pad must be "
+            f"non-negative and time + 2 pad at least kernel_width); {shapes}"
+        )
+    if length == 0:  # an empty output, still of input's, weight's and bias's graphs
+        return input[:0] @ weight[0] + bias
+    out = _functional().conv1d(
+        input.permute(1, 2, 0), weight.permute(2, 1, 0), bias, padding=int(pad)
+    )
+    return out.permute(2, 0, 1)
+
+
 _INTERPOLATIONS = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 _PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
 
@@ -586,6 +643,7 @@ __all__ = [
     "batch_norm",
     "binary_cross_entropy_with_logits",
     "constant_pad_nd",
+    "conv_tbc",
     "convolution",
     "cosine_embedding_loss",
     "ctc_loss",
