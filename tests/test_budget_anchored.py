@@ -15,6 +15,7 @@ from retrograd.autodiff.checkpoint.budget.segments import (
     anchored_evictions,
     anchored_plan,
     engine_profile,
+    side_anchors,
 )
 from retrograd.nn import functional as F  # noqa: N812
 
@@ -88,6 +89,39 @@ def test_the_anchored_plan_keeps_from_forward_what_the_budget_leaves_room_for():
     assert (tight.peak, tight.seconds, tight.stride) == (5 * MB, 8.0, 1)
     roomy = anchored_plan(trace, 13 * MB)  # NoCheckpointing's peak: nothing recomputed
     assert (roomy.peak, roomy.seconds) == (13 * MB, 0.0) and not any(roomy.evicted)
+
+
+def _conditioned_trace(layers: int, condition: int = MB // 8) -> Trace:
+    """:func:`_residual_trace` with a small conditioning value (DiT's timestep and class
+    embedding, FiLM's) first, read by every block's ``f`` (and its rule)."""
+    sizes, parents, reads = [condition, 1 * MB], [(), ()], [[], [3 * layers]]
+    for layer in range(layers):
+        x = len(sizes) - 1
+        step = 3 * (layers - 1 - layer)
+        sizes += [1 * MB, 1 * MB, 1 * MB]
+        parents += [(x,), (x + 1, 0), (x, x + 2)]
+        reads += [[step + 2], [step + 1], [step]]
+        reads[0].append(step + 1)
+    reads[0].sort()
+    n = len(sizes)
+    horizon = 3 * layers + 1
+    return Trace(sizes, [1.0] * n, parents, [True] * n, reads, list(range(n)), horizon=horizon)
+
+
+def test_a_small_value_every_block_reads_is_a_side_anchor_not_a_bar_to_segments():
+    trace = _conditioned_trace(4)
+    assert side_anchors(trace) == frozenset({0})
+    # its edges span the step: without it kept, the last value is the only anchor and the
+    # whole step is recomputed at once (every 1 MiB value and the condition)
+    alone = anchored_evictions(trace)
+    assert [v for v, e in enumerate(alone) if not e] == [13]
+    assert engine_profile(trace, alone) == (12 * MB + MB // 8, 13.0)
+    # kept, the residual stream cuts the step again: the residual trace's schedule, plus it
+    kept = anchored_evictions(trace, 1, side_anchors(trace))
+    assert [v for v, e in enumerate(kept) if not e] == [0, 4, 7, 10, 13]
+    assert engine_profile(trace, kept) == (5 * MB + MB // 8, 9.0)
+    tight = anchored_plan(trace, 6 * MB)
+    assert tight.peak == 5 * MB + MB // 8 and tight.stride == 1
 
 
 # -- training loops as new users write them: leaves, input and mask built every step ----------

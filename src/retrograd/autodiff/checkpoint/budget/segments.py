@@ -27,17 +27,29 @@ from typing import NamedTuple
 
 from .plan import Effort, Trace, profile
 
-__all__ = ["AnchoredPlan", "anchored_evictions", "anchored_plan", "cut_points", "engine_profile"]
+__all__ = [
+    "AnchoredPlan",
+    "anchored_evictions",
+    "anchored_plan",
+    "cut_points",
+    "engine_profile",
+    "side_anchors",
+]
 
 #: anchor strides tried: every cut point, every second one, ...
 STRIDES = (1, 2, 3, 4)
+#: a side anchor (:func:`side_anchors`) has a child more than this fraction of the step after
+#: it, and is no larger than this fraction of the step's largest value
+SIDE_SPAN = 0.25
+SIDE_SIZE = 0.25
 
 
-def cut_points(trace: Trace) -> list[bool]:
+def cut_points(trace: Trace, sides: frozenset[int] = frozenset()) -> list[bool]:
     """Per value: whether it cuts the recorded step in two, no edge (parent -> child) of the
-    trace passing over it in recording order. Kept, such a value bounds every recomputation:
-    what comes after it is recomputed from it and from what follows it alone. In a residual
-    network these are the values of the residual stream.
+    trace passing over it in recording order, edges from ``sides`` aside (values kept for the
+    whole step: :func:`side_anchors`). Kept, such a value bounds every recomputation: what
+    comes after it is recomputed from it, from what follows it and from the sides alone. In a
+    residual network these are the values of the residual stream.
 
     >>> chain = Trace([1] * 4, [0.0] * 4, [(), (0,), (1,), (2,)], [True] * 4, [[]] * 4,
     ...               [0, 1, 2, 3])
@@ -47,12 +59,14 @@ def cut_points(trace: Trace) -> list[bool]:
     ...                  [0, 1, 2, 3])
     >>> cut_points(residual)
     [True, False, False, True]
+    >>> cut_points(residual, frozenset({0}))  # 0 kept throughout: its edge to 3 cuts nothing
+    [True, True, True, True]
     """
     n = len(trace.sizes)
     furthest = list(range(n))  # per value, its last child in recording order
     for child, parents in enumerate(trace.parents):
         for p in parents:
-            if child > furthest[p]:
+            if child > furthest[p] and p not in sides:
                 furthest[p] = child
     cuts, spanned = [], -1
     for v in range(n):
@@ -61,10 +75,42 @@ def cut_points(trace: Trace) -> list[bool]:
     return cuts
 
 
-def anchored_evictions(trace: Trace, stride: int = 1) -> list[bool]:
+def side_anchors(trace: Trace) -> frozenset[int]:
+    """Values read far apart (a child more than :data:`SIDE_SPAN` of the step after them) and
+    small (at most :data:`SIDE_SIZE` of the largest value): kept from forward to the end, they
+    stop cutting nothing. DiT's conditioning vector, read by every block's modulation, spans
+    the whole step, so no value of its blocks was a cut point: the anchored schedule had one
+    segment, the step, recomputed at once (1.03x NoCheckpointing's peak at a budget of 0.25x,
+    6 December). A transformer's encoder memory (cross-attention) is the same, but as large as
+    the values of the step: kept, it is a schedule :func:`anchored_plan` weighs beside the rest.
+
+    >>> conditioned = Trace([1, 8, 8, 8, 8], [0.0] * 5, [(), (), (0, 1), (2,), (0, 3)],
+    ...                     [True] * 5, [[]] * 5, list(range(5)))
+    >>> sorted(side_anchors(conditioned))
+    [0]
+    """
+    n = len(trace.sizes)
+    if n < 4:
+        return frozenset()
+    largest = max(trace.sizes)
+    furthest = list(range(n))
+    for child, parents in enumerate(trace.parents):
+        for p in parents:
+            furthest[p] = max(furthest[p], child)
+    return frozenset(
+        v
+        for v in range(n)
+        if furthest[v] - v > SIDE_SPAN * n and trace.sizes[v] <= SIDE_SIZE * largest
+    )
+
+
+def anchored_evictions(
+    trace: Trace, stride: int = 1, sides: frozenset[int] = frozenset()
+) -> list[bool]:
     """Evict every recomputable value but the anchors: every ``stride``-th segment start, a
-    segment start being a cut point (:func:`cut_points`) with parents in the trace whose
-    successor is no cut point (of a run of cut points, the last bounds the recomputation).
+    segment start being a cut point (:func:`cut_points`, ``sides`` aside) with parents in the
+    trace whose successor is no cut point (of a run of cut points, the last bounds the
+    recomputation), and the ``sides``.
 
     >>> residual = Trace([1] * 7, [0.0] * 7, [(), (0,), (0, 1), (2,), (2, 3), (4,), (4, 5)],
     ...                  [True] * 7, [[]] * 7, list(range(7)))
@@ -73,12 +119,13 @@ def anchored_evictions(trace: Trace, stride: int = 1) -> list[bool]:
     >>> anchored_evictions(residual, stride=2)  # 4 alone
     [True, True, True, True, False, True, True]
     """
-    cuts = cut_points(trace)
+    cuts = cut_points(trace, sides)
     n = len(cuts)
     starts = [
         v for v in range(n) if cuts[v] and trace.parents[v] and (v + 1 == n or not cuts[v + 1])
     ]
     anchors = set(starts[stride - 1 :: stride]) if stride > 1 else set(starts)
+    anchors |= sides
     return [trace.recomputable[v] and v not in anchors for v in range(n)]
 
 
@@ -159,9 +206,11 @@ def anchored_plan(trace: Trace, budget: int) -> AnchoredPlan:
     that fits ``budget`` for the least recomputation, else of the lowest peak; what it keeps
     from forward is searched until an :class:`~.plan.Effort` of its own is spent."""
     plans = []
-    for stride in STRIDES:
-        evicted = anchored_evictions(trace, stride)
-        plans.append(AnchoredPlan(evicted, *engine_profile(trace, evicted), stride))
+    sides = side_anchors(trace)
+    for kept in (frozenset(), sides) if sides else (frozenset(),):
+        for stride in STRIDES:
+            evicted = anchored_evictions(trace, stride, kept)
+            plans.append(AnchoredPlan(evicted, *engine_profile(trace, evicted), stride))
     fitting = [plan for plan in plans if plan.peak <= budget]
     if fitting:
         best = min(fitting, key=lambda plan: plan.seconds)
