@@ -16,7 +16,6 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     KernelArgumentError,
-    KernelIndexError,
     MixedDTypeError,
     ShapeError,
     SizeMismatchError,
@@ -172,7 +171,7 @@ def embedding_bag(
                 f"{op}: padding_idx must be an int or None, got {padding_idx!r}"
             )
         if not -count <= padding_idx < count:
-            raise KernelIndexError(  # (torch's RuntimeError)
+            raise KernelArgumentError(  # (torch's RuntimeError)
                 f"{op}: padding_idx must be within the number of embeddings, {-count} through "
                 f"{count - 1}, but got {padding_idx}"
             )
