@@ -918,21 +918,8 @@ def _hardsigmoid_vjp(B, g, x):
     return B.first_order_only(g, "hardsigmoid")
 
 
-def _elu_forward(B, x, alpha, input_scale):
-    # x where x > 0 (and NaN), else alpha * expm1(x * input_scale), whose exponential sees 0
-    # where x >= 0 (no inf * 0), and x * alpha * input_scale at x == 0 (torch's second
-    # derivative there is 0)
-    safe = B.mask_fill(x, B.logical_not(B.lower_elem(x, 0.0)), 0.0)
-    if input_scale != 1.0:
-        safe = B.mul_scalar(safe, input_scale)
-    zero = B.equal_elem(x, 0.0)
-    at_zero = B.mul_scalar(B.mask_fill(x, B.logical_not(zero), 0.0), alpha * input_scale)
-    branch = B.mask_where(B.mul_scalar(B.expm1(safe), alpha), zero, at_zero)
-    return B.mask_where(x, B.lower_equal_elem(x, 0.0), branch)
-
-
 def _elu_vjp(B, g, x, alpha, input_scale):
-    # the rules of _elu_forward's composition, in its order (so its bits): g where x > 0 (and
+    # the rules of the backend's elu (a composition), in its order (so its bits): g where x > 0 (and
     # NaN); alpha * g times expm1's rule (its output + 1, recomputed from x) where x < 0; g *
     # alpha * input_scale at x == 0. It reads x alone, as torch's elu_backward; the
     # composition held two arrays beside it (2x torch's bytes)
@@ -947,7 +934,29 @@ def _elu_vjp(B, g, x, alpha, input_scale):
     return B.mask_where(B.mask_where(g, negative, slope), B.equal_elem(x, 0.0), at_zero)
 
 
-unary("elu", _elu_vjp, ("alpha", "input_scale"), forward=_elu_forward)
+unary("elu", _elu_vjp, ("alpha", "input_scale"))
+
+
+_GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh_vjp(B, g, x):
+    # the rules of its composition (the backend's gelu_tanh), recomputed from x: mul's, tanh's and
+    # the scalars', summed in the order the engine summed the composition's contributions to
+    # x (so its bits): the sum's, x^3's, x^2's twice, then 0.5 x's. It reads x alone, as
+    # torch's gelu_backward; the composition held five arrays (x^2, x^3, tanh's output, the
+    # two factors of the product)
+    a = B.mul(x, x)
+    t = B.tanh(B.mul_scalar(B.add(x, B.mul_scalar(B.mul(a, x), 0.044715)), _GELU_TANH_SCALE))
+    to_inner = B.mul(B.mul(g, B.mul_scalar(x, 0.5)), B.rsub_scalar(B.square(t), 1.0))
+    to_sum = B.mul_scalar(to_inner, _GELU_TANH_SCALE)
+    to_cube = B.mul_scalar(to_sum, 0.044715)
+    to_square = B.mul(B.mul(to_cube, x), x)
+    total = B.add(B.add(B.add(to_sum, B.mul(to_cube, a)), to_square), to_square)
+    return B.add(total, B.mul_scalar(B.mul(g, B.add_scalar(t, 1.0)), 0.5))
+
+
+unary("gelu_tanh", _gelu_tanh_vjp)
 
 
 def _mish(B, x):
@@ -963,13 +972,9 @@ def _mish_vjp(B, g, x):
     return B.add(B.mul(g, t), B.mul(through, B.sigmoid(B.mul_scalar(x, 1.0))))
 
 
-unary("mish", _mish_vjp, forward=lambda B, x: B.mul(x, _mish(B, x)))
+unary("mish", _mish_vjp)
 
-unary(
-    "hardsigmoid",
-    _hardsigmoid_vjp,
-    forward=lambda B, x: B.div_scalar(B.clamp(B.add_scalar(x, 3.0), 0.0, 6.0), 6.0),
-)
+unary("hardsigmoid", _hardsigmoid_vjp)
 
 
 # torch's fake quantization (tensor/fake_quantize.py): the grid's integer q, before its clamp,
