@@ -209,18 +209,25 @@ Op(
 
 
 # -- fused linear, normalization and transformer ops -----------------------------------------------
-# Each has one joint rule (see ops.py) computing every input's gradient at once: linear's from
-# plain products, the others' in the backend's fused backward kernels. Run on the autodiff
+# Each but linear (three rules of plain products) has one joint rule (see ops.py) computing every
+# input's gradient at once, in the backend's fused backward kernels. Run on the autodiff
 # backend (``create_graph=True``), those kernels are the protocol's defaults, compositions of
 # recorded primitives, so these ops differentiate again. All are compute-bound: their inputs
 # are kept, never recomputed, and the statistics they need (``aux``: layer and batch norm's
 # means and 1/std, attention's log-sum-exp) are small.
-def _linear_vjp(B, g, needs, x, weight):
-    """A linear layer's three gradients from plain products (so any order differentiates)."""
-    dx = B.matmul(g, weight) if needs[0] else None
-    dweight = B.matmul(B.swap_dims(g, 0, 1), x) if needs[1] else None
-    dbias = B.reshape(B.sum_dim(g, (0,)), B.shape(g)[1:]) if needs[2] else None
-    return dx, dweight, dbias
+# linear's three rules are apart (not one joint rule), each naming what it reads: the input's
+# gradient the weight, the weight's the input, the bias's neither; so that a frozen weight (a
+# fine-tuned model's, an adapter's base) holds no input for it, as torch's addmm saves none
+def _linear_dx(B, g, weight):
+    return B.matmul(g, weight)
+
+
+def _linear_dweight(B, g, x):
+    return B.matmul(B.swap_dims(g, 0, 1), x)
+
+
+def _linear_dbias(B, g):
+    return B.reshape(B.sum_dim(g, (0,)), B.shape(g)[1:])
 
 
 def _layer_norm_vjp(B, g, needs, x, weight, aux, eps):
@@ -239,9 +246,8 @@ Op(
     "linear",
     ("x", "weight", "bias"),
     (),
-    (_linear_vjp,) * 3,
+    (_linear_dx, _linear_dweight, _linear_dbias),
     memory_bound=False,
-    joint=True,
 )
 Op(
     "layer_norm",

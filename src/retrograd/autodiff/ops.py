@@ -29,6 +29,7 @@ from __future__ import annotations
 import cmath
 import inspect
 import math
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -901,6 +902,79 @@ def _hardtanh_vjp(B, g, out, lo, hi):
 
 
 unary("hardtanh", _hardtanh_vjp, ("lo", "hi"), forward=lambda B, x, lo, hi: B.clamp(x, lo, hi))
+
+#: 1/6 rounded to float32 (0.1666666716337204), torch's ``1.0f / 6.0f``, by which its
+#: hardsigmoid_backward multiplies in every dtype
+TORCH_SIXTH: float = struct.unpack("f", struct.pack("f", 1.0 / 6.0))[0]
+
+
+def _hardsigmoid_vjp(B, g, x):
+    # torch's hardsigmoid_backward: g * (1.0f / 6.0f) strictly inside (-3, 3), 0 elsewhere
+    # (NaN too). It reads x, as torch's does; torch has no derivative of it, so the gradient
+    # refuses a second one (a mask beside a copy of the output, with an untracked full-size
+    # copy backed up under a budget, was what its composition held)
+    inside = B.logical_and(B.greater_elem(x, -3.0), B.lower_elem(x, 3.0))
+    g = B.mask_fill(B.mul_scalar(g, TORCH_SIXTH), B.logical_not(inside), 0.0)
+    return B.first_order_only(g, "hardsigmoid")
+
+
+def _elu_vjp(B, g, x, alpha, input_scale):
+    # the rules of the backend's elu (a composition), in its order (so its bits): g where x > 0 (and
+    # NaN); alpha * g times expm1's rule (its output + 1, recomputed from x) where x < 0; g *
+    # alpha * input_scale at x == 0. It reads x alone, as torch's elu_backward; the
+    # composition held two arrays beside it (2x torch's bytes)
+    negative = B.lower_elem(x, 0.0)
+    safe = B.mask_fill(x, B.logical_not(negative), 0.0)
+    if input_scale != 1.0:
+        safe = B.mul_scalar(safe, input_scale)
+    slope = B.mul(B.mul_scalar(g, alpha), B.add_scalar(B.expm1(safe), 1.0))
+    if input_scale != 1.0:
+        slope = B.mul_scalar(slope, input_scale)
+    at_zero = B.mul_scalar(g, alpha * input_scale)
+    return B.mask_where(B.mask_where(g, negative, slope), B.equal_elem(x, 0.0), at_zero)
+
+
+unary("elu", _elu_vjp, ("alpha", "input_scale"))
+
+
+_GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh_vjp(B, g, x):
+    # the rules of its composition (the backend's gelu_tanh), recomputed from x: mul's, tanh's and
+    # the scalars', summed in the order the engine summed the composition's contributions to
+    # x (so its bits): the sum's, x^3's, x^2's twice, then 0.5 x's. It reads x alone, as
+    # torch's gelu_backward; the composition held five arrays (x^2, x^3, tanh's output, the
+    # two factors of the product)
+    a = B.mul(x, x)
+    t = B.tanh(B.mul_scalar(B.add(x, B.mul_scalar(B.mul(a, x), 0.044715)), _GELU_TANH_SCALE))
+    to_inner = B.mul(B.mul(g, B.mul_scalar(x, 0.5)), B.rsub_scalar(B.square(t), 1.0))
+    to_sum = B.mul_scalar(to_inner, _GELU_TANH_SCALE)
+    to_cube = B.mul_scalar(to_sum, 0.044715)
+    to_square = B.mul(B.mul(to_cube, x), x)
+    total = B.add(B.add(B.add(to_sum, B.mul(to_cube, a)), to_square), to_square)
+    return B.add(total, B.mul_scalar(B.mul(g, B.add_scalar(t, 1.0)), 0.5))
+
+
+unary("gelu_tanh", _gelu_tanh_vjp)
+
+
+def _mish(B, x):
+    return B.tanh(B.softplus(x, 1.0))
+
+
+def _mish_vjp(B, g, x):
+    # the rules of x * tanh(softplus(x)), its composition, in their order (so its bits): mul's
+    # to x, then tanh's and softplus's (recomputed from x) to its other side, summed. It reads
+    # x alone, as torch's mish_backward; the composition held tanh's output beside it
+    t = _mish(B, x)
+    through = B.mul(B.mul(g, x), B.rsub_scalar(B.square(t), 1.0))
+    return B.add(B.mul(g, t), B.mul(through, B.sigmoid(B.mul_scalar(x, 1.0))))
+
+
+unary("mish", _mish_vjp)
+
+unary("hardsigmoid", _hardsigmoid_vjp)
 
 
 # torch's fake quantization (tensor/fake_quantize.py): the grid's integer q, before its clamp,

@@ -35,6 +35,7 @@ layers', the losses' and the special functions' are declared in :mod:`.protocol_
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +48,9 @@ from .protocol_nn import NNProtocol
 from .protocol_products import ProductProtocol
 from .protocol_rnn import RecurrentProtocol
 from .sizes import ITEMSIZE
+
+#: torch's ``gelu(approximate="tanh")`` constant, the Python float of sqrt(2 / pi)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 __all__ = [
     "COMPLEX_DTYPES",
@@ -249,6 +253,11 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "arithmetic_warnings_ignored",
             "lerp_scalar",
             "hardswish",
+            "hardtanh",
+            "hardsigmoid",
+            "elu",
+            "mish",
+            "gelu_tanh",
             "prelu",
             "first_order_only",
             "prelu_backward_input",
@@ -437,6 +446,41 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         / 6`` (so ``x * 6 / 6``, rounded twice, where ``x >= 3``; ``-0`` where a negative
         ``x <= -3``; NaN at ``-inf`` and NaN). This default composes primitives."""
         return self.div_scalar(self.mul(x, self.clamp(self.add_scalar(x, 3.0), 0.0, 6.0)), 6.0)
+
+    def hardtanh(self, x: Any, lo: float, hi: float) -> Any:
+        """``x`` clamped to ``[lo, hi]`` (the op table's ``hardtanh``, whose gradient stops on
+        the bounds). This default is the clamp."""
+        return self.clamp(x, lo, hi)
+
+    def hardsigmoid(self, x: Any) -> Any:
+        """``min(max(x + 3, 0), 6) / 6``. This default composes primitives."""
+        return self.div_scalar(self.clamp(self.add_scalar(x, 3.0), 0.0, 6.0), 6.0)
+
+    def elu(self, x: Any, alpha: float, input_scale: float) -> Any:
+        """``x`` where ``x > 0`` (and NaN), else ``alpha * expm1(x * input_scale)``, whose
+        exponential sees 0 where ``x >= 0``, and ``x * alpha * input_scale`` at ``x == 0``
+        (the op table's ``elu``: torch's second derivative there is 0). This default composes
+        primitives."""
+        safe = self.mask_fill(x, self.logical_not(self.lower_elem(x, 0.0)), 0.0)
+        if input_scale != 1.0:
+            safe = self.mul_scalar(safe, input_scale)
+        zero = self.equal_elem(x, 0.0)
+        at_zero = self.mask_fill(x, self.logical_not(zero), 0.0)
+        at_zero = self.mul_scalar(at_zero, alpha * input_scale)
+        branch = self.mask_where(self.mul_scalar(self.expm1(safe), alpha), zero, at_zero)
+        return self.mask_where(x, self.lower_equal_elem(x, 0.0), branch)
+
+    def mish(self, x: Any) -> Any:
+        """``x * tanh(softplus(x))``. This default composes primitives."""
+        return self.mul(x, self.tanh(self.softplus(x, 1.0)))
+
+    def gelu_tanh(self, x: Any) -> Any:
+        """``x * 0.5 * (tanh((x + x * x * x * 0.044715) * sqrt(2 / pi)) + 1)``, torch's
+        ``gelu(approximate="tanh")`` in that order of operations. This default composes
+        primitives."""
+        cube = self.mul(self.mul(x, x), x)
+        inner = self.mul_scalar(self.add(x, self.mul_scalar(cube, 0.044715)), _SQRT_2_OVER_PI)
+        return self.mul(self.mul_scalar(x, 0.5), self.add_scalar(self.tanh(inner), 1.0))
 
     def add_scaled(self, x: Any, y: Any, alpha: float) -> Any:
         """torch's ``add(x, y, alpha=alpha)`` of float arrays of one dtype (broadcasting):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import struct
 from typing import Any
 
@@ -15,7 +16,6 @@ from ...errors import (
 )
 from ...tensor import Tensor, random
 from ...tensor.autocasting import autocast_op
-from ...tensor.functions import once_differentiable_inputs
 from ...tensor.internal import normalize_dim
 from ._common import (
     _float_input,
@@ -40,8 +40,10 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
             f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}"
         )
     x = _float_input("gelu", x)
-    inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
-    return x * 0.5 * (inner.tanh() + 1.0)
+    # one op whose rule reads x (as torch's gelu_backward): composed as
+    # ``x * 0.5 * ((x + x * x * x * 0.044715) * sqrt(2 / pi)).tanh() + 1)``, it held five
+    # arrays of x's size for backward (5x torch's bytes), 6 December
+    return x._apply("gelu_tanh", (x,))
 
 
 def sigmoid(x: Tensor) -> Tensor:
@@ -94,17 +96,6 @@ def tanh(x: Tensor) -> Tensor:
     return x.tanh()
 
 
-def _hard_clamp(x: Tensor, min_val: float, max_val: float) -> Tensor:
-    """``x`` clamped to ``[min_val, max_val]`` with torch's ``hardtanh_backward``: the gradient
-    passes strictly inside only, none on the bounds (``clamp``'s passes on the bounds, and
-    ``relu6`` of an exact 0 -- a conv of a patch a ReLU zeroed, in eval mode -- is common)."""
-    out = x.clamp(min_val, max_val)
-    if not x.is_float():
-        return out
-    inside = x.greater(min_val).logical_and(x.less(max_val))
-    return out.mask_where(inside.logical_not(), out.detach())
-
-
 def relu6(x: Tensor, inplace: bool = False) -> Tensor:
     """``min(max(x, 0), 6)``: torch's ``hardtanh(x, 0, 6)``, with its gradient."""
     return hardtanh(x, 0.0, 6.0)
@@ -130,21 +121,14 @@ def hardtanh(
     return x._apply("hardtanh", (x,), (float(min_val), float(max_val)))
 
 
-#: 1/6 rounded to float32 (0.1666666716337204), torch's ``1.0f / 6.0f``
-_TORCH_SIXTH: float = struct.unpack("f", struct.pack("f", 1.0 / 6.0))[0]
-
-
 def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
     """``relu6(x + 3) / 6`` (torch's gradient: 1/6 strictly inside ``(-3, 3)``)."""
     x = _float_input("hardsigmoid", x)
-    # (torch's hardsigmoid_backward has no derivative: a second one through it raises)
-    (x,) = once_differentiable_inputs("hardsigmoid", x)
-    shifted = _hard_clamp(x + 3.0, 0.0, 6.0)
-    # torch's hardsigmoid_backward multiplies by ``1.0f / 6.0f``, 1/6 rounded to float32, in
-    # every dtype: the slope here is that constant (the value stays the exact ``/ 6``), so that
-    # float64 gradients agree with torch's to the last bits rather than to 3e-8.
-    slope = shifted * _TORCH_SIXTH
-    return (shifted / 6.0).detach() + (slope - slope.detach())
+    # one op whose rule reads x (torch's hardsigmoid_backward, which has no derivative: a
+    # second one through it raises). Composed of a clamp with a mask beside it and detached
+    # copies, it held 1.25x its input's bytes, and 1.9x NoCheckpointing's peak under a budget
+    # of 0.5x (an untracked full-size copy backed up), 6 December.
+    return x._apply("hardsigmoid", (x,))
 
 
 def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
@@ -156,7 +140,11 @@ def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
 def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
     x = _float_input("elu", x)
-    return x.mask_where(x.less_equal(0.0), _negative_branch(x, alpha, 1.0))
+    if not isinstance(alpha, numbers.Real):  # (a tensor, or no number: its errors)
+        return x.mask_where(x.less_equal(0.0), _negative_branch(x, alpha, 1.0))
+    # one op whose rule reads x (as torch's elu_backward); composed of masks and
+    # _negative_branch, it held two arrays beside x (2x torch's bytes), 6 December
+    return x._apply("elu", (x,), (float(alpha), 1.0))
 
 
 def _negative_branch(x: Tensor, scale: float, input_scale: float) -> Tensor:
@@ -181,13 +169,17 @@ def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
         raise DTypeError(f"celu: alpha must be a real number, got {alpha!r}")
     if alpha == 0:  # torch's refusal: x / alpha has no limit to take
         raise InvalidArgumentError("celu: alpha cannot be 0 for CELU")
-    branch = _negative_branch(x, alpha, 1.0 / alpha)
     # torch's derivative (elu_backward, and its own derivative) scales by 1 / alpha with alpha
     # rounded to float32 (``1.0 / alpha.toFloat()``) while the value divides by alpha itself:
-    # the value here is the exact one, its derivatives those of the branch at torch's scale,
-    # so that float64 gradients agree with torch's to the last bits rather than to 1e-7
+    # where the two differ, the value here is the exact one, its derivatives those of the
+    # branch at torch's scale, so that float64 gradients agree with torch's to the last bits
+    # rather than to 1e-7; elsewhere (alpha = 1, say) elu's op, whose rule reads x alone
+    inverse = 1.0 / alpha  # (first, as before: an alpha that is no number fails here)
     torch_scale = 1.0 / struct.unpack("f", struct.pack("f", alpha))[0]
-    if x.requires_grad and torch_scale != 1.0 / alpha:
+    if isinstance(alpha, numbers.Real) and (not x.requires_grad or torch_scale == inverse):
+        return x._apply("elu", (x,), (float(alpha), inverse))
+    branch = _negative_branch(x, alpha, inverse)
+    if x.requires_grad and torch_scale != inverse:
         slope = _negative_branch(x, alpha, torch_scale)
         branch = branch.detach() + (slope - slope.detach())
     return x.mask_where(x.less_equal(0.0), branch)
@@ -225,7 +217,9 @@ def prelu(x: Tensor, weight: Tensor) -> Tensor:
 def mish(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * tanh(softplus(x))``."""
     x = _float_input("mish", x)
-    return x * x.softplus().tanh()
+    # one op whose rule reads x (as torch's mish_backward): the composition held tanh's
+    # output beside x (2x torch's bytes), 6 December
+    return x._apply("mish", (x,))
 
 
 def softsign(x: Tensor) -> Tensor:
