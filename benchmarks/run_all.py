@@ -86,6 +86,7 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
             ("bench_budget_overhead.py", ["--quick", "--steps", "6"]),
             ("bench_budget_plan.py", ["--quick", "--rounds", "1"]),
             ("bench_budget_noise.py", ["--seeds", "2", "--sigmas", "1"]),
+            ("bench_budget_zoo.py", ["--only", "llama,mobilenet_v2", "--steps", "4"]),
             ("bench_zero.py", ["--steps", "2", "--trials", "1", "--warmup", "1"]),
         ]
     return [
@@ -113,6 +114,8 @@ def runs(quick: bool) -> list[tuple[str, list[str]]]:
         ("bench_budget_overhead.py", []),
         ("bench_budget_plan.py", []),
         ("bench_budget_noise.py", []),
+        ("bench_budget_zoo.py", []),
+        ("bench_budget_zoo.py", ["--inner", "torch"]),
         ("bench_zero.py", []),
     ]
 
