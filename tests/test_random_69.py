@@ -483,6 +483,24 @@ def _close(log, what, mine, theirs, tol):
         raise Mismatch(f"{log}\n{what}: off by {err:.3g} > {tol * scale:.3g}\n{a}\n{b}")
 
 
+def compare_gradients(log, names, grads, expected_grads, tol, empty_may_be_none=False):
+    """Each gradient against torch's (``names`` label them): where torch's leaf went unused
+    (``None``) ours is ``None`` or zeros; ``empty_may_be_none``: an empty leaf's gradient may
+    be ``None`` here where torch's is empty."""
+    if grads is None:
+        raise Mismatch(f"{log}\nno gradient, torch has one")
+    for name, g, e in zip(names, grads, expected_grads, strict=True):
+        if e is None:  # torch's unused leaf: ours is None or zeros
+            if g is not None and np.any(_np(g)):
+                raise Mismatch(f"{log}\ngrad {name}: {g} vs torch's None")
+            continue
+        if g is None and empty_may_be_none and not e.numel():
+            continue
+        if g is None:
+            raise Mismatch(f"{log}\ngrad {name}: None vs torch's {e}")
+        _close(log, f"grad {name}", g, e, tol)
+
+
 def check_one(rng, log_prefix=""):
     dtype = _fdtype(rng)
     draw = DRAWS[int(rng.integers(len(DRAWS)))]
