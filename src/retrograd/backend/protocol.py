@@ -254,6 +254,8 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "lerp_scalar",
             "hardswish",
             "hardtanh",
+            "maximum",
+            "minimum",
             "hardsigmoid",
             "elu",
             "mish",
@@ -451,6 +453,29 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """``x`` clamped to ``[lo, hi]`` (the op table's ``hardtanh``, whose gradient stops on
         the bounds). This default is the clamp."""
         return self.clamp(x, lo, hi)
+
+    def maximum(self, x: Any, y: Any) -> Any:
+        """torch's ``maximum`` (the op table's, whose gradient splits at a tie): the larger of
+        ``x`` and ``y``, NaN where either is, and at a tie exactly ``x`` but ``+0`` for ``-0``
+        beside ``+0``. This default composes primitives (:meth:`_extremum`)."""
+        return self._extremum(x, y, self.greater)
+
+    def minimum(self, x: Any, y: Any) -> Any:
+        """torch's ``minimum``, as :meth:`maximum`."""
+        return self._extremum(x, y, self.lower)
+
+    def _extremum(self, x: Any, y: Any, wins: Any) -> Any:
+        # neither wins: a tie, whose value is exactly x ((x + y) / 2 overflows past half the
+        # largest float, and x / 2 + y / 2 rounds subnormals, so the second serves only beyond
+        # 1), or a NaN (x + y)
+        total = self.add(x, y)
+        halves = self.mask_where(
+            self.mul_scalar(total, 0.5),
+            self.greater_elem(self.abs(x), 1.0),
+            self.add(self.mul_scalar(x, 0.5), self.mul_scalar(y, 0.5)),
+        )
+        neither = self.mask_where(total, self.equal(x, y), halves)
+        return self.mask_where(self.mask_where(neither, wins(x, y), x), wins(y, x), y)
 
     def hardsigmoid(self, x: Any) -> Any:
         """``min(max(x + 3, 0), 6) / 6``. This default composes primitives."""

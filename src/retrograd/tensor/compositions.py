@@ -269,17 +269,10 @@ def extremum(a: Any, b: Any, kind: str) -> Any:
     a, b = promote(a, b, kind)
     if a.dtype == "bool":
         return a.logical_or(b) if kind == "maximum" else a.logical_and(b)
-    first = a.greater(b) if kind == "maximum" else a.lower(b)
-    second = b.greater(a) if kind == "maximum" else b.lower(a)
     if a.dtype not in ("float32", "float64", "bfloat16", "float16"):
-        return b.mask_where(first, a)
-    # neither larger: a tie (half the gradient each) or a NaN (torch: the NaN result, and
-    # the whole gradient to both operands, as its backward masks only by < and >). A tie's
-    # value is exactly a: (a + b) / 2 overflows past half the largest float, and a / 2 + b / 2
-    # rounds subnormals, so the second serves only beyond 1
-    halves = ((a + b) * 0.5).mask_where(a.abs().greater(1.0), a * 0.5 + b * 0.5)
-    neither = (a + b).mask_where(a.equal(b), halves)
-    return neither.mask_where(first, a).mask_where(second, b)
+        return b.mask_where(a.greater(b) if kind == "maximum" else a.lower(b), a)
+    # one op of the op table (autodiff/ops.py: a tie's value and gradient, NaN's)
+    return a._apply(kind, (a, b))
 
 
 # Giles (2010), "Approximating the erfinv function": single-precision coefficients, refined
