@@ -63,16 +63,23 @@ def cut_points(trace: Trace, sides: frozenset[int] = frozenset()) -> list[bool]:
     [True, True, True, True]
     """
     n = len(trace.sizes)
-    furthest = list(range(n))  # per value, its last child in recording order
-    for child, parents in enumerate(trace.parents):
-        for p in parents:
-            if child > furthest[p] and p not in sides:
-                furthest[p] = child
+    furthest = _last_children(trace, sides)
     cuts, spanned = [], -1
     for v in range(n):
         cuts.append(spanned <= v)
         spanned = max(spanned, furthest[v])
     return cuts
+
+
+def _last_children(trace: Trace, sides: frozenset[int] = frozenset()) -> list[int]:
+    """Per value, its last child in recording order (itself when it has none); the edges of
+    ``sides`` left out."""
+    furthest = list(range(len(trace.sizes)))
+    for child, parents in enumerate(trace.parents):
+        for p in parents:
+            if child > furthest[p] and p not in sides:
+                furthest[p] = child
+    return furthest
 
 
 def side_anchors(trace: Trace) -> frozenset[int]:
@@ -93,10 +100,7 @@ def side_anchors(trace: Trace) -> frozenset[int]:
     if n < 4:
         return frozenset()
     largest = max(trace.sizes)
-    furthest = list(range(n))
-    for child, parents in enumerate(trace.parents):
-        for p in parents:
-            furthest[p] = max(furthest[p], child)
+    furthest = _last_children(trace)
     return frozenset(
         v
         for v in range(n)
