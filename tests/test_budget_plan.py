@@ -555,6 +555,21 @@ def test_a_planned_step_that_misses_is_replanned_from_the_measured_peak():
     assert replanned.counted <= 6 * MB and replanned.evict != planned.evict
 
 
+def test_a_planned_step_that_misses_its_prediction_within_the_budget_stays_planned():
+    # a late head that reads a value the first head's plan evicts holds its recomputation,
+    # which its own plan does not count: re-planning for a lower target evicted more of its
+    # own values for bytes the budget allows, and changed its mode a step later
+    from retrograd.autodiff.checkpoint.budget.planner import FITS, Planner
+
+    planner = Planner(8 * MB)
+    planner._adopt(planner._make_plan(["a", "b", "c", "d"], _four_value_trace(), 6 * MB))
+    planned = planner.kept[0]
+    assert planned.mode == FITS and planned.counted <= 6 * MB
+    planner._checking = planned
+    planner.backward_ended(8 * MB)  # a third more than predicted, the budget to the byte
+    assert planner.plans == 1 and planner.kept == [planned] and planned.attempts == []
+
+
 def test_a_plan_that_misses_its_budget_tries_lower_targets():
     # a chain whose greedy aimed at the budget ends above it; aiming lower fits
     from retrograd.autodiff.checkpoint.budget.plan import greedy_evictions
