@@ -858,10 +858,27 @@ unary("sigmoid", lambda B, g, out: B.mul(g, B.mul(out, B.rsub_scalar(out, 1.0)))
 unary("log_sigmoid", lambda B, g, x: B.mul(g, B.sigmoid(B.neg(x))))
 unary("softplus", lambda B, g, x, beta: B.mul(g, B.sigmoid(B.mul_scalar(x, beta))), ("beta",))
 unary("relu", lambda B, g, out: B.relu_backward(g, out))
-unary(
-    "leaky_relu",
-    lambda B, g, x, slope: B.mask_where(B.mul_scalar(g, slope), B.greater_elem(x, 0.0), g),
+unary("leaky_relu", lambda B, g, x, slope: B.leaky_relu_backward(g, x, slope), ("slope",))
+
+# The backward kernels of the piecewise-linear activations, as torch's derivatives.yaml
+# declares them (``threshold_backward``, ``leaky_relu_backward``, ``hardtanh_backward``): linear
+# in the gradient, and of zero derivative in the value they read (which they only compare), a
+# derivative torch computes all the same. So under create_graph the gradient of a ReLU stays
+# connected to what it read: a Hessian-vector product of a ReLU network in its input is
+# zeros, as torch's, not "an input not used in the graph".
+Op(
+    "relu_backward",
+    ("grad", "result"),
+    (),
+    (lambda B, g, result: B.relu_backward(g, result), _zeros_like_rule),
+    memory_bound=True,
+)
+Op(
+    "leaky_relu_backward",
+    ("grad", "x"),
     ("slope",),
+    (lambda B, g, x, slope: B.leaky_relu_backward(g, x, slope), _zeros_like_rule),
+    memory_bound=True,
 )
 unary("gelu", lambda B, g, x: B.gelu_backward(g, x))
 
@@ -914,16 +931,20 @@ unary("silu", _silu_vjp)
 unary("clamp", _clamp_vjp, ("lo", "hi"))
 
 
-def _hardtanh_vjp(B, g, out, lo, hi):
-    # torch's hardtanh_backward stops the gradient where x <= lo or x >= hi (on the bounds
-    # too, where clamp's passes) and lets NaN through. Read from the output, which is exactly
-    # lo or hi wherever x is at or beyond them (and NaN where x is): the next layer holds it
-    # anyway, where a rule reading x (or a mask beside the output) holds a copy of its own
-    stopped = B.logical_or(B.lower_equal_elem(out, lo), B.greater_equal_elem(out, hi))
-    return B.mask_fill(g, stopped, 0.0)
-
-
-unary("hardtanh", _hardtanh_vjp, ("lo", "hi"))  # (the backend's hardtanh: its clamp)
+# torch's hardtanh_backward stops the gradient where x <= lo or x >= hi (on the bounds too,
+# where clamp's passes) and lets NaN through. Read from the output, which is exactly lo or hi
+# wherever x is at or beyond them (and NaN where x is): the next layer holds it anyway, where
+# a rule reading x (or a mask beside the output) holds a copy of its own
+unary(  # (the backend's hardtanh: its clamp)
+    "hardtanh", lambda B, g, out, lo, hi: B.hardtanh_backward(g, out, lo, hi), ("lo", "hi")
+)
+Op(
+    "hardtanh_backward",
+    ("grad", "result"),
+    ("lo", "hi"),
+    (lambda B, g, result, lo, hi: B.hardtanh_backward(g, result, lo, hi), _zeros_like_rule),
+    memory_bound=True,
+)
 
 #: 1/6 rounded to float32 (0.1666666716337204), torch's ``1.0f / 6.0f``, by which its
 #: hardsigmoid_backward multiplies in every dtype
@@ -932,12 +953,24 @@ TORCH_SIXTH: float = struct.unpack("f", struct.pack("f", 1.0 / 6.0))[0]
 
 def _hardsigmoid_vjp(B, g, x):
     # torch's hardsigmoid_backward: g * (1.0f / 6.0f) strictly inside (-3, 3), 0 elsewhere
-    # (NaN too). It reads x, as torch's does; torch has no derivative of it, so the gradient
-    # refuses a second one (a mask beside a copy of the output, with an untracked full-size
-    # copy backed up under a budget, was what its composition held)
-    inside = B.logical_and(B.greater_elem(x, -3.0), B.lower_elem(x, 3.0))
-    g = B.mask_fill(B.mul_scalar(g, TORCH_SIXTH), B.logical_not(inside), 0.0)
-    return B.first_order_only(g, "hardsigmoid")
+    # (NaN too). It reads x, as torch's does (a mask beside a copy of the output, with an
+    # untracked full-size copy backed up under a budget, was what its composition held)
+    return B.hardsigmoid_backward(g, x, TORCH_SIXTH)
+
+
+def _hardsigmoid_backward_refused(B, g):
+    return _refused_second_derivative(B, g, "hardsigmoid")
+
+
+# torch has no derivative of hardsigmoid_backward: under create_graph the gradient is
+# recorded (connected to x, as torch's) and a second derivative through it is refused
+Op(
+    "hardsigmoid_backward",
+    ("grad", "x"),
+    ("sixth",),
+    (_hardsigmoid_backward_refused, _hardsigmoid_backward_refused),
+    memory_bound=True,
+)
 
 
 def _elu_vjp(B, g, x, alpha, input_scale):

@@ -264,6 +264,9 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "first_order_only",
             "prelu_backward_input",
             "prelu_backward_weight",
+            "leaky_relu_backward",
+            "hardtanh_backward",
+            "hardsigmoid_backward",
             "rsqrt",
             "has_dtype",
         }
@@ -481,6 +484,21 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """``min(max(x + 3, 0), 6) / 6``. This default composes primitives."""
         return self.div_scalar(self.clamp(self.add_scalar(x, 3.0), 0.0, 6.0), 6.0)
 
+    def hardtanh_backward(self, grad: Any, out: Any, lo: float, hi: float) -> Any:
+        """torch's ``hardtanh_backward``, read from the output ``out`` of the hardtanh:
+        ``grad`` where ``lo < out < hi`` (and NaN), else 0 (on the bounds too, where clamp's
+        gradient passes; wherever ``x`` is at or beyond a bound, ``out`` is that bound). This
+        default composes primitives."""
+        stopped = self.logical_or(self.lower_equal_elem(out, lo), self.greater_equal_elem(out, hi))
+        return self.mask_fill(grad, stopped, 0.0)
+
+    def hardsigmoid_backward(self, grad: Any, x: Any, sixth: float) -> Any:
+        """torch's ``hardsigmoid_backward``: ``grad * sixth`` strictly inside ``(-3, 3)``,
+        0 elsewhere (NaN too); ``sixth`` is torch's ``1.0f / 6.0f``, by which it multiplies in
+        every dtype. This default composes primitives."""
+        inside = self.logical_and(self.greater_elem(x, -3.0), self.lower_elem(x, 3.0))
+        return self.mask_fill(self.mul_scalar(grad, sixth), self.logical_not(inside), 0.0)
+
     def elu(self, x: Any, alpha: float, input_scale: float) -> Any:
         """``x`` where ``x > 0`` (and NaN), else ``alpha * expm1(x * input_scale)``, whose
         exponential sees 0 where ``x >= 0``, and ``x * alpha * input_scale`` at ``x == 0``
@@ -578,6 +596,11 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
 
     def leaky_relu(self, x: Any, slope: float) -> Any:
         raise NotImplementedError
+
+    def leaky_relu_backward(self, grad: Any, x: Any, slope: float) -> Any:
+        """torch's ``leaky_relu_backward``: ``grad`` where ``x > 0``, else ``slope * grad``.
+        This default composes primitives."""
+        return self.mask_where(self.mul_scalar(grad, slope), self.greater_elem(x, 0.0), grad)
 
     def clamp(self, x: Any, lo: float | None, hi: float | None) -> Any:
         raise NotImplementedError
