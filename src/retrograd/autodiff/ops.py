@@ -925,6 +925,29 @@ def _hardtanh_vjp(B, g, out, lo, hi):
 
 unary("hardtanh", _hardtanh_vjp, ("lo", "hi"))  # (the backend's hardtanh: its clamp)
 
+
+# torch's smooth_l1_loss and huber_loss of d = x - y (the loss's reduction apart): one op each
+# whose rule reads d, torch's smooth_l1_backward / huber_backward (|d| >= beta: the slope's
+# sign times g, which is delta times it for huber; elsewhere, NaN too, d g / beta, or d g).
+# Their compositions (abs, a mask, the masked difference, its square) held 3.5 arrays of d's
+# size, where torch's holds x and y (7 December). Second derivatives come from the rules'
+# arithmetic: 1 / beta (1) in the quadratic branch, 0 on and beyond |d| = beta, as torch's.
+def _huber_rule(B, g, d, bound, near, slope):  # (x: the difference d)
+    inside = B.mask_where(near, B.greater_equal_elem(d, bound), slope)
+    return B.mask_where(inside, B.lower_equal_elem(d, -bound), B.neg(slope))
+
+
+unary(
+    "smooth_l1",
+    lambda B, g, x, beta: _huber_rule(B, g, x, beta, B.div_scalar(B.mul(x, g), beta), g),
+    ("beta",),
+)
+unary(
+    "huber",
+    lambda B, g, x, delta: _huber_rule(B, g, x, delta, B.mul(x, g), B.mul_scalar(g, delta)),
+    ("delta",),
+)
+
 #: 1/6 rounded to float32 (0.1666666716337204), torch's ``1.0f / 6.0f``, by which its
 #: hardsigmoid_backward multiplies in every dtype
 TORCH_SIXTH: float = struct.unpack("f", struct.pack("f", 1.0 / 6.0))[0]
