@@ -1095,6 +1095,29 @@ reduction(
     ),
     ("dims",),
 )
+
+
+def _variance_vjp(B, g, x, dims, correction):
+    # torch's var_backward, 2 / (n - correction) * g * (x - mean), with the mean recomputed
+    # from x (its value only counts: the mean's own path, zero in exact arithmetic, would
+    # make inf - inf of an infinite element) in the order the composition's rules ran (so
+    # its bits): the division's, then square's. It reads x, as torch's; the composition's
+    # square read x - mean, an array of x's size beside x (a chain of four var calls with
+    # tanh: 1.33x torch's bytes, 7 December). Its second derivative, through the rule's mean,
+    # is torch's 2 / (n - c) (I - 1 / n).
+    count = math.prod(B.shape(x)[d] for d in dims)
+    centered = B.sub(x, _mean_over(B, x, dims))
+    return B.mul(B.mul_scalar(B.div_scalar(g, count - correction), 2.0), centered)
+
+
+def _mean_over(B, x, dims):
+    for d in dims:  # (Tensor.mean's order: one dim at a time)
+        x = B.mean_dim(x, (d,))
+    return x
+
+
+# var over ``dims`` (kept), dividing by n - correction > 0 (tensor/reduce.py's _variance)
+reduction("variance", _variance_vjp, ("dims", "correction"))
 reduction("prod", _prod_vjp)
 reduction("prod_dim", _prod_dim_vjp, ("dim",))
 reduction("max", _extreme_vjp)

@@ -256,6 +256,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "hardtanh",
             "smooth_l1",
             "huber",
+            "variance",
             "maximum",
             "minimum",
             "hardsigmoid",
@@ -478,6 +479,19 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         quadratic = self.logical_or(self.lower_elem(size, bound), self.is_nan(size))
         near = self.mask_fill(d, self.logical_not(quadratic), 0.0)
         return near, quadratic, self.sub_scalar(size, 0.5 * bound)
+
+    def variance(self, x: Any, dims: tuple[int, ...], correction: float) -> Any:
+        """torch's ``var`` over ``dims`` (kept, of size 1), dividing by ``n - correction``
+        (positive): the mean (a dim at a time), the squared deviations' sum over ``dims``,
+        divided (the op table's ``variance``, whose rule reads ``x``). This default composes
+        primitives."""
+        mean = x
+        for d in dims:
+            mean = self.mean_dim(mean, (d,))
+        total = self.square(self.sub(x, mean))
+        for d in dims:
+            total = self.sum_dim(total, (d,))
+        return self.div_scalar(total, math.prod(self.shape(x)[d] for d in dims) - correction)
 
     def maximum(self, x: Any, y: Any) -> Any:
         """torch's ``maximum`` (the op table's, whose gradient splits at a tie): the larger of

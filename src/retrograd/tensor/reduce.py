@@ -885,6 +885,10 @@ def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correctio
     dims = _dims(op, dim, x.ndim)
     count = math.prod(x.shape[d] for d in dims)
     scale = count - correction
+    if scale > 0:
+        # one op of the op table whose rule reads x, torch's var_backward (autodiff/ops.py):
+        # the composition below held x - mean, an array of x's size, beside x
+        return _dropped(x._apply("variance", (x,), (dims, correction)), dims, keepdim)
     # torch's var_backward is 2 / (n - correction) * grad * (x - mean), its forward divides by
     # max(n - correction, 0): the mean's own path (zero in exact arithmetic) is not in it,
     # and would turn an infinity of the slice into inf - inf, NaN at every element. So the
