@@ -946,6 +946,29 @@ Op(
     memory_bound=True,
 )
 
+
+# torch's smooth_l1_loss and huber_loss of d = x - y (the loss's reduction apart): one op each
+# whose rule reads d, torch's smooth_l1_backward / huber_backward (|d| >= beta: the slope's
+# sign times g, which is delta times it for huber; elsewhere, NaN too, d g / beta, or d g).
+# Their compositions (abs, a mask, the masked difference, its square) held 3.5 arrays of d's
+# size, where torch's holds x and y (7 December). Second derivatives come from the rules'
+# arithmetic: 1 / beta (1) in the quadratic branch, 0 on and beyond |d| = beta, as torch's.
+def _huber_rule(B, g, d, bound, near, slope):  # (x: the difference d)
+    inside = B.mask_where(near, B.greater_equal_elem(d, bound), slope)
+    return B.mask_where(inside, B.lower_equal_elem(d, -bound), B.neg(slope))
+
+
+unary(
+    "smooth_l1",
+    lambda B, g, x, beta: _huber_rule(B, g, x, beta, B.div_scalar(B.mul(x, g), beta), g),
+    ("beta",),
+)
+unary(
+    "huber",
+    lambda B, g, x, delta: _huber_rule(B, g, x, delta, B.mul(x, g), B.mul_scalar(g, delta)),
+    ("delta",),
+)
+
 #: 1/6 rounded to float32 (0.1666666716337204), torch's ``1.0f / 6.0f``, by which its
 #: hardsigmoid_backward multiplies in every dtype
 TORCH_SIXTH: float = struct.unpack("f", struct.pack("f", 1.0 / 6.0))[0]
@@ -1105,6 +1128,29 @@ reduction(
     ),
     ("dims",),
 )
+
+
+def _variance_vjp(B, g, x, dims, correction):
+    # torch's var_backward, 2 / (n - correction) * g * (x - mean), with the mean recomputed
+    # from x (its value only counts: the mean's own path, zero in exact arithmetic, would
+    # make inf - inf of an infinite element) in the order the composition's rules ran (so
+    # its bits): the division's, then square's. It reads x, as torch's; the composition's
+    # square read x - mean, an array of x's size beside x (a chain of four var calls with
+    # tanh: 1.33x torch's bytes, 7 December). Its second derivative, through the rule's mean,
+    # is torch's 2 / (n - c) (I - 1 / n).
+    count = math.prod(B.shape(x)[d] for d in dims)
+    centered = B.sub(x, _mean_over(B, x, dims))
+    return B.mul(B.mul_scalar(B.div_scalar(g, count - correction), 2.0), centered)
+
+
+def _mean_over(B, x, dims):
+    for d in dims:  # (Tensor.mean's order: one dim at a time)
+        x = B.mean_dim(x, (d,))
+    return x
+
+
+# var over ``dims`` (kept), dividing by n - correction > 0 (tensor/reduce.py's _variance)
+reduction("variance", _variance_vjp, ("dims", "correction"))
 reduction("prod", _prod_vjp)
 reduction("prod_dim", _prod_dim_vjp, ("dim",))
 reduction("max", _extreme_vjp)

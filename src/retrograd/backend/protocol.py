@@ -254,6 +254,9 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "lerp_scalar",
             "hardswish",
             "hardtanh",
+            "smooth_l1",
+            "huber",
+            "variance",
             "maximum",
             "minimum",
             "hardsigmoid",
@@ -456,6 +459,42 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """``x`` clamped to ``[lo, hi]`` (the op table's ``hardtanh``, whose gradient stops on
         the bounds). This default is the clamp."""
         return self.clamp(x, lo, hi)
+
+    def smooth_l1(self, d: Any, beta: float) -> Any:
+        """torch's smooth L1 loss of each difference ``d`` (``beta > 0``): ``0.5 d**2 / beta``
+        where ``|d| < beta`` (NaN too), ``|d| - 0.5 beta`` elsewhere (the op table's, whose
+        rule reads ``d``). This default composes primitives (:meth:`_huber_parts`)."""
+        near, quadratic, linear = self._huber_parts(d, beta)
+        return self.mask_where(linear, quadratic, self.mul_scalar(self.square(near), 0.5 / beta))
+
+    def huber(self, d: Any, delta: float) -> Any:
+        """torch's Huber loss of each difference ``d`` (``delta > 0``): ``0.5 d**2`` where
+        ``|d| < delta`` (NaN too), ``delta (|d| - 0.5 delta)`` elsewhere. A default composing
+        primitives, as :meth:`smooth_l1`."""
+        near, quadratic, linear = self._huber_parts(d, delta)
+        linear = self.mul_scalar(linear, delta)
+        return self.mask_where(linear, quadratic, self.mul_scalar(self.square(near), 0.5))
+
+    def _huber_parts(self, d: Any, bound: float) -> tuple[Any, Any, Any]:
+        # the square of d itself where |d| < bound (0 elsewhere: no inf * 0), the mask of the
+        # quadratic branch (NaN's too), and |d| - bound / 2
+        size = self.abs(d)
+        quadratic = self.logical_or(self.lower_elem(size, bound), self.is_nan(size))
+        near = self.mask_fill(d, self.logical_not(quadratic), 0.0)
+        return near, quadratic, self.sub_scalar(size, 0.5 * bound)
+
+    def variance(self, x: Any, dims: tuple[int, ...], correction: float) -> Any:
+        """torch's ``var`` over ``dims`` (kept, of size 1), dividing by ``n - correction``
+        (positive): the mean (a dim at a time), the squared deviations' sum over ``dims``,
+        divided (the op table's ``variance``, whose rule reads ``x``). This default composes
+        primitives."""
+        mean = x
+        for d in dims:
+            mean = self.mean_dim(mean, (d,))
+        total = self.square(self.sub(x, mean))
+        for d in dims:
+            total = self.sum_dim(total, (d,))
+        return self.div_scalar(total, math.prod(self.shape(x)[d] for d in dims) - correction)
 
     def maximum(self, x: Any, y: Any) -> Any:
         """torch's ``maximum`` (the op table's, whose gradient splits at a tie): the larger of

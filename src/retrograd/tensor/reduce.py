@@ -885,20 +885,23 @@ def _variance(x: Any, op: str, dim: Any, unbiased: Any, keepdim: bool, correctio
     dims = _dims(op, dim, x.ndim)
     count = math.prod(x.shape[d] for d in dims)
     scale = count - correction
-    # torch's var_backward is 2 / (n - correction) * grad * (x - mean), its forward divides by
-    # max(n - correction, 0): the mean's own path (zero in exact arithmetic) is not in it,
-    # and would turn an infinity of the slice into inf - inf, NaN at every element. So the
-    # mean is a constant here, and ``_mean_curvature`` (zero in value and first derivative)
-    # gives back the mean's part of the second derivative, 2 / (n - c) (I - 1 / n).
+    if scale > 0:
+        # one op of the op table whose rule reads x, torch's var_backward (autodiff/ops.py):
+        # the composition below held x - mean, an array of x's size, beside x
+        return _dropped(x._apply("variance", (x,), (dims, correction)), dims, keepdim)
+    # No degrees of freedom left. torch's var_backward is 2 / (n - correction) * grad *
+    # (x - mean), its forward divides by max(n - correction, 0): the mean's own path (zero in
+    # exact arithmetic) is not in it, and would turn an infinity of the slice into inf - inf,
+    # NaN at every element. So the mean is a constant here, and ``_mean_curvature`` (zero in
+    # value and first derivative) gives back the mean's part of the second derivative,
+    # 2 / (n - c) (I - 1 / n).
     mean = untracked(x.mean(dims, keepdim=True))
     total = (x - mean).square().sum(dims, keepdim=True)
-    if scale > 0:
-        out = total / scale
-    elif scale == 0:  # no degrees of freedom: the incoming gradient is not finite anyway
+    if scale == 0:  # the incoming gradient is not finite anyway
         return _dropped(total / 0.0, dims, keepdim)
-    else:  # torch: forward total / 0 (inf, or NaN for 0), backward by the negative n - c
-        out = total / scale
-        out = out + untracked(total / 0.0 - out)
+    # torch: forward total / 0 (inf, or NaN for 0), backward by the negative n - c
+    out = total / scale
+    out = out + untracked(total / 0.0 - out)
     if x.requires_grad:
         out = out + _mean_curvature(x, dims, count * scale)
     return _dropped(out, dims, keepdim)

@@ -533,15 +533,10 @@ def smooth_l1_loss(
     if not beta >= 0:  # (a NaN too, as torch's check)
         raise InvalidArgumentError(f"{fn}: beta must be non-negative, got {beta}")
     diff = x - y
-    d = diff.abs()
     if beta == 0:
-        return _reduce(d, reduction)
-    quadratic = d.lower(beta).logical_or(d.isnan())  # NaN takes torch's quadratic branch
-    # the square of the difference itself, not of |d|: abs's kink would zero the second
-    # derivative at d = 0 (the branch not taken sees 0: no inf * 0)
-    near = diff.mask_fill(quadratic.logical_not(), 0.0)
-    losses = (d - 0.5 * beta).mask_where(quadratic, near.square() * (0.5 / beta))
-    return _reduce(losses, reduction)
+        return _reduce(diff.abs(), reduction)
+    # one op of the op table whose rule reads the difference (autodiff/ops.py)
+    return _reduce(diff._apply("smooth_l1", (diff,), (float(beta),)), reduction)
 
 
 @autocast_op("huber_loss")
@@ -561,13 +556,9 @@ def huber_loss(
     x, y = _broadcast_pair(fn, x, y)
     reduction = _reduction(fn, reduction, None, None)
     diff = x - y
-    d = diff.abs()
-    # |d| < delta, strictly: at |d| == delta both branches have the same value and slope, and
-    # torch's second derivative there is the linear branch's, 0. NaN: torch's quadratic
-    # branch. The square of the difference itself, as smooth_l1_loss's.
-    quadratic = d.lower(delta).logical_or(d.isnan())
-    near = diff.mask_fill(quadratic.logical_not(), 0.0)
-    losses = ((d - 0.5 * delta) * delta).mask_where(quadratic, near.square() * 0.5)
+    # one op whose rule reads the difference, as smooth_l1_loss's (at |d| == delta both
+    # branches have the same value and slope; torch's second derivative there is 0)
+    losses = diff._apply("huber", (diff,), (float(delta),))
     if weight is None:
         return _reduce(losses, reduction)
     return _reduce(losses * _sample_weights(fn, x, weight, input_shape), reduction)
