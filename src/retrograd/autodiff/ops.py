@@ -1293,32 +1293,6 @@ def _cdist_diff(B, x1, x2):
     return B.sub(B.reshape(x1, s1[:-1] + (1, s1[-1])), B.reshape(x2, s2[:-2] + (1,) + s2[-2:]))
 
 
-def _cdist_forward(B, x1, x2, p):
-    """The ``p``-norms of the rows' differences (p > 0), the arithmetic of
-    ``tensor.norms._vector_norm`` (and ``row_distance``'s largest size at p = inf), bit for
-    bit."""
-    diff = _cdist_diff(B, x1, x2)
-    last = (len(B.shape(diff)) - 1,)
-    if p == 2.0:
-        total = B.sum_dim(B.square(diff), last)
-        zero = B.equal_elem(total, 0.0)
-        out = B.mask_fill(B.sqrt(B.mask_fill(total, zero, 1.0)), zero, 0.0)
-    elif p == 1.0:
-        out = B.sum_dim(B.abs(diff), last)
-    elif p == math.inf:
-        out = B.max_dim(B.abs(diff), last[0])[0]
-    else:
-        magnitude = B.abs(diff)
-        zero_entry = B.equal_elem(magnitude, 0.0)
-        powered = B.mask_fill(
-            B.pow_scalar(B.mask_fill(magnitude, zero_entry, 1.0), p), zero_entry, 0.0
-        )
-        total = B.sum_dim(powered, last)
-        zero = B.equal_elem(total, 0.0)
-        out = B.mask_fill(B.pow_scalar(B.mask_fill(total, zero, 1.0), 1.0 / p), zero, 0.0)
-    return B.reshape(out, B.shape(out)[:-1])
-
-
 def _cdist_vjp(B, g, needs, x1, x2, out, p):
     """torch's ``_cdist_backward`` (p > 0): the gradient of each difference, from the
     differences recomputed here (torch's kernel makes them row by row; they are never held),
@@ -1365,7 +1339,6 @@ Op(
     memory_bound=False,
     broadcast="batch",
     joint=True,
-    forward=_cdist_forward,
 )
 
 
