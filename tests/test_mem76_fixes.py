@@ -251,3 +251,100 @@ def test_cdist_runs_on_a_backend_without_autodiff():
         )
         expected = torch.cdist(torch.from_numpy(a), torch.from_numpy(b), p=p).numpy()
         np.testing.assert_allclose(y.numpy(), expected, rtol=1e-14, atol=1e-14)
+
+
+# -- logaddexp / logaddexp2 --------------------------------------------------------------------
+LOGADDEXP = ["logaddexp", "logaddexp2"]
+
+
+@pytest.mark.own_checkpointing("measures NoCheckpointing's peak")
+@pytest.mark.parametrize("name", LOGADDEXP)
+def test_logaddexp_holds_its_operands(name):
+    """x and y, torch's bytes (4x before: a maximum, a gap, a smooth form and its copy)."""
+    rng = np.random.default_rng(8)
+    a, b = (rng.standard_normal((64, 32)).astype(np.float32) for _ in range(2))
+    backend = _backend()
+    grads = getattr(rg, name)(_activation(a, backend), _activation(b, backend)).sum().backward()
+    assert grads.peak_bytes == a.nbytes + b.nbytes, grads.peak_bytes
+
+
+@pytest.mark.own_checkpointing("compares NoCheckpointing with a budget of its own")
+def test_one_logaddexp_under_a_budget_holds_no_more_than_without_one():
+    """Its rules read x and y together: no budget goes below them."""
+    rng = np.random.default_rng(9)
+    a, b = (rng.standard_normal((64, 32)).astype(np.float32) for _ in range(2))
+
+    def step(backend):
+        return rg.logaddexp(_activation(a, backend), _activation(b, backend)).sum().backward()
+
+    plain = step(_backend()).peak_bytes
+    budget = _backend(rg.BudgetCheckpointing(plain // 2))
+    held = [step(budget).peak_bytes for _ in range(3)]
+    assert max(held) <= plain, (held, plain)
+
+
+def _logaddexp_operands():
+    special = np.array([0.0, -0.0, 1.0, -1.0, 30.0, -30.0, 800.0, -800.0, np.inf, -np.inf, np.nan])
+    a, b = np.meshgrid(special, special, indexing="ij")
+    rng = np.random.default_rng(10)
+    a = np.concatenate([a.ravel(), rng.standard_normal(100) * 5])
+    b = np.concatenate([b.ravel(), rng.standard_normal(100) * 5])
+    return a, b, rng.standard_normal(a.shape)
+
+
+@pytest.mark.parametrize("name", LOGADDEXP)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_logaddexp_values_and_gradients_match_torch(name, dtype):
+    a, b, g = (v.astype(dtype) for v in _logaddexp_operands())
+    backend = _backend()
+    x = rg.tensor(a, backend=backend).requires_grad_()
+    y = rg.tensor(b, backend=backend).requires_grad_()
+    out = getattr(rg, name)(x, y)
+    grads = (out * rg.tensor(g, backend=backend)).sum().backward()
+    tx, ty = torch.from_numpy(a).requires_grad_(), torch.from_numpy(b).requires_grad_()
+    expected = getattr(torch, name)(tx, ty)
+    expected.backward(torch.from_numpy(g))
+    # (the values are the composition's bits, which torch's vectorized exp and log1p round
+    # otherwise: up to 2.4e-7 (float32) and 8.9e-16 (float64) apart, relative 2.9e-7 and
+    # 1.9e-16 away from 0, measured)
+    atol, rtol = (5e-7, 3e-7) if dtype == "float32" else (1e-15, 2e-16)
+    np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=rtol, atol=atol)
+    for mine, theirs in ((x.grad(grads), tx.grad), (y.grad(grads), ty.grad)):
+        if inner_backend().name == "torch":  # torch's rule on torch's kernels: its bits
+            assert np.array_equal(mine.numpy(), theirs.numpy(), equal_nan=True)
+        # (NumPy's exp rounds otherwise: relative 1.9e-7 and 2.6e-16 measured)
+        rtol = 2e-7 if dtype == "float32" else 3e-16
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=rtol, atol=0)
+
+
+@pytest.mark.parametrize("name", LOGADDEXP)
+def test_logaddexp_second_derivatives_match_torch(name):
+    """torch's s (1 - s), at x == y too (the composite's kinks there are smoothed)."""
+    a, b, _ = _logaddexp_operands()
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    backend = _backend()
+    x = rg.tensor(a, backend=backend).requires_grad_()
+    y = rg.tensor(b, backend=backend).requires_grad_()
+    first = getattr(rg, name)(x, y).sum().backward(create_graph=True)
+    second = (x.grad(first) * y.grad(first)).sum().backward()
+    tx, ty = torch.from_numpy(a).requires_grad_(), torch.from_numpy(b).requires_grad_()
+    gx, gy = torch.autograd.grad(getattr(torch, name)(tx, ty).sum(), [tx, ty], create_graph=True)
+    sx, sy = torch.autograd.grad((gx * gy).sum(), [tx, ty])
+    np.testing.assert_allclose(x.grad(second).numpy(), sx.numpy(), rtol=1e-13, atol=1e-300)
+    np.testing.assert_allclose(y.grad(second).numpy(), sy.numpy(), rtol=1e-13, atol=1e-300)
+
+
+@pytest.mark.parametrize("name", LOGADDEXP)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_logaddexp_op_values_are_the_compositions(name, dtype):
+    """The op (a tracked operand) gives the bits of the composition an inner backend runs."""
+    a, b, _ = (v.astype(dtype) for v in _logaddexp_operands())
+    plain = getattr(rg, name)(
+        rg.tensor(a, backend=inner_backend()), rg.tensor(b, backend=inner_backend())
+    )
+    backend = _backend()
+    recorded = getattr(rg, name)(
+        rg.tensor(a, backend=backend).requires_grad_(), rg.tensor(b, backend=backend)
+    )
+    assert np.array_equal(recorded.numpy(), plain.numpy(), equal_nan=True)

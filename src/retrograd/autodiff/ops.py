@@ -704,6 +704,24 @@ binary(
     lambda B, g, x, y: _extremum_rule(B, g, x, y, B.lower(x, y)),
 )
 
+
+# torch's logaddexp (scale 1) and logaddexp2 (scale log 2): ``g / (1 + exp(y - x))`` for x
+# (``2 ** (y - x)`` for logaddexp2), and alike for y; smooth, so differentiating the rule gives
+# torch's second derivatives. One op whose rules read x and y: as a composite it held four
+# arrays of x's size (7 December).
+def _logaddexp_vjp(B, g, a, b, scale):
+    gap = B.sub(b, a)
+    grown = B.exp(gap) if scale == 1.0 else B.rpow_scalar(gap, 2.0)
+    return B.div(g, B.add_scalar(grown, 1.0))
+
+
+binary(
+    "logaddexp",
+    lambda B, g, x, y, scale: _logaddexp_vjp(B, g, x, y, scale),
+    lambda B, g, x, y, scale: _logaddexp_vjp(B, g, y, x, scale),
+    ("scale",),
+)
+
 # -- with a Python scalar ----------------------------------------------------------------------
 unary("add_scalar", lambda B, g: g, ("s",))
 unary("sub_scalar", lambda B, g: g, ("s",))

@@ -257,6 +257,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "maximum",
             "minimum",
             "cdist",
+            "logaddexp",
             "hardsigmoid",
             "elu",
             "mish",
@@ -505,6 +506,18 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             root = self.sqrt(safe) if p == 2.0 else self.pow_scalar(safe, 1.0 / p)
             out = self.mask_fill(root, zero, 0.0)
         return self.reshape(out, self.shape(out)[:-1])
+
+    def logaddexp(self, x: Any, y: Any, scale: float) -> Any:
+        """torch's ``logaddexp`` (``scale`` 1) or ``logaddexp2`` (``scale`` log 2) of real
+        floats: ``max + log1p(exp(-|x - y| scale)) / scale``, equal infinities kept. This
+        default composes primitives."""
+        gap = self.abs(self.sub(x, y))
+        if scale == 1.0:
+            soft = self.log1p(self.exp(self.neg(gap)))
+        else:
+            soft = self.div_scalar(self.log1p(self.exp(self.mul_scalar(gap, -scale))), scale)
+        out = self.add(self.maximum(x, y), soft)
+        return self.mask_where(out, self.logical_and(self.is_inf(x), self.equal(x, y)), x)
 
     def hardsigmoid(self, x: Any) -> Any:
         """``min(max(x + 3, 0), 6) / 6``. This default composes primitives."""
