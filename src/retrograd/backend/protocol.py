@@ -258,6 +258,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "minimum",
             "cdist",
             "logaddexp",
+            "sinc",
             "hardsigmoid",
             "elu",
             "mish",
@@ -518,6 +519,13 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             soft = self.div_scalar(self.log1p(self.exp(self.mul_scalar(gap, -scale))), scale)
         out = self.add(self.maximum(x, y), soft)
         return self.mask_where(out, self.logical_and(self.is_inf(x), self.equal(x, y)), x)
+
+    def sinc(self, x: Any) -> Any:
+        """``sin(pi x) / (pi x)``, 1 where ``x * x`` is 0 (torch's, for float32 and float64).
+        This default composes primitives."""
+        zero = self.equal_elem(self.square(x), 0.0)
+        product = self.mul_scalar(self.mask_fill(x, zero, 1.0), math.pi)
+        return self.mask_fill(self.div(self.sin(product), product), zero, 1.0)
 
     def hardsigmoid(self, x: Any) -> Any:
         """``min(max(x + 3, 0), 6) / 6``. This default composes primitives."""
