@@ -25,6 +25,7 @@ import torch
 
 import retrograd as rg
 from backends import inner_backend
+from retrograd.nn import functional as F  # noqa: N812
 
 
 def _backend(strategy=None):
@@ -424,3 +425,33 @@ def test_sinc_op_values_are_the_compositions():
         plain = rg.sinc(rg.tensor(v, backend=inner_backend()))
         recorded = rg.sinc(rg.tensor(v, backend=_backend()).requires_grad_())
         assert np.array_equal(recorded.numpy(), plain.numpy(), equal_nan=True)
+
+
+# -- softsign ----------------------------------------------------------------------------------
+@pytest.mark.own_checkpointing("measures NoCheckpointing's peak")
+def test_softsign_holds_its_input_alone():
+    """x (3x before: x, the denominator and the quotient; torch's composite saves x and the
+    denominator, 2x)."""
+    a = np.random.default_rng(15).standard_normal((64, 32)).astype(np.float32)
+    grads = F.softsign(_activation(a, _backend())).sum().backward()
+    assert grads.peak_bytes == a.nbytes, grads.peak_bytes
+
+
+def test_softsign_values_and_derivatives_match_torch():
+    rng = np.random.default_rng(16)
+    v = np.concatenate([[0.0, -0.0, 1.0, -1.0, 1e-30, 1e30, -1e300], rng.standard_normal(200) * 3])
+    g = rng.standard_normal(v.shape)
+    x = rg.tensor(v, backend=_backend()).requires_grad_()
+    y = F.softsign(x)
+    first = (y * rg.tensor(g, backend=x.backend)).sum().backward(create_graph=True)
+    second = (x.grad(first) * x.grad(first)).sum().backward()
+    tx = torch.from_numpy(v).requires_grad_()
+    ty = torch.nn.functional.softsign(tx)
+    (tg,) = torch.autograd.grad((ty * torch.from_numpy(g)).sum(), tx, create_graph=True)
+    (t2,) = torch.autograd.grad((tg * tg).sum(), tx)
+    assert np.array_equal(y.numpy(), ty.detach().numpy())
+    # (the composition's rules, rule by rule, as before: torch's div rule rounds
+    # -g (x / d) / d, ours -(g x / d) / d, and the two terms cancel to g / d^2: 1.2e-15
+    # relative apart, measured)
+    np.testing.assert_allclose(x.grad(first).numpy(), tg.detach().numpy(), rtol=3e-15, atol=0)
+    np.testing.assert_allclose(x.grad(second).numpy(), t2.numpy(), rtol=1e-14, atol=0)

@@ -741,6 +741,20 @@ def _sinc_vjp(B, g, x):
 # one op whose rule reads x (torch saves x alone): its composite held four arrays of x's size
 unary("sinc", _sinc_vjp)
 
+
+def _softsign_vjp(B, g, x):
+    """The composition ``x / (|x| + 1)``'s gradient, rule by rule (div's, then abs's: the same
+    bits), from x alone: its quotient and denominator are recomputed, not held."""
+    denominator = B.add_scalar(B.abs(x), 1.0)
+    through_denominator = B.neg(B.div(B.mul(g, B.div(x, denominator)), denominator))
+    sign = B.mask_fill(B.sign(x), B.is_nan(x), 0.0)
+    return B.add(B.div(g, denominator), B.mul(through_denominator, sign))
+
+
+# one op whose rule reads x: the composite held x, the denominator and the quotient (3x x's
+# bytes; torch's composite saves x and the denominator)
+unary("softsign", _softsign_vjp)
+
 # -- with a Python scalar ----------------------------------------------------------------------
 unary("add_scalar", lambda B, g: g, ("s",))
 unary("sub_scalar", lambda B, g: g, ("s",))

@@ -259,6 +259,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "cdist",
             "logaddexp",
             "sinc",
+            "softsign",
             "hardsigmoid",
             "elu",
             "mish",
@@ -526,6 +527,10 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         zero = self.equal_elem(self.square(x), 0.0)
         product = self.mul_scalar(self.mask_fill(x, zero, 1.0), math.pi)
         return self.mask_fill(self.div(self.sin(product), product), zero, 1.0)
+
+    def softsign(self, x: Any) -> Any:
+        """``x / (|x| + 1)``. This default composes primitives."""
+        return self.div(x, self.add_scalar(self.abs(x), 1.0))
 
     def hardsigmoid(self, x: Any) -> Any:
         """``min(max(x + 3, 0), 6) / 6``. This default composes primitives."""
