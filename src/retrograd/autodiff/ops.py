@@ -704,6 +704,57 @@ binary(
     lambda B, g, x, y: _extremum_rule(B, g, x, y, B.lower(x, y)),
 )
 
+
+# torch's logaddexp (scale 1) and logaddexp2 (scale log 2): ``g / (1 + exp(y - x))`` for x
+# (``2 ** (y - x)`` for logaddexp2), and alike for y; smooth, so differentiating the rule gives
+# torch's second derivatives. One op whose rules read x and y: as a composite it held four
+# arrays of x's size (7 December).
+def _logaddexp_vjp(B, g, a, b, scale):
+    gap = B.sub(b, a)
+    grown = B.exp(gap) if scale == 1.0 else B.rpow_scalar(gap, 2.0)
+    return B.div(g, B.add_scalar(grown, 1.0))
+
+
+binary(
+    "logaddexp",
+    lambda B, g, x, y, scale: _logaddexp_vjp(B, g, x, y, scale),
+    lambda B, g, x, y, scale: _logaddexp_vjp(B, g, y, x, scale),
+    ("scale",),
+)
+
+
+def _sinc_vjp(B, g, x):
+    """torch's ``sinc_backward``, ``g (pi x cos(pi x) - sin(pi x)) / (pi x^2)``, 0 where
+    ``pi x^2`` is 0; at 0 itself from the series ``1 - (pi x)^2 / 6``, whose slope
+    ``-pi^2 x / 3`` is +0 there and whose derivative, the true second derivative
+    ``-pi^2 / 3``, differentiating this rule gives (torch's is NaN, a 0 * inf)."""
+    zero = B.equal_elem(B.square(x), 0.0)
+    safe = B.mask_fill(x, zero, 1.0)
+    pi_x = B.mul_scalar(safe, math.pi)
+    numerator = B.sub(B.mul(pi_x, B.cos(pi_x)), B.sin(pi_x))
+    grad = B.div(B.mul(g, numerator), B.mul_scalar(B.mul(safe, safe), math.pi))
+    grad = B.mask_fill(grad, zero, 0.0)
+    series = B.add_scalar(B.mul(g, B.mul_scalar(x, -(math.pi**2) / 3.0)), 0.0)  # (+0)
+    return B.mask_where(grad, B.equal_elem(x, 0.0), series)
+
+
+# one op whose rule reads x (torch saves x alone): its composite held four arrays of x's size
+unary("sinc", _sinc_vjp)
+
+
+def _softsign_vjp(B, g, x):
+    """The composition ``x / (|x| + 1)``'s gradient, rule by rule (div's, then abs's: the same
+    bits), from x alone: its quotient and denominator are recomputed, not held."""
+    denominator = B.add_scalar(B.abs(x), 1.0)
+    through_denominator = B.neg(B.div(B.mul(g, B.div(x, denominator)), denominator))
+    sign = B.mask_fill(B.sign(x), B.is_nan(x), 0.0)
+    return B.add(B.div(g, denominator), B.mul(through_denominator, sign))
+
+
+# one op whose rule reads x: the composite held x, the denominator and the quotient (3x x's
+# bytes; torch's composite saves x and the denominator)
+unary("softsign", _softsign_vjp)
+
 # -- with a Python scalar ----------------------------------------------------------------------
 unary("add_scalar", lambda B, g: g, ("s",))
 unary("sub_scalar", lambda B, g: g, ("s",))
@@ -1157,6 +1208,34 @@ reduction("max", _extreme_vjp)
 reduction("min", _extreme_vjp)
 reduction("max_dim", _selected_vjp, ("dim",), aux=True)
 reduction("min_dim", _selected_vjp, ("dim",), aux=True)
+
+
+# amax/amin over ``dims`` (kept), whose gradient torch splits evenly among the elements equal
+# to the result: ``(g / count) * tied`` (scale_grad_by_count); with ``nan_ties`` (the infinite
+# norms', linalg_vector_norm_backward) a NaN result's ties are the NaNs. One op whose rule
+# reads x and the output: as a composite its masks and untracked copy of x were inputs a
+# budget held for good (3.45x a 0.5x budget, 7 December).
+def _even_extremum_vjp(B, g, x, out, dims, nan_ties):
+    mask = B.equal(x, out)
+    if nan_ties:
+        mask = B.logical_or(mask, B.logical_and(B.is_nan(x), B.is_nan(out)))
+    tied = B.cast(mask, B.dtype(g))
+    return B.mul(B.expand(B.div(g, B.sum_dim(tied, dims)), B.shape(x)), tied)
+
+
+def _extremum_over(B, x, dims, kernel):
+    for d in dims:
+        x = getattr(B, kernel)(x, d)[0]
+    return x
+
+
+for _name, _kernel in (("amax", "max_dim"), ("amin", "min_dim")):
+    reduction(
+        _name,
+        _even_extremum_vjp,
+        ("dims", "nan_ties"),
+        forward=lambda B, x, dims, nan_ties, kernel=_kernel: _extremum_over(B, x, dims, kernel),
+    )
 untracked("argmax", params=("dim",))
 untracked("bitcast", params=("dtype",))  # (torch's view(dtype) is not differentiable either)
 untracked("argmin", params=("dim",))
@@ -1336,6 +1415,61 @@ Op(
 
 # -- linear algebra, softmax ---------------------------------------------------------------------
 binary("matmul", _matmul_x_vjp, _matmul_y_vjp, memory_bound=False, broadcast="batch")
+
+
+def _cdist_diff(B, x1, x2):
+    """``x1[..., :, None, :] - x2[..., None, :, :]``: the ``[..., P, R, M]`` differences."""
+    s1, s2 = B.shape(x1), B.shape(x2)
+    return B.sub(B.reshape(x1, s1[:-1] + (1, s1[-1])), B.reshape(x2, s2[:-2] + (1,) + s2[-2:]))
+
+
+def _cdist_vjp(B, g, needs, x1, x2, out, p):
+    """torch's ``_cdist_backward`` (p > 0): the gradient of each difference, from the
+    differences recomputed here (torch's kernel makes them row by row; they are never held),
+    summed over ``x2``'s rows for ``x1`` and, negated, over ``x1``'s rows for ``x2``. At
+    p = inf each of the tied largest finite sizes takes the whole gradient."""
+    diff = _cdist_diff(B, x1, x2)
+    grad = B.reshape(g, B.shape(g) + (1,))
+    dist = B.reshape(out, B.shape(out) + (1,))
+    if p == 1.0:
+        slope = B.mul(grad, B.mask_fill(B.sign(diff), B.is_nan(diff), 0.0))
+    elif p == math.inf:
+        size = B.abs(diff)
+        tied = B.logical_and(B.equal(size, dist), B.logical_not(B.is_inf(size)))
+        slope = B.mul(
+            grad, B.mul(B.mask_fill(B.sign(diff), B.is_nan(diff), 0.0), B.cast(tied, B.dtype(g)))
+        )
+    else:
+        zero = B.equal_elem(dist, 0.0)
+        safe = B.mask_fill(dist, zero, 1.0)
+        if p == 2.0:
+            slope = B.mul(grad, B.div(diff, safe))
+        else:
+            size = B.abs(diff)
+            zero_entry = B.equal_elem(size, 0.0)
+            ratio = B.div(B.mask_fill(size, zero_entry, 1.0), safe)
+            power = B.mask_fill(B.pow_scalar(ratio, p - 1.0), zero_entry, 0.0)
+            slope = B.mul(grad, B.mul(B.sign(diff), power))
+        slope = B.mask_fill(slope, zero, 0.0)
+    n = len(B.shape(slope))
+    g1 = g2 = None
+    if needs[0]:
+        g1 = B.reshape(B.sum_dim(slope, (n - 2,)), B.shape(slope)[:-2] + B.shape(slope)[-1:])
+    if needs[1]:
+        summed = B.sum_dim(slope, (n - 3,))
+        g2 = B.neg(B.reshape(summed, B.shape(summed)[:-3] + B.shape(summed)[-2:]))
+    return g1, g2
+
+
+Op(
+    "cdist",
+    ("x1", "x2"),
+    ("p",),
+    (_cdist_vjp,) * 2,
+    memory_bound=False,
+    broadcast="batch",
+    joint=True,
+)
 
 
 def _sparse_coo_mm_values_vjp(B, g, rows, cols, dense):

@@ -259,6 +259,10 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "variance",
             "maximum",
             "minimum",
+            "cdist",
+            "logaddexp",
+            "sinc",
+            "softsign",
             "hardsigmoid",
             "elu",
             "mish",
@@ -518,6 +522,57 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         )
         neither = self.mask_where(total, self.equal(x, y), halves)
         return self.mask_where(self.mask_where(neither, wins(x, y), x), wins(y, x), y)
+
+    def cdist(self, x1: Any, x2: Any, p: float) -> Any:
+        """torch's ``cdist`` for ``p > 0`` (the op table's): the ``p``-norms of the rows'
+        differences ``x1[..., :, None, :] - x2[..., None, :, :]``, ``[..., P, R]``. This
+        default composes primitives, the arithmetic of the tensor layer's vector norms (at
+        ``p = inf`` the largest size)."""
+        s1, s2 = self.shape(x1), self.shape(x2)
+        diff = self.sub(
+            self.reshape(x1, s1[:-1] + (1, s1[-1])), self.reshape(x2, s2[:-2] + (1,) + s2[-2:])
+        )
+        last = (len(self.shape(diff)) - 1,)
+        if p == 1.0:
+            out = self.sum_dim(self.abs(diff), last)
+        elif p == math.inf:
+            out = self.max_dim(self.abs(diff), last[0])[0]
+        else:
+            if p == 2.0:
+                total = self.sum_dim(self.square(diff), last)
+            else:
+                magnitude = self.abs(diff)
+                zero_entry = self.equal_elem(magnitude, 0.0)
+                powered = self.pow_scalar(self.mask_fill(magnitude, zero_entry, 1.0), p)
+                total = self.sum_dim(self.mask_fill(powered, zero_entry, 0.0), last)
+            zero = self.equal_elem(total, 0.0)
+            safe = self.mask_fill(total, zero, 1.0)
+            root = self.sqrt(safe) if p == 2.0 else self.pow_scalar(safe, 1.0 / p)
+            out = self.mask_fill(root, zero, 0.0)
+        return self.reshape(out, self.shape(out)[:-1])
+
+    def logaddexp(self, x: Any, y: Any, scale: float) -> Any:
+        """torch's ``logaddexp`` (``scale`` 1) or ``logaddexp2`` (``scale`` log 2) of real
+        floats: ``max + log1p(exp(-|x - y| scale)) / scale``, equal infinities kept. This
+        default composes primitives."""
+        gap = self.abs(self.sub(x, y))
+        if scale == 1.0:
+            soft = self.log1p(self.exp(self.neg(gap)))
+        else:
+            soft = self.div_scalar(self.log1p(self.exp(self.mul_scalar(gap, -scale))), scale)
+        out = self.add(self.maximum(x, y), soft)
+        return self.mask_where(out, self.logical_and(self.is_inf(x), self.equal(x, y)), x)
+
+    def sinc(self, x: Any) -> Any:
+        """``sin(pi x) / (pi x)``, 1 where ``x * x`` is 0 (torch's, for float32 and float64).
+        This default composes primitives."""
+        zero = self.equal_elem(self.square(x), 0.0)
+        product = self.mul_scalar(self.mask_fill(x, zero, 1.0), math.pi)
+        return self.mask_fill(self.div(self.sin(product), product), zero, 1.0)
+
+    def softsign(self, x: Any) -> Any:
+        """``x / (|x| + 1)``. This default composes primitives."""
+        return self.div(x, self.add_scalar(self.abs(x), 1.0))
 
     def hardsigmoid(self, x: Any) -> Any:
         """``min(max(x + 3, 0), 6) / 6``. This default composes primitives."""

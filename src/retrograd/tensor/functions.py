@@ -1052,6 +1052,13 @@ def cdist(x1: Any, x2: Any, p: float = 2.0, compute_mode: str = _CDIST_MODES[0])
         # torch's _cdist_forward, whose backward has no derivative (its matrix-product route
         # for p = 2, taken above 25 rows or when asked, differentiates to any order)
         x1, x2 = once_differentiable_inputs("cdist", x1, x2)
+    if p > 0 and x1.dtype in ("float32", "float64") and (x1.requires_grad or x2.requires_grad):
+        # one op of the op table (autodiff/ops.py) whose rule reads x1, x2 and the distances,
+        # as torch's _cdist_backward: as a composite it held the [..., P, R, M] differences
+        # and their squares or sizes, a hundred times torch's bytes (7 December)
+        if x1._backend is not x2._backend and x2.requires_grad:  # (an inner operand first)
+            x1 = lift(x2, x1, "cdist")
+        return x1._apply("cdist", (x1, x2), (float(p),))
     diff = x1.unsqueeze_dim(-2) - x2.unsqueeze_dim(-3)
     if p == 0:  # torch's kernel: min(ceil(|d|), 1) summed, so a NaN gives NaN (norm: 1)
         return diff.abs().ceil().clamp(max=1.0).sum(-1)

@@ -810,14 +810,14 @@ def _even_extremum(x: Any, op: str, dim: Any, keepdim: bool, nan_ties: bool = Fa
     dims = _dims(op, dim, x.ndim)
     if any(x.shape[d] == 0 for d in dims) or (not dims and x.numel() == 0):
         x._nonempty(op)  # torch refuses only a reduction over an empty dimension
-    tracked = x.requires_grad
-    constant = untracked(x) if tracked else x
-    value = constant
+    if x.requires_grad and x.is_float():
+        # one op of the op table (autodiff/ops.py), whose rule reads x and the result: torch's
+        # ties share the gradient; amax's backward counts the elements equal to the result,
+        # none when it is NaN (with nan_ties, the NaNs)
+        return _dropped(x._apply(op, (x,), (dims, nan_ties)), dims, keepdim)
+    value = x
     for d in dims:
         value = value.max_dim(d) if op == "amax" else value.min_dim(d)
-    if tracked:
-        # amax's backward counts the elements equal to the result: none when it is NaN
-        value = _shared_evenly(x, constant, value, dims, nan_ties=nan_ties)
     return _dropped(value, dims, keepdim)
 
 

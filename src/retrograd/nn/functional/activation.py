@@ -256,6 +256,10 @@ def mish(x: Tensor, inplace: bool = False) -> Tensor:
 def softsign(x: Tensor) -> Tensor:
     if x.dtype == "bool":
         raise DTypeError("softsign: not implemented for bool tensors (as in torch)")
+    if x.requires_grad and x.dtype in ("float32", "float64"):
+        # one op of the op table (autodiff/ops.py) whose rule reads x: the composition held
+        # its denominator and quotient beside x (7 December)
+        return x._apply("softsign", (x,))
     return x / (x.abs() + 1.0)
 
 
