@@ -4,10 +4,11 @@ applies them).
 A test so marked claims that its outcome cannot depend on the suite's inner backend, so that
 the suite's pass on a second backend skips it. The claim is checked, not trusted:
 
-- :func:`module_problems`, at collection on every pass: the module holding the test does not
-  import ``tests/backends.py`` (the inner backend's choice), does not name ``RETROGRAD_INNER``
-  or ``torch_scripts`` (processes that follow the choice), and made no tensor or module on
-  the default backend as it was imported;
+- :func:`module_problems`, at collection on every pass that collects the module (another
+  backend's pass leaves out a module marked so as a whole: :func:`skipped_whole_off_numpy`):
+  the module holding the test does not import ``tests/backends.py`` (the inner backend's
+  choice), does not name ``RETROGRAD_INNER`` or ``torch_scripts`` (processes that follow the
+  choice), and made no tensor or module on the default backend as it was imported;
 - :func:`default_backend_withheld`, around the test's setup, call and teardown on the NumPy
   pass: the process default backend, which the suite's conftest sets to the chosen inner
   backend, is withheld, so that a test reaching it (``rg.tensor(...)`` outside
@@ -40,6 +41,8 @@ FOLLOWS_THE_INNER_BACKEND = ("RETROGRAD_INNER", "torch_scripts")
 #: What a module holding an ``own_checkpointing`` test may not name: the suite's strategy
 #: (``backends.checkpointing()``, ``backends.CHECKPOINTING``) and its switch.
 FOLLOWS_THE_STRATEGY = ("RETROGRAD_CHECKPOINTING", "CHECKPOINTING", "checkpointing()")
+#: The markers whose tests a backend other than NumPy skips (``tests/conftest.py``).
+SKIPPED_WHOLE = ("numpy_only", "backend_independent")
 
 
 class DefaultBackendWithheldError(AssertionError):
@@ -102,3 +105,36 @@ def default_backend_withheld(test: str, marker: str = "backend_independent") -> 
         raise DefaultBackendWithheldError(
             f"{test} is marked {marker} but asked for the default backend {len(asked)} time(s)"
         )
+
+
+def skipped_whole_off_numpy(path: Path) -> str | None:
+    """The marker of :data:`SKIPPED_WHOLE` that the test module at ``path`` gives every test it
+    holds (its one module-level ``pytestmark =``: that mark, or a list or tuple holding it), or
+    ``None``. Read from the source, before any import (``tests/conftest.py`` then leaves the
+    module out on a backend other than NumPy); only files naming both ``pytestmark`` and a
+    marker are parsed."""
+    source = path.read_text()
+    if "pytestmark" not in source or not any(name in source for name in SKIPPED_WHOLE):
+        return None
+    assignments = [
+        node.value
+        for node in ast.parse(source).body
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+        and any(
+            isinstance(target, ast.Name) and target.id == "pytestmark"
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        )
+    ]
+    if len(assignments) != 1:  # none, or reassigned: left to collection
+        return None
+    (value,) = assignments
+    for mark in value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]:
+        if isinstance(mark, ast.Call):  # pytest.mark.numpy_only("reason")
+            mark = mark.func
+        if (  # pytest.mark.numpy_only
+            isinstance(mark, ast.Attribute)
+            and mark.attr in SKIPPED_WHOLE
+            and ast.unparse(mark.value) == "pytest.mark"
+        ):
+            return mark.attr
+    return None

@@ -105,6 +105,37 @@ def pytest_configure(config):
         )
 
 
+def pytest_ignore_collect(collection_path, config):
+    """On a backend other than NumPy, a test module whose every test is marked ``numpy_only``
+    or ``backend_independent`` (by its ``pytestmark``) is not imported: each pytest worker of
+    CI's torch pass imported and collected all 30 such modules to skip every test they hold
+    (5.5 s of CPU a process). Their marker checks ran on the NumPy pass, on the same source;
+    the run's summary says how many modules were left out."""
+    import backends
+    from backend_independence import skipped_whole_off_numpy
+
+    path = Path(collection_path)
+    if not backends.on_torch() or path.suffix != ".py" or not path.name.startswith("test_"):
+        return None
+    return True if skipped_whole_off_numpy(path) else None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """On a backend other than NumPy, one line (under ``-q`` too) saying how many test modules
+    :func:`pytest_ignore_collect` left out."""
+    import backends
+    from backend_independence import skipped_whole_off_numpy
+
+    if not backends.on_torch():
+        return
+    tests = Path(__file__).parent
+    whole = [path for path in sorted(tests.glob("test_*.py")) if skipped_whole_off_numpy(path)]
+    terminalreporter.write_line(
+        f"inner backend {backends.INNER}: {len(whole)} test modules whose every test is marked "
+        f"{' or '.join(SKIPPED_OFF_NUMPY)} were not collected (tests/conftest.py)"
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     import backends
     from backend_independence import module_problems, strategy_problems

@@ -18,6 +18,7 @@ from backend_independence import (
     default_backend_withheld,
     imports_backends,
     module_problems,
+    skipped_whole_off_numpy,
     strategy_problems,
 )
 
@@ -95,3 +96,40 @@ def test_a_module_that_follows_the_suites_strategy_is_refused_own_checkpointing(
     # a strategy of its own, on the suite's inner backend: allowed
     path.write_text("from backends import inner_backend\nB = (inner_backend(), 'balanced')\n")
     assert strategy_problems(path) == []
+
+
+@pytest.mark.parametrize(
+    ("pytestmark", "whole"),
+    [
+        ('pytest.mark.numpy_only("why")', "numpy_only"),
+        ("pytest.mark.numpy_only", "numpy_only"),
+        (
+            '[pytest.mark.xdist_group("g"), pytest.mark.backend_independent("why")]',
+            "backend_independent",
+        ),
+        ('(pytest.mark.backend_independent(reason="why"),)', "backend_independent"),
+        ('pytest.mark.own_checkpointing("why")', None),
+        ('pytest.mark.numpy_only("why") if ON else []', None),  # not every test, read so
+        ('[pytest.mark.xdist_group("numpy_only")]', None),
+    ],
+)
+def test_a_module_marked_as_a_whole_is_read_from_its_source(tmp_path: Path, pytestmark, whole):
+    """What the torch pass leaves uncollected (tests/conftest.py): only a module whose every
+    test its one ``pytestmark`` marks numpy_only or backend_independent."""
+    path = tmp_path / "test_m.py"
+    path.write_text(f"import pytest\n\npytestmark = {pytestmark}\n\n\ndef test_x():\n    pass\n")
+    assert skipped_whole_off_numpy(path) == whole
+
+
+def test_a_module_marking_single_tests_or_assigning_pytestmark_twice_is_collected(tmp_path: Path):
+    single = tmp_path / "test_single.py"
+    single.write_text(
+        'import pytest\n\n\n@pytest.mark.numpy_only("why")\ndef test_x():\n    pass\n'
+    )
+    twice = tmp_path / "test_twice.py"
+    twice.write_text(
+        'import pytest\n\npytestmark = pytest.mark.numpy_only("why")\npytestmark = []\n'
+    )
+    assert skipped_whole_off_numpy(single) is None
+    assert skipped_whole_off_numpy(twice) is None
+    assert skipped_whole_off_numpy(Path(__file__)) is None  # this module: collected everywhere

@@ -13,6 +13,10 @@ import retrograd as rg
 from retrograd.autodiff.checkpoint import parse_bytes
 from retrograd.autodiff.checkpoint.budget.backward import _SPARE_RERUNS
 
+pytestmark = pytest.mark.backend_independent(
+    "every test names its backend, Autodiff(NumpyBackend(), its strategy): the same on every pass"
+)
+
 STRATEGIES = {
     "none": rg.NoCheckpointing,
     "balanced": rg.BalancedCheckpointing,

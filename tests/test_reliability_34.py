@@ -26,6 +26,15 @@ import retrograd as rg
 
 SOURCE = str(Path(__file__).resolve().parents[1] / "src")
 
+#: Tests whose outcome cannot depend on the suite's inner backend (tests/conftest.py).
+REFUSED_BEFORE_ANY_TENSOR = pytest.mark.backend_independent(
+    "rg.load refuses the file before it makes a tensor"
+)
+RUN_IN_ITS_OWN_PROCESS = pytest.mark.backend_independent(
+    "the command runs in a process of its own, on its default (NumPy) backend whatever the "
+    "suite's; the test reads files and exit statuses, no tensor"
+)
+
 
 def torch_file_with(tmp_path: Path, replace: dict[str, bytes | None]) -> Path:
     """A file ``torch.save`` wrote, with the records named (by their name after the folder)
@@ -52,6 +61,7 @@ def torch_refuses(path: Path) -> bool:
 
 
 # == a torch file of a newer format version loaded as if it were this one =======================
+@REFUSED_BEFORE_ANY_TENSOR
 @pytest.mark.parametrize("version", [b"11\n", b"99\n"])
 def test_a_torch_file_of_a_newer_format_version_is_refused_as_torch_refuses_it(tmp_path, version):
     # rg.load never read the zip's version record: a file of a newer torch (whose layout may
@@ -64,6 +74,7 @@ def test_a_torch_file_of_a_newer_format_version_is_refused_as_torch_refuses_it(t
     assert str(path) in message and "newer" in message and version.strip().decode() in message
 
 
+@REFUSED_BEFORE_ANY_TENSOR
 @pytest.mark.parametrize(
     "version", [b"0\n", b"abc\n", b"", None], ids=["zero", "not-a-number", "empty", "missing"]
 )
@@ -84,6 +95,7 @@ def test_a_torch_file_of_a_version_torch_reads_still_loads(tmp_path, version):
     np.testing.assert_array_equal(loaded["n"].numpy(), expected["n"].numpy())
 
 
+@REFUSED_BEFORE_ANY_TENSOR
 def test_the_version_record_under_data_is_the_one_read_first(tmp_path):
     # torch's reader takes ".data/version" where there is one, before "version"
     path = torch_file_with(tmp_path, {".data/version": b"12\n"})
@@ -102,6 +114,7 @@ def test_a_file_rg_save_wrote_carries_a_version_torch_reads(tmp_path):
 
 
 # == a damaged byteorder record read as little-endian ============================================
+@REFUSED_BEFORE_ANY_TENSOR
 @pytest.mark.parametrize("word", [b"middle", b"", b"\x00\x01"])
 def test_a_byteorder_record_of_neither_order_is_refused_as_torch_refuses_it(tmp_path, word):
     # Any word but b"big" was read as little-endian: a damaged record gave tensors without a
@@ -157,6 +170,7 @@ def test_an_archive_with_bytes_around_it_still_loads_from_its_position():
 
 
 # == a map_location that is no device: an error of "device:", not of load ========================
+@REFUSED_BEFORE_ANY_TENSOR
 @pytest.mark.parametrize(
     "map_location", [3, "gpu", "", b"cpu", {"cpu": 3}, {"cpu": "gpu"}, {"cpu": ["cpu"]}]
 )
@@ -348,6 +362,7 @@ def one_line(completed: subprocess.CompletedProcess, command: str, code: int) ->
     return lines[0]
 
 
+@RUN_IN_ITS_OWN_PROCESS
 def test_sigterm_while_a_gpt_checkpoint_is_written_keeps_the_previous_one_and_says_so(tmp_path):
     # SIGTERM (kill, a job scheduler's stop) ended the command on the spot: exit status -15,
     # nothing on stderr, and a checkpoint being written left its temporary file behind. Now it
@@ -385,6 +400,7 @@ def test_sigterm_while_a_gpt_checkpoint_is_written_keeps_the_previous_one_and_sa
     assert read_checkpoint(out / "checkpoint.npz").meta["step"] == 6
 
 
+@RUN_IN_ITS_OWN_PROCESS
 def test_sigterm_during_training_of_the_mlp_is_one_line_and_status_143(tmp_path):
     # (the third optimizer step sends it: a run stopped before writing leaves no files)
     script = """
@@ -410,6 +426,7 @@ def test_sigterm_during_training_of_the_mlp_is_one_line_and_status_143(tmp_path)
     assert not out.exists() or not any(out.iterdir())
 
 
+@RUN_IN_ITS_OWN_PROCESS
 def test_sigterm_while_torchrun_runs_the_ranks_stops_torchrun_not_kills_it(tmp_path):
     # `retrograd train --workers 2 --engine torch` runs torchrun and waits: stopped, it
     # died at once (SIGTERM) or SIGKILLed torchrun (subprocess.call on Ctrl-C), which then
