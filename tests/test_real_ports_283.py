@@ -180,4 +180,10 @@ def test_ngcf_trains_as_torch(capsys, node_dropout):
     assert logs[0].count("epoch ") == 2 and logs[1] == logs[0]
     assert len(theirs) == 2 * 3 + 2 + 2  # 3 batches (9 // 4 + 1) an epoch, the sums, the rating
     assert theirs[-1] == [0, 6 + 5 + 4]  # no negatives asked: an empty selection of rows
-    assert_records_agree(ours, theirs, rtol=1e-5, atol=1e-6)
+    # atol 2e-6, not 1e-6: an embedding entry of this float32 program is a sum of terms of
+    # ~0.5 that cancels to ~1e-3, which two epochs of rounding differences move by up to
+    # 1.14e-6 on the torch inner backend with node dropout since the norm's gradient is
+    # torch's formula, grad * (x / norm) (7 December; 9.5e-7 with the composition before it,
+    # which matched fewer of torch's float32 gradient bits on that backend: F.normalize's
+    # 54% of entries against 60% now, torch.norm's 49% against 71%, 200 random 8x6 draws)
+    assert_records_agree(ours, theirs, rtol=1e-5, atol=2e-6)

@@ -1171,6 +1171,18 @@ unary(
 # -- reductions ----------------------------------------------------------------------------------
 reduction("sum", lambda B, g, x_shape: B.expand(g, x_shape))
 reduction("sum_dim", lambda B, g, x_shape: B.expand(g, x_shape), ("dims",))
+
+
+def _norm2_vjp(B, g, x, out):
+    # torch's norm_backward for p = 2, op for op: grad * (self / norm), the quotient 0 where
+    # the norm is 0 (before the product: NaN where grad is not finite). Its own derivative is
+    # then torch's, NaN at a zero vector (the masked quotient's 0 / 0). It reads x and the
+    # norm, as torch's: the composition of |x|, squares, a sum and a root held |x| beside x
+    ratio = B.mask_fill(B.div(x, out), B.equal_elem(out, 0.0), 0.0)
+    return B.mul(g, ratio)
+
+
+reduction("norm2", _norm2_vjp, ("dims",))
 reduction("mean", lambda B, g, x_shape: B.expand(B.div_scalar(g, math.prod(x_shape)), x_shape))
 reduction(
     "mean_dim",

@@ -274,6 +274,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "leaky_relu_backward",
             "hardtanh_backward",
             "hardsigmoid_backward",
+            "norm2",
             "rsqrt",
             "has_dtype",
         }
@@ -448,6 +449,12 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """:meth:`lerp` with a Python number for ``weight`` (the op of its own: the weight is
         a parameter, not an input)."""
         return self.lerp(x, end, weight)
+
+    def norm2(self, x: Any, dims: tuple[int, ...]) -> Any:
+        """The Euclidean norm of ``x`` over ``dims``, kept as size-1 dims: the square root of
+        the sum of the squares (the op table's ``norm2``, whose rule is torch's
+        ``norm_backward`` for ``p = 2``). This default composes primitives."""
+        return self.sqrt(self.sum_dim(self.square(x), dims))
 
     def rsqrt(self, x: Any) -> Any:
         """``1 / sqrt(x)``, two roundings, as torch's CPU kernel (this default)."""

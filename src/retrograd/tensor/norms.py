@@ -88,21 +88,11 @@ def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) ->
     given = x.dtype
     if given in _HALF_DTYPES:
         x = x.cast("float32")
-    magnitude = x.abs()
+    magnitude = None if ord in (0, 2) else x.abs()
     if ord == 2:
-        total = x.square().sum(dims, keepdim=True)
-        zero = total.equal(0.0)
-        out = total.mask_fill(zero, 1.0).sqrt().mask_fill(zero, 0.0)
-        if x.requires_grad:
-            # torch's gradient at a zero vector is the incoming one times 0 (its mask is on
-            # x / norm, before the product): 0, or NaN where that gradient is infinite or NaN
-            # (``x / x.norm()`` of a zero vector); the term's value is 0 (its entries are 0).
-            # Its second derivative is NaN there, as torch's (whose is that of x / norm, 0 /
-            # 0): |x|^1.5's first derivative is 0 at 0, its second infinite, times the 0.
-            # The other vectors' entries are filled with 1, where every derivative of the
-            # power is finite (with 0 its higher derivatives there would be NaN too)
-            zeros_only = magnitude.mask_fill(zero.logical_not(), 1.0).pow(1.5)
-            out = out + zeros_only.sum(dims, keepdim=True) * 0.0
+        # one op whose rule is torch's norm_backward (0 at a zero vector, its own derivative
+        # NaN there), reading x and the norm (7 December: a composition held |x| beside x)
+        out = x._apply("norm2", (x,), (dims,))
     elif ord == 1:
         out = magnitude.sum(dims, keepdim=True)
     elif abs(ord) == math.inf:
