@@ -81,7 +81,9 @@ class SizeMismatchError(ShapeError, RuntimeError):
     and the ``RuntimeError`` torch raises there, which ``try: load_state_dict(...) except
     RuntimeError:`` fallbacks catch. Also the sizes an op's kernel refuses where torch's
     raises its ``RuntimeError`` (a loss's targets, a pooling window or convolution kernel
-    larger than the padded input, a pad wider than the dimension it reflects)."""
+    larger than the padded input, a pad wider than the dimension it reflects), operands that
+    do not broadcast together, an in-place or ``out=`` result whose broadcast shape is not the
+    target's."""
 
 
 class EmptyReductionError(ShapeError, IndexError, RuntimeError):

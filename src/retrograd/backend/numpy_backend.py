@@ -18,6 +18,7 @@ from ..errors import (
     InvalidArgumentError,
     OutOfMemoryError,
     ShapeError,
+    SizeMismatchError,
     index_error,
 )
 from . import numpy_fma, special
@@ -601,7 +602,9 @@ class NumpyBackend(
         if isinstance(error, TypeError):
             return DTypeError
         if isinstance(error, ValueError):
-            return ShapeError
+            # (operands that do not broadcast together: torch's RuntimeError "The size of
+            # tensor a (2) must match the size of tensor b (3)")
+            return SizeMismatchError if "could not be broadcast" in str(error) else ShapeError
         return None
 
     # -- complex numbers -----------------------------------------------------------------------

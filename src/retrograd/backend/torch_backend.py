@@ -50,6 +50,8 @@ from ..errors import (
     InvalidArgumentError,
     OutOfMemoryError,
     ShapeError,
+    SizeMismatchError,
+    UnsupportedDTypeError,
     index_error,
 )
 from .numpy_backend import GENERATOR, numpy_dtype
@@ -116,7 +118,9 @@ def _host_array(data: Any, dtype: str | None) -> np.ndarray:
         return _canonical(array, data)
     array = floats_of_big_ints(array, dtype)
     if array.dtype.kind == "c" and dtype == "bool":
-        return array != 0  # torch's: true where either part is nonzero (1j too)
+        # torch's: true where either part is nonzero (1j too); an array even of a 0-d one (a
+        # comparison of which is a NumPy scalar)
+        return np.asarray(array != 0)
     if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES and numpy_data:
         array = array.real  # torch casts a NumPy array: its real part (a cast's)
     if array.dtype.kind == "c" and dtype not in COMPLEX_DTYPES:
@@ -540,14 +544,16 @@ class TorchBackend(
                 return OutOfMemoryError
             if "out of bounds" in lowered or "out of range" in lowered:
                 return IndexOutOfRangeError
-            if "not implemented for" in lowered or "dtype" in lowered or "scalar type" in lowered:
+            if "not implemented for" in lowered:  # (a kernel without the dtype: both classes)
+                return UnsupportedDTypeError
+            if "dtype" in lowered or "scalar type" in lowered:
                 return DTypeError
             if "bool" in lowered and "not supported" in lowered:  # bool - bool, -bool
                 return DTypeError
             if "unsupported range" in lowered or "without overflow" in lowered:  # nan, inf
                 return InvalidArgumentError
             if any(word in lowered for word in _SHAPE_WORDS):
-                return ShapeError
+                return SizeMismatchError  # (a ShapeError, and torch's RuntimeError)
         return None
 
     # -- complex numbers -----------------------------------------------------------------------

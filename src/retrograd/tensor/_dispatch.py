@@ -57,8 +57,11 @@ from ..errors import (
     DTypeError,
     InnerOperandError,
     InvalidArgumentError,
+    InvalidValueError,
+    KernelDTypeError,
     RetrogradError,
     ShapeError,
+    UnsupportedDTypeError,
     reported,
     shape_text,
     translate,
@@ -351,7 +354,7 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
     bounds = NARROW_INTS.get(dtype)
     past_int64 = isinstance(value, float | np.floating) and not -(2.0**63) <= value < 2.0**63
     if dtype == "int64" and past_int64:  # (NaN too: NumPy's cast writes -2**63)
-        raise InvalidArgumentError(
+        raise InvalidValueError(  # (torch: RuntimeError)
             f"{op}: {value!r} cannot be converted to int64 without overflow (as torch's)"
         )
     if bounds is None:
@@ -361,7 +364,7 @@ def written_scalar(op: str, value: Any, dtype: str) -> Any:
     integral = isinstance(value, numbers.Integral)
     low, high = bounds[0 if integral else 1]
     if not low <= value <= high:  # (NaN too)
-        raise InvalidArgumentError(
+        raise InvalidValueError(  # (torch: RuntimeError)
             f"{op}: {value!r} cannot be converted to {dtype} without overflow (as torch's)"
         )
     return wrapped_int(value, dtype) if integral else int(value)
@@ -387,7 +390,7 @@ def check_float_range(op: str, value: Any, dtype: str) -> None:
         return
     for part in (float(value.real), float(value.imag)):
         if math.isfinite(part) and not -high <= part <= high:
-            raise InvalidArgumentError(
+            raise InvalidValueError(  # (torch: RuntimeError)
                 f"{op}: {value!r} cannot be converted to {dtype} without overflow (as torch's)"
             )
 
@@ -398,8 +401,8 @@ def _real_part(op: str, value: Any, dtype: str) -> Any:
     (NumPy would drop the imaginary part or fail with a bare ``TypeError``)."""
     if dtype == "bool":
         return bool(value)
-    if value.imag != 0:
-        raise DTypeError(
+    if value.imag != 0:  # (torch: "value cannot be converted ... without overflow", a RuntimeError)
+        raise KernelDTypeError(
             f"{op}: the complex value {value!r} cannot be converted to {dtype} (as torch "
             "refuses it); take .real or abs() of it first"
         )
@@ -1281,8 +1284,9 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     if op.kernel in _SUMS and getattr(type(b), "_sparse_coo", False):
         b = b.to_dense()  # torch's dense + sparse and dense - sparse: dense results
     if op.kernel in _SUBTRACTIONS and (_is_bool(a) or _is_bool(b)):
-        # torch refuses ``-`` with a bool operand (two bool tensors fail in the kernel)
-        raise DTypeError(
+        # torch refuses ``-`` with a bool operand (two bool tensors fail in the kernel), a
+        # RuntimeError
+        raise KernelDTypeError(
             f"{op.name}: subtraction with a bool tensor is not supported (as in torch); use "
             "^ or logical_xor() for bools, ~ or logical_not() to invert a mask"
         )
@@ -1301,7 +1305,7 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
                 if op.scalar in _ORDERINGS and isinstance(value, complex):
                     # a complex number has no order (torch's refusal; NumPy would order the
                     # real tensor against the complex number lexicographically)
-                    raise DTypeError(
+                    raise UnsupportedDTypeError(  # (torch's NotImplementedError)
                         f"{op.name}: not implemented for complex numbers (got {value!r}): "
                         "complex numbers have no order; compare .real or .abs()"
                     )

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES, INT_DTYPES, default_float_dtype
 from ..context import capturing
-from ..errors import DTypeError, InvalidArgumentError, shape_text
+from ..errors import DTypeError, InvalidValueError, UnsupportedDTypeError, shape_text
 from ._dispatch import (
     check_float_range,
     lift,
@@ -145,6 +145,22 @@ def _as_int64(like: Any, value: Any, dtype: str) -> Any:
     return lift(like, value, "div").cast(dtype).cast("int64")
 
 
+def refuse_complex(op: str, a: Any, b: Any) -> None:
+    """torch's ``remainder``, ``fmod`` and rounded ``div`` have no complex kernel
+    (``"remainder_cpu" not implemented for 'ComplexFloat'``, a ``NotImplementedError``): a
+    complex operand, tensor or number, is refused in those terms."""
+    for value in (a, b):
+        dtype = getattr(value, "dtype", None)
+        if isinstance(value, complex | np.complexfloating) or dtype in COMPLEX_DTYPES:
+            raise UnsupportedDTypeError(
+                f"{op}: not implemented for complex numbers (got {_named(value)})"
+            )
+
+
+def _named(value: Any) -> str:
+    return f"a {value.dtype} tensor" if hasattr(value, "dtype") else repr(value)
+
+
 def check_integer_divisor(op: str, a: Any, b: Any) -> None:
     """Integer division or remainder by zero is an error, as in torch and Python, not the
     undefined value an integer kernel makes. A divisor tensor is read on the host for it,
@@ -163,7 +179,7 @@ def check_integer_divisor(op: str, a: Any, b: Any) -> None:
     else:
         zero = bool(b.cast(dtype).cast("int64").equal_elem(0).any().item())
     if zero:
-        raise InvalidArgumentError(f"{op}: integer division by zero")
+        raise InvalidValueError(f"{op}: integer division by zero")  # (torch: RuntimeError)
 
 
 def integer_power(base: Any, exponent: Any) -> Any | None:
@@ -175,7 +191,7 @@ def integer_power(base: Any, exponent: Any) -> Any | None:
     if not (_integral(base) and _integral(exponent)):
         return None
     if not hasattr(exponent, "dtype") and exponent < 0:
-        raise InvalidArgumentError(
+        raise InvalidValueError(  # (torch's RuntimeError)
             f"pow: integers to negative integer powers are not allowed (exponent {exponent})"
         )
     # (the backend's integer power: exact, and wrapping on overflow as torch's kernel does;
@@ -205,10 +221,14 @@ def rounded_quotient(a: Any, b: Any, mode: str) -> Any:
     quotient is taken from the exact remainder (``a - remainder(a, b)`` is a multiple of
     ``b``), as torch's kernel takes it from ``fmod``, so a quotient that rounds up to an
     integer is still floored right."""
+    refuse_complex(f"div (rounding_mode={mode!r})", a, b)
     if not hasattr(a, "dtype"):
         a = lift(b, a, "div")
     if a.dtype == "bool" and (getattr(b, "dtype", None) == "bool" or isinstance(b, bool)):
-        raise DTypeError(f"div (rounding_mode={mode!r}): not implemented for bool tensors")
+        # (torch: "div_floor_cpu" not implemented for 'Bool', a NotImplementedError)
+        raise UnsupportedDTypeError(
+            f"div (rounding_mode={mode!r}): not implemented for bool tensors"
+        )
     b_integral = (hasattr(b, "dtype") and b.dtype in _INTEGRAL) or (
         isinstance(b, int | np.integer | np.bool_)  # a Python bool too: torch's int
     )

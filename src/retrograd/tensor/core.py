@@ -45,6 +45,7 @@ from ..errors import (
     InvalidArgumentError,
     RetrogradError,
     ShapeError,
+    SizeMismatchError,
     check_bool,
     check_flag,
     guard,
@@ -417,8 +418,10 @@ class Tensor(
     def item(self) -> Any:
         """The value of a one-element tensor as a Python scalar."""
         array = self.numpy()
-        if array.size != 1:
-            raise ShapeError(f"item: expected a one-element tensor, got shape {list(array.shape)}")
+        if array.size != 1:  # (torch: "a Tensor with 2 elements cannot be converted to Scalar")
+            raise SizeMismatchError(
+                f"item: expected a one-element tensor, got shape {list(array.shape)}"
+            )
         return array.reshape(()).item()
 
     def _python_number(self, op: str, to: type) -> Any:
@@ -456,6 +459,11 @@ class Tensor(
         return self._python_number("__int__", int)
 
     def __bool__(self) -> bool:
+        if self.numel() != 1:  # (torch's RuntimeError)
+            raise SizeMismatchError(
+                f"bool: the truth value of a tensor of shape {shape_text(self.shape)} (more "
+                "than one value, or none) is ambiguous; use .any() or .all()"
+            )
         return bool(self.item())
 
     def __floor__(self) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..backend.accelerators import cpu_backend_gpu_refusal
+from ..backend.numpy_fma import fused_multiply_add
 from ..backend.protocol import Backend, default_float_dtype
 from ..context import current_backend, thread_device
 from ..device import CPU0, Device, run_device_blocks_with
@@ -25,7 +26,9 @@ from ..errors import (
     DeviceUnavailableError,
     DTypeError,
     InvalidArgumentError,
+    InvalidValueError,
     ShapeError,
+    UnsupportedDTypeError,
     shape_text,
 )
 from . import functions
@@ -492,7 +495,8 @@ def eye(
     dtype = _check_dtype("eye", dtype) or default_float_dtype()
     n, m = int_argument("eye", n, "n"), int_argument("eye", m, "m")
     if n < 0 or (m is not None and m < 0):
-        raise ShapeError(f"eye: sizes must be non-negative, got {n} and {m}")
+        # (torch: a RuntimeError)
+        raise InvalidValueError(f"eye: sizes must be non-negative, got {n} and {m}")
     backend, device = _target(backend, device)
     out = Tensor(backend.eye(int(n), int(n if m is None else m), dtype, device), backend, device)
     return _requiring(out, requires_grad)
@@ -531,20 +535,31 @@ def arange(
     values = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
     dtype = _no_bool_range("arange", _check_dtype("arange", dtype))
     start, end, step = values
+    # (torch's refusals here are RuntimeErrors, its truncated int64 step of 0 a ValueError:
+    # InvalidValueError is both)
     if step == 0:
-        raise ShapeError("arange: step must not be zero")
+        raise InvalidValueError("arange: step must not be zero")
     if not all(math.isfinite(v) for v in values):
-        raise InvalidArgumentError(f"arange: unsupported range {start} -> {end} (step {step})")
+        raise InvalidValueError(f"arange: unsupported range {start} -> {end} (step {step})")
     if (end - start) * step < 0:  # torch's rule (on the values given): the step walks away
-        raise InvalidArgumentError(
+        raise InvalidValueError(
             f"arange: start {start} and end {end} are inconsistent with the sign of step {step}"
         )
+    if dtype in INT_DTYPES and dtype != "int64":
+        # torch's narrower integer aranges count the steps from the values given, then write
+        # int(start) + i * int(step): arange(1, 4.5, 0.5, dtype=uint8) is seven 1s,
+        # arange(-1.5, 4.5, dtype=int32) six values from -1
+        count = max(0, math.ceil((end - start) / step))
+        backend, device = _target(backend, device)
+        steps = Tensor(backend.arange(0, count, 1, "int64", device), backend, device)
+        out = steps * int(step) + int(start)
+        return _requiring(out.cast(dtype), requires_grad)
     if dtype in INT_DTYPES:
-        # torch's integer arange then truncates the three to integers (a step of 0.5 is 0)
+        # torch's int64 arange truncates the three to integers first (a step of 0.5 is 0)
         values = [int(v) for v in values]
         start, end, step = values
         if step == 0:
-            raise ShapeError("arange: step must not be zero")
+            raise InvalidValueError("arange: step must not be zero")
     integral = all(isinstance(v, numbers.Integral) for v in values)
     dtype = dtype or ("int64" if integral else default_float_dtype())
     backend, device = _target(backend, device)
@@ -654,13 +669,15 @@ def linspace(
     float dtype unless ``dtype``: torch's values to the bit (:func:`torch_linspace`)."""
     steps = int_argument("linspace", steps, "steps")
     if not isinstance(steps, numbers.Integral) or steps < 0:
-        raise ShapeError(f"linspace: steps must be a non-negative int, got {steps!r}")
+        # (torch: a RuntimeError, "number of steps must be non-negative")
+        raise InvalidValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
     dtype = (
         _no_bool_range("linspace", _check_dtype("linspace", dtype), steps) or default_float_dtype()
     )
     start = start.item() if isinstance(start, Tensor) else start
     end = end.item() if isinstance(end, Tensor) else end
-    if dtype in NARROW_INTS:  # torch converts both ends first: -2 is 254 in uint8, 300 refused
+    if dtype in NARROW_INTS and steps:  # torch converts both ends first: -2 is 254 in uint8,
+        # 300 refused (not for 0 steps, which write nothing)
         start, end = (written_scalar("linspace", v, dtype) for v in (start, end))
     for written in (start, end)[: min(steps, 2)]:  # (one step writes only the start)
         check_float_range("linspace", written, dtype)  # (float32's 1e300 no, as torch's)
@@ -677,13 +694,17 @@ def linspace(
 def _integer_linspace(start: int, end: int, steps: int) -> np.ndarray:
     """torch's CPU ``linspace`` of an integer dtype: ``start`` and ``end`` truncated to
     integers, the step ``(end - start) / (steps - 1)`` a double, each value computed in
-    double from the nearer end (as :func:`torch_linspace`) and truncated toward zero."""
+    double from the nearer end (as :func:`torch_linspace`) with one rounding (its kernel's
+    multiply-add is fused: ``linspace(1, -3, 11)``'s sixth value is ``-3 + 5 * 0.4`` =
+    -0.99999..., truncated to 0) and truncated toward zero."""
     if steps == 1:
         return np.array([start], dtype=np.int64)
     step = (float(end) - float(start)) / max(steps - 1, 1)
     index = np.arange(steps)
-    below = float(start) + step * index.astype(np.float64)
-    above = float(end) - step * (steps - 1 - index).astype(np.float64)
+    below = fused_multiply_add(step, index.astype(np.float64), float(start), np.float64)
+    above = fused_multiply_add(
+        -step, (steps - 1 - index).astype(np.float64), float(end), np.float64
+    )
     return np.trunc(np.where(index < steps // 2, below, above)).astype(np.int64)
 
 
@@ -699,6 +720,9 @@ def logspace(
     )
     # asked of the result, not of the linspace it is computed from: torch's is a leaf
     requires_grad = kwargs.pop("requires_grad", False)
+    # (one integer step is ``base ** start`` of the start given, before any conversion:
+    # logspace(0.5, 1, 1, dtype=uint8) is 3 = trunc(10 ** 0.5))
+    given = float(start.item() if isinstance(start, Tensor) else start)
     if dtype in NARROW_INTS:  # both ends converted first, as linspace's (-2 is 254 in uint8)
         start, end = (
             written_scalar("logspace", v.item() if isinstance(v, Tensor) else v, dtype)
@@ -709,10 +733,9 @@ def logspace(
             value = written.item() if isinstance(written, Tensor) else written
             check_float_range("logspace", value, dtype)
     if dtype in INT_DTYPES:
-        given = float(start.item() if isinstance(start, Tensor) else start)
         start, end = (int(v.item() if isinstance(v, Tensor) else v) for v in (start, end))
         if not isinstance(steps, numbers.Integral) or steps < 0:
-            raise ShapeError(f"logspace: steps must be a non-negative int, got {steps!r}")
+            raise InvalidValueError(f"logspace: steps must be a non-negative int, got {steps!r}")
         # torch's integer kernel: the base rounded to float32, each exponent a double from
         # the nearer end (no fused multiply-add), the power a double, truncated; one step is
         # the base to the power of ``start`` as given, in double
@@ -783,8 +806,9 @@ def randint(*args: Any, dtype: Any = "int64", backend: Any = None, device: Any =
     dtype = _check_dtype("randint", dtype)
     smallest, largest = RANDINT_BOUNDS.get(dtype, (-(2**63), 2**63 - 1))
     if not smallest <= int(low) <= largest or not smallest <= int(high) - 1 <= largest:
-        # torch's bounds check: the draws would wrap (uint8's randint(0, 300) gave 44 for 300)
-        raise InvalidArgumentError(
+        # torch's bounds check: the draws would wrap (uint8's randint(0, 300) gave 44 for 300);
+        # its RuntimeError "to - 1 is out of bounds for unsigned char"
+        raise InvalidValueError(
             f"randint: low={low} and high={high} are out of bounds for {dtype} "
             f"({smallest} <= low < high <= {largest + 1})"
         )
@@ -973,7 +997,8 @@ def random(
         )
     dtype = _check_dtype("random", dtype) or default_float_dtype()
     if dtype not in GRAD_DTYPES:
-        raise DTypeError(f"random: dtype must be a float dtype, got {dtype!r}")
+        # (torch: "check_uniform_bounds" not implemented for 'Long', a NotImplementedError)
+        raise UnsupportedDTypeError(f"random: dtype must be a float dtype, got {dtype!r}")
     backend, device = _target(backend, device)
     shape = _creation_shape("random", shape)
     if generator is not None and dtype in COMPLEX_DTYPES:
@@ -1011,7 +1036,8 @@ def _leading_shape(
     ``zeros(2, 3)``) or one shape sequence (``zeros((2, 3))``), then this library's positional
     ``dtype, backend, device`` (``zeros((2, 3), "float64")``) as before varargs existed."""
     if not args:
-        raise ShapeError(f"{op}: missing the shape")
+        # (torch: "zeros() missing 1 required positional arguments", a TypeError)
+        raise ArgumentTypeError(f"{op}: missing the shape")
     args = tuple(size_of(a, op) for a in args)
     if isinstance(args[0], numbers.Integral) and not isinstance(args[0], bool):
         count = 0

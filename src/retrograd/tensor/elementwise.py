@@ -24,6 +24,7 @@ from ..backend.protocol import FLOAT_DTYPES, INT_DTYPES, default_float_dtype
 from ..errors import (
     DTypeError,
     InvalidArgumentError,
+    KernelDTypeError,
     MixedDTypeError,
     ShapeError,
     SizeMismatchError,
@@ -64,6 +65,7 @@ from .compositions import (
     erfinv,
     extremum,
     integer_power,
+    refuse_complex,
     rounded_quotient,
     scaled,
 )
@@ -187,9 +189,9 @@ def _is_bool(value: Any) -> bool:
 
 
 def _no_bool_subtraction(a: Any, b: Any) -> None:
-    """torch refuses ``-`` with a bool operand (tensor or Python bool)."""
+    """torch refuses ``-`` with a bool operand (tensor or Python bool): a RuntimeError."""
     if _is_bool(a) or _is_bool(b):
-        raise DTypeError(
+        raise KernelDTypeError(
             "sub: subtraction with a bool tensor is not supported (as in torch); use ^ or "
             "logical_xor() for bools, ~ or logical_not() to invert a mask"
         )
@@ -300,7 +302,8 @@ def _real_bound(t: Any, bound: Any) -> Any:
 
 
 def _no_bool(op: str) -> None:
-    raise DTypeError(f"{op}: not implemented for bool tensors (as in torch)")
+    # (torch's kernel has none: "abs_cpu" not implemented for 'Bool', a NotImplementedError)
+    raise UnsupportedDTypeError(f"{op}: not implemented for bool tensors (as in torch)")
 
 
 def _truth(t: Any) -> Any:
@@ -409,6 +412,7 @@ class ElementwiseMixin:
     def __rfloordiv__(self, other):
         other = host_number(other)
         refuse_sequence("floor_divide", other)
+        refuse_complex("div (rounding_mode='floor')", other, self)
         if isinstance(other, SCALAR_TYPES):
             dtype = scalar_dtype(self.dtype, other)  # (wrapped into uint8/int32: 300 is 44)
             value = scalar_value(other, dtype)
@@ -599,11 +603,13 @@ class ElementwiseMixin:
         other = host_number(other)
         if _is_bool(self) and _is_bool(other):
             _no_bool("remainder")
+        refuse_complex("remainder", self, other)
         check_integer_divisor("remainder", self, other)
         return self._apply(REMAINDER, (self, other))
 
     def remainder_scalar(self, value: float) -> Any:
         value = check_scalar("remainder_scalar", value)
+        refuse_complex("remainder_scalar", self, value)
         check_integer_divisor("remainder_scalar", self, value)
         return self._apply(REMAINDER, (self, value))
 
@@ -709,6 +715,7 @@ class ElementwiseMixin:
         other = host_number(other)
         if _is_bool(self) and _is_bool(other):
             _no_bool("remainder")
+        refuse_complex("remainder", other, self)
         check_integer_divisor("remainder", other, self)
         return self._apply(RREMAINDER, (other, self))
 
@@ -774,7 +781,8 @@ class ElementwiseMixin:
     # -- unary --------------------------------------------------------------------------------
     def neg(self) -> Any:
         if self.dtype == "bool":
-            raise DTypeError("neg: bool tensors cannot be negated; use ~ (logical not)")
+            # (torch: a RuntimeError)
+            raise KernelDTypeError("neg: bool tensors cannot be negated; use ~ (logical not)")
         return self._apply("neg", (self,))
 
     def abs(self) -> Any:

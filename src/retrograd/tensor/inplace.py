@@ -40,8 +40,10 @@ from ..errors import (
     AutodiffError,
     DTypeError,
     InvalidArgumentError,
+    InvalidValueError,
     ResultCastError,
     ShapeError,
+    SizeMismatchError,
     shape_text,
 )
 from ._dispatch import (
@@ -241,7 +243,7 @@ def _fit(op: str, t: Any, value: Any) -> Any:
         if not fits:
             broadcasts = _broadcasts(value.shape, shape)
             wider = np.broadcast_shapes(value.shape, shape) if broadcasts else None
-            raise ShapeError(
+            raise SizeMismatchError(  # (torch's RuntimeError)
                 f"{op}: output with shape {shape_text(shape)} doesn't match the broadcast "
                 f"shape {shape_text(value.shape if wider is None else wider)}"
             )
@@ -962,8 +964,9 @@ class InplaceMixin:
             raise ShapeError(f"random_: expects from < to, got from={low} to={high}")
         smallest, largest = RANDINT_BOUNDS.get(self.dtype, (low, high - 1))
         if not smallest <= low <= largest or not smallest <= high - 1 <= largest:
-            # torch's bounds check: the draws would wrap (uint8's random_(0, 300) gave 44s)
-            raise InvalidArgumentError(
+            # torch's bounds check: the draws would wrap (uint8's random_(0, 300) gave 44s); a
+            # RuntimeError in torch
+            raise InvalidValueError(
                 f"random_: from={low} and to={high} are out of bounds for {self.dtype} "
                 f"({smallest} <= from < to <= {largest + 1})"
             )

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..backend.protocol import default_float_dtype
 from ..backend.sizes import check_allocation
-from ..errors import DTypeError, InvalidArgumentError
+from ..errors import DTypeError, InvalidArgumentError, UnsupportedDTypeError
 from ._dispatch import (
     COMMON,
     FLOAT_DTYPES,
@@ -49,7 +49,7 @@ from ._dispatch import (
     untracked,
     wrap,
 )
-from .compositions import check_integer_divisor
+from .compositions import check_integer_divisor, refuse_complex
 from .functions import allclose, float_power, isclose, where
 
 # The largest power of two each float dtype holds: 2**step is finite
@@ -343,7 +343,8 @@ class SpecialMixin:
         if self.dtype == "bool" and (
             isinstance(other, bool) or getattr(other, "dtype", None) == "bool"
         ):
-            raise DTypeError("fmod: not implemented for bool tensors (as in torch)")
+            raise UnsupportedDTypeError("fmod: not implemented for bool tensors (as in torch)")
+        refuse_complex("fmod", self, other)
         check_integer_divisor("fmod", self, other)
         return self._apply(FMOD, (self, operand(self, other, "fmod")))
 
@@ -645,7 +646,8 @@ def _integers(op: str, a: Any, b: Any, dtypes: tuple[str, ...] = _INTEGERS) -> t
     dtype = operands[0].dtype
     if dtype not in dtypes:
         allowed = " or ".join(dtypes)
-        raise DTypeError(f"{op}: expected {allowed} tensors, got {dtype}")
+        # (torch's kernels have none: "bitwise_and_cpu" not implemented for 'Float')
+        raise UnsupportedDTypeError(f"{op}: expected {allowed} tensors, got {dtype}")
     return operands
 
 
@@ -654,5 +656,5 @@ def _shift_operands(op: str, a: Any, b: Any) -> tuple[Any, Any]:
     # (two bools promote to bool, which torch's shift kernels refuse; a bool beside an int
     # promotes to int64)
     if x.dtype not in INT_DTYPES:
-        raise DTypeError(f"{op}: expected integer tensors, got {x.dtype}")
+        raise UnsupportedDTypeError(f"{op}: expected integer tensors, got {x.dtype}")
     return x, y
