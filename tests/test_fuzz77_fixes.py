@@ -81,3 +81,15 @@ def test_16_bit_tensor_times_a_0_d_tensor_computes_in_float32(dtype, other, op):
     )
     if tb.grad is not None:
         np.testing.assert_allclose(float(rb.grad(grads).numpy()), float(tb.grad), rtol=4 * ulp)
+
+
+@pytest.mark.parametrize("shapes", [((1, 5), (1, 5), (2,)), ((2,), (1, 5), (1, 5))])
+def test_where_of_shapes_that_do_not_broadcast_raises_torchs_runtime_error(shapes):
+    """torch's ``where`` of shapes that do not broadcast raises a RuntimeError; retrograd's
+    raised NumPy's ValueError as an ``InvalidArgumentError`` (not a RuntimeError), in every
+    dtype. It now raises a ``SizeMismatchError`` naming the three shapes."""
+    c, a, b = shapes
+    with pytest.raises(RuntimeError):
+        torch.where(torch.zeros(c) > 0, torch.zeros(a), torch.zeros(b))
+    with pytest.raises(RuntimeError, match=r"where: condition \[.*\] do not broadcast"):
+        rg.where(rg.zeros(c) > 0, rg.zeros(a), rg.zeros(b))
