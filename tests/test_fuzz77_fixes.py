@@ -93,3 +93,28 @@ def test_where_of_shapes_that_do_not_broadcast_raises_torchs_runtime_error(shape
         torch.where(torch.zeros(c) > 0, torch.zeros(a), torch.zeros(b))
     with pytest.raises(RuntimeError, match=r"where: condition \[.*\] do not broadcast"):
         rg.where(rg.zeros(c) > 0, rg.zeros(a), rg.zeros(b))
+
+
+@pytest.mark.parametrize("half", [False, True])
+@pytest.mark.parametrize("which", ["end", "weight", "weight_of_wider_input"])
+def test_lerp_of_mixed_dtypes_raises_torchs_runtime_error(which, half):
+    """torch's ``lerp`` does not promote: an ``end`` or ``weight`` (with dimensions) of
+    another dtype than the input is a RuntimeError ("expected dtype c10::Half for `end`");
+    retrograd raised a ``DTypeError`` (a TypeError only), in every dtype. It now raises a
+    ``KernelDTypeError``, a ``DTypeError`` and the RuntimeError torch raises."""
+    kw = {"backend": rg.Autodiff(rg.TorchBackend("cpu"))} if half else {}
+
+    def call(lib, kw):
+        narrow, wide = (lib.float16, lib.float32) if half else (lib.float32, lib.float64)
+        x = lib.ones(3, dtype=narrow, **kw)
+        y = lib.ones(3, dtype=wide, **kw)
+        if which == "end":
+            return lib.lerp(x, y, 0.5)
+        if which == "weight":
+            return lib.lerp(x, x, y)
+        return lib.lerp(y, y, x)
+
+    with pytest.raises(RuntimeError):
+        call(torch, {})
+    with pytest.raises(RuntimeError, match="lerp: expected"):
+        call(rg, kw)

@@ -514,14 +514,14 @@ class ElementwiseMixin:
                 f"lerp: not implemented for {self.dtype} input {shape_text(self.shape)} "
                 "(torch's lerp takes a floating or complex input)"
             )
-        if end.dtype != self.dtype:  # torch: no promotion in lerp
-            raise DTypeError(
+        if end.dtype != self.dtype:  # torch: no promotion in lerp (its RuntimeError)
+            raise KernelDTypeError(
                 f"lerp: expected end of the input's floating dtype, got input {self.dtype} "
                 f"{shape_text(self.shape)} and end {end.dtype} {shape_text(end.shape)}"
             )
         if not isinstance(weight, (*SCALAR_TYPES, complex)):
             if weight.dtype != self.dtype:
-                raise DTypeError(
+                raise KernelDTypeError(
                     f"lerp: expected weight of the input's dtype {self.dtype} (or a 0-d one), "
                     f"got {weight.dtype} {shape_text(weight.shape)}"
                 )
