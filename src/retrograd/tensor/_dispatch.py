@@ -1279,6 +1279,30 @@ def refuse_sequence(op: str, operand: Any) -> None:
         )
 
 
+#: the kernels torch runs on a float16/bfloat16 tensor and a 0-d right operand in float32
+_BY_ZERO_DIM = frozenset({"mul", "div"})
+_REDUCED_FLOATS = ("float16", "bfloat16")
+
+
+def _by_zero_dim(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
+    """torch's ``mul`` and ``div`` (and ``mul_``/``div_``) of a float16 or bfloat16 tensor by
+    a 0-d tensor of another dtype that does not promote it (float32, float64, an integer):
+    its kernels read the 0-d operand's own value in float32 (``original_scalar_value``),
+    compute in float32 and round once; cast to 16 bits first (``x * torch.tensor(0.1)``) the
+    product missed torch's value in a third of entries, ``x * torch.tensor(100000)`` was
+    inf. A 0-d left operand is cast first, as torch casts it. ``None`` where this is not
+    the case."""
+    a, b = joined(a, b, op.name)
+    backend = a._backend
+    a_dtype, b_dtype = backend.dtype(a._prim), backend.dtype(b._prim)
+    if a_dtype not in _REDUCED_FLOATS or b_dtype == a_dtype:
+        return None
+    if _promoted(a_dtype, b_dtype, backend.shape(a._prim), ()) != a_dtype:
+        return None  # (a complex 0-d operand, or a 0-d a: the result is wider)
+    wide = _run(op.name, op.kernel, (a.cast("float32"), b.cast("float32")), params)
+    return wide.cast(a_dtype)
+
+
 def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     """:func:`apply` for two operands that missed the fast paths."""
     if op.kernel in _SUMS and getattr(type(b), "_sparse_coo", False):
@@ -1323,6 +1347,10 @@ def _binary(op: TensorOp, a: Any, b: Any, params: tuple) -> Any:
     refuse_sequence(op.name, a)
     refuse_sequence(op.name, b)
     if isinstance(a, TensorBase):
+        if op.kernel in _BY_ZERO_DIM and isinstance(b, TensorBase) and not b.ndim:
+            once = _by_zero_dim(op, a, b, params)
+            if once is not None:
+                return once
         a, b = promote(a, b, op.name, rule is FLOAT)
     else:  # reflected: lift the left operand onto the tensor on the right
         a, b = promote(lift(b, a, op.name), b, op.name, rule is FLOAT)

@@ -840,7 +840,13 @@ def where(condition: Any, input: Any = None, other: Any = None) -> Any:  # noqa:
         )
         a = _filled(condition, input, dtype)
         b = _filled(condition, other, dtype)
-    shape = np.broadcast_shapes(condition.shape, a.shape, b.shape)
+    try:
+        shape = np.broadcast_shapes(condition.shape, a.shape, b.shape)
+    except ValueError:  # (torch's RuntimeError, as its broadcasting ops')
+        raise SizeMismatchError(
+            f"where: condition {shape_text(condition.shape)}, input {shape_text(a.shape)} and "
+            f"other {shape_text(b.shape)} do not broadcast"
+        ) from None
     if a.dtype != b.dtype:
         target = result_dtype(a.dtype, b.dtype)
         a, b = a.cast(target), b.cast(target)
