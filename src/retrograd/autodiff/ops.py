@@ -933,6 +933,43 @@ Op(
 )
 unary("gelu", lambda B, g, x: B.gelu_backward(g, x))
 
+# F.threshold, F.hardshrink and F.softshrink (float32/float64 with a tracked input) as ops with
+# torch's backward kernels (``threshold_backward``, ``hardshrink_backward``,
+# ``softshrink_backward``: linear in the gradient, of zero derivative in the value they
+# compare). Their compositions held a bool mask (two for softshrink) that a budget could not
+# recompute, beside the copies the masked fills read (7 December). The rule reads the output
+# where the output decides the gradient (the next layer usually holds it): a threshold whose
+# value is at most its threshold (above the threshold exactly where x is), and the shrinks
+# (0 exactly where |x| <= lambd, for lambd >= 0); a threshold whose value is above the
+# threshold reads x, as torch's.
+unary(
+    "threshold",
+    lambda B, g, out, threshold: B.threshold_backward(g, out, threshold),
+    ("threshold", "value"),
+)
+unary(
+    "threshold_of_x",
+    lambda B, g, x, threshold: B.threshold_backward(g, x, threshold),
+    ("threshold", "value"),
+    forward=lambda B, x, threshold, value: B.threshold(x, threshold, value),
+)
+Op(
+    "threshold_backward",
+    ("grad", "x"),
+    ("threshold",),
+    (lambda B, g, x, threshold: B.threshold_backward(g, x, threshold), _zeros_like_rule),
+    memory_bound=True,
+)
+unary("hardshrink", lambda B, g, out, lambd: B.shrink_backward(g, out), ("lambd",))
+unary("softshrink", lambda B, g, out, lambd: B.shrink_backward(g, out), ("lambd",))
+Op(
+    "shrink_backward",
+    ("grad", "result"),
+    (),
+    (lambda B, g, result: B.shrink_backward(g, result), _zeros_like_rule),
+    memory_bound=True,
+)
+
 
 # PReLU and its two backward kernels, torch's ``_prelu_kernel`` and ``_prelu_kernel_backward``:
 # torch's first derivative takes the weight's branch where ``x > 0`` fails (at 0 the gradient
