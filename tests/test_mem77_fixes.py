@@ -191,3 +191,48 @@ def test_create_graph_gradient_stays_connected_to_x_as_torchs(name, args):
     (tggx,) = torch.autograd.grad((tgx * tgx).sum(), [tx])
     assert np.array_equal(gx.numpy(), tgx.detach().numpy())
     assert np.array_equal(ggx.numpy(), tggx.numpy())
+
+
+@pytest.mark.own_checkpointing("compares NoCheckpointing's bytes with torch's")
+def test_product_with_a_bool_mask_holds_the_mask_not_its_cast():
+    """``x * (x > 0)`` held the mask cast to float32 (262144 bytes for 256x256, 4x torch's
+    saved bool mask); its rule now reads the bool mask (65536 bytes), either side."""
+    a = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+    backend = rg.Autodiff(inner_backend(), checkpointing=rg.NoCheckpointing())
+    for product in (lambda x: x * (x > 0), lambda x: (x > 0) * x):
+        x = rg.tensor(a, backend=backend).requires_grad_()
+        grads = product(x).sum().backward()
+        assert grads.peak_bytes == a.size, grads.peak_bytes
+        assert np.array_equal(x.grad(grads).numpy(), (a > 0).astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_product_with_a_bool_mask_against_torch(dtype):
+    """Values and gradients torch's bits (infinities and NaN times a False: NaN; -x times a
+    False: -0), broadcasting either way, and the create_graph gradient torch's (connected
+    to the upstream gradient, of zero derivative in x)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    a = np.concatenate([[np.inf, -np.inf, np.nan, -0.0, -2.0], rng.standard_normal(7)])
+    a = a.reshape(3, 4).astype(dtype)
+    m = rng.standard_normal((3, 4)) > 0
+    m[0, :3] = False
+    weights = rng.standard_normal((3, 4)).astype(dtype)
+    for x_shape, m_shape in (((3, 4), (3, 4)), ((3, 1), (3, 4)), ((3, 4), (1, 4))):
+        xa, ma = a[:, : x_shape[1]], m[:, : m_shape[1]]
+        with rg.use_backend(rg.Autodiff(inner_backend())):
+            x = rg.tensor(xa).requires_grad_()
+            w = rg.tensor(weights).requires_grad_()
+            y = x * rg.tensor(ma)
+            (gx,) = rg.autograd.grad((y * w).sum(), [x], create_graph=True)
+            (gw,) = rg.autograd.grad(gx.sum(), [w])
+        tx = torch.tensor(xa, requires_grad=True)
+        tw = torch.tensor(weights, requires_grad=True)
+        ty = tx * torch.tensor(ma)
+        (tgx,) = torch.autograd.grad((ty * tw).sum(), [tx], create_graph=True)
+        (tgw,) = torch.autograd.grad(tgx.sum(), [tw])
+        assert y.dtype == dtype and y.shape == tuple(ty.shape)
+        assert np.array_equal(y.numpy(), ty.detach().numpy(), equal_nan=True)
+        assert np.array_equal(np.signbit(y.numpy()), np.signbit(ty.detach().numpy()))
+        assert np.array_equal(gx.numpy(), tgx.detach().numpy())
+        assert np.array_equal(gw.numpy(), tgw.numpy())

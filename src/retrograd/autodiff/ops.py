@@ -960,6 +960,13 @@ Op(
     (lambda B, g, x, threshold: B.threshold_backward(g, x, threshold), _zeros_like_rule),
     memory_bound=True,
 )
+# x * mask for a bool mask (``x * (x > 0)``): the rule reads the bool mask, as torch's mul
+# saves it, not its cast to x's dtype, which the promotion made (and held: 4x torch's bytes)
+binary(
+    "mul_mask",
+    lambda B, g, y: B.mul(g, B.cast(y, B.dtype(g))),
+    None,
+)
 unary("hardshrink", lambda B, g, out, lambd: B.shrink_backward(g, out), ("lambd",))
 unary("softshrink", lambda B, g, out, lambd: B.shrink_backward(g, out), ("lambd",))
 Op(

@@ -279,6 +279,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "hardshrink",
             "softshrink",
             "shrink_backward",
+            "mul_mask",
             "norm2",
             "rsqrt",
             "has_dtype",
@@ -707,6 +708,11 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """torch's ``leaky_relu_backward``: ``grad`` where ``x > 0``, else ``slope * grad``.
         This default composes primitives."""
         return self.mask_where(self.mul_scalar(grad, slope), self.greater_elem(x, 0.0), grad)
+
+    def mul_mask(self, x: Any, mask: Any) -> Any:
+        """``x * mask`` for a bool ``mask``, which is cast to ``x``'s dtype (broadcasting, as
+        ``mul``). This default composes primitives."""
+        return self.mul(x, self.cast(mask, self.dtype(x)))
 
     def threshold(self, x: Any, threshold: float, value: float) -> Any:
         """torch's ``threshold``: ``x`` where ``x > threshold`` (and NaN), else ``value``. This
