@@ -280,6 +280,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "softshrink",
             "shrink_backward",
             "mul_mask",
+            "binary_cross_entropy",
             "norm2",
             "rsqrt",
             "has_dtype",
@@ -708,6 +709,16 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """torch's ``leaky_relu_backward``: ``grad`` where ``x > 0``, else ``slope * grad``.
         This default composes primitives."""
         return self.mask_where(self.mul_scalar(grad, slope), self.greater_elem(x, 0.0), grad)
+
+    def binary_cross_entropy(self, x: Any, y: Any) -> Any:
+        """torch's binary cross-entropy of probabilities ``x`` and targets ``y``, unreduced:
+        ``-(y log x + (1 - y) log(1 - x))``, each log clamped at -100. This default composes
+        primitives."""
+        log_x = self.clamp(self.log(x), -100.0, None)
+        log_not_x = self.clamp(self.log(self.rsub_scalar(x, 1.0)), -100.0, None)
+        return self.neg(
+            self.add(self.mul(y, log_x), self.mul(self.rsub_scalar(y, 1.0), log_not_x))
+        )
 
     def mul_mask(self, x: Any, mask: Any) -> Any:
         """``x * mask`` for a bool ``mask``, which is cast to ``x``'s dtype (broadcasting, as
