@@ -933,6 +933,50 @@ Op(
 )
 unary("gelu", lambda B, g, x: B.gelu_backward(g, x))
 
+# F.threshold, F.hardshrink and F.softshrink (float32/float64 with a tracked input) as ops with
+# torch's backward kernels (``threshold_backward``, ``hardshrink_backward``,
+# ``softshrink_backward``: linear in the gradient, of zero derivative in the value they
+# compare). Their compositions held a bool mask (two for softshrink) that a budget could not
+# recompute, beside the copies the masked fills read (7 December). The rule reads the output
+# where the output decides the gradient (the next layer usually holds it): a threshold whose
+# value is at most its threshold (above the threshold exactly where x is), and the shrinks
+# (0 exactly where |x| <= lambd, for lambd >= 0); a threshold whose value is above the
+# threshold reads x, as torch's.
+unary(
+    "threshold",
+    lambda B, g, out, threshold: B.threshold_backward(g, out, threshold),
+    ("threshold", "value"),
+)
+unary(
+    "threshold_of_x",
+    lambda B, g, x, threshold: B.threshold_backward(g, x, threshold),
+    ("threshold", "value"),
+    forward=lambda B, x, threshold, value: B.threshold(x, threshold, value),
+)
+Op(
+    "threshold_backward",
+    ("grad", "x"),
+    ("threshold",),
+    (lambda B, g, x, threshold: B.threshold_backward(g, x, threshold), _zeros_like_rule),
+    memory_bound=True,
+)
+# x * mask for a bool mask (``x * (x > 0)``): the rule reads the bool mask, as torch's mul
+# saves it, not its cast to x's dtype, which the promotion made (and held: 4x torch's bytes)
+binary(
+    "mul_mask",
+    lambda B, g, y: B.mul(g, B.cast(y, B.dtype(g))),
+    None,
+)
+unary("hardshrink", lambda B, g, out, lambd: B.shrink_backward(g, out), ("lambd",))
+unary("softshrink", lambda B, g, out, lambd: B.shrink_backward(g, out), ("lambd",))
+Op(
+    "shrink_backward",
+    ("grad", "result"),
+    (),
+    (lambda B, g, result: B.shrink_backward(g, result), _zeros_like_rule),
+    memory_bound=True,
+)
+
 
 # PReLU and its two backward kernels, torch's ``_prelu_kernel`` and ``_prelu_kernel_backward``:
 # torch's first derivative takes the weight's branch where ``x > 0`` fails (at 0 the gradient
@@ -996,6 +1040,32 @@ Op(
     (lambda B, g, result, lo, hi: B.hardtanh_backward(g, result, lo, hi), _zeros_like_rule),
     memory_bound=True,
 )
+
+
+#: torch's binary cross-entropy eps, the float32 nearest 1e-12, in every dtype
+BCE_EPS: float = 9.999999960041972e-13
+
+
+def _bce_x_rule(B, g, x, y):
+    # torch's binary_cross_entropy_backward: g (x - y) / max((1 - x) x, eps)
+    bound = B.clamp(B.mul(B.rsub_scalar(x, 1.0), x), BCE_EPS, None)
+    return B.div(B.mul(g, B.sub(x, y)), bound)
+
+
+def _bce_y_rule(B, g, x, y):
+    # the logs' difference, log(1 - x) - log(x); where it is infinite (x at 0 or 1) the
+    # clamped logs' (torch's target gradient is infinite there)
+    log_x, log_not_x = B.log(x), B.log(B.rsub_scalar(x, 1.0))
+    slope = B.sub(log_not_x, log_x)
+    clamped = B.sub(B.clamp(log_not_x, -100.0, None), B.clamp(log_x, -100.0, None))
+    return B.mul(g, B.mask_where(slope, B.is_inf(slope), clamped))
+
+
+# F.binary_cross_entropy of float32/float64 probabilities x and targets y (the losses before
+# their weight and reduction): one op whose rules read x and y, as torch's saves them. The
+# composition held untracked copies of both, the logs, an edge mask and a zero-valued
+# correction (6.25 arrays of x's size, 3.1x torch's bytes, 7 December)
+binary("binary_cross_entropy", _bce_x_rule, _bce_y_rule, broadcast=False)
 
 
 # torch's smooth_l1_loss and huber_loss of d = x - y (the loss's reduction apart): one op each

@@ -274,6 +274,13 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "leaky_relu_backward",
             "hardtanh_backward",
             "hardsigmoid_backward",
+            "threshold",
+            "threshold_backward",
+            "hardshrink",
+            "softshrink",
+            "shrink_backward",
+            "mul_mask",
+            "binary_cross_entropy",
             "norm2",
             "rsqrt",
             "has_dtype",
@@ -702,6 +709,54 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """torch's ``leaky_relu_backward``: ``grad`` where ``x > 0``, else ``slope * grad``.
         This default composes primitives."""
         return self.mask_where(self.mul_scalar(grad, slope), self.greater_elem(x, 0.0), grad)
+
+    def binary_cross_entropy(self, x: Any, y: Any) -> Any:
+        """torch's binary cross-entropy of probabilities ``x`` and targets ``y``, unreduced:
+        ``-(y log x + (1 - y) log(1 - x))``, each log clamped at -100. This default composes
+        primitives."""
+        log_x = self.clamp(self.log(x), -100.0, None)
+        log_not_x = self.clamp(self.log(self.rsub_scalar(x, 1.0)), -100.0, None)
+        return self.neg(
+            self.add(self.mul(y, log_x), self.mul(self.rsub_scalar(y, 1.0), log_not_x))
+        )
+
+    def mul_mask(self, x: Any, mask: Any) -> Any:
+        """``x * mask`` for a bool ``mask``, which is cast to ``x``'s dtype (broadcasting, as
+        ``mul``). This default composes primitives."""
+        return self.mul(x, self.cast(mask, self.dtype(x)))
+
+    def threshold(self, x: Any, threshold: float, value: float) -> Any:
+        """torch's ``threshold``: ``x`` where ``x > threshold`` (and NaN), else ``value``. This
+        default composes primitives."""
+        return self.mask_fill(x, self.lower_equal_elem(x, threshold), value)
+
+    def threshold_backward(self, grad: Any, x: Any, threshold: float) -> Any:
+        """torch's ``threshold_backward``: ``grad`` where ``x > threshold`` (and NaN), else
+        exactly zero. ``x`` may be the threshold's output where its ``value`` is at most
+        ``threshold`` (it is above ``threshold`` exactly where ``x`` is). This default composes
+        primitives."""
+        return self.mask_fill(grad, self.lower_equal_elem(x, threshold), 0.0)
+
+    def hardshrink(self, x: Any, lambd: float) -> Any:
+        """torch's ``hardshrink``: 0 where ``|x| <= lambd``, else ``x`` (NaN too). This default
+        composes primitives."""
+        return self.mask_fill(x, self.lower_equal_elem(self.abs(x), lambd), 0.0)
+
+    def softshrink(self, x: Any, lambd: float) -> Any:
+        """torch's ``softshrink`` (``lambd >= 0``): ``x - lambd`` above ``lambd``, ``x + lambd``
+        below ``-lambd``, 0 between (NaN passes). This default composes primitives."""
+        shrunk = self.mask_where(
+            self.sub_scalar(x, lambd), self.lower_elem(x, -lambd), self.add_scalar(x, lambd)
+        )
+        return self.mask_fill(shrunk, self.lower_equal_elem(self.abs(x), lambd), 0.0)
+
+    def shrink_backward(self, grad: Any, out: Any) -> Any:
+        """torch's ``hardshrink_backward`` and ``softshrink_backward`` (``lambd >= 0``), read
+        from the shrink's output ``out``: ``grad`` where ``|x| > lambd`` (and NaN), else 0. The
+        output is 0 exactly where ``|x| <= lambd``: beyond ``lambd``, ``x`` (hardshrink) or
+        ``x -+ lambd`` (softshrink: the difference of two distinct floats) is not 0. This
+        default composes primitives."""
+        return self.mask_fill(grad, self.equal_elem(out, 0.0), 0.0)
 
     def clamp(self, x: Any, lo: float | None, hi: float | None) -> Any:
         raise NotImplementedError

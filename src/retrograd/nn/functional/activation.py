@@ -271,6 +271,12 @@ def threshold(x: Tensor, threshold: float, value: float, inplace: bool = False) 
     """``x`` where above ``threshold``, else ``value``."""
     if x.dtype == "bool":
         raise DTypeError("threshold: not implemented for bool tensors (as in torch)")
+    if x.requires_grad and x.dtype in ("float32", "float64"):
+        # one op whose rule reads the output (x where value > threshold), torch's
+        # threshold_backward: the composition held a bool mask a budget could not recompute
+        # (7 December)
+        op = "threshold" if value <= threshold else "threshold_of_x"
+        return x._apply(op, (x,), (float(threshold), float(value)))
     # torch writes ``value`` in the input's dtype (an integer tensor stays one)
     return x.mask_fill(x.less_equal(threshold), value if x.is_float() else int(value))
 
@@ -323,6 +329,10 @@ def _softmax_dim(fn: str, x: Tensor, dim: int | None) -> int:
 def hardshrink(x: Tensor, lambd: float = 0.5) -> Tensor:
     """``x`` where ``|x| > lambd``, else 0 (torch's gradient: 0 on ``[-lambd, lambd]``)."""
     x = _float_input("hardshrink", x)
+    if x.requires_grad and x.dtype in ("float32", "float64") and lambd >= 0:
+        # one op whose rule reads the output (0 exactly where the gradient stops), torch's
+        # hardshrink_backward: the composition held a bool mask beside the fill's (7 December)
+        return x._apply("hardshrink", (x,), (float(lambd),))
     return x.mask_fill(x.abs().lower_equal(lambd), 0.0)
 
 
@@ -334,6 +344,10 @@ def softshrink(x: Tensor, lambd: float = 0.5) -> Tensor:
         raise InvalidArgumentError(
             f"softshrink: lambd must be non-negative and finite, got {lambd}"
         )
+    if x.requires_grad and x.dtype in ("float32", "float64"):
+        # one op whose rule reads the output (0 exactly where the gradient stops), torch's
+        # softshrink_backward: the composition held two bool masks (7 December)
+        return x._apply("softshrink", (x,), (float(lambd),))
     shrunk = (x - lambd).mask_where(x.less(-lambd), x + lambd)
     return shrunk.mask_fill(x.abs().lower_equal(lambd), 0.0)
 

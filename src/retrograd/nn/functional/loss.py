@@ -436,6 +436,10 @@ def binary_cross_entropy(
                 f"{shape_text(given.shape)} {given.dtype}"
             ),
         )
+    if x.dtype in ("float32", "float64") and (x.requires_grad or y.requires_grad):
+        # one op whose rules read x and y (torch's backward formulas): see autodiff/ops.py
+        losses = x._apply("binary_cross_entropy", (x, y))
+        return _reduce(_weighted(fn, losses, weight), reduction)
     raw_log_x = constant.log()
     raw_log_not_x = (1.0 - constant).log()  # torch: log(1 - x), not log1p(-x)
     log_x, log_not_x = raw_log_x.clamp_min(-100.0), raw_log_not_x.clamp_min(-100.0)
