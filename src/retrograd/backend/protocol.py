@@ -716,9 +716,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         primitives."""
         log_x = self.clamp(self.log(x), -100.0, None)
         log_not_x = self.clamp(self.log(self.rsub_scalar(x, 1.0)), -100.0, None)
-        return self.neg(
-            self.add(self.mul(y, log_x), self.mul(self.rsub_scalar(y, 1.0), log_not_x))
-        )
+        return self.neg(self.add(self.mul(y, log_x), self.mul(self.rsub_scalar(y, 1.0), log_not_x)))
 
     def mul_mask(self, x: Any, mask: Any) -> Any:
         """``x * mask`` for a bool ``mask``, which is cast to ``x``'s dtype (broadcasting, as
