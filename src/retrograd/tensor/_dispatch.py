@@ -110,6 +110,7 @@ __all__ = [
     "result_dtype",
     "scalar_dtype",
     "scalar_value",
+    "tracked_wide_float",
     "untracked",
     "wrap",
     "wrapped_int",
@@ -661,6 +662,16 @@ def host_constant(cls: type, array: np.ndarray, backend: Any, device: Device) ->
     if backend.is_autodiff:
         primitive = backend.wrap(primitive)
     return cls(primitive, backend, device)
+
+
+def tracked_wide_float(x: TensorBase, *others: TensorBase) -> bool:
+    """Whether a function that has an op of its own in the op table records it: ``x`` is
+    float32 or float64, and ``x`` or one of ``others`` requires grad. Elsewhere (16 bits,
+    complex, integers, nothing tracked) it keeps its composition, which computes the same
+    values; the op is there for what backward holds."""
+    return x.dtype in ("float32", "float64") and (
+        x.requires_grad or any(t.requires_grad for t in others)
+    )
 
 
 def untracked(t: TensorBase) -> Any:

@@ -50,6 +50,7 @@ from ._dispatch import (
     scalar_dtype,
     scalar_value,
     stood_for,
+    tracked_wide_float,
     wrapped_int,
     written_scalar,
 )
@@ -1058,7 +1059,7 @@ def cdist(x1: Any, x2: Any, p: float = 2.0, compute_mode: str = _CDIST_MODES[0])
         # torch's _cdist_forward, whose backward has no derivative (its matrix-product route
         # for p = 2, taken above 25 rows or when asked, differentiates to any order)
         x1, x2 = once_differentiable_inputs("cdist", x1, x2)
-    if p > 0 and x1.dtype in ("float32", "float64") and (x1.requires_grad or x2.requires_grad):
+    if p > 0 and tracked_wide_float(x1, x2):
         # one op of the op table (autodiff/ops.py) whose rule reads x1, x2 and the distances,
         # as torch's _cdist_backward: as a composite it held the [..., P, R, M] differences
         # and their squares or sizes, a hundred times torch's bytes (7 December)

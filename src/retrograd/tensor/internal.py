@@ -24,6 +24,9 @@ Operands
         ``value``, or the tensor it stands for (a state dict's entry: a tensor in torch).
     ``untracked(t) -> Tensor``
         ``t``'s values outside the graph (no node; not requiring grad).
+    ``tracked_wide_float(x, *others) -> bool``
+        Whether a function with an op of its own records it (float32/float64, one operand
+        requiring grad) rather than its composition.
     ``wrap(reference, prim) -> Tensor``
         A primitive of ``reference``'s backend as a tensor on its device. (``t.primitive``,
         ``t.backend`` and ``t.device`` are public properties.)
@@ -85,6 +88,7 @@ from ._dispatch import (
     result_dtype,
     scalar_dtype,
     stood_for,
+    tracked_wide_float,
     untracked,
     wrap,
 )
@@ -117,6 +121,7 @@ __all__ = [
     "scalar_dtype",
     "shape_text",
     "stood_for",
+    "tracked_wide_float",
     "translate",
     "untracked",
     "wrap",

@@ -46,6 +46,7 @@ from ._dispatch import (
     scalar_dtype,
     scalar_value,
     tensor_argument,
+    tracked_wide_float,
     untracked,
     wrap,
 )
@@ -261,7 +262,7 @@ class SpecialMixin:
             # torch's kernel works in float32 and rounds once: pi x in float16 made sinc(1)
             # 3e-4 (not -0) and sinc(60000) NaN (not 0)
             return x.cast("float32").sinc().cast(x.dtype)
-        if x.requires_grad and x.dtype in ("float32", "float64"):
+        if tracked_wide_float(x):
             # one op of the op table (autodiff/ops.py) whose rule reads x, as torch's; the
             # composite below held four arrays of x's size (7 December)
             return x._apply("sinc", (x,))
@@ -581,7 +582,7 @@ def _logaddexp(
         out = out.mask_where(same_infinity.logical_and(x.real.lt(0)), other)
         # a NaN part anywhere: NaN in both parts, the kernel's first check
         return out.mask_fill(x.isnan().logical_or(y.isnan()), complex(math.nan, math.nan))
-    if (x.requires_grad or y.requires_grad) and x.dtype in ("float32", "float64"):
+    if tracked_wide_float(x, y):
         # one op of the op table (autodiff/ops.py) whose rules read x and y, torch's; its
         # composition below held four arrays of x's size (7 December)
         return x._apply("logaddexp", (x, y), (float(scale),))

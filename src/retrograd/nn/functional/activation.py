@@ -18,15 +18,13 @@ from ...errors import (
 )
 from ...tensor import Tensor, random
 from ...tensor.autocasting import autocast_op
-from ...tensor.internal import normalize_dim
+from ...tensor.internal import normalize_dim, tracked_wide_float
 from ._common import (
+    _HALF_DTYPES,
     _float_input,
     _float_pair,
     _real,
 )
-
-#: the 16-bit floats whose activations torch computes in float32 (its "opmath" type)
-_HALF = ("float16", "bfloat16")
 
 
 def _rounded_once(f: Callable[..., Tensor]) -> Callable[..., Tensor]:
@@ -37,7 +35,7 @@ def _rounded_once(f: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
     @functools.wraps(f)
     def wrapped(x: Any, *args: Any, **kwargs: Any) -> Tensor:
-        if isinstance(x, Tensor) and x.dtype in _HALF:
+        if isinstance(x, Tensor) and x.dtype in _HALF_DTYPES:
             return f(x.cast("float32"), *args, **kwargs).cast(x.dtype)
         return f(x, *args, **kwargs)
 
@@ -256,7 +254,7 @@ def mish(x: Tensor, inplace: bool = False) -> Tensor:
 def softsign(x: Tensor) -> Tensor:
     if x.dtype == "bool":
         raise DTypeError("softsign: not implemented for bool tensors (as in torch)")
-    if x.requires_grad and x.dtype in ("float32", "float64"):
+    if tracked_wide_float(x):
         # one op of the op table (autodiff/ops.py) whose rule reads x: the composition held
         # its denominator and quotient beside x (7 December)
         return x._apply("softsign", (x,))
@@ -271,7 +269,7 @@ def threshold(x: Tensor, threshold: float, value: float, inplace: bool = False) 
     """``x`` where above ``threshold``, else ``value``."""
     if x.dtype == "bool":
         raise DTypeError("threshold: not implemented for bool tensors (as in torch)")
-    if x.requires_grad and x.dtype in ("float32", "float64"):
+    if tracked_wide_float(x):
         # one op whose rule reads the output (x where value > threshold), torch's
         # threshold_backward: the composition held a bool mask a budget could not recompute
         # (7 December)
@@ -329,7 +327,7 @@ def _softmax_dim(fn: str, x: Tensor, dim: int | None) -> int:
 def hardshrink(x: Tensor, lambd: float = 0.5) -> Tensor:
     """``x`` where ``|x| > lambd``, else 0 (torch's gradient: 0 on ``[-lambd, lambd]``)."""
     x = _float_input("hardshrink", x)
-    if x.requires_grad and x.dtype in ("float32", "float64") and lambd >= 0:
+    if tracked_wide_float(x) and lambd >= 0:
         # one op whose rule reads the output (0 exactly where the gradient stops), torch's
         # hardshrink_backward: the composition held a bool mask beside the fill's (7 December)
         return x._apply("hardshrink", (x,), (float(lambd),))
@@ -344,7 +342,7 @@ def softshrink(x: Tensor, lambd: float = 0.5) -> Tensor:
         raise InvalidArgumentError(
             f"softshrink: lambd must be non-negative and finite, got {lambd}"
         )
-    if x.requires_grad and x.dtype in ("float32", "float64"):
+    if tracked_wide_float(x):
         # one op whose rule reads the output (0 exactly where the gradient stops), torch's
         # softshrink_backward: the composition held two bool masks (7 December)
         return x._apply("softshrink", (x,), (float(lambd),))

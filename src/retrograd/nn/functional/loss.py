@@ -29,6 +29,7 @@ from ...tensor.internal import (
     check_values,
     result_dtype,
     shape_text,
+    tracked_wide_float,
     untracked,
 )
 from ._common import (
@@ -436,7 +437,7 @@ def binary_cross_entropy(
                 f"{shape_text(given.shape)} {given.dtype}"
             ),
         )
-    if x.dtype in ("float32", "float64") and (x.requires_grad or y.requires_grad):
+    if tracked_wide_float(x, y):
         # one op whose rules read x and y (torch's backward formulas): see autodiff/ops.py
         losses = x._apply("binary_cross_entropy", (x, y))
         return _reduce(_weighted(fn, losses, weight), reduction)
