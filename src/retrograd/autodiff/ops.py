@@ -591,7 +591,14 @@ binary("overwrite_sharing_gradient", lambda B, g: g, lambda B, g: g, forward=lam
        broadcast=False)  # fmt: skip
 binary("sub", lambda B, g: g, lambda B, g: B.neg(g))
 binary("mul", lambda B, g, y: B.mul(g, y), lambda B, g, x: B.mul(g, x))
-binary("div", lambda B, g, y: B.div(g, y), lambda B, g, y, out: B.neg(B.div(B.mul(g, out), y)))
+# the divisor's rule is torch's ``div_tensor_other_backward``, ``-grad * ((x / y) / y)``, to the
+# bit, and holds what torch saves (both operands, not the quotient): the dividend is often held
+# anyway (``x / x.norm()``, ``e / e.sum()`` of an ``exp`` output)
+binary(
+    "div",
+    lambda B, g, y: B.div(g, y),
+    lambda B, g, x, y: B.neg(B.mul(g, B.div(B.div(x, y), y))),
+)
 binary("pow", _pow_x_vjp, _pow_y_vjp)
 binary("remainder", lambda B, g: g, lambda B, g, x, y: B.neg(B.mul(g, _floor_quotient(B, x, y))))
 
@@ -2027,7 +2034,7 @@ complex_rules("mul", lambda B, g, y: _conj_times(B, g, y), lambda B, g, x: _conj
 complex_rules(
     "div",
     lambda B, g, y: B.div(g, B.conj(y)),
-    lambda B, g, y, out: B.neg(B.div(_conj_times(B, g, out), B.conj(y))),
+    lambda B, g, x, y: B.neg(_conj_times(B, g, B.div(B.div(x, y), y))),
 )
 complex_rules("mul_scalar", lambda B, g, s: B.mul_scalar(g, complex(s).conjugate()))
 complex_rules("div_scalar", lambda B, g, s: B.div_scalar(g, complex(s).conjugate()))
