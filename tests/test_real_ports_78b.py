@@ -11,9 +11,12 @@ under retrograd from the same weights and draws, every record compared.
 It reaches:
 
 - the data: images ``torch.randn(n, 1, 6, 6)`` shifted by class, token sequences from
-  ``torch.randint`` with class-dependent tokens written through a boolean mask, Poisson
-  sampling ``torch.rand(n) < q`` turned into indices by ``.nonzero(as_tuple=True)[0]``
-  (batches of varying size, the empty batch skipped);
+  ``torch.randint`` with class-dependent tokens written through a boolean mask; Poisson
+  sampling by a ``Sampler`` subclass yielding ``(torch.rand(n, generator=...) < q)
+  .nonzero(as_tuple=False).reshape(-1).tolist()`` as a ``DataLoader``'s ``batch_sampler``
+  over a ``TensorDataset``, with a ``collate_fn`` that calls ``default_collate`` or makes
+  empty ``torch.zeros((0, *shape), dtype=...)`` batches (batches of varying size, the empty
+  batch skipped);
 - the per-sample gradients by hooks: ``register_forward_hook`` keeping ``input[0].detach()``,
   ``register_full_backward_hook`` reading ``grad_output[0]``, the ``Linear`` rule
   ``torch.einsum("n...i,n...j->nij", backprops, activations)`` and ``"n...k->nk"``, the
@@ -63,6 +66,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
+from torch.utils.data import DataLoader, Sampler, TensorDataset, default_collate
 
 
 # -- per-sample gradients by hooks (a GradSampleModule) ------------------------------------------
@@ -269,10 +273,45 @@ def per_sample_grads_by_func(model, x, y):
     return vmap(grad(compute_loss), in_dims=(None, None, 0, 0))(params, buffers, x, y)
 
 
+class UniformWithReplacementSampler(Sampler):
+    def __init__(self, *, num_samples, sample_rate, generator=None, steps=None):
+        self.num_samples = num_samples
+        self.sample_rate = sample_rate
+        self.generator = generator
+        self.steps = steps if steps is not None else int(1 / sample_rate)
+
+    def __len__(self):
+        return self.steps
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            mask = torch.rand(self.num_samples, generator=self.generator) < self.sample_rate
+            indices = mask.nonzero(as_tuple=False).reshape(-1).tolist()
+            yield indices
+
+
+def wrap_collate_with_empty(sample_empty_shapes, dtypes):
+    def collate(batch):
+        if len(batch) > 0:
+            return default_collate(batch)
+        return [torch.zeros(shape, dtype=dtype) for shape, dtype in zip(sample_empty_shapes, dtypes)]
+
+    return collate
+
+
+def dp_data_loader(dataset, sample_rate, steps):
+    x, y = dataset[0]
+    batch_sampler = UniformWithReplacementSampler(num_samples=len(dataset),
+                                                  sample_rate=sample_rate, steps=steps)
+    collate_fn = wrap_collate_with_empty([(0, *x.shape), (0,)], [x.dtype, y.dtype])
+    return DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn)
+
+
 x_train, y_train = make_data(40)
 x_test, y_test = make_data(20)
 n, sample_rate, noise_multiplier, max_grad_norm, delta = len(x_train), 0.25, 0.8, 1.0, 1e-3
 expected_batch_size = int(n * sample_rate)
+train_loader = dp_data_loader(TensorDataset(x_train, y_train), sample_rate, steps=3)
 
 base = make_model()
 initialize(base)
@@ -286,12 +325,9 @@ steps = 0
 
 for epoch in range(2):
     model.train()
-    for _ in range(3):
-        mask = torch.rand(n) < sample_rate
-        idx = mask.nonzero(as_tuple=True)[0]
-        if len(idx) == 0:
+    for data, target in train_loader:
+        if len(target) == 0:
             continue
-        data, target = x_train[idx], y_train[idx]
         optimizer.zero_grad()
         output = model(data)
         loss = criterion(output, target)
@@ -306,7 +342,7 @@ for epoch in range(2):
         steps += 1
         private = flat_grads(optimizer.params)
         cosine = F.cosine_similarity(private, non_private, dim=0)
-        record.append([loss.item(), len(idx), cosine.item(), sgd.param_groups[0]["lr"]])
+        record.append([loss.item(), len(target), cosine.item(), sgd.param_groups[0]["lr"]])
         record.append(norms.detach().numpy().copy())
         record.append(params_of(base))
     print(f"epoch {epoch} loss {loss.item():.3f} steps {steps}")
