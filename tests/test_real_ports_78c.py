@@ -3,10 +3,10 @@ written here in the style of the echo state network libraries for PyTorch (EchoT
 reservoirpy-like ``Reservoir``/``Ridge`` pair): a fixed sparse random reservoir scaled to a
 spectral radius, leaky-integrator states over a batch of windows of a Mackey-Glass series, a
 linear readout fitted in closed form by ridge regression, then fine-tuned by gradient descent,
-and a closed-loop (generative) forecast; three configurations (a readout by
+and a closed-loop (generative) forecast; four configurations (a readout by
 ``torch.linalg.solve``, one by ``torch.linalg.lstsq`` of the Tikhonov-augmented system, a deep
-reservoir of two layers), each run under torch and, ported, under retrograd from the same
-draws, every record compared.
+reservoir of two layers, an online readout by recursive least squares), each run under torch
+and, ported, under retrograd from the same draws, every record compared.
 
 It reaches:
 
@@ -25,7 +25,9 @@ It reaches:
   in-place write through a diagonal view), ``torch.linalg.solve``, or ``torch.linalg.lstsq(...)
   .solution`` of ``torch.cat`` with ``math.sqrt(ridge) * torch.eye(n, dtype=...)``; the
   weights copied into an ``nn.Linear`` under ``torch.no_grad()`` by ``weight.copy_(W[1:].t())``
-  and ``bias.copy_(W[0])``;
+  and ``bias.copy_(W[0])``; or an online readout by recursive least squares (FORCE-style:
+  rows of ``zip(X, Y)``, ``torch.mv``, ``torch.dot``, ``w += torch.outer(k, e)``, the chained
+  in-place ``P.sub_(torch.outer(k, Px)).div_(forgetting)``);
 - the fine-tuning: the readout, fitted on the first windows, adapted to all of them (the
   reservoir frozen, its states computed under ``torch.no_grad()``) by ``Adam`` with
   ``ExponentialLR`` on ``F.mse_loss``;
@@ -131,6 +133,22 @@ def ridge_readout(states, targets, ridge, washout):
     return torch.linalg.solve(XTX, X.t() @ Y)
 
 
+def rls_readout(states, targets, washout, delta=1.0, forgetting=0.995):
+    n = states.shape[-1] + 1
+    X = states[:, washout:].reshape(-1, n - 1).double()
+    Y = targets[:, washout:].reshape(-1, targets.shape[-1]).double()
+    X = torch.cat([torch.ones(X.shape[0], 1, dtype=X.dtype), X], dim=1)
+    P = torch.eye(n, dtype=torch.float64) / delta
+    w = torch.zeros(n, Y.shape[1], dtype=torch.float64)
+    for x, y in zip(X, Y):
+        Px = torch.mv(P, x)
+        k = Px / (forgetting + torch.dot(x, Px))
+        e = y - x @ w
+        w += torch.outer(k, e)
+        P.sub_(torch.outer(k, Px)).div_(forgetting)
+    return w
+
+
 def nrmse(prediction, target):
     return torch.sqrt(F.mse_loss(prediction, target)) / target.std()
 
@@ -160,7 +178,10 @@ model = EchoStateNetwork(units=units)
 record.append([r.w.abs().sum().item() for r in model.reservoirs])
 with torch.no_grad():
     states, _ = model.states(inputs)
-W = ridge_readout(states[:10], targets[:10], 1e-4, washout)
+if SOLVER == "rls":
+    W = rls_readout(states[:4], targets[:4], washout)
+else:
+    W = ridge_readout(states[:10], targets[:10], 1e-4, washout)
 with torch.no_grad():
     model.readout.weight.copy_(W[1:].t())
     model.readout.bias.copy_(W[0])
@@ -217,7 +238,7 @@ ESN_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("solver", ["solve", "lstsq", "deep"])
+@pytest.mark.parametrize("solver", ["solve", "lstsq", "deep", "rls"])
 def test_echo_state_network_ridge_readout_as_torch(capsys, solver):
     (theirs, ours), (their_log, our_log) = runs_with_draws(
         ESN_SOURCE, ESN_STEPS, capsys, 7803, params_of=params_of, SOLVER=solver
