@@ -3,7 +3,8 @@ interpretability, a program written here in the style of openai/sparse_autoencod
 EleutherAI/sae and SAELens (a dictionary of features learned from a model's hidden
 activations), run under torch and, ported, under retrograd from the same weights and draws,
 every record compared; once as a ReLU SAE with an L1 penalty weighted by decoder norms, once as
-a TopK SAE with the AuxK loss of dead latents.
+a TopK SAE with the AuxK loss of dead latents, once as a JumpReLU SAE (Gemma Scope's) with an L0
+penalty trained through straight-through pseudo-derivatives.
 
 It reaches:
 
@@ -19,6 +20,12 @@ It reaches:
   ``W_dec.grad``; the encoder ``(x - b_dec) @ W_enc + b_enc``; TopK by the named tuple of
   ``torch.topk(pre, k, dim=-1, sorted=False)`` (``.indices``, ``.values``) and
   ``torch.zeros_like(pre).scatter_(-1, indices, F.relu(values))``;
+- JumpReLU: two ``torch.autograd.Function`` subclasses, one in the ``setup_context`` style (a
+  ``forward`` without ``ctx``, ``del output``) and one with ``forward(ctx, ...)``, both
+  ``ctx.save_for_backward``/``ctx.saved_tensors`` and a float attribute on ``ctx``, backwards
+  returning ``None`` for the bandwidth and a threshold gradient ``torch.sum(..., dim=0)`` of a
+  rectangle kernel ``((x > -0.5) & (x < 0.5)).to(x)``; thresholds ``exp()`` of a
+  ``torch.full((d,), math.log(...))`` parameter;
 - the losses: the summed squared error, the fraction of variance unexplained, the L1 of
   ``acts * W_dec.norm(dim=1)``; AuxK over dead latents by ``torch.where(dead[None], pre,
   -torch.inf)``, ``Tensor.topk`` unpacked, out-of-place ``scatter``, ``e.detach()``,
@@ -80,6 +87,51 @@ def sparse_features(batch, n_features, p_active=0.2):
     return torch.where(active, magnitude, torch.zeros(()))
 
 
+def rectangle(x):
+    return ((x > -0.5) & (x < 0.5)).to(x)
+
+
+class Step(torch.autograd.Function):
+    # the Heaviside step with a straight-through pseudo-derivative for the threshold (JumpReLU)
+    @staticmethod
+    def forward(x, threshold, bandwidth):
+        return (x > threshold).to(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, threshold, bandwidth = inputs
+        del output
+        ctx.save_for_backward(x, threshold)
+        ctx.bandwidth = bandwidth
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, threshold = ctx.saved_tensors
+        bandwidth = ctx.bandwidth
+        x_grad = 0.0 * grad_output
+        threshold_grad = torch.sum(
+            -(1.0 / bandwidth) * rectangle((x - threshold) / bandwidth) * grad_output, dim=0)
+        return x_grad, threshold_grad, None
+
+
+class JumpReLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, threshold, bandwidth):
+        ctx.save_for_backward(x, threshold)
+        ctx.bandwidth = bandwidth
+        return x * (x > threshold).to(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, threshold = ctx.saved_tensors
+        bandwidth = ctx.bandwidth
+        x_grad = (x > threshold) * grad_output
+        threshold_grad = torch.sum(
+            -(threshold / bandwidth) * rectangle((x - threshold) / bandwidth) * grad_output,
+            dim=0)
+        return x_grad, threshold_grad, None
+
+
 class SparseAutoencoder(nn.Module):
     def __init__(self, d_in, d_sae, k=None, l1_coefficient=1e-2, dead_tokens_threshold=48,
                  auxk=8, auxk_coefficient=1 / 32):
@@ -93,6 +145,9 @@ class SparseAutoencoder(nn.Module):
         self.W_dec = nn.Parameter(self.W_enc.data.T.clone().contiguous())
         self.b_dec = nn.Parameter(torch.zeros(d_in))
         self.register_buffer("num_tokens_since_fired", torch.zeros(d_sae, dtype=torch.long))
+        if k == "jumprelu":
+            self.log_threshold = nn.Parameter(torch.full((d_sae,), math.log(0.05)))
+            self.bandwidth = 0.05
         self.set_decoder_norm_to_unit_norm()
 
     @torch.no_grad()
@@ -111,6 +166,8 @@ class SparseAutoencoder(nn.Module):
         pre = self.pre_acts(x)
         if self.k is None:
             return F.relu(pre), pre
+        if self.k == "jumprelu":
+            return JumpReLUFunction.apply(pre, self.log_threshold.exp(), self.bandwidth), pre
         top = torch.topk(pre, self.k, dim=-1, sorted=False)
         acts = torch.zeros_like(pre).scatter_(-1, top.indices, F.relu(top.values))
         return acts, pre
@@ -127,6 +184,10 @@ class SparseAutoencoder(nn.Module):
         fvu = e.pow(2).sum() / total_variance
         if self.k is None:
             sparsity = (acts * self.W_dec.norm(dim=1)).sum(dim=-1).mean()
+            loss = mse + self.l1_coefficient * sparsity
+        elif self.k == "jumprelu":
+            threshold = torch.exp(self.log_threshold)
+            sparsity = Step.apply(pre, threshold, self.bandwidth).sum(dim=-1).mean()
             loss = mse + self.l1_coefficient * sparsity
         else:
             sparsity = self.auxk_loss(pre, e)
@@ -296,7 +357,7 @@ SAE_STEPS = [
 ]
 
 
-@pytest.mark.parametrize("k", [None, 2], ids=["relu_l1", "topk_auxk"])
+@pytest.mark.parametrize("k", [None, 2, "jumprelu"], ids=["relu_l1", "topk_auxk", "jumprelu_l0"])
 def test_sparse_autoencoder_as_torch(capsys, k):
     (theirs, ours), (their_log, our_log) = runs_with_draws(
         SAE_SOURCE,
@@ -309,7 +370,9 @@ def test_sparse_autoencoder_as_torch(capsys, k):
     )
     assert len(theirs) == 2 + 2 * 8 + 2 + 1 + 7
     assert their_log == our_log and their_log.count("\n") == 8
-    if k is not None:
+    if k == "jumprelu":  # the L0 penalty, through Step's pseudo-derivative, prunes latents
+        assert theirs[18][4] < theirs[2][4] - 1.0
+    if isinstance(k, int):
         dead, resampled = theirs[2 + 2 * 5]
         assert dead == resampled > 0  # the TopK run resamples its dead latents at step 4
         assert all(row == k for row in theirs[-2][1])  # k latents fire on every input
