@@ -1,22 +1,21 @@
 """Defects found by the real ports of round 77 (``tests/test_real_ports_77b.py``, ``_77c``,
 ``_77d``).
 
-One is not fixed here: Opacus's per-sample gradients pair each call's forward activations
-with its backward by a list per module, appended in the forward hook and ``pop()``ped in the
-full backward hook, which holds because torch fires a module's backward hooks in the reverse
-order of its calls (its engine runs the ready node created last first). retrograd's backward
-runs its steps by depth only (Burn's order, ``autodiff/runtime.py``'s ``Tape``), nodes of one
-depth in the order its walk found them: a module called once per time step of a recurrence
-on slices of one tensor (Opacus's ``RNNLinear``) has its input hooks at one depth, which run
-in the order of the calls, so ``pop()`` pairs the last call's activations with the first
-call's gradients. Breaking ties of depth by the node's id, newest first, gives torch's order
-per module; ``runtime.py`` is another helper's this round, so the test is a strict xfail.
+Fixed by the lead (7 December): Opacus's per-sample gradients pair each call's forward
+activations with its backward by a list per module, appended in the forward hook and
+``pop()``ped in the full backward hook. That holds because torch fires a module's backward
+hooks in the reverse order of its calls (its engine runs the ready node created last first).
+retrograd's backward ran its steps by depth only (Burn's order, ``autodiff/runtime.py``'s
+``Tape``), nodes of one depth in the order its walk found them: a module called once per time
+step of a recurrence on slices of one tensor (Opacus's ``RNNLinear``) has its input hooks at
+one depth, which ran in the order of the calls, so ``pop()`` paired the last call's
+activations with the first call's gradients. Ties of depth are now broken by the node's id,
+newest first (``runtime._run_order``), which gives torch's order per module.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 import retrograd as rg
@@ -48,11 +47,6 @@ def _hook_events(lib):
     return events
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="autodiff/runtime.py runs backward steps of one depth in walk order, not torch's "
-    "newest-first order (another helper's file this round: reported, not fixed)",
-)
 def test_a_modules_full_backward_hooks_fire_in_reverse_call_order():
     theirs, ours = _hook_events(torch), _hook_events(rg)
     assert len(theirs["ih"]) == len(ours["ih"]) == 3

@@ -303,7 +303,13 @@ def test_speedrun_gpt_flex_block_masks_and_muon_as_torch(capsys):
     assert_records_agree(ours[:3], theirs[:3], rtol=1e-5, atol=1e-6)
     # after: torch's Muon orthogonalizes in bfloat16 (so does retrograd's torch backend; the
     # NumPy one, which has no bfloat16, in float32), which moves its updates by about 1e-2
-    assert_records_agree(ours[3:], theirs[3:], rtol=2e-2, atol=3e-3)
+    # The blocks' ``mix`` scalars have gradients of rounding noise in the second step (torch
+    # 7.5e-7 to 3.0e-6, retrograd -8.9e-8 to 2.2e-7, measured 7 December: zero in exact
+    # arithmetic), whose signs Adam's second step turns into updates of +-lr, so their values
+    # after it are left out (their gradients are still compared, within atol)
+    noise = [f"layers.{i}.mix" for i in range(6)]
+    assert_records_agree(ours[3:7], theirs[3:7], rtol=2e-2, atol=3e-3)
+    assert_records_agree(ours[7:], theirs[7:], rtol=2e-2, atol=3e-3, skip=noise)
 
 
 def test_block_mask_from_kv_blocks_lists_and_attention_as_torchs():

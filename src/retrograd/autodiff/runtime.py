@@ -45,13 +45,19 @@ ANOMALY: dict[str, Any] = {"enabled": False, "check_nan": True, "name": None}
 BACKWARD_HOOKS: list = []
 
 _depth = attrgetter("order")
+#: The order backward runs its steps in: deepest first (Burn's groups by depth), and within a
+#: depth the node created last first, as torch's engine runs the ready node of the highest
+#: sequence number first. Hooks then fire in torch's order: a module called once per step of
+#: a recurrence has its full backward hooks fired in the reverse order of its calls, which
+#: Opacus's per-sample gradients rely on (they ``pop()`` the activations of the last call).
+_run_order = attrgetter("order", "id")
 
 
 class Tape:
     """The walked graph: its nodes deepest first, by id, and each node's count of children.
 
-    Burn groups the steps by depth and runs the deepest group first; ``steps`` is that order
-    (a stable sort by depth, so nodes of one depth keep the order the walk found them in).
+    Burn groups the steps by depth and runs the deepest group first; ``steps`` is that order,
+    nodes of one depth newest first (``_run_order``).
     """
 
     __slots__ = ("__weakref__", "children", "nodes", "run", "skipped", "steps", "stop")
@@ -95,7 +101,7 @@ class Tape:
             if claim:
                 _unclaim(walked)
             raise
-        walked.sort(key=_depth, reverse=True)
+        walked.sort(key=_run_order, reverse=True)
         self.steps = self.run = walked
         self.nodes = nodes
         self.children = children
@@ -127,7 +133,7 @@ class Tape:
         for node in steps:
             if node.consumed:
                 raise _consumed(node)
-        steps.sort(key=_depth, reverse=True)
+        steps.sort(key=_run_order, reverse=True)
         children: dict[int, int] = {}
         for node in steps:
             for parent in node.parents:
@@ -150,7 +156,7 @@ class Tape:
             for n in reached.values()
             if n.op is not None and n.id not in needed and not n.consumed
         ]
-        skipped.sort(key=_depth, reverse=True)
+        skipped.sort(key=_run_order, reverse=True)
         self.skipped = skipped
         self.steps = steps + skipped
 

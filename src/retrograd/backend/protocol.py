@@ -263,6 +263,9 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "logaddexp",
             "sinc",
             "softsign",
+            "log2",
+            "log10",
+            "exp2",
             "hardsigmoid",
             "elu",
             "mish",
@@ -567,13 +570,13 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
 
     def logaddexp(self, x: Any, y: Any, scale: float) -> Any:
         """torch's ``logaddexp`` (``scale`` 1) or ``logaddexp2`` (``scale`` log 2) of real
-        floats: ``max + log1p(exp(-|x - y| scale)) / scale``, equal infinities kept. This
-        default composes primitives."""
+        floats: ``max + log1p(exp(-|x - y|))``, or ``max + log1p(exp2(-|x - y|)) / log 2``
+        (torch's kernel's formula), equal infinities kept. This default composes primitives."""
         gap = self.abs(self.sub(x, y))
         if scale == 1.0:
             soft = self.log1p(self.exp(self.neg(gap)))
         else:
-            soft = self.div_scalar(self.log1p(self.exp(self.mul_scalar(gap, -scale))), scale)
+            soft = self.mul_scalar(self.log1p(self.exp2(self.neg(gap))), 1.0 / scale)
         out = self.add(self.maximum(x, y), soft)
         return self.mask_where(out, self.logical_and(self.is_inf(x), self.equal(x, y)), x)
 
@@ -587,6 +590,21 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
     def softsign(self, x: Any) -> Any:
         """``x / (|x| + 1)``. This default composes primitives."""
         return self.div(x, self.add_scalar(self.abs(x), 1.0))
+
+    def log2(self, x: Any) -> Any:
+        """The base-2 logarithm. This default scales the natural one, so it is not exact at
+        powers of two; a backend with a ``log2`` kernel gives it (torch's and NumPy's are)."""
+        return self.mul_scalar(self.log(x), 1.0 / math.log(2.0))
+
+    def log10(self, x: Any) -> Any:
+        """The base-10 logarithm. This default scales the natural one (not exact at powers of
+        ten, which a backend's own ``log10`` kernel is)."""
+        return self.mul_scalar(self.log(x), 1.0 / math.log(10.0))
+
+    def exp2(self, x: Any) -> Any:
+        """``2 ** x``. This default is ``exp(x ln 2)`` (not exact at integers, which a
+        backend's own ``exp2`` kernel is)."""
+        return self.exp(self.mul_scalar(x, math.log(2.0)))
 
     def hardsigmoid(self, x: Any) -> Any:
         """``min(max(x + 3, 0), 6) / 6``. This default composes primitives."""

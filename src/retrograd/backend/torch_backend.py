@@ -624,6 +624,14 @@ class TorchBackend(
     expm1 = staticmethod(torch.expm1)
     log = staticmethod(torch.log)
     log1p = staticmethod(torch.log1p)
+    log2 = staticmethod(torch.log2)
+    log10 = staticmethod(torch.log10)
+    exp2 = staticmethod(torch.exp2)
+
+    def logaddexp(self, x, y, scale):
+        # torch's kernels (scale 1, or log 2 for logaddexp2: the only two the tensor API uses)
+        return torch.logaddexp(x, y) if scale == 1.0 else torch.logaddexp2(x, y)
+
     sqrt = staticmethod(torch.sqrt)
     square = staticmethod(torch.square)
     recip = staticmethod(torch.reciprocal)

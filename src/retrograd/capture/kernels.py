@@ -135,6 +135,8 @@ OPS: dict[str, FusedOp] = {
     "exp": FusedOp((0,), "math.exp({a0})", exact=False),
     "expm1": FusedOp((0,), "math.expm1({a0})", exact=False),
     "log": FusedOp((0,), "math.log({a0})", exact=False),
+    "log2": FusedOp((0,), "math.log2({a0})", exact=False),
+    "log10": FusedOp((0,), "math.log10({a0})", exact=False),
     "log1p": FusedOp((0,), "math.log1p({a0})", exact=False),
     # NumPy's own algorithm (float32) or the C library's (float64), as NumPy runs them:
     # exact where the probe agrees (:mod:`.numpy_trig`)

@@ -129,6 +129,9 @@ LOWER_EQUAL = TensorOp("lower_equal", scalar="lower_equal_elem", promote=COMPARE
     LEAKY_RELU,
     SOFTMAX,
     LOG_SOFTMAX,
+    LOG2,
+    LOG10,
+    EXP2,
 ) = (
     TensorOp(name, floats=True)
     for name in (
@@ -160,6 +163,9 @@ LOWER_EQUAL = TensorOp("lower_equal", scalar="lower_equal_elem", promote=COMPARE
         "leaky_relu",
         "softmax",
         "log_softmax",
+        "log2",
+        "log10",
+        "exp2",
     )
 )
 
@@ -434,17 +440,28 @@ class ElementwiseMixin:
         return self._apply(RECIP, (self,))
 
     def log2(self) -> Any:
-        return _scaled_log(self, _INV_LN2)
+        """The base-2 logarithm, exact at powers of two (the backend's kernel, as torch's)."""
+        return self._exact_base(LOG2, _INV_LN2)
 
     def log10(self) -> Any:
-        return _scaled_log(self, _INV_LN10)
+        """The base-10 logarithm, exact at powers of ten (the backend's kernel, as torch's)."""
+        return self._exact_base(LOG10, _INV_LN10)
 
     def exp2(self) -> Any:
+        """``2 ** self``, exact at integers (the backend's kernel, as torch's)."""
+        if self.is_complex():
+            return (self * _LN2).exp()
+        return self._exact_base(EXP2, None)
+
+    def _exact_base(self, op: TensorOp, log_scale: float | None) -> Any:
         if self.dtype in ("float16", "bfloat16"):
-            # torch computes in float32 and rounds once: x * ln2 rounded to 8 bits would
-            # miss 2**50 by 9%
-            return self.cast("float32").exp2().cast(self.dtype)
-        return (self * _LN2).exp()
+            # torch computes in float32 and rounds once (a logarithm rounded to 16 bits, then
+            # scaled, missed torch's value in 10 of 42 normal draws; x * ln2 rounded to 8 bits
+            # would miss 2**50 by 9%)
+            return self.cast("float32")._exact_base(op, log_scale).cast(self.dtype)
+        if self.is_complex():
+            return _scaled_log(self, log_scale)
+        return self._apply(op, (self,))
 
     def erfinv(self) -> Any:
         """The inverse error function: Newton steps on ``erf`` from Giles' approximation,

@@ -223,7 +223,7 @@ class SpecialMixin:
             "logaddexp2",
             self,
             other,
-            lambda d: (d * -math.log(2.0)).exp().log1p() / math.log(2.0),
+            lambda d: d.neg().exp2().log1p() * (1.0 / math.log(2.0)),
             math.log(2.0),
         )
 
@@ -582,9 +582,10 @@ def _logaddexp(
         out = out.mask_where(same_infinity.logical_and(x.real.lt(0)), other)
         # a NaN part anywhere: NaN in both parts, the kernel's first check
         return out.mask_fill(x.isnan().logical_or(y.isnan()), complex(math.nan, math.nan))
-    if tracked_wide_float(x, y):
+    if x.dtype in ("float32", "float64"):
         # one op of the op table (autodiff/ops.py) whose rules read x and y, torch's; its
-        # composition below held four arrays of x's size (7 December)
+        # composition below held four arrays of x's size (7 December). Untracked too: the
+        # torch backend's kernel is torch's, to the bit
         return x._apply("logaddexp", (x, y), (float(scale),))
     out = x.maximum(y) + softplus_of_gap((x - y).abs())
     out = out.mask_where(x.isinf().logical_and(x.eq(y)), x)
