@@ -105,34 +105,29 @@ def pytest_configure(config):
         )
 
 
-#: The pytest session, for :func:`outside_the_initial_paths` (set as the session starts), and
-#: that function's answers by folder: whether a folder is a command line path or under one.
-_SESSION: list[pytest.Session] = []
-_UNDER_AN_INITIAL_PATH: dict[Path, bool] = {}
+#: The pytest session (set as it starts), and :func:`outside_the_initial_paths`'s answers for
+#: it by folder: whether a folder is a command line path or under one.
+_SESSION: list = []
 
 
 def pytest_sessionstart(session):
-    _SESSION[:] = [session]
-    _UNDER_AN_INITIAL_PATH.clear()
+    _SESSION[:] = [session, {}]
 
 
-def outside_the_initial_paths(path: Path) -> bool:
-    """Whether ``path`` (a file or a folder) is neither a path given on the command line, nor
-    above one, nor under one: a path pytest would collect only to discard it. Given files (CI's
-    budget pass names 288), pytest collects the folder holding them again for each one (a file
-    named twice is collected twice, for backward compatibility), making a node of each of its
-    800 files and discarding all but the one named: 230,000 nodes, 28 s of CPU in each pytest
+def outside_the_initial_paths(session, path: Path, folders: dict[Path, bool]) -> bool:
+    """Whether ``path`` (a file or a folder) is neither a path given on ``session``'s command
+    line, nor above one, nor under one: a path pytest would collect only to discard it
+    (``folders``: the answers found so far for folders, by folder). Given files (CI's budget
+    pass names 288), pytest collects the folder holding them again for each one (a file named
+    twice is collected twice, for backward compatibility), making a node of each of its 800
+    files and discarding all but the one named: 230,000 nodes, 28 s of CPU in each pytest
     worker before any test ran (importing the 288 modules took 0.7 s of it)."""
-    if not _SESSION:
-        return False
-    session = _SESSION[0]
     if session.isinitpath(path, with_parents=True):
         return False
     folder = path.parent
-    under = _UNDER_AN_INITIAL_PATH.get(folder)
+    under = folders.get(folder)
     if under is None:
-        under = any(map(session.isinitpath, (folder, *folder.parents)))
-        _UNDER_AN_INITIAL_PATH[folder] = under
+        under = folders[folder] = any(map(session.isinitpath, (folder, *folder.parents)))
     return not under
 
 
@@ -146,7 +141,7 @@ def pytest_ignore_collect(collection_path, config):
     (5.5 s of CPU a process). Their marker checks ran on the NumPy pass, on the same source;
     the run's summary says how many modules were left out."""
     path = collection_path if isinstance(collection_path, Path) else Path(collection_path)
-    if outside_the_initial_paths(path):
+    if _SESSION and outside_the_initial_paths(_SESSION[0], path, _SESSION[1]):
         return True
     import backends
     from backend_independence import skipped_whole_off_numpy
