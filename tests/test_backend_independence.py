@@ -133,3 +133,37 @@ def test_a_module_marking_single_tests_or_assigning_pytestmark_twice_is_collecte
     assert skipped_whole_off_numpy(single) is None
     assert skipped_whole_off_numpy(twice) is None
     assert skipped_whole_off_numpy(Path(__file__)) is None  # this module: collected everywhere
+
+
+class _Session:
+    """What ``tests/conftest.py``'s ``outside_the_initial_paths`` asks of a pytest session:
+    ``isinitpath``, as pytest answers it for these command line paths."""
+
+    def __init__(self, *paths: Path):
+        self.paths = set(paths)
+        self.with_parents = self.paths.union(*(path.parents for path in paths))
+
+    def isinitpath(self, path: Path, *, with_parents: bool = False) -> bool:
+        return path in (self.with_parents if with_parents else self.paths)
+
+
+def test_collection_leaves_out_only_what_no_command_line_path_holds(request, tmp_path: Path):
+    conftest = request.config.pluginmanager.get_plugin(str(Path(__file__).with_name("conftest.py")))
+    outside = conftest.outside_the_initial_paths
+    named, beside, deeper = (
+        tmp_path / "t" / "test_a.py",
+        tmp_path / "t" / "test_b.py",
+        tmp_path / "t" / "d",
+    )
+    files = _Session(named, tmp_path / "u" / "test_c.py")  # files named: their folders' others out
+    assert outside(files, beside, {}) and outside(files, deeper, {})
+    assert outside(files, deeper / "test_d.py", {})
+    assert not outside(files, named, {}) and not outside(files, tmp_path / "t", {})
+    assert not outside(files, tmp_path / "u" / "test_c.py", {})
+    folder = _Session(tmp_path / "t")  # a folder named: everything under it in
+    for path in (named, beside, deeper, deeper / "test_d.py"):
+        assert not outside(folder, path, {}), path
+    assert outside(folder, tmp_path / "u" / "test_c.py", {})
+    # the answers by folder are kept: a second session asks with its own
+    folders: dict = {}
+    assert outside(files, beside, folders) and folders == {tmp_path / "t": False}

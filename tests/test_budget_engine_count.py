@@ -6,8 +6,12 @@ followed as fitting, not taken for one under the floor."""
 
 from __future__ import annotations
 
+import pytest
+
 from retrograd.autodiff.checkpoint.budget.plan import Trace, plan_evictions, profile
 from retrograd.autodiff.checkpoint.budget.planner import FITS, Planner, engine_count
+
+pytestmark = pytest.mark.backend_independent("the planner's counts of traces made here: no tensor")
 
 MB = 2**20
 

@@ -15,7 +15,10 @@ from retrograd.autodiff.checkpoint.budget.flops import op_flops, recompute_fract
 from retrograd.autodiff.checkpoint.budget.plan import Trace
 from test_budget_repeat import WIDTH, _mlp_step
 
-pytestmark = pytest.mark.own_checkpointing("every backend is built here, under a budget")
+pytestmark = [
+    pytest.mark.own_checkpointing("every backend is built here, under a budget"),
+    pytest.mark.backend_independent("every backend is built here, on NumPy"),
+]
 
 
 def test_op_flops_count_products_by_their_shapes_and_the_rest_by_elements():

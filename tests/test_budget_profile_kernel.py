@@ -13,6 +13,10 @@ import pytest
 from retrograd.autodiff.checkpoint.budget.plan import Profile, Trace, profile
 from retrograd.autodiff.checkpoint.budget.profile_kernel import NEVER, profile_loops
 
+pytestmark = pytest.mark.backend_independent(
+    "the memory model's kernel against its Python loops, on traces made here: no tensor"
+)
+
 
 def reference_profile(trace, evicted, budget=0, views=True) -> Profile:
     return Profile(*profile_loops(trace, evicted, budget, views))

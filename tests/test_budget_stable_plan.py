@@ -21,6 +21,10 @@ from retrograd.autodiff.checkpoint.budget import timer as budget_timer
 from retrograd.autodiff.checkpoint.budget.plan import plan_evictions
 from retrograd.nn import functional as F  # noqa: N812
 
+pytestmark = pytest.mark.backend_independent(
+    "every backend is built here, on NumPy or on the inner backend a test names"
+)
+
 torch = pytest.importorskip("torch")
 
 BATCH, SEQ, D, HEADS, BLOCKS = 2, 64, 64, 4, 4
@@ -182,7 +186,6 @@ def test_under_the_floor_every_step_after_the_first_does_the_same_work(
 # -- a plan holds what it predicts ------------------------------------------------------------
 
 
-@pytest.mark.backend_independent
 @pytest.mark.own_checkpointing("every backend is built here, under a budget of its own")
 def test_an_anchored_plan_holds_what_it_predicts(monkeypatch):
     # The residual MLP of test_budget_plan.py (h - h.mean_dim(1) after each residual sum) at

@@ -12,6 +12,11 @@ import retrograd as rg
 from retrograd.app.cli import main
 from retrograd.app.graphview import FILL, RECOMPUTED, SAVED, RecordingAutodiff, trace_step
 
+pytestmark = pytest.mark.backend_independent(
+    "`retrograd graph` picks its backend by --backend (NumPy unless told), and the tests "
+    "build theirs on NumPy"
+)
+
 
 def node_lines(dot: str) -> list[str]:
     """The graph's node statements, legend excluded."""
