@@ -1035,19 +1035,25 @@ _COMPLEX_UNTRACKED = frozenset(
 
 
 def real_only(op: str, t: Any) -> Any:
-    """``t``, unless it is complex: then the ``DTypeError`` of ``op``, which computes in real
-    numbers only here (a composition that would otherwise cast it to a real dtype first)."""
+    """``t``, unless it is complex: then the ``UnsupportedDTypeError`` of ``op``, which
+    computes in real numbers only here (a composition that would otherwise cast it to a real
+    dtype first); torch's refusal there is a ``NotImplementedError`` (``"logit_cpu" not
+    implemented for 'ComplexDouble'``, ``clamp is not supported for complex types``) or a
+    ``RuntimeError`` (``deg2rad is not supported for complex tensors``): the class is both."""
     if isinstance(t, TensorBase) and t._backend.dtype(t._prim) in COMPLEX_DTYPES:
-        raise DTypeError(
+        raise UnsupportedDTypeError(
             f"{op}: not implemented for {t._backend.dtype(t._prim)} tensors in retrograd"
         )
     return t
 
 
 def refuse_complex(op: TensorOp | str, inputs: Sequence[Any]) -> None:
-    """The ``DTypeError`` of ``op`` given a complex tensor where its kernel computes none (a
-    comparison, a rounding, an activation...): never a wrong result nor a bare backend
-    error."""
+    """The ``UnsupportedDTypeError`` of ``op`` given a complex tensor where its kernel computes
+    none (a comparison, a rounding, an activation...): never a wrong result nor a bare backend
+    error. torch refuses these with a ``NotImplementedError`` (``"gt_cpu" not implemented for
+    'ComplexDouble'``, ``floor is not supported for complex inputs``) or a ``RuntimeError``
+    (``Sort does not support complex dtypes``, ``argmax(): does not support complex input``):
+    the class is both (and a ``DTypeError``, a ``TypeError``, as before)."""
     complex_dtype = None
     scalar = False
     for t in inputs:
@@ -1068,7 +1074,7 @@ def refuse_complex(op: TensorOp | str, inputs: Sequence[Any]) -> None:
     declared = OPS.get(kernel)
     if declared is None or declared.complex_vjps is not None or kernel in _COMPLEX_UNTRACKED:
         return
-    raise DTypeError(
+    raise UnsupportedDTypeError(
         f"{name}: not implemented for {complex_dtype} tensors in retrograd (its complex "
         "tensors have arithmetic, exp/log/sqrt/trigonometry, abs/angle, sums and means, "
         "matmul/einsum, linear algebra, convolutions, shape and indexing ops, and torch.fft)"

@@ -43,6 +43,7 @@ from ..errors import (
     DeviceUnavailableError,
     DTypeError,
     InvalidArgumentError,
+    KernelDTypeError,
     RetrogradError,
     ShapeError,
     SizeMismatchError,
@@ -431,8 +432,8 @@ class Tensor(
         value = self._one_value(op)
         if isinstance(value, complex) and value.imag == 0:
             value = value.real  # (torch's checked conversion: a zero imaginary part is no loss)
-        if isinstance(value, complex):
-            raise DTypeError(
+        if isinstance(value, complex):  # (torch's RuntimeError)
+            raise KernelDTypeError(
                 f"{op}: the complex value {value!r} cannot be converted to a real number (as "
                 "torch refuses it); take .real or .abs() of it first"
             )

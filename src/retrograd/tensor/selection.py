@@ -42,6 +42,7 @@ from ..errors import (
     IndexOutOfRangeError,
     InvalidArgumentError,
     InvalidValueError,
+    KernelDTypeError,
     MixedDTypeError,
     SamplingError,
     ShapeError,
@@ -1141,7 +1142,9 @@ class SelectionMixin:
     def imag(self) -> Any:
         """The imaginary part of a complex tensor, a view as :attr:`real`."""
         if self.dtype not in COMPLEX_DTYPES:
-            raise DTypeError("imag is not implemented for tensors with non-complex dtypes.")
+            raise KernelDTypeError(  # (torch's RuntimeError)
+                "imag is not implemented for tensors with non-complex dtypes."
+            )
         return link(complex_view_of(self, "imag"), self, "imag")
 
     def angle(self) -> Any:
