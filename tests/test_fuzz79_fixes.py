@@ -169,3 +169,62 @@ def test_vector_norm_of_complex_with_wider_complex_dtype_keeps_its_gradient():
     (gt,) = torch.autograd.grad(want, [zt])
     assert str(g.dtype) == "complex64"
     np.testing.assert_allclose(g.numpy(), gt.numpy(), rtol=1e-6)
+
+
+# -- powers at zero ---------------------------------------------------------------------------
+@pytest.mark.parametrize("exponent", [0, 0.0, 0j])
+def test_gradient_of_complex_power_zero_is_zero_at_zero(exponent):
+    # torch: x ** 0 is 1, its gradient 0; retrograd's rule s * x ** (s - 1) gave 0 * inf = NaN
+    # at x = 0 (a polynomial sum c_k z ** k evaluated at z = 0)
+    for lib in (torch, rg):
+        z = lib.tensor([0j, 1 + 1j, 0j], requires_grad=True)
+        (g,) = lib.autograd.grad(lib.view_as_real(z**exponent).sum(), [z])
+        got = g.numpy()
+        np.testing.assert_array_equal(got, np.zeros(3, complex), err_msg=lib.__name__)
+
+
+CALLS_AT_ZERO = {
+    "pow_-1": lambda lib, z: z**-1,
+    "pow_-2.5": lambda lib, z: z**-2.5,
+    "pow_complex": lambda lib, z: z ** (-1 + 1j),
+    "pow_imaginary": lambda lib, z: z**1j,  # (a guard: NumPy's nan + nan j was right here)
+    "reciprocal": lambda lib, z: z.reciprocal(),
+    "rsqrt": lambda lib, z: z.rsqrt(),
+    "pow_tensor_zero": lambda lib, z: z ** lib.zeros(2, dtype=z.dtype),
+    "pow_tensor_negative": lambda lib, z: z ** lib.tensor([-1 + 0j, -0.5 + 2j], dtype=z.dtype),
+}
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("name", sorted(CALLS_AT_ZERO))
+def test_complex_power_at_zero_is_torchs(name, dtype):
+    # torch's kernel is exp(y log x) with log 0 = -inf: inf + nan j for Re y < 0, nan + nan j
+    # for Re y == 0; NumPy's power and reciprocal gave nan + nan j, and 1 for a zero exponent
+    fn = CALLS_AT_ZERO[name]
+    want = fn(torch, torch.tensor([0j, 1 - 2j], dtype=getattr(torch, dtype))).numpy()
+    got = fn(rg, rg.tensor([0j, 1 - 2j], dtype=getattr(rg, dtype))).numpy()
+    for part in (np.real, np.imag):
+        np.testing.assert_array_equal(np.isnan(part(got)), np.isnan(part(want)))
+        np.testing.assert_array_equal(np.isinf(part(got)), np.isinf(part(want)))
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+
+# -- autograd and in-place refusals -----------------------------------------------------------
+AUTOGRAD_REFUSALS = {
+    "complex_grad_of_real": lambda lib, z: lib.autograd.grad(
+        z.abs().sum(), z, grad_outputs=lib.tensor(1j)
+    ),
+    "real_grad_of_complex": lambda lib, z: lib.autograd.grad(
+        z * z, z, grad_outputs=lib.ones(3, dtype=lib.float64)
+    ),
+    "abs_in_place": lambda lib, z: z.detach().clone().abs_(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUTOGRAD_REFUSALS))
+def test_autograd_and_in_place_refusal_is_torchs_class(name):
+    def run(lib, z, x):
+        z = lib.tensor(A[0], requires_grad=True)
+        return AUTOGRAD_REFUSALS[name](lib, z)
+
+    assert_same_refusal(run)
