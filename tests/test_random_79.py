@@ -16,7 +16,7 @@ roundings, clamps, sorting), and a loss: a real weighted sum taken by ``autograd
 ``autograd.grad`` of the complex output with complex ``grad_outputs`` (or, refused, with
 ``grad_outputs`` of the other kind), or ``backward()`` of a complex scalar (refused).
 
-The second family draws one call from a table of about 230: construction and its refusals,
+The second family draws one call from a table of about 250: construction and its refusals,
 the promotion rules (``result_type``, ``promote_types``, ``can_cast`` too), in-place writes
 mixing complex and real, products, reductions, predicates, special values (zeros,
 infinities: ``log``, ``reciprocal``, ``pow``, ``sgn``, ``angle`` at 0), more elementwise math,
