@@ -1,13 +1,13 @@
 """Random programs against PyTorch, round 79: complex numbers and their gradients.
 
 The first family draws a program over a complex128 (sometimes complex64) leaf that requires
-grad, and sometimes a float64 one: a few steps from how real code uses complex tensors
-(signal processing, complex-valued layers, spectral methods, quantum-style states) --
-elementwise math (``exp``, ``log``, ``sqrt``, ``pow`` with complex, real and tensor exponents,
-``reciprocal``, ``sigmoid``, ``tanh``, ``sgn``, ``conj``/``conj_physical``/``resolve_conj``),
-type promotion with int, bool, float32 and 0-d tensors and Python complex/float/int scalars,
-casts to and from complex64, construction (``complex``, ``polar``, ``view_as_complex``/
-``view_as_real``), writes through ``.real``, ``.imag`` and ``view_as_real`` views,
+grad, and sometimes a float64 one: a few steps from how real code uses complex tensors (signal
+processing, complex-valued layers, spectral methods, quantum-style states) -- elementwise math
+(``exp``, ``log``, ``sqrt``, ``pow`` with complex, real and tensor exponents, ``reciprocal``,
+``sigmoid``, ``tanh``, ``sgn``, ``conj``/``conj_physical``/``resolve_conj``), type promotion
+with int, bool, float32 and 0-d tensors and Python complex/float/int scalars, casts to and
+from complex64, construction (``complex``, ``polar``, ``view_as_complex``/``view_as_real``),
+writes through (and assignments to) ``.real``, ``.imag`` and ``view_as_real`` views,
 matmul/einsum/bmm -- then a head: a reduction (``sum``, ``mean``, ``prod``, ``cumsum``,
 ``norm``, ``linalg.vector_norm``), linear algebra (``inv``, ``solve``, ``det``, ``eigvalsh``,
 ``svdvals``, ``qr``), an ``fft`` round trip, ``abs``/``angle``/``.real``/``.imag``,
@@ -90,6 +90,13 @@ def _write_view_as_real(lib, z, env):
     return c
 
 
+def _assign_parts(lib, z, env):
+    c = z * 1
+    c.imag += _real_leaf(lib, z, env)
+    c.real = c.real * 0.5
+    return c
+
+
 STEPS = {
     "exp": lambda lib, z, e: (z * 0.3).exp(),
     "log": lambda lib, z, e: z.log(),
@@ -136,6 +143,7 @@ STEPS = {
     "write_real": _write_real,
     "write_imag": _write_imag,
     "write_var": _write_view_as_real,
+    "assign_parts": _assign_parts,
     "to_c64": lambda lib, z, e: z.to(_dt(lib, "complex64")),
     "c64_f64": lambda lib, z, e: z.to(_dt(lib, "complex64")) + _t(lib, e, "f").double(),
     "c64_0d": lambda lib, z, e: (
@@ -424,6 +432,11 @@ def _set(t, key, v):
     return t
 
 
+def _assign(t, part, v):
+    setattr(t, part, v)
+    return t
+
+
 def _c(lib, name):
     return getattr(lib, name)
 
@@ -495,6 +508,10 @@ CALLS = {
     "z_set_r": lambda lib, z, x: _set(z.clone(), (slice(None), 1), 2.0),
     "z_set_t": lambda lib, z, x: _set(z.clone(), 0, x[1]),
     "z_real_set": lambda lib, z, x: _set(z.clone().real, 0, 5.0),
+    "z_real_assign": lambda lib, z, x: _assign(z.clone(), "real", x),
+    "z_imag_assign_n": lambda lib, z, x: _assign(z.clone(), "imag", 2.5),
+    "x_imag_assign": lambda lib, z, x: _assign(x.clone(), "imag", x),
+    "z_imag_assign_c": lambda lib, z, x: _assign(z.clone(), "imag", z),
     "masked_fill": lambda lib, z, x: z.masked_fill(x > 0, 1 + 1j),
     "masked_fill_r_c": lambda lib, z, x: x.masked_fill(x > 0, 1 + 1j),
     "fill_c": lambda lib, z, x: z.clone().fill_(2j),
