@@ -278,3 +278,30 @@ def test_assigning_real_and_imag_refusals_are_torchs(name):
             lib.tensor(A[0], requires_grad=True).real = x[0]
 
     assert_same_refusal(run)
+
+
+# -- layouts of complex results -----------------------------------------------------------------
+LAYOUTS = {
+    "conj_physical": lambda lib, z: lib.conj_physical(z),
+    "mul_complex_number": lambda lib, z: z * 0.5j,
+    "complex_number_plus": lambda lib, z: (1 + 1j) + z,
+    "div_complex_number": lambda lib, z: z / (1 - 2j),
+    "real_times_j": lambda lib, z: z.real * 1j,
+    "complex": lambda lib, z: lib.complex(z.real, z.imag),
+    "polar": lambda lib, z: lib.polar(z.abs(), z.imag),
+    "nan_to_num": lambda lib, z: lib.nan_to_num(z),
+    "view_as_real_of_product": lambda lib, z: lib.view_as_real(z * 1j),
+    # (a guard: torch's pow(Scalar, Tensor) is row-major, a complex number too)
+    "complex_base_power": lambda lib, z: (1 + 1j) ** z,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_complex_elementwise_result_follows_torchs_layout(name):
+    # torch's elementwise kernels give a transposed operand's layout to the result; these
+    # (a complex number operand, the conj/complex kernels) gave row-major results
+    strides = []
+    for lib in (torch, rg):
+        z = lib.tensor(np.stack([A, A * 2])).mT.contiguous().mT
+        strides.append(tuple(LAYOUTS[name](lib, z).stride()))
+    assert strides[1] == strides[0]

@@ -908,6 +908,10 @@ def _watched_dispatch(
     return result
 
 
+#: the Python numbers of :func:`dispatch`'s fast path with a float tensor
+_REAL_NUMBERS = (float, int)
+
+
 def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
     """:func:`apply`, as the method ``Tensor._apply`` the mixins call (the receiver is not
     used: a plain function bound as a method is what CPython 3.11 specialises best, better than
@@ -951,14 +955,15 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
                     ):
                         follow_layout(result, (a, b))
                     return result
-        elif op.scalar is not None:  # a Python number with a float tensor, either side
+        elif op.scalar is not None and (
+            type(b) in _REAL_NUMBERS or kind in _REAL_NUMBERS
+        ):  # a Python int or float with a float tensor, either side (a complex number, a
+            # bool: the general path below, whose result follows the layout too)
             other = type(b)
             if other is float or other is int:
                 t, value = a, b
-            elif kind is float or kind is int:  # reflected
+            else:  # reflected
                 t, value, other = b, a, kind
-            else:
-                return _binary(op, a, b, params)
             backend, prim = t._backend, t._prim
             if backend.dtype(prim) in FLOAT_DTYPES:
                 if other is int and not _INT64_MIN <= value < _UINT64_END:
@@ -1167,6 +1172,8 @@ _LAYOUT_KERNELS = frozenset(
         "logical_xor",
         "xlogy",
         "xlog1py",
+        "conj",
+        "complex",
         "refused_derivative",
         # (not elementwise, but torch's output is ``empty_like(self)`` in its layout)
         "flip",

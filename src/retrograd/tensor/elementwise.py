@@ -710,7 +710,7 @@ class ElementwiseMixin:
             _no_bool("pow")
         result = integer_power(other, self)
         result = self._apply(RPOW, (other, self)) if result is None else result
-        if isinstance(other, SCALAR_TYPES):  # torch's pow(Scalar, Tensor): a row-major result
+        if isinstance(other, (*SCALAR_TYPES, complex)):  # torch's pow(Scalar, Tensor): row-major
             result._layout = None
         return result
 
