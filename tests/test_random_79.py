@@ -14,7 +14,9 @@ matmul/einsum/bmm -- then a head: a reduction (``sum``, ``mean``, ``prod``, ``cu
 ``isclose``/``isfinite``/``nan_to_num``, or an op torch refuses on complex tensors (orderings,
 roundings, clamps, sorting), and a loss: a real weighted sum taken by ``autograd.grad``,
 ``autograd.grad`` of the complex output with complex ``grad_outputs`` (or, refused, with
-``grad_outputs`` of the other kind), or ``backward()`` of a complex scalar (refused).
+``grad_outputs`` of the other kind), or ``backward()`` of a complex scalar (refused); a
+quarter of the gradients are taken with ``create_graph=True`` and differentiated again (the
+gradient of ``sum |g|^2``).
 
 The second family draws one call from a table of about 250: construction and its refusals,
 the promotion rules (``result_type``, ``promote_types``, ``can_cast`` too), in-place writes
@@ -36,7 +38,9 @@ gradient for a complex output (torch refuses it: compared without grad here); ``
 computed at once (no conjugate bit: ``is_conj()`` is False), so nothing writes through a
 ``conj()`` nor takes ``view_as_real`` of one (torch refuses that); ``z ** 0.5``'s gradient at
 ``z = 0`` (retrograd takes it as ``sqrt``: ``inf + inf j`` where torch's is ``nan + nan j``)
-and ``lstsq`` of singular matrices (each driver's own answer) are not drawn. Not drawn
+and ``lstsq`` of singular matrices (each driver's own answer) are not drawn, and strides are
+compared for the views only (``sgn`` of a transposed tensor is row-major here where torch's
+follows its layout, ``angle`` the reverse). Not drawn
 either, as retrograd refuses them where torch computes: ``logcumsumexp``, ``geqrf``/
 ``householder_product``, ``silu`` (forward only in torch) and ``linspace`` of complex
 numbers.
