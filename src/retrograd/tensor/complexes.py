@@ -74,13 +74,10 @@ def view_as_complex(input: Any) -> Any:  # noqa: A002 (torch's name)
     """The complex tensor of a float32/float64 tensor whose last dimension (of size 2) holds
     real and imaginary parts."""
     if not isinstance(input, TensorBase):
-        raise DTypeError(
-            f"view_as_complex(): argument 'input' must be Tensor, not {_kind(input)}"
-        )
+        raise DTypeError(f"view_as_complex(): argument 'input' must be Tensor, not {_kind(input)}")
     if input.dtype not in _REAL_PARTS:  # (torch's RuntimeError)
         raise KernelDTypeError(
-            f"view_as_complex is only supported for float32 and float64 tensors, got "
-            f"{input.dtype}"
+            f"view_as_complex is only supported for float32 and float64 tensors, got {input.dtype}"
         )
     if input.ndim == 0 or input.shape[-1] != 2:  # (torch's RuntimeError, as the layout's)
         raise MemoryLayoutError(
