@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES, default_float_dtype
-from .errors import DTypeError, InvalidArgumentError, guard, shape_text
+from .errors import DTypeError, InvalidArgumentError, KernelDTypeError, guard, shape_text
 from .tensor import Tensor, arange, cat, zeros
 from .tensor._dispatch import normalize_dim
 from .tensor.creation import _no_out
@@ -89,7 +89,9 @@ def _as_complex(op: str, x: Tensor) -> Tensor:
 
 def _real_input(op: str, x: Tensor) -> Tensor:
     if x.is_complex():
-        raise DTypeError(f"fft.{op} expects a real input tensor, but got {x.dtype}")
+        raise KernelDTypeError(  # (torch's RuntimeError)
+            f"fft.{op} expects a real input tensor, but got {x.dtype}"
+        )
     return x if x.dtype in ("float32", "float64") else x.to(default_float_dtype())
 
 

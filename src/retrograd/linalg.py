@@ -28,7 +28,15 @@ from typing import Any
 import numpy as np
 
 from .backend.protocol import COMPLEX_DTYPES
-from .errors import DTypeError, InvalidArgumentError, LinAlgError, ShapeError, shape_text
+from .errors import (
+    DTypeError,
+    InvalidArgumentError,
+    LinAlgError,
+    MixedDTypeError,
+    ShapeError,
+    UnsupportedDTypeError,
+    shape_text,
+)
 from .errors import guard as _guard
 from .errors import guard_namespace as _guard_namespace
 from .tensor import FLOAT_DTYPES, Tensor
@@ -154,7 +162,9 @@ def _matrices(op: str, A: Any, complex_ok: bool = False) -> Tensor:  # noqa: N80
     if not isinstance(A, Tensor):
         raise DTypeError(f"{op}: expected a tensor, got {type(A).__name__}")
     if A.dtype not in FLOAT_DTYPES and not (complex_ok and A.dtype in COMPLEX_DTYPES):
-        raise DTypeError(f"{op}: expected a floating point tensor, got {A.dtype}")
+        # (torch's RuntimeError "Expected a floating point or complex tensor", or for
+        # eigh its NotImplementedError "linalg_eigh_cpu" not implemented for 'Long')
+        raise UnsupportedDTypeError(f"{op}: expected a floating point tensor, got {A.dtype}")
     if A.ndim < 2:
         raise ShapeError(
             f"{op}: the input must have at least 2 dimensions, got shape {shape_text(A.shape)}"
@@ -329,7 +339,7 @@ def solve(A: Tensor, B: Any, *, left: bool = True, out: Any = None) -> Tensor:  
             f"{shape_text(matrices.shape)}"
         )
     if isinstance(B, Tensor) and B.dtype != matrices.dtype:  # torch's rule: no promotion
-        raise DTypeError(
+        raise MixedDTypeError(
             f"linalg.solve: A ({matrices.dtype}) and B ({B.dtype}) must have the same dtype"
         )
     rhs = lift(matrices, B, "linalg.solve")
@@ -1001,7 +1011,7 @@ def lstsq(
             f"{shape_text(rhs.shape)} have different numbers of rows"
         )
     if rhs.dtype != matrices.dtype:
-        raise DTypeError(
+        raise MixedDTypeError(
             f"linalg.lstsq: A ({matrices.dtype}) and B ({rhs.dtype}) must have the same dtype"
         )
     if rcond is None:
@@ -1163,7 +1173,9 @@ def vecdot(x: Tensor, y: Any, *, dim: int = -1, out: Any = None) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"linalg.vecdot: expected a tensor, got {type(x).__name__}")
     if isinstance(y, Tensor) and y.dtype != x.dtype:  # torch's rule: no promotion
-        raise DTypeError(f"linalg.vecdot: x ({x.dtype}) and y ({y.dtype}) must have the same dtype")
+        raise MixedDTypeError(
+            f"linalg.vecdot: x ({x.dtype}) and y ({y.dtype}) must have the same dtype"
+        )
     product = (x.conj() if x.is_complex() else x) * lift(x, y, "linalg.vecdot")
     return product.sum(normalize_dim("linalg.vecdot", dim, product.ndim))
 

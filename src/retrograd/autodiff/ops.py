@@ -2049,7 +2049,10 @@ complex_rules("div_scalar", lambda B, g, s: B.div_scalar(g, complex(s).conjugate
 complex_rules("rdiv_scalar", lambda B, g, x, out: B.neg(B.div(_conj_times(B, g, out), B.conj(x))))
 complex_rules(
     "pow_scalar",
-    lambda B, g, x, s: _conj_times(B, g, B.mul_scalar(B.pow_scalar(x, s - 1.0), s)),
+    # (x ** 0 is 1: zero gradient, as torch's, not 0 * x ** -1, NaN at x = 0)
+    lambda B, g, x, s: (
+        B.zeros_like(g) if s == 0 else _conj_times(B, g, B.mul_scalar(B.pow_scalar(x, s - 1.0), s))
+    ),
 )
 complex_rules("abs", lambda B, g, x: B.mul(B.cast(g, B.dtype(x)), _complex_sign(B, x)))
 complex_rules("exp", lambda B, g, out: _conj_times(B, g, out))

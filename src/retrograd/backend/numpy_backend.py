@@ -450,6 +450,21 @@ def _cumulative_extreme(x: np.ndarray, dim: int, ufunc: np.ufunc) -> tuple[Any, 
 _SELECT_REDUCTIONS = {"prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
 
 
+def _complex_power_of_zero(x, y, out):
+    """``out`` (NumPy's complex ``x ** y``) with torch's value where ``x`` is 0: its kernel's
+    ``exp(y * log(x))``, ``log(0)`` being ``-inf``, is ``inf + nan j`` for ``Re(y) < 0``
+    (NumPy's ``nan + nan j``), 0 for ``Re(y) > 0`` and ``nan + nan j`` for ``Re(y) == 0``
+    (an exponent tensor of zeros too: NumPy's 1)."""
+    zero = x == 0
+    if not np.any(zero):
+        return out
+    re = np.real(y)
+    at_zero = np.where(
+        re < 0, complex(np.inf, np.nan), np.where(re > 0, 0j, complex(np.nan, np.nan))
+    )
+    return np.where(zero, at_zero, out).astype(out.dtype, copy=False)
+
+
 class NumpyBackend(
     NumpyMathKernels,
     NumpyNNKernels,
@@ -643,6 +658,8 @@ class NumpyBackend(
 
     def pow(self, x, y):
         out = np.power(x, y)
+        if out.dtype.kind == "c":
+            return _complex_power_of_zero(x, y, out)
         exponent = np.asarray(y)
         seen_as_scalar = exponent.ndim == 0 or exponent.size < out.size or 0 in exponent.strides
         if np.asarray(x).dtype.kind == "f" and seen_as_scalar and np.any(exponent == 0.5):
@@ -700,7 +717,10 @@ class NumpyBackend(
             # torch computes x ** -0.5 as rsqrt (NumPy's x ** 0.5 is already sqrt): -0.0 gives
             # -inf and -inf NaN, where IEEE pow gives inf and 0
             return np.reciprocal(np.sqrt(x))
-        return np.power(x, s)
+        out = np.power(x, s)
+        if out.dtype.kind == "c" and s != 0:  # (a number exponent 0 gives 1, as torch's)
+            return _complex_power_of_zero(x, s, out)
+        return out
 
     def rpow_scalar(self, x, s):
         return np.power(s, x)
@@ -729,7 +749,13 @@ class NumpyBackend(
 
     sqrt = staticmethod(np.sqrt)
     square = staticmethod(np.square)
-    recip = staticmethod(np.reciprocal)
+
+    def recip(self, x):
+        out = np.reciprocal(x)
+        if out.dtype.kind == "c":  # torch's 1 / 0 is inf + nan j (NumPy's nan + nan j)
+            return _complex_power_of_zero(x, -1.0, out)
+        return out
+
     sin = staticmethod(np.sin)
     cos = staticmethod(np.cos)
     tan = staticmethod(np.tan)

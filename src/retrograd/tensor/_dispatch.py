@@ -908,6 +908,10 @@ def _watched_dispatch(
     return result
 
 
+#: the Python numbers of :func:`dispatch`'s fast path with a float tensor
+_REAL_NUMBERS = (float, int)
+
+
 def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: tuple = ()) -> Any:
     """:func:`apply`, as the method ``Tensor._apply`` the mixins call (the receiver is not
     used: a plain function bound as a method is what CPython 3.11 specialises best, better than
@@ -951,14 +955,15 @@ def dispatch(_receiver: Any, op: TensorOp | str, inputs: Sequence[Any], params: 
                     ):
                         follow_layout(result, (a, b))
                     return result
-        elif op.scalar is not None:  # a Python number with a float tensor, either side
+        elif op.scalar is not None and (
+            type(b) in _REAL_NUMBERS or kind in _REAL_NUMBERS
+        ):  # a Python int or float with a float tensor, either side (a complex number, a
+            # bool: the general path below, whose result follows the layout too)
             other = type(b)
             if other is float or other is int:
                 t, value = a, b
-            elif kind is float or kind is int:  # reflected
+            else:  # reflected
                 t, value, other = b, a, kind
-            else:
-                return _binary(op, a, b, params)
             backend, prim = t._backend, t._prim
             if backend.dtype(prim) in FLOAT_DTYPES:
                 if other is int and not _INT64_MIN <= value < _UINT64_END:
@@ -1035,19 +1040,25 @@ _COMPLEX_UNTRACKED = frozenset(
 
 
 def real_only(op: str, t: Any) -> Any:
-    """``t``, unless it is complex: then the ``DTypeError`` of ``op``, which computes in real
-    numbers only here (a composition that would otherwise cast it to a real dtype first)."""
+    """``t``, unless it is complex: then the ``UnsupportedDTypeError`` of ``op``, which
+    computes in real numbers only here (a composition that would otherwise cast it to a real
+    dtype first); torch's refusal there is a ``NotImplementedError`` (``"logit_cpu" not
+    implemented for 'ComplexDouble'``, ``clamp is not supported for complex types``) or a
+    ``RuntimeError`` (``deg2rad is not supported for complex tensors``): the class is both."""
     if isinstance(t, TensorBase) and t._backend.dtype(t._prim) in COMPLEX_DTYPES:
-        raise DTypeError(
+        raise UnsupportedDTypeError(
             f"{op}: not implemented for {t._backend.dtype(t._prim)} tensors in retrograd"
         )
     return t
 
 
 def refuse_complex(op: TensorOp | str, inputs: Sequence[Any]) -> None:
-    """The ``DTypeError`` of ``op`` given a complex tensor where its kernel computes none (a
-    comparison, a rounding, an activation...): never a wrong result nor a bare backend
-    error."""
+    """The ``UnsupportedDTypeError`` of ``op`` given a complex tensor where its kernel computes
+    none (a comparison, a rounding, an activation...): never a wrong result nor a bare backend
+    error. torch refuses these with a ``NotImplementedError`` (``"gt_cpu" not implemented for
+    'ComplexDouble'``, ``floor is not supported for complex inputs``) or a ``RuntimeError``
+    (``Sort does not support complex dtypes``, ``argmax(): does not support complex input``):
+    the class is both (and a ``DTypeError``, a ``TypeError``, as before)."""
     complex_dtype = None
     scalar = False
     for t in inputs:
@@ -1068,7 +1079,7 @@ def refuse_complex(op: TensorOp | str, inputs: Sequence[Any]) -> None:
     declared = OPS.get(kernel)
     if declared is None or declared.complex_vjps is not None or kernel in _COMPLEX_UNTRACKED:
         return
-    raise DTypeError(
+    raise UnsupportedDTypeError(
         f"{name}: not implemented for {complex_dtype} tensors in retrograd (its complex "
         "tensors have arithmetic, exp/log/sqrt/trigonometry, abs/angle, sums and means, "
         "matmul/einsum, linear algebra, convolutions, shape and indexing ops, and torch.fft)"
@@ -1164,6 +1175,8 @@ _LAYOUT_KERNELS = frozenset(
         "logical_xor",
         "xlogy",
         "xlog1py",
+        "conj",
+        "complex",
         "refused_derivative",
         # (not elementwise, but torch's output is ``empty_like(self)`` in its layout)
         "flip",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DTypeError, ShapeError, shape_text
+from ..errors import DTypeError, KernelDTypeError, MemoryLayoutError, shape_text
 from ._dispatch import COMPLEX_DTYPES, TensorBase
 from .autocasting import autocast_op
 from .functions import broadcast_tensors
@@ -34,7 +34,8 @@ def _real_pair(op: str, names: tuple[str, str], first: Any, second: Any) -> tupl
                 f"{op}(): argument '{name}' must be Tensor, not {type(value).__name__}"
             )
     if first.dtype not in _REAL_PARTS or first.dtype != second.dtype:
-        raise DTypeError(
+        # (torch's RuntimeError: "Expected both inputs to be Half, Float or Double tensors")
+        raise KernelDTypeError(
             f"{op}: expected {names[0]} and {names[1]} of one dtype, float32 or float64 (as "
             f"torch), got {first.dtype} and {second.dtype}"
         )
@@ -59,9 +60,12 @@ def polar(abs: Any, angle: Any, *, out: Any = None) -> Any:  # noqa: A002 (torch
 
 def view_as_real(input: Any) -> Any:  # noqa: A002 (torch's name)
     """A complex tensor's real and imaginary parts in a last dimension of size 2."""
-    if not isinstance(input, TensorBase) or input.dtype not in COMPLEX_DTYPES:
-        got = input.dtype if isinstance(input, TensorBase) else type(input).__name__
-        raise DTypeError(f"view_as_real is only supported for complex tensors, got {got}")
+    if not isinstance(input, TensorBase):
+        raise DTypeError(f"view_as_real(): argument 'input' must be Tensor, not {_kind(input)}")
+    if input.dtype not in COMPLEX_DTYPES:  # (torch's RuntimeError)
+        raise KernelDTypeError(
+            f"view_as_real is only supported for complex tensors, got {input.dtype}"
+        )
     return link(complex_view_of(input, "view_as_real"), input, "view_as_real")
 
 
@@ -69,13 +73,14 @@ def view_as_real(input: Any) -> Any:  # noqa: A002 (torch's name)
 def view_as_complex(input: Any) -> Any:  # noqa: A002 (torch's name)
     """The complex tensor of a float32/float64 tensor whose last dimension (of size 2) holds
     real and imaginary parts."""
-    if not isinstance(input, TensorBase) or input.dtype not in _REAL_PARTS:
-        got = input.dtype if isinstance(input, TensorBase) else type(input).__name__
-        raise DTypeError(
-            f"view_as_complex is only supported for float32 and float64 tensors, got {got}"
+    if not isinstance(input, TensorBase):
+        raise DTypeError(f"view_as_complex(): argument 'input' must be Tensor, not {_kind(input)}")
+    if input.dtype not in _REAL_PARTS:  # (torch's RuntimeError)
+        raise KernelDTypeError(
+            f"view_as_complex is only supported for float32 and float64 tensors, got {input.dtype}"
         )
-    if input.ndim == 0 or input.shape[-1] != 2:
-        raise ShapeError(
+    if input.ndim == 0 or input.shape[-1] != 2:  # (torch's RuntimeError, as the layout's)
+        raise MemoryLayoutError(
             f"view_as_complex: the last dimension must have size 2, got shape "
             f"{shape_text(input.shape)}"
         )
@@ -90,21 +95,25 @@ def _require_complex_layout(input: TensorBase) -> None:  # noqa: A002 (torch's n
     works under torch."""
     strides, offset = input.stride(), input.storage_offset()
     if strides[-1] != 1:
-        raise ShapeError(
+        raise MemoryLayoutError(
             f"view_as_complex: the last dimension must have stride 1, got strides {strides} "
             f"for shape {shape_text(input.shape)} (as torch; call .contiguous() first)"
         )
     if any(stride % 2 for stride in strides[:-1]):
-        raise ShapeError(
+        raise MemoryLayoutError(
             f"view_as_complex: every stride but the last must be divisible by 2, got strides "
             f"{strides} for shape {shape_text(input.shape)} (as torch; call .contiguous() "
             "first)"
         )
     if offset % 2:
-        raise ShapeError(
+        raise MemoryLayoutError(
             f"view_as_complex: the storage offset must be divisible by 2, got {offset} (as "
             "torch; call .contiguous() first)"
         )
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
 
 
 def _no_out(op: str, out: Any) -> None:

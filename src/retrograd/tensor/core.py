@@ -43,6 +43,7 @@ from ..errors import (
     DeviceUnavailableError,
     DTypeError,
     InvalidArgumentError,
+    KernelDTypeError,
     RetrogradError,
     ShapeError,
     SizeMismatchError,
@@ -130,9 +131,11 @@ _running_backwards = _RunningBackwards()
 
 def refuse_mixed_complex_grad(op: str, output: Tensor, grad: Tensor) -> None:
     """torch's refusal of a gradient that is complex where its output is real, or real where
-    it is complex: a cast would drop an imaginary part or make one up."""
+    it is complex: a cast would drop an imaginary part or make one up (torch's
+    ``RuntimeError``, "For complex Tensors, both grad_output and output are required to have
+    the same dtype")."""
     if output.is_complex() != grad.is_complex():
-        raise DTypeError(
+        raise KernelDTypeError(
             f"{op}: for complex tensors, both the gradient and the output must be complex or "
             f"both real; got a gradient of dtype {grad.dtype} for an output of dtype "
             f"{output.dtype}"
@@ -431,8 +434,8 @@ class Tensor(
         value = self._one_value(op)
         if isinstance(value, complex) and value.imag == 0:
             value = value.real  # (torch's checked conversion: a zero imaginary part is no loss)
-        if isinstance(value, complex):
-            raise DTypeError(
+        if isinstance(value, complex):  # (torch's RuntimeError)
+            raise KernelDTypeError(
                 f"{op}: the complex value {value!r} cannot be converted to a real number (as "
                 "torch refuses it); take .real or .abs() of it first"
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import DTypeError, ShapeError, SizeMismatchError, shape_text
+from ..errors import MixedDTypeError, ShapeError, SizeMismatchError, shape_text
 from ._dispatch import promote
 
 __all__ = ["contract"]
@@ -134,7 +134,7 @@ def _pair(a: Any, sa: str, b: Any, sb: str, keep: set[str]) -> tuple[Any, str]:
         if a.dtype != b.dtype and ns <= 1:  # torch multiplies when nothing real is summed
             a, b = promote(a, b, "einsum")
         if a.dtype != b.dtype:
-            raise DTypeError(
+            raise MixedDTypeError(
                 f"einsum: operands contracted over {''.join(summed)!r} have different dtypes "
                 f"({a.dtype} {shape_text(a.shape)} and {b.dtype} {shape_text(b.shape)})"
             )

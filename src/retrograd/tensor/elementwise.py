@@ -678,8 +678,10 @@ class ElementwiseMixin:
     def hypot(self, other: Any) -> Any:
         other = tensor_argument("hypot", other)
         other_float = other.is_float() if hasattr(other, "dtype") else False
-        if not self.is_float() and not other_float:  # torch has no integer hypot
-            raise DTypeError(f"hypot: not implemented for {self.dtype} operands (as in torch)")
+        if not self.is_float() and not other_float:  # torch has no integer nor complex hypot
+            raise UnsupportedDTypeError(
+                f"hypot: not implemented for {self.dtype} operands (as in torch)"
+            )
         return self._apply(HYPOT, (self, other))
 
     # -- operators ----------------------------------------------------------------------------
@@ -725,7 +727,7 @@ class ElementwiseMixin:
             _no_bool("pow")
         result = integer_power(other, self)
         result = self._apply(RPOW, (other, self)) if result is None else result
-        if isinstance(other, SCALAR_TYPES):  # torch's pow(Scalar, Tensor): a row-major result
+        if isinstance(other, (*SCALAR_TYPES, complex)):  # torch's pow(Scalar, Tensor): row-major
             result._layout = None
         return result
 
@@ -1065,9 +1067,11 @@ class ElementwiseMixin:
         """Softmax along ``dim``; ``dtype`` casts first (torch's ``x.softmax(-1,
         dtype=torch.float32)``, as attention code computes in float32)."""
         x = self if dtype is None else self.cast(dtype)
-        if not x.is_float():  # torch has no integer softmax (pass dtype=); empty passes
-            if x.numel():
-                raise DTypeError(f"softmax: expected a floating point tensor, got {x.dtype}")
+        if not x.is_float():  # torch has no integer nor complex softmax (pass dtype=); empty passes
+            if x.numel():  # (torch's NotImplementedError: "softmax_kernel_impl" not implemented)
+                raise UnsupportedDTypeError(
+                    f"softmax: expected a floating point tensor, got {x.dtype}"
+                )
             return x
         d = normalize_dim("softmax", dim, x.ndim)
         return x._apply(SOFTMAX, (x,), (d,))
@@ -1077,8 +1081,10 @@ class ElementwiseMixin:
     def log_softmax(self, dim: int, dtype: Any = None) -> Any:
         x = self if dtype is None else self.cast(dtype)
         if not x.is_float():
-            if x.numel():
-                raise DTypeError(f"log_softmax: expected a floating point tensor, got {x.dtype}")
+            if x.numel():  # (torch's NotImplementedError, as softmax's)
+                raise UnsupportedDTypeError(
+                    f"log_softmax: expected a floating point tensor, got {x.dtype}"
+                )
             return x
         d = normalize_dim("log_softmax", dim, x.ndim)
         return x._apply(LOG_SOFTMAX, (x,), (d,))

@@ -904,7 +904,7 @@ def isclose(input: Any, other: Any, rtol: float = 1e-5, atol: float = 1e-8,  # n
     input = lift_input("isclose", input)  # noqa: A001 (a state dict's entry: a tensor in torch)
     other = lift(input, stood_for(other), "isclose")
     if input.dtype != other.dtype:
-        raise DTypeError(
+        raise MixedDTypeError(  # (torch's RuntimeError: "ComplexDouble did not match Double")
             f"isclose: expected both tensors of one dtype, got {input.dtype} and {other.dtype}"
         )
     if input.dtype == "bool":
@@ -1044,7 +1044,9 @@ def cdist(x1: Any, x2: Any, p: float = 2.0, compute_mode: str = _CDIST_MODES[0])
         if x.ndim < 2:
             raise ShapeError(f"cdist: {name} must have at least 2 dimensions, got {x.ndim}")
     if x1.dtype != x2.dtype:  # torch's kernel takes one scalar type
-        raise DTypeError(f"cdist: x1 ({x1.dtype}) and x2 ({x2.dtype}) must have the same dtype")
+        raise MixedDTypeError(
+            f"cdist: x1 ({x1.dtype}) and x2 ({x2.dtype}) must have the same dtype"
+        )
     if x1.shape[-1] != x2.shape[-1]:
         raise SizeMismatchError(
             f"cdist: x1 {shape_text(x1.shape)} and x2 {shape_text(x2.shape)} must have the same "

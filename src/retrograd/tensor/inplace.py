@@ -578,8 +578,8 @@ class InplaceMixin:
         return self._absolute_in_place("absolute_")
 
     def _absolute_in_place(self, op: str) -> Any:
-        if self.is_complex():  # the real magnitude cannot be written back (torch refuses too)
-            raise DTypeError(
+        if self.is_complex():  # the real magnitude cannot be written back (torch refuses too,
+            raise ResultCastError(  # its RuntimeError)
                 f"{op}: in-place abs is not supported for complex tensors (got {self.dtype}); "
                 "use abs() for the float magnitudes"
             )

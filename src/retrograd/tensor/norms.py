@@ -9,8 +9,8 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend.protocol import FLOAT_DTYPES
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
+from ..backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES
+from ..errors import DTypeError, InvalidArgumentError, KernelDTypeError, ShapeError, shape_text
 from ._dispatch import TensorBase as Tensor
 from ._dispatch import int_dims, normalize_dim, result_dtype, stood_for
 from .dtypes import canonical_dtype
@@ -37,20 +37,25 @@ def _singular_values(A: Tensor) -> Tensor:  # noqa: N803 (torch's name)
 
 
 def _norm_input(op: str, x: Any, dtype: Any) -> Tensor:
+    """``x`` cast to ``dtype``, under torch's rules (each refusal torch's ``RuntimeError``):
+    a float or complex input, ``dtype`` of its kind (complex for a complex input), a cast that
+    does not narrow."""
     x = stood_for(x)
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op}: expected a tensor, got {type(x).__name__}")
-    if x.dtype not in FLOAT_DTYPES:  # (before dtype=, which does not make an int input valid)
-        raise DTypeError(
-            f"{op}: expected a floating point tensor as input, got {x.dtype} of shape "
-            f"{shape_text(x.shape)}"
+    kinds = COMPLEX_DTYPES if x.is_complex() else FLOAT_DTYPES
+    if x.dtype not in kinds:  # (before dtype=, which does not make an int input valid)
+        raise KernelDTypeError(
+            f"{op}: expected a floating point or complex tensor as input, got {x.dtype} of "
+            f"shape {shape_text(x.shape)}"
         )
     if dtype is not None:
         name = canonical_dtype(op, dtype)
-        if name not in FLOAT_DTYPES:
-            raise DTypeError(f"{op}: dtype must be a floating point dtype, got {dtype}")
+        if name not in kinds:
+            kind = "complex for complex" if x.is_complex() else "real floating point for real"
+            raise KernelDTypeError(f"{op}: dtype should be {kind} inputs, got {dtype}")
         if result_dtype(x.dtype, name) != name:  # torch: a cast that does not narrow
-            raise DTypeError(
+            raise KernelDTypeError(
                 f"{op}: the dtype of the input ({x.dtype}) should be convertible without "
                 f"narrowing to the specified dtype ({name})"
             )
@@ -142,7 +147,7 @@ def vector_norm(
     """
     _no_out("linalg.vector_norm", out)
     if isinstance(x, Tensor) and x.is_complex():  # the norm of a complex vector: of |x|
-        x = (x if dtype is None else x.to(dtype)).abs()
+        x = _norm_input("linalg.vector_norm", x, dtype).abs()
         dtype = None
     x = _norm_input("linalg.vector_norm", x, dtype)
     if isinstance(ord, str) or not isinstance(ord, numbers.Real) or isinstance(ord, bool):
@@ -182,6 +187,9 @@ def matrix_norm(
     [6.0, 7.0, 5.477225575051661]
     """
     _no_out("linalg.matrix_norm", out)
+    if isinstance(A, Tensor) and A.is_complex() and dtype is not None:  # a complex dtype=
+        A = _norm_input("linalg.matrix_norm", A, dtype)  # noqa: N806
+        dtype = None
     if isinstance(A, Tensor) and A.is_complex() and dtype is None and ord not in ("nuc", 2, -2):
         # the norms of the entries' magnitudes, as torch's ("fro", the row and column sums);
         # those of the singular values are of the complex matrix itself (below)

@@ -146,7 +146,9 @@ class ReduceMixin:
         """:meth:`sum` counting NaN as zero; as torch's, the NaNs are zeroed before ``dtype``
         casts (a NaN summed as int64 or bool counts as 0). Ints and bools sum as int64."""
         if self.is_complex():
-            raise DTypeError("nansum: complex tensors are not supported (as torch's CPU kernel)")
+            raise UnsupportedDTypeError(  # (torch's RuntimeError)
+                "nansum: complex tensors are not supported (as torch's CPU kernel)"
+            )
         if dim is None and keepdim:  # torch: every dim kept, of size 1
             dim = ()
         x = self
@@ -442,6 +444,8 @@ class ReduceMixin:
         matrix), a number ``p`` (any: ``inf``, ``-inf``, 0, negative) the vector ``p``-norm
         over ``dim`` (``rg.linalg.vector_norm``, torch's gradients, zero at a zero vector).
         An integer or bool tensor is refused, as torch refuses it (pass ``dtype=``)."""
+        if self.is_complex() and dtype is not None:  # torch's rules: a complex dtype= only,
+            return norms.tensor_norm(self, p, dim, keepdim, dtype=dtype)  # not narrowing
         x = self if dtype is None else self.cast(dtype)
         if x.is_complex() and p != "nuc":  # a complex tensor's vector norms: of |x|
             x = x.abs()

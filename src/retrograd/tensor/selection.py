@@ -42,6 +42,7 @@ from ..errors import (
     IndexOutOfRangeError,
     InvalidArgumentError,
     InvalidValueError,
+    KernelDTypeError,
     MixedDTypeError,
     SamplingError,
     ShapeError,
@@ -87,6 +88,16 @@ AminmaxResult = namedtuple("aminmax", ["min", "max"])
 HistogramResult = namedtuple("histogram", ["hist", "bin_edges"])
 ModeResult = namedtuple("mode", ["values", "indices"])
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _write_part(part: Any, value: Any) -> None:
+    """Write ``value`` into ``part`` (a ``.real``/``.imag`` view): ``copy_`` of a tensor, or
+    ``fill_`` with a number. (``z.real += v`` assigns back a view it already wrote: the
+    copy writes the same values again, as torch's setter does.)"""
+    if isinstance(value, TensorBase):
+        part.copy_(value)
+    else:
+        part.fill_(value)
 
 
 class SelectionMixin:
@@ -1141,8 +1152,22 @@ class SelectionMixin:
     def imag(self) -> Any:
         """The imaginary part of a complex tensor, a view as :attr:`real`."""
         if self.dtype not in COMPLEX_DTYPES:
-            raise DTypeError("imag is not implemented for tensors with non-complex dtypes.")
+            raise KernelDTypeError(  # (torch's RuntimeError)
+                "imag is not implemented for tensors with non-complex dtypes."
+            )
         return link(complex_view_of(self, "imag"), self, "imag")
+
+    @real.setter
+    def real(self, value: Any) -> None:
+        """``z.real = v``: ``v`` (a tensor, broadcast, or a number) written into the real part,
+        torch's setter (so ``z.real += v``, which assigns back, works as in torch)."""
+        _write_part(self.real, value)
+
+    @imag.setter
+    def imag(self, value: Any) -> None:
+        """``z.imag = v``, as :attr:`real`'s setter (a real tensor has no imaginary part to
+        write: torch's refusal)."""
+        _write_part(self.imag, value)
 
     def angle(self) -> Any:
         """The argument of each element, ``atan2(imag, real)``; of a real tensor, 0 or pi

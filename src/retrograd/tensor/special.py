@@ -351,8 +351,8 @@ class SpecialMixin:
 
     def frac(self) -> Any:
         """``x - trunc(x)`` (float tensors, as torch's)."""
-        if self.dtype not in FLOAT_DTYPES:
-            raise DTypeError(f"frac: expected a floating point tensor, got {self.dtype}")
+        if self.dtype not in FLOAT_DTYPES:  # (torch's "frac_cpu" not implemented for 'Long')
+            raise UnsupportedDTypeError(f"frac: expected a floating point tensor, got {self.dtype}")
         return self - self.trunc()
 
     def fix(self) -> Any:

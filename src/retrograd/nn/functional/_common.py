@@ -16,6 +16,7 @@ from ...errors import (
     MixedDTypeError,
     ShapeError,
     SizeMismatchError,
+    UnsupportedDTypeError,
 )
 from ...tensor import Tensor
 from ...tensor.internal import (
@@ -122,7 +123,10 @@ def _float_pair(
         and not (complex_ok and x.is_complex())
     ):
         kinds = "float or integer" if integers else "float"
-        raise DTypeError(f"{fn}: expected {kinds} tensors, got {x.dtype} input and {name}")
+        # a complex input: torch's NotImplementedError ("mse_cpu" not implemented for
+        # 'ComplexFloat') or RuntimeError ("expected common dtype to be floating point")
+        error = UnsupportedDTypeError if x.is_complex() else DTypeError
+        raise error(f"{fn}: expected {kinds} tensors, got {x.dtype} input and {name}")
     return x, other
 
 
@@ -130,6 +134,10 @@ def _float_input(fn: str, x: Any) -> Tensor:
     x = stood_for(x)
     if not isinstance(x, Tensor):
         raise DTypeError(f"{fn}: input must be a tensor, got {type(x).__name__}")
+    if x.is_complex():  # (torch's NotImplementedError: "elu_cpu" not implemented for complex)
+        raise UnsupportedDTypeError(
+            f"{fn}: expected a float input, got {x.dtype} {shape_text(x.shape)}"
+        )
     if x.dtype not in FLOAT_DTYPES:
         raise KernelDTypeError(  # (torch's RuntimeError: "... not implemented for 'Long'")
             f"{fn}: expected a float input, got {x.dtype} {shape_text(x.shape)}"

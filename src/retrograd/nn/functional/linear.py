@@ -38,6 +38,10 @@ def _complex_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     operands = [t for t in (x, weight, bias) if t is not None]
     if not all(isinstance(t, Tensor) for t in operands) or len({t.dtype for t in operands}) > 1:
         got = ", ".join(getattr(t, "dtype", type(t).__name__) for t in operands)
+        if all(isinstance(t, Tensor) for t in operands):  # (torch's RuntimeError)
+            raise MixedDTypeError(
+                f"linear: expected input, weight and bias of one dtype, got {got}"
+            )
         raise DTypeError(f"linear: expected input, weight and bias of one dtype, got {got}")
     if weight.ndim not in (1, 2) or x.ndim == 0 or x.shape[-1] != weight.shape[-1]:
         raise ShapeError(
