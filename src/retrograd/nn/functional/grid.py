@@ -268,6 +268,11 @@ def grid_sample(
     if 0 in sizes:
         raise SizeMismatchError(f"{fn}: expected a non-empty image, got {shape_text(input.shape)}")
     align = _corners(align_corners)
+    if input.dtype in ("float32", "float64") and (input.requires_grad or grid.requires_grad):
+        # one op of the op table (autodiff/ops.py) whose rule reads the input and the grid, as
+        # torch's grid_sampler_2d_backward: the composite below held each corner's values,
+        # weights and masks (7x torch's bytes bilinear, 29x bicubic; 7 December)
+        return input._apply("grid_sample", (input, grid), (mode, padding_mode, align))
     flat = input.reshape(n, c, math.prod(sizes))
     if mode == "bicubic":
         width, height = sizes[1], sizes[0]
