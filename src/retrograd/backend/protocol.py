@@ -286,6 +286,8 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "has_dtype",
             "grid_sample",
             "grid_sample_backward",
+            "group_norm",
+            "group_norm_backward",
         }
     )
     #: The device label tensors made on this backend get when none is given (a GPU backend
