@@ -1572,6 +1572,51 @@ Op(
 )
 
 
+# F.affine_grid (float32/float64, a tracked theta): one op whose rule reads the points of each
+# axis (``axes``, the linspaces of x, y[, z] end to end, a constant kept on the device) and
+# rebuilds the base grid from them, as torch's affine_grid_generator_backward: as a composite
+# the matmul's rule held the [1, H * W, 3] base grid, an untracked value 1.5x the grid's size
+# (torch holds nothing; 7 December).
+def _affine_base(B, axes, size, align):
+    """The base grid ``[1, prod(size[2:]), S + 1]``, its last axis (x, y[, z], 1), x varying
+    fastest: the arithmetic of ``nn.functional.grid``'s composite."""
+    shape = tuple(size[2:])
+    columns, start = [], 0
+    for k, steps in enumerate(reversed(shape)):
+        coords = B.slice(axes, (slice(start, start + steps, 1),))
+        start += steps
+        if steps > 1 and not align:
+            coords = B.div_scalar(B.mul_scalar(coords, float(steps - 1)), float(steps))
+        dim = len(shape) - 1 - k
+        view = [1] * len(shape)
+        view[dim] = shape[dim]
+        columns.append(B.expand(B.reshape(coords, tuple(view)), shape))
+    columns.append(B.add_scalar(B.mul_scalar(columns[0], 0.0), 1.0))
+    base = B.cat([B.reshape(c, (*shape, 1)) for c in columns], len(shape))
+    return B.reshape(base, (1, math.prod(shape), len(shape) + 1))
+
+
+def _affine_grid_forward(B, theta, axes, size, align):
+    grid = B.matmul(_affine_base(B, axes, size, align), B.swap_dims(theta, 1, 2))
+    return B.reshape(grid, (size[0], *size[2:], len(size) - 2))
+
+
+def _affine_grid_vjp(B, g, axes, size, align):
+    base = _affine_base(B, axes, size, align)
+    points = B.reshape(g, (size[0], math.prod(size[2:]), len(size) - 2))
+    return B.swap_dims(B.matmul(B.swap_dims(base, -1, -2), points), 1, 2)
+
+
+Op(
+    "affine_grid",
+    ("theta", "axes"),
+    ("size", "align"),
+    (_affine_grid_vjp, None),
+    memory_bound=False,
+    forward=_affine_grid_forward,
+)
+
+
 # F.pdist (float32/float64, p > 0, a tracked input): one op whose rule reads the input and the
 # distances, as torch's _pdist_backward; the pairs' differences are recomputed in the forward
 # and the rule (cdist's arithmetic, one row pair at a time), never held. As a composite it
