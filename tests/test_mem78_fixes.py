@@ -260,6 +260,35 @@ def test_grid_sample_runs_on_an_inner_backend_without_autodiff():
             np.testing.assert_allclose(backend.to_numpy(grad), expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("padding", ["border", "reflection"])
+def test_a_nan_or_infinite_grid_point_is_clipped_not_a_crash(padding):
+    """A NaN or an infinite grid point is clipped (torch's clip_coordinates: its gradient
+    zero), as the composite took it. torch 2.13's own bilinear backward with border
+    or reflection padding writes out of bounds at a NaN point (a segmentation fault), so the
+    torch inner backend runs the protocol's default there."""
+    x, grid, weights = _grid_points(2, np.float64, 9)
+    grid[0, 0, 0] = [np.nan, np.inf]
+    grid[0, 0, 1] = [-np.inf, 1e30]
+    backend = rg.Autodiff(inner_backend())
+    xs = rg.tensor(x, backend=backend).requires_grad_()
+    gs = rg.tensor(grid, backend=backend).requires_grad_()
+    out = F.grid_sample(xs, gs, padding_mode=padding, align_corners=False)
+    grads = (out * rg.tensor(weights, backend=backend)).sum().backward()
+    plain = F.grid_sample(
+        rg.tensor(x, backend=backend),
+        rg.tensor(grid, backend=backend),
+        padding_mode=padding,
+        align_corners=False,
+    )
+    assert np.array_equal(out.numpy(), plain.numpy())
+    assert np.isfinite(out.numpy()).all()
+    assert np.isfinite(xs.grad(grads).numpy()).all()
+    g_grid = gs.grad(grads).numpy()
+    assert np.isfinite(g_grid).all()
+    # (1e30 is reflected back into the image: a gradient there)
+    assert (g_grid[0, 0, 0] == 0).all() and g_grid[0, 0, 1, 0] == 0
+
+
 # -- group_norm -----------------------------------------------------------------------------------
 def test_group_norm_holds_what_torch_saves():
     """Before: the centered values and the normalized output (65584 bytes here, 2.0x torch's);

@@ -300,7 +300,12 @@ class TorchNNKernels:
         )
 
     def grid_sample_backward(self, grad, x, grid, mode, padding_mode, align, needs):
-        # torch's own kernel (grid_sampler_2d/3d_backward), which reads the input and the grid
+        # torch's own kernel (grid_sampler_2d/3d_backward), which reads the input and the grid,
+        # for zeros padding: its border and reflection kernels write out of bounds at a NaN
+        # grid point (a segmentation fault in torch 2.13's CPU bilinear backward), and finding
+        # one would read the grid on the host; the protocol's default takes those
+        if padding_mode != "zeros":
+            return super().grid_sample_backward(grad, x, grid, mode, padding_mode, align, needs)
         kernel = aten.grid_sampler_2d_backward if x.dim() == 4 else aten.grid_sampler_3d_backward
         g_x, g_grid = kernel(
             grad,
