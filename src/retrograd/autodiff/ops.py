@@ -1572,6 +1572,44 @@ Op(
 )
 
 
+# F.binary_cross_entropy_with_logits with pos_weight (float32/float64): one op whose rules read
+# the logits, the targets and pos_weight, as torch's saves them; as a composite its products'
+# rules held 1 - y and the weight 1 + (pos_weight - 1) y, two untracked values of the input's
+# size (1.49x torch's bytes; 7 December). The rules are the composite's arithmetic.
+def _bce_pos_factor(B, y, pos):
+    return B.add_scalar(B.mul(B.sub_scalar(pos, 1.0), y), 1.0)
+
+
+def _bce_pos_forward(B, x, y, pos):
+    weighted = B.mul(B.log_sigmoid(x), _bce_pos_factor(B, y, pos))
+    return B.sub(B.mul(B.rsub_scalar(y, 1.0), x), weighted)
+
+
+def _bce_pos_x_rule(B, g, x, y, pos):
+    through_log_sigmoid = B.mul(B.mul(B.neg(g), _bce_pos_factor(B, y, pos)), B.sigmoid(B.neg(x)))
+    return B.add(B.mul(g, B.rsub_scalar(y, 1.0)), through_log_sigmoid)
+
+
+def _bce_pos_y_rule(B, g, x, y, pos):
+    through_factor = B.mul(B.mul(B.neg(g), B.log_sigmoid(x)), B.sub_scalar(pos, 1.0))
+    return B.add(B.neg(B.mul(g, x)), through_factor)
+
+
+def _bce_pos_weight_rule(B, g, x, y):
+    return B.mul(B.mul(B.neg(g), B.log_sigmoid(x)), y)
+
+
+Op(
+    "bce_with_logits_pos_weight",
+    ("x", "y", "pos"),
+    (),
+    (_bce_pos_x_rule, _bce_pos_y_rule, _bce_pos_weight_rule),
+    memory_bound=True,
+    broadcast=True,
+    forward=_bce_pos_forward,
+)
+
+
 # F.affine_grid (float32/float64, a tracked theta): one op whose rule reads the points of each
 # axis (``axes``, the linspaces of x, y[, z] end to end, a constant kept on the device) and
 # rebuilds the base grid from them, as torch's affine_grid_generator_backward: as a composite
