@@ -234,6 +234,10 @@ def _layer_norm_vjp(B, g, needs, x, weight, aux, eps):
     return B.layer_norm_backward(g, x, weight, aux, eps)
 
 
+def _group_norm_vjp(B, g, needs, x, weight, aux, groups, eps):
+    return B.group_norm_backward(g, x, weight, aux, groups, eps)
+
+
 def _batch_norm_vjp(B, g, needs, x, weight, aux, eps):
     return B.batch_norm_backward(g, x, weight, aux, eps)
 
@@ -263,6 +267,19 @@ Op(
     ("x", "weight", "bias"),
     ("eps",),
     (_batch_norm_vjp,) * 3,
+    memory_bound=False,
+    aux=True,
+    joint=True,
+)
+# F.group_norm (float32/float64): the statistics, the normalization and the affine map, one
+# op whose rule reads x, the weight and the statistics, as torch's native_group_norm saves
+# them: as a composite it held the centered values and the normalized output, twice torch's
+# bytes (7 December)
+Op(
+    "group_norm",
+    ("x", "weight", "bias"),
+    ("groups", "eps"),
+    (_group_norm_vjp,) * 3,
     memory_bound=False,
     aux=True,
     joint=True,

@@ -1569,6 +1569,147 @@ Op(
 )
 
 
+# torch's grid_sample (float32/float64, a tracked input or grid): one op whose rule reads the
+# input and the grid, as torch's grid_sampler_2d_backward saves them; the corner weights,
+# indices and values are recomputed in the backward primitive. As a composite it held each
+# corner's values, weights and masks: 7x torch's bytes bilinear, 29x bicubic (7 December).
+def _grid_sample_vjp(B, g, needs, x, grid, mode, padding_mode, align):
+    return B.grid_sample_backward(g, x, grid, mode, padding_mode, align, needs)
+
+
+Op(
+    "grid_sample",
+    ("x", "grid"),
+    ("mode", "padding_mode", "align"),
+    (_grid_sample_vjp,) * 2,
+    memory_bound=False,
+    joint=True,
+)
+
+
+# F.binary_cross_entropy_with_logits with pos_weight (float32/float64): one op whose rules read
+# the logits, the targets and pos_weight, as torch's saves them; as a composite its products'
+# rules held 1 - y and the weight 1 + (pos_weight - 1) y, two untracked values of the input's
+# size (1.49x torch's bytes; 7 December). The rules are the composite's arithmetic.
+def _bce_pos_factor(B, y, pos):
+    return B.add_scalar(B.mul(B.sub_scalar(pos, 1.0), y), 1.0)
+
+
+def _bce_pos_forward(B, x, y, pos):
+    weighted = B.mul(B.log_sigmoid(x), _bce_pos_factor(B, y, pos))
+    return B.sub(B.mul(B.rsub_scalar(y, 1.0), x), weighted)
+
+
+def _bce_pos_x_rule(B, g, x, y, pos):
+    through_log_sigmoid = B.mul(B.mul(B.neg(g), _bce_pos_factor(B, y, pos)), B.sigmoid(B.neg(x)))
+    return B.add(B.mul(g, B.rsub_scalar(y, 1.0)), through_log_sigmoid)
+
+
+def _bce_pos_y_rule(B, g, x, y, pos):
+    through_factor = B.mul(B.mul(B.neg(g), B.log_sigmoid(x)), B.sub_scalar(pos, 1.0))
+    return B.add(B.neg(B.mul(g, x)), through_factor)
+
+
+def _bce_pos_weight_rule(B, g, x, y):
+    return B.mul(B.mul(B.neg(g), B.log_sigmoid(x)), y)
+
+
+Op(
+    "bce_with_logits_pos_weight",
+    ("x", "y", "pos"),
+    (),
+    (_bce_pos_x_rule, _bce_pos_y_rule, _bce_pos_weight_rule),
+    memory_bound=True,
+    broadcast=True,
+    forward=_bce_pos_forward,
+)
+
+
+# F.affine_grid (float32/float64, a tracked theta): one op whose rule reads the points of each
+# axis (``axes``, the linspaces of x, y[, z] end to end, a constant kept on the device) and
+# rebuilds the base grid from them, as torch's affine_grid_generator_backward: as a composite
+# the matmul's rule held the [1, H * W, 3] base grid, an untracked value 1.5x the grid's size
+# (torch holds nothing; 7 December).
+def _affine_base(B, axes, size, align):
+    """The base grid ``[1, prod(size[2:]), S + 1]``, its last axis (x, y[, z], 1), x varying
+    fastest: the arithmetic of ``nn.functional.grid``'s composite."""
+    shape = tuple(size[2:])
+    columns, start = [], 0
+    for k, steps in enumerate(reversed(shape)):
+        coords = B.slice(axes, (slice(start, start + steps, 1),))
+        start += steps
+        if steps > 1 and not align:
+            coords = B.div_scalar(B.mul_scalar(coords, float(steps - 1)), float(steps))
+        dim = len(shape) - 1 - k
+        view = [1] * len(shape)
+        view[dim] = shape[dim]
+        columns.append(B.expand(B.reshape(coords, tuple(view)), shape))
+    columns.append(B.add_scalar(B.mul_scalar(columns[0], 0.0), 1.0))
+    base = B.cat([B.reshape(c, (*shape, 1)) for c in columns], len(shape))
+    return B.reshape(base, (1, math.prod(shape), len(shape) + 1))
+
+
+def _affine_grid_forward(B, theta, axes, size, align):
+    grid = B.matmul(_affine_base(B, axes, size, align), B.swap_dims(theta, 1, 2))
+    return B.reshape(grid, (size[0], *size[2:], len(size) - 2))
+
+
+def _affine_grid_vjp(B, g, axes, size, align):
+    base = _affine_base(B, axes, size, align)
+    points = B.reshape(g, (size[0], math.prod(size[2:]), len(size) - 2))
+    return B.swap_dims(B.matmul(B.swap_dims(base, -1, -2), points), 1, 2)
+
+
+Op(
+    "affine_grid",
+    ("theta", "axes"),
+    ("size", "align"),
+    (_affine_grid_vjp, None),
+    memory_bound=False,
+    forward=_affine_grid_forward,
+)
+
+
+# F.pdist (float32/float64, p > 0, a tracked input): one op whose rule reads the input and the
+# distances, as torch's _pdist_backward; the pairs' differences are recomputed in the forward
+# and the rule (cdist's arithmetic, one row pair at a time), never held. As a composite it
+# held the [pairs, M] differences: 23x torch's bytes for 64 rows (7 December).
+def _pdist_pairs(B, x):
+    """The rows of ``x`` ``[N, M]`` paired ``i < j`` in row-major order, each ``[pairs, 1, M]``
+    (cdist's batch of one row each), and the pairs' indices."""
+    import numpy as np
+
+    n, m = B.shape(x)
+    rows, cols = (
+        B.from_data(i.astype(np.int64), "int64", B.device(x)) for i in np.triu_indices(n, 1)
+    )
+    pairs = n * (n - 1) // 2
+    left, right = (B.reshape(B.select(x, i, 0), (pairs, 1, m)) for i in (rows, cols))
+    return left, right, rows, cols
+
+
+def _pdist_forward(B, x, p):
+    left, right, _, _ = _pdist_pairs(B, x)
+    out = B.cdist(left, right, p)
+    return B.reshape(out, B.shape(out)[:1])
+
+
+def _pdist_vjp(B, g, x, out, p):
+    left, right, rows, cols = _pdist_pairs(B, x)
+    pairs, m = B.shape(left)[0], B.shape(x)[1]
+    g_left, g_right = _cdist_vjp(
+        B, B.reshape(g, (pairs, 1, 1)), (True, True), left, right, B.reshape(out, (pairs, 1, 1)), p
+    )
+    zeros = B.zeros(B.shape(x), B.dtype(g), B.device(g))
+    # each row's gradient as torch's kernel sums it: its pairs with the rows before it, then
+    # with the rows after it
+    total = B.select_add(zeros, cols, B.reshape(g_right, (pairs, m)), 0)
+    return B.select_add(total, rows, B.reshape(g_left, (pairs, m)), 0)
+
+
+Op("pdist", ("x",), ("p",), (_pdist_vjp,), memory_bound=False, forward=_pdist_forward)
+
+
 def _sparse_coo_mm_values_vjp(B, g, rows, cols, dense):
     """The gradient of each stored value: the dot product of its output row of ``g`` with
     the row of ``dense`` it multiplied (torch's, a repeated index's values each getting it)."""

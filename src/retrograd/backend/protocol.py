@@ -287,6 +287,10 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "norm2",
             "rsqrt",
             "has_dtype",
+            "grid_sample",
+            "grid_sample_backward",
+            "group_norm",
+            "group_norm_backward",
         }
     )
     #: The device label tensors made on this backend get when none is given (a GPU backend
@@ -539,6 +543,25 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         )
         neither = self.mask_where(total, self.equal(x, y), halves)
         return self.mask_where(self.mask_where(neither, wins(x, y), x), wins(y, x), y)
+
+    def grid_sample(self, x: Any, grid: Any, mode: str, padding_mode: str, align: bool) -> Any:
+        """torch's ``grid_sample`` (the op table's, float32/float64): ``x`` ``[N, C, *sizes]``
+        read at the points of ``grid`` ``[N, *out, S]``, ``[N, C, *out]``. This default
+        composes primitives, the arithmetic of ``nn.functional.grid_sample``'s composite."""
+        from .protocol_grid import grid_sample
+
+        return grid_sample(self, x, grid, mode, padding_mode, align)
+
+    def grid_sample_backward(
+        self, grad: Any, x: Any, grid: Any, mode: str, padding_mode: str, align: bool, needs
+    ) -> tuple[Any, Any]:
+        """The gradients of :meth:`grid_sample` in ``x`` and ``grid`` (``None`` where
+        ``needs`` says none), read from ``x`` and ``grid`` alone, as torch's
+        ``grid_sampler_2d_backward``. This default composes primitives (the corner weights,
+        indices and values recomputed), so it differentiates again on the autodiff backend."""
+        from .protocol_grid import grid_sample_backward
+
+        return grid_sample_backward(self, grad, x, grid, mode, padding_mode, align, needs)
 
     def cdist(self, x1: Any, x2: Any, p: float) -> Any:
         """torch's ``cdist`` for ``p > 0`` (the op table's): the ``p``-norms of the rows'

@@ -22,6 +22,7 @@ differentiate again. A backend overrides them with its fused kernels.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .sizes import conv_output_size, conv_transpose_output_padding
@@ -215,6 +216,53 @@ class NNProtocol:
         )
         return self.mul(dx, rstd), dweight, dbias
 
+    # -- group normalization ----------------------------------------------------------------------
+    def group_norm(
+        self, x: Any, weight: Any, bias: Any, groups: int, eps: float
+    ) -> tuple[Any, Any]:
+        """Group normalization: ``x`` ``[N, C, *spatial]`` normalized over each of ``groups``
+        groups of channels with the spatial dims (biased variance), then ``* weight + bias``
+        (both ``[C]``, or empty): ``(out, stats)``, ``stats`` = ``[2, N, groups]`` holding each
+        group's mean and ``1 / sqrt(var + eps)`` (torch's ``native_group_norm``'s). This
+        default composes primitives, the arithmetic of ``nn.functional.group_norm``'s
+        composite."""
+        shape = self.shape(x)
+        mean, centered, rstd = _group_statistics(self, x, groups, eps)
+        out = self.reshape(self.mul(centered, rstd), shape)
+        column = (1, shape[1]) + (1,) * (len(shape) - 2)
+        if self.shape(weight)[0]:
+            out = self.mul(out, self.reshape(weight, column))
+        if self.shape(bias)[0]:
+            out = self.add(out, self.reshape(bias, column))
+        lead = (1, shape[0], groups)
+        return out, self.cat([self.reshape(mean, lead), self.reshape(rstd, lead)], 0)
+
+    def group_norm_backward(
+        self, grad: Any, x: Any, weight: Any, stats: Any, groups: int, eps: float
+    ) -> tuple[Any, Any, Any]:
+        """The gradients of ``sum(grad * group_norm(x, weight, bias, groups, eps)[0])``:
+        ``(dx, dweight, dbias)`` (``dweight``/``dbias`` ``[C]``, meaningless for an empty
+        weight), as torch's ``native_group_norm_backward``. ``stats`` is what
+        :meth:`group_norm` returned; this default recomputes it from ``x`` instead, so that,
+        recorded, it is differentiable in ``x``."""
+        shape = self.shape(x)
+        channels = shape[1]
+        dims = (0, *range(2, len(shape)))
+        column = (1, channels) + (1,) * (len(shape) - 2)
+        _, centered, rstd = _group_statistics(self, x, groups, eps)
+        grouped = self.shape(centered)
+        normalized = self.mul(centered, rstd)
+        flat = self.reshape(normalized, shape)
+        dbias = self.reshape(self.sum_dim(grad, dims), (channels,))
+        dweight = self.reshape(self.sum_dim(self.mul(grad, flat), dims), (channels,))
+        scaled = self.mul(grad, self.reshape(weight, column)) if self.shape(weight)[0] else grad
+        scaled = self.reshape(scaled, grouped)
+        projection = self.mean_dim(self.mul(scaled, normalized), (2,))
+        dx = self.sub(
+            self.sub(scaled, self.mean_dim(scaled, (2,))), self.mul(normalized, projection)
+        )
+        return self.reshape(self.mul(dx, rstd), shape), dweight, dbias
+
     def batch_norm_update(
         self,
         running_mean: Any,
@@ -353,6 +401,18 @@ def _channel_sum(backend: Any, g: Any) -> Any:
     """The gradient of a per-channel bias: ``g`` summed over batch and spatial dims."""
     dims = (0, *range(2, len(backend.shape(g))))
     return backend.reshape(backend.sum_dim(g, dims), (backend.shape(g)[1],))
+
+
+def _group_statistics(backend: Any, x: Any, groups: int, eps: float) -> tuple[Any, Any, Any]:
+    """``x`` ``[N, C, *]`` as ``[N, groups, C / groups * prod(*)]``: each group's mean, the
+    values less it, and ``1 / sqrt(var + eps)`` (biased variance)."""
+    shape = backend.shape(x)
+    per_group = shape[1] // groups * math.prod(shape[2:])
+    grouped = backend.reshape(x, (shape[0], groups, per_group))
+    mean = backend.mean_dim(grouped, (2,))
+    centered = backend.sub(grouped, mean)
+    variance = backend.mean_dim(backend.square(centered), (2,))
+    return mean, centered, backend.recip(backend.sqrt(backend.add_scalar(variance, eps)))
 
 
 def _batch_statistics(backend: Any, x: Any, eps: float) -> tuple[Any, Any, Any]:

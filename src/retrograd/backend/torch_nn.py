@@ -126,6 +126,11 @@ def _lift1d(x: torch.Tensor, *params: tuple) -> tuple:
     return (x.unsqueeze(2), *((fill, *value) for value, fill in params))
 
 
+#: torch's interpolation and padding codes of grid_sampler (GridSamplerInterpolation/Padding)
+_GRID_MODES = ("bilinear", "nearest", "bicubic")
+_GRID_PADDINGS = ("zeros", "border", "reflection")
+
+
 class TorchNNKernels:
     """The neural-network primitives of :class:`~retrograd.backend.TorchBackend`."""
 
@@ -293,6 +298,25 @@ class TorchNNKernels:
             groups,
             needs,
         )
+
+    def grid_sample_backward(self, grad, x, grid, mode, padding_mode, align, needs):
+        # torch's own kernel (grid_sampler_2d/3d_backward), which reads the input and the grid,
+        # for zeros padding: its border and reflection kernels write out of bounds at a NaN
+        # grid point (a segmentation fault in torch 2.13's CPU bilinear backward), and finding
+        # one would read the grid on the host; the protocol's default takes those
+        if padding_mode != "zeros":
+            return super().grid_sample_backward(grad, x, grid, mode, padding_mode, align, needs)
+        kernel = aten.grid_sampler_2d_backward if x.dim() == 4 else aten.grid_sampler_3d_backward
+        g_x, g_grid = kernel(
+            grad,
+            x,
+            grid,
+            _GRID_MODES.index(mode),
+            _GRID_PADDINGS.index(padding_mode),
+            bool(align),
+            [bool(needs[0]), bool(needs[1])],
+        )
+        return (g_x if needs[0] else None), (g_grid if needs[1] else None)
 
     # -- batch normalization ----------------------------------------------------------------------
     def batch_norm(self, x, weight, bias, eps):

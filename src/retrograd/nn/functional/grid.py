@@ -104,6 +104,19 @@ def affine_grid(theta: Tensor, size: Sequence[int], align_corners: bool | None =
     # instead: its check is the other branch of that warning)
     if min(size[2:]) <= 0 or (size[0] <= 0 and not (align and min(size[2:]) == 1)):
         raise ShapeError(f"{fn}: expected non-zero, positive output size, got {list(size)}")
+    if theta.dtype in ("float32", "float64") and theta.requires_grad and size[0] > 0:
+        # one op of the op table (autodiff/ops.py) whose rule rebuilds the base grid from the
+        # axes' points (a constant kept on the device): the composite below held the base
+        # grid for the matmul's rule, 1.5x the grid's bytes where torch holds nothing
+        precision = np.float64 if theta.dtype == "float64" else np.float32
+        host = np.concatenate(
+            [
+                torch_linspace(-1.0, 1.0, n, precision) if n > 1 else np.zeros(1, precision)
+                for n in reversed(size[2:])
+            ]
+        )
+        axes = host_constant(type(theta)._result, host, theta.backend, theta.device)
+        return theta._apply("affine_grid", (theta, axes), (size, align))
     # the base grid, last axis (x, y[, z], 1), x varying fastest (torch's order)
     axes = [_base_coordinates(theta, n, align) for n in reversed(size[2:])]
     shape = size[2:]
@@ -268,6 +281,11 @@ def grid_sample(
     if 0 in sizes:
         raise SizeMismatchError(f"{fn}: expected a non-empty image, got {shape_text(input.shape)}")
     align = _corners(align_corners)
+    if input.dtype in ("float32", "float64") and (input.requires_grad or grid.requires_grad):
+        # one op of the op table (autodiff/ops.py) whose rule reads the input and the grid, as
+        # torch's grid_sampler_2d_backward: the composite below held each corner's values,
+        # weights and masks (7x torch's bytes bilinear, 29x bicubic; 7 December)
+        return input._apply("grid_sample", (input, grid), (mode, padding_mode, align))
     flat = input.reshape(n, c, math.prod(sizes))
     if mode == "bicubic":
         width, height = sizes[1], sizes[0]

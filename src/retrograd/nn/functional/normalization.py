@@ -622,6 +622,24 @@ def group_norm(
             f"{shape_text(x.shape)} in {num_groups} groups"
         )
     _check_parameter_dtypes(fn, x, (("weight", weight), ("bias", bias)))
+    if x.dtype in ("float32", "float64") and x.numel() and x.backend.is_autodiff:
+        # One op (autodiff/nn_ops.py): the statistics, the normalization and the affine map,
+        # whose joint rule reads x, the weight and the statistics, as torch's
+        # native_group_norm_backward; as the composite below it held the centered values and
+        # the normalized output (twice torch's bytes). An absent weight or bias is the empty
+        # [0] tensor.
+        empty = None
+        affine = []
+        for value, name in ((weight, "weight"), (bias, "bias")):
+            value = _channel_vector(fn, x, value, name, channels)
+            if value is None:
+                if empty is None:
+                    empty = wrap(x, x.backend.zeros((0,), x.dtype, x.device))
+                value = empty
+            affine.append(value)
+        if any(t.requires_grad for t in (x, *affine)):
+            out, _ = apply(_GROUP_NORM, (x, *affine), (int(num_groups), float(eps)))
+            return out
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)
     per_group = channels // num_groups * math.prod(x.shape[2:])  # (not -1: N may be 0)
@@ -635,6 +653,8 @@ def group_norm(
         out = out + shift
     return out
 
+
+_GROUP_NORM = TensorOp("group_norm")
 
 #: ``torch.finfo(dtype).eps`` of the dtypes :func:`rms_norm` computes in: its default ``eps``
 _MACHINE_EPSILON = {
