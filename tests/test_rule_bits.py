@@ -98,9 +98,24 @@ def test_on_the_torch_backend_values_and_gradients_are_torchs(dtype):
     a, b = (RNG.standard_normal((2, N)) * 3).astype(dtype)
     g = RNG.standard_normal(N).astype(dtype)
     with rg.use_backend(rg.Autodiff(inner_backend())):
-        for name, arrays in [("exp2", [a]), ("logaddexp", [a, b]), ("logaddexp2", [a, b])]:
+        cases = [("exp2", [a]), ("logaddexp", [a, b]), ("logaddexp2", [a, b]), ("tanh", [a])]
+        for name, arrays in cases:
             ours = _gradient(rg, name, arrays, g)
             theirs = _gradient(torch, name, arrays, g)
             np.testing.assert_array_equal(ours[0], theirs[0], err_msg=name)
             for mine, torchs in zip(ours[1], theirs[1]):
                 np.testing.assert_array_equal(mine, torchs, err_msg=name)
+
+
+@pytest.mark.skipif(INNER == "numpy", reason="torch's kernels: the torch inner backend's bits")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_on_the_torch_backend_silu_and_mish_gradients_are_torchs_kernels(dtype):
+    x = (RNG.standard_normal(N) * 3).astype(dtype)
+    g = RNG.standard_normal(N).astype(dtype)
+    with rg.use_backend(rg.Autodiff(inner_backend())):
+        for name in ("silu", "mish"):
+            leaf = rg.tensor(x, requires_grad=True)
+            (ours,) = rg.autograd.grad(getattr(rg.nn.functional, name)(leaf), leaf, rg.tensor(g))
+            kernel = getattr(torch.ops.aten, f"{name}_backward")
+            theirs = kernel(torch.tensor(g), torch.tensor(x))
+            np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=name)

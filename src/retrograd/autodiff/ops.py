@@ -394,8 +394,7 @@ def _clamp_vjp(B, g, x, lo, hi):
 
 
 def _silu_vjp(B, g, x):
-    s = B.sigmoid(x)
-    return B.mul(g, B.mul(s, B.add_scalar(B.mul(x, B.rsub_scalar(s, 1.0)), 1.0)))
+    return B.silu_backward(g, x)
 
 
 def _inverse_permutation(dims):
@@ -802,7 +801,7 @@ unary("cos", lambda B, g, x: B.neg(B.mul(g, B.sin(x))))
 unary("tan", lambda B, g, out: B.mul(g, B.add_scalar(B.square(out), 1.0)))
 unary("sinh", lambda B, g, x: B.mul(g, B.cosh(x)))
 unary("cosh", lambda B, g, x: B.mul(g, B.sinh(x)))
-unary("tanh", lambda B, g, out: B.mul(g, B.rsub_scalar(B.square(out), 1.0)))
+unary("tanh", lambda B, g, out: B.tanh_backward(g, out))
 # the inverse functions' rules as torch's derivatives.yaml writes them, to the bit: a reciprocal
 # square root times the gradient, not the gradient over a square root
 unary("asin", lambda B, g, x: B.mul(g, B.rsqrt(B.rsub_scalar(B.square(x), 1.0))))
@@ -1173,17 +1172,9 @@ def _gelu_tanh_vjp(B, g, x):
 unary("gelu_tanh", _gelu_tanh_vjp)
 
 
-def _mish(B, x):
-    return B.tanh(B.softplus(x, 1.0))
-
-
 def _mish_vjp(B, g, x):
-    # the rules of x * tanh(softplus(x)), its composition, in their order (so its bits): mul's
-    # to x, then tanh's and softplus's (recomputed from x) to its other side, summed. It reads
-    # x alone, as torch's mish_backward; the composition held tanh's output beside it
-    t = _mish(B, x)
-    through = B.mul(B.mul(g, x), B.rsub_scalar(B.square(t), 1.0))
-    return B.add(B.mul(g, t), B.mul(through, B.sigmoid(B.mul_scalar(x, 1.0))))
+    # torch's mish_backward: it reads x alone (the composition held tanh's output beside it)
+    return B.mish_backward(g, x)
 
 
 unary("mish", _mish_vjp)

@@ -266,6 +266,9 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "log2",
             "log10",
             "exp2",
+            "tanh_backward",
+            "silu_backward",
+            "mish_backward",
             "hardsigmoid",
             "elu",
             "mish",
@@ -613,6 +616,28 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
     def softsign(self, x: Any) -> Any:
         """``x / (|x| + 1)``. This default composes primitives."""
         return self.div(x, self.add_scalar(self.abs(x), 1.0))
+
+    def tanh_backward(self, grad: Any, out: Any) -> Any:
+        """``grad * (1 - out**2)`` from tanh's output. This default composes primitives (on the
+        autodiff backend it is recorded, so it differentiates again); torch's kernel, which a
+        backend may give instead, rounds ``1 - out**2`` once (a fused multiply-add)."""
+        return self.mul(grad, self.rsub_scalar(self.square(out), 1.0))
+
+    def silu_backward(self, grad: Any, x: Any) -> Any:
+        """``grad * s * (1 + x (1 - s))`` with ``s = sigmoid(x)``, from ``x`` alone. This
+        default composes primitives."""
+        s = self.sigmoid(x)
+        return self.mul(
+            grad, self.mul(s, self.add_scalar(self.mul(x, self.rsub_scalar(s, 1.0)), 1.0))
+        )
+
+    def mish_backward(self, grad: Any, x: Any) -> Any:
+        """The gradient of ``x * tanh(softplus(x))`` from ``x`` alone: the rules of that
+        composition in their order (mul's to ``x``, then tanh's and softplus's to its other
+        side, summed). This default composes primitives."""
+        t = self.tanh(self.softplus(x, 1.0))
+        through = self.mul(self.mul(grad, x), self.rsub_scalar(self.square(t), 1.0))
+        return self.add(self.mul(grad, t), self.mul(through, self.sigmoid(self.mul_scalar(x, 1.0))))
 
     def log2(self, x: Any) -> Any:
         """The base-2 logarithm. This default scales the natural one, so it is not exact at

@@ -628,6 +628,11 @@ class TorchBackend(
     log10 = staticmethod(torch.log10)
     exp2 = staticmethod(torch.exp2)
 
+    # torch's backward kernels (a fused multiply-add inside, which composed ops cannot round as)
+    tanh_backward = staticmethod(torch.ops.aten.tanh_backward)
+    silu_backward = staticmethod(torch.ops.aten.silu_backward)
+    mish_backward = staticmethod(torch.ops.aten.mish_backward)
+
     def logaddexp(self, x, y, scale):
         # torch's kernels (scale 1, or log 2 for logaddexp2: the only two the tensor API uses)
         return torch.logaddexp(x, y) if scale == 1.0 else torch.logaddexp2(x, y)
