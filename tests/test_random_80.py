@@ -33,6 +33,7 @@ is joined with a deadline.
 from __future__ import annotations
 
 import copy
+import io
 import threading
 import time
 
@@ -135,11 +136,17 @@ def make_model(lib, spec):
             self.register_buffer("scale", lib.ones(d, dtype=lib.float64))
 
         def forward(self, x, use_side):
+            return self.tail(self.trunk(x), use_side)
+
+        def trunk(self, x):
             h = self.inp(x)
             if spec["conv"]:
                 h = h + self.conv(h.unsqueeze(1)).mean(1)
             if spec["norm"] != "none":
                 h = self.norm(h)
+            return h
+
+        def tail(self, h, use_side):
             h = lib.tanh(self.frozen(h) * self.scale)
             if use_side:
                 h = h + F.relu(self.side(h))
@@ -172,6 +179,9 @@ def draw_spec(rng):
         "steps": int(rng.integers(2, 4)),
     }
     spec["tie"] = spec["embed"] and bool(rng.random() < 0.6)
+    spec["groups"] = bool(rng.random() < 0.4)  # decay / no-decay parameter groups
+    spec["save_via"] = str(rng.choice(["dict", "file"]))  # rank 0's rg.save, shared as bytes
+    spec["sgd"] = int(rng.integers(2))  # nesterov, or dampened momentum
     # a bias a normalization cancels has a gradient of exactly zero, which float rounding
     # leaves at 1e-17 here or there: Adam's m / (sqrt(v) + eps) turns that into a full step
     # of either sign, so none is drawn (the conv's adds its mean to every feature; under
@@ -191,12 +201,37 @@ def draw_spec(rng):
         [[int(rng.integers(low, 4)) for _ in range(spec["n"])] for _ in range(k)]
         for k in spec["accumulate"]
     ]
+    # the micro-batches under no_sync draw their own use of the side branch (a parameter used
+    # there only still has its accumulated gradient averaged, as in torch's DDP)
+    spec["side_micro"] = [
+        [[bool(u) for u in rng.random(spec["n"]) < 0.5] for _ in range(k - 1)]
+        for k in spec["accumulate"]
+    ]
+    if any(not all(flags) for step in spec["side_micro"] for flags in step):
+        spec["find_unused"] = True
+    # SyncBatchNorm (converted on retrograd's side): the statistics of every rank's shard
+    # together, so the reference normalizes the concatenated batch; its running statistics
+    # are then every rank's alike, so buffers are synced (as scripts with it do)
+    spec["sync_bn"] = spec["norm"] == "batch" and bool(rng.random() < 0.4)
+    if spec["sync_bn"]:
+        spec["broadcast_buffers"] = True
     return spec
+
+
+def side_of(spec, step, micro):
+    """Each rank's use of the side branch in a step's micro-batch."""
+    if micro < len(spec["side_micro"][step]):
+        return spec["side_micro"][step][micro]
+    return spec["side"][step]
 
 
 def draw_batch(rng, spec, rows):
     if spec["embed"]:
         x = rng.integers(0, spec["vocab"], size=rows)
+        if spec["norm"] == "batch" and (x == x[0]).all():
+            # BatchNorm over equal rows has zero variance: its gradient is rounding noise
+            # times 1 / sqrt(eps), which no tolerance can compare
+            x[0] = (x[0] + 1) % spec["vocab"]
     else:
         x = rng.standard_normal((rows, spec["features"]))
     out = spec["vocab"] if spec["embed"] else spec["classes"]
@@ -214,8 +249,20 @@ def _loss(lib, spec, out, y):
     return F.mse_loss(out, lib.tensor(y))
 
 
+def _params(spec, model):
+    """``model.parameters()``, or the decay / no-decay groups of training scripts."""
+    if not spec.get("groups"):
+        return model.parameters()
+    named = list(model.named_parameters())
+    decay = [p for _, p in named if p.dim() >= 2]
+    rest = [p for _, p in named if p.dim() < 2]
+    return [{"params": decay}, {"params": rest, "weight_decay": 0.0, "lr": 0.03}]
+
+
 def _optimizer_args(spec):
     name = spec["optimizer"]
+    if name == "SGD" and spec.get("sgd"):
+        return {"lr": 0.1, "momentum": 0.5, "dampening": 0.1, "weight_decay": 0.01}
     if name == "SGD":
         return {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}
     if name == "Adam":
@@ -265,6 +312,8 @@ def ddp_script(spec, state, data):
     def build(rank, perturb):
         module = make_model(rg, spec)
         module.load_state_dict(perturbed(state, perturb))
+        if spec["sync_bn"]:
+            module = rg.nn.SyncBatchNorm.convert_sync_batchnorm(module)
         sync = "forward_sync_buffers" if spec["forward_sync_buffers"] else "broadcast_buffers"
         model = DDP(
             module,
@@ -275,10 +324,10 @@ def ddp_script(spec, state, data):
         cls = optimizer_class[spec["optimizer"]]
         if spec["zero"]:
             optimizer = ZeroRedundancyOptimizer(
-                model.parameters(), optimizer_class=cls, **_optimizer_args(spec)
+                _params(spec, model), optimizer_class=cls, **_optimizer_args(spec)
             )
         else:
-            optimizer = cls(model.parameters(), **_optimizer_args(spec))
+            optimizer = cls(_params(spec, model), **_optimizer_args(spec))
         return model, optimizer
 
     def full_state(optimizer, rank):
@@ -303,7 +352,7 @@ def ddp_script(spec, state, data):
             losses = []
             for k, shards in enumerate(micro):
                 x, y = shards[rank]
-                use_side = spec["side"][s][rank]
+                use_side = side_of(spec, s, k)[rank]
                 last = k == len(micro) - 1
                 scale = 1.0 / len(micro)
 
@@ -331,6 +380,15 @@ def ddp_script(spec, state, data):
                     {k: _np(v).copy() for k, v in model.state_dict().items()}
                 )
                 saved_optimizer = full_state(optimizer, rank)
+                if spec["save_via"] == "file":  # rank 0 saves, every rank loads its bytes
+                    buffer = io.BytesIO()
+                    if rank == 0:
+                        rg.save({"model": model.state_dict(), "opt": saved_optimizer}, buffer)
+                    shared = [buffer.getvalue()]
+                    dist.broadcast_object_list(shared, src=0)
+                    where = {"cpu:0": f"cpu:{rank}"}
+                    loaded = rg.load(io.BytesIO(shared[0]), map_location=where)
+                    saved_model, saved_optimizer = loaded["model"], loaded["opt"]
                 model, optimizer = build(rank, rank + 1)
                 model.load_state_dict(saved_model)
                 optimizer.load_state_dict(saved_optimizer)
@@ -344,12 +402,26 @@ def ddp_script(spec, state, data):
 # -- torch: one process, every rank's shards --------------------------------------------------
 
 
+def sync_bn_backward(spec, model, shards, sides, losses, micro):
+    """One micro-batch of every rank under SyncBatchNorm: the trunk (to the norm) on the
+    shards concatenated, the rest on each rank's rows."""
+    n = spec["n"]
+    h = model.trunk(torch.tensor(np.concatenate([x for x, _ in shards])))
+    total, start = 0.0, 0
+    for r, (x, y) in enumerate(shards):
+        loss = _loss(torch, spec, model.tail(h[start : start + len(x)], sides[r]), y)
+        losses[r].append(loss.item())
+        total = total + loss / micro / n
+        start += len(x)
+    total.backward()
+
+
 def reference(spec, state, data):
     n = spec["n"]
     model = make_model(torch, spec)
     model.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
     optimizer_class = {"SGD": torch.optim.SGD, "Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW}
-    optimizer = optimizer_class[spec["optimizer"]](model.parameters(), **_optimizer_args(spec))
+    optimizer = optimizer_class[spec["optimizer"]](_params(spec, model), **_optimizer_args(spec))
     buffers = [_buffers(model) for _ in range(n)]  # each rank's own
     if not (spec["broadcast_buffers"] or spec["forward_sync_buffers"]):  # not synced at first
         buffers = [{k: perturbed(state, r)[k] for k in buffers[r]} for r in range(n)]
@@ -363,12 +435,17 @@ def reference(spec, state, data):
             last = k == len(micro) - 1
             if sync_next and spec["broadcast_buffers"]:
                 buffers = [dict(buffers[0]) for _ in range(n)]
+            if spec["sync_bn"]:
+                sync_bn_backward(spec, model, shards, side_of(spec, s, k), losses, len(micro))
+                buffers = [_buffers(model) for _ in range(n)]
+                sync_next = last
+                continue
             for r in range(n):
                 with torch.no_grad():
                     for name, value in model.named_buffers():
                         value.copy_(torch.tensor(buffers[r][name]))
                 x, y = shards[r]
-                loss = _loss(torch, spec, model(torch.tensor(x), spec["side"][s][r]), y)
+                loss = _loss(torch, spec, model(torch.tensor(x), side_of(spec, s, k)[r]), y)
                 losses[r].append(loss.item())
                 (loss / len(micro) / n).backward()  # (before the next rank's buffers)
                 buffers[r] = _buffers(model)
@@ -393,9 +470,11 @@ def reference(spec, state, data):
             model = make_model(torch, spec)
             model.load_state_dict(saved_model)
             optimizer = optimizer_class[spec["optimizer"]](
-                model.parameters(), **_optimizer_args(spec)
+                _params(spec, model), **_optimizer_args(spec)
             )
             optimizer.load_state_dict(saved_optimizer)
+            if spec["save_via"] == "file":  # every rank loaded rank 0's buffers
+                buffers = [dict(buffers[0]) for _ in range(n)]
     return steps, optimizer.state_dict()
 
 
