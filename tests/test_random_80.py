@@ -213,6 +213,11 @@ def draw_spec(rng):
     # together, so the reference normalizes the concatenated batch; its running statistics
     # are then every rank's alike, so buffers are synced (as scripts with it do)
     spec["sync_bn"] = spec["norm"] == "batch" and bool(rng.random() < 0.4)
+    # accumulation without no_sync: each micro-batch's backward synced, their Gradients added
+    # (torch's .grad accumulating the averaged gradients)
+    spec["add_grads"] = bool(rng.random() < 0.25)
+    spec["norm_type"] = [2.0, 1.0, float("inf")][int(rng.integers(3))]
+    spec["consolidate_to"] = int(rng.integers(spec["n"]))  # ZeRO's full state on this rank
     if spec["sync_bn"]:
         spec["broadcast_buffers"] = True
     return spec
@@ -333,9 +338,10 @@ def ddp_script(spec, state, data):
     def full_state(optimizer, rank):
         if not spec["zero"]:
             return optimizer.state_dict()
-        optimizer.consolidate_state_dict(to=0)
-        shared = [optimizer.state_dict() if rank == 0 else None]
-        dist.broadcast_object_list(shared, src=0)
+        to = spec["consolidate_to"]
+        optimizer.consolidate_state_dict(to=to)
+        shared = [optimizer.state_dict() if rank == to else None]
+        dist.broadcast_object_list(shared, src=to)
         return shared[0]
 
     def step_backward(model, x, y, use_side, scale, losses):
@@ -350,13 +356,17 @@ def ddp_script(spec, state, data):
         for s in range(spec["steps"]):
             micro = data[s]
             losses = []
+            grads = None
             for k, shards in enumerate(micro):
                 x, y = shards[rank]
                 use_side = side_of(spec, s, k)[rank]
                 last = k == len(micro) - 1
                 scale = 1.0 / len(micro)
 
-                if last:
+                if spec["add_grads"]:  # every micro-batch synced, the Gradients added
+                    mine = step_backward(model, x, y, use_side, scale, losses)
+                    grads = mine if grads is None else grads + mine
+                elif last:
                     grads = step_backward(model, x, y, use_side, scale, losses)
                 else:
                     with model.no_sync():
@@ -366,7 +376,9 @@ def ddp_script(spec, state, data):
             found = {n: None if g is None else g.copy() for n, g in found.items()}
             norm = None
             if spec["clip"]:
-                norm = rg.nn.utils.clip_grad_norm_(grads, model.parameters(), spec["clip"])
+                norm = rg.nn.utils.clip_grad_norm_(
+                    grads, model.parameters(), spec["clip"], norm_type=spec["norm_type"]
+                )
                 norm = float(norm)
             clipped = {n: _np(p.grad(grads)) for n, p in named.items()}
             optimizer.step(grads)
@@ -438,7 +450,7 @@ def reference(spec, state, data):
             if spec["sync_bn"]:
                 sync_bn_backward(spec, model, shards, side_of(spec, s, k), losses, len(micro))
                 buffers = [_buffers(model) for _ in range(n)]
-                sync_next = last
+                sync_next = last or spec["add_grads"]
                 continue
             for r in range(n):
                 with torch.no_grad():
@@ -449,12 +461,15 @@ def reference(spec, state, data):
                 losses[r].append(loss.item())
                 (loss / len(micro) / n).backward()  # (before the next rank's buffers)
                 buffers[r] = _buffers(model)
-            sync_next = last
+            sync_next = last or spec["add_grads"]
         grads = {name: _np(p.grad) for name, p in model.named_parameters()}
         grads = {name: None if g is None else g.copy() for name, g in grads.items()}
         norm = None
         if spec["clip"]:
-            norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), spec["clip"]))
+            norm = torch.nn.utils.clip_grad_norm_(
+                model.parameters(), spec["clip"], norm_type=spec["norm_type"]
+            )
+            norm = float(norm)
         clipped = {name: _np(p.grad) for name, p in model.named_parameters()}
         optimizer.step()
         params = {k: _np(v).copy() for k, v in model.state_dict().items()}
