@@ -7,18 +7,23 @@ leave unused, an output layer whose weight may be tied to the embedding's), wrap
 ``DistributedDataParallel`` on 2 to 4 thread ranks (``init_process_group`` over a
 ``DistributedContext``; every rank starts from a perturbed copy, so the construction broadcast
 from rank 0 is checked), and trains a few steps: per-rank shards of random sizes (unequal where
-BatchNorm allows), gradient accumulation with ``no_sync``, ``find_unused_parameters``,
-``bucket_cap_mb``, ``broadcast_buffers``, ``clip_grad_norm_``, SGD with momentum / Adam / AdamW
-or ``ZeroRedundancyOptimizer`` over one of them, and a mid-run save and load of the model's and
-the optimizer's state dicts into fresh replicas.
+BatchNorm allows), gradient accumulation with ``no_sync`` or by adding synced ``Gradients``,
+``find_unused_parameters``, ``bucket_cap_mb``, ``broadcast_buffers`` or
+``forward_sync_buffers``, ``SyncBatchNorm``, ``clip_grad_norm_`` (norm types 1, 2, inf), SGD
+with momentum / Adam / AdamW over the parameters or decay / no-decay groups, or
+``ZeroRedundancyOptimizer`` over one of them (consolidated on a random rank), and a mid-run save
+and load of the model's and the optimizer's state dicts into fresh replicas (copied, or rank
+0's ``rg.save`` bytes loaded on every rank with ``map_location``).
 
 The reference is ONE torch process in float64: each step it runs every rank's shards through
 one model (each rank's buffers swapped in, with DDP's broadcast of rank 0's buffers before a
-forward that follows a synced one), backpropagates the sum of the ranks' losses divided by
-the world size (DDP's mean of gradients), clips and steps. Compared on every rank: the
-losses, the gradients ``backward`` returns (and which parameters have none), the clipping
-norm, the parameters and buffers after every step, and the optimizer state (ZeRO's after
-``consolidate_state_dict``).
+forward that follows a synced one; the concatenated shards under ``SyncBatchNorm``),
+backpropagates the sum of the ranks' losses divided by the world size (DDP's mean of
+gradients), clips and steps. Not drawn: biases a normalization cancels and BatchNorm shards of
+equal rows, whose exact gradient is zero or ill-conditioned, so that rounding noise decides
+Adam's step. Compared on every rank: the losses, the gradients ``backward`` returns (and which
+parameters have none), the clipping norm, the parameters and buffers after every step, and the
+optimizer state (ZeRO's after ``consolidate_state_dict``).
 
 A second family runs torch's c10d collectives (``all_reduce`` with SUM/AVG/MAX/MIN/PRODUCT,
 ``reduce``, ``broadcast`` from a random root, ``all_gather``, ``all_gather_into_tensor``,
