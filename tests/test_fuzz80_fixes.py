@@ -100,3 +100,29 @@ def test_two_find_unused_models_with_the_same_names_do_not_mix():
 
     for shapes in _raise_any(run_ranks(2, script)):
         assert shapes == [[(4, 2), (4,), None, None], [(3, 2), (3,), None, None]] * 3
+
+
+def test_torch_form_all_reduce_of_bools_and_integer_averages_as_torchs():
+    """torch 2.13's gloo ``all_reduce`` of a bool tensor with SUM gives the ranks' OR
+    (measured: ``[T, F, T, F]`` and ``[T, T, F, F]`` give ``[T, T, T, F]``; the "did any rank
+    stop" flag of training loops); AVG of a bool or integer tensor raises torch's
+    ``RuntimeError`` ("result type Float can't be cast to the desired output type Long").
+    retrograd refused the bool SUM and raised a plain ``DTypeError`` (a ``TypeError``) for
+    the AVG."""
+    import retrograd.distributed as dist
+
+    flags = [[True, False, True, False], [True, True, False, False]]
+
+    def script(rank):
+        done = rg.tensor(flags[rank])
+        dist.all_reduce(done)  # SUM, torch's default
+        refused = []
+        for dtype in ("int64", "bool"):
+            with pytest.raises(RuntimeError, match="can't be cast") as caught:
+                dist.all_reduce(rg.tensor([1, 0], dtype=dtype), op=dist.ReduceOp.AVG)
+            refused.append(isinstance(caught.value, rg.DTypeError))
+        return str(done.dtype), done.tolist(), refused
+
+    for dtype, value, refused in _raise_any(run_ranks(2, script)):
+        assert dtype.endswith("bool") and value == [True, True, True, False]
+        assert refused == [True, True]
