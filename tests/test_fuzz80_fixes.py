@@ -126,3 +126,17 @@ def test_torch_form_all_reduce_of_bools_and_integer_averages_as_torchs():
     for dtype, value, refused in _raise_any(run_ranks(2, script)):
         assert dtype.endswith("bool") and value == [True, True, True, False]
         assert refused == [True, True]
+
+
+def test_construction_broadcast_keeps_rank_0s_negative_zero():
+    """torch's construction sync is a broadcast: rank 0's ``-0.0`` arrives as ``-0.0``. It was
+    an all-reduce of rank 0's values with the others' zeros, and ``-0.0 + 0.0`` is ``0.0``."""
+
+    def script(rank):
+        model = nn.Linear(1, 1, bias=False).double()
+        model.load_state_dict({"weight": np.array([[-0.0 if rank == 0 else 1.0]])})
+        DDP(model)
+        return model.weight.numpy().copy()
+
+    for weight in _raise_any(run_ranks(2, script)):
+        assert weight[0, 0] == 0.0 and np.signbit(weight[0, 0])
