@@ -23,7 +23,9 @@ gradients), clips and steps. Not drawn: biases a normalization cancels and Batch
 equal rows, whose exact gradient is zero or ill-conditioned, so that rounding noise decides
 Adam's step. Compared on every rank: the losses, the gradients ``backward`` returns (and which
 parameters have none), the clipping norm, the parameters and buffers after every step, and the
-optimizer state (ZeRO's after ``consolidate_state_dict``).
+optimizer state (ZeRO's after ``consolidate_state_dict``); and after some steps, each rank's
+output on a validation batch under ``no_grad`` (in eval mode, or in train mode, where
+BatchNorm's statistics move and the next forward broadcasts no buffers, as torch's DDP).
 
 A second family runs torch's c10d collectives (``all_reduce`` with SUM/AVG/MAX/MIN/PRODUCT,
 ``reduce``, ``broadcast`` from a random root, ``all_gather``, ``all_gather_into_tensor``,
@@ -223,6 +225,10 @@ def draw_spec(rng):
     spec["add_grads"] = bool(rng.random() < 0.25)
     spec["norm_type"] = [2.0, 1.0, float("inf")][int(rng.integers(3))]
     spec["consolidate_to"] = int(rng.integers(spec["n"]))  # ZeRO's full state on this rank
+    spec["evaluate"] = [bool(e) for e in rng.random(spec["steps"]) < 0.4]
+    # (in train mode BatchNorm updates its statistics: the next forward, which follows one
+    # without gradients, does not broadcast rank 0's, as torch's DDP)
+    spec["evaluate_in_train_mode"] = bool(rng.random() < 0.5)
     if spec["sync_bn"]:
         spec["broadcast_buffers"] = True
     return spec
@@ -296,6 +302,12 @@ def initial_state(rng, spec):
     return state
 
 
+def evaluation_of(seed, spec):
+    """Each rank's validation batch after each step."""
+    rng = np.random.default_rng(seed + 2000)
+    return [[draw_batch(rng, spec, 2)[0] for _ in range(spec["n"])] for _ in range(spec["steps"])]
+
+
 def data_of(seed, spec):
     rng = np.random.default_rng(seed + 1000)
     return [
@@ -316,7 +328,7 @@ def _buffers(lib_model):
 # -- retrograd: the DDP script every rank runs -------------------------------------------------
 
 
-def ddp_script(spec, state, data):
+def ddp_script(spec, state, data, evaluation):
     optimizer_class = {"SGD": rg.optim.SGD, "Adam": rg.optim.Adam, "AdamW": rg.optim.AdamW}
 
     def build(rank, perturb):
@@ -392,6 +404,12 @@ def ddp_script(spec, state, data):
                 {"losses": losses, "grads": found, "norm": norm, "clipped": clipped,
                  "state": after}
             )  # fmt: skip
+            if spec["evaluate"][s]:  # a validation batch: DDP's forward without gradients
+                with rg.no_grad():
+                    model.train(spec["evaluate_in_train_mode"])
+                    out = model(rg.tensor(evaluation[s][rank]), False)
+                    model.train()
+                steps[-1]["eval"] = _np(out).copy()
             if s == spec["save_at"]:
                 saved_model = copy.deepcopy(
                     {k: _np(v).copy() for k, v in model.state_dict().items()}
@@ -433,7 +451,7 @@ def sync_bn_backward(spec, model, shards, sides, losses, micro):
     total.backward()
 
 
-def reference(spec, state, data):
+def reference(spec, state, data, evaluation):
     n = spec["n"]
     model = make_model(torch, spec)
     model.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
@@ -484,7 +502,28 @@ def reference(spec, state, data):
         steps.append(
             {"losses": losses, "grads": grads, "norm": norm, "clipped": clipped, "state": after}
         )
+        if spec["evaluate"][s]:
+            if sync_next and spec["broadcast_buffers"]:
+                buffers = [dict(buffers[0]) for _ in range(n)]
+            outputs = []
+            if spec["sync_bn"] and spec["evaluate_in_train_mode"]:  # (statistics of all)
+                with torch.no_grad():
+                    h = model.trunk(torch.tensor(np.concatenate(evaluation[s])))
+                    for rows in np.split(np.arange(len(h)), n):
+                        outputs.append(_np(model.tail(h[rows], False)).copy())
+                buffers = [_buffers(model) for _ in range(n)]
+            for r in range(0 if outputs else n):
+                with torch.no_grad():
+                    for name, value in model.named_buffers():
+                        value.copy_(torch.tensor(buffers[r][name]))
+                    model.train(spec["evaluate_in_train_mode"])
+                    outputs.append(_np(model(torch.tensor(evaluation[s][r]), False)).copy())
+                    model.train()
+                buffers[r] = _buffers(model)  # (BatchNorm's statistics, in train mode)
+            steps[-1]["eval"] = outputs
+            sync_next = False  # (a forward without gradients: the next one syncs no buffers)
         if s == spec["save_at"]:
+            sync_next = True  # (a new DDP)
             saved_model = copy.deepcopy(model.state_dict())
             saved_optimizer = copy.deepcopy(optimizer.state_dict())
             model = make_model(torch, spec)
@@ -516,9 +555,9 @@ def check_training(seed, **override):
     spec = draw_spec(rng)
     spec.update(override)
     state = initial_state(rng, spec)
-    data = data_of(seed, spec)
-    results = _raise_any(run_ranks(spec["n"], ddp_script(spec, state, data)))
-    steps, optimizer_state = reference(spec, state, data)
+    data, evaluation = data_of(seed, spec), evaluation_of(seed, spec)
+    results = _raise_any(run_ranks(spec["n"], ddp_script(spec, state, data, evaluation)))
+    steps, optimizer_state = reference(spec, state, data, evaluation)
     for rank, record in enumerate(results):
         first = buffers_at_start(spec, state, rank)
         for key, value in state.items():  # rank 0's values, broadcast at construction
@@ -531,6 +570,8 @@ def check_training(seed, **override):
                 close(ours["clipped"][name], theirs["clipped"][name], f"{where} clipped {name}")
             if spec["clip"]:
                 close(ours["norm"], theirs["norm"], f"{where} norm")
+            if spec["evaluate"][s]:
+                close(ours["eval"], theirs["eval"][rank], f"{where} evaluation", *STEPPED)
             expected = theirs["state"][rank]
             assert sorted(ours["state"]) == sorted(expected), where
             for key, value in expected.items():
@@ -548,7 +589,9 @@ def check_training(seed, **override):
     return spec
 
 
-TRAINING_SEEDS = list(range(12))
+#: (56: a forward without gradients in train mode, after which rank 0's buffers are not
+#: broadcast before the next forward, where the ranks' BatchNorm statistics differ)
+TRAINING_SEEDS = [*range(12), 56]
 
 
 @pytest.mark.parametrize("seed", TRAINING_SEEDS)
