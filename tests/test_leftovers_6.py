@@ -359,8 +359,11 @@ def test_ddp_syncs_its_buffers_in_one_broadcast_per_dtype(monkeypatch):
     for ident, dtype, shape in calls:
         per_rank.setdefault(ident, []).append((dtype, shape))
     for made in per_rank.values():
-        # per forward (three): the float64 statistics of both layers joined (4 x 3), the two counts
-        assert sorted(made) == sorted([("float64", (12,)), ("int64", (2,))] * 3)
+        # at construction (torch's _sync_module_states, since round 80): the 24 parameters and
+        # the 12 statistics joined, the two counts; then per forward (three): the float64
+        # statistics of both layers joined (4 x 3), the two counts
+        forwards = [("float64", (12,)), ("int64", (2,))] * 3
+        assert sorted(made) == sorted([("float64", (36,)), ("int64", (2,)), *forwards])
     assert state0["1.num_batches_tracked"] == 2
 
 

@@ -41,6 +41,7 @@ from ..errors import (
     DTypeError,
     IndexOutOfRangeError,
     InvalidArgumentError,
+    ResultCastError,
     ShapeError,
 )
 from .config import DistributedConfig, ReduceOperation
@@ -383,6 +384,12 @@ _GATHERED_OPS = {
 }
 
 
+#: torch's form on a tensor of no floating dtype: SUM of bools is their OR (gloo adds them as
+#: C++ bools; measured on torch 2.13: [T, F, T, F] and [T, T, F, F] give [T, T, T, F]); AVG
+#: divides into a float result that torch cannot write back into the tensor (its RuntimeError)
+_NON_FLOAT_OPS = {("bool", ReduceOperation.SUM): "BOR"}
+
+
 def _reduce_operation(op: Any, what: str) -> ReduceOperation | str:
     if isinstance(op, ReduceOperation) or (isinstance(op, str) and op in _GATHERED_OPS):
         return op
@@ -452,6 +459,15 @@ def _reduced(tensor: Any, op: Any, what: str) -> Any:
     from . import collective
 
     op = _reduce_operation(op, what)
+    value = _tensor(tensor, what)
+    if not value.is_floating_point():
+        dtype = str(value.dtype).removeprefix("retrograd.")
+        if op is ReduceOperation.MEAN:
+            raise ResultCastError(
+                f"{what}: ReduceOp.AVG of a tensor of dtype {dtype}: result type Float can't be "
+                f"cast to the desired output type {dtype} (the tensor is reduced in place)"
+            )
+        op = _NON_FLOAT_OPS.get((dtype, op), op)
     if isinstance(op, ReduceOperation):
         devices = default_context(what).devices
         return collective.all_reduce(_mine(tensor, what), op, devices).resolve()

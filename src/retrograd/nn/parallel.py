@@ -32,7 +32,7 @@ from ..errors import (
     check_callable,
     check_iterable,
 )
-from ..tensor import cat, zeros_like
+from ..tensor import cat
 from ..tensor.inplace import assign
 from .modules.module import Module
 
@@ -92,8 +92,11 @@ class DistributedDataParallel(Module):
             )
         _check_device_ids(module, device_ids, output_device)
         self.module = module
-        if forward_sync_buffers is not None:  # torch 2.13's name for broadcast_buffers
-            broadcast_buffers = forward_sync_buffers
+        # torch 2.13's name for broadcast_buffers; its False still syncs the buffers at
+        # construction, where broadcast_buffers=False does not
+        init_sync_buffers = broadcast_buffers
+        if forward_sync_buffers is not None:
+            broadcast_buffers, init_sync_buffers = forward_sync_buffers, True
         self.broadcast_buffers = broadcast_buffers
         self.process_group = process_group
         module.set_distributed()
@@ -107,7 +110,7 @@ class DistributedDataParallel(Module):
         if process_group is None and dist.is_initialized():  # init_process_group's, as torch
             process_group = dist.process_group.default_context()
         if process_group is not None:
-            _broadcast_from_first(module, process_group, broadcast_buffers)
+            _broadcast_from_first(module, process_group, init_sync_buffers)
         # torch's state: whether the next forward broadcasts the buffers (the last one ran
         # with gradients and outside no_sync), whether no_sync is open, the join in force
         self._group = process_group
@@ -246,25 +249,19 @@ class DistributedDataParallel(Module):
 
 
 def _broadcast_from_first(module: Module, context: Any, buffers: bool) -> None:
-    """Every replica's parameters (and buffers) replaced by those of ``context.devices[0]``:
-    an all-reduce ``SUM`` to which only that device contributes its values (adding zeros is
-    exact), one per dtype (:func:`_coalesced`)."""
+    """Every replica's parameters (and buffers, of every dtype: BatchNorm's int64 count too,
+    as torch's ``_sync_module_states``) replaced by those of ``context.devices[0]``: one
+    broadcast per dtype (:func:`_coalesced`)."""
     devices = getattr(context, "devices", None)
     if devices is None:
         raise InvalidArgumentError(
             "DistributedDataParallel: process_group must be a running "
             "rg.distributed.DistributedContext"
         )
-    first = devices[0]
     tensors = list(module.parameters())
     if buffers:
-        tensors += [b for b in module.buffers() if b.dtype in ("float32", "float64")]
-
-    def from_first(flat: Any) -> Any:
-        mine = flat if flat.device == first else zeros_like(flat)
-        return dist.all_reduce(mine, dist.ReduceOperation.SUM, devices).resolve()
-
-    _coalesced(tensors, from_first)
+        tensors += list(module.buffers())
+    _broadcast_all(tensors, context, 0)
 
 
 def _broadcast_all(tensors: list, context: Any, source: int) -> None:

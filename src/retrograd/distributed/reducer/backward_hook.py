@@ -87,6 +87,10 @@ def _completed(
     ``no_sync``; then ``(node, used here)`` of the modules' parameters, whose use every
     device agrees on after the sync."""
     present = {slot.pid.value for slot in slots}
+    # a module counts as reached by its own parameters' nodes, not by ids alone: another
+    # find_unused_parameters model whose parameters happen to have the same names (a GAN's
+    # two models, a model rebuilt while the old one is alive) is not this backward's
+    reached = {id(slot.node) for slot in slots}
     extra: list[Any] = []
     agreed: list[Any] = []
     with _STATE_LOCK:
@@ -100,7 +104,7 @@ def _completed(
             and (node := getattr(parameter._prim, "node", None)) is not None
             and node.distributed is not None
         ]
-        if any(node.distributed.id.value in present for node in nodes):
+        if any(id(node) in reached for node in nodes):
             agreed += nodes
             extra += [node for node in nodes if node.distributed.id.value not in present]
             present.update(node.distributed.id.value for node in nodes)

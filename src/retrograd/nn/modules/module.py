@@ -796,13 +796,17 @@ class Module:
 
     # -- distributed --------------------------------------------------------------------------
     def set_distributed(self) -> Module:
-        """Mark every parameter for gradient all-reduce, its dotted name as the param id.
+        """Mark every parameter that requires a gradient for all-reduce, its dotted name as
+        the param id.
 
         Every replica (device or process) names its parameters alike, so the ids agree; a tied
-        parameter is one parameter, marked once under its first name.
+        parameter is one parameter, marked once under its first name. A frozen parameter
+        (``requires_grad`` False) stays frozen, as torch's ``DistributedDataParallel`` leaves
+        it out of its reducer: marking it would give it a gradient the optimizer steps.
         """
         for name, value in list(self.named_parameters()):
-            value.set_distributed(name)
+            if value.requires_grad:
+                value.set_distributed(name)
         return self
 
     # -- state ----------------------------------------------------------------------------------
