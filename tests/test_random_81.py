@@ -1,7 +1,7 @@
 """Random programs against PyTorch, round 81: saving, loading and module state.
 
 Each program is drawn from a seed and run twice, on torch 2.13 and on retrograd, from the same
-NumPy inputs; everything observable is compared. Three families:
+NumPy inputs; everything observable is compared. Four families:
 
 * ``save``/``load`` of a random nested object (dicts, lists, tuples, ``OrderedDict``, ints,
   floats, strings, ``None``; tensors of every dtype the inner backend holds, 0-d and size-0,
@@ -21,12 +21,20 @@ NumPy inputs; everything observable is compared. Three families:
   that match before it raises);
 * an optimizer (SGD, Adam, AdamW, RMSprop; one or two parameter groups) and an LR scheduler
   stepped, their ``state_dict()`` compared, saved to a file by one library and loaded into a
-  fresh pair by the other, and stepped on: the parameters must still agree.
+  fresh pair by the other, and stepped on: the parameters must still agree;
+* a file either library wrote, damaged at random (truncated, bytes flipped or zeroed, garbage
+  appended, emptied, or another format): where torch refuses it, retrograd raises an error
+  of its hierarchy naming the file (a ``RuntimeError`` and an ``UnpicklingError`` where
+  torch's is one), and where torch reads it, retrograd reads the same or refuses it (it checks
+  the zip entries' CRC, torch does not); the path takes a whole file after.
 
-The deliberate differences (API.md) drawn around: retrograd's NumPy backend has no 16-bit
-float tensors (section 9: drawn only on the torch inner backend); a damaged file is refused
-with retrograd's ``InvalidArgumentError`` naming it (section 7), which the reliability rounds
-test; here only files written whole are read.
+The differences drawn around: retrograd's NumPy backend has no 16-bit float tensors (API.md
+section 9: drawn only on the torch inner backend); ``Parameter(t)`` is a new leaf on ``t``'s
+values, not its memory; a copy by ``deepcopy`` or ``pickle`` is a base of its own; a refused
+``load_state_dict`` changes nothing (torch copies the matching keys first) and
+``assign=True`` keeps tied parameters one object (API.md section 8); optimizers store float
+hyper-parameters where torch keeps the int given; ``rg.save`` writes each ``bfloat16`` view as
+a storage of its own. (Each is marked where the generator avoids it.)
 """
 
 from __future__ import annotations
