@@ -64,6 +64,7 @@ from .tensor.dtypes import DTYPE_OBJECTS, dtype
 DTYPE_CLASSES = (dtype,)
 
 __all__ = [
+    "UnreadableFileError",
     "WeightsOnlyError",
     "add_safe_globals",
     "clear_safe_globals",
@@ -73,6 +74,15 @@ __all__ = [
     "safe_globals",
     "save",
 ]
+
+
+class UnreadableFileError(InvalidArgumentError, RuntimeError, pickle.UnpicklingError):
+    """A file :func:`load` cannot read (damaged, truncated, or of another format than the
+    ones :func:`save` and ``torch.save`` write), naming it: the :class:`InvalidArgumentError`
+    of the hierarchy, the ``RuntimeError`` torch's zip reader raises there ("PytorchStreamReader
+    failed reading zip archive", "Invalid magic number; corrupt file?"), and the
+    ``pickle.UnpicklingError`` of its unpickler, which a training script's ``except`` around a
+    checkpoint's load catches."""
 
 
 class WeightsOnlyError(InvalidArgumentError, pickle.UnpicklingError):
@@ -480,7 +490,7 @@ def _load_archive(source: Any, name: str, device: Any, weights_only: bool, legac
     except RetrogradError:
         raise
     except ARCHIVE_DAMAGE as error:
-        raise InvalidArgumentError(
+        raise UnreadableFileError(
             f"load: {name} is damaged, truncated or not a file rg.save wrote ({_text(error)})"
         ) from None
 
@@ -546,6 +556,15 @@ def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, le
     def parameter_of(made: Any, requires_grad: bool) -> Any:
         return _global(*_PARAMETER)(made, requires_grad)
 
+    def view_of(base: Tensor, size: tuple, stride: tuple, offset: int,
+                requires_grad: bool) -> Tensor:  # fmt: skip
+        """A view of a storage's tensor, sharing its memory (torch's loaded views do), with
+        the strides and offset torch saved: a leaf, as torch's loaded tensors are."""
+        made = base.as_strided(size, stride, offset).detach()
+        if requires_grad:
+            made.require_grad()
+        return made
+
     def subclass_of(made: Tensor, kind: Any) -> Any:
         """A tensor of a user's ``Tensor`` subclass (rg.save names its class)."""
         if isinstance(kind, type) and issubclass(kind, Tensor):
@@ -555,13 +574,13 @@ def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, le
     find_class = _allowed_global if weights_only else _importable_global
     try:
         if legacy:
-            return torch_files.read_legacy(source.read(), make, parameter_of, find_class)
+            return torch_files.read_legacy(source.read(), make, parameter_of, find_class, view_of)
         with zipfile.ZipFile(source) as archive:
             shortfall = hidden_entries(source, archive)
         if shortfall:  # a damaged directory: the entries after the damage are missing
             raise zipfile.BadZipFile(shortfall)
         source.seek(0)
-        return torch_files.read_zip(source, make, parameter_of, find_class, subclass_of)
+        return torch_files.read_zip(source, make, parameter_of, find_class, subclass_of, view_of)
     except _FromMapLocation as carried:
         raise carried.error from None
     except RetrogradError as error:
@@ -580,11 +599,11 @@ def _load_torch_file(source: Any, name: str, device: Any, weights_only: bool, le
             "classes with rg.serialization.add_safe_globals([...])"
         ) from None
     except pickle.UnpicklingError as error:  # (the pickle's damage, or an import that fails)
-        raise InvalidArgumentError(
+        raise UnreadableFileError(
             f"load: {name} is a torch file, damaged or not readable here ({error})"
         ) from None
     except ARCHIVE_DAMAGE as error:
-        raise InvalidArgumentError(
+        raise UnreadableFileError(
             f"load: {name} is a torch file, damaged or truncated ({_text(error)})"
         ) from None
 
@@ -629,7 +648,7 @@ def _check_entries(source: Any, archive: Any, name: str) -> None:
     """Refuse an archive whose directory hides entries (:func:`hidden_entries`)."""
     shortfall = hidden_entries(source, archive)
     if shortfall:
-        raise InvalidArgumentError(
+        raise UnreadableFileError(
             f"load: {name} is damaged, truncated or not a file rg.save wrote ({shortfall})"
         )
 
@@ -727,7 +746,7 @@ def _check_magic(name: str, data: bytes) -> bool:
         what = "it is a pickle, not a torch file's (no torch magic number), never read here"
     else:
         what = f"it starts with {data[:8]!r}, not an .npz archive's bytes"
-    raise InvalidArgumentError(
+    raise UnreadableFileError(
         f"load: {name} is neither a file rg.save wrote nor one torch.save wrote ({what}); "
         "truncated, or another format"
     )
@@ -747,7 +766,7 @@ def foreign_entries(archive: Any) -> list[str]:
 def _read(archive: Any, name: str, device: Any, weights_only: bool) -> Any:
     if _STRUCTURE not in archive.files:
         if foreign_entries(archive):
-            raise InvalidArgumentError(
+            raise UnreadableFileError(
                 f"load: {name} is not a file rg.save or torch.save wrote (a zip of other "
                 "entries than NumPy arrays, and not torch's format)"
             )
@@ -915,7 +934,7 @@ def get_unsafe_globals_in_checkpoint(f: Any) -> list[str]:
             pickled = torch_files.object_pickle(io.BytesIO(data), legacy)
             found = _globals_in(pickled)
         except ARCHIVE_DAMAGE as error:
-            raise InvalidArgumentError(
+            raise UnreadableFileError(
                 f"get_unsafe_globals_in_checkpoint: a torch file, damaged or truncated "
                 f"({_text(error)})"
             ) from None

@@ -22,7 +22,9 @@ function is given the location each storage was saved from, as torch's is.
 
 Tensors of the same storage, offset, shape and strides load as one tensor (the tied weights
 of a state dict, which torch saves as two views of one storage); other views of a storage
-load as copies of their elements.
+load as views of one tensor of the storage's elements (where the caller gives ``view_of``):
+they share memory, with torch's strides and offsets, as torch's loaded views do. (A lazily
+conjugated or negated view, and a view of no element, load as copies.)
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ MakeParameter = Callable[[Any, bool], Any]
 #: A tensor as an instance of a class of the caller's (a tensor subclass the file names), or
 #: ``None`` when that class is none of the caller's: ``(tensor, class) -> tensor``.
 MakeSubclass = Callable[[Any, Any], Any]
+#: A tensor that is a view of a storage's tensor (``base``, 1-d, every element of the
+#: storage), sharing its memory: ``(base, size, stride, offset, requires_grad) -> tensor``.
+MakeView = Callable[[Any, tuple, tuple, int, bool], Any]
 #: The class or function ``module.name`` the caller lets the file rebuild, or raises
 #: ``pickle.UnpicklingError`` saying why not.
 FindClass = Callable[[str, str], Any]
@@ -159,12 +164,16 @@ class _Rebuilder:
 
     def __init__(self, tensor_of: MakeTensor, parameter_of: MakeParameter,
                  numpy_values: dict[str, str] | None = None,
-                 subclass_of: MakeSubclass | None = None) -> None:  # fmt: skip
+                 subclass_of: MakeSubclass | None = None,
+                 view_of: MakeView | None = None) -> None:  # fmt: skip
         self.tensor_of = tensor_of
         self.parameter_of = parameter_of
         self.numpy_values = numpy_values or {}
         self.subclass_of = subclass_of
+        self.view_of = view_of
         self.made: dict[tuple, Any] = {}
+        #: each storage's tensor (of all its elements), which the views of it share
+        self.bases: dict[tuple, Any] = {}
         self.made_ids: set[int] = set()
 
     def tensor(self, storage: Any, offset: int, size: Any, stride: Any, requires_grad: Any = False,
@@ -188,6 +197,14 @@ class _Rebuilder:
                 values = np.negative(values)
             if storage.key in self.numpy_values:  # a NumPy array rg.save stored as a tensor
                 made = np.array(values, copy=True)
+            elif self.view_of is not None and not (conj or neg) and 0 not in size:
+                base_key = (storage.key, storage.dtype)
+                base = self.bases.get(base_key)
+                if base is None:
+                    elements = storage.elements()
+                    base = self.tensor_of(elements, storage.dtype, False, storage.location)
+                    self.bases[base_key] = base
+                made = self.view_of(base, size, stride, offset, bool(requires_grad))
             else:
                 made = self.tensor_of(values, storage.dtype, bool(requires_grad), storage.location)
             self.made[key] = made
@@ -551,7 +568,8 @@ def _pickle_entry(names: list[str]) -> str:
 
 
 def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
-             find_class: FindClass, subclass_of: MakeSubclass | None = None) -> Any:  # fmt: skip
+             find_class: FindClass, subclass_of: MakeSubclass | None = None,
+             view_of: MakeView | None = None) -> Any:  # fmt: skip
     """The object a torch zip file (``source``, seekable) holds (one ``rg.save`` wrote: its
     NumPy values as NumPy values, :data:`NUMPY_RECORD`)."""
     with zipfile.ZipFile(source) as archive:
@@ -582,7 +600,7 @@ def read_zip(source: Any, tensor_of: MakeTensor, parameter_of: MakeParameter,
             return storages[key]
 
         numpy_values = _numpy_values(archive, f"{prefix}{NUMPY_RECORD}", names)
-        rebuilder = _Rebuilder(tensor_of, parameter_of, numpy_values, subclass_of)
+        rebuilder = _Rebuilder(tensor_of, parameter_of, numpy_values, subclass_of, view_of)
         data = _checked(archive.read(pickled))
         loaded = _Unpickler(io.BytesIO(data), rebuilder, find_class, storage_of).load()
         return _no_bare_storage(loaded, rebuilder.made_ids)
@@ -783,7 +801,7 @@ def object_pickle(source: Any, legacy: bool) -> bytes:
 
 
 def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
-                find_class: FindClass) -> Any:  # fmt: skip
+                find_class: FindClass, view_of: MakeView | None = None) -> Any:  # fmt: skip
     """The object a legacy torch file (its bytes) holds. Its storages' bytes follow the
     object's pickle, so the pickle is read twice: once to find where they start, once to
     rebuild the tensors from them."""
@@ -847,7 +865,7 @@ def read_legacy(data: bytes, tensor_of: MakeTensor, parameter_of: MakeParameter,
             )
         return _Storage(str(key), dtype, lambda: values[key], location)
 
-    rebuilder = _Rebuilder(tensor_of, parameter_of)
+    rebuilder = _Rebuilder(tensor_of, parameter_of, view_of=view_of)
     loaded = _Unpickler(io.BytesIO(data[start:]), rebuilder, find_class, storage_of).load()
     return _no_bare_storage(loaded, rebuilder.made_ids)
 

@@ -345,8 +345,11 @@ def _location(device: Device) -> str:
 
 def _bfloat16_bits(values: np.ndarray) -> np.ndarray:
     """bfloat16 values held as float32 (exactly): their 16 upper bits, bfloat16's."""
-    widened = np.ascontiguousarray(values, dtype=np.float32)
-    return (widened.view(np.uint32) >> 16).astype(np.uint16)
+    # (np.array, not np.ascontiguousarray: that makes a 0-d tensor's values 1-d, and the
+    # file then held a tensor of shape [1])
+    widened = np.array(values, dtype=np.float32, order="C")
+    # (np.array again: ``>>`` of a 0-d array is a NumPy scalar, whose memory is no array's)
+    return np.array(widened.view(np.uint32) >> 16, dtype=np.uint16)
 
 
 def _contiguous_strides(shape: tuple) -> tuple:

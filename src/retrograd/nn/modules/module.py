@@ -1163,7 +1163,15 @@ class Module:
                 # every mismatch, as torch's message lists them (after this first one)
                 mismatched = [(name, tuple(array.shape), tuple(current.size()))]
                 mismatched += [m for m in _size_mismatches(state, own) if m[0] != name]
-                said = _torch_report(type(self).__name__, [], [], mismatched)
+                # torch's one error lists, under strict, the keys missing and unexpected
+                # beside the sizes: those its post hooks leave (none here without hooks: the
+                # strict check above has raised for them)
+                keys = (
+                    incompatible(hooks=True) if strict and post_hooks else IncompatibleKeys([], [])
+                )
+                said = _torch_report(
+                    type(self).__name__, keys.missing_keys, keys.unexpected_keys, mismatched
+                )
                 raise SizeMismatchError(
                     f"load_state_dict: {name!r} has shape {list(current.size())}, "
                     f"the state has {list(array.shape)}. {said}"
