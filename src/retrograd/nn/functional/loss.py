@@ -309,8 +309,20 @@ def mse_loss(
     """Mean squared error ``mean((x - target)**2)``, PyTorch's arguments: ``weight`` (the
     input's shape) scales each squared error and ``"mean"`` then divides by its sum. A target
     of another shape is broadcast with the input, with torch's warning."""
+    if weight is None and isinstance(x, Tensor) and isinstance(target, Tensor):
+        x_, target_ = _float_pair("mse_loss", x, target, "target")
+        if x_.shape == target_.shape and _one_float_pair(x_, target_):
+            # one op of the op table with its reduction, whose rules are torch's kernel's
+            mode = _reduction("mse_loss", reduction, size_average, reduce)
+            return x_._apply("mse_loss", (x_, target_), (mode,))
     errors = Tensor.square
     return _pointwise("mse_loss", x, target, size_average, reduce, reduction, weight, errors)
+
+
+def _one_float_pair(x: Tensor, y: Tensor) -> bool:
+    """Whether a loss of ``x`` and ``y`` records its op of the op table: both float32 or both
+    float64, something tracked (elsewhere the composite computes the same values)."""
+    return x.dtype == y.dtype and tracked_wide_float(x, y)
 
 
 def _pointwise(
@@ -510,6 +522,9 @@ def binary_cross_entropy_with_logits(
             # entry, untracked values of x's size (1.49x torch's bytes; 7 December)
             losses = x._apply("bce_with_logits_pos_weight", (x, y, pos))
             return _reduce(_weighted(fn, losses, weight), reduction)
+    if pos_weight is None and weight is None and _one_float_pair(x, y):
+        # one op of the op table with its reduction, whose rules are torch's kernel's
+        return x._apply("bce_with_logits_loss", (x, y), (reduction,))
     log_sigmoid = x.log_sigmoid()
     if pos_weight is not None:
         log_sigmoid = log_sigmoid * ((pos - 1.0) * y + 1.0)
