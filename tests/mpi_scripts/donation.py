@@ -66,13 +66,25 @@ def step_gradients(device, values, x, c, distributed: bool, swapped: bool = Fals
         t = rg.tensor(value, device=device)
         tensors[name] = t.set_distributed(name) if distributed else t.require_grad()
     xt = rg.tensor(x, device=device)
-    h = (xt @ tensors["w1"]).tanh()
-    h = h + (xt * 0.5) @ tensors["w1"]
-    dense = ((h @ tensors["w2"]).square()).mean()
-    z = (tensors["a"] + tensors["b"]) * rg.tensor(c, device=device)
-    paired = (z * z).sum() * 1e-3
-    loss = paired + dense if swapped else dense + paired
-    grads = loss.backward()
+
+    def dense_part():
+        h = (xt @ tensors["w1"]).tanh()
+        h = h + (xt * 0.5) @ tensors["w1"]
+        return ((h @ tensors["w2"]).square()).mean()
+
+    def paired_part():
+        z = (tensors["a"] + tensors["b"]) * rg.tensor(c, device=device)
+        return (z * z).sum() * 1e-3
+
+    # backward runs what was recorded last first (torch's order, not the operands' order):
+    # computed the other way round, the parameters' gradients are ready in another order
+    if swapped:
+        paired = paired_part()
+        dense = dense_part()
+    else:
+        dense = dense_part()
+        paired = paired_part()
+    grads = (dense + paired).backward()
     return {name: t.grad(grads).numpy().copy() for name, t in tensors.items()}
 
 

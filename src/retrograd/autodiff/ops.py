@@ -1658,7 +1658,8 @@ def _mse_rule(B, g, x, y, reduction):
     # torch's mse_loss_backward: norm * (x - y) * g, norm = 2 / n for a mean (else 2) taken in
     # the dtype; for the target the same with x and y swapped
     n = math.prod(B.shape(x))
-    return B.mul(B.mul_scalar(B.sub(x, y), 2.0 / n if reduction == "mean" else 2.0), g)
+    norm = (2.0 / n if n else math.nan) if reduction == "mean" else 2.0  # (an empty batch: NaN)
+    return B.mul(B.mul_scalar(B.sub(x, y), norm), g)
 
 
 Op(
