@@ -420,6 +420,21 @@ def _mean_over(fn: str, x: Tensor, dims: tuple[int, ...]) -> Tensor:
     return apply(TensorOp(fn, kernel="mean_dim", floats=True), (x,), (dims,))
 
 
+def _affine_operands(fn: str, x: Tensor, weight: Any, bias: Any, channels: int) -> list:
+    """The weight and bias of a fused normalization op, checked per channel: an absent one is
+    the empty ``[0]`` tensor that tells the kernel there is none (one, shared by both)."""
+    empty = None
+    affine = []
+    for value, name in ((weight, "weight"), (bias, "bias")):
+        value = _channel_vector(fn, x, value, name, channels)
+        if value is None:
+            if empty is None:
+                empty = wrap(x, x.backend.zeros((0,), x.dtype, x.device))
+            value = empty
+        affine.append(value)
+    return affine
+
+
 def _channel_vector(fn: str, x: Tensor, value: Any, name: str, channels: int) -> Tensor | None:
     """A per-channel tensor checked, ``[C]`` in ``x``'s dtype (``None`` stays ``None``)."""
     if value is None:
@@ -530,17 +545,8 @@ def batch_norm(
         return _affine_only(fn, x, weight, bias, channels)
     count = x.numel() // channels
     # One fused op: the batch's statistics, the normalization and the affine map, with a
-    # joint backward (the backend's batch_norm_backward). An absent weight or bias is the
-    # empty [0] tensor that tells the kernel there is none.
-    empty = None
-    affine = []
-    for value, name in ((weight, "weight"), (bias, "bias")):
-        value = _channel_vector(fn, x, value, name, channels)
-        if value is None:
-            if empty is None:
-                empty = wrap(x, x.backend.zeros((0,), x.dtype, x.device))
-            value = empty
-        affine.append(value)
+    # joint backward (the backend's batch_norm_backward).
+    affine = _affine_operands(fn, x, weight, bias, channels)
     out, stats = apply(_BATCH_NORM, (x, *affine), (float(eps),))
     if running_mean is not None:
         # The running statistics follow the batch's, outside any graph (state, not part of
@@ -628,15 +634,7 @@ def group_norm(
         # native_group_norm_backward; as the composite below it held the centered values and
         # the normalized output (twice torch's bytes). An absent weight or bias is the empty
         # [0] tensor.
-        empty = None
-        affine = []
-        for value, name in ((weight, "weight"), (bias, "bias")):
-            value = _channel_vector(fn, x, value, name, channels)
-            if value is None:
-                if empty is None:
-                    empty = wrap(x, x.backend.zeros((0,), x.dtype, x.device))
-                value = empty
-            affine.append(value)
+        affine = _affine_operands(fn, x, weight, bias, channels)
         if any(t.requires_grad for t in (x, *affine)):
             out, _ = apply(_GROUP_NORM, (x, *affine), (int(num_groups), float(eps)))
             return out
