@@ -60,8 +60,8 @@ import torch
 import retrograd as rg
 from backends import inner_backend
 from cycle_probe import collected_cycles, heap_set_aside
+from planted_misses import PlantedMisses
 from retrograd import func, nn, optim
-from retrograd.autodiff.checkpoint.budget.planner import Planner
 from retrograd.utils.checkpoint import checkpoint
 from retrograd.utils.data import DataLoader, TensorDataset
 
@@ -315,26 +315,18 @@ def test_a_long_loop_is_flat_under_each_strategy(loop, strategy):
     _check_flat(LOOPS[loop](model, opt, rg.tensor(_data(0, 4, 3))))
 
 
-class _Misses(Planner):
-    """A planner told that each followed backward held a tenth and 64 bytes more than its
-    plan predicted, at least: every plan that fits misses (a planted miss)."""
-
-    def backward_ended(self, peak_bytes: int) -> None:
-        if self._checking is not None:
-            peak_bytes = max(peak_bytes, int(1.1 * self._checking.counted) + 64)
-        super().backward_ended(peak_bytes)
-
-
 def test_a_budget_plan_that_missed_is_freed_with_its_budget_without_the_collector():
     """A plan whose steps miss its prediction is re-planned: each plan was kept in its graph's
     list of attempts, which every re-plan holds (a cycle), so the plans, their trace and
     recorded values outlived their budget until the collector ran.
 
     The loop: round 67's random program 0 (a gradient penalty) at twice its unbudgeted peak,
-    its misses planted (:class:`_Misses`). Its own plan missed until round 68, whose plan of
-    a graph recorded after a retained backward counts what the retained graph holds; before
-    6 December a penalty's plain ``create_graph`` backward missed too, from a forward peak
-    that counted the step before's leftovers (round 67, ``BudgetCheckpointing._step_starts``)."""
+    its misses planted above the budget (``planted_misses.PlantedMisses``; until 7 December
+    a tenth above the plan's prediction, which a change of the rules' reads left within the
+    budget, and so not re-planned). Its own plan missed until round 68, whose plan of a graph
+    recorded after a retained backward counts what the retained graph holds; before 6
+    December a penalty's plain ``create_graph`` backward missed too, from a forward peak that
+    counted the step before's leftovers (round 67, ``BudgetCheckpointing._step_starts``)."""
     from random_budget_67 import Program, budget_of, run
 
     program = Program(0)
@@ -344,7 +336,7 @@ def test_a_budget_plan_that_missed_is_freed_with_its_budget_without_the_collecto
     gc.disable()
     try:
         strategy = rg.BudgetCheckpointing(budget)
-        strategy.planner = _Misses(budget)
+        strategy.planner = PlantedMisses(budget)
         run(program, strategy)
         replanned = strategy.plans, max(len(plan.attempts) for plan in strategy.planner.kept)
         del strategy

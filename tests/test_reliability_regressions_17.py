@@ -16,8 +16,9 @@ import torch
 import retrograd as rg
 from backends import inner_backend
 from cycle_probe import collected_cycles, heap_set_aside
+from planted_misses import PlantedMisses
 from retrograd import func, nn
-from retrograd.autodiff.checkpoint.budget.planner import MAX_REPLANS, Planner
+from retrograd.autodiff.checkpoint.budget.planner import MAX_REPLANS
 
 _RNG = np.random.default_rng(17)
 
@@ -130,34 +131,18 @@ def test_a_dropped_captured_step_leaves_no_cycle():
 
 
 # -- a budget plan's re-plan attempts grew by one a step once settled --------------------------
-class _Misses(Planner):
-    """A planner told that each followed backward held 64 bytes more than the budget, at
-    least, whose re-plans are made for the budget itself: every plan that fits misses, and
-    no re-plan cures it (a planted miss; since 7 December a step that held more than its plan
-    predicted but kept the budget is not re-planned, and a re-plan for a lower target may
-    leave the plans that fit)."""
-
-    def backward_ended(self, peak_bytes: int) -> None:
-        if self._checking is not None:
-            peak_bytes = max(peak_bytes, self.max_bytes + 64)
-        super().backward_ended(peak_bytes)
-
-    def _make_plan(self, signatures, trace, target=None, attempts=None, values=None):
-        return super()._make_plan(signatures, trace, None, attempts, values)
-
-
 def test_a_budget_loop_whose_plan_misses_keeps_a_constant_number_of_objects():
     """A followed plan whose backward held more than it predicted appended an attempt at every
     step after its re-plans were spent (and searched them all): a tuple a step, for ever.
     The loop that misses at every step: round 67's random program 0 at twice its unbudgeted
-    peak, its misses planted (:class:`_Misses`: its own plan missed until round 68, see
-    ``test_reliability_31.py``'s plan-that-missed test)."""
+    peak, its misses planted (``planted_misses.PlantedMisses``: its own plan missed until
+    round 68, see ``test_reliability_31.py``'s plan-that-missed test)."""
     from random_budget_67 import Program, budget_of, run
 
     program = Program(0)
     budget = budget_of(run(program, rg.NoCheckpointing()), 2.0)
     strategy = rg.BudgetCheckpointing(budget)
-    strategy.planner = _Misses(budget)
+    strategy.planner = PlantedMisses(budget)
     backend = rg.Autodiff(inner_backend(), strategy)
 
     turns = iter(range(10_000))
