@@ -93,7 +93,13 @@ def _compiled_max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode):
 
 
 def _heads(t: torch.Tensor) -> torch.Tensor:
-    """``[..., L, E]`` as the ``[batch, heads, L, E]`` torch's fused attention takes."""
+    """``[..., L, E]`` as the ``[batch, heads, L, E]`` torch's fused attention takes, its last
+    dim of unit stride: the CPU kernel reads rows as contiguous (torch's public
+    ``scaled_dot_product_attention`` makes them so first). A query whose last two dims were
+    transposed (``linalg.pinv(a).mT``, whose result torch lays out column-major) gave values
+    of 1e214, and a Hessian of attention through ``pinv`` 4x off torch's (7 December)."""
+    if t.stride(-1) != 1:
+        t = t.contiguous()
     return t if t.ndim == 4 else t.reshape(1, -1, *t.shape[-2:])
 
 
