@@ -109,15 +109,20 @@ def test_on_the_torch_backend_values_and_gradients_are_torchs(dtype):
 
 @pytest.mark.skipif(INNER == "numpy", reason="torch's kernels: the torch inner backend's bits")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_on_the_torch_backend_silu_and_mish_gradients_are_torchs_kernels(dtype):
+def test_on_the_torch_backend_silu_mish_elu_gradients_are_torchs_kernels(dtype):
     x = (RNG.standard_normal(N) * 3).astype(dtype)
     g = RNG.standard_normal(N).astype(dtype)
     with rg.use_backend(rg.Autodiff(inner_backend())):
-        for name in ("silu", "mish"):
+        for name in ("silu", "mish", "elu"):
             leaf = rg.tensor(x, requires_grad=True)
             (ours,) = rg.autograd.grad(getattr(rg.nn.functional, name)(leaf), leaf, rg.tensor(g))
-            kernel = getattr(torch.ops.aten, f"{name}_backward")
-            theirs = kernel(torch.tensor(g), torch.tensor(x))
+            if name == "elu":  # (alpha 1, scale 1, input scale 1, read from x)
+                theirs = torch.ops.aten.elu_backward(
+                    torch.tensor(g), 1.0, 1.0, 1.0, False, torch.tensor(x)
+                )
+            else:
+                kernel = getattr(torch.ops.aten, f"{name}_backward")
+                theirs = kernel(torch.tensor(g), torch.tensor(x))
             np.testing.assert_array_equal(ours.numpy(), theirs.numpy(), err_msg=name)
 
 

@@ -1132,19 +1132,8 @@ Op(
 
 
 def _elu_vjp(B, g, x, alpha, input_scale):
-    # the rules of the backend's elu (a composition), in its order (so its bits): g where x > 0 (and
-    # NaN); alpha * g times expm1's rule (its output + 1, recomputed from x) where x < 0; g *
-    # alpha * input_scale at x == 0. It reads x alone, as torch's elu_backward; the
-    # composition held two arrays beside it (2x torch's bytes)
-    negative = B.lower_elem(x, 0.0)
-    safe = B.mask_fill(x, B.logical_not(negative), 0.0)
-    if input_scale != 1.0:
-        safe = B.mul_scalar(safe, input_scale)
-    slope = B.mul(B.mul_scalar(g, alpha), B.add_scalar(B.expm1(safe), 1.0))
-    if input_scale != 1.0:
-        slope = B.mul_scalar(slope, input_scale)
-    at_zero = B.mul_scalar(g, alpha * input_scale)
-    return B.mask_where(B.mask_where(g, negative, slope), B.equal_elem(x, 0.0), at_zero)
+    # torch's elu_backward, from x alone (the backend's kernel, or the protocol's composition)
+    return B.elu_backward(g, x, alpha, input_scale)
 
 
 unary("elu", _elu_vjp, ("alpha", "input_scale"))

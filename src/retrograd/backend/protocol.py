@@ -269,6 +269,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "tanh_backward",
             "silu_backward",
             "mish_backward",
+            "elu_backward",
             "hardsigmoid",
             "elu",
             "mish",
@@ -638,6 +639,24 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         t = self.tanh(self.softplus(x, 1.0))
         through = self.mul(self.mul(grad, x), self.rsub_scalar(self.square(t), 1.0))
         return self.add(self.mul(grad, t), self.mul(through, self.sigmoid(self.mul_scalar(x, 1.0))))
+
+    def elu_backward(self, grad: Any, x: Any, alpha: float, input_scale: float) -> Any:
+        """torch's ``elu_backward`` from ``x``: ``grad`` where ``x > 0`` (and NaN);
+        ``grad * alpha * input_scale * exp(x * input_scale)`` where ``x < 0``, and at
+        ``x == 0``. This default is the rules of the backend's ``elu`` composition, in its
+        order (alpha times ``g``, times expm1's rule, its output + 1, recomputed from ``x``),
+        and is recorded on the autodiff backend, so it differentiates again."""
+        negative = self.lower_elem(x, 0.0)
+        safe = self.mask_fill(x, self.logical_not(negative), 0.0)
+        if input_scale != 1.0:
+            safe = self.mul_scalar(safe, input_scale)
+        slope = self.mul(self.mul_scalar(grad, alpha), self.add_scalar(self.expm1(safe), 1.0))
+        if input_scale != 1.0:
+            slope = self.mul_scalar(slope, input_scale)
+        at_zero = self.mul_scalar(grad, alpha * input_scale)
+        return self.mask_where(
+            self.mask_where(grad, negative, slope), self.equal_elem(x, 0.0), at_zero
+        )
 
     def log2(self, x: Any) -> Any:
         """The base-2 logarithm. This default scales the natural one, so it is not exact at

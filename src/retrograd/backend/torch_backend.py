@@ -633,6 +633,11 @@ class TorchBackend(
     silu_backward = staticmethod(torch.ops.aten.silu_backward)
     mish_backward = staticmethod(torch.ops.aten.mish_backward)
 
+    def elu_backward(self, grad, x, alpha, input_scale):
+        if input_scale != 1.0:  # (celu's: torch's own celu rounds its 1 / alpha otherwise)
+            return super().elu_backward(grad, x, alpha, input_scale)
+        return torch.ops.aten.elu_backward(grad, alpha, 1.0, 1.0, False, x)
+
     def logaddexp(self, x, y, scale):
         # torch's kernels (scale 1, or log 2 for logaddexp2: the only two the tensor API uses)
         return torch.logaddexp(x, y) if scale == 1.0 else torch.logaddexp2(x, y)
