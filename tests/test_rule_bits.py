@@ -133,17 +133,18 @@ def _loss_gradients(lib, name, x, t, reduction, scale):
     return [g.numpy() for g in lib.autograd.grad(loss, (leaf, target), upstream)]
 
 
+@pytest.mark.parametrize("name", ["mse_loss", "smooth_l1_loss", "huber_loss"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_mse_loss_gradients_are_torchs_kernels_to_the_bit(dtype, reduction):
-    # torch's mse_loss_backward, (2 / n * (x - t)) * g with the mean's 2 / n taken in the
-    # dtype: the mean's rule dividing g first was an ulp off in 30-60% of the elements for
-    # a g other than 1 (a scaled loss)
+def test_regression_loss_gradients_are_torchs_kernels_to_the_bit(dtype, reduction, name):
+    # torch's mse_loss_backward, (2 / n * (x - t)) * g, and smooth_l1/huber_backward,
+    # 1 / n * d * g (/ beta) and 1 / n * g (* delta), with the mean's 1 / n inside: the mean's
+    # rule dividing g first was an ulp off in 20-90% of the elements for a g other than 1
     x, t = RNG.standard_normal((2, 50, 40)).astype(dtype)
     for scale in (1.0, 0.37):
         with rg.use_backend(rg.Autodiff(inner_backend())):
-            ours = _loss_gradients(rg, "mse_loss", x, t, reduction, scale)
-        theirs = _loss_gradients(torch, "mse_loss", x, t, reduction, scale)
+            ours = _loss_gradients(rg, name, x, t, reduction, scale)
+        theirs = _loss_gradients(torch, name, x, t, reduction, scale)
         for mine, torchs in zip(ours, theirs):
             np.testing.assert_array_equal(mine, torchs)
 
@@ -175,7 +176,9 @@ def test_bce_with_logits_gradients_are_torchs_formula(dtype, reduction):
         np.testing.assert_allclose(mine, torchs, rtol=tolerance[0], atol=tolerance[1])
 
 
-@pytest.mark.parametrize("name", ["mse_loss", "binary_cross_entropy_with_logits"])
+@pytest.mark.parametrize(
+    "name", ["mse_loss", "binary_cross_entropy_with_logits", "smooth_l1_loss", "huber_loss"]
+)
 def test_the_loss_ops_second_derivatives_match_torch(name):
     x = RNG.standard_normal((4, 5))
     t = RNG.uniform(0.0, 1.0, (4, 5))

@@ -568,7 +568,10 @@ def smooth_l1_loss(
     diff = x - y
     if beta == 0:
         return _reduce(diff.abs(), reduction)
-    # one op of the op table whose rule reads the difference (autodiff/ops.py)
+    if tracked_wide_float(diff):
+        # one op of the op table with its reduction, whose rule reads the difference and is
+        # torch's kernel's arithmetic (autodiff/ops.py)
+        return diff._apply("smooth_l1_loss", (diff,), (float(beta), reduction))
     return _reduce(diff._apply("smooth_l1", (diff,), (float(beta),)), reduction)
 
 
@@ -591,6 +594,9 @@ def huber_loss(
     diff = x - y
     # one op whose rule reads the difference, as smooth_l1_loss's (at |d| == delta both
     # branches have the same value and slope; torch's second derivative there is 0)
+    if weight is None and tracked_wide_float(diff):
+        # with its reduction, as smooth_l1_loss's
+        return diff._apply("huber_loss", (diff,), (float(delta), reduction))
     losses = diff._apply("huber", (diff,), (float(delta),))
     if weight is None:
         return _reduce(losses, reduction)
