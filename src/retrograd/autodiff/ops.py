@@ -1111,6 +1111,7 @@ unary(
 # (``norm * g * delta``) beyond. Reduced apart, the mean's rule divided g first: an ulp off
 # torch's in 20-90% of the elements for a g other than 1 (a weighted sum of losses).
 def _loss_norm(B, d, reduction):
+    """The mean's ``1 / n`` (NaN for an empty batch, torch's), else 1."""
     n = math.prod(B.shape(d))
     return (1.0 / n if n else math.nan) if reduction == "mean" else 1.0
 
@@ -1685,10 +1686,8 @@ Op(
 
 def _mse_rule(B, g, x, y, reduction):
     # torch's mse_loss_backward: norm * (x - y) * g, norm = 2 / n for a mean (else 2) taken in
-    # the dtype; for the target the same with x and y swapped
-    n = math.prod(B.shape(x))
-    norm = (2.0 / n if n else math.nan) if reduction == "mean" else 2.0  # (an empty batch: NaN)
-    return B.mul(B.mul_scalar(B.sub(x, y), norm), g)
+    # the dtype (2 * (1 / n) is 2 / n to the bit); for the target the same, x and y swapped
+    return B.mul(B.mul_scalar(B.sub(x, y), 2.0 * _loss_norm(B, x, reduction)), g)
 
 
 Op(

@@ -638,7 +638,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         side, summed). This default composes primitives."""
         t = self.tanh(self.softplus(x, 1.0))
         through = self.mul(self.mul(grad, x), self.rsub_scalar(self.square(t), 1.0))
-        return self.add(self.mul(grad, t), self.mul(through, self.sigmoid(self.mul_scalar(x, 1.0))))
+        return self.add(self.mul(grad, t), self.mul(through, self.sigmoid(x)))
 
     def elu_backward(self, grad: Any, x: Any, alpha: float, input_scale: float) -> Any:
         """torch's ``elu_backward`` from ``x``: ``grad`` where ``x > 0`` (and NaN);
@@ -747,7 +747,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         ``grad`` is not finite): the ReLU's gradient, torch's ``threshold_backward``. It reads
         the output, which the next layer usually keeps anyway. This default composes
         primitives (recorded on the autodiff backend, so it differentiates again)."""
-        return self.mask_fill(grad, self.lower_equal_elem(out, 0.0), 0.0)
+        return self.threshold_backward(grad, out, 0.0)
 
     def prelu(self, x: Any, weight: Any) -> Any:
         """torch's ``_prelu_kernel``: ``x`` where ``x > 0``, else ``weight * x`` (``weight``

@@ -173,10 +173,6 @@ LOWER_EQUAL = TensorOp("lower_equal", scalar="lower_equal_elem", promote=COMPARE
 def _scaled_log(x: Any, scale: float) -> Any:
     """``log(x) * scale`` (``log2``, ``log10``); of a complex ``x`` part by part, as torch's
     kernels: a complex product would make ``log(0) = -inf + 0j`` into ``-inf + nan j``."""
-    if x.dtype in ("float16", "bfloat16"):
-        # torch's log2/log10 kernels compute in float32 and round once: log rounded to 16
-        # bits, then scaled and rounded again, missed torch's value in 10 of 42 normal draws
-        return _scaled_log(x.cast("float32"), scale).cast(x.dtype)
     out = x.log()
     if out.is_complex():
         return out._apply("complex", (out.real * scale, out.imag * scale))
@@ -449,18 +445,18 @@ class ElementwiseMixin:
 
     def exp2(self) -> Any:
         """``2 ** self``, exact at integers (the backend's kernel, as torch's)."""
-        if self.is_complex():
-            return (self * _LN2).exp()
         return self._exact_base(EXP2, None)
 
     def _exact_base(self, op: TensorOp, log_scale: float | None) -> Any:
+        """``op`` (``log2``, ``log10``: ``log_scale`` the natural log's factor; ``exp2``:
+        None) by the backend's kernel; 16-bit in float32, complex as a composition."""
         if self.dtype in ("float16", "bfloat16"):
             # torch computes in float32 and rounds once (a logarithm rounded to 16 bits, then
             # scaled, missed torch's value in 10 of 42 normal draws; x * ln2 rounded to 8 bits
             # would miss 2**50 by 9%)
             return self.cast("float32")._exact_base(op, log_scale).cast(self.dtype)
         if self.is_complex():
-            return _scaled_log(self, log_scale)
+            return (self * _LN2).exp() if log_scale is None else _scaled_log(self, log_scale)
         return self._apply(op, (self,))
 
     def erfinv(self) -> Any:

@@ -215,17 +215,11 @@ class SpecialMixin:
     def logaddexp(self, other: Any) -> Any:
         """``log(exp(self) + exp(other))`` without overflow: ``max + log1p(exp(-|a - b|))``,
         the equal infinities kept, as torch's kernel."""
-        return _logaddexp("logaddexp", self, other, lambda d: d.neg().exp().log1p())
+        return _logaddexp("logaddexp", self, other)
 
     def logaddexp2(self, other: Any) -> Any:
         """``log2(2**self + 2**other)``, as :meth:`logaddexp`."""
-        return _logaddexp(
-            "logaddexp2",
-            self,
-            other,
-            lambda d: d.neg().exp2().log1p() * (1.0 / math.log(2.0)),
-            math.log(2.0),
-        )
+        return _logaddexp("logaddexp2", self, other, math.log(2.0))
 
     def logit(self, eps: float | None = None) -> Any:
         """``log(z / (1 - z))`` with ``z`` the input clamped to ``[eps, 1 - eps]`` when ``eps``
@@ -560,14 +554,12 @@ class SpecialMixin:
         return self.atan2(other)
 
 
-def _logaddexp(
-    op: str, a: Any, b: Any, softplus_of_gap: Callable[[Any], Any], scale: float = 1.0
-) -> Any:
+def _logaddexp(op: str, a: Any, b: Any, scale: float = 1.0) -> Any:
     x, y = float_kernel_operands(op, a, tensor_argument(op, b))
     if x.dtype in ("float16", "bfloat16"):
         # torch's kernel works in float32 and rounds once (in bfloat16 the softplus of a tiny
         # gap, rounded term by term, made logaddexp2(0, 6e-8) 0.996)
-        wide = _logaddexp(op, x.cast("float32"), y.cast("float32"), softplus_of_gap, scale)
+        wide = _logaddexp(op, x.cast("float32"), y.cast("float32"), scale)
         return wide.cast(x.dtype)
     if x.is_complex() and scale == 1.0:
         # torch's complex kernel: the operand of the larger real part plus log1p(exp(the
@@ -583,28 +575,12 @@ def _logaddexp(
         # a NaN part anywhere: NaN in both parts, the kernel's first check
         return out.mask_fill(x.isnan().logical_or(y.isnan()), complex(math.nan, math.nan))
     if x.dtype in ("float32", "float64"):
-        # one op of the op table (autodiff/ops.py) whose rules read x and y, torch's; its
-        # composition below held four arrays of x's size (7 December). Untracked too: the
-        # torch backend's kernel is torch's, to the bit
+        # one op of the op table (autodiff/ops.py) whose rules read x and y, torch's (its
+        # composition held four arrays of x's size, 7 December); untracked too: the backend's
+        # kernel (torch's on the torch backend, to the bit; the protocol's composition else)
         return x._apply("logaddexp", (x, y), (float(scale),))
-    out = x.maximum(y) + softplus_of_gap((x - y).abs())
-    out = out.mask_where(x.isinf().logical_and(x.eq(y)), x)
-    if not (x.requires_grad or y.requires_grad):
-        return out
-    # max + softplus(-|x - y|) has kinks at x == y (maximum's and abs's), so that its second
-    # derivative there is 0, not torch's s (1 - s): the derivatives are taken from the smooth
-    # log(e^(x - m) + e^(y - m)) with m the (constant) maximum, added as smooth - value(smooth)
-    # (zero in value: the value stays the accurate one above); where m is infinite, from the
-    # formula above, whose first derivatives there are torch's
-    top = untracked(x.maximum(y))
-    infinite = top.isinf()
-    top = top.mask_fill(infinite, 0.0)
-    xs, ys = x.mask_fill(infinite, 0.0), y.mask_fill(infinite, 0.0)
-    smooth = (((xs - top) * scale).exp() + ((ys - top) * scale).exp()).log()
-    if scale != 1.0:
-        smooth = smooth / scale
-    finite = untracked(out) + (smooth - untracked(smooth))
-    return finite.mask_where(infinite, out)
+    # (a complex logaddexp2: torch's kernel has none, "logaddexp2_cpu" not implemented)
+    raise UnsupportedDTypeError(f"{op}: not implemented for {x.dtype} tensors (as in torch)")
 
 
 def _log_of_infinite_sum(x: Any, y: Any) -> Any:

@@ -309,20 +309,16 @@ def mse_loss(
     """Mean squared error ``mean((x - target)**2)``, PyTorch's arguments: ``weight`` (the
     input's shape) scales each squared error and ``"mean"`` then divides by its sum. A target
     of another shape is broadcast with the input, with torch's warning."""
-    if weight is None and isinstance(x, Tensor) and isinstance(target, Tensor):
-        x_, target_ = _float_pair("mse_loss", x, target, "target")
-        if x_.shape == target_.shape and _one_float_pair(x_, target_):
-            # one op of the op table with its reduction, whose rules are torch's kernel's
-            mode = _reduction("mse_loss", reduction, size_average, reduce)
-            return x_._apply("mse_loss", (x_, target_), (mode,))
     errors = Tensor.square
-    return _pointwise("mse_loss", x, target, size_average, reduce, reduction, weight, errors)
+    return _pointwise(
+        "mse_loss", x, target, size_average, reduce, reduction, weight, errors, op="mse_loss"
+    )
 
 
-def _one_float_pair(x: Tensor, y: Tensor) -> bool:
+def _one_float_pair(x: Tensor, y: Tensor, *others: Tensor) -> bool:
     """Whether a loss of ``x`` and ``y`` records its op of the op table: both float32 or both
     float64, something tracked (elsewhere the composite computes the same values)."""
-    return x.dtype == y.dtype and tracked_wide_float(x, y)
+    return x.dtype == y.dtype and tracked_wide_float(x, y, *others)
 
 
 def _pointwise(
@@ -335,12 +331,17 @@ def _pointwise(
     weight: Any,
     error: Callable[[Tensor], Tensor],
     complex_ok: bool = False,
+    op: str | None = None,
 ) -> Tensor:
     """A loss of each element's ``error(x - target)``: the target broadcast with the input
     (with torch's warning), ``weight`` (the input's shape) scaling each error, and ``"mean"``
-    then dividing by the weights' sum (torch 2.13's weighted ``mse_loss`` and ``l1_loss``)."""
+    then dividing by the weights' sum (torch 2.13's weighted ``mse_loss`` and ``l1_loss``).
+    ``op``: the loss's op of the op table, with its reduction, whose rules are torch's
+    kernel's, recorded for an unweighted loss of a float pair of one shape."""
     x, target = _float_pair(fn, x, target, "target", complex_ok=complex_ok)
     reduction = _reduction(fn, reduction, size_average, reduce)
+    if op is not None and weight is None and x.shape == target.shape and _one_float_pair(x, target):
+        return x._apply(op, (x, target), (reduction,))
     input_shape = x.shape
     x, target = _broadcast_pair(fn, x, target)
     errors = error(x - target)
@@ -511,11 +512,9 @@ def binary_cross_entropy_with_logits(
     if pos_weight is not None:
         pos = _as_tensor(fn, x, pos_weight, "pos_weight").cast(x.dtype)
         if (
-            x.dtype in ("float32", "float64")
-            and x.dtype == y.dtype
+            _one_float_pair(x, y, pos)
             and pos.ndim <= x.ndim
             and all(n in (1, m) for n, m in zip(pos.shape[::-1], x.shape[::-1]))
-            and (x.requires_grad or y.requires_grad or pos.requires_grad)
         ):
             # one op of the op table (autodiff/ops.py) whose rules read x, y and pos_weight,
             # as torch's: the composite below held 1 - y and the positive weight of each
