@@ -301,13 +301,9 @@ def backward(
             for node in tape.skipped:  # the reads a skipped step would have made
                 for key in node.saved.keys:
                     checkpointer.retrieve(key)
+        _leave(tape, grads, running, gathering, reading)
     except BaseException as error:
-        if running and running[-1] is tape:
-            running.pop()
-        if gathering and gathering[-1] is grads:
-            gathering.pop()
-        if reading:  # (before the tape goes below)
-            _stop_reading(tape)
+        _leave(tape, grads, running, gathering, reading)  # (before the tape goes below)
         # A rule, hook or Function raised (or an interrupt came): the caller may keep the
         # error (a notebook keeps the last one), and its traceback keeps this frame and those
         # below it, with the walk's nodes, their saved values and the gradients in flight.
@@ -323,10 +319,6 @@ def backward(
             abandon()
         del tape, grads, checkpointer, abandon, nodes, node, root, seed, taken, read_step
         raise
-    running.pop()
-    gathering.pop()
-    if reading:
-        _stop_reading(tape)
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
     for hook in hooks:
@@ -564,6 +556,23 @@ _CLAIMS = threading.RLock()  # re-entrant: a strategy's begin_backward runs unde
 #: other. Changed under ``_CLAIMS``.
 _READING: list[Tape] = []
 _DEFERRED: dict[int, Node] = {}
+
+
+def _leave(
+    tape: Tape, grads: Any, running: list | None, gathering: list | None, reading: bool
+) -> None:
+    """A backward's tape and gradients off its thread's stacks, and its tape off the reading
+    ones: the last step of a finished backward, and the first of an interrupted one. Each
+    part is done only where it is still to do, because an interrupt can land between two of
+    them, and the handler then runs this again: popped outside the ``try``, an interrupt
+    between the two pops left the gradients on the thread's stack for good (one
+    ``Gradients`` and what it held, in a soak of interrupted optimizer steps)."""
+    if running and running[-1] is tape:
+        running.pop()
+    if gathering and gathering[-1] is grads:
+        gathering.pop()
+    if reading and any(t is tape for t in _READING):
+        _stop_reading(tape)
 
 
 def _stop_reading(tape: Tape) -> None:

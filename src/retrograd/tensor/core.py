@@ -116,14 +116,44 @@ __all__ = ["Tensor"]
 _new = object.__new__
 
 
+class _NestedResults(list):
+    """The gradients of the backwards called while one backward ran; weakly referenced from
+    the thread's stack, so that only the running call keeps it."""
+
+    __slots__ = ("__weakref__",)
+
+
 class _RunningBackwards(threading.local):
     """The backwards running on this thread, innermost last, each with the gradients of the
     backwards called while it ran (a custom ``autograd.Function``'s ``backward`` that calls
     ``torch.autograd.backward``, as reversible networks do to get their parameters'
-    gradients: torch accumulates those into ``.grad``, where the step reads them)."""
+    gradients: torch accumulates those into ``.grad``, where the step reads them).
+
+    The stack holds weak references: an interrupt that lands between a call's push and its
+    ``try``, or in its ``finally`` before the pop, leaves a dead entry, which the next push
+    drops, where a strong one kept every later backward's gradients for good (a soak of
+    interrupted training steps grew by a ``Gradients`` a step)."""
 
     def __init__(self) -> None:
-        self.nested: list[list[Any]] = []
+        self.nested: list[weakref.ref[_NestedResults]] = []
+
+    def push(self, results: _NestedResults) -> None:
+        stack = self.nested
+        while stack and stack[-1]() is None:
+            stack.pop()
+        stack.append(weakref.ref(results))
+
+    def pop(self, results: _NestedResults) -> None:
+        stack = self.nested
+        if stack and stack[-1]() is results:
+            stack.pop()
+
+    def innermost(self) -> _NestedResults | None:
+        for ref in reversed(self.nested):
+            results = ref()
+            if results is not None:
+                return results
+        return None
 
 
 _running_backwards = _RunningBackwards()
@@ -1191,17 +1221,18 @@ class Tensor(
             refuse_untracked_inputs("backward", wanted)
         # A backward called while another runs (from a Function's backward) adds its
         # gradients to the outer one's result too, as torch accumulates both into ``.grad``.
-        running = _running_backwards.nested
-        running.append([])
+        nested = _NestedResults()
         try:
+            _running_backwards.push(nested)
             result = self._backward(grad, retain_graph, create_graph, wanted)
         finally:
-            nested = running.pop()
+            _running_backwards.pop(nested)
         for inner in nested:
             if inner.backend == result.backend:  # (another backend's leaves are not these)
                 result = result + inner
-        if running:
-            running[-1].append(result)
+        outer = _running_backwards.innermost()
+        if outer is not None:
+            outer.append(result)
         return result
 
     def _backward(

@@ -886,8 +886,14 @@ def remember_leaf(t: Any, old: Any) -> None:
 
 def keep_former_key(t: Any, retired: Any) -> None:
     """Add the retired leaf key ``retired`` to ``t``'s former keys, dropping those no graph
-    and no ``Gradients`` can hold any more."""
-    t._former_keys = (retired, *(former for former in t._former_keys if former()))
+    and no ``Gradients`` can hold any more, and an earlier one of the same key: a write an
+    interrupt stopped after this step, before the tensor took its fresh leaf, is written
+    again on the same old leaf."""
+    key = retired.key
+    t._former_keys = (
+        retired,
+        *(former for former in t._former_keys if former.key != key and former()),
+    )
 
 
 #: ``show_as(node, old)``: make the node of a write through ``.data`` show as ``old``, the node
