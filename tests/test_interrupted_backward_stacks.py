@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import sys
 import weakref
+from typing import Any
 
 import pytest
 
@@ -51,24 +52,25 @@ def _loss() -> tuple[rg.Tensor, rg.Tensor]:
     return x, ((x * x).tanh() * x).sum()
 
 
-def _interrupted_at(code, at: int) -> tuple[bool, int]:
+def _interrupted_at(code, at: int | None, retain_graph: bool = False) -> tuple[bool, int, Any]:
     _, loss = _loss()
     tracer = _InterruptAtLine(code, at)
     previous = sys.gettrace()
     sys.settrace(tracer)
     try:
-        loss.backward()
+        loss.backward(retain_graph=retain_graph)
         interrupted = False
     except KeyboardInterrupt:
         interrupted = True
     finally:
         sys.settrace(previous)
-    return interrupted, tracer.seen
+    return interrupted, tracer.seen, loss
 
 
 def _nothing_left() -> None:
     assert not getattr(runtime._RUNNING, "tapes", None)
     assert not getattr(runtime._RUNNING, "gradients", None)
+    assert not runtime._READING
     x, loss = _loss()
     grads = loss.backward()
     assert x.grad(grads) is not None
@@ -78,18 +80,34 @@ def _nothing_left() -> None:
     assert kept() is None, "a later backward's gradients are kept alive"
 
 
+@pytest.mark.parametrize("retain_graph", [False, True], ids=["consuming", "retaining"])
 @pytest.mark.parametrize(
     "function", [runtime.backward, rg.Tensor.backward], ids=["runtime", "Tensor"]
 )
-def test_an_interrupt_at_any_line_of_a_backward_leaves_nothing_on_the_stacks(function):
+def test_an_interrupt_at_any_line_of_a_backward_leaves_nothing_on_the_stacks(
+    function, retain_graph
+):
+    """... and the graph usable: whole where the interrupt came before the walk's first step
+    ran, and after it, consumed as torch's ("backward through the graph a second time"),
+    never claimed for good by a backward that no longer runs."""
     code = function.__code__
-    _interrupted_at(code, at=None)  # (the first backward of a process runs set-up lines)
-    _, total = _interrupted_at(code, at=None)
+    _interrupted_at(code, None, retain_graph)  # (the first backward of a process runs set-up)
+    _, total, _ = _interrupted_at(code, None, retain_graph)
     assert total > 10
+    consumed = []
     for at in range(1, total + 1):
-        interrupted, _ = _interrupted_at(code, at)
+        interrupted, _, loss = _interrupted_at(code, at, retain_graph)
         assert interrupted, at
         _nothing_left()
+        try:
+            loss.backward()
+            consumed.append(False)
+        except rg.AutodiffError as error:
+            assert "was consumed by an earlier backward()" in str(error), (at, error)
+            assert not retain_graph, (at, error)
+            consumed.append(True)
+    # once a step has run and freed its part of the graph, it stays consumed
+    assert consumed == sorted(consumed), consumed
 
 
 def _sub(w: rg.Tensor, g: rg.Tensor) -> None:

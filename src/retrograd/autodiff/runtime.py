@@ -221,28 +221,26 @@ def backward(
     # toward some inputs only: the graph's records keep their values (a later backward may
     # walk the part below the inputs); the nodes run are released below as usual
     consume = not reading and stop is None
-    if consume:
-        tape = _tape(backend, root_node, claim=True)
-        try:
+    tape = checkpointer = node = grads = nodes = taken = read_step = running = gathering = None
+    # From the walk on, whatever stops the backward (an interrupt while its gradients are set
+    # up included) gives the graph back and tells the strategy, below, or a budget's planner
+    # would wait for the end of a backward that never runs, and record the next step's
+    # forward as the rest of this one. The walk and the strategy's checkpointer are made
+    # inside the ``try``: made before it, an interrupt landing between them and the ``try``
+    # left the graph claimed ("being consumed by a backward() still running", for good) or
+    # a retaining backward's tape among the reading ones.
+    try:
+        if consume:
+            tape = _tape(backend, root_node, claim=True)
             checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=True)
-        except BaseException:
-            _unclaim(tape.run)
-            raise
-    elif reading:  # the walk and the values it gathers are taken before another thread claims
-        with _CLAIMS:
+        elif reading:  # the walk and the values it gathers are taken before another claims
+            with _CLAIMS:
+                tape = _tape(backend, root_node, stop)
+                checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
+                _READING.append(tape)
+        else:  # toward some inputs, releasing the nodes it runs
             tape = _tape(backend, root_node, stop)
             checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
-            _READING.append(tape)
-    else:  # toward some inputs, releasing the nodes it runs
-        tape = _tape(backend, root_node, stop)
-        checkpointer = backend.checkpointing.begin_backward(tape, inner, consume=False)
-
-    node = grads = nodes = taken = read_step = running = gathering = None
-    # From here on the strategy's checkpointer exists: whatever stops the backward (an
-    # interrupt while its gradients are set up included) gives the graph back and tells the
-    # strategy, below, or a budget's planner would wait for the end of a backward that never
-    # runs, and record the next step's forward as the rest of this one.
-    try:
         rules_backend = backend if create_graph else inner
         checking = ANOMALY["enabled"] and ANOMALY["check_nan"]
         if checking:
@@ -303,13 +301,19 @@ def backward(
                     checkpointer.retrieve(key)
         _leave(tape, grads, running, gathering, reading)
     except BaseException as error:
+        if tape is None:  # the walk itself stopped (``_tape`` told the strategy)
+            raise
         _leave(tape, grads, running, gathering, reading)  # (before the tape goes below)
         # A rule, hook or Function raised (or an interrupt came): the caller may keep the
         # error (a notebook keeps the last one), and its traceback keeps this frame and those
         # below it, with the walk's nodes, their saved values and the gradients in flight.
         # They go now, so that dropping the graph frees them as after a finished backward.
         _clear_library_frames(error.__traceback__)
-        if consume:  # the steps not run yet keep their graph, as torch's do
+        if consume and checkpointer is None:  # the strategy took nothing: only the claim
+            _unclaim(tape.run)
+        elif consume:  # the steps not run yet keep their graph, as torch's do
+            if taken is None:  # (stopped before the walk read what its checkpointer took)
+                taken = getattr(checkpointer, "taken", None)
             _give_back(tape.run, taken)
             _unclaim(tape.run)
         # the strategy hears of it (a budget's planner plans from no half step); a strategy of
