@@ -11,8 +11,11 @@ It reaches:
 
 - the data: graphs of ``torch.randint`` sizes, node features one-hot by ``F.one_hot(...,
   num_classes=).float()``, random bonds made undirected by ``torch.cat([src, dst])``/``[dst,
-  src]`` and deduplicated by ``torch.unique(..., dim=1)``, edge features ``torch.randn``, a
-  target from a fixed random function of the graph; a ``collate`` batching graphs by offsetting
+  src]`` and deduplicated by ``torch.unique(..., dim=1, return_inverse=True)``, each bond's
+  features ``torch.randn(...).repeat(2, 1)`` merged over duplicates by ``scatter_reduce_(0,
+  inverse.unsqueeze(-1).expand(-1, d), ..., reduce="max", include_self=False)`` (torch_scatter's
+  spelling, which torch's forward takes for ``amax``), a target from a fixed random function of
+  the graph; a ``collate`` batching graphs by offsetting
   ``edge_index`` with a running node count, a ``batch`` vector from ``torch.full`` per graph
   ``torch.cat``-ed, the target standardised by ``mean``/``std``;
 - the edge network: ``nn.Sequential(nn.Linear, nn.ReLU, nn.Linear)`` giving a
@@ -71,8 +74,12 @@ def random_molecule():
     dst = torch.cat([chain + 1, extra[1]])
     keep = src != dst
     src, dst = src[keep], dst[keep]
-    edge_index = torch.unique(torch.stack([torch.cat([src, dst]), torch.cat([dst, src])]), dim=1)
-    edge_attr = torch.randn(edge_index.shape[1], EDGE_DIM)
+    both = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
+    bond_attr = torch.randn(src.shape[0], EDGE_DIM).repeat(2, 1)
+    # a bond drawn twice keeps the larger of its features (torch_scatter's reduce="max")
+    edge_index, inverse = torch.unique(both, dim=1, return_inverse=True)
+    edge_attr = torch.zeros(edge_index.shape[1], EDGE_DIM).scatter_reduce_(
+        0, inverse.unsqueeze(-1).expand(-1, EDGE_DIM), bond_attr, reduce="max", include_self=False)
     y = (x[:, 0].sum() - 0.5 * x[:, 1].sum() + 0.3 * edge_attr[:, 0].mean()
          + 0.1 * edge_index.shape[1])
     return {"x": x, "edge_index": edge_index, "edge_attr": edge_attr, "y": y.reshape(1)}
