@@ -61,3 +61,37 @@ def test_index_reduce_still_refuses_max_as_torch_does():
         torch.zeros(3).index_reduce(0, torch.tensor([0]), torch.ones(1), "max")
     with pytest.raises(rg.InvalidArgumentError, match=r"index_reduce.*'amax'.*'max'"):
         rg.zeros(3).index_reduce(0, rg.tensor([0]), rg.ones(1), "max")
+
+
+def _pair(lib):
+    return [lib.tensor([1.0, -2.0]), lib.tensor([[3.0]])]
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [("_foreach_mul", (2.0,)), ("_foreach_sqrt", ()), ("_foreach_norm", ()),
+     ("_foreach_lerp", ("pair", 0.25)), ("_foreach_addcmul", ("pair", "pair")),
+     ("_foreach_maximum", (0.5,))],
+)  # fmt: skip
+def test_foreach_out_of_place_forms_return_a_tuple_as_torch_s(name, args):
+    # an EMA or optimizer written for torch adds to the result as a tuple
+    # (``torch._foreach_norm(grads) + (norm,)``), which a list refuses
+    def called(lib):
+        given = [_pair(lib) if a == "pair" else a for a in args]
+        return getattr(lib, name)(_pair(lib), *given)
+
+    ours, theirs = called(rg), called(torch)
+    assert type(theirs) is tuple and type(ours) is tuple
+    for mine, reference in zip(ours + (rg.ones(1),), theirs + (torch.ones(1),)):
+        np.testing.assert_array_equal(mine.numpy(), reference.numpy())
+    assert type(rg._foreach_pow(2.0, _pair(rg))) is type(torch._foreach_pow(2.0, _pair(torch)))
+
+
+def test_foreach_in_place_forms_return_the_tuple_given_as_torch_s():
+    ours, theirs = tuple(_pair(rg)), tuple(_pair(torch))
+    assert torch._foreach_mul_(theirs, 2.0) is theirs
+    assert rg._foreach_mul_(ours, 2.0) is ours
+    assert torch._foreach_zero_(theirs) is theirs and rg._foreach_zero_(ours) is ours
+    assert torch._foreach_copy_(theirs, _pair(torch)) is theirs
+    assert rg._foreach_copy_(ours, _pair(rg)) is ours
+    assert ours[0].tolist() == theirs[0].tolist() == [1.0, -2.0]
