@@ -6,7 +6,8 @@ lion-pytorch's and timm's optimizers: ``torch._foreach_mul_(exp_avgs, beta1)``,
 Each is the tensor method of the same name applied to each tensor of the list in turn (so its
 checks, dtype rules and in-place semantics are the method's); a second operand is one scalar
 or tensor for all, or a list with one per tensor. torch's in-place forms return the list of
-the tensors written (the list given, itself), the others a new list.
+the tensors written (the list or tuple given, itself), the others a new tuple (as torch 2.13's:
+``torch._foreach_norm(grads) + (total,)`` works, ``.append`` does not).
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ def _each(op: str, other: Any, count: int, what: str) -> list[Any]:
 _SCALAR_FORMS = {"maximum": "clamp_min", "minimum": "clamp_max"}
 
 
-def _written(given: Any, tensors: list[Any]) -> list[Any]:
-    """What torch's in-place forms return: the list given itself (a tuple's tensors as a list)."""
-    return given if isinstance(given, list) else tensors
+def _written(given: Any) -> Any:
+    """What torch's in-place forms return: the list (or tuple) given itself."""
+    return given
 
 
 def _call(t: Any, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -92,7 +93,7 @@ def _unary(name: str, in_place: bool) -> Callable[..., Any]:
     def foreach(self: Any) -> Any:
         tensors = _tensors(op, self)
         results = [_call(t, method) for t in tensors]
-        return _written(self, tensors) if in_place else results
+        return _written(self) if in_place else tuple(results)
 
     foreach.__name__ = foreach.__qualname__ = op
     foreach.__doc__ = f"``[t.{method}() for t in self]``{' in place' if in_place else ''}."
@@ -115,7 +116,7 @@ def _binary(name: str, in_place: bool) -> Callable[..., Any]:
         other = given[0]
         if name == "pow" and not in_place and not isinstance(self, list | tuple):
             # torch's ``_foreach_pow(scalar, exponents)``: one base to each tensor's power
-            return [self**t for t in _tensors(op, other, "exponent")]
+            return tuple(self**t for t in _tensors(op, other, "exponent"))
         tensors = _tensors(op, self)
         if kwargs and not isinstance(other, list | tuple | TensorBase):
             # torch's scalar overloads take no ``alpha``; only a tensor (list) is scaled
@@ -125,7 +126,7 @@ def _binary(name: str, in_place: bool) -> Callable[..., Any]:
             )
         others = _each(op, other, len(tensors), "other")
         results = [_call(t, method, o, **kwargs) for t, o in zip(tensors, others)]
-        return _written(self, tensors) if in_place else results
+        return _written(self) if in_place else tuple(results)
 
     foreach.__name__ = foreach.__qualname__ = op
     foreach.__doc__ = (
@@ -155,7 +156,7 @@ def _ternary(name: str, in_place: bool) -> Callable[..., Any]:
             getattr(t, method)(a, b, value=v)
             for t, a, b, v in zip(tensors, firsts, seconds, values)
         ]
-        return _written(self, tensors) if in_place else results
+        return _written(self) if in_place else tuple(results)
 
     foreach.__name__ = foreach.__qualname__ = op
     foreach.__doc__ = f"``t.{method}(t1, t2, value=v)`` for each tensor."
@@ -171,35 +172,35 @@ def _lerp(in_place: bool) -> Callable[..., Any]:
         ends = _each(op, _tensors(op, tensors1, "tensors1"), len(tensors), "tensors1")
         weights = _each(op, weight, len(tensors), "weight")
         results = [getattr(t, method)(e, w) for t, e, w in zip(tensors, ends, weights)]
-        return _written(self, tensors) if in_place else results
+        return _written(self) if in_place else tuple(results)
 
     foreach.__name__ = foreach.__qualname__ = op
     foreach.__doc__ = f"``t.{method}(end, weight)`` for each tensor."
     return foreach
 
 
-def _foreach_zero_(self: Any) -> list[Any]:
+def _foreach_zero_(self: Any) -> Any:
     """``t.zero_()`` for each tensor."""
     tensors = _tensors("_foreach_zero_", self)
     for t in tensors:
         t.zero_()
-    return _written(self, tensors)
+    return _written(self)
 
 
-def _foreach_copy_(self: Any, src: Any, non_blocking: bool = False) -> list[Any]:
+def _foreach_copy_(self: Any, src: Any, non_blocking: bool = False) -> Any:
     """``t.copy_(s)`` for each pair."""
     tensors = _tensors("_foreach_copy_", self)
     sources = _each("_foreach_copy_", _tensors("_foreach_copy_", src, "src"), len(tensors), "src")
     for t, s in zip(tensors, sources):
         t.copy_(s)
-    return _written(self, tensors)
+    return _written(self)
 
 
-def _foreach_norm(self: Any, ord: Any = 2, dtype: Any = None) -> list[Any]:  # noqa: A002
+def _foreach_norm(self: Any, ord: Any = 2, dtype: Any = None) -> tuple[Any, ...]:  # noqa: A002
     """The vector norm of each tensor (``torch.linalg.vector_norm(t, ord)``)."""
     from .norms import vector_norm
 
-    return [vector_norm(t, ord, dtype=dtype) for t in _tensors("_foreach_norm", self)]
+    return tuple(vector_norm(t, ord, dtype=dtype) for t in _tensors("_foreach_norm", self))
 
 
 def functions() -> dict[str, Callable[..., Any]]:

@@ -42,6 +42,7 @@ from ..errors import (
     IndexOutOfRangeError,
     InvalidArgumentError,
     InvalidValueError,
+    KernelArgumentError,
     KernelDTypeError,
     MixedDTypeError,
     SamplingError,
@@ -88,6 +89,9 @@ AminmaxResult = namedtuple("aminmax", ["min", "max"])
 HistogramResult = namedtuple("histogram", ["hist", "bin_edges"])
 ModeResult = namedtuple("mode", ["values", "indices"])
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+#: the spellings torch's ``scatter_reduce`` forward also takes (ATen's ``get_reduction_enum``),
+#: as the names they stand for (its backward and ``index_reduce`` refuse them)
+_SCATTER_REDUCE_ALIASES = {"max": "amax", "min": "amin"}
 
 
 def _write_part(part: Any, value: Any) -> None:
@@ -366,7 +370,22 @@ class SelectionMixin:
     ) -> Any:
         """``src`` reduced into a copy at ``index`` along ``dim``: ``"sum"``, ``"prod"``,
         ``"mean"``, ``"amax"`` or ``"amin"``. ``amax``/``amin`` split the gradient evenly
-        among the values that tie for the result, as torch's backward does."""
+        among the values that tie for the result, as torch's backward does. ``"max"`` and
+        ``"min"`` give ``amax``'s and ``amin``'s values, as torch's forward does (its parser
+        of the reduction reads them so; code ported from torch_scatter writes them), and a
+        backward through them fails, as torch's does."""
+        if isinstance(reduce, str) and reduce in _SCATTER_REDUCE_ALIASES:
+            out = self.scatter_reduce(
+                dim, index, src, _SCATTER_REDUCE_ALIASES[reduce], include_self=include_self
+            )
+            refuse_backward(
+                out,
+                f"scatter_reduce: the gradient of reduce={reduce!r} is not implemented (as in "
+                "torch, whose backward expects 'sum', 'prod', 'mean', 'amax' or 'amin'); write "
+                f"{_SCATTER_REDUCE_ALIASES[reduce]!r}, which gives the same values",
+                KernelArgumentError,
+            )
+            return out
         check_same_dtype("scatter_reduce", self, src)  # (amax/amin/prod cast src: torch refuses)
         if not isinstance(include_self, bool | np.bool_):  # (a str was read as true)
             raise DTypeError(
