@@ -1786,6 +1786,191 @@ def _pdist_vjp(B, g, x, out, p):
 Op("pdist", ("x",), ("p",), (_pdist_vjp,), memory_bound=False, forward=_pdist_forward)
 
 
+# Tensor.renorm (a tracked real float input): the input times its slices' scale factors (an
+# untracked [1, .., C, .., 1] value, 1 where a slice's norm is within maxnorm), one op whose
+# rule reads the input alone and recomputes the norms, as torch's renorm_backward: as a
+# composite of a differentiable norm, a division and a product it held the masked input and
+# the factor's quotient beside it, 2.04x torch's bytes (7 December). The rule is torch's
+# arithmetic in its accumulation dtype (float64 for float32, as torch's CPU kernel).
+_RENORM_ACCUMULATE = {"float32": "float64", "float64": "float64"}
+
+
+def _renorm_norm(B, x, p, dims):
+    """The ``p``-norm (``p > 0``) of ``x`` over ``dims``, kept as size-1 dims."""
+    if p == 2:
+        return B.norm2(x, dims)
+    magnitude = B.abs(x)
+    if p == 1:
+        return B.sum_dim(magnitude, dims)
+    if p == math.inf:
+        return _extremum_over(B, magnitude, dims, "max_dim")
+    return B.pow_scalar(B.sum_dim(B.pow_scalar(magnitude, float(p)), dims), 1.0 / p)
+
+
+def _renorm_norm_backward(B, g, x, p, norm, dims):
+    """torch's norm_backward (``p > 0``): the gradient in ``x`` of its ``p``-norm ``norm``
+    over ``dims``, for the incoming ``g`` of the norm (both kept as size-1 dims)."""
+    at_zero = B.equal_elem(norm, 0.0)
+    if p == 1:
+        return B.mul(B.sign(x), g)
+    if p == 2:
+        return B.mul(g, B.mask_fill(B.div(x, norm), at_zero, 0.0))
+    if p == math.inf:
+        # the gradient split among the entries at the norm
+        at_norm = B.cast(B.equal(B.abs(x), norm), B.dtype(x))
+        count = B.sum_dim(at_norm, dims)
+        return B.mul(B.mul(B.sign(x), at_norm), B.div(g, count))
+    magnitude = B.abs(x)
+    scale = B.mask_fill(B.div(g, B.pow_scalar(norm, p - 1.0)), at_zero, 0.0)
+    if p < 1:
+        scaled = B.mask_fill(
+            B.mul(B.sign(x), B.pow_scalar(magnitude, p - 1.0)), B.equal_elem(x, 0.0), 0.0
+        )
+        return B.mul(B.mul(scaled, g), B.pow_scalar(norm, 1.0 - p))
+    if p < 2:
+        return B.mul(B.mul(B.sign(x), B.pow_scalar(magnitude, p - 1.0)), scale)
+    return B.mul(B.mul(x, B.pow_scalar(magnitude, p - 2.0)), scale)
+
+
+def _renorm_vjp(B, g, x, p, dims, maxnorm):
+    # torch's renorm_backward: where the norm exceeds maxnorm,
+    # maxnorm / (norm + 1e-7) * (g - nb / (norm + 1e-7)), nb the norm's gradient for the
+    # incoming sum(x * g); elsewhere g
+    given = B.dtype(g)
+    wide = _RENORM_ACCUMULATE.get(given, "float32")
+    xw, gw = B.cast(x, wide), B.cast(g, wide)
+    norm = _renorm_norm(B, xw, p, dims)
+    through_norm = _renorm_norm_backward(B, B.sum_dim(B.mul(xw, gw), dims), xw, p, norm, dims)
+    inverse = B.recip(B.add_scalar(norm, 1e-7))
+    scaled = B.mul(B.mul_scalar(inverse, maxnorm), B.sub(gw, B.mul(inverse, through_norm)))
+    exceeds = B.expand(B.greater_elem(norm, maxnorm), B.shape(g))
+    return B.mask_where(g, exceeds, B.cast(scaled, given))
+
+
+Op(
+    "renorm",
+    ("x", "factor"),
+    ("p", "dims", "maxnorm"),
+    (_renorm_vjp, None),
+    memory_bound=False,
+    forward=lambda B, x, factor, p, dims, maxnorm: B.mul(x, factor),
+)
+
+
+# F.bilinear (float32/float64, something tracked; the bias added apart): one op whose rule
+# reads the two inputs and the weight, as torch's _trilinear saves them; the product of the
+# first input and the weight is recomputed in the rule. As a composite (a matmul, a product,
+# a sum) its rules held the weight's permuted copy and that product, 2.35x torch's bytes for
+# 32 pairs of 20 and 24 features into 16 (7 December). Forward and rules are the composite's
+# arithmetic, op for op, so its values and gradients are the composite's bits.
+def _bilinear_parts(B, x1, x2, weight):
+    """The composite's operands: ``x1`` ``[n, in1]``, the weight ``[in1, out * in2]`` and
+    ``x2`` ``[n, 1, in2]``."""
+    out_features, in1, in2 = B.shape(weight)
+    n = math.prod(B.shape(x1)[:-1])
+    w = B.reshape(B.permute(weight, (1, 0, 2)), (in1, out_features * in2))
+    return B.reshape(x1, (n, in1)), w, B.reshape(x2, (n, 1, in2))
+
+
+def _bilinear_forward(B, x1, x2, weight):
+    out_features, _, in2 = B.shape(weight)
+    left, w, right = _bilinear_parts(B, x1, x2, weight)
+    n = B.shape(left)[0]
+    pairs = B.mul(B.reshape(B.matmul(left, w), (n, out_features, in2)), right)
+    return B.reshape(B.sum_dim(pairs, (2,)), (*B.shape(x1)[:-1], out_features))
+
+
+def _bilinear_vjp(B, g, needs, x1, x2, weight):
+    out_features, in1, in2 = B.shape(weight)
+    left, w, right = _bilinear_parts(B, x1, x2, weight)
+    n = B.shape(left)[0]
+    # the sum's rule, then the product's, then the matmul's, as the composite's ran
+    spread = B.expand(B.reshape(g, (n, out_features, 1)), (n, out_features, in2))
+    g_x1 = g_x2 = g_weight = None
+    if needs[0] or needs[2]:
+        g_left = B.reshape(B.mul(spread, right), (n, out_features * in2))
+        if needs[0]:
+            g_x1 = B.reshape(_matmul_x_vjp(B, g_left, w), B.shape(x1))
+        if needs[2]:
+            g_w = B.reshape(_matmul_y_vjp(B, g_left, left), (in1, out_features, in2))
+            g_weight = B.permute(g_w, (1, 0, 2))
+    if needs[1]:
+        product = B.reshape(B.matmul(left, w), (n, out_features, in2))
+        g_x2 = B.reshape(B.sum_dim(B.mul(spread, product), (1,)), B.shape(x2))
+    return g_x1, g_x2, g_weight
+
+
+Op(
+    "bilinear",
+    ("x1", "x2", "weight"),
+    (),
+    (_bilinear_vjp,) * 3,
+    memory_bound=False,
+    joint=True,
+    forward=_bilinear_forward,
+)
+
+
+# F.embedding_bag, modes sum and mean (a tracked float32/float64 weight, no per-sample weights
+# nor frequency scaling): the bags' sums, one op whose rule reads the entries' indices and
+# where each bag ends, as torch's _embedding_bag saves its indices and offsets. The forward
+# sums the padded [bags, longest] rows (the composite's arithmetic, so its bits), and the
+# rule adds each entry's bag gradient into its row, entry by entry as the composite's rule
+# did; as a composite its rules held the padded indices and the mask's scale (1.77x torch's
+# bytes for 40 entries in 5 bags; 7 December).
+def _embedding_bag_sum_forward(B, weight, padded, keep, flat, ends, padding):
+    bags, longest = B.shape(padded)
+    rows = B.select(weight, B.reshape(padded, (bags * longest,)), 0)
+    rows = B.reshape(rows, (bags, longest, B.shape(weight)[1]))
+    scale = B.reshape(B.cast(keep, B.dtype(weight)), (bags, longest, 1))
+    return B.reshape(B.sum_dim(B.mul(rows, scale), (1,)), (bags, B.shape(weight)[1]))
+
+
+def _embedding_bag_sum_vjp(B, g, weight_shape, flat, ends, padding):
+    entries = B.shape(flat)[0]
+    # each entry's bag (torch's offset2bag): a count of the bag ends at or before it
+    marks = B.zeros((entries + 1,), "int64", B.device(flat))
+    marks = B.select_add(marks, ends, B.ones(B.shape(ends), "int64", B.device(flat)), 0)
+    bag_of = B.slice(B.cumsum(marks, 0), (slice(0, entries, 1),))
+    per_entry = B.select(g, bag_of, 0)
+    if padding >= 0:  # (entries at padding_idx give their row nothing)
+        skipped = B.reshape(B.equal_elem(flat, padding), (entries, 1))
+        per_entry = B.mask_fill(per_entry, skipped, 0.0)
+    return B.select_add(zeros_for(B, g, weight_shape), flat, per_entry, 0)
+
+
+Op(
+    "embedding_bag_sum",
+    ("weight", "padded", "keep", "flat", "ends"),
+    ("padding",),
+    (_embedding_bag_sum_vjp, None, None, None, None),
+    memory_bound=False,
+    forward=_embedding_bag_sum_forward,
+)
+
+
+# F.ctc_loss (float32/float64 log-probabilities): each sequence's negative log-likelihood, one
+# op (the protocol's ctc_loss) whose rule reads the log-probabilities and the padded targets
+# and reruns the alpha recursion beside the beta recursion (backend/protocol_ctc.py). As a
+# composite of tensor ops its rules held each time step's candidates, shifted alphas and
+# masks, 4.1x torch's bytes for 30 steps of 4 sequences of up to 8 labels (torch's _ctc_loss
+# holds its alphas; 7 December). The forward is the composite's arithmetic, op for op.
+def _ctc_vjp(B, g, x, targets, out, blank, in_lengths, out_lengths):
+    # (torch's _ctc_loss_backward has no derivative: recorded, the gradient refuses one; a
+    # gate before the op would hold the log-probabilities a second time)
+    grad = B.ctc_loss_backward(g, x, targets, out, blank, in_lengths, out_lengths)
+    return B.first_order_only(grad, "ctc_loss")
+
+
+Op(
+    "ctc_loss",
+    ("x", "targets"),
+    ("blank", "in_lengths", "out_lengths"),
+    (_ctc_vjp, None),
+    memory_bound=False,
+)
+
+
 def _sparse_coo_mm_values_vjp(B, g, rows, cols, dense):
     """The gradient of each stored value: the dot product of its output row of ``g`` with
     the row of ``dense`` it multiplied (torch's, a repeated index's values each getting it)."""

@@ -293,6 +293,8 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "has_dtype",
             "grid_sample",
             "grid_sample_backward",
+            "ctc_loss",
+            "ctc_loss_backward",
             "group_norm",
             "group_norm_backward",
         }
@@ -551,7 +553,8 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
     def grid_sample(self, x: Any, grid: Any, mode: str, padding_mode: str, align: bool) -> Any:
         """torch's ``grid_sample`` (the op table's, float32/float64): ``x`` ``[N, C, *sizes]``
         read at the points of ``grid`` ``[N, *out, S]``, ``[N, C, *out]``. This default
-        composes primitives, the arithmetic of ``nn.functional.grid_sample``'s composite."""
+        composes primitives, the arithmetic of the tensor-level composite it replaced (7
+        December), bit for bit."""
         from .protocol_grid import grid_sample
 
         return grid_sample(self, x, grid, mode, padding_mode, align)

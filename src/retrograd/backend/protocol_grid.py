@@ -104,11 +104,13 @@ def _where(b, flat, points, sizes):
             b.greater_equal_elem(coords, 0.0), b.lower_equal_elem(coords, float(size - 1))
         )
         inside = within if inside is None else b.logical_and(inside, within)
-        clamped = b.mask_fill(coords, b.logical_not(within), 0.0)
-        index = clamped if index is None else b.add(b.mul_scalar(index, float(size)), clamped)
+        # (a NaN point reads zero, not an index); combined in int64: in the coordinates'
+        # dtype a bfloat16 volume's flat index rounded past its end (632 of 630 voxels)
+        clamped = b.cast(b.mask_fill(coords, b.logical_not(within), 0.0), "int64")
+        index = clamped if index is None else b.add(b.mul_scalar(index, size), clamped)
     shape = b.shape(points[0])
     count = math.prod(shape[1:])
-    where = b.expand(b.reshape(b.cast(index, "int64"), (n, 1, count)), (n, c, count))
+    where = b.expand(b.reshape(index, (n, 1, count)), (n, c, count))
     return where, inside
 
 

@@ -37,3 +37,37 @@ class LossProtocol:
         default scatters into zeros it makes; a kernel makes one array, not two."""
         zeros = self.zeros(shape, self.dtype(grad), self.device(grad))
         return self.scatter_add(zeros, indices, grad, dim)
+
+    def ctc_loss(
+        self,
+        x: Any,
+        targets: Any,
+        blank: int,
+        in_lengths: tuple[int, ...],
+        out_lengths: tuple[int, ...],
+    ) -> Any:
+        """torch's ``ctc_loss`` before its reduction (the op table's, float32/float64):
+        ``[N]``, each sequence's negative log-likelihood for log-probabilities ``x``
+        ``[T, N, C]`` and padded ``targets`` ``[N, S]`` (int64), about ``1e30`` where no
+        alignment exists. This default composes primitives (backend/protocol_ctc.py)."""
+        from .protocol_ctc import ctc_loss
+
+        return ctc_loss(self, x, targets, blank, in_lengths, out_lengths)
+
+    def ctc_loss_backward(
+        self,
+        grad: Any,
+        x: Any,
+        targets: Any,
+        nll: Any,
+        blank: int,
+        in_lengths: tuple[int, ...],
+        out_lengths: tuple[int, ...],
+    ) -> Any:
+        """The gradient of :meth:`ctc_loss` in ``x`` from ``x``, the targets and the losses
+        ``nll``: the exact one in the log-probabilities (torch's kernel adds ``exp(x)`` times
+        the gradient, which the ``log_softmax`` before it removes). This default composes
+        primitives, the alphas recomputed beside the betas."""
+        from .protocol_ctc import ctc_loss_backward
+
+        return ctc_loss_backward(self, grad, x, targets, nll, blank, in_lengths, out_lengths)

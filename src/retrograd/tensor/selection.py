@@ -323,7 +323,16 @@ class SelectionMixin:
         # Scaled only where the norm exceeds maxnorm: a slice whose norm is NaN is kept, as
         # torch's kernel keeps it. The kept slices are zeroed before the differentiable norm,
         # so that no NaN (or 1 / 0) of theirs reaches the gradient through the masked factor.
-        exceeds = norm_of(self.detach()).greater(maxnorm)
+        plain_norms = norm_of(self.detach())
+        exceeds = plain_norms.greater(maxnorm)
+        if self.requires_grad and self.is_float() and not self.is_complex():
+            # one op of the op table whose rule reads the input alone and recomputes the
+            # norms, as torch's renorm_backward: the composite below held the masked input
+            # and the factor's quotient (2.04x torch's saved bytes; 7 December). The factor,
+            # untracked, is the composite's to the bit (a scaled slice's norm is the same
+            # masked or not), and so are the values.
+            factor = (maxnorm / (plain_norms + 1e-7)).mask_fill(~exceeds, 1.0)
+            return self._apply("renorm", (self, factor), (float(p), others, float(maxnorm)))
         norms = norm_of(self.mask_fill(~exceeds, 0.0))
         factor = (maxnorm / (norms + 1e-7)).mask_fill(~exceeds, 1.0)
         return self * factor

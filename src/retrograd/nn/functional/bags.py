@@ -7,6 +7,9 @@ shape, and the entries gathered on the device), the rows gathered by
 :func:`embedding`, and the reduction done with tensor ops over the mask: entries equal to
 ``padding_idx`` are left out of sums, means (their counts too) and maxima; an empty bag gives
 zeros. Gradients reach ``weight`` (never its ``padding_idx`` row) and ``per_sample_weights``.
+A tracked float32/float64 weight's sums and means (no per-sample weights, no frequency
+scaling) are one op of the op table (``embedding_bag_sum``) whose rule reads the entries'
+indices and the bags' ends, as torch's reads its indices and offsets, not the padded matrix.
 """
 
 from __future__ import annotations
@@ -71,8 +74,11 @@ def _index_dtype(input: Tensor, offsets: Any) -> str:  # noqa: A002 (torch's nam
 
 
 def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # noqa: A002
-    """The padded index matrix ``[bags, longest]``, its mask, and the flat position in
-    ``input`` of each entry (for ``per_sample_weights``), as tensors on ``input``'s device.
+    """The padded index matrix ``[bags, longest]``, its mask, the flat position in ``input``
+    of each entry (for ``per_sample_weights``), and for the sums' op where each bag's entries
+    end in the flat ``input`` (``[bags]``) and the entries the bags hold (the flat ``input``,
+    short of those past the last offset ``include_last_offset`` gives), as tensors on
+    ``input``'s device.
     A 2-d ``input`` is that matrix already (no host read: on an accelerator one would stall
     every step); the runs of a 1-d one are laid out from its offsets on the host (their
     lengths are data, the shape) and its entries gathered on the device."""
@@ -87,7 +93,8 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
                 f"{shape_text(input.shape)}"
             )
         positions = arange(bags * length, dtype="int64", **made).reshape((bags, length))
-        return input, ones(input.shape, dtype="bool", **made), positions
+        ends = arange(1, bags + 1, dtype="int64", **made) * length
+        return input, ones(input.shape, dtype="bool", **made), positions, ends, input.reshape(-1)
     if input.ndim != 1:
         raise ShapeError(f"{fn}: input has to be 1-d or 2-d, got {shape_text(input.shape)}")
     if offsets is None:
@@ -118,10 +125,12 @@ def _bags(fn: str, input: Tensor, offsets: Any, include_last_offset: bool):  # n
     positions = np.where(mask, starts[:, None] + steps[None, :], 0)
     # the entries gathered on input's device: only the offsets (the layout) are read here
     mask, positions = tensor(mask, **made), tensor(positions, dtype="int64", **made)
+    held = input.narrow(0, 0, int(ends[-1]) if ends.size else 0)
+    ends = tensor(ends, dtype="int64", **made)
     if not n:
-        return zeros_like(positions), mask, positions
+        return zeros_like(positions), mask, positions, ends, held
     padded = input[positions.reshape(-1)].reshape(positions.shape)
-    return where(mask, padded, zeros_like(padded)), mask, positions
+    return where(mask, padded, zeros_like(padded)), mask, positions, ends, held
 
 
 def _check_rows(fn: str, input: Tensor, weight: Tensor) -> None:  # noqa: A002
@@ -198,7 +207,7 @@ def embedding_bag(
             f"{fn}: per_sample_weights ({per_sample_weights.dtype}) must have weight's dtype "
             f"({weight.dtype})"
         )
-    indices, keep, positions = _bags(fn, input, offsets, include_last_offset)
+    indices, keep, positions, ends, entries = _bags(fn, input, offsets, include_last_offset)
     if max_norm is None or per_sample_weights is None:
         _check_rows(fn, input, weight)
     if max_norm is not None:  # the rows ``input`` looks up, renormalized in place as torch's
@@ -207,6 +216,27 @@ def embedding_bag(
         keep = keep & (indices != padding_idx % weight.shape[0])
     # (torch's backward of embedding_bag has no derivative: a second one through it raises)
     (looked_up,) = once_differentiable_inputs(fn, weight)
+    if (
+        mode != "max"
+        and per_sample_weights is None
+        and not scale_grad_by_freq
+        and looked_up.requires_grad
+        and looked_up.dtype in ("float32", "float64")
+    ):
+        # one op of the op table whose rule reads the entries' indices and the bags' ends, as
+        # torch's saves its indices and offsets: the composite below held the padded indices
+        # and the mask's scale (1.77x torch's bytes; 7 December). Its values are the
+        # composite's bits.
+        padding = -1 if padding_idx is None else padding_idx % weight.shape[0]
+        total = looked_up._apply(
+            "embedding_bag_sum",
+            (looked_up, indices, keep, entries, ends),
+            (padding,),
+        )
+        if mode == "mean":
+            counts = keep.to("int64").sum(1)
+            return total / counts.clamp(min=1).to(weight.dtype).unsqueeze(-1)
+        return total
     rows = embedding(indices, looked_up)  # [bags, longest, dim]
     if scale_grad_by_freq:  # the value unchanged (``rows - held`` is exactly 0)
         held = rows.detach()

@@ -1,5 +1,7 @@
-"""Spatial transformers: ``affine_grid`` and ``grid_sample``, torch's, composed of tensor ops
-(so their gradients, for the input and for the grid or ``theta``, are the ops' own).
+"""Spatial transformers: ``affine_grid`` and ``grid_sample``, torch's: each one op of the op
+table where something is tracked (``grid_sample`` always: the backend protocol's
+``grid_sample``, composed of primitives in ``backend/protocol_grid.py``, whose backward reads
+the input and the grid alone, as torch's).
 
 ``grid_sample`` reads ``input`` ``[N, C, H, W]`` at the points of ``grid`` ``[N, Ho, Wo, 2]``
 (``x``, ``y`` in [-1, 1]) as torch's does: each point unnormalized to pixel coordinates
@@ -25,8 +27,6 @@ torch's (the input's gradient and the output agree).
 
 from __future__ import annotations
 
-import itertools
-import math
 import warnings
 from collections.abc import Sequence
 
@@ -39,10 +39,9 @@ from ...errors import (
     SizeMismatchError,
     UnsupportedModeError,
 )
-from ...tensor import Tensor, full, stack
+from ...tensor import Tensor, stack
 from ...tensor._dispatch import host_constant
 from ...tensor.autocasting import autocast_op
-from ...tensor.functions import where
 from ...tensor.internal import FLOAT_DTYPES, shape_text
 from ...tensor.spacing import torch_linspace
 
@@ -137,104 +136,6 @@ _MODES = ("bilinear", "nearest", "bicubic")
 _PADDINGS = ("zeros", "border", "reflection")
 
 
-def _clip(coords: Tensor, limit: int) -> Tensor:
-    """Coordinates clipped to [0, limit], with torch's gradient: zero at and beyond the ends
-    (a NaN coordinate goes to 0, as torch's CPU kernel takes it)."""
-    inside = (coords > 0) & (coords < limit)
-    clipped = coords.detach().clamp(0, limit)
-    return where(inside, coords, clipped.mask_fill(clipped.isnan(), 0.0))
-
-
-def _reflect(coords: Tensor, twice_low: int, twice_high: int) -> Tensor:
-    """torch's ``reflect_coordinates``: reflected into [low, high] by the borders."""
-    if twice_low == twice_high:
-        return coords * 0.0
-    low, span = twice_low / 2, (twice_high - twice_low) / 2
-    distance = (coords - low).abs()
-    extra = distance.remainder(span)  # distance >= 0: fmod
-    flips = (distance / span).floor().detach()
-    even = flips.remainder(2) == 0
-    return where(even, extra + low, (extra * -1.0) + (span + low))
-
-
-def _unnormalized(coords: Tensor, size: int, align: bool) -> Tensor:
-    """Grid coordinates in [-1, 1] to pixel coordinates (torch's grid_sampler_unnormalize,
-    in its order of operations)."""
-    return (coords + 1.0) / 2 * (size - 1) if align else ((coords + 1.0) * size - 1.0) / 2
-
-
-def _source(coords: Tensor, size: int, padding_mode: str, align: bool) -> Tensor:
-    """Grid coordinates in [-1, 1] to pixel coordinates, moved by ``padding_mode``."""
-    return _padded(_unnormalized(coords, size, align), size, padding_mode, align)
-
-
-def _padded(pixels: Tensor, size: int, padding_mode: str, align: bool) -> Tensor:
-    """Pixel coordinates moved by ``padding_mode`` (torch's compute_coordinates)."""
-    if padding_mode == "border":
-        return _clip(pixels, size - 1)
-    if padding_mode == "reflection":
-        reflected = (
-            _reflect(pixels, 0, 2 * (size - 1)) if align else _reflect(pixels, -1, 2 * size - 1)
-        )
-        return _clip(reflected, size - 1)
-    return pixels
-
-
-def _read(flat: Tensor, points: Sequence[Tensor], sizes: Sequence[int]) -> Tensor:
-    """``flat`` ``[N, C, prod(sizes)]`` at the integer-valued points ``points`` (one
-    ``[N, *out]`` tensor per spatial dimension, outermost first), zero where a point is
-    outside the image: ``[N, C, *out]``."""
-    n, c = flat.shape[:2]
-    inside = index = None
-    for coords, size in zip(points, sizes):
-        within = (coords >= 0) & (coords <= size - 1)
-        inside = within if inside is None else inside & within
-        clamped = coords.mask_fill(~within, 0.0)  # (a NaN point reads zero, not an index)
-        index = clamped if index is None else index * size + clamped
-    shape = points[0].shape
-    count = math.prod(shape[1:])  # (not -1, nor index[0]: N may be 0)
-    where_ = index.long().reshape(n, 1, count).expand(n, c, count)
-    values = flat.gather(2, where_).reshape(n, c, *shape[1:])
-    return values * inside.unsqueeze(1).to(flat.dtype)
-
-
-def _cubic_weights(t: Tensor) -> list[Tensor]:
-    """torch's ``get_cubic_upsample_coefficients`` (A = -0.75) for the taps at -1, 0, 1, 2
-    around a point ``t`` past the tap at 0."""
-    a = -0.75
-
-    def near(x):  # cubic_convolution1, |x| <= 1
-        return ((x * (a + 2) - (a + 3)) * x) * x + 1
-
-    def far(x):  # cubic_convolution2, 1 < |x| < 2
-        return ((x * a - 5 * a) * x + 8 * a) * x - 4 * a
-
-    return [far(t + 1.0), near(t), near(1.0 - t), far((1.0 - t) + 1.0)]
-
-
-def _bicubic(flat, x, y, width, height, padding_mode, align) -> Tensor:
-    """torch's bicubic grid sampling: the 4 x 4 pixels around the unnormalized point, each
-    position moved by ``padding_mode`` (its value zero outside the image), weighted along x,
-    then along y."""
-    x0, y0 = x.detach().floor(), y.detach().floor()
-    wx, wy = _cubic_weights(x - x0), _cubic_weights(y - y0)
-
-    def tap(coords, k, size):
-        moved = _padded(coords + float(k - 1), size, padding_mode, align)
-        return moved.trunc()  # (torch's static_cast)
-
-    out = None
-    for j in range(4):
-        ys = tap(y0, j, height)
-        row = None
-        for i in range(4):
-            term = _read(flat, (ys, tap(x0, i, width)), (height, width)) * wx[i].unsqueeze(1)
-            row = term if row is None else row + term
-        term = row * wy[j].unsqueeze(1)
-        out = term if out is None else out + term
-    return out
-
-
 @autocast_op("grid_sample")
 def grid_sample(
     input: Tensor,  # noqa: A002 (torch's name)
@@ -277,42 +178,12 @@ def grid_sample(
             f"{fn}: expected grid and input to have same batch size, but got input with sizes "
             f"{shape_text(input.shape)} and grid with sizes {shape_text(grid.shape)}"
         )
-    n, c, *sizes = input.shape
+    sizes = input.shape[2:]
     if 0 in sizes:
         raise SizeMismatchError(f"{fn}: expected a non-empty image, got {shape_text(input.shape)}")
     align = _corners(align_corners)
-    if input.dtype in ("float32", "float64") and (input.requires_grad or grid.requires_grad):
-        # one op of the op table (autodiff/ops.py) whose rule reads the input and the grid, as
-        # torch's grid_sampler_2d_backward: the composite below held each corner's values,
-        # weights and masks (7x torch's bytes bilinear, 29x bicubic; 7 December)
-        return input._apply("grid_sample", (input, grid), (mode, padding_mode, align))
-    flat = input.reshape(n, c, math.prod(sizes))
-    if mode == "bicubic":
-        width, height = sizes[1], sizes[0]
-        x = _unnormalized(grid[..., 0], width, align)
-        y = _unnormalized(grid[..., 1], height, align)
-        return _bicubic(flat, x, y, width, height, padding_mode, align)
-    # the grid's last axis is (x, y[, z]): the input's dims from the last
-    points = [
-        _source(grid[..., k], size, padding_mode, align) for k, size in enumerate(reversed(sizes))
-    ]
-    if mode == "nearest":
-        out = _read(flat, [p.detach().round() for p in reversed(points)], sizes)
-        # the grid's gradient is zero (rounding's), not absent, as torch's: it joins the graph
-        # through a select that never takes it
-        never = full((1,) * out.ndim, False, dtype="bool", backend=out.backend, device=out.device)
-        return where(never, grid[..., 0].unsqueeze(1).to(out.dtype), out)
-    out = None
-    # the corners with x varying fastest, each weight a product over x, y[, z] (torch's order)
-    for corner in itertools.product((0, 1), repeat=spatial):
-        offsets = corner[::-1]  # per (x, y, z)
-        weight = None
-        taps = []
-        for point, offset in zip(points, offsets):
-            low = point.detach().floor()
-            factor = (low + 1.0 - point) if offset == 0 else (point - low)
-            weight = factor if weight is None else weight * factor
-            taps.append(low + float(offset))
-        term = _read(flat, taps[::-1], sizes) * weight.unsqueeze(1)
-        out = term if out is None else out + term
-    return out
+    # the protocol's primitive (backend/protocol_grid.py), tracked or not and in every float
+    # dtype: one op of the op table whose rule reads the input and the grid, as torch's
+    # grid_sampler_2d_backward (a composite of tensor ops held each corner's values, weights
+    # and masks: 7x torch's bytes bilinear, 29x bicubic; 7 December)
+    return input._apply("grid_sample", (input, grid), (mode, padding_mode, align))

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ...backend.protocol_ctc import IMPOSSIBLE as _CTC_IMPOSSIBLE
 from ...errors import (
     DTypeError,
     InvalidArgumentError,
@@ -270,9 +271,6 @@ def multi_margin_loss(
     return _reduce(hinge.sum_dim(-1).squeeze_dim(-1) / classes, reduction)
 
 
-_CTC_IMPOSSIBLE = -1e30  # log-probability of an unreachable state: finite, so gradients stay 0
-
-
 @autocast_op("ctc_loss")
 def ctc_loss(
     log_probs: Tensor,
@@ -290,11 +288,12 @@ def ctc_loss(
     target length, then averages. An impossible alignment costs ``inf`` (0 with
     ``zero_infinity``). The lengths are read on the host, as torch reads them.
 
-    The gradient is autodiff's through the recursion (one step per time step): the exact
-    gradient in ``log_probs``. torch's kernel returns a shortcut that is exact only after
-    ``log_softmax``'s backward (it adds ``exp(log_probs)`` times the summed gradient, which
-    ``log_softmax`` removes): through the ``log_softmax`` that produces ``log_probs``, as
-    torch's contract has it, the two agree."""
+    One op (the backend protocol's ``ctc_loss``, backend/protocol_ctc.py) whose rule reads
+    ``log_probs`` and the targets, as torch's, and reruns the alpha recursion beside the beta
+    recursion: the exact gradient in ``log_probs``. torch's kernel returns a shortcut that is
+    exact only after ``log_softmax``'s backward (it adds ``exp(log_probs)`` times the summed
+    gradient, which ``log_softmax`` removes): through the ``log_softmax`` that produces
+    ``log_probs``, as torch's contract has it, the two agree."""
     fn = "ctc_loss"
     reduction = _reduction(fn, reduction, None, None)
     x = _float_input(fn, log_probs)
@@ -303,7 +302,6 @@ def ctc_loss(
             f"{fn}: log_probs of dtype {x.dtype} are not supported, as in torch (float32 or "
             f"float64 only); cast them first (log_probs.float()), got {shape_text(x.shape)}"
         )
-    (x,) = once_differentiable_inputs(fn, x)  # (torch's _ctc_loss_backward has no derivative)
     unbatched = x.ndim == 2
     if unbatched:
         x = x.unsqueeze_dim(1)
@@ -320,41 +318,28 @@ def ctc_loss(
     labels = _padded_targets(fn, x, targets, out_lengths, unbatched)
     if not 0 <= blank < classes:
         raise InvalidArgumentError(f"{fn}: blank {blank} is out of range for {classes} classes")
-    width = 2 * labels.shape[1] + 1
-    # the extended label sequence: blank, l1, blank, l2, ..., blank
-    extended = np.full((batch, width), blank, dtype=np.int64)
-    extended[:, 1::2] = labels
-    skip = np.zeros((batch, width), dtype=bool)
-    skip[:, 2:] = (extended[:, 2:] != blank) & (extended[:, 2:] != extended[:, :-2])
-    index = x.new_tensor(np.broadcast_to(extended, (steps, batch, width)).copy(), dtype="int64")
-    emit = x.gather(2, index)  # [T, N, L]: log-probability of each extended label
-    impossible = x.new_full((batch, 1), _CTC_IMPOSSIBLE)
-    start = np.full((batch, width), _CTC_IMPOSSIBLE)
-    start[:, 0] = 0.0
-    if width > 1:  # (targets of no labels, [N, 0]: the blank-only path alone)
-        start[:, 1] = 0.0
-    alpha = emit[0] + x.new_tensor(start)
-    skip_mask = _mask(x, skip)
-    for t in range(1, steps):
-        one = _cat_dim1([impossible, alpha.narrow(1, 0, width - 1)])
-        two = (
-            _cat_dim1([impossible, impossible, alpha.narrow(1, 0, width - 2)])
-            if width > 2
-            else None
-        )
-        candidates = [alpha, one]
-        if two is not None:
-            candidates.append(
-                two.mask_where(~skip_mask, x.new_full((batch, width), _CTC_IMPOSSIBLE))
-            )
-        step = _stack(candidates).logsumexp(0) + emit[t]
-        running = _mask(x, (t < in_lengths)[:, None])
-        alpha = alpha.mask_where(running, step)
-    ends = np.stack([2 * out_lengths, np.maximum(2 * out_lengths - 1, 0)], 1)
-    final = alpha.gather(1, x.new_tensor(ends, dtype="int64"))
-    final = final.mask_where(_mask(x, (out_lengths == 0)[:, None] & np.array([False, True])),
-                             x.new_full((batch, 2), _CTC_IMPOSSIBLE))  # fmt: skip
-    losses = -final.logsumexp(1)
+    # the protocol's ctc_loss (backend/protocol_ctc.py), one op of the op table whose rule
+    # reads the log-probabilities and the targets and reruns the alpha recursion beside the
+    # beta recursion: a composite of tensor ops held each step's candidates, shifted alphas
+    # and masks (4.1x torch's saved bytes; 7 December)
+    padded = x.new_tensor(labels, dtype="int64")
+    lengths = (tuple(in_lengths.tolist()), tuple(out_lengths.tolist()))
+    losses = x._apply("ctc_loss", (x, padded), (blank, *lengths))
+    return _ctc_reduced(x, losses, in_lengths, out_lengths, reduction, zero_infinity, unbatched)
+
+
+def _ctc_reduced(
+    x: Tensor,
+    losses: Tensor,
+    in_lengths: np.ndarray,
+    out_lengths: np.ndarray,
+    reduction: str,
+    zero_infinity: bool,
+    unbatched: bool,
+) -> Tensor:
+    """The sequences' losses ``[N]`` (about ``-_CTC_IMPOSSIBLE`` where no alignment exists)
+    made ``inf`` (or 0, ``zero_infinity``) where impossible, 0 for an empty input of no
+    labels, and reduced."""
     infinite = losses.greater(-_CTC_IMPOSSIBLE / 2)
     empty = _mask(x, in_lengths == 0)
     infinite = infinite.logical_or(empty.logical_and(_mask(x, out_lengths > 0)))
@@ -407,18 +392,6 @@ def _padded_targets(fn, x, targets, lengths, unbatched) -> np.ndarray:
             f"{list(values.shape)} for lengths {lengths.tolist()}"
         )
     return values.astype(np.int64)
-
-
-def _cat_dim1(pieces: list[Tensor]) -> Tensor:
-    from ...tensor import cat
-
-    return cat(pieces, 1)
-
-
-def _stack(pieces: list[Tensor]) -> Tensor:
-    from ...tensor import stack
-
-    return stack(pieces, 0)
 
 
 def _mask(x: Tensor, values: np.ndarray) -> Tensor:
