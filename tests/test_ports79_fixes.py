@@ -17,10 +17,6 @@ import torch
 
 import retrograd as rg
 
-pytestmark = pytest.mark.backend_independent(
-    "the order of optimizer and schedule steps, read from Python flags: no tensor arithmetic"
-)
-
 ORDER = "Detected call of `lr_scheduler.step()` before `optimizer.step()`"
 
 
