@@ -53,6 +53,10 @@ It reaches:
   e2.T))``, scores as ``.detach().cpu().numpy()`` sorted by ``operator.itemgetter``, the EER
   from the ROC written in NumPy, ``ComputeErrorRates`` and ``ComputeMinDcf``.
 
+Found and fixed (``tests/test_ports79_fixes.py``): the schedule stepped before the optimizer's
+first step raised torch's "Detected call of `lr_scheduler.step()` before `optimizer.step()`"
+warning under torch and nothing under retrograd.
+
 The lines changed for the port: the ``import`` lines and the gradient lines (``grads =
 nloss.backward()``; ``self.optim.step(grads)``).
 """
