@@ -77,3 +77,21 @@ def test_an_optimizer_of_ones_own_is_tracked_too():
     fresh = rg.optim.lr_scheduler.StepLR(_OwnSGD(layer.parameters(), lr=0.1), step_size=1)
     with pytest.warns(UserWarning, match="before `optimizer.step"):
         fresh.step()
+
+
+def _weight_norm_warnings(lib) -> list[tuple[str, str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        conv = lib.nn.utils.weight_norm(lib.nn.Conv1d(2, 3, 3))
+        lib.nn.utils.remove_weight_norm(conv)
+        lib.nn.utils.weight_norm(lib.nn.Linear(2, 2), name="weight", dim=None)
+    return [(w.category.__name__, str(w.message)) for w in caught]
+
+
+def test_the_deprecated_weight_norm_warns_as_torch():
+    """r9y9/wavenet_vocoder wraps every convolution in ``nn.utils.weight_norm``: torch gives
+    its ``FutureWarning`` (deprecated in favour of ``parametrizations.weight_norm``) at each
+    call, retrograd gave it only from ``WeightNorm.apply``."""
+    theirs = _weight_norm_warnings(torch)
+    assert len(theirs) == 2 and theirs[0][0] == "FutureWarning"
+    assert _weight_norm_warnings(rg) == theirs

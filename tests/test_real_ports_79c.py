@@ -45,6 +45,9 @@ It reaches:
   ``to_one_hot`` by ``torch.FloatTensor(tensor.size() + (n,)).zero_()`` and ``scatter_``, a
   nested ``torch.clamp``); ``torch.stack(outputs).transpose(0, 1).transpose(1, 2)``.
 
+Found and fixed (``tests/test_ports79_fixes.py``): ``nn.utils.weight_norm`` gave no
+``FutureWarning`` where torch deprecates it at every call.
+
 Dropout is 0 (the libraries draw dropout masks from different generators). The lines changed
 for the port: the ``import`` lines and the gradient lines (``grads = loss.backward()``, given to
 ``clip_grad_norm_`` and ``optimizer.step``).
