@@ -302,7 +302,11 @@ class SharedFills:
         self.saved = {name: getattr(lib.Tensor, name) for name in ("uniform_", "normal_")}
 
         def filler(name, draw):
-            def fill(tensor, first=None, second=None, *, generator=None):
+            def fill(tensor, first=None, second=None, *, generator=None, **named):
+                # torch's keywords: normal_(mean=, std=), uniform_(from=, to=)
+                first = named.pop("mean", named.pop("from", first))
+                second = named.pop("std", named.pop("to", second))
+                assert not named, f"{name}: unexpected {sorted(named)}"
                 if isinstance(tensor, lib.nn.Parameter):
                     given = [v for v in (first, second) if v is not None]
                     return self.saved[name](tensor, *given, generator=generator)

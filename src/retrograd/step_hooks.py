@@ -122,6 +122,9 @@ def hooked_step(step: Any) -> Any:
 
     @functools.wraps(step)
     def hooked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # torch's mark of a step taken, which a learning-rate schedule's first step reads
+        # (its warning when the schedule steps before the optimizer)
+        self.__dict__["_opt_called"] = True
         with step_lock(self):
             return _hooked(self, *args, **kwargs)
 

@@ -40,6 +40,23 @@ __all__ = [
 ]
 
 
+_STEP_BEFORE_OPTIMIZER = (
+    "Detected call of `lr_scheduler.step()` before `optimizer.step()`. In PyTorch 1.1.0 and "
+    "later, you should call them in the opposite order: `optimizer.step()` before "
+    "`lr_scheduler.step()`.  Failure to do this will result in PyTorch skipping the first "
+    "value of the learning rate schedule. See more details at "
+    "https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate"
+)
+
+
+def _tracks_steps(optimizer: Any) -> bool:
+    """Whether ``optimizer``'s step marks itself taken (``_opt_called``): every optimizer
+    deriving from retrograd's base class does, its step wrapped by the step hooks. (torch
+    wraps any object's ``step`` when a schedule is made; an object of one's own that is no
+    ``Optimizer`` is not watched here, so it is never warned about.)"""
+    return getattr(getattr(type(optimizer), "step", None), "__retrograd_step_hooked__", False)
+
+
 _EPOCH_DEPRECATED = (
     "The epoch parameter in `scheduler.step()` was not necessary and is being deprecated where "
     "possible. Please use `scheduler.step()` to step the scheduler. During the deprecation, if "
@@ -89,6 +106,9 @@ class LRScheduler:
     def __init__(self, optimizer: Any, last_epoch: int = -1):
         _check_optimizer(type(self).__name__, optimizer)
         self.optimizer = optimizer
+        if _tracks_steps(optimizer) and not vars(optimizer).get("_steps_watched_by_schedule"):
+            # torch counts the optimizer's steps from the first schedule made over it
+            vars(optimizer).update(_steps_watched_by_schedule=True, _opt_called=False)
         for index, group in enumerate(optimizer.param_groups):
             if last_epoch == -1:
                 group.setdefault("initial_lr", group["lr"])
@@ -184,6 +204,13 @@ class LRScheduler:
         ``step(epoch)``, torch's deprecated form, goes to ``epoch`` (the closed form)."""
         if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, Real)):
             raise DTypeError(f"{type(self).__name__}.step: epoch must be a number, got {epoch!r}")
+        if (
+            getattr(self, "_step_count", 0) == 1
+            and _tracks_steps(self.optimizer)
+            and not vars(self.optimizer).get("_opt_called", False)
+        ):
+            # the first step after the constructor's, and the optimizer has not stepped
+            warnings.warn(_STEP_BEFORE_OPTIMIZER, UserWarning, stacklevel=2)
         groups = self.optimizer.param_groups
         before = self.last_epoch, [group["lr"] for group in groups]
         if epoch is None:

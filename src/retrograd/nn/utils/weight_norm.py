@@ -15,16 +15,29 @@ from typing import Any
 
 from ...errors import InvalidArgumentError
 from ..parameter import Parameter
+from . import norm_hooks
 from .norm_hooks import (
     check_hook_free,
     install_hook,
     norm_except_dim,
     remove_weight_norm,
-    weight_norm,
     weight_norm_value,
 )
 
 __all__ = ["WeightNorm", "remove_weight_norm", "weight_norm"]
+
+_DEPRECATED = (
+    "`torch.nn.utils.weight_norm` is deprecated in favor of "
+    "`torch.nn.utils.parametrizations.weight_norm`."
+)
+
+
+def weight_norm(module: Any, name: str = "weight", dim: int | None = 0) -> Any:
+    """torch's deprecated ``nn.utils.weight_norm``: ``module.<name>`` reparametrized as ``g *
+    v / ||v||`` (:func:`.norm_hooks.weight_norm`), with the ``FutureWarning`` torch gives at
+    every call (from its ``WeightNorm.apply``). Returns ``module``."""
+    warnings.warn(_DEPRECATED, FutureWarning, stacklevel=2)
+    return norm_hooks.weight_norm(module, name, dim)
 
 
 class WeightNorm:
@@ -42,12 +55,7 @@ class WeightNorm:
 
     @staticmethod
     def apply(module: Any, name: str, dim: int | None) -> WeightNorm:
-        warnings.warn(
-            "`torch.nn.utils.weight_norm` is deprecated in favor of "
-            "`torch.nn.utils.parametrizations.weight_norm`.",
-            FutureWarning,
-            stacklevel=2,
-        )
+        warnings.warn(_DEPRECATED, FutureWarning, stacklevel=2)
         check_hook_free(module, name, "weight_norm")
         fn = WeightNorm(name, dim)
         weight = module._parameters.get(name)
