@@ -11,6 +11,8 @@
   ``no_grad`` still got the gradient of graphs recorded before the write (torch's ``.grad``
   stays ``None``: its engine accumulates into no leaf that does not require grad), and a
   view of a leaf taken before the freeze left the graph (torch's keeps its ``grad_fn``);
+- ``retain_grad()`` then an in-place write (``y.add_(1)``, through a view too) lost the
+  retained gradient (``None``), where torch's is the written value's;
 - ``ctx.mark_dirty`` was refused: now the input forward wrote into is the output, in the
   graph (a view writes through to its base), with torch's refusals of a leaf that requires
   grad, of a view returned beside other outputs and of a dirty input not returned.
@@ -215,3 +217,25 @@ def test_mark_dirty_refusals_are_torchs(case):
              "not_returned": "dirty"}  # fmt: skip
     assert words[case] in str(theirs).lower() and words[case] in str(ours).lower(), ours
     np.testing.assert_array_equal(x_ours.detach().numpy(), x_theirs.detach().numpy())
+
+
+@pytest.mark.parametrize("write", ["add_", "view", "twice"])
+def test_retain_grad_follows_the_tensor_through_an_in_place_write(write):
+    def run(lib):
+        x = lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64, requires_grad=True)
+        y = x * 2.0
+        y.retain_grad()
+        if write == "add_":
+            y.add_(1.0)
+        elif write == "view":
+            y[1:].mul_(3.0)
+        else:
+            y.add_(1.0)
+            y.mul_(x)
+        grads = (y * y).sum().backward()
+        return _grad(lib, y, grads), _grad(lib, x, grads), y.retains_grad
+
+    ours, theirs = run(rg), run(torch)
+    _same(ours[0], theirs[0])
+    _same(ours[1], theirs[1])
+    assert ours[2] == theirs[2] is True

@@ -721,6 +721,8 @@ def inplace_program(lib, rng):
         else:
             base = (x * 2.0).detach()
         state["base"] = base
+        if retained and base.requires_grad and not base.is_leaf:
+            base.retain_grad()  # (its gradient is then the written value's, as torch's)
         state["early"] = base + 1.0  # (saves nothing: torch's version check never reads it)
         state["early_view"] = base[1] if early_view == "row" else base.t()[1:]
         return [base.requires_grad, base.is_leaf]
@@ -780,10 +782,17 @@ def inplace_program(lib, rng):
         if not loss.requires_grad:
             return "no graph"
         grads = loss.backward()
-        return [grad_of(lib, x, grads), grad_of(lib, w, grads), x, w]
+        kept = grad_of(lib, base, grads) if base.retains_grad else "not retained"
+        return [grad_of(lib, x, grads), grad_of(lib, w, grads), x, w, kept]
 
     rng_choice = bool(rng.random() < 0.5)
     early_view = str(rng.choice(["row", "t"]))
+    # (not with a write under no_grad: torch's tensor keeps its grad_fn, so its retained
+    # gradient sums the uses before and after; retrograd's is the later uses'. Nor with
+    # detach_(), after which torch's flag stays set and its gradient None; left, see the
+    # round's report)
+    retained = bool(rng.random() < 0.5) and ending != "detach_"
+    retained = retained and not any(guarded for *_, guarded in steps_drawn)
     late = str(rng.choice(["none", "early", "view"]))
     if ending == "detach_" and late == "view":
         # (torch regenerates the grad_fn of a view its base's write outdated when the view
