@@ -11,6 +11,8 @@
   ``no_grad`` still got the gradient of graphs recorded before the write (torch's ``.grad``
   stays ``None``: its engine accumulates into no leaf that does not require grad), and a
   view of a leaf taken before the freeze left the graph (torch's keeps its ``grad_fn``);
+- a tensor hook returning something other than a tensor or ``None`` raised an
+  ``AutodiffError`` (a ``RuntimeError``) where torch raises a ``TypeError``;
 - ``retain_grad()`` then an in-place write (``y.add_(1)``, through a view too) lost the
   retained gradient (``None``), where torch's is the written value's;
 - ``ctx.mark_dirty`` was refused: now the input forward wrote into is the output, in the
@@ -239,3 +241,17 @@ def test_retain_grad_follows_the_tensor_through_an_in_place_write(write):
     _same(ours[0], theirs[0])
     _same(ours[1], theirs[1])
     assert ours[2] == theirs[2] is True
+
+
+def test_a_hook_returning_no_tensor_raises_a_type_error_as_torchs():
+    def run(lib):
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 2.0
+        y.register_hook(lambda g: 3.0)
+        with pytest.raises(TypeError) as caught:
+            (y * 1.0).sum().backward()
+        return caught.value
+
+    ours, theirs = run(rg), run(torch)
+    assert isinstance(ours, rg.RetrogradError) and "float" in str(ours), ours
+    assert "float" in str(theirs)

@@ -1238,8 +1238,8 @@ class SelectionMixin:
             # given, written in place or not, which torch's autograd.grad has captured)
             kept[0] = result is None
             out = incoming if result is None else result
-            if not isinstance(out, TensorBase):
-                raise AutodiffError(
+            if not isinstance(out, TensorBase):  # (a TypeError, as torch's)
+                raise DTypeError(
                     f"register_hook: the hook returned a {type(out).__name__}; expected a "
                     "tensor (the new gradient) or None"
                 )
