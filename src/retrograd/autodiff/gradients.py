@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import AutodiffError, DTypeError
-from .graph import Node
+from .graph import CAPTURED, Node
 
 __all__ = ["Gradients", "held_by_live_gradients"]
 
@@ -154,8 +154,15 @@ class Gradients:
         if value is None:
             return None
         self.hooked.add(node.id)
+        # torch's autograd.grad captures the gradient tensor itself: what hooks write into it
+        # in place (and return None) shows in the captured one, until a hook returns another
+        aliased = node.op is not None and node.retain == CAPTURED
         for hook in list(node.hooks.values()):
             value = hook(self.backend, value)
+            if aliased and getattr(hook, "kept_its_argument", (False,))[0]:
+                self.values[node.id] = value
+            else:
+                aliased = False
         if node.op is None or node.retain is True:  # (not autograd.grad's CAPTURED)
             self.values[node.id] = value
         return value

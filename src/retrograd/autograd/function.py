@@ -33,6 +33,7 @@ class FunctionCtx:
         self._saved_for_forward: tuple[Any, ...] | None = None
         self._in_jvp = False
         self._non_differentiable: set[int] = set()
+        self._dirty: tuple[Any, ...] = ()
 
     def save_for_backward(self, *tensors: Any) -> None:
         """Keep ``tensors`` for ``backward`` (their values now: a later in-place op on one of
@@ -54,18 +55,19 @@ class FunctionCtx:
         return self._saved
 
     def mark_non_differentiable(self, *tensors: Any) -> None:
-        """These outputs carry no gradient (indices, masks)."""
-        self._non_differentiable.update(id(t) for t in tensors)
+        """These outputs carry no gradient (indices, masks). Each call names them all, as
+        torch's: a second call replaces the first's."""
+        self._non_differentiable = {id(t) for t in tensors}
 
     def set_materialize_grads(self, value: bool) -> None:
         """Whether ``backward`` gets zeros (default) or ``None`` for outputs without a gradient."""
         self.materialize_grads = bool(value)
 
     def mark_dirty(self, *tensors: Any) -> None:
-        raise AutodiffError(
-            "Function: mark_dirty (an input modified in place by forward) is not supported; "
-            "return a new tensor from forward"
-        )
+        """These inputs were modified in place by ``forward`` and are returned as outputs:
+        each then holds the function's output, in the graph (a view writes through to its
+        base), as torch's. Each call names them all, as torch's."""
+        self._dirty = tuple(tensors)
 
 
 class _Call:
@@ -125,9 +127,11 @@ class _Call:
         ``set_materialize_grads(False)``, for those that got none, and for the outputs
         marked non-differentiable); the steps of the other outputs' nodes give nothing."""
         # The gradients of every input come from one backward call per incoming ``g``; the
-        # cache is keyed by the object itself (a weak reference: an id alone could be reused
-        # by the next backward's gradient, with retain_graph, once this one is freed).
-        if self._cache is not None and self._cache[0] == k and self._cache[1]() is g:
+        # cache is keyed by the object itself (held, not its id: an id could be reused by the
+        # next backward's gradient, with retain_graph, once this one is freed; and a recorded
+        # gradient under create_graph takes no weak reference), until the last input's rule
+        # has read it (``_function_vjp``).
+        if self._cache is not None and self._cache[0] == k and self._cache[1] is g:
             return self._cache[2]
         tracked = getattr(B, "is_autodiff", False)
         gathered = self._gradients_of_outputs(g, k)
@@ -182,11 +186,9 @@ class _Call:
 
     def _remember(self, k: int, g: Any, grads: tuple) -> None:
         """Keep ``grads`` for the other inputs' rules of output ``k``'s step, which ask
-        again with the same ``g``."""
-        try:
-            self._cache = (k, weakref.ref(g), grads)
-        except TypeError:  # a primitive without weak references (or None): no caching
-            self._cache = None
+        again with the same ``g`` (the one call of ``backward`` has answered for every
+        output: asking again would give nothing)."""
+        self._cache = (k, g, grads)
 
     def _primitive(self, B: Any, grad: Any, i: int, tracked: bool) -> Any:  # noqa: N803
         shape = self.shapes[i]
@@ -251,7 +253,10 @@ def _function_forward(backend: Any, values: list, call: _Call, k: int) -> Any:
 
 
 def _function_vjp(B: Any, g: Any, index: int, call: _Call, k: int) -> Any:  # noqa: N803
-    return call.input_gradients(B, g, k)[index]
+    grads = call.input_gradients(B, g, k)
+    if index == len(call.positions) - 1:  # the last input's rule: nothing asks again
+        call._cache = None
+    return grads[index]
 
 
 def _in_vmap() -> bool:
@@ -355,6 +360,8 @@ class Function:
             _refuse_unmappable(cls)
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         ctx = FunctionCtx(needs)
+        # the inputs' values in the graph before forward, which may write into them in place
+        before = [a._prim if isinstance(a, Tensor) else None for a in args]
         from .forward_ad import tangents_paused
 
         with no_grad(), tangents_paused():
@@ -370,9 +377,11 @@ class Function:
             if duals is not None:
                 return duals
         positions = [i for i, wanted in enumerate(needs) if wanted]
+        outputs = output if isinstance(output, tuple) else (output,)
+        if ctx._dirty:
+            _check_dirty(cls, ctx, outputs)
         if not positions:
             return output
-        outputs = output if isinstance(output, tuple) else (output,)
         differentiable = [
             j
             for j, out in enumerate(outputs)
@@ -386,10 +395,13 @@ class Function:
         call.arguments = [(a.shape, a.dtype, a.is_float()) if isinstance(a, Tensor) else None
                           for a in args]  # fmt: skip
         recorded = list(outputs)
-        prims = [t._prim for t in inputs]
+        prims = [before[i] for i in positions]
+        dirty = {id(t) for t in ctx._dirty}
         for k, j in enumerate(differentiable):
             prim = backend.apply(_FUNCTION, *prims, params=(call, k))
             recorded[j] = Tensor(prim, backend, outputs[j]._device)
+            if id(outputs[j]) in dirty:
+                recorded[j] = _dirty_output(outputs[j], recorded[j])
             if prim.node is not None:  # (None: recorded under no_grad, nothing to gather)
                 call.nodes.append(weakref.ref(prim.node))
                 if j:  # torch's one node has every output: next_functions name which
@@ -401,6 +413,55 @@ class Function:
             by_value.get(id(t._prim), t) if isinstance(t, Tensor) else t for t in ctx._saved
         )
         return tuple(recorded) if isinstance(output, tuple) else recorded[0]
+
+
+def _dirty_output(dirty: Tensor, result: Tensor) -> Tensor:
+    """What ``apply`` returns for the input ``dirty`` that forward wrote into: the input
+    itself, holding ``result`` in the graph (a view writes it through to its base); under
+    ``no_grad`` (forward wrote the values already) one that requires grad is returned as
+    another tensor of its memory that does not, as torch's."""
+    from ..tensor.views import write
+
+    if not is_grad_enabled():
+        return dirty.data if dirty.requires_grad else dirty
+    write("mark_dirty", dirty, result, False)
+    return dirty
+
+
+def _check_dirty(cls: type, ctx: FunctionCtx, outputs: tuple) -> None:
+    """torch's checks of the inputs ``mark_dirty`` named: each returned as an output, and
+    none a leaf that requires grad (nor a view of one) while gradients are recorded."""
+    returned = {id(out) for out in outputs}
+    if any(id(t) not in returned for t in ctx._dirty):
+        raise AutodiffError(
+            f"{cls.__name__}: some elements marked as dirty during the forward method were not "
+            "returned as output. The inputs that are modified inplace must all be outputs of "
+            "the Function."
+        )
+    if not is_grad_enabled():
+        return
+    from ..tensor.views import root_of
+
+    tensors_out = sum(isinstance(out, Tensor) for out in outputs)
+    if tensors_out > 1 and any(root_of(t) is not t for t in ctx._dirty if isinstance(t, Tensor)):
+        raise AutodiffError(
+            f"{cls.__name__}: if your Function modifies inplace an input that is a view of "
+            "another Tensor, your Function cannot return more than one Tensor (torch's engine "
+            "does not support it); make sure the input is not a view (using .clone() for "
+            "example) or return one Tensor"
+        )
+
+    for t in ctx._dirty:
+        if not isinstance(t, Tensor) or not t._backend.is_autodiff:
+            continue
+        root = root_of(t)
+        if t.is_require_grad() or root.is_require_grad():
+            which = "a leaf" if root is t else "a view of a leaf"
+            raise AutodiffError(
+                f"{cls.__name__}: {which} Variable that requires grad has been used in an "
+                "in-place operation (marked dirty by forward); do it under rg.no_grad(), as "
+                "in torch"
+            )
 
 
 class _DifferentiatedTwice(Function):

@@ -1152,12 +1152,16 @@ class Tensor(
             refuse_require_grad("requires_grad_", self)
         if requires_grad:
             self.require_grad()
-            frozen = self.__dict__.pop("_frozen_leaf", None)
-            if frozen is not None and frozen():
-                # frozen and thawed again (dreamerv3-torch's ``RequiresGrad`` around the
-                # forward, then around the backward): torch's ``.grad`` is the one tensor's, so
-                # a graph recorded before the freeze still finds this tensor's gradient
-                keep_former_key(self, frozen)
+            stashed = self.__dict__.pop("_frozen_leaf", None)
+            if stashed is not None:
+                frozen, former = stashed
+                self._former_keys = tuple(key for key in former if key())
+                if frozen():
+                    # frozen and thawed again (dreamerv3-torch's ``RequiresGrad`` around the
+                    # forward, then around the backward): torch's ``.grad`` is the one
+                    # tensor's, so a graph recorded before the freeze still finds this
+                    # tensor's gradient
+                    keep_former_key(self, frozen)
             return
         if not self.is_require_grad():
             raise AutodiffError(
@@ -1167,7 +1171,11 @@ class Tensor(
         frozen = self._backend.retired_leaf(self._prim)
         assign(self, self, "requires_grad_", untrack=True)
         if frozen is not None:
-            self._frozen_leaf = frozen
+            # the keys of the leaves that in-place writes replaced are frozen with it: a
+            # frozen tensor has no gradient, as torch's engine accumulates none into a leaf
+            # that does not require grad (they come back with a thaw)
+            self._frozen_leaf = (frozen, self._former_keys)
+            self._former_keys = ()
 
     def detach(self) -> Tensor:
         """A new leaf cut from the graph, requiring grad iff this one was such a leaf (Burn's

@@ -160,7 +160,9 @@ def assign(
     if sink is not None:  # a gradient read by Tensor.grad (``p.grad(grads).data = g``, XNOR-Net's
         grads, key = sink  # rescaled gradient): written back there, as an in-place write is
         grads.replace(key, primitive)
-    if getattr(target, "_views", None):
+    if getattr(target, "_views", None) and not untrack:
+        # (a leaf frozen by ``requires_grad_(False)`` keeps its values: its views keep the
+        # graph they were taken in, as torch's keep their grad_fn)
         refresh(target)
     return target
 
@@ -991,7 +993,12 @@ class InplaceMixin:
                 "detach_: can't detach views in-place; use detach() instead, as in torch"
             )
         backend = self._backend
-        if backend.is_autodiff:
+        if backend.is_autodiff and self.is_require_grad():
+            # a leaf: as requires_grad_(False), which freezes the keys of the leaves earlier
+            # writes replaced with it (torch accumulates nothing into a leaf that does not
+            # require grad, whatever graph a gradient comes through)
+            self.requires_grad_(False)
+        elif backend.is_autodiff:
             self._prim = backend.wrap(backend.inner_value(self._prim))
         return self
 

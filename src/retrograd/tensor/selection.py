@@ -1262,9 +1262,12 @@ class SelectionMixin:
                 incoming = make(backend.wrap(grad), backend, device)
             with enable_grad() if tracked else no_grad():
                 result = hook(incoming)
+            # (read by the engine: a hook that returned None handed on the tensor it was
+            # given, written in place or not, which torch's autograd.grad has captured)
+            kept[0] = result is None
             out = incoming if result is None else result
-            if not isinstance(out, TensorBase):
-                raise AutodiffError(
+            if not isinstance(out, TensorBase):  # (a TypeError, as torch's)
+                raise DTypeError(
                     f"register_hook: the hook returned a {type(out).__name__}; expected a "
                     "tensor (the new gradient) or None"
                 )
@@ -1285,6 +1288,8 @@ class SelectionMixin:
                 return grad_backend.wrap(source.inner_value(prim))
             return source.inner_value(prim) if source.is_autodiff else prim
 
+        kept = [False]  # (not an attribute set inside on_gradient: a cycle through itself)
+        on_gradient.kept_its_argument = kept
         return backend.register_hook(self._prim, on_gradient)
 
     def register_post_accumulate_grad_hook(self, hook: Any) -> Any:

@@ -865,11 +865,30 @@ def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
             and (fresh or not backend.is_tracked(prim))
         ):
             prim = _overwritten(t, old, prim)
+        if is_grad_enabled() and not outside:  # (a recorded write: a new grad_fn in torch)
+            _carry_retain(old, prim)
     t._prim = prim
     sink = getattr(t, "_grad_sink", None)
     if sink is not None:  # a gradient read from a Gradients (Tensor.grad): written back there
         grads, key = sink
         grads.replace(key, prim)
+
+
+def _carry_retain(old: Any, new: Any) -> None:
+    """``retain_grad()`` of a tensor computed in the graph follows it through an in-place
+    write: its gradient is then the new value's, as torch moves the retaining hook to the
+    tensor's new ``grad_fn`` (its tensor hooks stay with the old value, as torch's)."""
+    old_node, new_node = getattr(old, "node", None), getattr(new, "node", None)
+    if (
+        old_node is not None
+        and old_node.op is not None
+        and old_node.retain is True
+        and new_node is not None
+        and new_node is not old_node
+        and new_node.op is not None
+    ):
+        new_node.retain = True
+        old_node.retain = False
 
 
 def remember_leaf(t: Any, old: Any) -> None:
