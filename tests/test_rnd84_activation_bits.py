@@ -94,6 +94,25 @@ def test_on_the_torch_backend_values_and_gradients_are_torchs(label, call, dtype
     _assert_bits(grad, torch_grad, f"{label}: gradient")
 
 
+@pytest.mark.skipif(INNER == "numpy", reason="16-bit floats: the torch inner backend's")
+@pytest.mark.parametrize(("label", "call"), CASES, ids=[label for label, _ in CASES])
+def test_on_the_torch_backend_float16_values_and_gradients_are_torchs(label, call):
+    # torch's 16-bit kernels compute in float32 and round once; hardtanh's compares the
+    # 16-bit output with unrounded bounds, so its rule here compares in float16 (as before)
+    x, g = (RNG.standard_normal((2, 2003)) * 4).astype(np.float32)
+    with rg.use_backend(rg.Autodiff(inner_backend())):
+        leaf = rg.tensor(x, dtype="float16", requires_grad=True)
+        out = call(rg.nn.functional, leaf)
+        (grad,) = rg.autograd.grad(out, leaf, rg.tensor(g, dtype="float16"))
+        ours = [out.detach().cast("float32").numpy(), grad.cast("float32").numpy()]
+    leaf = torch.tensor(x).half().requires_grad_()
+    out = call(torch.nn.functional, leaf)
+    (grad,) = torch.autograd.grad(out, leaf, torch.tensor(g).half())
+    theirs = [out.detach().float().numpy(), grad.float().numpy()]
+    for mine, torchs, what in zip(ours, theirs, ("value", "gradient")):
+        _assert_bits(mine, torchs, f"{label}: {what}")
+
+
 #: activations of arithmetic and comparisons alone (no exp, log or tanh): torch's on NumPy too
 ARITHMETIC = ["softsign", "hardswish", "hardsigmoid", "hardtanh", "relu6", "leaky_relu"]
 ARITHMETIC += ["rrelu_eval"]

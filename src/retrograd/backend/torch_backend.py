@@ -664,7 +664,11 @@ class TorchBackend(
     hardswish_backward = staticmethod(torch.ops.aten.hardswish_backward)
 
     def hardtanh_backward(self, grad, out, lo, hi):
-        # (torch's reads x; the output, clamped, is at or beyond a bound exactly where x is)
+        # torch's reads x; the output, clamped, is at or beyond a bound exactly where x is,
+        # where the bounds are the dtype's: a 16-bit kernel compares in float32 with the
+        # bounds unrounded (the clamped 0.9 of float16, 0.8999, is below 0.9)
+        if out.dtype not in (torch.float32, torch.float64):
+            return super().hardtanh_backward(grad, out, lo, hi)
         return torch.ops.aten.hardtanh_backward(grad, out, lo, hi)
 
     def logaddexp(self, x, y, scale):
