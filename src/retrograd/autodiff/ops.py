@@ -663,11 +663,8 @@ Op(
 
 
 def _hardswish_vjp(B, g, x):
-    # torch's hardswish_backward: 0 where x <= -3, g where x >= 3 (and NaN, torch's scalar
-    # loop), g * (x / 3 + 1/2) between
-    inside = B.mul(g, B.add_scalar(B.div_scalar(x, 3.0), 0.5))
-    passed = B.logical_or(B.greater_equal_elem(x, 3.0), B.is_nan(x))
-    return B.mask_fill(B.mask_where(inside, passed, g), B.lower_equal_elem(x, -3.0), 0.0)
+    # torch's hardswish_backward from x (the backend's kernel, or the protocol's composition)
+    return B.hardswish_backward(g, x)
 
 
 unary("hardswish", _hardswish_vjp)
@@ -749,10 +746,11 @@ unary("sinc", _sinc_vjp)
 
 
 def _softsign_vjp(B, g, x):
-    """The composition ``x / (|x| + 1)``'s gradient, rule by rule (div's, then abs's: the same
+    """The composition ``x / (|x| + 1)``'s gradient, rule by rule as torch's autograd runs it
+    (div's, ``g / d`` and ``-(g * ((x / d) / d))``, then abs's, times the sign: the same
     bits), from x alone: its quotient and denominator are recomputed, not held."""
     denominator = B.add_scalar(B.abs(x), 1.0)
-    through_denominator = B.neg(B.div(B.mul(g, B.div(x, denominator)), denominator))
+    through_denominator = B.neg(B.mul(g, B.div(B.div(x, denominator), denominator)))
     sign = B.mask_fill(B.sign(x), B.is_nan(x), 0.0)
     return B.add(B.div(g, denominator), B.mul(through_denominator, sign))
 
@@ -920,8 +918,16 @@ for _name in ("sign", "round", "floor", "ceil", "trunc"):
     unary(_name, _zeros_like_rule)
 # torch's sigmoid_backward kernel: (grad * (1 - out)) * out
 unary("sigmoid", lambda B, g, out: B.mul(B.mul(g, B.rsub_scalar(out, 1.0)), out))
-unary("log_sigmoid", lambda B, g, x: B.mul(g, B.sigmoid(B.neg(x))))
+# torch's log_sigmoid_backward, whose buffer exp(-|x|) is recomputed from x (not held)
+unary("log_sigmoid", lambda B, g, x: B.log_sigmoid_backward(g, x))
 unary("softplus", lambda B, g, x, beta: B.mul(g, B.sigmoid(B.mul_scalar(x, beta))), ("beta",))
+# F.softplus with its threshold (x itself where x * beta is above it): torch's kernels'
+# formulas (the backend's softplus_threshold and softplus_backward), reading x alone
+unary(
+    "softplus_threshold",
+    lambda B, g, x, beta, threshold: B.softplus_backward(g, x, beta, threshold),
+    ("beta", "threshold"),
+)
 unary("relu", lambda B, g, out: B.relu_backward(g, out))
 unary("leaky_relu", lambda B, g, x, slope: B.leaky_relu_backward(g, x, slope), ("slope",))
 
@@ -1172,31 +1178,24 @@ Op(
 )
 
 
-def _elu_vjp(B, g, x, alpha, input_scale):
+def _elu_vjp(B, g, x, alpha, scale, rule_input_scale):
     # torch's elu_backward, from x alone (the backend's kernel, or the protocol's composition)
-    return B.elu_backward(g, x, alpha, input_scale)
+    return B.elu_backward(g, x, alpha, rule_input_scale, scale)
 
 
-unary("elu", _elu_vjp, ("alpha", "input_scale"))
-
-
-_GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
+# elu, selu (its scale) and celu (input scale 1 / alpha): torch's elu kernel. The rule's input
+# scale is torch's celu derivative's 1 / float(alpha), where the value's is 1 / alpha
+unary(
+    "elu",
+    _elu_vjp,
+    ("alpha", "input_scale", "scale", "rule_input_scale"),
+)
 
 
 def _gelu_tanh_vjp(B, g, x):
-    # the rules of its composition (the backend's gelu_tanh), recomputed from x: mul's, tanh's and
-    # the scalars', summed in the order the engine summed the composition's contributions to
-    # x (so its bits): the sum's, x^3's, x^2's twice, then 0.5 x's. It reads x alone, as
-    # torch's gelu_backward; the composition held five arrays (x^2, x^3, tanh's output, the
-    # two factors of the product)
-    a = B.mul(x, x)
-    t = B.tanh(B.mul_scalar(B.add(x, B.mul_scalar(B.mul(a, x), 0.044715)), _GELU_TANH_SCALE))
-    to_inner = B.mul(B.mul(g, B.mul_scalar(x, 0.5)), B.rsub_scalar(B.square(t), 1.0))
-    to_sum = B.mul_scalar(to_inner, _GELU_TANH_SCALE)
-    to_cube = B.mul_scalar(to_sum, 0.044715)
-    to_square = B.mul(B.mul(to_cube, x), x)
-    total = B.add(B.add(B.add(to_sum, B.mul(to_cube, a)), to_square), to_square)
-    return B.add(total, B.mul_scalar(B.mul(g, B.add_scalar(t, 1.0)), 0.5))
+    # torch's gelu_backward (approximate="tanh"), from x alone: the composition held five
+    # arrays (x^2, x^3, tanh's output, the two factors of the product)
+    return B.gelu_tanh_backward(g, x)
 
 
 unary("gelu_tanh", _gelu_tanh_vjp)

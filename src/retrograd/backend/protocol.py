@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -172,6 +173,20 @@ def set_default_float_dtype(name: str) -> None:
 
 
 _INV_SQRT_2 = 0.7071067811865476
+
+
+def _product_in(dtype: str, a: float, b: float) -> float:
+    """``a * b`` as a kernel computes it in ``dtype`` (float32: each rounded to float32, and
+    the product, whose exact value a double holds, rounded once), torch's constants."""
+    if dtype != "float32":
+        return a * b
+    return _float32(_float32(a) * _float32(b))
+
+
+def _float32(value: float) -> float:
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
 _INV_SQRT_2PI = 0.3989422804014327
 
 
@@ -270,6 +285,11 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "silu_backward",
             "mish_backward",
             "elu_backward",
+            "softplus_threshold",
+            "hardswish_backward",
+            "softplus_backward",
+            "log_sigmoid_backward",
+            "gelu_tanh_backward",
             "hardsigmoid",
             "elu",
             "mish",
@@ -486,6 +506,16 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         ``x <= -3``; NaN at ``-inf`` and NaN). This default composes primitives."""
         return self.div_scalar(self.mul(x, self.clamp(self.add_scalar(x, 3.0), 0.0, 6.0)), 6.0)
 
+    def hardswish_backward(self, grad: Any, x: Any) -> Any:
+        """torch's ``hardswish_backward``: 0 where ``x <= -3``, ``grad`` where ``x >= 3`` (and
+        NaN, torch's scalar loop's; its vectorized one gives NaN), ``grad * (x / 3 + 0.5)``
+        between. This default composes primitives."""
+        inside = self.mul(grad, self.add_scalar(self.div_scalar(x, 3.0), 0.5))
+        passed = self.logical_or(self.greater_equal_elem(x, 3.0), self.is_nan(x))
+        return self.mask_fill(
+            self.mask_where(inside, passed, grad), self.lower_equal_elem(x, -3.0), 0.0
+        )
+
     def hardtanh(self, x: Any, lo: float, hi: float) -> Any:
         """``x`` clamped to ``[lo, hi]`` (the op table's ``hardtanh``, whose gradient stops on
         the bounds). This default is the clamp."""
@@ -643,23 +673,88 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         through = self.mul(self.mul(grad, x), self.rsub_scalar(self.square(t), 1.0))
         return self.add(self.mul(grad, t), self.mul(through, self.sigmoid(x)))
 
-    def elu_backward(self, grad: Any, x: Any, alpha: float, input_scale: float) -> Any:
-        """torch's ``elu_backward`` from ``x``: ``grad`` where ``x > 0`` (and NaN);
-        ``grad * alpha * input_scale * exp(x * input_scale)`` where ``x < 0``, and at
-        ``x == 0``. This default is the rules of the backend's ``elu`` composition, in its
-        order (alpha times ``g``, times expm1's rule, its output + 1, recomputed from ``x``),
-        and is recorded on the autodiff backend, so it differentiates again."""
-        negative = self.lower_elem(x, 0.0)
-        safe = self.mask_fill(x, self.logical_not(negative), 0.0)
+    def elu_backward(
+        self, grad: Any, x: Any, alpha: float, input_scale: float, scale: float = 1.0
+    ) -> Any:
+        """torch's ``elu_backward`` from ``x``: ``grad * scale`` where ``x > 0``, else ``((grad
+        * input_scale) * (alpha * scale)) * exp(x * input_scale)`` (the product ``alpha *
+        scale`` rounded in the dtype), torch's vectorized kernel's order, so NaN where ``x``
+        is (its scalar tail loop passes ``grad`` there instead). This default composes
+        primitives and is recorded on the autodiff backend, so it differentiates again: at
+        ``x == 0`` the gradient is ``(grad * input_scale) * (alpha * scale)``, of zero
+        derivative in ``x`` (torch's double backward masks by ``x < 0``)."""
+        negcoef = _product_in(self.dtype(x), alpha, scale)
+        positive = self.greater_elem(x, 0.0)
+        safe = self.mask_fill(x, self.greater_equal_elem(x, 0.0), 0.0)  # (NaN stays)
         if input_scale != 1.0:
             safe = self.mul_scalar(safe, input_scale)
-        slope = self.mul(self.mul_scalar(grad, alpha), self.add_scalar(self.expm1(safe), 1.0))
-        if input_scale != 1.0:
-            slope = self.mul_scalar(slope, input_scale)
-        at_zero = self.mul_scalar(grad, alpha * input_scale)
+        scaled = self.mul_scalar(grad, input_scale) if input_scale != 1.0 else grad
+        at_zero = self.mul_scalar(scaled, negcoef)
+        slope = self.mul(at_zero, self.exp(safe))
+        passed = self.mul_scalar(grad, scale) if scale != 1.0 else grad
         return self.mask_where(
-            self.mask_where(grad, negative, slope), self.equal_elem(x, 0.0), at_zero
+            self.mask_where(slope, positive, passed), self.equal_elem(x, 0.0), at_zero
         )
+
+    def softplus_threshold(self, x: Any, beta: float, threshold: float) -> Any:
+        """torch's ``softplus``: ``x`` where ``x * beta > threshold``, else ``log1p(exp(x *
+        beta)) / beta`` (its kernel's formula; the exponential sees 0 where it is not taken,
+        so that it does not overflow there). This default composes primitives."""
+        scaled, above = self._softplus_parts(x, beta, threshold)
+        out = self.log1p(self.exp(scaled))
+        if beta != 1.0:
+            out = self.div_scalar(out, beta)
+        return self.mask_where(out, above, x)
+
+    def softplus_backward(self, grad: Any, x: Any, beta: float, threshold: float) -> Any:
+        """torch's ``softplus_backward`` from ``x``: ``grad`` where ``x * beta > threshold``,
+        else ``grad * z / (z + 1)`` with ``z = exp(x * beta)`` (its kernel's order). This
+        default composes primitives."""
+        scaled, above = self._softplus_parts(x, beta, threshold)
+        z = self.exp(scaled)
+        return self.mask_where(self.div(self.mul(grad, z), self.add_scalar(z, 1.0)), above, grad)
+
+    def _softplus_parts(self, x: Any, beta: float, threshold: float) -> tuple[Any, Any]:
+        # x * beta, 0 where above the threshold (no exp overflow where x itself is taken), and
+        # the mask of the linear tail
+        scaled = self.mul_scalar(x, beta) if beta != 1.0 else x
+        above = self.greater_elem(scaled, threshold)
+        return self.mask_fill(scaled, above, 0.0), above
+
+    def log_sigmoid_backward(self, grad: Any, x: Any) -> Any:
+        """torch's ``log_sigmoid_backward`` with its forward's buffer ``b = exp(-|x|)``,
+        recomputed from ``x``: ``(1 - b / (1 + b)) * grad`` where ``x < 0``, else ``(b / (1 +
+        b)) * grad`` (its kernel's ``(max_deriv - sign * b / (1 + b)) * grad``). This default
+        composes primitives."""
+        buffer = self.exp(self.neg(self.abs(x)))
+        share = self.div(buffer, self.add_scalar(buffer, 1.0))
+        negative = self.mul(self.rsub_scalar(share, 1.0), grad)
+        return self.mask_where(self.mul(share, grad), self.lower_elem(x, 0.0), negative)
+
+    def gelu_tanh_backward(self, grad: Any, x: Any) -> Any:
+        """torch's ``gelu_backward(approximate="tanh")`` from ``x``, its kernel's order:
+        ``t = tanh(k (x + c x**3))``, ``grad * (0.5 (1 + t) + (0.5 x) (1 - t*t) (k (1 + 3c
+        x**2)))``, ``k = sqrt(2 / pi)``, ``c = 0.044715``. This default composes primitives,
+        recorded on the autodiff backend."""
+        square = self.mul(x, x)
+        t = self.tanh(self._gelu_tanh_inner(x, square))
+        left_derivative = self.mul_scalar(self.add_scalar(t, 1.0), 0.5)
+        inner_derivative = self.mul_scalar(
+            self.add_scalar(
+                self.mul_scalar(square, _product_in(self.dtype(x), 3.0, 0.044715)), 1.0
+            ),
+            _SQRT_2_OVER_PI,
+        )
+        right_derivative = self.mul(
+            self.mul(self.mul_scalar(x, 0.5), self.rsub_scalar(self.mul(t, t), 1.0)),
+            inner_derivative,
+        )
+        return self.mul(grad, self.add(left_derivative, right_derivative))
+
+    def _gelu_tanh_inner(self, x: Any, square: Any) -> Any:
+        # torch's kBeta * (x + kKappa * x_cube), x_cube = x * x_sq
+        cube = self.mul(x, square)
+        return self.mul_scalar(self.add(x, self.mul_scalar(cube, 0.044715)), _SQRT_2_OVER_PI)
 
     def log2(self, x: Any) -> Any:
         """The base-2 logarithm. This default scales the natural one, so it is not exact at
@@ -695,31 +790,45 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         inside = self.logical_and(self.greater_elem(x, -3.0), self.lower_elem(x, 3.0))
         return self.mask_fill(self.mul_scalar(grad, sixth), self.logical_not(inside), 0.0)
 
-    def elu(self, x: Any, alpha: float, input_scale: float) -> Any:
-        """``x`` where ``x > 0`` (and NaN), else ``alpha * expm1(x * input_scale)``, whose
-        exponential sees 0 where ``x >= 0``, and ``x * alpha * input_scale`` at ``x == 0``
-        (the op table's ``elu``: torch's second derivative there is 0). This default composes
-        primitives."""
+    def elu(
+        self,
+        x: Any,
+        alpha: float,
+        input_scale: float,
+        scale: float = 1.0,
+        rule_input_scale: float | None = None,
+    ) -> Any:
+        """torch's ``elu``: ``x * scale`` where ``x > 0`` (and NaN), else ``expm1(x *
+        input_scale) * (alpha * scale)`` (the product rounded in the dtype, torch's
+        ``negcoef``), whose exponential sees 0 where ``x >= 0``, and ``x * alpha * scale *
+        input_scale`` at ``x == 0`` (the op table's ``elu``: torch's second derivative there
+        is 0). ``rule_input_scale`` is the input scale of the op's rule (celu's: torch's
+        derivative takes ``1 / float(alpha)``), which the value does not read. This default
+        composes primitives."""
+        negcoef = _product_in(self.dtype(x), alpha, scale)
         safe = self.mask_fill(x, self.logical_not(self.lower_elem(x, 0.0)), 0.0)
         if input_scale != 1.0:
             safe = self.mul_scalar(safe, input_scale)
         zero = self.equal_elem(x, 0.0)
         at_zero = self.mask_fill(x, self.logical_not(zero), 0.0)
-        at_zero = self.mul_scalar(at_zero, alpha * input_scale)
-        branch = self.mask_where(self.mul_scalar(self.expm1(safe), alpha), zero, at_zero)
-        return self.mask_where(x, self.lower_equal_elem(x, 0.0), branch)
+        at_zero = self.mul_scalar(at_zero, negcoef * input_scale)
+        branch = self.mask_where(self.mul_scalar(self.expm1(safe), negcoef), zero, at_zero)
+        positive = self.mul_scalar(x, scale) if scale != 1.0 else x
+        return self.mask_where(positive, self.lower_equal_elem(x, 0.0), branch)
 
     def mish(self, x: Any) -> Any:
-        """``x * tanh(softplus(x))``. This default composes primitives."""
-        return self.mul(x, self.tanh(self.softplus(x, 1.0)))
+        """torch's ``mish`` kernel's formula, ``x * tanh(log1p(exp(x)))``; the exponential
+        sees at most 20 (beyond, the tanh is 1 in float64 as in torch's, with no overflow).
+        This default composes primitives."""
+        softplus = self.log1p(self.exp(self.clamp(x, None, 20.0)))
+        return self.mul(x, self.tanh(softplus))
 
     def gelu_tanh(self, x: Any) -> Any:
-        """``x * 0.5 * (tanh((x + x * x * x * 0.044715) * sqrt(2 / pi)) + 1)``, torch's
-        ``gelu(approximate="tanh")`` in that order of operations. This default composes
-        primitives."""
-        cube = self.mul(self.mul(x, x), x)
-        inner = self.mul_scalar(self.add(x, self.mul_scalar(cube, 0.044715)), _SQRT_2_OVER_PI)
-        return self.mul(self.mul_scalar(x, 0.5), self.add_scalar(self.tanh(inner), 1.0))
+        """torch's ``gelu(approximate="tanh")`` in its kernel's order of operations: ``0.5 *
+        x * (1 + tanh(k * (x + c * x * x**2)))``, ``k = sqrt(2 / pi)``, ``c = 0.044715``.
+        This default composes primitives."""
+        t = self.tanh(self._gelu_tanh_inner(x, self.mul(x, x)))
+        return self.mul(self.mul_scalar(x, 0.5), self.add_scalar(t, 1.0))
 
     def add_scaled(self, x: Any, y: Any, alpha: float) -> Any:
         """torch's ``add(x, y, alpha=alpha)`` of float arrays of one dtype (broadcasting):

@@ -633,10 +633,43 @@ class TorchBackend(
     silu_backward = staticmethod(torch.ops.aten.silu_backward)
     mish_backward = staticmethod(torch.ops.aten.mish_backward)
 
-    def elu_backward(self, grad, x, alpha, input_scale):
-        if input_scale != 1.0:  # (celu's: torch's own celu rounds its 1 / alpha otherwise)
-            return super().elu_backward(grad, x, alpha, input_scale)
-        return torch.ops.aten.elu_backward(grad, alpha, 1.0, 1.0, False, x)
+    def elu(self, x, alpha, input_scale, scale=1.0, rule_input_scale=None):
+        return torch.ops.aten.elu(x, alpha, scale, input_scale)
+
+    def elu_backward(self, grad, x, alpha, input_scale, scale=1.0):
+        return torch.ops.aten.elu_backward(grad, alpha, scale, input_scale, False, x)
+
+    def softplus_threshold(self, x, beta, threshold):
+        return torch.nn.functional.softplus(x, beta, threshold)
+
+    def softplus_backward(self, grad, x, beta, threshold):
+        return torch.ops.aten.softplus_backward(grad, x, beta, threshold)
+
+    def log_sigmoid_backward(self, grad, x):
+        # torch's kernel reads the forward's buffer, exp(-|x|) as its own vectorized exp
+        # rounds it (not as torch.exp does): recomputed here rather than held beside x
+        _, buffer = torch.ops.aten.log_sigmoid_forward(x)
+        return torch.ops.aten.log_sigmoid_backward(grad, x, buffer)
+
+    mish = staticmethod(torch.nn.functional.mish)
+
+    def gelu_tanh(self, x):
+        return torch.nn.functional.gelu(x, approximate="tanh")
+
+    def gelu_tanh_backward(self, grad, x):
+        return torch.ops.aten.gelu_backward(grad, x, approximate="tanh")
+
+    # (torch's vectorized loops and their scalar tails differ at NaN: the kernels themselves
+    # give torch's gradient at each position)
+    hardswish_backward = staticmethod(torch.ops.aten.hardswish_backward)
+
+    def hardtanh_backward(self, grad, out, lo, hi):
+        # torch's reads x; the output, clamped, is at or beyond a bound exactly where x is,
+        # where the bounds are the dtype's: a 16-bit kernel compares in float32 with the
+        # bounds unrounded (the clamped 0.9 of float16, 0.8999, is below 0.9)
+        if out.dtype not in (torch.float32, torch.float64):
+            return super().hardtanh_backward(grad, out, lo, hi)
+        return torch.ops.aten.hardtanh_backward(grad, out, lo, hi)
 
     def logaddexp(self, x, y, scale):
         # torch's kernels (scale 1, or log 2 for logaddexp2: the only two the tensor API uses)

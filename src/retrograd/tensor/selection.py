@@ -1581,6 +1581,7 @@ _NAMED_BY_OP: dict[str, tuple[str, Callable[[tuple, dict], bool] | None]] = {
     "select": ("SelectBackward0", None),
     "elu": ("EluBackward0", None),
     "softplus": ("SoftplusBackward0", None),
+    "softplus_threshold": ("SoftplusBackward0", None),
     "hardtanh": ("HardtanhBackward0", None),
     "mse_loss": ("MseLossBackward0", None),
     "nll_loss": ("NllLossBackward0", None),
