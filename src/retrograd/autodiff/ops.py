@@ -42,6 +42,7 @@ OPS: dict[str, Op] = {}
 
 _TWO_OVER_SQRT_PI = 1.1283791670955126
 _SQRT_TWO_PI = math.sqrt(2.0 * math.pi)
+_SQRT_HALF = 0.7071067811865476  # C's M_SQRT1_2
 
 
 class Plan:
@@ -346,8 +347,8 @@ def _pow_scalar_vjp(B, g, x, s):
 
 
 def _rpow_scalar_vjp(B, g, x, out, s):
-    if s > 0:
-        return B.mul_scalar(B.mul(g, out), math.log(s))
+    if s > 0:  # torch's pow_backward_exponent: grad * (result * log(base))
+        return B.mul(g, B.mul_scalar(out, math.log(s)))
     if s == 0:
         # log(0) = -inf, kept out of where x >= 0 before multiplying by g: the result stays
         # linear in g there (a zero slope, not 0 * inf = NaN, when differentiated again)
@@ -431,7 +432,7 @@ def _tiny(B, x):
 def _i1_slope(B, x, out):
     """``i1'(x) = i0(x) - i1(x) / x``, 1/2 where ``x`` is tiny (:func:`_tiny`)."""
     tiny, safe = _tiny(B, x)
-    slope = B.sub(B.i0(safe), B.div(out, safe))
+    slope = B.sub(B.i0(safe), B.mul(out, B.recip(safe)))  # (torch's, to the bit)
     return B.mask_fill(slope, tiny, 0.5)
 
 
@@ -603,15 +604,18 @@ binary("remainder", lambda B, g: g, lambda B, g, x, y: B.neg(B.mul(g, _floor_quo
 
 
 def _atan2_vjp(B, g, x, y, numerator):
-    # torch: grad * numerator / (x^2 + y^2), zero where the denominator is (no 0 / 0)
-    squares = B.add(B.square(x), B.square(y))
-    return B.mask_fill(B.div(B.mul(g, numerator), squares), B.equal_elem(squares, 0.0), 0.0)
+    # torch's atan2_backward: grad * numerator * reciprocal(x * x + y * y), in that order (a
+    # quotient instead was an ulp off in a quarter of the elements); zero where the squares
+    # are (torch's is NaN at the origin, a 0 * inf)
+    squares = B.add(B.mul(x, x), B.mul(y, y))
+    grad = B.mul(B.mul(g, numerator), B.recip(squares))
+    return B.mask_fill(grad, B.equal_elem(squares, 0.0), 0.0)
 
 
 binary(
     "atan2",
     lambda B, g, x, y: _atan2_vjp(B, g, x, y, y),
-    lambda B, g, x, y: B.neg(_atan2_vjp(B, g, x, y, x)),
+    lambda B, g, x, y: _atan2_vjp(B, g, x, y, B.neg(x)),
 )
 binary(
     "fmod",
@@ -735,7 +739,7 @@ def _sinc_vjp(B, g, x):
     safe = B.mask_fill(x, zero, 1.0)
     pi_x = B.mul_scalar(safe, math.pi)
     numerator = B.sub(B.mul(pi_x, B.cos(pi_x)), B.sin(pi_x))
-    grad = B.div(B.mul(g, numerator), B.mul_scalar(B.mul(safe, safe), math.pi))
+    grad = B.mul(g, B.div(numerator, B.mul_scalar(B.mul(safe, safe), math.pi)))
     grad = B.mask_fill(grad, zero, 0.0)
     series = B.add_scalar(B.mul(g, B.mul_scalar(x, -(math.pi**2) / 3.0)), 0.0)  # (+0)
     return B.mask_where(grad, B.equal_elem(x, 0.0), series)
@@ -743,6 +747,15 @@ def _sinc_vjp(B, g, x):
 
 # one op whose rule reads x (torch saves x alone): its composite held four arrays of x's size
 unary("sinc", _sinc_vjp)
+# torch's logit (float32/float64, ``eps`` None or a float) and its logit_backward, reading x as
+# torch saves it: as ``log(z) - log1p(-z)`` its rule summed ``1 / z + 1 / (1 - z)``, an ulp off
+# torch's ``g / (z (1 - z))`` in a third of the elements
+unary("logit", lambda B, g, x, eps: B.logit_backward(g, x, eps), ("eps",))
+# torch's erfinv derivative, ``0.5 * sqrt(pi) * exp(erfinv(x)^2) * grad``, from the output
+unary(
+    "erfinv",
+    lambda B, g, out: B.mul(B.mul_scalar(B.exp(B.square(out)), math.sqrt(math.pi) / 2.0), g),
+)
 
 
 def _softsign_vjp(B, g, x):
@@ -824,21 +837,30 @@ unary(
         g, B.sub_scalar(B.mul(B.mul_scalar(x, 2.0), out), _TWO_OVER_SQRT_PI)
     ),
 )
-unary(
-    "ndtr",
-    lambda B, g, x: B.mul(g, B.div_scalar(B.exp(B.mul_scalar(B.square(x), -0.5)), _SQRT_TWO_PI)),
-)
-# phi / Phi as exp(-(log Phi + x^2/2)) / sqrt(2 pi): finite where Phi underflows (torch's)
+
+
+def _ndtr_vjp(B, g, x):
+    """torch's ndtr is ``(1 + erf(x * sqrt(1/2))) * 0.5``, a composite: its gradient is
+    those ops' rules in turn (``* 0.5``, erf's ``2 / sqrt(pi) * exp(-t^2) * g``, then
+    ``* sqrt(1/2)``), which round otherwise than ``g * phi(x)``."""
+    scaled = B.mul_scalar(x, _SQRT_HALF)
+    slope = B.mul_scalar(B.exp(B.neg(B.square(scaled))), _TWO_OVER_SQRT_PI)
+    return B.mul_scalar(B.mul(slope, B.mul_scalar(g, 0.5)), _SQRT_HALF)
+
+
+unary("ndtr", _ndtr_vjp)
+# torch's derivatives in their order: ``grad / sqrt(2 pi) * exp(-(result + x^2 / 2))`` (phi /
+# Phi, finite where Phi underflows) and ``grad * sqrt(2 pi) * exp(result^2 / 2)``
 unary(
     "log_ndtr",
     lambda B, g, x, out: B.mul(
-        g,
-        B.div_scalar(B.exp(B.neg(B.add(out, B.mul_scalar(B.square(x), 0.5)))), _SQRT_TWO_PI),
+        B.div_scalar(g, _SQRT_TWO_PI),
+        B.exp(B.neg(B.add(out, B.div_scalar(B.square(x), 2.0)))),
     ),
 )
 unary(
     "ndtri",
-    lambda B, g, out: B.mul(g, B.mul_scalar(B.exp(B.mul_scalar(B.square(out), 0.5)), _SQRT_TWO_PI)),
+    lambda B, g, out: B.mul(B.mul_scalar(g, _SQRT_TWO_PI), B.exp(B.div_scalar(B.square(out), 2.0))),
 )
 unary("entr", lambda B, g, x: B.mul(g, B.neg(B.add_scalar(B.log(x), 1.0))))
 # torch leaves these untracked (no gradient, silently); here their derivatives are the
@@ -1072,20 +1094,30 @@ def _bce_x_rule(B, g, x, y):
     return B.div(B.mul(g, B.sub(x, y)), bound)
 
 
-def _bce_y_rule(B, g, x, y):
-    # the logs' difference, log(1 - x) - log(x); where it is infinite (x at 0 or 1) the
-    # clamped logs' (torch's target gradient is infinite there)
-    log_x, log_not_x = B.log(x), B.log(B.rsub_scalar(x, 1.0))
-    slope = B.sub(log_not_x, log_x)
-    clamped = B.sub(B.clamp(log_not_x, -100.0, None), B.clamp(log_x, -100.0, None))
-    return B.mul(g, B.mask_where(slope, B.is_inf(slope), clamped))
+def _bce_y_rule(B, g, x):
+    # torch's binary_cross_entropy_target_backward, -logit(x) * g: the logs' difference
+    # log(1 - x) - log(x) rounded otherwise in 40-60% of the elements (and was clamped where
+    # infinite, x at 0 or 1, where torch's is infinite)
+    return B.mul(B.neg(B.logit(x, None)), g)
 
 
 # F.binary_cross_entropy of float32/float64 probabilities x and targets y (the losses before
-# their weight and reduction): one op whose rules read x and y, as torch's saves them. The
+# their weight; its reduction, "none" with a weight): one op whose rules read x and y, as
+# torch's saves them, the mean's 1 / n after the rule's arithmetic as in torch's kernels. The
 # composition held untracked copies of both, the logs, an edge mask and a zero-valued
 # correction (6.25 arrays of x's size, 3.1x torch's bytes, 7 December)
-binary("binary_cross_entropy", _bce_x_rule, _bce_y_rule, broadcast=False)
+Op(
+    "binary_cross_entropy",
+    ("x", "y"),
+    ("reduction",),
+    (
+        lambda B, g, x, y, reduction: _mean_divided(B, _bce_x_rule(B, g, x, y), x, reduction),
+        lambda B, g, x, reduction: _mean_divided(B, _bce_y_rule(B, g, x), x, reduction),
+    ),
+    memory_bound=True,
+    broadcast=False,
+    forward=lambda B, x, y, reduction: _reduced(B, B.binary_cross_entropy(x, y), reduction),
+)
 
 
 # torch's smooth_l1_loss and huber_loss of d = x - y (the loss's reduction apart): one op each
@@ -1687,6 +1719,27 @@ def _mse_rule(B, g, x, y, reduction):
     # torch's mse_loss_backward: norm * (x - y) * g, norm = 2 / n for a mean (else 2) taken in
     # the dtype (2 * (1 / n) is 2 / n to the bit); for the target the same, x and y swapped
     return B.mul(B.mul_scalar(B.sub(x, y), 2.0 * _loss_norm(B, x, reduction)), g)
+
+
+def _soft_margin_rule(B, g, x, y, reduction):
+    # torch's soft_margin_loss_backward, in its order: z = exp(-y x); y z * -norm, / (1 + z),
+    # * g (the composite's rules, exp's then log1p's, rounded otherwise in a third to half)
+    z = B.exp(B.mul(B.neg(y), x))
+    scaled = B.mul_scalar(B.mul(y, z), -_loss_norm(B, x, reduction))
+    return B.mul(B.div(scaled, B.add_scalar(z, 1.0)), g)
+
+
+# F.soft_margin_loss of an input and a target of one shape and dtype (float32/float64, the
+# target untracked: torch's has no target gradient), its reduction inside as torch records it
+Op(
+    "soft_margin_loss",
+    ("x", "y"),
+    ("reduction",),
+    (_soft_margin_rule, None),
+    memory_bound=True,
+    broadcast=False,
+    forward=lambda B, x, y, reduction: _reduced(B, B.log1p(B.exp(B.mul(B.neg(y), x))), reduction),
+)
 
 
 Op(

@@ -671,6 +671,27 @@ class TorchBackend(
             return super().hardtanh_backward(grad, out, lo, hi)
         return torch.ops.aten.hardtanh_backward(grad, out, lo, hi)
 
+    # torch's kernels where the protocol's defaults compose others: torch's own roundings
+    sinc = staticmethod(torch.sinc)
+    erfinv = staticmethod(torch.erfinv)
+
+    @staticmethod
+    def logit(x, eps):
+        return torch.logit(x, eps)
+
+    @staticmethod
+    def logit_backward(grad, x, eps):
+        return torch.ops.aten.logit_backward(grad, x, eps)
+
+    def binary_cross_entropy(self, x, y):
+        if self.deferred_index_checks:
+            # the range check above the backend is deferred to the next host read, and
+            # torch's kernel would raise now (its own error, a synchronisation on a GPU): a
+            # probability outside [0, 1] or NaN gives NaN here, that check the error
+            x = torch.where((x >= 0) & (x <= 1), x, torch.nan)
+            return super().binary_cross_entropy(x, y)
+        return torch.ops.aten.binary_cross_entropy(x, y, None, 0)  # (0: reduction "none")
+
     def logaddexp(self, x, y, scale):
         # torch's kernels (scale 1, or log 2 for logaddexp2: the only two the tensor API uses)
         return torch.logaddexp(x, y) if scale == 1.0 else torch.logaddexp2(x, y)

@@ -8,7 +8,6 @@ numbers) and calls their methods, so it needs nothing of the class but its metho
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any
 
@@ -295,61 +294,13 @@ def extremum(a: Any, b: Any, kind: str) -> Any:
     return a._apply(kind, (a, b))
 
 
-# Giles (2010), "Approximating the erfinv function": single-precision coefficients, refined
-# by Newton steps on erf to the precision of the dtype.
-_GILES_CENTRAL = (
-    2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941,
-)  # fmt: skip
-_GILES_TAIL = (
-    -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-    -0.0076224613, 0.00943887047, 1.00167406, 2.83297682,
-)  # fmt: skip
-_SQRT_PI_HALF = math.sqrt(math.pi) / 2.0
-
-
 def erfinv(y: Any) -> Any:
-    from ..autodiff.grad_mode import no_grad
-
+    """The inverse error function: the backend's kernel (torch's on the torch backend, SciPy's
+    on NumPy; the protocol's default is Newton's method on ``erf``), one op whose rule is
+    torch's, ``sqrt(pi) / 2 * exp(erfinv(x)^2) * grad``, from its output (autodiff/ops.py).
+    16-bit floats are computed in float32 and rounded, as torch's kernels compute them."""
     x = real_only("erfinv", y)
     x = x if x.is_float() else x.cast(default_float_dtype())
-    with no_grad():
-        # Newton's steps in float64 whatever the dtype: near +-1 a float32 erf's rounding,
-        # times erf's inverse slope (1e5 there), left erfinv(0.9999999) 3% off
-        value = untracked(x) if x.dtype == "float64" else untracked(x).cast("float64")
-        w = -((1.0 - value) * (1.0 + value)).log()
-        central, tail = w - 2.5, w.clamp_min(5.0).sqrt() - 3.0
-        p_central = central * 0.0 + _GILES_CENTRAL[0]
-        p_tail = tail * 0.0 + _GILES_TAIL[0]
-        for c, t in zip(_GILES_CENTRAL[1:], _GILES_TAIL[1:]):
-            p_central = p_central * central + c
-            p_tail = p_tail * tail + t
-        guess = p_central.mask_where(w.greater_equal(5.0), p_tail) * value
-        guess = guess.mask_where(value.abs().equal(1.0), value * math.inf)
-        for _ in range(3):
-            step = (guess.erf() - value) * _SQRT_PI_HALF * (guess.square()).exp()
-            guess = guess - step.mask_fill(step.is_nan(), 0.0)
-        guess = guess.cast(x.dtype)
-    if not x.requires_grad:
-        return guess
-
-    # the gradient through ndtri (erfinv(x) = ndtri((1 + x) / 2) / sqrt(2)), whose rule reads
-    # its own output: exact to every order (create_graph), the value staying Newton's. Each
-    # half from its own edge, where 1 +- x is exact; at x = +-1 (guess +-inf) the edge is
-    # recorded below, and a 0 stands in here so that no inf * 0 reaches its gradient
-    def ndtri(p: Any) -> Any:
-        return p._apply("ndtri", (p,))
-
-    edge = untracked(x).abs().equal(1.0)
-    safe = x.mask_fill(edge, 0.0)
-    if safe.dtype not in ("float32", "float64"):  # (no half-precision ndtri kernel in torch)
-        safe = safe.cast("float32")
-    lower = ndtri(safe * 0.5 + 0.5)
-    upper = -ndtri(0.5 - safe * 0.5)
-    through = lower.mask_where(untracked(safe).greater(0.0), upper) * (1.0 / math.sqrt(2.0))
-    through = through.cast(x.dtype)
-    out = guess - (untracked(through) - through)  # (guess + 0 would make -0.0 +0.0)
-    if not edge.any().item():
-        return out
-    at_edge = x.mask_fill(edge.logical_not(), 0.0)
-    return out.mask_where(edge, -(1.0 - at_edge * at_edge).log() * untracked(x).sign())
+    if x.dtype not in ("float32", "float64"):
+        return erfinv(x.cast("float32")).cast(x.dtype)
+    return x._apply("erfinv", (x,))

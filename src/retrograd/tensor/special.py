@@ -46,7 +46,6 @@ from ._dispatch import (
     scalar_dtype,
     scalar_value,
     tensor_argument,
-    tracked_wide_float,
     untracked,
     wrap,
 )
@@ -226,6 +225,14 @@ class SpecialMixin:
         is given (the gradient is then 0 outside, as torch's)."""
         z = real_only("logit", self)
         z = z if z.dtype in FLOAT_DTYPES else z.cast(default_float_dtype())
+        if eps is not None and (
+            isinstance(eps, str | bytes | complex) or not hasattr(eps, "__float__")
+        ):
+            raise DTypeError(f"logit(): argument 'eps' must be float, not {type(eps).__name__}")
+        if z.dtype in ("float32", "float64"):
+            # one op: the backend's logit kernel (torch's on the torch backend), its rule
+            # torch's logit_backward, reading z as torch saves it (autodiff/ops.py)
+            return z._apply("logit", (z,), (None if eps is None else float(eps),))
         # -0 + 0 is +0: torch's gradient at -0 is +inf (its kernel's dy * inf at x == 0),
         # where 1 / z would give -inf
         z = z + 0.0
@@ -234,8 +241,6 @@ class SpecialMixin:
             # NaN at 0 and 1, torch's 1 / (z (1 - z)) infinite)
             # torch's kernel, x < eps ? eps : (x > 1 - eps ? 1 - eps : x), not clamp: eps
             # wins for eps > 1/2; its backward (0 outside [eps, 1 - eps]) passes a NaN through
-            if isinstance(eps, str | bytes | complex) or not hasattr(eps, "__float__"):
-                raise DTypeError(f"logit(): argument 'eps' must be float, not {type(eps).__name__}")
             low, high = float(eps), 1.0 - float(eps)
             clamped = z.mask_fill(untracked(z).greater_elem(high), high)
             clamped = clamped.mask_fill(untracked(z).lower_elem(low), low)
@@ -256,9 +261,10 @@ class SpecialMixin:
             # torch's kernel works in float32 and rounds once: pi x in float16 made sinc(1)
             # 3e-4 (not -0) and sinc(60000) NaN (not 0)
             return x.cast("float32").sinc().cast(x.dtype)
-        if tracked_wide_float(x):
-            # one op of the op table (autodiff/ops.py) whose rule reads x, as torch's; the
-            # composite below held four arrays of x's size (7 December)
+        if x.dtype in ("float32", "float64"):
+            # one op of the op table (autodiff/ops.py), the backend's sinc kernel (torch's on
+            # the torch backend), whose rule reads x, as torch's; the composite below held
+            # four arrays of x's size (7 December)
             return x._apply("sinc", (x,))
         zero = untracked(x).square().equal_elem(0.0)
         product = x.mask_fill(zero, 1.0) * math.pi

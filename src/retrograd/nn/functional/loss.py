@@ -450,9 +450,13 @@ def binary_cross_entropy(
                 f"{shape_text(given.shape)} {given.dtype}"
             ),
         )
-    if tracked_wide_float(x, y):
-        # one op whose rules read x and y (torch's backward formulas): see autodiff/ops.py
-        losses = x._apply("binary_cross_entropy", (x, y))
+    if x.dtype in ("float32", "float64"):
+        # one op whose rules read x and y (torch's backward formulas), with its reduction
+        # where no weight comes between (the mean's 1 / n after the rule, as torch's kernel):
+        # see autodiff/ops.py
+        if weight is None:
+            return x._apply("binary_cross_entropy", (x, y), (reduction,))
+        losses = x._apply("binary_cross_entropy", (x, y), ("none",))
         return _reduce(_weighted(fn, losses, weight), reduction)
     raw_log_x = constant.log()
     raw_log_not_x = (1.0 - constant).log()  # torch: log(1 - x), not log1p(-x)
@@ -629,7 +633,11 @@ def kl_div(
     if log_target:
         losses = y.exp() * (y - x)
     else:
-        losses = y.xlogy(y) - y * x  # torch's: 0 for a zero target, NaN for a negative one
+        # torch's xlogy(target, target) - target * input: 0 for a zero target, NaN for a
+        # negative one. Written -(y x) + xlogy(y, y) (the same values) so that the engine,
+        # running the shallower node first, sums the target's gradient as torch's does: the
+        # xlogy's two terms, then the product's (the other order rounded otherwise in 28%)
+        losses = -(y * x) + y.xlogy(y)
     out = _reduce(losses, reduction)
     if batchmean and reduction == "sum":
         return out / (x.shape[0] if x.ndim else 1)

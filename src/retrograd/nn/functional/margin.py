@@ -26,7 +26,7 @@ from ...tensor import Tensor
 from ...tensor._dispatch import host_constant
 from ...tensor.autocasting import autocast_op
 from ...tensor.functions import once_differentiable_inputs
-from ...tensor.internal import FLOAT_DTYPES, check_indices, shape_text
+from ...tensor.internal import FLOAT_DTYPES, check_indices, shape_text, tracked_wide_float
 from ._common import _as_tensor, _float_input, _float_pair
 from .loss import _broadcastable, _reduce, _reduction
 
@@ -130,6 +130,11 @@ def soft_margin_loss(
     reduction = _reduction(fn, reduction, size_average, reduce)
     x, y = _float_pair(fn, input, target, "target")
     y = _target_to_input_shape(fn, x, y)
+    if x.dtype == y.dtype and not y.requires_grad and tracked_wide_float(x):
+        # one op with its reduction, whose rule is torch's soft_margin_loss_backward (the
+        # composite's rules, and the mean's apart, rounded otherwise in a third of the
+        # elements); torch gives the target no gradient
+        return x._apply("soft_margin_loss", (x, y), (reduction,))
     losses = (-y * x).exp().log1p()
     if isinstance(input, Tensor) and input.dtype in FLOAT_DTYPES:
         # torch's kernel writes into a tensor like the input: a float64 target of a float32
