@@ -123,6 +123,39 @@ CASES = {
         lambda lib, x, w: F(lib).conv_transpose3d(x, w, stride=2, dilation=2),
         [(1, 2, 4, 5, 4), (2, 2, 2, 2, 2)],
     ),
+    # one of the kernel's inputs tracked: every gradient it computes requires grad
+    "conv1d_input_only": (
+        lambda lib, x: F(lib).conv1d(x, _t(lib, np.linspace(-1, 1, 12).reshape(2, 3, 2))),
+        [(2, 3, 7)],
+    ),
+    "conv_transpose1d_weight_only": (
+        lambda lib, w: F(lib).conv_transpose1d(_t(lib, np.ones((1, 3, 4))), w),
+        [(3, 2, 2)],
+    ),
+    "layer_norm_bias_only": (
+        lambda lib, b: F(lib).layer_norm(_t(lib, np.arange(14.0).reshape(2, 7)), (7,), None, b),
+        [(7,)],
+    ),
+    "batch_norm_train_weight_only": (
+        lambda lib, w: F(lib).batch_norm(
+            _t(lib, np.linspace(-2, 3, 42).reshape(2, 3, 7)), None, None, w, None, training=True
+        ),
+        [(3,)],
+    ),
+    # a gradient that reaches the kernel already a function of the input (values, no zeros)
+    "max_pool2d_squared": (lambda lib, x: F(lib).max_pool2d(x, 2).square(), [(2, 3, 6, 5)]),
+    "pad_reflect_squared": (
+        lambda lib, x: F(lib).pad(x, (2, 1), mode="reflect").square(),
+        [(2, 3, 7)],
+    ),
+    "nll_loss_squared": (
+        lambda lib, x: F(lib).nll_loss(x[:, :, 0], lib.tensor([0, 2]), reduction="none").square(),
+        [(2, 3, 7)],
+    ),
+    "conv1d_bias_squared": (
+        lambda lib, x, w, b: F(lib).conv1d(x, w, b).square(),
+        [(2, 3, 7), (4, 3, 2), (4,)],
+    ),
     # grid_sample: the input's gradient requires grad (none in the input, zeros in the grid)
     "grid_sample_input": (
         lambda lib, x: F(lib).grid_sample(x, _t(lib, _GRID), align_corners=True),

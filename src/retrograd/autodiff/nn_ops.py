@@ -40,12 +40,19 @@ def no_bias(B, like):
     return B.zeros((0,), B.dtype(like), B.device(like))
 
 
-# torch computes a bias's gradient in the joint backward kernel (``convolution_backward``,
-# ``native_batch_norm_backward``, ``native_layer_norm_backward``; not group norm's), whose
-# outputs all require grad where the input or weight does, the bias's with no derivative in
-# them: under create_graph it is linked to them (see ``Op.links``), so it requires grad and a
-# second derivative leaves them unset, as torch's
-_BIAS_OF_KERNEL = {2: ((0, "none"), (1, "none"))}
+# torch computes these gradients in one backward kernel (``convolution_backward``,
+# ``native_batch_norm_backward``, ``native_layer_norm_backward``; not group norm's), which
+# takes the input and the weight (layer norm's the bias too): each of its outputs requires
+# grad where one of them does, with no derivative in those it does not depend on (a bias's
+# gradient in the input; a convolution's input gradient in the input). Under create_graph
+# each gradient is linked to them (see ``Op.links``): it requires grad where torch's does,
+# and a second derivative leaves them unset, as torch's
+def _kernel_links(taken: int, outputs: int = 3) -> dict:
+    return {i: tuple((j, "none") for j in range(taken)) for i in range(outputs)}
+
+
+_READS_INPUT_AND_WEIGHT = _kernel_links(2)
+_READS_INPUT_WEIGHT_AND_BIAS = _kernel_links(3)
 
 
 # -- convolution -----------------------------------------------------------------------------------
@@ -84,7 +91,7 @@ Op(
     (_conv_vjp,) * 3,
     memory_bound=False,
     joint=True,
-    links=_BIAS_OF_KERNEL,
+    links=_READS_INPUT_AND_WEIGHT,
 )
 Op(
     "conv_transpose",
@@ -93,7 +100,7 @@ Op(
     (_conv_transpose_vjp,) * 3,
     memory_bound=False,
     joint=True,
-    links=_BIAS_OF_KERNEL,
+    links=_READS_INPUT_AND_WEIGHT,
 )
 Op(
     "conv_weight_grad",
@@ -281,7 +288,7 @@ Op(
     memory_bound=False,
     aux=True,
     joint=True,
-    links=_BIAS_OF_KERNEL,
+    links=_READS_INPUT_WEIGHT_AND_BIAS,
 )
 Op(
     "batch_norm",
@@ -291,7 +298,7 @@ Op(
     memory_bound=False,
     aux=True,
     joint=True,
-    links=_BIAS_OF_KERNEL,
+    links=_READS_INPUT_AND_WEIGHT,
 )
 # F.group_norm (float32/float64): the statistics, the normalization and the affine map, one
 # op whose rule reads x, the weight and the statistics, as torch's native_group_norm saves
