@@ -142,6 +142,18 @@ CASES = {
         ),
         [(3,)],
     ),
+    "instance_norm_weight_only": (
+        lambda lib, w: F(lib).instance_norm(
+            _t(lib, np.linspace(-2, 3, 42).reshape(2, 3, 7)), weight=w
+        ),
+        [(3,)],
+    ),
+    "instance_norm_running_stats": (
+        lambda lib, x: F(lib).instance_norm(
+            x, _t(lib, [0.1, 0.2, 0.3]), _t(lib, [1.0, 2.0, 3.0]), use_input_stats=False
+        ),
+        [(2, 3, 7)],
+    ),
     # a gradient that reaches the kernel already a function of the input (values, no zeros)
     "max_pool2d_squared": (lambda lib, x: F(lib).max_pool2d(x, 2).square(), [(2, 3, 6, 5)]),
     "pad_reflect_squared": (

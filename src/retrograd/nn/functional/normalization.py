@@ -388,9 +388,13 @@ def instance_norm(
             raise InvalidArgumentError(f"{fn}: use_input_stats=False needs running statistics")
         mean = _channel_param(fn, x, running_mean, "running_mean", channels)
         var = _channel_param(fn, x, running_var, "running_var", channels)
-        out = (x - mean) * (var + float(eps)).sqrt().recip()
+        # (torch's eval-mode batch_norm kernel reads the input: see batch_norm)
+        (read,) = kernel_read_inputs(x, derivative="none")
+        out = (read - mean) * (var + float(eps)).sqrt().recip()
     if scale is not None:
-        out = out * scale
+        # (torch's batch_norm kernel reads the weight: its gradient requires grad where the
+        # weight does, with no derivative in it)
+        out = out * kernel_read_inputs(scale, derivative="none")[0]
     if shift is not None:
         # (torch's instance_norm is a batch_norm: its bias's gradient comes from the joint
         # kernel with the input and weight)
