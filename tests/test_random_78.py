@@ -14,7 +14,8 @@ Known disagreements, left out (see the round-78 CHANGELOG entry): the gradients 
 ``grid_sample`` in its input and reflect/replicate ``pad`` do not require grad here where torch's
 (whose backward kernels take the input) do, so a second ``autograd.grad`` of the ``nll_loss`` or
 ``pad`` gradient raises where torch's is zeros, and a ``.backward()`` of a function of any of them
-raises where torch's leaves the leaf's gradient unset; ``scatter_reduce(prod)`` double backward
+raises where torch's leaves the leaf's gradient unset (these are torch's now:
+``tests/test_cg82_second_order.py``); ``scatter_reduce(prod)`` double backward
 with repeated zeros, which torch refuses; ``softplus`` exactly at ``beta * x == threshold``, where
 torch's double backward (``x < threshold``) is 0 and retrograd's is the derivative of its first
 (``sigmoid``), so the threshold used here is off the grid. Wider sweeps also differed at

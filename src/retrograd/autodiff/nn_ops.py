@@ -40,6 +40,21 @@ def no_bias(B, like):
     return B.zeros((0,), B.dtype(like), B.device(like))
 
 
+# torch computes these gradients in one backward kernel (``convolution_backward``,
+# ``native_batch_norm_backward``, ``native_layer_norm_backward``; not group norm's), which
+# takes the input and the weight (layer norm's the bias too): each of its outputs requires
+# grad where one of them does, with no derivative in those it does not depend on (a bias's
+# gradient in the input; a convolution's input gradient in the input). Under create_graph
+# each gradient is linked to them (see ``Op.links``): it requires grad where torch's does,
+# and a second derivative leaves them unset, as torch's
+def _kernel_links(taken: int, outputs: int = 3) -> dict:
+    return {i: tuple((j, "none") for j in range(taken)) for i in range(outputs)}
+
+
+_READS_INPUT_AND_WEIGHT = _kernel_links(2)
+_READS_INPUT_WEIGHT_AND_BIAS = _kernel_links(3)
+
+
 # -- convolution -----------------------------------------------------------------------------------
 # A convolution's three gradients come from one joint backward kernel (PyTorch's
 # ``convolution_backward``), whose default in the protocol computes each from its adjoint.
@@ -76,6 +91,7 @@ Op(
     (_conv_vjp,) * 3,
     memory_bound=False,
     joint=True,
+    links=_READS_INPUT_AND_WEIGHT,
 )
 Op(
     "conv_transpose",
@@ -84,6 +100,7 @@ Op(
     (_conv_transpose_vjp,) * 3,
     memory_bound=False,
     joint=True,
+    links=_READS_INPUT_AND_WEIGHT,
 )
 Op(
     "conv_weight_grad",
@@ -93,6 +110,13 @@ Op(
     memory_bound=False,
 )
 
+
+# torch's pooling backward kernels take the input (``max_pool2d_with_indices_backward(grad,
+# self, ...)``, ``avg_pool2d_backward``, ``_adaptive_avg_pool2d_backward``), with a zero
+# derivative in it: under create_graph the gradient is linked to the input (zeros), not a
+# constant, so a second derivative in the input is zeros where it raised "not used in the
+# graph" (see ``Op.links``)
+_READS_INPUT = {0: ((0, "zeros"),)}
 
 # -- pooling ---------------------------------------------------------------------------------------
 _AVG_POOL = (
@@ -119,6 +143,7 @@ Op(
     _AVG_POOL,
     (_avg_pool_vjp,),
     memory_bound=False,
+    links=_READS_INPUT,
 )
 Op(
     "avg_pool_backward",
@@ -159,6 +184,7 @@ Op(
     (_max_pool_vjp,),
     memory_bound=False,
     aux=True,
+    links=_READS_INPUT,
 )
 Op(
     "max_pool_backward",
@@ -174,6 +200,7 @@ Op(
     ("output_size",),
     (lambda B, g, x_shape: B.adaptive_avg_pool_backward(g, x_shape[2:]),),
     memory_bound=False,
+    links=_READS_INPUT,
 )
 Op(
     "adaptive_avg_pool_backward",
@@ -261,6 +288,7 @@ Op(
     memory_bound=False,
     aux=True,
     joint=True,
+    links=_READS_INPUT_WEIGHT_AND_BIAS,
 )
 Op(
     "batch_norm",
@@ -270,6 +298,7 @@ Op(
     memory_bound=False,
     aux=True,
     joint=True,
+    links=_READS_INPUT_AND_WEIGHT,
 )
 # F.group_norm (float32/float64): the statistics, the normalization and the affine map, one
 # op whose rule reads x, the weight and the statistics, as torch's native_group_norm saves

@@ -99,6 +99,7 @@ class Op:
         "forward",
         "inputs",
         "joint",
+        "links",
         "memory_bound",
         "name",
         "params",
@@ -125,6 +126,7 @@ class Op:
         recomputable: bool = True,
         accumulate: Callable | None = None,
         without_gradient: Callable | None = None,
+        links: dict[int, tuple[tuple[int, str], ...]] | None = None,
     ):
         self.name = name
         self.joint = joint
@@ -147,6 +149,16 @@ class Op:
         #: torch's engine runs every node of the graph it walks (a module's backward-hook
         #: boundary then sees ``None`` or zeros where torch's does)
         self.without_gradient = without_gradient
+        #: under ``create_graph`` only: ``{i: ((j, kind), ...)}``, the gradient of input ``i``
+        #: recorded as a function of input ``j`` too (``gradient_link``), as torch's backward
+        #: kernel, which takes ``j``, makes it one: ``kind`` is that derivative, ``"zeros"``
+        #: (``j`` only compared or its shape read: max pooling's ``self``), ``"none"`` (torch's
+        #: double backward gives ``j`` none: a convolution's bias gradient in its input) or
+        #: ``"refused"`` (torch's backward kernel has no derivative). The zeros take the
+        #: gradient's shape when ``j == i``, else the saved input ``j``'s (no link where the
+        #: rules do not read it). A first-order backward never sees it, and nothing is saved
+        #: for it
+        self.links = links
         self.rule_sources = tuple(self._sources(rule) if rule else () for rule in vjps or ())
         self._plans: dict[tuple[bool, ...], Plan] = {}
         #: the rules for complex operands (:func:`complex_rules`), ``None`` where the op
@@ -917,6 +929,73 @@ unary(
     lambda B, g, op: B.first_order_only(g, op),
     ("op",),
     forward=lambda B, x, op: x,
+    # torch's backward kernel takes the input: the gradient requires grad under create_graph
+    # even where it is a constant (multi_margin_loss with p=1), and refuses a derivative
+    links={0: ((0, "refused"),)},
+)
+# the same where torch's backward kernel does not take the input (embedding_bag's weight):
+# a gradient that is constant stays one
+unary(
+    "second_derivative_gate_unread",
+    lambda B, g, op: B.first_order_only(g, op),
+    ("op",),
+    forward=lambda B, x, op: x,
+)
+
+
+def _link_rule(B, g, kind, shape, op):
+    if kind == "zeros":
+        return zeros_for(B, g, shape)
+    if kind == "none":
+        return None
+    return _refused_second_derivative(B, g, op)
+
+
+# ``grad`` recorded as a function of ``anchor`` (an input of the op whose backward computed
+# ``grad``; see ``Op.links``), under create_graph only: ``grad`` itself, whose derivative in
+# ``anchor`` is ``kind``'s (zeros of ``shape``, none, or a refusal naming ``op``). The engine
+# records it (runtime._linked); the anchor's value is never read, so none is held
+Op(
+    "gradient_link",
+    ("grad", "anchor"),
+    ("kind", "shape", "op"),
+    (lambda B, g: g, _link_rule),
+    memory_bound=False,
+    recomputable=False,
+    forward=lambda B, grad, anchor, kind, shape, op: grad,
+)
+# an input that torch's backward kernel of the composition after it reads (nll_loss's, the
+# reflection and replication pads', adaptive max pooling's): the identity, whose gradient is
+# linked under create_graph to the input with a zero derivative, as torch's is
+unary(
+    "kernel_input_gate",
+    lambda B, g: g,
+    forward=lambda B, x: x,
+    links={0: ((0, "zeros"),)},
+)
+# a composition's bias where torch computes its gradient in a joint backward kernel with
+# other inputs (eval-mode batch_norm's, instance_norm's): the bias itself, whose gradient is
+# linked under create_graph to ``other`` (of no derivative), so that it requires grad where
+# ``other`` does, as torch's
+Op(
+    "kernel_bias_gate",
+    ("bias", "other"),
+    (),
+    (lambda B, g: g, None),
+    # its output (the bias) is kept, never recomputed: recomputing it would hold ``other``
+    memory_bound=False,
+    recomputable=False,
+    forward=lambda B, bias, other: bias,
+    links={0: ((1, "none"),)},
+)
+# the same where torch's double backward gives the input no derivative (eval-mode
+# batch_norm's ``native_batch_norm_backward``): the gradient requires grad, as torch's,
+# and a second derivative leaves the input's unset
+unary(
+    "kernel_input_gate_undefined",
+    lambda B, g: g,
+    forward=lambda B, x: x,
+    links={0: ((0, "none"),)},
 )
 
 # torch has no derivative of the polynomials in either argument (their outputs are untracked)
@@ -1039,6 +1118,9 @@ Op(
     ),
     memory_bound=True,
     broadcast=True,
+    # torch's _prelu_kernel_backward takes the weight: the weight's gradient is a function of
+    # it (zeros) under create_graph, as torch's
+    links={1: ((1, "zeros"),)},
 )
 Op(
     "prelu_backward_input",
@@ -1636,6 +1718,9 @@ Op(
     (_grid_sample_vjp,) * 2,
     memory_bound=False,
     joint=True,
+    # torch's grid_sampler_2d_backward: the input's gradient requires grad, of no derivative
+    # in the input and zeros in the grid (nearest: what the grid picks is constant)
+    links={0: ((0, "none"), (1, "zeros"))},
 )
 
 

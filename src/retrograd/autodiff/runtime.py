@@ -27,7 +27,7 @@ from .checkpoint import Checkpointer
 from .checkpoint.builder import NOTHING_SAVED
 from .gradients import Gradients
 from .graph import AutodiffPrimitive, Node
-from .ops import sum_to_shape
+from .ops import OPS, sum_to_shape
 from .saved_hooks import EVER_PACKED, unpack_step
 
 __all__ = ["ANOMALY", "BACKWARD_HOOKS", "Tape", "backward", "running_tape"]
@@ -382,6 +382,7 @@ def _step(
     arguments = plan.arguments
     bshapes = node.bshapes
     rules = op.vjps
+    links = op.links
     if op.accumulate is not None and grads.in_place:  # unary, its rule's result fresh
         parent = node.parents[0]
         positions = arguments[0]
@@ -410,6 +411,8 @@ def _step(
             grad = joint[index]
             if bshapes is not None and bshapes[index] is not None:
                 grad = sum_to_shape(backend, grad, bshapes[index])
+            if links is not None and nodes is not None and index in links:
+                grad = _linked(backend, node, index, grad, env)
             register(parent, grad)
         return
     for index, parent in enumerate(node.parents):
@@ -424,9 +427,41 @@ def _step(
             grad = rules[index](backend, g, env[positions[0]])
         else:
             grad = rules[index](backend, g, *[env[k] for k in positions])
+        if grad is None:  # (a gradient_link of kind "none": torch's derivative is undefined)
+            grads.absent(parent)
+            continue
         if bshapes is not None and bshapes[index] is not None:
             grad = sum_to_shape(backend, grad, bshapes[index])
+        if links is not None and nodes is not None and index in links:
+            grad = _linked(backend, node, index, grad, env)
         register(parent, grad)
+
+
+def _linked(backend: Any, node: Node, index: int, grad: Any, env: tuple) -> Any:
+    """Under create_graph: the gradient ``grad`` of ``node``'s input ``index`` recorded as a
+    function of the inputs its op's ``links`` name (torch's backward kernel takes them), so
+    that it requires grad where torch's does and differentiates in them as torch's (zeros,
+    none, or a refusal). The anchor stands for the input's node only: its value is never
+    read (the link's rules read its ``shape`` parameter), so nothing of the input is held."""
+    op = node.op
+    name = node.params[op.params.index("op")] if "op" in op.params else op.name
+    link = OPS["gradient_link"]
+    saved_inputs = node.plan.saved_inputs
+    for anchor_index, kind in op.links[index]:
+        parent = node.parents[anchor_index]
+        if parent is None:
+            continue
+        if anchor_index == index:
+            shape = backend.shape(grad)
+        elif anchor_index in saved_inputs:  # (another input: its zeros take its shape)
+            shape = backend.shape(env[1 + saved_inputs.index(anchor_index)])
+        elif kind == "zeros":
+            continue
+        else:
+            shape = ()
+        anchor = AutodiffPrimitive(grad.value, parent)
+        grad = backend.apply(link, grad, anchor, params=(kind, shape, name))
+    return grad
 
 
 class _CheckedGradients(Gradients):

@@ -1212,17 +1212,45 @@ def refused_derivative(op: str, source: Any, out: Any) -> Any:
     return source._apply("refused_derivative", (source, out), (op,))
 
 
-def once_differentiable_inputs(op: str, *inputs: Any) -> tuple[Any, ...]:
+def once_differentiable_inputs(op: str, *inputs: Any, read: bool = True) -> tuple[Any, ...]:
     """``inputs`` as ``op`` (a composition) should take them where torch differentiates it
     only once: each that requires grad passes through a gate, so that the gradient ``op``'s
     backward gives it refuses a second derivative (an ``AutodiffError`` naming ``op``) where
-    torch's says "the derivative for ... is not implemented". Others pass as they are."""
+    torch's says "the derivative for ... is not implemented". ``read``: torch's backward
+    kernel takes the input, so that its gradient requires grad under create_graph even where
+    it is a constant. Others pass as they are."""
+    gate = "second_derivative_gate" if read else "second_derivative_gate_unread"
     return tuple(
-        x._apply("second_derivative_gate", (x,), (op,))
-        if isinstance(x, TensorBase) and x.requires_grad
-        else x
+        x._apply(gate, (x,), (op,)) if isinstance(x, TensorBase) and x.requires_grad else x
         for x in inputs
     )
+
+
+def kernel_read_inputs(*inputs: Any, derivative: str = "zeros") -> tuple[Any, ...]:
+    """``inputs`` as a composition should take them where torch's backward kernel of the op
+    reads them (``nll_loss_backward(grad, self, ...)``, ``reflection_pad1d_backward``): each
+    that requires grad passes through ``kernel_input_gate``, the identity, so that under
+    ``create_graph`` its gradient is a function of it, as torch's is, not a constant: of zero
+    derivative, or of none (``derivative="none"``: torch's double backward leaves it
+    unset). Others pass as they are; nothing is held for it."""
+    gate = "kernel_input_gate" if derivative == "zeros" else "kernel_input_gate_undefined"
+    return tuple(
+        x._apply(gate, (x,), ()) if isinstance(x, TensorBase) and x.requires_grad else x
+        for x in inputs
+    )
+
+
+def kernel_bias(bias: Any, *others: Any) -> Any:
+    """``bias`` as a composition should take it where torch computes its gradient in one
+    backward kernel with ``others`` (eval-mode ``batch_norm``'s input and weight): under
+    ``create_graph`` its gradient requires grad where one of them does, as torch's, with no
+    derivative in them. As it is where it does not require grad."""
+    if not (isinstance(bias, TensorBase) and bias.requires_grad):
+        return bias
+    for other in others:
+        if isinstance(other, TensorBase) and other.requires_grad:
+            bias = bias._apply("kernel_bias_gate", (bias, other), ())
+    return bias
 
 
 def meshgrid(*tensors: Any, indexing: str | None = None) -> tuple[Any, ...]:

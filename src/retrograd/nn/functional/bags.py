@@ -215,7 +215,8 @@ def embedding_bag(
     if padding_idx is not None:
         keep = keep & (indices != padding_idx % weight.shape[0])
     # (torch's backward of embedding_bag has no derivative: a second one through it raises)
-    (looked_up,) = once_differentiable_inputs(fn, weight)
+    # (nor does it take the weight: a constant gradient stays one)
+    (looked_up,) = once_differentiable_inputs(fn, weight, read=False)
     if (
         mode != "max"
         and per_sample_weights is None

@@ -23,6 +23,7 @@ from ...errors import (
 )
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
+from ...tensor.functions import kernel_read_inputs
 from ...tensor.internal import (
     FLOAT_DTYPES,
     check_indices,
@@ -229,7 +230,10 @@ def _class_index_loss(
     # value.
     ignored = target.equal_elem(ignore_index)
     index = target.mask_fill(ignored, 0).unsqueeze_dim(class_dim)
-    losses = -log_probs.gather(class_dim, index).squeeze_dim(class_dim)
+    # torch's nll_loss_backward reads its input (of zero derivative): under create_graph the
+    # gradient is a function of it, not a constant
+    (read,) = kernel_read_inputs(log_probs)
+    losses = -read.gather(class_dim, index).squeeze_dim(class_dim)
     # What "mean" divides by: the weights of the targets that count (their number without
     # weights; all ignored gives 0/0 = nan, as in PyTorch).
     total = None

@@ -21,6 +21,7 @@ from ...errors import (
 )
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
+from ...tensor.functions import kernel_bias, kernel_read_inputs
 from ...tensor.inplace import assign, write_out
 from ...tensor.internal import (
     TensorOp,
@@ -387,11 +388,17 @@ def instance_norm(
             raise InvalidArgumentError(f"{fn}: use_input_stats=False needs running statistics")
         mean = _channel_param(fn, x, running_mean, "running_mean", channels)
         var = _channel_param(fn, x, running_var, "running_var", channels)
-        out = (x - mean) * (var + float(eps)).sqrt().recip()
+        # (torch's eval-mode batch_norm kernel reads the input: see batch_norm)
+        (read,) = kernel_read_inputs(x, derivative="none")
+        out = (read - mean) * (var + float(eps)).sqrt().recip()
     if scale is not None:
-        out = out * scale
+        # (torch's batch_norm kernel reads the weight: its gradient requires grad where the
+        # weight does, with no derivative in it)
+        out = out * kernel_read_inputs(scale, derivative="none")[0]
     if shift is not None:
-        out = out + shift
+        # (torch's instance_norm is a batch_norm: its bias's gradient comes from the joint
+        # kernel with the input and weight)
+        out = out + kernel_bias(shift, x, scale)
     # torch normalizes a row-major view of the input's N*C planes: its result is row-major
     # whatever the input's memory format (the elementwise steps here followed a channels-last one)
     lay_out(out, contiguous_format)
@@ -532,8 +539,11 @@ def batch_norm(
             )
         column = (1, channels) + (1,) * (x.ndim - 2)
         mean, variance = (value.reshape(column) for value in running)
+        # torch's native_batch_norm_backward reads the input, of no derivative in eval mode:
+        # under create_graph the input's gradient requires grad, as torch's
+        (x,) = kernel_read_inputs(x, derivative="none")
         normalized = (x - mean) * (variance + float(eps)).sqrt().recip()
-        return _affine_only(fn, normalized, weight, bias, channels)
+        return _affine_only(fn, normalized, weight, kernel_bias(bias, x, weight), channels)
     # (torch counts the values per channel from the shape: one is refused even without
     # channels, where there are no values at all)
     if x.shape[0] * math.prod(x.shape[2:]) == 1:

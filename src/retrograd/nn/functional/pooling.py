@@ -24,6 +24,7 @@ from ...errors import (
 from ...tensor import Tensor, cat, rand, zeros
 from ...tensor._dispatch import host_constant
 from ...tensor.autocasting import autocast_op
+from ...tensor.functions import kernel_read_inputs
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -371,6 +372,9 @@ def _adaptive_max_pool(fn: str, spatial: int, x: Tensor, output_size: Any, retur
     one window at a time: the gradient goes to each window's maximum, as torch's. With
     ``return_indices``, also each maximum's flat index in its ``[N, C]`` plane."""
     x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    # torch's adaptive_max_pool backward kernel reads the input (of zero derivative): under
+    # create_graph the gradient is a function of it, not a constant
+    (x,) = kernel_read_inputs(x)
     output_size = _adaptive_output_size(fn, spatial, output_size)
     sizes = tuple(n if o is None else int(o) for o, n in zip(output_size, x.shape[2:]))
     if len(output_size) != spatial or any(o < 0 for o in sizes):
@@ -736,6 +740,8 @@ def _fractional_max_pool(
     input at the maxima's indices, so the gradient goes to each maximum (summed where windows
     overlap), as torch's backward scatters it."""
     x, squeeze = _batched(fn, _float_input(fn, input), spatial)
+    # torch's backward kernel reads the input (of zero derivative): see kernel_read_inputs
+    (x,) = kernel_read_inputs(x)
     kernel = _ints(fn, "kernel_size", kernel_size, spatial, 1)
     sizes = x.shape[2:]
     if output_size is None and output_ratio is None:

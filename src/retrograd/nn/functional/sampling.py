@@ -22,6 +22,7 @@ from ...errors import (
 from ...tensor import Tensor, cat, full, stack
 from ...tensor._dispatch import host_constant
 from ...tensor.autocasting import autocast_op
+from ...tensor.functions import kernel_read_inputs
 from ...tensor.internal import (
     TensorOp,
     apply,
@@ -422,6 +423,8 @@ def pad(
                 f"leaves no output (sizes {sizes[::-1]} of the padded dimensions)"
             )
     out, copied = x, False
+    if mode in _PAD_KERNELS:  # torch's backward kernels read the input (zero derivative)
+        (out,) = kernel_read_inputs(x)
     for pair in range(padded):
         dim = x.ndim - 1 - pair
         left, right = int(amounts[2 * pair]), int(amounts[2 * pair + 1])
