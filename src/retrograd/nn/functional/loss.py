@@ -506,9 +506,18 @@ def binary_cross_entropy_with_logits(
     """``(1 - y) x - w_pos log(sigmoid(x))`` with ``w_pos = 1 + (pos_weight - 1) y``, torch's
     formula (stable for large logits)."""
     fn = "binary_cross_entropy_with_logits"
+    mixed = (
+        isinstance(input, Tensor)
+        and isinstance(target, Tensor)
+        and input.dtype != target.dtype
+        and input.dtype in FLOAT_DTYPES
+        and target.dtype in FLOAT_DTYPES
+    )
     x, y = _float_pair(fn, input, target, "target")
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, size_average, reduce)
+    if mixed:
+        return _reduce(_mixed_bce_with_logits(fn, input, target, weight, pos_weight), reduction)
     if pos_weight is not None:
         pos = _as_tensor(fn, x, pos_weight, "pos_weight").cast(x.dtype)
         if (
@@ -529,6 +538,26 @@ def binary_cross_entropy_with_logits(
         log_sigmoid = log_sigmoid * ((pos - 1.0) * y + 1.0)
     losses = (1.0 - y) * x - log_sigmoid
     return _reduce(_weighted(fn, losses, weight), reduction)
+
+
+def _mixed_bce_with_logits(
+    fn: str, x: Tensor, y: Tensor, weight: Tensor | None, pos_weight: Tensor | None
+) -> Tensor:
+    """The unreduced loss of an input and a target of two float dtypes, in torch's steps and
+    dtypes: ``log_sigmoid(x)`` in the input's dtype (scaled in place by ``1 + (pos_weight -
+    1) y``), ``(1 - y) * x - log_sigmoid(x)`` (then times ``weight``) each step rounded to the
+    target's dtype, which is the result's (a float32 input with a float64 target was
+    promoted first, its float64 loss off torch's by float32 rounding; a float64 input with a
+    float32 target gave a float64 loss, torch's is float32)."""
+    log_sigmoid = x.log_sigmoid()
+    if pos_weight is not None:
+        pos = _as_tensor(fn, x, pos_weight, "pos_weight")
+        log_sigmoid = (log_sigmoid * ((pos - 1.0) * y + 1.0)).cast(x.dtype)
+    losses = ((1.0 - y) * x).cast(y.dtype)
+    losses = (losses - log_sigmoid).cast(y.dtype)
+    if weight is not None:
+        losses = (losses * _as_tensor(fn, losses, weight, "weight")).cast(y.dtype)
+    return losses
 
 
 @autocast_op("l1_loss")
@@ -591,6 +620,13 @@ def huber_loss(
     x, y = _broadcast_pair(fn, x, y)
     reduction = _reduction(fn, reduction, None, None)
     diff = x - y
+    if isinstance(input, Tensor) and input.dtype in FLOAT_DTYPES and input.dtype != x.dtype:
+        # torch's kernel writes into a tensor like the input, as soft_margin_loss's: a float64
+        # target of a float32 input gives float32 losses, computed in float64
+        losses = diff._apply("huber", (diff,), (float(delta),)).cast(input.dtype)
+        if weight is not None:
+            losses = losses * _sample_weights(fn, losses, weight, input_shape)
+        return _reduce(losses, reduction)
     # one op whose rule reads the difference, as smooth_l1_loss's (at |d| == delta both
     # branches have the same value and slope; torch's second derivative there is 0)
     if weight is None and tracked_wide_float(diff):
