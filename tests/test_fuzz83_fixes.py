@@ -15,6 +15,9 @@
   float64 (torch's ``log_sigmoid`` is the input's, float32);
 - ``F.huber_loss`` of a float32 input and a float64 target gave a float64 loss; torch's
   kernel writes into a tensor like the input (float32), as its ``soft_margin_loss``'s;
+- ``index_add`` of an int32/int16/int8 tensor with a float ``alpha`` promoted the result to
+  float32 (``alpha=-0.5`` added ``-0.5 * source``); torch casts ``alpha`` to the tensor's
+  dtype (0 there), as ours did for int64 only;
 - ``F.linear`` of integer tensors (torch's CPU ``addmm`` takes them) was refused with "expected
   float tensors";
 - ``conv1d/2d/3d`` with ``padding="same"`` and an even kernel extent padded ``ceil(total/2)``
@@ -224,3 +227,16 @@ def test_clamp_and_cumsum_give_zeros_torchs_signs(dtype):
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=scan)
     assert np.signbit(torch.clamp(torch.tensor([-0.0]), min=0.0).numpy()).all()  # (asserted)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int16", "int8"])
+@pytest.mark.parametrize("alpha", [-0.5, 2.7])
+def test_index_add_casts_a_float_alpha_to_the_integer_dtype_as_torch(dtype, alpha):
+    results = []
+    for lib in (torch, rg):
+        base = lib.zeros(2, 3, dtype=getattr(lib, dtype))
+        source = lib.ones(3, 3, dtype=getattr(lib, dtype))
+        results.append(base.index_add(0, lib.tensor([0, 1, 1]), source, alpha=alpha))
+    want, got = results
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1] == dtype
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
