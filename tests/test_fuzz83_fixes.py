@@ -15,6 +15,9 @@
   float64 (torch's ``log_sigmoid`` is the input's, float32);
 - ``F.huber_loss`` of a float32 input and a float64 target gave a float64 loss; torch's
   kernel writes into a tensor like the input (float32), as its ``soft_margin_loss``'s;
+- ``F.mse_loss``/``l1_loss``/``smooth_l1_loss`` of a float32 input and a 0-d float64 target
+  (or the reverse) gave a float32 loss; torch broadcasts the pair before promoting it, so the
+  0-d tensor counts as dimensioned: float64;
 - ``index_add`` of an int32/int16/int8 tensor with a float ``alpha`` promoted the result to
   float32 (``alpha=-0.5`` added ``-0.5 * source``); torch casts ``alpha`` to the tensor's
   dtype (0 there), as ours did for int64 only;
@@ -240,3 +243,24 @@ def test_index_add_casts_a_float_alpha_to_the_integer_dtype_as_torch(dtype, alph
     want, got = results
     assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1] == dtype
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("loss", ["mse_loss", "l1_loss", "smooth_l1_loss"])
+@pytest.mark.parametrize("shapes", [((3, 2), ()), ((), (3, 2))])
+def test_a_0d_float64_target_of_a_float32_input_gives_torchs_float64_loss(loss, shapes):
+    x_values = np.arange(6.0).reshape(3, 2)[: 3 if shapes[0] else 1].astype("float32") * 0.7
+    x_values = x_values.reshape(shapes[0]) if shapes[0] else np.float32(0.7)
+    y_values = np.full(shapes[1], 0.3)
+    upstream = np.linspace(0.5, 1.5, 6).reshape(3, 2)
+    results = []
+    for lib in (torch, rg):
+        x = lib.tensor(x_values, requires_grad=True)
+        y = lib.tensor(y_values, dtype=lib.float64, requires_grad=True)
+        out = getattr(lib.nn.functional, loss)(x, y, reduction="none")
+        grads = lib.autograd.grad([out], [x, y], [lib.tensor(upstream)])
+        results.append((out, *grads))
+    for k, (got, want) in enumerate(zip(results[1], results[0])):
+        assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1], k
+        assert tuple(got.shape) == tuple(want.shape), k
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-7)
+    assert results[0][0].dtype == torch.float64  # (torch's, asserted)

@@ -321,6 +321,16 @@ def _one_float_pair(x: Tensor, y: Tensor, *others: Tensor) -> bool:
     return x.dtype == y.dtype and tracked_wide_float(x, y, *others)
 
 
+def _dimensioned(x: Any, target: Any) -> tuple[Any, Any]:
+    """``x`` and ``target``, a 0-d tensor beside a larger one made ``[1]``: torch broadcasts
+    the pair before its kernel promotes them, so the 0-d one counts as dimensioned (a float64
+    0-d target of a float32 input gives a float64 loss; the 0-d rule kept float32)."""
+    if isinstance(x, Tensor) and isinstance(target, Tensor) and (x.ndim == 0) != (target.ndim == 0):
+        x = x.reshape((1,)) if x.ndim == 0 else x
+        target = target.reshape((1,)) if target.ndim == 0 else target
+    return x, target
+
+
 def _pointwise(
     fn: str,
     x: Any,
@@ -338,11 +348,13 @@ def _pointwise(
     then dividing by the weights' sum (torch 2.13's weighted ``mse_loss`` and ``l1_loss``).
     ``op``: the loss's op of the op table, with its reduction, whose rules are torch's
     kernel's, recorded for an unweighted loss of a float pair of one shape."""
+    given_shape = getattr(x, "shape", None)
+    x, target = _dimensioned(x, target)
     x, target = _float_pair(fn, x, target, "target", complex_ok=complex_ok)
     reduction = _reduction(fn, reduction, size_average, reduce)
     if op is not None and weight is None and x.shape == target.shape and _one_float_pair(x, target):
         return x._apply(op, (x, target), (reduction,))
-    input_shape = x.shape
+    input_shape = x.shape if given_shape is None else tuple(given_shape)
     x, target = _broadcast_pair(fn, x, target)
     errors = error(x - target)
     if weight is None:
@@ -589,7 +601,7 @@ def smooth_l1_loss(
     """``0.5 d**2 / beta`` where ``|d| < beta``, ``|d| - 0.5 beta`` elsewhere (``d = x - y``;
     ``beta=0`` is the L1 loss)."""
     fn = "smooth_l1_loss"
-    x, y = _broadcast_pair(fn, *_float_pair(fn, input, target, "target"))
+    x, y = _broadcast_pair(fn, *_float_pair(fn, *_dimensioned(input, target), "target"))
     reduction = _reduction(fn, reduction, size_average, reduce)
     if not beta >= 0:  # (a NaN too, as torch's check)
         raise InvalidArgumentError(f"{fn}: beta must be non-negative, got {beta}")
