@@ -847,6 +847,14 @@ class NumpyBackend(
     def clamp(self, x, lo, hi):
         if lo is None and hi is None:
             return x
+        if x.dtype.kind == "f":
+            # torch's min(max(x, lo), hi) keeps x at a tie of zeros (clamp(-0.0, min=0) is
+            # -0.0); np.clip, as np.maximum(x, lo), takes the bound. NumPy's binary max/min
+            # return their second operand at a tie, so the bound goes first.
+            out = x if lo is None else np.asarray(np.maximum(x.dtype.type(lo), x))
+            if hi is not None:
+                out = np.asarray(np.minimum(x.dtype.type(hi), out))
+            return out
         return np.clip(x, lo, hi)
 
     # -- comparisons and logic ----------------------------------------------------------------
@@ -925,10 +933,16 @@ class NumpyBackend(
     def cumsum(self, x, dim):
         if x.dtype in _RUNNING_ACCUMULATOR:
             wide = np.cumsum(x, axis=dim, dtype=_RUNNING_ACCUMULATOR[x.dtype])
-            return wide.astype(x.dtype, copy=False)
-        return np.cumsum(
+            out = wide.astype(x.dtype, copy=False)
+            if out.dtype.kind in "fc":  # (as below)
+                out += 0.0
+            return out
+        out = np.cumsum(
             x, axis=dim, dtype=x.dtype if x.dtype.kind in "fc" else _WIDENED.get(x.dtype)
         )
+        if out.dtype.kind in "fc":  # torch's running sums start from +0.0: never -0.0
+            out += 0.0
+        return out
 
     def cumprod(self, x, dim):
         if x.dtype in _RUNNING_ACCUMULATOR:
@@ -948,7 +962,9 @@ class NumpyBackend(
         # a sequential scan of logaddexp in float64, as torch's CPU kernel runs it (its
         # accumulator type for float32 is double)
         wide = x.astype(np.float64) if x.dtype == np.float32 else x
-        return np.logaddexp.accumulate(wide, axis=dim).astype(x.dtype, copy=False)
+        out = np.logaddexp.accumulate(wide, axis=dim).astype(x.dtype, copy=False)
+        out += 0.0  # (torch's scan starts from -inf: a leading -0.0 comes out +0.0)
+        return out
 
     def sort(self, x, dim, descending):
         indices = _stable_argsort(x, dim, descending)

@@ -106,7 +106,7 @@ def _source_scale(length, out, align_corners, scale, real):
     return real(length) / real(out)
 
 
-def _interpolation_taps(length, out, mode, align_corners, scale, dtype, spatial=2):
+def _interpolation_taps(length, out, mode, align_corners, scale, dtype, spatial=2, zero_tap=False):
     """Per output position along one axis (of ``spatial``): input indices ``[taps, out]`` and
     their weights.
 
@@ -137,7 +137,13 @@ def _interpolation_taps(length, out, mode, align_corners, scale, dtype, spatial=
         return index[None, :], np.ones((1, out), dtype=dtype)
     if mode == "linear" and out == length:
         # torch's linear kernels copy an axis whose size does not change, whatever the
-        # scale factor (which would otherwise map coordinates by 1 / scale_factor)
+        # scale factor (which would otherwise map coordinates by 1 / scale_factor); its
+        # forward still adds the element's second tap of weight 0, so an infinity becomes NaN
+        # (x * 1 + x * 0), and a NaN or infinity spreads from there along the other axes
+        if zero_tap:
+            return np.stack([positions, positions]), np.stack(
+                [np.ones(out, dtype=dtype), np.zeros(out, dtype=dtype)]
+            )
         return positions[None, :], np.ones((1, out), dtype=dtype)
     ratio = _source_scale(length, out, align_corners, scale, real)
     if align_corners:
@@ -436,7 +442,9 @@ class NumpyNNKernels(NumpyConvKernels):
             for offset in range(k):
                 index[axis] = slice(offset, offset + s * (o - 1) + 1, s)
                 part = out[tuple(index)]
-                total = part.copy() if total is None else np.add(total, part, out=total)
+                # (the first from a sum of +0.0, as torch's kernel starts its window sums:
+                # a window of -0.0 averages to +0.0, as there)
+                total = part + 0 if total is None else np.add(total, part, out=total)
             out = total
         divisor = _avg_pool_divisor(
             spatial,
@@ -606,7 +614,7 @@ class NumpyNNKernels(NumpyConvKernels):
         out = x
         for axis, (n, o, scale) in enumerate(zip(x.shape[2:], output_size, scales), start=2):
             index, weights = _interpolation_taps(
-                n, o, mode, align_corners, scale, x.dtype, len(output_size)
+                n, o, mode, align_corners, scale, x.dtype, len(output_size), zero_tap=True
             )
             out = _gather_axis(out, axis, index, weights)
         return out

@@ -496,7 +496,12 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
     def norm2(self, x: Any, dims: tuple[int, ...]) -> Any:
         """The Euclidean norm of ``x`` over ``dims``, kept as size-1 dims: the square root of
         the sum of the squares (the op table's ``norm2``, whose rule is torch's
-        ``norm_backward`` for ``p = 2``). This default composes primitives."""
+        ``norm_backward`` for ``p = 2``). This default composes primitives; over dims of
+        size 1 it is ``|x|``, as torch's (no square to under- or overflow: the norm of a
+        subnormal or huge entry is itself)."""
+        shape = self.shape(x)
+        if all(shape[d] == 1 for d in dims):
+            return self.abs(x)
         return self.sqrt(self.sum_dim(self.square(x), dims))
 
     def rsqrt(self, x: Any) -> Any:

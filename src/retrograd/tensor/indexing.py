@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.protocol import default_float_dtype
+from ..backend.protocol import INT_DTYPES, default_float_dtype
 from ..context import capturing
 from ..errors import (
     DTypeError,
@@ -165,10 +165,11 @@ class IndexingMixin:
         source = lift(self, source, "index_add")
         if alpha != 1:
             # torch casts alpha to the tensor's dtype (the result keeps it: a bool tensor's
-            # alpha=2 is True, an int64 one's 0.5 is 0)
+            # alpha=2 is True, an integer one's -0.5 is 0; an int32 tensor was promoted to
+            # float32 by a float alpha)
             if self.dtype == "bool":
                 alpha = bool(alpha)
-            elif self.dtype == "int64":
+            elif self.dtype in INT_DTYPES:
                 alpha = int(alpha)
             source = source * alpha
         return self.select_assign(dim, _one_dim(index), source, "add")

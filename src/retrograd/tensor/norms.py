@@ -91,6 +91,13 @@ def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) ->
     # torch accumulates a half-precision norm in float32: in 16 bits the squares of entries
     # under ~1e-4 (float16) flush to 0, and a small vector's norm came out 0
     given = x.dtype
+    if ord not in (0, 2) and x.numel() and all(x.shape[d] == 1 for d in dims):
+        # torch's norm over dims of size 1 is |x| itself, no power and no root: exact at
+        # subnormal and huge entries, where the composition under- or overflowed (the
+        # backend's norm2 does so for ord 2, its rule torch's norm_backward). The gradient is
+        # |x|'s, torch's but where its norm_backward's powers overflow (ord 3 at 1e308: NaN)
+        out = _drop(x.abs(), dims, keepdim)
+        return out.reshape(()) if squeeze else out
     if given in _HALF_DTYPES:
         x = x.cast("float32")
     magnitude = None if ord in (0, 2) else x.abs()

@@ -391,7 +391,9 @@ class ReduceMixin:
             return _shared_evenly(flat, constant, value, (0,)).reshape(())
         d = normalize_dim("median", dim, self.ndim)
         if self.shape[d] == 0:
-            raise ShapeError(f"median: dimension {dim} of shape {shape_text(self.shape)} is empty")
+            raise EmptyReductionError(  # (torch's IndexError, a ShapeError of ours)
+                f"median: dimension {dim} of shape {shape_text(self.shape)} is empty"
+            )
         values, indices = self.sort_with_indices(d)
         position = _median_position(self, d)
         values, indices = values.gather(d, position), indices.gather(d, position)

@@ -120,10 +120,14 @@ class SelectionMixin:
     # -- selection statistics -----------------------------------------------------------------
     def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> Any:
         """``(values, indices)`` of the ``k``-th smallest element along ``dim`` (1-based)."""
-        if self.dtype == "bool" and self.ndim:  # (torch's 0-d path takes bools)
-            raise DTypeError("kthvalue: not implemented for bool tensors (as in torch)")
         x = self.reshape((1,)) if self.ndim == 0 else self
         d = normalize_dim("kthvalue", dim, x.ndim)
+        if x.shape[d] == 0:  # (torch's IndexError, before its dtype check)
+            raise EmptyReductionError(
+                f"kthvalue: dimension {dim} of shape {shape_text(self.shape)} is empty"
+            )
+        if self.dtype == "bool" and self.ndim:  # (torch's 0-d path takes bools)
+            raise DTypeError("kthvalue: not implemented for bool tensors (as in torch)")
         if not 1 <= k <= x.shape[d]:
             raise ShapeError(
                 f"kthvalue: k={k} is out of range for dimension {dim} of size {x.shape[d]}"
@@ -194,7 +198,9 @@ class SelectionMixin:
         x = self.reshape((1,)) if self.ndim == 0 else self
         d = normalize_dim("mode", dim, x.ndim)
         if x.shape[d] == 0:
-            raise ShapeError(f"mode: dimension {dim} of shape {shape_text(self.shape)} is empty")
+            raise EmptyReductionError(  # (torch's IndexError, a ShapeError of ours)
+                f"mode: dimension {dim} of shape {shape_text(self.shape)} is empty"
+            )
         rows = np.moveaxis(x.numpy(), d, -1)
         flat = rows.reshape(-1, rows.shape[-1])
         positions = np.array([_torch_mode_position(row) for row in flat], np.int64)

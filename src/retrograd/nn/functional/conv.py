@@ -82,7 +82,7 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
     kernel = weight.shape[2:]
     shapes = f"input {shape_text(x.shape)}, weight {shape_text(weight.shape)}"
     _check_kernel(fn, kernel, shapes)
-    same_crop = None
+    given = x
     if isinstance(padding, str):
         if padding == "valid":
             padding = (0,) * spatial
@@ -90,10 +90,17 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
             if any(s != 1 for s in stride):
                 raise SizeMismatchError(f"{fn}: padding='same' needs stride 1, got stride {stride}")
             totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
-            # PyTorch puts an odd total's extra cell on the right: pad ceil(total/2) on both
-            # sides and drop the first output, which read the surplus left cell.
-            padding = tuple((t + 1) // 2 for t in totals)
-            same_crop = tuple(t % 2 for t in totals)
+            # PyTorch puts an odd total's extra cell on the right: as its _convolution_same,
+            # a zero-padded copy of the input takes it, the convolution pads floor(total/2) on
+            # both sides (a symmetric ceil(total/2) and a crop of the first output read the
+            # input's first cells with a gradient of 0: inf or NaN there made the weight's
+            # gradient NaN, torch's finite)
+            padding = tuple(t // 2 for t in totals)
+            extra = [t % 2 for t in totals]
+            if any(extra):
+                from .sampling import pad
+
+                x = pad(x, [v for e in reversed(extra) for v in (0, e)])
         else:
             raise SizeMismatchError(
                 f"{fn}: padding must be 'valid', 'same', an int or a tuple, got {padding!r}"
@@ -128,9 +135,7 @@ def _conv(fn, spatial, x, weight, bias, stride, padding, dilation, groups):
     bias = _channel_bias(fn, x, bias, out_channels)
     out = apply(TensorOp(fn, kernel="conv"), (x, weight, bias), (stride, padding, dilation, groups))
     if spatial in (2, 3) and not squeeze:  # torch's output is channels-last if x or weight is
-        follow_channels_last(out, x, weight)
-    if same_crop is not None and any(same_crop):
-        out = out.slice([slice(None), slice(None), *(slice(c, None) for c in same_crop)])
+        follow_channels_last(out, given, weight)
     return _unbatched(out, squeeze)
 
 

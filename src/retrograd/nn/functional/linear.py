@@ -17,6 +17,7 @@ from ...errors import (
 from ...tensor import Tensor
 from ...tensor.autocasting import autocast_op
 from ...tensor.internal import (
+    INT_DTYPES,
     TensorOp,
     apply,
     check_indices,
@@ -31,10 +32,11 @@ from ._common import (
 
 
 # -- linear ---------------------------------------------------------------------------------------
-def _complex_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """torch's ``linear`` of complex tensors: ``x @ weight.T + bias`` (a transpose, no
-    conjugate), by ``matmul``, whose complex rules give the gradients (the fused kernel is
-    real); the operands of one dtype, as torch's."""
+def _matmul_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """torch's ``linear`` of complex or integer tensors: ``x @ weight.T + bias`` (a
+    transpose, no conjugate), by ``matmul``, whose complex rules give the gradients (the
+    fused kernel is of floats); the operands of one dtype, as torch's (its CPU ``addmm`` takes
+    every integer dtype)."""
     operands = [t for t in (x, weight, bias) if t is not None]
     if not all(isinstance(t, Tensor) for t in operands) or len({t.dtype for t in operands}) > 1:
         got = ", ".join(getattr(t, "dtype", type(t).__name__) for t in operands)
@@ -61,8 +63,10 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     retrograd.Size([2, 4])
     """
     fn = "linear"
-    if any(isinstance(t, Tensor) and t.is_complex() for t in (x, weight, bias)):
-        return _complex_linear(x, weight, bias)
+    if any(isinstance(t, Tensor) and t.is_complex() for t in (x, weight, bias)) or (
+        isinstance(x, Tensor) and x.dtype in INT_DTYPES
+    ):
+        return _matmul_linear(x, weight, bias)
     x, weight = _float_pair(fn, x, weight, "weight", one_dtype=True)
     if weight.ndim == 1 and x.ndim and x.shape[-1] == weight.shape[0]:
         # as torch: a weight vector gives one output per row, unsqueezed; a bias then only

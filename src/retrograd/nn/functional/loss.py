@@ -325,6 +325,16 @@ def _one_float_pair(x: Tensor, y: Tensor, *others: Tensor) -> bool:
     return x.dtype == y.dtype and tracked_wide_float(x, y, *others)
 
 
+def _dimensioned(x: Any, target: Any) -> tuple[Any, Any]:
+    """``x`` and ``target``, a 0-d tensor beside a larger one made ``[1]``: torch broadcasts
+    the pair before its kernel promotes them, so the 0-d one counts as dimensioned (a float64
+    0-d target of a float32 input gives a float64 loss; the 0-d rule kept float32)."""
+    if isinstance(x, Tensor) and isinstance(target, Tensor) and (x.ndim == 0) != (target.ndim == 0):
+        x = x.reshape((1,)) if x.ndim == 0 else x
+        target = target.reshape((1,)) if target.ndim == 0 else target
+    return x, target
+
+
 def _pointwise(
     fn: str,
     x: Any,
@@ -342,11 +352,13 @@ def _pointwise(
     then dividing by the weights' sum (torch 2.13's weighted ``mse_loss`` and ``l1_loss``).
     ``op``: the loss's op of the op table, with its reduction, whose rules are torch's
     kernel's, recorded for an unweighted loss of a float pair of one shape."""
+    given_shape = getattr(x, "shape", None)
+    x, target = _dimensioned(x, target)
     x, target = _float_pair(fn, x, target, "target", complex_ok=complex_ok)
     reduction = _reduction(fn, reduction, size_average, reduce)
     if op is not None and weight is None and x.shape == target.shape and _one_float_pair(x, target):
         return x._apply(op, (x, target), (reduction,))
-    input_shape = x.shape
+    input_shape = x.shape if given_shape is None else tuple(given_shape)
     x, target = _broadcast_pair(fn, x, target)
     errors = error(x - target)
     if weight is None:
@@ -514,9 +526,18 @@ def binary_cross_entropy_with_logits(
     """``(1 - y) x - w_pos log(sigmoid(x))`` with ``w_pos = 1 + (pos_weight - 1) y``, torch's
     formula (stable for large logits)."""
     fn = "binary_cross_entropy_with_logits"
+    mixed = (
+        isinstance(input, Tensor)
+        and isinstance(target, Tensor)
+        and input.dtype != target.dtype
+        and input.dtype in FLOAT_DTYPES
+        and target.dtype in FLOAT_DTYPES
+    )
     x, y = _float_pair(fn, input, target, "target")
     _same_shape(fn, x, y)
     reduction = _reduction(fn, reduction, size_average, reduce)
+    if mixed:
+        return _reduce(_mixed_bce_with_logits(fn, input, target, weight, pos_weight), reduction)
     if pos_weight is not None:
         pos = _as_tensor(fn, x, pos_weight, "pos_weight").cast(x.dtype)
         if (
@@ -537,6 +558,26 @@ def binary_cross_entropy_with_logits(
         log_sigmoid = log_sigmoid * ((pos - 1.0) * y + 1.0)
     losses = (1.0 - y) * x - log_sigmoid
     return _reduce(_weighted(fn, losses, weight), reduction)
+
+
+def _mixed_bce_with_logits(
+    fn: str, x: Tensor, y: Tensor, weight: Tensor | None, pos_weight: Tensor | None
+) -> Tensor:
+    """The unreduced loss of an input and a target of two float dtypes, in torch's steps and
+    dtypes: ``log_sigmoid(x)`` in the input's dtype (scaled in place by ``1 + (pos_weight -
+    1) y``), ``(1 - y) * x - log_sigmoid(x)`` (then times ``weight``) each step rounded to the
+    target's dtype, which is the result's (a float32 input with a float64 target was
+    promoted first, its float64 loss off torch's by float32 rounding; a float64 input with a
+    float32 target gave a float64 loss, torch's is float32)."""
+    log_sigmoid = x.log_sigmoid()
+    if pos_weight is not None:
+        pos = _as_tensor(fn, x, pos_weight, "pos_weight")
+        log_sigmoid = (log_sigmoid * ((pos - 1.0) * y + 1.0)).cast(x.dtype)
+    losses = ((1.0 - y) * x).cast(y.dtype)
+    losses = (losses - log_sigmoid).cast(y.dtype)
+    if weight is not None:
+        losses = (losses * _as_tensor(fn, losses, weight, "weight")).cast(y.dtype)
+    return losses
 
 
 @autocast_op("l1_loss")
@@ -568,7 +609,7 @@ def smooth_l1_loss(
     """``0.5 d**2 / beta`` where ``|d| < beta``, ``|d| - 0.5 beta`` elsewhere (``d = x - y``;
     ``beta=0`` is the L1 loss)."""
     fn = "smooth_l1_loss"
-    x, y = _broadcast_pair(fn, *_float_pair(fn, input, target, "target"))
+    x, y = _broadcast_pair(fn, *_float_pair(fn, *_dimensioned(input, target), "target"))
     reduction = _reduction(fn, reduction, size_average, reduce)
     if not beta >= 0:  # (a NaN too, as torch's check)
         raise InvalidArgumentError(f"{fn}: beta must be non-negative, got {beta}")
@@ -599,6 +640,13 @@ def huber_loss(
     x, y = _broadcast_pair(fn, x, y)
     reduction = _reduction(fn, reduction, None, None)
     diff = x - y
+    if isinstance(input, Tensor) and input.dtype in FLOAT_DTYPES and input.dtype != x.dtype:
+        # torch's kernel writes into a tensor like the input, as soft_margin_loss's: a float64
+        # target of a float32 input gives float32 losses, computed in float64
+        losses = diff._apply("huber", (diff,), (float(delta),)).cast(input.dtype)
+        if weight is not None:
+            losses = losses * _sample_weights(fn, losses, weight, input_shape)
+        return _reduce(losses, reduction)
     # one op whose rule reads the difference, as smooth_l1_loss's (at |d| == delta both
     # branches have the same value and slope; torch's second derivative there is 0)
     if weight is None and tracked_wide_float(diff):

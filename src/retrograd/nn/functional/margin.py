@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from ...autodiff.grad_mode import is_grad_enabled
 from ...backend.protocol_ctc import IMPOSSIBLE as _CTC_IMPOSSIBLE
 from ...errors import (
+    AutodiffError,
     DTypeError,
     InvalidArgumentError,
     MixedDTypeError,
@@ -128,6 +130,13 @@ def soft_margin_loss(
     """``log(1 + exp(-y x))``, the two-class logistic loss of targets 1 and -1."""
     fn = "soft_margin_loss"
     reduction = _reduction(fn, reduction, size_average, reduce)
+    if isinstance(target, Tensor) and target.requires_grad and is_grad_enabled():
+        # torch's kernel has no derivative for the target, and refuses one that requires grad
+        # (the composition below would give it one)
+        raise AutodiffError(
+            f"The function '{fn}' is not differentiable with respect to argument 'target'. "
+            f"This input cannot have requires_grad True (target {shape_text(target.shape)})."
+        )
     x, y = _float_pair(fn, input, target, "target")
     y = _target_to_input_shape(fn, x, y)
     if x.dtype == y.dtype and not y.requires_grad and tracked_wide_float(x):
