@@ -57,10 +57,13 @@ torch = pytest.importorskip("torch")
 JOIN_SECONDS = 30.0
 
 
-def run_ranks(n: int, script, timeout: float = 5.0) -> list:
+def run_ranks(n: int, script, timeout: float = 20.0) -> list:
     """``script(rank)`` on ``n`` thread ranks inside ``init_process_group``; each rank's
     result or the exception it raised, in rank order. A rank still running after the
-    deadline fails the test (a hang)."""
+    deadline fails the test (a hang). ``timeout``, the collectives' wait for the other ranks,
+    is long for the programs that must succeed: at 5 s a rank thread starved on a loaded
+    2-core CI machine (two pytest workers and other jobs) timed out its peers' gradient sync
+    (7 December)."""
     devices = [rg.Device("cpu", i) for i in range(n)]
     config = dist.DistributedConfig(all_reduce_op=dist.ReduceOperation.MEAN, timeout=timeout)
     results: list = [None] * n

@@ -349,7 +349,7 @@ def test_sincnet_speaker_id_trains_validates_and_saves_as_torch(capsys, tmp_path
     assert len(printed) == 2 and len(printed[0]) == 5
     np.testing.assert_allclose(
         [[float(v) for v in re.findall(r"=(-?[\d.]+)", line)] for line in logs[1].splitlines()],
-        printed, rtol=1e-4, atol=2e-6,
+        printed, rtol=2e-4, atol=2e-6,
     )  # fmt: skip
     assert (tmp_path / "model_raw.pkl").exists()
     # Parameters whose true gradient is zero, so RMSprop steps them by rounding noise: the
@@ -357,6 +357,7 @@ def test_sincnet_speaker_id_trains_validates_and_saves_as_torch(capsys, tmp_path
     # the shift away), the biases before each BatchNorm of the MLP (set as zero parameters
     # though the layer is built without one) and the input layer norm's shift before the first
     # of them. In eval mode the running statistics no longer cancel the last, which is why the
-    # validation figures agree to 1e-4.
+    # validation figures (printed above) agree to 2e-4 only: within 1e-4 under AVX-512 kernels,
+    # 1.16e-4 under AVX2's (torch's conv1d and OpenBLAS round otherwise).
     noisy = ("0.conv.1.bias", "0.conv.2.bias", "1.wx.0.bias", "1.wx.1.bias", "1.ln0.beta")
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5, skip=noisy)
