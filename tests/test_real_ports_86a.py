@@ -43,7 +43,6 @@ import pytest
 import torch
 
 import retrograd as rg
-
 from real_ports import (
     assert_records_agree,
     initializer,
