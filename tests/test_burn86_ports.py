@@ -181,6 +181,26 @@ def test_sigmoid_and_hard_sigmoid_at_the_float32_extremes():
     np.testing.assert_array_equal(torch.sigmoid(torch.tensor(extremes)).numpy(), [1.0, 0.0])
 
 
+# ---- cubecl/unary.rs, cubecl/normal.rs: GPU kernels' bugs, checked on every backend here ------
+
+
+def test_tanh_saturates_without_nan():
+    # Metal's tanh gave 0 within 43.67..44.36 and NaN above; the gradient there is exactly 0.
+    x = rg.tensor([43.0, 44.0, 45.0, -45.0]).require_grad()
+    y = x.tanh()
+    np.testing.assert_array_equal(y.numpy(), [1.0, 1.0, 1.0, -1.0])
+    np.testing.assert_array_equal(x.grad(y.backward()).numpy(), [0.0] * 4)
+
+
+def test_normal_respects_the_68_95_99_rule():
+    rg.seed(0)
+    numbers = rg.random((1000, 1000), distribution="normal").numpy().astype(np.float64)
+    assert abs(numbers.mean()) < 0.01 and abs(numbers.std() - 1.0) < 0.01
+    # a fraction of a million samples has a standard deviation under 0.0005; 0.005 is 10 of them
+    for sigmas, fraction in ((1, 0.6827), (2, 0.9545), (3, 0.9973)):
+        assert abs(np.mean(np.abs(numbers) < sigmas) - fraction) < 0.005
+
+
 # ---- tensor/float/ops/{fmod, remainder}.rs, tensor/int/ops/remainder.rs --------------------------
 
 
