@@ -6,7 +6,9 @@
   torch backend, a left-to-right float32 accumulation on NumPy, torch's order), its rule
   torch's ``norm_backward``; ``get_total_norm``/``clip_grad_norm_`` inherit it;
 - ``scatter_reduce`` ``amax``/``amin`` gave an infinite winner no gradient (and an infinite
-  self value none anywhere); torch gives it its share.
+  self value none anywhere); torch gives it its share;
+- ``F.adaptive_max_pool1d/2d/3d`` picked a window's first NaN, torch's kernel its last
+  (``val > max || isnan(val)``): the index and the gradient's place differed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 import torch
 
 import retrograd as rg
+import retrograd.nn.functional as F  # noqa: N812 (torch's name)
 
 INF = math.inf
 
@@ -80,3 +83,26 @@ def test_scatter_reduce_extreme_gives_an_infinite_winner_its_share(
     np.testing.assert_array_equal(out.numpy(), tout.detach().numpy())
     np.testing.assert_array_equal(x.grad(grads).numpy(), tx.grad.numpy())
     np.testing.assert_array_equal(src.grad(grads).numpy(), tsrc.grad.numpy())
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+@pytest.mark.parametrize("return_indices", [False, True])
+def test_adaptive_max_pool_takes_a_windows_last_nan(spatial: int, return_indices: bool) -> None:
+    rng = np.random.default_rng(4)
+    shape = {1: (8,), 2: (4, 6), 3: (2, 4, 4)}[spatial]
+    sizes = {1: 2, 2: (2, 2), 3: (1, 2, 2)}[spatial]  # disjoint windows, several NaNs each
+    a = rng.choice(np.array([np.nan, 1.0, 2.0, 2.0, np.nan], np.float32), (2, 3, *shape))
+    weight = _normal((2, 3, *np.broadcast_to(sizes, (spatial,))), seed=5)
+    pool = getattr(F, f"adaptive_max_pool{spatial}d")
+    their_pool = getattr(torch.nn.functional, f"adaptive_max_pool{spatial}d")
+    x = rg.tensor(a, requires_grad=True)
+    ours = pool(x, sizes, return_indices=return_indices)
+    tx = torch.tensor(a, requires_grad=True)
+    theirs = their_pool(tx, sizes, return_indices=return_indices)
+    if return_indices:
+        np.testing.assert_array_equal(ours[1].numpy(), theirs[1].numpy())
+        ours, theirs = ours[0], theirs[0]
+    grads = (ours * rg.tensor(weight)).sum().backward()
+    (theirs * torch.tensor(weight)).sum().backward()
+    np.testing.assert_array_equal(ours.numpy(), theirs.detach().numpy())
+    np.testing.assert_array_equal(x.grad(grads).numpy(), tx.grad.numpy())
