@@ -1387,6 +1387,15 @@ unary(
     forward=lambda B, x: B.mask_fill(x, B.is_nan(x), 0.0),
 )
 
+unary(
+    # zeros of x's shape whose gradient is the incoming one: the carrier through which the
+    # scatter_reduce amax/amin rule hands each winner its share. x - x.detach() carried it
+    # but was NaN at an infinite x, which therefore got no gradient (torch's gets its share)
+    "zero_carrier",
+    lambda B, g: g,
+    forward=lambda B, x: B.zeros_like(x),
+)
+
 # -- reductions ----------------------------------------------------------------------------------
 reduction("sum", lambda B, g, x_shape: B.expand(g, x_shape))
 reduction("sum_dim", lambda B, g, x_shape: B.expand(g, x_shape), ("dims",))
@@ -1402,6 +1411,29 @@ def _norm2_vjp(B, g, x, out):
 
 
 reduction("norm2", _norm2_vjp, ("dims",))
+
+
+def _vector_norm_vjp(B, g, x, out, order):
+    # torch's norm_backward for p other than 0, 2 and the infinities, op for op: sgn(x) g at
+    # p = 1; below 1 sgn(x) |x|^(p-1) (0 at a zero entry) * g * norm^(1-p); above 1
+    # sgn(x) |x|^(p-1) (x |x|^(p-2) from 2 on) * (g / norm^(p-1), 0 where the norm is 0)
+    if order == 1.0:
+        return B.mul(B.sign(x), g)
+    if order < 1.0:
+        scaled = B.mul(B.sign(x), B.pow_scalar(B.abs(x), order - 1.0))
+        scaled = B.mask_fill(scaled, B.equal_elem(x, 0.0), 0.0)
+        return B.mul(B.mul(scaled, g), B.pow_scalar(out, 1.0 - order))
+    if order < 2.0:
+        scaled = B.mul(B.sign(x), B.pow_scalar(B.abs(x), order - 1.0))
+    else:
+        scaled = B.mul(x, B.pow_scalar(B.abs(x), order - 2.0))
+    scale = B.mask_fill(B.div(g, B.pow_scalar(out, order - 1.0)), B.equal_elem(out, 0.0), 0.0)
+    return B.mul(scaled, scale)
+
+
+# the order-norm over ``dims`` (kept) for order other than 0, 2 and the infinities: one op on the
+# backend's norm kernel (torch's on the torch backend), whose rule reads x and the norm
+reduction("vector_norm", _vector_norm_vjp, ("order", "dims"))
 reduction("mean", lambda B, g, x_shape: B.expand(B.div_scalar(g, math.prod(x_shape)), x_shape))
 reduction(
     "mean_dim",

@@ -312,6 +312,7 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
             "mul_mask",
             "binary_cross_entropy",
             "norm2",
+            "vector_norm",
             "rsqrt",
             "has_dtype",
             "grid_sample",
@@ -503,6 +504,16 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         if all(shape[d] == 1 for d in dims):
             return self.abs(x)
         return self.sqrt(self.sum_dim(self.square(x), dims))
+
+    def vector_norm(self, x: Any, order: float, dims: tuple[int, ...]) -> Any:
+        """The ``order``-norm of ``x`` over ``dims``, kept as size-1 dims, for ``order``
+        other than 0, 2 and the infinities: ``(sum |x|^order)^(1 / order)``, ``|0|^order``
+        infinite for ``order < 0`` (the norm then 0). The op table's ``vector_norm``, whose
+        rule is torch's ``norm_backward``. This default composes primitives (their summation
+        order, not torch's kernel's left-to-right one)."""
+        magnitude = self.abs(x)
+        total = self.sum_dim(magnitude if order == 1.0 else self.pow_scalar(magnitude, order), dims)
+        return total if order == 1.0 else self.pow_scalar(total, 1.0 / order)
 
     def rsqrt(self, x: Any) -> Any:
         """``1 / sqrt(x)``, two roundings, as torch's CPU kernel (this default)."""

@@ -787,6 +787,10 @@ class TorchBackend(
         return x.masked_fill(mask, value)
 
     # -- reductions ---------------------------------------------------------------------------
+    def vector_norm(self, x, order, dims):
+        # torch's own norm kernel (its accumulation order and its pow)
+        return torch.linalg.vector_norm(x, order, dim=dims, keepdim=True)
+
     def sum(self, x):
         return torch.sum(x)
 

@@ -448,8 +448,8 @@ class SelectionMixin:
     ) -> Any:
         """:meth:`scatter_reduce`'s ``amax``/``amin``: the result computed outside the graph
         (by :meth:`scatter_nd` over each index entry's full position), then the gradient routed
-        to the values equal to it, split evenly at a tie, NaN where torch's is (torch's rule;
-        a winning infinity gets none, as in :meth:`scatter_nd`)."""
+        to the values equal to it, split evenly at a tie, NaN where torch's is (torch's rule,
+        an infinite winner's share included)."""
         op = "scatter_reduce"
         d = normalize_dim(op, dim, self.ndim)
         index, src = lift(self, index, op), lift(self, src, op)
@@ -487,14 +487,14 @@ class SelectionMixin:
         out = result
         if self.requires_grad:
             weight = self_won.cast(self.dtype) / count
-            share = (self - self.detach()).mask_fill(self.isinf(), 0.0)
+            share = self._apply("zero_carrier", (self,))
             if not include_self:  # torch zeroes the gradient of the self values left out
                 scattered = self._filled(self.shape, 0).scatter(d, index, value=1).cast("bool")
                 share = share.mask_fill(scattered, 0.0)
                 weight = weight.mask_fill(scattered, 0.0)
             out = out + share * weight
         if src.requires_grad:
-            share = (src - src.detach()).mask_fill(src.isinf(), 0.0)
+            share = src._apply("zero_carrier", (src,))
             share = share * (src_won.cast(self.dtype) / count.gather(d, index))
             out = out.scatter_add(d, index, share)
         if _unbroadcastable(full_shape, index.shape):

@@ -412,7 +412,15 @@ def _adaptive_max_along(cells: Tensor, dim: int, n: int, o: int) -> Tensor:
     positions = np.minimum(starts[:, None] + np.arange(width), ends[:, None] - 1)
     gathered = cells.index_select(dim, _constant(cells, positions.reshape(-1)))
     shape = (*cells.shape[:dim], o, width, *cells.shape[dim + 1 :])
-    return gathered.reshape(shape).max(dim + 1).values
+    windows = gathered.reshape(shape)
+    first = windows.max(dim + 1).values
+    if width == 1:
+        return first
+    # torch's kernel takes a later NaN over an earlier one (``val > max || isnan(val)``): in
+    # a window holding NaNs the gradient goes to its last (in row-major order, taking the
+    # last axis first); the first of tied numbers otherwise
+    last = windows.flip((dim + 1,)).max(dim + 1).values
+    return last.where(first.detach().isnan(), first)
 
 
 def _refuse_empty_window(fn: str, x: Tensor, squeeze: bool, channels: bool = False) -> None:
@@ -435,7 +443,7 @@ def _adaptive_window(i: int, n: int, o: int) -> tuple[int, int]:
 def _adaptive_max_cells(x: Tensor, sizes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
     """Values and flat indices (row-major over the spatial dims: ``(d * H + h) * W + w`` in 3-d)
     of the adaptive maxima of ``[N, C, *spatial]`` ``x``, one window at a time (the first
-    maximum in row-major order)."""
+    maximum in row-major order, the last NaN where there are NaNs)."""
     n, c = x.shape[:2]
     spatial = x.shape[2:]
     strides = [math.prod(spatial[axis + 1 :]) for axis in range(len(spatial))]
@@ -447,7 +455,15 @@ def _adaptive_max_cells(x: Tensor, sizes: tuple[int, ...]) -> tuple[Tensor, Tens
             window = window.narrow(2 + axis, begin, end - begin)
             starts.append(begin)
             spans.append(end - begin)
-        value, rest = window.reshape((n, c, math.prod(spans))).max_dim_with_indices(2)
+        flat = window.reshape((n, c, math.prod(spans)))
+        value, rest = flat.max_dim_with_indices(2)
+        if flat.shape[2] > 1:
+            # torch's kernel takes a later NaN over an earlier one (``val > max ||
+            # isnan(val)``): a window's last NaN is its maximum (the first of tied numbers
+            # otherwise), its index and where the gradient goes
+            reversed_at = flat.detach().flip((2,)).max_dim_with_indices(2)[1]
+            rest = ((flat.shape[2] - 1) - reversed_at).where(value.detach().isnan(), rest)
+            value = flat.gather(2, rest)
         index = None
         for axis in reversed(range(len(spans))):  # the window's flat index, last dim first
             term = (rest % spans[axis] + starts[axis]) * strides[axis]
