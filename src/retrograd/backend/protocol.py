@@ -510,8 +510,11 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         other than 0, 2 and the infinities: ``(sum |x|^order)^(1 / order)``, ``|0|^order``
         infinite for ``order < 0`` (the norm then 0). The op table's ``vector_norm``, whose
         rule is torch's ``norm_backward``. This default composes primitives (their summation
-        order, not torch's kernel's left-to-right one)."""
+        order, not torch's kernel's left-to-right one). Over dims of size 1, ``|x|`` itself,
+        as torch's kernel gives (no power, no root: exact at subnormal and huge entries)."""
         magnitude = self.abs(x)
+        if all(self.shape(x)[d] == 1 for d in dims):
+            return magnitude
         total = self.sum_dim(magnitude if order == 1.0 else self.pow_scalar(magnitude, order), dims)
         return total if order == 1.0 else self.pow_scalar(total, 1.0 / order)
 

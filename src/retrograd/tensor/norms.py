@@ -91,13 +91,6 @@ def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) ->
     # torch accumulates a half-precision norm in float32: in 16 bits the squares of entries
     # under ~1e-4 (float16) flush to 0, and a small vector's norm came out 0
     given = x.dtype
-    if ord not in (0, 2) and x.numel() and all(x.shape[d] == 1 for d in dims):
-        # torch's norm over dims of size 1 is |x| itself, no power and no root: exact at
-        # subnormal and huge entries, where the composition under- or overflowed (the
-        # backend's norm2 does so for ord 2, its rule torch's norm_backward). The gradient is
-        # |x|'s, torch's but where its norm_backward's powers overflow (ord 3 at 1e308: NaN)
-        out = _drop(x.abs(), dims, keepdim)
-        return out.reshape(()) if squeeze else out
     if given in _HALF_DTYPES:
         x = x.cast("float32")
     magnitude = x.abs() if abs(ord) == math.inf else None
@@ -118,7 +111,9 @@ def _vector_norm(x: Tensor, ord: float, dims: tuple[int, ...], keepdim: bool) ->
     else:
         # one op on the backend's norm kernel, whose rule is torch's norm_backward: as a
         # sum of |x| or of powers its float32 result was a few ulps off torch's (164.38943
-        # for torch's 164.38950, the 1-norm of 210 normal entries)
+        # for torch's 164.38950, the 1-norm of 210 normal entries). Over dims of size 1 the
+        # kernel gives |x| itself, as torch's (exact at subnormal and huge entries), and the
+        # rule stays torch's: NaN at an infinite entry for ord 3, where |x|'s was its sign
         out = x._apply("vector_norm", (x,), (ord, dims))
     out = _drop(out.cast(given), dims, keepdim)
     return out.reshape(()) if squeeze else out
