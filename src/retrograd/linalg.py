@@ -525,7 +525,7 @@ def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N8
 def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # noqa: N803
     """torch's ``linalg.householder_product`` (LAPACK's ``orgqr``): the first ``n`` columns
     of ``H_1 ... H_k`` for ``A`` ``[..., m, n]`` and ``tau`` ``[..., k]`` (``m >= n >= k``),
-    ``H_i = I - tau_i v_i v_i^T``, ``v_i`` column ``i`` of ``A`` below the diagonal with a 1
+    ``H_i = I - tau_i v_i v_i^H``, ``v_i`` column ``i`` of ``A`` below the diagonal with a 1
     on it; written with tensor ops, differentiable through ``A`` and ``tau`` as torch's.
 
     >>> import retrograd as rg
@@ -534,7 +534,7 @@ def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # n
     [[0.6], [-0.8]]
     """
     _no_out("linalg.householder_product", out)
-    matrices = _matrices("linalg.householder_product", A)
+    matrices = _matrices("linalg.householder_product", A, complex_ok=True)
     tau = lift(matrices, tau, "linalg.householder_product")
     m, n = matrices.shape[-2:]
     k = tau.shape[-1] if tau.ndim else -1
@@ -547,9 +547,14 @@ def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # n
     eye = matrices.new_tensor(np.eye(m, n), dtype=matrices.dtype)
     vectors = matrices.tril(diagonal=-1) + eye
     Q = eye.expand(matrices.shape)  # noqa: N806 (the maths' names)
+    if k == 0:
+        # no reflector: torch's identity is still recorded on A and tau (zero gradients);
+        # empty sums link them exactly, whatever A holds (0 * NaN would be NaN)
+        link = matrices[..., :0, :].sum(-2, keepdim=True) + tau.sum(-1)[..., None, None]
+        return Q + link
     for i in range(k - 1, -1, -1):
         v = vectors[..., :, i : i + 1]
-        Q = Q - tau[..., i : i + 1].unsqueeze(-1) * (v @ (v.mT @ Q))  # noqa: N806
+        Q = Q - tau[..., i : i + 1].unsqueeze(-1) * (v @ (v.mH @ Q))  # noqa: N806
     return Q
 
 
@@ -1014,7 +1019,7 @@ def lstsq(
         raise MixedDTypeError(
             f"linalg.lstsq: A ({matrices.dtype}) and B ({rhs.dtype}) must have the same dtype"
         )
-    if rcond is None:
+    if rcond is None or driver == "gels":  # torch's gels (a QR solve) ignores rcond
         rcond = _eps(matrices.dtype) * max(matrices.shape[-2:])
     inverse = pinv(matrices, rtol=float(rcond))
     solution = (inverse @ rhs.unsqueeze_dim(-1)).squeeze_dim(-1) if vector else inverse @ rhs
@@ -1432,9 +1437,10 @@ def _tensor_qr(self: Tensor, some: bool = True) -> Any:
 
 
 def _tensor_svd(self: Tensor, some: bool = True, compute_uv: bool = True) -> Any:
-    """torch's deprecated ``svd``: ``(U, S, V)`` with ``self = U diag(S) V^T`` (``V``, not
-    ``rg.linalg.svd``'s ``Vh``), reduced when ``some``; without ``compute_uv``, ``S`` alone
-    and zero ``U`` ``[..., m, m]`` and ``V`` ``[..., n, n]``, as torch's."""
+    """torch's deprecated ``svd``: ``(U, S, V)`` with ``self = U diag(S) V^H`` (``V``, not
+    ``rg.linalg.svd``'s ``Vh``: its conjugate transpose), reduced when ``some``; without
+    ``compute_uv``, ``S`` alone and zero ``U`` ``[..., m, m]`` and ``V`` ``[..., n, n]``, as
+    torch's."""
     if not compute_uv:
         values = svdvals(self)
         m, n = self.shape[-2:]
@@ -1445,7 +1451,7 @@ def _tensor_svd(self: Tensor, some: bool = True, compute_uv: bool = True) -> Any
             self.new_zeros((*batch, n, n)).detach(),
         )
     u, values, vh = svd(self, full_matrices=not some)
-    return LegacySVDResult(u, values, vh.mT)
+    return LegacySVDResult(u, values, vh.mH)
 
 
 def _tensor_lu_solve(self: Tensor, LU_data: Any, LU_pivots: Any) -> Any:  # noqa: N803
