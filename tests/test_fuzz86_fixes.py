@@ -8,7 +8,10 @@
   does; torch's gels is a QR solve that ignores ``rcond`` (the solution was off by 6.5);
 - ``linalg.householder_product`` refused complex inputs, which torch takes (``H_i = I - tau_i
   v_i v_i^H``), and with an empty ``tau`` its identity result was recorded on neither input,
-  so a loss of it alone could not be differentiated.
+  so a loss of it alone could not be differentiated;
+- ``Tensor.triangular_solve``/``torch.triangular_solve`` with a zero on the triangle's
+  diagonal raised a ``LinAlgError`` ("singular"), where torch's substitution gives inf and
+  NaN (as ``linalg.solve_triangular`` here already did).
 """
 
 from __future__ import annotations
@@ -94,3 +97,18 @@ def test_householder_product_of_no_reflector_is_the_identity_whatever_a_holds():
     np.testing.assert_array_equal(ours.numpy(), expected.numpy())
     grads = ours.sum().backward()
     np.testing.assert_array_equal(leaf.grad(grads).numpy(), np.zeros(a.shape))
+
+
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("transpose", [True, False])
+def test_triangular_solve_with_a_zero_on_the_diagonal_gives_torchs_inf_and_nan(upper, transpose):
+    a = np.random.RandomState(5).randn(2, 3, 3)
+    a[:, 1, 1] = 0.0  # singular triangles: torch's substitution divides by the zero
+    b = np.random.RandomState(6).randn(2, 3, 2)
+    expected = torch.tensor(b).triangular_solve(torch.tensor(a), upper=upper, transpose=transpose)
+    ours = rg.tensor(b).triangular_solve(rg.tensor(a), upper=upper, transpose=transpose)
+    np.testing.assert_array_equal(np.isfinite(ours.solution.numpy()), np.isfinite(expected[0]))
+    np.testing.assert_allclose(ours.solution.numpy(), expected[0].numpy(), equal_nan=True)
+    np.testing.assert_array_equal(ours.cloned_coefficient.numpy(), a)
+    functional = rg.triangular_solve(rg.tensor(b), rg.tensor(a), upper=upper, transpose=transpose)
+    np.testing.assert_allclose(functional[0].numpy(), expected[0].numpy(), equal_nan=True)

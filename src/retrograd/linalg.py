@@ -46,7 +46,7 @@ from .tensor.creation import _no_out
 from .tensor.creation import randn as _creation_randn
 from .tensor.functions import accepts_out as _accepts_out
 from .tensor.norms import matrix_norm, norm, vector_norm
-from .tensor.products import lu_factorize, lu_info
+from .tensor.products import TriangularSolveResult, lu_factorize, lu_info
 from .tensor.shape import cat
 
 __all__ = [
@@ -1556,6 +1556,30 @@ def _matrix_argument(op: str, value: Any) -> Tensor:
     return value
 
 
+_checked_triangular_solve = Tensor.triangular_solve
+
+
+def _tensor_triangular_solve(
+    self: Tensor,
+    A: Any,  # noqa: N803 (torch's name)
+    upper: bool = True,
+    transpose: bool = False,
+    unitriangular: bool = False,
+) -> Any:
+    """torch's deprecated ``triangular_solve`` (the tensor layer's, which checks the
+    arguments); at a zero on the diagonal, torch's substitution gives inf and NaN where the
+    general solve refuses, so that case is :func:`solve_triangular`'s, as ``linalg``'s."""
+    try:
+        return _checked_triangular_solve(self, A, upper, transpose, unitriangular)
+    except LinAlgError:
+        matrices = lift(self, A, "triangular_solve")
+        coefficient = matrices.mT if transpose else matrices  # A^T's triangle is the other
+        solution = solve_triangular(
+            coefficient, self, upper=upper != transpose, unitriangular=unitriangular
+        )
+        return TriangularSolveResult(solution, matrices.clone())
+
+
 _tensor_qr.__name__ = _tensor_qr.__qualname__ = "qr"
 _tensor_svd.__name__ = _tensor_svd.__qualname__ = "svd"
 _tensor_lu_solve.__name__ = _tensor_lu_solve.__qualname__ = "lu_solve"
@@ -1564,6 +1588,10 @@ _tensor_lu_solve.__name__ = _tensor_lu_solve.__qualname__ = "lu_solve"
 _guard_namespace(globals(), ["geqrf", "orgqr", "ormqr", "svd_lowrank", "pca_lowrank"])
 Tensor.qr = _guard("qr", _tensor_qr, Tensor, "Tensor.qr")
 Tensor.svd = _guard("svd", _tensor_svd, Tensor, "Tensor.svd")
+_tensor_triangular_solve.__name__ = _tensor_triangular_solve.__qualname__ = "triangular_solve"
+Tensor.triangular_solve = _guard(
+    "triangular_solve", _tensor_triangular_solve, Tensor, "Tensor.triangular_solve"
+)
 Tensor.lu_solve = _guard("lu_solve", _tensor_lu_solve, Tensor, "Tensor.lu_solve")
 Tensor.geqrf = geqrf
 Tensor.orgqr = orgqr
