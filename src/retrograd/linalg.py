@@ -46,7 +46,7 @@ from .tensor.creation import _no_out
 from .tensor.creation import randn as _creation_randn
 from .tensor.functions import accepts_out as _accepts_out
 from .tensor.norms import matrix_norm, norm, vector_norm
-from .tensor.products import lu_factorize, lu_info
+from .tensor.products import TriangularSolveResult, lu_factorize, lu_info
 from .tensor.shape import cat
 
 __all__ = [
@@ -525,7 +525,7 @@ def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N8
 def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # noqa: N803
     """torch's ``linalg.householder_product`` (LAPACK's ``orgqr``): the first ``n`` columns
     of ``H_1 ... H_k`` for ``A`` ``[..., m, n]`` and ``tau`` ``[..., k]`` (``m >= n >= k``),
-    ``H_i = I - tau_i v_i v_i^T``, ``v_i`` column ``i`` of ``A`` below the diagonal with a 1
+    ``H_i = I - tau_i v_i v_i^H``, ``v_i`` column ``i`` of ``A`` below the diagonal with a 1
     on it; written with tensor ops, differentiable through ``A`` and ``tau`` as torch's.
 
     >>> import retrograd as rg
@@ -534,7 +534,7 @@ def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # n
     [[0.6], [-0.8]]
     """
     _no_out("linalg.householder_product", out)
-    matrices = _matrices("linalg.householder_product", A)
+    matrices = _matrices("linalg.householder_product", A, complex_ok=True)
     tau = lift(matrices, tau, "linalg.householder_product")
     m, n = matrices.shape[-2:]
     k = tau.shape[-1] if tau.ndim else -1
@@ -547,9 +547,14 @@ def householder_product(A: Tensor, tau: Any, *, out: Any = None) -> Tensor:  # n
     eye = matrices.new_tensor(np.eye(m, n), dtype=matrices.dtype)
     vectors = matrices.tril(diagonal=-1) + eye
     Q = eye.expand(matrices.shape)  # noqa: N806 (the maths' names)
+    if k == 0:
+        # no reflector: torch's identity is still recorded on A and tau (zero gradients);
+        # empty sums link them exactly, whatever A holds (0 * NaN would be NaN)
+        link = matrices[..., :0, :].sum(-2, keepdim=True) + tau.sum(-1)[..., None, None]
+        return Q + link
     for i in range(k - 1, -1, -1):
         v = vectors[..., :, i : i + 1]
-        Q = Q - tau[..., i : i + 1].unsqueeze(-1) * (v @ (v.mT @ Q))  # noqa: N806
+        Q = Q - tau[..., i : i + 1].unsqueeze(-1) * (v @ (v.mH @ Q))  # noqa: N806
     return Q
 
 
@@ -1014,7 +1019,7 @@ def lstsq(
         raise MixedDTypeError(
             f"linalg.lstsq: A ({matrices.dtype}) and B ({rhs.dtype}) must have the same dtype"
         )
-    if rcond is None:
+    if rcond is None or driver == "gels":  # torch's gels (a QR solve) ignores rcond
         rcond = _eps(matrices.dtype) * max(matrices.shape[-2:])
     inverse = pinv(matrices, rtol=float(rcond))
     solution = (inverse @ rhs.unsqueeze_dim(-1)).squeeze_dim(-1) if vector else inverse @ rhs
@@ -1432,9 +1437,10 @@ def _tensor_qr(self: Tensor, some: bool = True) -> Any:
 
 
 def _tensor_svd(self: Tensor, some: bool = True, compute_uv: bool = True) -> Any:
-    """torch's deprecated ``svd``: ``(U, S, V)`` with ``self = U diag(S) V^T`` (``V``, not
-    ``rg.linalg.svd``'s ``Vh``), reduced when ``some``; without ``compute_uv``, ``S`` alone
-    and zero ``U`` ``[..., m, m]`` and ``V`` ``[..., n, n]``, as torch's."""
+    """torch's deprecated ``svd``: ``(U, S, V)`` with ``self = U diag(S) V^H`` (``V``, not
+    ``rg.linalg.svd``'s ``Vh``: its conjugate transpose), reduced when ``some``; without
+    ``compute_uv``, ``S`` alone and zero ``U`` ``[..., m, m]`` and ``V`` ``[..., n, n]``, as
+    torch's."""
     if not compute_uv:
         values = svdvals(self)
         m, n = self.shape[-2:]
@@ -1445,7 +1451,7 @@ def _tensor_svd(self: Tensor, some: bool = True, compute_uv: bool = True) -> Any
             self.new_zeros((*batch, n, n)).detach(),
         )
     u, values, vh = svd(self, full_matrices=not some)
-    return LegacySVDResult(u, values, vh.mT)
+    return LegacySVDResult(u, values, vh.mH)
 
 
 def _tensor_lu_solve(self: Tensor, LU_data: Any, LU_pivots: Any) -> Any:  # noqa: N803
@@ -1550,6 +1556,30 @@ def _matrix_argument(op: str, value: Any) -> Tensor:
     return value
 
 
+_checked_triangular_solve = Tensor.triangular_solve
+
+
+def _tensor_triangular_solve(
+    self: Tensor,
+    A: Any,  # noqa: N803 (torch's name)
+    upper: bool = True,
+    transpose: bool = False,
+    unitriangular: bool = False,
+) -> Any:
+    """torch's deprecated ``triangular_solve`` (the tensor layer's, which checks the
+    arguments); at a zero on the diagonal, torch's substitution gives inf and NaN where the
+    general solve refuses, so that case is :func:`solve_triangular`'s, as ``linalg``'s."""
+    try:
+        return _checked_triangular_solve(self, A, upper, transpose, unitriangular)
+    except LinAlgError:
+        matrices = lift(self, A, "triangular_solve")
+        coefficient = matrices.mT if transpose else matrices  # A^T's triangle is the other
+        solution = solve_triangular(
+            coefficient, self, upper=upper != transpose, unitriangular=unitriangular
+        )
+        return TriangularSolveResult(solution, matrices.clone())
+
+
 _tensor_qr.__name__ = _tensor_qr.__qualname__ = "qr"
 _tensor_svd.__name__ = _tensor_svd.__qualname__ = "svd"
 _tensor_lu_solve.__name__ = _tensor_lu_solve.__qualname__ = "lu_solve"
@@ -1558,6 +1588,10 @@ _tensor_lu_solve.__name__ = _tensor_lu_solve.__qualname__ = "lu_solve"
 _guard_namespace(globals(), ["geqrf", "orgqr", "ormqr", "svd_lowrank", "pca_lowrank"])
 Tensor.qr = _guard("qr", _tensor_qr, Tensor, "Tensor.qr")
 Tensor.svd = _guard("svd", _tensor_svd, Tensor, "Tensor.svd")
+_tensor_triangular_solve.__name__ = _tensor_triangular_solve.__qualname__ = "triangular_solve"
+Tensor.triangular_solve = _guard(
+    "triangular_solve", _tensor_triangular_solve, Tensor, "Tensor.triangular_solve"
+)
 Tensor.lu_solve = _guard("lu_solve", _tensor_lu_solve, Tensor, "Tensor.lu_solve")
 Tensor.geqrf = geqrf
 Tensor.orgqr = orgqr
