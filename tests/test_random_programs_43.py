@@ -538,7 +538,14 @@ CANCELLING = {"sinc"}
 SPECTRAL = {"svdvals", "eigh", "pinv"}
 
 
-def _close(got, want, what, rtol=1e-7, spread=1e-2):
+def _close(got, want, what, rtol=1e-7, spread=1e-2, torch_nan_allowed=False):
+    """``torch_nan_allowed``: where torch's entry is NaN, ours may be any number (sinc's
+    derivatives at exactly 0, which torch's formulas make 0 * inf and retrograd's take from
+    the series: qr's R, zeros below its diagonal, then sinc gave a Hessian NaN through whole
+    blocks in torch's and finite in ours, replayed from a local hypothesis database on 7
+    December)."""
+    if torch_nan_allowed and got is not None and want is not None and got.shape == want.shape:
+        want = np.where(np.isnan(want) & ~np.isnan(got), got, want)
     if got is None or want is None:
         # a derivative constant zero in one graph and absent from the other's (torch's
         # backward formulas record some inputs they only use for their shapes)
@@ -730,5 +737,6 @@ def test_hessians_of_random_programs_match_torch(names, transform, seed):
         raise Mismatch(f"{label}: retrograd raises {type(error).__name__}: {error}") from error
     if len(got) != len(want):
         raise Mismatch(f"{label}: {len(got)} blocks, torch's {len(want)}")
+    sinc = any(name in CANCELLING for name, _ in names)
     for k, (g, w) in enumerate(zip(got, want)):
-        _close(g, w, f"{label}: block {k}")
+        _close(g, w, f"{label}: block {k}", torch_nan_allowed=sinc)
