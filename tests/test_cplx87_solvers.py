@@ -166,3 +166,23 @@ def test_lu_solve_of_torchs_complex_factors(dtype):
     )
     tol = TOLERANCE[dtype]
     np.testing.assert_allclose(ours.numpy(), expected.numpy(), rtol=tol, atol=tol)
+
+
+def test_complex_factors_and_a_real_right_hand_side_are_refused_naming_the_op():
+    a = _well_conditioned(np.random.RandomState(6), 3, 3)
+    b = np.random.RandomState(7).randn(3, 2)
+    t_factors = torch.linalg.lu_factor(torch.tensor(a))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.linalg.lu_solve(*t_factors, torch.tensor(b))
+    factors = rg.linalg.lu_factor(rg.tensor(a))
+    with pytest.raises(rg.DTypeError, match=r"linalg.lu_solve.*complex128.*float64"):
+        rg.linalg.lu_solve(*factors, rg.tensor(b))
+    for call in (torch, rg):  # (triangular_solve and cholesky_solve: torch's refusal too)
+        with pytest.raises((RuntimeError, rg.DTypeError), match=r"dtype|triangular_solve"):
+            call.tensor(b).triangular_solve(call.tensor(a))
+        with pytest.raises((RuntimeError, rg.DTypeError), match=r"dtype|cholesky_solve"):
+            call.tensor(b).cholesky_solve(call.tensor(a))
+    # the factors stay usable
+    expected = torch.linalg.lu_solve(*t_factors, torch.tensor(b + 0j))
+    ours = rg.linalg.lu_solve(*factors, rg.tensor(b + 0j))
+    np.testing.assert_allclose(ours.numpy(), expected.numpy(), rtol=1e-12)

@@ -789,6 +789,10 @@ def lu_solve(
     factors = _square("linalg.lu_solve", LU, complex_ok=True)
     _check_pivots("linalg.lu_solve: pivots", pivots)
     rhs = lift(factors, B, "linalg.lu_solve")
+    if rhs.dtype != factors.dtype:  # torch's rule (a complex LU and a real B too): no promotion
+        raise MixedDTypeError(
+            f"linalg.lu_solve: LU ({factors.dtype}) and B ({rhs.dtype}) must have the same dtype"
+        )
     n = factors.shape[-1]
     if rhs.ndim < 2 or rhs.shape[-2 if left else -1] != n:
         raise ShapeError(
