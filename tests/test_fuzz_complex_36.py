@@ -585,9 +585,8 @@ def test_ops_torch_computes_for_complex_are_no_longer_refused():
 @pytest.mark.parametrize(
     "call",
     [
-        # (the nuclear norm and det compute now: tests/test_complex_linalg.py)
-        lambda z: rg.linalg.lu_factor(z),
-        lambda z: rg.linalg.solve_triangular(z, z, upper=True),
+        # (the nuclear norm and det compute now: tests/test_complex_linalg.py; lu_factor and
+        # solve_triangular too: tests/test_cplx87_solvers.py)
         # (complex convolutions compute now: tests/test_complex_linalg.py)
         lambda z: rg.nn.functional.relu(z),
         lambda z: z.maximum(z),

@@ -25,10 +25,11 @@ Left out, by design (documented departures, see ``test_random_linalg_50.py``): t
 LAPACK results of a failed ``inv_ex``/``cholesky_ex`` (``info`` is compared, the values not),
 ``gelsy``'s basic solution of a rank-deficient ``lstsq``, and gradients of
 ``pinv(hermitian=True)`` at a non-symmetric input.
-Also left: retrograd's ``lu``/``lu_factor``/``lu_solve``/``solve_triangular``/
-``triangular_solve``/``cholesky_solve``/``cholesky_inverse`` refuse complex tensors (torch
-computes them; those families draw real inputs only), and at a singular matrix torch's LU
-backward is NaN where retrograd's is finite (its gradients are not compared there).
+Also left: the ``lu``/``lu_factor``/``lu_solve``/``solve_triangular``/``triangular_solve``/
+``cholesky_solve``/``cholesky_inverse`` families draw real inputs only (their complex inputs,
+refused until round 87, are compared with torch in ``test_cplx87_solvers.py``), and at a
+singular matrix torch's LU backward is NaN where retrograd's is finite (its gradients are not
+compared there).
 """
 
 from __future__ import annotations

@@ -692,7 +692,7 @@ def lu_factor(A: Tensor, *, pivot: bool = True, out: Any = None) -> Any:  # noqa
 
 
 def _lu_factor(op: str, A: Any, pivot: bool) -> Any:  # noqa: N803 (torch's name)
-    matrices = _matrices(op, A)
+    matrices = _matrices(op, A, complex_ok=True)
     if not pivot:
         raise InvalidArgumentError(
             f"{op}: LU without pivoting is not implemented (as torch's on the CPU)"
@@ -712,7 +712,7 @@ def lu_unpack(
     ``(LU, pivots)``; ``L`` unit lower triangular ``[..., m, k]``, ``U`` upper ``[..., k,
     n]``, ``k = min(m, n)``. What is not unpacked is an empty tensor, as torch's."""
     _no_out("lu_unpack", out)
-    lu = _matrices("lu_unpack", LU_data)
+    lu = _matrices("lu_unpack", LU_data, complex_ok=True)
     _check_pivots("torch.lu_unpack: LU_pivots", LU_pivots)
     m, n = lu.shape[-2:]
     k = min(m, n)
@@ -786,9 +786,13 @@ def lu_solve(
     [[1.0], [2.0]]
     """
     _no_out("linalg.lu_solve", out)
-    factors = _square("linalg.lu_solve", LU)
+    factors = _square("linalg.lu_solve", LU, complex_ok=True)
     _check_pivots("linalg.lu_solve: pivots", pivots)
     rhs = lift(factors, B, "linalg.lu_solve")
+    if rhs.dtype != factors.dtype:  # torch's rule (a complex LU and a real B too): no promotion
+        raise MixedDTypeError(
+            f"linalg.lu_solve: LU ({factors.dtype}) and B ({rhs.dtype}) must have the same dtype"
+        )
     n = factors.shape[-1]
     if rhs.ndim < 2 or rhs.shape[-2 if left else -1] != n:
         raise ShapeError(
@@ -796,14 +800,19 @@ def lu_solve(
             f"{shape_text(factors.shape)} (B needs at least 2 dimensions and {n} "
             f"{'rows' if left else 'columns'})"
         )
-    if not left:  # X A = B is A^H X^H = B^H
-        return lu_solve(factors, pivots, rhs.mT, adjoint=not adjoint).mT
+    if not left:  # X A = B is A^H X^H = B^H (X A^H = B is A X^H = B^H)
+        return _adjoint(lu_solve(factors, pivots, _adjoint(rhs), adjoint=not adjoint))
     P, L, U = lu_unpack(factors, pivots)  # noqa: N806 (torch's names)
     if adjoint:  # A^H = U^H L^H P^T
-        y = solve_triangular(U.mT, rhs, upper=False)
-        return P @ solve_triangular(L.mT, y, upper=True, unitriangular=True)
+        y = solve_triangular(_adjoint(U), rhs, upper=False)
+        return P @ solve_triangular(_adjoint(L), y, upper=True, unitriangular=True)
     y = solve_triangular(L, P.mT @ rhs, upper=False, unitriangular=True)
     return solve_triangular(U, y, upper=True)
+
+
+def _adjoint(matrices: Tensor) -> Tensor:
+    """The conjugate transpose of each matrix (the transpose of a real one, no conj op)."""
+    return matrices.mH if matrices.is_complex() else matrices.mT
 
 
 def _ldl_routine(name: str, matrix: np.ndarray, hermitian: bool) -> Any:
@@ -1066,7 +1075,7 @@ def solve_triangular(
     [[1.0], [1.0]]
     """
     _no_out("linalg.solve_triangular", out)
-    matrices = _square("linalg.solve_triangular", A)
+    matrices = _square("linalg.solve_triangular", A, complex_ok=True)
     rhs = lift(matrices, B, "linalg.solve_triangular")
     if rhs.ndim < 2:
         raise ShapeError(

@@ -205,19 +205,21 @@ class ProductsMixin:
         ``input2`` (``L``, lower; with ``upper``, ``U`` and ``U^T U``), ``self`` ``[..., n, k]``,
         batch dims broadcasting. Only ``input2``'s triangle is read (LAPACK's ``potrs``), but
         its gradient is torch's: that of ``(L L^T)^-1 B`` in every entry of ``input2``."""
-        factor = _square("cholesky_solve", lift(self, input2, "cholesky_solve"), floats=True)
+        factor = _square(
+            "cholesky_solve", lift(self, input2, "cholesky_solve"), floats=True, complex_ok=True
+        )
         triangle = factor.triu() if upper else factor.tril()
         # the triangle's values, the gradient of every entry (torch differentiates L L^T)
         factor = factor - (factor - triangle).detach()
-        lower = factor.transpose(-2, -1) if upper else factor
+        lower = _adjoint(factor) if upper else factor
         inner = _solved("cholesky_solve", lower, self)
-        return _solved("cholesky_solve", lower.transpose(-2, -1), inner)
+        return _solved("cholesky_solve", _adjoint(lower), inner)
 
     @autocast_op("cholesky_inverse")
     def cholesky_inverse(self, upper: bool = False) -> Any:
         """torch's ``cholesky_inverse``: ``(L L^T)^-1`` of the Cholesky factor ``self``
         (``(U^T U)^-1`` with ``upper``), as ``cholesky_solve`` of the identity."""
-        factor = _square("cholesky_inverse", self, floats=True)
+        factor = _square("cholesky_inverse", self, floats=True, complex_ok=True)
         eye = self._backend.eye(self.shape[-1], self.shape[-1], self.dtype, self._device)
         return wrap(self, eye).cholesky_solve(factor, upper)
 
@@ -233,7 +235,9 @@ class ProductsMixin:
         (``A^T X = self`` when ``transpose``), reading only ``A``'s ``upper`` (else lower)
         triangle, with ones on its diagonal when ``unitriangular``; the gradient reaches only
         that triangle, as torch's (``rg.linalg.solve_triangular`` is the current form)."""
-        matrices = _square("triangular_solve", lift(self, A, "triangular_solve"), floats=True)
+        matrices = _square(
+            "triangular_solve", lift(self, A, "triangular_solve"), floats=True, complex_ok=True
+        )
         if unitriangular:
             n = matrices.shape[-1]
             eye = self._backend.eye(n, n, matrices.dtype, self._device)
@@ -241,7 +245,7 @@ class ProductsMixin:
             triangle = strict + wrap(self, eye)
         else:
             triangle = matrices.triu() if upper else matrices.tril()
-        if transpose:
+        if transpose:  # (the plain transpose of a complex A too, as torch's)
             triangle = triangle.transpose(-2, -1)
         solution = _solved("triangular_solve", triangle, self)
         return TriangularSolveResult(solution, matrices.clone())
@@ -250,9 +254,9 @@ class ProductsMixin:
         """torch's ``Tensor.lu``: ``(LU, pivots)`` (:func:`lu_factorize`, as
         ``rg.linalg.lu_factor_ex``: a singular matrix is factored, not refused), and LAPACK's
         ``infos`` with ``get_infos``."""
-        if self.ndim < 2 or self.dtype not in FLOAT_DTYPES:
+        if self.ndim < 2 or (self.dtype not in FLOAT_DTYPES and not self.is_complex()):
             raise DTypeError(
-                f"lu: expected a floating point tensor of at least 2 dimensions, got "
+                f"lu: expected a floating point or complex tensor of at least 2 dimensions, got "
                 f"{self.dtype} of shape {shape_text(self.shape)}"
             )
         if not pivot:
@@ -291,8 +295,8 @@ class ProductsMixin:
 
 
 def lu_factorize(matrices: Any) -> tuple[Any, Any]:
-    """``(LU, pivots)`` of each matrix of ``matrices`` ``[..., m, n]`` (float) by Gaussian
-    elimination with partial pivoting, as LAPACK's ``getrf``: ``LU`` holds ``U`` and, below
+    """``(LU, pivots)`` of each matrix of ``matrices`` ``[..., m, n]`` (float or complex) by
+    Gaussian elimination with partial pivoting, as LAPACK's ``getrf``: ``LU`` holds ``U`` and, below
     the diagonal, ``L``'s multipliers; ``pivots`` (1-based, int32) the row swapped with row
     ``i`` at step ``i``. Tensor ops only (a ``gather`` per row swap, the Schur complement
     updated), so it runs on every backend and its gradient is the elimination's: torch's
@@ -303,7 +307,14 @@ def lu_factorize(matrices: Any) -> tuple[Any, Any]:
     lu, pivots = matrices, []
     for j in range(min(m, n)):
         # LAPACK's pivot: the first row of the largest magnitude in column j, at or below j
-        p = lu[..., j:, j].abs().argmax(dim=-1, keepdim=True) + j
+        # (for complex, izamax's |Re| + |Im|, not the modulus: zgetrf's choice, and torch's)
+        column = lu[..., j:, j]
+        if column.is_complex():  # (detached: the pivot's choice has no gradient)
+            column = column.detach()
+            magnitude = column.real.abs() + column.imag.abs()
+        else:
+            magnitude = column.abs()
+        p = magnitude.argmax(dim=-1, keepdim=True) + j
         pivots.append(p)
         swap = rows.where(rows != j, p).where((rows != p) | (rows == j), j)
         lu = lu.gather(-2, swap.unsqueeze(-1).expand(batch + (m, n)))
@@ -325,6 +336,11 @@ def lu_info(lu: Any) -> Any:
     zero = (lu.diagonal(dim1=-2, dim2=-1)[..., :k] == 0).long()
     info = (zero.argmax(dim=-1) + 1) * zero.amax(dim=-1) if k else zero.sum(dim=-1)
     return info.int()
+
+
+def _adjoint(matrices: Any) -> Any:
+    """The conjugate transpose of each matrix (the transpose of a real one, no conj op)."""
+    return matrices.mH if matrices.is_complex() else matrices.transpose(-2, -1)
 
 
 def _scales_first(op: str, args: tuple, beta: Any, alpha: Any) -> tuple[Any, Any, Any, Any]:
