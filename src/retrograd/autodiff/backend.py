@@ -382,20 +382,35 @@ class Autodiff(Backend):
         kept by ``autograd.grad``, before the tensor's hooks)."""
         if x.node is None:
             raise AutodiffError("retain_grad: the tensor is not part of a graph")
-        x.node.retain = retain
+        _gradient_node(x.node).retain = retain
 
-    def register_hook(self, x: AutodiffPrimitive, hook: Any) -> RemovableHandle:
+    def gradient_node(self, x: AutodiffPrimitive) -> Node | None:
+        """The node holding the gradient of the tensor whose primitive is ``x``: ``x``'s own,
+        or, after writes under ``no_grad`` (or through ``.data``), the node that made the
+        tensor before them (torch keeps its ``grad_fn``); ``None`` when untracked."""
+        return _gradient_node(x.node)
+
+    def register_hook(self, x: AutodiffPrimitive, hook: Any, retired: Any = ()) -> RemovableHandle:
         """Call ``hook(backend, gradient)`` on ``x``'s gradient once a backward has summed it,
         its result taking the gradient's place before it flows on to ``x``'s inputs (or, for a
         leaf, is returned): torch's tensor hooks. ``backend`` is the one the gradient belongs
-        to (the inner backend, or this one under ``create_graph``)."""
-        node = x.node
+        to (the inner backend, or this one under ``create_graph``). ``retired``: the
+        :class:`RetiredLeaf` keys of the leaves in-place writes replaced by the leaf ``x``
+        (one tensor's, as torch's): they share its hooks, which then run once on the sum of
+        their gradients. A tensor an in-place write changed under ``no_grad`` (or through
+        ``.data``) keeps its gradient: the hook goes to the node that made it."""
+        node = _gradient_node(x.node)
         if node is None:
             raise AutodiffError(
                 "register_hook: cannot register a hook on a tensor that doesn't require gradient"
             )
         if node.hooks is None:
             node.hooks = {}
+        if node.op is None:
+            for former in retired:
+                old = former.node() if former.node is not None else None
+                if old is not None and old.op is None and old.hooks is None:
+                    old.hooks = node.hooks
         key = next(_HOOK_KEYS)
         node.hooks[key] = hook
         return RemovableHandle(node.hooks, key)
@@ -449,17 +464,17 @@ class Autodiff(Backend):
         too."""
         stop = None
         if inputs is not None:
-            stop = frozenset(p.node.id for p in inputs if p.node is not None)
+            stop = frozenset(_gradient_id(p.node) for p in inputs if p.node is not None)
             stop |= frozenset(key for key in retired if key is not None)
         return runtime.backward(self, x, seed, retain_graph, create_graph, device, stop)
 
     def grad(self, x: AutodiffPrimitive, grads: Any) -> Any:
-        return None if x.node is None else grads.get(x.node.id)
+        return None if x.node is None else grads.get(_gradient_id(x.node))
 
     def grad_key(self, x: AutodiffPrimitive) -> int | None:
         """The key of ``x``'s gradient in a ``Gradients`` (``grads.replace(key, value)``),
         kept where holding ``x`` itself would keep its value alive."""
-        return None if x.node is None else x.node.id
+        return None if x.node is None else _gradient_id(x.node)
 
     def retired_leaf(self, x: AutodiffPrimitive) -> RetiredLeaf | None:
         """The gradient key of the leaf ``x``, which an in-place write is about to replace
@@ -469,12 +484,12 @@ class Autodiff(Backend):
         return None if node is None else RetiredLeaf(node.id, weakref.ref(node))
 
     def grad_remove(self, x: AutodiffPrimitive, grads: Any) -> Any:
-        return None if x.node is None else grads.remove(x.node.id)
+        return None if x.node is None else grads.remove(_gradient_id(x.node))
 
     def grad_replace(self, x: AutodiffPrimitive, grads: Any, value: Any) -> None:
         if x.node is None:
             raise AutodiffError("grad_replace: the tensor is not part of a graph")
-        grads.replace(x.node.id, value)
+        grads.replace(_gradient_id(x.node), value)
 
     def set_distributed(self, x: AutodiffPrimitive, param_id: Any) -> AutodiffPrimitive:
         """Mark a parameter (a leaf, made to require grad) for gradient all-reduce.
@@ -785,3 +800,35 @@ for _op in OPS.values():
     _method.__qualname__ = f"Autodiff.{_op.name}"
     setattr(Autodiff, _op.name, _method)
 Autodiff.cat = _cat
+_record_data_write = Autodiff.data_write
+
+
+def _data_write(self: Autodiff, x: AutodiffPrimitive, y: AutodiffPrimitive) -> AutodiffPrimitive:
+    """``data_write`` recorded, its node naming the node whose gradient is the tensor's: the
+    written tensor is still the one ``x``'s node made (torch keeps its ``grad_fn``), whose
+    gradient sums the uses before and after the write (the write's passes to it whole)."""
+    out = _record_data_write(self, x, y)
+    node, source = out.node, x.node
+    if node is not None and source is not None and source.op is not None:
+        node.gradient_of = _gradient_id(source)
+    return out
+
+
+_data_write.__qualname__ = "Autodiff.data_write"
+Autodiff.data_write = _data_write
+
+
+def _gradient_id(node: Node) -> int:
+    """The key of the gradient of the tensor holding ``node`` (see :func:`_data_write`)."""
+    return node.id if node.gradient_of is None else node.gradient_of
+
+
+def _gradient_node(node: Node | None) -> Node | None:
+    """The node whose gradient is that of the tensor holding ``node``: through writes under
+    ``no_grad`` (``data_write``'s, still linked to the node before them) to that node."""
+    while node is not None and node.gradient_of is not None and node.parents:
+        parent = node.parents[0]
+        if parent is None:
+            break
+        node = parent
+    return node

@@ -49,6 +49,7 @@ class Gradients:
         "hooked",
         "in_place",
         "kept",
+        "leaf_groups",
         "on_register",
         "owned",
         "peak_bytes",
@@ -86,6 +87,11 @@ class Gradients:
         self.kept: frozenset[int] = frozenset()
         #: ids of the leaves whose tensor hooks have run (once their gradient was final)
         self.hooked: set[int] = set()
+        #: the nodes this backward walks (set by the engine while it runs, for
+        #: :meth:`run_leaf_hooks`), then the groups found in them: node id -> the leaves
+        #: sharing that leaf's tensor hooks (one tensor's, in-place writes made it fresh
+        #: leaves), for the leaves with such company, and the ids of those already final
+        self.leaf_groups: Any = None
 
     def register(self, node: Node, value: Any, fresh: bool = False) -> None:
         """Add ``value`` to the gradient of ``node``; ``fresh``: ``value`` is a new array that
@@ -140,9 +146,39 @@ class Gradients:
         if left is not None:
             self.remaining[node.id] = left - 1
             if left == 1 and node.op is None and node.hooks is not None:
-                self.run_hooks(node, self.values.get(node.id))
+                self.run_leaf_hooks(node)
         for hook in self.on_register:
             hook(node, self)
+
+    def run_leaf_hooks(self, node: Node) -> None:
+        """Run the tensor hooks of the leaf ``node``, whose gradient is final now. A leaf that
+        in-place writes (under ``no_grad``) replaced by fresh ones shares its hooks with
+        them (one tensor's): torch's tensor has one gradient, so the hooks run once, when the
+        last of those this backward reaches is final, on their gradients' sum, which is then
+        kept under that last one's key alone (``Tensor.grad`` reads the tensor's former keys
+        too)."""
+        if node.id in self.hooked:
+            return
+        groups = self.leaf_groups
+        if not isinstance(groups, tuple):  # first leaf hooks of this backward: group them
+            groups = self.leaf_groups = (_groups_sharing_hooks(groups or ()), set())
+        group = groups[0].get(node.id)
+        if group is None:
+            self.run_hooks(node, self.values.get(node.id))
+            return
+        final = groups[1]
+        final.add(node.id)
+        if any(member.id not in final for member in group):
+            return  # (another of the tensor's leaves may still get a contribution)
+        total = None
+        for member in group:  # oldest first: the sum's order of a single leaf's sum
+            part = self.values.pop(member.id, None)
+            if part is not None:
+                total = part if total is None else self.backend.add(total, part)
+            self.hooked.add(member.id)
+        if total is not None:
+            self.values[node.id] = total
+            self.run_hooks(node, total)
 
     def run_hooks(self, node: Node, value: Any) -> Any:
         """``node``'s gradient ``value`` through its tensor hooks (``register_hook``'s), in the
@@ -279,3 +315,19 @@ class Gradients:
 def _lifts_into(inner: Any, autodiff: Any) -> bool:
     """Whether ``inner``'s values wrap untracked into ``autodiff``'s: it decorates ``inner``."""
     return bool(getattr(autodiff, "is_autodiff", False)) and autodiff.inner == inner
+
+
+def _groups_sharing_hooks(walk: Any) -> dict[int, tuple[Node, ...]]:
+    """Node id -> the leaves of ``walk`` sharing its tensor hooks (the very same dict: one
+    tensor's leaves, see ``Autodiff.succeed_leaf``), oldest first, for those with company."""
+    by_hooks: dict[int, list[Node]] = {}
+    for node in walk:
+        if node.op is None and node.hooks is not None:
+            by_hooks.setdefault(id(node.hooks), []).append(node)
+    groups: dict[int, tuple[Node, ...]] = {}
+    for members in by_hooks.values():
+        if len(members) > 1:
+            ordered = tuple(sorted(members, key=lambda member: member.id))
+            for member in ordered:
+                groups[member.id] = ordered
+    return groups

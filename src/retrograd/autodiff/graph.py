@@ -91,6 +91,8 @@ class Node:
     distributed = None
     hooks = None
     input_hooks = None
+    #: the id of the node whose gradient is this one's tensor's (a write under ``no_grad``)
+    gradient_of = None
 
     def __init__(self, node_id: int, op: Any, parents: tuple, params: tuple, order: int, plan: Any):
         self.id = node_id

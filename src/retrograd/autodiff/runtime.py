@@ -253,6 +253,11 @@ def backward(
             grads.in_place = not create_graph
         if stop is not None:
             grads.kept = stop
+        # the leaves whose hooks may run (grouped by run_leaf_hooks if some has hooks): the
+        # walk's, or toward inputs, those of the inputs (no leaf is a step then)
+        grads.leaf_groups = (
+            tape.run if stop is None else [tape.nodes[i] for i in stop if i in tape.nodes]
+        )
         hooks = list(BACKWARD_HOOKS)
         for hook in hooks:
             hook.begin(tape, grads)
@@ -285,11 +290,14 @@ def backward(
                     if not retain:
                         _release(node)
                 elif node.hooks is not None and node.id not in grads.hooked:
-                    grads.run_hooks(node, grads.values.get(node.id))  # a leaf's, final now
+                    grads.run_leaf_hooks(node)  # a leaf's, final now
             if stop is not None:  # inputs whose step did not run: their hooks run now
                 for node_id in stop:
                     node = tape.nodes.get(node_id)
                     if node is not None and node.hooks is not None and node_id not in grads.hooked:
+                        if node.op is None:
+                            grads.run_leaf_hooks(node)
+                            continue
                         hooked = grads.run_hooks(node, grads.values.get(node_id))
                         # a non-leaf input's gradient is captured after its tensor hooks
                         # when its own step does not run, as torch 2's autograd.grad
@@ -328,6 +336,7 @@ def backward(
     for hook in hooks:
         hook.end(grads)
     grads.remaining.clear()
+    grads.leaf_groups = None  # (the walk's nodes: not kept alive by the gradients)
     if stop is not None:  # torch's inputs=: every other tensor's gradient is left out, but
         # a retain_grad() tensor the walk ran through (torch fills its .grad on the way)
         kept = stop | {node.id for node in tape.run if node.retain is True}

@@ -1296,7 +1296,7 @@ class SelectionMixin:
 
         kept = [False]  # (not an attribute set inside on_gradient: a cycle through itself)
         on_gradient.kept_its_argument = kept
-        return backend.register_hook(self._prim, on_gradient)
+        return backend.register_hook(self._prim, on_gradient, self._former_keys)
 
     def register_post_accumulate_grad_hook(self, hook: Any) -> Any:
         """Refused: torch calls the hook with the parameter once its ``.grad`` holds the

@@ -866,7 +866,7 @@ def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
         ):
             prim = _overwritten(t, old, prim)
         if is_grad_enabled() and not outside:  # (a recorded write: a new grad_fn in torch)
-            _carry_retain(old, prim)
+            _carry_retain(backend.gradient_node(old), prim)
     t._prim = prim
     sink = getattr(t, "_grad_sink", None)
     if sink is not None:  # a gradient read from a Gradients (Tensor.grad): written back there
@@ -874,11 +874,12 @@ def _set_root(op: str, t: Any, value: Any, outside: bool, fresh: bool) -> None:
         grads.replace(key, prim)
 
 
-def _carry_retain(old: Any, new: Any) -> None:
-    """``retain_grad()`` of a tensor computed in the graph follows it through an in-place
+def _carry_retain(old_node: Any, new: Any) -> None:
+    """``old_node``: the node holding the written tensor's gradient (``gradient_node``).
+    ``retain_grad()`` of a tensor computed in the graph follows it through an in-place
     write: its gradient is then the new value's, as torch moves the retaining hook to the
     tensor's new ``grad_fn`` (its tensor hooks stay with the old value, as torch's)."""
-    old_node, new_node = getattr(old, "node", None), getattr(new, "node", None)
+    new_node = getattr(new, "node", None)
     if (
         old_node is not None
         and old_node.op is not None
