@@ -1417,8 +1417,8 @@ def _vector_norm_vjp(B, g, x, out, order):
     # torch's norm_backward for p other than 0, 2 and the infinities, op for op: sgn(x) g at
     # p = 1; below 1 sgn(x) |x|^(p-1) (0 at a zero entry) * g * norm^(1-p); above 1
     # sgn(x) |x|^(p-1) (x |x|^(p-2) from 2 on) * (g / norm^(p-1), 0 where the norm is 0)
-    if order == 1.0:
-        return B.mul(B.sign(x), g)
+    if order == 1.0:  # (torch's sgn of NaN is 0, as abs's rule has it)
+        return B.mul(B.mask_fill(B.sign(x), B.is_nan(x), 0.0), g)
     if order < 1.0:
         scaled = B.mul(B.sign(x), B.pow_scalar(B.abs(x), order - 1.0))
         scaled = B.mask_fill(scaled, B.equal_elem(x, 0.0), 0.0)

@@ -642,11 +642,6 @@ class ElementwiseMixin:
             )
         if self.dtype == "bool":  # (torch's NotImplementedError)
             raise UnsupportedDTypeError("cross: not implemented for bool tensors")
-        if other.ndim != self.ndim:  # (torch's RuntimeError, whatever dim is)
-            raise SizeMismatchError(
-                f"cross: inputs must have the same number of dimensions, got shapes "
-                f"{shape_text(self.shape)} and {shape_text(other.shape)}"
-            )
         a, b = promote(self, other, "cross")
         if dim is None:
             try:
