@@ -98,7 +98,8 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002 (torch's name)
     if x.shape[0] < 2:  # no pairs: an empty result, connected to the graph
         return x.sum_dim(1).reshape((-1,)).narrow(0, 0, 0)
     (x,) = once_differentiable_inputs(fn, x)  # (torch's _pdist_backward has no derivative)
-    if p > 0 and x.dtype in ("float32", "float64") and x.requires_grad:
+    # (untracked too, on an autodiff backend: one kernel, so tracked and untracked values agree)
+    if p > 0 and x.dtype in ("float32", "float64") and (x.requires_grad or x._backend.is_autodiff):
         # one op of the op table (autodiff/ops.py) whose rule reads x and the distances, as
         # torch's _pdist_backward: the composite below held the [pairs, M] differences (23x
         # torch's bytes for 64 rows; 7 December)
