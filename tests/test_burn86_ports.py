@@ -16,22 +16,10 @@ import torch
 
 import retrograd as rg
 import retrograd.nn.functional as F  # noqa: N812
-from backends import inner_backend
+from test_burn_ports import backend  # noqa: F401 (the autouse fixture: each strategy)
 
 #: every test runs under the autouse fixture's backend, one per strategy of its own
 pytestmark = pytest.mark.own_checkpointing("the backend fixture picks each strategy")
-
-STRATEGIES = {
-    "none": rg.NoCheckpointing,
-    "balanced": rg.BalancedCheckpointing,
-    "budget": lambda: rg.BudgetCheckpointing(256),
-}
-
-
-@pytest.fixture(autouse=True, params=list(STRATEGIES))
-def backend(request):
-    with rg.use_backend(rg.Autodiff(inner_backend(), STRATEGIES[request.param]())) as active:
-        yield active
 
 
 def close(actual, expected, tol=1e-5):
