@@ -964,15 +964,14 @@ Op(
     recomputable=False,
     forward=lambda B, grad, anchor, kind, shape, op: grad,
 )
-# an input that torch's backward kernel of the composition after it reads (nll_loss's, the
-# reflection and replication pads', adaptive max pooling's): the identity, whose gradient is
-# linked under create_graph to the input with a zero derivative, as torch's is
-unary(
-    "kernel_input_gate",
-    lambda B, g: g,
-    forward=lambda B, x: x,
-    links={0: ((0, "zeros"),)},
-)
+# an input that torch's backward kernel of the composition after it reads: the identity, whose
+# gradient is linked under create_graph to the input -- with a zero derivative
+# (``kernel_input_gate``: nll_loss's, the reflection and replication pads', adaptive max
+# pooling's), or none where torch's double backward gives the input none
+# (``kernel_input_gate_undefined``: eval-mode batch_norm's ``native_batch_norm_backward``;
+# the gradient requires grad, as torch's, and a second derivative leaves the input's unset)
+for _gate, _kind in (("kernel_input_gate", "zeros"), ("kernel_input_gate_undefined", "none")):
+    unary(_gate, lambda B, g: g, forward=lambda B, x: x, links={0: ((0, _kind),)})
 # a composition's bias where torch computes its gradient in a joint backward kernel with
 # other inputs (eval-mode batch_norm's, instance_norm's): the bias itself, whose gradient is
 # linked under create_graph to ``other`` (of no derivative), so that it requires grad where
@@ -987,15 +986,6 @@ Op(
     recomputable=False,
     forward=lambda B, bias, other: bias,
     links={0: ((1, "none"),)},
-)
-# the same where torch's double backward gives the input no derivative (eval-mode
-# batch_norm's ``native_batch_norm_backward``): the gradient requires grad, as torch's,
-# and a second derivative leaves the input's unset
-unary(
-    "kernel_input_gate_undefined",
-    lambda B, g: g,
-    forward=lambda B, x: x,
-    links={0: ((0, "none"),)},
 )
 
 # torch has no derivative of the polynomials in either argument (their outputs are untracked)
