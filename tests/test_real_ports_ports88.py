@@ -369,3 +369,469 @@ def test_convnext_v2_fcmae_pretraining_trains_as_torch(capsys, shared_bernoulli)
     assert theirs[0] == [29, 24]  # no decay: 1-d, biases and the mask token; decay: GRN
     assert len(theirs) == 1 + 2 * (4 * 2 + 2 * 4) + 2
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
+
+
+CAIT_SOURCE = """
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim import Optimizer
+
+
+def drop_path(x, drop_prob: float = 0.0, training: bool = False):
+    if drop_prob == 0.0 or not training:
+        return x
+    keep_prob = 1 - drop_prob
+    shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+    random_tensor = keep_prob + torch.rand(shape, dtype=x.dtype, device=x.device)
+    random_tensor.floor_()  # binarize
+    return x.div(keep_prob) * random_tensor
+
+
+class DropPath(nn.Module):
+    def __init__(self, drop_prob=None):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x):
+        return drop_path(x, self.drop_prob, self.training)
+
+
+class Mlp(nn.Module):
+    def __init__(self, in_features, hidden_features):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_features, in_features)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class TalkingHeadAttn(nn.Module):
+    # the heads mix their logits before the softmax and their weights after it
+    def __init__(self, dim, num_heads=4, qkv_bias=False):
+        super().__init__()
+        self.num_heads = num_heads
+        head_dim = dim // num_heads
+        self.scale = head_dim ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_l = nn.Linear(num_heads, num_heads)
+        self.proj_w = nn.Linear(num_heads, num_heads)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0] * self.scale, qkv[1], qkv[2]
+        attn = q @ k.transpose(-2, -1)
+        attn = self.proj_l(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        attn = attn.softmax(dim=-1)
+        attn = self.proj_w(attn.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        x = (attn @ v).transpose(1, 2).reshape(B, N, C)
+        return self.proj(x)
+
+
+class ClassAttn(nn.Module):
+    # only the class token queries: the patches are keys and values
+    def __init__(self, dim, num_heads=4, qkv_bias=False):
+        super().__init__()
+        self.num_heads = num_heads
+        head_dim = dim // num_heads
+        self.scale = head_dim ** -0.5
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.k = nn.Linear(dim, dim, bias=qkv_bias)
+        self.v = nn.Linear(dim, dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q = self.q(x[:, 0]).unsqueeze(1).reshape(B, 1, self.num_heads, C // self.num_heads).permute(0, 2, 1, 3)
+        k = self.k(x).reshape(B, N, self.num_heads, C // self.num_heads).permute(0, 2, 1, 3)
+        q = q * self.scale
+        v = self.v(x).reshape(B, N, self.num_heads, C // self.num_heads).permute(0, 2, 1, 3)
+        attn = q @ k.transpose(-2, -1)
+        attn = attn.softmax(dim=-1)
+        x_cls = (attn @ v).transpose(1, 2).reshape(B, 1, C)
+        return self.proj(x_cls)
+
+
+class LayerScaleBlockClassAttn(nn.Module):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, drop_path=0.0, init_values=1e-4):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = ClassAttn(dim, num_heads=num_heads, qkv_bias=True)
+        self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(in_features=dim, hidden_features=int(dim * mlp_ratio))
+        self.gamma_1 = nn.Parameter(init_values * torch.ones(dim))
+        self.gamma_2 = nn.Parameter(init_values * torch.ones(dim))
+
+    def forward(self, x, x_cls):
+        u = torch.cat((x_cls, x), dim=1)
+        x_cls = x_cls + self.drop_path(self.gamma_1 * self.attn(self.norm1(u)))
+        x_cls = x_cls + self.drop_path(self.gamma_2 * self.mlp(self.norm2(x_cls)))
+        return x_cls
+
+
+class LayerScaleBlock(nn.Module):
+    def __init__(self, dim, num_heads, mlp_ratio=4.0, drop_path=0.0, init_values=1e-4):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = TalkingHeadAttn(dim, num_heads=num_heads, qkv_bias=True)
+        self.drop_path = DropPath(drop_path) if drop_path > 0.0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(in_features=dim, hidden_features=int(dim * mlp_ratio))
+        self.gamma_1 = nn.Parameter(init_values * torch.ones(dim))
+        self.gamma_2 = nn.Parameter(init_values * torch.ones(dim))
+
+    def forward(self, x):
+        x = x + self.drop_path(self.gamma_1 * self.attn(self.norm1(x)))
+        x = x + self.drop_path(self.gamma_2 * self.mlp(self.norm2(x)))
+        return x
+
+
+class Cait(nn.Module):
+    def __init__(self, img_size=8, patch_size=2, in_chans=3, num_classes=5, embed_dim=16,
+                 depth=2, num_heads=4, mlp_ratio=2.0, drop_path_rate=0.2, init_values=0.1,
+                 depth_token_only=1):
+        super().__init__()
+        self.num_classes = num_classes
+        self.patch_embed = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
+        num_patches = (img_size // patch_size) ** 2
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches, embed_dim))
+        dpr = [drop_path_rate for i in range(depth)]
+        self.blocks = nn.ModuleList([
+            LayerScaleBlock(embed_dim, num_heads, mlp_ratio, dpr[i], init_values)
+            for i in range(depth)
+        ])
+        self.blocks_token_only = nn.ModuleList([
+            LayerScaleBlockClassAttn(embed_dim, num_heads, mlp_ratio, 0.0, init_values)
+            for i in range(depth_token_only)
+        ])
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.constant_(m.bias, 0)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.constant_(m.bias, 0)
+            nn.init.constant_(m.weight, 1.0)
+
+    @torch.jit.ignore
+    def no_weight_decay(self):
+        return {"pos_embed", "cls_token"}
+
+    def forward_features(self, x):
+        B = x.shape[0]
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        cls_tokens = self.cls_token.expand(B, -1, -1)
+        x = x + self.pos_embed
+        for i, blk in enumerate(self.blocks):
+            x = blk(x)
+        for i, blk in enumerate(self.blocks_token_only):
+            cls_tokens = blk(x, cls_tokens)
+        x = torch.cat((cls_tokens, x), dim=1)
+        x = self.norm(x)
+        return x[:, 0]
+
+    def forward(self, x):
+        return self.head(self.forward_features(x))
+
+
+def one_hot(x, num_classes, on_value=1.0, off_value=0.0):
+    x = x.long().view(-1, 1)
+    return torch.full((x.size()[0], num_classes), off_value, device=x.device).scatter_(1, x, on_value)
+
+
+def mixup_target(target, num_classes, lam=1.0, smoothing=0.0):
+    off_value = smoothing / num_classes
+    on_value = 1.0 - smoothing + off_value
+    y1 = one_hot(target, num_classes, on_value=on_value, off_value=off_value)
+    y2 = one_hot(target.flip(0), num_classes, on_value=on_value, off_value=off_value)
+    return y1 * lam + y2 * (1.0 - lam)
+
+
+def rand_bbox(img_shape, lam, margin=0.0, count=None):
+    ratio = np.sqrt(1 - lam)
+    img_h, img_w = img_shape[-2:]
+    cut_h, cut_w = int(img_h * ratio), int(img_w * ratio)
+    margin_y, margin_x = int(margin * cut_h), int(margin * cut_w)
+    cy = np.random.randint(0 + margin_y, img_h - margin_y, size=count)
+    cx = np.random.randint(0 + margin_x, img_w - margin_x, size=count)
+    yl = np.clip(cy - cut_h // 2, 0, img_h)
+    yh = np.clip(cy + cut_h // 2, 0, img_h)
+    xl = np.clip(cx - cut_w // 2, 0, img_w)
+    xh = np.clip(cx + cut_w // 2, 0, img_w)
+    return yl, yh, xl, xh
+
+
+def cutmix_bbox_and_lam(img_shape, lam, correct_lam=True, count=None):
+    yl, yu, xl, xu = rand_bbox(img_shape, lam, count=count)
+    if correct_lam:
+        bbox_area = (yu - yl) * (xu - xl)
+        lam = 1.0 - bbox_area / float(img_shape[-2] * img_shape[-1])
+    return (yl, yu, xl, xu), lam
+
+
+class Mixup:
+    def __init__(self, mixup_alpha=1.0, cutmix_alpha=0.0, prob=1.0, switch_prob=0.5,
+                 correct_lam=True, label_smoothing=0.1, num_classes=1000):
+        self.mixup_alpha = mixup_alpha
+        self.cutmix_alpha = cutmix_alpha
+        self.mix_prob = prob
+        self.switch_prob = switch_prob
+        self.label_smoothing = label_smoothing
+        self.num_classes = num_classes
+        self.correct_lam = correct_lam
+        self.mixup_enabled = True
+
+    def _params_per_batch(self):
+        lam = 1.0
+        use_cutmix = False
+        if self.mixup_enabled and np.random.rand() < self.mix_prob:
+            if self.mixup_alpha > 0.0 and self.cutmix_alpha > 0.0:
+                use_cutmix = np.random.rand() < self.switch_prob
+                lam_mix = np.random.beta(self.cutmix_alpha, self.cutmix_alpha) if use_cutmix else \\
+                    np.random.beta(self.mixup_alpha, self.mixup_alpha)
+            elif self.mixup_alpha > 0.0:
+                lam_mix = np.random.beta(self.mixup_alpha, self.mixup_alpha)
+            else:
+                use_cutmix = True
+                lam_mix = np.random.beta(self.cutmix_alpha, self.cutmix_alpha)
+            lam = float(lam_mix)
+        return lam, use_cutmix
+
+    def _mix_batch(self, x):
+        lam, use_cutmix = self._params_per_batch()
+        if lam == 1.0:
+            return 1.0
+        if use_cutmix:
+            (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(x.shape, lam, correct_lam=self.correct_lam)
+            x[:, :, yl:yh, xl:xh] = x.flip(0)[:, :, yl:yh, xl:xh]
+        else:
+            x_flipped = x.flip(0).mul_(1.0 - lam)
+            x.mul_(lam).add_(x_flipped)
+        return lam
+
+    def __call__(self, x, target):
+        assert len(x) % 2 == 0, "Batch size should be even when using this"
+        lam = self._mix_batch(x)
+        target = mixup_target(target, self.num_classes, lam, self.label_smoothing)
+        return x, target
+
+
+class BinaryCrossEntropy(nn.Module):
+    # BCE over one-hot (or mixed) targets, thresholded into hard multi-label ones
+    def __init__(self, smoothing=0.1, target_threshold=None, weight=None, reduction="mean",
+                 sum_classes=False, pos_weight=None):
+        super().__init__()
+        assert 0.0 <= smoothing < 1.0
+        self.smoothing = smoothing
+        self.target_threshold = target_threshold
+        self.reduction = "none" if sum_classes else reduction
+        self.sum_classes = sum_classes
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, x, target):
+        batch_size = x.shape[0]
+        assert batch_size == target.shape[0]
+        if target.shape != x.shape:
+            num_classes = x.shape[-1]
+            off_value = self.smoothing / num_classes
+            on_value = 1.0 - self.smoothing + off_value
+            target = target.long().view(-1, 1)
+            target = torch.full(
+                (batch_size, num_classes), off_value, device=x.device, dtype=x.dtype
+            ).scatter_(1, target, on_value)
+        if self.target_threshold is not None:
+            target = target.gt(self.target_threshold).to(dtype=target.dtype)
+        loss = F.binary_cross_entropy_with_logits(
+            x, target, self.weight, pos_weight=self.pos_weight, reduction=self.reduction
+        )
+        if self.sum_classes:
+            loss = loss.sum(-1).mean()
+        return loss
+
+
+class RMSpropTF(Optimizer):
+    # RMSprop as TensorFlow runs it: eps inside the root, square_avg started at one
+    def __init__(self, params, lr=1e-2, alpha=0.9, eps=1e-10, weight_decay=0, momentum=0.0,
+                 centered=False, decoupled_decay=False, lr_in_momentum=True):
+        if not 0.0 <= lr:
+            raise ValueError("Invalid learning rate: {}".format(lr))
+        defaults = dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered,
+                        weight_decay=weight_decay, decoupled_decay=decoupled_decay,
+                        lr_in_momentum=lr_in_momentum)
+        super(RMSpropTF, self).__init__(params, defaults)
+
+    def __setstate__(self, state):
+        super(RMSpropTF, self).__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("momentum", 0)
+            group.setdefault("centered", False)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                if grad.is_sparse:
+                    raise RuntimeError("RMSprop does not support sparse gradients")
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = 0
+                    state["square_avg"] = torch.ones_like(p)  # PyTorch inits to zero
+                    if group["momentum"] > 0:
+                        state["momentum_buffer"] = torch.zeros_like(p)
+                    if group["centered"]:
+                        state["grad_avg"] = torch.zeros_like(p)
+                square_avg = state["square_avg"]
+                one_minus_alpha = 1.0 - group["alpha"]
+                state["step"] += 1
+                if group["weight_decay"] != 0:
+                    if group["decoupled_decay"]:
+                        p.mul_(1.0 - group["lr"] * group["weight_decay"])
+                    else:
+                        grad = grad.add(p, alpha=group["weight_decay"])
+                # Tensorflow order of ops for updating squared avg
+                square_avg.add_(grad.pow(2) - square_avg, alpha=one_minus_alpha)
+                if group["centered"]:
+                    grad_avg = state["grad_avg"]
+                    grad_avg.add_(grad - grad_avg, alpha=one_minus_alpha)
+                    avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).add(group["eps"]).sqrt_()
+                else:
+                    avg = square_avg.add(group["eps"]).sqrt_()
+                if group["momentum"] > 0:
+                    buf = state["momentum_buffer"]
+                    if group["lr_in_momentum"]:
+                        buf.mul_(group["momentum"]).addcdiv_(grad, avg, value=group["lr"])
+                        p.add_(-buf)
+                    else:
+                        buf.mul_(group["momentum"]).addcdiv_(grad, avg)
+                        p.add_(buf, alpha=-group["lr"])
+                else:
+                    p.addcdiv_(grad, avg, value=-group["lr"])
+        return loss
+
+
+class CosineWarmup:
+    # per-update warm-up then cosine, written into the groups as timm's schedulers do
+    def __init__(self, optimizer, t_initial, lr_min=0.0, warmup_t=0, warmup_lr_init=0.0):
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+        self.base_values = [group["initial_lr"] for group in optimizer.param_groups]
+        self.t_initial, self.lr_min = t_initial, lr_min
+        self.warmup_t, self.warmup_lr_init = warmup_t, warmup_lr_init
+        self.warmup_steps = [(v - warmup_lr_init) / warmup_t for v in self.base_values]
+        self.step_update(0)
+
+    def _get_lr(self, t):
+        if t < self.warmup_t:
+            return [self.warmup_lr_init + t * s for s in self.warmup_steps]
+        t = t - self.warmup_t
+        return [self.lr_min + 0.5 * (v - self.lr_min) * (1 + math.cos(math.pi * t / self.t_initial))
+                for v in self.base_values]
+
+    def step_update(self, num_updates):
+        for param_group, value in zip(self.optimizer.param_groups, self._get_lr(num_updates)):
+            param_group["lr"] = value
+
+
+class ModelEmaV2(nn.Module):
+    def __init__(self, model, decay=0.9):
+        super().__init__()
+        self.module = copy.deepcopy(model)
+        self.module.eval()
+        self.decay = decay
+
+    @torch.no_grad()
+    def update(self, model):
+        for ema_v, model_v in zip(self.module.state_dict().values(), model.state_dict().values()):
+            if ema_v.is_floating_point():
+                ema_v.lerp_(model_v, weight=1.0 - self.decay)
+            else:
+                ema_v.copy_(model_v)
+
+
+def param_groups(model, weight_decay, skip=()):
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.ndim <= 1 or name.endswith(".bias") or name in skip:
+            no_decay.append(param)
+        else:
+            decay.append(param)
+    return [dict(params=no_decay, weight_decay=0.0), dict(params=decay, weight_decay=weight_decay)]
+
+
+num_classes = 5
+model = Cait(num_classes=num_classes)
+initialize(model)
+mixup_fn = Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, label_smoothing=0.1,
+                 num_classes=num_classes)
+criterion = BinaryCrossEntropy(target_threshold=0.2, pos_weight=torch.linspace(0.5, 1.5, num_classes))
+optimizer = RMSpropTF(param_groups(model, 1e-2, model.no_weight_decay()), lr=2e-3, alpha=0.9,
+                      eps=1e-3, momentum=0.9, weight_decay=1e-2)
+scheduler = CosineWarmup(optimizer, t_initial=4, lr_min=1e-5, warmup_t=2, warmup_lr_init=1e-4)
+ema = ModelEmaV2(model, decay=0.8)
+batches = [(torch.randn(4, 3, 8, 8), torch.randint(0, num_classes, (4,))) for _ in range(5)]
+num_updates = 0
+for samples, targets in batches:
+    model.train()
+    samples, targets = mixup_fn(samples, targets)
+    output = model(samples)
+    loss = criterion(output, targets)
+    record.extend([targets.numpy(), loss.item()])
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0, norm_type=2.0)
+    optimizer.step()
+    num_updates += 1
+    scheduler.step_update(num_updates=num_updates)
+    ema.update(model)
+    record.extend([[g["lr"] for g in optimizer.param_groups], params_of(model), params_of(ema)])
+with torch.no_grad():
+    output = ema.module(batches[0][0])
+    _, pred = output.topk(1, 1, True, True)
+    record.extend([output.numpy(), pred.t().tolist()])
+"""
+
+CAIT_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
+    ("    def step(self, closure=None):\n", "    def step(self, grads, closure=None):\n"),
+    ("                if p.grad is None:\n", "                if p.grad(grads) is None:\n"),
+    ("                grad = p.grad\n", "                grad = p.grad(grads)\n"),
+    ("    loss.backward()\n", "    grads = loss.backward()\n"),
+    ("clip_grad_norm_(model.parameters(),", "clip_grad_norm_(grads, model.parameters(),"),
+    ("    optimizer.step()\n", "    optimizer.step(grads)\n"),
+]
+
+
+def test_cait_mixup_bce_rmsprop_tf_and_ema_train_as_torch(capsys):
+    (theirs, ours), _ = runs_with_draws(
+        CAIT_SOURCE, CAIT_STEPS, capsys, 8808,  # batches 3 and 4 cut, the others blend
+        initialize=initializer(), params_of=params_of, copy=copy,
+    )  # fmt: skip
+    assert len(theirs) == 5 * 5 + 2
+    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
