@@ -835,3 +835,376 @@ def test_cait_mixup_bce_rmsprop_tf_and_ema_train_as_torch(capsys):
     )  # fmt: skip
     assert len(theirs) == 5 * 5 + 2
     assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
+
+
+REPVGG_SOURCE = """
+import copy
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def conv_bn(in_channels, out_channels, kernel_size, stride, padding, groups=1):
+    result = nn.Sequential()
+    result.add_module("conv", nn.Conv2d(in_channels=in_channels, out_channels=out_channels,
+                                        kernel_size=kernel_size, stride=stride, padding=padding,
+                                        groups=groups, bias=False))
+    result.add_module("bn", nn.BatchNorm2d(num_features=out_channels))
+    return result
+
+
+class SEBlock(nn.Module):
+    def __init__(self, input_channels, internal_neurons):
+        super(SEBlock, self).__init__()
+        self.down = nn.Conv2d(in_channels=input_channels, out_channels=internal_neurons,
+                              kernel_size=1, stride=1, bias=True)
+        self.up = nn.Conv2d(in_channels=internal_neurons, out_channels=input_channels,
+                            kernel_size=1, stride=1, bias=True)
+        self.input_channels = input_channels
+
+    def forward(self, inputs):
+        x = F.avg_pool2d(inputs, kernel_size=inputs.size(3))
+        x = self.down(x)
+        x = F.relu(x)
+        x = self.up(x)
+        x = torch.sigmoid(x)
+        x = x.view(-1, self.input_channels, 1, 1)
+        return inputs * x
+
+
+class RepVGGBlock(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, padding_mode="zeros", deploy=False, use_se=False):
+        super(RepVGGBlock, self).__init__()
+        self.deploy = deploy
+        self.groups = groups
+        self.in_channels = in_channels
+        assert kernel_size == 3
+        assert padding == 1
+        padding_11 = padding - kernel_size // 2
+        self.nonlinearity = nn.ReLU()
+        if use_se:
+            self.se = SEBlock(out_channels, internal_neurons=out_channels // 4)
+        else:
+            self.se = nn.Identity()
+        if deploy:
+            self.rbr_reparam = nn.Conv2d(in_channels=in_channels, out_channels=out_channels,
+                                         kernel_size=kernel_size, stride=stride, padding=padding,
+                                         dilation=dilation, groups=groups, bias=True,
+                                         padding_mode=padding_mode)
+        else:
+            self.rbr_identity = nn.BatchNorm2d(num_features=in_channels) \\
+                if out_channels == in_channels and stride == 1 else None
+            self.rbr_dense = conv_bn(in_channels=in_channels, out_channels=out_channels,
+                                     kernel_size=kernel_size, stride=stride, padding=padding,
+                                     groups=groups)
+            self.rbr_1x1 = conv_bn(in_channels=in_channels, out_channels=out_channels,
+                                   kernel_size=1, stride=stride, padding=padding_11, groups=groups)
+
+    def forward(self, inputs):
+        if hasattr(self, "rbr_reparam"):
+            return self.nonlinearity(self.se(self.rbr_reparam(inputs)))
+        if self.rbr_identity is None:
+            id_out = 0
+        else:
+            id_out = self.rbr_identity(inputs)
+        return self.nonlinearity(self.se(self.rbr_dense(inputs) + self.rbr_1x1(inputs) + id_out))
+
+    # the L2 of the equivalent kernel, which the paper's custom weight decay penalises
+    def get_custom_L2(self):
+        K3 = self.rbr_dense.conv.weight
+        K1 = self.rbr_1x1.conv.weight
+        t3 = (self.rbr_dense.bn.weight / ((self.rbr_dense.bn.running_var + self.rbr_dense.bn.eps).sqrt())).reshape(-1, 1, 1, 1).detach()
+        t1 = (self.rbr_1x1.bn.weight / ((self.rbr_1x1.bn.running_var + self.rbr_1x1.bn.eps).sqrt())).reshape(-1, 1, 1, 1).detach()
+        l2_loss_circle = (K3 ** 2).sum() - (K3[:, :, 1:2, 1:2] ** 2).sum()
+        eq_kernel = K3[:, :, 1:2, 1:2] * t3 + K1 * t1
+        l2_loss_eq_kernel = (eq_kernel ** 2 / (t3 ** 2 + t1 ** 2)).sum()
+        return l2_loss_eq_kernel + l2_loss_circle
+
+    def get_equivalent_kernel_bias(self):
+        kernel3x3, bias3x3 = self._fuse_bn_tensor(self.rbr_dense)
+        kernel1x1, bias1x1 = self._fuse_bn_tensor(self.rbr_1x1)
+        kernelid, biasid = self._fuse_bn_tensor(self.rbr_identity)
+        return kernel3x3 + self._pad_1x1_to_3x3_tensor(kernel1x1) + kernelid, bias3x3 + bias1x1 + biasid
+
+    def _pad_1x1_to_3x3_tensor(self, kernel1x1):
+        if kernel1x1 is None:
+            return 0
+        else:
+            return torch.nn.functional.pad(kernel1x1, [1, 1, 1, 1])
+
+    def _fuse_bn_tensor(self, branch):
+        if branch is None:
+            return 0, 0
+        if isinstance(branch, nn.Sequential):
+            kernel = branch.conv.weight
+            running_mean = branch.bn.running_mean
+            running_var = branch.bn.running_var
+            gamma = branch.bn.weight
+            beta = branch.bn.bias
+            eps = branch.bn.eps
+        else:
+            assert isinstance(branch, nn.BatchNorm2d)
+            if not hasattr(self, "id_tensor"):
+                input_dim = self.in_channels // self.groups
+                kernel_value = np.zeros((self.in_channels, input_dim, 3, 3), dtype=np.float32)
+                for i in range(self.in_channels):
+                    kernel_value[i, i % input_dim, 1, 1] = 1
+                self.id_tensor = torch.from_numpy(kernel_value).to(branch.weight.device)
+            kernel = self.id_tensor
+            running_mean = branch.running_mean
+            running_var = branch.running_var
+            gamma = branch.weight
+            beta = branch.bias
+            eps = branch.eps
+        std = (running_var + eps).sqrt()
+        t = (gamma / std).reshape(-1, 1, 1, 1)
+        return kernel * t, beta - running_mean * gamma / std
+
+    def switch_to_deploy(self):
+        if hasattr(self, "rbr_reparam"):
+            return
+        kernel, bias = self.get_equivalent_kernel_bias()
+        self.rbr_reparam = nn.Conv2d(in_channels=self.rbr_dense.conv.in_channels,
+                                     out_channels=self.rbr_dense.conv.out_channels,
+                                     kernel_size=self.rbr_dense.conv.kernel_size,
+                                     stride=self.rbr_dense.conv.stride,
+                                     padding=self.rbr_dense.conv.padding,
+                                     dilation=self.rbr_dense.conv.dilation,
+                                     groups=self.rbr_dense.conv.groups, bias=True)
+        self.rbr_reparam.weight.data = kernel
+        self.rbr_reparam.bias.data = bias
+        for para in self.parameters():
+            para.detach_()
+        self.__delattr__("rbr_dense")
+        self.__delattr__("rbr_1x1")
+        if hasattr(self, "rbr_identity"):
+            self.__delattr__("rbr_identity")
+        if hasattr(self, "id_tensor"):
+            self.__delattr__("id_tensor")
+        self.deploy = True
+
+
+class RepVGG(nn.Module):
+    def __init__(self, num_blocks, num_classes=4, width_multiplier=None, override_groups_map=None,
+                 deploy=False, use_se=False):
+        super(RepVGG, self).__init__()
+        assert len(width_multiplier) == 3
+        self.deploy = deploy
+        self.override_groups_map = override_groups_map or dict()
+        self.use_se = use_se
+        assert 0 not in self.override_groups_map
+        self.in_planes = min(8, int(8 * width_multiplier[0]))
+        self.stage0 = RepVGGBlock(in_channels=3, out_channels=self.in_planes, kernel_size=3,
+                                  stride=2, padding=1, deploy=self.deploy, use_se=self.use_se)
+        self.cur_layer_idx = 1
+        self.stage1 = self._make_stage(int(8 * width_multiplier[0]), num_blocks[0], stride=1)
+        self.stage2 = self._make_stage(int(8 * width_multiplier[1]), num_blocks[1], stride=2)
+        self.gap = nn.AdaptiveAvgPool2d(output_size=1)
+        self.linear = nn.Linear(int(8 * width_multiplier[2]), num_classes)
+
+    def _make_stage(self, planes, num_blocks, stride):
+        strides = [stride] + [1] * (num_blocks - 1)
+        blocks = []
+        for stride in strides:
+            cur_groups = self.override_groups_map.get(self.cur_layer_idx, 1)
+            blocks.append(RepVGGBlock(in_channels=self.in_planes, out_channels=planes,
+                                      kernel_size=3, stride=stride, padding=1, groups=cur_groups,
+                                      deploy=self.deploy, use_se=self.use_se))
+            self.in_planes = planes
+            self.cur_layer_idx += 1
+        return nn.ModuleList(blocks)
+
+    def forward(self, x):
+        out = self.stage0(x)
+        for stage in (self.stage1, self.stage2):
+            for block in stage:
+                out = block(out)
+        out = self.gap(out)
+        out = out.view(out.size(0), -1)
+        return self.linear(out)
+
+
+def repvgg_model_convert(model: torch.nn.Module, do_copy=True):
+    if do_copy:
+        model = copy.deepcopy(model)
+    for module in model.modules():
+        if hasattr(module, "switch_to_deploy"):
+            module.switch_to_deploy()
+    return model
+
+
+class SplitBatchNorm2d(torch.nn.BatchNorm2d):
+    # AugMix's split BN: the clean split through the main BN, each augmented one through its own
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, num_splits=2):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+        assert num_splits > 1, "Should have at least one aux BN layer (num_splits at least 2)"
+        self.num_splits = num_splits
+        self.aux_bn = nn.ModuleList([
+            nn.BatchNorm2d(num_features, eps, momentum, affine, track_running_stats)
+            for _ in range(num_splits - 1)
+        ])
+
+    def forward(self, input: torch.Tensor):
+        if self.training:  # aux BN only relevant while training
+            split_size = input.shape[0] // self.num_splits
+            assert input.shape[0] == split_size * self.num_splits, \\
+                "batch size must be evenly divisible by num_splits"
+            split_input = input.split(split_size)
+            x = [super().forward(split_input[0])]
+            for i, a in enumerate(self.aux_bn):
+                x.append(a(split_input[i + 1]))
+            return torch.cat(x, dim=0)
+        else:
+            return super().forward(input)
+
+
+def convert_splitbn_model(module, num_splits=2):
+    mod = module
+    if isinstance(module, torch.nn.modules.instancenorm._InstanceNorm):
+        return module
+    if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+        mod = SplitBatchNorm2d(
+            module.num_features, module.eps, module.momentum, module.affine,
+            module.track_running_stats, num_splits=num_splits)
+        mod.running_mean = module.running_mean
+        mod.running_var = module.running_var
+        mod.num_batches_tracked = module.num_batches_tracked
+        if module.affine:
+            mod.weight.data = module.weight.data.clone().detach()
+            mod.bias.data = module.bias.data.clone().detach()
+        for aux in mod.aux_bn:
+            aux.running_mean = module.running_mean.clone()
+            aux.running_var = module.running_var.clone()
+            aux.num_batches_tracked = module.num_batches_tracked.clone()
+            if module.affine:
+                aux.weight.data = module.weight.data.clone().detach()
+                aux.bias.data = module.bias.data.clone().detach()
+    for name, child in module.named_children():
+        mod.add_module(name, convert_splitbn_model(child, num_splits=num_splits))
+    del module
+    return mod
+
+
+class LabelSmoothingCrossEntropy(nn.Module):
+    def __init__(self, smoothing=0.1):
+        super(LabelSmoothingCrossEntropy, self).__init__()
+        assert smoothing < 1.0
+        self.smoothing = smoothing
+        self.confidence = 1.0 - smoothing
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        logprobs = F.log_softmax(x, dim=-1)
+        nll_loss = -logprobs.gather(dim=-1, index=target.unsqueeze(1))
+        nll_loss = nll_loss.squeeze(1)
+        smooth_loss = -logprobs.mean(dim=-1)
+        loss = self.confidence * nll_loss + self.smoothing * smooth_loss
+        return loss.mean()
+
+
+class JsdCrossEntropy(nn.Module):
+    # AugMix's Jensen-Shannon consistency between the clean and the augmented splits
+    def __init__(self, num_splits=3, alpha=12, smoothing=0.1):
+        super().__init__()
+        self.num_splits = num_splits
+        self.alpha = alpha
+        if smoothing is not None and smoothing > 0:
+            self.cross_entropy_loss = LabelSmoothingCrossEntropy(smoothing)
+        else:
+            self.cross_entropy_loss = torch.nn.CrossEntropyLoss()
+
+    def __call__(self, output, target):
+        split_size = output.shape[0] // self.num_splits
+        assert split_size * self.num_splits == output.shape[0]
+        logits_split = torch.split(output, split_size)
+        # Cross-entropy is only computed on clean images
+        loss = self.cross_entropy_loss(logits_split[0], target[:split_size])
+        probs = [F.softmax(logits, dim=1) for logits in logits_split]
+        # Clamp mixture distribution to avoid exploding KL divergence
+        logp_mixture = torch.clamp(torch.stack(probs).mean(axis=0), 1e-7, 1).log()
+        loss += self.alpha * sum([F.kl_div(
+            logp_mixture, p_split, reduction="batchmean") for p_split in probs]) / len(probs)
+        return loss
+
+
+OPS = [
+    lambda x: torch.flip(x, dims=[3]),
+    lambda x: torch.roll(x, shifts=1, dims=2),
+    lambda x: x.clamp(-0.5, 0.5),
+    lambda x: torch.rot90(x, 1, dims=(2, 3)),
+]
+
+
+def augment_and_mix(image, severity=3, width=3, alpha=1.0):
+    ws = np.float32(np.random.dirichlet([alpha] * width))
+    m = np.float32(np.random.beta(alpha, alpha))
+    mix = torch.zeros_like(image)
+    for i in range(width):
+        image_aug = image.clone()
+        depth = np.random.randint(1, 4)
+        for _ in range(depth):
+            op = OPS[np.random.randint(len(OPS))]
+            image_aug = op(image_aug)
+        mix += ws[i] * image_aug
+    return (1 - m) * image + m * mix
+
+
+model = RepVGG(num_blocks=[2, 2], width_multiplier=[1, 1.5, 1.5], override_groups_map={2: 2},
+               use_se=True)
+initialize(model)
+model = convert_splitbn_model(model, num_splits=3)
+record.append(sorted(name for name, _ in model.named_buffers() if "aux_bn.1" in name))
+criterion = JsdCrossEntropy(num_splits=3, alpha=12, smoothing=0.1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True,
+                            weight_decay=0.0)
+scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=4, eta_min=1e-3)
+ema = torch.optim.swa_utils.AveragedModel(
+    model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.75), use_buffers=True)
+images = torch.randn(4, 3, 8, 8)
+labels = torch.randint(0, 4, (4,))
+for step in range(3):
+    model.train()
+    batch = torch.cat([images] + [augment_and_mix(images) for _ in range(2)], 0)
+    output = model(batch)
+    loss = criterion(output, labels)
+    l2 = sum(m.get_custom_L2() for m in model.modules() if hasattr(m, "get_custom_L2"))
+    loss = loss + 1e-4 * 0.5 * l2
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    ema.update_parameters(model)
+    record.extend([loss.item(), batch.numpy(), params_of(model), state(ema.module)])
+model.eval()
+ema.eval()
+with torch.no_grad():
+    trained = ema.module(images)
+    deployed = repvgg_model_convert(ema.module)
+    fused = deployed(images)
+record.extend([trained.numpy(), fused.numpy(), sorted(state(deployed))])
+record.append(float((trained - fused).abs().max()) < 1e-4)
+"""
+
+REPVGG_STEPS = [
+    (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
+        "import retrograd as torch\nimport retrograd.nn as nn\nimport retrograd.nn.functional as F\n",
+    ),
+    ("    loss.backward()\n    optimizer.step()\n", "    grads = loss.backward()\n    optimizer.step(grads)\n"),
+]
+
+
+def state_values(module):
+    return {k: np.array(v.detach().numpy(), copy=True) for k, v in module.state_dict().items()}
+
+
+def test_repvgg_augmix_jsd_split_bn_ema_and_reparameterization_as_torch(capsys):
+    (theirs, ours), _ = runs_with_draws(
+        REPVGG_SOURCE, REPVGG_STEPS, capsys, 8803,
+        initialize=initializer(), params_of=params_of, state=state_values,
+    )  # fmt: skip
+    assert theirs[-1] is True  # the fused convs compute what the branches did
+    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5)
