@@ -31,6 +31,8 @@ from .backend.protocol import COMPLEX_DTYPES
 from .errors import (
     DTypeError,
     InvalidArgumentError,
+    InvalidValueError,
+    KernelDTypeError,
     LinAlgError,
     MixedDTypeError,
     ShapeError,
@@ -197,6 +199,11 @@ def tensorinv(A: Tensor, ind: int = 2, *, out: Any = None) -> Tensor:  # noqa: N
     if isinstance(ind, bool) or not isinstance(ind, int) or ind <= 0:
         raise InvalidArgumentError(
             f"linalg.tensorinv: expected a strictly positive ind, got {ind!r}"
+        )
+    if ind > A.ndim:  # (torch's RuntimeError "invalid slice"; a 0-d A was its own inverse)
+        raise InvalidValueError(
+            f"linalg.tensorinv: ind={ind} is more than the {A.ndim} dimensions of A "
+            f"{shape_text(A.shape)}"
         )
     rows, columns = A.shape[:ind], A.shape[ind:]
     if math.prod(rows) != math.prod(columns):
@@ -1190,6 +1197,11 @@ def vecdot(x: Tensor, y: Any, *, dim: int = -1, out: Any = None) -> Tensor:
         raise MixedDTypeError(
             f"linalg.vecdot: x ({x.dtype}) and y ({y.dtype}) must have the same dtype"
         )
+    if x.dtype not in FLOAT_DTYPES and not x.is_complex():  # (torch's RuntimeError)
+        raise KernelDTypeError(
+            f"linalg.vecdot: expected a floating point or complex tensor as input, got "
+            f"{x.dtype} {shape_text(x.shape)}"
+        )
     product = (x.conj() if x.is_complex() else x) * lift(x, y, "linalg.vecdot")
     return product.sum(normalize_dim("linalg.vecdot", dim, product.ndim))
 
@@ -1301,6 +1313,11 @@ def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803 (torch's
     gradient at zeros)."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"linalg.vander: expected a tensor, got {type(x).__name__}")
+    if x.dtype == "bool":  # (torch's RuntimeError: floats, complex and integers only)
+        raise KernelDTypeError(
+            f"linalg.vander: supports floating point, complex and integer tensors, got bool "
+            f"{shape_text(x.shape)}"
+        )
     if x.ndim < 1:
         raise ShapeError("linalg.vander: x must have at least one dimension")
     n = x.shape[-1] if N is None else int(N)
