@@ -152,6 +152,12 @@ def test_refused_as_torch_refuses_and_operands_stay_usable(call, arrays, kind, o
 COMPUTED = [
     ("fftn_of_an_int_size", lambda m, x: m.fft.fftn(x, 5), [MATRIX]),
     ("rfft2_of_int_size_and_dim", lambda m, x: m.fft.rfft2(x, 1, 0), [MATRIX]),
+    ("matrix_rank_of_a_positional_tol", lambda m, x: m.linalg.matrix_rank(x, 0.5), [MATRIX]),
+    (
+        "matrix_rank_of_a_tensor_tol",
+        lambda m, x, tol: m.linalg.matrix_rank(x, tol),
+        [MATRIX, np.array(0.5, dtype=np.float32)],
+    ),
     (
         "trapezoid_of_points_of_fewer_dims_along_dim_0",
         lambda m, y, x: m.trapezoid(y, x, dim=0),

@@ -29,6 +29,7 @@ import numpy as np
 
 from .backend.protocol import COMPLEX_DTYPES
 from .errors import (
+    ArgumentTypeError,
     DTypeError,
     InvalidArgumentError,
     InvalidValueError,
@@ -1225,7 +1226,7 @@ def diagonal(A: Tensor, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> T
 @autocast_op("linalg_matrix_rank")
 def matrix_rank(
     A: Tensor,  # noqa: N803 (torch's name)
-    *,
+    *older: Any,
     atol: float | None = None,
     rtol: float | None = None,
     hermitian: bool = False,
@@ -1234,8 +1235,20 @@ def matrix_rank(
 ) -> Tensor:
     """torch's ``linalg.matrix_rank``: the number of singular values above ``max(atol, rtol *
     largest)`` (int64), the tolerances defaulting as :func:`pinv`'s. ``hermitian`` uses the
-    absolute eigenvalues, as torch's. ``tol`` (torch's older form) is ``atol=tol, rtol=0``."""
+    absolute eigenvalues, as torch's. ``tol`` (torch's older form, also positional:
+    ``matrix_rank(A, tol, hermitian=False)``, which was refused) is ``atol=tol, rtol=0``."""
     _no_out("linalg.matrix_rank", out)
+    if older:
+        if len(older) > 2 or tol is not None:
+            raise ArgumentTypeError(
+                f"linalg.matrix_rank: takes A, tol and hermitian by position, got "
+                f"{1 + len(older)} positional arguments" + (" and tol=" if tol is not None else "")
+            )
+        tol = older[0]
+        if tol is None:  # (torch's parser: its older form's tol is a number or a tensor)
+            raise ArgumentTypeError("linalg.matrix_rank: tol given by position must not be None")
+        if len(older) == 2:
+            hermitian = older[1]
     if tol is not None:
         if atol is not None or rtol is not None:
             raise InvalidArgumentError("linalg.matrix_rank: give tol, or atol and rtol, not both")
@@ -1262,6 +1275,8 @@ def _tensor_tolerance(
     ``atol > 0`` and ``eps * max(m, n)`` elsewhere, as torch's."""
 
     def column(tol: Any) -> Tensor:
+        if not isinstance(tol, Tensor):  # (a number beside a tensor one: tol's rtol=0)
+            tol = values.new_zeros(()) + float(tol)
         tol = lift(values, tol, "linalg.matrix_rank").detach()
         return tol.cast(values.dtype).unsqueeze_dim(-1)
 
