@@ -637,6 +637,28 @@ _guard_namespace(
         and getattr(value, "__module__", "").startswith("retrograd.tensor")
     ],
 )
+# ... and so do the process settings and their queries (``rg.get_num_threads(x)``,
+# ``rg.can_cast(x)``: Python's TypeError about the call came out bare), which run no user
+# code; ``compile``, ``vmap``, ``capture``, ``save``/``load`` and the backend context
+# functions stay as they are (their callers' own exceptions pass through them unchanged)
+_guard_namespace(
+    globals(),
+    [
+        name
+        for name, value in list(globals().items())
+        if not name.startswith("_")
+        and getattr(value, "__module__", "")
+        in (
+            "retrograd.runtime_settings",
+            "retrograd.defaults",
+            "retrograd.amp",
+            "retrograd.autograd.anomaly_mode",
+            "retrograd.autodiff.grad_mode",
+            "retrograd.sparse",
+        )
+    ]
+    + ["is_inference_mode_enabled"],
+)
 
 # torch's module paths that scripts import from (``from torch.optim.adam import Adam``), each
 # answered where retrograd keeps the names (module_paths.py); last, once every name is here

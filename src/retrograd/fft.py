@@ -20,7 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from .backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES, default_float_dtype
-from .errors import DTypeError, InvalidArgumentError, KernelDTypeError, guard, shape_text
+from .errors import (
+    DTypeError,
+    InvalidArgumentError,
+    InvalidValueError,
+    KernelDTypeError,
+    guard,
+    shape_text,
+)
 from .tensor import Tensor, arange, cat, zeros
 from .tensor._dispatch import normalize_dim
 from .tensor.creation import _no_out
@@ -117,10 +124,15 @@ def _resized(op: str, x: Tensor, dim: int, n: int) -> Tensor:
 
 def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tuple, tuple]:
     """torch's ``s``/``dim`` of an n-dimensional transform: the dims (normalized) and the
-    sizes (``None`` where the input's own)."""
+    sizes (``None`` where the input's own). A single int ``s`` is a list of one, as torch's
+    parser reads an int given for a list of ints (``fftn(x, 5)``: it was refused)."""
+    if isinstance(s, int) and not isinstance(s, bool):
+        s = (s,)
     if dim is None:
-        if s is None:
-            dims = tuple(range(x.ndim)) if default_all else (-2, -1)
+        if not default_all:  # (the 2-d transforms' dims are the last two, s given or not:
+            dims = (-2, -1)  # an s of another length is refused, as torch refuses it)
+        elif s is None:
+            dims = tuple(range(x.ndim))
         else:
             dims = tuple(range(-len(s), 0))
     else:
@@ -137,7 +149,7 @@ def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tupl
             if n is not None:
                 _check_points(op, n)
         if len(sizes) != len(dims):
-            raise InvalidArgumentError(
+            raise InvalidValueError(  # (torch's RuntimeError)
                 f"fft.{op}: when given, dim and s must have one length, got {len(dims)} dims "
                 f"and s of length {len(sizes)}"
             )

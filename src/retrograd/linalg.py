@@ -29,8 +29,11 @@ import numpy as np
 
 from .backend.protocol import COMPLEX_DTYPES
 from .errors import (
+    ArgumentTypeError,
     DTypeError,
     InvalidArgumentError,
+    InvalidValueError,
+    KernelDTypeError,
     LinAlgError,
     MixedDTypeError,
     ShapeError,
@@ -197,6 +200,11 @@ def tensorinv(A: Tensor, ind: int = 2, *, out: Any = None) -> Tensor:  # noqa: N
     if isinstance(ind, bool) or not isinstance(ind, int) or ind <= 0:
         raise InvalidArgumentError(
             f"linalg.tensorinv: expected a strictly positive ind, got {ind!r}"
+        )
+    if ind > A.ndim:  # (torch's RuntimeError "invalid slice"; a 0-d A was its own inverse)
+        raise InvalidValueError(
+            f"linalg.tensorinv: ind={ind} is more than the {A.ndim} dimensions of A "
+            f"{shape_text(A.shape)}"
         )
     rows, columns = A.shape[:ind], A.shape[ind:]
     if math.prod(rows) != math.prod(columns):
@@ -1190,6 +1198,11 @@ def vecdot(x: Tensor, y: Any, *, dim: int = -1, out: Any = None) -> Tensor:
         raise MixedDTypeError(
             f"linalg.vecdot: x ({x.dtype}) and y ({y.dtype}) must have the same dtype"
         )
+    if x.dtype not in FLOAT_DTYPES and not x.is_complex():  # (torch's RuntimeError)
+        raise KernelDTypeError(
+            f"linalg.vecdot: expected a floating point or complex tensor as input, got "
+            f"{x.dtype} {shape_text(x.shape)}"
+        )
     product = (x.conj() if x.is_complex() else x) * lift(x, y, "linalg.vecdot")
     return product.sum(normalize_dim("linalg.vecdot", dim, product.ndim))
 
@@ -1213,7 +1226,7 @@ def diagonal(A: Tensor, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> T
 @autocast_op("linalg_matrix_rank")
 def matrix_rank(
     A: Tensor,  # noqa: N803 (torch's name)
-    *,
+    *older: Any,
     atol: float | None = None,
     rtol: float | None = None,
     hermitian: bool = False,
@@ -1222,8 +1235,20 @@ def matrix_rank(
 ) -> Tensor:
     """torch's ``linalg.matrix_rank``: the number of singular values above ``max(atol, rtol *
     largest)`` (int64), the tolerances defaulting as :func:`pinv`'s. ``hermitian`` uses the
-    absolute eigenvalues, as torch's. ``tol`` (torch's older form) is ``atol=tol, rtol=0``."""
+    absolute eigenvalues, as torch's. ``tol`` (torch's older form, also positional:
+    ``matrix_rank(A, tol, hermitian=False)``, which was refused) is ``atol=tol, rtol=0``."""
     _no_out("linalg.matrix_rank", out)
+    if older:
+        if len(older) > 2 or tol is not None:
+            raise ArgumentTypeError(
+                f"linalg.matrix_rank: takes A, tol and hermitian by position, got "
+                f"{1 + len(older)} positional arguments" + (" and tol=" if tol is not None else "")
+            )
+        tol = older[0]
+        if tol is None:  # (torch's parser: its older form's tol is a number or a tensor)
+            raise ArgumentTypeError("linalg.matrix_rank: tol given by position must not be None")
+        if len(older) == 2:
+            hermitian = older[1]
     if tol is not None:
         if atol is not None or rtol is not None:
             raise InvalidArgumentError("linalg.matrix_rank: give tol, or atol and rtol, not both")
@@ -1250,6 +1275,8 @@ def _tensor_tolerance(
     ``atol > 0`` and ``eps * max(m, n)`` elsewhere, as torch's."""
 
     def column(tol: Any) -> Tensor:
+        if not isinstance(tol, Tensor):  # (a number beside a tensor one: tol's rtol=0)
+            tol = values.new_zeros(()) + float(tol)
         tol = lift(values, tol, "linalg.matrix_rank").detach()
         return tol.cast(values.dtype).unsqueeze_dim(-1)
 
@@ -1301,6 +1328,11 @@ def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803 (torch's
     gradient at zeros)."""
     if not isinstance(x, Tensor):
         raise DTypeError(f"linalg.vander: expected a tensor, got {type(x).__name__}")
+    if x.dtype == "bool":  # (torch's RuntimeError: floats, complex and integers only)
+        raise KernelDTypeError(
+            f"linalg.vander: supports floating point, complex and integer tensors, got bool "
+            f"{shape_text(x.shape)}"
+        )
     if x.ndim < 1:
         raise ShapeError("linalg.vander: x must have at least one dimension")
     n = x.shape[-1] if N is None else int(N)

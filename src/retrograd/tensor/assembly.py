@@ -408,19 +408,17 @@ def _like(reference: Any, value: Any) -> Any:
 
 def cumulative_trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
     """The running trapezoidal integral along ``dim`` (one element shorter)."""
-    from .functions import _check_sample_points, _refuse_bool
+    from .functions import _check_sample_points, _refuse_bool, sample_spacing
 
     _refuse_bool("cumulative_trapezoid", y, x)
-    n = y.shape[dim]
+    n = y.shape[normalize_dim("cumulative_trapezoid", dim, y.ndim)]
     _check_sample_points("cumulative_trapezoid", y, x, n)
     # no samples: no intervals (an empty running integral), not a narrow of -1
     length = n - 1 if n else 0
     left, right = y.narrow(dim, 0, length), y.narrow(dim, 1 if n else 0, length)
     if x is None:
         return ((left + right) * (dx / 2.0)).cumsum(dim)
-    spacing = x.diff(dim=-1 if x.ndim == 1 else dim)
-    if x.ndim == 1 and y.ndim > 1:
-        spacing = spacing.reshape((-1,) + (1,) * (y.ndim - dim % y.ndim - 1))
+    spacing = sample_spacing("cumulative_trapezoid", y, x, dim)
     return ((left + right) * spacing * 0.5).cumsum(dim)
 
 

@@ -209,15 +209,20 @@ def _given(alpha: Any) -> bool:
     return type(alpha) is not int or alpha != 1
 
 
-def _scale_first(op: str, scale: str, args: tuple, given: Any) -> tuple[Any, tuple]:
+def _scale_first(
+    op: str, scale: str, args: tuple, given: Any, operands: int = 1
+) -> tuple[Any, tuple]:
     """torch's deprecated overloads that take the scale first, still in torch 2 (with a
     warning) and common in pre-1.5 optimizers: ``add(alpha, other)``, ``sub(alpha, other)``,
     ``addcmul(value, tensor1, tensor2)``, ``addcdiv(value, tensor1, tensor2)`` (``p.data.add_(
     -lr, d_p)``, ``exp_avg_sq.addcmul_(1 - beta2, grad, grad)``). ``args`` are the positional
     arguments: one more than the current form takes, a number first and tensors after, and no
-    ``scale`` keyword besides; returns the scale and the operands."""
-    if not isinstance(args[0], SCALAR_TYPES) or not all(
-        isinstance(a, (TensorBase, *SCALAR_TYPES)) for a in args[1:]
+    ``scale`` keyword besides; returns the scale and the ``operands`` operands (more given
+    were a bare "too many values to unpack" where the caller unpacked them)."""
+    if (
+        len(args) != operands + 1
+        or not isinstance(args[0], SCALAR_TYPES)
+        or not all(isinstance(a, (TensorBase, *SCALAR_TYPES)) for a in args[1:])
     ):
         kinds = ", ".join(type(a).__name__ for a in args)
         raise DTypeError(
@@ -469,7 +474,7 @@ class ElementwiseMixin:
         torch's deprecated ``addcmul(value, tensor1, tensor2)``)."""
         if args:
             value, (tensor1, tensor2) = _scale_first(
-                "addcmul", "value", (tensor1, tensor2, *args), value
+                "addcmul", "value", (tensor1, tensor2, *args), value, 2
             )
         x, t1, t2 = _common(self, tensor1, tensor2, "addcmul")
         _real_scale("addcmul", x, value)
@@ -489,7 +494,7 @@ class ElementwiseMixin:
         torch's deprecated ``addcdiv(value, tensor1, tensor2)``)."""
         if args:
             value, (tensor1, tensor2) = _scale_first(
-                "addcdiv", "value", (tensor1, tensor2, *args), value
+                "addcdiv", "value", (tensor1, tensor2, *args), value, 2
             )
         tensor1 = lift(self, tensor1, "addcdiv")
         tensor2 = lift(self, tensor2, "addcdiv")

@@ -1089,7 +1089,7 @@ def row_distance(diff: Any, p: float) -> Any:
 
 def trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
     """The trapezoidal rule along ``dim`` (sample spacing ``dx``, or the points ``x``)."""
-    n = y.shape[dim]
+    n = y.shape[normalize_dim("trapezoid", dim, y.ndim)]
     if not n:  # no samples: torch's zeros of y's dtype (an int64 0 for int64 samples too)
         return y.detach().sum(dim).mul(0).to(y.dtype)
     _refuse_bool("trapezoid", y, x)  # (after that: torch's order)
@@ -1097,11 +1097,22 @@ def trapezoid(y: Any, x: Any = None, *, dx: float = 1.0, dim: int = -1) -> Any:
     left, right = y.narrow(dim, 0, n - 1), y.narrow(dim, 1, n - 1)
     if x is None:
         return ((left + right) * (dx / 2.0)).sum(dim)
-    spacing = x.diff(dim=-1 if x.ndim == 1 else dim)
-    if x.ndim == 1 and y.ndim > 1:
-        d = dim % y.ndim
-        spacing = spacing.reshape((-1,) + (1,) * (y.ndim - d - 1))
+    spacing = sample_spacing("trapezoid", y, x, dim)
     return ((left + right) * spacing * 0.5).sum(dim)
+
+
+def sample_spacing(op: str, y: Any, x: Any, dim: int) -> Any:
+    """The differences of the points ``x`` along the samples' ``dim`` of ``y``, shaped to
+    broadcast against them as torch's ``trapezoid``: 1-d points along ``dim``; others with
+    leading dims of size 1 up to ``y``'s rank, differenced along ``dim`` counted from the
+    front as ``y``'s (``dim=-1`` took the last dim of points of more dims than ``y``, and
+    computed where torch's shapes do not broadcast)."""
+    d = normalize_dim(op, dim, y.ndim)
+    if x.ndim == 1:
+        return x.diff(dim=-1).reshape((-1,) + (1,) * (y.ndim - d - 1))
+    if x.ndim < y.ndim:
+        x = x.reshape((1,) * (y.ndim - x.ndim) + tuple(x.shape))
+    return x.diff(dim=d)
 
 
 def _refuse_bool(op: str, y: Any, x: Any) -> None:

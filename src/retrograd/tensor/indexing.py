@@ -668,6 +668,8 @@ class IndexingMixin:
     def diag(self, diagonal: int = 0) -> Any:
         """torch's ``diag``: a 1-d tensor becomes the diagonal of a square matrix (zeros
         elsewhere); a matrix gives its ``diagonal``-th diagonal (a copy)."""
+        # (a float or a bool is torch's TypeError: 2.5 was truncated to 2, True read as 1)
+        diagonal = int_parameter("diag", diagonal, "diagonal")
         if self.ndim == 1:
             n = self.shape[0] + abs(diagonal)
             zeros = wrap(self, self._backend.zeros((n, n), self.dtype, self._device))

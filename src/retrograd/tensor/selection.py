@@ -1094,6 +1094,13 @@ class SelectionMixin:
 
     def bernoulli(self, p: Any = None, *, generator: Any = None) -> Any:
         """Zeros and ones drawn with the probabilities this tensor holds (or ``p``)."""
+        if p is None and self.dtype not in FLOAT_DTYPES and not self.is_complex():
+            # torch's NotImplementedError ("bernoulli_tensor_cpu_p_" not implemented for
+            # 'Long'): int and bool probabilities were drawn from
+            raise UnsupportedDTypeError(
+                f"bernoulli: expected float probabilities, got {self.dtype} "
+                f"{shape_text(self.shape)}"
+            )
         draws = self._filled(self.shape, 0)
         probabilities = self if p is None else p
         drawn = draws.bernoulli_(probabilities, generator=generator)

@@ -14,6 +14,7 @@ from ...errors import (
     DTypeError,
     KernelDTypeError,
     MixedDTypeError,
+    ResultCastError,
     ShapeError,
     SizeMismatchError,
     UnsupportedDTypeError,
@@ -143,6 +144,25 @@ def _float_input(fn: str, x: Any) -> Tensor:
             f"{fn}: expected a float input, got {x.dtype} {shape_text(x.shape)}"
         )
     return x
+
+
+def _refuse_integer(fn: str, value: Any, kind: type[DTypeError], what: str = "input") -> None:
+    """Refuse an integer or bool tensor ``value`` (``what``: its parameter) where torch's
+    kernel has none for it: ``kind`` is torch's class, :class:`UnsupportedDTypeError` where
+    it raises ``NotImplementedError`` (``"log_sigmoid_cpu" not implemented for 'Long'``),
+    :class:`ResultCastError` where a float result cannot be written into it. Checked before
+    :func:`_float_pair`, which promotes an integer operand beside a float one (and computed
+    where torch refuses)."""
+    value = stood_for(value)
+    if isinstance(value, Tensor) and value.dtype not in FLOAT_DTYPES and not value.is_complex():
+        why = (
+            "a float result cannot be cast to it"
+            if issubclass(kind, ResultCastError)
+            else "no kernel for that dtype"
+        )
+        raise kind(
+            f"{fn}: expected a float {what}, got {value.dtype} {shape_text(value.shape)} ({why})"
+        )
 
 
 def _batched(fn: str, x: Tensor, spatial: int) -> tuple[Tensor, bool]:

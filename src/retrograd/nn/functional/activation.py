@@ -14,6 +14,7 @@ from ...errors import (
     InvalidArgumentError,
     RetrogradError,
     ShapeError,
+    UnsupportedDTypeError,
     shape_text,
 )
 from ...tensor import Tensor, random
@@ -24,6 +25,7 @@ from ._common import (
     _float_input,
     _float_pair,
     _real,
+    _refuse_integer,
 )
 
 
@@ -302,6 +304,7 @@ def quiet_softmax(x: Tensor, dim: int) -> Tensor:
 @_rounded_once
 def glu(x: Tensor, dim: int = -1) -> Tensor:
     """``a * sigmoid(b)``, ``a`` and ``b`` the halves of ``x`` along ``dim``."""
+    _refuse_integer("glu", x, UnsupportedDTypeError)  # (torch's "glu_cpu" has no int kernel)
     size = x.shape[normalize_dim("glu", dim, x.ndim)]
     if size % 2:
         raise ShapeError(

@@ -17,8 +17,10 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     MixedDTypeError,
+    ResultCastError,
     ShapeError,
     SizeMismatchError,
+    UnsupportedDTypeError,
     check_bool,
 )
 from ...tensor import Tensor
@@ -39,6 +41,7 @@ from ._common import (
     _clamped_min,
     _float_input,
     _float_pair,
+    _refuse_integer,
 )
 
 
@@ -526,6 +529,10 @@ def binary_cross_entropy_with_logits(
     """``(1 - y) x - w_pos log(sigmoid(x))`` with ``w_pos = 1 + (pos_weight - 1) y``, torch's
     formula (stable for large logits)."""
     fn = "binary_cross_entropy_with_logits"
+    # torch's log_sigmoid has no integer kernel, and its float loss is written in the
+    # target's dtype (an integer input or target was promoted and computed)
+    _refuse_integer(fn, input, UnsupportedDTypeError)
+    _refuse_integer(fn, target, ResultCastError, "target")
     mixed = (
         isinstance(input, Tensor)
         and isinstance(target, Tensor)

@@ -21,15 +21,17 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     MixedDTypeError,
+    ResultCastError,
     ShapeError,
     SizeMismatchError,
+    UnsupportedDTypeError,
 )
 from ...tensor import Tensor
 from ...tensor._dispatch import host_constant
 from ...tensor.autocasting import autocast_op
 from ...tensor.functions import once_differentiable_inputs
 from ...tensor.internal import FLOAT_DTYPES, check_indices, shape_text, tracked_wide_float
-from ._common import _as_tensor, _float_input, _float_pair
+from ._common import _as_tensor, _float_input, _float_pair, _refuse_integer
 from .loss import _broadcastable, _reduce, _reduction
 
 __all__ = [
@@ -137,6 +139,9 @@ def soft_margin_loss(
             f"The function '{fn}' is not differentiable with respect to argument 'target'. "
             f"This input cannot have requires_grad True (target {shape_text(target.shape)})."
         )
+    # torch's kernel writes the float loss into a tensor like the input: an integer input is
+    # its cast error (it was promoted beside a float target, and computed)
+    _refuse_integer(fn, input, ResultCastError)
     x, y = _float_pair(fn, input, target, "target")
     y = _target_to_input_shape(fn, x, y)
     if x.dtype == y.dtype and not y.requires_grad and tracked_wide_float(x):
@@ -164,6 +169,7 @@ def multilabel_soft_margin_loss(
     the classes (the last dimension), then reduced over the samples."""
     fn = "multilabel_soft_margin_loss"
     reduction = _reduction(fn, reduction, size_average, reduce)
+    _refuse_integer(fn, input, UnsupportedDTypeError)  # (torch's log_sigmoid has no int kernel)
     x, y = _float_pair(fn, input, target, "target")
     _broadcastable(fn, x, y)  # (both ways, as torch's composite: no output of x's shape)
     if x.ndim == 0:

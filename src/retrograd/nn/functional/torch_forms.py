@@ -25,7 +25,7 @@ from ...errors import (
 )
 from ...tensor import Tensor, tensor
 from ...tensor.autocasting import autocast_op
-from ...tensor.internal import result_dtype, wrap
+from ...tensor.internal import normalize_dim, result_dtype, wrap
 from . import alpha_dropout as _alpha_dropout
 from . import dropout as _dropout
 from . import embedding as _embedding
@@ -631,7 +631,8 @@ def norm_except_dim(v: Any, pow: float = 2, dim: int = 0) -> Any:  # noqa: A002 
     ``dim``, kept as size 1 (``dim=-1``: the norm of the whole tensor, 0-d)."""
     if dim == -1:
         return v.norm(pow)
-    d = dim % v.ndim if v.ndim else 0
+    # (out of range, or any dim of a 0-d tensor, is torch's IndexError: it computed here)
+    d = normalize_dim("norm_except_dim", dim, v.ndim)
     others = tuple(i for i in range(v.ndim) if i != d)
     return v.norm(pow, dim=others, keepdim=True) if others else v.abs()
 
