@@ -760,3 +760,17 @@ def test_encoder_fast_path_flags_are_torchs(kwargs):
             ]
         flags.append([layer.activation_relu_or_gelu] + [e.use_nested_tensor for e in nested])
     assert flags[1] == flags[0]
+
+
+def test_conv_pickled_without_the_padding_amounts_gets_them():
+    """A layer pickled before retrograd kept ``_reversed_padding_repeated_twice`` (its
+    ``__dict__`` without it) pads as before once loaded."""
+    import pickle
+
+    layer = rg.nn.Conv2d(2, 3, 3, padding=(1, 2), padding_mode="reflect").double()
+    x = rg.tensor(_x(1, 2, 5, 6))
+    want = _np(layer(x))
+    del layer.__dict__["_reversed_padding_repeated_twice"]  # as an older layer's
+    old = pickle.loads(pickle.dumps(layer))
+    assert old._reversed_padding_repeated_twice == (2, 2, 1, 1)
+    np.testing.assert_array_equal(_np(old(x)), want)

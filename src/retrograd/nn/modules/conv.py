@@ -124,6 +124,15 @@ class _ConvNd(Module):
         else:
             self.register_parameter("bias", None)
 
+    def __setstate__(self, state: dict) -> None:
+        """A layer pickled before it kept ``_reversed_padding_repeated_twice`` gets it from
+        its padding (as torch's ``__setstate__`` fills in what older layers lack)."""
+        self.__dict__.update(state)
+        if "_reversed_padding_repeated_twice" not in state:
+            self._reversed_padding_repeated_twice = _reversed_padding_repeated_twice(
+                self.padding, self.kernel_size, self.dilation, self.spatial
+            )
+
     def reset_parameters(self) -> None:
         """Draw weight and bias again as the constructor does (U(-k, k), k = 1/sqrt(fan_in),
         fan_in from the weight's second dimension and the kernel), in place."""
