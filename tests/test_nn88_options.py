@@ -548,8 +548,19 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+#: (case, dtype): both dtypes, but packed recurrent batches in float64 alone (the slowest
+#: cases; the same layers run in float32 unpacked here, and packed in round 62)
+PARAMS = [
+    (case, dtype)
+    for case in CASES
+    for dtype in ("float64", "float32")
+    if dtype == "float64" or "packed" not in case[0]
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "dtype"), PARAMS, ids=[f"{case[0]}-{dtype}" for case, dtype in PARAMS]
+)
 def test_option_is_torchs(case, dtype):
     _, build, inputs, call = case
     with warnings.catch_warnings():
