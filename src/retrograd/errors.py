@@ -20,6 +20,7 @@ from .effects import DRAWS, WRITES
 __all__ = [
     "ArgumentConflictError",
     "ArgumentTypeError",
+    "AssertedDTypeError",
     "AssertedShapeError",
     "AutodiffError",
     "DTypeError",
@@ -278,6 +279,13 @@ class AssertedShapeError(ShapeError, InvalidArgumentError, AssertionError):
     :class:`ShapeError` (and :class:`InvalidArgumentError`, which the divisibility check
     raised before) of the hierarchy, and torch's class, so that a port's ``except`` catches
     it."""
+
+
+class AssertedDTypeError(DTypeError, AssertionError):
+    """A dtype torch checks with an ``AssertionError`` in Python: multi-head attention's
+    masks of a dtype other than bool or floating ("only bool and floating types of
+    key_padding_mask are supported"). The :class:`DTypeError` retrograd raised for it before,
+    and torch's class, so that a port's ``except`` catches it."""
 
 
 class OptimizerGroupsError(InvalidArgumentError, AssertionError, RuntimeError):

@@ -20,6 +20,7 @@ from ...errors import (
     AutodiffError,
     DTypeError,
     InvalidArgumentError,
+    KernelArgumentError,
     MixedDTypeError,
     ResultCastError,
     ShapeError,
@@ -331,13 +332,16 @@ def ctc_loss(
     in_lengths = _host_lengths(fn, x, input_lengths, "input_lengths", batch)
     out_lengths = _host_lengths(fn, x, target_lengths, "target_lengths", batch)
     if np.any(in_lengths > steps) or np.any(in_lengths < 0) or np.any(out_lengths < 0):
-        raise ShapeError(
+        # (torch's RuntimeError; a ShapeError of the hierarchy as before)
+        raise SizeMismatchError(
             f"{fn}: input_lengths must lie in [0, {steps}] and target_lengths be non-negative; "
             f"got {in_lengths.tolist()} and {out_lengths.tolist()}"
         )
     labels = _padded_targets(fn, x, targets, out_lengths, unbatched)
     if not 0 <= blank < classes:
-        raise InvalidArgumentError(f"{fn}: blank {blank} is out of range for {classes} classes")
+        raise KernelArgumentError(  # (torch's RuntimeError "blank must be in label range")
+            f"{fn}: blank {blank} is out of range for {classes} classes"
+        )
     # the protocol's ctc_loss (backend/protocol_ctc.py), one op of the op table whose rule
     # reads the log-probabilities and the targets and reruns the alpha recursion beside the
     # beta recursion: a composite of tensor ops held each step's candidates, shifted alphas

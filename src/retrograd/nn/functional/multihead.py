@@ -23,8 +23,8 @@ from typing import Any
 
 from ...errors import (
     ArgumentConflictError,
+    AssertedDTypeError,
     AssertedShapeError,
-    DTypeError,
     InvalidArgumentError,
     MixedDTypeError,
     SizeMismatchError,
@@ -53,7 +53,9 @@ def canonical_mask(
         zeros = wrap(like, like.backend.zeros(mask.shape, dtype, like.device))
         return zeros.mask_fill(mask, -math.inf)
     if mask.dtype not in FLOAT_DTYPES:
-        raise DTypeError(f"{fn}: only bool and floating types of {name} are supported")
+        raise AssertedDTypeError(
+            f"{fn}: only bool and floating types of {name} are supported, got {mask.dtype}"
+        )
     return mask.cast(dtype)
 
 
@@ -61,6 +63,16 @@ def _in_projection(query, key, value, embed_dim, in_proj_weight, in_proj_bias, s
     """``(q, k, v)``, each ``[*, N, E]``."""
     if separate is not None:
         w_q, w_k, w_v = separate
+        # torch's asserts of the separate weights against the inputs' widths (a key or value
+        # of another width than the module's kdim/vdim)
+        for what, x, w in (("query", query, w_q), ("key", key, w_k), ("value", value, w_v)):
+            expected = (query.shape[-1], x.shape[-1])
+            if tuple(w.shape) != expected:
+                raise AssertedShapeError(
+                    f"multi_head_attention_forward: expecting {what} weights shape of "
+                    f"{shape_text(expected)}, but got {shape_text(w.shape)} ({what} "
+                    f"{shape_text(x.shape)})"
+                )
         b_q = b_k = b_v = None
         if in_proj_bias is not None:
             b_q, b_k, b_v = in_proj_bias.split(embed_dim, 0)

@@ -620,8 +620,8 @@ def group_norm(
     if not isinstance(num_groups, numbers.Integral) or isinstance(num_groups, bool):
         raise ArgumentTypeError(f"{fn}: num_groups must be an int, got {num_groups!r}")
     x = _float_input(fn, input)
-    if x.ndim < 2:
-        raise ShapeError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
+    if x.ndim < 2:  # (torch's RuntimeError: "Expected at least 2 dimensions")
+        raise SizeMismatchError(f"{fn}: input must be [N, C, *], got {shape_text(x.shape)}")
     channels = x.shape[1]
     if num_groups == 0:  # (torch's ZeroDivisionError of its modulo)
         raise DivisionByZeroError(f"{fn}: num_groups must not be 0; input {shape_text(x.shape)}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import InvalidArgumentError, RecurrentDTypeError, ShapeError
+from ...errors import InvalidArgumentError, RecurrentDTypeError, ShapeError, SizeMismatchError
 from ...tensor import Tensor, cat, stack
 from ...tensor.autocasting import autocast_op
 from ...tensor.internal import TensorOp, apply, lift, shape_text, wrap
@@ -161,7 +161,7 @@ def recurrent(
             f"{shape_text(x.shape)}"
         )
     if x.shape[-1] != input_size:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError)
             f"{name}: input.size(-1) must be equal to input_size. Expected {input_size}, got "
             f"{x.shape[-1]} (input {shape_text(x.shape)})"
         )
@@ -170,7 +170,7 @@ def recurrent(
     elif batch_first:
         x = x.swap_dims(0, 1)
     if x.shape[0] == 0:
-        raise ShapeError(
+        raise SizeMismatchError(  # (torch's RuntimeError)
             f"{name}: expected a sequence length larger than 0, got input {shape_text(input.shape)}"
         )
     expected = (num_layers * directions, x.shape[1], hidden_size)
@@ -233,13 +233,13 @@ def _initial_states(
         state = _float_input(name, state)
         if unbatched:
             if state.ndim != len(expected) - 1:
-                raise ShapeError(
+                raise SizeMismatchError(  # (torch's RuntimeError)
                     f"{name}: for an unbatched input, {what} should have {len(expected) - 1} "
                     f"dims but got {state.ndim}-d tensor {shape_text(state.shape)}"
                 )
             state = state.unsqueeze_dim(batch_dim)
-        if state.shape != expected:
-            raise ShapeError(
+        if state.shape != expected:  # (torch's RuntimeError "Expected hidden size")
+            raise SizeMismatchError(
                 f"{name}: expected hidden size {shape_text(expected)}, got {what} "
                 f"{shape_text(state.shape)}"
             )

@@ -15,6 +15,7 @@ from ...errors import (
     ArgumentTypeError,
     DTypeError,
     InvalidArgumentError,
+    KernelArgumentError,
     ShapeError,
     SizeMismatchError,
     UnsupportedModeError,
@@ -492,8 +493,8 @@ def _scale_factor(fn: str, name: str, value: Any) -> int:
     would give a tensor of the wrong shape, silently), a bool, zero and negatives."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise DTypeError(f"{fn}: {name} must be an int, got {value!r}")
-    if value < 1:
-        raise InvalidArgumentError(f"{fn}: expects a positive {name}, but got {value}")
+    if value < 1:  # (torch's kernel: a RuntimeError)
+        raise KernelArgumentError(f"{fn}: expects a positive {name}, but got {value}")
     return int(value)
 
 
@@ -622,6 +623,10 @@ def fold(
     )
     height, width = _pair(fn, "output_size", output_size, 1)
     cols = _im2col_input(fn, input)
+    if cols.ndim not in (2, 3):  # (torch's RuntimeError)
+        raise SizeMismatchError(
+            f"{fn}: expected a 2-D or 3-D (batch mode) input, got {shape_text(input.shape)}"
+        )
     squeeze = cols.ndim == 2
     if squeeze:
         cols = cols.unsqueeze_dim(0)

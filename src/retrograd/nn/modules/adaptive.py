@@ -17,7 +17,13 @@ from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError, ShapeError
+from ...errors import (
+    DTypeError,
+    InvalidArgumentError,
+    KernelIndexError,
+    ShapeError,
+    SizeMismatchError,
+)
 from ...tensor import Tensor, cat
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from .container import ModuleList, Sequential
@@ -102,28 +108,28 @@ class AdaptiveLogSoftmaxWithLoss(Module):
             raise DTypeError(f"{op}: target must be an integer tensor, got {target_.dtype}")
         if target_.dim() == 1:
             if input_.dim() != 2:
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"{op}: 1D target tensor expects 2D input tensors, but found inputs with "
                     f"size {tuple(input_.shape)}"
                 )
             if input_.shape[0] != target_.shape[0]:
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"{op}: Input and target should have the same size in the batch dimension "
                     f"(input {tuple(input_.shape)}, target {tuple(target_.shape)})"
                 )
         elif target_.dim() == 0:
             if input_.dim() != 1:
-                raise ShapeError(
+                raise SizeMismatchError(
                     f"{op}: 0D target tensor expects 1D input tensors, but found inputs with "
                     f"size {tuple(input_.shape)}"
                 )
         else:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{op}: 0D or 1D target tensor expected, multi-target not supported (target "
                 f"{tuple(target_.shape)})"
             )
         if input_.shape[-1] != self.in_features:
-            raise ShapeError(
+            raise SizeMismatchError(
                 f"{op}: input has {input_.shape[-1]} features, expected in_features="
                 f"{self.in_features} (input {tuple(input_.shape)})"
             )
@@ -132,7 +138,7 @@ class AdaptiveLogSoftmaxWithLoss(Module):
         target = (target_ if is_batched else target_.unsqueeze(0)).long()
         batch_size = target.shape[0]
         if batch_size and (int(target.min()) < 0 or int(target.max()) >= self.n_classes):
-            raise IndexOutOfRangeError(
+            raise KernelIndexError(
                 f"{op}: Target values should be in [0, {self.n_classes - 1}], but values in "
                 f"range [{int(target.min())}, {int(target.max())}] were found"
             )

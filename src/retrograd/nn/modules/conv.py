@@ -26,6 +26,30 @@ def _tuple(value: int | Sequence[int], count: int) -> tuple[int, ...]:
     return (value,) * count if isinstance(value, int) else tuple(value)
 
 
+def _reversed_padding_repeated_twice(
+    padding: str | tuple[int, ...],
+    kernel_size: tuple[int, ...],
+    dilation: tuple[int, ...],
+    spatial: int,
+) -> list[int] | tuple[int, ...]:
+    """torch's ``_reversed_padding_repeated_twice``: ``F.pad``'s amounts (last dimension
+    first, left then right) of a ``padding_mode`` other than zeros. Real code reads it
+    (layers overriding ``_conv_forward``, seamless tiling patches), so it is torch's own:
+    a tuple for numbers, a list for 'valid' (zeros) and 'same' (``d * (k - 1)`` in all, the
+    odd one at the end). A one-entry dilation or kernel size holds for every dimension, as in
+    the convolution itself (torch's zip pads one dimension alone there:
+    tests/test_fuzz18_regressions.py)."""
+    if not isinstance(padding, str):
+        return tuple(n for p in reversed(padding) for n in (p, p))
+    dilation, kernel_size = (t * spatial if len(t) == 1 else t for t in (dilation, kernel_size))
+    amounts = [0, 0] * len(kernel_size)
+    if padding == "same":
+        for d, k, i in zip(dilation, kernel_size, range(len(kernel_size) - 1, -1, -1)):
+            total = d * (k - 1)
+            amounts[2 * i], amounts[2 * i + 1] = total // 2, total - total // 2
+    return amounts
+
+
 class _ConvNd(Module):
     """What the convolutions share: arguments, checks, the weight and bias."""
 
@@ -85,6 +109,9 @@ class _ConvNd(Module):
         self.dilation = _tuple(dilation, n)
         self.output_padding = _tuple(output_padding, n)
         self.groups, self.padding_mode = groups, padding_mode
+        self._reversed_padding_repeated_twice = _reversed_padding_repeated_twice(
+            self.padding, self.kernel_size, self.dilation, n
+        )
         if self.transposed:
             shape = (in_channels, out_channels // groups, *self.kernel_size)
         else:
@@ -96,6 +123,15 @@ class _ConvNd(Module):
             self.bias = Parameter(_uniform((out_channels,), bound, backend, device, dtype))
         else:
             self.register_parameter("bias", None)
+
+    def __setstate__(self, state: dict) -> None:
+        """A layer pickled before it kept ``_reversed_padding_repeated_twice`` gets it from
+        its padding (as torch's ``__setstate__`` fills in what older layers lack)."""
+        self.__dict__.update(state)
+        if "_reversed_padding_repeated_twice" not in state:
+            self._reversed_padding_repeated_twice = _reversed_padding_repeated_twice(
+                self.padding, self.kernel_size, self.dilation, self.spatial
+            )
 
     def reset_parameters(self) -> None:
         """Draw weight and bias again as the constructor does (U(-k, k), k = 1/sqrt(fan_in),
@@ -138,28 +174,13 @@ class _Convolution(_ConvNd):
         weight-standardised and quantised layers), which :meth:`forward` calls as torch's
         does."""
         padding = self.padding
-        if self.padding_mode != "zeros":  # torch pads with the mode, then convolves unpadded
-            if not isinstance(padding, str):
-                amounts = [n for p in reversed(padding) for n in (p, p)]
-            elif padding == "valid" or (padding == "same" and max(self.stride) == 1):
-                # torch's amounts for a string: 'valid' none, 'same' d * (k - 1) in all,
-                # the odd one at the end (any other string, or 'same' with a stride, is
-                # refused by the convolution itself, as torch refuses it)
-                amounts = []
-                # (a one-entry dilation or kernel size holds for every dimension, as in the
-                # convolution itself)
-                n = self.spatial
-                dilation, kernel = (
-                    t * n if len(t) == 1 else t for t in (self.dilation, self.kernel_size)
-                )
-                for d, k in reversed(list(zip(dilation, kernel))):
-                    total = d * (k - 1) if padding == "same" else 0
-                    amounts += [total // 2, total - total // 2]
-            else:
-                amounts = None
-            if amounts is not None:
-                x = F.pad(x, amounts, mode=_PAD_MODES[self.padding_mode])
-                padding = 0
+        if self.padding_mode != "zeros":
+            # torch pads with the mode by the amounts it computed when the layer was built
+            # (a subclass or a patch may have set them), then convolves unpadded
+            x = F.pad(
+                x, list(self._reversed_padding_repeated_twice), mode=_PAD_MODES[self.padding_mode]
+            )
+            padding = 0
         return self._convolution(x, weight, bias, self.stride, padding, self.dilation, self.groups)
 
 

@@ -31,6 +31,7 @@ from ...tensor import Tensor, tensor
 from ...tensor.dtypes import default_float_dtype
 from .. import functional as F  # noqa: N812  (PyTorch's idiom)
 from .. import init
+from .activation import GELU, ReLU
 from .attention import MultiheadAttention
 from .container import ModuleList
 from .linear import Dropout, Linear
@@ -57,6 +58,17 @@ def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
         return F.gelu
     # (torch's RuntimeError: an unknown mode, as interpolate's)
     raise UnsupportedModeError(f"activation should be relu/gelu, not {activation!r}")
+
+
+def _relu_or_gelu(activation: Callable[[Tensor], Tensor]) -> int:
+    """torch's ``activation_relu_or_gelu`` of an encoder layer: 1 for ReLU, 2 for GELU (the
+    function or the module), 0 else. Code modelled on torch's ``TransformerEncoder`` reads it
+    to choose its fast path."""
+    if activation is F.relu or isinstance(activation, ReLU):
+        return 1
+    if activation is F.gelu or isinstance(activation, GELU):
+        return 2
+    return 0
 
 
 def _clones(module: Module, count: int) -> ModuleList:
@@ -193,6 +205,7 @@ class TransformerEncoderLayer(Module):
         options = (dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first)
         made = _factory(backend, device, dtype)
         _build_layer(self, 1, d_model, nhead, *options, bias, made)
+        self.activation_relu_or_gelu = _relu_or_gelu(self.activation)
 
     def forward(
         self,
@@ -278,6 +291,22 @@ class TransformerDecoderLayer(Module):
         return _feed_forward_block(self, x, self.dropout3)
 
 
+def _fast_path_possible(layer: Module) -> bool:
+    """Whether torch's ``TransformerEncoder`` would keep ``use_nested_tensor`` for ``layer``
+    (its reasons against, in its order)."""
+    if not isinstance(layer, TransformerEncoderLayer) or layer.norm_first:
+        return False
+    attention = layer.self_attn
+    return bool(
+        attention.batch_first
+        and attention._qkv_same_embed_dim
+        and attention.in_proj_bias is not None
+        and layer.activation_relu_or_gelu
+        and layer.norm1.eps == layer.norm2.eps
+        and attention.num_heads % 2 == 0
+    )
+
+
 class TransformerEncoder(_HoldsCausalCheck, Module):
     """``num_layers`` copies of ``encoder_layer`` (``layers``), then ``norm`` if given.
     ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None)``.
@@ -297,6 +326,9 @@ class TransformerEncoder(_HoldsCausalCheck, Module):
         self.num_layers = num_layers
         self.norm = norm
         self.enable_nested_tensor, self.mask_check = enable_nested_tensor, mask_check
+        # torch's flag of its nested-tensor fast path (which retrograd has not: its result is
+        # the slow path's), False where torch would not take it, for code that reads it
+        self.use_nested_tensor = enable_nested_tensor and _fast_path_possible(encoder_layer)
         self._causal = _CausalCheck()
 
     def forward(
