@@ -318,6 +318,9 @@ def test_higher_derivatives_at_kinks_match_torch(names, mode, seed):
         ([("cdist", False)], "backward", 4),
         ([("embedding_bag", True), ("where", False)], "hvp", 9),
         ([("multi_margin", False)], "penalty", 8),
+        # CI117's draw: log_sigmoid's second derivative at 0 was 0 (its recorded backward
+        # went through abs, whose derivative at 0 is 0), so the third derivative was off
+        ([("bce_logits", True)], "hvp", 0),
     ],
 )
 def test_chosen_programs_match_torch(names, mode, seed):

@@ -781,9 +781,11 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
     def softplus_backward(self, grad: Any, x: Any, beta: float, threshold: float) -> Any:
         """torch's ``softplus_backward`` from ``x``: ``grad`` where ``x * beta > threshold``,
         else ``grad * z / (z + 1)`` with ``z = exp(x * beta)`` (its kernel's order). This
-        default composes primitives."""
+        default composes primitives. Where ``x * beta`` equals the threshold, ``z`` is the
+        threshold's: the same bits, of no derivative in ``x``, as torch's double backward
+        (``sigmoid_backward`` masked by ``x * beta < threshold``) gives 0 there."""
         scaled, above = self._softplus_parts(x, beta, threshold)
-        z = self.exp(scaled)
+        z = self.exp(self.mask_fill(scaled, self.equal_elem(scaled, threshold), threshold))
         return self.mask_where(self.div(self.mul(grad, z), self.add_scalar(z, 1.0)), above, grad)
 
     def _softplus_parts(self, x: Any, beta: float, threshold: float) -> tuple[Any, Any]:
@@ -797,11 +799,14 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """torch's ``log_sigmoid_backward`` with its forward's buffer ``b = exp(-|x|)``,
         recomputed from ``x``: ``(1 - b / (1 + b)) * grad`` where ``x < 0``, else ``(b / (1 +
         b)) * grad`` (its kernel's ``(max_deriv - sign * b / (1 + b)) * grad``). This default
-        composes primitives."""
-        buffer = self.exp(self.neg(self.abs(x)))
+        composes primitives. ``-|x|`` is taken branch by branch (``x`` below 0, ``-x`` from
+        0 on: the same bits), not through ``abs``, whose derivative at 0 is 0: recorded under
+        ``create_graph`` that made the second derivative at 0 zero, where it is -1/4."""
+        below = self.lower_elem(x, 0.0)
+        buffer = self.exp(self.mask_where(self.neg(x), below, x))
         share = self.div(buffer, self.add_scalar(buffer, 1.0))
         negative = self.mul(self.rsub_scalar(share, 1.0), grad)
-        return self.mask_where(self.mul(share, grad), self.lower_elem(x, 0.0), negative)
+        return self.mask_where(self.mul(share, grad), below, negative)
 
     def gelu_tanh_backward(self, grad: Any, x: Any) -> Any:
         """torch's ``gelu_backward(approximate="tanh")`` from ``x``, its kernel's order:
