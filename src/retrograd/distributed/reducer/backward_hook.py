@@ -432,6 +432,18 @@ class GradientSyncHook:
         grads.on_register.remove(sync.on_register)
         sync.finish(grads)
 
+    def abandon(self, grads: Any) -> None:
+        """A backward that ``begin`` saw raised: what was kept for it goes (``end`` never
+        comes). Its synced step, if any, stays registered with the server, which refuses the
+        device's next synced backward by name, as before; a ``no_sync`` backward's slots are
+        dropped unsummed, as torch's ``.grad`` holds nothing of a backward that raised before
+        its parameters' gradients were ready."""
+        with self._lock:
+            sync = self._syncs.pop(id(grads), None)
+            self._local.pop(id(grads), None)
+        if sync is not None and sync.on_register in grads.on_register:
+            grads.on_register.remove(sync.on_register)
+
     @staticmethod
     def forget(devices: Any) -> None:
         """Drop what ``no_sync`` backwards accumulated on ``devices`` (their context closed)."""
