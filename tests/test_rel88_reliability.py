@@ -12,6 +12,11 @@ and reference cycles (the regressions; what was probed and found right is in CHA
   parameter slots, for good), and a later backward whose ``Gradients`` reused the id took
   it for its own (``list.remove(x): x not in list`` from a ``no_sync`` backward after a
   synced one raised).
+* A synced data-parallel backward that raised on every rank (before any gradient was ready)
+  left its round open: the rank that began its next backward first was paired with the
+  other's raising one, and from then on each rank's step N was averaged with the other's
+  step N - 1 or N + 1, with no error (torch's next steps sync as usual). A backward that
+  raises now fails its round at once, and rounds gather each device's n-th synced backward.
 
 Threads are joined with a deadline, so a regression fails instead of hanging.
 """
@@ -195,3 +200,41 @@ def test_a_no_sync_backward_after_a_synced_one_raised_runs():
             reference = _linear(torch)
             reference(torch.tensor(_micro(rank, k).numpy())).square().sum().backward()
             np.testing.assert_allclose(got, reference.weight.grad.numpy(), rtol=1e-12)
+
+
+def _torch_mean_gradient(k: int) -> np.ndarray:
+    """The weight gradient DDP's mean all-reduce gives at micro-batch ``k`` of both ranks."""
+    total = []
+    for rank in range(2):
+        reference = _linear(torch)
+        reference(torch.tensor(_micro(rank, k).numpy())).square().sum().backward()
+        total.append(reference.weight.grad.numpy())
+    return (total[0] + total[1]) / 2
+
+
+def test_a_synced_backward_that_raised_on_every_rank_leaves_the_next_steps_synced():
+    """A tensor hook raises in a synced backward on both ranks (before any gradient is
+    ready), five times, each followed by synced steps: each step's gradients are the mean of
+    both ranks' of that step, as torch's DDP gives after such a backward. Before, the rank
+    that began its next backward first was paired with the other's raising one: that step
+    failed on one rank, and from then on each rank's step N was averaged with the other's
+    step N - 1 or N + 1, with no error."""
+
+    def run(rank: int):
+        model = DDP(_linear(rg))
+        found = []
+        for _ in range(5):
+            out = model(_micro(rank, 3))
+            out.register_hook(_raise)
+            with pytest.raises(UserHookError):
+                out.square().sum().backward()
+            del out
+            for k in range(3):
+                grads = model(_micro(rank, k)).square().sum().backward()
+                found.append((k, model.module.weight.grad(grads).numpy().copy()))
+        return found
+
+    expected = [_torch_mean_gradient(k) for k in range(3)]
+    for found in run_ranks(2, run):
+        for k, got in found:
+            np.testing.assert_allclose(got, expected[k], rtol=1e-12)
