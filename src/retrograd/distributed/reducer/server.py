@@ -25,10 +25,13 @@ backward that involves distributed parameters, the server
    is full; on ``ordered`` transports the buckets launch in plan order;
 3. hands the reduced gradients back when the device's backward ends.
 
-All members' parts of one backward form a *round*. A fault (a member that never registers,
-stalls, or disagrees) fails the round on every device of this process with one message naming
-who is missing and which parameters; the next backward starts a fresh round (on transports
-that can recover, see ``Capabilities.recoverable``).
+All members' parts of one backward form a *round*: each device's n-th synced backward (its
+own count), so that a device whose backward of a round raised and that began the next one is
+never paired with another device's backward of an earlier step. A fault (a member that never
+registers, stalls, or disagrees) fails the round on every device of this process with one
+message naming who is missing and which parameters; the next backward starts a fresh round
+(on transports that can recover, see ``Capabilities.recoverable``). A backward that raises (a
+user's hook or Function) fails its round at once (``withdraw``), naming itself.
 """
 
 from __future__ import annotations
@@ -128,6 +131,9 @@ class SyncServer:
         #: device that never registered for it, or for one before it, skips to the next, so
         #: that after the fault every member's next backward syncs together
         self._resync_upto = 0
+        #: why each of the last rounds that failed did, by number: a device that registers
+        #: for one of them after it failed is told
+        self._failures: dict[int, str] = {}
         self._op_links: dict[Pending, Pending] = {}
         self._waiting: set[DeviceStep] = set()
         self._verdicts: dict[tuple[bytes, ...], Verdict] = {}
@@ -329,9 +335,9 @@ class SyncServer:
         elif current is None and number <= self._round_number:
             # this device's backward of a round already over (failed: another device's
             # backward of it raised)
+            why = self._failures.get(number, "another member's backward of it raised")
             step.error = (
-                f"backward step {number} on {device} failed before this backward began: "
-                "another member's backward of that step raised or left it"
+                f"backward step {number} on {device} failed before this backward began: {why}"
             )
             step.done.set()
             return
@@ -504,6 +510,9 @@ class SyncServer:
         if current.failed:
             return
         current.failed = message
+        self._failures[current.number] = message
+        while len(self._failures) > 8:
+            del self._failures[next(iter(self._failures))]
         if resync:
             self._resync_upto = max(self._resync_upto, current.number)
         for step in current.steps.values():
