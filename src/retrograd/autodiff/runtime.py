@@ -40,7 +40,9 @@ __all__ = ["ANOMALY", "BACKWARD_HOOKS", "Tape", "backward", "running_tape"]
 ANOMALY: dict[str, Any] = {"enabled": False, "check_nan": True, "name": None}
 
 #: Objects with ``begin(tape, grads)`` and ``end(grads)``, called around every backward, in
-#: every thread (a hook decides from ``grads.device`` and the tape whether it applies).
+#: every thread (a hook decides from ``grads.device`` and the tape whether it applies), and
+#: optionally ``abandon(grads)``, called instead of ``end`` when the backward raised (a hook,
+#: rule or Function of the user's): what ``begin`` set aside for that backward is dropped.
 #: Data-parallel training registers one to all-reduce gradients as they become final.
 BACKWARD_HOOKS: list = []
 
@@ -222,6 +224,7 @@ def backward(
     # walk the part below the inputs); the nodes run are released below as usual
     consume = not reading and stop is None
     tape = checkpointer = node = grads = nodes = taken = read_step = running = gathering = None
+    hooks: list = []
     # From the walk on, whatever stops the backward (an interrupt while its gradients are set
     # up included) gives the graph back and tells the strategy, below, or a budget's planner
     # would wait for the end of a backward that never runs, and record the next step's
@@ -329,7 +332,8 @@ def backward(
         abandon = getattr(checkpointer, "abandon", None)
         if abandon is not None:
             abandon()
-        del tape, grads, checkpointer, abandon, nodes, node, root, seed, taken, read_step
+        _abandon_hooks(hooks, grads)
+        del tape, grads, checkpointer, abandon, nodes, node, root, seed, taken, read_step, hooks
         raise
     grads.in_place = False  # what the caller adds to it later makes new arrays
     grads.recomputed_bytes, grads.recomputed_ops, grads.peak_bytes = checkpointer.end()
@@ -621,6 +625,22 @@ def _leave(
         gathering.pop()
     if reading and any(t is tape for t in _READING):
         _stop_reading(tape)
+
+
+def _abandon_hooks(hooks: list, grads: Gradients | None) -> None:
+    """The backward hooks whose ``begin`` saw a backward that then raised hear of it
+    (``abandon``, where they have it): ``end`` never comes for it. Data parallel's hook kept
+    what ``begin`` set aside by ``id(grads)`` until ``end``: a ``no_sync`` backward that raised
+    left its parameter slots there for good (one entry per failure), and a later backward
+    whose ``Gradients`` reused the id took the stale entry as its own (a synced one's
+    ``list.remove`` failed with a bare ``ValueError`` in the next backward to end, or stale
+    slots were summed into the accumulated gradients)."""
+    if grads is None:
+        return
+    for hook in hooks:
+        abandon = getattr(hook, "abandon", None)
+        if abandon is not None:
+            abandon(grads)
 
 
 def _stop_reading(tape: Tape) -> None:

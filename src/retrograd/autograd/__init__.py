@@ -122,28 +122,38 @@ class _InferenceMode(threading.local):
 _INFERENCE = _InferenceMode()
 
 
-_MULTITHREADING = [True]
+class _Multithreading(threading.local):
+    """This thread's setting of torch's multithreaded backward (class attribute: a new
+    thread's default, on). Per thread, as torch's (``c10::AutogradState`` is thread-local):
+    one process-wide flag let a thread's ``set_multithreading_enabled(False)`` block turn it
+    off for every other thread while it lasted."""
+
+    enabled = True
+
+
+_MULTITHREADING = _Multithreading()
 
 
 class set_multithreading_enabled:  # noqa: N801 (torch's name)
-    """torch's switch of its multithreaded backward (one thread per device): set at once,
-    and back to what it was at the end of a ``with`` block. Recorded: retrograd's backward
-    runs on the calling thread whatever it says."""
+    """torch's switch of its multithreaded backward (one thread per device), for this
+    thread: set at once, and back to what it was at the end of a ``with`` block. Recorded:
+    retrograd's backward runs on the calling thread whatever it says."""
 
     def __init__(self, mode: bool) -> None:
-        self._previous = _MULTITHREADING[0]
-        _MULTITHREADING[0] = bool(mode)
+        self._previous = _MULTITHREADING.enabled
+        _MULTITHREADING.enabled = bool(mode)
 
     def __enter__(self) -> None:
         pass
 
     def __exit__(self, *exc: object) -> None:
-        _MULTITHREADING[0] = self._previous
+        _MULTITHREADING.enabled = self._previous
 
 
 def is_multithreading_enabled() -> bool:
-    """Whether torch's multithreaded backward is on (True unless switched off)."""
-    return _MULTITHREADING[0]
+    """Whether torch's multithreaded backward is on in this thread (True unless switched
+    off)."""
+    return _MULTITHREADING.enabled
 
 
 def is_view_replay_enabled() -> bool:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections import namedtuple
 from collections.abc import Iterator
 from typing import Any
@@ -143,8 +144,35 @@ def enter_dual_level() -> int:
         )
     opened = _Level(len(levels))
     _LEVELS.set((*levels, opened))
-    FORWARD_TANGENTS[0] = _carries_in_open_level
+    _tangent_test_opened()
     return len(levels)
+
+
+#: dual levels open now, in all threads (each thread, each context, opens its own)
+_OPEN_LEVELS = [0]
+_OPEN_LOCK = threading.Lock()
+
+
+def _tangent_test_opened() -> None:
+    """A dual level opened: the recording path's test of tangents under ``no_grad``
+    (``grad_mode.FORWARD_TANGENTS``) is installed while any thread has a level open. It
+    answers from the calling thread's own levels, so it is harmless to threads without one.
+    Installed and removed per level instead, a thread closing its level removed it under
+    another thread still inside its own: that thread's ops on duals under ``no_grad`` then
+    recorded nothing, and their tangents came back ``None`` (torch's: the dual's tangent)."""
+    with _OPEN_LOCK:
+        _OPEN_LEVELS[0] += 1
+        FORWARD_TANGENTS[0] = _carries_in_open_level
+
+
+def _tangent_test_closed() -> None:
+    """A dual level closed: the test goes when no thread has a level open (ops under
+    ``no_grad`` then pay nothing for forward AD)."""
+    with _OPEN_LOCK:
+        _OPEN_LEVELS[0] -= 1
+        if _OPEN_LEVELS[0] <= 0:
+            _OPEN_LEVELS[0] = 0
+            FORWARD_TANGENTS[0] = None
 
 
 def _carries_in_open_level(parents: tuple) -> bool:
@@ -184,8 +212,7 @@ def exit_dual_level(*, level: int | None = None) -> None:
             f"exit_dual_level: level {level} is not the innermost open level ({levels[-1].index})"
         )
     _LEVELS.set(levels[:-1])
-    if not levels[:-1]:
-        FORWARD_TANGENTS[0] = None
+    _tangent_test_closed()
 
 
 class dual_level:  # noqa: N801 (torch's name)

@@ -432,6 +432,23 @@ class GradientSyncHook:
         grads.on_register.remove(sync.on_register)
         sync.finish(grads)
 
+    def abandon(self, grads: Any) -> None:
+        """A backward that ``begin`` saw raised: what was kept for it goes (``end`` never
+        comes). A ``no_sync`` backward's slots are dropped unsummed, as torch's ``.grad``
+        holds nothing of a backward that raised before its parameters' gradients were ready;
+        a synced one's round fails at once (the other members' backwards of it get an error
+        naming this device, where theirs did not raise too), and every member's next
+        backward syncs in a round of its own, as torch's do after a backward that raised on
+        every rank."""
+        with self._lock:
+            sync = self._syncs.pop(id(grads), None)
+            self._local.pop(id(grads), None)
+        if sync is None:
+            return
+        if sync.on_register in grads.on_register:
+            grads.on_register.remove(sync.on_register)
+        sync.server.withdraw(sync.step)
+
     @staticmethod
     def forget(devices: Any) -> None:
         """Drop what ``no_sync`` backwards accumulated on ``devices`` (their context closed)."""

@@ -15,7 +15,23 @@ from ..transport.base import Transport
 from .fast_path import HEADER
 from .rounds import DeviceStep
 
-__all__ = ["describe_op_stall", "describe_stall"]
+__all__ = ["describe_op_stall", "describe_raised", "describe_stall"]
+
+
+def describe_raised(step: DeviceStep) -> str:
+    """Why the round of ``step`` failed at once: its backward raised (a user's hook or
+    Function) before every gradient it registered was submitted."""
+    sync = step.sync
+    head = (
+        f"the backward of {step.device} raised at backward step {sync.round.number} before "
+        "its gradients were synced"
+    )
+    absent = [
+        slot.label for slot in step.slots if slot.index not in sync.submitted and not slot.sent
+    ]
+    if not absent:
+        return head
+    return f"{head}: {step.device} has not submitted the gradient of {quote(absent)}"
 
 
 def describe_stall(step: DeviceStep, transport: Transport, timeout: float) -> str:

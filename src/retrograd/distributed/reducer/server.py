@@ -25,10 +25,13 @@ backward that involves distributed parameters, the server
    is full; on ``ordered`` transports the buckets launch in plan order;
 3. hands the reduced gradients back when the device's backward ends.
 
-All members' parts of one backward form a *round*. A fault (a member that never registers,
-stalls, or disagrees) fails the round on every device of this process with one message naming
-who is missing and which parameters; the next backward starts a fresh round (on transports
-that can recover, see ``Capabilities.recoverable``).
+All members' parts of one backward form a *round*: each device's n-th synced backward (its
+own count), so that a device whose backward of a round raised and that began the next one is
+never paired with another device's backward of an earlier step. A fault (a member that never
+registers, stalls, or disagrees) fails the round on every device of this process with one
+message naming who is missing and which parameters; the next backward starts a fresh round
+(on transports that can recover, see ``Capabilities.recoverable``). A backward that raises (a
+user's hook or Function) fails its round at once (``withdraw``), naming itself.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Hashable
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +55,7 @@ from ..transport.base import Transport
 from ..transport.pacing import Pacer
 from .buckets import assign
 from .comm_hooks import CommHook, CommState, GradBucket, default_hook
-from .diagnosis import describe_op_stall, describe_stall
+from .diagnosis import describe_op_stall, describe_raised, describe_stall
 from .fast_path import HEADER, FastPath
 from .registration import Verdict, agree
 from .rounds import DeviceStep, Round
@@ -120,6 +124,16 @@ class SyncServer:
         self._pacer = Pacer(capabilities.spins)
         self._round: Round | None = None
         self._round_number = 0
+        #: synced backwards each device has begun: a round gathers each device's backward of
+        #: one number (see ``_on_register``)
+        self._begun: dict[Any, int] = {}
+        #: the last round a fault failed (a member that never registered, a mismatch...): a
+        #: device that never registered for it, or for one before it, skips to the next, so
+        #: that after the fault every member's next backward syncs together
+        self._resync_upto = 0
+        #: why each of the last rounds that failed did, by number: a device that registers
+        #: for one of them after it failed is told
+        self._failures: dict[int, str] = {}
         self._op_links: dict[Pending, Pending] = {}
         self._waiting: set[DeviceStep] = set()
         self._verdicts: dict[tuple[bytes, ...], Verdict] = {}
@@ -143,6 +157,11 @@ class SyncServer:
 
     def register(self, step: DeviceStep) -> None:
         self._run_handler(self._on_register, step)
+
+    def withdraw(self, step: DeviceStep) -> None:
+        """``step``'s backward raised (a hook or Function of the user's) before it ended: its
+        round cannot finish, and fails now."""
+        self._run_handler(self._on_withdraw, step)
 
     def submit_many(self, step: DeviceStep, items: list[tuple[int, np.ndarray]]) -> None:
         """Several final gradients (a bucket's) at once; launches what is complete."""
@@ -294,8 +313,17 @@ class SyncServer:
             step.done.set()
             return
         device = step.device
+        # A round gathers the n-th synced backward of every device: numbered by the devices'
+        # own counts, a device that runs ahead (its backward of the round raised, it began the
+        # next) is never paired with another device's backward of an earlier step. Numbered by
+        # arrival, after a backward raised on every rank the next backward of a rank that got
+        # there first was paired with another rank's backward still running the raising one,
+        # and from then on each rank's step N was averaged with another's step N - 1 or N + 1
+        # (wrong gradients, no error), where torch's next steps sync as usual.
+        number = max(self._begun.get(device, 0), self._resync_upto) + 1
+        self._begun[device] = number
         current = self._round
-        if current is not None and device in current.steps:
+        if current is not None and (device in current.steps or current.number < number):
             self._fail_round(
                 current,
                 (
@@ -304,14 +332,38 @@ class SyncServer:
                 ),
             )
             current = None
+        elif current is None and number <= self._round_number:
+            # this device's backward of a round already over (failed: another device's
+            # backward of it raised)
+            why = self._failures.get(number, "another member's backward of it raised")
+            step.error = (
+                f"backward step {number} on {device} failed before this backward began: {why}"
+            )
+            step.done.set()
+            return
+        elif current is not None and current.number > number:
+            step.error = (
+                f"backward step {number} on {device} began after the members had gone on to "
+                f"step {current.number} (a backward of step {number} raised)"
+            )
+            step.done.set()
+            return
         if current is None or current.failed or current.finished:
-            self._round_number += 1
-            current = self._round = Round(self._round_number)
+            self._round_number = number
+            current = self._round = Round(number)
         current.steps[device] = step
         step.sync.round = current
         self.transport.set_state(current.number, IN_BACKWARD)
         if self._fast is None or not self._fast.attempt(step):
             self._exchange(step)
+
+    def _on_withdraw(self, step: DeviceStep) -> None:
+        current = step.sync.round
+        if current is None or current.failed or current.finished:
+            return
+        # (not a fault to resynchronise after: the other members' backwards of this step
+        # still register, each under this step's number, and fail at once)
+        self._fail_round(current, describe_raised(step), resync=False)
 
     def _exchange(self, step: DeviceStep) -> None:
         """Gather every member's registration for ``step``'s round (``_on_agreed`` next)."""
@@ -454,10 +506,15 @@ class SyncServer:
         # right away), has nothing else to do: results are wanted as soon as possible.
         self._urgent = bool(self._waiting or self._op_links)
 
-    def _fail_round(self, current: Round, message: str) -> None:
+    def _fail_round(self, current: Round, message: str, resync: bool = True) -> None:
         if current.failed:
             return
         current.failed = message
+        self._failures[current.number] = message
+        while len(self._failures) > 8:
+            del self._failures[next(iter(self._failures))]
+        if resync:
+            self._resync_upto = max(self._resync_upto, current.number)
         for step in current.steps.values():
             step.error = message
             pendings = [step.sync.agreement, *step.sync.bucket_pendings.values()]
