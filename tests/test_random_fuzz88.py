@@ -226,9 +226,21 @@ def _promoted(a, v, *between):
 #: the families an int64 operand takes (Burn's int tensors: no float-only op, no write of a
 #: float source into an int tensor)
 INT_FAMILIES = [
-    "layout", "shape", "slice", "select", "gather", "mask", "reduce", "with_indices",
-    "cumulative", "sort", "topk", "unfold", "clamp", "more",
-]  # fmt: skip
+    "layout",
+    "shape",
+    "slice",
+    "select",
+    "gather",
+    "mask",
+    "reduce",
+    "with_indices",
+    "cumulative",
+    "sort",
+    "topk",
+    "unfold",
+    "clamp",
+    "more",
+]
 
 
 def _draw_step(data, p: Program) -> None:
@@ -473,6 +485,7 @@ def _draw_step(data, p: Program) -> None:
         )
     elif family in ("select", "select_assign"):
         if n == 0:
+            _draw_scalar_index(data, p, i, family)
             return
         d = _dim(data, n)
         size = _size(shape, d)
@@ -503,6 +516,7 @@ def _draw_step(data, p: Program) -> None:
         )
     elif family in ("gather", "scatter"):
         if n == 0:
+            _draw_scalar_index(data, p, i, family)
             return
         d = _dim(data, n)
         update = data.draw(st.sampled_from(["add", "assign"]))
@@ -690,6 +704,45 @@ def _draw_step(data, p: Program) -> None:
                 lambda a: getattr(a, kind)(bound),
                 lambda a: a.clamp(**{keyword: bound}),
             )
+
+
+def _draw_scalar_index(data, p: Program, i: int, family: str) -> None:
+    """An index op on a 0-d tensor: torch's rules (dim 0 or -1, the one value seen as [1];
+    ``index_select``/``index_add`` take an index of one entry, ``gather``/``scatter_add`` of
+    any count); ``"add"`` updates only (an assign of repeated indices has no one answer)."""
+    d = data.draw(st.sampled_from([0, -1]))
+    index_shape = data.draw(st.sampled_from([(1,), (2,), ()]))
+    idx = p.constant(np.zeros(index_shape, np.int64))
+    if family == "select":
+        p.op(
+            f"select({d}) of 0-d",
+            [i, idx],
+            lambda a, k: a.select(d, k),
+            lambda a, k: torch.index_select(a, d, k),
+        )
+    elif family == "gather":
+        p.op(
+            f"gather({d}) of 0-d",
+            [i, idx],
+            lambda a, k: a.gather(d, k),
+            lambda a, k: torch.gather(a, d, k),
+        )
+    elif family == "select_assign":
+        values = p.leaf(_array(data, ()))
+        p.op(
+            f"select_assign({d}) of 0-d",
+            [i, idx, values],
+            lambda a, k, v: a.select_assign(d, k, v, update="add"),
+            lambda a, k, v: torch.index_add(*_promoted(a, v, d, k)),
+        )
+    else:
+        values = p.leaf(_array(data, index_shape))
+        p.op(
+            f"scatter({d}) of 0-d",
+            [i, idx, values],
+            lambda a, k, v: a.scatter(d, k, v, update="add"),
+            lambda a, k, v: torch.scatter_add(*_promoted(a, v, d, k)),
+        )
 
 
 def _draw_more(data, p: Program, i: int, shape, on_int: bool) -> None:
@@ -1062,3 +1115,24 @@ def test_cross_with_an_operand_of_fewer_dims(strategy, dim):
     np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(x.grad(grads).numpy(), ta.grad.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(y.grad(grads).numpy(), tb.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("update", ["add", "assign"])
+def test_select_assign_of_a_0d_tensor_takes_a_0d_index(strategy, update):
+    """``select_assign`` of a 0-d tensor at a 0-d index (torch's ``index_add``/``index_copy``
+    take it, and retrograd's did, and ``select`` did): was a ``ShapeError`` ("indices must be
+    1-d, got shape []")."""
+    ta = torch.tensor(2.5, dtype=torch.float64, requires_grad=True)
+    tv = torch.tensor(-1.25, dtype=torch.float64, requires_grad=True)
+    kernel = torch.index_add if update == "add" else torch.index_copy
+    expected = kernel(ta, -1, torch.tensor(0), tv)
+    (expected * 3.0).backward()
+    with rg.use_backend(rg.Autodiff(inner_backend(), STRATEGIES[strategy]())):
+        x, v = rg.tensor(2.5, dtype="float64").require_grad(), rg.tensor(-1.25, dtype="float64")
+        v = v.require_grad()
+        out = x.select_assign(-1, rg.tensor(0), v, update=update)
+        grads = (out * 3.0).backward()
+    assert out.shape == () and out.item() == expected.item()
+    assert x.grad(grads).item() == ta.grad.item()
+    assert v.grad(grads).item() == tv.grad.item()
