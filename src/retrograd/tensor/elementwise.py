@@ -665,13 +665,16 @@ class ElementwiseMixin:
             raise SizeMismatchError(
                 f"cross: shapes {shape_text(a.shape)} and {shape_text(b.shape)} do not broadcast"
             ) from None
-        d = normalize_dim("cross", dim, max(a.ndim, b.ndim))
-        if a.shape[d - a.ndim] != 3 or b.shape[d - b.ndim] != 3:
+        ndim = max(a.ndim, b.ndim)
+        # the dim of the broadcast shape, counted from the end: an operand of fewer dims is
+        # aligned at the end, and one without that dim has it as size 1
+        from_end = normalize_dim("cross", dim, ndim) - ndim
+        if any(-from_end > t.ndim or t.shape[from_end] != 3 for t in (a, b)):
             raise SizeMismatchError(
                 f"cross: dimension {dim} must have size 3 in both inputs, got shapes "
                 f"{shape_text(a.shape)} and {shape_text(b.shape)}"
             )
-        return self._apply("cross", (a, b), (d - max(a.ndim, b.ndim),))
+        return self._apply("cross", (a, b), (from_end,))
 
     def atan2(self, other: Any) -> Any:
         return self._apply(ATAN2, (self, other))

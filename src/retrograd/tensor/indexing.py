@@ -412,7 +412,13 @@ class IndexingMixin:
                     f"select_assign: values of shape {shape_text(values.shape)} for a 0-d "
                     "tensor (expected one value)"
                 )
-            return flat.select_assign(0, indices, values.reshape((1,)), update).reshape(())
+            # a 0-d index too, as torch's index_add/index_copy of a 0-d tensor take it
+            index = (
+                indices.reshape((-1,))
+                if isinstance(indices, TensorBase)
+                else np.asarray(indices).reshape(-1)
+            )
+            return flat.select_assign(0, index, values.reshape((1,)), update).reshape(())
         d = normalize_dim("select_assign", dim, self.ndim)
         # torch checks an index as it writes a slice: none when the slices have no elements
         empty = self.numel() == 0 and self.shape[d] > 0
