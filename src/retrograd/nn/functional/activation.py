@@ -12,6 +12,7 @@ from typing import Any
 from ...errors import (
     DTypeError,
     InvalidArgumentError,
+    KernelDTypeError,
     RetrogradError,
     ShapeError,
     shape_text,
@@ -137,6 +138,11 @@ def hardtanh(
         )
     if x.dtype == "bool":
         raise DTypeError("hardtanh: bool inputs are not supported (as in torch)")
+    if x.dtype == "uint8" and (min_val < 0 or max_val < 0):  # (torch's RuntimeError)
+        raise KernelDTypeError(
+            f"hardtanh: cannot do hardtanh on an unsigned type with negative limits, got a "
+            f"uint8 {shape_text(x.shape)} input with min_val {min_val}, max_val {max_val}"
+        )
     if not x.is_float():  # torch keeps an integer tensor's dtype
         return x.clamp(int(min_val), int(max_val))
     # one op whose rule reads its output (torch's hardtanh_backward: no gradient where

@@ -16,6 +16,7 @@ from ...errors import (
     ArgumentTypeError,
     DTypeError,
     InvalidArgumentError,
+    KernelDTypeError,
     MixedDTypeError,
     ShapeError,
     SizeMismatchError,
@@ -526,6 +527,16 @@ def binary_cross_entropy_with_logits(
     """``(1 - y) x - w_pos log(sigmoid(x))`` with ``w_pos = 1 + (pos_weight - 1) y``, torch's
     formula (stable for large logits)."""
     fn = "binary_cross_entropy_with_logits"
+    for name, value in (("input", input), ("target", target)):
+        if isinstance(value, Tensor) and value.dtype not in FLOAT_DTYPES and not value.is_complex():
+            # torch's NotImplementedError ("log_sigmoid_cpu" not implemented for 'Byte') for an
+            # integer input, its RuntimeError ("result type Float can't be cast to the desired
+            # output type Byte") for an integer target: an integer label tensor is refused, not
+            # promoted
+            raise KernelDTypeError(
+                f"{fn}: expected a floating point {name}, got {value.dtype} "
+                f"{shape_text(value.shape)} (cast it with .float())"
+            )
     mixed = (
         isinstance(input, Tensor)
         and isinstance(target, Tensor)

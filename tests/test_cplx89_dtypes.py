@@ -1,0 +1,96 @@
+"""Complex and small-integer dtypes across the surface, found by a sweep (helper cplx89): every
+public callable of ``rg.Tensor``, ``rg``, ``rg.nn.functional``, ``rg.linalg``, ``rg.fft`` and
+``rg.special`` called with complex64/complex128, uint8/int8/int16/int32/int64, bool (and
+float16/bfloat16 on torch), alone, beside float32 tensors and beside Python numbers, against
+torch 2.13. Each case here differed from torch before its fix: a call torch computes that
+retrograd refused, or a call torch refuses that retrograd computed (it must refuse with a
+``RetrogradError`` naming the op).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrograd as rg
+
+
+def _pair(array: np.ndarray, requires_grad: bool = False) -> tuple[torch.Tensor, rg.Tensor]:
+    ours = rg.tensor(array, requires_grad=requires_grad)
+    return torch.tensor(array, requires_grad=requires_grad), ours
+
+
+_RNG = np.random.default_rng(89)
+_Z = _RNG.normal(size=(2, 5)) + 1j * _RNG.normal(size=(2, 5))
+_X = _RNG.normal(size=(2, 5)).astype(np.float32)
+_U8 = np.array([[0, 1, 2, 255], [7, 1, 0, 3]], dtype=np.uint8)
+
+
+# -- calls torch computes -------------------------------------------------------------------------
+def test_float_power_in_place_on_complex128_is_torchs():
+    """``complex128.float_power_(e)``: torch's result is complex128 (double precision of the
+    complex kind), so the in-place form takes it; retrograd refused every complex base."""
+    for exponent in (2, 0.5, 1j, _Z[1]):
+        ours, theirs = rg.tensor(_Z), torch.tensor(_Z)
+        arg_ours = rg.tensor(exponent) if isinstance(exponent, np.ndarray) else exponent
+        arg_theirs = torch.tensor(exponent) if isinstance(exponent, np.ndarray) else exponent
+        assert ours.float_power_(arg_ours) is ours
+        theirs.float_power_(arg_theirs)
+        assert str(ours.dtype) == "complex128"
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12, atol=1e-12)
+    # a float64 base with a complex exponent: the result is complex128, not the base's dtype
+    with pytest.raises(RuntimeError):
+        torch.ones(3, dtype=torch.float64).float_power_(torch.tensor(_Z[0, :3]))
+    with pytest.raises(rg.DTypeError, match="float_power_.*complex128"):
+        rg.ones(3, dtype=rg.float64).float_power_(rg.tensor(_Z[0, :3]))
+
+
+# -- calls torch refuses --------------------------------------------------------------------------
+def _refusals():
+    f, g = torch.nn.functional, rg.nn.functional
+    zeros = np.zeros((2, 5), np.float32)
+    return {
+        "isin": (
+            lambda: torch.isin(torch.tensor(_Z), torch.tensor(_Z[0])),
+            lambda: rg.isin(rg.tensor(_Z), rg.tensor(_Z[0])),
+        ),
+        "mode": (lambda: torch.tensor(_Z).mode(), lambda: rg.tensor(_Z).mode()),
+        "binomial": (
+            lambda: torch.binomial(torch.ones(3), torch.tensor([True, False, True])),
+            lambda: rg.binomial(rg.ones(3), rg.tensor([True, False, True])),
+        ),
+        "binary_cross_entropy_with_logits": (
+            lambda: f.binary_cross_entropy_with_logits(torch.tensor(_X[:, :4]), torch.tensor(_U8)),
+            lambda: g.binary_cross_entropy_with_logits(rg.tensor(_X[:, :4]), rg.tensor(_U8)),
+        ),
+        "binary_cross_entropy_with_logits ": (  # an integer input
+            lambda: f.binary_cross_entropy_with_logits(
+                torch.tensor(_U8), torch.tensor(zeros[:, :4])
+            ),
+            lambda: g.binary_cross_entropy_with_logits(rg.tensor(_U8), rg.tensor(zeros[:, :4])),
+        ),
+        "hardtanh": (lambda: f.hardtanh(torch.tensor(_U8)), lambda: g.hardtanh(rg.tensor(_U8))),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_refusals()))
+def test_refused_as_torch_refuses(name):
+    theirs, ours = _refusals()[name]
+    with pytest.raises((RuntimeError, NotImplementedError, ValueError, TypeError)):
+        theirs()
+    with pytest.raises(rg.RetrogradError, match=name.strip()):
+        ours()
+
+
+def test_what_torch_still_computes_there():
+    """The refusals above stop where torch's do: ``relu6`` of uint8 (limits 0 and 6), hardtanh
+    of a signed integer tensor, a float target beside float logits."""
+    f, g = torch.nn.functional, rg.nn.functional
+    assert np.array_equal(g.relu6(rg.tensor(_U8)).numpy(), f.relu6(torch.tensor(_U8)).numpy())
+    i8 = _U8.astype(np.int8)
+    assert np.array_equal(g.hardtanh(rg.tensor(i8)).numpy(), f.hardtanh(torch.tensor(i8)).numpy())
+    target = (_U8[:, :4] % 2).astype(np.float32)
+    ours = g.binary_cross_entropy_with_logits(rg.tensor(_X[:, :4]), rg.tensor(target))
+    theirs = f.binary_cross_entropy_with_logits(torch.tensor(_X[:, :4]), torch.tensor(target))
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
