@@ -42,8 +42,38 @@ def test_float_power_in_place_on_complex128_is_torchs():
     # a float64 base with a complex exponent: the result is complex128, not the base's dtype
     with pytest.raises(RuntimeError):
         torch.ones(3, dtype=torch.float64).float_power_(torch.tensor(_Z[0, :3]))
-    with pytest.raises(rg.DTypeError, match="float_power_.*complex128"):
+    with pytest.raises(rg.DTypeError, match=r"float_power_.*complex128"):
         rg.ones(3, dtype=rg.float64).float_power_(rg.tensor(_Z[0, :3]))
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "size"),
+    [
+        ("adaptive_avg_pool1d", (3, 6), 1),
+        ("adaptive_avg_pool2d", (2, 3, 4, 5), 1),
+        ("adaptive_avg_pool2d", (3, 4, 5), (1, 1)),
+        ("adaptive_avg_pool3d", (1, 2, 3, 4, 2), 1),
+    ],
+)
+def test_complex_global_average_pooling_is_torchs_mean(name, shape, size):
+    """A complex input pooled to one cell (the global average pooling of a complex network):
+    torch takes the mean over the spatial dims, its only complex form; retrograd refused every
+    complex input. The value and the gradient of a real loss (the conjugate Wirtinger one)."""
+    data = _RNG.normal(size=shape) + 1j * _RNG.normal(size=shape)
+    theirs_in, ours_in = _pair(data, requires_grad=True)
+    theirs = getattr(torch.nn.functional, name)(theirs_in, size)
+    ours = getattr(rg.nn.functional, name)(ours_in, size)
+    assert str(ours.dtype) == "complex128" and tuple(ours.shape) == tuple(theirs.shape)
+    np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), rtol=1e-12, atol=1e-14)
+    weights = np.cos(np.arange(theirs.numel())).reshape(tuple(theirs.shape))
+    (theirs.real * torch.tensor(weights) - 0.5 * theirs.imag).sum().backward()
+    grads = (rg.real(ours) * rg.tensor(weights) - 0.5 * rg.imag(ours)).sum().backward()
+    np.testing.assert_allclose(ours_in.grad(grads).numpy(), theirs_in.grad.numpy(), atol=1e-14)
+    # to more cells torch has no complex kernel: refused, naming the op
+    with pytest.raises(NotImplementedError):
+        getattr(torch.nn.functional, name)(torch.tensor(data), 2)
+    with pytest.raises(rg.RetrogradError, match=name):
+        getattr(rg.nn.functional, name)(rg.tensor(data), 2)
 
 
 # -- calls torch refuses --------------------------------------------------------------------------
@@ -70,6 +100,7 @@ def _refusals():
             ),
             lambda: g.binary_cross_entropy_with_logits(rg.tensor(_U8), rg.tensor(zeros[:, :4])),
         ),
+        "glu": (lambda: f.glu(torch.tensor(_Z[:, :4])), lambda: g.glu(rg.tensor(_Z[:, :4]))),
         "hardtanh": (lambda: f.hardtanh(torch.tensor(_U8)), lambda: g.hardtanh(rg.tensor(_U8))),
     }
 

@@ -15,6 +15,7 @@ from ...errors import (
     KernelDTypeError,
     RetrogradError,
     ShapeError,
+    UnsupportedDTypeError,
     shape_text,
 )
 from ...tensor import Tensor, random
@@ -308,6 +309,8 @@ def quiet_softmax(x: Tensor, dim: int) -> Tensor:
 @_rounded_once
 def glu(x: Tensor, dim: int = -1) -> Tensor:
     """``a * sigmoid(b)``, ``a`` and ``b`` the halves of ``x`` along ``dim``."""
+    if x.is_complex():  # (torch's NotImplementedError: "glu_cpu" not implemented)
+        raise UnsupportedDTypeError(f"glu: not implemented for {x.dtype} tensors")
     size = x.shape[normalize_dim("glu", dim, x.ndim)]
     if size % 2:
         raise ShapeError(
