@@ -76,6 +76,23 @@ def test_complex_global_average_pooling_is_torchs_mean(name, shape, size):
         getattr(rg.nn.functional, name)(rg.tensor(data), 2)
 
 
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_silu_is_torchs_outside_a_graph(dtype):
+    """torch computes ``F.silu`` of a complex tensor (``x / (1 + exp(-x))``) but records no
+    gradient for it; retrograd refused every complex input. Untracked: torch's values; a
+    tracked input: refused as torch refuses it."""
+    data = _Z.astype(dtype)
+    ours = rg.nn.functional.silu(rg.tensor(data))
+    theirs = torch.nn.functional.silu(torch.tensor(data))
+    assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.")
+    tolerance = 1e-6 if dtype == np.complex64 else 1e-14
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=tolerance, atol=tolerance)
+    with pytest.raises(RuntimeError, match="complex"):
+        torch.nn.functional.silu(torch.tensor(data, requires_grad=True))
+    with pytest.raises(rg.RetrogradError, match="silu"):
+        rg.nn.functional.silu(rg.tensor(data, requires_grad=True))
+
+
 # -- calls torch refuses --------------------------------------------------------------------------
 def _refusals():
     f, g = torch.nn.functional, rg.nn.functional

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import (
+    AutodiffError,
     DTypeError,
     InvalidArgumentError,
     KernelDTypeError,
@@ -82,6 +83,16 @@ def log_sigmoid(x: Tensor) -> Tensor:
 def silu(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * sigmoid(x)``; ``inplace`` is accepted as :func:`relu`'s (torch's signature:
     ``F.silu(x, inplace=True)``)."""
+    if isinstance(x, Tensor) and x.is_complex():
+        # torch's complex kernel, x / (1 + exp(-x)), which it computes outside a graph only
+        out = x * x.sigmoid()
+        if out.requires_grad:
+            raise AutodiffError(
+                f"silu: does not support automatic differentiation for outputs with complex "
+                f"dtype (as torch's), got a {x.dtype} {shape_text(x.shape)} input that requires "
+                "grad (write x * x.sigmoid(), whose gradient is recorded)"
+            )
+        return out
     return _float_input("silu", x).silu()
 
 
