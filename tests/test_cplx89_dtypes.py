@@ -93,6 +93,27 @@ def test_complex_silu_is_torchs_outside_a_graph(dtype):
         rg.nn.functional.silu(rg.tensor(data, requires_grad=True))
 
 
+@pytest.mark.parametrize(
+    ("name", "complex_input", "args"),
+    [
+        ("fftn", True, (2,)),
+        ("ifftn", True, (3, 0)),
+        ("rfftn", False, (2,)),
+        ("irfftn", True, (4,)),
+        ("hfftn", True, (3,)),
+    ],
+)
+def test_an_int_s_of_the_n_dimensional_transforms_is_one_size(name, complex_input, args):
+    """``torch.fft.fftn(x, 2)``: torch reads an int ``s`` as a one-entry list (the last dim,
+    or ``dim``, cut or padded to it); retrograd refused it (``object of type 'int' has no
+    len()``), for every dtype the sweep tried."""
+    data = _Z[:, :4] if complex_input else _X[:, :4].astype(np.float64)
+    theirs = getattr(torch.fft, name)(torch.tensor(data), *args)
+    ours = getattr(rg.fft, name)(rg.tensor(data), *args)
+    assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(ours.numpy(), theirs.resolve_conj().numpy(), atol=1e-12)
+
+
 # -- calls torch refuses --------------------------------------------------------------------------
 def _refusals():
     f, g = torch.nn.functional, rg.nn.functional

@@ -117,7 +117,10 @@ def _resized(op: str, x: Tensor, dim: int, n: int) -> Tensor:
 
 def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tuple, tuple]:
     """torch's ``s``/``dim`` of an n-dimensional transform: the dims (normalized) and the
-    sizes (``None`` where the input's own)."""
+    sizes (``None`` where the input's own). An int ``s`` is a one-entry list, as torch
+    reads it (``fftn(x, 2)``: the last dim cut to 2)."""
+    if isinstance(s, int):
+        s = (s,)
     if dim is None:
         if s is None:
             dims = tuple(range(x.ndim)) if default_all else (-2, -1)
