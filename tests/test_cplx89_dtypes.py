@@ -138,6 +138,10 @@ def _refusals():
             ),
             lambda: g.binary_cross_entropy_with_logits(rg.tensor(_U8), rg.tensor(zeros[:, :4])),
         ),
+        "fft.fft2": (  # one size for the two dims of a 2-d transform
+            lambda: torch.fft.fft2(torch.tensor(_Z), (3,)),
+            lambda: rg.fft.fft2(rg.tensor(_Z), (3,)),
+        ),
         "glu": (lambda: f.glu(torch.tensor(_Z[:, :4])), lambda: g.glu(rg.tensor(_Z[:, :4]))),
         "hardtanh": (lambda: f.hardtanh(torch.tensor(_U8)), lambda: g.hardtanh(rg.tensor(_U8))),
     }

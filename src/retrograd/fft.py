@@ -122,8 +122,10 @@ def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tupl
     if isinstance(s, int):
         s = (s,)
     if dim is None:
-        if s is None:
-            dims = tuple(range(x.ndim)) if default_all else (-2, -1)
+        if not default_all:  # (the 2-d forms: the last two dims, whatever s's length)
+            dims = (-2, -1)
+        elif s is None:
+            dims = tuple(range(x.ndim))
         else:
             dims = tuple(range(-len(s), 0))
     else:
