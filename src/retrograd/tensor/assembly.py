@@ -386,6 +386,11 @@ def isin(
             f"isin: not implemented for bool tensors (as in torch), got elements "
             f"{elements.dtype} and test_elements {test_elements.dtype}"
         )
+    if elements.is_complex() or test_elements.is_complex():  # (torch: "Unsupported input type")
+        raise UnsupportedDTypeError(
+            f"isin: not implemented for complex tensors (as in torch), got elements "
+            f"{elements.dtype} and test_elements {test_elements.dtype}"
+        )
     tests = lift(elements, test_elements, "isin").reshape((-1,))
     found = elements.unsqueeze_dim(-1).equal(tests).any(-1)  # an empty test set: all False
     return found.logical_not() if invert else found

@@ -195,6 +195,8 @@ class SelectionMixin:
         those equally frequent; each NaN counted apart) and the position torch's CPU kernel
         reports for it (:func:`_torch_mode_position`); the positions are found on the host,
         the values gathered (the gradient reaches those positions)."""
+        if self.is_complex():  # (torch's NotImplementedError: "mode_cpu" not implemented)
+            raise UnsupportedDTypeError(f"mode: not implemented for {self.dtype} tensors")
         x = self.reshape((1,)) if self.ndim == 0 else self
         d = normalize_dim("mode", dim, x.ndim)
         if x.shape[d] == 0:

@@ -33,14 +33,17 @@ class TorchFormsMixin:
         return self.mH
 
     def float_power_(self, exponent: Any) -> Any:
-        """``self ** exponent`` in float64, in place: torch's result is float64, so only a
-        float64 tensor can take it."""
-        if self.dtype != "float64":
+        """``self ** exponent`` in double precision, in place: torch's result is complex128
+        where either operand is complex and float64 otherwise, so only a tensor of that dtype
+        can take it."""
+        result = self.float_power(exponent)
+        if self.dtype != result.dtype:
             raise DTypeError(
-                f"float_power_: the base has dtype {self.dtype} but the result is float64; "
-                "call it on a float64 tensor (or use float_power, which returns a new one)"
+                f"float_power_: the base has dtype {self.dtype} but the result is "
+                f"{result.dtype}; call it on a {result.dtype} tensor (or use float_power, "
+                "which returns a new one)"
             )
-        return self.copy_(self.float_power(exponent))
+        return self.copy_(result)
 
     def unsafe_chunk(self, chunks: int, dim: int = 0) -> tuple[Any, ...]:
         """:meth:`chunk` (torch's form without view tracking; the same values)."""

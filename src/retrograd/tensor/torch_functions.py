@@ -227,6 +227,10 @@ def binomial(count: Any, prob: Any, generator: Any = None) -> Any:
         raise DTypeError(
             f"{op}: only floating-point dtypes are supported for count, got {count.dtype}"
         )
+    if not prob.is_floating_point():  # (torch's ValueError: a complex or bool prob)
+        raise DTypeError(
+            f"{op}: only floating-point dtypes are supported for prob, got {prob.dtype}"
+        )
     if generator is not None:
         raise InvalidArgumentError(
             f"{op}: a generator is not taken here; draws come from the stream rg.manual_seed seeds"

@@ -10,8 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import (
+    AutodiffError,
     DTypeError,
     InvalidArgumentError,
+    KernelDTypeError,
     RetrogradError,
     ShapeError,
     UnsupportedDTypeError,
@@ -82,6 +84,16 @@ def log_sigmoid(x: Tensor) -> Tensor:
 def silu(x: Tensor, inplace: bool = False) -> Tensor:
     """``x * sigmoid(x)``; ``inplace`` is accepted as :func:`relu`'s (torch's signature:
     ``F.silu(x, inplace=True)``)."""
+    if isinstance(x, Tensor) and x.is_complex():
+        # torch's complex kernel, x / (1 + exp(-x)), which it computes outside a graph only
+        out = x * x.sigmoid()
+        if out.requires_grad:
+            raise AutodiffError(
+                f"silu: does not support automatic differentiation for outputs with complex "
+                f"dtype (as torch's), got a {x.dtype} {shape_text(x.shape)} input that requires "
+                "grad (write x * x.sigmoid(), whose gradient is recorded)"
+            )
+        return out
     return _float_input("silu", x).silu()
 
 
@@ -139,6 +151,11 @@ def hardtanh(
         )
     if x.dtype == "bool":
         raise DTypeError("hardtanh: bool inputs are not supported (as in torch)")
+    if x.dtype == "uint8" and (min_val < 0 or max_val < 0):  # (torch's RuntimeError)
+        raise KernelDTypeError(
+            f"hardtanh: cannot do hardtanh on an unsigned type with negative limits, got a "
+            f"uint8 {shape_text(x.shape)} input with min_val {min_val}, max_val {max_val}"
+        )
     if not x.is_float():  # torch keeps an integer tensor's dtype
         return x.clamp(int(min_val), int(max_val))
     # one op whose rule reads its output (torch's hardtanh_backward: no gradient where
@@ -305,6 +322,8 @@ def quiet_softmax(x: Tensor, dim: int) -> Tensor:
 def glu(x: Tensor, dim: int = -1) -> Tensor:
     """``a * sigmoid(b)``, ``a`` and ``b`` the halves of ``x`` along ``dim``."""
     _refuse_integer("glu", x, UnsupportedDTypeError)  # (torch's "glu_cpu" has no int kernel)
+    if x.is_complex():  # (torch's NotImplementedError: "glu_cpu" not implemented)
+        raise UnsupportedDTypeError(f"glu: not implemented for {x.dtype} tensors")
     size = x.shape[normalize_dim("glu", dim, x.ndim)]
     if size % 2:
         raise ShapeError(

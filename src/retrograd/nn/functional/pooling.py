@@ -19,6 +19,7 @@ from ...errors import (
     InvalidMaxIndexError,
     ShapeError,
     SizeMismatchError,
+    UnsupportedDTypeError,
     check_bool,
 )
 from ...tensor import Tensor, cat, rand, zeros
@@ -278,7 +279,9 @@ def _adaptive_output_size(fn: str, spatial: int, output_size: Any) -> tuple:
 
 
 def _adaptive_avg_pool(fn, spatial, x, output_size):
-    x, squeeze = _batched(fn, _float_input(fn, x), spatial)
+    # a complex input to one cell: torch's mean over the spatial dims (its only complex form)
+    complex_mean = isinstance(x, Tensor) and x.is_complex()
+    x, squeeze = _batched(fn, x if complex_mean else _float_input(fn, x), spatial)
     output_size = _adaptive_output_size(fn, spatial, output_size)
     if len(output_size) != spatial:  # (a one-entry tuple too, as torch: no repeat)
         raise ShapeError(f"{fn}: output_size must have {spatial} entries, got {output_size!r}")
@@ -286,6 +289,13 @@ def _adaptive_avg_pool(fn, spatial, x, output_size):
     sizes = tuple(n if o is None else o for o, n in zip(output_size, x.shape[2:]))
     if not all(isinstance(o, numbers.Integral) and o >= 0 for o in sizes):
         raise ShapeError(f"{fn}: output_size must be non-negative ints, got {output_size!r}")
+    if complex_mean:
+        if any(o != 1 for o in sizes):  # (torch's NotImplementedError)
+            raise UnsupportedDTypeError(
+                f"{fn}: a {x.dtype} input pools only to output size 1 (torch's mean), got "
+                f"output_size {output_size!r}"
+            )
+        return _unbatched(x.mean(tuple(range(2, x.ndim)), keepdim=True), squeeze)
     if any(o != 1 for o in sizes):  # (to one cell torch takes the mean: NaN of nothing)
         # (torch's 3-d kernel also refuses a batched input without channels, its 1-d and
         # 2-d ones not)
