@@ -44,9 +44,11 @@ def test_legacy_svd_of_a_complex_matrix_returns_v_not_its_transpose():
 @pytest.mark.parametrize("form", ["linalg", "torch", "method"])
 def test_cross_broadcasts_inputs_of_one_number_of_dimensions_as_torch(form):
     """Inputs of one number of dimensions broadcast, as torch's. One of fewer dimensions
-    (``[2, 3, 3]`` with ``[3, 3]``), which torch refuses, broadcasts too: API.md section 2's
-    ``cross(other, d)`` broadcasts as NumPy does (``op_cases.py``'s ``cross_broadcast``), a
-    superset of torch's inputs whose results on torch's own are torch's."""
+    (``[2, 3, 3]`` with ``[3, 3]``), which torch refuses, broadcasts too through the tensor
+    method and ``rg.cross``: API.md section 2's ``cross(other, d)`` broadcasts as NumPy does
+    (``op_cases.py``'s ``cross_broadcast``), a superset of torch's inputs whose results on
+    torch's own are torch's. ``rg.linalg.cross``, a name only torch's namespace has, refuses
+    it as torch's does (``test_random_linalg_50``'s contractions)."""
     x, y = np.random.RandomState(1).randn(2, 3, 3), np.random.RandomState(2).randn(3, 3)
 
     def call(lib, a, b):
@@ -56,6 +58,10 @@ def test_cross_broadcasts_inputs_of_one_number_of_dimensions_as_torch(form):
 
     expected = call(torch, torch.tensor(x), torch.tensor(y[None]))
     np.testing.assert_allclose(call(rg, rg.tensor(x), rg.tensor(y[None])).numpy(), expected)
+    if form == "linalg":
+        with pytest.raises(rg.ShapeError, match="same number of dimensions"):
+            call(rg, rg.tensor(x), rg.tensor(y))
+        return
     np.testing.assert_allclose(call(rg, rg.tensor(x), rg.tensor(y)).numpy(), expected)
 
 

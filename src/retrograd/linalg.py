@@ -37,6 +37,7 @@ from .errors import (
     LinAlgError,
     MixedDTypeError,
     ShapeError,
+    SizeMismatchError,
     UnsupportedDTypeError,
     shape_text,
 )
@@ -1184,6 +1185,13 @@ def cross(input: Tensor, other: Any, *, dim: int = -1, out: Any = None) -> Tenso
     _no_out("linalg.cross", out)
     if not isinstance(input, Tensor):
         raise DTypeError(f"linalg.cross: expected a tensor, got {type(input).__name__}")
+    if isinstance(other, Tensor) and other.ndim != input.ndim:
+        # (torch's RuntimeError; the tensor method, API.md section 2's ``cross(other, d)``,
+        # aligns an operand of fewer dims at the end)
+        raise SizeMismatchError(
+            f"linalg.cross: inputs must have the same number of dimensions, got shapes "
+            f"{shape_text(input.shape)} and {shape_text(other.shape)}"
+        )
     return input.cross(other, dim)
 
 
