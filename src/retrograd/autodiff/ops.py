@@ -2466,13 +2466,49 @@ def _adjugate_t(B, x, scale):
     return B.mul(B.mul(scale, sign), B.matmul(B.mul(u, others), vh))
 
 
+def _cofactors(B, x):
+    """The cofactor matrix ``adj(A)^T`` of ``n x n`` matrices with ``n <= 3``, entry by entry
+    (1 for ``n = 1``; ``C_ij = A_{i+1,j+1} A_{i+2,j+2} - A_{i+1,j+2} A_{i+2,j+1}``, indices
+    mod 3, for ``n = 3``): a polynomial in the entries, so recorded under ``create_graph``
+    every derivative is exact, at singular matrices too (the SVD's is not: it has none where
+    singular values repeat, the zero matrix's, and its third derivative was off at rank n-1)."""
+    shape = B.shape(x)
+    n, lead = shape[-1], (slice(None),) * (len(shape) - 2)
+    if n == 1:
+        return B.ones(shape, B.dtype(x), B.device(x))
+
+    def entry(i, j):
+        return B.slice(x, lead + (slice(i % n, i % n + 1, 1), slice(j % n, j % n + 1, 1)))
+
+    def cofactor(i, j):
+        if n == 2:
+            value = entry(i + 1, j + 1)
+            return value if (i + j) % 2 == 0 else B.neg(value)
+        crossed = B.mul(entry(i + 1, j + 2), entry(i + 2, j + 1))
+        return B.sub(B.mul(entry(i + 1, j + 1), entry(i + 2, j + 2)), crossed)
+
+    rows = [B.cat([cofactor(i, j) for j in range(n)], len(shape) - 1) for i in range(n)]
+    return B.cat(rows, len(shape) - 2)
+
+
+def _recorded_adjugate(B, x, scale, stand_in):
+    """``scale * adj(A)^T`` where a recorded ``det`` backward takes ``A`` as singular: the
+    cofactors up to 3x3 (exact in every derivative: torch's SVD form, which this followed,
+    gave third derivatives off by 0.19 to 1e15 at rank ``n - 1`` and below, NaN at the zero
+    matrix), else through the SVD of ``stand_in`` (``x`` with the regular matrices replaced
+    by ones of distinct singular values)."""
+    if B.shape(x)[-1] <= 3:
+        return B.mul(scale, _cofactors(B, x))
+    return _adjugate_t(B, stand_in, scale)
+
+
 def _det_vjp(B, g, x, out):
     """``g det(A) A^-T``, torch's two ways. A first-order backward computes ``g adj(A)^T``
     (no inverse taken), 0 where the determinant is exactly 0, as torch's (which solves with
     ``g det(A)``, 0 there). A recorded one (``create_graph``) is torch's double-differentiable
-    form: ``solve(A^T, g det(A) I)`` where ``|det A| >= 100 eps``, the adjugate through the SVD
-    elsewhere (not 0 at 0), so that second derivatives are torch's, at matrices with repeated
-    singular values (``2 I``) too, whose SVD has no derivative."""
+    form: ``solve(A^T, g det(A) I)`` where ``|det A| >= 100 eps``, the adjugate elsewhere (not
+    0 at 0; :func:`_recorded_adjugate`), so that second derivatives are torch's, at matrices
+    with repeated singular values (``2 I``) too, whose SVD has no derivative."""
     shape = B.shape(x)
     n = shape[-1]
     if n == 0:
@@ -2487,7 +2523,7 @@ def _det_vjp(B, g, x, out):
     eye = B.eye(n, n, B.dtype(x), B.device(x))
     any_singular = B.any(singular)
     if not B.any(B.logical_not(singular)):
-        return _adjugate_t(B, x, scale)
+        return _recorded_adjugate(B, x, scale, x)
     # (each branch sees a stand-in where the other is taken, so that neither's derivatives
     # reach a matrix it cannot differentiate at: a singular one's solve, a regular one's SVD)
     regular = x if not any_singular else B.mask_where(x, square_mask, eye)
@@ -2497,7 +2533,7 @@ def _det_vjp(B, g, x, out):
         return grad
     distinct = B.reshape(B.arange(1, n + 1, 1, B.dtype(x), B.device(x)), (1, n))
     stand_in = B.mask_where(B.mul(distinct, eye), square_mask, x)
-    return B.mask_where(grad, square_mask, _adjugate_t(B, stand_in, scale))
+    return B.mask_where(grad, square_mask, _recorded_adjugate(B, x, scale, stand_in))
 
 
 def _complex_logdet(B, x):
