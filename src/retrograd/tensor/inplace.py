@@ -414,8 +414,10 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
             f"{op}: a leaf tensor that requires grad cannot be changed in place (shape "
             f"{shape_text(tensor.shape)}); use the out-of-place op ({op[:-1]}) or no_grad()"
         )
-    if leaf:
-        if tensor._view is not None or any(r() is not None for r in tensor._views or ()):
+    # (a view taken of such a leaf under ``no_grad`` is a leaf too, and torch reshapes it in
+    # place there as any view: rewired below, its base untouched)
+    if leaf and tensor._view is None:
+        if any(r() is not None for r in tensor._views or ()):
             raise InvalidArgumentError(
                 f"{op}: the {shape_text(tensor.shape)} leaf is a view or has views; apply "
                 f"{op[:-1]} out of place"
