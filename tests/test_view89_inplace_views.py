@@ -4,10 +4,14 @@ A sweep of every in-place ``Tensor`` method torch also has (plus ``t[idx] = v`` 
 augmented operators) over 27 kinds of view (slices with steps, select, transpose/permute/t,
 narrow, diagonal, view/reshape, unsqueeze/squeeze, expand, unfold, split/chunk pieces,
 real/imag, chains of two) of a non-leaf, of a leaf under ``no_grad`` and of ``.data`` found one
-divergence: an in-place shape op (``squeeze_``, ``unsqueeze_``, ``t_``, ``transpose_``,
-``swapaxes_``, ``swapdims_``) on a view taken under ``no_grad`` of a leaf that requires grad
-was refused ("the leaf is a view or has views"), where torch reshapes the view and leaves its
-base alone; a later write through the reshaped view must still reach the leaf.
+divergence, in the in-place shape ops (``squeeze_``, ``unsqueeze_``, ``t_``, ``transpose_``,
+``swapaxes_``, ``swapdims_``) on a view of a leaf that requires grad:
+
+- on a view taken under ``no_grad`` (and reshaped there) they were refused ("the leaf is a
+  view or has views"), where torch reshapes the view and leaves its base alone; a later write
+  through the reshaped view must still reach the leaf;
+- with grad on, on a view taken with grad on, they were taken, where torch refuses them as it
+  refuses a write into a view of a leaf.
 """
 
 from __future__ import annotations
@@ -81,3 +85,21 @@ def test_the_leaf_itself_still_refuses_a_shape_op_while_it_has_views():
     with rg.no_grad(), pytest.raises(rg.errors.InvalidArgumentError, match="unsqueeze_"):
         leaf.unsqueeze_(0)
     assert tuple(leaf.shape) == (4, 6) and tuple(view.shape) == (3, 6)
+
+
+@pytest.mark.parametrize("op_name", sorted(SHAPE_OPS))
+@pytest.mark.parametrize("view_name", sorted(VIEWS))
+def test_shape_op_on_a_view_of_a_leaf_with_grad_on_is_refused_as_in_torch(view_name, op_name):
+    for lib in (torch, rg):
+        leaf = lib.tensor(X, dtype=lib.float64, requires_grad=True)
+        view = VIEWS[view_name](leaf)
+        shape = tuple(view.shape)
+        with pytest.raises(RuntimeError) as raised:
+            SHAPE_OPS[op_name](view)
+        if lib is rg:
+            assert isinstance(raised.value, rg.errors.RetrogradError)
+            assert op_name in str(raised.value)
+        assert tuple(view.shape) == shape, f"{lib.__name__}: {op_name} changed the view"
+        # ... and the view and its leaf stay usable
+        (grad,) = lib.autograd.grad((view * view).sum(), [leaf])
+        assert float(grad.sum()) == pytest.approx(2 * float(view.detach().sum()))
