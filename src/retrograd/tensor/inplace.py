@@ -406,16 +406,28 @@ def _view_in_place(tensor: Any, op: str, make: Any) -> Any:
     other's. A leaf that requires grad is refused, as torch refuses it (under ``no_grad``
     it is reshaped as a leaf when nothing aliases it)."""
     refuse_multi_output_view(op, tensor)
+    outside = outside_graph(tensor)
+    if tensor._view is not None and not outside and is_grad_enabled():
+        # torch refuses a view of a leaf that requires grad here as it refuses a write into
+        # one, though only the view's shape would change
+        root = root_of(tensor)
+        if root._backend.is_autodiff and root._backend.is_require_grad(root._prim):
+            raise AutodiffError(
+                f"{op}: a view of a leaf tensor that requires grad is being used in an "
+                "in-place operation; do it under rg.no_grad(), or on .data, as in torch"
+            )
     # (a tensor detached from a leaf that requires grad requires grad itself, Burn's rule, but
     # is torch's detached tensor: its shape is its own to change, as torch's)
-    leaf = tensor.requires_grad and tensor.is_leaf and not outside_graph(tensor)
+    leaf = tensor.requires_grad and tensor.is_leaf and not outside
     if leaf and is_grad_enabled():
         raise AutodiffError(
             f"{op}: a leaf tensor that requires grad cannot be changed in place (shape "
             f"{shape_text(tensor.shape)}); use the out-of-place op ({op[:-1]}) or no_grad()"
         )
-    if leaf:
-        if tensor._view is not None or any(r() is not None for r in tensor._views or ()):
+    # (a view taken of such a leaf under ``no_grad`` is a leaf too, and torch reshapes it in
+    # place there as any view: rewired below, its base untouched)
+    if leaf and tensor._view is None:
+        if any(r() is not None for r in tensor._views or ()):
             raise InvalidArgumentError(
                 f"{op}: the {shape_text(tensor.shape)} leaf is a view or has views; apply "
                 f"{op[:-1]} out of place"
