@@ -720,7 +720,8 @@ def rms_norm(
     work = _opmath(x)
     if eps is None:  # torch's: the epsilon of the dtype it computes in (float32 for a half x)
         eps = _MACHINE_EPSILON[work.dtype]
-    out = (work * (_mean_over(fn, work.square(), dims) + float(eps)).sqrt().recip()).cast(x.dtype)
+    # torch's rsqrt (its kernel's): sqrt then recip rounded twice, 3 ulp off (7 December)
+    out = (work * (_mean_over(fn, work.square(), dims) + float(eps)).rsqrt()).cast(x.dtype)
     if weight is not None:
         weight = _as_tensor(fn, x, weight, "weight")
         if weight.shape != shape:
