@@ -1441,16 +1441,10 @@ def _variance_vjp(B, g, x, dims, correction):
     # its bits): the division's, then square's. It reads x, as torch's; the composition's
     # square read x - mean, an array of x's size beside x (a chain of four var calls with
     # tanh: 1.33x torch's bytes, 7 December). Its second derivative, through the rule's mean,
-    # is torch's 2 / (n - c) (I - 1 / n).
+    # is torch's 2 / (n - c) (I - 1 / n). The mean is over every dim at once, as Tensor.mean's.
     count = math.prod(B.shape(x)[d] for d in dims)
-    centered = B.sub(x, _mean_over(B, x, dims))
+    centered = B.sub(x, B.mean_dim(x, tuple(dims)))
     return B.mul(B.mul_scalar(B.div_scalar(g, count - correction), 2.0), centered)
-
-
-def _mean_over(B, x, dims):
-    for d in dims:  # (Tensor.mean's order: one dim at a time)
-        x = B.mean_dim(x, (d,))
-    return x
 
 
 # var over ``dims`` (kept), dividing by n - correction > 0 (tensor/reduce.py's _variance)

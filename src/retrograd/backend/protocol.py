@@ -568,15 +568,11 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
 
     def variance(self, x: Any, dims: tuple[int, ...], correction: float) -> Any:
         """torch's ``var`` over ``dims`` (kept, of size 1), dividing by ``n - correction``
-        (positive): the mean (a dim at a time), the squared deviations' sum over ``dims``,
-        divided (the op table's ``variance``, whose rule reads ``x``). This default composes
-        primitives."""
-        mean = x
-        for d in dims:
-            mean = self.mean_dim(mean, (d,))
-        total = self.square(self.sub(x, mean))
-        for d in dims:
-            total = self.sum_dim(total, (d,))
+        (positive): the mean, the squared deviations' sum over ``dims`` (each one reduction
+        over every dim, as Tensor.mean's and sum's), divided (the op table's ``variance``,
+        whose rule reads ``x``). This default composes primitives."""
+        mean = self.mean_dim(x, tuple(dims))
+        total = self.sum_dim(self.square(self.sub(x, mean)), tuple(dims))
         return self.div_scalar(total, math.prod(self.shape(x)[d] for d in dims) - correction)
 
     def maximum(self, x: Any, y: Any) -> Any:

@@ -787,6 +787,11 @@ class TorchBackend(
         return x.masked_fill(mask, value)
 
     # -- reductions ---------------------------------------------------------------------------
+    def norm2(self, x, dims):
+        # torch's own 2-norm kernel: the protocol's sqrt of a sum of squares rounded 1 ulp
+        # off it (7 December), and every norm, normalize, cdist and clip_grad_norm_ with it
+        return torch.linalg.vector_norm(x, 2.0, dim=dims, keepdim=True)
+
     def vector_norm(self, x, order, dims):
         # torch's own norm kernel (its accumulation order and its pow)
         return torch.linalg.vector_norm(x, order, dim=dims, keepdim=True)

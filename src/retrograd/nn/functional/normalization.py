@@ -644,10 +644,10 @@ def group_norm(
         # native_group_norm_backward; as the composite below it held the centered values and
         # the normalized output (twice torch's bytes). An absent weight or bias is the empty
         # [0] tensor.
+        # (untracked too: its bits are the tracked call's, torch's kernel's on torch)
         affine = _affine_operands(fn, x, weight, bias, channels)
-        if any(t.requires_grad for t in (x, *affine)):
-            out, _ = apply(_GROUP_NORM, (x, *affine), (int(num_groups), float(eps)))
-            return out
+        out, _ = apply(_GROUP_NORM, (x, *affine), (int(num_groups), float(eps)))
+        return out
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)
     per_group = channels // num_groups * math.prod(x.shape[2:])  # (not -1: N may be 0)
@@ -720,7 +720,8 @@ def rms_norm(
     work = _opmath(x)
     if eps is None:  # torch's: the epsilon of the dtype it computes in (float32 for a half x)
         eps = _MACHINE_EPSILON[work.dtype]
-    out = (work * (_mean_over(fn, work.square(), dims) + float(eps)).sqrt().recip()).cast(x.dtype)
+    # torch's rsqrt (its kernel's): sqrt then recip rounded twice, 3 ulp off (7 December)
+    out = (work * (_mean_over(fn, work.square(), dims) + float(eps)).rsqrt()).cast(x.dtype)
     if weight is not None:
         weight = _as_tensor(fn, x, weight, "weight")
         if weight.shape != shape:
