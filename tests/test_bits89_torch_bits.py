@@ -83,13 +83,3 @@ def test_rms_norm_is_torchs(with_weight):
     else:
         program = lambda lib, x: lib.nn.functional.rms_norm(x, (6, 32), eps=1e-6)  # noqa: E731
         _assert_same_bits(program, (4, 6, 32))
-
-
-@pytest.mark.parametrize("affine", [False, True])
-def test_group_norm_is_torchs(affine):
-    if affine:
-        program = lambda lib, x, w, b: lib.nn.functional.group_norm(x, 3, w, b)  # noqa: E731
-        _assert_same_bits(program, (3, 6, 4, 5), (6,), (6,))
-    else:
-        program = lambda lib, x: lib.nn.functional.group_norm(x, 2)  # noqa: E731
-        _assert_same_bits(program, (3, 6, 4, 5))

@@ -15,8 +15,6 @@ variants, which are made from the others:
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .numpy_nn import COMPILED_POOL_MIN_SIZE
@@ -175,46 +173,6 @@ class TorchNNKernels:
             (True, bool(weight.numel()), True),
         )
         return dx, grad.new_zeros(width) if dweight is None else dweight, dbias
-
-    def group_norm(self, x, weight, bias, groups, eps):
-        # torch's native_group_norm (its statistics' accumulation, its rstd and affine map):
-        # the protocol's composite was up to 300 ulp off torch's output (7 December)
-        n, channels = x.shape[0], x.shape[1]
-        out, mean, rstd = torch.native_group_norm(
-            x.contiguous(),  # (the kernel refuses a strided input)
-            weight if weight.numel() else None,
-            bias if bias.numel() else None,
-            n,
-            channels,
-            math.prod(x.shape[2:]),
-            groups,
-            eps,
-        )
-        lead = (1, n, groups)
-        return out, torch.cat([mean.reshape(lead), rstd.reshape(lead)], 0)
-
-    def group_norm_backward(self, grad, x, weight, stats, groups, eps):
-        # torch's native_group_norm_backward, on the statistics group_norm returned (first
-        # order: a recorded backward, under create_graph, is the protocol's differentiable
-        # composite on the autodiff backend); the composite's dx was up to 1,200 ulp off
-        n, channels = x.shape[0], x.shape[1]
-        weighted = bool(weight.numel())  # (torch's kernel refuses dweight, dbias without one)
-        dx, dweight, dbias = torch.ops.aten.native_group_norm_backward(
-            grad.contiguous(),
-            x.contiguous(),
-            stats[0],
-            stats[1],
-            weight if weighted else None,
-            n,
-            channels,
-            math.prod(x.shape[2:]),
-            groups,
-            (True, weighted, weighted),
-        )
-        if not weighted:  # (dweight is meaningless there; dbias is the summed gradient)
-            dweight = grad.new_zeros(channels)
-            dbias = grad.sum(dim=(0, *range(2, grad.ndim)))
-        return dx, dweight, dbias
 
     def attention(self, q, k, v, mask, drop, scale, causal):
         if not self._flash_attention(q, k, v, mask, drop):

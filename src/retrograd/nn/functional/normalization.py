@@ -644,10 +644,10 @@ def group_norm(
         # native_group_norm_backward; as the composite below it held the centered values and
         # the normalized output (twice torch's bytes). An absent weight or bias is the empty
         # [0] tensor.
-        # (untracked too: its bits are the tracked call's, torch's kernel's on torch)
         affine = _affine_operands(fn, x, weight, bias, channels)
-        out, _ = apply(_GROUP_NORM, (x, *affine), (int(num_groups), float(eps)))
-        return out
+        if any(t.requires_grad for t in (x, *affine)):
+            out, _ = apply(_GROUP_NORM, (x, *affine), (int(num_groups), float(eps)))
+            return out
     scale = _channel_param(fn, x, weight, "weight", channels)
     shift = _channel_param(fn, x, bias, "bias", channels)
     per_group = channels // num_groups * math.prod(x.shape[2:])  # (not -1: N may be 0)
