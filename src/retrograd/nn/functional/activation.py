@@ -27,7 +27,6 @@ from ._common import (
     _float_input,
     _float_pair,
     _real,
-    _refuse_integer,
 )
 
 
@@ -321,8 +320,7 @@ def quiet_softmax(x: Tensor, dim: int) -> Tensor:
 @_rounded_once
 def glu(x: Tensor, dim: int = -1) -> Tensor:
     """``a * sigmoid(b)``, ``a`` and ``b`` the halves of ``x`` along ``dim``."""
-    _refuse_integer("glu", x, UnsupportedDTypeError)  # (torch's "glu_cpu" has no int kernel)
-    if x.is_complex():  # (torch's NotImplementedError: "glu_cpu" not implemented)
+    if not x.is_floating_point():  # (torch's "glu_cpu" has no int, bool or complex kernel)
         raise UnsupportedDTypeError(f"glu: not implemented for {x.dtype} tensors")
     size = x.shape[normalize_dim("glu", dim, x.ndim)]
     if size % 2:
