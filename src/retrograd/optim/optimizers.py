@@ -1058,6 +1058,18 @@ def step_tensor(
     count it replaces (torch adds one to its step in place; a loaded step keeps its dtype)."""
     if known is not None and known[0] is held and known[1] == count:
         return held  # made already (Optimizer._count_first)
+    if (
+        type(held) is Tensor
+        and held._backend is backend
+        and held._view is None
+        and not held._inference
+        and backend.dtype(held._prim) in ("float32", "float64")
+    ):
+        # ``held + delta`` on the raw value, the backend's own add (what the tensor's ``+``
+        # dispatches to): the tensor layer's dispatch cost more than the rest of a small
+        # parameter's step
+        delta = float(count - step_count(held, known))
+        return Tensor(backend.add_scalar(held._prim, delta), backend, held._device)
     dtype = _floating_dtype_of(held)
     if isinstance(held, Tensor) and dtype is not None and held.backend is backend:
         # the next count made from the last on its device, as torch's ``step += 1``: a step
