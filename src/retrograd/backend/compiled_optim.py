@@ -34,7 +34,14 @@ import numpy as np
 from . import numba_interrupts  # noqa: F401  (Ctrl-C held while a kernel is made)
 from .compiled_fma import fma
 
-__all__ = ["ADAM_LOOPS", "SGD_LOOPS", "sgd_any_loop", "sum_of_squares"]
+__all__ = [
+    "ADAM_LOOPS",
+    "ADAM_MOMENT_LOOPS",
+    "SGD_LOOPS",
+    "adam_apply_loop",
+    "sgd_any_loop",
+    "sum_of_squares",
+]
 
 _jit = numba.njit(error_model="numpy", cache=True, nogil=True)
 # Reassociation alone (no contraction, no other fast-math): lets the compiler split a sum
@@ -123,6 +130,15 @@ def _adam(v, g, m, s, shrink, weight_decay, decay, decoupled, keep1, from_grad, 
     the weight less 1 with ``from_grad``, torch's lerp from the far end for a weight of 1/2
     or more), ``s.mul_(beta2).addcmul_(g, g, value=1 - beta2)`` (fused), ``p.addcdiv_(m,
     sqrt(s) / correction2 + eps, value=-step_size)``."""
+    v, m, s = _adam_moments(v, g, m, s, shrink, weight_decay, decay, decoupled, keep1,
+                            from_grad, keep2, beta2)  # fmt: skip
+    return _adam_applied(v, m, np.sqrt(s), correction2, eps, step_size), m, s
+
+
+@_inline
+def _adam_moments(v, g, m, s, shrink, weight_decay, decay, decoupled, keep1, from_grad, keep2,
+                  beta2):  # fmt: skip
+    """:func:`_adam`'s first half: the decayed value (AdamW) and the two moments."""
     if decay:
         if decoupled:
             v = v * shrink
@@ -130,7 +146,13 @@ def _adam(v, g, m, s, shrink, weight_decay, decay, decoupled, keep1, from_grad, 
             g = fma(v, weight_decay, g)
     m = fma(keep1, g - m, g if from_grad else m)
     s = fma(keep2 * g, g, s * beta2)
-    return v - m * step_size / (np.sqrt(s) / correction2 + eps), m, s
+    return v, m, s
+
+
+@_inline
+def _adam_applied(v, m, root, correction2, eps, step_size):
+    """:func:`_adam`'s second half: the value stepped, ``root`` the second moment's root."""
+    return v - m * step_size / (root / correction2 + eps)
 
 
 @_jit
@@ -168,6 +190,52 @@ ADAM_LOOPS = {
     (True, False): _adam_l2,
     (True, True): _adamw,
 }
+
+
+@_jit
+def _adam_moments_plain(value, grad, first, second, shrink, weight_decay, keep1, from_grad, keep2,
+                        beta2):  # fmt: skip
+    for i in range(value.size):
+        value[i], first[i], second[i] = _adam_moments(
+            value[i], grad[i], first[i], second[i], shrink, weight_decay, False, False, keep1,
+            from_grad, keep2, beta2)  # fmt: skip
+
+
+@_jit
+def _adam_moments_l2(value, grad, first, second, shrink, weight_decay, keep1, from_grad, keep2,
+                     beta2):  # fmt: skip
+    for i in range(value.size):
+        value[i], first[i], second[i] = _adam_moments(
+            value[i], grad[i], first[i], second[i], shrink, weight_decay, True, False, keep1,
+            from_grad, keep2, beta2)  # fmt: skip
+
+
+@_jit
+def _adamw_moments(value, grad, first, second, shrink, weight_decay, keep1, from_grad, keep2,
+                   beta2):  # fmt: skip
+    for i in range(value.size):
+        value[i], first[i], second[i] = _adam_moments(
+            value[i], grad[i], first[i], second[i], shrink, weight_decay, True, True, keep1,
+            from_grad, keep2, beta2)  # fmt: skip
+
+
+#: :data:`ADAM_LOOPS` split at the square root, for a backend whose root is not IEEE's (torch's
+#: vectorized ``sqrt`` on some CPUs): ``(weight decay, decoupled) -> loop`` ``(value, grad,
+#: first, second, shrink, weight_decay, keep1, from_grad, keep2, beta2)`` writing the decayed
+#: value and the moments, then :func:`adam_apply_loop` with the backend's roots of ``second``.
+ADAM_MOMENT_LOOPS = {
+    (False, False): _adam_moments_plain,
+    (False, True): _adam_moments_plain,
+    (True, False): _adam_moments_l2,
+    (True, True): _adamw_moments,
+}
+
+
+@_jit
+def adam_apply_loop(value, first, roots, correction2, eps, step_size):
+    """The value stepped from the first moment and ``roots`` (the second moment's)."""
+    for i in range(value.size):
+        value[i] = _adam_applied(value[i], first[i], roots[i], correction2, eps, step_size)
 
 
 @_jit_sum

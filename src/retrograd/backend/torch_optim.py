@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
+
+from . import numpy_optim
 
 __all__ = ["TorchOptimizerKernels"]
 
@@ -131,6 +134,10 @@ class TorchOptimizerKernels:
         # thirteen, with three new tensors)
         if not inplace:
             value, first, second = value.clone(), first.clone(), second.clone()
+        if _loops_take(value, grad, first, second):
+            return _adam_split(
+                value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled
+            )
         if weight_decay:
             if decoupled:
                 value.mul_(1.0 - lr * weight_decay)
@@ -173,6 +180,63 @@ class TorchOptimizerKernels:
         else:
             value.addcdiv_(grad, denominator, value=-lr)
         return value, square, average, buffer
+
+
+def _loops_take(value, *others) -> bool:
+    """Whether :func:`_adam_split` steps these tensors: float32 or float64 CPU tensors of one
+    dtype and shape, contiguous, and the compiled loops loaded or the value large enough to
+    load them (the NumPy backend's rule, :data:`.numpy_optim.COMPILED_MIN_SIZE`: a small
+    model never loads Numba)."""
+    dtype = value.dtype
+    if dtype != torch.float32 and dtype != torch.float64:
+        return False
+    if value.device.type != "cpu" or not value.is_contiguous() or value.numel() == 0:
+        return False
+    for other in others:
+        if other.dtype != dtype or other.shape != value.shape or not other.is_contiguous():
+            return False
+        if other.device.type != "cpu" or other.requires_grad:
+            return False
+    if value.requires_grad:
+        return False
+    return numpy_optim._LOOPS is not None or value.numel() >= numpy_optim.COMPILED_MIN_SIZE
+
+
+def _adam_split(value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled):
+    """torch's single-tensor Adam in two compiled passes around torch's own square root
+    (:data:`.compiled_optim.ADAM_MOMENT_LOOPS`, then ``torch.sqrt``, then
+    :func:`.compiled_optim.adam_apply_loop`), in place on the tensors' memory: the loops are
+    torch's other lines rounded as torch rounds them (the NumPy backend's, which give torch's
+    bits), and the root is torch's, which is not IEEE's on every CPU. Three passes and one
+    new tensor where the eight operations make eight passes and two, and a fraction of their
+    dispatch: on a small model that dispatch was most of the optimizer's step."""
+    loops = numpy_optim._loops()
+    scalar = np.float32 if value.dtype == torch.float32 else np.float64
+    v, g, m, s = (t.numpy().reshape(-1) for t in (value, grad, first, second))
+    keep1 = scalar(1.0 - beta1)  # torch's lerp weight, in the dtype
+    from_grad = not abs(keep1) < 0.5
+    loops.ADAM_MOMENT_LOOPS[bool(weight_decay), bool(decoupled)](
+        v,
+        g,
+        m,
+        s,
+        scalar(1.0 - lr * weight_decay),
+        scalar(weight_decay),
+        keep1 - scalar(1.0) if from_grad else keep1,
+        from_grad,
+        scalar(1.0 - beta2),
+        scalar(beta2),
+    )
+    roots = torch.sqrt(second)
+    loops.adam_apply_loop(
+        v,
+        m,
+        roots.numpy().reshape(-1),
+        scalar(math.sqrt(1.0 - beta2**step)),
+        scalar(eps),
+        scalar(lr / (1.0 - beta1**step)),
+    )
+    return value, first, second
 
 
 def _composed_adam(
