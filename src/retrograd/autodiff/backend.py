@@ -101,7 +101,7 @@ class Autodiff(Backend):
             raise DTypeError(
                 f"Autodiff: checkpointing must be a CheckpointStrategy, got {checkpointing!r}"
             )
-        self._save = self.checkpointing.save  # what a node saves for backward
+        self._save = self.checkpointing.saver()  # what a node saves for backward
         self._hook = type(self)._on_record  # the recording hook, or None (see _record)
 
     @property
@@ -201,7 +201,10 @@ class Autodiff(Backend):
             self._hook(self, node, out)
         if _ANOMALY["enabled"]:  # torch's anomaly mode records where each op was called
             node.forward_stack = runtime.forward_stack()
-        return AutodiffPrimitive(out, node)
+        result = _new(AutodiffPrimitive)  # AutodiffPrimitive.__init__'s slots: a frame less
+        result.value = out
+        result.node = node
+        return result
 
     def apply(self, op: Op, *inputs: AutodiffPrimitive, params: tuple = ()) -> Any:
         """Run ``op`` (declared with :class:`~retrograd.autodiff.ops.Op`) on ``inputs``: its
@@ -641,6 +644,20 @@ def _output_bshapes(inner: Backend, op: Op, inputs: tuple, parents: tuple, out: 
     return None if shapes.count(None) == len(shapes) else shapes
 
 
+def _elementwise_bshapes(inner: Backend, op: Op, inputs: tuple, parents: tuple, out: Any):
+    """:func:`_pairwise_bshapes` of an elementwise op (``broadcast=True``), whose shapes
+    broadcast in full: a test of ``op.broadcast`` less on every binary record."""
+    shape = inner.shape
+    x_shape = shape(inputs[0].value)
+    y_shape = shape(inputs[1].value)
+    if x_shape == y_shape:  # the common case: nothing to sum back
+        return None
+    return (
+        x_shape if parents[0] is not None else None,
+        y_shape if parents[1] is not None else None,
+    )
+
+
 def _pairwise_bshapes(inner: Backend, op: Op, inputs: tuple, parents: tuple, out: Any):
     """For the two inputs of a binary op: both tracked inputs' shapes, or ``None``, when the two
     shapes differ (for ``broadcast="batch"``, matmul: when their batch dimensions differ)."""
@@ -703,7 +720,10 @@ def _unary_method(op: Op):
 
 def _binary_method(op: Op):
     name = op.name
-    broadcast = _pairwise_bshapes if op.broadcast else None
+    if not op.broadcast:
+        broadcast = None
+    else:
+        broadcast = _elementwise_bshapes if op.broadcast is True else _pairwise_bshapes
     both = _recipe(op, (True, True), broadcast)
     x_only = _recipe(op, (True, False), broadcast)
     y_only = _recipe(op, (False, True), broadcast)
