@@ -53,6 +53,7 @@ _depth = attrgetter("order")
 #: a recurrence has its full backward hooks fired in the reverse order of its calls, which
 #: Opacus's per-sample gradients rely on (they ``pop()`` the activations of the last call).
 _run_order = attrgetter("order", "id")
+_node_id = attrgetter("id")
 
 
 class Tape:
@@ -103,7 +104,10 @@ class Tape:
             if claim:
                 _unclaim(walked)
             raise
-        walked.sort(key=_run_order, reverse=True)
+        # deepest first, and within a depth newest first (_run_order): two sorts on one
+        # attribute each, the second stable, cost less than one on (order, id) pairs
+        walked.sort(key=_node_id, reverse=True)
+        walked.sort(key=_depth, reverse=True)
         self.steps = self.run = walked
         self.nodes = nodes
         self.children = children
