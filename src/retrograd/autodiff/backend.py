@@ -21,6 +21,8 @@ from ..backend.protocol import COMPLEX_DTYPES, COMPLEX_SEEN, GRAD_DTYPES, Backen
 from ..errors import AutodiffError, DTypeError
 from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OPS)
 from .checkpoint import CheckpointStrategy, NoCheckpointing
+from .checkpoint.builder import NOTHING_SAVED, Saved
+from .checkpoint.strategy import _held_by_a_reader, save_kept
 from .grad_mode import _MODE, DISABLED_THREADS, FORWARD_TANGENTS
 from .gradients import held_by_live_gradients
 from .graph import (
@@ -187,7 +189,35 @@ class Autodiff(Backend):
         node.params = params
         node.plan = recipe.plan
         node.consumed = False
-        node.saved = self._save(node, recipe, inputs, out)
+        save = self._save
+        if save is not save_kept:
+            node.saved = save(node, recipe, inputs, out)
+        else:  # save_kept (every node NoCheckpointing records), inlined: keep the two alike
+            keys = ()
+            actions = []
+            for i in recipe.saved_inputs:
+                parent = parents[i]
+                value = inputs[i].value
+                if parent is None:
+                    key = new_node_id()
+                else:
+                    key = parent.id
+                    if parent.saved.recompute:
+                        _held_by_a_reader(parent, value)
+                actions.append((key, value, False))
+                keys += (key,)
+            if recipe.save_out:
+                node_id = node.id
+                keys += (node_id,)
+                actions.append((node_id, out, False))
+            if keys:
+                saved = _new(Saved)  # Saved.__init__'s slots, assigned here
+                saved.keys = keys
+                saved.actions = actions
+                saved.recompute = False
+                node.saved = saved
+            else:
+                node.saved = NOTHING_SAVED
         if HOOKED_THREADS[0]:  # saved_tensors_hooks in some thread: is it this one?
             pair = active_pair()
             if pair is not None:

@@ -275,8 +275,9 @@ def backward(
         nodes = tape.nodes if create_graph else None
         # what a consuming backward took from the records of the steps it has not run yet
         taken = getattr(checkpointer, "taken", None) if consume else None
-        # a checkpointer that recomputes reads each step's values together (the held one of
-        # an eager step, and a strategy's own, read them one by one)
+        # a checkpointer that recomputes reads each step's values together, and so does the
+        # held one of an eager step (a call per step, not per value); a strategy's own may
+        # read them one by one
         read_step = getattr(checkpointer, "retrieve_step", None)
         running = getattr(_RUNNING, "tapes", None)
         if running is None:

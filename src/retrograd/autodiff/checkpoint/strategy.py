@@ -51,7 +51,8 @@ def _held_by_a_reader(node: Any, value: Any) -> None:
 def save_kept(node: Any, recipe: Any, inputs: tuple, out: Any) -> Saved:
     """:meth:`CheckpointStrategy.save` for a node whose values are kept: what its rules read, a
     tracked input keyed by its node, an untracked one under a fresh key (the commonest record
-    of all, so no more than that is done here)."""
+    of all, so no more than that is done here). ``Autodiff._record`` inlines it: keep the
+    two alike."""
     keys = ()
     actions = []
     parents = node.parents
