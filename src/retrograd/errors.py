@@ -620,7 +620,51 @@ def _check_flags(
 #: by op name, what names the backward node of a result the op (a composite) made as torch
 #: names its node (``x.sum(1)``: ``SumBackward1``); filled by the tensor package, never
 #: raising, read by :func:`guard` (the outermost op names the node last)
-NODE_NAMERS: dict[str, Callable[[tuple, dict, Any], None]] = {}
+class _NodeNamers(dict):
+    """:data:`NODE_NAMERS`: a dict whose items (set and deleted by key) are mirrored in one
+    one-item list per op, which each guard holds, so that a guarded call reads its op's
+    namer without a dict lookup (``cell``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: dict[str, list] = {}
+
+    def cell(self, op: str) -> list:
+        """The one-item list holding the namer of ``op`` (``None``: none), kept current."""
+        cell = self.cells.get(op)
+        if cell is None:
+            cell = self.cells[op] = [self.get(op)]
+        return cell
+
+    def __setitem__(self, op: str, namer: Callable[[tuple, dict, Any], None]) -> None:
+        super().__setitem__(op, namer)
+        self.cell(op)[0] = namer
+
+    def __delitem__(self, op: str) -> None:
+        super().__delitem__(op)
+        self.cell(op)[0] = None
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        for op, namer in dict(*args, **kwargs).items():
+            self[op] = namer
+
+    def setdefault(self, op: str, namer: Any = None) -> Any:  # type: ignore[override]
+        if op not in self:
+            self[op] = namer
+        return self[op]
+
+    def pop(self, op: str, *default: Any) -> Any:  # type: ignore[override]
+        namer = super().pop(op, *default)
+        self.cell(op)[0] = None
+        return namer
+
+    def clear(self) -> None:
+        super().clear()
+        for cell in self.cells.values():
+            cell[0] = None
+
+
+NODE_NAMERS: dict[str, Callable[[tuple, dict, Any], None]] = _NodeNamers()
 
 
 #: what sees each guarded entry's ``(args, result)`` while some thread runs inside
@@ -682,6 +726,7 @@ def guard(
 
     flags = _flag_parameters(function)
     in_place = _writes_in_place(op)
+    namer_cell = NODE_NAMERS.cell(op)  # type: ignore[attr-defined]
 
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
@@ -698,7 +743,7 @@ def guard(
         draws, writes = DRAWS.count, WRITES.count
         try:
             result = function(*args, **kwargs)
-            namer = NODE_NAMERS.get(op)
+            namer = namer_cell[0]  # NODE_NAMERS.get(op), without the lookup
             if namer is not None:
                 namer(args, kwargs, result)
             watch = RESULT_WATCH[0]

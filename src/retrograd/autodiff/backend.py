@@ -21,6 +21,8 @@ from ..backend.protocol import COMPLEX_DTYPES, COMPLEX_SEEN, GRAD_DTYPES, Backen
 from ..errors import AutodiffError, DTypeError
 from . import nn_ops, runtime  # noqa: F401  (nn_ops declares the nn ops into OPS)
 from .checkpoint import CheckpointStrategy, NoCheckpointing
+from .checkpoint.builder import NOTHING_SAVED, Saved
+from .checkpoint.strategy import _held_by_a_reader, save_kept
 from .grad_mode import _MODE, DISABLED_THREADS, FORWARD_TANGENTS
 from .gradients import held_by_live_gradients
 from .graph import (
@@ -101,7 +103,7 @@ class Autodiff(Backend):
             raise DTypeError(
                 f"Autodiff: checkpointing must be a CheckpointStrategy, got {checkpointing!r}"
             )
-        self._save = self.checkpointing.save  # what a node saves for backward
+        self._save = self.checkpointing.saver()  # what a node saves for backward
         self._hook = type(self)._on_record  # the recording hook, or None (see _record)
 
     @property
@@ -187,7 +189,35 @@ class Autodiff(Backend):
         node.params = params
         node.plan = recipe.plan
         node.consumed = False
-        node.saved = self._save(node, recipe, inputs, out)
+        save = self._save
+        if save is not save_kept:
+            node.saved = save(node, recipe, inputs, out)
+        else:  # save_kept (every node NoCheckpointing records), inlined: keep the two alike
+            keys = ()
+            actions = []
+            for i in recipe.saved_inputs:
+                parent = parents[i]
+                value = inputs[i].value
+                if parent is None:
+                    key = new_node_id()
+                else:
+                    key = parent.id
+                    if parent.saved.recompute:
+                        _held_by_a_reader(parent, value)
+                actions.append((key, value, False))
+                keys += (key,)
+            if recipe.save_out:
+                node_id = node.id
+                keys += (node_id,)
+                actions.append((node_id, out, False))
+            if keys:
+                saved = _new(Saved)  # Saved.__init__'s slots, assigned here
+                saved.keys = keys
+                saved.actions = actions
+                saved.recompute = False
+                node.saved = saved
+            else:
+                node.saved = NOTHING_SAVED
         if HOOKED_THREADS[0]:  # saved_tensors_hooks in some thread: is it this one?
             pair = active_pair()
             if pair is not None:
@@ -201,7 +231,10 @@ class Autodiff(Backend):
             self._hook(self, node, out)
         if _ANOMALY["enabled"]:  # torch's anomaly mode records where each op was called
             node.forward_stack = runtime.forward_stack()
-        return AutodiffPrimitive(out, node)
+        result = _new(AutodiffPrimitive)  # AutodiffPrimitive.__init__'s slots: a frame less
+        result.value = out
+        result.node = node
+        return result
 
     def apply(self, op: Op, *inputs: AutodiffPrimitive, params: tuple = ()) -> Any:
         """Run ``op`` (declared with :class:`~retrograd.autodiff.ops.Op`) on ``inputs``: its
@@ -641,6 +674,20 @@ def _output_bshapes(inner: Backend, op: Op, inputs: tuple, parents: tuple, out: 
     return None if shapes.count(None) == len(shapes) else shapes
 
 
+def _elementwise_bshapes(inner: Backend, op: Op, inputs: tuple, parents: tuple, out: Any):
+    """:func:`_pairwise_bshapes` of an elementwise op (``broadcast=True``), whose shapes
+    broadcast in full: a test of ``op.broadcast`` less on every binary record."""
+    shape = inner.shape
+    x_shape = shape(inputs[0].value)
+    y_shape = shape(inputs[1].value)
+    if x_shape == y_shape:  # the common case: nothing to sum back
+        return None
+    return (
+        x_shape if parents[0] is not None else None,
+        y_shape if parents[1] is not None else None,
+    )
+
+
 def _pairwise_bshapes(inner: Backend, op: Op, inputs: tuple, parents: tuple, out: Any):
     """For the two inputs of a binary op: both tracked inputs' shapes, or ``None``, when the two
     shapes differ (for ``broadcast="batch"``, matmul: when their batch dimensions differ)."""
@@ -703,7 +750,10 @@ def _unary_method(op: Op):
 
 def _binary_method(op: Op):
     name = op.name
-    broadcast = _pairwise_bshapes if op.broadcast else None
+    if not op.broadcast:
+        broadcast = None
+    else:
+        broadcast = _elementwise_bshapes if op.broadcast is True else _pairwise_bshapes
     both = _recipe(op, (True, True), broadcast)
     x_only = _recipe(op, (True, False), broadcast)
     y_only = _recipe(op, (False, True), broadcast)

@@ -204,7 +204,8 @@ class Gradients:
         return value
 
     def consume(self, node: Node) -> Any:
-        """The gradient of ``node`` for its backward step (``None`` if nothing reached it)."""
+        """The gradient of ``node`` for its backward step (``None`` if nothing reached it).
+        (The engine's ``_step`` inlines this for recorded nodes: keep the two alike.)"""
         if self.owned:  # from here on it is read: no longer added into
             self.owned.pop(node.id, None)
         if node.op is None or node.retain or node.id in self.kept:  # a result: kept

@@ -53,6 +53,7 @@ _depth = attrgetter("order")
 #: a recurrence has its full backward hooks fired in the reverse order of its calls, which
 #: Opacus's per-sample gradients rely on (they ``pop()`` the activations of the last call).
 _run_order = attrgetter("order", "id")
+_node_id = attrgetter("id")
 
 
 class Tape:
@@ -103,7 +104,10 @@ class Tape:
             if claim:
                 _unclaim(walked)
             raise
-        walked.sort(key=_run_order, reverse=True)
+        # deepest first, and within a depth newest first (_run_order): two sorts on one
+        # attribute each, the second stable, cost less than one on (order, id) pairs
+        walked.sort(key=_node_id, reverse=True)
+        walked.sort(key=_depth, reverse=True)
         self.steps = self.run = walked
         self.nodes = nodes
         self.children = children
@@ -271,8 +275,9 @@ def backward(
         nodes = tape.nodes if create_graph else None
         # what a consuming backward took from the records of the steps it has not run yet
         taken = getattr(checkpointer, "taken", None) if consume else None
-        # a checkpointer that recomputes reads each step's values together (the held one of
-        # an eager step, and a strategy's own, read them one by one)
+        # a checkpointer that recomputes reads each step's values together, and so does the
+        # held one of an eager step (a call per step, not per value); a strategy's own may
+        # read them one by one
         read_step = getattr(checkpointer, "retrieve_step", None)
         running = getattr(_RUNNING, "tapes", None)
         if running is None:
@@ -291,7 +296,15 @@ def backward(
                     if taken is not None:
                         taken.pop(node.id, None)
                     if not retain:
-                        _release(node)
+                        if _READING:
+                            _release(node)
+                        else:  # _release, inlined (a call less per step)
+                            node.parents = ()
+                            node.params = ()
+                            node.saved = NOTHING_SAVED
+                            node.consumed = True
+                            if node.bshapes is not None:
+                                node.bshapes = None
                 elif node.hooks is not None and node.id not in grads.hooked:
                     grads.run_leaf_hooks(node)  # a leaf's, final now
             if stop is not None:  # inputs whose step did not run: their hooks run now
@@ -376,12 +389,20 @@ def _step(
         env = (out, *saved, *node.params)
     else:
         env = (None, *node.params)
-    g = grads.consume(node)
+    # grads.consume(node), inlined (a call less per step): a recorded node's gradient is
+    # read once, popped unless it is a result too (a retained or an ``inputs=`` one)
+    node_id = node.id
+    if grads.owned:  # from here on it is read: no longer added into
+        grads.owned.pop(node_id, None)
+    if node.retain or node_id in grads.kept:
+        g = grads.values.get(node_id)
+    else:
+        g = grads.values.pop(node_id, None)
     if g is None:
         if op.without_gradient is not None and op.without_gradient(*node.params):
             _variadic_step(node, backend, grads, None)
         return
-    if node.hooks is not None and node.id not in grads.hooked:  # (a custom Function's
+    if node.hooks is not None and node_id not in grads.hooked:  # (a custom Function's
         g = grads.run_hooks(node, g)  # output's, run as a sibling output's step read it)
     if nodes is not None and op.aux:
         env = (*env[:-1], AutodiffPrimitive(env[-1], None))
@@ -740,7 +761,7 @@ def _release(node: Node) -> None:
     still reading is marked now and freed when that backward ends (see _READING). Every
     node walked is consumed, whatever its rules read (API.md section 3: a second backward
     through a consumed part raises; torch's engine refuses it only where a node saved
-    tensors)."""
+    tensors). The backward loop inlines the body below when no retaining backward reads."""
     if _READING:  # (the body stays inline: one call per node on every consuming backward)
         with _CLAIMS:
             if any(node.id in tape.nodes for tape in _READING):

@@ -84,6 +84,8 @@ class CheckpointerBuilder:
         #: and a later backward through those steps reads them
         self.taken: dict[int, list] | None = {} if consume else None
         taken = self.taken
+        kept, reads, backups = self.kept, self.reads, self.backups
+        plain = type(self).add is CheckpointerBuilder.add  # (a budget's builder refines it)
         recomputable = 0
         try:
             for node in tree.values():
@@ -91,11 +93,24 @@ class CheckpointerBuilder:
                 if saved.recompute:
                     recomputable += 1
                 actions = saved.actions
-                if actions:
+                if not actions:
+                    continue
+                if saved.recompute or not plain:
                     self.add(actions)
-                    if taken is not None:
-                        taken[node.id] = actions
-                        saved.actions = None
+                else:  # add(), inlined for a kept node's actions (every node of an eager step)
+                    for key, value, is_backup in actions:
+                        if is_backup:
+                            if value is not RECOMPUTE:
+                                backups.append((key, value))
+                        elif value is RECOMPUTE:
+                            self.recomputed.append(key)
+                        else:
+                            if key not in kept:
+                                kept[key] = value
+                            reads[key] = reads.get(key, 0) + 1
+                if taken is not None:
+                    taken[node.id] = actions
+                    saved.actions = None
         except BaseException:
             self.give_back()
             raise

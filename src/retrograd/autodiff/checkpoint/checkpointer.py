@@ -70,6 +70,21 @@ class HeldCheckpointer:
         del reads[key]
         return self.values.pop(key)
 
+    def retrieve_step(self, keys: tuple) -> list:
+        """The values one backward step reads (``keys``, in its rule's order), each as
+        :meth:`retrieve` gives it: one call per step rather than one per value."""
+        reads, values = self.reads, self.values
+        saved = []
+        for key in keys:
+            left = reads[key] - 1
+            if left:
+                reads[key] = left
+                saved.append(values[key])
+            else:
+                del reads[key]
+                saved.append(values.pop(key))
+        return saved
+
     def end(self) -> BackwardReport:
         """Close this backward (it has read everything) and report: nothing recomputed."""
         if checkpointer_checks_enabled() and not self.is_empty():

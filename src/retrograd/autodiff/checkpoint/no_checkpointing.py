@@ -14,3 +14,6 @@ class NoCheckpointing(CheckpointStrategy):
 
     def recomputes(self, op: Any) -> bool:
         return False
+
+    #: it never recomputes: the engine saves with ``save_kept`` directly (``saver``)
+    recomputes.never = True  # type: ignore[attr-defined]

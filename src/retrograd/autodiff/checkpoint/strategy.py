@@ -48,6 +48,38 @@ def _held_by_a_reader(node: Any, value: Any) -> None:
     saved.actions = actions
 
 
+def save_kept(node: Any, recipe: Any, inputs: tuple, out: Any) -> Saved:
+    """:meth:`CheckpointStrategy.save` for a node whose values are kept: what its rules read, a
+    tracked input keyed by its node, an untracked one under a fresh key (the commonest record
+    of all, so no more than that is done here). ``Autodiff._record`` inlines it: keep the
+    two alike."""
+    keys = ()
+    actions = []
+    parents = node.parents
+    for i in recipe.saved_inputs:
+        parent = parents[i]
+        value = inputs[i].value
+        if parent is None:
+            key = new_node_id()
+        else:
+            key = parent.id
+            if parent.saved.recompute:
+                _held_by_a_reader(parent, value)
+        actions.append((key, value, False))
+        keys += (key,)
+    if recipe.save_out:
+        node_id = node.id
+        keys += (node_id,)
+        actions.append((node_id, out, False))
+    elif not keys:
+        return NOTHING_SAVED
+    saved = _new(Saved)  # Saved.__init__'s slots, assigned here: an __init__ costs a frame
+    saved.keys = keys
+    saved.actions = actions
+    saved.recompute = False
+    return saved
+
+
 class CheckpointStrategy:
     """Decides, per op, whether its output is recomputed during backward instead of kept.
 
@@ -81,33 +113,21 @@ class CheckpointStrategy:
         # Only an op whose inputs are all tracked can be recomputed from the graph.
         if recipe.all_tracked and self.recomputes(node.op):
             return self._save_recomputed(node, recipe, inputs, out)
-        # Kept: what its rules read, a tracked input keyed by its node, an untracked one under
-        # a fresh key (the commonest record of all, so no more than that is done here).
-        keys = ()
-        actions = []
-        parents = node.parents
-        for i in recipe.saved_inputs:
-            parent = parents[i]
-            value = inputs[i].value
-            if parent is None:
-                key = new_node_id()
-            else:
-                key = parent.id
-                if parent.saved.recompute:
-                    _held_by_a_reader(parent, value)
-            actions.append((key, value, False))
-            keys += (key,)
-        if recipe.save_out:
-            node_id = node.id
-            keys += (node_id,)
-            actions.append((node_id, out, False))
-        elif not keys:
-            return NOTHING_SAVED
-        saved = _new(Saved)  # Saved.__init__'s slots, assigned here: an __init__ costs a frame
-        saved.keys = keys
-        saved.actions = actions
-        saved.recompute = False
-        return saved
+        return save_kept(node, recipe, inputs, out)
+
+    def saver(self) -> Any:
+        """What the engine calls to save a node's values: :meth:`save`, or, for a strategy
+        that recomputes nothing and saves as this class does (``NoCheckpointing``),
+        :func:`save_kept` itself, which skips the ``recomputes`` call every record paid."""
+        cls, own = type(self), getattr(self, "__dict__", {})
+        if (
+            cls.save is CheckpointStrategy.save
+            and getattr(cls.recomputes, "never", False)
+            and "save" not in own
+            and "recomputes" not in own
+        ):
+            return save_kept
+        return self.save
 
     def _save_recomputed(self, node: Any, recipe: Any, inputs: tuple, out: Any) -> Saved:
         """:meth:`save` for a node the strategy recomputes (its inputs are all tracked)."""
