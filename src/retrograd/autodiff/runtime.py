@@ -296,7 +296,7 @@ def backward(
                     if taken is not None:
                         taken.pop(node.id, None)
                     if not retain:
-                        if _READING:
+                        if _READING or node.saved.may_outlive_release:
                             _release(node)
                         else:  # _release, inlined (a call less per step)
                             node.parents = ()
@@ -768,6 +768,10 @@ def _release(node: Node) -> None:
                 node.consumed = True
                 _DEFERRED[node.id] = node
                 return
+    saved = node.saved
+    if saved.may_outlive_release and saved.outlives_release():
+        node.consumed = True  # (its recipe stays: another graph reads its evicted output)
+        return
     node.parents = ()
     node.params = ()
     node.saved = NOTHING_SAVED

@@ -43,10 +43,19 @@ class Saved:
 
     __slots__ = ("actions", "keys", "recompute")
 
+    #: Whether :meth:`outlives_release` can answer True: read by the engine for every node a
+    #: backward releases, so a strategy that never keeps a recipe costs it one attribute read.
+    may_outlive_release = False
+
     def __init__(self, keys: tuple, actions: list | None, recompute: bool):
         self.keys = keys
         self.actions = actions
         self.recompute = recompute
+
+    def outlives_release(self) -> bool:
+        """Whether a backward releasing this node must keep its recipe (its parents and
+        what rebuilds its output): see :meth:`.budget.pool.BudgetSaved.outlives_release`."""
+        return False
 
     def __repr__(self) -> str:
         return f"Saved(keys={self.keys}, actions={self.actions}, recompute={self.recompute})"

@@ -61,10 +61,40 @@ class BudgetSaved(Saved):
 
     __slots__ = ("slot", "sources")
 
+    may_outlive_release = True
+
     def __init__(self, keys: tuple, actions: list | None, recompute: bool):
         super().__init__(keys, actions, recompute)
         self.slot: Slot | None = None
         self.sources: tuple | None = None
+
+    def outlives_release(self) -> bool:
+        """A backward releases this record's node (it walked the node without
+        ``retain_graph``), but the node's output was evicted and another graph still reads
+        it: a graph that ``create_graph`` recorded reads the nodes of the graph it
+        differentiated, and a backward through the one releases nodes the other needs
+        (``g = grad(y, x, create_graph=True, retain_graph=True)``, then ``grad(g.sum(),
+        [x, w])`` releases ``w[:3]``'s node, whose evicted output ``y``'s retained graph reads
+        again in ``grad(y, x)``). Under NoCheckpointing that reader holds the value itself;
+        here only the node can rebuild it. So the node keeps its recipe: its parents, and of
+        this record the backups of their values (what its own backward step read goes, as
+        that step never runs again). Whether another reader holds the output's slot is told by
+        letting go of this record's reference: the slot outlives it exactly when one does.
+        A parent's slot that the kept backups hold is then held by a live reader too, so the
+        parent, released after its child, keeps its recipe in turn, down to the leaves."""
+        slot = self.slot
+        if slot is None or slot.value is not RECOMPUTE or not self.recompute:
+            return False
+        alive = weakref.ref(slot)
+        self.slot = slot = None
+        slot = alive()
+        if slot is None:
+            return False
+        self.slot = slot
+        actions = self.actions
+        self.actions = [action for action in actions if action[2]] if actions else None
+        self.keys = ()
+        return True
 
 
 class Constant(Slot):
