@@ -281,7 +281,9 @@ def embedding(
     flat = indices if indices.ndim == 1 else indices.reshape((-1,))
     if max_norm is not None:
         _renorm_rows(weight, flat, float(_real(fn, "max_norm", max_norm)), norm_type)
-    rows = weight.select(0, flat)
+    # the op ``weight.select(0, flat)`` records, without that method's second range check of
+    # the indices checked above (a backend op of its own: a device read on the torch backend)
+    rows = apply("select", (weight, flat), (0,))
     if scale_grad_by_freq:
         # the value unchanged (``rows - held`` is exactly 0), each occurrence's gradient
         # divided by how often its index occurs in ``indices``, as torch's
@@ -291,7 +293,7 @@ def embedding(
         rows = held + (rows - held) / counts.reshape((-1, 1))
     if padding_idx is not None:
         padding = (flat == (padding_idx % count)).reshape((-1, 1))
-        rows = rows.mask_where(padding, weight.detach().select(0, flat))
+        rows = rows.mask_where(padding, apply("select", (weight.detach(), flat), (0,)))
     return rows if indices.ndim == 1 else rows.reshape((*indices.shape, weight.shape[1]))
 
 
