@@ -58,6 +58,20 @@ def scaled_dot_product_attention(
     """
     fn = "scaled_dot_product_attention"
     check_viable_backend(fn)
+    if (
+        attn_mask is None
+        and type(dropout_p) in (float, int)
+        and dropout_p == 0
+        and enable_gqa is False
+        and (is_causal is True or is_causal is False)
+        and (scale is None or type(scale) is float)
+        and isinstance(query, Tensor)
+        and isinstance(key, Tensor)
+        and isinstance(value, Tensor)
+    ):
+        out = _plain_attention(query, key, value, is_causal, scale)
+        if out is not None:
+            return out
     if isinstance(attn_mask, CausalBias):  # torch.nn.attention.bias's causal masks
         attn_mask = attn_mask.materialize()
     q = _float_input(fn, query)
@@ -144,6 +158,48 @@ def scaled_dot_product_attention(
     if mask.requires_grad:
         return _composed_attention(q, k, v, mask, drop, scale, is_causal)
     out, _ = apply(_ATTENTION, (q, k, v, mask, drop), (scale, bool(is_causal)))
+    return out
+
+
+#: the dtypes of :func:`_plain_attention`'s calls
+_PLAIN_DTYPES = frozenset({"float32", "float64"})
+
+
+def _plain_attention(
+    q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: float | None
+) -> Tensor | None:
+    """A model's call, the one every forward makes: query, key and value of three or more
+    dims, one float32/float64 dtype, one backend and device, equal leading dimensions, at
+    least one key, no mask, no dropout. The one op :func:`scaled_dot_product_attention`'s
+    general path records for it, without that path's checks, lifts and broadcasts, which
+    are no-ops here. None for any other call: the general path takes it, and its errors."""
+    dtype = q.dtype
+    if dtype not in _PLAIN_DTYPES or k.dtype != dtype or v.dtype != dtype:
+        return None
+    backend, device = q.backend, q.device
+    if (
+        k.backend is not backend
+        or v.backend is not backend
+        or k.device is not device
+        or v.device is not device
+    ):
+        return None
+    q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
+    if (
+        len(q_shape) < 3
+        or k_shape[:-2] != q_shape[:-2]
+        or v_shape[:-2] != q_shape[:-2]
+        or len(k_shape) != len(q_shape)
+        or len(v_shape) != len(q_shape)
+        or k_shape[-1] != q_shape[-1]
+        or v_shape[-2] != k_shape[-2]
+        or not k_shape[-2]
+    ):
+        return None
+    if scale is None:
+        scale = 1.0 / math.sqrt(q_shape[-1]) if q_shape[-1] else 1.0
+    empty = wrap(q, backend.zeros((0,), dtype, device))
+    out, _ = apply(_ATTENTION, (q, k, v, empty, empty), (scale, is_causal))
     return out
 
 

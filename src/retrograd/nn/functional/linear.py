@@ -62,6 +62,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     >>> linear(rg.ones((2, 3)), rg.ones((4, 3)), rg.zeros((4,))).shape
     retrograd.Size([2, 4])
     """
+    if (
+        isinstance(x, Tensor)
+        and isinstance(weight, Tensor)
+        and (bias is None or isinstance(bias, Tensor))
+    ):
+        out = _plain_linear(x, weight, bias)
+        if out is not None:
+            return out
     fn = "linear"
     if any(isinstance(t, Tensor) and t.is_complex() for t in (x, weight, bias)) or (
         isinstance(x, Tensor) and x.dtype in INT_DTYPES
@@ -122,6 +130,42 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if x.ndim > 2:
         out = out.reshape((*lead, weight.shape[0]))
     return out
+
+
+#: the dtypes of :func:`_plain_linear`'s calls
+_PLAIN_DTYPES = frozenset({"float32", "float64"})
+
+
+def _plain_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
+    """A layer's call, the one every forward makes: a float32/float64 input of two or more
+    dims, a 2-d weight and a ``[out]`` bias (or none), all of the input's dtype, backend and
+    device. The ops :func:`linear`'s general path records for it (a flattening reshape where
+    the input has more than two dims, the fused op, the reshape back), without that path's
+    checks, lifts and promotions, which are no-ops here (about a third of a call's Python
+    time, 7 December). None for any other call: the general path takes it, and its errors."""
+    dtype = x.dtype
+    if dtype not in _PLAIN_DTYPES or weight.dtype != dtype:
+        return None
+    backend, device = x.backend, x.device
+    if weight.backend is not backend or weight.device is not device:
+        return None
+    shape, weight_shape = x.shape, weight.shape
+    if len(shape) < 2 or len(weight_shape) != 2 or shape[-1] != weight_shape[1]:
+        return None
+    if bias is None:
+        bias = wrap(x, backend.zeros((0,), dtype, device))
+    elif (
+        bias.dtype != dtype
+        or bias.backend is not backend
+        or bias.device is not device
+        or bias.shape != (weight_shape[0],)
+    ):
+        return None
+    if len(shape) == 2:
+        return apply(_LINEAR, (x, weight, bias))
+    lead = shape[:-1]
+    flat = x.reshape((math.prod(lead), shape[-1]))
+    return apply(_LINEAR, (flat, weight, bias)).reshape((*lead, weight_shape[0]))
 
 
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -233,10 +277,13 @@ def embedding(
         )
 
     check_indices(indices, count, out_of_range)
-    flat = indices.reshape((-1,))
+    # (1-d indices, a position embedding's, are their own flattening: no reshape recorded)
+    flat = indices if indices.ndim == 1 else indices.reshape((-1,))
     if max_norm is not None:
         _renorm_rows(weight, flat, float(_real(fn, "max_norm", max_norm)), norm_type)
-    rows = weight.select(0, flat)
+    # the op ``weight.select(0, flat)`` records, without that method's second range check of
+    # the indices checked above (a backend op of its own: a device read on the torch backend)
+    rows = apply("select", (weight, flat), (0,))
     if scale_grad_by_freq:
         # the value unchanged (``rows - held`` is exactly 0), each occurrence's gradient
         # divided by how often its index occurs in ``indices``, as torch's
@@ -246,8 +293,8 @@ def embedding(
         rows = held + (rows - held) / counts.reshape((-1, 1))
     if padding_idx is not None:
         padding = (flat == (padding_idx % count)).reshape((-1, 1))
-        rows = rows.mask_where(padding, weight.detach().select(0, flat))
-    return rows.reshape((*indices.shape, weight.shape[1]))
+        rows = rows.mask_where(padding, apply("select", (weight.detach(), flat), (0,)))
+    return rows if indices.ndim == 1 else rows.reshape((*indices.shape, weight.shape[1]))
 
 
 def _renorm_rows(weight: Tensor, flat: Tensor, max_norm: float, norm_type: float) -> None:

@@ -52,6 +52,10 @@ def layer_norm(
 ) -> Tensor:
     """Normalize over the trailing ``normalized_shape`` dims (biased variance, as PyTorch),
     then scale by ``weight`` and shift by ``bias`` (both of ``normalized_shape``)."""
+    if type(eps) is float and isinstance(x, Tensor):
+        out = _plain_layer_norm(x, normalized_shape, weight, bias, eps)
+        if out is not None:
+            return out
     fn = "layer_norm"
     eps = _real(fn, "eps", eps)
     x = _float_input(fn, x)
@@ -102,6 +106,50 @@ def layer_norm(
 
 
 _LAYER_NORM = TensorOp("layer_norm")
+
+#: the dtypes of :func:`_plain_layer_norm`'s calls
+_PLAIN_DTYPES = frozenset({"float32", "float64"})
+
+
+def _plain_layer_norm(
+    x: Tensor, normalized_shape: Any, weight: Any, bias: Any, eps: float
+) -> Tensor | None:
+    """A layer's call, the one every forward makes: a float32/float64 input normalized over
+    its last dimension (``normalized_shape`` an int or a tuple of one), with weight and bias
+    of that width (or none) of the input's dtype, backend and device. The one op
+    :func:`layer_norm`'s general path records for it, without that path's checks, lifts and
+    casts, which are no-ops here. None for any other call: the general path takes it, and
+    its errors."""
+    dtype = x.dtype
+    if dtype not in _PLAIN_DTYPES:
+        return None
+    kind = type(normalized_shape)
+    if kind is tuple and len(normalized_shape) == 1:
+        width = normalized_shape[0]
+    elif kind is int:
+        width = normalized_shape
+    else:
+        return None
+    shape = x.shape
+    if type(width) is not int or width <= 0 or not shape or shape[-1] != width:
+        return None
+    backend, device = x.backend, x.device
+    affine = []
+    for value in (weight, bias):
+        if value is None:
+            affine.append(wrap(x, backend.zeros((0,), dtype, device)))
+        elif (
+            isinstance(value, Tensor)
+            and value.dtype == dtype
+            and value.backend is backend
+            and value.device is device
+            and value.shape == (width,)
+        ):
+            affine.append(value)
+        else:
+            return None
+    out, _ = apply(_LAYER_NORM, (x, *affine), (eps,))
+    return out
 
 
 def _dropout_input(fn: str, x: Any, p: Any, training: Any, *, complex_ok: bool) -> Tensor:
