@@ -134,7 +134,9 @@ class TorchOptimizerKernels:
         # thirteen, with three new tensors)
         if not inplace:
             value, first, second = value.clone(), first.clone(), second.clone()
-        if _loops_take(value, grad, first, second):
+        # (not where the backend stands in for a device, deferring its index checks as CUDA
+        # does: the loops read the tensors through NumPy, a host read there)
+        if not self.deferred_index_checks and _loops_take(value, grad, first, second):
             return _adam_split(
                 value, grad, first, second, step, lr, beta1, beta2, eps, weight_decay, decoupled
             )
