@@ -91,6 +91,10 @@ def _as_tensor(fn: str, reference: Tensor, value: Any, name: str) -> Tensor:
 #: the half-precision dtypes (a loss's weight of another dtype than half logits is refused)
 _HALF_DTYPES = frozenset({"bfloat16", "float16"})
 
+#: the dtypes of a layer's common call, which the layers' fast paths take (float32/float64:
+#: no lift, promotion or cast applies to them)
+_PLAIN_DTYPES = frozenset({"float32", "float64"})
+
 
 def _float_pair(
     fn: str,

@@ -24,6 +24,7 @@ from ...tensor.internal import (
 )
 from ..attention.bias import CausalBias
 from ._common import (
+    _PLAIN_DTYPES,
     _as_tensor,
     _float_input,
 )
@@ -159,10 +160,6 @@ def scaled_dot_product_attention(
         return _composed_attention(q, k, v, mask, drop, scale, is_causal)
     out, _ = apply(_ATTENTION, (q, k, v, mask, drop), (scale, bool(is_causal)))
     return out
-
-
-#: the dtypes of :func:`_plain_attention`'s calls
-_PLAIN_DTYPES = frozenset({"float32", "float64"})
 
 
 def _plain_attention(

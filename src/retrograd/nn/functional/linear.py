@@ -25,6 +25,7 @@ from ...tensor.internal import (
     wrap,
 )
 from ._common import (
+    _PLAIN_DTYPES,
     _as_tensor,
     _float_pair,
     _real,
@@ -130,10 +131,6 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if x.ndim > 2:
         out = out.reshape((*lead, weight.shape[0]))
     return out
-
-
-#: the dtypes of :func:`_plain_linear`'s calls
-_PLAIN_DTYPES = frozenset({"float32", "float64"})
 
 
 def _plain_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:

@@ -34,6 +34,7 @@ from ...tensor.internal import (
 )
 from ...tensor.layouts import contiguous_format
 from ._common import (
+    _PLAIN_DTYPES,
     _as_tensor,
     _float_input,
     _ints,
@@ -106,9 +107,6 @@ def layer_norm(
 
 
 _LAYER_NORM = TensorOp("layer_norm")
-
-#: the dtypes of :func:`_plain_layer_norm`'s calls
-_PLAIN_DTYPES = frozenset({"float32", "float64"})
 
 
 def _plain_layer_norm(
