@@ -44,12 +44,12 @@ def test_training_loop_memory_stays_flat(strategy):
         target = rg.tensor(rng.normal(size=(32, 2)))
         losses = [0.0, 0.0]  # first and last: a growing list would itself be a leak
         try:
-            for step in range(2200):
-                if step == 1150:  # (traced from here: the warm-up runs at full speed)
+            for step in range(1200):
+                if step == 150:  # (traced from here: the warm-up runs at full speed)
                     tracemalloc.start()
                 params, loss = _mlp_step(params, x, target)
                 losses[min(step, 1)] = loss
-                if step == 1199:  # (the live set then was allocated while traced, as later)
+                if step == 199:  # (the live set then was allocated while traced, as later)
                     gc.collect()
                     early = tracemalloc.take_snapshot()
             gc.collect()
@@ -58,14 +58,13 @@ def test_training_loop_memory_stays_flat(strategy):
             tracemalloc.stop()
     assert losses[-1] < losses[0]
     # 1000 more steps may not leave more than a few KiB behind (no per-step leak: a tuple a
-    # step is 40 bytes, 40 KiB here). The first 1200 steps are warm-up: on the torch backend,
-    # torch's C code inside ``Tensor.expand`` (the mean rule) leaves 67-byte blocks that no
-    # Python object refers to, about one every 15 steps at first and fewer later (108 after
-    # 200 steps, 178 after 1000, 229 after 4000: 15 KiB, saturating); measured from step 200
-    # they reached 16 KiB once (ci71). Counted
-    # where Python allocated it: retrograd's code, or this loop (what NumPy and torch allocate
-    # for a call is counted at the line that called them); a thread another test of this
-    # worker left running is not this loop's leak (seen once: 18 KB on the torch pass).
+    # step is 40 bytes, 40 KiB here). The first 200 steps are warm-up (caches, interned
+    # shapes). On the torch backend, torch's argument parser once kept a 67-byte block now and
+    # then for a ``torch.Size`` argument (19 KB over these steps in ci124, in a worker that had
+    # run other tests): the backend now hands torch plain tuples, see test_torch_backend.py.
+    # Counted where Python allocated it: retrograd's code, or this loop (what NumPy and torch
+    # allocate for a call is counted at the line that called them); a thread another test of
+    # this worker left running is not this loop's leak (seen once: 18 KB on the torch pass).
     ours = [tracemalloc.Filter(True, "*retrograd*"), tracemalloc.Filter(True, __file__)]
     growth = sum(
         stat.size_diff
