@@ -65,6 +65,25 @@ class BudgetCheckpointerBuilder(CheckpointerBuilder):
         self.slots: list | None = [] if consume else None
         super().__init__(tree, consume)
 
+    def leave_backups(self, steps: list) -> None:
+        """A consuming backward took the records' actions; each of ``steps`` (the nodes its
+        steps run, and then release) gets its backups back, its recipe's inputs. A released
+        node may keep its recipe, when another graph still reads its evicted output
+        (:meth:`.pool.BudgetSaved.outlives_release`), and the recipe needs the backups: a
+        parameter's value, or an op's output that no recipe rebuilds, is held nowhere else.
+        They cost no memory the pool's release does not account for (an evictable slot lets
+        go of its value all the same), and go when the node is released without a recipe.
+        Not a node the walk reached but does not run: it is not released, and its backups
+        (an input batch's constant) would live on with the graph, which NoCheckpointing's
+        taken records do not."""
+        taken = self.taken
+        for node in steps:
+            actions = taken.get(node.id)
+            if actions:
+                backups = [action for action in actions if action[2]]
+                if backups:
+                    node.saved.actions = backups
+
     def add(self, actions: list) -> None:
         """Gather one node's actions, each holding a slot: its op's seconds, the slot itself
         and its value as :meth:`~.builder.CheckpointerBuilder.add` gathers it."""

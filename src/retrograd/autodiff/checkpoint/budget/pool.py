@@ -81,14 +81,22 @@ class BudgetSaved(Saved):
         that step never runs again). Whether another reader holds the output's slot is told by
         letting go of this record's reference: the slot outlives it exactly when one does.
         A parent's slot that the kept backups hold is then held by a live reader too, so the
-        parent, released after its child, keeps its recipe in turn, down to the leaves."""
+        parent, released after its child, keeps its recipe in turn, down to the leaves.
+
+        A record that keeps no recipe lets go of its slot and actions here, as the node lets
+        go of the record: the backward's own view of a node with backed-up inputs
+        (``_Sourced``) refers to the record until the backward ends, and a released record's
+        backups would hold its parents' slots that long, each parent then seen as read by
+        another graph."""
         slot = self.slot
         if slot is None or slot.value is not RECOMPUTE or not self.recompute:
+            self.slot = self.actions = None
             return False
         alive = weakref.ref(slot)
         self.slot = slot = None
         slot = alive()
         if slot is None:
+            self.actions = None
             return False
         self.slot = slot
         actions = self.actions
@@ -179,10 +187,15 @@ class MemoryPool:
         """A backward consumed the records of ``slots``: its checkpointer holds their values
         and frees each at its last read, so the slots let go of them (a slot would otherwise
         keep its value alive until its node dies). A :class:`Constant`, shared by the steps,
-        keeps its own."""
+        keeps its own, and so does a slot that is not evictable (a parameter's, or the output
+        of an op that cannot be recomputed): a graph this backward does not walk may share
+        the slot (one that ``create_graph`` recorded, retained), and its value would be lost
+        for good, where an evictable one is rebuilt from the recipe its released node keeps
+        (:meth:`BudgetSaved.outlives_release`). Such a value lives until its node's step (the
+        last holder of its slot) instead of its last read: never longer than the backward."""
         held, evictor = self._held, self._evictor
         for slot in slots:
-            if type(slot) is Slot and slot.value is not RECOMPUTE:
+            if type(slot) is Slot and slot.evictable and slot.value is not RECOMPUTE:
                 ident = id(slot)
                 if held.pop(ident, None) is not None:
                     self.held_bytes -= slot.nbytes

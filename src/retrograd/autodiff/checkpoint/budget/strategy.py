@@ -469,6 +469,7 @@ class BudgetCheckpointing(CheckpointStrategy):
         # (its checkpointer keeps no ``taken``: the records hold slots, which let go of their
         # values below, so a backward that stops mid-way cannot hand them back to its steps)
         if builder.slots is not None:  # the checkpointer alone holds the values from now on
+            builder.leave_backups(tape.run)
             with self._lock:
                 self.pool.release(builder.slots)
         return checkpointer
