@@ -1854,6 +1854,58 @@ Op(
 )
 
 
+# F.nll_loss and F.cross_entropy's class-index loss without class weights or label smoothing
+# (float32/float64): one op, the composite's arithmetic in its order (the losses picked by
+# ``gather``, negated, 0 where ignored; "mean" divides their sum by the number of targets that
+# count, by way of ``mean`` when none is ignored, chosen on the device: knowing which applies
+# would read the targets on the host). Its rule is torch's nll_loss_backward: ``-g / count``
+# (``-g`` for "sum" and "none"), 0 where ignored, written into zeros at each target's class.
+# As a composite it was 13 recorded ops for one loss (7 December).
+def _nll_targets(B, target, dim, ignore_index):
+    ignored = B.equal_elem(target, ignore_index)
+    shape = B.shape(target)
+    index = B.reshape(B.mask_fill(target, ignored, 0), shape[:dim] + (1,) + shape[dim:])
+    return ignored, index
+
+
+def _nll_forward(B, log_probs, target, dim, ignore_index, reduction):
+    ignored, index = _nll_targets(B, target, dim, ignore_index)
+    picked = B.gather(log_probs, index, dim)
+    losses = B.mask_fill(B.neg(B.reshape(picked, B.shape(target))), ignored, 0.0)
+    if reduction != "mean":
+        return B.sum(losses) if reduction == "sum" else losses
+    counted = B.sum(B.logical_not(ignored))
+    by_count = B.div(B.sum(losses), B.cast(counted, B.dtype(log_probs)))
+    return B.mask_where(by_count, B.equal_elem(counted, math.prod(B.shape(target))), B.mean(losses))
+
+
+def _nll_rule(B, g, log_probs_shape, target, dim, ignore_index, reduction):
+    ignored, index = _nll_targets(B, target, dim, ignore_index)
+    shape = B.shape(target)
+    if reduction == "mean":
+        # (the count as a float is the number of targets itself when none is ignored)
+        counted = B.cast(B.sum(B.logical_not(ignored)), B.dtype(g))
+        g = B.expand(B.div(g, counted), shape)
+    elif reduction == "sum":
+        g = B.expand(g, shape)
+    per_target = B.reshape(B.mask_fill(B.neg(g), ignored, 0.0), B.shape(index))
+    zeros = B.zeros(log_probs_shape, B.dtype(g), B.device(g))
+    return B.scatter_assign(zeros, index, per_target, dim)
+
+
+Op(
+    "nll_loss",
+    ("log_probs", "target"),
+    ("dim", "ignore_index", "reduction"),
+    (_nll_rule, None),
+    memory_bound=True,
+    forward=_nll_forward,
+    # torch's nll_loss_backward takes the input: under create_graph the gradient is a
+    # function of it, of zero derivative (the composite's ``kernel_input_gate``)
+    links={0: ((0, "zeros"),)},
+)
+
+
 # F.affine_grid (float32/float64, a tracked theta): one op whose rule reads the points of each
 # axis (``axes``, the linspaces of x, y[, z] end to end, a constant kept on the device) and
 # rebuilds the base grid from them, as torch's affine_grid_generator_backward: as a composite

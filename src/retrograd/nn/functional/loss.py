@@ -228,6 +228,9 @@ def _class_index_loss(
         return f"{fn}: {value} is out of range for {classes} classes; {shapes}"
 
     check_indices(target, classes, out_of_range, ignore_index)
+    if weights is None and smoothing is None and tracked_wide_float(log_probs):
+        params = (class_dim, ignore_index, reduction)
+        return log_probs._apply("nll_loss", (log_probs, target), params)
     # The ignored targets are masked whether there are any or not: finding out would read the
     # targets on the host, a synchronisation on a device backend. Masking nothing changes no
     # value.
