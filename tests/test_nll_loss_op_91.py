@@ -1,7 +1,7 @@
 """``F.nll_loss`` and ``F.cross_entropy``'s class-index loss without class weights or label
 smoothing record one ``nll_loss`` op (7 December): the composite's forward arithmetic in its
 order, and torch's ``nll_loss_backward`` as its rule, ``-g / count`` written into zeros at
-each target's class (0 where ignored). As a composite the loss was 13 recorded ops, and its
+each target's class (0 where ignored). As a composite the loss was 9 recorded nodes, and its
 gradient added the values into zeros, where torch writes them: the sign of a zero gradient
 differed from torch's for an upstream gradient of -0.0, and ignored rows got -0.0.
 """
