@@ -30,7 +30,7 @@ def test_graph_command_writes_dot_with_ops_shapes_and_marks(tmp_path, capsys):
     dot = (tmp_path / "graph.dot").read_text()
     assert dot.startswith("digraph") and dot.rstrip().endswith("}")
     nodes = node_lines(dot)
-    for op in ("conv", "relu", "max_pool", "reshape", "linear", "log_softmax", "gather", "mean"):
+    for op in ("conv", "relu", "max_pool", "reshape", "linear", "log_softmax", "nll_loss"):
         assert any(f'label="{op}\\n' in line for line in nodes), op
     # shapes: the first convolution's output for a batch of 4 8x8 images, parameter names
     assert any('label="conv\\n[4, 64, 8, 8]' in line for line in nodes)
