@@ -312,6 +312,11 @@ class TorchBackend(
         return x.cpu().numpy()
 
     def shape(self, x):
+        # torch's Size, left as it is (a tuple() here would cost 70 ns on each of the ~3.5
+        # calls an op makes). Whatever hands a shape back to torch (expand, reshape, zeros,
+        # ones, full, slice_backward) passes tuple(shape) instead (18 ns): torch 2.13's
+        # argument parser keeps a 67-byte block now and then for a Size argument, referred to
+        # by no object, a slow leak a training loop shows (ci124).
         return x.shape
 
     def dtype(self, x):
@@ -879,10 +884,7 @@ class TorchBackend(
         return torch.flip(x, dims) if dims else x
 
     def expand(self, x, shape):
-        # A plain tuple, never the torch.Size that shape() returns: torch's argument parser
-        # keeps a 67-byte block now and then for a Size argument that no object refers to
-        # (torch 2.13: expand, reshape, zeros, new_zeros), a slow leak a training loop shows.
-        return x.expand(tuple(shape))
+        return x.expand(tuple(shape))  # (a tuple, not a Size: see shape())
 
     def slice(self, x, slices):
         positive, flips = _positive_slices(x, slices)
