@@ -358,6 +358,16 @@ def _pow_scalar_vjp(B, g, x, s):
     return B.mul(g, B.mul_scalar(B.pow_scalar(x, s - 1.0), s))
 
 
+def _square_vjp(B, g, x):
+    """``2 g x``. Recorded (``create_graph``), torch's: its ``square`` is ``pow(x, 2)``, whose
+    backward ``g * (2 * x.pow(1))`` keeps the gradient's own gradient connected to ``x``
+    through ``pow(x, 1)`` (a third derivative is zeros, not "does not require grad"). A
+    first-order backward skips that pass: ``x.pow(1)`` is ``x``, and doubling is exact."""
+    if B.is_autodiff:
+        return _pow_scalar_vjp(B, g, x, 2.0)
+    return B.mul(B.mul_scalar(g, 2.0), x)
+
+
 def _rpow_scalar_vjp(B, g, x, out, s):
     if s > 0:  # torch's pow_backward_exponent: grad * (result * log(base))
         return B.mul(g, B.mul_scalar(out, math.log(s)))
@@ -815,7 +825,7 @@ unary("log10", lambda B, g, x: B.div(g, B.mul_scalar(x, 2.3025850929940456)))
 unary("exp2", lambda B, g, out: B.mul_scalar(B.mul(g, out), math.log(2.0)))
 unary("sqrt", lambda B, g, out: B.div(B.mul_scalar(g, 0.5), out))
 # (g * 2 first, as torch's: 2 x overflows at huge x, where a zero g must give 0, not 0 * inf)
-unary("square", lambda B, g, x: B.mul(B.mul_scalar(g, 2.0), x))
+unary("square", lambda B, g, x: _square_vjp(B, g, x))
 unary("recip", lambda B, g, out: B.neg(B.mul(g, B.square(out))))
 # torch's rule: -0.5 * g * out**3 (its pow by 3 is out * out * out)
 unary("rsqrt", lambda B, g, out: B.mul(B.mul_scalar(g, -0.5), B.mul(B.square(out), out)))
