@@ -2,8 +2,10 @@
 and ``n`` forms along several, with torch's ``n``/``s``/``dim``/``norm``
 and its gradients (each transform is linear: its gradient is the adjoint transform; the real
 inverse ones differentiate as torch's ``c2r``, the imaginary parts at frequency 0 and at the
-Nyquist frequency counting for nothing). One kernel computes them all, the backends' complex
-``fftn``; the real and Hermitian forms are built on it. The helpers: :func:`fftfreq`,
+Nyquist frequency counting for nothing). Two kernels compute them all, the backends' complex
+``fftn`` and their real-input ``rfftn`` (the forward real transforms, exactly real at
+frequency 0 and ``n / 2`` as torch's); the inverse real and Hermitian forms are built on
+``fftn``. The helpers: :func:`fftfreq`,
 :func:`rfftfreq`, :func:`fftshift` and :func:`ifftshift`.
 
 >>> import retrograd as rg
@@ -175,6 +177,23 @@ def _transform(op: str, x: Tensor, dims: tuple, inverse: bool, norm: str) -> Ten
     return x._apply("fftn", (x,), (dims, inverse, norm))
 
 
+def _r2c(op: str, x: Tensor, dims: tuple, sizes: tuple, norm: str) -> Tensor:
+    """The transform of the real ``x`` over ``dims`` (each cut or padded to its size in
+    ``sizes`` first), one-sided along the last of them: the backend's ``rfftn``, a real-input
+    kernel as torch's, whose bins at frequency 0 and ``n / 2`` are exactly real (the complex
+    transform of ``x`` rounds their imaginary parts to about 1e-16, and ``angle`` made 2 pi
+    of that)."""
+    for d, n in zip(dims, sizes):
+        if n is not None:
+            x = _resized(op, x, d, n)
+    if x.numel() == 0:
+        raise InvalidArgumentError(
+            f"fft.{op}: invalid number of data points (0) specified: the input of shape "
+            f"{shape_text(x.shape)} is empty"
+        )
+    return x._apply("rfftn", (x,), (dims, norm))
+
+
 def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
     """The real inverse transform along ``dim`` of the one-sided spectrum ``x``: the full
     Hermitian spectrum (``X[n - k] = conj(X[k])``), inverted, its real part. The imaginary
@@ -207,8 +226,7 @@ def rfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = 
     """torch's ``fft.rfft``: the ``n // 2 + 1`` non-negative frequencies of a real signal."""
     x = _real_input("rfft", _tensor("rfft", input))
     d = normalize_dim("fft.rfft", dim, x.ndim)
-    full = _c2c("rfft", x, (d,), (n,), False, _norm("rfft", norm))
-    return full.narrow(d, 0, full.shape[d] // 2 + 1)
+    return _r2c("rfft", x, (d,), (n,), _norm("rfft", norm))
 
 
 def irfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
@@ -230,8 +248,7 @@ def ihfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None =
     """torch's ``fft.ihfft``: the inverse of :func:`hfft`, of a real signal."""
     x = _real_input("ihfft", _tensor("ihfft", input))
     d = normalize_dim("fft.ihfft", dim, x.ndim)
-    full = _c2c("ihfft", x, (d,), (n,), False, _dual(_norm("ihfft", norm)))
-    return full.narrow(d, 0, full.shape[d] // 2 + 1).conj()
+    return _r2c("ihfft", x, (d,), (n,), _dual(_norm("ihfft", norm))).conj()
 
 
 def _n_dimensional(op: str, inverse: bool, default_all: bool):
@@ -247,9 +264,7 @@ def _real_n_dimensional(op: str, default_all: bool):
     def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
         x = _real_input(op, _tensor(op, input))
         dims, sizes = _dims(op, x, s, dim, default_all)
-        full = _c2c(op, x, dims, sizes, False, _norm(op, norm))
-        last = dims[-1]
-        return full.narrow(last, 0, full.shape[last] // 2 + 1)
+        return _r2c(op, x, dims, sizes, _norm(op, norm))
 
     return transform
 
