@@ -103,3 +103,12 @@ def test_rfft_second_order_gradient_as_torchs():
     theirs = _gradients(torch, x, transform, weight, create_graph=True)
     for mine, reference in zip(ours, theirs):
         np.testing.assert_allclose(mine, reference, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["rfftn", "ihfftn", "irfftn", "hfftn"])
+@pytest.mark.parametrize("shape, dim", [((), None), ((3,), ())])
+def test_real_transforms_of_no_axis_are_refused_naming_the_op(op, shape, dim):
+    with pytest.raises(RuntimeError, match="must transform at least one axis"):
+        getattr(torch.fft, op)(torch.ones(shape), dim=dim)
+    with pytest.raises(rg.InvalidArgumentError, match=f"fft.{op} must transform at least one axis"):
+        getattr(rg.fft, op)(rg.ones(shape), dim=dim)

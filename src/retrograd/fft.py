@@ -183,6 +183,7 @@ def _r2c(op: str, x: Tensor, dims: tuple, sizes: tuple, norm: str) -> Tensor:
     kernel as torch's, whose bins at frequency 0 and ``n / 2`` are exactly real (the complex
     transform of ``x`` rounds their imaginary parts to about 1e-16, and ``angle`` made 2 pi
     of that)."""
+    _one_axis_at_least(op, x, dims)
     for d, n in zip(dims, sizes):
         if n is not None:
             x = _resized(op, x, d, n)
@@ -192,6 +193,16 @@ def _r2c(op: str, x: Tensor, dims: tuple, sizes: tuple, norm: str) -> Tensor:
             f"{shape_text(x.shape)} is empty"
         )
     return x._apply("rfftn", (x,), (dims, norm))
+
+
+def _one_axis_at_least(op: str, x: Tensor, dims: tuple) -> None:
+    """A real transform halves its last dim: it needs one (a 0-d input's default dims, or
+    ``dim=()``, give none), as torch's "must transform at least one axis"."""
+    if not dims:
+        raise InvalidArgumentError(
+            f"fft.{op} must transform at least one axis: dim=() for the input of shape "
+            f"{shape_text(x.shape)}"
+        )
 
 
 def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
@@ -273,6 +284,7 @@ def _inverse_real_n_dimensional(op: str, default_all: bool):
     def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
         x = _tensor(op, input)
         dims, sizes = _dims(op, x, s, dim, default_all)
+        _one_axis_at_least(op, x, dims)
         mode = _norm(op, norm)
         if sizes[-1] is not None:  # the one-sided spectrum cut or padded first, as torch's
             x = _resized(op, x, dims[-1], sizes[-1] // 2 + 1)
