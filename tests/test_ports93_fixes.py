@@ -1,9 +1,13 @@
-"""Regressions found by the round-93 ports (``tests/test_real_ports_ports93.py``): the real
+"""Regressions found while checking the transforms the round-93 ports reach
+(``tests/test_real_ports_ports93.py``; the ports themselves agreed with torch): the real
 forward transforms of ``rg.fft`` (``rfft``, ``rfft2``, ``rfftn``, ``ihfft``) were the complex
 transform of the input, cut; its rounding left imaginary parts of about 1e-16 at the bins that
 are real for every real input (frequency 0 and ``n / 2``), where torch's real-input kernels give
 exact zeros, so a phase (``angle``) of the spectrum jumped by 2 pi there (6 of 50 rows of a
-length-6 ``rfft``). They are a real-input kernel now; expected values from torch 2.13.
+length-6 ``rfft``). They are a real-input kernel now, and ``fft``/``ifft`` of a real input
+that kernel completed by Hermitian symmetry, as torch computes them (they had the same
+rounding, and halves that were not exact conjugates). The real transforms of no axis are
+refused in torch's words. Expected values from torch 2.13.
 """
 
 from __future__ import annotations
@@ -112,3 +116,39 @@ def test_real_transforms_of_no_axis_are_refused_naming_the_op(op, shape, dim):
         getattr(torch.fft, op)(torch.ones(shape), dim=dim)
     with pytest.raises(rg.InvalidArgumentError, match=f"fft.{op} must transform at least one axis"):
         getattr(rg.fft, op)(rg.ones(shape), dim=dim)
+
+
+@pytest.mark.parametrize("op", ["fft", "ifft"])
+@pytest.mark.parametrize("n", [6, 12, 30])
+def test_one_dimensional_transform_of_a_real_signal_is_hermitian_as_torchs(op, n):
+    # torch's fft/ifft of a real input are its real-input kernel, completed by symmetry
+    x = _signal((50, n), n + 1)
+    theirs = getattr(torch.fft, op)(torch.tensor(x), norm="ortho").resolve_conj().numpy()
+    ours = getattr(rg.fft, op)(rg.tensor(x), norm="ortho").numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.angle(ours), np.angle(theirs), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(ours[:, 1:], np.conj(ours[:, :0:-1]))  # exactly, as torch's
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [
+        lambda lib, t: lib.fft.fft(t, n=7),
+        lambda lib, t: lib.fft.ifft(t, dim=1, norm="forward"),
+        lambda lib, t: lib.fft.fft(t[..., :1], n=4),
+    ],
+)
+def test_one_dimensional_transform_gradients_of_a_real_signal_as_torchs(transform):
+    x = np.random.default_rng(9).standard_normal((5, 6, 6))
+    shape = tuple(torch.view_as_real(transform(torch, torch.tensor(x)).resolve_conj()).shape)
+    weight = np.random.default_rng(10).standard_normal(shape)
+
+    def resolved(lib, t):
+        return transform(lib, t).resolve_conj()
+
+    np.testing.assert_allclose(
+        _gradients(rg, x, resolved, weight),
+        _gradients(torch, x, resolved, weight),
+        rtol=1e-10,
+        atol=1e-12,
+    )

@@ -51,10 +51,11 @@ record compared.
 ``torch.rand``/``randn`` and ``Tensor.normal_`` draw from one seeded stream in both runs (NumPy's
 global stream seeded alike). The ports change the imports and the gradient lines only.
 
-Found by these ports and fixed (``tests/test_ports93_fixes.py``): the real forward transforms
+Found while checking the transforms these ports reach (the ports agreed with torch before), and
+fixed (``tests/test_ports93_fixes.py``): the real forward transforms
 (``rfft``, ``rfft2``, ``rfftn``, ``ihfft``) were the complex transform of the input, cut, whose
 rounding left imaginary parts of about 1e-16 at the bins torch's real-input kernels make exactly
-real, so ``angle`` jumped by 2 pi there.
+real, so ``angle`` jumped by 2 pi there (``fft``/``ifft`` of a real input too).
 """
 
 from __future__ import annotations
