@@ -2,8 +2,10 @@
 and ``n`` forms along several, with torch's ``n``/``s``/``dim``/``norm``
 and its gradients (each transform is linear: its gradient is the adjoint transform; the real
 inverse ones differentiate as torch's ``c2r``, the imaginary parts at frequency 0 and at the
-Nyquist frequency counting for nothing). One kernel computes them all, the backends' complex
-``fftn``; the real and Hermitian forms are built on it. The helpers: :func:`fftfreq`,
+Nyquist frequency counting for nothing). Two kernels compute them all, the backends' complex
+``fftn`` and their real-input ``rfftn`` (the forward real transforms, and ``fft``/``ifft``
+of a real input completed by symmetry, exactly real at frequency 0 and ``n / 2`` as
+torch's); the inverse real and Hermitian forms are built on ``fftn``. The helpers: :func:`fftfreq`,
 :func:`rfftfreq`, :func:`fftshift` and :func:`ifftshift`.
 
 >>> import retrograd as rg
@@ -175,6 +177,57 @@ def _transform(op: str, x: Tensor, dims: tuple, inverse: bool, norm: str) -> Ten
     return x._apply("fftn", (x,), (dims, inverse, norm))
 
 
+def _r2c(op: str, x: Tensor, dims: tuple, sizes: tuple, norm: str) -> Tensor:
+    """The transform of the real ``x`` over ``dims`` (each cut or padded to its size in
+    ``sizes`` first), one-sided along the last of them: the backend's ``rfftn``, a real-input
+    kernel as torch's, whose bins at frequency 0 and ``n / 2`` are exactly real (the complex
+    transform of ``x`` rounds their imaginary parts to about 1e-16, and ``angle`` made 2 pi
+    of that)."""
+    _one_axis_at_least(op, x, dims)
+    for d, n in zip(dims, sizes):
+        if n is not None:
+            x = _resized(op, x, d, n)
+    if x.numel() == 0:
+        raise InvalidArgumentError(
+            f"fft.{op}: invalid number of data points (0) specified: the input of shape "
+            f"{shape_text(x.shape)} is empty"
+        )
+    return x._apply("rfftn", (x,), (dims, norm))
+
+
+def _full(op: str, x: Tensor, dims: tuple, sizes: tuple, inverse: bool, norm: str) -> Tensor:
+    """The complex transform of ``x`` over ``dims`` as torch's ``fft``/``ifft`` compute it: a
+    complex ``x`` by the complex kernel; a real one as torch's ``fft_r2c`` with
+    ``onesided=False``, the
+    one-sided :func:`_r2c` spectrum completed by its Hermitian symmetry (``X[-k] =
+    conj(X[k])``) and, for an inverse, conjugated (the inverse transform of a real signal is
+    the conjugate of its forward one under the dual scaling). So the bins that are real for
+    every real input are exactly real and the two halves exact conjugates, as torch's: the
+    complex kernel's rounding made ``angle`` jump by 2 pi there."""
+    if x.is_complex() or not dims:
+        return _c2c(op, x, dims, sizes, inverse, norm)
+    x = _real_input(op, x)
+    half = _r2c(op, x, dims, sizes, _dual(norm) if inverse else norm)
+    last = dims[-1]
+    n = x.shape[last] if sizes[-1] is None else sizes[-1]
+    if n - n // 2 - 1 > 0:  # X[..., n - k] for k = n // 2 + 1 .. n - 1: conj(X[-k', ..., k])
+        mirrored = half.narrow(last, 1, n - n // 2 - 1).flip(last)
+        for d in dims[:-1]:  # index k along another dim -> -k modulo its size
+            mirrored = mirrored.flip(d).roll(1, d)
+        half = cat([half, mirrored.conj()], last)
+    return half.conj() if inverse else half
+
+
+def _one_axis_at_least(op: str, x: Tensor, dims: tuple) -> None:
+    """A real transform halves its last dim: it needs one (a 0-d input's default dims, or
+    ``dim=()``, give none), as torch's "must transform at least one axis"."""
+    if not dims:
+        raise InvalidArgumentError(
+            f"fft.{op} must transform at least one axis: dim=() for the input of shape "
+            f"{shape_text(x.shape)}"
+        )
+
+
 def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
     """The real inverse transform along ``dim`` of the one-sided spectrum ``x``: the full
     Hermitian spectrum (``X[n - k] = conj(X[k])``), inverted, its real part. The imaginary
@@ -193,22 +246,23 @@ def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
 def fft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
     """torch's ``fft.fft``: the discrete Fourier transform along ``dim`` (complex result)."""
     x = _tensor("fft", input)
-    return _c2c("fft", x, (normalize_dim("fft.fft", dim, x.ndim),), (n,), False, _norm("fft", norm))
+    return _full(
+        "fft", x, (normalize_dim("fft.fft", dim, x.ndim),), (n,), False, _norm("fft", norm)
+    )
 
 
 def ifft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
     """torch's ``fft.ifft``: the inverse transform along ``dim``."""
     x = _tensor("ifft", input)
     d = normalize_dim("fft.ifft", dim, x.ndim)
-    return _c2c("ifft", x, (d,), (n,), True, _norm("ifft", norm))
+    return _full("ifft", x, (d,), (n,), True, _norm("ifft", norm))
 
 
 def rfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
     """torch's ``fft.rfft``: the ``n // 2 + 1`` non-negative frequencies of a real signal."""
     x = _real_input("rfft", _tensor("rfft", input))
     d = normalize_dim("fft.rfft", dim, x.ndim)
-    full = _c2c("rfft", x, (d,), (n,), False, _norm("rfft", norm))
-    return full.narrow(d, 0, full.shape[d] // 2 + 1)
+    return _r2c("rfft", x, (d,), (n,), _norm("rfft", norm))
 
 
 def irfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None = None) -> Tensor:  # noqa: A002
@@ -230,14 +284,15 @@ def ihfft(input: Tensor, n: int | None = None, dim: int = -1, norm: str | None =
     """torch's ``fft.ihfft``: the inverse of :func:`hfft`, of a real signal."""
     x = _real_input("ihfft", _tensor("ihfft", input))
     d = normalize_dim("fft.ihfft", dim, x.ndim)
-    full = _c2c("ihfft", x, (d,), (n,), False, _dual(_norm("ihfft", norm)))
-    return full.narrow(d, 0, full.shape[d] // 2 + 1).conj()
+    return _r2c("ihfft", x, (d,), (n,), _dual(_norm("ihfft", norm))).conj()
 
 
 def _n_dimensional(op: str, inverse: bool, default_all: bool):
     def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
         x = _tensor(op, input)
         dims, sizes = _dims(op, x, s, dim, default_all)
+        # (torch's n-dimensional complex transforms take a real input as complex: its
+        # fft_c2c, not the fft_r2c of the one-dimensional ones)
         return _c2c(op, x, dims, sizes, inverse, _norm(op, norm))
 
     return transform
@@ -247,9 +302,7 @@ def _real_n_dimensional(op: str, default_all: bool):
     def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
         x = _real_input(op, _tensor(op, input))
         dims, sizes = _dims(op, x, s, dim, default_all)
-        full = _c2c(op, x, dims, sizes, False, _norm(op, norm))
-        last = dims[-1]
-        return full.narrow(last, 0, full.shape[last] // 2 + 1)
+        return _r2c(op, x, dims, sizes, _norm(op, norm))
 
     return transform
 
@@ -258,6 +311,7 @@ def _inverse_real_n_dimensional(op: str, default_all: bool):
     def transform(input: Tensor, s: Any = None, dim: Any = None, norm: str | None = None) -> Tensor:  # noqa: A002
         x = _tensor(op, input)
         dims, sizes = _dims(op, x, s, dim, default_all)
+        _one_axis_at_least(op, x, dims)
         mode = _norm(op, norm)
         if sizes[-1] is not None:  # the one-sided spectrum cut or padded first, as torch's
             x = _resized(op, x, dims[-1], sizes[-1] // 2 + 1)

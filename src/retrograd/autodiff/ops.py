@@ -2800,6 +2800,21 @@ unary(
     memory_bound=False,
 )
 complex_rules("fftn", *OPS["fftn"].vjps)
+
+
+def _rfftn_vjp(B, g, x_shape, dims, norm):
+    """The adjoint of ``rfftn`` (the complex transform of a real input, cut to the
+    non-negative frequencies of its last dim): the cut spectrum padded back with zeros, the
+    inverse transform under the dual normalization, its real part."""
+    last = dims[-1]
+    kept = tuple(slice(0, B.shape(g)[i] if i == last else x_shape[i], 1) for i in range(last + 1))
+    padded = B.slice_backward(g, tuple(x_shape), kept)
+    return B.real(B.fftn(padded, dims, True, _fft_dual(norm)))
+
+
+unary("rfftn", _rfftn_vjp, ("dims", "norm"), memory_bound=False)
+# (its output is complex, so the engine records its complex twin: the same rule)
+complex_rules("rfftn", _rfftn_vjp)
 complex_rules("linalg_eig", _eig_vjp)
 # the real rules with conjugate transposes (``_mh``), as torch's
 for _name in (

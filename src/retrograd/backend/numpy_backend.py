@@ -650,6 +650,17 @@ class NumpyBackend(
         transform = np.fft.ifftn if inverse else np.fft.fftn
         return transform(x, axes=dims, norm=norm).astype(x.dtype, copy=False)
 
+    def rfftn(self, x, dims, norm):
+        out = np.fft.rfftn(x, axes=dims, norm=norm).astype(_COMPLEX_OF[x.dtype], copy=False)
+        # pocketfft's complex passes over the other dims round the bins that are real for a
+        # real input (frequency 0 or n / 2 along every transformed dim) to about 1e-16, where
+        # torch's kernels give exact zeros: zeros there, as the mathematics and torch have them
+        bins = [range(size) for size in out.shape]
+        for d in dims:
+            bins[d] = [0, x.shape[d] // 2] if x.shape[d] % 2 == 0 else [0]
+        out.imag[np.ix_(*bins)] = 0.0
+        return out
+
     # -- elementwise binary -------------------------------------------------------------------
     add = staticmethod(np.add)
     sub = staticmethod(np.subtract)

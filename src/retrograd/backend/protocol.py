@@ -927,6 +927,24 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
     #: ``"ortho"``, ``"forward"``), each dim keeping its size
     real = imag = conj = complex = fftn = _required
 
+    def rfftn(self, x: Any, dims: tuple[int, ...], norm: str) -> Any:
+        """The discrete Fourier transform of a real ``x`` over ``dims``, one-sided as torch's
+        ``fft.rfftn``: the last of ``dims`` keeps its ``n // 2 + 1`` non-negative frequencies.
+        A kernel for real input computes it as torch's does (a real transform along the last
+        dim, then complex ones), so the bins that are real for every real input (frequency 0
+        or ``n / 2`` along each dim) have an imaginary part of exactly zero, as torch's: the
+        complex transform of ``x`` rounds there to about 1e-16, which a phase (``angle``)
+        turns into a jump of 2 pi. This default is that complex transform, cut."""
+        full = self.fftn(self.complex(x, self.zeros_like(x)), dims, False, norm)
+        shape = self.shape(full)
+        last = dims[-1]
+        return self.slice(
+            full,
+            tuple(
+                slice(0, shape[i] // 2 + 1 if i == last else shape[i], 1) for i in range(last + 1)
+            ),
+        )
+
     def relu_backward(self, grad: Any, out: Any) -> Any:
         """``grad`` where the ReLU's output ``out`` is positive, else exactly zero (also where
         ``grad`` is not finite): the ReLU's gradient, torch's ``threshold_backward``. It reads

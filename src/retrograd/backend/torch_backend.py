@@ -606,6 +606,9 @@ class TorchBackend(
         transform = torch.fft.ifftn if inverse else torch.fft.fftn
         return transform(x, dim=dims, norm=norm)
 
+    def rfftn(self, x, dims, norm):
+        return torch.fft.rfftn(x, dim=dims, norm=norm)
+
     # -- elementwise binary -------------------------------------------------------------------
     add = staticmethod(torch.add)
     sub = staticmethod(torch.sub)
