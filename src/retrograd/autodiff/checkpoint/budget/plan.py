@@ -50,6 +50,10 @@ CANDIDATES = 8
 #: about a second. The transformers of
 #: ``benchmarks/bench_budget_loops.py`` profile at most 0.2M values a plan.
 PLAN_EFFORT = 2_000_000
+#: visits one buffer costs when a greedy round ranks its candidates (:func:`_candidates`):
+#: that loop is Python, about 2.5 us a buffer, where a trial's profile of a value is compiled
+#: (about 0.3 us), so that the ranking of a long trace's rounds is paid at its price
+RANKING_VISITS = 8
 
 
 class Effort:
@@ -433,7 +437,7 @@ def greedy_evictions(
     while current.peak > budget and not effort.spent:
         best, best_score, best_profile = None, math.inf, None
         # the cheapest few per byte; further down the list only while none helps
-        for index, members in enumerate(_candidates(trace, groups, evicted, current)):
+        for index, members in enumerate(_candidates(trace, groups, evicted, current, effort)):
             if (index >= CANDIDATES or effort.spent) and best_profile is not None:
                 break
             trial = _trial(trace, evicted, members, budget, effort)
@@ -453,13 +457,18 @@ def greedy_evictions(
     return evicted, current, current.peak
 
 
-def _candidates(trace: Trace, groups: dict, evicted: list[bool], current: Profile) -> list:
+def _candidates(
+    trace: Trace, groups: dict, evicted: list[bool], current: Profile, effort: Effort
+) -> list:
     """The kept members of each buffer whose eviction could lower ``current``'s peak (all
     recomputable, none read at or before the peak, one held at it), cheapest per byte
-    first."""
+    first. Ranking them is paid from ``effort`` too: each buffer looked at and each value
+    its price walks (a deep chain's evicted ancestors) is a visit, so that a round's ranking,
+    which can cost more than its trials on a long trace, stays within the plan's bound."""
     sizes, recomputable = trace.sizes, trace.recomputable
     at, first, last = current.at, current.first, current.last
     ranked = []
+    effort.spend(RANKING_VISITS * len(groups))
     for owner, members in groups.items():
         kept = [v for v in members if not evicted[v] and last[v] >= 0]
         if not kept or not sizes[owner]:
@@ -468,13 +477,19 @@ def _candidates(trace: Trace, groups: dict, evicted: list[bool], current: Profil
             continue
         if all(last[v] < at for v in kept):
             continue
-        price = _rerun_cost(trace, evicted, last, kept)
+        price = _rerun_cost(trace, evicted, last, kept, effort)
         ranked.append((price / sizes[owner], owner, kept))
     ranked.sort()
     return [kept for _price, _owner, kept in ranked]
 
 
-def _rerun_cost(trace: Trace, evicted: list[bool], last: list[int], members: list[int]) -> float:
+def _rerun_cost(
+    trace: Trace,
+    evicted: list[bool],
+    last: list[int],
+    members: list[int],
+    effort: Effort | None = None,
+) -> float:
     """Seconds to recompute ``members``: their own ops', plus those of the evicted ancestors
     no recomputation reruns yet (``last`` below 0), which theirs would rerun first (DTR's
     evicted neighbourhood). A view of a value no rule reads costs its viewed value's op too:
@@ -498,6 +513,8 @@ def _rerun_cost(trace: Trace, evicted: list[bool], last: list[int], members: lis
         seen.add(v)
         seconds += costs[v]
         stack.extend(p for p in parents[v] if evicted[p] and last[p] < 0 and p not in seen)
+    if effort is not None:
+        effort.spend(len(seen))
     return seconds
 
 
@@ -532,7 +549,8 @@ def _lower_peak(
     evicted = list(evicted)
     while current.peak > budget and not effort.spent:
         best, best_profile, best_evicts = None, current, True
-        moves = [(members, True) for members in _candidates(trace, groups, evicted, current)]
+        ranked = _candidates(trace, groups, evicted, current, effort)
+        moves = [(members, True) for members in ranked]
         moves.extend(([v], False) for v in _by_products_at_peak(trace, evicted, current))
         for members, evicts in moves:
             if effort.spent and best is not None:

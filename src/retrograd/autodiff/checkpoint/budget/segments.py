@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .plan import Effort, Trace, profile
+from .plan import PLAN_EFFORT, Effort, Trace, profile
 
 __all__ = [
     "AnchoredPlan",
@@ -38,6 +38,12 @@ __all__ = [
 
 #: anchor strides tried: every cut point, every second one, ...
 STRIDES = (1, 2, 3, 4)
+#: values profiled at most by :func:`_keep_what_fits`, a quarter of a greedy plan's: its
+#: model (:func:`engine_profile`) runs in Python, about 1 us a value, so that a deep trace
+#: (a 1000-op chain differentiated with ``create_graph``, 2000 values) plans in about half a
+#: second instead of seven; the transformers of ``benchmarks/bench_budget_loops.py`` spend
+#: under a tenth of it
+KEEP_EFFORT = PLAN_EFFORT // 4
 #: a side anchor (:func:`side_anchors`) has a child more than this fraction of the step after
 #: it, and is no larger than this fraction of the step's largest value
 SIDE_SPAN = 0.25
@@ -220,7 +226,7 @@ def anchored_plan(trace: Trace, budget: int) -> AnchoredPlan:
         best = min(fitting, key=lambda plan: plan.seconds)
     else:
         best = min(plans, key=lambda plan: (plan.peak, plan.seconds))
-    return _keep_what_fits(trace, best, budget, Effort())
+    return _keep_what_fits(trace, best, budget, Effort(KEEP_EFFORT))
 
 
 def _keep_what_fits(trace: Trace, plan: AnchoredPlan, budget: int, effort: Effort) -> AnchoredPlan:
