@@ -693,10 +693,18 @@ def _undone_effects(draws: int, writes: int) -> str | None:
     return None
 
 
+#: torch's in-place methods that change a tensor's autograd flags, not its values: allowed on
+#: an inference tensor outside inference_mode (round 93: ``detach_()`` of one was refused
+#: as an in-place update)
+_FLAGS_IN_PLACE = frozenset({"detach_", "requires_grad_", "share_memory_"})
+
+
 def _writes_in_place(op: str) -> bool:
     """Whether the op named ``op`` (``add_``, ``Tensor.index_add_``, ``nn.init.normal_``) writes
-    into its operand, torch's trailing underscore."""
-    return op.endswith("_") and not op.endswith("__")
+    into its operand's values, torch's trailing underscore."""
+    return (
+        op.endswith("_") and not op.endswith("__") and op.rpartition(".")[2] not in _FLAGS_IN_PLACE
+    )
 
 
 def guard(

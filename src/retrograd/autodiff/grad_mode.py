@@ -16,7 +16,8 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 __all__ = ["enable_grad", "is_grad_enabled", "no_grad", "set_grad_enabled"]
@@ -76,6 +77,24 @@ def in_inference_mode() -> bool:
     """Whether this thread runs inside ``inference_mode()`` (an ``inference_mode(False)``
     block inside one is outside it)."""
     return _MODE.inference
+
+
+@contextmanager
+def recording() -> Iterator[None]:
+    """Record, inside ``inference_mode()`` too: for the graph's own bookkeeping, which torch
+    does whatever the mode, where ``enable_grad()`` records nothing inside
+    ``inference_mode`` (torch's rule for programs). Used by a write made there into a tensor
+    computed in the graph (torch's stays in its graph, as under ``no_grad``: with
+    ``enable_grad`` ``with torch.inference_mode(): y.add_(1)`` left ``y`` and its views out
+    of the graph, ``y.requires_grad`` False and ``y.sum().backward()`` refused), and by
+    ``autograd.grad``'s seed (``autograd.grad(y, x, ones)`` there raised "does not require
+    grad", where torch's engine differentiates a graph recorded before): round 93."""
+    previous = set_inference(False)
+    try:
+        with enable_grad():
+            yield
+    finally:
+        set_inference(previous)
 
 
 def is_grad_enabled() -> bool:

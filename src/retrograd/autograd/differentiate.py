@@ -8,7 +8,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ..autodiff import Gradients, enable_grad
+from ..autodiff import Gradients
+from ..autodiff.grad_mode import recording
 from ..autodiff.graph import CAPTURED
 from ..errors import AutodiffError, DTypeError, InvalidArgumentError, ShapeError
 from ..tensor import Tensor
@@ -180,7 +181,7 @@ def _weighted_total(op: str, outputs: Any, weights: Any, create_graph: bool = Fa
     # it is recorded even under no_grad (latent diffusion's CheckpointFunction calls
     # autograd.grad in its backward, which runs without grad, on outputs it recomputed under
     # enable_grad), as torch's engine seeds outputs whatever the grad mode
-    with enable_grad():
+    with recording():
         return _weighted_sum(op, outs, weights, create_graph)
 
 
@@ -207,6 +208,10 @@ def _weighted_sum(op: str, outs: list, weights: list, create_graph: bool) -> Ten
                 )
             refuse_mixed_complex_grad(op, out, weight)
             weight = weight if create_graph else weight.detach()
+            if weight._inference:
+                # torch's engine takes a gradient made in inference_mode as it is; multiplied
+                # in here, it was refused as an inference tensor saved for backward (round 93)
+                weight = weight.clone()
             if out.is_complex():
                 # the real loss whose torch gradient with respect to ``out`` is ``weight``
                 # (the conjugate Wirtinger convention): Re(sum(out * conj(weight)))

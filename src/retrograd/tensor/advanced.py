@@ -370,6 +370,20 @@ def _is_bool_index(item: Any) -> bool:
     return isinstance(item, list) and bool(item) and all(isinstance(v, bool) for v in item)
 
 
+def _whole_of(target: Any, t: Any) -> bool:
+    """Whether ``target = t[index]`` is all of ``t`` (``t[:]``, ``t[...]``, ``t[:, :]``):
+    torch's ``t[index] = v`` then skips the trivial slices and copies into ``t`` itself (its
+    ``grad_fn`` a ``CopyBackwards``, not a ``CopySlices`` of a view: round 93)."""
+    link = getattr(target, "_view", None)
+    return (
+        link is not None
+        and link[views.KIND] == "index"
+        and link[views.PARAMS][0] is None
+        and views.base_of(link) is t
+        and target.shape == t.shape
+    )
+
+
 def set_index(t: Any, index: Any, value: Any) -> None:
     """``t[index] = value``: a basic index writes through its view (``t[index].copy_(v)``);
     index tensors, lists and masks as torch's ``index_put_``."""
@@ -392,6 +406,8 @@ def set_index(t: Any, index: Any, value: Any) -> None:
     if not any(isinstance(i, arrays | bool) for i in index):
         target = t[index]
         _refuse_setitem_overlap(target, given, value)
+        if _whole_of(target, t):
+            target = t
         target._copy_unchecked(value)
         return
     for item in index:  # (torch refuses an index of another dtype before the value's)

@@ -913,8 +913,12 @@ class Tensor(
         if backend.is_autodiff and not is_grad_enabled() and backend.is_tracked(self._prim):
             # under no_grad torch's clone is outside the graph, as every op's result there
             out = Tensor(backend.wrap(backend.inner_value(self._prim)), backend, self._device)
-        elif backend.is_autodiff and backend.is_require_grad(self._prim):
-            # torch's clone of a leaf is not a leaf: record an identity op on the graph
+        elif backend.is_autodiff and backend.is_tracked(self._prim):
+            # torch's clone of a leaf is not a leaf, and a clone of a tensor computed in the
+            # graph is a node of its own: record an identity op on the graph. (Sharing the
+            # computed tensor's node, the clone's retain_grad() and hooks got that tensor's
+            # whole gradient: ``c = a.clone(); (2 * c).sum() + (3 * a).sum()`` gave c the
+            # gradient 5, torch's 2; its grad_fn was a's: round 93.)
             out = apply("reshape", (self,), (self.shape,))
         else:
             out = Tensor(self._prim, backend, self._device)

@@ -32,7 +32,7 @@ from weakref import ref
 
 import numpy as np
 
-from ..autodiff.grad_mode import is_grad_enabled, no_grad
+from ..autodiff.grad_mode import in_inference_mode, is_grad_enabled, no_grad
 from ..backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES
 from ..context import captured_writes, capturing
 from ..effects import WRITES
@@ -495,7 +495,9 @@ class InplaceMixin:
                 value = _fit(op, self, compute(self))
         else:
             refuse_multi_output_view(op, self)
-            if is_grad_enabled() and self._backend.is_autodiff:
+            # (inside inference_mode nothing is recorded, enable_grad() or not: torch writes
+            # into a leaf that requires grad there, as under no_grad; refused here: round 93)
+            if is_grad_enabled() and not in_inference_mode() and self._backend.is_autodiff:
                 root = root_of(self)
                 # (a view made a leaf by requires_grad_() counts as a view of a leaf; one taken
                 # under no_grad is refused as such below)
@@ -519,7 +521,14 @@ class InplaceMixin:
         # tensor in the graph: views._overwritten, where every write ends)
         # (which positions a fill wrote, where a view with overlapping elements needs it)
         written = written_positions(self, compute) if op in FILLS and not outside else None
+        recording = is_grad_enabled() and not in_inference_mode()
+        named = not outside and backend.is_autodiff and recording
+        if named:
+            before = getattr(self._prim, "node", None)
+            root_before = getattr(root_of(self)._prim, "node", None)
         write(op, self, value, outside, fresh, recorded, written)
+        if named:
+            _name_written(self, op, before, root_before)
         if op in FILLS and not outside:
             refuse_gradient_through_overlap(op, self)
         return self
@@ -706,7 +715,7 @@ class InplaceMixin:
         """``copy_`` without the partial-overlap check: for ``t[basic] = v``, whose check is
         torch's ``copy_to``'s (:func:`.advanced.set_index`). A number is written as ``op``
         writes it: ``copy_``'s cast (wrapped, a real part) or a write's checked value."""
-        return self._update("copy_", lambda t: _converted(t, _source(t, src, op)), fresh=True)
+        return self._update("copy_", lambda t: _copied(t, src, op), fresh=True)
 
     def masked_fill_(self, mask: Any, value: Any) -> Any:
         return self._update("masked_fill_", lambda t: t.masked_fill(mask, value))
@@ -997,10 +1006,15 @@ class InplaceMixin:
     def detach_(self) -> Any:
         """Cut this tensor from the graph in place: it becomes a leaf that does not require
         grad (torch's ``detach_``; a view cannot be detached in place, as in torch)."""
+        if in_inference_mode() and not self._inference:
+            # torch's detach_ of an ordinary tensor inside inference_mode changes nothing (it
+            # keeps requiring grad, in its graph); this cut it (round 93)
+            return self
         view = getattr(self, "_view", None)
         # (a tensor given by detach() or .data shares its base's memory but is no view of
         # it in torch's autograd: torch detaches it in place, and so does this)
-        if view is not None and view[KIND] not in ("detach", "data"):
+        # (nor is a view of an inference tensor one: torch tracks no views of those)
+        if view is not None and view[KIND] not in ("detach", "data") and not self._inference:
             raise AutodiffError(
                 "detach_: can't detach views in-place; use detach() instead, as in torch"
             )
@@ -1082,6 +1096,48 @@ def _filled(t: Any, value: Any, op: str = "fill_") -> Any:
         check_float_range(op, value, t.dtype)
         value = float(value)
     return wrap(t, t._backend.full(t.shape, value, t.dtype, t._device))
+
+
+def _copied(t: Any, src: Any, op: str) -> Any:
+    """What ``t.copy_(src)`` (or ``t[...] = src``) writes into ``t``: ``src`` in ``t``'s dtype,
+    on its backend and device, never ``src`` itself where ``src`` is in the graph and ``t`` is
+    not. Written as is, ``t`` shared ``src``'s node: ``t.retain_grad()`` and ``t``'s hooks got
+    ``src``'s whole gradient (round 93: ``t.copy_(o); loss = (2 * t).sum() + (3 * o).sum()``
+    gave ``t`` the gradient 5, torch's 2), and ``t.grad_fn`` was ``src``'s. torch records a
+    ``CopyBackwards`` node of its own (named by :func:`_name_written`)."""
+    value = _converted(t, _source(t, src, op))
+    if value is src and src.requires_grad and not t.requires_grad:
+        return value.clone()
+    return value
+
+
+#: torch's names of the node an in-place write records on the tensor written, where it is no
+#: view (through a view, the root's is ``CopySlices`` and the views' ``AsStridedBackward0``);
+#: the other writes record their out-of-place op, named as it is
+_WRITTEN_NODE_NAMES = {
+    "copy_": "torch::autograd::CopyBackwards",
+    "zero_": "ZeroBackward0",
+    "fill_": "FillBackward2",
+}
+
+
+def _name_written(t: Any, op: str, before: Any, root_before: Any) -> None:
+    """Give the nodes a recorded in-place write of ``t`` made torch's names (``before``,
+    ``root_before``: the nodes ``t`` and its root held before the write). A write through a
+    view is torch's ``CopySlices`` at the root (retrograd's ``slice_assign`` node showed as
+    ``SliceAssignBackward0``, no torch name); ``copy_``, ``zero_``, ``fill_`` of a tensor that
+    is no view record ``CopyBackwards``, ``ZeroBackward0``, ``FillBackward2`` (they showed as
+    ``WhereBackward0``, the ``mask_where`` that keeps the old value in the graph, or as the
+    copied tensor's own node)."""
+    root = root_of(t)
+    node = getattr(root._prim, "node", None)
+    if node is None or node is root_before or node.op is None:
+        return
+    if root is not t:
+        node.torch_name = "torch::autograd::CopySlices"
+    elif node is not before and op in _WRITTEN_NODE_NAMES:
+        filled_by_tensor = op == "fill_" and node.op.name != "mask_where"
+        node.torch_name = "FillBackward3" if filled_by_tensor else _WRITTEN_NODE_NAMES[op]
 
 
 def _converted(t: Any, src: Any) -> Any:

@@ -43,6 +43,7 @@ from ._dispatch import (
 )
 from .autocasting import autocast_op
 from .pairs import values_and_indices
+from .views import unlink
 
 __all__ = [
     "CummaxResult",
@@ -211,7 +212,7 @@ class ReduceMixin:
             return self.maximum(dim)
         values, indices = self.max_dim_with_indices(dim)
         if not keepdim:
-            values, indices = values.squeeze_dim(dim), indices.squeeze_dim(dim)
+            values, indices = _own(values.squeeze_dim(dim)), _own(indices.squeeze_dim(dim))
         return MaxResult(values, indices)
 
     @scalar_dims
@@ -224,7 +225,7 @@ class ReduceMixin:
             return self.minimum(dim)
         values, indices = self.min_dim_with_indices(dim)
         if not keepdim:
-            values, indices = values.squeeze_dim(dim), indices.squeeze_dim(dim)
+            values, indices = _own(values.squeeze_dim(dim)), _own(indices.squeeze_dim(dim))
         return MinResult(values, indices)
 
     @scalar_dims
@@ -796,16 +797,25 @@ def _dropped(x: Any, dims: tuple[int, ...], keepdim: bool) -> Any:
     return x._apply("reshape", (x,), (shape,))
 
 
+def _own(result: Any) -> Any:
+    """``result``, a view (a squeeze, a reshape) of a temporary this op made, cut from it:
+    torch's result of the op is no view, so ``detach_()`` of it works there (``x.argmax()
+    .detach_()``, ``x.max(0).values.detach_()`` raised "can't detach views in-place" here,
+    round 93) and writes into it have no base to reach."""
+    unlink(result)
+    return result
+
+
 def _arg_extremum(x: Any, op: str, dim: Any, keepdim: bool) -> Any:
     if x.dtype == "bool":
         raise DTypeError(f"{op}: bool tensors are not supported (as in torch); cast to int64")
     if dim is None:
         flat = x.reshape((-1,))
         out = flat._apply(op, (flat,), (flat._reduce_dim(op, 0),)).reshape(())
-        return out.reshape((1,) * x.ndim) if keepdim else out
+        return _own(out.reshape((1,) * x.ndim) if keepdim else out)
     d = x._reduce_dim(op, dim)
     out = x._apply(op, (x,), (d,))
-    return out if keepdim else out.squeeze_dim(d)
+    return out if keepdim else _own(out.squeeze_dim(d))
 
 
 def _even_extremum(x: Any, op: str, dim: Any, keepdim: bool, nan_ties: bool = False) -> Any:

@@ -43,7 +43,7 @@ from weakref import ref
 
 import numpy as np
 
-from ..autodiff.grad_mode import enable_grad, is_grad_enabled, no_grad
+from ..autodiff.grad_mode import is_grad_enabled, no_grad, recording
 from ..backend.sizes import ITEMSIZE
 from ..context import captured_writes
 from ..effects import WRITES
@@ -134,11 +134,14 @@ def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
         backend = view._backend
         if (
             backend.is_autodiff
+            and not base._inference
             and backend.is_tracked(base._prim)
             and not backend.is_tracked(view._prim)
         ):
             # torch's view of a tensor that requires grad, taken under no_grad: it requires
-            # grad too, a leaf of its own (a graph built on it later reaches the view only)
+            # grad too, a leaf of its own (a graph built on it later reaches the view only);
+            # but not a view of an inference tensor (one made with requires_grad=True in
+            # inference_mode), which never requires grad: that view was made to (round 93)
             view._prim = backend.require_grad(view._prim)
     views = getattr(base, "_views", None)
     if views is None:
@@ -725,7 +728,7 @@ def write(
         if view is not None:
             t._view = None
         _set_root(op, t, value, outside, fresh)
-        refresh(t)
+        refresh(t, regenerated=not outside)
         return
     kind = view[KIND]
     backend = t._backend
@@ -929,7 +932,7 @@ def _through_data(t: Any, old: Any, value: Any) -> Any:
     convolutions so: ``conv.weight.data.normal_()``, recomputed at the next forward anyway).
     The op table's ``data_write``: the new values, the gradient passing whole to the old."""
     backend = t._backend
-    with enable_grad():
+    with recording():
         written = backend.data_write(old, backend.detach(value._prim))
     SHOW_AS_REPLACED[0](getattr(written, "node", None), getattr(old, "node", None))
     return written
@@ -946,8 +949,11 @@ def _overwritten(t: Any, old: Any, prim: Any) -> Any:
     return backend.mask_where(old, everywhere, prim)
 
 
-def refresh(t: Any) -> None:
-    """Recompute every live view of ``t`` (and theirs) from ``t``'s value."""
+def refresh(t: Any, regenerated: bool = True) -> None:
+    """Recompute every live view of ``t`` (and theirs) from ``t``'s value. ``regenerated``:
+    they show torch's ``AsStridedBackward0``, as torch regenerates a view's ``grad_fn`` after
+    a write that bumps its base's version; not after a write through ``.data``, which bumps
+    none (the view keeps its ``SelectBackward0``)."""
     views = getattr(t, "_views", None)
     if not views:
         return
@@ -970,24 +976,69 @@ def refresh(t: Any) -> None:
             old = child._prim
             remember_leaf(child, old)
             child._prim = backend.succeed_leaf(old, backend.wrap(backend.inner_value(fresh._prim)))
-            refresh(child)
+            refresh(child, regenerated)
             continue
         # recorded: record again; an untracked view of a base the write put into the graph
         # joins it too (torch: a view of a tensor that requires grad requires grad)
         if view[KIND] in _DETACHED:  # (the base's value wrapped: no op, no mode to set)
-            fresh = _forward(t, view[KIND], view[PARAMS])
+            fresh = _detached_again(t, view[KIND], child)
         elif backend.is_autodiff and (
             backend.is_tracked(child._prim)
             or (is_grad_enabled() and view[KIND] not in _DETACHED and backend.is_tracked(t._prim))
         ):
-            with enable_grad():
+            with recording():
                 fresh = _forward(t, view[KIND], view[PARAMS])
+            if regenerated:
+                _name_regenerated(fresh, t)
+            else:  # (torch's view keeps its grad_fn: the new node shows as the old one)
+                _show_as(fresh, child, t)
         else:
             with no_grad():
                 fresh = _forward(t, view[KIND], view[PARAMS])
         child._prim = fresh._prim
-        refresh(child)
+        refresh(child, regenerated)
     views[:] = alive
+
+
+def _name_regenerated(view: Any, base: Any) -> None:
+    """A view recomputed in the graph after its base was written shows as torch's: torch
+    regenerates the ``grad_fn`` of a view whose base changed as ``AsStridedBackward0`` (on
+    the CPU, without view replay), where this showed the op that took the view
+    (``SelectBackward0``, ``ViewBackward0``)."""
+    node = getattr(view._prim, "node", None)
+    if node is not None and node.op is not None and node is not getattr(base._prim, "node", None):
+        node.torch_name = "AsStridedBackward0"
+
+
+def _show_as(fresh: Any, child: Any, base: Any) -> None:
+    """Make the node of ``fresh`` (``child`` recomputed from ``base`` after a write through
+    ``.data``) show as the node ``child`` held: its ``SelectBackward0``, not the
+    ``ViewBackward0`` the recomputation records."""
+    node = getattr(fresh._prim, "node", None)
+    old = getattr(child._prim, "node", None)
+    if node is not None and node is not old and node is not getattr(base._prim, "node", None):
+        SHOW_AS_REPLACED[0](node, old)
+
+
+def _detached_again(base: Any, kind: str, child: Any) -> Any:
+    """``child``'s new value after a write into ``base``, of which it is ``.data`` or
+    ``detach()``, keeping ``child`` out of the graph where it was. Burn's ``detach()`` of a
+    leaf that requires grad requires grad (API.md section 3); taken again, it turned a
+    detached tensor whose ``requires_grad_(False)`` had made it torch's back into one that
+    requires grad at the next write into it or its base (``d = x.detach()
+    .requires_grad_(False); d.add_(1)``: ``d.requires_grad`` True, torch's False), and the
+    next backward through it gave ``x`` a gradient."""
+    fresh = _forward(base, kind, ())
+    backend = child._backend
+    if (
+        backend.is_autodiff
+        and not backend.is_tracked(child._prim)
+        and backend.is_tracked(fresh._prim)
+    ):
+        return type(base)._result(
+            backend.wrap(backend.inner_value(fresh._prim)), backend, base._device
+        )
+    return fresh
 
 
 # -- strides -------------------------------------------------------------------------------------
