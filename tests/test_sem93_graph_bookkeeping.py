@@ -152,6 +152,7 @@ class Entry:
         self.ancestors = ancestors
         self.saving = saving  # whether the op that made it saved something for backward
         self.retained = False  # whether retain_grad() was called on it
+        self.frozen = False  # a leaf that required grad and was frozen (round 93b)
 
 
 class World:
@@ -298,6 +299,8 @@ class World:
             # leaf whose gradient is its own); retrograd's keep the flag they were made with:
             # not drawn (round 93's report)
             return SKIP
+        if name in ("requires_grad_off", "detach_") and t.is_leaf and t.requires_grad:
+            entry.frozen = True  # its .grad stays, in torch (round 93b)
         if name == "requires_grad_on":
             t.requires_grad_(True)
         elif name == "requires_grad_off":
@@ -378,11 +381,9 @@ class World:
         return list(found)
 
     def clear(self, name, i):
-        t = self.pick(i).tensor
-        if not t.requires_grad:
-            # torch's .grad of a leaf frozen by requires_grad_(False) keeps the gradient it
-            # had; retrograd's frozen leaf has none in the gradients of earlier backwards
-            # (tensor.kept_gradients), not drawn: round 93's report
+        entry = self.pick(i)
+        t = entry.tensor
+        if not t.requires_grad and not entry.frozen:
             return SKIP
         g = self.grad_of(t)
         if g is None:
@@ -412,10 +413,9 @@ class World:
                 read(lambda t=t: None if t.grad_fn is None else t.grad_fn.name()),
                 values(t),
             ]
-            # (torch's retains_grad stays True through detach_() and through a write under
-            # no_grad or inference_mode, where retrograd's turns False, the gradient kept all
-            # the same: the flag is left out, the gradient compared; round 93's report)
-            if t.requires_grad and (t.is_leaf or entry.retained):
+            row.append(t.retains_grad)
+            # (a frozen leaf keeps the .grad it had, as torch's)
+            if (t.requires_grad and (t.is_leaf or entry.retained)) or entry.frozen:
                 row.append(values(self.grad_of(t)))
             rows.append(row)
         return rows
@@ -539,6 +539,22 @@ START = [("leaf", "matrix", True), ("leaf", "vector", True), ("leaf", "scalar", 
 @example(actions=[("binary", "add", 0, 0), ("mode", "inference"), ("inplace", "add_", 3, 0)])
 @example(actions=[("mode", "inference"), ("grad", 0, [0], (False, False, False, False))])
 @example(actions=[("unary", "argmax", 0), ("toggle", "detach_", 3)])
+# (round 93b's: retains_grad after a write under no_grad; a frozen leaf's kept .grad)
+@example(
+    actions=[
+        ("binary", "add", 0, 0),
+        ("toggle", "retain_grad", 3),
+        ("mode", "no_grad"),
+        ("inplace", "add_", 3, 0),
+    ]
+)
+@example(
+    actions=[
+        ("backward", 0, False, False),
+        ("toggle", "requires_grad_off", 0),
+        ("clear", "none", 0),
+    ]
+)
 def test_random_bookkeeping_matches_torch(actions):
     check(START + actions)
 

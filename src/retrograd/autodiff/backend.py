@@ -26,6 +26,7 @@ from .checkpoint.strategy import _held_by_a_reader, save_kept
 from .grad_mode import _MODE, DISABLED_THREADS, FORWARD_TANGENTS
 from .gradients import held_by_live_gradients
 from .graph import (
+    FROZEN_LEAVES,
     INFERENCE_SEEN,
     AutodiffPrimitive,
     InferencePrimitive,
@@ -515,6 +516,15 @@ class Autodiff(Backend):
         can still be read. ``None`` for an untracked ``x``."""
         node = x.node
         return None if node is None else RetiredLeaf(node.id, weakref.ref(node))
+
+    def freeze_leaf(self, retired: RetiredLeaf, frozen: bool) -> None:
+        """Mark the replaced leaf ``retired`` frozen (``requires_grad_(False)``: a backward
+        through a graph recorded before gives it no gradient) or thawed again."""
+        node = None if retired.node is None else retired.node()
+        if frozen and node is not None:
+            FROZEN_LEAVES[retired.key] = node
+        else:
+            FROZEN_LEAVES.pop(retired.key, None)
 
     def grad_remove(self, x: AutodiffPrimitive, grads: Any) -> Any:
         return None if x.node is None else grads.remove(_gradient_id(x.node))

@@ -14,6 +14,7 @@ parallel's (:class:`~.params.DistributedParam`, on the leaves marked for all-red
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from .checkpoint.builder import NOTHING_SAVED
@@ -21,6 +22,7 @@ from .ids import new_node_id
 
 __all__ = [
     "CAPTURED",
+    "FROZEN_LEAVES",
     "INFERENCE_SEEN",
     "AutodiffPrimitive",
     "InferencePrimitive",
@@ -32,6 +34,11 @@ __all__ = [
 #: (the user's ``retain_grad()`` sets ``True``): truthy as well, but its value is captured
 #: before the tensor's hooks when its step runs, where a retained ``.grad`` is the hooked one
 CAPTURED = "captured"
+
+#: the leaves frozen by ``requires_grad_(False)`` (by node id), kept while a graph holds them:
+#: a backward through a graph recorded before the freeze gives them no gradient, as torch's
+#: engine accumulates none into a leaf that does not require grad
+FROZEN_LEAVES: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
 class Node:

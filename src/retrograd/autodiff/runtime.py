@@ -26,7 +26,7 @@ from ..errors import AutodiffError
 from .checkpoint import Checkpointer
 from .checkpoint.builder import NOTHING_SAVED
 from .gradients import Gradients
-from .graph import AutodiffPrimitive, Node
+from .graph import FROZEN_LEAVES, AutodiffPrimitive, Node
 from .ops import OPS, sum_to_shape
 from .saved_hooks import EVER_PACKED, unpack_step
 
@@ -358,6 +358,9 @@ def backward(
         # a retain_grad() tensor the walk ran through (torch fills its .grad on the way)
         kept = stop | {node.id for node in tape.run if node.retain is True}
         for key in [k for k in grads.values if k not in kept]:
+            del grads.values[key]
+    if FROZEN_LEAVES:
+        for key in [k for k in list(FROZEN_LEAVES.keys()) if k in grads.values]:
             del grads.values[key]
     return grads
 

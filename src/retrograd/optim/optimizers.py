@@ -1733,7 +1733,8 @@ class LeanStep:
             return False
         grad = backend.grad(parameter._prim, grads)
         if parameter._former_keys:
-            _, grad = parameter._merged_grad(grads, backend.grad_key(parameter._prim), grad)
+            key = backend.grad_key(parameter._prim)
+            _, grad = parameter._merged_grad(grads, key, grad, parameter._former_keys)
         if grad is None:
             return False  # (the eager path skips it, or steps a kept zero gradient)
         optimizer = self.optimizer

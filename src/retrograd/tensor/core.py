@@ -1159,6 +1159,8 @@ class Tensor(
             stashed = self.__dict__.pop("_frozen_leaf", None)
             if stashed is not None:
                 frozen, former = stashed
+                for key in (frozen, *former):
+                    self._backend.freeze_leaf(key, False)
                 self._former_keys = tuple(key for key in former if key())
                 if frozen():
                     # frozen and thawed again (dreamerv3-torch's ``RequiresGrad`` around the
@@ -1176,8 +1178,11 @@ class Tensor(
         assign(self, self, "requires_grad_", untrack=True)
         if frozen is not None:
             # the keys of the leaves that in-place writes replaced are frozen with it: a
-            # frozen tensor has no gradient, as torch's engine accumulates none into a leaf
-            # that does not require grad (they come back with a thaw)
+            # backward after the freeze gives it no gradient, as torch's engine accumulates
+            # none into a leaf that does not require grad, but the gradients of backwards
+            # before it are still its ``.grad`` (they come back as its own with a thaw)
+            for key in (frozen, *self._former_keys):
+                self._backend.freeze_leaf(key, True)
             self._frozen_leaf = (frozen, self._former_keys)
             self._former_keys = ()
 
@@ -1296,8 +1301,14 @@ class Tensor(
         backend = self._autodiff("grad")
         value = backend.grad(self._prim, _gradients("grad", grads))
         key = backend.grad_key(self._prim)
-        if self._former_keys:
-            key, value = self._merged_grad(grads, key, value)
+        former_keys = self._former_keys
+        frozen = self.__dict__.get("_frozen_leaf")
+        if frozen is not None and key is None:
+            # frozen by requires_grad_(False): torch's .grad keeps what backwards before the
+            # freeze gave it (those after it give the frozen leaf none: engine's FROZEN_LEAVES)
+            former_keys = (frozen[0], *frozen[1])
+        if former_keys:
+            key, value = self._merged_grad(grads, key, value, former_keys)
         if value is None:
             return None
         out = Tensor(value, grads.backend, self._device)
@@ -1308,7 +1319,7 @@ class Tensor(
 
     grad = _GradMethod(grad)
 
-    def _merged_grad(self, grads: Any, key: Any, value: Any) -> tuple[Any, Any]:
+    def _merged_grad(self, grads: Any, key: Any, value: Any, former_keys: tuple) -> tuple[Any, Any]:
         """``(key, gradient)`` of a leaf that in-place writes (under no_grad, or through
         ``.data``) made a fresh leaf: a graph recorded before a write sent its gradient to the
         old leaf, torch's to the one tensor. The gradients under this tensor's former keys are
@@ -1316,7 +1327,7 @@ class Tensor(
         reads, replaces or removes is the tensor's whole gradient."""
         found = [] if value is None else [key]
         total = value
-        for former in self._former_keys:
+        for former in former_keys:
             part = grads.get(former.key)
             if part is not None:
                 total = part if total is None else grads.backend.add(total, part)
@@ -1331,8 +1342,8 @@ class Tensor(
         """Remove this tensor's gradient from ``grads`` and return it."""
         backend = self._autodiff("grad_remove")
         _gradients("grad_remove", grads)
-        if self._former_keys:  # (the whole gradient, merged under one key by grad)
-            merged = self.grad(grads)
+        if self._former_keys or "_frozen_leaf" in self.__dict__:
+            merged = self.grad(grads)  # (the whole gradient, merged under one key by grad)
             if merged is None:
                 return None
             grads.remove(merged._grad_sink[1])
@@ -1354,8 +1365,16 @@ class Tensor(
         value = grad._prim
         if grad._backend is not grads.backend:
             value = on_backend(grad, grads.backend, "grad_replace")._prim
-        backend.grad_replace(self._prim, grads, value)
-        for former in self._former_keys:  # the new gradient is the tensor's whole one
+        former_keys = self._former_keys
+        frozen = self.__dict__.get("_frozen_leaf")
+        if frozen is not None and backend.grad_key(self._prim) is None:
+            # a frozen leaf's gradient (torch's .grad it keeps): under its key before the
+            # freeze, as a step over a frozen parameter with its kept gradient writes it back
+            grads.replace(frozen[0].key, value)
+            former_keys = frozen[1]
+        else:
+            backend.grad_replace(self._prim, grads, value)
+        for former in former_keys:  # the new gradient is the tensor's whole one
             if former.key in grads:
                 grads.remove(former.key)
 

@@ -1025,6 +1025,9 @@ class InplaceMixin:
             # require grad, whatever graph a gradient comes through)
             self.requires_grad_(False)
         elif backend.is_autodiff:
+            if self.retains_grad:
+                # torch's flag outlives the cut (the tensor's autograd meta keeps it)
+                self._retains_grad_after_detach = True
             self._prim = backend.wrap(backend.inner_value(self._prim))
         return self
 

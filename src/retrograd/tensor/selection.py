@@ -1319,12 +1319,16 @@ class SelectionMixin:
 
     @property
     def retains_grad(self) -> bool:
-        """Whether ``retain_grad()`` was called on this (tracked, non-leaf) tensor."""
+        """Whether ``retain_grad()`` was called on this (tracked, non-leaf) tensor: through
+        writes under ``no_grad``, ``inference_mode`` or through ``.data`` (the node holding
+        its gradient is the one before them) and through ``detach_()``, as torch's flag."""
+        if self.__dict__.get("_retains_grad_after_detach"):
+            return True
         backend = self._backend
         if not backend.is_autodiff or not backend.is_tracked(self._prim):
             return False
-        node = getattr(self._prim, "node", None)
-        return bool(getattr(node, "retain", False)) and node.op is not None
+        node = backend.gradient_node(self._prim)
+        return node is not None and node.op is not None and bool(node.retain)
 
     @property
     def grad_fn(self) -> Any:
