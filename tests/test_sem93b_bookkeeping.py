@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -50,6 +52,8 @@ def test_retains_grad_survives_writes_outside_the_graph(write):
         else:
             y.detach_()
         out = [y.retains_grad, y.requires_grad, y.is_leaf]
+        if y.is_leaf:  # (a copy is a tensor of its own: torch's does not retain)
+            out.append(copy.deepcopy(y).retains_grad)
         if y.requires_grad:
             grads = (y * y).sum().backward()
             out.append(listed(grad_of(lib, y, grads)))

@@ -1521,7 +1521,8 @@ _UNGUARDED = frozenset(
 _SHARED_MARK = "_shared_memory_requested"
 _VIEW_ATTRIBUTES = frozenset(
     {"_view", "_views", "_weak_base", "_former_keys", "_frozen_leaf", "_storage_address",
-     "_output_nr", "_no_grad_view", "_multi_output_view", "_data_of", _SHARED_MARK}
+     "_output_nr", "_no_grad_view", "_multi_output_view", "_data_of", _SHARED_MARK,
+     "_retains_grad_after_detach"}
 )  # fmt: skip
 
 
