@@ -1278,8 +1278,15 @@ def test_act_cvae_action_chunking_and_temporal_ensembling_as_torch(capsys):
     assert theirs[-3] == "float64"  # float32 actions times the float64 weights NumPy made
     # the key third of each attention's in-projection bias has a zero true gradient (the
     # softmax ignores a shift shared by every key): Adam's steps there follow the rounding
-    key_bias = {f"0.{name}.in_proj_bias": slice(16, 32) for name in ATTENTIONS}
-    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5, noise=key_bias)
+    noise = {f"0.{name}.in_proj_bias": slice(16, 32) for name in ATTENTIONS}
+    # the decoder's first self-attention reads tgt = zeros_like(query_embed) as its value, so
+    # every position's value is the same (the value bias) and its output does not depend on
+    # the attention weights: the query and key projections (rows 0-31 of its in-projection)
+    # have a zero true gradient too, and their Adam steps follow the rounding (ci129: 6 of
+    # 768 weights 0.25% apart, in a worker where other tests had run first)
+    first = "0.transformer.decoder.layers.0.self_attn"
+    noise[f"{first}.in_proj_bias"] = noise[f"{first}.in_proj_weight"] = slice(0, 32)
+    assert_records_agree(ours, theirs, rtol=2e-4, atol=2e-5, noise=noise)
 
 
 ATTENTIONS = (
