@@ -28,16 +28,22 @@ def _long_chain(n: int) -> Trace:
     )
 
 
-def test_ranking_candidates_is_paid_from_the_plans_effort(monkeypatch):
-    trace = _long_chain(400)
-    trials = []
-    real_trial = plan._trial
+def _counted(monkeypatch, module, name: str) -> list:
+    """A list that gets an entry at each call of ``module.name`` (still called through)."""
+    calls = []
+    real = getattr(module, name)
 
     def counted(*args, **kwargs):
-        trials.append(1)
-        return real_trial(*args, **kwargs)
+        calls.append(1)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(plan, "_trial", counted)
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_ranking_candidates_is_paid_from_the_plans_effort(monkeypatch):
+    trace = _long_chain(400)
+    trials = _counted(monkeypatch, plan, "_trial")
     effort = Effort(200_000)
     greedy_evictions(trace, 16 * 40, effort)
     assert effort.spent
@@ -50,14 +56,7 @@ def test_ranking_candidates_is_paid_from_the_plans_effort(monkeypatch):
 def test_the_anchored_refinement_profiles_within_its_own_effort(monkeypatch):
     n = 2000
     trace = _long_chain(n)
-    calls = []
-    real_profile = segments.engine_profile
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real_profile(*args, **kwargs)
-
-    monkeypatch.setattr(segments, "engine_profile", counted)
+    calls = _counted(monkeypatch, segments, "engine_profile")
     segments.anchored_plan(trace, 16 * 50)
     # the strides' schedules, then at most KEEP_EFFORT / n trials (and the one that spends it)
     assert len(calls) <= 2 * len(segments.STRIDES) + segments.KEEP_EFFORT // n + 1

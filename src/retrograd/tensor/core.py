@@ -1301,12 +1301,7 @@ class Tensor(
         backend = self._autodiff("grad")
         value = backend.grad(self._prim, _gradients("grad", grads))
         key = backend.grad_key(self._prim)
-        former_keys = self._former_keys
-        frozen = self.__dict__.get("_frozen_leaf")
-        if frozen is not None and key is None:
-            # frozen by requires_grad_(False): torch's .grad keeps what backwards before the
-            # freeze gave it (those after it give the frozen leaf none: engine's FROZEN_LEAVES)
-            former_keys = (frozen[0], *frozen[1])
+        former_keys = self._gradient_keys(key)
         if former_keys:
             key, value = self._merged_grad(grads, key, value, former_keys)
         if value is None:
@@ -1318,6 +1313,17 @@ class Tensor(
         return out
 
     grad = _GradMethod(grad)
+
+    def _gradient_keys(self, key: Any) -> tuple:
+        """The retired leaves (``RetiredLeaf``) whose gradients are also this tensor's: those
+        in-place writes replaced, and, where ``requires_grad_(False)`` froze it (no ``key``
+        of its own), the frozen leaf first: torch's ``.grad`` keeps what backwards before the
+        freeze gave it (those after it give the frozen leaf none: the engine's
+        ``FROZEN_LEAVES``)."""
+        frozen = self.__dict__.get("_frozen_leaf")
+        if frozen is not None and key is None:
+            return (frozen[0], *frozen[1])
+        return self._former_keys
 
     def _merged_grad(self, grads: Any, key: Any, value: Any, former_keys: tuple) -> tuple[Any, Any]:
         """``(key, gradient)`` of a leaf that in-place writes (under no_grad, or through
@@ -1365,13 +1371,13 @@ class Tensor(
         value = grad._prim
         if grad._backend is not grads.backend:
             value = on_backend(grad, grads.backend, "grad_replace")._prim
-        former_keys = self._former_keys
-        frozen = self.__dict__.get("_frozen_leaf")
-        if frozen is not None and backend.grad_key(self._prim) is None:
+        key = backend.grad_key(self._prim)
+        former_keys = self._gradient_keys(key)
+        if key is None and "_frozen_leaf" in self.__dict__:
             # a frozen leaf's gradient (torch's .grad it keeps): under its key before the
             # freeze, as a step over a frozen parameter with its kept gradient writes it back
-            grads.replace(frozen[0].key, value)
-            former_keys = frozen[1]
+            grads.replace(former_keys[0].key, value)
+            former_keys = former_keys[1:]
         else:
             backend.grad_replace(self._prim, grads, value)
         for former in former_keys:  # the new gradient is the tensor's whole one

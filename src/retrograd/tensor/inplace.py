@@ -484,6 +484,8 @@ class InplaceMixin:
         if op not in FILLS:
             refuse_internal_overlap(op, self)
         outside = outside_graph(self)
+        # (inside inference_mode nothing is recorded, enable_grad() or not: round 93)
+        recording = is_grad_enabled() and not in_inference_mode()
         recorded = False
         if outside and is_grad_enabled() and self._backend.is_autodiff:
             # torch records a write through detach()/.data of a value computed in the graph
@@ -495,9 +497,9 @@ class InplaceMixin:
                 value = _fit(op, self, compute(self))
         else:
             refuse_multi_output_view(op, self)
-            # (inside inference_mode nothing is recorded, enable_grad() or not: torch writes
-            # into a leaf that requires grad there, as under no_grad; refused here: round 93)
-            if is_grad_enabled() and not in_inference_mode() and self._backend.is_autodiff:
+            # (torch writes into a leaf that requires grad inside inference_mode, as under
+            # no_grad; refused here: round 93)
+            if recording and self._backend.is_autodiff:
                 root = root_of(self)
                 # (a view made a leaf by requires_grad_() counts as a view of a leaf; one taken
                 # under no_grad is refused as such below)
@@ -521,8 +523,7 @@ class InplaceMixin:
         # tensor in the graph: views._overwritten, where every write ends)
         # (which positions a fill wrote, where a view with overlapping elements needs it)
         written = written_positions(self, compute) if op in FILLS and not outside else None
-        recording = is_grad_enabled() and not in_inference_mode()
-        named = not outside and backend.is_autodiff and recording
+        named = recording and not outside and backend.is_autodiff
         if named:
             before = getattr(self._prim, "node", None)
             root_before = getattr(root_of(self)._prim, "node", None)
