@@ -16,7 +16,9 @@ under retrograd from the same weights and draws, every record compared.
   backward, adds ``1e-4 / (B * T)`` times each row's maximum logit at its argmax
   (``torch.max(y, -1, keepdim=True)``, ``gy.scatter_(-1, ids, maxx * factor)``); Adam over one
   param group built from ``named_modules``; ``clip_grad_norm_``; a greedy decode.
-- a CTC speech recognizer in the style of NVIDIA NeMo's QuartzNet, written out in one file:
+- a CTC speech recognizer in the style of NVIDIA NeMo's QuartzNet, written out in one file
+  (round 79a ported NeMo's recipe with ``CTCLoss``, Slaney mels and Novograd; this one differs
+  in the pieces below):
   log-mel features under ``@torch.no_grad()`` (``torch.stft(..., window=, center=True,
   pad_mode="reflect", return_complex=True)``, ``.abs().pow(2.0)``, torchaudio's
   ``melscale_fbanks`` written out from ``torch.linspace`` and ``torch.max(torch.zeros(1),
@@ -28,9 +30,12 @@ under retrograd from the same weights and draws, every record compared.
   ``torch.div(..., rounding_mode="floor")``); time-channel separable blocks (depthwise
   ``groups=channels``, pointwise, ``BatchNorm1d(eps=1e-3)``, a residual branch);
   ``nn.utils.rnn.pad_sequence`` of tone-burst waveforms (``torch.hann_window(n,
-  periodic=False)``); ``F.ctc_loss`` of ``log_softmax(dim=1).permute(2, 0, 1)`` with the targets
-  concatenated in one 1-D tensor, int64 input lengths and int32 target lengths,
-  ``zero_infinity=True``, ``reduction="mean"`` in training and ``"none"`` at evaluation; AdamW
+  periodic=False)``); labels padded with ``-100`` as Hugging Face's
+  ``DataCollatorCTCWithPadding`` pads them, their lengths ``(labels >= 0).sum(-1)`` and the
+  flattened form ``labels.masked_select(labels_mask)`` of ``Wav2Vec2ForCTC``; ``F.ctc_loss`` of
+  ``log_softmax(dim=1).permute(2, 0, 1)`` over the padded labels in training (torch reads a
+  row up to its target length only) and the flattened ones at evaluation, int64 input lengths
+  and int32 target lengths, ``zero_infinity=True``, ``reduction="mean"``, then ``"none"``; AdamW
   under a warm-up ``LambdaLR``; greedy decoding by ``torch.unique_consecutive`` and
   ``p[p != 0].tolist()``, a character error rate.
 
@@ -545,8 +550,12 @@ transcripts = ["abca", "dcb", "badd", "cab"]
 waves = [synthesize([VOCAB.index(c) for c in text]) for text in transcripts]
 wave_lens = torch.tensor([len(w) for w in waves])
 batch = nn.utils.rnn.pad_sequence(waves, batch_first=True)
-targets = torch.cat([torch.tensor([VOCAB.index(c) for c in text]) for text in transcripts])
-target_lens = torch.tensor([len(text) for text in transcripts], dtype=torch.int32)
+# labels padded as Hugging Face's DataCollatorCTCWithPadding pads them (-100 past the end)
+label_ids = [torch.tensor([VOCAB.index(c) for c in text]) for text in transcripts]
+labels = nn.utils.rnn.pad_sequence(label_ids, batch_first=True, padding_value=-100)
+labels_mask = labels >= 0
+target_lens = labels_mask.sum(-1).to(torch.int32)
+flattened_targets = labels.masked_select(labels_mask)
 
 featurizer = LogMel()
 augment = SpecAugment()
@@ -559,7 +568,7 @@ record.extend([feats.numpy(), feat_lens.tolist()])
 for step in range(3):
     model.train()
     log_probs, out_lens = model(augment(feats, feat_lens), feat_lens)
-    loss = F.ctc_loss(log_probs.permute(2, 0, 1), targets, out_lens, target_lens, blank=0, reduction="mean", zero_infinity=True)
+    loss = F.ctc_loss(log_probs.permute(2, 0, 1), labels, out_lens, target_lens, blank=0, reduction="mean", zero_infinity=True)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
@@ -570,7 +579,7 @@ with torch.no_grad():
     log_probs, out_lens = model(feats, feat_lens)
     hyps = greedy_decode(log_probs, out_lens)
     cer = sum(edit_distance(h, r) for h, r in zip(hyps, transcripts)) / sum(len(r) for r in transcripts)
-    per_utt = F.ctc_loss(log_probs.permute(2, 0, 1), targets, out_lens, target_lens, blank=0, reduction="none")
+    per_utt = F.ctc_loss(log_probs.permute(2, 0, 1), flattened_targets, out_lens, target_lens, blank=0, reduction="none")
     record.extend([log_probs.numpy(), hyps, cer, per_utt.numpy(), model.prolog_bn.running_var.numpy()])
 """
 

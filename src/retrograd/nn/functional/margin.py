@@ -21,6 +21,7 @@ from ...errors import (
     DTypeError,
     InvalidArgumentError,
     KernelArgumentError,
+    KernelIndexError,
     MixedDTypeError,
     ResultCastError,
     ShapeError,
@@ -342,6 +343,7 @@ def ctc_loss(
         raise KernelArgumentError(  # (torch's RuntimeError "blank must be in label range")
             f"{fn}: blank {blank} is out of range for {classes} classes"
         )
+    labels = _labels_read(fn, labels, out_lengths, blank, classes)
     # the protocol's ctc_loss (backend/protocol_ctc.py), one op of the op table whose rule
     # reads the log-probabilities and the targets and reruns the alpha recursion beside the
     # beta recursion: a composite of tensor ops held each step's candidates, shifted alphas
@@ -416,6 +418,26 @@ def _padded_targets(fn, x, targets, lengths, unbatched) -> np.ndarray:
             f"{list(values.shape)} for lengths {lengths.tolist()}"
         )
     return values.astype(np.int64)
+
+
+def _labels_read(
+    fn: str, labels: np.ndarray, lengths: np.ndarray, blank: int, classes: int
+) -> np.ndarray:
+    """The labels ``[N, S]`` with the entries past each target length (padding, never read by
+    torch: ``-100`` or the vocabulary size are common) set to ``blank``, so the recursion's
+    gather reads only classes; a label within its length outside ``[0, classes)`` is refused
+    (torch's kernel reads outside its log-probabilities there; a gather would wrap ``-1``
+    round to the last class)."""
+    read = np.arange(labels.shape[1])[None, :] < lengths[:, None]
+    outside = read & ((labels < 0) | (labels >= classes))
+    if outside.any():
+        sequence, position = (int(i) for i in np.argwhere(outside)[0])
+        raise KernelIndexError(
+            f"{fn}: target label {int(labels[sequence, position])} of sequence {sequence} (at "
+            f"{position}, within its target length {int(lengths[sequence])}) is out of range "
+            f"for {classes} classes"
+        )
+    return np.where(read, labels, blank)
 
 
 def _mask(x: Tensor, values: np.ndarray) -> Tensor:
