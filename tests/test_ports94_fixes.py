@@ -7,9 +7,16 @@ reads only the first ``target_lengths[n]`` labels of row ``n``. And a negative l
 the length (``-1``) was taken as class ``C - 1`` (NumPy's and torch's wrap-around of a gather
 index), where torch's kernel reads outside its log-probabilities: now refused, naming the
 sequence and the label.
+
+``torch.func.vmap`` rebuilt a tuple of its inputs or outputs by calling the tuple's type on a
+generator: a namedtuple (a user's ``Batch(x, y)``, or what ``max(dim, keepdim=True)`` and
+``sort`` return) failed with ``TypeError: max.__new__() missing 1 required positional argument:
+'indices'`` where torch's pytree rebuilds it, field by field.
 """
 
 from __future__ import annotations
+
+import collections
 
 import numpy as np
 import pytest
@@ -58,3 +65,29 @@ def test_ctc_loss_refuses_a_label_out_of_range_within_its_length(label):
     # and the inputs stay usable: the same call with the label in range runs
     fixed = rg.tensor([[1, 2], [3, 4], [2, 0]])
     assert np.isfinite(rg.nn.functional.ctc_loss(log_probs, fixed, [6, 6, 5], [2, 2, 1]).item())
+
+
+Batch = collections.namedtuple("Batch", "x y")
+
+
+def _vmapped_namedtuples(lib):
+    values = np.arange(12.0).reshape(4, 3) % 5
+    x = lib.tensor(values)
+    mapped_in = lib.func.vmap(lambda b: b.x * b.y.sum())(Batch(x, x + 1))
+    mapped_out = lib.func.vmap(lambda row: Batch(row * 2, row.sum()))(x)
+    largest = lib.func.vmap(lambda row: lib.max(row, -1, keepdim=True))(x)
+    ordered = lib.func.vmap(lambda row: row.sort(descending=True))(x)
+    aux = lib.func.vmap(lib.func.grad(lambda r: ((r**2).sum(), r.max(0)), has_aux=True))(x)[1]
+    return [mapped_in, mapped_out, largest, ordered, aux]
+
+
+def test_vmap_takes_and_returns_namedtuples_as_torch():
+    expected, got = _vmapped_namedtuples(torch), _vmapped_namedtuples(rg)
+    np.testing.assert_allclose(got[0].numpy(), expected[0].numpy())
+    assert type(got[1]) is Batch
+    fields = [("x", "y")] + [("values", "indices")] * 3  # (torch's return types are structseqs)
+    for mine, theirs, names in zip(got[1:], expected[1:], fields):
+        assert mine._fields == names and len(theirs) == 2
+        for field in names:
+            mine_value, their_value = getattr(mine, field), getattr(theirs, field)
+            np.testing.assert_array_equal(mine_value.numpy(), their_value.numpy())

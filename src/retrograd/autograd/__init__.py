@@ -472,9 +472,12 @@ def _select(tree: Any, dim: Any, i: int | None) -> Any:
             for key, value in tree.items()
         }
     if isinstance(tree, tuple | list):
-        return type(tree)(
-            _select(value, dim[k] if isinstance(dim, tuple | list) else dim, i)
-            for k, value in enumerate(tree)
+        return _same_sequence(
+            tree,
+            [
+                _select(value, dim[k] if isinstance(dim, tuple | list) else dim, i)
+                for k, value in enumerate(tree)
+            ],
         )
     if not isinstance(tree, Tensor):
         return tree
@@ -488,6 +491,14 @@ def _select(tree: Any, dim: Any, i: int | None) -> Any:
     if type(element) is Tensor:
         element.__class__ = _MappedSlice
     return element
+
+
+def _same_sequence(like: tuple | list, items: list[Any]) -> tuple | list:
+    """``items`` in a sequence of ``like``'s type: a namedtuple (a user's, or what ``max``
+    and ``sort`` return) takes them field by field, as torch's pytree rebuilds it."""
+    if isinstance(like, tuple) and hasattr(like, "_fields"):
+        return type(like)(*items)
+    return type(like)(items)
 
 
 def _stacked(results: list[Any], dim: Any, out_dims: Any, empty: bool = False) -> Any:
@@ -526,14 +537,17 @@ def _stacked(results: list[Any], dim: Any, out_dims: Any, empty: bool = False) -
             type(dim) is not type(first) or len(dim) != len(first)
         ):
             _mismatch(out_dims, dim, first)
-        return type(first)(
-            _stacked(
-                [r[k] for r in results],
-                dim[k] if isinstance(dim, tuple | list) else dim,
-                out_dims,
-                empty,
-            )
-            for k in range(len(first))
+        return _same_sequence(
+            first,
+            [
+                _stacked(
+                    [r[k] for r in results],
+                    dim[k] if isinstance(dim, tuple | list) else dim,
+                    out_dims,
+                    empty,
+                )
+                for k in range(len(first))
+            ],
         )
     if not isinstance(dim, int):  # (a bool is the int it is, as torch's out_dims takes it)
         _mismatch(out_dims, dim, first)
