@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from .plan import PLAN_EFFORT, Effort, Trace, profile
 
 __all__ = [
@@ -149,30 +151,34 @@ def engine_profile(trace: Trace, evicted: Sequence[bool]) -> tuple[int, float]:
     soon as the last of them that reads it has run.
     """
     found = profile(trace, evicted, views=False)
-    first, last = found.first, found.last
-    sizes = trace.sizes
     horizon = trace.horizon
-    delta = [0] * (horizon + 2)
+    arrays = trace.arrays()
+    sizes = arrays.sizes
+    first, last = np.asarray(found.first, np.int64), np.asarray(found.last, np.int64)
+    gone = np.array(evicted, dtype=np.bool_)
+    needed = last >= 0
+    kept, recomputed = needed & ~gone, needed & gone
+    # Bytes held between steps, as a difference array: a kept value from the start to its
+    # last read; a recomputed one from the step after its rerun to its last read (at its rerun
+    # step it is counted by that step's rerun peak below).
+    delta = np.zeros(horizon + 2, np.int64)
+    delta[0] += int(sizes[kept].sum())
+    np.add.at(delta, last[kept] + 1, -sizes[kept])
+    held_on = recomputed & (last > first)
+    np.add.at(delta, first[held_on] + 1, sizes[held_on])
+    np.add.at(delta, last[held_on] + 1, -sizes[held_on])
+    fixed = arrays.fixed
+    np.add.at(delta, fixed[:, 1], fixed[:, 0])
+    np.add.at(delta, fixed[:, 2] + 1, -fixed[:, 0])
+    held = np.cumsum(delta[: horizon + 1])
+    peak = max(0, int(held.max()))
     rerun_at: dict[int, list[int]] = {}
-    for v in range(len(sizes)):
-        if last[v] < 0:
-            continue
-        if evicted[v]:
-            when = first[v]
-            rerun_at.setdefault(when, []).append(v)
-            if last[v] > when:  # held after its step: from the next one to its last read
-                delta[when + 1] += sizes[v]
-                delta[last[v] + 1] -= sizes[v]
-        else:
-            delta[0] += sizes[v]
-            delta[last[v] + 1] -= sizes[v]
-    for nbytes, start, end in trace.fixed:
-        delta[start] += nbytes
-        delta[end + 1] -= nbytes
-    peak, held = 0, 0
-    for step in range(horizon + 1):
-        held += delta[step]
-        peak = max(peak, held + _rerun_peak(rerun_at.get(step, ()), step, trace, last))
+    for v in np.flatnonzero(recomputed).tolist():
+        rerun_at.setdefault(int(first[v]), []).append(v)
+    last_read = found.last
+    for step, order in rerun_at.items():
+        if step <= horizon:
+            peak = max(peak, int(held[step]) + _rerun_peak(order, step, trace, last_read))
     return peak, found.seconds
 
 
