@@ -31,7 +31,8 @@ The hand cases are what the round found wrong, each failing before its fix:
 - A custom Function's ``backward`` got float zeros for its int and bool outputs (torch's
   are of the output's dtype); ``ctx.save_for_backward(x, 3)`` was taken (torch's
   ``TypeError``); a ``mark_dirty`` view's root showed ``SliceAssignBackward0`` (torch's
-  ``CopySlices``).
+  ``CopySlices``); a context kept past a consuming backward gave its saved tensors (torch
+  refuses); a tensor hook on an output of a Function with three outputs ran twice.
 """
 
 from __future__ import annotations
@@ -659,3 +660,38 @@ def test_output_hook_of_a_three_output_function_runs_once(hooked):
         return calls, grad_of(lib, x, grads).tolist()
 
     assert run(rg) == run(torch)
+
+
+def test_saved_tensors_of_a_context_kept_past_a_consuming_backward_refuse():
+    """A context kept past the backward that consumed its node gave the saved tensors;
+    torch's refuses ("Trying to backward through the graph a second time"), not after a
+    backward that retained the graph."""
+
+    def run(lib):
+        kept = []
+
+        class Square(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                kept.append(ctx)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return 2 * x * g
+
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        loss = Square.apply(x).sum()
+        loss.backward(retain_graph=True)
+        found = [len(kept[0].saved_tensors)]
+        loss.backward()
+        try:
+            found.append(len(kept[0].saved_tensors))
+            found.append("read")
+        except RuntimeError:
+            found.append("raised")
+        return found
+
+    assert run(rg) == run(torch) == [1, "raised"]

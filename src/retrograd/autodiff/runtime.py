@@ -299,8 +299,8 @@ def backward(
                         if _READING or node.saved.may_outlive_release:
                             _release(node)
                         else:  # _release, inlined (a call less per step)
-                            if node.op.names_node is not None:
-                                _keep_name(node)
+                            if node.op.on_release is not None:
+                                node.op.on_release(node)
                             node.parents = ()
                             node.params = ()
                             node.saved = NOTHING_SAVED
@@ -777,20 +777,11 @@ def _release(node: Node) -> None:
     if saved.may_outlive_release and saved.outlives_release():
         node.consumed = True  # (its recipe stays: another graph reads its evicted output)
         return
-    if node.op is not None and node.op.names_node is not None:
-        _keep_name(node)
+    if node.op is not None and node.op.on_release is not None:
+        node.op.on_release(node)
     node.parents = ()
     node.params = ()
     node.saved = NOTHING_SAVED
     node.consumed = True
     if node.bshapes is not None:
         node.bshapes = None
-
-
-def _keep_name(node: Any) -> None:
-    """Fix the torch name of a node about to let go of its params and parents, where the
-    name is read from them (``Op.names_node``): read after a consuming backward, it raised
-    ``IndexError`` (``print(model(x))`` after ``loss.backward()``: a ``Linear``'s output),
-    or showed a custom Function's node as ``FunctionBackward`` (round 94)."""
-    if node.torch_name is None:
-        node.torch_name = node.op.names_node(node)

@@ -34,6 +34,8 @@ class FunctionCtx:
         self._in_jvp = False
         self._non_differentiable: set[int] = set()
         self._dirty: tuple[Any, ...] = ()
+        #: a consuming backward released the function's node (:func:`_release_call`)
+        self._freed = False
 
     def save_for_backward(self, *tensors: Any) -> None:
         """Keep ``tensors`` for ``backward`` (their values now: a later in-place op on one of
@@ -60,8 +62,17 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self) -> tuple[Any, ...]:
+        """What ``save_for_backward`` kept. Read (from a context kept past it) after a
+        backward consumed the function's node, it refuses, as torch's (it gave the tensors
+        the backward was done with: round 94)."""
         if self._in_jvp and self._saved_for_forward is not None:
             return self._saved_for_forward
+        if self._freed:
+            raise AutodiffError(
+                "saved_tensors: trying to backward through the graph a second time (or "
+                "directly access saved tensors after they have already been freed); "
+                "specify retain_graph=True in the first backward to keep them, as in torch"
+            )
         return self._saved
 
     def mark_non_differentiable(self, *tensors: Any) -> None:
@@ -304,8 +315,20 @@ _FUNCTION = Op(
     recomputable=False,
     without_gradient=lambda call, output: call.cls._runs_without_gradient,
 )
-#: (the node's name is its class's, read from the call a consuming backward lets go of)
-_FUNCTION.names_node = lambda node: f"{node.params[0].cls.__name__}Backward"
+
+
+def _release_call(node: Any) -> None:
+    """``Op.on_release`` of a custom Function's node: its name (its class's, read from the
+    call a consuming backward lets go of: it showed ``FunctionBackward``) is kept, and its
+    context's saved tensors are freed, as torch's (a context kept past the backward gave
+    them: round 94)."""
+    call = node.params[0]
+    if node.torch_name is None:
+        node.torch_name = f"{call.cls.__name__}Backward"
+    call.ctx._freed = True
+
+
+_FUNCTION.on_release = _release_call
 
 
 class Function:

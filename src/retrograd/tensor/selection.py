@@ -1495,9 +1495,22 @@ _TORCH_NODE_NAMES: dict[str, str | Callable[[Any], str]] = {
 }
 
 
+def _name_kept(namer: Callable[[Any], str]) -> Callable[[Any], None]:
+    """An ``Op.on_release``: fix the node's torch name, read by ``namer`` from the node's
+    params or parents, before a consuming backward lets go of them. Read after, it raised
+    ``IndexError`` (``print(model(x))`` after ``loss.backward()``: a ``Linear``'s output;
+    round 94)."""
+
+    def keep(node: Any) -> None:
+        if node.torch_name is None:
+            node.torch_name = namer(node)
+
+    return keep
+
+
 for _op_name, _namer in _TORCH_NODE_NAMES.items():
-    if not isinstance(_namer, str) and _op_name in OPS:  # (read from what backward releases)
-        OPS[_op_name].names_node = _namer
+    if not isinstance(_namer, str) and _op_name in OPS:
+        OPS[_op_name].on_release = _name_kept(_namer)
 
 
 def torch_node_name(node: Any, ndim: int | None = None) -> str:
