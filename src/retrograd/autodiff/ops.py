@@ -102,6 +102,7 @@ class Op:
         "links",
         "memory_bound",
         "name",
+        "on_release",
         "params",
         "recomputable",
         "rule_sources",
@@ -159,6 +160,11 @@ class Op:
         #: rules do not read it). A first-order backward never sees it, and nothing is saved
         #: for it
         self.links = links
+        #: ``node -> None``, called before a consuming backward lets go of a node's params
+        #: and parents, where something is read from them later: torch's name of the node
+        #: (``linear``'s bias, a pool's dims, a custom Function's class), set by the layers
+        #: above; a custom Function's context learns its saved tensors are freed
+        self.on_release: Callable | None = None
         self.rule_sources = tuple(self._sources(rule) if rule else () for rule in vjps or ())
         self._plans: dict[tuple[bool, ...], Plan] = {}
         #: the rules for complex operands (:func:`complex_rules`), ``None`` where the op

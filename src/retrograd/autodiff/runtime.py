@@ -299,6 +299,8 @@ def backward(
                         if _READING or node.saved.may_outlive_release:
                             _release(node)
                         else:  # _release, inlined (a call less per step)
+                            if node.op.on_release is not None:
+                                node.op.on_release(node)
                             node.parents = ()
                             node.params = ()
                             node.saved = NOTHING_SAVED
@@ -775,6 +777,8 @@ def _release(node: Node) -> None:
     if saved.may_outlive_release and saved.outlives_release():
         node.consumed = True  # (its recipe stays: another graph reads its evicted output)
         return
+    if node.op is not None and node.op.on_release is not None:
+        node.op.on_release(node)
     node.parents = ()
     node.params = ()
     node.saved = NOTHING_SAVED

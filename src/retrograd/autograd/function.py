@@ -14,7 +14,7 @@ from typing import Any
 from ..autodiff import enable_grad, is_grad_enabled, no_grad
 from ..autodiff.ops import Op
 from ..autodiff.runtime import running_gradient
-from ..errors import AutodiffError, ShapeError
+from ..errors import AutodiffError, DTypeError, ShapeError
 from ..tensor import Tensor
 from .vmap_depth import VMAP
 
@@ -34,10 +34,22 @@ class FunctionCtx:
         self._in_jvp = False
         self._non_differentiable: set[int] = set()
         self._dirty: tuple[Any, ...] = ()
+        #: a consuming backward released the function's node (:func:`_release_call`)
+        self._freed = False
 
     def save_for_backward(self, *tensors: Any) -> None:
         """Keep ``tensors`` for ``backward`` (their values now: a later in-place op on one of
-        them is not seen, as torch's version check would have it refuse)."""
+        them is not seen, as torch's version check would have it refuse). Only tensors and
+        ``None`` are saved, as torch's: anything else raises a ``DTypeError`` (a
+        ``TypeError``; a number or string was kept before round 94), ``ctx.attr = value``
+        being the place for it."""
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise DTypeError(
+                    "save_for_backward can only save tensors (or None), but argument "
+                    f"{i} is of type {type(t).__name__}; keep other values as attributes "
+                    "of ctx (ctx.value = ...), as in torch"
+                )
         self._saved = tuple(
             Tensor._result(t._prim, t._backend, t._device) if isinstance(t, Tensor) else t
             for t in tensors
@@ -50,8 +62,17 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self) -> tuple[Any, ...]:
+        """What ``save_for_backward`` kept. Read (from a context kept past it) after a
+        backward consumed the function's node, it refuses, as torch's (it gave the tensors
+        the backward was done with: round 94)."""
         if self._in_jvp and self._saved_for_forward is not None:
             return self._saved_for_forward
+        if self._freed:
+            raise AutodiffError(
+                "saved_tensors: trying to backward through the graph a second time (or "
+                "directly access saved tensors after they have already been freed); "
+                "specify retain_graph=True in the first backward to keep them, as in torch"
+            )
         return self._saved
 
     def mark_non_differentiable(self, *tensors: Any) -> None:
@@ -106,18 +127,22 @@ class _Call:
         already called ``backward`` with them all (an other output's step came first)."""
         gathered: list[Any] = [None] * len(self.differentiable)
         gathered[k] = g
-        grads = None
-        for other, node in enumerate(self.nodes):
-            node = node()
-            if other != k and node is not None:
-                grads, value = running_gradient(node)
-                if value is not None and node.hooks is not None:  # its tensor hooks, once
-                    value = grads.run_hooks(node, value)
-                gathered[other] = value
+        siblings = [(other, ref()) for other, ref in enumerate(self.nodes) if other != k]
+        siblings = [(other, node) for other, node in siblings if node is not None]
+        if not siblings:
+            return gathered
+        grads = running_gradient(siblings[0][1])[0]
         if grads is not None:
+            # (asked first: a later output's step found its siblings' gradients still held
+            # and ran their tensor hooks a second time, with three outputs: round 94)
             if self._answered is not None and self._answered() is grads:
                 return None
             self._answered = weakref.ref(grads)
+        for other, node in siblings:
+            value = running_gradient(node)[1]
+            if value is not None and node.hooks is not None and node.id not in grads.hooked:
+                value = grads.run_hooks(node, value)  # its tensor hooks, once
+            gathered[other] = value
         return gathered
 
     def input_gradients(self, B: Any, g: Any, k: int) -> tuple:  # noqa: N803 (the rules' name)
@@ -147,7 +172,6 @@ class _Call:
             else Tensor(self.backend.wrap(value), self.backend, self.device)
             for value in gathered
         ]
-        like = next((t for t in incoming if t is not None), None)
         from ..tensor import zeros_like
 
         grads_out = []
@@ -156,10 +180,9 @@ class _Call:
             if given is not None:
                 grads_out.append(given)
             elif isinstance(out, Tensor) and self.ctx.materialize_grads:
-                zeros = zeros_like(out)
-                grads_out.append(
-                    zeros if out.is_float() or like is None else zeros.cast(like.dtype)
-                )
+                # torch's materialized gradient is zeros of the output's own dtype, an int or
+                # bool output's too (these were cast to the gradients' float dtype: round 94)
+                grads_out.append(zeros_like(out))
             else:
                 grads_out.append(None)
         if tracked and _transposing_for_tangents() and _has_own_jvp(self.cls):
@@ -294,6 +317,20 @@ _FUNCTION = Op(
 )
 
 
+def _release_call(node: Any) -> None:
+    """``Op.on_release`` of a custom Function's node: its name (its class's, read from the
+    call a consuming backward lets go of: it showed ``FunctionBackward``) is kept, and its
+    context's saved tensors are freed, as torch's (a context kept past the backward gave
+    them: round 94)."""
+    call = node.params[0]
+    if node.torch_name is None:
+        node.torch_name = f"{call.cls.__name__}Backward"
+    call.ctx._freed = True
+
+
+_FUNCTION.on_release = _release_call
+
+
 class Function:
     """torch's ``autograd.Function``: a differentiable operation written as two static
     methods, ``forward(ctx, *args)`` (run without recording, as torch's) and
@@ -420,11 +457,16 @@ def _dirty_output(dirty: Tensor, result: Tensor) -> Tensor:
     itself, holding ``result`` in the graph (a view writes it through to its base); under
     ``no_grad`` (forward wrote the values already) one that requires grad is returned as
     another tensor of its memory that does not, as torch's."""
-    from ..tensor.views import write
+    from ..tensor.inplace import _name_written
+    from ..tensor.views import root_of, write
 
     if not is_grad_enabled():
         return dirty.data if dirty.requires_grad else dirty
+    # (the root of a view written shows as torch's CopySlices: it showed SliceAssignBackward0)
+    before = getattr(dirty._prim, "node", None)
+    root_before = getattr(root_of(dirty)._prim, "node", None)
     write("mark_dirty", dirty, result, False)
+    _name_written(dirty, "mark_dirty", before, root_before, ())
     return dirty
 
 

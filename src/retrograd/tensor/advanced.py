@@ -437,9 +437,9 @@ def set_index(t: Any, index: Any, value: Any) -> None:
         expanded = _expanded_source(target, mask)
         if expanded is not None:
             target, mask = expanded
-        target._update("index_put_", lambda y: _masked(y, mask, fill))
+        target._update("index_put_", lambda y: _masked(y, mask, fill), operands=(fill,))
         return
-    target._update("index_put_", lambda y: index_put(y, advanced, value, False))
+    target._update("index_put_", lambda y: index_put(y, advanced, value, False), operands=(value,))
 
 
 def _check_before_dtype(t: Any, index: tuple, value: Any) -> None:

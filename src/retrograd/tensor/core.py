@@ -107,6 +107,7 @@ from .views import (
     keep_former_key,
     link,
     outside_graph,
+    refuse_rebased_no_grad_view,
     strides_of,
     unlink,
 )
@@ -581,7 +582,10 @@ class Tensor(
     def __repr__(self) -> str:
         """torch's ``repr`` (its ``_tensor_str`` rules, the options of
         ``rg.set_printoptions``), the dtype named as ``retrograd.float64``."""
-        grad_fn = self.grad_fn
+        try:
+            grad_fn = self.grad_fn
+        except AutodiffError:  # (torch's view whose grad_fn it refuses prints <Invalid>)
+            grad_fn = "Invalid"
         kind = self._device.kind
         made_here = type(self).__module__.partition(".")[0] == "retrograd"
         # torch's: a subclass of the user's prints under its own name (``MyTensor([1.])``)
@@ -1082,10 +1086,13 @@ class Tensor(
     @property
     def is_leaf(self) -> bool:
         """torch's ``is_leaf``: not the result of a recorded op (a tensor that requires grad
-        and was made by the user, or any tensor that does not require grad)."""
+        and was made by the user, or any tensor that does not require grad). A view taken
+        under ``no_grad`` whose memory was later written in place refuses, as torch's
+        (:func:`.views.refuse_rebased_no_grad_view`)."""
         backend = self._backend
         if not backend.is_autodiff or not backend.is_tracked(self._prim):
             return True
+        refuse_rebased_no_grad_view("is_leaf", self)
         return backend.is_require_grad(self._prim)
 
     # -- autodiff -----------------------------------------------------------------------------

@@ -472,9 +472,13 @@ class InplaceMixin:
     _prim: Any
 
     # -- the primitive ------------------------------------------------------------------------
-    def _update(self, op: str, compute: Any, fresh: bool = False) -> Any:
+    def _update(
+        self, op: str, compute: Any, fresh: bool = False, operands: tuple | None = None
+    ) -> Any:
         """Replace this tensor's value with ``compute(self)``, in place; returns ``self``.
-        ``fresh``: the new value does not depend on the old one (``copy_``).
+        ``fresh``: the new value does not depend on the old one (``copy_``). ``operands``:
+        the op's arguments after ``self`` (tensors or numbers) where torch's node lists them
+        in its ``next_functions`` (:func:`_name_written`).
 
         Through ``.data``/``detach()`` the tensor detached from takes the values only (a
         value computed in the graph is recorded on the detached tensor, as torch's);
@@ -529,7 +533,7 @@ class InplaceMixin:
             root_before = getattr(root_of(self)._prim, "node", None)
         write(op, self, value, outside, fresh, recorded, written)
         if named:
-            _name_written(self, op, before, root_before)
+            _name_written(self, op, before, root_before, operands)
         if op in FILLS and not outside:
             refuse_gradient_through_overlap(op, self)
         return self
@@ -539,25 +543,27 @@ class InplaceMixin:
         refuse_partial_overlap("add_", self, other)
         if not args and _in_buffer("add_", self, other, alpha):
             return self
-        return self._update("add_", lambda t: t.add(other, *args, alpha=alpha))
+        return self._update("add_", lambda t: t.add(other, *args, alpha=alpha), operands=(other,))
 
     def sub_(self, other: Any, *args: Any, alpha: Any = 1) -> Any:
         refuse_partial_overlap("sub_", self, other)
         if not args and _in_buffer("sub_", self, other, alpha):
             return self
-        return self._update("sub_", lambda t: t.sub(other, *args, alpha=alpha))
+        return self._update("sub_", lambda t: t.sub(other, *args, alpha=alpha), operands=(other,))
 
     def mul_(self, other: Any) -> Any:
         refuse_partial_overlap("mul_", self, other)
         if _in_buffer("mul_", self, other):
             return self
-        return self._update("mul_", lambda t: t.mul(other))
+        return self._update("mul_", lambda t: t.mul(other), operands=(other,))
 
     def div_(self, other: Any, *, rounding_mode: str | None = None) -> Any:
         refuse_partial_overlap("div_", self, other)
         if rounding_mode is None and _in_buffer("div_", self, other):
             return self
-        return self._update("div_", lambda t: t.div(other, rounding_mode=rounding_mode))
+        return self._update(
+            "div_", lambda t: t.div(other, rounding_mode=rounding_mode), operands=(other,)
+        )
 
     def pow_(self, exponent: Any) -> Any:
         refuse_partial_overlap("pow_", self, exponent)
@@ -697,14 +703,16 @@ class InplaceMixin:
             refuse_internal_overlap("fill_", self)
             # torch casts the value to the tensor's dtype, whatever the two are
             return self._update(
-                "fill_", lambda t: _cast(lift(t, value, "fill_"), t.dtype).expand(t.shape)
+                "fill_",
+                lambda t: _cast(lift(t, value, "fill_"), t.dtype).expand(t.shape),
+                operands=(value,),
             )
         if not isinstance(value, SCALARS):
             raise DTypeError(f"fill_: expected a number, got {type(value).__name__}")
-        return self._update("fill_", lambda t: _filled(t, value))
+        return self._update("fill_", lambda t: _filled(t, value), operands=())
 
     def zero_(self) -> Any:
-        return self._update("zero_", lambda t: _filled(t, 0))
+        return self._update("zero_", lambda t: _filled(t, 0), operands=())
 
     def copy_(self, src: Any, non_blocking: bool = False) -> Any:
         """This tensor's values replaced by ``src``'s (broadcast to its shape, cast to its
@@ -716,7 +724,7 @@ class InplaceMixin:
         """``copy_`` without the partial-overlap check: for ``t[basic] = v``, whose check is
         torch's ``copy_to``'s (:func:`.advanced.set_index`). A number is written as ``op``
         writes it: ``copy_``'s cast (wrapped, a real part) or a write's checked value."""
-        return self._update("copy_", lambda t: _copied(t, src, op), fresh=True)
+        return self._update("copy_", lambda t: _copied(t, src, op), fresh=True, operands=(src,))
 
     def masked_fill_(self, mask: Any, value: Any) -> Any:
         return self._update("masked_fill_", lambda t: t.masked_fill(mask, value))
@@ -1122,26 +1130,50 @@ _WRITTEN_NODE_NAMES = {
     "copy_": "torch::autograd::CopyBackwards",
     "zero_": "ZeroBackward0",
     "fill_": "FillBackward2",
+    "index_put_": "IndexPutBackward0",
 }
 
 
-def _name_written(t: Any, op: str, before: Any, root_before: Any) -> None:
+def _name_written(
+    t: Any, op: str, before: Any, root_before: Any, operands: tuple | None = None
+) -> None:
     """Give the nodes a recorded in-place write of ``t`` made torch's names (``before``,
     ``root_before``: the nodes ``t`` and its root held before the write). A write through a
     view is torch's ``CopySlices`` at the root (retrograd's ``slice_assign`` node showed as
     ``SliceAssignBackward0``, no torch name); ``copy_``, ``zero_``, ``fill_`` of a tensor that
     is no view record ``CopyBackwards``, ``ZeroBackward0``, ``FillBackward2`` (they showed as
     ``WhereBackward0``, the ``mask_where`` that keeps the old value in the graph, or as the
-    copied tensor's own node)."""
+    copied tensor's own node). Their ``next_functions`` are torch's (:func:`_written_edges`)."""
     root = root_of(t)
     node = getattr(root._prim, "node", None)
     if node is None or node is root_before or node.op is None:
         return
     if root is not t:
         node.torch_name = "torch::autograd::CopySlices"
+        if operands is not None:
+            node.torch_inputs = _written_edges(root_before, operands)
     elif node is not before and op in _WRITTEN_NODE_NAMES:
         filled_by_tensor = op == "fill_" and node.op.name != "mask_where"
         node.torch_name = "FillBackward3" if filled_by_tensor else _WRITTEN_NODE_NAMES[op]
+        if operands is not None:
+            node.torch_inputs = _written_edges(before, operands)
+
+
+def _written_edges(old: Any, operands: tuple) -> tuple:
+    """torch's ``next_functions`` of the node an in-place write records: the written
+    tensor's node before the write (``None`` where it required no grad), then one per
+    operand, the operand's node (``None`` for a number or a tensor outside the graph).
+    Read from the recorded op's inputs, ``CopyBackwards`` lacked the leading ``(None, 0)``
+    of a tensor that required no grad, and listed the clone of the source it records (or
+    the written tensor's old node last); ``CopySlices`` listed the whole write's op
+    (``AddBackward0``) where torch lists the operand (round 94)."""
+    edges = [old]
+    for operand in operands:
+        edge = None
+        if isinstance(operand, TensorBase) and operand._backend.is_autodiff:
+            edge = getattr(operand._prim, "node", None)
+        edges.append(edge)
+    return tuple(edges)
 
 
 def _converted(t: Any, src: Any) -> Any:
@@ -1291,7 +1323,12 @@ def _in_place(name: str) -> Any:
                     f"{name}_: dtype={dtype} differs from the tensor's own {self.dtype} (an "
                     "in-place result keeps it, as in torch)"
                 )
-        return self._update(f"{name}_", lambda t: getattr(t, name)(*args, **kwargs))
+        operands = None
+        if name == "index_put":  # (torch's IndexPutBackward0 lists the values: _written_edges)
+            operands = (args[1] if len(args) > 1 else kwargs.get("values"),)
+        return self._update(
+            f"{name}_", lambda t: getattr(t, name)(*args, **kwargs), operands=operands
+        )
 
     method.__name__ = method.__qualname__ = f"{name}_"
     method.__doc__ = f"``{name}`` in place (torch's ``{name}_``); returns ``self``."

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.grad_mode import enable_grad, no_grad
+from ..autodiff.ops import OPS
 from ..backend.protocol import default_float_dtype
 from ..backend.std_algorithms import std_sort
 from ..errors import (
@@ -78,7 +79,7 @@ from .indexing import check_values, larger_src_message, refuse_backward
 from .layouts import preserve_format
 from .spacing import torch_linspace
 from .torch_nodes import TorchOnlyNode
-from .views import SHOW_AS_REPLACED, complex_view_of, link
+from .views import SHOW_AS_REPLACED, complex_view_of, link, refuse_rebased_no_grad_view
 
 __all__ = ["AminmaxResult", "KthvalueResult", "SelectionMixin", "multinomial"]
 
@@ -1338,6 +1339,7 @@ class SelectionMixin:
         backend = self._backend
         if not backend.is_autodiff or not backend.is_tracked(self._prim):
             return None
+        refuse_rebased_no_grad_view("grad_fn", self)
         node = getattr(self._prim, "node", None)
         if getattr(node, "op", None) is None:
             return None
@@ -1491,6 +1493,24 @@ _TORCH_NODE_NAMES: dict[str, str | Callable[[Any], str]] = {
     "avg_pool": _pool_name("AvgPool"),
     "autograd_function": _function_name,
 }
+
+
+def _name_kept(namer: Callable[[Any], str]) -> Callable[[Any], None]:
+    """An ``Op.on_release``: fix the node's torch name, read by ``namer`` from the node's
+    params or parents, before a consuming backward lets go of them. Read after, it raised
+    ``IndexError`` (``print(model(x))`` after ``loss.backward()``: a ``Linear``'s output;
+    round 94)."""
+
+    def keep(node: Any) -> None:
+        if node.torch_name is None:
+            node.torch_name = namer(node)
+
+    return keep
+
+
+for _op_name, _namer in _TORCH_NODE_NAMES.items():
+    if not isinstance(_namer, str) and _op_name in OPS:
+        OPS[_op_name].on_release = _name_kept(_namer)
 
 
 def torch_node_name(node: Any, ndim: int | None = None) -> str:

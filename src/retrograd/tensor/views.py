@@ -96,6 +96,7 @@ __all__ = [
     "refuse_multi_output_view",
     "refuse_no_grad_view",
     "refuse_partial_overlap",
+    "refuse_rebased_no_grad_view",
     "remember_leaf",
     "strides_of",
     "unlink",
@@ -122,6 +123,9 @@ def link(view: Any, base: Any, kind: str, params: tuple = ()) -> Any:
     """Record ``view`` as taken from ``base`` by ``kind``; returns ``view``. A view taken
     under ``no_grad``, or from such a view, is marked (``_no_grad_view``): torch refuses its
     in-place writes that would be recorded (:func:`refuse_no_grad_view`)."""
+    if base.__dict__.get("_rebased_no_grad_view") and is_grad_enabled() and kind not in _OUTSIDE:
+        # (torch reads the base's grad_fn to record the view: it refuses)
+        refuse_rebased_no_grad_view(kind, base)
     view._view = (_held(base, kind), kind, params)
     if view._inference is not base._inference:
         # a view of an inference tensor is one, wherever it is taken, and a view of an
@@ -278,6 +282,43 @@ def refuse_no_grad_view(op: str, t: Any, value: Any) -> None:
             f"{shape_text(t.shape)}); as in torch, take both the view and the in-place op "
             "inside the no_grad block, or both outside"
         )
+
+
+#: torch's refusal of a view taken under ``no_grad`` once its memory was written in place
+_REBASED_NO_GRAD_VIEW = (
+    "a view was created in no_grad mode and its base or another view of its base has been "
+    "modified in place (shape {shape}); as in torch, this use case is ambiguous and "
+    "forbidden: take both the view and the in-place op inside the no_grad block (the "
+    "write not recorded), or both outside (recorded), or use .detach() of the view"
+)
+
+
+def _rebase_no_grad_view(view: Any, leaf: bool = True) -> None:
+    """Mark ``view``, taken under ``no_grad`` from a tensor that requires grad (a leaf of its
+    own here, as torch's), after an in-place write into its memory through it, its base or
+    another of its views (not through ``.data``): torch then refuses to give its ``grad_fn``
+    or ``is_leaf`` and any op recorded on it, where this read ``None``, ``True`` and
+    differentiated it as a leaf (round 94). Its ``grad_fn`` and ``is_leaf`` refuse here
+    (:func:`refuse_rebased_no_grad_view`), and a backward that reaches it raises (torch
+    raises when the op is recorded). A ``leaf``'s hook goes once: the leaves later writes
+    make it share its hooks; a view of such a view, computed in the graph, takes one on each
+    node a write recomputes it as (the old node goes with its graph)."""
+    if leaf and view.__dict__.get("_rebased_no_grad_view"):
+        return
+    view._rebased_no_grad_view = True
+    message = _REBASED_NO_GRAD_VIEW.format(shape=shape_text(view.shape))
+
+    def refuse(_backend: Any, _gradient: Any) -> Any:
+        raise AutodiffError(f"backward: {message}")
+
+    view._backend.register_hook(view._prim, refuse)
+
+
+def refuse_rebased_no_grad_view(op: str, t: Any) -> None:
+    """torch's refusal to read ``grad_fn`` or ``is_leaf`` of a view taken under ``no_grad``
+    whose memory was then written in place (:func:`_rebase_no_grad_view`)."""
+    if t.__dict__.get("_rebased_no_grad_view"):
+        raise AutodiffError(f"{op}: " + _REBASED_NO_GRAD_VIEW.format(shape=shape_text(t.shape)))
 
 
 def refuse_multi_output_view(op: str, t: Any) -> None:
@@ -976,10 +1017,13 @@ def refresh(t: Any, regenerated: bool = True) -> None:
             old = child._prim
             remember_leaf(child, old)
             child._prim = backend.succeed_leaf(old, backend.wrap(backend.inner_value(fresh._prim)))
+            if regenerated and child._no_grad_view:
+                _rebase_no_grad_view(child)
             refresh(child, regenerated)
             continue
         # recorded: record again; an untracked view of a base the write put into the graph
         # joins it too (torch: a view of a tensor that requires grad requires grad)
+        rebased = False
         if view[KIND] in _DETACHED:  # (the base's value wrapped: no op, no mode to set)
             fresh = _detached_again(t, view[KIND], child)
         elif backend.is_autodiff and (
@@ -990,12 +1034,16 @@ def refresh(t: Any, regenerated: bool = True) -> None:
                 fresh = _forward(t, view[KIND], view[PARAMS])
             if regenerated:
                 _name_regenerated(fresh, t)
+                # (a view, taken with grad on, of a view taken under no_grad)
+                rebased = child._no_grad_view
             else:  # (torch's view keeps its grad_fn: the new node shows as the old one)
                 _show_as(fresh, child, t)
         else:
             with no_grad():
                 fresh = _forward(t, view[KIND], view[PARAMS])
         child._prim = fresh._prim
+        if rebased:
+            _rebase_no_grad_view(child, leaf=False)
         refresh(child, regenerated)
     views[:] = alive
 
