@@ -32,7 +32,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from ...backend.protocol import Backend
 from ...device import Device
 from ...errors import (
     AutodiffError,
+    DeviceUnavailableError,
     DTypeError,
     InvalidArgumentError,
     KeyMismatchError,
@@ -272,6 +273,13 @@ class Module:
     #: and given back to ``_load_from_state_dict`` (batch norm's 2 added
     #: ``num_batches_tracked``); a subclass whose layout changes raises it
     _version: int = 1
+    #: torch's class attributes that code reads or sets: the type variable of
+    #: ``state_dict(destination=...)``'s annotations, whether ``__init__`` passes its
+    #: arguments on to the next class of a mixin (torch's default, False: it takes none), and
+    #: the legacy flag asking ``torch.save`` to write the class's source (nothing is written)
+    T_destination = TypeVar("T_destination", bound=dict[str, Any])
+    call_super_init: bool = False
+    dump_patches: bool = False
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
@@ -714,6 +722,38 @@ class Module:
         if parameters:
             parameters[0].cuda(index)  # the backend's check, with its message
         return self.to(Device("cuda", index))
+
+    def xpu(self, device: Any = None) -> Module:
+        """torch's ``xpu``: everything on an Intel GPU; refused, as torch's build without one
+        refuses it, unless the parameters' backend computes there (:meth:`_to_accelerator`)."""
+        return self._to_accelerator("xpu", device)
+
+    def mtia(self, device: Any = None) -> Module:
+        """torch's ``mtia``: everything on an MTIA device, refused as :meth:`xpu` is."""
+        return self._to_accelerator("mtia", device)
+
+    def ipu(self, device: Any = None) -> Module:
+        """torch's ``ipu``: everything on an IPU, refused as :meth:`xpu` is."""
+        return self._to_accelerator("ipu", device)
+
+    def _to_accelerator(self, kind: str, device: Any) -> Module:
+        """The device moves torch names after an accelerator that retrograd has no backend
+        for: torch without one raises (``Torch not compiled with XPU enabled``), and a move
+        here would only label CPU data with that device, so the move is refused unless the
+        parameters' backend computes on ``kind`` (the empty module has nothing to move)."""
+        values = [*self.parameters(), *(b for b in self.buffers() if b is not None)]
+        home = values[0].backend.default_device.kind if values else kind
+        if home != kind:
+            raise DeviceUnavailableError(
+                f"Module.{kind}: Torch not compiled with {kind.upper()} enabled: the "
+                f"parameters' backend computes on {home!r}, not on an {kind.upper()}; keep the "
+                f"module on {home!r}"
+            )
+        if device is None or isinstance(device, int):
+            index = device or 0
+        else:
+            index = Device(device).index
+        return self.to(Device(kind, index))
 
     def _to_real(self, dtype: str) -> Module:
         """``float()``, ``double()``, ``half()``, ``bfloat16()``: torch's casts of the floating
