@@ -10,6 +10,9 @@ Each test runs the same program on torch and on retrograd and compares what it o
 - ``Module.xpu()``/``mtia()``/``ipu()`` (torch's public names, missing) refuse the move as
   torch's build without those devices does, and ``Module.call_super_init``,
   ``dump_patches`` and ``T_destination`` exist as torch's class attributes.
+- ``nn.modules.module.register_module_{buffer,module,parameter}_registration_hook`` (torch's
+  public names, missing) see every registration torch's see, in its order, and their
+  results replace the value registered.
 - A seeded sweep of random module-tree programs (shared sub-modules, tied parameters,
   buffers persistent or not, ``None`` entries, containers edited in place, ``requires_grad_``,
   ``train``/``eval``, dtype casts, ``load_state_dict(strict=False)``, deep copies and pickles)
@@ -175,6 +178,68 @@ def test_module_class_attributes_are_torchs():
     assert [
         n for n in dir(torch.nn.Module) if not n.startswith("_") and n not in dir(rg.nn.Module)
     ] == []
+
+
+def _registrations(lib) -> list:
+    """What torch's global registration hooks see while a program builds and edits modules
+    (each library's ``nn.modules.module`` functions); a hook's result replaces the value."""
+    nn = lib.nn
+    module_functions = torch.nn.modules.module if lib is torch else rg.nn.modules.module
+    seen: list = []
+
+    def on_parameter(module, name, value):
+        seen.append(("parameter", type(module).__name__, name, tuple(value.shape)))
+        if name == "bias":
+            return nn.Parameter(lib.full(tuple(value.shape), 7.0))
+        return None
+
+    def on_buffer(module, name, value):
+        kind = None if value is None else str(value.dtype).replace("torch.", "")
+        seen.append(("buffer", type(module).__name__, name, kind))
+
+    def on_module(module, name, value):
+        seen.append(("module", type(module).__name__, name, type(value).__name__))
+        return nn.Tanh() if isinstance(value, nn.ReLU) else None
+
+    handles = [
+        module_functions.register_module_parameter_registration_hook(on_parameter),
+        module_functions.register_module_buffer_registration_hook(on_buffer),
+        module_functions.register_module_module_registration_hook(on_module),
+    ]
+    try:
+        model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2), nn.ReLU())
+        model[0].bias = None  # (an absent parameter: no hook, as torch's)
+        model[0].bias = nn.Parameter(lib.ones(2))
+        linear = model[0]
+        model[1].running_mean = lib.zeros(2)
+        holder = nn.Module()
+        holder.add_module("extra", nn.ReLU())
+        seen.append(type(holder.extra).__name__)
+        holder.extra = None
+        holder.register_buffer("absent", None)
+        model.append(nn.ReLU())
+        model.insert(1, nn.GELU())  # torch's insert writes _modules itself: no hook
+        model[0] = nn.SiLU()
+        seen.append(("slice", [type(m).__name__ for m in model[1:3]]))
+        blocks = nn.ModuleList([nn.ReLU()])
+        blocks.insert(0, nn.GELU())
+        blocks += [nn.ReLU()]
+        nn.ModuleDict({"a": nn.ReLU()}).update([("b", nn.GELU())])
+        nn.ParameterList([lib.ones(1)]).append(lib.ones(1))
+        nn.ParameterDict({"a": lib.ones(1)})["b"] = lib.ones(1)
+        nn.LSTM(1, 1)
+    finally:
+        for handle in handles:
+            handle.remove()
+    nn.Linear(1, 1)  # removed: seen by none
+    seen.append([type(m).__name__ for m in model])
+    seen.append(_values(linear.bias))  # the hook's replacement (7s), not the ones assigned
+    return seen
+
+
+def test_global_registration_hooks_see_what_torchs_see():
+    # retrograd had no register_module_{buffer,module,parameter}_registration_hook
+    assert _registrations(rg) == _registrations(torch)
 
 
 # -- random module-tree programs -----------------------------------------------------------------

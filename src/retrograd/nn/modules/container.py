@@ -20,7 +20,7 @@ from ...errors import (
 from ...tensor import Tensor
 from ...tensor.functions import typename
 from ..parameter import Parameter
-from .module import Module, adopted
+from .module import Module, _global_module_registration_hooks, _registered, adopted
 
 __all__ = ["ModuleDict", "ModuleList", "ParameterDict", "ParameterList", "Sequential"]
 
@@ -111,9 +111,15 @@ class _Indexed(Module):
             return type(self)(*list(self._modules.values())[index])
         return self._modules[self._index(index)]
 
+    def _register(self, key: str, module: Module | None) -> None:
+        """``module`` under ``key``, through the global module registration hooks, where
+        torch's containers call ``add_module`` or ``setattr`` (construction, ``append``,
+        ``[i] = m``; its ``insert`` and renumbering write ``_modules`` without them)."""
+        self._modules[key] = _registered(_global_module_registration_hooks, self, key, module)
+
     def __setitem__(self, index: int, module: Module) -> None:
         key = self._index(index)  # (the index first: a slice is refused as such)
-        self._modules[key] = _checked(type(self).__name__, index, module)
+        self._register(key, _checked(type(self).__name__, index, module))
 
     def __delitem__(self, index: int | slice) -> None:
         keys = list(self._modules)
@@ -130,7 +136,7 @@ class _Indexed(Module):
         # torch's add_module rule: a parameter, buffer or attribute already under the number
         # is refused, not shadowed by a module of the same name
         self._check_name(f"{type(self).__name__}.append", name, "_modules")
-        self._modules[name] = _checked(type(self).__name__, "new", module)
+        self._register(name, _checked(type(self).__name__, "new", module))
         return self
 
     def extend(self, modules: Iterable[Module]) -> Any:
@@ -193,7 +199,7 @@ class Sequential(_Indexed):
                 self.register_module(name, _checked("Sequential", name, module))
             return
         for index, module in enumerate(modules):
-            self._modules[str(index)] = _checked("Sequential", index, module)
+            self._register(str(index), _checked("Sequential", index, module))
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
