@@ -6,7 +6,9 @@ Each test runs the same program on torch and on retrograd and compares what it o
   dictionary. What is registered on it behind the dictionary's back (``register_parameter``,
   ``add_module``, ``pd.name = value``) is trained and saved but is no key; a key whose
   parameter pruning or a parametrization took over stays a key whose value is the pruned or
-  parametrized tensor.
+  parametrized tensor. An entry put over a name registered otherwise is torch's ``setattr``
+  (a buffer replaced, an int over a sub-module refused), and a key that is no string is
+  refused first.
 - ``Module.xpu()``/``mtia()``/``ipu()`` (torch's public names, missing) refuse the move as
   torch's build without those devices does, and ``Module.call_super_init``,
   ``dump_patches`` and ``T_destination`` exist as torch's class attributes.
@@ -132,6 +134,46 @@ def test_a_parametrized_parameter_dict_entry_keeps_its_key():
         parametrize.remove_parametrizations(table, "w")
         seen += [list(table.keys()), _values(table["w"])]
         return seen
+
+    assert observe(rg) == observe(torch)
+
+
+@pytest.mark.parametrize(
+    "held, given",
+    [("buffer", "parameter"), ("buffer", "tensor"), ("buffer", "int"), ("buffer", "module"),
+     ("module", "parameter"), ("module", "int"), ("module", "none"), ("parameter", "module"),
+     ("plain", "module")],
+)  # fmt: skip
+def test_a_parameter_dict_entry_over_a_registered_name_is_torchs_setattr(held, given):
+    # retrograd refused a parameter or module over a buffer's name ("already a buffer"),
+    # and put an int or None over a sub-module as a plain entry, where torch's setattr
+    # replaces the buffer, refuses the int and keeps None as the sub-module
+    def observe(lib):
+        table = lib.nn.ParameterDict({"k": lib.ones(1)})
+        if held == "buffer":
+            table.register_buffer("a", lib.ones(2))
+        else:
+            table["a"] = {"module": lib.nn.ReLU, "parameter": lambda: lib.ones(3)}.get(
+                held, lambda: 5
+            )()
+        value = {
+            "parameter": lambda: lib.nn.Parameter(lib.zeros(1)),
+            "tensor": lambda: lib.zeros(1),
+            "int": lambda: 3,
+            "none": lambda: None,
+            "module": lib.nn.Tanh,
+        }[given]()
+        try:
+            table["a"] = value
+        except TypeError:
+            return "TypeError"
+        return (
+            list(table),
+            [name for name, _ in table.named_parameters()],
+            [name for name, _ in table.named_buffers()],
+            list(table._modules),
+            type(table["a"]).__name__,
+        )
 
     assert observe(rg) == observe(torch)
 

@@ -549,23 +549,33 @@ class ParameterDict(Module):
                 )
             self._parameters[key] = None
         elif isinstance(value, Parameter):
-            self._drop_attribute(key)
+            self._drop_registered(key, modules)
             self.register_parameter(key, value)
-            modules.pop(key, None)
             plain.pop(key, None)
         elif isinstance(adopted(value), Module):
-            self._drop_attribute(key)
+            self._drop_registered(key)
             self.add_module(key, adopted(value))
             plain.pop(key, None)
+        elif key in self._buffers or key in modules:
+            # torch's setattr onto a buffer or a sub-module: only None (or a tensor, a module)
+            setattr(self, key, value)
         else:
-            modules.pop(key, None)
             plain[key] = value
         order[key] = None
 
+    def _drop_registered(self, key: str, modules: dict[str, Any] | None = None) -> None:
+        """What torch's ``Module.__setattr__`` of a parameter (or module) removes first: a
+        buffer (and a sub-module) of that name, and a plain attribute (pruning's
+        recomputed tensor, once the key is given a new parameter)."""
+        self._buffers.pop(key, None)
+        self._non_persistent_buffers.discard(key)
+        if modules is not None:
+            modules.pop(key, None)
+        self._drop_attribute(key)
+
     def _drop_attribute(self, key: Any) -> None:
-        """torch's ``Module.__setattr__`` of a parameter or module first removes a plain
-        attribute of that name (pruning's recomputed tensor, once the key is given a new
-        parameter); the module's own bookkeeping is never one."""
+        """A plain attribute named ``key`` removed; the module's own bookkeeping is never
+        one."""
         if isinstance(key, str) and not _is_bookkeeping(key):
             self.__dict__.pop(key, None)
 
