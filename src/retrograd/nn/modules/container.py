@@ -20,7 +20,7 @@ from ...errors import (
 from ...tensor import Tensor
 from ...tensor.functions import typename
 from ..parameter import Parameter
-from .module import Module, adopted
+from .module import Module, _global_module_registration_hooks, _registered, adopted
 
 __all__ = ["ModuleDict", "ModuleList", "ParameterDict", "ParameterList", "Sequential"]
 
@@ -111,9 +111,15 @@ class _Indexed(Module):
             return type(self)(*list(self._modules.values())[index])
         return self._modules[self._index(index)]
 
+    def _register(self, key: str, module: Module | None) -> None:
+        """``module`` under ``key``, through the global module registration hooks, where
+        torch's containers call ``add_module`` or ``setattr`` (construction, ``append``,
+        ``[i] = m``; its ``insert`` and renumbering write ``_modules`` without them)."""
+        self._modules[key] = _registered(_global_module_registration_hooks, self, key, module)
+
     def __setitem__(self, index: int, module: Module) -> None:
         key = self._index(index)  # (the index first: a slice is refused as such)
-        self._modules[key] = _checked(type(self).__name__, index, module)
+        self._register(key, _checked(type(self).__name__, index, module))
 
     def __delitem__(self, index: int | slice) -> None:
         keys = list(self._modules)
@@ -130,7 +136,7 @@ class _Indexed(Module):
         # torch's add_module rule: a parameter, buffer or attribute already under the number
         # is refused, not shadowed by a module of the same name
         self._check_name(f"{type(self).__name__}.append", name, "_modules")
-        self._modules[name] = _checked(type(self).__name__, "new", module)
+        self._register(name, _checked(type(self).__name__, "new", module))
         return self
 
     def extend(self, modules: Iterable[Module]) -> Any:
@@ -193,7 +199,7 @@ class Sequential(_Indexed):
                 self.register_module(name, _checked("Sequential", name, module))
             return
         for index, module in enumerate(modules):
-            self._modules[str(index)] = _checked("Sequential", index, module)
+            self._register(str(index), _checked("Sequential", index, module))
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
@@ -464,6 +470,13 @@ class ParameterDict(Module):
     listed, looked up and printed, never trained. A parameter's key takes only a tensor or
     ``None`` (torch's ``TypeError`` otherwise).
 
+    The keys are the entries put in through the dictionary (``pd[key] = v``, ``update``,
+    ``setdefault``), torch's ``_keys``; a key's value is looked up as torch's ``getattr``
+    finds it. So what is registered on the module behind the dictionary's back
+    (``register_parameter``, ``add_module``, ``pd.name = value``) is trained and saved but is
+    no key, and a key whose parameter pruning re-registers as ``<key>_orig`` stays a key whose
+    value is the pruned tensor.
+
     >>> import retrograd as rg
     >>> table = ParameterDict({"w": rg.zeros(2), "scale": 0.5})
     >>> [name for name, _ in table.named_parameters()], table["scale"], list(table)
@@ -491,18 +504,25 @@ class ParameterDict(Module):
         )
 
     def _keys_now(self) -> list[str]:
-        """The keys in their order: an entry removed behind the dictionary's back (``del
-        pd._parameters[key]``, as pruning does) is gone, one registered behind it
-        (``register_parameter``) comes last."""
-        *held, order = self._tables()
-        keys = [key for key in order if any(key in table for table in held)]
-        known = set(keys)
-        return keys + [key for table in held for key in table if key not in known]
+        """The keys in their order: those put in through the dictionary, as torch's ``_keys``
+        (a value registered behind its back is no key; one removed behind its back, as
+        ``del pd._parameters[key]``, leaves its key, whose lookup then fails as torch's)."""
+        return list(self._tables()[-1])
 
     def _value(self, key: str) -> Any:
-        for table in self._tables()[:3]:
+        """torch's ``getattr(self, key)``: the registered parameter, sub-module or buffer, the
+        plain entry, an attribute set on the module (pruning's recomputed tensor, set under
+        the key once its parameter became ``<key>_orig``) or a property of its class (a
+        parametrization's value)."""
+        parameters, modules, plain, _ = self._tables()
+        for table in (parameters, modules, plain, self._buffers):
             if key in table:
                 return table[key]
+        if isinstance(key, str) and not _is_bookkeeping(key):
+            if key in self.__dict__:
+                return self.__dict__[key]
+            if isinstance(getattr(type(self), key, None), property):
+                return getattr(self, key)
         raise KeyError(key)
 
     def __getitem__(self, key: str) -> Any:
@@ -515,6 +535,10 @@ class ParameterDict(Module):
             ) from None
 
     def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):  # torch's _key_to_attr, before any table is asked
+            raise DTypeError(
+                f"ParameterDict: keys must be strings, got {type(key).__name__} {key!r}"
+            )
         _, modules, plain, order = self._tables()
         value = _as_parameter(value)
         if key in self._parameters and not isinstance(value, Parameter):
@@ -525,25 +549,44 @@ class ParameterDict(Module):
                 )
             self._parameters[key] = None
         elif isinstance(value, Parameter):
+            self._drop_registered(key, modules)
             self.register_parameter(key, value)
-            modules.pop(key, None)
             plain.pop(key, None)
         elif isinstance(adopted(value), Module):
+            self._drop_registered(key)
             self.add_module(key, adopted(value))
             plain.pop(key, None)
+        elif key in self._buffers or key in modules:
+            # torch's setattr onto a buffer or a sub-module: only None (or a tensor, a module)
+            setattr(self, key, value)
         else:
-            if not isinstance(key, str):  # the check register_parameter makes for the others
-                raise DTypeError(
-                    f"ParameterDict: keys must be strings, got {type(key).__name__} {key!r}"
-                )
-            modules.pop(key, None)
             plain[key] = value
         order[key] = None
 
+    def _drop_registered(self, key: str, modules: dict[str, Any] | None = None) -> None:
+        """What torch's ``Module.__setattr__`` of a parameter (or module) removes first: a
+        buffer (and a sub-module) of that name, and a plain attribute (pruning's
+        recomputed tensor, once the key is given a new parameter)."""
+        self._buffers.pop(key, None)
+        self._non_persistent_buffers.discard(key)
+        if modules is not None:
+            modules.pop(key, None)
+        self._drop_attribute(key)
+
+    def _drop_attribute(self, key: Any) -> None:
+        """A plain attribute named ``key`` removed; the module's own bookkeeping is never
+        one."""
+        if isinstance(key, str) and not _is_bookkeeping(key):
+            self.__dict__.pop(key, None)
+
     def __delitem__(self, key: str) -> None:
-        self[key]  # a missing key: the hierarchy's KeyError naming the keys there are
-        for table in self._tables():
+        if key not in self:  # the hierarchy's KeyError naming the keys there are
+            raise MissingMemberError(
+                f"ParameterDict: no entry named {key!r}; it has {self._keys_now()}"
+            )
+        for table in (*self._tables(), self._buffers):
             table.pop(key, None)
+        self._drop_attribute(key)
 
     def __len__(self) -> int:
         return len(self._keys_now())
@@ -551,17 +594,20 @@ class ParameterDict(Module):
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys_now())
 
-    def __contains__(self, key: str) -> bool:
-        return key in self._keys_now()
+    def __contains__(self, key: object) -> bool:
+        try:
+            return key in self._tables()[-1]
+        except TypeError:  # an unhashable key is in no dictionary
+            return False
 
     def keys(self) -> Iterable[str]:
         return self._keys_now()
 
     def values(self) -> Iterable[Any]:
-        return [self._value(key) for key in self._keys_now()]
+        return [self[key] for key in self._keys_now()]
 
     def items(self) -> Iterable[tuple[str, Any]]:
-        return [(key, self._value(key)) for key in self._keys_now()]
+        return [(key, self[key]) for key in self._keys_now()]
 
     def pop(self, key: str) -> Any:
         """Remove the entry ``key`` and return its value (torch's ``ParameterDict.pop``)."""
@@ -590,7 +636,7 @@ class ParameterDict(Module):
     def get(self, key: str, default: Any = None) -> Any:
         """The value under ``key``, or ``default`` when there is none (torch's
         ``ParameterDict.get``)."""
-        return self._value(key) if key in self else default
+        return self[key] if key in self else default  # noqa: SIM401 (this is get)
 
     def setdefault(self, key: str, default: Any = None) -> Any:
         """The value under ``key``; when there is none, ``default`` put there first."""
@@ -638,3 +684,9 @@ class ParameterDict(Module):
 
     def extra_repr(self) -> str:
         return _parameter_lines(self.items(), by_type_name=True)
+
+
+def _is_bookkeeping(name: str) -> bool:
+    """A name the module keeps its own state under (``_parameters``, ``_order``,
+    ``training``), never a ``ParameterDict`` entry's value."""
+    return name.startswith("_") or name == "training"

@@ -32,7 +32,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from ...backend.protocol import Backend
 from ...device import Device
 from ...errors import (
     AutodiffError,
+    DeviceUnavailableError,
     DTypeError,
     InvalidArgumentError,
     KeyMismatchError,
@@ -272,6 +273,13 @@ class Module:
     #: and given back to ``_load_from_state_dict`` (batch norm's 2 added
     #: ``num_batches_tracked``); a subclass whose layout changes raises it
     _version: int = 1
+    #: torch's class attributes that code reads or sets: the type variable of
+    #: ``state_dict(destination=...)``'s annotations, whether ``__init__`` passes its
+    #: arguments on to the next class of a mixin (torch's default, False: it takes none), and
+    #: the legacy flag asking ``torch.save`` to write the class's source (nothing is written)
+    T_destination = TypeVar("T_destination", bound=dict[str, Any])
+    call_super_init: bool = False
+    dump_patches: bool = False
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", {})
@@ -300,6 +308,7 @@ class Module:
         # ``state_dict()`` and ``Sequential(*list(m.children())[:-1])`` see the old order.
         if isinstance(value, Parameter):
             _check_parameter_name(name)
+            value = _registered(_global_parameter_registration_hooks, self, name, value)
             self._forget(name, keep="_parameters")
             params[name] = value
         elif isinstance(value, Buffer):
@@ -307,10 +316,11 @@ class Module:
             self.register_buffer(name, plain, persistent=value.persistent)
         elif name in params:
             if value is None:
-                params[name] = None
+                params[name] = None  # (torch's register_parameter: no hooks for None)
             else:  # a tensor given for a parameter: its values, the Parameter object stays
                 self.set_parameter(name, value)
         elif isinstance(value, Module):
+            value = _registered(_global_module_registration_hooks, self, name, value)
             self._forget(name, keep="_modules")
             modules[name] = value
         elif name in modules:
@@ -319,14 +329,14 @@ class Module:
                     f"{type(self).__name__}: cannot assign {type(value).__name__} as sub-module "
                     f"{name!r} (a Module or None is expected)"
                 )
-            modules[name] = None
+            modules[name] = _registered(_global_module_registration_hooks, self, name, None)
         elif name in buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise DTypeError(
                     f"{type(self).__name__}: cannot assign {type(value).__name__} as buffer "
                     f"{name!r} (a Tensor or None is expected)"
                 )
-            buffers[name] = value
+            buffers[name] = _registered(_global_buffer_registration_hooks, self, name, value)
         else:
             object.__setattr__(self, name, value)
 
@@ -400,6 +410,8 @@ class Module:
                 f"register_parameter: cannot assign {_describe(value)} to parameter {name!r} "
                 "(nn.Parameter or None required)"
             )
+        if value is not None:  # (torch's: an absent parameter is registered without them)
+            value = _registered(_global_parameter_registration_hooks, self, name, value)
         self._forget(name, keep="_parameters")
         self._parameters[name] = value
         return value
@@ -410,6 +422,11 @@ class Module:
         :meth:`to`, and read back as ``self.<name>``. A tracked value is cut from its graph."""
         value = tensor
         self._check_name("register_buffer", name, "_buffers")
+        if value is not None and not isinstance(value, Tensor):
+            raise DTypeError(
+                f"register_buffer: {name!r} must be a Tensor or None, got {_describe(value)}"
+            )
+        value = _registered(_global_buffer_registration_hooks, self, name, value)
         if value is not None:
             if not isinstance(value, Tensor):
                 raise DTypeError(
@@ -427,6 +444,7 @@ class Module:
         module = adopted(module)
         if module is not None and not isinstance(module, Module):
             raise DTypeError(f"register_module: {name!r} is not a Module: {_describe(module)}")
+        module = _registered(_global_module_registration_hooks, self, name, module)
         self._forget(name, keep="_modules")
         self._modules[name] = module
 
@@ -714,6 +732,38 @@ class Module:
         if parameters:
             parameters[0].cuda(index)  # the backend's check, with its message
         return self.to(Device("cuda", index))
+
+    def xpu(self, device: Any = None) -> Module:
+        """torch's ``xpu``: everything on an Intel GPU; refused, as torch's build without one
+        refuses it, unless the parameters' backend computes there (:meth:`_to_accelerator`)."""
+        return self._to_accelerator("xpu", device)
+
+    def mtia(self, device: Any = None) -> Module:
+        """torch's ``mtia``: everything on an MTIA device, refused as :meth:`xpu` is."""
+        return self._to_accelerator("mtia", device)
+
+    def ipu(self, device: Any = None) -> Module:
+        """torch's ``ipu``: everything on an IPU, refused as :meth:`xpu` is."""
+        return self._to_accelerator("ipu", device)
+
+    def _to_accelerator(self, kind: str, device: Any) -> Module:
+        """The device moves torch names after an accelerator that retrograd has no backend
+        for: torch without one raises (``Torch not compiled with XPU enabled``), and a move
+        here would only label CPU data with that device, so the move is refused unless the
+        parameters' backend computes on ``kind`` (the empty module has nothing to move)."""
+        values = [*self.parameters(), *(b for b in self.buffers() if b is not None)]
+        home = values[0].backend.default_device.kind if values else kind
+        if home != kind:
+            raise DeviceUnavailableError(
+                f"Module.{kind}: Torch not compiled with {kind.upper()} enabled: the "
+                f"parameters' backend computes on {home!r}, not on an {kind.upper()}; keep the "
+                f"module on {home!r}"
+            )
+        if device is None or isinstance(device, int):
+            index = device or 0
+        else:
+            index = Device(device).index
+        return self.to(Device(kind, index))
 
     def _to_real(self, dtype: str) -> Module:
         """``float()``, ``double()``, ``half()``, ``bfloat16()``: torch's casts of the floating
@@ -1422,6 +1472,63 @@ def register_module_full_backward_hook(hook: Callable[..., Any]) -> RemovableHan
     :meth:`Module.register_full_backward_hook`. Returns a handle whose ``remove()``
     unregisters it."""
     return register_hook(None, "backward", hook, False, False)
+
+
+#: torch's global registration hooks (``nn.modules.module``'s names): ``hook(module, name,
+#: value)`` runs whenever a module registers a buffer, a sub-module or a parameter, by its
+#: ``register_*`` method or by assignment, and a non-``None`` result is registered instead
+_global_buffer_registration_hooks: dict[int, Callable[..., Any]] = {}
+_global_module_registration_hooks: dict[int, Callable[..., Any]] = {}
+_global_parameter_registration_hooks: dict[int, Callable[..., Any]] = {}
+
+
+def _add_registration_hook(
+    table: dict[int, Callable[..., Any]], hook: Callable[..., Any], op: str
+) -> RemovableHandle:
+    check_callable(op, hook, "hook")
+    handle = RemovableHandle(table)
+    table[handle.id] = hook
+    return handle
+
+
+def register_module_buffer_registration_hook(hook: Callable[..., Any]) -> RemovableHandle:
+    """torch's global buffer registration hook: ``hook(module, name, buffer)`` each time a
+    module registers a buffer (``register_buffer``, or assigning to a buffer's name); a
+    non-``None`` result is registered instead. Returns a handle whose ``remove()``
+    unregisters it."""
+    return _add_registration_hook(
+        _global_buffer_registration_hooks, hook, "register_module_buffer_registration_hook"
+    )
+
+
+def register_module_module_registration_hook(hook: Callable[..., Any]) -> RemovableHandle:
+    """torch's global module registration hook: ``hook(module, name, submodule)`` each time
+    a module registers a sub-module (``add_module``/``register_module``, or assignment); a
+    non-``None`` result is registered instead."""
+    return _add_registration_hook(
+        _global_module_registration_hooks, hook, "register_module_module_registration_hook"
+    )
+
+
+def register_module_parameter_registration_hook(hook: Callable[..., Any]) -> RemovableHandle:
+    """torch's global parameter registration hook: ``hook(module, name, param)`` each time a
+    module registers a parameter (``register_parameter``, or assigning a ``Parameter`` or
+    ``None`` to a parameter's name); a non-``None`` result is registered instead."""
+    return _add_registration_hook(
+        _global_parameter_registration_hooks,
+        hook,
+        "register_module_parameter_registration_hook",
+    )
+
+
+def _registered(hooks: dict[int, Callable[..., Any]], module: Module, name: str, value: Any) -> Any:
+    """``value`` as the global registration ``hooks`` leave it, each seeing the one before's
+    result (torch's loop)."""
+    for hook in list(hooks.values()):
+        output = hook(module, name, value)
+        if output is not None:
+            value = output
+    return value
 
 
 _MISSING = object()
