@@ -10,6 +10,8 @@ import importlib.util
 from typing import Any
 
 __all__ = [
+    "HOSTED_DEVICE_KINDS",
+    "absent_device_refusal",
     "cpu_backend_gpu_refusal",
     "cuda_call",
     "cuda_device_count",
@@ -24,6 +26,24 @@ def _torch() -> Any:
     import torch
 
     return torch
+
+
+#: the device kinds a tensor can be placed on here: the CPU, CUDA (where a backend computes
+#: there) and ``meta``, a label only (``with rg.device("meta")`` builds a model's structure
+#: before ``to_empty``; its tensors hold data here, where torch's hold none)
+HOSTED_DEVICE_KINDS = frozenset(("cpu", "cuda", "meta"))
+
+
+def absent_device_refusal(kind: str) -> str:
+    """Why no tensor goes to a device of ``kind`` (``mps``, ``xpu``, ``xla``, ...): torch's
+    CPU and CUDA builds refuse them too ("PyTorch is not linked with support for mps
+    devices"). Such tensors were labelled with the device while computing on the CPU, so a
+    program that asked for one ran where torch's stops."""
+    return (
+        f"PyTorch is not linked with support for {kind} devices, and no retrograd backend "
+        "computes there (they compute on the CPU, and on CUDA devices with TorchBackend); "
+        "pick the device with 'cuda' if rg.cuda.is_available() else 'cpu'"
+    )
 
 
 def cuda_device_count() -> int:

@@ -34,7 +34,11 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ..autodiff.grad_mode import enable_grad, in_inference_mode, is_grad_enabled
-from ..backend.accelerators import cpu_backend_gpu_refusal
+from ..backend.accelerators import (
+    HOSTED_DEVICE_KINDS,
+    absent_device_refusal,
+    cpu_backend_gpu_refusal,
+)
 from ..backend.protocol import Backend
 from ..context import current_backend
 from ..device import Device
@@ -788,6 +792,11 @@ class Tensor(
                     raise DeviceUnavailableError(
                         f"to: cannot move a tensor of {self._backend!r} to {target}: "
                         + cpu_backend_gpu_refusal()
+                    )
+                if target.kind not in HOSTED_DEVICE_KINDS:
+                    raise DeviceUnavailableError(
+                        f"to: cannot move a tensor to {target}: "
+                        + absent_device_refusal(target.kind)
                     )
                 moved = self._backend.to_device(self._prim, target)
                 out = Tensor(moved, self._backend, target)

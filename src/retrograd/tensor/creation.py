@@ -16,7 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.accelerators import cpu_backend_gpu_refusal
+from ..backend.accelerators import (
+    HOSTED_DEVICE_KINDS,
+    absent_device_refusal,
+    cpu_backend_gpu_refusal,
+)
 from ..backend.numpy_fma import fused_multiply_add
 from ..backend.protocol import Backend, default_float_dtype
 from ..context import current_backend, thread_device
@@ -108,6 +112,10 @@ def _target(backend: Any, device: Any) -> tuple[Any, Device]:
     if device.kind == "cuda" and default.kind != "cuda":
         raise DeviceUnavailableError(
             f"cannot make a tensor on {device} with {backend!r}: " + cpu_backend_gpu_refusal()
+        )
+    if device.kind not in HOSTED_DEVICE_KINDS:
+        raise DeviceUnavailableError(
+            f"cannot make a tensor on {device}: " + absent_device_refusal(device.kind)
         )
     return backend, device
 
