@@ -27,6 +27,7 @@ from .errors import (
     InvalidArgumentError,
     InvalidValueError,
     KernelDTypeError,
+    ShapeError,
     guard,
     shape_text,
 )
@@ -86,11 +87,24 @@ def _tensor(op: str, input: Any) -> Tensor:  # noqa: A002 (torch's name)
     return input
 
 
+def _no_half_precision(op: str, x: Tensor) -> None:
+    """Refuse a float16 or bfloat16 input, as torch's CPU transforms refuse it ("Unsupported
+    dtype Half"): its kernels compute in float32 and float64 only, and the transform of a
+    half-precision signal was computed here in complex64 as if it were float32, a result no
+    torch script on the CPU gets."""
+    if x.dtype in ("float16", "bfloat16"):
+        raise KernelDTypeError(  # (torch's RuntimeError)
+            f"fft.{op}: unsupported dtype {x.dtype} (the transforms compute in float32 or "
+            f"float64 and their complex dtypes, as torch's CPU kernels); cast the input first"
+        )
+
+
 def _as_complex(op: str, x: Tensor) -> Tensor:
     """``x`` in the complex dtype torch computes its transform in (float64: complex128; other
     real dtypes: the default float dtype's complex one)."""
     if x.is_complex():
         return x
+    _no_half_precision(op, x)
     if x.dtype not in ("float32", "float64"):
         x = x.to(default_float_dtype())
     return x.to("complex128" if x.dtype == "float64" else "complex64")
@@ -101,6 +115,7 @@ def _real_input(op: str, x: Tensor) -> Tensor:
         raise KernelDTypeError(  # (torch's RuntimeError)
             f"fft.{op} expects a real input tensor, but got {x.dtype}"
         )
+    _no_half_precision(op, x)
     return x if x.dtype in ("float32", "float64") else x.to(default_float_dtype())
 
 
@@ -135,6 +150,11 @@ def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tupl
             dims = (-2, -1)  # an s of another length is refused, as torch refuses it)
         elif s is None:
             dims = tuple(range(x.ndim))
+        elif len(s) > x.ndim:  # (torch: "Got shape with 3 values but input tensor only has
+            raise ShapeError(  # 2 dimensions"; the dim -3 it implies was named instead of s)
+                f"fft.{op}: s={tuple(s)} has {len(s)} sizes but the input of shape "
+                f"{shape_text(x.shape)} has only {x.ndim} dimensions"
+            )
         else:
             dims = tuple(range(-len(s), 0))
     else:
@@ -292,7 +312,8 @@ def _n_dimensional(op: str, inverse: bool, default_all: bool):
         x = _tensor(op, input)
         dims, sizes = _dims(op, x, s, dim, default_all)
         # (torch's n-dimensional complex transforms take a real input as complex: its
-        # fft_c2c, not the fft_r2c of the one-dimensional ones)
+        # fft_c2c, not the fft_r2c of the one-dimensional ones; its kernel, and the backends'
+        # fftn, give a signal with no imaginary part an exactly Hermitian spectrum)
         return _c2c(op, x, dims, sizes, inverse, _norm(op, norm))
 
     return transform
@@ -371,6 +392,11 @@ def _frequencies(op: str, n: Any, d: float, out: Any, kwargs: dict) -> Tensor:
     dtype = canonical_dtype(f"fft.{op}", dtype, allow_none=True) or default_float_dtype()
     if dtype not in FLOAT_DTYPES + COMPLEX_DTYPES:  # (torch's check)
         raise DTypeError(f"fft.{op} requires a floating point or complex dtype, got {dtype}")
+    if dtype in COMPLEX_DTYPES:  # (torch's check passes them, its CPU arange refuses them:
+        raise KernelDTypeError(  # '"arange_cpu" not implemented for 'ComplexFloat'')
+            f"fft.{op}: the frequencies of a complex dtype ({dtype}) are not computed, as "
+            f"torch's arange refuses it on the CPU; ask for a float dtype"
+        )
     count = n // 2 + 1 if op == "rfftfreq" else n
     steps = arange(count, dtype=dtype, device=device)
     if op == "fftfreq" and n:
@@ -401,8 +427,11 @@ def _shifted(op: str, input: Tensor, dim: Any, shift: Callable[[int], int]) -> T
         dims = (normalize_dim(f"fft.{op}", dim, input.ndim),)
     else:
         dims = tuple(normalize_dim(f"fft.{op}", d, input.ndim) for d in dim)
-    if not dims:
-        return input
+    if not dims:  # (a 0-d input's default dims, or dim=(): torch's roll refuses no shifts)
+        raise InvalidArgumentError(
+            f"fft.{op}: no dims to shift (dim={dim!r} of the input of shape "
+            f"{shape_text(input.shape)}); torch's roll refuses it: `shifts` required"
+        )
     return input.roll(tuple(shift(input.shape[d]) for d in dims), dims)
 
 
