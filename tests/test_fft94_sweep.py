@@ -358,3 +358,48 @@ def test_frequencies_of_a_complex_dtype_are_refused_as_torch_refuses_them(op, dt
             getattr(rg.fft, op)(n, dtype=dtype)
     theirs = getattr(torch.fft, op)(6, 0.5, dtype=torch.float64).numpy()
     np.testing.assert_array_equal(getattr(rg.fft, op)(6, 0.5, dtype="float64").numpy(), theirs)
+
+
+# -- arguments --------------------------------------------------------------------------------
+
+
+def test_lengths_of_any_integer_type_are_taken_as_torch_takes_them():
+    # torch's parser takes anything with __index__ for n and s (NumPy's int64, a 0-d integer
+    # tensor); ours refused them as "invalid number of data points (np.int64(5))"
+    data = signal(np.random.default_rng(SEED), (6, 8), "float64")
+    calls = [
+        lambda lib: lib.fft.fft(lib.tensor(data), n=np.int64(5)),
+        lambda lib: lib.fft.irfft(lib.tensor(data), n=np.int32(7), norm="ortho"),
+        lambda lib: lib.fft.fft(lib.tensor(data), n=lib.tensor(5)),
+        lambda lib: lib.fft.fftn(lib.tensor(data), s=[np.int64(3), np.int64(-1)]),
+        lambda lib: lib.fft.irfft2(lib.tensor(data), s=(np.int16(4), 9)),
+    ]
+    for call in calls:
+        theirs, ours = numpy_of(call(torch)), call(rg).numpy()
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+    for bad in [np.float64(5), 5.0, None, True, "tensor"]:  # (torch: "must be tuple of ints")
+        with pytest.raises(TypeError, match="must be tuple of ints"):
+            theirs = torch.tensor(5.0) if bad == "tensor" else bad
+            torch.fft.fftn(torch.tensor(data), s=(theirs, 3))
+        ours = rg.tensor(5.0) if bad == "tensor" else bad
+        with pytest.raises(rg.InvalidArgumentError, match=r"^fft\.fftn: invalid number of data"):
+            rg.fft.fftn(rg.tensor(data), s=(ours, 3))
+
+
+@pytest.mark.parametrize("op", ["irfft", "irfft2", "irfftn", "hfft", "hfft2", "hfftn"])
+def test_a_real_transform_refuses_a_complex_out_as_torch(op):
+    # torch: "irfft expects a floating point output tensor, but got ComplexDouble"; ours
+    # wrote the real result into the complex out
+    data = signal(np.random.default_rng(SEED), (4, 6), "complex128")
+    shape = tuple(getattr(torch.fft, op)(torch.tensor(data)).shape)
+    with pytest.raises(RuntimeError, match="expects a floating point output tensor"):
+        getattr(torch.fft, op)(torch.tensor(data), out=torch.zeros(shape, dtype=torch.complex128))
+    out = rg.zeros(shape, dtype="complex128")
+    with pytest.raises(rg.DTypeError, match=rf"^fft\.{op} expects a floating point output"):
+        getattr(rg.fft, op)(rg.tensor(data), out=out)
+    assert not out.numpy().any()  # (left as it was)
+    theirs = torch.zeros(shape, dtype=torch.float64)
+    getattr(torch.fft, op)(torch.tensor(data), out=theirs)
+    ours = rg.zeros(shape, dtype="float64")
+    assert getattr(rg.fft, op)(rg.tensor(data), out=ours) is ours
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12, atol=1e-12)

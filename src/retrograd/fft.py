@@ -17,7 +17,9 @@ torch's); the inverse real and Hermitian forms are built on ``fftn``. The helper
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -119,16 +121,27 @@ def _real_input(op: str, x: Tensor) -> Tensor:
     return x if x.dtype in ("float32", "float64") else x.to(default_float_dtype())
 
 
-def _check_points(op: str, n: Any) -> None:
-    """Refuse a signal length ``n`` (``n=``, an entry of ``s=``) that is not a positive int,
-    naming the length given (not one derived from it)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+def _check_points(op: str, n: Any) -> int:
+    """The signal length ``n`` (``n=``, an entry of ``s=``) as an int; refused when it is not
+    a positive integer, naming the length given (not one derived from it). An integer of
+    another type (NumPy's ``int64``, a 0-d integer tensor) counts, as torch's parser takes
+    anything with ``__index__``: ``n=np.int64(5)`` was refused."""
+    if isinstance(n, bool | float) or not hasattr(n, "__index__"):
         raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n!r}) specified")
+    try:
+        points = operator.index(n)
+    except TypeError:  # (a float tensor's __index__)
+        raise InvalidArgumentError(
+            f"fft.{op}: invalid number of data points ({n!r}) specified"
+        ) from None
+    if points < 1:
+        raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n!r}) specified")
+    return points
 
 
 def _resized(op: str, x: Tensor, dim: int, n: int) -> Tensor:
     """``x`` cut or zero-padded at the end of ``dim`` to ``n`` entries, as torch's ``n=``."""
-    _check_points(op, n)
+    n = _check_points(op, n)
     size = x.shape[dim]
     if n == size:
         return x
@@ -166,10 +179,8 @@ def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tupl
     if s is None:
         sizes = (None,) * len(dims)
     else:
-        sizes = tuple(None if n == -1 else n for n in s)
-        for n in sizes:
-            if n is not None:
-                _check_points(op, n)
+        # (-1: the input's own size; None is refused, as torch's parser refuses it)
+        sizes = tuple(None if _is_minus_one(n) else _check_points(op, n) for n in s)
         if len(sizes) != len(dims):
             raise InvalidValueError(  # (torch's RuntimeError)
                 f"fft.{op}: when given, dim and s must have one length, got {len(dims)} dims "
@@ -248,6 +259,16 @@ def _one_axis_at_least(op: str, x: Tensor, dims: tuple) -> None:
         )
 
 
+def _is_minus_one(n: Any) -> bool:
+    """Whether an entry of ``s`` is -1 (the input's own size), of any integer type."""
+    if isinstance(n, bool | float) or not hasattr(n, "__index__"):
+        return False
+    try:
+        return operator.index(n) == -1
+    except TypeError:  # (a float tensor's __index__: _check_points names it)
+        return False
+
+
 def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
     """The real inverse transform along ``dim`` of the one-sided spectrum ``x``: the full
     Hermitian spectrum (``X[n - k] = conj(X[k])``), inverted, its real part. The imaginary
@@ -256,7 +277,7 @@ def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
     x = _as_complex(op, x)
     if n is None:
         n = 2 * (x.shape[dim] - 1)
-    _check_points(op, n)  # (before the half spectrum is cut to n // 2 + 1 entries)
+    n = _check_points(op, n)  # (before the half spectrum is cut to n // 2 + 1 entries)
     half = _resized(op, x, dim, n // 2 + 1)
     mirrored = half.narrow(dim, 1, n - n // 2 - 1).flip(dim).conj()
     full = cat([half, mirrored], dim)
@@ -448,9 +469,28 @@ def ifftshift(input: Tensor, dim: Any = None) -> Tensor:  # noqa: A002 (torch's 
 
 # the transforms take torch's ``out=`` (the result cast to ``out``'s dtype where torch's casting
 # allows: a complex64 spectrum into a complex128 ``out``, never into a real one)
+def _real_out_only(name: str, transform: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """A real-output transform (``irfft*``, ``hfft*``) refusing a complex ``out=``, as torch's
+    ("irfft expects a floating point output tensor, but got ComplexDouble"): the real result
+    was written into it (a complex ``out`` of a real result is what the general casting
+    rules allow, and the transforms' own rule refuses)."""
+
+    @functools.wraps(transform)
+    def checked(*args: Any, out: Any = None, **kwargs: Any) -> Tensor:
+        if isinstance(out, Tensor) and out.is_complex():
+            raise KernelDTypeError(  # (torch's RuntimeError)
+                f"fft.{name} expects a floating point output tensor, but got {out.dtype}"
+            )
+        return transform(*args, out=out, **kwargs)
+
+    return checked
+
+
 for _name in __all__:
     if "fft" in _name and not _name.endswith(("freq", "shift")):
         globals()[_name] = accepts_out(f"fft.{_name}")(globals()[_name])
+        if _name.startswith(("irfft", "hfft")):
+            globals()[_name] = _real_out_only(_name, globals()[_name])
 
 # the public functions turn a built-in exception about their arguments (an extra argument, a
 # float for a dim) into the hierarchy's, named after the function (errors.guard)
