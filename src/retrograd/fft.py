@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import operator
 from collections.abc import Callable
 from typing import Any
 
-from .backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES, default_float_dtype
+from .backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES, INT_DTYPES, default_float_dtype
 from .errors import (
     DTypeError,
     InvalidArgumentError,
@@ -125,15 +126,15 @@ def _check_points(op: str, n: Any) -> int:
     """The signal length ``n`` (``n=``, an entry of ``s=``) as an int; refused when it is not
     a positive integer, naming the length given (not one derived from it). An integer of
     another type (NumPy's ``int64``, a 0-d integer tensor) counts, as torch's parser takes
-    anything with ``__index__``: ``n=np.int64(5)`` was refused."""
-    if isinstance(n, bool | float) or not hasattr(n, "__index__"):
-        raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n!r}) specified")
-    try:
+    them through ``__index__``: ``n=np.int64(5)`` was refused."""
+    if isinstance(n, numbers.Integral) and not isinstance(n, bool):
         points = operator.index(n)
-    except TypeError:  # (a float tensor's __index__)
-        raise InvalidArgumentError(
-            f"fft.{op}: invalid number of data points ({n!r}) specified"
-        ) from None
+    elif isinstance(n, Tensor) and n.dtype in INT_DTYPES:
+        points = operator.index(n)  # (a 0-d integer tensor; its own error for another one)
+    elif isinstance(n, bool | float | str | Tensor) or n is None:
+        raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n!r}) specified")
+    else:  # (another library's tensor: the guard names it, as for every op)
+        raise TypeError(f"fft.{op}: expected an int number of data points, got {type(n)}")
     if points < 1:
         raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n!r}) specified")
     return points
@@ -261,12 +262,9 @@ def _one_axis_at_least(op: str, x: Tensor, dims: tuple) -> None:
 
 def _is_minus_one(n: Any) -> bool:
     """Whether an entry of ``s`` is -1 (the input's own size), of any integer type."""
-    if isinstance(n, bool | float) or not hasattr(n, "__index__"):
-        return False
-    try:
-        return operator.index(n) == -1
-    except TypeError:  # (a float tensor's __index__: _check_points names it)
-        return False
+    if isinstance(n, Tensor) and n.ndim == 0 and n.dtype in INT_DTYPES:
+        n = operator.index(n)
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n == -1
 
 
 def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
