@@ -17,16 +17,20 @@ torch's); the inverse real and Hermitian forms are built on ``fftn``. The helper
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
+import operator
 from collections.abc import Callable
 from typing import Any
 
-from .backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES, default_float_dtype
+from .backend.protocol import COMPLEX_DTYPES, FLOAT_DTYPES, INT_DTYPES, default_float_dtype
 from .errors import (
     DTypeError,
     InvalidArgumentError,
     InvalidValueError,
     KernelDTypeError,
+    ShapeError,
     guard,
     shape_text,
 )
@@ -86,11 +90,24 @@ def _tensor(op: str, input: Any) -> Tensor:  # noqa: A002 (torch's name)
     return input
 
 
+def _no_half_precision(op: str, x: Tensor) -> None:
+    """Refuse a float16 or bfloat16 input, as torch's CPU transforms refuse it ("Unsupported
+    dtype Half"): its kernels compute in float32 and float64 only, and the transform of a
+    half-precision signal was computed here in complex64 as if it were float32, a result no
+    torch script on the CPU gets."""
+    if x.dtype in ("float16", "bfloat16"):
+        raise KernelDTypeError(  # (torch's RuntimeError)
+            f"fft.{op}: unsupported dtype {x.dtype} (the transforms compute in float32 or "
+            f"float64 and their complex dtypes, as torch's CPU kernels); cast the input first"
+        )
+
+
 def _as_complex(op: str, x: Tensor) -> Tensor:
     """``x`` in the complex dtype torch computes its transform in (float64: complex128; other
     real dtypes: the default float dtype's complex one)."""
     if x.is_complex():
         return x
+    _no_half_precision(op, x)
     if x.dtype not in ("float32", "float64"):
         x = x.to(default_float_dtype())
     return x.to("complex128" if x.dtype == "float64" else "complex64")
@@ -101,19 +118,31 @@ def _real_input(op: str, x: Tensor) -> Tensor:
         raise KernelDTypeError(  # (torch's RuntimeError)
             f"fft.{op} expects a real input tensor, but got {x.dtype}"
         )
+    _no_half_precision(op, x)
     return x if x.dtype in ("float32", "float64") else x.to(default_float_dtype())
 
 
-def _check_points(op: str, n: Any) -> None:
-    """Refuse a signal length ``n`` (``n=``, an entry of ``s=``) that is not a positive int,
-    naming the length given (not one derived from it)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+def _check_points(op: str, n: Any) -> int:
+    """The signal length ``n`` (``n=``, an entry of ``s=``) as an int; refused when it is not
+    a positive integer, naming the length given (not one derived from it). An integer of
+    another type (NumPy's ``int64``, a 0-d integer tensor) counts, as torch's parser takes
+    them through ``__index__``: ``n=np.int64(5)`` was refused."""
+    if isinstance(n, numbers.Integral) and not isinstance(n, bool):
+        points = operator.index(n)
+    elif isinstance(n, Tensor) and n.dtype in INT_DTYPES:
+        points = operator.index(n)  # (a 0-d integer tensor; its own error for another one)
+    elif isinstance(n, bool | float | str | Tensor) or n is None:
         raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n!r}) specified")
+    else:  # (another library's tensor: the guard names it, as for every op)
+        raise TypeError(f"fft.{op}: expected an int number of data points, got {type(n)}")
+    if points < 1:
+        raise InvalidArgumentError(f"fft.{op}: invalid number of data points ({n!r}) specified")
+    return points
 
 
 def _resized(op: str, x: Tensor, dim: int, n: int) -> Tensor:
     """``x`` cut or zero-padded at the end of ``dim`` to ``n`` entries, as torch's ``n=``."""
-    _check_points(op, n)
+    n = _check_points(op, n)
     size = x.shape[dim]
     if n == size:
         return x
@@ -135,6 +164,11 @@ def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tupl
             dims = (-2, -1)  # an s of another length is refused, as torch refuses it)
         elif s is None:
             dims = tuple(range(x.ndim))
+        elif len(s) > x.ndim:  # (torch: "Got shape with 3 values but input tensor only has
+            raise ShapeError(  # 2 dimensions"; the dim -3 it implies was named instead of s)
+                f"fft.{op}: s={tuple(s)} has {len(s)} sizes but the input of shape "
+                f"{shape_text(x.shape)} has only {x.ndim} dimensions"
+            )
         else:
             dims = tuple(range(-len(s), 0))
     else:
@@ -146,10 +180,8 @@ def _dims(op: str, x: Tensor, s: Any, dim: Any, default_all: bool) -> tuple[tupl
     if s is None:
         sizes = (None,) * len(dims)
     else:
-        sizes = tuple(None if n == -1 else n for n in s)
-        for n in sizes:
-            if n is not None:
-                _check_points(op, n)
+        # (-1: the input's own size; None is refused, as torch's parser refuses it)
+        sizes = tuple(None if _is_minus_one(n) else _check_points(op, n) for n in s)
         if len(sizes) != len(dims):
             raise InvalidValueError(  # (torch's RuntimeError)
                 f"fft.{op}: when given, dim and s must have one length, got {len(dims)} dims "
@@ -228,6 +260,13 @@ def _one_axis_at_least(op: str, x: Tensor, dims: tuple) -> None:
         )
 
 
+def _is_minus_one(n: Any) -> bool:
+    """Whether an entry of ``s`` is -1 (the input's own size), of any integer type."""
+    if isinstance(n, Tensor) and n.ndim == 0 and n.dtype in INT_DTYPES:
+        n = operator.index(n)
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n == -1
+
+
 def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
     """The real inverse transform along ``dim`` of the one-sided spectrum ``x``: the full
     Hermitian spectrum (``X[n - k] = conj(X[k])``), inverted, its real part. The imaginary
@@ -236,7 +275,7 @@ def _c2r(op: str, x: Tensor, dim: int, n: int | None, norm: str) -> Tensor:
     x = _as_complex(op, x)
     if n is None:
         n = 2 * (x.shape[dim] - 1)
-    _check_points(op, n)  # (before the half spectrum is cut to n // 2 + 1 entries)
+    n = _check_points(op, n)  # (before the half spectrum is cut to n // 2 + 1 entries)
     half = _resized(op, x, dim, n // 2 + 1)
     mirrored = half.narrow(dim, 1, n - n // 2 - 1).flip(dim).conj()
     full = cat([half, mirrored], dim)
@@ -292,7 +331,8 @@ def _n_dimensional(op: str, inverse: bool, default_all: bool):
         x = _tensor(op, input)
         dims, sizes = _dims(op, x, s, dim, default_all)
         # (torch's n-dimensional complex transforms take a real input as complex: its
-        # fft_c2c, not the fft_r2c of the one-dimensional ones)
+        # fft_c2c, not the fft_r2c of the one-dimensional ones; its kernel, and the backends'
+        # fftn, give a signal with no imaginary part an exactly Hermitian spectrum)
         return _c2c(op, x, dims, sizes, inverse, _norm(op, norm))
 
     return transform
@@ -371,6 +411,11 @@ def _frequencies(op: str, n: Any, d: float, out: Any, kwargs: dict) -> Tensor:
     dtype = canonical_dtype(f"fft.{op}", dtype, allow_none=True) or default_float_dtype()
     if dtype not in FLOAT_DTYPES + COMPLEX_DTYPES:  # (torch's check)
         raise DTypeError(f"fft.{op} requires a floating point or complex dtype, got {dtype}")
+    if dtype in COMPLEX_DTYPES:  # (torch's check passes them, its CPU arange refuses them:
+        raise KernelDTypeError(  # '"arange_cpu" not implemented for 'ComplexFloat'')
+            f"fft.{op}: the frequencies of a complex dtype ({dtype}) are not computed, as "
+            f"torch's arange refuses it on the CPU; ask for a float dtype"
+        )
     count = n // 2 + 1 if op == "rfftfreq" else n
     steps = arange(count, dtype=dtype, device=device)
     if op == "fftfreq" and n:
@@ -401,8 +446,11 @@ def _shifted(op: str, input: Tensor, dim: Any, shift: Callable[[int], int]) -> T
         dims = (normalize_dim(f"fft.{op}", dim, input.ndim),)
     else:
         dims = tuple(normalize_dim(f"fft.{op}", d, input.ndim) for d in dim)
-    if not dims:
-        return input
+    if not dims:  # (a 0-d input's default dims, or dim=(): torch's roll refuses no shifts)
+        raise InvalidArgumentError(
+            f"fft.{op}: no dims to shift (dim={dim!r} of the input of shape "
+            f"{shape_text(input.shape)}); torch's roll refuses it: `shifts` required"
+        )
     return input.roll(tuple(shift(input.shape[d]) for d in dims), dims)
 
 
@@ -419,9 +467,28 @@ def ifftshift(input: Tensor, dim: Any = None) -> Tensor:  # noqa: A002 (torch's 
 
 # the transforms take torch's ``out=`` (the result cast to ``out``'s dtype where torch's casting
 # allows: a complex64 spectrum into a complex128 ``out``, never into a real one)
+def _real_out_only(name: str, transform: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """A real-output transform (``irfft*``, ``hfft*``) refusing a complex ``out=``, as torch's
+    ("irfft expects a floating point output tensor, but got ComplexDouble"): the real result
+    was written into it (a complex ``out`` of a real result is what the general casting
+    rules allow, and the transforms' own rule refuses)."""
+
+    @functools.wraps(transform)
+    def checked(*args: Any, out: Any = None, **kwargs: Any) -> Tensor:
+        if isinstance(out, Tensor) and out.is_complex():
+            raise KernelDTypeError(  # (torch's RuntimeError)
+                f"fft.{name} expects a floating point output tensor, but got {out.dtype}"
+            )
+        return transform(*args, out=out, **kwargs)
+
+    return checked
+
+
 for _name in __all__:
     if "fft" in _name and not _name.endswith(("freq", "shift")):
         globals()[_name] = accepts_out(f"fft.{_name}")(globals()[_name])
+        if _name.startswith(("irfft", "hfft")):
+            globals()[_name] = _real_out_only(_name, globals()[_name])
 
 # the public functions turn a built-in exception about their arguments (an extra argument, a
 # float for a dim) into the hierarchy's, named after the function (errors.guard)

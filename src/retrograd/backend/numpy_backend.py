@@ -450,6 +450,27 @@ def _cumulative_extreme(x: np.ndarray, dim: int, ufunc: np.ufunc) -> tuple[Any, 
 _SELECT_REDUCTIONS = {"prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
 
 
+def _hermitian_where_self_conjugate(half: np.ndarray, dims: tuple, n: int) -> np.ndarray:
+    """``rfftn``'s one-sided spectrum ``half`` of a real signal (``n`` entries along the last
+    of ``dims``) made exactly Hermitian over the other dims where its last index is its own
+    mirror (frequency 0, and ``n / 2`` for an even ``n``): ``X[-k] = conj(X[k])`` there, and
+    exactly real where ``k = -k`` (frequency 0 or a half length along every dim). torch's
+    kernels give both exactly; pocketfft's complex passes over the other dims round them (an
+    imaginary part of about 1e-16 where it is 0, whose ``angle`` is +-pi or 1e-16, not 0
+    or pi). Each such entry becomes the mean of itself and its mirror's conjugate: a change
+    of at most a rounding, exactly symmetric (the two means add the same two numbers)."""
+    last = dims[-1]
+    for index in (0, n // 2) if n % 2 == 0 and n > 1 else (0,):
+        at = [slice(None)] * half.ndim
+        at[last] = slice(index, index + 1)
+        plane = half[tuple(at)]
+        mirror = plane
+        for d in dims[:-1]:  # index k along another dim -> -k modulo its size
+            mirror = np.roll(np.flip(mirror, d), 1, d)
+        half[tuple(at)] = (plane + np.conjugate(mirror)) / 2
+    return half
+
+
 def _complex_power_of_zero(x, y, out):
     """``out`` (NumPy's complex ``x ** y``) with torch's value where ``x`` is 0: its kernel's
     ``exp(y * log(x))``, ``log(0)`` being ``-inf``, is ``inf + nan j`` for ``Re(y) < 0``
@@ -647,19 +668,47 @@ class NumpyBackend(
     def fftn(self, x, dims, inverse, norm):
         if not dims:
             return x.copy()
-        transform = np.fft.ifftn if inverse else np.fft.fftn
-        return transform(x, axes=dims, norm=norm).astype(x.dtype, copy=False)
+        # one dim at a time, as NumPy's fftn (its last dim first): a signal that is real at
+        # the start, or becomes real after a pass (a dim of one entry, zero-padded: its
+        # transform is that entry repeated), takes the exact real-input path for the rest
+        transform = np.fft.ifft if inverse else np.fft.fft
+        while dims:
+            if not np.any(x.imag):
+                return self._fftn_of_real(np.real(x), dims, inverse, norm)
+            x = transform(x, axis=dims[-1], norm=norm).astype(x.dtype, copy=False)
+            dims = dims[:-1]
+        return x
+
+    def _fftn_of_real(self, x, dims, inverse, norm):
+        """The complex transform of a signal whose imaginary parts are all zero (``fft2`` and
+        ``fftn`` of a real tensor, which torch takes as complex): torch's complex kernel gives
+        such a signal a spectrum that is exactly Hermitian (``X[-k mod n] = conj(X[k])`` over
+        every transformed dim, exactly real at frequency 0 and ``n / 2``), where pocketfft's
+        complex one rounds the imaginary parts there to about 1e-16 (and ``angle`` jumped by
+        2 pi). So: the real-input :meth:`rfftn`, completed by that symmetry along the last dim,
+        and for an inverse conjugated (``ifft`` of a real signal is the conjugate of its
+        forward transform scaled as the inverse)."""
+        scaling = (
+            {"backward": "forward", "forward": "backward"}.get(norm, norm) if inverse else norm
+        )
+        half = self.rfftn(x, dims, scaling)
+        last, n = dims[-1], x.shape[dims[-1]]
+        count = n - n // 2 - 1  # the bins n // 2 + 1 .. n - 1, conjugates of count .. 1
+        if count > 0:
+            mirrored = np.take(half, np.arange(count, 0, -1), axis=last)
+            for d in dims[:-1]:  # index k along another dim -> -k modulo its size
+                mirrored = np.roll(np.flip(mirrored, d), 1, d)
+            half = np.concatenate([half, np.conjugate(mirrored)], axis=last)
+        if not inverse:
+            return half
+        out = np.conjugate(half)
+        out.imag += 0.0  # (torch's complex kernel gives +0.0 at the real bins, whose angle is 0
+        return out  # or pi: the conjugate's -0.0 made -pi of pi)
 
     def rfftn(self, x, dims, norm):
-        out = np.fft.rfftn(x, axes=dims, norm=norm).astype(_COMPLEX_OF[x.dtype], copy=False)
-        # pocketfft's complex passes over the other dims round the bins that are real for a
-        # real input (frequency 0 or n / 2 along every transformed dim) to about 1e-16, where
-        # torch's kernels give exact zeros: zeros there, as the mathematics and torch have them
-        bins = [range(size) for size in out.shape]
-        for d in dims:
-            bins[d] = [0, x.shape[d] // 2] if x.shape[d] % 2 == 0 else [0]
-        out.imag[np.ix_(*bins)] = 0.0
-        return out
+        out = np.fft.rfft(x, axis=dims[-1], norm=norm).astype(_COMPLEX_OF[x.dtype], copy=False)
+        out = self.fftn(out, dims[:-1], False, norm)  # (the passes NumPy's rfftn makes)
+        return _hermitian_where_self_conjugate(out, dims, x.shape[dims[-1]])
 
     # -- elementwise binary -------------------------------------------------------------------
     add = staticmethod(np.add)
