@@ -28,6 +28,7 @@ from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import FLOAT_DTYPES, lift, wrap
 from .autocasting import autocast_op
 from .compositions import number_scale, scaled
+from .functions import undefined_derivative
 from .shape import cat
 
 __all__ = [
@@ -275,7 +276,9 @@ class ProductsMixin:
             logabsdet = logdet.real
             return SlogdetResult((logdet - logabsdet).exp(), logabsdet)
         logabsdet, sign = self._apply("slogdet", (matrices,))
-        return SlogdetResult(sign, logabsdet)
+        # torch records the real sign on A too (it requires grad), its derivative undefined:
+        # ``sign.sum().backward()`` runs and leaves A's gradient None (it raised here)
+        return SlogdetResult(undefined_derivative(matrices, sign), logabsdet)
 
     def det(self) -> Any:
         """The determinant, as ``sign * exp(logabsdet)``; its gradient is ``adj(A)^T`` (``det *
