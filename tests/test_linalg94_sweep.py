@@ -179,3 +179,21 @@ def test_seeded_sweep_of_the_multi_output_functions(dtype):
                 _assert_outputs_match(ours, theirs)
             except AssertionError as failure:
                 raise AssertionError(f"{name} {dtype} batch {batch}: {failure}") from None
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_slogdet_sign_of_a_singular_matrix_is_zero(dtype):
+    matrices = np.stack([np.ones((3, 3)), 1j * np.eye(3)]).astype(dtype)
+    ours = rg.linalg.slogdet(rg.tensor(matrices))
+    theirs = torch.linalg.slogdet(torch.tensor(matrices))
+    np.testing.assert_allclose(ours.sign.numpy(), theirs.sign.numpy(), atol=1e-6)
+    np.testing.assert_array_equal(ours.logabsdet.numpy(), theirs.logabsdet.numpy())
+
+
+@pytest.mark.parametrize("shape", [(2, 0, 0), (3, 0), (0, 3)])
+def test_lu_factor_of_empty_matrices_is_a_recorded_copy(shape):
+    t, x = _pair(np.zeros(shape))
+    ours, theirs = rg.linalg.lu_factor_ex(x), torch.linalg.lu_factor_ex(t)
+    _assert_outputs_match(ours, theirs)
+    assert ours.LU is not x
+    _assert_outputs_match(rg.linalg.lu_factor(x), torch.linalg.lu_factor(t))
