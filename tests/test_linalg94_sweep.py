@@ -197,3 +197,12 @@ def test_lu_factor_of_empty_matrices_is_a_recorded_copy(shape):
     _assert_outputs_match(ours, theirs)
     assert ours.LU is not x
     _assert_outputs_match(rg.linalg.lu_factor(x), torch.linalg.lu_factor(t))
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 3)])
+def test_lu_unpack_without_data_gives_empty_factors_that_require_grad(shape):
+    t, x = _pair(np.random.default_rng(RNG_SEED).standard_normal(shape))
+    theirs = torch.lu_unpack(*torch.linalg.lu_factor(t), unpack_data=False)
+    ours = rg.lu_unpack(*rg.linalg.lu_factor(x), unpack_data=False)
+    _assert_outputs_match(ours, theirs)
+    np.testing.assert_array_equal(ours.P.numpy(), theirs.P.numpy())

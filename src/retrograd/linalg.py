@@ -740,6 +740,10 @@ def lu_unpack(
         unit = (rows[:, None] == rows[None, :k]).to(lu.dtype)
         L = lu[..., :, :k].tril(-1) + unit  # noqa: N806
         U = lu[..., :k, :].triu()  # noqa: N806
+    else:
+        # torch's empty L and U are outputs of the unpacking all the same: they require grad
+        # where LU does (they were constants here)
+        L, U = lu.flatten()[:0], lu.flatten()[:0]  # noqa: N806
     if unpack_pivots:
         # the rows of P^T A in order: row i of the factored matrix is A's row perm[i]
         perm = rows.expand(tuple(LU_pivots.shape[:-1]) + (m,))
