@@ -49,6 +49,7 @@ from .tensor.autocasting import autocast_op
 from .tensor.creation import _no_out
 from .tensor.creation import randn as _creation_randn
 from .tensor.functions import accepts_out as _accepts_out
+from .tensor.functions import undefined_derivative
 from .tensor.norms import matrix_norm, norm, vector_norm
 from .tensor.products import TriangularSolveResult, lu_factorize, lu_info
 from .tensor.shape import cat
@@ -525,7 +526,9 @@ def qr(A: Tensor, mode: str = "reduced", *, out: Any = None) -> Any:  # noqa: N8
     packed = matrices._apply("linalg_qr", (matrices,), (mode,))
     if mode == "r":
         (r,) = _unpacked(packed, ((k, n),))
-        return QRResult(r.new_zeros((0,)), r)
+        # torch's empty Q is an output of the factorization too: it requires grad where A
+        # does, and a backward through it is refused as R's is (it was a constant here)
+        return QRResult(packed.flatten()[:0], r)
     q, r = _unpacked(packed, ((m, k), (k, n)))
     return QRResult(q, r)
 
@@ -737,6 +740,10 @@ def lu_unpack(
         unit = (rows[:, None] == rows[None, :k]).to(lu.dtype)
         L = lu[..., :, :k].tril(-1) + unit  # noqa: N806
         U = lu[..., :k, :].triu()  # noqa: N806
+    else:
+        # torch's empty L and U are outputs of the unpacking all the same: they require grad
+        # where LU does (they were constants here)
+        L, U = lu.flatten()[:0], lu.flatten()[:0]  # noqa: N806
     if unpack_pivots:
         # the rows of P^T A in order: row i of the factored matrix is A's row perm[i]
         perm = rows.expand(tuple(LU_pivots.shape[:-1]) + (m,))
@@ -1041,19 +1048,25 @@ def lstsq(
         rcond = _eps(matrices.dtype) * max(matrices.shape[-2:])
     inverse = pinv(matrices, rtol=float(rcond))
     solution = (inverse @ rhs.unsqueeze_dim(-1)).squeeze_dim(-1) if vector else inverse @ rhs
-    empty = matrices.detach().new_zeros((0,))
+    fixed = untracked(matrices)  # (detach() keeps a leaf's requires_grad, Burn's rule)
+    empty = fixed.new_zeros((0,))
     empty = empty.real if empty.is_complex() else empty
     if driver == "gels":  # torch's: gels computes no rank
-        rank = matrices.detach().new_zeros((0,), dtype="int64")
+        rank = fixed.new_zeros((0,), dtype="int64")
     else:
-        rank = matrix_rank(matrices.detach(), rtol=float(rcond))
+        rank = matrix_rank(fixed, rtol=float(rcond))
     if driver not in ("gelsd", "gelss"):  # torch's: only the SVD drivers report these
         values = empty
     else:
-        values = svdvals(matrices.detach())
+        # torch's singular values are not differentiable (they required grad here, for an A
+        # that is a leaf, and took a gradient)
+        values = svdvals(fixed)
     m, n = matrices.shape[-2:]
     full_rank = driver == "gels" or bool((rank == n).all().item())
-    residuals = empty
+    # torch's empty residuals are an output of the solve all the same: they require grad
+    # where A or B does, their gradient undefined (they were a constant here)
+    source = matrices if matrices.requires_grad else rhs
+    residuals = undefined_derivative(source, empty)
     if driver in ("gels", "gelsd", "gelss") and m > n and full_rank:
         # torch's: the squared residual of each column, a vector B read as one column
         columns = rhs.unsqueeze_dim(-1) if vector else rhs
@@ -1315,7 +1328,9 @@ def cond(A: Tensor, p: Any = None, *, out: Any = None) -> Tensor:  # noqa: N803
             )
         if isinstance(p, str):  # (torch checks squareness first for these, not for numbers)
             _square("linalg.cond", matrices, complex_ok=True)
-        return matrices.detach().new_zeros(matrices.shape[:-2])
+        # (real, as every condition number: it was complex for complex matrices)
+        zeros = untracked(matrices).new_zeros(matrices.shape[:-2])
+        return zeros.real if zeros.is_complex() else zeros
     if p is None or p in (2, -2):
         values = svdvals(matrices)
         largest, smallest = values[..., 0], values[..., -1]

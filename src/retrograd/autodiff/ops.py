@@ -1021,6 +1021,17 @@ binary(
     forward=lambda B, x, y, kind: y,
     broadcast=False,
 )
+# a value computed outside the graph (y) that torch records on x with a derivative that is
+# undefined, not refused and not zero: the real slogdet's ``sign`` (torch's backward reads
+# only the gradient of ``logabsdet``), which requires grad and whose backward runs, leaving
+# x's gradient unset (None). The rule reads nothing, so nothing is held for it
+binary(
+    "undefined_derivative",
+    lambda B, g: None,
+    None,
+    forward=lambda B, x, y: y,
+    broadcast=False,
+)
 for _name in ("sign", "round", "floor", "ceil", "trunc"):
     unary(_name, _zeros_like_rule)
 # torch's sigmoid_backward kernel: (grad * (1 - out)) * out
@@ -2827,6 +2838,11 @@ for _name in (
     "inverse", "pinv", "slogdet", "complex_logdet", "cholesky", "linalg_eigh", "linalg_svd",
     "linalg_qr", "matrix_exp", "solve",
 ):  # fmt: skip
+    complex_rules(_name, *OPS[_name].vjps)
+# the recorded values of no derivative: a refusal, or none, is the same for complex operands
+# (ldl_factor of a complex matrix requiring grad was refused in its forward, as if complex
+# tensors had no such op)
+for _name in ("refused_derivative", "undefined_derivative"):
     complex_rules(_name, *OPS[_name].vjps)
 
 

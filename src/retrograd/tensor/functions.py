@@ -1223,6 +1223,16 @@ def refused_derivative(op: str, source: Any, out: Any) -> Any:
     return source._apply("refused_derivative", (source, out), (op,))
 
 
+def undefined_derivative(source: Any, out: Any) -> Any:
+    """``out``, computed outside the graph from ``source``: when ``source`` requires grad, in
+    the graph as torch records it (requiring grad, with a ``grad_fn``), with a backward that
+    gives ``source`` no gradient (it stays ``None``, as torch's undefined gradient), neither
+    raising nor adding zeros."""
+    if not source.requires_grad:
+        return out
+    return source._apply("undefined_derivative", (source, out), ())
+
+
 def once_differentiable_inputs(op: str, *inputs: Any, read: bool = True) -> tuple[Any, ...]:
     """``inputs`` as ``op`` (a composition) should take them where torch differentiates it
     only once: each that requires grad passes through a gate, so that the gradient ``op``'s

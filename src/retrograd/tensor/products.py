@@ -17,6 +17,7 @@ for integer tensors ``alpha`` and ``beta`` must be integers.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import namedtuple
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from ..errors import DTypeError, InvalidArgumentError, ShapeError, shape_text
 from ._dispatch import FLOAT_DTYPES, lift, wrap
 from .autocasting import autocast_op
 from .compositions import number_scale, scaled
+from .functions import undefined_derivative
 from .shape import cat
 
 __all__ = [
@@ -273,9 +275,13 @@ class ProductsMixin:
         if matrices.is_complex():  # the complex log det carries the sign's gradient too
             logdet = self._apply("complex_logdet", (matrices,))
             logabsdet = logdet.real
-            return SlogdetResult((logdet - logabsdet).exp(), logabsdet)
+            sign = (logdet - logabsdet).exp()
+            # a singular matrix's sign is 0, as torch's (it was NaN here: -inf - -inf)
+            return SlogdetResult(sign.masked_fill(logabsdet == -math.inf, 0.0), logabsdet)
         logabsdet, sign = self._apply("slogdet", (matrices,))
-        return SlogdetResult(sign, logabsdet)
+        # torch records the real sign on A too (it requires grad), its derivative undefined:
+        # ``sign.sum().backward()`` runs and leaves A's gradient None (it raised here)
+        return SlogdetResult(undefined_derivative(matrices, sign), logabsdet)
 
     def det(self) -> Any:
         """The determinant, as ``sign * exp(logabsdet)``; its gradient is ``adj(A)^T`` (``det *
@@ -325,7 +331,9 @@ def lu_factorize(matrices: Any) -> tuple[Any, Any]:
         lu = cat([lu[..., : j + 1, :], cat([lu[..., j + 1 :, :j], below, schur], -1)], -2)
     # (int32, as torch's and LAPACK's: the dtype lu_unpack and lu_solve ask for)
     if not pivots:
-        return lu, rows.new_zeros(batch + (0,), dtype="int32")
+        # (an empty factorization: a copy recorded on the input, as torch's, not the input
+        # itself, which it was here, aliased and with no ``grad_fn``)
+        return matrices.clone(), rows.new_zeros(batch + (0,), dtype="int32")
     return lu, (cat(pivots, -1) + 1).int()
 
 
