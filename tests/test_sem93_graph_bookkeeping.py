@@ -293,11 +293,14 @@ class World:
         entry = self.pick(i)
         t = entry.tensor
         viewed = sum(e.storage == entry.storage for e in self.pool) > 1
-        if name.startswith("requires_grad") and viewed and t.is_leaf:
+        # (the storage's first tensor: the base its later sharers are views of)
+        base = next(e for e in self.pool if e.storage == entry.storage) is entry
+        detached = name == "detach_" and base and t.requires_grad
+        if (name.startswith("requires_grad") or detached) and viewed and t.is_leaf:
             # torch's views of a leaf follow its requires_grad as it changes, after the view
             # was taken (a view made under no_grad, or before the base required grad, is a
             # leaf whose gradient is its own); retrograd's keep the flag they were made with:
-            # not drawn (round 93's report)
+            # not drawn (round 93's report; a base leaf's ``detach_()`` turns it off too)
             return SKIP
         if name in ("requires_grad_off", "detach_") and t.is_leaf and t.requires_grad:
             entry.frozen = True  # its .grad stays, in torch (round 93b)

@@ -39,8 +39,16 @@ from ._dispatch import (
     lift,
     written_scalar,
 )
+from .strides import strides_of
 
-__all__ = ["get_index", "index_items", "index_put", "set_index", "split_bool_scalars"]
+__all__ = [
+    "get_index",
+    "index_items",
+    "index_put",
+    "put_through_aliases",
+    "set_index",
+    "split_bool_scalars",
+]
 
 
 def index_items(index: Any) -> tuple[Any, ...]:
@@ -439,7 +447,55 @@ def set_index(t: Any, index: Any, value: Any) -> None:
             target, mask = expanded
         target._update("index_put_", lambda y: _masked(y, mask, fill), operands=(fill,))
         return
+    leading = [d for d, _ in advanced] == list(range(len(advanced)))
+    if leading and put_through_aliases(target, [i for _, i in advanced], value, False):
+        return
     target._update("index_put_", lambda y: index_put(y, advanced, value, False), operands=(value,))
+
+
+def put_through_aliases(t: Any, indices: Any, values: Any, accumulate: bool) -> bool:
+    """``t.index_put_(indices, values, accumulate)`` where ``t`` is a view whose elements share
+    memory, done as torch does it, on ``t``'s root; returns whether it was (not for other
+    tensors: their write is an update like any other). torch writes (adds, with
+    ``accumulate``) each value in turn into the memory its index names, so a location held by
+    several positions takes every add made through any of them, or keeps the value written
+    last: through an expanded view (which torch takes, with a deprecation warning), written
+    link by link, the view's last position holding a location gave its value
+    (``e = x[:1].expand(2, n); e[tensor([1, 0])] = v`` left ``v[0]``, torch ``v[1]``; an
+    accumulating put kept one value instead of the sum: draw94). Overlapping unfold windows
+    and as_strided positions are done so for an accumulating put."""
+    if not isinstance(values, TensorBase) or any(
+        i is not None and not isinstance(i, TensorBase) for i in indices
+    ):
+        return False
+    strides = strides_of(t) if getattr(t, "_view", None) is not None else ()
+    expanded = any(n > 1 and s == 0 for n, s in zip(t.shape, strides))
+    if not (accumulate or expanded):
+        # (through overlapping unfold windows torch's CopySlices gives the old values at a
+        # location written by one position but copied last by another their gradient, which
+        # the write link by link keeps: tests/test_leftovers20.py)
+        return False
+    found = views.positions_in_root(t, through_expand=expanded)
+    if found is None:
+        return False
+    root, positions = found
+    targets = positions[tuple(indices)]
+    try:
+        put = values.expand(targets.shape).reshape(-1)
+    except ShapeError:
+        return False  # (index_put's own refusal, with its message)
+    count = math.prod(root.shape)
+
+    def write(r: Any) -> Any:
+        flat = r.reshape(count).index_put((targets.reshape(-1),), put, accumulate=accumulate)
+        return flat.reshape(r.shape)
+
+    root._update("index_put_", write, operands=(values,))
+    node = getattr(root._prim, "node", None)
+    if node is not None and node.torch_name == "IndexPutBackward0":
+        node.torch_name = "torch::autograd::CopySlices"  # (written through a view, as torch's)
+    views.refuse_gradient_through_overlap("index_put_", t)  # (an expanded view: as any write)
+    return True
 
 
 def _check_before_dtype(t: Any, index: tuple, value: Any) -> None:

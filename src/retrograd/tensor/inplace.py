@@ -60,6 +60,7 @@ from ._dispatch import (
     wrap,
     written_scalar,
 )
+from .advanced import put_through_aliases
 from .compositions import scaled
 from .dtypes import RANDINT_BOUNDS, can_cast, canonical_dtype
 from .elementwise import _given, _sum_dtype
@@ -74,7 +75,6 @@ from .views import (
     detached_values,
     move_views,
     outside_graph,
-    positions_in_root,
     refresh,
     refuse_gradient_through_overlap,
     refuse_internal_overlap,
@@ -1284,29 +1284,6 @@ _ELEMENTWISE_OPERANDS = frozenset(
 )
 
 
-def _accumulated_through_aliases(t: Any, indices: Any, values: Any) -> bool:
-    """``t.index_put_(indices, values, accumulate=True)`` where ``t`` is a view whose elements
-    share memory (overlapping unfold windows or as_strided positions): torch adds each value
-    into the memory its index names, so a location held by several positions takes every add
-    made through any of them. Done as that, on ``t``'s root; returns whether it was (not for
-    other tensors: their accumulation is an update like any other)."""
-    found = positions_in_root(t)
-    if found is None or not isinstance(values, TensorBase):
-        return False
-    root, positions = found
-    targets = positions[tuple(indices)]
-    added = values.expand(targets.shape).reshape(-1)
-    count = math.prod(root.shape)
-
-    def accumulate(r: Any) -> Any:
-        flat = r.reshape(count).index_put((targets.reshape(-1),), added, accumulate=True)
-        return flat.reshape(r.shape)
-
-    root._update("index_put_", accumulate)
-    refuse_gradient_through_overlap("index_put_", t)  # (an expanded view: as any write)
-    return True
-
-
 def _in_place(name: str) -> Any:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         if name in _ELEMENTWISE_OPERANDS:
@@ -1314,7 +1291,7 @@ def _in_place(name: str) -> Any:
         elif name == "index_put" and len(args) > 1:  # (torch's index_put_: the same too)
             refuse_partial_overlap("index_put_", self, args[1], full=True)
             accumulate = args[2] if len(args) > 2 else kwargs.get("accumulate", False)
-            if accumulate and _accumulated_through_aliases(self, args[0], args[1]):
+            if put_through_aliases(self, args[0], args[1], accumulate):
                 return self
         if kwargs.get("dtype") is not None:  # cumsum_/cumprod_: only the tensor's own dtype
             dtype = canonical_dtype(f"{name}_", kwargs["dtype"])

@@ -640,15 +640,17 @@ def written_positions(t: Any, compute: Any) -> Any:
         return compute(nans).isnan().logical_not().logical_or(compute(zeros).isnan())
 
 
-def positions_in_root(t: Any) -> tuple[Any, Any] | None:
+def positions_in_root(t: Any, through_expand: bool = False) -> tuple[Any, Any] | None:
     """``t``'s root and, for each element of ``t``, its position in the root flattened, where
-    a view whose elements overlap (unfold windows, as_strided positions) lies between them and
-    every view of the chain maps elements to elements; ``None`` elsewhere."""
+    a view whose elements overlap (unfold windows, as_strided positions; an ``expand`` too
+    with ``through_expand``) lies between them and every view of the chain maps elements to
+    elements; ``None`` elsewhere."""
+    overlaps = ("unfold", "as_strided", "expand") if through_expand else ("unfold", "as_strided")
     chain, overlapping, view = [], False, getattr(t, "_view", None)
     while view is not None:
         if view[KIND] not in _LOCATED:
             return None
-        overlapping = overlapping or view[KIND] in ("unfold", "as_strided")
+        overlapping = overlapping or view[KIND] in overlaps
         chain.append((view[KIND], view[PARAMS]))
         t = base_of(view)
         view = getattr(t, "_view", None)
