@@ -29,24 +29,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import warnings
 
-import numpy as np
-import pytest
 import torch
 
-import retrograd as rg
-from real_ports import assert_records_agree, params_of, runs_with_draws
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    params_of,
+    runs_with_draws,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 TRAINING_RECIPE_SOURCE = '''
 import os

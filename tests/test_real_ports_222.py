@@ -20,23 +20,18 @@ and their samples and predictions agree with torch's. The port changes only the 
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 import torch
 
 import retrograd as rg
-from real_ports import SharedDraws, assert_records_agree, port, run_source
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    SharedDraws,
+    assert_records_agree,
+    port,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 HMC_SOURCE = """
 import torch

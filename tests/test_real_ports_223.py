@@ -24,24 +24,19 @@ seeded stream in both runs. The lines changed: the imports and the gradient line
 
 from __future__ import annotations
 
-import random
-
-import numpy as np
 import pytest
 import torch
 
 import retrograd as rg
-from real_ports import SharedDraws, assert_records_agree, initializer, port, run_source
+from real_ports import (
+    SharedDraws,
+    assert_records_agree,
+    initializer,
+    port,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 from test_real_ports_221 import SharedNormalNoise
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
 
 FLOW_SOURCE = """
 import torch

@@ -23,23 +23,16 @@ both. Only the imports and the gradient lines differ.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
-import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, both, initializer
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    both,
+    initializer,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 SPARSE_GP_SOURCE = '''
 import math

@@ -26,23 +26,19 @@ changed: the ``import`` lines and the gradient lines (``grads = loss.backward()`
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, port, ported_imports, run_source
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    port,
+    ported_imports,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 FUNCTIONAL_TENSOR_SOURCE = """
 import torch

@@ -23,7 +23,6 @@ the gradient lines (``grads = loss.backward()``, ``optimizer.step(grads)``).
 
 from __future__ import annotations
 
-import random
 import warnings
 
 import numpy as np
@@ -31,16 +30,13 @@ import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, port, run_source
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    port,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 FASTER_RCNN_SOURCE = """
 import torch

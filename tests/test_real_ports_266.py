@@ -17,24 +17,14 @@ the port changes are the imports and the gradient lines (``grads = loss.backward
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
-import pytest
-import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import retrograd as rg
-from real_ports import initializer, runs_with_draws
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    initializer,
+    runs_with_draws,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 TENSORBOARD_SOURCE = """
 import numpy as np

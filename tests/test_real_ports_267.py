@@ -22,24 +22,18 @@ The lines changed: the ``import`` lines. Found and left: the optimizers' zero de
 
 from __future__ import annotations
 
-import random
 import warnings
 
 import numpy as np
 import pytest
-import torch
 
-import retrograd as rg
-from real_ports import assert_records_agree, initializer, runs_with_draws, state_of
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    runs_with_draws,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+    state_of,
+)
 
 DIGITS_SOURCE = """
 import torch

@@ -43,25 +43,16 @@ naming ``torch``.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
-import torch
 
-import retrograd as rg
-from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    """Every test from fixed seeds (torch's initial weights, which both runs start from, and
-    the programs' draws): unseeded, they followed whatever the xdist worker ran before."""
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    params_of,
+    runs_with_draws,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 # -- the training loop ----------------------------------------------------------------------------
 REFERENCE_SOURCE = """

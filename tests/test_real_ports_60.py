@@ -54,11 +54,9 @@ and the ``import`` lines naming ``torch``.
 
 from __future__ import annotations
 
-import random
 import re
 
 import numpy as np
-import pytest
 import torch
 
 import retrograd as rg
@@ -70,18 +68,8 @@ from real_ports import (
     ported_imports,
     run_source,
     runs_with_draws,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
 )
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    """Every test from fixed seeds (torch's initial weights, which both runs start from, and
-    the programs' draws): unseeded, they followed whatever the xdist worker ran before."""
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
 
 # -- PointNet++ -----------------------------------------------------------------------------------
 POINTNET2_SOURCE = """

@@ -76,28 +76,21 @@ The lines changed: the gradient lines (``grads = loss.backward()``, ``optimizer.
 from __future__ import annotations
 
 import math
-import random
 import re
 import types
 
 import numpy as np
-import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, port, ported_imports, run_source
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    """Torch's initial weights (which both runs start from) and the programs' draws from
-    fixed seeds: unseeded, they followed what the worker ran before, and the float32 spread
-    between the libraries with them (the ArcFace port passed alone and missed in CI)."""
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    port,
+    ported_imports,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 # -- the Lovász losses ----------------------------------------------------------------------------
 LOVASZ_SOURCE = """

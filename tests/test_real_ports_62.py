@@ -53,25 +53,18 @@ ported as int64 before): only the gradient lines and imports change.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, port, run_source
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    """Torch's initial weights (which both runs start from) and the programs' draws from
-    fixed seeds."""
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    port,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 GRADIENT_STEPS = [
     (

@@ -54,17 +54,14 @@ import pytest
 import torch
 
 import retrograd as rg
-from real_ports import SharedDraws, assert_records_agree, initializer, port, run_source
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    """Torch's initial weights (which both runs start from) and the programs' draws from
-    fixed seeds."""
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
+from real_ports import (
+    SharedDraws,
+    assert_records_agree,
+    initializer,
+    port,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 
 def defined_initializer(seed):

@@ -37,8 +37,6 @@ lyakaap/VAT-pytorch, YU1ut/MixMatch-pytorch and atulkum/pointer_summarizer:
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 import torch
@@ -51,17 +49,8 @@ from real_ports import (
     port,
     ported_imports,
     run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
 )
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    """Torch's initial weights (which both runs start from) and the programs' draws from
-    fixed seeds."""
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
 
 
 class SharedRandperm:

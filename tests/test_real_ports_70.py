@@ -66,18 +66,8 @@ from real_ports import (
     port,
     ported_imports,
     run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
 )
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    """Torch's initial weights (which both runs start from) and the programs' draws from
-    fixed seeds."""
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
 
 DECISION_TRANSFORMER_SOURCE = """
 import random

@@ -47,22 +47,20 @@ optimizer with a ``__setstate__``.
 from __future__ import annotations
 
 import copy
-import random
 
 import numpy as np
 import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, params_of, port, run_source
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    params_of,
+    port,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 
 class SharedCategorical:

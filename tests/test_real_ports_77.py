@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import random
 
 import numpy as np
 import pytest
@@ -58,16 +57,8 @@ from real_ports import (
     port,
     ported_imports,
     run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
 )
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
 
 IMBALANCED_SOURCE = """
 import math

@@ -35,7 +35,6 @@ same weights and draws, their records compared.
 
 from __future__ import annotations
 
-import random
 import types
 
 import numpy as np
@@ -50,16 +49,8 @@ from real_ports import (
     port,
     ported_imports,
     run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
 )
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
 
 SWITCH_SOURCE = """
 import copy

@@ -46,7 +46,6 @@ failed (``retrograd.backends.cudnn`` was a namespace, not a submodule;
 from __future__ import annotations
 
 import contextlib
-import random
 import sys
 import types
 
@@ -62,16 +61,8 @@ from real_ports import (
     port,
     ported_imports,
     run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
 )
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
 
 DEPTH_SOURCE = """
 import collections

@@ -32,12 +32,10 @@ retrograd's ``LRScheduler`` has torch's flag now
 
 from __future__ import annotations
 
-import random
 import types
 import warnings
 
 import numpy as np
-import pytest
 import torch
 
 import retrograd as rg
@@ -49,16 +47,8 @@ from real_ports import (
     port,
     ported_imports,
     run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
 )
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
 
 NSF_SOURCE = """
 import numpy as np

@@ -31,7 +31,6 @@ below).
 from __future__ import annotations
 
 import copy
-import random
 import re
 import types
 
@@ -49,15 +48,8 @@ from real_ports import (
     port,
     ported_imports,
     run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
 )
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
 
 
 def _share_draws(monkeypatch, lib, seed):

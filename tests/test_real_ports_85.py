@@ -25,14 +25,19 @@ gradients they are handed, and a closure returns its gradients with its loss.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, params_of, port, run_source
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    params_of,
+    port,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 SAM_SOURCE = """
 import torch
@@ -175,14 +180,6 @@ SAM_STEPS = [
     ),
     ("            optimizer.step(closure)", "            optimizer.step(grads, closure)"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
 
 
 def _batches(seed):

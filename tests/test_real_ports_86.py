@@ -22,7 +22,6 @@ maskrcnn-benchmark, one small training run checked against torch's run of the sa
 
 from __future__ import annotations
 
-import random
 import types
 
 import numpy as np
@@ -30,7 +29,14 @@ import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, params_of, port, run_source
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    params_of,
+    port,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 EXTENDING_SOURCE = """
 import math
@@ -212,14 +218,6 @@ EXTENDING_STEPS = [
         "        optimizer.step(grads)\n        grads = None\n",
     ),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
 
 
 @pytest.mark.parametrize(

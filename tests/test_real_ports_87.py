@@ -51,23 +51,16 @@ failed on its first forward.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
-import torch
 
-import retrograd as rg
-from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    params_of,
+    runs_with_draws,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 VQGAN_SOURCE = '''
 # A toy VQGAN trained as taming-transformers trains one: per batch, an autoencoder step and a

@@ -39,11 +39,8 @@ checked on its own).
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
-import torch
 
 import retrograd as rg
 from real_ports import (
@@ -53,6 +50,7 @@ from real_ports import (
     port,
     run_source,
     runs_with_draws,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
 )
 
 IMPORTS = (
@@ -60,14 +58,6 @@ IMPORTS = (
     "\nimport retrograd as torch\nimport retrograd.nn as nn\n"
     "from retrograd.nn import functional as F\n",
 )
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
 
 
 FORECASTER_SOURCE = '''

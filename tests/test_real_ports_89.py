@@ -52,7 +52,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import random
 import re
 import types
 
@@ -61,21 +60,21 @@ import pytest
 import torch
 
 import retrograd as rg
-from real_ports import SharedDraws, assert_records_agree, initializer, params_of, port, run_source
+from real_ports import (
+    SharedDraws,
+    assert_records_agree,
+    initializer,
+    params_of,
+    port,
+    run_source,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 IMPORTS = (
     "\nimport torch\nimport torch.nn as nn\nfrom torch.nn import functional as F\n",
     "\nimport retrograd as torch\nimport retrograd.nn as nn\n"
     "from retrograd.nn import functional as F\n",
 )
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
 
 
 @pytest.fixture

@@ -70,23 +70,20 @@ the gradients, ``step`` takes them; the LBFGS closure returns the loss and its g
 from __future__ import annotations
 
 import pickle
-import random
 
 import numpy as np
 import pytest
 import torch
 
 import retrograd as rg
-from real_ports import assert_records_agree, initializer, params_of, runs_with_draws, state_of
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    params_of,
+    runs_with_draws,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+    state_of,
+)
 
 IMPORTS = (
     "\nimport torch\nimport torch.nn as nn\nimport torch.optim as optim\n\nF = nn.functional\n",

@@ -35,8 +35,6 @@ comparison is wrapped in, was missing. Found and not fixed: torch's per-op saved
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 import torch
@@ -44,16 +42,13 @@ import torch
 import backends
 import retrograd as rg
 import retrograd.utils.data.sampler as rg_sampler
-from real_ports import assert_records_agree, initializer, params_of, runs_with_draws
-
-
-@pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    np.random.seed(0)
-    random.seed(0)
-    rg.seed(0)
-
+from real_ports import (
+    assert_records_agree,
+    initializer,
+    params_of,
+    runs_with_draws,
+    seeded_draws,  # noqa: F401 (autouse: each test from fixed seeds)
+)
 
 _TORCH_AND_NN = (
     "\nimport torch\nimport torch.nn as nn\n",
