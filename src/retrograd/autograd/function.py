@@ -16,6 +16,7 @@ from ..autodiff.ops import Op
 from ..autodiff.runtime import running_gradient
 from ..errors import AutodiffError, DTypeError, ShapeError
 from ..tensor import Tensor
+from ..tensor.layouts import SPARSE_CLASSES
 from .vmap_depth import VMAP
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
@@ -39,12 +40,12 @@ class FunctionCtx:
 
     def save_for_backward(self, *tensors: Any) -> None:
         """Keep ``tensors`` for ``backward`` (their values now: a later in-place op on one of
-        them is not seen, as torch's version check would have it refuse). Only tensors and
-        ``None`` are saved, as torch's: anything else raises a ``DTypeError`` (a
+        them is not seen, as torch's version check would have it refuse). Only tensors (sparse
+        ones too) and ``None`` are saved, as torch's: anything else raises a ``DTypeError`` (a
         ``TypeError``; a number or string was kept before round 94), ``ctx.attr = value``
         being the place for it."""
         for i, t in enumerate(tensors):
-            if t is not None and not isinstance(t, Tensor):
+            if t is not None and not isinstance(t, Tensor) and type(t) not in SPARSE_CLASSES:
                 raise DTypeError(
                     "save_for_backward can only save tensors (or None), but argument "
                     f"{i} is of type {type(t).__name__}; keep other values as attributes "
