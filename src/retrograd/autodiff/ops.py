@@ -1547,6 +1547,11 @@ reduction(
 
 # -- shape ---------------------------------------------------------------------------------------
 unary("reshape", lambda B, g, x_shape: B.reshape(g, x_shape), ("shape",))
+# torch's clone of a tensor that requires grad: the identity, its value in memory of its own.
+# A reshape to the same shape recorded it until round 94, a view of the source's memory, which
+# ``Tensor.numpy()`` hands out writable: ``w0 = p.detach().clone()`` took the user's writes
+# into ``p.data.numpy()``
+unary("clone", lambda B, g: g, forward=lambda B, x: B.copy_value(x))
 unary("permute", lambda B, g, dims: B.permute(g, _inverse_permutation(dims)), ("dims",))
 unary("swap_dims", lambda B, g, a, b: B.swap_dims(g, a, b), ("a", "b"))
 unary("flip", lambda B, g, dims: B.flip(g, dims), ("dims",))
@@ -2702,7 +2707,7 @@ def _complex_sign(B, x):
 for _name in (
     "add", "sub", "neg", "add_scalar", "sub_scalar", "rsub_scalar", "data_write",
     "overwrite_sharing_gradient", "cast", "sum",
-    "sum_dim", "mean", "mean_dim", "cumsum", "reshape", "permute", "swap_dims", "flip",
+    "sum_dim", "mean", "mean_dim", "cumsum", "reshape", "clone", "permute", "swap_dims", "flip",
     "expand", "slice", "slice_assign", "cat", "repeat_dim", "unfold", "fold", "gather",
     "scatter_add", "scatter_assign", "select", "select_add", "select_assign", "mask_fill",
     "mask_where",

@@ -545,6 +545,9 @@ class NumpyBackend(
     def to_numpy(self, x):
         return np.asarray(x)
 
+    def copy_value(self, x):
+        return x.copy()
+
     def shape(self, x):
         return x.shape
 

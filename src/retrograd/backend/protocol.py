@@ -347,6 +347,15 @@ class Backend(NNProtocol, RecurrentProtocol, LossProtocol, MathProtocol, Product
         """The values of ``x`` as a NumPy array (may share memory)."""
         raise NotImplementedError
 
+    def copy_value(self, x: Any) -> Any:
+        """A primitive holding ``x``'s values in memory of its own. Ops never write their
+        inputs' memory, so most results may share it; ``clone`` and ``copy.deepcopy`` may not,
+        as ``Tensor.numpy()`` hands the memory out writable (a clone that shared it took the
+        user's writes into its source's array, and a deep-copied target network its source
+        model's). This default goes through the host (``from_data`` copies); a backend on a
+        device overrides it."""
+        return self.from_data(self.to_numpy(x), self.dtype(x), self.default_device)
+
     def shape(self, x: Any) -> tuple[int, ...]:
         raise NotImplementedError
 

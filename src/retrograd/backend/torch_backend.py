@@ -317,6 +317,9 @@ class TorchBackend(
             out = out.to(_DTYPES[dtype])
         return out
 
+    def copy_value(self, x):
+        return x.clone()
+
     def to_numpy(self, x):
         self.synchronize()
         x = x.detach()

@@ -1336,7 +1336,11 @@ def _saved(value: Any) -> Any:
     them, as are lists and tuples of them (L-BFGS's history), so that later steps change
     nothing in it."""
     if isinstance(value, Tensor):
-        return value.clone()
+        # the state's value in a tensor object of its own, sharing its memory, as torch's
+        # state dict holds the state's own tensors: a step gives a state entry a new value
+        # (writing one in place only where nothing else holds it), so later steps change
+        # nothing in it. (``clone`` copies since round 94: an allocation per entry per save.)
+        return type(value)._result(value._prim, value._backend, value._device)
     if isinstance(value, list | tuple):
         return type(value)(_saved(v) for v in value)
     if isinstance(value, np.generic) and value.dtype.kind in "biuf":

@@ -925,17 +925,21 @@ class Tensor(
         backend = self._backend
         if backend.is_autodiff and not is_grad_enabled() and backend.is_tracked(self._prim):
             # under no_grad torch's clone is outside the graph, as every op's result there
-            out = Tensor(backend.wrap(backend.inner_value(self._prim)), backend, self._device)
-        elif backend.is_autodiff and backend.is_tracked(self._prim):
+            out = Tensor(backend.wrap(self._own_copy()), backend, self._device)
+        elif backend.is_autodiff and backend.is_tracked(self._prim) and self.requires_grad:
             # torch's clone of a leaf is not a leaf, and a clone of a tensor computed in the
             # graph is a node of its own: record an identity op on the graph. (Sharing the
             # computed tensor's node, the clone's retain_grad() and hooks got that tensor's
             # whole gradient: ``c = a.clone(); (2 * c).sum() + (3 * a).sum()`` gave c the
-            # gradient 5, torch's 2; its grad_fn was a's: round 93.)
-            out = apply("reshape", (self,), (self.shape,))
+            # gradient 5, torch's 2; its grad_fn was a's: round 93.) Its value is a copy
+            # (the op's forward), as the other branches' are.
+            out = apply("clone", (self,))
         else:
-            out = Tensor(self._prim, backend, self._device)
-            if self._inference:  # (sharing its source's primitive, which is an inference one)
+            value = self._own_copy()
+            out = Tensor(
+                backend.wrap(value) if backend.is_autodiff else value, backend, self._device
+            )
+            if self._inference:  # (made from its source's primitive, an inference one)
                 mark_inference(out, in_inference_mode())
         if memory_format is None or memory_format is preserve_format:
             strides = preserved_layout(self)
@@ -967,7 +971,7 @@ class Tensor(
                 "nn.utils.parametrizations.weight_norm"
             )
         copied = _fresh_leaf(
-            type(self), self._backend, self._device, self._leaf_value(), self.requires_grad
+            type(self), self._backend, self._device, self._own_copy(), self.requires_grad
         )
         memo[id(self)] = copied
         _copy_attributes(copied, self.__dict__, memo)
@@ -986,6 +990,16 @@ class Tensor(
             self.requires_grad,
             state,
         )
+
+    def _own_copy(self) -> Any:
+        """The inner backend's value of this tensor in memory of its own, for ``clone`` and
+        ``deepcopy``: values are never written in place by ops, but :meth:`numpy` hands the
+        memory out writable, and a clone or a deep-copied model that shared it took the
+        user's writes into the source (``c = t.clone(); t.numpy()[0] = 9`` changed ``c``:
+        round 94)."""
+        backend = self._backend
+        inner = backend.inner if backend.is_autodiff else backend
+        return inner.copy_value(self._leaf_value())
 
     def _leaf_value(self) -> Any:
         """The inner backend's value of this tensor (values are never written in place, so a
