@@ -372,9 +372,16 @@ def test_a_0d_float_tensor_is_refused_for_a_size_as_torch_refuses_it(call):
 )
 def test_real_port_files_seed_every_test(name):
     """Their draws (torch's initial weights, the programs' data) come from fixed seeds, so the
-    results do not depend on what the xdist worker ran before: an autouse fixture seeds."""
+    results do not depend on what the xdist worker ran before: an autouse fixture seeds, of
+    their own or the port harness's ``seeded_draws`` imported (autouse where it is imported)."""
     tree = ast.parse((TESTS / name).read_text(encoding="utf-8"))
-    seeding = []
+    seeding = [
+        alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module == "real_ports"
+        for alias in node.names
+        if alias.name == "seeded_draws"
+    ]
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef):
             continue
